@@ -1,0 +1,54 @@
+//! `hpc doctor`: diagnoses the container runtime, devices, launcher and limits.
+
+use anyhow::Context as _;
+use hpc_container::{Environment, Probe, Report};
+use std::io::Write as _;
+use std::path::PathBuf;
+
+/// Arguments of `hpc doctor`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Root directory to diagnose instead of `/` (a file system captured elsewhere).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Environment to diagnose instead of this process's: `KEY=VALUE` lines
+    /// (`env` output) or a NUL-separated `/proc/<pid>/environ` copy.
+    #[arg(long, value_name = "FILE")]
+    env_file: Option<PathBuf>,
+    /// Print the report as JSON (schema_version 1) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `hpc doctor`; the exit code is 0 when healthy, 1 with warnings, 2 with errors.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let live = Probe::live();
+    let root = args.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let probe = match &args.env_file {
+        Some(file) => Probe::from_env_file(root.clone(), file)
+            .with_context(|| format!("reading --env-file {}", file.display()))?,
+        None => Probe::new(root.clone(), live.env),
+    };
+    if !probe.root.is_dir() {
+        anyhow::bail!("--root {} is not a directory", probe.root.display());
+    }
+    let report = Report::new(&root.display().to_string(), Environment::detect_from(&probe));
+    let text = if args.json {
+        report.to_json()
+    } else {
+        report.to_text(use_color())
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", text.trim_end()).context("writing the report")?;
+    out.flush().context("writing the report")?;
+    Ok(report.exit_code)
+}
+
+/// Colour only on a terminal, and never when `NO_COLOR` is set (no-color.org).
+fn use_color() -> bool {
+    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    // SAFETY: `isatty` only inspects the descriptor number.
+    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
+}

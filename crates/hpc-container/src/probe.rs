@@ -1,0 +1,214 @@
+//! The single input of all detection: a root directory and an environment map.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Largest file the probe reads (bigger files are truncated).
+const MAX_READ: u64 = 4 * 1024 * 1024;
+
+/// Errors of building a [`Probe`] from files.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The environment file could not be read.
+    #[error("cannot read environment file {path}: {source}")]
+    EnvFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What detection looks at: a root directory (the file system as the process
+/// sees it, `/` on a real machine) and the process environment.
+///
+/// Every file is read relative to `root`, so a tree captured on another machine
+/// (or a test fixture) is diagnosed exactly like the live system.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// Root directory under which `/proc`, `/sys`, `/dev`, `/etc` ... are looked up.
+    pub root: PathBuf,
+    /// Environment variables of the process being diagnosed.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Probe {
+    /// A probe of this machine: root `/` and the current process environment.
+    pub fn live() -> Self {
+        let env = std::env::vars_os()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        Probe {
+            root: PathBuf::from("/"),
+            env,
+        }
+    }
+
+    /// A probe of `root` with the given environment.
+    pub fn new(root: impl Into<PathBuf>, env: BTreeMap<String, String>) -> Self {
+        Probe {
+            root: root.into(),
+            env,
+        }
+    }
+
+    /// A probe of `root` with the environment read from `env_file`
+    /// (see [`parse_env_file`] for the accepted formats).
+    pub fn from_env_file(root: impl Into<PathBuf>, env_file: &Path) -> Result<Self, ProbeError> {
+        let bytes = std::fs::read(env_file).map_err(|source| ProbeError::EnvFile {
+            path: env_file.to_path_buf(),
+            source,
+        })?;
+        Ok(Probe::new(
+            root,
+            parse_env_file(&String::from_utf8_lossy(&bytes)),
+        ))
+    }
+
+    /// Whether this probe looks at the running machine itself (root is `/`).
+    /// Only then are system calls (statvfs, process_vm_readv) used as evidence.
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// The host path of `path` (an absolute path inside the probed system).
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The value of environment variable `key`.
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.env.get(key).map(String::as_str)
+    }
+
+    /// Variables whose name starts with `prefix`, in name order.
+    pub fn vars_with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.env
+            .range(prefix.to_string()..)
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Reads a file (lossy UTF-8, at most 4 MiB); `None` when it cannot be read.
+    pub fn read(&self, path: &str) -> Option<String> {
+        let full = self.path(path);
+        let file = std::fs::File::open(&full).ok()?;
+        let mut buf = Vec::new();
+        match file.take(MAX_READ).read_to_end(&mut buf) {
+            Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
+            Err(e) => {
+                tracing::debug!(path = %full.display(), error = %e, "read failed");
+                None
+            }
+        }
+    }
+
+    /// Whether `path` exists (files, directories, device nodes; links are followed
+    /// and dangling links count as present).
+    pub fn exists(&self, path: &str) -> bool {
+        let full = self.path(path);
+        full.exists() || full.symlink_metadata().is_ok()
+    }
+
+    /// Whether `path` is a directory.
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.path(path).is_dir()
+    }
+
+    /// Names of the entries of directory `path`, sorted; empty when unreadable.
+    pub fn list(&self, path: &str) -> Vec<String> {
+        let mut names: Vec<String> = match std::fs::read_dir(self.path(path)) {
+            Ok(rd) => rd
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort();
+        names
+    }
+}
+
+/// Parses an environment capture.
+///
+/// Accepted: NUL-separated `KEY=VALUE` records (as in `/proc/<pid>/environ`), or
+/// one `KEY=VALUE` per line (as printed by `env` or used by `docker --env-file`),
+/// with blank lines, `#` comments, an optional `export ` prefix and optional
+/// matching quotes around the value. Lines without `=` are ignored.
+pub fn parse_env_file(text: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let nul = text.contains('\0');
+    let records: Vec<&str> = if nul {
+        text.split('\0').collect()
+    } else {
+        text.lines().collect()
+    };
+    for rec in records {
+        let line = if nul { rec } else { rec.trim() };
+        if line.is_empty() || (!nul && line.starts_with('#')) {
+            continue;
+        }
+        let line = if nul {
+            line
+        } else {
+            line.strip_prefix("export ").unwrap_or(line)
+        };
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let k = k.trim();
+        if k.is_empty() {
+            continue;
+        }
+        let v = if nul { v } else { unquote(v) };
+        env.insert(k.to_string(), v.to_string());
+    }
+    env
+}
+
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return &v[1..v.len() - 1];
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_file_formats() {
+        let e = parse_env_file("# c\nexport A=1\nB=\"two words\"\n\nnoeq\nC=x=y\n");
+        assert_eq!(e.get("A").map(String::as_str), Some("1"));
+        assert_eq!(e.get("B").map(String::as_str), Some("two words"));
+        assert_eq!(e.get("C").map(String::as_str), Some("x=y"));
+        assert_eq!(e.len(), 3);
+        let e = parse_env_file("container=podman\0HOME=/root\0");
+        assert_eq!(e.get("container").map(String::as_str), Some("podman"));
+        assert_eq!(e.len(), 2);
+    }
+
+    #[test]
+    fn prefix_iteration() {
+        let mut env = BTreeMap::new();
+        env.insert("OMPI_MCA_btl".into(), "tcp".into());
+        env.insert("OMPI_X".into(), "1".into());
+        env.insert("PATH".into(), "/bin".into());
+        let p = Probe::new("/nonexistent", env);
+        let v: Vec<_> = p.vars_with_prefix("OMPI_MCA_").collect();
+        assert_eq!(v, vec![("OMPI_MCA_btl", "tcp")]);
+    }
+}

@@ -1,0 +1,363 @@
+//! The `hpc doctor` report: text and JSON.
+//!
+//! # JSON schema (version 1)
+//!
+//! `hpc doctor --json` prints one object. Fields are only ever added within a
+//! schema version; a removal or change of meaning increments `schema_version`.
+//!
+//! ```text
+//! {
+//!   "schema_version": 1,
+//!   "tool": "hpc-container",
+//!   "tool_version": "0.1.0",
+//!   "root": "/",                      // probed root directory
+//!   "status": "ok" | "warning" | "error",
+//!   "exit_code": 0 | 1 | 2,
+//!   "summary": { "errors": n, "warnings": n, "infos": n },
+//!   "findings": [ { "id": "ib.devices-missing", "severity": "error"|"warning"|"info",
+//!                   "seen": "...", "why": "...", "fix": "..." } ],
+//!   "environment": {
+//!     "runtime": { "kind": "podman"|"docker"|"apptainer"|"singularity"|"kubernetes"|
+//!                          "enroot"|"charliecloud"|"shifter"|"sarus"|"lxc"|
+//!                          "systemd-nspawn"|"none",
+//!                  "version": string|null, "confidence": "strong"|"medium"|"weak"|null,
+//!                  "evidence": [ { "source": "/.dockerenv"|"env:NAME"|"mountinfo"|...,
+//!                                  "detail": "...", "strength": "strong"|"medium"|"weak" } ],
+//!                  "details": { "name": "...", "id": "...", ... },
+//!                  "outer": [ { "kind", "version", "confidence", "evidence", "details" } ],
+//!                  "hints": [ same shape: weak-only detections ],
+//!                  "virtualization": string|null },
+//!     "resources": { "online_cpus", "allowed_cpu_list", "allowed_cpus", "cgroup_version",
+//!                    "cpu_quota" (CPUs, float), "memory_limit_bytes", "shm_bytes",
+//!                    "memlock": { "soft", "hard" }, "nofile": { "soft", "hard" } },
+//!                    // numbers or null; limits are numbers or "unlimited"
+//!     "devices": { "infiniband": { "dev_dir", "uverbs": [..], "rdma_cm", "umad": [..],
+//!                                  "adapters": [ { "name", "provider",
+//!                                                  "ports": [ { "number", "state", "link_layer" } ] } ],
+//!                                  "provider_dir", "providers": [..] },
+//!                  "gpu": { "nvidia_devices": [..], "nvidiactl", "driver_version", "libcuda",
+//!                           "cuda_visible_devices", "nvidia_visible_devices",
+//!                           "pci": [ { "address", "vendor", "class" } ], "amd_kfd" } },
+//!     "launcher": { "kinds": ["slurm"|"pmix"|"open-mpi"|"hydra"|"hpc-run"], "rank", "size",
+//!                   "local_size", "slurm": { "job_id", "step_id", "mpi_type", "cpu_bind" }|null,
+//!                   "mpi_libraries": ["open-mpi"|"mpich"] },
+//!     "mpi": { "ucx_tls", "ucx_net_devices", "ompi_mca": { "btl": "tcp,self", ... }, "fi_provider" },
+//!     "cma": { "ptrace_scope", "cap_sys_ptrace", "seccomp", "self_test", "works" }
+//!   }
+//! }
+//! ```
+
+use crate::findings::{Finding, Severity};
+use crate::parse::{Limit, LimitValue};
+use crate::runtime::RuntimeKind;
+use crate::Environment;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// Version of the JSON schema emitted by [`Report::to_json`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Counts of findings per severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Errors.
+    pub errors: usize,
+    /// Warnings.
+    pub warnings: usize,
+    /// Informational findings.
+    pub infos: usize,
+}
+
+/// An environment with its findings, as printed by `hpc doctor`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `hpc-container`.
+    pub tool: &'static str,
+    /// Version of this crate.
+    pub tool_version: &'static str,
+    /// The probed root directory.
+    pub root: String,
+    /// `ok`, `warning` or `error`.
+    pub status: &'static str,
+    /// 0 healthy, 1 warnings, 2 errors.
+    pub exit_code: i32,
+    /// Counts per severity.
+    pub summary: Summary,
+    /// The findings, errors first.
+    pub findings: Vec<Finding>,
+    /// What was detected.
+    pub environment: Environment,
+}
+
+impl Report {
+    /// Builds the report of `environment` probed under `root`.
+    pub fn new(root: &str, environment: Environment) -> Self {
+        let findings = environment.diagnose();
+        let count = |s| findings.iter().filter(|f| f.severity == s).count();
+        let summary = Summary {
+            errors: count(Severity::Error),
+            warnings: count(Severity::Warning),
+            infos: count(Severity::Info),
+        };
+        let (status, exit_code) = if summary.errors > 0 {
+            ("error", 2)
+        } else if summary.warnings > 0 {
+            ("warning", 1)
+        } else {
+            ("ok", 0)
+        };
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "hpc-container",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            root: root.to_string(),
+            status,
+            exit_code,
+            summary,
+            findings,
+            environment,
+        }
+    }
+
+    /// Pretty-printed JSON (see the module docs for the schema).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "report serialisation failed");
+            String::from("{}")
+        })
+    }
+
+    /// Human-readable text; ANSI colours when `color` is true.
+    pub fn to_text(&self, color: bool) -> String {
+        let paint = |code: &str, s: &str| {
+            if color {
+                format!("\x1b[{code}m{s}\x1b[0m")
+            } else {
+                s.to_string()
+            }
+        };
+        let e = &self.environment;
+        let mut o = String::new();
+        let rt = &e.runtime;
+        let _ = writeln!(o, "{}", paint("1", "Runtime"));
+        let mut line = format!("  {}", rt.kind.name());
+        if let Some(v) = &rt.version {
+            let _ = write!(line, " {v}");
+        }
+        if let Some(c) = rt.confidence {
+            let _ = write!(line, " ({c:?} evidence)");
+        }
+        let _ = writeln!(o, "{}", line.to_lowercase_evidence());
+        for ev in &rt.evidence {
+            let _ = writeln!(o, "    - {}: {}", ev.source, ev.detail);
+        }
+        for (k, v) in &rt.details {
+            let _ = writeln!(o, "    {k}: {v}");
+        }
+        for d in &rt.outer {
+            let _ = writeln!(o, "  inside {}", d.kind.name());
+            for ev in &d.evidence {
+                let _ = writeln!(o, "    - {}: {}", ev.source, ev.detail);
+            }
+        }
+        if rt.kind == RuntimeKind::Host {
+            if let Some(v) = &rt.virtualization {
+                let _ = writeln!(o, "  virtual machine: {v}");
+            }
+        }
+        for h in &rt.hints {
+            let _ = writeln!(
+                o,
+                "  hint (weak): {} ({})",
+                h.kind.name(),
+                h.evidence
+                    .iter()
+                    .map(|e| e.source.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+
+        let r = &e.resources;
+        let _ = writeln!(o, "{}", paint("1", "Resources"));
+        let _ = writeln!(
+            o,
+            "  CPUs: {} allowed ({}) of {} online; quota {}",
+            opt(r.allowed_cpus),
+            r.allowed_cpu_list.as_deref().unwrap_or("unknown"),
+            opt(r.online_cpus),
+            r.cpu_quota
+                .map_or("none".to_string(), |q| format!("{q:.2} CPUs"))
+        );
+        let _ = writeln!(
+            o,
+            "  memory limit: {}; /dev/shm: {}; cgroup v{}",
+            r.memory_limit_bytes.map_or("none".to_string(), bytes),
+            r.shm_bytes.map_or("unknown".to_string(), bytes),
+            opt(r.cgroup_version)
+        );
+        let _ = writeln!(
+            o,
+            "  memlock: {}; open files: {}",
+            limit(r.memlock, true),
+            limit(r.nofile, false)
+        );
+
+        let d = &e.devices;
+        let _ = writeln!(o, "{}", paint("1", "Devices"));
+        let ib = &d.infiniband;
+        let _ = writeln!(
+            o,
+            "  InfiniBand: {} adapter(s) [{}]; /dev/infiniband: {}; providers: {}",
+            ib.adapters.len(),
+            ib.adapters
+                .iter()
+                .map(|a| {
+                    let ports: Vec<String> = a
+                        .ports
+                        .iter()
+                        .map(|p| format!("{}:{}", p.number, p.state.as_deref().unwrap_or("?")))
+                        .collect();
+                    format!("{} {}", a.name, ports.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            if ib.dev_dir {
+                let mut v = ib.uverbs.clone();
+                if ib.rdma_cm {
+                    v.push("rdma_cm".into());
+                }
+                v.extend(ib.umad.iter().cloned());
+                if v.is_empty() {
+                    "empty".to_string()
+                } else {
+                    v.join(" ")
+                }
+            } else {
+                "absent".to_string()
+            },
+            if ib.providers.is_empty() {
+                "none".to_string()
+            } else {
+                ib.providers.join(" ")
+            }
+        );
+        let g = &d.gpu;
+        let _ = writeln!(
+            o,
+            "  GPUs: {} device node(s) [{}]; {} on the PCI bus; driver: {}",
+            g.nvidia_devices.len(),
+            g.nvidia_devices.join(" "),
+            g.pci.len(),
+            g.driver_version.as_deref().unwrap_or("not visible")
+        );
+        if let Some(v) = &g.cuda_visible_devices {
+            let _ = writeln!(o, "  CUDA_VISIBLE_DEVICES={v}");
+        }
+
+        let l = &e.launcher;
+        let _ = writeln!(o, "{}", paint("1", "Launcher"));
+        let kinds: Vec<String> = l
+            .kinds
+            .iter()
+            .map(|k| format!("{k:?}").to_lowercase())
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {}; rank {} of {}; {} rank(s) on this node",
+            if kinds.is_empty() {
+                "no launcher".to_string()
+            } else {
+                kinds.join(", ")
+            },
+            opt(l.rank),
+            opt(l.size),
+            opt(l.local_size)
+        );
+        if let Some(s) = &l.slurm {
+            let _ = writeln!(
+                o,
+                "  Slurm job {} step {} mpi {}",
+                s.job_id.as_deref().unwrap_or("?"),
+                s.step_id.as_deref().unwrap_or("-"),
+                s.mpi_type.as_deref().unwrap_or("<unset>")
+            );
+        }
+        if let Some(t) = &e.mpi.ucx_tls {
+            let _ = writeln!(o, "  UCX_TLS={t}");
+        }
+        for (k, v) in &e.mpi.ompi_mca {
+            let _ = writeln!(o, "  OMPI_MCA_{k}={v}");
+        }
+        let _ = writeln!(
+            o,
+            "  cross-memory attach: {}",
+            match e.cma.works {
+                Some(true) => "works",
+                Some(false) => "blocked",
+                None => "unknown",
+            }
+        );
+
+        let _ = writeln!(o, "{}", paint("1", "Findings"));
+        if self.findings.is_empty() {
+            let _ = writeln!(o, "  {}", paint("32", "no problems found"));
+        }
+        for f in &self.findings {
+            let tag = match f.severity {
+                Severity::Error => paint("1;31", "error"),
+                Severity::Warning => paint("1;33", "warning"),
+                Severity::Info => paint("36", "info"),
+            };
+            let _ = writeln!(o, "  {tag} [{}] {}", f.id, f.seen);
+            let _ = writeln!(o, "      why: {}", f.why);
+            let _ = writeln!(o, "      fix: {}", f.fix);
+        }
+        let _ = writeln!(
+            o,
+            "{} error(s), {} warning(s), {} info",
+            self.summary.errors, self.summary.warnings, self.summary.infos
+        );
+        o
+    }
+}
+
+trait Lower {
+    fn to_lowercase_evidence(&self) -> String;
+}
+
+impl Lower for String {
+    /// `(Strong evidence)` reads better in lower case.
+    fn to_lowercase_evidence(&self) -> String {
+        self.replace("(Strong", "(strong")
+            .replace("(Medium", "(medium")
+            .replace("(Weak", "(weak")
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("unknown".to_string(), |v| v.to_string())
+}
+
+fn bytes(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
+    } else if n >= 1 << 20 {
+        format!("{:.0} MiB", n as f64 / (1u64 << 20) as f64)
+    } else if n >= 1 << 10 {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
+
+fn limit(l: Option<Limit>, is_bytes: bool) -> String {
+    match l.map(|l| l.soft) {
+        None => "unknown".into(),
+        Some(LimitValue::Unlimited) => "unlimited".into(),
+        Some(LimitValue::Value(v)) if is_bytes => bytes(v),
+        Some(LimitValue::Value(v)) => v.to_string(),
+    }
+}
