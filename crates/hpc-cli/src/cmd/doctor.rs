@@ -32,7 +32,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     if !probe.root.is_dir() {
         anyhow::bail!("--root {} is not a directory", probe.root.display());
     }
-    let report = Report::new(&root.display().to_string(), Environment::detect_from(&probe));
+    let report = Report::new(
+        &root.display().to_string(),
+        Environment::detect_from(&probe),
+    );
     let text = if args.json {
         report.to_json()
     } else {

@@ -1,0 +1,469 @@
+//! `hpc run`: the built-in launcher.
+//!
+//! Starts N processes of a program on this machine, each in its own process group, with
+//! the variables `hpc_runtime` reads (`HPC_RANK`, `HPC_SIZE`, `HPC_RENDEZVOUS`, ...),
+//! hosts the coordinator they bootstrap through, prefixes their output with their rank,
+//! forwards signals, and stops the whole job when one rank fails.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hpc_runtime::{env as henv, Coordinator};
+
+use crate::cmd::bind::{self, BindPolicy};
+
+/// Hard upper bound on ranks per `hpc run` (a typo guard; one machine cannot host more).
+pub const MAX_RANKS: usize = 4096;
+/// Without `--oversubscribe`, at most this many ranks per allowed CPU.
+pub const MAX_RANKS_PER_CPU: usize = 64;
+
+/// Arguments of `hpc run`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Launch N ranks of a program on this machine",
+    long_about = "Launch N ranks of a program on this machine.\n\n\
+        Each rank gets HPC_RANK, HPC_SIZE and a rendezvous (HPC_RENDEZVOUS) through which \
+        hpc_runtime::World bootstraps. Output lines are prefixed with the rank. Ctrl-C stops \
+        all ranks. If a rank exits non-zero or is killed, the others are stopped and hpc run \
+        exits with that rank's status (128+signal for a signal).",
+    after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
+)]
+pub struct Args {
+    /// Number of ranks to start.
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    pub np: usize,
+
+    /// Bind each rank to CPUs: a block of cores, a NUMA node, or not at all.
+    #[arg(long, value_enum, default_value_t = BindPolicy::None)]
+    pub bind: BindPolicy,
+
+    /// Do not prefix output lines with the rank.
+    #[arg(long)]
+    pub no_tag: bool,
+
+    /// Timeout of the ranks' blocking runtime calls, in seconds (sets HPC_TIMEOUT).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+
+    /// Seconds between asking ranks to stop (SIGTERM) and killing them (SIGKILL).
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub kill_grace: f64,
+
+    /// Stop the job after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECS")]
+    pub time_limit: Option<f64>,
+
+    /// Emulate K nodes: ranks are split into K contiguous blocks, each with its own node
+    /// name (HPC_NODE_NAME=node0, node1, ...), so node-aware code can be tested here.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub nodes: usize,
+
+    /// Allow more than 64 ranks per allowed CPU.
+    #[arg(long)]
+    pub oversubscribe: bool,
+
+    /// Extra environment for the ranks, `KEY=VALUE` (repeatable).
+    #[arg(short = 'x', long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
+}
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        let handler: extern "C" fn(libc::c_int) = on_signal;
+        // SAFETY: installs a handler that only stores into an atomic, which is
+        // async-signal-safe; the cast is the documented way to pass a handler address.
+        unsafe {
+            libc::signal(sig, handler as libc::sighandler_t);
+        }
+    }
+}
+
+/// Finds the program as `execvp` would, so that a missing one is reported before any
+/// rank starts.
+fn resolve_program(prog: &Path) -> anyhow::Result<PathBuf> {
+    let is_exec = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if prog.components().count() > 1 || prog.is_absolute() {
+        if is_exec(prog) {
+            return Ok(prog.to_path_buf());
+        }
+        if prog.exists() {
+            bail!("{} is not an executable file", prog.display());
+        }
+        bail!("program not found: {}", prog.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join(prog);
+        if is_exec(&cand) {
+            return Ok(cand);
+        }
+    }
+    bail!("program not found in PATH: {}", prog.display())
+}
+
+fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
+    if args.np == 0 {
+        bail!("-n must be at least 1");
+    }
+    if args.np > MAX_RANKS {
+        bail!(
+            "-n {} exceeds the limit of {MAX_RANKS} ranks on one machine",
+            args.np
+        );
+    }
+    let cap = MAX_RANKS_PER_CPU * allowed_cpus.max(1);
+    if args.np > cap && !args.oversubscribe {
+        bail!(
+            "-n {} is more than {MAX_RANKS_PER_CPU} ranks per allowed CPU ({allowed_cpus} CPUs); \
+             pass --oversubscribe if you mean it",
+            args.np
+        );
+    }
+    if args.nodes == 0 || args.nodes > args.np {
+        bail!("--nodes must be between 1 and -n ({})", args.np);
+    }
+    for (name, v) in [
+        ("--kill-grace", Some(args.kill_grace)),
+        ("--timeout", args.timeout),
+        ("--time-limit", args.time_limit),
+    ] {
+        if let Some(v) = v {
+            if !v.is_finite() || v < 0.0 || (name != "--kill-grace" && v == 0.0) {
+                bail!("{name} must be a positive number of seconds");
+            }
+        }
+    }
+    for kv in &args.env {
+        if !kv.contains('=') || kv.starts_with('=') {
+            bail!("--env expects KEY=VALUE, got {kv:?}");
+        }
+    }
+    // Three descriptors per rank in this process (two pipes and a socket) plus slack.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        let need = 3 * args.np as u64 + 64;
+        if (lim.rlim_cur as u64) < need {
+            bail!(
+                "-n {} needs about {need} open files but the limit is {} (raise it with `ulimit -n`)",
+                args.np,
+                lim.rlim_cur
+            );
+        }
+    }
+    Ok(())
+}
+
+enum Ev {
+    Exit { rank: usize, status: ExitStatus },
+    WaitFailed { rank: usize, error: String },
+}
+
+fn describe(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s} ({})", signal_name(s)),
+        _ => "ended in an unknown way".into(),
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "signal",
+    }
+}
+
+fn exit_code_of(status: &ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    }
+}
+
+fn kill_group(pid: u32, sig: i32) {
+    // SAFETY: plain syscall; a negative pid addresses the process group the rank leads.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), sig);
+    }
+}
+
+/// Copies one output stream of a rank line by line, with the rank prefix.
+fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
+    src: R,
+    dst: Arc<Mutex<W>>,
+    prefix: Option<String>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut line = Vec::with_capacity(256);
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if line.last() != Some(&b'\n') {
+                        line.push(b'\n');
+                    }
+                    let Ok(mut out) = dst.lock() else { break };
+                    if let Some(p) = &prefix {
+                        let _ = out.write_all(p.as_bytes());
+                    }
+                    let _ = out.write_all(&line);
+                    let _ = out.flush();
+                }
+            }
+        }
+    })
+}
+
+/// Runs `hpc run`.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let allowed = bind::allowed_cpus();
+    validate(&args, allowed.len())?;
+    let program = resolve_program(Path::new(&args.command[0]))?;
+    let n = args.np;
+    let plan = bind::plan(args.bind, n, &allowed)?;
+    if plan.oversubscribed && args.bind != BindPolicy::None {
+        tracing::warn!(
+            ranks = n,
+            cpus = allowed.len(),
+            "more ranks than allowed CPUs: ranks share cores"
+        );
+    }
+
+    let timeout = args
+        .timeout
+        .map(Duration::from_secs_f64)
+        .unwrap_or(henv::DEFAULT_TIMEOUT);
+    let secret = hpc_runtime::random_u64();
+    let job_id = format!("{:08x}", hpc_runtime::random_u64() as u32);
+    let coord = Coordinator::start(n, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .context("starting the launcher's coordinator")?;
+    let rendezvous = coord.addr().to_string();
+    let width = (n - 1).to_string().len();
+    let per_node = n.div_ceil(args.nodes);
+
+    install_signal_handlers();
+    let stdout = Arc::new(Mutex::new(std::io::stdout()));
+    let stderr = Arc::new(Mutex::new(std::io::stderr()));
+    let (tx, rx) = mpsc::channel::<Ev>();
+    let mut pids: Vec<u32> = Vec::with_capacity(n);
+    let mut forwarders = Vec::with_capacity(2 * n);
+    let started = Instant::now();
+
+    for rank in 0..n {
+        let node = rank / per_node;
+        let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
+        let mut cmd = Command::new(&program);
+        cmd.args(&args.command[1..])
+            .env(henv::RANK, rank.to_string())
+            .env(henv::SIZE, n.to_string())
+            .env("HPC_LOCAL_RANK", (rank - node_ranks[0]).to_string())
+            .env("HPC_LOCAL_SIZE", node_ranks.len().to_string())
+            .env(henv::RENDEZVOUS, &rendezvous)
+            .env(henv::SECRET, format!("{secret:x}"))
+            .env(henv::JOB_ID, &job_id)
+            .env(henv::TIMEOUT, format!("{}", timeout.as_secs_f64()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if args.nodes > 1 {
+            cmd.env(henv::NODE_NAME, format!("node{node}"));
+        }
+        for kv in &args.env {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
+        if !cpus.is_empty() {
+            cmd.env(henv::CPUSET, bind::format_cpulist(&cpus));
+        }
+        let mut set = bind::CpuSet::new(&cpus);
+        // SAFETY: the closure runs in the child between fork and exec and only makes
+        // async-signal-safe system calls (prctl, sched_setaffinity) on data prepared
+        // before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Die with the launcher, even if it is killed with SIGKILL.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                set.apply()
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for &pid in &pids {
+                    kill_group(pid, libc::SIGKILL);
+                }
+                bail!("cannot start rank {rank} ({}): {e}", program.display());
+            }
+        };
+        let pid = child.id();
+        pids.push(pid);
+        let prefix = (!args.no_tag).then(|| format!("[{rank:>width$}] "));
+        if let Some(o) = child.stdout.take() {
+            forwarders.push(forward(o, stdout.clone(), prefix.clone()));
+        }
+        if let Some(e) = child.stderr.take() {
+            forwarders.push(forward(e, stderr.clone(), prefix));
+        }
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let ev = match child.wait() {
+                Ok(status) => Ev::Exit { rank, status },
+                Err(e) => Ev::WaitFailed {
+                    rank,
+                    error: e.to_string(),
+                },
+            };
+            let _ = tx.send(ev);
+        });
+    }
+    drop(tx);
+    tracing::info!(ranks = n, job = %job_id, %rendezvous, "job started");
+
+    let grace = Duration::from_secs_f64(args.kill_grace);
+    let time_limit = args
+        .time_limit
+        .map(|s| started + Duration::from_secs_f64(s));
+    let mut alive = vec![true; n];
+    let mut remaining = n;
+    let mut first_failure: Option<(usize, String, i32)> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut interrupted: Option<i32> = None;
+
+    let stop_all = |alive: &[bool], sig: i32| {
+        for (r, &a) in alive.iter().enumerate() {
+            if a {
+                kill_group(pids[r], sig);
+            }
+        }
+    };
+
+    while remaining > 0 {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(Ev::Exit { rank, status }) => {
+                alive[rank] = false;
+                remaining -= 1;
+                // Whatever the rank left behind in its group goes with it.
+                kill_group(pids[rank], libc::SIGKILL);
+                let ok = status.success();
+                coord.rank_exited(rank, ok, describe(&status));
+                if !ok && first_failure.is_none() && interrupted.is_none() {
+                    let msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
+                    if remaining > 0 {
+                        eprintln!("hpc run: {msg}; stopping the other {remaining} rank(s)");
+                    } else {
+                        eprintln!("hpc run: {msg}");
+                    }
+                    first_failure = Some((rank, msg, exit_code_of(&status)));
+                    stop_all(&alive, libc::SIGTERM);
+                    kill_at = Some(Instant::now() + grace);
+                }
+            }
+            Ok(Ev::WaitFailed { rank, error }) => {
+                alive[rank] = false;
+                remaining -= 1;
+                coord.rank_exited(rank, false, format!("could not be waited for: {error}"));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let sig = SIGNAL.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            if interrupted.is_some() {
+                eprintln!("hpc run: second signal, killing all ranks");
+                stop_all(&alive, libc::SIGKILL);
+            } else {
+                eprintln!(
+                    "hpc run: got {}, stopping {remaining} rank(s)",
+                    signal_name(sig)
+                );
+                interrupted = Some(sig);
+                stop_all(&alive, sig);
+                kill_at = Some(Instant::now() + grace);
+            }
+        }
+        if let Some(limit) = time_limit {
+            if Instant::now() >= limit && kill_at.is_none() {
+                eprintln!("hpc run: time limit reached, stopping {remaining} rank(s)");
+                first_failure.get_or_insert((usize::MAX, "time limit reached".into(), 124));
+                stop_all(&alive, libc::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
+        }
+        if let Some(t) = kill_at {
+            if Instant::now() >= t {
+                stop_all(&alive, libc::SIGKILL);
+                kill_at = Some(Instant::now() + Duration::from_secs(3600));
+            }
+        }
+    }
+    // Output of finished ranks is drained; a stray grandchild that kept a pipe open was
+    // killed with its group above, so these joins end.
+    for f in forwarders {
+        let _ = f.join();
+    }
+    coord.shutdown();
+    tracing::info!(elapsed = ?started.elapsed(), "job finished");
+    if let Some(sig) = interrupted {
+        return Ok(128 + sig);
+    }
+    Ok(match first_failure {
+        Some((_, _, code)) => {
+            if code == 0 {
+                1
+            } else {
+                code
+            }
+        }
+        None => 0,
+    })
+}

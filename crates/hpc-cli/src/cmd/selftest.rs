@@ -1,0 +1,177 @@
+//! `hpc selftest`: a launch check that runs under `hpc run`, `mpirun` or `srun`.
+//!
+//! Every rank joins the world, checks rank/size/node consistency, runs barriers,
+//! allgathers and broadcasts with known contents, and verifies the results. It can also
+//! fail on purpose (`--fail-rank`) so that failure handling can be tested.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, ensure, Context};
+use hpc_runtime::World;
+
+/// How a rank fails on purpose.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailMode {
+    /// Exit with `--exit-code` before the first barrier.
+    Exit,
+    /// Kill itself with SIGKILL before the first barrier.
+    Kill,
+    /// Never reach the first barrier (sleep for an hour).
+    Hang,
+}
+
+/// Arguments of `hpc selftest`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Rounds of barrier + allgather + broadcast.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Fail if the world size differs.
+    #[arg(long)]
+    pub expect_size: Option<usize>,
+    /// Fail if the number of nodes differs.
+    #[arg(long)]
+    pub expect_nodes: Option<usize>,
+    /// Print one JSON object per rank instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// This rank fails on purpose (for testing failure handling).
+    #[arg(long)]
+    pub fail_rank: Option<usize>,
+    /// How `--fail-rank` fails.
+    #[arg(long, value_enum, default_value_t = FailMode::Exit)]
+    pub fail_mode: FailMode,
+    /// Exit code for `--fail-mode exit`.
+    #[arg(long, default_value_t = 3)]
+    pub exit_code: i32,
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Runs the self-test on this rank.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let t0 = Instant::now();
+    let world = World::init().context("joining the world")?;
+    let (rank, size) = (world.rank(), world.size());
+    let t_init = t0.elapsed();
+
+    if args.fail_rank == Some(rank) {
+        match args.fail_mode {
+            FailMode::Exit => std::process::exit(args.exit_code),
+            FailMode::Kill => {
+                // SAFETY: plain syscall sending SIGKILL to ourselves.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            FailMode::Hang => std::thread::sleep(std::time::Duration::from_secs(3600)),
+        }
+    }
+
+    let result = (|| -> anyhow::Result<u128> {
+        world.barrier().context("first barrier")?;
+        let t_barrier = unix_ns();
+        if let Some(n) = args.expect_size {
+            ensure!(size == n, "size is {size}, expected {n}");
+        }
+        if let Some(k) = args.expect_nodes {
+            ensure!(
+                world.node_count() == k,
+                "{} nodes, expected {k}",
+                world.node_count()
+            );
+        }
+        // Node consistency: everyone agrees on the node map.
+        let my_view: Vec<u8> = (0..size)
+            .flat_map(|r| (world.node_of(r) as u32).to_le_bytes())
+            .collect();
+        for (r, v) in world
+            .allgather(&my_view)
+            .context("node map allgather")?
+            .iter()
+            .enumerate()
+        {
+            ensure!(v == &my_view, "rank {r} sees a different node map");
+        }
+        ensure!(
+            world.local_rank() < world.local_size(),
+            "local rank out of range"
+        );
+        for round in 0..args.rounds {
+            // Variable-length contributions: rank r sends r+round+1 bytes of value r.
+            let mine = vec![(rank % 251) as u8; rank + round + 1];
+            let all = world
+                .allgather(&mine)
+                .with_context(|| format!("allgather round {round}"))?;
+            ensure!(all.len() == size, "allgather gave {} parts", all.len());
+            for (r, part) in all.iter().enumerate() {
+                ensure!(
+                    part.len() == r + round + 1 && part.iter().all(|&b| b == (r % 251) as u8),
+                    "allgather round {round}: wrong part from rank {r}"
+                );
+            }
+            let root = (round + size - 1) % size;
+            let payload = format!("round {round} from {root}").into_bytes();
+            let got = world
+                .broadcast(root, if rank == root { &payload } else { b"ignored" })
+                .with_context(|| format!("broadcast round {round}"))?;
+            ensure!(got == payload, "broadcast round {round}: wrong payload");
+            // Sum of ranks through allgather, as an allreduce would give it.
+            let sum: u64 = world
+                .allgather(&(rank as u64).to_le_bytes())?
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+                .sum();
+            ensure!(
+                sum == (size as u64) * (size as u64 - 1) / 2,
+                "sum of ranks is {sum}"
+            );
+            world
+                .barrier()
+                .with_context(|| format!("barrier round {round}"))?;
+        }
+        Ok(t_barrier)
+    })();
+
+    match result {
+        Ok(t_barrier) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "rank": rank, "size": size, "node": world.node(),
+                        "node_name": world.nodes().name(world.node()),
+                        "nodes": world.node_count(), "local_rank": world.local_rank(),
+                        "local_size": world.local_size(), "bootstrap": world.bootstrap().to_string(),
+                        "init_ms": t_init.as_secs_f64() * 1e3,
+                        "first_barrier_unix_ns": t_barrier.to_string(),
+                        "ok": true,
+                    })
+                );
+            } else {
+                println!(
+                    "selftest ok: rank {rank}/{size} node {} ({}) local {}/{} bootstrap: {}",
+                    world.node(),
+                    world.nodes().name(world.node()),
+                    world.local_rank(),
+                    world.local_size(),
+                    world.bootstrap()
+                );
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("selftest failed on rank {rank}: {e:#}");
+            if let Some(peer) = e
+                .downcast_ref::<hpc_runtime::Error>()
+                .and_then(|e| e.rank())
+            {
+                eprintln!("selftest: the failure names rank {peer}");
+            }
+            bail!("selftest failed")
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The `hpc` command-line tool.
+//!
+//! `hpc run` launches ranks on this machine, `hpc doctor` diagnoses the environment,
+//! `hpc topo` shows the hardware and the placement of ranks, `hpc selftest` checks
+//! that a launch works end to end.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Tools for running and checking hpc-rs applications.
+#[derive(Parser, Debug)]
+#[command(name = "hpc", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax); also read from `HPC_LOG`.
+    #[arg(long, global = true, env = "HPC_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Launch N ranks of a program on this machine.
+    Run(cmd::run::Args),
+    /// Diagnose the environment: container runtime, devices, launcher, limits.
+    Doctor(cmd::doctor::Args),
+    /// Show the hardware topology and the placement of ranks, threads and progress cores.
+    Topo(cmd::topo::Args),
+    /// Check that a launch works: ranks, sizes, nodes, barrier and allgather.
+    Selftest(cmd::selftest::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let result = match cli.command {
+        Command::Run(a) => cmd::run::exec(a),
+        Command::Doctor(a) => cmd::doctor::exec(a),
+        Command::Topo(a) => cmd::topo::exec(a),
+        Command::Selftest(a) => cmd::selftest::exec(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("hpc: error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The coordinator of the built-in launcher: a small TCP server that every rank of an
+//! `hpc run` job connects to. It carries the bootstrap collectives (allgather,
+//! broadcast, barrier) and, because it sees every rank's connection and hears from the
+//! launcher when a process exits, it is also the job's failure detector: a lost rank
+//! turns every pending and later collective into an error that names it.
+//!
+//! It is a library type so that tests and other launchers can host it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufReader;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::wire::{read_msg, write_msg, Msg, Op, ReadError};
+
+/// How long the coordinator waits, after a connection closes without `Goodbye`, for the
+/// launcher to report the process's exit status (which makes a better message).
+const EXIT_GRACE: Duration = Duration::from_millis(300);
+
+enum Event {
+    Joined {
+        rank: usize,
+        node: String,
+        pid: u32,
+        stream: TcpStream,
+    },
+    Refused(String),
+    Msg {
+        rank: usize,
+        msg: Msg,
+    },
+    Closed {
+        rank: usize,
+        error: Option<String>,
+    },
+    Exited {
+        rank: usize,
+        cause: String,
+        success: bool,
+    },
+    Shutdown,
+}
+
+/// A running coordinator. Dropping it (or [`Coordinator::shutdown`]) stops it.
+pub struct Coordinator {
+    addr: SocketAddr,
+    events: Sender<Event>,
+    main: Option<JoinHandle<()>>,
+}
+
+impl Coordinator {
+    /// Starts a coordinator for `size` ranks on `bind` (port chosen by the OS).
+    ///
+    /// `timeout` bounds how long the job waits for all ranks to join and for every
+    /// collective once its first rank arrived.
+    pub fn start(size: usize, secret: u64, timeout: Duration, bind: IpAddr) -> Result<Coordinator> {
+        if size == 0 {
+            return Err(Error::InvalidArgument(
+                "a job needs at least one rank".into(),
+            ));
+        }
+        let listener = TcpListener::bind(SocketAddr::new(bind, 0))
+            .map_err(|e| Error::io("binding the coordinator", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("reading the coordinator address", e))?;
+        let (tx, rx) = mpsc::channel();
+        let accept_tx = tx.clone();
+        std::thread::Builder::new()
+            .name("hpc-coord-accept".into())
+            .spawn(move || accept_loop(listener, size, secret, timeout, accept_tx))
+            .map_err(|e| Error::io("spawning the coordinator", e))?;
+        let main = std::thread::Builder::new()
+            .name("hpc-coord".into())
+            .spawn(move || State::new(size, timeout).run(rx))
+            .map_err(|e| Error::io("spawning the coordinator", e))?;
+        tracing::debug!(%addr, size, "coordinator listening");
+        Ok(Coordinator {
+            addr,
+            events: tx,
+            main: Some(main),
+        })
+    }
+
+    /// The address ranks connect to (`HPC_RENDEZVOUS`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Tells the coordinator that the process of `rank` exited; `success` is true for
+    /// exit code 0. A failed rank aborts the job's collectives with `cause`.
+    pub fn rank_exited(&self, rank: usize, success: bool, cause: impl Into<String>) {
+        let _ = self.events.send(Event::Exited {
+            rank,
+            cause: cause.into(),
+            success,
+        });
+    }
+
+    /// Stops the coordinator and waits for it.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.events.send(Event::Shutdown);
+        if let Some(h) = self.main.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    size: usize,
+    secret: u64,
+    timeout: Duration,
+    tx: Sender<Event>,
+) {
+    for conn in listener.incoming() {
+        let Ok(stream) = conn else { continue };
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hpc-coord-conn".into())
+            .spawn(move || serve_conn(stream, size, secret, timeout, tx));
+        if spawned.is_err() {
+            tracing::error!("coordinator cannot spawn a connection thread");
+        }
+        // The main loop exits on Shutdown; the accept thread then dies with the process.
+    }
+}
+
+fn serve_conn(stream: TcpStream, size: usize, secret: u64, timeout: Duration, tx: Sender<Event>) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(timeout));
+    let Ok(reader) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(reader);
+    let hello = read_msg(&mut reader);
+    let (rank, node, pid) = match hello {
+        Ok(Msg::Hello {
+            rank,
+            size: s,
+            secret: k,
+            node,
+            pid,
+        }) => {
+            if k != secret {
+                let _ = tx.send(Event::Refused(format!(
+                    "connection from {:?} with a wrong job secret",
+                    stream.peer_addr().ok()
+                )));
+                return;
+            }
+            if s as usize != size || rank as usize >= size {
+                let _ = tx.send(Event::Refused(format!(
+                    "rank {rank} of {s} does not fit a job of {size} ranks"
+                )));
+                return;
+            }
+            (rank as usize, node, pid)
+        }
+        other => {
+            let _ = tx.send(Event::Refused(format!(
+                "connection did not start with hello: {other:?}"
+            )));
+            return;
+        }
+    };
+    let _ = stream.set_read_timeout(None);
+    if tx
+        .send(Event::Joined {
+            rank,
+            node,
+            pid,
+            stream,
+        })
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        match read_msg(&mut reader) {
+            Ok(msg) => {
+                let bye = msg == Msg::Goodbye;
+                if tx.send(Event::Msg { rank, msg }).is_err() || bye {
+                    return;
+                }
+            }
+            Err(ReadError::Io(e)) => {
+                let error = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    None
+                } else {
+                    Some(e.to_string())
+                };
+                let _ = tx.send(Event::Closed { rank, error });
+                return;
+            }
+            Err(ReadError::Protocol(e)) => {
+                let _ = tx.send(Event::Closed {
+                    rank,
+                    error: Some(e.to_string()),
+                });
+                return;
+            }
+        }
+    }
+}
+
+struct Pending {
+    op: Op,
+    first: Op,
+    first_rank: usize,
+    parts: Vec<Option<Vec<u8>>>,
+    arrived: usize,
+    deadline: Instant,
+}
+
+#[derive(Clone)]
+enum Gone {
+    /// Finalized (said goodbye) or exited with code 0.
+    Clean(String),
+    /// Failed: non-zero exit, signal, broken connection (the cause is in `aborted`).
+    Failed,
+}
+
+struct State {
+    size: usize,
+    timeout: Duration,
+    started: Instant,
+    conns: Vec<Option<TcpStream>>,
+    nodes: Vec<Option<String>>,
+    joined: usize,
+    welcomed: bool,
+    init_failed: bool,
+    gone: Vec<Option<Gone>>,
+    /// Ranks whose connection closed unexpectedly, awaiting an exit status.
+    closing: HashMap<usize, (Instant, Option<String>)>,
+    aborted: Option<(usize, String)>,
+    pending: BTreeMap<u64, Pending>,
+}
+
+impl State {
+    fn new(size: usize, timeout: Duration) -> State {
+        State {
+            size,
+            timeout,
+            started: Instant::now(),
+            conns: (0..size).map(|_| None).collect(),
+            nodes: vec![None; size],
+            joined: 0,
+            welcomed: false,
+            init_failed: false,
+            gone: vec![None; size],
+            closing: HashMap::new(),
+            aborted: None,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    fn send(&mut self, rank: usize, msg: &Msg) {
+        if let Some(s) = self.conns[rank].as_mut() {
+            if let Err(e) = write_msg(s, msg) {
+                tracing::debug!(rank, error = %e, "coordinator cannot write to rank");
+                self.conns[rank] = None;
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut d: Option<Instant> = None;
+        let mut consider = |t: Instant| d = Some(d.map_or(t, |x| x.min(t)));
+        if !self.welcomed && !self.init_failed {
+            consider(self.started + self.timeout);
+        }
+        for p in self.pending.values() {
+            consider(p.deadline);
+        }
+        for (t, _) in self.closing.values() {
+            consider(*t);
+        }
+        d
+    }
+
+    fn run(mut self, rx: Receiver<Event>) {
+        loop {
+            let ev = match self.next_deadline() {
+                Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                    Ok(ev) => Some(ev),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
+                    Ok(ev) => Some(ev),
+                    Err(_) => return,
+                },
+            };
+            match ev {
+                Some(Event::Shutdown) => {
+                    for c in self.conns.iter().flatten() {
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                    }
+                    return;
+                }
+                Some(ev) => self.handle(ev),
+                None => {}
+            }
+            self.check_deadlines();
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Joined {
+                rank,
+                node,
+                pid,
+                stream,
+            } => {
+                if self.conns[rank].is_some() || self.nodes[rank].is_some() {
+                    tracing::warn!(rank, "rank joined twice; refusing the second connection");
+                    return;
+                }
+                tracing::debug!(rank, %node, pid, "rank joined");
+                self.conns[rank] = Some(stream);
+                self.nodes[rank] = Some(node);
+                self.joined += 1;
+                if let Some((r, cause)) = self.aborted.clone() {
+                    self.send(
+                        rank,
+                        &Msg::Abort {
+                            rank: r as u32,
+                            cause,
+                        },
+                    );
+                    return;
+                }
+                if self.init_failed {
+                    let missing = self.missing_joins();
+                    self.send(rank, &self.init_timeout_msg(missing));
+                    return;
+                }
+                if self.joined == self.size {
+                    let nodes: Vec<String> = self
+                        .nodes
+                        .iter()
+                        .map(|n| n.clone().unwrap_or_default())
+                        .collect();
+                    let msg = Msg::Welcome { nodes };
+                    for r in 0..self.size {
+                        self.send(r, &msg);
+                    }
+                    self.welcomed = true;
+                    tracing::debug!(after = ?self.started.elapsed(), "all ranks joined");
+                }
+            }
+            Event::Refused(why) => tracing::warn!("coordinator refused a connection: {why}"),
+            Event::Msg { rank, msg } => match msg {
+                Msg::Goodbye => {
+                    self.gone[rank] = Some(Gone::Clean(format!("rank {rank} finalized")));
+                    self.conns[rank] = None;
+                    self.fail_pending_needing(rank);
+                }
+                Msg::Contribute { seq, op, data } => self.contribute(rank, seq, op, data),
+                other => tracing::warn!(rank, ?other, "unexpected message from rank"),
+            },
+            Event::Closed { rank, error } => {
+                self.conns[rank] = None;
+                if self.gone[rank].is_none() {
+                    self.closing
+                        .insert(rank, (Instant::now() + EXIT_GRACE, error));
+                }
+            }
+            Event::Exited {
+                rank,
+                cause,
+                success,
+            } => {
+                if rank >= self.size {
+                    return;
+                }
+                self.closing.remove(&rank);
+                match (&self.gone[rank], success) {
+                    (Some(Gone::Clean(_)), true) => {}
+                    (_, true) => {
+                        self.gone[rank] = Some(Gone::Clean(cause));
+                        self.fail_pending_needing(rank);
+                    }
+                    (_, false) => self.abort(rank, cause),
+                }
+            }
+            Event::Shutdown => {}
+        }
+    }
+
+    fn abort(&mut self, rank: usize, cause: String) {
+        self.gone[rank] = Some(Gone::Failed);
+        if self.aborted.is_some() {
+            return;
+        }
+        tracing::debug!(rank, %cause, "rank lost; aborting the job's collectives");
+        self.aborted = Some((rank, cause.clone()));
+        self.pending.clear();
+        let msg = Msg::Abort {
+            rank: rank as u32,
+            cause,
+        };
+        for r in 0..self.size {
+            if r != rank {
+                self.send(r, &msg);
+            }
+        }
+    }
+
+    /// A rank left cleanly: collectives that still wait for it can never finish.
+    fn fail_pending_needing(&mut self, gone: usize) {
+        let Some(Gone::Clean(cause)) = self.gone[gone].clone() else {
+            return;
+        };
+        let seqs: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.parts[gone].is_none())
+            .map(|(s, _)| *s)
+            .collect();
+        for seq in seqs {
+            if let Some(p) = self.pending.remove(&seq) {
+                let msg = Msg::Abort {
+                    rank: gone as u32,
+                    cause: format!("{cause} before joining {}", p.op.name()),
+                };
+                for r in 0..self.size {
+                    if p.parts[r].is_some() {
+                        self.send(r, &msg);
+                    }
+                }
+            }
+        }
+    }
+
+    fn contribute(&mut self, rank: usize, seq: u64, op: Op, data: Vec<u8>) {
+        if let Some((r, cause)) = self.aborted.clone() {
+            self.send(
+                rank,
+                &Msg::Abort {
+                    rank: r as u32,
+                    cause,
+                },
+            );
+            return;
+        }
+        // A clean-gone rank that this collective needs.
+        if let Some(g) = (0..self.size).find(|&r| matches!(self.gone[r], Some(Gone::Clean(_)))) {
+            if let Some(Gone::Clean(cause)) = self.gone[g].clone() {
+                self.send(
+                    rank,
+                    &Msg::Abort {
+                        rank: g as u32,
+                        cause: format!("{cause} before joining {}", op.name()),
+                    },
+                );
+                return;
+            }
+        }
+        let size = self.size;
+        let timeout = self.timeout;
+        let p = self.pending.entry(seq).or_insert_with(|| Pending {
+            op,
+            first: op,
+            first_rank: rank,
+            parts: vec![None; size],
+            arrived: 0,
+            deadline: Instant::now() + timeout,
+        });
+        if p.first != op {
+            let detail = format!(
+                "collective #{seq}: rank {} called {} but rank {rank} called {}",
+                p.first_rank,
+                p.first.name(),
+                op.name()
+            );
+            let parts = self
+                .pending
+                .remove(&seq)
+                .map(|p| p.parts)
+                .unwrap_or_default();
+            let msg = Msg::Mismatch { detail };
+            for (r, part) in parts.iter().enumerate() {
+                if part.is_some() {
+                    self.send(r, &msg);
+                }
+            }
+            self.send(rank, &msg);
+            return;
+        }
+        if p.parts[rank].is_some() {
+            let msg = Msg::Mismatch {
+                detail: format!("rank {rank} contributed twice to collective #{seq}"),
+            };
+            self.send(rank, &msg);
+            return;
+        }
+        p.parts[rank] = Some(data);
+        p.arrived += 1;
+        if p.arrived < size {
+            return;
+        }
+        let Some(p) = self.pending.remove(&seq) else {
+            return;
+        };
+        let parts: Vec<Vec<u8>> = match p.op {
+            Op::Allgather => p.parts.into_iter().map(|x| x.unwrap_or_default()).collect(),
+            Op::Broadcast { root } => {
+                vec![p
+                    .parts
+                    .into_iter()
+                    .nth(root as usize)
+                    .flatten()
+                    .unwrap_or_default()]
+            }
+            Op::Barrier => Vec::new(),
+        };
+        let msg = Msg::Result { seq, parts };
+        for r in 0..size {
+            self.send(r, &msg);
+        }
+    }
+
+    fn missing_joins(&self) -> Vec<u32> {
+        (0..self.size)
+            .filter(|&r| self.nodes[r].is_none())
+            .map(|r| r as u32)
+            .collect()
+    }
+
+    fn init_timeout_msg(&self, missing: Vec<u32>) -> Msg {
+        Msg::Timeout {
+            op: "init (waiting for all ranks to join)".into(),
+            after_ms: self.timeout.as_millis() as u64,
+            missing,
+        }
+    }
+
+    fn check_deadlines(&mut self) {
+        let now = Instant::now();
+        if !self.welcomed && !self.init_failed && now >= self.started + self.timeout {
+            self.init_failed = true;
+            let missing = self.missing_joins();
+            tracing::debug!(?missing, "ranks never joined");
+            let msg = self.init_timeout_msg(missing);
+            for r in 0..self.size {
+                self.send(r, &msg);
+            }
+        }
+        let expired: Vec<usize> = self
+            .closing
+            .iter()
+            .filter(|(_, (t, _))| *t <= now)
+            .map(|(r, _)| *r)
+            .collect();
+        for rank in expired {
+            if let Some((_, err)) = self.closing.remove(&rank) {
+                let cause = match err {
+                    Some(e) => format!("its connection to the launcher failed ({e})"),
+                    None => "its connection closed without finalizing (process gone?)".into(),
+                };
+                self.abort(rank, cause);
+            }
+        }
+        let late: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(s, _)| *s)
+            .collect();
+        for seq in late {
+            if let Some(p) = self.pending.remove(&seq) {
+                let missing: Vec<u32> = (0..self.size)
+                    .filter(|&r| p.parts[r].is_none())
+                    .map(|r| r as u32)
+                    .collect();
+                let msg = Msg::Timeout {
+                    op: p.op.name(),
+                    after_ms: self.timeout.as_millis() as u64,
+                    missing,
+                };
+                for r in 0..self.size {
+                    if p.parts[r].is_some() {
+                        self.send(r, &msg);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Environment variables of the built-in launcher, and detection of who launched us.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Rank of this process (set by `hpc run`).
+pub const RANK: &str = "HPC_RANK";
+/// Number of ranks (set by `hpc run`).
+pub const SIZE: &str = "HPC_SIZE";
+/// `host:port` of the launcher's coordinator (set by `hpc run`).
+pub const RENDEZVOUS: &str = "HPC_RENDEZVOUS";
+/// Job secret, hex (set by `hpc run`); a connection without it is refused.
+pub const SECRET: &str = "HPC_JOB_SECRET";
+/// Job identifier (set by `hpc run`).
+pub const JOB_ID: &str = "HPC_JOB_ID";
+/// Overrides the node name of this rank (default: the host name). `hpc run --nodes`
+/// sets it to place ranks on emulated nodes.
+pub const NODE_NAME: &str = "HPC_NODE_NAME";
+/// Timeout of blocking runtime calls, in seconds (fractions allowed). Default 30.
+pub const TIMEOUT: &str = "HPC_TIMEOUT";
+/// Forces a bootstrap: `mpi`, `launcher` or `singleton`.
+pub const BOOTSTRAP: &str = "HPC_BOOTSTRAP";
+/// CPUs the launcher bound this rank to (a cpulist such as `0-3,8`), if it bound it.
+pub const CPUSET: &str = "HPC_CPUSET";
+
+/// Default timeout of blocking calls.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The MPI launcher that started this process, as told by its environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpiLauncher {
+    /// Open MPI's `mpirun`/`mpiexec`/`prterun` (`OMPI_COMM_WORLD_*`).
+    OpenMpi,
+    /// MPICH's Hydra `mpiexec` (`PMI_RANK`/`PMI_SIZE`, `HYDRA_*`).
+    Hydra,
+    /// Slurm's `srun` with the PMIx plugin (`SLURM_STEP_ID` and `PMIX_RANK`).
+    SlurmPmix,
+    /// Slurm's `srun` without a PMI plugin for this MPI (`SLURM_STEP_ID`, no PMIx):
+    /// Open MPI programs cannot wire up and start as independent singletons.
+    SlurmNoPmi,
+    /// A PMIx server other than Slurm's (`PMIX_RANK` only).
+    Pmix,
+}
+
+impl MpiLauncher {
+    /// A short human name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MpiLauncher::OpenMpi => "Open MPI mpirun",
+            MpiLauncher::Hydra => "MPICH Hydra mpiexec",
+            MpiLauncher::SlurmPmix => "Slurm srun (PMIx)",
+            MpiLauncher::SlurmNoPmi => "Slurm srun (no PMI plugin)",
+            MpiLauncher::Pmix => "PMIx",
+        }
+    }
+}
+
+/// What the environment says about how this process was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// Started by `hpc run`.
+    Launcher {
+        /// Our rank.
+        rank: usize,
+        /// Job size.
+        size: usize,
+        /// Coordinator address.
+        rendezvous: String,
+        /// Job secret.
+        secret: u64,
+    },
+    /// Started by an MPI launcher; `size_hint` is the size it announced, if any.
+    Mpi {
+        /// Which launcher.
+        launcher: MpiLauncher,
+        /// The size the launcher's variables announce.
+        size_hint: Option<usize>,
+    },
+    /// Started as a plain program.
+    Singleton,
+}
+
+fn num(env: &HashMap<String, String>, k: &str) -> Option<usize> {
+    env.get(k).and_then(|v| v.trim().parse().ok())
+}
+
+/// Decides the bootstrap from an environment map. Pure, so it is tested on fixtures.
+///
+/// Order: an explicit `HPC_BOOTSTRAP`; the built-in launcher's variables (they are set
+/// by `hpc run` for exactly this process, so they win over MPI variables inherited from
+/// an outer job); MPI launchers (Open MPI, Hydra, PMIx, srun); else a singleton.
+pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
+    let forced = env.get(BOOTSTRAP).map(|s| s.trim().to_ascii_lowercase());
+    match forced.as_deref() {
+        Some("singleton") => return Ok(Detected::Singleton),
+        Some("launcher") | Some("mpi") | None | Some("") | Some("auto") => {}
+        Some(other) => {
+            return Err(format!(
+                "{BOOTSTRAP}={other} is not one of auto, mpi, launcher, singleton"
+            ))
+        }
+    }
+    let want_mpi = forced.as_deref() == Some("mpi");
+    if !want_mpi && env.contains_key(RENDEZVOUS) {
+        let rank = num(env, RANK)
+            .ok_or_else(|| format!("{RENDEZVOUS} is set but {RANK} is missing or not a number"))?;
+        let size = num(env, SIZE)
+            .ok_or_else(|| format!("{RENDEZVOUS} is set but {SIZE} is missing or not a number"))?;
+        if size == 0 || rank >= size {
+            return Err(format!("{RANK}={rank} is out of range for {SIZE}={size}"));
+        }
+        let secret = env
+            .get(SECRET)
+            .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
+            .ok_or_else(|| format!("{RENDEZVOUS} is set but {SECRET} is missing or not hex"))?;
+        return Ok(Detected::Launcher {
+            rank,
+            size,
+            rendezvous: env[RENDEZVOUS].clone(),
+            secret,
+        });
+    }
+    if forced.as_deref() == Some("launcher") {
+        return Err(format!("{BOOTSTRAP}=launcher but {RENDEZVOUS} is not set"));
+    }
+    let mpi = if let Some(size) = num(env, "OMPI_COMM_WORLD_SIZE") {
+        Some((MpiLauncher::OpenMpi, Some(size)))
+    } else if env.contains_key("SLURM_STEP_ID") && env.contains_key("SLURM_PROCID") {
+        let size = num(env, "SLURM_STEP_NUM_TASKS").or_else(|| num(env, "SLURM_NTASKS"));
+        if env.contains_key("PMIX_RANK") {
+            Some((MpiLauncher::SlurmPmix, size))
+        } else if env.contains_key("PMI_RANK") || env.contains_key("PMI_FD") {
+            Some((MpiLauncher::Hydra, size))
+        } else {
+            Some((MpiLauncher::SlurmNoPmi, size))
+        }
+    } else if env.contains_key("PMI_RANK") || env.contains_key("PMI_FD") {
+        Some((MpiLauncher::Hydra, num(env, "PMI_SIZE")))
+    } else if env.contains_key("PMIX_RANK") {
+        Some((MpiLauncher::Pmix, None))
+    } else {
+        None
+    };
+    match mpi {
+        Some((launcher, size_hint)) => Ok(Detected::Mpi {
+            launcher,
+            size_hint,
+        }),
+        None if want_mpi => Ok(Detected::Mpi {
+            launcher: MpiLauncher::Pmix,
+            size_hint: None,
+        }),
+        None => Ok(Detected::Singleton),
+    }
+}
+
+/// Reads the timeout from `HPC_TIMEOUT` (seconds), falling back to the default.
+pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
+    match env.get(TIMEOUT) {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0 => {
+                Ok(Duration::from_secs_f64(s))
+            }
+            _ => Err(format!(
+                "{TIMEOUT}={v:?} is not a positive number of seconds (at most a week)"
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn plain_program_is_a_singleton() {
+        assert_eq!(detect(&env(&[("HOME", "/root")])), Ok(Detected::Singleton));
+    }
+
+    #[test]
+    fn launcher_variables() {
+        let e = env(&[
+            (RANK, "2"),
+            (SIZE, "4"),
+            (RENDEZVOUS, "127.0.0.1:5000"),
+            (SECRET, "ff"),
+        ]);
+        assert_eq!(
+            detect(&e),
+            Ok(Detected::Launcher {
+                rank: 2,
+                size: 4,
+                rendezvous: "127.0.0.1:5000".into(),
+                secret: 255
+            })
+        );
+        let bad = env(&[(RANK, "4"), (SIZE, "4"), (RENDEZVOUS, "x"), (SECRET, "1")]);
+        assert!(detect(&bad).unwrap_err().contains("out of range"));
+        let nosecret = env(&[(RANK, "0"), (SIZE, "1"), (RENDEZVOUS, "x")]);
+        assert!(detect(&nosecret).is_err());
+    }
+
+    #[test]
+    fn launcher_wins_over_inherited_mpi() {
+        let e = env(&[
+            (RANK, "0"),
+            (SIZE, "2"),
+            (RENDEZVOUS, "h:1"),
+            (SECRET, "1"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+        ]);
+        assert!(matches!(detect(&e), Ok(Detected::Launcher { .. })));
+    }
+
+    #[test]
+    fn mpi_launchers() {
+        let ompi = env(&[("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_RANK", "1")]);
+        assert_eq!(
+            detect(&ompi),
+            Ok(Detected::Mpi {
+                launcher: MpiLauncher::OpenMpi,
+                size_hint: Some(4)
+            })
+        );
+        let srun = env(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_STEP_NUM_TASKS", "2"),
+            ("PMIX_RANK", "1"),
+        ]);
+        assert_eq!(
+            detect(&srun),
+            Ok(Detected::Mpi {
+                launcher: MpiLauncher::SlurmPmix,
+                size_hint: Some(2)
+            })
+        );
+        let srun_nopmi = env(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+        ]);
+        assert!(matches!(
+            detect(&srun_nopmi),
+            Ok(Detected::Mpi {
+                launcher: MpiLauncher::SlurmNoPmi,
+                ..
+            })
+        ));
+        let hydra = env(&[("PMI_RANK", "0"), ("PMI_SIZE", "3")]);
+        assert_eq!(
+            detect(&hydra),
+            Ok(Detected::Mpi {
+                launcher: MpiLauncher::Hydra,
+                size_hint: Some(3)
+            })
+        );
+    }
+
+    #[test]
+    fn forced_bootstrap() {
+        let e = env(&[(BOOTSTRAP, "singleton"), ("OMPI_COMM_WORLD_SIZE", "4")]);
+        assert_eq!(detect(&e), Ok(Detected::Singleton));
+        assert!(detect(&env(&[(BOOTSTRAP, "launcher")])).is_err());
+        assert!(detect(&env(&[(BOOTSTRAP, "pigeon")])).is_err());
+    }
+
+    #[test]
+    fn timeout_parsing() {
+        assert_eq!(timeout_from(&env(&[])), Ok(DEFAULT_TIMEOUT));
+        assert_eq!(
+            timeout_from(&env(&[(TIMEOUT, "2.5")])),
+            Ok(Duration::from_millis(2500))
+        );
+        for bad in ["0", "-1", "abc", "inf", "NaN"] {
+            assert!(timeout_from(&env(&[(TIMEOUT, bad)])).is_err(), "{bad}");
+        }
+    }
+}

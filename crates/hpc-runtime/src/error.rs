@@ -1,0 +1,117 @@
+//! Errors of the runtime.
+
+use std::time::Duration;
+
+/// What can go wrong in the runtime. Every variant that concerns a peer names it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A peer is gone: its process exited or its connection broke.
+    #[error("rank {rank} is lost: {cause}")]
+    PeerLost {
+        /// The rank that was lost.
+        rank: usize,
+        /// What happened to it (exit code, signal, broken connection).
+        cause: String,
+    },
+    /// A blocking call did not complete within the configured timeout.
+    #[error("{op} timed out after {after:?}: still waiting for rank(s) {}", fmt_ranks(.missing))]
+    Timeout {
+        /// The operation that timed out (`barrier`, `allgather`, `init`, ...).
+        op: String,
+        /// How long it waited.
+        after: Duration,
+        /// The ranks it was still waiting for.
+        missing: Vec<usize>,
+    },
+    /// The launcher (the `hpc run` coordinator) is unreachable or went away.
+    #[error("the launcher at {addr} is unreachable: {cause}")]
+    LauncherLost {
+        /// The rendezvous address.
+        addr: String,
+        /// The underlying failure.
+        cause: String,
+    },
+    /// Ranks called different collectives at the same point of the program.
+    #[error("collective mismatch: {0}")]
+    Mismatch(String),
+    /// The environment names a bootstrap that cannot be used (bad variables, missing
+    /// feature, MPI refused to initialise).
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
+    /// A message on the bootstrap channel could not be decoded.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// An operating-system error.
+    #[error("I/O error during {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An argument was out of range (e.g. a root rank >= size).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// Result type of the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The rank this error is about, when there is exactly one.
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            Error::PeerLost { rank, .. } => Some(*rank),
+            Error::Timeout { missing, .. } if missing.len() == 1 => Some(missing[0]),
+            _ => None,
+        }
+    }
+}
+
+fn fmt_ranks(r: &[usize]) -> String {
+    const SHOW: usize = 16;
+    let mut s: Vec<String> = r.iter().take(SHOW).map(|x| x.to_string()).collect();
+    if r.len() > SHOW {
+        s.push(format!("... ({} in all)", r.len()));
+    }
+    if s.is_empty() {
+        "(unknown)".into()
+    } else {
+        s.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_message_names_ranks() {
+        let e = Error::Timeout {
+            op: "barrier".into(),
+            after: Duration::from_secs(2),
+            missing: vec![3],
+        };
+        assert_eq!(
+            e.to_string(),
+            "barrier timed out after 2s: still waiting for rank(s) 3"
+        );
+        assert_eq!(e.rank(), Some(3));
+        let many = Error::Timeout {
+            op: "init".into(),
+            after: Duration::from_secs(1),
+            missing: (0..40).collect(),
+        };
+        assert!(many.to_string().contains("(40 in all)"));
+        assert_eq!(many.rank(), None);
+    }
+}

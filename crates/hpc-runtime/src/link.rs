@@ -1,0 +1,193 @@
+//! A rank's connection to the `hpc run` coordinator.
+
+use std::io::BufReader;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::wire::{read_msg, write_msg, Msg, Op, ReadError};
+
+pub(crate) struct LauncherLink {
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+    seq: u64,
+    addr: String,
+    timeout: Duration,
+    /// Once a peer is lost the job is over; later calls fail the same way at once.
+    poisoned: Option<(usize, String)>,
+    finalized: bool,
+}
+
+/// Extra time a rank waits beyond the job timeout, so that the coordinator's own
+/// timeout message (which names the missing ranks) arrives first.
+fn grace(timeout: Duration) -> Duration {
+    Duration::from_secs(2) + timeout / 10
+}
+
+impl LauncherLink {
+    pub(crate) fn connect(
+        rank: usize,
+        size: usize,
+        addr: &str,
+        secret: u64,
+        node: &str,
+        timeout: Duration,
+    ) -> Result<(LauncherLink, Vec<String>)> {
+        let lost = |cause: String| Error::LauncherLost {
+            addr: addr.to_string(),
+            cause,
+        };
+        let sockaddr = addr
+            .to_socket_addrs()
+            .map_err(|e| lost(format!("bad address: {e}")))?
+            .next()
+            .ok_or_else(|| lost("address resolves to nothing".into()))?;
+        let deadline = Instant::now() + timeout;
+        // The launcher listens before it starts any rank, but a rank on a slow or
+        // remote node may still race it: retry until the timeout.
+        let stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(&sockaddr, left.max(Duration::from_millis(10))) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(lost(format!("cannot connect within {timeout:?}: {e}")))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(timeout + grace(timeout)))
+            .map_err(|e| Error::io("setting a socket timeout", e))?;
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(|e| Error::io("setting a socket timeout", e))?;
+        let reader = BufReader::new(
+            stream
+                .try_clone()
+                .map_err(|e| Error::io("cloning the launcher socket", e))?,
+        );
+        let mut link = LauncherLink {
+            writer: stream,
+            reader,
+            seq: 0,
+            addr: addr.to_string(),
+            timeout,
+            poisoned: None,
+            finalized: false,
+        };
+        link.send(&Msg::Hello {
+            rank: rank as u32,
+            size: size as u32,
+            secret,
+            node: node.to_string(),
+            pid: std::process::id(),
+        })?;
+        match link.recv("init")? {
+            Msg::Welcome { nodes } if nodes.len() == size => Ok((link, nodes)),
+            Msg::Welcome { nodes } => Err(Error::Protocol(format!(
+                "welcome lists {} ranks, expected {size}",
+                nodes.len()
+            ))),
+            other => Err(Error::Protocol(format!(
+                "unexpected message during init: {other:?}"
+            ))),
+        }
+    }
+
+    fn send(&mut self, msg: &Msg) -> Result<()> {
+        write_msg(&mut self.writer, msg).map_err(|e| Error::LauncherLost {
+            addr: self.addr.clone(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Reads the next message, turning the coordinator's failure reports into errors.
+    fn recv(&mut self, op: &str) -> Result<Msg> {
+        match read_msg(&mut self.reader) {
+            Ok(Msg::Abort { rank, cause }) => {
+                self.poisoned = Some((rank as usize, cause.clone()));
+                Err(Error::PeerLost {
+                    rank: rank as usize,
+                    cause,
+                })
+            }
+            Ok(Msg::Timeout {
+                op,
+                after_ms,
+                missing,
+            }) => Err(Error::Timeout {
+                op,
+                after: Duration::from_millis(after_ms),
+                missing: missing.into_iter().map(|r| r as usize).collect(),
+            }),
+            Ok(Msg::Mismatch { detail }) => Err(Error::Mismatch(detail)),
+            Ok(m) => Ok(m),
+            Err(ReadError::Protocol(e)) => Err(e),
+            Err(ReadError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(Error::LauncherLost {
+                    addr: self.addr.clone(),
+                    cause: format!(
+                        "no answer to {op} within {:?} (launcher hung or network partitioned)",
+                        self.timeout + grace(self.timeout)
+                    ),
+                })
+            }
+            Err(ReadError::Io(e)) => Err(Error::LauncherLost {
+                addr: self.addr.clone(),
+                cause: format!("{e} during {op} (the launcher stopped?)"),
+            }),
+        }
+    }
+
+    pub(crate) fn collective(&mut self, op: Op, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if let Some((rank, cause)) = &self.poisoned {
+            return Err(Error::PeerLost {
+                rank: *rank,
+                cause: cause.clone(),
+            });
+        }
+        if self.finalized {
+            return Err(Error::InvalidArgument("the world was finalized".into()));
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        self.send(&Msg::Contribute {
+            seq,
+            op,
+            data: data.to_vec(),
+        })?;
+        loop {
+            match self.recv(&op.name())? {
+                Msg::Result { seq: s, parts } if s == seq => return Ok(parts),
+                Msg::Result { seq: s, .. } => {
+                    tracing::debug!(expected = seq, got = s, "stale collective result ignored")
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message during {}: {other:?}",
+                        op.name()
+                    )))
+                }
+            }
+        }
+    }
+
+    pub(crate) fn finalize(&mut self) {
+        if !self.finalized {
+            self.finalized = true;
+            let _ = self.send(&Msg::Goodbye);
+        }
+    }
+}
+
+impl Drop for LauncherLink {
+    fn drop(&mut self) {
+        self.finalize();
+    }
+}

@@ -1,0 +1,304 @@
+//! Bootstrap through an MPI library (feature `mpi`).
+//!
+//! The byte-level collectives are built from non-blocking point-to-point messages on a
+//! private duplicate of `MPI_COMM_WORLD`, polled against a deadline, so that a peer that
+//! died or hangs gives an [`Error::Timeout`] naming it instead of blocking forever (a
+//! blocking `MPI_Allgather` cannot be interrupted). They carry bootstrap data only, so
+//! the O(size) messages per rank do not matter.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mpi::environment::{Threading, Universe};
+use mpi::point_to_point::{Destination, Source};
+use mpi::request::{Request, StaticScope};
+use mpi::topology::{Communicator, SimpleCommunicator};
+
+use crate::error::{Error, Result};
+
+const TAG_LEN: i32 = 0x4850; // "HP"
+const TAG_DATA: i32 = 0x4851;
+
+pub(crate) struct MpiBackend {
+    world: SimpleCommunicator,
+    boot: SimpleCommunicator,
+    /// Serialises our own calls on `boot`.
+    lock: Mutex<()>,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    library: String,
+    threading: Threading,
+    // Dropped last: finalizes MPI after the communicators are freed.
+    _universe: Universe,
+}
+
+// SAFETY: MPI handles are plain process-wide identifiers. MPI was initialised with the
+// highest thread level it grants (we ask for `Multiple`; a lower grant is logged), and
+// every call this type makes on its private communicator is serialised by `lock`, which
+// satisfies `MPI_THREAD_SERIALIZED`. The world communicator handed to users through
+// `World::mpi_communicator` follows the thread level that MPI reported.
+unsafe impl Send for MpiBackend {}
+// SAFETY: see `Send`; shared access goes through `lock`.
+unsafe impl Sync for MpiBackend {}
+
+/// A heap buffer whose ownership is lent to MPI for one non-blocking operation.
+///
+/// Invariant: `ptr` comes from `Box::into_raw` and is referenced by at most one
+/// outstanding MPI request. It is freed only after that request completed; if the
+/// request is abandoned (timeout), the buffer is leaked on purpose, because MPI may
+/// still write into it.
+struct Lent {
+    ptr: *mut [u8],
+}
+
+impl Lent {
+    fn new(bytes: Vec<u8>) -> Lent {
+        Lent {
+            ptr: Box::into_raw(bytes.into_boxed_slice()),
+        }
+    }
+    fn zeroed(len: usize) -> Lent {
+        Lent::new(vec![0u8; len])
+    }
+    /// The buffer as MPI sees it.
+    ///
+    /// # Safety
+    /// Call at most once per `Lent`, and do not call `take` while the request built on
+    /// the returned reference is outstanding.
+    unsafe fn as_static(&mut self) -> &'static mut [u8] {
+        // SAFETY: `ptr` is a live allocation from `Box::into_raw` (invariant), and the
+        // caller promises this is the only reference handed out.
+        unsafe { &mut *self.ptr }
+    }
+    /// Reclaims the bytes.
+    ///
+    /// # Safety
+    /// The request that used the buffer (if any) has completed.
+    unsafe fn take(self) -> Vec<u8> {
+        // SAFETY: completed request => no one else references the allocation.
+        unsafe { Box::from_raw(self.ptr) }.into_vec()
+    }
+}
+
+type Req = Request<'static, [u8], StaticScope>;
+
+impl MpiBackend {
+    pub(crate) fn init(timeout: Duration) -> Result<MpiBackend> {
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or_else(|| Error::Bootstrap("MPI is already initialised in this process".into()))?;
+        if threading != Threading::Multiple {
+            tracing::warn!(
+                granted = ?threading,
+                "MPI refused MPI_THREAD_MULTIPLE; calls from several threads will be serialised"
+            );
+        }
+        let world = universe.world();
+        let boot = world.duplicate();
+        let library = mpi::environment::library_version()
+            .ok()
+            .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
+            .unwrap_or_else(|| "unknown MPI".into());
+        Ok(MpiBackend {
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            world,
+            boot,
+            lock: Mutex::new(()),
+            timeout,
+            library,
+            threading,
+            _universe: universe,
+        })
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+    pub(crate) fn library(&self) -> &str {
+        &self.library
+    }
+    pub(crate) fn threading(&self) -> &'static str {
+        match self.threading {
+            Threading::Single => "single",
+            Threading::Funneled => "funneled",
+            Threading::Serialized => "serialized",
+            Threading::Multiple => "multiple",
+        }
+    }
+    pub(crate) fn world(&self) -> &SimpleCommunicator {
+        &self.world
+    }
+
+    /// Polls requests until all complete or the deadline passes. `owner[i]` is the peer
+    /// of request `i`. On timeout the unfinished requests are abandoned (their buffers
+    /// leaked) and the missing peers returned.
+    fn wait_all(
+        &self,
+        mut reqs: Vec<Option<Req>>,
+        owner: &[usize],
+        deadline: Instant,
+    ) -> Vec<usize> {
+        let mut spins = 0u32;
+        loop {
+            let mut left = 0;
+            for slot in reqs.iter_mut() {
+                if let Some(r) = slot.take() {
+                    match r.test() {
+                        Ok(_) => {}
+                        Err(r) => {
+                            *slot = Some(r);
+                            left += 1;
+                        }
+                    }
+                }
+            }
+            if left == 0 {
+                return Vec::new();
+            }
+            if Instant::now() >= deadline {
+                let mut missing = Vec::new();
+                for (i, slot) in reqs.into_iter().enumerate() {
+                    if let Some(r) = slot {
+                        missing.push(owner[i]);
+                        // Abandon: dropping an unfinished request would abort the process.
+                        std::mem::forget(r);
+                    }
+                }
+                missing.sort_unstable();
+                missing.dedup();
+                return missing;
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Sends `send` to every peer in `to` and receives `recv_lens[i]` bytes from each
+    /// peer in `from` (same order), with one tag.
+    fn exchange(
+        &self,
+        send: &[u8],
+        to: &[usize],
+        from: &[usize],
+        recv_lens: &[usize],
+        tag: i32,
+        deadline: Instant,
+        op: &str,
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut sendbuf = Lent::new(send.to_vec());
+        // SAFETY: the one reference to `sendbuf`; it is shared (read-only) by the sends.
+        let shared: &'static [u8] = unsafe { sendbuf.as_static() };
+        let mut reqs: Vec<Option<Req>> = Vec::new();
+        let mut owner = Vec::new();
+        let mut recvbufs: Vec<Lent> = recv_lens.iter().map(|&l| Lent::zeroed(l)).collect();
+        for (i, &p) in from.iter().enumerate() {
+            // SAFETY: each receive buffer is lent exactly once.
+            let buf = unsafe { recvbufs[i].as_static() };
+            let r = self
+                .boot
+                .process_at_rank(p as i32)
+                .immediate_receive_into_with_tag(StaticScope, buf, tag);
+            reqs.push(Some(r));
+            owner.push(p);
+        }
+        for &p in to {
+            let r = self.boot.process_at_rank(p as i32).immediate_send_with_tag(
+                StaticScope,
+                shared,
+                tag,
+            );
+            reqs.push(Some(r));
+            owner.push(p);
+        }
+        let missing = self.wait_all(reqs, &owner, deadline);
+        if !missing.is_empty() {
+            std::mem::forget(sendbuf);
+            std::mem::forget(recvbufs);
+            return Err(Error::Timeout {
+                op: op.to_string(),
+                after: self.timeout,
+                missing,
+            });
+        }
+        // SAFETY: every request completed (wait_all returned no missing peer).
+        drop(unsafe { sendbuf.take() });
+        // SAFETY: as above.
+        Ok(recvbufs.into_iter().map(|b| unsafe { b.take() }).collect())
+    }
+
+    pub(crate) fn allgather(&self, mine: &[u8], op: &str) -> Result<Vec<Vec<u8>>> {
+        let _g = self
+            .lock
+            .lock()
+            .map_err(|_| Error::Protocol("a previous MPI call panicked".into()))?;
+        let deadline = Instant::now() + self.timeout;
+        let peers: Vec<usize> = (0..self.size).filter(|&p| p != self.rank).collect();
+        let lens = self.exchange(
+            &(mine.len() as u64).to_le_bytes(),
+            &peers,
+            &peers,
+            &vec![8; peers.len()],
+            TAG_LEN,
+            deadline,
+            op,
+        )?;
+        let lens: Vec<usize> = lens
+            .iter()
+            .map(|b| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&b[..8]);
+                u64::from_le_bytes(a) as usize
+            })
+            .collect();
+        let mut got = self
+            .exchange(mine, &peers, &peers, &lens, TAG_DATA, deadline, op)?
+            .into_iter();
+        Ok((0..self.size)
+            .map(|r| {
+                if r == self.rank {
+                    mine.to_vec()
+                } else {
+                    got.next().unwrap_or_default()
+                }
+            })
+            .collect())
+    }
+
+    pub(crate) fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        let _g = self
+            .lock
+            .lock()
+            .map_err(|_| Error::Protocol("a previous MPI call panicked".into()))?;
+        let deadline = Instant::now() + self.timeout;
+        let op = format!("broadcast(root={root})");
+        if self.rank == root {
+            let peers: Vec<usize> = (0..self.size).filter(|&p| p != root).collect();
+            self.exchange(
+                &(data.len() as u64).to_le_bytes(),
+                &peers,
+                &[],
+                &[],
+                TAG_LEN,
+                deadline,
+                &op,
+            )?;
+            self.exchange(data, &peers, &[], &[], TAG_DATA, deadline, &op)?;
+            Ok(data.to_vec())
+        } else {
+            let len = self.exchange(&[], &[], &[root], &[8], TAG_LEN, deadline, &op)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&len[0][..8]);
+            let n = u64::from_le_bytes(a) as usize;
+            let mut got = self.exchange(&[], &[], &[root], &[n], TAG_DATA, deadline, &op)?;
+            Ok(got.pop().unwrap_or_default())
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The [`World`]: every rank of the job, however it was started.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::env::{self, Detected, MpiLauncher};
+use crate::error::{Error, Result};
+use crate::link::LauncherLink;
+use crate::node::NodeMap;
+use crate::wire::Op;
+
+/// How this process joined its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bootstrap {
+    /// A plain run: one rank.
+    Singleton,
+    /// Started by `hpc run` (the built-in launcher).
+    Launcher {
+        /// The coordinator's address.
+        rendezvous: String,
+    },
+    /// Through an MPI library.
+    Mpi {
+        /// The launcher its environment names, if any.
+        launcher: Option<MpiLauncher>,
+        /// The MPI library's version string (first line).
+        library: String,
+        /// The thread support level MPI granted.
+        threading: String,
+    },
+}
+
+impl fmt::Display for Bootstrap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bootstrap::Singleton => write!(f, "singleton"),
+            Bootstrap::Launcher { rendezvous } => write!(f, "hpc run launcher ({rendezvous})"),
+            Bootstrap::Mpi {
+                launcher,
+                library,
+                threading,
+            } => {
+                write!(f, "MPI")?;
+                if let Some(l) = launcher {
+                    write!(f, " via {}", l.name())?;
+                }
+                write!(f, " [{library}; threading {threading}]")
+            }
+        }
+    }
+}
+
+/// Settings of [`World::init_with`]. [`Config::from_env`] reads them from the
+/// environment (`HPC_TIMEOUT`, `HPC_NODE_NAME`, `HPC_BOOTSTRAP`).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Bound on every blocking call (join, barrier, allgather, broadcast).
+    pub timeout: Duration,
+    /// The node name of this rank; ranks with equal names share a node.
+    pub node_name: String,
+    /// The environment to detect the launcher from.
+    pub env: HashMap<String, String>,
+}
+
+impl Config {
+    /// Reads the configuration from this process's environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_map(std::env::vars().collect())
+    }
+
+    /// Reads the configuration from an environment map.
+    pub fn from_map(env: HashMap<String, String>) -> Result<Config> {
+        let timeout = env::timeout_from(&env).map_err(Error::Bootstrap)?;
+        let node_name = env
+            .get(env::NODE_NAME)
+            .filter(|s| !s.trim().is_empty())
+            .cloned()
+            .unwrap_or_else(hostname);
+        Ok(Config {
+            timeout,
+            node_name,
+            env,
+        })
+    }
+
+    /// Sets the timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Config {
+        self.timeout = timeout;
+        self
+    }
+}
+
+pub(crate) enum Backend {
+    Singleton,
+    Launcher(Mutex<LauncherLink>),
+    #[cfg(feature = "mpi")]
+    Mpi(Box<crate::mpi_backend::MpiBackend>),
+}
+
+/// All ranks of the job.
+///
+/// `World` is created once per process ([`World::init`]) and finalizes the bootstrap
+/// (says goodbye to the launcher, or finalizes MPI) when dropped. Its collectives are
+/// for bootstrap and control (exchanging endpoints, agreeing on settings): they move
+/// bytes through the launcher or MPI and are not meant for bulk data, which goes
+/// through `hpc-rdma` and `hpc-collectives`.
+///
+/// Every blocking call is bounded by [`World::timeout`]: a peer that died or never
+/// arrives makes it return [`Error::PeerLost`] or [`Error::Timeout`] naming the rank.
+/// All ranks must call the collectives in the same order (as in MPI).
+///
+/// ```
+/// let world = hpc_runtime::World::init()?;
+/// let parts = world.allgather(&(world.rank() as u32).to_le_bytes())?;
+/// assert_eq!(parts.len(), world.size());
+/// world.barrier()?;
+/// # Ok::<(), hpc_runtime::Error>(())
+/// ```
+pub struct World {
+    rank: usize,
+    size: usize,
+    nodes: NodeMap,
+    timeout: Duration,
+    bootstrap: Bootstrap,
+    backend: Backend,
+}
+
+impl fmt::Debug for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("World")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("node", &self.node())
+            .field("bootstrap", &self.bootstrap)
+            .finish()
+    }
+}
+
+/// This host's name, or `localhost` if it cannot be read.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is a valid writable buffer of the length passed; gethostname writes
+    // at most that many bytes and we only read up to the first NUL within it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl World {
+    /// Joins the job this process belongs to, detecting how it was started:
+    /// `hpc run`, an MPI launcher (with the `mpi` feature), or a plain run (size 1).
+    pub fn init() -> Result<World> {
+        World::init_with(Config::from_env()?)
+    }
+
+    /// Like [`World::init`] with explicit settings.
+    pub fn init_with(config: Config) -> Result<World> {
+        let detected = env::detect(&config.env).map_err(Error::Bootstrap)?;
+        let world = match detected {
+            Detected::Singleton => World::singleton(&config),
+            Detected::Launcher {
+                rank,
+                size,
+                rendezvous,
+                secret,
+            } => {
+                let (link, names) = LauncherLink::connect(
+                    rank,
+                    size,
+                    &rendezvous,
+                    secret,
+                    &config.node_name,
+                    config.timeout,
+                )?;
+                World {
+                    rank,
+                    size,
+                    nodes: NodeMap::from_names(&names),
+                    timeout: config.timeout,
+                    bootstrap: Bootstrap::Launcher { rendezvous },
+                    backend: Backend::Launcher(Mutex::new(link)),
+                }
+            }
+            Detected::Mpi {
+                launcher,
+                size_hint,
+            } => World::mpi(&config, launcher, size_hint)?,
+        };
+        tracing::info!(
+            bootstrap = %world.bootstrap,
+            rank = world.rank,
+            size = world.size,
+            node = world.node(),
+            nodes = world.node_count(),
+            local_rank = world.local_rank(),
+            local_size = world.local_size(),
+            "hpc-runtime initialised"
+        );
+        Ok(world)
+    }
+
+    fn singleton(config: &Config) -> World {
+        World {
+            rank: 0,
+            size: 1,
+            nodes: NodeMap::from_names(std::slice::from_ref(&config.node_name)),
+            timeout: config.timeout,
+            bootstrap: Bootstrap::Singleton,
+            backend: Backend::Singleton,
+        }
+    }
+
+    #[cfg(feature = "mpi")]
+    fn mpi(config: &Config, launcher: MpiLauncher, size_hint: Option<usize>) -> Result<World> {
+        let backend = crate::mpi_backend::MpiBackend::init(config.timeout)?;
+        let (rank, size) = (backend.rank(), backend.size());
+        if let Some(hint) = size_hint {
+            if hint != size {
+                let why = match launcher {
+                    MpiLauncher::SlurmNoPmi => {
+                        "srun started the tasks without a PMI plugin this MPI understands: use `srun --mpi=pmix`"
+                    }
+                    _ => "the launcher and the MPI library do not match (e.g. an Open MPI program started by MPICH's mpiexec)",
+                };
+                return Err(Error::Bootstrap(format!(
+                    "{} announced {hint} ranks but MPI sees {size}: {why}",
+                    launcher.name()
+                )));
+            }
+        }
+        let names = backend.allgather(config.node_name.as_bytes(), "init")?;
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
+        Ok(World {
+            rank,
+            size,
+            nodes: NodeMap::from_names(&names),
+            timeout: config.timeout,
+            bootstrap: Bootstrap::Mpi {
+                launcher: Some(launcher),
+                library: backend.library().to_string(),
+                threading: backend.threading().to_string(),
+            },
+            backend: Backend::Mpi(Box::new(backend)),
+        })
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    fn mpi(config: &Config, launcher: MpiLauncher, size_hint: Option<usize>) -> Result<World> {
+        match size_hint {
+            Some(1) => {
+                tracing::warn!(
+                    launcher = launcher.name(),
+                    "started by an MPI launcher with one rank; built without the `mpi` feature, running as a singleton"
+                );
+                Ok(World::singleton(config))
+            }
+            _ => Err(Error::Bootstrap(format!(
+                "started by {} ({} ranks) but this program was built without the `mpi` \
+                 feature of hpc-runtime: rebuild with `--features mpi`, or launch with `hpc run -n N`",
+                launcher.name(),
+                size_hint.map_or("an unknown number of".to_string(), |s| s.to_string())
+            ))),
+        }
+    }
+
+    /// This process's rank, `0..size()`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Number of ranks in the job.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// Rank among the ranks on this node.
+    pub fn local_rank(&self) -> usize {
+        self.nodes.local_rank(self.rank)
+    }
+    /// Number of ranks on this node.
+    pub fn local_size(&self) -> usize {
+        self.nodes.local_size(self.rank)
+    }
+    /// This rank's node id, `0..node_count()` (node 0 holds rank 0).
+    pub fn node(&self) -> usize {
+        self.nodes.node_of(self.rank)
+    }
+    /// Number of nodes in the job.
+    pub fn node_count(&self) -> usize {
+        self.nodes.node_count()
+    }
+    /// The node id of any rank.
+    pub fn node_of(&self, rank: usize) -> usize {
+        self.nodes.node_of(rank)
+    }
+    /// Whether two ranks share a node (and so can use shared memory).
+    pub fn same_node(&self, a: usize, b: usize) -> bool {
+        self.nodes.same_node(a, b)
+    }
+    /// The full node layout.
+    pub fn nodes(&self) -> &NodeMap {
+        &self.nodes
+    }
+    /// How this process joined the job.
+    pub fn bootstrap(&self) -> &Bootstrap {
+        &self.bootstrap
+    }
+    /// The bound on blocking calls.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Waits until every rank has called `barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Singleton => Ok(()),
+            Backend::Launcher(l) => lock(l)?.collective(Op::Barrier, &[]).map(|_| ()),
+            #[cfg(feature = "mpi")]
+            Backend::Mpi(m) => m.allgather(&[], "barrier").map(|_| ()),
+        }
+    }
+
+    /// Every rank contributes `mine`; every rank receives all contributions, indexed by
+    /// rank. Contributions may differ in length.
+    pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let parts = match &self.backend {
+            Backend::Singleton => vec![mine.to_vec()],
+            Backend::Launcher(l) => lock(l)?.collective(Op::Allgather, mine)?,
+            #[cfg(feature = "mpi")]
+            Backend::Mpi(m) => m.allgather(mine, "allgather")?,
+        };
+        if parts.len() != self.size {
+            return Err(Error::Protocol(format!(
+                "allgather returned {} parts for {} ranks",
+                parts.len(),
+                self.size
+            )));
+        }
+        Ok(parts)
+    }
+
+    /// The root's `data` is delivered to every rank (other ranks' `data` is ignored).
+    pub fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
+        if root >= self.size {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast root {root} is not a rank of a job of {}",
+                self.size
+            )));
+        }
+        match &self.backend {
+            Backend::Singleton => Ok(data.to_vec()),
+            Backend::Launcher(l) => {
+                let payload = if root == self.rank { data } else { &[] };
+                let mut parts =
+                    lock(l)?.collective(Op::Broadcast { root: root as u32 }, payload)?;
+                parts
+                    .pop()
+                    .ok_or_else(|| Error::Protocol("empty broadcast result".into()))
+            }
+            #[cfg(feature = "mpi")]
+            Backend::Mpi(m) => m.broadcast(root, data),
+        }
+    }
+
+    /// The MPI world communicator, when the job was bootstrapped through MPI.
+    #[cfg(feature = "mpi")]
+    pub fn mpi_communicator(&self) -> Option<&mpi::topology::SimpleCommunicator> {
+        match &self.backend {
+            Backend::Mpi(m) => Some(m.world()),
+            _ => None,
+        }
+    }
+}
+
+fn lock(l: &Mutex<LauncherLink>) -> Result<std::sync::MutexGuard<'_, LauncherLink>> {
+    l.lock()
+        .map_err(|_| Error::Protocol("a previous call on this world panicked".into()))
+}
