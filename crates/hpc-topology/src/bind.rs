@@ -1,0 +1,384 @@
+//! Binding the process, threads and memory, pinned rayon pools, and checking a
+//! launcher's binding.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Topology;
+use crate::placement::Placement;
+use crate::{CpuSet, Result, TopologyError};
+
+fn to_cpu_set_t(set: &CpuSet) -> Result<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the valid empty set.
+    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
+    for cpu in set.iter() {
+        if cpu >= max {
+            return Err(TopologyError::Bind { cpuset: set.to_string(), reason: format!("PU {cpu} is beyond {max}") });
+        }
+        // SAFETY: `cpu` is below the capacity of `raw`, checked above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut raw) };
+    }
+    Ok(raw)
+}
+
+fn affinity_of(pid: libc::pid_t) -> Result<CpuSet> {
+    // SAFETY: all-zero is a valid cpu_set_t.
+    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+    if rc != 0 {
+        return Err(TopologyError::Bind {
+            cpuset: String::new(),
+            reason: format!("sched_getaffinity: {}", std::io::Error::last_os_error()),
+        });
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: every index is below the set's capacity.
+    Ok((0..max).filter(|&i| unsafe { libc::CPU_ISSET(i, &raw) }).map(|i| i as u32).collect())
+}
+
+/// The PUs the calling thread may run on (`sched_getaffinity(0)`).
+pub fn thread_affinity() -> Result<CpuSet> {
+    affinity_of(0)
+}
+
+/// The current binding of this process: the affinity of its main thread, which is
+/// what `taskset`, cgroups, Slurm or `mpirun` gave it at start.
+pub fn current_binding() -> Result<CpuSet> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    affinity_of(pid)
+}
+
+/// The PU the calling thread runs on right now (`sched_getcpu`).
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
+/// Binds the calling thread to `cpuset` (`sched_setaffinity(0)`).
+pub fn bind_current_thread(cpuset: &CpuSet) -> Result<()> {
+    if cpuset.is_empty() {
+        return Err(TopologyError::Bind { cpuset: String::new(), reason: "empty cpuset".into() });
+    }
+    let raw = to_cpu_set_t(cpuset)?;
+    // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
+    if rc != 0 {
+        return Err(TopologyError::Bind {
+            cpuset: cpuset.to_string(),
+            reason: format!("sched_setaffinity: {}", std::io::Error::last_os_error()),
+        });
+    }
+    tracing::debug!(cpuset = %cpuset, "thread bound");
+    Ok(())
+}
+
+fn hwloc_cpuset(set: &CpuSet) -> hwlocality::cpu::cpuset::CpuSet {
+    let mut out = hwlocality::cpu::cpuset::CpuSet::new();
+    for i in set.iter() {
+        out.set(i as usize);
+    }
+    out
+}
+
+fn local_hwloc() -> Result<hwlocality::topology::Topology> {
+    hwlocality::topology::Topology::new().map_err(|e| TopologyError::Hwloc(e.to_string()))
+}
+
+/// Binds every thread of the current process to `cpuset` (hwloc `set_cpubind`
+/// with `HWLOC_CPUBIND_PROCESS`). Threads started later inherit the binding of the
+/// thread that starts them.
+pub fn bind_current_process(cpuset: &CpuSet) -> Result<()> {
+    if cpuset.is_empty() {
+        return Err(TopologyError::Bind { cpuset: String::new(), reason: "empty cpuset".into() });
+    }
+    let hw = local_hwloc()?;
+    hw.bind_cpu(&hwloc_cpuset(cpuset), hwlocality::cpu::binding::CpuBindingFlags::PROCESS)
+        .map_err(|e| TopologyError::Bind { cpuset: cpuset.to_string(), reason: e.to_string() })?;
+    tracing::debug!(cpuset = %cpuset, "process bound");
+    Ok(())
+}
+
+/// Outcome of a memory binding request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "reason", rename_all = "snake_case")]
+pub enum MemoryBinding {
+    /// Memory allocations now come from the requested NUMA node.
+    Bound,
+    /// The system does not support it (or forbids it); allocations follow the
+    /// default policy. Not an error: placement still works without it.
+    NotApplied(String),
+}
+
+/// Whether a memory binding applies to the calling thread or the whole process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryBindScope {
+    /// The calling thread only.
+    Thread,
+    /// Every thread of the process.
+    Process,
+}
+
+fn bind_memory_with(
+    hw: &hwlocality::topology::Topology,
+    numa_os_index: u32,
+    scope: MemoryBindScope,
+) -> MemoryBinding {
+    use hwlocality::memory::binding::{MemoryBindingFlags, MemoryBindingPolicy};
+    let mut nodes = hwlocality::memory::nodeset::NodeSet::new();
+    nodes.set(numa_os_index as usize);
+    let flags = match scope {
+        MemoryBindScope::Thread => MemoryBindingFlags::THREAD,
+        MemoryBindScope::Process => MemoryBindingFlags::PROCESS,
+    };
+    match hw.bind_memory(&nodes, MemoryBindingPolicy::Bind, flags) {
+        Ok(()) => {
+            tracing::debug!(numa = numa_os_index, ?scope, "memory bound");
+            MemoryBinding::Bound
+        }
+        Err(e) => {
+            tracing::info!(numa = numa_os_index, error = %e, "memory binding not applied");
+            MemoryBinding::NotApplied(e.to_string())
+        }
+    }
+}
+
+/// Binds memory allocations to NUMA node `numa_os_index` (hwloc `set_membind`,
+/// policy `Bind`). Unsupported systems, containers that forbid `set_mempolicy` and
+/// unknown nodes give [`MemoryBinding::NotApplied`], never an error.
+pub fn bind_memory_to_numa(numa_os_index: u32, scope: MemoryBindScope) -> MemoryBinding {
+    match local_hwloc() {
+        Ok(hw) => bind_memory_with(&hw, numa_os_index, scope),
+        Err(e) => MemoryBinding::NotApplied(e.to_string()),
+    }
+}
+
+/// Builds a rayon [`ThreadPool`](rayon::ThreadPool) whose worker `i` is pinned to
+/// compute core `i` of a [`Placement`] (its `thread_cpusets[i]`), optionally with
+/// memory bound to the rank's home NUMA node.
+///
+/// ```
+/// use hpc_topology::{plan, PinnedPoolBuilder, PlacementRequest, Topology};
+/// // Plan on this machine with one thread so the example runs anywhere.
+/// let topo = Topology::this_machine().unwrap();
+/// let plan = plan(&topo, &PlacementRequest::new(1, 1)).unwrap();
+/// let pool = PinnedPoolBuilder::new(&plan.ranks[0]).build().unwrap();
+/// assert_eq!(pool.current_num_threads(), 1);
+/// ```
+#[derive(Clone, Debug)]
+pub struct PinnedPoolBuilder {
+    cpusets: Vec<CpuSet>,
+    numa: Option<u32>,
+    bind_memory: bool,
+    name: String,
+}
+
+impl PinnedPoolBuilder {
+    /// One worker per compute core of `placement`.
+    pub fn new(placement: &Placement) -> Self {
+        Self::from_cpusets(placement.thread_cpusets.clone()).numa(placement.numa)
+    }
+
+    /// One worker per cpuset, worker `i` pinned to `cpusets[i]`.
+    pub fn from_cpusets(cpusets: Vec<CpuSet>) -> Self {
+        Self { cpusets, numa: None, bind_memory: false, name: "hpc-worker".into() }
+    }
+
+    fn numa(mut self, numa: Option<u32>) -> Self {
+        self.numa = numa;
+        self
+    }
+
+    /// Also binds each worker's memory allocations to the home NUMA node (ignored
+    /// gracefully when unsupported or when the placement has no NUMA node).
+    pub fn bind_memory(mut self, yes: bool) -> Self {
+        self.bind_memory = yes;
+        self
+    }
+
+    /// Worker thread name prefix (`hpc-worker-0`, ...).
+    pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
+        self.name = prefix.into();
+        self
+    }
+
+    /// The configured rayon builder, for further settings (stack size, ...).
+    pub fn into_rayon_builder(self) -> rayon::ThreadPoolBuilder {
+        let cpusets = Arc::new(self.cpusets);
+        let n = cpusets.len().max(1);
+        let membind = match (self.bind_memory, self.numa) {
+            (true, Some(numa)) => match local_hwloc() {
+                Ok(hw) => Some((Arc::new(hw), numa)),
+                Err(e) => {
+                    tracing::info!(error = %e, "memory binding not applied");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let name = self.name;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(move |i| format!("{name}-{i}"))
+            .start_handler(move |i| {
+                if let Some(set) = cpusets.get(i) {
+                    if let Err(e) = bind_current_thread(set) {
+                        tracing::warn!(worker = i, error = %e, "cannot pin worker thread");
+                    }
+                }
+                if let Some((hw, numa)) = &membind {
+                    bind_memory_with(hw, *numa, MemoryBindScope::Thread);
+                }
+            })
+    }
+
+    /// Builds the pool.
+    pub fn build(self) -> Result<rayon::ThreadPool> {
+        Ok(self.into_rayon_builder().build()?)
+    }
+}
+
+/// Which launcher started this process, from its environment variables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launcher {
+    /// Open MPI's `mpirun` / `prterun` (`OMPI_COMM_WORLD_SIZE`).
+    OpenMpi,
+    /// Slurm's `srun` (`SLURM_STEP_ID`).
+    Slurm,
+    /// MPICH's Hydra (`PMI_RANK`).
+    Hydra,
+    /// `hpc run` (`HPC_LOCAL_RANK`).
+    Hpc,
+    /// None recognised.
+    Unknown,
+}
+
+impl Launcher {
+    /// Detects the launcher from this process's environment.
+    pub fn detect() -> Launcher {
+        Self::from_env(|k| std::env::var_os(k).is_some())
+    }
+
+    /// Detects the launcher given a "variable is set" predicate.
+    pub fn from_env(has: impl Fn(&str) -> bool) -> Launcher {
+        if has("OMPI_COMM_WORLD_SIZE") {
+            Launcher::OpenMpi
+        } else if has("SLURM_STEP_ID") {
+            Launcher::Slurm
+        } else if has("HPC_LOCAL_RANK") {
+            Launcher::Hpc
+        } else if has("PMI_RANK") {
+            Launcher::Hydra
+        } else {
+            Launcher::Unknown
+        }
+    }
+
+    fn advice(self) -> &'static str {
+        match self {
+            Launcher::OpenMpi => {
+                "Open MPI binds each rank to one core by default: launch with `mpirun --bind-to none` (or `--map-by slot:PE=<threads>`), or use `hpc run --bind core`"
+            }
+            Launcher::Slurm => "launch with `srun --cpus-per-task=<threads>` (or `--cpu-bind=none`), or use `hpc run --bind core`",
+            _ => "launch without CPU binding (e.g. `mpirun --bind-to none`) or use `hpc run --bind core`",
+        }
+    }
+}
+
+/// A problem found in the current binding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BindingDiagnostic {
+    /// The process is bound to a single core but more threads were requested: they
+    /// would all time-share that core.
+    SingleCore {
+        /// The binding.
+        cpuset: CpuSet,
+        /// Threads requested.
+        threads: usize,
+        /// The launcher that probably bound it.
+        launcher: Launcher,
+    },
+    /// The process is bound to fewer cores than requested threads.
+    TooFewCores {
+        /// The binding.
+        cpuset: CpuSet,
+        /// Cores in the binding.
+        cores: usize,
+        /// Threads requested.
+        threads: usize,
+        /// The launcher that probably bound it.
+        launcher: Launcher,
+    },
+}
+
+impl fmt::Display for BindingDiagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindingDiagnostic::SingleCore { cpuset, threads, launcher } => write!(
+                f,
+                "this process is bound to a single core (PUs {cpuset}) but {threads} threads were requested; {}",
+                launcher.advice()
+            ),
+            BindingDiagnostic::TooFewCores { cpuset, cores, threads, launcher } => write!(
+                f,
+                "this process is bound to {cores} cores (PUs {cpuset}) but {threads} threads were requested; {}",
+                launcher.advice()
+            ),
+        }
+    }
+}
+
+/// The current binding of this process and what is wrong with it, if anything.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindingReport {
+    /// The PUs the process may run on.
+    pub cpuset: CpuSet,
+    /// Cores of the topology with a PU in `cpuset`.
+    pub cores: usize,
+    /// The launcher detected from the environment.
+    pub launcher: Launcher,
+    /// A problem, if the binding cannot hold the requested threads.
+    pub diagnostic: Option<BindingDiagnostic>,
+}
+
+/// Diagnoses a binding without looking at the process: `cpuset` against `threads`
+/// on `topo`.
+///
+/// ```
+/// use hpc_topology::{diagnose_binding, BindingDiagnostic, CpuSet, Launcher, Topology};
+/// let topo = Topology::from_synthetic("pack:1 core:4 pu:2").unwrap();
+/// let one_core = CpuSet::parse_list("0-1").unwrap();
+/// let report = diagnose_binding(&topo, &one_core, 4, Launcher::OpenMpi);
+/// assert!(matches!(report.diagnostic, Some(BindingDiagnostic::SingleCore { .. })));
+/// assert!(report.diagnostic.unwrap().to_string().contains("--bind-to none"));
+/// ```
+pub fn diagnose_binding(topo: &Topology, cpuset: &CpuSet, threads: usize, launcher: Launcher) -> BindingReport {
+    let cores = topo.allowed_cores(cpuset).count();
+    let diagnostic = if threads > 1 && cores == 1 {
+        Some(BindingDiagnostic::SingleCore { cpuset: cpuset.clone(), threads, launcher })
+    } else if threads > cores && cores > 0 {
+        Some(BindingDiagnostic::TooFewCores { cpuset: cpuset.clone(), cores, threads, launcher })
+    } else {
+        None
+    };
+    BindingReport { cpuset: cpuset.clone(), cores, launcher, diagnostic }
+}
+
+/// Reads this process's binding and diagnoses it against `threads` requested
+/// threads on `topo` (normally [`Topology::this_machine`]); logs a
+/// `tracing::warn!` when the binding is too narrow (for example Open MPI's default
+/// one-core binding under `mpirun`).
+pub fn check_binding(topo: &Topology, threads: usize) -> Result<BindingReport> {
+    let report = diagnose_binding(topo, &current_binding()?, threads, Launcher::detect());
+    if let Some(d) = &report.diagnostic {
+        tracing::warn!("{d}");
+    }
+    Ok(report)
+}

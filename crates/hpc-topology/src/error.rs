@@ -1,0 +1,78 @@
+//! Errors of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong when loading a topology, planning a placement or
+/// binding.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopologyError {
+    /// A placement was asked for zero ranks.
+    #[error("the number of ranks on the node must be at least 1")]
+    ZeroRanks,
+    /// A placement was asked for zero threads per rank.
+    #[error("the number of threads per rank must be at least 1")]
+    ZeroThreads,
+    /// `local_rank` is not below `local_size`.
+    #[error("local rank {local_rank} is out of range for {local_size} ranks on the node")]
+    RankOutOfRange {
+        /// The rank asked for.
+        local_rank: usize,
+        /// The number of ranks on the node.
+        local_size: usize,
+    },
+    /// The synthetic description was rejected.
+    #[error("malformed synthetic topology description {description:?}: {reason}")]
+    BadSynthetic {
+        /// The description as given.
+        description: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The XML file does not exist or cannot be read.
+    #[error("topology XML file {path} cannot be read: {source}")]
+    XmlFile {
+        /// The path as given.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// hwloc could not parse the XML file.
+    #[error("topology XML file {path} is not a valid hwloc XML topology: {reason}")]
+    XmlParse {
+        /// The path as given.
+        path: PathBuf,
+        /// hwloc's complaint.
+        reason: String,
+    },
+    /// hwloc failed to discover or build the topology.
+    #[error("hwloc failed to build the topology: {0}")]
+    Hwloc(String),
+    /// A cpulist string (`0-3,8`) is malformed.
+    #[error("malformed CPU list {0:?} (expected e.g. \"0-3,8\")")]
+    BadCpuList(String),
+    /// None of the topology's cores is in the allowed cpuset.
+    #[error("no core of the topology is in the allowed cpuset {allowed}")]
+    NoAllowedCores {
+        /// The allowed set, in cpulist syntax.
+        allowed: String,
+    },
+    /// A policy name could not be parsed.
+    #[error("unknown placement policy {0:?} (expected compact, spread, numa or package)")]
+    BadPolicy(String),
+    /// Binding the process or a thread failed.
+    #[error("binding to cpuset {cpuset} failed: {reason}")]
+    Bind {
+        /// The cpuset, in cpulist syntax.
+        cpuset: String,
+        /// The operating system's or hwloc's complaint.
+        reason: String,
+    },
+    /// Building the rayon thread pool failed.
+    #[error("building the pinned thread pool failed: {0}")]
+    ThreadPool(#[from] rayon::ThreadPoolBuildError),
+}
+
+/// Result type of this crate.
+pub type Result<T, E = TopologyError> = std::result::Result<T, E>;

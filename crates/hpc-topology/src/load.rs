@@ -1,0 +1,305 @@
+//! Loading a topology through hwloc 2.x and converting it into the plain model.
+
+use std::ffi::CStr;
+use std::path::Path;
+
+use hwlocality::object::attributes::ObjectAttributes;
+use hwlocality::object::types::{CacheType, OSDeviceType, ObjectType};
+use hwlocality::object::TopologyObject;
+use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
+use hwlocality::topology::Topology as HwlocTopology;
+
+use crate::model::*;
+use crate::{CpuSet, Result, TopologyError};
+
+/// Converts an hwloc bitmap (cpuset) into our owned set.
+fn cpuset_of(set: &hwlocality::cpu::cpuset::CpuSet) -> CpuSet {
+    set.iter_set().map(|i| usize::from(i) as u32).collect()
+}
+
+fn nodes_of(set: &hwlocality::memory::nodeset::NodeSet) -> Vec<u32> {
+    set.iter_set().map(|i| usize::from(i) as u32).collect()
+}
+
+fn obj_cpuset(obj: &TopologyObject) -> CpuSet {
+    obj.cpuset().map(|c| cpuset_of(&c)).unwrap_or_default()
+}
+
+fn obj_nodes(obj: &TopologyObject) -> Vec<u32> {
+    obj.nodeset().map(|n| nodes_of(&n)).unwrap_or_default()
+}
+
+fn cstr(s: Option<&CStr>) -> Option<String> {
+    s.map(|c| c.to_string_lossy().into_owned())
+}
+
+/// Enables I/O discovery (PCI devices, bridges, OS devices): `KeepImportant`
+/// keeps GPUs, NICs, storage and the bridges leading to them, like lstopo.
+fn with_io(builder: TopologyBuilder) -> Result<TopologyBuilder> {
+    builder
+        .with_io_type_filter(TypeFilter::KeepImportant)
+        .map_err(|e| TopologyError::Hwloc(format!("cannot enable I/O discovery: {e}")))
+}
+
+impl Topology {
+    /// Loads a topology from `source` through hwloc, with I/O discovery enabled.
+    ///
+    /// ```
+    /// use hpc_topology::{Topology, TopologySource};
+    /// let topo = Topology::load(&TopologySource::Synthetic("pack:2 numa:2 core:8 pu:2".into())).unwrap();
+    /// assert_eq!(topo.packages.len(), 2);
+    /// assert_eq!(topo.numa_nodes.len(), 4);
+    /// assert_eq!(topo.cores.len(), 32);
+    /// assert_eq!(topo.pus.len(), 64);
+    /// ```
+    pub fn load(source: &TopologySource) -> Result<Topology> {
+        let builder = with_io(HwlocTopology::builder())?;
+        let builder = match source {
+            TopologySource::ThisMachine => builder,
+            TopologySource::Xml(path) => {
+                if let Err(e) = std::fs::File::open(path) {
+                    return Err(TopologyError::XmlFile { path: path.clone(), source: e });
+                }
+                builder.from_xml_file(path).map_err(|e| TopologyError::XmlParse {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+            TopologySource::Synthetic(desc) => {
+                builder.from_synthetic(desc).map_err(|e| TopologyError::BadSynthetic {
+                    description: desc.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+        };
+        let hw = builder.build().map_err(|e| match source {
+            TopologySource::Xml(path) => TopologyError::XmlParse { path: path.clone(), reason: e.to_string() },
+            TopologySource::Synthetic(desc) => {
+                TopologyError::BadSynthetic { description: desc.clone(), reason: e.to_string() }
+            }
+            TopologySource::ThisMachine => TopologyError::Hwloc(e.to_string()),
+        })?;
+        let mut topo = convert(&hw, source.clone());
+        if *source == TopologySource::ThisMachine {
+            // hwloc's allowed set follows cgroups; the affinity mask also follows
+            // taskset, Slurm's and mpirun's binding.
+            if let Ok(affinity) = crate::bind::thread_affinity() {
+                let restricted = topo.allowed.intersection(&affinity);
+                if !restricted.is_empty() {
+                    topo.allowed = restricted;
+                }
+            }
+        }
+        tracing::debug!(
+            source = %topo.source,
+            packages = topo.packages.len(),
+            numa = topo.numa_nodes.len(),
+            cores = topo.cores.len(),
+            pus = topo.pus.len(),
+            gpus = topo.gpus.len(),
+            nics = topo.nics.len(),
+            "topology loaded"
+        );
+        Ok(topo)
+    }
+
+    /// Discovers the machine this process runs on; [`Topology::allowed`] is the
+    /// intersection of hwloc's allowed cpuset and the calling thread's affinity.
+    pub fn this_machine() -> Result<Topology> {
+        Self::load(&TopologySource::ThisMachine)
+    }
+
+    /// Loads an hwloc XML file (`lstopo machine.xml` writes one).
+    pub fn from_xml_file(path: impl AsRef<Path>) -> Result<Topology> {
+        Self::load(&TopologySource::Xml(path.as_ref().to_path_buf()))
+    }
+
+    /// Builds a synthetic topology, for example `"pack:2 numa:2 core:8 pu:2"`
+    /// (hwloc's synthetic syntax: `hwloc-info --input "pack:2 core:4 pu:2"`).
+    pub fn from_synthetic(description: &str) -> Result<Topology> {
+        Self::load(&TopologySource::Synthetic(description.to_string()))
+    }
+}
+
+fn convert(hw: &HwlocTopology, source: TopologySource) -> Topology {
+    let pus = cpuset_of(&hw.cpuset());
+    let allowed = cpuset_of(&hw.allowed_cpuset()).intersection(&pus);
+
+    let numa_nodes: Vec<NumaNode> = hw
+        .objects_with_type(ObjectType::NUMANode)
+        .map(|o| NumaNode {
+            logical_index: o.logical_index() as u32,
+            os_index: o.os_index().unwrap_or(o.logical_index()) as u32,
+            memory_bytes: match o.attributes() {
+                Some(ObjectAttributes::NUMANode(a)) => a.local_memory().map_or(0, |m| m.get()),
+                _ => 0,
+            },
+            cpuset: obj_cpuset(o),
+        })
+        .collect();
+
+    let mut packages: Vec<Package> = hw
+        .objects_with_type(ObjectType::Package)
+        .map(|o| Package {
+            logical_index: o.logical_index() as u32,
+            os_index: o.os_index().map(|i| i as u32),
+            cpuset: obj_cpuset(o),
+            numa_nodes: obj_nodes(o),
+            cores: Vec::new(),
+        })
+        .collect();
+
+    let cores: Vec<Core> = hw
+        .objects_with_type(ObjectType::Core)
+        .map(|o| {
+            let package = o.first_ancestor_with_type(ObjectType::Package).map(|p| p.logical_index() as u32);
+            let pus = obj_cpuset(o);
+            // The core's NUMA node: the first node whose cpuset covers the core.
+            let numa = numa_nodes
+                .iter()
+                .find(|n| !pus.is_empty() && pus.is_subset(&n.cpuset))
+                .map(|n| n.os_index);
+            Core { logical_index: o.logical_index() as u32, os_index: o.os_index().map(|i| i as u32), package, numa, pus }
+        })
+        .collect();
+    for c in &cores {
+        if let Some(p) = c.package.and_then(|p| packages.iter_mut().find(|x| x.logical_index == p)) {
+            p.cores.push(c.logical_index);
+        }
+    }
+
+    let caches = hw
+        .objects()
+        .filter(|o| o.object_type().is_cpu_cache())
+        .filter_map(|o| match o.attributes() {
+            Some(ObjectAttributes::Cache(a)) => Some(Cache {
+                level: a.depth() as u8,
+                kind: match a.cache_type() {
+                    CacheType::Data => CacheKind::Data,
+                    CacheType::Instruction => CacheKind::Instruction,
+                    _ => CacheKind::Unified,
+                },
+                size_bytes: a.size().map(|s| s.get()),
+                cpuset: obj_cpuset(o),
+            }),
+            _ => None,
+        })
+        .collect();
+
+    let (gpus, nics) = io_devices(hw);
+    Topology { source, packages, numa_nodes, cores, pus, allowed, caches, gpus, nics }
+}
+
+fn pci_info(obj: &TopologyObject) -> Option<PciInfo> {
+    match obj.attributes() {
+        Some(ObjectAttributes::PCIDevice(a)) => Some(PciInfo {
+            bus_id: format!("{:04x}:{:02x}:{:02x}.{:x}", a.domain(), a.bus_id(), a.bus_device(), a.function()),
+            class_id: a.class_id(),
+            vendor_id: a.vendor_id(),
+            device_id: a.device_id(),
+            vendor: cstr(obj.info("PCIVendor")),
+            device: cstr(obj.info("PCIDevice")),
+        }),
+        _ => None,
+    }
+}
+
+/// Order in which OS device names are preferred as the GPU's primary name.
+fn gpu_name_rank(d: &OsDevice) -> u8 {
+    let sub = d.subtype.as_deref().unwrap_or("").to_ascii_lowercase();
+    match sub.as_str() {
+        "cuda" => 0,
+        "nvml" => 1,
+        "rsmi" => 2,
+        "levelzero" => 3,
+        "opencl" => 4,
+        _ if d.name.starts_with("card") => 5,
+        _ => 6,
+    }
+}
+
+/// Groups GPU/co-processor and network/OpenFabrics OS devices by their PCI parent
+/// (one entry per PCI function), or alone when they have no PCI parent.
+fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
+    struct Group<'a> {
+        parent: Option<&'a TopologyObject>,
+        locality: &'a TopologyObject,
+        devs: Vec<OsDevice>,
+    }
+    let mut gpu_groups: Vec<Group<'_>> = Vec::new();
+    let mut nic_groups: Vec<Group<'_>> = Vec::new();
+    for o in hw.objects_with_type(ObjectType::OSDevice) {
+        let Some(ObjectAttributes::OSDevice(a)) = o.attributes() else { continue };
+        let (kind, is_gpu) = match a.device_type() {
+            OSDeviceType::GPU => (OsDeviceKind::Gpu, true),
+            OSDeviceType::CoProcessor => (OsDeviceKind::CoProcessor, true),
+            OSDeviceType::Network => (OsDeviceKind::Network, false),
+            OSDeviceType::OpenFabrics => (OsDeviceKind::OpenFabrics, false),
+            _ => continue,
+        };
+        let dev = OsDevice {
+            name: cstr(o.name()).unwrap_or_default(),
+            kind,
+            subtype: cstr(o.subtype()),
+        };
+        let parent = o.parent().filter(|p| p.object_type() == ObjectType::PCIDevice);
+        if is_gpu {
+            // Only PCI display-class (0x03xx) parents, or no PCI parent at all.
+            if let Some(p) = parent {
+                if pci_info(p).is_some_and(|i| i.class_id >> 8 != 0x03) {
+                    continue;
+                }
+            }
+        }
+        let Some(locality) = o.first_non_io_ancestor() else { continue };
+        let groups = if is_gpu { &mut gpu_groups } else { &mut nic_groups };
+        let existing = parent.and_then(|p| {
+            groups
+                .iter_mut()
+                .find(|g| g.parent.is_some_and(|q| q.global_persistent_index() == p.global_persistent_index()))
+        });
+        match existing {
+            Some(g) => g.devs.push(dev),
+            None => groups.push(Group { parent, locality, devs: vec![dev] }),
+        }
+    }
+    let gpus = gpu_groups
+        .into_iter()
+        .enumerate()
+        .map(|(index, g)| {
+            let name = g.devs.iter().min_by_key(|d| gpu_name_rank(d)).map(|d| d.name.clone()).unwrap_or_default();
+            Gpu {
+                index,
+                name,
+                pci: g.parent.and_then(pci_info),
+                cpuset: obj_cpuset(g.locality),
+                numa_nodes: obj_nodes(g.locality),
+                os_devices: g.devs,
+            }
+        })
+        .collect();
+    let nics = nic_groups
+        .into_iter()
+        .enumerate()
+        .map(|(index, g)| {
+            let pci = g.parent.and_then(pci_info);
+            let fabric_dev = g.devs.iter().find(|d| d.kind == OsDeviceKind::OpenFabrics);
+            let kind = if fabric_dev.is_some() || pci.as_ref().is_some_and(|p| p.class_id == 0x0207) {
+                NicKind::Fabric
+            } else {
+                NicKind::Ethernet
+            };
+            let name = fabric_dev.or(g.devs.first()).map(|d| d.name.clone()).unwrap_or_default();
+            Nic {
+                index,
+                name,
+                kind,
+                pci,
+                cpuset: obj_cpuset(g.locality),
+                numa_nodes: obj_nodes(g.locality),
+                os_devices: g.devs,
+            }
+        })
+        .collect();
+    (gpus, nics)
+}
