@@ -122,6 +122,7 @@ fn statvfs_size(path: &str) -> Option<u64> {
     if rc != 0 {
         return None;
     }
+    #[allow(clippy::useless_conversion)] // the field types differ between targets
     u64::from(st.f_blocks).checked_mul(u64::from(st.f_frsize))
 }
 

@@ -316,11 +316,9 @@ fn env_markers(p: &Probe, c: &mut Collector) {
         Some("systemd-nspawn") => {
             env_ev(c, SystemdNspawn, "container", Strong);
         }
-        Some("oci") => {
-            // Set by runc-based engines such as CRI-O; says "a container" only.
-            if p.var("KUBERNETES_SERVICE_HOST").is_some() {
-                env_ev(c, Kubernetes, "container", Medium);
-            }
+        // Set by runc-based engines such as CRI-O; says "a container" only.
+        Some("oci") if p.var("KUBERNETES_SERVICE_HOST").is_some() => {
+            env_ev(c, Kubernetes, "container", Medium);
         }
         _ => {}
     }
@@ -529,6 +527,11 @@ fn mount_markers(mounts: &[MountEntry], c: &mut Collector) {
         if let Some(id) = after(&hay, "/overlay-containers/") {
             c.add(Podman, "mountinfo", what.clone(), Strong);
             c.detail(Podman, "id", &id);
+        } else if hay.contains("/userdata/") && hay.contains("-containers/") {
+            c.add(Podman, "mountinfo", what.clone(), Strong);
+            if let Some(id) = after(&hay, "-containers/") {
+                c.detail(Podman, "id", &id);
+            }
         } else if hay.contains("/containers/storage/") {
             c.add(
                 Podman,

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs `hpc doctor --json` inside a Podman or Docker container whose file system
+# is a Debian bookworm minbase tree, with the host's `hpc` binary bind-mounted in.
+#
+# Usage:
+#   containers/test/doctor-in-container.sh [options] HPC_BINARY [-- hpc doctor args]
+# Options:
+#   --engine podman|docker   container engine (default: $HPC_CONTAINER_ENGINE or podman)
+#   --capture DIR            instead of running the doctor, copy the files it reads
+#                            (mountinfo, cgroup, limits, status, env ...) into
+#                            DIR/root and DIR/env: a fixture tree
+#   --engine-arg ARG         extra argument for `ENGINE run` (repeatable)
+#
+# The root file system tarball is cached in $HPC_CACHE_DIR (default:
+# <repo>/target/hpc-cache); the first run builds it with mmdebstrap (about a minute).
+# Podman runs with its own containers.conf/storage.conf under the cache dir
+# (runc, cgroupfs, no network namespace, vfs storage), as this kind of machine needs.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+engine=${HPC_CONTAINER_ENGINE:-podman}
+cache=${HPC_CACHE_DIR:-$repo/target/hpc-cache}
+capture=""
+engine_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --engine) engine=$2; shift 2 ;;
+        --capture) capture=$2; shift 2 ;;
+        --engine-arg) engine_args+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+[ $# -ge 1 ] || { echo "usage: $0 [options] HPC_BINARY [-- args]" >&2; exit 64; }
+hpc_bin=$(readlink -f "$1"); shift
+[ "${1:-}" = "--" ] && shift
+[ -x "$hpc_bin" ] || { echo "not executable: $hpc_bin" >&2; exit 64; }
+
+image=localhost/hpc-doctor-base:bookworm
+tarball=$cache/bookworm-minbase.tar
+mkdir -p "$cache"
+
+log() { echo "doctor-in-container: $*" >&2; }
+
+if [ ! -s "$tarball" ]; then
+    command -v mmdebstrap >/dev/null || { log "mmdebstrap missing (apt-get install mmdebstrap)"; exit 69; }
+    log "building $tarball with mmdebstrap"
+    mmdebstrap --quiet --variant=minbase --format=tar bookworm "$tarball.tmp" >&2
+    mv "$tarball.tmp" "$tarball"
+fi
+
+case "$engine" in
+    podman)
+        command -v podman >/dev/null || { log "podman missing (apt-get install podman)"; exit 69; }
+        pdir=$cache/podman
+        mkdir -p "$pdir/graph" "$pdir/run"
+        cat > "$pdir/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+netns = "none"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+        cat > "$pdir/storage.conf" <<CONF
+[storage]
+driver = "vfs"
+graphroot = "$pdir/graph"
+runroot = "$pdir/run"
+CONF
+        export CONTAINERS_CONF=$pdir/containers.conf
+        export CONTAINERS_STORAGE_CONF=$pdir/storage.conf
+        if ! podman image exists "$image"; then
+            log "importing $tarball into podman"
+            podman import "$tarball" "$image" >&2
+        fi
+        ;;
+    docker)
+        command -v docker >/dev/null || { log "docker missing"; exit 69; }
+        if ! docker image inspect "$image" >/dev/null 2>&1; then
+            log "importing $tarball into docker"
+            docker import "$tarball" "$image" >&2
+        fi
+        ;;
+    *) log "unknown engine: $engine"; exit 64 ;;
+esac
+
+run=("$engine" run --rm -v "$hpc_bin:/usr/local/bin/hpc:ro" ${engine_args[@]+"${engine_args[@]}"})
+
+if [ -n "$capture" ]; then
+    mkdir -p "$capture"
+    capture=$(readlink -f "$capture")
+    # Copies what the doctor reads into /out/root and the environment into /out/env.
+    script='set -u
+o=/out/root
+for f in /proc/self/mountinfo /proc/self/cgroup /proc/self/status /proc/self/limits \
+         /proc/1/cgroup /proc/sys/kernel/yama/ptrace_scope /sys/devices/system/cpu/online \
+         /run/.containerenv /.dockerenv /run/systemd/container /run/host/container-manager; do
+  [ -e "$f" ] || continue
+  mkdir -p "$o$(dirname "$f")"; cat "$f" > "$o$f" 2>/dev/null || true
+done
+for c in cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us memory/memory.limit_in_bytes cpu.max memory.max; do
+  f=/sys/fs/cgroup/$c; [ -e "$f" ] || continue
+  mkdir -p "$o$(dirname "$f")"; cat "$f" > "$o$f"
+done
+env > /out/env'
+    "${run[@]}" -v "$capture:/out" "$image" sh -c "$script"
+    log "captured into $capture"
+    exit 0
+fi
+
+exec "${run[@]}" "$image" /usr/local/bin/hpc doctor "$@"

@@ -1,0 +1,406 @@
+//! Every runtime and every finding, from fixture trees under `tests/fixtures/<name>/`
+//! (`root/` is the file system, `env` the environment).
+
+use hpc_container::{Environment, Finding, Probe, Report, RuntimeKind, Severity, Strength};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> (Environment, Vec<Finding>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let probe = Probe::from_env_file(dir.join("root"), &dir.join("env")).expect("fixture env");
+    let env = Environment::detect_from(&probe);
+    let findings = env.diagnose();
+    (env, findings)
+}
+
+fn ids(f: &[Finding]) -> Vec<(&'static str, Severity)> {
+    f.iter().map(|f| (f.id, f.severity)).collect()
+}
+
+fn finding<'a>(f: &'a [Finding], id: &str) -> &'a Finding {
+    f.iter()
+        .find(|x| x.id == id)
+        .unwrap_or_else(|| panic!("no finding {id} in {:?}", ids(f)))
+}
+
+fn has_evidence(e: &Environment, source: &str) -> bool {
+    e.runtime.evidence.iter().any(|x| x.source == source)
+}
+
+fn evidence_sources(e: &Environment) -> Vec<&str> {
+    e.runtime
+        .evidence
+        .iter()
+        .map(|x| x.source.as_str())
+        .collect()
+}
+
+#[test]
+fn docker_real_capture() {
+    let (e, f) = fixture("docker");
+    assert_eq!(e.runtime.kind, RuntimeKind::Docker);
+    assert_eq!(e.runtime.confidence, Some(Strength::Strong));
+    assert!(
+        has_evidence(&e, "/.dockerenv"),
+        "{:?}",
+        evidence_sources(&e)
+    );
+    assert!(has_evidence(&e, "mountinfo"));
+    assert!(e.runtime.details["id"].starts_with("af6cadb9") || e.runtime.details["id"].len() == 64);
+    assert!(e.runtime.outer.is_empty());
+    let r = &e.resources;
+    assert_eq!(r.cgroup_version, Some(1));
+    assert_eq!(r.allowed_cpus, Some(2));
+    assert_eq!(r.shm_bytes, Some(64 << 20));
+    assert_eq!(r.memory_limit_bytes, None);
+    assert_eq!(r.cpu_quota, None);
+    assert_eq!(e.cma.cap_sys_ptrace, Some(false));
+    assert_eq!(ids(&f), vec![("shm.too-small", Severity::Warning)]);
+    assert!(finding(&f, "shm.too-small").fix.contains("--shm-size"));
+}
+
+#[test]
+fn podman_real_capture() {
+    let (e, f) = fixture("podman");
+    assert_eq!(e.runtime.kind, RuntimeKind::Podman);
+    let src = evidence_sources(&e);
+    assert!(src.contains(&"env:container"), "{src:?}");
+    assert!(src.contains(&"/run/.containerenv"));
+    assert!(src.contains(&"mountinfo"));
+    assert_eq!(e.runtime.details["id"].len(), 64);
+    assert!(
+        e.runtime.hints.is_empty(),
+        "libpod cgroup is folded into Podman"
+    );
+    assert_eq!(e.resources.shm_bytes, Some(64 << 20));
+    assert_eq!(e.resources.allowed_cpus, Some(2));
+    assert_eq!(ids(&f), vec![("shm.too-small", Severity::Warning)]);
+    assert!(finding(&f, "shm.too-small").fix.contains("--shm-size"));
+}
+
+#[test]
+fn charliecloud_real_capture() {
+    let (e, f) = fixture("charliecloud");
+    assert_eq!(e.runtime.kind, RuntimeKind::Charliecloud);
+    assert!(has_evidence(&e, "env:CH_RUNNING"));
+    assert!(e.runtime.outer.is_empty());
+    assert!(
+        f.iter().all(|x| x.severity == Severity::Info),
+        "{:?}",
+        ids(&f)
+    );
+}
+
+#[test]
+fn apptainer_without_nv() {
+    let (e, f) = fixture("apptainer");
+    assert_eq!(e.runtime.kind, RuntimeKind::Apptainer);
+    assert!(has_evidence(&e, "/.singularity.d"));
+    assert!(has_evidence(&e, "env:APPTAINER_CONTAINER"));
+    assert_eq!(e.runtime.details["built_with"], "1.3.4");
+    assert_eq!(e.runtime.details["image"], "/home/alice/lammps.sif");
+    assert!(
+        e.runtime.outer.is_empty(),
+        "SINGULARITY_* is Apptainer's compat alias"
+    );
+    assert_eq!(e.devices.gpu.pci.len(), 1);
+    let g = finding(&f, "gpu.not-visible");
+    assert_eq!(g.severity, Severity::Error);
+    assert!(g.fix.contains("--nv"));
+    assert!(g.seen.contains("0000:3b:00.0"));
+    assert_eq!(Report::new("x", e).exit_code, 2);
+}
+
+#[test]
+fn singularity_version_from_env() {
+    let (e, f) = fixture("singularity");
+    assert_eq!(e.runtime.kind, RuntimeKind::Singularity);
+    assert_eq!(e.runtime.version.as_deref(), Some("3.8.7"));
+    assert!(has_evidence(&e, "env:SINGULARITY_CONTAINER"));
+    assert!(has_evidence(&e, "/.singularity.d"));
+    assert!(f.is_empty(), "{:?}", ids(&f));
+}
+
+#[test]
+fn kubernetes_pod_cgroup_v2() {
+    let (e, f) = fixture("kubernetes");
+    assert_eq!(e.runtime.kind, RuntimeKind::Kubernetes);
+    let src = evidence_sources(&e);
+    assert!(src.contains(&"env:KUBERNETES_SERVICE_HOST"), "{src:?}");
+    assert!(src.contains(&"/var/run/secrets/kubernetes.io"));
+    assert!(src.contains(&"mountinfo"));
+    assert_eq!(e.runtime.details["namespace"], "hpc-jobs");
+    assert_eq!(
+        e.runtime.details["pod_uid"],
+        "6f1c2d2e-8a44-4b7e-9a53-0e4b2c1d9f10"
+    );
+    assert_eq!(e.resources.cgroup_version, Some(2));
+    assert_eq!(e.resources.cpu_quota, Some(2.0));
+    assert_eq!(e.resources.memory_limit_bytes, Some(4 << 30));
+    assert_eq!(e.resources.effective_cpus(), Some(2.0));
+    assert_eq!(ids(&f), vec![("cpu.quota-below-cpus", Severity::Info)]);
+}
+
+#[test]
+fn podman_nested_in_kubernetes() {
+    let (e, f) = fixture("podman-in-kubernetes");
+    assert_eq!(e.runtime.kind, RuntimeKind::Podman);
+    assert_eq!(e.runtime.version.as_deref(), Some("4.9.4"));
+    assert_eq!(e.runtime.details["rootless"], "1");
+    assert_eq!(e.runtime.details["name"], "inner");
+    let outer: Vec<_> = e.runtime.outer.iter().map(|d| d.kind).collect();
+    assert_eq!(outer, vec![RuntimeKind::Kubernetes]);
+    assert!(e.runtime.has_layer(RuntimeKind::Kubernetes));
+    assert!(f.is_empty(), "{:?}", ids(&f));
+}
+
+#[test]
+fn apptainer_nested_in_podman_inherits_env() {
+    let (e, _) = fixture("apptainer-in-podman");
+    assert_eq!(e.runtime.kind, RuntimeKind::Apptainer);
+    let outer: Vec<_> = e.runtime.outer.iter().map(|d| d.kind).collect();
+    assert_eq!(outer, vec![RuntimeKind::Podman]);
+    assert_eq!(e.runtime.outer[0].evidence[0].source, "env:container");
+}
+
+#[test]
+fn enroot_under_slurm_pmix_healthy_infiniband() {
+    let (e, f) = fixture("enroot");
+    assert_eq!(e.runtime.kind, RuntimeKind::Enroot);
+    let src = evidence_sources(&e);
+    assert!(src.contains(&"mountinfo"), "{src:?}");
+    assert!(src.contains(&"/etc/rc"));
+    assert!(src.contains(&"env:ENROOT_ROOTFS"));
+    let ib = &e.devices.infiniband;
+    assert_eq!(ib.adapters[0].name, "mlx5_0");
+    assert!(ib.adapters[0].ports[0].is_active());
+    assert_eq!(ib.providers, vec!["mlx5"]);
+    assert_eq!(e.launcher.local_size, Some(8));
+    assert_eq!(e.launcher.rank, Some(3));
+    assert_eq!(e.resources.allowed_cpus, Some(8));
+    assert!(f.is_empty(), "{:?}", ids(&f));
+    assert_eq!(Report::new("x", e).exit_code, 0);
+}
+
+#[test]
+fn shifter_sarus_lxc_nspawn() {
+    let (e, _) = fixture("shifter");
+    assert_eq!(e.runtime.kind, RuntimeKind::Shifter);
+    assert!(has_evidence(&e, "env:SHIFTER_RUNTIME"));
+    assert!(has_evidence(&e, "/etc/shifter"));
+    assert_eq!(e.runtime.details["image"], "docker:nersc/lammps:2023");
+
+    let (e, _) = fixture("sarus");
+    assert_eq!(e.runtime.kind, RuntimeKind::Sarus);
+    assert!(has_evidence(&e, "mountinfo"));
+
+    let (e, _) = fixture("lxc");
+    assert_eq!(e.runtime.kind, RuntimeKind::Lxc);
+    let src = evidence_sources(&e);
+    assert!(src.contains(&"/proc/1/environ"), "{src:?}");
+    assert!(src.contains(&"mountinfo"));
+
+    let (e, _) = fixture("systemd-nspawn");
+    assert_eq!(e.runtime.kind, RuntimeKind::SystemdNspawn);
+    let src = evidence_sources(&e);
+    assert!(src.contains(&"/run/systemd/container"), "{src:?}");
+    assert!(src.contains(&"env:container"));
+}
+
+#[test]
+fn bare_metal_and_vm() {
+    let (e, f) = fixture("bare-metal");
+    assert_eq!(e.runtime.kind, RuntimeKind::Host);
+    assert!(e.runtime.evidence.is_empty());
+    assert!(e.runtime.hints.is_empty());
+    assert_eq!(e.runtime.virtualization, None);
+    assert_eq!(e.cma.works, Some(true));
+    assert!(f.is_empty(), "{:?}", ids(&f));
+
+    let (e, _) = fixture("vm");
+    assert_eq!(e.runtime.kind, RuntimeKind::Host);
+    assert_eq!(e.runtime.virtualization.as_deref(), Some("qemu"));
+}
+
+#[test]
+fn docker_infiniband_missing() {
+    let (e, f) = fixture("docker-ib-missing");
+    assert_eq!(e.runtime.kind, RuntimeKind::Docker);
+    assert_eq!(
+        ids(&f),
+        vec![
+            ("ib.devices-missing", Severity::Error),
+            ("ib.provider-missing", Severity::Error),
+            ("limits.memlock-low", Severity::Warning),
+        ]
+    );
+    let d = finding(&f, "ib.devices-missing");
+    assert!(d.fix.contains("--device /dev/infiniband/uverbs0"));
+    assert!(d.fix.contains("--ulimit memlock=-1"));
+    let p = finding(&f, "ib.provider-missing");
+    assert!(p.seen.contains("mlx4.driver"), "{}", p.seen);
+    assert!(p.fix.contains("ibverbs-providers"));
+    assert!(p.fix.contains("rdma-core"));
+    assert!(finding(&f, "limits.memlock-low").seen.contains("64 KiB"));
+}
+
+#[test]
+fn podman_port_down_no_rdma_core() {
+    let (e, f) = fixture("podman-ib-port-down");
+    assert_eq!(e.runtime.kind, RuntimeKind::Podman);
+    assert_eq!(
+        ids(&f),
+        vec![
+            ("ib.port-down", Severity::Error),
+            ("ib.provider-missing", Severity::Error),
+            ("ib.rdma-cm-missing", Severity::Warning),
+        ]
+    );
+    assert!(finding(&f, "ib.port-down")
+        .seen
+        .contains("mlx5_0 port 1: DOWN"));
+    assert!(finding(&f, "ib.rdma-cm-missing").fix.contains("rdma_cm"));
+}
+
+#[test]
+fn slurm_without_pmix_and_oversubscribed() {
+    let (e, f) = fixture("slurm-no-pmix");
+    assert_eq!(e.runtime.kind, RuntimeKind::Host);
+    assert_eq!(e.launcher.local_size, Some(8));
+    assert_eq!(
+        ids(&f),
+        vec![
+            ("launch.slurm-no-pmix", Severity::Error),
+            ("cpu.oversubscribed", Severity::Warning),
+            ("cpu.ranks-unbound", Severity::Info),
+        ]
+    );
+    assert!(finding(&f, "launch.slurm-no-pmix")
+        .fix
+        .contains("srun --mpi=pmix"));
+    assert!(finding(&f, "cpu.oversubscribed").seen.contains("8 ranks"));
+}
+
+#[test]
+fn gpus_missing_per_runtime() {
+    let (e, f) = fixture("docker-gpu-missing");
+    assert_eq!(e.runtime.kind, RuntimeKind::Docker);
+    let g = finding(&f, "gpu.not-visible");
+    assert_eq!(g.severity, Severity::Error);
+    assert!(g.fix.contains("--gpus all"));
+
+    let (e, f) = fixture("podman-gpu-missing");
+    assert_eq!(e.runtime.kind, RuntimeKind::Podman);
+    assert_eq!(e.runtime.version.as_deref(), Some("4.3.1"));
+    assert!(finding(&f, "gpu.not-visible")
+        .fix
+        .contains("--device nvidia.com/gpu=all"));
+
+    let (e, f) = fixture("docker-gpu");
+    assert_eq!(e.devices.gpu.nvidia_devices, vec!["nvidia0"]);
+    assert!(e
+        .devices
+        .gpu
+        .driver_version
+        .as_deref()
+        .unwrap_or("")
+        .contains("550.54.15"));
+    assert!(e.devices.gpu.libcuda);
+    assert!(f.is_empty(), "{:?}", ids(&f));
+}
+
+#[test]
+fn slow_transports_and_cma() {
+    let (e, f) = fixture("slow-transports");
+    assert_eq!(e.launcher.local_size, Some(4));
+    assert_eq!(e.cma.ptrace_scope, Some(2));
+    assert_eq!(e.cma.works, Some(false));
+    assert_eq!(
+        ids(&f),
+        vec![
+            ("cma.blocked", Severity::Warning),
+            ("net.ompi-tcp-only", Severity::Warning),
+            ("net.ucx-tls-slow", Severity::Warning),
+            ("cpu.ranks-unbound", Severity::Info),
+        ]
+    );
+    let c = finding(&f, "cma.blocked");
+    assert!(c.fix.contains("--cap-add SYS_PTRACE"));
+    assert!(c
+        .fix
+        .contains("OMPI_MCA_btl_vader_single_copy_mechanism=none"));
+    assert_eq!(Report::new("x", e).exit_code, 1);
+}
+
+#[test]
+fn garbage_reads_as_unknown() {
+    let (e, _) = fixture("garbage");
+    assert_eq!(e.runtime.kind, RuntimeKind::Host);
+    assert_eq!(e.resources.allowed_cpus, None);
+    assert_eq!(e.resources.online_cpus, None);
+    assert_eq!(e.resources.memlock, None);
+    assert_eq!(e.resources.cpu_quota, None);
+    assert_eq!(e.cma.cap_sys_ptrace, None);
+    let text = Report::new("garbage", e).to_text(false);
+    assert!(text.contains("unknown"));
+}
+
+#[test]
+fn missing_root_is_all_unknown() {
+    let probe = Probe::new("/nonexistent/hpc-container-root", Default::default());
+    let e = Environment::detect_from(&probe);
+    assert_eq!(e.runtime.kind, RuntimeKind::Host);
+    assert!(e.diagnose().is_empty());
+}
+
+#[test]
+fn json_schema_is_stable() {
+    let (e, _) = fixture("docker-ib-missing");
+    let v: serde_json::Value = serde_json::from_str(&Report::new("/fx", e).to_json()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["status"], "error");
+    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["summary"]["errors"], 2);
+    assert_eq!(v["environment"]["runtime"]["kind"], "docker");
+    assert_eq!(
+        v["environment"]["runtime"]["evidence"][0]["strength"],
+        "strong"
+    );
+    assert_eq!(v["environment"]["resources"]["memlock"]["soft"], 65536);
+    assert_eq!(v["environment"]["resources"]["nofile"]["soft"], 65536);
+    assert_eq!(v["findings"][0]["id"], "ib.devices-missing");
+    assert_eq!(v["findings"][0]["severity"], "error");
+    for key in ["seen", "why", "fix"] {
+        assert!(v["findings"][0][key].is_string());
+    }
+    let (e, _) = fixture("bare-metal");
+    let v: serde_json::Value = serde_json::from_str(&Report::new("/", e).to_json()).unwrap();
+    assert_eq!(v["environment"]["runtime"]["kind"], "none");
+    assert_eq!(
+        v["environment"]["resources"]["memlock"]["soft"],
+        "unlimited"
+    );
+}
+
+#[test]
+fn text_report_colours_only_when_asked() {
+    let (e, _) = fixture("docker-gpu-missing");
+    let r = Report::new("/", e);
+    assert!(!r.to_text(false).contains('\x1b'));
+    assert!(r.to_text(true).contains("\x1b[1;31merror"));
+    assert!(r.to_text(false).contains("[gpu.not-visible]"));
+}
+
+/// Live detection on this machine stays fast (generous bound for debug builds).
+#[test]
+fn live_detect_and_diagnose_is_fast() {
+    let start = std::time::Instant::now();
+    let n = 10;
+    for _ in 0..n {
+        let e = Environment::detect();
+        let _ = e.diagnose();
+    }
+    let each = start.elapsed() / n;
+    assert!(each.as_millis() < 500, "detect+diagnose took {each:?}");
+}
