@@ -1,0 +1,610 @@
+//! An in-memory executor for verifying schedules.
+//!
+//! [`run`] executes one schedule per rank against per-rank buffers, with
+//! the semantics an engine must provide (see [`crate::schedule`]):
+//!
+//! * a rank posts all steps of its current round at once; a send's data is
+//!   captured when posted;
+//! * messages match by `(source, destination, tag)` in posting order;
+//! * **rendezvous**: a send completes only once the matching receive has
+//!   been posted, and a receive once the matching send has; a round
+//!   completes when all its sends and receives have, after which its
+//!   receives land and its local copies/reductions run;
+//! * if a full pass over the ranks makes no progress, the run fails with
+//!   [`SimError::Deadlock`].
+//!
+//! Before running, every schedule is checked statically: peers in range
+//! and not the rank itself, regions inside their buffers, the send buffer
+//! never written, and no conflicting regions within a round (a region
+//! written by one step overlapping any other region of the round).
+//! Scratch buffers start filled with `0xA5` so that reading scratch before
+//! writing it shows up as wrong results.
+
+use std::collections::HashMap;
+
+use crate::op::{CustomOps, ReduceError};
+use crate::schedule::{BufferId, Region, Schedule, Step};
+
+/// One rank's user buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RankBuffers {
+    /// Send (input) buffer; never modified.
+    pub send: Vec<u8>,
+    /// Receive (output) buffer, with its initial contents.
+    pub recv: Vec<u8>,
+}
+
+/// Counters of a simulated run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages sent, all ranks.
+    pub messages: usize,
+    /// Bytes sent, all ranks.
+    pub bytes: usize,
+    /// Largest number of rounds of any rank.
+    pub max_rounds: usize,
+    /// Largest number of bytes sent by one rank.
+    pub max_bytes_per_rank: usize,
+}
+
+/// The result of [`run_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Final receive buffers, by rank.
+    pub recv: Vec<Vec<u8>>,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// Where a deadlocked rank is stuck.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// The rank.
+    pub rank: usize,
+    /// Its current round.
+    pub round: usize,
+    /// A step of that round that cannot complete.
+    pub waiting_on: Step,
+}
+
+/// Why a simulated run failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// The number of schedules and of buffers differ.
+    #[error("{schedules} schedules but {inputs} buffer sets")]
+    WrongCount {
+        /// Schedules given.
+        schedules: usize,
+        /// Buffer sets given.
+        inputs: usize,
+    },
+    /// Schedule `index` is not for rank `index` of `schedules.len()` ranks.
+    #[error("schedule {index} is for rank {rank} of {size}")]
+    WrongRank {
+        /// Position in the slice.
+        index: usize,
+        /// Rank in the schedule.
+        rank: usize,
+        /// Size in the schedule.
+        size: usize,
+    },
+    /// A peer is out of range or the rank itself.
+    #[error("rank {rank} round {round}: invalid peer {peer}")]
+    BadPeer {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+        /// The peer.
+        peer: usize,
+    },
+    /// A region does not fit its buffer.
+    #[error("rank {rank} round {round}: region {region} exceeds its buffer of {buf_len} bytes")]
+    OutOfBounds {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+        /// The region.
+        region: Region,
+        /// The buffer's length.
+        buf_len: usize,
+    },
+    /// A step writes the send buffer.
+    #[error("rank {rank} round {round}: writes the send buffer at {region}")]
+    WriteToSendBuffer {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+        /// The region.
+        region: Region,
+    },
+    /// Two steps of one round conflict (or a step's source and destination
+    /// overlap).
+    #[error("rank {rank} round {round}: {written} is written while {other} is accessed")]
+    Conflict {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+        /// The written region.
+        written: Region,
+        /// The overlapping region.
+        other: Region,
+    },
+    /// A copy or reduce whose regions differ in length.
+    #[error("rank {rank} round {round}: local step with regions of different length")]
+    LengthMismatch {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+    },
+    /// A message's size differs from the receive's region.
+    #[error("message {src} -> {dst} tag {tag}: sent {sent} bytes, receive expects {expected}")]
+    SizeMismatch {
+        /// Sender.
+        src: usize,
+        /// Receiver.
+        dst: usize,
+        /// Tag.
+        tag: u32,
+        /// Bytes sent.
+        sent: usize,
+        /// Bytes the receive region holds.
+        expected: usize,
+    },
+    /// No rank can make progress.
+    #[error("deadlock: {} rank(s) blocked, first {:?}", blocked.len(), blocked.first())]
+    Deadlock {
+        /// The blocked ranks.
+        blocked: Vec<Blocked>,
+    },
+    /// A reduction failed.
+    #[error("rank {rank} round {round}: {source}")]
+    Reduce {
+        /// The rank.
+        rank: usize,
+        /// The round.
+        round: usize,
+        /// The kernel's error.
+        source: ReduceError,
+    },
+}
+
+/// Runs `schedules[r]` on rank `r` with `inputs[r]`, built-in operations
+/// only, and returns the final receive buffers.
+///
+/// ```
+/// use hpc_collectives::{algo, sim};
+///
+/// let size = 5;
+/// let schedules: Vec<_> = (0..size).map(|r| algo::bcast::binomial(r, size, 2, 3)).collect();
+/// let inputs = (0..size)
+///     .map(|r| sim::RankBuffers { send: vec![], recv: if r == 2 { vec![7, 8, 9] } else { vec![0; 3] } })
+///     .collect();
+/// let out = sim::run(&schedules, inputs).unwrap();
+/// assert!(out.iter().all(|b| b == &[7, 8, 9]));
+/// ```
+pub fn run(schedules: &[Schedule], inputs: Vec<RankBuffers>) -> Result<Vec<Vec<u8>>, SimError> {
+    run_with(schedules, inputs, &CustomOps::new()).map(|o| o.recv)
+}
+
+/// Checks one schedule statically against buffer lengths (see the module
+/// docs for the rules).
+pub fn check(sched: &Schedule, send_len: usize, recv_len: usize) -> Result<(), SimError> {
+    let rank = sched.rank;
+    let len_of = |b: BufferId| match b {
+        BufferId::Send => send_len,
+        BufferId::Recv => recv_len,
+        BufferId::Scratch => sched.scratch_bytes,
+    };
+    for (round, r) in sched.rounds.iter().enumerate() {
+        let mut accesses: Vec<(Region, bool, usize)> = Vec::new();
+        for (i, step) in r.steps.iter().enumerate() {
+            if let Step::Send { peer, .. } | Step::Recv { peer, .. } = *step {
+                if peer >= sched.size || peer == rank {
+                    return Err(SimError::BadPeer { rank, round, peer });
+                }
+            }
+            if let Step::Copy { src, dst } | Step::Reduce { src, dst, .. } = *step {
+                if src.len != dst.len {
+                    return Err(SimError::LengthMismatch { rank, round });
+                }
+                if src.overlaps(&dst) {
+                    return Err(SimError::Conflict {
+                        rank,
+                        round,
+                        written: dst,
+                        other: src,
+                    });
+                }
+            }
+            let written = step.written();
+            for region in step.read().into_iter().chain(written) {
+                let buf_len = len_of(region.buf);
+                if region.end() > buf_len {
+                    return Err(SimError::OutOfBounds {
+                        rank,
+                        round,
+                        region,
+                        buf_len,
+                    });
+                }
+            }
+            if let Some(w) = written {
+                if w.buf == BufferId::Send {
+                    return Err(SimError::WriteToSendBuffer {
+                        rank,
+                        round,
+                        region: w,
+                    });
+                }
+                accesses.push((w, true, i));
+            }
+            for rd in step.read() {
+                if Some(rd) != written {
+                    accesses.push((rd, false, i));
+                }
+            }
+        }
+        for (a, (ra, wa, ia)) in accesses.iter().enumerate() {
+            for (rb, wb, ib) in &accesses[a + 1..] {
+                if ia != ib && (*wa || *wb) && ra.overlaps(rb) {
+                    let (written, other) = if *wa { (*ra, *rb) } else { (*rb, *ra) };
+                    return Err(SimError::Conflict {
+                        rank,
+                        round,
+                        written,
+                        other,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+type Chan = (usize, usize, u32);
+
+#[derive(Default)]
+struct Channel {
+    msgs: Vec<Vec<u8>>,
+    recvs_posted: usize,
+}
+
+struct RankState {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    scratch: Vec<u8>,
+    round: usize,
+    posted: bool,
+    /// (channel, sequence number) of the current round's sends and receives.
+    sends: Vec<(Chan, usize, Step)>,
+    recvs: Vec<(Chan, usize, Step)>,
+}
+
+impl RankState {
+    fn buf(&self, b: BufferId) -> &[u8] {
+        match b {
+            BufferId::Send => &self.send,
+            BufferId::Recv => &self.recv,
+            BufferId::Scratch => &self.scratch,
+        }
+    }
+
+    fn buf_mut(&mut self, b: BufferId) -> &mut [u8] {
+        match b {
+            BufferId::Send => &mut self.send,
+            BufferId::Recv => &mut self.recv,
+            BufferId::Scratch => &mut self.scratch,
+        }
+    }
+
+    fn read(&self, r: Region) -> &[u8] {
+        &self.buf(r.buf)[r.offset..r.end()]
+    }
+
+    fn write(&mut self, r: Region) -> &mut [u8] {
+        &mut self.buf_mut(r.buf)[r.offset..r.end()]
+    }
+}
+
+/// Like [`run`], with a registry for [`ReduceOp::Custom`](crate::ReduceOp::Custom)
+/// operations, and returning [`Stats`].
+pub fn run_with(
+    schedules: &[Schedule],
+    inputs: Vec<RankBuffers>,
+    custom: &CustomOps,
+) -> Result<Outcome, SimError> {
+    let size = schedules.len();
+    if inputs.len() != size {
+        return Err(SimError::WrongCount {
+            schedules: size,
+            inputs: inputs.len(),
+        });
+    }
+    let mut stats = Stats::default();
+    for (index, (s, input)) in schedules.iter().zip(&inputs).enumerate() {
+        if s.rank != index || s.size != size {
+            return Err(SimError::WrongRank {
+                index,
+                rank: s.rank,
+                size: s.size,
+            });
+        }
+        check(s, input.send.len(), input.recv.len())?;
+        stats.max_rounds = stats.max_rounds.max(s.rounds.len());
+        stats.messages += s.messages_sent();
+        stats.bytes += s.bytes_sent();
+        stats.max_bytes_per_rank = stats.max_bytes_per_rank.max(s.bytes_sent());
+    }
+
+    let mut ranks: Vec<RankState> = inputs
+        .into_iter()
+        .zip(schedules)
+        .map(|(b, s)| RankState {
+            send: b.send,
+            recv: b.recv,
+            scratch: vec![0xA5; s.scratch_bytes],
+            round: 0,
+            posted: false,
+            sends: Vec::new(),
+            recvs: Vec::new(),
+        })
+        .collect();
+    let mut chans: HashMap<Chan, Channel> = HashMap::new();
+    let mut remaining = schedules.iter().filter(|s| !s.rounds.is_empty()).count();
+
+    while remaining > 0 {
+        let mut progress = false;
+        for (rank, sched) in schedules.iter().enumerate() {
+            let st = &mut ranks[rank];
+            if st.round >= sched.rounds.len() {
+                continue;
+            }
+            let round = &sched.rounds[st.round];
+            if !st.posted {
+                for step in &round.steps {
+                    match *step {
+                        Step::Send { peer, region, tag } => {
+                            let key = (rank, peer, tag);
+                            let ch = chans.entry(key).or_default();
+                            ch.msgs.push(st.read(region).to_vec());
+                            st.sends.push((key, ch.msgs.len() - 1, *step));
+                        }
+                        Step::Recv { peer, tag, .. } => {
+                            let key = (peer, rank, tag);
+                            let ch = chans.entry(key).or_default();
+                            ch.recvs_posted += 1;
+                            st.recvs.push((key, ch.recvs_posted - 1, *step));
+                        }
+                        _ => {}
+                    }
+                }
+                st.posted = true;
+                progress = true;
+            }
+            let sends_done = st
+                .sends
+                .iter()
+                .all(|(k, seq, _)| chans.get(k).is_some_and(|c| c.recvs_posted > *seq));
+            let recvs_done = st
+                .recvs
+                .iter()
+                .all(|(k, seq, _)| chans.get(k).is_some_and(|c| c.msgs.len() > *seq));
+            if !(sends_done && recvs_done) {
+                continue;
+            }
+            // Complete the round: land receives, then run local steps.
+            for (key, seq, step) in std::mem::take(&mut st.recvs) {
+                let Step::Recv { region, .. } = step else {
+                    unreachable!()
+                };
+                let ch = chans.get_mut(&key).expect("channel exists");
+                let data = std::mem::take(&mut ch.msgs[seq]);
+                if data.len() != region.len {
+                    return Err(SimError::SizeMismatch {
+                        src: key.0,
+                        dst: key.1,
+                        tag: key.2,
+                        sent: data.len(),
+                        expected: region.len,
+                    });
+                }
+                st.write(region).copy_from_slice(&data);
+            }
+            st.sends.clear();
+            for step in &round.steps {
+                match *step {
+                    Step::Copy { src, dst } => {
+                        let data = st.read(src).to_vec();
+                        st.write(dst).copy_from_slice(&data);
+                    }
+                    Step::Reduce { src, dst, op, dtype } => {
+                        let data = st.read(src).to_vec();
+                        custom
+                            .apply(op, dtype, &data, st.write(dst))
+                            .map_err(|source| SimError::Reduce {
+                                rank,
+                                round: st.round,
+                                source,
+                            })?;
+                    }
+                    _ => {}
+                }
+            }
+            st.round += 1;
+            st.posted = false;
+            progress = true;
+            if st.round == sched.rounds.len() {
+                remaining -= 1;
+            }
+        }
+        if !progress {
+            let blocked = schedules
+                .iter()
+                .zip(&ranks)
+                .filter(|(s, st)| st.round < s.rounds.len())
+                .map(|(s, st)| {
+                    let waiting_on = st
+                        .sends
+                        .iter()
+                        .find(|(k, seq, _)| chans.get(k).is_none_or(|c| c.recvs_posted <= *seq))
+                        .or_else(|| {
+                            st.recvs
+                                .iter()
+                                .find(|(k, seq, _)| chans.get(k).is_none_or(|c| c.msgs.len() <= *seq))
+                        })
+                        .map(|x| x.2)
+                        .expect("a blocked rank waits on something");
+                    Blocked {
+                        rank: s.rank,
+                        round: st.round,
+                        waiting_on,
+                    }
+                })
+                .collect();
+            return Err(SimError::Deadlock { blocked });
+        }
+    }
+    Ok(Outcome {
+        recv: ranks.into_iter().map(|r| r.recv).collect(),
+        stats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::{Algorithm, CollectiveKind};
+    use crate::schedule::Round;
+
+    fn sched(rank: usize, size: usize, rounds: Vec<Vec<Step>>) -> Schedule {
+        Schedule {
+            kind: CollectiveKind::Barrier,
+            algorithm: Algorithm::Dissemination,
+            rank,
+            size,
+            send_bytes: 0,
+            recv_bytes: 0,
+            scratch_bytes: 8,
+            rounds: rounds.into_iter().map(|steps| Round { steps }).collect(),
+        }
+    }
+
+    fn bufs(n: usize) -> Vec<RankBuffers> {
+        (0..n)
+            .map(|_| RankBuffers {
+                send: vec![1; 8],
+                recv: vec![0; 8],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn detects_deadlock() {
+        // Both ranks receive first, then send: classic deadlock.
+        let s: Vec<_> = (0..2)
+            .map(|r| {
+                sched(
+                    r,
+                    2,
+                    vec![
+                        vec![Step::Recv { peer: 1 - r, region: Region::recv(0, 4), tag: 0 }],
+                        vec![Step::Send { peer: 1 - r, region: Region::send(0, 4), tag: 0 }],
+                    ],
+                )
+            })
+            .collect();
+        let err = run(&s, bufs(2)).unwrap_err();
+        assert!(matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2), "{err}");
+    }
+
+    #[test]
+    fn rendezvous_send_waits_for_recv() {
+        // Both send first (separate round), then receive: deadlocks under
+        // rendezvous semantics.
+        let s: Vec<_> = (0..2)
+            .map(|r| {
+                sched(
+                    r,
+                    2,
+                    vec![
+                        vec![Step::Send { peer: 1 - r, region: Region::send(0, 4), tag: 0 }],
+                        vec![Step::Recv { peer: 1 - r, region: Region::recv(0, 4), tag: 0 }],
+                    ],
+                )
+            })
+            .collect();
+        assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
+    }
+
+    #[test]
+    fn detects_size_mismatch_and_tags() {
+        let s = vec![
+            sched(0, 2, vec![vec![Step::Send { peer: 1, region: Region::send(0, 4), tag: 3 }]]),
+            sched(1, 2, vec![vec![Step::Recv { peer: 0, region: Region::recv(0, 5), tag: 3 }]]),
+        ];
+        assert_eq!(
+            run(&s, bufs(2)).unwrap_err(),
+            SimError::SizeMismatch { src: 0, dst: 1, tag: 3, sent: 4, expected: 5 }
+        );
+        // A different tag never matches.
+        let s = vec![
+            sched(0, 2, vec![vec![Step::Send { peer: 1, region: Region::send(0, 4), tag: 3 }]]),
+            sched(1, 2, vec![vec![Step::Recv { peer: 0, region: Region::recv(0, 4), tag: 4 }]]),
+        ];
+        assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
+    }
+
+    #[test]
+    fn static_checks() {
+        let one = |steps| vec![sched(0, 2, vec![steps]), sched(1, 2, vec![])];
+        let e = run(&one(vec![Step::Send { peer: 0, region: Region::send(0, 1), tag: 0 }]), bufs(2));
+        assert!(matches!(e, Err(SimError::BadPeer { .. })));
+        let e = run(&one(vec![Step::Copy { src: Region::recv(0, 4), dst: Region::send(0, 4) }]), bufs(2));
+        assert!(matches!(e, Err(SimError::WriteToSendBuffer { .. })));
+        let e = run(&one(vec![Step::Copy { src: Region::send(0, 9), dst: Region::recv(0, 9) }]), bufs(2));
+        assert!(matches!(e, Err(SimError::OutOfBounds { .. })));
+        let e = run(
+            &one(vec![
+                Step::Copy { src: Region::send(0, 4), dst: Region::recv(0, 4) },
+                Step::Copy { src: Region::recv(2, 4), dst: Region::scratch(0, 4) },
+            ]),
+            bufs(2),
+        );
+        assert!(matches!(e, Err(SimError::Conflict { .. })));
+        let e = run(&one(vec![Step::Copy { src: Region::recv(0, 4), dst: Region::recv(2, 4) }]), bufs(2));
+        assert!(matches!(e, Err(SimError::Conflict { .. })));
+        let e = run(&[sched(1, 2, vec![])], bufs(1));
+        assert!(matches!(e, Err(SimError::WrongRank { .. })));
+        let e = run(&[sched(0, 1, vec![])], bufs(2));
+        assert!(matches!(e, Err(SimError::WrongCount { .. })));
+    }
+
+    #[test]
+    fn fifo_matching() {
+        let s = vec![
+            sched(
+                0,
+                2,
+                vec![vec![
+                    Step::Send { peer: 1, region: Region::send(0, 2), tag: 0 },
+                    Step::Send { peer: 1, region: Region::recv(0, 2), tag: 0 },
+                ]],
+            ),
+            sched(
+                1,
+                2,
+                vec![vec![
+                    Step::Recv { peer: 0, region: Region::recv(0, 2), tag: 0 },
+                    Step::Recv { peer: 0, region: Region::recv(2, 2), tag: 0 },
+                ]],
+            ),
+        ];
+        let out = run(&s, bufs(2)).unwrap();
+        assert_eq!(out[1][..4], [1, 1, 0, 0]);
+    }
+}
