@@ -87,7 +87,18 @@ CONF
     *) log "unknown engine: $engine"; exit 64 ;;
 esac
 
-run=("$engine" run --rm -v "$hpc_bin:/usr/local/bin/hpc:ro" ${engine_args[@]+"${engine_args[@]}"})
+# The binary is built on the host (Debian bookworm like the image): bind in the
+# shared libraries it needs beyond the minbase set (libhwloc, libudev, ...).
+lib_binds=()
+while read -r lib; do
+    case "$(basename "$lib")" in
+        libc.so*|libm.so*|ld-linux*|libgcc_s.so*|libpthread.so*|libdl.so*|librt.so*) continue ;;
+    esac
+    lib_binds+=(-v "$lib:$lib:ro")
+done < <(ldd "$hpc_bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+
+run=("$engine" run --rm -v "$hpc_bin:/usr/local/bin/hpc:ro" ${lib_binds[@]+"${lib_binds[@]}"}
+     ${engine_args[@]+"${engine_args[@]}"})
 
 if [ -n "$capture" ]; then
     mkdir -p "$capture"

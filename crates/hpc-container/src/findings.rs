@@ -190,7 +190,12 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             .adapters
             .iter()
             .map(|a| a.provider.clone())
-            .filter(|prov| !ib.providers.iter().any(|x| x == prov))
+            .filter(|prov| {
+                // hfi1 and ipath ship as `hfi1verbs.driver`, `ipathverbs.driver`.
+                !ib.providers
+                    .iter()
+                    .any(|x| x == prov || x.strip_suffix("verbs") == Some(prov.as_str()))
+            })
             .collect();
         missing.sort();
         missing.dedup();

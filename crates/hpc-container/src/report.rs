@@ -264,18 +264,18 @@ impl Report {
             .iter()
             .map(|k| format!("{k:?}").to_lowercase())
             .collect();
-        let _ = writeln!(
-            o,
-            "  {}; rank {} of {}; {} rank(s) on this node",
-            if kinds.is_empty() {
-                "no launcher".to_string()
-            } else {
-                kinds.join(", ")
-            },
-            opt(l.rank),
-            opt(l.size),
-            opt(l.local_size)
-        );
+        if kinds.is_empty() {
+            let _ = writeln!(o, "  no launcher (a single process)");
+        } else {
+            let _ = writeln!(
+                o,
+                "  {}; rank {} of {}; {} rank(s) on this node",
+                kinds.join(", "),
+                opt(l.rank),
+                opt(l.size),
+                opt(l.local_size)
+            );
+        }
         if let Some(s) = &l.slurm {
             let _ = writeln!(
                 o,

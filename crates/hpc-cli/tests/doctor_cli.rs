@@ -1,0 +1,83 @@
+//! `hpc doctor` on fixture trees: exit codes, JSON, text.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../hpc-container/tests/fixtures")
+}
+
+fn doctor(fixture: &str, json: bool) -> (i32, String) {
+    let dir = fixtures().join(fixture);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpc"));
+    cmd.arg("doctor")
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--env-file")
+        .arg(dir.join("env"));
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("run hpc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn exit_codes_follow_severity() {
+    assert_eq!(doctor("enroot", false).0, 0);
+    assert_eq!(doctor("docker", false).0, 1);
+    assert_eq!(doctor("docker-ib-missing", false).0, 2);
+}
+
+#[test]
+fn json_report() {
+    let (code, out) = doctor("podman-in-kubernetes", true);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["environment"]["runtime"]["kind"], "podman");
+    assert_eq!(
+        v["environment"]["runtime"]["outer"][0]["kind"],
+        "kubernetes"
+    );
+}
+
+#[test]
+fn text_report_without_colour_when_piped() {
+    let (code, out) = doctor("apptainer", false);
+    assert_eq!(code, 2);
+    assert!(out.contains("Apptainer"));
+    assert!(out.contains("[gpu.not-visible]"));
+    assert!(out.contains("--nv"));
+    assert!(!out.contains('\x1b'), "stdout is a pipe: no colour");
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["doctor", "--env-file", "/nonexistent/env"])
+        .output()
+        .expect("run hpc");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--env-file"));
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["doctor", "--root", "/nonexistent/root"])
+        .output()
+        .expect("run hpc");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn live_run_is_valid_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["doctor", "--json"])
+        .output()
+        .expect("run hpc");
+    let code = out.status.code().unwrap_or(-1);
+    assert!((0..=2).contains(&code), "exit code {code}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["exit_code"], code);
+}
