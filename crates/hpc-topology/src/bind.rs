@@ -16,7 +16,10 @@ fn to_cpu_set_t(set: &CpuSet) -> Result<libc::cpu_set_t> {
     let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
     for cpu in set.iter() {
         if cpu >= max {
-            return Err(TopologyError::Bind { cpuset: set.to_string(), reason: format!("PU {cpu} is beyond {max}") });
+            return Err(TopologyError::Bind {
+                cpuset: set.to_string(),
+                reason: format!("PU {cpu} is beyond {max}"),
+            });
         }
         // SAFETY: `cpu` is below the capacity of `raw`, checked above.
         unsafe { libc::CPU_SET(cpu as usize, &mut raw) };
@@ -28,7 +31,8 @@ fn affinity_of(pid: libc::pid_t) -> Result<CpuSet> {
     // SAFETY: all-zero is a valid cpu_set_t.
     let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+    let rc =
+        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
     if rc != 0 {
         return Err(TopologyError::Bind {
             cpuset: String::new(),
@@ -37,7 +41,10 @@ fn affinity_of(pid: libc::pid_t) -> Result<CpuSet> {
     }
     let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: every index is below the set's capacity.
-    Ok((0..max).filter(|&i| unsafe { libc::CPU_ISSET(i, &raw) }).map(|i| i as u32).collect())
+    Ok((0..max)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &raw) })
+        .map(|i| i as u32)
+        .collect())
 }
 
 /// The PUs the calling thread may run on (`sched_getaffinity(0)`).
@@ -63,7 +70,10 @@ pub fn current_cpu() -> Option<u32> {
 /// Binds the calling thread to `cpuset` (`sched_setaffinity(0)`).
 pub fn bind_current_thread(cpuset: &CpuSet) -> Result<()> {
     if cpuset.is_empty() {
-        return Err(TopologyError::Bind { cpuset: String::new(), reason: "empty cpuset".into() });
+        return Err(TopologyError::Bind {
+            cpuset: String::new(),
+            reason: "empty cpuset".into(),
+        });
     }
     let raw = to_cpu_set_t(cpuset)?;
     // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
@@ -95,11 +105,20 @@ fn local_hwloc() -> Result<hwlocality::topology::Topology> {
 /// thread that starts them.
 pub fn bind_current_process(cpuset: &CpuSet) -> Result<()> {
     if cpuset.is_empty() {
-        return Err(TopologyError::Bind { cpuset: String::new(), reason: "empty cpuset".into() });
+        return Err(TopologyError::Bind {
+            cpuset: String::new(),
+            reason: "empty cpuset".into(),
+        });
     }
     let hw = local_hwloc()?;
-    hw.bind_cpu(&hwloc_cpuset(cpuset), hwlocality::cpu::binding::CpuBindingFlags::PROCESS)
-        .map_err(|e| TopologyError::Bind { cpuset: cpuset.to_string(), reason: e.to_string() })?;
+    hw.bind_cpu(
+        &hwloc_cpuset(cpuset),
+        hwlocality::cpu::binding::CpuBindingFlags::PROCESS,
+    )
+    .map_err(|e| TopologyError::Bind {
+        cpuset: cpuset.to_string(),
+        reason: e.to_string(),
+    })?;
     tracing::debug!(cpuset = %cpuset, "process bound");
     Ok(())
 }
@@ -186,7 +205,12 @@ impl PinnedPoolBuilder {
 
     /// One worker per cpuset, worker `i` pinned to `cpusets[i]`.
     pub fn from_cpusets(cpusets: Vec<CpuSet>) -> Self {
-        Self { cpusets, numa: None, bind_memory: false, name: "hpc-worker".into() }
+        Self {
+            cpusets,
+            numa: None,
+            bind_memory: false,
+            name: "hpc-worker".into(),
+        }
     }
 
     fn numa(mut self, numa: Option<u32>) -> Self {
@@ -359,16 +383,35 @@ pub struct BindingReport {
 /// assert!(matches!(report.diagnostic, Some(BindingDiagnostic::SingleCore { .. })));
 /// assert!(report.diagnostic.unwrap().to_string().contains("--bind-to none"));
 /// ```
-pub fn diagnose_binding(topo: &Topology, cpuset: &CpuSet, threads: usize, launcher: Launcher) -> BindingReport {
+pub fn diagnose_binding(
+    topo: &Topology,
+    cpuset: &CpuSet,
+    threads: usize,
+    launcher: Launcher,
+) -> BindingReport {
     let cores = topo.allowed_cores(cpuset).count();
     let diagnostic = if threads > 1 && cores == 1 {
-        Some(BindingDiagnostic::SingleCore { cpuset: cpuset.clone(), threads, launcher })
+        Some(BindingDiagnostic::SingleCore {
+            cpuset: cpuset.clone(),
+            threads,
+            launcher,
+        })
     } else if threads > cores && cores > 0 {
-        Some(BindingDiagnostic::TooFewCores { cpuset: cpuset.clone(), cores, threads, launcher })
+        Some(BindingDiagnostic::TooFewCores {
+            cpuset: cpuset.clone(),
+            cores,
+            threads,
+            launcher,
+        })
     } else {
         None
     };
-    BindingReport { cpuset: cpuset.clone(), cores, launcher, diagnostic }
+    BindingReport {
+        cpuset: cpuset.clone(),
+        cores,
+        launcher,
+        diagnostic,
+    }
 }
 
 /// Reads this process's binding and diagnoses it against `threads` requested

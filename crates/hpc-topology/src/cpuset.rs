@@ -116,13 +116,21 @@ impl CpuSet {
     /// Whether the sets share at least one PU.
     pub fn intersects(&self, other: &CpuSet) -> bool {
         // Iterate over the smaller set.
-        let (small, big) = if self.len() <= other.len() { (self, other) } else { (other, self) };
+        let (small, big) = if self.len() <= other.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
         small.iter().any(|i| big.contains(i))
     }
 
     /// Number of PUs in both sets.
     pub fn intersection_len(&self, other: &CpuSet) -> usize {
-        let (small, big) = if self.len() <= other.len() { (self, other) } else { (other, self) };
+        let (small, big) = if self.len() <= other.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
         small.iter().filter(|&i| big.contains(i)).count()
     }
 

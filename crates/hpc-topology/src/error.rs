@@ -30,7 +30,7 @@ pub enum TopologyError {
         reason: String,
     },
     /// The XML file does not exist or cannot be read.
-    #[error("topology XML file {path} cannot be read: {source}")]
+    #[error("topology XML file {path} cannot be read")]
     XmlFile {
         /// The path as given.
         path: PathBuf,

@@ -130,19 +130,19 @@ mod model;
 mod placement;
 
 pub use bind::{
-    bind_current_process, bind_current_thread, bind_memory_to_numa, check_binding, current_binding, current_cpu,
-    diagnose_binding, thread_affinity, BindingDiagnostic, BindingReport, Launcher, MemoryBindScope, MemoryBinding,
-    PinnedPoolBuilder,
+    bind_current_process, bind_current_thread, bind_memory_to_numa, check_binding, current_binding,
+    current_cpu, diagnose_binding, thread_affinity, BindingDiagnostic, BindingReport, Launcher,
+    MemoryBindScope, MemoryBinding, PinnedPoolBuilder,
 };
 pub use cpuset::CpuSet;
 pub use error::{Result, TopologyError};
 pub use model::{
-    format_bytes, Cache, CacheKind, Core, Gpu, NicKind, Nic, NumaNode, OsDevice, OsDeviceKind, Package, PciInfo,
-    Topology, TopologySource,
+    format_bytes, Cache, CacheKind, Core, Gpu, Nic, NicKind, NumaNode, OsDevice, OsDeviceKind,
+    Package, PciInfo, Topology, TopologySource,
 };
 pub use placement::{
-    plan, DeviceAssignment, Placement, PlacementPlan, PlacementRequest, Policy, ProgressScope, TopologyBrief,
-    SCHEMA_VERSION,
+    plan, DeviceAssignment, Placement, PlacementPlan, PlacementRequest, Policy, ProgressScope,
+    TopologyBrief, SCHEMA_VERSION,
 };
 
 /// The placement of one rank on the machine this process runs on: discovers the
@@ -170,7 +170,9 @@ pub fn plan_for_env(
     policy: Policy,
 ) -> Result<Placement> {
     let topo = Topology::this_machine()?;
-    plan_for_rank(&topo, local_rank, local_size, threads, progress, scope, policy)
+    plan_for_rank(
+        &topo, local_rank, local_size, threads, progress, scope, policy,
+    )
 }
 
 /// Like [`plan_for_env`] on a given topology.
@@ -184,7 +186,10 @@ pub fn plan_for_rank(
     policy: Policy,
 ) -> Result<Placement> {
     if local_size > 0 && local_rank >= local_size {
-        return Err(TopologyError::RankOutOfRange { local_rank, local_size });
+        return Err(TopologyError::RankOutOfRange {
+            local_rank,
+            local_size,
+        });
     }
     let mut req = PlacementRequest::new(local_size, threads).policy(policy);
     req.progress = progress;

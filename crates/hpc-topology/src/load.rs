@@ -58,25 +58,36 @@ impl Topology {
             TopologySource::ThisMachine => builder,
             TopologySource::Xml(path) => {
                 if let Err(e) = std::fs::File::open(path) {
-                    return Err(TopologyError::XmlFile { path: path.clone(), source: e });
+                    return Err(TopologyError::XmlFile {
+                        path: path.clone(),
+                        source: e,
+                    });
                 }
-                builder.from_xml_file(path).map_err(|e| TopologyError::XmlParse {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?
+                builder
+                    .from_xml_file(path)
+                    .map_err(|e| TopologyError::XmlParse {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?
             }
             TopologySource::Synthetic(desc) => {
-                builder.from_synthetic(desc).map_err(|e| TopologyError::BadSynthetic {
-                    description: desc.clone(),
-                    reason: e.to_string(),
-                })?
+                builder
+                    .from_synthetic(desc)
+                    .map_err(|e| TopologyError::BadSynthetic {
+                        description: desc.clone(),
+                        reason: e.to_string(),
+                    })?
             }
         };
         let hw = builder.build().map_err(|e| match source {
-            TopologySource::Xml(path) => TopologyError::XmlParse { path: path.clone(), reason: e.to_string() },
-            TopologySource::Synthetic(desc) => {
-                TopologyError::BadSynthetic { description: desc.clone(), reason: e.to_string() }
-            }
+            TopologySource::Xml(path) => TopologyError::XmlParse {
+                path: path.clone(),
+                reason: e.to_string(),
+            },
+            TopologySource::Synthetic(desc) => TopologyError::BadSynthetic {
+                description: desc.clone(),
+                reason: e.to_string(),
+            },
             TopologySource::ThisMachine => TopologyError::Hwloc(e.to_string()),
         })?;
         let mut topo = convert(&hw, source.clone());
@@ -152,18 +163,29 @@ fn convert(hw: &HwlocTopology, source: TopologySource) -> Topology {
     let cores: Vec<Core> = hw
         .objects_with_type(ObjectType::Core)
         .map(|o| {
-            let package = o.first_ancestor_with_type(ObjectType::Package).map(|p| p.logical_index() as u32);
+            let package = o
+                .first_ancestor_with_type(ObjectType::Package)
+                .map(|p| p.logical_index() as u32);
             let pus = obj_cpuset(o);
             // The core's NUMA node: the first node whose cpuset covers the core.
             let numa = numa_nodes
                 .iter()
                 .find(|n| !pus.is_empty() && pus.is_subset(&n.cpuset))
                 .map(|n| n.os_index);
-            Core { logical_index: o.logical_index() as u32, os_index: o.os_index().map(|i| i as u32), package, numa, pus }
+            Core {
+                logical_index: o.logical_index() as u32,
+                os_index: o.os_index().map(|i| i as u32),
+                package,
+                numa,
+                pus,
+            }
         })
         .collect();
     for c in &cores {
-        if let Some(p) = c.package.and_then(|p| packages.iter_mut().find(|x| x.logical_index == p)) {
+        if let Some(p) = c
+            .package
+            .and_then(|p| packages.iter_mut().find(|x| x.logical_index == p))
+        {
             p.cores.push(c.logical_index);
         }
     }
@@ -187,13 +209,29 @@ fn convert(hw: &HwlocTopology, source: TopologySource) -> Topology {
         .collect();
 
     let (gpus, nics) = io_devices(hw);
-    Topology { source, packages, numa_nodes, cores, pus, allowed, caches, gpus, nics }
+    Topology {
+        source,
+        packages,
+        numa_nodes,
+        cores,
+        pus,
+        allowed,
+        caches,
+        gpus,
+        nics,
+    }
 }
 
 fn pci_info(obj: &TopologyObject) -> Option<PciInfo> {
     match obj.attributes() {
         Some(ObjectAttributes::PCIDevice(a)) => Some(PciInfo {
-            bus_id: format!("{:04x}:{:02x}:{:02x}.{:x}", a.domain(), a.bus_id(), a.bus_device(), a.function()),
+            bus_id: format!(
+                "{:04x}:{:02x}:{:02x}.{:x}",
+                a.domain(),
+                a.bus_id(),
+                a.bus_device(),
+                a.function()
+            ),
             class_id: a.class_id(),
             vendor_id: a.vendor_id(),
             device_id: a.device_id(),
@@ -229,7 +267,9 @@ fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
     let mut gpu_groups: Vec<Group<'_>> = Vec::new();
     let mut nic_groups: Vec<Group<'_>> = Vec::new();
     for o in hw.objects_with_type(ObjectType::OSDevice) {
-        let Some(ObjectAttributes::OSDevice(a)) = o.attributes() else { continue };
+        let Some(ObjectAttributes::OSDevice(a)) = o.attributes() else {
+            continue;
+        };
         let (kind, is_gpu) = match a.device_type() {
             OSDeviceType::GPU => (OsDeviceKind::Gpu, true),
             OSDeviceType::CoProcessor => (OsDeviceKind::CoProcessor, true),
@@ -242,7 +282,9 @@ fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
             kind,
             subtype: cstr(o.subtype()),
         };
-        let parent = o.parent().filter(|p| p.object_type() == ObjectType::PCIDevice);
+        let parent = o
+            .parent()
+            .filter(|p| p.object_type() == ObjectType::PCIDevice);
         if is_gpu {
             // Only PCI display-class (0x03xx) parents, or no PCI parent at all.
             if let Some(p) = parent {
@@ -251,23 +293,39 @@ fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
                 }
             }
         }
-        let Some(locality) = o.first_non_io_ancestor() else { continue };
-        let groups = if is_gpu { &mut gpu_groups } else { &mut nic_groups };
+        let Some(locality) = o.first_non_io_ancestor() else {
+            continue;
+        };
+        let groups = if is_gpu {
+            &mut gpu_groups
+        } else {
+            &mut nic_groups
+        };
         let existing = parent.and_then(|p| {
-            groups
-                .iter_mut()
-                .find(|g| g.parent.is_some_and(|q| q.global_persistent_index() == p.global_persistent_index()))
+            groups.iter_mut().find(|g| {
+                g.parent
+                    .is_some_and(|q| q.global_persistent_index() == p.global_persistent_index())
+            })
         });
         match existing {
             Some(g) => g.devs.push(dev),
-            None => groups.push(Group { parent, locality, devs: vec![dev] }),
+            None => groups.push(Group {
+                parent,
+                locality,
+                devs: vec![dev],
+            }),
         }
     }
     let gpus = gpu_groups
         .into_iter()
         .enumerate()
         .map(|(index, g)| {
-            let name = g.devs.iter().min_by_key(|d| gpu_name_rank(d)).map(|d| d.name.clone()).unwrap_or_default();
+            let name = g
+                .devs
+                .iter()
+                .min_by_key(|d| gpu_name_rank(d))
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
             Gpu {
                 index,
                 name,
@@ -284,12 +342,16 @@ fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
         .map(|(index, g)| {
             let pci = g.parent.and_then(pci_info);
             let fabric_dev = g.devs.iter().find(|d| d.kind == OsDeviceKind::OpenFabrics);
-            let kind = if fabric_dev.is_some() || pci.as_ref().is_some_and(|p| p.class_id == 0x0207) {
+            let kind = if fabric_dev.is_some() || pci.as_ref().is_some_and(|p| p.class_id == 0x0207)
+            {
                 NicKind::Fabric
             } else {
                 NicKind::Ethernet
             };
-            let name = fabric_dev.or(g.devs.first()).map(|d| d.name.clone()).unwrap_or_default();
+            let name = fabric_dev
+                .or(g.devs.first())
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
             Nic {
                 index,
                 name,

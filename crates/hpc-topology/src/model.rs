@@ -234,9 +234,10 @@ pub fn format_bytes(bytes: u64) -> String {
 impl Topology {
     /// The core with this logical index.
     pub fn core(&self, logical_index: u32) -> Option<&Core> {
-        self.cores.get(logical_index as usize).filter(|c| c.logical_index == logical_index).or_else(|| {
-            self.cores.iter().find(|c| c.logical_index == logical_index)
-        })
+        self.cores
+            .get(logical_index as usize)
+            .filter(|c| c.logical_index == logical_index)
+            .or_else(|| self.cores.iter().find(|c| c.logical_index == logical_index))
     }
 
     /// The NUMA node with this OS index.
@@ -285,9 +286,25 @@ impl Topology {
         let mut shown_gpus = vec![false; self.gpus.len()];
         let mut shown_nics = vec![false; self.nics.len()];
         for p in &self.packages {
-            let _ = writeln!(s, "Package {}: {} cores, PUs {}", p.logical_index, p.cores.len(), p.cpuset);
-            for n in self.numa_nodes.iter().filter(|n| Self::numa_in_package(n, p)) {
-                let _ = writeln!(s, "  NUMA {}: {}, PUs {}", n.os_index, format_bytes(n.memory_bytes), n.cpuset);
+            let _ = writeln!(
+                s,
+                "Package {}: {} cores, PUs {}",
+                p.logical_index,
+                p.cores.len(),
+                p.cpuset
+            );
+            for n in self
+                .numa_nodes
+                .iter()
+                .filter(|n| Self::numa_in_package(n, p))
+            {
+                let _ = writeln!(
+                    s,
+                    "  NUMA {}: {}, PUs {}",
+                    n.os_index,
+                    format_bytes(n.memory_bytes),
+                    n.cpuset
+                );
             }
             for g in &self.gpus {
                 if !shown_gpus[g.index] && !g.cpuset.is_empty() && g.cpuset.is_subset(&p.cpuset) {
@@ -302,9 +319,22 @@ impl Topology {
                 }
             }
         }
-        for n in self.numa_nodes.iter().filter(|n| !self.packages.iter().any(|p| Self::numa_in_package(n, p))) {
-            let pus = if n.cpuset.is_empty() { "no PUs".to_string() } else { format!("PUs {}", n.cpuset) };
-            let _ = writeln!(s, "NUMA {}: {}, {pus}", n.os_index, format_bytes(n.memory_bytes));
+        for n in self
+            .numa_nodes
+            .iter()
+            .filter(|n| !self.packages.iter().any(|p| Self::numa_in_package(n, p)))
+        {
+            let pus = if n.cpuset.is_empty() {
+                "no PUs".to_string()
+            } else {
+                format!("PUs {}", n.cpuset)
+            };
+            let _ = writeln!(
+                s,
+                "NUMA {}: {}, {pus}",
+                n.os_index,
+                format_bytes(n.memory_bytes)
+            );
         }
         for g in self.gpus.iter().filter(|g| !shown_gpus[g.index]) {
             let _ = writeln!(s, "{} (machine-wide)", gpu_line(g));
@@ -325,7 +355,10 @@ impl Topology {
     fn cache_summary(&self) -> String {
         let mut groups: Vec<(u8, CacheKind, Option<u64>, usize)> = Vec::new();
         for c in &self.caches {
-            match groups.iter_mut().find(|g| g.0 == c.level && g.1 == c.kind && g.2 == c.size_bytes) {
+            match groups
+                .iter_mut()
+                .find(|g| g.0 == c.level && g.1 == c.kind && g.2 == c.size_bytes)
+            {
                 Some(g) => g.3 += 1,
                 None => groups.push((c.level, c.kind, c.size_bytes, 1)),
             }
@@ -348,7 +381,10 @@ impl Topology {
 }
 
 fn os_names(devs: &[OsDevice]) -> String {
-    devs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+    devs.iter()
+        .map(|d| d.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn pci_text(pci: &Option<PciInfo>) -> String {
@@ -366,7 +402,12 @@ fn pci_text(pci: &Option<PciInfo>) -> String {
 }
 
 fn gpu_line(g: &Gpu) -> String {
-    format!("GPU {}: {}{}", g.index, os_names(&g.os_devices), pci_text(&g.pci))
+    format!(
+        "GPU {}: {}{}",
+        g.index,
+        os_names(&g.os_devices),
+        pci_text(&g.pci)
+    )
 }
 
 fn nic_line(n: &Nic) -> String {
@@ -374,7 +415,12 @@ fn nic_line(n: &Nic) -> String {
         NicKind::Fabric => "fabric",
         NicKind::Ethernet => "ethernet",
     };
-    format!("NIC {} ({kind}): {}{}", n.index, os_names(&n.os_devices), pci_text(&n.pci))
+    format!(
+        "NIC {} ({kind}): {}{}",
+        n.index,
+        os_names(&n.os_devices),
+        pci_text(&n.pci)
+    )
 }
 
 #[cfg(test)]

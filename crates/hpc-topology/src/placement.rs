@@ -250,7 +250,13 @@ impl Allocator {
             .iter()
             .copied()
             .find(|&i| self.load[i] == 0)
-            .unwrap_or_else(|| order.iter().copied().min_by_key(|&i| self.load[i]).expect("non-empty order"));
+            .unwrap_or_else(|| {
+                order
+                    .iter()
+                    .copied()
+                    .min_by_key(|&i| self.load[i])
+                    .expect("non-empty order")
+            });
         let shared = self.load[pick] > 0;
         self.load[pick] += 1;
         (pick, shared)
@@ -260,7 +266,9 @@ impl Allocator {
 /// Preference order for a rank homed in domain `d`: its own cores, then the other
 /// domains' cores cyclically after it.
 fn order_from(domains: &[Vec<usize>], d: usize) -> Vec<usize> {
-    (0..domains.len()).flat_map(|k| domains[(d + k) % domains.len()].iter().copied()).collect()
+    (0..domains.len())
+        .flat_map(|k| domains[(d + k) % domains.len()].iter().copied())
+        .collect()
 }
 
 fn most_common<T: Copy + Ord>(items: impl Iterator<Item = T>) -> Option<T> {
@@ -273,18 +281,22 @@ fn most_common<T: Copy + Ord>(items: impl Iterator<Item = T>) -> Option<T> {
         }
         *c += 1;
     }
-    order.into_iter().max_by(|a, b| counts[a].cmp(&counts[b]).then(b.cmp(a)))
+    order
+        .into_iter()
+        .max_by(|a, b| counts[a].cmp(&counts[b]).then(b.cmp(a)))
 }
 
 fn gpu_preference(g: &Gpu) -> u8 {
     let best = g
         .os_devices
         .iter()
-        .map(|d| match d.subtype.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            Some("cuda" | "nvml" | "rsmi" | "levelzero") => 0,
-            Some("opencl") => 1,
-            _ => 2,
-        })
+        .map(
+            |d| match d.subtype.as_deref().map(str::to_ascii_lowercase).as_deref() {
+                Some("cuda" | "nvml" | "rsmi" | "levelzero") => 0,
+                Some("opencl") => 1,
+                _ => 2,
+            },
+        )
         .min();
     best.unwrap_or(3)
 }
@@ -319,13 +331,22 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
     };
     let slots: Vec<Slot> = topo
         .allowed_cores(&allowed)
-        .map(|c| Slot { logical: c.logical_index, pus: c.pus.intersection(&allowed), numa: c.numa, package: c.package })
+        .map(|c| Slot {
+            logical: c.logical_index,
+            pus: c.pus.intersection(&allowed),
+            numa: c.numa,
+            package: c.package,
+        })
         .collect();
     if slots.is_empty() {
-        return Err(TopologyError::NoAllowedCores { allowed: allowed.to_string() });
+        return Err(TopologyError::NoAllowedCores {
+            allowed: allowed.to_string(),
+        });
     }
     let mut warnings = Vec::new();
-    let mut alloc = Allocator { load: vec![0; slots.len()] };
+    let mut alloc = Allocator {
+        load: vec![0; slots.len()],
+    };
     let all: Vec<usize> = (0..slots.len()).collect();
     let fine = domains_by(&slots, |s| (s.package, s.numa));
     let numa_domains = domains_by(&slots, |s| s.numa);
@@ -353,7 +374,11 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
             ));
         }
     }
-    let per_rank_progress = if req.progress_scope == ProgressScope::PerRank { req.progress } else { 0 };
+    let per_rank_progress = if req.progress_scope == ProgressScope::PerRank {
+        req.progress
+    } else {
+        0
+    };
 
     let (domains, fixed) = match req.policy {
         Policy::Compact => (vec![all.clone()], false),
@@ -362,7 +387,11 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
         Policy::PackagePerRank => (package_domains, true),
     };
     if fixed && req.ranks > domains.len() {
-        let what = if req.policy == Policy::NumaPerRank { "NUMA nodes" } else { "packages" };
+        let what = if req.policy == Policy::NumaPerRank {
+            "NUMA nodes"
+        } else {
+            "packages"
+        };
         warnings.push(format!(
             "{} ranks but only {} {what} with allowed cores: ranks share {what}",
             req.ranks,
@@ -378,15 +407,21 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
             // The domain with the most free cores, then the fewest ranks, then first.
             (0..domains.len())
                 .max_by(|&a, &b| {
-                    let free = |d: usize| domains[d].iter().filter(|&&i| alloc.load[i] == 0).count();
-                    free(a).cmp(&free(b)).then(ranks_in_domain[b].cmp(&ranks_in_domain[a])).then(b.cmp(&a))
+                    let free =
+                        |d: usize| domains[d].iter().filter(|&&i| alloc.load[i] == 0).count();
+                    free(a)
+                        .cmp(&free(b))
+                        .then(ranks_in_domain[b].cmp(&ranks_in_domain[a]))
+                        .then(b.cmp(&a))
                 })
                 .unwrap_or(0)
         };
         ranks_in_domain[d] += 1;
         let order = order_from(&domains, d);
         let compute: Vec<usize> = (0..req.threads).map(|_| alloc.take(&order).0).collect();
-        let progress: Vec<usize> = (0..per_rank_progress).map(|_| alloc.take(&order).0).collect();
+        let progress: Vec<usize> = (0..per_rank_progress)
+            .map(|_| alloc.take(&order).0)
+            .collect();
         raw.push((compute, progress));
     }
 
@@ -399,17 +434,28 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
         let mut progress = progress;
         if !node_progress.is_empty() {
             let nth = numa_rank_count.entry(numa).or_insert(0);
-            let local: Vec<usize> =
-                node_progress.iter().copied().filter(|&i| numa.is_some() && slots[i].numa == numa).collect();
-            let pick = if local.is_empty() { node_progress[r % node_progress.len()] } else { local[*nth % local.len()] };
+            let local: Vec<usize> = node_progress
+                .iter()
+                .copied()
+                .filter(|&i| numa.is_some() && slots[i].numa == numa)
+                .collect();
+            let pick = if local.is_empty() {
+                node_progress[r % node_progress.len()]
+            } else {
+                local[*nth % local.len()]
+            };
             *nth += 1;
             progress = vec![pick];
         }
         let thread_cpusets: Vec<CpuSet> = compute.iter().map(|&i| slots[i].pus.clone()).collect();
         let mut compute_cpuset = CpuSet::new();
-        thread_cpusets.iter().for_each(|s| compute_cpuset.extend_from(s));
+        thread_cpusets
+            .iter()
+            .for_each(|s| compute_cpuset.extend_from(s));
         let mut progress_cpuset = CpuSet::new();
-        progress.iter().for_each(|&i| progress_cpuset.extend_from(&slots[i].pus));
+        progress
+            .iter()
+            .for_each(|&i| progress_cpuset.extend_from(&slots[i].pus));
         ranks.push(Placement {
             rank: r,
             cpuset: compute_cpuset.union(&progress_cpuset),
@@ -428,7 +474,11 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
     let oversubscribed = ranks.iter().any(|p| p.oversubscribed);
     if oversubscribed {
         let need = req.ranks * (req.threads + per_rank_progress)
-            + if req.progress_scope == ProgressScope::PerNode { req.progress } else { 0 };
+            + if req.progress_scope == ProgressScope::PerNode {
+                req.progress
+            } else {
+                0
+            };
         let msg = format!(
             "oversubscribed: {need} cores needed ({} ranks x {} threads + progress) but {} are allowed; ranks share cores",
             req.ranks,
@@ -486,12 +536,15 @@ fn assign_gpus(topo: &Topology, ranks: &mut [Placement]) {
             choice[r] = Some(g.index);
         }
     }
-    for r in 0..ranks.len() {
-        if choice[r].is_none() {
-            if let Some(g) = topo.gpus.iter().filter(|g| used[g.index] == 0).min_by_key(|g| (gpu_preference(g), g.index)) {
-                used[g.index] += 1;
-                choice[r] = Some(g.index);
-            }
+    for slot in choice.iter_mut().filter(|c| c.is_none()) {
+        if let Some(g) = topo
+            .gpus
+            .iter()
+            .filter(|g| used[g.index] == 0)
+            .min_by_key(|g| (gpu_preference(g), g.index))
+        {
+            used[g.index] += 1;
+            *slot = Some(g.index);
         }
     }
     for (r, p) in ranks.iter().enumerate() {
@@ -499,7 +552,14 @@ fn assign_gpus(topo: &Topology, ranks: &mut [Placement]) {
             let g = topo
                 .gpus
                 .iter()
-                .min_by_key(|g| (overlap(p, g) == 0, used[g.index], gpu_preference(g), g.index))
+                .min_by_key(|g| {
+                    (
+                        overlap(p, g) == 0,
+                        used[g.index],
+                        gpu_preference(g),
+                        g.index,
+                    )
+                })
                 .expect("gpus not empty");
             used[g.index] += 1;
             choice[r] = Some(g.index);
@@ -522,8 +582,11 @@ fn assign_gpus(topo: &Topology, ranks: &mut [Placement]) {
 /// least used of all.
 fn assign_nics(topo: &Topology, ranks: &mut [Placement]) {
     let has_fabric = topo.nics.iter().any(|n| n.kind == NicKind::Fabric);
-    let candidates: Vec<_> =
-        topo.nics.iter().filter(|n| !has_fabric || n.kind == NicKind::Fabric).collect();
+    let candidates: Vec<_> = topo
+        .nics
+        .iter()
+        .filter(|n| !has_fabric || n.kind == NicKind::Fabric)
+        .collect();
     if candidates.is_empty() {
         return;
     }
@@ -559,7 +622,11 @@ fn core_list(cores: &[u32]) -> String {
         set.to_string()
     } else {
         // Repeated cores (oversubscription): list them as they are.
-        cores.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        cores
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -601,7 +668,11 @@ impl PlacementPlan {
                     format!("{}{}", p.rank, if p.oversubscribed { "*" } else { "" }),
                     core_list(&p.compute_cores),
                     p.cpuset.to_string(),
-                    if p.progress_cores.is_empty() { "-".into() } else { core_list(&p.progress_cores) },
+                    if p.progress_cores.is_empty() {
+                        "-".into()
+                    } else {
+                        core_list(&p.progress_cores)
+                    },
                     p.numa.map_or("-".into(), |n| n.to_string()),
                     dev(&p.gpu),
                     dev(&p.nic),
@@ -616,7 +687,11 @@ impl PlacementPlan {
         }
         let mut s = String::new();
         let line = |s: &mut String, cells: &[&str]| {
-            let text: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            let text: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
             let _ = writeln!(s, "{}", text.join("  ").trim_end());
         };
         let _ = writeln!(
@@ -639,7 +714,11 @@ impl PlacementPlan {
             line(&mut s, &cells);
         }
         if !self.node_progress_cores.is_empty() {
-            let _ = writeln!(s, "node progress cores: {}", core_list(&self.node_progress_cores));
+            let _ = writeln!(
+                s,
+                "node progress cores: {}",
+                core_list(&self.node_progress_cores)
+            );
         }
         if self.oversubscribed {
             let _ = writeln!(s, "* oversubscribed: this rank shares cores");

@@ -5,10 +5,14 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-use hpc_topology::{plan, CpuSet, NicKind, PlacementPlan, PlacementRequest, Policy, Topology, TopologyError};
+use hpc_topology::{
+    plan, CpuSet, NicKind, PlacementPlan, PlacementRequest, Policy, Topology, TopologyError,
+};
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 fn load(name: &str) -> Topology {
@@ -37,7 +41,14 @@ fn known_counts() {
     for (file, packages, numa, cores, pus, gpus, nics) in KNOWN {
         let t = load(file);
         assert_eq!(
-            (t.packages.len(), t.numa_nodes.len(), t.cores.len(), t.pus.len(), t.gpus.len(), t.nics.len()),
+            (
+                t.packages.len(),
+                t.numa_nodes.len(),
+                t.cores.len(),
+                t.pus.len(),
+                t.gpus.len(),
+                t.nics.len()
+            ),
             (packages, numa, cores, pus, gpus, nics),
             "{file}"
         );
@@ -46,7 +57,9 @@ fn known_counts() {
 
 fn hwloc_info(args: &[&str]) -> Option<String> {
     let out = Command::new("hwloc-info").args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `hwloc-info --input FILE` lines like ` depth 1:   2 Package (type #1)`.
@@ -86,25 +99,52 @@ fn counts_match_hwloc_info() {
     }
     for file in FILES {
         let t = load(file);
-        let summary = hwloc_info(&["--input", data(file).to_str().unwrap()]).expect("hwloc-info runs");
-        assert_eq!(t.packages.len(), hwloc_count(&summary, "Package"), "{file} packages");
-        assert_eq!(t.numa_nodes.len(), hwloc_count(&summary, "NUMANode"), "{file} NUMA");
+        let summary =
+            hwloc_info(&["--input", data(file).to_str().unwrap()]).expect("hwloc-info runs");
+        assert_eq!(
+            t.packages.len(),
+            hwloc_count(&summary, "Package"),
+            "{file} packages"
+        );
+        assert_eq!(
+            t.numa_nodes.len(),
+            hwloc_count(&summary, "NUMANode"),
+            "{file} NUMA"
+        );
         assert_eq!(t.cores.len(), hwloc_count(&summary, "Core"), "{file} cores");
         assert_eq!(t.pus.len(), hwloc_count(&summary, "PU"), "{file} PUs");
 
         let osdevs = hwloc_osdevs(file).expect("hwloc-info osdev:all runs");
         let names = |kinds: &[&str]| -> BTreeSet<String> {
-            osdevs.iter().filter(|(_, k)| kinds.contains(&k.as_str())).map(|(n, _)| n.clone()).collect()
+            osdevs
+                .iter()
+                .filter(|(_, k)| kinds.contains(&k.as_str()))
+                .map(|(n, _)| n.clone())
+                .collect()
         };
         // Every GPU/co-processor OS device belongs to exactly one of our GPUs (all
         // these files have them under display-class PCI devices), and every
         // network/OpenFabrics device to one of our NICs.
-        let ours_gpu: BTreeSet<String> =
-            t.gpus.iter().flat_map(|g| g.os_devices.iter().map(|d| d.name.clone())).collect();
-        let ours_nic: BTreeSet<String> =
-            t.nics.iter().flat_map(|n| n.os_devices.iter().map(|d| d.name.clone())).collect();
-        assert_eq!(ours_gpu, names(&["GPU", "Co-Processor", "CoProc"]), "{file} GPU devices");
-        assert_eq!(ours_nic, names(&["Network", "OpenFabrics"]), "{file} NIC devices");
+        let ours_gpu: BTreeSet<String> = t
+            .gpus
+            .iter()
+            .flat_map(|g| g.os_devices.iter().map(|d| d.name.clone()))
+            .collect();
+        let ours_nic: BTreeSet<String> = t
+            .nics
+            .iter()
+            .flat_map(|n| n.os_devices.iter().map(|d| d.name.clone()))
+            .collect();
+        assert_eq!(
+            ours_gpu,
+            names(&["GPU", "Co-Processor", "CoProc"]),
+            "{file} GPU devices"
+        );
+        assert_eq!(
+            ours_nic,
+            names(&["Network", "OpenFabrics"]),
+            "{file} NIC devices"
+        );
     }
 }
 
@@ -125,24 +165,47 @@ fn io_details_wholeio() {
     assert_eq!(mlx.kind, NicKind::Fabric);
     assert_eq!(mlx.pci.as_ref().unwrap().bus_id, "0000:04:00.0");
     assert_eq!(mlx.cpuset, pkg1.cpuset);
-    assert!(t.nics.iter().filter(|n| n.name.starts_with("eth")).all(|n| n.kind == NicKind::Ethernet));
+    assert!(t
+        .nics
+        .iter()
+        .filter(|n| n.name.starts_with("eth"))
+        .all(|n| n.kind == NicKind::Ethernet));
     assert_eq!(t.numa_nodes[0].memory_bytes, 34_330_173_440);
     let summary = t.summary();
-    assert!(summary.contains("cuda0, card0 [PCI 0000:84:00.0"), "{summary}");
+    assert!(
+        summary.contains("cuda0, card0 [PCI 0000:84:00.0"),
+        "{summary}"
+    );
     assert!(summary.contains("ib0, mlx5_0"), "{summary}");
 }
 
 /// Properties every plan must have.
 fn check_plan(t: &Topology, plan: &PlacementPlan, req: &PlacementRequest) {
     assert_eq!(plan.ranks.len(), req.ranks);
-    let allowed = req.allowed.as_ref().map_or(t.allowed.clone(), |a| a.intersection(&t.allowed));
+    let allowed = req
+        .allowed
+        .as_ref()
+        .map_or(t.allowed.clone(), |a| a.intersection(&t.allowed));
     let mut seen: BTreeSet<u32> = BTreeSet::new();
     let mut clash = false;
     for p in &plan.ranks {
         assert_eq!(p.compute_cores.len(), req.threads);
-        assert!(p.cpuset.is_subset(&allowed), "rank {} {} outside {}", p.rank, p.cpuset, allowed);
+        assert!(
+            p.cpuset.is_subset(&allowed),
+            "rank {} {} outside {}",
+            p.rank,
+            p.cpuset,
+            allowed
+        );
         assert!(!p.cpuset.is_empty());
-        for c in p.compute_cores.iter().chain(if plan.node_progress_cores.is_empty() { &p.progress_cores[..] } else { &[] })
+        for c in p
+            .compute_cores
+            .iter()
+            .chain(if plan.node_progress_cores.is_empty() {
+                &p.progress_cores[..]
+            } else {
+                &[]
+            })
         {
             clash |= !seen.insert(*c);
         }
@@ -155,10 +218,30 @@ fn check_plan(t: &Topology, plan: &PlacementPlan, req: &PlacementRequest) {
 
 fn shapes() -> Vec<PlacementRequest> {
     let mut v = Vec::new();
-    for policy in [Policy::Compact, Policy::Spread, Policy::NumaPerRank, Policy::PackagePerRank] {
-        for (ranks, threads, progress) in [(1, 1, 0), (2, 4, 1), (4, 2, 0), (3, 3, 1), (8, 1, 1), (64, 3, 0)] {
-            v.push(PlacementRequest::new(ranks, threads).progress(progress).policy(policy));
-            v.push(PlacementRequest::new(ranks, threads).per_node_progress(progress).policy(policy));
+    for policy in [
+        Policy::Compact,
+        Policy::Spread,
+        Policy::NumaPerRank,
+        Policy::PackagePerRank,
+    ] {
+        for (ranks, threads, progress) in [
+            (1, 1, 0),
+            (2, 4, 1),
+            (4, 2, 0),
+            (3, 3, 1),
+            (8, 1, 1),
+            (64, 3, 0),
+        ] {
+            v.push(
+                PlacementRequest::new(ranks, threads)
+                    .progress(progress)
+                    .policy(policy),
+            );
+            v.push(
+                PlacementRequest::new(ranks, threads)
+                    .per_node_progress(progress)
+                    .policy(policy),
+            );
         }
     }
     v
@@ -185,7 +268,11 @@ fn numa_local_when_possible() {
         let mut numas = BTreeSet::new();
         for r in &p.ranks {
             let node = t.numa_node(r.numa.unwrap()).unwrap();
-            assert!(r.cpuset.is_subset(&node.cpuset), "{policy:?} rank {} spans NUMA nodes", r.rank);
+            assert!(
+                r.cpuset.is_subset(&node.cpuset),
+                "{policy:?} rank {} spans NUMA nodes",
+                r.rank
+            );
             numas.insert(node.os_index);
         }
         assert_eq!(numas.len(), 24);
@@ -201,13 +288,26 @@ fn wholeio_devices_follow_package() {
     let t = load("32em64t-2n8c2t-pci-wholeio.xml");
     let pkg1 = t.packages[1].cpuset.clone();
     // Two ranks, one per package: the rank on package 1 gets cuda0 and mlx5_0 locally.
-    for policy in [Policy::Compact, Policy::Spread, Policy::NumaPerRank, Policy::PackagePerRank] {
+    for policy in [
+        Policy::Compact,
+        Policy::Spread,
+        Policy::NumaPerRank,
+        Policy::PackagePerRank,
+    ] {
         let p = plan(&t, &PlacementRequest::new(2, 7).progress(1).policy(policy)).unwrap();
-        let on_pkg1: Vec<_> = p.ranks.iter().filter(|r| r.cpuset.is_subset(&pkg1)).collect();
+        let on_pkg1: Vec<_> = p
+            .ranks
+            .iter()
+            .filter(|r| r.cpuset.is_subset(&pkg1))
+            .collect();
         assert_eq!(on_pkg1.len(), 1, "{policy:?}");
         let r = on_pkg1[0];
         let gpu = r.gpu.as_ref().unwrap();
-        assert_eq!((gpu.name.as_str(), gpu.local, gpu.shared), ("cuda0", true, false), "{policy:?}");
+        assert_eq!(
+            (gpu.name.as_str(), gpu.local, gpu.shared),
+            ("cuda0", true, false),
+            "{policy:?}"
+        );
         assert_eq!(gpu.pci_bus_id.as_deref(), Some("0000:84:00.0"));
         let nic = r.nic.as_ref().unwrap();
         assert_eq!((nic.name.as_str(), nic.local), ("mlx5_0", true));
@@ -233,7 +333,11 @@ fn gpus_spread_before_shared() {
     // Both ranks on package 1: the two GPUs there go one to each rank.
     let allowed = t.packages[1].cpuset.clone();
     let p = plan(&t, &PlacementRequest::new(2, 4).allowed(allowed)).unwrap();
-    let names: BTreeSet<_> = p.ranks.iter().map(|r| r.gpu.as_ref().unwrap().name.clone()).collect();
+    let names: BTreeSet<_> = p
+        .ranks
+        .iter()
+        .map(|r| r.gpu.as_ref().unwrap().name.clone())
+        .collect();
     assert_eq!(names.len(), 2);
     assert!(p.ranks.iter().all(|r| r.gpu.as_ref().unwrap().local));
     assert_eq!(p.ranks[0].gpu.as_ref().unwrap().name, "cuda0");
@@ -260,18 +364,37 @@ fn restricted_cpusets_respected() {
     // Fill every allowed core.
     let p = plan(&t, &PlacementRequest::new(5, 2)).unwrap();
     assert!(!p.oversubscribed);
-    let used: CpuSet = p.ranks.iter().flat_map(|r| r.cpuset.iter().collect::<Vec<_>>()).collect();
+    let used: CpuSet = p
+        .ranks
+        .iter()
+        .flat_map(|r| r.cpuset.iter().collect::<Vec<_>>())
+        .collect();
     assert_eq!(used, allowed);
     // Further restriction through the request, including PUs that do not exist.
-    let p = plan(&t, &PlacementRequest::new(2, 2).allowed(CpuSet::parse_list("2-11").unwrap())).unwrap();
+    let p = plan(
+        &t,
+        &PlacementRequest::new(2, 2).allowed(CpuSet::parse_list("2-11").unwrap()),
+    )
+    .unwrap();
     assert!(!p.oversubscribed);
     for r in &p.ranks {
-        assert!(r.cpuset.is_subset(&CpuSet::parse_list("2-3,5-6").unwrap()), "{:?}", r.cpuset);
+        assert!(
+            r.cpuset.is_subset(&CpuSet::parse_list("2-3,5-6").unwrap()),
+            "{:?}",
+            r.cpuset
+        );
     }
     // One more thread than the four cores left: oversubscribed, still inside the set.
-    let p = plan(&t, &PlacementRequest::new(5, 1).allowed(CpuSet::parse_list("2-11").unwrap())).unwrap();
+    let p = plan(
+        &t,
+        &PlacementRequest::new(5, 1).allowed(CpuSet::parse_list("2-11").unwrap()),
+    )
+    .unwrap();
     assert!(p.oversubscribed);
-    assert!(p.ranks.iter().all(|r| r.cpuset.is_subset(&CpuSet::parse_list("2-3,5-6").unwrap())));
+    assert!(p
+        .ranks
+        .iter()
+        .all(|r| r.cpuset.is_subset(&CpuSet::parse_list("2-3,5-6").unwrap())));
 }
 
 #[test]
@@ -281,28 +404,53 @@ fn oversubscription_is_flagged_not_fatal() {
     assert!(p.oversubscribed);
     assert!(p.ranks.iter().all(|r| r.compute_cores.len() == 4));
     assert!(!p.warnings.is_empty());
-    let cores_used: BTreeSet<u32> = p.ranks.iter().flat_map(|r| r.compute_cores.clone()).collect();
+    let cores_used: BTreeSet<u32> = p
+        .ranks
+        .iter()
+        .flat_map(|r| r.compute_cores.clone())
+        .collect();
     assert_eq!(cores_used.len(), 8, "all cores used before any is shared");
 }
 
 #[test]
 fn errors_are_typed() {
     let t = load("16em64t-4s2c2t.xml");
-    assert!(matches!(plan(&t, &PlacementRequest::new(0, 1)), Err(TopologyError::ZeroRanks)));
-    assert!(matches!(plan(&t, &PlacementRequest::new(1, 0)), Err(TopologyError::ZeroThreads)));
     assert!(matches!(
-        plan(&t, &PlacementRequest::new(1, 1).allowed(CpuSet::parse_list("100").unwrap())),
+        plan(&t, &PlacementRequest::new(0, 1)),
+        Err(TopologyError::ZeroRanks)
+    ));
+    assert!(matches!(
+        plan(&t, &PlacementRequest::new(1, 0)),
+        Err(TopologyError::ZeroThreads)
+    ));
+    assert!(matches!(
+        plan(
+            &t,
+            &PlacementRequest::new(1, 1).allowed(CpuSet::parse_list("100").unwrap())
+        ),
         Err(TopologyError::NoAllowedCores { .. })
     ));
-    assert!(matches!(Topology::from_xml_file("/nonexistent/x.xml"), Err(TopologyError::XmlFile { .. })));
+    assert!(matches!(
+        Topology::from_xml_file("/nonexistent/x.xml"),
+        Err(TopologyError::XmlFile { .. })
+    ));
     let bad = std::env::temp_dir().join(format!("hpc-topology-bad-{}.xml", std::process::id()));
     std::fs::write(&bad, "<topology><oops").unwrap();
     let e = Topology::from_xml_file(&bad);
     std::fs::remove_file(&bad).ok();
     assert!(matches!(e, Err(TopologyError::XmlParse { .. })), "{e:?}");
-    assert!(matches!(Topology::from_synthetic("pack:2 banana:3"), Err(TopologyError::BadSynthetic { .. })));
-    assert!(matches!(Topology::from_synthetic("pack:x"), Err(TopologyError::BadSynthetic { .. })));
-    assert!(matches!("diagonal".parse::<Policy>(), Err(TopologyError::BadPolicy(_))));
+    assert!(matches!(
+        Topology::from_synthetic("pack:2 banana:3"),
+        Err(TopologyError::BadSynthetic { .. })
+    ));
+    assert!(matches!(
+        Topology::from_synthetic("pack:x"),
+        Err(TopologyError::BadSynthetic { .. })
+    ));
+    assert!(matches!(
+        "diagonal".parse::<Policy>(),
+        Err(TopologyError::BadPolicy(_))
+    ));
 }
 
 #[test]
@@ -323,6 +471,8 @@ fn json_has_schema_version_and_round_trips() {
 #[test]
 fn deterministic() {
     let t = load("192em64t-24n8c2t.xml");
-    let req = PlacementRequest::new(64, 3).per_node_progress(4).policy(Policy::Spread);
+    let req = PlacementRequest::new(64, 3)
+        .per_node_progress(4)
+        .policy(Policy::Spread);
     assert_eq!(plan(&t, &req).unwrap(), plan(&t, &req).unwrap());
 }

@@ -1,10 +1,82 @@
-//! `hpc topo` (placeholder until its crate lands).
+//! `hpc topo`: shows the hardware topology and the placement of ranks, threads,
+//! progress cores, GPUs and NICs (see the hpc-topology crate for the rules and the
+//! JSON schema).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use hpc_topology::{CpuSet, PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VERSION};
 
 /// Arguments of `hpc topo`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Ranks on the node: prints their placement instead of the topology summary.
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    /// Compute threads per rank (each gets a core).
+    #[arg(long, value_name = "T", default_value_t = 1)]
+    threads: usize,
+    /// Progress cores per rank (or per node with --per-node-progress).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    progress: usize,
+    /// Reserve the --progress cores once for the node instead of per rank.
+    #[arg(long)]
+    per_node_progress: bool,
+    /// Placement policy: compact, spread, numa (one rank per NUMA node) or package.
+    #[arg(long, default_value = "compact", value_parser = parse_policy)]
+    policy: Policy,
+    /// Load the topology from an hwloc XML file (`lstopo machine.xml` writes one).
+    #[arg(long, value_name = "FILE.xml", conflicts_with = "synthetic")]
+    input: Option<PathBuf>,
+    /// Use an hwloc synthetic topology, e.g. "pack:2 numa:2 core:8 pu:2".
+    #[arg(long, value_name = "DESC")]
+    synthetic: Option<String>,
+    /// Restrict placement to these PUs (cpulist syntax, e.g. 0-15,32-47).
+    #[arg(long, value_name = "CPULIST")]
+    allowed: Option<String>,
+    /// Print JSON (schema_version 1) instead of text.
+    #[arg(long)]
+    json: bool,
+}
 
-/// Runs `hpc topo`.
-pub fn exec(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`hpc topo` is not available in this build yet")
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse()
+        .map_err(|e: hpc_topology::TopologyError| e.to_string())
+}
+
+/// Runs `hpc topo`; the exit code is 0, or 1 when the plan is oversubscribed.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let source = match (&args.input, &args.synthetic) {
+        (Some(path), _) => TopologySource::Xml(path.clone()),
+        (None, Some(desc)) => TopologySource::Synthetic(desc.clone()),
+        (None, None) => TopologySource::ThisMachine,
+    };
+    let topo =
+        Topology::load(&source).with_context(|| format!("loading the topology of {source}"))?;
+    let Some(ranks) = args.ranks else {
+        if args.json {
+            let doc = serde_json::json!({ "schema_version": SCHEMA_VERSION, "topology": topo });
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            print!("{}", topo.summary());
+        }
+        return Ok(0);
+    };
+    let mut req = PlacementRequest::new(ranks, args.threads).policy(args.policy);
+    req = if args.per_node_progress {
+        req.per_node_progress(args.progress)
+    } else {
+        req.progress(args.progress)
+    };
+    if let Some(list) = &args.allowed {
+        req = req.allowed(CpuSet::parse_list(list)?);
+    }
+    let plan = hpc_topology::plan(&topo, &req)?;
+    if args.json {
+        println!("{}", plan.to_json());
+    } else {
+        println!("Topology of {}", topo.source);
+        print!("{}", plan.table());
+    }
+    Ok(if plan.oversubscribed { 1 } else { 0 })
 }

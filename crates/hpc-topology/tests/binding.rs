@@ -1,0 +1,110 @@
+//! Binding on this machine.
+
+use hpc_topology::{
+    bind_current_thread, bind_memory_to_numa, check_binding, current_cpu, diagnose_binding, plan,
+    thread_affinity, BindingDiagnostic, CpuSet, Launcher, MemoryBindScope, PinnedPoolBuilder,
+    PlacementRequest, Topology,
+};
+
+#[test]
+fn this_machine_loads() {
+    let t = Topology::this_machine().unwrap();
+    assert!(!t.cores.is_empty());
+    assert!(t.allowed.is_subset(&t.pus));
+    assert!(t.allowed.is_subset(&thread_affinity().unwrap()));
+    assert!(t.summary().contains("this machine"));
+}
+
+#[test]
+fn pinned_pool_workers_run_on_their_core() {
+    let t = Topology::this_machine().unwrap();
+    let cores = t.allowed_cores(&t.allowed).count();
+    let p = plan(&t, &PlacementRequest::new(1, cores)).unwrap();
+    let placement = &p.ranks[0];
+    let pool = PinnedPoolBuilder::new(placement)
+        .bind_memory(true)
+        .thread_name("test-worker")
+        .build()
+        .unwrap();
+    assert_eq!(pool.current_num_threads(), cores);
+    let seen: Vec<(usize, CpuSet, Option<u32>)> =
+        pool.broadcast(|ctx| (ctx.index(), thread_affinity().unwrap(), current_cpu()));
+    for (i, affinity, cpu) in seen {
+        assert_eq!(affinity, placement.thread_cpusets[i], "worker {i}");
+        let cpu = cpu.expect("sched_getcpu");
+        assert!(
+            placement.thread_cpusets[i].contains(cpu),
+            "worker {i} ran on PU {cpu}"
+        );
+    }
+}
+
+#[test]
+fn thread_binding_and_memory_binding() {
+    let t = Topology::this_machine().unwrap();
+    let last = t.allowed.last().unwrap();
+    let handle = std::thread::spawn(move || {
+        bind_current_thread(&[last].into_iter().collect()).unwrap();
+        (thread_affinity().unwrap(), current_cpu())
+    });
+    let (aff, cpu) = handle.join().unwrap();
+    assert_eq!(aff.to_vec(), vec![last]);
+    assert_eq!(cpu, Some(last));
+    // Memory binding never fails hard, whatever the node.
+    let numa = t.numa_nodes[0].os_index;
+    let _ = bind_memory_to_numa(numa, MemoryBindScope::Thread);
+    let _ = bind_memory_to_numa(9999, MemoryBindScope::Thread);
+    assert!(bind_current_thread(&CpuSet::new()).is_err());
+}
+
+#[test]
+fn launcher_single_core_binding_is_reported() {
+    let t = Topology::from_synthetic("pack:2 core:4 pu:2").unwrap();
+    let one_core = t.cores[3].pus.clone();
+    let r = diagnose_binding(&t, &one_core, 8, Launcher::OpenMpi);
+    assert_eq!(r.cores, 1);
+    let d = r.diagnostic.unwrap();
+    assert!(matches!(
+        d,
+        BindingDiagnostic::SingleCore { threads: 8, .. }
+    ));
+    assert!(d.to_string().contains("--bind-to none"));
+    assert!(d.to_string().contains("hpc run --bind"));
+    let two = t.cores[0].pus.union(&t.cores[1].pus);
+    assert!(matches!(
+        diagnose_binding(&t, &two, 4, Launcher::Slurm).diagnostic,
+        Some(BindingDiagnostic::TooFewCores { cores: 2, .. })
+    ));
+    assert!(diagnose_binding(&t, &t.pus, 8, Launcher::Unknown)
+        .diagnostic
+        .is_none());
+    assert!(diagnose_binding(&t, &one_core, 1, Launcher::OpenMpi)
+        .diagnostic
+        .is_none());
+    assert_eq!(
+        Launcher::from_env(|k| k == "OMPI_COMM_WORLD_SIZE"),
+        Launcher::OpenMpi
+    );
+    assert_eq!(Launcher::from_env(|_| false), Launcher::Unknown);
+}
+
+#[test]
+fn single_core_binding_detected_in_a_bound_thread() {
+    // check_binding reads the process (main thread) binding; a bound helper thread
+    // exercises the same diagnosis on its own affinity.
+    let t = Topology::this_machine().unwrap();
+    let report = check_binding(&t, 1).unwrap();
+    assert!(report.diagnostic.is_none());
+    let first = t.allowed.first().unwrap();
+    let t2 = t.clone();
+    std::thread::spawn(move || {
+        bind_current_thread(&[first].into_iter().collect()).unwrap();
+        let r = diagnose_binding(&t2, &thread_affinity().unwrap(), 4, Launcher::OpenMpi);
+        assert!(matches!(
+            r.diagnostic,
+            Some(BindingDiagnostic::SingleCore { .. })
+        ));
+    })
+    .join()
+    .unwrap();
+}
