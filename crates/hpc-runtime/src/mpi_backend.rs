@@ -6,6 +6,8 @@
 //! blocking `MPI_Allgather` cannot be interrupted). They carry bootstrap data only, so
 //! the O(size) messages per rank do not matter.
 
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -20,8 +22,12 @@ const TAG_LEN: i32 = 0x4850; // "HP"
 const TAG_DATA: i32 = 0x4851;
 
 pub(crate) struct MpiBackend {
-    world: SimpleCommunicator,
-    boot: SimpleCommunicator,
+    world: ManuallyDrop<SimpleCommunicator>,
+    boot: ManuallyDrop<SimpleCommunicator>,
+    /// A collective failed: a peer is lost, so `MPI_Finalize` (which synchronises with
+    /// every rank) would block forever. Drop then skips it and leaves the job's end to
+    /// the launcher, which sees this rank exit without finalizing.
+    failed: AtomicBool,
     /// Serialises our own calls on `boot`.
     lock: Mutex<()>,
     rank: usize,
@@ -30,7 +36,26 @@ pub(crate) struct MpiBackend {
     library: String,
     threading: Threading,
     // Dropped last: finalizes MPI after the communicators are freed.
-    _universe: Universe,
+    universe: ManuallyDrop<Universe>,
+}
+
+impl Drop for MpiBackend {
+    fn drop(&mut self) {
+        if self.failed.load(Ordering::SeqCst) {
+            tracing::warn!(
+                "skipping MPI_Finalize after a failed collective (it would wait for the lost \
+                 rank forever); the launcher ends the job when this rank exits"
+            );
+            return;
+        }
+        // SAFETY: each field is dropped exactly once, here, communicators before the
+        // universe (MPI_Comm_free must precede MPI_Finalize), and never used again.
+        unsafe {
+            ManuallyDrop::drop(&mut self.boot);
+            ManuallyDrop::drop(&mut self.world);
+            ManuallyDrop::drop(&mut self.universe);
+        }
+    }
 }
 
 // SAFETY: MPI handles are plain process-wide identifiers. MPI was initialised with the
@@ -97,18 +122,24 @@ impl MpiBackend {
         let boot = world.duplicate();
         let library = mpi::environment::library_version()
             .ok()
-            .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
+            .and_then(|v| {
+                v.lines()
+                    .next()
+                    .and_then(|l| l.split(',').next())
+                    .map(|l| l.trim().to_string())
+            })
             .unwrap_or_else(|| "unknown MPI".into());
         Ok(MpiBackend {
             rank: world.rank() as usize,
             size: world.size() as usize,
-            world,
-            boot,
+            world: ManuallyDrop::new(world),
+            boot: ManuallyDrop::new(boot),
+            failed: AtomicBool::new(false),
             lock: Mutex::new(()),
             timeout,
             library,
             threading,
-            _universe: universe,
+            universe: ManuallyDrop::new(universe),
         })
     }
 
@@ -183,6 +214,7 @@ impl MpiBackend {
 
     /// Sends `send` to every peer in `to` and receives `recv_lens[i]` bytes from each
     /// peer in `from` (same order), with one tag.
+    #[allow(clippy::too_many_arguments)]
     fn exchange(
         &self,
         send: &[u8],
@@ -220,8 +252,10 @@ impl MpiBackend {
         }
         let missing = self.wait_all(reqs, &owner, deadline);
         if !missing.is_empty() {
-            std::mem::forget(sendbuf);
-            std::mem::forget(recvbufs);
+            self.failed.store(true, Ordering::SeqCst);
+            // `Lent` has no destructor: not calling `take` leaks the buffers, which MPI
+            // may still write into.
+            let _ = (sendbuf, recvbufs);
             return Err(Error::Timeout {
                 op: op.to_string(),
                 after: self.timeout,

@@ -176,7 +176,7 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     // SAFETY: getrlimit writes into the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
         let need = 3 * args.np as u64 + 64;
-        if (lim.rlim_cur as u64) < need {
+        if lim.rlim_cur < need {
             bail!(
                 "-n {} needs about {need} open files but the limit is {} (raise it with `ulimit -n`)",
                 args.np,

@@ -1,0 +1,349 @@
+//! `hpc run` launches real processes: ranks, sizes, failures, signals, leftovers.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HPC: &str = env!("CARGO_BIN_EXE_hpc");
+
+fn marker() -> String {
+    format!("hpc-test-{}", hpc_runtime::random_u64())
+}
+
+fn hpc(args: &[&str]) -> Output {
+    Command::new(HPC).args(args).output().expect("run hpc")
+}
+
+/// Processes whose environment carries `marker` (ranks and anything they started).
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let me = std::process::id();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+            if env.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                // Zombies have no environ to speak of; a readable one means alive.
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn assert_no_leftovers(marker: &str) {
+    // Killed processes may take a moment to be reaped by init.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "leftover processes: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn selftest_json(n: usize, extra: &[&str]) -> Vec<serde_json::Value> {
+    let n_s = n.to_string();
+    let mut args = vec!["run", "-n", &n_s];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", HPC, "selftest", "--json", "--expect-size", &n_s]);
+    let out = hpc(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "hpc run -n {n} failed: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| {
+            let (tag, json) = l.split_once("] ").expect("tagged line");
+            let v: serde_json::Value = serde_json::from_str(json).expect("json line");
+            let tag_rank: usize = tag.trim_start_matches('[').trim().parse().unwrap();
+            assert_eq!(
+                v["rank"].as_u64().unwrap() as usize,
+                tag_rank,
+                "tag matches rank"
+            );
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn ranks_are_distinct_and_sizes_right() {
+    for n in [1usize, 2, 4, 7] {
+        let rows = selftest_json(n, &[]);
+        assert_eq!(rows.len(), n);
+        let ranks: BTreeSet<u64> = rows.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+        assert_eq!(ranks, (0..n as u64).collect());
+        for r in &rows {
+            assert_eq!(r["size"].as_u64(), Some(n as u64));
+            assert_eq!(r["local_size"].as_u64(), Some(n as u64));
+            assert_eq!(r["nodes"].as_u64(), Some(1));
+            assert!(r["bootstrap"]
+                .as_str()
+                .unwrap()
+                .starts_with("hpc run launcher"));
+        }
+    }
+}
+
+#[test]
+fn emulated_nodes_split_ranks() {
+    let rows = selftest_json(6, &["--nodes", "2"]);
+    for r in &rows {
+        let rank = r["rank"].as_u64().unwrap();
+        assert_eq!(r["nodes"].as_u64(), Some(2));
+        assert_eq!(r["node"].as_u64(), Some(rank / 3));
+        assert_eq!(r["local_rank"].as_u64(), Some(rank % 3));
+        assert_eq!(r["local_size"].as_u64(), Some(3));
+        assert_eq!(
+            r["node_name"].as_str().unwrap(),
+            format!("node{}", rank / 3)
+        );
+    }
+}
+
+#[test]
+fn output_is_tagged_unless_asked_not_to() {
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo out$HPC_RANK; echo err$HPC_RANK >&2",
+    ]);
+    assert!(out.status.success());
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(so.contains("[0] out0") && so.contains("[1] out1"), "{so}");
+    assert!(se.contains("[0] err0") && se.contains("[1] err1"), "{se}");
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--no-tag",
+        "--",
+        "sh",
+        "-c",
+        "echo plain$HPC_RANK",
+    ]);
+    let so = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<&str> = so.lines().collect();
+    lines.sort();
+    assert_eq!(lines, vec!["plain0", "plain1"]);
+}
+
+#[test]
+fn failing_rank_stops_the_job_with_its_code() {
+    let m = marker();
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "4",
+        "-x",
+        &format!("HPC_MARK={m}"),
+        "--",
+        "sh",
+        "-c",
+        "if [ \"$HPC_RANK\" = 2 ]; then sleep 0.3; exit 3; fi; sleep 60",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(3), "exit code of the failing rank");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rank 2") && err.contains("exited with code 3"),
+        "{err}"
+    );
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn killed_rank_stops_the_job() {
+    let m = marker();
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "4",
+        "-x",
+        &format!("HPC_MARK={m}"),
+        "--",
+        "sh",
+        "-c",
+        "if [ \"$HPC_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 60 & wait",
+    ]);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 1") && err.contains("SIGKILL"), "{err}");
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn survivors_get_an_error_naming_the_dead_rank() {
+    let out = hpc(&[
+        "run",
+        "-n",
+        "3",
+        "--",
+        HPC,
+        "selftest",
+        "--fail-rank",
+        "1",
+        "--exit-code",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(5));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("hpc run: rank 1"), "{all}");
+}
+
+#[test]
+fn hung_rank_times_out_naming_it() {
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "3",
+        "--timeout",
+        "1",
+        "--",
+        HPC,
+        "selftest",
+        "--fail-rank",
+        "2",
+        "--fail-mode",
+        "hang",
+    ]);
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("still waiting for rank(s) 2"), "{err}");
+}
+
+#[test]
+fn sigint_stops_all_ranks() {
+    let m = marker();
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "3",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "sh",
+            "-c",
+            "sleep 60",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&m).len() < 3 {
+        assert!(Instant::now() < deadline, "ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let t = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130));
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn bad_input_is_refused_clearly() {
+    for (args, needle) in [
+        (vec!["run", "-n", "0", "--", "true"], "at least 1"),
+        (
+            vec!["run", "-n", "2", "--", "/no/such/program"],
+            "program not found",
+        ),
+        (
+            vec!["run", "-n", "2", "--", "no-such-program-in-path"],
+            "not found in PATH",
+        ),
+        (
+            vec!["run", "-n", "1000000", "--", "true"],
+            "exceeds the limit",
+        ),
+        (
+            vec!["run", "-n", "3", "--nodes", "4", "--", "true"],
+            "--nodes",
+        ),
+        (
+            vec!["run", "-n", "2", "-x", "NOEQUALS", "--", "true"],
+            "KEY=VALUE",
+        ),
+    ] {
+        let t = Instant::now();
+        let out = hpc(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn core_binding_gives_disjoint_cpus() {
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--bind",
+        "core",
+        "--",
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status; echo set=$HPC_CPUSET",
+    ]);
+    assert!(out.status.success());
+    let so = String::from_utf8_lossy(&out.stdout);
+    let ncpu = std::thread::available_parallelism().unwrap().get();
+    if ncpu >= 2 {
+        let lists: BTreeSet<String> = so
+            .lines()
+            .filter(|l| l.contains("Cpus_allowed_list"))
+            .map(|l| l.split_whitespace().last().unwrap().to_string())
+            .collect();
+        assert_eq!(lists.len(), 2, "{so}");
+    }
+    assert!(so.contains("set="), "{so}");
+}
+
+#[test]
+fn help_reads_like_a_tool() {
+    let out = hpc(&["--help"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    for sub in ["run", "doctor", "topo", "selftest"] {
+        assert!(s.contains(sub), "{s}");
+    }
+    let out = hpc(&["run", "--help"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("--bind") && s.contains("Examples"), "{s}");
+}
