@@ -1,0 +1,120 @@
+//! Installs what the project needs on a fresh Debian/Ubuntu machine.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Result};
+
+/// Debian packages: compilers and the C libraries the crates bind (MPI, hwloc, verbs),
+/// the MPI launchers used by the tests, and the tools the test suite drives.
+pub const APT_PACKAGES: &[&str] = &[
+    "build-essential",
+    "pkg-config",
+    "ca-certificates",
+    "cmake",
+    "clang",
+    "libclang-dev",
+    "libopenmpi-dev",
+    "openmpi-bin",
+    "libhwloc-dev",
+    "hwloc",
+    "libudev-dev",
+    "libibverbs-dev",
+    "libnl-3-dev",
+    "libnl-route-3-dev",
+    "iproute2",
+    "procps",
+    "python3",
+];
+
+/// mdbook version the book is built with.
+pub const MDBOOK_VERSION: &str = "0.5.4";
+
+/// Whether a program is on the PATH.
+pub fn has(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn dpkg_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Installs missing Debian packages (as root), or says exactly what to run.
+pub fn apt(packages: &[&str]) -> Result<()> {
+    if !has("dpkg-query") {
+        eprintln!("note: not a Debian/Ubuntu system; make sure these are installed: {}", packages.join(" "));
+        return Ok(());
+    }
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !dpkg_installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let cmd = format!(
+        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
+    if !is_root() {
+        bail!("missing system packages: {}\nrun as root:\n  sudo sh -c '{cmd}'", missing.join(" "));
+    }
+    eprintln!("==> installing {}", missing.join(" "));
+    crate::run(Command::new("sh").args(["-c", &cmd]))
+}
+
+fn rust_components() -> Result<()> {
+    if !has("rustup") {
+        return Ok(());
+    }
+    let out = Command::new("rustup").args(["component", "list", "--installed"]).output()?;
+    let installed = String::from_utf8_lossy(&out.stdout).to_string();
+    for c in ["rustfmt", "clippy"] {
+        if !installed.lines().any(|l| l.starts_with(c)) {
+            crate::run(Command::new("rustup").args(["component", "add", c]))?;
+        }
+    }
+    Ok(())
+}
+
+fn mdbook() -> Result<()> {
+    let ok = Command::new("mdbook")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(MDBOOK_VERSION))
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    // The server and file watcher are not needed to build and test the book; leaving
+    // them out halves the build.
+    crate::run(crate::cargo().args([
+        "install",
+        "mdbook",
+        "--locked",
+        "--version",
+        MDBOOK_VERSION,
+        "--no-default-features",
+        "--features",
+        "search",
+    ]))
+}
+
+/// Everything `demo` and `test` need.
+pub fn all() -> Result<()> {
+    apt(APT_PACKAGES)?;
+    rust_components()?;
+    mdbook()?;
+    Ok(())
+}
