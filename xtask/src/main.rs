@@ -76,7 +76,14 @@ fn cargo() -> Command {
 }
 
 fn demo() -> Result<()> {
-    run(cargo().args(["build", "--release", "-p", "hpc-cli", "-p", "hpc-example-hello"]))?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "hpc-cli",
+        "-p",
+        "hpc-example-hello",
+    ]))?;
     let bin = root().join("target/release");
     let hpc = bin.join("hpc");
     for n in ["2", "4"] {
@@ -107,7 +114,13 @@ fn test(quick: bool) -> Result<()> {
     // Integration tests that need MPI fail loudly instead of skipping.
     std::env::set_var("HPC_REQUIRE_MPI", "1");
     if setup::has("cargo-nextest") {
-        run(cargo().args(["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"]))?;
+        run(cargo().args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--all-features",
+            "--no-fail-fast",
+        ]))?;
         run(cargo().args(["test", "--workspace", "--all-features", "--doc"]))?;
     } else {
         run(cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]))?;

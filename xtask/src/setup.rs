@@ -56,10 +56,17 @@ fn is_root() -> bool {
 /// Installs missing Debian packages (as root), or says exactly what to run.
 pub fn apt(packages: &[&str]) -> Result<()> {
     if !has("dpkg-query") {
-        eprintln!("note: not a Debian/Ubuntu system; make sure these are installed: {}", packages.join(" "));
+        eprintln!(
+            "note: not a Debian/Ubuntu system; make sure these are installed: {}",
+            packages.join(" ")
+        );
         return Ok(());
     }
-    let missing: Vec<&str> = packages.iter().copied().filter(|p| !dpkg_installed(p)).collect();
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -68,7 +75,10 @@ pub fn apt(packages: &[&str]) -> Result<()> {
         missing.join(" ")
     );
     if !is_root() {
-        bail!("missing system packages: {}\nrun as root:\n  sudo sh -c '{cmd}'", missing.join(" "));
+        bail!(
+            "missing system packages: {}\nrun as root:\n  sudo sh -c '{cmd}'",
+            missing.join(" ")
+        );
     }
     eprintln!("==> installing {}", missing.join(" "));
     crate::run(Command::new("sh").args(["-c", &cmd]))
@@ -78,7 +88,9 @@ fn rust_components() -> Result<()> {
     if !has("rustup") {
         return Ok(());
     }
-    let out = Command::new("rustup").args(["component", "list", "--installed"]).output()?;
+    let out = Command::new("rustup")
+        .args(["component", "list", "--installed"])
+        .output()?;
     let installed = String::from_utf8_lossy(&out.stdout).to_string();
     for c in ["rustfmt", "clippy"] {
         if !installed.lines().any(|l| l.starts_with(c)) {

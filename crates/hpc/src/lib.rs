@@ -1,18 +1,37 @@
 //! # hpc: the facade of hpc-rs
 //!
 //! Add this one crate and call [`init`]: it joins the job (however it was launched:
-//! `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and returns a [`Context`].
+//! `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and returns a [`Context`]
+//! with the world, the machine's topology, this rank's placement, and the environment
+//! it runs in.
 //!
 //! ```
 //! let ctx = hpc::init()?;
 //! println!("rank {} of {}", ctx.world.rank(), ctx.world.size());
+//! # #[cfg(feature = "topology")]
+//! if let Some(p) = &ctx.placement {
+//!     println!("my cores: {:?}", p.compute_cores);
+//! }
 //! # Ok::<(), hpc::Error>(())
 //! ```
 //!
-//! The capability crates are re-exported as modules: [`runtime`] (always).
+//! ## Features
+//!
+//! | feature | default | re-exports | needs at build time |
+//! |---|---|---|---|
+//! | `topology` | yes | [`topology`] (`hpc-topology`) | `libhwloc-dev` |
+//! | `container` | yes | [`container`] (`hpc-container`) | nothing |
+//! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI library, `libclang` |
+//!
+//! [`runtime`] (`hpc-runtime`) is always there.
 
 pub use hpc_runtime as runtime;
 pub use hpc_runtime::{Error, World};
+
+#[cfg(feature = "container")]
+pub use hpc_container as container;
+#[cfg(feature = "topology")]
+pub use hpc_topology as topology;
 
 /// Everything a rank needs to know about where it runs.
 #[derive(Debug)]
@@ -20,11 +39,96 @@ pub use hpc_runtime::{Error, World};
 pub struct Context {
     /// All ranks of the job.
     pub world: World,
+    /// This machine's hardware topology (`None` if hwloc could not load it; the reason
+    /// is logged).
+    #[cfg(feature = "topology")]
+    pub topology: Option<hpc_topology::Topology>,
+    /// This rank's cores, progress cores, home NUMA node, nearest GPU and NIC, planned
+    /// for the ranks of this node (see [`Options`]).
+    #[cfg(feature = "topology")]
+    pub placement: Option<hpc_topology::Placement>,
+    /// The container runtime, devices, launcher and limits this rank sees.
+    #[cfg(feature = "container")]
+    pub environment: hpc_container::Environment,
 }
 
-/// Joins the job and gathers the context. Call once per process.
+/// What [`init_with`] plans for.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Compute threads per rank; default: `HPC_THREADS`, else the allowed cores
+    /// divided among the ranks of this node.
+    pub threads: Option<usize>,
+    /// Progress cores reserved per rank (for offloaded collectives).
+    pub progress: usize,
+}
+
+/// Joins the job and gathers the context, with default [`Options`]. Call once per
+/// process.
 pub fn init() -> Result<Context, Error> {
+    init_with(Options::default())
+}
+
+/// Like [`init`] with explicit options.
+pub fn init_with(options: Options) -> Result<Context, Error> {
+    let world = World::init()?;
+    #[cfg(feature = "topology")]
+    let (topology, placement) = plan(&world, &options);
+    #[cfg(not(feature = "topology"))]
+    let _ = options;
     Ok(Context {
-        world: World::init()?,
+        #[cfg(feature = "container")]
+        environment: hpc_container::Environment::detect(),
+        world,
+        #[cfg(feature = "topology")]
+        topology,
+        #[cfg(feature = "topology")]
+        placement,
     })
+}
+
+#[cfg(feature = "topology")]
+fn plan(
+    world: &World,
+    options: &Options,
+) -> (
+    Option<hpc_topology::Topology>,
+    Option<hpc_topology::Placement>,
+) {
+    use hpc_topology::{plan_for_rank, Policy, ProgressScope, Topology};
+    let topo = match Topology::this_machine() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot load the hardware topology; no placement");
+            return (None, None);
+        }
+    };
+    // A rank the launcher already bound (hpc run --bind, srun --cpu-bind) sees only
+    // its own cores as allowed: plan for one rank inside them. Otherwise all ranks of
+    // the node share the allowed set and each computes the same plan.
+    let prebound = std::env::var_os(hpc_runtime::env::CPUSET).is_some();
+    let (local_rank, local_size) = if prebound {
+        (0, 1)
+    } else {
+        (world.local_rank(), world.local_size())
+    };
+    let threads = options
+        .threads
+        .or_else(|| std::env::var("HPC_THREADS").ok()?.parse().ok())
+        .unwrap_or_else(|| (topo.allowed_cores(&topo.allowed).count() / local_size.max(1)).max(1));
+    let placement = match plan_for_rank(
+        &topo,
+        local_rank,
+        local_size,
+        threads,
+        options.progress,
+        ProgressScope::PerRank,
+        Policy::Compact,
+    ) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot plan this rank's placement");
+            None
+        }
+    };
+    (Some(topo), placement)
 }

@@ -20,6 +20,16 @@ fn main() -> anyhow::Result<()> {
         world.local_rank(),
         world.local_size()
     );
+    if let Some(p) = &ctx.placement {
+        println!(
+            "rank {}: cores {:?} (PUs {}), NUMA {:?}, environment: {}",
+            world.rank(),
+            p.compute_cores,
+            p.cpuset,
+            p.numa,
+            ctx.environment.runtime.kind.name()
+        );
+    }
     // Allreduce (sum) of a per-rank value through the world's allgather.
     let mine = (world.rank() as f64 + 1.0).powi(2);
     let total: f64 = world

@@ -3,9 +3,10 @@
 /// How `hpc run` binds ranks to CPUs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BindPolicy {
-    /// Each rank gets a contiguous block of the allowed cores.
+    /// Each rank gets its own block of cores (hwloc placement, compact order, ranks
+    /// never share a core unless oversubscribed), sized for `--threads` and `--progress`.
     Core,
-    /// Each rank gets the allowed CPUs of one NUMA node (round robin over nodes).
+    /// One rank per NUMA node (round robin when ranks outnumber NUMA nodes).
     Numa,
     /// No binding (the OS scheduler places ranks).
     None,
@@ -16,8 +17,8 @@ pub enum BindPolicy {
 pub struct Plan {
     /// CPU list per rank.
     pub cpus: Vec<Vec<usize>>,
-    /// More ranks than CPUs: some share.
-    pub oversubscribed: bool,
+    /// The placement table, for `--verbose` reporting.
+    pub table: Option<String>,
 }
 
 /// The CPUs this process may run on.
@@ -35,24 +36,6 @@ pub fn allowed_cpus() -> Vec<usize> {
         // SAFETY: i < CPU_SETSIZE, within the set.
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
-}
-
-/// Parses a Linux cpulist (`0-3,8,10-11`). Garbage gives `None`.
-pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if b < a || b - a > 1 << 16 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.trim().parse().ok()?),
-        }
-    }
-    Some(out)
 }
 
 /// Formats CPUs as a cpulist.
@@ -77,70 +60,33 @@ pub fn format_cpulist(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
-fn numa_nodes() -> Vec<Vec<usize>> {
-    let mut nodes = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
-        return nodes;
+/// Computes the CPUs of each of `n` ranks with `threads` compute threads and
+/// `progress` progress cores each, through the machine's hwloc topology.
+pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> anyhow::Result<Plan> {
+    use hpc_topology::{PlacementRequest, Policy, Topology};
+    let topo_policy = match policy {
+        BindPolicy::None => {
+            return Ok(Plan {
+                cpus: vec![Vec::new(); n],
+                ..Plan::default()
+            })
+        }
+        BindPolicy::Core => Policy::Compact,
+        BindPolicy::Numa => Policy::NumaPerRank,
     };
-    let mut ids: Vec<usize> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
-        .collect();
-    ids.sort_unstable();
-    for id in ids {
-        if let Ok(s) = std::fs::read_to_string(format!("/sys/devices/system/node/node{id}/cpulist"))
-        {
-            if let Some(c) = parse_cpulist(&s) {
-                nodes.push(c);
-            }
-        }
-    }
-    nodes
-}
-
-/// Computes the CPUs of each of `n` ranks.
-pub fn plan(policy: BindPolicy, n: usize, allowed: &[usize]) -> anyhow::Result<Plan> {
-    let oversubscribed = n > allowed.len();
-    let cpus = match policy {
-        BindPolicy::None => vec![Vec::new(); n],
-        BindPolicy::Core => {
-            if allowed.is_empty() {
-                anyhow::bail!("no allowed CPUs to bind to");
-            }
-            if oversubscribed {
-                (0..n).map(|r| vec![allowed[r % allowed.len()]]).collect()
-            } else {
-                let (base, extra) = (allowed.len() / n, allowed.len() % n);
-                let mut start = 0;
-                (0..n)
-                    .map(|r| {
-                        let len = base + usize::from(r < extra);
-                        let block = allowed[start..start + len].to_vec();
-                        start += len;
-                        block
-                    })
-                    .collect()
-            }
-        }
-        BindPolicy::Numa => {
-            let mut nodes: Vec<Vec<usize>> = numa_nodes()
-                .into_iter()
-                .map(|c| {
-                    c.into_iter()
-                        .filter(|x| allowed.contains(x))
-                        .collect::<Vec<_>>()
-                })
-                .filter(|c| !c.is_empty())
-                .collect();
-            if nodes.is_empty() {
-                nodes.push(allowed.to_vec());
-            }
-            (0..n).map(|r| nodes[r % nodes.len()].clone()).collect()
-        }
-    };
+    let topo = Topology::this_machine()?;
+    let req = PlacementRequest::new(n, threads.max(1))
+        .progress(progress)
+        .policy(topo_policy);
+    let plan = hpc_topology::plan(&topo, &req)?;
+    // hpc-topology already logs its warnings (oversubscription, ...).
     Ok(Plan {
-        cpus,
-        oversubscribed,
+        cpus: plan
+            .ranks
+            .iter()
+            .map(|p| p.cpuset.iter().map(|c| c as usize).collect())
+            .collect(),
+        table: Some(plan.table()),
     })
 }
 
@@ -184,24 +130,24 @@ mod tests {
 
     #[test]
     fn cpulist_roundtrip() {
-        assert_eq!(
-            parse_cpulist("0-3,8,10-11\n"),
-            Some(vec![0, 1, 2, 3, 8, 10, 11])
-        );
         assert_eq!(format_cpulist(&[11, 0, 1, 2, 3, 8, 10]), "0-3,8,10-11");
-        assert_eq!(parse_cpulist("3-1"), None);
-        assert_eq!(parse_cpulist("x"), None);
-        assert_eq!(parse_cpulist(""), Some(vec![]));
     }
 
     #[test]
-    fn core_blocks_are_disjoint_and_cover() {
-        let allowed: Vec<usize> = (0..10).collect();
-        let p = plan(BindPolicy::Core, 3, &allowed).unwrap();
-        assert!(!p.oversubscribed);
-        assert_eq!(p.cpus, vec![vec![0, 1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]]);
-        let p = plan(BindPolicy::Core, 5, &[2, 3]).unwrap();
-        assert!(p.oversubscribed);
-        assert_eq!(p.cpus, vec![vec![2], vec![3], vec![2], vec![3], vec![2]]);
+    fn core_plan_is_disjoint_on_this_machine() {
+        let topo = hpc_topology::Topology::this_machine().unwrap();
+        let ncores = topo.allowed_cores(&topo.allowed).count();
+        let n = ncores.max(1);
+        let p = plan(BindPolicy::Core, n, 1, 0).unwrap();
+        assert_eq!(p.cpus.len(), n);
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &p.cpus {
+            assert!(!c.is_empty());
+            for x in c {
+                assert!(seen.insert(*x), "cpu {x} given twice");
+            }
+        }
+        let none = plan(BindPolicy::None, 3, 1, 0).unwrap();
+        assert!(none.cpus.iter().all(|c| c.is_empty()));
     }
 }

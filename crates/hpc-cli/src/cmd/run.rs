@@ -46,6 +46,18 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = BindPolicy::None)]
     pub bind: BindPolicy,
 
+    /// Compute threads per rank that `--bind` sizes each rank's cores for.
+    #[arg(long, value_name = "T", default_value_t = 1)]
+    pub threads: usize,
+
+    /// Progress cores reserved per rank by `--bind` (for offloaded collectives).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub progress: usize,
+
+    /// Print the placement table before starting.
+    #[arg(long)]
+    pub show_placement: bool,
+
     /// Do not prefix output lines with the rank.
     #[arg(long)]
     pub no_tag: bool,
@@ -148,6 +160,9 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
              pass --oversubscribe if you mean it",
             args.np
         );
+    }
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
     }
     if args.nodes == 0 || args.nodes > args.np {
         bail!("--nodes must be between 1 and -n ({})", args.np);
@@ -267,13 +282,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     validate(&args, allowed.len())?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
-    let plan = bind::plan(args.bind, n, &allowed)?;
-    if plan.oversubscribed && args.bind != BindPolicy::None {
-        tracing::warn!(
-            ranks = n,
-            cpus = allowed.len(),
-            "more ranks than allowed CPUs: ranks share cores"
-        );
+    let plan = bind::plan(args.bind, n, args.threads, args.progress)
+        .context("computing the placement for --bind")?;
+    if args.show_placement {
+        if let Some(t) = &plan.table {
+            eprint!("{t}");
+        }
     }
 
     let timeout = args
@@ -322,6 +336,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
         }
         let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
+        if args.bind != BindPolicy::None {
+            cmd.env("HPC_THREADS", args.threads.to_string());
+        }
         if !cpus.is_empty() {
             cmd.env(henv::CPUSET, bind::format_cpulist(&cpus));
         }
