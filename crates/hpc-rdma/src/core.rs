@@ -1,0 +1,491 @@
+//! Bookkeeping shared by the transport and its backends: operation ids, completions,
+//! tag matching and the table of local regions.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::error::{check_bounds, Error, Result};
+use crate::region::{Region, RegionInner};
+
+/// Identifies one posted operation; returned by the posting call and used to test or
+/// wait for its completion. Ids are never reused within a transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub(crate) u64);
+
+impl OpId {
+    /// The numeric id (for logs).
+    pub fn get(&self) -> u64 {
+        self.0
+    }
+}
+
+/// What kind of operation completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// One-sided write into a peer's region.
+    Put,
+    /// One-sided read from a peer's region.
+    Get,
+    /// Tagged two-sided send.
+    Send,
+    /// Tagged two-sided receive.
+    Recv,
+}
+
+/// Source bytes of a put: owned by the transport until the put completes, then handed
+/// back in the completion's [`Payload`].
+#[derive(Debug)]
+pub enum Source {
+    /// An owned vector (returned as [`Payload::Bytes`]).
+    Bytes(Vec<u8>),
+    /// A slice of a registered region (the handle is returned as [`Payload::Region`]).
+    Region {
+        /// The region.
+        region: Region,
+        /// First byte.
+        offset: usize,
+        /// Number of bytes.
+        len: usize,
+    },
+}
+
+impl From<Vec<u8>> for Source {
+    fn from(v: Vec<u8>) -> Source {
+        Source::Bytes(v)
+    }
+}
+
+impl Source {
+    /// Number of bytes to transfer.
+    pub fn len(&self) -> usize {
+        match self {
+            Source::Bytes(v) => v.len(),
+            Source::Region { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Source::Region {
+            region,
+            offset,
+            len,
+        } = self
+        {
+            check_bounds(*offset as u64, *len as u64, region.len() as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Pointer to the first byte (valid while `self` lives).
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        match self {
+            Source::Bytes(v) => v.as_ptr(),
+            // SAFETY: `validate` checked offset <= region length.
+            Source::Region { region, offset, .. } => unsafe { region.as_ptr().add(*offset) },
+        }
+    }
+
+    pub(crate) fn into_payload(self) -> Payload {
+        match self {
+            Source::Bytes(v) => Payload::Bytes(v),
+            Source::Region { region, .. } => Payload::Region(region),
+        }
+    }
+}
+
+/// Destination of a get: a new vector of `len` bytes or a slice of a local region.
+#[derive(Debug)]
+pub enum Sink {
+    /// A new vector of this many bytes (returned as [`Payload::Bytes`]).
+    Bytes(usize),
+    /// A slice of a registered region (the handle is returned as [`Payload::Region`]).
+    Region {
+        /// The region.
+        region: Region,
+        /// First byte.
+        offset: usize,
+        /// Number of bytes.
+        len: usize,
+    },
+}
+
+impl Sink {
+    /// Number of bytes to transfer.
+    pub fn len(&self) -> usize {
+        match self {
+            Sink::Bytes(n) => *n,
+            Sink::Region { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Sink::Region {
+            region,
+            offset,
+            len,
+        } = self
+        {
+            check_bounds(*offset as u64, *len as u64, region.len() as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the sink by `fill(ptr, len)` and returns the payload.
+    pub(crate) fn fill(self, fill: impl FnOnce(*mut u8, usize) -> Result<()>) -> Result<Payload> {
+        match self {
+            Sink::Bytes(n) => {
+                let mut v = vec![0u8; n];
+                fill(v.as_mut_ptr(), n)?;
+                Ok(Payload::Bytes(v))
+            }
+            Sink::Region {
+                region,
+                offset,
+                len,
+            } => {
+                // SAFETY: `validate` checked offset + len <= region length.
+                fill(unsafe { region.as_ptr().add(offset) }, len)?;
+                Ok(Payload::Region(region))
+            }
+        }
+    }
+}
+
+/// What a completed operation hands back.
+#[derive(Debug)]
+pub enum Payload {
+    /// Nothing (a put/get whose buffer was a region slice returns the region instead).
+    None,
+    /// Bytes: the received message, the data of a get, or the vector a send/put
+    /// borrowed.
+    Bytes(Vec<u8>),
+    /// The region handle an operation held.
+    Region(Region),
+}
+
+impl Payload {
+    /// The bytes, or an empty vector for the other variants.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Payload::Bytes(v) => v,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One completed operation, as returned by [`crate::Transport::poll`].
+#[derive(Debug)]
+pub struct Completion {
+    /// The operation.
+    pub op: OpId,
+    /// The peer it involved.
+    pub peer: usize,
+    /// What it was.
+    pub kind: OpKind,
+    /// Its result.
+    pub result: Result<Payload>,
+}
+
+#[derive(Default)]
+struct State {
+    ready: HashMap<u64, Completion>,
+    pending: HashMap<u64, (usize, OpKind)>,
+    posted: HashMap<(usize, u64), VecDeque<u64>>,
+    unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
+    dead: HashMap<usize, String>,
+}
+
+/// State shared by the transport and its backends.
+pub(crate) struct Shared {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    next_op: AtomicU64,
+    next_region: AtomicU32,
+    st: Mutex<State>,
+    regions: Mutex<HashMap<u32, Weak<RegionInner>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(rank: usize, size: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            rank,
+            size,
+            next_op: AtomicU64::new(1),
+            next_region: AtomicU32::new(1),
+            st: Mutex::new(State::default()),
+            regions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn st(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent maps (no multi-step
+        // invariants span an unwind), so recover the guard.
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts an operation with `peer`, failing at once if the peer is known lost.
+    pub(crate) fn begin(&self, peer: usize, kind: OpKind) -> Result<OpId> {
+        let id = self.next_op.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.st();
+        if let Some(cause) = st.dead.get(&peer) {
+            return Err(Error::PeerLost {
+                rank: peer,
+                cause: cause.clone(),
+            });
+        }
+        st.pending.insert(id, (peer, kind));
+        Ok(OpId(id))
+    }
+
+    /// Forgets an operation whose posting failed.
+    pub(crate) fn abort(&self, op: OpId) {
+        self.st().pending.remove(&op.0);
+    }
+
+    /// Records the completion of a pending operation (ignored if it already failed).
+    pub(crate) fn complete(&self, op: OpId, result: Result<Payload>) {
+        let mut st = self.st();
+        if let Some((peer, kind)) = st.pending.remove(&op.0) {
+            st.ready.insert(
+                op.0,
+                Completion {
+                    op,
+                    peer,
+                    kind,
+                    result,
+                },
+            );
+        }
+    }
+
+    /// A message arrived from `peer`.
+    pub(crate) fn deliver(&self, peer: usize, tag: u64, data: Vec<u8>) {
+        let mut st = self.st();
+        let posted = st
+            .posted
+            .get_mut(&(peer, tag))
+            .and_then(|q| q.pop_front());
+        match posted {
+            Some(op) => {
+                st.pending.remove(&op);
+                st.ready.insert(
+                    op,
+                    Completion {
+                        op: OpId(op),
+                        peer,
+                        kind: OpKind::Recv,
+                        result: Ok(Payload::Bytes(data)),
+                    },
+                );
+            }
+            None => st.unexpected.entry((peer, tag)).or_default().push_back(data),
+        }
+    }
+
+    /// Posts a receive; it completes at once if a matching message is waiting.
+    pub(crate) fn post_recv(&self, peer: usize, tag: u64) -> OpId {
+        let id = self.next_op.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.st();
+        let early = st
+            .unexpected
+            .get_mut(&(peer, tag))
+            .and_then(|q| q.pop_front());
+        let result = match early {
+            Some(data) => Some(Ok(Payload::Bytes(data))),
+            None => st.dead.get(&peer).map(|cause| {
+                Err(Error::PeerLost {
+                    rank: peer,
+                    cause: cause.clone(),
+                })
+            }),
+        };
+        match result {
+            Some(result) => {
+                st.ready.insert(
+                    id,
+                    Completion {
+                        op: OpId(id),
+                        peer,
+                        kind: OpKind::Recv,
+                        result,
+                    },
+                );
+            }
+            None => {
+                st.pending.insert(id, (peer, OpKind::Recv));
+                st.posted.entry((peer, tag)).or_default().push_back(id);
+            }
+        }
+        OpId(id)
+    }
+
+    /// Marks `peer` lost: its pending operations fail, later ones fail at once.
+    pub(crate) fn fail_peer(&self, peer: usize, cause: &str) {
+        let mut st = self.st();
+        if st.dead.contains_key(&peer) {
+            return;
+        }
+        tracing::warn!(peer, cause, "transport: peer lost");
+        st.dead.insert(peer, cause.to_string());
+        let lost: Vec<(u64, OpKind)> = st
+            .pending
+            .iter()
+            .filter(|(_, (p, _))| *p == peer)
+            .map(|(op, (_, k))| (*op, *k))
+            .collect();
+        for (op, kind) in lost {
+            st.pending.remove(&op);
+            st.ready.insert(
+                op,
+                Completion {
+                    op: OpId(op),
+                    peer,
+                    kind,
+                    result: Err(Error::PeerLost {
+                        rank: peer,
+                        cause: cause.to_string(),
+                    }),
+                },
+            );
+        }
+        st.posted.retain(|(p, _), _| *p != peer);
+    }
+
+    /// Whether `peer` is known lost.
+    pub(crate) fn is_lost(&self, peer: usize) -> Option<String> {
+        self.st().dead.get(&peer).cloned()
+    }
+
+    /// Takes the completion of `op` if it is ready. `Err` for an unknown id.
+    pub(crate) fn take(&self, op: OpId) -> Result<Option<Completion>> {
+        let mut st = self.st();
+        if let Some(c) = st.ready.remove(&op.0) {
+            return Ok(Some(c));
+        }
+        if st.pending.contains_key(&op.0) {
+            Ok(None)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "operation {} is unknown or was already completed",
+                op.0
+            )))
+        }
+    }
+
+    /// The peer an unfinished operation involves.
+    pub(crate) fn peer_of(&self, op: OpId) -> Option<usize> {
+        self.st().pending.get(&op.0).map(|(p, _)| *p)
+    }
+
+    /// Takes every ready completion.
+    pub(crate) fn drain(&self) -> Vec<Completion> {
+        let mut v: Vec<Completion> = self.st().ready.drain().map(|(_, c)| c).collect();
+        v.sort_by_key(|c| c.op);
+        v
+    }
+
+    /// Number of operations not yet completed.
+    pub(crate) fn pending_count(&self) -> usize {
+        self.st().pending.len()
+    }
+
+    /// Allocates and registers a new region.
+    pub(crate) fn new_region(&self, len: usize) -> Result<Region> {
+        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
+        let region = Region::new(self.rank, id, len)?;
+        let mut t = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        t.retain(|_, w| w.strong_count() > 0);
+        t.insert(id, Arc::downgrade(&region.inner));
+        Ok(region)
+    }
+
+    /// Forgets a region (its key goes stale for remote lookups at once).
+    pub(crate) fn forget_region(&self, id: u32) {
+        self.regions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// Finds a live local region by id and key, checking `offset + len` against it.
+    pub(crate) fn lookup(&self, id: u32, key: u64, offset: u64, len: u64) -> Result<Region> {
+        let inner = self
+            .regions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| Error::BadKey(format!("region {id} is not registered (stale key?)")))?;
+        if inner.key != key {
+            return Err(Error::BadKey(format!("wrong key for region {id}")));
+        }
+        check_bounds(offset, len, inner.len as u64)?;
+        Ok(Region { inner })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_is_fifo_per_peer_and_tag() {
+        let s = Shared::new(0, 2);
+        s.deliver(1, 5, vec![1]);
+        s.deliver(1, 5, vec![2]);
+        s.deliver(1, 6, vec![3]);
+        let a = s.post_recv(1, 5);
+        let b = s.post_recv(1, 6);
+        let c = s.post_recv(1, 5);
+        let d = s.post_recv(1, 5);
+        assert_eq!(s.take(a).unwrap().unwrap().result.unwrap().into_bytes(), vec![1]);
+        assert_eq!(s.take(b).unwrap().unwrap().result.unwrap().into_bytes(), vec![3]);
+        assert_eq!(s.take(c).unwrap().unwrap().result.unwrap().into_bytes(), vec![2]);
+        assert!(s.take(d).unwrap().is_none());
+        s.deliver(1, 5, vec![4]);
+        assert_eq!(s.take(d).unwrap().unwrap().result.unwrap().into_bytes(), vec![4]);
+        assert!(s.take(d).is_err(), "taken twice");
+    }
+
+    #[test]
+    fn lost_peer_fails_pending_and_new_ops() {
+        let s = Shared::new(0, 3);
+        let r = s.post_recv(1, 0);
+        let other = s.post_recv(2, 0);
+        s.fail_peer(1, "gone");
+        assert!(matches!(
+            s.take(r).unwrap().unwrap().result,
+            Err(Error::PeerLost { rank: 1, .. })
+        ));
+        assert!(s.take(other).unwrap().is_none());
+        assert!(s.begin(1, OpKind::Put).is_err());
+        let late = s.post_recv(1, 0);
+        assert!(s.take(late).unwrap().unwrap().result.is_err());
+    }
+
+    #[test]
+    fn lookup_checks_key_bounds_and_liveness() {
+        let s = Shared::new(0, 1);
+        let r = s.new_region(64).unwrap();
+        let k = r.remote_key();
+        assert!(s.lookup(k.id, k.key, 0, 64).is_ok());
+        assert!(matches!(s.lookup(k.id, k.key ^ 1, 0, 1), Err(Error::BadKey(_))));
+        assert!(matches!(
+            s.lookup(k.id, k.key, 60, 5),
+            Err(Error::OutOfBounds { .. })
+        ));
+        drop(r);
+        assert!(matches!(s.lookup(k.id, k.key, 0, 1), Err(Error::BadKey(_))));
+    }
+}

@@ -1,0 +1,664 @@
+//! # hpc-rdma: one RDMA-style transport, several backends
+//!
+//! A [`Transport`] connects every pair of ranks of a [`hpc_runtime::World`] through the
+//! best backend for that pair and offers one API for all of them:
+//!
+//! - **registered memory**: [`Transport::register`] gives a [`Region`]; its
+//!   [`RemoteKey`] (serializable with [`RemoteKey::to_bytes`]) is what peers need;
+//!   [`Transport::exchange_keys`] swaps keys through `World::allgather`;
+//! - **one-sided** [`Transport::put`] / [`Transport::get`] into/from a peer's region at
+//!   an offset;
+//! - **two-sided** tagged [`Transport::send`] / [`Transport::recv`];
+//! - **completion**: every posting call returns an [`OpId`] at once;
+//!   [`Transport::poll`] returns what completed, [`Transport::test`] checks one
+//!   operation, [`Transport::wait`] blocks for one with a timeout.
+//!
+//! | pair of ranks | backend | how |
+//! |---|---|---|
+//! | same rank | loopback | `memcpy` in the process |
+//! | same node | [`BackendKind::Shm`] | memfd regions mapped by peers (put/get = one `memcpy`); SPSC rings for messages |
+//! | other node, both with an HCA | [`BackendKind::Verbs`] (feature `verbs`) | RC queue pairs, RDMA write/read |
+//! | otherwise | [`BackendKind::Tcp`] | one connection per pair, progress threads |
+//!
+//! The choice can be forced with `HPC_TRANSPORT=shm|tcp|verbs|auto` or
+//! [`Options::backend`]; it is reported per peer by a `tracing` event at `info` level.
+//!
+//! ## Example
+//!
+//! ```
+//! use hpc_rdma::{Transport, Source};
+//! let world = hpc_runtime::World::init()?;
+//! let t = Transport::new(&world)?;
+//! let region = t.register(4096)?;
+//! let keys = t.exchange_keys(&world, &region)?;
+//! let right = (world.rank() + 1) % world.size();
+//! // Write 8 bytes into the right neighbour's region, then tell it.
+//! let op = t.put(vec![7u8; 8], &keys[right], 0)?;
+//! t.wait(op)?;
+//! let op = t.send(right, 1, b"done".to_vec())?;
+//! let left = (world.rank() + world.size() - 1) % world.size();
+//! let msg = t.recv(left, 1)?;
+//! assert_eq!(t.wait(msg)?.into_bytes(), b"done");
+//! t.wait(op)?;
+//! let mut first = [0u8; 8];
+//! region.read(0, &mut first)?;
+//! assert_eq!(first, [7u8; 8]);
+//! # Ok::<(), hpc_rdma::Error>(())
+//! ```
+//!
+//! ## Completion and ordering guarantees
+//!
+//! - A **put** completes when its data is in the target's region (shm: the copy is
+//!   done; tcp: the target acknowledged it; verbs: the RC completion, which the HCA
+//!   gives after the target's acknowledgement). After `wait(put)` returns, any later
+//!   message or put from anyone that the target observes is ordered after that data.
+//! - Puts from one initiator to one target become visible **in the order posted**,
+//!   and within one put the last 8 bytes (when 8-aligned at the target) are written
+//!   last with release ordering: a target may poll them with [`Region::load_u64`] to
+//!   learn that the whole put arrived (the `ib_write_lat` pattern).
+//! - A **get** completes when the data is in the destination.
+//! - A **send** completes when the transport no longer needs the buffer (it is handed
+//!   back in the completion); that does *not* mean the receiver matched it. Messages
+//!   from one sender with the same tag are received in the order sent.
+//! - A **recv** completes with the whole message (any length, including 0).
+//! - No operation is ever "lost": each completes with its data or an error
+//!   ([`Error::PeerLost`] when the peer dies, [`Error::BadKey`] for a stale key, ...),
+//!   and [`Transport::wait`] gives [`Error::Timeout`] after its timeout.
+//!
+//! ## Memory safety of in-flight operations
+//!
+//! Asynchronous operations take **owned** buffers: a `Vec<u8>` or a [`Region`] handle
+//! (a registered, reference-counted mapping), which the transport holds until the
+//! operation completes and hands back in the completion's [`Payload`]. Forgetting an
+//! [`OpId`] or leaking anything therefore cannot make the transport touch freed memory.
+//! A buffer handed over cannot be used meanwhile:
+//!
+//! ```compile_fail
+//! # let world = hpc_runtime::World::init().unwrap();
+//! # let t = hpc_rdma::Transport::new(&world).unwrap();
+//! let v = vec![1u8; 8];
+//! let op = t.send(0, 1, v).unwrap();
+//! v[0] = 2; // error: `v` was moved into the send
+//! ```
+//!
+//! Borrowed destinations go through a request that borrows the buffer until it is
+//! waited for; the data is copied in only inside [`RecvInto::wait`], so leaking the
+//! request never lets the transport write into the buffer later:
+//!
+//! ```compile_fail
+//! # let world = hpc_runtime::World::init().unwrap();
+//! # let t = hpc_rdma::Transport::new(&world).unwrap();
+//! let mut buf = [0u8; 8];
+//! let req = t.recv_into(0, 1, &mut buf).unwrap();
+//! buf[0] = 1; // error: `buf` is mutably borrowed by `req`
+//! req.wait().unwrap();
+//! ```
+//!
+//! Out-of-bounds accesses return [`Error::OutOfBounds`] before anything is written,
+//! and keys of deregistered regions give [`Error::BadKey`].
+//!
+//! ## What has run where
+//!
+//! The shm and tcp backends are tested with real processes (and TCP across network
+//! namespaces with `HPC_TEST_NETNS=1`). The verbs backend has **not run on
+//! hardware**: it compiles against rdma-core, its pure logic (queue-pair state
+//! machine, endpoint encoding, work-request building) is unit-tested, and without an
+//! HCA it reports [`Error::NoDevice`] and the selector falls back to TCP. There is no
+//! MPI backend yet.
+
+mod core;
+mod error;
+mod region;
+mod ring;
+pub mod shm;
+mod tcp;
+pub mod verbs;
+pub mod wire;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hpc_runtime::World;
+
+pub use crate::core::{Completion, OpId, OpKind, Payload, Sink, Source};
+pub use crate::error::{Error, Result};
+pub use crate::region::{Region, RemoteKey, REMOTE_KEY_BYTES};
+
+use crate::core::Shared;
+use crate::error::check_bounds;
+
+/// Which backend serves a pair of ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// A rank talking to itself.
+    Loopback,
+    /// Shared memory (same node).
+    Shm,
+    /// TCP sockets.
+    Tcp,
+    /// InfiniBand/RoCE verbs.
+    Verbs,
+}
+
+impl BackendKind {
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendKind::Loopback => "loopback",
+            BackendKind::Shm => "shm",
+            BackendKind::Tcp => "tcp",
+            BackendKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// The backend selection policy (`HPC_TRANSPORT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Choice {
+    /// Same node → shm, else verbs if both ends have a device, else tcp.
+    #[default]
+    Auto,
+    /// Shared memory for every pair (fails if ranks are on different nodes).
+    Shm,
+    /// TCP for every pair.
+    Tcp,
+    /// Verbs for every pair (fails with [`Error::NoDevice`] without an HCA).
+    Verbs,
+}
+
+impl std::str::FromStr for Choice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Choice> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Choice::Auto),
+            "shm" => Ok(Choice::Shm),
+            "tcp" => Ok(Choice::Tcp),
+            "verbs" | "ib" | "rdma" => Ok(Choice::Verbs),
+            other => Err(Error::InvalidArgument(format!(
+                "transport {other:?}: expected shm, tcp, verbs or auto"
+            ))),
+        }
+    }
+}
+
+/// Settings of [`Transport::with_options`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Backend policy.
+    pub backend: Choice,
+    /// Default timeout of [`Transport::wait`] (default: the world's timeout).
+    pub timeout: Option<Duration>,
+    /// Address the TCP backend listens on (default: `HPC_TCP_ADDR`, else the address
+    /// that routes to the launcher, else the host name's address).
+    pub tcp_addr: Option<IpAddr>,
+}
+
+impl Options {
+    /// Reads `HPC_TRANSPORT` (and leaves the rest default).
+    pub fn from_env() -> Result<Options> {
+        let backend = match std::env::var("HPC_TRANSPORT") {
+            Ok(s) => s.parse()?,
+            Err(_) => Choice::Auto,
+        };
+        Ok(Options {
+            backend,
+            ..Options::default()
+        })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// One backend of the transport: moves bytes to the peers it serves.
+///
+/// Implemented by this crate's backends (the trait is sealed); [`Transport`] routes
+/// each operation to the backend of its peer. Posting methods start an operation and
+/// report its end through the transport's completion table (possibly before they
+/// return); an `Err` means the operation was not started.
+pub trait Backend: Send + Sync + sealed::Sealed {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// Makes a new region accessible through this backend (e.g. `ibv_reg_mr`).
+    fn register(&self, _region: &Region) -> Result<()> {
+        Ok(())
+    }
+    /// Starts writing `src` into the region of `dst` at `offset`.
+    fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()>;
+    /// Starts reading `dst.len()` bytes of the region of `src` at `offset`.
+    fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()>;
+    /// Starts sending a tagged message.
+    fn send(&self, op: OpId, peer: usize, tag: u64, data: Vec<u8>) -> Result<()>;
+    /// Advances operations that need the caller's thread (no-op for threaded backends).
+    fn progress(&self) -> Result<()>;
+    /// `Err(PeerLost)` if the peer is known dead (after delivering what it sent).
+    fn check_peer(&self, peer: usize) -> Result<()>;
+    /// Whether [`Backend::progress`] does anything.
+    fn wants_progress(&self) -> bool;
+}
+
+impl sealed::Sealed for shm::Shm {}
+impl sealed::Sealed for tcp::Tcp {}
+impl sealed::Sealed for Loopback {}
+#[cfg(feature = "verbs")]
+impl sealed::Sealed for verbs::Verbs {}
+
+/// A rank's operations on itself.
+struct Loopback {
+    shared: Arc<Shared>,
+}
+
+impl Backend for Loopback {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Loopback
+    }
+    fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()> {
+        let region = self.shared.lookup(dst.id, dst.key, offset, src.len() as u64)?;
+        // SAFETY: `lookup` checked the bounds; `src` is valid for its length; the regions
+        // may be the same, so use an overlapping copy.
+        unsafe { std::ptr::copy(src.as_ptr(), region.as_ptr().add(offset as usize), src.len()) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.shared.complete(op, Ok(src.into_payload()));
+        Ok(())
+    }
+    fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
+        let region = self.shared.lookup(src.id, src.key, offset, dst.len() as u64)?;
+        let payload = dst.fill(|ptr, len| {
+            // SAFETY: both ranges checked; possibly the same region, so overlapping copy.
+            unsafe { std::ptr::copy(region.as_ptr().add(offset as usize), ptr, len) };
+            Ok(())
+        })?;
+        self.shared.complete(op, Ok(payload));
+        Ok(())
+    }
+    fn send(&self, op: OpId, peer: usize, tag: u64, data: Vec<u8>) -> Result<()> {
+        self.shared.deliver(peer, tag, data.clone());
+        self.shared.complete(op, Ok(Payload::Bytes(data)));
+        Ok(())
+    }
+    fn progress(&self) -> Result<()> {
+        Ok(())
+    }
+    fn check_peer(&self, _peer: usize) -> Result<()> {
+        Ok(())
+    }
+    fn wants_progress(&self) -> bool {
+        false
+    }
+}
+
+/// Polls before yielding the CPU in [`Transport::wait`].
+const SPIN: u32 = 20_000;
+
+/// The transport of one rank: every peer reachable through one API.
+///
+/// Created collectively (every rank calls [`Transport::new`] in the same order with
+/// the other collectives of the world). `Transport` is `Send + Sync`; operations may
+/// be posted and waited for from several threads.
+pub struct Transport {
+    shared: Arc<Shared>,
+    backends: Vec<Box<dyn Backend>>,
+    route: Vec<usize>,
+    progress: Vec<usize>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("rank", &self.shared.rank)
+            .field("size", &self.shared.size)
+            .field("routes", &(0..self.size()).map(|p| self.backend_of(p)).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Which backend serves ranks `a` and `b` (symmetric, computable by every rank).
+fn route(world: &World, choice: Choice, verbs_ok: &[bool], a: usize, b: usize) -> Result<BackendKind> {
+    if a == b {
+        return Ok(BackendKind::Loopback);
+    }
+    Ok(match choice {
+        Choice::Shm if !world.same_node(a, b) => {
+            return Err(Error::Unavailable {
+                backend: "shm",
+                why: format!("ranks {a} and {b} are on different nodes"),
+            })
+        }
+        Choice::Shm => BackendKind::Shm,
+        Choice::Tcp => BackendKind::Tcp,
+        Choice::Verbs => BackendKind::Verbs,
+        Choice::Auto if world.same_node(a, b) => BackendKind::Shm,
+        Choice::Auto if verbs_ok[a] && verbs_ok[b] => BackendKind::Verbs,
+        Choice::Auto => BackendKind::Tcp,
+    })
+}
+
+impl Transport {
+    /// Connects this rank to every other (collective), with [`Options::from_env`].
+    pub fn new(world: &World) -> Result<Transport> {
+        Transport::with_options(world, Options::from_env()?)
+    }
+
+    /// Connects this rank to every other (collective) with explicit options.
+    pub fn with_options(world: &World, opts: Options) -> Result<Transport> {
+        let (me, size) = (world.rank(), world.size());
+        let shared = Shared::new(me, size);
+        let probe = match opts.backend {
+            Choice::Auto | Choice::Verbs if size > 1 => verbs::probe(),
+            _ => Err(Error::NoDevice("not probed".into())),
+        };
+        if let (Choice::Verbs, Err(e)) = (opts.backend, &probe) {
+            // Tell the others before failing so that nobody waits for us.
+            let _ = world.allgather(&[0]);
+            return Err(e.duplicate());
+        }
+        if let Err(e) = &probe {
+            tracing::debug!(error = %e, "verbs unusable here");
+        }
+        let ok = world.allgather(&[probe.is_ok() as u8])?;
+        let verbs_ok: Vec<bool> = ok.iter().map(|b| b.first() == Some(&1)).collect();
+        let mut lists = vec![Vec::new(); size];
+        let mut tcp_peers = Vec::new();
+        let mut verbs_peers = Vec::new();
+        let mut route_kind = Vec::with_capacity(size);
+        for (a, list) in lists.iter_mut().enumerate() {
+            for b in 0..size {
+                let k = route(world, opts.backend, &verbs_ok, a, b)?;
+                if k == BackendKind::Shm {
+                    list.push(b);
+                }
+                if a == me {
+                    route_kind.push(k);
+                    match k {
+                        BackendKind::Tcp => tcp_peers.push(b),
+                        BackendKind::Verbs => verbs_peers.push(b),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut backends: Vec<Box<dyn Backend>> = vec![Box::new(Loopback {
+            shared: shared.clone(),
+        })];
+        let shm = shm::Shm::new(shared.clone(), world, &lists)?;
+        backends.push(Box::new(shm));
+        if let Some(v) = verbs::connect(shared.clone(), world, &verbs_peers, probe.ok())? {
+            backends.push(v);
+        }
+        let tcp = tcp::Tcp::new(shared.clone(), world, &tcp_peers, opts.tcp_addr)?;
+        backends.push(Box::new(tcp));
+        let route: Vec<usize> = route_kind
+            .iter()
+            .map(|k| {
+                backends
+                    .iter()
+                    .position(|b| b.kind() == *k)
+                    .expect("every routed backend exists")
+            })
+            .collect();
+        for (p, k) in route_kind.iter().enumerate() {
+            if p != me {
+                tracing::info!(rank = me, peer = p, backend = k.name(), "transport route");
+            }
+        }
+        let progress = (0..backends.len())
+            .filter(|&i| backends[i].wants_progress() && route.contains(&i))
+            .collect();
+        world.barrier()?;
+        Ok(Transport {
+            shared,
+            backends,
+            route,
+            progress,
+            timeout: opts.timeout.unwrap_or_else(|| world.timeout()),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    /// The default timeout of [`Transport::wait`].
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The backend serving `peer`.
+    pub fn backend_of(&self, peer: usize) -> Option<BackendKind> {
+        self.route.get(peer).map(|&i| self.backends[i].kind())
+    }
+
+    fn backend(&self, peer: usize) -> Result<&dyn Backend> {
+        self.route
+            .get(peer)
+            .map(|&i| &*self.backends[i])
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("rank {peer} is not in a job of {}", self.size()))
+            })
+    }
+
+    /// Allocates `len` bytes of zeroed memory registered with every backend.
+    pub fn register(&self, len: usize) -> Result<Region> {
+        let region = self.shared.new_region(len)?;
+        for b in &self.backends {
+            b.register(&region)?;
+        }
+        Ok(region)
+    }
+
+    /// Deregisters a region now: its key is stale for peers at once, even if other
+    /// handles to it live on (the memory is freed with the last handle).
+    pub fn deregister(&self, region: Region) {
+        self.shared.forget_region(region.id());
+        region
+            .inner
+            .map
+            .key_slot()
+            .store(0, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Collective: every rank contributes the key of its `region` and receives
+    /// everyone's, indexed by rank.
+    pub fn exchange_keys(&self, world: &World, region: &Region) -> Result<Vec<RemoteKey>> {
+        let parts = world.allgather(&region.remote_key().to_bytes())?;
+        parts
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                let k = RemoteKey::from_bytes(b)?;
+                if k.rank() != r {
+                    return Err(Error::BadKey(format!("rank {r} sent a key of rank {}", k.rank())));
+                }
+                Ok(k)
+            })
+            .collect()
+    }
+
+    fn post(
+        &self,
+        peer: usize,
+        kind: OpKind,
+        f: impl FnOnce(&dyn Backend, OpId) -> Result<()>,
+    ) -> Result<OpId> {
+        let backend = self.backend(peer)?;
+        let op = self.shared.begin(peer, kind)?;
+        if let Err(e) = f(backend, op) {
+            self.shared.abort(op);
+            return Err(e);
+        }
+        Ok(op)
+    }
+
+    /// Writes `src` into the region of `dst` (owned by rank `dst.rank()`) at `offset`.
+    ///
+    /// `src` is a `Vec<u8>` or a [`Source::Region`] slice (zero-copy where the backend
+    /// allows); it is handed back in the completion. Errors: [`Error::OutOfBounds`]
+    /// before anything is written; [`Error::BadKey`] (at once or in the completion) for
+    /// a wrong or stale key.
+    pub fn put(&self, src: impl Into<Source>, dst: &RemoteKey, offset: u64) -> Result<OpId> {
+        let src = src.into();
+        src.validate()?;
+        check_bounds(offset, src.len() as u64, dst.len())?;
+        self.post(dst.rank(), OpKind::Put, |b, op| b.put(op, src, dst, offset))
+    }
+
+    /// Reads `len` bytes of the region of `src` at `offset` into a new vector
+    /// (returned as [`Payload::Bytes`]).
+    pub fn get(&self, src: &RemoteKey, offset: u64, len: usize) -> Result<OpId> {
+        self.get_to(src, offset, Sink::Bytes(len))
+    }
+
+    /// Reads from the region of `src` at `offset` into `dst` (a vector or a slice of a
+    /// local region).
+    pub fn get_to(&self, src: &RemoteKey, offset: u64, dst: Sink) -> Result<OpId> {
+        dst.validate()?;
+        check_bounds(offset, dst.len() as u64, src.len())?;
+        self.post(src.rank(), OpKind::Get, |b, op| b.get(op, src, offset, dst))
+    }
+
+    /// Sends a tagged message to `peer`; the vector comes back in the completion.
+    pub fn send(&self, peer: usize, tag: u64, data: Vec<u8>) -> Result<OpId> {
+        self.post(peer, OpKind::Send, |b, op| b.send(op, peer, tag, data))
+    }
+
+    /// Receives the next message from `peer` with `tag` (as [`Payload::Bytes`]).
+    pub fn recv(&self, peer: usize, tag: u64) -> Result<OpId> {
+        self.backend(peer)?;
+        Ok(self.shared.post_recv(peer, tag))
+    }
+
+    /// Receives into a borrowed buffer: the returned request borrows `buf` until
+    /// [`RecvInto::wait`] copies the message in.
+    pub fn recv_into<'t, 'b>(
+        &'t self,
+        peer: usize,
+        tag: u64,
+        buf: &'b mut [u8],
+    ) -> Result<RecvInto<'t, 'b>> {
+        let op = self.recv(peer, tag)?;
+        Ok(RecvInto { t: self, op, buf })
+    }
+
+    /// Advances backends that progress in the caller's thread and returns every
+    /// completion that is ready (in operation order).
+    pub fn poll(&self) -> Result<Vec<Completion>> {
+        self.progress_once();
+        Ok(self.shared.drain())
+    }
+
+    fn progress_once(&self) {
+        for &i in &self.progress {
+            if let Err(e) = self.backends[i].progress() {
+                tracing::debug!(error = %e, "progress");
+            }
+        }
+    }
+
+    /// The result of `op` if it completed (`Ok(None)` if not yet).
+    pub fn test(&self, op: OpId) -> Result<Option<Payload>> {
+        self.progress_once();
+        match self.shared.take(op)? {
+            Some(c) => c.result.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Number of posted operations not yet completed.
+    pub fn pending(&self) -> usize {
+        self.shared.pending_count()
+    }
+
+    /// Waits for `op` with the transport's timeout.
+    pub fn wait(&self, op: OpId) -> Result<Payload> {
+        self.wait_timeout(op, self.timeout)
+    }
+
+    /// Waits for `op`: spins on progress, then yields the CPU, then sleeps briefly;
+    /// checks the peer's liveness about every millisecond. [`Error::Timeout`] after
+    /// `timeout` (the operation stays posted and may still complete later).
+    pub fn wait_timeout(&self, op: OpId, timeout: Duration) -> Result<Payload> {
+        let mut start: Option<Instant> = None;
+        let mut last_check = 0u128;
+        let mut spins = 0u32;
+        loop {
+            if let Some(c) = self.shared.take(op)? {
+                return c.result;
+            }
+            self.progress_once();
+            spins = spins.saturating_add(1);
+            if spins < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let t0 = *start.get_or_insert_with(Instant::now);
+            let waited = t0.elapsed();
+            if waited > timeout {
+                return Err(Error::Timeout {
+                    after: timeout,
+                    what: format!("operation {}", op.0),
+                });
+            }
+            let ms = waited.as_millis();
+            if ms > last_check {
+                last_check = ms;
+                if let Some(peer) = self.shared.peer_of(op) {
+                    if let Ok(b) = self.backend(peer) {
+                        let _ = b.check_peer(peer);
+                    }
+                }
+            }
+            if waited < Duration::from_millis(5) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Waits for every operation in order; the first error is returned.
+    pub fn wait_all(&self, ops: &[OpId]) -> Result<Vec<Payload>> {
+        ops.iter().map(|&op| self.wait(op)).collect()
+    }
+}
+
+/// A receive into a borrowed buffer (see [`Transport::recv_into`]).
+///
+/// The message lands in transport-owned memory and is copied into the buffer only in
+/// [`RecvInto::wait`], so dropping or leaking the request is safe (the message is then
+/// discarded when it arrives).
+#[must_use = "the message is only copied into the buffer by `wait`"]
+pub struct RecvInto<'t, 'b> {
+    t: &'t Transport,
+    op: OpId,
+    buf: &'b mut [u8],
+}
+
+impl RecvInto<'_, '_> {
+    /// Waits for the message, copies it into the buffer and returns its length;
+    /// [`Error::InvalidArgument`] if it does not fit (it is then dropped).
+    pub fn wait(self) -> Result<usize> {
+        let data = self.t.wait(self.op)?.into_bytes();
+        let (n, cap) = (data.len(), self.buf.len());
+        let dst = self.buf.get_mut(..n).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "message of {n} bytes does not fit a buffer of {cap}"
+            ))
+        })?;
+        dst.copy_from_slice(&data);
+        Ok(n)
+    }
+
+    /// The operation id.
+    pub fn op(&self) -> OpId {
+        self.op
+    }
+}
