@@ -163,14 +163,15 @@ impl Step {
         }
     }
 
-    /// The regions this step reads.
-    pub fn read(&self) -> Vec<Region> {
-        match *self {
-            Step::Send { region, .. } => vec![region],
-            Step::Recv { .. } => vec![],
-            Step::Copy { src, .. } => vec![src],
-            Step::Reduce { src, dst, .. } => vec![src, dst],
-        }
+    /// The regions this step reads (a reduce reads both operands).
+    pub fn read(&self) -> impl Iterator<Item = Region> {
+        let (a, b) = match *self {
+            Step::Send { region, .. } => (Some(region), None),
+            Step::Recv { .. } => (None, None),
+            Step::Copy { src, .. } => (Some(src), None),
+            Step::Reduce { src, dst, .. } => (Some(src), Some(dst)),
+        };
+        a.into_iter().chain(b)
     }
 
     /// Whether this step communicates (send or receive).

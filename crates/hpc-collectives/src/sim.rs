@@ -20,8 +20,6 @@
 //! Scratch buffers start filled with `0xA5` so that reading scratch before
 //! writing it shows up as wrong results.
 
-use std::collections::HashMap;
-
 use crate::op::{CustomOps, ReduceError};
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
@@ -249,9 +247,21 @@ pub fn check(sched: &Schedule, send_len: usize, recv_len: usize) -> Result<(), S
                 }
             }
         }
+        // Sweep the accesses in address order; only neighbours that start
+        // before the current one ends can overlap it.
+        let key = |b: BufferId| match b {
+            BufferId::Send => 0u8,
+            BufferId::Recv => 1,
+            BufferId::Scratch => 2,
+        };
+        accesses.retain(|(r, _, _)| r.len > 0);
+        accesses.sort_unstable_by_key(|(r, _, _)| (key(r.buf), r.offset));
         for (a, (ra, wa, ia)) in accesses.iter().enumerate() {
             for (rb, wb, ib) in &accesses[a + 1..] {
-                if ia != ib && (*wa || *wb) && ra.overlaps(rb) {
+                if !ra.overlaps(rb) {
+                    break;
+                }
+                if ia != ib && (*wa || *wb) {
                     let (written, other) = if *wa { (*ra, *rb) } else { (*rb, *ra) };
                     return Err(SimError::Conflict {
                         rank,
@@ -270,6 +280,8 @@ type Chan = (usize, usize, u32);
 
 #[derive(Default)]
 struct Channel {
+    key: Chan,
+    /// Payloads by sequence number (taken when received).
     msgs: Vec<Vec<u8>>,
     recvs_posted: usize,
 }
@@ -280,9 +292,12 @@ struct RankState {
     scratch: Vec<u8>,
     round: usize,
     posted: bool,
-    /// (channel, sequence number) of the current round's sends and receives.
-    sends: Vec<(Chan, usize, Step)>,
-    recvs: Vec<(Chan, usize, Step)>,
+    /// Sends and receives of the current round not yet matched.
+    pending: usize,
+    /// (channel index, sequence number, region) of the current round's receives.
+    recvs: Vec<(usize, usize, Region)>,
+    /// (channel index, sequence number, step) of the current round's sends.
+    sends: Vec<(usize, usize, Step)>,
 }
 
 impl RankState {
@@ -350,124 +365,156 @@ pub fn run_with(
             scratch: vec![0xA5; s.scratch_bytes],
             round: 0,
             posted: false,
-            sends: Vec::new(),
+            pending: 0,
             recvs: Vec::new(),
+            sends: Vec::new(),
         })
         .collect();
-    let mut chans: HashMap<Chan, Channel> = HashMap::new();
+    // Channel lookup: (src * size + dst) -> [(tag, index into chans)].
+    let mut chan_index: Vec<Vec<(u32, usize)>> = vec![Vec::new(); size * size];
+    let mut chans: Vec<Channel> = Vec::new();
     let mut remaining = schedules.iter().filter(|s| !s.rounds.is_empty()).count();
+    // Ranks that may be able to post or complete a round.
+    let mut work: Vec<usize> = (0..size).rev().collect();
 
-    while remaining > 0 {
-        let mut progress = false;
-        for (rank, sched) in schedules.iter().enumerate() {
-            let st = &mut ranks[rank];
-            if st.round >= sched.rounds.len() {
-                continue;
-            }
-            let round = &sched.rounds[st.round];
-            if !st.posted {
-                for step in &round.steps {
-                    match *step {
-                        Step::Send { peer, region, tag } => {
-                            let key = (rank, peer, tag);
-                            let ch = chans.entry(key).or_default();
-                            ch.msgs.push(st.read(region).to_vec());
-                            st.sends.push((key, ch.msgs.len() - 1, *step));
-                        }
-                        Step::Recv { peer, tag, .. } => {
-                            let key = (peer, rank, tag);
-                            let ch = chans.entry(key).or_default();
-                            ch.recvs_posted += 1;
-                            st.recvs.push((key, ch.recvs_posted - 1, *step));
-                        }
-                        _ => {}
-                    }
-                }
-                st.posted = true;
-                progress = true;
-            }
-            let sends_done = st
-                .sends
-                .iter()
-                .all(|(k, seq, _)| chans.get(k).is_some_and(|c| c.recvs_posted > *seq));
-            let recvs_done = st
-                .recvs
-                .iter()
-                .all(|(k, seq, _)| chans.get(k).is_some_and(|c| c.msgs.len() > *seq));
-            if !(sends_done && recvs_done) {
-                continue;
-            }
-            // Complete the round: land receives, then run local steps.
-            for (key, seq, step) in std::mem::take(&mut st.recvs) {
-                let Step::Recv { region, .. } = step else {
-                    unreachable!()
-                };
-                let ch = chans.get_mut(&key).expect("channel exists");
-                let data = std::mem::take(&mut ch.msgs[seq]);
-                if data.len() != region.len {
-                    return Err(SimError::SizeMismatch {
-                        src: key.0,
-                        dst: key.1,
-                        tag: key.2,
-                        sent: data.len(),
-                        expected: region.len,
-                    });
-                }
-                st.write(region).copy_from_slice(&data);
-            }
-            st.sends.clear();
+    while let Some(rank) = work.pop() {
+        let sched = &schedules[rank];
+        if ranks[rank].round >= sched.rounds.len() {
+            continue;
+        }
+        let round = &sched.rounds[ranks[rank].round];
+        if !ranks[rank].posted {
+            ranks[rank].posted = true;
             for step in &round.steps {
-                match *step {
-                    Step::Copy { src, dst } => {
-                        let data = st.read(src).to_vec();
-                        st.write(dst).copy_from_slice(&data);
+                let key = match *step {
+                    Step::Send { peer, tag, .. } => (rank, peer, tag),
+                    Step::Recv { peer, tag, .. } => (peer, rank, tag),
+                    _ => continue,
+                };
+                let slot = &mut chan_index[key.0 * size + key.1];
+                let ci = match slot.iter().find(|(t, _)| *t == key.2) {
+                    Some(&(_, ci)) => ci,
+                    None => {
+                        chans.push(Channel {
+                            key,
+                            ..Channel::default()
+                        });
+                        slot.push((key.2, chans.len() - 1));
+                        chans.len() - 1
                     }
-                    Step::Reduce { src, dst, op, dtype } => {
-                        let data = st.read(src).to_vec();
-                        custom
-                            .apply(op, dtype, &data, st.write(dst))
-                            .map_err(|source| SimError::Reduce {
-                                rank,
-                                round: st.round,
-                                source,
-                            })?;
+                };
+                let ch = &mut chans[ci];
+                if let Step::Send { region, .. } = *step {
+                    let seq = ch.msgs.len();
+                    ch.msgs.push(ranks[rank].read(region).to_vec());
+                    ranks[rank].sends.push((ci, seq, *step));
+                    if ch.recvs_posted > seq {
+                        // The receiver was waiting for this message.
+                        let peer = key.1;
+                        ranks[peer].pending -= 1;
+                        if ranks[peer].pending == 0 {
+                            work.push(peer);
+                        }
+                    } else {
+                        ranks[rank].pending += 1;
                     }
-                    _ => {}
+                } else if let Step::Recv { region, .. } = *step {
+                    let seq = ch.recvs_posted;
+                    ch.recvs_posted += 1;
+                    ranks[rank].recvs.push((ci, seq, region));
+                    if ch.msgs.len() > seq {
+                        let peer = key.0;
+                        ranks[peer].pending -= 1;
+                        if ranks[peer].pending == 0 {
+                            work.push(peer);
+                        }
+                    } else {
+                        ranks[rank].pending += 1;
+                    }
                 }
             }
-            st.round += 1;
-            st.posted = false;
-            progress = true;
-            if st.round == sched.rounds.len() {
-                remaining -= 1;
+        }
+        let st = &mut ranks[rank];
+        if st.pending > 0 {
+            continue;
+        }
+        // Complete the round: land receives, then run local steps.
+        for (ci, seq, region) in std::mem::take(&mut st.recvs) {
+            let data = std::mem::take(&mut chans[ci].msgs[seq]);
+            if data.len() != region.len {
+                let (src, dst, tag) = chans[ci].key;
+                return Err(SimError::SizeMismatch {
+                    src,
+                    dst,
+                    tag,
+                    sent: data.len(),
+                    expected: region.len,
+                });
+            }
+            st.write(region).copy_from_slice(&data);
+        }
+        st.sends.clear();
+        for step in &round.steps {
+            match *step {
+                Step::Copy { src, dst } => {
+                    let data = st.read(src).to_vec();
+                    st.write(dst).copy_from_slice(&data);
+                }
+                Step::Reduce { src, dst, op, dtype } => {
+                    let data = st.read(src).to_vec();
+                    custom
+                        .apply(op, dtype, &data, st.write(dst))
+                        .map_err(|source| SimError::Reduce {
+                            rank,
+                            round: st.round,
+                            source,
+                        })?;
+                }
+                _ => {}
             }
         }
-        if !progress {
-            let blocked = schedules
-                .iter()
-                .zip(&ranks)
-                .filter(|(s, st)| st.round < s.rounds.len())
-                .map(|(s, st)| {
-                    let waiting_on = st
-                        .sends
-                        .iter()
-                        .find(|(k, seq, _)| chans.get(k).is_none_or(|c| c.recvs_posted <= *seq))
-                        .or_else(|| {
-                            st.recvs
-                                .iter()
-                                .find(|(k, seq, _)| chans.get(k).is_none_or(|c| c.msgs.len() <= *seq))
-                        })
-                        .map(|x| x.2)
-                        .expect("a blocked rank waits on something");
-                    Blocked {
-                        rank: s.rank,
-                        round: st.round,
-                        waiting_on,
-                    }
-                })
-                .collect();
-            return Err(SimError::Deadlock { blocked });
+        st.round += 1;
+        st.posted = false;
+        if st.round == sched.rounds.len() {
+            remaining -= 1;
+        } else {
+            work.push(rank);
         }
+    }
+
+    if remaining > 0 {
+        let blocked = schedules
+            .iter()
+            .zip(&ranks)
+            .filter(|(s, st)| st.round < s.rounds.len())
+            .map(|(s, st)| {
+                let unmatched_send = st
+                    .sends
+                    .iter()
+                    .find(|(ci, seq, _)| chans[*ci].recvs_posted <= *seq)
+                    .map(|x| x.2);
+                let unmatched_recv = st
+                    .recvs
+                    .iter()
+                    .find(|(ci, seq, _)| chans[*ci].msgs.len() <= *seq)
+                    .map(|(ci, _, region)| {
+                        let (src, _, tag) = chans[*ci].key;
+                        Step::Recv {
+                            peer: src,
+                            region: *region,
+                            tag,
+                        }
+                    });
+                Blocked {
+                    rank: s.rank,
+                    round: st.round,
+                    waiting_on: unmatched_send
+                        .or(unmatched_recv)
+                        .expect("a blocked rank waits on something"),
+                }
+            })
+            .collect();
+        return Err(SimError::Deadlock { blocked });
     }
     Ok(Outcome {
         recv: ranks.into_iter().map(|r| r.recv).collect(),
