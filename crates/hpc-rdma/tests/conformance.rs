@@ -1,0 +1,326 @@
+//! The conformance suite: the same scenarios against every available backend, with
+//! real processes. Each test starts a `Coordinator`, re-executes this test binary as
+//! the ranks (`HPC_RDMA_CHILD` names the scenario set and `HPC_TRANSPORT` the
+//! backend), and checks that every rank passed.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hpc_rdma::{Choice, Error, Options, Payload, Sink, Source, Transport};
+use hpc_runtime::{Coordinator, World};
+
+const CHILD: &str = "HPC_RDMA_CHILD";
+
+/// Starts `n` ranks of this binary running `role`, returns their outputs.
+fn launch(n: usize, role: &str, backend: &str, extra_env: &[(&str, &str)]) -> Vec<std::process::Output> {
+    let secret = hpc_runtime::random_u64();
+    let coord = Coordinator::start(n, secret, Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let kids: Vec<Child> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+                .env(CHILD, role)
+                .env("HPC_TRANSPORT", backend)
+                .env("HPC_RANK", r.to_string())
+                .env("HPC_SIZE", n.to_string())
+                .env("HPC_RENDEZVOUS", coord.addr().to_string())
+                .env("HPC_JOB_SECRET", format!("{secret:x}"))
+                .env("HPC_TIMEOUT", "10")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra_env {
+                c.env(k, v.replace("{rank}", &r.to_string()));
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect()
+}
+
+fn assert_all_ok(outs: &[std::process::Output], skip: &[usize]) {
+    for (r, o) in outs.iter().enumerate() {
+        if skip.contains(&r) {
+            continue;
+        }
+        let text = format!(
+            "rank {r}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success() && text.contains("CHILD-OK"), "{text}");
+    }
+}
+
+/// Entry point of the child processes (a no-op in a normal test run).
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(CHILD) else { return };
+    let world = World::init().unwrap();
+    if role == "verbs" {
+        let e = Transport::new(&world).unwrap_err();
+        assert!(matches!(e, Error::NoDevice(_)), "{e}");
+        println!("CHILD-OK rank {}", world.rank());
+        return;
+    }
+    let t = Transport::new(&world).unwrap();
+    match role.as_str() {
+        "fallback" => {
+            let peer = 1 - world.rank();
+            assert_eq!(t.backend_of(peer), Some(hpc_rdma::BackendKind::Tcp));
+            let s = t.send(peer, 1, vec![9; 10]).unwrap();
+            let r = t.recv(peer, 1).unwrap();
+            assert_eq!(t.wait(r).unwrap().into_bytes(), vec![9; 10]);
+            t.wait(s).unwrap();
+        }
+        "suite" => suite(&world, &t),
+        "death" => death(&world, &t),
+        other => panic!("unknown role {other}"),
+    }
+    println!("CHILD-OK rank {}", world.rank());
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn suite(world: &World, t: &Transport) {
+    let me = world.rank();
+    let peer = 1 - me;
+    let want = std::env::var("HPC_TRANSPORT").unwrap();
+    assert_eq!(t.backend_of(peer).unwrap().name(), want);
+    let big = 16 << 20;
+    let region = t.register(big).unwrap();
+    let keys = t.exchange_keys(world, &region).unwrap();
+    let pk = keys[peer];
+
+    // Ordering of many outstanding puts and sends; the final send says "done".
+    let ops: Vec<_> = (0..500u64)
+        .map(|i| t.put((i + 1).to_le_bytes().to_vec(), &pk, i * 8).unwrap())
+        .collect();
+    let sends: Vec<_> = (0..500u64)
+        .map(|i| t.send(peer, 5, i.to_le_bytes().to_vec()).unwrap())
+        .collect();
+    let recvs: Vec<_> = (0..500).map(|_| t.recv(peer, 5).unwrap()).collect();
+    t.wait_all(&ops).unwrap();
+    t.wait_all(&sends).unwrap();
+    for (i, r) in recvs.into_iter().enumerate() {
+        assert_eq!(t.wait(r).unwrap().into_bytes(), (i as u64).to_le_bytes());
+    }
+    world.barrier().unwrap();
+    for i in 0..500 {
+        assert_eq!(region.load_u64(i * 8).unwrap(), i as u64 + 1);
+    }
+    // Tags are matched independently.
+    let a = t.send(peer, 1, b"one".to_vec()).unwrap();
+    let b = t.send(peer, 2, b"two".to_vec()).unwrap();
+    let r2 = t.recv(peer, 2).unwrap();
+    let r1 = t.recv(peer, 1).unwrap();
+    assert_eq!(t.wait(r2).unwrap().into_bytes(), b"two");
+    assert_eq!(t.wait(r1).unwrap().into_bytes(), b"one");
+    t.wait_all(&[a, b]).unwrap();
+
+    // Large: 16 MiB message, put and get.
+    let data = pattern(big, me as u8);
+    let s = t.send(peer, 9, data.clone()).unwrap();
+    let r = t.recv(peer, 9).unwrap();
+    assert_eq!(t.wait(r).unwrap().into_bytes(), pattern(big, peer as u8));
+    assert_eq!(t.wait(s).unwrap().into_bytes(), data, "send hands the buffer back");
+    world.barrier().unwrap();
+    let p = t.put(data, &pk, 0).unwrap();
+    t.wait(p).unwrap();
+    world.barrier().unwrap();
+    assert_eq!(region.to_vec(), pattern(big, peer as u8));
+    let g = t.get(&pk, 0, big).unwrap();
+    assert_eq!(t.wait(g).unwrap().into_bytes(), pattern(big, me as u8));
+    // Get into a local region slice; put from a region slice (zero-copy paths).
+    let local = t.register(1 << 20).unwrap();
+    let g = t
+        .get_to(&pk, 4096, Sink::Region { region: local.clone(), offset: 8, len: 1000 })
+        .unwrap();
+    assert!(matches!(t.wait(g).unwrap(), Payload::Region(_)));
+    let mut got = vec![0u8; 1000];
+    local.read(8, &mut got).unwrap();
+    assert_eq!(got, pattern(big, me as u8)[4096..5096]);
+    world.barrier().unwrap();
+
+    // Zero-length message, put and get.
+    let s = t.send(peer, 0, Vec::new()).unwrap();
+    let r = t.recv(peer, 0).unwrap();
+    assert!(t.wait(r).unwrap().into_bytes().is_empty());
+    t.wait(s).unwrap();
+    let p = t.put(Vec::new(), &pk, big as u64).unwrap();
+    t.wait(p).unwrap();
+    let g = t.get(&pk, big as u64, 0).unwrap();
+    assert!(t.wait(g).unwrap().into_bytes().is_empty());
+
+    // Many outstanding gets, completed through poll().
+    let mut left: std::collections::HashSet<_> =
+        (0..256).map(|i| t.get(&pk, i * 4096, 4096).unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left.is_empty() {
+        for c in t.poll().unwrap() {
+            assert!(left.remove(&c.op));
+            assert_eq!(c.result.unwrap().into_bytes().len(), 4096);
+        }
+        assert!(Instant::now() < deadline, "gets did not complete");
+    }
+
+    // Out of bounds: rejected before anything moves.
+    assert!(matches!(t.put(vec![1; 2], &pk, big as u64 - 1), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(t.get(&pk, u64::MAX, 2), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(
+        t.put(Source::Region { region: local.clone(), offset: (1 << 20) - 1, len: 2 }, &pk, 0),
+        Err(Error::OutOfBounds { .. })
+    ));
+    // A forged key that claims a longer region is refused by the target side.
+    let mut forged = pk.to_bytes();
+    forged[32..40].copy_from_slice(&(2 * big as u64).to_le_bytes());
+    let forged = hpc_rdma::RemoteKey::from_bytes(&forged).unwrap();
+    let res = t.put(vec![0xEE; 8], &forged, big as u64 + 8).and_then(|op| t.wait(op));
+    assert!(res.is_err(), "write past a region with a forged length: {res:?}");
+    // A wrong key is refused.
+    let mut wrong = pk.to_bytes();
+    wrong[24] ^= 0x5a;
+    let wrong = hpc_rdma::RemoteKey::from_bytes(&wrong).unwrap();
+    let res = t.put(vec![1; 8], &wrong, 0).and_then(|op| t.wait(op));
+    assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
+    let res = t.get(&wrong, 0, 8).and_then(|op| t.wait(op));
+    assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
+    world.barrier().unwrap();
+    // A stale key (region dropped by its owner) is refused.
+    let temp = t.register(4096).unwrap();
+    let tk = t.exchange_keys(world, &temp).unwrap()[peer];
+    let p = t.put(vec![1; 8], &tk, 0).unwrap();
+    t.wait(p).unwrap();
+    world.barrier().unwrap();
+    t.deregister(temp);
+    world.barrier().unwrap();
+    let res = t.put(vec![1; 8], &tk, 0).and_then(|op| t.wait(op));
+    assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
+    let res = t.get(&tk, 0, 8).and_then(|op| t.wait(op));
+    assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
+    world.barrier().unwrap();
+    // The big region's bytes past the forged write are untouched (nothing was written
+    // outside it: the mapping ends there, a write would have crashed or shown up).
+    assert_eq!(region.to_vec(), pattern(big, peer as u8));
+
+    // Borrowed receive buffers.
+    let s = t.send(peer, 3, vec![4; 16]).unwrap();
+    let mut buf = [0u8; 32];
+    let n = t.recv_into(peer, 3, &mut buf).unwrap().wait().unwrap();
+    assert_eq!(&buf[..n], &[4; 16]);
+    t.wait(s).unwrap();
+    let s = t.send(peer, 3, vec![4; 64]).unwrap();
+    assert!(t.recv_into(peer, 3, &mut buf).unwrap().wait().is_err());
+    t.wait(s).unwrap();
+
+    // Polling the last 8 bytes of a put (the write-latency pattern).
+    for round in 1..50u64 {
+        if (round as usize % 2) == me {
+            let mut v = pattern(64, round as u8);
+            v[56..].copy_from_slice(&round.to_le_bytes());
+            let p = t.put(v, &pk, 0).unwrap();
+            t.wait(p).unwrap();
+        } else {
+            let d = Instant::now() + Duration::from_secs(10);
+            while region.load_u64(56).unwrap() != round {
+                assert!(Instant::now() < d);
+                std::hint::spin_loop();
+            }
+            let mut got = vec![0u8; 56];
+            region.read(0, &mut got).unwrap();
+            assert_eq!(got, pattern(64, round as u8)[..56]);
+        }
+    }
+    world.barrier().unwrap();
+    // Unknown operations and ranks.
+    assert!(t.send(7, 0, vec![]).is_err());
+    let s = t.send(peer, 11, vec![1]).unwrap();
+    t.wait(s).unwrap();
+    assert!(matches!(t.wait(s), Err(Error::InvalidArgument(_))), "waited twice");
+    let r = t.recv(peer, 11).unwrap();
+    t.wait(r).unwrap();
+    world.barrier().unwrap();
+}
+
+fn death(world: &World, t: &Transport) {
+    let me = world.rank();
+    let region = t.register(1 << 20).unwrap();
+    let keys = t.exchange_keys(world, &region).unwrap();
+    world.barrier().unwrap();
+    if me == 1 {
+        // Die mid-stream, without any goodbye.
+        let r = t.recv(0, 1).unwrap();
+        t.wait(r).unwrap();
+        std::process::abort();
+    }
+    let start = Instant::now();
+    let mut err = None;
+    for i in 0..100_000u64 {
+        let res = t
+            .send(1, 1, vec![i as u8; 256 << 10])
+            .and_then(|op| t.wait_timeout(op, Duration::from_secs(5)))
+            .and_then(|_| t.put(vec![1u8; 1 << 20], &keys[1], 0))
+            .and_then(|op| t.wait_timeout(op, Duration::from_secs(5)));
+        if let Err(e) = res {
+            err = Some(e);
+            break;
+        }
+    }
+    let r = t.recv(1, 2).unwrap();
+    let res = t.wait_timeout(r, Duration::from_secs(5));
+    eprintln!("first error {err:?}, recv {res:?} after {:?}", start.elapsed());
+    assert!(
+        matches!(err, Some(Error::PeerLost { rank: 1, .. })) || matches!(err, Some(Error::BadKey(_))),
+        "{err:?}"
+    );
+    assert!(matches!(res, Err(Error::PeerLost { rank: 1, .. })), "{res:?}");
+    assert!(start.elapsed() < Duration::from_secs(8));
+    // Do not finalize with the launcher: the peer is gone.
+    println!("CHILD-OK rank 0");
+    std::process::exit(0);
+}
+
+macro_rules! conformance {
+    ($suite:ident, $death:ident, $backend:literal) => {
+        #[test]
+        fn $suite() {
+            let outs = launch(2, "suite", $backend, &[]);
+            assert_all_ok(&outs, &[]);
+        }
+
+        #[test]
+        fn $death() {
+            let t = Instant::now();
+            let outs = launch(2, "death", $backend, &[]);
+            assert_all_ok(&outs, &[1]);
+            assert!(t.elapsed() < Duration::from_secs(15));
+        }
+    };
+}
+
+conformance!(shm_suite, shm_peer_death, "shm");
+conformance!(tcp_suite, tcp_peer_death, "tcp");
+
+/// Verbs is "available" only with an HCA: here a forced choice fails cleanly with
+/// `NoDevice` on every rank, and `auto` between nodes falls back to TCP.
+#[test]
+fn verbs_without_device_is_no_device_and_auto_falls_back() {
+    assert!(matches!(hpc_rdma::verbs::probe(), Err(Error::NoDevice(_))));
+    assert_all_ok(&launch(2, "verbs", "verbs", &[]), &[]);
+    assert_all_ok(&launch(2, "fallback", "auto", &[("HPC_NODE_NAME", "node{rank}")]), &[]);
+}
+
+/// A singleton talks to itself through the loopback backend.
+#[test]
+fn singleton_loopback() {
+    let w = World::init().unwrap();
+    let t = Transport::with_options(&w, Options { backend: Choice::Auto, ..Options::default() }).unwrap();
+    let r = t.register(64).unwrap();
+    let k = t.exchange_keys(&w, &r).unwrap();
+    let p = t.put(vec![3u8; 64], &k[0], 0).unwrap();
+    t.wait(p).unwrap();
+    assert_eq!(r.to_vec(), vec![3u8; 64]);
+    assert!(matches!(t.put(vec![3u8; 65], &k[0], 0), Err(Error::OutOfBounds { .. })));
+}
