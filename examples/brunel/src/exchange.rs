@@ -1,0 +1,233 @@
+//! The spike exchange between ranks: the seam where `hpc-collectives` plugs in.
+//!
+//! Every exchange interval each rank contributes the spikes its neurons emitted in
+//! that interval and receives every rank's spikes of the interval, in rank order
+//! (an allgatherv of `u32`). A spike is coded as
+//! `(step within the interval) << gid_bits | global neuron id` (see
+//! [`crate::params::Model::gid_bits`]), so the payload is a flat `u32` array and the
+//! receiver needs no per-rank structure.
+//!
+//! The simulation calls [`SpikeExchange::start`] right after updating an interval
+//! and [`SpikeExchange::finish`] only after updating the *next* interval, so a
+//! non-blocking engine overlaps the exchange of interval `k` with the update of
+//! interval `k + 1` (see [`crate::sim`] for why that is exact).
+//!
+//! # Plugging in a collectives engine
+//!
+//! Implement [`SpikeExchange`] for the engine (start = post an `iallgatherv`,
+//! finish = wait for it and copy out in rank order), add its construction to
+//! [`Engine`]'s match in the `brunel` binary (`src/main.rs`, function
+//! `make_exchange`), and remove it from [`Engine::available`]. The in-process
+//! [`LocalExchange`] and the tests in `tests/determinism.rs` check any engine: the
+//! spike file must stay bit-identical.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread::JoinHandle;
+
+use anyhow::{anyhow, bail, Result};
+use hpc_runtime::World;
+
+/// One rank's side of the all-to-all spike exchange.
+pub trait SpikeExchange {
+    /// The handle of an exchange in flight.
+    type Pending;
+
+    /// Starts exchanging this rank's spikes of one interval. The caller finishes
+    /// each exchange before starting the next, so at most one is in flight. `local`
+    /// may be reused by the caller as soon as this returns.
+    fn start(&mut self, local: &[u32]) -> Result<Self::Pending>;
+
+    /// Waits for an exchange and writes every rank's spikes of its interval into
+    /// `out` (cleared first), concatenated in rank order.
+    fn finish(&mut self, pending: Self::Pending, out: &mut Vec<u32>) -> Result<()>;
+}
+
+/// The exchange engines the `--engine` flag names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// `hpc-collectives`, progressed inline by the caller.
+    Inline,
+    /// `hpc-collectives`, progressed by a helper thread.
+    Thread,
+    /// `hpc-collectives`, progressed by a proxy process/core.
+    Proxy,
+    /// `hpc-collectives` over MPI.
+    Mpi,
+    /// `hpc_runtime::World::allgather` on a helper thread (available now).
+    World,
+}
+
+impl Engine {
+    /// Whether this build has the engine.
+    pub fn available(self) -> bool {
+        matches!(self, Engine::World)
+    }
+
+    /// The error for an engine this build does not have.
+    pub fn unavailable_error(self) -> anyhow::Error {
+        anyhow!(
+            "engine `{}` not available yet in this build (hpc-collectives is not wired into \
+             the brunel example); use --engine world",
+            format!("{self:?}").to_lowercase()
+        )
+    }
+}
+
+fn encode(words: &[u32]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(words.len() * 4);
+    for w in words {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+fn decode_into(parts: &[Vec<u8>], out: &mut Vec<u32>) -> Result<()> {
+    out.clear();
+    for p in parts {
+        if p.len() % 4 != 0 {
+            bail!("spike message of {} bytes is not a whole number of u32", p.len());
+        }
+        out.extend(
+            p.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+    }
+    Ok(())
+}
+
+type Gathered = hpc_runtime::Result<Vec<Vec<u8>>>;
+
+/// [`SpikeExchange`] over [`World::allgather`], run on a helper thread so that the
+/// (blocking) allgather of interval `k` proceeds while the caller updates interval
+/// `k + 1`. The caller must not use the world's collectives itself while an
+/// exchange is in flight.
+pub struct WorldExchange {
+    tx: Option<Sender<Vec<u8>>>,
+    rx: Receiver<Gathered>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The handle of a [`WorldExchange`] in flight.
+#[derive(Debug)]
+pub struct WorldPending(());
+
+impl WorldExchange {
+    /// Starts the helper thread.
+    pub fn new(world: Arc<World>) -> Result<WorldExchange> {
+        let (tx, rx_req) = channel::<Vec<u8>>();
+        let (tx_res, rx) = channel::<Gathered>();
+        let thread = std::thread::Builder::new()
+            .name("spike-exchange".into())
+            .spawn(move || {
+                for msg in rx_req {
+                    let res = world.allgather(&msg);
+                    let failed = res.is_err();
+                    if tx_res.send(res).is_err() || failed {
+                        break;
+                    }
+                }
+            })?;
+        Ok(WorldExchange {
+            tx: Some(tx),
+            rx,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl SpikeExchange for WorldExchange {
+    type Pending = WorldPending;
+
+    fn start(&mut self, local: &[u32]) -> Result<WorldPending> {
+        self.tx
+            .as_ref()
+            .and_then(|tx| tx.send(encode(local)).ok())
+            .ok_or_else(|| anyhow!("the spike exchange thread has stopped"))?;
+        Ok(WorldPending(()))
+    }
+
+    fn finish(&mut self, _pending: WorldPending, out: &mut Vec<u32>) -> Result<()> {
+        let parts = self
+            .rx
+            .recv()
+            .map_err(|_| anyhow!("the spike exchange thread has stopped"))??;
+        decode_into(&parts, out)
+    }
+}
+
+impl Drop for WorldExchange {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct LocalShared {
+    slots: Mutex<Vec<Vec<u32>>>,
+    barrier: Barrier,
+}
+
+/// [`SpikeExchange`] between "virtual ranks" that are threads of one process (for
+/// tests and for running several ranks' worth of decomposition in one process).
+/// Blocking: `finish` waits for every member's `start`.
+pub struct LocalExchange {
+    rank: usize,
+    shared: Arc<LocalShared>,
+}
+
+/// The handle of a [`LocalExchange`] in flight.
+#[derive(Debug)]
+pub struct LocalPending(());
+
+impl LocalExchange {
+    /// A group of `size` connected exchanges, one per virtual rank.
+    pub fn group(size: usize) -> Vec<LocalExchange> {
+        let shared = Arc::new(LocalShared {
+            slots: Mutex::new(vec![Vec::new(); size]),
+            barrier: Barrier::new(size),
+        });
+        (0..size)
+            .map(|rank| LocalExchange {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+}
+
+impl SpikeExchange for LocalExchange {
+    type Pending = LocalPending;
+
+    fn start(&mut self, local: &[u32]) -> Result<LocalPending> {
+        // The previous interval's slots were all read before the second barrier of
+        // its `finish`, so they can be overwritten.
+        let mut slots = self
+            .shared
+            .slots
+            .lock()
+            .map_err(|_| anyhow!("a virtual rank panicked"))?;
+        slots[self.rank].clear();
+        slots[self.rank].extend_from_slice(local);
+        Ok(LocalPending(()))
+    }
+
+    fn finish(&mut self, _pending: LocalPending, out: &mut Vec<u32>) -> Result<()> {
+        self.shared.barrier.wait();
+        out.clear();
+        {
+            let slots = self
+                .shared
+                .slots
+                .lock()
+                .map_err(|_| anyhow!("a virtual rank panicked"))?;
+            for s in slots.iter() {
+                out.extend_from_slice(s);
+            }
+        }
+        self.shared.barrier.wait();
+        Ok(())
+    }
+}

@@ -1,0 +1,399 @@
+//! `brunel`: the Brunel (2000) balanced network on hpc-rs.
+//!
+//! ```text
+//! brunel --preset nest --order 2500 --t-sim 1000           # one rank
+//! hpc run -n 2 -- brunel --threads 1 --order 2500          # two ranks
+//! ```
+//! See the README for every flag, the spike file format and checkpointing.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use brunel::exchange::{Engine, SpikeExchange, WorldExchange};
+use brunel::params::{Model, Params, Preset};
+use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
+use clap::Parser;
+use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
+
+#[derive(Parser, Debug)]
+#[command(name = "brunel", version, about = "Brunel (2000) balanced network of LIF neurons, distributed with hpc-rs")]
+struct Args {
+    /// TOML parameter file (keys as in `brunel.toml`); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Base parameter set: `paper` (V_reset 10 mV) or `nest` (brunel_delta_nest.py, V_reset 0 mV).
+    #[arg(long, value_enum)]
+    preset: Option<Preset>,
+    /// NE = 4*order, NI = order.
+    #[arg(long)]
+    order: Option<u32>,
+    /// Excitatory in-degree (default 0.1*NE).
+    #[arg(long)]
+    ce: Option<u32>,
+    /// Inhibitory in-degree (default 0.1*NI).
+    #[arg(long)]
+    ci: Option<u32>,
+    /// Synaptic weight J (mV).
+    #[arg(long)]
+    j: Option<f64>,
+    /// Relative inhibition g.
+    #[arg(long)]
+    g: Option<f64>,
+    /// External drive relative to threshold.
+    #[arg(long)]
+    eta: Option<f64>,
+    /// Synaptic delay (ms).
+    #[arg(long)]
+    delay: Option<f64>,
+    /// Reset potential (mV).
+    #[arg(long, allow_hyphen_values = true)]
+    v_reset: Option<f64>,
+    /// Refractory period (ms).
+    #[arg(long)]
+    t_ref: Option<f64>,
+    /// Time step (ms).
+    #[arg(long)]
+    dt: Option<f64>,
+    /// Simulated time (ms).
+    #[arg(long)]
+    t_sim: Option<f64>,
+    /// Seed of all random streams.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Threads per rank (pinned to the rank's cores).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Do not pin threads (use a plain rayon pool).
+    #[arg(long)]
+    no_pin: bool,
+    /// Spike exchange engine.
+    #[arg(long, value_enum, default_value_t = Engine::World)]
+    engine: Engine,
+    /// Exchange every delay (D steps) and wait before the next update, instead of
+    /// every D/2 steps overlapped with the next update.
+    #[arg(long)]
+    no_overlap: bool,
+    /// Output directory (spikes.spk, summary.json, raster.png, rate.png).
+    #[arg(long, default_value = "brunel-out")]
+    out: PathBuf,
+    /// Do not write the spike file.
+    #[arg(long)]
+    no_spikes: bool,
+    /// Do not draw the PNG plots.
+    #[arg(long)]
+    no_plot: bool,
+    /// Write a checkpoint every this many ms of simulated time.
+    #[arg(long, value_name = "MS")]
+    checkpoint_every: Option<f64>,
+    /// Checkpoint directory (default OUT/checkpoints).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
+    #[arg(long, value_name = "DIR")]
+    restart: Option<PathBuf>,
+    /// Stop at this simulated time as if interrupted (leaves spikes.spk.partial).
+    #[arg(long, value_name = "MS")]
+    stop_at: Option<f64>,
+    /// Write a Chrome/Perfetto trace of the update and exchange phases.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn params_of(args: &Args) -> Result<Params> {
+    let preset = args.preset.unwrap_or(Preset::Paper);
+    let mut p = match &args.config {
+        Some(f) => Params::from_file(f, preset)?,
+        None => Params::preset(preset),
+    };
+    if let (Some(pr), Some(_)) = (args.preset, &args.config) {
+        // An explicit --preset wins over the file's preset for the values the
+        // file does not set.
+        let text = std::fs::read_to_string(args.config.as_ref().expect("checked"))?;
+        let mut table: toml::Table = text.parse()?;
+        table.remove("preset");
+        p = Params::from_toml_str(&toml::to_string(&table)?, pr)?;
+    }
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = args.$f { p.$f = v; } )* };
+    }
+    set!(order, j, g, eta, delay, v_reset, t_ref, dt, t_sim, seed);
+    if args.ce.is_some() {
+        p.ce = args.ce;
+    }
+    if args.ci.is_some() {
+        p.ci = args.ci;
+    }
+    Ok(p)
+}
+
+fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
+    let threads = threads.max(1);
+    if pin {
+        match plan_for_env(
+            world.local_rank(),
+            world.local_size(),
+            threads,
+            0,
+            ProgressScope::PerRank,
+            Policy::Compact,
+        ) {
+            Ok(placement) => {
+                return PinnedPoolBuilder::new(&placement)
+                    .thread_name("brunel")
+                    .build()
+                    .context("building the pinned thread pool");
+            }
+            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
+        }
+    }
+    Ok(rayon::ThreadPoolBuilder::new().num_threads(threads).build()?)
+}
+
+fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
+    if !(ms > 0.0) {
+        anyhow::bail!("{what} must be > 0 ms");
+    }
+    Ok(((ms / dt).round() as u64).max(1))
+}
+
+/// Serialized with each rank's report for rank 0's summary.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Gathered {
+    report: serde_json::Value,
+    peak_rss: u64,
+}
+
+fn run(args: Args) -> Result<()> {
+    let params = params_of(&args)?;
+    let model = Model::new(params)?;
+    if !args.engine.available() {
+        return Err(args.engine.unavailable_error());
+    }
+    let ctx = hpc::init()?;
+    let world = Arc::new(ctx.world);
+    let (rank, size) = (world.rank(), world.size());
+    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    if rank == 0 {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+    }
+    let dt = model.params.dt;
+    let ck_dir = args
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| args.out.join("checkpoints"));
+    let opts = RunOptions {
+        overlap: !args.no_overlap,
+        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
+        checkpoint_every: args
+            .checkpoint_every
+            .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+            .transpose()?,
+        checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
+        restart: args.restart.clone(),
+        stop_at: args
+            .stop_at
+            .map(|ms| steps_of(ms, dt, "--stop-at"))
+            .transpose()?,
+    };
+
+    let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
+    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let mut bar = |p: &Progress| {
+        if last.elapsed() < Duration::from_millis(200) && p.step < p.steps {
+            return;
+        }
+        last = Instant::now();
+        let t = p.step as f64 * dt;
+        let done = (p.step - p.start_step) as f64 * dt / 1000.0;
+        let rtf = if done > 0.0 { p.wall.as_secs_f64() / done } else { 0.0 };
+        let frac = p.step as f64 / p.steps.max(1) as f64;
+        let w = 30usize;
+        let fill = (frac * w as f64) as usize;
+        eprint!(
+            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {:.2}  ",
+            "#".repeat(fill),
+            " ".repeat(w - fill),
+            t,
+            p.steps as f64 * dt,
+            rtf
+        );
+        let _ = std::io::stderr().flush();
+    };
+    let report = {
+        let mut ex = make_exchange(args.engine, world.clone())?;
+        let cb: Option<&mut dyn FnMut(&Progress)> = if show { Some(&mut bar) } else { None };
+        sim.run(&pool, &mut ex, &opts, cb)?
+    };
+    if show {
+        eprintln!();
+    }
+    let mine = Gathered {
+        report: serde_json::to_value(&report)?,
+        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
+    };
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    if rank == 0 {
+        let all: Vec<Gathered> = all
+            .iter()
+            .map(|b| serde_json::from_slice(b))
+            .collect::<Result<_, _>>()?;
+        summary(&args, &model, &report, &all, &pool)?;
+    }
+    Ok(())
+}
+
+/// The exchange for `engine`: where `hpc-collectives` engines plug in.
+fn make_exchange(engine: Engine, world: Arc<hpc::World>) -> Result<impl SpikeExchange> {
+    match engine {
+        Engine::World => WorldExchange::new(world),
+        other => Err(other.unavailable_error()),
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn summary(
+    args: &Args,
+    model: &Model,
+    me: &RankReport,
+    all: &[Gathered],
+    pool: &rayon::ThreadPool,
+) -> Result<()> {
+    let reports: Vec<RankReport> = all
+        .iter()
+        .map(|g| serde_json::from_value(g.report.clone()))
+        .collect::<Result<_, _>>()?;
+    let p = &model.params;
+    let stats = me.stats.clone().context("rank 0 has no statistics")?;
+    let synapses: u64 = reports.iter().map(|r| r.synapses).sum();
+    let conn_bytes: u64 = reports.iter().map(|r| r.connectivity_bytes).sum();
+    let peak: u64 = all.iter().map(|g| g.peak_rss).sum();
+    let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
+    let sim_s = max(|r| r.simulate_s);
+    let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
+    println!(
+        "Brunel network, order {}: {} neurons ({} E, {} I), {} synapses (CE {}, CI {}), {} rank(s) x {} thread(s)",
+        p.order, model.n, model.ne, model.ni, synapses, model.ce, model.ci, me.size, pool.current_num_threads()
+    );
+    println!(
+        "simulated {:.1} ms (steps {}..{}, dt {} ms, delay {} steps), exchange every {} steps{}",
+        bio_s * 1000.0,
+        me.start_step,
+        me.end_step,
+        p.dt,
+        model.delay_steps,
+        me.interval_steps,
+        if args.no_overlap { "" } else { ", overlapped with the next update" }
+    );
+    println!("  spikes            {}", stats.spikes);
+    println!("  mean rate         {:.2} Hz", stats.rate_hz);
+    println!("  CV ISI            {:.3} (mean over {} neurons with >= 2 ISIs)", stats.cv_isi, stats.cv_neurons);
+    println!(
+        "  wall time         build {:.3} s | simulate {:.3} s (update {:.3} s, communicate/wait {:.3} s, output {:.3} s)",
+        max(|r| r.build_s), sim_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
+    );
+    if bio_s > 0.0 {
+        println!(
+            "  real-time factor  {:.3} (wall / biological time); {:.0} spikes/s, {:.3e} synaptic events/s",
+            sim_s / bio_s,
+            stats.spikes as f64 / sim_s.max(1e-9),
+            (stats.spikes as f64 * (model.ce + model.ci) as f64) / sim_s.max(1e-9)
+        );
+    }
+    let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
+    println!("  peak memory       {} (VmHWM per rank: {})", mib(peak), per_rank.join(", "));
+    println!(
+        "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
+        conn_bytes as f64 / synapses.max(1) as f64,
+        peak as f64 / synapses.max(1) as f64
+    );
+    let summary = serde_json::json!({
+        "params": p, "neurons": model.n, "synapses": synapses, "ranks": me.size,
+        "threads": pool.current_num_threads(), "stats": stats,
+        "build_s": max(|r| r.build_s), "simulate_s": sim_s,
+        "update_s": max(|r| r.update_s), "communicate_s": max(|r| r.communicate_s),
+        "real_time_factor": if bio_s > 0.0 { sim_s / bio_s } else { 0.0 },
+        "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),
+        "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
+        "completed": me.completed, "ranks_report": reports,
+    });
+    std::fs::write(args.out.join("summary.json"), serde_json::to_vec_pretty(&summary)?)?;
+    match &me.spike_file {
+        Some(f) => {
+            println!("  spikes written to {}", f.display());
+            if !args.no_plot {
+                draw(f, model, &args.out)?;
+            }
+        }
+        None if !me.completed => println!(
+            "  stopped at {:.1} ms: spikes so far in {}",
+            me.end_step as f64 * p.dt,
+            brunel::output::partial_path(&args.out.join("spikes.spk")).display()
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
+    let f = brunel::output::read_spikes(spikes)?;
+    let (raster, rate) = (out.join("raster.png"), out.join("rate.png"));
+    brunel::plot::plots(
+        &f.spikes,
+        model.params.dt,
+        model.params.t_sim,
+        model.ne,
+        model.n,
+        50,
+        &raster,
+        &rate,
+    )?;
+    println!("  plots: {} {}", raster.display(), rate.display());
+    Ok(())
+}
+
+fn main() {
+    let args = Args::parse();
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let (chrome, _guard) = match &args.trace {
+        Some(path) => {
+            // One file per rank when there are several.
+            let path = match std::env::var("HPC_RANK") {
+                Ok(r) if std::env::var("HPC_SIZE").is_ok_and(|s| s != "1") => {
+                    let mut p = path.as_os_str().to_owned();
+                    p.push(format!(".rank{r}"));
+                    PathBuf::from(p)
+                }
+                _ => path.clone(),
+            };
+            let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
+                .file(path)
+                .include_args(true)
+                .build();
+            let layer = layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+            (Some(layer), Some(guard))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(fmt).with(chrome).init();
+    if let Err(e) = run(args) {
+        drop(_guard);
+        eprintln!("brunel: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,285 @@
+//! Model parameters: the TOML file format, the `paper` and `nest` presets, and the
+//! derived quantities the simulation uses ([`Model`]).
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+/// A named set of defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// Brunel (2000), model A: `V_reset` = 10 mV.
+    Paper,
+    /// NEST's `brunel_delta_nest.py` exactly: `V_reset` = 0 mV.
+    Nest,
+}
+
+/// Every parameter of the model and the run. Units: ms, mV, Hz.
+///
+/// In a TOML file every key is optional; missing keys take the preset's value:
+///
+/// ```text
+/// preset = "nest"   # optional, the base values (default "paper")
+/// order = 2500      # NE = 4*order, NI = order
+/// ce = 1000         # optional: excitatory in-degree (default epsilon*NE)
+/// t_sim = 1000.0
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Params {
+    /// Network size: NE = 4*order excitatory, NI = order inhibitory neurons.
+    pub order: u32,
+    /// Connection probability used for the default in-degrees.
+    pub epsilon: f64,
+    /// Excitatory in-degree (default `epsilon * NE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ce: Option<u32>,
+    /// Inhibitory in-degree (default `epsilon * NI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<u32>,
+    /// Excitatory weight J (mV): the jump of V per excitatory spike.
+    pub j: f64,
+    /// Relative inhibition: inhibitory weight is `-g * J`.
+    pub g: f64,
+    /// External rate relative to threshold rate: `nu_ext = eta * V_th / (J CE tau_m)`.
+    pub eta: f64,
+    /// Synaptic delay (ms), the same for every synapse and for the external drive.
+    pub delay: f64,
+    /// Membrane time constant (ms).
+    pub tau_m: f64,
+    /// Threshold (mV, relative to rest).
+    pub v_th: f64,
+    /// Reset potential (mV).
+    pub v_reset: f64,
+    /// Initial membrane potential of every neuron (mV).
+    pub v_init: f64,
+    /// Absolute refractory period (ms).
+    pub t_ref: f64,
+    /// Time step (ms).
+    pub dt: f64,
+    /// Simulated time (ms).
+    pub t_sim: f64,
+    /// Seed of every random stream (connectivity and external drive).
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params::preset(Preset::Paper)
+    }
+}
+
+impl Params {
+    /// The values of a preset.
+    pub fn preset(p: Preset) -> Params {
+        let base = Params {
+            order: 2500,
+            epsilon: 0.1,
+            ce: None,
+            ci: None,
+            j: 0.1,
+            g: 5.0,
+            eta: 2.0,
+            delay: 1.5,
+            tau_m: 20.0,
+            v_th: 20.0,
+            v_reset: 10.0,
+            v_init: 0.0,
+            t_ref: 2.0,
+            dt: 0.1,
+            t_sim: 1000.0,
+            seed: 12345,
+        };
+        match p {
+            Preset::Paper => base,
+            Preset::Nest => Params {
+                v_reset: 0.0,
+                ..base
+            },
+        }
+    }
+
+    /// Parameters from a TOML string: its `preset` key (or `default_preset`) gives
+    /// the base values, its other keys override them.
+    pub fn from_toml_str(text: &str, default_preset: Preset) -> Result<Params> {
+        let mut table: toml::Table = text.parse().context("parsing TOML")?;
+        let preset = match table.remove("preset") {
+            None => default_preset,
+            Some(toml::Value::String(s)) => match s.as_str() {
+                "paper" => Preset::Paper,
+                "nest" => Preset::Nest,
+                other => bail!("unknown preset `{other}` (expected `paper` or `nest`)"),
+            },
+            Some(v) => bail!("`preset` must be a string, not {v}"),
+        };
+        let mut base = toml::Table::try_from(Params::preset(preset))?;
+        for (k, v) in table {
+            base.insert(k, v);
+        }
+        base.try_into().context("invalid parameter")
+    }
+
+    /// Parameters from a TOML file (see [`Params::from_toml_str`]).
+    pub fn from_file(path: &Path, default_preset: Preset) -> Result<Params> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Params::from_toml_str(&text, default_preset)
+            .with_context(|| format!("in {}", path.display()))
+    }
+
+    /// The parameters as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether two parameter sets describe the same network and dynamics (all but
+    /// `t_sim`), so that a checkpoint of one can be resumed with the other.
+    pub fn same_model(&self, other: &Params) -> bool {
+        Params {
+            t_sim: 0.0,
+            ..self.clone()
+        } == Params {
+            t_sim: 0.0,
+            ..other.clone()
+        }
+    }
+}
+
+/// Validated parameters and the quantities derived from them.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// The parameters.
+    pub params: Params,
+    /// Number of excitatory neurons (ids `0..ne`).
+    pub ne: u32,
+    /// Number of inhibitory neurons (ids `ne..n`).
+    pub ni: u32,
+    /// Number of neurons.
+    pub n: u32,
+    /// Excitatory in-degree.
+    pub ce: u32,
+    /// Inhibitory in-degree.
+    pub ci: u32,
+    /// Delay in steps (`D`).
+    pub delay_steps: u32,
+    /// Refractory period in steps.
+    pub ref_steps: u32,
+    /// Number of steps to simulate.
+    pub steps: u64,
+    /// Membrane decay per step, `exp(-dt/tau_m)`.
+    pub decay: f64,
+    /// Rate of the Poisson generator feeding each neuron (Hz), as NEST's
+    /// `p_rate = 1000 * nu_ex * CE`.
+    pub p_rate: f64,
+    /// Mean number of external spikes per neuron per step, `p_rate * dt / 1000`.
+    pub lambda_ext: f64,
+    /// Bits of a spike code that hold the neuron id (the rest hold the step within
+    /// the exchange interval).
+    pub gid_bits: u32,
+}
+
+/// Steps that a duration spans, refusing durations that are not whole steps.
+fn steps_of(what: &str, t: f64, dt: f64) -> Result<u64> {
+    let s = t / dt;
+    let r = s.round();
+    if !(r >= 0.0) || (s - r).abs() > 1e-6 * r.max(1.0) {
+        bail!("{what} = {t} ms is not a whole number of steps of dt = {dt} ms");
+    }
+    Ok(r as u64)
+}
+
+impl Model {
+    /// Checks the parameters and derives the model.
+    pub fn new(params: Params) -> Result<Model> {
+        let p = &params;
+        if p.order == 0 {
+            bail!("order must be at least 1");
+        }
+        if !(p.dt > 0.0) || !(p.tau_m > 0.0) || !(p.t_ref >= 0.0) || !(p.t_sim >= 0.0) {
+            bail!("dt and tau_m must be > 0, t_ref and t_sim >= 0");
+        }
+        if !(p.j > 0.0) || !(p.g >= 0.0) || !(p.eta >= 0.0) {
+            bail!("J must be > 0, g and eta >= 0");
+        }
+        if !(p.v_reset < p.v_th) {
+            bail!("V_reset must be below V_th");
+        }
+        let ne = p
+            .order
+            .checked_mul(4)
+            .filter(|&ne| ne.checked_add(p.order).is_some_and(|n| n < (1 << 31)))
+            .ok_or_else(|| anyhow::anyhow!("order {} is too large", p.order))?;
+        let ni = p.order;
+        let n = ne + ni;
+        let ce = p.ce.unwrap_or((p.epsilon * ne as f64) as u32);
+        let ci = p.ci.unwrap_or((p.epsilon * ni as f64) as u32);
+        if ce == 0 {
+            bail!("the excitatory in-degree CE must be at least 1 (it sets the external rate)");
+        }
+        if ce > u16::MAX as u32 || ci > u16::MAX as u32 {
+            bail!("in-degrees above 65535 are not supported (ring buffers count inputs in 16 bits)");
+        }
+        let delay_steps = steps_of("delay", p.delay, p.dt)?;
+        if delay_steps == 0 || delay_steps > 1 << 20 {
+            bail!("the delay must be between 1 and 2^20 steps");
+        }
+        let ref_steps = steps_of("t_ref", p.t_ref, p.dt)?;
+        let steps = steps_of("t_sim", p.t_sim, p.dt)?;
+        if steps >= u32::MAX as u64 - 1 - delay_steps {
+            bail!("t_sim is too long: at most 2^32 - 2 - D steps");
+        }
+        let nu_th = p.v_th / (p.j * ce as f64 * p.tau_m);
+        let nu_ex = p.eta * nu_th;
+        let p_rate = 1000.0 * nu_ex * ce as f64;
+        let lambda_ext = p_rate * p.dt / 1000.0;
+        if lambda_ext > 500.0 {
+            bail!("the external drive ({lambda_ext:.1} spikes per step) is too strong");
+        }
+        let gid_bits = 32 - (n - 1).leading_zeros().min(31);
+        Ok(Model {
+            ne,
+            ni,
+            n,
+            ce,
+            ci,
+            delay_steps: delay_steps as u32,
+            ref_steps: ref_steps as u32,
+            steps,
+            decay: (-p.dt / p.tau_m).exp(),
+            p_rate,
+            lambda_ext,
+            gid_bits: gid_bits.max(1),
+            params,
+        })
+    }
+
+    /// Synapses in the whole network (`N * (CE + CI)`).
+    pub fn synapses(&self) -> u64 {
+        self.n as u64 * (self.ce + self.ci) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_overrides() {
+        let p = Params::from_toml_str("preset = \"nest\"\norder = 50\nce = 100", Preset::Paper)
+            .unwrap();
+        assert_eq!(p.v_reset, 0.0);
+        assert_eq!(p.order, 50);
+        assert_eq!(p.ce, Some(100));
+        assert!(Params::from_toml_str("ordr = 5", Preset::Paper).is_err());
+        let m = Model::new(Params::preset(Preset::Nest)).unwrap();
+        assert_eq!((m.ne, m.ni, m.ce, m.ci), (10000, 2500, 1000, 250));
+        assert_eq!((m.delay_steps, m.ref_steps, m.steps), (15, 20, 10000));
+        assert!((m.p_rate - 20000.0).abs() < 1e-9);
+        assert!((m.lambda_ext - 2.0).abs() < 1e-12);
+        assert_eq!(m.gid_bits, 14);
+        let back = Params::from_toml_str(&m.params.to_toml(), Preset::Paper).unwrap();
+        assert_eq!(back, m.params);
+    }
+}

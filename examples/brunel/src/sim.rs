@@ -1,0 +1,570 @@
+//! The simulation loop of one rank.
+//!
+//! # Time stepping
+//!
+//! Step `u` advances every neuron from `u*dt` to `(u+1)*dt` exactly as NEST's
+//! `iaf_psc_delta`: a neuron that is not refractory decays, `V <- V*exp(-dt/tau_m)`,
+//! and adds the inputs arriving in this step (`J` per excitatory and external
+//! spike, `-g*J` per inhibitory spike); a refractory one stays at `V_reset`, counts
+//! down and drops its inputs. `V >= V_th` emits a spike at time `(u+1)*dt`, resets
+//! and starts `t_ref/dt` refractory steps. A spike emitted in step `u` arrives in
+//! step `u + D` (`D = delay/dt`). The external drive is a Poisson count with mean
+//! `p_rate*dt` drawn per neuron per step from the neuron's own stream (counter =
+//! step); it is drawn only when the neuron integrates, which leaves the statistics
+//! unchanged (NEST draws and discards).
+//!
+//! # State layout
+//!
+//! The rank's neurons are split into one *shard* per thread (contiguous ranges).
+//! A shard owns its potentials (f64, as NEST), refractory counters (u32) and ring
+//! buffer: `R = next_pow2(D + 1)` slots of one `u32` per neuron, holding the number
+//! of excitatory (low 16 bits) and inhibitory (high 16 bits) inputs arriving in
+//! that step. Counting in integers makes the sum of inputs independent of the
+//! order of delivery, so the result is bit-identical for any number of ranks and
+//! threads without sorting spikes.
+//!
+//! # Exchange and overlap
+//!
+//! Spikes are exchanged every interval of `M` steps. A spike of interval `k`
+//! (steps `kM..kM+M`) arrives at step `kM + D` or later. With overlap (the
+//! default), `M = floor(D/2)`: iteration `k` delivers the spikes of interval
+//! `k-2`, updates interval `k` while the exchange of interval `k-1` is in flight,
+//! finishes that exchange and starts the one of interval `k`. This is exact
+//! because `2M <= D`: the earliest arrival of interval `k-2`, `(k-2)M + D`, is not
+//! before `kM`. (With `M = D` the spikes of interval `k-1` are needed by the first
+//! step of interval `k`, so an exchange at the min-delay interval cannot overlap
+//! the next update.) Without overlap `M = D` and each exchange is finished before
+//! the next update, as NEST does.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use rayon::prelude::*;
+
+use crate::checkpoint::{self, State};
+use crate::exchange::SpikeExchange;
+use crate::network::{Block, Connectivity};
+use crate::output::{read_spikes, Recorder, SpikeWriter, Stats};
+use crate::params::Model;
+use crate::rng::{draw, stream_key, PoissonTable, Purpose};
+
+/// How to run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Overlap the exchange with the next interval's update (`M = D/2`).
+    pub overlap: bool,
+    /// Where rank 0 writes the spike file (none: no file).
+    pub spikes: Option<PathBuf>,
+    /// Write a checkpoint every this many steps (needs `checkpoint_dir`).
+    pub checkpoint_every: Option<u64>,
+    /// Directory of the checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Resume from this checkpoint (a `step-*` directory or their parent).
+    pub restart: Option<PathBuf>,
+    /// Stop (as if interrupted) once this step is reached: the spike file is
+    /// left as `.partial`.
+    pub stop_at: Option<u64>,
+}
+
+/// Progress, reported after every interval.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Steps done.
+    pub step: u64,
+    /// Steps of the whole run.
+    pub steps: u64,
+    /// Step this run started from (non-zero after a restart).
+    pub start_step: u64,
+    /// Wall time since the simulation loop started.
+    pub wall: Duration,
+}
+
+/// What one rank did.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RankReport {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// Threads (shards) of this rank.
+    pub threads: usize,
+    /// The rank's neurons (global ids).
+    pub first: u32,
+    /// Number of neurons of this rank.
+    pub neurons: u32,
+    /// Synapses stored on this rank (onto its neurons).
+    pub synapses: u64,
+    /// Bytes of the rank's connectivity.
+    pub connectivity_bytes: u64,
+    /// Bytes of the rank's neuron state and ring buffers.
+    pub state_bytes: u64,
+    /// Steps per exchange interval.
+    pub interval_steps: u32,
+    /// Step the run started from.
+    pub start_step: u64,
+    /// Step the run reached.
+    pub end_step: u64,
+    /// Whether the run reached `t_sim` (false when stopped early).
+    pub completed: bool,
+    /// Seconds building the network (and reading a checkpoint).
+    pub build_s: f64,
+    /// Seconds in the simulation loop.
+    pub simulate_s: f64,
+    /// Seconds delivering and updating.
+    pub update_s: f64,
+    /// Seconds starting exchanges and waiting for them to finish.
+    pub communicate_s: f64,
+    /// Seconds writing spikes and checkpoints.
+    pub io_s: f64,
+    /// Spikes of all ranks exchanged during this run.
+    pub spikes_exchanged: u64,
+    /// Statistics of the whole run so far (rank 0 only).
+    pub stats: Option<Stats>,
+    /// The spike file, once complete (rank 0).
+    pub spike_file: Option<PathBuf>,
+}
+
+/// Constants of the update, copied into each worker.
+#[derive(Clone, Copy, Debug)]
+struct Dyn {
+    decay: f64,
+    j: f64,
+    gj: f64,
+    v_th: f64,
+    v_reset: f64,
+    ref_steps: u32,
+    delay: u64,
+    ring_mask: u64,
+    gid_bits: u32,
+    gid_mask: u32,
+    ne: u32,
+}
+
+struct Shard {
+    /// Local indices of the shard's neurons.
+    block: Block,
+    /// Global id of the first neuron.
+    gid0: u32,
+    v: Vec<f64>,
+    refr: Vec<u32>,
+    keys: Vec<u64>,
+    ring: Vec<u32>,
+    spikes: Vec<u32>,
+}
+
+impl Shard {
+    /// Adds the inputs of the spikes `codes` of the interval starting at `base`.
+    fn deliver(&mut self, conn: &Connectivity, codes: &[u32], base: u64, d: &Dyn, whole: bool) {
+        let len = self.block.len as usize;
+        let (lo_t, hi_t) = (self.block.first, self.block.end());
+        for &code in codes {
+            let gid = code & d.gid_mask;
+            let s = (code >> d.gid_bits) as u64;
+            let slot = ((base + s + d.delay) & d.ring_mask) as usize * len;
+            let inc = if gid < d.ne { 1 } else { 1 << 16 };
+            let mut row = conn.row(gid);
+            if !whole {
+                let lo = row.partition_point(|&t| t < lo_t);
+                row = &row[lo..];
+                let hi = row.partition_point(|&t| t < hi_t);
+                row = &row[..hi];
+            }
+            let ring = &mut self.ring[slot..slot + len];
+            for &t in row {
+                ring[(t - lo_t) as usize] += inc;
+            }
+        }
+    }
+
+    /// Updates steps `step0..step0 + m`, appending spike codes to `self.spikes`.
+    fn update(&mut self, step0: u64, m: u32, d: &Dyn, pois: &PoissonTable) {
+        let len = self.block.len as usize;
+        let v = &mut self.v[..len];
+        let refr = &mut self.refr[..len];
+        let keys = &self.keys[..len];
+        for s in 0..m {
+            let step = step0 + s as u64;
+            let slot = (step & d.ring_mask) as usize * len;
+            let ring = &mut self.ring[slot..slot + len];
+            let code0 = (s << d.gid_bits) | self.gid0;
+            for i in 0..len {
+                let inp = std::mem::take(&mut ring[i]);
+                if refr[i] == 0 {
+                    let k = pois.sample(draw(keys[i], step));
+                    let exc = (inp & 0xFFFF) + k;
+                    let inh = inp >> 16;
+                    let mut x = v[i] * d.decay + d.j * exc as f64 - d.gj * inh as f64;
+                    if x >= d.v_th {
+                        x = d.v_reset;
+                        refr[i] = d.ref_steps;
+                        self.spikes.push(code0 + i as u32);
+                    }
+                    v[i] = x;
+                } else {
+                    refr[i] -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// One rank of the simulation.
+pub struct Simulation<'a> {
+    model: &'a Model,
+    rank: usize,
+    size: usize,
+    block: Block,
+    conn: Connectivity,
+    shards: Vec<Shard>,
+    dynp: Dyn,
+    pois: PoissonTable,
+    step: u64,
+    build_s: f64,
+}
+
+impl<'a> Simulation<'a> {
+    /// Builds rank `rank`'s part of the network with the threads of `pool`, or
+    /// restores it from a checkpoint.
+    pub fn new(
+        model: &'a Model,
+        rank: usize,
+        size: usize,
+        pool: &rayon::ThreadPool,
+        restart: Option<&std::path::Path>,
+    ) -> Result<Simulation<'a>> {
+        let t0 = Instant::now();
+        let _span = tracing::info_span!("build").entered();
+        let block = Block::part(model.n, size as u32, rank as u32);
+        let conn = pool.install(|| Connectivity::build(model, block));
+        let threads = pool.current_num_threads().clamp(1, block.len.max(1) as usize) as u32;
+        let slots = (model.delay_steps as usize + 1).next_power_of_two();
+        let p = &model.params;
+        let shards = (0..threads)
+            .map(|t| {
+                let b = Block::part(block.len, threads, t);
+                let len = b.len as usize;
+                Shard {
+                    block: b,
+                    gid0: block.first + b.first,
+                    v: vec![p.v_init; len],
+                    refr: vec![0; len],
+                    keys: (0..b.len)
+                        .map(|i| stream_key(p.seed, Purpose::External, block.first + b.first + i))
+                        .collect(),
+                    ring: vec![0; slots * len],
+                    spikes: Vec::with_capacity(len.min(1 << 16)),
+                }
+            })
+            .collect();
+        let dynp = Dyn {
+            decay: model.decay,
+            j: p.j,
+            gj: p.g * p.j,
+            v_th: p.v_th,
+            v_reset: p.v_reset,
+            ref_steps: model.ref_steps,
+            delay: model.delay_steps as u64,
+            ring_mask: slots as u64 - 1,
+            gid_bits: model.gid_bits,
+            gid_mask: ((1u64 << model.gid_bits) - 1) as u32,
+            ne: model.ne,
+        };
+        let mut sim = Simulation {
+            model,
+            rank,
+            size,
+            block,
+            conn,
+            shards,
+            dynp,
+            pois: PoissonTable::new(model.lambda_ext),
+            step: 0,
+            build_s: 0.0,
+        };
+        if let Some(dir) = restart {
+            let (sd, meta) = checkpoint::find(dir)?;
+            if !meta.params.same_model(&model.params) {
+                bail!(
+                    "checkpoint {} is of a different model; its parameters:\n{}",
+                    sd.display(),
+                    meta.params.to_toml()
+                );
+            }
+            let st = checkpoint::read(&sd, &meta, model, block)?;
+            sim.set_state(meta.step, &st);
+            tracing::info!(checkpoint = %sd.display(), step = meta.step, "restored");
+        }
+        sim.build_s = t0.elapsed().as_secs_f64();
+        Ok(sim)
+    }
+
+    /// Steps done.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The rank's neurons (global ids).
+    pub fn block(&self) -> Block {
+        self.block
+    }
+
+    /// The rank's connectivity.
+    pub fn connectivity(&self) -> &Connectivity {
+        &self.conn
+    }
+
+    /// The state of the rank's neurons (ring buffer relative to the current step).
+    pub fn state(&self) -> State {
+        let n = self.block.len as usize;
+        let d = self.model.delay_steps as usize;
+        let mut st = State {
+            v: Vec::with_capacity(n),
+            refr: Vec::with_capacity(n),
+            ring: vec![0; d * n],
+        };
+        for sh in &self.shards {
+            st.v.extend_from_slice(&sh.v);
+            st.refr.extend_from_slice(&sh.refr);
+            let len = sh.block.len as usize;
+            for k in 0..d {
+                let slot = ((self.step + k as u64) & self.dynp.ring_mask) as usize * len;
+                let dst = k * n + sh.block.first as usize;
+                st.ring[dst..dst + len].copy_from_slice(&sh.ring[slot..slot + len]);
+            }
+        }
+        st
+    }
+
+    fn set_state(&mut self, step: u64, st: &State) {
+        self.step = step;
+        let n = self.block.len as usize;
+        let d = self.model.delay_steps as usize;
+        for sh in &mut self.shards {
+            let (f, len) = (sh.block.first as usize, sh.block.len as usize);
+            sh.v.copy_from_slice(&st.v[f..f + len]);
+            sh.refr.copy_from_slice(&st.refr[f..f + len]);
+            sh.ring.iter_mut().for_each(|x| *x = 0);
+            for k in 0..d {
+                let slot = ((step + k as u64) & self.dynp.ring_mask) as usize * len;
+                sh.ring[slot..slot + len].copy_from_slice(&st.ring[k * n + f..k * n + f + len]);
+            }
+        }
+    }
+
+    fn deliver_all(&mut self, pool: &rayon::ThreadPool, codes: &[u32], base: u64) {
+        let (conn, d) = (&self.conn, &self.dynp);
+        let whole = self.shards.len() == 1;
+        pool.install(|| {
+            self.shards
+                .par_iter_mut()
+                .for_each(|sh| sh.deliver(conn, codes, base, d, whole))
+        });
+    }
+
+    /// Runs to `t_sim` (or `opts.stop_at`), exchanging spikes through `ex`.
+    /// `progress` is called after every interval.
+    pub fn run<E: SpikeExchange>(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        ex: &mut E,
+        opts: &RunOptions,
+        mut progress: Option<&mut dyn FnMut(&Progress)>,
+    ) -> Result<RankReport> {
+        let model = self.model;
+        let d = model.delay_steps;
+        let (m_steps, lag) = if opts.overlap && d >= 2 {
+            (d / 2, 2)
+        } else {
+            (d, 1)
+        };
+        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
+        let start_step = self.step;
+        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
+        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
+            bail!("checkpoints need a directory");
+        }
+        // Rank 0 records every spike (it receives them all in the exchange).
+        let mut recorder = None;
+        let mut writer = None;
+        if self.rank == 0 {
+            let mut rec = Recorder::new(model.n);
+            if let Some(dir) = &opts.restart {
+                let (sd, _) = checkpoint::find(dir)?;
+                let prefix = sd.join("spikes.spk");
+                if prefix.is_file() {
+                    let f = read_spikes(&prefix)?;
+                    rec.add(&f.spikes);
+                    if let Some(p) = &opts.spikes {
+                        writer = Some(SpikeWriter::resume(p, &prefix)?);
+                    }
+                } else if opts.spikes.is_some() {
+                    bail!("checkpoint {} has no spike file to continue", sd.display());
+                }
+            } else if let Some(p) = &opts.spikes {
+                writer = Some(SpikeWriter::create(p, model)?);
+            }
+            recorder = Some(rec);
+        }
+
+        let t0 = Instant::now();
+        let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
+        let mut send: Vec<u32> = Vec::new();
+        let mut gathered: Vec<u32> = Vec::new();
+        let mut gathered_base = 0u64;
+        let mut has_gathered = false;
+        let mut inflight: Option<(E::Pending, u64)> = None;
+        let mut records: Vec<(u32, u32)> = Vec::new();
+        let mut exchanged = 0u64;
+        let gid_bits = model.gid_bits;
+        let gid_mask = self.dynp.gid_mask;
+
+        // Finishes the exchange in flight into `gathered`, records it on rank 0.
+        macro_rules! finish {
+            () => {{
+                if let Some((p, base)) = inflight.take() {
+                    let tw = Instant::now();
+                    {
+                        let _s = tracing::info_span!("exchange_wait").entered();
+                        ex.finish(p, &mut gathered)?;
+                    }
+                    comm_s += tw.elapsed().as_secs_f64();
+                    gathered_base = base;
+                    has_gathered = true;
+                    exchanged += gathered.len() as u64;
+                    if let Some(rec) = recorder.as_mut() {
+                        let ti = Instant::now();
+                        gathered.sort_unstable();
+                        records.clear();
+                        records.extend(gathered.iter().map(|&c| {
+                            ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)
+                        }));
+                        rec.add(&records);
+                        if let Some(w) = writer.as_mut() {
+                            w.append(&records)?;
+                        }
+                        io_s += ti.elapsed().as_secs_f64();
+                    }
+                }
+            }};
+        }
+
+        while self.step < end {
+            let mut m = (end - self.step).min(m_steps as u64);
+            if let Some(c) = ck_every {
+                m = m.min(c - self.step % c);
+            }
+            let m = m as u32;
+            let step0 = self.step;
+            {
+                let tu = Instant::now();
+                let _s = tracing::info_span!("deliver_update", step = step0).entered();
+                let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
+                let whole = self.shards.len() == 1;
+                let codes: &[u32] = if has_gathered { &gathered } else { &[] };
+                let base = gathered_base;
+                pool.install(|| {
+                    self.shards.par_iter_mut().for_each(|sh| {
+                        sh.deliver(conn, codes, base, dp, whole);
+                        sh.spikes.clear();
+                        sh.update(step0, m, dp, pois);
+                    })
+                });
+                has_gathered = false;
+                update_s += tu.elapsed().as_secs_f64();
+            }
+            send.clear();
+            for sh in &self.shards {
+                send.extend_from_slice(&sh.spikes);
+            }
+            if lag == 2 {
+                finish!();
+            }
+            let ts = Instant::now();
+            inflight = Some((ex.start(&send)?, step0));
+            comm_s += ts.elapsed().as_secs_f64();
+            if lag == 1 {
+                finish!();
+            }
+            self.step += m as u64;
+
+            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
+            if at_checkpoint || self.step == end {
+                // Drain: deliver everything exchanged so no spike is pending.
+                if has_gathered {
+                    let codes = std::mem::take(&mut gathered);
+                    self.deliver_all(pool, &codes, gathered_base);
+                    gathered = codes;
+                    has_gathered = false;
+                }
+                finish!();
+                if has_gathered {
+                    let codes = std::mem::take(&mut gathered);
+                    self.deliver_all(pool, &codes, gathered_base);
+                    gathered = codes;
+                    has_gathered = false;
+                }
+            }
+            if at_checkpoint {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    let ti = Instant::now();
+                    let _s = tracing::info_span!("checkpoint", step = self.step).entered();
+                    let st = self.state();
+                    let sd = checkpoint::write(
+                        dir,
+                        model,
+                        self.step,
+                        self.rank,
+                        self.size,
+                        self.block,
+                        &st,
+                        writer.as_ref().map(|w| w.partial()),
+                    )?;
+                    tracing::debug!(dir = %sd.display(), "checkpoint written");
+                    io_s += ti.elapsed().as_secs_f64();
+                }
+            }
+            if let Some(cb) = progress.as_mut() {
+                cb(&Progress {
+                    step: self.step,
+                    steps: model.steps,
+                    start_step,
+                    wall: t0.elapsed(),
+                });
+            }
+        }
+        let completed = self.step >= model.steps;
+        let spike_file = match writer {
+            Some(w) if completed => Some(w.finish()?),
+            _ => None,
+        };
+        let simulate_s = t0.elapsed().as_secs_f64();
+        let state_bytes: usize = self
+            .shards
+            .iter()
+            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring.len() * 4)
+            .sum();
+        Ok(RankReport {
+            rank: self.rank,
+            size: self.size,
+            threads: self.shards.len(),
+            first: self.block.first,
+            neurons: self.block.len,
+            synapses: self.conn.synapses(),
+            connectivity_bytes: self.conn.bytes(),
+            state_bytes: state_bytes as u64,
+            interval_steps: m_steps,
+            start_step,
+            end_step: self.step,
+            completed,
+            build_s: self.build_s,
+            simulate_s,
+            update_s,
+            communicate_s: comm_s,
+            io_s,
+            spikes_exchanged: exchanged,
+            stats: recorder.map(|r| r.stats(self.step as f64 * model.params.dt)),
+            spike_file,
+        })
+    }
+}
