@@ -38,11 +38,18 @@ fn gbs(bytes: usize, t: Duration) -> f64 {
 fn main() {
     for (label, size) in [("1 MiB", 1usize << 20), ("64 MiB", 64 << 20)] {
         let n = size / 4;
-        let src: Vec<u8> = (0..n).flat_map(|i| (i as f32 * 0.5).to_ne_bytes()).collect();
+        let src: Vec<u8> = (0..n)
+            .flat_map(|i| (i as f32 * 0.5).to_ne_bytes())
+            .collect();
         let mut dst: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_ne_bytes()).collect();
         let t_sum = time(size, || {
-            apply_reduce(ReduceOp::Sum, DataType::F32, black_box(&src), black_box(&mut dst))
-                .unwrap();
+            apply_reduce(
+                ReduceOp::Sum,
+                DataType::F32,
+                black_box(&src),
+                black_box(&mut dst),
+            )
+            .unwrap();
         });
         // Misaligned by one byte: exercises the unaligned path.
         let mut dst_u = vec![0u8; size + 1];

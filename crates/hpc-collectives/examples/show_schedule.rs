@@ -56,7 +56,11 @@ fn main() -> ExitCode {
             | CollectiveKind::ReduceScatterBlock
     );
     let (mut only_rank, mut root): (Option<usize>, usize) = (None, 0);
-    let mut dtype = if reducing { DataType::F32 } else { DataType::U8 };
+    let mut dtype = if reducing {
+        DataType::F32
+    } else {
+        DataType::U8
+    };
     let mut op = ReduceOp::Sum;
     let mut rest = args[4..].iter();
     while let Some(flag) = rest.next() {
@@ -94,7 +98,12 @@ fn main() -> ExitCode {
             recv_counts: vec![count; size],
             dtype,
         },
-        CollectiveKind::Reduce => Collective::Reduce { root, count, dtype, op },
+        CollectiveKind::Reduce => Collective::Reduce {
+            root,
+            count,
+            dtype,
+            op,
+        },
         CollectiveKind::Allreduce => Collective::Allreduce { count, dtype, op },
         CollectiveKind::ReduceScatterBlock => Collective::ReduceScatterBlock { count, dtype, op },
         CollectiveKind::ReduceScatter => Collective::ReduceScatter {

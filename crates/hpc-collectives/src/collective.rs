@@ -112,9 +112,7 @@ impl CollectiveKind {
             CollectiveKind::Alltoall => &[Pairwise, Bruck],
             CollectiveKind::Alltoallv => &[Pairwise],
             CollectiveKind::Allreduce => &[RecursiveDoubling, Rabenseifner, Ring],
-            CollectiveKind::ReduceScatterBlock | CollectiveKind::ReduceScatter => {
-                &[Ring, Pairwise]
-            }
+            CollectiveKind::ReduceScatterBlock | CollectiveKind::ReduceScatter => &[Ring, Pairwise],
         }
     }
 }
@@ -808,8 +806,9 @@ impl Collective {
             },
             Collective::ReduceScatterBlock { count, dtype, op } => {
                 let counts = vec![*count; size];
-                let mut s =
-                    algo::reduce_scatter::reduce_scatter(algorithm, rank, size, &counts, *dtype, *op);
+                let mut s = algo::reduce_scatter::reduce_scatter(
+                    algorithm, rank, size, &counts, *dtype, *op,
+                );
                 s.kind = CollectiveKind::ReduceScatterBlock;
                 s
             }

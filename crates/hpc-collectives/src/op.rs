@@ -301,12 +301,12 @@ macro_rules! float_kernel {
 macro_rules! half_kernel {
     ($t:ty, $dtype:expr, $op:expr, $src:expr, $dst:expr) => {
         match $op {
-            ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(a.to_f32() + b.to_f32())
-            }),
-            ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(a.to_f32() * b.to_f32())
-            }),
+            ReduceOp::Sum => {
+                zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() + b.to_f32()))
+            }
+            ReduceOp::Prod => {
+                zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() * b.to_f32()))
+            }
             ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| {
                 <$t>::from_f32(a.to_f32().min(b.to_f32()))
             }),
@@ -500,26 +500,48 @@ mod tests {
     #[test]
     fn unsigned_min_is_unsigned() {
         let mut d = bytes::<u8>(&[200, 1]);
-        apply_reduce(ReduceOp::Min, DataType::U8, &bytes::<u8>(&[100, 255]), &mut d).unwrap();
+        apply_reduce(
+            ReduceOp::Min,
+            DataType::U8,
+            &bytes::<u8>(&[100, 255]),
+            &mut d,
+        )
+        .unwrap();
         assert_eq!(vals::<u8>(&d), vec![100, 1]);
     }
 
     #[test]
     fn float_and_half_ops() {
         let mut d = bytes::<f64>(&[1.5, -2.0]);
-        apply_reduce(ReduceOp::Sum, DataType::F64, &bytes::<f64>(&[0.25, 4.0]), &mut d).unwrap();
+        apply_reduce(
+            ReduceOp::Sum,
+            DataType::F64,
+            &bytes::<f64>(&[0.25, 4.0]),
+            &mut d,
+        )
+        .unwrap();
         assert_eq!(vals::<f64>(&d), vec![1.75, 2.0]);
 
         let h = |x: f32| f16::from_f32(x);
         let mut d = bytes::<f16>(&[h(1.0), h(3.0)]);
-        apply_reduce(ReduceOp::Max, DataType::F16, &bytes::<f16>(&[h(2.0), h(-1.0)]), &mut d)
-            .unwrap();
+        apply_reduce(
+            ReduceOp::Max,
+            DataType::F16,
+            &bytes::<f16>(&[h(2.0), h(-1.0)]),
+            &mut d,
+        )
+        .unwrap();
         assert_eq!(vals::<f16>(&d), vec![h(2.0), h(3.0)]);
 
         let b = |x: f32| bf16::from_f32(x);
         let mut d = bytes::<bf16>(&[b(1.0), b(3.0)]);
-        apply_reduce(ReduceOp::Prod, DataType::Bf16, &bytes::<bf16>(&[b(2.0), b(-1.0)]), &mut d)
-            .unwrap();
+        apply_reduce(
+            ReduceOp::Prod,
+            DataType::Bf16,
+            &bytes::<bf16>(&[b(2.0), b(-1.0)]),
+            &mut d,
+        )
+        .unwrap();
         assert_eq!(vals::<bf16>(&d), vec![b(2.0), b(-3.0)]);
     }
 
@@ -569,8 +591,7 @@ mod tests {
                         d.copy_within(0..n, d_off);
                         let mut s = src.clone();
                         s.copy_within(0..n, so);
-                        apply_reduce(op, dtype, &s[so..so + n], &mut d[d_off..d_off + n])
-                            .unwrap();
+                        apply_reduce(op, dtype, &s[so..so + n], &mut d[d_off..d_off + n]).unwrap();
                         let same = d[d_off..d_off + n]
                             .chunks_exact(dtype.size())
                             .zip(reference.chunks_exact(dtype.size()))

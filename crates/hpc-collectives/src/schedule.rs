@@ -190,7 +190,12 @@ impl fmt::Display for Step {
                 write!(f, "recv   <- {peer:<3} {region} {} B tag {tag}", region.len)
             }
             Step::Copy { src, dst } => write!(f, "copy   {src} -> {dst} {} B", src.len),
-            Step::Reduce { src, dst, op, dtype } => {
+            Step::Reduce {
+                src,
+                dst,
+                op,
+                dtype,
+            } => {
                 write!(f, "reduce {src} into {dst} {} B {op} {dtype}", src.len)
             }
         }
@@ -289,7 +294,12 @@ pub(crate) struct Builder {
 }
 
 impl Builder {
-    pub(crate) fn new(kind: CollectiveKind, algorithm: Algorithm, rank: usize, size: usize) -> Self {
+    pub(crate) fn new(
+        kind: CollectiveKind,
+        algorithm: Algorithm,
+        rank: usize,
+        size: usize,
+    ) -> Self {
         assert!(size > 0, "communicator size must be positive");
         assert!(rank < size, "rank {rank} out of range for size {size}");
         Self {
@@ -340,7 +350,12 @@ impl Builder {
     pub(crate) fn reduce(&mut self, src: Region, dst: Region, op: ReduceOp, dtype: DataType) {
         debug_assert_eq!(src.len, dst.len);
         if src.len > 0 {
-            self.cur.push(Step::Reduce { src, dst, op, dtype });
+            self.cur.push(Step::Reduce {
+                src,
+                dst,
+                op,
+                dtype,
+            });
         }
     }
 

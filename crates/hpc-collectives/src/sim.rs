@@ -220,7 +220,7 @@ pub fn check(sched: &Schedule, send_len: usize, recv_len: usize) -> Result<(), S
                 }
             }
             let written = step.written();
-            for region in step.read().into_iter().chain(written) {
+            for region in step.read().chain(written) {
                 let buf_len = len_of(region.buf);
                 if region.end() > buf_len {
                     return Err(SimError::OutOfBounds {
@@ -460,7 +460,12 @@ pub fn run_with(
                     let data = st.read(src).to_vec();
                     st.write(dst).copy_from_slice(&data);
                 }
-                Step::Reduce { src, dst, op, dtype } => {
+                Step::Reduce {
+                    src,
+                    dst,
+                    op,
+                    dtype,
+                } => {
                     let data = st.read(src).to_vec();
                     custom
                         .apply(op, dtype, &data, st.write(dst))
@@ -559,14 +564,25 @@ mod tests {
                     r,
                     2,
                     vec![
-                        vec![Step::Recv { peer: 1 - r, region: Region::recv(0, 4), tag: 0 }],
-                        vec![Step::Send { peer: 1 - r, region: Region::send(0, 4), tag: 0 }],
+                        vec![Step::Recv {
+                            peer: 1 - r,
+                            region: Region::recv(0, 4),
+                            tag: 0,
+                        }],
+                        vec![Step::Send {
+                            peer: 1 - r,
+                            region: Region::send(0, 4),
+                            tag: 0,
+                        }],
                     ],
                 )
             })
             .collect();
         let err = run(&s, bufs(2)).unwrap_err();
-        assert!(matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2), "{err}");
+        assert!(
+            matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2),
+            "{err}"
+        );
     }
 
     #[test]
@@ -579,8 +595,16 @@ mod tests {
                     r,
                     2,
                     vec![
-                        vec![Step::Send { peer: 1 - r, region: Region::send(0, 4), tag: 0 }],
-                        vec![Step::Recv { peer: 1 - r, region: Region::recv(0, 4), tag: 0 }],
+                        vec![Step::Send {
+                            peer: 1 - r,
+                            region: Region::send(0, 4),
+                            tag: 0,
+                        }],
+                        vec![Step::Recv {
+                            peer: 1 - r,
+                            region: Region::recv(0, 4),
+                            tag: 0,
+                        }],
                     ],
                 )
             })
@@ -591,17 +615,55 @@ mod tests {
     #[test]
     fn detects_size_mismatch_and_tags() {
         let s = vec![
-            sched(0, 2, vec![vec![Step::Send { peer: 1, region: Region::send(0, 4), tag: 3 }]]),
-            sched(1, 2, vec![vec![Step::Recv { peer: 0, region: Region::recv(0, 5), tag: 3 }]]),
+            sched(
+                0,
+                2,
+                vec![vec![Step::Send {
+                    peer: 1,
+                    region: Region::send(0, 4),
+                    tag: 3,
+                }]],
+            ),
+            sched(
+                1,
+                2,
+                vec![vec![Step::Recv {
+                    peer: 0,
+                    region: Region::recv(0, 5),
+                    tag: 3,
+                }]],
+            ),
         ];
         assert_eq!(
             run(&s, bufs(2)).unwrap_err(),
-            SimError::SizeMismatch { src: 0, dst: 1, tag: 3, sent: 4, expected: 5 }
+            SimError::SizeMismatch {
+                src: 0,
+                dst: 1,
+                tag: 3,
+                sent: 4,
+                expected: 5
+            }
         );
         // A different tag never matches.
         let s = vec![
-            sched(0, 2, vec![vec![Step::Send { peer: 1, region: Region::send(0, 4), tag: 3 }]]),
-            sched(1, 2, vec![vec![Step::Recv { peer: 0, region: Region::recv(0, 4), tag: 4 }]]),
+            sched(
+                0,
+                2,
+                vec![vec![Step::Send {
+                    peer: 1,
+                    region: Region::send(0, 4),
+                    tag: 3,
+                }]],
+            ),
+            sched(
+                1,
+                2,
+                vec![vec![Step::Recv {
+                    peer: 0,
+                    region: Region::recv(0, 4),
+                    tag: 4,
+                }]],
+            ),
         ];
         assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
     }
@@ -609,21 +671,52 @@ mod tests {
     #[test]
     fn static_checks() {
         let one = |steps| vec![sched(0, 2, vec![steps]), sched(1, 2, vec![])];
-        let e = run(&one(vec![Step::Send { peer: 0, region: Region::send(0, 1), tag: 0 }]), bufs(2));
+        let e = run(
+            &one(vec![Step::Send {
+                peer: 0,
+                region: Region::send(0, 1),
+                tag: 0,
+            }]),
+            bufs(2),
+        );
         assert!(matches!(e, Err(SimError::BadPeer { .. })));
-        let e = run(&one(vec![Step::Copy { src: Region::recv(0, 4), dst: Region::send(0, 4) }]), bufs(2));
+        let e = run(
+            &one(vec![Step::Copy {
+                src: Region::recv(0, 4),
+                dst: Region::send(0, 4),
+            }]),
+            bufs(2),
+        );
         assert!(matches!(e, Err(SimError::WriteToSendBuffer { .. })));
-        let e = run(&one(vec![Step::Copy { src: Region::send(0, 9), dst: Region::recv(0, 9) }]), bufs(2));
+        let e = run(
+            &one(vec![Step::Copy {
+                src: Region::send(0, 9),
+                dst: Region::recv(0, 9),
+            }]),
+            bufs(2),
+        );
         assert!(matches!(e, Err(SimError::OutOfBounds { .. })));
         let e = run(
             &one(vec![
-                Step::Copy { src: Region::send(0, 4), dst: Region::recv(0, 4) },
-                Step::Copy { src: Region::recv(2, 4), dst: Region::scratch(0, 4) },
+                Step::Copy {
+                    src: Region::send(0, 4),
+                    dst: Region::recv(0, 4),
+                },
+                Step::Copy {
+                    src: Region::recv(2, 4),
+                    dst: Region::scratch(0, 4),
+                },
             ]),
             bufs(2),
         );
         assert!(matches!(e, Err(SimError::Conflict { .. })));
-        let e = run(&one(vec![Step::Copy { src: Region::recv(0, 4), dst: Region::recv(2, 4) }]), bufs(2));
+        let e = run(
+            &one(vec![Step::Copy {
+                src: Region::recv(0, 4),
+                dst: Region::recv(2, 4),
+            }]),
+            bufs(2),
+        );
         assert!(matches!(e, Err(SimError::Conflict { .. })));
         let e = run(&[sched(1, 2, vec![])], bufs(1));
         assert!(matches!(e, Err(SimError::WrongRank { .. })));
@@ -638,16 +731,32 @@ mod tests {
                 0,
                 2,
                 vec![vec![
-                    Step::Send { peer: 1, region: Region::send(0, 2), tag: 0 },
-                    Step::Send { peer: 1, region: Region::recv(0, 2), tag: 0 },
+                    Step::Send {
+                        peer: 1,
+                        region: Region::send(0, 2),
+                        tag: 0,
+                    },
+                    Step::Send {
+                        peer: 1,
+                        region: Region::recv(0, 2),
+                        tag: 0,
+                    },
                 ]],
             ),
             sched(
                 1,
                 2,
                 vec![vec![
-                    Step::Recv { peer: 0, region: Region::recv(0, 2), tag: 0 },
-                    Step::Recv { peer: 0, region: Region::recv(2, 2), tag: 0 },
+                    Step::Recv {
+                        peer: 0,
+                        region: Region::recv(0, 2),
+                        tag: 0,
+                    },
+                    Step::Recv {
+                        peer: 0,
+                        region: Region::recv(2, 2),
+                        tag: 0,
+                    },
                 ]],
             ),
         ];

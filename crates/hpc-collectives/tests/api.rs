@@ -2,8 +2,8 @@
 
 use hpc_collectives::sim::{self, RankBuffers, SimError};
 use hpc_collectives::{
-    Algorithm, BufferId, Collective, CollectiveError, CollectiveKind, CustomOps, DataType,
-    Options, ReduceOp, Schedule,
+    Algorithm, BufferId, Collective, CollectiveError, CollectiveKind, CustomOps, DataType, Options,
+    ReduceOp, Schedule,
 };
 
 #[test]
@@ -17,28 +17,65 @@ fn validation_errors() {
         Collective::Barrier.schedule(4, 4, &Options::default()),
         Err(CollectiveError::RankOutOfRange { rank: 4, size: 4 })
     );
-    let b = Collective::Broadcast { root: 5, count: 1, dtype: dt };
-    assert_eq!(b.validate(5), Err(CollectiveError::RootOutOfRange { root: 5, size: 5 }));
-    let v = Collective::Allgatherv { counts: vec![1, 2], dtype: dt };
+    let b = Collective::Broadcast {
+        root: 5,
+        count: 1,
+        dtype: dt,
+    };
+    assert_eq!(
+        b.validate(5),
+        Err(CollectiveError::RootOutOfRange { root: 5, size: 5 })
+    );
+    let v = Collective::Allgatherv {
+        counts: vec![1, 2],
+        dtype: dt,
+    };
     assert!(matches!(
         v.validate(3),
-        Err(CollectiveError::CountMismatch { expected: 3, got: 2, .. })
+        Err(CollectiveError::CountMismatch {
+            expected: 3,
+            got: 2,
+            ..
+        })
     ));
-    let x = Collective::Allreduce { count: 4, dtype: dt, op: ReduceOp::Bxor };
+    let x = Collective::Allreduce {
+        count: 4,
+        dtype: dt,
+        op: ReduceOp::Bxor,
+    };
     assert_eq!(
         x.validate(2),
-        Err(CollectiveError::UnsupportedOp { op: ReduceOp::Bxor, dtype: dt })
+        Err(CollectiveError::UnsupportedOp {
+            op: ReduceOp::Bxor,
+            dtype: dt
+        })
     );
-    let ok = Collective::Allreduce { count: 4, dtype: DataType::U16, op: ReduceOp::Bxor };
+    let ok = Collective::Allreduce {
+        count: 4,
+        dtype: DataType::U16,
+        op: ReduceOp::Bxor,
+    };
     assert_eq!(ok.validate(2), Ok(()));
-    let a = Collective::Allreduce { count: 4, dtype: dt, op: ReduceOp::Sum };
+    let a = Collective::Allreduce {
+        count: 4,
+        dtype: dt,
+        op: ReduceOp::Sum,
+    };
     assert_eq!(
         a.check_buffers(0, 2, 16, 8),
-        Err(CollectiveError::BufferTooSmall { buffer: BufferId::Recv, needed: 16, got: 8 })
+        Err(CollectiveError::BufferTooSmall {
+            buffer: BufferId::Recv,
+            needed: 16,
+            got: 8
+        })
     );
     assert_eq!(
         a.check_buffers(0, 2, 15, 16),
-        Err(CollectiveError::BufferTooSmall { buffer: BufferId::Send, needed: 16, got: 15 })
+        Err(CollectiveError::BufferTooSmall {
+            buffer: BufferId::Send,
+            needed: 16,
+            got: 15
+        })
     );
     assert_eq!(a.check_buffers(1, 2, 16, 16), Ok(()));
     assert_eq!(
@@ -48,8 +85,15 @@ fn validation_errors() {
             kind: CollectiveKind::Allreduce
         })
     );
-    let t = Collective::Alltoallv { send_counts: vec![1, 2], recv_counts: vec![3, 2], dtype: dt };
-    assert!(matches!(t.schedule(0, 2, &Options::default()), Err(CollectiveError::CountMismatch { .. })));
+    let t = Collective::Alltoallv {
+        send_counts: vec![1, 2],
+        recv_counts: vec![3, 2],
+        dtype: dt,
+    };
+    assert!(matches!(
+        t.schedule(0, 2, &Options::default()),
+        Err(CollectiveError::CountMismatch { .. })
+    ));
     // Error messages are readable.
     assert_eq!(
         CollectiveError::RootOutOfRange { root: 5, size: 5 }.to_string(),
@@ -61,32 +105,53 @@ fn validation_errors() {
 fn selection_rule() {
     let o = Options::default();
     let sel = |c: Collective, p| c.select(p, &o).unwrap();
-    let f32s = |count| Collective::Allreduce { count, dtype: DataType::F32, op: ReduceOp::Sum };
+    let f32s = |count| Collective::Allreduce {
+        count,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+    };
     assert_eq!(sel(f32s(512), 8), Algorithm::RecursiveDoubling); // 2 KiB
     assert_eq!(sel(f32s(513), 8), Algorithm::Rabenseifner);
     assert_eq!(sel(f32s(600), 1024), Algorithm::RecursiveDoubling); // count < pof2
     assert_eq!(sel(f32s(4 << 20), 8), Algorithm::Ring); // 16 MiB
-    let bc = |count| Collective::Broadcast { root: 0, count, dtype: DataType::U8 };
+    let bc = |count| Collective::Broadcast {
+        root: 0,
+        count,
+        dtype: DataType::U8,
+    };
     assert_eq!(sel(bc(12287), 64), Algorithm::Binomial);
     assert_eq!(sel(bc(12288), 64), Algorithm::ScatterAllgather);
     assert_eq!(sel(bc(1 << 20), 7), Algorithm::Binomial);
-    let ag = |count| Collective::Allgather { count, dtype: DataType::U8 };
+    let ag = |count| Collective::Allgather {
+        count,
+        dtype: DataType::U8,
+    };
     assert_eq!(sel(ag(1024), 16), Algorithm::RecursiveDoubling);
     assert_eq!(sel(ag(1024), 12), Algorithm::Bruck);
     assert_eq!(sel(ag(1 << 16), 16), Algorithm::Ring);
     assert_eq!(sel(ag(1 << 14), 12), Algorithm::Ring);
-    let aa = |count| Collective::Alltoall { count, dtype: DataType::U8 };
+    let aa = |count| Collective::Alltoall {
+        count,
+        dtype: DataType::U8,
+    };
     assert_eq!(sel(aa(256), 8), Algorithm::Bruck);
     assert_eq!(sel(aa(257), 8), Algorithm::Pairwise);
     assert_eq!(sel(aa(16), 4), Algorithm::Pairwise);
-    let rs = |count| Collective::ReduceScatterBlock { count, dtype: DataType::U8, op: ReduceOp::Sum };
+    let rs = |count| Collective::ReduceScatterBlock {
+        count,
+        dtype: DataType::U8,
+        op: ReduceOp::Sum,
+    };
     assert_eq!(sel(rs(1024), 4), Algorithm::Ring);
     assert_eq!(sel(rs(1 << 17), 4), Algorithm::Pairwise);
     assert_eq!(sel(Collective::Barrier, 3), Algorithm::Dissemination);
     // Tuning is overridable.
     let mut o2 = Options::default();
     o2.tuning.allreduce_short = 1 << 30;
-    assert_eq!(f32s(1 << 20).select(8, &o2).unwrap(), Algorithm::RecursiveDoubling);
+    assert_eq!(
+        f32s(1 << 20).select(8, &o2).unwrap(),
+        Algorithm::RecursiveDoubling
+    );
     // Every kind lists algorithms that parse back from their names.
     for k in CollectiveKind::ALL {
         assert_eq!(k.name().parse::<CollectiveKind>().unwrap(), k);
@@ -98,22 +163,42 @@ fn selection_rule() {
 
 #[test]
 fn display_shows_rounds_peers_and_bytes() {
-    let c = Collective::Allgather { count: 16, dtype: DataType::U8 };
-    let s = c.schedule(1, 4, &Options::with_algorithm(Algorithm::Ring)).unwrap();
+    let c = Collective::Allgather {
+        count: 16,
+        dtype: DataType::U8,
+    };
+    let s = c
+        .schedule(1, 4, &Options::with_algorithm(Algorithm::Ring))
+        .unwrap();
     let text = s.to_string();
-    assert!(text.starts_with("allgather / ring: rank 1 of 4, send 16 B, recv 64 B, scratch 0 B, 3 rounds"));
+    assert!(text
+        .starts_with("allgather / ring: rank 1 of 4, send 16 B, recv 64 B, scratch 0 B, 3 rounds"));
     assert!(text.contains("round 2:"));
     assert!(text.contains("send   -> 2   send[0..16] 16 B tag 0"));
     assert!(text.contains("recv   <- 0   recv[0..16] 16 B tag 0"));
-    let r = Collective::Allreduce { count: 8, dtype: DataType::F32, op: ReduceOp::Sum };
+    let r = Collective::Allreduce {
+        count: 8,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+    };
     let s = r.schedule(1, 2, &Options::default()).unwrap();
-    assert!(s.to_string().contains("reduce scratch[0..32] into recv[0..32] 32 B sum f32"));
+    assert!(s
+        .to_string()
+        .contains("reduce scratch[0..32] into recv[0..32] 32 B sum f32"));
 }
 
 #[test]
 fn schedules_round_trip_through_serde() {
-    let c = Collective::Allreduce { count: 100, dtype: DataType::Bf16, op: ReduceOp::Custom(7) };
-    for a in [Algorithm::RecursiveDoubling, Algorithm::Rabenseifner, Algorithm::Ring] {
+    let c = Collective::Allreduce {
+        count: 100,
+        dtype: DataType::Bf16,
+        op: ReduceOp::Custom(7),
+    };
+    for a in [
+        Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
+        Algorithm::Ring,
+    ] {
         let s = c.schedule(2, 5, &Options::with_algorithm(a)).unwrap();
         let json = serde_json::to_string(&s).unwrap();
         let back: Schedule = serde_json::from_str(&json).unwrap();
@@ -125,11 +210,18 @@ fn schedules_round_trip_through_serde() {
 
 #[test]
 fn pure_functions_are_deterministic() {
-    let c = Collective::Alltoall { count: 3, dtype: DataType::I16 };
+    let c = Collective::Alltoall {
+        count: 3,
+        dtype: DataType::I16,
+    };
     for p in 1..20 {
         for r in 0..p {
-            let a = c.schedule(r, p, &Options::with_algorithm(Algorithm::Bruck)).unwrap();
-            let b = c.schedule(r, p, &Options::with_algorithm(Algorithm::Bruck)).unwrap();
+            let a = c
+                .schedule(r, p, &Options::with_algorithm(Algorithm::Bruck))
+                .unwrap();
+            let b = c
+                .schedule(r, p, &Options::with_algorithm(Algorithm::Bruck))
+                .unwrap();
             assert_eq!(a, b);
         }
     }
@@ -147,12 +239,24 @@ fn custom_op_allreduce() {
         }
     });
     let size = 7;
-    let c = Collective::Allreduce { count: 3, dtype: DataType::U8, op: ReduceOp::Custom(id) };
-    for a in [Algorithm::RecursiveDoubling, Algorithm::Rabenseifner, Algorithm::Ring] {
-        let scheds: Vec<_> =
-            (0..size).map(|r| c.schedule(r, size, &Options::with_algorithm(a)).unwrap()).collect();
+    let c = Collective::Allreduce {
+        count: 3,
+        dtype: DataType::U8,
+        op: ReduceOp::Custom(id),
+    };
+    for a in [
+        Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
+        Algorithm::Ring,
+    ] {
+        let scheds: Vec<_> = (0..size)
+            .map(|r| c.schedule(r, size, &Options::with_algorithm(a)).unwrap())
+            .collect();
         let inputs = (0..size)
-            .map(|r| RankBuffers { send: vec![1, 50, r as u8], recv: vec![0; 3] })
+            .map(|r| RankBuffers {
+                send: vec![1, 50, r as u8],
+                recv: vec![0; 3],
+            })
             .collect();
         let out = sim::run_with(&scheds, inputs, &ops).unwrap();
         for b in &out.recv {
@@ -160,9 +264,15 @@ fn custom_op_allreduce() {
         }
         // Without the registry the simulator reports the unknown operation.
         let inputs = (0..size)
-            .map(|_| RankBuffers { send: vec![0; 3], recv: vec![0; 3] })
+            .map(|_| RankBuffers {
+                send: vec![0; 3],
+                recv: vec![0; 3],
+            })
             .collect();
-        assert!(matches!(sim::run(&scheds, inputs), Err(SimError::Reduce { .. })));
+        assert!(matches!(
+            sim::run(&scheds, inputs),
+            Err(SimError::Reduce { .. })
+        ));
     }
 }
 
@@ -170,16 +280,39 @@ fn custom_op_allreduce() {
 #[test]
 fn alltoallv_count_mismatch_is_reported() {
     let size = 2;
-    let c0 = Collective::Alltoallv { send_counts: vec![1, 2], recv_counts: vec![1, 1], dtype: DataType::U8 };
-    let c1 = Collective::Alltoallv { send_counts: vec![1, 1], recv_counts: vec![1, 1], dtype: DataType::U8 };
+    let c0 = Collective::Alltoallv {
+        send_counts: vec![1, 2],
+        recv_counts: vec![1, 1],
+        dtype: DataType::U8,
+    };
+    let c1 = Collective::Alltoallv {
+        send_counts: vec![1, 1],
+        recv_counts: vec![1, 1],
+        dtype: DataType::U8,
+    };
     let scheds = vec![
         c0.schedule(0, size, &Options::default()).unwrap(),
         c1.schedule(1, size, &Options::default()).unwrap(),
     ];
     let inputs = vec![
-        RankBuffers { send: vec![0; 3], recv: vec![0; 2] },
-        RankBuffers { send: vec![0; 2], recv: vec![0; 2] },
+        RankBuffers {
+            send: vec![0; 3],
+            recv: vec![0; 2],
+        },
+        RankBuffers {
+            send: vec![0; 2],
+            recv: vec![0; 2],
+        },
     ];
     let err = sim::run(&scheds, inputs).unwrap_err();
-    assert_eq!(err, SimError::SizeMismatch { src: 0, dst: 1, tag: 0, sent: 2, expected: 1 });
+    assert_eq!(
+        err,
+        SimError::SizeMismatch {
+            src: 0,
+            dst: 1,
+            tag: 0,
+            sent: 2,
+            expected: 1
+        }
+    );
 }

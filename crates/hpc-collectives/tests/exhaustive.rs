@@ -50,16 +50,35 @@ fn cases(p: usize) -> Vec<Collective> {
     for &n in sizes(p) {
         let dtype = if n == 7 { DataType::F64 } else { DataType::U8 };
         for root in roots(p) {
-            v.push(Collective::Broadcast { root, count: n, dtype });
-            v.push(Collective::Gather { root, count: n, dtype });
-            v.push(Collective::Scatter { root, count: n, dtype });
+            v.push(Collective::Broadcast {
+                root,
+                count: n,
+                dtype,
+            });
+            v.push(Collective::Gather {
+                root,
+                count: n,
+                dtype,
+            });
+            v.push(Collective::Scatter {
+                root,
+                count: n,
+                dtype,
+            });
             let (d, op) = reductions[(root + n) % reductions.len()];
             let count = if p > 16 { n.min(129) } else { n };
-            v.push(Collective::Reduce { root, count, dtype: d, op });
+            v.push(Collective::Reduce {
+                root,
+                count,
+                dtype: d,
+                op,
+            });
         }
         v.push(Collective::Allgather { count: n, dtype });
         v.push(Collective::Allgatherv {
-            counts: (0..p).map(|r| (mix((r * 31 + n) as u64) as usize) % (n + 1)).collect(),
+            counts: (0..p)
+                .map(|r| (mix((r * 31 + n) as u64) as usize) % (n + 1))
+                .collect(),
             dtype,
         });
         v.push(Collective::Alltoall { count: n, dtype });
@@ -69,10 +88,20 @@ fn cases(p: usize) -> Vec<Collective> {
         let n = if p > 16 { n.min(129) } else { n };
         let per = n.min(256 / p + 1);
         for (dtype, op) in reductions {
-            v.push(Collective::Allreduce { count: n, dtype, op });
-            v.push(Collective::ReduceScatterBlock { count: per, dtype, op });
+            v.push(Collective::Allreduce {
+                count: n,
+                dtype,
+                op,
+            });
+            v.push(Collective::ReduceScatterBlock {
+                count: per,
+                dtype,
+                op,
+            });
             v.push(Collective::ReduceScatter {
-                counts: (0..p).map(|r| (mix((r * 17 + n) as u64) as usize) % (per + 1)).collect(),
+                counts: (0..p)
+                    .map(|r| (mix((r * 17 + n) as u64) as usize) % (per + 1))
+                    .collect(),
                 dtype,
                 op,
             });
@@ -86,7 +115,9 @@ fn every_collective_every_algorithm_every_rank_count() {
     let work: Vec<(usize, Collective, Algorithm)> = (1..=MAX_RANKS)
         .flat_map(|p| {
             cases(p).into_iter().flat_map(move |c| {
-                algorithms(c.kind()).into_iter().map(move |a| (p, c.clone(), a))
+                algorithms(c.kind())
+                    .into_iter()
+                    .map(move |a| (p, c.clone(), a))
             })
         })
         .collect();
@@ -118,7 +149,11 @@ fn alltoallv_every_rank_count() {
     (1..=MAX_RANKS).into_par_iter().for_each(|p| {
         for n in [0usize, 1, 7, 40] {
             let matrix: Vec<Vec<usize>> = (0..p)
-                .map(|i| (0..p).map(|j| mix((i * 1000 + j + n) as u64) as usize % (n + 1)).collect())
+                .map(|i| {
+                    (0..p)
+                        .map(|j| mix((i * 1000 + j + n) as u64) as usize % (n + 1))
+                        .collect()
+                })
                 .collect();
             check_alltoallv(&matrix, DataType::U8, p as u64);
             if n == 7 {
@@ -134,7 +169,12 @@ fn alltoallv_every_rank_count() {
 fn round_counts() {
     let rounds = |c: &Collective, p: usize, a: Algorithm| {
         (0..p)
-            .map(|r| c.schedule(r, p, &Options::with_algorithm(a)).unwrap().rounds.len())
+            .map(|r| {
+                c.schedule(r, p, &Options::with_algorithm(a))
+                    .unwrap()
+                    .rounds
+                    .len()
+            })
             .max()
             .unwrap()
     };
@@ -142,18 +182,41 @@ fn round_counts() {
         let log = p.next_power_of_two().ilog2() as usize;
         let flog = p.ilog2() as usize;
         let fold = if p.is_power_of_two() { 0 } else { 2 };
-        assert_eq!(rounds(&Collective::Barrier, p, Algorithm::Dissemination), log);
-        let b = Collective::Broadcast { root: 0, count: 100, dtype: DataType::U8 };
+        assert_eq!(
+            rounds(&Collective::Barrier, p, Algorithm::Dissemination),
+            log
+        );
+        let b = Collective::Broadcast {
+            root: 0,
+            count: 100,
+            dtype: DataType::U8,
+        };
         assert_eq!(rounds(&b, p, Algorithm::Binomial), log);
-        let ag = Collective::Allgather { count: 10, dtype: DataType::U8 };
+        let ag = Collective::Allgather {
+            count: 10,
+            dtype: DataType::U8,
+        };
         assert_eq!(rounds(&ag, p, Algorithm::Ring), p - 1);
         assert_eq!(rounds(&ag, p, Algorithm::Bruck), log + 1);
-        assert_eq!(rounds(&ag, p, Algorithm::RecursiveDoubling), flog + 1 + fold / 2);
-        let ar = Collective::Allreduce { count: 1000, dtype: DataType::F32, op: ReduceOp::Sum };
-        assert_eq!(rounds(&ar, p, Algorithm::RecursiveDoubling), 2 * flog + 1 + fold);
+        assert_eq!(
+            rounds(&ag, p, Algorithm::RecursiveDoubling),
+            flog + 1 + fold / 2
+        );
+        let ar = Collective::Allreduce {
+            count: 1000,
+            dtype: DataType::F32,
+            op: ReduceOp::Sum,
+        };
+        assert_eq!(
+            rounds(&ar, p, Algorithm::RecursiveDoubling),
+            2 * flog + 1 + fold
+        );
         assert_eq!(rounds(&ar, p, Algorithm::Rabenseifner), 3 * flog + 1 + fold);
         assert_eq!(rounds(&ar, p, Algorithm::Ring), 3 * (p - 1));
-        let aa = Collective::Alltoall { count: 4, dtype: DataType::U8 };
+        let aa = Collective::Alltoall {
+            count: 4,
+            dtype: DataType::U8,
+        };
         assert_eq!(rounds(&aa, p, Algorithm::Pairwise), p - 1);
         assert_eq!(rounds(&aa, p, Algorithm::Bruck), 3 * log + 2);
     }
@@ -165,8 +228,16 @@ fn round_counts() {
 fn allreduce_traffic() {
     let n = 1 << 12;
     for p in [2usize, 4, 8, 16, 32, 64] {
-        let c = Collective::Allreduce { count: n, dtype: DataType::U8, op: ReduceOp::Sum };
-        let sent = |a| c.schedule(0, p, &Options::with_algorithm(a)).unwrap().bytes_sent();
+        let c = Collective::Allreduce {
+            count: n,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+        };
+        let sent = |a| {
+            c.schedule(0, p, &Options::with_algorithm(a))
+                .unwrap()
+                .bytes_sent()
+        };
         assert_eq!(sent(Algorithm::Ring), 2 * n * (p - 1) / p);
         assert_eq!(sent(Algorithm::Rabenseifner), 2 * n * (p - 1) / p);
         assert_eq!(sent(Algorithm::RecursiveDoubling), n * p.ilog2() as usize);

@@ -25,7 +25,12 @@ pub fn allgatherv(algorithm: Algorithm, rank: usize, size: usize, blocks: &[usiz
     }
 }
 
-fn builder(algorithm: Algorithm, rank: usize, size: usize, blocks: &[usize]) -> (Builder, Vec<usize>) {
+fn builder(
+    algorithm: Algorithm,
+    rank: usize,
+    size: usize,
+    blocks: &[usize],
+) -> (Builder, Vec<usize>) {
     assert_eq!(blocks.len(), size, "one block size per rank");
     let mut b = Builder::new(CollectiveKind::Allgatherv, algorithm, rank, size);
     let displs = prefix(blocks);
@@ -70,18 +75,33 @@ pub fn recursive_doubling(rank: usize, size: usize, blocks: &[usize]) -> Schedul
     let rem = size - pof2;
     let total = displs[size];
     // Bytes held by survivors [a, e): blocks of ranks fold_start(a)..fold_start(e).
-    let start = |nr: usize| if nr == pof2 { size } else if nr < rem { 2 * nr } else { nr + rem };
+    let start = |nr: usize| {
+        if nr == pof2 {
+            size
+        } else if nr < rem {
+            2 * nr
+        } else {
+            nr + rem
+        }
+    };
     let range = |a: usize, e: usize| {
         let lo = displs[start(a)];
         Region::recv(lo, displs[start(e)] - lo)
     };
 
-    b.copy(Region::send(0, blocks[rank]), Region::recv(displs[rank], blocks[rank]));
+    b.copy(
+        Region::send(0, blocks[rank]),
+        Region::recv(displs[rank], blocks[rank]),
+    );
     if rank < 2 * rem {
         if rank % 2 == 0 {
             b.send(rank + 1, Region::send(0, blocks[rank]), 0);
         } else {
-            b.recv(rank - 1, Region::recv(displs[rank - 1], blocks[rank - 1]), 0);
+            b.recv(
+                rank - 1,
+                Region::recv(displs[rank - 1], blocks[rank - 1]),
+                0,
+            );
         }
     }
     b.next_round();

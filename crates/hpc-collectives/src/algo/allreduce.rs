@@ -27,7 +27,11 @@ fn setup(algorithm: Algorithm, rank: usize, size: usize, count: usize, dtype: Da
     let bytes = count * dtype.size();
     b.buffers(bytes, bytes);
     let acc = Region::recv(0, bytes);
-    let tmp = if size > 1 { b.alloc(bytes) } else { Region::scratch(0, 0) };
+    let tmp = if size > 1 {
+        b.alloc(bytes)
+    } else {
+        Region::scratch(0, 0)
+    };
     Setup { b, acc, tmp, bytes }
 }
 
@@ -108,7 +112,10 @@ pub fn rabenseifner(
     let pof2 = pof2_floor(size);
     let rem = size - pof2;
     let e = dtype.size();
-    let off: Vec<usize> = prefix(&split(count, pof2)).into_iter().map(|x| x * e).collect();
+    let off: Vec<usize> = prefix(&split(count, pof2))
+        .into_iter()
+        .map(|x| x * e)
+        .collect();
     let acc = s.acc;
     let tmp = s.tmp;
     let chunks = |r: Region, a: usize, z: usize| r.sub(off[a], off[z] - off[a]);
@@ -128,7 +135,12 @@ pub fn rabenseifner(
             s.b.send(peer, chunks(acc, give.0, give.1), 1);
             s.b.recv(peer, chunks(tmp, keep.0, keep.1), 1);
             s.b.next_round();
-            s.b.reduce(chunks(tmp, keep.0, keep.1), chunks(acc, keep.0, keep.1), op, dtype);
+            s.b.reduce(
+                chunks(tmp, keep.0, keep.1),
+                chunks(acc, keep.0, keep.1),
+                op,
+                dtype,
+            );
             s.b.next_round();
             (lo, hi) = keep;
             mask /= 2;
@@ -160,7 +172,10 @@ pub fn rabenseifner(
 pub fn ring(rank: usize, size: usize, count: usize, dtype: DataType, op: ReduceOp) -> Schedule {
     let mut s = setup(Algorithm::Ring, rank, size, count, dtype);
     let e = dtype.size();
-    let off: Vec<usize> = prefix(&split(count, size)).into_iter().map(|x| x * e).collect();
+    let off: Vec<usize> = prefix(&split(count, size))
+        .into_iter()
+        .map(|x| x * e)
+        .collect();
     let chunk = |r: Region, c: usize| r.sub(off[c], off[c + 1] - off[c]);
     let tmp0 = s.tmp.sub(0, 0);
     let right = (rank + 1) % size;
@@ -171,7 +186,11 @@ pub fn ring(rank: usize, size: usize, count: usize, dtype: DataType, op: ReduceO
     for st in 0..size - 1 {
         let sc = (rank + size - st) % size;
         let rc = (rank + 2 * size - st - 1) % size;
-        let src = if st == 0 { chunk(input, sc) } else { chunk(s.acc, sc) };
+        let src = if st == 0 {
+            chunk(input, sc)
+        } else {
+            chunk(s.acc, sc)
+        };
         let landing = tmp0.sub(0, off[rc + 1] - off[rc]);
         s.b.send(right, src, 0);
         s.b.recv(left, landing, 0);

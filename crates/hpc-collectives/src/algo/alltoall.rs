@@ -25,7 +25,10 @@ pub fn pairwise(rank: usize, size: usize, block: usize) -> Schedule {
 pub fn pairwise_v(rank: usize, size: usize, send: &[usize], recv: &[usize]) -> Schedule {
     assert_eq!(send.len(), size, "one send count per rank");
     assert_eq!(recv.len(), size, "one recv count per rank");
-    assert_eq!(send[rank], recv[rank], "own block must have the same size both ways");
+    assert_eq!(
+        send[rank], recv[rank],
+        "own block must have the same size both ways"
+    );
     let mut b = Builder::new(CollectiveKind::Alltoallv, Algorithm::Pairwise, rank, size);
     let sd = prefix(send);
     let rd = prefix(recv);
@@ -88,7 +91,10 @@ pub fn bruck(rank: usize, size: usize, block: usize) -> Schedule {
         tag += 1;
     }
     for j in 0..size {
-        b.copy(tb(j), Region::recv(((rank + size - j) % size) * block, block));
+        b.copy(
+            tb(j),
+            Region::recv(((rank + size - j) % size) * block, block),
+        );
     }
     b.finish()
 }

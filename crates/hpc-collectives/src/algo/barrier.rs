@@ -7,7 +7,12 @@ use crate::schedule::{Builder, Region, Schedule};
 /// sends a zero-byte message to `rank + 2^k` and receives one from
 /// `rank - 2^k`; `ceil(log2 size)` rounds for any `size`.
 pub fn dissemination(rank: usize, size: usize) -> Schedule {
-    let mut b = Builder::new(CollectiveKind::Barrier, Algorithm::Dissemination, rank, size);
+    let mut b = Builder::new(
+        CollectiveKind::Barrier,
+        Algorithm::Dissemination,
+        rank,
+        size,
+    );
     let empty = Region::recv(0, 0);
     let mut dist = 1;
     let mut tag = 0;

@@ -19,7 +19,11 @@ pub fn binomial(rank: usize, size: usize, root: usize, block: usize) -> Schedule
     let abs = |v: usize| (v + root) % size;
     b.buffers(block, if rank == root { size * block } else { 0 });
     // Number of blocks in my subtree.
-    let sub = if vr == 0 { size } else { lowbit(vr).min(size - vr) };
+    let sub = if vr == 0 {
+        size
+    } else {
+        lowbit(vr).min(size - vr)
+    };
 
     if sub == 1 {
         if vr == 0 {

@@ -29,7 +29,11 @@ pub fn binomial(
     b.buffers(bytes, if rank == root { bytes } else { 0 });
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;
-    let limit = if vr == 0 { size.next_power_of_two() } else { lowbit(vr) };
+    let limit = if vr == 0 {
+        size.next_power_of_two()
+    } else {
+        lowbit(vr)
+    };
     let children: Vec<usize> = (0..usize::BITS)
         .map(|k| 1usize << k)
         .take_while(|&m| m < limit && vr + m < size)
@@ -53,7 +57,11 @@ pub fn binomial(
     };
     let tmp = [
         b.alloc(bytes),
-        if children.len() > 1 { b.alloc(bytes) } else { Region::scratch(0, 0) },
+        if children.len() > 1 {
+            b.alloc(bytes)
+        } else {
+            Region::scratch(0, 0)
+        },
     ];
     b.copy(input, acc);
     for (i, &child) in children.iter().enumerate() {

@@ -52,13 +52,7 @@ fn setup(
 /// for block `r - s - 2` from `r - 1`, then adds its own contribution
 /// (`partial = received ⊕ own`). The last step lands in the receive
 /// buffer. Two scratch buffers of the largest block alternate.
-pub fn ring(
-    rank: usize,
-    size: usize,
-    counts: &[usize],
-    dtype: DataType,
-    op: ReduceOp,
-) -> Schedule {
+pub fn ring(rank: usize, size: usize, counts: &[usize], dtype: DataType, op: ReduceOp) -> Schedule {
     let (mut b, off, max) = setup(Algorithm::Ring, rank, size, counts, dtype);
     let own = |c: usize| Region::send(off[c], off[c + 1] - off[c]);
     let result = Region::recv(0, off[rank + 1] - off[rank]);

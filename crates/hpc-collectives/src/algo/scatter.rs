@@ -18,7 +18,11 @@ pub fn binomial(rank: usize, size: usize, root: usize, block: usize) -> Schedule
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;
     b.buffers(if rank == root { size * block } else { 0 }, block);
-    let sub = if vr == 0 { size } else { lowbit(vr).min(size - vr) };
+    let sub = if vr == 0 {
+        size
+    } else {
+        lowbit(vr).min(size - vr)
+    };
     let mine = Region::recv(0, block);
 
     // Where my subtree's blocks (relative order) live.

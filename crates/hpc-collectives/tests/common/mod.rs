@@ -30,7 +30,7 @@ pub fn bytes(seed: u64, rank: usize, len: usize) -> Vec<u8> {
 pub fn elems(seed: u64, dtype: DataType, op: ReduceOp, rank: usize, n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * dtype.size());
     for i in 0..n {
-        let r = mix(seed ^ ((rank as u64) << 40) ^ (i as u64).wrapping_mul(0x1234_5678_9));
+        let r = mix(seed ^ ((rank as u64) << 40) ^ (i as u64).wrapping_mul(0x0001_2345_6789));
         if dtype.is_integer() {
             out.extend_from_slice(&r.to_ne_bytes()[..dtype.size()]);
             continue;
@@ -125,7 +125,9 @@ pub fn inputs_and_expected(
         Collective::Scatter { root, count, .. } => {
             let src = &inputs[*root].send;
             let b = count * e;
-            (0..size).map(|r| src[r * b..(r + 1) * b].to_vec()).collect()
+            (0..size)
+                .map(|r| src[r * b..(r + 1) * b].to_vec())
+                .collect()
         }
         Collective::Allgather { .. } | Collective::Allgatherv { .. } => {
             let all: Vec<u8> = inputs.iter().flat_map(|b| b.send.clone()).collect();
@@ -194,7 +196,11 @@ fn rs_expected(
 }
 
 /// Builds every rank's schedule and checks their static properties.
-pub fn schedules(coll: &Collective, size: usize, algorithm: Algorithm) -> Vec<hpc_collectives::Schedule> {
+pub fn schedules(
+    coll: &Collective,
+    size: usize,
+    algorithm: Algorithm,
+) -> Vec<hpc_collectives::Schedule> {
     let opts = Options::with_algorithm(algorithm);
     (0..size)
         .map(|r| {
@@ -204,7 +210,11 @@ pub fn schedules(coll: &Collective, size: usize, algorithm: Algorithm) -> Vec<hp
             assert_eq!(s.kind, coll.kind());
             assert_ne!(s.algorithm, Algorithm::Auto);
             let (sb, rb) = coll.buffer_bytes(r, size);
-            assert_eq!((s.send_bytes, s.recv_bytes), (sb, rb), "{coll:?} {algorithm}");
+            assert_eq!(
+                (s.send_bytes, s.recv_bytes),
+                (sb, rb),
+                "{coll:?} {algorithm}"
+            );
             s
         })
         .collect()
@@ -217,9 +227,9 @@ pub fn check(coll: &Collective, size: usize, algorithm: Algorithm, seed: u64) ->
     let (inputs, expected) = inputs_and_expected(coll, size, seed);
     let out = sim::run_with(&scheds, inputs, &hpc_collectives::CustomOps::new())
         .unwrap_or_else(|e| panic!("{coll:?} p={size} {algorithm}: {e}"));
-    for r in 0..size {
+    for (r, (got, want)) in out.recv.iter().zip(&expected).enumerate() {
         assert!(
-            out.recv[r] == expected[r],
+            got == want,
             "{coll:?} p={size} {algorithm}: rank {r} wrong result"
         );
     }
@@ -234,7 +244,9 @@ pub fn check(coll: &Collective, size: usize, algorithm: Algorithm, seed: u64) ->
 /// finishes.
 pub fn check_barrier(scheds: &[hpc_collectives::Schedule]) {
     let size = scheds.len();
-    let mut known: Vec<Vec<bool>> = (0..size).map(|r| (0..size).map(|j| j == r).collect()).collect();
+    let mut known: Vec<Vec<bool>> = (0..size)
+        .map(|r| (0..size).map(|j| j == r).collect())
+        .collect();
     let rounds = scheds.iter().map(|s| s.rounds.len()).max().unwrap_or(0);
     for k in 0..rounds {
         let before = known.clone();
@@ -250,7 +262,10 @@ pub fn check_barrier(scheds: &[hpc_collectives::Schedule]) {
             }
         }
     }
-    assert!(known.iter().all(|k| k.iter().all(|&x| x)), "barrier does not synchronise");
+    assert!(
+        known.iter().all(|k| k.iter().all(|&x| x)),
+        "barrier does not synchronise"
+    );
 }
 
 /// Runs an alltoallv where rank `i` sends `matrix[i][j]` elements of
