@@ -22,15 +22,21 @@ struct Setup {
     bytes: usize,
 }
 
-fn setup(algorithm: Algorithm, rank: usize, size: usize, count: usize, dtype: DataType) -> Setup {
+fn setup(
+    algorithm: Algorithm,
+    rank: usize,
+    size: usize,
+    count: usize,
+    dtype: DataType,
+    tmp_bytes: Option<usize>,
+) -> Setup {
     let mut b = Builder::new(CollectiveKind::Allreduce, algorithm, rank, size);
     let bytes = count * dtype.size();
     b.buffers(bytes, bytes);
     let acc = Region::recv(0, bytes);
-    let tmp = if size > 1 {
-        b.alloc(bytes)
-    } else {
-        Region::scratch(0, 0)
+    let tmp = match tmp_bytes {
+        Some(n) => b.alloc(n),
+        None => Region::scratch(0, 0),
     };
     Setup { b, acc, tmp, bytes }
 }
@@ -77,9 +83,12 @@ pub fn recursive_doubling(
     dtype: DataType,
     op: ReduceOp,
 ) -> Schedule {
-    let mut s = setup(Algorithm::RecursiveDoubling, rank, size, count, dtype);
     let pof2 = pof2_floor(size);
     let rem = size - pof2;
+    // A folded-away rank only sends its input and receives the result.
+    let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
+    let tmp = needs_tmp.then_some(count * dtype.size());
+    let mut s = setup(Algorithm::RecursiveDoubling, rank, size, count, dtype, tmp);
     if let Some(nr) = fold_in(&mut s, rank, rem, op, dtype) {
         let mut mask = 1;
         while mask < pof2 {
@@ -108,9 +117,11 @@ pub fn rabenseifner(
     dtype: DataType,
     op: ReduceOp,
 ) -> Schedule {
-    let mut s = setup(Algorithm::Rabenseifner, rank, size, count, dtype);
     let pof2 = pof2_floor(size);
     let rem = size - pof2;
+    let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
+    let tmp = needs_tmp.then_some(count * dtype.size());
+    let mut s = setup(Algorithm::Rabenseifner, rank, size, count, dtype, tmp);
     let e = dtype.size();
     let off: Vec<usize> = prefix(&split(count, pof2))
         .into_iter()
@@ -170,7 +181,9 @@ pub fn rabenseifner(
 /// `2 * count * (size - 1) / size` elements per rank over neighbour links
 /// only; latency linear in `size`.
 pub fn ring(rank: usize, size: usize, count: usize, dtype: DataType, op: ReduceOp) -> Schedule {
-    let mut s = setup(Algorithm::Ring, rank, size, count, dtype);
+    // Incoming chunks land in a buffer of the largest chunk.
+    let tmp = (size > 1).then_some(count.div_ceil(size) * dtype.size());
+    let mut s = setup(Algorithm::Ring, rank, size, count, dtype, tmp);
     let e = dtype.size();
     let off: Vec<usize> = prefix(&split(count, size))
         .into_iter()
