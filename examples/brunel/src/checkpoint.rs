@@ -87,9 +87,18 @@ pub fn write(
     b.extend_from_slice(&block.len.to_le_bytes());
     b.extend_from_slice(&d.to_le_bytes());
     b.extend_from_slice(&step.to_le_bytes());
-    state.v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-    state.refr.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-    state.ring.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    state
+        .v
+        .iter()
+        .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    state
+        .refr
+        .iter()
+        .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    state
+        .ring
+        .iter()
+        .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
     write_atomic(&sd.join(format!("rank-{rank}.bin")), &b)?;
     if rank == 0 {
         if let Some(s) = spikes {

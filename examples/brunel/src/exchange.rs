@@ -86,7 +86,10 @@ fn decode_into(parts: &[Vec<u8>], out: &mut Vec<u32>) -> Result<()> {
     out.clear();
     for p in parts {
         if p.len() % 4 != 0 {
-            bail!("spike message of {} bytes is not a whole number of u32", p.len());
+            bail!(
+                "spike message of {} bytes is not a whole number of u32",
+                p.len()
+            );
         }
         out.extend(
             p.chunks_exact(4)

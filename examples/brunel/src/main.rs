@@ -19,7 +19,11 @@ use clap::Parser;
 use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 
 #[derive(Parser, Debug)]
-#[command(name = "brunel", version, about = "Brunel (2000) balanced network of LIF neurons, distributed with hpc-rs")]
+#[command(
+    name = "brunel",
+    version,
+    about = "Brunel (2000) balanced network of LIF neurons, distributed with hpc-rs"
+)]
 struct Args {
     /// TOML parameter file (keys as in `brunel.toml`); flags override it.
     #[arg(long, value_name = "FILE")]
@@ -152,11 +156,13 @@ fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::Thr
             Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
         }
     }
-    Ok(rayon::ThreadPoolBuilder::new().num_threads(threads).build()?)
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
 }
 
 fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
-    if !(ms > 0.0) {
+    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         anyhow::bail!("{what} must be > 0 ms");
     }
     Ok(((ms / dt).round() as u64).max(1))
@@ -213,7 +219,11 @@ fn run(args: Args) -> Result<()> {
         last = Instant::now();
         let t = p.step as f64 * dt;
         let done = (p.step - p.start_step) as f64 * dt / 1000.0;
-        let rtf = if done > 0.0 { p.wall.as_secs_f64() / done } else { 0.0 };
+        let rtf = if done > 0.0 {
+            p.wall.as_secs_f64() / done
+        } else {
+            0.0
+        };
         let frac = p.step as f64 / p.steps.max(1) as f64;
         let w = 30usize;
         let fill = (frac * w as f64) as usize;
@@ -293,11 +303,18 @@ fn summary(
         p.dt,
         model.delay_steps,
         me.interval_steps,
-        if args.no_overlap { "" } else { ", overlapped with the next update" }
+        if args.no_overlap {
+            ""
+        } else {
+            ", overlapped with the next update"
+        }
     );
     println!("  spikes            {}", stats.spikes);
     println!("  mean rate         {:.2} Hz", stats.rate_hz);
-    println!("  CV ISI            {:.3} (mean over {} neurons with >= 2 ISIs)", stats.cv_isi, stats.cv_neurons);
+    println!(
+        "  CV ISI            {:.3} (mean over {} neurons with >= 2 ISIs)",
+        stats.cv_isi, stats.cv_neurons
+    );
     println!(
         "  wall time         build {:.3} s | simulate {:.3} s (update {:.3} s, communicate/wait {:.3} s, output {:.3} s)",
         max(|r| r.build_s), sim_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
@@ -311,7 +328,11 @@ fn summary(
         );
     }
     let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
-    println!("  peak memory       {} (VmHWM per rank: {})", mib(peak), per_rank.join(", "));
+    println!(
+        "  peak memory       {} (VmHWM per rank: {})",
+        mib(peak),
+        per_rank.join(", ")
+    );
     println!(
         "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
         conn_bytes as f64 / synapses.max(1) as f64,
@@ -327,7 +348,10 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    std::fs::write(args.out.join("summary.json"), serde_json::to_vec_pretty(&summary)?)?;
+    std::fs::write(
+        args.out.join("summary.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
     match &me.spike_file {
         Some(f) => {
             println!("  spikes written to {}", f.display());

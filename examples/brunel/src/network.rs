@@ -67,6 +67,12 @@ unsafe impl Send for SharedMut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedMut {}
 
+impl SharedMut {
+    fn get(self) -> *mut u32 {
+        self.0
+    }
+}
+
 impl Connectivity {
     /// Draws the sources of the neurons of `local` and stores them by source, in
     /// two passes (count, then fill) over the same counter-based streams so that no
@@ -115,7 +121,6 @@ impl Connectivity {
             .par_iter()
             .zip(cursors.par_iter_mut())
             .for_each(|(b, cur)| {
-                let ptr = ptr;
                 for t in b.first..b.end() {
                     let li = t - local.first;
                     sources_of(model, t, |s| {
@@ -123,7 +128,7 @@ impl Connectivity {
                         // SAFETY: `pos` runs through this chunk's own slots of row
                         // `s`, [cursor, cursor + its count), which lie inside
                         // `targets` and are disjoint from every other chunk's.
-                        unsafe { *ptr.0.add(*pos as usize) = li };
+                        unsafe { *ptr.get().add(*pos as usize) = li };
                         *pos += 1;
                     });
                 }
@@ -181,9 +186,20 @@ mod tests {
             .num_threads(1)
             .build()
             .unwrap()
-            .install(|| Connectivity::build(&model, Block { first: 0, len: model.n }));
+            .install(|| {
+                Connectivity::build(
+                    &model,
+                    Block {
+                        first: 0,
+                        len: model.n,
+                    },
+                )
+            });
         assert_eq!(whole.synapses(), model.synapses());
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         for parts in 1..4 {
             for r in 0..parts {
                 let b = Block::part(model.n, parts, r);

@@ -70,7 +70,8 @@ impl SpikeWriter {
     /// Creates `<path>.partial` with the header.
     pub fn create(path: &Path, model: &Model) -> Result<SpikeWriter> {
         let partial = partial_path(path);
-        let f = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+        let f =
+            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
         let h = header_json(model);
         out.write_all(MAGIC)?;

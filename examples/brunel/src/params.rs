@@ -123,8 +123,8 @@ impl Params {
 
     /// Parameters from a TOML file (see [`Params::from_toml_str`]).
     pub fn from_file(path: &Path, default_preset: Preset) -> Result<Params> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Params::from_toml_str(&text, default_preset)
             .with_context(|| format!("in {}", path.display()))
     }
@@ -180,11 +180,21 @@ pub struct Model {
     pub gid_bits: u32,
 }
 
+/// `x > 0` (false for NaN).
+fn pos(x: f64) -> bool {
+    x > 0.0
+}
+
+/// `x >= 0` (false for NaN).
+fn nonneg(x: f64) -> bool {
+    x >= 0.0
+}
+
 /// Steps that a duration spans, refusing durations that are not whole steps.
 fn steps_of(what: &str, t: f64, dt: f64) -> Result<u64> {
     let s = t / dt;
     let r = s.round();
-    if !(r >= 0.0) || (s - r).abs() > 1e-6 * r.max(1.0) {
+    if !nonneg(r) || (s - r).abs() > 1e-6 * r.max(1.0) {
         bail!("{what} = {t} ms is not a whole number of steps of dt = {dt} ms");
     }
     Ok(r as u64)
@@ -197,13 +207,13 @@ impl Model {
         if p.order == 0 {
             bail!("order must be at least 1");
         }
-        if !(p.dt > 0.0) || !(p.tau_m > 0.0) || !(p.t_ref >= 0.0) || !(p.t_sim >= 0.0) {
+        if !pos(p.dt) || !pos(p.tau_m) || !nonneg(p.t_ref) || !nonneg(p.t_sim) {
             bail!("dt and tau_m must be > 0, t_ref and t_sim >= 0");
         }
-        if !(p.j > 0.0) || !(p.g >= 0.0) || !(p.eta >= 0.0) {
+        if !pos(p.j) || !nonneg(p.g) || !nonneg(p.eta) {
             bail!("J must be > 0, g and eta >= 0");
         }
-        if !(p.v_reset < p.v_th) {
+        if p.v_reset.partial_cmp(&p.v_th) != Some(std::cmp::Ordering::Less) {
             bail!("V_reset must be below V_th");
         }
         let ne = p
@@ -219,7 +229,9 @@ impl Model {
             bail!("the excitatory in-degree CE must be at least 1 (it sets the external rate)");
         }
         if ce > u16::MAX as u32 || ci > u16::MAX as u32 {
-            bail!("in-degrees above 65535 are not supported (ring buffers count inputs in 16 bits)");
+            bail!(
+                "in-degrees above 65535 are not supported (ring buffers count inputs in 16 bits)"
+            );
         }
         let delay_steps = steps_of("delay", p.delay, p.dt)?;
         if delay_steps == 0 || delay_steps > 1 << 20 {

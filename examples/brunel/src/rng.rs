@@ -119,7 +119,10 @@ mod tests {
             let var = s2 / n as f64 - mean * mean;
             let tol = 5.0 * (lambda.max(0.01) / n as f64).sqrt();
             assert!((mean - lambda).abs() < tol, "lambda {lambda}: mean {mean}");
-            assert!((var - lambda).abs() < 0.03 * lambda.max(0.01) + tol, "var {var}");
+            assert!(
+                (var - lambda).abs() < 0.03 * lambda.max(0.01) + tol,
+                "var {var}"
+            );
         }
     }
 
@@ -129,6 +132,9 @@ mod tests {
         for i in 0..70_000 {
             hist[below(draw(99, i), 7) as usize] += 1;
         }
-        assert!(hist.iter().all(|&h| (9_500..10_500).contains(&h)), "{hist:?}");
+        assert!(
+            hist.iter().all(|&h| (9_500..10_500).contains(&h)),
+            "{hist:?}"
+        );
     }
 }

@@ -237,7 +237,9 @@ impl<'a> Simulation<'a> {
         let _span = tracing::info_span!("build").entered();
         let block = Block::part(model.n, size as u32, rank as u32);
         let conn = pool.install(|| Connectivity::build(model, block));
-        let threads = pool.current_num_threads().clamp(1, block.len.max(1) as usize) as u32;
+        let threads = pool
+            .current_num_threads()
+            .clamp(1, block.len.max(1) as usize) as u32;
         let slots = (model.delay_steps as usize + 1).next_power_of_two();
         let p = &model.params;
         let shards = (0..threads)
@@ -436,9 +438,11 @@ impl<'a> Simulation<'a> {
                         let ti = Instant::now();
                         gathered.sort_unstable();
                         records.clear();
-                        records.extend(gathered.iter().map(|&c| {
-                            ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)
-                        }));
+                        records.extend(
+                            gathered.iter().map(|&c| {
+                                ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)
+                            }),
+                        );
                         rec.add(&records);
                         if let Some(w) = writer.as_mut() {
                             w.append(&records)?;

@@ -1,0 +1,240 @@
+//! Bit-identical spikes for any number of ranks and threads, in-process ("virtual
+//! ranks" over `LocalExchange`) and as real processes over the hpc runtime, and
+//! exact resumption from checkpoints.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use brunel::exchange::LocalExchange;
+use brunel::params::{Model, Params, Preset};
+use brunel::sim::{RankReport, RunOptions, Simulation};
+use hpc_runtime::Coordinator;
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "brunel-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn small_params() -> Params {
+    Params {
+        order: 100,
+        t_sim: 100.0,
+        ..Params::preset(Preset::Nest)
+    }
+}
+
+/// Runs `ranks` virtual ranks of `threads` threads each; returns rank 0's report.
+fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
+    let exchanges = LocalExchange::group(ranks);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = exchanges
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut ex)| {
+                s.spawn(move || {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut sim =
+                        Simulation::new(model, rank, ranks, &pool, opts.restart.as_deref())
+                            .unwrap();
+                    sim.run(&pool, &mut ex, opts, None).unwrap()
+                })
+            })
+            .collect();
+        let mut reports: Vec<RankReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        reports.swap_remove(0)
+    })
+}
+
+fn spikes_of(model: &Model, ranks: usize, threads: usize, overlap: bool) -> (Vec<u8>, u64) {
+    let dir = tmpdir("virt");
+    let path = dir.join("spikes.spk");
+    let opts = RunOptions {
+        overlap,
+        spikes: Some(path.clone()),
+        ..Default::default()
+    };
+    let rep = run_virtual(model, ranks, threads, &opts);
+    assert!(rep.completed);
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (bytes, rep.stats.unwrap().spikes)
+}
+
+#[test]
+fn any_ranks_and_threads_give_the_same_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, n) = spikes_of(&model, 1, 1, true);
+    assert!(n > 1000, "too few spikes to compare: {n}");
+    for (ranks, threads, overlap) in [(1, 2, true), (2, 1, true), (3, 2, true), (2, 2, false)] {
+        let (got, _) = spikes_of(&model, ranks, threads, overlap);
+        assert!(
+            got == reference,
+            "{ranks} ranks x {threads} threads (overlap {overlap}) differ from 1 x 1"
+        );
+    }
+}
+
+#[test]
+fn checkpoint_restart_gives_the_uninterrupted_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    let dir = tmpdir("ckpt");
+    let ck = dir.join("checkpoints");
+    let path = dir.join("spikes.spk");
+    // Interrupted at 60 ms with checkpoints every 25 ms (the last at 50 ms).
+    let first = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        checkpoint_every: Some(250),
+        checkpoint_dir: Some(ck.clone()),
+        stop_at: Some(600),
+        ..Default::default()
+    };
+    let rep = run_virtual(&model, 2, 1, &first);
+    assert!(!rep.completed && rep.end_step == 600);
+    assert!(!path.exists() && brunel::output::partial_path(&path).exists());
+    // Resumed with another decomposition.
+    let resume = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        restart: Some(ck.clone()),
+        ..Default::default()
+    };
+    let rep = run_virtual(&model, 3, 2, &resume);
+    assert_eq!(rep.start_step, 500);
+    assert!(
+        std::fs::read(&path).unwrap() == reference,
+        "resumed run differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn brunel_args(out: &Path) -> Vec<String> {
+    [
+        "--preset",
+        "nest",
+        "--order",
+        "100",
+        "--t-sim",
+        "100",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect()
+}
+
+fn run_processes(size: usize, out: &Path) {
+    let secret = hpc_runtime::random_u64();
+    let coord = Coordinator::start(
+        size,
+        secret,
+        Duration::from_secs(20),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    let kids: Vec<_> = (0..size)
+        .map(|r| {
+            Command::new(BRUNEL)
+                .args(brunel_args(out))
+                .env("HPC_RANK", r.to_string())
+                .env("HPC_SIZE", size.to_string())
+                .env("HPC_RENDEZVOUS", coord.addr().to_string())
+                .env("HPC_JOB_SECRET", format!("{secret:x}"))
+                .env("HPC_TIMEOUT", "20")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "rank {r} of {size} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if r == 0 {
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                s.contains("mean rate") && s.contains("bytes/synapse"),
+                "{s}"
+            );
+        }
+    }
+}
+
+#[test]
+fn processes_under_the_runtime_give_the_same_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    // A singleton process (no launcher) first, then 2 and 3 ranks.
+    let dir = tmpdir("proc1");
+    let o = Command::new(BRUNEL)
+        .args(brunel_args(&dir))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(dir.join("spikes.spk")).unwrap() == reference);
+    let _ = std::fs::remove_dir_all(&dir);
+    for size in [2, 3] {
+        let dir = tmpdir("procs");
+        run_processes(size, &dir);
+        let got = std::fs::read(dir.join("spikes.spk")).unwrap();
+        assert!(got == reference, "{size} processes differ from 1 x 1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn unavailable_engines_say_so() {
+    let dir = tmpdir("engine");
+    let o = Command::new(BRUNEL)
+        .args(brunel_args(&dir))
+        .args(["--engine", "thread"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not available yet in this build"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_parameters_are_errors_not_panics() {
+    let dir = tmpdir("bad");
+    for bad in [
+        &["--dt", "0.07"][..],
+        &["--ce", "70000"],
+        &["--v-reset", "30"],
+    ] {
+        let o = Command::new(BRUNEL)
+            .args(brunel_args(&dir))
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("error"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
