@@ -30,6 +30,8 @@ enum Command {
     Topo(cmd::topo::Args),
     /// Check that a launch works: ranks, sizes, nodes, barrier and allgather.
     Selftest(cmd::selftest::Args),
+    /// Measure the transport like perftest (run under `hpc run -n 2`).
+    Perftest(cmd::perftest::Args),
 }
 
 fn main() {
@@ -43,6 +45,7 @@ fn main() {
         Command::Doctor(a) => cmd::doctor::exec(a),
         Command::Topo(a) => cmd::topo::exec(a),
         Command::Selftest(a) => cmd::selftest::exec(a),
+        Command::Perftest(a) => cmd::perftest::exec(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -3,6 +3,7 @@
 
 pub mod bind;
 pub mod doctor;
+pub mod perftest;
 pub mod run;
 pub mod selftest;
 pub mod topo;

@@ -1,0 +1,369 @@
+//! `hpc perftest`: the transport measured like InfiniBand's perftest (`ib_write_bw`,
+//! `ib_send_lat`, ...), between ranks 0 and 1 of a 2-rank job:
+//!
+//! ```text
+//! hpc run -n 2 -- hpc perftest write_lat --backend shm --all
+//! ```
+//!
+//! Rank 0 prints perftest's columns. Bandwidth: `#bytes #iterations BW peak[MB/sec]
+//! BW average[MB/sec] MsgRate[Mpps]` (MB = 2^20 bytes; peak over windows of posted
+//! operations). Latency: `#bytes #iterations t_min t_max t_typical t_avg t_stdev
+//! 99% percentile` in microseconds; write and send latencies are half round trips
+//! (ping-pong), read latency is one get. Write latency polls the last 8 bytes of the
+//! put at the target, so sizes below 8 are measured as 8.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hpc_rdma::{Options, Payload, RemoteKey, Transport};
+use hpc_runtime::World;
+
+/// Which test.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// One-sided write bandwidth.
+    #[value(name = "write_bw")]
+    WriteBw,
+    /// One-sided write latency (ping-pong, polling the target memory).
+    #[value(name = "write_lat")]
+    WriteLat,
+    /// One-sided read bandwidth.
+    #[value(name = "read_bw")]
+    ReadBw,
+    /// One-sided read latency.
+    #[value(name = "read_lat")]
+    ReadLat,
+    /// Two-sided send bandwidth.
+    #[value(name = "send_bw")]
+    SendBw,
+    /// Two-sided send latency (ping-pong).
+    #[value(name = "send_lat")]
+    SendLat,
+}
+
+impl Test {
+    fn is_bw(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+    }
+    fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::SendBw => "Send BW Test",
+            Test::SendLat => "Send Latency Test",
+        }
+    }
+}
+
+/// Arguments of `hpc perftest`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The test to run.
+    #[arg(value_enum)]
+    pub test: Test,
+    /// Transport backend: shm, tcp, verbs or auto (default: `HPC_TRANSPORT`, else auto).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests).
+    #[arg(long, short = 's')]
+    pub size: Option<usize>,
+    /// Run sizes 2, 4, ..., 8 MiB.
+    #[arg(long, short = 'a', conflicts_with = "size")]
+    pub all: bool,
+    /// Iterations per size (default 5000 for bandwidth, 1000 for latency tests;
+    /// reduced for large sizes).
+    #[arg(long, short = 'n')]
+    pub iters: Option<usize>,
+    /// Operations in flight for bandwidth tests.
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+}
+
+const MB: f64 = (1 << 20) as f64;
+const TAG_DATA: u64 = 1;
+const TAG_ACK: u64 = 2;
+
+/// Runs the test on this rank.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let world = World::init().context("joining the world")?;
+    if world.size() != 2 {
+        bail!(
+            "perftest needs exactly 2 ranks (got {}): hpc run -n 2 -- hpc perftest ...",
+            world.size()
+        );
+    }
+    let mut opts = Options::from_env()?;
+    if let Some(b) = &args.backend {
+        opts.backend = b.parse()?;
+    }
+    let t = Transport::with_options(&world, opts).context("creating the transport")?;
+    let me = world.rank();
+    let peer = 1 - me;
+    let sizes: Vec<usize> = match (args.all, args.size) {
+        (true, _) => (1..=23).map(|e| 1usize << e).collect(),
+        (false, Some(s)) => vec![s],
+        (false, None) => vec![if args.test.is_bw() { 65536 } else { 2 }],
+    };
+    let max = sizes.iter().copied().max().unwrap_or(8).max(8);
+    let region = t.register(max + 16)?;
+    let keys = t.exchange_keys(&world, &region)?;
+    let backend = t.backend_of(peer).map(|k| k.name()).unwrap_or("?");
+    if me == 0 {
+        let line = "-".repeat(95);
+        println!("{line}");
+        println!("                    {}", args.test.title());
+        println!(" Transport: hpc-rdma {backend}    Ranks: 0 <-> 1");
+        println!("{line}");
+        if args.test.is_bw() {
+            println!(
+                " {:<10} {:<14} {:<18} {:<20} {:<14}",
+                "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
+            );
+        } else {
+            println!(
+                " {:<10} {:<14} {:<14} {:<14} {:<17} {:<14} {:<16} {}",
+                "#bytes",
+                "#iterations",
+                "t_min[usec]",
+                "t_max[usec]",
+                "t_typical[usec]",
+                "t_avg[usec]",
+                "t_stdev[usec]",
+                "99% percentile[usec]"
+            );
+        }
+    }
+    for &size in &sizes {
+        let base = if args.test.is_bw() { 5000 } else { 1000 };
+        let mut iters = args.iters.unwrap_or(base);
+        if args.iters.is_none() && size > 65536 {
+            iters = (iters * 65536 / size).max(if args.test.is_bw() { 200 } else { 100 });
+        }
+        world.barrier()?;
+        let k = keys[peer];
+        match args.test {
+            Test::WriteLat => write_lat(&t, &region, &k, me, size, iters)?,
+            Test::SendLat => send_lat(&t, me, peer, size, iters)?,
+            Test::ReadLat => read_lat(&t, &k, me, size, iters)?,
+            Test::WriteBw | Test::ReadBw | Test::SendBw => {
+                bw(&t, args.test, &k, me, peer, size, iters, args.window.max(1))?
+            }
+        }
+        world.barrier()?;
+    }
+    if me == 0 {
+        println!("{}", "-".repeat(95));
+    }
+    Ok(0)
+}
+
+fn print_lat(size: usize, mut us: Vec<f64>) {
+    if us.is_empty() {
+        return;
+    }
+    let n = us.len();
+    us.sort_by(|a, b| a.total_cmp(b));
+    let avg = us.iter().sum::<f64>() / n as f64;
+    let var = us.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+    let p = |q: f64| us[((q * (n - 1) as f64).round() as usize).min(n - 1)];
+    println!(
+        " {:<10} {:<14} {:<14.2} {:<14.2} {:<17.2} {:<14.2} {:<16.2} {:.2}",
+        size,
+        n,
+        us[0],
+        us[n - 1],
+        p(0.5),
+        avg,
+        var.sqrt(),
+        p(0.99)
+    );
+}
+
+fn write_lat(
+    t: &Transport,
+    region: &hpc_rdma::Region,
+    peer_key: &RemoteKey,
+    me: usize,
+    size: usize,
+    iters: usize,
+) -> anyhow::Result<()> {
+    let size = size.max(8);
+    // Place the message so that its last 8 bytes are 8-aligned at the target.
+    let off = (8 - size % 8) % 8;
+    let flag = off + size - 8;
+    let warmup = iters / 10 + 10;
+    let mut times = Vec::with_capacity(iters);
+    let mut msg = vec![0xA5u8; size];
+    let deadline = t.timeout();
+    let wait_flag = |seq: u64| -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while region.load_u64(flag)? != seq {
+            spins += 1;
+            if spins % 4096 == 0 && start.elapsed() > deadline {
+                bail!("peer did not write round {seq} within {deadline:?}");
+            }
+            if spins > 20_000 {
+                // Leave the CPU to a progress thread (tcp) or another process.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    };
+    for i in 0..(warmup + iters) as u64 {
+        let seq = i + 1;
+        msg[size - 8..].copy_from_slice(&seq.to_le_bytes());
+        let t0 = Instant::now();
+        if me == 0 {
+            let op = t.put(std::mem::take(&mut msg), peer_key, off as u64)?;
+            wait_flag(seq)?;
+            msg = t.wait(op)?.into_bytes();
+        } else {
+            wait_flag(seq)?;
+            let op = t.put(std::mem::take(&mut msg), peer_key, off as u64)?;
+            msg = t.wait(op)?.into_bytes();
+        }
+        if i >= warmup as u64 {
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        print_lat(size, times);
+    }
+    Ok(())
+}
+
+fn send_lat(t: &Transport, me: usize, peer: usize, size: usize, iters: usize) -> anyhow::Result<()> {
+    let warmup = iters / 10 + 10;
+    let mut times = Vec::with_capacity(iters);
+    let mut msg = vec![0x5Au8; size];
+    for i in 0..warmup + iters {
+        let t0 = Instant::now();
+        if me == 0 {
+            let s = t.send(peer, TAG_DATA, std::mem::take(&mut msg))?;
+            let r = t.recv(peer, TAG_DATA)?;
+            msg = t.wait(s)?.into_bytes();
+            t.wait(r)?;
+        } else {
+            let r = t.recv(peer, TAG_DATA)?;
+            msg = t.wait(r)?.into_bytes();
+            let s = t.send(peer, TAG_DATA, std::mem::take(&mut msg))?;
+            msg = t.wait(s)?.into_bytes();
+        }
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    if me == 0 {
+        print_lat(size, times);
+    }
+    Ok(())
+}
+
+fn read_lat(t: &Transport, peer_key: &RemoteKey, me: usize, size: usize, iters: usize) -> anyhow::Result<()> {
+    if me != 0 {
+        return Ok(());
+    }
+    let warmup = iters / 10 + 10;
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..warmup + iters {
+        let t0 = Instant::now();
+        let g = t.get(peer_key, 0, size)?;
+        t.wait(g)?;
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    print_lat(size, times);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bw(
+    t: &Transport,
+    test: Test,
+    peer_key: &RemoteKey,
+    me: usize,
+    peer: usize,
+    size: usize,
+    iters: usize,
+    window: usize,
+) -> anyhow::Result<()> {
+    if test == Test::SendBw && me == 1 {
+        // The receiver keeps `window` receives posted, then acknowledges.
+        let mut posted = std::collections::VecDeque::new();
+        for _ in 0..window.min(iters) {
+            posted.push_back(t.recv(peer, TAG_DATA)?);
+        }
+        let mut next = posted.len();
+        while let Some(r) = posted.pop_front() {
+            t.wait(r)?;
+            if next < iters {
+                posted.push_back(t.recv(peer, TAG_DATA)?);
+                next += 1;
+            }
+        }
+        let a = t.send(peer, TAG_ACK, Vec::new())?;
+        t.wait(a)?;
+        return Ok(());
+    }
+    if me == 1 {
+        return Ok(()); // one-sided: the target's progress needs no help from us
+    }
+    let mut bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![0x3Cu8; size]).collect();
+    let mut inflight = std::collections::VecDeque::new();
+    let mut peak: f64 = 0.0;
+    let start = Instant::now();
+    let mut win_start = start;
+    let mut done_in_win = 0usize;
+    let post = |buf: Vec<u8>| -> hpc_rdma::Result<hpc_rdma::OpId> {
+        match test {
+            Test::WriteBw => t.put(buf, peer_key, 0),
+            Test::ReadBw => t.get(peer_key, 0, size),
+            _ => t.send(peer, TAG_DATA, buf),
+        }
+    };
+    for _ in 0..iters {
+        if inflight.len() == window {
+            let op = inflight.pop_front().expect("window is full");
+            if let Payload::Bytes(b) = t.wait(op)? {
+                if b.len() == size {
+                    bufs.push(b);
+                }
+            }
+            done_in_win += 1;
+            if done_in_win == window {
+                let dt = win_start.elapsed().as_secs_f64();
+                if dt > 0.0 {
+                    peak = peak.max((window * size) as f64 / dt / MB);
+                }
+                win_start = Instant::now();
+                done_in_win = 0;
+            }
+        }
+        let buf = bufs.pop().unwrap_or_else(|| vec![0x3Cu8; size]);
+        inflight.push_back(post(buf)?);
+    }
+    for op in inflight {
+        t.wait(op)?;
+    }
+    if test == Test::SendBw {
+        let a = t.recv(peer, TAG_ACK)?;
+        t.wait_timeout(a, t.timeout().max(Duration::from_secs(1)))?;
+    }
+    let dt = start.elapsed().as_secs_f64();
+    let avg = (iters * size) as f64 / dt / MB;
+    println!(
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:<14.6}",
+        size,
+        iters,
+        peak.max(avg),
+        avg,
+        iters as f64 / dt / 1e6
+    );
+    Ok(())
+}
