@@ -21,7 +21,7 @@ fn sizes(p: usize) -> &'static [usize] {
     } else if p <= 40 {
         &[0, 1, 7, 64, 1000]
     } else {
-        &[0, 3, 7, 1000]
+        &[0, 7, 1000]
     }
 }
 
