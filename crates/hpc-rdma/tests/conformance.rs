@@ -16,10 +16,28 @@ const CHILD: &str = "HPC_RDMA_CHILD";
 fn launch(n: usize, role: &str, backend: &str, extra_env: &[(&str, &str)]) -> Vec<std::process::Output> {
     let secret = hpc_runtime::random_u64();
     let coord = Coordinator::start(n, secret, Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    launch_with(&coord, secret, n, role, backend, extra_env, |_| Vec::new())
+}
+
+/// Like [`launch`] against a given coordinator, each rank's command line prefixed by
+/// `prefix(rank)` (e.g. `ip netns exec NS`).
+fn launch_with(
+    coord: &Coordinator,
+    secret: u64,
+    n: usize,
+    role: &str,
+    backend: &str,
+    extra_env: &[(&str, &str)],
+    prefix: impl Fn(usize) -> Vec<String>,
+) -> Vec<std::process::Output> {
+    let exe = std::env::current_exe().unwrap();
     let kids: Vec<Child> = (0..n)
         .map(|r| {
-            let mut c = Command::new(std::env::current_exe().unwrap());
-            c.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            let mut argv = prefix(r);
+            argv.push(exe.display().to_string());
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..])
+                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
                 .env(CHILD, role)
                 .env("HPC_TRANSPORT", backend)
                 .env("HPC_RANK", r.to_string())
@@ -323,4 +341,83 @@ fn singleton_loopback() {
     t.wait(p).unwrap();
     assert_eq!(r.to_vec(), vec![3u8; 64]);
     assert!(matches!(t.put(vec![3u8; 65], &k[0], 0), Err(Error::OutOfBounds { .. })));
+}
+
+/// Two network namespaces joined by a veth pair, deleted on drop.
+struct Netns {
+    names: [String; 2],
+    subnet: u8,
+}
+
+fn sh(args: &[&str]) {
+    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "{args:?}");
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let id = hpc_runtime::random_u64() & 0xff_ffff;
+        let subnet = (id % 250) as u8 + 1;
+        let names = [format!("hpcr{id:06x}a"), format!("hpcr{id:06x}b")];
+        let veth = [format!("hr{id:06x}a"), format!("hr{id:06x}b")];
+        let ns = Netns { names, subnet };
+        for n in &ns.names {
+            sh(&["ip", "netns", "add", n]);
+            sh(&["ip", "-n", n, "link", "set", "lo", "up"]);
+        }
+        sh(&["ip", "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1]]);
+        for i in 0..2 {
+            sh(&["ip", "link", "set", &veth[i], "netns", &ns.names[i]]);
+            let addr = format!("{}/24", ns.addr(i));
+            sh(&["ip", "-n", &ns.names[i], "addr", "add", &addr, "dev", &veth[i]]);
+            sh(&["ip", "-n", &ns.names[i], "link", "set", &veth[i], "up"]);
+        }
+        ns
+    }
+
+    fn addr(&self, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 231, self.subnet, i as u8 + 1)
+    }
+
+    /// Starts a coordinator whose listener lives in namespace 0.
+    fn coordinator(&self, n: usize, secret: u64) -> Coordinator {
+        let path = format!("/run/netns/{}", self.names[0]);
+        let ip = self.addr(0);
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(path).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on a namespace file we opened; it only affects this thread,
+            // which only starts the coordinator (whose threads inherit the namespace).
+            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+            Coordinator::start(n, secret, Duration::from_secs(10), IpAddr::V4(ip)).unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// The TCP backend between two real network stacks: each rank in its own network
+/// namespace, connected only by a veth pair (needs root; `HPC_TEST_NETNS=1`).
+#[test]
+fn tcp_suite_across_network_namespaces() {
+    if std::env::var("HPC_TEST_NETNS").as_deref() != Ok("1") {
+        println!("skipped: set HPC_TEST_NETNS=1 (needs root) to run ranks in network namespaces");
+        return;
+    }
+    let ns = Netns::new();
+    let secret = hpc_runtime::random_u64();
+    let coord = ns.coordinator(2, secret);
+    let names = ns.names.clone();
+    let outs = launch_with(&coord, secret, 2, "suite", "tcp", &[("HPC_NODE_NAME", "node{rank}")], |r| {
+        vec!["ip".into(), "netns".into(), "exec".into(), names[r].clone()]
+    });
+    assert_all_ok(&outs, &[]);
 }
