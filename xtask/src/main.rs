@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod image;
 mod setup;
 
 /// hpc-rs project automation.
@@ -45,6 +46,9 @@ enum Task {
     },
     /// Only install what the other tasks need.
     Setup,
+    /// Build a binary in release mode and write its container image (OCI layout,
+    /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
+    Image(image::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -152,6 +156,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
         Task::Setup => setup::all(),
+        Task::Image(args) => image::run(args),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;

@@ -26,6 +26,23 @@ pub const APT_PACKAGES: &[&str] = &[
     "python3",
 ];
 
+/// Debian packages for the container tests and `cargo xtask image`: the engines and
+/// tools that read the images, `mmdebstrap` for the base file system, and a
+/// single-node Slurm with munge and PMIx.
+pub const CONTAINER_PACKAGES: &[&str] = &[
+    "podman",
+    "skopeo",
+    "umoci",
+    "runc",
+    "uidmap",
+    "fuse-overlayfs",
+    "mmdebstrap",
+    "slurm-wlm",
+    "munge",
+    "libpmix2",
+    "openmpi-bin",
+];
+
 /// mdbook version the book is built with.
 pub const MDBOOK_VERSION: &str = "0.5.4";
 

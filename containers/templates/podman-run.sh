@@ -1,0 +1,34 @@
+#!/bin/bash
+# Runs {{app}} from the image on this node with Podman or Docker, with InfiniBand
+# passthrough and the settings MPI needs. Loads the archive when the image is missing.
+# Made by `cargo xtask image` from containers/templates/podman-run.sh.
+#   ./podman-run.sh [app arguments]            ENGINE=docker ./podman-run.sh ...
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ENGINE=${ENGINE:-podman}
+IMAGE=${IMAGE:-{{image}}}
+ULIMITS=${HPC_ULIMITS---ulimit memlock=-1:-1}
+
+if ! "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
+    for a in "$here/{{app}}-oci.tar" "$here/{{app}}-docker.tar"; do
+        if [ -f "$a" ]; then "$ENGINE" load -i "$a"; break; fi
+    done
+fi
+
+# Host IPC/PID/network: shared memory between ranks and the launcher's PMIx server.
+args=(run --rm --ipc host --pid host --network host $ULIMITS)
+# InfiniBand: the verbs and RDMA CM devices.
+for d in /dev/infiniband/uverbs* /dev/infiniband/rdma_cm; do
+    if [ -e "$d" ]; then args+=(--device "$d"); fi
+done
+for v in $(compgen -e); do
+    case "$v" in PMIX_*|SLURM_*|OMPI_*|PMI_*|HPC_*) args+=(-e "$v") ;; esac
+done
+if [ "$ENGINE" = docker ]; then
+    args+=({{docker_gpu}})
+else
+    args+=({{podman_gpu}})
+fi
+args+=({{podman_binds}})
+exec "$ENGINE" "${args[@]}" "$IMAGE" {{app}} "$@"

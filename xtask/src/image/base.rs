@@ -1,0 +1,436 @@
+//! The base file system layer: made with `mmdebstrap`, normalised into a
+//! deterministic layer and cached under `<target>/xtask-image-cache/<key>/`, or taken
+//! from an existing OCI layout / archive (`--base`).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufReader, BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::oci::{Descriptor, Layer, LAYER_GZIP_MEDIA_TYPE, LAYER_TAR_MEDIA_TYPE};
+use super::tar::{read_tar, sha256, write_layer, Entry, Kind};
+use super::MpiModel;
+
+/// Bump when [`normalise`] changes: it is part of the cache key.
+const NORMALISE_VERSION: u32 = 1;
+
+/// Packages of the hybrid model's base: Open MPI with PMIx, UCX and verbs, so that
+/// ranks use the MPI inside the image and talk PMIx to the host's Slurm.
+pub const HYBRID_PACKAGES: &[&str] = &[
+    "openmpi-bin",
+    "libopenmpi3",
+    "libpmix2",
+    "libucx0",
+    "libibverbs1",
+    "ibverbs-providers",
+    "libhwloc15",
+];
+
+/// What the base is made from; its hash is the cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseSpec {
+    /// Debian suite.
+    pub suite: String,
+    /// mmdebstrap variant.
+    pub variant: String,
+    /// Extra packages (`--include`).
+    pub packages: Vec<String>,
+}
+
+impl BaseSpec {
+    /// The base for an MPI model.
+    pub fn for_model(model: MpiModel) -> Self {
+        let packages = match model {
+            MpiModel::Hybrid => HYBRID_PACKAGES.iter().map(|s| s.to_string()).collect(),
+            MpiModel::Bind => Vec::new(),
+        };
+        Self {
+            suite: "bookworm".into(),
+            variant: "minbase".into(),
+            packages,
+        }
+    }
+
+    /// Cache key: a hash of suite, variant, sorted package list and normaliser version.
+    pub fn key(&self) -> String {
+        let mut p = self.packages.clone();
+        p.sort();
+        let v = json!({
+            "suite": self.suite,
+            "variant": self.variant,
+            "packages": p,
+            "normalise": NORMALISE_VERSION,
+        });
+        let h = sha256(&serde_json::to_vec(&v).expect("json"));
+        format!(
+            "{}-{}-{}",
+            self.suite,
+            self.variant,
+            &h.trim_start_matches("sha256:")[..16]
+        )
+    }
+
+    /// The mmdebstrap command line (without the output path).
+    pub fn mmdebstrap_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--quiet".to_string(),
+            format!("--variant={}", self.variant),
+            "--format=tar".to_string(),
+        ];
+        if !self.packages.is_empty() {
+            a.push(format!("--include={}", self.packages.join(",")));
+        }
+        a.push(self.suite.clone());
+        a
+    }
+}
+
+/// A base ready to stack an app layer on.
+#[derive(Debug, Clone)]
+pub struct Base {
+    /// Its layers, bottom first, as blob files plus descriptors.
+    pub layers: Vec<(PathBuf, Layer)>,
+    /// Every path in the base (normalised, no leading `/`).
+    pub files: BTreeSet<String>,
+    /// Where it came from, for labels and messages.
+    pub source: String,
+    /// Whether it came from the cache.
+    pub cached: bool,
+}
+
+/// Whether a path of the mmdebstrap tree goes into the layer. Device nodes and the
+/// contents of `/dev`, `/proc`, `/sys`, `/run` and `/tmp` are left to the runtime;
+/// apt's caches, logs, manual pages, info and translations are dropped (licence texts
+/// under `/usr/share/doc/*/copyright` stay).
+pub fn keep_base_path(p: &str) -> bool {
+    let under = |d: &str| p.starts_with(d) && p.len() > d.len() && p.as_bytes()[d.len()] == b'/';
+    for d in ["dev", "proc", "sys", "run", "tmp"] {
+        if under(d) {
+            return false;
+        }
+    }
+    for d in [
+        "var/cache/apt",
+        "var/lib/apt/lists",
+        "var/log",
+        "usr/share/man",
+        "usr/share/info",
+        "usr/share/locale",
+    ] {
+        if under(d) {
+            return false;
+        }
+    }
+    if under("usr/share/doc") {
+        let rest = &p["usr/share/doc/".len()..];
+        return !rest.contains('/') || rest.ends_with("/copyright");
+    }
+    true
+}
+
+/// Turns an mmdebstrap tree into layer entries: dropped paths removed, device nodes
+/// removed, owners kept as numbers (names dropped).
+pub fn normalise(entries: Vec<Entry>) -> Vec<Entry> {
+    entries
+        .into_iter()
+        .filter(|e| !e.path.is_empty() && keep_base_path(&e.path))
+        .filter(|e| !matches!(e.kind, Kind::Char(..) | Kind::Block(..) | Kind::Fifo))
+        .collect()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Makes sure mmdebstrap is there: installs it as root, otherwise says how.
+fn need_mmdebstrap() -> Result<()> {
+    if crate::setup::has("mmdebstrap") {
+        return Ok(());
+    }
+    if is_root() && crate::setup::has("apt-get") {
+        eprintln!("    mmdebstrap is missing: installing it");
+        crate::setup::apt(&["mmdebstrap"])?;
+        if crate::setup::has("mmdebstrap") {
+            return Ok(());
+        }
+    }
+    bail!(
+        "mmdebstrap is not installed; it makes the Debian base file system.\n\
+         install it with:  apt-get install mmdebstrap\n\
+         or give an existing base with --base PATH (OCI layout directory, oci-archive \
+         or docker-archive)"
+    )
+}
+
+/// Returns the cached base for `spec`, making it first if needed. `epoch` is used as
+/// mmdebstrap's `SOURCE_DATE_EPOCH` and as every mtime in the layer when the cache
+/// entry is made; a cached base keeps the epoch it was made with, so that the same
+/// base layer (same digest) is shared by every build until the cache is removed.
+pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
+    let dir = cache_root.join(spec.key());
+    let meta_path = dir.join("layer.json");
+    if let Ok(text) = fs::read_to_string(&meta_path) {
+        if let Ok(base) = load_cached(&dir, &text) {
+            return Ok(base);
+        }
+        eprintln!(
+            "    cached base in {} is incomplete: remaking it",
+            dir.display()
+        );
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let rootfs = dir.join("rootfs.tar");
+    if !rootfs.exists() {
+        need_mmdebstrap()?;
+        let tmp = dir.join("rootfs.tar.tmp");
+        let mut cmd = Command::new("mmdebstrap");
+        cmd.args(spec.mmdebstrap_args())
+            .arg(&tmp)
+            .env("SOURCE_DATE_EPOCH", epoch.to_string());
+        eprintln!(
+            "    mmdebstrap {} {} (about 2 minutes)",
+            spec.mmdebstrap_args().join(" "),
+            tmp.display()
+        );
+        let out = cmd.output().context("cannot run mmdebstrap")?;
+        if !out.status.success() {
+            let _ = fs::remove_file(&tmp);
+            bail!(
+                "mmdebstrap could not make the base ({}):\n{}\n\
+                 check the Debian mirror in /etc/apt/sources.list and the package names \
+                 (apt-cache policy {}), or give an existing base with --base PATH",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                spec.packages.join(" ")
+            );
+        }
+        fs::rename(&tmp, &rootfs)?;
+    }
+    let entries = read_tar(BufReader::new(fs::File::open(&rootfs)?))
+        .with_context(|| format!("reading {}", rootfs.display()))?;
+    let entries = normalise(entries);
+    let files: BTreeSet<String> = entries.iter().map(|e| e.path.clone()).collect();
+    let tmp = dir.join("layer.tar.gz.tmp");
+    let d = write_layer(entries, epoch, BufWriter::new(fs::File::create(&tmp)?))?;
+    let blob = dir.join("layer.tar.gz");
+    fs::rename(&tmp, &blob)?;
+    fs::write(
+        dir.join("files.txt"),
+        files.iter().cloned().collect::<Vec<_>>().join("\n"),
+    )?;
+    let meta = json!({
+        "digest": d.digest,
+        "size": d.size,
+        "diff_id": d.diff_id,
+        "epoch": epoch,
+        "mmdebstrap": spec.mmdebstrap_args(),
+    });
+    fs::write(&meta_path, serde_json::to_vec_pretty(&meta)?)?;
+    let mut base = load_cached(&dir, &serde_json::to_string(&meta)?)?;
+    base.cached = false;
+    Ok(base)
+}
+
+fn load_cached(dir: &Path, meta: &str) -> Result<Base> {
+    let v: Value = serde_json::from_str(meta)?;
+    let blob = dir.join("layer.tar.gz");
+    let size = fs::metadata(&blob)?.len();
+    let get =
+        |k: &str| -> Result<String> { Ok(v[k].as_str().context("bad layer.json")?.to_string()) };
+    if v["size"].as_u64() != Some(size) {
+        bail!("size mismatch");
+    }
+    let files = fs::read_to_string(dir.join("files.txt"))?
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let args: Vec<String> = v["mmdebstrap"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Base {
+        layers: vec![(
+            blob,
+            Layer {
+                blob: Descriptor {
+                    media_type: LAYER_GZIP_MEDIA_TYPE.into(),
+                    digest: get("digest")?,
+                    size,
+                },
+                diff_id: get("diff_id")?,
+                created_by: format!("mmdebstrap {}", args.join(" ")),
+            },
+        )],
+        files,
+        source: format!("mmdebstrap {}", args.join(" ")),
+        cached: true,
+    })
+}
+
+fn gunzip_if_needed(data: Vec<u8>) -> Result<Vec<u8>> {
+    if data.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(data.as_slice()).read_to_end(&mut out)?;
+        Ok(out)
+    } else {
+        Ok(data)
+    }
+}
+
+/// Uses an existing image as the base: an OCI layout directory, an `oci-archive` or a
+/// `docker-archive` tarball. Its layers are copied as they are (digests unchanged).
+pub fn import(path: &Path, work: &Path) -> Result<Base> {
+    let root = if path.is_dir() {
+        path.to_path_buf()
+    } else if path.is_file() {
+        let dir = work.join("imported-base");
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        tar::Archive::new(BufReader::new(fs::File::open(path)?))
+            .unpack(&dir)
+            .with_context(|| format!("unpacking {}", path.display()))?;
+        dir
+    } else {
+        bail!("--base {}: no such file or directory", path.display());
+    };
+    let (config_path, layer_paths): (PathBuf, Vec<PathBuf>) = if root.join("index.json").exists() {
+        let blob = |d: &str| {
+            root.join("blobs/sha256")
+                .join(d.trim_start_matches("sha256:"))
+        };
+        let index: Value = serde_json::from_slice(&fs::read(root.join("index.json"))?)?;
+        let md = index["manifests"][0]["digest"]
+            .as_str()
+            .context("index.json has no manifest")?;
+        let m: Value = serde_json::from_slice(&fs::read(blob(md))?)?;
+        let cfg = blob(
+            m["config"]["digest"]
+                .as_str()
+                .context("manifest has no config")?,
+        );
+        let layers = m["layers"]
+            .as_array()
+            .context("manifest has no layers")?
+            .iter()
+            .filter_map(|l| l["digest"].as_str().map(blob))
+            .collect();
+        (cfg, layers)
+    } else if root.join("manifest.json").exists() {
+        let m: Value = serde_json::from_slice(&fs::read(root.join("manifest.json"))?)?;
+        let cfg = root.join(
+            m[0]["Config"]
+                .as_str()
+                .context("manifest.json has no Config")?,
+        );
+        let layers = m[0]["Layers"]
+            .as_array()
+            .context("manifest.json has no Layers")?
+            .iter()
+            .filter_map(|l| l.as_str().map(|s| root.join(s)))
+            .collect();
+        (cfg, layers)
+    } else {
+        bail!(
+            "--base {}: neither an OCI layout (index.json) nor a docker-archive (manifest.json)",
+            path.display()
+        );
+    };
+    let cfg: Value = serde_json::from_slice(&fs::read(&config_path)?)?;
+    let diff_ids: Vec<String> = cfg["rootfs"]["diff_ids"]
+        .as_array()
+        .context("base config has no rootfs.diff_ids")?
+        .iter()
+        .filter_map(|d| d.as_str().map(String::from))
+        .collect();
+    if diff_ids.len() != layer_paths.len() {
+        bail!(
+            "base config lists {} layers, manifest {}",
+            diff_ids.len(),
+            layer_paths.len()
+        );
+    }
+    let mut files = BTreeSet::new();
+    let mut layers = Vec::new();
+    for (p, diff_id) in layer_paths.into_iter().zip(diff_ids) {
+        let data = fs::read(&p).with_context(|| format!("reading layer {}", p.display()))?;
+        let gz = data.starts_with(&[0x1f, 0x8b]);
+        let digest = sha256(&data);
+        let size = data.len() as u64;
+        for e in read_tar(gunzip_if_needed(data)?.as_slice())? {
+            files.insert(e.path);
+        }
+        layers.push((
+            p,
+            Layer {
+                blob: Descriptor {
+                    media_type: if gz {
+                        LAYER_GZIP_MEDIA_TYPE
+                    } else {
+                        LAYER_TAR_MEDIA_TYPE
+                    }
+                    .into(),
+                    digest,
+                    size,
+                },
+                diff_id,
+                created_by: format!("base {}", path.display()),
+            },
+        ));
+    }
+    Ok(Base {
+        layers,
+        files,
+        source: path.display().to_string(),
+        cached: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_key_ignores_package_order_and_separates_models() {
+        let a = BaseSpec::for_model(MpiModel::Hybrid);
+        let mut b = a.clone();
+        b.packages.reverse();
+        assert_eq!(a.key(), b.key());
+        assert_ne!(a.key(), BaseSpec::for_model(MpiModel::Bind).key());
+        assert!(a.key().starts_with("bookworm-minbase-"));
+    }
+
+    #[test]
+    fn mmdebstrap_command_line() {
+        let a = BaseSpec::for_model(MpiModel::Hybrid).mmdebstrap_args();
+        assert!(a.contains(&"--variant=minbase".to_string()));
+        assert!(a.iter().any(|x| x.starts_with("--include=openmpi-bin,")));
+        assert_eq!(a.last().unwrap(), "bookworm");
+        let b = BaseSpec::for_model(MpiModel::Bind).mmdebstrap_args();
+        assert!(!b.iter().any(|x| x.starts_with("--include")));
+    }
+
+    #[test]
+    fn base_filter() {
+        assert!(keep_base_path("dev"));
+        assert!(!keep_base_path("dev/null"));
+        assert!(keep_base_path("devices"));
+        assert!(keep_base_path("var/log"));
+        assert!(!keep_base_path("var/log/dpkg.log"));
+        assert!(!keep_base_path("usr/share/man/man1/ls.1.gz"));
+        assert!(keep_base_path("usr/share/doc/libc6"));
+        assert!(keep_base_path("usr/share/doc/libc6/copyright"));
+        assert!(!keep_base_path("usr/share/doc/libc6/changelog.Debian.gz"));
+        assert!(keep_base_path("usr/lib/x86_64-linux-gnu/libc.so.6"));
+    }
+}

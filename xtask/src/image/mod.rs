@@ -1,0 +1,997 @@
+//! `cargo xtask image`: builds a workspace binary in release mode and writes a
+//! container image for it without a daemon: an OCI image layout, `oci-archive` and/or
+//! `docker-archive` tarballs, optionally a SIF (when Apptainer is installed), and the
+//! files a user runs it with (Apptainer definition, Slurm batch scripts, a
+//! Podman/Docker run script, a Containerfile), filled from `containers/templates/`.
+//!
+//! The image has two layers: a Debian base made by `mmdebstrap` (cached under
+//! `<target>/xtask-image-cache/`, shared by every build) and a thin app layer with the
+//! binary and the shared libraries it links that the base lacks. Both are written
+//! deterministically, so the same inputs give the same manifest digest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+pub mod base;
+pub mod oci;
+pub mod tar;
+pub mod templates;
+
+use self::tar::Entry;
+
+/// Image formats `--format` accepts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `<app>-oci.tar`: the OCI layout as an `oci-archive` (podman load, skopeo, Apptainer).
+    Oci,
+    /// `<app>-docker.tar`: `docker save` format (docker load, podman load).
+    Docker,
+    /// `<app>.sif`: built with `apptainer build` when Apptainer is on the PATH.
+    Sif,
+}
+
+/// How MPI gets into the container.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MpiModel {
+    /// Open MPI, PMIx and UCX inside the image; the host's Slurm starts the ranks
+    /// through PMIx.
+    Hybrid,
+    /// No MPI inside the image: the host's MPI libraries are bound in at run time.
+    Bind,
+}
+
+impl MpiModel {
+    fn name(self) -> &'static str {
+        match self {
+            MpiModel::Hybrid => "hybrid",
+            MpiModel::Bind => "bind",
+        }
+    }
+}
+
+/// Arguments of `cargo xtask image`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Workspace binary or example to package (hello, hpc, brunel, ...).
+    pub binary: Option<String>,
+    /// Archive formats to write (comma-separated); the OCI layout directory is always
+    /// written.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "oci")]
+    pub format: Vec<Format>,
+    /// MPI model: MPI inside the image (hybrid) or bound in from the host (bind).
+    #[arg(long, value_enum, default_value_t = MpiModel::Hybrid)]
+    pub mpi: MpiModel,
+    /// Add GPU access to the run scripts (--nv, --gpus all, CDI device).
+    #[arg(long)]
+    pub gpu: bool,
+    /// Output directory (default: <target>/image/<binary>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
+    /// docker-archive.
+    #[arg(long)]
+    pub base: Option<PathBuf>,
+    /// Cargo features for the binary's package (e.g. `mpi`).
+    #[arg(long, short = 'F')]
+    pub features: Option<String>,
+    /// Also put the `hpc` command (launcher, doctor, selftest) into the image, built
+    /// with the `mpi` feature when --features has it.
+    #[arg(long)]
+    pub with_hpc: bool,
+    /// Image name (default: the binary's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Image tag.
+    #[arg(long, default_value = "latest")]
+    pub tag: String,
+    /// Make the binary the image's entrypoint (default: it is the default command, so
+    /// that `podman run IMAGE other-command` works as with `apptainer exec`).
+    #[arg(long)]
+    pub entrypoint: bool,
+    /// Only install the container tool chain (podman, skopeo, mmdebstrap, Slurm, munge)
+    /// when no binary is given; as root through apt-get.
+    #[arg(long)]
+    pub setup_tools: bool,
+}
+
+/// Step lines with timings.
+struct Progress {
+    n: usize,
+    t: Instant,
+    total: Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            n: 0,
+            t: Instant::now(),
+            total: Instant::now(),
+        }
+    }
+
+    fn step(&mut self, what: &str) {
+        self.n += 1;
+        self.t = Instant::now();
+        eprintln!("[{}] {what}", self.n);
+    }
+
+    fn done(&self, note: &str) {
+        eprintln!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
+    }
+}
+
+/// A binary target of the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinTarget {
+    /// Owning package.
+    pub package: String,
+    /// Target name.
+    pub name: String,
+    /// An example rather than a `[[bin]]`.
+    pub example: bool,
+    /// Package version.
+    pub version: String,
+    /// Package repository URL, if any.
+    pub repository: Option<String>,
+    /// The package's feature names.
+    pub features: Vec<String>,
+}
+
+/// `cargo metadata` facts the command needs.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Every binary and example target.
+    pub bins: Vec<BinTarget>,
+    /// The target directory (honours `CARGO_TARGET_DIR`).
+    pub target_dir: PathBuf,
+}
+
+/// Reads `cargo metadata --format-version 1 --no-deps` output.
+pub fn parse_metadata(v: &Value) -> Result<Workspace> {
+    let mut bins = Vec::new();
+    for p in v["packages"]
+        .as_array()
+        .context("metadata has no packages")?
+    {
+        let package = p["name"].as_str().unwrap_or_default().to_string();
+        let features: Vec<String> = p["features"]
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let kinds: Vec<&str> = t["kind"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let example = kinds.contains(&"example");
+            if !(kinds.contains(&"bin") || example) {
+                continue;
+            }
+            bins.push(BinTarget {
+                package: package.clone(),
+                name: t["name"].as_str().unwrap_or_default().to_string(),
+                example,
+                version: p["version"].as_str().unwrap_or_default().to_string(),
+                repository: p["repository"].as_str().map(String::from),
+                features: features.clone(),
+            });
+        }
+    }
+    bins.sort_by(|a, b| (a.example, &a.name).cmp(&(b.example, &b.name)));
+    Ok(Workspace {
+        bins,
+        target_dir: PathBuf::from(
+            v["target_directory"]
+                .as_str()
+                .context("no target_directory")?,
+        ),
+    })
+}
+
+fn metadata() -> Result<Workspace> {
+    let out = crate::cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(crate::root())
+        .output()
+        .context("cannot run cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse_metadata(&serde_json::from_slice(&out.stdout)?)
+}
+
+/// Finds the target named `name` (a `[[bin]]` before an example), or says which exist.
+pub fn find_bin<'a>(ws: &'a Workspace, name: &str) -> Result<&'a BinTarget> {
+    if let Some(b) = ws
+        .bins
+        .iter()
+        .find(|b| b.name == name && !b.example)
+        .or_else(|| ws.bins.iter().find(|b| b.name == name))
+    {
+        return Ok(b);
+    }
+    let mut msg =
+        format!("no binary or example named `{name}` in the workspace.\navailable binaries:");
+    for b in ws.bins.iter().filter(|b| !b.example) {
+        let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
+    }
+    let ex: Vec<&BinTarget> = ws.bins.iter().filter(|b| b.example).collect();
+    if !ex.is_empty() {
+        msg.push_str("\navailable examples:");
+        for b in ex {
+            let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
+        }
+    }
+    bail!(msg)
+}
+
+/// One line of `ldd` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LddLib {
+    /// The name the binary asks for (`libhwloc.so.15`).
+    pub soname: String,
+    /// Where the host's loader found it (`None`: virtual, like linux-vdso).
+    pub path: Option<String>,
+}
+
+/// Parses `ldd` output; fails on `not found` libraries.
+pub fn parse_ldd(text: &str) -> Result<Vec<LddLib>> {
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.contains("statically linked") || line.starts_with("not a dynamic") {
+            continue;
+        }
+        let strip_addr = |s: &str| -> String {
+            match s.rfind(" (0x") {
+                Some(i) => s[..i].trim().to_string(),
+                None => s.trim().to_string(),
+            }
+        };
+        if let Some((name, rest)) = line.split_once(" => ") {
+            let rest = rest.trim();
+            if rest.starts_with("not found") {
+                missing.push(name.trim().to_string());
+                continue;
+            }
+            let path = strip_addr(rest);
+            out.push(LddLib {
+                soname: name.trim().to_string(),
+                path: (!path.is_empty()).then_some(path),
+            });
+        } else {
+            let p = strip_addr(line);
+            if p.starts_with('/') {
+                let soname = p.rsplit('/').next().unwrap_or(&p).to_string();
+                out.push(LddLib {
+                    soname,
+                    path: Some(p),
+                });
+            } else {
+                out.push(LddLib {
+                    soname: p,
+                    path: None,
+                });
+            }
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "the host's loader cannot find: {} (install the libraries the binary links)",
+            missing.join(", ")
+        );
+    }
+    Ok(out)
+}
+
+fn ldd(path: &Path) -> Result<Vec<LddLib>> {
+    let out = Command::new("ldd")
+        .arg(path)
+        .output()
+        .context("cannot run ldd (install libc-bin)")?;
+    parse_ldd(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The path a host library gets inside a merged-`/usr` Debian image.
+pub fn usr_merged(path: &str) -> String {
+    let p = path.trim_start_matches('/');
+    for d in ["lib/", "lib64/", "bin/", "sbin/"] {
+        if p.starts_with(d) {
+            return format!("usr/{p}");
+        }
+    }
+    p.to_string()
+}
+
+/// Whether the base already has a library the host found at `path`.
+pub fn base_has(files: &BTreeSet<String>, path: &str) -> bool {
+    let p = path.trim_start_matches('/');
+    files.contains(p) || files.contains(&usr_merged(p))
+}
+
+/// Host paths, besides the libraries themselves, that the bind model binds in: Open
+/// MPI's plugins and configuration, PMIx's plugins, the verbs providers.
+pub const BIND_EXTRA_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/openmpi",
+    "/usr/lib/x86_64-linux-gnu/pmix2",
+    "/usr/lib/x86_64-linux-gnu/libibverbs",
+    "/usr/share/openmpi",
+    "/usr/share/pmix",
+    "/etc/openmpi",
+    "/etc/libibverbs.d",
+];
+
+/// The placeholder names [`templates::fill`] is given values for.
+pub fn template_keys() -> &'static [&'static str] {
+    &[
+        "app",
+        "apptainer_flags",
+        "archive",
+        "bind_paths",
+        "bootstrap",
+        "def",
+        "docker_gpu",
+        "env_dockerfile",
+        "env_sh",
+        "features",
+        "image",
+        "labels_def",
+        "labels_dockerfile",
+        "mpi",
+        "packages",
+        "podman_binds",
+        "podman_gpu",
+        "revision",
+        "sif",
+        "suite",
+    ]
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(crate::root())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `SOURCE_DATE_EPOCH`, else the commit time of HEAD, else 0.
+fn source_date_epoch() -> Result<u64> {
+    if let Ok(s) = std::env::var("SOURCE_DATE_EPOCH") {
+        return s
+            .trim()
+            .parse()
+            .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"));
+    }
+    Ok(git(&["log", "-1", "--format=%ct", "HEAD"])
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0))
+}
+
+/// RFC 3339 UTC time of a Unix timestamp.
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn dpkg_owner(path: &str) -> Option<String> {
+    for p in [path.to_string(), format!("/{}", usr_merged(path))] {
+        let out = Command::new("dpkg").args(["-S", &p]).output().ok()?;
+        if out.status.success() {
+            let s = String::from_utf8_lossy(&out.stdout);
+            let pkg = s.split(':').next()?.trim().to_string();
+            return Some(pkg);
+        }
+    }
+    None
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Runs `cargo xtask image`.
+pub fn run(args: Args) -> Result<()> {
+    if args.setup_tools {
+        crate::setup::apt(crate::setup::CONTAINER_PACKAGES)?;
+        if args.binary.is_none() {
+            return Ok(());
+        }
+    }
+    let Some(bin_name) = args.binary.clone() else {
+        bail!("which binary? usage: cargo xtask image <binary-or-example> [options]");
+    };
+    let mut pr = Progress::new();
+
+    pr.step(&format!("finding `{bin_name}` in the workspace"));
+    let ws = metadata()?;
+    let bin = find_bin(&ws, &bin_name)?.clone();
+    pr.done(&format!(
+        "{} `{}` of package {}",
+        if bin.example { "example" } else { "binary" },
+        bin.name,
+        bin.package
+    ));
+
+    // Build.
+    let features = args.features.clone().unwrap_or_default();
+    let mut build: Vec<String> = vec![
+        "build".into(),
+        "--release".into(),
+        "-p".into(),
+        bin.package.clone(),
+    ];
+    build.push(if bin.example { "--example" } else { "--bin" }.into());
+    build.push(bin.name.clone());
+    if !features.is_empty() {
+        build.push("--features".into());
+        build.push(features.clone());
+    }
+    pr.step(&format!("cargo {}", build.join(" ")));
+    crate::run(crate::cargo().args(&build))?;
+    let release = ws.target_dir.join("release");
+    let bin_path = if bin.example {
+        release.join("examples").join(&bin.name)
+    } else {
+        release.join(&bin.name)
+    };
+    let mut binaries = vec![(bin.name.clone(), bin_path)];
+    if args.with_hpc && bin.name != "hpc" {
+        let hpc = find_bin(&ws, "hpc")?.clone();
+        let mut b = vec!["build", "--release", "-p", &hpc.package, "--bin", "hpc"];
+        let wants_mpi = features
+            .split([',', ' '])
+            .any(|f| f == "mpi" || f.ends_with("/mpi"));
+        if wants_mpi && hpc.features.iter().any(|f| f == "mpi") {
+            b.extend(["--features", "mpi"]);
+        }
+        crate::run(crate::cargo().args(&b))?;
+        binaries.push(("hpc".into(), release.join("hpc")));
+    }
+    pr.done("built");
+
+    let epoch = source_date_epoch()?;
+    let revision = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let cache = ws.target_dir.join("xtask-image-cache");
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
+    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let out_dir = out_dir.canonicalize()?;
+
+    // Base.
+    let spec = base::BaseSpec::for_model(args.mpi);
+    let base = match &args.base {
+        Some(p) => {
+            pr.step(&format!("importing base {}", p.display()));
+            fs::create_dir_all(&cache)?;
+            base::import(p, &cache)?
+        }
+        None => {
+            pr.step(&format!(
+                "base layer: Debian {} {} + [{}] ({})",
+                spec.suite,
+                spec.variant,
+                spec.packages.join(" "),
+                cache.join(spec.key()).display()
+            ));
+            base::ensure(&spec, &cache, epoch)?
+        }
+    };
+    let base_size: u64 = base.layers.iter().map(|(_, l)| l.blob.size).sum();
+    pr.done(&format!(
+        "{} layer(s), {:.1} MB compressed{}",
+        base.layers.len(),
+        base_size as f64 / 1e6,
+        if base.cached { ", from the cache" } else { "" }
+    ));
+
+    // App layer.
+    pr.step("app layer: binaries + the shared libraries the base lacks");
+    let mut entries = Vec::new();
+    let mut app_libs: BTreeSet<String> = BTreeSet::new();
+    let mut bind_libs: BTreeSet<String> = BTreeSet::new();
+    let mut extra_packages: BTreeSet<String> = BTreeSet::new();
+    for (name, path) in &binaries {
+        let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        entries.push(Entry::file(&format!("usr/local/bin/{name}"), 0o755, data));
+        let libs = ldd(path)?;
+        // Bind model: the MPI library and what it pulls in come from the host.
+        let mut mpi_stack: BTreeSet<String> = BTreeSet::new();
+        if args.mpi == MpiModel::Bind {
+            for l in libs.iter().filter(|l| l.soname.starts_with("libmpi")) {
+                if let Some(p) = &l.path {
+                    mpi_stack.insert(p.clone());
+                    for d in ldd(Path::new(p))? {
+                        if let Some(dp) = d.path {
+                            mpi_stack.insert(dp);
+                        }
+                    }
+                }
+            }
+        }
+        for l in libs {
+            let Some(p) = l.path else { continue };
+            if base_has(&base.files, &p) {
+                continue;
+            }
+            if mpi_stack.contains(&p) {
+                bind_libs.insert(format!("/{}", usr_merged(&p)));
+                continue;
+            }
+            let in_image = format!(
+                "{}/{}",
+                usr_merged(&p).rsplit_once('/').map_or("usr/lib", |x| x.0),
+                l.soname
+            );
+            if app_libs.insert(in_image.clone()) {
+                let data = fs::read(&p).with_context(|| format!("reading {p}"))?;
+                entries.push(Entry::file(&in_image, 0o644, data));
+                if let Some(pkg) = dpkg_owner(&p) {
+                    extra_packages.insert(pkg);
+                }
+            }
+        }
+    }
+    let mut bind_paths: Vec<String> = bind_libs.iter().cloned().collect();
+    if args.mpi == MpiModel::Bind {
+        if bind_paths.is_empty() {
+            eprintln!("    note: the binary links no MPI library (build with --features mpi?): nothing to bind");
+        } else {
+            bind_paths.extend(
+                BIND_EXTRA_PATHS
+                    .iter()
+                    .filter(|p| Path::new(p).exists())
+                    .map(|s| s.to_string()),
+            );
+        }
+    }
+    self::tar::add_parents(&mut entries);
+    let layout = oci::Layout::create(&out_dir.join("oci"))?;
+    let tmp = out_dir.join("app-layer.tmp");
+    let d = self::tar::write_layer(entries, epoch, BufWriter::new(fs::File::create(&tmp)?))?;
+    fs::rename(&tmp, layout.blob_path(&d.digest))?;
+    let app_layer = oci::Layer {
+        blob: oci::Descriptor {
+            media_type: oci::LAYER_GZIP_MEDIA_TYPE.into(),
+            digest: d.digest.clone(),
+            size: d.size,
+        },
+        diff_id: d.diff_id.clone(),
+        created_by: format!(
+            "cargo xtask image {} ({} + {} libraries)",
+            bin.name,
+            binaries
+                .iter()
+                .map(|b| b.0.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            app_libs.len()
+        ),
+    };
+    pr.done(&format!(
+        "{:.1} MB compressed; libraries added: {}",
+        d.size as f64 / 1e6,
+        if app_libs.is_empty() {
+            "none".to_string()
+        } else {
+            app_libs
+                .iter()
+                .map(|s| format!("/{s}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    ));
+
+    // Config, manifest, layout.
+    pr.step("OCI layout: config, manifest, index");
+    let name = args.name.clone().unwrap_or_else(|| bin.name.clone());
+    let ref_name = format!("{name}:{}", args.tag);
+    let image_ref = format!("localhost/{ref_name}");
+    let mut env = vec![
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        // Containers commonly run as root; Open MPI refuses that without these.
+        "OMPI_ALLOW_RUN_AS_ROOT=1".into(),
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1".into(),
+        // Single-copy (CMA) needs ptrace rights across containers: copy-in/copy-out.
+        "OMPI_MCA_btl_vader_single_copy_mechanism=none".into(),
+    ];
+    if args.gpu {
+        env.push("NVIDIA_VISIBLE_DEVICES=all".into());
+        env.push("NVIDIA_DRIVER_CAPABILITIES=compute,utility".into());
+    }
+    let build_cmd = format!("cargo {}", build.join(" "));
+    let mut labels = BTreeMap::new();
+    let mut label = |k: &str, v: String| {
+        labels.insert(k.to_string(), v);
+    };
+    label("org.opencontainers.image.title", name.clone());
+    label("org.opencontainers.image.ref.name", ref_name.clone());
+    label("org.opencontainers.image.revision", revision.clone());
+    label("org.opencontainers.image.created", rfc3339(epoch));
+    label("org.opencontainers.image.version", bin.version.clone());
+    if let Some(r) = &bin.repository {
+        label("org.opencontainers.image.source", r.clone());
+    }
+    label("org.opencontainers.image.base.name", base.source.clone());
+    label("io.hpc-rs.build", build_cmd.clone());
+    label("io.hpc-rs.features", features.clone());
+    label("io.hpc-rs.mpi", args.mpi.name().into());
+    label("io.hpc-rs.gpu", args.gpu.to_string());
+    label(
+        "io.hpc-rs.binaries",
+        binaries
+            .iter()
+            .map(|b| b.0.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    if !bind_paths.is_empty() {
+        label("io.hpc-rs.bind-paths", bind_paths.join(","));
+    }
+    let app_cmd = vec![format!("/usr/local/bin/{}", bin.name)];
+    let cfg = oci::ImageConfig {
+        env: env.clone(),
+        entrypoint: if args.entrypoint {
+            app_cmd.clone()
+        } else {
+            vec![]
+        },
+        cmd: if args.entrypoint { vec![] } else { app_cmd },
+        working_dir: "/".into(),
+        labels: labels.clone(),
+        created: rfc3339(epoch),
+    };
+    let mut layers = Vec::new();
+    for (path, l) in &base.layers {
+        layout.put_file(path, &l.blob)?;
+        layers.push(l.clone());
+    }
+    layers.push(app_layer);
+    let written = layout.finish(&cfg, &layers, &ref_name)?;
+    let compressed: u64 = written.layers.iter().map(|l| l.blob.size).sum::<u64>()
+        + written.config.size
+        + written.manifest.size;
+    pr.done(&format!(
+        "{} manifest {}",
+        layout.dir().display(),
+        written.manifest.digest
+    ));
+
+    // Archives.
+    let mut formats = args.format.clone();
+    if formats.contains(&Format::Sif) && !formats.contains(&Format::Oci) {
+        formats.push(Format::Oci);
+    }
+    let oci_archive = format!("{}-oci.tar", bin.name);
+    let docker_archive = format!("{}-docker.tar", bin.name);
+    let mut archives = BTreeMap::new();
+    for f in &formats {
+        match f {
+            Format::Oci => {
+                pr.step(&format!("oci-archive {oci_archive}"));
+                let p = out_dir.join(&oci_archive);
+                oci::write_oci_archive(&layout, &written, &p, epoch)?;
+                pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
+                archives.insert("oci-archive", p);
+            }
+            Format::Docker => {
+                pr.step(&format!("docker-archive {docker_archive}"));
+                let p = out_dir.join(&docker_archive);
+                oci::write_docker_archive(&layout, &written, &p, &image_ref, epoch)?;
+                pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
+                archives.insert("docker-archive", p);
+            }
+            Format::Sif => {}
+        }
+    }
+
+    // Run files.
+    pr.step("definition file and run scripts from containers/templates/");
+    let (bootstrap, archive) =
+        if archives.contains_key("oci-archive") || !archives.contains_key("docker-archive") {
+            ("oci-archive", oci_archive.clone())
+        } else {
+            ("docker-archive", docker_archive.clone())
+        };
+    let sif = format!("{}.sif", bin.name);
+    let def = format!("{}.def", bin.name);
+    let mut packages: Vec<String> = spec.packages.clone();
+    if args.base.is_none() {
+        packages.extend(extra_packages.iter().cloned());
+    }
+    let mut vars: BTreeMap<&str, String> = BTreeMap::new();
+    vars.insert("app", bin.name.clone());
+    vars.insert("image", image_ref.clone());
+    vars.insert("archive", archive.clone());
+    vars.insert("bootstrap", bootstrap.into());
+    vars.insert("sif", sif.clone());
+    vars.insert("def", def.clone());
+    vars.insert("mpi", args.mpi.name().into());
+    vars.insert("revision", revision.clone());
+    vars.insert(
+        "features",
+        if features.is_empty() {
+            "none".into()
+        } else {
+            features.clone()
+        },
+    );
+    vars.insert("suite", spec.suite.clone());
+    vars.insert("packages", packages.join(" "));
+    vars.insert(
+        "apptainer_flags",
+        if args.gpu {
+            "--nv".into()
+        } else {
+            String::new()
+        },
+    );
+    vars.insert(
+        "podman_gpu",
+        if args.gpu {
+            "--device nvidia.com/gpu=all".into()
+        } else {
+            String::new()
+        },
+    );
+    vars.insert(
+        "docker_gpu",
+        if args.gpu {
+            "--gpus all".into()
+        } else {
+            String::new()
+        },
+    );
+    vars.insert("bind_paths", bind_paths.join(","));
+    vars.insert(
+        "podman_binds",
+        bind_paths
+            .iter()
+            .map(|p| format!("-v {p}:{p}:ro"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let env_pairs: Vec<(&str, &str)> = env.iter().filter_map(|e| e.split_once('=')).collect();
+    vars.insert(
+        "env_sh",
+        env_pairs
+            .iter()
+            .map(|(k, v)| format!("    export {k}={}", shell_quote(v)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    vars.insert(
+        "env_dockerfile",
+        env_pairs
+            .iter()
+            .map(|(k, v)| format!("ENV {k}={}", shell_quote(v)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    vars.insert(
+        "labels_def",
+        labels
+            .iter()
+            .map(|(k, v)| format!("    {k} {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    vars.insert(
+        "labels_dockerfile",
+        labels
+            .iter()
+            .map(|(k, v)| format!("LABEL {k}={}", serde_json::to_string(v).expect("string")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    debug_assert_eq!(
+        vars.keys().copied().collect::<Vec<_>>(),
+        template_keys(),
+        "template variables and template_keys() differ"
+    );
+    let def_template = match args.mpi {
+        MpiModel::Hybrid => &templates::APPTAINER_HYBRID,
+        MpiModel::Bind => &templates::APPTAINER_BIND,
+    };
+    let mut written_files = Vec::new();
+    for t in std::iter::once(def_template).chain(templates::COMMON.iter()) {
+        let text =
+            templates::fill(t.text, &vars).with_context(|| format!("template {}", t.name))?;
+        let p = out_dir.join(t.out.replace("{app}", &bin.name));
+        fs::write(&p, text)?;
+        if t.executable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755))?;
+        }
+        written_files.push(p);
+    }
+    pr.done(
+        &written_files
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+
+    let summary = json!({
+        "name": name,
+        "ref": image_ref,
+        "binary": bin.name,
+        "package": bin.package,
+        "build": build_cmd,
+        "features": features,
+        "mpi": args.mpi.name(),
+        "gpu": args.gpu,
+        "revision": revision,
+        "source_date_epoch": epoch,
+        "manifest_digest": written.manifest.digest,
+        "config_digest": written.config.digest,
+        "compressed_size": compressed,
+        "layers": written.layers.iter().map(|l| json!({
+            "digest": l.blob.digest, "size": l.blob.size, "diff_id": l.diff_id, "created_by": l.created_by,
+        })).collect::<Vec<_>>(),
+        "app_libraries": app_libs.iter().map(|s| format!("/{s}")).collect::<Vec<_>>(),
+        "bind_paths": bind_paths,
+        "layout": layout.dir(),
+        "archives": archives,
+    });
+    fs::write(
+        out_dir.join("image.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+
+    let mut sif_error = None;
+    if formats.contains(&Format::Sif) {
+        pr.step(&format!("apptainer build {sif} {def}"));
+        if crate::setup::has("apptainer") {
+            crate::run(
+                Command::new("apptainer")
+                    .args(["build", "--force", &sif, &def])
+                    .current_dir(&out_dir),
+            )?;
+            pr.done(&format!(
+                "{:.1} MB",
+                fs::metadata(out_dir.join(&sif))?.len() as f64 / 1e6
+            ));
+        } else {
+            sif_error = Some(format!(
+                "apptainer is not on the PATH, so no SIF was built. Build it where Apptainer \
+                 is installed:\n  cd {} && apptainer build {sif} {def}",
+                out_dir.display()
+            ));
+        }
+    }
+
+    eprintln!(
+        "\nimage {image_ref}  manifest {}\n  compressed size {:.1} MB (base {:.1} MB + app {:.1} MB), built in {:.1}s\n  {}",
+        written.manifest.digest,
+        compressed as f64 / 1e6,
+        base_size as f64 / 1e6,
+        d.size as f64 / 1e6,
+        pr.total.elapsed().as_secs_f64(),
+        out_dir.display()
+    );
+    for (k, p) in &archives {
+        eprintln!("  {k}: {}", p.display());
+    }
+    eprintln!(
+        "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
+        out_dir.display(),
+        oci_archive
+    );
+    if let Some(e) = sif_error {
+        bail!(e);
+    }
+    println!("{}", written.manifest.digest);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_is_parsed() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffc8a5f2000)\n\
+            \tlibhwloc.so.15 => /lib/x86_64-linux-gnu/libhwloc.so.15 (0x00007f3a1c000000)\n\
+            \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f3a1be00000)\n\
+            \t/lib64/ld-linux-x86-64.so.2 (0x00007f3a1c3a0000)\n";
+        let libs = parse_ldd(text).unwrap();
+        assert_eq!(libs.len(), 4);
+        assert_eq!(libs[0].path, None);
+        assert_eq!(libs[1].soname, "libhwloc.so.15");
+        assert_eq!(
+            libs[1].path.as_deref(),
+            Some("/lib/x86_64-linux-gnu/libhwloc.so.15")
+        );
+        assert_eq!(libs[3].soname, "ld-linux-x86-64.so.2");
+        assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
+        assert!(parse_ldd("\tstatically linked\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn libraries_are_looked_up_usr_merged() {
+        assert_eq!(
+            usr_merged("/lib/x86_64-linux-gnu/libc.so.6"),
+            "usr/lib/x86_64-linux-gnu/libc.so.6"
+        );
+        assert_eq!(usr_merged("/usr/lib/x/libz.so.1"), "usr/lib/x/libz.so.1");
+        let files: BTreeSet<String> = ["usr/lib/x86_64-linux-gnu/libc.so.6".to_string()].into();
+        assert!(base_has(&files, "/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(!base_has(&files, "/lib/x86_64-linux-gnu/libudev.so.1"));
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn metadata_lists_bins_and_examples() {
+        let v = json!({
+            "target_directory": "/t", "workspace_root": "/w",
+            "packages": [
+                {"name": "hpc-cli", "version": "0.1.0", "repository": null, "features": {"mpi": []},
+                 "targets": [{"name": "hpc", "kind": ["bin"]}, {"name": "hpc_cli", "kind": ["lib"]}]},
+                {"name": "hpc-example-hello", "version": "0.1.0", "features": {},
+                 "targets": [{"name": "hello", "kind": ["bin"]}, {"name": "demo", "kind": ["example"]}]}
+            ]
+        });
+        let ws = parse_metadata(&v).unwrap();
+        assert_eq!(ws.bins.len(), 3);
+        assert_eq!(find_bin(&ws, "hello").unwrap().package, "hpc-example-hello");
+        assert!(find_bin(&ws, "demo").unwrap().example);
+        let err = find_bin(&ws, "brunel").unwrap_err().to_string();
+        assert!(err.contains("available binaries") && err.contains("hello") && err.contains("hpc"));
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("/usr/bin:/bin"), "/usr/bin:/bin");
+        assert_eq!(shell_quote("a b"), "'a b'");
+    }
+}

@@ -1,0 +1,383 @@
+//! OCI image layout, manifest and config writing, and the `oci-archive` /
+//! `docker-archive` tarballs made from a layout.
+//!
+//! JSON objects are built with `serde_json` values whose keys are inserted in a fixed
+//! order, so the same inputs give the same bytes and digests.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+
+use super::tar::{sha256, DetTar};
+
+/// Media type of an OCI image manifest.
+pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// Media type of an OCI image config.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+/// Media type of a gzip-compressed layer.
+pub const LAYER_GZIP_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// Media type of an uncompressed layer.
+pub const LAYER_TAR_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
+
+/// A content-addressed blob in a layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Media type.
+    pub media_type: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl Descriptor {
+    /// The hex part of the digest.
+    pub fn hex(&self) -> &str {
+        self.digest.trim_start_matches("sha256:")
+    }
+
+    /// The descriptor as OCI JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "mediaType": self.media_type,
+            "digest": self.digest,
+            "size": self.size,
+        })
+    }
+}
+
+/// A layer: its blob descriptor and its uncompressed digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// The blob as stored.
+    pub blob: Descriptor,
+    /// `sha256:` of the uncompressed tar.
+    pub diff_id: String,
+    /// One line for the config's history.
+    pub created_by: String,
+}
+
+/// What goes into the image config besides the layers.
+#[derive(Debug, Clone, Default)]
+pub struct ImageConfig {
+    /// `KEY=value` pairs, in order.
+    pub env: Vec<String>,
+    /// Entrypoint (empty: none).
+    pub entrypoint: Vec<String>,
+    /// Default command.
+    pub cmd: Vec<String>,
+    /// Working directory.
+    pub working_dir: String,
+    /// Labels (sorted by key when written).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// RFC 3339 creation time.
+    pub created: String,
+}
+
+/// The config JSON (`application/vnd.oci.image.config.v1+json`).
+pub fn config_json(cfg: &ImageConfig, layers: &[Layer]) -> Value {
+    let mut c = Map::new();
+    if !cfg.entrypoint.is_empty() {
+        c.insert("Entrypoint".into(), json!(cfg.entrypoint));
+    }
+    if !cfg.cmd.is_empty() {
+        c.insert("Cmd".into(), json!(cfg.cmd));
+    }
+    c.insert("Env".into(), json!(cfg.env));
+    c.insert("WorkingDir".into(), json!(cfg.working_dir));
+    let labels: Map<String, Value> = cfg
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    c.insert("Labels".into(), Value::Object(labels));
+    let history: Vec<Value> = layers
+        .iter()
+        .map(|l| json!({"created": cfg.created, "created_by": l.created_by}))
+        .collect();
+    json!({
+        "created": cfg.created,
+        "architecture": "amd64",
+        "os": "linux",
+        "config": Value::Object(c),
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": layers.iter().map(|l| l.diff_id.clone()).collect::<Vec<_>>(),
+        },
+        "history": history,
+    })
+}
+
+/// The manifest JSON.
+pub fn manifest_json(config: &Descriptor, layers: &[Layer], annotations: &[(&str, &str)]) -> Value {
+    let mut m = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_MEDIA_TYPE,
+        "config": config.to_json(),
+        "layers": layers.iter().map(|l| l.blob.to_json()).collect::<Vec<_>>(),
+    });
+    if !annotations.is_empty() {
+        let a: Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        m["annotations"] = Value::Object(a);
+    }
+    m
+}
+
+/// The layout's `index.json`, naming the manifest `ref_name` (`name:tag`).
+pub fn index_json(manifest: &Descriptor, ref_name: &str) -> Value {
+    let mut d = manifest.to_json();
+    d["annotations"] = json!({ "org.opencontainers.image.ref.name": ref_name });
+    json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [d],
+    })
+}
+
+/// The `docker save` style `manifest.json` for a docker-archive.
+pub fn docker_manifest_json(config: &Descriptor, layers: &[Layer], repo_tag: &str) -> Value {
+    json!([{
+        "Config": format!("{}.json", config.hex()),
+        "RepoTags": [repo_tag],
+        "Layers": layers.iter().map(|l| format!("{}/layer.tar", l.blob.hex())).collect::<Vec<_>>(),
+    }])
+}
+
+/// Canonical bytes of a JSON value (compact).
+pub fn to_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).expect("JSON values serialise")
+}
+
+/// An OCI image layout directory being written.
+pub struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    /// Creates (or empties) the layout directory.
+    pub fn create(dir: &Path) -> Result<Self> {
+        if dir.exists() {
+            fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        fs::create_dir_all(dir.join("blobs/sha256"))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Where a blob with this digest lives.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    }
+
+    /// Stores bytes as a blob.
+    pub fn put(&self, media_type: &str, data: &[u8]) -> Result<Descriptor> {
+        let digest = sha256(data);
+        fs::write(self.blob_path(&digest), data)?;
+        Ok(Descriptor {
+            media_type: media_type.into(),
+            digest,
+            size: data.len() as u64,
+        })
+    }
+
+    /// Stores an existing file (already hashed) as a blob, by hard link or copy.
+    pub fn put_file(&self, src: &Path, desc: &Descriptor) -> Result<()> {
+        let dst = self.blob_path(&desc.digest);
+        if dst.exists() {
+            return Ok(());
+        }
+        if fs::hard_link(src, &dst).is_err() {
+            fs::copy(src, &dst).with_context(|| format!("copying {}", src.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes config, manifest and index; returns the manifest descriptor.
+    pub fn finish(&self, cfg: &ImageConfig, layers: &[Layer], ref_name: &str) -> Result<Written> {
+        let config_bytes = to_bytes(&config_json(cfg, layers));
+        let config = self.put(CONFIG_MEDIA_TYPE, &config_bytes)?;
+        let manifest_bytes = to_bytes(&manifest_json(&config, layers, &[]));
+        let manifest = self.put(MANIFEST_MEDIA_TYPE, &manifest_bytes)?;
+        fs::write(
+            self.dir.join("index.json"),
+            to_bytes(&index_json(&manifest, ref_name)),
+        )?;
+        Ok(Written {
+            manifest,
+            config,
+            layers: layers.to_vec(),
+        })
+    }
+
+    /// The layout directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// What [`Layout::finish`] wrote.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The manifest blob: its digest is the image's identity.
+    pub manifest: Descriptor,
+    /// The config blob.
+    pub config: Descriptor,
+    /// The layers, base first.
+    pub layers: Vec<Layer>,
+}
+
+fn append_blob<W: Write>(t: &mut DetTar<W>, name: &str, path: &Path) -> Result<()> {
+    let f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let size = f.metadata()?.len();
+    t.append_reader(name, 0o644, size, std::io::BufReader::new(f))?;
+    Ok(())
+}
+
+/// Writes an `oci-archive`: the layout's files in a deterministic tar.
+pub fn write_oci_archive(layout: &Layout, w: &Written, out: &Path, mtime: u64) -> Result<()> {
+    let f = BufWriter::new(fs::File::create(out)?);
+    let mut t = DetTar::new(f, mtime);
+    use super::tar::Entry;
+    t.append(&Entry::dir("blobs", 0o755))?;
+    t.append(&Entry::dir("blobs/sha256", 0o755))?;
+    let mut blobs: Vec<&Descriptor> = w.layers.iter().map(|l| &l.blob).collect();
+    blobs.push(&w.config);
+    blobs.push(&w.manifest);
+    let mut hexes: Vec<&str> = blobs.iter().map(|d| d.hex()).collect();
+    hexes.sort();
+    hexes.dedup();
+    for h in hexes {
+        append_blob(
+            &mut t,
+            &format!("blobs/sha256/{h}"),
+            &layout.blob_path(&format!("sha256:{h}")),
+        )?;
+    }
+    append_blob(&mut t, "index.json", &layout.dir().join("index.json"))?;
+    append_blob(&mut t, "oci-layout", &layout.dir().join("oci-layout"))?;
+    t.finish()?.flush()?;
+    Ok(())
+}
+
+/// Writes a `docker-archive` (`docker save` format: `manifest.json`, `<config>.json`,
+/// `<layer>/layer.tar`); layers stay gzip-compressed, which `docker load` and
+/// `podman load` both accept.
+pub fn write_docker_archive(
+    layout: &Layout,
+    w: &Written,
+    out: &Path,
+    repo_tag: &str,
+    mtime: u64,
+) -> Result<()> {
+    use super::tar::Entry;
+    let f = BufWriter::new(fs::File::create(out)?);
+    let mut t = DetTar::new(f, mtime);
+    let mut layer_dirs: Vec<&Layer> = w.layers.iter().collect();
+    layer_dirs.sort_by(|a, b| a.blob.hex().cmp(b.blob.hex()));
+    layer_dirs.dedup_by(|a, b| a.blob.digest == b.blob.digest);
+    let cfg_name = format!("{}.json", w.config.hex());
+    // Sorted by name: config hex and layer hexes interleave by their digests.
+    let mut names: Vec<(String, Option<&Layer>)> = vec![(cfg_name.clone(), None)];
+    names.extend(
+        layer_dirs
+            .iter()
+            .map(|l| (l.blob.hex().to_string(), Some(*l))),
+    );
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, layer) in names {
+        match layer {
+            None => append_blob(&mut t, &name, &layout.blob_path(&w.config.digest))?,
+            Some(l) => {
+                t.append(&Entry::dir(&name, 0o755))?;
+                append_blob(
+                    &mut t,
+                    &format!("{name}/layer.tar"),
+                    &layout.blob_path(&l.blob.digest),
+                )?;
+            }
+        }
+    }
+    let manifest = to_bytes(&docker_manifest_json(&w.config, &w.layers, repo_tag));
+    t.append(&Entry::file("manifest.json", 0o644, manifest))?;
+    t.finish()?.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer() -> Layer {
+        Layer {
+            blob: Descriptor {
+                media_type: LAYER_GZIP_MEDIA_TYPE.into(),
+                digest: format!("sha256:{}", "a".repeat(64)),
+                size: 10,
+            },
+            diff_id: format!("sha256:{}", "b".repeat(64)),
+            created_by: "base".into(),
+        }
+    }
+
+    #[test]
+    fn config_has_the_oci_shape() {
+        let mut cfg = ImageConfig {
+            env: vec!["PATH=/usr/bin".into()],
+            cmd: vec!["/usr/local/bin/hello".into()],
+            working_dir: "/".into(),
+            created: "1970-01-01T00:00:00Z".into(),
+            ..Default::default()
+        };
+        cfg.labels
+            .insert("org.opencontainers.image.revision".into(), "abc".into());
+        let v = config_json(&cfg, &[layer()]);
+        assert_eq!(v["architecture"], "amd64");
+        assert_eq!(v["os"], "linux");
+        assert_eq!(v["rootfs"]["type"], "layers");
+        assert_eq!(v["rootfs"]["diff_ids"][0], layer().diff_id);
+        assert_eq!(v["config"]["Cmd"][0], "/usr/local/bin/hello");
+        assert!(v["config"].get("Entrypoint").is_none());
+        assert_eq!(
+            v["config"]["Labels"]["org.opencontainers.image.revision"],
+            "abc"
+        );
+        assert_eq!(v["history"][0]["created_by"], "base");
+        // Same input, same bytes.
+        assert_eq!(to_bytes(&v), to_bytes(&config_json(&cfg, &[layer()])));
+    }
+
+    #[test]
+    fn manifest_and_index_have_the_oci_shape() {
+        let cfg = Descriptor {
+            media_type: CONFIG_MEDIA_TYPE.into(),
+            digest: format!("sha256:{}", "c".repeat(64)),
+            size: 5,
+        };
+        let m = manifest_json(&cfg, &[layer()], &[]);
+        assert_eq!(m["schemaVersion"], 2);
+        assert_eq!(m["mediaType"], MANIFEST_MEDIA_TYPE);
+        assert_eq!(m["config"]["mediaType"], CONFIG_MEDIA_TYPE);
+        assert_eq!(m["layers"][0]["mediaType"], LAYER_GZIP_MEDIA_TYPE);
+        assert_eq!(m["layers"][0]["size"], 10);
+        let i = index_json(&cfg, "localhost/hello:latest");
+        assert_eq!(
+            i["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+            "localhost/hello:latest"
+        );
+        let d = docker_manifest_json(&cfg, &[layer()], "localhost/hello:latest");
+        assert_eq!(d[0]["Config"], format!("{}.json", "c".repeat(64)));
+        assert_eq!(d[0]["Layers"][0], format!("{}/layer.tar", "a".repeat(64)));
+        assert_eq!(d[0]["RepoTags"][0], "localhost/hello:latest");
+    }
+}

@@ -1,0 +1,143 @@
+//! The hand-written templates of `containers/templates/` and their `{{name}}`
+//! placeholder filling.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+
+/// A template: the file name it is written under and its text.
+pub struct Template {
+    /// File name in `containers/templates/`.
+    pub name: &'static str,
+    /// Output file name (`{app}` is replaced by the binary name).
+    pub out: &'static str,
+    /// Whether the output is made executable.
+    pub executable: bool,
+    /// The text.
+    pub text: &'static str,
+}
+
+/// Apptainer definition, hybrid model.
+pub const APPTAINER_HYBRID: Template = Template {
+    name: "apptainer-hybrid.def",
+    out: "{app}.def",
+    executable: false,
+    text: include_str!("../../../containers/templates/apptainer-hybrid.def"),
+};
+
+/// Apptainer definition, bind model.
+pub const APPTAINER_BIND: Template = Template {
+    name: "apptainer-bind.def",
+    out: "{app}.def",
+    executable: false,
+    text: include_str!("../../../containers/templates/apptainer-bind.def"),
+};
+
+/// The other templates, written for every image.
+pub const COMMON: &[Template] = &[
+    Template {
+        name: "Containerfile",
+        out: "Containerfile",
+        executable: false,
+        text: include_str!("../../../containers/templates/Containerfile"),
+    },
+    Template {
+        name: "slurm-apptainer.sbatch",
+        out: "slurm-apptainer.sbatch",
+        executable: true,
+        text: include_str!("../../../containers/templates/slurm-apptainer.sbatch"),
+    },
+    Template {
+        name: "slurm-podman.sbatch",
+        out: "slurm-podman.sbatch",
+        executable: true,
+        text: include_str!("../../../containers/templates/slurm-podman.sbatch"),
+    },
+    Template {
+        name: "podman-run.sh",
+        out: "podman-run.sh",
+        executable: true,
+        text: include_str!("../../../containers/templates/podman-run.sh"),
+    },
+];
+
+/// Replaces every `{{name}}` in `text` by `vars[name]`. A placeholder without a value
+/// is an error, so that a template and the code filling it cannot drift apart.
+pub fn fill(text: &str, vars: &BTreeMap<&str, String>) -> Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("{{") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(j) = after.find("}}") else {
+            bail!(
+                "unterminated placeholder near {:?}",
+                &rest[i..rest.len().min(i + 30)]
+            );
+        };
+        let key = after[..j].trim();
+        match vars.get(key) {
+            Some(v) => out.push_str(v),
+            None => bail!("template placeholder {{{{{key}}}}} has no value"),
+        }
+        rest = &after[j + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The placeholder names a template uses, sorted.
+#[cfg(test)]
+pub fn placeholders(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .split("{{")
+        .skip(1)
+        .filter_map(|s| s.split_once("}}").map(|(k, _)| k.trim().to_string()))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_placeholders() {
+        let mut v = BTreeMap::new();
+        v.insert("app", "hello".to_string());
+        v.insert("sif", "hello.sif".to_string());
+        assert_eq!(
+            fill("exec {{app}} {{ sif }} ${HOME} {x}", &v).unwrap(),
+            "exec hello hello.sif ${HOME} {x}"
+        );
+        assert!(fill("{{nope}}", &v).is_err());
+        assert!(fill("{{app", &v).is_err());
+    }
+
+    #[test]
+    fn every_template_placeholder_is_known() {
+        let known = super::super::template_keys();
+        for t in COMMON.iter().chain([&APPTAINER_HYBRID, &APPTAINER_BIND]) {
+            for p in placeholders(t.text) {
+                assert!(
+                    known.contains(&p.as_str()),
+                    "{}: unknown {{{{{p}}}}}",
+                    t.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn def_files_bootstrap_from_the_archive() {
+        for t in [&APPTAINER_HYBRID, &APPTAINER_BIND] {
+            assert!(t.text.contains("Bootstrap: {{bootstrap}}"));
+            assert!(t.text.contains("From: {{archive}}"));
+            for s in ["%environment", "%runscript", "%labels", "%help"] {
+                assert!(t.text.contains(s), "{} lacks {s}", t.name);
+            }
+        }
+    }
+}
