@@ -122,7 +122,7 @@ fn main() -> ExitCode {
         }
     };
     for s in &schedules {
-        if only_rank.is_none_or(|r| r == s.rank) {
+        if only_rank.is_none_or(|r: usize| r == s.rank) {
             println!("{s}");
         }
     }
