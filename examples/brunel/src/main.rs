@@ -319,6 +319,8 @@ fn summary(
         "  wall time         build {:.3} s | simulate {:.3} s (update {:.3} s, communicate/wait {:.3} s, output {:.3} s)",
         max(|r| r.build_s), sim_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
     );
+    let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
+    println!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
     if bio_s > 0.0 {
         println!(
             "  real-time factor  {:.3} (wall / biological time); {:.0} spikes/s, {:.3e} synaptic events/s",
@@ -341,7 +343,7 @@ fn summary(
     let summary = serde_json::json!({
         "params": p, "neurons": model.n, "synapses": synapses, "ranks": me.size,
         "threads": pool.current_num_threads(), "stats": stats,
-        "build_s": max(|r| r.build_s), "simulate_s": sim_s,
+        "build_s": max(|r| r.build_s), "simulate_s": sim_s, "simulate_cpu_s": cpu_s,
         "update_s": max(|r| r.update_s), "communicate_s": max(|r| r.communicate_s),
         "real_time_factor": if bio_s > 0.0 { sim_s / bio_s } else { 0.0 },
         "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),

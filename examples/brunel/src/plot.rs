@@ -71,7 +71,12 @@ pub fn plots(
             .iter()
             .map(|&c| c as f64 / n as f64 / (bin_ms / 1000.0))
             .collect();
-        let max = rate_hz.iter().cloned().fold(1.0, f64::max);
+        // Scale to the 99.5th percentile so the synchronous onset (all neurons
+        // start at V_init) does not flatten the rest; it is clipped.
+        let mut sorted = rate_hz.clone();
+        sorted.sort_by(f64::total_cmp);
+        let p995 = sorted[(sorted.len() - 1) * 995 / 1000];
+        let max = (p995 * 1.2).max(1.0);
         let root = BitMapBackend::new(rate, (w, h)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let ph = (h as i32 - t - b) as f64;
@@ -81,7 +86,7 @@ pub fn plots(
             .map(|(i, &v)| {
                 (
                     l + (i as f64 / bins as f64 * pw) as i32,
-                    h as i32 - b - (v / max * ph) as i32,
+                    h as i32 - b - (v.min(max) / max * ph) as i32,
                 )
             })
             .collect();

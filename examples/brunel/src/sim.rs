@@ -17,9 +17,10 @@
 //!
 //! The rank's neurons are split into one *shard* per thread (contiguous ranges).
 //! A shard owns its potentials (f64, as NEST), refractory counters (u32) and ring
-//! buffer: `R = next_pow2(D + 1)` slots of one `u32` per neuron, holding the number
-//! of excitatory (low 16 bits) and inhibitory (high 16 bits) inputs arriving in
-//! that step. Counting in integers makes the sum of inputs independent of the
+//! buffers: `R = next_pow2(D + 1)` slots of one `u16` per neuron for the number
+//! of excitatory and one for the number of inhibitory inputs arriving in that
+//! step (a slot's row is 2 bytes per neuron, so it stays in cache during
+//! delivery). Counting in integers makes the sum of inputs independent of the
 //! order of delivery, so the result is bit-identical for any number of ranks and
 //! threads without sorting spikes.
 //!
@@ -111,6 +112,8 @@ pub struct RankReport {
     pub build_s: f64,
     /// Seconds in the simulation loop.
     pub simulate_s: f64,
+    /// CPU seconds (user + system, all threads of the process) in the simulation loop.
+    pub simulate_cpu_s: f64,
     /// Seconds delivering and updating.
     pub update_s: f64,
     /// Seconds starting exchanges and waiting for them to finish.
@@ -149,7 +152,10 @@ struct Shard {
     v: Vec<f64>,
     refr: Vec<u32>,
     keys: Vec<u64>,
-    ring: Vec<u32>,
+    /// Excitatory inputs per (slot, neuron).
+    ring_e: Vec<u16>,
+    /// Inhibitory inputs per (slot, neuron).
+    ring_i: Vec<u16>,
     spikes: Vec<u32>,
 }
 
@@ -162,7 +168,6 @@ impl Shard {
             let gid = code & d.gid_mask;
             let s = (code >> d.gid_bits) as u64;
             let slot = ((base + s + d.delay) & d.ring_mask) as usize * len;
-            let inc = if gid < d.ne { 1 } else { 1 << 16 };
             let mut row = conn.row(gid);
             if !whole {
                 let lo = row.partition_point(|&t| t < lo_t);
@@ -170,9 +175,13 @@ impl Shard {
                 let hi = row.partition_point(|&t| t < hi_t);
                 row = &row[..hi];
             }
-            let ring = &mut self.ring[slot..slot + len];
+            let ring = if gid < d.ne {
+                &mut self.ring_e[slot..slot + len]
+            } else {
+                &mut self.ring_i[slot..slot + len]
+            };
             for &t in row {
-                ring[(t - lo_t) as usize] += inc;
+                ring[(t - lo_t) as usize] += 1;
             }
         }
     }
@@ -186,14 +195,14 @@ impl Shard {
         for s in 0..m {
             let step = step0 + s as u64;
             let slot = (step & d.ring_mask) as usize * len;
-            let ring = &mut self.ring[slot..slot + len];
+            let ring_e = &mut self.ring_e[slot..slot + len];
+            let ring_i = &mut self.ring_i[slot..slot + len];
             let code0 = (s << d.gid_bits) | self.gid0;
             for i in 0..len {
-                let inp = std::mem::take(&mut ring[i]);
+                let exc = std::mem::take(&mut ring_e[i]) as u32;
+                let inh = std::mem::take(&mut ring_i[i]);
                 if refr[i] == 0 {
-                    let k = pois.sample(draw(keys[i], step));
-                    let exc = (inp & 0xFFFF) + k;
-                    let inh = inp >> 16;
+                    let exc = exc + pois.sample(draw(keys[i], step));
                     let mut x = v[i] * d.decay + d.j * exc as f64 - d.gj * inh as f64;
                     if x >= d.v_th {
                         x = d.v_reset;
@@ -254,7 +263,8 @@ impl<'a> Simulation<'a> {
                     keys: (0..b.len)
                         .map(|i| stream_key(p.seed, Purpose::External, block.first + b.first + i))
                         .collect(),
-                    ring: vec![0; slots * len],
+                    ring_e: vec![0; slots * len],
+                    ring_i: vec![0; slots * len],
                     spikes: Vec::with_capacity(len.min(1 << 16)),
                 }
             })
@@ -332,7 +342,10 @@ impl<'a> Simulation<'a> {
             for k in 0..d {
                 let slot = ((self.step + k as u64) & self.dynp.ring_mask) as usize * len;
                 let dst = k * n + sh.block.first as usize;
-                st.ring[dst..dst + len].copy_from_slice(&sh.ring[slot..slot + len]);
+                for i in 0..len {
+                    st.ring[dst + i] =
+                        sh.ring_e[slot + i] as u32 | (sh.ring_i[slot + i] as u32) << 16;
+                }
             }
         }
         st
@@ -346,10 +359,15 @@ impl<'a> Simulation<'a> {
             let (f, len) = (sh.block.first as usize, sh.block.len as usize);
             sh.v.copy_from_slice(&st.v[f..f + len]);
             sh.refr.copy_from_slice(&st.refr[f..f + len]);
-            sh.ring.iter_mut().for_each(|x| *x = 0);
+            sh.ring_e.iter_mut().for_each(|x| *x = 0);
+            sh.ring_i.iter_mut().for_each(|x| *x = 0);
             for k in 0..d {
                 let slot = ((step + k as u64) & self.dynp.ring_mask) as usize * len;
-                sh.ring[slot..slot + len].copy_from_slice(&st.ring[k * n + f..k * n + f + len]);
+                for i in 0..len {
+                    let x = st.ring[k * n + f + i];
+                    sh.ring_e[slot + i] = (x & 0xFFFF) as u16;
+                    sh.ring_i[slot + i] = (x >> 16) as u16;
+                }
             }
         }
     }
@@ -410,6 +428,7 @@ impl<'a> Simulation<'a> {
         }
 
         let t0 = Instant::now();
+        let cpu0 = crate::cpu_seconds();
         let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
         let mut send: Vec<u32> = Vec::new();
         let mut gathered: Vec<u32> = Vec::new();
@@ -546,7 +565,7 @@ impl<'a> Simulation<'a> {
         let state_bytes: usize = self
             .shards
             .iter()
-            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring.len() * 4)
+            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring_e.len() * 4)
             .sum();
         Ok(RankReport {
             rank: self.rank,
@@ -563,6 +582,7 @@ impl<'a> Simulation<'a> {
             completed,
             build_s: self.build_s,
             simulate_s,
+            simulate_cpu_s: crate::cpu_seconds() - cpu0,
             update_s,
             communicate_s: comm_s,
             io_s,
