@@ -124,7 +124,10 @@ impl WorldExchange {
             .name("spike-exchange".into())
             .spawn(move || {
                 for msg in rx_req {
-                    let res = world.allgather(&msg);
+                    let res = {
+                        let _s = tracing::info_span!("allgather", bytes = msg.len()).entered();
+                        world.allgather(&msg)
+                    };
                     let failed = res.is_err();
                     if tx_res.send(res).is_err() || failed {
                         break;

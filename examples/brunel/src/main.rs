@@ -407,8 +407,15 @@ fn main() {
                 }
                 _ => path.clone(),
             };
+            let file = match std::fs::File::create(&path) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("brunel: error: cannot create trace file {}: {e}", path.display());
+                    std::process::exit(1);
+                }
+            };
             let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
-                .file(path)
+                .writer(file)
                 .include_args(true)
                 .build();
             let layer = layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO);

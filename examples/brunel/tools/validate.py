@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Run NEST (tools/nest_brunel.py) and the brunel example on the same parameters
+and compare mean rate and CV of ISIs. Exit status 1 if a case is out of tolerance
+(rate within 5 %, CV within 0.05).
+
+    python3 validate.py --brunel path/to/brunel [--quick]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from read_spikes import read, stats  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--brunel", required=True)
+ap.add_argument("--quick", action="store_true", help="only the small network")
+ap.add_argument("--t-sim", type=float, default=1000.0)
+a = ap.parse_args()
+
+cases = [  # (label, order, ce, ci, v_reset)
+    ("order 250, CE 100, CI 25, V_reset 0", 250, 100, 25, 0.0),
+    ("order 250, CE 100, CI 25, V_reset 10", 250, 100, 25, 10.0),
+]
+if not a.quick:
+    cases += [
+        ("order 2500, V_reset 0 (nest)", 2500, None, None, 0.0),
+        ("order 2500, V_reset 10 (paper)", 2500, None, None, 10.0),
+    ]
+
+rows, ok = [], True
+for label, order, ce, ci, vr in cases:
+    extra = (["--ce", str(ce), "--ci", str(ci)] if ce else [])
+    nest = subprocess.run(
+        [sys.executable, os.path.join(HERE, "nest_brunel.py"), "--order", str(order),
+         "--v-reset", str(vr), "--t-sim", str(a.t_sim)] + extra,
+        check=True, capture_output=True, text=True)
+    n = json.loads(nest.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(
+            [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
+             "--out", out, "--quiet", "--no-plot"] + extra,
+            check=True, capture_output=True, text=True)
+        hdr, t, ids = read(os.path.join(out, "spikes.spk"))
+        summ = json.load(open(os.path.join(out, "summary.json")))
+    rate, cv = stats(t, ids, hdr["n_neurons"], hdr["t_sim_ms"])
+    d_rate = (rate - n["rate_hz"]) / n["rate_hz"]
+    d_cv = cv - n["cv_isi"]
+    good = abs(d_rate) <= 0.05 and abs(d_cv) <= 0.05
+    ok &= good
+    rows.append((label, n["spikes"], len(t), n["rate_hz"], rate, d_rate, n["cv_isi"], cv, d_cv,
+                 n["simulate_cpu_s"], summ["simulate_cpu_s"], good))
+
+print(f"{'case':<38} {'spikes NEST':>11} {'ours':>9} {'rate NEST':>9} {'ours':>7} {'diff':>6}"
+      f" {'CV NEST':>7} {'ours':>6} {'diff':>6} {'sim CPU-s NEST':>14} {'ours':>6}")
+for r in rows:
+    print(f"{r[0]:<38} {r[1]:>11} {r[2]:>9} {r[3]:>8.2f}H {r[4]:>6.2f}H {r[5]*100:>+5.1f}%"
+          f" {r[6]:>7.3f} {r[7]:>6.3f} {r[8]:>+6.3f} {r[9]:>14.2f} {r[10]:>6.2f}  {'ok' if r[11] else 'FAIL'}")
+sys.exit(0 if ok else 1)

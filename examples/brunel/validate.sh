@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Validates the brunel example against NEST 3.10 (brunel_delta_nest.py, single
+# process): mean rate within 5 % and CV of ISIs within 0.05, at order 250
+# (CE 100, CI 25) and order 2500, with V_reset 0 (NEST's example) and 10 (paper).
+#
+#   examples/brunel/validate.sh           # all cases (~2 min, NEST dominates)
+#   examples/brunel/validate.sh --quick   # the small network only
+#
+# Needs Python 3 with pip. NEST comes from PyPI (`pip install nest-simulator`) into
+# a virtual environment at $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv),
+# unless $PYTHON already imports nest.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+py=${PYTHON:-python3}
+if ! "$py" -c "import nest, numpy" >/dev/null 2>&1; then
+    venv=${BRUNEL_VENV:-$HOME/.cache/hpc-rs/brunel-venv}
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "creating $venv with nest-simulator (once)" >&2
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q nest-simulator numpy
+    fi
+    py=$venv/bin/python
+fi
+target=${CARGO_TARGET_DIR:-$root/target}
+(cd "$root" && cargo build -q --release -p hpc-example-brunel)
+exec "$py" "$here/tools/validate.py" --brunel "$target/release/brunel" "$@"
