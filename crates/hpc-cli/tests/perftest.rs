@@ -32,8 +32,19 @@ fn rows(text: &str) -> Vec<Vec<f64>> {
 fn every_test_on_shm_and_tcp() {
     for backend in ["shm", "tcp"] {
         for test in ["write_bw", "read_bw", "send_bw"] {
-            let out = perftest(&[test, "--backend", backend, "--size", "4096", "--iters", "200"]);
-            assert!(out.contains("BW peak[MB/sec]") && out.contains("MsgRate[Mpps]"), "{out}");
+            let out = perftest(&[
+                test,
+                "--backend",
+                backend,
+                "--size",
+                "4096",
+                "--iters",
+                "200",
+            ]);
+            assert!(
+                out.contains("BW peak[MB/sec]") && out.contains("MsgRate[Mpps]"),
+                "{out}"
+            );
             assert!(out.contains(&format!("hpc-rdma {backend}")), "{out}");
             let r = rows(&out);
             assert_eq!(r.len(), 1, "{out}");
@@ -43,7 +54,10 @@ fn every_test_on_shm_and_tcp() {
         }
         for test in ["write_lat", "read_lat", "send_lat"] {
             let out = perftest(&[test, "--backend", backend, "--size", "64", "--iters", "200"]);
-            assert!(out.contains("t_typical[usec]") && out.contains("99% percentile[usec]"), "{out}");
+            assert!(
+                out.contains("t_typical[usec]") && out.contains("99% percentile[usec]"),
+                "{out}"
+            );
             let r = rows(&out);
             assert_eq!(r.len(), 1, "{out}");
             assert_eq!(r[0].len(), 8, "{out}");

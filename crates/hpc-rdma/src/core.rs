@@ -197,13 +197,38 @@ pub struct Completion {
     pub result: Result<Payload>,
 }
 
+/// A fast hasher for the small integer keys of the operation tables (ids, ranks and
+/// tags are not attacker-chosen in a way that matters: a peer can only slow its own
+/// messages down).
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+type Fast = std::hash::BuildHasherDefault<IdHasher>;
+
 #[derive(Default)]
 struct State {
-    ready: HashMap<u64, Completion>,
-    pending: HashMap<u64, (usize, OpKind)>,
-    posted: HashMap<(usize, u64), VecDeque<u64>>,
-    unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
-    dead: HashMap<usize, String>,
+    ready: HashMap<u64, Completion, Fast>,
+    pending: HashMap<u64, (usize, OpKind), Fast>,
+    posted: HashMap<(usize, u64), VecDeque<u64>, Fast>,
+    unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>, Fast>,
+    dead: HashMap<usize, String, Fast>,
 }
 
 /// State shared by the transport and its backends.
@@ -272,10 +297,7 @@ impl Shared {
     /// A message arrived from `peer`.
     pub(crate) fn deliver(&self, peer: usize, tag: u64, data: Vec<u8>) {
         let mut st = self.st();
-        let posted = st
-            .posted
-            .get_mut(&(peer, tag))
-            .and_then(|q| q.pop_front());
+        let posted = st.posted.get_mut(&(peer, tag)).and_then(|q| q.pop_front());
         match posted {
             Some(op) => {
                 st.pending.remove(&op);
@@ -289,7 +311,11 @@ impl Shared {
                     },
                 );
             }
-            None => st.unexpected.entry((peer, tag)).or_default().push_back(data),
+            None => st
+                .unexpected
+                .entry((peer, tag))
+                .or_default()
+                .push_back(data),
         }
     }
 
@@ -449,12 +475,24 @@ mod tests {
         let b = s.post_recv(1, 6);
         let c = s.post_recv(1, 5);
         let d = s.post_recv(1, 5);
-        assert_eq!(s.take(a).unwrap().unwrap().result.unwrap().into_bytes(), vec![1]);
-        assert_eq!(s.take(b).unwrap().unwrap().result.unwrap().into_bytes(), vec![3]);
-        assert_eq!(s.take(c).unwrap().unwrap().result.unwrap().into_bytes(), vec![2]);
+        assert_eq!(
+            s.take(a).unwrap().unwrap().result.unwrap().into_bytes(),
+            vec![1]
+        );
+        assert_eq!(
+            s.take(b).unwrap().unwrap().result.unwrap().into_bytes(),
+            vec![3]
+        );
+        assert_eq!(
+            s.take(c).unwrap().unwrap().result.unwrap().into_bytes(),
+            vec![2]
+        );
         assert!(s.take(d).unwrap().is_none());
         s.deliver(1, 5, vec![4]);
-        assert_eq!(s.take(d).unwrap().unwrap().result.unwrap().into_bytes(), vec![4]);
+        assert_eq!(
+            s.take(d).unwrap().unwrap().result.unwrap().into_bytes(),
+            vec![4]
+        );
         assert!(s.take(d).is_err(), "taken twice");
     }
 
@@ -480,7 +518,10 @@ mod tests {
         let r = s.new_region(64).unwrap();
         let k = r.remote_key();
         assert!(s.lookup(k.id, k.key, 0, 64).is_ok());
-        assert!(matches!(s.lookup(k.id, k.key ^ 1, 0, 1), Err(Error::BadKey(_))));
+        assert!(matches!(
+            s.lookup(k.id, k.key ^ 1, 0, 1),
+            Err(Error::BadKey(_))
+        ));
         assert!(matches!(
             s.lookup(k.id, k.key, 60, 5),
             Err(Error::OutOfBounds { .. })

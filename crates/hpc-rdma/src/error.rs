@@ -34,7 +34,9 @@ pub enum Error {
         what: String,
     },
     /// A put/get would touch bytes outside the registered region.
-    #[error("out of bounds: offset {offset} + length {len} exceeds the region's {region_len} bytes")]
+    #[error(
+        "out of bounds: offset {offset} + length {len} exceeds the region's {region_len} bytes"
+    )]
     OutOfBounds {
         /// Offset in the region.
         offset: u64,

@@ -255,16 +255,26 @@ impl Backend for Loopback {
         BackendKind::Loopback
     }
     fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()> {
-        let region = self.shared.lookup(dst.id, dst.key, offset, src.len() as u64)?;
+        let region = self
+            .shared
+            .lookup(dst.id, dst.key, offset, src.len() as u64)?;
         // SAFETY: `lookup` checked the bounds; `src` is valid for its length; the regions
         // may be the same, so use an overlapping copy.
-        unsafe { std::ptr::copy(src.as_ptr(), region.as_ptr().add(offset as usize), src.len()) };
+        unsafe {
+            std::ptr::copy(
+                src.as_ptr(),
+                region.as_ptr().add(offset as usize),
+                src.len(),
+            )
+        };
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.shared.complete(op, Ok(src.into_payload()));
         Ok(())
     }
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
-        let region = self.shared.lookup(src.id, src.key, offset, dst.len() as u64)?;
+        let region = self
+            .shared
+            .lookup(src.id, src.key, offset, dst.len() as u64)?;
         let payload = dst.fill(|ptr, len| {
             // SAFETY: both ranges checked; possibly the same region, so overlapping copy.
             unsafe { std::ptr::copy(region.as_ptr().add(offset as usize), ptr, len) };
@@ -310,13 +320,24 @@ impl std::fmt::Debug for Transport {
         f.debug_struct("Transport")
             .field("rank", &self.shared.rank)
             .field("size", &self.shared.size)
-            .field("routes", &(0..self.size()).map(|p| self.backend_of(p)).collect::<Vec<_>>())
+            .field(
+                "routes",
+                &(0..self.size())
+                    .map(|p| self.backend_of(p))
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
 /// Which backend serves ranks `a` and `b` (symmetric, computable by every rank).
-fn route(world: &World, choice: Choice, verbs_ok: &[bool], a: usize, b: usize) -> Result<BackendKind> {
+fn route(
+    world: &World,
+    choice: Choice,
+    verbs_ok: &[bool],
+    a: usize,
+    b: usize,
+) -> Result<BackendKind> {
     if a == b {
         return Ok(BackendKind::Loopback);
     }
@@ -476,7 +497,10 @@ impl Transport {
             .map(|(r, b)| {
                 let k = RemoteKey::from_bytes(b)?;
                 if k.rank() != r {
-                    return Err(Error::BadKey(format!("rank {r} sent a key of rank {}", k.rank())));
+                    return Err(Error::BadKey(format!(
+                        "rank {r} sent a key of rank {}",
+                        k.rank()
+                    )));
                 }
                 Ok(k)
             })

@@ -307,7 +307,9 @@ impl Region {
     /// Atomically reads the 8 bytes at `offset` (8-aligned) with acquire ordering:
     /// the way to poll for the last 8 bytes of a put (see [`crate::Transport::put`]).
     pub fn load_u64(&self, offset: usize) -> Result<u64> {
-        Ok(u64::from_le(self.atomic_at(offset)?.load(Ordering::Acquire)))
+        Ok(u64::from_le(
+            self.atomic_at(offset)?.load(Ordering::Acquire),
+        ))
     }
 
     /// Atomically writes the 8 bytes at `offset` (8-aligned) with release ordering.

@@ -99,7 +99,10 @@ impl Producer {
     /// Appends one record made of `parts`; false if there is no room now.
     pub(crate) fn try_push(&mut self, kind: u32, tag: u64, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        assert!(len <= self.max_payload(), "record larger than a quarter ring");
+        assert!(
+            len <= self.max_payload(),
+            "record larger than a quarter ring"
+        );
         let cap = self.raw.cap;
         let rec = REC_HDR + up16(len);
         let pos = (self.head as usize) & (cap - 1);
@@ -219,7 +222,9 @@ impl Consumer {
             let pos = (self.tail as usize) & (cap - 1);
             let mut h = [0u8; REC_HDR];
             // SAFETY: pos is a multiple of 16 below cap, so the header lies in the ring.
-            unsafe { std::ptr::copy_nonoverlapping(self.raw.data.add(pos), h.as_mut_ptr(), REC_HDR) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.raw.data.add(pos), h.as_mut_ptr(), REC_HDR)
+            };
             let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
             let kind = u32::from_le_bytes(h[4..8].try_into().expect("4"));
             let tag = u64::from_le_bytes(h[8..16].try_into().expect("8"));
@@ -293,11 +298,14 @@ mod tests {
         let cap = 1024;
         let mut g = Guarded::new(cap);
         // SAFETY: `g` outlives both ends; one producer, one consumer.
-        let (mut p, mut c) = unsafe { (Producer::new(g.base(), cap), Consumer::new(g.base(), cap)) };
+        let (mut p, mut c) =
+            unsafe { (Producer::new(g.base(), cap), Consumer::new(g.base(), cap)) };
         let mut expect = std::collections::VecDeque::new();
         let mut seed = 12345u64;
         for i in 0..5000u64 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let len = (seed >> 33) as usize % (p.max_payload() + 1);
             let data: Vec<u8> = (0..len).map(|j| (i as usize + j) as u8).collect();
             let (a, b) = data.split_at(len / 3);
@@ -329,7 +337,8 @@ mod tests {
         let cap = 256;
         let mut g = Guarded::new(cap);
         // SAFETY: as above.
-        let (mut p, mut c) = unsafe { (Producer::new(g.base(), cap), Consumer::new(g.base(), cap)) };
+        let (mut p, mut c) =
+            unsafe { (Producer::new(g.base(), cap), Consumer::new(g.base(), cap)) };
         let mut n = 0;
         while p.try_push(1, n, &[&[1u8; 48]]) {
             n += 1;
@@ -386,7 +395,9 @@ mod tests {
         while i < n {
             let mut ok = true;
             if c.pop(|_, t, r| {
-                ok = t == i && r.len() == (i % 300) as usize && r.to_vec().iter().all(|&b| b == (i % 251) as u8)
+                ok = t == i
+                    && r.len() == (i % 300) as usize
+                    && r.to_vec().iter().all(|&b| b == (i % 251) as u8)
             })
             .unwrap()
             {

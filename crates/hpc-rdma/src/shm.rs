@@ -172,8 +172,7 @@ impl Shm {
                 m
             }
         };
-        if m.key_slot().load(Ordering::Acquire) != key.key || m.data_capacity() < key.len as usize
-        {
+        if m.key_slot().load(Ordering::Acquire) != key.key || m.data_capacity() < key.len as usize {
             maps.remove(&id);
             return Err(Error::BadKey(format!(
                 "region {} of rank {} was deregistered (stale key)",
@@ -198,9 +197,7 @@ impl Shm {
                     let ok = if !m.started {
                         let total = (m.data.len() as u64).to_le_bytes();
                         let n = (max - 8).min(m.data.len());
-                        let ok = tx
-                            .prod
-                            .try_push(FRAG_FIRST, m.tag, &[&total, &m.data[..n]]);
+                        let ok = tx.prod.try_push(FRAG_FIRST, m.tag, &[&total, &m.data[..n]]);
                         if ok {
                             m.started = true;
                             m.sent = n;

@@ -284,7 +284,9 @@ fn error_of(code: u8, what: &str) -> Error {
             len: 0,
             region_len: 0,
         },
-        _ => Error::BadKey(format!("{what} rejected by the target (wrong or stale key)")),
+        _ => Error::BadKey(format!(
+            "{what} rejected by the target (wrong or stale key)"
+        )),
     }
 }
 
@@ -326,15 +328,30 @@ fn reader_loop(inner: Arc<Inner>, peer: usize, mut s: TcpStream) {
     if !inner.closing.load(Ordering::Acquire) {
         inner.shared.fail_peer(peer, &why);
     }
-    inner.puts.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (p, _)| *p != peer);
-    inner.gets.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (p, _)| *p != peer);
+    inner
+        .puts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|_, (p, _)| *p != peer);
+    inner
+        .gets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|_, (p, _)| *p != peer);
 }
 
 fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
     let shared = &inner.shared;
-    let conn = inner.conns[peer].clone().expect("reader of an existing conn");
+    let conn = inner.conns[peer]
+        .clone()
+        .expect("reader of an existing conn");
     let reply = |r: Reply| {
-        if let Some(tx) = conn.replies.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(tx) = conn
+            .replies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             let _ = tx.send(r);
         }
     };
@@ -396,7 +413,11 @@ fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
                 }
             }
             Kind::PutAck => {
-                let src = inner.puts.lock().unwrap_or_else(|e| e.into_inner()).remove(&h.op);
+                let src = inner
+                    .puts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&h.op);
                 let (_, src) =
                     src.ok_or_else(|| Error::Protocol(format!("ack of unknown put {}", h.op)))?;
                 let res = if h.status == status::OK {
@@ -407,7 +428,11 @@ fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
                 shared.complete(OpId(h.op), res);
             }
             Kind::GetReply => {
-                let sink = inner.gets.lock().unwrap_or_else(|e| e.into_inner()).remove(&h.op);
+                let sink = inner
+                    .gets
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&h.op);
                 let (_, sink) =
                     sink.ok_or_else(|| Error::Protocol(format!("reply to unknown get {}", h.op)))?;
                 if h.status != status::OK {

@@ -140,7 +140,10 @@ impl Endpoint {
     /// Decodes [`Endpoint::to_bytes`], rejecting bad sizes, magic and 24-bit overflows.
     pub fn from_bytes(b: &[u8]) -> Result<Endpoint> {
         if b.len() != ENDPOINT_BYTES {
-            return Err(Error::Protocol(format!("verbs endpoint of {} bytes", b.len())));
+            return Err(Error::Protocol(format!(
+                "verbs endpoint of {} bytes",
+                b.len()
+            )));
         }
         if b[0..4] != EP_MAGIC.to_le_bytes() || b[14] != 0 || b[15] != 0 {
             return Err(Error::Protocol("verbs endpoint: bad magic".into()));
@@ -153,7 +156,9 @@ impl Endpoint {
             gid: b[16..32].try_into().expect("16"),
         };
         if e.qpn >= 1 << 24 || e.psn >= 1 << 24 {
-            return Err(Error::Protocol("verbs endpoint: QPN/PSN beyond 24 bits".into()));
+            return Err(Error::Protocol(
+                "verbs endpoint: QPN/PSN beyond 24 bits".into(),
+            ));
         }
         Ok(e)
     }
@@ -219,7 +224,9 @@ impl WorkRequest {
             )));
         }
         if key.rkey == 0 {
-            return Err(Error::BadKey("the region was not registered with an HCA".into()));
+            return Err(Error::BadKey(
+                "the region was not registered with an HCA".into(),
+            ));
         }
         Ok(WorkRequest {
             wr_id,

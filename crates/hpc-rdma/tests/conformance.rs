@@ -13,9 +13,20 @@ use hpc_runtime::{Coordinator, World};
 const CHILD: &str = "HPC_RDMA_CHILD";
 
 /// Starts `n` ranks of this binary running `role`, returns their outputs.
-fn launch(n: usize, role: &str, backend: &str, extra_env: &[(&str, &str)]) -> Vec<std::process::Output> {
+fn launch(
+    n: usize,
+    role: &str,
+    backend: &str,
+    extra_env: &[(&str, &str)],
+) -> Vec<std::process::Output> {
     let secret = hpc_runtime::random_u64();
-    let coord = Coordinator::start(n, secret, Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let coord = Coordinator::start(
+        n,
+        secret,
+        Duration::from_secs(10),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
     launch_with(&coord, secret, n, role, backend, extra_env, |_| Vec::new())
 }
 
@@ -53,7 +64,9 @@ fn launch_with(
             c.spawn().unwrap()
         })
         .collect();
-    kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect()
+    kids.into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect()
 }
 
 fn assert_all_ok(outs: &[std::process::Output], skip: &[usize]) {
@@ -73,7 +86,9 @@ fn assert_all_ok(outs: &[std::process::Output], skip: &[usize]) {
 /// Entry point of the child processes (a no-op in a normal test run).
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(CHILD) else { return };
+    let Ok(role) = std::env::var(CHILD) else {
+        return;
+    };
     let world = World::init().unwrap();
     if role == "verbs" {
         let e = Transport::new(&world).unwrap_err();
@@ -99,7 +114,9 @@ fn child() {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn suite(world: &World, t: &Transport) {
@@ -143,7 +160,11 @@ fn suite(world: &World, t: &Transport) {
     let s = t.send(peer, 9, data.clone()).unwrap();
     let r = t.recv(peer, 9).unwrap();
     assert_eq!(t.wait(r).unwrap().into_bytes(), pattern(big, peer as u8));
-    assert_eq!(t.wait(s).unwrap().into_bytes(), data, "send hands the buffer back");
+    assert_eq!(
+        t.wait(s).unwrap().into_bytes(),
+        data,
+        "send hands the buffer back"
+    );
     world.barrier().unwrap();
     let p = t.put(data, &pk, 0).unwrap();
     t.wait(p).unwrap();
@@ -154,7 +175,15 @@ fn suite(world: &World, t: &Transport) {
     // Get into a local region slice; put from a region slice (zero-copy paths).
     let local = t.register(1 << 20).unwrap();
     let g = t
-        .get_to(&pk, 4096, Sink::Region { region: local.clone(), offset: 8, len: 1000 })
+        .get_to(
+            &pk,
+            4096,
+            Sink::Region {
+                region: local.clone(),
+                offset: 8,
+                len: 1000,
+            },
+        )
         .unwrap();
     assert!(matches!(t.wait(g).unwrap(), Payload::Region(_)));
     let mut got = vec![0u8; 1000];
@@ -173,8 +202,9 @@ fn suite(world: &World, t: &Transport) {
     assert!(t.wait(g).unwrap().into_bytes().is_empty());
 
     // Many outstanding gets, completed through poll().
-    let mut left: std::collections::HashSet<_> =
-        (0..256).map(|i| t.get(&pk, i * 4096, 4096).unwrap()).collect();
+    let mut left: std::collections::HashSet<_> = (0..256)
+        .map(|i| t.get(&pk, i * 4096, 4096).unwrap())
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !left.is_empty() {
         for c in t.poll().unwrap() {
@@ -185,18 +215,37 @@ fn suite(world: &World, t: &Transport) {
     }
 
     // Out of bounds: rejected before anything moves.
-    assert!(matches!(t.put(vec![1; 2], &pk, big as u64 - 1), Err(Error::OutOfBounds { .. })));
-    assert!(matches!(t.get(&pk, u64::MAX, 2), Err(Error::OutOfBounds { .. })));
     assert!(matches!(
-        t.put(Source::Region { region: local.clone(), offset: (1 << 20) - 1, len: 2 }, &pk, 0),
+        t.put(vec![1; 2], &pk, big as u64 - 1),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        t.get(&pk, u64::MAX, 2),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        t.put(
+            Source::Region {
+                region: local.clone(),
+                offset: (1 << 20) - 1,
+                len: 2
+            },
+            &pk,
+            0
+        ),
         Err(Error::OutOfBounds { .. })
     ));
     // A forged key that claims a longer region is refused by the target side.
     let mut forged = pk.to_bytes();
     forged[32..40].copy_from_slice(&(2 * big as u64).to_le_bytes());
     let forged = hpc_rdma::RemoteKey::from_bytes(&forged).unwrap();
-    let res = t.put(vec![0xEE; 8], &forged, big as u64 + 8).and_then(|op| t.wait(op));
-    assert!(res.is_err(), "write past a region with a forged length: {res:?}");
+    let res = t
+        .put(vec![0xEE; 8], &forged, big as u64 + 8)
+        .and_then(|op| t.wait(op));
+    assert!(
+        res.is_err(),
+        "write past a region with a forged length: {res:?}"
+    );
     // A wrong key is refused.
     let mut wrong = pk.to_bytes();
     wrong[24] ^= 0x5a;
@@ -256,7 +305,10 @@ fn suite(world: &World, t: &Transport) {
     assert!(t.send(7, 0, vec![]).is_err());
     let s = t.send(peer, 11, vec![1]).unwrap();
     t.wait(s).unwrap();
-    assert!(matches!(t.wait(s), Err(Error::InvalidArgument(_))), "waited twice");
+    assert!(
+        matches!(t.wait(s), Err(Error::InvalidArgument(_))),
+        "waited twice"
+    );
     let r = t.recv(peer, 11).unwrap();
     t.wait(r).unwrap();
     world.barrier().unwrap();
@@ -288,12 +340,19 @@ fn death(world: &World, t: &Transport) {
     }
     let r = t.recv(1, 2).unwrap();
     let res = t.wait_timeout(r, Duration::from_secs(5));
-    eprintln!("first error {err:?}, recv {res:?} after {:?}", start.elapsed());
+    eprintln!(
+        "first error {err:?}, recv {res:?} after {:?}",
+        start.elapsed()
+    );
     assert!(
-        matches!(err, Some(Error::PeerLost { rank: 1, .. })) || matches!(err, Some(Error::BadKey(_))),
+        matches!(err, Some(Error::PeerLost { rank: 1, .. }))
+            || matches!(err, Some(Error::BadKey(_))),
         "{err:?}"
     );
-    assert!(matches!(res, Err(Error::PeerLost { rank: 1, .. })), "{res:?}");
+    assert!(
+        matches!(res, Err(Error::PeerLost { rank: 1, .. })),
+        "{res:?}"
+    );
     assert!(start.elapsed() < Duration::from_secs(8));
     // Do not finalize with the launcher: the peer is gone.
     println!("CHILD-OK rank 0");
@@ -327,20 +386,33 @@ conformance!(tcp_suite, tcp_peer_death, "tcp");
 fn verbs_without_device_is_no_device_and_auto_falls_back() {
     assert!(matches!(hpc_rdma::verbs::probe(), Err(Error::NoDevice(_))));
     assert_all_ok(&launch(2, "verbs", "verbs", &[]), &[]);
-    assert_all_ok(&launch(2, "fallback", "auto", &[("HPC_NODE_NAME", "node{rank}")]), &[]);
+    assert_all_ok(
+        &launch(2, "fallback", "auto", &[("HPC_NODE_NAME", "node{rank}")]),
+        &[],
+    );
 }
 
 /// A singleton talks to itself through the loopback backend.
 #[test]
 fn singleton_loopback() {
     let w = World::init().unwrap();
-    let t = Transport::with_options(&w, Options { backend: Choice::Auto, ..Options::default() }).unwrap();
+    let t = Transport::with_options(
+        &w,
+        Options {
+            backend: Choice::Auto,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     let r = t.register(64).unwrap();
     let k = t.exchange_keys(&w, &r).unwrap();
     let p = t.put(vec![3u8; 64], &k[0], 0).unwrap();
     t.wait(p).unwrap();
     assert_eq!(r.to_vec(), vec![3u8; 64]);
-    assert!(matches!(t.put(vec![3u8; 65], &k[0], 0), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(
+        t.put(vec![3u8; 65], &k[0], 0),
+        Err(Error::OutOfBounds { .. })
+    ));
 }
 
 /// Two network namespaces joined by a veth pair, deleted on drop.
@@ -365,11 +437,22 @@ impl Netns {
             sh(&["ip", "netns", "add", n]);
             sh(&["ip", "-n", n, "link", "set", "lo", "up"]);
         }
-        sh(&["ip", "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1]]);
+        sh(&[
+            "ip", "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+        ]);
         for i in 0..2 {
             sh(&["ip", "link", "set", &veth[i], "netns", &ns.names[i]]);
             let addr = format!("{}/24", ns.addr(i));
-            sh(&["ip", "-n", &ns.names[i], "addr", "add", &addr, "dev", &veth[i]]);
+            sh(&[
+                "ip",
+                "-n",
+                &ns.names[i],
+                "addr",
+                "add",
+                &addr,
+                "dev",
+                &veth[i],
+            ]);
             sh(&["ip", "-n", &ns.names[i], "link", "set", &veth[i], "up"]);
         }
         ns
@@ -416,8 +499,14 @@ fn tcp_suite_across_network_namespaces() {
     let secret = hpc_runtime::random_u64();
     let coord = ns.coordinator(2, secret);
     let names = ns.names.clone();
-    let outs = launch_with(&coord, secret, 2, "suite", "tcp", &[("HPC_NODE_NAME", "node{rank}")], |r| {
-        vec!["ip".into(), "netns".into(), "exec".into(), names[r].clone()]
-    });
+    let outs = launch_with(
+        &coord,
+        secret,
+        2,
+        "suite",
+        "tcp",
+        &[("HPC_NODE_NAME", "node{rank}")],
+        |r| vec!["ip".into(), "netns".into(), "exec".into(), names[r].clone()],
+    );
     assert_all_ok(&outs, &[]);
 }

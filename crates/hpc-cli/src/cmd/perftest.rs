@@ -237,7 +237,13 @@ fn write_lat(
     Ok(())
 }
 
-fn send_lat(t: &Transport, me: usize, peer: usize, size: usize, iters: usize) -> anyhow::Result<()> {
+fn send_lat(
+    t: &Transport,
+    me: usize,
+    peer: usize,
+    size: usize,
+    iters: usize,
+) -> anyhow::Result<()> {
     let warmup = iters / 10 + 10;
     let mut times = Vec::with_capacity(iters);
     let mut msg = vec![0x5Au8; size];
@@ -264,7 +270,13 @@ fn send_lat(t: &Transport, me: usize, peer: usize, size: usize, iters: usize) ->
     Ok(())
 }
 
-fn read_lat(t: &Transport, peer_key: &RemoteKey, me: usize, size: usize, iters: usize) -> anyhow::Result<()> {
+fn read_lat(
+    t: &Transport,
+    peer_key: &RemoteKey,
+    me: usize,
+    size: usize,
+    iters: usize,
+) -> anyhow::Result<()> {
     if me != 0 {
         return Ok(());
     }

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Transport benchmark: hpc-rdma side by side with its references, in one run.
+#   shm 8-byte half round trip   vs Open MPI shared memory (vader) ping-pong
+#   shm 1 MiB put bandwidth      vs one-thread memcpy of 1 MiB (same process, same run)
+#   tcp 1 MiB put bandwidth      vs a plain socket stream, both between two network
+#                                namespaces joined by a veth pair (root only)
+# Usage: benches/transport.sh [iterations]   (default 100000 latency round trips)
+set -eu
+cd "$(dirname "$0")/.."
+ITERS="${1:-100000}"
+: "${CARGO_TARGET_DIR:=target}"
+export CARGO_TARGET_DIR
+if command -v mpicc >/dev/null 2>&1; then
+    cargo build --release -q -p hpc-benches --features mpi --bin transport --bin mpi_pingpong
+    MPI="--mpi-pingpong $CARGO_TARGET_DIR/release/mpi_pingpong"
+else
+    echo "no MPI installed: the Open MPI reference is skipped" >&2
+    cargo build --release -q -p hpc-benches --bin transport
+    MPI=""
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "not root: the tcp row across network namespaces is skipped" >&2
+fi
+echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
+# shellcheck disable=SC2086
+"$CARGO_TARGET_DIR/release/transport" --iters "$ITERS" $MPI
