@@ -410,7 +410,10 @@ fn main() {
             let file = match std::fs::File::create(&path) {
                 Ok(f) => f,
                 Err(e) => {
-                    eprintln!("brunel: error: cannot create trace file {}: {e}", path.display());
+                    eprintln!(
+                        "brunel: error: cannot create trace file {}: {e}",
+                        path.display()
+                    );
                     std::process::exit(1);
                 }
             };

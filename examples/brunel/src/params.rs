@@ -294,4 +294,10 @@ mod tests {
         let back = Params::from_toml_str(&m.params.to_toml(), Preset::Paper).unwrap();
         assert_eq!(back, m.params);
     }
+
+    #[test]
+    fn shipped_file_is_the_paper_preset() {
+        let p = Params::from_toml_str(include_str!("../brunel.toml"), Preset::Nest).unwrap();
+        assert_eq!(p, Params::preset(Preset::Paper));
+    }
 }

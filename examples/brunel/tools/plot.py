@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Labelled raster and population-rate plots of a spike file (matplotlib).
+
+    python3 plot.py brunel-out/spikes.spk [--out brunel-out/brunel.png] [--n 50]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from read_spikes import read  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("spikes")
+ap.add_argument("--out")
+ap.add_argument("--n", type=int, default=50, help="neurons shown per population")
+a = ap.parse_args()
+
+import matplotlib  # noqa: E402
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+hdr, t, ids = read(a.spikes)
+pops = hdr["populations"]
+fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(10, 6), height_ratios=[3, 1])
+row = 0
+for p, color in zip(pops, ["tab:blue", "tab:red"]):
+    sel = (ids >= p["first"]) & (ids < p["first"] + min(a.n, p["count"]))
+    ax1.plot(t[sel], ids[sel] - p["first"] + row, ".", ms=2, color=color, label=p["name"])
+    row += min(a.n, p["count"])
+ax1.set_ylabel("neuron")
+ax1.legend(loc="upper right")
+bins = np.arange(0, hdr["t_sim_ms"] + 1.0, 1.0)
+h, _ = np.histogram(t, bins)
+ax2.plot(bins[:-1], h / hdr["n_neurons"] / 1e-3, color="k", lw=0.8)
+ax2.set_xlabel("time (ms)")
+ax2.set_ylabel("rate (Hz)")
+ax1.set_title(f"Brunel network, {hdr['n_neurons']} neurons, {len(t)} spikes")
+out = a.out or os.path.splitext(a.spikes)[0] + ".png"
+fig.savefig(out, dpi=100, bbox_inches="tight")
+print(out)
