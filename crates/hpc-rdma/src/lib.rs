@@ -311,6 +311,8 @@ pub struct Transport {
     shared: Arc<Shared>,
     backends: Vec<Box<dyn Backend>>,
     route: Vec<usize>,
+    /// Backend of two-sided messages per peer (tcp for verbs peers).
+    send_route: Vec<usize>,
     progress: Vec<usize>,
     timeout: Duration,
 }
@@ -395,7 +397,11 @@ impl Transport {
                     route_kind.push(k);
                     match k {
                         BackendKind::Tcp => tcp_peers.push(b),
-                        BackendKind::Verbs => verbs_peers.push(b),
+                        BackendKind::Verbs => {
+                            // One-sided over verbs; two-sided and liveness over tcp.
+                            verbs_peers.push(b);
+                            tcp_peers.push(b);
+                        }
                         _ => {}
                     }
                 }
@@ -420,6 +426,21 @@ impl Transport {
                     .expect("every routed backend exists")
             })
             .collect();
+        let tcp_index = backends
+            .iter()
+            .position(|b| b.kind() == BackendKind::Tcp)
+            .expect("tcp backend exists");
+        let send_route = route_kind
+            .iter()
+            .zip(&route)
+            .map(|(k, &i)| {
+                if *k == BackendKind::Verbs {
+                    tcp_index
+                } else {
+                    i
+                }
+            })
+            .collect();
         for (p, k) in route_kind.iter().enumerate() {
             if p != me {
                 tracing::info!(rank = me, peer = p, backend = k.name(), "transport route");
@@ -433,6 +454,7 @@ impl Transport {
             shared,
             backends,
             route,
+            send_route,
             progress,
             timeout: opts.timeout.unwrap_or_else(|| world.timeout()),
         })
@@ -551,7 +573,14 @@ impl Transport {
 
     /// Sends a tagged message to `peer`; the vector comes back in the completion.
     pub fn send(&self, peer: usize, tag: u64, data: Vec<u8>) -> Result<OpId> {
-        self.post(peer, OpKind::Send, |b, op| b.send(op, peer, tag, data))
+        self.backend(peer)?;
+        let backend = &*self.backends[self.send_route[peer]];
+        let op = self.shared.begin(peer, OpKind::Send)?;
+        if let Err(e) = backend.send(op, peer, tag, data) {
+            self.shared.abort(op);
+            return Err(e);
+        }
+        Ok(op)
     }
 
     /// Receives the next message from `peer` with `tag` (as [`Payload::Bytes`]).

@@ -47,10 +47,11 @@ impl Mapping {
         }
         // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: fchmod/ftruncate on a descriptor we own.
-        if unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0
-            || unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) } != 0
-        {
+        // SAFETY: fchmod on a descriptor we own.
+        let chmod = unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
+        // SAFETY: ftruncate on a descriptor we own.
+        let size = unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) };
+        if chmod != 0 || size != 0 {
             return Err(std::io::Error::last_os_error().into());
         }
         Mapping::map(fd, total)
@@ -149,7 +150,8 @@ pub(crate) unsafe fn copy_in_order(dst: *mut u8, src: *const u8, len: usize) {
         fence(Ordering::Release);
         return;
     }
-    // SAFETY (whole block): the caller guarantees both ranges are valid for `len` bytes.
+    // SAFETY: the caller guarantees both ranges are valid for `len` bytes and disjoint;
+    // `last` is 8-aligned when used as an AtomicU64 (checked) and lies in `dst`.
     unsafe {
         let last = dst.add(len - 8.min(len));
         if len >= 8 && (last as usize) % 8 == 0 {

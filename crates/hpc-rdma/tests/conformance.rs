@@ -440,20 +440,12 @@ impl Netns {
         sh(&[
             "ip", "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
         ]);
-        for i in 0..2 {
-            sh(&["ip", "link", "set", &veth[i], "netns", &ns.names[i]]);
+        for (i, v) in veth.iter().enumerate() {
+            let n = &ns.names[i];
+            sh(&["ip", "link", "set", v, "netns", n]);
             let addr = format!("{}/24", ns.addr(i));
-            sh(&[
-                "ip",
-                "-n",
-                &ns.names[i],
-                "addr",
-                "add",
-                &addr,
-                "dev",
-                &veth[i],
-            ]);
-            sh(&["ip", "-n", &ns.names[i], "link", "set", &veth[i], "up"]);
+            sh(&["ip", "-n", n, "addr", "add", &addr, "dev", v]);
+            sh(&["ip", "-n", n, "link", "set", v, "up"]);
         }
         ns
     }

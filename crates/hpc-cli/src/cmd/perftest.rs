@@ -123,15 +123,14 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             );
         } else {
             println!(
-                " {:<10} {:<14} {:<14} {:<14} {:<17} {:<14} {:<16} {}",
+                " {:<10} {:<14} {:<14} {:<14} {:<17} {:<14} {:<16} 99% percentile[usec]",
                 "#bytes",
                 "#iterations",
                 "t_min[usec]",
                 "t_max[usec]",
                 "t_typical[usec]",
                 "t_avg[usec]",
-                "t_stdev[usec]",
-                "99% percentile[usec]"
+                "t_stdev[usec]"
             );
         }
     }
