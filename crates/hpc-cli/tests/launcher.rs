@@ -347,3 +347,44 @@ fn help_reads_like_a_tool() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("--bind") && s.contains("Examples"), "{s}");
 }
+
+#[test]
+fn transport_uses_shm_within_and_tcp_across_nodes() {
+    let out = hpc(&[
+        "run",
+        "-n",
+        "4",
+        "--nodes",
+        "2",
+        "--",
+        HPC,
+        "selftest",
+        "--json",
+        "--rounds",
+        "1",
+        "--transport",
+    ]);
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{so}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen = 0;
+    for line in so.lines() {
+        let Some((_, json)) = line.split_once("] ") else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            continue;
+        };
+        let me = v["rank"].as_u64().unwrap();
+        for (peer, backend) in v["transport"].as_object().expect("transport report") {
+            let peer: u64 = peer.parse().unwrap();
+            let want = if peer / 2 == me / 2 { "shm" } else { "tcp" };
+            assert_eq!(backend.as_str(), Some(want), "rank {me} -> {peer}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 4);
+}

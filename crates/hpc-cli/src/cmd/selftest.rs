@@ -35,6 +35,14 @@ pub struct Args {
     /// Print one JSON object per rank instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also check the data transport: exchange messages and one-sided puts with every
+    /// peer and report the backend chosen for each (shm on the same node, tcp or
+    /// verbs across nodes).
+    #[arg(long)]
+    pub transport: bool,
+    /// Bytes per message for `--transport`.
+    #[arg(long, default_value_t = 65536)]
+    pub transport_bytes: usize,
     /// This rank fails on purpose (for testing failure handling).
     #[arg(long)]
     pub fail_rank: Option<usize>,
@@ -71,7 +79,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
     }
 
-    let result = (|| -> anyhow::Result<u128> {
+    let result = (|| -> anyhow::Result<(u128, serde_json::Value)> {
         world.barrier().context("first barrier")?;
         let t_barrier = unix_ns();
         if let Some(n) = args.expect_size {
@@ -133,11 +141,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 .barrier()
                 .with_context(|| format!("barrier round {round}"))?;
         }
-        Ok(t_barrier)
+        let transport = if args.transport {
+            check_transport(&world, args.transport_bytes).context("transport check")?
+        } else {
+            serde_json::Value::Null
+        };
+        Ok((t_barrier, transport))
     })();
 
     match result {
-        Ok(t_barrier) => {
+        Ok((t_barrier, transport)) => {
             if args.json {
                 println!(
                     "{}",
@@ -148,6 +161,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                         "local_size": world.local_size(), "bootstrap": world.bootstrap().to_string(),
                         "init_ms": t_init.as_secs_f64() * 1e3,
                         "first_barrier_unix_ns": t_barrier.to_string(),
+                        "transport": transport,
                         "ok": true,
                     })
                 );
@@ -160,6 +174,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                     world.local_size(),
                     world.bootstrap()
                 );
+                if !transport.is_null() {
+                    println!("transport ok: rank {rank} peers {transport}");
+                }
             }
             Ok(0)
         }
@@ -174,4 +191,57 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!("selftest failed")
         }
     }
+}
+
+/// A byte pattern that depends on sender, receiver and position, so misrouted or
+/// shifted data is caught.
+fn pattern(from: usize, to: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 31 + from as u64 * 7 + to as u64 * 13) as u8)
+        .collect()
+}
+
+/// Sends a message to and puts a block into every peer, verifies what arrives, and
+/// returns `{peer: backend}`.
+fn check_transport(world: &World, bytes: usize) -> anyhow::Result<serde_json::Value> {
+    use hpc_rdma::Transport;
+    let (me, n) = (world.rank(), world.size());
+    let t = Transport::new(world)?;
+    let region = t.register(bytes * n.max(1))?;
+    let keys = t.exchange_keys(world, &region)?;
+    let mut ops = Vec::new();
+    for p in (0..n).filter(|&p| p != me) {
+        ops.push(t.send(p, 7, pattern(me, p, bytes))?);
+        ops.push(t.put(pattern(me, p, bytes), &keys[p], (me * bytes) as u64)?);
+    }
+    let recvs: Vec<(usize, hpc_rdma::OpId)> = (0..n)
+        .filter(|&p| p != me)
+        .map(|p| Ok((p, t.recv(p, 7)?)))
+        .collect::<anyhow::Result<_>>()?;
+    for (p, op) in recvs {
+        let got = t.wait(op)?.into_bytes();
+        ensure!(
+            got == pattern(p, me, bytes),
+            "message from rank {p} is corrupt ({} bytes)",
+            got.len()
+        );
+    }
+    t.wait_all(&ops)?;
+    // Every put completed at its target before the barrier, so all blocks are here.
+    world.barrier()?;
+    let mut block = vec![0u8; bytes];
+    for p in (0..n).filter(|&p| p != me) {
+        region.read(p * bytes, &mut block)?;
+        ensure!(
+            block == pattern(p, me, bytes),
+            "put from rank {p} is corrupt"
+        );
+    }
+    world.barrier()?;
+    let mut peers = serde_json::Map::new();
+    for p in (0..n).filter(|&p| p != me) {
+        let b = t.backend_of(p).map_or("none", |b| b.name());
+        peers.insert(p.to_string(), serde_json::Value::from(b));
+    }
+    Ok(serde_json::Value::Object(peers))
 }
