@@ -325,8 +325,8 @@ fn summary(
         println!(
             "  real-time factor  {:.3} (wall / biological time); {:.0} spikes/s, {:.3e} synaptic events/s",
             sim_s / bio_s,
-            stats.spikes as f64 / sim_s.max(1e-9),
-            (stats.spikes as f64 * (model.ce + model.ci) as f64) / sim_s.max(1e-9)
+            me.spikes_exchanged as f64 / sim_s.max(1e-9),
+            (me.spikes_exchanged as f64 * (model.ce + model.ci) as f64) / sim_s.max(1e-9)
         );
     }
     let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
