@@ -61,11 +61,20 @@
 //! ```
 
 pub mod algo;
+mod board;
 pub mod collective;
+pub mod comm;
+mod engine;
+#[cfg(feature = "mpi")]
+mod mpi_engine;
 pub mod op;
+pub mod proxy;
 pub mod schedule;
 pub mod sim;
 
 pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
+pub use comm::{
+    Buf, BufMut, Comm, CommOptions, Elem, Engine, Error, Request, Scope, ScopedRequest,
+};
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
 pub use schedule::{BufferId, Region, Round, Schedule, Step};

@@ -1,0 +1,402 @@
+//! The shared-memory control plane of a communicator ("board").
+//!
+//! One file in `/dev/shm`, mapped by every rank of a communicator (all on
+//! one node). It holds, per rank, its pid, a futex *doorbell* and a waiter
+//! count, and per ordered pair of ranks a single-producer single-consumer
+//! ring of small descriptors (`RTS`: "a message of `len` bytes for you is at
+//! `addr` in my address space", `FIN`: "I have read it"). The data itself
+//! never passes through the board: the receiver copies it with one
+//! `process_vm_readv` straight from the sender's buffer into its own (Linux
+//! cross-memory attach, what Open MPI's `vader` and MVAPICH use for large
+//! messages).
+//!
+//! Whoever pushes a descriptor rings the receiver's doorbell (a futex in
+//! shared memory), so a progress agent sleeps in `futex_wait` until there is
+//! work and never spins.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+const MAGIC: u64 = 0x6870_632d_636f_6c6c; // "hpc-coll"
+/// Descriptors per ring.
+pub(crate) const RING_CAP: u64 = 64;
+const HEADER: usize = 64;
+const RANK_SLOT: usize = 64;
+const DESC: usize = 32;
+const RING_BYTES: usize = 64 + RING_CAP as usize * DESC;
+
+/// Descriptor kinds.
+pub(crate) const RTS: u32 = 1;
+pub(crate) const FIN: u32 = 2;
+
+/// One ring entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Desc {
+    pub kind: u32,
+    pub tag: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// A mapped board.
+pub(crate) struct Board {
+    base: *mut u8,
+    len: usize,
+    size: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (slots,
+// ring indices) and through ring entries whose ownership the SPSC protocol
+// hands over with acquire/release ordering; the pointer stays valid until
+// `Drop` unmaps it.
+unsafe impl Send for Board {}
+// SAFETY: as above; all shared accesses are atomic or protocol-owned.
+unsafe impl Sync for Board {}
+
+fn bytes_for(size: usize) -> usize {
+    HEADER + size * RANK_SLOT + size * size * RING_BYTES
+}
+
+impl Board {
+    /// Creates and maps a new board file for `size` ranks.
+    pub(crate) fn create(path: &Path, size: usize) -> io::Result<Board> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        f.set_len(bytes_for(size) as u64)?;
+        let b = Board::map(&f, path, size)?;
+        b.u64_at(8).store(size as u64, Ordering::Relaxed);
+        b.u64_at(0).store(MAGIC, Ordering::Release);
+        Ok(b)
+    }
+
+    /// Maps an existing board file.
+    pub(crate) fn open(path: &Path, size: usize) -> io::Result<Board> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        if f.metadata()?.len() != bytes_for(size) as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("board {} is not for {size} ranks", path.display()),
+            ));
+        }
+        let b = Board::map(&f, path, size)?;
+        if b.u64_at(0).load(Ordering::Acquire) != MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad board magic",
+            ));
+        }
+        Ok(b)
+    }
+
+    fn map(f: &std::fs::File, path: &Path, size: usize) -> io::Result<Board> {
+        let len = bytes_for(size);
+        // SAFETY: a fresh shared mapping of a file we just sized; checked for failure.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Board {
+            base: p.cast(),
+            len,
+            size,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file name (to unlink once every rank mapped it).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: in bounds and 8-aligned (page-aligned base, aligned offsets); the
+        // mapping outlives `&self`; shared words are only accessed atomically.
+        unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as in `u64_at`.
+        unsafe { &*self.base.add(off).cast::<AtomicU32>() }
+    }
+
+    fn slot(&self, rank: usize) -> usize {
+        HEADER + rank * RANK_SLOT
+    }
+
+    /// Publishes this rank's pid.
+    pub(crate) fn set_pid(&self, rank: usize, pid: u32) {
+        self.u32_at(self.slot(rank)).store(pid, Ordering::Release);
+    }
+
+    /// A rank's pid (0 until published).
+    pub(crate) fn pid(&self, rank: usize) -> u32 {
+        self.u32_at(self.slot(rank)).load(Ordering::Acquire)
+    }
+
+    /// A rank's doorbell (futex word).
+    pub(crate) fn doorbell(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 4)
+    }
+
+    fn waiters(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 8)
+    }
+
+    /// Rings `rank`'s doorbell, waking it if it sleeps.
+    pub(crate) fn ring(&self, rank: usize) {
+        self.doorbell(rank).fetch_add(1, Ordering::SeqCst);
+        if self.waiters(rank).load(Ordering::SeqCst) > 0 {
+            futex_wake(self.doorbell(rank));
+        }
+    }
+
+    /// Sleeps until `rank`'s doorbell differs from `seen` or `timeout` passes.
+    pub(crate) fn sleep(&self, rank: usize, seen: u32, timeout: Duration) {
+        self.waiters(rank).fetch_add(1, Ordering::SeqCst);
+        futex_wait(self.doorbell(rank), seen, timeout);
+        self.waiters(rank).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn ring_off(&self, src: usize, dst: usize) -> usize {
+        HEADER + self.size * RANK_SLOT + (dst * self.size + src) * RING_BYTES
+    }
+
+    /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.
+    /// Only rank `src`'s process may push on it, one thread at a time.
+    pub(crate) fn push(&self, src: usize, dst: usize, d: Desc) -> bool {
+        let off = self.ring_off(src, dst);
+        let (head, tail) = (self.u64_at(off), self.u64_at(off + 8));
+        let t = tail.load(Ordering::Relaxed);
+        if t - head.load(Ordering::Acquire) >= RING_CAP {
+            return false;
+        }
+        let e = off + 64 + (t % RING_CAP) as usize * DESC;
+        self.u64_at(e).store(d.kind as u64, Ordering::Relaxed);
+        self.u64_at(e + 8).store(d.tag, Ordering::Relaxed);
+        self.u64_at(e + 16).store(d.addr, Ordering::Relaxed);
+        self.u64_at(e + 24).store(d.len, Ordering::Relaxed);
+        tail.store(t + 1, Ordering::Release);
+        true
+    }
+
+    /// Pops a descriptor from the ring `src -> dst` (only rank `dst` pops).
+    pub(crate) fn pop(&self, src: usize, dst: usize) -> Option<Desc> {
+        let off = self.ring_off(src, dst);
+        let (head, tail) = (self.u64_at(off), self.u64_at(off + 8));
+        let h = head.load(Ordering::Relaxed);
+        if h == tail.load(Ordering::Acquire) {
+            return None;
+        }
+        let e = off + 64 + (h % RING_CAP) as usize * DESC;
+        let d = Desc {
+            kind: self.u64_at(e).load(Ordering::Relaxed) as u32,
+            tag: self.u64_at(e + 8).load(Ordering::Relaxed),
+            addr: self.u64_at(e + 16).load(Ordering::Relaxed),
+            len: self.u64_at(e + 24).load(Ordering::Relaxed),
+        };
+        head.store(h + 1, Ordering::Release);
+        Some(d)
+    }
+}
+
+impl Drop for Board {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no reference into it
+        // outlives `self` (all accessors borrow `self`).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a valid, aligned u32 in a shared mapping (no PRIVATE flag,
+    // so other processes can wake it); the kernel only reads the word and `ts`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32; wakes every waiter.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// Copies `len` bytes at `remote` in process `pid` to `local` (one copy,
+/// `process_vm_readv`). Loops over partial transfers.
+///
+/// # Safety
+/// `local` must be valid for `len` bytes of writes and not aliased.
+pub(crate) unsafe fn cma_read(pid: u32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let l = libc::iovec {
+            // SAFETY: `done < len`, within the caller's buffer.
+            iov_base: unsafe { local.add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the local iovec lies in the caller's buffer (see the function's
+        // contract); the remote one is only read by the kernel in the other process.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short CMA read",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes from `local` to `remote` in process `pid` (`process_vm_writev`).
+///
+/// # Safety
+/// `local` must be valid for `len` bytes of reads. The caller vouches that the
+/// remote range is memory the other process lent for this purpose.
+pub(crate) unsafe fn cma_write(
+    pid: u32,
+    local: *const u8,
+    remote: u64,
+    len: usize,
+) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let l = libc::iovec {
+            // SAFETY: within the caller's buffer.
+            iov_base: unsafe { local.add(done) } as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the kernel reads the local range (valid per contract) and writes the
+        // remote one in the other process.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short CMA write",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Whether process `pid` is gone (no `/proc` entry, or a zombie).
+pub(crate) fn pid_dead(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => {
+            let state = s
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next());
+            matches!(state, Some('Z') | Some('X') | None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_push_pop_wraps_and_fills() {
+        let p = std::env::temp_dir().join(format!("hpc-board-test-{}", std::process::id()));
+        let b = Board::create(&p, 2).unwrap();
+        let o = Board::open(&p, 2).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        for round in 0..3u64 {
+            for i in 0..RING_CAP {
+                let d = Desc {
+                    kind: RTS,
+                    tag: round * 100 + i,
+                    addr: i,
+                    len: 7,
+                };
+                assert!(b.push(0, 1, d));
+            }
+            assert!(!b.push(
+                0,
+                1,
+                Desc {
+                    kind: FIN,
+                    tag: 0,
+                    addr: 0,
+                    len: 0
+                }
+            ));
+            for i in 0..RING_CAP {
+                assert_eq!(o.pop(0, 1).unwrap().tag, round * 100 + i);
+            }
+            assert!(o.pop(0, 1).is_none());
+        }
+        b.set_pid(1, 42);
+        assert_eq!(o.pid(1), 42);
+        let seen = o.doorbell(1).load(Ordering::SeqCst);
+        b.ring(1);
+        // Returns at once: the doorbell moved.
+        o.sleep(1, seen, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn cma_reads_own_memory_and_detects_dead_pids() {
+        let src = vec![5u8; 1000];
+        let mut dst = vec![0u8; 1000];
+        // SAFETY: `dst` is a valid, unaliased buffer of 1000 bytes.
+        unsafe {
+            cma_read(
+                std::process::id(),
+                src.as_ptr() as u64,
+                dst.as_mut_ptr(),
+                1000,
+            )
+        }
+        .unwrap();
+        assert_eq!(src, dst);
+        assert!(!pid_dead(std::process::id()));
+        assert!(pid_dead(u32::MAX - 1));
+    }
+}

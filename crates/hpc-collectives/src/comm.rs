@@ -1,0 +1,1077 @@
+//! Communicators and non-blocking collectives run by an engine.
+//!
+//! A [`Comm`] runs the [`Schedule`](crate::Schedule)s of this crate over
+//! shared memory between the ranks of one node, with one of four
+//! [`Engine`]s:
+//!
+//! | engine | who advances a collective | data path |
+//! |---|---|---|
+//! | [`Engine::Inline`] | the application, inside `test`/`wait` (what MPI libraries do) | one `process_vm_readv` per message, receiver-driven |
+//! | [`Engine::Thread`] | a progress thread per process, pinned to the progress core that `hpc-topology` reserved; it sleeps on a futex until a peer or the application rings | same |
+//! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU) | the proxy reads and writes the ranks' buffers (cross-memory attach), keeps scratch in its own memory |
+//! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
+//!
+//! # Requests and buffer safety
+//!
+//! `comm.ialltoall(&send, &mut recv)` returns a [`Request`] that borrows both
+//! buffers until it is waited for, so they cannot be touched early:
+//!
+//! ```compile_fail
+//! # fn f(comm: &hpc_collectives::Comm) -> Result<(), hpc_collectives::Error> {
+//! let send = vec![1.0f64; 8];
+//! let mut recv = vec![0.0f64; 8];
+//! let req = comm.ialltoall(&send, &mut recv)?;
+//! recv[0] = 2.0; // error: `recv` is borrowed by `req`
+//! req.wait()?;
+//! # Ok(()) }
+//! ```
+//!
+//! These requests are **staged**: the engine works on engine-owned copies
+//! and the result is copied into the user's buffer inside `test`/`wait` on
+//! the caller's thread, so leaking a request (`std::mem::forget`) can never
+//! let the engine write into freed memory. The zero-copy path is
+//! [`Comm::scope`]: requests made in a scope read and write the user's
+//! buffers directly, and the scope waits for every collective started in it
+//! before it returns (as `std::thread::scope` joins its threads), leaked
+//! requests included.
+//!
+//! ```no_run
+//! use hpc_collectives::{Comm, Engine};
+//! let world = hpc_runtime::World::init()?;
+//! let comm = Comm::new(&world, Engine::Thread)?;
+//! let send = vec![1.0f32; 1024 * comm.size()];
+//! let mut recv = vec![0.0f32; 1024 * comm.size()];
+//! comm.scope(|s| -> Result<(), hpc_collectives::Error> {
+//!     let req = s.ialltoall(&send, &mut recv)?;
+//!     // ... compute while the progress thread moves the data ...
+//!     req.wait()
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use half::{bf16, f16};
+use hpc_runtime::World;
+
+use crate::board::{self, Board};
+use crate::collective::{Collective, CollectiveError, Options};
+use crate::engine::{self, lock, Buffers, Core, Op, Shared, Status};
+use crate::op::{DataType, ReduceOp};
+use crate::proxy;
+
+/// Errors of communicators and their collectives.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Invalid arguments: buffer too small, counts of the wrong length, ...
+    #[error(transparent)]
+    Invalid(#[from] CollectiveError),
+    /// Another rank sent a message of a different size than this rank
+    /// expects (the ranks called the collective with different counts).
+    #[error("count mismatch with rank {rank}: {detail}")]
+    CountMismatch {
+        /// The other rank (rank in the world).
+        rank: usize,
+        /// What differed.
+        detail: String,
+    },
+    /// A rank the collective waits for is gone.
+    #[error("rank {rank} is lost (its process exited) during a collective")]
+    RankLost {
+        /// The lost rank (rank in the world).
+        rank: usize,
+    },
+    /// The collective did not finish within the communicator's timeout.
+    #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
+    Timeout {
+        /// The timeout.
+        after: Duration,
+        /// World ranks the collective was still waiting for.
+        waiting_for: Vec<usize>,
+    },
+    /// The engine stopped (its progress thread or proxy process is gone).
+    #[error("the {0} engine stopped")]
+    Stopped(&'static str),
+    /// An `ndarray` view is not contiguous in standard order.
+    #[error("array is not contiguous in standard (row-major) order; use `.as_standard_layout()`")]
+    NotContiguous,
+    /// The engine cannot serve this job (e.g. ranks on several nodes).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// Failure of the underlying data movement or setup.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// Failure of the runtime used to set the communicator up.
+    #[error(transparent)]
+    Runtime(#[from] hpc_runtime::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Who advances collectives. See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// Progress only inside `test`/`wait` (the MPI baseline).
+    Inline,
+    /// A sleeping progress thread per process, pinned to the reserved
+    /// progress core when there is one.
+    Thread,
+    /// A separate progress process per node (the DPU's role).
+    Proxy,
+    /// The MPI library's immediate collectives (feature `mpi`; the job must be
+    /// started by an MPI launcher).
+    #[cfg(feature = "mpi")]
+    Mpi,
+}
+
+impl Engine {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Inline => "inline",
+            Engine::Thread => "thread",
+            Engine::Proxy => "proxy",
+            #[cfg(feature = "mpi")]
+            Engine::Mpi => "mpi",
+        }
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Engine> {
+        match s {
+            "inline" => Ok(Engine::Inline),
+            "thread" => Ok(Engine::Thread),
+            "proxy" => Ok(Engine::Proxy),
+            #[cfg(feature = "mpi")]
+            "mpi" => Ok(Engine::Mpi),
+            o => Err(Error::Unsupported(format!("engine {o:?}"))),
+        }
+    }
+}
+
+/// Element types collectives move: integer and float primitives, `f16`, `bf16`.
+///
+/// # Safety
+/// Implementors must be plain data: no padding, every bit pattern valid, and
+/// [`Elem::DTYPE`] of the same size.
+pub unsafe trait Elem: Copy + Send + Sync + 'static {
+    /// The matching [`DataType`].
+    const DTYPE: DataType;
+}
+
+macro_rules! elem {
+    ($($t:ty => $d:ident),*) => {$(
+        // SAFETY: a primitive numeric type: no padding, all bit patterns valid.
+        unsafe impl Elem for $t { const DTYPE: DataType = DataType::$d; }
+    )*};
+}
+elem!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
+      u64 => U64, f16 => F16, bf16 => Bf16, f32 => F32, f64 => F64);
+
+/// A buffer collectives can read: slices, `Vec`s and contiguous `ndarray` arrays.
+pub trait Buf {
+    /// Element type.
+    type Elem: Elem;
+    /// The elements, or [`Error::NotContiguous`].
+    fn elems(&self) -> Result<&[Self::Elem]>;
+}
+
+/// A buffer collectives can write.
+pub trait BufMut: Buf {
+    /// The elements, or [`Error::NotContiguous`].
+    fn elems_mut(&mut self) -> Result<&mut [Self::Elem]>;
+}
+
+impl<T: Elem> Buf for [T] {
+    type Elem = T;
+    fn elems(&self) -> Result<&[T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem> BufMut for [T] {
+    fn elems_mut(&mut self) -> Result<&mut [T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem> Buf for Vec<T> {
+    type Elem = T;
+    fn elems(&self) -> Result<&[T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem> BufMut for Vec<T> {
+    fn elems_mut(&mut self) -> Result<&mut [T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem, const N: usize> Buf for [T; N] {
+    type Elem = T;
+    fn elems(&self) -> Result<&[T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem, const N: usize> BufMut for [T; N] {
+    fn elems_mut(&mut self) -> Result<&mut [T]> {
+        Ok(self)
+    }
+}
+impl<T: Elem, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> Buf for ndarray::ArrayBase<S, D> {
+    type Elem = T;
+    fn elems(&self) -> Result<&[T]> {
+        self.as_slice().ok_or(Error::NotContiguous)
+    }
+}
+impl<T: Elem, S: ndarray::DataMut<Elem = T>, D: ndarray::Dimension> BufMut
+    for ndarray::ArrayBase<S, D>
+{
+    fn elems_mut(&mut self) -> Result<&mut [T]> {
+        self.as_slice_mut().ok_or(Error::NotContiguous)
+    }
+}
+
+fn bytes<T: Elem>(s: &[T]) -> &[u8] {
+    // SAFETY: `Elem` types are plain data without padding; same memory, same lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+fn bytes_mut<T: Elem>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: `Elem` types accept every bit pattern; same memory, same lifetime.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+/// Settings of [`Comm::with_options`].
+#[derive(Debug, Clone)]
+pub struct CommOptions {
+    /// The engine.
+    pub engine: Engine,
+    /// How long `wait` waits before [`Error::Timeout`] (default: the world's).
+    pub timeout: Option<Duration>,
+    /// CPUs the `Thread` engine's progress thread is pinned to (default:
+    /// `HPC_PROGRESS_CPUSET`, e.g. the progress core of an `hpc-topology`
+    /// placement; unpinned if neither is set).
+    pub progress_cpus: Option<hpc_topology::CpuSet>,
+    /// Algorithm selection.
+    pub schedule: Options,
+}
+
+impl CommOptions {
+    /// Defaults for `engine`.
+    pub fn new(engine: Engine) -> CommOptions {
+        CommOptions {
+            engine,
+            timeout: None,
+            progress_cpus: None,
+            schedule: Options::default(),
+        }
+    }
+}
+
+enum Backend {
+    Local {
+        shared: Arc<Shared>,
+        board: Arc<Board>,
+        agent: Option<JoinHandle<()>>,
+    },
+    Proxy(proxy::Client),
+    #[cfg(feature = "mpi")]
+    Mpi(crate::mpi_engine::MpiComm),
+}
+
+/// A communicator: a group of ranks running collectives with one engine.
+///
+/// Created collectively by every rank of the world ([`Comm::new`]) or of a
+/// parent communicator ([`Comm::split`]). Collectives must be called in the
+/// same order on every rank of a communicator; several may be outstanding.
+pub struct Comm {
+    rank: usize,
+    size: usize,
+    /// World rank of each member.
+    world_ranks: Vec<usize>,
+    engine: Engine,
+    timeout: Duration,
+    opts: Options,
+    seq: AtomicU64,
+    backend: Backend,
+    progress_note: String,
+    splits: AtomicU64,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+static BOARDS: AtomicU64 = AtomicU64::new(0);
+
+/// Something that can run an allgather of bytes among the future members.
+trait Boot {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
+impl Boot for World {
+    fn rank(&self) -> usize {
+        World::rank(self)
+    }
+    fn size(&self) -> usize {
+        World::size(self)
+    }
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(World::allgather(self, mine)?)
+    }
+}
+
+/// A subgroup bootstrapped through its parent communicator (every parent
+/// rank takes part in each exchange; members only use their group's parts).
+struct SubBoot<'a> {
+    parent: &'a Comm,
+    members: Vec<usize>,
+    rank: usize,
+}
+
+impl Boot for SubBoot<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let all = self.parent.allgather_bytes(mine)?;
+        Ok(self.members.iter().map(|&m| all[m].clone()).collect())
+    }
+}
+
+/// Creates the board of a new communicator: rank 0 creates it, everyone maps
+/// it and publishes its pid, then rank 0 removes the file.
+fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
+    let (me, size) = (boot.rank(), boot.size());
+    let mut path = Vec::new();
+    let mut created = None;
+    if me == 0 {
+        let p = PathBuf::from(format!(
+            "/dev/shm/hpc-coll-{}-{}-{:x}",
+            std::process::id(),
+            BOARDS.fetch_add(1, Ordering::Relaxed),
+            hpc_runtime::random_u64()
+        ));
+        let b = Board::create(&p, size + extra)
+            .map_err(|e| Error::Transport(format!("creating the board {}: {e}", p.display())));
+        match b {
+            Ok(b) => {
+                path = p.to_string_lossy().into_owned().into_bytes();
+                created = Some(b);
+            }
+            Err(e) => {
+                // Tell the others before failing so that nobody waits for us.
+                let _ = boot.allgather(&[]);
+                return Err(e);
+            }
+        }
+    }
+    let parts = boot.allgather(&path)?;
+    if parts[0].is_empty() {
+        return Err(Error::Transport("rank 0 could not create the board".into()));
+    }
+    let p = PathBuf::from(String::from_utf8_lossy(&parts[0]).into_owned());
+    let board = match created {
+        Some(b) => b,
+        None => Board::open(&p, size + extra)
+            .map_err(|e| Error::Transport(format!("mapping the board {}: {e}", p.display())))?,
+    };
+    board.set_pid(me, std::process::id());
+    let pids = boot
+        .allgather(&std::process::id().to_le_bytes())?
+        .iter()
+        .map(|b| u32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4])))
+        .collect();
+    Ok((Arc::new(board), pids))
+}
+
+fn progress_cpus(opts: &CommOptions) -> Option<hpc_topology::CpuSet> {
+    opts.progress_cpus.clone().or_else(|| {
+        std::env::var("HPC_PROGRESS_CPUSET")
+            .ok()
+            .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+    })
+}
+
+impl Comm {
+    /// A communicator of every rank of `world` with `engine` (collective).
+    pub fn new(world: &World, engine: Engine) -> Result<Comm> {
+        Comm::with_options(world, CommOptions::new(engine))
+    }
+
+    /// Like [`Comm::new`] with explicit options (collective).
+    pub fn with_options(world: &World, opts: CommOptions) -> Result<Comm> {
+        let timeout = opts.timeout.unwrap_or_else(|| world.timeout());
+        #[cfg(feature = "mpi")]
+        if opts.engine == Engine::Mpi {
+            let backend = Backend::Mpi(crate::mpi_engine::MpiComm::new(world)?);
+            return Ok(Comm::assemble(
+                world.rank(),
+                (0..world.size()).collect(),
+                opts,
+                timeout,
+                backend,
+                "the MPI library progresses".into(),
+            ));
+        }
+        if let Some(r) = (0..world.size()).find(|&r| !world.same_node(0, r)) {
+            let _ = world.allgather(&[]);
+            return Err(Error::Unsupported(format!(
+                "the {} engine runs within one node; rank {r} is on another node",
+                opts.engine.name()
+            )));
+        }
+        Comm::build(world, (0..world.size()).collect(), opts, timeout)
+    }
+
+    fn build(
+        boot: &dyn Boot,
+        world_ranks: Vec<usize>,
+        opts: CommOptions,
+        timeout: Duration,
+    ) -> Result<Comm> {
+        let (me, size) = (boot.rank(), boot.size());
+        let extra = usize::from(opts.engine == Engine::Proxy);
+        let (board, pids) = make_board(boot, extra)?;
+        let (backend, note) = match opts.engine {
+            Engine::Proxy => {
+                let c =
+                    proxy::Client::start(board.clone(), me, size, pids, &opts.schedule, timeout)?;
+                (
+                    Backend::Proxy(c),
+                    "progress in the node's proxy process".to_string(),
+                )
+            }
+            _ => {
+                let core = Core::new(board.clone(), me, size, pids);
+                let shared = Arc::new(Shared {
+                    core: Mutex::new(core),
+                    finished: std::sync::Condvar::new(),
+                    shutdown: std::sync::atomic::AtomicBool::new(false),
+                });
+                let (agent, note) = if opts.engine == Engine::Thread {
+                    let cpus = progress_cpus(&opts);
+                    let note = match &cpus {
+                        Some(c) => format!("progress thread pinned to CPUs {c}"),
+                        None => "progress thread unpinned: no progress core reserved \
+                                 (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
+                            .to_string(),
+                    };
+                    let (s, b) = (shared.clone(), board.clone());
+                    let h = std::thread::Builder::new()
+                        .name(format!("hpc-progress-{me}"))
+                        .spawn(move || {
+                            if let Some(c) = cpus {
+                                if let Err(e) = hpc_topology::bind_current_thread(&c) {
+                                    tracing::warn!(error = %e, "could not pin the progress thread");
+                                }
+                            }
+                            engine::agent_loop(s, b, me)
+                        })
+                        .map_err(|e| {
+                            Error::Transport(format!("spawning the progress thread: {e}"))
+                        })?;
+                    tracing::info!(rank = me, "{note}");
+                    (Some(h), note)
+                } else {
+                    (None, "progress inside test/wait".to_string())
+                };
+                (
+                    Backend::Local {
+                        shared,
+                        board: board.clone(),
+                        agent,
+                    },
+                    note,
+                )
+            }
+        };
+        // Everyone mapped the board: its name can go.
+        boot.allgather(&[])?;
+        if me == 0 {
+            let _ = std::fs::remove_file(board.path());
+        }
+        Ok(Comm::assemble(
+            me,
+            world_ranks,
+            opts,
+            timeout,
+            backend,
+            note,
+        ))
+    }
+
+    fn assemble(
+        rank: usize,
+        world_ranks: Vec<usize>,
+        opts: CommOptions,
+        timeout: Duration,
+        backend: Backend,
+        progress_note: String,
+    ) -> Comm {
+        Comm {
+            rank,
+            size: world_ranks.len(),
+            world_ranks,
+            engine: opts.engine,
+            timeout,
+            opts: opts.schedule,
+            seq: AtomicU64::new(1),
+            backend,
+            progress_note,
+            splits: AtomicU64::new(0),
+        }
+    }
+
+    /// This rank in the communicator.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The world rank of communicator rank `r`.
+    pub fn world_rank(&self, r: usize) -> usize {
+        self.world_ranks[r]
+    }
+
+    /// Where progress happens (e.g. "progress thread pinned to CPUs 1").
+    pub fn progress_note(&self) -> &str {
+        &self.progress_note
+    }
+
+    /// Splits the communicator by `color` (collective, like `MPI_Comm_split`):
+    /// ranks with the same colour form a new communicator, ordered by `key`
+    /// then by rank. The new communicator uses the same engine.
+    pub fn split(&self, color: u32, key: i64) -> Result<Comm> {
+        let mut mine = color.to_le_bytes().to_vec();
+        mine.extend_from_slice(&key.to_le_bytes());
+        let all = self.allgather_bytes(&mine)?;
+        let mut members: Vec<(i64, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b[..4] == color.to_le_bytes())
+            .map(|(r, b)| (i64::from_le_bytes(b[4..12].try_into().unwrap_or([0; 8])), r))
+            .collect();
+        members.sort();
+        let members: Vec<usize> = members.into_iter().map(|(_, r)| r).collect();
+        let rank = members.iter().position(|&r| r == self.rank).unwrap_or(0);
+        self.splits.fetch_add(1, Ordering::Relaxed);
+        let world_ranks = members.iter().map(|&m| self.world_ranks[m]).collect();
+        #[cfg(feature = "mpi")]
+        if let Backend::Mpi(m) = &self.backend {
+            let sub = m.split(color, key)?;
+            let mut opts = CommOptions::new(Engine::Mpi);
+            opts.schedule = self.opts;
+            return Ok(Comm::assemble(
+                rank,
+                world_ranks,
+                opts,
+                self.timeout,
+                Backend::Mpi(sub),
+                self.progress_note.clone(),
+            ));
+        }
+        let boot = SubBoot {
+            parent: self,
+            members,
+            rank,
+        };
+        let mut opts = CommOptions::new(self.engine);
+        opts.schedule = self.opts;
+        opts.progress_cpus = None;
+        Comm::build(&boot, world_ranks, opts, self.timeout)
+    }
+
+    /// Allgather of byte strings of any length (blocking; used for setup).
+    fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size;
+        let lens_in = [mine.len() as u64];
+        let mut lens = vec![0u64; n];
+        self.allgather(&lens_in, &mut lens)?;
+        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        let mut all = vec![0u8; counts.iter().sum()];
+        self.allgatherv(mine, &mut all, &counts)?;
+        let mut out = Vec::with_capacity(n);
+        let mut off = 0;
+        for c in counts {
+            out.push(all[off..off + c].to_vec());
+            off += c;
+        }
+        Ok(out)
+    }
+
+    /// Starts a collective on raw byte buffers.
+    fn start(
+        &self,
+        coll: Collective,
+        send: &[u8],
+        recv: &mut [u8],
+        direct: bool,
+    ) -> Result<Ticket> {
+        coll.check_buffers(self.rank, self.size, send.len(), recv.len())?;
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
+            .entered();
+        match &self.backend {
+            Backend::Local { shared, board, .. } => {
+                let sched = coll.schedule(self.rank, self.size, &self.opts)?;
+                let (send_p, recv_p, stage) = if direct {
+                    (send.as_ptr(), recv.as_mut_ptr(), None)
+                } else {
+                    let s = send.to_vec();
+                    let mut r = recv.to_vec();
+                    let rp = r.as_mut_ptr();
+                    (s.as_ptr(), rp, Some((s, r)))
+                };
+                let bufs = Buffers {
+                    send: send_p,
+                    send_len: send.len(),
+                    recv: recv_p,
+                    recv_len: recv.len(),
+                    scratch: vec![0u8; sched.scratch_bytes],
+                    _stage: stage,
+                };
+                let op = Op::new(seq, sched, bufs);
+                {
+                    let mut core = lock(&shared.core);
+                    if core.stopped {
+                        return Err(Error::Stopped(self.engine.name()));
+                    }
+                    core.submit(op.clone());
+                    if self.engine == Engine::Inline {
+                        core.progress();
+                    }
+                }
+                if self.engine == Engine::Thread {
+                    board.ring(self.rank);
+                }
+                Ok(Ticket::Local(op))
+            }
+            Backend::Proxy(c) => Ok(Ticket::Proxy(Arc::new(
+                c.submit(seq, &coll, send, recv, direct)?,
+            ))),
+            #[cfg(feature = "mpi")]
+            Backend::Mpi(m) => Ok(Ticket::Mpi(Arc::new(m.start(&coll, send, recv, direct)?))),
+        }
+    }
+
+    /// Whether `t` finished (advancing it with the `Inline` engine).
+    fn poll(&self, t: &Ticket) -> bool {
+        match (t, &self.backend) {
+            (Ticket::Local(op), Backend::Local { shared, .. }) => {
+                if !op.done.load(Ordering::Acquire) && self.engine == Engine::Inline {
+                    lock(&shared.core).progress();
+                }
+                op.done.load(Ordering::Acquire)
+            }
+            (Ticket::Proxy(p), Backend::Proxy(c)) => c.poll(p),
+            #[cfg(feature = "mpi")]
+            (Ticket::Mpi(p), Backend::Mpi(m)) => m.test(p),
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
+    }
+
+    /// Waits for `t` to finish or fail, then takes its outcome; `out` receives
+    /// the staged result.
+    fn finish(&self, t: &Ticket, out: Option<&mut [u8]>) -> Result<()> {
+        match (t, &self.backend) {
+            (Ticket::Local(op), Backend::Local { shared, board, .. }) => {
+                self.wait_local(op, shared, board);
+                let mut d = lock(&op.data);
+                match std::mem::replace(&mut d.status, Status::Done) {
+                    Status::Failed(e) => {
+                        d.status = Status::Failed(Error::Stopped("(already reported)"));
+                        Err(match e {
+                            Error::CountMismatch { rank, detail } => Error::CountMismatch {
+                                rank: self.world_ranks[rank],
+                                detail,
+                            },
+                            Error::RankLost { rank } if rank < self.size => Error::RankLost {
+                                rank: self.world_ranks[rank],
+                            },
+                            e => e,
+                        })
+                    }
+                    _ => {
+                        if let (Some(out), Some((_, r))) = (out, &d.bufs._stage) {
+                            out.copy_from_slice(r);
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            (Ticket::Proxy(p), Backend::Proxy(c)) => c.wait(p, out),
+            #[cfg(feature = "mpi")]
+            (Ticket::Mpi(p), Backend::Mpi(m)) => m.wait(p, out),
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::Stopped("mismatched")),
+        }
+    }
+
+    fn wait_local(&self, op: &Arc<Op>, shared: &Shared, board: &Board) {
+        let t0 = Instant::now();
+        let mut last_check = Instant::now();
+        while !op.done.load(Ordering::Acquire) {
+            if self.engine == Engine::Inline {
+                let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+                let moved = lock(&shared.core).progress();
+                if op.done.load(Ordering::Acquire) {
+                    break;
+                }
+                if !moved {
+                    board.sleep(self.rank, seen, Duration::from_millis(10));
+                }
+            } else {
+                let core = lock(&shared.core);
+                if core.stopped {
+                    drop(core);
+                    op.fail(Error::Stopped("thread"));
+                    break;
+                }
+                if op.done.load(Ordering::Acquire) {
+                    break;
+                }
+                let _ = shared
+                    .finished
+                    .wait_timeout(core, Duration::from_millis(10))
+                    .map(|(g, _)| drop(g));
+            }
+            if last_check.elapsed() >= Duration::from_millis(10) {
+                last_check = Instant::now();
+                let peers = op.blocked_on();
+                let pids = lock(&shared.core).pids.clone();
+                if let Some(&p) = peers.iter().find(|&&p| board::pid_dead(pids[p])) {
+                    op.fail(Error::RankLost { rank: p });
+                } else if t0.elapsed() > self.timeout {
+                    op.fail(Error::Timeout {
+                        after: self.timeout,
+                        waiting_for: peers.iter().map(|&p| self.world_ranks[p]).collect(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn req<'a>(&'a self, t: Ticket, out: Option<&'a mut [u8]>) -> Request<'a> {
+        Request {
+            comm: self,
+            ticket: Some(t),
+            out,
+            _p: PhantomData,
+        }
+    }
+
+    /// A scope whose requests use the caller's buffers directly (zero-copy);
+    /// every collective started in it is finished before `scope` returns.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+    {
+        let scope = Scope {
+            comm: self,
+            tickets: Mutex::new(Vec::new()),
+            _p: PhantomData,
+        };
+        struct Guard<'s, 'e>(&'s Scope<'s, 'e>);
+        impl Drop for Guard<'_, '_> {
+            fn drop(&mut self) {
+                let tickets = std::mem::take(&mut *lock(&self.0.tickets));
+                for t in tickets {
+                    self.0.comm.abandon(&t);
+                }
+            }
+        }
+        let _guard = Guard(&scope);
+        f(&scope)
+    }
+
+    /// Makes sure a ticket's engine no longer touches its buffers: waits for it
+    /// (until the timeout), then cancels it.
+    fn abandon(&self, t: &Ticket) {
+        if self.poll(t) {
+            return;
+        }
+        let _ = self.finish(t, None);
+        match (t, &self.backend) {
+            (Ticket::Local(op), _) => op.fail(Error::Stopped("cancelled")),
+            (Ticket::Proxy(p), Backend::Proxy(c)) => c.cancel(p),
+            #[cfg(feature = "mpi")]
+            (Ticket::Mpi(p), Backend::Mpi(m)) => m.cancel(p),
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if let Backend::Local {
+            shared,
+            board,
+            agent,
+        } = &mut self.backend
+        {
+            shared.shutdown.store(true, Ordering::Release);
+            board.ring(self.rank);
+            if let Some(h) = agent.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// An engine's handle on one collective.
+#[derive(Clone)]
+pub(crate) enum Ticket {
+    Local(Arc<Op>),
+    Proxy(Arc<proxy::Pending>),
+    #[cfg(feature = "mpi")]
+    Mpi(Arc<crate::mpi_engine::Pending>),
+}
+
+/// A non-blocking collective in flight; borrows its buffers until
+/// [`Request::wait`]. Dropping an unfinished request waits for it.
+#[must_use = "a collective finishes (and its result is copied) only in test/wait"]
+pub struct Request<'a> {
+    comm: &'a Comm,
+    ticket: Option<Ticket>,
+    out: Option<&'a mut [u8]>,
+    _p: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("engine", &self.comm.engine)
+            .finish()
+    }
+}
+
+impl Request<'_> {
+    /// Whether the collective finished (then [`Request::wait`] returns at
+    /// once). With the `Inline` engine this is where progress happens.
+    pub fn test(&mut self) -> bool {
+        self.ticket.as_ref().is_none_or(|t| self.comm.poll(t))
+    }
+
+    /// Waits for the collective and copies a staged result into the buffer.
+    pub fn wait(mut self) -> Result<()> {
+        match self.ticket.take() {
+            Some(t) => self.comm.finish(&t, self.out.take()),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every request; the first error is returned (all are waited for).
+    pub fn wait_all(reqs: impl IntoIterator<Item = Self>) -> Result<()> {
+        let mut first = Ok(());
+        for r in reqs {
+            let res = r.wait();
+            if first.is_ok() {
+                first = res;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            if let Err(e) = self.comm.finish(&t, self.out.take()) {
+                tracing::warn!(error = %e, "an unwaited collective failed");
+            }
+        }
+    }
+}
+
+/// A region in which requests use the caller's buffers directly (see
+/// [`Comm::scope`]).
+pub struct Scope<'scope, 'env: 'scope> {
+    comm: &'env Comm,
+    tickets: Mutex<Vec<Ticket>>,
+    _p: PhantomData<&'scope mut &'scope ()>,
+}
+
+impl std::fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").field("comm", &self.comm).finish()
+    }
+}
+
+/// A request of a [`Scope`] (zero-copy; the scope finishes it if leaked).
+pub struct ScopedRequest<'scope> {
+    comm: &'scope Comm,
+    ticket: Option<Ticket>,
+}
+
+impl std::fmt::Debug for ScopedRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopedRequest").finish()
+    }
+}
+
+impl ScopedRequest<'_> {
+    /// Whether the collective finished.
+    pub fn test(&mut self) -> bool {
+        self.ticket.as_ref().is_none_or(|t| self.comm.poll(t))
+    }
+
+    /// Waits for the collective.
+    pub fn wait(mut self) -> Result<()> {
+        match self.ticket.take() {
+            Some(t) => self.comm.finish(&t, None),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ScopedRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.comm.abandon(&t);
+        }
+    }
+}
+
+macro_rules! collectives {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident / $blocking:ident <$($g:ident: $b:ident),*>
+            ($($arg:ident: $ty:ty),*) => |$comm:ident| ($coll:expr, $send:expr, $recv:expr);
+    )*) => {
+        impl Comm {$(
+            $(#[$doc])*
+            ///
+            /// Staged (the engine works on its own copies; the result is copied
+            /// into the receive buffer in `test`/`wait`).
+            pub fn $name<'a, $($g: $b + ?Sized),*>(&'a self, $($arg: $ty),*) -> Result<Request<'a>> {
+                let $comm = self;
+                let _ = $comm;
+                let coll = $coll;
+                let send: &[u8] = $send;
+                let recv: &'a mut [u8] = $recv;
+                let t = self.start(coll, send, recv, false)?;
+                Ok(self.req(t, Some(recv)))
+            }
+
+            /// Blocking form of the non-blocking collective of the same name.
+            pub fn $blocking<'a, $($g: $b + ?Sized),*>(&self, $($arg: $ty),*) -> Result<()> {
+                let $comm = self;
+                let _ = $comm;
+                let coll = $coll;
+                let send: &[u8] = $send;
+                let recv: &mut [u8] = $recv;
+                let t = self.start(coll, send, recv, true)?;
+                let r = self.finish(&t, None);
+                if r.is_err() {
+                    self.abandon(&t);
+                }
+                r
+            }
+        )*}
+
+        impl<'scope, 'env> Scope<'scope, 'env> {$(
+            $(#[$doc])*
+            ///
+            /// Zero-copy: the engine reads and writes the buffers themselves.
+            pub fn $name<'a: 'scope, $($g: $b + ?Sized),*>(&'scope self, $($arg: $ty),*) -> Result<ScopedRequest<'scope>> {
+                let $comm = self.comm;
+                let _ = $comm;
+                let coll = $coll;
+                let send: &[u8] = $send;
+                let recv: &mut [u8] = $recv;
+                let t = self.comm.start(coll, send, recv, true)?;
+                lock(&self.tickets).push(t.clone());
+                Ok(ScopedRequest { comm: self.comm, ticket: Some(t) })
+            }
+        )*}
+    };
+}
+
+fn empty_mut() -> &'static mut [u8] {
+    &mut []
+}
+
+fn per_rank(total: usize, size: usize, what: &'static str) -> Result<usize> {
+    if total % size != 0 {
+        return Err(Error::Invalid(CollectiveError::CountMismatch {
+            what,
+            expected: total.next_multiple_of(size),
+            got: total,
+        }));
+    }
+    Ok(total / size)
+}
+
+collectives! {
+    /// Barrier.
+    fn ibarrier / barrier <>() => |c| (Collective::Barrier, &[], empty_mut());
+    /// Broadcast of `buf` from `root` to every rank.
+    fn ibcast / bcast <B: BufMut>(buf: &'a mut B, root: usize) => |c| (
+        Collective::Broadcast { root, count: buf.elems()?.len(), dtype: B::Elem::DTYPE },
+        &[], bytes_mut(buf.elems_mut()?));
+    /// Allgather: `send` of every rank lands in block `rank` of `recv`.
+    fn iallgather / allgather <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R) => |c| (
+        Collective::Allgather { count: send.elems()?.len(), dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Allgatherv: rank `r` contributes `counts[r]` elements, packed in rank order.
+    fn iallgatherv / allgatherv <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, counts: &[usize]) => |c| (
+        Collective::Allgatherv { counts: counts.to_vec(), dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Alltoall: block `j` of `send` goes to rank `j` (buffers hold `size` blocks).
+    fn ialltoall / alltoall <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R) => |c| (
+        Collective::Alltoall { count: per_rank(send.elems()?.len(), c.size, "alltoall send length (a multiple of the size)")?, dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Alltoallv with per-peer element counts.
+    fn ialltoallv / alltoallv <S: Buf, R: BufMut>(send: &'a S, send_counts: &[usize], recv: &'a mut R, recv_counts: &[usize]) => |c| (
+        Collective::Alltoallv { send_counts: send_counts.to_vec(), recv_counts: recv_counts.to_vec(), dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Allreduce of `send` into `recv` on every rank.
+    fn iallreduce / allreduce <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, op: ReduceOp) => |c| (
+        Collective::Allreduce { count: send.elems()?.len(), dtype: S::Elem::DTYPE, op },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Reduce of `send` into `recv` of `root` (other ranks' `recv` may be empty).
+    fn ireduce / reduce <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, op: ReduceOp, root: usize) => |c| (
+        Collective::Reduce { root, count: send.elems()?.len(), dtype: S::Elem::DTYPE, op },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Reduce-scatter: block `r` (of `counts[r]` elements) of the reduction lands on rank `r`.
+    fn ireduce_scatter / reduce_scatter <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, counts: &[usize], op: ReduceOp) => |c| (
+        Collective::ReduceScatter { counts: counts.to_vec(), dtype: S::Elem::DTYPE, op },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Gather of every `send` into `recv` of `root`.
+    fn igather / gather <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, root: usize) => |c| (
+        Collective::Gather { root, count: send.elems()?.len(), dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+    /// Scatter of `root`'s `send` (`size` blocks of `recv.len()`) to every `recv`.
+    fn iscatter / scatter <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, root: usize) => |c| (
+        Collective::Scatter { root, count: recv.elems()?.len(), dtype: S::Elem::DTYPE },
+        bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+}

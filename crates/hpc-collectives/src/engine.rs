@@ -1,0 +1,441 @@
+//! The schedule executor shared by the `Inline` and `Thread` engines.
+//!
+//! A [`Core`] holds the collectives of one communicator that are in flight
+//! in this process and advances them: it posts a round (an `RTS`
+//! descriptor per send, local copies and reductions at once), matches
+//! arrived `RTS` with posted receives by `(source, tag)` in order, copies the
+//! data with one `process_vm_readv` from the sender's buffer, answers `FIN`,
+//! and moves to the next round when every receive landed and every send was
+//! read. Tags are `(collective sequence number << 32) | schedule tag`.
+//!
+//! The `Inline` engine calls [`Core::progress`] from `test`/`wait` on the
+//! application's thread; the `Thread` engine's agent calls it when its
+//! doorbell rings and sleeps in between.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::board::{self, Board, Desc, FIN, RTS};
+use crate::comm::Error;
+use crate::schedule::{BufferId, Region, Schedule, Step};
+
+/// Where an operation's buffers live in this process.
+pub(crate) struct Buffers {
+    pub send: *const u8,
+    pub send_len: usize,
+    pub recv: *mut u8,
+    pub recv_len: usize,
+    /// Engine-owned scratch.
+    pub scratch: Vec<u8>,
+    /// Engine-owned staging copies that `send`/`recv` point into (staged
+    /// requests), kept alive as long as the operation.
+    pub _stage: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+// SAFETY: the raw pointers point either into `_stage` (owned here) or into
+// user buffers that a `Scope` keeps borrowed until the operation is finished
+// or cancelled; they are only dereferenced under the operation's lock.
+unsafe impl Send for Buffers {}
+
+impl Buffers {
+    fn ptr(&mut self, r: &Region) -> *mut u8 {
+        let (base, len) = match r.buf {
+            BufferId::Send => (self.send as *mut u8, self.send_len),
+            BufferId::Recv => (self.recv, self.recv_len),
+            BufferId::Scratch => (self.scratch.as_mut_ptr(), self.scratch.len()),
+        };
+        assert!(
+            r.end() <= len,
+            "schedule region {r} outside its buffer of {len} bytes"
+        );
+        // SAFETY: bounds checked just above.
+        unsafe { base.add(r.offset) }
+    }
+}
+
+/// Status of an operation.
+#[derive(Debug)]
+pub(crate) enum Status {
+    Running,
+    Done,
+    Failed(Error),
+}
+
+/// The mutable part of an operation.
+pub(crate) struct OpData {
+    pub seq: u64,
+    pub sched: Schedule,
+    pub bufs: Buffers,
+    round: usize,
+    posted: bool,
+    recvs: Vec<(usize, u32, Region)>,
+    sends: Vec<(usize, u32)>,
+    pub status: Status,
+}
+
+/// One collective in flight, shared by the request and the engine.
+pub(crate) struct Op {
+    pub data: Mutex<OpData>,
+    pub done: AtomicBool,
+}
+
+impl Op {
+    pub(crate) fn new(seq: u64, sched: Schedule, bufs: Buffers) -> Arc<Op> {
+        let empty = sched.rounds.is_empty();
+        Arc::new(Op {
+            data: Mutex::new(OpData {
+                seq,
+                sched,
+                bufs,
+                round: 0,
+                posted: false,
+                recvs: Vec::new(),
+                sends: Vec::new(),
+                status: if empty { Status::Done } else { Status::Running },
+            }),
+            done: AtomicBool::new(empty),
+        })
+    }
+
+    /// Peers this operation waits for now.
+    pub(crate) fn blocked_on(&self) -> Vec<usize> {
+        let d = lock(&self.data);
+        d.recvs
+            .iter()
+            .map(|r| r.0)
+            .chain(d.sends.iter().map(|s| s.0))
+            .collect()
+    }
+
+    /// Marks the operation failed (the engine then drops it without touching
+    /// its buffers again).
+    pub(crate) fn fail(&self, e: Error) {
+        let mut d = lock(&self.data);
+        if matches!(d.status, Status::Running) {
+            d.status = Status::Failed(e);
+        }
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `addr` of a `FIN` that refuses a message (size mismatch).
+const REJECTED: u64 = 1;
+
+fn tag64(seq: u64, tag: u32) -> u64 {
+    (seq << 32) | tag as u64
+}
+
+/// The per-communicator progress state of this process.
+pub(crate) struct Core {
+    pub board: Arc<Board>,
+    pub me: usize,
+    pub size: usize,
+    pub pids: Vec<u32>,
+    /// Map from communicator rank to board slot (identity here).
+    ops: VecDeque<Arc<Op>>,
+    unexpected: HashMap<(usize, u64), VecDeque<(u64, u64)>>,
+    fins: HashMap<(usize, u64), usize>,
+    rejected: std::collections::HashSet<(usize, u64)>,
+    outq: Vec<VecDeque<Desc>>,
+    /// Set when the engine stopped (its thread died or the comm was dropped).
+    pub stopped: bool,
+}
+
+impl Core {
+    pub(crate) fn new(board: Arc<Board>, me: usize, size: usize, pids: Vec<u32>) -> Core {
+        Core {
+            board,
+            me,
+            size,
+            pids,
+            ops: VecDeque::new(),
+            unexpected: HashMap::new(),
+            fins: HashMap::new(),
+            rejected: std::collections::HashSet::new(),
+            outq: vec![VecDeque::new(); size],
+            stopped: false,
+        }
+    }
+
+    pub(crate) fn submit(&mut self, op: Arc<Op>) {
+        if !op.done.load(Ordering::Acquire) {
+            self.ops.push_back(op);
+        }
+    }
+
+    /// Number of operations in flight.
+    pub(crate) fn active(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn send_desc(&mut self, peer: usize, d: Desc) {
+        self.outq[peer].push_back(d);
+    }
+
+    fn flush(&mut self) -> bool {
+        let mut any = false;
+        for peer in 0..self.size {
+            let mut pushed = false;
+            while let Some(d) = self.outq[peer].front().copied() {
+                if !self.board.push(self.me, peer, d) {
+                    break;
+                }
+                self.outq[peer].pop_front();
+                pushed = true;
+            }
+            if pushed {
+                self.board.ring(peer);
+                any = true;
+            }
+        }
+        any
+    }
+
+    fn drain(&mut self) {
+        for src in 0..self.size {
+            while let Some(d) = self.board.pop(src, self.me) {
+                match d.kind {
+                    RTS => self
+                        .unexpected
+                        .entry((src, d.tag))
+                        .or_default()
+                        .push_back((d.addr, d.len)),
+                    FIN if d.addr == REJECTED => {
+                        self.rejected.insert((src, d.tag));
+                    }
+                    FIN => *self.fins.entry((src, d.tag)).or_default() += 1,
+                    k => tracing::warn!(kind = k, src, "unknown descriptor"),
+                }
+            }
+        }
+    }
+
+    /// Advances every operation as far as it goes without blocking. Returns
+    /// whether anything happened.
+    pub(crate) fn progress(&mut self) -> bool {
+        self.drain();
+        let mut moved = false;
+        let ops: Vec<Arc<Op>> = self.ops.iter().cloned().collect();
+        for op in ops {
+            let mut d = lock(&op.data);
+            if !matches!(d.status, Status::Running) {
+                continue;
+            }
+            match self.advance(&mut d) {
+                Ok(m) => moved |= m,
+                Err(e) => d.status = Status::Failed(e),
+            }
+            if !matches!(d.status, Status::Running) {
+                op.done.store(true, Ordering::Release);
+            }
+        }
+        self.ops.retain(|o| !o.done.load(Ordering::Acquire));
+        moved |= self.flush();
+        moved
+    }
+
+    fn advance(&mut self, d: &mut OpData) -> Result<bool, Error> {
+        let mut moved = false;
+        loop {
+            if !d.posted {
+                self.post_round(d)?;
+                d.posted = true;
+                moved = true;
+            }
+            // Match receives.
+            let mut i = 0;
+            while i < d.recvs.len() {
+                let (peer, tag, region) = d.recvs[i];
+                let key = (peer, tag64(d.seq, tag));
+                let hit = self.unexpected.get_mut(&key).and_then(|q| q.pop_front());
+                if let Some((addr, len)) = hit {
+                    if len as usize != region.len {
+                        // Release the sender with an error rather than leave it waiting.
+                        self.send_desc(
+                            peer,
+                            Desc {
+                                kind: FIN,
+                                tag: key.1,
+                                addr: REJECTED,
+                                len: 0,
+                            },
+                        );
+                        return Err(Error::CountMismatch {
+                            rank: peer,
+                            detail: format!(
+                                "rank {peer} sent {len} bytes where {} were expected",
+                                region.len
+                            ),
+                        });
+                    }
+                    let dst = d.bufs.ptr(&region);
+                    let pid = self.pids[peer];
+                    if pid == std::process::id() {
+                        // SAFETY: the sender is this process: `addr` is a live region of one
+                        // of its operations (it waits for our FIN), `dst` was bounds-checked,
+                        // and regions of different buffers never overlap.
+                        unsafe { std::ptr::copy(addr as *const u8, dst, region.len) };
+                    } else {
+                        // SAFETY: `dst` points at `region.len` writable bytes of this
+                        // operation's buffer (bounds-checked), not aliased during the round.
+                        unsafe { board::cma_read(pid, addr, dst, region.len) }.map_err(|e| {
+                            if board::pid_dead(pid) {
+                                Error::RankLost { rank: peer }
+                            } else {
+                                Error::Transport(format!("reading from rank {peer}: {e}"))
+                            }
+                        })?;
+                    }
+                    self.send_desc(
+                        peer,
+                        Desc {
+                            kind: FIN,
+                            tag: key.1,
+                            addr: 0,
+                            len: 0,
+                        },
+                    );
+                    d.recvs.swap_remove(i);
+                    moved = true;
+                } else {
+                    i += 1;
+                }
+            }
+            let mut i = 0;
+            while i < d.sends.len() {
+                let (peer, tag) = d.sends[i];
+                let key = (peer, tag64(d.seq, tag));
+                if self.rejected.remove(&key) {
+                    return Err(Error::CountMismatch {
+                        rank: peer,
+                        detail: format!("rank {peer} expected a message of a different size"),
+                    });
+                }
+                match self.fins.get_mut(&key) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.fins.remove(&key);
+                        }
+                        d.sends.swap_remove(i);
+                        moved = true;
+                    }
+                    _ => i += 1,
+                }
+            }
+            if !d.recvs.is_empty() || !d.sends.is_empty() {
+                return Ok(moved);
+            }
+            d.round += 1;
+            d.posted = false;
+            if d.round >= d.sched.rounds.len() {
+                d.status = Status::Done;
+                return Ok(true);
+            }
+        }
+    }
+
+    fn post_round(&mut self, d: &mut OpData) -> Result<(), Error> {
+        let round = d.round;
+        let _span = tracing::debug_span!(
+            "round",
+            kind = %d.sched.kind,
+            seq = d.seq,
+            round,
+            of = d.sched.rounds.len()
+        )
+        .entered();
+        let steps = d.sched.rounds[round].steps.clone();
+        for step in steps {
+            match step {
+                Step::Send { peer, region, tag } => {
+                    let p = d.bufs.ptr(&region);
+                    let desc = Desc {
+                        kind: RTS,
+                        tag: tag64(d.seq, tag),
+                        addr: p as u64,
+                        len: region.len as u64,
+                    };
+                    self.send_desc(peer, desc);
+                    d.sends.push((peer, tag));
+                }
+                Step::Recv { peer, region, tag } => d.recvs.push((peer, tag, region)),
+                Step::Copy { src, dst } => {
+                    let (s, t) = (d.bufs.ptr(&src), d.bufs.ptr(&dst));
+                    // SAFETY: both regions were bounds-checked by `ptr`; the schedule
+                    // guarantees a copy's regions do not overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(s as *const u8, t, src.len) };
+                }
+                Step::Reduce {
+                    src,
+                    dst,
+                    op,
+                    dtype,
+                } => {
+                    let (s, t) = (d.bufs.ptr(&src), d.bufs.ptr(&dst));
+                    // SAFETY: bounds-checked regions of live buffers; source and
+                    // destination do not overlap (schedule invariant).
+                    let (s, t) = unsafe {
+                        (
+                            std::slice::from_raw_parts(s as *const u8, src.len),
+                            std::slice::from_raw_parts_mut(t, dst.len),
+                        )
+                    };
+                    crate::op::apply_reduce(op, dtype, s, t)
+                        .map_err(|e| Error::Transport(format!("reduction: {e}")))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// State shared by a communicator's users and its progress agent.
+pub(crate) struct Shared {
+    pub core: Mutex<Core>,
+    /// Signalled by the agent when an operation finishes.
+    pub finished: Condvar,
+    pub shutdown: AtomicBool,
+}
+
+/// The `Thread` engine's agent: sleeps on the doorbell until there is work,
+/// runs the schedules, wakes waiters when operations finish.
+pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
+    let _span = tracing::debug_span!("progress-agent", rank = me).entered();
+    loop {
+        let seen = board.doorbell(me).load(Ordering::SeqCst);
+        if shared.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        let (active, moved) = {
+            let mut core = lock(&shared.core);
+            let before = core.active();
+            let moved = core.progress();
+            let after = core.active();
+            if after < before {
+                shared.finished.notify_all();
+            }
+            (after, moved)
+        };
+        if moved {
+            continue;
+        }
+        // Sleep until a peer or the application rings (bounded so that shutdown and
+        // the liveness checks of waiters are never stuck behind a lost wake-up).
+        let nap = if active > 0 {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_millis(200)
+        };
+        board.sleep(me, seen, nap);
+    }
+    let mut core = lock(&shared.core);
+    core.stopped = true;
+    shared.finished.notify_all();
+}

@@ -1,0 +1,460 @@
+//! Multi-process tests of the engines: this test binary re-executes itself as
+//! the ranks of a job (and as the proxy), started by hand against an
+//! `hpc_runtime::Coordinator`. The child's role is chosen by environment
+//! variables; `child_entry` and `proxy_entry` do nothing in a normal run.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hpc_collectives::{Comm, CommOptions, Engine, Error, ReduceOp};
+use hpc_runtime::{Coordinator, World};
+
+const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
+const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
+
+/// Runs `scenario` on `size` ranks; returns each rank's (success, stderr).
+fn job(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) -> Vec<(bool, String)> {
+    let secret = hpc_runtime::random_u64();
+    let coord = Coordinator::start(
+        size,
+        secret,
+        Duration::from_secs_f64(timeout_s),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let proxy_cmd = format!(
+        "{} proxy_entry --exact --nocapture --test-threads=1",
+        exe.display()
+    );
+    let kids: Vec<Child> = (0..size)
+        .map(|r| {
+            Command::new(&exe)
+                .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+                .env(SCENARIO, scenario)
+                .env("HPC_RANK", r.to_string())
+                .env("HPC_SIZE", size.to_string())
+                .env("HPC_RENDEZVOUS", coord.addr().to_string())
+                .env("HPC_JOB_SECRET", format!("{secret:x}"))
+                .env("HPC_TIMEOUT", timeout_s.to_string())
+                .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
+                .envs(env.iter().copied())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let out = kids
+        .into_iter()
+        .map(|k| {
+            let o = k.wait_with_output().unwrap();
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .collect();
+    coord.shutdown();
+    out
+}
+
+fn all_ok(scenario: &str, size: usize) {
+    let t = Instant::now();
+    for (r, (ok, err)) in job(scenario, size, 20.0, &[]).into_iter().enumerate() {
+        assert!(ok, "{scenario} on {size} ranks, rank {r} failed:\n{err}");
+    }
+    eprintln!("{scenario} x{size}: {:?}", t.elapsed());
+}
+
+#[test]
+fn proxy_entry() {
+    // In a normal run the variable is unset and this returns at once.
+    hpc_collectives::proxy::serve_env().unwrap();
+}
+
+#[test]
+fn child_entry() {
+    let Ok(s) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let world = World::init().unwrap();
+    match s.as_str() {
+        "correct" => correct(&world),
+        "stress" => stress(&world),
+        "big" => big(&world),
+        "kill" => kill(&world),
+        "mismatch" => mismatch(&world),
+        "safety" => safety(&world),
+        o => panic!("unknown scenario {o}"),
+    }
+}
+
+fn val(r: usize, i: usize) -> i64 {
+    (r * 1000 + i) as i64
+}
+
+/// Every collective through every engine against the obvious reference.
+fn correct(world: &World) {
+    for engine in ENGINES {
+        let comm = Comm::new(world, engine).unwrap();
+        check_all(&comm, engine);
+        // Several outstanding at once, and a sub-communicator.
+        let sub = comm
+            .split((comm.rank() % 2) as u32, -(comm.rank() as i64))
+            .unwrap();
+        let expect_sub: Vec<usize> = (0..comm.size())
+            .filter(|r| r % 2 == comm.rank() % 2)
+            .rev()
+            .collect();
+        assert_eq!(sub.size(), expect_sub.len());
+        assert_eq!(sub.world_rank(sub.rank()), comm.rank());
+        let a = vec![comm.rank() as i64; 3];
+        let mut ra = vec![0i64; 3];
+        let b = vec![1.0f32; 5];
+        let mut rb = vec![0.0f32; 5];
+        let sa = vec![comm.rank() as u32; 2];
+        let mut rsa = vec![0u32; 2 * sub.size()];
+        let r1 = comm.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
+        let r2 = sub.iallreduce(&b, &mut rb, ReduceOp::Sum).unwrap();
+        let r3 = sub.iallgather(&sa, &mut rsa).unwrap();
+        hpc_collectives::Request::wait_all([r3, r2, r1]).unwrap();
+        let n = comm.size() as i64;
+        assert_eq!(ra, vec![n * (n - 1) / 2; 3]);
+        assert_eq!(rb, vec![sub.size() as f32; 5]);
+        let want: Vec<u32> = expect_sub.iter().flat_map(|&r| [r as u32; 2]).collect();
+        assert_eq!(rsa, want, "{engine:?}");
+        // f16 and ndarray buffers.
+        let h = vec![half::f16::from_f32(1.5); 4];
+        let mut rh = vec![half::f16::ZERO; 4];
+        comm.allreduce(&h, &mut rh, ReduceOp::Max).unwrap();
+        assert_eq!(rh[0].to_f32(), 1.5);
+        let arr = ndarray::Array2::<f64>::from_elem((2, 3), comm.rank() as f64);
+        let mut out = ndarray::Array2::<f64>::zeros((2, 3));
+        comm.allreduce(&arr, &mut out, ReduceOp::Sum).unwrap();
+        assert_eq!(out[[1, 2]], (n * (n - 1) / 2) as f64);
+        let t = arr.t();
+        assert!(matches!(
+            comm.allreduce(&t, &mut out, ReduceOp::Sum),
+            Err(Error::NotContiguous)
+        ));
+    }
+}
+
+fn check_all(comm: &Comm, engine: Engine) {
+    let (me, n) = (comm.rank(), comm.size());
+    for count in [0usize, 1, 7, 300] {
+        let ctx = format!("{engine:?} count {count} rank {me}/{n}");
+        let send: Vec<i64> = (0..count).map(|i| val(me, i)).collect();
+        // allgather
+        let mut recv = vec![0i64; count * n];
+        comm.iallgather(&send, &mut recv).unwrap().wait().unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|r| (0..count).map(move |i| val(r, i)))
+            .collect();
+        assert_eq!(recv, want, "allgather {ctx}");
+        // zero-copy through a scope
+        let mut recv2 = vec![0i64; count * n];
+        comm.scope(|s| s.iallgather(&send, &mut recv2)?.wait())
+            .unwrap();
+        assert_eq!(recv2, want, "scoped allgather {ctx}");
+        // allgatherv: rank r gives r+count%3 elements
+        let counts: Vec<usize> = (0..n).map(|r| r + count % 3).collect();
+        let mine: Vec<i64> = (0..counts[me]).map(|i| val(me, i)).collect();
+        let mut recv = vec![0i64; counts.iter().sum()];
+        comm.allgatherv(&mine, &mut recv, &counts).unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|r| (0..counts[r]).map(move |i| val(r, i)))
+            .collect();
+        assert_eq!(recv, want, "allgatherv {ctx}");
+        // alltoall: block j of rank i = val(i, j*count + k)
+        let send_a: Vec<i64> = (0..n * count).map(|i| val(me, i)).collect();
+        let mut recv = vec![0i64; n * count];
+        comm.ialltoall(&send_a, &mut recv).unwrap().wait().unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+            .collect();
+        assert_eq!(recv, want, "alltoall {ctx}");
+        // alltoallv: rank i sends (i + j) % 3 + count elements to j
+        let sc: Vec<usize> = (0..n).map(|j| (me + j) % 3 + count).collect();
+        let rc: Vec<usize> = (0..n).map(|i| (i + me) % 3 + count).collect();
+        let sendv: Vec<i64> = (0..sc.iter().sum()).map(|i| val(me, i)).collect();
+        let mut recv = vec![0i64; rc.iter().sum()];
+        comm.ialltoallv(&sendv, &sc, &mut recv, &rc)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let mut want = Vec::new();
+        for i in 0..n {
+            let off: usize = (0..me).map(|j| (i + j) % 3 + count).sum();
+            want.extend((0..rc[i]).map(|k| val(i, off + k)));
+        }
+        assert_eq!(recv, want, "alltoallv {ctx}");
+        // allreduce / reduce / reduce_scatter
+        let mut recv = vec![0i64; count];
+        comm.iallreduce(&send, &mut recv, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let want: Vec<i64> = (0..count)
+            .map(|i| (0..n).map(|r| val(r, i)).sum())
+            .collect();
+        assert_eq!(recv, want, "allreduce {ctx}");
+        let root = n - 1;
+        let mut recv = vec![0i64; if me == root { count } else { 0 }];
+        comm.ireduce(&send, &mut recv, ReduceOp::Max, root)
+            .unwrap()
+            .wait()
+            .unwrap();
+        if me == root {
+            let want: Vec<i64> = (0..count).map(|i| val(n - 1, i)).collect();
+            assert_eq!(recv, want, "reduce {ctx}");
+        }
+        let rcounts: Vec<usize> = (0..n).map(|r| count + r % 2).collect();
+        let total: usize = rcounts.iter().sum();
+        let sendrs: Vec<i64> = (0..total).map(|i| val(me, i)).collect();
+        let mut recv = vec![0i64; rcounts[me]];
+        comm.ireduce_scatter(&sendrs, &mut recv, &rcounts, ReduceOp::Sum)
+            .unwrap()
+            .wait()
+            .unwrap();
+        let off: usize = rcounts[..me].iter().sum();
+        let want: Vec<i64> = (0..rcounts[me])
+            .map(|k| (0..n).map(|r| val(r, off + k)).sum())
+            .collect();
+        assert_eq!(recv, want, "reduce_scatter {ctx}");
+        // bcast / gather / scatter
+        let root = count % n;
+        let mut buf: Vec<i64> = if me == root {
+            (0..count).map(|i| val(root, i)).collect()
+        } else {
+            vec![0; count]
+        };
+        comm.ibcast(&mut buf, root).unwrap().wait().unwrap();
+        assert_eq!(
+            buf,
+            (0..count).map(|i| val(root, i)).collect::<Vec<_>>(),
+            "bcast {ctx}"
+        );
+        let mut recv = vec![0i64; if me == root { n * count } else { 0 }];
+        comm.igather(&send, &mut recv, root)
+            .unwrap()
+            .wait()
+            .unwrap();
+        if me == root {
+            let want: Vec<i64> = (0..n)
+                .flat_map(|r| (0..count).map(move |i| val(r, i)))
+                .collect();
+            assert_eq!(recv, want, "gather {ctx}");
+        }
+        let sends: Vec<i64> = if me == root {
+            (0..n * count).map(|i| val(root, i)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut recv = vec![0i64; count];
+        comm.iscatter(&sends, &mut recv, root)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(
+            recv,
+            (0..count)
+                .map(|i| val(root, me * count + i))
+                .collect::<Vec<_>>(),
+            "scatter {ctx}"
+        );
+        comm.ibarrier().unwrap().wait().unwrap();
+    }
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Hundreds of back-to-back collectives of random sizes (same sequence on
+/// every rank), two outstanding at a time; memory must stay flat.
+fn stress(world: &World) {
+    for engine in [Engine::Thread, Engine::Inline] {
+        let comm = Comm::new(world, engine).unwrap();
+        let n = comm.size();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut base = 0;
+        for it in 0..300 {
+            if it == 50 {
+                base = rss_kib();
+            }
+            let count = (rnd() % 2000) as usize;
+            let send = vec![comm.rank() as u32 + 1; count];
+            let mut r1 = vec![0u32; count];
+            let s2 = vec![it as u16; count * n];
+            let mut r2 = vec![0u16; count * n];
+            let a = comm.iallreduce(&send, &mut r1, ReduceOp::Sum).unwrap();
+            let b = comm.ialltoall(&s2, &mut r2).unwrap();
+            b.wait().unwrap();
+            a.wait().unwrap();
+            assert!(r1.iter().all(|&v| v as usize == n * (n + 1) / 2));
+            assert!(r2.iter().all(|&v| v == it as u16));
+        }
+        let grown = rss_kib().saturating_sub(base);
+        assert!(grown < 16 * 1024, "{engine:?}: VmRSS grew by {grown} KiB");
+    }
+}
+
+/// Many ranks: an allreduce and an alltoall.
+fn big(world: &World) {
+    let comm = Comm::new(world, Engine::Thread).unwrap();
+    let n = comm.size();
+    let mut r = vec![0u64; 4];
+    comm.allreduce(&[1u64; 4], &mut r, ReduceOp::Sum).unwrap();
+    assert_eq!(r, vec![n as u64; 4]);
+    let send: Vec<u32> = (0..n as u32).collect();
+    let mut recv = vec![0u32; n];
+    comm.alltoall(&send, &mut recv).unwrap();
+    assert_eq!(recv, vec![comm.rank() as u32; n]);
+}
+
+/// Rank 1 dies after posting; the others' wait names it.
+fn kill(world: &World) {
+    let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut opts = CommOptions::new(engine);
+    opts.timeout = Some(Duration::from_secs(10));
+    let comm = Comm::with_options(world, opts).unwrap();
+    let n = comm.size();
+    comm.barrier().unwrap();
+    let send = vec![1u8; 4096 * n];
+    let mut recv = vec![0u8; 4096 * n];
+    let mut r = [0u8; 4096];
+    // A first collective that completes, then one rank 1 abandons.
+    comm.allreduce(&[1u8; 4096], &mut r, ReduceOp::Sum).unwrap();
+    if comm.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(50));
+        std::process::exit(3);
+    }
+    let t = Instant::now();
+    let err = comm
+        .ialltoall(&send, &mut recv)
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RankLost { rank: 1 }),
+        "{engine:?}: {err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    eprintln!("OK: {err}");
+    std::process::exit(0);
+}
+
+/// Ranks disagree on the count: a typed error, not a hang.
+fn mismatch(world: &World) {
+    for engine in ENGINES {
+        let mut opts = CommOptions::new(engine);
+        opts.timeout = Some(Duration::from_secs(5));
+        let comm = Comm::with_options(world, opts).unwrap();
+        let count = 4 + comm.rank();
+        let send = vec![1i32; count];
+        let mut recv = vec![0i32; count * comm.size()];
+        let err = comm.allgather(&send, &mut recv).unwrap_err();
+        assert!(
+            matches!(err, Error::CountMismatch { .. }),
+            "{engine:?}: {err}"
+        );
+        // Local argument errors.
+        let err = comm.allgather(&send, &mut recv[..1]).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err}");
+        drop(comm);
+        world.barrier().unwrap();
+    }
+}
+
+/// A leaked (forgotten) request never writes into freed memory: its
+/// result lands in engine-owned staging; later collectives still work.
+fn safety(world: &World) {
+    for engine in ENGINES {
+        let comm = Comm::new(world, engine).unwrap();
+        let n = comm.size();
+        for _ in 0..20 {
+            let send = vec![7u64; 50_000];
+            let mut recv = vec![0u64; 50_000 * n];
+            let req = comm.iallgather(&send, &mut recv).unwrap();
+            std::mem::forget(req);
+            drop(recv);
+            drop(send);
+            // Reuse the freed memory at once.
+            let fresh = vec![1u64; 50_000 * n];
+            let mut out = vec![0u64; 50_000 * n];
+            comm.allgather(&fresh[..50_000], &mut out).unwrap();
+            assert!(out.iter().all(|&v| v == 1));
+            assert!(
+                fresh.iter().all(|&v| v == 1),
+                "{engine:?}: freed memory was written"
+            );
+        }
+        // Scoped requests that are leaked are finished by the scope.
+        let send = vec![3u32; 1000];
+        let mut recv = vec![0u32; 1000 * n];
+        comm.scope(|s| {
+            let r = s.iallgather(&send, &mut recv).unwrap();
+            std::mem::forget(r);
+        });
+        assert!(recv.iter().all(|&v| v == 3), "{engine:?}");
+    }
+}
+
+#[test]
+fn every_collective_every_engine_1_to_4_ranks() {
+    for n in 1..=4 {
+        all_ok("correct", n);
+    }
+}
+
+#[test]
+fn back_to_back_random_sizes_4_and_7_ranks() {
+    all_ok("stress", 4);
+    all_ok("stress", 7);
+}
+
+#[test]
+fn sixty_four_ranks_oversubscribed() {
+    all_ok("big", 64);
+}
+
+#[test]
+fn mismatched_counts_are_typed_errors() {
+    all_ok("mismatch", 2);
+}
+
+#[test]
+fn leaked_requests_are_safe() {
+    all_ok("safety", 3);
+}
+
+#[test]
+fn killed_rank_is_named() {
+    for engine in ["inline", "thread", "proxy"] {
+        let t = Instant::now();
+        let res = job("kill", 3, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
+        for (r, (ok, err)) in res.iter().enumerate() {
+            if r != 1 {
+                assert!(ok, "{engine}: rank {r}: {err}");
+                assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(15));
+    }
+}
