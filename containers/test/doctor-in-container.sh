@@ -53,25 +53,8 @@ fi
 case "$engine" in
     podman)
         command -v podman >/dev/null || { log "podman missing (apt-get install podman)"; exit 69; }
-        pdir=$cache/podman
-        mkdir -p "$pdir/graph" "$pdir/run"
-        cat > "$pdir/containers.conf" <<CONF
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
-netns = "none"
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-CONF
-        cat > "$pdir/storage.conf" <<CONF
-[storage]
-driver = "vfs"
-graphroot = "$pdir/graph"
-runroot = "$pdir/run"
-CONF
-        export CONTAINERS_CONF=$pdir/containers.conf
-        export CONTAINERS_STORAGE_CONF=$pdir/storage.conf
+        # shellcheck source=containers/test/podman-env.sh
+        . "$here/podman-env.sh" "$cache/podman" vfs
         if ! podman image exists "$image"; then
             log "importing $tarball into podman"
             podman import "$tarball" "$image" >&2
