@@ -1,0 +1,736 @@
+//! Native collectives as plans: `hpc-collectives` schedules mapped onto
+//! device memory operations.
+//!
+//! A [`Plan`] is what one rank does in a native collective: [`Phase`]s of
+//! [`Op`]s over byte ranges ([`Loc`]) of three buffers: the user's input,
+//! the user's output, and the rank's *window*, a device buffer that the
+//! other ranks of the node can write (CUDA IPC) or that the host transport
+//! fills (other nodes).
+//!
+//! The plans are built from the ring reduce-scatter and ring allgather
+//! schedules of `hpc-collectives` (allreduce is one then the other, on
+//! chunks from [`chunk::split_aligned`](crate::chunk::split_aligned)):
+//!
+//! * a schedule's `Send` on rank `a` and the matching `Recv` on rank `b`
+//!   become a *push*: [`Op::Put`] on `a` writes straight into `b`'s window,
+//!   and [`Op::Land`] on `b` marks where the data arrives (for the host
+//!   transport it is the receive). Receive regions therefore always lie in
+//!   the window;
+//! * `Copy` and `Reduce` become device copies and reduction-kernel launches;
+//! * the local steps before a communication round and that round form one
+//!   phase; phases are separated by an inter-rank barrier (stream
+//!   synchronisation, then `World::barrier`), which orders every push after
+//!   the target's earlier use of the landing region and every use of landed
+//!   data after its push.
+//!
+//! Execution contract: phases run in order; within a phase each rank runs
+//! its ops in the listed order on its stream (local ops first, then puts);
+//! a barrier of all ranks ends every phase, the last one included (the
+//! next collective reuses the windows). Plans are verified on host memory
+//! by [`run_on_host`], with the ranks of each phase run in forward and in
+//! reverse order so that a missing barrier shows up as a wrong result.
+
+use hpc_collectives::algo::{allgather, reduce_scatter};
+use hpc_collectives::{apply_reduce, BufferId, Region, Schedule, Step};
+
+use crate::bandwidth::CollKind;
+use crate::chunk::{offsets, split_aligned};
+use crate::error::{GpuError, Result};
+use crate::types::{Dtype, GpuOp};
+
+/// Alignment of the scratch part of the window.
+const WINDOW_ALIGN: usize = 256;
+
+/// A buffer of one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The user's input (read only).
+    Input,
+    /// The user's output (written only by local copies).
+    Output,
+    /// The rank's window: landing area and scratch, writable by peers.
+    Window,
+}
+
+/// A byte range of one of a rank's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Loc {
+    /// The buffer.
+    pub buf: Buf,
+    /// Offset in bytes.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl Loc {
+    /// `buf[offset..offset + len]`.
+    pub const fn new(buf: Buf, offset: usize, len: usize) -> Self {
+        Self { buf, offset, len }
+    }
+
+    /// One past the last byte.
+    pub const fn end(&self) -> usize {
+        self.offset + self.len
+    }
+
+    /// Whether two ranges share a byte.
+    pub fn overlaps(&self, other: &Loc) -> bool {
+        self.buf == other.buf
+            && self.len > 0
+            && other.len > 0
+            && self.offset < other.end()
+            && other.offset < self.end()
+    }
+}
+
+/// One operation of a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Local device copy `dst = src`.
+    Copy {
+        /// Source.
+        src: Loc,
+        /// Destination.
+        dst: Loc,
+    },
+    /// Local reduction `dst = dst ⊕ src` (the plan's op and type).
+    Reduce {
+        /// Operand read.
+        src: Loc,
+        /// Operand read and written.
+        dst: Loc,
+    },
+    /// Push local `src` into the window of rank `peer` at `dst`.
+    Put {
+        /// Target rank.
+        peer: usize,
+        /// Local source.
+        src: Loc,
+        /// Range of the peer's window.
+        dst: Loc,
+    },
+    /// Data from rank `peer` arrives in this rank's window at `dst` during
+    /// this phase (the other side of that peer's [`Op::Put`], in the same
+    /// order as the peer lists its puts to this rank).
+    Land {
+        /// Source rank.
+        peer: usize,
+        /// Range of this rank's window.
+        dst: Loc,
+    },
+}
+
+/// Ops that run between two barriers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Phase {
+    /// In execution order.
+    pub ops: Vec<Op>,
+}
+
+/// One rank's program for one native collective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The collective.
+    pub kind: CollKind,
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Reduction (for reductions).
+    pub op: Option<GpuOp>,
+    /// Bytes read from the input.
+    pub input_bytes: usize,
+    /// Bytes written to the output.
+    pub output_bytes: usize,
+    /// Window size needed, in bytes (the same on every rank).
+    pub window_bytes: usize,
+    /// The phases.
+    pub phases: Vec<Phase>,
+}
+
+impl Plan {
+    /// Iterates over all ops.
+    pub fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.phases.iter().flat_map(|p| p.ops.iter())
+    }
+
+    /// Number of barriers the plan costs (one per phase).
+    pub fn barriers(&self) -> usize {
+        self.phases.len()
+    }
+}
+
+/// A schedule step with buffers resolved.
+#[derive(Debug, Clone, Copy)]
+enum MStep {
+    Copy(Loc, Loc),
+    Reduce(Loc, Loc),
+    Send(usize, Loc, u32),
+    Recv(usize, Loc, u32),
+}
+
+impl MStep {
+    fn is_comm(&self) -> bool {
+        matches!(self, MStep::Send(..) | MStep::Recv(..))
+    }
+}
+
+/// Resolves a schedule's regions with `map`; drops self-copies.
+fn map_schedule(
+    s: &Schedule,
+    tag_base: u32,
+    map: impl Fn(Region) -> Loc,
+) -> Result<Vec<Vec<MStep>>> {
+    let mut rounds = Vec::new();
+    for round in &s.rounds {
+        let mut out = Vec::new();
+        for step in &round.steps {
+            match *step {
+                Step::Copy { src, dst } => {
+                    let (s, d) = (map(src), map(dst));
+                    if s != d && s.len > 0 {
+                        out.push(MStep::Copy(s, d));
+                    }
+                }
+                Step::Reduce { src, dst, .. } => out.push(MStep::Reduce(map(src), map(dst))),
+                Step::Send { peer, region, tag } => {
+                    out.push(MStep::Send(peer, map(region), tag_base + tag))
+                }
+                Step::Recv { peer, region, tag } => {
+                    let l = map(region);
+                    if l.buf != Buf::Window {
+                        return Err(GpuError::Plan(format!(
+                            "a receive of rank {} lands in {:?}, not in the window",
+                            s.rank, l.buf
+                        )));
+                    }
+                    out.push(MStep::Recv(peer, l, tag_base + tag))
+                }
+            }
+        }
+        rounds.push(out);
+    }
+    Ok(rounds)
+}
+
+/// One rank's rounds grouped into (local ops, comm steps) segments.
+struct Segment {
+    local: Vec<MStep>,
+    comm: Vec<MStep>,
+}
+
+fn segments(rounds: Vec<Vec<MStep>>) -> Vec<Segment> {
+    let mut segs = Vec::new();
+    let mut local = Vec::new();
+    for round in rounds {
+        if round.iter().any(MStep::is_comm) {
+            let (comm, loc): (Vec<_>, Vec<_>) = round.into_iter().partition(MStep::is_comm);
+            local.extend(loc);
+            segs.push(Segment {
+                local: std::mem::take(&mut local),
+                comm,
+            });
+        } else {
+            local.extend(round);
+        }
+    }
+    if !local.is_empty() {
+        segs.push(Segment {
+            local,
+            comm: Vec::new(),
+        });
+    }
+    segs
+}
+
+/// Turns every rank's mapped rounds into phases: matches sends with
+/// receives, appends `tail` (per rank) to the last phase, and splits a
+/// phase whose incoming pushes would race with its local ops.
+fn phases_from(per_rank: Vec<Vec<Vec<MStep>>>, tail: &[Vec<Op>]) -> Result<Vec<Vec<Phase>>> {
+    let size = per_rank.len();
+    let segs: Vec<Vec<Segment>> = per_rank.into_iter().map(segments).collect();
+    let comm_count = |s: &Vec<Segment>| s.iter().filter(|g| !g.comm.is_empty()).count();
+    let nphases = segs.iter().map(Vec::len).max().unwrap_or(0);
+    for (r, s) in segs.iter().enumerate() {
+        if comm_count(s) != comm_count(&segs[0]) {
+            return Err(GpuError::Plan(format!(
+                "rank {r} has {} communication rounds, rank 0 has {}",
+                comm_count(s),
+                comm_count(&segs[0])
+            )));
+        }
+    }
+    let mut out: Vec<Vec<Phase>> = vec![Vec::new(); size];
+    for j in 0..nphases {
+        let mut phase: Vec<(Vec<Op>, Vec<Op>)> = vec![(Vec::new(), Vec::new()); size];
+        for (r, rsegs) in segs.iter().enumerate() {
+            let Some(seg) = rsegs.get(j) else { continue };
+            for st in &seg.local {
+                match *st {
+                    MStep::Copy(s, d) => phase[r].0.push(Op::Copy { src: s, dst: d }),
+                    MStep::Reduce(s, d) if s.len > 0 => {
+                        phase[r].0.push(Op::Reduce { src: s, dst: d })
+                    }
+                    _ => {}
+                }
+            }
+            // Match sends against the peer's receives of the same segment.
+            for st in &seg.comm {
+                match *st {
+                    MStep::Send(peer, src, tag) => {
+                        let nth = seg
+                            .comm
+                            .iter()
+                            .take_while(|x| !std::ptr::eq(*x, st))
+                            .filter(
+                                |x| matches!(x, MStep::Send(p, _, t) if *p == peer && *t == tag),
+                            );
+                        let k = nth.count();
+                        let dst = segs
+                            .get(peer)
+                            .and_then(|ps| ps.get(j))
+                            .and_then(|g| {
+                                g.comm
+                                    .iter()
+                                    .filter_map(|x| match *x {
+                                        MStep::Recv(p, l, t) if p == r && t == tag => Some(l),
+                                        _ => None,
+                                    })
+                                    .nth(k)
+                            })
+                            .ok_or_else(|| {
+                                GpuError::Plan(format!(
+                                    "send {r} -> {peer} tag {tag} in phase {j} has no receive"
+                                ))
+                            })?;
+                        if dst.len != src.len {
+                            return Err(GpuError::Plan(format!(
+                                "send {r} -> {peer} of {} B meets a receive of {} B",
+                                src.len, dst.len
+                            )));
+                        }
+                        if src.len > 0 {
+                            phase[r].1.push(Op::Put { peer, src, dst });
+                        }
+                    }
+                    MStep::Recv(peer, dst, _) => {
+                        if dst.len > 0 {
+                            phase[r].1.push(Op::Land { peer, dst });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Hazard: a push into rank b during this phase must not touch what
+        // b's local ops or outgoing pushes of the phase use.
+        let hazard = (0..size).any(|b| {
+            let lands: Vec<Loc> = phase[b]
+                .1
+                .iter()
+                .filter_map(|o| match o {
+                    Op::Land { dst, .. } => Some(*dst),
+                    _ => None,
+                })
+                .collect();
+            let used: Vec<Loc> = phase[b]
+                .0
+                .iter()
+                .chain(phase[b].1.iter())
+                .flat_map(|o| match *o {
+                    Op::Copy { src, dst } | Op::Reduce { src, dst } => vec![src, dst],
+                    Op::Put { src, .. } => vec![src],
+                    Op::Land { .. } => vec![],
+                })
+                .collect();
+            lands.iter().any(|l| used.iter().any(|u| u.overlaps(l)))
+        });
+        if hazard {
+            for (r, (local, _)) in phase.iter_mut().enumerate() {
+                out[r].push(Phase {
+                    ops: std::mem::take(local),
+                });
+            }
+        }
+        for (r, (local, comm)) in phase.into_iter().enumerate() {
+            let mut ops = local;
+            ops.extend(comm);
+            out[r].push(Phase { ops });
+        }
+    }
+    // The tail runs after the last communication: appended to a last phase
+    // without communication, else in a phase of its own.
+    let last_is_local = out.iter().all(|p| {
+        p.last().is_some_and(|ph| {
+            ph.ops
+                .iter()
+                .all(|o| matches!(o, Op::Copy { .. } | Op::Reduce { .. }))
+        })
+    });
+    for (r, t) in tail.iter().enumerate() {
+        match out[r].last_mut() {
+            Some(ph) if last_is_local => ph.ops.extend(t.iter().copied()),
+            _ => out[r].push(Phase { ops: t.clone() }),
+        }
+    }
+    // Drop phases that are empty on every rank.
+    let keep: Vec<bool> = (0..out.first().map_or(0, Vec::len))
+        .map(|j| out.iter().any(|p| !p[j].ops.is_empty()))
+        .collect();
+    for p in &mut out {
+        let mut i = 0;
+        p.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+    }
+    Ok(out)
+}
+
+fn region_in(owner_map: impl Fn(BufferId) -> (Buf, usize)) -> impl Fn(Region) -> Loc {
+    move |r: Region| {
+        let (buf, base) = owner_map(r.buf);
+        Loc::new(buf, base + r.offset, r.len)
+    }
+}
+
+fn finish(
+    kind: CollKind,
+    size: usize,
+    dtype: Dtype,
+    op: Option<GpuOp>,
+    io: (usize, usize),
+    window_bytes: usize,
+    phases: Vec<Vec<Phase>>,
+) -> Vec<Plan> {
+    phases
+        .into_iter()
+        .enumerate()
+        .map(|(rank, phases)| Plan {
+            kind,
+            rank,
+            size,
+            dtype,
+            op,
+            input_bytes: io.0,
+            output_bytes: io.1,
+            window_bytes,
+            phases,
+        })
+        .collect()
+}
+
+fn single_rank(kind: CollKind, dtype: Dtype, op: Option<GpuOp>, bytes: usize) -> Vec<Plan> {
+    let ops = if bytes > 0 {
+        vec![Phase {
+            ops: vec![Op::Copy {
+                src: Loc::new(Buf::Input, 0, bytes),
+                dst: Loc::new(Buf::Output, 0, bytes),
+            }],
+        }]
+    } else {
+        Vec::new()
+    };
+    finish(kind, 1, dtype, op, (bytes, bytes), 0, vec![ops])
+}
+
+/// Plans of every rank for an allreduce of `count` elements: ring
+/// reduce-scatter over 16-byte-aligned chunks into the window, ring
+/// allgather within the window, one copy to the output.
+pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<Vec<Plan>> {
+    let e = dtype.size();
+    let bytes = count * e;
+    if size == 1 {
+        return Ok(single_rank(CollKind::AllReduce, dtype, Some(op), bytes));
+    }
+    let counts = split_aligned(count, e, size);
+    let off: Vec<usize> = offsets(&counts).into_iter().map(|x| x * e).collect();
+    let blocks: Vec<usize> = counts.iter().map(|c| c * e).collect();
+    let sbase = bytes.next_multiple_of(WINDOW_ALIGN);
+    let mut window = sbase;
+    let mut per_rank = Vec::with_capacity(size);
+    for r in 0..size {
+        let rs = reduce_scatter::ring(r, size, &counts, dtype.data_type(), op.reduce_op());
+        window = window.max(sbase + rs.scratch_bytes);
+        let mut rounds = map_schedule(
+            &rs,
+            0,
+            region_in(|b| match b {
+                BufferId::Send => (Buf::Input, 0),
+                BufferId::Recv => (Buf::Window, off[r]),
+                BufferId::Scratch => (Buf::Window, sbase),
+            }),
+        )?;
+        let ag = allgather::ring(r, size, &blocks);
+        rounds.extend(map_schedule(
+            &ag,
+            1000,
+            region_in(|b| match b {
+                BufferId::Send => (Buf::Window, off[r]),
+                BufferId::Recv | BufferId::Scratch => (Buf::Window, 0),
+            }),
+        )?);
+        per_rank.push(rounds);
+    }
+    let tail = vec![
+        vec![Op::Copy {
+            src: Loc::new(Buf::Window, 0, bytes),
+            dst: Loc::new(Buf::Output, 0, bytes),
+        }];
+        size
+    ];
+    let phases = if bytes == 0 {
+        vec![Vec::new(); size]
+    } else {
+        phases_from(per_rank, &tail)?
+    };
+    Ok(finish(
+        CollKind::AllReduce,
+        size,
+        dtype,
+        Some(op),
+        (bytes, bytes),
+        window,
+        phases,
+    ))
+}
+
+/// Plans for a reduce-scatter: each rank's input holds `size * count`
+/// elements, rank `r` gets the reduction of block `r` (`count` elements).
+pub fn reduce_scatter(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<Vec<Plan>> {
+    let e = dtype.size();
+    let bytes = count * e;
+    if size == 1 {
+        return Ok(single_rank(CollKind::ReduceScatter, dtype, Some(op), bytes));
+    }
+    let counts = vec![count; size];
+    let sbase = bytes.next_multiple_of(WINDOW_ALIGN);
+    let mut window = sbase;
+    let mut per_rank = Vec::with_capacity(size);
+    for r in 0..size {
+        let rs = reduce_scatter::ring(r, size, &counts, dtype.data_type(), op.reduce_op());
+        window = window.max(sbase + rs.scratch_bytes);
+        per_rank.push(map_schedule(
+            &rs,
+            0,
+            region_in(|b| match b {
+                BufferId::Send => (Buf::Input, 0),
+                BufferId::Recv => (Buf::Window, 0),
+                BufferId::Scratch => (Buf::Window, sbase),
+            }),
+        )?);
+    }
+    let tail = vec![
+        vec![Op::Copy {
+            src: Loc::new(Buf::Window, 0, bytes),
+            dst: Loc::new(Buf::Output, 0, bytes),
+        }];
+        size
+    ];
+    let phases = if bytes == 0 {
+        vec![Vec::new(); size]
+    } else {
+        phases_from(per_rank, &tail)?
+    };
+    Ok(finish(
+        CollKind::ReduceScatter,
+        size,
+        dtype,
+        Some(op),
+        (bytes * size, bytes),
+        window,
+        phases,
+    ))
+}
+
+/// Plans for an allgather: each rank contributes `count` elements; every
+/// output holds the `size` blocks in rank order.
+pub fn allgather(size: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
+    let e = dtype.size();
+    let bytes = count * e;
+    if size == 1 {
+        return Ok(single_rank(CollKind::AllGather, dtype, None, bytes));
+    }
+    let blocks = vec![bytes; size];
+    let mut per_rank = Vec::with_capacity(size);
+    for r in 0..size {
+        let ag = allgather::ring(r, size, &blocks);
+        per_rank.push(map_schedule(
+            &ag,
+            0,
+            region_in(|b| match b {
+                BufferId::Send => (Buf::Input, 0),
+                BufferId::Recv | BufferId::Scratch => (Buf::Window, 0),
+            }),
+        )?);
+    }
+    let total = bytes * size;
+    let tail = vec![
+        vec![Op::Copy {
+            src: Loc::new(Buf::Window, 0, total),
+            dst: Loc::new(Buf::Output, 0, total),
+        }];
+        size
+    ];
+    let phases = if bytes == 0 {
+        vec![Vec::new(); size]
+    } else {
+        phases_from(per_rank, &tail)?
+    };
+    Ok(finish(
+        CollKind::AllGather,
+        size,
+        dtype,
+        None,
+        (bytes, total),
+        total,
+        phases,
+    ))
+}
+
+/// Plans for a broadcast of `count` elements from `root`: the root pushes
+/// its input into every other rank's window and copies it to its own
+/// output; the others copy their window to their output.
+pub fn broadcast(size: usize, root: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
+    if root >= size {
+        return Err(GpuError::Mismatch {
+            what: "broadcast root (must be below the rank count)",
+            expected: size,
+            got: root,
+        });
+    }
+    let bytes = count * dtype.size();
+    let all = |b| Loc::new(b, 0, bytes);
+    let phases = (0..size)
+        .map(|r| {
+            if bytes == 0 {
+                return Vec::new();
+            }
+            if r == root {
+                let mut ops = vec![Op::Copy {
+                    src: all(Buf::Input),
+                    dst: all(Buf::Output),
+                }];
+                ops.extend((0..size).filter(|&p| p != root).map(|peer| Op::Put {
+                    peer,
+                    src: all(Buf::Input),
+                    dst: all(Buf::Window),
+                }));
+                let mut v = vec![Phase { ops }];
+                if size > 1 {
+                    v.push(Phase::default());
+                }
+                v
+            } else {
+                vec![
+                    Phase {
+                        ops: vec![Op::Land {
+                            peer: root,
+                            dst: all(Buf::Window),
+                        }],
+                    },
+                    Phase {
+                        ops: vec![Op::Copy {
+                            src: all(Buf::Window),
+                            dst: all(Buf::Output),
+                        }],
+                    },
+                ]
+            }
+        })
+        .collect();
+    let window = if size > 1 { bytes } else { 0 };
+    Ok(finish(
+        CollKind::Broadcast,
+        size,
+        dtype,
+        None,
+        (bytes, bytes),
+        window,
+        phases,
+    ))
+}
+
+/// The order in which [`run_on_host`] runs the ranks within a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostOrder {
+    /// Rank 0 first.
+    Forward,
+    /// Last rank first.
+    Reverse,
+}
+
+/// Runs every rank's plan on host memory, as the device executor does,
+/// with a CPU reduction (`hpc_collectives::apply_reduce`): the reference
+/// against which plans are tested. `inputs[r]` and `outputs[r]` are rank
+/// `r`'s buffers; windows start filled with `0xA5` bytes.
+pub fn run_on_host(
+    plans: &[Plan],
+    inputs: &[Vec<u8>],
+    outputs: &mut [Vec<u8>],
+    order: HostOrder,
+) -> Result<()> {
+    let size = plans.len();
+    let mut windows: Vec<Vec<u8>> = plans.iter().map(|p| vec![0xA5; p.window_bytes]).collect();
+    let nphases = plans.iter().map(|p| p.phases.len()).max().unwrap_or(0);
+    if plans.iter().any(|p| p.phases.len() != nphases) {
+        return Err(GpuError::Plan(
+            "ranks disagree on the number of phases".into(),
+        ));
+    }
+    let ranks: Vec<usize> = match order {
+        HostOrder::Forward => (0..size).collect(),
+        HostOrder::Reverse => (0..size).rev().collect(),
+    };
+    for j in 0..nphases {
+        for &r in &ranks {
+            let plan = &plans[r];
+            for op in &plan.phases[j].ops {
+                let read = |l: Loc, windows: &[Vec<u8>], outputs: &[Vec<u8>]| -> Vec<u8> {
+                    let b: &[u8] = match l.buf {
+                        Buf::Input => &inputs[r],
+                        Buf::Output => &outputs[r],
+                        Buf::Window => &windows[r],
+                    };
+                    b[l.offset..l.end()].to_vec()
+                };
+                match *op {
+                    Op::Copy { src, dst } => {
+                        let data = read(src, &windows, outputs);
+                        write(dst, &data, &mut windows[r], &mut outputs[r])?;
+                    }
+                    Op::Reduce { src, dst } => {
+                        let s = read(src, &windows, outputs);
+                        let mut d = read(dst, &windows, outputs);
+                        let gop = plan
+                            .op
+                            .ok_or_else(|| GpuError::Plan("reduce without an op".into()))?;
+                        apply_reduce(gop.reduce_op(), plan.dtype.data_type(), &s, &mut d)
+                            .map_err(|e| GpuError::Plan(e.to_string()))?;
+                        write(dst, &d, &mut windows[r], &mut outputs[r])?;
+                    }
+                    Op::Put { peer, src, dst } => {
+                        let data = read(src, &windows, outputs);
+                        let target = &mut windows[peer];
+                        target[dst.offset..dst.end()].copy_from_slice(&data);
+                    }
+                    Op::Land { .. } => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write(dst: Loc, data: &[u8], window: &mut [u8], output: &mut [u8]) -> Result<()> {
+    let b = match dst.buf {
+        Buf::Output => output,
+        Buf::Window => window,
+        Buf::Input => return Err(GpuError::Plan("a plan writes its input".into())),
+    };
+    b[dst.offset..dst.end()].copy_from_slice(data);
+    Ok(())
+}

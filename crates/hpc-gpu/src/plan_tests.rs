@@ -1,0 +1,221 @@
+//! Plans executed on host memory: every native collective computes what it
+//! should for 1..=8 ranks, every type and op, in both rank orders.
+
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+use crate::plan::{self, Buf, HostOrder, Op, Plan};
+use crate::{Dtype, GpuOp};
+
+/// Random small integers as `dtype` bytes (exact in every type, so that any
+/// reduction order gives the same bits); never all zeros.
+fn random(dtype: Dtype, op: GpuOp, n: usize, rng: &mut impl Rng) -> (Vec<u8>, Vec<f64>) {
+    let vals: Vec<f64> = (0..n)
+        .map(|_| {
+            if op == GpuOp::Prod {
+                [-2.0, -1.0, 1.0, 2.0][rng.random_range(0..4)]
+            } else {
+                f64::from(rng.random_range(-8i32..=8).max(1) * if rng.random() { 1 } else { -1 })
+            }
+        })
+        .collect();
+    (encode(dtype, &vals), vals)
+}
+
+fn encode(dtype: Dtype, v: &[f64]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|&x| match dtype {
+            Dtype::F32 => (x as f32).to_ne_bytes().to_vec(),
+            Dtype::F64 => x.to_ne_bytes().to_vec(),
+            Dtype::F16 => f16::from_f64(x).to_ne_bytes().to_vec(),
+            Dtype::Bf16 => bf16::from_f64(x).to_ne_bytes().to_vec(),
+            Dtype::I32 => (x as i32).to_ne_bytes().to_vec(),
+        })
+        .collect()
+}
+
+fn combine(op: GpuOp, a: f64, b: f64) -> f64 {
+    match op {
+        GpuOp::Sum => a + b,
+        GpuOp::Prod => a * b,
+        GpuOp::Min => a.min(b),
+        GpuOp::Max => a.max(b),
+    }
+}
+
+fn run_both(plans: &[Plan], inputs: &[Vec<u8>], out_len: usize) -> Vec<Vec<u8>> {
+    let mut first = None;
+    for order in [HostOrder::Forward, HostOrder::Reverse] {
+        let mut outs = vec![vec![0xFFu8; out_len]; plans.len()];
+        plan::run_on_host(plans, inputs, &mut outs, order).unwrap();
+        match &first {
+            None => first = Some(outs),
+            Some(f) => assert_eq!(f, &outs, "rank order changed the result"),
+        }
+    }
+    first.unwrap()
+}
+
+fn check_invariants(plans: &[Plan]) {
+    let n = plans[0].phases.len();
+    for p in plans {
+        assert_eq!(
+            p.phases.len(),
+            n,
+            "all ranks have the same number of phases"
+        );
+        for op in p.ops() {
+            match op {
+                Op::Put { dst, .. } | Op::Land { dst, .. } => assert_eq!(dst.buf, Buf::Window),
+                Op::Copy { dst, .. } | Op::Reduce { dst, .. } => assert_ne!(dst.buf, Buf::Input),
+            }
+            if let Op::Put { dst, .. } | Op::Land { dst, .. } = op {
+                assert!(dst.end() <= p.window_bytes);
+            }
+        }
+    }
+    // Every put has its land, in the same phase, in the same order.
+    for (j, _) in plans[0].phases.iter().enumerate() {
+        for a in 0..plans.len() {
+            for b in 0..plans.len() {
+                let puts: Vec<_> = plans[a].phases[j]
+                    .ops
+                    .iter()
+                    .filter_map(|o| match o {
+                        Op::Put { peer, dst, .. } if *peer == b => Some(*dst),
+                        _ => None,
+                    })
+                    .collect();
+                let lands: Vec<_> = plans[b].phases[j]
+                    .ops
+                    .iter()
+                    .filter_map(|o| match o {
+                        Op::Land { peer, dst } if *peer == a => Some(*dst),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(puts, lands, "phase {j} {a} -> {b}");
+            }
+        }
+    }
+}
+
+const COUNTS: [usize; 7] = [0, 1, 3, 9, 16, 31, 257];
+
+#[test]
+fn allreduce_plans_compute_the_allreduce() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    for size in 1..=8 {
+        for dtype in Dtype::ALL {
+            for op in GpuOp::ALL {
+                for count in COUNTS {
+                    let plans = plan::allreduce(size, count, dtype, op).unwrap();
+                    check_invariants(&plans);
+                    let (inputs, vals): (Vec<_>, Vec<_>) = (0..size)
+                        .map(|_| random(dtype, op, count, &mut rng))
+                        .unzip();
+                    let expect: Vec<f64> = (0..count)
+                        .map(|i| (1..size).fold(vals[0][i], |a, r| combine(op, a, vals[r][i])))
+                        .collect();
+                    let outs = run_both(&plans, &inputs, count * dtype.size());
+                    for (r, out) in outs.iter().enumerate() {
+                        assert_eq!(
+                            out,
+                            &encode(dtype, &expect),
+                            "size {size} {dtype} {op} count {count} rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_plans() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    for size in 1..=8 {
+        for dtype in Dtype::ALL {
+            for op in GpuOp::ALL {
+                for count in [0, 1, 3, 33] {
+                    let plans = plan::reduce_scatter(size, count, dtype, op).unwrap();
+                    check_invariants(&plans);
+                    let (inputs, vals): (Vec<_>, Vec<_>) = (0..size)
+                        .map(|_| random(dtype, op, count * size, &mut rng))
+                        .unzip();
+                    let outs = run_both(&plans, &inputs, count * dtype.size());
+                    for (r, out) in outs.iter().enumerate() {
+                        let expect: Vec<f64> = (0..count)
+                            .map(|i| {
+                                let k = r * count + i;
+                                (1..size).fold(vals[0][k], |a, q| combine(op, a, vals[q][k]))
+                            })
+                            .collect();
+                        assert_eq!(out, &encode(dtype, &expect), "size {size} {dtype} {op}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allgather_and_broadcast_plans() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    for size in 1..=8 {
+        for dtype in Dtype::ALL {
+            for count in [0, 1, 5, 64] {
+                let plans = plan::allgather(size, count, dtype).unwrap();
+                check_invariants(&plans);
+                let inputs: Vec<Vec<u8>> = (0..size)
+                    .map(|_| random(dtype, GpuOp::Sum, count, &mut rng).0)
+                    .collect();
+                let outs = run_both(&plans, &inputs, count * size * dtype.size());
+                let expect: Vec<u8> = inputs.concat();
+                for out in &outs {
+                    assert_eq!(out, &expect);
+                }
+                for root in 0..size {
+                    let plans = plan::broadcast(size, root, count, dtype).unwrap();
+                    check_invariants(&plans);
+                    let outs = run_both(&plans, &inputs, count * dtype.size());
+                    for out in &outs {
+                        assert_eq!(out, &inputs[root]);
+                    }
+                }
+            }
+        }
+    }
+    assert!(plan::broadcast(2, 2, 1, Dtype::F32).is_err());
+}
+
+#[test]
+fn ring_allreduce_shape() {
+    // n ranks: n - 1 reduce-scatter pushes and n - 1 allgather pushes per
+    // rank, 2 (n - 1) barriers plus the final phase, every chunk start
+    // 16-byte aligned.
+    for size in 2..=8 {
+        let plans = plan::allreduce(size, 1 << 16, Dtype::F32, GpuOp::Sum).unwrap();
+        for p in &plans {
+            let puts = p.ops().filter(|o| matches!(o, Op::Put { .. })).count();
+            assert_eq!(puts, 2 * (size - 1));
+            assert_eq!(p.barriers(), 2 * (size - 1) + 1);
+            for o in p.ops() {
+                if let Op::Put { src, dst, .. } = o {
+                    assert_eq!(src.offset % 16, 0);
+                    assert_eq!(dst.offset % 16, 0);
+                }
+            }
+            let sent: usize = p
+                .ops()
+                .map(|o| match o {
+                    Op::Put { src, .. } => src.len,
+                    _ => 0,
+                })
+                .sum();
+            // 2 (n - 1) / n of the vector, as the busbw formula assumes.
+            let ideal = 2 * (size - 1) * (1 << 18) / size;
+            assert!(sent.abs_diff(ideal) <= 2 * size * 16, "{sent} vs {ideal}");
+        }
+    }
+}
