@@ -316,10 +316,8 @@ fn phases_from(per_rank: Vec<Vec<Vec<MStep>>>, tail: &[Vec<Op>]) -> Result<Vec<V
                             phase[r].1.push(Op::Put { peer, src, dst });
                         }
                     }
-                    MStep::Recv(peer, dst, _) => {
-                        if dst.len > 0 {
-                            phase[r].1.push(Op::Land { peer, dst });
-                        }
+                    MStep::Recv(peer, dst, _) if dst.len > 0 => {
+                        phase[r].1.push(Op::Land { peer, dst });
                     }
                     _ => {}
                 }
@@ -452,7 +450,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
     let sbase = bytes.next_multiple_of(WINDOW_ALIGN);
     let mut window = sbase;
     let mut per_rank = Vec::with_capacity(size);
-    for r in 0..size {
+    for (r, &base) in off.iter().take(size).enumerate() {
         let rs = reduce_scatter::ring(r, size, &counts, dtype.data_type(), op.reduce_op());
         window = window.max(sbase + rs.scratch_bytes);
         let mut rounds = map_schedule(
@@ -460,7 +458,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
             0,
             region_in(|b| match b {
                 BufferId::Send => (Buf::Input, 0),
-                BufferId::Recv => (Buf::Window, off[r]),
+                BufferId::Recv => (Buf::Window, base),
                 BufferId::Scratch => (Buf::Window, sbase),
             }),
         )?;
@@ -469,7 +467,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
             &ag,
             1000,
             region_in(|b| match b {
-                BufferId::Send => (Buf::Window, off[r]),
+                BufferId::Send => (Buf::Window, base),
                 BufferId::Recv | BufferId::Scratch => (Buf::Window, 0),
             }),
         )?);
