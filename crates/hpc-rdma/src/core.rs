@@ -237,6 +237,8 @@ pub(crate) struct Shared {
     pub(crate) size: usize,
     next_op: AtomicU64,
     next_region: AtomicU32,
+    /// Bumped whenever a completion becomes ready, so waiters can poll one atomic.
+    generation: AtomicU64,
     st: Mutex<State>,
     regions: Mutex<HashMap<u32, Weak<RegionInner>>>,
 }
@@ -248,9 +250,19 @@ impl Shared {
             size,
             next_op: AtomicU64::new(1),
             next_region: AtomicU32::new(1),
+            generation: AtomicU64::new(0),
             st: Mutex::new(State::default()),
             regions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The completion generation (see [`Shared::take`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     fn st(&self) -> MutexGuard<'_, State> {
@@ -291,6 +303,7 @@ impl Shared {
                     result,
                 },
             );
+            self.bump();
         }
     }
 
@@ -310,6 +323,7 @@ impl Shared {
                         result: Ok(Payload::Bytes(data)),
                     },
                 );
+                self.bump();
             }
             None => st
                 .unexpected
@@ -347,6 +361,7 @@ impl Shared {
                         result,
                     },
                 );
+                self.bump();
             }
             None => {
                 st.pending.insert(id, (peer, OpKind::Recv));
@@ -384,6 +399,7 @@ impl Shared {
                     }),
                 },
             );
+            self.bump();
         }
         st.posted.retain(|(p, _), _| *p != peer);
     }

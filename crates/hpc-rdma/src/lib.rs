@@ -642,11 +642,23 @@ impl Transport {
         let mut start: Option<Instant> = None;
         let mut last_check = 0u128;
         let mut spins = 0u32;
+        // Any completion made ready after this load bumps the generation, so the
+        // table (and its lock) is only consulted when something changed.
+        let mut seen = self.shared.generation();
+        if let Some(c) = self.shared.take(op)? {
+            return c.result;
+        }
         loop {
-            if let Some(c) = self.shared.take(op)? {
-                return c.result;
-            }
+            // Progress first, then look: a message delivered by this progress is
+            // returned without another round.
             self.progress_once();
+            let now = self.shared.generation();
+            if now != seen {
+                seen = now;
+                if let Some(c) = self.shared.take(op)? {
+                    return c.result;
+                }
+            }
             spins = spins.saturating_add(1);
             if spins < SPIN {
                 std::hint::spin_loop();

@@ -172,6 +172,24 @@ impl RecordBytes {
     }
 }
 
+/// A lock-free look at whether a ring has unread records (for polling loops).
+#[derive(Clone, Copy)]
+pub(crate) struct Probe {
+    raw: Raw,
+}
+
+// SAFETY: only atomics in memory that the owner of the consumer keeps mapped are read.
+unsafe impl Send for Probe {}
+// SAFETY: as above; loads only.
+unsafe impl Sync for Probe {}
+
+impl Probe {
+    /// Whether the producer has published records the consumer has not freed yet.
+    pub(crate) fn has_data(&self) -> bool {
+        self.raw.head().load(Ordering::Acquire) != self.raw.tail().load(Ordering::Relaxed)
+    }
+}
+
 /// The reading end.
 pub(crate) struct Consumer {
     raw: Raw,
@@ -194,6 +212,11 @@ impl Consumer {
             tail,
             cached_head: tail,
         }
+    }
+
+    /// A probe of this ring, valid as long as the ring memory is.
+    pub(crate) fn probe(&self) -> Probe {
+        Probe { raw: self.raw }
     }
 
     /// Whether a record may be waiting (one acquire load).

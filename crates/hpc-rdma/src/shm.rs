@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hpc_runtime::World;
@@ -23,7 +23,7 @@ use hpc_runtime::World;
 use crate::core::{OpId, OpKind, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, Mapping, Region, RemoteKey};
-use crate::ring::{Consumer, Producer, CTL};
+use crate::ring::{Consumer, Probe, Producer, CTL};
 use crate::{Backend, BackendKind};
 
 /// Bytes of one ring's data area.
@@ -69,6 +69,10 @@ struct Peer {
     _segment: Arc<Mapping>,
     tx: Mutex<Tx>,
     rx: Mutex<Rx>,
+    /// Lock-free check of the rx ring (kept valid by `_segment` of the transport).
+    probe: Probe,
+    /// Whether `tx.queue` holds messages waiting for ring space.
+    backlog: AtomicBool,
 }
 
 /// The shared-memory backend (one per transport; serves the same-node peers).
@@ -117,7 +121,10 @@ impl Shm {
             // SAFETY: our own segment's slot for p, kept alive by `self._segment`; we are
             // its only consumer.
             let cons = unsafe { Consumer::new(segment.as_ptr().add(my_slot * SLOT), RING_BYTES) };
+            let probe = cons.probe();
             peers[p] = Some(Peer {
+                probe,
+                backlog: AtomicBool::new(false),
                 rank: p,
                 pid: key.pid,
                 pidfd: pidfd_open(key.pid),
@@ -276,15 +283,23 @@ impl Shm {
     }
 
     fn progress_peer(&self, p: &Peer) -> Result<()> {
+        if p.probe.has_data() {
+            self.progress_rx(p)?;
+        }
+        if p.backlog.load(Ordering::Acquire) {
+            if let Ok(mut tx) = p.tx.try_lock() {
+                self.push_pending(p.rank, &mut tx);
+                p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    fn progress_rx(&self, p: &Peer) -> Result<()> {
         if let Ok(mut rx) = p.rx.try_lock() {
             if let Err(e) = self.drain_rx(p, &mut rx) {
                 self.shared.fail_peer(p.rank, &e.to_string());
                 return Err(e);
-            }
-        }
-        if let Ok(mut tx) = p.tx.try_lock() {
-            if !tx.queue.is_empty() {
-                self.push_pending(p.rank, &mut tx);
             }
         }
         Ok(())
@@ -331,6 +346,13 @@ impl Backend for Shm {
             )));
         }
         let mut tx = p.tx.lock().unwrap_or_else(|e| e.into_inner());
+        // Fast path: nothing queued and the message fits one record.
+        if tx.queue.is_empty() && data.len() <= EAGER_MAX && tx.prod.try_push(EAGER, tag, &[&data])
+        {
+            drop(tx);
+            self.shared.complete(op, Ok(Payload::Bytes(data)));
+            return Ok(());
+        }
         tx.queue.push_back(OutMsg {
             op,
             tag,
@@ -339,6 +361,7 @@ impl Backend for Shm {
             started: false,
         });
         self.push_pending(peer, &mut tx);
+        p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
         Ok(())
     }
 
