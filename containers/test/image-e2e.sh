@@ -75,7 +75,8 @@ podman image exists "$ref" || fail "podman named the image otherwise than $ref"
 podman run --rm "$ref" hpc selftest --json > "$work/singleton.json" || fail "podman run selftest"
 grep -q '"ok":true' "$work/singleton.json" || fail "singleton selftest output"
 podman run --rm "$ref" hpc doctor --json > "$work/doctor-podman.json" || true
-grep -qi podman "$work/doctor-podman.json" || fail "doctor in podman does not report Podman"
+[ "$(json "$work/doctor-podman.json" 'd["environment"]["runtime"]["kind"]')" = podman ] \
+    || fail "doctor in podman does not report Podman"
 HPC_ULIMITS="" IMAGE=$ref "$img/podman-run.sh" selftest > "$work/podman-run.out" || fail "generated podman-run.sh"
 log "podman: load, selftest (singleton), doctor, podman-run.sh ok"
 
@@ -84,7 +85,8 @@ if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
     docker load -i "$img/$app-docker.tar" >/dev/null || fail "docker load"
     docker run --rm "$ref" hpc selftest --json | grep -q '"ok":true' || fail "docker run selftest"
     docker run --rm "$ref" hpc doctor --json > "$work/doctor-docker.json" || true
-    grep -qi docker "$work/doctor-docker.json" || fail "doctor in docker does not report Docker"
+    [ "$(json "$work/doctor-docker.json" 'd["environment"]["runtime"]["kind"]')" = docker ] \
+        || fail "doctor in docker does not report Docker"
     docker image rm "$ref" >/dev/null 2>&1 || true
     log "docker: load, selftest, doctor ok"
     result "docker=ok"
@@ -136,11 +138,12 @@ for i in 1 2 3; do
     podman_total=$(ms_since "$t")
     result "run$i native_barrier_ms=$native_ms native_total_ms=$native_total podman_barrier_ms=$podman_ms podman_total_ms=$podman_total"
 done
-grep -q '"bootstrap":"[^"]*' "$work/podman1.json"
 result "bootstrap_in_container=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["bootstrap"])' "$work/podman1.json")"
 srun --mpi=pmix -n 1 "$work/rank.sh" hpc doctor --json > "$work/doctor-srun.json" || true
-grep -qi podman "$work/doctor-srun.json" || fail "doctor under srun does not report Podman"
-grep -qi pmix "$work/doctor-srun.json" || fail "doctor under srun does not report the PMIx launcher"
+[ "$(json "$work/doctor-srun.json" 'd["environment"]["runtime"]["kind"]')" = podman ] \
+    || fail "doctor under srun does not report Podman"
+[ "$(json "$work/doctor-srun.json" '"pmix" in d["environment"]["launcher"]["kinds"]')" = True ] \
+    || fail "doctor under srun does not report the PMIx launcher"
 log "srun --mpi=pmix: native and per-rank podman ok; doctor reports Podman + PMIx"
 
 # The generated batch script, as a user would submit it (one node, two tasks).
