@@ -1,15 +1,23 @@
 //! Single-producer single-consumer byte ring in shared memory.
 //!
-//! Layout of one ring (`CTL + cap` bytes, `cap` a power of two, multiple of 16):
+//! Layout of one ring (`CTL + cap` bytes, `cap` a power of two >= 256):
 //!
 //! ```text
 //! [0..8)      head: u64, bytes ever written (producer stores, release)
+//! [8..16)     salt: u64, random, written once by `init` before the ring is shared
 //! [64..72)    tail: u64, bytes ever consumed (consumer stores, release)
-//! [128..)     data: records of 16-byte header {len u32, kind u32, tag u64} +
-//!             payload padded to 16 bytes; a record never wraps: a PAD record
-//!             fills the end of the buffer instead.
+//! [128..)     data: records, each starting on a 64-byte boundary:
+//!             [0..8)   stamp = (absolute position + 1) ^ salt  (stored last, release)
+//!             [8..12)  payload length
+//!             [12..16) kind (0 = padding to the end of the buffer)
+//!             [16..24) tag
+//!             [24..32) zero
+//!             [32..)   payload, then padding to the next 64-byte boundary
 //! ```
 //!
+//! The consumer detects a record by its stamp alone, so an 8-byte message costs the
+//! consumer one cache line (the record) rather than two (head + record). The salt
+//! makes a stale payload word in reused ring memory unable to pass for a stamp.
 //! Head and tail sit on separate cache lines. The consumer never trusts the
 //! producer's bytes: every header is checked so that a corrupt ring gives
 //! [`Error::Protocol`], never a read outside the ring.
@@ -21,19 +29,20 @@ use crate::error::{Error, Result};
 /// Bytes of the control block before the data.
 pub(crate) const CTL: usize = 128;
 /// Record header size.
-pub(crate) const REC_HDR: usize = 16;
+pub(crate) const REC_HDR: usize = 32;
+/// Records start on this boundary (one cache line).
+const ALIGN: usize = 64;
 /// Kind of a padding record.
 pub(crate) const PAD: u32 = 0;
 
-fn up16(n: usize) -> usize {
-    (n + 15) & !15
+fn record_len(payload: usize) -> usize {
+    (REC_HDR + payload + ALIGN - 1) & !(ALIGN - 1)
 }
 
 /// Pointers to one ring. Does not own the memory.
 #[derive(Clone, Copy)]
 struct Raw {
-    head: *const AtomicU64,
-    tail: *const AtomicU64,
+    base: *mut u8,
     data: *mut u8,
     cap: usize,
 }
@@ -41,32 +50,54 @@ struct Raw {
 impl Raw {
     /// # Safety
     /// `base` must be 64-byte aligned and valid for `CTL + cap` bytes for as long as the
-    /// ring is used, and `cap` a power of two >= 64.
+    /// ring is used, and `cap` a power of two >= 256.
     unsafe fn new(base: *mut u8, cap: usize) -> Raw {
-        debug_assert!(cap.is_power_of_two() && cap >= 64);
+        debug_assert!(cap.is_power_of_two() && cap >= 256);
         debug_assert_eq!(base as usize % 64, 0);
         Raw {
-            head: base as *const AtomicU64,
-            // SAFETY: CTL >= 72, within the block the caller vouches for.
-            tail: unsafe { base.add(64) } as *const AtomicU64,
-            // SAFETY: as above.
+            base,
+            // SAFETY: CTL is within the block the caller vouches for.
             data: unsafe { base.add(CTL) },
             cap,
         }
     }
+    fn word(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is one of the control-block offsets (0, 8, 64), 8-aligned and
+        // inside the block valid per `Raw::new`'s contract.
+        unsafe { &*(self.base.add(at) as *const AtomicU64) }
+    }
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: valid and aligned per `Raw::new`'s contract.
-        unsafe { &*self.head }
+        self.word(0)
+    }
+    fn salt(&self) -> &AtomicU64 {
+        self.word(8)
     }
     fn tail(&self) -> &AtomicU64 {
-        // SAFETY: valid and aligned per `Raw::new`'s contract.
-        unsafe { &*self.tail }
+        self.word(64)
     }
+    /// The stamp word of the record at `pos` (a multiple of ALIGN below cap).
+    fn stamp(&self, pos: usize) -> &AtomicU64 {
+        debug_assert!(pos % ALIGN == 0 && pos < self.cap);
+        // SAFETY: pos < cap and 64-aligned, so the 8 bytes lie in the data area.
+        unsafe { &*(self.data.add(pos) as *const AtomicU64) }
+    }
+}
+
+/// Prepares fresh (zeroed) ring memory: writes a random salt.
+///
+/// # Safety
+/// As for [`Raw::new`]; nobody may use the ring yet.
+pub(crate) unsafe fn init(base: *mut u8, cap: usize) {
+    // SAFETY: forwarded contract.
+    let raw = unsafe { Raw::new(base, cap) };
+    raw.salt()
+        .store(hpc_runtime::random_u64() | 1, Ordering::Release);
 }
 
 /// The writing end.
 pub(crate) struct Producer {
     raw: Raw,
+    salt: u64,
     head: u64,
     cached_tail: u64,
 }
@@ -77,17 +108,16 @@ unsafe impl Send for Producer {}
 
 impl Producer {
     /// # Safety
-    /// As for the ring memory in the module docs; at most one producer per ring, and
-    /// the memory must outlive the producer.
+    /// As for the ring memory in the module docs (after [`init`]); at most one
+    /// producer per ring, and the memory must outlive the producer.
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Producer {
         // SAFETY: forwarded contract.
         let raw = unsafe { Raw::new(base, cap) };
-        let head = raw.head().load(Ordering::Relaxed);
-        let cached_tail = raw.tail().load(Ordering::Acquire);
         Producer {
+            salt: raw.salt().load(Ordering::Acquire),
+            head: raw.head().load(Ordering::Relaxed),
+            cached_tail: raw.tail().load(Ordering::Acquire),
             raw,
-            head,
-            cached_tail,
         }
     }
 
@@ -104,7 +134,7 @@ impl Producer {
             "record larger than a quarter ring"
         );
         let cap = self.raw.cap;
-        let rec = REC_HDR + up16(len);
+        let rec = record_len(len);
         let pos = (self.head as usize) & (cap - 1);
         let to_end = cap - pos;
         let need = if rec <= to_end { rec } else { to_end + rec };
@@ -117,35 +147,41 @@ impl Producer {
         }
         let mut pos = pos;
         if rec > to_end {
-            // SAFETY: pos + REC_HDR <= cap because pos and cap are multiples of 16.
-            unsafe { self.write_header(pos, (to_end - REC_HDR) as u32, PAD, 0) };
+            // SAFETY: pos is 64-aligned and to_end >= 64 >= REC_HDR; the space is free.
+            unsafe { self.publish(pos, (to_end - REC_HDR) as u32, PAD, 0, &[]) };
             self.head += to_end as u64;
             pos = 0;
         }
-        // SAFETY: pos + rec <= cap (checked above: the record fits before the end), the
-        // space between head and tail + cap is free (the consumer is done with it).
+        // SAFETY: pos + rec <= cap (the record fits before the end) and the space
+        // between head and tail + cap is free (the consumer is done with it).
+        unsafe { self.publish(pos, len as u32, kind, tag, parts) };
+        self.head += rec as u64;
+        self.raw.head().store(self.head, Ordering::Release);
+        true
+    }
+
+    /// Writes a record at `pos` (absolute position `self.head`), stamp last.
+    ///
+    /// # Safety
+    /// `pos + REC_HDR + payload <= cap`, `pos` 64-aligned, and the bytes are free.
+    unsafe fn publish(&self, pos: usize, len: u32, kind: u32, tag: u64, parts: &[&[u8]]) {
+        let mut h = [0u8; REC_HDR - 8];
+        h[0..4].copy_from_slice(&len.to_le_bytes());
+        h[4..8].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&tag.to_le_bytes());
+        // SAFETY: guaranteed by the caller: header and payload lie within the free
+        // space of the ring.
         unsafe {
-            self.write_header(pos, len as u32, kind, tag);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.raw.data.add(pos + 8), h.len());
             let mut at = self.raw.data.add(pos + REC_HDR);
             for p in parts {
                 std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
                 at = at.add(p.len());
             }
         }
-        self.head += rec as u64;
-        self.raw.head().store(self.head, Ordering::Release);
-        true
-    }
-
-    /// # Safety
-    /// `pos + REC_HDR <= cap` and the bytes are free.
-    unsafe fn write_header(&self, pos: usize, len: u32, kind: u32, tag: u64) {
-        let mut h = [0u8; REC_HDR];
-        h[0..4].copy_from_slice(&len.to_le_bytes());
-        h[4..8].copy_from_slice(&kind.to_le_bytes());
-        h[8..16].copy_from_slice(&tag.to_le_bytes());
-        // SAFETY: guaranteed by the caller.
-        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.raw.data.add(pos), REC_HDR) };
+        self.raw
+            .stamp(pos)
+            .store((self.head + 1) ^ self.salt, Ordering::Release);
     }
 }
 
@@ -172,10 +208,11 @@ impl RecordBytes {
     }
 }
 
-/// A lock-free look at whether a ring has unread records (for polling loops).
+/// A lock-free look at whether a ring has an unread record (for polling loops).
 #[derive(Clone, Copy)]
 pub(crate) struct Probe {
     raw: Raw,
+    salt: u64,
 }
 
 // SAFETY: only atomics in memory that the owner of the consumer keeps mapped are read.
@@ -184,17 +221,19 @@ unsafe impl Send for Probe {}
 unsafe impl Sync for Probe {}
 
 impl Probe {
-    /// Whether the producer has published records the consumer has not freed yet.
+    /// Whether the next record has been published.
     pub(crate) fn has_data(&self) -> bool {
-        self.raw.head().load(Ordering::Acquire) != self.raw.tail().load(Ordering::Relaxed)
+        let tail = self.raw.tail().load(Ordering::Relaxed);
+        let pos = (tail as usize) & (self.raw.cap - 1);
+        self.raw.stamp(pos).load(Ordering::Acquire) == (tail + 1) ^ self.salt
     }
 }
 
 /// The reading end.
 pub(crate) struct Consumer {
     raw: Raw,
+    salt: u64,
     tail: u64,
-    cached_head: u64,
 }
 
 // SAFETY: as for `Producer`: one consumer per ring, raw access to memory kept mapped.
@@ -206,26 +245,25 @@ impl Consumer {
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Consumer {
         // SAFETY: forwarded contract.
         let raw = unsafe { Raw::new(base, cap) };
-        let tail = raw.tail().load(Ordering::Relaxed);
         Consumer {
+            salt: raw.salt().load(Ordering::Acquire),
+            tail: raw.tail().load(Ordering::Relaxed),
             raw,
-            tail,
-            cached_head: tail,
         }
     }
 
     /// A probe of this ring, valid as long as the ring memory is.
     pub(crate) fn probe(&self) -> Probe {
-        Probe { raw: self.raw }
+        Probe {
+            raw: self.raw,
+            salt: self.salt,
+        }
     }
 
-    /// Whether a record may be waiting (one acquire load).
+    /// Whether the next record has been published (one acquire load of its stamp).
     pub(crate) fn has_data(&mut self) -> bool {
-        if self.tail != self.cached_head {
-            return true;
-        }
-        self.cached_head = self.raw.head().load(Ordering::Acquire);
-        self.tail != self.cached_head
+        let pos = (self.tail as usize) & (self.raw.cap - 1);
+        self.raw.stamp(pos).load(Ordering::Acquire) == (self.tail + 1) ^ self.salt
     }
 
     /// Hands the next record to `f` and frees it; `Ok(false)` if the ring is empty.
@@ -236,27 +274,22 @@ impl Consumer {
             if !self.has_data() {
                 return Ok(false);
             }
-            if self.cached_head.wrapping_sub(self.tail) > cap as u64 {
-                return Err(Error::Protocol(format!(
-                    "shm ring head {} is more than a ring ahead of tail {}",
-                    self.cached_head, self.tail
-                )));
-            }
             let pos = (self.tail as usize) & (cap - 1);
-            let mut h = [0u8; REC_HDR];
-            // SAFETY: pos is a multiple of 16 below cap, so the header lies in the ring.
+            let mut h = [0u8; REC_HDR - 8];
+            // SAFETY: pos is 64-aligned below cap, so the header lies in the ring; the
+            // acquire load of the stamp ordered the producer's header writes before.
             unsafe {
-                std::ptr::copy_nonoverlapping(self.raw.data.add(pos), h.as_mut_ptr(), REC_HDR)
+                std::ptr::copy_nonoverlapping(self.raw.data.add(pos + 8), h.as_mut_ptr(), h.len())
             };
             let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
             let kind = u32::from_le_bytes(h[4..8].try_into().expect("4"));
             let tag = u64::from_le_bytes(h[8..16].try_into().expect("8"));
-            let rec = REC_HDR + up16(len);
-            if len > cap || pos + rec > cap || (self.tail + rec as u64) > self.cached_head {
+            if len > cap || pos + REC_HDR + len > cap {
                 return Err(Error::Protocol(format!(
                     "corrupt shm ring record: len {len} kind {kind} at {pos}"
                 )));
             }
+            let rec = record_len(len).min(cap - pos);
             if kind != PAD {
                 (f.take().expect("called once"))(
                     kind,
@@ -293,8 +326,11 @@ mod tests {
             let buf = vec![0xA5A5_A5A5_A5A5_A5A5u64; words];
             let mut g = Guarded { buf, cap };
             let b = g.base();
-            // SAFETY: zero the control block inside the buffer.
-            unsafe { std::ptr::write_bytes(b, 0, CTL) };
+            // SAFETY: zero the control block and data inside the buffer, then init.
+            unsafe {
+                std::ptr::write_bytes(b, 0, CTL + cap);
+                init(b, cap);
+            }
             g
         }
         fn base(&mut self) -> *mut u8 {
@@ -363,12 +399,12 @@ mod tests {
         let (mut p, mut c) =
             unsafe { (Producer::new(g.base(), cap), Consumer::new(g.base(), cap)) };
         let mut n = 0;
-        while p.try_push(1, n, &[&[1u8; 48]]) {
+        while p.try_push(1, n, &[&[1u8; 32]]) {
             n += 1;
         }
         assert_eq!(n, 4, "4 records of 64 bytes fill 256");
         assert!(c.pop(|_, t, _| assert_eq!(t, 0)).unwrap());
-        assert!(p.try_push(1, 99, &[&[2u8; 48]]));
+        assert!(p.try_push(1, 99, &[&[2u8; 32]]));
         assert!(g.guards_intact());
     }
 
@@ -381,17 +417,19 @@ mod tests {
         let mut p = unsafe { Producer::new(base, cap) };
         assert!(p.try_push(1, 0, &[&[0u8; 8]]));
         // Corrupt the length field to a huge value.
-        // SAFETY: the first record header is at data offset 0.
-        unsafe { std::ptr::write_unaligned(base.add(CTL) as *mut u32, 0xffff_fff0) };
+        // SAFETY: the first record's length field is at data offset 8.
+        unsafe { std::ptr::write_unaligned(base.add(CTL + 8) as *mut u32, 0xffff_fff0) };
         // SAFETY: as above.
         let mut c = unsafe { Consumer::new(base, cap) };
         assert!(matches!(c.pop(|_, _, _| ()), Err(Error::Protocol(_))));
-        // A head far ahead of the tail is rejected too.
-        // SAFETY: head lives at offset 0 of the control block.
-        unsafe { (*(base as *const AtomicU64)).store(10 * cap as u64, Ordering::Release) };
+        // A length that runs past the end of the buffer is rejected too.
         // SAFETY: as above.
-        let mut c = unsafe { Consumer::new(base, cap) };
+        unsafe { std::ptr::write_unaligned(base.add(CTL + 8) as *mut u32, 250) };
         assert!(matches!(c.pop(|_, _, _| ()), Err(Error::Protocol(_))));
+        // A payload word that equals a future stamp without the salt is not a record.
+        // SAFETY: as above; zeroing the stamp of record 0 and writing an unsalted one.
+        unsafe { std::ptr::write_unaligned(base.add(CTL) as *mut u64, 1) };
+        assert!(!c.has_data());
         assert!(g.guards_intact());
     }
 
