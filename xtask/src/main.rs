@@ -46,6 +46,14 @@ enum Task {
     },
     /// Only install what the other tasks need.
     Setup,
+    /// A Slurm + PMIx cluster of Docker containers on this machine:
+    /// `up [--nodes N] [--bin DIR]`, `down`, `status`, `exec CMD...`
+    /// (containers/cluster/cluster.sh does the work).
+    Cluster {
+        /// Arguments for containers/cluster/cluster.sh.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
     Image(image::Args),
@@ -156,6 +164,16 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
         Task::Setup => setup::all(),
+        Task::Cluster { args } => {
+            if args.first().map(String::as_str) == Some("up") && !args.iter().any(|a| a == "--bin")
+            {
+                // The cluster runs the MPI-enabled release binaries of the workspace.
+                run(cargo().args(["build", "--release", "-p", "hpc-cli", "--features", "mpi"]))?;
+            }
+            run(Command::new("bash")
+                .arg(root().join("containers/cluster/cluster.sh"))
+                .args(&args))
+        }
         Task::Image(args) => image::run(args),
         Task::Demo { no_setup } => {
             if !no_setup {

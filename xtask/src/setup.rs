@@ -143,6 +143,12 @@ fn mdbook() -> Result<()> {
 /// Everything `demo` and `test` need.
 pub fn all() -> Result<()> {
     apt(APT_PACKAGES)?;
+    // The slow system tests (switched on by .ci/run) drive podman, Slurm and
+    // mmdebstrap-made file systems.
+    let on = |k: &str| std::env::var(k).ok().as_deref() == Some("1");
+    if on("HPC_TEST_CONTAINERS") || on("HPC_TEST_CLUSTER") {
+        apt(CONTAINER_PACKAGES)?;
+    }
     rust_components()?;
     mdbook()?;
     Ok(())

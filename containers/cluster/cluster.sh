@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# A small Slurm + PMIx cluster of Docker containers on one machine, for tests and
+# demos: one controller (ctl: slurmctld, munge) and N compute nodes (node1..: slurmd,
+# munge, Open MPI, PMIx), each a host with its own address on a private (internal)
+# Docker network, with the project's binaries mounted at /opt/hpc/bin and a shared
+# folder at /shared.
+#
+# Usage:
+#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR]   start (rebuilds nothing that exists)
+#   containers/cluster/cluster.sh down                         remove everything it made
+#   containers/cluster/cluster.sh status                       containers and sinfo
+#   containers/cluster/cluster.sh exec CMD...                  run CMD on the controller (e.g. srun ...)
+#   containers/cluster/cluster.sh stop-node|kill-node|cut-node|heal-node NAME
+#
+# libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
+# dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
+# Environment: HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
+# HPC_CACHE_DIR (node file system cache, default <repo>/target/cluster-cache).
+# No registry is needed: the node image is made with mmdebstrap and `docker import`.
+# A second `up` after a crash first removes what the crashed one left.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
+cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
+net=hpc-cluster-net
+prefix=hpc-cluster
+packages="slurm-wlm,munge,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
+tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
+image=hpc-cluster-node:$tag
+
+log() { printf 'cluster: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --format '{{.Names}}'; }
+
+build_image() {
+    if docker image inspect "$image" >/dev/null 2>&1; then return; fi
+    command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: apt-get install mmdebstrap"
+    mkdir -p "$cache"
+    local tar=$cache/node-$tag.tar
+    if [ ! -s "$tar" ]; then
+        log "building the node file system with mmdebstrap (a few minutes, once)"
+        local t0=$SECONDS
+        mmdebstrap --quiet --variant=minbase --format=tar --include="$packages" bookworm "$tar.part.tar" >&2 \
+            || die "mmdebstrap failed (is the Debian mirror reachable?)"
+        mv "$tar.part.tar" "$tar"
+        log "node file system built in $((SECONDS - t0))s"
+    fi
+    log "importing $image"
+    docker import --change 'CMD ["/bin/sh"]' "$tar" "$image" >/dev/null
+}
+
+down() {
+    local names
+    names=$(containers)
+    if [ -n "$names" ]; then
+        # shellcheck disable=SC2086
+        docker rm -f $names >/dev/null
+    fi
+    docker network rm "$net" >/dev/null 2>&1 || true
+    log "down"
+}
+
+wait_idle() {
+    local nodes=$1 deadline=$((SECONDS + 90)) idle
+    while :; do
+        idle=$(docker exec "$prefix-ctl" sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle' || true)
+        [ "$idle" -ge "$nodes" ] && return 0
+        [ $SECONDS -lt $deadline ] || { docker exec "$prefix-ctl" sinfo -N 2>&1 | sed 's/^/  /' >&2; die "nodes not idle after 90s (see $work/shared/log)"; }
+        sleep 0.5
+    done
+}
+
+up() {
+    local nodes=2 bin="" cpus
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --nodes) nodes=$2; shift 2 ;;
+            --bin) bin=$2; shift 2 ;;
+            *) die "unknown option $1" ;;
+        esac
+    done
+    [ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes must be 1..8"
+    [ -n "$bin" ] || bin=$repo/target/release
+    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi)"
+    command -v docker >/dev/null || die "docker is missing"
+    local t0=$SECONDS
+    build_image
+    [ -z "$(containers)" ] || { log "removing a previous cluster"; down; }
+    cpus=$(nproc)
+    mkdir -p "$work/shared/log"
+    chmod 0777 "$work/shared"
+    sed -e "s/@NODES@/$nodes/g" -e "s/@CPUS@/$cpus/g" "$here/slurm.conf.in" > "$work/slurm.conf"
+    cp "$here/node-init.sh" "$work/node-init.sh"
+    if [ ! -s "$work/munge.key" ]; then
+        head -c 1024 /dev/urandom > "$work/munge.key"
+    fi
+    chmod 0400 "$work/munge.key"
+    docker network create --internal --label org.hpc-rs.cluster=1 "$net" >/dev/null
+    local common=(--detach --label org.hpc-rs.cluster=1 --network "$net"
+        --shm-size 512m --cap-add SYS_PTRACE --init
+        -v "$work:/cluster:ro" -v "$work/shared:/shared" -v "$(readlink -f "$bin"):/opt/hpc/bin:ro"
+        -e PATH=/opt/hpc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+        -e SLURM_CONF=/cluster/slurm.conf
+        -e OMPI_ALLOW_RUN_AS_ROOT=1 -e OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    docker run "${common[@]}" --name "$prefix-ctl" --hostname ctl --network-alias ctl "$image" /cluster/node-init.sh ctl >/dev/null
+    for i in $(seq 1 "$nodes"); do
+        docker run "${common[@]}" --name "$prefix-node$i" --hostname "node$i" --network-alias "node$i" \
+            "$image" /cluster/node-init.sh compute >/dev/null
+    done
+    wait_idle "$nodes"
+    log "up: ctl + $nodes compute nodes in $((SECONDS - t0))s"
+}
+
+status() {
+    docker ps -a --filter "label=org.hpc-rs.cluster=1" --format 'table {{.Names}}\t{{.Status}}'
+    docker exec "$prefix-ctl" sinfo -N 2>/dev/null || true
+}
+
+cmd=${1:-}
+[ -n "$cmd" ] && shift
+case "$cmd" in
+    up) up "$@" ;;
+    down) down ;;
+    status) status ;;
+    exec) docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" "$@" ;;
+    stop-node) docker stop -t 0 "$prefix-$1" >/dev/null ;;
+    kill-node) docker kill "$prefix-$1" >/dev/null ;;
+    cut-node) docker network disconnect "$net" "$prefix-$1" ;;
+    heal-node) docker network connect --alias "$1" "$net" "$prefix-$1" ;;
+    *) sed -n '2,20p' "$0"; exit 64 ;;
+esac
