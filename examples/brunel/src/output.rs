@@ -20,7 +20,7 @@
 //! (an interrupted run leaves every completed interval readable) and renamed to
 //! `<name>` when the run completes.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -83,19 +83,6 @@ impl SpikeWriter {
             path: path.to_owned(),
             partial,
             out,
-        })
-    }
-
-    /// Continues `<path>.partial` from a checkpoint's copy `prefix` of the file.
-    pub fn resume(path: &Path, prefix: &Path) -> Result<SpikeWriter> {
-        let partial = partial_path(path);
-        std::fs::copy(prefix, &partial)
-            .with_context(|| format!("copying {} to {}", prefix.display(), partial.display()))?;
-        let f = OpenOptions::new().append(true).open(&partial)?;
-        Ok(SpikeWriter {
-            path: path.to_owned(),
-            partial,
-            out: BufWriter::with_capacity(1 << 16, f),
         })
     }
 

@@ -413,10 +413,14 @@ impl<'a> Simulation<'a> {
                 let (sd, _) = checkpoint::find(dir)?;
                 let prefix = sd.join("spikes.spk");
                 if prefix.is_file() {
+                    // Rewritten rather than copied: the header follows this run's
+                    // parameters (t_sim may have been extended).
                     let f = read_spikes(&prefix)?;
                     rec.add(&f.spikes);
                     if let Some(p) = &opts.spikes {
-                        writer = Some(SpikeWriter::resume(p, &prefix)?);
+                        let mut w = SpikeWriter::create(p, model)?;
+                        w.append(&f.spikes)?;
+                        writer = Some(w);
                     }
                 } else if opts.spikes.is_some() {
                     bail!("checkpoint {} has no spike file to continue", sd.display());

@@ -238,3 +238,38 @@ fn bad_parameters_are_errors_not_panics() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_restart_can_extend_the_run() {
+    let short = Model::new(small_params()).unwrap();
+    let long = Model::new(Params {
+        t_sim: 150.0,
+        ..small_params()
+    })
+    .unwrap();
+    let (reference, _) = spikes_of(&long, 1, 1, true);
+    let dir = tmpdir("extend");
+    let ck = dir.join("checkpoints");
+    let path = dir.join("spikes.spk");
+    let first = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        checkpoint_every: Some(1000),
+        checkpoint_dir: Some(ck.clone()),
+        ..Default::default()
+    };
+    assert!(run_virtual(&short, 1, 1, &first).completed);
+    let more = RunOptions {
+        overlap: false,
+        spikes: Some(path.clone()),
+        restart: Some(ck),
+        ..Default::default()
+    };
+    let rep = run_virtual(&long, 2, 1, &more);
+    assert_eq!((rep.start_step, rep.end_step), (1000, 1500));
+    assert!(
+        std::fs::read(&path).unwrap() == reference,
+        "extended run differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
