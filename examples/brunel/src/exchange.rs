@@ -14,12 +14,23 @@
 //!
 //! # Plugging in a collectives engine
 //!
-//! Implement [`SpikeExchange`] for the engine (start = post an `iallgatherv`,
-//! finish = wait for it and copy out in rank order), add its construction to
-//! [`Engine`]'s match in the `brunel` binary (`src/main.rs`, function
-//! `make_exchange`), and remove it from [`Engine::available`]. The in-process
-//! [`LocalExchange`] and the tests in `tests/determinism.rs` check any engine: the
-//! spike file must stay bit-identical.
+//! Implement [`SpikeExchange`] for the engine, add its construction to the match
+//! in the `brunel` binary (`src/main.rs`, function `make_exchange`), and let
+//! [`Engine::available`] return true for it. The tests in
+//! `tests/determinism.rs` check any engine: the spike file must stay
+//! bit-identical to the one-process run.
+//!
+//! `hpc_collectives::Comm::iallgatherv(send, recv, counts)` needs every rank's
+//! count up front and returns a `Request<'a>` that borrows its buffers, so
+//! `Pending` cannot hold it next to buffers owned by the exchange. Two ways in:
+//! (a) as [`WorldExchange`] does, own the `Comm` and the buffers on a helper
+//! thread that runs `allgather` of the counts then `allgatherv` of the codes
+//! while the caller updates (simplest, and progress is independent of the
+//! engine); (b) for zero-copy, let the engine own two send/receive buffer pairs
+//! (one per exchange in flight) and make `Pending` an index into them, with the
+//! request's borrow ended by `Comm::scope` inside `finish`, or exchange counts
+//! with an `iallgather` in `start` and the codes with `iallgatherv` in `finish`
+//! (the counts round trip is then not overlapped).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Barrier, Mutex};
