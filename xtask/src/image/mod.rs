@@ -298,6 +298,51 @@ pub fn parse_ldd(text: &str) -> Result<Vec<LddLib>> {
     Ok(out)
 }
 
+/// Shared objects under `dir` (recursively), sorted.
+fn shared_objects(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    let mut v: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    v.sort();
+    for p in v {
+        if p.is_dir() && !p.is_symlink() {
+            shared_objects(&p, out);
+        } else if p.extension().is_some_and(|e| e == "so") {
+            out.push(p);
+        }
+    }
+}
+
+/// The libraries the MPI library and its plugins (Open MPI MCA components, PMIx
+/// plugins, verbs providers) load: what the bind model takes from the host. Plugins
+/// are opened with `dlopen`, so `ldd` of the binary alone does not show their needs.
+fn mpi_stack(libmpi: &str) -> Result<BTreeSet<String>> {
+    let mut set: BTreeSet<String> = [libmpi.to_string()].into();
+    let mut objs = vec![PathBuf::from(libmpi)];
+    for d in BIND_EXTRA_PATHS {
+        shared_objects(Path::new(d), &mut objs);
+    }
+    for o in objs {
+        let out = Command::new("ldd")
+            .arg(&o)
+            .output()
+            .context("cannot run ldd")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // Plugins for hardware or libraries the host lacks have unresolved needs: skip
+        // those lines, the plugin would not load on the host either.
+        let ok: String = text
+            .lines()
+            .filter(|l| !l.contains("not found"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for l in parse_ldd(&ok)? {
+            if let Some(p) = l.path {
+                set.insert(p);
+            }
+        }
+    }
+    Ok(set)
+}
+
 fn ldd(path: &Path) -> Result<Vec<LddLib>> {
     let out = Command::new("ldd")
         .arg(path)
@@ -539,18 +584,21 @@ pub fn run(args: Args) -> Result<()> {
         let libs = ldd(path)?;
         // Bind model: the MPI library and what it pulls in come from the host.
         let mut mpi_stack: BTreeSet<String> = BTreeSet::new();
+        let mut bind_extra: BTreeSet<String> = BTreeSet::new();
         if args.mpi == MpiModel::Bind {
-            for l in libs.iter().filter(|l| l.soname.starts_with("libmpi")) {
+            for l in libs.iter().filter(|l| l.soname.starts_with("libmpi.")) {
                 if let Some(p) = &l.path {
-                    mpi_stack.insert(p.clone());
-                    for d in ldd(Path::new(p))? {
-                        if let Some(dp) = d.path {
-                            mpi_stack.insert(dp);
-                        }
-                    }
+                    mpi_stack.extend(self::mpi_stack(p)?);
                 }
             }
         }
+        // Libraries only the plugins need: bound in as well, when the base lacks them.
+        for p in &mpi_stack {
+            if !base_has(&base.files, p) && !libs.iter().any(|l| l.path.as_ref() == Some(p)) {
+                bind_extra.insert(format!("/{}", usr_merged(p)));
+            }
+        }
+        bind_libs.extend(bind_extra);
         for l in libs {
             let Some(p) = l.path else { continue };
             if base_has(&base.files, &p) {
