@@ -5,6 +5,7 @@
 //! the container tool chain first (`cargo xtask image --setup-tools`) and then runs
 //! `containers/test/image-e2e.sh`. Without the switch it prints "skipped".
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -40,7 +41,11 @@ fn unknown_binary_lists_the_available_ones() {
 #[test]
 fn image_end_to_end() {
     if std::env::var("HPC_TEST_CONTAINERS").as_deref() != Ok("1") {
-        eprintln!("skipped: set HPC_TEST_CONTAINERS=1 to build images and run them in Podman, Docker and Slurm");
+        // Written to the stream directly, so that it shows even when output is captured.
+        let _ = writeln!(
+            std::io::stderr(),
+            "image_end_to_end skipped: set HPC_TEST_CONTAINERS=1 to build images and run them in Podman, Docker and Slurm"
+        );
         return;
     }
     let st = xtask()
