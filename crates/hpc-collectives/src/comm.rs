@@ -280,7 +280,7 @@ enum Backend {
         board: Arc<Board>,
         agent: Option<JoinHandle<()>>,
     },
-    Proxy(proxy::Client),
+    Proxy(Box<proxy::Client>),
     #[cfg(feature = "mpi")]
     Mpi(crate::mpi_engine::MpiComm),
 }
@@ -455,7 +455,7 @@ impl Comm {
                 let c =
                     proxy::Client::start(board.clone(), me, size, pids, &opts.schedule, timeout)?;
                 (
-                    Backend::Proxy(c),
+                    Backend::Proxy(Box::new(c)),
                     "progress in the node's proxy process".to_string(),
                 )
             }
@@ -983,6 +983,7 @@ macro_rules! collectives {
             }
 
             /// Blocking form of the non-blocking collective of the same name.
+            #[allow(clippy::extra_unused_lifetimes)]
             pub fn $blocking<'a, $($g: $b + ?Sized),*>(&self, $($arg: $ty),*) -> Result<()> {
                 let $comm = self;
                 let _ = $comm;

@@ -27,6 +27,12 @@ unsafe impl Send for MpiComm {}
 // SAFETY: as above.
 unsafe impl Sync for MpiComm {}
 
+// SAFETY: an MPI request handle is a plain value used under the `Mutex`; the staged
+// buffers are owned data.
+unsafe impl Send for Pending {}
+// SAFETY: as above: all access to the handle goes through the `Mutex`.
+unsafe impl Sync for Pending {}
+
 /// An MPI request with what it must keep alive.
 pub(crate) struct Pending {
     req: Mutex<Option<ffi::MPI_Request>>,
@@ -103,10 +109,8 @@ impl MpiComm {
         };
         check(rc, "MPI_Comm_split")?;
         // SAFETY: initialised by a successful MPI_Comm_split.
-        Ok(MpiComm {
-            comm: unsafe { out.assume_init() },
-            owned: true,
-        })
+        let comm = unsafe { out.assume_init() };
+        Ok(MpiComm { comm, owned: true })
     }
 
     pub(crate) fn start(
@@ -128,7 +132,7 @@ impl MpiComm {
         let r = req.as_mut_ptr();
         let c = self.comm;
         let e = coll.dtype().map_or(1, DataType::size);
-        // SAFETY (all calls below): the buffers are valid for the lengths checked by
+        // SAFETY: (all calls below) the buffers are valid for the lengths checked by
         // `check_buffers` and stay alive until the request completes (staged copies are
         // owned by the `Pending`; direct buffers are borrowed by a scope that waits);
         // count arrays are moved into the `Pending` too.

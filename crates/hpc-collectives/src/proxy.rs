@@ -18,12 +18,27 @@
 //! # Starting it
 //!
 //! The first rank of the communicator starts the proxy when the
-//! communicator is created: the command is `HPC_COLL_PROXY_CMD` (split at
-//! whitespace) if set, else `hpc proxy` (next to the running executable, or
-//! on `PATH`), with `HPC_COLL_PROXY_BOARD` and `HPC_COLL_PROXY_SLOTS` in its
-//! environment. Any program can serve as the proxy by calling [`serve_env`]
-//! (the `hpc proxy` subcommand does). The proxy exits when every rank
-//! detached (dropped its communicator) or died.
+//! communicator is created, by running `HPC_COLL_PROXY_CMD` (split at
+//! whitespace) if set, else the application's own executable, with
+//! `HPC_COLL_PROXY_BOARD` and `HPC_COLL_PROXY_SLOTS` in its environment and
+//! the launcher's `HPC_*` variables removed. A program that may use the
+//! proxy engine therefore calls [`serve_env`] first thing in `main` (it
+//! returns at once in a normal run):
+//!
+//! ```no_run
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     hpc_collectives::proxy::serve_env()?; // becomes the proxy when asked to
+//!     let world = hpc_runtime::World::init()?;
+//!     let comm = hpc_collectives::Comm::new(&world, hpc_collectives::Engine::Proxy)?;
+//!     # let _ = comm;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! If the proxy does not publish its pid in time, creating the communicator
+//! fails with a message saying this. The proxy exits when every rank
+//! detached (dropped its communicator) or died. (`hpc run --proxy`, one
+//! proxy per emulated node started by the launcher, is not wired yet.)
 //!
 //! # On a DPU
 //!
@@ -112,12 +127,9 @@ fn proxy_command() -> Command {
         c.args(parts);
         return c;
     }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join("hpc")))
-        .filter(|p| p.exists());
-    let mut c = Command::new(beside.unwrap_or_else(|| "hpc".into()));
-    c.arg("proxy");
+    // The application itself, which calls `serve_env` first thing in `main`.
+    let mut c = Command::new(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()));
+    c.args(std::env::args_os().skip(1));
     c
 }
 
@@ -134,24 +146,36 @@ impl Client {
     ) -> Result<Client> {
         if me == 0 {
             let mut cmd = proxy_command();
+            cmd.stdin(std::process::Stdio::null());
+            // Should the program not serve as the proxy, it must not join the job.
+            for (k, _) in std::env::vars_os() {
+                if k.to_string_lossy().starts_with("HPC_") && k != "HPC_COLL_PROXY_CMD" {
+                    cmd.env_remove(&k);
+                }
+            }
             cmd.env("HPC_COLL_PROXY_BOARD", board.path())
-                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string())
-                .stdin(std::process::Stdio::null());
-            let child = cmd
+                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string());
+            let mut child = cmd
                 .spawn()
                 .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
-            // Reap it in the background so that it never lingers as a zombie.
-            std::thread::spawn(move || {
-                let mut child = child;
-                let _ = child.wait();
-            });
             let t0 = Instant::now();
             while board.pid(size) == 0 {
-                if t0.elapsed() > timeout {
-                    return Err(Error::Transport("the proxy did not start in time".into()));
+                if t0.elapsed() > timeout.min(Duration::from_secs(10)) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Error::Unsupported(
+                        "the proxy process did not start: call \
+                         hpc_collectives::proxy::serve_env() first thing in main, or set \
+                         HPC_COLL_PROXY_CMD to a program that does"
+                            .into(),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
+            // Reap it in the background so that it never lingers as a zombie.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
         }
         Ok(Client {
             board,
@@ -525,6 +549,7 @@ impl Proxy {
 
 /// Runs the proxy on the board at `path` with `slots` slots (ranks + 1)
 /// until every rank detached or died.
+#[allow(clippy::needless_range_loop)]
 pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
     let board = Board::open(path, slots).map_err(|e| Error::Transport(format!("proxy: {e}")))?;
     let size = slots - 1;
