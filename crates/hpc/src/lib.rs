@@ -21,6 +21,10 @@
 //! |---|---|---|---|
 //! | `topology` | yes | [`topology`] (`hpc-topology`) | `libhwloc-dev` |
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
+//! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
+//! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
+//! | `collectives` | no | `collectives` (`hpc-collectives`) | nothing |
+//! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
 //! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI library, `libclang` |
 //!
 //! [`runtime`] (`hpc-runtime`) is always there.
@@ -32,6 +36,12 @@ pub use hpc_runtime::{Error, World};
 pub use hpc_container as container;
 #[cfg(feature = "topology")]
 pub use hpc_topology as topology;
+#[cfg(feature = "collectives")]
+pub use hpc_collectives as collectives;
+#[cfg(feature = "gpu")]
+pub use hpc_gpu as gpu;
+#[cfg(feature = "rdma")]
+pub use hpc_rdma as rdma;
 
 /// Everything a rank needs to know about where it runs.
 #[derive(Debug)]
