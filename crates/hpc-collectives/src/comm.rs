@@ -463,7 +463,6 @@ impl Comm {
                 let core = Core::new(board.clone(), me, size, pids);
                 let shared = Arc::new(Shared {
                     core: Mutex::new(core),
-                    finished: std::sync::Condvar::new(),
                     shutdown: std::sync::atomic::AtomicBool::new(false),
                 });
                 let (agent, note) = if opts.engine == Engine::Thread {
@@ -739,34 +738,46 @@ impl Comm {
         let t0 = Instant::now();
         let mut last_check = Instant::now();
         while !op.done.load(Ordering::Acquire) {
-            if self.engine == Engine::Inline {
-                let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
-                let moved = lock(&shared.core).progress();
-                if op.done.load(Ordering::Acquire) {
-                    break;
-                }
-                if !moved {
-                    board.sleep(self.rank, seen, Duration::from_millis(10));
-                }
+            // The waiting thread has nothing else to do: it advances the collectives
+            // itself (with the Thread engine too, unless the agent is at it), which
+            // saves the hand-offs to the agent once the application waits.
+            let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+            let (moved, stopped) = if self.engine == Engine::Inline {
+                let mut core = lock(&shared.core);
+                (core.progress(), false)
             } else {
-                let core = lock(&shared.core);
-                if core.stopped {
-                    drop(core);
-                    op.fail(Error::Stopped("thread"));
-                    break;
+                match shared.core.try_lock() {
+                    Ok(mut core) => (core.progress(), core.stopped),
+                    Err(std::sync::TryLockError::WouldBlock) => (false, false),
+                    Err(std::sync::TryLockError::Poisoned(p)) => {
+                        let mut core = p.into_inner();
+                        (core.progress(), core.stopped)
+                    }
                 }
-                if op.done.load(Ordering::Acquire) {
-                    break;
-                }
-                let _ = shared
-                    .finished
-                    .wait_timeout(core, Duration::from_millis(10))
-                    .map(|(g, _)| drop(g));
+            };
+            if op.done.load(Ordering::Acquire) {
+                break;
+            }
+            if stopped {
+                op.fail(Error::Stopped("thread"));
+                break;
+            }
+            if !moved {
+                // The agent rings this doorbell when it finishes a collective.
+                board.sleep(self.rank, seen, Duration::from_millis(10));
             }
             if last_check.elapsed() >= Duration::from_millis(10) {
                 last_check = Instant::now();
-                let peers = op.blocked_on();
                 let pids = lock(&shared.core).pids.clone();
+                let mut peers = op.blocked_on();
+                if peers.iter().any(|&p| board::pid_dead(pids[p])) {
+                    // What a peer pushed before it exited still counts: drain first.
+                    lock(&shared.core).progress();
+                    peers = op.blocked_on();
+                }
+                if op.done.load(Ordering::Acquire) {
+                    break;
+                }
                 if let Some(&p) = peers.iter().find(|&&p| board::pid_dead(pids[p])) {
                     op.fail(Error::RankLost { rank: p });
                 } else if t0.elapsed() > self.timeout {
@@ -838,6 +849,19 @@ impl Drop for Comm {
             agent,
         } = &mut self.backend
         {
+            // Descriptors peers still wait for (a FIN for a message we read) must
+            // reach their rings before this rank goes.
+            let t0 = Instant::now();
+            loop {
+                let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+                let mut core = lock(&shared.core);
+                core.progress();
+                if !core.has_output() || t0.elapsed() > self.timeout {
+                    break;
+                }
+                drop(core);
+                board.sleep(self.rank, seen, Duration::from_millis(1));
+            }
             shared.shutdown.store(true, Ordering::Release);
             board.ring(self.rank);
             if let Some(h) = agent.take() {

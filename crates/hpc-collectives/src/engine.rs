@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::board::{self, Board, Desc, FIN, RTS};
@@ -167,6 +167,11 @@ impl Core {
         if !op.done.load(Ordering::Acquire) {
             self.ops.push_back(op);
         }
+    }
+
+    /// Whether descriptors wait for room in a peer's ring.
+    pub(crate) fn has_output(&self) -> bool {
+        self.outq.iter().any(|q| !q.is_empty())
     }
 
     /// Number of operations in flight.
@@ -399,8 +404,6 @@ impl Core {
 /// State shared by a communicator's users and its progress agent.
 pub(crate) struct Shared {
     pub core: Mutex<Core>,
-    /// Signalled by the agent when an operation finishes.
-    pub finished: Condvar,
     pub shutdown: AtomicBool,
 }
 
@@ -419,7 +422,8 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
             let moved = core.progress();
             let after = core.active();
             if after < before {
-                shared.finished.notify_all();
+                // Wake an application thread sleeping in `wait`.
+                board.ring(me);
             }
             (after, moved)
         };
@@ -435,7 +439,6 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         };
         board.sleep(me, seen, nap);
     }
-    let mut core = lock(&shared.core);
-    core.stopped = true;
-    shared.finished.notify_all();
+    lock(&shared.core).stopped = true;
+    board.ring(me);
 }
