@@ -56,7 +56,7 @@ fn put_pingpong(world: &World, t: &Transport, iters: usize) -> f64 {
             let mut spins = 0u32;
             while region.load_u64(0).unwrap() != seq {
                 spins += 1;
-                if spins > 20_000 {
+                if spins > 2_000 {
                     std::thread::yield_now();
                 }
             }

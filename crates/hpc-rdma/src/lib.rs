@@ -299,8 +299,10 @@ impl Backend for Loopback {
     }
 }
 
-/// Polls before yielding the CPU in [`Transport::wait`].
-const SPIN: u32 = 20_000;
+/// Polls before yielding the CPU in [`Transport::wait`] (a few tens of microseconds:
+/// long enough for a peer on another core, short enough not to starve a peer that
+/// shares ours).
+const SPIN: u32 = 2_000;
 
 /// The transport of one rank: every peer reachable through one API.
 ///

@@ -79,6 +79,36 @@ pub struct Args {
     /// Operations in flight for bandwidth tests.
     #[arg(long, default_value_t = 64)]
     pub window: usize,
+    /// Do not pin rank r to the r-th CPU it may run on (as perftest is run under
+    /// `taskset`); pinning keeps the two spinning ranks off each other's core.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// Pins this thread to the `nth` CPU of its current affinity mask, if it has more
+/// than one.
+fn pin_to_nth_allowed(nth: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return;
+    }
+    // SAFETY: CPU_ISSET reads within the set.
+    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    if allowed.len() < 2 {
+        return;
+    }
+    let cpu = allowed[nth % allowed.len()];
+    // SAFETY: a zeroed set with one CPU added; valid pointer and size.
+    unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+    }
 }
 
 const MB: f64 = (1 << 20) as f64;
@@ -100,6 +130,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     let t = Transport::with_options(&world, opts).context("creating the transport")?;
     let me = world.rank();
+    if !args.no_pin {
+        pin_to_nth_allowed(me);
+    }
     let peer = 1 - me;
     let sizes: Vec<usize> = match (args.all, args.size) {
         (true, _) => (1..=23).map(|e| 1usize << e).collect(),
@@ -204,7 +237,7 @@ fn write_lat(
             if spins % 4096 == 0 && start.elapsed() > deadline {
                 bail!("peer did not write round {seq} within {deadline:?}");
             }
-            if spins > 20_000 {
+            if spins > 2_000 {
                 // Leave the CPU to a progress thread (tcp) or another process.
                 std::thread::yield_now();
             } else {
