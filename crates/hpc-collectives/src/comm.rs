@@ -482,6 +482,7 @@ impl Comm {
                                     tracing::warn!(error = %e, "could not pin the progress thread");
                                 }
                             }
+                            engine::raise_priority();
                             engine::agent_loop(s, b, me)
                         })
                         .map_err(|e| {

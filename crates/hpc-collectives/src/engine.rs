@@ -407,6 +407,30 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
 }
 
+/// Raises the calling (agent) thread's scheduling priority so that a wake-up
+/// preempts the computing thread at once instead of after a time slice.
+/// The agent only runs in short bursts and sleeps otherwise, so it cannot
+/// starve the application. `HPC_PROGRESS_SCHED`: `nice` (default: nice -20
+/// for this thread), `fifo` (`SCHED_FIFO` priority 1, root or
+/// `CAP_SYS_NICE`), `none`. Failures are logged, not fatal.
+pub(crate) fn raise_priority() {
+    let how = std::env::var("HPC_PROGRESS_SCHED").unwrap_or_else(|_| "nice".into());
+    // SAFETY: plain system calls on the calling thread with valid arguments.
+    let rc = unsafe {
+        match how.as_str() {
+            "fifo" => {
+                let p = libc::sched_param { sched_priority: 1 };
+                libc::sched_setscheduler(0, libc::SCHED_FIFO, &p)
+            }
+            "none" => 0,
+            _ => libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20),
+        }
+    };
+    if rc != 0 {
+        tracing::info!(how, error = %std::io::Error::last_os_error(), "progress thread keeps its priority");
+    }
+}
+
 /// The `Thread` engine's agent: sleeps on the doorbell until there is work,
 /// runs the schedules, wakes waiters when operations finish.
 pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
