@@ -7,10 +7,11 @@
 //! [`crate::params::Model::gid_bits`]), so the payload is a flat `u32` array and the
 //! receiver needs no per-rank structure.
 //!
-//! The simulation calls [`SpikeExchange::start`] right after updating an interval
-//! and [`SpikeExchange::finish`] only after updating the *next* interval, so a
-//! non-blocking engine overlaps the exchange of interval `k` with the update of
-//! interval `k + 1` (see [`crate::sim`] for why that is exact).
+//! The simulation calls [`SpikeExchange::overlap`] with the spikes of interval `k`
+//! and, as the work to overlap, the update of interval `k + 1`: by default
+//! [`SpikeExchange::start`] right after updating interval `k` and
+//! [`SpikeExchange::finish`] after updating interval `k + 1`, so a non-blocking
+//! engine overlaps the two (see [`crate::sim`] for why that is exact).
 //!
 //! # Plugging in a collectives engine
 //!
@@ -22,15 +23,13 @@
 //!
 //! `hpc_collectives::Comm::iallgatherv(send, recv, counts)` needs every rank's
 //! count up front and returns a `Request<'a>` that borrows its buffers, so
-//! `Pending` cannot hold it next to buffers owned by the exchange. Two ways in:
-//! (a) as [`WorldExchange`] does, own the `Comm` and the buffers on a helper
-//! thread that runs `allgather` of the counts then `allgatherv` of the codes
-//! while the caller updates (simplest, and progress is independent of the
-//! engine); (b) for zero-copy, let the engine own two send/receive buffer pairs
-//! (one per exchange in flight) and make `Pending` an index into them, with the
-//! request's borrow ended by `Comm::scope` inside `finish`, or exchange counts
-//! with an `iallgather` in `start` and the codes with `iallgatherv` in `finish`
-//! (the counts round trip is then not overlapped).
+//! `Pending` cannot hold it. Two ways in: (a) as [`WorldExchange`] does, own
+//! the `Comm` on a helper thread that runs `allgather` of the counts then
+//! `allgatherv` of the codes while the caller works; (b) override
+//! [`SpikeExchange::overlap`]: exchange the counts, post `iallgatherv` on
+//! `local`/`out` (sized from the counts), run `work`, wait; the request's
+//! borrows end inside the call, so no `Pending` is needed (`start`/`finish` can
+//! then return an error).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Barrier, Mutex};
@@ -52,6 +51,32 @@ pub trait SpikeExchange {
     /// Waits for an exchange and writes every rank's spikes of its interval into
     /// `out` (cleared first), concatenated in rank order.
     fn finish(&mut self, pending: Self::Pending, out: &mut Vec<u32>) -> Result<()>;
+
+    /// Exchanges `local` (into `out`, as [`SpikeExchange::finish`]) while running
+    /// `work`, and returns `work`'s result and the seconds spent in `work`. This is
+    /// the only call the simulation makes. The default is `start`, `work`,
+    /// `finish`; an engine whose requests borrow their buffers for a scope (such
+    /// as `hpc_collectives::Comm::scope`) overrides it and may leave `start` and
+    /// `finish` unreachable.
+    fn overlap<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        let pending = {
+            let _s = tracing::info_span!("exchange_start", spikes = local.len()).entered();
+            self.start(local)?
+        };
+        let t = std::time::Instant::now();
+        let r = work();
+        let work_s = t.elapsed().as_secs_f64();
+        {
+            let _s = tracing::info_span!("exchange_wait").entered();
+            self.finish(pending, out)?;
+        }
+        Ok((r, work_s))
+    }
 }
 
 /// The exchange engines the `--engine` flag names.

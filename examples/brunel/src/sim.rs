@@ -28,9 +28,9 @@
 //!
 //! Spikes are exchanged every interval of `M` steps. A spike of interval `k`
 //! (steps `kM..kM+M`) arrives at step `kM + D` or later. With overlap (the
-//! default), `M = floor(D/2)`: iteration `k` delivers the spikes of interval
-//! `k-2`, updates interval `k` while the exchange of interval `k-1` is in flight,
-//! finishes that exchange and starts the one of interval `k`. This is exact
+//! default), `M = floor(D/2)`: iteration `k` exchanges the spikes of interval
+//! `k-1` ([`SpikeExchange::overlap`]) while it delivers the spikes of interval
+//! `k-2` and updates interval `k`. This is exact
 //! because `2M <= D`: the earliest arrival of interval `k-2`, `(k-2)M + D`, is not
 //! before `kM`. (With `M = D` the spikes of interval `k-1` are needed by the first
 //! step of interval `k`, so an exchange at the min-delay interval cannot overlap
@@ -434,44 +434,43 @@ impl<'a> Simulation<'a> {
         let t0 = Instant::now();
         let cpu0 = crate::cpu_seconds();
         let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
+        // `send`: this rank's spikes of interval `send_base`, not yet exchanged
+        // (lag 2 only). `gathered`: all ranks' spikes of interval
+        // `gathered_base`, exchanged, not yet delivered.
         let mut send: Vec<u32> = Vec::new();
+        let mut send_base: Option<u64> = None;
         let mut gathered: Vec<u32> = Vec::new();
+        let mut incoming: Vec<u32> = Vec::new();
         let mut gathered_base = 0u64;
         let mut has_gathered = false;
-        let mut inflight: Option<(E::Pending, u64)> = None;
         let mut records: Vec<(u32, u32)> = Vec::new();
         let mut exchanged = 0u64;
         let gid_bits = model.gid_bits;
         let gid_mask = self.dynp.gid_mask;
 
-        // Finishes the exchange in flight into `gathered`, records it on rank 0.
-        macro_rules! finish {
-            () => {{
-                if let Some((p, base)) = inflight.take() {
-                    let tw = Instant::now();
-                    {
-                        let _s = tracing::info_span!("exchange_wait").entered();
-                        ex.finish(p, &mut gathered)?;
+        // After an exchange: all ranks' spikes of interval `base` are in
+        // `incoming`; rank 0 records them; they become `gathered`.
+        macro_rules! received {
+            ($base:expr) => {{
+                let base: u64 = $base;
+                std::mem::swap(&mut gathered, &mut incoming);
+                gathered_base = base;
+                has_gathered = true;
+                exchanged += gathered.len() as u64;
+                if let Some(rec) = recorder.as_mut() {
+                    let ti = Instant::now();
+                    gathered.sort_unstable();
+                    records.clear();
+                    records.extend(
+                        gathered
+                            .iter()
+                            .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
+                    );
+                    rec.add(&records);
+                    if let Some(w) = writer.as_mut() {
+                        w.append(&records)?;
                     }
-                    comm_s += tw.elapsed().as_secs_f64();
-                    gathered_base = base;
-                    has_gathered = true;
-                    exchanged += gathered.len() as u64;
-                    if let Some(rec) = recorder.as_mut() {
-                        let ti = Instant::now();
-                        gathered.sort_unstable();
-                        records.clear();
-                        records.extend(
-                            gathered.iter().map(|&c| {
-                                ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)
-                            }),
-                        );
-                        rec.add(&records);
-                        if let Some(w) = writer.as_mut() {
-                            w.append(&records)?;
-                        }
-                        io_s += ti.elapsed().as_secs_f64();
-                    }
+                    io_s += ti.elapsed().as_secs_f64();
                 }
             }};
         }
@@ -485,50 +484,64 @@ impl<'a> Simulation<'a> {
             let step0 = self.step;
             {
                 let tu = Instant::now();
-                let _s = tracing::info_span!("deliver_update", step = step0).entered();
                 let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
                 let whole = self.shards.len() == 1;
                 let codes: &[u32] = if has_gathered { &gathered } else { &[] };
                 let base = gathered_base;
-                pool.install(|| {
-                    self.shards.par_iter_mut().for_each(|sh| {
-                        sh.deliver(conn, codes, base, dp, whole);
-                        sh.spikes.clear();
-                        sh.update(step0, m, dp, pois);
+                let shards = &mut self.shards;
+                let mut work = || {
+                    let _s = tracing::info_span!("deliver_update", step = step0).entered();
+                    pool.install(|| {
+                        shards.par_iter_mut().for_each(|sh| {
+                            sh.deliver(conn, codes, base, dp, whole);
+                            sh.spikes.clear();
+                            sh.update(step0, m, dp, pois);
+                        })
                     })
-                });
-                has_gathered = false;
-                update_s += tu.elapsed().as_secs_f64();
+                };
+                match send_base.take() {
+                    // Exchange the previous interval while updating this one.
+                    Some(prev) => {
+                        let ((), work_s) = ex.overlap(&send, &mut incoming, work)?;
+                        update_s += work_s;
+                        comm_s += tu.elapsed().as_secs_f64() - work_s;
+                        received!(prev);
+                    }
+                    None => {
+                        work();
+                        has_gathered = false;
+                        update_s += tu.elapsed().as_secs_f64();
+                    }
+                }
             }
             send.clear();
             for sh in &self.shards {
                 send.extend_from_slice(&sh.spikes);
             }
-            if lag == 2 {
-                finish!();
-            }
-            let ts = Instant::now();
-            inflight = Some((ex.start(&send)?, step0));
-            comm_s += ts.elapsed().as_secs_f64();
+            send_base = Some(step0);
             if lag == 1 {
-                finish!();
+                let tc = Instant::now();
+                ex.overlap(&send, &mut incoming, || ())?;
+                comm_s += tc.elapsed().as_secs_f64();
+                received!(step0);
+                send_base = None;
             }
             self.step += m as u64;
 
             let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
             if at_checkpoint || self.step == end {
-                // Drain: deliver everything exchanged so no spike is pending.
-                if has_gathered {
-                    let codes = std::mem::take(&mut gathered);
-                    self.deliver_all(pool, &codes, gathered_base);
-                    gathered = codes;
-                    has_gathered = false;
+                // Drain: deliver everything so that no spike is pending.
+                if let Some(prev) = send_base.take() {
+                    if has_gathered {
+                        self.deliver_all(pool, &gathered, gathered_base);
+                    }
+                    let tc = Instant::now();
+                    ex.overlap(&send, &mut incoming, || ())?;
+                    comm_s += tc.elapsed().as_secs_f64();
+                    received!(prev);
                 }
-                finish!();
                 if has_gathered {
-                    let codes = std::mem::take(&mut gathered);
-                    self.deliver_all(pool, &codes, gathered_base);
-                    gathered = codes;
+                    self.deliver_all(pool, &gathered, gathered_base);
                     has_gathered = false;
                 }
             }
