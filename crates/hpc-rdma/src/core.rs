@@ -377,7 +377,6 @@ impl Shared {
         if st.dead.contains_key(&peer) {
             return;
         }
-        tracing::warn!(peer, cause, "transport: peer lost");
         st.dead.insert(peer, cause.to_string());
         let lost: Vec<(u64, OpKind)> = st
             .pending
@@ -385,6 +384,13 @@ impl Shared {
             .filter(|(_, (p, _))| *p == peer)
             .map(|(op, (_, k))| (*op, *k))
             .collect();
+        // A peer that closes with nothing in flight is a normal end of job (it finished
+        // first); only a loss that fails operations deserves a warning.
+        if lost.is_empty() {
+            tracing::debug!(peer, cause, "transport: peer gone");
+        } else {
+            tracing::warn!(peer, cause, pending = lost.len(), "transport: peer lost");
+        }
         for (op, kind) in lost {
             st.pending.remove(&op);
             st.ready.insert(
