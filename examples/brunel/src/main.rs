@@ -395,6 +395,7 @@ fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     let (chrome, _guard) = match &args.trace {
         Some(path) => {
