@@ -244,7 +244,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 let overall = median(&to);
                 let eff = t_compute / median(&tc);
-                let overlap = (100.0 - 100.0 * (overall - t_compute) / pure).max(0.0);
+                let overlap = (100.0 - 100.0 * (overall - t_compute) / pure).clamp(0.0, 100.0);
                 // Report the slowest rank's view, like OSU (max over ranks).
                 let mine = [median(&tb), pure, t_compute, overall, overlap, eff];
                 let mut all = vec![0.0f64; 6 * comm.size()];
