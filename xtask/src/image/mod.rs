@@ -907,6 +907,7 @@ pub fn run(args: Args) -> Result<()> {
         "name": name,
         "ref": image_ref,
         "binary": bin.name,
+        "binary_path": binaries[0].1,
         "package": bin.package,
         "build": build_cmd,
         "features": features,
