@@ -704,7 +704,14 @@ pub fn run(args: Args) -> Result<()> {
     }
     label("org.opencontainers.image.base.name", base.source.clone());
     label("io.hpc-rs.build", build_cmd.clone());
-    label("io.hpc-rs.features", features.clone());
+    label(
+        "io.hpc-rs.features",
+        if features.is_empty() {
+            "none".into()
+        } else {
+            features.clone()
+        },
+    );
     label("io.hpc-rs.mpi", args.mpi.name().into());
     label("io.hpc-rs.gpu", args.gpu.to_string());
     label(
