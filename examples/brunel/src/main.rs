@@ -18,6 +18,13 @@ use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
 use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 
+/// Prints a line of the summary; a closed stdout (`| head`) is not an error.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "brunel",
@@ -110,19 +117,22 @@ struct Args {
 }
 
 fn params_of(args: &Args) -> Result<Params> {
-    let preset = args.preset.unwrap_or(Preset::Paper);
-    let mut p = match &args.config {
-        Some(f) => Params::from_file(f, preset)?,
-        None => Params::preset(preset),
+    let mut p = match (&args.config, args.preset) {
+        // An explicit --preset wins over the file's `preset` key as the base of
+        // the values the file does not set.
+        (Some(file), Some(preset)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let mut table: toml::Table = text
+                .parse()
+                .with_context(|| format!("parsing {}", file.display()))?;
+            table.remove("preset");
+            Params::from_toml_str(&toml::to_string(&table)?, preset)
+                .with_context(|| format!("in {}", file.display()))?
+        }
+        (Some(file), None) => Params::from_file(file, Preset::Paper)?,
+        (None, preset) => Params::preset(preset.unwrap_or(Preset::Paper)),
     };
-    if let (Some(pr), Some(_)) = (args.preset, &args.config) {
-        // An explicit --preset wins over the file's preset for the values the
-        // file does not set.
-        let text = std::fs::read_to_string(args.config.as_ref().expect("checked"))?;
-        let mut table: toml::Table = text.parse()?;
-        table.remove("preset");
-        p = Params::from_toml_str(&toml::to_string(&table)?, pr)?;
-    }
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = args.$f { p.$f = v; } )* };
     }
@@ -291,11 +301,11 @@ fn summary(
     let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
     let sim_s = max(|r| r.simulate_s);
     let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
-    println!(
+    say!(
         "Brunel network, order {}: {} neurons ({} E, {} I), {} synapses (CE {}, CI {}), {} rank(s) x {} thread(s)",
         p.order, model.n, model.ne, model.ni, synapses, model.ce, model.ci, me.size, pool.current_num_threads()
     );
-    println!(
+    say!(
         "simulated {:.1} ms (steps {}..{}, dt {} ms, delay {} steps), exchange every {} steps{}",
         bio_s * 1000.0,
         me.start_step,
@@ -309,20 +319,21 @@ fn summary(
             ", overlapped with the next update"
         }
     );
-    println!("  spikes            {}", stats.spikes);
-    println!("  mean rate         {:.2} Hz", stats.rate_hz);
-    println!(
+    say!("  spikes            {}", stats.spikes);
+    say!("  mean rate         {:.2} Hz", stats.rate_hz);
+    say!(
         "  CV ISI            {:.3} (mean over {} neurons with >= 2 ISIs)",
-        stats.cv_isi, stats.cv_neurons
+        stats.cv_isi,
+        stats.cv_neurons
     );
-    println!(
+    say!(
         "  wall time         build {:.3} s | simulate {:.3} s (update {:.3} s, communicate/wait {:.3} s, output {:.3} s)",
         max(|r| r.build_s), sim_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
     );
     let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
-    println!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
+    say!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
     if bio_s > 0.0 {
-        println!(
+        say!(
             "  real-time factor  {:.3} (wall / biological time); {:.0} spikes/s, {:.3e} synaptic events/s",
             sim_s / bio_s,
             me.spikes_exchanged as f64 / sim_s.max(1e-9),
@@ -330,12 +341,12 @@ fn summary(
         );
     }
     let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
-    println!(
+    say!(
         "  peak memory       {} (VmHWM per rank: {})",
         mib(peak),
         per_rank.join(", ")
     );
-    println!(
+    say!(
         "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
         conn_bytes as f64 / synapses.max(1) as f64,
         peak as f64 / synapses.max(1) as f64
@@ -356,12 +367,12 @@ fn summary(
     )?;
     match &me.spike_file {
         Some(f) => {
-            println!("  spikes written to {}", f.display());
+            say!("  spikes written to {}", f.display());
             if !args.no_plot {
                 draw(f, model, &args.out)?;
             }
         }
-        None if !me.completed => println!(
+        None if !me.completed => say!(
             "  stopped at {:.1} ms: spikes so far in {}",
             me.end_step as f64 * p.dt,
             brunel::output::partial_path(&args.out.join("spikes.spk")).display()
@@ -384,7 +395,7 @@ fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
         &raster,
         &rate,
     )?;
-    println!("  plots: {} {}", raster.display(), rate.display());
+    say!("  plots: {} {}", raster.display(), rate.display());
     Ok(())
 }
 
