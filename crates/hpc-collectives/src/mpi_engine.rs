@@ -125,6 +125,17 @@ impl MpiComm {
             Some((s, r)) => (s.as_ptr(), r.as_mut_ptr()),
             None => (send.as_ptr(), recv.as_mut_ptr()),
         };
+        // An empty Vec<u8> or slice points at address 1, which is Open MPI's
+        // MPI_IN_PLACE: hand MPI a harmless real address instead (never accessed for a
+        // zero count).
+        static EMPTY: [u64; 1] = [0];
+        let dummy = EMPTY.as_ptr().cast::<u8>();
+        let sp = if send.is_empty() { dummy } else { sp };
+        let rp = if recv.is_empty() {
+            dummy.cast_mut()
+        } else {
+            rp
+        };
         let (sp, rp) = (sp.cast::<std::ffi::c_void>(), rp.cast::<std::ffi::c_void>());
         let byte = u8::equivalent_datatype().as_raw();
         let mut counts = Vec::new();

@@ -95,16 +95,31 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// Whether this build has the engine.
+    /// Whether this build has the engine (`mpi` needs the `mpi` feature).
     pub fn available(self) -> bool {
-        matches!(self, Engine::World)
+        match self {
+            Engine::Mpi => cfg!(feature = "mpi"),
+            _ => true,
+        }
+    }
+
+    /// The `hpc-collectives` engine behind this choice (`None` for `world`).
+    pub fn collectives(self) -> Option<hpc_collectives::Engine> {
+        match self {
+            Engine::Inline => Some(hpc_collectives::Engine::Inline),
+            Engine::Thread => Some(hpc_collectives::Engine::Thread),
+            Engine::Proxy => Some(hpc_collectives::Engine::Proxy),
+            #[cfg(feature = "mpi")]
+            Engine::Mpi => Some(hpc_collectives::Engine::Mpi),
+            _ => None,
+        }
     }
 
     /// The error for an engine this build does not have.
     pub fn unavailable_error(self) -> anyhow::Error {
         anyhow!(
-            "engine `{}` not available yet in this build (hpc-collectives is not wired into \
-             the brunel example); use --engine world",
+            "engine `{}` is not available in this build (the `mpi` engine needs \
+             `--features mpi`); use --engine inline, thread, proxy or world",
             format!("{self:?}").to_lowercase()
         )
     }
@@ -271,5 +286,105 @@ impl SpikeExchange for LocalExchange {
         }
         self.shared.barrier.wait();
         Ok(())
+    }
+}
+
+/// [`SpikeExchange`] through `hpc-collectives`: the counts of the interval are
+/// allgathered (one `u64` per rank), then the spikes go through a non-blocking
+/// `iallgatherv` that the engine progresses (inline in `wait`, by a progress thread,
+/// by the node's proxy process, or by MPI) while the caller updates the next interval.
+pub struct CommExchange {
+    comm: hpc_collectives::Comm,
+    counts: Vec<u64>,
+    sizes: Vec<usize>,
+}
+
+impl CommExchange {
+    /// Creates the communicator (collective over `world`).
+    pub fn new(world: &World, engine: hpc_collectives::Engine) -> Result<CommExchange> {
+        let comm = hpc_collectives::Comm::new(world, engine)?;
+        Ok(CommExchange {
+            counts: vec![0; world.size()],
+            sizes: vec![0; world.size()],
+            comm,
+        })
+    }
+}
+
+impl SpikeExchange for CommExchange {
+    type Pending = std::convert::Infallible;
+
+    fn start(&mut self, _local: &[u32]) -> Result<Self::Pending> {
+        bail!("CommExchange exchanges through `overlap` only")
+    }
+
+    fn finish(&mut self, pending: Self::Pending, _out: &mut Vec<u32>) -> Result<()> {
+        match pending {}
+    }
+
+    fn overlap<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        let req = {
+            let _s = tracing::info_span!("exchange_start", spikes = local.len()).entered();
+            self.comm
+                .allgather(&[local.len() as u64][..], &mut self.counts[..])?;
+            for (s, &c) in self.sizes.iter_mut().zip(&self.counts) {
+                *s = c as usize;
+            }
+            out.clear();
+            out.resize(self.sizes.iter().sum(), 0);
+            self.comm.iallgatherv(local, &mut out[..], &self.sizes)?
+        };
+        let t = std::time::Instant::now();
+        let r = work();
+        let work_s = t.elapsed().as_secs_f64();
+        {
+            let _s = tracing::info_span!("exchange_wait").entered();
+            req.wait()?;
+        }
+        Ok((r, work_s))
+    }
+}
+
+/// The exchange a run uses: the world's allgather on a helper thread, or an
+/// `hpc-collectives` communicator.
+pub enum AnyExchange {
+    /// [`WorldExchange`].
+    World(WorldExchange),
+    /// [`CommExchange`] (boxed: the communicator is much larger than the channels).
+    Comm(Box<CommExchange>),
+}
+
+impl SpikeExchange for AnyExchange {
+    type Pending = WorldPending;
+
+    fn start(&mut self, local: &[u32]) -> Result<WorldPending> {
+        match self {
+            AnyExchange::World(w) => w.start(local),
+            AnyExchange::Comm(_) => bail!("CommExchange exchanges through `overlap` only"),
+        }
+    }
+
+    fn finish(&mut self, pending: WorldPending, out: &mut Vec<u32>) -> Result<()> {
+        match self {
+            AnyExchange::World(w) => w.finish(pending, out),
+            AnyExchange::Comm(_) => bail!("CommExchange exchanges through `overlap` only"),
+        }
+    }
+
+    fn overlap<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        match self {
+            AnyExchange::World(w) => w.overlap(local, out, work),
+            AnyExchange::Comm(c) => c.overlap(local, out, work),
+        }
     }
 }

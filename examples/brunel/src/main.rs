@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{Engine, SpikeExchange, WorldExchange};
+use brunel::exchange::{AnyExchange, CommExchange, Engine, WorldExchange};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
@@ -271,10 +271,13 @@ fn run(args: Args) -> Result<()> {
 }
 
 /// The exchange for `engine`: where `hpc-collectives` engines plug in.
-fn make_exchange(engine: Engine, world: Arc<hpc::World>) -> Result<impl SpikeExchange> {
-    match engine {
-        Engine::World => WorldExchange::new(world),
-        other => Err(other.unavailable_error()),
+fn make_exchange(engine: Engine, world: Arc<hpc::World>) -> Result<AnyExchange> {
+    if !engine.available() {
+        return Err(engine.unavailable_error());
+    }
+    match engine.collectives() {
+        None => Ok(AnyExchange::World(WorldExchange::new(world)?)),
+        Some(e) => Ok(AnyExchange::Comm(Box::new(CommExchange::new(&world, e)?))),
     }
 }
 
@@ -400,6 +403,15 @@ fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
 }
 
 fn main() {
+    // The `proxy` engine re-executes this program as the node's progress process.
+    match hpc_collectives::proxy::serve_env() {
+        Ok(false) => {}
+        Ok(true) => return,
+        Err(e) => {
+            eprintln!("brunel: proxy failed: {e}");
+            std::process::exit(1);
+        }
+    }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -144,6 +144,10 @@ fn brunel_args(out: &Path) -> Vec<String> {
 }
 
 fn run_processes(size: usize, out: &Path) {
+    run_processes_with(size, out, &[]);
+}
+
+fn run_processes_with(size: usize, out: &Path, extra: &[&str]) {
     let secret = hpc_runtime::random_u64();
     let coord = Coordinator::start(
         size,
@@ -156,6 +160,7 @@ fn run_processes(size: usize, out: &Path) {
         .map(|r| {
             Command::new(BRUNEL)
                 .args(brunel_args(out))
+                .args(extra)
                 .env("HPC_RANK", r.to_string())
                 .env("HPC_SIZE", size.to_string())
                 .env("HPC_RENDEZVOUS", coord.addr().to_string())
@@ -207,16 +212,30 @@ fn processes_under_the_runtime_give_the_same_spikes() {
 }
 
 #[test]
-fn unavailable_engines_say_so() {
+fn every_collectives_engine_gives_the_same_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    for engine in ["inline", "thread", "proxy"] {
+        let dir = tmpdir(engine);
+        run_processes_with(3, &dir, &["--engine", engine]);
+        let got = std::fs::read(dir.join("spikes.spk")).unwrap();
+        assert!(got == reference, "engine {engine} differs from 1 x 1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_engine_needs_the_feature() {
     let dir = tmpdir("engine");
     let o = Command::new(BRUNEL)
         .args(brunel_args(&dir))
-        .args(["--engine", "thread"])
+        .args(["--engine", "mpi"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("not available yet in this build"), "{err}");
+    assert!(err.contains("needs `--features mpi`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -270,6 +289,43 @@ fn a_restart_can_extend_the_run() {
     assert!(
         std::fs::read(&path).unwrap() == reference,
         "extended run differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `mpi` engine under Open MPI's mpirun: MPI's own `MPI_Iallgatherv`, including
+/// intervals where a rank has no spike (empty buffers must not read as MPI_IN_PLACE).
+#[cfg(feature = "mpi")]
+#[test]
+fn the_mpi_engine_under_mpirun_gives_the_same_spikes() {
+    let ok = Command::new("mpirun.openmpi")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var("HPC_REQUIRE_MPI").ok().as_deref() != Some("1"),
+            "HPC_REQUIRE_MPI=1 but mpirun.openmpi is missing"
+        );
+        eprintln!("skipped: Open MPI's mpirun is not installed");
+        return;
+    }
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    let dir = tmpdir("mpirun");
+    let o = Command::new("mpirun.openmpi")
+        .args(["--oversubscribe", "--bind-to", "none", "-n", "2", BRUNEL])
+        .args(brunel_args(&dir))
+        .args(["--engine", "mpi"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read(dir.join("spikes.spk")).unwrap();
+    assert!(
+        got == reference,
+        "mpirun -n 2 --engine mpi differs from 1 x 1"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
