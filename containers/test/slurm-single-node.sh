@@ -69,8 +69,9 @@ CONF
         chown munge:munge /etc/munge/munge.key
     fi
     if ! munge -n </dev/null >/dev/null 2>&1; then
-        runuser -u munge -- /usr/sbin/munged
-        pgrep -u munge -n munged > "$dir/munged.pid"
+        runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
+        # Its pid file, not pgrep: munged processes of containers are visible too.
+        cat /run/munge/munged.pid > "$dir/munged.pid"
     fi
     pid_alive "$dir/slurmctld.pid" || slurmctld
     pid_alive "$dir/slurmd.pid" || slurmd -N localhost
