@@ -72,7 +72,7 @@ pub struct Args {
     /// Add GPU access to the run scripts (--nv, --gpus all, CDI device).
     #[arg(long)]
     pub gpu: bool,
-    /// Output directory (default: <target>/image/<binary>).
+    /// Output directory (default: `<target>/image/<binary>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
