@@ -95,6 +95,8 @@ fn demo() -> Result<()> {
         "hpc-cli",
         "-p",
         "hpc-example-hello",
+        "-p",
+        "hpc-example-brunel",
     ]))?;
     let bin = root().join("target/release");
     let hpc = bin.join("hpc");
@@ -103,11 +105,19 @@ fn demo() -> Result<()> {
             .args(["run", "-n", n, "--"])
             .arg(bin.join("hello")))?;
     }
+    // The main demo: Brunel's balanced network (12,500 neurons, 15.6 M synapses, 1 s
+    // of biological time) on 2 ranks, spikes exchanged every interval.
+    let out = root().join("target/demo/brunel");
     run(Command::new(&hpc)
-        .args(["run", "-n", "4", "--"])
-        .arg(&hpc)
-        .arg("selftest"))?;
-    eprintln!("\ndemo finished: hello + allreduce on 2 and 4 ranks, selftest on 4 ranks");
+        .args(["run", "-n", "2", "--bind", "core", "--"])
+        .arg(bin.join("brunel"))
+        .arg("--out")
+        .arg(&out))?;
+    eprintln!(
+        "\ndemo finished: hello + allreduce on 2 and 4 ranks; Brunel network on 2 ranks \
+         (spikes, summary and plots in {})",
+        out.display()
+    );
     Ok(())
 }
 

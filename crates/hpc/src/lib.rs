@@ -32,16 +32,16 @@
 pub use hpc_runtime as runtime;
 pub use hpc_runtime::{Error, World};
 
-#[cfg(feature = "container")]
-pub use hpc_container as container;
-#[cfg(feature = "topology")]
-pub use hpc_topology as topology;
 #[cfg(feature = "collectives")]
 pub use hpc_collectives as collectives;
+#[cfg(feature = "container")]
+pub use hpc_container as container;
 #[cfg(feature = "gpu")]
 pub use hpc_gpu as gpu;
 #[cfg(feature = "rdma")]
 pub use hpc_rdma as rdma;
+#[cfg(feature = "topology")]
+pub use hpc_topology as topology;
 
 /// Everything a rank needs to know about where it runs.
 #[derive(Debug)]

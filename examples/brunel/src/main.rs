@@ -149,9 +149,16 @@ fn params_of(args: &Args) -> Result<Params> {
 fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
     let threads = threads.max(1);
     if pin {
+        // A rank the launcher already bound (hpc run --bind, srun --cpu-bind) plans
+        // inside its own cores; otherwise the ranks of the node share the machine.
+        let (local_rank, local_size) = if std::env::var_os(hpc_runtime::env::CPUSET).is_some() {
+            (0, 1)
+        } else {
+            (world.local_rank(), world.local_size())
+        };
         match plan_for_env(
-            world.local_rank(),
-            world.local_size(),
+            local_rank,
+            local_size,
             threads,
             0,
             ProgressScope::PerRank,
