@@ -96,6 +96,32 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     })
 }
 
+/// Where this rank's placement is planned: `(slot, slots)` among the ranks that share
+/// its allowed CPUs.
+///
+/// If the ranks of a node all see the same allowed CPUs (a plain `hpc run`, a
+/// container's cpuset), they divide them: `(local_rank, local_size)`. If a launcher
+/// bound each rank to its own CPUs (`hpc run --bind`, `srun --cpu-bind`, `mpirun`'s
+/// default core binding), each plans alone inside its own: `(0, 1)`. Collective: every
+/// rank must call it.
+#[cfg(feature = "topology")]
+pub fn placement_slot(
+    world: &World,
+    topo: &hpc_topology::Topology,
+) -> Result<(usize, usize), Error> {
+    let mine = topo.allowed.to_string();
+    let all = world.allgather(mine.as_bytes())?;
+    let node = world.node();
+    let shared = (0..world.size())
+        .filter(|&r| world.node_of(r) == node)
+        .all(|r| all[r] == mine.as_bytes());
+    Ok(if shared {
+        (world.local_rank(), world.local_size())
+    } else {
+        (0, 1)
+    })
+}
+
 #[cfg(feature = "topology")]
 fn plan(
     world: &World,
@@ -112,18 +138,22 @@ fn plan(
             return (None, None);
         }
     };
-    // A rank the launcher already bound (hpc run --bind, srun --cpu-bind) sees only
-    // its own cores as allowed: plan for one rank inside them. Otherwise all ranks of
-    // the node share the allowed set and each computes the same plan.
-    let prebound = std::env::var_os(hpc_runtime::env::CPUSET).is_some();
-    let (local_rank, local_size) = if prebound {
-        (0, 1)
-    } else {
-        (world.local_rank(), world.local_size())
+    let (local_rank, local_size) = match placement_slot(world, &topo) {
+        Ok(slot) => slot,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot compare bindings with the other ranks");
+            (world.local_rank(), world.local_size())
+        }
     };
-    let threads = options
+    let asked = options
         .threads
-        .or_else(|| std::env::var("HPC_THREADS").ok()?.parse().ok())
+        .or_else(|| std::env::var("HPC_THREADS").ok()?.parse().ok());
+    if let Some(t) = asked.filter(|&t| t > 1) {
+        // Launchers bind on their own (Open MPI: one core per rank under mpirun);
+        // say so when that leaves the requested threads no room.
+        let _ = hpc_topology::check_binding(&topo, t);
+    }
+    let threads = asked
         .unwrap_or_else(|| (topo.allowed_cores(&topo.allowed).count() / local_size.max(1)).max(1));
     let placement = match plan_for_rank(
         &topo,

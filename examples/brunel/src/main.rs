@@ -148,13 +148,21 @@ fn params_of(args: &Args) -> Result<Params> {
 
 fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
     let threads = threads.max(1);
+    if threads > 1 {
+        if let Ok(topo) = hpc_topology::Topology::this_machine() {
+            // Warns when a launcher's binding leaves the threads one core (mpirun).
+            let _ = hpc_topology::check_binding(&topo, threads);
+        }
+    }
     if pin {
-        // A rank the launcher already bound (hpc run --bind, srun --cpu-bind) plans
-        // inside its own cores; otherwise the ranks of the node share the machine.
-        let (local_rank, local_size) = if std::env::var_os(hpc_runtime::env::CPUSET).is_some() {
-            (0, 1)
-        } else {
-            (world.local_rank(), world.local_size())
+        // Ranks that a launcher bound each to their own cores plan inside them;
+        // ranks that share the node's cores divide them.
+        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(hpc::placement_slot(world, &t)?))
+        {
+            Ok(slot) => slot,
+            Err(_) => (world.local_rank(), world.local_size()),
         };
         match plan_for_env(
             local_rank,
