@@ -1,0 +1,264 @@
+//! The Brunel example on a real multi-node cluster (Slurm + PMIx across Docker
+//! containers, containers/cluster/cluster.sh): the same spikes on 2 nodes x 2 ranks as
+//! on one node, and a node lost mid-run: the job ends naming the lost ranks, the spike
+//! file written so far is intact, and a restart from the last checkpoint on the
+//! remaining node reproduces the uninterrupted run exactly.
+//!
+//! Runs only with `HPC_TEST_CLUSTER=1` (set by `.ci/run`) and the `mpi` feature.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cluster(args: &[&str]) -> Output {
+    let out = Command::new("bash")
+        .arg(repo().join("containers/cluster/cluster.sh"))
+        .args(args)
+        .output()
+        .expect("run cluster.sh");
+    eprintln!("cluster.sh {args:?}: {}", out.status);
+    if !out.status.success() {
+        eprintln!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+struct Down;
+impl Drop for Down {
+    fn drop(&mut self) {
+        cluster(&["down"]);
+    }
+}
+
+/// `srun` of the brunel binary with `args`, on `nodes` nodes and `ranks` ranks.
+fn srun(nodes: &str, ranks: &str, args: &[&str]) -> Output {
+    let mut a = vec![
+        "exec",
+        "srun",
+        "--mpi=pmix",
+        "-N",
+        nodes,
+        "-n",
+        ranks,
+        "brunel",
+        "--order",
+        "500",
+    ];
+    a.extend_from_slice(args);
+    cluster(&a)
+}
+
+fn shared() -> PathBuf {
+    std::env::var_os("HPC_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/cluster"))
+        .join("shared")
+}
+
+fn spikes(dir: &str) -> Vec<u8> {
+    std::fs::read(shared().join(dir).join("spikes.spk")).unwrap_or_default()
+}
+
+#[test]
+fn brunel_across_cluster_nodes() {
+    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
+        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+        return;
+    }
+    let bin = Path::new(BRUNEL)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _down = Down;
+    assert!(cluster(&["up", "--nodes", "2", "--bin", &bin])
+        .status
+        .success());
+    for d in [
+        "ref",
+        "n2-world",
+        "ref-short",
+        "n2-mpi",
+        "ref-long",
+        "lost",
+        "restarted",
+    ] {
+        let _ = std::fs::remove_dir_all(shared().join(d));
+    }
+
+    // Same spikes on 2 nodes x 2 ranks as on 1 node x 2 ranks, through the runtime's
+    // exchange and through MPI's own MPI_Iallgatherv across hosts.
+    assert!(srun("1", "2", &["--t-sim", "1000", "--out", "/shared/ref"])
+        .status
+        .success());
+    assert!(srun(
+        "2",
+        "4",
+        &[
+            "--t-sim",
+            "1000",
+            "--engine",
+            "world",
+            "--out",
+            "/shared/n2-world"
+        ]
+    )
+    .status
+    .success());
+    assert!(!spikes("ref").is_empty());
+    assert!(
+        spikes("ref") == spikes("n2-world"),
+        "2 nodes (world engine) differ from 1 node"
+    );
+    assert!(
+        srun("1", "2", &["--t-sim", "200", "--out", "/shared/ref-short"])
+            .status
+            .success()
+    );
+    assert!(srun(
+        "2",
+        "4",
+        &[
+            "--t-sim",
+            "200",
+            "--engine",
+            "mpi",
+            "--out",
+            "/shared/n2-mpi"
+        ]
+    )
+    .status
+    .success());
+    assert!(
+        spikes("ref-short") == spikes("n2-mpi"),
+        "2 nodes (mpi engine) differ from 1 node"
+    );
+
+    // The uninterrupted reference of the long run.
+    let long = ["--t-sim", "6000"];
+    let mut a = long.to_vec();
+    a.extend_from_slice(&["--out", "/shared/ref-long"]);
+    assert!(srun("1", "2", &a).status.success());
+
+    // Lose node2 in the middle of a checkpointed run.
+    let mut job = Command::new("bash")
+        .arg(repo().join("containers/cluster/cluster.sh"))
+        .args([
+            "exec",
+            "env",
+            "HPC_TIMEOUT=8",
+            "srun",
+            "--mpi=pmix",
+            "-N",
+            "2",
+            "-n",
+            "4",
+        ])
+        .args([
+            "brunel",
+            "--order",
+            "500",
+            "--t-sim",
+            "6000",
+            "--checkpoint-every",
+            "500",
+            "--out",
+            "/shared/lost",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ckpts = shared().join("lost/checkpoints");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Wait for at least one complete checkpoint (a step dir with meta.json).
+    loop {
+        let done = std::fs::read_dir(&ckpts)
+            .map(|d| d.flatten().any(|e| e.path().join("meta.json").exists()))
+            .unwrap_or(false);
+        if done {
+            break;
+        }
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the run ended before the fault"
+        );
+        assert!(Instant::now() < deadline, "no checkpoint within 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t = Instant::now();
+    assert!(cluster(&["kill-node", "node2"]).status.success());
+    let out = job.wait_with_output().unwrap();
+    let took = t.elapsed();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("node2 killed -> job ended in {took:?}");
+    assert!(!out.status.success(), "the job must fail: {text}");
+    assert!(took < Duration::from_secs(45), "{took:?}: {text}");
+    assert!(
+        text.contains("rank(s) 2, 3") || text.contains("Node failure on node2"),
+        "{text}"
+    );
+
+    // The spikes written so far are intact: a readable header and whole records up to
+    // the last exchange.
+    let partial = shared().join("lost/spikes.spk.partial");
+    let f = brunel::output::read_spikes(&partial).expect("partial spike file readable");
+    assert!(!f.spikes.is_empty());
+    let len = std::fs::metadata(&partial).unwrap().len();
+    assert!(len > 16, "{len}");
+
+    // Restart from the last checkpoint on the remaining node: exactly the spikes of
+    // the uninterrupted run.
+    let mut a = long.to_vec();
+    a.extend_from_slice(&[
+        "--restart",
+        "/shared/lost/checkpoints",
+        "--out",
+        "/shared/restarted",
+    ]);
+    let out = cluster(
+        &[
+            "exec",
+            "srun",
+            "--mpi=pmix",
+            "-N",
+            "1",
+            "-n",
+            "2",
+            "-w",
+            "node1",
+            "brunel",
+            "--order",
+            "500",
+        ]
+        .into_iter()
+        .chain(a.iter().copied())
+        .collect::<Vec<_>>(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!spikes("ref-long").is_empty());
+    assert!(
+        spikes("restarted") == spikes("ref-long"),
+        "restart differs from the uninterrupted run"
+    );
+}
