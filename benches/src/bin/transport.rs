@@ -247,7 +247,6 @@ fn child(role: &str) {
 fn run_ranks(
     role: &str,
     coord: &Coordinator,
-    secret: u64,
     netns: Option<&[String; 2]>,
     ips: [Option<Ipv4Addr>; 2],
 ) -> Vec<f64> {
@@ -263,8 +262,6 @@ fn run_ranks(
                 None => Command::new(&exe),
             };
             c.env("BENCH_ROLE", role)
-                .env("HPC_RANK", r.to_string())
-                .env("HPC_SIZE", "2")
                 .env(
                     "HPC_NODE_NAME",
                     if netns.is_some() {
@@ -273,8 +270,7 @@ fn run_ranks(
                         "node".into()
                     },
                 )
-                .env("HPC_RENDEZVOUS", coord.addr().to_string())
-                .env("HPC_JOB_SECRET", format!("{secret:x}"))
+                .envs(coord.rank_env(r))
                 .env("HPC_TIMEOUT", "60")
                 .stdout(Stdio::piped());
             if let Some(ip) = ips[r] {
@@ -309,7 +305,7 @@ fn local_job(role: &str) -> Vec<f64> {
         IpAddr::V4(Ipv4Addr::LOCALHOST),
     )
     .unwrap();
-    run_ranks(role, &coord, secret, None, [None, None])
+    run_ranks(role, &coord, None, [None, None])
 }
 
 fn sh(args: &[&str]) -> bool {
@@ -360,7 +356,6 @@ fn netns_job() -> Option<Vec<f64>> {
         Some(run_ranks(
             "tcp-bw",
             &coord,
-            secret,
             Some(&ns),
             [Some(ips[0]), Some(ips[1])],
         ))

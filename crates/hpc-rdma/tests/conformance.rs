@@ -27,14 +27,13 @@ fn launch(
         IpAddr::V4(Ipv4Addr::LOCALHOST),
     )
     .unwrap();
-    launch_with(&coord, secret, n, role, backend, extra_env, |_| Vec::new())
+    launch_with(&coord, n, role, backend, extra_env, |_| Vec::new())
 }
 
 /// Like [`launch`] against a given coordinator, each rank's command line prefixed by
 /// `prefix(rank)` (e.g. `ip netns exec NS`).
 fn launch_with(
     coord: &Coordinator,
-    secret: u64,
     n: usize,
     role: &str,
     backend: &str,
@@ -51,10 +50,7 @@ fn launch_with(
                 .args(["--exact", "child", "--nocapture", "--test-threads=1"])
                 .env(CHILD, role)
                 .env("HPC_TRANSPORT", backend)
-                .env("HPC_RANK", r.to_string())
-                .env("HPC_SIZE", n.to_string())
-                .env("HPC_RENDEZVOUS", coord.addr().to_string())
-                .env("HPC_JOB_SECRET", format!("{secret:x}"))
+                .envs(coord.rank_env(r))
                 .env("HPC_TIMEOUT", "10")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -493,7 +489,6 @@ fn tcp_suite_across_network_namespaces() {
     let names = ns.names.clone();
     let outs = launch_with(
         &coord,
-        secret,
         2,
         "suite",
         "tcp",

@@ -47,6 +47,9 @@ enum Event {
 /// A running coordinator. Dropping it (or [`Coordinator::shutdown`]) stops it.
 pub struct Coordinator {
     addr: SocketAddr,
+    size: usize,
+    secret: u64,
+    timeout: Duration,
     events: Sender<Event>,
     main: Option<JoinHandle<()>>,
 }
@@ -80,6 +83,9 @@ impl Coordinator {
         tracing::debug!(%addr, size, "coordinator listening");
         Ok(Coordinator {
             addr,
+            size,
+            secret,
+            timeout,
             events: tx,
             main: Some(main),
         })
@@ -88,6 +94,31 @@ impl Coordinator {
     /// The address ranks connect to (`HPC_RENDEZVOUS`).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The variables a process needs to join this job as `rank`: `HPC_RANK`,
+    /// `HPC_SIZE`, `HPC_RENDEZVOUS`, `HPC_JOB_SECRET` and `HPC_TIMEOUT`. For launchers
+    /// (and tests) that start ranks themselves:
+    ///
+    /// ```no_run
+    /// # use std::net::{IpAddr, Ipv4Addr};
+    /// # use std::time::Duration;
+    /// let coord = hpc_runtime::Coordinator::start(
+    ///     2, hpc_runtime::random_u64(), Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST))?;
+    /// for rank in 0..2 {
+    ///     std::process::Command::new("./app").envs(coord.rank_env(rank)).spawn()?;
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rank_env(&self, rank: usize) -> Vec<(&'static str, String)> {
+        use crate::env;
+        vec![
+            (env::RANK, rank.to_string()),
+            (env::SIZE, self.size.to_string()),
+            (env::RENDEZVOUS, self.addr.to_string()),
+            (env::SECRET, format!("{:x}", self.secret)),
+            (env::TIMEOUT, self.timeout.as_secs_f64().to_string()),
+        ]
     }
 
     /// Tells the coordinator that the process of `rank` exited; `success` is true for

@@ -315,14 +315,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
         let mut cmd = Command::new(&program);
         cmd.args(&args.command[1..])
-            .env(henv::RANK, rank.to_string())
-            .env(henv::SIZE, n.to_string())
+            .envs(coord.rank_env(rank))
             .env("HPC_LOCAL_RANK", (rank - node_ranks[0]).to_string())
             .env("HPC_LOCAL_SIZE", node_ranks.len().to_string())
-            .env(henv::RENDEZVOUS, &rendezvous)
-            .env(henv::SECRET, format!("{secret:x}"))
             .env(henv::JOB_ID, &job_id)
-            .env(henv::TIMEOUT, format!("{}", timeout.as_secs_f64()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
