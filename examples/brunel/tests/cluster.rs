@@ -209,7 +209,7 @@ fn brunel_across_cluster_nodes() {
     );
     eprintln!("node2 killed -> job ended in {took:?}");
     assert!(!out.status.success(), "the job must fail: {text}");
-    assert!(took < Duration::from_secs(45), "{took:?}: {text}");
+    assert!(took < Duration::from_secs(120), "{took:?}: {text}");
     assert!(
         text.contains("rank(s) 2, 3") || text.contains("Node failure on node2"),
         "{text}"
