@@ -21,45 +21,6 @@ pub struct Plan {
     pub table: Option<String>,
 }
 
-/// The CPUs this process may run on.
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: we pass the size of the set we own.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        return (0..n).collect();
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: i < CPU_SETSIZE, within the set.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect()
-}
-
-/// Formats CPUs as a cpulist.
-pub fn format_cpulist(cpus: &[usize]) -> String {
-    let mut v = cpus.to_vec();
-    v.sort_unstable();
-    v.dedup();
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            v[i].to_string()
-        } else {
-            format!("{}-{}", v[i], v[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
 /// Computes the CPUs of each of `n` ranks with `threads` compute threads and
 /// `progress` progress cores each, through the machine's hwloc topology.
 pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> anyhow::Result<Plan> {
@@ -127,11 +88,6 @@ impl CpuSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpulist_roundtrip() {
-        assert_eq!(format_cpulist(&[11, 0, 1, 2, 3, 8, 10]), "0-3,8,10-11");
-    }
 
     #[test]
     fn core_plan_is_disjoint_on_this_machine() {

@@ -278,8 +278,11 @@ fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
 
 /// Runs `hpc run`.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
-    let allowed = bind::allowed_cpus();
-    validate(&args, allowed.len())?;
+    // The CPUs this process may run on (cgroups, taskset, an outer launcher).
+    let allowed = hpc_topology::current_binding()
+        .map(|set| set.len())
+        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    validate(&args, allowed)?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
     let plan = bind::plan(args.bind, n, args.threads, args.progress)
@@ -336,7 +339,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             cmd.env("HPC_THREADS", args.threads.to_string());
         }
         if !cpus.is_empty() {
-            cmd.env(henv::CPUSET, bind::format_cpulist(&cpus));
+            let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
+            cmd.env(henv::CPUSET, set.to_string());
         }
         let mut set = bind::CpuSet::new(&cpus);
         // SAFETY: the closure runs in the child between fork and exec and only makes
