@@ -108,6 +108,12 @@ struct Args {
     /// Stop at this simulated time as if interrupted (leaves spikes.spk.partial).
     #[arg(long, value_name = "MS")]
     stop_at: Option<f64>,
+    /// Run no faster than this multiple of real time (1.0: one simulated second per
+    /// wall-clock second), for coupling to a live display or hardware in the loop, or
+    /// to give an operator time to act during a demonstration. The spikes do not
+    /// change; the reported real-time factor includes the waits.
+    #[arg(long, value_name = "FACTOR")]
+    pace: Option<f64>,
     /// Write a Chrome/Perfetto trace of the update and exchange phases.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -237,7 +243,24 @@ fn run(args: Args) -> Result<()> {
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
     let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
     let mut last = Instant::now() - Duration::from_secs(1);
+    if let Some(f) = args.pace {
+        if !(f.is_finite() && f > 0.0) {
+            anyhow::bail!("--pace must be a positive number, got {f}");
+        }
+    }
+    let pace = args.pace;
     let mut bar = |p: &Progress| {
+        if let Some(f) = pace {
+            // Every rank waits, so no rank runs ahead into the next exchange.
+            let due = (p.step - p.start_step) as f64 * dt / 1000.0 / f;
+            let ahead = due - p.wall.as_secs_f64();
+            if ahead > 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(ahead));
+            }
+        }
+        if !show {
+            return;
+        }
         if last.elapsed() < Duration::from_millis(200) && p.step < p.steps {
             return;
         }
@@ -264,7 +287,11 @@ fn run(args: Args) -> Result<()> {
     };
     let report = {
         let mut ex = make_exchange(args.engine, world.clone())?;
-        let cb: Option<&mut dyn FnMut(&Progress)> = if show { Some(&mut bar) } else { None };
+        let cb: Option<&mut dyn FnMut(&Progress)> = if show || pace.is_some() {
+            Some(&mut bar)
+        } else {
+            None
+        };
         sim.run(&pool, &mut ex, &opts, cb)?
     };
     if show {

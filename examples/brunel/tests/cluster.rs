@@ -174,6 +174,10 @@ fn brunel_across_cluster_nodes() {
             "6000",
             "--checkpoint-every",
             "500",
+            // At most real time (6 s of wall clock), so that the node is lost well
+            // before the end however fast the machine simulates.
+            "--pace",
+            "1",
             "--out",
             "/shared/lost",
         ])
@@ -217,6 +221,10 @@ fn brunel_across_cluster_nodes() {
 
     // The spikes written so far are intact: a readable header and whole records up to
     // the last exchange.
+    assert!(
+        !shared().join("lost/spikes.spk").exists(),
+        "the run finished before node2 was lost: {text}"
+    );
     let partial = shared().join("lost/spikes.spk.partial");
     let f = brunel::output::read_spikes(&partial).expect("partial spike file readable");
     assert!(!f.spikes.is_empty());

@@ -237,12 +237,33 @@ fn the_mpi_engine_needs_the_feature() {
 }
 
 #[test]
+fn a_paced_run_takes_its_time_and_keeps_its_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    let dir = tmpdir("pace");
+    // 100 ms of model time at a fifth of real time: at least 0.5 s of wall clock.
+    let t = std::time::Instant::now();
+    let o = Command::new(BRUNEL)
+        .args(brunel_args(&dir))
+        .args(["--pace", "0.2"])
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(std::fs::read(dir.join("spikes.spk")).unwrap() == reference);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_parameters_are_errors_not_panics() {
     let dir = tmpdir("bad");
     for bad in [
         &["--dt", "0.07"][..],
         &["--ce", "70000"],
         &["--v-reset", "30"],
+        &["--pace", "0"],
+        &["--pace=-1"],
     ] {
         let o = Command::new(BRUNEL)
             .args(brunel_args(&dir))
