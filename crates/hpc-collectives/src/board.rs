@@ -161,11 +161,67 @@ impl Board {
         self.u32_at(self.slot(rank) + 8)
     }
 
-    /// Rings `rank`'s doorbell, waking it if it sleeps.
+    /// The progress agent's own futex word: it sleeps there, not on the
+    /// doorbell, so that a ring does not wake it while an application thread
+    /// of its process waits (and advances the collectives itself).
+    fn agent_bell(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 12)
+    }
+
+    fn agent_sleeping(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 16)
+    }
+
+    fn in_wait(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 20)
+    }
+
+    /// Rings `rank`'s doorbell, waking its sleeping waiters, and its agent
+    /// unless an application thread of `rank` is in `wait`.
     pub(crate) fn ring(&self, rank: usize) {
         self.doorbell(rank).fetch_add(1, Ordering::SeqCst);
         if self.waiters(rank).load(Ordering::SeqCst) > 0 {
             futex_wake(self.doorbell(rank));
+        }
+        if self.agent_sleeping(rank).load(Ordering::SeqCst) > 0
+            && self.in_wait(rank).load(Ordering::SeqCst) == 0
+        {
+            self.wake_agent(rank);
+        }
+    }
+
+    /// Wakes `rank`'s progress agent.
+    pub(crate) fn wake_agent(&self, rank: usize) {
+        self.agent_bell(rank).fetch_add(1, Ordering::SeqCst);
+        futex_wake(self.agent_bell(rank));
+    }
+
+    /// Whether an application thread of `rank` is in `wait`.
+    pub(crate) fn someone_waits(&self, rank: usize) -> bool {
+        self.in_wait(rank).load(Ordering::SeqCst) > 0
+    }
+
+    /// The agent's sleep: until the doorbell moves past `seen` while nobody
+    /// waits, [`Board::wake_agent`], or `timeout`.
+    pub(crate) fn agent_sleep(&self, rank: usize, seen: u32, timeout: Duration) {
+        self.agent_sleeping(rank).fetch_add(1, Ordering::SeqCst);
+        let bell = self.agent_bell(rank).load(Ordering::SeqCst);
+        // Checked after announcing the sleep: a ring after this point bumps the bell,
+        // so the futex wait below returns at once instead of missing it.
+        if self.doorbell(rank).load(Ordering::SeqCst) == seen || self.someone_waits(rank) {
+            futex_wait(self.agent_bell(rank), bell, timeout);
+        }
+        self.agent_sleeping(rank).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Marks an application thread of `rank` as in `wait` until the guard
+    /// drops; the agent is woken when the last one leaves.
+    pub(crate) fn enter_wait(&self, rank: usize) -> InWait<'_> {
+        self.in_wait(rank).fetch_add(1, Ordering::SeqCst);
+        InWait {
+            board: self,
+            rank,
+            wake: true,
         }
     }
 
@@ -174,6 +230,27 @@ impl Board {
         self.waiters(rank).fetch_add(1, Ordering::SeqCst);
         futex_wait(self.doorbell(rank), seen, timeout);
         self.waiters(rank).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits until `rank`'s doorbell differs from `seen`: polls it for up to
+    /// `spin` (no system call, so a peer's answer is seen within nanoseconds),
+    /// then sleeps on the futex for at most `timeout`.
+    pub(crate) fn wait_ring(&self, rank: usize, seen: u32, spin: Duration, timeout: Duration) {
+        if !spin.is_zero() {
+            let t0 = std::time::Instant::now();
+            loop {
+                for _ in 0..64 {
+                    if self.doorbell(rank).load(Ordering::Acquire) != seen {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                }
+                if t0.elapsed() >= spin {
+                    break;
+                }
+            }
+        }
+        self.sleep(rank, seen, timeout);
     }
 
     fn ring_off(&self, src: usize, dst: usize) -> usize {
@@ -242,6 +319,23 @@ fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
             &ts as *const libc::timespec,
         )
     };
+}
+
+/// See [`Board::enter_wait`].
+pub(crate) struct InWait<'a> {
+    board: &'a Board,
+    rank: usize,
+    /// Whether to wake the agent when the last waiter leaves: rings that
+    /// arrived meanwhile may concern other collectives still in flight.
+    pub wake: bool,
+}
+
+impl Drop for InWait<'_> {
+    fn drop(&mut self) {
+        if self.board.in_wait(self.rank).fetch_sub(1, Ordering::SeqCst) == 1 && self.wake {
+            self.board.wake_agent(self.rank);
+        }
+    }
 }
 
 fn futex_wake(word: &AtomicU32) {
@@ -379,6 +473,46 @@ mod tests {
         b.ring(1);
         // Returns at once: the doorbell moved.
         o.sleep(1, seen, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn agent_stands_aside_while_the_application_waits() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let p = std::env::temp_dir().join(format!("hpc-board-agent-{}", std::process::id()));
+        let b = Arc::new(Board::create(&p, 1).unwrap());
+        std::fs::remove_file(&p).unwrap();
+        let woke = Arc::new(AtomicBool::new(false));
+        let guard = b.enter_wait(0);
+        let seen = b.doorbell(0).load(Ordering::SeqCst);
+        let agent = {
+            let (b, woke) = (b.clone(), woke.clone());
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                b.agent_sleep(0, seen, Duration::from_secs(10));
+                woke.store(true, Ordering::SeqCst);
+                t0.elapsed()
+            })
+        };
+        // Rings while the application waits do not wake the agent...
+        for _ in 0..5 {
+            b.ring(0);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !woke.load(Ordering::SeqCst),
+            "agent woke while the application waited"
+        );
+        // ...leaving `wait` does.
+        drop(guard);
+        let slept = agent.join().unwrap();
+        assert!(slept < Duration::from_secs(5), "{slept:?}");
+        // With nobody waiting, a ring that came before the sleep is not missed.
+        let seen = b.doorbell(0).load(Ordering::SeqCst);
+        b.ring(0);
+        let t0 = std::time::Instant::now();
+        b.agent_sleep(0, seen, Duration::from_secs(10));
+        assert!(t0.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

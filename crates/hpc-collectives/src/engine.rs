@@ -407,6 +407,15 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
 }
 
+impl Shared {
+    pub(crate) fn new(core: Core) -> Shared {
+        Shared {
+            core: Mutex::new(core),
+            shutdown: AtomicBool::new(false),
+        }
+    }
+}
+
 /// Raises the calling (agent) thread's scheduling priority so that a wake-up
 /// preempts the computing thread at once instead of after a time slice.
 /// The agent only runs in short bursts and sleeps otherwise, so it cannot
@@ -423,11 +432,60 @@ pub(crate) fn raise_priority() {
                 libc::sched_setscheduler(0, libc::SCHED_FIFO, &p)
             }
             "none" => 0,
-            _ => libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20),
+            _ => {
+                let rc = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20);
+                if rc == 0 {
+                    short_slice();
+                }
+                rc
+            }
         }
     };
     if rc != 0 {
         tracing::info!(how, error = %std::io::Error::last_os_error(), "progress thread keeps its priority");
+    }
+}
+
+/// `struct sched_attr` of `sched_setattr(2)` (version 1, 56 bytes).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// Asks the EEVDF scheduler (Linux 6.6+) for a short time slice (0.1 ms, its
+/// minimum) for this thread. EEVDF lets a waking thread preempt the running
+/// one only if its deadline is earlier, and with the default slice a woken
+/// agent waits for the computing thread's slice to end (up to 3 ms) however
+/// high its nice priority: the agent then never runs while the application
+/// computes. A short slice makes the wake-up preempt at once. Older kernels
+/// ignore the runtime of a `SCHED_OTHER` thread; failures are logged.
+fn short_slice() {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: -20,
+        priority: 0,
+        runtime: 100_000,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: `attr` is a valid, initialised `sched_attr` whose `size` field
+    // says how much of it the kernel may read; pid 0 is the calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "no short scheduler slice");
     }
 }
 
@@ -439,6 +497,12 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         let seen = board.doorbell(me).load(Ordering::SeqCst);
         if shared.shutdown.load(Ordering::Acquire) {
             break;
+        }
+        if board.someone_waits(me) {
+            // The waiting application thread advances the collectives itself; stand
+            // aside rather than take turns with it (woken when it leaves `wait`).
+            board.agent_sleep(me, seen, Duration::from_millis(50));
+            continue;
         }
         let (active, moved) = {
             let mut core = lock(&shared.core);
@@ -461,7 +525,7 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         } else {
             Duration::from_millis(200)
         };
-        board.sleep(me, seen, nap);
+        board.agent_sleep(me, seen, nap);
     }
     lock(&shared.core).stopped = true;
     board.ring(me);

@@ -117,6 +117,7 @@ pub(crate) struct Client {
     world: Vec<usize>,
     opts: Options,
     timeout: Duration,
+    spin: Duration,
     state: Mutex<ClientState>,
 }
 
@@ -143,6 +144,7 @@ impl Client {
         _pids: Vec<u32>,
         opts: &Options,
         timeout: Duration,
+        spin: Duration,
     ) -> Result<Client> {
         if me == 0 {
             let mut cmd = proxy_command();
@@ -184,6 +186,7 @@ impl Client {
             world: (0..size).collect(),
             opts: *opts,
             timeout,
+            spin,
             state: Mutex::new(ClientState::default()),
         })
     }
@@ -304,7 +307,8 @@ impl Client {
                     waiting_for: Vec::new(),
                 });
             }
-            self.board.sleep(self.me, seen, Duration::from_millis(10));
+            self.board
+                .wait_ring(self.me, seen, self.spin, Duration::from_millis(10));
         }
     }
 
