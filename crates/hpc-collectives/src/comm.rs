@@ -281,7 +281,8 @@ impl CommOptions {
     }
 }
 
-/// The default of [`CommOptions::spin`] for a node running `local` ranks.
+/// The default of [`CommOptions::spin`] for a node running `local` busy
+/// processes.
 fn default_spin(local: usize) -> Duration {
     if let Some(us) = std::env::var("HPC_SPIN_US")
         .ok()
@@ -444,10 +445,9 @@ impl Comm {
     /// Like [`Comm::new`] with explicit options (collective).
     pub fn with_options(world: &World, mut opts: CommOptions) -> Result<Comm> {
         let timeout = opts.timeout.unwrap_or_else(|| world.timeout());
-        opts.spin = Some(
-            opts.spin
-                .unwrap_or_else(|| default_spin(world.local_size())),
-        );
+        // The proxy process needs a core of its own too.
+        let busy = world.local_size() + usize::from(opts.engine == Engine::Proxy);
+        opts.spin = Some(opts.spin.unwrap_or_else(|| default_spin(busy)));
         #[cfg(feature = "mpi")]
         if opts.engine == Engine::Mpi {
             let backend = Backend::Mpi(crate::mpi_engine::MpiComm::new(world)?);

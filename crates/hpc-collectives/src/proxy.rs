@@ -404,8 +404,27 @@ struct Proxy {
     size: usize,
     pids: Vec<u32>,
     ops: Vec<VOp>,
-    msgs: HashMap<(usize, usize, u64), VecDeque<Vec<u8>>>,
+    msgs: HashMap<(usize, usize, u64), VecDeque<Buf>>,
     out: Vec<VecDeque<Desc>>,
+    /// Message buffers for reuse: a fresh megabyte-sized allocation costs a
+    /// page fault per page on every message, more than copying it.
+    pool: Vec<Vec<u8>>,
+}
+
+/// Bytes in the proxy's memory: the first `len` of `v` (`v` is initialised
+/// throughout and may be longer, from an earlier, larger message).
+struct Buf {
+    v: Vec<u8>,
+    len: usize,
+}
+
+impl Buf {
+    fn bytes(&self) -> &[u8] {
+        &self.v[..self.len]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.v[..self.len]
+    }
 }
 
 fn tag64(seq: u64, tag: u32) -> u64 {
@@ -413,27 +432,57 @@ fn tag64(seq: u64, tag: u32) -> u64 {
 }
 
 impl Proxy {
-    fn read(&self, op: &VOp, r: &Region) -> Result<Vec<u8>, u64> {
+    /// A buffer of `len` bytes, from the pool when one is large enough.
+    fn take(&mut self, len: usize) -> Buf {
+        let mut v = match self.pool.iter().position(|v| v.len() >= len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => self.pool.pop().unwrap_or_default(),
+        };
+        if v.len() < len {
+            v.resize(len, 0);
+        }
+        Buf { v, len }
+    }
+
+    /// Returns a buffer to the pool (a few are kept).
+    fn give(&mut self, b: Buf) {
+        if self.pool.len() < 16 {
+            self.pool.push(b.v);
+        }
+    }
+
+    fn read(&mut self, op: &VOp, r: &Region) -> Result<Buf, u64> {
+        let mut b = self.take(r.len);
         let (base, len) = match r.buf {
-            BufferId::Scratch => return Ok(op.scratch[r.offset..r.end()].to_vec()),
+            BufferId::Scratch => {
+                b.bytes_mut()
+                    .copy_from_slice(&op.scratch[r.offset..r.end()]);
+                return Ok(b);
+            }
             BufferId::Send => (op.blob.send, op.blob.send_len),
             BufferId::Recv => (op.blob.recv, op.blob.recv_len),
         };
         if r.end() > len {
+            self.give(b);
             return Err(FAILED);
         }
-        let mut v = vec![0u8; r.len];
-        // SAFETY: `v` is a fresh buffer of `r.len` bytes.
-        unsafe {
+        let dst = b.bytes_mut();
+        // SAFETY: `dst` is an initialised buffer of `r.len` bytes owned here.
+        let res = unsafe {
             board::cma_read(
                 self.pids[op.rank],
                 base + r.offset as u64,
-                v.as_mut_ptr(),
+                dst.as_mut_ptr(),
                 r.len,
             )
+        };
+        match res {
+            Ok(()) => Ok(b),
+            Err(_) => {
+                self.give(b);
+                Err(FAILED)
+            }
         }
-        .map_err(|_| FAILED)?;
-        Ok(v)
     }
 
     fn write(&self, op: &mut VOp, r: &Region, data: &[u8]) -> Result<(), u64> {
@@ -484,7 +533,9 @@ impl Proxy {
                         Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
                         Step::Copy { src, dst } => {
                             let data = self.read(op, &src).map_err(|c| (c, 0))?;
-                            self.write(op, &dst, &data).map_err(|c| (c, 0))?;
+                            let res = self.write(op, &dst, data.bytes());
+                            self.give(data);
+                            res.map_err(|c| (c, 0))?;
                         }
                         Step::Reduce {
                             src,
@@ -494,9 +545,12 @@ impl Proxy {
                         } => {
                             let a = self.read(op, &src).map_err(|c| (c, 0))?;
                             let mut b = self.read(op, &dst).map_err(|c| (c, 0))?;
-                            crate::op::apply_reduce(rop, dtype, &a, &mut b)
-                                .map_err(|_| (FAILED, 0))?;
-                            self.write(op, &dst, &b).map_err(|c| (c, 0))?;
+                            let res = crate::op::apply_reduce(rop, dtype, a.bytes(), b.bytes_mut())
+                                .map_err(|_| FAILED)
+                                .and_then(|()| self.write(op, &dst, b.bytes()));
+                            self.give(a);
+                            self.give(b);
+                            res.map_err(|c| (c, 0))?;
                         }
                     }
                 }
@@ -510,10 +564,13 @@ impl Proxy {
                     if self.msgs.get(&key).is_some_and(|q| q.is_empty()) {
                         self.msgs.remove(&key);
                     }
-                    if data.len() != region.len {
+                    if data.len != region.len {
+                        self.give(data);
                         return Err((MISMATCH, peer as u64));
                     }
-                    self.write(op, &region, &data).map_err(|c| (c, 0))?;
+                    let res = self.write(op, &region, data.bytes());
+                    self.give(data);
+                    res.map_err(|c| (c, 0))?;
                     op.recvs.swap_remove(i);
                 } else {
                     i += 1;
@@ -565,6 +622,7 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
         ops: Vec::new(),
         msgs: HashMap::new(),
         out: vec![VecDeque::new(); size],
+        pool: Vec::new(),
     };
     let mut gone = vec![false; size];
     let mut last_check = Instant::now();
