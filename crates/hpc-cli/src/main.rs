@@ -32,6 +32,8 @@ enum Command {
     Selftest(cmd::selftest::Args),
     /// Measure the transport like perftest (run under `hpc run -n 2`).
     Perftest(cmd::perftest::Args),
+    /// Serve as the collectives proxy of a node (started by the ranks under `hpc run --proxy`).
+    Proxy(cmd::proxy::Args),
 }
 
 fn main() {
@@ -46,6 +48,7 @@ fn main() {
         Command::Topo(a) => cmd::topo::exec(a),
         Command::Selftest(a) => cmd::selftest::exec(a),
         Command::Perftest(a) => cmd::perftest::exec(a),
+        Command::Proxy(a) => cmd::proxy::exec(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

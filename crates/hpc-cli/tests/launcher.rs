@@ -49,10 +49,20 @@ fn assert_no_leftovers(marker: &str) {
 }
 
 fn selftest_json(n: usize, extra: &[&str]) -> Vec<serde_json::Value> {
+    selftest_json_with(n, extra, &[])
+}
+
+/// `hpc run -n N <run_args> -- hpc selftest --json <selftest_args>`: one JSON per rank.
+fn selftest_json_with(
+    n: usize,
+    run_args: &[&str],
+    selftest_args: &[&str],
+) -> Vec<serde_json::Value> {
     let n_s = n.to_string();
     let mut args = vec!["run", "-n", &n_s];
-    args.extend_from_slice(extra);
+    args.extend_from_slice(run_args);
     args.extend_from_slice(&["--", HPC, "selftest", "--json", "--expect-size", &n_s]);
+    args.extend_from_slice(selftest_args);
     let out = hpc(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -387,4 +397,54 @@ fn transport_uses_shm_within_and_tcp_across_nodes() {
         seen += 1;
     }
     assert_eq!(seen, 4);
+}
+
+#[test]
+fn collectives_engines_run_under_the_launcher() {
+    for engine in ["inline", "thread"] {
+        let all = selftest_json_with(3, &[], &["--collectives", engine]);
+        for r in &all {
+            assert_eq!(r["collectives"]["engine"], engine, "{r}");
+        }
+    }
+    // With a reserved progress core, the Thread engine's agent is pinned to it.
+    let all = selftest_json_with(
+        2,
+        &["--bind", "core", "--progress", "1", "--oversubscribe"],
+        &["--collectives", "thread"],
+    );
+    for r in &all {
+        let note = r["collectives"]["progress"].as_str().unwrap_or_default();
+        assert!(note.contains("pinned to CPUs"), "{r}");
+    }
+}
+
+#[test]
+fn proxy_flag_serves_the_proxy_engine_from_hpc() {
+    // `hpc selftest` does not call serve_env: only `hpc run --proxy` gives it a proxy.
+    let all = selftest_json_with(3, &["--proxy"], &["--collectives", "proxy"]);
+    for r in &all {
+        assert_eq!(r["collectives"]["engine"], "proxy", "{r}");
+    }
+    // Without --proxy the job fails at once, saying what to do (no 10 s wait, no
+    // chain of processes each trying to start a proxy of its own).
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        HPC,
+        "selftest",
+        "--collectives",
+        "proxy",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("hpc run --proxy"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    // By hand, `hpc proxy` explains itself.
+    let out = hpc(&["proxy"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hpc run --proxy"));
 }

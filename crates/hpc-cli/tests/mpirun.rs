@@ -50,10 +50,18 @@ fn run(mpirun: &str, n: usize, args: &[&str], env: &[(&str, &str)]) -> Output {
 fn selftest_under_openmpi_reports_mpi_bootstrap() {
     let Some(m) = mpirun() else { return };
     for n in [2usize, 4] {
+        // The MPI library's own immediate collectives, through the Mpi engine.
         let out = run(
             &m,
             n,
-            &["selftest", "--json", "--expect-size", &n.to_string()],
+            &[
+                "selftest",
+                "--json",
+                "--expect-size",
+                &n.to_string(),
+                "--collectives",
+                "mpi",
+            ],
             &[],
         );
         let so = String::from_utf8_lossy(&out.stdout);
@@ -78,6 +86,7 @@ fn selftest_under_openmpi_reports_mpi_bootstrap() {
                 "{b}"
             );
             assert_eq!(r["local_size"].as_u64(), Some(n as u64));
+            assert_eq!(r["collectives"]["engine"], "mpi", "{r}");
         }
     }
 }

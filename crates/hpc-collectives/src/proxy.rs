@@ -19,7 +19,8 @@
 //!
 //! The first rank of the communicator starts the proxy when the
 //! communicator is created, by running `HPC_COLL_PROXY_CMD` (split at
-//! whitespace) if set, else the application's own executable, with
+//! whitespace) if set (`hpc run --proxy` sets it to `hpc proxy`, pinned to
+//! the node's progress cores), else the application's own executable, with
 //! `HPC_COLL_PROXY_BOARD` and `HPC_COLL_PROXY_SLOTS` in its environment and
 //! the launcher's `HPC_*` variables removed. A program that may use the
 //! proxy engine therefore calls [`serve_env`] first thing in `main` (it
@@ -37,8 +38,7 @@
 //!
 //! If the proxy does not publish its pid in time, creating the communicator
 //! fails with a message saying this. The proxy exits when every rank
-//! detached (dropped its communicator) or died. (`hpc run --proxy`, one
-//! proxy per emulated node started by the launcher, is not wired yet.)
+//! detached (dropped its communicator) or died.
 //!
 //! # On a DPU
 //!
@@ -147,6 +147,16 @@ impl Client {
         spin: Duration,
     ) -> Result<Client> {
         if me == 0 {
+            if std::env::var_os("HPC_COLL_PROXY_BOARD").is_some() {
+                // This process was started to be a proxy but went on as an application:
+                // starting a proxy of its own would recurse.
+                return Err(Error::Unsupported(
+                    "this process was started as a collectives proxy but did not call \
+                     hpc_collectives::proxy::serve_env(); call it first thing in main, \
+                     or run the job with `hpc run --proxy`"
+                        .into(),
+                ));
+            }
             let mut cmd = proxy_command();
             cmd.stdin(std::process::Stdio::null());
             // Should the program not serve as the proxy, it must not join the job.
@@ -162,15 +172,20 @@ impl Client {
                 .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
             let t0 = Instant::now();
             while board.pid(size) == 0 {
-                if t0.elapsed() > timeout.min(Duration::from_secs(10)) {
+                let exited = matches!(child.try_wait(), Ok(Some(_)));
+                if exited || t0.elapsed() > timeout.min(Duration::from_secs(10)) {
                     let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(Error::Unsupported(
-                        "the proxy process did not start: call \
-                         hpc_collectives::proxy::serve_env() first thing in main, or set \
-                         HPC_COLL_PROXY_CMD to a program that does"
-                            .into(),
-                    ));
+                    let status = child.wait();
+                    let how = match (exited, status) {
+                        (true, Ok(st)) => format!("exited ({st}) without serving"),
+                        _ => "did not start serving within 10 s".to_string(),
+                    };
+                    return Err(Error::Unsupported(format!(
+                        "the proxy process {how}: call \
+                         hpc_collectives::proxy::serve_env() first thing in main, run the \
+                         job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
+                         program that serves"
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }

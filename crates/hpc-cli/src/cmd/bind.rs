@@ -17,6 +17,8 @@ pub enum BindPolicy {
 pub struct Plan {
     /// CPU list per rank.
     pub cpus: Vec<Vec<usize>>,
+    /// The rank's progress CPUs (within `cpus`; empty without `--progress`).
+    pub progress: Vec<Vec<usize>>,
     /// The placement table, for `--verbose` reporting.
     pub table: Option<String>,
 }
@@ -29,6 +31,7 @@ pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> an
         BindPolicy::None => {
             return Ok(Plan {
                 cpus: vec![Vec::new(); n],
+                progress: vec![Vec::new(); n],
                 ..Plan::default()
             })
         }
@@ -46,6 +49,11 @@ pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> an
             .ranks
             .iter()
             .map(|p| p.cpuset.iter().map(|c| c as usize).collect())
+            .collect(),
+        progress: plan
+            .ranks
+            .iter()
+            .map(|p| p.progress_cpuset.iter().map(|c| c as usize).collect())
             .collect(),
         table: Some(plan.table()),
     })

@@ -4,6 +4,7 @@
 pub mod bind;
 pub mod doctor;
 pub mod perftest;
+pub mod proxy;
 pub mod run;
 pub mod selftest;
 pub mod topo;

@@ -54,6 +54,12 @@ pub struct Args {
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub progress: usize,
 
+    /// Serve the `Proxy` engine of hpc-collectives from `hpc proxy` (pinned to the
+    /// node's progress cores when `--progress` reserved some) instead of the
+    /// application re-executing itself; sets HPC_COLL_PROXY_CMD for the ranks.
+    #[arg(long)]
+    pub proxy: bool,
+
     /// Print the placement table before starting.
     #[arg(long)]
     pub show_placement: bool,
@@ -276,6 +282,27 @@ fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
     })
 }
 
+/// The `HPC_COLL_PROXY_CMD` of a node's ranks: this `hpc` binary's `proxy` subcommand,
+/// pinned to the progress CPUs of the node's ranks when `--bind` reserved some.
+fn proxy_command(plan: &bind::Plan, node_ranks: &[usize]) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("locating the hpc binary for --proxy")?;
+    let exe = exe.to_string_lossy().into_owned();
+    if exe.contains(char::is_whitespace) {
+        bail!("--proxy: the path of the hpc binary contains white space ({exe}); move it");
+    }
+    let cpus: hpc_topology::CpuSet = node_ranks
+        .iter()
+        .filter_map(|&r| plan.progress.get(r))
+        .flatten()
+        .map(|&c| c as u32)
+        .collect();
+    Ok(if cpus.is_empty() {
+        format!("{exe} proxy")
+    } else {
+        format!("{exe} proxy --cpus {cpus}")
+    })
+}
+
 /// Runs `hpc run`.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     // The CPUs this process may run on (cgroups, taskset, an outer launcher).
@@ -341,6 +368,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         if !cpus.is_empty() {
             let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
             cmd.env(henv::CPUSET, set.to_string());
+        }
+        let progress = plan.progress.get(rank).cloned().unwrap_or_default();
+        if !progress.is_empty() {
+            let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
+            // Where the Thread engine pins its progress thread.
+            cmd.env("HPC_PROGRESS_CPUSET", set.to_string());
+        }
+        if args.proxy {
+            cmd.env("HPC_COLL_PROXY_CMD", proxy_command(&plan, &node_ranks)?);
         }
         let mut set = bind::CpuSet::new(&cpus);
         // SAFETY: the closure runs in the child between fork and exec and only makes

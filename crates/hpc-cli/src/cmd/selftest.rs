@@ -43,6 +43,10 @@ pub struct Args {
     /// Bytes per message for `--transport`.
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
+    /// Also run non-blocking collectives (allreduce, alltoall, broadcast) through
+    /// hpc-collectives with this engine (inline, thread, proxy, mpi) and check them.
+    #[arg(long, value_name = "ENGINE")]
+    pub collectives: Option<String>,
     /// This rank fails on purpose (for testing failure handling).
     #[arg(long)]
     pub fail_rank: Option<usize>,
@@ -79,7 +83,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
     }
 
-    let result = (|| -> anyhow::Result<(u128, serde_json::Value)> {
+    let result = (|| -> anyhow::Result<(u128, serde_json::Value, serde_json::Value)> {
         world.barrier().context("first barrier")?;
         let t_barrier = unix_ns();
         if let Some(n) = args.expect_size {
@@ -146,11 +150,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         } else {
             serde_json::Value::Null
         };
-        Ok((t_barrier, transport))
+        let collectives = match &args.collectives {
+            Some(engine) => check_collectives(&world, engine)
+                .with_context(|| format!("collectives check ({engine} engine)"))?,
+            None => serde_json::Value::Null,
+        };
+        Ok((t_barrier, transport, collectives))
     })();
 
     match result {
-        Ok((t_barrier, transport)) => {
+        Ok((t_barrier, transport, collectives)) => {
             if args.json {
                 println!(
                     "{}",
@@ -162,6 +171,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                         "init_ms": t_init.as_secs_f64() * 1e3,
                         "first_barrier_unix_ns": t_barrier.to_string(),
                         "transport": transport,
+                        "collectives": collectives,
                         "ok": true,
                     })
                 );
@@ -177,6 +187,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 if !transport.is_null() {
                     println!("transport ok: rank {rank} peers {transport}");
                 }
+                if !collectives.is_null() {
+                    println!("collectives ok: rank {rank} {collectives}");
+                }
             }
             Ok(0)
         }
@@ -191,6 +204,57 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!("selftest failed")
         }
     }
+}
+
+/// Runs an allreduce, an alltoall and a broadcast, each non-blocking, through
+/// hpc-collectives with `engine`, and verifies the results; returns the engine's
+/// progress note.
+fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::Value> {
+    use hpc_collectives::{Comm, Engine, ReduceOp};
+    let engine: Engine = engine
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--collectives: {e}"))?;
+    let comm = Comm::new(world, engine)?;
+    let (me, n) = (comm.rank(), comm.size());
+    let len = 4099; // odd, so that segmenting algorithms meet a remainder
+    let send: Vec<u64> = (0..len).map(|i| (me * len + i) as u64).collect();
+    let mut sum = vec![0u64; len];
+    let mut a2a_in = vec![0u32; n * 3];
+    let a2a_out: Vec<u32> = (0..n * 3).map(|i| (me * 1000 + i) as u32).collect();
+    let mut bcast: Vec<f64> = if me == n - 1 {
+        (0..len).map(|i| i as f64 * 0.5).collect()
+    } else {
+        vec![0.0; len]
+    };
+    {
+        let r1 = comm.iallreduce(&send, &mut sum, ReduceOp::Sum)?;
+        let r2 = comm.ialltoall(&a2a_out, &mut a2a_in)?;
+        let r3 = comm.ibcast(&mut bcast, n - 1)?;
+        hpc_collectives::Request::wait_all([r1, r2, r3])?;
+    }
+    for (i, &s) in sum.iter().enumerate() {
+        let want: u64 = (0..n).map(|r| (r * len + i) as u64).sum();
+        ensure!(s == want, "allreduce element {i}: {s}, expected {want}");
+    }
+    for p in 0..n {
+        for k in 0..3 {
+            let want = (p * 1000 + me * 3 + k) as u32;
+            let got = a2a_in[p * 3 + k];
+            ensure!(
+                got == want,
+                "alltoall block from rank {p}: {got}, expected {want}"
+            );
+        }
+    }
+    ensure!(
+        bcast.iter().enumerate().all(|(i, &x)| x == i as f64 * 0.5),
+        "broadcast from rank {} is wrong",
+        n - 1
+    );
+    Ok(serde_json::json!({
+        "engine": engine.name(),
+        "progress": comm.progress_note(),
+    }))
 }
 
 /// A byte pattern that depends on sender, receiver and position, so misrouted or

@@ -1,0 +1,40 @@
+//! `hpc proxy`: the progress process of `hpc-collectives`' `Proxy` engine.
+//!
+//! Under `hpc run --proxy` every rank finds `HPC_COLL_PROXY_CMD` naming this command, so
+//! when a communicator with the `Proxy` engine is created, its first rank starts
+//! `hpc proxy` (one per communicator and node) instead of re-executing the application.
+//! The application then need not call `hpc_collectives::proxy::serve_env()`, and the
+//! proxy is a small, separate program that can be pinned to the cores `--bind`
+//! reserved for progress: the role a DPU's Arm cores play in MVAPICH2-DPU.
+
+use anyhow::{bail, Context};
+
+/// Arguments of `hpc proxy`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Pin the proxy to these CPUs (a cpulist such as `3` or `6-7`).
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+}
+
+/// Runs the proxy until every rank of its communicator detached or died.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    if std::env::var_os("HPC_COLL_PROXY_BOARD").is_none() {
+        bail!(
+            "hpc proxy is started by the ranks of a job, not by hand: run the job with \
+             `hpc run --proxy -n N -- ./app` and create the communicator with Engine::Proxy \
+             (HPC_COLL_PROXY_BOARD is not set)"
+        );
+    }
+    if let Some(list) = &args.cpus {
+        let set =
+            hpc_topology::CpuSet::parse_list(list).with_context(|| format!("--cpus {list}"))?;
+        if let Err(e) = hpc_topology::bind_current_process(&set) {
+            tracing::warn!(cpus = %set, error = %e, "the proxy could not pin itself");
+        } else {
+            tracing::info!(cpus = %set, "proxy pinned");
+        }
+    }
+    hpc_collectives::proxy::serve_env().context("serving as the collectives proxy")?;
+    Ok(0)
+}
