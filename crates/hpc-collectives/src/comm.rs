@@ -1,8 +1,9 @@
 //! Communicators and non-blocking collectives run by an engine.
 //!
 //! A [`Comm`] runs the [`Schedule`](crate::Schedule)s of this crate over
-//! shared memory between the ranks of one node, with one of four
-//! [`Engine`]s:
+//! shared memory between the ranks of a node and, for `Inline` and `Thread`,
+//! over `hpc-rdma` (TCP, or verbs where present) to ranks on other nodes, with
+//! one of four [`Engine`]s:
 //!
 //! | engine | who advances a collective | data path |
 //! |---|---|---|
@@ -328,6 +329,11 @@ pub struct Comm {
     backend: Backend,
     progress_note: String,
     splits: AtomicU64,
+    /// Node of each member (as the world numbers nodes).
+    nodes: Vec<usize>,
+    /// The network transport of a communicator that spans nodes (shared with
+    /// its sub-communicators).
+    net: Option<Arc<hpc_rdma::Transport>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -341,11 +347,14 @@ impl std::fmt::Debug for Comm {
 }
 
 static BOARDS: AtomicU64 = AtomicU64::new(0);
+/// Next id of a communicator on a shared network transport (agreed by its members).
+static NET_IDS: AtomicU64 = AtomicU64::new(0);
 
 /// Something that can run an allgather of bytes among the future members.
 trait Boot {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
+    fn node_of(&self, r: usize) -> usize;
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
 }
 
@@ -355,6 +364,9 @@ impl Boot for World {
     }
     fn size(&self) -> usize {
         World::size(self)
+    }
+    fn node_of(&self, r: usize) -> usize {
+        World::node_of(self, r)
     }
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         Ok(World::allgather(self, mine)?)
@@ -376,19 +388,32 @@ impl Boot for SubBoot<'_> {
     fn size(&self) -> usize {
         self.members.len()
     }
+    fn node_of(&self, r: usize) -> usize {
+        self.parent.nodes[self.members[r]]
+    }
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let all = self.parent.allgather_bytes(mine)?;
         Ok(self.members.iter().map(|&m| all[m].clone()).collect())
     }
 }
 
-/// Creates the board of a new communicator: rank 0 creates it, everyone maps
-/// it and publishes its pid, then rank 0 removes the file.
+/// The lowest rank on `r`'s node: it creates the node's board.
+fn node_leader(boot: &dyn Boot, r: usize) -> usize {
+    let node = boot.node_of(r);
+    (0..boot.size())
+        .find(|&q| boot.node_of(q) == node)
+        .unwrap_or(r)
+}
+
+/// Creates the boards of a new communicator, one per node: the node's lowest
+/// rank creates it, the node's ranks map it and publish their pids, then that
+/// rank removes the file. Ranks on other nodes get pid 0 (never "dead").
 fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
     let (me, size) = (boot.rank(), boot.size());
+    let leader = node_leader(boot, me);
     let mut path = Vec::new();
     let mut created = None;
-    if me == 0 {
+    if me == leader {
         let p = PathBuf::from(format!(
             "/dev/shm/hpc-coll-{}-{}-{:x}",
             std::process::id(),
@@ -410,22 +435,46 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
         }
     }
     let parts = boot.allgather(&path)?;
-    if parts[0].is_empty() {
-        return Err(Error::Transport("rank 0 could not create the board".into()));
+    if let Some(r) = (0..size).find(|&r| node_leader(boot, r) == r && parts[r].is_empty()) {
+        return Err(Error::Transport(format!(
+            "rank {r} could not create its node's board"
+        )));
     }
-    let p = PathBuf::from(String::from_utf8_lossy(&parts[0]).into_owned());
+    let p = PathBuf::from(String::from_utf8_lossy(&parts[leader]).into_owned());
     let board = match created {
         Some(b) => b,
         None => Board::open(&p, size + extra)
             .map_err(|e| Error::Transport(format!("mapping the board {}: {e}", p.display())))?,
     };
     board.set_pid(me, std::process::id());
+    let my_node = boot.node_of(me);
     let pids = boot
         .allgather(&std::process::id().to_le_bytes())?
         .iter()
-        .map(|b| u32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4])))
+        .enumerate()
+        .map(|(r, b)| {
+            if boot.node_of(r) == my_node {
+                u32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4]))
+            } else {
+                0
+            }
+        })
         .collect();
     Ok((Arc::new(board), pids))
+}
+
+/// The transport backend that reaches the first rank on another node.
+fn net_backend(
+    t: &Option<Arc<hpc_rdma::Transport>>,
+    world_ranks: &[usize],
+    nodes: &[usize],
+    me: usize,
+) -> &'static str {
+    let remote = (0..nodes.len()).find(|&r| nodes[r] != nodes[me]);
+    match (t, remote) {
+        (Some(t), Some(r)) => t.backend_of(world_ranks[r]).map_or("none", |b| b.name()),
+        _ => "none",
+    }
 }
 
 fn progress_cpus(opts: &CommOptions) -> Option<hpc_topology::CpuSet> {
@@ -460,14 +509,21 @@ impl Comm {
                 "the MPI library progresses".into(),
             ));
         }
-        if let Some(r) = (0..world.size()).find(|&r| !world.same_node(0, r)) {
-            let _ = world.allgather(&[]);
-            return Err(Error::Unsupported(format!(
-                "the {} engine runs within one node; rank {r} is on another node",
-                opts.engine.name()
-            )));
-        }
-        Comm::build(world, (0..world.size()).collect(), opts, timeout)
+        let net = if (0..world.size()).any(|r| !world.same_node(0, r)) {
+            if opts.engine == Engine::Proxy {
+                return Err(Error::Unsupported(
+                    "the proxy engine runs within one node (its proxy reaches the ranks \
+                     through their memory); across nodes use the inline or thread engine"
+                        .into(),
+                ));
+            }
+            let t = hpc_rdma::Transport::new(world)
+                .map_err(|e| Error::Transport(format!("the network path across nodes: {e}")))?;
+            Some(Arc::new(t))
+        } else {
+            None
+        };
+        Comm::build(world, (0..world.size()).collect(), opts, timeout, net)
     }
 
     fn build(
@@ -475,8 +531,41 @@ impl Comm {
         world_ranks: Vec<usize>,
         opts: CommOptions,
         timeout: Duration,
+        transport: Option<Arc<hpc_rdma::Transport>>,
     ) -> Result<Comm> {
         let (me, size) = (boot.rank(), boot.size());
+        let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
+        let spans = nodes.iter().any(|&n| n != nodes[me]);
+        if spans && opts.engine == Engine::Proxy {
+            return Err(Error::Unsupported(
+                "the proxy engine runs within one node; this communicator spans nodes".into(),
+            ));
+        }
+        let transport = if spans { transport } else { None };
+        if spans && transport.is_none() {
+            return Err(Error::Unsupported(
+                "a communicator across nodes needs its parent's network path".into(),
+            ));
+        }
+        let net = match &transport {
+            Some(t) => {
+                // One id per communicator on a transport, agreed by its members.
+                let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
+                let id = all
+                    .iter()
+                    .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+                    .max()
+                    .unwrap_or(0);
+                NET_IDS.store(id + 1, Ordering::Relaxed);
+                Some(engine::Net {
+                    t: t.clone(),
+                    world: world_ranks.clone(),
+                    local: nodes.iter().map(|&n| n == nodes[me]).collect(),
+                    id: (id & 0xffff) as u16,
+                })
+            }
+            None => None,
+        };
         let extra = usize::from(opts.engine == Engine::Proxy);
         let (board, pids) = make_board(boot, extra)?;
         let (backend, note) = match opts.engine {
@@ -497,7 +586,7 @@ impl Comm {
                 )
             }
             _ => {
-                let core = Core::new(board.clone(), me, size, pids);
+                let core = Core::new(board.clone(), me, size, pids, net);
                 let shared = Arc::new(Shared::new(core));
                 let (agent, note) = if opts.engine == Engine::Thread {
                     let cpus = progress_cpus(&opts);
@@ -539,17 +628,21 @@ impl Comm {
         };
         // Everyone mapped the board: its name can go.
         boot.allgather(&[])?;
-        if me == 0 {
+        if me == node_leader(boot, me) {
             let _ = std::fs::remove_file(board.path());
         }
-        Ok(Comm::assemble(
-            me,
-            world_ranks,
-            opts,
-            timeout,
-            backend,
-            note,
-        ))
+        let note = if spans {
+            format!(
+                "{note}; other nodes over {}",
+                net_backend(&transport, &world_ranks, &nodes, me)
+            )
+        } else {
+            note
+        };
+        let mut comm = Comm::assemble(me, world_ranks, opts, timeout, backend, note);
+        comm.nodes = nodes;
+        comm.net = transport;
+        Ok(comm)
     }
 
     fn assemble(
@@ -560,6 +653,7 @@ impl Comm {
         backend: Backend,
         progress_note: String,
     ) -> Comm {
+        let world_ranks_len = world_ranks.len();
         Comm {
             rank,
             size: world_ranks.len(),
@@ -572,6 +666,8 @@ impl Comm {
             backend,
             progress_note,
             splits: AtomicU64::new(0),
+            nodes: vec![0; world_ranks_len],
+            net: None,
         }
     }
 
@@ -642,7 +738,7 @@ impl Comm {
         opts.schedule = self.opts;
         opts.spin = Some(self.spin);
         opts.progress_cpus = None;
-        Comm::build(&boot, world_ranks, opts, self.timeout)
+        Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }
 
     /// Allgather of byte strings of any length (blocking; used for setup).
@@ -784,11 +880,12 @@ impl Comm {
         // itself (the Thread engine's agent stands aside meanwhile), which saves the
         // hand-offs to the agent once the application waits.
         let mut waiting = board.enter_wait(self.rank);
+        let mut idle_since = Instant::now();
         while !op.done.load(Ordering::Acquire) {
             let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
-            let (moved, stopped) = {
+            let (moved, stopped, polling) = {
                 let mut core = lock(&shared.core);
-                (core.progress(), core.stopped)
+                (core.progress(), core.stopped, core.net_pending())
             };
             if op.done.load(Ordering::Acquire) {
                 break;
@@ -797,8 +894,18 @@ impl Comm {
                 op.fail(Error::Stopped("thread"));
                 break;
             }
-            if !moved {
-                // The agent rings this doorbell when it finishes a collective.
+            if moved {
+                idle_since = Instant::now();
+            } else if polling {
+                // Network completions ring no doorbell: poll the transport, at once
+                // within the spin budget, then at a gentler pace.
+                if idle_since.elapsed() >= self.spin {
+                    std::thread::sleep(Duration::from_micros(20));
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else {
+                // Peers ring this doorbell when they push a descriptor.
                 board.wait_ring(self.rank, seen, self.spin, Duration::from_millis(10));
             }
             if last_check.elapsed() >= Duration::from_millis(10) {
@@ -899,6 +1006,7 @@ impl Drop for Comm {
                 drop(core);
                 board.sleep(self.rank, seen, Duration::from_millis(1));
             }
+            lock(&shared.core).net_goodbye(self.timeout.min(Duration::from_secs(10)));
             shared.shutdown.store(true, Ordering::Release);
             board.wake_agent(self.rank);
             board.ring(self.rank);

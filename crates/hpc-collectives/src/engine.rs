@@ -21,6 +21,42 @@ use crate::board::{self, Board, Desc, FIN, RTS};
 use crate::comm::Error;
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
+/// The network path of a communicator that spans nodes: messages to ranks on
+/// other nodes go through `hpc-rdma` (TCP, or verbs where built and present),
+/// eagerly (the bytes are copied into the message when the round is posted),
+/// while ranks on this node keep the board and its single-copy reads.
+pub(crate) struct Net {
+    pub t: Arc<hpc_rdma::Transport>,
+    /// Transport (world) rank of each communicator rank.
+    pub world: Vec<usize>,
+    /// Whether each communicator rank is on this node (reached through the board).
+    pub local: Vec<bool>,
+    /// Tells this communicator's messages from its relatives' on a shared transport.
+    pub id: u16,
+}
+
+impl Net {
+    /// The transport tag: communicator id, the low 32 bits of the sequence
+    /// number (messages of one pair and tag are matched in order, so a wrap
+    /// after 4 billion collectives is harmless), the schedule's tag (< 65536).
+    fn tag(&self, seq: u64, tag: u32) -> u64 {
+        debug_assert!(tag < 1 << 16);
+        ((self.id as u64) << 48) | ((seq & 0xffff_ffff) << 16) | (tag as u64 & 0xffff)
+    }
+
+    fn error(&self, e: hpc_rdma::Error) -> Error {
+        match e {
+            hpc_rdma::Error::PeerLost { rank, .. } => {
+                match self.world.iter().position(|&w| w == rank) {
+                    Some(r) => Error::RankLost { rank: r },
+                    None => Error::Transport(e.to_string()),
+                }
+            }
+            e => Error::Transport(e.to_string()),
+        }
+    }
+}
+
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
     pub send: *const u8,
@@ -72,6 +108,9 @@ pub(crate) struct OpData {
     posted: bool,
     recvs: Vec<(usize, u32, Region)>,
     sends: Vec<(usize, u32)>,
+    /// Receives and sends in flight on the network (ranks on other nodes).
+    net_recvs: Vec<(usize, hpc_rdma::OpId, Region)>,
+    net_sends: Vec<(usize, hpc_rdma::OpId)>,
     pub status: Status,
 }
 
@@ -93,6 +132,8 @@ impl Op {
                 posted: false,
                 recvs: Vec::new(),
                 sends: Vec::new(),
+                net_recvs: Vec::new(),
+                net_sends: Vec::new(),
                 status: if empty { Status::Done } else { Status::Running },
             }),
             done: AtomicBool::new(empty),
@@ -106,6 +147,8 @@ impl Op {
             .iter()
             .map(|r| r.0)
             .chain(d.sends.iter().map(|s| s.0))
+            .chain(d.net_recvs.iter().map(|r| r.0))
+            .chain(d.net_sends.iter().map(|s| s.0))
             .collect()
     }
 
@@ -143,12 +186,23 @@ pub(crate) struct Core {
     fins: HashMap<(usize, u64), usize>,
     rejected: std::collections::HashSet<(usize, u64)>,
     outq: Vec<VecDeque<Desc>>,
+    /// Ranks on other nodes, when the communicator spans nodes.
+    net: Option<Net>,
+    /// Network operations in flight (completions arrive without a doorbell ring,
+    /// so whoever progresses polls while this is non-zero).
+    net_inflight: usize,
     /// Set when the engine stopped (its thread died or the comm was dropped).
     pub stopped: bool,
 }
 
 impl Core {
-    pub(crate) fn new(board: Arc<Board>, me: usize, size: usize, pids: Vec<u32>) -> Core {
+    pub(crate) fn new(
+        board: Arc<Board>,
+        me: usize,
+        size: usize,
+        pids: Vec<u32>,
+        net: Option<Net>,
+    ) -> Core {
         Core {
             board,
             me,
@@ -159,8 +213,42 @@ impl Core {
             fins: HashMap::new(),
             rejected: std::collections::HashSet::new(),
             outq: vec![VecDeque::new(); size],
+            net,
+            net_inflight: 0,
             stopped: false,
         }
+    }
+
+    /// Before the transport may close: a two-phase goodbye with every rank on
+    /// another node. Receiving a peer's second message means it has read
+    /// everything this rank sent, and this rank has read everything it sent,
+    /// so no socket closes with unread data (a close with unread data resets
+    /// the connection, and the peer loses what it had not read yet). Bounded
+    /// by `timeout` in all; a lost peer ends its part at once.
+    pub(crate) fn net_goodbye(&mut self, timeout: Duration) {
+        let Some(net) = &self.net else { return };
+        let deadline = std::time::Instant::now() + timeout;
+        let peers: Vec<usize> = (0..self.size).filter(|&p| !net.local[p]).collect();
+        for phase in 0..2u32 {
+            // Beyond any schedule's tags (which stay below the communicator size).
+            let tag = net.tag(u64::from(u32::MAX), 0xfffe + phase);
+            let mut ops = Vec::new();
+            for &p in &peers {
+                ops.extend(net.t.send(net.world[p], tag, Vec::new()).ok());
+                ops.extend(net.t.recv(net.world[p], tag).ok());
+            }
+            for op in ops {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if let Err(e) = net.t.wait_timeout(op, left) {
+                    tracing::debug!(error = %e, "communicator goodbye");
+                }
+            }
+        }
+    }
+
+    /// Whether network operations are in flight (they need polling).
+    pub(crate) fn net_pending(&self) -> bool {
+        self.net_inflight > 0
     }
 
     pub(crate) fn submit(&mut self, op: Arc<Op>) {
@@ -227,6 +315,7 @@ impl Core {
         self.drain();
         let mut moved = false;
         let ops: Vec<Arc<Op>> = self.ops.iter().cloned().collect();
+        let mut inflight = 0;
         for op in ops {
             let mut d = lock(&op.data);
             if !matches!(d.status, Status::Running) {
@@ -236,10 +325,13 @@ impl Core {
                 Ok(m) => moved |= m,
                 Err(e) => d.status = Status::Failed(e),
             }
-            if !matches!(d.status, Status::Running) {
+            if matches!(d.status, Status::Running) {
+                inflight += d.net_recvs.len() + d.net_sends.len();
+            } else {
                 op.done.store(true, Ordering::Release);
             }
         }
+        self.net_inflight = inflight;
         self.ops.retain(|o| !o.done.load(Ordering::Acquire));
         moved |= self.flush();
         moved
@@ -334,7 +426,51 @@ impl Core {
                     _ => i += 1,
                 }
             }
-            if !d.recvs.is_empty() || !d.sends.is_empty() {
+            if let Some(net) = &self.net {
+                let mut i = 0;
+                while i < d.net_recvs.len() {
+                    let (peer, id, region) = d.net_recvs[i];
+                    match net.t.test(id).map_err(|e| net.error(e))? {
+                        Some(p) => {
+                            d.net_recvs.swap_remove(i);
+                            let bytes = p.into_bytes();
+                            if bytes.len() != region.len {
+                                return Err(Error::CountMismatch {
+                                    rank: peer,
+                                    detail: format!(
+                                        "rank {peer} sent {} bytes where {} were expected",
+                                        bytes.len(),
+                                        region.len
+                                    ),
+                                });
+                            }
+                            let dst = d.bufs.ptr(&region);
+                            // SAFETY: `dst` points at `region.len` writable bytes of this
+                            // operation's buffer (bounds-checked); `bytes` is as long.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, region.len)
+                            };
+                            moved = true;
+                        }
+                        None => i += 1,
+                    }
+                }
+                let mut i = 0;
+                while i < d.net_sends.len() {
+                    match net.t.test(d.net_sends[i].1).map_err(|e| net.error(e))? {
+                        Some(_) => {
+                            d.net_sends.swap_remove(i);
+                            moved = true;
+                        }
+                        None => i += 1,
+                    }
+                }
+            }
+            if !d.recvs.is_empty()
+                || !d.sends.is_empty()
+                || !d.net_recvs.is_empty()
+                || !d.net_sends.is_empty()
+            {
                 return Ok(moved);
             }
             d.round += 1;
@@ -344,6 +480,10 @@ impl Core {
                 return Ok(true);
             }
         }
+    }
+
+    fn is_remote(&self, peer: usize) -> bool {
+        self.net.as_ref().is_some_and(|n| !n.local[peer])
     }
 
     fn post_round(&mut self, d: &mut OpData) -> Result<(), Error> {
@@ -359,6 +499,26 @@ impl Core {
         let steps = d.sched.rounds[round].steps.clone();
         for step in steps {
             match step {
+                Step::Send { peer, region, tag } if self.is_remote(peer) => {
+                    let p = d.bufs.ptr(&region);
+                    // SAFETY: bounds-checked region of a live buffer, read before the
+                    // round's receives can write into it (eager copy).
+                    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
+                    let net = self.net.as_ref().expect("is_remote implies net");
+                    let id = net
+                        .t
+                        .send(net.world[peer], net.tag(d.seq, tag), bytes.to_vec())
+                        .map_err(|e| net.error(e))?;
+                    d.net_sends.push((peer, id));
+                }
+                Step::Recv { peer, region, tag } if self.is_remote(peer) => {
+                    let net = self.net.as_ref().expect("is_remote implies net");
+                    let id = net
+                        .t
+                        .recv(net.world[peer], net.tag(d.seq, tag))
+                        .map_err(|e| net.error(e))?;
+                    d.net_recvs.push((peer, id, region));
+                }
                 Step::Send { peer, region, tag } => {
                     let p = d.bufs.ptr(&region);
                     let desc = Desc {
@@ -520,7 +680,10 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         }
         // Sleep until a peer or the application rings (bounded so that shutdown and
         // the liveness checks of waiters are never stuck behind a lost wake-up).
-        let nap = if active > 0 {
+        let nap = if lock(&shared.core).net_pending() {
+            // Network completions ring no doorbell: poll.
+            Duration::from_micros(50)
+        } else if active > 0 {
             Duration::from_millis(20)
         } else {
             Duration::from_millis(200)

@@ -15,6 +15,19 @@ const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
 
 /// Runs `scenario` on `size` ranks; returns each rank's (success, stderr).
 fn job(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) -> Vec<(bool, String)> {
+    job_on_nodes(scenario, size, 1, timeout_s, env)
+}
+
+/// Like [`job`] on `nodes` emulated nodes, rank r on node `r % nodes` (interleaved, so
+/// a node's ranks are not contiguous): ranks on different nodes reach each other
+/// only through the network path.
+fn job_on_nodes(
+    scenario: &str,
+    size: usize,
+    nodes: usize,
+    timeout_s: f64,
+    env: &[(&str, &str)],
+) -> Vec<(bool, String)> {
     let secret = hpc_runtime::random_u64();
     let coord = Coordinator::start(
         size,
@@ -36,6 +49,7 @@ fn job(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) -> Vec
                 .envs(coord.rank_env(r))
                 .env("HPC_TIMEOUT", timeout_s.to_string())
                 .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
+                .env("HPC_NODE_NAME", format!("node{}", r % nodes))
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -84,6 +98,7 @@ fn child_entry() {
         "kill" => kill(&world),
         "mismatch" => mismatch(&world),
         "safety" => safety(&world),
+        "nodes" => across_nodes(&world),
         o => panic!("unknown scenario {o}"),
     }
 }
@@ -322,6 +337,40 @@ fn big(world: &World) {
     assert_eq!(recv, vec![comm.rank() as u32; n]);
 }
 
+/// Every collective through the engines that span nodes, a split within and
+/// across nodes, and a clear refusal from the proxy engine.
+fn across_nodes(world: &World) {
+    assert!(world.node_count() > 1 || world.size() == 1);
+    for engine in [Engine::Inline, Engine::Thread] {
+        let comm = Comm::new(world, engine).unwrap();
+        if world.size() > 1 {
+            assert!(
+                comm.progress_note().contains("other nodes over tcp"),
+                "{}",
+                comm.progress_note()
+            );
+        }
+        check_all(&comm, engine);
+        // Split by node (each sub-communicator within one node) and by parity
+        // (across nodes when there are more than two ranks), both at once.
+        let by_node = comm.split(world.node() as u32, 0).unwrap();
+        let by_parity = comm.split((comm.rank() % 2) as u32, 0).unwrap();
+        let a = vec![1u64; 100];
+        let mut ra = vec![0u64; 100];
+        let mut rb = vec![0u64; 100];
+        let r1 = by_node.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
+        let r2 = by_parity.iallreduce(&a, &mut rb, ReduceOp::Sum).unwrap();
+        hpc_collectives::Request::wait_all([r1, r2]).unwrap();
+        assert_eq!(ra, vec![world.local_size() as u64; 100]);
+        assert_eq!(rb, vec![by_parity.size() as u64; 100]);
+        check_all(&by_parity, engine);
+    }
+    if world.size() > 1 {
+        let err = Comm::new(world, Engine::Proxy).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    }
+}
+
 /// Rank 1 dies after posting; the others' wait names it.
 fn kill(world: &World) {
     let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
@@ -439,6 +488,35 @@ fn mismatched_counts_are_typed_errors() {
 #[test]
 fn leaked_requests_are_safe() {
     all_ok("safety", 3);
+}
+
+#[test]
+fn inline_and_thread_engines_span_nodes() {
+    for (n, nodes) in [(2, 2), (3, 2), (5, 3)] {
+        let t = Instant::now();
+        for (r, (ok, err)) in job_on_nodes("nodes", n, nodes, 20.0, &[])
+            .into_iter()
+            .enumerate()
+        {
+            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
+        }
+        eprintln!("nodes x{n} on {nodes}: {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn killed_rank_on_another_node_is_named() {
+    for engine in ["inline", "thread"] {
+        let t = Instant::now();
+        let res = job_on_nodes("kill", 3, 2, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
+        for (r, (ok, err)) in res.iter().enumerate() {
+            if r != 1 {
+                assert!(ok, "{engine}: rank {r}: {err}");
+                assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(15));
+    }
 }
 
 #[test]

@@ -91,6 +91,9 @@ fn brunel_across_cluster_nodes() {
         "n2-world",
         "ref-short",
         "n2-mpi",
+        "n2-inline",
+        "n2-thread",
+        "n2-proxy",
         "ref-long",
         "lost",
         "restarted",
@@ -145,6 +148,40 @@ fn brunel_across_cluster_nodes() {
         spikes("ref-short") == spikes("n2-mpi"),
         "2 nodes (mpi engine) differ from 1 node"
     );
+    // hpc-collectives' own engines across nodes: boards within each node, TCP between.
+    for engine in ["inline", "thread"] {
+        let out = format!("/shared/n2-{engine}");
+        let o = srun(
+            "2",
+            "4",
+            &["--t-sim", "200", "--engine", engine, "--out", &out],
+        );
+        assert!(
+            o.status.success(),
+            "{engine}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            spikes("ref-short") == spikes(&format!("n2-{engine}")),
+            "2 nodes ({engine} engine) differ from 1 node"
+        );
+    }
+    // The proxy engine is one node only, and says so.
+    let o = srun(
+        "2",
+        "4",
+        &[
+            "--t-sim",
+            "200",
+            "--engine",
+            "proxy",
+            "--out",
+            "/shared/n2-proxy",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("runs within one node"), "{err}");
 
     // The uninterrupted reference of the long run.
     let long = ["--t-sim", "6000"];
