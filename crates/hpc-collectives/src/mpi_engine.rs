@@ -1,6 +1,7 @@
 //! The `Mpi` engine: the same calls on the MPI library's own immediate
-//! collectives (`MPI_Ialltoall`, `MPI_Iallgather(v)`, `MPI_Ibcast`,
-//! `MPI_Iallreduce`, ...), so that benchmarks compare like with like. The
+//! collectives (`MPI_Ialltoall(v)`, `MPI_Iallgather(v)`, `MPI_Ibcast`,
+//! `MPI_Iallreduce`, `MPI_Ireduce_scatter(_block)`, ...: every collective of
+//! this crate), so that benchmarks compare like with like. The
 //! MPI library decides where progress happens (Open MPI: inside
 //! `MPI_Test`/`MPI_Wait`, like the `Inline` engine).
 
@@ -75,6 +76,21 @@ fn mop(o: ReduceOp) -> Result<ffi::MPI_Op> {
 
 fn int(n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| Error::Unsupported(format!("count {n} exceeds MPI's int")))
+}
+
+/// Byte counts and displacements (packed, in rank order) for the v-variants.
+fn counts_displs(counts: &[usize], elem: usize) -> Result<(Vec<i32>, Vec<i32>)> {
+    let c: Vec<i32> = counts
+        .iter()
+        .map(|&x| int(x * elem))
+        .collect::<Result<_>>()?;
+    let mut d = Vec::with_capacity(c.len());
+    let mut acc = 0usize;
+    for &x in &c {
+        d.push(int(acc)?);
+        acc += x as usize;
+    }
+    Ok((c, d))
 }
 
 fn check(rc: i32, what: &str) -> Result<()> {
@@ -206,11 +222,37 @@ impl MpiComm {
                     let n = int(count * e)?;
                     ffi::MPI_Iscatter(sp, n, byte, rp, n, byte, int(*root)?, c, r)
                 }
-                other => {
-                    return Err(Error::Unsupported(format!(
-                        "{} is not mapped onto MPI yet",
-                        other.kind()
-                    )))
+                Collective::Alltoallv {
+                    send_counts,
+                    recv_counts,
+                    ..
+                } => {
+                    let (sc, sd) = counts_displs(send_counts, e)?;
+                    let (rc, rd) = counts_displs(recv_counts, e)?;
+                    let ptrs = (sc.as_ptr(), sd.as_ptr(), rc.as_ptr(), rd.as_ptr());
+                    counts.extend([sc, sd, rc, rd]);
+                    ffi::MPI_Ialltoallv(sp, ptrs.0, ptrs.1, byte, rp, ptrs.2, ptrs.3, byte, c, r)
+                }
+                Collective::ReduceScatterBlock { count, dtype, op } => {
+                    ffi::MPI_Ireduce_scatter_block(
+                        sp,
+                        rp,
+                        int(*count)?,
+                        dt(*dtype)?,
+                        mop(*op)?,
+                        c,
+                        r,
+                    )
+                }
+                Collective::ReduceScatter {
+                    counts: cs,
+                    dtype,
+                    op,
+                } => {
+                    let rc: Vec<i32> = cs.iter().map(|&x| int(x)).collect::<Result<_>>()?;
+                    let p = rc.as_ptr();
+                    counts.push(rc);
+                    ffi::MPI_Ireduce_scatter(sp, rp, p, dt(*dtype)?, mop(*op)?, c, r)
                 }
             }
         };

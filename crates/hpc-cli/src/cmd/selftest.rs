@@ -43,8 +43,9 @@ pub struct Args {
     /// Bytes per message for `--transport`.
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
-    /// Also run non-blocking collectives (allreduce, alltoall, broadcast) through
-    /// hpc-collectives with this engine (inline, thread, proxy, mpi) and check them.
+    /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
+    /// reduce-scatter) through hpc-collectives with this engine (inline, thread,
+    /// proxy, mpi) and check them.
     #[arg(long, value_name = "ENGINE")]
     pub collectives: Option<String>,
     /// This rank fails on purpose (for testing failure handling).
@@ -206,9 +207,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
 }
 
-/// Runs an allreduce, an alltoall and a broadcast, each non-blocking, through
-/// hpc-collectives with `engine`, and verifies the results; returns the engine's
-/// progress note.
+/// Runs an allreduce, an alltoall, a broadcast, an alltoallv and a reduce-scatter,
+/// non-blocking, through hpc-collectives with `engine`, and verifies the results;
+/// returns the engine's progress note.
 fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::Value> {
     use hpc_collectives::{Comm, Engine, ReduceOp};
     let engine: Engine = engine
@@ -251,6 +252,36 @@ fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::
         "broadcast from rank {} is wrong",
         n - 1
     );
+    // The v-variants: rank i sends (i + j) % 3 + 1 elements to rank j, and receives
+    // j + 1 elements of the reduce-scatter's result.
+    let send_counts: Vec<usize> = (0..n).map(|j| (me + j) % 3 + 1).collect();
+    let recv_counts: Vec<usize> = (0..n).map(|j| (j + me) % 3 + 1).collect();
+    let sendv: Vec<i32> = (0..n)
+        .flat_map(|j| std::iter::repeat_n((me * 100 + j) as i32, send_counts[j]))
+        .collect();
+    let mut recvv = vec![0i32; recv_counts.iter().sum()];
+    let rs_counts: Vec<usize> = (1..=n).collect();
+    let rs_send: Vec<f32> = (0..rs_counts.iter().sum::<usize>())
+        .map(|i| i as f32)
+        .collect();
+    let mut rs_recv = vec![0f32; rs_counts[me]];
+    {
+        let r1 = comm.ialltoallv(&sendv, &send_counts, &mut recvv, &recv_counts)?;
+        let r2 = comm.ireduce_scatter(&rs_send, &mut rs_recv, &rs_counts, ReduceOp::Sum)?;
+        hpc_collectives::Request::wait_all([r1, r2])?;
+    }
+    let want: Vec<i32> = (0..n)
+        .flat_map(|j| std::iter::repeat_n((j * 100 + me) as i32, recv_counts[j]))
+        .collect();
+    ensure!(recvv == want, "alltoallv: {recvv:?}, expected {want:?}");
+    let first: usize = rs_counts[..me].iter().sum();
+    for (k, &x) in rs_recv.iter().enumerate() {
+        let want = ((first + k) * n) as f32;
+        ensure!(
+            x == want,
+            "reduce_scatter element {k}: {x}, expected {want}"
+        );
+    }
     Ok(serde_json::json!({
         "engine": engine.name(),
         "progress": comm.progress_note(),
