@@ -19,8 +19,9 @@
 //! | same node | [`BackendKind::Shm`] | memfd regions mapped by peers (put/get = one `memcpy`); SPSC rings for messages |
 //! | other node, both with an HCA | [`BackendKind::Verbs`] (feature `verbs`) | RC queue pairs, RDMA write/read |
 //! | otherwise | [`BackendKind::Tcp`] | one connection per pair, progress threads |
+//! | any pair, when asked | [`BackendKind::Mpi`] (feature `mpi`) | frames over `MPI_Isend` on a private communicator, applied by the target's progress |
 //!
-//! The choice can be forced with `HPC_TRANSPORT=shm|tcp|verbs|auto` or
+//! The choice can be forced with `HPC_TRANSPORT=shm|tcp|verbs|mpi|auto` or
 //! [`Options::backend`]; it is reported per peer by a `tracing` event at `info` level.
 //!
 //! ## Example
@@ -49,7 +50,7 @@
 //! ## Completion and ordering guarantees
 //!
 //! - A **put** completes when its data is in the target's region (shm: the copy is
-//!   done; tcp: the target acknowledged it; verbs: the RC completion, which the HCA
+//!   done; tcp and mpi: the target acknowledged it; verbs: the RC completion, which the HCA
 //!   gives after the target's acknowledgement). After `wait(put)` returns, any later
 //!   message or put from anyone that the target observes is ordered after that data.
 //! - Puts from one initiator to one target become visible **in the order posted**,
@@ -108,6 +109,8 @@
 
 mod core;
 mod error;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod region;
 mod ring;
 pub mod shm;
@@ -139,6 +142,8 @@ pub enum BackendKind {
     Tcp,
     /// InfiniBand/RoCE verbs.
     Verbs,
+    /// The MPI library's point-to-point messages (feature `mpi`).
+    Mpi,
 }
 
 impl BackendKind {
@@ -149,6 +154,7 @@ impl BackendKind {
             BackendKind::Shm => "shm",
             BackendKind::Tcp => "tcp",
             BackendKind::Verbs => "verbs",
+            BackendKind::Mpi => "mpi",
         }
     }
 }
@@ -165,6 +171,9 @@ pub enum Choice {
     Tcp,
     /// Verbs for every pair (fails with [`Error::NoDevice`] without an HCA).
     Verbs,
+    /// MPI point-to-point for every pair (feature `mpi`, a job started by an MPI
+    /// launcher; [`Error::Unavailable`] otherwise).
+    Mpi,
 }
 
 impl std::str::FromStr for Choice {
@@ -175,8 +184,9 @@ impl std::str::FromStr for Choice {
             "shm" => Ok(Choice::Shm),
             "tcp" => Ok(Choice::Tcp),
             "verbs" | "ib" | "rdma" => Ok(Choice::Verbs),
+            "mpi" => Ok(Choice::Mpi),
             other => Err(Error::InvalidArgument(format!(
-                "transport {other:?}: expected shm, tcp, verbs or auto"
+                "transport {other:?}: expected shm, tcp, verbs, mpi or auto"
             ))),
         }
     }
@@ -242,6 +252,8 @@ pub trait Backend: Send + Sync + sealed::Sealed {
 impl sealed::Sealed for shm::Shm {}
 impl sealed::Sealed for tcp::Tcp {}
 impl sealed::Sealed for Loopback {}
+#[cfg(feature = "mpi")]
+impl sealed::Sealed for mpi::Mpi {}
 #[cfg(feature = "verbs")]
 impl sealed::Sealed for verbs::Verbs {}
 
@@ -335,6 +347,19 @@ impl std::fmt::Debug for Transport {
 }
 
 /// Which backend serves ranks `a` and `b` (symmetric, computable by every rank).
+#[cfg(feature = "mpi")]
+fn mpi_backend(shared: Arc<Shared>, world: &World) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(mpi::Mpi::new(shared, world)?))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_backend(_shared: Arc<Shared>, _world: &World) -> Result<Box<dyn Backend>> {
+    Err(Error::Unavailable {
+        backend: "mpi",
+        why: "this build has no MPI: build with the `mpi` feature".into(),
+    })
+}
+
 fn route(
     world: &World,
     choice: Choice,
@@ -355,6 +380,7 @@ fn route(
         Choice::Shm => BackendKind::Shm,
         Choice::Tcp => BackendKind::Tcp,
         Choice::Verbs => BackendKind::Verbs,
+        Choice::Mpi => BackendKind::Mpi,
         Choice::Auto if world.same_node(a, b) => BackendKind::Shm,
         Choice::Auto if verbs_ok[a] && verbs_ok[b] => BackendKind::Verbs,
         Choice::Auto => BackendKind::Tcp,
@@ -419,6 +445,9 @@ impl Transport {
         }
         let tcp = tcp::Tcp::new(shared.clone(), world, &tcp_peers, opts.tcp_addr)?;
         backends.push(Box::new(tcp));
+        if route_kind.contains(&BackendKind::Mpi) {
+            backends.push(mpi_backend(shared.clone(), world)?);
+        }
         let route: Vec<usize> = route_kind
             .iter()
             .map(|k| {

@@ -270,14 +270,14 @@ fn writer_loop(conn: Arc<Conn>, rx: mpsc::Receiver<Reply>) {
     }
 }
 
-fn status_of(e: &Error) -> u8 {
+pub(crate) fn status_of(e: &Error) -> u8 {
     match e {
         Error::OutOfBounds { .. } => status::OUT_OF_BOUNDS,
         _ => status::BAD_KEY,
     }
 }
 
-fn error_of(code: u8, what: &str) -> Error {
+pub(crate) fn error_of(code: u8, what: &str) -> Error {
     match code {
         status::OUT_OF_BOUNDS => Error::OutOfBounds {
             offset: 0,

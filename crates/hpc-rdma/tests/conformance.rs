@@ -86,6 +86,15 @@ fn child() {
         return;
     };
     let world = World::init().unwrap();
+    if role == "mpi-unavailable" {
+        let e = Transport::new(&world).unwrap_err();
+        assert!(
+            matches!(e, Error::Unavailable { backend: "mpi", .. }),
+            "{e}"
+        );
+        println!("CHILD-OK rank {}", world.rank());
+        return;
+    }
     if role == "verbs" {
         let e = Transport::new(&world).unwrap_err();
         assert!(matches!(e, Error::NoDevice(_)), "{e}");
@@ -375,6 +384,56 @@ macro_rules! conformance {
 
 conformance!(shm_suite, shm_peer_death, "shm");
 conformance!(tcp_suite, tcp_peer_death, "tcp");
+
+/// The `mpi` backend: the same suite under Open MPI's mpirun (the MPI library, not
+/// this backend, handles a dying peer: it aborts the job, so there is no death test).
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_suite_under_mpirun() {
+    let Some(mpirun) = ["mpirun.openmpi", "mpirun"].into_iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+            .unwrap_or(false)
+    }) else {
+        assert!(
+            std::env::var("HPC_REQUIRE_MPI").ok().as_deref() != Some("1"),
+            "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
+        );
+        eprintln!("Open MPI mpirun not found: skipping");
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let t = Instant::now();
+    let o = Command::new(mpirun)
+        .args(["--oversubscribe", "--bind-to", "none", "-n", "2"])
+        .arg(&exe)
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "suite")
+        .env("HPC_TRANSPORT", "mpi")
+        .env("HPC_TIMEOUT", "20")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    assert_eq!(text.matches("CHILD-OK").count(), 2, "{text}");
+    eprintln!("mpi suite: {:?}", t.elapsed());
+}
+
+/// Without an MPI launcher the `mpi` backend is unavailable, on every rank, with a
+/// reason (and without the feature it says how to build it).
+#[test]
+fn mpi_backend_outside_mpirun_is_unavailable() {
+    let outs = launch(2, "mpi-unavailable", "mpi", &[]);
+    assert_all_ok(&outs, &[]);
+}
 
 /// Verbs is "available" only with an HCA: here a forced choice fails cleanly with
 /// `NoDevice` on every rank, and `auto` between nodes falls back to TCP.
