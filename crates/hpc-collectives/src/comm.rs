@@ -898,11 +898,16 @@ impl Comm {
                 idle_since = Instant::now();
             } else if polling {
                 // Network completions ring no doorbell: poll the transport, at once
-                // within the spin budget, then at a gentler pace.
-                if idle_since.elapsed() >= self.spin {
-                    std::thread::sleep(Duration::from_micros(20));
-                } else {
+                // within the spin budget, then yielding (the transport's reader thread
+                // may need this core) for a millisecond, then at a gentler pace (a
+                // sleep costs its timer slack too, 50 µs by default).
+                let idle = idle_since.elapsed();
+                if idle < self.spin {
                     std::hint::spin_loop();
+                } else if idle < Duration::from_millis(1) {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(20));
                 }
             } else {
                 // Peers ring this doorbell when they push a descriptor.
