@@ -414,8 +414,19 @@ fn main() {
     }
     // SAFETY: single-threaded at this point; the children read it.
     unsafe { std::env::set_var("BENCH_ITERS", iters.to_string()) };
-    let lat = local_job("shm-lat");
-    let mpi_lat = mpi.as_deref().and_then(|p| mpi_ref(p, iters));
+    // Latencies: ours and Open MPI's alternately, 5 rounds, best of each. On a VM the
+    // two vCPUs' placement on the host changes (siblings of one core or not) and moves
+    // both figures 3x; alternating keeps the comparison within one placement.
+    let mut lat = [f64::INFINITY; 2];
+    let mut mpi_lat: Option<f64> = None;
+    for _ in 0..5 {
+        for (best, now) in lat.iter_mut().zip(local_job("shm-lat")) {
+            *best = best.min(now);
+        }
+        if let Some(m) = mpi.as_deref().and_then(|p| mpi_ref(p, iters)) {
+            mpi_lat = Some(mpi_lat.map_or(m, |b| b.min(m)));
+        }
+    }
     let bw = local_job("shm-bw");
     let tcp = netns_job();
 

@@ -285,6 +285,30 @@ impl Shared {
         Ok(OpId(id))
     }
 
+    /// Records an operation that completed as it was posted (one pass through the
+    /// table instead of `begin` + `complete`); fails like `begin` for a lost peer.
+    pub(crate) fn ready_now(&self, peer: usize, kind: OpKind, payload: Payload) -> Result<OpId> {
+        let id = self.next_op.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.st();
+        if let Some(cause) = st.dead.get(&peer) {
+            return Err(Error::PeerLost {
+                rank: peer,
+                cause: cause.clone(),
+            });
+        }
+        st.ready.insert(
+            id,
+            Completion {
+                op: OpId(id),
+                peer,
+                kind,
+                result: Ok(payload),
+            },
+        );
+        self.bump();
+        Ok(OpId(id))
+    }
+
     /// Forgets an operation whose posting failed.
     pub(crate) fn abort(&self, op: OpId) {
         self.st().pending.remove(&op.0);

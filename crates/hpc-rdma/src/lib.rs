@@ -241,6 +241,29 @@ pub trait Backend: Send + Sync + sealed::Sealed {
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()>;
     /// Starts sending a tagged message.
     fn send(&self, op: OpId, peer: usize, tag: u64, data: Vec<u8>) -> Result<()>;
+    /// Sends a message at once if that needs no operation record (a small message
+    /// with room in the ring): `Ok(data)` hands the buffer back, done; `Err(data)`
+    /// means "use [`Backend::send`]". Saves the completion table a round trip on the
+    /// latency-critical path.
+    fn try_send_now(
+        &self,
+        _peer: usize,
+        _tag: u64,
+        data: Vec<u8>,
+    ) -> std::result::Result<Vec<u8>, Vec<u8>> {
+        Err(data)
+    }
+    /// Performs a put at once where the backend completes puts as they are posted
+    /// (shm): `Ok(Ok(payload))` is the finished put, `Ok(Err(src))` means "use
+    /// [`Backend::put`]".
+    fn try_put_now(
+        &self,
+        src: Source,
+        _dst: &RemoteKey,
+        _offset: u64,
+    ) -> Result<std::result::Result<Payload, Source>> {
+        Ok(Err(src))
+    }
     /// Advances operations that need the caller's thread (no-op for threaded backends).
     fn progress(&self) -> Result<()>;
     /// `Err(PeerLost)` if the peer is known dead (after delivering what it sent).
@@ -585,6 +608,11 @@ impl Transport {
         let src = src.into();
         src.validate()?;
         check_bounds(offset, src.len() as u64, dst.len())?;
+        let backend = self.backend(dst.rank())?;
+        let src = match backend.try_put_now(src, dst, offset)? {
+            Ok(done) => return self.shared.ready_now(dst.rank(), OpKind::Put, done),
+            Err(src) => src,
+        };
         self.post(dst.rank(), OpKind::Put, |b, op| b.put(op, src, dst, offset))
     }
 
@@ -606,6 +634,14 @@ impl Transport {
     pub fn send(&self, peer: usize, tag: u64, data: Vec<u8>) -> Result<OpId> {
         self.backend(peer)?;
         let backend = &*self.backends[self.send_route[peer]];
+        let data = match backend.try_send_now(peer, tag, data) {
+            Ok(data) => {
+                return self
+                    .shared
+                    .ready_now(peer, OpKind::Send, Payload::Bytes(data))
+            }
+            Err(data) => data,
+        };
         let op = self.shared.begin(peer, OpKind::Send)?;
         if let Err(e) = backend.send(op, peer, tag, data) {
             self.shared.abort(op);

@@ -300,6 +300,18 @@ impl Shm {
         Ok(())
     }
 
+    /// A put is one copy into the peer's mapping, done before it returns.
+    fn put_now(&self, src: Source, dst: &RemoteKey, offset: u64) -> Result<Payload> {
+        let peer = self.peer(dst.rank())?;
+        check_bounds(offset, src.len() as u64, dst.len)?;
+        let m = self.map(peer, dst)?;
+        // SAFETY: offset + len <= key.len <= mapping capacity (checked in `map` and
+        // above); the mapping stays alive in `m`; source and destination are different
+        // mappings/allocations (a put into one's own region goes through loopback).
+        unsafe { copy_in_order(m.data().add(offset as usize), src.as_ptr(), src.len()) };
+        Ok(src.into_payload())
+    }
+
     fn progress_rx(&self, p: &Peer) -> Result<()> {
         if let Ok(mut rx) = p.rx.try_lock() {
             if let Err(e) = self.drain_rx(p, &mut rx) {
@@ -317,15 +329,18 @@ impl Backend for Shm {
     }
 
     fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()> {
-        let peer = self.peer(dst.rank())?;
-        check_bounds(offset, src.len() as u64, dst.len)?;
-        let m = self.map(peer, dst)?;
-        // SAFETY: offset + len <= key.len <= mapping capacity (checked in `map` and
-        // above); the mapping stays alive in `m`; source and destination are different
-        // mappings/allocations (a put into one's own region goes through loopback).
-        unsafe { copy_in_order(m.data().add(offset as usize), src.as_ptr(), src.len()) };
-        self.shared.complete(op, Ok(src.into_payload()));
+        let done = self.put_now(src, dst, offset)?;
+        self.shared.complete(op, Ok(done));
         Ok(())
+    }
+
+    fn try_put_now(
+        &self,
+        src: Source,
+        dst: &RemoteKey,
+        offset: u64,
+    ) -> Result<std::result::Result<Payload, Source>> {
+        self.put_now(src, dst, offset).map(Ok)
     }
 
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
@@ -368,6 +383,27 @@ impl Backend for Shm {
         self.push_pending(peer, &mut tx);
         p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
         Ok(())
+    }
+
+    fn try_send_now(
+        &self,
+        peer: usize,
+        tag: u64,
+        data: Vec<u8>,
+    ) -> std::result::Result<Vec<u8>, Vec<u8>> {
+        let Ok(p) = self.peer(peer) else {
+            return Err(data);
+        };
+        if data.len() > EAGER_MAX {
+            return Err(data);
+        }
+        let mut tx = p.tx.lock().unwrap_or_else(|e| e.into_inner());
+        // Only with nothing queued, so that messages keep their order.
+        if tx.queue.is_empty() && tx.prod.try_push(EAGER, tag, &[&data]) {
+            Ok(data)
+        } else {
+            Err(data)
+        }
     }
 
     fn progress(&self) -> Result<()> {
