@@ -231,6 +231,19 @@ struct State {
     dead: HashMap<usize, String, Fast>,
 }
 
+impl State {
+    /// `Err(PeerLost)` if `peer` is known lost.
+    fn alive(&self, peer: usize) -> Result<()> {
+        match self.dead.get(&peer) {
+            Some(cause) => Err(Error::PeerLost {
+                rank: peer,
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// State shared by the transport and its backends.
 pub(crate) struct Shared {
     pub(crate) rank: usize,
@@ -275,12 +288,7 @@ impl Shared {
     pub(crate) fn begin(&self, peer: usize, kind: OpKind) -> Result<OpId> {
         let id = self.next_op.fetch_add(1, Ordering::Relaxed);
         let mut st = self.st();
-        if let Some(cause) = st.dead.get(&peer) {
-            return Err(Error::PeerLost {
-                rank: peer,
-                cause: cause.clone(),
-            });
-        }
+        st.alive(peer)?;
         st.pending.insert(id, (peer, kind));
         Ok(OpId(id))
     }
@@ -290,12 +298,7 @@ impl Shared {
     pub(crate) fn ready_now(&self, peer: usize, kind: OpKind, payload: Payload) -> Result<OpId> {
         let id = self.next_op.fetch_add(1, Ordering::Relaxed);
         let mut st = self.st();
-        if let Some(cause) = st.dead.get(&peer) {
-            return Err(Error::PeerLost {
-                rank: peer,
-                cause: cause.clone(),
-            });
-        }
+        st.alive(peer)?;
         st.ready.insert(
             id,
             Completion {

@@ -30,7 +30,7 @@ use mpi::raw::AsRaw;
 use crate::core::{OpId, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, RemoteKey};
-use crate::tcp::{error_of, status_of};
+use crate::tcp::{accept_get_reply, finish_put, one_sided_header, status_of};
 use crate::wire::{status, Header, Kind, HEADER_BYTES};
 use crate::{Backend, BackendKind};
 
@@ -309,33 +309,12 @@ impl Inner {
                     }
                 }
             }
-            Kind::PutAck => {
-                let src = st
-                    .puts
-                    .remove(&h.op)
-                    .ok_or_else(|| Error::Protocol(format!("ack of unknown put {}", h.op)))?;
-                let res = if h.status == status::OK {
-                    Ok(src.into_payload())
-                } else {
-                    Err(error_of(h.status, "put"))
-                };
-                shared.complete(OpId(h.op), res);
-            }
+            Kind::PutAck => finish_put(shared, &h, st.puts.remove(&h.op))?,
             Kind::GetReply => {
-                let sink = st
-                    .gets
-                    .remove(&h.op)
-                    .ok_or_else(|| Error::Protocol(format!("reply to unknown get {}", h.op)))?;
-                if h.status != status::OK {
-                    shared.complete(OpId(h.op), Err(error_of(h.status, "get")));
+                let Some(sink) = accept_get_reply(shared, &h, st.gets.remove(&h.op))? else {
                     return Ok(());
-                }
-                if payload_len != sink.len() {
-                    return Err(Error::Protocol(format!(
-                        "get reply of {payload_len} bytes for {} asked",
-                        sink.len()
-                    )));
-                }
+                };
+                // `h.plen` is the sink's length and the payload's (checked above).
                 let data = &buf[HEADER_BYTES..];
                 let payload = sink.fill(|ptr, len| {
                     // SAFETY: `Sink::fill` passes a pointer valid for `len` bytes, and
@@ -363,12 +342,7 @@ impl Backend for Mpi {
 
     fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()> {
         check_bounds(offset, src.len() as u64, dst.len)?;
-        let mut h = Header::new(Kind::Put);
-        h.op = op.0;
-        h.region = dst.id as u64;
-        h.key = dst.key;
-        h.offset = offset;
-        h.plen = src.len() as u64;
+        let h = one_sided_header(Kind::Put, op, dst, offset, src.len());
         let mut st = self.inner.lock();
         // SAFETY: `src` validated its pointer and length; it is read here, before it
         // moves into the table that keeps it until the ack.
@@ -380,12 +354,7 @@ impl Backend for Mpi {
 
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
         check_bounds(offset, dst.len() as u64, src.len)?;
-        let mut h = Header::new(Kind::Get);
-        h.op = op.0;
-        h.region = src.id as u64;
-        h.key = src.key;
-        h.offset = offset;
-        h.tag = dst.len() as u64;
+        let h = one_sided_header(Kind::Get, op, src, offset, dst.len());
         let mut st = self.inner.lock();
         self.inner.isend(&mut st, src.rank(), &h, &[])?;
         st.gets.insert(op.0, dst);

@@ -277,6 +277,64 @@ pub(crate) fn status_of(e: &Error) -> u8 {
     }
 }
 
+/// The header of a one-sided operation on `key`'s region at `offset`: a put
+/// (`kind` = `Put`, `len` = payload bytes) or a get (`Get`, `len` = bytes asked).
+pub(crate) fn one_sided_header(
+    kind: Kind,
+    op: OpId,
+    key: &RemoteKey,
+    offset: u64,
+    len: usize,
+) -> Header {
+    let mut h = Header::new(kind);
+    h.op = op.0;
+    h.region = key.id as u64;
+    h.key = key.key;
+    h.offset = offset;
+    if kind == Kind::Get {
+        h.tag = len as u64;
+    } else {
+        h.plen = len as u64;
+    }
+    h
+}
+
+/// Completes a put from its acknowledgement `h`; `src` is the put's entry taken from
+/// the initiator's table (none: an ack of an unknown put, a protocol error).
+pub(crate) fn finish_put(shared: &Shared, h: &Header, src: Option<Source>) -> Result<()> {
+    let src = src.ok_or_else(|| Error::Protocol(format!("ack of unknown put {}", h.op)))?;
+    let res = if h.status == status::OK {
+        Ok(src.into_payload())
+    } else {
+        Err(error_of(h.status, "put"))
+    };
+    shared.complete(OpId(h.op), res);
+    Ok(())
+}
+
+/// Checks a get's reply `h` against the get's entry `sink`: `Ok(Some(sink))` when the
+/// data (`h.plen` bytes) follows and goes into it, `Ok(None)` when the target refused
+/// the get (the operation is completed with the error).
+pub(crate) fn accept_get_reply(
+    shared: &Shared,
+    h: &Header,
+    sink: Option<Sink>,
+) -> Result<Option<Sink>> {
+    let sink = sink.ok_or_else(|| Error::Protocol(format!("reply to unknown get {}", h.op)))?;
+    if h.status != status::OK {
+        shared.complete(OpId(h.op), Err(error_of(h.status, "get")));
+        return Ok(None);
+    }
+    if h.plen != sink.len() as u64 {
+        return Err(Error::Protocol(format!(
+            "get reply of {} bytes for {} asked",
+            h.plen,
+            sink.len()
+        )));
+    }
+    Ok(Some(sink))
+}
+
 pub(crate) fn error_of(code: u8, what: &str) -> Error {
     match code {
         status::OUT_OF_BOUNDS => Error::OutOfBounds {
@@ -418,14 +476,7 @@ fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&h.op);
-                let (_, src) =
-                    src.ok_or_else(|| Error::Protocol(format!("ack of unknown put {}", h.op)))?;
-                let res = if h.status == status::OK {
-                    Ok(src.into_payload())
-                } else {
-                    Err(error_of(h.status, "put"))
-                };
-                shared.complete(OpId(h.op), res);
+                finish_put(shared, &h, src.map(|(_, s)| s))?;
             }
             Kind::GetReply => {
                 let sink = inner
@@ -433,19 +484,9 @@ fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&h.op);
-                let (_, sink) =
-                    sink.ok_or_else(|| Error::Protocol(format!("reply to unknown get {}", h.op)))?;
-                if h.status != status::OK {
-                    shared.complete(OpId(h.op), Err(error_of(h.status, "get")));
+                let Some(sink) = accept_get_reply(shared, &h, sink.map(|(_, s)| s))? else {
                     continue;
-                }
-                if h.plen != sink.len() as u64 {
-                    return Err(Error::Protocol(format!(
-                        "get reply of {} bytes for {} asked",
-                        h.plen,
-                        sink.len()
-                    )));
-                }
+                };
                 let mut io = Ok(());
                 let payload = sink.fill(|ptr, len| {
                     // SAFETY: `Sink::fill` passes a pointer valid for `len` bytes.
@@ -469,12 +510,7 @@ impl Backend for Tcp {
     fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()> {
         let conn = self.conn(dst.rank())?;
         check_bounds(offset, src.len() as u64, dst.len)?;
-        let mut h = Header::new(Kind::Put);
-        h.op = op.0;
-        h.region = dst.id as u64;
-        h.key = dst.key;
-        h.offset = offset;
-        h.plen = src.len() as u64;
+        let h = one_sided_header(Kind::Put, op, dst, offset, src.len());
         let (ptr, len) = (src.as_ptr(), src.len());
         // Register before writing: the ack may arrive before `write` returns.
         self.inner
@@ -492,12 +528,7 @@ impl Backend for Tcp {
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
         let conn = self.conn(src.rank())?;
         check_bounds(offset, dst.len() as u64, src.len)?;
-        let mut h = Header::new(Kind::Get);
-        h.op = op.0;
-        h.region = src.id as u64;
-        h.key = src.key;
-        h.offset = offset;
-        h.tag = dst.len() as u64;
+        let h = one_sided_header(Kind::Get, op, src, offset, dst.len());
         self.inner
             .gets
             .lock()
