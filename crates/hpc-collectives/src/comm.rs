@@ -463,6 +463,15 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
     Ok((Arc::new(board), pids))
 }
 
+/// The refusal of a Proxy communicator whose ranks are on several nodes.
+fn proxy_spans_nodes() -> Error {
+    Error::Unsupported(
+        "the proxy engine runs within one node (its proxy reaches the ranks through their \
+         memory); across nodes use the inline or thread engine"
+            .into(),
+    )
+}
+
 /// The transport backend that reaches the first rank on another node.
 fn net_backend(
     t: &Option<Arc<hpc_rdma::Transport>>,
@@ -479,7 +488,7 @@ fn net_backend(
 
 fn progress_cpus(opts: &CommOptions) -> Option<hpc_topology::CpuSet> {
     opts.progress_cpus.clone().or_else(|| {
-        std::env::var("HPC_PROGRESS_CPUSET")
+        std::env::var(hpc_runtime::env::PROGRESS_CPUSET)
             .ok()
             .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
     })
@@ -511,11 +520,7 @@ impl Comm {
         }
         let net = if (0..world.size()).any(|r| !world.same_node(0, r)) {
             if opts.engine == Engine::Proxy {
-                return Err(Error::Unsupported(
-                    "the proxy engine runs within one node (its proxy reaches the ranks \
-                     through their memory); across nodes use the inline or thread engine"
-                        .into(),
-                ));
+                return Err(proxy_spans_nodes());
             }
             let t = hpc_rdma::Transport::new(world)
                 .map_err(|e| Error::Transport(format!("the network path across nodes: {e}")))?;
@@ -537,9 +542,7 @@ impl Comm {
         let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
         let spans = nodes.iter().any(|&n| n != nodes[me]);
         if spans && opts.engine == Engine::Proxy {
-            return Err(Error::Unsupported(
-                "the proxy engine runs within one node; this communicator spans nodes".into(),
-            ));
+            return Err(proxy_spans_nodes());
         }
         let transport = if spans { transport } else { None };
         if spans && transport.is_none() {
@@ -881,11 +884,14 @@ impl Comm {
         // hand-offs to the agent once the application waits.
         let mut waiting = board.enter_wait(self.rank);
         let mut idle_since = Instant::now();
+        let mut in_flight = 1;
         while !op.done.load(Ordering::Acquire) {
             let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
             let (moved, stopped, polling) = {
                 let mut core = lock(&shared.core);
-                (core.progress(), core.stopped, core.net_pending())
+                let moved = core.progress();
+                in_flight = core.active();
+                (moved, core.stopped, core.net_pending())
             };
             if op.done.load(Ordering::Acquire) {
                 break;
@@ -935,8 +941,9 @@ impl Comm {
                 }
             }
         }
-        // With nothing else in flight there is nothing for the agent to pick up.
-        waiting.wake = lock(&shared.core).active() > 0;
+        // With nothing else in flight (as of the last pass) there is nothing for the
+        // agent to pick up.
+        waiting.wake = in_flight > 0;
     }
 
     fn req<'a>(&'a self, t: Ticket, out: Option<&'a mut [u8]>) -> Request<'a> {

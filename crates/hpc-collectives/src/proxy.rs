@@ -121,8 +121,12 @@ pub(crate) struct Client {
     state: Mutex<ClientState>,
 }
 
+/// The variable naming the program a communicator's first rank starts as the proxy
+/// (split at white space; `hpc run --proxy` sets it to `hpc proxy`).
+pub const PROXY_CMD: &str = "HPC_COLL_PROXY_CMD";
+
 fn proxy_command() -> Command {
-    if let Ok(cmd) = std::env::var("HPC_COLL_PROXY_CMD") {
+    if let Ok(cmd) = std::env::var(PROXY_CMD) {
         let mut parts = cmd.split_whitespace();
         let mut c = Command::new(parts.next().unwrap_or("hpc"));
         c.args(parts);
@@ -159,9 +163,15 @@ impl Client {
             }
             let mut cmd = proxy_command();
             cmd.stdin(std::process::Stdio::null());
+            // Its own process group: the proxy serves every rank of the communicator,
+            // so it must outlive this one. A launcher that cleans up after a rank by
+            // killing the rank's group (hpc run does) would otherwise take it along
+            // when this rank finishes first, and the others' collectives would fail.
+            // It exits by itself once every rank has detached or died.
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             // Should the program not serve as the proxy, it must not join the job.
             for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with("HPC_") && k != "HPC_COLL_PROXY_CMD" {
+                if k.to_string_lossy().starts_with("HPC_") && k != PROXY_CMD {
                     cmd.env_remove(&k);
                 }
             }
@@ -459,9 +469,12 @@ impl Proxy {
         Buf { v, len }
     }
 
-    /// Returns a buffer to the pool (a few are kept).
+    /// Returns a buffer to the pool (at most 16 buffers and 256 MiB are kept, so a
+    /// run of huge collectives does not pin their memory in the proxy for good).
     fn give(&mut self, b: Buf) {
-        if self.pool.len() < 16 {
+        const MAX_BYTES: usize = 256 << 20;
+        let kept: usize = self.pool.iter().map(Vec::len).sum();
+        if self.pool.len() < 16 && kept + b.v.len() <= MAX_BYTES {
             self.pool.push(b.v);
         }
     }

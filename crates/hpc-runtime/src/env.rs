@@ -22,6 +22,9 @@ pub const TIMEOUT: &str = "HPC_TIMEOUT";
 pub const BOOTSTRAP: &str = "HPC_BOOTSTRAP";
 /// CPUs the launcher bound this rank to (a cpulist such as `0-3,8`), if it bound it.
 pub const CPUSET: &str = "HPC_CPUSET";
+/// The rank's progress CPUs (cpulist), set by `hpc run --progress K`; the
+/// `Thread` engine of hpc-collectives pins its progress thread there.
+pub const PROGRESS_CPUSET: &str = "HPC_PROGRESS_CPUSET";
 
 /// Default timeout of blocking calls.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -373,10 +373,13 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         if !progress.is_empty() {
             let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
             // Where the Thread engine pins its progress thread.
-            cmd.env("HPC_PROGRESS_CPUSET", set.to_string());
+            cmd.env(henv::PROGRESS_CPUSET, set.to_string());
         }
         if args.proxy {
-            cmd.env("HPC_COLL_PROXY_CMD", proxy_command(&plan, &node_ranks)?);
+            cmd.env(
+                hpc_collectives::proxy::PROXY_CMD,
+                proxy_command(&plan, &node_ranks)?,
+            );
         }
         let mut set = bind::CpuSet::new(&cpus);
         // SAFETY: the closure runs in the child between fork and exec and only makes
