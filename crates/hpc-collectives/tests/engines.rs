@@ -403,6 +403,9 @@ fn kill(world: &World) {
     );
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     eprintln!("OK: {err}");
+    // Stay a moment, so that the other survivors see rank 1 gone before this one
+    // (a rank on the same node is seen exiting faster than one across the network).
+    std::thread::sleep(Duration::from_millis(300));
     std::process::exit(0);
 }
 

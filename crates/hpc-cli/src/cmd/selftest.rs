@@ -195,12 +195,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => {
-            eprintln!("selftest failed on rank {rank}: {e:#}");
+            say_err(&format!("selftest failed on rank {rank}: {e:#}"));
             if let Some(peer) = e
                 .downcast_ref::<hpc_runtime::Error>()
                 .and_then(|e| e.rank())
             {
-                eprintln!("selftest: the failure names rank {peer}");
+                say_err(&format!("selftest: the failure names rank {peer}"));
             }
             bail!("selftest failed")
         }
@@ -286,6 +286,17 @@ fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::
         "engine": engine.name(),
         "progress": comm.progress_note(),
     }))
+}
+
+/// Writes one line to stderr with a single `write`: stderr is unbuffered, and
+/// `eprintln!` issues a write per formatted piece, which an MPI launcher forwarding
+/// several ranks' stderr interleaves mid-line.
+fn say_err(line: &str) {
+    use std::io::Write;
+    let mut l = String::with_capacity(line.len() + 1);
+    l.push_str(line);
+    l.push('\n');
+    let _ = std::io::stderr().write_all(l.as_bytes());
 }
 
 /// A byte pattern that depends on sender, receiver and position, so misrouted or
