@@ -170,6 +170,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 const REJECTED: u64 = 1;
 
+/// A message of `got` bytes from `peer` where the schedule expects `want`.
+fn size_mismatch(peer: usize, got: usize, want: usize) -> Error {
+    Error::CountMismatch {
+        rank: peer,
+        detail: format!("rank {peer} sent {got} bytes where {want} were expected"),
+    }
+}
+
 fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
 }
@@ -363,13 +371,7 @@ impl Core {
                                 len: 0,
                             },
                         );
-                        return Err(Error::CountMismatch {
-                            rank: peer,
-                            detail: format!(
-                                "rank {peer} sent {len} bytes where {} were expected",
-                                region.len
-                            ),
-                        });
+                        return Err(size_mismatch(peer, len as usize, region.len));
                     }
                     let dst = d.bufs.ptr(&region);
                     let pid = self.pids[peer];
@@ -435,14 +437,7 @@ impl Core {
                             d.net_recvs.swap_remove(i);
                             let bytes = p.into_bytes();
                             if bytes.len() != region.len {
-                                return Err(Error::CountMismatch {
-                                    rank: peer,
-                                    detail: format!(
-                                        "rank {peer} sent {} bytes where {} were expected",
-                                        bytes.len(),
-                                        region.len
-                                    ),
-                                });
+                                return Err(size_mismatch(peer, bytes.len(), region.len));
                             }
                             let dst = d.bufs.ptr(&region);
                             // SAFETY: `dst` points at `region.len` writable bytes of this
@@ -664,7 +659,7 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
             board.agent_sleep(me, seen, Duration::from_millis(50));
             continue;
         }
-        let (active, moved) = {
+        let (active, moved, polling) = {
             let mut core = lock(&shared.core);
             let before = core.active();
             let moved = core.progress();
@@ -673,14 +668,14 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
                 // Wake an application thread sleeping in `wait`.
                 board.ring(me);
             }
-            (after, moved)
+            (after, moved, core.net_pending())
         };
         if moved {
             continue;
         }
         // Sleep until a peer or the application rings (bounded so that shutdown and
         // the liveness checks of waiters are never stuck behind a lost wake-up).
-        let nap = if lock(&shared.core).net_pending() {
+        let nap = if polling {
             // Network completions ring no doorbell: poll.
             Duration::from_micros(50)
         } else if active > 0 {

@@ -2,9 +2,10 @@
 //! library's point-to-point messages, so that any fabric the MPI library drives
 //! (Slingshot, Omni-Path, EFA, InfiniBand through UCX) carries it.
 //!
-//! Every operation is one frame (the TCP backend's 56-byte header from `wire.rs`, then
-//! the payload) sent with `MPI_Isend` on a private duplicate of the job's
-//! communicator under one tag, so frames between a pair arrive in order (MPI's
+//! Every operation is one frame: the payload, then the TCP backend's 56-byte header
+//! from `wire.rs` (last, so that a received message is delivered without moving it).
+//! Frames go with `MPI_Isend` on a private duplicate of the job's communicator under
+//! one tag, so frames between a pair arrive in order (MPI's
 //! non-overtaking rule) and put/send ordering is the TCP backend's. One-sided
 //! operations are emulated: a put is a frame the target copies into its region and
 //! acknowledges, a get a request the target answers. The target applies them in its
@@ -159,9 +160,11 @@ impl Inner {
 
     /// Sends one frame (header + payload) to `peer`.
     fn isend(&self, st: &mut State, peer: usize, h: &Header, payload: &[u8]) -> Result<()> {
-        let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
-        frame.extend_from_slice(&h.encode());
+        // Payload first, header last: the receiver truncates the header off and
+        // delivers the vector as it came, without moving the payload.
+        let mut frame = Vec::with_capacity(payload.len() + HEADER_BYTES);
         frame.extend_from_slice(payload);
+        frame.extend_from_slice(&h.encode());
         let len = i32::try_from(frame.len()).map_err(|_| {
             Error::InvalidArgument(format!(
                 "{} bytes exceed the mpi backend's 2 GiB frame",
@@ -254,8 +257,8 @@ impl Inner {
                 buf.len()
             )));
         }
-        let h = Header::decode(&buf[..HEADER_BYTES])?;
         let payload_len = buf.len() - HEADER_BYTES;
+        let h = Header::decode(&buf[payload_len..])?;
         let carries = matches!(h.kind, Kind::Send | Kind::Put | Kind::GetReply);
         if carries && h.status == status::OK && payload_len as u64 != h.plen {
             return Err(Error::Protocol(format!(
@@ -266,7 +269,7 @@ impl Inner {
         let shared = &self.shared;
         match h.kind {
             Kind::Send => {
-                buf.drain(..HEADER_BYTES);
+                buf.truncate(payload_len);
                 shared.deliver(peer, h.tag, buf);
             }
             Kind::Put => {
@@ -280,7 +283,7 @@ impl Inner {
                     Ok(region) => unsafe {
                         copy_in_order(
                             region.as_ptr().add(h.offset as usize),
-                            buf.as_ptr().add(HEADER_BYTES),
+                            buf.as_ptr(),
                             payload_len,
                         );
                     },
@@ -315,7 +318,7 @@ impl Inner {
                     return Ok(());
                 };
                 // `h.plen` is the sink's length and the payload's (checked above).
-                let data = &buf[HEADER_BYTES..];
+                let data = &buf[..payload_len];
                 let payload = sink.fill(|ptr, len| {
                     // SAFETY: `Sink::fill` passes a pointer valid for `len` bytes, and
                     // `data` holds exactly `len` (checked above).

@@ -365,14 +365,9 @@ impl Backend for Shm {
                 data.len()
             )));
         }
+        // (The transport tried `try_send_now` first: this is the queued path, whose
+        // messages go out, in order, as the ring has room.)
         let mut tx = p.tx.lock().unwrap_or_else(|e| e.into_inner());
-        // Fast path: nothing queued and the message fits one record.
-        if tx.queue.is_empty() && data.len() <= EAGER_MAX && tx.prod.try_push(EAGER, tag, &[&data])
-        {
-            drop(tx);
-            self.shared.complete(op, Ok(Payload::Bytes(data)));
-            return Ok(());
-        }
         tx.queue.push_back(OutMsg {
             op,
             tag,
