@@ -712,13 +712,18 @@ impl Transport {
         // Any completion made ready after this load bumps the generation, so the
         // table (and its lock) is only consulted when something changed.
         let mut seen = self.shared.generation();
-        if let Some(c) = self.shared.take(op)? {
-            return c.result;
+        if !self.shared.surely_pending(op) {
+            if let Some(c) = self.shared.take(op)? {
+                return c.result;
+            }
         }
         loop {
             // Progress first, then look: a message delivered by this progress is
-            // returned without another round.
-            self.progress_once();
+            // handed straight back (or, for other operations, found in the table
+            // without another round).
+            if let Some(c) = self.shared.progress_for(op, || self.progress_once()) {
+                return c.result;
+            }
             let now = self.shared.generation();
             if now != seen {
                 seen = now;

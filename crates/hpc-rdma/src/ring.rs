@@ -202,8 +202,14 @@ impl RecordBytes {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(from), out.as_mut_ptr(), out.len()) };
     }
     pub(crate) fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
-        self.copy_to(0, &mut v);
+        let mut v = Vec::with_capacity(self.len);
+        // SAFETY: the record's `len` bytes lie in the ring (validated by the
+        // consumer); `v` has room for `len` bytes, all written here before `set_len`
+        // (no zeroing pass first: this is the receive path of every small message).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len);
+            v.set_len(self.len);
+        }
         v
     }
 }
