@@ -4,11 +4,27 @@
 //! one node). It holds, per rank, its pid, a futex *doorbell* and a waiter
 //! count, and per ordered pair of ranks a single-producer single-consumer
 //! ring of small descriptors (`RTS`: "a message of `len` bytes for you is at
-//! `addr` in my address space", `FIN`: "I have read it"). The data itself
-//! never passes through the board: the receiver copies it with one
-//! `process_vm_readv` straight from the sender's buffer into its own (Linux
-//! cross-memory attach, what Open MPI's `vader` and MVAPICH use for large
-//! messages).
+//! `addr` in my address space", `FIN`: "I have read it").
+//!
+//! Data moves in one of two ways:
+//!
+//! - **Staged** (`DATA`): each rank owns a staging area on the board, cut into
+//!   [`STAGE_SLOT`]-byte slots. The sender copies a message chunk by chunk into
+//!   free slots of its own area and announces each chunk; the receiver copies
+//!   it out as soon as it is announced (so the two copies run in a pipeline on
+//!   two cores) and hands the slot back (`FREE`). Two `memcpy`s beat one
+//!   cross-memory-attach copy wherever `process_vm_readv` is slow: it pins
+//!   every page in the kernel, and on virtual machines it runs at a quarter of
+//!   `memcpy` speed (12.8 against 44 GB/s for 1 MiB on the development VM).
+//! - **Single copy** (`RTS`, and `TAIL` for what did not fit the free slots):
+//!   the receiver copies with one `process_vm_readv` straight from the
+//!   sender's buffer into its own (Linux cross-memory attach, what Open MPI's
+//!   `vader` uses for large messages). A send never waits for a slot, so the
+//!   staging area cannot add a dependency between ranks that the single-copy
+//!   path does not have.
+//!
+//! Either way the sender's step completes on the receiver's `FIN`, after the
+//! whole message landed (or on a `FIN` that rejects it: a size mismatch).
 //!
 //! Whoever pushes a descriptor rings the receiver's doorbell (a futex in
 //! shared memory), so a progress agent sleeps in `futex_wait` until there is
@@ -32,6 +48,25 @@ const RING_BYTES: usize = 64 + RING_CAP as usize * DESC;
 /// Descriptor kinds.
 pub(crate) const RTS: u32 = 1;
 pub(crate) const FIN: u32 = 2;
+/// A staged chunk: `addr` = slot | chunk index << 16, `len` = message length.
+pub(crate) const DATA: u32 = 3;
+/// The rest of a partly staged message, by cross-memory attach: `addr` points
+/// at its first byte not staged, `len` = message length.
+pub(crate) const TAIL: u32 = 4;
+/// Staging slots handed back to their owner: `addr` = a mask of slots.
+pub(crate) const FREE: u32 = 5;
+
+/// Bytes of one staging slot (the chunk size of staged messages).
+pub(crate) const STAGE_SLOT: usize = 16 * 1024;
+
+/// Staging slots per rank (at most 64: a `FREE` carries them as a bit mask):
+/// 1 MiB each on small boards, less on large ones
+/// (at most 16 MiB in all for the ranks together, at least 4 slots each), so
+/// that a board for many ranks still fits a container's small `/dev/shm`
+/// (only the pages in use take memory).
+pub(crate) fn stage_slots(size: usize) -> usize {
+    ((16 << 20) / STAGE_SLOT / size.max(1)).clamp(4, 64)
+}
 
 /// One ring entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +93,12 @@ unsafe impl Send for Board {}
 // SAFETY: as above; all shared accesses are atomic or protocol-owned.
 unsafe impl Sync for Board {}
 
-fn bytes_for(size: usize) -> usize {
+fn stage_off(size: usize) -> usize {
     HEADER + size * RANK_SLOT + size * size * RING_BYTES
+}
+
+fn bytes_for(size: usize) -> usize {
+    stage_off(size) + size * stage_slots(size) * STAGE_SLOT
 }
 
 impl Board {
@@ -255,6 +294,26 @@ impl Board {
 
     fn ring_off(&self, src: usize, dst: usize) -> usize {
         HEADER + self.size * RANK_SLOT + (dst * self.size + src) * RING_BYTES
+    }
+
+    /// Number of staging slots each rank owns.
+    pub(crate) fn slots(&self) -> usize {
+        stage_slots(self.size)
+    }
+
+    /// Start of `rank`'s staging slot `slot` ([`STAGE_SLOT`] bytes).
+    ///
+    /// Only the owner writes a slot, and only while it is free; a reader
+    /// touches it only between the `DATA` that announced it and the `FREE`
+    /// that returns it (ordered by the rings' acquire/release).
+    pub(crate) fn stage(&self, rank: usize, slot: usize) -> *mut u8 {
+        assert!(
+            rank < self.size && slot < self.slots(),
+            "staging slot out of range"
+        );
+        let off = stage_off(self.size) + (rank * self.slots() + slot) * STAGE_SLOT;
+        // SAFETY: off + STAGE_SLOT <= bytes_for(size) = the mapping's length.
+        unsafe { self.base.add(off) }
     }
 
     /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.

@@ -1,12 +1,14 @@
 //! The schedule executor shared by the `Inline` and `Thread` engines.
 //!
 //! A [`Core`] holds the collectives of one communicator that are in flight
-//! in this process and advances them: it posts a round (an `RTS`
-//! descriptor per send, local copies and reductions at once), matches
-//! arrived `RTS` with posted receives by `(source, tag)` in order, copies the
-//! data with one `process_vm_readv` from the sender's buffer, answers `FIN`,
-//! and moves to the next round when every receive landed and every send was
-//! read. Tags are `(collective sequence number << 32) | schedule tag`.
+//! in this process and advances them: it posts a round (each send staged
+//! through the board's slots, with an `RTS`/`TAIL` for what does not fit;
+//! local copies and reductions at once), matches arrived messages with posted
+//! receives by `(source, tag)` in order, copies the data out of the sender's
+//! slots (or with one `process_vm_readv` from the sender's buffer), answers
+//! `FIN`, and moves to the next round when every receive landed and every send
+//! was read. Tags are `(collective sequence number << 32) | schedule tag`.
+//! See `board.rs` for the two ways data moves.
 //!
 //! The `Inline` engine calls [`Core::progress`] from `test`/`wait` on the
 //! application's thread; the `Thread` engine's agent calls it when its
@@ -17,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::board::{self, Board, Desc, FIN, RTS};
+use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::comm::Error;
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
@@ -106,7 +108,8 @@ pub(crate) struct OpData {
     pub bufs: Buffers,
     round: usize,
     posted: bool,
-    recvs: Vec<(usize, u32, Region)>,
+    /// Posted receives: peer, tag, region, bytes landed so far.
+    recvs: Vec<(usize, u32, Region, usize)>,
     sends: Vec<(usize, u32)>,
     /// Receives and sends in flight on the network (ranks on other nodes).
     net_recvs: Vec<(usize, hpc_rdma::OpId, Region)>,
@@ -170,6 +173,28 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 const REJECTED: u64 = 1;
 
+/// A message (or part of one) announced by a peer and not yet copied.
+#[derive(Debug, Clone, Copy)]
+enum Arrived {
+    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`).
+    Whole { addr: u64, len: u64 },
+    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`.
+    Chunk { slot: usize, index: u64, total: u64 },
+    /// What the slots did not carry of a message of `total` bytes, from
+    /// `addr` in the sender (`TAIL`).
+    Rest { addr: u64, total: u64 },
+}
+
+impl Arrived {
+    /// Whether this piece ends its message.
+    fn is_last(&self) -> bool {
+        match *self {
+            Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
+            Arrived::Whole { .. } | Arrived::Rest { .. } => true,
+        }
+    }
+}
+
 /// A message of `got` bytes from `peer` where the schedule expects `want`.
 fn size_mismatch(peer: usize, got: usize, want: usize) -> Error {
     Error::CountMismatch {
@@ -190,7 +215,16 @@ pub(crate) struct Core {
     pub pids: Vec<u32>,
     /// Map from communicator rank to board slot (identity here).
     ops: VecDeque<Arc<Op>>,
-    unexpected: HashMap<(usize, u64), VecDeque<(u64, u64)>>,
+    unexpected: HashMap<(usize, u64), VecDeque<Arrived>>,
+    /// This rank's free staging slots on the board.
+    free_slots: Vec<usize>,
+    /// Per peer, a mask of its slots this rank is done with (sent as one `FREE`).
+    freed: Vec<u64>,
+    /// Messages up to this many bytes are staged (see `CommOptions::stage_max`).
+    pub stage_max: usize,
+    /// Staged messages refused for their size: their chunks still to come are
+    /// handed back as they arrive.
+    discard: std::collections::HashSet<(usize, u64)>,
     fins: HashMap<(usize, u64), usize>,
     rejected: std::collections::HashSet<(usize, u64)>,
     outq: Vec<VecDeque<Desc>>,
@@ -211,6 +245,7 @@ impl Core {
         pids: Vec<u32>,
         net: Option<Net>,
     ) -> Core {
+        let free_slots = (0..board.slots()).rev().collect();
         Core {
             board,
             me,
@@ -218,6 +253,10 @@ impl Core {
             pids,
             ops: VecDeque::new(),
             unexpected: HashMap::new(),
+            free_slots,
+            freed: vec![0; size],
+            stage_max: crate::comm::DEFAULT_STAGE_MAX,
+            discard: std::collections::HashSet::new(),
             fins: HashMap::new(),
             rejected: std::collections::HashSet::new(),
             outq: vec![VecDeque::new(); size],
@@ -265,9 +304,11 @@ impl Core {
         }
     }
 
-    /// Whether descriptors wait for room in a peer's ring.
+    /// Whether descriptors (or slots to hand back) wait for room in a peer's
+    /// ring: whoever progresses must come back soon rather than sleep, since
+    /// the peer that makes room rings no doorbell for it.
     pub(crate) fn has_output(&self) -> bool {
-        self.outq.iter().any(|q| !q.is_empty())
+        self.outq.iter().any(|q| !q.is_empty()) || self.freed.iter().any(|&m| m != 0)
     }
 
     /// Number of operations in flight.
@@ -282,31 +323,100 @@ impl Core {
     fn flush(&mut self) -> bool {
         let mut any = false;
         for peer in 0..self.size {
-            let mut pushed = false;
-            while let Some(d) = self.outq[peer].front().copied() {
-                if !self.board.push(self.me, peer, d) {
-                    break;
-                }
-                self.outq[peer].pop_front();
-                pushed = true;
-            }
-            if pushed {
-                self.board.ring(peer);
-                any = true;
-            }
+            any |= self.flush_peer(peer);
         }
         any
+    }
+
+    /// Pushes what waits for `peer` (the slots to hand back first, as one
+    /// `FREE`) and rings its doorbell. Returns whether anything was pushed.
+    fn flush_peer(&mut self, peer: usize) -> bool {
+        let mut pushed = false;
+        if self.freed[peer] != 0 {
+            let d = Desc {
+                kind: FREE,
+                tag: 0,
+                addr: self.freed[peer],
+                len: 0,
+            };
+            if self.board.push(self.me, peer, d) {
+                self.freed[peer] = 0;
+                pushed = true;
+            }
+        }
+        while let Some(d) = self.outq[peer].front().copied() {
+            if !self.board.push(self.me, peer, d) {
+                break;
+            }
+            self.outq[peer].pop_front();
+            pushed = true;
+        }
+        if pushed {
+            self.board.ring(peer);
+        }
+        pushed
+    }
+
+    /// Hands staging slot `slot` of `peer` back to it (with the next flush).
+    fn free_slot(&mut self, peer: usize, slot: usize) {
+        self.freed[peer] |= 1 << slot;
+    }
+
+    fn queue(&mut self, key: (usize, u64), a: Arrived) {
+        self.unexpected.entry(key).or_default().push_back(a);
     }
 
     fn drain(&mut self) {
         for src in 0..self.size {
             while let Some(d) = self.board.pop(src, self.me) {
+                let key = (src, d.tag);
                 match d.kind {
-                    RTS => self
-                        .unexpected
-                        .entry((src, d.tag))
-                        .or_default()
-                        .push_back((d.addr, d.len)),
+                    RTS => self.queue(
+                        key,
+                        Arrived::Whole {
+                            addr: d.addr,
+                            len: d.len,
+                        },
+                    ),
+                    DATA => {
+                        let (slot, index) = ((d.addr & 0xffff) as usize, d.addr >> 16);
+                        if slot >= self.board.slots() {
+                            tracing::warn!(src, slot, "staged chunk in a slot that does not exist");
+                        } else if self.discard.contains(&key) {
+                            let a = Arrived::Chunk {
+                                slot,
+                                index,
+                                total: d.len,
+                            };
+                            if a.is_last() {
+                                self.discard.remove(&key);
+                            }
+                            self.free_slot(src, slot);
+                        } else {
+                            let total = d.len;
+                            self.queue(key, Arrived::Chunk { slot, index, total });
+                        }
+                    }
+                    TAIL => {
+                        if !self.discard.remove(&key) {
+                            self.queue(
+                                key,
+                                Arrived::Rest {
+                                    addr: d.addr,
+                                    total: d.len,
+                                },
+                            );
+                        }
+                    }
+                    FREE => {
+                        for slot in (0..self.board.slots()).filter(|s| d.addr >> s & 1 == 1) {
+                            if self.free_slots.contains(&slot) {
+                                tracing::warn!(src, slot, "staging slot handed back twice");
+                            } else {
+                                self.free_slots.push(slot);
+                            }
+                        }
+                    }
                     FIN if d.addr == REJECTED => {
                         self.rejected.insert((src, d.tag));
                     }
@@ -356,52 +466,10 @@ impl Core {
             // Match receives.
             let mut i = 0;
             while i < d.recvs.len() {
-                let (peer, tag, region) = d.recvs[i];
-                let key = (peer, tag64(d.seq, tag));
-                let hit = self.unexpected.get_mut(&key).and_then(|q| q.pop_front());
-                if let Some((addr, len)) = hit {
-                    if len as usize != region.len {
-                        // Release the sender with an error rather than leave it waiting.
-                        self.send_desc(
-                            peer,
-                            Desc {
-                                kind: FIN,
-                                tag: key.1,
-                                addr: REJECTED,
-                                len: 0,
-                            },
-                        );
-                        return Err(size_mismatch(peer, len as usize, region.len));
-                    }
-                    let dst = d.bufs.ptr(&region);
-                    let pid = self.pids[peer];
-                    if pid == std::process::id() {
-                        // SAFETY: the sender is this process: `addr` is a live region of one
-                        // of its operations (it waits for our FIN), `dst` was bounds-checked,
-                        // and regions of different buffers never overlap.
-                        unsafe { std::ptr::copy(addr as *const u8, dst, region.len) };
-                    } else {
-                        // SAFETY: `dst` points at `region.len` writable bytes of this
-                        // operation's buffer (bounds-checked), not aliased during the round.
-                        unsafe { board::cma_read(pid, addr, dst, region.len) }.map_err(|e| {
-                            if board::pid_dead(pid) {
-                                Error::RankLost { rank: peer }
-                            } else {
-                                Error::Transport(format!("reading from rank {peer}: {e}"))
-                            }
-                        })?;
-                    }
-                    self.send_desc(
-                        peer,
-                        Desc {
-                            kind: FIN,
-                            tag: key.1,
-                            addr: 0,
-                            len: 0,
-                        },
-                    );
+                let (landed, done) = self.match_recv(d, i)?;
+                moved |= landed;
+                if done {
                     d.recvs.swap_remove(i);
-                    moved = true;
                 } else {
                     i += 1;
                 }
@@ -477,6 +545,181 @@ impl Core {
         }
     }
 
+    /// Copies what has arrived for receive `i` of `d`. Returns (whether any
+    /// bytes landed, whether the receive is complete).
+    fn match_recv(&mut self, d: &mut OpData, i: usize) -> Result<(bool, bool), Error> {
+        let (peer, tag, region, mut got) = d.recvs[i];
+        let key = (peer, tag64(d.seq, tag));
+        let mut landed = false;
+        let done = loop {
+            let Some(q) = self.unexpected.get_mut(&key) else {
+                break false;
+            };
+            let Some(a) = q.pop_front() else {
+                break false;
+            };
+            if q.is_empty() {
+                self.unexpected.remove(&key);
+            }
+            let total = match a {
+                Arrived::Whole { len, .. } => len,
+                Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total,
+            };
+            if total as usize != region.len {
+                // Refuse the whole message: the sender learns it from the FIN;
+                // its chunks still on the way are handed back as they come.
+                let mut ended = a.is_last();
+                if let Arrived::Chunk { slot, .. } = a {
+                    self.free_slot(peer, slot);
+                }
+                while !ended {
+                    let Some(q) = self.unexpected.get_mut(&key) else {
+                        break;
+                    };
+                    let Some(b) = q.pop_front() else { break };
+                    if q.is_empty() {
+                        self.unexpected.remove(&key);
+                    }
+                    if let Arrived::Chunk { slot, .. } = b {
+                        self.free_slot(peer, slot);
+                    }
+                    ended = b.is_last();
+                }
+                if !ended {
+                    self.discard.insert(key);
+                }
+                self.send_desc(
+                    peer,
+                    Desc {
+                        kind: FIN,
+                        tag: key.1,
+                        addr: REJECTED,
+                        len: 0,
+                    },
+                );
+                return Err(size_mismatch(peer, total as usize, region.len));
+            }
+            let in_order = match a {
+                Arrived::Whole { .. } => got == 0,
+                Arrived::Rest { .. } => got > 0,
+                Arrived::Chunk { .. } => true, // its index is checked below
+            };
+            if !in_order {
+                return Err(Error::Transport(format!(
+                    "rank {peer} sent a message piece out of order ({a:?} after {got} bytes)"
+                )));
+            }
+            let dst = d.bufs.ptr(&region);
+            match a {
+                Arrived::Chunk { slot, index, .. } => {
+                    if index * STAGE_SLOT as u64 != got as u64 {
+                        return Err(Error::Transport(format!(
+                            "rank {peer} sent chunk {index} of a message where chunk {} was due",
+                            got / STAGE_SLOT
+                        )));
+                    }
+                    let n = STAGE_SLOT.min(region.len - got);
+                    // SAFETY: the slot is the sender's, announced by this DATA and
+                    // not reused before our FREE (board protocol), STAGE_SLOT >= n
+                    // bytes long; `dst + got .. + n` lies in the region
+                    // (bounds-checked by `ptr`, got + n <= region.len).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.board.stage(peer, slot), dst.add(got), n)
+                    };
+                    self.free_slot(peer, slot);
+                    got += n;
+                }
+                Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
+                    let n = region.len - got;
+                    let pid = self.pids[peer];
+                    if pid == std::process::id() {
+                        // SAFETY: the sender is this process: `addr` is a live region of
+                        // one of its operations (it waits for our FIN), `dst + got` has
+                        // `n` bytes left in the bounds-checked region, and regions of
+                        // different buffers never overlap.
+                        unsafe { std::ptr::copy(addr as *const u8, dst.add(got), n) };
+                    } else {
+                        // SAFETY: `dst + got` has `n` writable bytes left in this
+                        // operation's buffer (bounds-checked), not aliased during the round.
+                        unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
+                            if board::pid_dead(pid) {
+                                Error::RankLost { rank: peer }
+                            } else {
+                                Error::Transport(format!("reading from rank {peer}: {e}"))
+                            }
+                        })?;
+                    }
+                    got += n;
+                }
+            }
+            landed = true;
+            if got == region.len {
+                break true;
+            }
+        };
+        d.recvs[i].3 = got;
+        if done {
+            self.send_desc(
+                peer,
+                Desc {
+                    kind: FIN,
+                    tag: key.1,
+                    addr: 0,
+                    len: 0,
+                },
+            );
+        }
+        Ok((landed, done))
+    }
+
+    /// Posts a send to a rank on this node. A message of at most `stage_max`
+    /// bytes goes in as many chunks as free slots take, each announced at once
+    /// (so the receiver copies while this rank stages the next), with a `TAIL`
+    /// for the rest; a larger one, or one that finds no free slot, as an `RTS`.
+    fn post_local_send(&mut self, d: &mut OpData, peer: usize, region: &Region, tag: u32) {
+        let p = d.bufs.ptr(region);
+        let tag = tag64(d.seq, tag);
+        let total = region.len;
+        let mut off = 0;
+        let mut index = 0u64;
+        while off < total && total <= self.stage_max {
+            let Some(slot) = self.free_slots.pop() else {
+                break;
+            };
+            let n = STAGE_SLOT.min(total - off);
+            // SAFETY: `p + off .. + n` lies in the bounds-checked region; the slot
+            // is this rank's and free (no reader until the DATA below), STAGE_SLOT
+            // >= n bytes; shared memory and the user's buffer do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.add(off), self.board.stage(self.me, slot), n)
+            };
+            self.send_desc(
+                peer,
+                Desc {
+                    kind: DATA,
+                    tag,
+                    addr: slot as u64 | index << 16,
+                    len: total as u64,
+                },
+            );
+            self.flush_peer(peer);
+            off += n;
+            index += 1;
+        }
+        if off < total || total == 0 {
+            self.send_desc(
+                peer,
+                Desc {
+                    kind: if off == 0 { RTS } else { TAIL },
+                    tag,
+                    // SAFETY: off <= total: at most one past the region's end.
+                    addr: unsafe { p.add(off) } as u64,
+                    len: total as u64,
+                },
+            );
+        }
+    }
+
     fn is_remote(&self, peer: usize) -> bool {
         self.net.as_ref().is_some_and(|n| !n.local[peer])
     }
@@ -515,17 +758,10 @@ impl Core {
                     d.net_recvs.push((peer, id, region));
                 }
                 Step::Send { peer, region, tag } => {
-                    let p = d.bufs.ptr(&region);
-                    let desc = Desc {
-                        kind: RTS,
-                        tag: tag64(d.seq, tag),
-                        addr: p as u64,
-                        len: region.len as u64,
-                    };
-                    self.send_desc(peer, desc);
+                    self.post_local_send(d, peer, &region, tag);
                     d.sends.push((peer, tag));
                 }
-                Step::Recv { peer, region, tag } => d.recvs.push((peer, tag, region)),
+                Step::Recv { peer, region, tag } => d.recvs.push((peer, tag, region, 0)),
                 Step::Copy { src, dst } => {
                     let (s, t) = (d.bufs.ptr(&src), d.bufs.ptr(&dst));
                     // SAFETY: both regions were bounds-checked by `ptr`; the schedule
@@ -668,7 +904,7 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
                 // Wake an application thread sleeping in `wait`.
                 board.ring(me);
             }
-            (after, moved, core.net_pending())
+            (after, moved, core.net_pending() || core.has_output())
         };
         if moved {
             continue;
@@ -676,7 +912,8 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         // Sleep until a peer or the application rings (bounded so that shutdown and
         // the liveness checks of waiters are never stuck behind a lost wake-up).
         let nap = if polling {
-            // Network completions ring no doorbell: poll.
+            // Network completions ring no doorbell, nor does a peer that makes room
+            // in a full ring: poll.
             Duration::from_micros(50)
         } else if active > 0 {
             Duration::from_millis(20)

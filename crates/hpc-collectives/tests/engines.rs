@@ -98,6 +98,7 @@ fn child_entry() {
         "kill" => kill(&world),
         "mismatch" => mismatch(&world),
         "safety" => safety(&world),
+        "staging" => staging(&world),
         "nodes" => across_nodes(&world),
         o => panic!("unknown scenario {o}"),
     }
@@ -431,6 +432,80 @@ fn mismatch(world: &World) {
     }
 }
 
+/// Messages bigger than the board's staging area (staged head, single-copy
+/// tail), more outstanding than its slots (single-copy fallback), and a
+/// refused multi-chunk message, after which the communicator still works.
+fn staging(world: &World) {
+    for engine in ENGINES {
+        let comm = Comm::new(world, engine).unwrap();
+        let (me, n) = (comm.rank(), comm.size());
+        // 3 MiB + 5 bytes from the last rank: 192 chunks and a tail.
+        let len = (3 << 20) + 5;
+        let root = n - 1;
+        let mut buf: Vec<u8> = if me == root {
+            (0..len).map(|i| (i % 251) as u8).collect()
+        } else {
+            vec![0; len]
+        };
+        comm.bcast(&mut buf, root).unwrap();
+        assert!(
+            buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+            "{engine:?}: broadcast of {len} bytes"
+        );
+        // Eight alltoalls of 96 Ki u16 per peer in flight at once (1.5 MiB out
+        // per op and rank on 3 ranks: far more than the slots hold).
+        let count = 96 * 1024;
+        let sends: Vec<Vec<u16>> = (0..8)
+            .map(|k| {
+                (0..n * count)
+                    .map(|i| (k * 7 + me * 3 + i / count + i % count % 13) as u16)
+                    .collect()
+            })
+            .collect();
+        let mut recvs = vec![vec![0u16; n * count]; 8];
+        let reqs: Vec<_> = sends
+            .iter()
+            .zip(recvs.iter_mut())
+            .map(|(s, r)| comm.ialltoall(s, r).unwrap())
+            .collect();
+        for r in reqs.into_iter().rev() {
+            r.wait().unwrap();
+        }
+        for (k, r) in recvs.iter().enumerate() {
+            for (i, &v) in r.iter().enumerate() {
+                let src = i / count;
+                assert_eq!(
+                    v,
+                    (k * 7 + src * 3 + me + i % count % 13) as u16,
+                    "{engine:?} op {k} at {i}"
+                );
+            }
+        }
+        // A refused message of many chunks: a typed error on every rank...
+        let count = 50_000 + me * 1000;
+        let send = vec![me as u32; count];
+        let mut recv = vec![0u32; count * n];
+        let err = comm.allgather(&send, &mut recv).unwrap_err();
+        assert!(
+            matches!(err, Error::CountMismatch { .. }),
+            "{engine:?}: {err}"
+        );
+        world.barrier().unwrap();
+        // ...and the communicator goes on (the refused chunks' slots came back).
+        for _ in 0..3 {
+            let mut buf = if me == 0 {
+                vec![9u8; 1 << 20]
+            } else {
+                vec![0u8; 1 << 20]
+            };
+            comm.bcast(&mut buf, 0).unwrap();
+            assert!(buf.iter().all(|&b| b == 9), "{engine:?}");
+        }
+        drop(comm);
+        world.barrier().unwrap();
+    }
+}
+
 /// A leaked (forgotten) request never writes into freed memory: its
 /// result lands in engine-owned staging; later collectives still work.
 fn safety(world: &World) {
@@ -486,6 +561,18 @@ fn sixty_four_ranks_oversubscribed() {
 #[test]
 fn mismatched_counts_are_typed_errors() {
     all_ok("mismatch", 2);
+}
+
+#[test]
+fn messages_beyond_the_staging_area() {
+    // Every message staged as far as the slots go, whatever its size.
+    let big = usize::MAX.to_string();
+    let res = job("staging", 3, 60.0, &[("HPC_STAGE_MAX", big.as_str())]);
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r} failed:\n{err}");
+    }
+    // The default: small messages staged, large ones by single copy.
+    all_ok("staging", 3);
 }
 
 #[test]
