@@ -452,8 +452,8 @@ fn staging(world: &World) {
             buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
             "{engine:?}: broadcast of {len} bytes"
         );
-        // Eight alltoalls of 96 Ki u16 per peer in flight at once (1.5 MiB out
-        // per op and rank on 3 ranks: far more than the slots hold).
+        // Eight alltoalls of 96 Ki u16 per peer in flight at once (576 KiB out
+        // per op and rank on 3 ranks, 4.5 MiB in all: far more than the slots hold).
         let count = 96 * 1024;
         let sends: Vec<Vec<u16>> = (0..8)
             .map(|k| {
