@@ -185,6 +185,15 @@ enum Arrived {
     Rest { addr: u64, total: u64 },
 }
 
+/// The mask of `n` (<= 64) staging slots.
+fn all_slots(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
 impl Arrived {
     /// Whether this piece ends its message.
     fn is_last(&self) -> bool {
@@ -216,8 +225,8 @@ pub(crate) struct Core {
     /// Map from communicator rank to board slot (identity here).
     ops: VecDeque<Arc<Op>>,
     unexpected: HashMap<(usize, u64), VecDeque<Arrived>>,
-    /// This rank's free staging slots on the board.
-    free_slots: Vec<usize>,
+    /// This rank's free staging slots on the board (a bit per slot).
+    free_slots: u64,
     /// Per peer, a mask of its slots this rank is done with (sent as one `FREE`).
     freed: Vec<u64>,
     /// Messages up to this many bytes are staged (see `CommOptions::stage_max`).
@@ -245,7 +254,7 @@ impl Core {
         pids: Vec<u32>,
         net: Option<Net>,
     ) -> Core {
-        let free_slots = (0..board.slots()).rev().collect();
+        let free_slots = all_slots(board.slots());
         Core {
             board,
             me,
@@ -409,13 +418,15 @@ impl Core {
                         }
                     }
                     FREE => {
-                        for slot in (0..self.board.slots()).filter(|s| d.addr >> s & 1 == 1) {
-                            if self.free_slots.contains(&slot) {
-                                tracing::warn!(src, slot, "staging slot handed back twice");
-                            } else {
-                                self.free_slots.push(slot);
-                            }
+                        let back = d.addr & all_slots(self.board.slots());
+                        if back != d.addr || back & self.free_slots != 0 {
+                            tracing::warn!(
+                                src,
+                                mask = d.addr,
+                                "staging slots handed back twice or unknown"
+                            );
                         }
+                        self.free_slots |= back;
                     }
                     FIN if d.addr == REJECTED => {
                         self.rejected.insert((src, d.tag));
@@ -683,9 +694,11 @@ impl Core {
         let mut off = 0;
         let mut index = 0u64;
         while off < total && total <= self.stage_max {
-            let Some(slot) = self.free_slots.pop() else {
+            if self.free_slots == 0 {
                 break;
-            };
+            }
+            let slot = self.free_slots.trailing_zeros() as usize;
+            self.free_slots &= !(1 << slot);
             let n = STAGE_SLOT.min(total - off);
             // SAFETY: `p + off .. + n` lies in the bounds-checked region; the slot
             // is this rank's and free (no reader until the DATA below), STAGE_SLOT
