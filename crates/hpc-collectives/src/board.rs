@@ -215,6 +215,51 @@ impl Board {
         self.u32_at(self.slot(rank) + 20)
     }
 
+    /// Non-zero while `rank` has a collective with a large message in a round
+    /// still to post: then every ring wakes its agent (an arrival may let it
+    /// post that round).
+    fn agent_wanted(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 24)
+    }
+
+    /// Non-zero when `rank`'s agent is woken by rings at all (`AgentWake::Eager`).
+    fn agent_eager(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 28)
+    }
+
+    /// Non-zero while `rank`'s agent sleeps with nothing in flight (it no
+    /// longer polls, so a collective posted then must wake it).
+    fn idle_word(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 32)
+    }
+
+    /// Marks `rank`'s agent idle or not (see [`Board::agent_idle`]).
+    pub(crate) fn set_agent_idle(&self, rank: usize, idle: bool) {
+        self.idle_word(rank)
+            .store(u32::from(idle), Ordering::SeqCst);
+    }
+
+    /// Whether `rank`'s agent sleeps with nothing in flight: whoever posts a
+    /// collective that is not finished at once wakes it.
+    pub(crate) fn agent_idle(&self, rank: usize) -> bool {
+        self.idle_word(rank).load(Ordering::SeqCst) != 0
+    }
+
+    /// Says whether rings may wake `rank`'s agent (`AgentWake::Eager`).
+    pub(crate) fn set_agent_eager(&self, rank: usize, eager: bool) {
+        self.agent_eager(rank)
+            .store(u32::from(eager), Ordering::SeqCst);
+    }
+
+    /// Says whether every ring should wake `rank`'s agent (see
+    /// [`Board::ring_quietly`]).
+    pub(crate) fn want_agent(&self, rank: usize, wanted: bool) {
+        let w = self.agent_wanted(rank);
+        if (w.load(Ordering::Relaxed) != 0) != wanted {
+            w.store(u32::from(wanted), Ordering::SeqCst);
+        }
+    }
+
     /// Rings `rank`'s doorbell, waking its sleeping waiters, and its agent
     /// unless an application thread of `rank` is in `wait`.
     pub(crate) fn ring(&self, rank: usize) {
@@ -222,7 +267,27 @@ impl Board {
         if self.waiters(rank).load(Ordering::SeqCst) > 0 {
             futex_wake(self.doorbell(rank));
         }
-        if self.agent_sleeping(rank).load(Ordering::SeqCst) > 0
+        self.wake_idle_agent(rank);
+    }
+
+    /// Rings `rank`'s doorbell for its application threads: those sleeping in
+    /// `wait` wake; its agent wakes only if `rank` asked for every ring
+    /// ([`Board::want_agent`]), and otherwise sees the ring on its next pass.
+    pub(crate) fn ring_quietly(&self, rank: usize) {
+        self.doorbell(rank).fetch_add(1, Ordering::SeqCst);
+        if self.waiters(rank).load(Ordering::SeqCst) > 0 {
+            futex_wake(self.doorbell(rank));
+        }
+        if self.agent_wanted(rank).load(Ordering::SeqCst) != 0 {
+            self.wake_idle_agent(rank);
+        }
+    }
+
+    /// Wakes `rank`'s agent if it is eager, sleeps, and no application thread
+    /// of `rank` is in `wait` (which advances the collectives itself).
+    fn wake_idle_agent(&self, rank: usize) {
+        if self.agent_eager(rank).load(Ordering::SeqCst) != 0
+            && self.agent_sleeping(rank).load(Ordering::SeqCst) > 0
             && self.in_wait(rank).load(Ordering::SeqCst) == 0
         {
             self.wake_agent(rank);
@@ -231,6 +296,9 @@ impl Board {
 
     /// Wakes `rank`'s progress agent.
     pub(crate) fn wake_agent(&self, rank: usize) {
+        // The doorbell too: an agent between its last look at the doorbell and
+        // its sleep then does not sleep (see `agent_sleep`).
+        self.doorbell(rank).fetch_add(1, Ordering::SeqCst);
         self.agent_bell(rank).fetch_add(1, Ordering::SeqCst);
         futex_wake(self.agent_bell(rank));
     }
@@ -541,6 +609,7 @@ mod tests {
         let p = std::env::temp_dir().join(format!("hpc-board-agent-{}", std::process::id()));
         let b = Arc::new(Board::create(&p, 1).unwrap());
         std::fs::remove_file(&p).unwrap();
+        b.set_agent_eager(0, true);
         let woke = Arc::new(AtomicBool::new(false));
         let guard = b.enter_wait(0);
         let seen = b.doorbell(0).load(Ordering::SeqCst);
@@ -572,6 +641,51 @@ mod tests {
         let t0 = std::time::Instant::now();
         b.agent_sleep(0, seen, Duration::from_secs(10));
         assert!(t0.elapsed() < Duration::from_secs(1));
+    }
+
+    /// Times an agent sleep of at most 0.6 s on `b` while `ring` runs 50 ms in.
+    fn agent_sleep_with(b: &std::sync::Arc<Board>, ring: impl FnOnce(&Board)) -> Duration {
+        let seen = b.doorbell(0).load(Ordering::SeqCst);
+        let agent = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                b.agent_sleep(0, seen, Duration::from_millis(600));
+                t0.elapsed()
+            })
+        };
+        // Until the agent announced its sleep (a ring before that is seen anyway).
+        while b.agent_sleeping(0).load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        ring(b);
+        agent.join().unwrap()
+    }
+
+    #[test]
+    fn which_rings_wake_the_agent() {
+        use std::sync::Arc;
+        let p = std::env::temp_dir().join(format!("hpc-board-wake-{}", std::process::id()));
+        let b = Arc::new(Board::create(&p, 1).unwrap());
+        std::fs::remove_file(&p).unwrap();
+        let woken = |d: Duration| d < Duration::from_millis(300);
+        // A lazy agent: no ring wakes it, though the doorbell moves.
+        b.set_agent_eager(0, false);
+        let before = b.doorbell(0).load(Ordering::SeqCst);
+        assert!(!woken(agent_sleep_with(&b, |b| b.ring(0))));
+        assert_ne!(b.doorbell(0).load(Ordering::SeqCst), before);
+        b.want_agent(0, true);
+        assert!(!woken(agent_sleep_with(&b, |b| b.ring_quietly(0))));
+        // An eager one: a loud ring wakes it, a quiet one only while it is wanted.
+        b.set_agent_eager(0, true);
+        assert!(woken(agent_sleep_with(&b, |b| b.ring(0))));
+        assert!(woken(agent_sleep_with(&b, |b| b.ring_quietly(0))));
+        b.want_agent(0, false);
+        assert!(!woken(agent_sleep_with(&b, |b| b.ring_quietly(0))));
+        // An explicit wake always does (shutdown).
+        b.set_agent_eager(0, false);
+        assert!(woken(agent_sleep_with(&b, |b| b.wake_agent(0))));
     }
 
     #[test]

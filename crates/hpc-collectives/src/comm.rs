@@ -7,8 +7,8 @@
 //!
 //! | engine | who advances a collective | data path |
 //! |---|---|---|
-//! | [`Engine::Inline`] | the application, inside `test`/`wait` (what MPI libraries do) | one `process_vm_readv` per message, receiver-driven |
-//! | [`Engine::Thread`] | a progress thread per process, pinned to the progress core that `hpc-topology` reserved; it sleeps on a futex until a peer or the application rings | same |
+//! | [`Engine::Inline`] | the application, inside `test`/`wait` (what MPI libraries do) | small messages through the board's staging slots, large ones by one `process_vm_readv`, receiver-driven |
+//! | [`Engine::Thread`] | a progress thread per process, pinned to the progress core that `hpc-topology` reserved, and the application in `test`/`wait`; the thread sleeps on a futex until a large copy or a round to post needs it, or polls every millisecond while collectives are in flight ([`AgentWake`]) | same |
 //! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU) | the proxy reads and writes the ranks' buffers (cross-memory attach), keeps scratch in its own memory |
 //! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
 //!
@@ -272,6 +272,9 @@ pub struct CommOptions {
     /// saves the system call of small messages; for large ones it depends on
     /// the machine (see the book's chapter on collectives).
     pub stage_max: Option<usize>,
+    /// When the `Thread` engine's progress thread is woken (default:
+    /// `HPC_AGENT_WAKE` = `eager` or `lazy`; else see [`AgentWake`]).
+    pub agent_wake: Option<AgentWake>,
     /// Algorithm selection.
     pub schedule: Options,
 }
@@ -285,7 +288,69 @@ impl CommOptions {
             progress_cpus: None,
             spin: None,
             stage_max: None,
+            agent_wake: None,
             schedule: Options::default(),
+        }
+    }
+}
+
+/// When the `Thread` engine's progress thread runs.
+///
+/// Offloading only pays where the progress thread has a core of its own.
+/// Without one it takes its time from a computing rank: a copy it makes
+/// while the rank computes delays the computation by as long as the copy
+/// would have taken in `wait`, and every wake-up adds two context switches
+/// (several microseconds on a virtual machine). On the 2-core development VM
+/// with 2 ranks, an eager agent made a 64 KiB allreduce 1.5-2x slower than
+/// progress in `wait` and left the computation 0.6-0.7 of its speed, with no
+/// overlap gained; see the book's chapter on overlapping communication.
+///
+/// The default is [`AgentWake::Eager`] when a progress core is reserved
+/// ([`CommOptions::progress_cpus`] or `HPC_PROGRESS_CPUSET`) or the node has
+/// at least two cores per local rank, and [`AgentWake::Lazy`] otherwise.
+/// Either way, small (staged) messages never wake the agent: they move when
+/// the application tests or waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentWake {
+    /// Woken for every message too large to stage (it makes the copy) and,
+    /// while a collective has a round still to post, for every arrival (it
+    /// posts that round).
+    Eager,
+    /// Never woken by messages: progress happens in `test` and `wait`, and
+    /// the agent only makes sure that it does not stall while the
+    /// application does neither (a pass every millisecond while collectives
+    /// are in flight).
+    Lazy,
+}
+
+impl AgentWake {
+    /// `eager` or `lazy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentWake::Eager => "eager",
+            AgentWake::Lazy => "lazy",
+        }
+    }
+
+    /// The default for a node with `local` ranks of this job (see the type).
+    fn default_for(local: usize, pinned: bool) -> AgentWake {
+        match std::env::var("HPC_AGENT_WAKE").as_deref().map(str::trim) {
+            Ok("eager") => return AgentWake::Eager,
+            Ok("lazy") => return AgentWake::Lazy,
+            Ok(other) => {
+                tracing::warn!(
+                    value = other,
+                    "HPC_AGENT_WAKE is neither eager nor lazy: ignored"
+                )
+            }
+            Err(_) => {}
+        }
+        // SAFETY: sysconf has no preconditions.
+        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        if pinned || cores >= 2 * local {
+            AgentWake::Eager
+        } else {
+            AgentWake::Lazy
         }
     }
 }
@@ -349,6 +414,8 @@ pub struct Comm {
     engine: Engine,
     timeout: Duration,
     spin: Duration,
+    stage_max: Option<usize>,
+    agent_wake: Option<AgentWake>,
     opts: Options,
     seq: AtomicU64,
     backend: Backend,
@@ -531,6 +598,9 @@ impl Comm {
         // The proxy process needs a core of its own too.
         let busy = world.local_size() + usize::from(opts.engine == Engine::Proxy);
         opts.spin = Some(opts.spin.unwrap_or_else(|| default_spin(busy)));
+        opts.agent_wake = Some(opts.agent_wake.unwrap_or_else(|| {
+            AgentWake::default_for(world.local_size(), progress_cpus(&opts).is_some())
+        }));
         #[cfg(feature = "mpi")]
         if opts.engine == Engine::Mpi {
             let backend = Backend::Mpi(crate::mpi_engine::MpiComm::new(world)?);
@@ -619,12 +689,16 @@ impl Comm {
                 let shared = Arc::new(Shared::new(core));
                 let (agent, note) = if opts.engine == Engine::Thread {
                     let cpus = progress_cpus(&opts);
+                    let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
                     let note = match &cpus {
                         Some(c) => format!("progress thread pinned to CPUs {c}"),
                         None => "progress thread unpinned: no progress core reserved \
                                  (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
                             .to_string(),
                     };
+                    let note = format!("{note}; woken {}", wake.name());
+                    board.set_agent_eager(me, wake == AgentWake::Eager);
+                    lock(&shared.core).agent_core = wake == AgentWake::Eager;
                     let (s, b) = (shared.clone(), board.clone());
                     let h = std::thread::Builder::new()
                         .name(format!("hpc-progress-{me}"))
@@ -690,6 +764,8 @@ impl Comm {
             engine: opts.engine,
             timeout,
             spin: opts.spin.unwrap_or_default(),
+            stage_max: opts.stage_max,
+            agent_wake: opts.agent_wake,
             opts: opts.schedule,
             seq: AtomicU64::new(1),
             backend,
@@ -766,6 +842,8 @@ impl Comm {
         let mut opts = CommOptions::new(self.engine);
         opts.schedule = self.opts;
         opts.spin = Some(self.spin);
+        opts.stage_max = self.stage_max;
+        opts.agent_wake = self.agent_wake;
         opts.progress_cpus = None;
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }
@@ -830,9 +908,13 @@ impl Comm {
                     // rings wake the agent for the rest, and the hand-off to the
                     // agent that this saves is the largest cost of a small collective.
                     core.progress();
-                    if self.engine == Engine::Thread && core.has_output() {
-                        // A full ring: the agent retries.
-                        board.ring(self.rank);
+                    if self.engine == Engine::Thread
+                        && (core.has_output()
+                            || (board.agent_idle(self.rank) && !op.done.load(Ordering::Acquire)))
+                    {
+                        // A full ring (the agent retries), or an agent that has
+                        // stopped polling: it must see this collective.
+                        board.wake_agent(self.rank);
                     }
                 }
                 Ok(Ticket::Local(op))
@@ -849,8 +931,15 @@ impl Comm {
     fn poll(&self, t: &Ticket) -> bool {
         match (t, &self.backend) {
             (Ticket::Local(op), Backend::Local { shared, .. }) => {
-                if !op.done.load(Ordering::Acquire) && self.engine == Engine::Inline {
-                    lock(&shared.core).progress();
+                if !op.done.load(Ordering::Acquire) {
+                    if self.engine == Engine::Inline {
+                        lock(&shared.core).progress();
+                    } else if let Ok(mut core) = shared.core.try_lock() {
+                        // The Thread engine's agent is not woken for small
+                        // messages (see `Core::flush_peer`): a testing thread
+                        // moves them, unless the agent is at it already.
+                        core.progress();
+                    }
                 }
                 op.done.load(Ordering::Acquire)
             }
@@ -1085,7 +1174,8 @@ impl std::fmt::Debug for Request<'_> {
 
 impl Request<'_> {
     /// Whether the collective finished (then [`Request::wait`] returns at
-    /// once). With the `Inline` engine this is where progress happens.
+    /// once). With the `Inline` engine this is where progress happens; with
+    /// `Thread` it happens here too unless the progress thread is at it.
     pub fn test(&mut self) -> bool {
         self.ticket.as_ref().is_none_or(|t| self.comm.poll(t))
     }

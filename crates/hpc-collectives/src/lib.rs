@@ -74,7 +74,7 @@ pub mod sim;
 
 pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
 pub use comm::{
-    Buf, BufMut, Comm, CommOptions, Elem, Engine, Error, Request, Scope, ScopedRequest,
+    AgentWake, Buf, BufMut, Comm, CommOptions, Elem, Engine, Error, Request, Scope, ScopedRequest,
     DEFAULT_STAGE_MAX,
 };
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
