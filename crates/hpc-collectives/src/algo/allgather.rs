@@ -113,7 +113,17 @@ pub fn recursive_doubling(rank: usize, size: usize, blocks: &[usize]) -> Schedul
             let mine = nr & !(mask - 1);
             let theirs = partner & !(mask - 1);
             let peer = fold_oldrank(partner, rem);
-            b.send(peer, range(mine, mine + mask), 1);
+            // A survivor that holds only its own block sends it from the send
+            // buffer (as ring and Bruck do): the copy into the receive buffer
+            // has just dirtied those lines in this core's cache, and a peer
+            // reading them from there costs a cross-core transfer of every line
+            // (2.7x the time of a 64 KiB allgather on 2 ranks).
+            let src = if mask == 1 && start(mine + 1) == start(mine) + 1 {
+                Region::send(0, blocks[rank])
+            } else {
+                range(mine, mine + mask)
+            };
+            b.send(peer, src, 1);
             b.recv(peer, range(theirs, theirs + mask), 1);
             b.next_round();
             mask *= 2;

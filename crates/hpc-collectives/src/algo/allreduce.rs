@@ -61,6 +61,14 @@ fn fold_in(s: &mut Setup, rank: usize, rem: usize, op: ReduceOp, dtype: DataType
     newrank
 }
 
+/// Where a survivor that folded nothing in sends from in its first exchange:
+/// the send buffer, which holds what `acc` does. `acc` was just written by
+/// the copy, and a peer reading those lines from this core's cache pays a
+/// cross-core transfer of every one of them.
+fn fresh(s: &Setup) -> Region {
+    Region::send(0, s.bytes)
+}
+
 /// The fold epilogue: odd ranks hand the result back to the even ones.
 fn fold_out(s: &mut Setup, rank: usize, rem: usize) {
     if rank < 2 * rem {
@@ -93,7 +101,12 @@ pub fn recursive_doubling(
         let mut mask = 1;
         while mask < pof2 {
             let peer = fold_oldrank(nr ^ mask, rem);
-            s.b.send(peer, s.acc, 1);
+            let src = if mask == 1 && rank >= 2 * rem {
+                fresh(&s)
+            } else {
+                s.acc
+            };
+            s.b.send(peer, src, 1);
             s.b.recv(peer, s.tmp, 1);
             s.b.next_round();
             s.b.reduce(s.tmp, s.acc, op, dtype);
@@ -143,7 +156,12 @@ pub fn rabenseifner(
             } else {
                 ((mid, hi), (lo, mid))
             };
-            s.b.send(peer, chunks(acc, give.0, give.1), 1);
+            let src = if mask == pof2 / 2 && rank >= 2 * rem {
+                fresh(&s)
+            } else {
+                acc
+            };
+            s.b.send(peer, chunks(src, give.0, give.1), 1);
             s.b.recv(peer, chunks(tmp, keep.0, keep.1), 1);
             s.b.next_round();
             s.b.reduce(
