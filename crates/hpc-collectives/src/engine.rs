@@ -521,6 +521,10 @@ impl Core {
         // when the application tests or waits).
         self.board.want_agent(self.me, rounds_left);
         self.ops.retain(|o| !o.done.load(Ordering::Acquire));
+        if self.ops.is_empty() {
+            // Refusals of operations that ended anyway (their sends were staged).
+            self.rejected.clear();
+        }
         moved |= self.flush();
         moved
     }
@@ -528,6 +532,16 @@ impl Core {
     fn advance(&mut self, d: &mut OpData) -> Result<bool, Error> {
         let mut moved = false;
         loop {
+            // A peer refused a message of this operation, maybe one whose send
+            // already completed (staged): the operation fails here, not in a
+            // later round that waits for the refusing rank.
+            if let Some(&key) = self.rejected.iter().find(|k| k.1 >> 32 == d.seq) {
+                self.rejected.remove(&key);
+                return Err(Error::CountMismatch {
+                    rank: key.0,
+                    detail: format!("rank {} expected a message of a different size", key.0),
+                });
+            }
             if !d.posted {
                 self.post_round(d)?;
                 d.posted = true;
@@ -548,12 +562,6 @@ impl Core {
             while i < d.sends.len() {
                 let (peer, tag) = d.sends[i];
                 let key = (peer, tag64(d.seq, tag));
-                if self.rejected.remove(&key) {
-                    return Err(Error::CountMismatch {
-                        rank: peer,
-                        detail: format!("rank {peer} expected a message of a different size"),
-                    });
-                }
                 match self.fins.get_mut(&key) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -621,7 +629,8 @@ impl Core {
         let (peer, tag, region, mut got) = d.recvs[i];
         let key = (peer, tag64(d.seq, tag));
         let mut landed = false;
-        // Whether the piece that ended the message came by cross-memory attach.
+        // Whether the piece that ended the message came by cross-memory attach
+        // (then the sender waits for a FIN before it may reuse its buffer).
         let mut by_cma = false;
         let done = loop {
             let Some(q) = self.unexpected.get_mut(&key) else {
@@ -723,7 +732,7 @@ impl Core {
                         })?;
                     }
                     got += n;
-                    by_cma = n > 0;
+                    by_cma = total > 0;
                 }
             }
             landed = true;
@@ -732,7 +741,9 @@ impl Core {
             }
         };
         d.recvs[i].3 = got;
-        if done {
+        // A staged (or empty) message needs no FIN: its sender was done with
+        // its buffer once the chunks were in the slots, which come back by FREE.
+        if done && by_cma {
             self.send_desc(
                 peer,
                 Desc {
@@ -751,7 +762,11 @@ impl Core {
     /// bytes goes in as many chunks as free slots take, each announced at once
     /// (so the receiver copies while this rank stages the next), with a `TAIL`
     /// for the rest; a larger one, or one that finds no free slot, as an `RTS`.
-    fn post_local_send(&mut self, d: &mut OpData, peer: usize, region: &Region, tag: u32) {
+    /// Returns whether the send waits for the receiver's `FIN`: not when the
+    /// message is empty or went whole into the slots, so that a small send
+    /// completes at once, as an eager send does in MPI. A refusal still
+    /// reaches the operation (see [`Core::advance`]).
+    fn post_local_send(&mut self, d: &mut OpData, peer: usize, region: &Region, tag: u32) -> bool {
         let p = d.bufs.ptr(region);
         let tag = tag64(d.seq, tag);
         let total = region.len;
@@ -785,6 +800,7 @@ impl Core {
             index += 1;
         }
         if off < total || total == 0 {
+            let needs_fin = total > 0;
             self.send_desc(
                 peer,
                 Desc {
@@ -794,9 +810,11 @@ impl Core {
                     addr: unsafe { p.add(off) } as u64,
                     len: total as u64,
                 },
-                total > 0,
+                needs_fin,
             );
+            return needs_fin;
         }
+        false
     }
 
     fn is_remote(&self, peer: usize) -> bool {
@@ -837,8 +855,9 @@ impl Core {
                     d.net_recvs.push((peer, id, region));
                 }
                 Step::Send { peer, region, tag } => {
-                    self.post_local_send(d, peer, &region, tag);
-                    d.sends.push((peer, tag));
+                    if self.post_local_send(d, peer, &region, tag) {
+                        d.sends.push((peer, tag));
+                    }
                 }
                 Step::Recv { peer, region, tag } => d.recvs.push((peer, tag, region, 0)),
                 Step::Copy { src, dst } => {

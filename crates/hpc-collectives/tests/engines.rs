@@ -437,6 +437,29 @@ fn mismatch(world: &World) {
         // Local argument errors.
         let err = comm.allgather(&send, &mut recv[..1]).unwrap_err();
         assert!(matches!(err, Error::Invalid(_)), "{err}");
+        // A refusal the sender may never wait for (its staged send completed at
+        // once): the receivers fail, the root may not, and neither the refusal
+        // nor its slots outlive the operation.
+        for _ in 0..3 {
+            let mut buf = vec![7u8; 100 + comm.rank()];
+            let t0 = Instant::now();
+            let res = comm.bcast(&mut buf, 0);
+            if comm.rank() != 0 {
+                let err = res.unwrap_err();
+                assert!(
+                    matches!(err, Error::CountMismatch { .. }),
+                    "{engine:?}: {err}"
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "{engine:?}: not by timeout"
+            );
+            world.barrier().unwrap();
+            let mut buf = vec![comm.rank() as u8; 100];
+            comm.bcast(&mut buf, 0).unwrap();
+            assert!(buf.iter().all(|&b| b == 0), "{engine:?}");
+        }
         drop(comm);
         world.barrier().unwrap();
     }
@@ -601,12 +624,18 @@ fn progress(world: &World) {
     for (engine, wake) in cases {
         let mut opts = CommOptions::new(engine);
         opts.agent_wake = wake;
+        // Recursive halving then doubling: rank 1's last round needs what rank
+        // 0 reduced from rank 1's first message, which arrives after rank 0
+        // posted (with recursive doubling, rank 0's staged send would complete
+        // rank 1's allreduce by itself).
+        opts.schedule =
+            hpc_collectives::Options::with_algorithm(hpc_collectives::Algorithm::Rabenseifner);
         let comm = Comm::with_options(world, opts).unwrap();
         // 1 KiB goes through the staging slots, 256 KiB by single copy.
         for count in [256usize, 65536] {
             let send = vec![comm.rank() as f32 + 1.0; count];
             let mut recv = vec![0f32; count];
-            comm.barrier().unwrap();
+            world.barrier().unwrap();
             if comm.rank() == 0 {
                 let req = comm.iallreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
                 std::thread::sleep(NAP);
