@@ -12,7 +12,8 @@
 //! Also the blocking collective's time (the engine's, or the MPI library's
 //! blocking `MPI_Alltoall` etc. with `--engine mpi`).
 //!
-//! Usage: `hpc run -n 2 -- overlap [--engine inline,thread,proxy] [--iters N]`
+//! Usage: `hpc run -n 2 -- overlap [--engine inline,thread,proxy] [--iters N]
+//! [--sizes BYTES,...] [--colls alltoall,allgather,bcast,allreduce]`
 //! or `mpirun -n 2 overlap --engine mpi` (built with `--features mpi`).
 //! The same binary serves as the proxy process of the `proxy` engine.
 
@@ -151,6 +152,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect()
         })
         .unwrap_or_else(|| vec![1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]);
+    let all = [
+        Coll::Alltoall,
+        Coll::Allgather,
+        Coll::Bcast,
+        Coll::Allreduce,
+    ];
+    let colls: Vec<Coll> = match get("--colls") {
+        Some(list) => list
+            .split(',')
+            .map(|n| {
+                all.into_iter()
+                    .find(|c| c.name().trim_start_matches('i') == n.trim_start_matches('i'))
+                    .ok_or_else(|| {
+                        format!("unknown collective {n:?} (alltoall, allgather, bcast, allreduce)")
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        None => all.to_vec(),
+    };
     let world = World::init()?;
     // Calibrate the compute loop alone: iterations per second (median of short runs:
     // the machine is shared, long runs catch other processes' bursts).
@@ -189,12 +209,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if world.rank() == 0 {
             println!("# {}: {}", engine.name(), comm.progress_note());
         }
-        for c in [
-            Coll::Alltoall,
-            Coll::Allgather,
-            Coll::Bcast,
-            Coll::Allreduce,
-        ] {
+        for &c in &colls {
             for &bytes in &sizes {
                 let mut b = Bufs::new(c, bytes, comm.size());
                 let it = if bytes >= 256 << 10 {

@@ -30,6 +30,29 @@ fn cluster(args: &[&str]) -> Output {
     out
 }
 
+/// The kernel's recent reports of crashed processes (a rank that dies of a
+/// signal leaves only `srun`'s exit status otherwise), for a failure message.
+fn crashes() -> String {
+    match Command::new("dmesg").output() {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| {
+                    l.contains("segfault")
+                        || l.contains("traps:")
+                        || l.contains("general protection")
+                })
+                .collect();
+            format!(
+                "kernel log, last crash reports:\n{}",
+                lines[lines.len().saturating_sub(5)..].join("\n")
+            )
+        }
+        _ => "kernel log not readable".to_string(),
+    }
+}
+
 /// Removes the cluster even if the test fails half-way.
 struct Down;
 impl Drop for Down {
@@ -163,8 +186,9 @@ fn slurm_pmix_cluster_across_docker_hosts() {
     ]);
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        crashes()
     );
     let rows = json_lines(&out);
     assert_eq!(rows.len(), 4);
