@@ -26,9 +26,10 @@
 //! Either way the sender's step completes on the receiver's `FIN`, after the
 //! whole message landed (or on a `FIN` that rejects it: a size mismatch).
 //!
-//! Whoever pushes a descriptor rings the receiver's doorbell (a futex in
-//! shared memory), so a progress agent sleeps in `futex_wait` until there is
-//! work and never spins.
+//! Whoever pushes a descriptor other than `FREE` rings the receiver's doorbell
+//! (a futex in shared memory), so a waiting thread or progress agent sleeps in
+//! `futex_wait` until there is work and never spins for long; whether the ring
+//! wakes the agent depends on the work (see `Core::flush_peer`).
 
 use std::fs::OpenOptions;
 use std::io;

@@ -374,7 +374,8 @@ impl Core {
     }
 
     /// Pushes what waits for `peer` (the slots to hand back first, as one
-    /// `FREE`) and rings its doorbell. Returns whether anything was pushed.
+    /// `FREE`) and rings its doorbell if there was more than slots. Returns
+    /// whether anything was pushed.
     ///
     /// The ring wakes the peer's progress agent only for work that outweighs
     /// a wake-up: a copy by cross-memory attach, the completion of one (its
@@ -400,14 +401,21 @@ impl Core {
                 pushed = true;
             }
         }
+        // Slots handed back ring nobody: no send waits for a slot (it falls back
+        // to the single-copy path), so the owner may see them on its next
+        // drain, and a ring here (a futex wake-up if the owner sleeps in
+        // `wait`) would sit on the path between a receive and its `wait`
+        // returning.
+        let mut announced = false;
         while let Some(d) = self.outq[peer].front().copied() {
             if !self.board.push(self.me, peer, d) {
                 break;
             }
             self.outq[peer].pop_front();
-            pushed = true;
+            announced = true;
         }
-        if pushed {
+        pushed |= announced;
+        if announced {
             if self.wake[peer] {
                 self.board.ring(peer);
             } else {
