@@ -44,7 +44,11 @@ pub(crate) const RING_CAP: u64 = 64;
 const HEADER: usize = 64;
 const RANK_SLOT: usize = 64;
 const DESC: usize = 32;
-const RING_BYTES: usize = 64 + RING_CAP as usize * DESC;
+/// A ring's header: the consumer's `head` and the producer's `tail` on cache
+/// lines of their own, so that neither side's write takes the line the other
+/// is about to read or write.
+const RING_HEADER: usize = 128;
+const RING_BYTES: usize = RING_HEADER + RING_CAP as usize * DESC;
 
 /// Descriptor kinds.
 pub(crate) const RTS: u32 = 1;
@@ -389,12 +393,12 @@ impl Board {
     /// Only rank `src`'s process may push on it, one thread at a time.
     pub(crate) fn push(&self, src: usize, dst: usize, d: Desc) -> bool {
         let off = self.ring_off(src, dst);
-        let (head, tail) = (self.u64_at(off), self.u64_at(off + 8));
+        let (head, tail) = (self.u64_at(off), self.u64_at(off + 64));
         let t = tail.load(Ordering::Relaxed);
         if t - head.load(Ordering::Acquire) >= RING_CAP {
             return false;
         }
-        let e = off + 64 + (t % RING_CAP) as usize * DESC;
+        let e = off + RING_HEADER + (t % RING_CAP) as usize * DESC;
         self.u64_at(e).store(d.kind as u64, Ordering::Relaxed);
         self.u64_at(e + 8).store(d.tag, Ordering::Relaxed);
         self.u64_at(e + 16).store(d.addr, Ordering::Relaxed);
@@ -406,12 +410,12 @@ impl Board {
     /// Pops a descriptor from the ring `src -> dst` (only rank `dst` pops).
     pub(crate) fn pop(&self, src: usize, dst: usize) -> Option<Desc> {
         let off = self.ring_off(src, dst);
-        let (head, tail) = (self.u64_at(off), self.u64_at(off + 8));
+        let (head, tail) = (self.u64_at(off), self.u64_at(off + 64));
         let h = head.load(Ordering::Relaxed);
         if h == tail.load(Ordering::Acquire) {
             return None;
         }
-        let e = off + 64 + (h % RING_CAP) as usize * DESC;
+        let e = off + RING_HEADER + (h % RING_CAP) as usize * DESC;
         let d = Desc {
             kind: self.u64_at(e).load(Ordering::Relaxed) as u32,
             tag: self.u64_at(e + 8).load(Ordering::Relaxed),
