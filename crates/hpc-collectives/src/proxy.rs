@@ -119,7 +119,14 @@ pub(crate) struct Client {
     timeout: Duration,
     spin: Duration,
     state: Mutex<ClientState>,
+    /// Set once the proxy was found dead: later submits fail at once.
+    proxy_gone: std::sync::atomic::AtomicBool,
 }
+
+/// How often a waiting rank asks the kernel whether the proxy still lives
+/// (reading `/proc/PID/stat` costs several microseconds, as much as a small
+/// collective, so not on every pass).
+const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
 /// The variable naming the program a communicator's first rank starts as the proxy
 /// (split at white space; `hpc run --proxy` sets it to `hpc proxy`).
@@ -213,6 +220,7 @@ impl Client {
             timeout,
             spin,
             state: Mutex::new(ClientState::default()),
+            proxy_gone: false.into(),
         })
     }
 
@@ -274,7 +282,8 @@ impl Client {
             len: blob.len() as u64,
         };
         let mut st = lock(&self.state);
-        if board::pid_dead(self.board.pid(self.proxy)) {
+        // A proxy that died since is found by `wait` (within LIVENESS_EVERY).
+        if self.proxy_gone.load(Ordering::Acquire) {
             return Err(Error::Stopped("proxy"));
         }
         self.push(&mut st, d);
@@ -298,6 +307,7 @@ impl Client {
 
     pub(crate) fn wait(&self, p: &Pending, out: Option<&mut [u8]>) -> Result<()> {
         let t0 = Instant::now();
+        let mut last_check = t0;
         loop {
             let seen = self.board.doorbell(self.me).load(Ordering::SeqCst);
             {
@@ -323,7 +333,13 @@ impl Client {
                     };
                 }
             }
-            if board::pid_dead(self.board.pid(self.proxy)) {
+            if last_check.elapsed() >= LIVENESS_EVERY {
+                last_check = Instant::now();
+                if board::pid_dead(self.board.pid(self.proxy)) {
+                    self.proxy_gone.store(true, Ordering::Release);
+                }
+            }
+            if self.proxy_gone.load(Ordering::Acquire) {
                 return Err(Error::Stopped("proxy"));
             }
             if t0.elapsed() > self.timeout {

@@ -109,6 +109,7 @@ fn child_entry() {
         "safety" => safety(&world),
         "staging" => staging(&world),
         "progress" => progress(&world),
+        "proxy_death" => proxy_death(&world),
         "nodes" => across_nodes(&world),
         o => panic!("unknown scenario {o}"),
     }
@@ -659,6 +660,47 @@ fn progress(world: &World) {
             assert!(recv.iter().all(|&v| v == 3.0));
         }
     }
+}
+
+/// The proxy dies (rank 0, which started it, kills it): every rank's next
+/// collective fails with `Stopped("proxy")`, promptly and not by timeout.
+fn proxy_death(world: &World) {
+    let comm = Comm::new(world, Engine::Proxy).unwrap();
+    let mut buf = vec![comm.rank() as u8; 4096];
+    comm.bcast(&mut buf, 0).unwrap();
+    world.barrier().unwrap();
+    if comm.rank() == 0 {
+        // The proxy is this process's child.
+        let me = std::process::id();
+        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .map(|p| p.parse::<i32>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(kids.len(), 1, "one child, the proxy: {kids:?}");
+        // SAFETY: plain kill(2) of our own child.
+        assert_eq!(unsafe { libc::kill(kids[0], libc::SIGKILL) }, 0);
+    }
+    world.barrier().unwrap();
+    let t0 = Instant::now();
+    let err = comm.bcast(&mut buf, 0).unwrap_err();
+    assert!(matches!(err, Error::Stopped("proxy")), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // And the next one at once.
+    assert!(matches!(
+        comm.bcast(&mut buf, 0),
+        Err(Error::Stopped("proxy"))
+    ));
+}
+
+#[test]
+fn a_dead_proxy_is_reported() {
+    all_ok("proxy_death", 2);
 }
 
 #[test]
