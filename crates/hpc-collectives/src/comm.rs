@@ -360,8 +360,12 @@ impl AgentWake {
 /// Measured on the 2-core development VM (2 ranks): staging took a 1 KiB
 /// alltoall from 3.3 to 1.1 µs, but a 256 KiB one from 28 to 34 µs (a
 /// staged chunk crosses between the cores' caches dirty), and a 1 MiB one
-/// from 104 to 82 µs.
-pub const DEFAULT_STAGE_MAX: usize = 16 * 1024;
+/// from 104 to 82 µs. Between 8 and 16 KiB the single copy wins again: with
+/// 8 KiB instead of 16 KiB, 16 KiB collectives took 3.9-4.1 against
+/// 6.3-6.6 µs (broadcast), 5.8-6.6 against 6.8-7.0 (alltoall) and 6.1-6.7
+/// against 6.7-7.7 (allgather), while at 8 KiB staging still beat the single
+/// copy for alltoall (3.9-4.7 against 6.2-6.9 µs).
+pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 
 fn stage_max(opts: &CommOptions) -> usize {
     opts.stage_max.unwrap_or_else(|| {
