@@ -503,10 +503,12 @@ impl Core {
     pub(crate) fn progress(&mut self) -> bool {
         self.drain();
         let mut moved = false;
-        let ops: Vec<Arc<Op>> = self.ops.iter().cloned().collect();
+        // Taken out while they advance (`advance` needs `&mut self`) rather than
+        // cloned: this runs on every pass of a waiting thread's loop.
+        let ops = std::mem::take(&mut self.ops);
         let mut inflight = 0;
         let mut rounds_left = false;
-        for op in ops {
+        for op in &ops {
             let mut d = lock(&op.data);
             if !matches!(d.status, Status::Running) {
                 continue;
@@ -528,6 +530,11 @@ impl Core {
         // otherwise only large copies are worth a wake-up (small messages move
         // when the application tests or waits).
         self.board.want_agent(self.me, rounds_left);
+        debug_assert!(
+            self.ops.is_empty(),
+            "no collective is submitted while one advances"
+        );
+        self.ops = ops;
         self.ops.retain(|o| !o.done.load(Ordering::Acquire));
         if self.ops.is_empty() {
             // Refusals of operations that ended anyway (their sends were staged).
