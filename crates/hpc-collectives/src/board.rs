@@ -391,6 +391,11 @@ impl Board {
 
     /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.
     /// Only rank `src`'s process may push on it, one thread at a time.
+    ///
+    /// An entry's first word holds its kind and, above, the low 32 bits of
+    /// its position + 1, written last (release): the consumer reads the entry
+    /// it expects next and needs neither the producer's `tail` nor its cache
+    /// line, one transfer between the cores fewer per descriptor.
     pub(crate) fn push(&self, src: usize, dst: usize, d: Desc) -> bool {
         let off = self.ring_off(src, dst);
         let (head, tail) = (self.u64_at(off), self.u64_at(off + 64));
@@ -399,25 +404,29 @@ impl Board {
             return false;
         }
         let e = off + RING_HEADER + (t % RING_CAP) as usize * DESC;
-        self.u64_at(e).store(d.kind as u64, Ordering::Relaxed);
         self.u64_at(e + 8).store(d.tag, Ordering::Relaxed);
         self.u64_at(e + 16).store(d.addr, Ordering::Relaxed);
         self.u64_at(e + 24).store(d.len, Ordering::Relaxed);
-        tail.store(t + 1, Ordering::Release);
+        self.u64_at(e)
+            .store(stamp(t) | d.kind as u64, Ordering::Release);
+        tail.store(t + 1, Ordering::Relaxed);
         true
     }
 
     /// Pops a descriptor from the ring `src -> dst` (only rank `dst` pops).
     pub(crate) fn pop(&self, src: usize, dst: usize) -> Option<Desc> {
         let off = self.ring_off(src, dst);
-        let (head, tail) = (self.u64_at(off), self.u64_at(off + 64));
+        let head = self.u64_at(off);
         let h = head.load(Ordering::Relaxed);
-        if h == tail.load(Ordering::Acquire) {
+        let e = off + RING_HEADER + (h % RING_CAP) as usize * DESC;
+        let first = self.u64_at(e).load(Ordering::Acquire);
+        // An entry written for an earlier lap carries an older stamp (a fresh
+        // board's zeros match no position: stamps start at 1).
+        if first & !0xffff_ffff != stamp(h) {
             return None;
         }
-        let e = off + RING_HEADER + (h % RING_CAP) as usize * DESC;
         let d = Desc {
-            kind: self.u64_at(e).load(Ordering::Relaxed) as u32,
+            kind: first as u32,
             tag: self.u64_at(e + 8).load(Ordering::Relaxed),
             addr: self.u64_at(e + 16).load(Ordering::Relaxed),
             len: self.u64_at(e + 24).load(Ordering::Relaxed),
@@ -425,6 +434,13 @@ impl Board {
         head.store(h + 1, Ordering::Release);
         Some(d)
     }
+}
+
+/// The stamp of the entry at ring position `pos`: `pos + 1` (mod 2^32) in
+/// the upper half of its first word. Entries of the same slot are `RING_CAP`
+/// positions apart, so a stale one never carries the stamp expected next.
+fn stamp(pos: u64) -> u64 {
+    ((pos + 1) & 0xffff_ffff) << 32
 }
 
 impl Drop for Board {
@@ -567,6 +583,45 @@ pub(crate) fn pid_dead(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_hands_over_every_entry_between_threads_in_order() {
+        use std::sync::Arc;
+        let p = std::env::temp_dir().join(format!("hpc-board-spsc-{}", std::process::id()));
+        let b = Arc::new(Board::create(&p, 2).unwrap());
+        std::fs::remove_file(&p).unwrap();
+        const N: u64 = 200_000;
+        let producer = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let d = Desc {
+                        kind: DATA,
+                        tag: i,
+                        addr: !i,
+                        len: i.wrapping_mul(0x9e37_79b9),
+                    };
+                    while !b.push(0, 1, d) {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        };
+        let mut next = 0;
+        while next < N {
+            match b.pop(0, 1) {
+                Some(d) => {
+                    // Every field of every entry, in order: no torn or stale entry.
+                    assert_eq!((d.kind, d.tag, d.addr), (DATA, next, !next));
+                    assert_eq!(d.len, next.wrapping_mul(0x9e37_79b9));
+                    next += 1;
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        producer.join().unwrap();
+        assert!(b.pop(0, 1).is_none());
+    }
 
     #[test]
     fn ring_push_pop_wraps_and_fills() {
