@@ -993,11 +993,11 @@ impl Comm {
     }
 
     fn wait_local(&self, op: &Arc<Op>, shared: &Shared, board: &Board) {
-        let t0 = Instant::now();
-        let mut last_check = Instant::now();
         if op.done.load(Ordering::Acquire) {
             return;
         }
+        let t0 = Instant::now();
+        let mut last_check = t0;
         // The waiting thread has nothing else to do: it advances the collectives
         // itself (the Thread engine's agent stands aside meanwhile), which saves the
         // hand-offs to the agent once the application waits.

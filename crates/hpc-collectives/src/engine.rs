@@ -846,8 +846,9 @@ impl Core {
             of = d.sched.rounds.len()
         )
         .entered();
-        let steps = d.sched.rounds[round].steps.clone();
-        for step in steps {
+        // By index, each step copied out: no allocation per round.
+        for k in 0..d.sched.rounds[round].steps.len() {
+            let step = d.sched.rounds[round].steps[k];
             match step {
                 Step::Send { peer, region, tag } if self.is_remote(peer) => {
                     let p = d.bufs.ptr(&region);
