@@ -23,8 +23,10 @@
 //!   staging area cannot add a dependency between ranks that the single-copy
 //!   path does not have.
 //!
-//! Either way the sender's step completes on the receiver's `FIN`, after the
-//! whole message landed (or on a `FIN` that rejects it: a size mismatch).
+//! A send that went whole into the slots completes at once (its buffer is no
+//! longer needed); one read by cross-memory attach completes on the
+//! receiver's `FIN`, after the whole message landed. A size mismatch is
+//! answered with a `FIN` that rejects the message either way.
 //!
 //! Whoever pushes a descriptor other than `FREE` rings the receiver's doorbell
 //! (a futex in shared memory), so a waiting thread or progress agent sleeps in
@@ -220,9 +222,9 @@ impl Board {
         self.u32_at(self.slot(rank) + 20)
     }
 
-    /// Non-zero while `rank` has a collective with a large message in a round
-    /// still to post: then every ring wakes its agent (an arrival may let it
-    /// post that round).
+    /// Non-zero while `rank` has a collective with a round still to post that
+    /// its agent would send (see `OpData::wake_until`): then every ring wakes
+    /// an eager agent (an arrival may let it post that round).
     fn agent_wanted(&self, rank: usize) -> &AtomicU32 {
         self.u32_at(self.slot(rank) + 24)
     }
@@ -265,8 +267,8 @@ impl Board {
         }
     }
 
-    /// Rings `rank`'s doorbell, waking its sleeping waiters, and its agent
-    /// unless an application thread of `rank` is in `wait`.
+    /// Rings `rank`'s doorbell, waking its sleeping waiters, and its agent if
+    /// the agent is eager and no application thread of `rank` is in `wait`.
     pub(crate) fn ring(&self, rank: usize) {
         self.doorbell(rank).fetch_add(1, Ordering::SeqCst);
         if self.waiters(rank).load(Ordering::SeqCst) > 0 {

@@ -301,8 +301,8 @@ impl CommOptions {
 /// while the rank computes delays the computation by as long as the copy
 /// would have taken in `wait`, and every wake-up adds two context switches
 /// (several microseconds on a virtual machine). On the 2-core development VM
-/// with 2 ranks, an eager agent made a 64 KiB allreduce 1.5-2x slower than
-/// progress in `wait` and left the computation 0.6-0.7 of its speed, with no
+/// with 2 ranks, an eager agent made a 64 KiB allreduce 1.6x slower than
+/// progress in `wait` and left the computation 0.5-0.7 of its speed, with no
 /// overlap gained; see the book's chapter on overlapping communication.
 ///
 /// The default is [`AgentWake::Eager`] when a progress core is reserved
@@ -345,9 +345,7 @@ impl AgentWake {
             }
             Err(_) => {}
         }
-        // SAFETY: sysconf has no preconditions.
-        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        if pinned || cores >= 2 * local {
+        if pinned || online_cores() >= 2 * local {
             AgentWake::Eager
         } else {
             AgentWake::Lazy
@@ -376,6 +374,12 @@ fn stage_max(opts: &CommOptions) -> usize {
     })
 }
 
+/// The CPUs online on this node.
+fn online_cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
+}
+
 /// The default of [`CommOptions::spin`] for a node running `local` busy
 /// processes.
 fn default_spin(local: usize) -> Duration {
@@ -385,9 +389,7 @@ fn default_spin(local: usize) -> Duration {
     {
         return Duration::from_micros(us);
     }
-    // SAFETY: sysconf has no preconditions.
-    let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    if local <= cores {
+    if local <= online_cores() {
         Duration::from_micros(50)
     } else {
         Duration::ZERO
@@ -690,10 +692,11 @@ impl Comm {
             _ => {
                 let mut core = Core::new(board.clone(), me, size, pids, net);
                 core.stage_max = stage_max(&opts);
+                let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
+                core.agent_core = opts.engine == Engine::Thread && wake == AgentWake::Eager;
                 let shared = Arc::new(Shared::new(core));
                 let (agent, note) = if opts.engine == Engine::Thread {
                     let cpus = progress_cpus(&opts);
-                    let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
                     let note = match &cpus {
                         Some(c) => format!("progress thread pinned to CPUs {c}"),
                         None => "progress thread unpinned: no progress core reserved \
@@ -702,7 +705,6 @@ impl Comm {
                     };
                     let note = format!("{note}; woken {}", wake.name());
                     board.set_agent_eager(me, wake == AgentWake::Eager);
-                    lock(&shared.core).agent_core = wake == AgentWake::Eager;
                     let (s, b) = (shared.clone(), board.clone());
                     let h = std::thread::Builder::new()
                         .name(format!("hpc-progress-{me}"))
@@ -908,9 +910,9 @@ impl Comm {
                         return Err(Error::Stopped(self.engine.name()));
                     }
                     core.submit(op.clone());
-                    // Post the first round now, from the caller's thread: the peers'
-                    // rings wake the agent for the rest, and the hand-off to the
-                    // agent that this saves is the largest cost of a small collective.
+                    // Post the first round now, from the caller's thread: a hand-off
+                    // to the agent would be the largest cost of a small collective
+                    // (and a staged send completes right here).
                     core.progress();
                     if self.engine == Engine::Thread
                         && (core.has_output()

@@ -335,7 +335,7 @@ impl Core {
                             if region.len > max)
                     })
                 })
-                .map_or(0, |r| r);
+                .unwrap_or(0);
             if d.wake_until > 0 {
                 self.board.want_agent(self.me, true);
             }
@@ -356,12 +356,11 @@ impl Core {
         self.ops.len()
     }
 
-    /// Queues `d` for `peer`; `wake` says whether it hands the peer's agent a
-    /// copy to make or a round to post (the `RTS` or `TAIL` of a non-empty
-    /// message, the `FIN` of one read by cross-memory attach), and a refusal
-    /// always does. See [`Core::flush_peer`].
+    /// Queues `d` for `peer`; `wake` says whether it hands the peer's agent
+    /// work (the `RTS` or `TAIL` of a non-empty message, the `FIN` of one read
+    /// by cross-memory attach, a refusal). See [`Core::flush_peer`].
     fn send_desc(&mut self, peer: usize, d: Desc, wake: bool) {
-        self.wake[peer] |= wake || (d.kind == FIN && d.addr == REJECTED);
+        self.wake[peer] |= wake;
         self.outq[peer].push_back(d);
     }
 
@@ -379,11 +378,10 @@ impl Core {
     ///
     /// The ring wakes the peer's progress agent only for work that outweighs
     /// a wake-up: a copy by cross-memory attach, the completion of one (its
-    /// sender may have a next round to post), or anything while the peer has
-    /// a collective with a round still to post (see `OpData::wake_until`). Otherwise staged chunks, slots
-    /// handed back and the `FIN`s of staged messages ring quietly: a thread
-    /// of the peer in `wait` or `test` sees them at once, and an agent on its
-    /// next pass. Waking an agent costs two context switches, several
+    /// sender may have a next round to post), a refusal, or anything while the
+    /// peer has a collective with a round still to post (`OpData::wake_until`).
+    /// Staged chunks ring quietly: a thread of the peer in `wait` or `test`
+    /// sees them at once, and an agent on its next pass. Waking an agent costs two context switches, several
     /// microseconds on a virtual machine, far more than copying a staged
     /// chunk; doing it for every small message made the `Thread` engine 5-7x
     /// slower than `Inline` at 1 KiB.
@@ -767,7 +765,7 @@ impl Core {
                     addr: 0,
                     len: 0,
                 },
-                by_cma,
+                true,
             );
         }
         Ok((landed, done))
