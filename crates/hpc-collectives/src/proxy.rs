@@ -8,12 +8,18 @@
 //! by pushing a `SUBMIT` descriptor on its ring to the proxy; the descriptor
 //! points at a small JSON blob in the rank's memory (the [`Collective`], the
 //! addresses and lengths of its send and receive buffers). The proxy reads
-//! the blob and the buffers with cross-memory attach (`process_vm_readv`),
-//! builds the rank's schedule, runs it together with the other ranks'
-//! schedules (matching messages in its own memory, keeping every scratch
-//! buffer in its own memory), writes results back with `process_vm_writev`,
-//! and answers `DONE` (with an error code) on the ring to the rank, ringing
-//! the rank's doorbell. The ranks' CPUs do nothing between post and wait.
+//! the blob with cross-memory attach (`process_vm_readv`), builds the rank's
+//! schedule and runs it together with the other ranks' schedules, keeping
+//! every scratch buffer in its own memory. A send from a rank's buffer is not
+//! read when it is posted: the matching receive copies it straight to its
+//! destination (`process_vm_readv` into scratch, or through a 128 KiB piece
+//! of the proxy's cache and `process_vm_writev` into the receiver), and the
+//! sender's round stays open until then, as a rendezvous send would. The
+//! proxy then answers `DONE` (with an error code) on the ring to the rank,
+//! ringing the rank's doorbell. The ranks' CPUs do nothing between post and
+//! wait. After its last work the proxy polls its doorbell for the ranks'
+//! spin time (nonzero only where the node has a core for it) before it
+//! sleeps, so a busy loop of collectives pays no wake-up.
 //!
 //! # Starting it
 //!
@@ -53,10 +59,11 @@
 //! through `hpc-rdma`'s verbs transport from the DPU. None of that is done
 //! here: this proxy serves one node, over cross-memory attach.
 //!
-//! What it lacks today: more than one node, pipelining of large messages
-//! (each is copied whole through the proxy's memory: two copies per
-//! message, where a DPU does the same through its own DRAM), and a
-//! registration cache.
+//! What it lacks today: more than one node, a registration cache, and more
+//! than one copying thread. Rank-to-rank bytes cross the proxy twice (read,
+//! then write; a DPU does the same through its own DRAM), all on the proxy's
+//! one core, so for large messages the proxy is bound by its copy rate where
+//! the ranks of an MPI library copy in parallel, each once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Command;
@@ -183,7 +190,8 @@ impl Client {
                 }
             }
             cmd.env("HPC_COLL_PROXY_BOARD", board.path())
-                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string());
+                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string())
+                .env("HPC_COLL_PROXY_SPIN_US", spin.as_micros().to_string());
             let mut child = cmd
                 .spawn()
                 .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
@@ -425,7 +433,11 @@ pub fn serve_env() -> Result<bool> {
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
-    serve(std::path::Path::new(&path), slots)?;
+    let spin = std::env::var("HPC_COLL_PROXY_SPIN_US")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_micros);
+    serve(std::path::Path::new(&path), slots, spin)?;
     std::process::exit(0);
 }
 
@@ -434,22 +446,52 @@ struct VOp {
     seq: u64,
     sched: Schedule,
     blob: Blob,
+    /// The schedule's scratch (at least `sched.scratch_bytes` long), from the pool.
     scratch: Vec<u8>,
     round: usize,
     posted: bool,
     recvs: Vec<(usize, u32, Region)>,
 }
 
+/// A message waiting for its receive.
+enum Payload {
+    /// Bytes copied into the proxy's memory (a send from scratch).
+    Owned(Buf),
+    /// A region of the sending rank's buffer, not read yet: the receive copies
+    /// it straight to its destination. Until then the sender's round stays open
+    /// (see [`Proxy::inflight`]), so the region cannot change under it.
+    Remote { pid: u32, addr: u64, len: usize },
+}
+
+impl Payload {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Owned(b) => b.len,
+            Payload::Remote { len, .. } => *len,
+        }
+    }
+}
+
+/// Bytes moved per cross-memory call when both ends lie in ranks' memory:
+/// each piece goes through the proxy's cache instead of its DRAM.
+const CHUNK: usize = 128 << 10;
+
 struct Proxy {
     board: Board,
     size: usize,
     pids: Vec<u32>,
     ops: Vec<VOp>,
-    msgs: HashMap<(usize, usize, u64), VecDeque<Buf>>,
+    msgs: HashMap<(usize, usize, u64), VecDeque<Payload>>,
+    /// Unreceived `Remote` messages per sending `(rank, seq)`.
+    inflight: HashMap<(usize, u64), usize>,
+    /// A `Remote` message was received in this pass (its sender may go on).
+    consumed: bool,
     out: Vec<VecDeque<Desc>>,
-    /// Message buffers for reuse: a fresh megabyte-sized allocation costs a
-    /// page fault per page on every message, more than copying it.
+    /// Message and scratch buffers for reuse: a fresh megabyte-sized allocation
+    /// costs a page fault per page on every collective, more than copying it.
     pool: Vec<Vec<u8>>,
+    /// Two `CHUNK`s for copies and reductions between ranks.
+    bounce: Vec<u8>,
 }
 
 /// Bytes in the proxy's memory: the first `len` of `v` (`v` is initialised
@@ -463,13 +505,151 @@ impl Buf {
     fn bytes(&self) -> &[u8] {
         &self.v[..self.len]
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.v[..self.len]
-    }
 }
 
 fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
+}
+
+/// Where a region's bytes are.
+#[derive(Clone, Copy)]
+enum Loc {
+    /// In a rank's memory, at `addr` of process `pid`.
+    Rank { pid: u32, addr: u64 },
+    /// In the op's scratch, at this offset.
+    Scratch(usize),
+}
+
+/// Where the bytes to move come from.
+#[derive(Clone, Copy)]
+enum From<'a> {
+    /// The proxy's own memory.
+    Bytes(&'a [u8]),
+    /// A rank's or the op's scratch.
+    Loc(Loc),
+}
+
+/// Resolves `r` of `op`, checking it against the buffer's length.
+fn locate(op: &VOp, pids: &[u32], r: &Region) -> Result<Loc, u64> {
+    let (base, len) = match r.buf {
+        BufferId::Scratch => {
+            return if r.end() <= op.scratch.len() {
+                Ok(Loc::Scratch(r.offset))
+            } else {
+                Err(FAILED)
+            };
+        }
+        BufferId::Send => (op.blob.send, op.blob.send_len),
+        BufferId::Recv => (op.blob.recv, op.blob.recv_len),
+    };
+    if r.end() > len {
+        return Err(FAILED);
+    }
+    Ok(Loc::Rank {
+        pid: pids[op.rank],
+        addr: base + r.offset as u64,
+    })
+}
+
+fn rd(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), u64> {
+    // SAFETY: `dst` is a live, initialised buffer of the proxy for the call.
+    unsafe { board::cma_read(pid, addr, dst.as_mut_ptr(), dst.len()) }.map_err(|_| FAILED)
+}
+
+fn wr(pid: u32, src: &[u8], addr: u64) -> Result<(), u64> {
+    // SAFETY: `src` is valid for its length; the rank lent its receive buffer for
+    // this collective (it waits for DONE or CANCELLED before reusing it).
+    unsafe { board::cma_write(pid, src.as_ptr(), addr, src.len()) }.map_err(|_| FAILED)
+}
+
+/// Copies `len` bytes from `from` to `to` (the op's receive buffer or scratch):
+/// one copy, or two through `bounce` (piece by piece) from rank to rank.
+fn copy(bounce: &mut [u8], op: &mut VOp, from: From, to: Loc, len: usize) -> Result<(), u64> {
+    match (from, to) {
+        (From::Bytes(b), Loc::Scratch(o)) => op.scratch[o..o + len].copy_from_slice(&b[..len]),
+        (From::Bytes(b), Loc::Rank { pid, addr }) => wr(pid, &b[..len], addr)?,
+        (From::Loc(Loc::Scratch(s)), Loc::Scratch(o)) => op.scratch.copy_within(s..s + len, o),
+        (From::Loc(Loc::Scratch(s)), Loc::Rank { pid, addr }) => {
+            wr(pid, &op.scratch[s..s + len], addr)?
+        }
+        (From::Loc(Loc::Rank { pid, addr }), Loc::Scratch(o)) => {
+            rd(pid, addr, &mut op.scratch[o..o + len])?
+        }
+        (From::Loc(Loc::Rank { pid: sp, addr: sa }), Loc::Rank { pid: dp, addr: da }) => {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(CHUNK);
+                let piece = &mut bounce[..n];
+                rd(sp, sa + done as u64, piece)?;
+                wr(dp, piece, da + done as u64)?;
+                done += n;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn apply(
+    rop: crate::op::ReduceOp,
+    dtype: crate::op::DataType,
+    a: &[u8],
+    b: &mut [u8],
+) -> Result<(), u64> {
+    crate::op::apply_reduce(rop, dtype, a, b).map_err(|_| FAILED)
+}
+
+/// `dst = src ⊕ dst` over `len` bytes, where either may lie in a rank's memory
+/// (read and written back piece by piece through `bounce`) or in the op's scratch.
+fn reduce(
+    bounce: &mut [u8],
+    op: &mut VOp,
+    rop: crate::op::ReduceOp,
+    dtype: crate::op::DataType,
+    src: Loc,
+    dst: Loc,
+    len: usize,
+) -> Result<(), u64> {
+    let (ba, bb) = bounce.split_at_mut(CHUNK);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        let a: &[u8] = match src {
+            Loc::Rank { pid, addr } => {
+                rd(pid, addr + done as u64, &mut ba[..n])?;
+                &ba[..n]
+            }
+            Loc::Scratch(_) => &[],
+        };
+        match (src, dst) {
+            (Loc::Scratch(s), Loc::Scratch(d)) => {
+                let (s, d) = (s + done, d + done);
+                // Regions of one step never overlap: split the scratch between them.
+                let (a, b) = if s < d {
+                    let (lo, hi) = op.scratch.split_at_mut(d);
+                    (&lo[s..s + n], &mut hi[..n])
+                } else {
+                    let (lo, hi) = op.scratch.split_at_mut(s);
+                    (&hi[..n], &mut lo[d..d + n])
+                };
+                apply(rop, dtype, a, b)?;
+            }
+            (Loc::Rank { .. }, Loc::Scratch(d)) => {
+                apply(rop, dtype, a, &mut op.scratch[d + done..d + done + n])?;
+            }
+            (_, Loc::Rank { pid, addr }) => {
+                let b = &mut bb[..n];
+                rd(pid, addr + done as u64, b)?;
+                let a = match src {
+                    Loc::Scratch(s) => &op.scratch[s + done..s + done + n],
+                    Loc::Rank { .. } => a,
+                };
+                apply(rop, dtype, a, b)?;
+                wr(pid, b, addr + done as u64)?;
+            }
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 impl Proxy {
@@ -487,140 +667,193 @@ impl Proxy {
 
     /// Returns a buffer to the pool (at most 16 buffers and 256 MiB are kept, so a
     /// run of huge collectives does not pin their memory in the proxy for good).
-    fn give(&mut self, b: Buf) {
+    fn give(&mut self, v: Vec<u8>) {
         const MAX_BYTES: usize = 256 << 20;
         let kept: usize = self.pool.iter().map(Vec::len).sum();
-        if self.pool.len() < 16 && kept + b.v.len() <= MAX_BYTES {
-            self.pool.push(b.v);
+        if self.pool.len() < 16 && kept + v.len() <= MAX_BYTES {
+            self.pool.push(v);
         }
     }
 
-    fn read(&mut self, op: &VOp, r: &Region) -> Result<Buf, u64> {
-        let mut b = self.take(r.len);
-        let (base, len) = match r.buf {
-            BufferId::Scratch => {
-                b.bytes_mut()
-                    .copy_from_slice(&op.scratch[r.offset..r.end()]);
-                return Ok(b);
-            }
-            BufferId::Send => (op.blob.send, op.blob.send_len),
-            BufferId::Recv => (op.blob.recv, op.blob.recv_len),
-        };
-        if r.end() > len {
-            self.give(b);
-            return Err(FAILED);
-        }
-        let dst = b.bytes_mut();
-        // SAFETY: `dst` is an initialised buffer of `r.len` bytes owned here.
-        let res = unsafe {
-            board::cma_read(
-                self.pids[op.rank],
-                base + r.offset as u64,
-                dst.as_mut_ptr(),
-                r.len,
-            )
-        };
-        match res {
-            Ok(()) => Ok(b),
-            Err(_) => {
-                self.give(b);
-                Err(FAILED)
-            }
+    /// A new op for rank `rank`'s collective `seq`.
+    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> VOp {
+        // Scratch from the pool is not zeroed: schedules write scratch before they
+        // read it (the simulator checks this by filling scratch with a pattern).
+        let scratch = self.take(sched.scratch_bytes).v;
+        VOp {
+            rank,
+            seq,
+            scratch,
+            sched,
+            blob,
+            round: 0,
+            posted: false,
+            recvs: Vec::new(),
         }
     }
 
-    fn write(&self, op: &mut VOp, r: &Region, data: &[u8]) -> Result<(), u64> {
-        let (base, len) = match r.buf {
-            BufferId::Scratch => {
-                op.scratch[r.offset..r.end()].copy_from_slice(data);
-                return Ok(());
+    /// Ends `op` and returns its scratch to the pool. Its messages that no
+    /// receive took yet are copied into the proxy's memory first: the rank may
+    /// reuse its buffers once it has the answer (an error, a cancellation), and
+    /// its peers still match them as if they had been sent eagerly. Those of a
+    /// rank that died are dropped (its peers learn of it from the liveness check).
+    fn retire(&mut self, op: VOp) {
+        if self.inflight.remove(&(op.rank, op.seq)).is_some() {
+            let keys: Vec<_> = self
+                .msgs
+                .keys()
+                .filter(|k| k.0 == op.rank && k.2 >> 32 == tag64(op.seq, 0) >> 32)
+                .copied()
+                .collect();
+            for k in keys {
+                let q = self.msgs.remove(&k).unwrap_or_default();
+                let mut kept = VecDeque::with_capacity(q.len());
+                for m in q {
+                    match m {
+                        Payload::Remote { pid, addr, len } => {
+                            let mut b = self.take(len);
+                            if rd(pid, addr, &mut b.v[..len]).is_ok() {
+                                kept.push_back(Payload::Owned(b));
+                            } else {
+                                self.give(b.v);
+                            }
+                        }
+                        owned => kept.push_back(owned),
+                    }
+                }
+                if !kept.is_empty() {
+                    self.msgs.insert(k, kept);
+                }
             }
-            BufferId::Send => return Err(FAILED),
-            BufferId::Recv => (op.blob.recv, op.blob.recv_len),
-        };
-        if r.end() > len {
-            return Err(FAILED);
         }
-        // SAFETY: `data` is valid for its length; the rank lent its receive buffer for
-        // this collective (it waits for DONE or CANCELLED before reusing it).
-        unsafe {
-            board::cma_write(
-                self.pids[op.rank],
-                data.as_ptr(),
-                base + r.offset as u64,
-                data.len(),
-            )
+        self.give(op.scratch);
+    }
+
+    /// Retires the ops for which `which` holds (cancelled, or their rank died).
+    fn drop_ops(&mut self, which: impl Fn(&VOp) -> bool) {
+        let (gone, keep) = std::mem::take(&mut self.ops).into_iter().partition(which);
+        self.ops = keep;
+        for o in gone {
+            self.retire(o);
         }
-        .map_err(|_| FAILED)
+    }
+
+    /// Posts the steps of `op`'s current round.
+    fn post(&mut self, op: &mut VOp) -> Result<(), u64> {
+        let _span = tracing::debug_span!(
+            "proxy-round",
+            rank = op.rank,
+            seq = op.seq,
+            round = op.round
+        )
+        .entered();
+        let steps = std::mem::take(&mut op.sched.rounds[op.round].steps);
+        let res = self.post_steps(op, &steps);
+        op.sched.rounds[op.round].steps = steps;
+        res
+    }
+
+    fn post_steps(&mut self, op: &mut VOp, steps: &[Step]) -> Result<(), u64> {
+        for step in steps {
+            match *step {
+                Step::Send { peer, region, tag } => {
+                    let payload = match locate(op, &self.pids, &region)? {
+                        Loc::Rank { pid, addr } => {
+                            *self.inflight.entry((op.rank, op.seq)).or_default() += 1;
+                            Payload::Remote {
+                                pid,
+                                addr,
+                                len: region.len,
+                            }
+                        }
+                        Loc::Scratch(o) => {
+                            let mut b = self.take(region.len);
+                            b.v[..region.len].copy_from_slice(&op.scratch[o..o + region.len]);
+                            Payload::Owned(b)
+                        }
+                    };
+                    self.msgs
+                        .entry((op.rank, peer, tag64(op.seq, tag)))
+                        .or_default()
+                        .push_back(payload);
+                }
+                Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
+                Step::Copy { src, dst } => {
+                    let from = locate(op, &self.pids, &src)?;
+                    let to = locate(op, &self.pids, &dst)?;
+                    copy(&mut self.bounce, op, From::Loc(from), to, src.len)?;
+                }
+                Step::Reduce {
+                    src,
+                    dst,
+                    op: rop,
+                    dtype,
+                } => {
+                    let from = locate(op, &self.pids, &src)?;
+                    let to = locate(op, &self.pids, &dst)?;
+                    reduce(&mut self.bounce, op, rop, dtype, from, to, src.len)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Advances one op; `Ok(true)` when finished.
     fn advance(&mut self, op: &mut VOp) -> Result<bool, (u64, u64)> {
         loop {
             if !op.posted {
-                let _span = tracing::debug_span!(
-                    "proxy-round",
-                    rank = op.rank,
-                    seq = op.seq,
-                    round = op.round
-                )
-                .entered();
-                for step in op.sched.rounds[op.round].steps.clone() {
-                    match step {
-                        Step::Send { peer, region, tag } => {
-                            let data = self.read(op, &region).map_err(|c| (c, 0))?;
-                            self.msgs
-                                .entry((op.rank, peer, tag64(op.seq, tag)))
-                                .or_default()
-                                .push_back(data);
-                        }
-                        Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
-                        Step::Copy { src, dst } => {
-                            let data = self.read(op, &src).map_err(|c| (c, 0))?;
-                            let res = self.write(op, &dst, data.bytes());
-                            self.give(data);
-                            res.map_err(|c| (c, 0))?;
-                        }
-                        Step::Reduce {
-                            src,
-                            dst,
-                            op: rop,
-                            dtype,
-                        } => {
-                            let a = self.read(op, &src).map_err(|c| (c, 0))?;
-                            let mut b = self.read(op, &dst).map_err(|c| (c, 0))?;
-                            let res = crate::op::apply_reduce(rop, dtype, a.bytes(), b.bytes_mut())
-                                .map_err(|_| FAILED)
-                                .and_then(|()| self.write(op, &dst, b.bytes()));
-                            self.give(a);
-                            self.give(b);
-                            res.map_err(|c| (c, 0))?;
-                        }
-                    }
-                }
+                self.post(op).map_err(|c| (c, 0))?;
                 op.posted = true;
             }
             let mut i = 0;
             while i < op.recvs.len() {
                 let (peer, tag, region) = op.recvs[i];
                 let key = (peer, op.rank, tag64(op.seq, tag));
-                if let Some(data) = self.msgs.get_mut(&key).and_then(|q| q.pop_front()) {
-                    if self.msgs.get(&key).is_some_and(|q| q.is_empty()) {
-                        self.msgs.remove(&key);
-                    }
-                    if data.len != region.len {
-                        self.give(data);
-                        return Err((MISMATCH, peer as u64));
-                    }
-                    let res = self.write(op, &region, data.bytes());
-                    self.give(data);
-                    res.map_err(|c| (c, 0))?;
-                    op.recvs.swap_remove(i);
-                } else {
+                let Some(q) = self.msgs.get_mut(&key) else {
                     i += 1;
+                    continue;
+                };
+                let data = q.pop_front().expect("queues in the map are not empty");
+                if q.is_empty() {
+                    self.msgs.remove(&key);
                 }
+                if let Payload::Remote { .. } = data {
+                    let k = (peer, op.seq);
+                    if let Some(n) = self.inflight.get_mut(&k) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.inflight.remove(&k);
+                        }
+                    }
+                    self.consumed = true;
+                }
+                if data.len() != region.len {
+                    if let Payload::Owned(b) = data {
+                        self.give(b.v);
+                    }
+                    return Err((MISMATCH, peer as u64));
+                }
+                let to = locate(op, &self.pids, &region).map_err(|c| (c, 0))?;
+                let res = match &data {
+                    Payload::Owned(b) => {
+                        copy(&mut self.bounce, op, From::Bytes(b.bytes()), to, b.len)
+                    }
+                    &Payload::Remote { pid, addr, len } => copy(
+                        &mut self.bounce,
+                        op,
+                        From::Loc(Loc::Rank { pid, addr }),
+                        to,
+                        len,
+                    ),
+                };
+                if let Payload::Owned(b) = data {
+                    self.give(b.v);
+                }
+                res.map_err(|c| (c, 0))?;
+                op.recvs.swap_remove(i);
             }
-            if !op.recvs.is_empty() {
+            // A round ends when its receives arrived and its peers took its sends.
+            if !op.recvs.is_empty() || self.inflight.contains_key(&(op.rank, op.seq)) {
                 return Ok(false);
             }
             op.round += 1;
@@ -653,9 +886,13 @@ impl Proxy {
 }
 
 /// Runs the proxy on the board at `path` with `slots` slots (ranks + 1)
-/// until every rank detached or died.
+/// until every rank detached or died. After the last work it polls its
+/// doorbell for `spin` before it sleeps on it (the ranks' own
+/// [`CommOptions::spin`](crate::CommOptions::spin): nonzero where the node
+/// has a core for the proxy), so that the next collective of a busy loop
+/// costs no wake-up.
 #[allow(clippy::needless_range_loop)]
-pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
+pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()> {
     let board = Board::open(path, slots).map_err(|e| Error::Transport(format!("proxy: {e}")))?;
     let size = slots - 1;
     board.set_pid(size, std::process::id());
@@ -665,11 +902,15 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
         pids: vec![0; size],
         ops: Vec::new(),
         msgs: HashMap::new(),
+        inflight: HashMap::new(),
+        consumed: false,
         out: vec![VecDeque::new(); size],
         pool: Vec::new(),
+        bounce: vec![0; 2 * CHUNK],
     };
     let mut gone = vec![false; size];
     let mut last_check = Instant::now();
+    let mut last_work = Instant::now();
     loop {
         let seen = p.board.doorbell(size).load(Ordering::SeqCst);
         let mut moved = false;
@@ -693,16 +934,10 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
                             .as_ref()
                             .and_then(|b| b.coll.schedule(r, size, &b.opts).ok());
                         match (parsed, sched) {
-                            (Some(blob), Some(sched)) => p.ops.push(VOp {
-                                rank: r,
-                                seq: d.tag,
-                                scratch: vec![0; sched.scratch_bytes],
-                                sched,
-                                blob,
-                                round: 0,
-                                posted: false,
-                                recvs: Vec::new(),
-                            }),
+                            (Some(blob), Some(sched)) => {
+                                let op = p.op(r, d.tag, sched, blob);
+                                p.ops.push(op);
+                            }
                             _ => p.reply(
                                 r,
                                 Desc {
@@ -715,7 +950,7 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
                         }
                     }
                     CANCEL => {
-                        p.ops.retain(|o| !(o.rank == r && o.seq == d.tag));
+                        p.drop_ops(|o| o.rank == r && o.seq == d.tag);
                         p.reply(
                             r,
                             Desc {
@@ -732,6 +967,7 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
             }
         }
         let mut ops = std::mem::take(&mut p.ops);
+        p.consumed = false;
         let mut i = 0;
         while i < ops.len() {
             let res = if ops[i].sched.rounds.is_empty() {
@@ -743,11 +979,13 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
                 Ok(false) => i += 1,
                 Ok(true) => {
                     let o = ops.swap_remove(i);
+                    let (rank, seq) = (o.rank, o.seq);
+                    p.retire(o);
                     p.reply(
-                        o.rank,
+                        rank,
                         Desc {
                             kind: DONE,
-                            tag: o.seq,
+                            tag: seq,
                             addr: OK,
                             len: 0,
                         },
@@ -756,11 +994,13 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
                 }
                 Err((code, aux)) => {
                     let o = ops.swap_remove(i);
+                    let (rank, seq) = (o.rank, o.seq);
+                    p.retire(o);
                     p.reply(
-                        o.rank,
+                        rank,
                         Desc {
                             kind: DONE,
-                            tag: o.seq,
+                            tag: seq,
                             addr: code,
                             len: aux,
                         },
@@ -771,6 +1011,8 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
         }
         ops.sort_by_key(|o| (o.seq, o.rank));
         p.ops = ops;
+        // A receive let its sender's round end: go round again before sleeping.
+        moved |= p.consumed;
         p.flush();
         if last_check.elapsed() > Duration::from_millis(20) {
             last_check = Instant::now();
@@ -778,7 +1020,7 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
                 if !gone[r] && p.pids[r] != 0 && board::pid_dead(p.pids[r]) {
                     gone[r] = true;
                     tracing::warn!(rank = r, "proxy: rank lost");
-                    p.ops.retain(|o| o.rank != r);
+                    p.drop_ops(|o| o.rank == r);
                 }
             }
             // Fail collectives that wait for a lost rank.
@@ -788,16 +1030,32 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
             if !lost.is_empty() {
                 let mut keep = Vec::new();
                 for o in std::mem::take(&mut p.ops) {
-                    match o.recvs.iter().find(|r| lost.contains(&r.0)) {
-                        Some(&(peer, ..)) => p.reply(
-                            o.rank,
-                            Desc {
-                                kind: DONE,
-                                tag: o.seq,
-                                addr: LOST,
-                                len: peer as u64,
-                            },
-                        ),
+                    // Waiting for a message from a lost rank, or for one to take ours.
+                    let from = o.recvs.iter().map(|r| r.0).find(|r| lost.contains(r));
+                    let to = || {
+                        p.msgs
+                            .keys()
+                            .find(|k| {
+                                k.0 == o.rank
+                                    && k.2 >> 32 == tag64(o.seq, 0) >> 32
+                                    && lost.contains(&k.1)
+                            })
+                            .map(|k| k.1)
+                    };
+                    match from.or_else(to) {
+                        Some(peer) => {
+                            let (rank, seq) = (o.rank, o.seq);
+                            p.retire(o);
+                            p.reply(
+                                rank,
+                                Desc {
+                                    kind: DONE,
+                                    tag: seq,
+                                    addr: LOST,
+                                    len: peer as u64,
+                                },
+                            );
+                        }
                         None => keep.push(o),
                     }
                 }
@@ -808,9 +1066,136 @@ pub fn serve(path: &std::path::Path, slots: usize) -> Result<()> {
         if gone.iter().all(|&g| g) {
             break;
         }
-        if !moved {
-            p.board.sleep(size, seen, Duration::from_millis(20));
+        if moved {
+            last_work = Instant::now();
+        } else {
+            let poll = spin.saturating_sub(last_work.elapsed());
+            p.board
+                .wait_ring(size, seen, poll, Duration::from_millis(20));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{DataType, ReduceOp};
+
+    /// An op of this process (cross-memory calls to one's own pid work) over
+    /// `send` and `recv`, with `scratch` bytes of scratch.
+    fn op(send: &[u8], recv: &mut [u8], scratch: usize) -> VOp {
+        let coll = Collective::Barrier;
+        VOp {
+            rank: 0,
+            seq: 1,
+            sched: coll.schedule(0, 1, &Options::default()).unwrap(),
+            blob: Blob {
+                coll,
+                opts: Options::default(),
+                send: send.as_ptr() as u64,
+                send_len: send.len(),
+                recv: recv.as_mut_ptr() as u64,
+                recv_len: recv.len(),
+            },
+            scratch: vec![0xA5; scratch],
+            round: 0,
+            posted: false,
+            recvs: Vec::new(),
+        }
+    }
+
+    fn pattern(len: usize, salt: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn copies_between_ranks_and_scratch_piece_by_piece() {
+        // Longer than two pieces and not a multiple of one.
+        let len = 2 * CHUNK + 4 * 1000 + 4;
+        let send = pattern(len, 7);
+        let mut recv = vec![0u8; 2 * len];
+        let mut o = op(&send, &mut recv, 2 * len);
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let r = |buf, offset| Region::new(buf, offset, len);
+        let at = |o: &VOp, reg| locate(o, &pids, &reg).unwrap();
+        // rank -> rank (through the bounce buffer), rank -> scratch,
+        // scratch -> scratch, scratch -> rank, bytes -> scratch.
+        let s0 = at(&o, r(BufferId::Send, 0));
+        let r0 = at(&o, r(BufferId::Recv, 0));
+        copy(&mut bounce, &mut o, From::Loc(s0), r0, len).unwrap();
+        let x0 = at(&o, r(BufferId::Scratch, 0));
+        copy(&mut bounce, &mut o, From::Loc(r0), x0, len).unwrap();
+        let x1 = at(&o, r(BufferId::Scratch, len));
+        copy(&mut bounce, &mut o, From::Loc(x0), x1, len).unwrap();
+        let r1 = at(&o, r(BufferId::Recv, len));
+        copy(&mut bounce, &mut o, From::Loc(x1), r1, len).unwrap();
+        let other = pattern(len, 99);
+        copy(&mut bounce, &mut o, From::Bytes(&other), x0, len).unwrap();
+        assert_eq!(&o.scratch[..len], &other[..]);
+        assert_eq!(&o.scratch[len..], &send[..]);
+        drop(o);
+        assert_eq!(&recv[..len], &send[..]);
+        assert_eq!(&recv[len..], &send[..]);
+    }
+
+    #[test]
+    fn reduces_wherever_the_operands_lie() {
+        let n = (2 * CHUNK + 40) / 4; // i32 elements, over two pieces
+        let len = n * 4;
+        let ints = |f: &dyn Fn(usize) -> i32| -> Vec<u8> {
+            (0..n).flat_map(|i| f(i).to_ne_bytes()).collect()
+        };
+        let send = ints(&|i| i as i32);
+        let mut recv = ints(&|i| 1000 * i as i32);
+        let mut o = op(&send, &mut recv, 2 * len);
+        o.scratch[..len].copy_from_slice(&ints(&|i| -(i as i32)));
+        o.scratch[len..].copy_from_slice(&ints(&|_| 5));
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let at = |o: &VOp, buf, offset| locate(o, &pids, &Region::new(buf, offset, len)).unwrap();
+        let (s, r) = (at(&o, BufferId::Send, 0), at(&o, BufferId::Recv, 0));
+        let (x0, x1) = (at(&o, BufferId::Scratch, 0), at(&o, BufferId::Scratch, len));
+        let sum = |b: &mut [u8], o: &mut VOp, a: Loc, d: Loc| {
+            reduce(b, o, ReduceOp::Sum, DataType::I32, a, d, len)
+        };
+        sum(&mut bounce, &mut o, s, r).unwrap(); // recv = 1001 i
+        sum(&mut bounce, &mut o, s, x0).unwrap(); // x0 = 0
+        sum(&mut bounce, &mut o, x1, x0).unwrap(); // x0 = 5
+        sum(&mut bounce, &mut o, x0, x1).unwrap(); // x1 = 10
+        sum(&mut bounce, &mut o, x1, r).unwrap(); // recv = 1001 i + 10
+        assert_eq!(&o.scratch[..len], &ints(&|_| 5)[..]);
+        assert_eq!(&o.scratch[len..], &ints(&|_| 10)[..]);
+        // Bitwise operations are refused for floats: an error, nothing written.
+        let err = reduce(
+            &mut bounce,
+            &mut o,
+            ReduceOp::Band,
+            DataType::F32,
+            x0,
+            x1,
+            len,
+        );
+        assert_eq!(err, Err(FAILED));
+        assert_eq!(&o.scratch[len..], &ints(&|_| 10)[..]);
+        drop(o);
+        assert_eq!(recv, ints(&|i| 1001 * i as i32 + 10));
+    }
+
+    #[test]
+    fn regions_past_a_buffer_are_refused() {
+        let send = vec![0u8; 64];
+        let mut recv = vec![0u8; 64];
+        let o = op(&send, &mut recv, 16);
+        let pids = [std::process::id()];
+        assert!(locate(&o, &pids, &Region::send(0, 64)).is_ok());
+        assert_eq!(locate(&o, &pids, &Region::recv(1, 64)).err(), Some(FAILED));
+        assert_eq!(
+            locate(&o, &pids, &Region::scratch(8, 9)).err(),
+            Some(FAILED)
+        );
+    }
 }
