@@ -6,8 +6,8 @@
 //! The ranks and the proxy share the communicator's board (see
 //! `board.rs`), with one extra slot for the proxy. A rank posts a collective
 //! by pushing a `SUBMIT` descriptor on its ring to the proxy; the descriptor
-//! points at a small JSON blob in the rank's memory (the [`Collective`], the
-//! addresses and lengths of its send and receive buffers). The proxy reads
+//! points at a small `postcard`-encoded blob in the rank's memory (the
+//! [`Collective`], the addresses and lengths of its send and receive buffers). The proxy reads
 //! the blob with cross-memory attach (`process_vm_readv`), builds the rank's
 //! schedule and runs it together with the other ranks' schedules, keeping
 //! every scratch buffer in its own memory. A send from a rank's buffer is not
@@ -274,7 +274,7 @@ impl Client {
             Some((s, r)) => (s.as_ptr() as u64, r.as_ptr() as u64),
             None => (send.as_ptr() as u64, recv.as_mut_ptr() as u64),
         };
-        let blob = serde_json::to_vec(&Blob {
+        let blob = postcard::to_stdvec(&Blob {
             coll: coll.clone(),
             opts: self.opts,
             send: sp,
@@ -929,7 +929,7 @@ pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()>
                         };
                         let parsed = read
                             .ok()
-                            .and_then(|_| serde_json::from_slice::<Blob>(&blob).ok());
+                            .and_then(|_| postcard::from_bytes::<Blob>(&blob).ok());
                         let sched = parsed
                             .as_ref()
                             .and_then(|b| b.coll.schedule(r, size, &b.opts).ok());
