@@ -511,6 +511,12 @@ fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
 }
 
+/// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
+/// collective `seq`.
+fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
+    k.0 == rank && k.2 >> 32 == tag64(seq, 0) >> 32
+}
+
 /// Where a region's bytes are.
 #[derive(Clone, Copy)]
 enum Loc {
@@ -702,7 +708,7 @@ impl Proxy {
             let keys: Vec<_> = self
                 .msgs
                 .keys()
-                .filter(|k| k.0 == op.rank && k.2 >> 32 == tag64(op.seq, 0) >> 32)
+                .filter(|k| sent_by(k, op.rank, op.seq))
                 .copied()
                 .collect();
             for k in keys {
@@ -727,6 +733,21 @@ impl Proxy {
             }
         }
         self.give(op.scratch);
+    }
+
+    /// Retires `op` and answers its rank `DONE` with `code` and `aux`.
+    fn finish(&mut self, op: VOp, code: u64, aux: u64) {
+        let (rank, seq) = (op.rank, op.seq);
+        self.retire(op);
+        self.reply(
+            rank,
+            Desc {
+                kind: DONE,
+                tag: seq,
+                addr: code,
+                len: aux,
+            },
+        );
     }
 
     /// Retires the ops for which `which` holds (cancelled, or their rank died).
@@ -978,33 +999,11 @@ pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()>
             match res {
                 Ok(false) => i += 1,
                 Ok(true) => {
-                    let o = ops.swap_remove(i);
-                    let (rank, seq) = (o.rank, o.seq);
-                    p.retire(o);
-                    p.reply(
-                        rank,
-                        Desc {
-                            kind: DONE,
-                            tag: seq,
-                            addr: OK,
-                            len: 0,
-                        },
-                    );
+                    p.finish(ops.swap_remove(i), OK, 0);
                     moved = true;
                 }
                 Err((code, aux)) => {
-                    let o = ops.swap_remove(i);
-                    let (rank, seq) = (o.rank, o.seq);
-                    p.retire(o);
-                    p.reply(
-                        rank,
-                        Desc {
-                            kind: DONE,
-                            tag: seq,
-                            addr: code,
-                            len: aux,
-                        },
-                    );
+                    p.finish(ops.swap_remove(i), code, aux);
                     moved = true;
                 }
             }
@@ -1035,27 +1034,11 @@ pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()>
                     let to = || {
                         p.msgs
                             .keys()
-                            .find(|k| {
-                                k.0 == o.rank
-                                    && k.2 >> 32 == tag64(o.seq, 0) >> 32
-                                    && lost.contains(&k.1)
-                            })
+                            .find(|k| sent_by(k, o.rank, o.seq) && lost.contains(&k.1))
                             .map(|k| k.1)
                     };
                     match from.or_else(to) {
-                        Some(peer) => {
-                            let (rank, seq) = (o.rank, o.seq);
-                            p.retire(o);
-                            p.reply(
-                                rank,
-                                Desc {
-                                    kind: DONE,
-                                    tag: seq,
-                                    addr: LOST,
-                                    len: peer as u64,
-                                },
-                            );
-                        }
+                        Some(peer) => p.finish(o, LOST, peer as u64),
                         None => keep.push(o),
                     }
                 }
