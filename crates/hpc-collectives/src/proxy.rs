@@ -7,9 +7,9 @@
 //! `board.rs`), with one extra slot for the proxy. A rank posts a collective
 //! by pushing a `SUBMIT` descriptor on its ring to the proxy; the descriptor
 //! points at a small `postcard`-encoded blob in the rank's memory (the
-//! [`Collective`], the addresses and lengths of its send and receive buffers). The proxy reads
-//! the blob with cross-memory attach (`process_vm_readv`), builds the rank's
-//! schedule and runs it together with the other ranks' schedules, keeping
+//! [`Collective`], the addresses and lengths of its send and receive
+//! buffers). The proxy reads the blob with cross-memory attach
+//! (`process_vm_readv`), builds the rank's schedule and runs it together with the other ranks' schedules, keeping
 //! every scratch buffer in its own memory. A send from a rank's buffer is not
 //! read when it is posted: the matching receive copies it straight to its
 //! destination (`process_vm_readv` into scratch, or through a 128 KiB piece
@@ -528,7 +528,7 @@ enum Loc {
 
 /// Where the bytes to move come from.
 #[derive(Clone, Copy)]
-enum From<'a> {
+enum Src<'a> {
     /// The proxy's own memory.
     Bytes(&'a [u8]),
     /// A rank's or the op's scratch.
@@ -557,6 +557,14 @@ fn locate(op: &VOp, pids: &[u32], r: &Region) -> Result<Loc, u64> {
     })
 }
 
+/// Like [`locate`] for a region to write: the send buffer is only ever read.
+fn locate_dst(op: &VOp, pids: &[u32], r: &Region) -> Result<Loc, u64> {
+    if r.buf == BufferId::Send {
+        return Err(FAILED);
+    }
+    locate(op, pids, r)
+}
+
 fn rd(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), u64> {
     // SAFETY: `dst` is a live, initialised buffer of the proxy for the call.
     unsafe { board::cma_read(pid, addr, dst.as_mut_ptr(), dst.len()) }.map_err(|_| FAILED)
@@ -570,18 +578,18 @@ fn wr(pid: u32, src: &[u8], addr: u64) -> Result<(), u64> {
 
 /// Copies `len` bytes from `from` to `to` (the op's receive buffer or scratch):
 /// one copy, or two through `bounce` (piece by piece) from rank to rank.
-fn copy(bounce: &mut [u8], op: &mut VOp, from: From, to: Loc, len: usize) -> Result<(), u64> {
+fn copy(bounce: &mut [u8], op: &mut VOp, from: Src, to: Loc, len: usize) -> Result<(), u64> {
     match (from, to) {
-        (From::Bytes(b), Loc::Scratch(o)) => op.scratch[o..o + len].copy_from_slice(&b[..len]),
-        (From::Bytes(b), Loc::Rank { pid, addr }) => wr(pid, &b[..len], addr)?,
-        (From::Loc(Loc::Scratch(s)), Loc::Scratch(o)) => op.scratch.copy_within(s..s + len, o),
-        (From::Loc(Loc::Scratch(s)), Loc::Rank { pid, addr }) => {
+        (Src::Bytes(b), Loc::Scratch(o)) => op.scratch[o..o + len].copy_from_slice(&b[..len]),
+        (Src::Bytes(b), Loc::Rank { pid, addr }) => wr(pid, &b[..len], addr)?,
+        (Src::Loc(Loc::Scratch(s)), Loc::Scratch(o)) => op.scratch.copy_within(s..s + len, o),
+        (Src::Loc(Loc::Scratch(s)), Loc::Rank { pid, addr }) => {
             wr(pid, &op.scratch[s..s + len], addr)?
         }
-        (From::Loc(Loc::Rank { pid, addr }), Loc::Scratch(o)) => {
+        (Src::Loc(Loc::Rank { pid, addr }), Loc::Scratch(o)) => {
             rd(pid, addr, &mut op.scratch[o..o + len])?
         }
-        (From::Loc(Loc::Rank { pid: sp, addr: sa }), Loc::Rank { pid: dp, addr: da }) => {
+        (Src::Loc(Loc::Rank { pid: sp, addr: sa }), Loc::Rank { pid: dp, addr: da }) => {
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(CHUNK);
@@ -801,8 +809,8 @@ impl Proxy {
                 Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
                 Step::Copy { src, dst } => {
                     let from = locate(op, &self.pids, &src)?;
-                    let to = locate(op, &self.pids, &dst)?;
-                    copy(&mut self.bounce, op, From::Loc(from), to, src.len)?;
+                    let to = locate_dst(op, &self.pids, &dst)?;
+                    copy(&mut self.bounce, op, Src::Loc(from), to, src.len)?;
                 }
                 Step::Reduce {
                     src,
@@ -811,7 +819,7 @@ impl Proxy {
                     dtype,
                 } => {
                     let from = locate(op, &self.pids, &src)?;
-                    let to = locate(op, &self.pids, &dst)?;
+                    let to = locate_dst(op, &self.pids, &dst)?;
                     reduce(&mut self.bounce, op, rop, dtype, from, to, src.len)?;
                 }
             }
@@ -854,19 +862,12 @@ impl Proxy {
                     }
                     return Err((MISMATCH, peer as u64));
                 }
-                let to = locate(op, &self.pids, &region).map_err(|c| (c, 0))?;
-                let res = match &data {
-                    Payload::Owned(b) => {
-                        copy(&mut self.bounce, op, From::Bytes(b.bytes()), to, b.len)
-                    }
-                    &Payload::Remote { pid, addr, len } => copy(
-                        &mut self.bounce,
-                        op,
-                        From::Loc(Loc::Rank { pid, addr }),
-                        to,
-                        len,
-                    ),
+                let to = locate_dst(op, &self.pids, &region).map_err(|c| (c, 0))?;
+                let from = match &data {
+                    Payload::Owned(b) => Src::Bytes(b.bytes()),
+                    &Payload::Remote { pid, addr, .. } => Src::Loc(Loc::Rank { pid, addr }),
                 };
+                let res = copy(&mut self.bounce, op, from, to, region.len);
                 if let Payload::Owned(b) = data {
                     self.give(b.v);
                 }
@@ -1109,15 +1110,15 @@ mod tests {
         // scratch -> scratch, scratch -> rank, bytes -> scratch.
         let s0 = at(&o, r(BufferId::Send, 0));
         let r0 = at(&o, r(BufferId::Recv, 0));
-        copy(&mut bounce, &mut o, From::Loc(s0), r0, len).unwrap();
+        copy(&mut bounce, &mut o, Src::Loc(s0), r0, len).unwrap();
         let x0 = at(&o, r(BufferId::Scratch, 0));
-        copy(&mut bounce, &mut o, From::Loc(r0), x0, len).unwrap();
+        copy(&mut bounce, &mut o, Src::Loc(r0), x0, len).unwrap();
         let x1 = at(&o, r(BufferId::Scratch, len));
-        copy(&mut bounce, &mut o, From::Loc(x0), x1, len).unwrap();
+        copy(&mut bounce, &mut o, Src::Loc(x0), x1, len).unwrap();
         let r1 = at(&o, r(BufferId::Recv, len));
-        copy(&mut bounce, &mut o, From::Loc(x1), r1, len).unwrap();
+        copy(&mut bounce, &mut o, Src::Loc(x1), r1, len).unwrap();
         let other = pattern(len, 99);
-        copy(&mut bounce, &mut o, From::Bytes(&other), x0, len).unwrap();
+        copy(&mut bounce, &mut o, Src::Bytes(&other), x0, len).unwrap();
         assert_eq!(&o.scratch[..len], &other[..]);
         assert_eq!(&o.scratch[len..], &send[..]);
         drop(o);
