@@ -70,6 +70,7 @@ mod mpi_engine;
 pub mod op;
 pub mod proxy;
 pub mod schedule;
+pub mod shm;
 pub mod sim;
 
 pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
@@ -79,3 +80,4 @@ pub use comm::{
 };
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
 pub use schedule::{BufferId, Region, Round, Schedule, Step};
+pub use shm::SharedBuf;

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hpc_collectives::{Comm, CommOptions, Engine, Error, ReduceOp};
+use hpc_collectives::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
 use hpc_runtime::{Coordinator, World};
 
 const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
@@ -111,6 +111,7 @@ fn child_entry() {
         "progress" => progress(&world),
         "proxy_death" => proxy_death(&world),
         "nodes" => across_nodes(&world),
+        "shared" => shared(&world),
         o => panic!("unknown scenario {o}"),
     }
 }
@@ -572,6 +573,114 @@ fn safety(world: &World) {
         });
         assert!(recv.iter().all(|&v| v == 3), "{engine:?}");
     }
+}
+
+/// Lines of the proxy processes' memory maps that are shared buffers.
+fn proxy_mapped_buffers() -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains("proxy_entry") {
+            let maps = std::fs::read_to_string(e.path().join("maps")).unwrap_or_default();
+            n += maps.lines().filter(|l| l.contains("hpc-coll-buf")).count();
+        }
+    }
+    n
+}
+
+/// Zero-copy collectives on `SharedBuf`s (which the proxy maps), mixed with
+/// ordinary buffers, over sizes beyond the proxy's copy piece; the proxy
+/// drops its mapping of a buffer the rank freed.
+fn shared(world: &World) {
+    for engine in ENGINES {
+        let comm = Comm::new(world, engine).unwrap();
+        let (me, n) = (comm.rank(), comm.size());
+        for count in [0usize, 7, 40_000] {
+            let ctx = format!("{engine:?} count {count} rank {me}/{n}");
+            let send =
+                SharedBuf::from_slice(&(0..n * count).map(|i| val(me, i)).collect::<Vec<_>>())
+                    .unwrap();
+            let mut recv = SharedBuf::<i64>::new(n * count).unwrap();
+            let mut plain = vec![0i64; n * count];
+            comm.scope(|s| {
+                s.ialltoall(&send, &mut recv)?.wait()?;
+                // Shared to ordinary and back.
+                s.ialltoall(&send, &mut plain)?.wait()
+            })
+            .unwrap();
+            let want: Vec<i64> = (0..n)
+                .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+                .collect();
+            assert_eq!(&recv[..], &want[..], "alltoall {ctx}");
+            assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+            let mut back = SharedBuf::<i64>::new(n * count).unwrap();
+            comm.scope(|s| {
+                s.iallgather(&plain[me * count..(me + 1) * count], &mut back)?
+                    .wait()
+            })
+            .unwrap();
+            let want: Vec<i64> = (0..n)
+                .flat_map(|r| (0..count).map(move |k| val(r, r * count + k)))
+                .collect();
+            assert_eq!(&back[..], &want[..], "allgather from a Vec {ctx}");
+            let mut sum = SharedBuf::<i64>::new(count).unwrap();
+            comm.scope(|s| {
+                s.iallreduce(&send[..count], &mut sum, ReduceOp::Sum)?
+                    .wait()
+            })
+            .unwrap();
+            let want: Vec<i64> = (0..count)
+                .map(|i| (0..n).map(|r| val(r, i)).sum())
+                .collect();
+            assert_eq!(&sum[..], &want[..], "allreduce {ctx}");
+            let mut b = SharedBuf::<i64>::new(count).unwrap();
+            if me == 0 {
+                b.copy_from_slice(&send[..count]);
+            }
+            comm.scope(|s| s.ibcast(&mut b, 0)?.wait()).unwrap();
+            assert!((0..count).all(|i| b[i] == val(0, i)), "bcast {ctx}");
+        }
+        if engine == Engine::Proxy {
+            comm.barrier().unwrap();
+            // Buffers come and go: the proxy keeps at most those still open.
+            for round in 0..30 {
+                let send = SharedBuf::from_slice(&[round as u32; 1000]).unwrap();
+                let mut recv = SharedBuf::<u32>::new(1000 * n).unwrap();
+                comm.scope(|s| s.iallgather(&send, &mut recv)?.wait())
+                    .unwrap();
+                assert!(recv.iter().all(|&v| v == round as u32));
+            }
+            comm.barrier().unwrap();
+            if me == 0 {
+                let t0 = Instant::now();
+                let mut seen = proxy_mapped_buffers();
+                while seen > 0 && t0.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    seen = proxy_mapped_buffers();
+                }
+                assert_eq!(seen, 0, "the proxy still maps freed buffers");
+            }
+            comm.barrier().unwrap();
+            // While a buffer is in use the proxy maps it (no silent fallback).
+            let send = SharedBuf::from_slice(&[1u8; 4096]).unwrap();
+            let mut recv = SharedBuf::<u8>::new(4096 * n).unwrap();
+            comm.scope(|s| s.iallgather(&send, &mut recv)?.wait())
+                .unwrap();
+            comm.barrier().unwrap();
+            if me == 0 {
+                assert!(
+                    proxy_mapped_buffers() >= 2 * n,
+                    "the proxy did not map the shared buffers"
+                );
+            }
+            comm.barrier().unwrap();
+        }
+    }
+}
+
+#[test]
+fn shared_buffers_through_every_engine() {
+    all_ok("shared", 3);
 }
 
 #[test]
