@@ -13,7 +13,8 @@
 //! blocking `MPI_Alltoall` etc. with `--engine mpi`).
 //!
 //! Usage: `hpc run -n 2 -- overlap [--engine inline,thread,proxy] [--iters N]
-//! [--sizes BYTES,...] [--colls alltoall,allgather,bcast,allreduce]`
+//! [--sizes BYTES,...] [--colls alltoall,allgather,bcast,allreduce]
+//! [--shm auto|on|off]` (`SharedBuf` buffers; `auto`: for the proxy only)
 //! or `mpirun -n 2 overlap --engine mpi` (built with `--features mpi`).
 //! The same binary serves as the proxy process of the `proxy` engine.
 
@@ -21,7 +22,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use hpc_benches::median;
-use hpc_collectives::{Comm, CommOptions, Engine, ReduceOp};
+use hpc_collectives::{Comm, CommOptions, Engine, ReduceOp, SharedBuf};
 use hpc_runtime::World;
 
 #[derive(Clone, Copy, Debug)]
@@ -43,13 +44,50 @@ impl Coll {
     }
 }
 
+/// A benchmark buffer: ordinary memory, or a `SharedBuf` that the proxy maps.
+enum Mem {
+    Heap(Vec<f32>),
+    Shared(SharedBuf<f32>),
+}
+
+impl Mem {
+    fn new(len: usize, v: f32, shared: bool) -> Mem {
+        if shared {
+            let mut b = SharedBuf::new(len).expect("shared buffer");
+            b.fill(v);
+            Mem::Shared(b)
+        } else {
+            Mem::Heap(vec![v; len])
+        }
+    }
+}
+
+impl std::ops::Deref for Mem {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Shared(b) => b,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Mem {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        match self {
+            Mem::Heap(v) => v,
+            Mem::Shared(b) => b,
+        }
+    }
+}
+
 struct Bufs {
-    send: Vec<f32>,
-    recv: Vec<f32>,
+    send: Mem,
+    recv: Mem,
 }
 
 impl Bufs {
-    fn new(c: Coll, bytes: usize, n: usize) -> Bufs {
+    fn new(c: Coll, bytes: usize, n: usize, shared: bool) -> Bufs {
         let e = (bytes / 4).max(1);
         let (s, r) = match c {
             // Per-rank message size = bytes sent to each peer, as OSU counts it.
@@ -59,8 +97,8 @@ impl Bufs {
             Coll::Allreduce => (e, e),
         };
         Bufs {
-            send: vec![1.0; s],
-            recv: vec![0.0; r],
+            send: Mem::new(s, 1.0, shared),
+            recv: Mem::new(r, 0.0, shared),
         }
     }
 }
@@ -81,10 +119,10 @@ fn nonblocking(comm: &Comm, c: Coll, b: &mut Bufs, work: u64) -> (f64, f64) {
     let mut tc = 0.0;
     comm.scope(|s| {
         let req = match c {
-            Coll::Alltoall => s.ialltoall(&b.send, &mut b.recv),
-            Coll::Allgather => s.iallgather(&b.send, &mut b.recv),
-            Coll::Bcast => s.ibcast(&mut b.recv, 0),
-            Coll::Allreduce => s.iallreduce(&b.send, &mut b.recv, ReduceOp::Sum),
+            Coll::Alltoall => s.ialltoall(&b.send[..], &mut b.recv[..]),
+            Coll::Allgather => s.iallgather(&b.send[..], &mut b.recv[..]),
+            Coll::Bcast => s.ibcast(&mut b.recv[..], 0),
+            Coll::Allreduce => s.iallreduce(&b.send[..], &mut b.recv[..], ReduceOp::Sum),
         }
         .expect("post");
         if work > 0 {
@@ -105,10 +143,10 @@ fn blocking(comm: &Comm, c: Coll, b: &mut Bufs) -> f64 {
         return t0.elapsed().as_secs_f64();
     }
     match c {
-        Coll::Alltoall => comm.alltoall(&b.send, &mut b.recv),
-        Coll::Allgather => comm.allgather(&b.send, &mut b.recv),
-        Coll::Bcast => comm.bcast(&mut b.recv, 0),
-        Coll::Allreduce => comm.allreduce(&b.send, &mut b.recv, ReduceOp::Sum),
+        Coll::Alltoall => comm.alltoall(&b.send[..], &mut b.recv[..]),
+        Coll::Allgather => comm.allgather(&b.send[..], &mut b.recv[..]),
+        Coll::Bcast => comm.bcast(&mut b.recv[..], 0),
+        Coll::Allreduce => comm.allreduce(&b.send[..], &mut b.recv[..], ReduceOp::Sum),
     }
     .expect("blocking collective");
     t0.elapsed().as_secs_f64()
@@ -145,6 +183,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|e| e.parse())
         .collect::<Result<_, _>>()?;
     let iters: usize = get("--iters").map_or(Ok(100), |s| s.parse())?;
+    // Buffers in shared memory (`SharedBuf`): `auto` for the proxy engine only,
+    // which maps them instead of copying through the kernel.
+    let shm = get("--shm").unwrap_or_else(|| "auto".into());
+    if !["auto", "on", "off"].contains(&shm.as_str()) {
+        return Err(format!("--shm {shm:?}: auto, on or off").into());
+    }
     let sizes: Vec<usize> = get("--sizes")
         .map(|s| {
             s.split(',')
@@ -211,7 +255,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         for &c in &colls {
             for &bytes in &sizes {
-                let mut b = Bufs::new(c, bytes, comm.size());
+                let shared = match shm.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => engine == Engine::Proxy,
+                };
+                let mut b = Bufs::new(c, bytes, comm.size(), shared);
                 let it = if bytes >= 256 << 10 {
                     iters.div_ceil(2).max(10)
                 } else {
