@@ -583,6 +583,30 @@ impl Collective {
         Ok(())
     }
 
+    /// The size in bytes of the per-rank block of this collective (what OSU
+    /// calls the message size: per peer for alltoall, the whole vector for
+    /// broadcast and the reductions, the largest block of the v-variants),
+    /// computed only from what every rank passes alike; `None` for alltoallv,
+    /// where each rank knows only its own counts.
+    pub fn block_bytes(&self) -> Option<usize> {
+        let e = self.dtype().map_or(0, DataType::size);
+        Some(match self {
+            Collective::Barrier => 0,
+            Collective::Broadcast { count, .. }
+            | Collective::Gather { count, .. }
+            | Collective::Scatter { count, .. }
+            | Collective::Allgather { count, .. }
+            | Collective::Alltoall { count, .. }
+            | Collective::Reduce { count, .. }
+            | Collective::Allreduce { count, .. }
+            | Collective::ReduceScatterBlock { count, .. } => count * e,
+            Collective::Allgatherv { counts, .. } | Collective::ReduceScatter { counts, .. } => {
+                counts.iter().copied().max().unwrap_or(0) * e
+            }
+            Collective::Alltoallv { .. } => return None,
+        })
+    }
+
     /// The (send, receive) buffer sizes in bytes that `rank` must provide.
     /// Call after [`validate`](Self::validate).
     pub fn buffer_bytes(&self, rank: usize, size: usize) -> (usize, usize) {

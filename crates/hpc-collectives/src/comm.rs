@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`Engine::Inline`] | the application, inside `test`/`wait` (what MPI libraries do) | small messages through the board's staging slots, large ones by one `process_vm_readv`, receiver-driven |
 //! | [`Engine::Thread`] | a progress thread per process, pinned to the progress core that `hpc-topology` reserved, and the application in `test`/`wait`; the thread sleeps on a futex until a large copy or a round to post needs it, or polls every millisecond while collectives are in flight ([`AgentWake`]) | same |
-//! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU) | the proxy reads and writes the ranks' buffers (cross-memory attach), keeps scratch in its own memory |
+//! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU); where the node has no core for it, collectives with blocks under [`CommOptions::proxy_min`] run on the ranks as with `Inline` | the proxy maps the ranks' [`SharedBuf`](crate::SharedBuf)s and reaches other buffers by cross-memory attach, keeps scratch in its own memory |
 //! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
 //!
 //! # Requests and buffer safety
@@ -275,6 +275,14 @@ pub struct CommOptions {
     /// When the `Thread` engine's progress thread is woken (default:
     /// `HPC_AGENT_WAKE` = `eager` or `lazy`; else see [`AgentWake`]).
     pub agent_wake: Option<AgentWake>,
+    /// The `Proxy` engine hands a collective to the proxy only if its per-rank
+    /// block ([`Collective::block_bytes`]) is at least this many bytes;
+    /// smaller ones run on the ranks themselves, progressed in `test`/`wait`
+    /// as with `Inline` (default: `HPC_PROXY_MIN`; else
+    /// [`DEFAULT_PROXY_MIN`] where the node has no core for the proxy, and 0,
+    /// everything to the proxy, where it has). Alltoallv always goes to the
+    /// proxy. Every rank must use the same value.
+    pub proxy_min: Option<usize>,
     /// Algorithm selection.
     pub schedule: Options,
 }
@@ -289,6 +297,7 @@ impl CommOptions {
             spin: None,
             stage_max: None,
             agent_wake: None,
+            proxy_min: None,
             schedule: Options::default(),
         }
     }
@@ -365,6 +374,30 @@ impl AgentWake {
 /// copy for alltoall (3.9-4.7 against 6.2-6.9 µs).
 pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 
+/// The default of [`CommOptions::proxy_min`] where the node has no core for
+/// the proxy (without `HPC_PROXY_MIN`).
+///
+/// There every collective handed to the proxy costs a round trip through the
+/// scheduler of the busy cores: 20-40 µs for a 1 KiB collective on the 2-core
+/// development VM (2 ranks), against 1-3 µs on the ranks themselves. Around
+/// 64 KiB the proxy (with [`SharedBuf`](crate::SharedBuf) buffers) catches up:
+/// alltoall 28 against 14 µs, allreduce 23-46 against 69 µs; at 256 KiB it is
+/// ahead for allgather and allreduce.
+pub const DEFAULT_PROXY_MIN: usize = 64 * 1024;
+
+fn proxy_min(opts: &CommOptions, local: usize) -> usize {
+    opts.proxy_min.unwrap_or_else(|| {
+        match std::env::var("HPC_PROXY_MIN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            Some(v) => v,
+            None if local + 1 > online_cores() => DEFAULT_PROXY_MIN,
+            None => 0,
+        }
+    })
+}
+
 fn stage_max(opts: &CommOptions) -> usize {
     opts.stage_max.unwrap_or_else(|| {
         std::env::var("HPC_STAGE_MAX")
@@ -402,9 +435,24 @@ enum Backend {
         board: Arc<Board>,
         agent: Option<JoinHandle<()>>,
     },
-    Proxy(Box<proxy::Client>),
+    Proxy {
+        client: Box<proxy::Client>,
+        /// The ranks' own engine for collectives below `proxy_min`.
+        host: Option<Host>,
+    },
     #[cfg(feature = "mpi")]
     Mpi(crate::mpi_engine::MpiComm),
+}
+
+/// The `Proxy` engine's host path: collectives whose blocks are smaller than
+/// `min` bytes run on the ranks, as with `Inline`, over the same board.
+struct Host {
+    shared: Arc<Shared>,
+    board: Arc<Board>,
+    min: usize,
+    /// How long `wait` polls on this path: the proxy sleeps meanwhile, so the
+    /// node has a core per rank again if it has one per rank.
+    spin: Duration,
 }
 
 /// A communicator: a group of ranks running collectives with one engine.
@@ -422,6 +470,7 @@ pub struct Comm {
     spin: Duration,
     stage_max: Option<usize>,
     agent_wake: Option<AgentWake>,
+    proxy_min: Option<usize>,
     opts: Options,
     seq: AtomicU64,
     backend: Backend,
@@ -604,6 +653,9 @@ impl Comm {
         // The proxy process needs a core of its own too.
         let busy = world.local_size() + usize::from(opts.engine == Engine::Proxy);
         opts.spin = Some(opts.spin.unwrap_or_else(|| default_spin(busy)));
+        if opts.engine == Engine::Proxy {
+            opts.proxy_min = Some(proxy_min(&opts, world.local_size()));
+        }
         opts.agent_wake = Some(opts.agent_wake.unwrap_or_else(|| {
             AgentWake::default_for(world.local_size(), progress_cpus(&opts).is_some())
         }));
@@ -675,6 +727,18 @@ impl Comm {
         let (backend, note) = match opts.engine {
             Engine::Proxy => {
                 let spin = opts.spin.unwrap_or_default();
+                let min = opts.proxy_min.unwrap_or(0);
+                let host = (min > 0).then(|| {
+                    let mut core = Core::new(board.clone(), me, size, pids.clone(), None);
+                    core.stage_max = stage_max(&opts);
+                    let local = nodes.iter().filter(|&&n| n == nodes[me]).count();
+                    Host {
+                        shared: Arc::new(Shared::new(core)),
+                        board: board.clone(),
+                        min,
+                        spin: default_spin(local),
+                    }
+                });
                 let c = proxy::Client::start(
                     board.clone(),
                     me,
@@ -684,9 +748,20 @@ impl Comm {
                     timeout,
                     spin,
                 )?;
+                let note = if min > 0 {
+                    format!(
+                        "progress in the node's proxy process for blocks of {min} bytes \
+                         and more, inside test/wait below"
+                    )
+                } else {
+                    "progress in the node's proxy process".to_string()
+                };
                 (
-                    Backend::Proxy(Box::new(c)),
-                    "progress in the node's proxy process".to_string(),
+                    Backend::Proxy {
+                        client: Box::new(c),
+                        host,
+                    },
+                    note,
                 )
             }
             _ => {
@@ -772,6 +847,7 @@ impl Comm {
             spin: opts.spin.unwrap_or_default(),
             stage_max: opts.stage_max,
             agent_wake: opts.agent_wake,
+            proxy_min: opts.proxy_min,
             opts: opts.schedule,
             seq: AtomicU64::new(1),
             backend,
@@ -850,6 +926,7 @@ impl Comm {
         opts.spin = Some(self.spin);
         opts.stage_max = self.stage_max;
         opts.agent_wake = self.agent_wake;
+        opts.proxy_min = self.proxy_min;
         opts.progress_cpus = None;
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }
@@ -884,8 +961,20 @@ impl Comm {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
             .entered();
-        match &self.backend {
-            Backend::Local { shared, board, .. } => {
+        let host = match &self.backend {
+            Backend::Local { shared, board, .. } => Some((shared, board)),
+            Backend::Proxy {
+                host: Some(h),
+                client,
+            } if coll.block_bytes().is_some_and(|b| b < h.min) => {
+                // Descriptors queued for a full ring go out while this one runs.
+                client.flush();
+                Some((&h.shared, &h.board))
+            }
+            _ => None,
+        };
+        match (&self.backend, host) {
+            (_, Some((shared, board))) => {
                 let sched = coll.schedule(self.rank, self.size, &self.opts)?;
                 let (send_p, recv_p, stage) = if direct {
                     (send.as_ptr(), recv.as_mut_ptr(), None)
@@ -925,20 +1014,33 @@ impl Comm {
                 }
                 Ok(Ticket::Local(op))
             }
-            Backend::Proxy(c) => Ok(Ticket::Proxy(Arc::new(
-                c.submit(seq, &coll, send, recv, direct)?,
+            (Backend::Proxy { client, .. }, None) => Ok(Ticket::Proxy(Arc::new(
+                client.submit(seq, &coll, send, recv, direct)?,
             ))),
             #[cfg(feature = "mpi")]
-            Backend::Mpi(m) => Ok(Ticket::Mpi(Arc::new(m.start(&coll, send, recv, direct)?))),
+            (Backend::Mpi(m), None) => {
+                Ok(Ticket::Mpi(Arc::new(m.start(&coll, send, recv, direct)?)))
+            }
+            (Backend::Local { .. }, None) => unreachable!("the local backend is its own host"),
+        }
+    }
+
+    /// The ranks' own engine: the `Inline`/`Thread` backend, or the `Proxy`
+    /// engine's host path for small collectives; with the `wait` spin for it.
+    fn host(&self) -> Option<(&Arc<Shared>, &Arc<Board>, Duration)> {
+        match &self.backend {
+            Backend::Local { shared, board, .. } => Some((shared, board, self.spin)),
+            Backend::Proxy { host: Some(h), .. } => Some((&h.shared, &h.board, h.spin)),
+            _ => None,
         }
     }
 
     /// Whether `t` finished (advancing it with the `Inline` engine).
     fn poll(&self, t: &Ticket) -> bool {
-        match (t, &self.backend) {
-            (Ticket::Local(op), Backend::Local { shared, .. }) => {
+        match (t, &self.backend, self.host()) {
+            (Ticket::Local(op), _, Some((shared, _, _))) => {
                 if !op.done.load(Ordering::Acquire) {
-                    if self.engine == Engine::Inline {
+                    if self.engine != Engine::Thread {
                         lock(&shared.core).progress();
                     } else if let Ok(mut core) = shared.core.try_lock() {
                         // The Thread engine's agent is not woken for small
@@ -949,9 +1051,9 @@ impl Comm {
                 }
                 op.done.load(Ordering::Acquire)
             }
-            (Ticket::Proxy(p), Backend::Proxy(c)) => c.poll(p),
+            (Ticket::Proxy(p), Backend::Proxy { client, .. }, _) => client.poll(p),
             #[cfg(feature = "mpi")]
-            (Ticket::Mpi(p), Backend::Mpi(m)) => m.test(p),
+            (Ticket::Mpi(p), Backend::Mpi(m), _) => m.test(p),
             #[allow(unreachable_patterns)]
             _ => true,
         }
@@ -960,9 +1062,9 @@ impl Comm {
     /// Waits for `t` to finish or fail, then takes its outcome; `out` receives
     /// the staged result.
     fn finish(&self, t: &Ticket, out: Option<&mut [u8]>) -> Result<()> {
-        match (t, &self.backend) {
-            (Ticket::Local(op), Backend::Local { shared, board, .. }) => {
-                self.wait_local(op, shared, board);
+        match (t, &self.backend, self.host()) {
+            (Ticket::Local(op), _, Some((shared, board, spin))) => {
+                self.wait_local(op, shared, board, spin);
                 let mut d = lock(&op.data);
                 match std::mem::replace(&mut d.status, Status::Done) {
                     Status::Failed(e) => {
@@ -986,15 +1088,15 @@ impl Comm {
                     }
                 }
             }
-            (Ticket::Proxy(p), Backend::Proxy(c)) => c.wait(p, out),
+            (Ticket::Proxy(p), Backend::Proxy { client, .. }, _) => client.wait(p, out),
             #[cfg(feature = "mpi")]
-            (Ticket::Mpi(p), Backend::Mpi(m)) => m.wait(p, out),
+            (Ticket::Mpi(p), Backend::Mpi(m), _) => m.wait(p, out),
             #[allow(unreachable_patterns)]
             _ => Err(Error::Stopped("mismatched")),
         }
     }
 
-    fn wait_local(&self, op: &Arc<Op>, shared: &Shared, board: &Board) {
+    fn wait_local(&self, op: &Arc<Op>, shared: &Shared, board: &Board, spin: Duration) {
         if op.done.load(Ordering::Acquire) {
             return;
         }
@@ -1008,6 +1110,11 @@ impl Comm {
         let mut in_flight = 1;
         while !op.done.load(Ordering::Acquire) {
             let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+            if let Backend::Proxy { client, .. } = &self.backend {
+                // Collectives of the proxy path queued behind a full ring must
+                // still reach it: the peers may wait for them.
+                client.flush();
+            }
             let (moved, stopped, polling) = {
                 let mut core = lock(&shared.core);
                 let moved = core.progress();
@@ -1030,7 +1137,7 @@ impl Comm {
                 // may need this core) for a millisecond, then at a gentler pace (a
                 // sleep costs its timer slack too, 50 µs by default).
                 let idle = idle_since.elapsed();
-                if idle < self.spin {
+                if idle < spin {
                     std::hint::spin_loop();
                 } else if idle < Duration::from_millis(1) {
                     std::thread::yield_now();
@@ -1039,7 +1146,7 @@ impl Comm {
                 }
             } else {
                 // Peers ring this doorbell when they push a descriptor.
-                board.wait_ring(self.rank, seen, self.spin, Duration::from_millis(10));
+                board.wait_ring(self.rank, seen, spin, Duration::from_millis(10));
             }
             if last_check.elapsed() >= Duration::from_millis(10) {
                 last_check = Instant::now();
@@ -1110,7 +1217,7 @@ impl Comm {
         let _ = self.finish(t, None);
         match (t, &self.backend) {
             (Ticket::Local(op), _) => op.fail(Error::Stopped("cancelled")),
-            (Ticket::Proxy(p), Backend::Proxy(c)) => c.cancel(p),
+            (Ticket::Proxy(p), Backend::Proxy { client, .. }) => client.cancel(p),
             #[cfg(feature = "mpi")]
             (Ticket::Mpi(p), Backend::Mpi(m)) => m.cancel(p),
             #[allow(unreachable_patterns)]
@@ -1121,11 +1228,15 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        if let Backend::Local {
-            shared,
-            board,
-            agent,
-        } = &mut self.backend
+        let (shared, board, agent) = match &mut self.backend {
+            Backend::Local {
+                shared,
+                board,
+                agent,
+            } => (shared, board, agent.take()),
+            Backend::Proxy { host: Some(h), .. } => (&mut h.shared, &mut h.board, None),
+            _ => return,
+        };
         {
             // Descriptors peers still wait for (a FIN for a message we read) must
             // reach their rings before this rank goes.
@@ -1144,7 +1255,7 @@ impl Drop for Comm {
             shared.shutdown.store(true, Ordering::Release);
             board.wake_agent(self.rank);
             board.ring(self.rank);
-            if let Some(h) = agent.take() {
+            if let Some(h) = agent {
                 let _ = h.join();
             }
         }

@@ -76,7 +76,7 @@ pub mod sim;
 pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
 pub use comm::{
     AgentWake, Buf, BufMut, Comm, CommOptions, Elem, Engine, Error, Request, Scope, ScopedRequest,
-    DEFAULT_STAGE_MAX,
+    DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
 };
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
 pub use schedule::{BufferId, Region, Round, Schedule, Step};

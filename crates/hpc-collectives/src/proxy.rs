@@ -295,8 +295,8 @@ impl Client {
         direct: bool,
     ) -> Result<Pending> {
         let stage = (!direct).then(|| (send.to_vec(), recv.to_vec()));
-        // Staged copies are the proxy's to read through the kernel; shared buffers
-        // it maps, on the zero-copy path only.
+        // Shared buffers the proxy maps where it works on the caller's buffers;
+        // staged copies it reads through the kernel.
         let shm = |b: &[u8]| {
             if direct {
                 crate::shm::lookup(b.as_ptr(), b.len())
@@ -338,6 +338,13 @@ impl Client {
             direct,
             finished: false.into(),
         })
+    }
+
+    /// Takes the proxy's answers and pushes descriptors that found the ring
+    /// to the proxy full (as `poll` and `wait` do), while the rank waits for
+    /// something else.
+    pub(crate) fn flush(&self) {
+        self.drain(&mut lock(&self.state));
     }
 
     pub(crate) fn poll(&self, p: &Pending) -> bool {

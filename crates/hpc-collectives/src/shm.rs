@@ -10,8 +10,9 @@
 //! registration cache: from then on the proxy moves its bytes with `memcpy`
 //! and reduces them in place, and a byte from one `SharedBuf` to another
 //! crosses once. Every engine accepts a `SharedBuf` like any other buffer; only
-//! the proxy treats it differently, and only in [`Comm::scope`](crate::Comm::scope)
-//! (the zero-copy requests).
+//! the proxy treats it differently, and only where the collective works on the
+//! caller's buffers: the blocking collectives and [`Comm::scope`](crate::Comm::scope)
+//! (the plain non-blocking requests work on staged copies).
 //!
 //! ```
 //! use hpc_collectives::SharedBuf;

@@ -50,6 +50,9 @@ fn job_on_nodes(
                 .env("HPC_TIMEOUT", timeout_s.to_string())
                 .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
                 .env("HPC_NODE_NAME", format!("node{}", r % nodes))
+                // Every collective of the Proxy engine goes to the proxy unless a
+                // test asks for the host path of small ones.
+                .env("HPC_PROXY_MIN", "0")
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -122,6 +125,28 @@ fn val(r: usize, i: usize) -> i64 {
 
 /// Every collective through every engine against the obvious reference.
 fn correct(world: &World) {
+    // The Proxy engine with its host path for blocks under 1000 bytes: the
+    // sizes of `check_all` fall on both sides.
+    let mut hybrid = CommOptions::new(Engine::Proxy);
+    hybrid.proxy_min = Some(1000);
+    let hybrid = Comm::with_options(world, hybrid).unwrap();
+    assert!(
+        hybrid.progress_note().contains("1000 bytes"),
+        "{}",
+        hybrid.progress_note()
+    );
+    check_all(&hybrid, Engine::Proxy);
+    // Outstanding on both paths at once, waited for in the other order.
+    let small = vec![hybrid.rank() as u64; 10];
+    let big = vec![hybrid.rank() as u64; 1000];
+    let (mut rs, mut rb) = (vec![0u64; 10], vec![0u64; 1000]);
+    let n = hybrid.size() as u64;
+    let r1 = hybrid.iallreduce(&big, &mut rb, ReduceOp::Sum).unwrap();
+    let r2 = hybrid.iallreduce(&small, &mut rs, ReduceOp::Sum).unwrap();
+    r2.wait().unwrap();
+    r1.wait().unwrap();
+    assert_eq!((rs[9], rb[999]), (n * (n - 1) / 2, n * (n - 1) / 2));
+    drop(hybrid);
     for engine in ENGINES {
         let comm = Comm::new(world, engine).unwrap();
         check_all(&comm, engine);
