@@ -378,7 +378,7 @@ pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 /// the proxy (without `HPC_PROXY_MIN`).
 ///
 /// There every collective handed to the proxy costs a round trip through the
-/// scheduler of the busy cores: 20-40 µs for a 1 KiB collective on the 2-core
+/// scheduler of the busy cores: 13-41 µs for a 1 KiB collective on the 2-core
 /// development VM (2 ranks), against 1-3 µs on the ranks themselves. Around
 /// 64 KiB the proxy (with [`SharedBuf`](crate::SharedBuf) buffers) catches up:
 /// alltoall 28 against 14 µs, allreduce 23-46 against 69 µs; at 256 KiB it is

@@ -155,9 +155,11 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 /// without a wake-up of its own, where a rank asleep on the futex costs the
 /// proxy a wake-up system call and itself a reschedule; the same holds the
 /// other way round for the proxy waiting for the other ranks' posts. On 2
-/// ranks and 2 cores, 1 KiB collectives went from 120–150 µs to 40–65 µs
-/// (ranks yield) and then to 17–29 µs (the proxy too). A yielding process
-/// that nobody waits for costs the others a context switch per time slice.
+/// ranks and 2 cores, blocking 1 KiB collectives went from 93–153 µs to
+/// 35–85 µs when the ranks yielded, and pure 1 KiB times from 15–41 µs to
+/// 16–32 µs (allreduce 27–32 → 18–21) when the proxy yielded too. A
+/// yielding process that nobody waits for costs the others a context switch
+/// per time slice.
 const YIELD_FOR: Duration = Duration::from_millis(1);
 
 /// The variable naming the program a communicator's first rank starts as the proxy
