@@ -567,13 +567,16 @@ impl Mapping {
     /// Maps descriptor `r.fd` of process `pid`, if it still is the memfd `r.ino`.
     fn open(pid: u32, r: &ShmRef) -> std::io::Result<Mapping> {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        // Non-blocking and never a controlling terminal: should the number name
+        // something else by now (a FIFO, a device), opening it has no effect.
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
             .open(format!("/proc/{pid}/fd/{}", r.fd))?;
         let md = f.metadata()?;
-        if md.ino() != r.ino || md.len() == 0 {
+        if !md.is_file() || md.ino() != r.ino || md.len() == 0 {
             return Err(std::io::Error::other("the descriptor names another file"));
         }
         let len = md.len() as usize;
