@@ -144,22 +144,9 @@ impl Board {
 
     fn map(f: &std::fs::File, path: &Path, size: usize) -> io::Result<Board> {
         let len = bytes_for(size);
-        // SAFETY: a fresh shared mapping of a file we just sized; checked for failure.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let p = crate::shm::map_shared(f.as_raw_fd(), len)?;
         Ok(Board {
-            base: p.cast(),
+            base: p,
             len,
             size,
             path: path.to_path_buf(),

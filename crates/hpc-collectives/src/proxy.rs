@@ -580,23 +580,9 @@ impl Mapping {
             return Err(std::io::Error::other("the descriptor names another file"));
         }
         let len = md.len() as usize;
-        // SAFETY: a new shared mapping of the whole file; the kernel checks the
-        // descriptor and the length.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let p = crate::shm::map_shared(f.as_raw_fd(), len)?;
         Ok(Mapping {
-            ptr: p.cast(),
+            ptr: p,
             len,
             fd: r.fd,
         })

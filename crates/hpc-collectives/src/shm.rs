@@ -95,8 +95,26 @@ unsafe impl<T: Elem + Send> Send for SharedBuf<T> {}
 // SAFETY: as above; shared references only read.
 unsafe impl<T: Elem + Sync> Sync for SharedBuf<T> {}
 
-fn os_err(what: &str) -> Error {
-    Error::Transport(format!("{what}: {}", std::io::Error::last_os_error()))
+/// Maps the first `len` bytes of file `fd` shared, readable and writable, at
+/// an address the kernel picks.
+pub(crate) fn map_shared(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: a new mapping where the kernel chooses, so it aliases nothing; the
+    // kernel checks the descriptor and the length, the result is checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
 }
 
 impl<T: Elem> SharedBuf<T> {
@@ -112,45 +130,29 @@ impl<T: Elem> SharedBuf<T> {
                 fd: None,
             });
         }
+        let err =
+            |what: &'static str| move |e: std::io::Error| Error::Transport(format!("{what}: {e}"));
         // SAFETY: a NUL-terminated name and valid flags.
         let raw = unsafe { libc::memfd_create(c"hpc-coll-buf".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
-            return Err(os_err("memfd_create"));
+            return Err(err("memfd_create")(std::io::Error::last_os_error()));
         }
         // SAFETY: `raw` is a descriptor just created and owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: plain system calls on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } != 0 {
-            return Err(os_err("sizing the shared buffer"));
-        }
-        // SAFETY: a fresh shared mapping of the whole file, which is `bytes` long.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(os_err("mapping the shared buffer"));
-        }
-        // SAFETY: fstat into a zeroed stat buffer of our own descriptor.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            // SAFETY: the mapping made above, not yet shared with anyone.
-            unsafe { libc::munmap(p, bytes) };
-            return Err(os_err("fstat of the shared buffer"));
-        }
+        let file = std::fs::File::from(fd);
+        file.set_len(bytes as u64)
+            .map_err(err("sizing the shared buffer"))?;
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &file.metadata().map_err(err("fstat of the shared buffer"))?,
+        );
+        let p = map_shared(file.as_raw_fd(), bytes).map_err(err("mapping the shared buffer"))?;
+        let fd = OwnedFd::from(file);
         registry().insert(
             p as usize,
             Registered {
                 len: bytes,
                 fd: fd.as_raw_fd(),
-                ino: st.st_ino,
+                ino,
             },
         );
         Ok(SharedBuf {
