@@ -64,7 +64,9 @@
 //! cache), using cross-GVMI keys so the DPU can post on the host's behalf.
 //! Doorbells become a completion-queue event. Inter-node messages would go
 //! through `hpc-rdma`'s verbs transport from the DPU. None of that is done
-//! here: this proxy serves one node, over cross-memory attach.
+//! here: this proxy serves one node, over cross-memory attach and the
+//! memfds of [`SharedBuf`](crate::SharedBuf)s it maps (the host-side
+//! counterpart of registered memory).
 //!
 //! What it lacks today: more than one node and more than one copying
 //! thread. Between ordinary buffers, rank-to-rank bytes cross the proxy twice

@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -86,7 +86,7 @@ pub struct SharedBuf<T: Elem> {
     ptr: NonNull<T>,
     len: usize,
     /// The memfd; `None` for an empty buffer (nothing mapped).
-    fd: Option<OwnedFd>,
+    file: Option<std::fs::File>,
 }
 
 // SAFETY: a SharedBuf owns its mapping like a Vec owns its allocation; access
@@ -127,7 +127,7 @@ impl<T: Elem> SharedBuf<T> {
             return Ok(SharedBuf {
                 ptr: NonNull::dangling(),
                 len,
-                fd: None,
+                file: None,
             });
         }
         let err =
@@ -138,20 +138,18 @@ impl<T: Elem> SharedBuf<T> {
             return Err(err("memfd_create")(std::io::Error::last_os_error()));
         }
         // SAFETY: `raw` is a descriptor just created and owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let file = std::fs::File::from(fd);
+        let file = unsafe { std::fs::File::from_raw_fd(raw) };
         file.set_len(bytes as u64)
             .map_err(err("sizing the shared buffer"))?;
         let ino = std::os::unix::fs::MetadataExt::ino(
             &file.metadata().map_err(err("fstat of the shared buffer"))?,
         );
         let p = map_shared(file.as_raw_fd(), bytes).map_err(err("mapping the shared buffer"))?;
-        let fd = OwnedFd::from(file);
         registry().insert(
             p as usize,
             Registered {
                 len: bytes,
-                fd: fd.as_raw_fd(),
+                fd: file.as_raw_fd(),
                 ino,
             },
         );
@@ -159,7 +157,7 @@ impl<T: Elem> SharedBuf<T> {
             // mmap returns page-aligned memory, aligned for any primitive T.
             ptr: NonNull::new(p.cast()).expect("mmap returned a null mapping"),
             len,
-            fd: Some(fd),
+            file: Some(file),
         })
     }
 
@@ -173,7 +171,7 @@ impl<T: Elem> SharedBuf<T> {
 
 impl<T: Elem> Drop for SharedBuf<T> {
     fn drop(&mut self) {
-        if self.fd.is_some() {
+        if self.file.is_some() {
             registry().remove(&(self.ptr.as_ptr() as usize));
             // SAFETY: our own mapping of `len` elements, made in `new`; no
             // reference into it outlives `self`.
