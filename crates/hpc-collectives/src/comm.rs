@@ -283,6 +283,15 @@ pub struct CommOptions {
     /// everything to the proxy, where it has). Alltoallv always goes to the
     /// proxy. Every rank must use the same value.
     pub proxy_min: Option<usize>,
+    /// The `Proxy` engine: each rank makes the first round's copies between
+    /// its own buffers (its own block of an allgather or alltoall, the first
+    /// copy of an allreduce) itself when it posts the collective, and the
+    /// proxy skips them (default: `HPC_PROXY_OWN_COPIES` = 0 or 1; else
+    /// where the node has no core for the proxy). Without a spare core the
+    /// ranks copy in parallel where the proxy would copy one block after the
+    /// other on a core it takes from a rank; with one, the proxy's copy
+    /// overlaps the ranks' computation and the post returns at once.
+    pub own_copies: Option<bool>,
     /// Algorithm selection.
     pub schedule: Options,
 }
@@ -298,6 +307,7 @@ impl CommOptions {
             stage_max: None,
             agent_wake: None,
             proxy_min: None,
+            own_copies: None,
             schedule: Options::default(),
         }
     }
@@ -408,6 +418,20 @@ fn stage_max(opts: &CommOptions) -> usize {
 }
 
 /// The CPUs online on this node.
+fn own_copies(opts: &CommOptions, local: usize) -> bool {
+    opts.own_copies.unwrap_or_else(|| {
+        match std::env::var("HPC_PROXY_OWN_COPIES")
+            .ok()
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("1") => true,
+            Some("0") => false,
+            _ => local + 1 > online_cores(),
+        }
+    })
+}
+
 fn online_cores() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
@@ -471,6 +495,7 @@ pub struct Comm {
     stage_max: Option<usize>,
     agent_wake: Option<AgentWake>,
     proxy_min: Option<usize>,
+    own_copies: Option<bool>,
     opts: Options,
     seq: AtomicU64,
     backend: Backend,
@@ -655,6 +680,7 @@ impl Comm {
         opts.spin = Some(opts.spin.unwrap_or_else(|| default_spin(busy)));
         if opts.engine == Engine::Proxy {
             opts.proxy_min = Some(proxy_min(&opts, world.local_size()));
+            opts.own_copies = Some(own_copies(&opts, world.local_size()));
         }
         opts.agent_wake = Some(opts.agent_wake.unwrap_or_else(|| {
             AgentWake::default_for(world.local_size(), progress_cpus(&opts).is_some())
@@ -743,12 +769,12 @@ impl Comm {
                     board.clone(),
                     me,
                     size,
-                    pids,
                     &opts.schedule,
                     timeout,
                     spin,
+                    opts.own_copies.unwrap_or(false),
                 )?;
-                let note = if min > 0 {
+                let mut note = if min > 0 {
                     format!(
                         "progress in the node's proxy process for blocks of {min} bytes \
                          and more, inside test/wait below"
@@ -756,6 +782,9 @@ impl Comm {
                 } else {
                     "progress in the node's proxy process".to_string()
                 };
+                if opts.own_copies == Some(true) {
+                    note.push_str("; each rank copies its own block when it posts");
+                }
                 (
                     Backend::Proxy {
                         client: Box::new(c),
@@ -848,6 +877,7 @@ impl Comm {
             stage_max: opts.stage_max,
             agent_wake: opts.agent_wake,
             proxy_min: opts.proxy_min,
+            own_copies: opts.own_copies,
             opts: opts.schedule,
             seq: AtomicU64::new(1),
             backend,
@@ -927,6 +957,7 @@ impl Comm {
         opts.stage_max = self.stage_max;
         opts.agent_wake = self.agent_wake;
         opts.proxy_min = self.proxy_min;
+        opts.own_copies = self.own_copies;
         opts.progress_cpus = None;
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }

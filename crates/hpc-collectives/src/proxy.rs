@@ -88,7 +88,7 @@ use crate::board::{self, Board, Desc};
 use crate::collective::{Collective, Options};
 use crate::comm::{Error, Result};
 use crate::engine::lock;
-use crate::schedule::{BufferId, Region, Schedule, Step};
+use crate::schedule::{own_copy, BufferId, Region, Schedule, Step};
 use crate::shm::ShmRef;
 
 const SUBMIT: u32 = 10;
@@ -113,6 +113,9 @@ struct Blob {
     /// Where the send and receive buffers are [`SharedBuf`](crate::SharedBuf)s.
     send_shm: Option<ShmRef>,
     recv_shm: Option<ShmRef>,
+    /// The rank made the first round's copies between its own buffers
+    /// ([`own_copy`]) before it posted: the proxy skips them.
+    own_copies: bool,
 }
 
 /// A collective posted to the proxy.
@@ -140,6 +143,9 @@ pub(crate) struct Client {
     opts: Options,
     timeout: Duration,
     spin: Duration,
+    /// Make the first round's copies between the rank's own buffers here,
+    /// when posting, rather than in the proxy (see [`Client::start`]).
+    own_copies: bool,
     state: Mutex<ClientState>,
     /// Set once the proxy was found dead: later submits fail at once.
     proxy_gone: std::sync::atomic::AtomicBool,
@@ -188,10 +194,10 @@ impl Client {
         board: Arc<Board>,
         me: usize,
         size: usize,
-        _pids: Vec<u32>,
         opts: &Options,
         timeout: Duration,
         spin: Duration,
+        own_copies: bool,
     ) -> Result<Client> {
         if me == 0 {
             if std::env::var_os("HPC_COLL_PROXY_BOARD").is_some() {
@@ -256,6 +262,7 @@ impl Client {
             opts: *opts,
             timeout,
             spin,
+            own_copies,
             state: Mutex::new(ClientState::default()),
             proxy_gone: false.into(),
         })
@@ -298,7 +305,17 @@ impl Client {
         recv: &mut [u8],
         direct: bool,
     ) -> Result<Pending> {
-        let stage = (!direct).then(|| (send.to_vec(), recv.to_vec()));
+        let mut stage = (!direct).then(|| (send.to_vec(), recv.to_vec()));
+        // Where the node has no core for the proxy, the rank's own block is
+        // copied here, on the rank's core, in parallel with the other ranks,
+        // instead of one after the other in the proxy.
+        let own_copies = self.own_copies
+            && coll
+                .schedule(self.me, self.world.len(), &self.opts)
+                .is_ok_and(|sched| match &mut stage {
+                    Some((s, r)) => sched.run_own_copies(s, r),
+                    None => sched.run_own_copies(send, recv),
+                });
         // Shared buffers the proxy maps where it works on the caller's buffers;
         // staged copies it reads through the kernel.
         let shm = |b: &[u8]| {
@@ -321,6 +338,7 @@ impl Client {
             recv_len: recv.len(),
             send_shm: shm(send),
             recv_shm: shm(recv),
+            own_copies,
         })
         .map_err(|e| Error::Transport(e.to_string()))?;
         let d = Desc {
@@ -996,13 +1014,18 @@ impl Proxy {
         )
         .entered();
         let steps = std::mem::take(&mut op.sched.rounds[op.round].steps);
-        let res = self.post_steps(op, &steps);
+        let skip_own = op.round == 0 && op.blob.own_copies;
+        let res = self.post_steps(op, &steps, skip_own);
         op.sched.rounds[op.round].steps = steps;
         res
     }
 
-    fn post_steps(&mut self, op: &mut VOp, steps: &[Step]) -> Result<(), u64> {
+    /// Posts `steps`; without those the rank made itself (`skip_own`).
+    fn post_steps(&mut self, op: &mut VOp, steps: &[Step], skip_own: bool) -> Result<(), u64> {
         for step in steps {
+            if skip_own && own_copy(step).is_some() {
+                continue;
+            }
             match *step {
                 Step::Send { peer, region, tag } => {
                     let payload = match locate(op, &self.pids, &region)? {
@@ -1316,6 +1339,7 @@ mod tests {
                 recv_len: recv.len(),
                 send_shm: None,
                 recv_shm: None,
+                own_copies: false,
             },
             scratch: vec![0xA5; scratch],
             round: 0,
@@ -1331,6 +1355,43 @@ mod tests {
         (0..len as u32)
             .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
             .collect()
+    }
+
+    #[test]
+    fn skips_the_copies_a_rank_made_itself() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-own-{}", std::process::id()));
+        let board = Board::create(&path, 2).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let mut p = Proxy {
+            board,
+            size: 1,
+            pids: vec![std::process::id()],
+            ops: Vec::new(),
+            msgs: HashMap::new(),
+            inflight: HashMap::new(),
+            consumed: false,
+            out: vec![VecDeque::new()],
+            pool: Vec::new(),
+            bounce: vec![0u8; 2 * CHUNK],
+            maps: HashMap::new(),
+        };
+        // One rank: an allgather is the copy of its own block, in round 0.
+        let coll = Collective::Allgather {
+            count: 3,
+            dtype: DataType::U8,
+        };
+        for own in [false, true] {
+            let send = [1u8, 2, 3];
+            let mut recv = [0u8; 3];
+            let mut o = op(&send, &mut recv, 0);
+            o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
+            o.blob.coll = coll.clone();
+            o.blob.own_copies = own;
+            assert!(matches!(p.advance(&mut o), Ok(true)));
+            drop(o);
+            // Made by the proxy, or left to the rank (which made it before it posted).
+            assert_eq!(recv, if own { [0; 3] } else { send }, "own_copies {own}");
+        }
     }
 
     #[test]

@@ -261,6 +261,64 @@ impl Schedule {
     }
 }
 
+/// A copy between the calling rank's own buffers: from its send or receive
+/// buffer into its receive buffer, no scratch (a rank's own block of an
+/// allgather or alltoall, the first copy of an allreduce). Where such a copy
+/// is in the first round, the rank may make it itself when it posts the
+/// collective (see [`Schedule::run_own_copies`]).
+pub(crate) fn own_copy(step: &Step) -> Option<(Region, Region)> {
+    match *step {
+        Step::Copy { src, dst } if src.buf != BufferId::Scratch && dst.buf == BufferId::Recv => {
+            Some((src, dst))
+        }
+        _ => None,
+    }
+}
+
+impl Schedule {
+    /// Makes the first round's [`own_copy`] steps on `send` and `recv`, and
+    /// says whether it did: `false`, with nothing written, where a region
+    /// lies outside its buffer or two of them overlap. An engine that runs
+    /// the schedule afterwards skips exactly these steps. By the schedule
+    /// contract no other step of the first round touches what they write,
+    /// and every later round sees them done.
+    pub(crate) fn run_own_copies(&self, send: &[u8], recv: &mut [u8]) -> bool {
+        let Some(first) = self.rounds.first() else {
+            return true;
+        };
+        let copies: Vec<(Region, Region)> = first.steps.iter().filter_map(own_copy).collect();
+        let fits = |r: &Region| {
+            let len = if r.buf == BufferId::Send {
+                send.len()
+            } else {
+                recv.len()
+            };
+            r.offset.checked_add(r.len).is_some_and(|end| end <= len)
+        };
+        let sound = copies.iter().enumerate().all(|(i, (src, dst))| {
+            src.len == dst.len
+                && fits(src)
+                && fits(dst)
+                && copies[i + 1..]
+                    .iter()
+                    .all(|(s2, d2)| !dst.overlaps(d2) && !dst.overlaps(s2) && !d2.overlaps(src))
+                && !dst.overlaps(src)
+        });
+        if !sound {
+            return false;
+        }
+        for (src, dst) in copies {
+            match src.buf {
+                BufferId::Send => {
+                    recv[dst.offset..dst.end()].copy_from_slice(&send[src.offset..src.end()])
+                }
+                _ => recv.copy_within(src.offset..src.end(), dst.offset),
+            }
+        }
+        true
+    }
+}
+
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -399,6 +457,46 @@ mod tests {
         let s = b.finish();
         assert_eq!(s.rounds.len(), 1);
         assert_eq!(b_alloc_check(), (64, 70));
+    }
+
+    #[test]
+    fn a_rank_makes_only_its_first_rounds_copies_between_its_own_buffers() {
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 2);
+        b.copy(Region::send(0, 2), Region::recv(4, 2));
+        b.copy(Region::recv(0, 1), Region::recv(7, 1));
+        let t = b.alloc(2);
+        b.copy(t, Region::recv(2, 2));
+        b.send(1, Region::send(0, 2), 0);
+        b.next_round();
+        b.copy(Region::send(0, 2), Region::recv(0, 2));
+        let s = b.finish();
+        let own: Vec<_> = s.rounds[0].steps.iter().filter_map(own_copy).collect();
+        assert_eq!(own.len(), 2, "{s}");
+        let mut recv = [9u8; 8];
+        assert!(s.run_own_copies(&[1, 2], &mut recv));
+        assert_eq!(recv, [9, 9, 9, 9, 1, 2, 9, 9]);
+        // Out of bounds: nothing is written, the engine makes them.
+        let mut short = [9u8; 5];
+        assert!(!s.run_own_copies(&[1, 2], &mut short));
+        assert_eq!(short, [9; 5]);
+        let mut recv = [9u8; 8];
+        assert!(!s.run_own_copies(&[1], &mut recv));
+        assert_eq!(recv, [9; 8]);
+    }
+
+    #[test]
+    fn overlapping_own_copies_are_left_to_the_engine() {
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 2);
+        b.copy(Region::recv(0, 4), Region::recv(2, 4));
+        let s = b.finish();
+        let mut recv = [1u8, 2, 3, 4, 5, 6];
+        assert!(!s.run_own_copies(&[], &mut recv));
+        assert_eq!(recv, [1, 2, 3, 4, 5, 6]);
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 2);
+        b.copy(Region::recv(0, 2), Region::recv(4, 2));
+        let s = b.finish();
+        assert!(s.run_own_copies(&[], &mut recv));
+        assert_eq!(recv, [1, 2, 3, 4, 1, 2]);
     }
 
     fn b_alloc_check() -> (usize, usize) {

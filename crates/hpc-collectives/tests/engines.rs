@@ -53,6 +53,9 @@ fn job_on_nodes(
                 // Every collective of the Proxy engine goes to the proxy unless a
                 // test asks for the host path of small ones.
                 .env("HPC_PROXY_MIN", "0")
+                // And the proxy makes every copy, as on a node with a core for it,
+                // unless a test asks the ranks to make their own.
+                .env("HPC_PROXY_OWN_COPIES", "0")
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -129,6 +132,9 @@ fn correct(world: &World) {
     // sizes of `check_all` fall on both sides.
     let mut hybrid = CommOptions::new(Engine::Proxy);
     hybrid.proxy_min = Some(1000);
+    // With the ranks' own blocks copied by the ranks, as on a node without a
+    // core for the proxy.
+    hybrid.own_copies = Some(true);
     let hybrid = Comm::with_options(world, hybrid).unwrap();
     assert!(
         hybrid.progress_note().contains("1000 bytes"),
