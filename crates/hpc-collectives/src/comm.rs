@@ -389,11 +389,17 @@ pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 ///
 /// There every collective handed to the proxy costs a round trip through the
 /// scheduler of the busy cores: 13-41 µs for a 1 KiB collective on the 2-core
-/// development VM (2 ranks), against 1-3 µs on the ranks themselves. Around
-/// 64 KiB the proxy (with [`SharedBuf`](crate::SharedBuf) buffers) catches up:
-/// alltoall 28 against 14 µs, allreduce 23-46 against 69 µs; at 256 KiB it is
-/// ahead for allgather and allreduce.
-pub const DEFAULT_PROXY_MIN: usize = 64 * 1024;
+/// development VM (2 ranks), against 1-3 µs on the ranks themselves, and the
+/// proxy copies on one core what the ranks copy on two. With
+/// [`SharedBuf`](crate::SharedBuf) buffers and the ranks' own blocks copied by
+/// the ranks ([`CommOptions::own_copies`]), the proxy catches up at 256 KiB
+/// (2 ranks, µs, pure time, ranks against proxy, measured alternately:
+/// allgather 28-30 against 32-53, alltoall 28-35 against 46-56, allreduce
+/// 50-64 against 40-42, broadcast 21-31 against 18-41) and is ahead at 1 MiB
+/// (allgather and alltoall 103 against 82, allreduce 135 against 113-118,
+/// broadcast 104 against 37); at 64 and 128 KiB the ranks were ahead in every
+/// collective (allgather 9 against 16-41 at 64 KiB).
+pub const DEFAULT_PROXY_MIN: usize = 256 * 1024;
 
 fn proxy_min(opts: &CommOptions, local: usize) -> usize {
     opts.proxy_min.unwrap_or_else(|| {
