@@ -727,7 +727,8 @@ impl Core {
                 Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
                     let n = region.len - got;
                     let pid = self.pids[peer];
-                    if pid == std::process::id() {
+                    // `pids[me]` is this process (no `getpid` system call per message).
+                    if pid == self.pids[self.me] {
                         // SAFETY: the sender is this process: `addr` is a live region of
                         // one of its operations (it waits for our FIN), `dst + got` has
                         // `n` bytes left in the bounds-checked region, and regions of
