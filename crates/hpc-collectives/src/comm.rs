@@ -389,17 +389,22 @@ pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 ///
 /// There every collective handed to the proxy costs a round trip through the
 /// scheduler of the busy cores: 13-41 µs for a 1 KiB collective on the 2-core
-/// development VM (2 ranks), against 1-3 µs on the ranks themselves, and the
-/// proxy copies on one core what the ranks copy on two. With
+/// development VM (2 ranks), against 1-3 µs on the ranks themselves. With
 /// [`SharedBuf`](crate::SharedBuf) buffers and the ranks' own blocks copied by
-/// the ranks ([`CommOptions::own_copies`]), the proxy catches up at 256 KiB
-/// (2 ranks, µs, pure time, ranks against proxy, measured alternately:
-/// allgather 28-30 against 32-53, alltoall 28-35 against 46-56, allreduce
-/// 50-64 against 40-42, broadcast 21-31 against 18-41) and is ahead at 1 MiB
-/// (allgather and alltoall 103 against 82, allreduce 135 against 113-118,
-/// broadcast 104 against 37); at 64 and 128 KiB the ranks were ahead in every
-/// collective (allgather 9 against 16-41 at 64 KiB).
-pub const DEFAULT_PROXY_MIN: usize = 256 * 1024;
+/// the ranks ([`CommOptions::own_copies`]), pure time on 2 ranks, in µs, ranks
+/// against proxy, measured alternately in one session:
+///
+/// | block | allgather | alltoall | allreduce | broadcast |
+/// |---|---|---|---|---|
+/// | 64 KiB | 9 / 16-41 | 9 / 16-41 | 17-23 / 18-44 | 8-9 / 13-19 |
+/// | 256 KiB | 28-30 / 32-49 | 28-36 / 32-56 | 47-48 / 39-51 | 20-21 / 17-41 |
+/// | 512 KiB | 52-57 / 62-66 | 53-67 / 62-68 | 79-82 / 68-69 | 40 / 23-41 |
+/// | 1 MiB | 103 / 82-83 | 102-104 / 82-123 | 135 / 113-118 | 101 / 37 |
+///
+/// The proxy copies on one core what the ranks copy on two, and pays the
+/// round trip, so it wins only where it saves copies: a single copy from a
+/// mapped `SharedBuf` where the ranks stage or read through the kernel.
+pub const DEFAULT_PROXY_MIN: usize = 512 * 1024;
 
 fn proxy_min(opts: &CommOptions, local: usize) -> usize {
     opts.proxy_min.unwrap_or_else(|| {
