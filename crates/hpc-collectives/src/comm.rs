@@ -630,20 +630,97 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
             .map_err(|e| Error::Transport(format!("mapping the board {}: {e}", p.display())))?,
     };
     board.set_pid(me, std::process::id());
+    allow_peer_reads();
     let my_node = boot.node_of(me);
-    let pids = boot
-        .allgather(&std::process::id().to_le_bytes())?
+    let mut mine = std::process::id().to_le_bytes().to_vec();
+    mine.extend_from_slice(&(std::ptr::addr_of!(CMA_PROBE) as u64).to_le_bytes());
+    let all = boot.allgather(&mine)?;
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+    };
+    let pids: Vec<u32> = all
         .iter()
         .enumerate()
         .map(|(r, b)| {
             if boot.node_of(r) == my_node {
-                u32::from_le_bytes(b[..4].try_into().unwrap_or([0; 4]))
+                u32::from_le_bytes(b.get(..4).and_then(|w| w.try_into().ok()).unwrap_or([0; 4]))
             } else {
                 0
             }
         })
         .collect();
+    // Every rank reads a word of the next rank on its node that is another
+    // process, and all learn the outcome: a blocked cross-memory attach fails
+    // here, on every rank alike, rather than in the first large collective.
+    let next = (1..size)
+        .map(|i| (me + i) % size)
+        .find(|&r| pids[r] != 0 && pids[r] != pids[me]);
+    let probe: i32 = match next.map(|r| (r, word(&all[r], 4))) {
+        Some((r, Some(addr))) => {
+            let mut got = 0u64;
+            // SAFETY: `got` is 8 writable bytes of this process.
+            match unsafe { board::cma_read(pids[r], addr, std::ptr::addr_of_mut!(got).cast(), 8) } {
+                Ok(()) if got == CMA_PROBE => 0,
+                Ok(()) => -1,
+                Err(e) => e.raw_os_error().unwrap_or(-1),
+            }
+        }
+        _ => 0,
+    };
+    let mut verdict = probe.to_le_bytes().to_vec();
+    verdict.extend_from_slice(&(next.unwrap_or(me) as u32).to_le_bytes());
+    let verdicts = boot.allgather(&verdict)?;
+    for (r, v) in verdicts.iter().enumerate() {
+        let code = i32::from_le_bytes(v.get(..4).and_then(|w| w.try_into().ok()).unwrap_or([0; 4]));
+        if code != 0 {
+            let peer = u32::from_le_bytes(
+                v.get(4..8)
+                    .and_then(|w| w.try_into().ok())
+                    .unwrap_or([0; 4]),
+            );
+            return Err(cma_blocked(r, peer as usize, code));
+        }
+    }
     Ok((Arc::new(board), pids))
+}
+
+/// A word whose address each rank publishes when it joins a communicator, for
+/// its peers to read by cross-memory attach (see `make_board`).
+static CMA_PROBE: u64 = 0x6870_632d_636d_6121;
+
+/// Lets processes of this user read this one's memory by cross-memory attach
+/// where Yama's `ptrace_scope` is 1 (Ubuntu's default), under which only a
+/// process's ancestors may: the peer ranks are its siblings, the proxy is a
+/// child of rank 0. Open MPI's shared-memory transport does the same. Fails
+/// harmlessly (`EINVAL`) where Yama is absent.
+fn allow_peer_reads() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl with integer arguments only.
+        let r = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+        tracing::debug!(
+            ok = r == 0,
+            "PR_SET_PTRACER_ANY for peer ranks and the proxy"
+        );
+    });
+}
+
+/// The refusal of a communicator whose ranks may not read each other's memory.
+fn cma_blocked(rank: usize, peer: usize, code: i32) -> Error {
+    let why = if code > 0 {
+        std::io::Error::from_raw_os_error(code).to_string()
+    } else {
+        "it read something else than the word the peer published".to_string()
+    };
+    Error::Unsupported(format!(
+        "cross-memory attach between the ranks of this node is blocked: rank {rank} could not \
+         read rank {peer}'s memory with process_vm_readv ({why}). Messages over stage_max bytes \
+         move that way, and the proxy reaches buffers other than SharedBufs that way. Allow it: \
+         kernel.yama.ptrace_scope 0 or 1 (each rank already sets PR_SET_PTRACER for 1), or \
+         CAP_SYS_PTRACE for the ranks (containers: --cap-add SYS_PTRACE), and no seccomp filter \
+         that blocks process_vm_readv/process_vm_writev; `hpc doctor` checks this"
+    ))
 }
 
 /// The refusal of a Proxy communicator whose ranks are on several nodes.

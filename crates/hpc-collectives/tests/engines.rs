@@ -118,6 +118,7 @@ fn child_entry() {
         "proxy_death" => proxy_death(&world),
         "nodes" => across_nodes(&world),
         "shared" => shared(&world),
+        "no_cma" => no_cross_memory_attach(&world),
         o => panic!("unknown scenario {o}"),
     }
 }
@@ -707,6 +708,75 @@ fn shared(world: &World) {
             comm.barrier().unwrap();
         }
     }
+}
+
+/// Makes `process_vm_readv` fail with `EPERM` in this process, as a seccomp
+/// profile or Yama's `ptrace_scope` does where they forbid it.
+fn forbid_process_vm_readv() {
+    let op = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let filter = [
+        // The system call number (offset 0 of `seccomp_data`).
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_process_vm_readv as u32,
+        },
+        op(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl with a valid, live filter program; the filter only answers
+    // one system call with EPERM.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog
+            ),
+            0,
+            "installing the seccomp filter: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Rank 1 may not read other processes' memory: every rank's communicator
+/// refuses to start, naming rank 1 and the cause, for every engine, instead
+/// of failing in the first large collective.
+fn no_cross_memory_attach(world: &World) {
+    if world.rank() == 1 {
+        forbid_process_vm_readv();
+    }
+    for engine in ENGINES {
+        match Comm::new(world, engine) {
+            Err(Error::Unsupported(m)) => assert!(
+                m.contains("cross-memory attach") && m.contains("rank 1 could not read"),
+                "{engine:?}: {m}"
+            ),
+            Err(e) => panic!("{engine:?}: another error: {e}"),
+            Ok(_) => panic!("{engine:?}: a communicator without cross-memory attach"),
+        }
+    }
+}
+
+#[test]
+fn a_blocked_cross_memory_attach_is_refused_at_creation() {
+    all_ok("no_cma", 3);
 }
 
 #[test]

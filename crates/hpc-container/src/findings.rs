@@ -451,7 +451,8 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 }
             ),
             "Open MPI's vader/sm transport uses cross-memory attach for single-copy transfers; \
-             blocked, it prints errors or falls back to slower copies",
+             blocked, it prints errors or falls back to slower copies, and hpc-collectives' \
+             communicators with several ranks on a node refuse to start",
             match rt {
                 RuntimeKind::Docker | RuntimeKind::Podman => {
                     "run with `--cap-add SYS_PTRACE`, or set OMPI_MCA_btl_vader_single_copy_mechanism=none".into()
