@@ -428,7 +428,7 @@ fn stage_max(opts: &CommOptions) -> usize {
     })
 }
 
-/// The CPUs online on this node.
+/// The resolved [`CommOptions::own_copies`] for a node running `local` ranks.
 fn own_copies(opts: &CommOptions, local: usize) -> bool {
     opts.own_copies.unwrap_or_else(|| {
         match std::env::var("HPC_PROXY_OWN_COPIES")
@@ -443,6 +443,7 @@ fn own_copies(opts: &CommOptions, local: usize) -> bool {
     })
 }
 
+/// The CPUs online on this node.
 fn online_cores() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
@@ -711,7 +712,7 @@ fn cma_blocked(rank: usize, peer: usize, code: i32) -> Error {
     let why = if code > 0 {
         std::io::Error::from_raw_os_error(code).to_string()
     } else {
-        "it read something else than the word the peer published".to_string()
+        "it read something other than the word the peer published".to_string()
     };
     Error::Unsupported(format!(
         "cross-memory attach between the ranks of this node is blocked: rank {rank} could not \
