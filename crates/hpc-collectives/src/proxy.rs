@@ -102,9 +102,11 @@ const LOST: u64 = 1;
 const MISMATCH: u64 = 2;
 const FAILED: u64 = 3;
 
+/// What a rank posts: the collective (owned in the proxy, borrowed by the
+/// rank that encodes it), where its buffers are, and how to run it.
 #[derive(Serialize, Deserialize)]
-struct Blob {
-    coll: Collective,
+struct Blob<C = Collective> {
+    coll: C,
     opts: Options,
     send: u64,
     send_len: usize,
@@ -127,10 +129,25 @@ pub(crate) struct Pending {
     finished: std::sync::atomic::AtomicBool,
 }
 
+impl ClientState {
+    fn has_done(&self, seq: u64) -> bool {
+        self.done.iter().any(|d| d.0 == seq)
+    }
+
+    /// Takes the answer to collective `seq`: (code, aux).
+    fn take_done(&mut self, seq: u64) -> Option<(u64, u64)> {
+        let i = self.done.iter().position(|d| d.0 == seq)?;
+        let (_, code, aux) = self.done.swap_remove(i);
+        Some((code, aux))
+    }
+}
+
 #[derive(Default)]
 struct ClientState {
-    done: HashMap<u64, (u64, u64)>,
-    cancelled: HashSet<u64>,
+    /// Answers not yet taken: (seq, code, aux). A few at most: a short list
+    /// beats hashing on the path of every collective.
+    done: Vec<(u64, u64, u64)>,
+    cancelled: Vec<u64>,
     outq: VecDeque<Desc>,
 }
 
@@ -283,10 +300,10 @@ impl Client {
         while let Some(d) = self.board.pop(self.proxy, self.me) {
             match d.kind {
                 DONE => {
-                    st.done.insert(d.tag, (d.addr, d.len));
+                    st.done.push((d.tag, d.addr, d.len));
                 }
                 CANCELLED => {
-                    st.cancelled.insert(d.tag);
+                    st.cancelled.push(d.tag);
                 }
                 _ => {}
             }
@@ -329,17 +346,21 @@ impl Client {
             Some((s, r)) => (s.as_ptr() as u64, r.as_ptr() as u64),
             None => (send.as_ptr() as u64, recv.as_mut_ptr() as u64),
         };
-        let blob = postcard::to_stdvec(&Blob {
-            coll: coll.clone(),
-            opts: self.opts,
-            send: sp,
-            send_len: send.len(),
-            recv: rp,
-            recv_len: recv.len(),
-            send_shm: shm(send),
-            recv_shm: shm(recv),
-            own_copies,
-        })
+        // Sized for the fixed collectives in one allocation; the v-variants grow it.
+        let blob = postcard::to_extend(
+            &Blob {
+                coll,
+                opts: self.opts,
+                send: sp,
+                send_len: send.len(),
+                recv: rp,
+                recv_len: recv.len(),
+                send_shm: shm(send),
+                recv_shm: shm(recv),
+                own_copies,
+            },
+            Vec::with_capacity(128),
+        )
         .map_err(|e| Error::Transport(e.to_string()))?;
         let d = Desc {
             kind: SUBMIT,
@@ -375,36 +396,46 @@ impl Client {
         }
         let mut st = lock(&self.state);
         self.drain(&mut st);
-        st.done.contains_key(&p.seq)
+        st.has_done(p.seq)
     }
 
-    pub(crate) fn wait(&self, p: &Pending, out: Option<&mut [u8]>) -> Result<()> {
+    /// The answer to `p`, if the proxy gave it: the collective's result.
+    fn answer(&self, p: &Pending, out: Option<&mut [u8]>) -> Option<Result<()>> {
+        let (code, aux) = {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+            st.take_done(p.seq)?
+        };
+        p.finished.store(true, Ordering::Release);
+        Some(match code {
+            OK => {
+                if let (Some(out), Some((_, r))) = (out, &p.stage) {
+                    out.copy_from_slice(r);
+                }
+                Ok(())
+            }
+            LOST => Err(Error::RankLost {
+                rank: self.world[aux as usize],
+            }),
+            MISMATCH => Err(Error::CountMismatch {
+                rank: self.world[aux as usize],
+                detail: "message sizes differ".into(),
+            }),
+            _ => Err(Error::Transport("the proxy failed the collective".into())),
+        })
+    }
+
+    pub(crate) fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
+        // An answer that is there already costs no clock reading.
+        if let Some(r) = self.answer(p, out.as_deref_mut()) {
+            return r;
+        }
         let t0 = Instant::now();
         let mut last_check = t0;
         loop {
             let seen = self.board.doorbell(self.me).load(Ordering::SeqCst);
-            {
-                let mut st = lock(&self.state);
-                self.drain(&mut st);
-                if let Some((code, aux)) = st.done.remove(&p.seq) {
-                    p.finished.store(true, Ordering::Release);
-                    return match code {
-                        OK => {
-                            if let (Some(out), Some((_, r))) = (out, &p.stage) {
-                                out.copy_from_slice(r);
-                            }
-                            Ok(())
-                        }
-                        LOST => Err(Error::RankLost {
-                            rank: self.world[aux as usize],
-                        }),
-                        MISMATCH => Err(Error::CountMismatch {
-                            rank: self.world[aux as usize],
-                            detail: "message sizes differ".into(),
-                        }),
-                        _ => Err(Error::Transport("the proxy failed the collective".into())),
-                    };
-                }
+            if let Some(r) = self.answer(p, out.as_deref_mut()) {
+                return r;
             }
             if last_check.elapsed() >= LIVENESS_EVERY {
                 last_check = Instant::now();
@@ -434,7 +465,7 @@ impl Client {
 
     /// Makes sure the proxy no longer touches `p`'s buffers.
     pub(crate) fn cancel(&self, p: &Pending) {
-        if p.finished.load(Ordering::Acquire) || lock(&self.state).done.contains_key(&p.seq) {
+        if p.finished.load(Ordering::Acquire) || lock(&self.state).has_done(p.seq) {
             return;
         }
         {
@@ -453,7 +484,11 @@ impl Client {
         while t0.elapsed() < self.timeout {
             let mut st = lock(&self.state);
             self.drain(&mut st);
-            if st.cancelled.remove(&p.seq) || st.done.remove(&p.seq).is_some() {
+            let cancelled = st.cancelled.iter().position(|&s| s == p.seq);
+            if let Some(i) = cancelled {
+                st.cancelled.swap_remove(i);
+            }
+            if cancelled.is_some() || st.take_done(p.seq).is_some() {
                 p.finished.store(true, Ordering::Release);
                 return;
             }
