@@ -341,7 +341,7 @@ impl Board {
             let t0 = std::time::Instant::now();
             loop {
                 for _ in 0..64 {
-                    if self.doorbell(rank).load(Ordering::Acquire) != seen {
+                    if self.doorbell(rank).load(Ordering::Acquire) != seen || self.incoming(rank) {
                         return;
                     }
                     std::hint::spin_loop();
@@ -400,6 +400,18 @@ impl Board {
             .store(stamp(t) | d.kind as u64, Ordering::Release);
         tail.store(t + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Whether a descriptor waits on any ring to `dst`: read where it will be
+    /// written, so that a spinning receiver sees it one transfer between the
+    /// cores earlier than the doorbell that follows it.
+    fn incoming(&self, dst: usize) -> bool {
+        (0..self.size).any(|src| {
+            let off = self.ring_off(src, dst);
+            let h = self.u64_at(off).load(Ordering::Relaxed);
+            let e = off + RING_HEADER + (h % RING_CAP) as usize * DESC;
+            self.u64_at(e).load(Ordering::Relaxed) & !0xffff_ffff == stamp(h)
+        })
     }
 
     /// Pops a descriptor from the ring `src -> dst` (only rank `dst` pops).
