@@ -1332,6 +1332,10 @@ impl Comm {
     /// (until the timeout), then cancels it.
     fn abandon(&self, t: &Ticket) {
         if self.poll(t) {
+            if let (Ticket::Proxy(p), Backend::Proxy { client, .. }) = (t, &self.backend) {
+                // Its answer, if nobody took it, would stay in the rank's list.
+                client.discard(p);
+            }
             return;
         }
         let _ = self.finish(t, None);

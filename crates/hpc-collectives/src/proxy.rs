@@ -463,9 +463,19 @@ impl Client {
         }
     }
 
+    /// Drops the answer to a finished `p` that nobody will take.
+    pub(crate) fn discard(&self, p: &Pending) {
+        if !p.finished.load(Ordering::Acquire) && lock(&self.state).take_done(p.seq).is_some() {
+            p.finished.store(true, Ordering::Release);
+        }
+    }
+
     /// Makes sure the proxy no longer touches `p`'s buffers.
     pub(crate) fn cancel(&self, p: &Pending) {
-        if p.finished.load(Ordering::Acquire) || lock(&self.state).has_done(p.seq) {
+        // An answer that came meanwhile is dropped with the collective: nothing
+        // takes it later, and it must not stay in the list.
+        if p.finished.load(Ordering::Acquire) || lock(&self.state).take_done(p.seq).is_some() {
+            p.finished.store(true, Ordering::Release);
             return;
         }
         {
@@ -1390,6 +1400,47 @@ mod tests {
         (0..len as u32)
             .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
             .collect()
+    }
+
+    #[test]
+    fn answers_are_taken_once_and_dropped_with_their_collective() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-answers-{}", std::process::id()));
+        let board = Arc::new(Board::create(&path, 3).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        // Rank 1 of 2: starts no proxy.
+        let c = Client::start(
+            board,
+            1,
+            2,
+            &Options::default(),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            false,
+        )
+        .unwrap();
+        let pending = |seq| Pending {
+            seq,
+            _blob: Vec::new(),
+            stage: None,
+            direct: true,
+            finished: false.into(),
+        };
+        let (a, b, d) = (pending(7), pending(8), pending(9));
+        lock(&c.state)
+            .done
+            .extend([(7, OK, 0), (8, MISMATCH, 0), (9, OK, 0)]);
+        assert!(c.poll(&a) && c.poll(&b) && c.poll(&d));
+        assert!(c.wait(&a, None).is_ok());
+        assert!(matches!(
+            c.wait(&b, None),
+            Err(Error::CountMismatch { rank: 0, .. })
+        ));
+        // Finished, never waited for: its answer goes with it.
+        c.discard(&d);
+        assert!(d.finished.load(Ordering::Acquire));
+        assert!(lock(&c.state).done.is_empty());
+        c.discard(&a);
+        assert!(lock(&c.state).done.is_empty());
     }
 
     #[test]
