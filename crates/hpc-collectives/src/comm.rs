@@ -631,8 +631,12 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
             .map_err(|e| Error::Transport(format!("mapping the board {}: {e}", p.display())))?,
     };
     board.set_pid(me, std::process::id());
-    allow_peer_reads();
     let my_node = boot.node_of(me);
+    // Only where another process will read this one's memory: a rank on this
+    // node, or the proxy.
+    if extra > 0 || (0..size).any(|r| r != me && boot.node_of(r) == my_node) {
+        allow_peer_reads();
+    }
     let mut mine = std::process::id().to_le_bytes().to_vec();
     mine.extend_from_slice(&(std::ptr::addr_of!(CMA_PROBE) as u64).to_le_bytes());
     let all = boot.allgather(&mine)?;
