@@ -151,6 +151,10 @@ fn test(quick: bool) -> Result<()> {
         run(cargo()
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))?;
+        // The device script (GPU check, overlap with spare cores, scaling) packs its
+        // bundle and runs every part in miniature, so it is known to work before a
+        // GPU machine is at hand.
+        run(Command::new("bash").args(["benches/device.sh", "dry"]))?;
         run(Command::new("mdbook").args(["build", "book"]))?;
         run(Command::new("mdbook").args(["test", "book"]))?;
         run(cargo().args([
