@@ -2,8 +2,8 @@
 
 use hpc_topology::{
     bind_current_thread, bind_memory_to_numa, check_binding, current_cpu, diagnose_binding, plan,
-    thread_affinity, BindingDiagnostic, CpuSet, Launcher, MemoryBindScope, PinnedPoolBuilder,
-    PlacementRequest, Topology,
+    thread_affinity, BindingDiagnostic, CpuSet, Launcher, MemoryBindScope, MemoryBinding,
+    PinnedPoolBuilder, PlacementRequest, Topology,
 };
 
 #[test]
@@ -50,11 +50,92 @@ fn thread_binding_and_memory_binding() {
     let (aff, cpu) = handle.join().unwrap();
     assert_eq!(aff.to_vec(), vec![last]);
     assert_eq!(cpu, Some(last));
-    // Memory binding never fails hard, whatever the node.
-    let numa = t.numa_nodes[0].os_index;
-    let _ = bind_memory_to_numa(numa, MemoryBindScope::Thread);
-    let _ = bind_memory_to_numa(9999, MemoryBindScope::Thread);
     assert!(bind_current_thread(&CpuSet::new()).is_err());
+}
+
+/// The calling thread's memory policy as the kernel holds it: (mode, node mask).
+fn thread_mempolicy() -> (i32, u64) {
+    let mut mode: libc::c_int = -1;
+    let mut mask: libc::c_ulong = 0;
+    // SAFETY: get_mempolicy writes one int to `mode` and at most `maxnode` (64) bits
+    // to `mask`, both valid for writes; addr is unused without MPOL_F_ADDR.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut mode as *mut libc::c_int,
+            &mut mask as *mut libc::c_ulong,
+            64 as libc::c_ulong,
+            std::ptr::null::<libc::c_void>(),
+            0 as libc::c_ulong,
+        )
+    };
+    assert_eq!(rc, 0, "get_mempolicy: {}", std::io::Error::last_os_error());
+    (mode, mask as u64)
+}
+
+/// Whether the kernel lets this thread set a memory policy at all (seccomp profiles
+/// of some container runtimes refuse it); resets the policy to the default.
+fn set_mempolicy_allowed() -> bool {
+    // SAFETY: MPOL_DEFAULT with an empty mask changes only this thread's policy.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            0 as libc::c_int,
+            std::ptr::null::<libc::c_ulong>(),
+            0 as libc::c_ulong,
+        )
+    };
+    rc == 0
+}
+
+#[test]
+fn memory_binding_binds_the_node_or_says_why_not() {
+    const MPOL_BIND: i32 = 2;
+    const MPOL_LOCAL: i32 = 5;
+    let t = Topology::this_machine().unwrap();
+    let numa = t.numa_nodes[0].os_index;
+    let single = t.numa_nodes.len() == 1;
+    std::thread::spawn(move || {
+        match bind_memory_to_numa(numa, MemoryBindScope::Thread) {
+            MemoryBinding::Bound => {
+                let (mode, mask) = thread_mempolicy();
+                if single {
+                    // Binding to the machine's only node is binding to all of them,
+                    // which hwloc asks of the kernel as MPOL_LOCAL. A call that did
+                    // nothing would leave the thread's MPOL_DEFAULT.
+                    assert!(
+                        mode == MPOL_BIND || mode == MPOL_LOCAL,
+                        "hwloc said Bound, the kernel's policy is {mode}"
+                    );
+                } else {
+                    assert_eq!(
+                        mode, MPOL_BIND,
+                        "hwloc said Bound, the kernel's policy is {mode}"
+                    );
+                    assert_ne!(
+                        mask & (1 << numa),
+                        0,
+                        "node {numa} is not in the mask {mask:#x}"
+                    );
+                }
+            }
+            MemoryBinding::NotApplied(why) => {
+                assert!(!why.is_empty(), "NotApplied without a reason");
+                assert!(
+                    !set_mempolicy_allowed(),
+                    "memory binding to node {numa} was not applied ({why}) although \
+                     set_mempolicy works here"
+                );
+            }
+        }
+        // A node that does not exist is never reported as bound, and says why.
+        match bind_memory_to_numa(9999, MemoryBindScope::Thread) {
+            MemoryBinding::Bound => panic!("bound to NUMA node 9999, which does not exist"),
+            MemoryBinding::NotApplied(why) => assert!(!why.is_empty()),
+        }
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]
@@ -94,7 +175,21 @@ fn single_core_binding_detected_in_a_bound_thread() {
     // exercises the same diagnosis on its own affinity.
     let t = Topology::this_machine().unwrap();
     let report = check_binding(&t, 1).unwrap();
-    assert!(report.diagnostic.is_none());
+    assert!(report.diagnostic.is_none(), "{:?}", report.diagnostic);
+    assert_eq!(
+        report.cpuset,
+        thread_affinity().unwrap(),
+        "the process's binding"
+    );
+    assert!(report.cores >= 1);
+    // More threads than the allowed cores is diagnosed.
+    let many = check_binding(&t, report.cores * 4 + 1).unwrap();
+    assert!(
+        many.diagnostic.is_some(),
+        "{} threads on {} cores is not reported",
+        report.cores * 4 + 1,
+        report.cores
+    );
     let first = t.allowed.first().unwrap();
     let t2 = t.clone();
     std::thread::spawn(move || {
