@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod fuzz;
 mod image;
 mod setup;
 
@@ -53,6 +54,15 @@ enum Task {
         /// Arguments for containers/cluster/cluster.sh.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
+    },
+    /// Run every fuzz target (or the named ones) from its checked-in corpus for a
+    /// bounded time (cargo-fuzz on the nightly toolchain).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Targets to run (default: all of fuzz/Cargo.toml).
+        targets: Vec<String>,
     },
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
@@ -155,6 +165,8 @@ fn test(quick: bool) -> Result<()> {
         // bundle and runs every part in miniature, so it is known to work before a
         // GPU machine is at hand.
         run(Command::new("bash").args(["benches/device.sh", "dry"]))?;
+        // Every decoder and file reader, from its corpus, about 20 s each.
+        fuzz::run(&root(), 20, &[])?;
         run(Command::new("mdbook").args(["build", "book"]))?;
         run(Command::new("mdbook").args(["test", "book"]))?;
         run(cargo().args([
@@ -189,6 +201,7 @@ fn main() -> Result<()> {
                 .args(&args))
         }
         Task::Image(args) => image::run(args),
+        Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;

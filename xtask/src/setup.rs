@@ -140,6 +140,28 @@ fn mdbook() -> Result<()> {
     ]))
 }
 
+/// cargo-fuzz version the fuzz targets are run with.
+pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// cargo-fuzz for `cargo xtask fuzz` (it runs on the nightly toolchain).
+fn cargo_fuzz() -> Result<()> {
+    let ok = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_FUZZ_VERSION))
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    crate::run(crate::cargo().args([
+        "install",
+        "cargo-fuzz",
+        "--locked",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ]))
+}
+
 /// Everything `demo` and `test` need.
 pub fn all() -> Result<()> {
     apt(APT_PACKAGES)?;
@@ -151,5 +173,6 @@ pub fn all() -> Result<()> {
     }
     rust_components()?;
     mdbook()?;
+    cargo_fuzz()?;
     Ok(())
 }
