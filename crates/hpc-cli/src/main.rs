@@ -55,6 +55,16 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // Output into a closed pipe (`hpc topo | head -1`): end as a Unix tool killed
+        // by SIGPIPE would, without a message.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::exit(141)
+        }
         Err(e) => {
             // A closed stderr is no reason to panic.
             let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
