@@ -141,6 +141,29 @@ fn a_truncated_spike_record_is_caught() {
         err.contains("spikes.ckpt") && err.contains("truncated"),
         "{err}"
     );
+    // A truncated rank file says which file and how many bytes are missing.
+    let rank = set.step_dir(200).join("rank-000000.ckpt");
+    let b = std::fs::read(&rank).unwrap();
+    std::fs::write(&rank, &b[..b.len() - 100]).unwrap();
+    let err = refused(&brunel(
+        &dir.join("named"),
+        &[
+            "--t-sim",
+            "50",
+            "--restart",
+            set.step_dir(200).to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("rank-000000.ckpt")
+            && err.contains(&format!(
+                "is {} bytes but the manifest says {}",
+                b.len() - 100,
+                b.len()
+            ))
+            && !err.contains("does not match the model"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
