@@ -103,7 +103,10 @@ fn an_empty_or_hostile_root_says_it_cannot_judge() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("too little to judge"), "{text}");
-    assert!(!text.contains("no problems found") && !text.contains("vunknown"), "{text}");
+    assert!(
+        !text.contains("no problems found") && !text.contains("vunknown"),
+        "{text}"
+    );
     // A FIFO where a file should be, and a link into the host: neither hangs nor is
     // read from the host.
     let c = std::ffi::CString::new(root.join("proc/self/status").to_str().unwrap()).unwrap();
