@@ -132,6 +132,8 @@ pub fn split() -> Role {
         // Writing to the terminal from a background group must not stop us.
         libc::signal(libc::SIGTTOU, libc::SIG_IGN);
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        // `ps -o comm` and `top` tell it from the front.
+        libc::prctl(libc::PR_SET_NAME, c"hpc-supervisor".as_ptr());
         libc::prctl(libc::PR_SET_PDEATHSIG, FRONT_DEATH_SIGNAL);
     }
     install(FRONT_DEATH_SIGNAL, on_front_gone);
