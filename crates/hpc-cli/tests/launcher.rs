@@ -649,3 +649,46 @@ fn a_line_without_newline_is_cut_not_held() {
     eprintln!("peak RSS of the largest process of the job: {peak_kib} KiB");
     assert!(peak_kib < 40 * 1024, "{peak_kib} KiB");
 }
+
+#[test]
+fn output_held_open_outside_the_job_is_waited_for_only_briefly() {
+    let m = marker();
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "1",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 0.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rank = loop {
+        if let Some(&pid) = processes_with(&m).first() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the rank did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // This test process, which is no part of the job, holds the rank's stdout pipe
+    // open, so it never reaches end of file.
+    let held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{rank}/fd/1"))
+        .unwrap();
+    let t = Instant::now();
+    let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run");
+    assert!(status.success());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("not waiting for it"), "{err}");
+    drop(held);
+}
