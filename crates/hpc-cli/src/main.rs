@@ -4,6 +4,8 @@
 //! `hpc topo` shows the hardware and the placement of ranks, `hpc selftest` checks
 //! that a launch works end to end.
 
+use std::io::{IsTerminal, Write};
+
 use clap::{Parser, Subcommand};
 
 mod cmd;
@@ -41,6 +43,7 @@ fn main() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_in_colour())
         .try_init();
     let result = match cli.command {
         Command::Run(a) => cmd::run::exec(a),
@@ -52,9 +55,29 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // Output into a closed pipe (`hpc topo | head -1`): end as a Unix tool killed
+        // by SIGPIPE would, without a message.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::exit(141)
+        }
         Err(e) => {
-            eprintln!("hpc: error: {e:#}");
+            // A closed stderr is no reason to panic.
+            let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
             std::process::exit(2);
         }
     }
+}
+
+/// Colour in log lines only when stderr is a terminal and `NO_COLOR` is unset or
+/// empty (no-color.org).
+fn stderr_in_colour() -> bool {
+    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    std::io::stderr().is_terminal()
 }

@@ -81,3 +81,41 @@ fn live_run_is_valid_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(v["exit_code"], code);
 }
+
+#[test]
+fn an_empty_or_hostile_root_says_it_cannot_judge() {
+    use std::time::{Duration, Instant};
+    let root = std::env::temp_dir().join(format!("hpc-doctor-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    let doctor = |root: &std::path::Path| {
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["doctor", "--root"])
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        out
+    };
+    // Empty: not "no problems found".
+    let out = doctor(&root);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("too little to judge"), "{text}");
+    assert!(
+        !text.contains("no problems found") && !text.contains("vunknown"),
+        "{text}"
+    );
+    // A FIFO where a file should be, and a link into the host: neither hangs nor is
+    // read from the host.
+    let c = std::ffi::CString::new(root.join("proc/self/status").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path we pass.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/proc/self/mountinfo", root.join("proc/self/mountinfo")).unwrap();
+    let out = doctor(&root);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("too little to judge"), "{text}");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -448,3 +448,247 @@ fn proxy_flag_serves_the_proxy_engine_from_hpc() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hpc run --proxy"));
 }
+
+/// Waits for `child` at most `limit`; kills it and fails the test if it takes longer.
+fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_broken_stdout_pipe_ends_the_job_with_141() {
+    // `hpc run -n 2 -- yes | head -1`
+    use std::io::BufRead;
+    let m = marker();
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "yes",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.ends_with("] y\n"), "{first:?}");
+    // The reader goes away, as `head -1` does.
+    let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run | head -1");
+    assert_eq!(status.code(), Some(141));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("stdout is a closed pipe"), "{err}");
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn time_values_are_checked_before_anything_starts() {
+    let dir = std::env::temp_dir().join(format!("hpc-time-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let touched = dir.join("started");
+    let touch = format!("touch {}", touched.display());
+    for (flag, value, needle) in [
+        ("--timeout", "1e20", "--timeout must be"),
+        ("--time-limit", "1e20", "--time-limit must be"),
+        ("--kill-grace", "1e20", "--kill-grace must be"),
+        ("--timeout", "NaN", "--timeout must be"),
+        ("--time-limit", "0", "--time-limit must be"),
+        ("--kill-grace", "-1", "--kill-grace must be"),
+        ("--timeout", "inf", "--timeout must be"),
+    ] {
+        let t = Instant::now();
+        let out = hpc(&["run", "-n", "2", flag, value, "--", "sh", "-c", &touch]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{flag} {value}: {err}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(!touched.exists(), "{flag} {value}: a rank was started");
+    }
+    // The largest accepted values run.
+    let out = hpc(&[
+        "run",
+        "-n",
+        "1",
+        "--timeout",
+        "604800",
+        "--time-limit",
+        "31622400",
+        "--kill-grace",
+        "86400",
+        "--",
+        "true",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigkill_of_hpc_run_leaves_nothing_behind() {
+    let m = marker();
+    // Each rank leaves a child in its group and one in a session of its own.
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "sh",
+            "-c",
+            "setsid sleep 60 & sleep 60 & wait",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with(&m).len() < 6 {
+        assert!(Instant::now() < deadline, "ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn a_detached_child_holding_stdout_does_not_keep_the_job_alive() {
+    let m = marker();
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "-x",
+        &format!("HPC_MARK={m}"),
+        "--",
+        "sh",
+        "-c",
+        "setsid sleep 60 & echo done$HPC_RANK",
+    ]);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(out.status.success());
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(so.contains("[0] done0") && so.contains("[1] done1"), "{so}");
+    assert_no_leftovers(&m);
+}
+
+#[test]
+fn a_line_without_newline_is_cut_not_held() {
+    use std::io::Read;
+    // Two ranks print 30 MB each without a newline.
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "head -c 30000000 /dev/zero | tr '\\0' x",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(child.wait().unwrap().success());
+    let (mut xs, mut longest, mut continued) = (0usize, 0usize, 0usize);
+    for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        longest = longest.max(line.len());
+        let (tag, body) = line.split_at(4);
+        assert!(tag == b"[0] " || tag == b"[1] " || tag == b"[0]+" || tag == b"[1]+");
+        continued += usize::from(tag[3] == b'+');
+        assert!(body.iter().all(|&b| b == b'x'));
+        xs += body.len();
+    }
+    assert_eq!(xs, 60_000_000, "every byte is forwarded");
+    assert!(longest <= 4 + 64 * 1024, "a piece of {longest} bytes");
+    assert!(
+        continued >= 2 * (30_000_000 / (64 * 1024) - 1),
+        "{continued}"
+    );
+    // The largest process of the job (the launcher included) stayed small.
+    // SAFETY: getrusage fills the zeroed struct we pass.
+    let peak_kib = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru.ru_maxrss
+    };
+    eprintln!("peak RSS of the largest process of the job: {peak_kib} KiB");
+    assert!(peak_kib < 40 * 1024, "{peak_kib} KiB");
+}
+
+#[test]
+fn output_held_open_outside_the_job_is_waited_for_only_briefly() {
+    let m = marker();
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "1",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 0.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rank = loop {
+        if let Some(&pid) = processes_with(&m).first() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the rank did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // This test process, which is no part of the job, holds the rank's stdout pipe
+    // open, so it never reaches end of file.
+    let held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{rank}/fd/1"))
+        .unwrap();
+    let t = Instant::now();
+    let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run");
+    assert!(status.success());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("not waiting for it"), "{err}");
+    drop(held);
+}

@@ -147,3 +147,71 @@ fn restricted_allowed_set() {
         }
     }
 }
+
+/// `hpc topo ARGS`, failing the test if it runs longer than `limit`.
+fn hpc_bounded(args: &[&str], limit: std::time::Duration) -> Output {
+    use std::time::Instant;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .arg("topo")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hpc topo {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn inputs_that_are_not_files_are_refused_without_hanging() {
+    let dir = std::env::temp_dir().join(format!("hpc-topo-input-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("machine.xml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path we pass.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for (input, kind) in [(&dir, "a directory"), (&fifo, "a FIFO")] {
+        let o = hpc_bounded(
+            &["--input", input.to_str().unwrap()],
+            std::time::Duration::from_secs(10),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("is {kind}, not a regular file")) && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn impossible_sizes_are_refused_at_once_with_an_estimate() {
+    let limit = std::time::Duration::from_secs(5);
+    let o = hpc_bounded(&["--synthetic", "pack:1000 core:1000 pu:1000"], limit);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("1000000000 PUs") && err.contains("TiB of memory"),
+        "{err}"
+    );
+    let o = hpc_bounded(
+        &["--synthetic", "pack:2 core:8 pu:2", "--ranks", "4000000000"],
+        limit,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("4000000000 ranks") && err.contains("TiB") && err.contains("available"),
+        "{err}"
+    );
+}

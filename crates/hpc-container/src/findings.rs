@@ -67,6 +67,39 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         })
     };
 
+    // --- What the probe could see ------------------------------------------------
+    let missing = &env.coverage.missing;
+    if !missing.is_empty() {
+        let capture = "diagnose a live process (run `hpc doctor` inside the container or job), \
+             or capture the files from one: `mkdir -p T/proc/self T/sys/devices/system/cpu; \
+             for f in mountinfo cgroup status limits; do cat /proc/self/$f > T/proc/self/$f; done; \
+             cat /sys/devices/system/cpu/online > T/sys/devices/system/cpu/online` \
+             (copy them with cat: /proc files report a size of 0, so tar and cp -r store them empty)";
+        if env.coverage.nothing_to_judge() {
+            push(
+                "probe.incomplete",
+                Severity::Error,
+                format!(
+                    "too little to judge: none of {} could be read",
+                    missing.join(", ")
+                ),
+                "the runtime, the cgroup's CPU and memory limits, the allowed CPUs and the \
+                 ulimits are read from these files; without any of them this report cannot \
+                 tell a healthy environment from a broken one",
+                capture.to_string(),
+            );
+        } else {
+            push(
+                "probe.incomplete",
+                Severity::Warning,
+                format!("could not read {}", missing.join(", ")),
+                "what is read from these files (runtime evidence, cgroup limits, allowed \
+                 CPUs, ulimits) is reported as unknown and not checked",
+                capture.to_string(),
+            );
+        }
+    }
+
     // --- Launcher / PMI -------------------------------------------------------
     let l = &env.launcher;
     if let Some(s) = &l.slurm {

@@ -20,7 +20,10 @@
 //! in use. [`Report`] bundles both for the `hpc doctor` command (text and JSON).
 //!
 //! Because every file is read under the probe's root, a tree captured on
-//! another machine diagnoses exactly like the live system:
+//! another machine diagnoses exactly like the live system. Links in such a tree are
+//! resolved inside its root (never into the host's files), only regular files are
+//! opened (a FIFO would block), and a tree that lacks the files the diagnosis rests
+//! on says so (`probe.incomplete`) instead of reporting a healthy machine:
 //!
 //! ```
 //! use hpc_container::{Environment, Probe};
@@ -60,6 +63,7 @@
 //! | `cpu.quota-below-cpus` | info | CPU quota below the allowed CPUs |
 //! | `cpu.ranks-unbound` | info | several ranks, each may run on every CPU |
 //! | `cma.blocked` | warning/info | `process_vm_readv` blocked |
+//! | `probe.incomplete` | error/warning | none / some of [`KEY_FILES`] could be read |
 //!
 //! The JSON form of [`Report`] is described in [`report`].
 
@@ -97,6 +101,33 @@ pub struct Environment {
     pub mpi: MpiSettings,
     /// Cross-memory attach.
     pub cma: CrossMemoryAttach,
+    /// Which of the files detection relies on could be read.
+    pub coverage: Coverage,
+}
+
+/// The files most of the diagnosis rests on: the mount table, the cgroup, the
+/// process status (allowed CPUs, capabilities), the ulimits and the online CPUs.
+pub const KEY_FILES: [&str; 5] = [
+    "/proc/self/mountinfo",
+    "/proc/self/cgroup",
+    "/proc/self/status",
+    "/proc/self/limits",
+    "/sys/devices/system/cpu/online",
+];
+
+/// What the probe could see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Coverage {
+    /// [`KEY_FILES`] that could not be read (absent, not a regular file, a link
+    /// leading outside what the tree holds).
+    pub missing: Vec<String>,
+}
+
+impl Coverage {
+    /// Whether none of [`KEY_FILES`] could be read: too little to judge.
+    pub fn nothing_to_judge(&self) -> bool {
+        self.missing.len() == KEY_FILES.len()
+    }
 }
 
 impl Environment {
@@ -118,6 +149,13 @@ impl Environment {
             launcher: launcher::detect(probe),
             mpi: launcher::mpi_settings(probe),
             cma: launcher::cross_memory_attach(probe),
+            coverage: Coverage {
+                missing: KEY_FILES
+                    .iter()
+                    .filter(|f| probe.read(f).is_none())
+                    .map(|f| f.to_string())
+                    .collect(),
+            },
         };
         tracing::debug!(runtime = ?env.runtime.kind, "environment detected");
         env

@@ -78,9 +78,59 @@ impl Probe {
         self.root == Path::new("/")
     }
 
-    /// The host path of `path` (an absolute path inside the probed system).
+    /// The host path of `path` (an absolute path inside the probed system), joined
+    /// lexically (symbolic links are not resolved; see [`Probe::resolve`]).
     pub fn path(&self, path: &str) -> PathBuf {
         self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The host path of `path` with every symbolic link resolved *inside the root*,
+    /// as the probed system would see it: an absolute link target starts again at
+    /// the root, and `..` never climbs above it, so a captured tree whose
+    /// `proc/self/mountinfo` links to `/proc/self/mountinfo` is not diagnosed with
+    /// the host's file. With `follow_last` false the last component is not followed.
+    /// `None` after more than 40 links (a loop). For the live probe (root `/`) the
+    /// path is returned as is and the kernel resolves it.
+    pub fn resolve(&self, path: &str, follow_last: bool) -> Option<PathBuf> {
+        if self.is_live() {
+            return Some(self.path(path));
+        }
+        let mut pending: std::collections::VecDeque<std::ffi::OsString> =
+            components(Path::new(path)).collect();
+        let mut inside: Vec<std::ffi::OsString> = Vec::new();
+        let mut links = 0;
+        while let Some(c) = pending.pop_front() {
+            if c == ".." {
+                inside.pop();
+                continue;
+            }
+            let mut candidate = self.root.clone();
+            candidate.extend(&inside);
+            candidate.push(&c);
+            let last = pending.is_empty();
+            let is_link = std::fs::symlink_metadata(&candidate)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if is_link && (follow_last || !last) {
+                links += 1;
+                if links > 40 {
+                    tracing::debug!(path, "more than 40 symbolic links (a loop?)");
+                    return None;
+                }
+                let target = std::fs::read_link(&candidate).ok()?;
+                if target.is_absolute() {
+                    inside.clear();
+                }
+                let mut next: std::collections::VecDeque<_> = components(&target).collect();
+                next.extend(pending);
+                pending = next;
+            } else {
+                inside.push(c);
+            }
+        }
+        let mut out = self.root.clone();
+        out.extend(&inside);
+        Some(out)
     }
 
     /// The value of environment variable `key`.
@@ -100,9 +150,28 @@ impl Probe {
     }
 
     /// Reads a file (lossy UTF-8, at most 4 MiB); `None` when it cannot be read.
+    /// Links are resolved inside the root, and only a regular file is opened, without
+    /// blocking: a FIFO, a socket or a device node in a captured tree is skipped (a
+    /// FIFO would block the read for ever; a device could have side effects).
     pub fn read(&self, path: &str) -> Option<String> {
-        let full = self.path(path);
-        let file = std::fs::File::open(&full).ok()?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let full = self.resolve(path, true)?;
+        let meta = std::fs::metadata(&full).ok()?;
+        if !meta.is_file() {
+            tracing::debug!(path = %full.display(), "not a regular file; not read");
+            return None;
+        }
+        let mut opts = std::fs::OpenOptions::new();
+        opts.read(true);
+        // O_NOFOLLOW only for a captured tree: `resolve` already followed its links.
+        // (The live /proc/self is a link the kernel must follow.)
+        let nofollow = if self.is_live() { 0 } else { libc::O_NOFOLLOW };
+        opts.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | nofollow);
+        let file = opts.open(&full).ok()?;
+        // Checked again on the open file: the tree may have changed since.
+        if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+            return None;
+        }
         let mut buf = Vec::new();
         match file.take(MAX_READ).read_to_end(&mut buf) {
             Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
@@ -113,21 +182,24 @@ impl Probe {
         }
     }
 
-    /// Whether `path` exists (files, directories, device nodes; links are followed
-    /// and dangling links count as present).
+    /// Whether `path` exists (files, directories, device nodes; links in the path are
+    /// resolved inside the root, and a dangling last link counts as present).
     pub fn exists(&self, path: &str) -> bool {
-        let full = self.path(path);
-        full.exists() || full.symlink_metadata().is_ok()
+        self.resolve(path, false)
+            .is_some_and(|full| full.symlink_metadata().is_ok())
     }
 
-    /// Whether `path` is a directory.
+    /// Whether `path` is a directory (links resolved inside the root).
     pub fn is_dir(&self, path: &str) -> bool {
-        self.path(path).is_dir()
+        self.resolve(path, true).is_some_and(|full| full.is_dir())
     }
 
     /// Names of the entries of directory `path`, sorted; empty when unreadable.
     pub fn list(&self, path: &str) -> Vec<String> {
-        let mut names: Vec<String> = match std::fs::read_dir(self.path(path)) {
+        let Some(full) = self.resolve(path, true) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = match std::fs::read_dir(full) {
             Ok(rd) => rd
                 .filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -137,6 +209,16 @@ impl Probe {
         names.sort();
         names
     }
+}
+
+/// The normal components of a path (`/`, `.` and empty ones dropped; `..` kept).
+fn components(p: &Path) -> impl Iterator<Item = std::ffi::OsString> + '_ {
+    use std::path::Component;
+    p.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_os_string()),
+        Component::ParentDir => Some("..".into()),
+        _ => None,
+    })
 }
 
 /// Parses an environment capture.

@@ -42,7 +42,8 @@
 //!                   "local_size", "slurm": { "job_id", "step_id", "mpi_type", "cpu_bind" }|null,
 //!                   "mpi_libraries": ["open-mpi"|"mpich"] },
 //!     "mpi": { "ucx_tls", "ucx_net_devices", "ompi_mca": { "btl": "tcp,self", ... }, "fi_provider" },
-//!     "cma": { "ptrace_scope", "cap_sys_ptrace", "seccomp", "self_test", "works" }
+//!     "cma": { "ptrace_scope", "cap_sys_ptrace", "seccomp", "self_test", "works" },
+//!     "coverage": { "missing": ["/proc/self/mountinfo", ...] }   // key files not read
 //!   }
 //! }
 //! ```
@@ -193,10 +194,11 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "  memory limit: {}; /dev/shm: {}; cgroup v{}",
+            "  memory limit: {}; /dev/shm: {}; cgroup: {}",
             r.memory_limit_bytes.map_or("none".to_string(), bytes),
             r.shm_bytes.map_or("unknown".to_string(), bytes),
-            opt(r.cgroup_version)
+            r.cgroup_version
+                .map_or("unknown".to_string(), |v| format!("v{v}"))
         );
         let _ = writeln!(
             o,
@@ -302,7 +304,16 @@ impl Report {
         );
 
         let _ = writeln!(o, "{}", paint("1", "Findings"));
-        if self.findings.is_empty() {
+        if e.coverage.nothing_to_judge() {
+            let _ = writeln!(
+                o,
+                "  {}",
+                paint(
+                    "1;31",
+                    "too little to judge: the files the diagnosis rests on are missing"
+                )
+            );
+        } else if self.findings.is_empty() {
             let _ = writeln!(o, "  {}", paint("32", "no problems found"));
         }
         for f in &self.findings {

@@ -347,11 +347,87 @@ fn garbage_reads_as_unknown() {
 }
 
 #[test]
-fn missing_root_is_all_unknown() {
+fn missing_root_is_all_unknown_and_says_so() {
     let probe = Probe::new("/nonexistent/hpc-container-root", Default::default());
     let e = Environment::detect_from(&probe);
     assert_eq!(e.runtime.kind, RuntimeKind::Host);
-    assert!(e.diagnose().is_empty());
+    assert!(e.coverage.nothing_to_judge());
+    let ids: Vec<&str> = e.diagnose().iter().map(|f| f.id).collect();
+    assert_eq!(ids, vec!["probe.incomplete"]);
+    let report = Report::new("/nonexistent", e);
+    assert_eq!(report.exit_code, 2);
+    let text = report.to_text(false);
+    assert!(text.contains("too little to judge"), "{text}");
+    assert!(!text.contains("no problems found"), "{text}");
+    assert!(
+        text.contains("cgroup: unknown") && !text.contains("vunknown"),
+        "{text}"
+    );
+}
+
+/// A scratch tree for one test.
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hpc-container-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("proc/self")).unwrap();
+    d
+}
+
+#[test]
+fn links_in_a_captured_tree_resolve_inside_it() {
+    use std::os::unix::fs::symlink;
+    let root = scratch("links");
+    // An absolute link to /proc/self/mountinfo must not reach the host's file (this
+    // test process may well run in a container the host file would reveal).
+    symlink("/proc/self/mountinfo", root.join("proc/self/mountinfo")).unwrap();
+    // An absolute link that means the tree's own file, and a relative one climbing
+    // above the root.
+    std::fs::create_dir_all(root.join("captured")).unwrap();
+    std::fs::write(root.join("captured/status"), "Cpus_allowed_list:\t0-3\n").unwrap();
+    symlink("/captured/status", root.join("proc/self/status")).unwrap();
+    symlink(
+        "../../../../../../captured/status",
+        root.join("proc/self/limits"),
+    )
+    .unwrap();
+    std::fs::write(root.join("proc/self/cgroup"), "0::/\n").unwrap();
+    let probe = Probe::new(&root, Default::default());
+    assert_eq!(
+        probe.read("/proc/self/mountinfo"),
+        None,
+        "a link loop inside the tree"
+    );
+    assert!(probe.read("/proc/self/status").unwrap().contains("0-3"));
+    assert!(probe.read("/proc/self/limits").unwrap().contains("0-3"));
+    let e = Environment::detect_from(&probe);
+    assert_eq!(e.runtime.kind, RuntimeKind::Host, "{:?}", e.runtime);
+    assert_eq!(e.resources.allowed_cpus, Some(4));
+    assert!(e
+        .coverage
+        .missing
+        .contains(&"/proc/self/mountinfo".to_string()));
+    let f = e.diagnose();
+    let inc = f.iter().find(|f| f.id == "probe.incomplete").unwrap();
+    assert_eq!(inc.severity, Severity::Warning);
+    assert!(inc.seen.contains("/proc/self/mountinfo"), "{}", inc.seen);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_fifo_in_a_captured_tree_is_not_opened() {
+    let root = scratch("fifo");
+    for f in ["status", "mountinfo"] {
+        let c = std::ffi::CString::new(root.join("proc/self").join(f).to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we pass.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+    let probe = Probe::new(&root, Default::default());
+    let t = std::time::Instant::now();
+    assert_eq!(probe.read("/proc/self/status"), None);
+    let e = Environment::detect_from(&probe);
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    assert!(e.coverage.nothing_to_judge());
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]

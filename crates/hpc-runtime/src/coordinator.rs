@@ -5,11 +5,20 @@
 //! turns every pending and later collective into an error that names it.
 //!
 //! It is a library type so that tests and other launchers can host it.
+//!
+//! A connection proves it belongs to the job with the secret in its first frame
+//! (hello) before the coordinator reads anything else from it: until then it is one of
+//! at most [`MAX_PENDING`] sockets watched by the accept thread, may send at most
+//! [`HELLO_MAX`] bytes and must do so within 10 s (or the job timeout). Only an
+//! authenticated rank gets a reader thread, and frames are buffered as their bytes
+//! arrive, never by their announced length.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,6 +61,7 @@ pub struct Coordinator {
     timeout: Duration,
     events: Sender<Event>,
     main: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Coordinator {
@@ -72,9 +82,11 @@ impl Coordinator {
             .map_err(|e| Error::io("reading the coordinator address", e))?;
         let (tx, rx) = mpsc::channel();
         let accept_tx = tx.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accept_stop = stop.clone();
         std::thread::Builder::new()
             .name("hpc-coord-accept".into())
-            .spawn(move || accept_loop(listener, size, secret, timeout, accept_tx))
+            .spawn(move || accept_loop(listener, size, secret, timeout, accept_tx, accept_stop))
             .map_err(|e| Error::io("spawning the coordinator", e))?;
         let main = std::thread::Builder::new()
             .name("hpc-coord".into())
@@ -88,6 +100,7 @@ impl Coordinator {
             timeout,
             events: tx,
             main: Some(main),
+            stop,
         })
     }
 
@@ -137,6 +150,7 @@ impl Coordinator {
     }
 
     fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         let _ = self.events.send(Event::Shutdown);
         if let Some(h) = self.main.take() {
             let _ = h.join();
@@ -150,35 +164,65 @@ impl Drop for Coordinator {
     }
 }
 
-fn accept_loop(
-    listener: TcpListener,
-    size: usize,
-    secret: u64,
-    timeout: Duration,
-    tx: Sender<Event>,
-) {
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
-        let tx = tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("hpc-coord-conn".into())
-            .spawn(move || serve_conn(stream, size, secret, timeout, tx));
-        if spawned.is_err() {
-            tracing::error!("coordinator cannot spawn a connection thread");
-        }
-        // The main loop exits on Shutdown; the accept thread then dies with the process.
-    }
+/// Largest hello frame accepted before a connection has proved it knows the job's
+/// secret. A hello carries a node name and a few integers; anything larger is refused
+/// without being read.
+pub const HELLO_MAX: usize = 4096;
+
+/// Connections that have not yet sent a valid hello are held at most this many at a
+/// time; when a new one arrives beyond it, the oldest is closed. Ranks send their
+/// hello at once, so only idle or hostile peers ever get old.
+pub const MAX_PENDING: usize = 256;
+
+/// How long a connection may take to send its hello (at most the job timeout).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection that has not authenticated yet: its bytes so far (at most a hello).
+struct Unauthenticated {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    since: Instant,
 }
 
-fn serve_conn(stream: TcpStream, size: usize, secret: u64, timeout: Duration, tx: Sender<Event>) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(timeout));
-    let Ok(reader) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(reader);
-    let hello = read_msg(&mut reader);
-    let (rank, node, pid) = match hello {
+enum Step {
+    /// Keep waiting for more bytes.
+    Wait,
+    /// Close it; say why (`None`: quietly).
+    Drop(Option<String>),
+    /// A valid hello: rank, node, pid, and any bytes that followed it.
+    Hello(usize, String, u32, Vec<u8>),
+}
+
+/// Reads what `c` has sent so far, without blocking, and judges it.
+fn advance(c: &mut Unauthenticated, size: usize, secret: u64) -> Step {
+    use std::io::Read;
+    let mut chunk = [0u8; 1024];
+    loop {
+        match c.stream.read(&mut chunk) {
+            Ok(0) => return Step::Drop(None),
+            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Step::Drop(None),
+        }
+        if c.buf.len() >= 4 + HELLO_MAX {
+            break;
+        }
+    }
+    if c.buf.len() < 4 {
+        return Step::Wait;
+    }
+    let len = u32::from_le_bytes([c.buf[0], c.buf[1], c.buf[2], c.buf[3]]) as usize;
+    let peer = c.stream.peer_addr().ok();
+    if len == 0 || len > HELLO_MAX {
+        return Step::Drop(Some(format!(
+            "connection from {peer:?} announced a frame of {len} bytes before              authenticating (a hello is at most {HELLO_MAX})"
+        )));
+    }
+    if c.buf.len() < 4 + len {
+        return Step::Wait;
+    }
+    match Msg::decode(&c.buf[4..4 + len]) {
         Ok(Msg::Hello {
             rank,
             size: s,
@@ -187,28 +231,166 @@ fn serve_conn(stream: TcpStream, size: usize, secret: u64, timeout: Duration, tx
             pid,
         }) => {
             if k != secret {
-                let _ = tx.send(Event::Refused(format!(
-                    "connection from {:?} with a wrong job secret",
-                    stream.peer_addr().ok()
+                return Step::Drop(Some(format!(
+                    "connection from {peer:?} with a wrong job secret"
                 )));
-                return;
             }
             if s as usize != size || rank as usize >= size {
-                let _ = tx.send(Event::Refused(format!(
+                return Step::Drop(Some(format!(
                     "rank {rank} of {s} does not fit a job of {size} ranks"
                 )));
-                return;
             }
-            (rank as usize, node, pid)
+            Step::Hello(rank as usize, node, pid, c.buf[4 + len..].to_vec())
         }
-        other => {
-            let _ = tx.send(Event::Refused(format!(
-                "connection did not start with hello: {other:?}"
-            )));
-            return;
+        other => Step::Drop(Some(format!(
+            "connection from {peer:?} did not start with hello: {other:?}"
+        ))),
+    }
+}
+
+/// Accepts connections and authenticates them on this one thread: a connection gets
+/// a thread of its own only once its hello carried the job's secret. Until then it
+/// costs a socket and at most [`HELLO_MAX`] bytes, there are at most [`MAX_PENDING`]
+/// of them, and each has [`HELLO_TIMEOUT`] (or the job timeout if shorter) to
+/// authenticate.
+fn accept_loop(
+    listener: TcpListener,
+    size: usize,
+    secret: u64,
+    timeout: Duration,
+    tx: Sender<Event>,
+    stop: Arc<AtomicBool>,
+) {
+    use std::os::fd::AsRawFd;
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!(error = %e, "coordinator cannot poll its socket");
+        return;
+    }
+    let hello_timeout = HELLO_TIMEOUT.min(timeout);
+    let mut pending: std::collections::VecDeque<Unauthenticated> = Default::default();
+    let mut evicted = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+            .chain(pending.iter().map(|c| c.stream.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let now = Instant::now();
+        let wait = pending
+            .iter()
+            .map(|c| (c.since + hello_timeout).saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(200));
+        // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structs that
+        // lives across the call; poll only writes their `revents` fields.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis().max(1) as libc::c_int,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::error!(error = %e, "coordinator cannot poll its connections");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            continue;
         }
+        // Judge the connections that have something to say (or hung up).
+        let mut keep = std::collections::VecDeque::with_capacity(pending.len());
+        for (c, fd) in pending.drain(..).zip(&fds[1..]) {
+            let mut c = c;
+            if fd.revents == 0 {
+                if c.since.elapsed() >= hello_timeout {
+                    tracing::debug!(
+                        peer = ?c.stream.peer_addr().ok(),
+                        "coordinator closed a connection that did not authenticate in time"
+                    );
+                } else {
+                    keep.push_back(c);
+                }
+                continue;
+            }
+            match advance(&mut c, size, secret) {
+                Step::Wait => keep.push_back(c),
+                Step::Drop(None) => {}
+                Step::Drop(Some(why)) => {
+                    let _ = tx.send(Event::Refused(why));
+                }
+                Step::Hello(rank, node, pid, rest) => {
+                    let tx = tx.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("hpc-coord-conn".into())
+                        .spawn(move || serve_rank(c.stream, rest, rank, node, pid, tx));
+                    if spawned.is_err() {
+                        tracing::error!(rank, "coordinator cannot spawn a connection thread");
+                    }
+                }
+            }
+        }
+        pending = keep;
+        // New connections.
+        if fds[0].revents != 0 {
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        if pending.len() >= MAX_PENDING {
+                            pending.pop_front();
+                            evicted += 1;
+                            if evicted == 1 {
+                                tracing::warn!(
+                                    "more than {MAX_PENDING} connections to the coordinator \
+                                     have not authenticated; closing the oldest"
+                                );
+                            }
+                        }
+                        pending.push_back(Unauthenticated {
+                            stream,
+                            buf: Vec::new(),
+                            since: Instant::now(),
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Out of descriptors, for instance: back off, do not spin.
+                        tracing::warn!(error = %e, "coordinator cannot accept a connection");
+                        std::thread::sleep(Duration::from_millis(20));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads an authenticated rank's messages until it says goodbye or its connection ends.
+fn serve_rank(
+    stream: TcpStream,
+    rest: Vec<u8>,
+    rank: usize,
+    node: String,
+    pid: u32,
+    tx: Sender<Event>,
+) {
+    use std::io::Read;
+    if stream.set_nonblocking(false).is_err() {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let Ok(reader) = stream.try_clone() else {
+        return;
     };
-    let _ = stream.set_read_timeout(None);
+    let mut reader = BufReader::new(std::io::Cursor::new(rest).chain(reader));
     if tx
         .send(Event::Joined {
             rank,

@@ -329,8 +329,18 @@ pub fn read_msg(r: &mut impl Read) -> std::result::Result<Msg, ReadError> {
             "frame length {len} out of range"
         ))));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(ReadError::Io)?;
+    // The buffer grows with the bytes that really arrive, so a length prefix alone
+    // (a peer that announces a large frame and stalls) costs no memory.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    r.take(len as u64)
+        .read_to_end(&mut body)
+        .map_err(ReadError::Io)?;
+    if body.len() < len {
+        return Err(ReadError::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame of {len} bytes ended after {}", body.len()),
+        )));
+    }
     Msg::decode(&body).map_err(ReadError::Protocol)
 }
 

@@ -38,6 +38,43 @@ pub enum TopologyError {
         #[source]
         source: std::io::Error,
     },
+    /// The XML input is not a regular file (a directory, a FIFO, a device).
+    #[error("topology XML file {path} is {kind}, not a regular file")]
+    XmlNotAFile {
+        /// The path as given.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A synthetic description with more PUs than any machine has.
+    #[error(
+        "synthetic topology {description:?} has {pus} PUs, more than the {} accepted \
+         (Linux machines have at most 8192 CPUs); it would need about {} of memory",
+        crate::budget::MAX_SYNTHETIC_PUS,
+        crate::format_bytes(*estimate)
+    )]
+    SyntheticTooLarge {
+        /// The description as given.
+        description: String,
+        /// Its PUs.
+        pus: u64,
+        /// Estimated bytes of loading it.
+        estimate: u64,
+    },
+    /// The request would need more memory than the machine has available.
+    #[error(
+        "{what} would need about {} of memory, but {} is available (MemAvailable)",
+        crate::format_bytes(*estimate),
+        crate::format_bytes(*available)
+    )]
+    TooLarge {
+        /// What was asked for.
+        what: String,
+        /// Estimated bytes.
+        estimate: u64,
+        /// Bytes available.
+        available: u64,
+    },
     /// hwloc could not parse the XML file.
     #[error("topology XML file {path} is not a valid hwloc XML topology: {reason}")]
     XmlParse {

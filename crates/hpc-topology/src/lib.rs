@@ -123,6 +123,7 @@
 //! `hwlocality`, and no hwloc type appears in its public API.
 
 mod bind;
+pub mod budget;
 mod cpuset;
 mod error;
 mod load;

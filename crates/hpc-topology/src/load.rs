@@ -57,6 +57,31 @@ impl Topology {
         let builder = match source {
             TopologySource::ThisMachine => builder,
             TopologySource::Xml(path) => {
+                // Looked at without opening it: opening a FIFO would block, and hwloc
+                // does not expect a directory.
+                let meta = std::fs::metadata(path).map_err(|e| TopologyError::XmlFile {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                if !meta.is_file() {
+                    use std::os::unix::fs::FileTypeExt;
+                    let t = meta.file_type();
+                    let kind = if t.is_dir() {
+                        "a directory"
+                    } else if t.is_fifo() {
+                        "a FIFO"
+                    } else if t.is_socket() {
+                        "a socket"
+                    } else if t.is_char_device() || t.is_block_device() {
+                        "a device"
+                    } else {
+                        "not a file"
+                    };
+                    return Err(TopologyError::XmlNotAFile {
+                        path: path.clone(),
+                        kind,
+                    });
+                }
                 if let Err(e) = std::fs::File::open(path) {
                     return Err(TopologyError::XmlFile {
                         path: path.clone(),
@@ -71,6 +96,7 @@ impl Topology {
                     })?
             }
             TopologySource::Synthetic(desc) => {
+                crate::budget::check_synthetic(desc)?;
                 builder
                     .from_synthetic(desc)
                     .map_err(|e| TopologyError::BadSynthetic {

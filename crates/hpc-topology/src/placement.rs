@@ -325,6 +325,13 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
     if req.threads == 0 {
         return Err(TopologyError::ZeroThreads);
     }
+    crate::budget::check(
+        format!(
+            "a placement of {} ranks x {} threads (+{} progress)",
+            req.ranks, req.threads, req.progress
+        ),
+        crate::budget::plan_bytes(req.ranks, req.threads, req.progress),
+    )?;
     let allowed = match &req.allowed {
         Some(a) => a.intersection(&topo.allowed),
         None => topo.allowed.clone(),

@@ -1,43 +1,53 @@
 //! Checkpoints: the state of every neuron at an interval boundary, one file per
 //! rank, keyed by neuron id so a run can resume with any number of ranks/threads.
+//! Stored with `hpc-checkpoint`, which verifies every file before it is used.
 //!
 //! ```text
 //! <dir>/step-0000005000/
-//!   meta.json      step, ranks, model parameters (written by rank 0)
-//!   rank-0.bin     "BRCKPT01", first id u32, count u32, slots D u32, step u64,
-//!   rank-1.bin     then V (f64 x count), refractory counters (u32 x count),
-//!   ...            ring buffer (u32 x D x count, offset-major: input arriving
-//!                  at step + d for d in 0..D)
-//!   spikes.spk     the spike file up to this step (rank 0)
+//!   rank-000000.ckpt  each rank's state (written by that rank), payload:
+//!   rank-000001.ckpt    "BRCKPT02", first id u32, count u32, slots D u32, step u64,
+//!   ...                 then V (f64 x count), refractory counters (u32 x count),
+//!                       ring buffer (u32 x D x count, offset-major: input arriving
+//!                       at step + d for d in 0..D)
+//!   spikes.ckpt       the spike file up to this step (rank 0)
+//!   manifest.json     written last by rank 0: step, ranks, every file's size and
+//!                     CRC-32C, and brunel's metadata (parameters, spikes so far)
 //! ```
 //!
-//! Every file is written under a temporary name and renamed, so a directory is
-//! complete when `meta.json` and all `rank-*.bin` exist. Random streams are
-//! counter-based with the step as counter, so the step is the only RNG state; no
-//! spikes are pending at a checkpoint (the exchange is drained first); the
-//! connectivity is regenerated from the seed.
+//! Every file is written under a temporary name and renamed; the manifest comes last,
+//! after every rank's file (the ranks exchange their files' sizes and checksums
+//! first). A restart checks every file it reads against the manifest (size,
+//! checksum, step, rank) and then its content against the model (parameters, delay,
+//! the rank's neurons, step, the number of spikes), and names the file and the
+//! problem when anything differs. Given the checkpoint directory, a restart takes the
+//! newest checkpoint that verifies and warns about each newer one it skipped.
+//!
+//! Random streams are counter-based with the step as counter, so the step is the only
+//! RNG state; no spikes are pending at a checkpoint (the exchange is drained first);
+//! the connectivity is regenerated from the seed.
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
+use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
 use serde::{Deserialize, Serialize};
 
 use crate::network::Block;
+use crate::output::decode_spikes;
 use crate::params::{Model, Params};
 
-const MAGIC: &[u8; 8] = b"BRCKPT01";
+const MAGIC: &[u8; 8] = b"BRCKPT02";
+const HEAD: usize = 28;
+/// Name of the spike file inside a checkpoint.
+pub const SPIKES: &str = "spikes";
 
-/// `meta.json` of a checkpoint.
+/// Brunel's metadata in a checkpoint's manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Meta {
-    /// The step the state belongs to (steps `0..step` are done).
-    pub step: u64,
-    /// Number of rank files.
-    pub ranks: u32,
     /// The model parameters.
     pub params: Params,
+    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
+    pub spikes: Option<u64>,
 }
 
 /// The state of a block of neurons at a step.
@@ -51,37 +61,10 @@ pub struct State {
     pub ring: Vec<u32>,
 }
 
-/// The directory of the checkpoint at `step`.
-pub fn step_dir(dir: &Path, step: u64) -> PathBuf {
-    dir.join(format!("step-{step:010}"))
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)?;
-    Ok(())
-}
-
-/// Writes this rank's part of the checkpoint at `step` (and, on rank 0, the meta
-/// data and a copy of the spike file `spikes`).
-#[allow(clippy::too_many_arguments)]
-pub fn write(
-    dir: &Path,
-    model: &Model,
-    step: u64,
-    rank: usize,
-    size: usize,
-    block: Block,
-    state: &State,
-    spikes: Option<&Path>,
-) -> Result<PathBuf> {
-    let sd = step_dir(dir, step);
-    fs::create_dir_all(&sd).with_context(|| format!("creating {}", sd.display()))?;
+/// A rank's payload: its block of neurons at `step`.
+pub fn encode(model: &Model, step: u64, block: Block, state: &State) -> Vec<u8> {
     let d = model.delay_steps;
-    let mut b = Vec::with_capacity(28 + state.v.len() * 12 + state.ring.len() * 4);
+    let mut b = Vec::with_capacity(HEAD + state.v.len() * 12 + state.ring.len() * 4);
     b.extend_from_slice(MAGIC);
     b.extend_from_slice(&block.first.to_le_bytes());
     b.extend_from_slice(&block.len.to_le_bytes());
@@ -99,56 +82,126 @@ pub fn write(
         .ring
         .iter()
         .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-    write_atomic(&sd.join(format!("rank-{rank}.bin")), &b)?;
-    if rank == 0 {
-        if let Some(s) = spikes {
-            let tmp = sd.join("spikes.spk.tmp");
-            fs::copy(s, &tmp).with_context(|| format!("copying {}", s.display()))?;
-            fs::rename(&tmp, sd.join("spikes.spk"))?;
-        }
-        let meta = Meta {
-            step,
-            ranks: size as u32,
-            params: model.params.clone(),
-        };
-        write_atomic(&sd.join("meta.json"), &serde_json::to_vec_pretty(&meta)?)?;
-    }
-    Ok(sd)
+    b
 }
 
-fn complete(sd: &Path) -> Option<Meta> {
-    let meta: Meta = serde_json::from_slice(&fs::read(sd.join("meta.json")).ok()?).ok()?;
-    (0..meta.ranks)
-        .all(|r| sd.join(format!("rank-{r}.bin")).is_file())
-        .then_some(meta)
+/// Writes this rank's file of the checkpoint at `step`; the entry goes to rank 0
+/// for [`commit`].
+pub fn write_rank(
+    set: &Checkpoints,
+    model: &Model,
+    step: u64,
+    rank: usize,
+    size: usize,
+    block: Block,
+    state: &State,
+) -> Result<FileEntry> {
+    Ok(set.write_rank(
+        step,
+        rank as u32,
+        size as u32,
+        &encode(model, step, block, state),
+    )?)
 }
 
-/// The checkpoint to resume from: `dir` itself if it is a complete checkpoint,
-/// else its newest complete `step-*` subdirectory.
-pub fn find(dir: &Path) -> Result<(PathBuf, Meta)> {
-    if let Some(m) = complete(dir) {
-        return Ok((dir.to_owned(), m));
+/// Completes the checkpoint at `step` (rank 0, once every rank's file is written):
+/// copies the spike file `spikes` (holding `count` spikes) and writes the manifest.
+pub fn commit(
+    set: &Checkpoints,
+    model: &Model,
+    step: u64,
+    size: usize,
+    mut entries: Vec<FileEntry>,
+    spikes: Option<(&Path, u64)>,
+) -> Result<Checkpoint> {
+    if let Some((path, _)) = spikes {
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let len = f
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?
+            .len();
+        entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
     }
-    let mut steps: Vec<PathBuf> = fs::read_dir(dir)
-        .with_context(|| format!("reading checkpoint directory {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("step-"))
-        })
-        .collect();
-    steps.sort();
-    for sd in steps.iter().rev() {
-        if let Some(m) = complete(sd) {
-            return Ok((sd.clone(), m));
-        }
-    }
-    bail!("no complete checkpoint in {}", dir.display())
+    let meta = Meta {
+        params: model.params.clone(),
+        spikes: spikes.map(|(_, n)| n),
+    };
+    Ok(set.commit(step, size as u32, entries, serde_json::to_value(&meta)?)?)
 }
 
-/// Reads the state of the neurons of `block` (global ids) from checkpoint `sd`.
-pub fn read(sd: &Path, meta: &Meta, model: &Model, block: Block) -> Result<State> {
+/// A checkpoint to resume from, with brunel's metadata.
+#[derive(Clone, Debug)]
+pub struct Restart {
+    /// The verified checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Its metadata.
+    pub meta: Meta,
+}
+
+impl Restart {
+    /// The step it holds.
+    pub fn step(&self) -> u64 {
+        self.checkpoint.step()
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        self.checkpoint.dir()
+    }
+}
+
+/// The checkpoint to resume from: `dir` itself if it is a step directory (used as
+/// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
+/// one that fails is skipped with a warning).
+pub fn open(dir: &Path) -> Result<Restart> {
+    let named = dir.join(hpc_checkpoint::MANIFEST).exists()
+        || dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("step-"));
+    let checkpoint = if named {
+        Checkpoint::open(dir)?
+    } else {
+        Checkpoints::new(dir).latest()?
+    };
+    let meta: Meta = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
+        format!(
+            "{} does not hold brunel's metadata",
+            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
+        )
+    })?;
+    Ok(Restart { checkpoint, meta })
+}
+
+/// Checks that `model` can continue from `r`: the same network and dynamics, and a
+/// `t_sim` that reaches at least the checkpoint's time.
+pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
+    if !r.meta.params.same_model(&model.params) {
+        bail!(
+            "checkpoint {} is of a different model; its parameters:\n{}",
+            r.dir().display(),
+            r.meta.params.to_toml()
+        );
+    }
+    if r.step() > model.steps {
+        let dt = model.params.dt;
+        bail!(
+            "checkpoint {} is at {:.1} ms (step {}) but t_sim is {:.1} ms: a restart \
+             continues that run, so give --t-sim {:.1} or more",
+            r.dir().display(),
+            r.step() as f64 * dt,
+            r.step(),
+            model.params.t_sim,
+            r.step() as f64 * dt
+        );
+    }
+    Ok(())
+}
+
+/// Reads the state of the neurons of `block` (global ids) from the rank files that
+/// hold them (each checked against the manifest and the model).
+pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     let d = model.delay_steps as usize;
     let n = block.len as usize;
     let mut st = State {
@@ -156,21 +209,59 @@ pub fn read(sd: &Path, meta: &Meta, model: &Model, block: Block) -> Result<State
         refr: vec![0; n],
         ring: vec![0; d * n],
     };
+    let ranks = r.checkpoint.ranks();
+    if ranks == 0 || ranks > model.n {
+        bail!(
+            "checkpoint {} was written by {ranks} ranks, not a possible decomposition of {} neurons",
+            r.dir().display(),
+            model.n
+        );
+    }
     let mut covered = 0usize;
-    for r in 0..meta.ranks {
-        let path = sd.join(format!("rank-{r}.bin"));
-        let b = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    for rank in 0..ranks {
+        let theirs = Block::part(model.n, ranks, rank);
+        let lo = theirs.first.max(block.first);
+        let hi = theirs.end().min(block.end());
+        if lo >= hi {
+            continue;
+        }
+        let path = r.dir().join(rank_file_name(rank));
+        let b = r.checkpoint.read_rank(rank)?;
+        let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
+        if b.len() < HEAD || &b[..8] != MAGIC {
+            return Err(bad("not a brunel rank state (wrong magic)".into()));
+        }
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        if b.len() < 28 || &b[..8] != MAGIC {
-            bail!("{} is not a checkpoint file", path.display());
+        let (first, len, dd) = (u32_at(8), u32_at(12), u32_at(16));
+        let step = u64::from_le_bytes(b[20..28].try_into()?);
+        if dd as usize != d {
+            return Err(bad(format!(
+                "written with a delay of {dd} steps, the model has {d}"
+            )));
         }
-        let (first, len, dd) = (u32_at(8), u32_at(12) as usize, u32_at(16) as usize);
-        if dd != d || b.len() != 28 + len * 12 + dd * len * 4 {
-            bail!("{} does not match the model", path.display());
+        if (first, len) != (theirs.first, theirs.len) {
+            return Err(bad(format!(
+                "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
+                first as u64 + len as u64,
+                theirs.first,
+                theirs.end()
+            )));
         }
-        let lo = first.max(block.first);
-        let hi = (first as usize + len).min(block.end() as usize) as u32;
-        let v0 = 28;
+        if step != r.step() {
+            return Err(bad(format!(
+                "holds step {step} but the checkpoint is of step {}",
+                r.step()
+            )));
+        }
+        let len = len as usize;
+        let want = HEAD + len * 12 + d * len * 4;
+        if b.len() != want {
+            return Err(bad(format!(
+                "{} bytes of state for {len} neurons with a delay of {d} steps, expected {want}",
+                b.len()
+            )));
+        }
+        let v0 = HEAD;
         let r0 = v0 + len * 8;
         let g0 = r0 + len * 4;
         for gid in lo..hi {
@@ -185,7 +276,51 @@ pub fn read(sd: &Path, meta: &Meta, model: &Model, block: Block) -> Result<State
         }
     }
     if covered != n {
-        bail!("checkpoint {} does not cover all neurons", sd.display());
+        bail!(
+            "checkpoint {} does not cover neurons {}..{}",
+            r.dir().display(),
+            block.first,
+            block.end()
+        );
     }
     Ok(st)
+}
+
+/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
+/// checked: a valid spike file of this model's neurons, no spike after the
+/// checkpoint's step, and as many spikes as the manifest counted.
+pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
+    let Some(bytes) = r.checkpoint.read_file(SPIKES)? else {
+        return Ok(None);
+    };
+    let path = r.dir().join(format!("{SPIKES}.ckpt"));
+    let f = decode_spikes(&bytes, false)
+        .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
+    if f.n_neurons != model.n {
+        bail!(
+            "{}: spikes of {} neurons, the model has {}",
+            path.display(),
+            f.n_neurons,
+            model.n
+        );
+    }
+    if let Some(&(tick, id)) = f.spikes.last() {
+        if tick as u64 > r.step() {
+            bail!(
+                "{}: neuron {id} spikes at tick {tick}, after the checkpoint's step {}",
+                path.display(),
+                r.step()
+            );
+        }
+    }
+    if let Some(n) = r.meta.spikes {
+        if n != f.spikes.len() as u64 {
+            bail!(
+                "{}: {} spikes, the manifest counted {n}",
+                path.display(),
+                f.spikes.len()
+            );
+        }
+    }
+    Ok(Some(f.spikes))
 }

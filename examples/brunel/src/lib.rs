@@ -23,6 +23,7 @@
 
 pub mod checkpoint;
 pub mod exchange;
+pub mod memory;
 pub mod network;
 pub mod output;
 pub mod params;

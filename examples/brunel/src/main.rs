@@ -114,6 +114,10 @@ struct Args {
     /// change; the reported real-time factor includes the waits.
     #[arg(long, value_name = "FACTOR")]
     pace: Option<f64>,
+    /// Start even when the estimated memory exceeds what the node has available
+    /// (the estimate is printed either way when it does).
+    #[arg(long)]
+    allow_oversize: bool,
     /// Write a Chrome/Perfetto trace of the update and exchange phases.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -215,11 +219,33 @@ fn run(args: Args) -> Result<()> {
     let ctx = hpc::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Refuse a network that cannot fit before allocating any of it.
+    let estimate = brunel::memory::estimate(
+        &model,
+        size,
+        world.local_size(),
+        args.threads,
+        args.checkpoint_every.is_some(),
+    );
+    let available = brunel::memory::available(ctx.environment.resources.memory_limit_bytes);
+    match brunel::memory::check(&model, &estimate, available) {
+        Ok(()) => {}
+        Err(e) if args.allow_oversize => {
+            if rank == 0 {
+                eprintln!("brunel: warning: {e:#} (going on: --allow-oversize)");
+            }
+        }
+        Err(e) => return Err(e),
+    }
     let pool = make_pool(&world, args.threads, !args.no_pin)?;
     if rank == 0 {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
     }
+    let restart = match &args.restart {
+        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        None => None,
+    };
     let dt = model.params.dt;
     let ck_dir = args
         .checkpoint_dir
@@ -233,7 +259,7 @@ fn run(args: Args) -> Result<()> {
             .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
-        restart: args.restart.clone(),
+        restart,
         stop_at: args
             .stop_at
             .map(|ms| steps_of(ms, dt, "--stop-at"))
@@ -308,6 +334,50 @@ fn run(args: Args) -> Result<()> {
             .map(|b| serde_json::from_slice(b))
             .collect::<Result<_, _>>()?;
         summary(&args, &model, &report, &all, &pool)?;
+    }
+    Ok(())
+}
+
+/// The checkpoint every rank resumes from: rank 0 chooses it (the newest that
+/// verifies, warning about each newer one it skips, or `dir` itself when it names a
+/// step directory) and tells the others, so all ranks resume from the same one.
+fn choose_checkpoint(world: &hpc::World, dir: &Path) -> Result<PathBuf> {
+    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
+        brunel::checkpoint::open(dir)
+            .map(|r| r.dir().to_path_buf())
+            .map_err(|e| format!("{e:#}"))
+    } else {
+        Err(String::new())
+    };
+    let chosen: std::result::Result<PathBuf, String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    chosen.map_err(|e| {
+        if world.rank() == 0 {
+            anyhow::anyhow!(e)
+        } else {
+            anyhow::anyhow!(
+                "rank 0 found no checkpoint to resume from in {}",
+                dir.display()
+            )
+        }
+    })
+}
+
+/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
+/// disk) leaves no partial file; the error names the file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
     }
     Ok(())
 }
@@ -406,9 +476,9 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    std::fs::write(
-        args.out.join("summary.json"),
-        serde_json::to_vec_pretty(&summary)?,
+    write_atomic(
+        &args.out.join("summary.json"),
+        &serde_json::to_vec_pretty(&summary)?,
     )?;
     match &me.spike_file {
         Some(f) => {
@@ -430,18 +500,63 @@ fn summary(
 fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
     let f = brunel::output::read_spikes(spikes)?;
     let (raster, rate) = (out.join("raster.png"), out.join("rate.png"));
-    brunel::plot::plots(
+    // Drawn under temporary names (ending in .png: the encoder goes by the
+    // extension) and renamed when both are complete.
+    let (raster_tmp, rate_tmp) = (out.join(".raster.tmp.png"), out.join(".rate.tmp.png"));
+    let result = brunel::plot::plots(
         &f.spikes,
         model.params.dt,
         model.params.t_sim,
         model.ne,
         model.n,
         50,
-        &raster,
-        &rate,
-    )?;
+        &raster_tmp,
+        &rate_tmp,
+    )
+    .map_err(|e| {
+        tracing::debug!(error = ?e, "plotting backend error");
+        anyhow::anyhow!(
+            "cannot write the plots {} and {}: {}",
+            raster.display(),
+            rate.display(),
+            plot_cause(&e)
+        )
+    })
+    .and_then(|()| {
+        for (tmp, dst) in [(&raster_tmp, &raster), (&rate_tmp, &rate)] {
+            std::fs::rename(tmp, dst).with_context(|| format!("cannot write {}", dst.display()))?;
+        }
+        Ok(())
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&raster_tmp);
+        let _ = std::fs::remove_file(&rate_tmp);
+    }
+    result?;
     say!("  plots: {} {}", raster.display(), rate.display());
     Ok(())
+}
+
+/// The operating system's words inside the plotting backend's error chain
+/// (`BackendError(DrawingError(ImageError(IoError(..))))`), or the chain when it
+/// holds none.
+fn plot_cause(e: &anyhow::Error) -> String {
+    let raw = format!("{e:#}");
+    let after = |key: &str, end: &[char]| {
+        let rest = &raw[raw.find(key)? + key.len()..];
+        Some(rest[..rest.find(end)?].to_string())
+    };
+    match (
+        after("message: \"", &['"']),
+        after("code: ", &[',', ' ', '}']),
+    ) {
+        (Some(m), Some(c)) => format!("{m} (os error {c})"),
+        (Some(m), None) => m,
+        // The image encoder wraps the I/O error as text: `Custom { error: "..." }`.
+        _ => {
+            after("error: \"", &['"']).unwrap_or_else(|| format!("the PNG encoder failed ({raw})"))
+        }
+    }
 }
 
 fn main() {

@@ -21,10 +21,10 @@
 //! `<name>` when the run completes.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
 use crate::params::Model;
 
@@ -74,11 +74,14 @@ impl SpikeWriter {
             File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
         let h = header_json(model);
-        out.write_all(MAGIC)?;
-        out.write_all(&VERSION.to_le_bytes())?;
-        out.write_all(&(h.len() as u32).to_le_bytes())?;
-        out.write_all(h.as_bytes())?;
-        out.flush()?;
+        (|| {
+            out.write_all(MAGIC)?;
+            out.write_all(&VERSION.to_le_bytes())?;
+            out.write_all(&(h.len() as u32).to_le_bytes())?;
+            out.write_all(h.as_bytes())?;
+            out.flush()
+        })()
+        .with_context(|| format!("writing {}", partial.display()))?;
         Ok(SpikeWriter {
             path: path.to_owned(),
             partial,
@@ -88,12 +91,14 @@ impl SpikeWriter {
 
     /// Appends one interval's spikes, `(tick, id)` sorted, and flushes.
     pub fn append(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
-        for &(t, id) in spikes {
-            self.out.write_all(&t.to_le_bytes())?;
-            self.out.write_all(&id.to_le_bytes())?;
-        }
-        self.out.flush()?;
-        Ok(())
+        (|| {
+            for &(t, id) in spikes {
+                self.out.write_all(&t.to_le_bytes())?;
+                self.out.write_all(&id.to_le_bytes())?;
+            }
+            self.out.flush()
+        })()
+        .with_context(|| format!("writing {}", self.partial.display()))
     }
 
     /// The file being written (complete up to the last `append`).
@@ -103,10 +108,17 @@ impl SpikeWriter {
 
     /// Syncs and renames the file to its final name.
     pub fn finish(mut self) -> Result<PathBuf> {
-        self.out.flush()?;
-        self.out.get_ref().sync_all()?;
-        std::fs::rename(&self.partial, &self.path)
-            .with_context(|| format!("renaming {}", self.partial.display()))?;
+        self.out
+            .flush()
+            .and_then(|()| self.out.get_ref().sync_all())
+            .with_context(|| format!("writing {}", self.partial.display()))?;
+        std::fs::rename(&self.partial, &self.path).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                self.partial.display(),
+                self.path.display()
+            )
+        })?;
         Ok(self.path)
     }
 }
@@ -116,35 +128,156 @@ impl SpikeWriter {
 pub struct SpikeFile {
     /// The header JSON.
     pub header: serde_json::Value,
-    /// `(tick, node_id)` records.
+    /// Number of neurons the header declares (every id is below it).
+    pub n_neurons: u32,
+    /// `(tick, node_id)` records, sorted by tick.
     pub spikes: Vec<(u32, u32)>,
+    /// Bytes of an incomplete last record that were dropped (only with
+    /// [`decode_spikes`]`(.., true)`, for a `.partial` file being written).
+    pub dropped_bytes: usize,
 }
 
-/// Reads a spike file (a trailing partial record is ignored).
-pub fn read_spikes(path: &Path) -> Result<SpikeFile> {
-    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut head = [0u8; 16];
-    f.read_exact(&mut head)?;
-    if &head[..8] != MAGIC {
-        bail!("{} is not a spike file", path.display());
+/// What is wrong with the bytes of a spike file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpikeFileError {
+    /// Fewer bytes than the fixed part of the header.
+    #[error("{0} bytes is too short for a spike file (16 bytes of header at least)")]
+    TooShort(usize),
+    /// The file does not start with `HPCSPIKE`.
+    #[error("not a spike file (it does not start with \"HPCSPIKE\")")]
+    Magic,
+    /// A format version this reader does not know.
+    #[error("format version {0}, this reader knows version {VERSION}")]
+    Version(u32),
+    /// The header length runs past the end of the file.
+    #[error(
+        "the header claims {declared} bytes but only {available} follow (truncated or damaged)"
+    )]
+    HeaderLength {
+        /// Header bytes the file declares.
+        declared: u64,
+        /// Bytes after the fixed part.
+        available: u64,
+    },
+    /// The header is not the JSON this format writes.
+    #[error("the header is not valid: {0}")]
+    Header(String),
+    /// The records end in the middle of one.
+    #[error("the records end {0} bytes into a record (truncated mid-record)")]
+    PartialRecord(usize),
+    /// A record names a neuron the header does not have.
+    #[error("record {index} names neuron {id}, but the file has {n} neurons (ids 0..{n})")]
+    NeuronId {
+        /// Index of the record.
+        index: usize,
+        /// The id in the record.
+        id: u32,
+        /// Neurons per the header.
+        n: u32,
+    },
+    /// Records are not in time order.
+    #[error("record {index} has tick {tick}, before the previous record's tick {previous}")]
+    Unsorted {
+        /// Index of the record.
+        index: usize,
+        /// Its tick.
+        tick: u32,
+        /// The previous record's tick.
+        previous: u32,
+    },
+}
+
+/// Decodes a spike file from its bytes, checking the header length against the
+/// bytes present, every neuron id against the header's `n_neurons` and the time
+/// order, before anything is allocated or indexed by them. Never panics, whatever
+/// the bytes. With `partial_ok`, an incomplete last record (a `.partial` file caught
+/// mid-write) is dropped and counted instead of refused.
+pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeFileError> {
+    if bytes.len() < 16 {
+        return Err(SpikeFileError::TooShort(bytes.len()));
     }
-    let hlen = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as usize;
-    let mut h = vec![0u8; hlen];
-    f.read_exact(&mut h)?;
-    let header = serde_json::from_slice(&h)?;
-    let mut rest = Vec::new();
-    f.seek(SeekFrom::Start(16 + hlen as u64))?;
-    f.read_to_end(&mut rest)?;
-    let spikes = rest
-        .chunks_exact(8)
-        .map(|c| {
-            (
-                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            )
-        })
-        .collect();
-    Ok(SpikeFile { header, spikes })
+    if &bytes[..8] != MAGIC {
+        return Err(SpikeFileError::Magic);
+    }
+    let u32_at =
+        |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let version = u32_at(8);
+    if version != VERSION {
+        return Err(SpikeFileError::Version(version));
+    }
+    let hlen = u32_at(12) as u64;
+    let available = (bytes.len() - 16) as u64;
+    if hlen > available {
+        return Err(SpikeFileError::HeaderLength {
+            declared: hlen,
+            available,
+        });
+    }
+    let hend = 16 + hlen as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[16..hend])
+        .map_err(|e| SpikeFileError::Header(e.to_string()))?;
+    let n_neurons = header
+        .get("n_neurons")
+        .and_then(|v| v.as_u64())
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| SpikeFileError::Header("no n_neurons below 2^32".into()))?;
+    if !header
+        .get("dt_ms")
+        .and_then(|v| v.as_f64())
+        .is_some_and(|dt| dt > 0.0 && dt.is_finite())
+    {
+        return Err(SpikeFileError::Header("no positive dt_ms".into()));
+    }
+    let body = &bytes[hend..];
+    let rest = body.len() % 8;
+    if rest != 0 && !partial_ok {
+        return Err(SpikeFileError::PartialRecord(rest));
+    }
+    let mut spikes = Vec::with_capacity(body.len() / 8);
+    let mut previous = 0u32;
+    for (index, c) in body.chunks_exact(8).enumerate() {
+        let tick = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let id = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        if id >= n_neurons {
+            return Err(SpikeFileError::NeuronId {
+                index,
+                id,
+                n: n_neurons,
+            });
+        }
+        if tick < previous {
+            return Err(SpikeFileError::Unsorted {
+                index,
+                tick,
+                previous,
+            });
+        }
+        previous = tick;
+        spikes.push((tick, id));
+    }
+    Ok(SpikeFile {
+        header,
+        n_neurons,
+        spikes,
+        dropped_bytes: rest,
+    })
+}
+
+/// Reads and checks a complete spike file ([`decode_spikes`]); errors name the file.
+pub fn read_spikes(path: &Path) -> Result<SpikeFile> {
+    read_spikes_with(path, false)
+}
+
+/// Reads a spike file that may end in an incomplete record (a `.partial` file of a
+/// run that is still writing it or was interrupted).
+pub fn read_spikes_partial(path: &Path) -> Result<SpikeFile> {
+    read_spikes_with(path, true)
+}
+
+fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    decode_spikes(&bytes, partial_ok)
+        .with_context(|| format!("{} is not a valid spike file", path.display()))
 }
 
 /// Running statistics over all spikes: count, per-neuron inter-spike intervals.
@@ -222,6 +355,99 @@ impl Recorder {
             },
             cv_isi: if k > 0 { cv / k as f64 } else { 0.0 },
             cv_neurons: k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::{Params, Preset};
+    use proptest::prelude::*;
+
+    fn valid(spikes: &[(u32, u32)]) -> Vec<u8> {
+        let model = Model::new(Params {
+            order: 20,
+            ..Params::preset(Preset::Nest)
+        })
+        .unwrap();
+        let h = header_json(&model);
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        for &(t, id) in spikes {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn damage_is_named() {
+        let good = valid(&[(1, 3), (1, 99), (4, 0)]);
+        let f = decode_spikes(&good, false).unwrap();
+        assert_eq!(f.spikes, vec![(1, 3), (1, 99), (4, 0)]);
+        assert_eq!(f.n_neurons, 100);
+        // A flipped bit in a neuron id.
+        let mut b = good.clone();
+        let last = b.len() - 1;
+        b[last] ^= 0x80;
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::NeuronId { index: 2, .. })
+        ));
+        // Truncated mid-record: refused, or dropped for a .partial file.
+        let cut = &good[..good.len() - 3];
+        assert_eq!(
+            decode_spikes(cut, false).unwrap_err(),
+            SpikeFileError::PartialRecord(5)
+        );
+        assert_eq!(decode_spikes(cut, true).unwrap().dropped_bytes, 5);
+        // A header length beyond the file.
+        let mut b = good.clone();
+        b[15] = 0x7f;
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::HeaderLength { .. })
+        ));
+        // Out of time order.
+        let b = valid(&[(5, 1), (4, 1)]);
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::Unsorted { index: 1, .. })
+        ));
+        assert_eq!(
+            decode_spikes(&good[..10], false).unwrap_err(),
+            SpikeFileError::TooShort(10)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = decode_spikes(&b, false);
+            let _ = decode_spikes(&b, true);
+        }
+
+        #[test]
+        fn mutated_files_never_panic_and_keep_ids_in_range(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+        ) {
+            let mut b = valid(&[(1, 0), (2, 50), (2, 99), (7, 12), (9, 3)]);
+            for (at, x) in flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            b.truncate(cut % (b.len() + 1));
+            for partial in [false, true] {
+                if let Ok(f) = decode_spikes(&b, partial) {
+                    prop_assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
+                    prop_assert!(f.spikes.windows(2).all(|w| w[0].0 <= w[1].0));
+                }
+            }
         }
     }
 }

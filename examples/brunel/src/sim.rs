@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 
-use crate::checkpoint::{self, State};
+use crate::checkpoint::{self, Restart, State};
 use crate::exchange::SpikeExchange;
 use crate::network::{Block, Connectivity};
-use crate::output::{read_spikes, Recorder, SpikeWriter, Stats};
+use crate::output::{Recorder, SpikeWriter, Stats};
 use crate::params::Model;
 use crate::rng::{draw, stream_key, PoissonTable, Purpose};
 
@@ -61,7 +61,9 @@ pub struct RunOptions {
     pub checkpoint_every: Option<u64>,
     /// Directory of the checkpoints.
     pub checkpoint_dir: Option<PathBuf>,
-    /// Resume from this checkpoint (a `step-*` directory or their parent).
+    /// Resume from this checkpoint (a `step-*` directory or their parent). Read by
+    /// [`Simulation::new`]; [`Simulation::run`] continues the spike file of the
+    /// checkpoint that `new` restored.
     pub restart: Option<PathBuf>,
     /// Stop (as if interrupted) once this step is reached: the spike file is
     /// left as `.partial`.
@@ -230,6 +232,7 @@ pub struct Simulation<'a> {
     pois: PoissonTable,
     step: u64,
     build_s: f64,
+    restored: Option<Restart>,
 }
 
 impl<'a> Simulation<'a> {
@@ -293,19 +296,15 @@ impl<'a> Simulation<'a> {
             pois: PoissonTable::new(model.lambda_ext),
             step: 0,
             build_s: 0.0,
+            restored: None,
         };
         if let Some(dir) = restart {
-            let (sd, meta) = checkpoint::find(dir)?;
-            if !meta.params.same_model(&model.params) {
-                bail!(
-                    "checkpoint {} is of a different model; its parameters:\n{}",
-                    sd.display(),
-                    meta.params.to_toml()
-                );
-            }
-            let st = checkpoint::read(&sd, &meta, model, block)?;
-            sim.set_state(meta.step, &st);
-            tracing::info!(checkpoint = %sd.display(), step = meta.step, "restored");
+            let r = checkpoint::open(dir)?;
+            checkpoint::check_model(&r, model)?;
+            let st = checkpoint::read(&r, model, block)?;
+            sim.set_state(r.step(), &st);
+            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();
         Ok(sim)
@@ -400,6 +399,12 @@ impl<'a> Simulation<'a> {
         };
         let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
         let start_step = self.step;
+        if end < start_step {
+            bail!(
+                "the run resumes at step {start_step} ({:.1} ms) but is asked to stop at step {end}",
+                start_step as f64 * model.params.dt
+            );
+        }
         let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
         if ck_every.is_some() && opts.checkpoint_dir.is_none() {
             bail!("checkpoints need a directory");
@@ -409,21 +414,23 @@ impl<'a> Simulation<'a> {
         let mut writer = None;
         if self.rank == 0 {
             let mut rec = Recorder::new(model.n);
-            if let Some(dir) = &opts.restart {
-                let (sd, _) = checkpoint::find(dir)?;
-                let prefix = sd.join("spikes.spk");
-                if prefix.is_file() {
-                    // Rewritten rather than copied: the header follows this run's
-                    // parameters (t_sim may have been extended).
-                    let f = read_spikes(&prefix)?;
-                    rec.add(&f.spikes);
-                    if let Some(p) = &opts.spikes {
-                        let mut w = SpikeWriter::create(p, model)?;
-                        w.append(&f.spikes)?;
-                        writer = Some(w);
+            if let Some(r) = &self.restored {
+                match checkpoint::spikes(r, model)? {
+                    Some(prefix) => {
+                        // Rewritten rather than copied: the header follows this run's
+                        // parameters (t_sim may have been extended).
+                        rec.add(&prefix);
+                        if let Some(p) = &opts.spikes {
+                            let mut w = SpikeWriter::create(p, model)?;
+                            w.append(&prefix)?;
+                            writer = Some(w);
+                        }
                     }
-                } else if opts.spikes.is_some() {
-                    bail!("checkpoint {} has no spike file to continue", sd.display());
+                    None if opts.spikes.is_some() => bail!(
+                        "checkpoint {} has no spike file to continue",
+                        r.dir().display()
+                    ),
+                    None => {}
                 }
             } else if let Some(p) = &opts.spikes {
                 writer = Some(SpikeWriter::create(p, model)?);
@@ -549,18 +556,52 @@ impl<'a> Simulation<'a> {
                 if let Some(dir) = &opts.checkpoint_dir {
                     let ti = Instant::now();
                     let _s = tracing::info_span!("checkpoint", step = self.step).entered();
+                    let set = hpc_checkpoint::Checkpoints::new(dir);
                     let st = self.state();
-                    let sd = checkpoint::write(
-                        dir,
-                        model,
-                        self.step,
-                        self.rank,
-                        self.size,
-                        self.block,
-                        &st,
-                        writer.as_ref().map(|w| w.partial()),
-                    )?;
-                    tracing::debug!(dir = %sd.display(), "checkpoint written");
+                    let written = checkpoint::write_rank(
+                        &set, model, self.step, self.rank, self.size, self.block, &st,
+                    );
+                    // Every rank's file size and CRC-32C go to rank 0, which writes the
+                    // manifest only once all files are there; a rank that could not
+                    // write its file makes every rank stop here.
+                    let words = match &written {
+                        Ok(e) => [1, e.size as u32, (e.size >> 32) as u32, e.crc32c],
+                        Err(_) => [0; 4],
+                    };
+                    let mut all = Vec::new();
+                    ex.overlap(&words, &mut all, || ())?;
+                    written?;
+                    if all.len() != 4 * self.size {
+                        bail!(
+                            "checkpoint at step {}: {} words from the ranks, expected {}",
+                            self.step,
+                            all.len(),
+                            4 * self.size
+                        );
+                    }
+                    if let Some(r) = (0..self.size).find(|&r| all[4 * r] != 1) {
+                        bail!(
+                            "rank {r} could not write its part of the checkpoint at step {}",
+                            self.step
+                        );
+                    }
+                    if self.rank == 0 {
+                        let entries = (0..self.size)
+                            .map(|r| hpc_checkpoint::FileEntry {
+                                name: hpc_checkpoint::rank_file_name(r as u32),
+                                rank: Some(r as u32),
+                                size: all[4 * r + 1] as u64 | (all[4 * r + 2] as u64) << 32,
+                                crc32c: all[4 * r + 3],
+                            })
+                            .collect();
+                        let spikes = match (writer.as_ref(), recorder.as_ref()) {
+                            (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
+                            _ => None,
+                        };
+                        let ck =
+                            checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
+                        tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+                    }
                     io_s += ti.elapsed().as_secs_f64();
                 }
             }

@@ -347,3 +347,40 @@ fn the_mpi_engine_under_mpirun_gives_the_same_spikes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn processes_resume_together_past_a_damaged_checkpoint() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    let dir = tmpdir("proc-ckpt");
+    // Two processes write checkpoints at 25 and 50 ms and stop at 60 ms.
+    run_processes_with(
+        2,
+        &dir,
+        &[
+            "--engine",
+            "thread",
+            "--checkpoint-every",
+            "25",
+            "--stop-at",
+            "60",
+        ],
+    );
+    let set = hpc_checkpoint::Checkpoints::new(dir.join("checkpoints"));
+    assert_eq!(set.steps().unwrap(), vec![250, 500]);
+    // Rank 1's file of the newest checkpoint is damaged: rank 0 chooses the one
+    // before, and all three processes of the restart resume from it.
+    let damaged = set.step_dir(500).join("rank-000001.ckpt");
+    let mut b = std::fs::read(&damaged).unwrap();
+    b[100] ^= 1;
+    std::fs::write(&damaged, b).unwrap();
+    let out = tmpdir("proc-ckpt-resumed");
+    let restart = dir.join("checkpoints").display().to_string();
+    run_processes_with(3, &out, &["--engine", "inline", "--restart", &restart]);
+    assert!(
+        std::fs::read(out.join("spikes.spk")).unwrap() == reference,
+        "the resumed processes differ from the uninterrupted run"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&out);
+}

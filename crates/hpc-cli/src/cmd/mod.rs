@@ -3,6 +3,7 @@
 
 pub mod bind;
 pub mod doctor;
+pub mod job;
 pub mod perftest;
 pub mod proxy;
 pub mod run;

@@ -6,7 +6,7 @@
 //! forwards signals, and stops the whole job when one rank fails.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -20,6 +20,7 @@ use anyhow::{bail, Context};
 use hpc_runtime::{env as henv, Coordinator};
 
 use crate::cmd::bind::{self, BindPolicy};
+use crate::cmd::job::{self, note};
 
 /// Hard upper bound on ranks per `hpc run` (a typo guard; one machine cannot host more).
 pub const MAX_RANKS: usize = 4096;
@@ -173,17 +174,14 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > args.np {
         bail!("--nodes must be between 1 and -n ({})", args.np);
     }
-    for (name, v) in [
-        ("--kill-grace", Some(args.kill_grace)),
-        ("--timeout", args.timeout),
-        ("--time-limit", args.time_limit),
-    ] {
-        if let Some(v) = v {
-            if !v.is_finite() || v < 0.0 || (name != "--kill-grace" && v == 0.0) {
-                bail!("{name} must be a positive number of seconds");
-            }
-        }
-    }
+    check_seconds("--kill-grace", Some(args.kill_grace), 0.0, MAX_KILL_GRACE)?;
+    check_seconds("--timeout", args.timeout, f64::MIN_POSITIVE, MAX_TIMEOUT)?;
+    check_seconds(
+        "--time-limit",
+        args.time_limit,
+        f64::MIN_POSITIVE,
+        MAX_TIME_LIMIT,
+    )?;
     for kv in &args.env {
         if !kv.contains('=') || kv.starts_with('=') {
             bail!("--env expects KEY=VALUE, got {kv:?}");
@@ -208,9 +206,36 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-enum Ev {
-    Exit { rank: usize, status: ExitStatus },
-    WaitFailed { rank: usize, error: String },
+/// The longest `--timeout`: what the ranks' runtime accepts in `HPC_TIMEOUT`.
+pub const MAX_TIMEOUT: f64 = 7.0 * 86400.0;
+/// The longest `--time-limit` (a year).
+pub const MAX_TIME_LIMIT: f64 = 366.0 * 86400.0;
+/// The longest `--kill-grace` (a day).
+pub const MAX_KILL_GRACE: f64 = 86400.0;
+
+/// Checks a flag in seconds: a number in `[min, max]`.
+fn check_seconds(name: &str, v: Option<f64>, min: f64, max: f64) -> anyhow::Result<()> {
+    let Some(v) = v else { return Ok(()) };
+    if !(v.is_finite() && v >= min && v <= max) || Duration::try_from_secs_f64(v).is_err() {
+        let low = if min > 0.0 { "above 0" } else { "at least 0" };
+        let got = if v.is_finite() && v.abs() >= 1e9 {
+            format!("{v:e}")
+        } else {
+            v.to_string()
+        };
+        bail!(
+            "{name} must be a number of seconds {low} and at most {max} ({}), got {got}",
+            human(max)
+        );
+    }
+    Ok(())
+}
+
+fn human(secs: f64) -> String {
+    match secs as u64 {
+        s if s % 86400 == 0 && s >= 86400 => format!("{} days", s / 86400),
+        s => format!("{s} s"),
+    }
 }
 
 fn describe(status: &ExitStatus) -> String {
@@ -253,35 +278,6 @@ fn kill_group(pid: u32, sig: i32) {
     }
 }
 
-/// Copies one output stream of a rank line by line, with the rank prefix.
-fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
-    src: R,
-    dst: Arc<Mutex<W>>,
-    prefix: Option<String>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(src);
-        let mut line = Vec::with_capacity(256);
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if line.last() != Some(&b'\n') {
-                        line.push(b'\n');
-                    }
-                    let Ok(mut out) = dst.lock() else { break };
-                    if let Some(p) = &prefix {
-                        let _ = out.write_all(p.as_bytes());
-                    }
-                    let _ = out.write_all(&line);
-                    let _ = out.flush();
-                }
-            }
-        }
-    })
-}
-
 /// The `HPC_COLL_PROXY_CMD` of a node's ranks: this `hpc` binary's `proxy` subcommand,
 /// pinned to the progress CPUs of the node's ranks when `--bind` reserved some.
 fn proxy_command(plan: &bind::Plan, node_ranks: &[usize]) -> anyhow::Result<String> {
@@ -320,6 +316,22 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
     }
 
+    // Every flag is checked and every input read: from here on the job runs.
+    let supervisor_of = match job::split() {
+        job::Role::Front(code) => return Ok(code),
+        job::Role::Supervisor { front } => front,
+    };
+    run_job(&args, &program, &plan, supervisor_of)
+}
+
+/// The supervisor's part of `hpc run`: starts the ranks and sees the job through.
+fn run_job(
+    args: &Args,
+    program: &Path,
+    plan: &bind::Plan,
+    front: Option<libc::pid_t>,
+) -> anyhow::Result<i32> {
+    let n = args.np;
     let timeout = args
         .timeout
         .map(Duration::from_secs_f64)
@@ -335,15 +347,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     install_signal_handlers();
     let stdout = Arc::new(Mutex::new(std::io::stdout()));
     let stderr = Arc::new(Mutex::new(std::io::stderr()));
-    let (tx, rx) = mpsc::channel::<Ev>();
+    let (out_tx, out_rx) = mpsc::channel::<job::Output>();
     let mut pids: Vec<u32> = Vec::with_capacity(n);
-    let mut forwarders = Vec::with_capacity(2 * n);
+    let mut forwarders = 0usize;
     let started = Instant::now();
 
     for rank in 0..n {
         let node = rank / per_node;
         let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
-        let mut cmd = Command::new(&program);
+        let mut cmd = Command::new(program);
         cmd.args(&args.command[1..])
             .envs(coord.rank_env(rank))
             .env("HPC_LOCAL_RANK", (rank - node_ranks[0]).to_string())
@@ -378,17 +390,19 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         if args.proxy {
             cmd.env(
                 hpc_collectives::proxy::PROXY_CMD,
-                proxy_command(&plan, &node_ranks)?,
+                proxy_command(plan, &node_ranks)?,
             );
         }
         let mut set = bind::CpuSet::new(&cpus);
         // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls (prctl, sched_setaffinity) on data prepared
-        // before the fork.
+        // async-signal-safe system calls (prctl, signal, sched_setaffinity) on data
+        // prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
                 // Die with the launcher, even if it is killed with SIGKILL.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The supervisor ignores SIGTTOU; the ranks get the default back.
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 set.apply()
             });
         }
@@ -398,31 +412,25 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 for &pid in &pids {
                     kill_group(pid, libc::SIGKILL);
                 }
+                job::kill_everything(Duration::from_secs(2), |_, _| {});
                 bail!("cannot start rank {rank} ({}): {e}", program.display());
             }
         };
-        let pid = child.id();
-        pids.push(pid);
-        let prefix = (!args.no_tag).then(|| format!("[{rank:>width$}] "));
+        pids.push(child.id());
+        let tag =
+            (!args.no_tag).then(|| (format!("[{rank:>width$}] "), format!("[{rank:>width$}]+")));
         if let Some(o) = child.stdout.take() {
-            forwarders.push(forward(o, stdout.clone(), prefix.clone()));
+            job::forward(o, stdout.clone(), tag.clone(), "stdout", out_tx.clone());
+            forwarders += 1;
         }
         if let Some(e) = child.stderr.take() {
-            forwarders.push(forward(e, stderr.clone(), prefix));
+            job::forward(e, stderr.clone(), tag, "stderr", out_tx.clone());
+            forwarders += 1;
         }
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let ev = match child.wait() {
-                Ok(status) => Ev::Exit { rank, status },
-                Err(e) => Ev::WaitFailed {
-                    rank,
-                    error: e.to_string(),
-                },
-            };
-            let _ = tx.send(ev);
-        });
+        // The child is reaped by `job::reap_one` below, never through `child`.
+        drop(child);
     }
-    drop(tx);
+    drop(out_tx);
     tracing::info!(ranks = n, job = %job_id, %rendezvous, "job started");
 
     let grace = Duration::from_secs_f64(args.kill_grace);
@@ -434,6 +442,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let mut first_failure: Option<(usize, String, i32)> = None;
     let mut kill_at: Option<Instant> = None;
     let mut interrupted: Option<i32> = None;
+    let mut forwarders_done = 0usize;
 
     let stop_all = |alive: &[bool], sig: i32| {
         for (r, &a) in alive.iter().enumerate() {
@@ -442,43 +451,62 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
         }
     };
+    let rank_of = |pid: libc::pid_t| pids.iter().position(|&p| p as libc::pid_t == pid);
 
     while remaining > 0 {
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(Ev::Exit { rank, status }) => {
-                alive[rank] = false;
-                remaining -= 1;
-                // Whatever the rank left behind in its group goes with it.
-                kill_group(pids[rank], libc::SIGKILL);
-                let ok = status.success();
-                coord.rank_exited(rank, ok, describe(&status));
-                if !ok && first_failure.is_none() && interrupted.is_none() {
-                    let msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
-                    if remaining > 0 {
-                        eprintln!("hpc run: {msg}; stopping the other {remaining} rank(s)");
-                    } else {
-                        eprintln!("hpc run: {msg}");
-                    }
-                    first_failure = Some((rank, msg, exit_code_of(&status)));
+        if job::front_gone(front) {
+            // `hpc run` itself was killed: nothing of the job may outlive it.
+            stop_all(&alive, libc::SIGKILL);
+            job::kill_everything(Duration::from_secs(5), |_, _| {});
+            return Ok(128 + libc::SIGKILL);
+        }
+        match out_rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(job::Output::Done) => forwarders_done += 1,
+            Ok(job::Output::Closed(stream)) => {
+                if first_failure.is_none() && interrupted.is_none() {
+                    note!("hpc run: {stream} is a closed pipe; stopping {remaining} rank(s)");
+                    first_failure =
+                        Some((usize::MAX, format!("{stream} closed"), 128 + libc::SIGPIPE));
                     stop_all(&alive, libc::SIGTERM);
                     kill_at = Some(Instant::now() + grace);
                 }
             }
-            Ok(Ev::WaitFailed { rank, error }) => {
-                alive[rank] = false;
-                remaining -= 1;
-                coord.rank_exited(rank, false, format!("could not be waited for: {error}"));
+            Err(_) => {}
+        }
+        while let Some((pid, raw)) = job::reap_one() {
+            let Some(rank) = rank_of(pid) else {
+                // A process a rank left behind, re-parented to us and now ended.
+                continue;
+            };
+            if !alive[rank] {
+                continue;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            let status = ExitStatus::from_raw(raw);
+            alive[rank] = false;
+            remaining -= 1;
+            // Whatever the rank left behind in its group goes with it.
+            kill_group(pids[rank], libc::SIGKILL);
+            let ok = status.success();
+            coord.rank_exited(rank, ok, describe(&status));
+            if !ok && first_failure.is_none() && interrupted.is_none() {
+                let msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
+                if remaining > 0 {
+                    note!("hpc run: {msg}; stopping the other {remaining} rank(s)");
+                } else {
+                    note!("hpc run: {msg}");
+                }
+                first_failure = Some((rank, msg, exit_code_of(&status)));
+                stop_all(&alive, libc::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
         }
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
             if interrupted.is_some() {
-                eprintln!("hpc run: second signal, killing all ranks");
+                note!("hpc run: second signal, killing all ranks");
                 stop_all(&alive, libc::SIGKILL);
             } else {
-                eprintln!(
+                note!(
                     "hpc run: got {}, stopping {remaining} rank(s)",
                     signal_name(sig)
                 );
@@ -489,7 +517,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
         if let Some(limit) = time_limit {
             if Instant::now() >= limit && kill_at.is_none() {
-                eprintln!("hpc run: time limit reached, stopping {remaining} rank(s)");
+                note!("hpc run: time limit reached, stopping {remaining} rank(s)");
                 first_failure.get_or_insert((usize::MAX, "time limit reached".into(), 124));
                 stop_all(&alive, libc::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
@@ -502,10 +530,29 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
         }
     }
-    // Output of finished ranks is drained; a stray grandchild that kept a pipe open was
-    // killed with its group above, so these joins end.
-    for f in forwarders {
-        let _ = f.join();
+    // Every rank has exited: nothing they started may outlive the job (a `setsid`
+    // child holding a pipe open, say). Then their output is drained, bounded.
+    job::kill_everything(Duration::from_secs(5), |_, _| {});
+    let drain_until = Instant::now() + job::OUTPUT_GRACE;
+    while forwarders_done < forwarders {
+        let left = drain_until.saturating_duration_since(Instant::now());
+        match out_rx.recv_timeout(left) {
+            Ok(job::Output::Done) => forwarders_done += 1,
+            Ok(job::Output::Closed(_)) => {
+                first_failure.get_or_insert((
+                    usize::MAX,
+                    "output closed".into(),
+                    128 + libc::SIGPIPE,
+                ));
+            }
+            Err(_) => {
+                tracing::warn!(
+                    streams = forwarders - forwarders_done,
+                    "output still open after every process of the job ended; not waiting for it"
+                );
+                break;
+            }
+        }
     }
     coord.shutdown();
     tracing::info!(elapsed = ?started.elapsed(), "job finished");

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use std::io::Write as _;
+
 use anyhow::Context as _;
 use hpc_topology::{CpuSet, PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VERSION};
 
@@ -25,10 +27,12 @@ pub struct Args {
     /// Placement policy: compact, spread, numa (one rank per NUMA node) or package.
     #[arg(long, default_value = "compact", value_parser = parse_policy)]
     policy: Policy,
-    /// Load the topology from an hwloc XML file (`lstopo machine.xml` writes one).
+    /// Load the topology from an hwloc XML file (`lstopo machine.xml` writes one);
+    /// it must be a regular file.
     #[arg(long, value_name = "FILE.xml", conflicts_with = "synthetic")]
     input: Option<PathBuf>,
-    /// Use an hwloc synthetic topology, e.g. "pack:2 numa:2 core:8 pu:2".
+    /// Use an hwloc synthetic topology, e.g. "pack:2 numa:2 core:8 pu:2" (at most
+    /// 65536 PUs, and no more than the memory available).
     #[arg(long, value_name = "DESC")]
     synthetic: Option<String>,
     /// Restrict placement to these PUs (cpulist syntax, e.g. 0-15,32-47).
@@ -53,13 +57,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     };
     let topo =
         Topology::load(&source).with_context(|| format!("loading the topology of {source}"))?;
+    let mut out = std::io::stdout().lock();
     let Some(ranks) = args.ranks else {
         if args.json {
             let doc = serde_json::json!({ "schema_version": SCHEMA_VERSION, "topology": topo });
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+            writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)
         } else {
-            print!("{}", topo.summary());
+            write!(out, "{}", topo.summary())
         }
+        .context("writing the topology")?;
         return Ok(0);
     };
     let mut req = PlacementRequest::new(ranks, args.threads).policy(args.policy);
@@ -73,10 +79,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     let plan = hpc_topology::plan(&topo, &req)?;
     if args.json {
-        println!("{}", plan.to_json());
+        writeln!(out, "{}", plan.to_json())
     } else {
-        println!("Topology of {}", topo.source);
-        print!("{}", plan.table());
+        writeln!(out, "Topology of {}", topo.source).and_then(|()| write!(out, "{}", plan.table()))
     }
+    .context("writing the placement")?;
     Ok(if plan.oversubscribed { 1 } else { 0 })
 }

@@ -1,0 +1,336 @@
+//! Process supervision for `hpc run`: the split into a front process and a
+//! supervisor, the supervisor's reaping of everything the job starts, and the
+//! forwarding of the ranks' output.
+//!
+//! # Nothing outlives the job
+//!
+//! `hpc run` forks before it starts anything. The *front* (the process the user and
+//! the shell see) only forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to the
+//! *supervisor* and exits with its exit code. The supervisor is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`): whatever a rank starts and leaves behind (a
+//! daemonised or `setsid` child) is re-parented to it, so it knows every process of
+//! the job. It asks for a signal when the front dies (`PR_SET_PDEATHSIG`) and also
+//! watches `getppid()`: if the front is killed, even by SIGKILL, the supervisor kills
+//! every process of the job and exits. When every rank has exited, it kills what is
+//! left of the job, then waits for the ranks' output at most [`OUTPUT_GRACE`].
+//!
+//! # Output
+//!
+//! Each rank's stdout and stderr are forwarded line by line with the rank's tag. A
+//! line longer than [`MAX_LINE`] is cut: each piece after the first is tagged
+//! `[R]+`, so a rank that prints without newlines costs at most that much memory.
+//! When `hpc run`'s own stdout or stderr is a broken pipe (`hpc run ... | head`),
+//! the job ends as Open MPI's `mpirun` ends it: the ranks are stopped (SIGTERM, then
+//! SIGKILL after the grace) and `hpc run` exits with 141 (128 + SIGPIPE), the status
+//! a shell pipeline reports for a program killed by SIGPIPE. Passing the broken pipe
+//! on to the ranks instead would let a rank that ignores SIGPIPE and write errors
+//! (as Rust programs do by default) run on for ever.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest piece of a line forwarded at once; longer lines are cut.
+pub const MAX_LINE: usize = 64 << 10;
+
+/// How long `hpc run` waits for the ranks' output once every rank has exited and
+/// every process of the job has been killed.
+pub const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+
+/// Writes a line to stderr; a closed stderr is not an error (nor a panic).
+macro_rules! note {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+pub(crate) use note;
+
+/// Where the front forwards the signals it receives.
+static SUPERVISOR: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = SUPERVISOR.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; pid is the supervisor we forked.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Set when the front died (the supervisor's parent-death signal).
+pub static FRONT_GONE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_front_gone(_: libc::c_int) {
+    FRONT_GONE.store(true, Ordering::SeqCst);
+}
+
+/// The signal the supervisor gets when the front dies.
+const FRONT_DEATH_SIGNAL: libc::c_int = libc::SIGUSR2;
+
+fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: installs a handler that only touches atomics or calls kill (both
+    // async-signal-safe); the cast is the documented way to pass its address.
+    unsafe {
+        libc::signal(sig, handler as libc::sighandler_t);
+    }
+}
+
+/// Threads of this process (from `/proc/self/stat`).
+fn threads() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Field 20 (num_threads); the command name (field 2) may hold spaces, so count
+    // from its closing parenthesis.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(17)?
+        .parse()
+        .ok()
+}
+
+/// What [`split`] made of this process.
+pub enum Role {
+    /// The front: wait for the supervisor and exit with this code.
+    Front(i32),
+    /// The supervisor: run the job; `front` is the front's pid (`None` when the
+    /// process could not be split and runs the job alone).
+    Supervisor { front: Option<libc::pid_t> },
+}
+
+/// Splits `hpc run` into the front and the supervisor. Must be called while the
+/// process has a single thread (before the coordinator starts); if it has more, or
+/// fork fails, the job runs in this one process (ranks still die with it, their
+/// leftovers are still killed when the job ends, but a SIGKILL of `hpc run` leaves
+/// the ranks' children behind).
+pub fn split() -> Role {
+    if threads() != Some(1) {
+        tracing::warn!("hpc run has several threads; running without a separate supervisor");
+        return Role::Supervisor { front: None };
+    }
+    let front = std::process::id() as libc::pid_t;
+    // SAFETY: the process has one thread (checked above), so the child may go on
+    // running Rust code; nothing is shared with the child but copies.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "cannot fork the supervisor; running the job in one process"
+        );
+        return Role::Supervisor { front: None };
+    }
+    if pid > 0 {
+        return Role::Front(front_wait(pid));
+    }
+    // The supervisor. Its own process group: a Ctrl-C at the terminal reaches the
+    // front, which forwards it once (the ranks have groups of their own as well).
+    // SAFETY: plain system calls on this process, with constant arguments.
+    unsafe {
+        libc::setpgid(0, 0);
+        // Writing to the terminal from a background group must not stop us.
+        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        // `ps -o comm` and `top` tell it from the front.
+        libc::prctl(libc::PR_SET_NAME, c"hpc-supervisor".as_ptr());
+        libc::prctl(libc::PR_SET_PDEATHSIG, FRONT_DEATH_SIGNAL);
+    }
+    install(FRONT_DEATH_SIGNAL, on_front_gone);
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != front {
+        FRONT_GONE.store(true, Ordering::SeqCst);
+    }
+    Role::Supervisor { front: Some(front) }
+}
+
+/// The front: forwards signals to the supervisor and returns its exit code.
+fn front_wait(supervisor: libc::pid_t) -> i32 {
+    SUPERVISOR.store(supervisor, Ordering::SeqCst);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        install(sig, forward_signal);
+    }
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out pointer.
+        let rc = unsafe { libc::waitpid(supervisor, &mut status, 0) };
+        if rc == supervisor {
+            if libc::WIFEXITED(status) {
+                return libc::WEXITSTATUS(status);
+            }
+            if libc::WIFSIGNALED(status) {
+                return 128 + libc::WTERMSIG(status);
+            }
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            note!("hpc run: lost the job's supervisor: {e}");
+            return 1;
+        }
+    }
+}
+
+/// Whether the front this supervisor belongs to is gone.
+pub fn front_gone(front: Option<libc::pid_t>) -> bool {
+    // SAFETY: getppid has no preconditions.
+    FRONT_GONE.load(Ordering::SeqCst) || front.is_some_and(|f| unsafe { libc::getppid() } != f)
+}
+
+/// A child that exited: `(pid, raw wait status)`, or `None` when none has.
+pub fn reap_one() -> Option<(libc::pid_t, i32)> {
+    let mut status = 0;
+    // SAFETY: WNOHANG wait for any child; `status` is a valid out pointer.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    (pid > 0).then_some((pid, status))
+}
+
+/// Every live descendant of this process (children, their children, ...), read from
+/// `/proc`. Zombies are included (they are reaped, not killed).
+pub fn descendants() -> Vec<libc::pid_t> {
+    let me = std::process::id() as libc::pid_t;
+    let mut parent: Vec<(libc::pid_t, libc::pid_t)> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<libc::pid_t>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<libc::pid_t>().ok());
+            if let Some(ppid) = ppid {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![me];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Kills every process of the job (all descendants of this supervisor) with SIGKILL
+/// and reaps them, until none is left or `within` has passed; `on_exit` hears of
+/// each reaped child.
+pub fn kill_everything(within: Duration, mut on_exit: impl FnMut(libc::pid_t, i32)) {
+    let deadline = Instant::now() + within;
+    loop {
+        while let Some((pid, st)) = reap_one() {
+            on_exit(pid, st);
+        }
+        let left = descendants();
+        if left.is_empty() || Instant::now() >= deadline {
+            if !left.is_empty() {
+                tracing::warn!(?left, "processes of the job would not die");
+            }
+            return;
+        }
+        for pid in left {
+            // SAFETY: plain syscall; these are our own descendants.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Events from the forwarding threads.
+pub enum Output {
+    /// `hpc run`'s own stdout or stderr is a broken pipe.
+    Closed(&'static str),
+    /// A forwarding thread finished (its rank's stream ended).
+    Done,
+}
+
+/// Copies one output stream of a rank with the rank's tag, cutting lines longer
+/// than [`MAX_LINE`]. `name` is `stdout` or `stderr` (for the broken-pipe report).
+pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
+    src: R,
+    dst: Arc<Mutex<W>>,
+    tag: Option<(String, String)>,
+    name: &'static str,
+    events: Sender<Output>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::with_capacity(MAX_LINE, src);
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        let mut continued = false;
+        let mut closed = false;
+        let mut emit = |line: &mut Vec<u8>, continued: bool| {
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            if closed {
+                return;
+            }
+            let Ok(mut out) = dst.lock() else {
+                closed = true;
+                return;
+            };
+            let result = (|| {
+                if let Some((first, more)) = &tag {
+                    out.write_all(if continued { more } else { first }.as_bytes())?;
+                }
+                out.write_all(line)?;
+                out.flush()
+            })();
+            if let Err(e) = result {
+                // Keep draining the rank's pipe so that it never blocks on a full one,
+                // but write nothing more.
+                closed = true;
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    let _ = events.send(Output::Closed(name));
+                }
+            }
+        };
+        loop {
+            let buf = match r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            if buf.is_empty() {
+                if !line.is_empty() {
+                    emit(&mut line, continued);
+                }
+                break;
+            }
+            let room = MAX_LINE - line.len();
+            let window = &buf[..buf.len().min(room)];
+            match window.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    line.extend_from_slice(&window[..=i]);
+                    r.consume(i + 1);
+                    emit(&mut line, continued);
+                    line.clear();
+                    continued = false;
+                }
+                None => {
+                    let n = window.len();
+                    line.extend_from_slice(window);
+                    r.consume(n);
+                    if line.len() >= MAX_LINE {
+                        emit(&mut line, continued);
+                        line.clear();
+                        continued = true;
+                    }
+                }
+            }
+        }
+        let _ = events.send(Output::Done);
+    })
+}

@@ -1,0 +1,114 @@
+//! The coordinator under hostile connections: peers that never authenticate, that
+//! announce huge frames, or that hold many connections open must cost neither memory
+//! nor threads, and must not keep the job's own ranks out.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+use hpc_runtime::{Config, Coordinator, World};
+
+/// `(VmRSS bytes, threads)` of this process.
+fn rss_and_threads() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| -> u64 {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    (field("VmRSS:") * 1024, field("Threads:"))
+}
+
+fn join(coord: &Coordinator, secret: u64, rank: usize) -> World {
+    let mut env: HashMap<String, String> = coord
+        .rank_env(rank)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    env.insert("HPC_JOB_SECRET".into(), format!("{secret:x}"));
+    World::init_with(Config::from_map(env).unwrap()).unwrap()
+}
+
+#[test]
+fn unauthenticated_connections_cost_neither_memory_nor_threads() {
+    let secret = hpc_runtime::random_u64();
+    let coord = Coordinator::start(
+        2,
+        secret,
+        Duration::from_secs(20),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    // Let the coordinator's own threads start.
+    std::thread::sleep(Duration::from_millis(100));
+    let (rss0, threads0) = rss_and_threads();
+
+    // Three peers announce a 256 MiB frame and send 48 MiB of it: a coordinator that
+    // reads before it authenticates holds all of it.
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut big = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(coord.addr()).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(&(256u32 << 20).to_le_bytes());
+        for _ in 0..48 {
+            if s.write_all(&chunk).is_err() {
+                break; // refused: the coordinator closed the connection
+            }
+        }
+        big.push(s);
+    }
+    // Three hundred peers connect and say nothing (or half a hello): more than the
+    // coordinator holds unauthenticated, so the oldest are closed.
+    let mut idle = Vec::new();
+    for i in 0..300 {
+        let mut s = TcpStream::connect(coord.addr()).unwrap();
+        if i % 2 == 0 {
+            let _ = s.write_all(&[40, 0, 0, 0, 1, 0]);
+        }
+        idle.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (rss1, threads1) = rss_and_threads();
+    eprintln!(
+        "coordinator with 3 x 48 MiB unauthenticated frames and 300 idle connections: \
+         VmRSS {:.1} -> {:.1} MiB, threads {threads0} -> {threads1}",
+        rss0 as f64 / (1 << 20) as f64,
+        rss1 as f64 / (1 << 20) as f64,
+    );
+
+    // The job's own ranks still get in while all that is open.
+    let t = Instant::now();
+    let coord_ref = &coord;
+    let worlds: Vec<World> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| s.spawn(move || join(coord_ref, secret, r)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    std::thread::scope(|s| {
+        for w in &worlds {
+            s.spawn(move || {
+                let all = w.allgather(&[w.rank() as u8]).unwrap();
+                assert_eq!(all, vec![vec![0], vec![1]]);
+            });
+        }
+    });
+
+    assert!(
+        rss1.saturating_sub(rss0) < 16 << 20,
+        "unauthenticated peers grew the coordinator by {} MiB",
+        rss1.saturating_sub(rss0) >> 20
+    );
+    assert!(
+        threads1 <= threads0 + 2,
+        "unauthenticated peers cost {} threads",
+        threads1 - threads0
+    );
+    drop(big);
+    drop(idle);
+}

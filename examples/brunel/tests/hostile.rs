@@ -1,0 +1,379 @@
+//! Damaged checkpoints and spike files, a full disk and oversized networks, as a
+//! user meets them: each is a clear refusal naming the file and the problem (or a
+//! fallback with a warning), never a panic, a wrong result or a partial file.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hpc_checkpoint::{Checkpoint, Checkpoints, FileEntry};
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "brunel-hostile-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn brunel(out: &Path, extra: &[&str]) -> Output {
+    Command::new(BRUNEL)
+        .args([
+            "--preset",
+            "nest",
+            "--order",
+            "100",
+            "--quiet",
+            "--no-pin",
+            "--no-plot",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "brunel failed: {err}");
+    err
+}
+
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// The uninterrupted run's spikes, and a run interrupted at 35 ms with checkpoints
+/// at 10, 20 and 30 ms (in `dir/checkpoints`).
+fn reference_and_checkpoints(dir: &Path) -> Vec<u8> {
+    ok(&brunel(&dir.join("ref"), &["--t-sim", "50"]));
+    let reference = std::fs::read(dir.join("ref/spikes.spk")).unwrap();
+    ok(&brunel(
+        dir,
+        &[
+            "--t-sim",
+            "50",
+            "--checkpoint-every",
+            "10",
+            "--stop-at",
+            "35",
+        ],
+    ));
+    reference
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at] ^= 0x40;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn a_damaged_checkpoint_is_refused_or_skipped_with_a_warning() {
+    let dir = tmpdir("flip");
+    let reference = reference_and_checkpoints(&dir);
+    let set = Checkpoints::new(dir.join("checkpoints"));
+    assert_eq!(set.steps().unwrap(), vec![100, 200, 300]);
+    // A flipped byte among the potentials of the newest checkpoint.
+    let rank0 = set.step_dir(300).join("rank-000000.ckpt");
+    flip(&rank0, 40 + 28 + 8 * 17 + 3);
+    // Named, it is refused with the file and the problem.
+    let named = set.step_dir(300);
+    let err = refused(&brunel(
+        &dir.join("named"),
+        &["--t-sim", "50", "--restart", named.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("rank-000000.ckpt") && err.contains("damaged") && err.contains("CRC-32C"),
+        "{err}"
+    );
+    // Given the directory, the run resumes from 20 ms with a warning, and its spikes
+    // are exactly those of the uninterrupted run.
+    let out = dir.join("resumed");
+    let err = ok(&brunel(
+        &out,
+        &[
+            "--t-sim",
+            "50",
+            "--restart",
+            dir.join("checkpoints").to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("WARN") && err.contains("rank-000000.ckpt") && err.contains("previous"),
+        "{err}"
+    );
+    assert!(std::fs::read(out.join("spikes.spk")).unwrap() == reference);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_truncated_spike_record_is_caught() {
+    let dir = tmpdir("trunc");
+    reference_and_checkpoints(&dir);
+    let set = Checkpoints::new(dir.join("checkpoints"));
+    let spikes = set.step_dir(300).join("spikes.ckpt");
+    let b = std::fs::read(&spikes).unwrap();
+    std::fs::write(&spikes, &b[..b.len() - b.len() / 3 - 3]).unwrap();
+    let err = refused(&brunel(
+        &dir.join("named"),
+        &[
+            "--t-sim",
+            "50",
+            "--restart",
+            set.step_dir(300).to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("spikes.ckpt") && err.contains("truncated"),
+        "{err}"
+    );
+    // A truncated rank file says which file and how many bytes are missing.
+    let rank = set.step_dir(200).join("rank-000000.ckpt");
+    let b = std::fs::read(&rank).unwrap();
+    std::fs::write(&rank, &b[..b.len() - 100]).unwrap();
+    let err = refused(&brunel(
+        &dir.join("named"),
+        &[
+            "--t-sim",
+            "50",
+            "--restart",
+            set.step_dir(200).to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("rank-000000.ckpt")
+            && err.contains(&format!(
+                "is {} bytes but the manifest says {}",
+                b.len() - 100,
+                b.len()
+            ))
+            && !err.contains("does not match the model"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rank_files_of_another_step_are_caught() {
+    // The manifest of step 200 lists rank files that hold step 300 (with their sizes
+    // and checksums): resuming at 200 would duplicate spikes.
+    let dir = tmpdir("steps");
+    reference_and_checkpoints(&dir);
+    let set = Checkpoints::new(dir.join("checkpoints"));
+    let old = Checkpoint::open(set.step_dir(200)).unwrap();
+    let new = Checkpoint::open(set.step_dir(300)).unwrap();
+    let rank = &new.manifest().files[0];
+    std::fs::copy(
+        set.step_dir(300).join(&rank.name),
+        set.step_dir(200).join(&rank.name),
+    )
+    .unwrap();
+    let mut files: Vec<FileEntry> = old.manifest().files.clone();
+    files[0] = rank.clone();
+    set.commit(200, 1, files, old.metadata().clone()).unwrap();
+    let err = refused(&brunel(
+        &dir.join("named"),
+        &[
+            "--t-sim",
+            "50",
+            "--restart",
+            set.step_dir(200).to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("rank-000000.ckpt") && err.contains("step 300") && err.contains("step 200"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Replaces the spike file of checkpoint `step` by `f(payload)`, with a manifest
+/// whose checksums match: what the spike-file reader itself must catch.
+fn rewrite_spikes(set: &Checkpoints, step: u64, f: impl FnOnce(&mut Vec<u8>)) {
+    let ck = Checkpoint::open(set.step_dir(step)).unwrap();
+    let mut payload = ck.read_file("spikes").unwrap().unwrap();
+    f(&mut payload);
+    let mut files: Vec<FileEntry> = ck
+        .manifest()
+        .files
+        .iter()
+        .filter(|e| e.rank.is_some())
+        .cloned()
+        .collect();
+    files.push(set.write_file(step, "spikes", &payload).unwrap());
+    set.commit(step, ck.ranks(), files, ck.metadata().clone())
+        .unwrap();
+}
+
+#[test]
+fn a_damaged_spike_file_is_an_error_not_a_panic() {
+    let dir = tmpdir("ids");
+    reference_and_checkpoints(&dir);
+    let set = Checkpoints::new(dir.join("checkpoints"));
+    let restart = |step: u64| {
+        refused(&brunel(
+            &dir.join("named"),
+            &[
+                "--t-sim",
+                "50",
+                "--restart",
+                set.step_dir(step).to_str().unwrap(),
+            ],
+        ))
+    };
+    // A neuron id with its top bit flipped.
+    rewrite_spikes(&set, 300, |p| {
+        let last = p.len() - 1;
+        p[last] ^= 0x80;
+    });
+    let err = restart(300);
+    assert!(
+        err.contains("spikes.ckpt") && err.contains("names neuron") && err.contains("500 neurons"),
+        "{err}"
+    );
+    // A header length running past the end of the file.
+    rewrite_spikes(&set, 200, |p| p[15] = 0x40);
+    let err = restart(200);
+    assert!(
+        err.contains("spikes.ckpt") && err.contains("the header claims"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn t_sim_before_the_checkpoint_is_refused() {
+    let dir = tmpdir("tsim");
+    reference_and_checkpoints(&dir);
+    let out = dir.join("short");
+    let err = refused(&brunel(
+        &out,
+        &[
+            "--t-sim",
+            "20",
+            "--restart",
+            dir.join("checkpoints").to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        err.contains("30.0 ms") && err.contains("--t-sim 30.0 or more"),
+        "{err}"
+    );
+    assert!(!out.join("spikes.spk").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs brunel with every file it writes limited to `limit` bytes: past it a write
+/// fails (EFBIG, "File too large") exactly as on a full disk.
+fn brunel_with_file_limit(out: &Path, limit: u64, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(BRUNEL);
+    cmd.args([
+        "--preset", "nest", "--order", "100", "--t-sim", "50", "--quiet", "--no-pin", "--out",
+    ])
+    .arg(out)
+    .args(extra);
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // calls (setrlimit, signal) on values copied into it.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_full_disk_names_the_file_and_leaves_no_partial_output() {
+    let dir = tmpdir("full");
+    let full = dir.join("unlimited");
+    ok(&brunel_with_file_limit(&full, u64::MAX / 2, &[]));
+    let size = |n: &str| std::fs::metadata(full.join(n)).unwrap().len();
+    let (spikes, summary) = (size("spikes.spk"), size("summary.json"));
+    let plot = size("raster.png").max(size("rate.png"));
+    assert!(
+        plot > spikes.max(summary) + 100,
+        "the plots must be the largest files for this test: {:?}",
+        files_in(&full)
+    );
+
+    // summary.json does not fit.
+    let out = dir.join("summary");
+    let err = refused(&brunel_with_file_limit(&out, summary / 2, &["--no-spikes"]));
+    assert!(
+        err.contains("summary.json") && err.contains("File too large"),
+        "{err}"
+    );
+    assert_eq!(files_in(&out), Vec::<String>::new());
+
+    // The spikes and the summary fit, a plot does not.
+    let out = dir.join("plot");
+    let limit = spikes.max(summary) + (plot - spikes.max(summary)) / 2;
+    let err = refused(&brunel_with_file_limit(&out, limit, &[]));
+    assert!(
+        err.contains("cannot write the plots")
+            && err.contains("raster.png")
+            && err.contains("File too large"),
+        "{err}"
+    );
+    assert!(!err.contains("BackendError"), "{err}");
+    assert_eq!(files_in(&out), vec!["spikes.spk", "summary.json"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_oversized_network_is_refused_at_once_with_the_estimate() {
+    let dir = tmpdir("size");
+    for args in [
+        &["--order", "400000000", "--ce", "10", "--ci", "10"][..],
+        &["--order", "100000"],
+    ] {
+        let t = Instant::now();
+        let o = Command::new(BRUNEL)
+            .args(args)
+            .args(["--quiet", "--no-pin", "--out"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let err = refused(&o);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(
+            err.contains("needs about")
+                && err.contains("GiB")
+                && err.contains("available")
+                && err.contains("--allow-oversize"),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
