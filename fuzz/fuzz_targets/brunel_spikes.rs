@@ -1,0 +1,19 @@
+//! The brunel example's spike files (`spikes.spk`, and the copy inside a
+//! checkpoint): any bytes, complete or as a partial file of an interrupted run.
+//!
+//! Properties: decoding never panics, and what it accepts is consistent: every
+//! neuron id is below the header's neuron count and the records are in time order.
+
+#![no_main]
+
+use brunel::output::decode_spikes;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    for partial_ok in [false, true] {
+        if let Ok(f) = decode_spikes(data, partial_ok) {
+            assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
+            assert!(f.spikes.windows(2).all(|w| w[0].0 <= w[1].0), "records sorted by tick");
+        }
+    }
+});
