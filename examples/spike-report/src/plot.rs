@@ -1239,8 +1239,8 @@ fn rate_axis_max(rate: &[f64]) -> f64 {
     nice_ceil(top.max(1.0))
 }
 
-/// The end of the CV axis: past the 99th percentile, at least 1 (a Poisson
-/// process has CV 1, the reference a reader looks for).
+/// The end of the CV axis: a quarter past the 99th percentile, so that a narrow
+/// distribution (a regular network has CVs near 0.1) spreads over the bins.
 fn cv_axis_max(cvs: &[f64]) -> f64 {
     let mut s = cvs.to_vec();
     s.sort_by(f64::total_cmp);
@@ -1248,7 +1248,7 @@ fn cv_axis_max(cvs: &[f64]) -> f64 {
         .get(s.len().saturating_sub(1) * 99 / 100)
         .copied()
         .unwrap_or(0.0);
-    nice_ceil((p99 * 1.1).max(1.0))
+    nice_ceil((p99 * 1.25).max(0.05))
 }
 
 #[cfg(test)]

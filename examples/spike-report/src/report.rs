@@ -186,6 +186,7 @@ h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #d0d0d0; p
 p.note { color: #505050; margin: .2rem 0; }
 table { border-collapse: collapse; margin: .6rem 0; font-size: .92rem; }
 th, td { text-align: left; padding: .25rem .9rem .25rem 0; border-bottom: 1px solid #e4e4e4; vertical-align: top; }
+td:first-child { white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 code { font-family: "DejaVu Sans Mono", monospace; font-size: .88rem; }
 .swatch { display: inline-block; width: .8rem; height: .8rem; margin-right: .4rem; vertical-align: -.05rem; }
