@@ -87,15 +87,19 @@ struct Args {
     /// every D/2 steps overlapped with the next update.
     #[arg(long)]
     no_overlap: bool,
-    /// Output directory (spikes.spk, summary.json, raster.png, rate.png).
+    /// Output directory (spikes.spk, summary.json, report.html and the figures).
     #[arg(long, default_value = "brunel-out")]
     out: PathBuf,
     /// Do not write the spike file.
     #[arg(long)]
     no_spikes: bool,
-    /// Do not draw the PNG plots.
+    /// Do not draw the figures nor write report.html.
     #[arg(long)]
     no_plot: bool,
+    /// NEST's statistics of the same network (the JSON line tools/nest_brunel.py
+    /// prints), compared with this run in report.html.
+    #[arg(long, value_name = "FILE")]
+    reference: Option<PathBuf>,
     /// Write a checkpoint every this many ms of simulated time.
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
@@ -209,6 +213,12 @@ struct Gathered {
 fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     let model = Model::new(params)?;
+    // Checked before the run, so a wrong file costs no simulation.
+    let reference = args
+        .reference
+        .as_deref()
+        .map(|f| brunel::plot::Reference::read(f, &model))
+        .transpose()?;
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
@@ -307,7 +317,7 @@ fn run(args: Args) -> Result<()> {
             .iter()
             .map(|b| serde_json::from_slice(b))
             .collect::<Result<_, _>>()?;
-        summary(&args, &model, &report, &all, &pool)?;
+        summary(&args, &model, &report, &all, &pool, reference.as_ref())?;
     }
     Ok(())
 }
@@ -333,6 +343,7 @@ fn summary(
     me: &RankReport,
     all: &[Gathered],
     pool: &rayon::ThreadPool,
+    reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {
     let reports: Vec<RankReport> = all
         .iter()
@@ -414,7 +425,7 @@ fn summary(
         Some(f) => {
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
-                draw(f, model, &args.out)?;
+                draw(f, model, &summary, reference, &args.out)?;
             }
         }
         None if !me.completed => say!(
@@ -427,20 +438,19 @@ fn summary(
     Ok(())
 }
 
-fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
-    let f = brunel::output::read_spikes(spikes)?;
-    let (raster, rate) = (out.join("raster.png"), out.join("rate.png"));
-    brunel::plot::plots(
-        &f.spikes,
-        model.params.dt,
-        model.params.t_sim,
-        model.ne,
-        model.n,
-        50,
-        &raster,
-        &rate,
-    )?;
-    say!("  plots: {} {}", raster.display(), rate.display());
+fn draw(
+    spikes: &Path,
+    model: &Model,
+    summary: &serde_json::Value,
+    reference: Option<&brunel::plot::Reference>,
+    out: &Path,
+) -> Result<()> {
+    let report = brunel::plot::report(spikes, model, summary, reference, out)?;
+    say!(
+        "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
+        out.display()
+    );
+    say!("  report: {}", report.display());
     Ok(())
 }
 
