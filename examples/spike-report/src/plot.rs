@@ -438,6 +438,8 @@ impl<'a> Prepared<'a> {
         let mut enc = png::Encoder::new(&mut out, w, h);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        enc.set_compression(png::Compression::Best);
+        enc.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
         enc.set_pixel_dims(Some(png::PixelDimensions {
             xppu: PIXELS_PER_METRE,
             yppu: PIXELS_PER_METRE,
@@ -668,17 +670,19 @@ impl<'a> Prepared<'a> {
             .max()
             .unwrap_or(0);
         let l = area.l + y_gutter(label_w, k);
+        // Room for half of the last time label right of the axis' end.
+        let r = area.r - font::width(&thousands_f(t1), tick_em) / 2 - 4;
         let top = Frame {
             px: Rect {
                 l,
                 t: area.t,
-                r: area.r,
+                r,
                 b: raster_b,
             },
             x: (t0, t1),
             y: (0.0, rows),
         };
-        let x_max_ticks = ((area.r - l) as f64 / (95.0 * k)).max(2.0) as usize;
+        let x_max_ticks = ((r - l) as f64 / (95.0 * k)).max(2.0) as usize;
         let xt = ticks(t0, t1, x_max_ticks);
 
         // Separators between populations, darker between groups.
@@ -741,7 +745,7 @@ impl<'a> Prepared<'a> {
             px: Rect {
                 l,
                 t: rate_t,
-                r: area.r,
+                r,
                 b: rate_b,
             },
             x: (t0, t1),
