@@ -5,6 +5,7 @@
 #
 #   examples/brunel/validate.sh           # all cases (~2 min, NEST dominates)
 #   examples/brunel/validate.sh --quick   # the small network only
+#   examples/brunel/validate.sh --quick --keep DIR   # and keep each case's report.html
 #
 # Needs Python 3 with pip. NEST comes from PyPI (`pip install nest-simulator`) into
 # a virtual environment at $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv),

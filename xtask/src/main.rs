@@ -125,9 +125,14 @@ fn demo() -> Result<()> {
         .arg(&out))?;
     eprintln!(
         "\ndemo finished: hello + allreduce on 2 and 4 ranks; Brunel network on 2 ranks \
-         (spikes, summary and plots in {})",
+         (spikes, summary and figures in {})",
         out.display()
     );
+    let report = out.join("report.html");
+    if !report.is_file() {
+        bail!("the Brunel run wrote no report at {}", report.display());
+    }
+    eprintln!("report: {}", report.display());
     Ok(())
 }
 
@@ -143,8 +148,10 @@ fn test(quick: bool) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // Integration tests that need MPI fail loudly instead of skipping.
+    // Integration tests that need MPI or the browser (set-up installs both) fail
+    // loudly instead of skipping.
     std::env::set_var("HPC_REQUIRE_MPI", "1");
+    std::env::set_var("HPC_REQUIRE_BROWSER", "1");
     if setup::has("cargo-nextest") {
         run(cargo().args([
             "nextest",

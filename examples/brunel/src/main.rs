@@ -87,15 +87,19 @@ struct Args {
     /// every D/2 steps overlapped with the next update.
     #[arg(long)]
     no_overlap: bool,
-    /// Output directory (spikes.spk, summary.json, raster.png, rate.png).
+    /// Output directory (spikes.spk, summary.json, report.html and the figures).
     #[arg(long, default_value = "brunel-out")]
     out: PathBuf,
     /// Do not write the spike file.
     #[arg(long)]
     no_spikes: bool,
-    /// Do not draw the PNG plots.
+    /// Do not draw the figures nor write report.html.
     #[arg(long)]
     no_plot: bool,
+    /// NEST's statistics of the same network (the JSON line tools/nest_brunel.py
+    /// prints), compared with this run in report.html.
+    #[arg(long, value_name = "FILE")]
+    reference: Option<PathBuf>,
     /// Write a checkpoint every this many ms of simulated time.
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
@@ -213,6 +217,12 @@ struct Gathered {
 fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     let model = Model::new(params)?;
+    // Checked before the run, so a wrong file costs no simulation.
+    let reference = args
+        .reference
+        .as_deref()
+        .map(|f| brunel::plot::Reference::read(f, &model))
+        .transpose()?;
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
@@ -333,7 +343,7 @@ fn run(args: Args) -> Result<()> {
             .iter()
             .map(|b| serde_json::from_slice(b))
             .collect::<Result<_, _>>()?;
-        summary(&args, &model, &report, &all, &pool)?;
+        summary(&args, &model, &report, &all, &pool, reference.as_ref())?;
     }
     Ok(())
 }
@@ -403,6 +413,7 @@ fn summary(
     me: &RankReport,
     all: &[Gathered],
     pool: &rayon::ThreadPool,
+    reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {
     let reports: Vec<RankReport> = all
         .iter()
@@ -484,7 +495,7 @@ fn summary(
         Some(f) => {
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
-                draw(f, model, &args.out)?;
+                draw(f, model, &summary, reference, &args.out)?;
             }
         }
         None if !me.completed => say!(
@@ -497,67 +508,22 @@ fn summary(
     Ok(())
 }
 
-fn draw(spikes: &Path, model: &Model, out: &Path) -> Result<()> {
-    let f = brunel::output::read_spikes(spikes)?;
-    let (raster, rate) = (out.join("raster.png"), out.join("rate.png"));
-    // Drawn under temporary names (ending in .png: the encoder goes by the
-    // extension) and renamed when both are complete.
-    let (raster_tmp, rate_tmp) = (out.join(".raster.tmp.png"), out.join(".rate.tmp.png"));
-    let result = brunel::plot::plots(
-        &f.spikes,
-        model.params.dt,
-        model.params.t_sim,
-        model.ne,
-        model.n,
-        50,
-        &raster_tmp,
-        &rate_tmp,
-    )
-    .map_err(|e| {
-        tracing::debug!(error = ?e, "plotting backend error");
-        anyhow::anyhow!(
-            "cannot write the plots {} and {}: {}",
-            raster.display(),
-            rate.display(),
-            plot_cause(&e)
-        )
-    })
-    .and_then(|()| {
-        for (tmp, dst) in [(&raster_tmp, &raster), (&rate_tmp, &rate)] {
-            std::fs::rename(tmp, dst).with_context(|| format!("cannot write {}", dst.display()))?;
-        }
-        Ok(())
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&raster_tmp);
-        let _ = std::fs::remove_file(&rate_tmp);
-    }
-    result?;
-    say!("  plots: {} {}", raster.display(), rate.display());
+fn draw(
+    spikes: &Path,
+    model: &Model,
+    summary: &serde_json::Value,
+    reference: Option<&brunel::plot::Reference>,
+    out: &Path,
+) -> Result<()> {
+    let report = brunel::plot::report(spikes, model, summary, reference, out)?;
+    say!(
+        "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
+        out.display()
+    );
+    say!("  report: {}", report.display());
     Ok(())
 }
 
-/// The operating system's words inside the plotting backend's error chain
-/// (`BackendError(DrawingError(ImageError(IoError(..))))`), or the chain when it
-/// holds none.
-fn plot_cause(e: &anyhow::Error) -> String {
-    let raw = format!("{e:#}");
-    let after = |key: &str, end: &[char]| {
-        let rest = &raw[raw.find(key)? + key.len()..];
-        Some(rest[..rest.find(end)?].to_string())
-    };
-    match (
-        after("message: \"", &['"']),
-        after("code: ", &[',', ' ', '}']),
-    ) {
-        (Some(m), Some(c)) => format!("{m} (os error {c})"),
-        (Some(m), None) => m,
-        // The image encoder wraps the I/O error as text: `Custom { error: "..." }`.
-        _ => {
-            after("error: \"", &['"']).unwrap_or_else(|| format!("the PNG encoder failed ({raw})"))
-        }
-    }
-}
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.

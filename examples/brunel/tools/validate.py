@@ -20,6 +20,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--brunel", required=True)
 ap.add_argument("--quick", action="store_true", help="only the small network")
 ap.add_argument("--t-sim", type=float, default=1000.0)
+ap.add_argument("--keep", metavar="DIR",
+                help="keep each case's output in DIR/case-N: figures and report.html "
+                     "with the comparison to NEST (nest.json)")
 a = ap.parse_args()
 
 cases = [  # (label, order, ce, ci, v_reset)
@@ -33,17 +36,25 @@ if not a.quick:
     ]
 
 rows, ok = [], True
-for label, order, ce, ci, vr in cases:
+for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
     extra = (["--ce", str(ce), "--ci", str(ci)] if ce else [])
     nest = subprocess.run(
         [sys.executable, os.path.join(HERE, "nest_brunel.py"), "--order", str(order),
          "--v-reset", str(vr), "--t-sim", str(a.t_sim)] + extra,
         check=True, capture_output=True, text=True)
-    n = json.loads(nest.stdout.strip().splitlines()[-1])
-    with tempfile.TemporaryDirectory() as out:
+    line = nest.stdout.strip().splitlines()[-1]
+    n = json.loads(line)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, report = tmp, ["--no-plot"]
+        if a.keep:
+            out = os.path.join(a.keep, f"case-{k}")
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "nest.json"), "w") as f:
+                f.write(line + "\n")
+            report = ["--reference", os.path.join(out, "nest.json")]
         subprocess.run(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
-             "--out", out, "--quiet", "--no-plot"] + extra,
+             "--out", out, "--quiet"] + report + extra,
             check=True, capture_output=True, text=True)
         hdr, t, ids = read(os.path.join(out, "spikes.spk"))
         summ = json.load(open(os.path.join(out, "summary.json")))
@@ -60,4 +71,6 @@ print(f"{'case':<38} {'spikes NEST':>11} {'ours':>9} {'rate NEST':>9} {'ours':>7
 for r in rows:
     print(f"{r[0]:<38} {r[1]:>11} {r[2]:>9} {r[3]:>8.2f}H {r[4]:>6.2f}H {r[5]*100:>+5.1f}%"
           f" {r[6]:>7.3f} {r[7]:>6.3f} {r[8]:>+6.3f} {r[9]:>14.2f} {r[10]:>6.2f}  {'ok' if r[11] else 'FAIL'}")
+if a.keep:
+    print(f"reports: {a.keep}/case-*/report.html")
 sys.exit(0 if ok else 1)

@@ -146,6 +146,18 @@ pub struct BinTarget {
     pub features: Vec<String>,
 }
 
+/// `org.opencontainers.image.source`: the package's `repository` field when it
+/// is an http(s) URL, else nothing (a label must not name a source that is not
+/// one; an image without the label is honest about not knowing).
+pub fn source_label(repository: Option<&str>) -> Option<String> {
+    let r = repository?.trim();
+    let rest = r
+        .strip_prefix("https://")
+        .or_else(|| r.strip_prefix("http://"))?;
+    let host = rest.split('/').next().unwrap_or_default();
+    (!host.is_empty() && !r.chars().any(char::is_whitespace)).then(|| r.to_string())
+}
+
 /// `cargo metadata` facts the command needs.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -699,8 +711,8 @@ pub fn run(args: Args) -> Result<()> {
     label("org.opencontainers.image.revision", revision.clone());
     label("org.opencontainers.image.created", rfc3339(epoch));
     label("org.opencontainers.image.version", bin.version.clone());
-    if let Some(r) = &bin.repository {
-        label("org.opencontainers.image.source", r.clone());
+    if let Some(r) = source_label(bin.repository.as_deref()) {
+        label("org.opencontainers.image.source", r);
     }
     label("org.opencontainers.image.base.name", base.source.clone());
     label("io.hpc-rs.build", build_cmd.clone());
@@ -1043,6 +1055,33 @@ mod tests {
         assert!(find_bin(&ws, "demo").unwrap().example);
         let err = find_bin(&ws, "brunel").unwrap_err().to_string();
         assert!(err.contains("available binaries") && err.contains("hello") && err.contains("hpc"));
+    }
+
+    #[test]
+    fn the_source_label_comes_from_the_repository_field_or_is_left_out() {
+        assert_eq!(
+            source_label(Some("https://example.org/hpc/app")).as_deref(),
+            Some("https://example.org/hpc/app")
+        );
+        assert_eq!(source_label(None), None);
+        assert_eq!(source_label(Some("")), None);
+        assert_eq!(source_label(Some("  ")), None);
+        assert_eq!(source_label(Some("not a url")), None);
+        assert_eq!(source_label(Some("https://")), None);
+        // The field as metadata gives it: null for a package without one.
+        let v = json!({"target_directory": "/t", "packages": [
+            {"name": "a", "version": "0.1.0", "repository": null, "features": {}, "targets": [{"name": "a", "kind": ["bin"]}]},
+            {"name": "b", "version": "0.1.0", "repository": "https://example.org/b", "features": {}, "targets": [{"name": "b", "kind": ["bin"]}]}
+        ]});
+        let ws = parse_metadata(&v).unwrap();
+        assert_eq!(
+            source_label(find_bin(&ws, "a").unwrap().repository.as_deref()),
+            None
+        );
+        assert_eq!(
+            source_label(find_bin(&ws, "b").unwrap().repository.as_deref()).as_deref(),
+            Some("https://example.org/b")
+        );
     }
 
     #[test]

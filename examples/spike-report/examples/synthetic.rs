@@ -1,0 +1,129 @@
+//! Writes the figures and `report.html` of a synthetic recording, to look at them.
+//!
+//! ```text
+//! cargo run -p hpc-example-spike-report --example synthetic -- DIR [--layers]
+//! ```
+//!
+//! Without `--layers`: a Brunel-like network of 10,000 E and 2,500 I neurons, 1 s.
+//! With it: the eight populations of a cortical microcircuit (L2/3 .. L6, E and I)
+//! at full size. Spike trains are renewal processes with a 2 ms dead time at
+//! rates near the models'; every neuron fires at 10 ms (a synchronous onset).
+
+use std::path::PathBuf;
+
+use spike_report::plot::{PlotOptions, Rows};
+use spike_report::report::{Check, Phase, Report, Tolerance, Validation};
+use spike_report::{palette, Population, Recording, RunInfo};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let dir = PathBuf::from(args.next().ok_or("usage: synthetic DIR [--layers]")?);
+    let layers = args.next().as_deref() == Some("--layers");
+    std::fs::create_dir_all(&dir)?;
+    let (rec, model) = if layers {
+        (microcircuit(), "Cortical microcircuit (synthetic spikes)")
+    } else {
+        (brunel(), "Brunel-like network (synthetic spikes)")
+    };
+    let mut report = Report::new(RunInfo::new(model, rec.neurons(), 1, 1));
+    report
+        .notes
+        .push("Spike trains drawn at random to show the layout; no simulation ran.".into());
+    report.summary = vec![(
+        "spikes".into(),
+        spike_report::thousands(rec.spikes.len() as u64),
+    )];
+    report.parameters = vec![("dt_ms".into(), rec.dt_ms.to_string())];
+    report.timing = vec![Phase::new("generate", 0.0)];
+    let stats = spike_report::stats::analyse(&rec)?;
+    report.validation = Some(Validation {
+        reference: "the generator's target".into(),
+        how: "Mean rate of all neurons against the rate the generator aimed at.".into(),
+        checks: vec![Check {
+            quantity: "mean rate".into(),
+            unit: "Hz".into(),
+            reference: stats.rate_hz,
+            value: stats.rate_hz,
+            tolerance: Tolerance::Relative(0.05),
+        }],
+    });
+    let opts = PlotOptions {
+        rows: if layers {
+            Rows::Proportional(600)
+        } else {
+            Rows::PerPopulation(50)
+        },
+        ..PlotOptions::default()
+    };
+    let written = spike_report::report::write(&dir, &report, &rec, &opts)?;
+    println!("{}", written.report.expect("a report").display());
+    Ok(())
+}
+
+fn uniform(s: &mut u64) -> f64 {
+    *s = s
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (*s >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn trains(pops: &[(u32, u32, f64)], t_ms: f64, dt: f64) -> Vec<(u32, u32)> {
+    let mut s = 1u64;
+    let mut v = Vec::new();
+    for &(first, count, rate) in pops {
+        for id in first..first + count {
+            v.push(((10.0 / dt) as u32, id));
+            let mut t = 10.0;
+            loop {
+                t += 2.0 - (1.0 - uniform(&mut s)).ln() * (1000.0 / rate - 2.0).max(0.1);
+                if t > t_ms {
+                    break;
+                }
+                v.push(((t / dt).round() as u32, id));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+fn brunel() -> Recording {
+    Recording {
+        populations: vec![
+            Population::new("E", 0, 10000, palette::EXCITATORY),
+            Population::new("I", 10000, 2500, palette::INHIBITORY),
+        ],
+        spikes: trains(&[(0, 10000, 32.0), (10000, 2500, 33.0)], 1000.0, 0.1),
+        dt_ms: 0.1,
+        t_start_ms: 0.0,
+        t_stop_ms: 1000.0,
+        group_title: None,
+    }
+}
+
+fn microcircuit() -> Recording {
+    // Sizes and rates of Potjans and Diesmann (2014).
+    let layers = [
+        ("L2/3", 20683u32, 5834u32, 0.9, 2.8),
+        ("L4", 21915, 5479, 4.4, 5.8),
+        ("L5", 4850, 1065, 7.6, 8.1),
+        ("L6", 14395, 2948, 1.1, 7.5),
+    ];
+    let (mut pops, mut spec, mut first) = (Vec::new(), Vec::new(), 0);
+    for (l, ne, ni, re, ri) in layers {
+        pops.push(Population::new(format!("{l}E"), first, ne, palette::EXCITATORY).in_group(l));
+        spec.push((first, ne, re));
+        first += ne;
+        pops.push(Population::new(format!("{l}I"), first, ni, palette::INHIBITORY).in_group(l));
+        spec.push((first, ni, ri));
+        first += ni;
+    }
+    Recording {
+        populations: pops,
+        spikes: trains(&spec, 1000.0, 0.1),
+        dt_ms: 0.1,
+        t_start_ms: 0.0,
+        t_stop_ms: 1000.0,
+        group_title: Some("layer".into()),
+    }
+}
