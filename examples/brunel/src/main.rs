@@ -524,7 +524,6 @@ fn draw(
     Ok(())
 }
 
-
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
     match hpc_collectives::proxy::serve_env() {

@@ -320,10 +320,10 @@ fn a_full_disk_names_the_file_and_leaves_no_partial_output() {
     ok(&brunel_with_file_limit(&full, u64::MAX / 2, &[]));
     let size = |n: &str| std::fs::metadata(full.join(n)).unwrap().len();
     let (spikes, summary) = (size("spikes.spk"), size("summary.json"));
-    let plot = size("raster.png").max(size("rate.png"));
+    let plot = size("overview.png");
     assert!(
         plot > spikes.max(summary) + 100,
-        "the plots must be the largest files for this test: {:?}",
+        "the overview figure must be larger than the spikes and the summary for this test: {:?}",
         files_in(&full)
     );
 
@@ -336,18 +336,46 @@ fn a_full_disk_names_the_file_and_leaves_no_partial_output() {
     );
     assert_eq!(files_in(&out), Vec::<String>::new());
 
-    // The spikes and the summary fit, a plot does not.
+    // The spikes and the summary fit, the overview figure does not.
     let out = dir.join("plot");
     let limit = spikes.max(summary) + (plot - spikes.max(summary)) / 2;
     let err = refused(&brunel_with_file_limit(&out, limit, &[]));
     assert!(
-        err.contains("cannot write the plots")
-            && err.contains("raster.png")
-            && err.contains("File too large"),
+        err.contains(".png") && err.contains("File too large"),
         "{err}"
     );
+    assert_eq!(
+        err.matches("File too large").count(),
+        1,
+        "the cause is said once: {err}"
+    );
     assert!(!err.contains("BackendError"), "{err}");
-    assert_eq!(files_in(&out), vec!["spikes.spk", "summary.json"]);
+    // Figures that fit are complete; nothing partial or temporary is left.
+    let left = files_in(&out);
+    assert!(left.contains(&"spikes.spk".to_string()) && left.contains(&"summary.json".to_string()));
+    for f in &left {
+        assert!(
+            !f.starts_with('.') && !f.contains("tmp"),
+            "a temporary file is left: {left:?}"
+        );
+        let bytes = std::fs::read(out.join(f)).unwrap();
+        let complete = if f.ends_with(".png") {
+            bytes.ends_with(&[0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82])
+        } else if f.ends_with(".svg") {
+            String::from_utf8_lossy(&bytes)
+                .trim_end()
+                .ends_with("</svg>")
+        } else if f.ends_with(".json") {
+            serde_json::from_slice::<serde_json::Value>(&bytes).is_ok()
+        } else if f.ends_with(".html") {
+            String::from_utf8_lossy(&bytes)
+                .trim_end()
+                .ends_with("</html>")
+        } else {
+            true
+        };
+        assert!(complete, "{f} is not complete: {left:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -70,7 +70,7 @@ pub enum Error {
     },
     /// A file could not be written (names the file; nothing under the final name
     /// was changed).
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     Write {
         /// The file that was being written.
         path: PathBuf,
