@@ -74,24 +74,24 @@
 //! [`OpId`] or leaking anything therefore cannot make the transport touch freed memory.
 //! A buffer handed over cannot be used meanwhile:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0382
 //! # let world = hpc_runtime::World::init().unwrap();
 //! # let t = hpc_rdma::Transport::new(&world).unwrap();
-//! let v = vec![1u8; 8];
+//! let mut v = vec![1u8; 8];
 //! let op = t.send(0, 1, v).unwrap();
-//! v[0] = 2; // error: `v` was moved into the send
+//! v[0] = 2; // error[E0382]: `v` was moved into the send
 //! ```
 //!
 //! Borrowed destinations go through a request that borrows the buffer until it is
 //! waited for; the data is copied in only inside [`RecvInto::wait`], so leaking the
 //! request never lets the transport write into the buffer later:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0506
 //! # let world = hpc_runtime::World::init().unwrap();
 //! # let t = hpc_rdma::Transport::new(&world).unwrap();
 //! let mut buf = [0u8; 8];
 //! let req = t.recv_into(0, 1, &mut buf).unwrap();
-//! buf[0] = 1; // error: `buf` is mutably borrowed by `req`
+//! buf[0] = 1; // error[E0506]: `buf` is mutably borrowed by `req`
 //! req.wait().unwrap();
 //! ```
 //!
@@ -101,13 +101,13 @@
 //! ## What has run where
 //!
 //! The shm and tcp backends are tested with real processes (and TCP across network
-//! namespaces with `HPC_TEST_NETNS=1`). The verbs backend has **not run on
+//! namespaces with `HPC_TEST_NETNS=1`); the mpi backend (feature `mpi`) runs the same
+//! conformance suite under Open MPI's `mpirun`. The verbs backend has **not run on
 //! hardware**: it compiles against rdma-core, its pure logic (queue-pair state
 //! machine, endpoint encoding, work-request building) is unit-tested, and without an
-//! HCA it reports [`Error::NoDevice`] and the selector falls back to TCP. There is no
-//! MPI backend yet.
+//! HCA it reports [`Error::NoDevice`] and the selector falls back to TCP.
 
-mod core;
+mod completion;
 mod error;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -124,11 +124,11 @@ use std::time::{Duration, Instant};
 
 use hpc_runtime::World;
 
-pub use crate::core::{Completion, OpId, OpKind, Payload, Sink, Source};
+pub use crate::completion::{Completion, OpId, OpKind, Payload, Sink, Source};
 pub use crate::error::{Error, Result};
 pub use crate::region::{Region, RemoteKey, REMOTE_KEY_BYTES};
 
-use crate::core::Shared;
+use crate::completion::Shared;
 use crate::error::check_bounds;
 
 /// Which backend serves a pair of ranks.
@@ -377,10 +377,10 @@ fn mpi_backend(shared: Arc<Shared>, world: &World) -> Result<Box<dyn Backend>> {
 
 #[cfg(not(feature = "mpi"))]
 fn mpi_backend(_shared: Arc<Shared>, _world: &World) -> Result<Box<dyn Backend>> {
-    Err(Error::Unavailable {
-        backend: "mpi",
-        why: "this build has no MPI: build with the `mpi` feature".into(),
-    })
+    Err(Error::unavailable(
+        "mpi",
+        "this build has no MPI: build with the `mpi` feature",
+    ))
 }
 
 fn route(
@@ -395,10 +395,10 @@ fn route(
     }
     Ok(match choice {
         Choice::Shm if !world.same_node(a, b) => {
-            return Err(Error::Unavailable {
-                backend: "shm",
-                why: format!("ranks {a} and {b} are on different nodes"),
-            })
+            return Err(Error::unavailable(
+                "shm",
+                format!("ranks {a} and {b} are on different nodes"),
+            ))
         }
         Choice::Shm => BackendKind::Shm,
         Choice::Tcp => BackendKind::Tcp,
@@ -427,7 +427,7 @@ impl Transport {
         if let (Choice::Verbs, Err(e)) = (opts.backend, &probe) {
             // Tell the others before failing so that nobody waits for us.
             let _ = world.allgather(&[0]);
-            return Err(e.duplicate());
+            return Err(e.clone());
         }
         if let Err(e) = &probe {
             tracing::debug!(error = %e, "verbs unusable here");

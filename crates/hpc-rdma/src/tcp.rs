@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use hpc_runtime::World;
 
-use crate::core::{OpId, Payload, Shared, Sink, Source};
+use crate::completion::{OpId, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, Region, RemoteKey};
 use crate::wire::{status, Header, Kind, HEADER_BYTES};
@@ -138,10 +138,7 @@ impl Tcp {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     Err(e) => {
-                        return Err(Error::PeerLost {
-                            rank: p,
-                            cause: format!("cannot connect to {addr}: {e}"),
-                        })
+                        return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e)))
                     }
                 }
             };
@@ -234,21 +231,18 @@ impl Tcp {
             .conns
             .get(peer)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Unavailable {
-                backend: "tcp",
-                why: format!("rank {peer} is not a tcp peer"),
-            })
+            .ok_or_else(|| Error::unavailable("tcp", format!("rank {peer} is not a tcp peer")))
     }
 
     fn write(&self, conn: &Conn, h: &Header, payload: &[u8]) -> Result<()> {
         let mut w = conn.writer.lock().unwrap_or_else(|e| e.into_inner());
         write_frame(&mut w, h, payload).map_err(|e| {
             let cause = format!("write failed: {e}");
-            self.inner.shared.fail_peer(conn.peer, &cause);
-            Error::PeerLost {
-                rank: conn.peer,
-                cause,
-            }
+            self.inner.shared.fail_peer_by(conn.peer, &cause, Some(e));
+            self.inner
+                .shared
+                .is_lost(conn.peer)
+                .unwrap_or_else(|| Error::lost(conn.peer, cause, None::<Error>))
         })
     }
 }
@@ -379,12 +373,12 @@ unsafe fn read_into(s: &mut TcpStream, dst: *mut u8, len: usize) -> std::io::Res
 }
 
 fn reader_loop(inner: Arc<Inner>, peer: usize, mut s: TcpStream) {
-    let why = match read_frames(&inner, peer, &mut s) {
-        Ok(()) => "closed its transport".to_string(),
-        Err(e) => e.to_string(),
-    };
+    let res = read_frames(&inner, peer, &mut s);
     if !inner.closing.load(Ordering::Acquire) {
-        inner.shared.fail_peer(peer, &why);
+        match res {
+            Ok(()) => inner.shared.fail_peer(peer, "closed its transport"),
+            Err(e) => inner.shared.fail_peer_by(peer, &e.to_string(), Some(e)),
+        }
     }
     inner
         .puts
@@ -553,7 +547,7 @@ impl Backend for Tcp {
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         match self.inner.shared.is_lost(peer) {
-            Some(cause) => Err(Error::PeerLost { rank: peer, cause }),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

@@ -96,6 +96,7 @@ fn child() {
         return;
     }
     if role == "verbs" {
+        // Only run where there is no usable device (see `verbs_matches_the_machine`).
         let e = Transport::new(&world).unwrap_err();
         assert!(matches!(e, Error::NoDevice(_)), "{e}");
         println!("CHILD-OK rank {}", world.rank());
@@ -105,7 +106,11 @@ fn child() {
     match role.as_str() {
         "fallback" => {
             let peer = 1 - world.rank();
-            assert_eq!(t.backend_of(peer), Some(hpc_rdma::BackendKind::Tcp));
+            let want = match std::env::var("EXPECT_BACKEND").as_deref() {
+                Ok("verbs") => hpc_rdma::BackendKind::Verbs,
+                _ => hpc_rdma::BackendKind::Tcp,
+            };
+            assert_eq!(t.backend_of(peer), Some(want));
             let s = t.send(peer, 1, vec![9; 10]).unwrap();
             let r = t.recv(peer, 1).unwrap();
             assert_eq!(t.wait(r).unwrap().into_bytes(), vec![9; 10]);
@@ -435,16 +440,33 @@ fn mpi_backend_outside_mpirun_is_unavailable() {
     assert_all_ok(&outs, &[]);
 }
 
-/// Verbs is "available" only with an HCA: here a forced choice fails cleanly with
-/// `NoDevice` on every rank, and `auto` between nodes falls back to TCP.
+/// Verbs is "available" only with an HCA (and the `verbs` feature). Without one, a
+/// forced choice fails cleanly with `NoDevice` on every rank and `auto` between nodes
+/// falls back to TCP; with one, the whole suite runs over verbs and `auto` picks it.
 #[test]
-fn verbs_without_device_is_no_device_and_auto_falls_back() {
-    assert!(matches!(hpc_rdma::verbs::probe(), Err(Error::NoDevice(_))));
-    assert_all_ok(&launch(2, "verbs", "verbs", &[]), &[]);
-    assert_all_ok(
-        &launch(2, "fallback", "auto", &[("HPC_NODE_NAME", "node{rank}")]),
-        &[],
-    );
+fn verbs_matches_the_machine() {
+    let hca = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.count() > 0)
+        .unwrap_or(false);
+    let usable = cfg!(feature = "verbs") && hca;
+    let two_nodes = ("HPC_NODE_NAME", "node{rank}");
+    if usable {
+        assert!(hpc_rdma::verbs::probe().is_ok());
+        assert_all_ok(&launch(2, "suite", "verbs", &[]), &[]);
+        assert_all_ok(
+            &launch(
+                2,
+                "fallback",
+                "auto",
+                &[two_nodes, ("EXPECT_BACKEND", "verbs")],
+            ),
+            &[],
+        );
+    } else {
+        assert!(matches!(hpc_rdma::verbs::probe(), Err(Error::NoDevice(_))));
+        assert_all_ok(&launch(2, "verbs", "verbs", &[]), &[]);
+        assert_all_ok(&launch(2, "fallback", "auto", &[two_nodes]), &[]);
+    }
 }
 
 /// A singleton talks to itself through the loopback backend.

@@ -239,17 +239,15 @@ struct State {
     pending: HashMap<u64, (usize, OpKind), Fast>,
     posted: HashMap<(usize, u64), VecDeque<u64>, Fast>,
     unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>, Fast>,
-    dead: HashMap<usize, String, Fast>,
+    /// Lost peers, with the `PeerLost` error their operations fail with.
+    dead: HashMap<usize, Error, Fast>,
 }
 
 impl State {
     /// `Err(PeerLost)` if `peer` is known lost.
     fn alive(&self, peer: usize) -> Result<()> {
         match self.dead.get(&peer) {
-            Some(cause) => Err(Error::PeerLost {
-                rank: peer,
-                cause: cause.clone(),
-            }),
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -420,12 +418,7 @@ impl Shared {
             .and_then(|q| q.pop_front());
         let result = match early {
             Some(data) => Some(Ok(Payload::Bytes(data))),
-            None => st.dead.get(&peer).map(|cause| {
-                Err(Error::PeerLost {
-                    rank: peer,
-                    cause: cause.clone(),
-                })
-            }),
+            None => st.dead.get(&peer).map(|e| Err(e.clone())),
         };
         match result {
             Some(result) => {
@@ -452,11 +445,23 @@ impl Shared {
 
     /// Marks `peer` lost: its pending operations fail, later ones fail at once.
     pub(crate) fn fail_peer(&self, peer: usize, cause: &str) {
+        self.fail_peer_by(peer, cause, None::<Error>);
+    }
+
+    /// Like [`Shared::fail_peer`], keeping the error that revealed the loss as the
+    /// source of every `PeerLost` it causes.
+    pub(crate) fn fail_peer_by(
+        &self,
+        peer: usize,
+        cause: &str,
+        source: Option<impl std::error::Error + Send + Sync + 'static>,
+    ) {
         let mut st = self.st();
         if st.dead.contains_key(&peer) {
             return;
         }
-        st.dead.insert(peer, cause.to_string());
+        let lost_error = Error::lost(peer, cause, source);
+        st.dead.insert(peer, lost_error.clone());
         let lost: Vec<(u64, OpKind)> = st
             .pending
             .iter()
@@ -478,10 +483,7 @@ impl Shared {
                     op: OpId(op),
                     peer,
                     kind,
-                    result: Err(Error::PeerLost {
-                        rank: peer,
-                        cause: cause.to_string(),
-                    }),
+                    result: Err(lost_error.clone()),
                 },
             );
             self.bump(&st);
@@ -489,8 +491,8 @@ impl Shared {
         st.posted.retain(|(p, _), _| *p != peer);
     }
 
-    /// Whether `peer` is known lost.
-    pub(crate) fn is_lost(&self, peer: usize) -> Option<String> {
+    /// The `PeerLost` error of `peer` if it is known lost.
+    pub(crate) fn is_lost(&self, peer: usize) -> Option<Error> {
         self.st().dead.get(&peer).cloned()
     }
 
