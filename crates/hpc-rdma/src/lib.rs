@@ -114,6 +114,7 @@ mod mpi;
 mod region;
 mod ring;
 pub mod shm;
+mod sync;
 mod tcp;
 pub mod verbs;
 pub mod wire;
@@ -123,6 +124,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hpc_runtime::World;
+
+/// Entry points for fuzzing the decoders that read bytes a peer controls: each takes
+/// arbitrary bytes and returns a `Result`, never panicking and never reading outside
+/// its input.
+#[doc(hidden)]
+pub mod fuzz {
+    pub use crate::ring::pop_from_bytes as ring_pop;
+
+    /// Decodes a TCP/MPI frame header ([`crate::wire::Header::decode`]).
+    pub fn wire_header(bytes: &[u8]) -> crate::Result<crate::wire::Header> {
+        crate::wire::Header::decode(bytes)
+    }
+
+    /// Decodes a remote key ([`crate::RemoteKey::from_bytes`]).
+    pub fn remote_key(bytes: &[u8]) -> crate::Result<crate::RemoteKey> {
+        crate::RemoteKey::from_bytes(bytes)
+    }
+
+    /// Decodes a verbs endpoint ([`crate::verbs::Endpoint::from_bytes`]).
+    pub fn verbs_endpoint(bytes: &[u8]) -> crate::Result<crate::verbs::Endpoint> {
+        crate::verbs::Endpoint::from_bytes(bytes)
+    }
+}
 
 pub use crate::completion::{Completion, OpId, OpKind, Payload, Sink, Source};
 pub use crate::error::{Error, Result};
@@ -709,27 +733,18 @@ impl Transport {
         let mut start: Option<Instant> = None;
         let mut last_check = 0u128;
         let mut spins = 0u32;
-        // Any completion made ready after this load bumps the generation, so the
-        // table (and its lock) is only consulted when something changed.
-        let mut seen = self.shared.generation();
-        if !self.shared.surely_pending(op) {
-            if let Some(c) = self.shared.take(op)? {
-                return c.result;
-            }
+        // The table (and its lock) is consulted again only when the completion
+        // generation moved (see `Shared::wait_poll`).
+        let (first, mut seen) = self.shared.wait_begin(op)?;
+        if let Some(c) = first {
+            return c.result;
         }
         loop {
-            // Progress first, then look: a message delivered by this progress is
-            // handed straight back (or, for other operations, found in the table
-            // without another round).
-            if let Some(c) = self.shared.progress_for(op, || self.progress_once()) {
+            if let Some(c) = self
+                .shared
+                .wait_poll(op, &mut seen, || self.progress_once())?
+            {
                 return c.result;
-            }
-            let now = self.shared.generation();
-            if now != seen {
-                seen = now;
-                if let Some(c) = self.shared.take(op)? {
-                    return c.result;
-                }
             }
             spins = spins.saturating_add(1);
             if spins < SPIN {
