@@ -333,9 +333,11 @@ mod tests {
             pid: 3,
             fd: 4,
             rkey: 0x55,
+            fkey: 0,
             key: 9,
             len: 4096,
             addr: 0x1000_0000,
+            check: 0,
         }
     }
 
