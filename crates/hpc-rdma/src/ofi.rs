@@ -50,6 +50,7 @@ pub const EAGER_MAX: usize = 16 * 1024;
 /// Bytes of [`MsgHeader`].
 pub const HEADER_BYTES: usize = 24;
 /// Pre-posted receive buffers per rank.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) const POOL: usize = 64;
 
 const MAGIC: u8 = 0xA7;
@@ -134,20 +135,24 @@ pub const MAX_MESSAGE: u64 = 1 << 36;
 
 /// The libfabric tag of a message into pre-posted buffers: bit 63 clear, the
 /// sender's rank in the low 32 bits.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) fn eager_tag(src: usize) -> u64 {
     src as u64 & 0xffff_ffff
 }
 
 /// The bits a pre-posted receive ignores (everything but bit 63).
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) const EAGER_IGNORE: u64 = !(1 << 63);
 
 /// The libfabric tag of announced data: bit 63 set, the sequence number in bits
 /// 32..63, the sender's rank in the low 32 bits.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) fn data_tag(src: usize, seq: u32) -> u64 {
     1 << 63 | ((seq as u64 & 0x7fff_ffff) << 32) | (src as u64 & 0xffff_ffff)
 }
 
 /// The sender's rank in a received tag.
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
 pub(crate) fn tag_source(tag: u64) -> usize {
     (tag & 0xffff_ffff) as usize
 }
