@@ -11,7 +11,8 @@
 //!   whole with a 24-byte [`MsgHeader`] into one of the receiver's pre-posted
 //!   buffers (`fi_tinject` when it fits the provider's inject size: the send is done
 //!   as it is posted). A larger one sends a header announcing it (`RTS`) and then
-//!   the data under a tag of its own ([`data_tag`]); the receiver posts a receive of
+//!   the data under a tag of its own (bit 63 set, a sequence number, the sender);
+//!   the receiver posts a receive of
 //!   exactly that size and tag when the header arrives, and the provider moves the
 //!   data (rendezvous in `ofi_rxm`, single copy in `shm`). Messages are delivered in
 //!   the order their headers arrived, so the ordering per sender holds.
@@ -72,7 +73,7 @@ pub(crate) const RTS: u8 = 2;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MsgHeader {
-    /// [`EAGER`] or [`RTS`].
+    /// 1: the data follows; 2: it is announced (sent under a tag of its own).
     pub kind: u8,
     /// Sequence number of an announced message (per sender and receiver).
     pub seq: u32,
@@ -95,7 +96,7 @@ impl MsgHeader {
     }
 
     /// Decodes a received message: the header and the length of the data that
-    /// follows it in `b` (checked against the header's `len` for [`EAGER`]).
+    /// follows it in `b` (checked against the header's `len` when the data follows).
     pub fn decode(b: &[u8]) -> Result<MsgHeader> {
         if b.len() < HEADER_BYTES {
             return Err(Error::Protocol(format!("ofi message of {} bytes", b.len())));

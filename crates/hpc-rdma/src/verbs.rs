@@ -7,7 +7,10 @@
 //! compiling against rdma-core, and the runtime answer without a device:
 //! [`probe`] returns [`Error::NoDevice`] (`ibverbs::devices()` fails with ENOSYS on such
 //! machines; an empty list gives the same error) and the transport's selector falls
-//! back to TCP.
+//! back to TCP. Until this backend has run on a device, the documented way onto
+//! InfiniBand and RoCE is libfabric's verbs provider through the [`crate::ofi`]
+//! backend (`HPC_TRANSPORT=ofi HPC_OFI_PROVIDER="verbs;ofi_rxm"`; `auto` picks it
+//! between nodes where every rank has it).
 //!
 //! Design (for when an HCA is present): one RC queue pair per remote peer, one
 //! completion queue, every [`crate::Region`] registered with `ibv_reg_mr` (its rkey
