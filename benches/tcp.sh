@@ -3,7 +3,9 @@
 # Open MPI's TCP (btl tcp) ping-pong, at 8 B, 64 KiB, 1 MiB and 16 MiB, from one run:
 # the three alternate ROUNDS times per size and the best round of each is printed
 # (median half round trip, microseconds; MB/s = size / half round trip).
-# The ranks run on this host (loopback), each pinned to its own CPU.
+# The ranks run on this host over loopback (Open MPI told to use `lo` only: with
+# Docker's bridges present its TCP BTL otherwise stalls for minutes), each pinned to
+# its own CPU.
 # Usage: benches/tcp.sh [rounds]   (default 3)
 set -eu
 cd "$(dirname "$0")/.."
@@ -22,7 +24,7 @@ ours() { # backend size -> median
 }
 ompi() { # size -> median
     timeout 300 mpirun.openmpi --oversubscribe -np 2 --bind-to core --mca btl tcp,self \
-        "$BIN/mpi_pingpong" "$1" "$(iters "$1")" 2>/dev/null | awk '/^mpi_half_rtt_us/ { print $2 }'
+        --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "$BIN/mpi_pingpong" "$1" "$(iters "$1")" 2>/dev/null | awk '/^mpi_half_rtt_us/ { print $2 }'
 }
 min() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "") print b; else if (b == "" || a + 0 <= b + 0) print a; else print b }'; }
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
@@ -35,8 +37,12 @@ for size in 8 65536 1048576 16777216; do
         m=$(min "$m" "$(ompi "$size")")
         r=$((r + 1))
     done
-    awk -v s="$size" -v t="$t" -v o="$o" -v m="$m" 'BEGIN {
-        printf "%9d %9.2f us %9.2f us %9.2f us %10.2f %10.2f\n", s, t, o, m, t / m, o / m
-        if (s >= 1048576) printf "%9s %9.0f MB/s %6.0f MB/s %6.0f MB/s\n", "", s / t / 1.048576, s / o / 1.048576, s / m / 1.048576
-    }'
+    awk -v s="$size" -v t="$t" -v o="$o" -v m="$m" '
+        function us(x) { return x == "" ? "      n/a   " : sprintf("%9.2f us", x) }
+        function ratio(a, b) { return (a == "" || b == "") ? "         -" : sprintf("%10.2f", a / b) }
+        function bw(x) { return x == "" ? "     n/a   " : sprintf("%6.0f MB/s", s / x / 1.048576) }
+        BEGIN {
+            printf "%9d %s %s %s %s %s\n", s, us(t), us(o), us(m), ratio(t, m), ratio(o, m)
+            if (s >= 1048576) printf "%9s    %s  %s  %s\n", "", bw(t), bw(o), bw(m)
+        }'
 done
