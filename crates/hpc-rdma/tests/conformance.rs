@@ -52,6 +52,11 @@ fn launch_with(
                 .env("HPC_TRANSPORT", backend)
                 .envs(coord.rank_env(r))
                 .env("HPC_TIMEOUT", "10")
+                // libfabric's psm/psm2 providers (loaded while libfabric looks for a
+                // provider) write a backtrace file into the working directory when
+                // a rank aborts, as the death tests' ranks do.
+                .env("HFI_NO_BACKTRACE", "1")
+                .env("IPATH_NO_BACKTRACE", "1")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             for (k, v) in extra_env {
