@@ -164,6 +164,7 @@ fn test(quick: bool) -> Result<()> {
     } else {
         run(cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]))?;
     }
+    loom()?;
     if !quick {
         run(cargo()
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
@@ -190,6 +191,23 @@ fn test(quick: bool) -> Result<()> {
         ]))?;
     }
     eprintln!("\nall checks passed in {:.0}s", t.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Crates with loom models (tests named `loom_*` under `cfg(loom)`).
+const LOOM_CRATES: &[&str] = &["hpc-rdma"];
+
+/// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
+/// primitives to loom's, in a target directory of its own so that the normal build
+/// is not invalidated. Each model bounds its own exploration (preemption bound).
+fn loom() -> Result<()> {
+    let dir = root().join("target/loom");
+    for krate in LOOM_CRATES {
+        run(cargo()
+            .args(["test", "--release", "--lib", "-p", krate, "loom"])
+            .env("RUSTFLAGS", "--cfg loom")
+            .env("CARGO_TARGET_DIR", &dir))?;
+    }
     Ok(())
 }
 

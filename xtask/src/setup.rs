@@ -4,8 +4,9 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Result};
 
-/// Debian packages: compilers and the C libraries the crates bind (MPI, hwloc, verbs),
-/// the MPI launchers used by the tests, and the tools the test suite drives.
+/// Debian packages: compilers and the C libraries the crates bind (MPI, hwloc, verbs,
+/// libfabric), the MPI launchers used by the tests, and the tools the test suite
+/// drives.
 pub const APT_PACKAGES: &[&str] = &[
     "build-essential",
     "pkg-config",
@@ -21,6 +22,10 @@ pub const APT_PACKAGES: &[&str] = &[
     "libibverbs-dev",
     "libnl-3-dev",
     "libnl-route-3-dev",
+    // The transport's `ofi` backend: headers to build, providers (shm, tcp;ofi_rxm)
+    // and fi_info/fi_pingpong for its tests and benchmark.
+    "libfabric-dev",
+    "libfabric-bin",
     "iproute2",
     "procps",
     "python3",

@@ -6,10 +6,15 @@ use std::process::Command;
 const HPC: &str = env!("CARGO_BIN_EXE_hpc");
 
 fn perftest(args: &[&str]) -> String {
+    perftest_env(args, &[])
+}
+
+fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(HPC)
         .args(["run", "--no-tag", "-n", "2", "--", HPC, "perftest"])
         .args(args)
         .env("HPC_TIMEOUT", "20")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -62,6 +67,41 @@ fn every_test_on_shm_and_tcp() {
             assert_eq!(r.len(), 1, "{out}");
             assert_eq!(r[0].len(), 8, "{out}");
             assert!(r[0][2] > 0.0 && r[0][2] <= r[0][3], "min <= max: {out}");
+        }
+    }
+}
+
+/// The libfabric backend over both providers Debian ships: every test, one row each.
+#[cfg(feature = "ofi")]
+#[test]
+fn every_test_on_ofi() {
+    for provider in ["shm", "tcp;ofi_rxm"] {
+        let env = [("HPC_OFI_PROVIDER", provider)];
+        for test in [
+            "write_bw",
+            "read_bw",
+            "send_bw",
+            "write_lat",
+            "read_lat",
+            "send_lat",
+        ] {
+            let out = perftest_env(
+                &[
+                    test,
+                    "--backend",
+                    "ofi",
+                    "--size",
+                    "65536",
+                    "--iters",
+                    "100",
+                ],
+                &env,
+            );
+            assert!(out.contains("hpc-rdma ofi"), "{provider} {test}: {out}");
+            let r = rows(&out);
+            assert_eq!(r.len(), 1, "{provider} {test}: {out}");
+            assert_eq!(r[0][0], 65536.0);
+            assert!(r[0][2] > 0.0 && r[0][3] > 0.0, "{provider} {test}: {out}");
         }
     }
 }

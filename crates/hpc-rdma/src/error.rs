@@ -1,32 +1,41 @@
 //! Typed errors of the transport.
+//!
+//! Errors keep what caused them: an operating-system error, a library's error code or
+//! the runtime's error travels as the [`std::error::Error::source`] of ours (shared
+//! behind an `Arc`, so that one loss can fail many operations), never only as text.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+/// The underlying error of one of ours, shared between every operation it failed.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors of [`crate::Transport`] and its backends.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// No usable RDMA device (or the backend was built without its feature).
-    #[error("no RDMA device: {0}")]
     NoDevice(String),
-    /// A backend cannot serve this job or peer (e.g. shm between different nodes).
-    #[error("backend {backend} is unavailable: {why}")]
+    /// A backend cannot serve this job or peer (e.g. shm between different nodes, a
+    /// libfabric provider that is not installed).
     Unavailable {
         /// The backend's name.
         backend: &'static str,
         /// Why.
         why: String,
+        /// The library's or system's error behind it, if any.
+        source: Option<Cause>,
     },
     /// The peer's process exited or its connection broke.
-    #[error("rank {rank} is lost: {cause}")]
     PeerLost {
         /// The lost rank.
         rank: usize,
         /// What was seen.
         cause: String,
+        /// The error that revealed the loss (a socket's, a library's), if any.
+        source: Option<Cause>,
     },
     /// An operation did not complete within the timeout.
-    #[error("timed out after {after:?} waiting for {what}")]
     Timeout {
         /// The timeout that expired.
         after: Duration,
@@ -34,9 +43,6 @@ pub enum Error {
         what: String,
     },
     /// A put/get would touch bytes outside the registered region.
-    #[error(
-        "out of bounds: offset {offset} + length {len} exceeds the region's {region_len} bytes"
-    )]
     OutOfBounds {
         /// Offset in the region.
         offset: u64,
@@ -45,58 +51,119 @@ pub enum Error {
         /// Length of the region.
         region_len: u64,
     },
-    /// A remote key is malformed, belongs to another rank, or names a region that was
-    /// deregistered (stale).
-    #[error("bad remote key: {0}")]
+    /// A remote key is malformed, belongs to another rank or job, or names a region
+    /// that was deregistered (stale).
     BadKey(String),
     /// A peer sent bytes that do not follow the wire protocol.
-    #[error("protocol error: {0}")]
     Protocol(String),
     /// An argument is not valid (unknown rank, unknown operation id, ...).
-    #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A call into a system library (libibverbs, libfabric, MPI) failed.
+    Library {
+        /// The call, e.g. `fi_mr_reg`.
+        call: &'static str,
+        /// The library's error.
+        source: Cause,
+    },
     /// An operating-system call failed.
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(Arc<std::io::Error>),
     /// The runtime (endpoint exchange) failed.
-    #[error(transparent)]
-    Runtime(#[from] hpc_runtime::Error),
+    Runtime(Arc<hpc_runtime::Error>),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NoDevice(why) => write!(f, "no RDMA device: {why}"),
+            Error::Unavailable { backend, why, .. } => {
+                write!(f, "backend {backend} is unavailable: {why}")
+            }
+            Error::PeerLost { rank, cause, .. } => write!(f, "rank {rank} is lost: {cause}"),
+            Error::Timeout { after, what } => write!(f, "timed out after {after:?} waiting for {what}"),
+            Error::OutOfBounds {
+                offset,
+                len,
+                region_len,
+            } => write!(
+                f,
+                "out of bounds: offset {offset} + length {len} exceeds the region's {region_len} bytes"
+            ),
+            Error::BadKey(why) => write!(f, "bad remote key: {why}"),
+            Error::Protocol(why) => write!(f, "protocol error: {why}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::Library { call, source } => write!(f, "{call} failed: {source}"),
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Runtime(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The source is the underlying error itself (not the `Arc` that shares it), so that
+/// `downcast_ref::<std::io::Error>()` and the like work on it.
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Unavailable {
+                source: Some(s), ..
+            }
+            | Error::PeerLost {
+                source: Some(s), ..
+            }
+            | Error::Library { source: s, .. } => Some(&**s),
+            Error::Io(e) => Some(&**e),
+            Error::Runtime(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(Arc::new(e))
+    }
+}
+
+impl From<hpc_runtime::Error> for Error {
+    fn from(e: hpc_runtime::Error) -> Error {
+        Error::Runtime(Arc::new(e))
+    }
 }
 
 /// `Result` with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// A copy of this error for a second consumer (I/O errors keep kind and message).
-    pub fn duplicate(&self) -> Error {
-        match self {
-            Error::NoDevice(s) => Error::NoDevice(s.clone()),
-            Error::Unavailable { backend, why } => Error::Unavailable {
-                backend,
-                why: why.clone(),
-            },
-            Error::PeerLost { rank, cause } => Error::PeerLost {
-                rank: *rank,
-                cause: cause.clone(),
-            },
-            Error::Timeout { after, what } => Error::Timeout {
-                after: *after,
-                what: what.clone(),
-            },
-            Error::OutOfBounds {
-                offset,
-                len,
-                region_len,
-            } => Error::OutOfBounds {
-                offset: *offset,
-                len: *len,
-                region_len: *region_len,
-            },
-            Error::BadKey(s) => Error::BadKey(s.clone()),
-            Error::Protocol(s) => Error::Protocol(s.clone()),
-            Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
-            Error::Runtime(e) => Error::Protocol(format!("runtime: {e}")),
+    /// [`Error::Unavailable`] without an underlying error.
+    pub(crate) fn unavailable(backend: &'static str, why: impl Into<String>) -> Error {
+        Error::Unavailable {
+            backend,
+            why: why.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::PeerLost`] caused by `source`.
+    pub(crate) fn lost(
+        rank: usize,
+        cause: impl Into<String>,
+        source: Option<impl std::error::Error + Send + Sync + 'static>,
+    ) -> Error {
+        Error::PeerLost {
+            rank,
+            cause: cause.into(),
+            source: source.map(|s| Arc::new(s) as Cause),
+        }
+    }
+
+    /// [`Error::Library`] for `call`.
+    #[cfg_attr(not(any(feature = "verbs", feature = "mpi")), allow(dead_code))]
+    pub(crate) fn library(
+        call: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Library {
+            call,
+            source: Arc::new(source),
         }
     }
 }
@@ -109,5 +176,32 @@ pub(crate) fn check_bounds(offset: u64, len: u64, region_len: u64) -> Result<()>
             len,
             region_len,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn sources_survive_clones() {
+        let io = std::io::Error::from_raw_os_error(libc::ECONNRESET);
+        let e = Error::lost(3, "write failed", Some(io));
+        let copy = e.clone();
+        let src = copy.source().expect("the socket error is kept");
+        let io = src
+            .downcast_ref::<std::io::Error>()
+            .expect("as the io::Error it was");
+        assert_eq!(io.raw_os_error(), Some(libc::ECONNRESET));
+        assert!(copy.to_string().contains("rank 3 is lost"));
+        let e: Error = std::io::Error::from(std::io::ErrorKind::NotFound).into();
+        assert_eq!(
+            e.clone()
+                .source()
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .map(|e| e.kind()),
+            Some(std::io::ErrorKind::NotFound)
+        );
     }
 }

@@ -17,11 +17,13 @@
 //! |---|---|---|
 //! | same rank | loopback | `memcpy` in the process |
 //! | same node | [`BackendKind::Shm`] | memfd regions mapped by peers (put/get = one `memcpy`); SPSC rings for messages |
+//! | other node, same libfabric fabric provider on both | [`BackendKind::Ofi`] (feature `ofi`) | RDM endpoint, tagged messages, `fi_write`/`fi_read` |
 //! | other node, both with an HCA | [`BackendKind::Verbs`] (feature `verbs`) | RC queue pairs, RDMA write/read |
 //! | otherwise | [`BackendKind::Tcp`] | one connection per pair, progress threads |
 //! | any pair, when asked | [`BackendKind::Mpi`] (feature `mpi`) | frames over `MPI_Isend` on a private communicator, applied by the target's progress |
+//! | any pair, when asked | [`BackendKind::Ofi`] (feature `ofi`) | any libfabric provider, `HPC_OFI_PROVIDER` (e.g. `shm`, `tcp;ofi_rxm`) |
 //!
-//! The choice can be forced with `HPC_TRANSPORT=shm|tcp|verbs|mpi|auto` or
+//! The choice can be forced with `HPC_TRANSPORT=shm|tcp|ofi|verbs|mpi|auto` or
 //! [`Options::backend`]; it is reported per peer by a `tracing` event at `info` level.
 //!
 //! ## Example
@@ -74,24 +76,24 @@
 //! [`OpId`] or leaking anything therefore cannot make the transport touch freed memory.
 //! A buffer handed over cannot be used meanwhile:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0382
 //! # let world = hpc_runtime::World::init().unwrap();
 //! # let t = hpc_rdma::Transport::new(&world).unwrap();
-//! let v = vec![1u8; 8];
+//! let mut v = vec![1u8; 8];
 //! let op = t.send(0, 1, v).unwrap();
-//! v[0] = 2; // error: `v` was moved into the send
+//! v[0] = 2; // error[E0382]: `v` was moved into the send
 //! ```
 //!
 //! Borrowed destinations go through a request that borrows the buffer until it is
 //! waited for; the data is copied in only inside [`RecvInto::wait`], so leaking the
 //! request never lets the transport write into the buffer later:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0506
 //! # let world = hpc_runtime::World::init().unwrap();
 //! # let t = hpc_rdma::Transport::new(&world).unwrap();
 //! let mut buf = [0u8; 8];
 //! let req = t.recv_into(0, 1, &mut buf).unwrap();
-//! buf[0] = 1; // error: `buf` is mutably borrowed by `req`
+//! buf[0] = 1; // error[E0506]: `buf` is mutably borrowed by `req`
 //! req.wait().unwrap();
 //! ```
 //!
@@ -101,19 +103,27 @@
 //! ## What has run where
 //!
 //! The shm and tcp backends are tested with real processes (and TCP across network
-//! namespaces with `HPC_TEST_NETNS=1`). The verbs backend has **not run on
-//! hardware**: it compiles against rdma-core, its pure logic (queue-pair state
-//! machine, endpoint encoding, work-request building) is unit-tested, and without an
-//! HCA it reports [`Error::NoDevice`] and the selector falls back to TCP. There is no
-//! MPI backend yet.
+//! namespaces with `HPC_TEST_NETNS=1`); the mpi backend (feature `mpi`) runs the same
+//! conformance suite under Open MPI's `mpirun`; the ofi backend (feature `ofi`) runs
+//! it against libfabric 1.17's `shm` and `tcp;ofi_rxm` providers. No fabric provider
+//! (verbs, cxi, efa, psm2) has run: the machines this is developed on have no such
+//! hardware. The native verbs backend has **not run on hardware** either: it
+//! compiles against rdma-core, its pure logic (queue-pair state machine, endpoint
+//! encoding, work-request building) is unit-tested, and without an HCA it reports
+//! [`Error::NoDevice`] and the selector falls back. On InfiniBand and RoCE, the
+//! documented way is libfabric's verbs provider (`HPC_TRANSPORT=ofi
+//! HPC_OFI_PROVIDER="verbs;ofi_rxm"`, chosen by `auto` between nodes) until the
+//! native backend has run on a device.
 
-mod core;
+mod completion;
 mod error;
 #[cfg(feature = "mpi")]
 mod mpi;
+pub mod ofi;
 mod region;
 mod ring;
 pub mod shm;
+mod sync;
 mod tcp;
 pub mod verbs;
 pub mod wire;
@@ -124,11 +134,34 @@ use std::time::{Duration, Instant};
 
 use hpc_runtime::World;
 
-pub use crate::core::{Completion, OpId, OpKind, Payload, Sink, Source};
+/// Entry points for fuzzing the decoders that read bytes a peer controls: each takes
+/// arbitrary bytes and returns a `Result`, never panicking and never reading outside
+/// its input.
+#[doc(hidden)]
+pub mod fuzz {
+    pub use crate::ring::pop_from_bytes as ring_pop;
+
+    /// Decodes a TCP/MPI frame header ([`crate::wire::Header::decode`]).
+    pub fn wire_header(bytes: &[u8]) -> crate::Result<crate::wire::Header> {
+        crate::wire::Header::decode(bytes)
+    }
+
+    /// Decodes a remote key ([`crate::RemoteKey::from_bytes`]).
+    pub fn remote_key(bytes: &[u8]) -> crate::Result<crate::RemoteKey> {
+        crate::RemoteKey::from_bytes(bytes)
+    }
+
+    /// Decodes a verbs endpoint ([`crate::verbs::Endpoint::from_bytes`]).
+    pub fn verbs_endpoint(bytes: &[u8]) -> crate::Result<crate::verbs::Endpoint> {
+        crate::verbs::Endpoint::from_bytes(bytes)
+    }
+}
+
+pub use crate::completion::{Completion, OpId, OpKind, Payload, Sink, Source};
 pub use crate::error::{Error, Result};
 pub use crate::region::{Region, RemoteKey, REMOTE_KEY_BYTES};
 
-use crate::core::Shared;
+use crate::completion::Shared;
 use crate::error::check_bounds;
 
 /// Which backend serves a pair of ranks.
@@ -144,6 +177,8 @@ pub enum BackendKind {
     Verbs,
     /// The MPI library's point-to-point messages (feature `mpi`).
     Mpi,
+    /// libfabric (feature `ofi`).
+    Ofi,
 }
 
 impl BackendKind {
@@ -155,6 +190,7 @@ impl BackendKind {
             BackendKind::Tcp => "tcp",
             BackendKind::Verbs => "verbs",
             BackendKind::Mpi => "mpi",
+            BackendKind::Ofi => "ofi",
         }
     }
 }
@@ -162,7 +198,9 @@ impl BackendKind {
 /// The backend selection policy (`HPC_TRANSPORT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Choice {
-    /// Same node → shm, else verbs if both ends have a device, else tcp.
+    /// Same node → shm, else ofi where both ends have the same libfabric provider
+    /// that drives a fabric (verbs, cxi, efa, psm2, ...), else verbs if both ends
+    /// have a device, else tcp.
     #[default]
     Auto,
     /// Shared memory for every pair (fails if ranks are on different nodes).
@@ -174,6 +212,10 @@ pub enum Choice {
     /// MPI point-to-point for every pair (feature `mpi`, a job started by an MPI
     /// launcher; [`Error::Unavailable`] otherwise).
     Mpi,
+    /// libfabric for every pair (feature `ofi`; the provider from `HPC_OFI_PROVIDER`
+    /// or `FI_PROVIDER`, else the first usable one; [`Error::Unavailable`] without
+    /// one).
+    Ofi,
 }
 
 impl std::str::FromStr for Choice {
@@ -185,8 +227,9 @@ impl std::str::FromStr for Choice {
             "tcp" => Ok(Choice::Tcp),
             "verbs" | "ib" | "rdma" => Ok(Choice::Verbs),
             "mpi" => Ok(Choice::Mpi),
+            "ofi" | "libfabric" => Ok(Choice::Ofi),
             other => Err(Error::InvalidArgument(format!(
-                "transport {other:?}: expected shm, tcp, verbs, mpi or auto"
+                "transport {other:?}: expected shm, tcp, ofi, verbs, mpi or auto"
             ))),
         }
     }
@@ -235,6 +278,8 @@ pub trait Backend: Send + Sync + sealed::Sealed {
     fn register(&self, _region: &Region) -> Result<()> {
         Ok(())
     }
+    /// Makes a region inaccessible at once (its key goes stale for peers).
+    fn deregister(&self, _region: &Region) {}
     /// Starts writing `src` into the region of `dst` at `offset`.
     fn put(&self, op: OpId, src: Source, dst: &RemoteKey, offset: u64) -> Result<()>;
     /// Starts reading `dst.len()` bytes of the region of `src` at `offset`.
@@ -279,6 +324,8 @@ impl sealed::Sealed for Loopback {}
 impl sealed::Sealed for mpi::Mpi {}
 #[cfg(feature = "verbs")]
 impl sealed::Sealed for verbs::Verbs {}
+#[cfg(feature = "ofi")]
+impl sealed::Sealed for ofi::Ofi {}
 
 /// A rank's operations on itself.
 struct Loopback {
@@ -377,35 +424,38 @@ fn mpi_backend(shared: Arc<Shared>, world: &World) -> Result<Box<dyn Backend>> {
 
 #[cfg(not(feature = "mpi"))]
 fn mpi_backend(_shared: Arc<Shared>, _world: &World) -> Result<Box<dyn Backend>> {
-    Err(Error::Unavailable {
-        backend: "mpi",
-        why: "this build has no MPI: build with the `mpi` feature".into(),
-    })
+    Err(Error::unavailable(
+        "mpi",
+        "this build has no MPI: build with the `mpi` feature",
+    ))
 }
 
-fn route(
-    world: &World,
-    choice: Choice,
-    verbs_ok: &[bool],
-    a: usize,
-    b: usize,
-) -> Result<BackendKind> {
+/// What each rank found: a native verbs device, a libfabric provider.
+struct Found {
+    verbs: Vec<bool>,
+    ofi: Vec<Option<String>>,
+}
+
+fn route(world: &World, choice: Choice, found: &Found, a: usize, b: usize) -> Result<BackendKind> {
     if a == b {
         return Ok(BackendKind::Loopback);
     }
+    let ofi_pair = matches!((&found.ofi[a], &found.ofi[b]), (Some(x), Some(y)) if x == y);
     Ok(match choice {
         Choice::Shm if !world.same_node(a, b) => {
-            return Err(Error::Unavailable {
-                backend: "shm",
-                why: format!("ranks {a} and {b} are on different nodes"),
-            })
+            return Err(Error::unavailable(
+                "shm",
+                format!("ranks {a} and {b} are on different nodes"),
+            ))
         }
         Choice::Shm => BackendKind::Shm,
         Choice::Tcp => BackendKind::Tcp,
         Choice::Verbs => BackendKind::Verbs,
         Choice::Mpi => BackendKind::Mpi,
+        Choice::Ofi => BackendKind::Ofi,
         Choice::Auto if world.same_node(a, b) => BackendKind::Shm,
-        Choice::Auto if verbs_ok[a] && verbs_ok[b] => BackendKind::Verbs,
+        Choice::Auto if ofi_pair => BackendKind::Ofi,
+        Choice::Auto if found.verbs[a] && found.verbs[b] => BackendKind::Verbs,
         Choice::Auto => BackendKind::Tcp,
     })
 }
@@ -424,23 +474,63 @@ impl Transport {
             Choice::Auto | Choice::Verbs if size > 1 => verbs::probe(),
             _ => Err(Error::NoDevice("not probed".into())),
         };
-        if let (Choice::Verbs, Err(e)) = (opts.backend, &probe) {
-            // Tell the others before failing so that nobody waits for us.
-            let _ = world.allgather(&[0]);
-            return Err(e.duplicate());
-        }
         if let Err(e) = &probe {
             tracing::debug!(error = %e, "verbs unusable here");
         }
-        let ok = world.allgather(&[probe.is_ok() as u8])?;
-        let verbs_ok: Vec<bool> = ok.iter().map(|b| b.first() == Some(&1)).collect();
+        // libfabric: by name when asked for, and for `auto` only between nodes and
+        // only a provider that drives a fabric.
+        let ofi_probe = match opts.backend {
+            Choice::Ofi if size > 1 => ofi::probe(false),
+            Choice::Auto if size > 1 && world.node_count() > 1 => ofi::probe(true),
+            _ => Err(Error::unavailable("ofi", "not probed")),
+        };
+        if let Err(e) = &ofi_probe {
+            tracing::debug!(error = %e, "libfabric unusable here");
+        }
+        let mine = {
+            let mut v = vec![probe.is_ok() as u8];
+            if let Ok(p) = &ofi_probe {
+                v.extend_from_slice(p.provider.as_bytes());
+            }
+            v
+        };
+        let all = world.allgather(&mine)?;
+        let found = Found {
+            verbs: all.iter().map(|b| b.first() == Some(&1)).collect(),
+            ofi: all
+                .iter()
+                .map(|b| match b.get(1..) {
+                    Some(p) if !p.is_empty() => Some(String::from_utf8_lossy(p).into_owned()),
+                    _ => None,
+                })
+                .collect(),
+        };
+        // A forced backend that some rank cannot use fails on every rank alike.
+        match (opts.backend, &probe, &ofi_probe) {
+            (Choice::Verbs, Err(e), _) | (Choice::Ofi, _, Err(e)) => return Err(e.clone()),
+            (Choice::Verbs, Ok(_), _) if found.verbs.iter().any(|&v| !v) => {
+                let r = found.verbs.iter().position(|&v| !v).unwrap_or(0);
+                return Err(Error::NoDevice(format!(
+                    "rank {r} has no usable RDMA device"
+                )));
+            }
+            (Choice::Ofi, _, Ok(_)) if found.ofi.iter().any(Option::is_none) => {
+                let r = found.ofi.iter().position(Option::is_none).unwrap_or(0);
+                return Err(Error::unavailable(
+                    "ofi",
+                    format!("rank {r} has no usable libfabric provider"),
+                ));
+            }
+            _ => {}
+        }
         let mut lists = vec![Vec::new(); size];
         let mut tcp_peers = Vec::new();
         let mut verbs_peers = Vec::new();
+        let mut ofi_peers = Vec::new();
         let mut route_kind = Vec::with_capacity(size);
         for (a, list) in lists.iter_mut().enumerate() {
             for b in 0..size {
-                let k = route(world, opts.backend, &verbs_ok, a, b)?;
+                let k = route(world, opts.backend, &found, a, b)?;
                 if k == BackendKind::Shm {
                     list.push(b);
                 }
@@ -453,6 +543,7 @@ impl Transport {
                             verbs_peers.push(b);
                             tcp_peers.push(b);
                         }
+                        BackendKind::Ofi => ofi_peers.push(b),
                         _ => {}
                     }
                 }
@@ -465,6 +556,9 @@ impl Transport {
         backends.push(Box::new(shm));
         if let Some(v) = verbs::connect(shared.clone(), world, &verbs_peers, probe.ok())? {
             backends.push(v);
+        }
+        if let Some(o) = ofi::connect(shared.clone(), world, &ofi_peers, ofi_probe.ok())? {
+            backends.push(o);
         }
         let tcp = tcp::Tcp::new(shared.clone(), world, &tcp_peers, opts.tcp_addr)?;
         backends.push(Box::new(tcp));
@@ -555,6 +649,9 @@ impl Transport {
     /// Deregisters a region now: its key is stale for peers at once, even if other
     /// handles to it live on (the memory is freed with the last handle).
     pub fn deregister(&self, region: Region) {
+        for b in &self.backends {
+            b.deregister(&region);
+        }
         self.shared.forget_region(region.id());
         region
             .inner
@@ -709,27 +806,18 @@ impl Transport {
         let mut start: Option<Instant> = None;
         let mut last_check = 0u128;
         let mut spins = 0u32;
-        // Any completion made ready after this load bumps the generation, so the
-        // table (and its lock) is only consulted when something changed.
-        let mut seen = self.shared.generation();
-        if !self.shared.surely_pending(op) {
-            if let Some(c) = self.shared.take(op)? {
-                return c.result;
-            }
+        // The table (and its lock) is consulted again only when the completion
+        // generation moved (see `Shared::wait_poll`).
+        let (first, mut seen) = self.shared.wait_begin(op)?;
+        if let Some(c) = first {
+            return c.result;
         }
         loop {
-            // Progress first, then look: a message delivered by this progress is
-            // handed straight back (or, for other operations, found in the table
-            // without another round).
-            if let Some(c) = self.shared.progress_for(op, || self.progress_once()) {
+            if let Some(c) = self
+                .shared
+                .wait_poll(op, &mut seen, || self.progress_once())?
+            {
                 return c.result;
-            }
-            let now = self.shared.generation();
-            if now != seen {
-                seen = now;
-                if let Some(c) = self.shared.take(op)? {
-                    return c.result;
-                }
             }
             spins = spins.saturating_add(1);
             if spins < SPIN {

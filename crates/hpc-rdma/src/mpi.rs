@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use mpi::ffi;
 use mpi::raw::AsRaw;
 
-use crate::core::{OpId, Payload, Shared, Sink, Source};
+use crate::completion::{OpId, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, RemoteKey};
 use crate::tcp::{accept_get_reply, finish_put, one_sided_header, status_of};
@@ -66,17 +66,26 @@ pub(crate) struct Mpi {
 }
 
 fn unavailable(why: impl Into<String>) -> Error {
-    Error::Unavailable {
-        backend: "mpi",
-        why: why.into(),
+    Error::unavailable("mpi", why)
+}
+
+/// An MPI error code, as the source of [`Error::Library`].
+#[derive(Debug)]
+struct MpiCode(i32);
+
+impl std::fmt::Display for MpiCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MPI error {}", self.0)
     }
 }
 
-fn check(rc: i32, what: &str) -> Result<()> {
+impl std::error::Error for MpiCode {}
+
+fn check(rc: i32, call: &'static str) -> Result<()> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(Error::Protocol(format!("{what} returned MPI error {rc}")))
+        Err(Error::library(call, MpiCode(rc)))
     }
 }
 

@@ -174,12 +174,22 @@ pub(crate) struct RegionInner {
     pub(crate) map: Mapping,
     /// The verbs rkey once registered with an HCA (0 otherwise).
     pub(crate) rkey: AtomicU32,
+    /// The libfabric memory key once registered with a provider (0 otherwise).
+    pub(crate) fkey: AtomicU64,
+    /// Run before the memory is unmapped: backends that registered the region with a
+    /// device or library deregister it here, so nothing can write into the memory
+    /// once it is gone.
+    pub(crate) on_drop: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
         // Peers holding the key see it go stale.
         self.map.key_slot().store(0, Ordering::Release);
+        let hooks = std::mem::take(self.on_drop.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for hook in hooks {
+            hook();
+        }
     }
 }
 
@@ -227,6 +237,8 @@ impl Region {
                 len,
                 map,
                 rkey: AtomicU32::new(0),
+                fkey: AtomicU64::new(0),
+                on_drop: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -244,16 +256,20 @@ impl Region {
     /// The key peers need to put into or get from this region; send its
     /// [`RemoteKey::to_bytes`] to them (e.g. through `World::allgather`).
     pub fn remote_key(&self) -> RemoteKey {
-        RemoteKey {
+        let mut k = RemoteKey {
             rank: self.inner.rank as u32,
             id: self.inner.id,
             pid: std::process::id(),
             fd: self.inner.map.raw_fd(),
             rkey: self.inner.rkey.load(Ordering::Relaxed),
+            fkey: self.inner.fkey.load(Ordering::Relaxed),
             key: self.inner.key,
             len: self.inner.len as u64,
             addr: self.inner.map.data() as u64,
-        }
+            check: 0,
+        };
+        k.check = k.checksum();
+        k
     }
 
     /// Raw pointer to the first byte (for backends and for zero-copy users).
@@ -337,12 +353,13 @@ impl Region {
 }
 
 /// Size of [`RemoteKey::to_bytes`].
-pub const REMOTE_KEY_BYTES: usize = 48;
+pub const REMOTE_KEY_BYTES: usize = 64;
 const KEY_MAGIC: u32 = 0x4b52_4831; // "1HRK"
 
 /// What a peer needs to access a [`Region`]: owner rank, region id, length, the random
 /// key that proves it was handed out by the owner, and backend addressing (pid and fd
-/// for shared memory, address and rkey for verbs). Serialize with
+/// for shared memory, address and rkey for verbs, address and memory key for
+/// libfabric). Serialize with
 /// [`RemoteKey::to_bytes`] and exchange through `World::allgather` or a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteKey {
@@ -351,7 +368,10 @@ pub struct RemoteKey {
     pub(crate) pid: u32,
     pub(crate) fd: i32,
     pub(crate) rkey: u32,
+    pub(crate) fkey: u64,
     pub(crate) key: u64,
+    /// Checksum of the other fields (see [`RemoteKey::is_intact`]).
+    pub(crate) check: u32,
     pub(crate) len: u64,
     pub(crate) addr: u64,
 }
@@ -372,6 +392,22 @@ impl RemoteKey {
         self.len == 0
     }
 
+    /// Whether the key's fields are as its owner made them (a checksum over them):
+    /// false for a key that was edited or corrupted on the way. Backends whose
+    /// hardware or library cannot refuse a bad key without breaking the connection
+    /// (libfabric, like an RDMA NIC's remote access error) check it before use.
+    pub fn is_intact(&self) -> bool {
+        self.check == self.checksum()
+    }
+
+    fn checksum(&self) -> u32 {
+        let b = self.to_bytes();
+        // FNV-1a over every field but the checksum itself.
+        b[..56].iter().fold(0x811c_9dc5u32, |h, &x| {
+            (h ^ x as u32).wrapping_mul(0x0100_0193)
+        })
+    }
+
     /// Fixed-size little-endian encoding.
     pub fn to_bytes(&self) -> [u8; REMOTE_KEY_BYTES] {
         let mut b = [0u8; REMOTE_KEY_BYTES];
@@ -384,6 +420,8 @@ impl RemoteKey {
         b[24..32].copy_from_slice(&self.key.to_le_bytes());
         b[32..40].copy_from_slice(&self.len.to_le_bytes());
         b[40..48].copy_from_slice(&self.addr.to_le_bytes());
+        b[48..56].copy_from_slice(&self.fkey.to_le_bytes());
+        b[56..60].copy_from_slice(&self.check.to_le_bytes());
         b
     }
 
@@ -409,6 +447,8 @@ impl RemoteKey {
             key: u64_at(24),
             len: u64_at(32),
             addr: u64_at(40),
+            fkey: u64_at(48),
+            check: u32_at(56),
         };
         if k.key == 0 {
             return Err(Error::BadKey("zero key".into()));
@@ -487,9 +527,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn remote_key_round_trips(rank: u32, id: u32, pid: u32, fd: i32, rkey: u32, key in 1u64.., len: u64, addr: u64) {
-            let k = RemoteKey { rank, id, pid, fd, rkey, key, len, addr };
-            prop_assert_eq!(RemoteKey::from_bytes(&k.to_bytes()).unwrap(), k);
+        fn remote_key_round_trips(rank: u32, id: u32, pid: u32, fd: i32, rkey: u32, fkey: u64, key in 1u64.., len: u64, addr: u64) {
+            let mut k = RemoteKey { rank, id, pid, fd, rkey, fkey, key, len, addr, check: 0 };
+            k.check = k.checksum();
+            let back = RemoteKey::from_bytes(&k.to_bytes()).unwrap();
+            prop_assert_eq!(back, k);
+            prop_assert!(back.is_intact());
+            let mut edited = k.to_bytes();
+            edited[32] ^= 1;
+            prop_assert!(!RemoteKey::from_bytes(&edited).unwrap().is_intact());
         }
 
         #[test]

@@ -39,22 +39,81 @@ fn record_len(payload: usize) -> usize {
     (REC_HDR + payload + ALIGN - 1) & !(ALIGN - 1)
 }
 
-/// Pointers to one ring. Does not own the memory.
+/// A 64-bit word the two ends synchronize through.
+pub(crate) trait Word {
+    fn load(&self, order: Ordering) -> u64;
+    fn store(&self, value: u64, order: Ordering);
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, value: u64, order: Ordering) {
+        AtomicU64::store(self, value, order)
+    }
+}
+
+/// The memory one ring lives in: head, salt and tail words, the stamp word at the
+/// start of every 64-byte line, and the data bytes.
+///
+/// The ring's algorithm ([`Producer`], [`Consumer`], [`Probe`]) is written once over
+/// this trait: [`ShmRing`] is the shared mapping the shm backend uses, and under
+/// `cfg(loom)` the loom models run the same code over memory whose words are loom
+/// atomics and whose lines are loom cells, so that every interleaving is explored
+/// and every unsynchronized access to a line is reported.
+pub(crate) trait RingMem: Clone {
+    /// The word type.
+    type Word: Word;
+    /// Bytes of the data area (a power of two >= 256).
+    fn cap(&self) -> usize;
+    /// Bytes ever written (the producer stores it, release).
+    fn head(&self) -> &Self::Word;
+    /// Random salt of the stamps (written once by [`init`]).
+    fn salt(&self) -> &Self::Word;
+    /// Bytes ever consumed (the consumer stores it, release).
+    fn tail(&self) -> &Self::Word;
+    /// The stamp word of the record at `pos` (64-aligned, below `cap`).
+    fn stamp(&self, pos: usize) -> &Self::Word;
+    /// Copies `src` to data offset `at`.
+    ///
+    /// # Safety
+    /// `at + src.len() <= cap`, the bytes are not a stamp word in use, and the
+    /// producer owns them (they are free space).
+    unsafe fn write(&self, at: usize, src: &[u8]);
+    /// Copies data bytes from offset `at` into `dst`.
+    ///
+    /// # Safety
+    /// `at + dst.len() <= cap`, and the bytes belong to a record whose stamp the
+    /// consumer loaded (acquire) and has not freed yet.
+    unsafe fn read(&self, at: usize, dst: &mut [u8]);
+}
+
+/// A ring in shared memory (the shm backend's). Does not own the memory.
 #[derive(Clone, Copy)]
-struct Raw {
+pub(crate) struct ShmRing {
     base: *mut u8,
     data: *mut u8,
     cap: usize,
 }
 
-impl Raw {
+// SAFETY: the pointers lead into a mapping that the owner keeps alive as long as the
+// ring's ends and probes (see `Producer::new`); all shared state is accessed through
+// atomics or under the SPSC protocol, from any thread.
+unsafe impl Send for ShmRing {}
+// SAFETY: as above.
+unsafe impl Sync for ShmRing {}
+
+impl ShmRing {
     /// # Safety
     /// `base` must be 64-byte aligned and valid for `CTL + cap` bytes for as long as the
     /// ring is used, and `cap` a power of two >= 256.
-    unsafe fn new(base: *mut u8, cap: usize) -> Raw {
+    unsafe fn new(base: *mut u8, cap: usize) -> ShmRing {
         debug_assert!(cap.is_power_of_two() && cap >= 256);
         debug_assert_eq!(base as usize % 64, 0);
-        Raw {
+        ShmRing {
             base,
             // SAFETY: CTL is within the block the caller vouches for.
             data: unsafe { base.add(CTL) },
@@ -63,8 +122,15 @@ impl Raw {
     }
     fn word(&self, at: usize) -> &AtomicU64 {
         // SAFETY: `at` is one of the control-block offsets (0, 8, 64), 8-aligned and
-        // inside the block valid per `Raw::new`'s contract.
+        // inside the block valid per `ShmRing::new`'s contract.
         unsafe { &*(self.base.add(at) as *const AtomicU64) }
+    }
+}
+
+impl RingMem for ShmRing {
+    type Word = AtomicU64;
+    fn cap(&self) -> usize {
+        self.cap
     }
     fn head(&self) -> &AtomicU64 {
         self.word(0)
@@ -75,55 +141,68 @@ impl Raw {
     fn tail(&self) -> &AtomicU64 {
         self.word(64)
     }
-    /// The stamp word of the record at `pos` (a multiple of ALIGN below cap).
     fn stamp(&self, pos: usize) -> &AtomicU64 {
         debug_assert!(pos % ALIGN == 0 && pos < self.cap);
         // SAFETY: pos < cap and 64-aligned, so the 8 bytes lie in the data area.
         unsafe { &*(self.data.add(pos) as *const AtomicU64) }
+    }
+    #[inline(always)]
+    unsafe fn write(&self, at: usize, src: &[u8]) {
+        // SAFETY: in the data area and free, per the caller; `src` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), src.len()) }
+    }
+    #[inline(always)]
+    unsafe fn read(&self, at: usize, dst: &mut [u8]) {
+        // SAFETY: in the data area and published, per the caller.
+        unsafe { std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr(), dst.len()) }
     }
 }
 
 /// Prepares fresh (zeroed) ring memory: writes a random salt.
 ///
 /// # Safety
-/// As for [`Raw::new`]; nobody may use the ring yet.
+/// As for [`ShmRing::new`]; nobody may use the ring yet.
 pub(crate) unsafe fn init(base: *mut u8, cap: usize) {
     // SAFETY: forwarded contract.
-    let raw = unsafe { Raw::new(base, cap) };
-    raw.salt()
-        .store(hpc_runtime::random_u64() | 1, Ordering::Release);
+    let mem = unsafe { ShmRing::new(base, cap) };
+    init_mem(&mem, hpc_runtime::random_u64());
+}
+
+fn init_mem<M: RingMem>(mem: &M, salt: u64) {
+    mem.salt().store(salt | 1, Ordering::Release);
 }
 
 /// The writing end.
-pub(crate) struct Producer {
-    raw: Raw,
+pub(crate) struct Producer<M: RingMem = ShmRing> {
+    mem: M,
     salt: u64,
     head: u64,
     cached_tail: u64,
 }
 
-// SAFETY: the producer only touches the ring through raw pointers into memory that the
-// owner keeps mapped; exactly one producer exists per ring (SPSC), guarded by a Mutex.
-unsafe impl Send for Producer {}
-
-impl Producer {
+impl Producer<ShmRing> {
     /// # Safety
     /// As for the ring memory in the module docs (after [`init`]); at most one
     /// producer per ring, and the memory must outlive the producer.
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Producer {
         // SAFETY: forwarded contract.
-        let raw = unsafe { Raw::new(base, cap) };
+        Producer::with_mem(unsafe { ShmRing::new(base, cap) })
+    }
+}
+
+impl<M: RingMem> Producer<M> {
+    fn with_mem(mem: M) -> Producer<M> {
         Producer {
-            salt: raw.salt().load(Ordering::Acquire),
-            head: raw.head().load(Ordering::Relaxed),
-            cached_tail: raw.tail().load(Ordering::Acquire),
-            raw,
+            salt: mem.salt().load(Ordering::Acquire),
+            head: mem.head().load(Ordering::Relaxed),
+            cached_tail: mem.tail().load(Ordering::Acquire),
+            mem,
         }
     }
 
     /// Largest payload one record may carry.
     pub(crate) fn max_payload(&self) -> usize {
-        self.raw.cap / 4
+        self.mem.cap() / 4
     }
 
     /// Appends one record made of `parts`; false if there is no room now.
@@ -133,14 +212,22 @@ impl Producer {
             len <= self.max_payload(),
             "record larger than a quarter ring"
         );
-        let cap = self.raw.cap;
+        let cap = self.mem.cap();
         let rec = record_len(len);
         let pos = (self.head as usize) & (cap - 1);
         let to_end = cap - pos;
         let need = if rec <= to_end { rec } else { to_end + rec };
-        let free = |tail: u64| cap - (self.head - tail) as usize;
+        // A tail that is not behind the head by at most `cap` (a corrupt peer) leaves
+        // no room rather than an overflow.
+        let head = self.head;
+        let free = |tail: u64| match head.wrapping_sub(tail) {
+            used if used <= cap as u64 => cap - used as usize,
+            _ => 0,
+        };
         if free(self.cached_tail) < need {
-            self.cached_tail = self.raw.tail().load(Ordering::Acquire);
+            // Acquire: the consumer's reads of the space it freed happen before our
+            // writes into it.
+            self.cached_tail = self.mem.tail().load(Ordering::Acquire);
             if free(self.cached_tail) < need {
                 return false;
             }
@@ -156,7 +243,7 @@ impl Producer {
         // between head and tail + cap is free (the consumer is done with it).
         unsafe { self.publish(pos, len as u32, kind, tag, parts) };
         self.head += rec as u64;
-        self.raw.head().store(self.head, Ordering::Release);
+        self.mem.head().store(self.head, Ordering::Release);
         true
     }
 
@@ -172,42 +259,48 @@ impl Producer {
         // SAFETY: guaranteed by the caller: header and payload lie within the free
         // space of the ring.
         unsafe {
-            std::ptr::copy_nonoverlapping(h.as_ptr(), self.raw.data.add(pos + 8), h.len());
-            let mut at = self.raw.data.add(pos + REC_HDR);
+            self.mem.write(pos + 8, &h);
+            let mut at = pos + REC_HDR;
             for p in parts {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
-                at = at.add(p.len());
+                self.mem.write(at, p);
+                at += p.len();
             }
         }
-        self.raw
+        // Release: the header and payload writes above happen before a consumer that
+        // sees this stamp (acquire) reads them.
+        self.mem
             .stamp(pos)
-            .store((self.head + 1) ^ self.salt, Ordering::Release);
+            .store(self.head.wrapping_add(1) ^ self.salt, Ordering::Release);
     }
 }
 
 /// A record's payload, still in the ring; copy it out with [`RecordBytes::copy_to`].
-pub(crate) struct RecordBytes {
-    ptr: *const u8,
+pub(crate) struct RecordBytes<'a, M: RingMem = ShmRing> {
+    mem: &'a M,
+    at: usize,
     len: usize,
 }
 
-impl RecordBytes {
+impl<M: RingMem> RecordBytes<'_, M> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
     /// Copies `out.len()` bytes starting at `from`.
     pub(crate) fn copy_to(&self, from: usize, out: &mut [u8]) {
         assert!(from + out.len() <= self.len, "copy past the record");
-        // SAFETY: within the record, which the consumer validated to lie in the ring.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(from), out.as_mut_ptr(), out.len()) };
+        // SAFETY: within the record, which the consumer validated to lie in the ring
+        // and which stays unfreed while `self` borrows it.
+        unsafe { self.mem.read(self.at + from, out) };
     }
     pub(crate) fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
-        // SAFETY: the record's `len` bytes lie in the ring (validated by the
-        // consumer); `v` has room for `len` bytes, all written here before `set_len`
-        // (no zeroing pass first: this is the receive path of every small message).
+        // SAFETY: `v` has room for `len` bytes; the read below writes all of them
+        // before `set_len` (no zeroing pass first: this is the receive path of every
+        // small message). The spare capacity is handed out as a byte slice only to
+        // be written, never read.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len);
+            let spare = std::slice::from_raw_parts_mut(v.as_mut_ptr(), self.len);
+            self.mem.read(self.at, spare);
             v.set_len(self.len);
         }
         v
@@ -216,65 +309,64 @@ impl RecordBytes {
 
 /// A lock-free look at whether a ring has an unread record (for polling loops).
 #[derive(Clone, Copy)]
-pub(crate) struct Probe {
-    raw: Raw,
+pub(crate) struct Probe<M: RingMem = ShmRing> {
+    mem: M,
     salt: u64,
 }
 
-// SAFETY: only atomics in memory that the owner of the consumer keeps mapped are read.
-unsafe impl Send for Probe {}
-// SAFETY: as above; loads only.
-unsafe impl Sync for Probe {}
-
-impl Probe {
+impl<M: RingMem> Probe<M> {
     /// Whether the next record has been published.
     pub(crate) fn has_data(&self) -> bool {
-        let tail = self.raw.tail().load(Ordering::Relaxed);
-        let pos = (tail as usize) & (self.raw.cap - 1);
-        self.raw.stamp(pos).load(Ordering::Acquire) == (tail + 1) ^ self.salt
+        let tail = self.mem.tail().load(Ordering::Relaxed);
+        let pos = (tail as usize) & (self.mem.cap() - 1);
+        self.mem.stamp(pos).load(Ordering::Acquire) == tail.wrapping_add(1) ^ self.salt
     }
 }
 
 /// The reading end.
-pub(crate) struct Consumer {
-    raw: Raw,
+pub(crate) struct Consumer<M: RingMem = ShmRing> {
+    mem: M,
     salt: u64,
     tail: u64,
 }
 
-// SAFETY: as for `Producer`: one consumer per ring, raw access to memory kept mapped.
-unsafe impl Send for Consumer {}
-
-impl Consumer {
+impl Consumer<ShmRing> {
     /// # Safety
     /// As for [`Producer::new`], with at most one consumer per ring.
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Consumer {
         // SAFETY: forwarded contract.
-        let raw = unsafe { Raw::new(base, cap) };
+        Consumer::with_mem(unsafe { ShmRing::new(base, cap) })
+    }
+}
+
+impl<M: RingMem> Consumer<M> {
+    fn with_mem(mem: M) -> Consumer<M> {
         Consumer {
-            salt: raw.salt().load(Ordering::Acquire),
-            tail: raw.tail().load(Ordering::Relaxed),
-            raw,
+            salt: mem.salt().load(Ordering::Acquire),
+            tail: mem.tail().load(Ordering::Relaxed),
+            mem,
         }
     }
 
     /// A probe of this ring, valid as long as the ring memory is.
-    pub(crate) fn probe(&self) -> Probe {
+    pub(crate) fn probe(&self) -> Probe<M> {
         Probe {
-            raw: self.raw,
+            mem: self.mem.clone(),
             salt: self.salt,
         }
     }
 
     /// Whether the next record has been published (one acquire load of its stamp).
     pub(crate) fn has_data(&mut self) -> bool {
-        let pos = (self.tail as usize) & (self.raw.cap - 1);
-        self.raw.stamp(pos).load(Ordering::Acquire) == (self.tail + 1) ^ self.salt
+        let pos = (self.tail as usize) & (self.mem.cap() - 1);
+        self.mem.stamp(pos).load(Ordering::Acquire) == self.tail.wrapping_add(1) ^ self.salt
     }
 
     /// Hands the next record to `f` and frees it; `Ok(false)` if the ring is empty.
-    pub(crate) fn pop(&mut self, f: impl FnOnce(u32, u64, RecordBytes)) -> Result<bool> {
-        let cap = self.raw.cap;
+    /// A record whose header does not fit the ring is [`Error::Protocol`], never a
+    /// read outside it.
+    pub(crate) fn pop(&mut self, f: impl FnOnce(u32, u64, RecordBytes<'_, M>)) -> Result<bool> {
+        let cap = self.mem.cap();
         let mut f = Some(f);
         loop {
             if !self.has_data() {
@@ -284,9 +376,7 @@ impl Consumer {
             let mut h = [0u8; REC_HDR - 8];
             // SAFETY: pos is 64-aligned below cap, so the header lies in the ring; the
             // acquire load of the stamp ordered the producer's header writes before.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.raw.data.add(pos + 8), h.as_mut_ptr(), h.len())
-            };
+            unsafe { self.mem.read(pos + 8, &mut h) };
             let len = u32::from_le_bytes(h[0..4].try_into().expect("4")) as usize;
             let kind = u32::from_le_bytes(h[4..8].try_into().expect("4"));
             let tag = u64::from_le_bytes(h[8..16].try_into().expect("8"));
@@ -301,14 +391,16 @@ impl Consumer {
                     kind,
                     tag,
                     RecordBytes {
-                        // SAFETY: pos + REC_HDR + len <= cap, checked above.
-                        ptr: unsafe { self.raw.data.add(pos + REC_HDR) },
+                        mem: &self.mem,
+                        at: pos + REC_HDR,
                         len,
                     },
                 );
             }
-            self.tail += rec as u64;
-            self.raw.tail().store(self.tail, Ordering::Release);
+            self.tail = self.tail.wrapping_add(rec as u64);
+            // Release: our reads of the record happen before the producer, seeing
+            // this tail (acquire), overwrites the space.
+            self.mem.tail().store(self.tail, Ordering::Release);
             if kind != PAD {
                 return Ok(true);
             }
@@ -316,7 +408,65 @@ impl Consumer {
     }
 }
 
-#[cfg(test)]
+/// Pops one record from ring memory given as raw bytes (control block + data, as a
+/// peer could have left it) and returns `(kind, tag, payload)`, `None` when no record
+/// is published, or the error a corrupt ring gives. Never reads outside `bytes` and
+/// never panics; the entry point for fuzzing the consumer.
+///
+/// `bytes` must hold `CTL + cap` bytes for a power-of-two `cap` >= 256 (the smallest
+/// such length that fits is used; shorter input is [`Error::Protocol`]).
+#[doc(hidden)]
+pub fn pop_from_bytes(bytes: &[u8]) -> Result<Option<(u32, u64, Vec<u8>)>> {
+    let mut cap = 256usize;
+    while CTL + cap * 2 <= bytes.len() {
+        cap *= 2;
+    }
+    if bytes.len() < CTL + cap {
+        return Err(Error::Protocol(format!(
+            "ring memory of {} bytes: at least {} needed",
+            bytes.len(),
+            CTL + 256
+        )));
+    }
+    // An aligned private copy: the ring code reads words in place.
+    let mut words = vec![0u64; (CTL + cap) / 8];
+    let tail = u64::from_le_bytes(bytes[64..72].try_into().expect("8 bytes"));
+    if tail % ALIGN as u64 != 0 {
+        return Err(Error::Protocol(format!(
+            "ring tail {tail} is not on a record boundary"
+        )));
+    }
+    // SAFETY: `words` has exactly CTL + cap bytes; `bytes` has at least that many.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), CTL + cap)
+    };
+    // SAFETY: `words` is 8-aligned; the ring code needs 64 only for cache lines (no
+    // access is wider than 8 bytes), it is valid for CTL + cap bytes and outlives `c`,
+    // and nothing else uses it.
+    let mut c =
+        Consumer::with_mem(unsafe { ShmRing::new_unaligned(words.as_mut_ptr().cast(), cap) });
+    let mut out = None;
+    c.pop(|k, t, r| out = Some((k, t, r.to_vec())))?;
+    Ok(out)
+}
+
+impl ShmRing {
+    /// Like [`ShmRing::new`] for 8-aligned memory (only for [`pop_from_bytes`]).
+    ///
+    /// # Safety
+    /// `base` 8-aligned and valid for `CTL + cap` bytes while the ring is used.
+    unsafe fn new_unaligned(base: *mut u8, cap: usize) -> ShmRing {
+        debug_assert!(cap.is_power_of_two() && cap >= 256);
+        ShmRing {
+            base,
+            // SAFETY: CTL is within the block the caller vouches for.
+            data: unsafe { base.add(CTL) },
+            cap,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -474,5 +624,219 @@ mod tests {
         }
         prod.join().unwrap();
         assert!(g.guards_intact());
+    }
+
+    #[test]
+    fn pop_from_bytes_reads_a_real_ring_image() {
+        let cap = 256;
+        let mut g = Guarded::new(cap);
+        let base = g.base();
+        // SAFETY: `g` outlives the producer; one producer.
+        let mut p = unsafe { Producer::new(base, cap) };
+        assert_eq!(pop_from_bytes(&image(base, cap)).unwrap(), None, "empty");
+        assert!(p.try_push(9, 77, &[b"hello", b" ring"]));
+        let got = pop_from_bytes(&image(base, cap)).unwrap();
+        assert_eq!(got, Some((9, 77, b"hello ring".to_vec())));
+        // Too short for any ring, and a tail off a record boundary.
+        assert!(pop_from_bytes(&[0u8; 100]).is_err());
+        let mut bad = image(base, cap);
+        bad[64] = 3;
+        assert!(pop_from_bytes(&bad).is_err());
+    }
+
+    fn image(base: *mut u8, cap: usize) -> Vec<u8> {
+        // SAFETY: the ring memory is CTL + cap bytes from `base`.
+        unsafe { std::slice::from_raw_parts(base, CTL + cap) }.to_vec()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pop_from_random_bytes_never_panics(
+            b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+            tail_line in 0u64..64,
+            salt: u64,
+        ) {
+            let _ = pop_from_bytes(&b);
+            // Random rings with a plausible tail and salt reach the header checks.
+            let mut b = b;
+            if b.len() >= CTL + 256 {
+                b[64..72].copy_from_slice(&(tail_line * 64).to_le_bytes());
+                b[8..16].copy_from_slice(&salt.to_le_bytes());
+                let pos = (tail_line as usize * 64) % 256;
+                let stamp = (tail_line * 64 + 1) ^ salt;
+                b[CTL + pos..CTL + pos + 8].copy_from_slice(&stamp.to_le_bytes());
+                let _ = pop_from_bytes(&b);
+            }
+        }
+    }
+}
+
+/// Ring memory for the loom models: loom atomics for the words and one loom cell per
+/// 64-byte line, so that loom reports any read of a line that is not ordered after
+/// the write it should see (and any write into a line a reader may still use).
+#[cfg(all(test, loom))]
+mod loom_mem {
+    use super::*;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicU64 as LoomU64;
+
+    impl Word for LoomU64 {
+        fn load(&self, order: Ordering) -> u64 {
+            LoomU64::load(self, order)
+        }
+        fn store(&self, value: u64, order: Ordering) {
+            LoomU64::store(self, value, order)
+        }
+    }
+
+    struct Inner {
+        head: LoomU64,
+        salt: LoomU64,
+        tail: LoomU64,
+        stamps: Vec<LoomU64>,
+        lines: Vec<UnsafeCell<[u8; ALIGN]>>,
+    }
+
+    // SAFETY: the cells are only accessed through loom's `with`/`with_mut`, which
+    // check that no two threads touch a line without ordering between them.
+    unsafe impl Sync for Inner {}
+    // SAFETY: as above; everything in it is owned data.
+    unsafe impl Send for Inner {}
+
+    /// See the module-level comment of `loom_mem`.
+    #[derive(Clone)]
+    pub(crate) struct LoomMem(std::sync::Arc<Inner>);
+
+    impl LoomMem {
+        pub(crate) fn new(cap: usize) -> LoomMem {
+            let lines = cap / ALIGN;
+            LoomMem(std::sync::Arc::new(Inner {
+                head: LoomU64::new(0),
+                salt: LoomU64::new(0),
+                tail: LoomU64::new(0),
+                stamps: (0..lines).map(|_| LoomU64::new(0)).collect(),
+                lines: (0..lines).map(|_| UnsafeCell::new([0; ALIGN])).collect(),
+            }))
+        }
+    }
+
+    impl RingMem for LoomMem {
+        type Word = LoomU64;
+        fn cap(&self) -> usize {
+            self.0.lines.len() * ALIGN
+        }
+        fn head(&self) -> &LoomU64 {
+            &self.0.head
+        }
+        fn salt(&self) -> &LoomU64 {
+            &self.0.salt
+        }
+        fn tail(&self) -> &LoomU64 {
+            &self.0.tail
+        }
+        fn stamp(&self, pos: usize) -> &LoomU64 {
+            &self.0.stamps[pos / ALIGN]
+        }
+        unsafe fn write(&self, at: usize, src: &[u8]) {
+            let mut done = 0;
+            while done < src.len() {
+                let (line, off) = ((at + done) / ALIGN, (at + done) % ALIGN);
+                let n = (ALIGN - off).min(src.len() - done);
+                self.0.lines[line].with_mut(|p| {
+                    // SAFETY: loom hands out the line exclusively (and checks it).
+                    unsafe { (&mut *p)[off..off + n].copy_from_slice(&src[done..done + n]) }
+                });
+                done += n;
+            }
+        }
+        unsafe fn read(&self, at: usize, dst: &mut [u8]) {
+            let mut done = 0;
+            while done < dst.len() {
+                let (line, off) = ((at + done) / ALIGN, (at + done) % ALIGN);
+                let n = (ALIGN - off).min(dst.len() - done);
+                self.0.lines[line].with(|p| {
+                    // SAFETY: loom checks that no write to the line is concurrent.
+                    dst[done..done + n].copy_from_slice(unsafe { &(&*p)[off..off + n] })
+                });
+                done += n;
+            }
+        }
+    }
+}
+
+/// Loom models of the ring: every interleaving of one producer and one consumer
+/// (bounded by the preemption bound), with loom checking each line's accesses.
+/// Run with `RUSTFLAGS="--cfg loom" cargo test --release --lib -p hpc-rdma loom`.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::loom_mem::LoomMem;
+    use super::*;
+
+    fn payload(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|j| (i * 31 + j) as u8).collect()
+    }
+
+    /// Records of 1 and 2 lines through a 4-line ring: the producer must wait for
+    /// the consumer's frees, wrap with a padding record, and reuse lines the consumer
+    /// has just read. Every record arrives whole, in order, exactly once.
+    #[test]
+    fn loom_ring_spsc_wraps_and_reuses_lines() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let cap = 256;
+            let mem = LoomMem::new(cap);
+            init_mem(&mem, 0x5eed);
+            let sizes = [8usize, 40, 8, 40];
+            let mut prod = Producer::with_mem(mem.clone());
+            let mut cons = Consumer::with_mem(mem);
+            let t = loom::thread::spawn(move || {
+                for (i, &len) in sizes.iter().enumerate() {
+                    let data = payload(i, len);
+                    while !prod.try_push(1, i as u64, &[&data[..len / 2], &data[len / 2..]]) {
+                        loom::thread::yield_now();
+                    }
+                }
+            });
+            for (i, &len) in sizes.iter().enumerate() {
+                loop {
+                    let mut got = None;
+                    if cons
+                        .pop(|k, tag, r| got = Some((k, tag, r.to_vec())))
+                        .unwrap()
+                    {
+                        assert_eq!(got, Some((1, i as u64, payload(i, len))));
+                        break;
+                    }
+                    loom::thread::yield_now();
+                }
+            }
+            t.join().unwrap();
+            assert!(!cons.has_data());
+        });
+    }
+
+    /// A probe on a third thread (the shm backend's lock-free look) sees a record
+    /// only once it is fully published.
+    #[test]
+    fn loom_probe_never_sees_a_half_written_record() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let mem = LoomMem::new(256);
+            init_mem(&mem, 7);
+            let mut prod = Producer::with_mem(mem.clone());
+            let mut cons = Consumer::with_mem(mem);
+            let probe = cons.probe();
+            let t = loom::thread::spawn(move || {
+                assert!(prod.try_push(2, 9, &[&[5u8; 16]]));
+            });
+            if probe.has_data() {
+                let mut got = None;
+                assert!(cons.pop(|_, tag, r| got = Some((tag, r.to_vec()))).unwrap());
+                assert_eq!(got, Some((9, vec![5u8; 16])));
+            }
+            t.join().unwrap();
+        });
     }
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use hpc_runtime::World;
 
-use crate::core::{OpId, OpKind, Payload, Shared, Sink, Source};
+use crate::completion::{OpId, OpKind, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, Mapping, Region, RemoteKey};
 use crate::ring::{Consumer, Probe, Producer, CTL};
@@ -160,9 +160,8 @@ impl Shm {
         self.peers
             .get(rank)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Unavailable {
-                backend: "shm",
-                why: format!("rank {rank} is not a shared-memory peer"),
+            .ok_or_else(|| {
+                Error::unavailable("shm", format!("rank {rank} is not a shared-memory peer"))
             })
     }
 
@@ -315,7 +314,8 @@ impl Shm {
     fn progress_rx(&self, p: &Peer) -> Result<()> {
         if let Ok(mut rx) = p.rx.try_lock() {
             if let Err(e) = self.drain_rx(p, &mut rx) {
-                self.shared.fail_peer(p.rank, &e.to_string());
+                self.shared
+                    .fail_peer_by(p.rank, &e.to_string(), Some(e.clone()));
                 return Err(e);
             }
         }
@@ -430,7 +430,10 @@ impl Backend for Shm {
             self.progress_peer(p)?;
             let cause = format!("process {} exited", p.pid);
             self.shared.fail_peer(peer, &cause);
-            return Err(Error::PeerLost { rank: peer, cause });
+            return Err(self
+                .shared
+                .is_lost(peer)
+                .unwrap_or_else(|| Error::lost(peer, cause, None::<Error>)));
         }
         Ok(())
     }

@@ -2,25 +2,29 @@
 //!
 //! One connection per peer pair (the higher rank connects to the lower one's listener,
 //! authenticated by a random token exchanged through `World::allgather`), framed by
-//! [`crate::wire`], `TCP_NODELAY` on. Each connection has a reader thread that is
-//! the target-side progress: it applies puts straight from the socket into the
-//! region (no staging copy), answers gets from the region's memory, delivers
-//! messages and completes the initiator's puts (on the target's ack) and gets (on
-//! the reply). Replies are queued to a writer thread so that a reader never blocks on
-//! a write (no deadlock when both sides stream at once); the initiator's own frames
-//! are written directly from the user's buffer under the connection's lock.
+//! [`crate::wire`], `TCP_NODELAY` on. The receiving side of a connection is a state
+//! machine fed by non-blocking reads ([`RxState`]): it applies puts straight from the
+//! socket into the region (no staging copy), answers gets from the region's memory,
+//! delivers messages and completes the initiator's puts (on the target's ack) and
+//! gets (on the reply). Whoever waits on the transport reads it (its progress polls
+//! every connection and reads the readable ones), so a message reaches a waiting
+//! thread without a wake-up of another; a thread per connection reads when no caller
+//! has progressed for 200 µs. Replies are queued to a writer thread so that a reader
+//! never blocks on a write (no deadlock when both sides stream at once); the
+//! initiator's own frames are written directly from the user's buffer under the
+//! connection's lock.
 
 use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hpc_runtime::World;
 
-use crate::core::{OpId, Payload, Shared, Sink, Source};
+use crate::completion::{OpId, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, Region, RemoteKey};
 use crate::wire::{status, Header, Kind, HEADER_BYTES};
@@ -35,7 +39,52 @@ struct Conn {
     peer: usize,
     writer: Mutex<TcpStream>,
     replies: Mutex<Option<mpsc::Sender<Reply>>>,
+    /// The receiving side: read by whoever holds it (a waiting caller's progress,
+    /// or the connection's thread when no caller progresses).
+    rx: Mutex<RxSide>,
+    /// The socket, for poll(2) (owned by `rx`'s stream).
+    fd: i32,
+    /// The receiving side has ended (end of stream, error, or goodbye).
+    ended: AtomicBool,
 }
+
+/// A connection's receiving side and the frame it is in the middle of.
+struct RxSide {
+    s: TcpStream,
+    st: RxState,
+}
+
+/// Where the bytes of the current frame go.
+enum RxState {
+    /// Reading a header.
+    Header { b: [u8; HEADER_BYTES], have: usize },
+    /// Reading `h.plen` payload bytes.
+    Body { h: Header, dst: Body, have: usize },
+}
+
+enum Body {
+    /// A message.
+    Send(Vec<u8>),
+    /// A put into `region` at `ptr` (the region keeps the memory alive); the last 8
+    /// bytes are collected in `tail` and written last.
+    Put {
+        _region: Region,
+        ptr: *mut u8,
+        tail: [u8; 8],
+    },
+    /// A put that was refused: its bytes are read and dropped, then acked with `status`.
+    Discard { status: u8 },
+    /// The data of a get, into `ptr` (owned by `holder`), the last 8 bytes last.
+    GetReply {
+        holder: Payload,
+        ptr: *mut u8,
+        tail: [u8; 8],
+    },
+}
+
+// SAFETY: the raw pointers lead into memory owned by the same value (a region handle
+// or the payload it will become), which moves with it.
+unsafe impl Send for RxSide {}
 
 struct Inner {
     shared: Arc<Shared>,
@@ -43,6 +92,12 @@ struct Inner {
     puts: Mutex<HashMap<u64, (usize, Source)>>,
     gets: Mutex<HashMap<u64, (usize, Sink)>>,
     closing: AtomicBool,
+    /// Nanoseconds since `epoch` of the last progress by a waiting caller: while
+    /// callers progress, the connections' threads leave the sockets to them.
+    caller_progress: AtomicU64,
+    epoch: Instant,
+    /// The sockets to poll, in `conns` order of their peers.
+    polled: Vec<usize>,
 }
 
 /// The TCP backend.
@@ -138,10 +193,7 @@ impl Tcp {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     Err(e) => {
-                        return Err(Error::PeerLost {
-                            rank: p,
-                            cause: format!("cannot connect to {addr}: {e}"),
-                        })
+                        return Err(Error::lost(p, format!("cannot connect to {addr}"), Some(e)))
                     }
                 }
             };
@@ -199,12 +251,22 @@ impl Tcp {
             let Some(s) = s else { continue };
             s.set_nodelay(true)?;
             let (tx, rx) = mpsc::channel();
+            use std::os::fd::AsRawFd;
             conns[p] = Some(Arc::new(Conn {
                 peer: p,
                 writer: Mutex::new(s.try_clone()?),
                 replies: Mutex::new(Some(tx)),
+                fd: s.as_raw_fd(),
+                rx: Mutex::new(RxSide {
+                    s,
+                    st: RxState::Header {
+                        b: [0; HEADER_BYTES],
+                        have: 0,
+                    },
+                }),
+                ended: AtomicBool::new(false),
             }));
-            readers.push((p, s));
+            readers.push(p);
             writers.push((p, rx));
         }
         let inner = Arc::new(Inner {
@@ -213,6 +275,9 @@ impl Tcp {
             puts: Mutex::new(HashMap::new()),
             gets: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
+            caller_progress: AtomicU64::new(0),
+            epoch: Instant::now(),
+            polled: readers.clone(),
         });
         for (p, rx) in writers {
             let conn = inner.conns[p].clone().expect("conn exists");
@@ -220,11 +285,11 @@ impl Tcp {
                 .name(format!("hpc-rdma-tcp-w{p}"))
                 .spawn(move || writer_loop(conn, rx))?;
         }
-        for (p, s) in readers {
+        for p in readers {
             let inner2 = inner.clone();
             std::thread::Builder::new()
                 .name(format!("hpc-rdma-tcp-r{p}"))
-                .spawn(move || reader_loop(inner2, p, s))?;
+                .spawn(move || reader_loop(inner2, p))?;
         }
         Ok(Tcp { inner })
     }
@@ -234,21 +299,18 @@ impl Tcp {
             .conns
             .get(peer)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Unavailable {
-                backend: "tcp",
-                why: format!("rank {peer} is not a tcp peer"),
-            })
+            .ok_or_else(|| Error::unavailable("tcp", format!("rank {peer} is not a tcp peer")))
     }
 
     fn write(&self, conn: &Conn, h: &Header, payload: &[u8]) -> Result<()> {
         let mut w = conn.writer.lock().unwrap_or_else(|e| e.into_inner());
         write_frame(&mut w, h, payload).map_err(|e| {
             let cause = format!("write failed: {e}");
-            self.inner.shared.fail_peer(conn.peer, &cause);
-            Error::PeerLost {
-                rank: conn.peer,
-                cause,
-            }
+            self.inner.shared.fail_peer_by(conn.peer, &cause, Some(e));
+            self.inner
+                .shared
+                .is_lost(conn.peer)
+                .unwrap_or_else(|| Error::lost(conn.peer, cause, None::<Error>))
         })
     }
 }
@@ -348,61 +410,183 @@ pub(crate) fn error_of(code: u8, what: &str) -> Error {
     }
 }
 
-fn discard(s: &mut TcpStream, mut n: u64) -> std::io::Result<()> {
-    let mut buf = [0u8; 8192];
-    while n > 0 {
-        let k = n.min(buf.len() as u64) as usize;
-        s.read_exact(&mut buf[..k])?;
-        n -= k as u64;
-    }
-    Ok(())
-}
-
-/// Reads `len` bytes from the socket into `dst` with the last 8 written last.
-///
-/// # Safety
-/// `dst` must be valid for writes of `len` bytes and stay so during the call.
-unsafe fn read_into(s: &mut TcpStream, dst: *mut u8, len: usize) -> std::io::Result<()> {
-    let head = len.saturating_sub(8);
-    // SAFETY: `dst` is valid for `len` >= `head` bytes (caller's contract). The memory is
-    // a registered region that peers may also write: a racy overwrite gives unspecified
-    // bytes, which is the documented RDMA semantics, not a Rust aliasing hazard because
-    // no other Rust reference to it exists.
-    let first = unsafe { std::slice::from_raw_parts_mut(dst, head) };
-    s.read_exact(first)?;
-    let mut tail = [0u8; 8];
-    let t = &mut tail[..len - head];
-    s.read_exact(t)?;
-    // SAFETY: `dst + head .. dst + len` is valid per the caller; `t` is a local buffer.
-    unsafe { copy_in_order(dst.add(head), t.as_ptr(), t.len()) };
-    Ok(())
-}
-
-fn reader_loop(inner: Arc<Inner>, peer: usize, mut s: TcpStream) {
-    let why = match read_frames(&inner, peer, &mut s) {
-        Ok(()) => "closed its transport".to_string(),
-        Err(e) => e.to_string(),
+/// `recv(2)` without blocking (the descriptor itself stays blocking: its writer clone
+/// shares the file status flags). `WouldBlock` when nothing is there.
+fn recv_now(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is writable for its length; the descriptor is open while `s` lives.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
     };
-    if !inner.closing.load(Ordering::Acquire) {
-        inner.shared.fail_peer(peer, &why);
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
-    inner
-        .puts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|_, (p, _)| *p != peer);
-    inner
-        .gets
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|_, (p, _)| *p != peer);
 }
 
-fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
-    let shared = &inner.shared;
+/// Whether the last progress by a waiting caller was less than 200 µs ago.
+fn callers_progress(inner: &Inner) -> bool {
+    let now = inner.epoch.elapsed().as_nanos() as u64;
+    now.saturating_sub(inner.caller_progress.load(Ordering::Relaxed)) < 200_000
+}
+
+/// The connection's thread: reads when no caller does (a target that computes
+/// still applies puts and answers gets), and notices the end of the connection.
+fn reader_loop(inner: Arc<Inner>, peer: usize) {
     let conn = inner.conns[peer]
         .clone()
         .expect("reader of an existing conn");
+    loop {
+        if conn.ended.load(Ordering::Acquire) {
+            return;
+        }
+        if callers_progress(&inner) {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        let mut pfd = libc::pollfd {
+            fd: conn.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the descriptor lives as long as `conn`.
+        let n = unsafe { libc::poll(&mut pfd, 1, 10) };
+        if n > 0 {
+            let mut rx = conn.rx.lock().unwrap_or_else(|e| e.into_inner());
+            pump(&inner, &conn, &mut rx);
+        }
+    }
+}
+
+/// Reads and handles every frame (or part of one) that has arrived, without
+/// blocking; ends the connection on end of stream, an error or a goodbye.
+fn pump(inner: &Inner, conn: &Conn, rx: &mut RxSide) -> bool {
+    if conn.ended.load(Ordering::Acquire) {
+        return false;
+    }
+    match read_available(inner, conn, rx) {
+        Ok(progressed) => progressed,
+        Err(res) => {
+            conn.ended.store(true, Ordering::Release);
+            let peer = conn.peer;
+            if !inner.closing.load(Ordering::Acquire) {
+                match res {
+                    None => inner.shared.fail_peer(peer, "closed its transport"),
+                    Some(e) => inner.shared.fail_peer_by(peer, &e.to_string(), Some(e)),
+                }
+            }
+            inner
+                .puts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, (p, _)| *p != peer);
+            inner
+                .gets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, (p, _)| *p != peer);
+            true
+        }
+    }
+}
+
+/// `Ok(progressed)` when the socket has no more bytes now; `Err(None)` after a
+/// goodbye, `Err(Some(e))` on end of stream or an error.
+fn read_available(
+    inner: &Inner,
+    conn: &Conn,
+    rx: &mut RxSide,
+) -> std::result::Result<bool, Option<Error>> {
+    let mut progressed = false;
+    loop {
+        // The bytes the current state wants next.
+        let want: &mut [u8] = match &mut rx.st {
+            RxState::Header { b, have } => &mut b[*have..],
+            RxState::Body { h, dst, have } => {
+                let len = h.plen as usize;
+                let head = len - len.min(8);
+                match dst {
+                    Body::Send(v) => &mut v[*have..],
+                    Body::Discard { .. } => {
+                        // Read into the header buffer's worth of scratch space.
+                        let mut scratch = [0u8; 8192];
+                        let k = (len - *have).min(scratch.len());
+                        match recv_now(&rx.s, &mut scratch[..k]) {
+                            Ok(0) => return Err(Some(closed())),
+                            Ok(n) => {
+                                *have += n;
+                                progressed = true;
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                return Ok(progressed)
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(Some(e.into())),
+                        }
+                        if *have == len {
+                            finish_frame(inner, conn, rx)?;
+                        }
+                        continue;
+                    }
+                    Body::Put { ptr, tail, .. } | Body::GetReply { ptr, tail, .. } => {
+                        if *have < head {
+                            // SAFETY: `ptr` is valid for `len` bytes (checked when the
+                            // frame began) and owned by this state; peers may write the
+                            // same region, which RDMA semantics allow (no Rust reference
+                            // to it exists elsewhere).
+                            unsafe { std::slice::from_raw_parts_mut(ptr.add(*have), head - *have) }
+                        } else {
+                            &mut tail[*have - head..len - head]
+                        }
+                    }
+                }
+            }
+        };
+        if want.is_empty() {
+            finish_frame(inner, conn, rx)?;
+            progressed = true;
+            continue;
+        }
+        match recv_now(&rx.s, want) {
+            Ok(0) => return Err(Some(closed())),
+            Ok(n) => {
+                progressed = true;
+                match &mut rx.st {
+                    RxState::Header { have, .. } | RxState::Body { have, .. } => *have += n,
+                }
+                let done = match &rx.st {
+                    RxState::Header { have, .. } => *have == HEADER_BYTES,
+                    RxState::Body { h, have, .. } => *have as u64 == h.plen,
+                };
+                if done {
+                    finish_frame(inner, conn, rx)?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(progressed),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Some(e.into())),
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::Protocol("connection closed".into())
+}
+
+/// A header or a body is complete: act on it and set up what comes next.
+fn finish_frame(
+    inner: &Inner,
+    conn: &Conn,
+    rx: &mut RxSide,
+) -> std::result::Result<(), Option<Error>> {
+    let shared = &inner.shared;
+    let peer = conn.peer;
     let reply = |r: Reply| {
         if let Some(tx) = conn
             .replies
@@ -413,93 +597,133 @@ fn read_frames(inner: &Inner, peer: usize, s: &mut TcpStream) -> Result<()> {
             let _ = tx.send(r);
         }
     };
-    loop {
-        let mut hb = [0u8; HEADER_BYTES];
-        match s.read_exact(&mut hb) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(Error::Protocol("connection closed".into()))
+    let next = RxState::Header {
+        b: [0; HEADER_BYTES],
+        have: 0,
+    };
+    match std::mem::replace(&mut rx.st, next) {
+        RxState::Header { b, .. } => {
+            let h = Header::decode(&b).map_err(Some)?;
+            let body = match h.kind {
+                Kind::Send => Some(Body::Send(vec![0u8; h.plen as usize])),
+                Kind::Put => match shared.lookup(h.region as u32, h.key, h.offset, h.plen) {
+                    Ok(region) => {
+                        // SAFETY: `lookup` checked offset + plen against the region.
+                        let ptr = unsafe { region.as_ptr().add(h.offset as usize) };
+                        Some(Body::Put {
+                            _region: region,
+                            ptr,
+                            tail: [0; 8],
+                        })
+                    }
+                    Err(e) => Some(Body::Discard {
+                        status: status_of(&e),
+                    }),
+                },
+                Kind::Get => {
+                    let mut r = Header::new(Kind::GetReply);
+                    r.op = h.op;
+                    match shared.lookup(h.region as u32, h.key, h.offset, h.tag) {
+                        Ok(region) => {
+                            r.plen = h.tag;
+                            reply(Reply {
+                                header: r,
+                                data: Some((region, h.offset as usize, h.tag as usize)),
+                            });
+                        }
+                        Err(e) => {
+                            r.status = status_of(&e);
+                            reply(Reply {
+                                header: r,
+                                data: None,
+                            });
+                        }
+                    }
+                    None
+                }
+                Kind::PutAck => {
+                    let src = inner
+                        .puts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&h.op);
+                    finish_put(shared, &h, src.map(|(_, s)| s)).map_err(Some)?;
+                    None
+                }
+                Kind::GetReply => {
+                    let sink = inner
+                        .gets
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&h.op);
+                    match accept_get_reply(shared, &h, sink.map(|(_, s)| s)).map_err(Some)? {
+                        None => None,
+                        Some(Sink::Bytes(n)) => {
+                            let mut v = vec![0u8; n];
+                            let ptr = v.as_mut_ptr();
+                            Some(Body::GetReply {
+                                holder: Payload::Bytes(v),
+                                ptr,
+                                tail: [0; 8],
+                            })
+                        }
+                        Some(Sink::Region { region, offset, .. }) => {
+                            // SAFETY: `validate` checked offset + len within the region.
+                            let ptr = unsafe { region.as_ptr().add(offset) };
+                            Some(Body::GetReply {
+                                holder: Payload::Region(region),
+                                ptr,
+                                tail: [0; 8],
+                            })
+                        }
+                    }
+                }
+                Kind::Bye => return Err(None),
+                Kind::Hello => return Err(Some(Error::Protocol("hello after setup".into()))),
+            };
+            if let Some(dst) = body {
+                rx.st = RxState::Body { h, dst, have: 0 };
+                // A body of no bytes is complete at once.
+                if h.plen == 0 {
+                    return finish_frame(inner, conn, rx);
+                }
             }
-            Err(e) => return Err(e.into()),
         }
-        let h = Header::decode(&hb)?;
-        match h.kind {
-            Kind::Send => {
-                let mut v = vec![0u8; h.plen as usize];
-                s.read_exact(&mut v)?;
-                shared.deliver(peer, h.tag, v);
-            }
-            Kind::Put => {
-                let mut ack = Header::new(Kind::PutAck);
-                ack.op = h.op;
-                match shared.lookup(h.region as u32, h.key, h.offset, h.plen) {
-                    Ok(region) => {
-                        // SAFETY: `lookup` checked offset + plen against the region and
-                        // `region` keeps the memory alive during the read.
-                        unsafe {
-                            read_into(s, region.as_ptr().add(h.offset as usize), h.plen as usize)?
-                        };
-                    }
-                    Err(e) => {
-                        discard(s, h.plen)?;
-                        ack.status = status_of(&e);
-                    }
+        RxState::Body { h, dst, .. } => {
+            let len = h.plen as usize;
+            let head = len - len.min(8);
+            match dst {
+                Body::Send(v) => shared.deliver(peer, h.tag, v),
+                Body::Put { ptr, tail, .. } => {
+                    // SAFETY: `ptr + head .. ptr + len` lies in the region (checked when
+                    // the frame began), which `_region` kept alive until now.
+                    unsafe { copy_in_order(ptr.add(head), tail.as_ptr(), len - head) };
+                    let mut ack = Header::new(Kind::PutAck);
+                    ack.op = h.op;
+                    reply(Reply {
+                        header: ack,
+                        data: None,
+                    });
                 }
-                reply(Reply {
-                    header: ack,
-                    data: None,
-                });
-            }
-            Kind::Get => {
-                let mut r = Header::new(Kind::GetReply);
-                r.op = h.op;
-                match shared.lookup(h.region as u32, h.key, h.offset, h.tag) {
-                    Ok(region) => {
-                        r.plen = h.tag;
-                        reply(Reply {
-                            header: r,
-                            data: Some((region, h.offset as usize, h.tag as usize)),
-                        });
-                    }
-                    Err(e) => {
-                        r.status = status_of(&e);
-                        reply(Reply {
-                            header: r,
-                            data: None,
-                        });
-                    }
+                Body::Discard { status } => {
+                    let mut ack = Header::new(Kind::PutAck);
+                    ack.op = h.op;
+                    ack.status = status;
+                    reply(Reply {
+                        header: ack,
+                        data: None,
+                    });
+                }
+                Body::GetReply { holder, ptr, tail } => {
+                    // SAFETY: as for a put: `ptr` is valid for `len` bytes, owned by
+                    // `holder`.
+                    unsafe { copy_in_order(ptr.add(head), tail.as_ptr(), len - head) };
+                    shared.complete(OpId(h.op), Ok(holder));
                 }
             }
-            Kind::PutAck => {
-                let src = inner
-                    .puts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&h.op);
-                finish_put(shared, &h, src.map(|(_, s)| s))?;
-            }
-            Kind::GetReply => {
-                let sink = inner
-                    .gets
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&h.op);
-                let Some(sink) = accept_get_reply(shared, &h, sink.map(|(_, s)| s))? else {
-                    continue;
-                };
-                let mut io = Ok(());
-                let payload = sink.fill(|ptr, len| {
-                    // SAFETY: `Sink::fill` passes a pointer valid for `len` bytes.
-                    io = unsafe { read_into(s, ptr, len) };
-                    Ok(())
-                })?;
-                io?;
-                shared.complete(OpId(h.op), Ok(payload));
-            }
-            Kind::Bye => return Ok(()),
-            Kind::Hello => return Err(Error::Protocol("hello after setup".into())),
         }
     }
+    Ok(())
 }
 
 impl Backend for Tcp {
@@ -547,19 +771,53 @@ impl Backend for Tcp {
         Ok(())
     }
 
+    /// Reads whatever has arrived on the connections, in the caller's thread: a
+    /// waiting caller gets its message without waking another thread (one poll(2)
+    /// for all connections, then non-blocking reads of the readable ones).
     fn progress(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner
+            .caller_progress
+            .store(inner.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let mut fds: Vec<libc::pollfd> = inner
+            .polled
+            .iter()
+            .filter_map(|&p| inner.conns[p].as_ref())
+            .filter(|c| !c.ended.load(Ordering::Relaxed))
+            .map(|c| libc::pollfd {
+                fd: c.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if fds.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `fds` is a valid array of its length; zero timeout.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        if n <= 0 {
+            return Ok(());
+        }
+        for f in fds.iter().filter(|f| f.revents != 0) {
+            let Some(conn) = inner.conns.iter().flatten().find(|c| c.fd == f.fd) else {
+                continue;
+            };
+            if let Ok(mut rx) = conn.rx.try_lock() {
+                pump(inner, conn, &mut rx);
+            }
+        }
         Ok(())
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         match self.inner.shared.is_lost(peer) {
-            Some(cause) => Err(Error::PeerLost { rank: peer, cause }),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
     fn wants_progress(&self) -> bool {
-        false
+        true
     }
 }
 

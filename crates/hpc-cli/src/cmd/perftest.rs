@@ -63,7 +63,8 @@ pub struct Args {
     /// The test to run.
     #[arg(value_enum)]
     pub test: Test,
-    /// Transport backend: shm, tcp, verbs, mpi or auto (default: `HPC_TRANSPORT`, else auto).
+    /// Transport backend: shm, tcp, ofi, verbs, mpi or auto (default: `HPC_TRANSPORT`, else
+    /// auto); with ofi, `HPC_OFI_PROVIDER` picks the libfabric provider.
     #[arg(long)]
     pub backend: Option<String>,
     /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests).

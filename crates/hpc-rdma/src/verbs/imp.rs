@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use ibverbs_sys as ffi;
 
 use super::*;
-use crate::core::{OpId, Payload, Shared, Sink, Source};
+use crate::completion::{OpId, Payload, Shared, Sink, Source};
 use crate::region::{Region, RegionInner};
 use crate::{Backend, BackendKind};
 
@@ -41,11 +41,8 @@ fn access() -> i32 {
         | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0) as i32
 }
 
-fn os_err(what: &str) -> Error {
-    Error::Io(std::io::Error::new(
-        std::io::Error::last_os_error().kind(),
-        format!("{what}: {}", std::io::Error::last_os_error()),
-    ))
+fn os_err(call: &'static str) -> Error {
+    Error::library(call, std::io::Error::last_os_error())
 }
 
 struct Qp {
@@ -112,7 +109,7 @@ impl Verbs {
             ffi::ibv_create_cq(ctx, CQ_DEPTH, std::ptr::null_mut(), std::ptr::null_mut(), 0)
         };
         if pd.is_null() || cq.is_null() {
-            return Err(os_err("allocating a protection domain / completion queue"));
+            return Err(os_err("ibv_alloc_pd/ibv_create_cq"));
         }
         Ok(Verbs {
             qps: (0..shared.size).map(|_| None).collect(),
@@ -192,7 +189,10 @@ impl Verbs {
         // transition (see `QpState::transition`).
         let rc = unsafe { ffi::ibv_modify_qp(q.qp, &mut a, mask as i32) };
         if rc != 0 {
-            return Err(Error::Io(std::io::Error::from_raw_os_error(rc)));
+            return Err(Error::library(
+                "ibv_modify_qp",
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
         q.state = next;
         Ok(())
@@ -243,17 +243,15 @@ impl Verbs {
     fn post(&self, peer: usize, wr: &WorkRequest) -> Result<()> {
         let q = self.qps[peer]
             .as_ref()
-            .ok_or_else(|| Error::Unavailable {
-                backend: "verbs",
-                why: format!("rank {peer} is not a verbs peer"),
-            })?
+            .ok_or_else(|| Error::unavailable("verbs", format!("rank {peer} is not a verbs peer")))?
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if !q.state.can_send() {
-            return Err(Error::PeerLost {
-                rank: peer,
-                cause: format!("queue pair in state {:?}", q.state),
-            });
+            return Err(Error::lost(
+                peer,
+                format!("queue pair in state {:?}", q.state),
+                None::<Error>,
+            ));
         }
         let mut sge = ffi::ibv_sge {
             addr: wr.local_addr,
@@ -291,7 +289,10 @@ impl Verbs {
             }
         };
         if rc != 0 {
-            return Err(Error::Io(std::io::Error::from_raw_os_error(rc)));
+            return Err(Error::library(
+                "ibv_post_send",
+                std::io::Error::from_raw_os_error(rc),
+            ));
         }
         Ok(())
     }
@@ -445,10 +446,10 @@ impl Backend for Verbs {
     fn send(&self, _op: OpId, peer: usize, _tag: u64, _data: Vec<u8>) -> Result<()> {
         // Two-sided messages to verbs peers travel over the TCP backend (see the
         // transport's routing); this backend only does one-sided operations.
-        Err(Error::Unavailable {
-            backend: "verbs",
-            why: format!("two-sided messages to rank {peer} go through tcp"),
-        })
+        Err(Error::unavailable(
+            "verbs",
+            format!("two-sided messages to rank {peer} go through tcp"),
+        ))
     }
 
     fn progress(&self) -> Result<()> {
@@ -506,7 +507,7 @@ impl Backend for Verbs {
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         match self.shared.is_lost(peer) {
-            Some(cause) => Err(Error::PeerLost { rank: peer, cause }),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

@@ -2,11 +2,11 @@
 //! tag matching and the table of local regions.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{Region, RegionInner};
+use crate::sync::{AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// Identifies one posted operation; returned by the posting call and used to test or
 /// wait for its completion. Ids are never reused within a transport.
@@ -222,6 +222,7 @@ impl std::hash::Hasher for IdHasher {
 
 type Fast = std::hash::BuildHasherDefault<IdHasher>;
 
+#[cfg(not(loom))]
 thread_local! {
     /// (transport identity, op) this thread is waiting for inside
     /// [`Shared::progress_for`]; (0, 0) outside it.
@@ -233,23 +234,29 @@ thread_local! {
     static HANDOFF_GOT: std::cell::Cell<Option<Completion>> = const { std::cell::Cell::new(None) };
 }
 
+// The same thread-locals, one per loom thread.
+#[cfg(loom)]
+loom::thread_local! {
+    static HANDOFF_WANT: std::cell::Cell<(usize, u64)> = std::cell::Cell::new((0, 0));
+    static LAST_PENDING: std::cell::Cell<(usize, u64, u64)> = std::cell::Cell::new((0, 0, 0));
+    static HANDOFF_GOT: std::cell::Cell<Option<Completion>> = std::cell::Cell::new(None);
+}
+
 #[derive(Default)]
 struct State {
     ready: HashMap<u64, Completion, Fast>,
     pending: HashMap<u64, (usize, OpKind), Fast>,
     posted: HashMap<(usize, u64), VecDeque<u64>, Fast>,
     unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>, Fast>,
-    dead: HashMap<usize, String, Fast>,
+    /// Lost peers, with the `PeerLost` error their operations fail with.
+    dead: HashMap<usize, Error, Fast>,
 }
 
 impl State {
     /// `Err(PeerLost)` if `peer` is known lost.
     fn alive(&self, peer: usize) -> Result<()> {
         match self.dead.get(&peer) {
-            Some(cause) => Err(Error::PeerLost {
-                rank: peer,
-                cause: cause.clone(),
-            }),
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -288,8 +295,17 @@ impl Shared {
     /// Marks a new ready completion. Taking `&State` proves the caller holds the
     /// table's lock, so a plain store does (no read-modify-write on the hot path).
     fn bump(&self, _locked: &State) {
-        let g = self.generation.load(Ordering::Relaxed);
-        self.generation.store(g.wrapping_add(1), Ordering::Release);
+        #[cfg(not(loom))]
+        {
+            let g = self.generation.load(Ordering::Relaxed);
+            self.generation.store(g.wrapping_add(1), Ordering::Release);
+        }
+        // Equivalent under the lock; loom's exploration misses the interleavings of
+        // a load-then-store by one thread against another's loads (checked: it never
+        // lets another thread see the value before the store), so the models use
+        // the single read-modify-write.
+        #[cfg(loom)]
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Runs `progress` with `op` marked as awaited by this thread: a receive that
@@ -318,6 +334,46 @@ impl Shared {
     pub(crate) fn surely_pending(&self, op: OpId) -> bool {
         let (who, id, g) = LAST_PENDING.with(|l| l.replace((0, 0, 0)));
         who == self as *const Shared as usize && id == op.0 && g == self.generation()
+    }
+
+    /// The first look of a wait for `op`: its completion if it is ready, and the
+    /// completion generation that [`Shared::wait_poll`] compares against. Skips the
+    /// table when `op` is [surely pending](Shared::surely_pending).
+    pub(crate) fn wait_begin(&self, op: OpId) -> Result<(Option<Completion>, u64)> {
+        // Loaded before looking: any completion made ready after this load moves the
+        // generation, so `wait_poll` will look at the table again.
+        let seen = self.generation();
+        if !self.surely_pending(op) {
+            if let Some(c) = self.take(op)? {
+                return Ok((Some(c), seen));
+            }
+        }
+        Ok((None, seen))
+    }
+
+    /// One round of a wait for `op`: runs `progress` (a receive it completes for
+    /// `op` is handed straight back), then looks at the table only if some
+    /// completion became ready since `seen`.
+    ///
+    /// No completion is missed: every path that makes one ready either hands it to
+    /// this thread inside `progress_for` or inserts it into the table and then
+    /// moves the generation (both under the table's lock), and `seen` is only
+    /// advanced to a generation value read *before* the table is searched.
+    pub(crate) fn wait_poll(
+        &self,
+        op: OpId,
+        seen: &mut u64,
+        progress: impl FnOnce(),
+    ) -> Result<Option<Completion>> {
+        if let Some(c) = self.progress_for(op, progress) {
+            return Ok(Some(c));
+        }
+        let now = self.generation();
+        if now != *seen {
+            *seen = now;
+            return self.take(op);
+        }
+        Ok(None)
     }
 
     /// Whether this thread, inside [`Shared::progress_for`], awaits `op`.
@@ -420,12 +476,7 @@ impl Shared {
             .and_then(|q| q.pop_front());
         let result = match early {
             Some(data) => Some(Ok(Payload::Bytes(data))),
-            None => st.dead.get(&peer).map(|cause| {
-                Err(Error::PeerLost {
-                    rank: peer,
-                    cause: cause.clone(),
-                })
-            }),
+            None => st.dead.get(&peer).map(|e| Err(e.clone())),
         };
         match result {
             Some(result) => {
@@ -452,11 +503,23 @@ impl Shared {
 
     /// Marks `peer` lost: its pending operations fail, later ones fail at once.
     pub(crate) fn fail_peer(&self, peer: usize, cause: &str) {
+        self.fail_peer_by(peer, cause, None::<Error>);
+    }
+
+    /// Like [`Shared::fail_peer`], keeping the error that revealed the loss as the
+    /// source of every `PeerLost` it causes.
+    pub(crate) fn fail_peer_by(
+        &self,
+        peer: usize,
+        cause: &str,
+        source: Option<impl std::error::Error + Send + Sync + 'static>,
+    ) {
         let mut st = self.st();
         if st.dead.contains_key(&peer) {
             return;
         }
-        st.dead.insert(peer, cause.to_string());
+        let lost_error = Error::lost(peer, cause, source);
+        st.dead.insert(peer, lost_error.clone());
         let lost: Vec<(u64, OpKind)> = st
             .pending
             .iter()
@@ -478,10 +541,7 @@ impl Shared {
                     op: OpId(op),
                     peer,
                     kind,
-                    result: Err(Error::PeerLost {
-                        rank: peer,
-                        cause: cause.to_string(),
-                    }),
+                    result: Err(lost_error.clone()),
                 },
             );
             self.bump(&st);
@@ -489,8 +549,8 @@ impl Shared {
         st.posted.retain(|(p, _), _| *p != peer);
     }
 
-    /// Whether `peer` is known lost.
-    pub(crate) fn is_lost(&self, peer: usize) -> Option<String> {
+    /// The `PeerLost` error of `peer` if it is known lost.
+    pub(crate) fn is_lost(&self, peer: usize) -> Option<Error> {
         self.st().dead.get(&peer).cloned()
     }
 
@@ -562,7 +622,7 @@ impl Shared {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -690,5 +750,112 @@ mod tests {
         ));
         drop(r);
         assert!(matches!(s.lookup(k.id, k.key, 0, 1), Err(Error::BadKey(_))));
+    }
+}
+
+/// Loom models of the completion hand-off: a waiting thread (running the real
+/// `wait_begin`/`wait_poll` with its own progress) against a progress thread of
+/// another backend delivering at the same time. Run with
+/// `RUSTFLAGS="--cfg loom" cargo test --release --lib -p hpc-rdma loom`.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+
+    /// Waits for `op` the way `Transport::wait_timeout` does, with `progress` as the
+    /// waiter's own progress. Once `other_done` is seen set, the result must appear
+    /// within the next round: no wake-up is lost.
+    fn wait(
+        s: &Shared,
+        op: OpId,
+        other_done: &AtomicBool,
+        mut progress: impl FnMut(),
+    ) -> Completion {
+        let (first, mut seen) = s.wait_begin(op).unwrap();
+        if let Some(c) = first {
+            return c;
+        }
+        let mut after_done = 0;
+        loop {
+            if let Some(c) = s.wait_poll(op, &mut seen, &mut progress).unwrap() {
+                return c;
+            }
+            if other_done.load(Ordering::SeqCst) {
+                after_done += 1;
+                assert!(after_done < 2, "delivered but not seen: a lost wake-up");
+            }
+            loom::thread::yield_now();
+        }
+    }
+
+    /// The receive is completed by another thread (e.g. the tcp reader) while this
+    /// one is anywhere in its wait: it is found, exactly once.
+    #[test]
+    fn loom_wait_sees_a_delivery_from_another_thread() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let s = Shared::new(0, 2);
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let op = s.post_recv(1, 5);
+            let (s2, done2) = (s.clone(), done.clone());
+            let t = loom::thread::spawn(move || {
+                s2.deliver(1, 5, vec![42]);
+                done2.store(true, Ordering::SeqCst);
+            });
+            let c = wait(&s, op, &done, || {});
+            assert_eq!(c.result.unwrap().into_bytes(), vec![42]);
+            assert!(s.take(op).is_err(), "completed once, not also in the table");
+            t.join().unwrap();
+        });
+    }
+
+    /// Two receives of one tag; the waiter's own progress delivers one message (the
+    /// shm ring's path, handed straight back) while another thread delivers the
+    /// other (the table's path). Each receive gets one message, in posting order,
+    /// none is lost or duplicated, and the hand-off never crosses threads.
+    #[test]
+    fn loom_handoff_and_table_split_two_messages() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let s = Shared::new(0, 2);
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let first = s.post_recv(1, 5);
+            let second = s.post_recv(1, 5);
+            let (s2, done2) = (s.clone(), done.clone());
+            let t = loom::thread::spawn(move || {
+                // This thread waits for nothing: its delivery must go to the table.
+                s2.deliver(1, 5, vec![2]);
+                done2.store(true, Ordering::SeqCst);
+            });
+            let mut mine = Some(vec![1u8]);
+            let s3 = s.clone();
+            let a = wait(&s, first, &done, || {
+                if let Some(m) = mine.take() {
+                    s3.deliver(1, 5, m);
+                }
+            });
+            t.join().unwrap();
+            // If the first receive was satisfied before this thread's progress ran,
+            // its message is delivered by a later progress call.
+            if let Some(m) = mine.take() {
+                s.deliver(1, 5, m);
+            }
+            let b = s
+                .wait_begin(second)
+                .unwrap()
+                .0
+                .expect("both were delivered");
+            let (a, b) = (
+                a.result.unwrap().into_bytes(),
+                b.result.unwrap().into_bytes(),
+            );
+            let mut both = [a[0], b[0]];
+            both.sort();
+            assert_eq!(both, [1, 2], "each message once");
+            assert!(s.take(first).is_err() && s.take(second).is_err());
+            assert!(s.drain().is_empty(), "nothing left behind");
+        });
     }
 }
