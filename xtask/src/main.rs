@@ -16,7 +16,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-mod image;
 mod setup;
 
 /// hpc-rs project automation.
@@ -56,7 +55,7 @@ enum Task {
     },
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
-    Image(image::Args),
+    Image(hpc_image::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -184,7 +183,7 @@ fn main() -> Result<()> {
                 .arg(root().join("containers/cluster/cluster.sh"))
                 .args(&args))
         }
-        Task::Image(args) => image::run(args),
+        Task::Image(args) => hpc_image::run(args),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;

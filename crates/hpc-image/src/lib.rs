@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 pub mod base;
 pub mod oci;
+pub mod sys;
 pub mod tar;
 pub mod templates;
 
@@ -200,9 +201,9 @@ pub fn parse_metadata(v: &Value) -> Result<Workspace> {
 }
 
 fn metadata() -> Result<Workspace> {
-    let out = crate::cargo()
+    let out = crate::sys::cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(crate::root())
+        .current_dir(crate::sys::root())
         .output()
         .context("cannot run cargo metadata")?;
     if !out.status.success() {
@@ -409,7 +410,7 @@ pub fn template_keys() -> &'static [&'static str] {
 fn git(args: &[&str]) -> Option<String> {
     let out = Command::new("git")
         .args(args)
-        .current_dir(crate::root())
+        .current_dir(crate::sys::root())
         .output()
         .ok()?;
     out.status
@@ -478,7 +479,7 @@ fn shell_quote(s: &str) -> String {
 /// Runs `cargo xtask image`.
 pub fn run(args: Args) -> Result<()> {
     if args.setup_tools {
-        crate::setup::apt(crate::setup::CONTAINER_PACKAGES)?;
+        crate::sys::apt(crate::sys::CONTAINER_PACKAGES)?;
         if args.binary.is_none() {
             return Ok(());
         }
@@ -513,7 +514,7 @@ pub fn run(args: Args) -> Result<()> {
         build.push(features.clone());
     }
     pr.step(&format!("cargo {}", build.join(" ")));
-    crate::run(crate::cargo().args(&build))?;
+    crate::sys::run(crate::sys::cargo().args(&build))?;
     let release = ws.target_dir.join("release");
     let bin_path = if bin.example {
         release.join("examples").join(&bin.name)
@@ -530,7 +531,7 @@ pub fn run(args: Args) -> Result<()> {
         if wants_mpi && hpc.features.iter().any(|f| f == "mpi") {
             b.extend(["--features", "mpi"]);
         }
-        crate::run(crate::cargo().args(&b))?;
+        crate::sys::run(crate::sys::cargo().args(&b))?;
         binaries.push(("hpc".into(), release.join("hpc")));
     }
     pr.done("built");
@@ -941,8 +942,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut sif_error = None;
     if formats.contains(&Format::Sif) {
         pr.step(&format!("apptainer build {sif} {def}"));
-        if crate::setup::has("apptainer") {
-            crate::run(
+        if crate::sys::has("apptainer") {
+            crate::sys::run(
                 Command::new("apptainer")
                     .args(["build", "--force", &sif, &def])
                     .current_dir(&out_dir),

@@ -149,13 +149,13 @@ fn is_root() -> bool {
 
 /// Makes sure mmdebstrap is there: installs it as root, otherwise says how.
 fn need_mmdebstrap() -> Result<()> {
-    if crate::setup::has("mmdebstrap") {
+    if crate::sys::has("mmdebstrap") {
         return Ok(());
     }
-    if is_root() && crate::setup::has("apt-get") {
+    if is_root() && crate::sys::has("apt-get") {
         eprintln!("    mmdebstrap is missing: installing it");
-        crate::setup::apt(&["mmdebstrap"])?;
-        if crate::setup::has("mmdebstrap") {
+        crate::sys::apt(&["mmdebstrap"])?;
+        if crate::sys::has("mmdebstrap") {
             return Ok(());
         }
     }
