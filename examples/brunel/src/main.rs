@@ -152,7 +152,7 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
+fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
     let threads = threads.max(1);
     if threads > 1 {
         if let Ok(topo) = hpc_topology::Topology::this_machine() {
@@ -165,7 +165,7 @@ fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::Thr
         // ranks that share the node's cores divide them.
         let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
             .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc::placement_slot(world, &t)?))
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
         {
             Ok(slot) => slot,
             Err(_) => (world.local_rank(), world.local_size()),
@@ -212,7 +212,7 @@ fn run(args: Args) -> Result<()> {
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
-    let ctx = hpc::init()?;
+    let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     let pool = make_pool(&world, args.threads, !args.no_pin)?;
@@ -313,7 +313,7 @@ fn run(args: Args) -> Result<()> {
 }
 
 /// The exchange for `engine`: where `hpc-collectives` engines plug in.
-fn make_exchange(engine: Engine, world: Arc<hpc::World>) -> Result<AnyExchange> {
+fn make_exchange(engine: Engine, world: Arc<hpc_rs::World>) -> Result<AnyExchange> {
     if !engine.available() {
         return Err(engine.unavailable_error());
     }
