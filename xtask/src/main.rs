@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod hwloc;
 mod setup;
 
 /// hpc-rs project automation.
@@ -55,7 +56,7 @@ enum Task {
     },
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
-    Image(hpc_image::Args),
+    Image(Box<hpc_image::Args>),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -120,50 +121,145 @@ fn demo() -> Result<()> {
     Ok(())
 }
 
+/// The crates whose default build differs from `--all-features` in what users meet
+/// first: the facade and the CLI as `cargo add` and `cargo install` give them, and the
+/// crates under them whose code changes with `mpi` or `vendored`.
+const DEFAULT_FEATURE_CRATES: &[&str] = &["hpc-rs", "hpc-cli", "hpc-runtime", "hpc-topology"];
+
 fn test(quick: bool) -> Result<()> {
     let t = Instant::now();
-    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--all-features",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    let mut steps: Vec<(String, f64)> = Vec::new();
+    let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        let t = Instant::now();
+        f()?;
+        steps.push((name.to_string(), t.elapsed().as_secs_f64()));
+        Ok(())
+    };
+    step("fmt", &mut || {
+        run(cargo().args(["fmt", "--all", "--", "--check"]))
+    })?;
+    // --all-features includes hpc-topology's `vendored`: hwloc is built from source
+    // (hwloc::run_seeding supplies the source where open-mpi.org is out of reach).
+    step("clippy, all features", &mut || {
+        hwloc::run_seeding(|| {
+            let mut c = cargo();
+            c.args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            c
+        })
+    })?;
+    // Default features: what `cargo add hpc-rs` and `cargo install hpc-cli` build
+    // (system hwloc through pkg-config, no MPI).
+    step("clippy, default features", &mut || {
+        run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     // Integration tests that need MPI fail loudly instead of skipping.
     std::env::set_var("HPC_REQUIRE_MPI", "1");
     if setup::has("cargo-nextest") {
-        run(cargo().args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--all-features",
-            "--no-fail-fast",
-        ]))?;
-        run(cargo().args(["test", "--workspace", "--all-features", "--doc"]))?;
+        step("tests, all features", &mut || {
+            hwloc::run_seeding(|| {
+                let mut c = cargo();
+                c.args([
+                    "nextest",
+                    "run",
+                    "--workspace",
+                    "--all-features",
+                    "--no-fail-fast",
+                ]);
+                c
+            })
+        })?;
+        step("doctests, all features", &mut || {
+            hwloc::run_seeding(|| {
+                let mut c = cargo();
+                c.args(["test", "--workspace", "--all-features", "--doc"]);
+                c
+            })
+        })?;
+        step("tests, default features", &mut || {
+            let mut c = cargo();
+            c.args(["nextest", "run", "--no-fail-fast"]);
+            for p in DEFAULT_FEATURE_CRATES {
+                c.args(["-p", p]);
+            }
+            run(&mut c)
+        })?;
     } else {
-        run(cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]))?;
+        step("tests, all features", &mut || {
+            hwloc::run_seeding(|| {
+                let mut c = cargo();
+                c.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
+                c
+            })
+        })?;
     }
     if !quick {
-        run(cargo()
-            .args(["doc", "--workspace", "--no-deps", "--all-features"])
-            .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))?;
-        run(Command::new("mdbook").args(["build", "book"]))?;
-        run(Command::new("mdbook").args(["test", "book"]))?;
-        run(cargo().args([
-            "package",
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--exclude",
-            "hpc-benches",
-            "--exclude",
-            "hpc-example-hello",
-            "--no-verify",
-            "--allow-dirty",
-        ]))?;
+        // An application outside this repository, made by `hpc new` against the
+        // packaged crates: cargo install hpc-cli, hpc run, mpirun, its own
+        // `cargo xtask image` and podman (crates/hpc-cli/tests/outside.rs).
+        step("outside application", &mut || {
+            let mut c = cargo();
+            c.args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
+                .args(["--test", "outside", "--no-fail-fast"])
+                .env("HPC_TEST_OUTSIDE", "1");
+            if !setup::has("cargo-nextest") {
+                c = cargo();
+                c.args([
+                    "test",
+                    "-p",
+                    "hpc-cli",
+                    "--all-features",
+                    "--test",
+                    "outside",
+                ])
+                .env("HPC_TEST_OUTSIDE", "1");
+            }
+            run(&mut c)
+        })?;
+        step("docs", &mut || {
+            hwloc::run_seeding(|| {
+                let mut c = cargo();
+                c.args(["doc", "--workspace", "--no-deps", "--all-features"])
+                    .env("RUSTDOCFLAGS", "-D warnings -D missing_docs");
+                c
+            })
+        })?;
+        step("book", &mut || {
+            run(Command::new("mdbook").args(["build", "book"]))?;
+            run(Command::new("mdbook").args(["test", "book"]))
+        })?;
+        step("package", &mut || {
+            run(cargo().args([
+                "package",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "hpc-benches",
+                "--exclude",
+                "hpc-example-hello",
+                "--no-verify",
+                "--allow-dirty",
+            ]))
+        })?;
+    }
+    eprintln!("\nsteps:");
+    for (name, secs) in &steps {
+        eprintln!("  {secs:>7.1}s  {name}");
     }
     eprintln!("\nall checks passed in {:.0}s", t.elapsed().as_secs_f64());
     Ok(())
@@ -183,7 +279,18 @@ fn main() -> Result<()> {
                 .arg(root().join("containers/cluster/cluster.sh"))
                 .args(&args))
         }
-        Task::Image(args) => hpc_image::run(args),
+        Task::Image(args) => {
+            // This workspace's tests also need Slurm, munge and PMIx besides the
+            // image tools that hpc-image installs.
+            if args.setup_tools {
+                setup::apt(setup::CONTAINER_PACKAGES)?;
+            }
+            if let Err(e) = hpc_image::run(*args) {
+                eprintln!("error: {e:#}");
+                std::process::exit(hpc_image::exit_status(&e).into());
+            }
+            Ok(())
+        }
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;

@@ -1,6 +1,6 @@
 //! The base file system layer: made with `mmdebstrap`, normalised into a
-//! deterministic layer and cached under `<target>/xtask-image-cache/<key>/`, or taken
-//! from an existing OCI layout / archive (`--base`).
+//! deterministic layer and cached under `<cache>/<key>/` (`<target>/hpc-image-cache`
+//! by default), or taken from an existing OCI layout / archive (`--base`).
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,34 +1,23 @@
 //! Running programs: the tools the image builder drives (cargo, ldd, dpkg,
 //! mmdebstrap, apptainer) and installing missing ones on Debian/Ubuntu.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-/// Debian packages of the container tool chain: the engines and tools that read the
-/// images, `mmdebstrap` for the base file system, and a single-node Slurm with munge
-/// and PMIx to run the batch scripts.
-pub const CONTAINER_PACKAGES: &[&str] = &[
+/// Debian packages of the container tool chain (`--setup-tools`): `mmdebstrap` for
+/// the base file system and the engines and tools that load, inspect and run the
+/// images.
+pub const TOOL_PACKAGES: &[&str] = &[
+    "mmdebstrap",
     "podman",
     "skopeo",
     "umoci",
     "runc",
     "uidmap",
     "fuse-overlayfs",
-    "mmdebstrap",
-    "slurm-wlm",
-    "munge",
-    "libpmix2",
-    "openmpi-bin",
 ];
-
-/// The directory `cargo metadata` is run in: the current one (cargo finds the
-/// workspace above it).
-pub fn root() -> PathBuf {
-    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
-}
 
 /// The cargo that runs us (`CARGO`), else `cargo` from the PATH.
 pub fn cargo() -> Command {
@@ -48,6 +37,17 @@ pub fn run(cmd: &mut Command) -> Result<()> {
         bail!("{shown} failed with {status}");
     }
     Ok(())
+}
+
+/// The path of a program on the PATH.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Whether a program is on the PATH.
@@ -103,4 +103,66 @@ pub fn apt(packages: &[&str]) -> Result<()> {
     }
     eprintln!("==> installing {}", missing.join(" "));
     run(Command::new("sh").args(["-c", &cmd]))
+}
+
+/// An exclusive lock on a directory (an `flock` on `DIR/.lock`), held until dropped.
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the exclusive lock of `dir` (created if missing), waiting for another
+/// holder and saying so.
+pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!(
+            "    waiting for {}: another image build uses this cache",
+            path.display()
+        );
+        // SAFETY: as above; blocking until the other holder closes its descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    Ok(DirLock { _file: file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_waits_for_the_first() {
+        let dir = std::env::temp_dir().join(format!("hpc-image-lock-{}", std::process::id()));
+        let first = lock_dir(&dir).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        let t = std::thread::spawn(move || {
+            let _second = lock_dir(&d).unwrap();
+            tx.send(()).unwrap();
+        });
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(200))
+            .is_err());
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn which_finds_sh() {
+        assert!(which("sh").is_some());
+        assert!(which("no-such-program-hpc-image").is_none());
+    }
 }

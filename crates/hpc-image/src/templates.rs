@@ -1,4 +1,4 @@
-//! The hand-written templates of `containers/templates/` and their `{{name}}`
+//! The hand-written templates of this crate's `templates/` and their `{{name}}`
 //! placeholder filling.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 
 /// A template: the file name it is written under and its text.
 pub struct Template {
-    /// File name in `containers/templates/`.
+    /// File name in `templates/`.
     pub name: &'static str,
     /// Output file name (`{app}` is replaced by the binary name).
     pub out: &'static str,

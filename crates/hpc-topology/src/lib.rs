@@ -138,7 +138,11 @@
 //! **`vendored`** feature builds hwloc from source and links it statically: it needs a
 //! C compiler, `make`, autoconf, automake and libtool, and hwlocality's build script
 //! downloads the hwloc release tarball (checked against a SHA3 digest) from
-//! open-mpi.org, so the build machine needs that web site.
+//! open-mpi.org, so the build machine needs that web site. The feature selects
+//! hwlocality's `vendored-extra`, because its plain `vendored` configures hwloc with
+//! `--disable-io`, and a topology without PCI devices has no GPUs or NICs to place
+//! ranks near; with `vendored-extra` hwloc's own configure decides, and links
+//! libxml2 where its headers are installed.
 
 mod bind;
 mod cpuset;

@@ -22,6 +22,12 @@ pub enum FailMode {
 
 /// Arguments of `hpc selftest`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc run -n 4 -- hpc selftest --expect-size 4\n  \
+    hpc run -n 4 --nodes 2 -- hpc selftest --transport --collectives thread\n  \
+    mpirun -n 2 hpc selftest --collectives mpi        (an hpc built with --features mpi)\n  \
+    srun --mpi=pmix -N 2 -n 8 hpc selftest --expect-nodes 2 --json\n\n\
+    Exit status: 0 every check passed, 2 a check failed.")]
 pub struct Args {
     /// Rounds of barrier + allgather + broadcast.
     #[arg(long, default_value_t = 3)]
@@ -44,10 +50,9 @@ pub struct Args {
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
     /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
-    /// reduce-scatter) through hpc-collectives with this engine (inline, thread,
-    /// proxy, mpi) and check them.
-    #[arg(long, value_name = "ENGINE")]
-    pub collectives: Option<String>,
+    /// reduce-scatter) through hpc-collectives with this engine and check them.
+    #[arg(long, value_name = "ENGINE", value_enum)]
+    pub collectives: Option<super::values::Engine>,
     /// This rank fails on purpose (for testing failure handling).
     #[arg(long)]
     pub fail_rank: Option<usize>,
@@ -151,7 +156,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         } else {
             serde_json::Value::Null
         };
-        let collectives = match &args.collectives {
+        let collectives = match args.collectives.map(|e| e.name()) {
             Some(engine) => check_collectives(&world, engine)
                 .with_context(|| format!("collectives check ({engine} engine)"))?,
             None => serde_json::Value::Null,
