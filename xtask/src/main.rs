@@ -4,6 +4,8 @@
 //! - `test`: set up the machine and run every check CI runs (fmt, clippy, tests, docs,
 //!   book, packaging).
 //! - `setup`: only the set-up step (system packages, toolchain components, mdbook).
+//! - `image`: a container image of a binary (the `hpc-image` library).
+//! - `man`: the manual pages and shell completions of `hpc`.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -57,6 +59,13 @@ enum Task {
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
     Image(Box<hpc_image::Args>),
+    /// Write the manual pages of `hpc` (hpc.1, hpc-run.1, ...) and its bash, zsh and
+    /// fish completions, generated from its clap definition.
+    Man {
+        /// Output directory (pages in `man1/`, completions in `completions/`).
+        #[arg(long, default_value = "target/man")]
+        out: PathBuf,
+    },
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -265,6 +274,29 @@ fn test(quick: bool) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask man`: builds `hpc` and has it write its pages and completions.
+fn man(out: &Path) -> Result<()> {
+    let out = root().join(out);
+    run(cargo().args(["build", "-p", "hpc-cli", "--bin", "hpc"]))?;
+    let hpc = root().join("target/debug/hpc");
+    run(Command::new(&hpc)
+        .args(["man", "--dir"])
+        .arg(out.join("man1")))?;
+    std::fs::create_dir_all(out.join("completions"))?;
+    for (shell, file) in [("bash", "hpc"), ("zsh", "_hpc"), ("fish", "hpc.fish")] {
+        let o = Command::new(&hpc).args(["completions", shell]).output()?;
+        if !o.status.success() {
+            bail!("hpc completions {shell} failed with {}", o.status);
+        }
+        std::fs::write(out.join("completions").join(file), o.stdout)?;
+    }
+    eprintln!(
+        "manual pages in {0}/man1 (man -l {0}/man1/hpc.1), completions in {0}/completions",
+        out.display()
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
@@ -291,6 +323,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Task::Man { out } => man(&out),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;
