@@ -657,6 +657,16 @@ pub fn profile_dir(profile: &str) -> &str {
     }
 }
 
+/// Cargo's arguments for a profile: `--release` for the release profile (as the
+/// command has always recorded it), else `--profile NAME`.
+fn profile_args(profile: &str) -> Vec<String> {
+    if profile == "release" {
+        vec!["--release".into()]
+    } else {
+        vec!["--profile".into(), profile.into()]
+    }
+}
+
 /// Whether a `--features` list asks for `mpi` (or `dep/mpi`).
 fn wants_mpi(features: &str) -> bool {
     features
@@ -673,7 +683,8 @@ fn hpc_launcher(
     manifest: &[String],
 ) -> Result<PathBuf> {
     if let Some(hpc) = ws.bins.iter().find(|b| b.name == "hpc" && !b.example) {
-        let mut b: Vec<String> = vec!["build".into(), "--profile".into(), args.profile.clone()];
+        let mut b: Vec<String> = vec!["build".into()];
+        b.extend(profile_args(&args.profile));
         b.extend(manifest.iter().cloned());
         b.extend([
             "-p".into(),
@@ -767,13 +778,9 @@ pub fn run(args: Args) -> Result<()> {
     };
     // The command as recorded in the image: without --manifest-path, so that the
     // labels do not depend on where the workspace lies.
-    let mut build: Vec<String> = vec![
-        "build".into(),
-        "--profile".into(),
-        args.profile.clone(),
-        "-p".into(),
-        bin.package.clone(),
-    ];
+    let mut build: Vec<String> = vec!["build".into()];
+    build.extend(profile_args(&args.profile));
+    build.extend(["-p".into(), bin.package.clone()]);
     build.push(if bin.example { "--example" } else { "--bin" }.into());
     build.push(bin.name.clone());
     if !features.is_empty() {

@@ -73,6 +73,12 @@ fn unix_ns() -> u128 {
 
 /// Runs the self-test on this rank.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
+    if args.collectives == Some(super::values::Engine::Mpi) && !cfg!(feature = "mpi") {
+        bail!(
+            "--collectives mpi: this hpc was built without MPI \
+             (cargo install hpc-cli --features mpi)"
+        );
+    }
     let t0 = Instant::now();
     let world = World::init().context("joining the world")?;
     let (rank, size) = (world.rank(), world.size());
