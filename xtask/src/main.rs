@@ -59,6 +59,15 @@ enum Task {
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
     Image(Box<hpc_image::Args>),
+    /// Run a cargo command whose vendored hwloc build cannot download its source
+    /// (open-mpi.org out of reach): Debian's hwloc source is placed where the build
+    /// looks and the command runs again, e.g.
+    /// `cargo xtask hwloc-source clippy --workspace --all-targets --all-features`.
+    HwlocSource {
+        /// The cargo command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
     /// Write the manual pages of `hpc` (hpc.1, hpc-run.1, ...) and its bash, zsh and
     /// fish completions, generated from its clap definition.
     Man {
@@ -324,6 +333,11 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Man { out } => man(&out),
+        Task::HwlocSource { args } => hwloc::run_seeding(|| {
+            let mut c = cargo();
+            c.args(&args);
+            c
+        }),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;
