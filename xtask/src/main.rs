@@ -4,6 +4,8 @@
 //! - `test`: set up the machine and run every check CI runs (fmt, clippy, tests, docs,
 //!   book, packaging).
 //! - `setup`: only the set-up step (system packages, toolchain components, mdbook).
+//! - `image`: a container image of a binary (the `hpc-image` library).
+//! - `man`: the manual pages and shell completions of `hpc`.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -17,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod fuzz;
-mod image;
+mod hwloc;
 mod setup;
 
 /// hpc-rs project automation.
@@ -66,7 +68,23 @@ enum Task {
     },
     /// Build a binary in release mode and write its container image (OCI layout,
     /// oci-archive/docker-archive, SIF) plus Apptainer/Slurm/Podman run files.
-    Image(image::Args),
+    Image(Box<hpc_image::Args>),
+    /// Run a cargo command whose vendored hwloc build cannot download its source
+    /// (open-mpi.org out of reach): Debian's hwloc source is placed where the build
+    /// looks and the command runs again, e.g.
+    /// `cargo xtask hwloc-source clippy --workspace --all-targets --all-features`.
+    HwlocSource {
+        /// The cargo command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+    /// Write the manual pages of `hpc` (hpc.1, hpc-run.1, ...) and its bash, zsh and
+    /// fish completions, generated from its clap definition.
+    Man {
+        /// Output directory (pages in `man1/`, completions in `completions/`).
+        #[arg(long, default_value = "target/man")]
+        out: PathBuf,
+    },
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -136,62 +154,173 @@ fn demo() -> Result<()> {
     Ok(())
 }
 
+/// The crates whose default build differs from `--all-features` in what users meet
+/// first: the facade and the CLI as `cargo add` and `cargo install` give them, and the
+/// crates under them whose code changes with `mpi` or `vendored`.
+const DEFAULT_FEATURE_CRATES: &[&str] = &["hpc-rs", "hpc-cli", "hpc-runtime", "hpc-topology"];
+
 fn test(quick: bool) -> Result<()> {
     let t = Instant::now();
-    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--all-features",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    let mut steps: Vec<(String, f64)> = Vec::new();
+    let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        let t = Instant::now();
+        f()?;
+        steps.push((name.to_string(), t.elapsed().as_secs_f64()));
+        Ok(())
+    };
+    step("fmt", &mut || {
+        run(cargo().args(["fmt", "--all", "--", "--check"]))
+    })?;
+    // "All features" is every feature of every crate except the ones that build hwloc
+    // from source (`vendored`, `vendored-hwloc`): those get a step of their own below,
+    // so that everything else is tested against the system's hwloc, as users build it.
+    let all = all_features()?;
+    step("clippy, all features", &mut || {
+        run(cargo()
+            .args(["clippy", "--workspace", "--all-targets", "--features", &all])
+            .args(["--", "-D", "warnings"]))
+    })?;
+    // Default features: what `cargo add hpc-rs` and `cargo install hpc-cli` build
+    // (system hwloc through pkg-config, no MPI).
+    step("clippy, default features", &mut || {
+        run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
     // Integration tests that need MPI or the browser (set-up installs both) fail
     // loudly instead of skipping.
     std::env::set_var("HPC_REQUIRE_MPI", "1");
     std::env::set_var("HPC_REQUIRE_BROWSER", "1");
     if setup::has("cargo-nextest") {
-        run(cargo().args([
-            "nextest",
-            "run",
-            "--workspace",
-            "--all-features",
-            "--no-fail-fast",
-        ]))?;
-        run(cargo().args(["test", "--workspace", "--all-features", "--doc"]))?;
+        step("tests, all features", &mut || {
+            run(cargo()
+                .args(["nextest", "run", "--workspace", "--features", &all])
+                .arg("--no-fail-fast"))
+        })?;
+        step("doctests, all features", &mut || {
+            run(cargo().args(["test", "--workspace", "--features", &all, "--doc"]))
+        })?;
+        step("tests, default features", &mut || {
+            let mut c = cargo();
+            c.args(["nextest", "run", "--no-fail-fast"]);
+            for p in DEFAULT_FEATURE_CRATES {
+                c.args(["-p", p]);
+            }
+            run(&mut c)
+        })?;
     } else {
-        run(cargo().args(["test", "--workspace", "--all-features", "--no-fail-fast"]))?;
+        step("tests, all features", &mut || {
+            run(cargo()
+                .args(["test", "--workspace", "--features", &all])
+                .arg("--no-fail-fast"))
+        })?;
     }
-    loom()?;
+    // hwloc built from source (hwlocality's `vendored-extra`) and the topology tests
+    // against it; hwloc::run_seeding supplies the source where open-mpi.org is out of
+    // reach, as in CI.
+    step("vendored hwloc: build and topology tests", &mut || {
+        hwloc::run_seeding(|| {
+            let mut c = cargo();
+            c.args(["test", "-p", "hpc-topology", "--features", "vendored"]);
+            c
+        })
+    })?;
+    step("loom models", &mut loom)?;
     if !quick {
-        run(cargo()
-            .args(["doc", "--workspace", "--no-deps", "--all-features"])
-            .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))?;
+        // An application outside this repository, made by `hpc new` against the
+        // packaged crates: cargo install hpc-cli, hpc run, mpirun, its own
+        // `cargo xtask image` and podman (crates/hpc-cli/tests/outside.rs).
+        step("outside application", &mut || {
+            let mut c = cargo();
+            c.args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
+                .args(["--test", "outside", "--no-fail-fast"])
+                .env("HPC_TEST_OUTSIDE", "1");
+            if !setup::has("cargo-nextest") {
+                c = cargo();
+                c.args([
+                    "test",
+                    "-p",
+                    "hpc-cli",
+                    "--all-features",
+                    "--test",
+                    "outside",
+                ])
+                .env("HPC_TEST_OUTSIDE", "1");
+            }
+            run(&mut c)
+        })?;
         // The device script (GPU check, overlap with spare cores, scaling) packs its
         // bundle and runs every part in miniature, so it is known to work before a
         // GPU machine is at hand.
-        run(Command::new("bash").args(["benches/device.sh", "dry"]))?;
+        step("device script, dry run", &mut || {
+            run(Command::new("bash").args(["benches/device.sh", "dry"]))
+        })?;
         // Every decoder and file reader, from its corpus, about 20 s each.
-        fuzz::run(&root(), 20, &[])?;
-        run(Command::new("mdbook").args(["build", "book"]))?;
-        run(Command::new("mdbook").args(["test", "book"]))?;
-        run(cargo().args([
-            "package",
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--exclude",
-            "hpc-benches",
-            "--exclude",
-            "hpc-example-hello",
-            "--no-verify",
-            "--allow-dirty",
-        ]))?;
+        step("fuzzing", &mut || fuzz::run(&root(), 20, &[]))?;
+        step("docs", &mut || {
+            run(cargo()
+                .args(["doc", "--workspace", "--no-deps", "--features", &all])
+                .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))
+        })?;
+        step("book", &mut || {
+            run(Command::new("mdbook").args(["build", "book"]))?;
+            run(Command::new("mdbook").args(["test", "book"]))
+        })?;
+        step("package", &mut || {
+            run(cargo().args([
+                "package",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "hpc-benches",
+                "--exclude",
+                "hpc-example-hello",
+                "--no-verify",
+                "--allow-dirty",
+            ]))
+        })?;
+    }
+    eprintln!("\nsteps:");
+    for (name, secs) in &steps {
+        eprintln!("  {secs:>7.1}s  {name}");
     }
     eprintln!("\nall checks passed in {:.0}s", t.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Every feature of every workspace crate, as `--features` takes them
+/// (`crate/feature,...`), except those that build hwloc from source.
+fn all_features() -> Result<String> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut list = Vec::new();
+    for p in meta["packages"].as_array().context("no packages in cargo metadata")? {
+        let name = p["name"].as_str().unwrap_or_default();
+        if let Some(features) = p["features"].as_object() {
+            for f in features.keys() {
+                if f != "default" && !f.starts_with("vendored") {
+                    list.push(format!("{name}/{f}"));
+                }
+            }
+        }
+    }
+    Ok(list.join(","))
 }
 
 /// Crates with loom models (tests named `loom_*` under `cfg(loom)`).
@@ -208,6 +337,27 @@ fn loom() -> Result<()> {
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", &dir))?;
     }
+
+/// `cargo xtask man`: builds `hpc` and has it write its pages and completions.
+fn man(out: &Path) -> Result<()> {
+    let out = root().join(out);
+    run(cargo().args(["build", "-p", "hpc-cli", "--bin", "hpc"]))?;
+    let hpc = root().join("target/debug/hpc");
+    run(Command::new(&hpc)
+        .args(["man", "--dir"])
+        .arg(out.join("man1")))?;
+    std::fs::create_dir_all(out.join("completions"))?;
+    for (shell, file) in [("bash", "hpc"), ("zsh", "_hpc"), ("fish", "hpc.fish")] {
+        let o = Command::new(&hpc).args(["completions", shell]).output()?;
+        if !o.status.success() {
+            bail!("hpc completions {shell} failed with {}", o.status);
+        }
+        std::fs::write(out.join("completions").join(file), o.stdout)?;
+    }
+    eprintln!(
+        "manual pages in {0}/man1 (man -l {0}/man1/hpc.1), completions in {0}/completions",
+        out.display()
+    );
     Ok(())
 }
 
@@ -225,8 +375,25 @@ fn main() -> Result<()> {
                 .arg(root().join("containers/cluster/cluster.sh"))
                 .args(&args))
         }
-        Task::Image(args) => image::run(args),
+        Task::Image(args) => {
+            // This workspace's tests also need Slurm, munge and PMIx besides the
+            // image tools that hpc-image installs.
+            if args.setup_tools {
+                setup::apt(setup::CONTAINER_PACKAGES)?;
+            }
+            if let Err(e) = hpc_image::run(*args) {
+                eprintln!("error: {e:#}");
+                std::process::exit(hpc_image::exit_status(&e).into());
+            }
+            Ok(())
+        }
+        Task::Man { out } => man(&out),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
+        Task::HwlocSource { args } => hwloc::run_seeding(|| {
+            let mut c = cargo();
+            c.args(&args);
+            c
+        }),
         Task::Demo { no_setup } => {
             if !no_setup {
                 setup::all()?;

@@ -18,6 +18,10 @@ pub const APT_PACKAGES: &[&str] = &[
     "openmpi-bin",
     "libhwloc-dev",
     "hwloc",
+    // hwlocality's `vendored` build of hwloc (in every --all-features build).
+    "autoconf",
+    "automake",
+    "libtool",
     "libudev-dev",
     "libibverbs-dev",
     "libnl-3-dev",

@@ -1,4 +1,4 @@
-//! Tests of `cargo xtask image`.
+//! Tests of `cargo xtask image` (this workspace's use of hpc-image).
 //!
 //! The end-to-end test (real images, skopeo, Podman, Docker, a single-node Slurm
 //! cluster with PMIx) runs only with `HPC_TEST_CONTAINERS=1` (CI sets it); it installs
@@ -28,7 +28,7 @@ fn unknown_binary_lists_the_available_ones() {
         .args(["image", "no-such-binary"])
         .output()
         .expect("xtask runs");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "bad input: status 2");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("no binary or example named `no-such-binary`"),

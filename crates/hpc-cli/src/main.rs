@@ -1,18 +1,40 @@
 //! The `hpc` command-line tool.
 //!
-//! `hpc run` launches ranks on this machine, `hpc doctor` diagnoses the environment,
-//! `hpc topo` shows the hardware and the placement of ranks, `hpc selftest` checks
-//! that a launch works end to end.
+//! `hpc run` launches ranks on this machine, `hpc new` writes an application
+//! workspace, `hpc doctor` diagnoses the environment, `hpc topo` shows the hardware
+//! and the placement of ranks, `hpc selftest` checks that a launch works end to end.
 
 use std::io::{IsTerminal, Write};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 
+/// `hpc --version`: the version and whether this build has MPI.
+#[cfg(feature = "mpi")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: mpi)");
+#[cfg(not(feature = "mpi"))]
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: none; for mpirun and srun: cargo install hpc-cli --features mpi)"
+);
+
 /// Tools for running and checking hpc-rs applications.
 #[derive(Parser, Debug)]
-#[command(name = "hpc", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "hpc",
+    version = VERSION,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = "Examples:\n  \
+        hpc new my-sim && cd my-sim && cargo build\n  \
+        hpc run -n 4 -- target/debug/my-sim\n  \
+        hpc doctor\n  \
+        hpc topo --ranks 4 --threads 6\n  \
+        hpc completions bash > ~/.local/share/bash-completion/completions/hpc",
+    after_long_help = cmd::EXIT_STATUS_HELP,
+)]
 struct Cli {
     /// Log filter (tracing `EnvFilter` syntax); also read from `HPC_LOG`.
     #[arg(long, global = true, env = "HPC_LOG", default_value = "warn")]
@@ -26,6 +48,8 @@ struct Cli {
 enum Command {
     /// Launch N ranks of a program on this machine.
     Run(cmd::run::Args),
+    /// Write a new application workspace: program, `cargo xtask image`, Slurm script.
+    New(cmd::new::Args),
     /// Diagnose the environment: container runtime, devices, launcher, limits.
     Doctor(cmd::doctor::Args),
     /// Show the hardware topology and the placement of ranks, threads and progress cores.
@@ -36,6 +60,10 @@ enum Command {
     Perftest(cmd::perftest::Args),
     /// Serve as the collectives proxy of a node (started by the ranks under `hpc run --proxy`).
     Proxy(cmd::proxy::Args),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::Args),
+    /// Print the manual page, or write all of them into a directory.
+    Man(cmd::man::Args),
 }
 
 fn main() {
@@ -45,8 +73,12 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(stderr_in_colour())
         .try_init();
+    let launcher = matches!(cli.command, Command::Run(_));
     let result = match cli.command {
         Command::Run(a) => cmd::run::exec(a),
+        Command::New(a) => cmd::new::exec(a),
+        Command::Completions(a) => cmd::completions::exec(a, Cli::command()),
+        Command::Man(a) => cmd::man::exec(a, Cli::command()),
         Command::Doctor(a) => cmd::doctor::exec(a),
         Command::Topo(a) => cmd::topo::exec(a),
         Command::Selftest(a) => cmd::selftest::exec(a),
@@ -68,7 +100,13 @@ fn main() {
         Err(e) => {
             // A closed stderr is no reason to panic.
             let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
-            std::process::exit(2);
+            // A rank's own status passes through `hpc run`, so the launcher's own
+            // failures have a code of their own (as `timeout` and `env` do).
+            std::process::exit(if launcher {
+                cmd::EXIT_RUN_FAILED
+            } else {
+                cmd::EXIT_ERROR
+            });
         }
     }
 }

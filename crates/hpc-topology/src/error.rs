@@ -83,6 +83,16 @@ pub enum TopologyError {
         /// hwloc's complaint.
         reason: String,
     },
+    /// The hwloc library loaded at run time is not a 2.x release.
+    #[error(
+        "the hwloc library loaded at run time has API version {found}; hpc-topology needs \
+         hwloc 2.x (2.0 or newer, below 3.0): install libhwloc15 / hwloc-libs 2.x, or \
+         build with the `vendored` feature"
+    )]
+    HwlocVersion {
+        /// The API version the library reports, `major.minor.patch`.
+        found: String,
+    },
     /// hwloc failed to discover or build the topology.
     #[error("hwloc failed to build the topology: {0}")]
     Hwloc(String),

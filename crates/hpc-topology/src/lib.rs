@@ -116,11 +116,33 @@
 //! Two Rust bindings to hwloc exist. `hwloc2` (2.2.0) has not been released since
 //! 2020 and still uses hwloc 1.x depth conventions, so NUMA-node queries panic on
 //! hwloc 2.x, where NUMA nodes are memory children at a special depth.
-//! `hwlocality` (1.0.0-alpha.13, feature `hwloc-2_8_0`, the newest that Debian 12's
-//! hwloc 2.9 satisfies) is maintained, models hwloc 2.x (memory and I/O children,
-//! type filters, allowed sets) and has safe bindings. Both declare
+//! `hwlocality` (1.0.0-alpha.13) is maintained, models hwloc 2.x (memory and I/O
+//! children, type filters, allowed sets) and has safe bindings. Both declare
 //! `links = "hwloc"`, so a workspace can hold only one of them: this crate uses
 //! `hwlocality`, and no hwloc type appears in its public API.
+//!
+//! # Which hwloc
+//!
+//! Linux only. The crate is compiled against hwloc's **2.0 API** (hwlocality without a
+//! `hwloc-2_*` feature level), so it builds against any hwloc 2.x that `pkg-config`
+//! finds: Ubuntu 22.04 (2.7), RHEL 8 (2.2), RHEL 9 (2.4), Debian 12 (2.9). A call
+//! newer than 2.0 cannot slip in: hwlocality leaves it out at this level and the
+//! build fails. A binary built against one 2.x runs with another (they share the
+//! `libhwloc.so.15` ABI); [`Topology::load`] checks the loaded library's API version
+//! at run time ([`hwloc_api_version`]) and refuses anything but 2.x with
+//! [`TopologyError::HwlocVersion`].
+//!
+//! Build prerequisites: a C toolchain, `pkg-config`, and hwloc >= 2.0 with headers
+//! (`libhwloc-dev` plus `libudev-dev` on Debian/Ubuntu, whose hwloc's `pkg-config
+//! --static` line names libudev; `hwloc-devel` on RHEL). Where there is none, the
+//! **`vendored`** feature builds hwloc from source and links it statically: it needs a
+//! C compiler, `make`, autoconf, automake and libtool, and hwlocality's build script
+//! downloads the hwloc release tarball (checked against a SHA3 digest) from
+//! open-mpi.org, so the build machine needs that web site. The feature selects
+//! hwlocality's `vendored-extra`, because its plain `vendored` configures hwloc with
+//! `--disable-io`, and a topology without PCI devices has no GPUs or NICs to place
+//! ranks near; with `vendored-extra` hwloc's own configure decides, and links
+//! libxml2 where its headers are installed.
 
 mod bind;
 pub mod budget;
@@ -137,6 +159,7 @@ pub use bind::{
 };
 pub use cpuset::CpuSet;
 pub use error::{Result, TopologyError};
+pub use load::hwloc_api_version;
 pub use model::{
     format_bytes, Cache, CacheKind, Core, Gpu, Nic, NicKind, NumaNode, OsDevice, OsDeviceKind,
     Package, PciInfo, Topology, TopologySource,

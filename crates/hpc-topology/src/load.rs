@@ -41,6 +41,44 @@ fn with_io(builder: TopologyBuilder) -> Result<TopologyBuilder> {
         .map_err(|e| TopologyError::Hwloc(format!("cannot enable I/O discovery: {e}")))
 }
 
+/// The API version of the hwloc library loaded at run time, as `(major, minor,
+/// patch)` (hwloc's `hwloc_get_api_version()`: the API level, which can be older than
+/// the release number, e.g. 2.8.0 for hwloc 2.9).
+///
+/// This crate is compiled against hwloc's 2.0 API, so any 2.x library serves it;
+/// [`Topology::load`] refuses another major version with
+/// [`TopologyError::HwlocVersion`].
+///
+/// ```
+/// let (major, _minor, _patch) = hpc_topology::hwloc_api_version();
+/// assert_eq!(major, 2);
+/// ```
+pub fn hwloc_api_version() -> (u32, u32, u32) {
+    split_api_version(hwlocality::hwloc_api_version())
+}
+
+/// Splits hwloc's packed `0xMMmmpp` API version.
+fn split_api_version(v: usize) -> (u32, u32, u32) {
+    (
+        (v >> 16) as u32 & 0xff,
+        (v >> 8) as u32 & 0xff,
+        v as u32 & 0xff,
+    )
+}
+
+/// Fails unless the run-time library speaks the hwloc 2.x API this crate was built
+/// for (a binary built on one machine can meet another hwloc in a container or on a
+/// cluster node).
+fn check_api_version(v: (u32, u32, u32)) -> Result<()> {
+    if v.0 == 2 {
+        Ok(())
+    } else {
+        Err(TopologyError::HwlocVersion {
+            found: format!("{}.{}.{}", v.0, v.1, v.2),
+        })
+    }
+}
+
 impl Topology {
     /// Loads a topology from `source` through hwloc, with I/O discovery enabled.
     ///
@@ -53,6 +91,7 @@ impl Topology {
     /// assert_eq!(topo.pus.len(), 64);
     /// ```
     pub fn load(source: &TopologySource) -> Result<Topology> {
+        check_api_version(hwloc_api_version())?;
         let builder = with_io(HwlocTopology::builder())?;
         let builder = match source {
             TopologySource::ThisMachine => builder,
@@ -390,4 +429,28 @@ fn io_devices(hw: &HwlocTopology) -> (Vec<Gpu>, Vec<Nic>) {
         })
         .collect();
     (gpus, nics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions_are_split_and_checked() {
+        assert_eq!(split_api_version(0x0002_0800), (2, 8, 0));
+        assert_eq!(split_api_version(0x0002_0000), (2, 0, 0));
+        assert!(check_api_version((2, 0, 0)).is_ok());
+        assert!(check_api_version((2, 12, 1)).is_ok());
+        for bad in [(1, 11, 0), (3, 0, 0)] {
+            let e = check_api_version(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{}.{}.{}", bad.0, bad.1, bad.2)), "{e}");
+            assert!(e.contains("hwloc 2.x"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_loaded_library_is_hwloc_2() {
+        let v = hwloc_api_version();
+        assert_eq!(v.0, 2, "{v:?}");
+    }
 }

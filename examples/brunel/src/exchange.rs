@@ -97,10 +97,7 @@ pub enum Engine {
 impl Engine {
     /// Whether this build has the engine (`mpi` needs the `mpi` feature).
     pub fn available(self) -> bool {
-        match self {
-            Engine::Mpi => cfg!(feature = "mpi"),
-            _ => true,
-        }
+        cfg!(feature = "mpi") || !matches!(self, Engine::Mpi)
     }
 
     /// The `hpc-collectives` engine behind this choice (`None` for `world`).

@@ -160,7 +160,7 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
+fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
     let threads = threads.max(1);
     if threads > 1 {
         if let Ok(topo) = hpc_topology::Topology::this_machine() {
@@ -173,7 +173,7 @@ fn make_pool(world: &hpc::World, threads: usize, pin: bool) -> Result<rayon::Thr
         // ranks that share the node's cores divide them.
         let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
             .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc::placement_slot(world, &t)?))
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
         {
             Ok(slot) => slot,
             Err(_) => (world.local_rank(), world.local_size()),
@@ -226,7 +226,7 @@ fn run(args: Args) -> Result<()> {
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
-    let ctx = hpc::init()?;
+    let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     // Refuse a network that cannot fit before allocating any of it.
@@ -393,7 +393,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The exchange for `engine`: where `hpc-collectives` engines plug in.
-fn make_exchange(engine: Engine, world: Arc<hpc::World>) -> Result<AnyExchange> {
+fn make_exchange(engine: Engine, world: Arc<hpc_rs::World>) -> Result<AnyExchange> {
     if !engine.available() {
         return Err(engine.unavailable_error());
     }

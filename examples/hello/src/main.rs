@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("HPC_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let ctx = hpc::init()?;
+    let ctx = hpc_rs::init()?;
     let world = &ctx.world;
     println!(
         "hello from rank {} of {} on node {} ({}), local rank {} of {}",

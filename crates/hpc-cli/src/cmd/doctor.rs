@@ -7,6 +7,12 @@ use std::path::PathBuf;
 
 /// Arguments of `hpc doctor`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc doctor                                   this process's environment\n  \
+    srun -n 1 hpc doctor --json                  what a Slurm step sees, as JSON\n  \
+    apptainer exec app.sif hpc doctor            inside a container\n  \
+    hpc doctor --root /mnt/node7 --env-file node7.env   a captured node\n\n\
+    Exit status: 0 healthy, 1 warnings, 2 errors or bad input.")]
 pub struct Args {
     /// Root directory to diagnose instead of `/` (a file system captured elsewhere).
     #[arg(long, value_name = "DIR")]

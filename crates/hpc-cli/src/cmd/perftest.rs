@@ -59,14 +59,18 @@ impl Test {
 
 /// Arguments of `hpc perftest`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc run -n 2 -- hpc perftest write_lat --backend shm --all\n  \
+    hpc run -n 2 -- hpc perftest send_bw --backend tcp -s 1048576\n  \
+    srun -N 2 -n 2 hpc perftest write_bw --backend verbs --all   (two nodes with HCAs)")]
 pub struct Args {
     /// The test to run.
     #[arg(value_enum)]
     pub test: Test,
-    /// Transport backend: shm, tcp, ofi, verbs, mpi or auto (default: `HPC_TRANSPORT`, else
-    /// auto); with ofi, `HPC_OFI_PROVIDER` picks the libfabric provider.
-    #[arg(long)]
-    pub backend: Option<String>,
+    /// Transport backend (default: `HPC_TRANSPORT`, else auto); with ofi,
+    /// `HPC_OFI_PROVIDER` picks the libfabric provider.
+    #[arg(long, value_enum)]
+    pub backend: Option<super::values::Backend>,
     /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests).
     #[arg(long, short = 's')]
     pub size: Option<usize>,
@@ -126,8 +130,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         );
     }
     let mut opts = Options::from_env()?;
-    if let Some(b) = &args.backend {
-        opts.backend = b.parse()?;
+    if let Some(b) = args.backend {
+        opts.backend = b.name().parse()?;
     }
     let t = Transport::with_options(&world, opts).context("creating the transport")?;
     let me = world.rank();

@@ -11,6 +11,8 @@ use anyhow::{bail, Context};
 
 /// Arguments of `hpc proxy`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Started by the ranks, not by hand:\n  \
+    hpc run -n 4 --proxy --progress 1 --bind core -- ./app   (the app uses Engine::Proxy)")]
 pub struct Args {
     /// Pin the proxy to these CPUs (a cpulist such as `3` or `6-7`).
     #[arg(long, value_name = "LIST")]

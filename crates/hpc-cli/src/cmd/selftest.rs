@@ -22,6 +22,12 @@ pub enum FailMode {
 
 /// Arguments of `hpc selftest`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc run -n 4 -- hpc selftest --expect-size 4\n  \
+    hpc run -n 4 --nodes 2 -- hpc selftest --transport --collectives thread\n  \
+    mpirun -n 2 hpc selftest --collectives mpi        (an hpc built with --features mpi)\n  \
+    srun --mpi=pmix -N 2 -n 8 hpc selftest --expect-nodes 2 --json\n\n\
+    Exit status: 0 every check passed, 2 a check failed.")]
 pub struct Args {
     /// Rounds of barrier + allgather + broadcast.
     #[arg(long, default_value_t = 3)]
@@ -44,10 +50,9 @@ pub struct Args {
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
     /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
-    /// reduce-scatter) through hpc-collectives with this engine (inline, thread,
-    /// proxy, mpi) and check them.
-    #[arg(long, value_name = "ENGINE")]
-    pub collectives: Option<String>,
+    /// reduce-scatter) through hpc-collectives with this engine and check them.
+    #[arg(long, value_name = "ENGINE", value_enum)]
+    pub collectives: Option<super::values::Engine>,
     /// This rank fails on purpose (for testing failure handling).
     #[arg(long)]
     pub fail_rank: Option<usize>,
@@ -68,6 +73,12 @@ fn unix_ns() -> u128 {
 
 /// Runs the self-test on this rank.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
+    if args.collectives == Some(super::values::Engine::Mpi) && !cfg!(feature = "mpi") {
+        bail!(
+            "--collectives mpi: this hpc was built without MPI \
+             (cargo install hpc-cli --features mpi)"
+        );
+    }
     let t0 = Instant::now();
     let world = World::init().context("joining the world")?;
     let (rank, size) = (world.rank(), world.size());
@@ -151,7 +162,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         } else {
             serde_json::Value::Null
         };
-        let collectives = match &args.collectives {
+        let collectives = match args.collectives.map(|e| e.name()) {
             Some(engine) => check_collectives(&world, engine)
                 .with_context(|| format!("collectives check ({engine} engine)"))?,
             None => serde_json::Value::Null,

@@ -6,11 +6,19 @@ use std::path::PathBuf;
 
 use std::io::Write as _;
 
+use super::values;
 use anyhow::Context as _;
 use hpc_topology::{CpuSet, PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VERSION};
 
 /// Arguments of `hpc topo`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc topo                                     this machine's packages, NUMA nodes, cores, GPUs, NICs\n  \
+    hpc topo --ranks 4 --threads 6 --progress 1  where 4 ranks would run\n  \
+    hpc topo --ranks 8 --policy spread --json    the plan as JSON\n  \
+    hpc topo --synthetic \"pack:2 numa:2 core:8 pu:2\" --ranks 4 --policy numa\n  \
+    lstopo node.xml && hpc topo --input node.xml --ranks 16\n\n\
+    Exit status: 0, 1 when ranks had to share cores (oversubscribed), 2 bad input.")]
 pub struct Args {
     /// Ranks on the node: prints their placement instead of the topology summary.
     #[arg(long, value_name = "N")]
@@ -24,9 +32,9 @@ pub struct Args {
     /// Reserve the --progress cores once for the node instead of per rank.
     #[arg(long)]
     per_node_progress: bool,
-    /// Placement policy: compact, spread, numa (one rank per NUMA node) or package.
-    #[arg(long, default_value = "compact", value_parser = parse_policy)]
-    policy: Policy,
+    /// Placement policy.
+    #[arg(long, value_enum, default_value_t = values::Policy::Compact)]
+    policy: values::Policy,
     /// Load the topology from an hwloc XML file (`lstopo machine.xml` writes one);
     /// it must be a regular file.
     #[arg(long, value_name = "FILE.xml", conflicts_with = "synthetic")]
@@ -41,11 +49,6 @@ pub struct Args {
     /// Print JSON (schema_version 1) instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.parse()
-        .map_err(|e: hpc_topology::TopologyError| e.to_string())
 }
 
 /// Runs `hpc topo`; the exit code is 0, or 1 when the plan is oversubscribed.
@@ -68,7 +71,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         .context("writing the topology")?;
         return Ok(0);
     };
-    let mut req = PlacementRequest::new(ranks, args.threads).policy(args.policy);
+    let mut req = PlacementRequest::new(ranks, args.threads).policy(Policy::from(args.policy));
     req = if args.per_node_progress {
         req.per_node_progress(args.progress)
     } else {

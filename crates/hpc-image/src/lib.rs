@@ -1,13 +1,77 @@
-//! `cargo xtask image`: builds a workspace binary in release mode and writes a
-//! container image for it without a daemon: an OCI image layout, `oci-archive` and/or
-//! `docker-archive` tarballs, optionally a SIF (when Apptainer is installed), and the
-//! files a user runs it with (Apptainer definition, Slurm batch scripts, a
-//! Podman/Docker run script, a Containerfile), filled from `containers/templates/`.
+//! Container images of a cargo binary, for HPC clusters, without a daemon.
+//!
+//! `hpc-image` builds a binary of a cargo workspace in release mode and writes a
+//! container image for it: an OCI image layout, `oci-archive` and/or `docker-archive`
+//! tarballs, optionally a SIF (when Apptainer is installed), and the files a user runs
+//! it with (Apptainer definition, Slurm batch scripts, a Podman/Docker run script, a
+//! Containerfile), filled from the crate's `templates/`. It needs no container engine
+//! to build: `mmdebstrap` makes the Debian base once, everything else is written by
+//! this crate.
 //!
 //! The image has two layers: a Debian base made by `mmdebstrap` (cached under
-//! `<target>/xtask-image-cache/`, shared by every build) and a thin app layer with the
-//! binary and the shared libraries it links that the base lacks. Both are written
-//! deterministically, so the same inputs give the same manifest digest.
+//! `<target>/hpc-image-cache/`, or `HPC_IMAGE_CACHE`, shared by every build) and a thin
+//! app layer with the binary and the shared libraries it links that the base lacks.
+//! Both are written deterministically, so the same inputs give the same manifest
+//! digest.
+//!
+//! # `cargo xtask image` in your own workspace
+//!
+//! It is a library so that any workspace gets the command through the
+//! [`cargo xtask`](https://github.com/matklad/cargo-xtask) pattern (`hpc new` writes
+//! this for you). A member crate `xtask/` with
+//!
+//! ```toml
+//! [package]
+//! name = "xtask"
+//! version = "0.1.0"
+//! edition = "2021"
+//! publish = false
+//!
+//! [dependencies]
+//! clap = { version = "4", features = ["derive"] }
+//! hpc-image = "0.1"
+//! ```
+//!
+//! and this `xtask/src/main.rs`:
+//!
+//! ```no_run
+//! use clap::Parser;
+//!
+//! /// Automation of this workspace.
+//! #[derive(Parser)]
+//! #[command(name = "cargo xtask")]
+//! enum Task {
+//!     /// Build a container image of a binary of this workspace.
+//!     Image(hpc_image::Args),
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     match Task::parse() {
+//!         Task::Image(args) => hpc_image::exit(hpc_image::run(args)),
+//!     }
+//! }
+//! ```
+//!
+//! plus the alias `xtask = "run --quiet --package xtask --"` under `[alias]` in
+//! `.cargo/config.toml` gives `cargo xtask image [BINARY] [--features mpi] ...`. The
+//! binary is looked up in the `cargo metadata` of the workspace that the command is
+//! run in (or `--manifest-path`); without a name, the workspace's only binary outside
+//! the `xtask` package is taken.
+//!
+//! # Exit status
+//!
+//! [`exit`] maps a result to the process status: 0 on success, 2 for bad input
+//! ([`UsageError`]: no such binary, a workspace without one, an unreadable
+//! `--base`), detected before anything is written, and 1 for a failure while building
+//! (cargo, mmdebstrap, I/O).
+//!
+//! # Requirements
+//!
+//! Linux with `ldd` (glibc) and, for the base layer, `mmdebstrap` and a reachable
+//! Debian mirror (or `--base` with an existing image). The images are Debian 12
+//! (bookworm) based; the binary must have been built against a glibc no newer than
+//! bookworm's (2.36), which holds when it is built on Debian 12, Ubuntu 22.04 or
+//! RHEL 8/9.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -22,6 +86,7 @@ use serde_json::{json, Value};
 
 pub mod base;
 pub mod oci;
+pub mod sys;
 pub mod tar;
 pub mod templates;
 
@@ -59,9 +124,23 @@ impl MpiModel {
 
 /// Arguments of `cargo xtask image`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    cargo xtask image                        the workspace's only binary, hybrid MPI model\n  \
+    cargo xtask image my-sim --features mpi --format oci,docker\n  \
+    cargo xtask image my-sim --features mpi --mpi bind --gpu --out /scratch/images/my-sim\n  \
+    cargo xtask image --setup-tools          install podman, skopeo, mmdebstrap (Debian, as root)\n\n\
+    Exit status: 0 done, 2 bad input (nothing written), 1 the build failed.")]
 pub struct Args {
-    /// Workspace binary or example to package (hello, hpc, brunel, ...).
+    /// Binary or example of the workspace to package (default: the workspace's only
+    /// binary outside the `xtask` package).
     pub binary: Option<String>,
+    /// The workspace's `Cargo.toml` (default: cargo's search from the current
+    /// directory).
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    /// Cargo profile to build the binary with.
+    #[arg(long, default_value = "release", value_name = "NAME")]
+    pub profile: String,
     /// Archive formats to write (comma-separated); the OCI layout directory is always
     /// written.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "oci")]
@@ -75,6 +154,10 @@ pub struct Args {
     /// Output directory (default: `<target>/image/<binary>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
+    /// `<target>/hpc-image-cache`); several workspaces can share one.
+    #[arg(long, env = "HPC_IMAGE_CACHE", value_name = "DIR")]
+    pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
     /// docker-archive.
     #[arg(long)]
@@ -82,8 +165,9 @@ pub struct Args {
     /// Cargo features for the binary's package (e.g. `mpi`).
     #[arg(long, short = 'F')]
     pub features: Option<String>,
-    /// Also put the `hpc` command (launcher, doctor, selftest) into the image, built
-    /// with the `mpi` feature when --features has it.
+    /// Also put the `hpc` command (launcher, doctor, selftest) into the image: built
+    /// from the workspace when it has it (with the `mpi` feature when --features has
+    /// it), else the `hpc` on the PATH (`cargo install hpc-cli`).
     #[arg(long)]
     pub with_hpc: bool,
     /// Image name (default: the binary's name).
@@ -96,8 +180,8 @@ pub struct Args {
     /// that `podman run IMAGE other-command` works as with `apptainer exec`).
     #[arg(long)]
     pub entrypoint: bool,
-    /// Only install the container tool chain (podman, skopeo, mmdebstrap, Slurm, munge)
-    /// when no binary is given; as root through apt-get.
+    /// Install the container tool chain (podman, skopeo, umoci, mmdebstrap) with
+    /// apt-get as root; alone, only that.
     #[arg(long)]
     pub setup_tools: bool,
 }
@@ -126,6 +210,45 @@ impl Progress {
 
     fn done(&self, note: &str) {
         eprintln!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
+    }
+}
+
+/// Bad input, found before anything is written: [`exit`] turns it into status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Fails with a [`UsageError`].
+macro_rules! usage {
+    ($($t:tt)*) => { return Err(anyhow::Error::new(UsageError(format!($($t)*)))) };
+}
+
+/// The process status for a result of [`run`]: 0 for success, 2 for a
+/// [`UsageError`], 1 for any other failure. Prints the error (with its causes) to
+/// standard error.
+pub fn exit(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(exit_status(&e))
+        }
+    }
+}
+
+/// 2 when the error is (or wraps) a [`UsageError`], else 1.
+pub fn exit_status(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<UsageError>()) {
+        2
+    } else {
+        1
     }
 }
 
@@ -165,16 +288,22 @@ pub struct Workspace {
     pub bins: Vec<BinTarget>,
     /// The target directory (honours `CARGO_TARGET_DIR`).
     pub target_dir: PathBuf,
+    /// The workspace root (where `git` is asked for the revision).
+    pub root: PathBuf,
+    /// The workspace's packages, for messages.
+    pub packages: Vec<String>,
 }
 
 /// Reads `cargo metadata --format-version 1 --no-deps` output.
 pub fn parse_metadata(v: &Value) -> Result<Workspace> {
     let mut bins = Vec::new();
+    let mut packages = Vec::new();
     for p in v["packages"]
         .as_array()
         .context("metadata has no packages")?
     {
         let package = p["name"].as_str().unwrap_or_default().to_string();
+        packages.push(package.clone());
         let features: Vec<String> = p["features"]
             .as_object()
             .map(|o| o.keys().cloned().collect())
@@ -201,6 +330,7 @@ pub fn parse_metadata(v: &Value) -> Result<Workspace> {
         }
     }
     bins.sort_by(|a, b| (a.example, &a.name).cmp(&(b.example, &b.name)));
+    packages.sort();
     Ok(Workspace {
         bins,
         target_dir: PathBuf::from(
@@ -208,22 +338,56 @@ pub fn parse_metadata(v: &Value) -> Result<Workspace> {
                 .as_str()
                 .context("no target_directory")?,
         ),
+        root: PathBuf::from(v["workspace_root"].as_str().unwrap_or(".")),
+        packages,
     })
 }
 
-fn metadata() -> Result<Workspace> {
-    let out = crate::cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(crate::root())
-        .output()
-        .context("cannot run cargo metadata")?;
+/// Reads the metadata of the workspace around the current directory, or of
+/// `manifest_path`.
+pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
+    let mut cmd = crate::sys::cargo();
+    cmd.args(["metadata", "--format-version", "1", "--no-deps"]);
+    if let Some(m) = manifest_path {
+        if !m.is_file() {
+            usage!("--manifest-path {}: no such file", m.display());
+        }
+        cmd.arg("--manifest-path").arg(m);
+    }
+    let out = cmd.output().context("cannot run cargo metadata")?;
     if !out.status.success() {
-        bail!(
-            "cargo metadata failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        usage!(
+            "cargo metadata failed (is this a cargo workspace?):\n{}",
+            String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     parse_metadata(&serde_json::from_slice(&out.stdout)?)
+}
+
+/// The binary to package when none is named: the workspace's only `[[bin]]` outside
+/// the `xtask` package.
+pub fn default_bin(ws: &Workspace) -> Result<&BinTarget> {
+    let bins: Vec<&BinTarget> = ws
+        .bins
+        .iter()
+        .filter(|b| !b.example && b.package != "xtask")
+        .collect();
+    match bins.as_slice() {
+        [one] => Ok(one),
+        [] => usage!(
+            "the workspace has no binary to package (packages: {}): a package needs \
+             src/main.rs or a [[bin]] target",
+            ws.packages.join(", ")
+        ),
+        many => usage!(
+            "the workspace has {} binaries: name one: cargo xtask image <{}>",
+            many.len(),
+            many.iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>()
+                .join("|")
+        ),
+    }
 }
 
 /// Finds the target named `name` (a `[[bin]]` before an example), or says which exist.
@@ -236,8 +400,17 @@ pub fn find_bin<'a>(ws: &'a Workspace, name: &str) -> Result<&'a BinTarget> {
     {
         return Ok(b);
     }
-    let mut msg =
-        format!("no binary or example named `{name}` in the workspace.\navailable binaries:");
+    let mut msg = format!("no binary or example named `{name}` in the workspace.");
+    if ws.bins.is_empty() {
+        let _ = write!(
+            msg,
+            "\nit has no binary at all (packages: {}): a package needs src/main.rs or a \
+             [[bin]] target",
+            ws.packages.join(", ")
+        );
+        usage!("{msg}");
+    }
+    msg.push_str("\navailable binaries:");
     for b in ws.bins.iter().filter(|b| !b.example) {
         let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
     }
@@ -248,7 +421,7 @@ pub fn find_bin<'a>(ws: &'a Workspace, name: &str) -> Result<&'a BinTarget> {
             let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
         }
     }
-    bail!(msg)
+    usage!("{msg}")
 }
 
 /// One line of `ldd` output.
@@ -418,10 +591,10 @@ pub fn template_keys() -> &'static [&'static str] {
     ]
 }
 
-fn git(args: &[&str]) -> Option<String> {
+fn git(root: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new("git")
         .args(args)
-        .current_dir(crate::root())
+        .current_dir(root)
         .output()
         .ok()?;
     out.status
@@ -430,14 +603,14 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 /// `SOURCE_DATE_EPOCH`, else the commit time of HEAD, else 0.
-fn source_date_epoch() -> Result<u64> {
+fn source_date_epoch(root: &Path) -> Result<u64> {
     if let Ok(s) = std::env::var("SOURCE_DATE_EPOCH") {
         return s
             .trim()
             .parse()
             .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"));
     }
-    Ok(git(&["log", "-1", "--format=%ct", "HEAD"])
+    Ok(git(root, &["log", "-1", "--format=%ct", "HEAD"])
         .and_then(|s| s.parse().ok())
         .unwrap_or(0))
 }
@@ -487,37 +660,139 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Runs `cargo xtask image`.
+/// The folder of `<target>` that cargo puts a profile's output in.
+pub fn profile_dir(profile: &str) -> &str {
+    match profile {
+        "dev" | "test" => "debug",
+        "bench" => "release",
+        p => p,
+    }
+}
+
+/// Cargo's arguments for a profile: `--release` for the release profile (as the
+/// command has always recorded it), else `--profile NAME`.
+fn profile_args(profile: &str) -> Vec<String> {
+    if profile == "release" {
+        vec!["--release".into()]
+    } else {
+        vec!["--profile".into(), profile.into()]
+    }
+}
+
+/// Whether a `--features` list asks for `mpi` (or `dep/mpi`).
+fn wants_mpi(features: &str) -> bool {
+    features
+        .split([',', ' '])
+        .any(|f| f == "mpi" || f.ends_with("/mpi"))
+}
+
+/// The `hpc` launcher to put beside the binary: built from the workspace when it has
+/// one, else the `hpc` on the PATH, which must have MPI if the image does.
+fn hpc_launcher(
+    ws: &Workspace,
+    args: &Args,
+    features: &str,
+    manifest: &[String],
+) -> Result<PathBuf> {
+    if let Some(hpc) = ws.bins.iter().find(|b| b.name == "hpc" && !b.example) {
+        let mut b: Vec<String> = vec!["build".into()];
+        b.extend(profile_args(&args.profile));
+        b.extend(manifest.iter().cloned());
+        b.extend([
+            "-p".into(),
+            hpc.package.clone(),
+            "--bin".into(),
+            "hpc".into(),
+        ]);
+        if wants_mpi(features) && hpc.features.iter().any(|f| f == "mpi") {
+            b.extend(["--features".into(), "mpi".into()]);
+        }
+        crate::sys::run(crate::sys::cargo().args(&b))?;
+        return Ok(ws.target_dir.join(profile_dir(&args.profile)).join("hpc"));
+    }
+    let Some(path) = crate::sys::which("hpc") else {
+        usage!(
+            "--with-hpc: this workspace has no `hpc` binary and none is on the PATH; \
+             install it with: cargo install hpc-cli{}",
+            if wants_mpi(features) {
+                " --features mpi"
+            } else {
+                ""
+            }
+        );
+    };
+    if wants_mpi(features) {
+        let out = Command::new(&path).arg("--version").output();
+        let version = out
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        if !version.contains("mpi") {
+            usage!(
+                "--with-hpc: {} ({}) was built without MPI, but the image is built with \
+                 --features {features}; install it with: cargo install hpc-cli --features mpi",
+                path.display(),
+                version.trim()
+            );
+        }
+    }
+    Ok(path)
+}
+
+/// Runs `cargo xtask image`: finds the binary, builds it, and writes the image and
+/// its run files. Bad input fails with a [`UsageError`] before anything is built or
+/// written.
 pub fn run(args: Args) -> Result<()> {
     if args.setup_tools {
-        crate::setup::apt(crate::setup::CONTAINER_PACKAGES)?;
+        crate::sys::apt(crate::sys::TOOL_PACKAGES)?;
         if args.binary.is_none() {
             return Ok(());
         }
     }
-    let Some(bin_name) = args.binary.clone() else {
-        bail!("which binary? usage: cargo xtask image <binary-or-example> [options]");
-    };
     let mut pr = Progress::new();
 
-    pr.step(&format!("finding `{bin_name}` in the workspace"));
-    let ws = metadata()?;
-    let bin = find_bin(&ws, &bin_name)?.clone();
+    pr.step(&format!(
+        "finding `{}` in the workspace",
+        args.binary.as_deref().unwrap_or("its binary")
+    ));
+    let ws = metadata(args.manifest_path.as_deref())?;
+    let bin = match &args.binary {
+        Some(name) => find_bin(&ws, name)?,
+        None => default_bin(&ws)?,
+    }
+    .clone();
     pr.done(&format!(
-        "{} `{}` of package {}",
+        "{} `{}` of package {} in {}",
         if bin.example { "example" } else { "binary" },
         bin.name,
-        bin.package
+        bin.package,
+        ws.root.display()
     ));
+    if let Some(b) = &args.base {
+        if !b.exists() {
+            usage!(
+                "--base {}: no such file or directory (an OCI layout directory, an \
+                 oci-archive or a docker-archive)",
+                b.display()
+            );
+        }
+    }
+    let epoch = match source_date_epoch(&ws.root) {
+        Ok(e) => e,
+        Err(e) => usage!("{e:#}"),
+    };
+    let revision = git(&ws.root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
 
     // Build.
     let features = args.features.clone().unwrap_or_default();
-    let mut build: Vec<String> = vec![
-        "build".into(),
-        "--release".into(),
-        "-p".into(),
-        bin.package.clone(),
-    ];
+    let manifest: Vec<String> = match &args.manifest_path {
+        Some(m) => vec!["--manifest-path".into(), m.display().to_string()],
+        None => Vec::new(),
+    };
+    // The command as recorded in the image: without --manifest-path, so that the
+    // labels do not depend on where the workspace lies.
+    let mut build: Vec<String> = vec!["build".into()];
+    build.extend(profile_args(&args.profile));
+    build.extend(["-p".into(), bin.package.clone()]);
     build.push(if bin.example { "--example" } else { "--bin" }.into());
     build.push(bin.name.clone());
     if !features.is_empty() {
@@ -525,8 +800,8 @@ pub fn run(args: Args) -> Result<()> {
         build.push(features.clone());
     }
     pr.step(&format!("cargo {}", build.join(" ")));
-    crate::run(crate::cargo().args(&build))?;
-    let release = ws.target_dir.join("release");
+    crate::sys::run(crate::sys::cargo().args(&build).args(&manifest))?;
+    let release = ws.target_dir.join(profile_dir(&args.profile));
     let bin_path = if bin.example {
         release.join("examples").join(&bin.name)
     } else {
@@ -534,22 +809,17 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut binaries = vec![(bin.name.clone(), bin_path)];
     if args.with_hpc && bin.name != "hpc" {
-        let hpc = find_bin(&ws, "hpc")?.clone();
-        let mut b = vec!["build", "--release", "-p", &hpc.package, "--bin", "hpc"];
-        let wants_mpi = features
-            .split([',', ' '])
-            .any(|f| f == "mpi" || f.ends_with("/mpi"));
-        if wants_mpi && hpc.features.iter().any(|f| f == "mpi") {
-            b.extend(["--features", "mpi"]);
-        }
-        crate::run(crate::cargo().args(&b))?;
-        binaries.push(("hpc".into(), release.join("hpc")));
+        binaries.push((
+            "hpc".into(),
+            hpc_launcher(&ws, &args, &features, &manifest)?,
+        ));
     }
     pr.done("built");
 
-    let epoch = source_date_epoch()?;
-    let revision = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let cache = ws.target_dir.join("xtask-image-cache");
+    let cache = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| ws.target_dir.join("hpc-image-cache"));
     let out_dir = args
         .out
         .clone()
@@ -557,7 +827,9 @@ pub fn run(args: Args) -> Result<()> {
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out_dir = out_dir.canonicalize()?;
 
-    // Base.
+    // Base. The cache is locked for the rest of the build: the base's blobs are read
+    // from it until the layout is written.
+    let _cache_lock = crate::sys::lock_dir(&cache)?;
     let spec = base::BaseSpec::for_model(args.mpi);
     let base = match &args.base {
         Some(p) => {
@@ -795,7 +1067,7 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     // Run files.
-    pr.step("definition file and run scripts from containers/templates/");
+    pr.step("definition file and run scripts from hpc-image's templates");
     let (bootstrap, archive) =
         if archives.contains_key("oci-archive") || !archives.contains_key("docker-archive") {
             ("oci-archive", oci_archive.clone())
@@ -953,8 +1225,8 @@ pub fn run(args: Args) -> Result<()> {
     let mut sif_error = None;
     if formats.contains(&Format::Sif) {
         pr.step(&format!("apptainer build {sif} {def}"));
-        if crate::setup::has("apptainer") {
-            crate::run(
+        if crate::sys::has("apptainer") {
+            crate::sys::run(
                 Command::new("apptainer")
                     .args(["build", "--force", &sif, &def])
                     .current_dir(&out_dir),

@@ -1,6 +1,6 @@
 //! The base file system layer: made with `mmdebstrap`, normalised into a
-//! deterministic layer and cached under `<target>/xtask-image-cache/<key>/`, or taken
-//! from an existing OCI layout / archive (`--base`).
+//! deterministic layer and cached under `<cache>/<key>/` (`<target>/hpc-image-cache`
+//! by default), or taken from an existing OCI layout / archive (`--base`).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -149,13 +149,13 @@ fn is_root() -> bool {
 
 /// Makes sure mmdebstrap is there: installs it as root, otherwise says how.
 fn need_mmdebstrap() -> Result<()> {
-    if crate::setup::has("mmdebstrap") {
+    if crate::sys::has("mmdebstrap") {
         return Ok(());
     }
-    if is_root() && crate::setup::has("apt-get") {
+    if is_root() && crate::sys::has("apt-get") {
         eprintln!("    mmdebstrap is missing: installing it");
-        crate::setup::apt(&["mmdebstrap"])?;
-        if crate::setup::has("mmdebstrap") {
+        crate::sys::apt(&["mmdebstrap"])?;
+        if crate::sys::has("mmdebstrap") {
             return Ok(());
         }
     }

@@ -1,4 +1,4 @@
-//! The hand-written templates of `containers/templates/` and their `{{name}}`
+//! The hand-written templates of this crate's `templates/` and their `{{name}}`
 //! placeholder filling.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 
 /// A template: the file name it is written under and its text.
 pub struct Template {
-    /// File name in `containers/templates/`.
+    /// File name in `templates/`.
     pub name: &'static str,
     /// Output file name (`{app}` is replaced by the binary name).
     pub out: &'static str,
@@ -22,7 +22,7 @@ pub const APPTAINER_HYBRID: Template = Template {
     name: "apptainer-hybrid.def",
     out: "{app}.def",
     executable: false,
-    text: include_str!("../../../containers/templates/apptainer-hybrid.def"),
+    text: include_str!("../templates/apptainer-hybrid.def"),
 };
 
 /// Apptainer definition, bind model.
@@ -30,7 +30,7 @@ pub const APPTAINER_BIND: Template = Template {
     name: "apptainer-bind.def",
     out: "{app}.def",
     executable: false,
-    text: include_str!("../../../containers/templates/apptainer-bind.def"),
+    text: include_str!("../templates/apptainer-bind.def"),
 };
 
 /// The other templates, written for every image.
@@ -39,25 +39,25 @@ pub const COMMON: &[Template] = &[
         name: "Containerfile",
         out: "Containerfile",
         executable: false,
-        text: include_str!("../../../containers/templates/Containerfile"),
+        text: include_str!("../templates/Containerfile"),
     },
     Template {
         name: "slurm-apptainer.sbatch",
         out: "slurm-apptainer.sbatch",
         executable: true,
-        text: include_str!("../../../containers/templates/slurm-apptainer.sbatch"),
+        text: include_str!("../templates/slurm-apptainer.sbatch"),
     },
     Template {
         name: "slurm-podman.sbatch",
         out: "slurm-podman.sbatch",
         executable: true,
-        text: include_str!("../../../containers/templates/slurm-podman.sbatch"),
+        text: include_str!("../templates/slurm-podman.sbatch"),
     },
     Template {
         name: "podman-run.sh",
         out: "podman-run.sh",
         executable: true,
-        text: include_str!("../../../containers/templates/podman-run.sh"),
+        text: include_str!("../templates/podman-run.sh"),
     },
 ];
 

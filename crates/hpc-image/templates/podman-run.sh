@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs {{app}} from the image on this node with Podman or Docker, with InfiniBand
 # passthrough and the settings MPI needs. Loads the archive when the image is missing.
-# Made by `cargo xtask image` from containers/templates/podman-run.sh.
+# Made by `cargo xtask image` from hpc-image's templates/podman-run.sh.
 #   ./podman-run.sh [app arguments]            ENGINE=docker ./podman-run.sh ...
 set -euo pipefail
 

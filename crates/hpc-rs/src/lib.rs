@@ -1,4 +1,4 @@
-//! # hpc: the facade of hpc-rs
+//! # hpc-rs: the facade of the hpc-rs SDK
 //!
 //! Add this one crate and call [`init`]: it joins the job (however it was launched:
 //! `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and returns a [`Context`]
@@ -6,26 +6,53 @@
 //! it runs in.
 //!
 //! ```
-//! let ctx = hpc::init()?;
+//! let ctx = hpc_rs::init()?;
 //! println!("rank {} of {}", ctx.world.rank(), ctx.world.size());
 //! # #[cfg(feature = "topology")]
 //! if let Some(p) = &ctx.placement {
 //!     println!("my cores: {:?}", p.compute_cores);
 //! }
-//! # Ok::<(), hpc::Error>(())
+//! # Ok::<(), hpc_rs::Error>(())
 //! ```
+//!
+//! ```toml
+//! [dependencies]
+//! hpc-rs = "0.1"                                  # code says hpc_rs::init()
+//! # hpc-rs = { version = "0.1", features = ["mpi"] }   # mpirun / srun --mpi=pmix
+//! ```
+//!
+//! ## The name
+//!
+//! The crate is `hpc-rs`, the project's own name, and code calls it `hpc_rs`. The
+//! shorter `hpc` belongs to an unrelated crate on crates.io, so a dependency line
+//! `hpc = "0.1"` would fetch that one. `hpc-sdk` was free as well but reads as NVIDIA's
+//! "HPC SDK", the compiler suite (`nvhpc`) that many clusters have as a module, which
+//! is exactly where this crate is used. No dependency rename is needed or suggested:
+//! the name in `Cargo.toml`, in `use` lines, in error messages and on docs.rs is the
+//! same. The other crates of the family are `hpc-*` (`hpc-runtime`, `hpc-topology`,
+//! ...), the launcher is the `hpc` command of `hpc-cli`.
+//!
+//! ## Platform and build prerequisites
+//!
+//! Linux only (built and tested on x86_64): the runtime, the transport and the launcher use
+//! Linux interfaces (`/proc`, memfd, `process_vm_readv`, `prctl`, futexes). Rust 1.85
+//! or newer. What each feature needs at build time is in the table below; the default
+//! build needs a C toolchain, `pkg-config` and hwloc 2.0 or newer with its headers
+//! (`libhwloc-dev` and `libudev-dev` on Debian/Ubuntu, `hwloc-devel` on RHEL), or the
+//! `vendored-hwloc` feature.
 //!
 //! ## Features
 //!
 //! | feature | default | re-exports | needs at build time |
 //! |---|---|---|---|
-//! | `topology` | yes | [`topology`] (`hpc-topology`) | `libhwloc-dev` |
+//! | `topology` | yes | [`topology`] (`hpc-topology`) | hwloc >= 2.0 (`libhwloc-dev`, `libudev-dev`), `pkg-config` |
+//! | `vendored-hwloc` | no | builds hwloc from source into `topology` instead of using the system's | a C compiler, `make`, autoconf, automake, libtool; the build downloads hwloc's source from open-mpi.org |
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
 //! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
 //! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
 //! | `collectives` | no | `collectives` (`hpc-collectives`) | nothing |
 //! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
-//! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI library, `libclang` |
+//! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI-3.1 library with `mpicc` (Open MPI >= 4.0, MPICH >= 3.3), `libclang` |
 //!
 //! [`runtime`] (`hpc-runtime`) is always there.
 

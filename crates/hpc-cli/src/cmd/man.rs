@@ -1,0 +1,84 @@
+//! `hpc man`: manual pages generated from the command line definition
+//! (clap_mangen): `hpc.1` and one `hpc-SUBCOMMAND.1` per subcommand.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+/// Arguments of `hpc man`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc man | man -l -                        read hpc(1) now\n  \
+    hpc man --dir ~/.local/share/man/man1     install hpc.1 and hpc-run.1, hpc-new.1, ...")]
+pub struct Args {
+    /// Write every page (`hpc.1`, `hpc-run.1`, ...) into this directory instead of
+    /// printing `hpc.1`.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// The pages of `cmd`: `(file name, roff text)`, the main page first.
+pub fn pages(cmd: &clap::Command) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    // The exit status gets a section of its own, in roff, instead of the help's
+    // preformatted text.
+    let mut cmd = cmd.clone().after_long_help(None::<&str>);
+    cmd.build();
+    let name = cmd.get_name().to_string();
+    let mut out = Vec::new();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    page.extend_from_slice(EXIT_STATUS_ROFF.as_bytes());
+    out.push((format!("{name}.1"), page));
+    // After `build`, a subcommand's display name is `hpc-run` and its binary name
+    // `hpc run`: the page's title and synopsis.
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        let full = format!("{name}-{}", sub.get_name());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(sub.clone()).render(&mut page)?;
+        out.push((format!("{full}.1"), page));
+    }
+    Ok(out)
+}
+
+/// The EXIT STATUS section of `hpc.1` (the same facts as `hpc --help`).
+const EXIT_STATUS_ROFF: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+success
+.TP
+\fB1\fR
+the command ran and reports a problem: \fBdoctor\fR found warnings, \fBtopo\fR had to oversubscribe cores
+.TP
+\fB2\fR
+bad input or an error: a usage error, an invalid value, an unreadable file, a destination that is not empty; \fBdoctor\fR found errors
+.PP
+\fBhpc run\fR exits with the status of the first rank that failed (0 when all succeed), 128+N when a rank was killed by signal N, 124 when \fB\-\-time\-limit\fR stopped the job, and 125 when \fBhpc run\fR itself failed (bad arguments, a program that cannot be started).
+"#;
+
+fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (file, text) in pages {
+        let p = dir.join(file);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Prints `hpc.1`, or writes every page into `--dir`.
+pub fn exec(args: Args, cmd: clap::Command) -> anyhow::Result<i32> {
+    let pages = pages(&cmd)?;
+    match &args.dir {
+        Some(dir) => {
+            write_all(dir, &pages)?;
+            println!("{} pages in {}", pages.len(), dir.display());
+        }
+        None => {
+            use std::io::Write as _;
+            std::io::stdout().write_all(&pages[0].1)?;
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,385 @@
+//! `hpc new`: writes an application workspace that uses the SDK: the program
+//! (`src/main.rs` on the `hpc-rs` facade), `xtask/` with `cargo xtask image` (the
+//! `hpc-image` library), the cargo alias, a Slurm batch script and a README.
+//!
+//! Nothing is written unless everything can be: the name and the destination are
+//! checked first, the files are written into a fresh directory beside the
+//! destination and moved into place with one `rename`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use super::UsageError;
+
+/// Arguments of `hpc new`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    hpc new my-sim                       ./my-sim, package my-sim\n  \
+    hpc new ~/src/lif --name lif-model   package lif-model in ~/src/lif\n  \
+    hpc new my-sim --vcs none            no git repository\n\n\
+    Then:\n  \
+    cd my-sim && cargo build && hpc run -n 4 target/debug/my-sim\n  \
+    cargo xtask image --features mpi     container image, Apptainer and Slurm files\n\n\
+    Exit status: 0 written, 2 bad name or destination (nothing written).")]
+pub struct Args {
+    /// Directory to create (it may exist if it is empty).
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+    /// Package name (default: the directory's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Version control to set up.
+    #[arg(long, value_enum, default_value_t = Vcs::Git)]
+    pub vcs: Vcs,
+}
+
+/// Version control for the new workspace.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vcs {
+    /// `git init` (skipped inside an existing git work tree, as `cargo new` does).
+    Git,
+    /// None.
+    None,
+}
+
+/// One file of the scaffold: its path in the workspace, its template, whether it is
+/// executable.
+struct File {
+    path: &'static str,
+    text: &'static str,
+    executable: bool,
+}
+
+const FILES: &[File] = &[
+    File {
+        path: "Cargo.toml",
+        text: include_str!("../../templates/app/app.Cargo.toml"),
+        executable: false,
+    },
+    File {
+        path: "src/main.rs",
+        text: include_str!("../../templates/app/app.main.rs"),
+        executable: false,
+    },
+    File {
+        path: "xtask/Cargo.toml",
+        text: include_str!("../../templates/app/xtask.Cargo.toml"),
+        executable: false,
+    },
+    File {
+        path: "xtask/src/main.rs",
+        text: include_str!("../../templates/app/xtask.main.rs"),
+        executable: false,
+    },
+    File {
+        path: ".cargo/config.toml",
+        text: include_str!("../../templates/app/config.toml"),
+        executable: false,
+    },
+    File {
+        path: ".gitignore",
+        text: include_str!("../../templates/app/gitignore"),
+        executable: false,
+    },
+    File {
+        path: "slurm/{{name}}.sbatch",
+        text: include_str!("../../templates/app/sbatch"),
+        executable: true,
+    },
+    File {
+        path: "README.md",
+        text: include_str!("../../templates/app/README.md"),
+        executable: false,
+    },
+];
+
+/// Names a package of the new workspace cannot have: Rust keywords, names the
+/// compiler or cargo reserve, and the crates and binaries the scaffold itself uses.
+const RESERVED: &[&str] = &[
+    // Keywords (2021 edition, strict and reserved).
+    "as",
+    "async",
+    "await",
+    "break",
+    "const",
+    "continue",
+    "crate",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "fn",
+    "for",
+    "if",
+    "impl",
+    "in",
+    "let",
+    "loop",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "Self",
+    "static",
+    "struct",
+    "super",
+    "trait",
+    "true",
+    "type",
+    "unsafe",
+    "use",
+    "where",
+    "while",
+    "abstract",
+    "become",
+    "box",
+    "do",
+    "final",
+    "macro",
+    "override",
+    "priv",
+    "try",
+    "typeof",
+    "unsized",
+    "virtual",
+    "yield",
+    // The standard library's crates, and names cargo refuses.
+    "std",
+    "core",
+    "alloc",
+    "proc_macro",
+    "proc-macro",
+    "test",
+    "build",
+    "deps",
+    "examples",
+    "incremental",
+    "target",
+    // What the scaffold depends on or creates.
+    "xtask",
+    "hpc",
+    "hpc-rs",
+    "hpc_rs",
+    "hpc-image",
+    "hpc_image",
+    "anyhow",
+    "clap",
+];
+
+/// Checks a package name the way cargo does (ASCII letters, digits, `-` and `_`, not
+/// starting with a digit or `-`, at most 64 characters, no keyword or reserved name)
+/// and refuses the names the scaffold uses itself.
+pub fn check_name(name: &str) -> Result<(), UsageError> {
+    let bad = |why: &str| Err(UsageError(format!("invalid package name {name:?}: {why}")));
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > 64 {
+        return bad("it is longer than 64 characters (the registry's limit)");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return bad(&format!(
+            "{c:?} is not allowed (use ASCII letters, digits, `-` and `_`)"
+        ));
+    }
+    let first = name.chars().next().expect("not empty");
+    if first.is_ascii_digit() || first == '-' {
+        return bad("it must start with a letter or `_`");
+    }
+    if RESERVED.contains(&name) {
+        return bad("it is a Rust keyword, a reserved name, or a name the new workspace itself uses (xtask, hpc, hpc-rs, hpc-image, anyhow, clap)");
+    }
+    // Device names Windows refuses as file names: refused by cargo everywhere.
+    let lower = name.to_ascii_lowercase();
+    if ["con", "prn", "aux", "nul"].contains(&lower.as_str())
+        || ((lower.starts_with("com") || lower.starts_with("lpt"))
+            && lower.len() == 4
+            && lower.as_bytes()[3].is_ascii_digit())
+    {
+        return bad("it is a reserved device name on Windows, which cargo refuses");
+    }
+    Ok(())
+}
+
+/// Replaces `{{name}}` and `{{sdk_version}}`.
+fn fill(text: &str, name: &str) -> String {
+    text.replace("{{name}}", name)
+        .replace("{{sdk_version}}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Where to write and under which name, checked: the destination is missing or an
+/// empty directory, its parent exists, the name is valid.
+fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
+    // An existing (empty) directory by its real path, so that `.` has a name.
+    let path = &match args.path.canonicalize() {
+        Ok(p) if args.path.is_dir() => p,
+        _ => args.path.clone(),
+    };
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => match path.file_name() {
+            Some(n) => n.to_string_lossy().into_owned(),
+            None => {
+                return Err(UsageError(format!(
+                    "{} has no last component to name the package after: give --name",
+                    path.display()
+                )))
+            }
+        },
+    };
+    check_name(&name)?;
+    if path.exists() {
+        if !path.is_dir() {
+            return Err(UsageError(format!(
+                "{} exists and is not a directory",
+                path.display()
+            )));
+        }
+        let mut entries = std::fs::read_dir(path)
+            .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+        if entries.next().is_some() {
+            return Err(UsageError(format!(
+                "{} exists and is not empty: choose a new directory (nothing was written)",
+                path.display()
+            )));
+        }
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(UsageError(format!(
+            "{} does not exist: create it first",
+            parent.display()
+        )));
+    }
+    Ok((path.clone(), name))
+}
+
+/// Writes the scaffold into `dir` (which must not exist yet).
+fn write_files(dir: &Path, name: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for f in FILES {
+        let p = dir.join(fill(f.path, name));
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        std::fs::write(&p, fill(f.text, name))
+            .with_context(|| format!("writing {}", p.display()))?;
+        if f.executable {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `dir` lies inside a git work tree.
+fn in_git_work_tree(dir: &Path) -> bool {
+    Command::new("git")
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .current_dir(dir)
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true")
+        .unwrap_or(false)
+}
+
+/// Runs `hpc new`.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let (path, name) = plan(&args)?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // Written beside the destination, then moved in one rename (which also replaces
+    // an empty directory), so that a failure leaves nothing behind.
+    let tmp = parent.join(format!(".hpc-new-{name}-{}", std::process::id()));
+    let written = write_files(&tmp, &name).and_then(|()| {
+        std::fs::rename(&tmp, &path)
+            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let mut git_note = String::new();
+    if args.vcs == Vcs::Git {
+        if in_git_work_tree(&parent) {
+            git_note = " (inside an existing git work tree: no new repository)".into();
+        } else {
+            match Command::new("git")
+                .args(["init", "--quiet"])
+                .current_dir(&path)
+                .status()
+            {
+                Ok(s) if s.success() => git_note = ", git repository".into(),
+                Ok(s) => git_note = format!(" (git init failed with {s})"),
+                Err(e) => git_note = format!(" (no git repository: cannot run git: {e})"),
+            }
+        }
+    }
+    println!(
+        "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
+         cargo xtask image            # container image, Apptainer and Slurm files\n\n\
+         The launcher `hpc` comes from `cargo install hpc-cli` (`--features mpi` for mpirun/srun).",
+        path.display(),
+        path.display()
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_like_cargo() {
+        for ok in ["my-sim", "lif_model", "_x", "a1", "Brunel2"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1abc",
+            "-x",
+            "my sim",
+            "é",
+            "a/b",
+            "fn",
+            "self",
+            "test",
+            "std",
+            "xtask",
+            "hpc",
+            "hpc-rs",
+            "con",
+            "COM1",
+            &"x".repeat(65),
+        ] {
+            let e = check_name(bad).unwrap_err().0;
+            assert!(e.contains("invalid package name"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn templates_have_no_unfilled_placeholders() {
+        for f in FILES {
+            let t = fill(f.text, "demo-app");
+            assert!(!t.contains("{{"), "{}: {t}", f.path);
+            assert!(!fill(f.path, "demo-app").contains("{{"));
+        }
+        let cargo = fill(FILES[0].text, "demo-app");
+        assert!(cargo.contains("name = \"demo-app\""));
+        assert!(cargo.contains(&format!("hpc-rs = \"{}\"", env!("CARGO_PKG_VERSION"))));
+        assert!(cargo.contains("mpi = [\"hpc-rs/mpi\"]"));
+    }
+}

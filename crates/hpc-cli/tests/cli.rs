@@ -1,0 +1,253 @@
+//! The command line itself: `hpc new` (and its refusals), completions, manual pages,
+//! help examples, value enums and exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn hpc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(args)
+        .output()
+        .expect("run hpc")
+}
+
+fn hpc_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run hpc")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh, empty scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hpc-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Every path under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+            if p.is_dir() && !p.is_symlink() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn new_writes_an_application_workspace() {
+    let s = scratch("new-ok");
+    let o = hpc_in(&s, &["new", "my-sim", "--vcs", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files = tree(&s.join("my-sim"));
+    for f in [
+        "Cargo.toml",
+        "src/main.rs",
+        "xtask/Cargo.toml",
+        "xtask/src/main.rs",
+        ".cargo/config.toml",
+        ".gitignore",
+        "slurm/my-sim.sbatch",
+        "README.md",
+    ] {
+        assert!(files.contains(&f.to_string()), "{f} missing: {files:?}");
+    }
+    assert!(!files.iter().any(|f| f.starts_with(".git/")), "--vcs none");
+    let read = |f: &str| std::fs::read_to_string(s.join("my-sim").join(f)).unwrap();
+    let cargo = read("Cargo.toml");
+    assert!(cargo.contains("name = \"my-sim\""), "{cargo}");
+    assert!(cargo.contains("hpc-rs = \"0."), "{cargo}");
+    assert!(cargo.contains("members = [\"xtask\"]"), "{cargo}");
+    assert!(read("src/main.rs").contains("hpc_rs::init()"));
+    assert!(read("xtask/src/main.rs").contains("hpc_image::run(args)"));
+    assert!(read(".cargo/config.toml").contains("xtask = \"run --quiet --package xtask --\""));
+    let sbatch = read("slurm/my-sim.sbatch");
+    assert!(sbatch.contains("srun --mpi=pmix") && sbatch.contains("target/release/my-sim"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.join("my-sim/slurm/my-sim.sbatch"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111, "the batch script is executable");
+    // Nothing else was left beside it.
+    assert_eq!(tree(&s).iter().filter(|f| !f.contains('/')).count(), 1);
+
+    // --name, into an existing empty directory, with git.
+    std::fs::create_dir(s.join("empty")).unwrap();
+    let o = hpc_in(&s, &["new", "empty", "--name", "lif_model"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(s.join("empty/Cargo.toml"))
+        .unwrap()
+        .contains("name = \"lif_model\""));
+    if Command::new("git").arg("--version").output().is_ok() {
+        // Inside no work tree here (the temp dir), so a repository is made.
+        assert!(s.join("empty/.git").is_dir());
+    }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
+    let s = scratch("new-bad");
+    std::fs::create_dir(s.join("taken")).unwrap();
+    std::fs::write(s.join("taken/notes.txt"), "mine").unwrap();
+    std::fs::write(s.join("a-file"), "x").unwrap();
+    let before = tree(&s);
+    for (args, needle) in [
+        (vec!["new", "taken"], "exists and is not empty"),
+        (vec!["new", "a-file"], "is not a directory"),
+        (vec!["new", "1sim"], "must start with a letter"),
+        (vec!["new", "my sim"], "is not allowed"),
+        (vec!["new", "fn"], "keyword"),
+        (vec!["new", "xtask"], "the new workspace itself uses"),
+        (
+            vec!["new", "ok-dir", "--name", "bad.name"],
+            "is not allowed",
+        ),
+        (vec!["new", "missing-parent/app"], "does not exist"),
+    ] {
+        let o = hpc_in(&s, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(tree(&s), before, "{args:?} wrote something");
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.join("taken/notes.txt")).unwrap(),
+        "mine"
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn completions_for_every_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = hpc(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        for word in ["run", "new", "doctor", "selftest"] {
+            assert!(text.contains(word), "{shell} lacks {word}");
+        }
+    }
+    // Value enums become completion candidates.
+    let bash = String::from_utf8_lossy(&hpc(&["completions", "bash"]).stdout).into_owned();
+    assert!(
+        bash.contains("compact") && bash.contains("spread"),
+        "--policy values"
+    );
+    assert_eq!(hpc(&["completions", "tcsh"]).status.code(), Some(2));
+}
+
+#[test]
+fn manual_pages() {
+    let o = hpc(&["man"]);
+    assert!(o.status.success());
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH hpc 1"),
+        "{page}"
+    );
+    assert!(page.contains("EXIT STATUS"));
+    let s = scratch("man");
+    let o = hpc(&["man", "--dir", s.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for p in [
+        "hpc.1",
+        "hpc-run.1",
+        "hpc-new.1",
+        "hpc-doctor.1",
+        "hpc-topo.1",
+    ] {
+        let text = std::fs::read_to_string(s.join(p)).unwrap();
+        assert!(text.contains(".SH NAME"), "{p}");
+    }
+    assert!(std::fs::read_to_string(s.join("hpc-run.1"))
+        .unwrap()
+        .contains("hpc run"));
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn every_subcommand_help_has_examples() {
+    for sub in [
+        "run",
+        "new",
+        "doctor",
+        "topo",
+        "selftest",
+        "perftest",
+        "proxy",
+        "completions",
+        "man",
+    ] {
+        let o = hpc(&[sub, "--help"]);
+        assert!(o.status.success(), "{sub}");
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.contains("Examples:") || help.contains("hpc run -n"),
+            "hpc {sub} --help has no examples:\n{help}"
+        );
+    }
+    let top = String::from_utf8_lossy(&hpc(&["--help"]).stdout).into_owned();
+    assert!(top.contains("Exit status:") && top.contains("125"), "{top}");
+}
+
+#[test]
+fn closed_value_sets_are_checked_by_the_parser() {
+    for (args, values) in [
+        (
+            vec!["perftest", "send_lat", "--backend", "infiniband"],
+            "shm",
+        ),
+        (vec!["selftest", "--collectives", "dpu"], "thread"),
+        (vec!["topo", "--policy", "diagonal"], "spread"),
+    ] {
+        let o = hpc(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(values), "{args:?}: {}", stderr(&o));
+    }
+    // Aliases of the library's spellings still work.
+    let o = hpc(&[
+        "topo",
+        "--synthetic",
+        "pack:1 core:2 pu:1",
+        "--ranks",
+        "2",
+        "--policy",
+        "socket",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn exit_codes_are_distinct() {
+    // hpc run's own failure: 125, not a code a rank could have returned.
+    let o = hpc(&["run", "-n", "2", "--", "/nonexistent/program"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("program not found"));
+    // A rank's status passes through.
+    let o = hpc(&["run", "-n", "1", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7));
+    // Usage errors of other subcommands: 2.
+    assert_eq!(
+        hpc(&["topo", "--input", "/nonexistent.xml"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(hpc(&["no-such-subcommand"]).status.code(), Some(2));
+    let v = String::from_utf8_lossy(&hpc(&["--version"]).stdout).into_owned();
+    assert!(v.starts_with("hpc 0.") && v.contains("features:"), "{v}");
+}
