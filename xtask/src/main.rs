@@ -310,7 +310,10 @@ fn all_features() -> Result<String> {
     }
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let mut list = Vec::new();
-    for p in meta["packages"].as_array().context("no packages in cargo metadata")? {
+    for p in meta["packages"]
+        .as_array()
+        .context("no packages in cargo metadata")?
+    {
         let name = p["name"].as_str().unwrap_or_default();
         if let Some(features) = p["features"].as_object() {
             for f in features.keys() {
@@ -337,6 +340,8 @@ fn loom() -> Result<()> {
             .env("RUSTFLAGS", "--cfg loom")
             .env("CARGO_TARGET_DIR", &dir))?;
     }
+    Ok(())
+}
 
 /// `cargo xtask man`: builds `hpc` and has it write its pages and completions.
 fn man(out: &Path) -> Result<()> {
