@@ -351,7 +351,7 @@ fn run(args: Args) -> Result<()> {
 /// The checkpoint every rank resumes from: rank 0 chooses it (the newest that
 /// verifies, warning about each newer one it skips, or `dir` itself when it names a
 /// step directory) and tells the others, so all ranks resume from the same one.
-fn choose_checkpoint(world: &hpc::World, dir: &Path) -> Result<PathBuf> {
+fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
     let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
         brunel::checkpoint::open(dir)
             .map(|r| r.dir().to_path_buf())
