@@ -102,7 +102,10 @@ fn main() {
             let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
             // A rank's own status passes through `hpc run`, so the launcher's own
             // failures have a code of their own (as `timeout` and `env` do).
-            std::process::exit(if launcher {
+            let usage = e
+                .chain()
+                .any(|c| c.downcast_ref::<cmd::UsageError>().is_some());
+            std::process::exit(if launcher && !usage {
                 cmd::EXIT_RUN_FAILED
             } else {
                 cmd::EXIT_ERROR

@@ -7,7 +7,8 @@
 //! is not empty; `doctor`: errors found). `hpc run` exits with the status of the first
 //! rank that failed (0 when all succeed), 128+N when a rank was killed by signal N,
 //! 124 when `--time-limit` stopped the job, and 125 when `hpc run` itself failed
-//! (bad arguments, a program that cannot be started).
+//! once its arguments were accepted (a program that cannot be started); bad arguments
+//! are 2 as for every subcommand.
 
 pub mod bind;
 pub mod completions;
@@ -24,7 +25,8 @@ pub mod values;
 
 /// Bad input or an error of the command itself.
 pub const EXIT_ERROR: i32 = 2;
-/// `hpc run`: the launcher itself failed (bad arguments, a program that cannot start).
+/// `hpc run`: the launcher itself failed once its arguments were accepted (a program
+/// that cannot be started, the coordinator failing).
 pub const EXIT_RUN_FAILED: i32 = 125;
 
 /// The text of `hpc --help`'s exit status section.
@@ -36,7 +38,8 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     destination that is not empty; doctor found errors\n  \
     hpc run: the status of the first rank that failed (0 when all succeed), 128+N when a\n  \
     rank was killed by signal N, 124 when --time-limit stopped the job, 125 when hpc run\n  \
-    itself failed (bad arguments, a program that cannot be started)";
+    itself failed once its arguments were accepted (a program that cannot be started);\n  \
+    bad arguments are 2 as everywhere";
 
 /// Bad input, reported with exit status 2 and its message.
 #[derive(Debug)]

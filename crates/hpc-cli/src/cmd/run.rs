@@ -305,7 +305,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let allowed = hpc_topology::current_binding()
         .map(|set| set.len())
         .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    validate(&args, allowed)?;
+    // Bad arguments are the user's input, exit status 2 as for every subcommand; 125
+    // is kept for a launcher that failed once its arguments were accepted.
+    validate(&args, allowed).map_err(|e| super::UsageError(format!("{e:#}")))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
     let plan = bind::plan(args.bind, n, args.threads, args.progress)
