@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod apptainer;
 mod image;
 mod setup;
 

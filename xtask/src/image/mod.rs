@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 pub mod base;
 pub mod oci;
+pub mod sif;
 pub mod tar;
 pub mod templates;
 
@@ -479,6 +480,7 @@ fn shell_quote(s: &str) -> String {
 pub fn run(args: Args) -> Result<()> {
     if args.setup_tools {
         crate::setup::apt(crate::setup::CONTAINER_PACKAGES)?;
+        crate::setup::container_runtimes()?;
         if args.binary.is_none() {
             return Ok(());
         }
@@ -942,21 +944,11 @@ pub fn run(args: Args) -> Result<()> {
     if formats.contains(&Format::Sif) {
         pr.step(&format!("apptainer build {sif} {def}"));
         if crate::setup::has("apptainer") {
-            crate::run(
-                Command::new("apptainer")
-                    .args(["build", "--force", &sif, &def])
-                    .current_dir(&out_dir),
-            )?;
-            pr.done(&format!(
-                "{:.1} MB",
-                fs::metadata(out_dir.join(&sif))?.len() as f64 / 1e6
-            ));
+            let p = sif::build(&out_dir, &sif, &def)?;
+            pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
+            archives.insert("sif", p);
         } else {
-            sif_error = Some(format!(
-                "apptainer is not on the PATH, so no SIF was built. Build it where Apptainer \
-                 is installed:\n  cd {} && apptainer build {sif} {def}",
-                out_dir.display()
-            ));
+            sif_error = Some(sif::missing_apptainer(&out_dir, &sif, &def));
         }
     }
 
