@@ -128,8 +128,8 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
              and Open MPI's shared-memory set-up fails with it",
             match rt {
                 RuntimeKind::Apptainer | RuntimeKind::Singularity => format!(
-                    "under srun leave out --contain/--containall (Apptainer then shares /tmp), or bind \
-                     the slurmd spool directory: `apptainer exec --bind {spool} ...`"
+                    "bind the slurmd spool directory: `apptainer exec --bind {spool} ...` (Apptainer \
+                     binds /tmp but not /var/spool), and leave out --contain/--containall under srun"
                 ),
                 RuntimeKind::Docker | RuntimeKind::Podman => format!(
                     "bind the slurmd spool directory at the same path: `-v {spool}:{spool}`"

@@ -288,6 +288,17 @@ impl Report {
                 s.mpi_type.as_deref().unwrap_or("<unset>")
             );
         }
+        if let Some(d) = &l.pmix_server_tmpdir {
+            let _ = writeln!(
+                o,
+                "  PMIx server directory: {d} ({})",
+                if l.pmix_server_tmpdir_visible == Some(true) {
+                    "visible"
+                } else {
+                    "NOT visible here"
+                }
+            );
+        }
         if let Some(t) = &e.mpi.ucx_tls {
             let _ = writeln!(o, "  UCX_TLS={t}");
         }
