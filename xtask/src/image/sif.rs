@@ -113,6 +113,76 @@ mod tests {
         assert!(sif_labels("not json").is_err());
     }
 
+    /// The generated `slurm-apptainer.sbatch`, run with stand-ins for `srun` and
+    /// `scontrol`: `--nv` for a GPU image, the bind paths this node has (and a
+    /// missing one named), the slurmd spool, then the app and its arguments.
+    #[test]
+    fn apptainer_batch_script_passes_nv_binds_and_spool() {
+        use super::super::templates::{fill, COMMON};
+        let t = COMMON
+            .iter()
+            .find(|t| t.name == "slurm-apptainer.sbatch")
+            .expect("template");
+        // Not under /tmp: the script leaves a spool there to Apptainer's own /tmp bind.
+        let dir = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let d = dir.path();
+        let spool = d.join("spool");
+        let lib = d.join("libmpi.so.40");
+        fs::create_dir(&spool).unwrap();
+        fs::write(&lib, "").unwrap();
+        let mut vars = std::collections::BTreeMap::new();
+        for k in super::super::template_keys() {
+            vars.insert(*k, String::new());
+        }
+        vars.insert("app", "hpc".into());
+        vars.insert("sif", "hpc.sif".into());
+        vars.insert("apptainer_flags", "--nv".into());
+        vars.insert(
+            "bind_paths",
+            format!("{},/nonexistent/libfoo.so.1", lib.display()),
+        );
+        let script = d.join("job.sbatch");
+        fs::write(&script, fill(t.text, &vars).unwrap()).unwrap();
+        let bin = d.join("bin");
+        fs::create_dir(&bin).unwrap();
+        let stub = |name: &str, body: &str| {
+            let p = bin.join(name);
+            fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        stub("srun", "echo \"srun $*\"");
+        stub(
+            "scontrol",
+            &format!("echo \"SlurmdSpoolDir          = {}\"", spool.display()),
+        );
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(["selftest", "--json"])
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .env_remove("SLURMD_SPOOL")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            format!(
+                "srun --mpi=pmix apptainer exec --nv --bind {} --bind {} hpc.sif hpc selftest --json",
+                lib.display(),
+                spool.display()
+            )
+        );
+        assert!(
+            stderr.contains("not bound: /nonexistent/libfoo.so.1"),
+            "{stderr}"
+        );
+    }
+
     #[test]
     fn build_runs_in_the_output_folder_from_the_def() {
         assert_eq!(
