@@ -21,7 +21,9 @@
 # it (`mount` is in the node image for the wrapper).
 # libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
 # dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
-# Environment: HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
+# Environment: HPC_CLUSTER_NAME (container and network name prefix, default
+# hpc-cluster: clusters of different names run side by side),
+# HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
 # HPC_CACHE_DIR (node file system cache, default <repo>/target/cluster-cache).
 # No registry is needed: the node image is made with mmdebstrap and `docker import`.
 # A second `up` after a crash first removes what the crashed one left.
@@ -31,8 +33,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
 cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
-net=hpc-cluster-net
-prefix=hpc-cluster
+prefix=${HPC_CLUSTER_NAME:-hpc-cluster}
+net=$prefix-net
 packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
 tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
 image=hpc-cluster-node:$tag
@@ -40,12 +42,16 @@ image=hpc-cluster-node:$tag
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --format '{{.Names}}'; }
+containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format '{{.Names}}'; }
 
 build_image() {
     if docker image inspect "$image" >/dev/null 2>&1; then return; fi
     command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: apt-get install mmdebstrap"
     mkdir -p "$cache"
+    # Two clusters coming up at once (HPC_CLUSTER_NAME) make the image once.
+    exec 9>"$cache/.build.lock"
+    flock 9
+    if docker image inspect "$image" >/dev/null 2>&1; then exec 9>&-; return; fi
     local tar=$cache/node-$tag.tar
     if [ ! -s "$tar" ]; then
         log "building the node file system with mmdebstrap (a few minutes, once)"
@@ -57,6 +63,7 @@ build_image() {
     fi
     log "importing $image"
     docker import --change 'CMD ["/bin/sh"]' "$tar" "$image" >/dev/null
+    exec 9>&-
 }
 
 down() {
@@ -140,7 +147,7 @@ up() {
 }
 
 status() {
-    docker ps -a --filter "label=org.hpc-rs.cluster=1" --format 'table {{.Names}}\t{{.Status}}'
+    docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format 'table {{.Names}}\t{{.Status}}'
     docker exec "$prefix-ctl" sinfo -N 2>/dev/null || true
 }
 

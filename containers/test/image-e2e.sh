@@ -130,6 +130,9 @@ stage docker
 # per rank (the hybrid model: Open MPI inside, PMIx from slurmd), alternated.
 export HPC_SLURMCTLD_PORT=${HPC_SLURMCTLD_PORT:-16817} HPC_SLURMD_PORT=${HPC_SLURMD_PORT:-16818}
 slurm=$work/slurm
+# A cluster of its own name and folder: the other cluster tests may run meanwhile.
+export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-e2e} HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$work/cluster}
+cdir=$HPC_CLUSTER_DIR
 cleanup() {
     "$here/slurm-single-node.sh" stop "$slurm" >/dev/null 2>&1 || true
     if [ "${HPC_TEST_CLUSTER:-}" = 1 ]; then bash "$repo/containers/cluster/cluster.sh" down >/dev/null 2>&1 || true; fi
@@ -272,7 +275,6 @@ if [ "${HPC_TEST_CLUSTER:-}" = 1 ]; then
     [ -d "$appt_dir/rootfs" ] \
         || fail "cluster stage: $appt is not the wrapper of a Debian tree (no $appt_dir/rootfs for the nodes to mount)"
     cluster=$repo/containers/cluster/cluster.sh
-    cdir=${HPC_CLUSTER_DIR:-$repo/target/cluster}
     t=$(date +%s%N)
     bash "$cluster" up --nodes 2 --bin "$(dirname "$native")" --apptainer "$appt_dir" >"$work/cluster-up.log" 2>&1 \
         || { tail -n 30 "$work/cluster-up.log" >&2; fail "cluster up with Apptainer"; }
