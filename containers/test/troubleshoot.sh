@@ -112,7 +112,8 @@ has_finding tiny-shm shm.too-small error
 log "row tiny-shm: 1 MiB /dev/shm -> shm.too-small"
 
 # 5. UCX_TLS naming a transport that is absent (an InfiniBand setting on a node
-# without InfiniBand), with Open MPI's UCX layer selected as the seed advises.
+# without InfiniBand), with Open MPI's UCX layer selected, as large-job tuning
+# guides advise (OMPI_MCA_pml=ucx).
 run_row ucx-tls-absent pmix "$sif" OMPI_MCA_pml=ucx UCX_TLS=rc --
 failed ucx-tls-absent
 symptom ucx-tls-absent "transport 'rc' is not available"
