@@ -156,18 +156,9 @@ assert all("PMIx" in r["bootstrap"] for r in ranks), ranks
 print(round((max(int(r["first_barrier_unix_ns"]) for r in ranks) - start) / 1e6))
 PY
 }
-# Several JSON reports printed one after another (one per rank).
-reports() { # file
-    python3 -c '
-import json, sys
-text, dec, i, out = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
-while i < len(text):
-    if text[i].isspace():
-        i += 1
-        continue
-    o, i = dec.raw_decode(text, i)
-    out.append(o)
-print(json.dumps(out))' "$1"
+# The JSON reports of several files (one per rank) as one JSON list.
+reports() { # files...
+    python3 -c 'import json, sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:]]))' "$@"
 }
 cat > "$work/rank.sh" <<RANK
 #!/bin/bash
@@ -206,8 +197,9 @@ srun --mpi=pmix -n 1 "$work/rank.sh" hpc doctor --json > "$work/doctor-srun.json
 stage slurm_podman
 
 # The doctor inside Apptainer, under srun with PMIx, on both ranks.
-srun --mpi=pmix -n 2 apptainer exec "$sif" hpc doctor --json > "$work/doctor-apptainer-srun.out" || true
-reports "$work/doctor-apptainer-srun.out" > "$work/doctor-apptainer.json" \
+# One output file per task: two ranks' reports would interleave on one stream.
+srun --mpi=pmix -n 2 --output="$work/doctor-apptainer.%t.out" --error="$work/doctor-apptainer.%t.err" apptainer exec "$sif" hpc doctor --json || true
+reports "$work"/doctor-apptainer.[01].out > "$work/doctor-apptainer.json" \
     || fail "doctor inside Apptainer under srun printed no JSON reports"
 python3 - "$work/doctor-apptainer.json" <<'PY' || fail "doctor inside Apptainer under srun"
 import json, sys
@@ -298,9 +290,9 @@ PY
         --export="ALL,SIF=/shared/$app-bind.sif" /shared/bind.sbatch selftest --json --expect-size 2 --expect-nodes 2 \
         >/dev/null || { cat "$cdir"/shared/bind-*.out >&2 || true; fail "cluster: sbatch slurm-apptainer.sbatch (bind)"; }
     [ "$(grep -c '"ok":true' "$cdir"/shared/bind-*.out)" = 2 ] || fail "cluster: bind output"
-    bash "$cluster" exec srun --mpi=pmix -N 2 -n 2 apptainer exec --bind /var/spool/slurmd "/shared/$app.sif" hpc doctor --json \
-        > "$work/cluster-doctor.out" || true
-    reports "$work/cluster-doctor.out" > "$work/cluster-doctor.json" || fail "cluster: doctor printed no JSON"
+    bash "$cluster" exec srun --mpi=pmix -N 2 -n 2 --output=/shared/doctor.%t.out --error=/shared/doctor.%t.err \
+        apptainer exec --bind /var/spool/slurmd "/shared/$app.sif" hpc doctor --json || true
+    reports "$cdir"/shared/doctor.[01].out > "$work/cluster-doctor.json" || fail "cluster: doctor printed no JSON"
     python3 - "$work/cluster-doctor.json" <<'PY' || fail "cluster: doctor inside Apptainer across nodes"
 import json, sys
 reps = json.load(open(sys.argv[1]))

@@ -8,6 +8,7 @@
 #                     UCX, for one, logs to standard output)
 #   NAME.rc           srun's exit status
 #   NAME.doctor.json  `hpc doctor --json` of rank 0 in the same container, same flags
+#                     (NAME.doctor.<task>.out: each rank's own output)
 # and checks the symptom and the diagnosis; the Rust test that runs image-e2e.sh
 # checks the files again, row by row.
 #
@@ -42,22 +43,11 @@ run_row() {
         > "$rows/$name.log" 2>&1 || rc=$?
     echo "$rc" > "$rows/$name.rc"
     [ "$rc" != 124 ] || fail "$name: the broken run hung for 120 s instead of failing"
-    env ${envs[@]+"${envs[@]}"} timeout 120 srun --mpi="$mpi" -n 2 \
-        apptainer exec ${flags[@]+"${flags[@]}"} "$image" hpc doctor --json \
-        > "$rows/$name.doctor.out" 2>/dev/null || true
-    python3 - "$rows/$name.doctor.out" "$rows/$name.doctor.json" <<'PY' || true
-import json, sys
-text, dec, i, out = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
-while i < len(text):
-    if text[i].isspace():
-        i += 1
-        continue
-    o, i = dec.raw_decode(text, i)
-    out.append(o)
-if out:
-    out.sort(key=lambda d: d["environment"]["launcher"]["rank"] or 0)
-    json.dump(out[0], open(sys.argv[2], "w"), indent=1)
-PY
+    # One output file per task: the two ranks' reports would interleave on one stream.
+    env ${envs[@]+"${envs[@]}"} timeout 120 srun --mpi="$mpi" -n 2 --output="$rows/$name.doctor.%t.out" --error="$rows/$name.doctor.%t.err" \
+        apptainer exec ${flags[@]+"${flags[@]}"} "$image" hpc doctor --json 2>/dev/null || true
+    python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), indent=1)' \
+        "$rows/$name.doctor.0.out" "$rows/$name.doctor.json" || true
 }
 # has_finding NAME ID SEVERITY
 has_finding() {
