@@ -128,7 +128,16 @@ stage docker
 
 # 5. Slurm + PMIx: native, one Podman container per rank, one Apptainer container
 # per rank (the hybrid model: Open MPI inside, PMIx from slurmd), alternated.
-export HPC_SLURMCTLD_PORT=${HPC_SLURMCTLD_PORT:-16817} HPC_SLURMD_PORT=${HPC_SLURMD_PORT:-16818}
+# Two free ports of its own (unless given): another test's Slurm may be up meanwhile.
+if [ -z "${HPC_SLURMCTLD_PORT:-}" ]; then
+    read -r HPC_SLURMCTLD_PORT HPC_SLURMD_PORT < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s:
+    x.bind(("", 0))
+print(*[x.getsockname()[1] for x in s])')
+fi
+export HPC_SLURMCTLD_PORT HPC_SLURMD_PORT=${HPC_SLURMD_PORT:-$((HPC_SLURMCTLD_PORT + 1))}
 slurm=$work/slurm
 # A cluster of its own name and folder: the other cluster tests may run meanwhile.
 export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-e2e} HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$work/cluster}
