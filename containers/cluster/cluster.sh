@@ -6,15 +6,24 @@
 # folder at /shared.
 #
 # Usage:
-#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR]   start (rebuilds nothing that exists)
+#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR] [--apptainer DIR]
+#                                                              start (rebuilds nothing that exists)
 #   containers/cluster/cluster.sh down                         remove everything it made
 #   containers/cluster/cluster.sh status                       containers and sinfo
 #   containers/cluster/cluster.sh exec CMD...                  run CMD on the controller (e.g. srun ...)
 #   containers/cluster/cluster.sh stop-node|kill-node|cut-node|heal-node NAME
 #
+# --apptainer DIR: Apptainer on every node, as on an HPC cluster: DIR is the folder
+# `cargo xtask setup` made (DIR/bin/apptainer, the wrapper, and DIR/rootfs), mounted
+# read-only at /opt/apptainer with /opt/apptainer/bin on the PATH. Apptainer mounts
+# its images and enters namespaces as root, so the nodes then get every capability
+# the engine can grant and the loop devices, as the hosts they stand for would give
+# it (`mount` is in the node image for the wrapper).
 # libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
 # dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
-# Environment: HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
+# Environment: HPC_CLUSTER_NAME (container and network name prefix, default
+# hpc-cluster: clusters of different names run side by side),
+# HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
 # HPC_CACHE_DIR (node file system cache, default <repo>/target/cluster-cache).
 # No registry is needed: the node image is made with mmdebstrap and `docker import`.
 # A second `up` after a crash first removes what the crashed one left.
@@ -24,21 +33,25 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
 cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
-net=hpc-cluster-net
-prefix=hpc-cluster
-packages="slurm-wlm,munge,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
+prefix=${HPC_CLUSTER_NAME:-hpc-cluster}
+net=$prefix-net
+packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
 tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
 image=hpc-cluster-node:$tag
 
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --format '{{.Names}}'; }
+containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format '{{.Names}}'; }
 
 build_image() {
     if docker image inspect "$image" >/dev/null 2>&1; then return; fi
     command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: apt-get install mmdebstrap"
     mkdir -p "$cache"
+    # Two clusters coming up at once (HPC_CLUSTER_NAME) make the image once.
+    exec 9>"$cache/.build.lock"
+    flock 9
+    if docker image inspect "$image" >/dev/null 2>&1; then exec 9>&-; return; fi
     local tar=$cache/node-$tag.tar
     if [ ! -s "$tar" ]; then
         log "building the node file system with mmdebstrap (a few minutes, once)"
@@ -50,6 +63,7 @@ build_image() {
     fi
     log "importing $image"
     docker import --change 'CMD ["/bin/sh"]' "$tar" "$image" >/dev/null
+    exec 9>&-
 }
 
 down() {
@@ -74,11 +88,12 @@ wait_idle() {
 }
 
 up() {
-    local nodes=2 bin="" cpus
+    local nodes=2 bin="" cpus apptainer=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --nodes) nodes=$2; shift 2 ;;
             --bin) bin=$2; shift 2 ;;
+            --apptainer) apptainer=$2; shift 2 ;;
             *) die "unknown option $1" ;;
         esac
     done
@@ -86,6 +101,10 @@ up() {
     [ -n "$bin" ] || bin=$repo/target/release
     [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi)"
     command -v docker >/dev/null || die "docker is missing"
+    if [ -n "$apptainer" ]; then
+        [ -x "$apptainer/bin/apptainer" ] && [ -d "$apptainer/rootfs" ] \
+            || die "--apptainer $apptainer: no bin/apptainer and rootfs/ there (HPC_TEST_CONTAINERS=1 cargo xtask setup makes them)"
+    fi
     local t0=$SECONDS
     build_image
     [ -z "$(containers)" ] || { log "removing a previous cluster"; down; }
@@ -102,20 +121,33 @@ up() {
     local common=(--detach --label org.hpc-rs.cluster=1 --network "$net"
         --shm-size 512m --cap-add SYS_PTRACE --init
         -v "$work:/cluster:ro" -v "$work/shared:/shared" -v "$(readlink -f "$bin"):/opt/hpc/bin:ro"
-        -e PATH=/opt/hpc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+        -e PATH=/opt/hpc/bin${apptainer:+:/opt/apptainer/bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
         -e SLURM_CONF=/cluster/slurm.conf
         -e OMPI_ALLOW_RUN_AS_ROOT=1 -e OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    if [ -n "$apptainer" ]; then
+        # What Apptainer needs as root on a host: every capability (mounts, namespaces,
+        # the overlay's DAC overrides), no seccomp/AppArmor filter, the loop devices
+        # for SIF images (and the right to make more). Not --privileged: an engine
+        # that itself runs without CAP_SYS_RESOURCE (as here) cannot grant it.
+        common+=(--cap-add ALL --cap-drop SYS_RESOURCE
+            --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+            --device-cgroup-rule 'b 7:* rmw' --device /dev/loop-control
+            -v "$(readlink -f "$apptainer"):/opt/apptainer:ro")
+        for d in /dev/loop[0-9]*; do
+            if [ -b "$d" ]; then common+=(--device "$d"); fi
+        done
+    fi
     docker run "${common[@]}" --name "$prefix-ctl" --hostname ctl --network-alias ctl "$image" /cluster/node-init.sh ctl >/dev/null
     for i in $(seq 1 "$nodes"); do
         docker run "${common[@]}" --name "$prefix-node$i" --hostname "node$i" --network-alias "node$i" \
             "$image" /cluster/node-init.sh compute >/dev/null
     done
     wait_idle "$nodes"
-    log "up: ctl + $nodes compute nodes in $((SECONDS - t0))s"
+    log "up: ctl + $nodes compute nodes${apptainer:+ with Apptainer} in $((SECONDS - t0))s"
 }
 
 status() {
-    docker ps -a --filter "label=org.hpc-rs.cluster=1" --format 'table {{.Names}}\t{{.Status}}'
+    docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format 'table {{.Names}}\t{{.Status}}'
     docker exec "$prefix-ctl" sinfo -N 2>/dev/null || true
 }
 

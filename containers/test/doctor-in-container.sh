@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Runs `hpc doctor --json` inside a Podman or Docker container whose file system
-# is a Debian bookworm minbase tree, with the host's `hpc` binary bind-mounted in.
+# Runs `hpc doctor --json` inside a Podman, Docker or Apptainer container whose file
+# system is a Debian bookworm minbase tree, with the host's `hpc` binary bind-mounted
+# in. Apptainer runs the tree as a sandbox directory (unpacked once into the cache).
 #
 # Usage:
 #   containers/test/doctor-in-container.sh [options] HPC_BINARY [-- hpc doctor args]
 # Options:
-#   --engine podman|docker   container engine (default: $HPC_CONTAINER_ENGINE or podman)
+#   --engine podman|docker|apptainer
+#                            container engine (default: $HPC_CONTAINER_ENGINE or podman)
 #   --capture DIR            instead of running the doctor, copy the files it reads
 #                            (mountinfo, cgroup, limits, status, env ...) into
 #                            DIR/root and DIR/env: a fixture tree
-#   --engine-arg ARG         extra argument for `ENGINE run` (repeatable)
+#   --engine-arg ARG         extra argument for `ENGINE run` / `apptainer exec` (repeatable)
 #
 # The root file system tarball is cached in $HPC_CACHE_DIR (default:
 # <repo>/target/hpc-cache); the first run builds it with mmdebstrap (about a minute).
@@ -67,6 +69,17 @@ case "$engine" in
             docker import "$tarball" "$image" >&2
         fi
         ;;
+    apptainer)
+        command -v apptainer >/dev/null || { log "apptainer missing (HPC_TEST_CONTAINERS=1 cargo xtask setup)"; exit 69; }
+        sandbox=$cache/bookworm-minbase-sandbox
+        if [ ! -d "$sandbox/usr" ]; then
+            log "unpacking $tarball into $sandbox"
+            rm -rf "$sandbox.part"
+            mkdir -p "$sandbox.part"
+            tar -xf "$tarball" -C "$sandbox.part" --exclude='./dev/*'
+            mv "$sandbox.part" "$sandbox"
+        fi
+        ;;
     *) log "unknown engine: $engine"; exit 64 ;;
 esac
 
@@ -82,6 +95,13 @@ done < <(ldd "$hpc_bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }
 
 run=("$engine" run --rm -v "$hpc_bin:/usr/local/bin/hpc:ro" ${lib_binds[@]+"${lib_binds[@]}"}
      ${engine_args[@]+"${engine_args[@]}"})
+if [ "$engine" = apptainer ]; then
+    # Same binds in Apptainer's spelling; the sandbox directory is the image.
+    run=(apptainer exec --bind "$hpc_bin:/usr/local/bin/hpc:ro")
+    for ((i = 1; i < ${#lib_binds[@]}; i += 2)); do run+=(--bind "${lib_binds[i]}"); done
+    run+=(${engine_args[@]+"${engine_args[@]}"})
+    image=$sandbox
+fi
 
 if [ -n "$capture" ]; then
     mkdir -p "$capture"
@@ -100,7 +120,8 @@ for c in cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us memory/memory.limit_in_bytes
   mkdir -p "$o$(dirname "$f")"; cat "$f" > "$o$f"
 done
 env > /out/env'
-    "${run[@]}" -v "$capture:/out" "$image" sh -c "$script"
+    if [ "$engine" = apptainer ]; then out=(--bind "$capture:/out"); else out=(-v "$capture:/out"); fi
+    "${run[@]}" "${out[@]}" "$image" sh -c "$script"
     log "captured into $capture"
     exit 0
 fi

@@ -73,12 +73,28 @@ CONF
         # Its pid file, not pgrep: munged processes of containers are visible too.
         cat /run/munge/munged.pid > "$dir/munged.pid"
     fi
+    # Slurm's daemons share a port with another cluster's without an error (the
+    # kernel then splits the connections between them): refuse a port in use.
+    local port name
+    for name in slurmctld:${HPC_SLURMCTLD_PORT:-6817} slurmd:${HPC_SLURMD_PORT:-6818}; do
+        port=${name#*:}
+        pid_alive "$dir/${name%%:*}.pid" && continue
+        if ! python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection may linger
+s.bind(("", int(sys.argv[1])))' "$port" 2>/dev/null; then
+            log "port $port for ${name%%:*} is in use (another Slurm?): choose others with HPC_SLURMCTLD_PORT / HPC_SLURMD_PORT"
+            exit 1
+        fi
+    done
     pid_alive "$dir/slurmctld.pid" || slurmctld
     pid_alive "$dir/slurmd.pid" || slurmd -N localhost
     for _ in $(seq 1 100); do
         state=$(sinfo -h -o %T 2>/dev/null || true)
         case "$state" in
-            idle*|mixed*|allocated*) log "up ($state), SLURM_CONF=$conf"; return 0 ;;
+            idle*|mixed*|allocated*)
+                log "up ($state), SLURM_CONF=$conf"; return 0 ;;
         esac
         sleep 0.2
     done

@@ -18,6 +18,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod apptainer;
 mod fuzz;
 mod hwloc;
 mod setup;
@@ -385,6 +386,7 @@ fn main() -> Result<()> {
             // image tools that hpc-image installs.
             if args.setup_tools {
                 setup::apt(setup::CONTAINER_PACKAGES)?;
+                setup::container_runtimes()?;
             }
             if let Err(e) = hpc_image::run(*args) {
                 eprintln!("error: {e:#}");

@@ -77,7 +77,8 @@ fn dpkg_installed(pkg: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -174,6 +175,16 @@ fn cargo_fuzz() -> Result<()> {
     ]))
 }
 
+/// Container runtimes beyond the Debian packages: Apptainer (the distribution's
+/// package where there is one, else a Debian root file system behind a wrapper, see
+/// `apptainer.rs`), timed so that CI's log shows what it costs.
+pub fn container_runtimes() -> Result<()> {
+    let t = std::time::Instant::now();
+    crate::apptainer::ensure()?;
+    eprintln!("==> apptainer ready ({:.1}s)", t.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// Everything `demo` and `test` need.
 pub fn all() -> Result<()> {
     apt(APT_PACKAGES)?;
@@ -182,6 +193,7 @@ pub fn all() -> Result<()> {
     let on = |k: &str| std::env::var(k).ok().as_deref() == Some("1");
     if on("HPC_TEST_CONTAINERS") || on("HPC_TEST_CLUSTER") {
         apt(CONTAINER_PACKAGES)?;
+        container_runtimes()?;
     }
     rust_components()?;
     mdbook()?;

@@ -81,6 +81,14 @@ pub struct Gpus {
     pub pci: Vec<PciGpu>,
     /// Whether `/dev/kfd` (AMD ROCm) exists.
     pub amd_kfd: bool,
+    /// Inside Apptainer/Singularity (`/.singularity.d` exists): whether `--nv` put
+    /// the host's NVIDIA driver libraries into `/.singularity.d/libs`; `None`
+    /// elsewhere.
+    pub apptainer_nv: Option<bool>,
+    /// Whether the image says it is built for GPUs: the label `io.hpc-rs.gpu` is
+    /// `true` in `/.singularity.d/labels.json` (what `cargo xtask image --gpu`
+    /// writes), or the image sets `NVIDIA_VISIBLE_DEVICES` in its environment file.
+    pub image_wants_gpu: bool,
 }
 
 /// A display/3D controller on the PCI bus.
@@ -266,7 +274,27 @@ fn gpus(p: &Probe) -> Gpus {
         nvidia_visible_devices: p.var("NVIDIA_VISIBLE_DEVICES").map(str::to_string),
         pci,
         amd_kfd: p.exists("/dev/kfd"),
+        apptainer_nv: p.is_dir("/.singularity.d").then(|| {
+            p.exists("/.singularity.d/libs/libcuda.so.1")
+                || p.exists("/.singularity.d/libs/nvidia-smi")
+        }),
+        image_wants_gpu: image_wants_gpu(p),
     }
+}
+
+/// The image's own word that it is built for GPUs (see [`Gpus::image_wants_gpu`]).
+fn image_wants_gpu(p: &Probe) -> bool {
+    let label = p
+        .read("/.singularity.d/labels.json")
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("io.hpc-rs.gpu")?.as_str().map(|s| s == "true"));
+    if let Some(l) = label {
+        return l;
+    }
+    p.list("/.singularity.d/env").iter().any(|f| {
+        p.read(&format!("/.singularity.d/env/{f}"))
+            .is_some_and(|t| t.contains("NVIDIA_VISIBLE_DEVICES="))
+    })
 }
 
 impl Gpus {

@@ -146,6 +146,32 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         }
     }
 
+    if let (Some(dir), Some(false)) = (&l.pmix_server_tmpdir, l.pmix_server_tmpdir_visible) {
+        let spool = dir
+            .trim_end_matches('/')
+            .rsplit_once('/')
+            .map(|(parent, _)| if parent.is_empty() { "/" } else { parent })
+            .unwrap_or(dir.as_str());
+        push(
+            "launch.pmix-dir-hidden",
+            Severity::Error,
+            format!("PMIX_SERVER_TMPDIR={dir} does not exist in this file system"),
+            "the PMIx server (slurmd's, or prterun's) keeps its shared data store and rendezvous \
+             files there; a rank that cannot open them fails in PMIx (`PMIX ERROR ... gds_ds12_lock`) \
+             and Open MPI's shared-memory set-up fails with it",
+            match rt {
+                RuntimeKind::Apptainer | RuntimeKind::Singularity => format!(
+                    "bind the slurmd spool directory: `apptainer exec --bind {spool} ...` (Apptainer \
+                     binds /tmp but not /var/spool), and leave out --contain/--containall under srun"
+                ),
+                RuntimeKind::Docker | RuntimeKind::Podman => format!(
+                    "bind the slurmd spool directory at the same path: `-v {spool}:{spool}`"
+                ),
+                _ => format!("make {spool} visible at the same path inside the container"),
+            },
+        );
+    }
+
     // --- GPUs -----------------------------------------------------------------
     let g = &env.devices.gpu;
     let host_nvidia = g.pci_nvidia();
@@ -164,6 +190,25 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             ),
             "the GPUs exist on this host but were not passed into the container: CUDA reports no device",
             gpu_fix(rt),
+        );
+    } else if g.apptainer_nv == Some(false)
+        && g.image_wants_gpu
+        && (host_nvidia > 0 || !g.nvidia_devices.is_empty())
+    {
+        // On a node without GPUs `--nv` binds nothing, so its absence shows only here.
+        push(
+            "gpu.apptainer-without-nv",
+            Severity::Error,
+            format!(
+                "the image is built for GPUs (io.hpc-rs.gpu=true) and this node has {} NVIDIA GPU(s), \
+                 but Apptainer was started without --nv: no driver libraries in /.singularity.d/libs",
+                g.nvidia_devices.len().max(host_nvidia)
+            ),
+            "Apptainer shares the host's /dev but not its NVIDIA driver: without --nv CUDA finds no \
+             libcuda.so.1 and the program runs without its GPUs or fails",
+            "start it with `apptainer exec --nv image.sif ...` (the slurm-apptainer.sbatch that \
+             `cargo xtask image --gpu` writes does)"
+                .into(),
         );
     } else if !g.nvidia_devices.is_empty() && !g.libcuda {
         push(
@@ -343,6 +388,34 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             );
         }
     }
+    if ib.uverbs.is_empty() {
+        if let Some(asked) = rdma_requested(env) {
+            let adapters = !ib.adapters.is_empty();
+            push(
+                "net.rdma-requested-absent",
+                Severity::Error,
+                format!(
+                    "{asked}, but this process sees no RDMA device (no /dev/infiniband/uverbs*{})",
+                    if adapters {
+                        ""
+                    } else {
+                        ", no adapter in /sys/class/infiniband"
+                    }
+                ),
+                "the transport named cannot open a device: UCX fails to create its endpoints \
+                 and MPI_Init aborts (or the transport refuses to start), instead of falling back",
+                if adapters {
+                    ib_devices_fix(rt)
+                } else {
+                    "this node has no InfiniBand: leave UCX_TLS unset (or add tcp,sm,self) and do not \
+                     force HPC_TRANSPORT=verbs or FI_PROVIDER=verbs; on an InfiniBand node pass the \
+                     devices in (`--bind /dev/infiniband` for Apptainer with --contain, `--device` for \
+                     Docker/Podman)"
+                        .into()
+                },
+            );
+        }
+    }
     let btl = env.mpi.ompi_mca.get("btl").map(String::as_str);
     let pml = env.mpi.ompi_mca.get("pml").map(String::as_str);
     if let Some(btl) = btl {
@@ -499,6 +572,32 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     out
 }
 
+/// What in the environment insists on RDMA, if anything: a `UCX_TLS` whose only
+/// inter-process transports are RDMA ones, `HPC_TRANSPORT=verbs`, or a libfabric
+/// provider that needs verbs.
+fn rdma_requested(env: &Environment) -> Option<String> {
+    if let Some(tls) = env.mpi.ucx_tls.as_deref() {
+        let (shm, rdma) = ucx_tls_classes(tls);
+        let tcp = tls
+            .split(',')
+            .any(|x| x.trim() == "tcp" || x.trim() == "all");
+        if rdma && !shm && !tcp && !tls.trim().starts_with('^') {
+            return Some(format!("UCX_TLS={tls} names only RDMA transports"));
+        }
+    }
+    if env.mpi.hpc_transport.as_deref() == Some("verbs") {
+        return Some("HPC_TRANSPORT=verbs".into());
+    }
+    if let Some(p) = env.mpi.fi_provider.as_deref() {
+        if p.split(['.', ';', ','])
+            .any(|x| matches!(x.trim(), "verbs" | "mlx" | "psm3" | "efa"))
+        {
+            return Some(format!("FI_PROVIDER={p} needs an RDMA device"));
+        }
+    }
+    None
+}
+
 /// Classifies a UCX_TLS value: (has shared memory, has RDMA).
 pub fn ucx_tls_classes(tls: &str) -> (bool, bool) {
     let shm_names = ["sm", "shm", "cma", "knem", "xpmem", "posix", "sysv", "mm"];
@@ -631,7 +730,8 @@ fn shm_fix(rt: RuntimeKind) -> String {
             "mount an `emptyDir: {medium: Memory, sizeLimit: 1Gi}` volume at /dev/shm".into()
         }
         RuntimeKind::Apptainer | RuntimeKind::Singularity => {
-            "Apptainer shares the host's /dev/shm: enlarge it on the host (`mount -o remount,size=50% /dev/shm`)".into()
+            "Apptainer shares the host's /dev/shm unless --contain or a --bind over /dev/shm replaces it: \
+             drop that bind, or enlarge the host's (`mount -o remount,size=50% /dev/shm`)".into()
         }
         _ => "enlarge /dev/shm (`mount -o remount,size=1g /dev/shm`) or share the host's".into(),
     }

@@ -60,6 +60,11 @@ pub struct Launcher {
     pub slurm: Option<SlurmInfo>,
     /// MPI libraries found in the image or the environment.
     pub mpi_libraries: Vec<MpiLibrary>,
+    /// `PMIX_SERVER_TMPDIR`: where the PMIx server (slurmd, prterun) keeps its shared
+    /// data store and rendezvous files, which its clients open.
+    pub pmix_server_tmpdir: Option<String>,
+    /// Whether that directory exists in the probed file system (`None` when unset).
+    pub pmix_server_tmpdir_visible: Option<bool>,
 }
 
 /// MPI and UCX tuning variables.
@@ -73,6 +78,8 @@ pub struct MpiSettings {
     pub ompi_mca: BTreeMap<String, String>,
     /// `FI_PROVIDER` (libfabric).
     pub fi_provider: Option<String>,
+    /// `HPC_TRANSPORT` (hpc-rdma's backend choice).
+    pub hpc_transport: Option<String>,
 }
 
 /// Whether cross-memory attach (`process_vm_readv`) works: Open MPI's
@@ -162,6 +169,11 @@ pub fn detect(p: &Probe) -> Launcher {
             None
         }
     });
+    let pmix_server_tmpdir = p
+        .var("PMIX_SERVER_TMPDIR")
+        .filter(|d| !d.trim().is_empty())
+        .map(str::to_string);
+    let pmix_server_tmpdir_visible = pmix_server_tmpdir.as_deref().map(|d| p.is_dir(d));
     Launcher {
         kinds,
         rank,
@@ -169,6 +181,8 @@ pub fn detect(p: &Probe) -> Launcher {
         local_size,
         slurm,
         mpi_libraries: mpi_libraries(p),
+        pmix_server_tmpdir,
+        pmix_server_tmpdir_visible,
     }
 }
 
@@ -239,6 +253,7 @@ pub fn mpi_settings(p: &Probe) -> MpiSettings {
             .map(|(k, v)| (k["OMPI_MCA_".len()..].to_string(), v.to_string()))
             .collect(),
         fi_provider: p.var("FI_PROVIDER").map(str::to_string),
+        hpc_transport: p.var("HPC_TRANSPORT").map(str::to_string),
     }
 }
 

@@ -46,7 +46,9 @@
 //! | `launch.slurm-no-pmix` | error | Open MPI under `srun` without PMIx: `MPI_Init` hangs |
 //! | `launch.slurm-pmi2-openmpi` | warning | Open MPI under `srun --mpi=pmi2` |
 //! | `launch.slurm-batch-step` | info | in a Slurm job but outside an `srun` step |
+//! | `launch.pmix-dir-hidden` | error | `PMIX_SERVER_TMPDIR` not visible (e.g. Apptainer `--contain`) |
 //! | `gpu.not-visible` | error | host GPUs on the PCI bus, no `/dev/nvidia*` inside |
+//! | `gpu.apptainer-without-nv` | error | a GPU image in Apptainer without `--nv` on a node with GPUs |
 //! | `gpu.driver-libs-missing` | warning | GPU nodes present, no `libcuda.so.1` |
 //! | `gpu.hidden-by-env` | warning | `CUDA_VISIBLE_DEVICES` empty or `-1` |
 //! | `ib.devices-missing` | error | adapters in sysfs, no `/dev/infiniband/uverbs*` |
@@ -55,6 +57,7 @@
 //! | `ib.port-down` | error/warning | no port / some ports not `ACTIVE` |
 //! | `limits.memlock-low` | warning | memlock below 1 GiB with RDMA present |
 //! | `limits.nofile-low` | info | open files below 4096 |
+//! | `net.rdma-requested-absent` | error | `UCX_TLS` (RDMA only), `HPC_TRANSPORT=verbs` or `FI_PROVIDER=verbs` without an RDMA device |
 //! | `net.ucx-tls-slow` | warning | `UCX_TLS` excludes shared memory or RDMA |
 //! | `net.ompi-tcp-only` | warning | `OMPI_MCA_btl` forces TCP / excludes vader |
 //! | `net.ompi-ob1-with-rdma` | info | `OMPI_MCA_pml=ob1` with RDMA devices |

@@ -37,11 +37,14 @@
 //!                                  "provider_dir", "providers": [..] },
 //!                  "gpu": { "nvidia_devices": [..], "nvidiactl", "driver_version", "libcuda",
 //!                           "cuda_visible_devices", "nvidia_visible_devices",
-//!                           "pci": [ { "address", "vendor", "class" } ], "amd_kfd" } },
+//!                           "pci": [ { "address", "vendor", "class" } ], "amd_kfd",
+//!                           "apptainer_nv": bool|null, "image_wants_gpu" } },
 //!     "launcher": { "kinds": ["slurm"|"pmix"|"open-mpi"|"hydra"|"hpc-run"], "rank", "size",
 //!                   "local_size", "slurm": { "job_id", "step_id", "mpi_type", "cpu_bind" }|null,
-//!                   "mpi_libraries": ["open-mpi"|"mpich"] },
-//!     "mpi": { "ucx_tls", "ucx_net_devices", "ompi_mca": { "btl": "tcp,self", ... }, "fi_provider" },
+//!                   "mpi_libraries": ["open-mpi"|"mpich"],
+//!                   "pmix_server_tmpdir": string|null, "pmix_server_tmpdir_visible": bool|null },
+//!     "mpi": { "ucx_tls", "ucx_net_devices", "ompi_mca": { "btl": "tcp,self", ... }, "fi_provider",
+//!             "hpc_transport" },
 //!     "cma": { "ptrace_scope", "cap_sys_ptrace", "seccomp", "self_test", "works" },
 //!     "coverage": { "missing": ["/proc/self/mountinfo", ...] }   // key files not read
 //!   }
@@ -285,6 +288,17 @@ impl Report {
                 s.job_id.as_deref().unwrap_or("?"),
                 s.step_id.as_deref().unwrap_or("-"),
                 s.mpi_type.as_deref().unwrap_or("<unset>")
+            );
+        }
+        if let Some(d) = &l.pmix_server_tmpdir {
+            let _ = writeln!(
+                o,
+                "  PMIx server directory: {d} ({})",
+                if l.pmix_server_tmpdir_visible == Some(true) {
+                    "visible"
+                } else {
+                    "NOT visible here"
+                }
             );
         }
         if let Some(t) = &e.mpi.ucx_tls {

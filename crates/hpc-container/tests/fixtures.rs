@@ -112,6 +112,79 @@ fn apptainer_without_nv() {
     assert_eq!(Report::new("x", e).exit_code, 2);
 }
 
+/// Captured inside a real `srun --mpi=pmix apptainer exec hpc.sif` (Apptainer 1.4.5,
+/// Slurm 22.05 with PMIx 4.2): the image, launcher and PMIx server directory.
+#[test]
+fn apptainer_under_srun_real_capture() {
+    let (e, f) = fixture("apptainer-srun");
+    assert_eq!(e.runtime.kind, RuntimeKind::Apptainer);
+    assert_eq!(e.runtime.confidence, Some(Strength::Strong));
+    for source in ["/.singularity.d", "env:APPTAINER_CONTAINER", "mountinfo"] {
+        assert!(has_evidence(&e, source), "{:?}", evidence_sources(&e));
+    }
+    assert_eq!(e.runtime.details["built_with"], "1.4.5");
+    assert_eq!(e.runtime.details["image"], "/scratch/alice/images/hpc.sif");
+    assert!(e.runtime.outer.is_empty());
+    let l = &e.launcher;
+    assert!(l.kinds.contains(&hpc_container::LauncherKind::Slurm));
+    assert!(l.kinds.contains(&hpc_container::LauncherKind::Pmix));
+    assert_eq!(
+        l.slurm.as_ref().and_then(|s| s.mpi_type.as_deref()),
+        Some("pmix")
+    );
+    assert_eq!(
+        l.pmix_server_tmpdir.as_deref(),
+        Some("/var/spool/slurmd/pmix.11.0/")
+    );
+    assert_eq!(l.pmix_server_tmpdir_visible, Some(true));
+    assert!(
+        !f.iter().any(|x| x.severity == Severity::Error),
+        "{:?}",
+        ids(&f)
+    );
+}
+
+/// The same step with `apptainer exec --contain`: /tmp and the slurmd spool are no
+/// longer the host's, so PMIx cannot open its server's data store.
+#[test]
+fn apptainer_contain_hides_the_pmix_directory() {
+    let (e, f) = fixture("apptainer-contain-srun");
+    assert_eq!(e.launcher.pmix_server_tmpdir_visible, Some(false));
+    let x = finding(&f, "launch.pmix-dir-hidden");
+    assert_eq!(x.severity, Severity::Error);
+    assert!(
+        x.seen.contains("/var/spool/slurmd/pmix.11.0/"),
+        "{}",
+        x.seen
+    );
+    assert!(x.fix.contains("--contain"), "{}", x.fix);
+    assert!(x.fix.contains("--bind /var/spool/slurmd"), "{}", x.fix);
+}
+
+/// A `cargo xtask image --gpu` image (label io.hpc-rs.gpu=true) on a GPU node:
+/// Apptainer shares /dev, so the device nodes are there, but without `--nv` the
+/// driver libraries are not.
+#[test]
+fn gpu_image_in_apptainer_without_nv() {
+    let (e, f) = fixture("apptainer-gpu-no-nv");
+    assert!(e.devices.gpu.image_wants_gpu);
+    assert_eq!(e.devices.gpu.apptainer_nv, Some(false));
+    let x = finding(&f, "gpu.apptainer-without-nv");
+    assert_eq!(x.severity, Severity::Error);
+    assert!(x.fix.contains("--nv"), "{}", x.fix);
+    assert!(x.seen.contains("1 NVIDIA GPU"), "{}", x.seen);
+    assert!(!f.iter().any(|x| x.id == "gpu.driver-libs-missing"));
+
+    let (e, f) = fixture("apptainer-gpu-nv");
+    assert_eq!(e.devices.gpu.apptainer_nv, Some(true));
+    assert!(e.devices.gpu.libcuda);
+    assert!(!f.iter().any(|x| x.id.starts_with("gpu.")), "{:?}", ids(&f));
+    // A CPU image in the same place says nothing about GPUs.
+    let (e, f) = fixture("apptainer-srun");
+    assert!(!e.devices.gpu.image_wants_gpu);
+    assert!(!f.iter().any(|x| x.id.starts_with("gpu.")));
+}
+
 #[test]
 fn singularity_version_from_env() {
     let (e, f) = fixture("singularity");
@@ -479,4 +552,45 @@ fn live_detect_and_diagnose_is_fast() {
     }
     let each = start.elapsed() / n;
     assert!(each.as_millis() < 500, "detect+diagnose took {each:?}");
+}
+
+/// A transport that can only run over RDMA, asked for where no RDMA device is: the
+/// UCX_TLS of an image built for InfiniBand, `HPC_TRANSPORT=verbs`, a verbs provider.
+#[test]
+fn rdma_transport_asked_for_where_there_is_none() {
+    use std::collections::BTreeMap;
+    for (key, value, error) in [
+        ("UCX_TLS", "rc", true),
+        ("UCX_TLS", "rc_x,ud_x", true),
+        ("UCX_TLS", "rc,sm,self", false),
+        ("UCX_TLS", "tcp,self", false),
+        ("UCX_TLS", "^tcp", false),
+        ("HPC_TRANSPORT", "verbs", true),
+        ("HPC_TRANSPORT", "tcp", false),
+        ("FI_PROVIDER", "verbs;ofi_rxm", true),
+        ("FI_PROVIDER", "tcp", false),
+    ] {
+        let env: BTreeMap<String, String> = [(key.to_string(), value.to_string())].into();
+        let f = Environment::detect_from(&Probe::new("/nonexistent-root", env)).diagnose();
+        let hit = f.iter().find(|x| x.id == "net.rdma-requested-absent");
+        assert_eq!(hit.is_some(), error, "{key}={value}: {:?}", ids(&f));
+        if let Some(x) = hit {
+            assert_eq!(x.severity, Severity::Error);
+            assert!(x.seen.contains(value), "{}", x.seen);
+            assert!(x.fix.contains("/dev/infiniband"), "{}", x.fix);
+        }
+    }
+    // With the adapter visible in sysfs but its devices not passed in, the fix names
+    // the runtime's way of passing them.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/docker-ib-missing");
+    let mut probe = Probe::from_env_file(dir.join("root"), &dir.join("env")).unwrap();
+    probe.env.insert("UCX_TLS".into(), "rc".into());
+    let f = Environment::detect_from(&probe).diagnose();
+    let x = finding(&f, "net.rdma-requested-absent");
+    assert!(
+        x.fix.contains("--device /dev/infiniband/uverbs0"),
+        "{}",
+        x.fix
+    );
+    assert!(f.iter().any(|x| x.id == "ib.devices-missing"));
 }

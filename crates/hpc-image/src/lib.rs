@@ -86,6 +86,7 @@ use serde_json::{json, Value};
 
 pub mod base;
 pub mod oci;
+pub mod sif;
 pub mod sys;
 pub mod tar;
 pub mod templates;
@@ -1226,21 +1227,11 @@ pub fn run(args: Args) -> Result<()> {
     if formats.contains(&Format::Sif) {
         pr.step(&format!("apptainer build {sif} {def}"));
         if crate::sys::has("apptainer") {
-            crate::sys::run(
-                Command::new("apptainer")
-                    .args(["build", "--force", &sif, &def])
-                    .current_dir(&out_dir),
-            )?;
-            pr.done(&format!(
-                "{:.1} MB",
-                fs::metadata(out_dir.join(&sif))?.len() as f64 / 1e6
-            ));
+            let p = sif::build(&out_dir, &sif, &def)?;
+            pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
+            archives.insert("sif", p);
         } else {
-            sif_error = Some(format!(
-                "apptainer is not on the PATH, so no SIF was built. Build it where Apptainer \
-                 is installed:\n  cd {} && apptainer build {sif} {def}",
-                out_dir.display()
-            ));
+            sif_error = Some(sif::missing_apptainer(&out_dir, &sif, &def));
         }
     }
 

@@ -1,0 +1,195 @@
+//! `--format sif`: the Singularity Image Format file, built by Apptainer from the
+//! generated definition file, which bootstraps from the image's own `oci-archive`
+//! (`Bootstrap: oci-archive`, `From: <app>-oci.tar`), so the SIF holds the same two
+//! layers as the OCI image plus the definition's `%environment`, `%runscript`,
+//! `%labels` and `%help`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+/// The command that builds `sif` from `def` in the image's output folder.
+pub fn build_command(sif: &str, def: &str) -> Vec<String> {
+    ["build", "--force", sif, def]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// What to tell a user who asked for a SIF on a machine without Apptainer.
+pub fn missing_apptainer(out_dir: &Path, sif: &str, def: &str) -> String {
+    format!(
+        "apptainer is not on the PATH, so no SIF was built. Install it (as root, \
+         `HPC_TEST_CONTAINERS=1 cargo xtask setup` sets it up on Debian) or build it where \
+         Apptainer is installed:\n  cd {} && apptainer build {sif} {def}",
+        out_dir.display()
+    )
+}
+
+/// Builds `out_dir/sif` from `out_dir/def` with `apptainer build`, checks that the
+/// SIF carries the image's labels (`apptainer inspect --json`), and records its path
+/// and size in `image.json`. Returns the SIF's path.
+pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
+    if !crate::sys::has("apptainer") {
+        bail!(missing_apptainer(out_dir, sif, def));
+    }
+    // Run in the output folder: the definition's `From:` names the archive beside it.
+    let args = build_command(sif, def);
+    eprintln!(
+        "\n==> cd {} && apptainer {}",
+        out_dir.display(),
+        args.join(" ")
+    );
+    let st = Command::new("apptainer")
+        .args(&args)
+        .current_dir(out_dir)
+        .status()
+        .context("cannot start apptainer")?;
+    if !st.success() {
+        bail!(
+            "apptainer {} failed with {st} (in {})",
+            args.join(" "),
+            out_dir.display()
+        );
+    }
+    let path = out_dir.join(sif);
+    let out = Command::new("apptainer")
+        .args(["inspect", "--json", "--labels"])
+        .arg(&path)
+        .output()
+        .context("cannot run apptainer inspect")?;
+    if !out.status.success() {
+        bail!(
+            "apptainer inspect {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let labels = sif_labels(&String::from_utf8_lossy(&out.stdout))?;
+    let summary_path = out_dir.join("image.json");
+    let mut summary: Value = serde_json::from_slice(
+        &fs::read(&summary_path).with_context(|| format!("reading {}", summary_path.display()))?,
+    )?;
+    let revision = summary["revision"].as_str().unwrap_or_default().to_string();
+    if labels
+        .get("org.opencontainers.image.revision")
+        .and_then(Value::as_str)
+        != Some(revision.as_str())
+    {
+        bail!(
+            "{} does not carry the image's revision label {revision} (labels: {labels:?})",
+            path.display()
+        );
+    }
+    let size = fs::metadata(&path)?.len();
+    summary["sif"] = Value::String(path.display().to_string());
+    summary["sif_size"] = Value::from(size);
+    fs::write(&summary_path, serde_json::to_vec_pretty(&summary)?)?;
+    Ok(path)
+}
+
+/// The label map of `apptainer inspect --json --labels` output.
+pub fn sif_labels(json: &str) -> Result<serde_json::Map<String, Value>> {
+    let v: Value = serde_json::from_str(json).context("apptainer inspect printed no JSON")?;
+    v.pointer("/data/attributes/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .context("apptainer inspect --json has no data.attributes.labels")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_read_from_inspect_output() {
+        let j = r#"{"data":{"attributes":{"labels":{"org.opencontainers.image.revision":"abc","io.hpc-rs.mpi":"bind"}}},"type":"container"}"#;
+        let l = sif_labels(j).unwrap();
+        assert_eq!(l["io.hpc-rs.mpi"], "bind");
+        assert!(sif_labels("{}").is_err());
+        assert!(sif_labels("not json").is_err());
+    }
+
+    /// The generated `slurm-apptainer.sbatch`, run with stand-ins for `srun` and
+    /// `scontrol`: `--nv` for a GPU image, the bind paths this node has (and a
+    /// missing one named), the slurmd spool, then the app and its arguments.
+    #[test]
+    fn apptainer_batch_script_passes_nv_binds_and_spool() {
+        use crate::templates::{fill, COMMON};
+        let t = COMMON
+            .iter()
+            .find(|t| t.name == "slurm-apptainer.sbatch")
+            .expect("template");
+        // Not under /tmp: the script leaves a spool there to Apptainer's own /tmp bind.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let d = dir.path();
+        let spool = d.join("spool");
+        let lib = d.join("libmpi.so.40");
+        fs::create_dir(&spool).unwrap();
+        fs::write(&lib, "").unwrap();
+        let mut vars = std::collections::BTreeMap::new();
+        for k in crate::template_keys() {
+            vars.insert(*k, String::new());
+        }
+        vars.insert("app", "hpc".into());
+        vars.insert("sif", "hpc.sif".into());
+        vars.insert("apptainer_flags", "--nv".into());
+        vars.insert(
+            "bind_paths",
+            format!("{},/nonexistent/libfoo.so.1", lib.display()),
+        );
+        let script = d.join("job.sbatch");
+        fs::write(&script, fill(t.text, &vars).unwrap()).unwrap();
+        let bin = d.join("bin");
+        fs::create_dir(&bin).unwrap();
+        let stub = |name: &str, body: &str| {
+            let p = bin.join(name);
+            fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        stub("srun", "echo \"srun $*\"");
+        stub(
+            "scontrol",
+            &format!("echo \"SlurmdSpoolDir          = {}\"", spool.display()),
+        );
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(["selftest", "--json"])
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .env_remove("SLURMD_SPOOL")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            format!(
+                "srun --mpi=pmix apptainer exec --nv --bind {} --bind {} hpc.sif hpc selftest --json",
+                lib.display(),
+                spool.display()
+            )
+        );
+        assert!(
+            stderr.contains("not bound: /nonexistent/libfoo.so.1"),
+            "{stderr}"
+        );
+    }
+
+    #[test]
+    fn build_runs_in_the_output_folder_from_the_def() {
+        assert_eq!(
+            build_command("hpc.sif", "hpc.def"),
+            ["build", "--force", "hpc.sif", "hpc.def"]
+        );
+        let m = missing_apptainer(Path::new("/o"), "a.sif", "a.def");
+        assert!(m.contains("cd /o && apptainer build a.sif a.def"), "{m}");
+    }
+}
