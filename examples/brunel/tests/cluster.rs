@@ -226,18 +226,27 @@ fn brunel_across_cluster_nodes() {
         .unwrap();
     let ckpts = shared().join("lost/checkpoints");
     let deadline = Instant::now() + Duration::from_secs(120);
-    // Wait for at least one complete checkpoint (a step dir with meta.json).
+    // Wait for at least one complete checkpoint (a step dir whose manifest is written:
+    // the manifest is renamed into place last).
     loop {
         let done = std::fs::read_dir(&ckpts)
-            .map(|d| d.flatten().any(|e| e.path().join("meta.json").exists()))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.path().join(hpc_checkpoint::MANIFEST).exists())
+            })
             .unwrap_or(false);
         if done {
             break;
         }
-        assert!(
-            job.try_wait().unwrap().is_none(),
-            "the run ended before the fault"
-        );
+        if job.try_wait().unwrap().is_some() {
+            let out = job.wait_with_output().unwrap();
+            panic!(
+                "the run ended before the fault ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         assert!(Instant::now() < deadline, "no checkpoint within 120 s");
         std::thread::sleep(Duration::from_millis(100));
     }
