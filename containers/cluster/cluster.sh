@@ -35,7 +35,7 @@ work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
 cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
 prefix=${HPC_CLUSTER_NAME:-hpc-cluster}
 net=$prefix-net
-packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
+packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,libfabric1,iproute2,procps,iputils-ping,ca-certificates"
 tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
 image=hpc-cluster-node:$tag
 

@@ -94,6 +94,7 @@ fn brunel_across_cluster_nodes() {
         "n2-inline",
         "n2-thread",
         "n2-proxy",
+        "n2-ofi",
         "ref-long",
         "lost",
         "restarted",
@@ -166,6 +167,45 @@ fn brunel_across_cluster_nodes() {
             "2 nodes ({engine} engine) differ from 1 node"
         );
     }
+    // The same exchange over the libfabric backend (tcp;ofi_rxm: the provider path a
+    // real fabric takes), every route on it, the same spikes.
+    let o = cluster(&[
+        "exec",
+        "env",
+        "HPC_TRANSPORT=ofi",
+        "HPC_OFI_PROVIDER=tcp;ofi_rxm",
+        "RUST_LOG=hpc_rdma=info",
+        "srun",
+        "--mpi=pmix",
+        "-N",
+        "2",
+        "-n",
+        "4",
+        "brunel",
+        "--order",
+        "500",
+        "--t-sim",
+        "200",
+        "--engine",
+        "inline",
+        "--out",
+        "/shared/n2-ofi",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "ofi: {err}");
+    let routes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("transport route"))
+        .collect();
+    assert_eq!(routes.len(), 4 * 3, "one route per rank and peer: {err}");
+    assert!(
+        routes.iter().all(|l| l.contains("backend=\"ofi\"")),
+        "{err}"
+    );
+    assert!(
+        spikes("ref-short") == spikes("n2-ofi"),
+        "2 nodes over ofi differ from 1 node"
+    );
     // The proxy engine is one node only, and says so.
     let o = srun(
         "2",
