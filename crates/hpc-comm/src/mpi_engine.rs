@@ -12,9 +12,10 @@ use mpi::datatype::Equivalence;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 
-use crate::collective::Collective;
-use crate::comm::{Error, Result};
-use crate::op::{DataType, ReduceOp};
+use hpc_collectives::{Collective, DataType, ReduceOp};
+
+use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// An MPI communicator handle.
 pub(crate) struct MpiComm {
@@ -267,7 +268,7 @@ impl MpiComm {
     }
 
     pub(crate) fn test(&self, p: &Pending) -> bool {
-        let mut g = crate::engine::lock(&p.req);
+        let mut g = lock(&p.req);
         let Some(r) = g.as_mut() else { return true };
         let mut flag = 0;
         // SAFETY: a live request handle; MPI_Test frees it when complete.
@@ -279,7 +280,7 @@ impl MpiComm {
     }
 
     pub(crate) fn wait(&self, p: &Pending, out: Option<&mut [u8]>) -> Result<()> {
-        let mut g = crate::engine::lock(&p.req);
+        let mut g = lock(&p.req);
         if let Some(r) = g.as_mut() {
             // SAFETY: a live request handle; MPI_Wait completes and frees it.
             let rc = unsafe { ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE) };
@@ -301,7 +302,7 @@ impl MpiComm {
 impl Drop for Pending {
     fn drop(&mut self) {
         // A staged collective still in MPI's hands: keep its memory.
-        if crate::engine::lock(&self.req).is_some() {
+        if lock(&self.req).is_some() {
             if let Some(s) = self.stage.take() {
                 std::mem::forget(s);
             }

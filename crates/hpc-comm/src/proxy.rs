@@ -41,9 +41,9 @@
 //!
 //! ```no_run
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     hpc_collectives::proxy::serve_env()?; // becomes the proxy when asked to
+//!     hpc_comm::proxy::serve_env()?; // becomes the proxy when asked to
 //!     let world = hpc_runtime::World::init()?;
-//!     let comm = hpc_collectives::Comm::new(&world, hpc_collectives::Engine::Proxy)?;
+//!     let comm = hpc_comm::Comm::new(&world, hpc_comm::Engine::Proxy)?;
 //!     # let _ = comm;
 //!     Ok(())
 //! }
@@ -84,12 +84,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use hpc_collectives::{own_copy, BufferId, Collective, Options, Region, Schedule, Step};
+
 use crate::board::{self, Board, Desc};
-use crate::collective::{Collective, Options};
-use crate::comm::{Error, Result};
-use crate::engine::lock;
-use crate::schedule::{own_copy, BufferId, Region, Schedule, Step};
+use crate::error::{Error, Result};
 use crate::shm::ShmRef;
+use crate::sync::lock;
 
 const SUBMIT: u32 = 10;
 const CANCEL: u32 = 11;
@@ -222,7 +222,7 @@ impl Client {
                 // starting a proxy of its own would recurse.
                 return Err(Error::Unsupported(
                     "this process was started as a collectives proxy but did not call \
-                     hpc_collectives::proxy::serve_env(); call it first thing in main, \
+                     hpc_comm::proxy::serve_env(); call it first thing in main, \
                      or run the job with `hpc run --proxy`"
                         .into(),
                 ));
@@ -259,7 +259,7 @@ impl Client {
                     };
                     return Err(Error::Unsupported(format!(
                         "the proxy process {how}: call \
-                         hpc_collectives::proxy::serve_env() first thing in main, run the \
+                         hpc_comm::proxy::serve_env() first thing in main, run the \
                          job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
                          program that serves"
                     )));
@@ -645,7 +645,7 @@ impl Mapping {
             return Err(std::io::Error::other("the descriptor names another file"));
         }
         let len = md.len() as usize;
-        let p = crate::shm::map_shared(f.as_raw_fd(), len)?;
+        let p = crate::map::map_shared(f.as_raw_fd(), len)?;
         Ok(Mapping {
             ptr: p,
             len,
@@ -817,12 +817,12 @@ fn copy(bounce: &mut [u8], op: &mut VOp, from: Src, to: Loc, len: usize) -> Resu
 }
 
 fn apply(
-    rop: crate::op::ReduceOp,
-    dtype: crate::op::DataType,
+    rop: hpc_collectives::ReduceOp,
+    dtype: hpc_collectives::DataType,
     a: &[u8],
     b: &mut [u8],
 ) -> Result<(), u64> {
-    crate::op::apply_reduce(rop, dtype, a, b).map_err(|_| FAILED)
+    hpc_collectives::apply_reduce(rop, dtype, a, b).map_err(|_| FAILED)
 }
 
 /// `dst = src ⊕ dst` over `len` bytes, where either may lie in a rank's memory
@@ -831,8 +831,8 @@ fn apply(
 fn reduce(
     bounce: &mut [u8],
     op: &mut VOp,
-    rop: crate::op::ReduceOp,
-    dtype: crate::op::DataType,
+    rop: hpc_collectives::ReduceOp,
+    dtype: hpc_collectives::DataType,
     src: Loc,
     dst: Loc,
     len: usize,
@@ -1359,7 +1359,7 @@ pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{DataType, ReduceOp};
+    use hpc_collectives::{DataType, ReduceOp};
 
     /// An op of this process (cross-memory calls to one's own pid work) over
     /// `send` and `recv`, with `scratch` bytes of scratch.

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hpc_collectives::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
+use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
 use hpc_runtime::{Coordinator, World};
 
 const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
@@ -97,7 +97,7 @@ fn all_ok(scenario: &str, size: usize) {
 #[test]
 fn proxy_entry() {
     // In a normal run the variable is unset and this returns at once.
-    hpc_collectives::proxy::serve_env().unwrap();
+    hpc_comm::proxy::serve_env().unwrap();
 }
 
 #[test]
@@ -176,7 +176,7 @@ fn correct(world: &World) {
         let r1 = comm.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
         let r2 = sub.iallreduce(&b, &mut rb, ReduceOp::Sum).unwrap();
         let r3 = sub.iallgather(&sa, &mut rsa).unwrap();
-        hpc_collectives::Request::wait_all([r3, r2, r1]).unwrap();
+        hpc_comm::Request::wait_all([r3, r2, r1]).unwrap();
         let n = comm.size() as i64;
         assert_eq!(ra, vec![n * (n - 1) / 2; 3]);
         assert_eq!(rb, vec![sub.size() as f32; 5]);
@@ -405,7 +405,7 @@ fn across_nodes(world: &World) {
         let mut rb = vec![0u64; 100];
         let r1 = by_node.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
         let r2 = by_parity.iallreduce(&a, &mut rb, ReduceOp::Sum).unwrap();
-        hpc_collectives::Request::wait_all([r1, r2]).unwrap();
+        hpc_comm::Request::wait_all([r1, r2]).unwrap();
         assert_eq!(ra, vec![world.local_size() as u64; 100]);
         assert_eq!(rb, vec![by_parity.size() as u64; 100]);
         check_all(&by_parity, engine);
@@ -825,7 +825,7 @@ fn messages_beyond_the_staging_area() {
 /// rank 0's progress thread runs them. `Inline` is the control: there
 /// rank 1 must wait for rank 0 to wake up.
 fn progress(world: &World) {
-    use hpc_collectives::AgentWake;
+    use hpc_comm::AgentWake;
     const NAP: Duration = Duration::from_millis(600);
     let cases = [
         (Engine::Inline, None),

@@ -19,9 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hpc_collectives::{BufferId, Region, Schedule, Step};
+
 use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
-use crate::comm::Error;
-use crate::schedule::{BufferId, Region, Schedule, Step};
+use crate::error::Error;
+use crate::sync::lock;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
 /// other nodes go through `hpc-rdma` (TCP, or verbs where built and present),
@@ -172,10 +174,6 @@ impl Op {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 const REJECTED: u64 = 1;
 
@@ -265,6 +263,7 @@ impl Core {
         size: usize,
         pids: Vec<u32>,
         net: Option<Net>,
+        stage_max: usize,
     ) -> Core {
         let free_slots = all_slots(board.slots());
         Core {
@@ -276,7 +275,7 @@ impl Core {
             unexpected: HashMap::new(),
             free_slots,
             freed: vec![0; size],
-            stage_max: crate::comm::DEFAULT_STAGE_MAX,
+            stage_max,
             agent_core: false,
             discard: std::collections::HashSet::new(),
             fins: HashMap::new(),
@@ -896,7 +895,7 @@ impl Core {
                             std::slice::from_raw_parts_mut(t, dst.len),
                         )
                     };
-                    crate::op::apply_reduce(op, dtype, s, t)
+                    hpc_collectives::apply_reduce(op, dtype, s, t)
                         .map_err(|e| Error::Transport(format!("reduction: {e}")))?;
                 }
             }

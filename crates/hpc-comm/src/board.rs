@@ -144,7 +144,7 @@ impl Board {
 
     fn map(f: &std::fs::File, path: &Path, size: usize) -> io::Result<Board> {
         let len = bytes_for(size);
-        let p = crate::shm::map_shared(f.as_raw_fd(), len)?;
+        let p = crate::map::map_shared(f.as_raw_fd(), len)?;
         Ok(Board {
             base: p,
             len,

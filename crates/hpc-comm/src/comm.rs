@@ -18,7 +18,7 @@
 //! buffers until it is waited for, so they cannot be touched early:
 //!
 //! ```compile_fail
-//! # fn f(comm: &hpc_collectives::Comm) -> Result<(), hpc_collectives::Error> {
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
 //! let send = vec![1.0f64; 8];
 //! let mut recv = vec![0.0f64; 8];
 //! let req = comm.ialltoall(&send, &mut recv)?;
@@ -37,12 +37,12 @@
 //! requests included.
 //!
 //! ```no_run
-//! use hpc_collectives::{Comm, Engine};
+//! use hpc_comm::{Comm, Engine};
 //! let world = hpc_runtime::World::init()?;
 //! let comm = Comm::new(&world, Engine::Thread)?;
 //! let send = vec![1.0f32; 1024 * comm.size()];
 //! let mut recv = vec![0.0f32; 1024 * comm.size()];
-//! comm.scope(|s| -> Result<(), hpc_collectives::Error> {
+//! comm.scope(|s| -> Result<(), hpc_comm::Error> {
 //!     let req = s.ialltoall(&send, &mut recv)?;
 //!     // ... compute while the progress thread moves the data ...
 //!     req.wait()
@@ -57,63 +57,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use half::{bf16, f16};
+use hpc_collectives::{Collective, CollectiveError, Options, ReduceOp};
 use hpc_runtime::World;
 
 use crate::board::{self, Board};
-use crate::collective::{Collective, CollectiveError, Options};
-use crate::engine::{self, lock, Buffers, Core, Op, Shared, Status};
-use crate::op::{DataType, ReduceOp};
+use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
+use crate::engine::{self, Buffers, Core, Op, Shared, Status};
+pub use crate::error::{Error, Result};
 use crate::proxy;
-
-/// Errors of communicators and their collectives.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Invalid arguments: buffer too small, counts of the wrong length, ...
-    #[error(transparent)]
-    Invalid(#[from] CollectiveError),
-    /// Another rank sent a message of a different size than this rank
-    /// expects (the ranks called the collective with different counts).
-    #[error("count mismatch with rank {rank}: {detail}")]
-    CountMismatch {
-        /// The other rank (rank in the world).
-        rank: usize,
-        /// What differed.
-        detail: String,
-    },
-    /// A rank the collective waits for is gone.
-    #[error("rank {rank} is lost (its process exited) during a collective")]
-    RankLost {
-        /// The lost rank (rank in the world).
-        rank: usize,
-    },
-    /// The collective did not finish within the communicator's timeout.
-    #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
-    Timeout {
-        /// The timeout.
-        after: Duration,
-        /// World ranks the collective was still waiting for.
-        waiting_for: Vec<usize>,
-    },
-    /// The engine stopped (its progress thread or proxy process is gone).
-    #[error("the {0} engine stopped")]
-    Stopped(&'static str),
-    /// An `ndarray` view is not contiguous in standard order.
-    #[error("array is not contiguous in standard (row-major) order; use `.as_standard_layout()`")]
-    NotContiguous,
-    /// The engine cannot serve this job (e.g. ranks on several nodes).
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    /// Failure of the underlying data movement or setup.
-    #[error("transport: {0}")]
-    Transport(String),
-    /// Failure of the runtime used to set the communicator up.
-    #[error(transparent)]
-    Runtime(#[from] hpc_runtime::Error),
-}
-
-/// Result of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+use crate::sync::lock;
 
 /// Who advances collectives. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,96 +108,6 @@ impl std::str::FromStr for Engine {
             o => Err(Error::Unsupported(format!("engine {o:?}"))),
         }
     }
-}
-
-/// Element types collectives move: integer and float primitives, `f16`, `bf16`.
-///
-/// # Safety
-/// Implementors must be plain data: no padding, every bit pattern valid, and
-/// [`Elem::DTYPE`] of the same size.
-pub unsafe trait Elem: Copy + Send + Sync + 'static {
-    /// The matching [`DataType`].
-    const DTYPE: DataType;
-}
-
-macro_rules! elem {
-    ($($t:ty => $d:ident),*) => {$(
-        // SAFETY: a primitive numeric type: no padding, all bit patterns valid.
-        unsafe impl Elem for $t { const DTYPE: DataType = DataType::$d; }
-    )*};
-}
-elem!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
-      u64 => U64, f16 => F16, bf16 => Bf16, f32 => F32, f64 => F64);
-
-/// A buffer collectives can read: slices, `Vec`s and contiguous `ndarray` arrays.
-pub trait Buf {
-    /// Element type.
-    type Elem: Elem;
-    /// The elements, or [`Error::NotContiguous`].
-    fn elems(&self) -> Result<&[Self::Elem]>;
-}
-
-/// A buffer collectives can write.
-pub trait BufMut: Buf {
-    /// The elements, or [`Error::NotContiguous`].
-    fn elems_mut(&mut self) -> Result<&mut [Self::Elem]>;
-}
-
-impl<T: Elem> Buf for [T] {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> BufMut for [T] {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> Buf for Vec<T> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> BufMut for Vec<T> {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, const N: usize> Buf for [T; N] {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, const N: usize> BufMut for [T; N] {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> Buf for ndarray::ArrayBase<S, D> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        self.as_slice().ok_or(Error::NotContiguous)
-    }
-}
-impl<T: Elem, S: ndarray::DataMut<Elem = T>, D: ndarray::Dimension> BufMut
-    for ndarray::ArrayBase<S, D>
-{
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        self.as_slice_mut().ok_or(Error::NotContiguous)
-    }
-}
-
-fn bytes<T: Elem>(s: &[T]) -> &[u8] {
-    // SAFETY: `Elem` types are plain data without padding; same memory, same lifetime.
-    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
-}
-
-fn bytes_mut<T: Elem>(s: &mut [T]) -> &mut [u8] {
-    // SAFETY: `Elem` types accept every bit pattern; same memory, same lifetime.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
 }
 
 /// Settings of [`Comm::with_options`].
@@ -848,8 +710,14 @@ impl Comm {
                 let spin = opts.spin.unwrap_or_default();
                 let min = opts.proxy_min.unwrap_or(0);
                 let host = (min > 0).then(|| {
-                    let mut core = Core::new(board.clone(), me, size, pids.clone(), None);
-                    core.stage_max = stage_max(&opts);
+                    let core = Core::new(
+                        board.clone(),
+                        me,
+                        size,
+                        pids.clone(),
+                        None,
+                        stage_max(&opts),
+                    );
                     let local = nodes.iter().filter(|&&n| n == nodes[me]).count();
                     Host {
                         shared: Arc::new(Shared::new(core)),
@@ -887,8 +755,7 @@ impl Comm {
                 )
             }
             _ => {
-                let mut core = Core::new(board.clone(), me, size, pids, net);
-                core.stage_max = stage_max(&opts);
+                let mut core = Core::new(board.clone(), me, size, pids, net, stage_max(&opts));
                 let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
                 core.agent_core = opts.engine == Engine::Thread && wake == AgentWake::Eager;
                 let shared = Arc::new(Shared::new(core));
