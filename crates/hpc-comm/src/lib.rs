@@ -27,8 +27,10 @@
 mod board;
 mod buf;
 pub mod comm;
-mod engine;
+mod engines;
 mod error;
+mod executor;
+mod job;
 mod map;
 #[cfg(feature = "mpi")]
 mod mpi_engine;

@@ -88,6 +88,7 @@ use hpc_collectives::{own_copy, BufferId, Collective, Options, Region, Schedule,
 
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
+use crate::job::{Job, Stage};
 use crate::shm::ShmRef;
 use crate::sync::lock;
 
@@ -124,7 +125,7 @@ struct Blob<C = Collective> {
 pub(crate) struct Pending {
     seq: u64,
     _blob: Vec<u8>,
-    stage: Option<(Vec<u8>, Vec<u8>)>,
+    stage: Option<Stage>,
     direct: bool,
     finished: std::sync::atomic::AtomicBool,
 }
@@ -166,6 +167,8 @@ pub(crate) struct Client {
     state: Mutex<ClientState>,
     /// Set once the proxy was found dead: later submits fail at once.
     proxy_gone: std::sync::atomic::AtomicBool,
+    /// Set once this rank told the proxy it is gone.
+    detached: std::sync::atomic::AtomicBool,
 }
 
 /// How often a waiting rank asks the kernel whether the proxy still lives
@@ -282,6 +285,7 @@ impl Client {
             own_copies,
             state: Mutex::new(ClientState::default()),
             proxy_gone: false.into(),
+            detached: false.into(),
         })
     }
 
@@ -314,25 +318,16 @@ impl Client {
         }
     }
 
-    pub(crate) fn submit(
-        &self,
-        seq: u64,
-        coll: &Collective,
-        send: &[u8],
-        recv: &mut [u8],
-        direct: bool,
-    ) -> Result<Pending> {
-        let mut stage = (!direct).then(|| (send.to_vec(), recv.to_vec()));
+    pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Pending> {
+        let (direct, seq) = (job.direct(), job.seq);
+        let (coll, send, recv) = job.parts();
         // Where the node has no core for the proxy, the rank's own block is
         // copied here, on the rank's core, in parallel with the other ranks,
         // instead of one after the other in the proxy.
         let own_copies = self.own_copies
             && coll
                 .schedule(self.me, self.world.len(), &self.opts)
-                .is_ok_and(|sched| match &mut stage {
-                    Some((s, r)) => sched.run_own_copies(s, r),
-                    None => sched.run_own_copies(send, recv),
-                });
+                .is_ok_and(|sched| sched.run_own_copies(send, recv));
         // Shared buffers the proxy maps where it works on the caller's buffers;
         // staged copies it reads through the kernel.
         let shm = |b: &[u8]| {
@@ -342,21 +337,20 @@ impl Client {
                 None
             }
         };
-        let (sp, rp) = match &stage {
-            Some((s, r)) => (s.as_ptr() as u64, r.as_ptr() as u64),
-            None => (send.as_ptr() as u64, recv.as_mut_ptr() as u64),
-        };
+        let (sp, rp) = (send.as_ptr() as u64, recv.as_mut_ptr() as u64);
+        let (send_shm, recv_shm) = (shm(send), shm(recv));
+        let (send_len, recv_len) = (send.len(), recv.len());
         // Sized for the fixed collectives in one allocation; the v-variants grow it.
         let blob = postcard::to_extend(
             &Blob {
                 coll,
                 opts: self.opts,
                 send: sp,
-                send_len: send.len(),
+                send_len,
                 recv: rp,
-                recv_len: recv.len(),
-                send_shm: shm(send),
-                recv_shm: shm(recv),
+                recv_len,
+                send_shm,
+                recv_shm,
                 own_copies,
             },
             Vec::with_capacity(128),
@@ -377,7 +371,7 @@ impl Client {
         Ok(Pending {
             seq,
             _blob: blob,
-            stage,
+            stage: job.stage,
             direct,
             finished: false.into(),
         })
@@ -409,8 +403,8 @@ impl Client {
         p.finished.store(true, Ordering::Release);
         Some(match code {
             OK => {
-                if let (Some(out), Some((_, r))) = (out, &p.stage) {
-                    out.copy_from_slice(r);
+                if let Some(stage) = &p.stage {
+                    stage.deliver(out);
                 }
                 Ok(())
             }
@@ -515,8 +509,13 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
+impl Client {
+    /// Tells the proxy that this rank is gone (once; the proxy exits when every
+    /// rank has detached or died).
+    pub(crate) fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let mut st = lock(&self.state);
         self.push(
             &mut st,
@@ -527,6 +526,12 @@ impl Drop for Client {
                 len: 0,
             },
         );
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.detach();
     }
 }
 

@@ -23,6 +23,7 @@ use hpc_collectives::{BufferId, Region, Schedule, Step};
 
 use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
+use crate::job::Stage;
 use crate::sync::lock;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
@@ -71,10 +72,10 @@ pub(crate) struct Buffers {
     pub scratch: Vec<u8>,
     /// Engine-owned staging copies that `send`/`recv` point into (staged
     /// requests), kept alive as long as the operation.
-    pub _stage: Option<(Vec<u8>, Vec<u8>)>,
+    pub stage: Option<Stage>,
 }
 
-// SAFETY: the raw pointers point either into `_stage` (owned here) or into
+// SAFETY: the raw pointers point either into `stage` (owned here) or into
 // user buffers that a `Scope` keeps borrowed until the operation is finished
 // or cancelled; they are only dereferenced under the operation's lock.
 unsafe impl Send for Buffers {}
