@@ -1,6 +1,6 @@
 //! Communicators and non-blocking collectives run by an engine.
 //!
-//! A [`Comm`] runs the [`Schedule`](crate::Schedule)s of this crate over
+//! A [`Comm`] runs the [`Schedule`](hpc_collectives::Schedule)s of `hpc-collectives` over
 //! shared memory between the ranks of a node and, for `Inline` and `Thread`,
 //! over `hpc-rdma` (TCP, or verbs where present) to ranks on other nodes, with
 //! one of four [`Engine`]s:

@@ -24,6 +24,7 @@
 //! `Thread` engines; the proxy; `SharedBuf`; and [`Comm`] on top. No module
 //! imports one above it (`cargo xtask modcycles` checks).
 
+mod backoff;
 mod board;
 mod buf;
 pub mod comm;

@@ -11,11 +11,21 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::{Driver, Job, Pending, Ticket};
+use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
 use crate::proxy::Client;
 use crate::sync::lock;
+
+/// How long a rank that polls the network sleeps between passes once it has
+/// spun and yielded (see [`Backoff`]).
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+
+/// How often a waiting rank checks that the peers it waits for live and
+/// whether the timeout passed; also the bound of its futex sleep, so that
+/// these checks run although a dead peer rings no doorbell.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// The ranks' own engine for one communicator.
 pub(crate) struct Host {
@@ -119,7 +129,7 @@ impl Host {
         // itself (the Thread engine's agent stands aside meanwhile), which saves the
         // hand-offs to the agent once the application waits.
         let mut waiting = board.enter_wait(self.rank);
-        let mut idle_since = Instant::now();
+        let mut backoff = Backoff::new(spin, true);
         let mut in_flight = 1;
         while !op.done.load(Ordering::Acquire) {
             let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
@@ -142,26 +152,23 @@ impl Host {
                 break;
             }
             if moved {
-                idle_since = Instant::now();
+                backoff.reset();
             } else if polling {
                 // Network completions ring no doorbell, nor does a peer that makes
-                // room in a full ring: poll the transport, at once
-                // within the spin budget, then yielding (the transport's reader thread
-                // may need this core) for a millisecond, then at a gentler pace (a
-                // sleep costs its timer slack too, 50 µs by default).
-                let idle = idle_since.elapsed();
-                if idle < spin {
-                    std::hint::spin_loop();
-                } else if idle < Duration::from_millis(1) {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(Duration::from_micros(20));
+                // room in a full ring: poll the transport, at once within the spin
+                // budget, then yielding (the transport's reader thread may need this
+                // core), then at a gentler pace (a sleep costs its timer slack too,
+                // 50 µs by default).
+                match backoff.pause() {
+                    Pause::Spin => std::hint::spin_loop(),
+                    Pause::Yield => std::thread::yield_now(),
+                    Pause::Sleep => std::thread::sleep(POLL_SLEEP),
                 }
             } else {
                 // Peers ring this doorbell when they push a descriptor.
-                board.wait_ring(self.rank, seen, spin, Duration::from_millis(10));
+                board.wait_ring(self.rank, seen, spin, CHECK_EVERY);
             }
-            if last_check.elapsed() >= Duration::from_millis(10) {
+            if last_check.elapsed() >= CHECK_EVERY {
                 last_check = Instant::now();
                 let pids = lock(&shared.core).pids.clone();
                 let mut peers = op.blocked_on();
