@@ -17,7 +17,7 @@
 //! `comm.ialltoall(&send, &mut recv)` returns a [`Request`] that borrows both
 //! buffers until it is waited for, so they cannot be touched early:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0506
 //! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
 //! let send = vec![1.0f64; 8];
 //! let mut recv = vec![0.0f64; 8];
