@@ -718,9 +718,7 @@ impl Core {
                     // not reused before our FREE (board protocol), STAGE_SLOT >= n
                     // bytes long; `dst + got .. + n` lies in the region
                     // (bounds-checked by `ptr`, got + n <= region.len).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.board.stage(peer, slot), dst.add(got), n)
-                    };
+                    unsafe { self.board.stage_read(peer, slot, dst.add(got), n) };
                     self.free_slot(peer, slot);
                     got += n;
                 }
@@ -796,9 +794,7 @@ impl Core {
             // SAFETY: `p + off .. + n` lies in the bounds-checked region; the slot
             // is this rank's and free (no reader until the DATA below), STAGE_SLOT
             // >= n bytes; shared memory and the user's buffer do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.add(off), self.board.stage(self.me, slot), n)
-            };
+            unsafe { self.board.stage_write(self.me, slot, p.add(off), n) };
             self.send_desc(
                 peer,
                 Desc {
