@@ -150,6 +150,14 @@ pub enum CollectiveError {
         /// The collective.
         kind: CollectiveKind,
     },
+    /// The counts describe more bytes than any buffer can hold (`isize::MAX`):
+    /// no process could pass such buffers, and the byte arithmetic of the
+    /// schedules would overflow.
+    #[error("{what} describe more than isize::MAX bytes")]
+    TooLarge {
+        /// Which counts.
+        what: &'static str,
+    },
 }
 
 /// A collective operation as the user describes it. Counts are in
@@ -394,7 +402,43 @@ impl Collective {
                 return Err(CollectiveError::UnsupportedOp { op, dtype });
             }
         }
-        Ok(())
+        self.check_total(size)
+    }
+
+    /// Every byte count of the collective (a whole gathered or scattered vector,
+    /// the sum of a v-variant's counts) fits in `isize::MAX`, so that buffer
+    /// sizes and the schedules' offsets are computed without overflow.
+    fn check_total(&self, size: usize) -> Result<(), CollectiveError> {
+        let e = self.dtype().map_or(1, DataType::size);
+        let sum = |v: &[usize]| v.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        let fits = |elems: Option<usize>, what| match elems.and_then(|n| n.checked_mul(e)) {
+            Some(b) if b <= isize::MAX as usize => Ok(()),
+            _ => Err(CollectiveError::TooLarge { what }),
+        };
+        match self {
+            Collective::Barrier => Ok(()),
+            Collective::Broadcast { count, .. }
+            | Collective::Gather { count, .. }
+            | Collective::Scatter { count, .. }
+            | Collective::Allgather { count, .. }
+            | Collective::Alltoall { count, .. }
+            | Collective::Reduce { count, .. }
+            | Collective::Allreduce { count, .. }
+            | Collective::ReduceScatterBlock { count, .. } => {
+                fits(count.checked_mul(size), "count times ranks")
+            }
+            Collective::Allgatherv { counts, .. } | Collective::ReduceScatter { counts, .. } => {
+                fits(sum(counts), "the counts")
+            }
+            Collective::Alltoallv {
+                send_counts,
+                recv_counts,
+                ..
+            } => {
+                fits(sum(send_counts), "the send counts")?;
+                fits(sum(recv_counts), "the receive counts")
+            }
+        }
     }
 
     /// The size in bytes of the per-rank block of this collective (what OSU
