@@ -93,7 +93,39 @@ use std::time::Duration;
 
 pub(crate) use client::{Client, Pending};
 pub use protocol::PROXY_CMD;
+pub(crate) use server::parse_submit;
 pub use server::serve;
+
+/// A descriptor kind read off the wire (for the fuzz entry points).
+pub(crate) fn protocol_kind(k: u32) -> Option<protocol::Kind> {
+    protocol::Kind::from_wire(k)
+}
+
+/// An answer code read off the wire (for the fuzz entry points).
+pub(crate) fn protocol_code(c: u64) -> protocol::Code {
+    protocol::Code::from_wire(c)
+}
+
+/// The blob a rank posts for `coll` over buffers of these lengths (at
+/// placeholder addresses; for the fuzz corpus).
+pub(crate) fn encode_blob(
+    coll: &hpc_collectives::Collective,
+    send_len: usize,
+    recv_len: usize,
+) -> Vec<u8> {
+    let blob = protocol::Blob {
+        coll,
+        opts: hpc_collectives::Options::default(),
+        send: 0x1000,
+        send_len,
+        recv: 0x10_0000,
+        recv_len,
+        send_shm: None,
+        recv_shm: None,
+        own_copies: false,
+    };
+    postcard::to_allocvec(&blob).unwrap_or_default()
+}
 
 use crate::error::{Error, Result};
 
