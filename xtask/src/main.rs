@@ -6,6 +6,7 @@
 //! - `setup`: only the set-up step (system packages, toolchain components, mdbook).
 //! - `image`: a container image of a binary (the `hpc-image` library).
 //! - `man`: the manual pages and shell completions of `hpc`.
+//! - `modcycles`: fail if a crate has an import cycle between its modules.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -18,9 +19,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-mod apptainer;
 mod fuzz;
 mod hwloc;
+mod modcycles;
 mod setup;
 
 /// hpc-rs project automation.
@@ -79,6 +80,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
     },
+    /// Fail if any crate of the workspace has an import cycle between its top-level
+    /// modules (`use crate::...` and inline `crate::` paths).
+    Modcycles,
     /// Write the manual pages of `hpc` (hpc.1, hpc-run.1, ...) and its bash, zsh and
     /// fish completions, generated from its clap definition.
     Man {
@@ -172,6 +176,7 @@ fn test(quick: bool) -> Result<()> {
     step("fmt", &mut || {
         run(cargo().args(["fmt", "--all", "--", "--check"]))
     })?;
+    step("module cycles", &mut || modcycles::run(&root()))?;
     // "All features" is every feature of every crate except the ones that build hwloc
     // from source (`vendored`, `vendored-hwloc`): those get a step of their own below,
     // so that everything else is tested against the system's hwloc, as users build it.
@@ -328,7 +333,7 @@ fn all_features() -> Result<String> {
 }
 
 /// Crates with loom models (tests named `loom_*` under `cfg(loom)`).
-const LOOM_CRATES: &[&str] = &["hpc-rdma"];
+const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-comm"];
 
 /// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
 /// primitives to loom's, in a target directory of its own so that the normal build
@@ -395,6 +400,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Man { out } => man(&out),
+        Task::Modcycles => modcycles::run(&root()),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();

@@ -4,6 +4,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Result};
 
+mod apptainer;
+
 /// Debian packages: compilers and the C libraries the crates bind (MPI, hwloc, verbs,
 /// libfabric), the MPI launchers used by the tests, and the tools the test suite
 /// drives.
@@ -180,7 +182,7 @@ fn cargo_fuzz() -> Result<()> {
 /// `apptainer.rs`), timed so that CI's log shows what it costs.
 pub fn container_runtimes() -> Result<()> {
     let t = std::time::Instant::now();
-    crate::apptainer::ensure()?;
+    apptainer::ensure()?;
     eprintln!("==> apptainer ready ({:.1}s)", t.elapsed().as_secs_f64());
     Ok(())
 }

@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use hpc_benches::median;
-use hpc_collectives::{Comm, CommOptions, Engine, ReduceOp, SharedBuf};
+use hpc_comm::{Comm, CommOptions, Engine, ReduceOp, SharedBuf};
 use hpc_runtime::World;
 
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +169,7 @@ fn mpi_blocking(c: Coll, b: &mut Bufs) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The proxy engine starts this same binary as its proxy process.
-    hpc_collectives::proxy::serve_env()?;
+    hpc_comm::proxy::serve_env()?;
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str| {
         args.iter()

@@ -24,198 +24,12 @@
 //! algorithm the collective does not implement is an
 //! [`CollectiveError::UnsupportedAlgorithm`] error.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::algo;
+pub use crate::kind::{Algorithm, CollectiveKind};
 use crate::op::{DataType, ReduceOp};
 use crate::schedule::{BufferId, Schedule};
-
-/// The kind of collective operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum CollectiveKind {
-    /// Barrier.
-    Barrier,
-    /// Broadcast from a root.
-    Broadcast,
-    /// Gather equal blocks to a root.
-    Gather,
-    /// Scatter equal blocks from a root.
-    Scatter,
-    /// Allgather of equal blocks.
-    Allgather,
-    /// Allgather of per-rank counts.
-    Allgatherv,
-    /// All-to-all of equal blocks.
-    Alltoall,
-    /// All-to-all of per-pair counts.
-    Alltoallv,
-    /// Reduction to a root.
-    Reduce,
-    /// Reduction to all ranks.
-    Allreduce,
-    /// Reduce-scatter with equal blocks.
-    ReduceScatterBlock,
-    /// Reduce-scatter with per-rank counts.
-    ReduceScatter,
-}
-
-impl CollectiveKind {
-    /// Every kind.
-    pub const ALL: [CollectiveKind; 12] = [
-        CollectiveKind::Barrier,
-        CollectiveKind::Broadcast,
-        CollectiveKind::Gather,
-        CollectiveKind::Scatter,
-        CollectiveKind::Allgather,
-        CollectiveKind::Allgatherv,
-        CollectiveKind::Alltoall,
-        CollectiveKind::Alltoallv,
-        CollectiveKind::Reduce,
-        CollectiveKind::Allreduce,
-        CollectiveKind::ReduceScatterBlock,
-        CollectiveKind::ReduceScatter,
-    ];
-
-    /// Lower-case name (`"allreduce"`, `"reduce_scatter_block"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            CollectiveKind::Barrier => "barrier",
-            CollectiveKind::Broadcast => "broadcast",
-            CollectiveKind::Gather => "gather",
-            CollectiveKind::Scatter => "scatter",
-            CollectiveKind::Allgather => "allgather",
-            CollectiveKind::Allgatherv => "allgatherv",
-            CollectiveKind::Alltoall => "alltoall",
-            CollectiveKind::Alltoallv => "alltoallv",
-            CollectiveKind::Reduce => "reduce",
-            CollectiveKind::Allreduce => "allreduce",
-            CollectiveKind::ReduceScatterBlock => "reduce_scatter_block",
-            CollectiveKind::ReduceScatter => "reduce_scatter",
-        }
-    }
-
-    /// The algorithms implemented for this kind (excluding `Auto`).
-    pub const fn algorithms(self) -> &'static [Algorithm] {
-        use Algorithm::*;
-        match self {
-            CollectiveKind::Barrier => &[Dissemination],
-            CollectiveKind::Broadcast => &[Binomial, ScatterAllgather],
-            CollectiveKind::Gather | CollectiveKind::Scatter | CollectiveKind::Reduce => {
-                &[Binomial]
-            }
-            CollectiveKind::Allgather | CollectiveKind::Allgatherv => {
-                &[Ring, RecursiveDoubling, Bruck]
-            }
-            CollectiveKind::Alltoall => &[Pairwise, Bruck],
-            CollectiveKind::Alltoallv => &[Pairwise],
-            CollectiveKind::Allreduce => &[RecursiveDoubling, Rabenseifner, Ring],
-            CollectiveKind::ReduceScatterBlock | CollectiveKind::ReduceScatter => &[Ring, Pairwise],
-        }
-    }
-}
-
-impl fmt::Display for CollectiveKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for CollectiveKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.to_ascii_lowercase().replace('-', "_");
-        let s = match s.as_str() {
-            "bcast" => "broadcast",
-            "reduce_scatter_v" => "reduce_scatter",
-            other => other,
-        };
-        CollectiveKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown collective {s:?}"))
-    }
-}
-
-/// A collective algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub enum Algorithm {
-    /// Choose by message size and rank count (see the module docs).
-    #[default]
-    Auto,
-    /// Dissemination barrier: `ceil(log2 p)` rounds.
-    Dissemination,
-    /// Binomial tree (broadcast, gather, scatter, reduce).
-    Binomial,
-    /// Van de Geijn broadcast: binomial scatter, then ring allgather.
-    ScatterAllgather,
-    /// Ring (allgather, allreduce, reduce-scatter): `p - 1` neighbour steps.
-    Ring,
-    /// Recursive doubling (allgather, allreduce), with MPICH's folding of
-    /// the ranks beyond the largest power of two.
-    RecursiveDoubling,
-    /// Bruck (allgather, alltoall): `ceil(log2 p)` rounds for any `p`.
-    Bruck,
-    /// Pairwise exchange (alltoall, reduce-scatter): `p - 1` rounds.
-    Pairwise,
-    /// Rabenseifner allreduce: recursive-halving reduce-scatter plus
-    /// recursive-doubling allgather, folding non-power-of-two ranks.
-    Rabenseifner,
-}
-
-impl Algorithm {
-    /// Every algorithm, `Auto` first.
-    pub const ALL: [Algorithm; 9] = [
-        Algorithm::Auto,
-        Algorithm::Dissemination,
-        Algorithm::Binomial,
-        Algorithm::ScatterAllgather,
-        Algorithm::Ring,
-        Algorithm::RecursiveDoubling,
-        Algorithm::Bruck,
-        Algorithm::Pairwise,
-        Algorithm::Rabenseifner,
-    ];
-
-    /// Lower-case name (`"rabenseifner"`, `"recursive-doubling"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::Auto => "auto",
-            Algorithm::Dissemination => "dissemination",
-            Algorithm::Binomial => "binomial",
-            Algorithm::ScatterAllgather => "scatter-allgather",
-            Algorithm::Ring => "ring",
-            Algorithm::RecursiveDoubling => "recursive-doubling",
-            Algorithm::Bruck => "bruck",
-            Algorithm::Pairwise => "pairwise",
-            Algorithm::Rabenseifner => "rabenseifner",
-        }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.to_ascii_lowercase().replace('_', "-");
-        let s = match s.as_str() {
-            "rd" => "recursive-doubling",
-            "vandegeijn" | "van-de-geijn" => "scatter-allgather",
-            other => other,
-        };
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| format!("unknown algorithm {s:?}"))
-    }
-}
 
 /// Thresholds of the automatic algorithm selection (bytes unless noted).
 /// The defaults are MPICH's.
@@ -335,6 +149,14 @@ pub enum CollectiveError {
         algorithm: Algorithm,
         /// The collective.
         kind: CollectiveKind,
+    },
+    /// The counts describe more bytes than any buffer can hold (`isize::MAX`):
+    /// no process could pass such buffers, and the byte arithmetic of the
+    /// schedules would overflow.
+    #[error("{what} describe more than isize::MAX bytes")]
+    TooLarge {
+        /// Which counts.
+        what: &'static str,
     },
 }
 
@@ -580,7 +402,43 @@ impl Collective {
                 return Err(CollectiveError::UnsupportedOp { op, dtype });
             }
         }
-        Ok(())
+        self.check_total(size)
+    }
+
+    /// Every byte count of the collective (a whole gathered or scattered vector,
+    /// the sum of a v-variant's counts) fits in `isize::MAX`, so that buffer
+    /// sizes and the schedules' offsets are computed without overflow.
+    fn check_total(&self, size: usize) -> Result<(), CollectiveError> {
+        let e = self.dtype().map_or(1, DataType::size);
+        let sum = |v: &[usize]| v.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        let fits = |elems: Option<usize>, what| match elems.and_then(|n| n.checked_mul(e)) {
+            Some(b) if b <= isize::MAX as usize => Ok(()),
+            _ => Err(CollectiveError::TooLarge { what }),
+        };
+        match self {
+            Collective::Barrier => Ok(()),
+            Collective::Broadcast { count, .. }
+            | Collective::Gather { count, .. }
+            | Collective::Scatter { count, .. }
+            | Collective::Allgather { count, .. }
+            | Collective::Alltoall { count, .. }
+            | Collective::Reduce { count, .. }
+            | Collective::Allreduce { count, .. }
+            | Collective::ReduceScatterBlock { count, .. } => {
+                fits(count.checked_mul(size), "count times ranks")
+            }
+            Collective::Allgatherv { counts, .. } | Collective::ReduceScatter { counts, .. } => {
+                fits(sum(counts), "the counts")
+            }
+            Collective::Alltoallv {
+                send_counts,
+                recv_counts,
+                ..
+            } => {
+                fits(sum(send_counts), "the send counts")?;
+                fits(sum(recv_counts), "the receive counts")
+            }
+        }
     }
 
     /// The size in bytes of the per-rank block of this collective (what OSU

@@ -1,6 +1,9 @@
 //! Collective communication algorithms as data.
 //!
-//! This crate is the pure, I/O-free core of hpc-rs collectives. Every
+//! This crate is the pure, I/O-free core of hpc-rs collectives: it depends
+//! on no runtime, transport or operating-system crate, so GPU code and tools
+//! use it as freely as the engines of `hpc-comm` that run its schedules over
+//! shared memory and the network. Every
 //! collective algorithm is a function
 //! `(rank, size, counts, options) -> Schedule` that returns a [`Schedule`]:
 //! a list of [`Round`]s of [`Step`]s (`Send`, `Recv`, `Copy`, `Reduce`)
@@ -61,23 +64,12 @@
 //! ```
 
 pub mod algo;
-mod board;
 pub mod collective;
-pub mod comm;
-mod engine;
-#[cfg(feature = "mpi")]
-mod mpi_engine;
+mod kind;
 pub mod op;
-pub mod proxy;
 pub mod schedule;
-pub mod shm;
 pub mod sim;
 
 pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
-pub use comm::{
-    AgentWake, Buf, BufMut, Comm, CommOptions, Elem, Engine, Error, Request, Scope, ScopedRequest,
-    DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
-};
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
-pub use schedule::{BufferId, Region, Round, Schedule, Step};
-pub use shm::SharedBuf;
+pub use schedule::{own_copy, BufferId, Region, Round, Schedule, Step};

@@ -29,7 +29,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::op::{DataType, ReduceOp};
 
 /// Which buffer a [`Region`] lies in.
@@ -266,7 +266,7 @@ impl Schedule {
 /// allgather or alltoall, the first copy of an allreduce). Where such a copy
 /// is in the first round, the rank may make it itself when it posts the
 /// collective (see [`Schedule::run_own_copies`]).
-pub(crate) fn own_copy(step: &Step) -> Option<(Region, Region)> {
+pub fn own_copy(step: &Step) -> Option<(Region, Region)> {
     match *step {
         Step::Copy { src, dst } if src.buf != BufferId::Scratch && dst.buf == BufferId::Recv => {
             Some((src, dst))
@@ -282,7 +282,7 @@ impl Schedule {
     /// the schedule afterwards skips exactly these steps. By the schedule
     /// contract no other step of the first round touches what they write,
     /// and every later round sees them done.
-    pub(crate) fn run_own_copies(&self, send: &[u8], recv: &mut [u8]) -> bool {
+    pub fn run_own_copies(&self, send: &[u8], recv: &mut [u8]) -> bool {
         let Some(first) = self.rounds.first() else {
             return true;
         };

@@ -530,7 +530,7 @@ pub fn run_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::{Algorithm, CollectiveKind};
+    use crate::kind::{Algorithm, CollectiveKind};
     use crate::schedule::Round;
 
     fn sched(rank: usize, size: usize, rounds: Vec<Vec<Step>>) -> Schedule {

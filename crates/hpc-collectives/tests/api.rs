@@ -316,3 +316,48 @@ fn alltoallv_count_mismatch_is_reported() {
         }
     );
 }
+
+/// Counts whose bytes overflow (found by fuzzing the proxy's decoding of a
+/// rank's blob, where `buffer_bytes` multiplied them with overflow) are refused
+/// by validation, before any size is computed from them.
+#[test]
+fn counts_beyond_the_address_space_are_refused() {
+    let huge = [
+        Collective::Allgather {
+            count: usize::MAX / 2,
+            dtype: DataType::F64,
+        },
+        Collective::Broadcast {
+            root: 0,
+            count: isize::MAX as usize,
+            dtype: DataType::U16,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![usize::MAX, 2, 0],
+            recv_counts: vec![1, 1, 1],
+            dtype: DataType::U8,
+        },
+        Collective::ReduceScatter {
+            counts: vec![usize::MAX / 4; 3],
+            dtype: DataType::I32,
+            op: ReduceOp::Sum,
+        },
+    ];
+    for c in huge {
+        assert!(
+            matches!(c.validate(3), Err(CollectiveError::TooLarge { .. })),
+            "{c:?}"
+        );
+        assert!(
+            c.check_buffers(1, 3, usize::MAX, usize::MAX).is_err(),
+            "{c:?}"
+        );
+        assert!(c.schedule(1, 3, &Options::default()).is_err(), "{c:?}");
+    }
+    // The largest that fits still validates.
+    let fits = Collective::Allgather {
+        count: isize::MAX as usize / 8 / 3,
+        dtype: DataType::F64,
+    };
+    assert_eq!(fits.validate(3), Ok(()));
+}

@@ -50,7 +50,7 @@
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
 //! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
 //! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
-//! | `collectives` | no | `collectives` (`hpc-collectives`) | nothing |
+//! | `collectives` | no | `collectives` (`hpc-collectives`): schedules, reduction kernels, simulator; `comm` (`hpc-comm`): communicators and their engines | nothing |
 //! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
 //! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI-3.1 library with `mpicc` (Open MPI >= 4.0, MPICH >= 3.3), `libclang` |
 //!
@@ -61,6 +61,8 @@ pub use hpc_runtime::{Error, World};
 
 #[cfg(feature = "collectives")]
 pub use hpc_collectives as collectives;
+#[cfg(feature = "collectives")]
+pub use hpc_comm as comm;
 #[cfg(feature = "container")]
 pub use hpc_container as container;
 #[cfg(feature = "gpu")]

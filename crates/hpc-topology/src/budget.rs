@@ -98,6 +98,7 @@ pub(crate) fn check_synthetic(description: &str) -> Result<()> {
         return Err(TopologyError::SyntheticTooLarge {
             description: description.to_string(),
             pus,
+            max: MAX_SYNTHETIC_PUS,
             estimate: synthetic_bytes(pus, objects),
         });
     }

@@ -48,9 +48,8 @@ pub enum TopologyError {
     },
     /// A synthetic description with more PUs than any machine has.
     #[error(
-        "synthetic topology {description:?} has {pus} PUs, more than the {} accepted \
+        "synthetic topology {description:?} has {pus} PUs, more than the {max} accepted \
          (Linux machines have at most 8192 CPUs); it would need about {} of memory",
-        crate::budget::MAX_SYNTHETIC_PUS,
         crate::format_bytes(*estimate)
     )]
     SyntheticTooLarge {
@@ -58,6 +57,8 @@ pub enum TopologyError {
         description: String,
         /// Its PUs.
         pus: u64,
+        /// The most PUs accepted ([`MAX_SYNTHETIC_PUS`](crate::budget::MAX_SYNTHETIC_PUS)).
+        max: u64,
         /// Estimated bytes of loading it.
         estimate: u64,
     },

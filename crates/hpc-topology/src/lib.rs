@@ -151,6 +151,7 @@ mod error;
 mod load;
 mod model;
 mod placement;
+mod units;
 
 pub use bind::{
     bind_current_process, bind_current_thread, bind_memory_to_numa, check_binding, current_binding,
@@ -161,13 +162,14 @@ pub use cpuset::CpuSet;
 pub use error::{Result, TopologyError};
 pub use load::hwloc_api_version;
 pub use model::{
-    format_bytes, Cache, CacheKind, Core, Gpu, Nic, NicKind, NumaNode, OsDevice, OsDeviceKind,
-    Package, PciInfo, Topology, TopologySource,
+    Cache, CacheKind, Core, Gpu, Nic, NicKind, NumaNode, OsDevice, OsDeviceKind, Package, PciInfo,
+    Topology, TopologySource,
 };
 pub use placement::{
     plan, DeviceAssignment, Placement, PlacementPlan, PlacementRequest, Policy, ProgressScope,
     TopologyBrief, SCHEMA_VERSION,
 };
+pub use units::format_bytes;
 
 /// The placement of one rank on the machine this process runs on: discovers the
 /// topology (allowed set: cgroups and this thread's affinity), plans `local_size`

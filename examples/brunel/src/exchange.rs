@@ -1,4 +1,4 @@
-//! The spike exchange between ranks: the seam where `hpc-collectives` plugs in.
+//! The spike exchange between ranks: the seam where `hpc-comm` plugs in.
 //!
 //! Every exchange interval each rank contributes the spikes its neurons emitted in
 //! that interval and receives every rank's spikes of the interval, in rank order
@@ -21,7 +21,7 @@
 //! `tests/determinism.rs` check any engine: the spike file must stay
 //! bit-identical to the one-process run.
 //!
-//! `hpc_collectives::Comm::iallgatherv(send, recv, counts)` needs every rank's
+//! `hpc_comm::Comm::iallgatherv(send, recv, counts)` needs every rank's
 //! count up front and returns a `Request<'a>` that borrows its buffers, so
 //! `Pending` cannot hold it. Two ways in: (a) as [`WorldExchange`] does, own
 //! the `Comm` on a helper thread that runs `allgather` of the counts then
@@ -56,7 +56,7 @@ pub trait SpikeExchange {
     /// `work`, and returns `work`'s result and the seconds spent in `work`. This is
     /// the only call the simulation makes. The default is `start`, `work`,
     /// `finish`; an engine whose requests borrow their buffers for a scope (such
-    /// as `hpc_collectives::Comm::scope`) overrides it and may leave `start` and
+    /// as `hpc_comm::Comm::scope`) overrides it and may leave `start` and
     /// `finish` unreachable.
     fn overlap<R>(
         &mut self,
@@ -82,13 +82,13 @@ pub trait SpikeExchange {
 /// The exchange engines the `--engine` flag names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
-    /// `hpc-collectives`, progressed inline by the caller.
+    /// `hpc-comm`, progressed inline by the caller.
     Inline,
-    /// `hpc-collectives`, progressed by a helper thread.
+    /// `hpc-comm`, progressed by a helper thread.
     Thread,
-    /// `hpc-collectives`, progressed by a proxy process/core.
+    /// `hpc-comm`, progressed by a proxy process/core.
     Proxy,
-    /// `hpc-collectives` over MPI.
+    /// `hpc-comm` over MPI.
     Mpi,
     /// `hpc_runtime::World::allgather` on a helper thread (available now).
     World,
@@ -100,14 +100,14 @@ impl Engine {
         cfg!(feature = "mpi") || !matches!(self, Engine::Mpi)
     }
 
-    /// The `hpc-collectives` engine behind this choice (`None` for `world`).
-    pub fn collectives(self) -> Option<hpc_collectives::Engine> {
+    /// The `hpc-comm` engine behind this choice (`None` for `world`).
+    pub fn collectives(self) -> Option<hpc_comm::Engine> {
         match self {
-            Engine::Inline => Some(hpc_collectives::Engine::Inline),
-            Engine::Thread => Some(hpc_collectives::Engine::Thread),
-            Engine::Proxy => Some(hpc_collectives::Engine::Proxy),
+            Engine::Inline => Some(hpc_comm::Engine::Inline),
+            Engine::Thread => Some(hpc_comm::Engine::Thread),
+            Engine::Proxy => Some(hpc_comm::Engine::Proxy),
             #[cfg(feature = "mpi")]
-            Engine::Mpi => Some(hpc_collectives::Engine::Mpi),
+            Engine::Mpi => Some(hpc_comm::Engine::Mpi),
             _ => None,
         }
     }
@@ -286,20 +286,20 @@ impl SpikeExchange for LocalExchange {
     }
 }
 
-/// [`SpikeExchange`] through `hpc-collectives`: the counts of the interval are
+/// [`SpikeExchange`] through `hpc-comm`: the counts of the interval are
 /// allgathered (one `u64` per rank), then the spikes go through a non-blocking
 /// `iallgatherv` that the engine progresses (inline in `wait`, by a progress thread,
 /// by the node's proxy process, or by MPI) while the caller updates the next interval.
 pub struct CommExchange {
-    comm: hpc_collectives::Comm,
+    comm: hpc_comm::Comm,
     counts: Vec<u64>,
     sizes: Vec<usize>,
 }
 
 impl CommExchange {
     /// Creates the communicator (collective over `world`).
-    pub fn new(world: &World, engine: hpc_collectives::Engine) -> Result<CommExchange> {
-        let comm = hpc_collectives::Comm::new(world, engine)?;
+    pub fn new(world: &World, engine: hpc_comm::Engine) -> Result<CommExchange> {
+        let comm = hpc_comm::Comm::new(world, engine)?;
         Ok(CommExchange {
             counts: vec![0; world.size()],
             sizes: vec![0; world.size()],
@@ -348,7 +348,7 @@ impl SpikeExchange for CommExchange {
 }
 
 /// The exchange a run uses: the world's allgather on a helper thread, or an
-/// `hpc-collectives` communicator.
+/// `hpc-comm` communicator.
 pub enum AnyExchange {
     /// [`WorldExchange`].
     World(WorldExchange),

@@ -526,7 +526,7 @@ fn draw(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    match hpc_collectives::proxy::serve_env() {
+    match hpc_comm::proxy::serve_env() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {

@@ -1,9 +1,9 @@
-//! `hpc proxy`: the progress process of `hpc-collectives`' `Proxy` engine.
+//! `hpc proxy`: the progress process of `hpc-comm`' `Proxy` engine.
 //!
 //! Under `hpc run --proxy` every rank finds `HPC_COLL_PROXY_CMD` naming this command, so
 //! when a communicator with the `Proxy` engine is created, its first rank starts
 //! `hpc proxy` (one per communicator and node) instead of re-executing the application.
-//! The application then need not call `hpc_collectives::proxy::serve_env()`, and the
+//! The application then need not call `hpc_comm::proxy::serve_env()`, and the
 //! proxy is a small, separate program that can be pinned to the cores `--bind`
 //! reserved for progress: the role a DPU's Arm cores play in MVAPICH2-DPU.
 
@@ -37,6 +37,6 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             tracing::info!(cpus = %set, "proxy pinned");
         }
     }
-    hpc_collectives::proxy::serve_env().context("serving as the collectives proxy")?;
+    hpc_comm::proxy::serve_env().context("serving as the collectives proxy")?;
     Ok(0)
 }

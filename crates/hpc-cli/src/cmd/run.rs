@@ -55,7 +55,7 @@ pub struct Args {
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub progress: usize,
 
-    /// Serve the `Proxy` engine of hpc-collectives from `hpc proxy` (pinned to the
+    /// Serve the `Proxy` engine of hpc-comm from `hpc proxy` (pinned to the
     /// node's progress cores when `--progress` reserved some) instead of the
     /// application re-executing itself; sets HPC_COLL_PROXY_CMD for the ranks.
     #[arg(long)]
@@ -391,7 +391,7 @@ fn run_job(
         }
         if args.proxy {
             cmd.env(
-                hpc_collectives::proxy::PROXY_CMD,
+                hpc_comm::proxy::PROXY_CMD,
                 proxy_command(plan, &node_ranks)?,
             );
         }

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
     /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
-    /// reduce-scatter) through hpc-collectives with this engine and check them.
+    /// reduce-scatter) through hpc-comm with this engine and check them.
     #[arg(long, value_name = "ENGINE", value_enum)]
     pub collectives: Option<super::values::Engine>,
     /// This rank fails on purpose (for testing failure handling).
@@ -219,10 +219,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 }
 
 /// Runs an allreduce, an alltoall, a broadcast, an alltoallv and a reduce-scatter,
-/// non-blocking, through hpc-collectives with `engine`, and verifies the results;
+/// non-blocking, through hpc-comm with `engine`, and verifies the results;
 /// returns the engine's progress note.
 fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::Value> {
-    use hpc_collectives::{Comm, Engine, ReduceOp};
+    use hpc_comm::{Comm, Engine, ReduceOp};
     let engine: Engine = engine
         .parse()
         .map_err(|e| anyhow::anyhow!("--collectives: {e}"))?;
@@ -242,7 +242,7 @@ fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::
         let r1 = comm.iallreduce(&send, &mut sum, ReduceOp::Sum)?;
         let r2 = comm.ialltoall(&a2a_out, &mut a2a_in)?;
         let r3 = comm.ibcast(&mut bcast, n - 1)?;
-        hpc_collectives::Request::wait_all([r1, r2, r3])?;
+        hpc_comm::Request::wait_all([r1, r2, r3])?;
     }
     for (i, &s) in sum.iter().enumerate() {
         let want: u64 = (0..n).map(|r| (r * len + i) as u64).sum();
@@ -279,7 +279,7 @@ fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::
     {
         let r1 = comm.ialltoallv(&sendv, &send_counts, &mut recvv, &recv_counts)?;
         let r2 = comm.ireduce_scatter(&rs_send, &mut rs_recv, &rs_counts, ReduceOp::Sum)?;
-        hpc_collectives::Request::wait_all([r1, r2])?;
+        hpc_comm::Request::wait_all([r1, r2])?;
     }
     let want: Vec<i32> = (0..n)
         .flat_map(|j| std::iter::repeat_n((j * 100 + me) as i32, recv_counts[j]))

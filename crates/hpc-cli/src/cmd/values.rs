@@ -49,7 +49,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// The name `hpc_collectives::Engine` parses.
+    /// The name `hpc_comm::Engine` parses.
     pub fn name(self) -> &'static str {
         match self {
             Engine::Inline => "inline",
@@ -101,7 +101,7 @@ mod tests {
         for e in Engine::value_variants() {
             // `mpi` parses only in a build with MPI.
             if *e != Engine::Mpi || cfg!(feature = "mpi") {
-                assert!(e.name().parse::<hpc_collectives::Engine>().is_ok(), "{e:?}");
+                assert!(e.name().parse::<hpc_comm::Engine>().is_ok(), "{e:?}");
             }
         }
         for p in Policy::value_variants() {

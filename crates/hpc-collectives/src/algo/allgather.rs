@@ -7,7 +7,7 @@
 //! [`Collective::schedule`](crate::Collective::schedule) relabels the
 //! equal-block case.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::schedule::{Builder, Region, Schedule};
 
 use super::{fold_newrank, fold_oldrank, pof2_floor, prefix};

@@ -9,7 +9,7 @@
 //! power-of-two algorithm as `newrank = rank / 2`; the other ranks become
 //! `rank - rem`. At the end each odd rank sends the result back.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::op::{DataType, ReduceOp};
 use crate::schedule::{Builder, Region, Schedule};
 

@@ -1,6 +1,6 @@
 //! All-to-all.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::schedule::{Builder, Region, Schedule};
 
 use super::prefix;

@@ -1,6 +1,6 @@
 //! Barrier.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::schedule::{Builder, Region, Schedule};
 
 /// Dissemination barrier (Hensgen, Finkel, Manber): in round `k` every rank

@@ -1,7 +1,7 @@
 //! Broadcast. The data is the first `bytes` bytes of every rank's receive
 //! buffer (MPI's single broadcast buffer); the root's holds the input.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::schedule::{Builder, Region, Schedule};
 
 /// Binomial-tree broadcast: `ceil(log2 size)` rounds; in round `k` the

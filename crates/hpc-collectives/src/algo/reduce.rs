@@ -1,6 +1,6 @@
 //! Reduce to a root.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::op::{DataType, ReduceOp};
 use crate::schedule::{Builder, Region, Schedule};
 

@@ -6,7 +6,7 @@
 //! [`Collective::schedule`](crate::Collective::schedule) relabels the
 //! equal-count case.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::op::{DataType, ReduceOp};
 use crate::schedule::{Builder, Region, Schedule};
 

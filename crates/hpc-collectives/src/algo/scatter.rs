@@ -1,6 +1,6 @@
 //! Scatter.
 
-use crate::collective::{Algorithm, CollectiveKind};
+use crate::kind::{Algorithm, CollectiveKind};
 use crate::schedule::{Builder, Region, Schedule};
 
 use super::lowbit;

@@ -15,11 +15,11 @@
 //! (the plain non-blocking requests work on staged copies).
 //!
 //! ```
-//! use hpc_collectives::SharedBuf;
+//! use hpc_comm::SharedBuf;
 //! let mut b = SharedBuf::<f32>::new(1024)?;
 //! b[3] = 1.5;
 //! assert_eq!(b.iter().sum::<f32>(), 1.5);
-//! # Ok::<(), hpc_collectives::Error>(())
+//! # Ok::<(), hpc_comm::Error>(())
 //! ```
 //!
 //! The proxy finds the memfd through `/proc/PID/fd/FD` of the rank and checks
@@ -39,7 +39,9 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::comm::{Buf, BufMut, Elem, Error, Result};
+use crate::buf::{Buf, BufMut, Elem};
+use crate::error::{Error, Result};
+use crate::map::map_shared;
 
 /// A region of a [`SharedBuf`] as the proxy needs it: the rank's descriptor
 /// number, the file's inode, and the offset of the buffer in the file.
@@ -94,28 +96,6 @@ pub struct SharedBuf<T: Elem> {
 unsafe impl<T: Elem + Send> Send for SharedBuf<T> {}
 // SAFETY: as above; shared references only read.
 unsafe impl<T: Elem + Sync> Sync for SharedBuf<T> {}
-
-/// Maps the first `len` bytes of file `fd` shared, readable and writable, at
-/// an address the kernel picks.
-pub(crate) fn map_shared(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: a new mapping where the kernel chooses, so it aliases nothing; the
-    // kernel checks the descriptor and the length, the result is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(p.cast())
-    }
-}
 
 impl<T: Elem> SharedBuf<T> {
     /// `len` zeroed elements in a new memfd.

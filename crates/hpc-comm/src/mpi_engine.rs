@@ -12,9 +12,11 @@ use mpi::datatype::Equivalence;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 
-use crate::collective::Collective;
-use crate::comm::{Error, Result};
-use crate::op::{DataType, ReduceOp};
+use hpc_collectives::{Collective, DataType, ReduceOp};
+
+use crate::error::{Error, Result};
+use crate::job::{Job, Stage};
+use crate::sync::lock;
 
 /// An MPI communicator handle.
 pub(crate) struct MpiComm {
@@ -38,7 +40,7 @@ unsafe impl Sync for Pending {}
 pub(crate) struct Pending {
     req: Mutex<Option<ffi::MPI_Request>>,
     _counts: Vec<Vec<i32>>,
-    stage: Option<(Vec<u8>, Vec<u8>)>,
+    stage: Option<Stage>,
 }
 
 fn dt(d: DataType) -> Result<ffi::MPI_Datatype> {
@@ -129,29 +131,16 @@ impl MpiComm {
         Ok(MpiComm { comm, owned: true })
     }
 
-    pub(crate) fn start(
-        &self,
-        coll: &Collective,
-        send: &[u8],
-        recv: &mut [u8],
-        direct: bool,
-    ) -> Result<Pending> {
-        let mut stage = (!direct).then(|| (send.to_vec(), recv.to_vec()));
-        let (sp, rp): (*const u8, *mut u8) = match &mut stage {
-            Some((s, r)) => (s.as_ptr(), r.as_mut_ptr()),
-            None => (send.as_ptr(), recv.as_mut_ptr()),
-        };
+    pub(crate) fn start(&self, mut job: Job<'_>) -> Result<Pending> {
+        let (sp, send_len, rp, recv_len) = job.raw();
+        let coll = &job.coll;
         // An empty Vec<u8> or slice points at address 1, which is Open MPI's
         // MPI_IN_PLACE: hand MPI a harmless real address instead (never accessed for a
         // zero count).
         static EMPTY: [u64; 1] = [0];
         let dummy = EMPTY.as_ptr().cast::<u8>();
-        let sp = if send.is_empty() { dummy } else { sp };
-        let rp = if recv.is_empty() {
-            dummy.cast_mut()
-        } else {
-            rp
-        };
+        let sp = if send_len == 0 { dummy } else { sp };
+        let rp = if recv_len == 0 { dummy.cast_mut() } else { rp };
         let (sp, rp) = (sp.cast::<std::ffi::c_void>(), rp.cast::<std::ffi::c_void>());
         let byte = u8::equivalent_datatype().as_raw();
         let mut counts = Vec::new();
@@ -262,12 +251,15 @@ impl MpiComm {
         Ok(Pending {
             req: Mutex::new(Some(req)),
             _counts: counts,
-            stage,
+            stage: job.stage,
         })
     }
+}
 
-    pub(crate) fn test(&self, p: &Pending) -> bool {
-        let mut g = crate::engine::lock(&p.req);
+impl Pending {
+    /// Whether the request completed (`MPI_Test`).
+    pub(crate) fn test(&self) -> bool {
+        let mut g = lock(&self.req);
         let Some(r) = g.as_mut() else { return true };
         let mut flag = 0;
         // SAFETY: a live request handle; MPI_Test frees it when complete.
@@ -278,30 +270,26 @@ impl MpiComm {
         flag != 0
     }
 
-    pub(crate) fn wait(&self, p: &Pending, out: Option<&mut [u8]>) -> Result<()> {
-        let mut g = crate::engine::lock(&p.req);
+    /// Waits for the request (`MPI_Wait`) and delivers a staged result.
+    pub(crate) fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+        let mut g = lock(&self.req);
         if let Some(r) = g.as_mut() {
             // SAFETY: a live request handle; MPI_Wait completes and frees it.
             let rc = unsafe { ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE) };
             *g = None;
             check(rc, "MPI_Wait")?;
         }
-        if let (Some(out), Some((_, r))) = (out, &p.stage) {
-            out.copy_from_slice(r);
+        if let Some(stage) = &self.stage {
+            stage.deliver(out);
         }
         Ok(())
-    }
-
-    pub(crate) fn cancel(&self, p: &Pending) {
-        // Collectives cannot be cancelled in MPI: finish it.
-        let _ = self.wait(p, None);
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
         // A staged collective still in MPI's hands: keep its memory.
-        if crate::engine::lock(&self.req).is_some() {
+        if lock(&self.req).is_some() {
             if let Some(s) = self.stage.take() {
                 std::mem::forget(s);
             }

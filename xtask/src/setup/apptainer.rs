@@ -35,7 +35,7 @@ pub const CONF_EDITS: &[(&str, &str)] = &[("root default capabilities", "file")]
 const RECIPE_VERSION: u32 = 1;
 
 /// The wrapper that enters the tree.
-pub const WRAPPER: &str = include_str!("../../containers/apptainer/apptainer-wrapper.sh");
+pub const WRAPPER: &str = include_str!("../../../containers/apptainer/apptainer-wrapper.sh");
 
 /// Where `apptainer` is linked for every user and for Slurm's tasks.
 pub const LINK: &str = "/usr/local/bin/apptainer";

@@ -19,9 +19,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hpc_collectives::{BufferId, Region, Schedule, Step};
+
 use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
-use crate::comm::Error;
-use crate::schedule::{BufferId, Region, Schedule, Step};
+use crate::error::Error;
+use crate::job::Stage;
+use crate::sync::lock;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
 /// other nodes go through `hpc-rdma` (TCP, or verbs where built and present),
@@ -69,10 +72,10 @@ pub(crate) struct Buffers {
     pub scratch: Vec<u8>,
     /// Engine-owned staging copies that `send`/`recv` point into (staged
     /// requests), kept alive as long as the operation.
-    pub _stage: Option<(Vec<u8>, Vec<u8>)>,
+    pub stage: Option<Stage>,
 }
 
-// SAFETY: the raw pointers point either into `_stage` (owned here) or into
+// SAFETY: the raw pointers point either into `stage` (owned here) or into
 // user buffers that a `Scope` keeps borrowed until the operation is finished
 // or cancelled; they are only dereferenced under the operation's lock.
 unsafe impl Send for Buffers {}
@@ -172,10 +175,6 @@ impl Op {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 const REJECTED: u64 = 1;
 
@@ -265,6 +264,7 @@ impl Core {
         size: usize,
         pids: Vec<u32>,
         net: Option<Net>,
+        stage_max: usize,
     ) -> Core {
         let free_slots = all_slots(board.slots());
         Core {
@@ -276,7 +276,7 @@ impl Core {
             unexpected: HashMap::new(),
             free_slots,
             freed: vec![0; size],
-            stage_max: crate::comm::DEFAULT_STAGE_MAX,
+            stage_max,
             agent_core: false,
             discard: std::collections::HashSet::new(),
             fins: HashMap::new(),
@@ -718,9 +718,7 @@ impl Core {
                     // not reused before our FREE (board protocol), STAGE_SLOT >= n
                     // bytes long; `dst + got .. + n` lies in the region
                     // (bounds-checked by `ptr`, got + n <= region.len).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.board.stage(peer, slot), dst.add(got), n)
-                    };
+                    unsafe { self.board.stage_read(peer, slot, dst.add(got), n) };
                     self.free_slot(peer, slot);
                     got += n;
                 }
@@ -796,9 +794,7 @@ impl Core {
             // SAFETY: `p + off .. + n` lies in the bounds-checked region; the slot
             // is this rank's and free (no reader until the DATA below), STAGE_SLOT
             // >= n bytes; shared memory and the user's buffer do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.add(off), self.board.stage(self.me, slot), n)
-            };
+            unsafe { self.board.stage_write(self.me, slot, p.add(off), n) };
             self.send_desc(
                 peer,
                 Desc {
@@ -896,7 +892,7 @@ impl Core {
                             std::slice::from_raw_parts_mut(t, dst.len),
                         )
                     };
-                    crate::op::apply_reduce(op, dtype, s, t)
+                    hpc_collectives::apply_reduce(op, dtype, s, t)
                         .map_err(|e| Error::Transport(format!("reduction: {e}")))?;
                 }
             }

@@ -1,6 +1,6 @@
 //! Communicators and non-blocking collectives run by an engine.
 //!
-//! A [`Comm`] runs the [`Schedule`](crate::Schedule)s of this crate over
+//! A [`Comm`] runs the [`Schedule`](hpc_collectives::Schedule)s of `hpc-collectives` over
 //! shared memory between the ranks of a node and, for `Inline` and `Thread`,
 //! over `hpc-rdma` (TCP, or verbs where present) to ranks on other nodes, with
 //! one of four [`Engine`]s:
@@ -17,8 +17,8 @@
 //! `comm.ialltoall(&send, &mut recv)` returns a [`Request`] that borrows both
 //! buffers until it is waited for, so they cannot be touched early:
 //!
-//! ```compile_fail
-//! # fn f(comm: &hpc_collectives::Comm) -> Result<(), hpc_collectives::Error> {
+//! ```compile_fail,E0506
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
 //! let send = vec![1.0f64; 8];
 //! let mut recv = vec![0.0f64; 8];
 //! let req = comm.ialltoall(&send, &mut recv)?;
@@ -37,12 +37,12 @@
 //! requests included.
 //!
 //! ```no_run
-//! use hpc_collectives::{Comm, Engine};
+//! use hpc_comm::{Comm, Engine};
 //! let world = hpc_runtime::World::init()?;
 //! let comm = Comm::new(&world, Engine::Thread)?;
 //! let send = vec![1.0f32; 1024 * comm.size()];
 //! let mut recv = vec![0.0f32; 1024 * comm.size()];
-//! comm.scope(|s| -> Result<(), hpc_collectives::Error> {
+//! comm.scope(|s| -> Result<(), hpc_comm::Error> {
 //!     let req = s.ialltoall(&send, &mut recv)?;
 //!     // ... compute while the progress thread moves the data ...
 //!     req.wait()
@@ -54,66 +54,18 @@ use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use half::{bf16, f16};
+use hpc_collectives::{Collective, CollectiveError, Options, ReduceOp};
 use hpc_runtime::World;
 
 use crate::board::{self, Board};
-use crate::collective::{Collective, CollectiveError, Options};
-use crate::engine::{self, lock, Buffers, Core, Op, Shared, Status};
-use crate::op::{DataType, ReduceOp};
+use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
+use crate::engines::{self, inline::Host, Driver, Job, Ticket};
+pub use crate::error::{Error, Result};
+use crate::executor::{self, Core};
 use crate::proxy;
-
-/// Errors of communicators and their collectives.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Invalid arguments: buffer too small, counts of the wrong length, ...
-    #[error(transparent)]
-    Invalid(#[from] CollectiveError),
-    /// Another rank sent a message of a different size than this rank
-    /// expects (the ranks called the collective with different counts).
-    #[error("count mismatch with rank {rank}: {detail}")]
-    CountMismatch {
-        /// The other rank (rank in the world).
-        rank: usize,
-        /// What differed.
-        detail: String,
-    },
-    /// A rank the collective waits for is gone.
-    #[error("rank {rank} is lost (its process exited) during a collective")]
-    RankLost {
-        /// The lost rank (rank in the world).
-        rank: usize,
-    },
-    /// The collective did not finish within the communicator's timeout.
-    #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
-    Timeout {
-        /// The timeout.
-        after: Duration,
-        /// World ranks the collective was still waiting for.
-        waiting_for: Vec<usize>,
-    },
-    /// The engine stopped (its progress thread or proxy process is gone).
-    #[error("the {0} engine stopped")]
-    Stopped(&'static str),
-    /// An `ndarray` view is not contiguous in standard order.
-    #[error("array is not contiguous in standard (row-major) order; use `.as_standard_layout()`")]
-    NotContiguous,
-    /// The engine cannot serve this job (e.g. ranks on several nodes).
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    /// Failure of the underlying data movement or setup.
-    #[error("transport: {0}")]
-    Transport(String),
-    /// Failure of the runtime used to set the communicator up.
-    #[error(transparent)]
-    Runtime(#[from] hpc_runtime::Error),
-}
-
-/// Result of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+use crate::sync::lock;
 
 /// Who advances collectives. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,96 +108,6 @@ impl std::str::FromStr for Engine {
             o => Err(Error::Unsupported(format!("engine {o:?}"))),
         }
     }
-}
-
-/// Element types collectives move: integer and float primitives, `f16`, `bf16`.
-///
-/// # Safety
-/// Implementors must be plain data: no padding, every bit pattern valid, and
-/// [`Elem::DTYPE`] of the same size.
-pub unsafe trait Elem: Copy + Send + Sync + 'static {
-    /// The matching [`DataType`].
-    const DTYPE: DataType;
-}
-
-macro_rules! elem {
-    ($($t:ty => $d:ident),*) => {$(
-        // SAFETY: a primitive numeric type: no padding, all bit patterns valid.
-        unsafe impl Elem for $t { const DTYPE: DataType = DataType::$d; }
-    )*};
-}
-elem!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32,
-      u64 => U64, f16 => F16, bf16 => Bf16, f32 => F32, f64 => F64);
-
-/// A buffer collectives can read: slices, `Vec`s and contiguous `ndarray` arrays.
-pub trait Buf {
-    /// Element type.
-    type Elem: Elem;
-    /// The elements, or [`Error::NotContiguous`].
-    fn elems(&self) -> Result<&[Self::Elem]>;
-}
-
-/// A buffer collectives can write.
-pub trait BufMut: Buf {
-    /// The elements, or [`Error::NotContiguous`].
-    fn elems_mut(&mut self) -> Result<&mut [Self::Elem]>;
-}
-
-impl<T: Elem> Buf for [T] {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> BufMut for [T] {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> Buf for Vec<T> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem> BufMut for Vec<T> {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, const N: usize> Buf for [T; N] {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, const N: usize> BufMut for [T; N] {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
-impl<T: Elem, S: ndarray::Data<Elem = T>, D: ndarray::Dimension> Buf for ndarray::ArrayBase<S, D> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        self.as_slice().ok_or(Error::NotContiguous)
-    }
-}
-impl<T: Elem, S: ndarray::DataMut<Elem = T>, D: ndarray::Dimension> BufMut
-    for ndarray::ArrayBase<S, D>
-{
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        self.as_slice_mut().ok_or(Error::NotContiguous)
-    }
-}
-
-fn bytes<T: Elem>(s: &[T]) -> &[u8] {
-    // SAFETY: `Elem` types are plain data without padding; same memory, same lifetime.
-    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
-}
-
-fn bytes_mut<T: Elem>(s: &mut [T]) -> &mut [u8] {
-    // SAFETY: `Elem` types accept every bit pattern; same memory, same lifetime.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
 }
 
 /// Settings of [`Comm::with_options`].
@@ -406,6 +268,27 @@ pub const DEFAULT_STAGE_MAX: usize = 8 * 1024;
 /// mapped `SharedBuf` where the ranks stage or read through the kernel.
 pub const DEFAULT_PROXY_MIN: usize = 512 * 1024;
 
+impl CommOptions {
+    /// Every default decided for a node running `local` ranks of this job, in
+    /// one place: what the engines get, and what a split passes on.
+    fn resolve(mut self, local: usize, world_timeout: Duration) -> CommOptions {
+        self.timeout = Some(self.timeout.unwrap_or(world_timeout));
+        // The proxy process needs a core of its own too.
+        let busy = local + usize::from(self.engine == Engine::Proxy);
+        self.spin = Some(self.spin.unwrap_or_else(|| default_spin(busy)));
+        self.stage_max = Some(stage_max(&self));
+        if self.engine == Engine::Proxy {
+            self.proxy_min = Some(proxy_min(&self, local));
+            self.own_copies = Some(own_copies(&self, local));
+        }
+        self.agent_wake = Some(
+            self.agent_wake
+                .unwrap_or_else(|| AgentWake::default_for(local, progress_cpus(&self).is_some())),
+        );
+        self
+    }
+}
+
 fn proxy_min(opts: &CommOptions, local: usize) -> usize {
     opts.proxy_min.unwrap_or_else(|| {
         match std::env::var("HPC_PROXY_MIN")
@@ -465,32 +348,6 @@ fn default_spin(local: usize) -> Duration {
     }
 }
 
-enum Backend {
-    Local {
-        shared: Arc<Shared>,
-        board: Arc<Board>,
-        agent: Option<JoinHandle<()>>,
-    },
-    Proxy {
-        client: Box<proxy::Client>,
-        /// The ranks' own engine for collectives below `proxy_min`.
-        host: Option<Host>,
-    },
-    #[cfg(feature = "mpi")]
-    Mpi(crate::mpi_engine::MpiComm),
-}
-
-/// The `Proxy` engine's host path: collectives whose blocks are smaller than
-/// `min` bytes run on the ranks, as with `Inline`, over the same board.
-struct Host {
-    shared: Arc<Shared>,
-    board: Arc<Board>,
-    min: usize,
-    /// How long `wait` polls on this path: the proxy sleeps meanwhile, so the
-    /// node has a core per rank again if it has one per rank.
-    spin: Duration,
-}
-
 /// A communicator: a group of ranks running collectives with one engine.
 ///
 /// Created collectively by every rank of the world ([`Comm::new`]) or of a
@@ -501,16 +358,12 @@ pub struct Comm {
     size: usize,
     /// World rank of each member.
     world_ranks: Vec<usize>,
-    engine: Engine,
+    /// The options, resolved (every `Option` set, the timeout included), as a
+    /// split passes them on.
+    opts: CommOptions,
     timeout: Duration,
-    spin: Duration,
-    stage_max: Option<usize>,
-    agent_wake: Option<AgentWake>,
-    proxy_min: Option<usize>,
-    own_copies: Option<bool>,
-    opts: Options,
     seq: AtomicU64,
-    backend: Backend,
+    driver: Box<dyn Driver>,
     progress_note: String,
     splits: AtomicU64,
     /// Node of each member (as the world numbers nodes).
@@ -525,7 +378,7 @@ impl std::fmt::Debug for Comm {
         f.debug_struct("Comm")
             .field("rank", &self.rank)
             .field("size", &self.size)
-            .field("engine", &self.engine)
+            .field("engine", &self.opts.engine)
             .finish()
     }
 }
@@ -766,27 +619,20 @@ impl Comm {
     }
 
     /// Like [`Comm::new`] with explicit options (collective).
-    pub fn with_options(world: &World, mut opts: CommOptions) -> Result<Comm> {
-        let timeout = opts.timeout.unwrap_or_else(|| world.timeout());
-        // The proxy process needs a core of its own too.
-        let busy = world.local_size() + usize::from(opts.engine == Engine::Proxy);
-        opts.spin = Some(opts.spin.unwrap_or_else(|| default_spin(busy)));
-        if opts.engine == Engine::Proxy {
-            opts.proxy_min = Some(proxy_min(&opts, world.local_size()));
-            opts.own_copies = Some(own_copies(&opts, world.local_size()));
-        }
-        opts.agent_wake = Some(opts.agent_wake.unwrap_or_else(|| {
-            AgentWake::default_for(world.local_size(), progress_cpus(&opts).is_some())
-        }));
+    pub fn with_options(world: &World, opts: CommOptions) -> Result<Comm> {
+        let opts = opts.resolve(world.local_size(), world.timeout());
+        let timeout = opts.timeout.unwrap_or_default();
         #[cfg(feature = "mpi")]
         if opts.engine == Engine::Mpi {
-            let backend = Backend::Mpi(crate::mpi_engine::MpiComm::new(world)?);
+            let driver = Box::new(crate::engines::mpi::Mpi {
+                comm: crate::mpi_engine::MpiComm::new(world)?,
+            });
             return Ok(Comm::assemble(
                 world.rank(),
                 (0..world.size()).collect(),
                 opts,
                 timeout,
-                backend,
+                driver,
                 "the MPI library progresses".into(),
             ));
         }
@@ -832,7 +678,7 @@ impl Comm {
                     .max()
                     .unwrap_or(0);
                 NET_IDS.store(id + 1, Ordering::Relaxed);
-                Some(engine::Net {
+                Some(executor::Net {
                     t: t.clone(),
                     world: world_ranks.clone(),
                     local: nodes.iter().map(|&n| n == nodes[me]).collect(),
@@ -843,30 +689,43 @@ impl Comm {
         };
         let extra = usize::from(opts.engine == Engine::Proxy);
         let (board, pids) = make_board(boot, extra)?;
-        let (backend, note) = match opts.engine {
+        let stage_max = opts.stage_max.unwrap_or(DEFAULT_STAGE_MAX);
+        let host = |core: Core, spin: Duration, agent: bool, flush: Option<Arc<proxy::Client>>| {
+            Arc::new(Host::new(
+                core,
+                board.clone(),
+                world_ranks.clone(),
+                opts.schedule,
+                timeout,
+                spin,
+                agent,
+                flush,
+            ))
+        };
+        let spin = opts.spin.unwrap_or_default();
+        let (driver, note): (Box<dyn Driver>, String) = match opts.engine {
             Engine::Proxy => {
-                let spin = opts.spin.unwrap_or_default();
                 let min = opts.proxy_min.unwrap_or(0);
-                let host = (min > 0).then(|| {
-                    let mut core = Core::new(board.clone(), me, size, pids.clone(), None);
-                    core.stage_max = stage_max(&opts);
-                    let local = nodes.iter().filter(|&&n| n == nodes[me]).count();
-                    Host {
-                        shared: Arc::new(Shared::new(core)),
-                        board: board.clone(),
-                        min,
-                        spin: default_spin(local),
-                    }
-                });
-                let c = proxy::Client::start(
+                let own_copies = opts.own_copies.unwrap_or(false);
+                let client = Arc::new(proxy::Client::start(
                     board.clone(),
                     me,
                     size,
                     &opts.schedule,
                     timeout,
                     spin,
-                    opts.own_copies.unwrap_or(false),
-                )?;
+                    own_copies,
+                )?);
+                let host = (min > 0).then(|| {
+                    let core = Core::new(board.clone(), me, size, pids.clone(), None, stage_max);
+                    // How long `wait` polls on this path: the proxy sleeps meanwhile,
+                    // so the node has a core per rank again if it has one per rank.
+                    let local = nodes.iter().filter(|&&n| n == nodes[me]).count();
+                    (
+                        host(core, default_spin(local), false, Some(client.clone())),
+                        min,
+                    )
+                });
                 let mut note = if min > 0 {
                     format!(
                         "progress in the node's proxy process for blocks of {min} bytes \
@@ -875,61 +734,37 @@ impl Comm {
                 } else {
                     "progress in the node's proxy process".to_string()
                 };
-                if opts.own_copies == Some(true) {
+                if own_copies {
                     note.push_str("; each rank copies its own block when it posts");
                 }
-                (
-                    Backend::Proxy {
-                        client: Box::new(c),
-                        host,
-                    },
-                    note,
-                )
+                (Box::new(engines::proxy::Proxy { client, host }), note)
+            }
+            Engine::Thread => {
+                let mut core = Core::new(board.clone(), me, size, pids, net, stage_max);
+                let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
+                core.agent_core = wake == AgentWake::Eager;
+                let cpus = progress_cpus(&opts);
+                let note = match &cpus {
+                    Some(c) => format!("progress thread pinned to CPUs {c}"),
+                    None => "progress thread unpinned: no progress core reserved \
+                             (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
+                        .to_string(),
+                };
+                let note = format!("{note}; woken {}", wake.name());
+                let driver = engines::thread::Thread::spawn(
+                    host(core, spin, true, None),
+                    cpus,
+                    wake == AgentWake::Eager,
+                )?;
+                tracing::info!(rank = me, "{note}");
+                (Box::new(driver), note)
             }
             _ => {
-                let mut core = Core::new(board.clone(), me, size, pids, net);
-                core.stage_max = stage_max(&opts);
-                let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
-                core.agent_core = opts.engine == Engine::Thread && wake == AgentWake::Eager;
-                let shared = Arc::new(Shared::new(core));
-                let (agent, note) = if opts.engine == Engine::Thread {
-                    let cpus = progress_cpus(&opts);
-                    let note = match &cpus {
-                        Some(c) => format!("progress thread pinned to CPUs {c}"),
-                        None => "progress thread unpinned: no progress core reserved \
-                                 (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
-                            .to_string(),
-                    };
-                    let note = format!("{note}; woken {}", wake.name());
-                    board.set_agent_eager(me, wake == AgentWake::Eager);
-                    let (s, b) = (shared.clone(), board.clone());
-                    let h = std::thread::Builder::new()
-                        .name(format!("hpc-progress-{me}"))
-                        .spawn(move || {
-                            if let Some(c) = cpus {
-                                if let Err(e) = hpc_topology::bind_current_thread(&c) {
-                                    tracing::warn!(error = %e, "could not pin the progress thread");
-                                }
-                            }
-                            engine::raise_priority();
-                            engine::agent_loop(s, b, me)
-                        })
-                        .map_err(|e| {
-                            Error::Transport(format!("spawning the progress thread: {e}"))
-                        })?;
-                    tracing::info!(rank = me, "{note}");
-                    (Some(h), note)
-                } else {
-                    (None, "progress inside test/wait".to_string())
+                let core = Core::new(board.clone(), me, size, pids, net, stage_max);
+                let driver = engines::inline::Inline {
+                    host: host(core, spin, false, None),
                 };
-                (
-                    Backend::Local {
-                        shared,
-                        board: board.clone(),
-                        agent,
-                    },
-                    note,
-                )
+                (Box::new(driver), "progress inside test/wait".to_string())
             }
         };
         // Everyone mapped the board: its name can go.
@@ -945,7 +780,7 @@ impl Comm {
         } else {
             note
         };
-        let mut comm = Comm::assemble(me, world_ranks, opts, timeout, backend, note);
+        let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
         comm.nodes = nodes;
         comm.net = transport;
         Ok(comm)
@@ -956,27 +791,21 @@ impl Comm {
         world_ranks: Vec<usize>,
         opts: CommOptions,
         timeout: Duration,
-        backend: Backend,
+        driver: Box<dyn Driver>,
         progress_note: String,
     ) -> Comm {
-        let world_ranks_len = world_ranks.len();
+        let size = world_ranks.len();
         Comm {
             rank,
-            size: world_ranks.len(),
+            size,
             world_ranks,
-            engine: opts.engine,
+            opts,
             timeout,
-            spin: opts.spin.unwrap_or_default(),
-            stage_max: opts.stage_max,
-            agent_wake: opts.agent_wake,
-            proxy_min: opts.proxy_min,
-            own_copies: opts.own_copies,
-            opts: opts.schedule,
             seq: AtomicU64::new(1),
-            backend,
+            driver,
             progress_note,
             splits: AtomicU64::new(0),
-            nodes: vec![0; world_ranks_len],
+            nodes: vec![0; size],
             net: None,
         }
     }
@@ -993,7 +822,7 @@ impl Comm {
 
     /// The engine.
     pub fn engine(&self) -> Engine {
-        self.engine
+        self.opts.engine
     }
 
     /// The world rank of communicator rank `r`.
@@ -1024,18 +853,13 @@ impl Comm {
         let rank = members.iter().position(|&r| r == self.rank).unwrap_or(0);
         self.splits.fetch_add(1, Ordering::Relaxed);
         let world_ranks = members.iter().map(|&m| self.world_ranks[m]).collect();
-        #[cfg(feature = "mpi")]
-        if let Backend::Mpi(m) = &self.backend {
-            let sub = m.split(color, key)?;
-            let mut opts = CommOptions::new(Engine::Mpi);
-            opts.schedule = self.opts;
-            opts.spin = Some(self.spin);
+        if let Some(driver) = self.driver.split(color, key) {
             return Ok(Comm::assemble(
                 rank,
                 world_ranks,
-                opts,
+                self.opts.clone(),
                 self.timeout,
-                Backend::Mpi(sub),
+                driver?,
                 self.progress_note.clone(),
             ));
         }
@@ -1044,13 +868,7 @@ impl Comm {
             members,
             rank,
         };
-        let mut opts = CommOptions::new(self.engine);
-        opts.schedule = self.opts;
-        opts.spin = Some(self.spin);
-        opts.stage_max = self.stage_max;
-        opts.agent_wake = self.agent_wake;
-        opts.proxy_min = self.proxy_min;
-        opts.own_copies = self.own_copies;
+        let mut opts = self.opts.clone();
         opts.progress_cpus = None;
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }
@@ -1073,230 +891,20 @@ impl Comm {
         Ok(out)
     }
 
-    /// Starts a collective on raw byte buffers.
+    /// Starts a collective on raw byte buffers: on engine-owned copies
+    /// (`staged`) or on the buffers themselves.
     fn start(
         &self,
         coll: Collective,
         send: &[u8],
         recv: &mut [u8],
-        direct: bool,
+        staged: bool,
     ) -> Result<Ticket> {
         coll.check_buffers(self.rank, self.size, send.len(), recv.len())?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
             .entered();
-        let host = match &self.backend {
-            Backend::Local { shared, board, .. } => Some((shared, board)),
-            Backend::Proxy {
-                host: Some(h),
-                client,
-            } if coll.block_bytes().is_some_and(|b| b < h.min) => {
-                // Descriptors queued for a full ring go out while this one runs.
-                client.flush();
-                Some((&h.shared, &h.board))
-            }
-            _ => None,
-        };
-        match (&self.backend, host) {
-            (_, Some((shared, board))) => {
-                let sched = coll.schedule(self.rank, self.size, &self.opts)?;
-                let (send_p, recv_p, stage) = if direct {
-                    (send.as_ptr(), recv.as_mut_ptr(), None)
-                } else {
-                    let s = send.to_vec();
-                    let mut r = recv.to_vec();
-                    let rp = r.as_mut_ptr();
-                    (s.as_ptr(), rp, Some((s, r)))
-                };
-                let bufs = Buffers {
-                    send: send_p,
-                    send_len: send.len(),
-                    recv: recv_p,
-                    recv_len: recv.len(),
-                    scratch: vec![0u8; sched.scratch_bytes],
-                    _stage: stage,
-                };
-                let op = Op::new(seq, sched, bufs);
-                {
-                    let mut core = lock(&shared.core);
-                    if core.stopped {
-                        return Err(Error::Stopped(self.engine.name()));
-                    }
-                    core.submit(op.clone());
-                    // Post the first round now, from the caller's thread: a hand-off
-                    // to the agent would be the largest cost of a small collective
-                    // (and a staged send completes right here).
-                    core.progress();
-                    if self.engine == Engine::Thread
-                        && (core.has_output()
-                            || (board.agent_idle(self.rank) && !op.done.load(Ordering::Acquire)))
-                    {
-                        // A full ring (the agent retries), or an agent that has
-                        // stopped polling: it must see this collective.
-                        board.wake_agent(self.rank);
-                    }
-                }
-                Ok(Ticket::Local(op))
-            }
-            (Backend::Proxy { client, .. }, None) => Ok(Ticket::Proxy(Arc::new(
-                client.submit(seq, &coll, send, recv, direct)?,
-            ))),
-            #[cfg(feature = "mpi")]
-            (Backend::Mpi(m), None) => {
-                Ok(Ticket::Mpi(Arc::new(m.start(&coll, send, recv, direct)?)))
-            }
-            (Backend::Local { .. }, None) => unreachable!("the local backend is its own host"),
-        }
-    }
-
-    /// The ranks' own engine: the `Inline`/`Thread` backend, or the `Proxy`
-    /// engine's host path for small collectives; with the `wait` spin for it.
-    fn host(&self) -> Option<(&Arc<Shared>, &Arc<Board>, Duration)> {
-        match &self.backend {
-            Backend::Local { shared, board, .. } => Some((shared, board, self.spin)),
-            Backend::Proxy { host: Some(h), .. } => Some((&h.shared, &h.board, h.spin)),
-            _ => None,
-        }
-    }
-
-    /// Whether `t` finished (advancing it with the `Inline` engine).
-    fn poll(&self, t: &Ticket) -> bool {
-        match (t, &self.backend, self.host()) {
-            (Ticket::Local(op), _, Some((shared, _, _))) => {
-                if !op.done.load(Ordering::Acquire) {
-                    if self.engine != Engine::Thread {
-                        lock(&shared.core).progress();
-                    } else if let Ok(mut core) = shared.core.try_lock() {
-                        // The Thread engine's agent is not woken for small
-                        // messages (see `Core::flush_peer`): a testing thread
-                        // moves them, unless the agent is at it already.
-                        core.progress();
-                    }
-                }
-                op.done.load(Ordering::Acquire)
-            }
-            (Ticket::Proxy(p), Backend::Proxy { client, .. }, _) => client.poll(p),
-            #[cfg(feature = "mpi")]
-            (Ticket::Mpi(p), Backend::Mpi(m), _) => m.test(p),
-            #[allow(unreachable_patterns)]
-            _ => true,
-        }
-    }
-
-    /// Waits for `t` to finish or fail, then takes its outcome; `out` receives
-    /// the staged result.
-    fn finish(&self, t: &Ticket, out: Option<&mut [u8]>) -> Result<()> {
-        match (t, &self.backend, self.host()) {
-            (Ticket::Local(op), _, Some((shared, board, spin))) => {
-                self.wait_local(op, shared, board, spin);
-                let mut d = lock(&op.data);
-                match std::mem::replace(&mut d.status, Status::Done) {
-                    Status::Failed(e) => {
-                        d.status = Status::Failed(Error::Stopped("(already reported)"));
-                        Err(match e {
-                            Error::CountMismatch { rank, detail } => Error::CountMismatch {
-                                rank: self.world_ranks[rank],
-                                detail,
-                            },
-                            Error::RankLost { rank } if rank < self.size => Error::RankLost {
-                                rank: self.world_ranks[rank],
-                            },
-                            e => e,
-                        })
-                    }
-                    _ => {
-                        if let (Some(out), Some((_, r))) = (out, &d.bufs._stage) {
-                            out.copy_from_slice(r);
-                        }
-                        Ok(())
-                    }
-                }
-            }
-            (Ticket::Proxy(p), Backend::Proxy { client, .. }, _) => client.wait(p, out),
-            #[cfg(feature = "mpi")]
-            (Ticket::Mpi(p), Backend::Mpi(m), _) => m.wait(p, out),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::Stopped("mismatched")),
-        }
-    }
-
-    fn wait_local(&self, op: &Arc<Op>, shared: &Shared, board: &Board, spin: Duration) {
-        if op.done.load(Ordering::Acquire) {
-            return;
-        }
-        let t0 = Instant::now();
-        let mut last_check = t0;
-        // The waiting thread has nothing else to do: it advances the collectives
-        // itself (the Thread engine's agent stands aside meanwhile), which saves the
-        // hand-offs to the agent once the application waits.
-        let mut waiting = board.enter_wait(self.rank);
-        let mut idle_since = Instant::now();
-        let mut in_flight = 1;
-        while !op.done.load(Ordering::Acquire) {
-            let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
-            if let Backend::Proxy { client, .. } = &self.backend {
-                // Collectives of the proxy path queued behind a full ring must
-                // still reach it: the peers may wait for them.
-                client.flush();
-            }
-            let (moved, stopped, polling) = {
-                let mut core = lock(&shared.core);
-                let moved = core.progress();
-                in_flight = core.active();
-                (moved, core.stopped, core.net_pending() || core.has_output())
-            };
-            if op.done.load(Ordering::Acquire) {
-                break;
-            }
-            if stopped {
-                op.fail(Error::Stopped("thread"));
-                break;
-            }
-            if moved {
-                idle_since = Instant::now();
-            } else if polling {
-                // Network completions ring no doorbell, nor does a peer that makes
-                // room in a full ring: poll the transport, at once
-                // within the spin budget, then yielding (the transport's reader thread
-                // may need this core) for a millisecond, then at a gentler pace (a
-                // sleep costs its timer slack too, 50 µs by default).
-                let idle = idle_since.elapsed();
-                if idle < spin {
-                    std::hint::spin_loop();
-                } else if idle < Duration::from_millis(1) {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(Duration::from_micros(20));
-                }
-            } else {
-                // Peers ring this doorbell when they push a descriptor.
-                board.wait_ring(self.rank, seen, spin, Duration::from_millis(10));
-            }
-            if last_check.elapsed() >= Duration::from_millis(10) {
-                last_check = Instant::now();
-                let pids = lock(&shared.core).pids.clone();
-                let mut peers = op.blocked_on();
-                if peers.iter().any(|&p| board::pid_dead(pids[p])) {
-                    // What a peer pushed before it exited still counts: drain first.
-                    lock(&shared.core).progress();
-                    peers = op.blocked_on();
-                }
-                if op.done.load(Ordering::Acquire) {
-                    break;
-                }
-                if let Some(&p) = peers.iter().find(|&&p| board::pid_dead(pids[p])) {
-                    op.fail(Error::RankLost { rank: p });
-                } else if t0.elapsed() > self.timeout {
-                    op.fail(Error::Timeout {
-                        after: self.timeout,
-                        waiting_for: peers.iter().map(|&p| self.world_ranks[p]).collect(),
-                    });
-                }
-            }
-        }
-        // With nothing else in flight (as of the last pass) there is nothing for the
-        // agent to pick up.
-        waiting.wake = in_flight > 0;
+        self.driver.start(Job::new(seq, coll, send, recv, staged))
     }
 
     fn req<'a>(&'a self, t: Ticket, out: Option<&'a mut [u8]>) -> Request<'a> {
@@ -1335,68 +943,19 @@ impl Comm {
     /// Makes sure a ticket's engine no longer touches its buffers: waits for it
     /// (until the timeout), then cancels it.
     fn abandon(&self, t: &Ticket) {
-        if self.poll(t) {
-            if let (Ticket::Proxy(p), Backend::Proxy { client, .. }) = (t, &self.backend) {
-                // Its answer, if nobody took it, would stay in the rank's list.
-                client.discard(p);
-            }
+        if t.test() {
+            t.discard();
             return;
         }
-        let _ = self.finish(t, None);
-        match (t, &self.backend) {
-            (Ticket::Local(op), _) => op.fail(Error::Stopped("cancelled")),
-            (Ticket::Proxy(p), Backend::Proxy { client, .. }) => client.cancel(p),
-            #[cfg(feature = "mpi")]
-            (Ticket::Mpi(p), Backend::Mpi(m)) => m.cancel(p),
-            #[allow(unreachable_patterns)]
-            _ => {}
-        }
+        let _ = t.wait(None);
+        t.cancel();
     }
 }
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        let (shared, board, agent) = match &mut self.backend {
-            Backend::Local {
-                shared,
-                board,
-                agent,
-            } => (shared, board, agent.take()),
-            Backend::Proxy { host: Some(h), .. } => (&mut h.shared, &mut h.board, None),
-            _ => return,
-        };
-        {
-            // Descriptors peers still wait for (a FIN for a message we read) must
-            // reach their rings before this rank goes.
-            let t0 = Instant::now();
-            loop {
-                let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
-                let mut core = lock(&shared.core);
-                core.progress();
-                if !core.has_output() || t0.elapsed() > self.timeout {
-                    break;
-                }
-                drop(core);
-                board.sleep(self.rank, seen, Duration::from_millis(1));
-            }
-            lock(&shared.core).net_goodbye(self.timeout.min(Duration::from_secs(10)));
-            shared.shutdown.store(true, Ordering::Release);
-            board.wake_agent(self.rank);
-            board.ring(self.rank);
-            if let Some(h) = agent {
-                let _ = h.join();
-            }
-        }
+        self.driver.shutdown();
     }
-}
-
-/// An engine's handle on one collective.
-#[derive(Clone)]
-pub(crate) enum Ticket {
-    Local(Arc<Op>),
-    Proxy(Arc<proxy::Pending>),
-    #[cfg(feature = "mpi")]
-    Mpi(Arc<crate::mpi_engine::Pending>),
 }
 
 /// A non-blocking collective in flight; borrows its buffers until
@@ -1412,7 +971,7 @@ pub struct Request<'a> {
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
-            .field("engine", &self.comm.engine)
+            .field("engine", &self.comm.engine())
             .finish()
     }
 }
@@ -1422,13 +981,13 @@ impl Request<'_> {
     /// once). With the `Inline` engine this is where progress happens; with
     /// `Thread` it happens here too unless the progress thread is at it.
     pub fn test(&mut self) -> bool {
-        self.ticket.as_ref().is_none_or(|t| self.comm.poll(t))
+        self.ticket.as_ref().is_none_or(|t| t.test())
     }
 
     /// Waits for the collective and copies a staged result into the buffer.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
-            Some(t) => self.comm.finish(&t, self.out.take()),
+            Some(t) => t.wait(self.out.take()),
             None => Ok(()),
         }
     }
@@ -1449,7 +1008,7 @@ impl Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            if let Err(e) = self.comm.finish(&t, self.out.take()) {
+            if let Err(e) = t.wait(self.out.take()) {
                 tracing::warn!(error = %e, "an unwaited collective failed");
             }
         }
@@ -1485,13 +1044,13 @@ impl std::fmt::Debug for ScopedRequest<'_> {
 impl ScopedRequest<'_> {
     /// Whether the collective finished.
     pub fn test(&mut self) -> bool {
-        self.ticket.as_ref().is_none_or(|t| self.comm.poll(t))
+        self.ticket.as_ref().is_none_or(|t| t.test())
     }
 
     /// Waits for the collective.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
-            Some(t) => self.comm.finish(&t, None),
+            Some(t) => t.wait(None),
             None => Ok(()),
         }
     }
@@ -1522,7 +1081,7 @@ macro_rules! collectives {
                 let coll = $coll;
                 let send: &[u8] = $send;
                 let recv: &'a mut [u8] = $recv;
-                let t = self.start(coll, send, recv, false)?;
+                let t = self.start(coll, send, recv, true)?;
                 Ok(self.req(t, Some(recv)))
             }
 
@@ -1534,8 +1093,8 @@ macro_rules! collectives {
                 let coll = $coll;
                 let send: &[u8] = $send;
                 let recv: &mut [u8] = $recv;
-                let t = self.start(coll, send, recv, true)?;
-                let r = self.finish(&t, None);
+                let t = self.start(coll, send, recv, false)?;
+                let r = t.wait(None);
                 if r.is_err() {
                     self.abandon(&t);
                 }
@@ -1553,7 +1112,7 @@ macro_rules! collectives {
                 let coll = $coll;
                 let send: &[u8] = $send;
                 let recv: &mut [u8] = $recv;
-                let t = self.comm.start(coll, send, recv, true)?;
+                let t = self.comm.start(coll, send, recv, false)?;
                 lock(&self.tickets).push(t.clone());
                 Ok(ScopedRequest { comm: self.comm, ticket: Some(t) })
             }

@@ -2,18 +2,24 @@
 //! the ranks of a job (and as the proxy), started by hand against an
 //! `hpc_runtime::Coordinator`. The child's role is chosen by environment
 //! variables; `child_entry` and `proxy_entry` do nothing in a normal run.
+//! A rank counts as successful only if it exits with 0 *and* printed
+//! [`CHILD_OK`] at the end of its scenario: a child that ran no test (a
+//! renamed entry point, a filter that matches nothing) exits with 0 too.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hpc_collectives::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
+use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
 use hpc_runtime::{Coordinator, World};
 
 const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
+/// What a rank prints (to stderr) when its scenario ran to its end.
+const CHILD_OK: &str = "CHILD-OK";
 const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
 
-/// Runs `scenario` on `size` ranks; returns each rank's (success, stderr).
+/// Runs `scenario` on `size` ranks; returns each rank's (success, stderr),
+/// success being exit status 0 and the [`CHILD_OK`] marker.
 fn job(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) -> Vec<(bool, String)> {
     job_on_nodes(scenario, size, 1, timeout_s, env)
 }
@@ -67,10 +73,8 @@ fn job_on_nodes(
         .into_iter()
         .map(|k| {
             let o = k.wait_with_output().unwrap();
-            (
-                o.status.success(),
-                String::from_utf8_lossy(&o.stderr).into_owned(),
-            )
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            (o.status.success() && err.contains(CHILD_OK), err)
         })
         .collect();
     coord.shutdown();
@@ -97,7 +101,7 @@ fn all_ok(scenario: &str, size: usize) {
 #[test]
 fn proxy_entry() {
     // In a normal run the variable is unset and this returns at once.
-    hpc_collectives::proxy::serve_env().unwrap();
+    hpc_comm::proxy::serve_env().unwrap();
 }
 
 #[test]
@@ -106,6 +110,7 @@ fn child_entry() {
         return;
     };
     let world = World::init().unwrap();
+    let rank = world.rank();
     match s.as_str() {
         "correct" => correct(&world),
         "stress" => stress(&world),
@@ -121,6 +126,7 @@ fn child_entry() {
         "no_cma" => no_cross_memory_attach(&world),
         o => panic!("unknown scenario {o}"),
     }
+    eprintln!("{CHILD_OK} rank {rank} {s}");
 }
 
 fn val(r: usize, i: usize) -> i64 {
@@ -176,7 +182,7 @@ fn correct(world: &World) {
         let r1 = comm.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
         let r2 = sub.iallreduce(&b, &mut rb, ReduceOp::Sum).unwrap();
         let r3 = sub.iallgather(&sa, &mut rsa).unwrap();
-        hpc_collectives::Request::wait_all([r3, r2, r1]).unwrap();
+        hpc_comm::Request::wait_all([r3, r2, r1]).unwrap();
         let n = comm.size() as i64;
         assert_eq!(ra, vec![n * (n - 1) / 2; 3]);
         assert_eq!(rb, vec![sub.size() as f32; 5]);
@@ -405,7 +411,7 @@ fn across_nodes(world: &World) {
         let mut rb = vec![0u64; 100];
         let r1 = by_node.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
         let r2 = by_parity.iallreduce(&a, &mut rb, ReduceOp::Sum).unwrap();
-        hpc_collectives::Request::wait_all([r1, r2]).unwrap();
+        hpc_comm::Request::wait_all([r1, r2]).unwrap();
         assert_eq!(ra, vec![world.local_size() as u64; 100]);
         assert_eq!(rb, vec![by_parity.size() as u64; 100]);
         check_all(&by_parity, engine);
@@ -436,21 +442,21 @@ fn kill(world: &World) {
         std::thread::sleep(Duration::from_millis(50));
         std::process::exit(3);
     }
-    let t = Instant::now();
     let err = comm
         .ialltoall(&send, &mut recv)
         .unwrap()
         .wait()
         .unwrap_err();
+    // RankLost, not Timeout: the death was detected, not waited out.
     assert!(
         matches!(err, Error::RankLost { rank: 1 }),
         "{engine:?}: {err}"
     );
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     eprintln!("OK: {err}");
     // Stay a moment, so that the other survivors see rank 1 gone before this one
     // (a rank on the same node is seen exiting faster than one across the network).
     std::thread::sleep(Duration::from_millis(300));
+    eprintln!("{CHILD_OK} rank {} kill", world.rank());
     std::process::exit(0);
 }
 
@@ -476,7 +482,6 @@ fn mismatch(world: &World) {
         // nor its slots outlive the operation.
         for _ in 0..3 {
             let mut buf = vec![7u8; 100 + comm.rank()];
-            let t0 = Instant::now();
             let res = comm.bcast(&mut buf, 0);
             if comm.rank() != 0 {
                 let err = res.unwrap_err();
@@ -484,11 +489,14 @@ fn mismatch(world: &World) {
                     matches!(err, Error::CountMismatch { .. }),
                     "{engine:?}: {err}"
                 );
+            } else {
+                // The root may succeed or learn of the refusal, but never wait
+                // for the timeout.
+                assert!(
+                    !matches!(res, Err(Error::Timeout { .. })),
+                    "{engine:?}: {res:?}"
+                );
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(2),
-                "{engine:?}: not by timeout"
-            );
             world.barrier().unwrap();
             let mut buf = vec![comm.rank() as u8; 100];
             comm.bcast(&mut buf, 0).unwrap();
@@ -686,7 +694,8 @@ fn shared(world: &World) {
             if me == 0 {
                 let t0 = Instant::now();
                 let mut seen = proxy_mapped_buffers();
-                while seen > 0 && t0.elapsed() < Duration::from_secs(5) {
+                // The proxy looks every 20 ms; the bound is for a loaded machine.
+                while seen > 0 && t0.elapsed() < Duration::from_secs(30) {
                     std::thread::sleep(Duration::from_millis(20));
                     seen = proxy_mapped_buffers();
                 }
@@ -825,7 +834,7 @@ fn messages_beyond_the_staging_area() {
 /// rank 0's progress thread runs them. `Inline` is the control: there
 /// rank 1 must wait for rank 0 to wake up.
 fn progress(world: &World) {
-    use hpc_collectives::AgentWake;
+    use hpc_comm::AgentWake;
     const NAP: Duration = Duration::from_millis(600);
     let cases = [
         (Engine::Inline, None),
@@ -847,25 +856,39 @@ fn progress(world: &World) {
             let send = vec![comm.rank() as f32 + 1.0; count];
             let mut recv = vec![0f32; count];
             world.barrier().unwrap();
-            if comm.rank() == 0 {
+            if engine == Engine::Inline {
+                // The control: nothing moves rank 0's collective while it sleeps,
+                // so rank 1 finishes only after rank 0 woke (a lower bound, which
+                // a loaded machine can only lengthen).
+                if comm.rank() == 0 {
+                    let req = comm.iallreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                    std::thread::sleep(NAP);
+                    req.wait().unwrap();
+                } else {
+                    std::thread::sleep(NAP / 4);
+                    let t0 = Instant::now();
+                    comm.allreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+                    let took = t0.elapsed();
+                    assert!(
+                        took >= NAP / 2,
+                        "{engine:?} finished in {took:?} without rank 0"
+                    );
+                }
+            } else if comm.rank() == 0 {
+                // Rank 0's application thread neither tests nor waits until rank 1
+                // has finished: the world's barrier below is not the
+                // communicator's, so only the progress thread can run rank 0's
+                // rounds meanwhile. Without it rank 1 never finishes and the
+                // barrier fails by the world's timeout.
                 let req = comm.iallreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
-                std::thread::sleep(NAP);
+                world.barrier().unwrap();
                 req.wait().unwrap();
             } else {
                 // Rank 0 posts first: had rank 1's data come before, rank 0 would
                 // run every round while posting.
                 std::thread::sleep(NAP / 4);
-                let t0 = Instant::now();
                 comm.allreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
-                let took = t0.elapsed();
-                if engine == Engine::Inline {
-                    assert!(
-                        took >= NAP / 2,
-                        "{engine:?} finished in {took:?} without rank 0"
-                    );
-                } else {
-                    assert!(took < NAP / 4, "{wake:?}: {count} floats took {took:?}");
-                }
+                world.barrier().unwrap();
             }
             assert!(recv.iter().all(|&v| v == 3.0));
         }
@@ -897,10 +920,9 @@ fn proxy_death(world: &World) {
         assert_eq!(unsafe { libc::kill(kids[0], libc::SIGKILL) }, 0);
     }
     world.barrier().unwrap();
-    let t0 = Instant::now();
+    // Stopped, not Timeout: the death was detected, not waited out.
     let err = comm.bcast(&mut buf, 0).unwrap_err();
     assert!(matches!(err, Error::Stopped("proxy")), "{err}");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     // And the next one at once.
     assert!(matches!(
         comm.bcast(&mut buf, 0),
@@ -940,7 +962,6 @@ fn inline_and_thread_engines_span_nodes() {
 #[test]
 fn killed_rank_on_another_node_is_named() {
     for engine in ["inline", "thread"] {
-        let t = Instant::now();
         let res = job_on_nodes("kill", 3, 2, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
         for (r, (ok, err)) in res.iter().enumerate() {
             if r != 1 {
@@ -948,14 +969,12 @@ fn killed_rank_on_another_node_is_named() {
                 assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
             }
         }
-        assert!(t.elapsed() < Duration::from_secs(15));
     }
 }
 
 #[test]
 fn killed_rank_is_named() {
     for engine in ["inline", "thread", "proxy"] {
-        let t = Instant::now();
         let res = job("kill", 3, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
         for (r, (ok, err)) in res.iter().enumerate() {
             if r != 1 {
@@ -963,6 +982,5 @@ fn killed_rank_is_named() {
                 assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
             }
         }
-        assert!(t.elapsed() < Duration::from_secs(15));
     }
 }

@@ -1,0 +1,288 @@
+//! The `Inline` engine: the ranks run their schedules themselves, inside
+//! `test` and `wait`, with the executor ([`Core`]) over the node's board (and
+//! `hpc-rdma` to other nodes). [`Host`] is that path; the `Thread` engine adds
+//! a progress thread to it and the `Proxy` engine uses it for small
+//! collectives.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hpc_collectives::Options;
+
+use super::{Driver, Job, Pending, Ticket};
+use crate::backoff::{Backoff, Pause};
+use crate::board::{self, Board};
+use crate::error::{Error, Result};
+use crate::executor::{Buffers, Core, Op, Shared, Status};
+use crate::proxy::Client;
+use crate::sync::lock;
+
+/// How long a rank that polls the network sleeps between passes once it has
+/// spun and yielded (see [`Backoff`]).
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+
+/// How often a waiting rank checks that the peers it waits for live and
+/// whether the timeout passed; also the bound of its futex sleep, so that
+/// these checks run although a dead peer rings no doorbell.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+
+/// The ranks' own engine for one communicator.
+pub(crate) struct Host {
+    pub shared: Arc<Shared>,
+    pub board: Arc<Board>,
+    rank: usize,
+    size: usize,
+    /// World rank of each member (errors name world ranks).
+    world_ranks: Vec<usize>,
+    opts: Options,
+    timeout: Duration,
+    /// How long `wait` polls the doorbell before it sleeps.
+    spin: Duration,
+    /// A progress thread shares the executor (the `Thread` engine): `start`
+    /// wakes it where it must see a collective, `test` leaves the executor to it
+    /// when it is at work.
+    pub agent: bool,
+    /// The `Proxy` engine's connection, whose descriptors queued behind a full
+    /// ring must still go out while a rank waits here.
+    flush: Option<Arc<Client>>,
+}
+
+impl Host {
+    /// The ranks' path over `board`, with executor `core`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        core: Core,
+        board: Arc<Board>,
+        world_ranks: Vec<usize>,
+        opts: Options,
+        timeout: Duration,
+        spin: Duration,
+        agent: bool,
+        flush: Option<Arc<Client>>,
+    ) -> Host {
+        Host {
+            rank: core.me,
+            size: core.size,
+            shared: Arc::new(Shared::new(core)),
+            board,
+            world_ranks,
+            opts,
+            timeout,
+            spin,
+            agent,
+            flush,
+        }
+    }
+
+    /// This rank in the communicator.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Starts `job` on the executor and posts its first round from the caller's thread.
+    pub(crate) fn start(self: &Arc<Self>, mut job: Job<'_>) -> Result<Ticket> {
+        let sched = job.coll.schedule(self.rank, self.size, &self.opts)?;
+        let (send, send_len, recv, recv_len) = job.raw();
+        let bufs = Buffers {
+            send,
+            send_len,
+            recv,
+            recv_len,
+            scratch: vec![0u8; sched.scratch_bytes],
+            stage: job.stage.take(),
+        };
+        let op = Op::new(job.seq, sched, bufs);
+        {
+            let mut core = lock(&self.shared.core);
+            if core.stopped {
+                return Err(Error::Stopped(if self.agent { "thread" } else { "inline" }));
+            }
+            core.submit(op.clone());
+            // Post the first round now, from the caller's thread: a hand-off
+            // to the agent would be the largest cost of a small collective
+            // (and a staged send completes right here).
+            core.progress();
+            if self.agent
+                && (core.has_output()
+                    || (self.board.agent_idle(self.rank) && !op.done.load(Ordering::Acquire)))
+            {
+                // A full ring (the agent retries), or an agent that has
+                // stopped polling: it must see this collective.
+                self.board.wake_agent(self.rank);
+            }
+        }
+        Ok(Arc::new(Local {
+            op,
+            host: self.clone(),
+        }))
+    }
+
+    fn wait_op(&self, op: &Arc<Op>) {
+        if op.done.load(Ordering::Acquire) {
+            return;
+        }
+        let (shared, board, spin) = (&self.shared, &self.board, self.spin);
+        let t0 = Instant::now();
+        let mut last_check = t0;
+        // The waiting thread has nothing else to do: it advances the collectives
+        // itself (the Thread engine's agent stands aside meanwhile), which saves the
+        // hand-offs to the agent once the application waits.
+        let mut waiting = board.enter_wait(self.rank);
+        let mut backoff = Backoff::new(spin, true);
+        let mut in_flight = 1;
+        while !op.done.load(Ordering::Acquire) {
+            let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+            if let Some(client) = &self.flush {
+                // Collectives of the proxy path queued behind a full ring must
+                // still reach it: the peers may wait for them.
+                client.flush();
+            }
+            let (moved, stopped, polling) = {
+                let mut core = lock(&shared.core);
+                let moved = core.progress();
+                in_flight = core.active();
+                (moved, core.stopped, core.net_pending() || core.has_output())
+            };
+            if op.done.load(Ordering::Acquire) {
+                break;
+            }
+            if stopped {
+                op.fail(Error::Stopped("thread"));
+                break;
+            }
+            if moved {
+                backoff.reset();
+            } else if polling {
+                // Network completions ring no doorbell, nor does a peer that makes
+                // room in a full ring: poll the transport, at once within the spin
+                // budget, then yielding (the transport's reader thread may need this
+                // core), then at a gentler pace (a sleep costs its timer slack too,
+                // 50 µs by default).
+                match backoff.pause() {
+                    Pause::Spin => std::hint::spin_loop(),
+                    Pause::Yield => std::thread::yield_now(),
+                    Pause::Sleep => std::thread::sleep(POLL_SLEEP),
+                }
+            } else {
+                // Peers ring this doorbell when they push a descriptor.
+                board.wait_ring(self.rank, seen, spin, CHECK_EVERY);
+            }
+            if last_check.elapsed() >= CHECK_EVERY {
+                last_check = Instant::now();
+                let pids = lock(&shared.core).pids.clone();
+                let mut peers = op.blocked_on();
+                if peers.iter().any(|&p| board::pid_dead(pids[p])) {
+                    // What a peer pushed before it exited still counts: drain first.
+                    lock(&shared.core).progress();
+                    peers = op.blocked_on();
+                }
+                if op.done.load(Ordering::Acquire) {
+                    break;
+                }
+                if let Some(&p) = peers.iter().find(|&&p| board::pid_dead(pids[p])) {
+                    op.fail(Error::RankLost { rank: p });
+                } else if t0.elapsed() > self.timeout {
+                    op.fail(Error::Timeout {
+                        after: self.timeout,
+                        waiting_for: peers.iter().map(|&p| self.world_ranks[p]).collect(),
+                    });
+                }
+            }
+        }
+        // With nothing else in flight (as of the last pass) there is nothing for the
+        // agent to pick up.
+        waiting.wake = in_flight > 0;
+    }
+
+    /// Before the communicator goes: descriptors peers still wait for (a `FIN`
+    /// for a message this rank read) reach their rings, the network path says
+    /// goodbye, and a progress thread is told to stop.
+    pub(crate) fn shutdown(&self) {
+        let (shared, board) = (&self.shared, &self.board);
+        let t0 = Instant::now();
+        loop {
+            let seen = board.doorbell(self.rank).load(Ordering::SeqCst);
+            let mut core = lock(&shared.core);
+            core.progress();
+            if !core.has_output() || t0.elapsed() > self.timeout {
+                break;
+            }
+            drop(core);
+            board.sleep(self.rank, seen, Duration::from_millis(1));
+        }
+        lock(&shared.core).net_goodbye(self.timeout.min(Duration::from_secs(10)));
+        shared.shutdown.store(true, Ordering::Release);
+        board.wake_agent(self.rank);
+        board.ring(self.rank);
+    }
+}
+
+/// A collective on the ranks' own path.
+struct Local {
+    op: Arc<Op>,
+    host: Arc<Host>,
+}
+
+impl Pending for Local {
+    fn test(&self) -> bool {
+        let op = &self.op;
+        if !op.done.load(Ordering::Acquire) {
+            if !self.host.agent {
+                lock(&self.host.shared.core).progress();
+            } else if let Ok(mut core) = self.host.shared.core.try_lock() {
+                // The Thread engine's agent is not woken for small
+                // messages (see `Core::flush_peer`): a testing thread
+                // moves them, unless the agent is at it already.
+                core.progress();
+            }
+        }
+        op.done.load(Ordering::Acquire)
+    }
+
+    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+        self.host.wait_op(&self.op);
+        let mut d = lock(&self.op.data);
+        match std::mem::replace(&mut d.status, Status::Done) {
+            Status::Failed(e) => {
+                d.status = Status::Failed(Error::Stopped("(already reported)"));
+                let world = &self.host.world_ranks;
+                Err(match e {
+                    Error::CountMismatch { rank, detail } => Error::CountMismatch {
+                        rank: world[rank],
+                        detail,
+                    },
+                    Error::RankLost { rank } if rank < self.host.size => {
+                        Error::RankLost { rank: world[rank] }
+                    }
+                    e => e,
+                })
+            }
+            _ => {
+                if let Some(stage) = &d.bufs.stage {
+                    stage.deliver(out);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cancel(&self) {
+        self.op.fail(Error::Stopped("cancelled"));
+    }
+}
+
+/// The `Inline` engine.
+pub(crate) struct Inline {
+    pub host: Arc<Host>,
+}
+
+impl Driver for Inline {
+    fn start(&self, job: Job<'_>) -> Result<Ticket> {
+        self.host.start(job)
+    }
+
+    fn shutdown(&self) {
+        self.host.shutdown();
+    }
+}

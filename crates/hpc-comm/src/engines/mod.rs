@@ -1,0 +1,64 @@
+//! The engines behind a [`Comm`](crate::Comm): one module each, behind one
+//! trait, as a graphics abstraction layer keeps one module per back end.
+//!
+//! * [`inline`]: the ranks run their schedules in `test`/`wait` (the executor
+//!   of `executor.rs` over the node's board);
+//! * [`thread`]: the same, plus a progress thread per process;
+//! * [`proxy`]: a process per node runs every local rank's schedules, with
+//!   the ranks' own path (`inline`) for collectives below `proxy_min`;
+//! * `mpi` (feature `mpi`): the MPI library's immediate collectives.
+//!
+//! `Comm` starts a collective with [`Driver::start`], which returns a
+//! [`Ticket`]: the engine's handle on that one collective, which knows its
+//! engine, so that testing, waiting and cancelling need no matching of
+//! handles against engines. Whether an engine works on the caller's buffers
+//! or on copies of its own is decided once, by `Comm`, when it builds the
+//! [`Job`].
+
+use std::sync::Arc;
+
+use crate::error::Result;
+pub(crate) use crate::job::Job;
+
+pub(crate) mod inline;
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
+pub(crate) mod proxy;
+pub(crate) mod thread;
+
+/// An engine: starts collectives, and stops when its communicator goes.
+pub(crate) trait Driver: Send + Sync {
+    /// Starts `job`; its buffers stay valid until the ticket is finished
+    /// (waited for, or cancelled).
+    fn start(&self, job: Job<'_>) -> Result<Ticket>;
+
+    /// An engine with communicators of its own (MPI's) splits them itself;
+    /// `None`: the communicator builds the new group's engine like a new one.
+    fn split(&self, _color: u32, _key: i64) -> Option<Result<Box<dyn Driver>>> {
+        None
+    }
+
+    /// Called once when the communicator is dropped: deliver what peers still
+    /// wait for, stop helpers (threads), detach.
+    fn shutdown(&self) {}
+}
+
+/// One collective in flight, as its engine sees it.
+pub(crate) trait Pending: Send + Sync {
+    /// Whether it finished (advancing it where the engine progresses in `test`).
+    fn test(&self) -> bool;
+
+    /// Waits until it finished or failed, then takes its outcome; `out`
+    /// receives a staged result.
+    fn wait(&self, out: Option<&mut [u8]>) -> Result<()>;
+
+    /// After a [`Pending::wait`] that failed (or timed out): makes sure the
+    /// engine no longer touches its buffers.
+    fn cancel(&self);
+
+    /// Finished, but nobody takes its outcome: drop what the engine keeps for it.
+    fn discard(&self) {}
+}
+
+/// An engine's handle on one collective.
+pub(crate) type Ticket = Arc<dyn Pending>;

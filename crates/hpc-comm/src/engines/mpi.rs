@@ -1,0 +1,45 @@
+//! The `Mpi` engine (feature `mpi`): the MPI library's own immediate
+//! collectives; see `mpi_engine.rs` for the calls.
+
+use std::sync::Arc;
+
+use super::{Driver, Job, Pending, Ticket};
+use crate::error::Result;
+use crate::mpi_engine::{self, MpiComm};
+
+/// The `Mpi` engine.
+pub(crate) struct Mpi {
+    pub comm: MpiComm,
+}
+
+impl Driver for Mpi {
+    fn start(&self, job: Job<'_>) -> Result<Ticket> {
+        Ok(Arc::new(Request(self.comm.start(job)?)))
+    }
+
+    fn split(&self, color: u32, key: i64) -> Option<Result<Box<dyn Driver>>> {
+        Some(
+            self.comm
+                .split(color, key)
+                .map(|comm| Box::new(Mpi { comm }) as Box<dyn Driver>),
+        )
+    }
+}
+
+/// An MPI request.
+struct Request(mpi_engine::Pending);
+
+impl Pending for Request {
+    fn test(&self) -> bool {
+        self.0.test()
+    }
+
+    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+        self.0.wait(out)
+    }
+
+    fn cancel(&self) {
+        // Collectives cannot be cancelled in MPI: finish it.
+        let _ = self.0.wait(None);
+    }
+}

@@ -1,0 +1,67 @@
+//! The `Proxy` engine: a process per node runs every local rank's schedules
+//! (the role of a DPU); see the `proxy` module for the process and the
+//! protocol. Where the node has no core for the proxy, collectives whose
+//! blocks are under `proxy_min` bytes run on the ranks' own path ([`Host`]).
+
+use std::sync::Arc;
+
+use super::inline::Host;
+use super::{Driver, Job, Pending, Ticket};
+use crate::error::Result;
+use crate::proxy::{self, Client};
+
+/// The `Proxy` engine.
+pub(crate) struct Proxy {
+    pub client: Arc<Client>,
+    /// The ranks' own path and the block size from which collectives go to
+    /// the proxy instead.
+    pub host: Option<(Arc<Host>, usize)>,
+}
+
+impl Driver for Proxy {
+    fn start(&self, job: Job<'_>) -> Result<Ticket> {
+        if let Some((host, min)) = &self.host {
+            if job.coll.block_bytes().is_some_and(|b| b < *min) {
+                // Descriptors queued for a full ring go out while this one runs.
+                self.client.flush();
+                return host.start(job);
+            }
+        }
+        Ok(Arc::new(Posted {
+            p: self.client.submit(job)?,
+            client: self.client.clone(),
+        }))
+    }
+
+    fn shutdown(&self) {
+        if let Some((host, _)) = &self.host {
+            host.shutdown();
+        }
+        self.client.detach();
+    }
+}
+
+/// A collective handed to the proxy.
+struct Posted {
+    p: proxy::Pending,
+    client: Arc<Client>,
+}
+
+impl Pending for Posted {
+    fn test(&self) -> bool {
+        self.client.poll(&self.p)
+    }
+
+    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+        self.client.wait(&self.p, out)
+    }
+
+    fn cancel(&self) {
+        self.client.cancel(&self.p);
+    }
+
+    fn discard(&self) {
+        // Its answer, if nobody took it, would stay in the rank's list.
+        self.client.discard(&self.p);
+    }
+}

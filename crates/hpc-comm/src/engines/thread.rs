@@ -1,0 +1,63 @@
+//! The `Thread` engine: the ranks' own path ([`Host`]) plus a progress thread
+//! per process, pinned to the progress core where one is reserved, that
+//! sleeps on its futex until a large copy or a round to post needs it (an
+//! eager agent) or polls every millisecond while collectives are in flight
+//! (a lazy one); see `AgentWake`.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::inline::Host;
+use super::{Driver, Job, Ticket};
+use crate::error::{Error, Result};
+use crate::executor;
+use crate::sync::lock;
+
+/// The `Thread` engine.
+pub(crate) struct Thread {
+    host: Arc<Host>,
+    agent: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Thread {
+    /// Starts the progress thread of `host` (whose `agent` is set), pinned to
+    /// `cpus` where given.
+    pub(crate) fn spawn(
+        host: Arc<Host>,
+        cpus: Option<hpc_topology::CpuSet>,
+        eager: bool,
+    ) -> Result<Thread> {
+        let me = host.rank();
+        host.board.set_agent_eager(me, eager);
+        let (s, b) = (host.shared.clone(), host.board.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("hpc-progress-{me}"))
+            .spawn(move || {
+                if let Some(c) = cpus {
+                    if let Err(e) = hpc_topology::bind_current_thread(&c) {
+                        tracing::warn!(error = %e, "could not pin the progress thread");
+                    }
+                }
+                executor::raise_priority();
+                executor::agent_loop(s, b, me)
+            })
+            .map_err(|e| Error::Transport(format!("spawning the progress thread: {e}")))?;
+        Ok(Thread {
+            host,
+            agent: Mutex::new(Some(h)),
+        })
+    }
+}
+
+impl Driver for Thread {
+    fn start(&self, job: Job<'_>) -> Result<Ticket> {
+        self.host.start(job)
+    }
+
+    fn shutdown(&self) {
+        self.host.shutdown();
+        if let Some(h) = lock(&self.agent).take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! A rank's side of the proxy: starting the proxy process, posting
+//! collectives, taking answers, cancelling.
+
+use std::collections::VecDeque;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hpc_collectives::Options;
+
+use super::protocol::{Blob, Code, Kind, PROXY_CMD};
+use crate::backoff::{Backoff, Pause};
+use crate::board::{self, Board, Desc};
+use crate::error::{Error, Result};
+use crate::job::{Job, Stage};
+use crate::sync::lock;
+
+/// A collective posted to the proxy.
+pub(crate) struct Pending {
+    pub(super) seq: u64,
+    _blob: Vec<u8>,
+    stage: Option<Stage>,
+    direct: bool,
+    finished: std::sync::atomic::AtomicBool,
+}
+
+impl ClientState {
+    fn has_done(&self, seq: u64) -> bool {
+        self.done.iter().any(|d| d.0 == seq)
+    }
+
+    /// Takes the answer to collective `seq`: (code, aux).
+    fn take_done(&mut self, seq: u64) -> Option<(u64, u64)> {
+        let i = self.done.iter().position(|d| d.0 == seq)?;
+        let (_, code, aux) = self.done.swap_remove(i);
+        Some((code, aux))
+    }
+}
+
+#[derive(Default)]
+struct ClientState {
+    /// Answers not yet taken: (seq, code, aux). A few at most: a short list
+    /// beats hashing on the path of every collective.
+    done: Vec<(u64, u64, u64)>,
+    cancelled: Vec<u64>,
+    outq: VecDeque<Desc>,
+}
+
+/// A rank's connection to its node's proxy.
+pub(crate) struct Client {
+    board: Arc<Board>,
+    me: usize,
+    proxy: usize,
+    world: Vec<usize>,
+    opts: Options,
+    timeout: Duration,
+    spin: Duration,
+    /// Make the first round's copies between the rank's own buffers here,
+    /// when posting, rather than in the proxy (see [`Client::start`]).
+    own_copies: bool,
+    state: Mutex<ClientState>,
+    /// Set once the proxy was found dead: later submits fail at once.
+    proxy_gone: std::sync::atomic::AtomicBool,
+    /// Set once this rank told the proxy it is gone.
+    detached: std::sync::atomic::AtomicBool,
+}
+
+/// How often a waiting rank asks the kernel whether the proxy still lives
+/// (reading `/proc/PID/stat` costs several microseconds, as much as a small
+/// collective, so not on every pass).
+const LIVENESS_EVERY: Duration = Duration::from_millis(5);
+
+fn proxy_command() -> Command {
+    if let Ok(cmd) = std::env::var(PROXY_CMD) {
+        let mut parts = cmd.split_whitespace();
+        let mut c = Command::new(parts.next().unwrap_or("hpc"));
+        c.args(parts);
+        return c;
+    }
+    // The application itself, which calls `serve_env` first thing in `main`.
+    let mut c = Command::new(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()));
+    c.args(std::env::args_os().skip(1));
+    c
+}
+
+impl Client {
+    /// Called by every rank while the board file still exists; rank 0 starts
+    /// the proxy and waits until it mapped the board.
+    pub(crate) fn start(
+        board: Arc<Board>,
+        me: usize,
+        size: usize,
+        opts: &Options,
+        timeout: Duration,
+        spin: Duration,
+        own_copies: bool,
+    ) -> Result<Client> {
+        if me == 0 {
+            if std::env::var_os("HPC_COLL_PROXY_BOARD").is_some() {
+                // This process was started to be a proxy but went on as an application:
+                // starting a proxy of its own would recurse.
+                return Err(Error::Unsupported(
+                    "this process was started as a collectives proxy but did not call \
+                     hpc_comm::proxy::serve_env(); call it first thing in main, \
+                     or run the job with `hpc run --proxy`"
+                        .into(),
+                ));
+            }
+            let mut cmd = proxy_command();
+            cmd.stdin(std::process::Stdio::null());
+            // Its own process group: the proxy serves every rank of the communicator,
+            // so it must outlive this one. A launcher that cleans up after a rank by
+            // killing the rank's group (hpc run does) would otherwise take it along
+            // when this rank finishes first, and the others' collectives would fail.
+            // It exits by itself once every rank has detached or died.
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+            // Should the program not serve as the proxy, it must not join the job.
+            for (k, _) in std::env::vars_os() {
+                if k.to_string_lossy().starts_with("HPC_") && k != PROXY_CMD {
+                    cmd.env_remove(&k);
+                }
+            }
+            cmd.env("HPC_COLL_PROXY_BOARD", board.path())
+                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string())
+                .env("HPC_COLL_PROXY_SPIN_US", spin.as_micros().to_string());
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
+            let t0 = Instant::now();
+            while board.pid(size) == 0 {
+                let exited = matches!(child.try_wait(), Ok(Some(_)));
+                if exited || t0.elapsed() > timeout.min(Duration::from_secs(10)) {
+                    let _ = child.kill();
+                    let status = child.wait();
+                    let how = match (exited, status) {
+                        (true, Ok(st)) => format!("exited ({st}) without serving"),
+                        _ => "did not start serving within 10 s".to_string(),
+                    };
+                    return Err(Error::Unsupported(format!(
+                        "the proxy process {how}: call \
+                         hpc_comm::proxy::serve_env() first thing in main, run the \
+                         job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
+                         program that serves"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Reap it in the background so that it never lingers as a zombie.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+        }
+        Ok(Client {
+            board,
+            me,
+            proxy: size,
+            world: (0..size).collect(),
+            opts: *opts,
+            timeout,
+            spin,
+            own_copies,
+            state: Mutex::new(ClientState::default()),
+            proxy_gone: false.into(),
+            detached: false.into(),
+        })
+    }
+
+    fn push(&self, st: &mut ClientState, d: Desc) {
+        st.outq.push_back(d);
+        while let Some(d) = st.outq.front().copied() {
+            if !self.board.push(self.me, self.proxy, d) {
+                break;
+            }
+            st.outq.pop_front();
+        }
+        self.board.ring(self.proxy);
+    }
+
+    fn drain(&self, st: &mut ClientState) {
+        while let Some(d) = self.board.pop(self.proxy, self.me) {
+            match Kind::from_wire(d.kind) {
+                Some(Kind::Done) => {
+                    st.done.push((d.tag, d.addr, d.len));
+                }
+                Some(Kind::Cancelled) => {
+                    st.cancelled.push(d.tag);
+                }
+                _ => {}
+            }
+        }
+        if !st.outq.is_empty() {
+            let d = st.outq.pop_front().expect("not empty");
+            self.push(st, d);
+        }
+    }
+
+    pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Pending> {
+        let (direct, seq) = (job.direct(), job.seq);
+        let (coll, send, recv) = job.parts();
+        // Where the node has no core for the proxy, the rank's own block is
+        // copied here, on the rank's core, in parallel with the other ranks,
+        // instead of one after the other in the proxy.
+        let own_copies = self.own_copies
+            && coll
+                .schedule(self.me, self.world.len(), &self.opts)
+                .is_ok_and(|sched| sched.run_own_copies(send, recv));
+        // Shared buffers the proxy maps where it works on the caller's buffers;
+        // staged copies it reads through the kernel.
+        let shm = |b: &[u8]| {
+            if direct {
+                crate::shm::lookup(b.as_ptr(), b.len())
+            } else {
+                None
+            }
+        };
+        let (sp, rp) = (send.as_ptr() as u64, recv.as_mut_ptr() as u64);
+        let (send_shm, recv_shm) = (shm(send), shm(recv));
+        let (send_len, recv_len) = (send.len(), recv.len());
+        // Sized for the fixed collectives in one allocation; the v-variants grow it.
+        let blob = postcard::to_extend(
+            &Blob {
+                coll,
+                opts: self.opts,
+                send: sp,
+                send_len,
+                recv: rp,
+                recv_len,
+                send_shm,
+                recv_shm,
+                own_copies,
+            },
+            Vec::with_capacity(128),
+        )
+        .map_err(|e| Error::Transport(e.to_string()))?;
+        let d = Kind::Submit.desc(seq, blob.as_ptr() as u64, blob.len() as u64);
+        let mut st = lock(&self.state);
+        // A proxy that died since is found by `wait` (within LIVENESS_EVERY).
+        if self.proxy_gone.load(Ordering::Acquire) {
+            return Err(Error::Stopped("proxy"));
+        }
+        self.push(&mut st, d);
+        Ok(Pending {
+            seq,
+            _blob: blob,
+            stage: job.stage,
+            direct,
+            finished: false.into(),
+        })
+    }
+
+    /// Takes the proxy's answers and pushes descriptors that found the ring
+    /// to the proxy full (as `poll` and `wait` do), while the rank waits for
+    /// something else.
+    pub(crate) fn flush(&self) {
+        self.drain(&mut lock(&self.state));
+    }
+
+    pub(crate) fn poll(&self, p: &Pending) -> bool {
+        if p.finished.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut st = lock(&self.state);
+        self.drain(&mut st);
+        st.has_done(p.seq)
+    }
+
+    /// The answer to `p`, if the proxy gave it: the collective's result.
+    fn answer(&self, p: &Pending, out: Option<&mut [u8]>) -> Option<Result<()>> {
+        let (code, aux) = {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+            st.take_done(p.seq)?
+        };
+        p.finished.store(true, Ordering::Release);
+        Some(match Code::from_wire(code) {
+            Code::Ok => {
+                if let Some(stage) = &p.stage {
+                    stage.deliver(out);
+                }
+                Ok(())
+            }
+            Code::Lost => Err(Error::RankLost {
+                rank: self.world[aux as usize],
+            }),
+            Code::Mismatch => Err(Error::CountMismatch {
+                rank: self.world[aux as usize],
+                detail: "message sizes differ".into(),
+            }),
+            Code::Failed => Err(Error::Transport("the proxy failed the collective".into())),
+        })
+    }
+
+    pub(crate) fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
+        // An answer that is there already costs no clock reading.
+        if let Some(r) = self.answer(p, out.as_deref_mut()) {
+            return r;
+        }
+        let t0 = Instant::now();
+        let mut last_check = t0;
+        // Where the node has no core for the proxy, yield to it before sleeping;
+        // otherwise `wait_ring` polls for the spin time, then sleeps.
+        let backoff = Backoff::new(Duration::ZERO, self.spin.is_zero());
+        loop {
+            let seen = self.board.doorbell(self.me).load(Ordering::SeqCst);
+            if let Some(r) = self.answer(p, out.as_deref_mut()) {
+                return r;
+            }
+            if last_check.elapsed() >= LIVENESS_EVERY {
+                last_check = Instant::now();
+                if board::pid_dead(self.board.pid(self.proxy)) {
+                    self.proxy_gone.store(true, Ordering::Release);
+                }
+            }
+            if self.proxy_gone.load(Ordering::Acquire) {
+                return Err(Error::Stopped("proxy"));
+            }
+            if t0.elapsed() > self.timeout {
+                return Err(Error::Timeout {
+                    after: self.timeout,
+                    waiting_for: Vec::new(),
+                });
+            }
+            match backoff.pause() {
+                Pause::Spin | Pause::Yield => {
+                    if self.board.doorbell(self.me).load(Ordering::Acquire) == seen {
+                        std::thread::yield_now();
+                    }
+                }
+                // The futex wait is bounded only so that the proxy's liveness is
+                // checked (a dead proxy rings no doorbell).
+                Pause::Sleep => {
+                    self.board
+                        .wait_ring(self.me, seen, self.spin, Duration::from_millis(10))
+                }
+            }
+        }
+    }
+
+    /// Drops the answer to a finished `p` that nobody will take.
+    pub(crate) fn discard(&self, p: &Pending) {
+        if !p.finished.load(Ordering::Acquire) && lock(&self.state).take_done(p.seq).is_some() {
+            p.finished.store(true, Ordering::Release);
+        }
+    }
+
+    /// Makes sure the proxy no longer touches `p`'s buffers.
+    pub(crate) fn cancel(&self, p: &Pending) {
+        // An answer that came meanwhile is dropped with the collective: nothing
+        // takes it later, and it must not stay in the list.
+        if p.finished.load(Ordering::Acquire) || lock(&self.state).take_done(p.seq).is_some() {
+            p.finished.store(true, Ordering::Release);
+            return;
+        }
+        {
+            let mut st = lock(&self.state);
+            self.push(&mut st, Kind::Cancel.desc(p.seq, 0, 0));
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < self.timeout {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+            let cancelled = st.cancelled.iter().position(|&s| s == p.seq);
+            if let Some(i) = cancelled {
+                st.cancelled.swap_remove(i);
+            }
+            if cancelled.is_some() || st.take_done(p.seq).is_some() {
+                p.finished.store(true, Ordering::Release);
+                return;
+            }
+            drop(st);
+            if board::pid_dead(self.board.pid(self.proxy)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if p.direct {
+            eprintln!("hpc-collectives: the proxy did not confirm a cancellation; aborting rather than risk writes into freed memory");
+            std::process::abort();
+        }
+    }
+}
+
+impl Client {
+    /// Tells the proxy that this rank is gone (once; the proxy exits when every
+    /// rank has detached or died).
+    pub(crate) fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut st = lock(&self.state);
+        self.push(&mut st, Kind::Detach.desc(0, 0, 0));
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        // A staged collective the proxy may still write into: keep its memory.
+        if let Some(stage) = self.stage.take() {
+            std::mem::forget(stage);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_taken_once_and_dropped_with_their_collective() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-answers-{}", std::process::id()));
+        let board = Arc::new(Board::create(&path, 3).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        // Rank 1 of 2: starts no proxy.
+        let c = Client::start(
+            board,
+            1,
+            2,
+            &Options::default(),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            false,
+        )
+        .unwrap();
+        let pending = |seq| Pending {
+            seq,
+            _blob: Vec::new(),
+            stage: None,
+            direct: true,
+            finished: false.into(),
+        };
+        let (a, b, d) = (pending(7), pending(8), pending(9));
+        lock(&c.state).done.extend([
+            (7, Code::Ok as u64, 0),
+            (8, Code::Mismatch as u64, 0),
+            (9, Code::Ok as u64, 0),
+        ]);
+        assert!(c.poll(&a) && c.poll(&b) && c.poll(&d));
+        assert!(c.wait(&a, None).is_ok());
+        assert!(matches!(
+            c.wait(&b, None),
+            Err(Error::CountMismatch { rank: 0, .. })
+        ));
+        // Finished, never waited for: its answer goes with it.
+        c.discard(&d);
+        assert!(d.finished.load(Ordering::Acquire));
+        assert!(lock(&c.state).done.is_empty());
+        c.discard(&a);
+        assert!(lock(&c.state).done.is_empty());
+    }
+}

@@ -1,0 +1,148 @@
+//! The `Proxy` engine: one progress process per node runs the schedules of
+//! all local ranks — the role MVAPICH2-DPU gives to a BlueField's Arm cores.
+//!
+//! # Protocol
+//!
+//! The ranks and the proxy share the communicator's board (see
+//! `board.rs`), with one extra slot for the proxy. A rank posts a collective
+//! by pushing a `SUBMIT` descriptor on its ring to the proxy; the descriptor
+//! points at a small `postcard`-encoded blob in the rank's memory (the
+//! [`Collective`](crate::Collective), the addresses and lengths of its send and receive
+//! buffers). The proxy reads the blob with cross-memory attach
+//! (`process_vm_readv`), builds the rank's schedule and runs it together with the other ranks' schedules, keeping
+//! every scratch buffer in its own memory. A send from a rank's buffer is not
+//! read when it is posted: the matching receive copies it straight to its
+//! destination (`process_vm_readv` into scratch, or through a 128 KiB piece
+//! of the proxy's cache and `process_vm_writev` into the receiver), and the
+//! sender's round stays open until then, as a rendezvous send would. The
+//! proxy then answers `DONE` (with an error code) on the ring to the rank,
+//! ringing the rank's doorbell. The ranks' CPUs do nothing between post and
+//! wait. After its last work the proxy polls its doorbell for the ranks'
+//! spin time (nonzero only where the node has a core for it) before it
+//! sleeps, so a busy loop of collectives pays no wake-up. Where the node has
+//! no core for it, waiting ranks and the proxy (while collectives are in
+//! flight) yield the CPU for up to a millisecond instead, so that each runs
+//! as soon as the other waits.
+//!
+//! Buffers that are [`SharedBuf`](crate::SharedBuf)s the proxy maps into its
+//! own memory (once, then kept: a registration cache) and copies with
+//! `memcpy`, one copy per byte from rank to rank; see [`crate::shm`].
+//!
+//! # Starting it
+//!
+//! The first rank of the communicator starts the proxy when the
+//! communicator is created, by running `HPC_COLL_PROXY_CMD` (split at
+//! whitespace) if set (`hpc run --proxy` sets it to `hpc proxy`, pinned to
+//! the node's progress cores), else the application's own executable, with
+//! `HPC_COLL_PROXY_BOARD` and `HPC_COLL_PROXY_SLOTS` in its environment and
+//! the launcher's `HPC_*` variables removed. A program that may use the
+//! proxy engine therefore calls [`serve_env`] first thing in `main` (it
+//! returns at once in a normal run):
+//!
+//! ```no_run
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     hpc_comm::proxy::serve_env()?; // becomes the proxy when asked to
+//!     let world = hpc_runtime::World::init()?;
+//!     let comm = hpc_comm::Comm::new(&world, hpc_comm::Engine::Proxy)?;
+//!     # let _ = comm;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! If the proxy does not publish its pid in time, creating the communicator
+//! fails with a message saying this. The proxy exits when every rank
+//! detached (dropped its communicator) or died.
+//!
+//! # On a DPU
+//!
+//! The proxy's only contact with the ranks is (1) a descriptor queue in
+//! shared memory and (2) reading/writing their buffers. On a BlueField both
+//! become verbs operations: the queue is a registered host buffer the DPU
+//! polls with RDMA reads (or the host writes descriptors into DPU memory),
+//! and buffer access is RDMA read/write with the ranks' memory keys
+//! (exchanged once per buffer, cached like MVAPICH2-DPU's registration
+//! cache), using cross-GVMI keys so the DPU can post on the host's behalf.
+//! Doorbells become a completion-queue event. Inter-node messages would go
+//! through `hpc-rdma`'s verbs transport from the DPU. None of that is done
+//! here: this proxy serves one node, over cross-memory attach and the
+//! memfds of [`SharedBuf`](crate::SharedBuf)s it maps (the host-side
+//! counterpart of registered memory).
+//!
+//! What it lacks today: more than one node and more than one copying
+//! thread. Between ordinary buffers, rank-to-rank bytes cross the proxy twice
+//! (read, then write; a DPU does the same through its own DRAM), all on the
+//! proxy's one core, so for large messages the proxy is bound by its copy
+//! rate where the ranks of an MPI library copy in parallel, each once.
+//! Between [`SharedBuf`](crate::SharedBuf)s each byte is copied once, by
+//! `memcpy`.
+//!
+//! # Modules
+//!
+//! `protocol.rs` (descriptor kinds, answer codes, the posted blob), `client.rs`
+//! (a rank's side), `memory.rs` (regions in a rank's process, a mapped
+//! `SharedBuf` or scratch; copies and reductions between them) and
+//! `server.rs` (the proxy process: intake, the schedules' state machine,
+//! liveness, backoff).
+
+mod client;
+mod memory;
+mod protocol;
+mod server;
+
+use std::time::Duration;
+
+pub(crate) use client::{Client, Pending};
+pub use protocol::PROXY_CMD;
+pub(crate) use server::parse_submit;
+pub use server::serve;
+
+/// A descriptor kind read off the wire (for the fuzz entry points).
+pub(crate) fn protocol_kind(k: u32) -> Option<protocol::Kind> {
+    protocol::Kind::from_wire(k)
+}
+
+/// An answer code read off the wire (for the fuzz entry points).
+pub(crate) fn protocol_code(c: u64) -> protocol::Code {
+    protocol::Code::from_wire(c)
+}
+
+/// The blob a rank posts for `coll` over buffers of these lengths (at
+/// placeholder addresses; for the fuzz corpus).
+pub(crate) fn encode_blob(
+    coll: &hpc_collectives::Collective,
+    send_len: usize,
+    recv_len: usize,
+) -> Vec<u8> {
+    let blob = protocol::Blob {
+        coll,
+        opts: hpc_collectives::Options::default(),
+        send: 0x1000,
+        send_len,
+        recv: 0x10_0000,
+        recv_len,
+        send_shm: None,
+        recv_shm: None,
+        own_copies: false,
+    };
+    postcard::to_allocvec(&blob).unwrap_or_default()
+}
+
+use crate::error::{Error, Result};
+
+/// Serves as the proxy if `HPC_COLL_PROXY_BOARD` is set (then never returns
+/// normally: exits the process when done). Returns `Ok(false)` otherwise.
+pub fn serve_env() -> Result<bool> {
+    let Ok(path) = std::env::var("HPC_COLL_PROXY_BOARD") else {
+        return Ok(false);
+    };
+    let slots: usize = std::env::var("HPC_COLL_PROXY_SLOTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
+    let spin = std::env::var("HPC_COLL_PROXY_SPIN_US")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_micros);
+    serve(std::path::Path::new(&path), slots, spin)?;
+    std::process::exit(0);
+}

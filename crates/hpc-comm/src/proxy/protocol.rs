@@ -1,0 +1,115 @@
+//! What the ranks and the proxy say to each other over the board.
+//!
+//! A rank pushes descriptors ([`Desc`]) on its ring to the proxy, the proxy
+//! answers on its ring to the rank. A descriptor's `kind` is a [`Kind`]; a
+//! `SUBMIT` points (`addr`, `len`) at a [`Blob`] in the rank's memory, which
+//! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
+//! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len`. Tags
+//! are the communicator's sequence numbers of the collectives.
+
+use serde::{Deserialize, Serialize};
+
+use hpc_collectives::{Collective, Options};
+
+use crate::board::Desc;
+use crate::shm::ShmRef;
+
+/// What a descriptor says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Kind {
+    /// Rank to proxy: run the collective whose [`Blob`] is at `addr`, `len` bytes.
+    Submit = 10,
+    /// Rank to proxy: drop collective `tag` (answered `Cancelled`, or `Done`
+    /// if it finished first).
+    Cancel = 11,
+    /// Rank to proxy: this rank is gone.
+    Detach = 12,
+    /// Proxy to rank: collective `tag` ended with the [`Code`] in `addr`.
+    Done = 20,
+    /// Proxy to rank: collective `tag` was dropped; the proxy no longer
+    /// touches its buffers.
+    Cancelled = 21,
+}
+
+impl Kind {
+    /// The kind of a descriptor's `kind` word; `None` for anything else.
+    pub(crate) fn from_wire(k: u32) -> Option<Kind> {
+        Some(match k {
+            10 => Kind::Submit,
+            11 => Kind::Cancel,
+            12 => Kind::Detach,
+            20 => Kind::Done,
+            21 => Kind::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// A descriptor of this kind.
+    pub(crate) fn desc(self, tag: u64, addr: u64, len: u64) -> Desc {
+        Desc {
+            kind: self as u32,
+            tag,
+            addr,
+            len,
+        }
+    }
+}
+
+/// How a collective ended, as the proxy answers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub(crate) enum Code {
+    /// Finished.
+    Ok = 0,
+    /// A rank it waited for died (`len`: that rank).
+    Lost = 1,
+    /// A message's size differed from its receive's (`len`: the sender).
+    Mismatch = 2,
+    /// Anything else: an unreadable blob or buffer, a region outside its
+    /// buffer, a reduction the data type does not have.
+    Failed = 3,
+}
+
+impl Code {
+    /// The code of a `DONE`'s `addr` word (an unknown one reads as `Failed`).
+    pub(crate) fn from_wire(c: u64) -> Code {
+        match c {
+            0 => Code::Ok,
+            1 => Code::Lost,
+            2 => Code::Mismatch,
+            _ => Code::Failed,
+        }
+    }
+}
+
+/// The variable naming the program a communicator's first rank starts as the proxy
+/// (split at white space; `hpc run --proxy` sets it to `hpc proxy`).
+pub const PROXY_CMD: &str = "HPC_COLL_PROXY_CMD";
+
+/// What a rank posts: the collective (owned in the proxy, borrowed by the
+/// rank that encodes it), where its buffers are, and how to run it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Blob<C = Collective> {
+    pub coll: C,
+    pub opts: Options,
+    pub send: u64,
+    pub send_len: usize,
+    pub recv: u64,
+    pub recv_len: usize,
+    /// Where the send and receive buffers are [`SharedBuf`](crate::SharedBuf)s.
+    pub send_shm: Option<ShmRef>,
+    pub recv_shm: Option<ShmRef>,
+    /// The rank made the first round's copies between its own buffers
+    /// ([`own_copy`](hpc_collectives::own_copy)) before it posted: the proxy skips them.
+    pub own_copies: bool,
+}
+
+/// The largest blob the proxy reads: a v-collective's counts for a million
+/// ranks fit; a descriptor that claims more is refused before any allocation.
+pub(crate) const MAX_BLOB: u64 = 64 << 20;
+
+/// Decodes a blob read from a rank; `None` for anything that is not one.
+pub(crate) fn decode_blob(bytes: &[u8]) -> Option<Blob> {
+    postcard::from_bytes::<Blob>(bytes).ok()
+}

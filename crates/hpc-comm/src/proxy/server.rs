@@ -1,0 +1,872 @@
+//! The proxy process: takes the ranks' descriptors, runs every local rank's
+//! schedule, answers.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hpc_collectives::{own_copy, Region, Schedule, Step};
+
+use super::memory::{copy, locate, locate_dst, rd, reduce, Buf, Loc, Mapping, OpMem, Src, CHUNK};
+use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
+use crate::backoff::{Backoff, Pause};
+use crate::board::{self, Board, Desc};
+use crate::error::{Error, Result};
+use crate::shm::ShmRef;
+
+/// One rank's collective in the proxy.
+struct VOp {
+    rank: usize,
+    seq: u64,
+    sched: Schedule,
+    blob: Blob,
+    /// Its buffers and its scratch (from the pool).
+    mem: OpMem,
+    round: usize,
+    posted: bool,
+    recvs: Vec<(usize, u32, Region)>,
+    /// The shared buffers it uses (keys of [`Proxy::maps`]).
+    maps: Vec<(usize, u64)>,
+}
+
+/// A message waiting for its receive.
+enum Payload {
+    /// Bytes copied into the proxy's memory (a send from scratch).
+    Owned(Buf),
+    /// A region of the sending rank's buffer (in its memory or mapped), not
+    /// read yet: the receive copies it straight to its destination. Until then
+    /// the sender's round stays open (see [`Proxy::inflight`]), so the region
+    /// cannot change under it.
+    Remote { at: Loc, len: usize },
+}
+
+impl Payload {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Owned(b) => b.len,
+            Payload::Remote { len, .. } => *len,
+        }
+    }
+}
+
+struct Proxy {
+    board: Board,
+    size: usize,
+    pids: Vec<u32>,
+    /// Ranks that detached or died.
+    gone: Vec<bool>,
+    ops: Vec<VOp>,
+    msgs: HashMap<(usize, usize, u64), VecDeque<Payload>>,
+    /// Unreceived `Remote` messages per sending `(rank, seq)`.
+    inflight: HashMap<(usize, u64), usize>,
+    /// A `Remote` message was received in this pass (its sender may go on).
+    consumed: bool,
+    out: Vec<VecDeque<Desc>>,
+    /// Message and scratch buffers for reuse: a fresh megabyte-sized allocation
+    /// costs a page fault per page on every collective, more than copying it.
+    pool: Vec<Vec<u8>>,
+    /// Two `CHUNK`s for copies and reductions between ranks.
+    bounce: Vec<u8>,
+    /// The proxy's mappings of ranks' [`SharedBuf`](crate::SharedBuf)s, by
+    /// (rank, inode): its registration cache.
+    maps: HashMap<(usize, u64), Mapping>,
+}
+
+fn tag64(seq: u64, tag: u32) -> u64 {
+    (seq << 32) | tag as u64
+}
+
+/// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
+/// collective `seq`.
+fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
+    k.0 == rank && k.2 >> 32 == tag64(seq, 0) >> 32
+}
+
+impl Proxy {
+    /// A buffer of `len` bytes, from the pool when one is large enough.
+    fn take(&mut self, len: usize) -> Buf {
+        let mut v = match self.pool.iter().position(|v| v.len() >= len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => self.pool.pop().unwrap_or_default(),
+        };
+        if v.len() < len {
+            v.resize(len, 0);
+        }
+        Buf { v, len }
+    }
+
+    /// Returns a buffer to the pool (at most 16 buffers and 256 MiB are kept, so a
+    /// run of huge collectives does not pin their memory in the proxy for good).
+    fn give(&mut self, v: Vec<u8>) {
+        const MAX_BYTES: usize = 256 << 20;
+        let kept: usize = self.pool.iter().map(Vec::len).sum();
+        if self.pool.len() < 16 && kept + v.len() <= MAX_BYTES {
+            self.pool.push(v);
+        }
+    }
+
+    /// A new op for rank `rank`'s collective `seq`.
+    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> VOp {
+        // Scratch from the pool is not zeroed: schedules write scratch before they
+        // read it (the simulator checks this by filling scratch with a pattern).
+        let scratch = self.take(sched.scratch_bytes).v;
+        let mut maps = Vec::new();
+        let mut map = |p: &mut Proxy, r: Option<ShmRef>, len: usize| {
+            let r = r?;
+            let at = p.map(rank, &r, len)?;
+            maps.push((rank, r.ino));
+            Some(at)
+        };
+        let send_map = map(self, blob.send_shm, blob.send_len);
+        let recv_map = map(self, blob.recv_shm, blob.recv_len);
+        let mem = OpMem {
+            rank,
+            send: blob.send,
+            send_len: blob.send_len,
+            recv: blob.recv,
+            recv_len: blob.recv_len,
+            send_map,
+            recv_map,
+            scratch,
+        };
+        VOp {
+            rank,
+            seq,
+            sched,
+            blob,
+            mem,
+            round: 0,
+            posted: false,
+            recvs: Vec::new(),
+            maps,
+        }
+    }
+
+    /// Where the `len` bytes of rank `rank`'s shared buffer `r` are in the
+    /// proxy, mapping the buffer on its first use; `None` (cross-memory attach
+    /// instead) where it cannot be mapped.
+    fn map(&mut self, rank: usize, r: &ShmRef, len: usize) -> Option<*mut u8> {
+        let key = (rank, r.ino);
+        if !self.maps.contains_key(&key) {
+            match Mapping::open(self.pids[rank], r) {
+                Ok(m) => {
+                    tracing::debug!(
+                        rank,
+                        ino = r.ino,
+                        bytes = m.len,
+                        "proxy: mapped a shared buffer"
+                    );
+                    self.maps.insert(key, m);
+                }
+                Err(e) => {
+                    tracing::debug!(rank, error = %e, "proxy: shared buffer not mapped, using cross-memory attach");
+                    return None;
+                }
+            }
+        }
+        let m = &self.maps[&key];
+        let end = (r.off as usize).checked_add(len)?;
+        // Within the mapping: `r.off + len <= m.len`.
+        (end <= m.len).then(|| m.ptr.wrapping_add(r.off as usize))
+    }
+
+    /// Drops the mappings of shared buffers that their rank closed (or whose rank
+    /// is gone) and that no op in flight uses.
+    fn unmap_closed(&mut self) {
+        if self.maps.is_empty() {
+            return;
+        }
+        let used: HashSet<(usize, u64)> = self
+            .ops
+            .iter()
+            .flat_map(|o| o.maps.iter().copied())
+            .collect();
+        let (pids, gone) = (&self.pids, &self.gone);
+        self.maps.retain(|&(rank, ino), m| {
+            used.contains(&(rank, ino)) || (!gone[rank] && m.still_open(pids[rank], ino))
+        });
+    }
+
+    /// Ends `op` and returns its scratch to the pool. Its messages that no
+    /// receive took yet are copied into the proxy's memory first: the rank may
+    /// reuse its buffers once it has the answer (an error, a cancellation), and
+    /// its peers still match them as if they had been sent eagerly. Those of a
+    /// rank that died are dropped (its peers learn of it from the liveness check).
+    fn retire(&mut self, op: VOp) {
+        if self.inflight.remove(&(op.rank, op.seq)).is_some() {
+            let keys: Vec<_> = self
+                .msgs
+                .keys()
+                .filter(|k| sent_by(k, op.rank, op.seq))
+                .copied()
+                .collect();
+            for k in keys {
+                let q = self.msgs.remove(&k).unwrap_or_default();
+                let mut kept = VecDeque::with_capacity(q.len());
+                for m in q {
+                    match m {
+                        Payload::Remote { at, len } => {
+                            let mut b = self.take(len);
+                            let read = match at {
+                                Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
+                                Loc::Mapped(p) => {
+                                    // SAFETY: the op's mapping is still held (maps are
+                                    // only dropped when no op in `ops` uses them, and
+                                    // this one's op is retired right here).
+                                    unsafe {
+                                        std::ptr::copy_nonoverlapping(p, b.v.as_mut_ptr(), len)
+                                    };
+                                    Ok(())
+                                }
+                                Loc::Scratch(_) => Err(Code::Failed),
+                            };
+                            if read.is_ok() {
+                                kept.push_back(Payload::Owned(b));
+                            } else {
+                                self.give(b.v);
+                            }
+                        }
+                        owned => kept.push_back(owned),
+                    }
+                }
+                if !kept.is_empty() {
+                    self.msgs.insert(k, kept);
+                }
+            }
+        }
+        self.give(op.mem.scratch);
+    }
+
+    /// Retires `op` and answers its rank `DONE` with `code` and `aux`.
+    fn finish(&mut self, op: VOp, code: Code, aux: u64) {
+        let (rank, seq) = (op.rank, op.seq);
+        self.retire(op);
+        self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
+    }
+
+    /// Retires the ops for which `which` holds (cancelled, or their rank died).
+    fn drop_ops(&mut self, which: impl Fn(&VOp) -> bool) {
+        let (gone, keep) = std::mem::take(&mut self.ops).into_iter().partition(which);
+        self.ops = keep;
+        for o in gone {
+            self.retire(o);
+        }
+    }
+
+    /// Posts the steps of `op`'s current round.
+    fn post(&mut self, op: &mut VOp) -> Result<(), Code> {
+        let _span = tracing::debug_span!(
+            "proxy-round",
+            rank = op.rank,
+            seq = op.seq,
+            round = op.round
+        )
+        .entered();
+        let steps = std::mem::take(&mut op.sched.rounds[op.round].steps);
+        let skip_own = op.round == 0 && op.blob.own_copies;
+        let res = self.post_steps(op, &steps, skip_own);
+        op.sched.rounds[op.round].steps = steps;
+        res
+    }
+
+    /// Posts `steps`; without those the rank made itself (`skip_own`).
+    fn post_steps(&mut self, op: &mut VOp, steps: &[Step], skip_own: bool) -> Result<(), Code> {
+        for step in steps {
+            if skip_own && own_copy(step).is_some() {
+                continue;
+            }
+            match *step {
+                Step::Send { peer, region, tag } => {
+                    let payload = match locate(&op.mem, &self.pids, &region)? {
+                        at @ (Loc::Rank { .. } | Loc::Mapped(_)) => {
+                            *self.inflight.entry((op.rank, op.seq)).or_default() += 1;
+                            Payload::Remote {
+                                at,
+                                len: region.len,
+                            }
+                        }
+                        Loc::Scratch(o) => {
+                            let mut b = self.take(region.len);
+                            b.v[..region.len].copy_from_slice(&op.mem.scratch[o..o + region.len]);
+                            Payload::Owned(b)
+                        }
+                    };
+                    self.msgs
+                        .entry((op.rank, peer, tag64(op.seq, tag)))
+                        .or_default()
+                        .push_back(payload);
+                }
+                Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
+                Step::Copy { src, dst } => {
+                    let from = locate(&op.mem, &self.pids, &src)?;
+                    let to = locate_dst(&op.mem, &self.pids, &dst)?;
+                    copy(&mut self.bounce, &mut op.mem, Src::Loc(from), to, src.len)?;
+                }
+                Step::Reduce {
+                    src,
+                    dst,
+                    op: rop,
+                    dtype,
+                } => {
+                    let from = locate(&op.mem, &self.pids, &src)?;
+                    let to = locate_dst(&op.mem, &self.pids, &dst)?;
+                    reduce(&mut self.bounce, &mut op.mem, rop, dtype, from, to, src.len)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances one op; `Ok(true)` when finished.
+    fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
+        loop {
+            if !op.posted {
+                self.post(op).map_err(|c| (c, 0))?;
+                op.posted = true;
+            }
+            let mut i = 0;
+            while i < op.recvs.len() {
+                let (peer, tag, region) = op.recvs[i];
+                let key = (peer, op.rank, tag64(op.seq, tag));
+                let Some(q) = self.msgs.get_mut(&key) else {
+                    i += 1;
+                    continue;
+                };
+                let data = q.pop_front().expect("queues in the map are not empty");
+                if q.is_empty() {
+                    self.msgs.remove(&key);
+                }
+                if let Payload::Remote { .. } = data {
+                    let k = (peer, op.seq);
+                    if let Some(n) = self.inflight.get_mut(&k) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.inflight.remove(&k);
+                        }
+                    }
+                    self.consumed = true;
+                }
+                if data.len() != region.len {
+                    if let Payload::Owned(b) = data {
+                        self.give(b.v);
+                    }
+                    return Err((Code::Mismatch, peer as u64));
+                }
+                let to = locate_dst(&op.mem, &self.pids, &region).map_err(|c| (c, 0))?;
+                let from = match &data {
+                    Payload::Owned(b) => Src::Bytes(b.bytes()),
+                    &Payload::Remote { at, .. } => Src::Loc(at),
+                };
+                let res = copy(&mut self.bounce, &mut op.mem, from, to, region.len);
+                if let Payload::Owned(b) = data {
+                    self.give(b.v);
+                }
+                res.map_err(|c| (c, 0))?;
+                op.recvs.swap_remove(i);
+            }
+            // A round ends when its receives arrived and its peers took its sends.
+            if !op.recvs.is_empty() || self.inflight.contains_key(&(op.rank, op.seq)) {
+                return Ok(false);
+            }
+            op.round += 1;
+            op.posted = false;
+            if op.round >= op.sched.rounds.len() {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn reply(&mut self, rank: usize, d: Desc) {
+        self.out[rank].push_back(d);
+    }
+
+    fn flush(&mut self) {
+        for r in 0..self.size {
+            let mut any = false;
+            while let Some(d) = self.out[r].front().copied() {
+                if !self.board.push(self.size, r, d) {
+                    break;
+                }
+                self.out[r].pop_front();
+                any = true;
+            }
+            if any {
+                self.board.ring(r);
+            }
+        }
+    }
+}
+
+/// How often the proxy checks that its ranks live and drops the mappings of
+/// shared buffers their ranks closed.
+const LIVENESS_EVERY: Duration = Duration::from_millis(20);
+
+/// The futex wait of an idle proxy is bounded so that the liveness checks
+/// run: a rank that dies rings no doorbell.
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+impl Proxy {
+    fn new(board: Board, size: usize) -> Proxy {
+        Proxy {
+            board,
+            size,
+            pids: vec![0; size],
+            gone: vec![false; size],
+            ops: Vec::new(),
+            msgs: HashMap::new(),
+            inflight: HashMap::new(),
+            consumed: false,
+            out: vec![VecDeque::new(); size],
+            pool: Vec::new(),
+            bounce: vec![0; 2 * CHUNK],
+            maps: HashMap::new(),
+        }
+    }
+
+    /// Decoding: takes every descriptor the ranks posted; whether there was one.
+    fn intake(&mut self) -> bool {
+        let mut moved = false;
+        for r in 0..self.size {
+            if self.pids[r] == 0 {
+                self.pids[r] = self.board.pid(r);
+            }
+            while let Some(d) = self.board.pop(r, self.size) {
+                moved = true;
+                self.handle(r, d);
+            }
+        }
+        moved
+    }
+
+    /// One descriptor from rank `r`.
+    fn handle(&mut self, r: usize, d: Desc) {
+        match Kind::from_wire(d.kind) {
+            Some(Kind::Submit) => match self.read_submit(r, &d) {
+                Some((blob, sched)) => {
+                    let op = self.op(r, d.tag, sched, blob);
+                    self.ops.push(op);
+                }
+                None => self.reply(r, Kind::Done.desc(d.tag, Code::Failed as u64, 0)),
+            },
+            Some(Kind::Cancel) => {
+                self.drop_ops(|o| o.rank == r && o.seq == d.tag);
+                self.reply(r, Kind::Cancelled.desc(d.tag, 0, 0));
+            }
+            Some(Kind::Detach) => self.gone[r] = true,
+            // Answers are the proxy's to send, not to receive; unknown kinds are ignored.
+            _ => {}
+        }
+    }
+
+    /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory.
+    fn read_submit(&self, r: usize, d: &Desc) -> Option<(Blob, Schedule)> {
+        if d.len > MAX_BLOB {
+            return None;
+        }
+        let mut blob = vec![0u8; d.len as usize];
+        rd(self.pids[r], d.addr, &mut blob).ok()?;
+        parse_submit(&blob, r, self.size).ok()
+    }
+
+    /// The state machine: advances every op, answers those that ended; whether
+    /// any did, or a receive let its sender's round end (go round again before
+    /// sleeping).
+    fn run_ops(&mut self) -> bool {
+        let mut moved = false;
+        let mut ops = std::mem::take(&mut self.ops);
+        self.consumed = false;
+        let mut i = 0;
+        while i < ops.len() {
+            let res = if ops[i].sched.rounds.is_empty() {
+                Ok(true)
+            } else {
+                self.advance(&mut ops[i])
+            };
+            match res {
+                Ok(false) => i += 1,
+                Ok(true) => {
+                    self.finish(ops.swap_remove(i), Code::Ok, 0);
+                    moved = true;
+                }
+                Err((code, aux)) => {
+                    self.finish(ops.swap_remove(i), code, aux);
+                    moved = true;
+                }
+            }
+        }
+        ops.sort_by_key(|o| (o.seq, o.rank));
+        self.ops = ops;
+        moved || self.consumed
+    }
+
+    /// Liveness: drops what belongs to ranks that died (their ops, the
+    /// mappings of closed buffers) and fails the collectives that wait for them.
+    fn check_liveness(&mut self) {
+        self.unmap_closed();
+        for r in 0..self.size {
+            if !self.gone[r] && self.pids[r] != 0 && board::pid_dead(self.pids[r]) {
+                self.gone[r] = true;
+                tracing::warn!(rank = r, "proxy: rank lost");
+                self.drop_ops(|o| o.rank == r);
+            }
+        }
+        let lost: Vec<usize> = (0..self.size)
+            .filter(|&r| self.gone[r] && board::pid_dead(self.pids[r]))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let mut keep = Vec::new();
+        for o in std::mem::take(&mut self.ops) {
+            // Waiting for a message from a lost rank, or for one to take ours.
+            let from = o.recvs.iter().map(|r| r.0).find(|r| lost.contains(r));
+            let to = || {
+                self.msgs
+                    .keys()
+                    .find(|k| sent_by(k, o.rank, o.seq) && lost.contains(&k.1))
+                    .map(|k| k.1)
+            };
+            match from.or_else(to) {
+                Some(peer) => self.finish(o, Code::Lost, peer as u64),
+                None => keep.push(o),
+            }
+        }
+        self.ops = keep;
+        self.flush();
+    }
+
+    /// Backoff: nothing moved on this pass.
+    fn rest(&self, backoff: &Backoff, seen: u32, spin: Duration) {
+        match backoff.pause() {
+            // No core of its own, collectives in flight: the ranks' next posts or
+            // answers are near. Yielding hands the core back at once and costs
+            // neither side a wake-up (see `YIELD_FOR`).
+            Pause::Spin | Pause::Yield if !self.ops.is_empty() => {
+                if self.board.doorbell(self.size).load(Ordering::Acquire) == seen {
+                    std::thread::yield_now();
+                }
+            }
+            _ => {
+                let poll = spin.saturating_sub(backoff.idle());
+                self.board.wait_ring(self.size, seen, poll, IDLE_WAIT);
+            }
+        }
+    }
+}
+
+/// Decodes a `SUBMIT`'s blob from rank `rank` of `size` and builds its
+/// schedule: the whole of what the proxy believes of a rank's bytes. Fails
+/// for anything that does not decode, does not validate (`Collective::check_buffers`)
+/// or has no schedule.
+pub(crate) fn parse_submit(
+    bytes: &[u8],
+    rank: usize,
+    size: usize,
+) -> std::result::Result<(Blob, Schedule), Code> {
+    let blob = decode_blob(bytes).ok_or(Code::Failed)?;
+    blob.coll
+        .check_buffers(rank, size, blob.send_len, blob.recv_len)
+        .map_err(|_| Code::Failed)?;
+    let sched = blob
+        .coll
+        .schedule(rank, size, &blob.opts)
+        .map_err(|_| Code::Failed)?;
+    Ok((blob, sched))
+}
+
+/// Runs the proxy on the board at `path` with `slots` slots (ranks + 1)
+/// until every rank detached or died. After the last work it polls its
+/// doorbell for `spin` before it sleeps on it (the ranks' own
+/// [`CommOptions::spin`](crate::CommOptions::spin): nonzero where the node
+/// has a core for the proxy), so that the next collective of a busy loop
+/// costs no wake-up.
+pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()> {
+    let board = Board::open(path, slots).map_err(|e| Error::Transport(format!("proxy: {e}")))?;
+    let size = slots - 1;
+    board.set_pid(size, std::process::id());
+    let mut p = Proxy::new(board, size);
+    let mut last_check = Instant::now();
+    // Where the node has no core for the proxy, it yields before it sleeps.
+    let mut backoff = Backoff::new(Duration::ZERO, spin.is_zero());
+    loop {
+        let seen = p.board.doorbell(size).load(Ordering::SeqCst);
+        let mut moved = p.intake();
+        moved |= p.run_ops();
+        p.flush();
+        if last_check.elapsed() > LIVENESS_EVERY {
+            last_check = Instant::now();
+            p.check_liveness();
+        }
+        if p.gone.iter().all(|&g| g) {
+            break;
+        }
+        if moved {
+            backoff.reset();
+        } else {
+            p.rest(&backoff, seen, spin);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hpc_collectives::{BufferId, Collective, DataType, Options, ReduceOp};
+
+    /// An op of this process (cross-memory calls to one's own pid work) over
+    /// `send` and `recv`, with `scratch` bytes of scratch.
+    fn op(send: &[u8], recv: &mut [u8], scratch: usize) -> VOp {
+        op_at(send, recv, scratch, false)
+    }
+
+    /// Like [`op`]; with `mapped`, the two buffers count as mapped by the proxy
+    /// (reached by pointer, as a [`SharedBuf`](crate::SharedBuf) is).
+    fn op_at(send: &[u8], recv: &mut [u8], scratch: usize, mapped: bool) -> VOp {
+        let coll = Collective::Barrier;
+        let blob = Blob {
+            coll: coll.clone(),
+            opts: Options::default(),
+            send: send.as_ptr() as u64,
+            send_len: send.len(),
+            recv: recv.as_mut_ptr() as u64,
+            recv_len: recv.len(),
+            send_shm: None,
+            recv_shm: None,
+            own_copies: false,
+        };
+        VOp {
+            rank: 0,
+            seq: 1,
+            sched: coll.schedule(0, 1, &Options::default()).unwrap(),
+            mem: OpMem {
+                rank: 0,
+                send: blob.send,
+                send_len: blob.send_len,
+                recv: blob.recv,
+                recv_len: blob.recv_len,
+                send_map: mapped.then_some(send.as_ptr().cast_mut()),
+                recv_map: mapped.then_some(recv.as_mut_ptr()),
+                scratch: vec![0xA5; scratch],
+            },
+            blob,
+            round: 0,
+            posted: false,
+            recvs: Vec::new(),
+            maps: Vec::new(),
+        }
+    }
+
+    fn pattern(len: usize, salt: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn skips_the_copies_a_rank_made_itself() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-own-{}", std::process::id()));
+        let board = Board::create(&path, 2).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let mut p = Proxy::new(board, 1);
+        p.pids = vec![std::process::id()];
+        // One rank: an allgather is the copy of its own block, in round 0.
+        let coll = Collective::Allgather {
+            count: 3,
+            dtype: DataType::U8,
+        };
+        for own in [false, true] {
+            let send = [1u8, 2, 3];
+            let mut recv = [0u8; 3];
+            let mut o = op(&send, &mut recv, 0);
+            o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
+            o.blob.coll = coll.clone();
+            o.blob.own_copies = own;
+            assert!(matches!(p.advance(&mut o), Ok(true)));
+            drop(o);
+            // Made by the proxy, or left to the rank (which made it before it posted).
+            assert_eq!(recv, if own { [0; 3] } else { send }, "own_copies {own}");
+        }
+    }
+
+    #[test]
+    fn copies_between_ranks_and_scratch_piece_by_piece() {
+        copies_everywhere(false);
+    }
+
+    #[test]
+    fn copies_between_mapped_buffers_and_scratch() {
+        copies_everywhere(true);
+    }
+
+    fn copies_everywhere(mapped: bool) {
+        // Longer than two pieces and not a multiple of one.
+        let len = 2 * CHUNK + 4 * 1000 + 4;
+        let send = pattern(len, 7);
+        let mut recv = vec![0u8; 2 * len];
+        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
+        assert_eq!(
+            matches!(
+                locate(&o.mem, &[0], &Region::send(0, 1)),
+                Ok(Loc::Mapped(_))
+            ),
+            mapped
+        );
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let r = |buf, offset| Region::new(buf, offset, len);
+        let at = |o: &VOp, reg| locate(&o.mem, &pids, &reg).unwrap();
+        // rank -> rank (through the bounce buffer), rank -> scratch,
+        // scratch -> scratch, scratch -> rank, bytes -> scratch.
+        let s0 = at(&o, r(BufferId::Send, 0));
+        let r0 = at(&o, r(BufferId::Recv, 0));
+        copy(&mut bounce, &mut o.mem, Src::Loc(s0), r0, len).unwrap();
+        let x0 = at(&o, r(BufferId::Scratch, 0));
+        copy(&mut bounce, &mut o.mem, Src::Loc(r0), x0, len).unwrap();
+        let x1 = at(&o, r(BufferId::Scratch, len));
+        copy(&mut bounce, &mut o.mem, Src::Loc(x0), x1, len).unwrap();
+        let r1 = at(&o, r(BufferId::Recv, len));
+        copy(&mut bounce, &mut o.mem, Src::Loc(x1), r1, len).unwrap();
+        let other = pattern(len, 99);
+        copy(&mut bounce, &mut o.mem, Src::Bytes(&other), x0, len).unwrap();
+        assert_eq!(&o.mem.scratch[..len], &other[..]);
+        assert_eq!(&o.mem.scratch[len..], &send[..]);
+        drop(o);
+        assert_eq!(&recv[..len], &send[..]);
+        assert_eq!(&recv[len..], &send[..]);
+    }
+
+    #[test]
+    fn reduces_wherever_the_operands_lie() {
+        reduces_everywhere(false);
+    }
+
+    #[test]
+    fn reduces_in_mapped_buffers() {
+        reduces_everywhere(true);
+    }
+
+    fn reduces_everywhere(mapped: bool) {
+        let n = (2 * CHUNK + 40) / 4; // i32 elements, over two pieces
+        let len = n * 4;
+        let ints = |f: &dyn Fn(usize) -> i32| -> Vec<u8> {
+            (0..n).flat_map(|i| f(i).to_ne_bytes()).collect()
+        };
+        let send = ints(&|i| i as i32);
+        let mut recv = ints(&|i| 1000 * i as i32);
+        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
+        o.mem.scratch[..len].copy_from_slice(&ints(&|i| -(i as i32)));
+        o.mem.scratch[len..].copy_from_slice(&ints(&|_| 5));
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let at =
+            |o: &VOp, buf, offset| locate(&o.mem, &pids, &Region::new(buf, offset, len)).unwrap();
+        let (s, r) = (at(&o, BufferId::Send, 0), at(&o, BufferId::Recv, 0));
+        let (x0, x1) = (at(&o, BufferId::Scratch, 0), at(&o, BufferId::Scratch, len));
+        let sum = |b: &mut [u8], o: &mut VOp, a: Loc, d: Loc| {
+            reduce(b, &mut o.mem, ReduceOp::Sum, DataType::I32, a, d, len)
+        };
+        sum(&mut bounce, &mut o, s, r).unwrap(); // recv = 1001 i
+        sum(&mut bounce, &mut o, s, x0).unwrap(); // x0 = 0
+        sum(&mut bounce, &mut o, x1, x0).unwrap(); // x0 = 5
+        sum(&mut bounce, &mut o, x0, x1).unwrap(); // x1 = 10
+        sum(&mut bounce, &mut o, x1, r).unwrap(); // recv = 1001 i + 10
+        assert_eq!(&o.mem.scratch[..len], &ints(&|_| 5)[..]);
+        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
+        // Bitwise operations are refused for floats: an error, nothing written.
+        let err = reduce(
+            &mut bounce,
+            &mut o.mem,
+            ReduceOp::Band,
+            DataType::F32,
+            x0,
+            x1,
+            len,
+        );
+        assert_eq!(err, Err(Code::Failed));
+        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
+        drop(o);
+        assert_eq!(recv, ints(&|i| 1001 * i as i32 + 10));
+    }
+
+    #[test]
+    fn overlapping_operands_are_refused() {
+        let mut recv = vec![0u8; 8];
+        let mut o = op(&[], &mut recv, 64);
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let (a, b) = (Loc::Scratch(0), Loc::Scratch(16));
+        let r = reduce(
+            &mut bounce,
+            &mut o.mem,
+            ReduceOp::Sum,
+            DataType::U8,
+            a,
+            b,
+            32,
+        );
+        assert_eq!(r, Err(Code::Failed));
+        assert!(reduce(
+            &mut bounce,
+            &mut o.mem,
+            ReduceOp::Sum,
+            DataType::U8,
+            a,
+            b,
+            16
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn regions_past_a_buffer_are_refused() {
+        let send = vec![0u8; 64];
+        let mut recv = vec![0u8; 64];
+        let o = op(&send, &mut recv, 16);
+        let pids = [std::process::id()];
+        assert!(locate(&o.mem, &pids, &Region::send(0, 64)).is_ok());
+        assert_eq!(
+            locate(&o.mem, &pids, &Region::recv(1, 64)).err(),
+            Some(Code::Failed)
+        );
+        assert_eq!(
+            locate(&o.mem, &pids, &Region::scratch(8, 9)).err(),
+            Some(Code::Failed)
+        );
+    }
+
+    #[test]
+    fn submits_that_are_not_one_are_refused() {
+        let blob = Blob {
+            coll: Collective::Allgather {
+                count: 4,
+                dtype: DataType::F32,
+            },
+            opts: Options::default(),
+            send: 0x1000,
+            send_len: 16,
+            recv: 0x2000,
+            recv_len: 32,
+            send_shm: None,
+            recv_shm: None,
+            own_copies: false,
+        };
+        let bytes = postcard::to_allocvec(&blob).unwrap();
+        let (got, sched) = parse_submit(&bytes, 1, 2).unwrap();
+        assert_eq!(got.recv_len, 32);
+        assert!(!sched.rounds.is_empty());
+        // A receive buffer too small for the collective, a rank out of range,
+        // a truncated or garbled blob: refused, not scheduled.
+        let short = Blob {
+            recv_len: 31,
+            ..blob
+        };
+        let short = postcard::to_allocvec(&short).unwrap();
+        assert_eq!(parse_submit(&short, 1, 2).err(), Some(Code::Failed));
+        assert_eq!(parse_submit(&bytes, 2, 2).err(), Some(Code::Failed));
+        assert_eq!(
+            parse_submit(&bytes[..bytes.len() / 2], 1, 2).err(),
+            Some(Code::Failed)
+        );
+        assert_eq!(parse_submit(&[0xff; 40], 1, 2).err(), Some(Code::Failed));
+    }
+}
