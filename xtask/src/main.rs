@@ -6,6 +6,7 @@
 //! - `setup`: only the set-up step (system packages, toolchain components, mdbook).
 //! - `image`: a container image of a binary (the `hpc-image` library).
 //! - `man`: the manual pages and shell completions of `hpc`.
+//! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -86,6 +87,34 @@ enum Task {
         #[arg(long, default_value = "target/man")]
         out: PathBuf,
     },
+    /// Write the book's table of every `HPC_*` environment variable
+    /// (book/src/reference/environment.md) from the list in crates/hpc-env.
+    EnvTable {
+        /// Only check that the committed table is up to date (exit 1 if not).
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// The book's reference table of environment variables, relative to the root.
+const ENV_TABLE: &str = "book/src/reference/environment.md";
+
+/// Writes (or with `check`, compares) the environment table.
+fn env_table(check: bool) -> Result<()> {
+    let path = root().join(ENV_TABLE);
+    let want = hpc_env::markdown_table();
+    if check {
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            bail!("{ENV_TABLE} is out of date: run `cargo xtask env-table`");
+        }
+        eprintln!("{ENV_TABLE} is up to date");
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().expect("a folder"))?;
+    std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {ENV_TABLE} ({} variables)", hpc_env::ALL.len());
+    Ok(())
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -195,8 +224,8 @@ fn test(quick: bool) -> Result<()> {
     })?;
     // Integration tests that need MPI or the browser (set-up installs both) fail
     // loudly instead of skipping.
-    std::env::set_var("HPC_REQUIRE_MPI", "1");
-    std::env::set_var("HPC_REQUIRE_BROWSER", "1");
+    std::env::set_var(hpc_env::REQUIRE_MPI, "1");
+    std::env::set_var(hpc_env::REQUIRE_BROWSER, "1");
     if setup::has("cargo-nextest") {
         step("tests, all features", &mut || {
             run(cargo()
@@ -240,7 +269,7 @@ fn test(quick: bool) -> Result<()> {
             let mut c = cargo();
             c.args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
                 .args(["--test", "outside", "--no-fail-fast"])
-                .env("HPC_TEST_OUTSIDE", "1");
+                .env(hpc_env::TEST_OUTSIDE, "1");
             if !setup::has("cargo-nextest") {
                 c = cargo();
                 c.args([
@@ -251,7 +280,7 @@ fn test(quick: bool) -> Result<()> {
                     "--test",
                     "outside",
                 ])
-                .env("HPC_TEST_OUTSIDE", "1");
+                .env(hpc_env::TEST_OUTSIDE, "1");
             }
             run(&mut c)
         })?;
@@ -395,6 +424,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Task::Man { out } => man(&out),
+        Task::EnvTable { check } => env_table(check),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();

@@ -189,7 +189,7 @@ const YIELD_FOR: Duration = Duration::from_millis(1);
 
 /// The variable naming the program a communicator's first rank starts as the proxy
 /// (split at white space; `hpc run --proxy` sets it to `hpc proxy`).
-pub const PROXY_CMD: &str = "HPC_COLL_PROXY_CMD";
+pub const PROXY_CMD: &str = hpc_runtime::env::COLL_PROXY_CMD;
 
 fn proxy_command() -> Command {
     if let Ok(cmd) = std::env::var(PROXY_CMD) {
@@ -217,7 +217,7 @@ impl Client {
         own_copies: bool,
     ) -> Result<Client> {
         if me == 0 {
-            if std::env::var_os("HPC_COLL_PROXY_BOARD").is_some() {
+            if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some() {
                 // This process was started to be a proxy but went on as an application:
                 // starting a proxy of its own would recurse.
                 return Err(Error::Unsupported(
@@ -241,9 +241,12 @@ impl Client {
                     cmd.env_remove(&k);
                 }
             }
-            cmd.env("HPC_COLL_PROXY_BOARD", board.path())
-                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string())
-                .env("HPC_COLL_PROXY_SPIN_US", spin.as_micros().to_string());
+            cmd.env(hpc_runtime::env::COLL_PROXY_BOARD, board.path())
+                .env(hpc_runtime::env::COLL_PROXY_SLOTS, (size + 1).to_string())
+                .env(
+                    hpc_runtime::env::COLL_PROXY_SPIN_US,
+                    spin.as_micros().to_string(),
+                );
             let mut child = cmd
                 .spawn()
                 .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
@@ -542,14 +545,14 @@ impl Drop for Pending {
 /// Serves as the proxy if `HPC_COLL_PROXY_BOARD` is set (then never returns
 /// normally: exits the process when done). Returns `Ok(false)` otherwise.
 pub fn serve_env() -> Result<bool> {
-    let Ok(path) = std::env::var("HPC_COLL_PROXY_BOARD") else {
+    let Ok(path) = std::env::var(hpc_runtime::env::COLL_PROXY_BOARD) else {
         return Ok(false);
     };
-    let slots: usize = std::env::var("HPC_COLL_PROXY_SLOTS")
+    let slots: usize = std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
-    let spin = std::env::var("HPC_COLL_PROXY_SPIN_US")
+    let spin = std::env::var(hpc_runtime::env::COLL_PROXY_SPIN_US)
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(Duration::ZERO, Duration::from_micros);

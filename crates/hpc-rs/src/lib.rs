@@ -174,7 +174,7 @@ fn plan(
     };
     let asked = options
         .threads
-        .or_else(|| std::env::var("HPC_THREADS").ok()?.parse().ok());
+        .or_else(|| std::env::var(hpc_runtime::env::THREADS).ok()?.parse().ok());
     if let Some(t) = asked.filter(|&t| t > 1) {
         // Launchers bind on their own (Open MPI: one core per rank under mpirun);
         // say so when that leaves the requested threads no room.

@@ -545,8 +545,8 @@ fn main() {
     let (chrome, _guard) = match &args.trace {
         Some(path) => {
             // One file per rank when there are several.
-            let path = match std::env::var("HPC_RANK") {
-                Ok(r) if std::env::var("HPC_SIZE").is_ok_and(|s| s != "1") => {
+            let path = match std::env::var(hpc_runtime::env::RANK) {
+                Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
                     let mut p = path.as_os_str().to_owned();
                     p.push(format!(".rank{r}"));
                     PathBuf::from(p)

@@ -6,7 +6,9 @@
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("HPC_LOG"))
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env(
+            hpc_rs::runtime::env::LOG,
+        ))
         .with_writer(std::io::stderr)
         .init();
     let ctx = hpc_rs::init()?;
