@@ -1,9 +1,13 @@
 //! # hpc-rs: the facade of the hpc-rs SDK
 //!
-//! Add this one crate and call [`init`]: it joins the job (however it was launched:
-//! `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and returns a [`Context`]
-//! with the world, the machine's topology, this rank's placement, and the environment
-//! it runs in.
+//! Add this one crate and call [`init`] first thing in `main`: it joins the job
+//! (however it was launched: `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and
+//! returns a [`Context`] with the world, the machine's topology, this rank's placement
+//! (the process bound to it), and the environment it runs in. It also installs a log
+//! subscriber (`HPC_LOG`, default `warn`) unless the application has one, so that the
+//! SDK's warnings are seen, and serves as the collectives proxy when the `Proxy`
+//! engine started the program as one. [`Context::comm`] gives a communicator whose
+//! engine fits the placement.
 //!
 //! ```
 //! let ctx = hpc_rs::init()?;
@@ -12,7 +16,13 @@
 //! if let Some(p) = &ctx.placement {
 //!     println!("my cores: {:?}", p.compute_cores);
 //! }
-//! # Ok::<(), hpc_rs::Error>(())
+//! # #[cfg(feature = "collectives")]
+//! # {
+//! let comm = ctx.comm()?;
+//! let mut sum = [0u64];
+//! comm.allreduce(&[ctx.world.rank() as u64 + 1], &mut sum, hpc_rs::collectives::ReduceOp::Sum)?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! ```toml
@@ -50,7 +60,7 @@
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
 //! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
 //! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
-//! | `collectives` | no | `collectives` (`hpc-collectives`) | nothing |
+//! | `collectives` | yes | [`collectives`] (`hpc-collectives`), [`Context::comm`] | nothing |
 //! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
 //! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI-3.1 library with `mpicc` (Open MPI >= 4.0, MPICH >= 3.3), `libclang` |
 //!
@@ -84,6 +94,9 @@ pub struct Context {
     /// for the ranks of this node (see [`Options`]).
     #[cfg(feature = "topology")]
     pub placement: Option<hpc_topology::Placement>,
+    /// Whether [`init`] bound this process to [`Context::placement`]'s CPUs.
+    #[cfg(feature = "topology")]
+    pub bound: bool,
     /// The container runtime, devices, launcher and limits this rank sees.
     #[cfg(feature = "container")]
     pub environment: hpc_container::Environment,
@@ -95,21 +108,48 @@ pub struct Options {
     /// Compute threads per rank; default: `HPC_THREADS`, else the allowed cores
     /// divided among the ranks of this node.
     pub threads: Option<usize>,
-    /// Progress cores reserved per rank (for offloaded collectives).
+    /// Progress cores reserved per rank (for offloaded collectives: with one,
+    /// [`Context::comm`] gives a communicator whose progress thread runs there).
     pub progress: usize,
+    /// Whether to bind this process to its placement's CPUs; default: `HPC_BIND`
+    /// (`0` or `1`), else yes.
+    pub bind: Option<bool>,
+    /// Do not install a `tracing` subscriber. By default [`init`] installs one that
+    /// prints to standard error what `HPC_LOG` selects (default `warn`), unless the
+    /// application installed a global subscriber before.
+    pub no_subscriber: bool,
 }
 
 /// Joins the job and gathers the context, with default [`Options`]. Call once per
-/// process.
+/// process, first thing in `main`.
+///
+/// In order, it:
+/// 1. installs a `tracing` subscriber on standard error that honours `HPC_LOG`
+///    (`EnvFilter` syntax, default `warn`), unless the application installed a global
+///    one before (then it leaves that alone), so that the SDK's warnings reach the
+///    user;
+/// 2. with feature `collectives`: serves as the node's collectives proxy and exits
+///    when this process was started to be one (the `Proxy` engine starts the
+///    application's own executable for that); it returns at once otherwise;
+/// 3. joins the job ([`World::init`]: `hpc run`, `mpirun`, `srun --mpi=pmix` or alone);
+/// 4. with feature `topology`: loads the topology, plans this rank's placement, warns
+///    when a launcher's binding cannot hold the threads asked for (`HPC_THREADS`), and
+///    binds the process to the placement's CPUs (`HPC_BIND=0` or [`Options::bind`]
+///    turns that off).
 pub fn init() -> Result<Context, Error> {
     init_with(Options::default())
 }
 
 /// Like [`init`] with explicit options.
 pub fn init_with(options: Options) -> Result<Context, Error> {
+    if !options.no_subscriber {
+        install_subscriber();
+    }
+    #[cfg(feature = "collectives")]
+    serve_proxy()?;
     let world = World::init()?;
     #[cfg(feature = "topology")]
-    let (topology, placement) = plan(&world, &options);
+    let (topology, placement, bound) = plan(&world, &options);
     #[cfg(not(feature = "topology"))]
     let _ = options;
     Ok(Context {
@@ -120,6 +160,132 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
         topology,
         #[cfg(feature = "topology")]
         placement,
+        #[cfg(feature = "topology")]
+        bound,
+    })
+}
+
+/// The log filter `HPC_LOG` asks for, or `warn`, and what was wrong with it if it
+/// could not be read.
+fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+    use tracing_subscriber::EnvFilter;
+    match std::env::var(runtime::env::LOG) {
+        Err(_) => (EnvFilter::new("warn"), None),
+        Ok(v) => match EnvFilter::try_new(&v) {
+            Ok(f) => (f, None),
+            Err(e) => (
+                EnvFilter::new("warn"),
+                Some(format!(
+                    "{}={v:?} is not a log filter ({e}); using warn",
+                    runtime::env::LOG
+                )),
+            ),
+        },
+    }
+}
+
+/// Installs the global subscriber unless there is one already.
+fn install_subscriber() {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (filter, problem) = log_filter();
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .try_init()
+        .is_ok();
+    if let Some(p) = problem {
+        if installed {
+            tracing::warn!("{p}");
+        }
+    }
+}
+
+/// Serves as the collectives proxy when this process was started to be one.
+#[cfg(feature = "collectives")]
+fn serve_proxy() -> Result<(), Error> {
+    hpc_collectives::proxy::serve_env()
+        .map(|_| ())
+        .map_err(|e| Error::Bootstrap(format!("serving as the collectives proxy: {e}")))
+}
+
+#[cfg(feature = "collectives")]
+impl Context {
+    /// A communicator of every rank (collective: every rank calls it) with the engine
+    /// that fits this rank's placement: see [`Context::comm_options`].
+    pub fn comm(&self) -> Result<hpc_collectives::Comm, hpc_collectives::Error> {
+        hpc_collectives::Comm::with_options(&self.world, self.comm_options()?)
+    }
+
+    /// The settings [`Context::comm`] uses, to adjust before
+    /// [`Comm::with_options`](hpc_collectives::Comm::with_options).
+    ///
+    /// The engine is `HPC_ENGINE` (`inline`, `thread`, `proxy`, `mpi`) if set;
+    /// otherwise, where this rank has a progress core (its placement's, from
+    /// [`Options::progress`], or `hpc run --progress`'s `HPC_PROGRESS_CPUSET`), the
+    /// `Proxy` engine when the job was started with `hpc run --proxy` on one node and
+    /// the `Thread` engine pinned to that core otherwise; without a progress core,
+    /// `Proxy` when `hpc run --proxy` asked for it and `Inline` (progress inside
+    /// `test`/`wait`) otherwise. The book's chapter "Choosing an engine" explains why.
+    pub fn comm_options(&self) -> Result<hpc_collectives::CommOptions, hpc_collectives::Error> {
+        let progress = self.progress_cpus();
+        let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
+        let one_node = self.world.node_count() == 1;
+        let engine = choose_engine(
+            std::env::var(runtime::env::ENGINE).ok().as_deref(),
+            progress.is_some(),
+            proxy_asked,
+            one_node,
+        )?;
+        let mut opts = hpc_collectives::CommOptions::new(engine);
+        opts.progress_cpus = progress;
+        Ok(opts)
+    }
+
+    /// This rank's progress CPUs: its placement's progress cores, else the launcher's.
+    fn progress_cpus(&self) -> Option<hpc_topology::CpuSet> {
+        #[cfg(feature = "topology")]
+        if let Some(p) = &self.placement {
+            if !p.progress_cpuset.is_empty() {
+                return Some(p.progress_cpuset.clone());
+            }
+        }
+        std::env::var(runtime::env::PROGRESS_CPUSET)
+            .ok()
+            .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+            .filter(|c| !c.is_empty())
+    }
+}
+
+/// The engine of [`Context::comm`]: `HPC_ENGINE` if given, else from whether the rank
+/// has a progress core and whether `hpc run --proxy` asked for the proxy.
+#[cfg(feature = "collectives")]
+fn choose_engine(
+    asked: Option<&str>,
+    progress_core: bool,
+    proxy_asked: bool,
+    one_node: bool,
+) -> Result<hpc_collectives::Engine, hpc_collectives::Error> {
+    use hpc_collectives::Engine;
+    if let Some(name) = asked.map(str::trim).filter(|s| !s.is_empty()) {
+        return name.to_ascii_lowercase().parse().map_err(|_| {
+            hpc_collectives::Error::Unsupported(format!(
+                "{}={name:?} is not an engine of this build: inline, thread, proxy{}",
+                runtime::env::ENGINE,
+                if cfg!(feature = "mpi") {
+                    ", mpi"
+                } else {
+                    " (mpi needs the `mpi` feature)"
+                }
+            ))
+        });
+    }
+    Ok(match (progress_core, proxy_asked && one_node) {
+        (_, true) => Engine::Proxy,
+        (true, false) => Engine::Thread,
+        (false, false) => Engine::Inline,
     })
 }
 
@@ -156,13 +322,14 @@ fn plan(
 ) -> (
     Option<hpc_topology::Topology>,
     Option<hpc_topology::Placement>,
+    bool,
 ) {
     use hpc_topology::{plan_for_rank, Policy, ProgressScope, Topology};
     let topo = match Topology::this_machine() {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "cannot load the hardware topology; no placement");
-            return (None, None);
+            return (None, None, false);
         }
     };
     let (local_rank, local_size) = match placement_slot(world, &topo) {
@@ -197,5 +364,78 @@ fn plan(
             None
         }
     };
-    (Some(topo), placement)
+    let bind = options.bind.unwrap_or_else(|| {
+        std::env::var(runtime::env::BIND)
+            .map(|v| v.trim() != "0")
+            .unwrap_or(true)
+    });
+    let bound = match (&placement, bind) {
+        (Some(p), true) => match hpc_topology::bind_current_process(&p.cpuset) {
+            Ok(()) => {
+                tracing::debug!(rank = world.rank(), cpus = %p.cpuset, "bound to the placement");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot bind this rank to its placement");
+                false
+            }
+        },
+        _ => false,
+    };
+    (Some(topo), placement, bound)
+}
+
+#[cfg(all(test, feature = "collectives"))]
+mod tests {
+    use super::choose_engine;
+    use hpc_collectives::Engine;
+
+    #[test]
+    fn the_engine_follows_the_placement() {
+        assert_eq!(
+            choose_engine(None, false, false, true).unwrap(),
+            Engine::Inline
+        );
+        assert_eq!(
+            choose_engine(None, true, false, true).unwrap(),
+            Engine::Thread
+        );
+        // `hpc run --proxy`: the proxy, on one node; it cannot span nodes.
+        assert_eq!(
+            choose_engine(None, true, true, true).unwrap(),
+            Engine::Proxy
+        );
+        assert_eq!(
+            choose_engine(None, false, true, true).unwrap(),
+            Engine::Proxy
+        );
+        assert_eq!(
+            choose_engine(None, true, true, false).unwrap(),
+            Engine::Thread
+        );
+        assert_eq!(
+            choose_engine(None, false, true, false).unwrap(),
+            Engine::Inline
+        );
+        // HPC_ENGINE overrides.
+        assert_eq!(
+            choose_engine(Some("inline"), true, true, true).unwrap(),
+            Engine::Inline
+        );
+        assert_eq!(
+            choose_engine(Some(" Thread "), false, false, true).unwrap(),
+            Engine::Thread
+        );
+        assert_eq!(
+            choose_engine(Some(""), true, false, true).unwrap(),
+            Engine::Thread
+        );
+        let e = choose_engine(Some("fast"), false, false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("HPC_ENGINE=\"fast\"") && e.contains("inline, thread, proxy"),
+            "{e}"
+        );
+    }
 }
