@@ -290,6 +290,13 @@ fn test(quick: bool) -> Result<()> {
             }
             run(&mut c)
         })?;
+        // The book's quick start followed literally in a temporary directory, against
+        // the packaged crates (book/tests/quickstart.rs).
+        step("book quick start, followed literally", &mut || {
+            run(cargo()
+                .args(["test", "-p", "hpc-book", "--test", "quickstart"])
+                .env(hpc_env::TEST_OUTSIDE, "1"))
+        })?;
         // The device script (GPU check, overlap with spare cores, scaling) packs its
         // bundle and runs every part in miniature, so it is known to work before a
         // GPU machine is at hand.
