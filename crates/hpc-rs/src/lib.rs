@@ -135,7 +135,9 @@ pub struct Options {
 /// 4. with feature `topology`: loads the topology, plans this rank's placement, warns
 ///    when a launcher's binding cannot hold the threads asked for (`HPC_THREADS`), and
 ///    binds the process to the placement's CPUs (`HPC_BIND=0` or [`Options::bind`]
-///    turns that off).
+///    turns that off). Progress CPUs that a launcher reserved for a rank it bound
+///    (`hpc run --bind core --progress K`, `HPC_PROGRESS_CPUSET`) are left out of the
+///    compute cores and kept in the binding, for the progress thread.
 pub fn init() -> Result<Context, Error> {
     init_with(Options::default())
 }
@@ -347,17 +349,43 @@ fn plan(
         // say so when that leaves the requested threads no room.
         let _ = hpc_topology::check_binding(&topo, t);
     }
-    let threads = asked
-        .unwrap_or_else(|| (topo.allowed_cores(&topo.allowed).count() / local_size.max(1)).max(1));
-    let placement = match plan_for_rank(
-        &topo,
-        local_rank,
-        local_size,
-        threads,
-        options.progress,
-        ProgressScope::PerRank,
-        Policy::Compact,
-    ) {
+    // A launcher that bound this rank on its own and reserved it progress CPUs
+    // (`hpc run --bind core --progress K`) leaves the compute threads the rest of the
+    // binding; the progress CPUs stay in the process's binding for the progress thread.
+    let launcher_progress = std::env::var(runtime::env::PROGRESS_CPUSET)
+        .ok()
+        .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+        .filter(|p| {
+            options.progress == 0
+                && local_size == 1
+                && !p.is_empty()
+                && !topo.allowed.difference(p).is_empty()
+        });
+    let compute_allowed = match &launcher_progress {
+        Some(p) => topo.allowed.difference(p),
+        None => topo.allowed.clone(),
+    };
+    let threads = asked.unwrap_or_else(|| {
+        (topo.allowed_cores(&compute_allowed).count() / local_size.max(1)).max(1)
+    });
+    let planned = match &launcher_progress {
+        None => plan_for_rank(
+            &topo,
+            local_rank,
+            local_size,
+            threads,
+            options.progress,
+            ProgressScope::PerRank,
+            Policy::Compact,
+        ),
+        Some(_) => {
+            let req = hpc_topology::PlacementRequest::new(1, threads)
+                .policy(Policy::Compact)
+                .allowed(compute_allowed.clone());
+            hpc_topology::plan(&topo, &req).map(|mut plan| plan.ranks.swap_remove(0))
+        }
+    };
+    let placement = match planned {
         Ok(p) => Some(p),
         Err(e) => {
             tracing::warn!(error = %e, "cannot plan this rank's placement");
@@ -370,7 +398,10 @@ fn plan(
             .unwrap_or(true)
     });
     let bound = match (&placement, bind) {
-        (Some(p), true) => match hpc_topology::bind_current_process(&p.cpuset) {
+        (Some(p), true) => match hpc_topology::bind_current_process(&match &launcher_progress {
+            Some(progress) => p.cpuset.union(progress),
+            None => p.cpuset.clone(),
+        }) {
             Ok(()) => {
                 tracing::debug!(rank = world.rank(), cpus = %p.cpuset, "bound to the placement");
                 true

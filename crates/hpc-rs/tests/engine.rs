@@ -1,5 +1,6 @@
 //! `Context::comm()` follows the placement: a progress core gives the `Thread` engine
 //! pinned there, and `init()` binds the process to the placement.
+#![cfg(all(feature = "collectives", feature = "topology"))]
 
 #[test]
 fn a_progress_core_gives_the_thread_engine_pinned_to_it() {

@@ -1,5 +1,6 @@
 //! `init()` leaves an application's own `tracing` subscriber in place (and does not
 //! panic), and the SDK's warnings reach it.
+#![cfg(feature = "topology")]
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
