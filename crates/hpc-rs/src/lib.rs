@@ -208,6 +208,20 @@ fn install_subscriber() {
 /// Serves as the collectives proxy when this process was started to be one.
 #[cfg(feature = "collectives")]
 fn serve_proxy() -> Result<(), Error> {
+    #[cfg(feature = "topology")]
+    if std::env::var_os(runtime::env::COLL_PROXY_BOARD).is_some() {
+        // Started by a rank that init() bound to its own cores: the proxy serves every
+        // rank of the node and must not share that rank's cores only. The kernel keeps
+        // it within what the cgroup allows.
+        if let Ok(topo) = hpc_topology::Topology::this_machine() {
+            match hpc_topology::bind_current_process(&topo.pus) {
+                Ok(()) => {
+                    tracing::debug!(cpus = %topo.pus, "collectives proxy unbound from its rank's cores")
+                }
+                Err(e) => tracing::debug!(error = %e, "collectives proxy keeps its rank's binding"),
+            }
+        }
+    }
     hpc_collectives::proxy::serve_env()
         .map(|_| ())
         .map_err(|e| Error::Bootstrap(format!("serving as the collectives proxy: {e}")))
