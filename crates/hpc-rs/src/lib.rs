@@ -127,7 +127,8 @@ pub struct Options {
 /// 1. installs a `tracing` subscriber on standard error that honours `HPC_LOG`
 ///    (`EnvFilter` syntax, default `warn`), unless the application installed a global
 ///    one before (then it leaves that alone), so that the SDK's warnings reach the
-///    user;
+///    user; under `mpirun` and `srun` each line starts with the rank (`[3] `), as
+///    `hpc run` tags lines itself;
 /// 2. with feature `collectives`: serves as the node's collectives proxy and exits
 ///    when this process was started to be one (the `Proxy` engine starts the
 ///    application's own executable for that); it returns at once otherwise;
@@ -191,9 +192,13 @@ fn install_subscriber() {
     use std::io::IsTerminal as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let (filter, problem) = log_filter();
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let writer = RankTagged {
+        tag: rank_tag(&env).map(|r| format!("[{r}] ")),
+    };
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal())
         .finish()
         .try_init()
@@ -201,6 +206,60 @@ fn install_subscriber() {
     if let Some(p) = problem {
         if installed {
             tracing::warn!("{p}");
+        }
+    }
+}
+
+/// The rank to put before each log line: an MPI launcher's rank in a job of several
+/// ranks (`mpirun` and `srun` do not tag lines as `hpc run` does), else none.
+fn rank_tag(env: &std::collections::HashMap<String, String>) -> Option<usize> {
+    let num = |k: &str| env.get(k).and_then(|v| v.trim().parse::<usize>().ok());
+    match runtime::env::detect(env) {
+        Ok(runtime::env::Detected::Mpi { size_hint, .. }) if size_hint != Some(1) => [
+            "OMPI_COMM_WORLD_RANK",
+            "PMIX_RANK",
+            "PMI_RANK",
+            "SLURM_PROCID",
+        ]
+        .into_iter()
+        .find_map(num),
+        _ => None,
+    }
+}
+
+/// Standard error, each log line preceded by the rank's tag (one write per line, as
+/// the formatter writes an event in one piece).
+struct RankTagged {
+    tag: Option<String>,
+}
+
+struct TaggedStderr<'a> {
+    tag: Option<&'a str>,
+}
+
+impl std::io::Write for TaggedStderr<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.tag {
+            None => std::io::stderr().write(buf),
+            Some(tag) => {
+                let mut line = Vec::with_capacity(tag.len() + buf.len());
+                line.extend_from_slice(tag.as_bytes());
+                line.extend_from_slice(buf);
+                std::io::stderr().lock().write_all(&line)?;
+                Ok(buf.len())
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RankTagged {
+    type Writer = TaggedStderr<'a>;
+    fn make_writer(&'a self) -> TaggedStderr<'a> {
+        TaggedStderr {
+            tag: self.tag.as_deref(),
         }
     }
 }
@@ -428,6 +487,37 @@ fn plan(
         _ => false,
     };
     (Some(topo), placement, bound)
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::rank_tag;
+
+    fn env(vars: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn log_lines_carry_the_rank_under_mpi_launchers_only() {
+        let ompi = [("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_RANK", "3")];
+        assert_eq!(rank_tag(&env(&ompi)), Some(3));
+        let one = [("OMPI_COMM_WORLD_SIZE", "1"), ("OMPI_COMM_WORLD_RANK", "0")];
+        assert_eq!(rank_tag(&env(&one)), None);
+        let hydra = [("PMI_RANK", "1"), ("PMI_SIZE", "2")];
+        assert_eq!(rank_tag(&env(&hydra)), Some(1));
+        // hpc run tags the lines itself; a plain program has no rank to show.
+        use crate::runtime::env::{RANK, RENDEZVOUS, SECRET, SIZE};
+        let hpc = [
+            (RANK, "2"),
+            (SIZE, "4"),
+            (RENDEZVOUS, "127.0.0.1:1"),
+            (SECRET, "00ff"),
+        ];
+        assert_eq!(rank_tag(&env(&hpc)), None);
+        assert_eq!(rank_tag(&env(&[])), None);
+    }
 }
 
 #[cfg(all(test, feature = "collectives"))]

@@ -106,6 +106,14 @@ fn binding_warning_reaches_a_program_without_logging_setup() {
         .filter(|l| l.contains("WARN") && l.contains("bound to a single core"))
         .collect();
     assert_eq!(warnings.len(), 2, "one warning per rank expected:\n{se}");
+    // Tagged with the rank, as mpirun does not tag lines itself.
+    for r in ["[0] ", "[1] "] {
+        assert_eq!(
+            warnings.iter().filter(|l| l.starts_with(r)).count(),
+            1,
+            "{r}:\n{se}"
+        );
+    }
     assert!(
         warnings
             .iter()
