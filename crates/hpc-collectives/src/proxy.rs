@@ -222,8 +222,8 @@ impl Client {
                 // starting a proxy of its own would recurse.
                 return Err(Error::Unsupported(
                     "this process was started as a collectives proxy but did not call \
-                     hpc_collectives::proxy::serve_env(); call it first thing in main, \
-                     or run the job with `hpc run --proxy`"
+                     hpc_rs::init() or hpc_collectives::proxy::serve_env(); call one \
+                     first thing in main, or run the job with `hpc run --proxy`"
                         .into(),
                 ));
             }
@@ -262,7 +262,8 @@ impl Client {
                     };
                     return Err(Error::Unsupported(format!(
                         "the proxy process {how}: call \
-                         hpc_collectives::proxy::serve_env() first thing in main, run the \
+                         hpc_rs::init() or hpc_collectives::proxy::serve_env() first thing \
+                         in main, run the \
                          job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
                          program that serves"
                     )));
