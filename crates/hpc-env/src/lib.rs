@@ -112,7 +112,7 @@ vars! {
     /// Collectives engine of `Context::comm()`: `inline`, `thread`, `proxy` or `mpi`.
     Setting ENGINE = "HPC_ENGINE", default "`thread` with a progress core, `proxy` under `hpc run --proxy`, else `inline`";
     /// Whether `hpc_rs::init()` binds the rank to its placement's CPUs: `1` or `0`.
-    Setting BIND = "HPC_BIND", default "`1` (bind, unless a launcher already bound each rank)";
+    Setting BIND = "HPC_BIND", default "`1` (within any binding a launcher made)";
     /// Timeout of blocking runtime calls, in seconds (fractions allowed); every
     /// collective, barrier and wait ends with an error naming the rank waited for.
     Setting TIMEOUT = "HPC_TIMEOUT", default "`30`";
