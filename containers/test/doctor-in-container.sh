@@ -4,7 +4,7 @@
 # in. Apptainer runs the tree as a sandbox directory (unpacked once into the cache).
 #
 # Usage:
-#   containers/test/doctor-in-container.sh [options] HPC_BINARY [-- hpc doctor args]
+#   containers/test/doctor-in-container.sh [options] BINARY [-- hpc doctor args]
 # Options:
 #   --engine podman|docker|apptainer
 #                            container engine (default: $HPC_CONTAINER_ENGINE or podman)
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ $# -ge 1 ] || { echo "usage: $0 [options] HPC_BINARY [-- args]" >&2; exit 64; }
+[ $# -ge 1 ] || { echo "usage: $0 [options] BINARY [-- args]" >&2; exit 64; }
 hpc_bin=$(readlink -f "$1"); shift
 [ "${1:-}" = "--" ] && shift
 [ -x "$hpc_bin" ] || { echo "not executable: $hpc_bin" >&2; exit 64; }

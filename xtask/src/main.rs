@@ -7,6 +7,7 @@
 //! - `image`: a container image of a binary (the `hpc-image` library).
 //! - `man`: the manual pages and shell completions of `hpc`.
 //! - `modcycles`: fail if a crate has an import cycle between its modules.
+//! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -90,6 +91,34 @@ enum Task {
         #[arg(long, default_value = "target/man")]
         out: PathBuf,
     },
+    /// Write the book's table of every `HPC_*` environment variable
+    /// (book/src/reference/environment.md) from the list in crates/hpc-env.
+    EnvTable {
+        /// Only check that the committed table is up to date (exit 1 if not).
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+/// The book's reference table of environment variables, relative to the root.
+const ENV_TABLE: &str = "book/src/reference/environment.md";
+
+/// Writes (or with `check`, compares) the environment table.
+fn env_table(check: bool) -> Result<()> {
+    let path = root().join(ENV_TABLE);
+    let want = hpc_env::markdown_table();
+    if check {
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            bail!("{ENV_TABLE} is out of date: run `cargo xtask env-table`");
+        }
+        eprintln!("{ENV_TABLE} is up to date");
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().expect("a folder"))?;
+    std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {ENV_TABLE} ({} variables)", hpc_env::ALL.len());
+    Ok(())
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -200,8 +229,8 @@ fn test(quick: bool) -> Result<()> {
     })?;
     // Integration tests that need MPI or the browser (set-up installs both) fail
     // loudly instead of skipping.
-    std::env::set_var("HPC_REQUIRE_MPI", "1");
-    std::env::set_var("HPC_REQUIRE_BROWSER", "1");
+    std::env::set_var(hpc_env::REQUIRE_MPI, "1");
+    std::env::set_var(hpc_env::REQUIRE_BROWSER, "1");
     if setup::has("cargo-nextest") {
         step("tests, all features", &mut || {
             run(cargo()
@@ -236,6 +265,12 @@ fn test(quick: bool) -> Result<()> {
             c
         })
     })?;
+    // Every Rust snippet of the book compiled and run as a doc-test of hpc-book, and
+    // the environment table generated from hpc-env's list.
+    step("book snippets and environment table", &mut || {
+        run(cargo().args(["test", "-p", "hpc-book"]))?;
+        env_table(true)
+    })?;
     step("loom models", &mut loom)?;
     if !quick {
         // An application outside this repository, made by `hpc new` against the
@@ -245,7 +280,7 @@ fn test(quick: bool) -> Result<()> {
             let mut c = cargo();
             c.args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
                 .args(["--test", "outside", "--no-fail-fast"])
-                .env("HPC_TEST_OUTSIDE", "1");
+                .env(hpc_env::TEST_OUTSIDE, "1");
             if !setup::has("cargo-nextest") {
                 c = cargo();
                 c.args([
@@ -256,9 +291,16 @@ fn test(quick: bool) -> Result<()> {
                     "--test",
                     "outside",
                 ])
-                .env("HPC_TEST_OUTSIDE", "1");
+                .env(hpc_env::TEST_OUTSIDE, "1");
             }
             run(&mut c)
+        })?;
+        // The book's quick start followed literally in a temporary directory, against
+        // the packaged crates (book/tests/quickstart.rs).
+        step("book quick start, followed literally", &mut || {
+            run(cargo()
+                .args(["test", "-p", "hpc-book", "--test", "quickstart"])
+                .env(hpc_env::TEST_OUTSIDE, "1"))
         })?;
         // The device script (GPU check, overlap with spare cores, scaling) packs its
         // bundle and runs every part in miniature, so it is known to work before a
@@ -273,9 +315,10 @@ fn test(quick: bool) -> Result<()> {
                 .args(["doc", "--workspace", "--no-deps", "--features", &all])
                 .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))
         })?;
+        // The book's Rust snippets are tested by the hpc-book crate (below), against
+        // the workspace's crates; `mdbook test` cannot link them.
         step("book", &mut || {
-            run(Command::new("mdbook").args(["build", "book"]))?;
-            run(Command::new("mdbook").args(["test", "book"]))
+            run(Command::new("mdbook").args(["build", "book"]))
         })?;
         step("package", &mut || {
             run(cargo().args([
@@ -287,6 +330,8 @@ fn test(quick: bool) -> Result<()> {
                 "hpc-benches",
                 "--exclude",
                 "hpc-example-hello",
+                "--exclude",
+                "hpc-book",
                 "--no-verify",
                 "--allow-dirty",
             ]))
@@ -401,6 +446,7 @@ fn main() -> Result<()> {
         }
         Task::Man { out } => man(&out),
         Task::Modcycles => modcycles::run(&root()),
+        Task::EnvTable { check } => env_table(check),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();

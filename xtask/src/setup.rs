@@ -193,7 +193,7 @@ pub fn all() -> Result<()> {
     // The slow system tests (switched on by .ci/run) drive podman, Slurm and
     // mmdebstrap-made file systems.
     let on = |k: &str| std::env::var(k).ok().as_deref() == Some("1");
-    if on("HPC_TEST_CONTAINERS") || on("HPC_TEST_CLUSTER") {
+    if on(hpc_env::TEST_CONTAINERS) || on(hpc_env::TEST_CLUSTER) {
         apt(CONTAINER_PACKAGES)?;
         container_runtimes()?;
     }

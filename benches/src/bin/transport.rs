@@ -263,7 +263,7 @@ fn run_ranks(
             };
             c.env("BENCH_ROLE", role)
                 .env(
-                    "HPC_NODE_NAME",
+                    hpc_runtime::env::NODE_NAME,
                     if netns.is_some() {
                         format!("node{r}")
                     } else {
@@ -271,7 +271,7 @@ fn run_ranks(
                     },
                 )
                 .envs(coord.rank_env(r))
-                .env("HPC_TIMEOUT", "60")
+                .env(hpc_runtime::env::TIMEOUT, "60")
                 .stdout(Stdio::piped());
             if let Some(ip) = ips[r] {
                 c.env("BENCH_IP", ip.to_string());

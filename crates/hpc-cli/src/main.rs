@@ -37,7 +37,7 @@ const VERSION: &str = concat!(
 )]
 struct Cli {
     /// Log filter (tracing `EnvFilter` syntax); also read from `HPC_LOG`.
-    #[arg(long, global = true, env = "HPC_LOG", default_value = "warn")]
+    #[arg(long, global = true, env = hpc_runtime::env::LOG, default_value = "warn")]
     log: String,
 
     #[command(subcommand)]

@@ -215,7 +215,10 @@ impl AgentWake {
 
     /// The default for a node with `local` ranks of this job (see the type).
     fn default_for(local: usize, pinned: bool) -> AgentWake {
-        match std::env::var("HPC_AGENT_WAKE").as_deref().map(str::trim) {
+        match std::env::var(hpc_runtime::env::AGENT_WAKE)
+            .as_deref()
+            .map(str::trim)
+        {
             Ok("eager") => return AgentWake::Eager,
             Ok("lazy") => return AgentWake::Lazy,
             Ok(other) => {
@@ -291,7 +294,7 @@ impl CommOptions {
 
 fn proxy_min(opts: &CommOptions, local: usize) -> usize {
     opts.proxy_min.unwrap_or_else(|| {
-        match std::env::var("HPC_PROXY_MIN")
+        match std::env::var(hpc_runtime::env::PROXY_MIN)
             .ok()
             .and_then(|v| v.trim().parse().ok())
         {
@@ -304,7 +307,7 @@ fn proxy_min(opts: &CommOptions, local: usize) -> usize {
 
 fn stage_max(opts: &CommOptions) -> usize {
     opts.stage_max.unwrap_or_else(|| {
-        std::env::var("HPC_STAGE_MAX")
+        std::env::var(hpc_runtime::env::STAGE_MAX)
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_STAGE_MAX)
@@ -314,7 +317,7 @@ fn stage_max(opts: &CommOptions) -> usize {
 /// The resolved [`CommOptions::own_copies`] for a node running `local` ranks.
 fn own_copies(opts: &CommOptions, local: usize) -> bool {
     opts.own_copies.unwrap_or_else(|| {
-        match std::env::var("HPC_PROXY_OWN_COPIES")
+        match std::env::var(hpc_runtime::env::PROXY_OWN_COPIES)
             .ok()
             .as_deref()
             .map(str::trim)
@@ -335,7 +338,7 @@ fn online_cores() -> usize {
 /// The default of [`CommOptions::spin`] for a node running `local` busy
 /// processes.
 fn default_spin(local: usize) -> Duration {
-    if let Some(us) = std::env::var("HPC_SPIN_US")
+    if let Some(us) = std::env::var(hpc_runtime::env::SPIN_US)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
     {

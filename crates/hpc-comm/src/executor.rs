@@ -923,7 +923,7 @@ impl Shared {
 /// for this thread), `fifo` (`SCHED_FIFO` priority 1, root or
 /// `CAP_SYS_NICE`), `none`. Failures are logged, not fatal.
 pub(crate) fn raise_priority() {
-    let how = std::env::var("HPC_PROGRESS_SCHED").unwrap_or_else(|_| "nice".into());
+    let how = std::env::var(hpc_runtime::env::PROGRESS_SCHED).unwrap_or_else(|_| "nice".into());
     // SAFETY: plain system calls on the calling thread with valid arguments.
     let rc = unsafe {
         match how.as_str() {

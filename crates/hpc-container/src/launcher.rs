@@ -133,7 +133,7 @@ pub fn detect(p: &Probe) -> Launcher {
     {
         kinds.push(LauncherKind::Hydra);
     }
-    if p.var("HPC_RANK").is_some() || p.var("HPC_RENDEZVOUS").is_some() {
+    if p.var(hpc_env::RANK).is_some() || p.var(hpc_env::RENDEZVOUS).is_some() {
         kinds.push(LauncherKind::HpcRun);
     }
     let num = |keys: &[&str]| {
@@ -141,14 +141,14 @@ pub fn detect(p: &Probe) -> Launcher {
             .find_map(|k| p.var(k)?.trim().parse::<u64>().ok())
     };
     let rank = num(&[
-        "HPC_RANK",
+        hpc_env::RANK,
         "OMPI_COMM_WORLD_RANK",
         "PMIX_RANK",
         "PMI_RANK",
         "SLURM_PROCID",
     ]);
     let size = num(&[
-        "HPC_SIZE",
+        hpc_env::SIZE,
         "OMPI_COMM_WORLD_SIZE",
         "PMI_SIZE",
         "SLURM_NTASKS",
@@ -164,7 +164,7 @@ pub fn detect(p: &Probe) -> Launcher {
     // `hpc run` starts all ranks on this machine.
     .or_else(|| {
         if kinds.contains(&LauncherKind::HpcRun) {
-            num(&["HPC_SIZE"])
+            num(&[hpc_env::SIZE])
         } else {
             None
         }
@@ -253,7 +253,7 @@ pub fn mpi_settings(p: &Probe) -> MpiSettings {
             .map(|(k, v)| (k["OMPI_MCA_".len()..].to_string(), v.to_string()))
             .collect(),
         fi_provider: p.var("FI_PROVIDER").map(str::to_string),
-        hpc_transport: p.var("HPC_TRANSPORT").map(str::to_string),
+        hpc_transport: p.var(hpc_env::TRANSPORT).map(str::to_string),
     }
 }
 

@@ -157,7 +157,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
     /// `<target>/hpc-image-cache`); several workspaces can share one.
-    #[arg(long, env = "HPC_IMAGE_CACHE", value_name = "DIR")]
+    #[arg(long, env = hpc_env::IMAGE_CACHE, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
     /// docker-archive.

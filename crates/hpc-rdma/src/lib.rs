@@ -250,7 +250,7 @@ pub struct Options {
 impl Options {
     /// Reads `HPC_TRANSPORT` (and leaves the rest default).
     pub fn from_env() -> Result<Options> {
-        let backend = match std::env::var("HPC_TRANSPORT") {
+        let backend = match std::env::var(hpc_runtime::env::TRANSPORT) {
             Ok(s) => s.parse()?,
             Err(_) => Choice::Auto,
         };

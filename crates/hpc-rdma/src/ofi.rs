@@ -224,7 +224,7 @@ pub fn drives_a_fabric(provider: &str) -> bool {
 /// The provider asked for: `HPC_OFI_PROVIDER`, else `FI_PROVIDER` (libfabric's own
 /// filter), else none.
 pub fn provider_from(env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    ["HPC_OFI_PROVIDER", "FI_PROVIDER"]
+    [hpc_runtime::env::OFI_PROVIDER, "FI_PROVIDER"]
         .into_iter()
         .filter_map(env)
         .map(|v| v.trim().to_string())
@@ -420,14 +420,20 @@ mod tests {
             }
         };
         assert_eq!(
-            provider_from(env(&[("HPC_OFI_PROVIDER", "shm"), ("FI_PROVIDER", "tcp")])),
+            provider_from(env(&[
+                (hpc_runtime::env::OFI_PROVIDER, "shm"),
+                ("FI_PROVIDER", "tcp")
+            ])),
             Some("shm".into())
         );
         assert_eq!(
             provider_from(env(&[("FI_PROVIDER", "tcp")])),
             Some("tcp".into())
         );
-        assert_eq!(provider_from(env(&[("HPC_OFI_PROVIDER", " ")])), None);
+        assert_eq!(
+            provider_from(env(&[(hpc_runtime::env::OFI_PROVIDER, " ")])),
+            None
+        );
     }
 
     proptest! {

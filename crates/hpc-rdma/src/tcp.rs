@@ -111,7 +111,7 @@ fn local_ip(explicit: Option<IpAddr>) -> IpAddr {
     if let Some(ip) = explicit {
         return ip;
     }
-    if let Ok(Some(ip)) = std::env::var("HPC_TCP_ADDR").map(|s| s.parse().ok()) {
+    if let Ok(Some(ip)) = std::env::var(hpc_runtime::env::TCP_ADDR).map(|s| s.parse().ok()) {
         return ip;
     }
     if let Ok(r) = std::env::var(hpc_runtime::env::RENDEZVOUS) {

@@ -1,9 +1,13 @@
 //! # hpc-rs: the facade of the hpc-rs SDK
 //!
-//! Add this one crate and call [`init`]: it joins the job (however it was launched:
-//! `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and returns a [`Context`]
-//! with the world, the machine's topology, this rank's placement, and the environment
-//! it runs in.
+//! Add this one crate and call [`init`] first thing in `main`: it joins the job
+//! (however it was launched: `./app`, `hpc run -n N`, `mpirun`, `srun --mpi=pmix`) and
+//! returns a [`Context`] with the world, the machine's topology, this rank's placement
+//! (the process bound to it), and the environment it runs in. It also installs a log
+//! subscriber (`HPC_LOG`, default `warn`) unless the application has one, so that the
+//! SDK's warnings are seen, and serves as the collectives proxy when the `Proxy`
+//! engine started the program as one. [`Context::comm`] gives a communicator whose
+//! engine fits the placement.
 //!
 //! ```
 //! let ctx = hpc_rs::init()?;
@@ -12,7 +16,13 @@
 //! if let Some(p) = &ctx.placement {
 //!     println!("my cores: {:?}", p.compute_cores);
 //! }
-//! # Ok::<(), hpc_rs::Error>(())
+//! # #[cfg(feature = "collectives")]
+//! # {
+//! let comm = ctx.comm()?;
+//! let mut sum = [0u64];
+//! comm.allreduce(&[ctx.world.rank() as u64 + 1], &mut sum, hpc_rs::comm::ReduceOp::Sum)?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! ```toml
@@ -50,7 +60,7 @@
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
 //! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
 //! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
-//! | `collectives` | no | `collectives` (`hpc-collectives`): schedules, reduction kernels, simulator; `comm` (`hpc-comm`): communicators and their engines | nothing |
+//! | `collectives` | yes | [`collectives`] (`hpc-collectives`): schedules, reduction kernels, simulator; [`comm`] (`hpc-comm`): communicators and their engines, [`Context::comm`] | nothing |
 //! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
 //! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI-3.1 library with `mpicc` (Open MPI >= 4.0, MPICH >= 3.3), `libclang` |
 //!
@@ -86,6 +96,9 @@ pub struct Context {
     /// for the ranks of this node (see [`Options`]).
     #[cfg(feature = "topology")]
     pub placement: Option<hpc_topology::Placement>,
+    /// Whether [`init`] bound this process to [`Context::placement`]'s CPUs.
+    #[cfg(feature = "topology")]
+    pub bound: bool,
     /// The container runtime, devices, launcher and limits this rank sees.
     #[cfg(feature = "container")]
     pub environment: hpc_container::Environment,
@@ -97,21 +110,51 @@ pub struct Options {
     /// Compute threads per rank; default: `HPC_THREADS`, else the allowed cores
     /// divided among the ranks of this node.
     pub threads: Option<usize>,
-    /// Progress cores reserved per rank (for offloaded collectives).
+    /// Progress cores reserved per rank (for offloaded collectives: with one,
+    /// [`Context::comm`] gives a communicator whose progress thread runs there).
     pub progress: usize,
+    /// Whether to bind this process to its placement's CPUs; default: `HPC_BIND`
+    /// (`0` or `1`), else yes.
+    pub bind: Option<bool>,
+    /// Do not install a `tracing` subscriber. By default [`init`] installs one that
+    /// prints to standard error what `HPC_LOG` selects (default `warn`), unless the
+    /// application installed a global subscriber before.
+    pub no_subscriber: bool,
 }
 
 /// Joins the job and gathers the context, with default [`Options`]. Call once per
-/// process.
+/// process, first thing in `main`.
+///
+/// In order, it:
+/// 1. installs a `tracing` subscriber on standard error that honours `HPC_LOG`
+///    (`EnvFilter` syntax, default `warn`), unless the application installed a global
+///    one before (then it leaves that alone), so that the SDK's warnings reach the
+///    user; under `mpirun` and `srun` each line starts with the rank (`[3] `), as
+///    `hpc run` tags lines itself;
+/// 2. with feature `collectives`: serves as the node's collectives proxy and exits
+///    when this process was started to be one (the `Proxy` engine starts the
+///    application's own executable for that); it returns at once otherwise;
+/// 3. joins the job ([`World::init`]: `hpc run`, `mpirun`, `srun --mpi=pmix` or alone);
+/// 4. with feature `topology`: loads the topology, plans this rank's placement, warns
+///    when a launcher's binding cannot hold the threads asked for (`HPC_THREADS`), and
+///    binds the process to the placement's CPUs (`HPC_BIND=0` or [`Options::bind`]
+///    turns that off). Progress CPUs that a launcher reserved for a rank it bound
+///    (`hpc run --bind core --progress K`, `HPC_PROGRESS_CPUSET`) are left out of the
+///    compute cores and kept in the binding, for the progress thread.
 pub fn init() -> Result<Context, Error> {
     init_with(Options::default())
 }
 
 /// Like [`init`] with explicit options.
 pub fn init_with(options: Options) -> Result<Context, Error> {
+    if !options.no_subscriber {
+        install_subscriber();
+    }
+    #[cfg(feature = "collectives")]
+    serve_proxy()?;
     let world = World::init()?;
     #[cfg(feature = "topology")]
-    let (topology, placement) = plan(&world, &options);
+    let (topology, placement, bound) = plan(&world, &options);
     #[cfg(not(feature = "topology"))]
     let _ = options;
     Ok(Context {
@@ -122,6 +165,204 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
         topology,
         #[cfg(feature = "topology")]
         placement,
+        #[cfg(feature = "topology")]
+        bound,
+    })
+}
+
+/// The log filter `HPC_LOG` asks for, or `warn`, and what was wrong with it if it
+/// could not be read.
+fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+    use tracing_subscriber::EnvFilter;
+    match std::env::var(runtime::env::LOG) {
+        Err(_) => (EnvFilter::new("warn"), None),
+        Ok(v) => match EnvFilter::try_new(&v) {
+            Ok(f) => (f, None),
+            Err(e) => (
+                EnvFilter::new("warn"),
+                Some(format!(
+                    "{}={v:?} is not a log filter ({e}); using warn",
+                    runtime::env::LOG
+                )),
+            ),
+        },
+    }
+}
+
+/// Installs the global subscriber unless there is one already.
+fn install_subscriber() {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (filter, problem) = log_filter();
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let writer = RankTagged {
+        tag: rank_tag(&env).map(|r| format!("[{r}] ")),
+    };
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .try_init()
+        .is_ok();
+    if let Some(p) = problem {
+        if installed {
+            tracing::warn!("{p}");
+        }
+    }
+}
+
+/// The rank to put before each log line: an MPI launcher's rank in a job of several
+/// ranks (`mpirun` and `srun` do not tag lines as `hpc run` does), else none.
+fn rank_tag(env: &std::collections::HashMap<String, String>) -> Option<usize> {
+    let num = |k: &str| env.get(k).and_then(|v| v.trim().parse::<usize>().ok());
+    match runtime::env::detect(env) {
+        Ok(runtime::env::Detected::Mpi { size_hint, .. }) if size_hint != Some(1) => [
+            "OMPI_COMM_WORLD_RANK",
+            "PMIX_RANK",
+            "PMI_RANK",
+            "SLURM_PROCID",
+        ]
+        .into_iter()
+        .find_map(num),
+        _ => None,
+    }
+}
+
+/// Standard error, each log line preceded by the rank's tag (one write per line, as
+/// the formatter writes an event in one piece).
+struct RankTagged {
+    tag: Option<String>,
+}
+
+struct TaggedStderr<'a> {
+    tag: Option<&'a str>,
+}
+
+impl std::io::Write for TaggedStderr<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.tag {
+            None => std::io::stderr().write(buf),
+            Some(tag) => {
+                let mut line = Vec::with_capacity(tag.len() + buf.len());
+                line.extend_from_slice(tag.as_bytes());
+                line.extend_from_slice(buf);
+                std::io::stderr().lock().write_all(&line)?;
+                Ok(buf.len())
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RankTagged {
+    type Writer = TaggedStderr<'a>;
+    fn make_writer(&'a self) -> TaggedStderr<'a> {
+        TaggedStderr {
+            tag: self.tag.as_deref(),
+        }
+    }
+}
+
+/// Serves as the collectives proxy when this process was started to be one.
+#[cfg(feature = "collectives")]
+fn serve_proxy() -> Result<(), Error> {
+    #[cfg(feature = "topology")]
+    if std::env::var_os(runtime::env::COLL_PROXY_BOARD).is_some() {
+        // Started by a rank that init() bound to its own cores: the proxy serves every
+        // rank of the node and must not share that rank's cores only. The kernel keeps
+        // it within what the cgroup allows.
+        if let Ok(topo) = hpc_topology::Topology::this_machine() {
+            match hpc_topology::bind_current_process(&topo.pus) {
+                Ok(()) => {
+                    tracing::debug!(cpus = %topo.pus, "collectives proxy unbound from its rank's cores")
+                }
+                Err(e) => tracing::debug!(error = %e, "collectives proxy keeps its rank's binding"),
+            }
+        }
+    }
+    hpc_comm::proxy::serve_env()
+        .map(|_| ())
+        .map_err(|e| Error::Bootstrap(format!("serving as the collectives proxy: {e}")))
+}
+
+#[cfg(feature = "collectives")]
+impl Context {
+    /// A communicator of every rank (collective: every rank calls it) with the engine
+    /// that fits this rank's placement: see [`Context::comm_options`].
+    pub fn comm(&self) -> Result<hpc_comm::Comm, hpc_comm::Error> {
+        hpc_comm::Comm::with_options(&self.world, self.comm_options()?)
+    }
+
+    /// The settings [`Context::comm`] uses, to adjust before
+    /// [`Comm::with_options`](hpc_comm::Comm::with_options).
+    ///
+    /// The engine is `HPC_ENGINE` (`inline`, `thread`, `proxy`, `mpi`) if set;
+    /// otherwise, where this rank has a progress core (its placement's, from
+    /// [`Options::progress`], or `hpc run --progress`'s `HPC_PROGRESS_CPUSET`), the
+    /// `Proxy` engine when the job was started with `hpc run --proxy` on one node and
+    /// the `Thread` engine pinned to that core otherwise; without a progress core,
+    /// `Proxy` when `hpc run --proxy` asked for it and `Inline` (progress inside
+    /// `test`/`wait`) otherwise. The book's chapter "Choosing an engine" explains why.
+    pub fn comm_options(&self) -> Result<hpc_comm::CommOptions, hpc_comm::Error> {
+        let progress = self.progress_cpus();
+        let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
+        let one_node = self.world.node_count() == 1;
+        let engine = choose_engine(
+            std::env::var(runtime::env::ENGINE).ok().as_deref(),
+            progress.is_some(),
+            proxy_asked,
+            one_node,
+        )?;
+        let mut opts = hpc_comm::CommOptions::new(engine);
+        opts.progress_cpus = progress;
+        Ok(opts)
+    }
+
+    /// This rank's progress CPUs: its placement's progress cores, else the launcher's.
+    fn progress_cpus(&self) -> Option<hpc_topology::CpuSet> {
+        #[cfg(feature = "topology")]
+        if let Some(p) = &self.placement {
+            if !p.progress_cpuset.is_empty() {
+                return Some(p.progress_cpuset.clone());
+            }
+        }
+        std::env::var(runtime::env::PROGRESS_CPUSET)
+            .ok()
+            .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+            .filter(|c| !c.is_empty())
+    }
+}
+
+/// The engine of [`Context::comm`]: `HPC_ENGINE` if given, else from whether the rank
+/// has a progress core and whether `hpc run --proxy` asked for the proxy.
+#[cfg(feature = "collectives")]
+fn choose_engine(
+    asked: Option<&str>,
+    progress_core: bool,
+    proxy_asked: bool,
+    one_node: bool,
+) -> Result<hpc_comm::Engine, hpc_comm::Error> {
+    use hpc_comm::Engine;
+    if let Some(name) = asked.map(str::trim).filter(|s| !s.is_empty()) {
+        return name.to_ascii_lowercase().parse().map_err(|_| {
+            hpc_comm::Error::Unsupported(format!(
+                "{}={name:?} is not an engine of this build: inline, thread, proxy{}",
+                runtime::env::ENGINE,
+                if cfg!(feature = "mpi") {
+                    ", mpi"
+                } else {
+                    " (mpi needs the `mpi` feature)"
+                }
+            ))
+        });
+    }
+    Ok(match (progress_core, proxy_asked && one_node) {
+        (_, true) => Engine::Proxy,
+        (true, false) => Engine::Thread,
+        (false, false) => Engine::Inline,
     })
 }
 
@@ -158,13 +399,14 @@ fn plan(
 ) -> (
     Option<hpc_topology::Topology>,
     Option<hpc_topology::Placement>,
+    bool,
 ) {
     use hpc_topology::{plan_for_rank, Policy, ProgressScope, Topology};
     let topo = match Topology::this_machine() {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "cannot load the hardware topology; no placement");
-            return (None, None);
+            return (None, None, false);
         }
     };
     let (local_rank, local_size) = match placement_slot(world, &topo) {
@@ -176,28 +418,161 @@ fn plan(
     };
     let asked = options
         .threads
-        .or_else(|| std::env::var("HPC_THREADS").ok()?.parse().ok());
+        .or_else(|| std::env::var(hpc_runtime::env::THREADS).ok()?.parse().ok());
     if let Some(t) = asked.filter(|&t| t > 1) {
         // Launchers bind on their own (Open MPI: one core per rank under mpirun);
         // say so when that leaves the requested threads no room.
         let _ = hpc_topology::check_binding(&topo, t);
     }
-    let threads = asked
-        .unwrap_or_else(|| (topo.allowed_cores(&topo.allowed).count() / local_size.max(1)).max(1));
-    let placement = match plan_for_rank(
-        &topo,
-        local_rank,
-        local_size,
-        threads,
-        options.progress,
-        ProgressScope::PerRank,
-        Policy::Compact,
-    ) {
+    // A launcher that bound this rank on its own and reserved it progress CPUs
+    // (`hpc run --bind core --progress K`) leaves the compute threads the rest of the
+    // binding; the progress CPUs stay in the process's binding for the progress thread.
+    let launcher_progress = std::env::var(runtime::env::PROGRESS_CPUSET)
+        .ok()
+        .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+        .filter(|p| {
+            options.progress == 0
+                && local_size == 1
+                && !p.is_empty()
+                && !topo.allowed.difference(p).is_empty()
+        });
+    let compute_allowed = match &launcher_progress {
+        Some(p) => topo.allowed.difference(p),
+        None => topo.allowed.clone(),
+    };
+    let threads = asked.unwrap_or_else(|| {
+        (topo.allowed_cores(&compute_allowed).count() / local_size.max(1)).max(1)
+    });
+    let planned = match &launcher_progress {
+        None => plan_for_rank(
+            &topo,
+            local_rank,
+            local_size,
+            threads,
+            options.progress,
+            ProgressScope::PerRank,
+            Policy::Compact,
+        ),
+        Some(_) => {
+            let req = hpc_topology::PlacementRequest::new(1, threads)
+                .policy(Policy::Compact)
+                .allowed(compute_allowed.clone());
+            hpc_topology::plan(&topo, &req).map(|mut plan| plan.ranks.swap_remove(0))
+        }
+    };
+    let placement = match planned {
         Ok(p) => Some(p),
         Err(e) => {
             tracing::warn!(error = %e, "cannot plan this rank's placement");
             None
         }
     };
-    (Some(topo), placement)
+    let bind = options.bind.unwrap_or_else(|| {
+        std::env::var(runtime::env::BIND)
+            .map(|v| v.trim() != "0")
+            .unwrap_or(true)
+    });
+    let bound = match (&placement, bind) {
+        (Some(p), true) => match hpc_topology::bind_current_process(&match &launcher_progress {
+            Some(progress) => p.cpuset.union(progress),
+            None => p.cpuset.clone(),
+        }) {
+            Ok(()) => {
+                tracing::debug!(rank = world.rank(), cpus = %p.cpuset, "bound to the placement");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot bind this rank to its placement");
+                false
+            }
+        },
+        _ => false,
+    };
+    (Some(topo), placement, bound)
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::rank_tag;
+
+    fn env(vars: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn log_lines_carry_the_rank_under_mpi_launchers_only() {
+        let ompi = [("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_RANK", "3")];
+        assert_eq!(rank_tag(&env(&ompi)), Some(3));
+        let one = [("OMPI_COMM_WORLD_SIZE", "1"), ("OMPI_COMM_WORLD_RANK", "0")];
+        assert_eq!(rank_tag(&env(&one)), None);
+        let hydra = [("PMI_RANK", "1"), ("PMI_SIZE", "2")];
+        assert_eq!(rank_tag(&env(&hydra)), Some(1));
+        // hpc run tags the lines itself; a plain program has no rank to show.
+        use crate::runtime::env::{RANK, RENDEZVOUS, SECRET, SIZE};
+        let hpc = [
+            (RANK, "2"),
+            (SIZE, "4"),
+            (RENDEZVOUS, "127.0.0.1:1"),
+            (SECRET, "00ff"),
+        ];
+        assert_eq!(rank_tag(&env(&hpc)), None);
+        assert_eq!(rank_tag(&env(&[])), None);
+    }
+}
+
+#[cfg(all(test, feature = "collectives"))]
+mod tests {
+    use super::choose_engine;
+    use hpc_comm::Engine;
+
+    #[test]
+    fn the_engine_follows_the_placement() {
+        assert_eq!(
+            choose_engine(None, false, false, true).unwrap(),
+            Engine::Inline
+        );
+        assert_eq!(
+            choose_engine(None, true, false, true).unwrap(),
+            Engine::Thread
+        );
+        // `hpc run --proxy`: the proxy, on one node; it cannot span nodes.
+        assert_eq!(
+            choose_engine(None, true, true, true).unwrap(),
+            Engine::Proxy
+        );
+        assert_eq!(
+            choose_engine(None, false, true, true).unwrap(),
+            Engine::Proxy
+        );
+        assert_eq!(
+            choose_engine(None, true, true, false).unwrap(),
+            Engine::Thread
+        );
+        assert_eq!(
+            choose_engine(None, false, true, false).unwrap(),
+            Engine::Inline
+        );
+        // HPC_ENGINE overrides.
+        assert_eq!(
+            choose_engine(Some("inline"), true, true, true).unwrap(),
+            Engine::Inline
+        );
+        assert_eq!(
+            choose_engine(Some(" Thread "), false, false, true).unwrap(),
+            Engine::Thread
+        );
+        assert_eq!(
+            choose_engine(Some(""), true, false, true).unwrap(),
+            Engine::Thread
+        );
+        let e = choose_engine(Some("fast"), false, false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("HPC_ENGINE=\"fast\"") && e.contains("inline, thread, proxy"),
+            "{e}"
+        );
+    }
 }

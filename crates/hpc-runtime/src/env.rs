@@ -1,30 +1,12 @@
-//! Environment variables of the built-in launcher, and detection of who launched us.
+//! Environment variables (every `HPC_*` name of [`hpc_env`], re-exported), and
+//! detection of who launched us.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// Rank of this process (set by `hpc run`).
-pub const RANK: &str = "HPC_RANK";
-/// Number of ranks (set by `hpc run`).
-pub const SIZE: &str = "HPC_SIZE";
-/// `host:port` of the launcher's coordinator (set by `hpc run`).
-pub const RENDEZVOUS: &str = "HPC_RENDEZVOUS";
-/// Job secret, hex (set by `hpc run`); a connection without it is refused.
-pub const SECRET: &str = "HPC_JOB_SECRET";
-/// Job identifier (set by `hpc run`).
-pub const JOB_ID: &str = "HPC_JOB_ID";
-/// Overrides the node name of this rank (default: the host name). `hpc run --nodes`
-/// sets it to place ranks on emulated nodes.
-pub const NODE_NAME: &str = "HPC_NODE_NAME";
-/// Timeout of blocking runtime calls, in seconds (fractions allowed). Default 30.
-pub const TIMEOUT: &str = "HPC_TIMEOUT";
-/// Forces a bootstrap: `mpi`, `launcher` or `singleton`.
-pub const BOOTSTRAP: &str = "HPC_BOOTSTRAP";
-/// CPUs the launcher bound this rank to (a cpulist such as `0-3,8`), if it bound it.
-pub const CPUSET: &str = "HPC_CPUSET";
-/// The rank's progress CPUs (cpulist), set by `hpc run --progress K`; the
-/// `Thread` engine of hpc-collectives pins its progress thread there.
-pub const PROGRESS_CPUSET: &str = "HPC_PROGRESS_CPUSET";
+// Every `HPC_*` variable is defined once, in hpc-env (name, meaning, default); the
+// runtime's own ones are used from here as `env::RANK` etc.
+pub use hpc_env::*;
 
 /// Default timeout of blocking calls.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -295,7 +295,7 @@ impl Launcher {
             Launcher::OpenMpi
         } else if has("SLURM_STEP_ID") {
             Launcher::Slurm
-        } else if has("HPC_LOCAL_RANK") {
+        } else if has(hpc_env::LOCAL_RANK) {
             Launcher::Hpc
         } else if has("PMI_RANK") {
             Launcher::Hydra

@@ -161,13 +161,9 @@ fn params_of(args: &Args) -> Result<Params> {
 }
 
 fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
+    // hpc_rs::init_with (given these threads) already warned when a launcher's
+    // binding leaves them one core (mpirun).
     let threads = threads.max(1);
-    if threads > 1 {
-        if let Ok(topo) = hpc_topology::Topology::this_machine() {
-            // Warns when a launcher's binding leaves the threads one core (mpirun).
-            let _ = hpc_topology::check_binding(&topo, threads);
-        }
-    }
     if pin {
         // Ranks that a launcher bound each to their own cores plan inside them;
         // ranks that share the node's cores divide them.
@@ -226,7 +222,12 @@ fn run(args: Args) -> Result<()> {
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
-    let ctx = hpc_rs::init()?;
+    // Plans (and, unless --no-pin, binds) for this run's threads per rank.
+    let ctx = hpc_rs::init_with(hpc_rs::Options {
+        threads: Some(args.threads.max(1)),
+        bind: Some(!args.no_pin),
+        ..Default::default()
+    })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     // Refuse a network that cannot fit before allocating any of it.
@@ -545,8 +546,8 @@ fn main() {
     let (chrome, _guard) = match &args.trace {
         Some(path) => {
             // One file per rank when there are several.
-            let path = match std::env::var("HPC_RANK") {
-                Ok(r) if std::env::var("HPC_SIZE").is_ok_and(|s| s != "1") => {
+            let path = match std::env::var(hpc_runtime::env::RANK) {
+                Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
                     let mut p = path.as_os_str().to_owned();
                     p.push(format!(".rank{r}"));
                     PathBuf::from(p)

@@ -3,12 +3,15 @@
 //! ```text
 //! hpc run -n 4 -- hello
 //! ```
+//!
+//! No logging set-up, no engine, no proxy entry: `hpc_rs::init()` installs a log
+//! subscriber (`HPC_LOG`, default `warn`), serves as the collectives proxy when started
+//! as one, binds the rank to its placement, and `ctx.comm()` picks the engine that fits
+//! it (`HPC_ENGINE` overrides).
+
+use hpc_rs::comm::ReduceOp;
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("HPC_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
     let ctx = hpc_rs::init()?;
     let world = &ctx.world;
     println!(
@@ -22,32 +25,35 @@ fn main() -> anyhow::Result<()> {
     );
     if let Some(p) = &ctx.placement {
         println!(
-            "rank {}: cores {:?} (PUs {}), NUMA {:?}, environment: {}",
+            "rank {}: cores {:?} (PUs {}{}), NUMA {:?}, environment: {}",
             world.rank(),
             p.compute_cores,
             p.cpuset,
+            if ctx.bound { ", bound" } else { "" },
             p.numa,
             ctx.environment.runtime.kind.name()
         );
     }
-    // Allreduce (sum) of a per-rank value through the world's allgather.
-    let mine = (world.rank() as f64 + 1.0).powi(2);
-    let total: f64 = world
-        .allgather(&mine.to_le_bytes())?
-        .iter()
-        .map(|b| f64::from_le_bytes(b[..8].try_into().expect("8 bytes per rank")))
-        .sum();
+    // Allreduce (sum) of a per-rank value.
+    let comm = ctx.comm()?;
+    let mine = [(world.rank() as f64 + 1.0).powi(2)];
+    let mut total = [0.0f64];
+    comm.allreduce(&mine, &mut total, ReduceOp::Sum)?;
+    let total = total[0];
     let n = world.size() as f64;
     let expected = n * (n + 1.0) * (2.0 * n + 1.0) / 6.0;
     anyhow::ensure!(
         total == expected,
         "allreduce gave {total}, expected {expected}"
     );
-    world.barrier()?;
+    comm.barrier()?;
     if world.rank() == 0 {
         println!(
-            "allreduce: sum over ranks of (rank+1)^2 = {total} (expected {expected}) via {}",
-            world.bootstrap()
+            "allreduce: sum over ranks of (rank+1)^2 = {total} (expected {expected}) via {}, \
+             engine {} ({})",
+            world.bootstrap(),
+            comm.engine().name(),
+            comm.progress_note()
         );
     }
     Ok(())

@@ -57,7 +57,7 @@ pub fn key() -> String {
 
 /// The cache folder holding one subfolder per recipe key.
 pub fn cache_root() -> PathBuf {
-    if let Some(d) = std::env::var_os("HPC_APPTAINER_CACHE") {
+    if let Some(d) = std::env::var_os(hpc_env::APPTAINER_CACHE) {
         return PathBuf::from(d);
     }
     let base = std::env::var_os("XDG_CACHE_HOME")

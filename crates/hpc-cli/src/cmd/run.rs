@@ -360,8 +360,11 @@ fn run_job(
         let mut cmd = Command::new(program);
         cmd.args(&args.command[1..])
             .envs(coord.rank_env(rank))
-            .env("HPC_LOCAL_RANK", (rank - node_ranks[0]).to_string())
-            .env("HPC_LOCAL_SIZE", node_ranks.len().to_string())
+            .env(
+                hpc_runtime::env::LOCAL_RANK,
+                (rank - node_ranks[0]).to_string(),
+            )
+            .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
             .env(henv::JOB_ID, &job_id)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -377,7 +380,7 @@ fn run_job(
         }
         let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
         if args.bind != BindPolicy::None {
-            cmd.env("HPC_THREADS", args.threads.to_string());
+            cmd.env(hpc_runtime::env::THREADS, args.threads.to_string());
         }
         if !cpus.is_empty() {
             let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();

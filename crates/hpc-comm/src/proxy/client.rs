@@ -97,13 +97,13 @@ impl Client {
         own_copies: bool,
     ) -> Result<Client> {
         if me == 0 {
-            if std::env::var_os("HPC_COLL_PROXY_BOARD").is_some() {
+            if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some() {
                 // This process was started to be a proxy but went on as an application:
                 // starting a proxy of its own would recurse.
                 return Err(Error::Unsupported(
                     "this process was started as a collectives proxy but did not call \
-                     hpc_comm::proxy::serve_env(); call it first thing in main, \
-                     or run the job with `hpc run --proxy`"
+                     hpc_rs::init() or hpc_comm::proxy::serve_env(); call one \
+                     first thing in main, or run the job with `hpc run --proxy`"
                         .into(),
                 ));
             }
@@ -121,9 +121,12 @@ impl Client {
                     cmd.env_remove(&k);
                 }
             }
-            cmd.env("HPC_COLL_PROXY_BOARD", board.path())
-                .env("HPC_COLL_PROXY_SLOTS", (size + 1).to_string())
-                .env("HPC_COLL_PROXY_SPIN_US", spin.as_micros().to_string());
+            cmd.env(hpc_runtime::env::COLL_PROXY_BOARD, board.path())
+                .env(hpc_runtime::env::COLL_PROXY_SLOTS, (size + 1).to_string())
+                .env(
+                    hpc_runtime::env::COLL_PROXY_SPIN_US,
+                    spin.as_micros().to_string(),
+                );
             let mut child = cmd
                 .spawn()
                 .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
@@ -139,7 +142,8 @@ impl Client {
                     };
                     return Err(Error::Unsupported(format!(
                         "the proxy process {how}: call \
-                         hpc_comm::proxy::serve_env() first thing in main, run the \
+                         hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
+                         in main, run the \
                          job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
                          program that serves"
                     )));

@@ -132,14 +132,14 @@ use crate::error::{Error, Result};
 /// Serves as the proxy if `HPC_COLL_PROXY_BOARD` is set (then never returns
 /// normally: exits the process when done). Returns `Ok(false)` otherwise.
 pub fn serve_env() -> Result<bool> {
-    let Ok(path) = std::env::var("HPC_COLL_PROXY_BOARD") else {
+    let Ok(path) = std::env::var(hpc_runtime::env::COLL_PROXY_BOARD) else {
         return Ok(false);
     };
-    let slots: usize = std::env::var("HPC_COLL_PROXY_SLOTS")
+    let slots: usize = std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
-    let spin = std::env::var("HPC_COLL_PROXY_SPIN_US")
+    let spin = std::env::var(hpc_runtime::env::COLL_PROXY_SPIN_US)
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(Duration::ZERO, Duration::from_micros);

@@ -85,7 +85,7 @@ impl Code {
 
 /// The variable naming the program a communicator's first rank starts as the proxy
 /// (split at white space; `hpc run --proxy` sets it to `hpc proxy`).
-pub const PROXY_CMD: &str = "HPC_COLL_PROXY_CMD";
+pub const PROXY_CMD: &str = hpc_runtime::env::COLL_PROXY_CMD;
 
 /// What a rank posts: the collective (owned in the proxy, borrowed by the
 /// rank that encodes it), where its buffers are, and how to run it.
