@@ -74,6 +74,21 @@ fn main() {
         .with_ansi(stderr_in_colour())
         .try_init();
     let launcher = matches!(cli.command, Command::Run(_));
+    // A rank of `hpc selftest --collectives proxy` (or any hpc subcommand that makes a
+    // Proxy communicator) started without `hpc run --proxy` re-executes this program as
+    // its proxy: serve, as every application does through `hpc_rs::init()`.
+    // `hpc proxy` serves itself, once it has pinned itself.
+    if !matches!(cli.command, Command::Proxy(_))
+        && std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some()
+    {
+        if let Err(e) = hpc_comm::proxy::serve_env() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "hpc: error: serving as the collectives proxy: {e}"
+            );
+            std::process::exit(cmd::EXIT_ERROR);
+        }
+    }
     let result = match cli.command {
         Command::Run(a) => cmd::run::exec(a),
         Command::New(a) => cmd::new::exec(a),

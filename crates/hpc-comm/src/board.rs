@@ -38,6 +38,7 @@
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -127,10 +128,12 @@ fn bytes_for(size: usize) -> usize {
 impl Board {
     /// Creates and maps a new board file for `size` ranks.
     pub(crate) fn create(path: &Path, size: usize) -> io::Result<Board> {
+        // Only this user's processes map a board (0600): it holds the ranks' rings.
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)?;
         f.set_len(bytes_for(size) as u64)?;
         let b = Board::map(&f, path, size)?;
@@ -848,6 +851,17 @@ mod tests {
         }
         producer.join().unwrap();
         assert!(b.pop(0, 1).is_none());
+    }
+
+    #[test]
+    fn a_board_file_is_only_for_its_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("hpc-board-mode-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let _b = Board::create(&p, 2).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(mode, 0o600, "{mode:o}");
     }
 
     #[test]

@@ -445,17 +445,67 @@ fn node_leader(boot: &dyn Boot, r: usize) -> usize {
         .unwrap_or(r)
 }
 
+/// Board files are `/dev/shm/hpc-coll-<creator pid>-<n>-<random>`.
+const BOARD_PREFIX: &str = "hpc-coll-";
+
+/// Removes the board files in `/dev/shm` that process `pid` created and did not
+/// remove, and returns how many: a launcher calls it for each process it reaps, so
+/// that a rank killed while it set a communicator up (before the name could go)
+/// leaves nothing behind. Call it only for a process that has exited.
+pub fn remove_boards_of(pid: u32) -> usize {
+    let prefix = format!("{BOARD_PREFIX}{pid}-");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix)
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            tracing::debug!(path = %e.path().display(), pid, "removed a dead process's board");
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The name of a board file in `/dev/shm`, removed when dropped: the rank that
+/// created the file holds it until every process that opens the file by name has
+/// done so, and every error path of the set-up drops it, so that no set-up that
+/// fails leaves a board behind.
+struct BoardName(Option<PathBuf>);
+
+impl BoardName {
+    /// Removes the name now (the mappings stay).
+    fn unlink(&mut self) {
+        if let Some(p) = self.0.take() {
+            if let Err(e) = std::fs::remove_file(&p) {
+                tracing::debug!(path = %p.display(), error = %e, "removing a board file");
+            }
+        }
+    }
+}
+
+impl Drop for BoardName {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
 /// Creates the boards of a new communicator, one per node: the node's lowest
-/// rank creates it, the node's ranks map it and publish their pids, then that
-/// rank removes the file. Ranks on other nodes get pid 0 (never "dead").
-fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
+/// rank creates it (mode 0600), the node's ranks map it and publish their pids.
+/// Without a proxy the name is removed as soon as every rank mapped the board;
+/// with one, the returned [`BoardName`] keeps it until the proxy mapped it too.
+/// Ranks on other nodes get pid 0 (never "dead").
+fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>, BoardName)> {
     let (me, size) = (boot.rank(), boot.size());
     let leader = node_leader(boot, me);
     let mut path = Vec::new();
     let mut created = None;
+    let mut name = BoardName(None);
     if me == leader {
         let p = PathBuf::from(format!(
-            "/dev/shm/hpc-coll-{}-{}-{:x}",
+            "/dev/shm/{BOARD_PREFIX}{}-{}-{:x}",
             std::process::id(),
             BOARDS.fetch_add(1, Ordering::Relaxed),
             hpc_runtime::random_u64()
@@ -466,6 +516,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
             Ok(b) => {
                 path = p.to_string_lossy().into_owned().into_bytes();
                 created = Some(b);
+                name = BoardName(Some(p));
             }
             Err(e) => {
                 // Tell the others before failing so that nobody waits for us.
@@ -496,6 +547,11 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
     let mut mine = std::process::id().to_le_bytes().to_vec();
     mine.extend_from_slice(&(std::ptr::addr_of!(CMA_PROBE) as u64).to_le_bytes());
     let all = boot.allgather(&mine)?;
+    // Every rank of the node opened the file before it took part in that allgather:
+    // without a proxy to come, nobody needs the name any more.
+    if extra == 0 {
+        name.unlink();
+    }
     let word = |b: &[u8], at: usize| {
         b.get(at..at + 8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
@@ -543,7 +599,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>)> {
             return Err(cma_blocked(r, peer as usize, code));
         }
     }
-    Ok((Arc::new(board), pids))
+    Ok((Arc::new(board), pids, name))
 }
 
 /// A word whose address each rank publishes when it joins a communicator, for
@@ -691,7 +747,7 @@ impl Comm {
             None => None,
         };
         let extra = usize::from(opts.engine == Engine::Proxy);
-        let (board, pids) = make_board(boot, extra)?;
+        let (board, pids, mut board_name) = make_board(boot, extra)?;
         let stage_max = opts.stage_max.unwrap_or(DEFAULT_STAGE_MAX);
         let host = |core: Core, spin: Duration, agent: bool, flush: Option<Arc<proxy::Client>>| {
             Arc::new(Host::new(
@@ -770,11 +826,10 @@ impl Comm {
                 (Box::new(driver), "progress inside test/wait".to_string())
             }
         };
-        // Everyone mapped the board: its name can go.
+        // Everyone, the proxy included, mapped the board: its name can go (on an
+        // error above, dropping `board_name` removed it).
         boot.allgather(&[])?;
-        if me == node_leader(boot, me) {
-            let _ = std::fs::remove_file(board.path());
-        }
+        board_name.unlink();
         let note = if spans {
             format!(
                 "{note}; other nodes over {}",
@@ -1181,4 +1236,52 @@ collectives! {
     fn iscatter / scatter <S: Buf, R: BufMut>(send: &'a S, recv: &'a mut R, root: usize) => |c| (
         Collective::Scatter { root, count: recv.elems()?.len(), dtype: S::Elem::DTYPE },
         bytes(send.elems()?), bytes_mut(recv.elems_mut()?));
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_boards_of_removes_that_process_s_boards_only() {
+        // Pids that no process has (above the kernel's pid_max).
+        let (dead, other) = (429_496_729u32, 4_294_967_293u32);
+        let mine = [
+            format!("/dev/shm/{BOARD_PREFIX}{dead}-0-1"),
+            format!("/dev/shm/{BOARD_PREFIX}{dead}-3-ff"),
+        ];
+        // A pid whose digits start the same, and an unrelated file.
+        let keep = [
+            format!("/dev/shm/{BOARD_PREFIX}{dead}4-0-1"),
+            format!("/dev/shm/{BOARD_PREFIX}{other}-0-1"),
+        ];
+        for f in mine.iter().chain(&keep) {
+            std::fs::write(f, b"x").unwrap();
+        }
+        assert_eq!(remove_boards_of(dead), 2);
+        for f in &mine {
+            assert!(!std::path::Path::new(f).exists(), "{f}");
+        }
+        for f in &keep {
+            assert!(std::path::Path::new(f).exists(), "{f}");
+            std::fs::remove_file(f).unwrap();
+        }
+        assert_eq!(remove_boards_of(dead), 0);
+    }
+
+    #[test]
+    fn a_board_name_is_removed_when_dropped_or_unlinked() {
+        let p = std::env::temp_dir().join(format!("hpc-board-name-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        drop(BoardName(Some(p.clone())));
+        assert!(!p.exists());
+        std::fs::write(&p, b"x").unwrap();
+        let mut n = BoardName(Some(p.clone()));
+        n.unlink();
+        assert!(!p.exists());
+        std::fs::write(&p, b"y").unwrap();
+        drop(n); // already unlinked: a file of the same name made later stays
+        assert!(p.exists());
+        std::fs::remove_file(&p).unwrap();
+    }
 }

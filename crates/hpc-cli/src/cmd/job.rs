@@ -177,11 +177,17 @@ pub fn front_gone(front: Option<libc::pid_t>) -> bool {
     FRONT_GONE.load(Ordering::SeqCst) || front.is_some_and(|f| unsafe { libc::getppid() } != f)
 }
 
-/// A child that exited: `(pid, raw wait status)`, or `None` when none has.
+/// A child that exited: `(pid, raw wait status)`, or `None` when none has. The
+/// supervisor reaps every process of the job (it is their subreaper), so this is
+/// also where what a killed process left in `/dev/shm` is removed: the collectives
+/// board of a rank killed while it set a communicator up.
 pub fn reap_one() -> Option<(libc::pid_t, i32)> {
     let mut status = 0;
     // SAFETY: WNOHANG wait for any child; `status` is a valid out pointer.
     let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    if pid > 0 {
+        hpc_comm::remove_boards_of(pid as u32);
+    }
     (pid > 0).then_some((pid, status))
 }
 
