@@ -8,8 +8,8 @@
 //! the population's ids (`N` into `Binomial(N, left/n)` and the rest, recursively),
 //! each split from a stream keyed by (projection, node): a shard evaluates only the
 //! nodes that cover its own targets. Each target then draws its sources (uniform
-//! in the source population) and delays from the stream keyed by (projection,
-//! target), and its weights from another; weights and delays are normal,
+//! in the source population), delays and weights from three streams keyed by
+//! (projection, target); weights and delays are normal,
 //! redrawn outside `[0, inf)` (`(-inf, 0]` for inhibitory sources) and
 //! `[dt/2, inf)` as NEST's `nest.math.redraw`, delays rounded to steps.
 //!
@@ -29,7 +29,7 @@
 
 use rand_distr::{Binomial, Distribution};
 
-use crate::params::{Model, NPOP};
+use crate::params::{Model, Projection, NPOP};
 use crate::rng::{below, key, normal_redraw, Purpose, Stream};
 
 /// The synapses onto one target population's neurons in a shard.
@@ -97,65 +97,96 @@ pub fn proj_key(target: usize, source: usize) -> u64 {
     (target * 16 + source) as u64
 }
 
-/// Calls `f(source gid, delay steps, weight quanta)` for every synapse onto global
-/// target `t` from projection `q` (with its in-degree `k`), in a fixed order.
-/// Without `weights` the weight stream is not drawn and `f` gets 0.
-#[inline]
-fn synapses_of(
-    model: &Model,
-    q: &crate::params::Projection,
-    t: u32,
-    k: u32,
-    weights: bool,
-    mut f: impl FnMut(u32, u32, u32),
-) {
-    let p = &model.params;
-    let pk = proj_key(q.target, q.source);
-    let mut wiring = Stream::new(key(p.seed, Purpose::Wiring, pk, t as u64));
-    let mut wst = Stream::new(key(p.seed, Purpose::Weight, pk, t as u64));
-    let (src0, nsrc) = if q.source == NPOP {
-        (model.n, model.n_th)
-    } else {
-        (model.first[q.source], model.sizes[q.source])
-    };
-    let (wlo, whi, quantum) = if q.w_mean >= 0.0 {
-        (0.0, f64::INFINITY, model.q_exc)
-    } else {
-        (f64::NEG_INFINITY, 0.0, model.q_inh)
-    };
-    let steps_per_ms = 1.0 / p.dt;
-    let dmax = model.max_delay;
-    for _ in 0..k {
-        let s = src0 + below(wiring.next_u64_(), nsrc);
-        let d = normal_redraw(&mut wiring, q.d_mean, q.d_std, 0.5 * p.dt, f64::INFINITY);
-        let d = ((d * steps_per_ms + 0.5).floor() as u32).clamp(1, dmax);
-        let w = if weights {
-            let w = normal_redraw(&mut wst, q.w_mean, q.w_std, wlo, whi);
-            ((w.abs() / quantum + 0.5).floor()).min(65535.0) as u32
-        } else {
-            0
-        };
-        f(s, d, w);
-    }
+/// The draws of one target's synapses from one projection.
+struct Draws<'m> {
+    model: &'m Model,
+    sources: Stream,
+    delays: Stream,
+    weights: Stream,
+    src0: u32,
+    nsrc: u32,
+    q: &'m Projection,
+    wlo: f64,
+    whi: f64,
+    quantum: f64,
 }
 
-trait Next {
-    fn next_u64_(&mut self) -> u64;
-}
-impl Next for Stream {
+impl<'m> Draws<'m> {
+    fn new(model: &'m Model, q: &'m Projection, t: u32) -> Draws<'m> {
+        let seed = model.params.seed;
+        let pk = proj_key(q.target, q.source);
+        let (src0, nsrc) = if q.source == NPOP {
+            (model.n, model.n_th)
+        } else {
+            (model.first[q.source], model.sizes[q.source])
+        };
+        let (wlo, whi, quantum) = if q.w_mean >= 0.0 {
+            (0.0, f64::INFINITY, model.q_exc)
+        } else {
+            (f64::NEG_INFINITY, 0.0, model.q_inh)
+        };
+        Draws {
+            model,
+            sources: Stream::new(key(seed, Purpose::Wiring, pk, t as u64)),
+            delays: Stream::new(key(seed, Purpose::Delay, pk, t as u64)),
+            weights: Stream::new(key(seed, Purpose::Weight, pk, t as u64)),
+            src0,
+            nsrc,
+            q,
+            wlo,
+            whi,
+            quantum,
+        }
+    }
+
+    /// The next synapse's source (global id).
     #[inline]
-    fn next_u64_(&mut self) -> u64 {
-        rand::RngCore::next_u64(self)
+    fn source(&mut self) -> u32 {
+        self.src0 + below(rand::RngCore::next_u64(&mut self.sources), self.nsrc)
+    }
+
+    /// The next synapse's delay in steps: redrawn below dt/2, rounded as NEST
+    /// rounds a delay to steps, cut at [`Model::max_delay`].
+    #[inline]
+    fn delay(&mut self) -> u32 {
+        let dt = self.model.params.dt;
+        let d = normal_redraw(
+            &mut self.delays,
+            self.q.d_mean,
+            self.q.d_std,
+            0.5 * dt,
+            f64::INFINITY,
+        );
+        // d / dt + 0.5 > 0: truncation is the floor.
+        ((d / dt + 0.5) as u32).clamp(1, self.model.max_delay)
+    }
+
+    /// The next synapse's weight in quanta.
+    #[inline]
+    fn weight(&mut self) -> u32 {
+        let w = normal_redraw(
+            &mut self.weights,
+            self.q.w_mean,
+            self.q.w_std,
+            self.wlo,
+            self.whi,
+        );
+        ((w.abs() / self.quantum + 0.5) as u32).min(65535)
     }
 }
 
 /// Builds the segment of population `pop`'s targets `first..first + len` (global
 /// ids), whose first target is the shard's `local0`-th neuron.
+///
+/// Three passes keep every random access in a small table: count the synapses of
+/// each source (sources only), scatter each synapse to its source's row in target
+/// order with its delay beside it, then sort each row by delay (stably, so targets
+/// stay ascending within a delay) and cut it into delay groups.
 pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u32) -> Segment {
     let nsrc = (model.n + model.n_th) as usize;
     let nd = model.max_delay as usize + 1;
     let a = first - model.first[pop];
-    let projs: Vec<&crate::params::Projection> = model
+    let projs: Vec<&Projection> = model
         .projections
         .iter()
         .filter(|q| q.target == pop)
@@ -173,46 +204,74 @@ pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u3
             )
         })
         .collect();
-    // Pass 1: synapses per (source, delay).
-    let mut count = vec![0u32; nsrc * nd];
+    // Pass 1: synapses per source.
+    let mut row = vec![0u32; nsrc + 1];
     for (q, deg) in projs.iter().zip(&indeg) {
         for (i, &k) in deg.iter().enumerate() {
-            synapses_of(model, q, first + i as u32, k, false, |s, d, _| {
-                count[s as usize * nd + d as usize] += 1;
-            });
-        }
-    }
-    let mut row = Vec::with_capacity(nsrc + 1);
-    let mut grp = Vec::with_capacity(nsrc + 1);
-    let mut groups = Vec::new();
-    let mut total = 0u32;
-    for s in 0..nsrc {
-        row.push(total);
-        grp.push(groups.len() as u32);
-        for d in 0..nd {
-            let c = &mut count[s * nd + d];
-            if *c > 0 {
-                groups.push((d as u32) << 24 | *c);
-                let start = total;
-                total += *c;
-                *c = start;
+            let mut dr = Draws::new(model, q, first + i as u32);
+            for _ in 0..k {
+                row[dr.source() as usize + 1] += 1;
             }
         }
     }
-    row.push(total);
-    grp.push(groups.len() as u32);
-    groups.shrink_to_fit();
-    // Pass 2: the same draws, with weights, into place.
-    let mut syn = vec![0u32; total as usize];
+    for s in 0..nsrc {
+        row[s + 1] += row[s];
+    }
+    let total = row[nsrc] as usize;
+    // Pass 2: every synapse into its row, targets ascending, delays beside.
+    let mut cursor: Vec<u32> = row[..nsrc].to_vec();
+    let mut syn = vec![0u32; total];
+    let mut delay = vec![0u8; total];
     for (q, deg) in projs.iter().zip(&indeg) {
         for (i, &k) in deg.iter().enumerate() {
-            synapses_of(model, q, first + i as u32, k, true, |s, d, w| {
-                let c = &mut count[s as usize * nd + d as usize];
-                syn[*c as usize] = w << 16 | i as u32;
-                *c += 1;
-            });
+            let mut dr = Draws::new(model, q, first + i as u32);
+            for _ in 0..k {
+                let s = dr.source() as usize;
+                let d = dr.delay();
+                let w = dr.weight();
+                let c = cursor[s] as usize;
+                cursor[s] += 1;
+                syn[c] = w << 16 | i as u32;
+                delay[c] = d as u8;
+            }
         }
     }
+    drop(cursor);
+    // Pass 3: each row sorted by delay (counting sort) and cut into groups.
+    let mut grp = Vec::with_capacity(nsrc + 1);
+    let mut groups = Vec::new();
+    let mut hist = vec![0u32; nd];
+    let mut scratch: Vec<u32> = Vec::new();
+    for s in 0..nsrc {
+        grp.push(groups.len() as u32);
+        let (r0, r1) = (row[s] as usize, row[s + 1] as usize);
+        if r0 == r1 {
+            continue;
+        }
+        hist.iter_mut().for_each(|h| *h = 0);
+        for &d in &delay[r0..r1] {
+            hist[d as usize] += 1;
+        }
+        let mut pos = 0u32;
+        for (d, h) in hist.iter_mut().enumerate() {
+            if *h > 0 {
+                groups.push((d as u32) << 24 | *h);
+                let start = pos;
+                pos += *h;
+                *h = start;
+            }
+        }
+        scratch.clear();
+        scratch.resize(r1 - r0, 0);
+        for (x, &d) in syn[r0..r1].iter().zip(&delay[r0..r1]) {
+            let h = &mut hist[d as usize];
+            scratch[*h as usize] = *x;
+            *h += 1;
+        }
+        syn[r0..r1].copy_from_slice(&scratch);
+    }
+    grp.push(groups.len() as u32);
+    groups.shrink_to_fit();
     Segment {
         pop,
         first,

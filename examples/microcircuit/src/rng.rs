@@ -18,8 +18,10 @@ pub use brunel::rng::{below, draw, PoissonTable};
 pub enum Purpose {
     /// The split of a projection's synapses over its targets (key: projection, tree node).
     Indegree = 11,
-    /// Sources and delays of a target's synapses (key: projection, target).
+    /// Sources of a target's synapses (key: projection, target).
     Wiring = 12,
+    /// Delays of a target's synapses (key: projection, target).
+    Delay = 17,
     /// Weights of a target's synapses (key: projection, target).
     Weight = 13,
     /// Initial membrane potential (key: neuron).
