@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! <dir>/step-0000005000/
-//!   rank-000000.ckpt  payload: "MCCKPT01", first id u32, count u32, slots R u32,
-//!   ...                 step u64, then V, I_ex, I_in (f64 x count each),
-//!                       refractory counters (u32 x count), excitatory and
-//!                       inhibitory ring buffers (u32 x R x count each, offset-major:
-//!                       input arriving at step + k for k in 0..R)
+//!   rank-000000.ckpt  payload: "MCCKPT02", first id u32, count u32, spikes in
+//!   ...                 flight k u32, step u64, then V and I_syn (f64 x count
+//!                       each), refractory counters (u32 x count), and the spikes
+//!                       of the last max_delay steps the rank received (k x
+//!                       (step u64, neuron id u32)): their synapses due from this
+//!                       step on are delivered again after a restart
 //!   spikes.ckpt       the spike file up to this step (rank 0)
 //!   manifest.json     step, ranks, every file's size and CRC-32C, the parameters
 //! ```
@@ -28,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::output::decode_spikes;
 use crate::params::{Model, Params};
 
-const MAGIC: &[u8; 8] = b"MCCKPT01";
+const MAGIC: &[u8; 8] = b"MCCKPT02";
 const HEAD: usize = 28;
 /// Name of the spike file inside a checkpoint.
 pub const SPIKES: &str = "spikes";
@@ -47,31 +48,31 @@ pub struct Meta {
 pub struct State {
     /// Membrane potentials relative to `E_L`.
     pub v: Vec<f64>,
-    /// Excitatory synaptic currents.
-    pub iex: Vec<f64>,
-    /// Inhibitory synaptic currents.
-    pub iin: Vec<f64>,
+    /// Synaptic currents.
+    pub isyn: Vec<f64>,
     /// Refractory steps left.
     pub refr: Vec<u32>,
-    /// Excitatory input in quanta, `ring_e[k * len + i]` arriving at `step + k`.
-    pub ring_e: Vec<u32>,
-    /// Inhibitory input in quanta, as `ring_e`.
-    pub ring_i: Vec<u32>,
+    /// Spikes `(step, neuron)` whose synapses may still be due.
+    pub recent: Vec<(u64, u32)>,
 }
 
-fn encode(step: u64, block: Block, slots: usize, st: &State) -> Vec<u8> {
+fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
     let n = st.v.len();
-    let mut b = Vec::with_capacity(HEAD + n * 28 + st.ring_e.len() * 8);
+    let mut b = Vec::with_capacity(HEAD + n * 20 + st.recent.len() * 12);
     b.extend_from_slice(MAGIC);
     b.extend_from_slice(&block.first.to_le_bytes());
     b.extend_from_slice(&block.len.to_le_bytes());
-    b.extend_from_slice(&(slots as u32).to_le_bytes());
+    b.extend_from_slice(&(st.recent.len() as u32).to_le_bytes());
     b.extend_from_slice(&step.to_le_bytes());
-    for x in st.v.iter().chain(&st.iex).chain(&st.iin) {
+    for x in st.v.iter().chain(&st.isyn) {
         b.extend_from_slice(&x.to_le_bytes());
     }
-    for x in st.refr.iter().chain(&st.ring_e).chain(&st.ring_i) {
+    for x in &st.refr {
         b.extend_from_slice(&x.to_le_bytes());
+    }
+    for (t, g) in &st.recent {
+        b.extend_from_slice(&t.to_le_bytes());
+        b.extend_from_slice(&g.to_le_bytes());
     }
     b
 }
@@ -79,20 +80,13 @@ fn encode(step: u64, block: Block, slots: usize, st: &State) -> Vec<u8> {
 /// Writes this rank's file of the checkpoint at `step`.
 pub fn write_rank(
     set: &Checkpoints,
-    _model: &Model,
     step: u64,
     rank: usize,
     size: usize,
     block: Block,
     state: &State,
 ) -> Result<FileEntry> {
-    let slots = state.ring_e.len() / state.v.len().max(1);
-    Ok(set.write_rank(
-        step,
-        rank as u32,
-        size as u32,
-        &encode(step, block, slots, state),
-    )?)
+    Ok(set.write_rank(step, rank as u32, size as u32, &encode(step, block, state))?)
 }
 
 /// Completes the checkpoint at `step` (rank 0, once every rank's file is written).
@@ -183,16 +177,15 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     Ok(())
 }
 
-/// Reads the state of the neurons of `block` from the rank files that hold them.
-pub fn read(r: &Restart, model: &Model, block: Block, slots: usize) -> Result<State> {
+/// Reads the state of the neurons of `block` from the rank files that hold them,
+/// and the spikes in flight of every rank file.
+pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     let n = block.len as usize;
     let mut st = State {
         v: vec![0.0; n],
-        iex: vec![0.0; n],
-        iin: vec![0.0; n],
+        isyn: vec![0.0; n],
         refr: vec![0; n],
-        ring_e: vec![0; slots * n],
-        ring_i: vec![0; slots * n],
+        recent: Vec::new(),
     };
     let ranks = r.checkpoint.ranks();
     if ranks == 0 || ranks > model.n {
@@ -202,14 +195,10 @@ pub fn read(r: &Restart, model: &Model, block: Block, slots: usize) -> Result<St
             model.n
         );
     }
+    let total = model.n + model.n_th;
     let mut covered = 0usize;
     for rank in 0..ranks {
         let theirs = Block::part(model.n, ranks, rank);
-        let lo = theirs.first.max(block.first);
-        let hi = theirs.end().min(block.end());
-        if lo >= hi {
-            continue;
-        }
         let path = r.dir().join(rank_file_name(rank));
         let b = r.checkpoint.read_rank(rank)?;
         let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
@@ -217,12 +206,9 @@ pub fn read(r: &Restart, model: &Model, block: Block, slots: usize) -> Result<St
             return Err(bad("not a microcircuit rank state (wrong magic)".into()));
         }
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let f64_at = |o: usize| f64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
-        let (first, len, rs) = (u32_at(8), u32_at(12), u32_at(16) as usize);
-        let step = u64::from_le_bytes(b[20..28].try_into()?);
-        if rs != slots {
-            return Err(bad(format!("{rs} ring slots, the model has {slots}")));
-        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let (first, len, k) = (u32_at(8), u32_at(12), u32_at(16) as usize);
+        let step = u64_at(20);
         if (first, len) != (theirs.first, theirs.len) {
             return Err(bad(format!(
                 "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
@@ -238,25 +224,30 @@ pub fn read(r: &Restart, model: &Model, block: Block, slots: usize) -> Result<St
             )));
         }
         let len = len as usize;
-        let want = HEAD + len * 28 + 8 * slots * len;
+        let want = HEAD + len * 20 + k * 12;
         if b.len() != want {
             return Err(bad(format!(
-                "{} bytes for {len} neurons, expected {want}",
+                "{} bytes for {len} neurons and {k} spikes, expected {want}",
                 b.len()
             )));
         }
-        let (v0, e0, i0, r0) = (HEAD, HEAD + 8 * len, HEAD + 16 * len, HEAD + 24 * len);
-        let (ge, gi) = (HEAD + 28 * len, HEAD + 28 * len + 4 * slots * len);
+        let (v0, i0, r0, s0) = (HEAD, HEAD + 8 * len, HEAD + 16 * len, HEAD + 20 * len);
+        for j in 0..k {
+            let (t, g) = (u64_at(s0 + 12 * j), u32_at(s0 + 12 * j + 8));
+            if g >= total || t >= step {
+                return Err(bad(format!(
+                    "spike in flight of neuron {g} at step {t}: not a neuron of the model or not before the checkpoint"
+                )));
+            }
+            st.recent.push((t, g));
+        }
+        let lo = theirs.first.max(block.first);
+        let hi = theirs.end().min(block.end());
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            st.v[j] = f64_at(v0 + 8 * i);
-            st.iex[j] = f64_at(e0 + 8 * i);
-            st.iin[j] = f64_at(i0 + 8 * i);
+            st.v[j] = f64::from_bits(u64_at(v0 + 8 * i));
+            st.isyn[j] = f64::from_bits(u64_at(i0 + 8 * i));
             st.refr[j] = u32_at(r0 + 4 * i);
-            for k in 0..slots {
-                st.ring_e[k * n + j] = u32_at(ge + 4 * (k * len + i));
-                st.ring_i[k * n + j] = u32_at(gi + 4 * (k * len + i));
-            }
             covered += 1;
         }
     }
@@ -268,6 +259,10 @@ pub fn read(r: &Restart, model: &Model, block: Block, slots: usize) -> Result<St
             block.end()
         );
     }
+    // Every rank remembered the spikes it received: their union is every spike
+    // still in flight, whatever the decomposition that wrote them.
+    st.recent.sort_unstable();
+    st.recent.dedup();
     Ok(st)
 }
 

@@ -408,8 +408,8 @@ fn summary(
         stats.populations.iter().map(|q| q.spikes).sum::<u64>()
     );
     say!(
-        "  wall time         build {:.3} s | simulate {:.3} s ({:.3} s after the warm-up; update {:.3} s, communicate {:.3} s, output {:.3} s)",
-        max(|r| r.build_s), sim_s, rec_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
+        "  wall time         build {:.3} s ({:.1} CPU-s) | simulate {:.3} s ({:.3} s after the warm-up; update {:.3} s, communicate {:.3} s, output {:.3} s)",
+        max(|r| r.build_s), reports.iter().map(|r| r.build_cpu_s).sum::<f64>(), sim_s, rec_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
     );
     let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
     say!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
@@ -438,7 +438,7 @@ fn summary(
     let summary = serde_json::json!({
         "params": p, "neurons": model.n, "synapses": synapses, "ranks": me.size,
         "threads": pool.current_num_threads(), "stats": stats,
-        "build_s": max(|r| r.build_s), "simulate_s": sim_s, "simulate_recorded_s": rec_s,
+        "build_s": max(|r| r.build_s), "build_cpu_s": reports.iter().map(|r| r.build_cpu_s).sum::<f64>(), "simulate_s": sim_s, "simulate_recorded_s": rec_s,
         "simulate_cpu_s": cpu_s, "real_time_factor": rtf, "events": events,
         "exchange": format!("{:?}", args.exchange).to_lowercase(),
         "bytes_received_per_rank": recv,

@@ -15,49 +15,75 @@
 //!
 //! # Storage (about 4.3 bytes per synapse at full scale)
 //!
-//! For every target population in the shard (a *segment*) and every source
-//! neuron, a row of synapses grouped by delay:
+//! One table per shard, by source neuron:
 //!
-//! * `row[s]..row[s+1]`: the row's synapses in `syn`, one `u32` each: target index
-//!   in the segment (16 bits) and weight in quanta of [`Model::q_exc`] or
-//!   [`Model::q_inh`] (16 bits);
-//! * `grp[s]..grp[s+1]`: the row's delay groups in `groups`, one `u32` each:
-//!   delay in steps (8 bits) and the number of synapses (24 bits) that follow in
-//!   the row with that delay, in increasing delay, targets ascending within a group.
 //!
-//! Delivering a spike touches one ring-buffer slot per delay group.
+//! * `row[s]..row[s+1]`: the source's synapses in `syn`, one `u32` each: target
+//!   index from its population's first neuron in the shard (16 bits) and weight in
+//!   quanta of [`Model::q_syn`] (16 bits, the sign is the source's);
+//! * `grp[s]..grp[s+1]`: the row's groups in `groups`, one `u32` each: delay in
+//!   steps (8 bits), target population (3 bits) and the number of synapses (21
+//!   bits) that follow in the row, by increasing delay, targets ascending within a
+//!   group.
+//!
+//! A spike's groups are delivered one delay at a time, each in the step it
+//! arrives ([`crate::sim`]), so every write goes to the one input buffer of the
+//! current step.
 
 use rand_distr::{Binomial, Distribution};
 
 use crate::params::{Model, Projection, NPOP};
 use crate::rng::{below, key, normal_redraw, Purpose, Stream};
 
-/// The synapses onto one target population's neurons in a shard.
+/// Bits of a delay group's count.
+pub const COUNT_BITS: u32 = 21;
+/// Largest count of one delay group (longer runs take several groups).
+pub const COUNT_MAX: u32 = (1 << COUNT_BITS) - 1;
+
+/// The synapses onto a shard's neurons, by source.
 #[derive(Clone, Debug, Default)]
-pub struct Segment {
-    /// Target population.
-    pub pop: usize,
-    /// Global id of the first target.
-    pub first: u32,
-    /// Number of targets.
-    pub len: u32,
-    /// Index of the first target in the shard.
-    pub local0: u32,
+pub struct Conn {
+    /// Index in the shard of the first neuron of each population (the shard's
+    /// first neuron for populations that start before it).
+    pub pop_base: [u32; NPOP],
     /// Per source: offsets into `syn` (`n + n_th + 1` entries).
     pub row: Vec<u32>,
     /// Per source: offsets into `groups`.
     pub grp: Vec<u32>,
-    /// Delay groups: `delay << 24 | count`.
+    /// Delay groups: `delay << 24 | population << 21 | count`, by increasing
+    /// delay, then population.
     pub groups: Vec<u32>,
-    /// Synapses: `weight_quanta << 16 | target`.
+    /// Synapses: `weight_quanta << 16 | target index from the group's population base`.
     pub syn: Vec<u32>,
 }
 
-impl Segment {
-    /// Bytes of memory the segment takes.
+impl Conn {
+    /// Bytes of memory the connectivity takes.
     pub fn bytes(&self) -> u64 {
         ((self.row.capacity() + self.grp.capacity() + self.groups.capacity() + self.syn.capacity())
             * 4) as u64
+    }
+
+    /// Synapses stored.
+    pub fn synapses(&self) -> u64 {
+        self.syn.len() as u64
+    }
+}
+
+/// Asks the kernel to back `v`'s memory with transparent huge pages (where the
+/// kernel offers them on request; a no-op elsewhere and for small vectors).
+pub fn huge_pages<T>(v: &[T]) {
+    const HUGE: usize = 2 << 20;
+    let start = v.as_ptr() as usize;
+    let end = start + std::mem::size_of_val(v);
+    let a = start.next_multiple_of(HUGE);
+    let b = end / HUGE * HUGE;
+    if b > a {
+        // SAFETY: [a, b) lies inside `v`'s allocation, which stays mapped while the
+        // borrow lasts; MADV_HUGEPAGE is advice that changes no contents.
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
+        }
     }
 }
 
@@ -121,9 +147,9 @@ impl<'m> Draws<'m> {
             (model.first[q.source], model.sizes[q.source])
         };
         let (wlo, whi, quantum) = if q.w_mean >= 0.0 {
-            (0.0, f64::INFINITY, model.q_exc)
+            (0.0, f64::INFINITY, model.q_syn)
         } else {
-            (f64::NEG_INFINITY, 0.0, model.q_inh)
+            (f64::NEG_INFINITY, 0.0, model.q_syn)
         };
         Draws {
             model,
@@ -175,42 +201,55 @@ impl<'m> Draws<'m> {
     }
 }
 
-/// Builds the segment of population `pop`'s targets `first..first + len` (global
-/// ids), whose first target is the shard's `local0`-th neuron.
+/// Builds the synapses onto the neurons `first..first + len` (global ids).
 ///
 /// Three passes keep every random access in a small table: count the synapses of
 /// each source (sources only), scatter each synapse to its source's row in target
-/// order with its delay beside it, then sort each row by delay (stably, so targets
-/// stay ascending within a delay) and cut it into delay groups.
-pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u32) -> Segment {
+/// order with its delay and population beside it, then sort each row by (delay,
+/// population) in cache, stably so that targets stay ascending within a group,
+/// and cut it into groups.
+pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
     let nsrc = (model.n + model.n_th) as usize;
     let nd = model.max_delay as usize + 1;
-    let a = first - model.first[pop];
-    let projs: Vec<&Projection> = model
-        .projections
-        .iter()
-        .filter(|q| q.target == pop)
-        .collect();
-    let indeg: Vec<Vec<u32>> = projs
-        .iter()
-        .map(|q| {
-            indegrees(
-                model.params.seed,
-                proj_key(q.target, q.source),
-                model.sizes[pop],
-                q.synapses,
-                a,
-                a + len,
-            )
-        })
-        .collect();
+    let end = first + len;
+    let mut pop_base = [0u32; NPOP];
+    // (population, its first target, its targets in the shard, in-degrees per projection).
+    let mut parts = Vec::new();
+    for pop in 0..NPOP {
+        let lo = first.max(model.first[pop]);
+        let hi = end.min(model.first[pop + 1]);
+        pop_base[pop] = lo.min(end).saturating_sub(first);
+        if lo >= hi {
+            continue;
+        }
+        let a = lo - model.first[pop];
+        let projs: Vec<(&Projection, Vec<u32>)> = model
+            .projections
+            .iter()
+            .filter(|q| q.target == pop)
+            .map(|q| {
+                let deg = indegrees(
+                    model.params.seed,
+                    proj_key(q.target, q.source),
+                    model.sizes[pop],
+                    q.synapses,
+                    a,
+                    a + (hi - lo),
+                );
+                (q, deg)
+            })
+            .collect();
+        parts.push((pop, lo, projs));
+    }
     // Pass 1: synapses per source.
     let mut row = vec![0u32; nsrc + 1];
-    for (q, deg) in projs.iter().zip(&indeg) {
-        for (i, &k) in deg.iter().enumerate() {
-            let mut dr = Draws::new(model, q, first + i as u32);
-            for _ in 0..k {
-                row[dr.source() as usize + 1] += 1;
+    for (_, lo, projs) in &parts {
+        for (q, deg) in projs {
+            for (i, &k) in deg.iter().enumerate() {
+                let mut dr = Draws::new(model, q, lo + i as u32);
+                for _ in 0..k {
+                    row[dr.source() as usize + 1] += 1;
+                }
             }
         }
     }
@@ -218,29 +257,36 @@ pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u3
         row[s + 1] += row[s];
     }
     let total = row[nsrc] as usize;
-    // Pass 2: every synapse into its row, targets ascending, delays beside.
+    // Pass 2: every synapse into its row, targets ascending, (delay, population) beside.
     let mut cursor: Vec<u32> = row[..nsrc].to_vec();
     let mut syn = vec![0u32; total];
-    let mut delay = vec![0u8; total];
-    for (q, deg) in projs.iter().zip(&indeg) {
-        for (i, &k) in deg.iter().enumerate() {
-            let mut dr = Draws::new(model, q, first + i as u32);
-            for _ in 0..k {
-                let s = dr.source() as usize;
-                let d = dr.delay();
-                let w = dr.weight();
-                let c = cursor[s] as usize;
-                cursor[s] += 1;
-                syn[c] = w << 16 | i as u32;
-                delay[c] = d as u8;
+    let mut tag = vec![0u16; total];
+    // Scattered writes over gigabytes: huge pages spare most TLB misses (and the
+    // delivery's reads of `syn` later).
+    huge_pages(&syn);
+    huge_pages(&tag);
+    for (pop, lo, projs) in &parts {
+        for (q, deg) in projs {
+            for (i, &k) in deg.iter().enumerate() {
+                let t = lo + i as u32 - model.first[*pop].max(first);
+                let mut dr = Draws::new(model, q, lo + i as u32);
+                for _ in 0..k {
+                    let s = dr.source() as usize;
+                    let d = dr.delay();
+                    let w = dr.weight();
+                    let c = cursor[s] as usize;
+                    cursor[s] += 1;
+                    syn[c] = w << 16 | t;
+                    tag[c] = (d * NPOP as u32 + *pop as u32) as u16;
+                }
             }
         }
     }
     drop(cursor);
-    // Pass 3: each row sorted by delay (counting sort) and cut into groups.
+    // Pass 3: each row sorted by (delay, population) and cut into groups.
     let mut grp = Vec::with_capacity(nsrc + 1);
     let mut groups = Vec::new();
-    let mut hist = vec![0u32; nd];
+    let mut hist = vec![0u32; nd * NPOP];
     let mut scratch: Vec<u32> = Vec::new();
     for s in 0..nsrc {
         grp.push(groups.len() as u32);
@@ -249,13 +295,19 @@ pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u3
             continue;
         }
         hist.iter_mut().for_each(|h| *h = 0);
-        for &d in &delay[r0..r1] {
-            hist[d as usize] += 1;
+        for &k in &tag[r0..r1] {
+            hist[k as usize] += 1;
         }
         let mut pos = 0u32;
-        for (d, h) in hist.iter_mut().enumerate() {
+        for (k, h) in hist.iter_mut().enumerate() {
             if *h > 0 {
-                groups.push((d as u32) << 24 | *h);
+                let (d, pop) = ((k / NPOP) as u32, (k % NPOP) as u32);
+                let mut left = *h;
+                while left > 0 {
+                    let c = left.min(COUNT_MAX);
+                    groups.push(d << 24 | pop << COUNT_BITS | c);
+                    left -= c;
+                }
                 let start = pos;
                 pos += *h;
                 *h = start;
@@ -263,8 +315,8 @@ pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u3
         }
         scratch.clear();
         scratch.resize(r1 - r0, 0);
-        for (x, &d) in syn[r0..r1].iter().zip(&delay[r0..r1]) {
-            let h = &mut hist[d as usize];
+        for (x, &k) in syn[r0..r1].iter().zip(&tag[r0..r1]) {
+            let h = &mut hist[k as usize];
             scratch[*h as usize] = *x;
             *h += 1;
         }
@@ -272,29 +324,13 @@ pub fn build_segment(model: &Model, pop: usize, first: u32, len: u32, local0: u3
     }
     grp.push(groups.len() as u32);
     groups.shrink_to_fit();
-    Segment {
-        pop,
-        first,
-        len,
-        local0,
+    Conn {
+        pop_base,
         row,
         grp,
         groups,
         syn,
     }
-}
-
-/// The segments of the neurons `first..first + len` (global ids): one per
-/// population they cover.
-pub fn build_shard(model: &Model, first: u32, len: u32) -> Vec<Segment> {
-    let end = first + len;
-    (0..NPOP)
-        .filter_map(|pop| {
-            let lo = first.max(model.first[pop]);
-            let hi = end.min(model.first[pop + 1]);
-            (lo < hi).then(|| build_segment(model, pop, lo, hi - lo, lo - first))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -331,41 +367,47 @@ mod tests {
         })
         .unwrap();
         let whole = build_shard(&m, 0, m.n);
-        let n: u64 = whole.iter().map(|s| s.syn.len() as u64).sum();
-        assert_eq!(n, m.synapses());
-        // Split in two at an arbitrary id: the same synapses, rows by source.
+        assert_eq!(whole.synapses(), m.synapses());
+        // Split in two at an arbitrary id: the same synapses.
         let cut = m.n / 3 + 5;
-        let parts = [build_shard(&m, 0, cut), build_shard(&m, cut, m.n - cut)];
-        let mut a: Vec<(u32, u32, u32, u32)> = Vec::new();
-        let collect = |segs: &[Segment], out: &mut Vec<(u32, u32, u32, u32)>| {
-            for sg in segs {
-                for s in 0..(m.n as usize) {
-                    let mut pos = sg.row[s] as usize;
-                    for &g in &sg.groups[sg.grp[s] as usize..sg.grp[s + 1] as usize] {
-                        let (d, c) = (g >> 24, g & 0xFF_FFFF);
-                        for &x in &sg.syn[pos..pos + c as usize] {
-                            out.push((s as u32, sg.first + (x & 0xFFFF), d, x >> 16));
-                        }
-                        pos += c as usize;
+        let parts = [
+            (0, build_shard(&m, 0, cut)),
+            (cut, build_shard(&m, cut, m.n - cut)),
+        ];
+        let collect = |first: u32, c: &Conn, out: &mut Vec<(u32, u32, u32, u32)>| {
+            for s in 0..(m.n as usize) {
+                let mut pos = c.row[s] as usize;
+                let mut last = (0, 0);
+                for &g in &c.groups[c.grp[s] as usize..c.grp[s + 1] as usize] {
+                    let (d, pop, n) = (g >> 24, (g >> COUNT_BITS) & 7, g & COUNT_MAX);
+                    assert!((d, pop) > last, "groups out of order");
+                    last = (d, pop);
+                    let base = first + c.pop_base[pop as usize];
+                    for &x in &c.syn[pos..pos + n as usize] {
+                        let t = base + (x & 0xFFFF);
+                        assert_eq!(m.pop_of(t), pop as usize);
+                        out.push((s as u32, t, d, x >> 16));
                     }
-                    assert_eq!(pos, sg.row[s + 1] as usize);
+                    pos += n as usize;
                 }
+                assert_eq!(pos, c.row[s + 1] as usize);
             }
         };
-        collect(&whole, &mut a);
+        let mut a = Vec::new();
+        collect(0, &whole, &mut a);
         let mut b = Vec::new();
-        for p in &parts {
-            collect(p, &mut b);
+        for (f, p) in &parts {
+            collect(*f, p, &mut b);
         }
         a.sort_unstable();
         b.sort_unstable();
         assert!(a == b);
-        // Delays at least one step, weights near their means.
         assert!(a.iter().all(|x| x.2 >= 1 && x.2 <= m.max_delay));
+        // Excitatory weights onto L2/3I from L2/3E: mean near the external weight.
         let exc: Vec<f64> = a
             .iter()
             .filter(|x| x.0 < m.first[1] && x.1 >= m.first[1] && x.1 < m.first[2])
-            .map(|x| x.3 as f64 * m.q_exc)
+            .map(|x| x.3 as f64 * m.q_syn)
             .collect();
         let mean = exc.iter().sum::<f64>() / exc.len() as f64;
         assert!(

@@ -396,8 +396,12 @@ impl Params {
             );
         }
         finite("neuron.t_ref", n.t_ref)?;
-        if n.t_ref < 0.0 {
-            bail!("neuron.t_ref must be >= 0 ms");
+        if n.t_ref < self.dt {
+            bail!(
+                "neuron.t_ref is {} ms, below the time step dt = {} ms: the refractory period must last at least one step",
+                n.t_ref,
+                self.dt
+            );
         }
         for name in POPULATIONS {
             let p = self
@@ -503,11 +507,10 @@ pub struct Model {
     /// DC current per population (pA): the compensation of downscaled in-degrees,
     /// and the background itself with `input = "dc"`.
     pub dc: [f64; NPOP],
-    /// Weight quantum of excitatory synapses (pA): weights are stored as integer
-    /// multiples of it (16 bits).
-    pub q_exc: f64,
-    /// Weight quantum of inhibitory synapses (pA, magnitude).
-    pub q_inh: f64,
+    /// Weight quantum (pA): weight magnitudes are stored as 16-bit multiples of
+    /// it (the largest mean weight plus 8 standard deviations is 65535 quanta),
+    /// and synaptic input is summed in integer quanta.
+    pub q_syn: f64,
     /// Longest delay (steps): delays are drawn from the clipped normal and cut
     /// at 8 standard deviations above the mean.
     pub max_delay: u32,
@@ -704,16 +707,12 @@ impl Model {
                 }
             }
         }
-        // Weight quanta: the largest mean of each sign plus 8 deviations in 16 bits.
-        let span = |sign: f64| {
-            projections
-                .iter()
-                .filter(|q| q.w_mean * sign > 0.0)
-                .map(|q| q.w_mean.abs() + 8.0 * q.w_std)
-                .fold(0.0f64, f64::max)
-        };
-        let q_exc = (span(1.0) / 65535.0).max(f64::MIN_POSITIVE);
-        let q_inh = (span(-1.0) / 65535.0).max(f64::MIN_POSITIVE);
+        // The weight quantum: the largest mean plus 8 deviations in 16 bits.
+        let span = projections
+            .iter()
+            .map(|q| q.w_mean.abs() + 8.0 * q.w_std)
+            .fold(0.0f64, f64::max);
+        let q_syn = (span / 65535.0).max(f64::MIN_POSITIVE);
         let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
         let max_delay = projections
             .iter()
@@ -755,8 +754,7 @@ impl Model {
             lambda_ext,
             w_ext,
             dc,
-            q_exc,
-            q_inh,
+            q_syn,
             max_delay,
             min_delay,
             presim_steps,

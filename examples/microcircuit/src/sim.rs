@@ -12,18 +12,25 @@
 //! of mean `bg_rate K_ext dt` per neuron and step, drawn from the neuron's stream
 //! with the step as counter, times the external weight.
 //!
-//! # Inputs in integers
+//! # Inputs in integers, delivered when they arrive
 //!
-//! Synaptic weights are stored as 16-bit multiples of a quantum (about 0.02 pA at
-//! full scale, 2e-4 of the mean weight) and summed in `u32` ring buffers, one
-//! excitatory and one inhibitory per neuron and slot. Integer sums do not depend on
-//! the order of delivery, so the spikes are bit-identical for any number of ranks
-//! and threads without sorting anything.
+//! Both synaptic currents have the same time constant, so one current `I_syn`
+//! carries them. Weights are stored as 16-bit multiples of a quantum (about
+//! 0.01 pA at full scale, 1e-4 of the mean weight) and summed in an `i32` input
+//! buffer per neuron, so the sum does not depend on the order of delivery and the
+//! spikes are bit-identical for any number of ranks and threads.
+//!
+//! A spike is not written into a ring buffer of future inputs at once (gigabytes
+//! of random writes at full scale). It waits in a calendar of steps (one slot per
+//! step, as many slots as the longest delay): in each step the spikes of the
+//! current slot deliver their synapses of the delay that has come due (one group
+//! of their row, [`crate::network`]) into the one input buffer of that step, which
+//! stays in cache, and move to the slot of their next delay.
 //!
 //! # Shards and exchange
 //!
 //! A rank's neurons are split into one shard per thread, each with its own
-//! connectivity ([`crate::network`]), state and ring buffers. Spikes are exchanged
+//! connectivity ([`crate::network`]), state and calendar. Spikes are exchanged
 //! every `M` steps: `M` is the shortest delay (one step with NEST's redrawn normal
 //! delays) and each exchange completes before the next update; when the shortest
 //! delay is `D >= 2` steps, `M = D/2` and the exchange of interval `k` overlaps the
@@ -39,7 +46,7 @@ use brunel::network::Block;
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart, State};
-use crate::network::{build_shard, Segment};
+use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, PoissonTable, Purpose, Stream};
@@ -93,7 +100,7 @@ pub struct RankReport {
     pub synapses: u64,
     /// Bytes of this rank's connectivity.
     pub connectivity_bytes: u64,
-    /// Bytes of neuron state and ring buffers.
+    /// Bytes of neuron state and spikes in flight.
     pub state_bytes: u64,
     /// Steps per exchange interval.
     pub interval_steps: u32,
@@ -105,6 +112,8 @@ pub struct RankReport {
     pub completed: bool,
     /// Seconds building (or restoring) the network.
     pub build_s: f64,
+    /// CPU seconds of the process while building.
+    pub build_cpu_s: f64,
     /// Seconds in the loop.
     pub simulate_s: f64,
     /// Seconds in the loop after the warm-up.
@@ -139,113 +148,214 @@ struct Dyn {
     theta: f64,
     v_reset: f64,
     ref_steps: u32,
-    q_exc: f64,
-    q_inh: f64,
+    q_syn: f64,
     w_ext: f64,
     dc: [f64; NPOP],
-    ring_mask: u64,
-    gid_bits: u32,
-    gid_mask: u32,
     /// Whether each population has a Poisson background.
     bg: [bool; NPOP],
+    /// Key of the background streams (one per step, counter = neuron).
+    bg_key: u64,
+    gid_bits: u32,
+    gid_mask: u32,
+}
+
+/// A spike whose synapses onto the shard are not all delivered yet, waiting in
+/// the calendar slot of the step its next group is due.
+#[derive(Clone, Copy, Debug)]
+struct Active {
+    /// Next group of its row.
+    g: u32,
+    /// End of its row's groups.
+    gend: u32,
+    /// Position in `syn` of the next group's synapses.
+    pos: u32,
+    /// Inhibitory source.
+    neg: bool,
+    /// Step it was emitted in.
+    t0: u64,
 }
 
 struct Shard {
     first: u32,
     len: u32,
-    segs: Vec<Segment>,
+    conn: Conn,
     v: Vec<f64>,
-    iex: Vec<f64>,
-    iin: Vec<f64>,
+    isyn: Vec<f64>,
     refr: Vec<u32>,
-    keys: Vec<u64>,
-    ring_e: Vec<u32>,
-    ring_i: Vec<u32>,
+    /// Input arriving in the current step, in weight quanta.
+    input: Vec<i32>,
+    /// Background counts of the current step (scratch).
+    ext: Vec<f64>,
+    /// Calendar of spikes in flight: slot `u & mask` holds those with a group due
+    /// in step `u` (every delay is below the number of slots).
+    calendar: Vec<Vec<Active>>,
+    /// A spare slot, swapped with the one being delivered.
+    spare: Vec<Active>,
     spikes: Vec<u32>,
     events: u64,
 }
 
 impl Shard {
-    fn deliver(&mut self, codes: &[u32], base: u64, d: &Dyn, inh: &[bool]) {
-        let len = self.len as usize;
+    /// Starts delivering the spike of `gid` emitted in step `t0`; groups due
+    /// before step `now` (delivered before a checkpoint) are skipped.
+    #[inline]
+    fn activate(&mut self, gid: u32, t0: u64, now: u64, neg: bool) {
+        let c = &self.conn;
+        let s = gid as usize;
+        let (mut g, gend) = (c.grp[s], c.grp[s + 1]);
+        let mut pos = c.row[s];
+        while g < gend && t0 + (c.groups[g as usize] >> 24) as u64 <= now.saturating_sub(1) {
+            pos += c.groups[g as usize] & COUNT_MAX;
+            g += 1;
+        }
+        if g < gend {
+            let due = t0 + (c.groups[g as usize] >> 24) as u64;
+            let mask = self.calendar.len() - 1;
+            self.calendar[due as usize & mask].push(Active {
+                g,
+                gend,
+                pos,
+                neg,
+                t0,
+            });
+        }
+    }
+
+    /// Adds the input of every group due in step `u` to `input`, and files each
+    /// spike under the step of its next group.
+    fn deliver(&mut self, u: u64) {
+        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.pop_base);
+        let input = &mut self.input[..];
+        let mask = self.calendar.len() - 1;
+        // The next step's spikes: fetch their groups and first synapses into cache
+        // while this step delivers and updates.
+        for a in &self.calendar[(u + 1) as usize & mask] {
+            prefetch(&groups[a.g as usize]);
+            prefetch(&syn[a.pos as usize]);
+        }
+        let mut due = std::mem::take(&mut self.spare);
+        std::mem::swap(&mut due, &mut self.calendar[u as usize & mask]);
         let mut events = 0u64;
-        for &code in codes {
-            let gid = code & d.gid_mask;
-            let s = (code >> d.gid_bits) as u64;
-            let src = gid as usize;
-            let ring = if inh[src] {
-                &mut self.ring_i
-            } else {
-                &mut self.ring_e
-            };
-            for seg in &self.segs {
-                let (r0, r1) = (seg.row[src] as usize, seg.row[src + 1] as usize);
-                if r0 == r1 {
-                    continue;
+        for mut a in due.drain(..) {
+            let age = (u - a.t0) as u32;
+            while a.g < a.gend {
+                let gr = groups[a.g as usize];
+                let d = gr >> 24;
+                if d > age {
+                    break;
                 }
-                events += (r1 - r0) as u64;
-                let (g0, g1) = (seg.grp[src] as usize, seg.grp[src + 1] as usize);
-                let mut pos = r0;
-                for &g in &seg.groups[g0..g1] {
-                    let delay = (g >> 24) as u64;
-                    let cnt = (g & 0xFF_FFFF) as usize;
-                    let slot =
-                        ((base + s + delay) & d.ring_mask) as usize * len + seg.local0 as usize;
-                    let row = &mut ring[slot..slot + seg.len as usize];
-                    for &w in &seg.syn[pos..pos + cnt] {
-                        row[(w & 0xFFFF) as usize] += w >> 16;
+                debug_assert_eq!(d, age, "a group was not delivered in its step");
+                let cnt = gr & COUNT_MAX;
+                let b = base[((gr >> COUNT_BITS) & 7) as usize] as usize;
+                let tg = &mut input[b..];
+                let ws = &syn[a.pos as usize..(a.pos + cnt) as usize];
+                if a.neg {
+                    for &w in ws {
+                        tg[(w & 0xFFFF) as usize] -= (w >> 16) as i32;
                     }
-                    pos += cnt;
+                } else {
+                    for &w in ws {
+                        tg[(w & 0xFFFF) as usize] += (w >> 16) as i32;
+                    }
                 }
+                events += cnt as u64;
+                a.pos += cnt;
+                a.g += 1;
+            }
+            if a.g < a.gend {
+                let next = a.t0 + (groups[a.g as usize] >> 24) as u64;
+                self.calendar[next as usize & mask].push(a);
             }
         }
+        self.spare = due;
         self.events += events;
     }
 
-    fn update(&mut self, step0: u64, m: u32, d: &Dyn, pois: &[PoissonTable; NPOP]) {
-        let len = self.len as usize;
-        for s in 0..m {
-            let step = step0 + s as u64;
-            let slot = (step & d.ring_mask) as usize * len;
-            let code0 = s << d.gid_bits;
-            for seg in &self.segs {
-                let (a, b) = (seg.local0 as usize, (seg.local0 + seg.len) as usize);
-                let table = &pois[seg.pop];
-                let poisson = d.bg[seg.pop];
-                let dc = d.dc[seg.pop] * d.p20;
-                let v = &mut self.v[a..b];
-                let iex = &mut self.iex[a..b];
-                let iin = &mut self.iin[a..b];
-                let refr = &mut self.refr[a..b];
-                let keys = &self.keys[a..b];
-                let re = &mut self.ring_e[slot + a..slot + b];
-                let ri = &mut self.ring_i[slot + a..slot + b];
-                for i in 0..b - a {
-                    let ex = std::mem::take(&mut re[i]) as f64 * d.q_exc;
-                    let inh = std::mem::take(&mut ri[i]) as f64 * d.q_inh;
-                    let ext = if poisson {
-                        table.sample(draw(keys[i], step)) as f64 * d.w_ext
-                    } else {
-                        0.0
-                    };
-                    let mut x = v[i];
-                    if refr[i] == 0 {
-                        x = x * d.p22 + (iex[i] + iin[i]) * d.p21 + dc;
-                    } else {
-                        refr[i] -= 1;
-                    }
-                    iex[i] = iex[i] * d.p11 + ex + ext;
-                    iin[i] = iin[i] * d.p11 - inh;
-                    if x >= d.theta {
-                        x = d.v_reset;
-                        refr[i] = d.ref_steps;
-                        self.spikes.push(code0 | (self.first + (a + i) as u32));
-                    }
-                    v[i] = x;
+    /// Updates step `u` (`s`-th of its interval), appending spike codes to `spikes`.
+    ///
+    /// Two loops per population: the background counts (a hash and a table
+    /// lookup per neuron, independent iterations), then the neurons' exact update
+    /// without branches, which the compiler turns into vector instructions; the
+    /// spikes are collected from the refractory counters that were just set.
+    fn update(&mut self, u: u64, s: u32, d: &Dyn, pois: &[PoissonTable; NPOP]) {
+        let code0 = s << d.gid_bits;
+        let bg_key = key(d.bg_key, Purpose::Background, u, 0);
+        for pop in 0..NPOP {
+            let a = self.conn.pop_base[pop] as usize;
+            let b = if pop + 1 < NPOP {
+                self.conn.pop_base[pop + 1] as usize
+            } else {
+                self.len as usize
+            };
+            if a >= b {
+                continue;
+            }
+            let gid0 = (self.first as usize + a) as u64;
+            let ext = &mut self.ext[..b - a];
+            if d.bg[pop] {
+                let table = &pois[pop];
+                for (i, e) in ext.iter_mut().enumerate() {
+                    *e = table.sample(draw(bg_key, gid0 + i as u64)) as f64;
+                }
+            } else {
+                ext.iter_mut().for_each(|e| *e = 0.0);
+            }
+            let dc = d.dc[pop] * d.p20;
+            let (p22, p21, p11, q, w_ext) = (d.p22, d.p21, d.p11, d.q_syn, d.w_ext);
+            let (theta, v_reset, ref_steps) = (d.theta, d.v_reset, d.ref_steps);
+            let v = &mut self.v[a..b];
+            let isyn = &mut self.isyn[a..b];
+            let refr = &mut self.refr[a..b];
+            let input = &mut self.input[a..b];
+            let n = b - a;
+            let (v, isyn, refr, input, ext) = (
+                &mut v[..n],
+                &mut isyn[..n],
+                &mut refr[..n],
+                &mut input[..n],
+                &ext[..n],
+            );
+            for i in 0..n {
+                let inp = input[i] as f64 * q + ext[i] * w_ext;
+                input[i] = 0;
+                let r = refr[i];
+                let x = if r == 0 {
+                    v[i] * p22 + isyn[i] * p21 + dc
+                } else {
+                    v[i]
+                };
+                isyn[i] = isyn[i] * p11 + inp;
+                let spike = x >= theta;
+                v[i] = if spike { v_reset } else { x };
+                refr[i] = if spike {
+                    ref_steps
+                } else {
+                    r.saturating_sub(1)
+                };
+            }
+            // A counter at its full value was set in this step (t_ref is at least
+            // one step, so a counter set before has counted down): a spike.
+            for (i, &r) in refr.iter().enumerate() {
+                if r == ref_steps {
+                    self.spikes.push(code0 | (gid0 as u32 + i as u32));
                 }
             }
         }
     }
+}
+
+/// Hints the processor to bring `x`'s cache line into L2.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing architecturally and cannot
+    // fault, and `x` is a valid reference besides.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(x as *const T as *const i8, std::arch::x86_64::_MM_HINT_T1);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }
 
 /// One rank of the simulation.
@@ -258,9 +368,12 @@ pub struct Simulation<'a> {
     dynp: Dyn,
     inh: Vec<bool>,
     pois: [PoissonTable; NPOP],
-    slots: usize,
+    /// Spikes `(step, gid)` whose synapses may still be pending (the last
+    /// `max_delay` steps), for checkpoints.
+    recent: Vec<(u64, u32)>,
     step: u64,
     build_s: f64,
+    build_cpu_s: f64,
     restored: Option<Restart>,
 }
 
@@ -275,12 +388,12 @@ impl<'a> Simulation<'a> {
         restart: Option<&std::path::Path>,
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
+        let cpu0 = brunel::cpu_seconds();
         let _span = tracing::info_span!("build").entered();
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = pool
             .current_num_threads()
             .clamp(1, block.len.max(1) as usize) as u32;
-        let slots = (model.max_delay as usize + 1).next_power_of_two();
         let p = &model.params;
         let shards: Vec<Shard> = pool.install(|| {
             (0..threads)
@@ -289,7 +402,7 @@ impl<'a> Simulation<'a> {
                     let b = Block::part(block.len, threads, t);
                     let first = block.first + b.first;
                     let len = b.len as usize;
-                    let segs = build_shard(model, first, b.len);
+                    let conn = build_shard(model, first, b.len);
                     let v = (0..b.len)
                         .map(|i| {
                             let gid = first + i;
@@ -309,16 +422,17 @@ impl<'a> Simulation<'a> {
                     Shard {
                         first,
                         len: b.len,
-                        segs,
+                        conn,
                         v,
-                        iex: vec![0.0; len],
-                        iin: vec![0.0; len],
+                        isyn: vec![0.0; len],
                         refr: vec![0; len],
-                        keys: (0..b.len)
-                            .map(|i| key(p.seed, Purpose::Background, (first + i) as u64, 0))
-                            .collect(),
-                        ring_e: vec![0; slots * len],
-                        ring_i: vec![0; slots * len],
+                        input: vec![0; len],
+                        ext: vec![0.0; len],
+                        calendar: vec![
+                            Vec::new();
+                            (model.max_delay as usize + 1).next_power_of_two()
+                        ],
+                        spare: Vec::new(),
                         spikes: Vec::with_capacity(len.min(1 << 14)),
                         events: 0,
                     }
@@ -338,14 +452,13 @@ impl<'a> Simulation<'a> {
             theta: nu.v_th - nu.e_l,
             v_reset: nu.v_reset - nu.e_l,
             ref_steps: model.ref_steps,
-            q_exc: model.q_exc,
-            q_inh: model.q_inh,
+            q_syn: model.q_syn,
             w_ext: model.w_ext,
             dc: model.dc,
-            ring_mask: slots as u64 - 1,
+            bg: std::array::from_fn(|i| model.lambda_ext[i] > 0.0),
+            bg_key: p.seed,
             gid_bits: model.gid_bits,
             gid_mask: ((1u64 << model.gid_bits) - 1) as u32,
-            bg: std::array::from_fn(|i| model.lambda_ext[i] > 0.0),
         };
         let inh = (0..model.n + model.n_th)
             .map(|g| {
@@ -362,20 +475,22 @@ impl<'a> Simulation<'a> {
             dynp,
             inh,
             pois: std::array::from_fn(|i| PoissonTable::new(model.lambda_ext[i])),
-            slots,
+            recent: Vec::new(),
             step: 0,
             build_s: 0.0,
+            build_cpu_s: 0.0,
             restored: None,
         };
         if let Some(dir) = restart {
             let r = checkpoint::open(dir)?;
             checkpoint::check_model(&r, model)?;
-            let st = checkpoint::read(&r, model, block, slots)?;
-            sim.set_state(r.step(), &st);
+            let st = checkpoint::read(&r, model, block)?;
+            sim.set_state(r.step(), st);
             tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();
+        sim.build_cpu_s = brunel::cpu_seconds() - cpu0;
         Ok(sim)
     }
 
@@ -391,89 +506,83 @@ impl<'a> Simulation<'a> {
 
     /// Synapses onto the rank's neurons.
     pub fn synapses(&self) -> u64 {
-        self.shards
-            .iter()
-            .flat_map(|s| &s.segs)
-            .map(|g| g.syn.len() as u64)
-            .sum()
+        self.shards.iter().map(|s| s.conn.synapses()).sum()
     }
 
     /// Bytes of the rank's connectivity.
     pub fn connectivity_bytes(&self) -> u64 {
-        self.shards
-            .iter()
-            .flat_map(|s| &s.segs)
-            .map(|g| g.bytes())
-            .sum()
+        self.shards.iter().map(|s| s.conn.bytes()).sum()
     }
 
     /// Which sources have synapses onto this rank (for the targeted exchange).
     pub fn has_targets(&self) -> Vec<bool> {
         let n = (self.model.n + self.model.n_th) as usize;
         let mut out = vec![false; n];
-        for seg in self.shards.iter().flat_map(|s| &s.segs) {
+        for c in self.shards.iter().map(|s| &s.conn) {
             for (s, o) in out.iter_mut().enumerate() {
-                *o |= seg.row[s + 1] > seg.row[s];
+                *o |= c.row[s + 1] > c.row[s];
             }
         }
         out
     }
 
-    /// The state of the rank's neurons (ring buffers relative to the current step).
+    /// The state of the rank's neurons and the spikes still in flight.
     pub fn state(&self) -> State {
         let n = self.block.len as usize;
-        let r = self.slots;
         let mut st = State {
             v: Vec::with_capacity(n),
-            iex: Vec::with_capacity(n),
-            iin: Vec::with_capacity(n),
+            isyn: Vec::with_capacity(n),
             refr: Vec::with_capacity(n),
-            ring_e: vec![0; r * n],
-            ring_i: vec![0; r * n],
+            recent: self.recent.clone(),
         };
         for sh in &self.shards {
             st.v.extend_from_slice(&sh.v);
-            st.iex.extend_from_slice(&sh.iex);
-            st.iin.extend_from_slice(&sh.iin);
+            st.isyn.extend_from_slice(&sh.isyn);
             st.refr.extend_from_slice(&sh.refr);
-            let len = sh.len as usize;
-            let off = (sh.first - self.block.first) as usize;
-            for k in 0..r {
-                let slot = ((self.step + k as u64) & self.dynp.ring_mask) as usize * len;
-                let dst = k * n + off;
-                st.ring_e[dst..dst + len].copy_from_slice(&sh.ring_e[slot..slot + len]);
-                st.ring_i[dst..dst + len].copy_from_slice(&sh.ring_i[slot..slot + len]);
-            }
         }
         st
     }
 
-    fn set_state(&mut self, step: u64, st: &State) {
+    fn set_state(&mut self, step: u64, st: State) {
         self.step = step;
-        let n = self.block.len as usize;
         for sh in &mut self.shards {
             let len = sh.len as usize;
             let f = (sh.first - self.block.first) as usize;
             sh.v.copy_from_slice(&st.v[f..f + len]);
-            sh.iex.copy_from_slice(&st.iex[f..f + len]);
-            sh.iin.copy_from_slice(&st.iin[f..f + len]);
+            sh.isyn.copy_from_slice(&st.isyn[f..f + len]);
             sh.refr.copy_from_slice(&st.refr[f..f + len]);
-            for k in 0..self.slots {
-                let slot = ((step + k as u64) & self.dynp.ring_mask) as usize * len;
-                let src = k * n + f;
-                sh.ring_e[slot..slot + len].copy_from_slice(&st.ring_e[src..src + len]);
-                sh.ring_i[slot..slot + len].copy_from_slice(&st.ring_i[src..src + len]);
+            sh.calendar.iter_mut().for_each(Vec::clear);
+            for &(t0, gid) in &st.recent {
+                sh.activate(gid, t0, step, self.inh[gid as usize]);
             }
         }
+        self.recent = st.recent;
     }
 
-    fn deliver_all(&mut self, pool: &rayon::ThreadPool, codes: &[u32], base: u64) {
-        let (d, inh) = (&self.dynp, &self.inh);
+    /// Starts delivering `codes`, spikes of the interval starting at `base`, on
+    /// every shard, and remembers them for checkpoints.
+    fn activate_all(&mut self, pool: &rayon::ThreadPool, codes: &[u32], base: u64) {
+        let (d, inh, now) = (&self.dynp, &self.inh, self.step);
         pool.install(|| {
-            self.shards
-                .par_iter_mut()
-                .for_each(|sh| sh.deliver(codes, base, d, inh))
+            self.shards.par_iter_mut().for_each(|sh| {
+                for &c in codes {
+                    let gid = c & d.gid_mask;
+                    sh.activate(gid, base + (c >> d.gid_bits) as u64, now, inh[gid as usize]);
+                }
+            })
         });
+        self.remember(codes, base);
+    }
+
+    fn remember(&mut self, codes: &[u32], base: u64) {
+        let d = &self.dynp;
+        let keep = self.step.saturating_sub(self.model.max_delay as u64 + 1);
+        self.recent.retain(|&(t0, _)| t0 >= keep);
+        self.recent.extend(
+            codes
+                .iter()
+                .map(|&c| (base + (c >> d.gid_bits) as u64, c & d.gid_mask)),
+        );
     }
 
     /// The thalamic spikes of steps `base..base + m` as spike codes (every rank
@@ -614,9 +723,20 @@ impl<'a> Simulation<'a> {
                 let mut work = || {
                     pool.install(|| {
                         shards.par_iter_mut().for_each(|sh| {
-                            sh.deliver(codes, base, dp, inh);
+                            for &c in codes {
+                                let gid = c & dp.gid_mask;
+                                sh.activate(
+                                    gid,
+                                    base + (c >> dp.gid_bits) as u64,
+                                    step0,
+                                    inh[gid as usize],
+                                );
+                            }
                             sh.spikes.clear();
-                            sh.update(step0, m, dp, pois);
+                            for s in 0..m {
+                                sh.deliver(step0 + s as u64);
+                                sh.update(step0 + s as u64, s, dp, pois);
+                            }
                         })
                     })
                 };
@@ -629,9 +749,14 @@ impl<'a> Simulation<'a> {
                     }
                     None => {
                         work();
-                        has_gathered = false;
                         update_s += tu.elapsed().as_secs_f64();
                     }
+                }
+                if has_gathered {
+                    let codes = std::mem::take(&mut gathered);
+                    self.remember(&codes, gathered_base);
+                    gathered = codes;
+                    has_gathered = false;
                 }
             }
             send.clear();
@@ -655,7 +780,9 @@ impl<'a> Simulation<'a> {
             if at_checkpoint || self.step == end {
                 if let Some((prev, pm)) = send_base.take() {
                     if has_gathered {
-                        self.deliver_all(pool, &gathered, gathered_base);
+                        let codes = std::mem::take(&mut gathered);
+                        self.activate_all(pool, &codes, gathered_base);
+                        gathered = codes;
                     }
                     let tc = Instant::now();
                     ex.overlap(&send, &mut incoming, || ())?;
@@ -663,7 +790,9 @@ impl<'a> Simulation<'a> {
                     received!(prev, pm);
                 }
                 if has_gathered {
-                    self.deliver_all(pool, &gathered, gathered_base);
+                    let codes = std::mem::take(&mut gathered);
+                    self.activate_all(pool, &codes, gathered_base);
+                    gathered = codes;
                     has_gathered = false;
                 }
                 if let Some(w) = writer.as_mut() {
@@ -696,7 +825,11 @@ impl<'a> Simulation<'a> {
         let state_bytes: usize = self
             .shards
             .iter()
-            .map(|s| s.v.len() * 28 + s.keys.len() * 8 + s.ring_e.len() * 8)
+            .map(|s| {
+                s.v.len() * 24
+                    + s.calendar.iter().map(Vec::capacity).sum::<usize>()
+                        * std::mem::size_of::<Active>()
+            })
             .sum();
         let window = (self.step.saturating_sub(model.presim_steps)) as f64 * model.params.dt;
         Ok(RankReport {
@@ -713,6 +846,7 @@ impl<'a> Simulation<'a> {
             end_step: self.step,
             completed,
             build_s: self.build_s,
+            build_cpu_s: self.build_cpu_s,
             simulate_s,
             simulate_recorded_s: t_rec.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             simulate_cpu_s: brunel::cpu_seconds() - cpu0,
@@ -738,9 +872,8 @@ impl<'a> Simulation<'a> {
         let _s = tracing::info_span!("checkpoint", step = self.step).entered();
         let set = hpc_checkpoint::Checkpoints::new(dir);
         let st = self.state();
-        let written = checkpoint::write_rank(
-            &set, model, self.step, self.rank, self.size, self.block, &st,
-        );
+        let written =
+            checkpoint::write_rank(&set, self.step, self.rank, self.size, self.block, &st);
         // Every rank's file size and CRC-32C go to rank 0, which writes the manifest
         // only once every file is there; a rank that failed stops every rank.
         let words = match &written {
