@@ -12,10 +12,10 @@
 //!
 //! ```
 //! use brunel::exchange::LocalExchange;
-//! use microcircuit::{params::{Model, Params}, sim::*};
+//! use microcircuit::{exchange::Gather, params::{Model, Params}, sim::*};
 //! let model = Model::new(Params { n_scaling: 0.01, k_scaling: 0.05, t_presim: 5.0, t_sim: 10.0, ..Params::default() })?;
 //! let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
-//! let mut ex = LocalExchange::group(1).pop().unwrap();
+//! let mut ex = Gather(LocalExchange::group(1).pop().unwrap());
 //! let mut sim = Simulation::new(&model, 0, 1, &pool, None)?;
 //! let report = sim.run(&pool, &mut ex, &RunOptions::default(), None)?;
 //! assert_eq!(report.end_step, 150);
@@ -26,6 +26,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod checkpoint;
+pub mod exchange;
 pub mod network;
 pub mod output;
 pub mod params;

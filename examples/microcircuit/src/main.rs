@@ -16,6 +16,7 @@ use anyhow::{Context as _, Result};
 use brunel::exchange::{CommExchange, Engine, LocalExchange, SpikeExchange, WorldExchange};
 use clap::Parser;
 use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
+use microcircuit::exchange::TargetedExchange;
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
 
@@ -74,7 +75,9 @@ struct Args {
     /// Do not pin threads.
     #[arg(long)]
     no_pin: bool,
-    /// How spikes travel between ranks.
+    /// How spikes travel between ranks: `allgather` (every rank receives every
+    /// spike) or `alltoallv` (each spike to the ranks with its targets, and rank
+    /// 0 for the output; through the `--engine`, `inline` when that is `world`).
     #[arg(long, value_enum, default_value_t = Exchange::Allgather)]
     exchange: Exchange,
     /// Engine of the exchange between ranks (one rank exchanges in memory).
@@ -177,20 +180,11 @@ enum AnyEx {
     Local(LocalExchange),
     World(WorldExchange),
     Comm(Box<CommExchange>),
+    Targeted(Box<TargetedExchange>),
 }
 
-impl SpikeExchange for AnyEx {
-    type Pending = ();
-
-    fn start(&mut self, _local: &[u32]) -> Result<()> {
-        anyhow::bail!("exchanges go through `overlap`")
-    }
-
-    fn finish(&mut self, _pending: (), _out: &mut Vec<u32>) -> Result<()> {
-        anyhow::bail!("exchanges go through `overlap`")
-    }
-
-    fn overlap<R>(
+impl microcircuit::exchange::Exchange for AnyEx {
+    fn spikes<R>(
         &mut self,
         local: &[u32],
         out: &mut Vec<u32>,
@@ -200,18 +194,42 @@ impl SpikeExchange for AnyEx {
             AnyEx::Local(x) => x.overlap(local, out, work),
             AnyEx::World(x) => x.overlap(local, out, work),
             AnyEx::Comm(x) => x.overlap(local, out, work),
+            AnyEx::Targeted(x) => x.spikes(local, out, work),
+        }
+    }
+
+    fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()> {
+        match self {
+            AnyEx::Targeted(x) => x.words(local, out),
+            _ => self.spikes(local, out, || ()).map(|_| ()),
         }
     }
 }
 
-fn make_exchange(engine: Engine, world: Arc<hpc_rs::World>) -> Result<AnyEx> {
+fn make_exchange(
+    args: &Args,
+    world: Arc<hpc_rs::World>,
+    sim: &Simulation,
+    model: &Model,
+) -> Result<AnyEx> {
     if world.size() == 1 {
         return Ok(AnyEx::Local(LocalExchange::group(1).remove(0)));
     }
-    if !engine.available() {
-        return Err(engine.unavailable_error());
+    if args.exchange == Exchange::Alltoallv {
+        // The world's collectives have no alltoallv: the inline engine stands in.
+        let engine = args
+            .engine
+            .collectives()
+            .unwrap_or(hpc_collectives::Engine::Inline);
+        return Ok(AnyEx::Targeted(Box::new(TargetedExchange::new(
+            &world,
+            engine,
+            &sim.has_targets(),
+            sim.block(),
+            model.gid_bits,
+        )?)));
     }
-    match engine.collectives() {
+    match args.engine.collectives() {
         None => Ok(AnyEx::World(WorldExchange::new(world)?)),
         Some(e) => Ok(AnyEx::Comm(Box::new(CommExchange::new(&world, e)?))),
     }
@@ -221,9 +239,6 @@ fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     // Every parameter is checked here, before anything is allocated.
     let model = Model::new(params)?;
-    if args.exchange == Exchange::Alltoallv {
-        anyhow::bail!("--exchange alltoallv is not available in this build; use allgather");
-    }
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
@@ -289,7 +304,7 @@ fn run(args: Args) -> Result<()> {
         let _ = std::io::stderr().flush();
     };
     let report = {
-        let mut ex = make_exchange(args.engine, world.clone())?;
+        let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
         let cb: Option<&mut dyn FnMut(&Progress)> = if show { Some(&mut bar) } else { None };
         sim.run(&pool, &mut ex, &opts, cb)?
     };

@@ -41,11 +41,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use brunel::exchange::SpikeExchange;
 use brunel::network::Block;
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart, State};
+use crate::exchange::Exchange;
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
@@ -609,7 +609,7 @@ impl<'a> Simulation<'a> {
     }
 
     /// Runs to the end (or `opts.stop_at`), exchanging spikes through `ex`.
-    pub fn run<E: SpikeExchange>(
+    pub fn run<E: Exchange>(
         &mut self,
         pool: &rayon::ThreadPool,
         ex: &mut E,
@@ -742,7 +742,7 @@ impl<'a> Simulation<'a> {
                 };
                 match send_base.take() {
                     Some((prev, pm)) => {
-                        let ((), work_s) = ex.overlap(&send, &mut incoming, work)?;
+                        let ((), work_s) = ex.spikes(&send, &mut incoming, work)?;
                         update_s += work_s;
                         comm_s += tu.elapsed().as_secs_f64() - work_s;
                         received!(prev, pm);
@@ -766,7 +766,7 @@ impl<'a> Simulation<'a> {
             send_base = Some((step0, m));
             if lag == 1 {
                 let tc = Instant::now();
-                ex.overlap(&send, &mut incoming, || ())?;
+                ex.spikes(&send, &mut incoming, || ())?;
                 comm_s += tc.elapsed().as_secs_f64();
                 received!(step0, m);
                 send_base = None;
@@ -785,7 +785,7 @@ impl<'a> Simulation<'a> {
                         gathered = codes;
                     }
                     let tc = Instant::now();
-                    ex.overlap(&send, &mut incoming, || ())?;
+                    ex.spikes(&send, &mut incoming, || ())?;
                     comm_s += tc.elapsed().as_secs_f64();
                     received!(prev, pm);
                 }
@@ -861,7 +861,7 @@ impl<'a> Simulation<'a> {
         })
     }
 
-    fn write_checkpoint<E: SpikeExchange>(
+    fn write_checkpoint<E: Exchange>(
         &mut self,
         ex: &mut E,
         dir: &std::path::Path,
@@ -881,7 +881,7 @@ impl<'a> Simulation<'a> {
             Err(_) => [0; 4],
         };
         let mut all = Vec::new();
-        ex.overlap(&words, &mut all, || ())?;
+        ex.words(&words, &mut all)?;
         written?;
         if all.len() != 4 * self.size {
             bail!(

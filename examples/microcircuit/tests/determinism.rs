@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use brunel::exchange::LocalExchange;
 use hpc_runtime::Coordinator;
+use microcircuit::exchange::Gather;
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
 
@@ -47,7 +48,7 @@ fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -
         let handles: Vec<_> = exchanges
             .into_iter()
             .enumerate()
-            .map(|(rank, mut ex)| {
+            .map(|(rank, ex)| {
                 s.spawn(move || {
                     let pool = rayon::ThreadPoolBuilder::new()
                         .num_threads(threads)
@@ -56,7 +57,7 @@ fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -
                     let mut sim =
                         Simulation::new(model, rank, ranks, &pool, opts.restart.as_deref())
                             .unwrap();
-                    sim.run(&pool, &mut ex, opts, None).unwrap()
+                    sim.run(&pool, &mut Gather(ex), opts, None).unwrap()
                 })
             })
             .collect();
@@ -212,4 +213,44 @@ fn one_and_two_processes_give_the_same_spikes() {
     );
     let _ = std::fs::remove_dir_all(&one);
     let _ = std::fs::remove_dir_all(&two);
+}
+
+#[test]
+fn the_targeted_exchange_gives_the_allgather_spikes_and_receives_less() {
+    let one = tmpdir("a2a1");
+    let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = std::fs::read(one.join("spikes.spk")).unwrap();
+    let gather = tmpdir("a2a-gather");
+    run_processes(3, &gather, &[]);
+    let targeted = tmpdir("a2a-targeted");
+    run_processes(
+        3,
+        &targeted,
+        &["--exchange", "alltoallv", "--engine", "inline"],
+    );
+    assert!(
+        std::fs::read(targeted.join("spikes.spk")).unwrap() == reference,
+        "alltoallv over 3 processes differs from 1 process"
+    );
+    // Ranks other than 0 receive only the spikes of sources with targets on them.
+    let recv = |dir: &Path| -> Vec<u64> {
+        let s: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        s["bytes_received_per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let (g, t) = (recv(&gather), recv(&targeted));
+    assert_eq!(g[0], t[0], "rank 0 receives every spike either way");
+    assert!(
+        (1..3).all(|r| t[r] <= g[r]) && t[1] + t[2] < g[1] + g[2],
+        "allgather {g:?}, alltoallv {t:?}"
+    );
+    for d in [one, gather, targeted] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
