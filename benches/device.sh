@@ -239,9 +239,14 @@ scale_row() {
     python3 - "$label" "$n" "$out/summary.json" >>"$WORK/scaling" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[3]))
-t = s["simulate_s"]
 bio = s["params"]["t_sim"] / 1000.0 if "params" in s else s["t_sim_ms"] / 1000.0
-spikes = s["stats"]["spikes"] if "stats" in s else s["spikes"]
+if "simulate_recorded_s" in s:
+    # microcircuit: t_sim is the time after the warm-up, timed on its own.
+    t = s["simulate_recorded_s"]
+    spikes = s["stats"]["spikes_total"]
+else:
+    t = s["simulate_s"]
+    spikes = s["stats"]["spikes"] if "stats" in s else s["spikes"]
 print(sys.argv[1], sys.argv[2], f"{t:.4f}", f"{t / bio:.4f}", spikes)
 PY
 }
@@ -267,13 +272,13 @@ scaling_part() {
         if [ "$DRY" = 1 ]; then full=0.02; weak=0.01; fi
         for k in "${ranks[@]}"; do
             scale_row "microcircuit-strong" "$k" "$BUNDLE/bin/microcircuit" --n-scaling "$full" \
-                --k-scaling "$full" --t-sim "$mt"
+                --k-scaling "$full" --t-presim 100 --t-sim "$mt" --threads 1
         done
         for k in "${ranks[@]}"; do
             local s
             s=$(awk -v w="$weak" -v k="$k" 'BEGIN { v = w * k; if (v > 1) v = 1; print v }')
             scale_row "microcircuit-weak" "$k" "$BUNDLE/bin/microcircuit" --n-scaling "$s" \
-                --k-scaling 1.0 --t-sim "$mt"
+                --k-scaling 1.0 --t-presim 100 --t-sim "$mt" --threads 1
         done
     else
         echo "no microcircuit binary in the bundle: Brunel only"

@@ -1,0 +1,295 @@
+//! Checkpoints: the state of every neuron at an interval boundary, one file per
+//! rank, keyed by neuron id so that a run can resume with any number of ranks and
+//! threads; stored with `hpc-checkpoint` (sizes and CRC-32C in a manifest written
+//! last, every file verified before use).
+//!
+//! ```text
+//! <dir>/step-0000005000/
+//!   rank-000000.ckpt  payload: "MCCKPT02", first id u32, count u32, spikes in
+//!   ...                 flight k u32, step u64, then V and I_syn (f64 x count
+//!                       each), refractory counters (u32 x count), and the spikes
+//!                       of the last max_delay steps the rank received (k x
+//!                       (step u64, neuron id u32)): their synapses due from this
+//!                       step on are delivered again after a restart
+//!   spikes.ckpt       the spike file up to this step (rank 0)
+//!   manifest.json     step, ranks, every file's size and CRC-32C, the parameters
+//! ```
+//!
+//! Random streams are counter-based (the step is the background's position), no
+//! spike is in flight at a checkpoint (the exchange is drained first), and the
+//! connectivity is drawn again from the seed.
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _, Result};
+use brunel::network::Block;
+use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use serde::{Deserialize, Serialize};
+
+use crate::output::decode_spikes;
+use crate::params::{Model, Params};
+
+const MAGIC: &[u8; 8] = b"MCCKPT02";
+const HEAD: usize = 28;
+/// Name of the spike file inside a checkpoint.
+pub const SPIKES: &str = "spikes";
+
+/// The metadata in a checkpoint's manifest.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// The model parameters.
+    pub params: Params,
+    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
+    pub spikes: Option<u64>,
+}
+
+/// The state of a block of neurons at a step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct State {
+    /// Membrane potentials relative to `E_L`.
+    pub v: Vec<f64>,
+    /// Synaptic currents.
+    pub isyn: Vec<f64>,
+    /// Refractory steps left.
+    pub refr: Vec<u32>,
+    /// Spikes `(step, neuron)` whose synapses may still be due.
+    pub recent: Vec<(u64, u32)>,
+}
+
+fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
+    let n = st.v.len();
+    let mut b = Vec::with_capacity(HEAD + n * 20 + st.recent.len() * 12);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&block.first.to_le_bytes());
+    b.extend_from_slice(&block.len.to_le_bytes());
+    b.extend_from_slice(&(st.recent.len() as u32).to_le_bytes());
+    b.extend_from_slice(&step.to_le_bytes());
+    for x in st.v.iter().chain(&st.isyn) {
+        b.extend_from_slice(&x.to_le_bytes());
+    }
+    for x in &st.refr {
+        b.extend_from_slice(&x.to_le_bytes());
+    }
+    for (t, g) in &st.recent {
+        b.extend_from_slice(&t.to_le_bytes());
+        b.extend_from_slice(&g.to_le_bytes());
+    }
+    b
+}
+
+/// Writes this rank's file of the checkpoint at `step`.
+pub fn write_rank(
+    set: &Checkpoints,
+    step: u64,
+    rank: usize,
+    size: usize,
+    block: Block,
+    state: &State,
+) -> Result<FileEntry> {
+    Ok(set.write_rank(step, rank as u32, size as u32, &encode(step, block, state))?)
+}
+
+/// Completes the checkpoint at `step` (rank 0, once every rank's file is written).
+pub fn commit(
+    set: &Checkpoints,
+    model: &Model,
+    step: u64,
+    size: usize,
+    mut entries: Vec<FileEntry>,
+    spikes: Option<(&Path, u64)>,
+) -> Result<Checkpoint> {
+    if let Some((path, _)) = spikes {
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let len = f
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?
+            .len();
+        entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
+    }
+    let meta = Meta {
+        params: model.params.clone(),
+        spikes: spikes.map(|(_, n)| n),
+    };
+    Ok(set.commit(step, size as u32, entries, serde_json::to_value(&meta)?)?)
+}
+
+/// A checkpoint to resume from.
+#[derive(Clone, Debug)]
+pub struct Restart {
+    /// The verified checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Its metadata.
+    pub meta: Meta,
+}
+
+impl Restart {
+    /// The step it holds.
+    pub fn step(&self) -> u64 {
+        self.checkpoint.step()
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        self.checkpoint.dir()
+    }
+}
+
+/// The checkpoint `dir` names (a step directory), or the newest that verifies in
+/// `dir`.
+pub fn open(dir: &Path) -> Result<Restart> {
+    let named = dir.join(hpc_checkpoint::MANIFEST).exists()
+        || dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("step-"));
+    let checkpoint = if named {
+        Checkpoint::open(dir)?
+    } else {
+        Checkpoints::new(dir).latest()?
+    };
+    let meta: Meta = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
+        format!(
+            "{} does not hold the microcircuit's metadata",
+            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
+        )
+    })?;
+    Ok(Restart { checkpoint, meta })
+}
+
+/// Checks that `model` can continue from `r`.
+pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
+    if !r.meta.params.same_model(&model.params) {
+        bail!(
+            "checkpoint {} is of a different model; its parameters:\n{}",
+            r.dir().display(),
+            r.meta.params.to_toml()
+        );
+    }
+    if r.step() > model.steps {
+        bail!(
+            "checkpoint {} is at step {} but the run has only {} steps: give a longer --t-sim",
+            r.dir().display(),
+            r.step(),
+            model.steps
+        );
+    }
+    Ok(())
+}
+
+/// Reads the state of the neurons of `block` from the rank files that hold them,
+/// and the spikes in flight of every rank file.
+pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
+    let n = block.len as usize;
+    let mut st = State {
+        v: vec![0.0; n],
+        isyn: vec![0.0; n],
+        refr: vec![0; n],
+        recent: Vec::new(),
+    };
+    let ranks = r.checkpoint.ranks();
+    if ranks == 0 || ranks > model.n {
+        bail!(
+            "checkpoint {} was written by {ranks} ranks, not a decomposition of {} neurons",
+            r.dir().display(),
+            model.n
+        );
+    }
+    let total = model.n + model.n_th;
+    let mut covered = 0usize;
+    for rank in 0..ranks {
+        let theirs = Block::part(model.n, ranks, rank);
+        let path = r.dir().join(rank_file_name(rank));
+        let b = r.checkpoint.read_rank(rank)?;
+        let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
+        if b.len() < HEAD || &b[..8] != MAGIC {
+            return Err(bad("not a microcircuit rank state (wrong magic)".into()));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let (first, len, k) = (u32_at(8), u32_at(12), u32_at(16) as usize);
+        let step = u64_at(20);
+        if (first, len) != (theirs.first, theirs.len) {
+            return Err(bad(format!(
+                "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
+                first as u64 + len as u64,
+                theirs.first,
+                theirs.end()
+            )));
+        }
+        if step != r.step() {
+            return Err(bad(format!(
+                "holds step {step}, the checkpoint is of step {}",
+                r.step()
+            )));
+        }
+        let len = len as usize;
+        let want = HEAD + len * 20 + k * 12;
+        if b.len() != want {
+            return Err(bad(format!(
+                "{} bytes for {len} neurons and {k} spikes, expected {want}",
+                b.len()
+            )));
+        }
+        let (v0, i0, r0, s0) = (HEAD, HEAD + 8 * len, HEAD + 16 * len, HEAD + 20 * len);
+        for j in 0..k {
+            let (t, g) = (u64_at(s0 + 12 * j), u32_at(s0 + 12 * j + 8));
+            if g >= total || t >= step {
+                return Err(bad(format!(
+                    "spike in flight of neuron {g} at step {t}: not a neuron of the model or not before the checkpoint"
+                )));
+            }
+            st.recent.push((t, g));
+        }
+        let lo = theirs.first.max(block.first);
+        let hi = theirs.end().min(block.end());
+        for gid in lo..hi {
+            let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
+            st.v[j] = f64::from_bits(u64_at(v0 + 8 * i));
+            st.isyn[j] = f64::from_bits(u64_at(i0 + 8 * i));
+            st.refr[j] = u32_at(r0 + 4 * i);
+            covered += 1;
+        }
+    }
+    if covered != n {
+        bail!(
+            "checkpoint {} does not cover neurons {}..{}",
+            r.dir().display(),
+            block.first,
+            block.end()
+        );
+    }
+    // Every rank remembered the spikes it received: their union is every spike
+    // still in flight, whatever the decomposition that wrote them.
+    st.recent.sort_unstable();
+    st.recent.dedup();
+    Ok(st)
+}
+
+/// The spikes recorded up to the checkpoint (`None` if it has no spike file).
+pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
+    let Some(bytes) = r.checkpoint.read_file(SPIKES)? else {
+        return Ok(None);
+    };
+    let path = r.dir().join(format!("{SPIKES}.ckpt"));
+    let f = decode_spikes(&bytes, false)
+        .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
+    if f.n_neurons != model.n {
+        bail!(
+            "{}: spikes of {} neurons, the model has {}",
+            path.display(),
+            f.n_neurons,
+            model.n
+        );
+    }
+    if let Some(n) = r.meta.spikes {
+        if n != f.spikes.len() as u64 {
+            bail!(
+                "{}: {} spikes, the manifest counted {n}",
+                path.display(),
+                f.spikes.len()
+            );
+        }
+    }
+    Ok(Some(f.spikes))
+}

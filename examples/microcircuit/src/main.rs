@@ -1,0 +1,512 @@
+//! `microcircuit`: the Potjans & Diesmann (2014) cortical microcircuit on hpc-rs.
+//!
+//! ```text
+//! microcircuit --n-scaling 0.1 --k-scaling 0.1 --t-sim 1000      # one rank
+//! microcircuit --n-scaling 1 --k-scaling 1 --threads 2            # full scale
+//! hpc run -n 2 -- microcircuit --threads 1                        # two ranks
+//! ```
+//! See the README for every flag, the spike file format and checkpointing.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use brunel::exchange::{CommExchange, Engine, LocalExchange, SpikeExchange, WorldExchange};
+use clap::Parser;
+use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
+use microcircuit::exchange::TargetedExchange;
+use microcircuit::params::{Input, Model, Params, NPOP};
+use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
+
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// How spikes travel between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Exchange {
+    /// Every rank receives every spike.
+    Allgather,
+    /// Each spike goes only to the ranks that hold targets of its source.
+    Alltoallv,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "microcircuit",
+    version,
+    about = "Potjans & Diesmann (2014) cortical microcircuit (NEST's Potjans_2014), distributed with hpc-rs"
+)]
+struct Args {
+    /// TOML parameter file (keys as in `microcircuit.toml`); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Fraction of the neurons, in (0, 1].
+    #[arg(long, allow_hyphen_values = true)]
+    n_scaling: Option<f64>,
+    /// Fraction of the in-degrees, in (0, 1].
+    #[arg(long, allow_hyphen_values = true)]
+    k_scaling: Option<f64>,
+    /// Recorded time after the warm-up (ms).
+    #[arg(long, allow_hyphen_values = true)]
+    t_sim: Option<f64>,
+    /// Warm-up (ms).
+    #[arg(long, allow_hyphen_values = true)]
+    t_presim: Option<f64>,
+    /// Seed of all random streams.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Poisson background input (the default).
+    #[arg(long, conflicts_with = "dc")]
+    poisson: bool,
+    /// DC background input instead of Poisson.
+    #[arg(long)]
+    dc: bool,
+    /// Add the thalamic input.
+    #[arg(long)]
+    thalamic: bool,
+    /// Threads per rank (pinned to the rank's cores).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Do not pin threads.
+    #[arg(long)]
+    no_pin: bool,
+    /// How spikes travel between ranks: `allgather` (every rank receives every
+    /// spike) or `alltoallv` (each spike to the ranks with its targets, and rank
+    /// 0 for the output; through the `--engine`, `inline` when that is `world`).
+    #[arg(long, value_enum, default_value_t = Exchange::Allgather)]
+    exchange: Exchange,
+    /// Engine of the exchange between ranks (one rank exchanges in memory).
+    #[arg(long, value_enum, default_value_t = Engine::World)]
+    engine: Engine,
+    /// Output directory (spikes.spk, summary.json, report.html, figures).
+    #[arg(long, default_value = "microcircuit-out")]
+    out: PathBuf,
+    /// Do not write the spike file.
+    #[arg(long)]
+    no_spikes: bool,
+    /// Do not draw the figures.
+    #[arg(long)]
+    no_plot: bool,
+    /// Write a checkpoint every this many ms of simulated time (warm-up included).
+    #[arg(long, value_name = "MS")]
+    checkpoint_every: Option<f64>,
+    /// Checkpoint directory (default OUT/checkpoints).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory).
+    #[arg(long, value_name = "DIR")]
+    restart: Option<PathBuf>,
+    /// Stop at this simulated time (ms, warm-up included) as if interrupted.
+    #[arg(long, value_name = "MS")]
+    stop_at: Option<f64>,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn params_of(args: &Args) -> Result<Params> {
+    let mut p = match &args.config {
+        Some(f) => Params::from_file(f)?,
+        None => Params::default(),
+    };
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = args.$f { p.$f = v; } )* };
+    }
+    set!(n_scaling, k_scaling, t_sim, t_presim, seed);
+    if args.dc {
+        p.input = Input::Dc;
+    }
+    if args.poisson {
+        p.input = Input::Poisson;
+    }
+    if args.thalamic {
+        p.thalamus.enabled = true;
+    }
+    Ok(p)
+}
+
+fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
+    let threads = threads.max(1);
+    if pin {
+        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
+        {
+            Ok(slot) => slot,
+            Err(_) => (world.local_rank(), world.local_size()),
+        };
+        match plan_for_env(
+            local_rank,
+            local_size,
+            threads,
+            0,
+            ProgressScope::PerRank,
+            Policy::Compact,
+        ) {
+            Ok(placement) => {
+                return PinnedPoolBuilder::new(&placement)
+                    .thread_name("microcircuit")
+                    .build()
+                    .context("building the pinned thread pool");
+            }
+            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
+        }
+    }
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
+}
+
+fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
+    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        anyhow::bail!("{what} must be > 0 ms");
+    }
+    Ok(((ms / dt).round() as u64).max(1))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Gathered {
+    report: serde_json::Value,
+    peak_rss: u64,
+}
+
+/// The exchange a run uses.
+enum AnyEx {
+    Local(LocalExchange),
+    World(WorldExchange),
+    Comm(Box<CommExchange>),
+    Targeted(Box<TargetedExchange>),
+}
+
+impl microcircuit::exchange::Exchange for AnyEx {
+    fn spikes<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        match self {
+            AnyEx::Local(x) => x.overlap(local, out, work),
+            AnyEx::World(x) => x.overlap(local, out, work),
+            AnyEx::Comm(x) => x.overlap(local, out, work),
+            AnyEx::Targeted(x) => x.spikes(local, out, work),
+        }
+    }
+
+    fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()> {
+        match self {
+            AnyEx::Targeted(x) => x.words(local, out),
+            _ => self.spikes(local, out, || ()).map(|_| ()),
+        }
+    }
+}
+
+fn make_exchange(
+    args: &Args,
+    world: Arc<hpc_rs::World>,
+    sim: &Simulation,
+    model: &Model,
+) -> Result<AnyEx> {
+    if world.size() == 1 {
+        return Ok(AnyEx::Local(LocalExchange::group(1).remove(0)));
+    }
+    if args.exchange == Exchange::Alltoallv {
+        // The world's collectives have no alltoallv: the inline engine stands in.
+        let engine = args
+            .engine
+            .collectives()
+            .unwrap_or(hpc_collectives::Engine::Inline);
+        return Ok(AnyEx::Targeted(Box::new(TargetedExchange::new(
+            &world,
+            engine,
+            &sim.has_targets(),
+            sim.block(),
+            model.gid_bits,
+        )?)));
+    }
+    match args.engine.collectives() {
+        None => Ok(AnyEx::World(WorldExchange::new(world)?)),
+        Some(e) => Ok(AnyEx::Comm(Box::new(CommExchange::new(&world, e)?))),
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let params = params_of(&args)?;
+    // Every parameter is checked here, before anything is allocated.
+    let model = Model::new(params)?;
+    if !args.engine.available() {
+        return Err(args.engine.unavailable_error());
+    }
+    let dt = model.params.dt;
+    let checkpoint_every = args
+        .checkpoint_every
+        .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+        .transpose()?;
+    let stop_at = args
+        .stop_at
+        .map(|ms| steps_of(ms, dt, "--stop-at"))
+        .transpose()?;
+    let ctx = hpc_rs::init()?;
+    let world = Arc::new(ctx.world);
+    let (rank, size) = (world.rank(), world.size());
+    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    if rank == 0 {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+    }
+    let restart = match &args.restart {
+        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        None => None,
+    };
+    let ck_dir = args
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| args.out.join("checkpoints"));
+    let opts = RunOptions {
+        overlap: true,
+        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
+        checkpoint_every,
+        checkpoint_dir: checkpoint_every.map(|_| ck_dir),
+        restart,
+        stop_at,
+    };
+    let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
+    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let presim = model.presim_steps;
+    let mut bar = |p: &Progress| {
+        if last.elapsed() < Duration::from_millis(200) && p.step < p.steps {
+            return;
+        }
+        last = Instant::now();
+        let t = p.step as f64 * dt;
+        let rec = p.step.saturating_sub(presim.max(p.start_step)) as f64 * dt / 1000.0;
+        let rtf = if rec > 0.0 {
+            format!("{:.2}", p.wall_recorded.as_secs_f64() / rec)
+        } else {
+            "(warm-up)".into()
+        };
+        let frac = p.step as f64 / p.steps.max(1) as f64;
+        let w = 30usize;
+        let fill = (frac * w as f64) as usize;
+        eprint!(
+            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
+            "#".repeat(fill),
+            " ".repeat(w - fill),
+            t,
+            p.steps as f64 * dt,
+        );
+        let _ = std::io::stderr().flush();
+    };
+    let report = {
+        let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
+        let cb: Option<&mut dyn FnMut(&Progress)> = if show { Some(&mut bar) } else { None };
+        sim.run(&pool, &mut ex, &opts, cb)?
+    };
+    if show {
+        eprintln!();
+    }
+    let mine = Gathered {
+        report: serde_json::to_value(&report)?,
+        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
+    };
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    if rank == 0 {
+        let all: Vec<Gathered> = all
+            .iter()
+            .map(|b| serde_json::from_slice(b))
+            .collect::<Result<_, _>>()?;
+        summary(&args, &model, &report, &all, &pool)?;
+    }
+    Ok(())
+}
+
+fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
+    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
+        microcircuit::checkpoint::open(dir)
+            .map(|r| r.dir().to_path_buf())
+            .map_err(|e| format!("{e:#}"))
+    } else {
+        Err(String::new())
+    };
+    let chosen: std::result::Result<PathBuf, String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    chosen.map_err(|e| {
+        if world.rank() == 0 {
+            anyhow::anyhow!(e)
+        } else {
+            anyhow::anyhow!("rank 0 found no checkpoint in {}", dir.display())
+        }
+    })
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
+    }
+    Ok(())
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn summary(
+    args: &Args,
+    model: &Model,
+    me: &RankReport,
+    all: &[Gathered],
+    pool: &rayon::ThreadPool,
+) -> Result<()> {
+    let reports: Vec<RankReport> = all
+        .iter()
+        .map(|g| serde_json::from_value(g.report.clone()))
+        .collect::<Result<_, _>>()?;
+    let p = &model.params;
+    let stats = me.stats.clone().context("rank 0 has no statistics")?;
+    let synapses: u64 = reports.iter().map(|r| r.synapses).sum();
+    let conn_bytes: u64 = reports.iter().map(|r| r.connectivity_bytes).sum();
+    let events: u64 = reports.iter().map(|r| r.events).sum();
+    let peak: u64 = all.iter().map(|g| g.peak_rss).sum();
+    let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
+    let sim_s = max(|r| r.simulate_s);
+    let rec_s = max(|r| r.simulate_recorded_s);
+    let rec_bio = me
+        .end_step
+        .saturating_sub(model.presim_steps.max(me.start_step)) as f64
+        * p.dt
+        / 1000.0;
+    let rtf = if rec_bio > 0.0 { rec_s / rec_bio } else { 0.0 };
+    say!(
+        "Potjans-Diesmann microcircuit, N_scaling {} K_scaling {}: {} neurons, {} synapses, {:?} background{}, {} rank(s) x {} thread(s)",
+        p.n_scaling, p.k_scaling, model.n, synapses, p.input,
+        if p.thalamus.enabled { ", thalamic input" } else { "" },
+        me.size, pool.current_num_threads()
+    );
+    say!(
+        "simulated {:.1} ms ({:.1} ms warm-up), dt {} ms, exchange every {} step(s)",
+        (me.end_step - me.start_step) as f64 * p.dt,
+        p.t_presim,
+        p.dt,
+        me.interval_steps
+    );
+    say!("  population   neurons     rate (Hz)   CV ISI");
+    for q in &stats.populations {
+        say!(
+            "  {:<10} {:>9} {:>12.3} {:>8.3}",
+            q.name,
+            q.neurons,
+            q.rate_hz,
+            q.cv_isi
+        );
+    }
+    say!(
+        "  all        {:>9} {:>12.3}   (spikes {} in all, {} after the warm-up)",
+        model.n,
+        stats.rate_hz,
+        stats.spikes_total,
+        stats.populations.iter().map(|q| q.spikes).sum::<u64>()
+    );
+    say!(
+        "  wall time         build {:.3} s ({:.1} CPU-s) | simulate {:.3} s ({:.3} s after the warm-up; update {:.3} s, communicate {:.3} s, output {:.3} s)",
+        max(|r| r.build_s), reports.iter().map(|r| r.build_cpu_s).sum::<f64>(), sim_s, rec_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
+    );
+    let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
+    say!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
+    say!(
+        "  real-time factor  {rtf:.3} (wall / biological time after the warm-up); {:.3e} synaptic events/s of wall time",
+        events as f64 / sim_s.max(1e-9)
+    );
+    let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
+    say!(
+        "  peak memory       {} (VmHWM per rank: {})",
+        mib(peak),
+        per_rank.join(", ")
+    );
+    say!(
+        "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
+        conn_bytes as f64 / synapses.max(1) as f64,
+        peak as f64 / synapses.max(1) as f64
+    );
+    let recv: Vec<u64> = reports.iter().map(|r| r.bytes_received).collect();
+    let bio_all = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
+    say!(
+        "  exchange          {:?}: {:.0} bytes received per rank per biological second (max over ranks)",
+        args.exchange,
+        recv.iter().copied().max().unwrap_or(0) as f64 / bio_all.max(1e-9)
+    );
+    let summary = serde_json::json!({
+        "params": p, "neurons": model.n, "synapses": synapses, "ranks": me.size,
+        "threads": pool.current_num_threads(), "stats": stats,
+        "build_s": max(|r| r.build_s), "build_cpu_s": reports.iter().map(|r| r.build_cpu_s).sum::<f64>(), "simulate_s": sim_s, "simulate_recorded_s": rec_s,
+        "simulate_cpu_s": cpu_s, "real_time_factor": rtf, "events": events,
+        "exchange": format!("{:?}", args.exchange).to_lowercase(),
+        "bytes_received_per_rank": recv,
+        "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),
+        "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
+        "completed": me.completed, "ranks_report": reports,
+    });
+    write_atomic(
+        &args.out.join("summary.json"),
+        &serde_json::to_vec_pretty(&summary)?,
+    )?;
+    match &me.spike_file {
+        Some(f) => {
+            say!("  spikes written to {}", f.display());
+            if !args.no_plot {
+                let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
+                say!(
+                    "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
+                    args.out.display()
+                );
+                say!("  report: {}", r.display());
+            }
+        }
+        None if !me.completed => say!(
+            "  stopped at {:.1} ms: spikes so far in {}",
+            me.end_step as f64 * p.dt,
+            microcircuit::output::partial_path(&args.out.join("spikes.spk")).display()
+        ),
+        None => {}
+    }
+    let _ = NPOP;
+    Ok(())
+}
+
+fn main() {
+    match hpc_collectives::proxy::serve_env() {
+        Ok(false) => {}
+        Ok(true) => return,
+        Err(e) => {
+            eprintln!("microcircuit: proxy failed: {e}");
+            std::process::exit(1);
+        }
+    }
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    if let Err(e) = run(args) {
+        eprintln!("microcircuit: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,245 @@
+//! The spike file, and the per-population statistics rank 0 keeps while writing it.
+//!
+//! # Format (`.spk`, the brunel example's format, version 1)
+//!
+//! ```text
+//! offset  size  content
+//! 0       8     magic "HPCSPIKE"
+//! 8       4     format version, u32 little-endian (1)
+//! 12      4     header length H, u32 little-endian
+//! 16      H     header: UTF-8 JSON (dt_ms, n_neurons, t_presim_ms, t_sim_ms,
+//!               populations [{name, first, count}], params)
+//! 16+H    8*k   k records (tick: u32 LE, node_id: u32 LE), sorted by tick then id
+//! ```
+//!
+//! A spike at `tick` happened at `tick * dt_ms` ms (NEST's spike time, the end of
+//! the step in which the threshold was crossed); ids are 0-based and contiguous per
+//! population in the order L2/3E, L2/3I, L4E, L4I, L5E, L5I, L6E, L6I. Every spike
+//! is written, the warm-up's too; statistics count ticks after `t_presim_ms / dt_ms`.
+//! The file is written as `<name>.partial`, flushed after every exchange, and
+//! renamed when the run completes. `tools/read_spikes.py` reads it;
+//! `tools/to_sonata.py` converts it to SONATA's HDF5 spike layout.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+pub use brunel::output::{decode_spikes, partial_path, read_spikes, MAGIC, VERSION};
+
+use crate::params::{Model, NPOP, POPULATIONS};
+
+/// The header JSON of a model's spike file.
+pub fn header_json(model: &Model) -> String {
+    let pops: Vec<_> = (0..NPOP)
+        .map(|i| serde_json::json!({"name": POPULATIONS[i], "first": model.first[i], "count": model.sizes[i]}))
+        .collect();
+    serde_json::json!({
+        "format": "hpc-rs spikes",
+        "version": VERSION,
+        "record": "tick u32 LE, node_id u32 LE; time_ms = tick * dt_ms",
+        "dt_ms": model.params.dt,
+        "t_presim_ms": model.params.t_presim,
+        "t_sim_ms": model.params.t_presim + model.params.t_sim,
+        "t_record_ms": model.params.t_sim,
+        "n_neurons": model.n,
+        "populations": pops,
+        "params": model.params,
+        "model": "Potjans & Diesmann (2014) cortical microcircuit, NEST Potjans_2014 (hpc-example-microcircuit)",
+    })
+    .to_string()
+}
+
+/// Writes the spike file (rank 0).
+pub struct SpikeWriter {
+    path: PathBuf,
+    partial: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl SpikeWriter {
+    /// Creates `<path>.partial` with the header.
+    pub fn create(path: &Path, model: &Model) -> Result<SpikeWriter> {
+        let partial = partial_path(path);
+        let f =
+            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 16, f);
+        let h = header_json(model);
+        (|| {
+            out.write_all(MAGIC)?;
+            out.write_all(&VERSION.to_le_bytes())?;
+            out.write_all(&(h.len() as u32).to_le_bytes())?;
+            out.write_all(h.as_bytes())?;
+            out.flush()
+        })()
+        .with_context(|| format!("writing {}", partial.display()))?;
+        Ok(SpikeWriter {
+            path: path.to_owned(),
+            partial,
+            out,
+        })
+    }
+
+    /// Appends spikes, `(tick, id)` sorted (not flushed: see [`SpikeWriter::flush`]).
+    pub fn append(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
+        (|| {
+            for &(t, id) in spikes {
+                self.out.write_all(&t.to_le_bytes())?;
+                self.out.write_all(&id.to_le_bytes())?;
+            }
+            std::io::Result::Ok(())
+        })()
+        .with_context(|| format!("writing {}", self.partial.display()))
+    }
+
+    /// Flushes what was appended to the file.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.partial.display()))
+    }
+
+    /// The file being written (complete up to the last flush).
+    pub fn partial(&self) -> &Path {
+        &self.partial
+    }
+
+    /// Syncs and renames the file to its final name.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.out
+            .flush()
+            .and_then(|()| self.out.get_ref().sync_all())
+            .with_context(|| format!("writing {}", self.partial.display()))?;
+        std::fs::rename(&self.partial, &self.path).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                self.partial.display(),
+                self.path.display()
+            )
+        })?;
+        Ok(self.path)
+    }
+}
+
+/// Statistics of one population over the recorded time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PopStats {
+    /// Population name.
+    pub name: String,
+    /// Neurons.
+    pub neurons: u32,
+    /// Spikes after the warm-up.
+    pub spikes: u64,
+    /// Mean rate over its neurons (Hz).
+    pub rate_hz: f64,
+    /// Mean CV of the inter-spike intervals over neurons with at least 2 ISIs.
+    pub cv_isi: f64,
+    /// Neurons that contributed to `cv_isi`.
+    pub cv_neurons: u32,
+}
+
+/// Statistics of a run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Stats {
+    /// Every spike, the warm-up's too.
+    pub spikes_total: u64,
+    /// Per population, after the warm-up.
+    pub populations: Vec<PopStats>,
+    /// Mean rate of all neurons after the warm-up (Hz).
+    pub rate_hz: f64,
+    /// Recorded time (ms) the rates are over.
+    pub window_ms: f64,
+}
+
+/// Running statistics (rank 0): per neuron, the ISIs after the warm-up.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    from_tick: u32,
+    last: Vec<u32>,
+    count: Vec<u32>,
+    isi_n: Vec<u32>,
+    isi_sum: Vec<f64>,
+    isi_sum2: Vec<f64>,
+    /// Spikes seen, the warm-up's too.
+    pub spikes: u64,
+}
+
+impl Recorder {
+    /// No spikes yet; statistics count spikes at ticks after `from_tick`.
+    pub fn new(n: u32, from_tick: u32) -> Recorder {
+        let n = n as usize;
+        Recorder {
+            from_tick,
+            last: vec![0; n],
+            count: vec![0; n],
+            isi_n: vec![0; n],
+            isi_sum: vec![0.0; n],
+            isi_sum2: vec![0.0; n],
+            spikes: 0,
+        }
+    }
+
+    /// Adds spikes, in time order per neuron.
+    pub fn add(&mut self, spikes: &[(u32, u32)]) {
+        for &(t, id) in spikes {
+            if t <= self.from_tick {
+                continue;
+            }
+            let i = id as usize;
+            self.count[i] += 1;
+            if self.last[i] != 0 {
+                let d = (t - self.last[i]) as f64;
+                self.isi_n[i] += 1;
+                self.isi_sum[i] += d;
+                self.isi_sum2[i] += d * d;
+            }
+            self.last[i] = t;
+        }
+        self.spikes += spikes.len() as u64;
+    }
+
+    /// The statistics with the recorded time `window_ms`.
+    pub fn stats(&self, model: &Model, window_ms: f64) -> Stats {
+        let mut pops = Vec::new();
+        let mut all = 0u64;
+        for p in 0..NPOP {
+            let (a, b) = (model.first[p] as usize, model.first[p + 1] as usize);
+            let spikes: u64 = self.count[a..b].iter().map(|&c| c as u64).sum();
+            all += spikes;
+            let (mut cv, mut k) = (0.0, 0u32);
+            for i in a..b {
+                if self.isi_n[i] >= 2 {
+                    let m = self.isi_n[i] as f64;
+                    let mean = self.isi_sum[i] / m;
+                    let var = (self.isi_sum2[i] / m - mean * mean).max(0.0);
+                    cv += var.sqrt() / mean;
+                    k += 1;
+                }
+            }
+            pops.push(PopStats {
+                name: POPULATIONS[p].to_string(),
+                neurons: (b - a) as u32,
+                spikes,
+                rate_hz: if window_ms > 0.0 {
+                    spikes as f64 / (b - a) as f64 / (window_ms / 1000.0)
+                } else {
+                    0.0
+                },
+                cv_isi: if k > 0 { cv / k as f64 } else { 0.0 },
+                cv_neurons: k,
+            });
+        }
+        Stats {
+            spikes_total: self.spikes,
+            populations: pops,
+            rate_hz: if window_ms > 0.0 {
+                all as f64 / model.n as f64 / (window_ms / 1000.0)
+            } else {
+                0.0
+            },
+            window_ms,
+        }
+    }
+}

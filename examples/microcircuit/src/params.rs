@@ -1,0 +1,859 @@
+//! Parameters of the microcircuit (the TOML file format), their checks, and the
+//! quantities derived from them exactly as NEST's `Potjans_2014` example derives
+//! them ([`Model`]).
+//!
+//! Everything is checked in [`Model::new`], before any part of the network is
+//! allocated: unknown keys and populations, probabilities outside `[0, 1]`,
+//! scalings outside `(0, 1]`, a delay below the time step, non-finite numbers.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+/// The eight populations, in the order of NEST's example (ids are assigned in
+/// this order).
+pub const POPULATIONS: [&str; 8] = ["L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"];
+/// Number of populations.
+pub const NPOP: usize = 8;
+
+/// Neuron parameters of `iaf_psc_exp` (NEST's names; mV, ms, pF).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Neuron {
+    /// Membrane capacitance (pF).
+    pub c_m: f64,
+    /// Membrane time constant (ms).
+    pub tau_m: f64,
+    /// Time constant of the excitatory and inhibitory synaptic currents (ms).
+    pub tau_syn: f64,
+    /// Resting potential (mV).
+    pub e_l: f64,
+    /// Threshold (mV).
+    pub v_th: f64,
+    /// Reset potential (mV).
+    pub v_reset: f64,
+    /// Absolute refractory period (ms).
+    pub t_ref: f64,
+}
+
+impl Default for Neuron {
+    fn default() -> Self {
+        Neuron {
+            c_m: 250.0,
+            tau_m: 10.0,
+            tau_syn: 0.5,
+            e_l: -65.0,
+            v_th: -50.0,
+            v_reset: -65.0,
+            t_ref: 2.0,
+        }
+    }
+}
+
+/// Per-population parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Population {
+    /// Neurons at full scale.
+    pub n_full: u32,
+    /// External (cortico-cortical) in-degree at full scale.
+    pub k_ext: f64,
+    /// Mean rate of the full-scale network (Hz), used by the downscaling
+    /// compensation.
+    pub full_mean_rate: f64,
+    /// Mean initial membrane potential (mV), `v0_type = "optimized"`.
+    pub v0_mean: f64,
+    /// Standard deviation of the initial membrane potential (mV), `"optimized"`.
+    pub v0_std: f64,
+}
+
+/// The optional thalamic input: `n` parrot neurons firing Poisson spikes at
+/// `rate` from `start` for `duration` ms.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Thalamus {
+    /// Whether the thalamic population exists.
+    pub enabled: bool,
+    /// Thalamic neurons (not scaled).
+    pub n: u32,
+    /// Their rate while active (Hz).
+    pub rate: f64,
+    /// Start of the activity (ms).
+    pub start: f64,
+    /// Duration of the activity (ms).
+    pub duration: f64,
+    /// Mean PSP of a thalamic synapse (mV).
+    pub psp: f64,
+    /// Mean delay (ms).
+    pub delay_mean: f64,
+    /// Relative standard deviation of the delay.
+    pub delay_rel_std: f64,
+    /// Connection probability to each population.
+    pub conn_probs: BTreeMap<String, f64>,
+}
+
+impl Default for Thalamus {
+    fn default() -> Self {
+        let p = [0.0, 0.0, 0.0983, 0.0619, 0.0, 0.0, 0.0512, 0.0196];
+        Thalamus {
+            enabled: false,
+            n: 902,
+            rate: 120.0,
+            start: 700.0,
+            duration: 10.0,
+            psp: 0.15,
+            delay_mean: 1.5,
+            delay_rel_std: 0.5,
+            conn_probs: POPULATIONS
+                .iter()
+                .zip(p)
+                .map(|(n, x)| (n.to_string(), x))
+                .collect(),
+        }
+    }
+}
+
+/// Background input: Poisson spike trains, or the DC current that replaces them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Input {
+    /// A Poisson train of `bg_rate * K_ext` per neuron (NEST's `poisson_input = True`).
+    Poisson,
+    /// The DC current of the same mean (`poisson_input = False`).
+    Dc,
+}
+
+/// Initial membrane potentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum V0Type {
+    /// Normal with population-specific mean and deviation (NEST's default).
+    Optimized,
+    /// Normal, mean -58 mV and deviation 10 mV for every neuron.
+    Original,
+}
+
+/// Every parameter of the model and the run. Units: ms, mV, pA, pF, Hz.
+/// Defaults are NEST 3.10's `Potjans_2014` example (`network_params.py`,
+/// `sim_params.py`, `stimulus_params.py`) at `N_scaling = K_scaling = 0.1`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Params {
+    /// Scaling of the number of neurons, in (0, 1].
+    pub n_scaling: f64,
+    /// Scaling of the in-degrees, in (0, 1].
+    pub k_scaling: f64,
+    /// Time step (ms).
+    pub dt: f64,
+    /// Warm-up before the recorded time (ms); spikes are written, statistics skip it.
+    pub t_presim: f64,
+    /// Simulated time after the warm-up (ms).
+    pub t_sim: f64,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Background input.
+    pub input: Input,
+    /// Rate of each background Poisson input (Hz).
+    pub bg_rate: f64,
+    /// Mean excitatory PSP (mV).
+    pub psp_exc_mean: f64,
+    /// Relative inhibitory strength (negative).
+    pub g: f64,
+    /// Relative standard deviation of the weights.
+    pub weight_rel_std: f64,
+    /// Mean delay of excitatory synapses (ms).
+    pub delay_exc_mean: f64,
+    /// Mean delay of inhibitory synapses (ms).
+    pub delay_inh_mean: f64,
+    /// Relative standard deviation of the delays.
+    pub delay_rel_std: f64,
+    /// Initial membrane potentials.
+    pub v0_type: V0Type,
+    /// The neuron model's parameters.
+    pub neuron: Neuron,
+    /// Per-population parameters, keyed by name (all eight).
+    pub populations: BTreeMap<String, Population>,
+    /// Connection probabilities: `conn_probs[target][k]` from source population `k`
+    /// (in the order of [`POPULATIONS`]).
+    pub conn_probs: BTreeMap<String, Vec<f64>>,
+    /// The optional thalamic input.
+    pub thalamus: Thalamus,
+}
+
+const CONN_PROBS: [[f64; 8]; 8] = [
+    [0.1009, 0.1689, 0.0437, 0.0818, 0.0323, 0.0, 0.0076, 0.0],
+    [0.1346, 0.1371, 0.0316, 0.0515, 0.0755, 0.0, 0.0042, 0.0],
+    [0.0077, 0.0059, 0.0497, 0.135, 0.0067, 0.0003, 0.0453, 0.0],
+    [0.0691, 0.0029, 0.0794, 0.1597, 0.0033, 0.0, 0.1057, 0.0],
+    [0.1004, 0.0622, 0.0505, 0.0057, 0.0831, 0.3726, 0.0204, 0.0],
+    [0.0548, 0.0269, 0.0257, 0.0022, 0.06, 0.3158, 0.0086, 0.0],
+    [
+        0.0156, 0.0066, 0.0211, 0.0166, 0.0572, 0.0197, 0.0396, 0.2252,
+    ],
+    [0.0364, 0.001, 0.0034, 0.0005, 0.0277, 0.008, 0.0658, 0.1443],
+];
+
+impl Default for Params {
+    fn default() -> Self {
+        let n_full = [20683, 5834, 21915, 5479, 4850, 1065, 14395, 2948];
+        let k_ext = [
+            1600.0, 1500.0, 2100.0, 1900.0, 2000.0, 1900.0, 2900.0, 2100.0,
+        ];
+        let rates = [0.903, 2.965, 4.414, 5.876, 7.569, 8.633, 1.105, 7.829];
+        let v0m = [
+            -68.28, -63.16, -63.33, -63.45, -63.11, -61.66, -66.72, -61.43,
+        ];
+        let v0s = [5.36, 4.57, 4.74, 4.94, 4.94, 4.55, 5.46, 4.48];
+        Params {
+            n_scaling: 0.1,
+            k_scaling: 0.1,
+            dt: 0.1,
+            t_presim: 500.0,
+            t_sim: 1000.0,
+            seed: 55,
+            input: Input::Poisson,
+            bg_rate: 8.0,
+            psp_exc_mean: 0.15,
+            g: -4.0,
+            weight_rel_std: 0.1,
+            delay_exc_mean: 1.5,
+            delay_inh_mean: 0.75,
+            delay_rel_std: 0.5,
+            v0_type: V0Type::Optimized,
+            neuron: Neuron::default(),
+            populations: (0..NPOP)
+                .map(|i| {
+                    (
+                        POPULATIONS[i].to_string(),
+                        Population {
+                            n_full: n_full[i],
+                            k_ext: k_ext[i],
+                            full_mean_rate: rates[i],
+                            v0_mean: v0m[i],
+                            v0_std: v0s[i],
+                        },
+                    )
+                })
+                .collect(),
+            conn_probs: (0..NPOP)
+                .map(|i| (POPULATIONS[i].to_string(), CONN_PROBS[i].to_vec()))
+                .collect(),
+            thalamus: Thalamus::default(),
+        }
+    }
+}
+
+impl Params {
+    /// Parses a TOML file's text; missing keys keep their default, and a
+    /// `[populations.X]` or `[conn_probs]` entry replaces that population's default.
+    pub fn from_toml_str(text: &str) -> Result<Params> {
+        // Unknown population names are refused here, before serde fills defaults.
+        let table: toml::Table = text.parse().context("not valid TOML")?;
+        for section in ["populations", "conn_probs"] {
+            if let Some(t) = table.get(section) {
+                let t = t
+                    .as_table()
+                    .with_context(|| format!("`{section}` must be a table keyed by population"))?;
+                for k in t.keys() {
+                    if !POPULATIONS.contains(&k.as_str()) {
+                        bail!(
+                            "unknown population `{k}` in [{section}]; the populations are {}",
+                            POPULATIONS.join(", ")
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(t) = table
+            .get("thalamus")
+            .and_then(|t| t.get("conn_probs"))
+            .and_then(|t| t.as_table())
+        {
+            for k in t.keys() {
+                if !POPULATIONS.contains(&k.as_str()) {
+                    bail!(
+                        "unknown population `{k}` in [thalamus.conn_probs]; the populations are {}",
+                        POPULATIONS.join(", ")
+                    );
+                }
+            }
+        }
+        let mut p: Params = toml::from_str(text).context("in the parameters")?;
+        // Partial tables merge with the defaults.
+        let d = Params::default();
+        for (k, v) in d.populations {
+            p.populations.entry(k).or_insert(v);
+        }
+        for (k, v) in d.conn_probs {
+            p.conn_probs.entry(k).or_insert(v);
+        }
+        for (k, v) in d.thalamus.conn_probs {
+            p.thalamus.conn_probs.entry(k).or_insert(v);
+        }
+        Ok(p)
+    }
+
+    /// Reads a TOML parameter file.
+    pub fn from_file(path: &Path) -> Result<Params> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Params::from_toml_str(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// The parameters as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether `other` describes the same network and dynamics (a checkpoint of
+    /// one can continue as the other): everything but `t_sim`.
+    pub fn same_model(&self, other: &Params) -> bool {
+        let mut a = self.clone();
+        a.t_sim = other.t_sim;
+        a == *other
+    }
+
+    /// Checks every value; the error names the parameter.
+    pub fn check(&self) -> Result<()> {
+        let finite = |name: &str, x: f64| -> Result<()> {
+            if !x.is_finite() {
+                bail!("{name} must be a finite number, got {x}");
+            }
+            Ok(())
+        };
+        let positive = |name: &str, x: f64| -> Result<()> {
+            finite(name, x)?;
+            if x <= 0.0 {
+                bail!("{name} must be > 0, got {x}");
+            }
+            Ok(())
+        };
+        for (name, x) in [("n_scaling", self.n_scaling), ("k_scaling", self.k_scaling)] {
+            finite(name, x)?;
+            if !(x > 0.0 && x <= 1.0) {
+                bail!("{name} must be in (0, 1] (a fraction of the full-scale model), got {x}");
+            }
+        }
+        positive("dt", self.dt)?;
+        finite("t_presim", self.t_presim)?;
+        if self.t_presim < 0.0 {
+            bail!("t_presim must be >= 0 ms, got {}", self.t_presim);
+        }
+        positive("t_sim", self.t_sim)?;
+        let steps = (self.t_presim + self.t_sim) / self.dt;
+        if steps > u32::MAX as f64 / 2.0 {
+            bail!("t_presim + t_sim is {steps:.0} steps of dt; at most 2^31 are supported");
+        }
+        finite("bg_rate", self.bg_rate)?;
+        if self.bg_rate < 0.0 {
+            bail!("bg_rate must be >= 0 Hz, got {}", self.bg_rate);
+        }
+        positive("psp_exc_mean", self.psp_exc_mean)?;
+        finite("g", self.g)?;
+        if self.g >= 0.0 {
+            bail!(
+                "g must be negative (inhibitory PSPs are g * psp_exc_mean), got {}",
+                self.g
+            );
+        }
+        finite("weight_rel_std", self.weight_rel_std)?;
+        finite("delay_rel_std", self.delay_rel_std)?;
+        if self.weight_rel_std < 0.0 || self.delay_rel_std < 0.0 {
+            bail!("weight_rel_std and delay_rel_std must be >= 0");
+        }
+        for (name, d) in [
+            ("delay_exc_mean", self.delay_exc_mean),
+            ("delay_inh_mean", self.delay_inh_mean),
+            ("thalamus.delay_mean", self.thalamus.delay_mean),
+        ] {
+            finite(name, d)?;
+            if d < self.dt {
+                bail!(
+                    "{name} is {d} ms, below the time step dt = {} ms: no delay can be shorter than one step",
+                    self.dt
+                );
+            }
+        }
+        let n = &self.neuron;
+        positive("neuron.c_m", n.c_m)?;
+        positive("neuron.tau_m", n.tau_m)?;
+        positive("neuron.tau_syn", n.tau_syn)?;
+        if (n.tau_m - n.tau_syn).abs() < 1e-9 {
+            bail!(
+                "neuron.tau_syn must differ from neuron.tau_m (the exact propagator is singular)"
+            );
+        }
+        finite("neuron.e_l", n.e_l)?;
+        finite("neuron.v_th", n.v_th)?;
+        finite("neuron.v_reset", n.v_reset)?;
+        if n.v_reset >= n.v_th {
+            bail!(
+                "neuron.v_reset ({}) must be below neuron.v_th ({})",
+                n.v_reset,
+                n.v_th
+            );
+        }
+        finite("neuron.t_ref", n.t_ref)?;
+        if n.t_ref < self.dt {
+            bail!(
+                "neuron.t_ref is {} ms, below the time step dt = {} ms: the refractory period must last at least one step",
+                n.t_ref,
+                self.dt
+            );
+        }
+        for name in POPULATIONS {
+            let p = self
+                .populations
+                .get(name)
+                .with_context(|| format!("population {name} has no parameters"))?;
+            if p.n_full == 0 {
+                bail!("populations.{name}.n_full must be > 0");
+            }
+            for (k, x) in [
+                ("k_ext", p.k_ext),
+                ("full_mean_rate", p.full_mean_rate),
+                ("v0_std", p.v0_std),
+            ] {
+                finite(k, x)?;
+                if x < 0.0 {
+                    bail!("populations.{name}.{k} must be >= 0, got {x}");
+                }
+            }
+            finite("v0_mean", p.v0_mean)?;
+            let row = self
+                .conn_probs
+                .get(name)
+                .with_context(|| format!("conn_probs has no row for target {name}"))?;
+            if row.len() != NPOP {
+                bail!(
+                    "conn_probs.{name} has {} entries; it needs one per source population ({})",
+                    row.len(),
+                    POPULATIONS.join(", ")
+                );
+            }
+            for (k, &x) in row.iter().enumerate() {
+                if !(0.0..1.0).contains(&x) {
+                    bail!(
+                        "conn_probs.{name} from {} is {x}: a connection probability must be in [0, 1)",
+                        POPULATIONS[k]
+                    );
+                }
+            }
+            let t = self.thalamus.conn_probs.get(name).copied().unwrap_or(0.0);
+            if !(0.0..1.0).contains(&t) {
+                bail!(
+                    "thalamus.conn_probs.{name} is {t}: a connection probability must be in [0, 1)"
+                );
+            }
+        }
+        let th = &self.thalamus;
+        finite("thalamus.rate", th.rate)?;
+        finite("thalamus.start", th.start)?;
+        finite("thalamus.duration", th.duration)?;
+        finite("thalamus.psp", th.psp)?;
+        finite("thalamus.delay_rel_std", th.delay_rel_std)?;
+        if th.rate < 0.0 || th.duration < 0.0 || th.psp < 0.0 || th.delay_rel_std < 0.0 {
+            bail!("thalamus.rate, duration, psp and delay_rel_std must be >= 0");
+        }
+        if th.enabled && th.n == 0 {
+            bail!("thalamus.n must be > 0 when the thalamus is enabled");
+        }
+        Ok(())
+    }
+}
+
+/// Synapses of one projection (source population onto target population).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Projection {
+    /// Target population.
+    pub target: usize,
+    /// Source population (`NPOP` for the thalamus).
+    pub source: usize,
+    /// Total number of synapses (fixed total number).
+    pub synapses: u64,
+    /// Mean weight (pA; negative for inhibitory sources).
+    pub w_mean: f64,
+    /// Standard deviation of the weight (pA).
+    pub w_std: f64,
+    /// Mean delay (ms).
+    pub d_mean: f64,
+    /// Standard deviation of the delay (ms).
+    pub d_std: f64,
+}
+
+/// The parameters with everything the simulation derives from them.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// The parameters.
+    pub params: Params,
+    /// Neurons per population (scaled).
+    pub sizes: [u32; NPOP],
+    /// First global id of each population (contiguous, in [`POPULATIONS`] order).
+    pub first: [u32; NPOP + 1],
+    /// All neurons.
+    pub n: u32,
+    /// Thalamic neurons (0 when disabled); their ids follow the cortical ones.
+    pub n_th: u32,
+    /// Projections with at least one synapse.
+    pub projections: Vec<Projection>,
+    /// External in-degree per population (scaled).
+    pub k_ext: [u32; NPOP],
+    /// Mean of the background Poisson count per step per neuron of each population.
+    pub lambda_ext: [f64; NPOP],
+    /// Weight of a background spike (pA).
+    pub w_ext: f64,
+    /// DC current per population (pA): the compensation of downscaled in-degrees,
+    /// and the background itself with `input = "dc"`.
+    pub dc: [f64; NPOP],
+    /// Weight quantum (pA): weight magnitudes are stored as 16-bit multiples of
+    /// it (the largest mean weight plus 8 standard deviations is 65535 quanta),
+    /// and synaptic input is summed in integer quanta.
+    pub q_syn: f64,
+    /// Longest delay (steps): delays are drawn from the clipped normal and cut
+    /// at 8 standard deviations above the mean.
+    pub max_delay: u32,
+    /// Shortest possible delay (steps), the exchange interval.
+    pub min_delay: u32,
+    /// Warm-up steps.
+    pub presim_steps: u64,
+    /// All steps (warm-up and recorded time).
+    pub steps: u64,
+    /// Refractory steps.
+    pub ref_steps: u32,
+    /// Bits of a spike code that hold the neuron id.
+    pub gid_bits: u32,
+    /// Thalamic activity: steps `th_on..th_off` (none when disabled).
+    pub th_steps: (u64, u64),
+    /// Probability that a thalamic neuron spikes in one step.
+    pub th_p: f64,
+}
+
+/// `PSC / PSP`: the current amplitude of `iaf_psc_exp` whose PSP peaks at 1 mV
+/// (NEST's `helpers.postsynaptic_potential_to_current`).
+pub fn psc_over_psp(c_m: f64, tau_m: f64, tau_syn: f64) -> f64 {
+    let sub = 1.0 / (tau_syn - tau_m);
+    let pre = tau_m * tau_syn / c_m * sub;
+    let frac = (tau_m / tau_syn).powf(sub);
+    1.0 / (pre * (frac.powf(tau_m) - frac.powf(tau_syn)))
+}
+
+/// The expected number of synapses that realises connection probability `p`
+/// between populations of `n1` and `n2` neurons with multapses (NEST's
+/// `helpers.num_synapses_from_conn_probs`).
+pub fn synapses_from_prob(p: f64, n1: f64, n2: f64) -> f64 {
+    let prod = n1 * n2;
+    (1.0 - p).ln() / ((prod - 1.0) / prod).ln()
+}
+
+/// NumPy's `round` (half to even), as NEST's example rounds.
+fn round_even(x: f64) -> f64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 {
+        2.0 * (x / 2.0).round()
+    } else {
+        r
+    }
+}
+
+impl Model {
+    /// Checks `params` and derives the model (no network is allocated).
+    pub fn new(params: Params) -> Result<Model> {
+        params.check()?;
+        let p = &params;
+        let nu = &p.neuron;
+        let pops: Vec<&Population> = POPULATIONS.iter().map(|n| &p.populations[*n]).collect();
+        let probs: Vec<&Vec<f64>> = POPULATIONS.iter().map(|n| &p.conn_probs[*n]).collect();
+        let n_full: Vec<f64> = pops.iter().map(|q| q.n_full as f64).collect();
+        let mut sizes = [0u32; NPOP];
+        let mut first = [0u32; NPOP + 1];
+        for i in 0..NPOP {
+            let s = round_even(n_full[i] * p.n_scaling);
+            if s < 1.0 {
+                bail!(
+                    "n_scaling {} leaves population {} without neurons",
+                    p.n_scaling,
+                    POPULATIONS[i]
+                );
+            }
+            if s > 65536.0 {
+                bail!(
+                    "population {} has {s} neurons; at most 65536 per population are supported (targets are stored in 16 bits)",
+                    POPULATIONS[i]
+                );
+            }
+            sizes[i] = s as u32;
+            first[i + 1] = first[i] + sizes[i];
+        }
+        let n = first[NPOP];
+        let ratio = psc_over_psp(nu.c_m, nu.tau_m, nu.tau_syn);
+        // Mean PSCs (pA): excitatory sources PSP_e, inhibitory g * PSP_e, L4E -> L2/3E doubled.
+        let mut w = [[0.0f64; NPOP]; NPOP];
+        let mut full_syn = [[0.0f64; NPOP]; NPOP];
+        for i in 0..NPOP {
+            for j in 0..NPOP {
+                let psp = if j % 2 == 0 {
+                    p.psp_exc_mean
+                } else {
+                    p.psp_exc_mean * p.g
+                };
+                w[i][j] = psp * ratio;
+                full_syn[i][j] = if probs[i][j] > 0.0 {
+                    synapses_from_prob(probs[i][j], n_full[i], n_full[j])
+                } else {
+                    0.0
+                };
+            }
+        }
+        w[0][2] *= 2.0;
+        let mut w_ext = p.psp_exc_mean * ratio;
+        let mut dc = [0.0f64; NPOP];
+        if p.input == Input::Dc {
+            for i in 0..NPOP {
+                dc[i] = p.bg_rate * pops[i].k_ext * w_ext * nu.tau_syn * 0.001;
+            }
+        }
+        let ks = p.k_scaling;
+        if ks != 1.0 {
+            let sq = ks.sqrt();
+            for i in 0..NPOP {
+                let mut input_rec = 0.0;
+                for j in 0..NPOP {
+                    input_rec += w[i][j] * (full_syn[i][j] / n_full[i]) * pops[j].full_mean_rate;
+                }
+                dc[i] += 0.001 * nu.tau_syn * (1.0 - sq) * input_rec;
+                if p.input == Input::Poisson {
+                    dc[i] += 0.001 * nu.tau_syn * (1.0 - sq) * (w_ext * pops[i].k_ext * p.bg_rate);
+                }
+            }
+            for row in w.iter_mut() {
+                for x in row.iter_mut() {
+                    *x /= sq;
+                }
+            }
+            w_ext /= sq;
+        }
+        let mut projections = Vec::new();
+        for i in 0..NPOP {
+            for j in 0..NPOP {
+                let syn = round_even(full_syn[i][j] * p.n_scaling * ks);
+                if syn >= 1.0 {
+                    let d_mean = if j % 2 == 0 {
+                        p.delay_exc_mean
+                    } else {
+                        p.delay_inh_mean
+                    };
+                    projections.push(Projection {
+                        target: i,
+                        source: j,
+                        synapses: syn as u64,
+                        w_mean: w[i][j],
+                        w_std: (w[i][j] * p.weight_rel_std).abs(),
+                        d_mean,
+                        d_std: d_mean * p.delay_rel_std,
+                    });
+                }
+            }
+        }
+        let th = &p.thalamus;
+        let n_th = if th.enabled { th.n } else { 0 };
+        let mut th_steps = (0, 0);
+        let mut th_p = 0.0;
+        if th.enabled {
+            let mut w_th = th.psp * ratio;
+            if ks != 1.0 {
+                w_th /= ks.sqrt();
+            }
+            for i in 0..NPOP {
+                let prob = th.conn_probs.get(POPULATIONS[i]).copied().unwrap_or(0.0);
+                if prob <= 0.0 {
+                    continue;
+                }
+                let syn = round_even(synapses_from_prob(prob, th.n as f64, n_full[i]) * ks);
+                if syn >= 1.0 {
+                    projections.push(Projection {
+                        target: i,
+                        source: NPOP,
+                        synapses: syn as u64,
+                        w_mean: w_th,
+                        w_std: w_th * p.weight_rel_std,
+                        d_mean: th.delay_mean,
+                        d_std: th.delay_mean * th.delay_rel_std,
+                    });
+                }
+            }
+            th_steps = (
+                (th.start / p.dt).round() as u64,
+                ((th.start + th.duration) / p.dt).round() as u64,
+            );
+            th_p = th.rate * p.dt / 1000.0;
+            if th_p > 1.0 {
+                bail!("thalamus.rate {} Hz exceeds one spike per step", th.rate);
+            }
+        }
+        let mut k_ext = [0u32; NPOP];
+        let mut lambda_ext = [0.0f64; NPOP];
+        for i in 0..NPOP {
+            k_ext[i] = round_even(pops[i].k_ext * ks) as u32;
+            if p.input == Input::Poisson {
+                lambda_ext[i] = p.bg_rate * k_ext[i] as f64 * p.dt / 1000.0;
+                if lambda_ext[i] > 400.0 {
+                    bail!(
+                        "the background of {} is {:.0} spikes per step; at most 400 are supported",
+                        POPULATIONS[i],
+                        lambda_ext[i]
+                    );
+                }
+            }
+        }
+        // The weight quantum: the largest mean plus 8 deviations in 16 bits.
+        let span = projections
+            .iter()
+            .map(|q| q.w_mean.abs() + 8.0 * q.w_std)
+            .fold(0.0f64, f64::max);
+        let q_syn = (span / 65535.0).max(f64::MIN_POSITIVE);
+        let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
+        let max_delay = projections
+            .iter()
+            .map(|q| steps_of(q.d_mean + 8.0 * q.d_std).max(1))
+            .max()
+            .unwrap_or(1);
+        if max_delay > 255 {
+            bail!(
+                "delays reach {max_delay} steps (mean + 8 standard deviations); at most 255 are supported: use a larger dt or shorter delays"
+            );
+        }
+        // Delays are redrawn below dt/2 and rounded to steps: the shortest is one
+        // step unless the deviation is zero.
+        let min_delay = projections
+            .iter()
+            .map(|q| {
+                if q.d_std == 0.0 {
+                    steps_of(q.d_mean).max(1)
+                } else {
+                    1
+                }
+            })
+            .min()
+            .unwrap_or(1);
+        let presim_steps = (p.t_presim / p.dt).round() as u64;
+        let steps = presim_steps + (p.t_sim / p.dt).round().max(1.0) as u64;
+        let total = n as u64 + n_th as u64;
+        let gid_bits = 64 - total.saturating_sub(1).max(1).leading_zeros();
+        if gid_bits + 8 > 32 {
+            bail!("{total} neurons do not fit a spike code");
+        }
+        Ok(Model {
+            sizes,
+            first,
+            n,
+            n_th,
+            projections,
+            k_ext,
+            lambda_ext,
+            w_ext,
+            dc,
+            q_syn,
+            max_delay,
+            min_delay,
+            presim_steps,
+            steps,
+            ref_steps: (nu.t_ref / p.dt).round() as u32,
+            gid_bits,
+            th_steps,
+            th_p,
+            params: params.clone(),
+        })
+    }
+
+    /// Total synapses of the network.
+    pub fn synapses(&self) -> u64 {
+        self.projections.iter().map(|q| q.synapses).sum()
+    }
+
+    /// The population of neuron `gid` (`NPOP` for a thalamic neuron).
+    pub fn pop_of(&self, gid: u32) -> usize {
+        self.first[1..].partition_point(|&f| f <= gid).min(NPOP)
+    }
+
+    /// Whether neurons of population `pop` are excitatory (the thalamus is).
+    pub fn excitatory(pop: usize) -> bool {
+        pop % 2 == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_nest() {
+        let m = Model::new(Params::default()).unwrap();
+        assert_eq!(m.n, 7717);
+        assert_eq!(m.sizes, [2068, 583, 2192, 548, 485, 106, 1440, 295]);
+        // 0.1 x 0.1 scale: about 3.0 million synapses.
+        let s = m.synapses();
+        assert!((2_900_000..3_100_000).contains(&s), "{s}");
+        // 87.8 pA for a 0.15 mV PSP, times sqrt(10) at K_scaling 0.1.
+        let ratio = psc_over_psp(250.0, 10.0, 0.5);
+        assert!((ratio * 0.15 - 87.81).abs() < 0.01, "{}", ratio * 0.15);
+        assert!((m.w_ext - ratio * 0.15 / 0.1f64.sqrt()).abs() < 1e-9);
+        let l23e_from_l4e = m
+            .projections
+            .iter()
+            .find(|q| q.target == 0 && q.source == 2)
+            .unwrap();
+        assert!((l23e_from_l4e.w_mean - 2.0 * m.w_ext).abs() < 1e-9);
+        assert!(m.dc.iter().all(|&x| x > 0.0));
+        assert_eq!(m.min_delay, 1);
+        let full = Model::new(Params {
+            n_scaling: 1.0,
+            k_scaling: 1.0,
+            ..Params::default()
+        })
+        .unwrap();
+        assert_eq!(full.n, 77169);
+        assert!(full.dc.iter().all(|&x| x == 0.0));
+        let s = full.synapses();
+        assert!((295_000_000..305_000_000).contains(&s), "{s}");
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_its_name() {
+        let e = |text: &str| {
+            format!(
+                "{:#}",
+                Params::from_toml_str(text)
+                    .and_then(|p| Model::new(p).map(|_| ()))
+                    .unwrap_err()
+            )
+        };
+        assert!(e("[populations.L7E]\nn_full = 3\nk_ext = 1\nfull_mean_rate = 1\nv0_mean = 0\nv0_std = 1\n").contains("unknown population `L7E`"));
+        assert!(e("[conn_probs]\nL9I = [0,0,0,0,0,0,0,0]\n").contains("unknown population `L9I`"));
+        assert!(e("[conn_probs]\nL23E = [-0.1,0,0,0,0,0,0,0]\n")
+            .contains("conn_probs.L23E from L23E is -0.1"));
+        assert!(e("[conn_probs]\nL23E = [0.1,0]\n").contains("has 2 entries"));
+        assert!(e("n_scaling = 0.0\n").contains("n_scaling must be in (0, 1]"));
+        assert!(e("k_scaling = 1.5\n").contains("k_scaling must be in (0, 1]"));
+        assert!(e("n_scaling = -1\n").contains("n_scaling"));
+        assert!(e("delay_inh_mean = 0.05\n").contains("below the time step"));
+        assert!(e("bogus = 1\n").contains("bogus"));
+        assert!(e("[thalamus.conn_probs]\nLX = 0.1\n").contains("unknown population `LX`"));
+    }
+
+    #[test]
+    fn partial_tables_merge_with_defaults() {
+        let p =
+            Params::from_toml_str("n_scaling = 0.05\n[conn_probs]\nL23E = [0.2,0,0,0,0,0,0,0]\n")
+                .unwrap();
+        assert_eq!(p.conn_probs["L23E"][0], 0.2);
+        assert_eq!(p.conn_probs["L4E"], Params::default().conn_probs["L4E"]);
+        assert_eq!(p.populations.len(), 8);
+        // The shipped file is the defaults.
+        let file =
+            Params::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("microcircuit.toml"))
+                .unwrap();
+        assert_eq!(file, Params::default());
+    }
+}

@@ -1,0 +1,256 @@
+//! Bit-identical spikes for any number of ranks and threads, in-process ("virtual
+//! ranks" over `LocalExchange`) and as processes under the hpc runtime, and exact
+//! resumption from checkpoints.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use brunel::exchange::LocalExchange;
+use hpc_runtime::Coordinator;
+use microcircuit::exchange::Gather;
+use microcircuit::params::{Model, Params};
+use microcircuit::sim::{RankReport, RunOptions, Simulation};
+
+const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "microcircuit-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// 1.5 % of the neurons and 5 % of the in-degrees, with the thalamic pulse early.
+fn small_params() -> Params {
+    let mut p = Params {
+        n_scaling: 0.015,
+        k_scaling: 0.05,
+        t_presim: 20.0,
+        t_sim: 60.0,
+        ..Params::default()
+    };
+    p.thalamus.enabled = true;
+    p.thalamus.start = 30.0;
+    p
+}
+
+fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
+    let exchanges = LocalExchange::group(ranks);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = exchanges
+            .into_iter()
+            .enumerate()
+            .map(|(rank, ex)| {
+                s.spawn(move || {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut sim =
+                        Simulation::new(model, rank, ranks, &pool, opts.restart.as_deref())
+                            .unwrap();
+                    sim.run(&pool, &mut Gather(ex), opts, None).unwrap()
+                })
+            })
+            .collect();
+        let mut reports: Vec<RankReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        reports.swap_remove(0)
+    })
+}
+
+fn spikes_of(model: &Model, ranks: usize, threads: usize) -> (Vec<u8>, u64) {
+    let dir = tmpdir("virt");
+    let path = dir.join("spikes.spk");
+    let opts = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        ..Default::default()
+    };
+    let rep = run_virtual(model, ranks, threads, &opts);
+    assert!(rep.completed);
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (bytes, rep.stats.unwrap().spikes_total)
+}
+
+#[test]
+fn any_ranks_and_threads_give_the_same_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, n) = spikes_of(&model, 1, 1);
+    assert!(n > 200, "too few spikes to compare: {n}");
+    for (ranks, threads) in [(1, 2), (2, 1), (3, 2)] {
+        let (got, _) = spikes_of(&model, ranks, threads);
+        assert!(
+            got == reference,
+            "{ranks} ranks x {threads} threads differ from 1 x 1"
+        );
+    }
+}
+
+#[test]
+fn another_seed_gives_other_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let other = Model::new(Params {
+        seed: 56,
+        ..small_params()
+    })
+    .unwrap();
+    assert!(spikes_of(&model, 1, 1).0 != spikes_of(&other, 1, 1).0);
+}
+
+#[test]
+fn checkpoint_restart_gives_the_uninterrupted_spikes() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1);
+    let dir = tmpdir("ckpt");
+    let ck = dir.join("checkpoints");
+    let path = dir.join("spikes.spk");
+    // Interrupted at 55 ms (inside the thalamic pulse) with checkpoints every 25 ms.
+    let first = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        checkpoint_every: Some(250),
+        checkpoint_dir: Some(ck.clone()),
+        stop_at: Some(550),
+        ..Default::default()
+    };
+    let rep = run_virtual(&model, 2, 1, &first);
+    assert!(!rep.completed && rep.end_step == 550);
+    assert!(!path.exists());
+    // Resumed from the newest (50 ms) with another decomposition.
+    let resume = RunOptions {
+        overlap: true,
+        spikes: Some(path.clone()),
+        restart: Some(ck.clone()),
+        ..Default::default()
+    };
+    let rep = run_virtual(&model, 3, 2, &resume);
+    assert_eq!(rep.start_step, 500);
+    assert!(
+        std::fs::read(&path).unwrap() == reference,
+        "resumed run differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn cli_args(out: &Path) -> Vec<String> {
+    [
+        "--n-scaling",
+        "0.015",
+        "--k-scaling",
+        "0.05",
+        "--t-presim",
+        "20",
+        "--t-sim",
+        "60",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect()
+}
+
+fn run_processes(size: usize, out: &Path, extra: &[&str]) {
+    let secret = hpc_runtime::random_u64();
+    let coord = Coordinator::start(
+        size,
+        secret,
+        Duration::from_secs(30),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    let kids: Vec<_> = (0..size)
+        .map(|r| {
+            Command::new(BIN)
+                .args(cli_args(out))
+                .args(extra)
+                .envs(coord.rank_env(r))
+                .env("HPC_TIMEOUT", "30")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "rank {r} of {size} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if r == 0 {
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(s.contains("L23E") && s.contains("bytes/synapse"), "{s}");
+        }
+    }
+}
+
+#[test]
+fn one_and_two_processes_give_the_same_spikes() {
+    // A singleton process (no launcher), then two ranks under the runtime.
+    let one = tmpdir("proc1");
+    let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = std::fs::read(one.join("spikes.spk")).unwrap();
+    let two = tmpdir("proc2");
+    run_processes(2, &two, &[]);
+    assert!(
+        std::fs::read(two.join("spikes.spk")).unwrap() == reference,
+        "2 processes differ from 1"
+    );
+    let _ = std::fs::remove_dir_all(&one);
+    let _ = std::fs::remove_dir_all(&two);
+}
+
+#[test]
+fn the_targeted_exchange_gives_the_allgather_spikes_and_receives_less() {
+    let one = tmpdir("a2a1");
+    let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = std::fs::read(one.join("spikes.spk")).unwrap();
+    let gather = tmpdir("a2a-gather");
+    run_processes(3, &gather, &[]);
+    let targeted = tmpdir("a2a-targeted");
+    run_processes(
+        3,
+        &targeted,
+        &["--exchange", "alltoallv", "--engine", "inline"],
+    );
+    assert!(
+        std::fs::read(targeted.join("spikes.spk")).unwrap() == reference,
+        "alltoallv over 3 processes differs from 1 process"
+    );
+    // Ranks other than 0 receive only the spikes of sources with targets on them.
+    let recv = |dir: &Path| -> Vec<u64> {
+        let s: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+        s["bytes_received_per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let (g, t) = (recv(&gather), recv(&targeted));
+    assert_eq!(g[0], t[0], "rank 0 receives every spike either way");
+    assert!(
+        (1..3).all(|r| t[r] <= g[r]) && t[1] + t[2] < g[1] + g[2],
+        "allgather {g:?}, alltoallv {t:?}"
+    );
+    for d in [one, gather, targeted] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

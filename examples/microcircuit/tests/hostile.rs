@@ -1,0 +1,68 @@
+//! Bad input: the program refuses it with a message that names the problem, before
+//! it builds anything (it exits at once and writes no output directory).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
+
+fn refused(args: &[&str], toml: Option<&str>, expect: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "microcircuit-hostile-{}-{}",
+        std::process::id(),
+        expect.len() * 131 + args.len()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out: PathBuf = dir.join("out");
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).arg("--out").arg(&out).arg("--quiet");
+    if let Some(t) = toml {
+        let f = dir.join("p.toml");
+        std::fs::write(&f, t).unwrap();
+        cmd.arg("--config").arg(&f);
+    }
+    let t0 = Instant::now();
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "accepted {args:?} {toml:?}");
+    assert!(err.contains(expect), "expected `{expect}` in: {err}");
+    assert!(!out.exists(), "wrote {} before refusing", out.display());
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_scalings_are_refused() {
+    refused(&["--n-scaling", "0"], None, "n_scaling must be in (0, 1]");
+    refused(&["--n-scaling", "1.5"], None, "n_scaling must be in (0, 1]");
+    refused(
+        &["--k-scaling", "-0.1"],
+        None,
+        "k_scaling must be in (0, 1]",
+    );
+    refused(&["--k-scaling", "NaN"], None, "k_scaling");
+}
+
+#[test]
+fn bad_files_are_refused() {
+    refused(
+        &[],
+        Some("[populations.L7E]\nn_full = 10\nk_ext = 1.0\nfull_mean_rate = 1.0\nv0_mean = -60.0\nv0_std = 1.0\n"),
+        "unknown population `L7E`",
+    );
+    refused(
+        &[],
+        Some("[conn_probs]\nL4I = [0.1, -0.2, 0, 0, 0, 0, 0, 0]\n"),
+        "conn_probs.L4I from L23I is -0.2",
+    );
+    refused(&[], Some("delay_inh_mean = 0.01\n"), "below the time step");
+    refused(&[], Some("dt = 0.1\nnot_a_key = 3\n"), "not_a_key");
+    refused(&[], Some("n_scaling = ["), "TOML");
+    refused(&["--t-sim", "-5"], None, "t_sim must be > 0");
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Convert a spike file of the microcircuit example (native format, see
+read_spikes.py) into SONATA's HDF5 spike layout, readable by h5py, NEST, bmtk and
+the other SONATA tools:
+
+    /spikes                       attribute: magic = 0x0A7A (uint32), version = [0, 1]
+    /spikes/<population>/         attribute: sorting = "by_time"
+        timestamps  float64 (ms)  attribute: units = "ms"
+        node_ids    uint64        ids within the population (0-based)
+
+One SONATA population per population of the file (L23E, ...), or a single one
+with global ids (--single NAME).
+
+    python3 to_sonata.py microcircuit-out/spikes.spk spikes.h5 [--single cortex]
+
+Needs numpy and h5py (pip install h5py).
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from read_spikes import read  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("spikes")
+ap.add_argument("out")
+ap.add_argument("--single", metavar="NAME",
+                help="one population NAME with the file's global ids")
+a = ap.parse_args()
+
+try:
+    import h5py
+except ImportError:
+    sys.exit("to_sonata.py needs h5py: pip install h5py")
+
+h, t, ids = read(a.spikes)
+order = np.lexsort((ids, t))
+t, ids = t[order], ids[order]
+tmp = a.out + ".tmp"
+with h5py.File(tmp, "w") as f:
+    g = f.create_group("spikes")
+    g.attrs["magic"] = np.uint32(0x0A7A)
+    g.attrs["version"] = np.array([0, 1], dtype=np.uint32)
+    if a.single:
+        parts = [(a.single, 0, h["n_neurons"])]
+    else:
+        parts = [(p["name"], p["first"], p["count"]) for p in h["populations"]]
+    for name, first, count in parts:
+        sel = (ids >= first) & (ids < first + count)
+        p = g.create_group(name)
+        p.attrs["sorting"] = "by_time"
+        ts = p.create_dataset("timestamps", data=t[sel].astype(np.float64))
+        ts.attrs["units"] = "ms"
+        p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
+os.replace(tmp, a.out)
+print(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)")

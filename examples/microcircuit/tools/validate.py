@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Run NEST (tools/nest_microcircuit.py) and the microcircuit example on the same
+parameters for several seeds and compare, per population, the rate averaged over
+the seeds (within 10 %) and the mean CV of ISIs (within 0.05). Exit status 1 if a
+population is out of tolerance.
+
+    python3 validate.py --microcircuit path/to/microcircuit [--seeds 55 56 57]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from read_spikes import read, pop_stats  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--microcircuit", required=True)
+ap.add_argument("--seeds", type=int, nargs="+", default=[55, 56, 57])
+ap.add_argument("--n-scaling", type=float, default=0.1)
+ap.add_argument("--k-scaling", type=float, default=0.1)
+ap.add_argument("--t-sim", type=float, default=1000.0)
+ap.add_argument("--rate-tol", type=float, default=0.10)
+ap.add_argument("--cv-tol", type=float, default=0.05)
+ap.add_argument("--keep", metavar="DIR", help="keep each run's output in DIR")
+a = ap.parse_args()
+
+common = ["--n-scaling", str(a.n_scaling), "--k-scaling", str(a.k_scaling),
+          "--t-sim", str(a.t_sim)]
+nest_runs, ours_runs = [], []
+for seed in a.seeds:
+    n = subprocess.run([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
+                        "--seed", str(seed)] + common,
+                       check=True, capture_output=True, text=True)
+    nest_runs.append(json.loads(n.stdout.strip().splitlines()[-1]))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
+        subprocess.run([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
+                        "--no-plot"] + common, check=True, capture_output=True, text=True)
+        h, t, ids = read(os.path.join(out, "spikes.spk"))
+        summ = json.load(open(os.path.join(out, "summary.json")))
+    pops = h["populations"]
+    first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
+    res = pop_stats(t, ids, first, [p["name"] for p in pops], h["t_presim_ms"], h["t_sim_ms"])
+    ours_runs.append({"populations": res, "simulate_s": summ["simulate_recorded_s"],
+                      "build_s": summ["build_s"]})
+    print(f"seed {seed}: NEST {nest_runs[-1]['simulate_s']:.2f} s, "
+          f"ours {summ['simulate_recorded_s']:.2f} s for {a.t_sim:.0f} ms", file=sys.stderr)
+
+
+def mean_of(runs, k, key):
+    return sum(r["populations"][k][key] for r in runs) / len(runs)
+
+
+ok = True
+print(f"N_scaling {a.n_scaling}, K_scaling {a.k_scaling}, Poisson input, seeds {a.seeds}, "
+      f"{a.t_sim:.0f} ms after 500 ms warm-up; means over seeds")
+print(f"{'population':<10} {'rate NEST':>9} {'ours':>7} {'diff':>7}   "
+      f"{'CV NEST':>7} {'ours':>6} {'diff':>7}")
+for k, p in enumerate(nest_runs[0]["populations"]):
+    rn, ro = mean_of(nest_runs, k, "rate_hz"), mean_of(ours_runs, k, "rate_hz")
+    cn, co = mean_of(nest_runs, k, "cv_isi"), mean_of(ours_runs, k, "cv_isi")
+    dr = (ro - rn) / rn if rn > 0 else float("inf")
+    good = abs(dr) <= a.rate_tol and abs(co - cn) <= a.cv_tol
+    ok &= good
+    print(f"{p['name']:<10} {rn:>8.3f}H {ro:>6.3f}H {dr*100:>+6.1f}%   {cn:>7.3f} {co:>6.3f} "
+          f"{co-cn:>+7.3f}  {'ok' if good else 'FAIL'}")
+for k, p in enumerate(nest_runs[0]["populations"]):
+    per = " ".join(f"{r['populations'][k]['rate_hz']:.3f}" for r in nest_runs)
+    mine = " ".join(f"{r['populations'][k]['rate_hz']:.3f}" for r in ours_runs)
+    print(f"  {p['name']:<6} rates per seed: NEST {per} | ours {mine}")
+ns = sum(r["simulate_s"] for r in nest_runs) / len(nest_runs)
+os_ = sum(r["simulate_s"] for r in ours_runs) / len(ours_runs)
+print(f"simulate wall time per {a.t_sim:.0f} ms (mean): NEST {ns:.2f} s (1 thread), ours {os_:.2f} s (1 thread)")
+sys.exit(0 if ok else 1)
