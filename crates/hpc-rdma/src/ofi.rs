@@ -26,9 +26,35 @@
 //!   are written by a second write ordered after the first (`FI_ORDER_WAW` within
 //!   the provider's `max_order_waw_size`, else issued when the first completed),
 //!   so the target may poll them.
-//! - **Progress**: completions are read by every caller waiting on the transport and
-//!   by a thread of the backend when nobody does (the providers here progress data
-//!   only inside libfabric calls), so a target that computes still serves puts.
+//! - **Progress**: libfabric says per provider whether it moves data by itself
+//!   (`data_progress`/`control_progress` = `FI_PROGRESS_AUTO`, as offloading NICs
+//!   do) or only inside libfabric calls (`FI_PROGRESS_MANUAL`: `tcp;ofi_rxm` and
+//!   `shm` here, both for data). With manual progress, a put or get into a rank
+//!   moves only while that rank calls into libfabric, and the initiator's provider
+//!   refuses new operations ("try again") once its queues hold what the target has
+//!   not taken. Two things keep that from stalling or failing anything:
+//!   - *a progress thread per endpoint*, started only where the provider needs
+//!     manual progress, reads completions when no caller has for 200 µs (polling
+//!     while there is traffic, napping up to 100 µs when there is none), so a rank
+//!     that computes, sleeps or waits in a collective of the runtime still serves
+//!     its peers' puts, gets and messages. Callers waiting on the transport read
+//!     completions themselves (no thread hand-off on the latency path).
+//!   - *no waiting inside a post*: an operation the provider refuses with "try
+//!     again" is queued, in order, per peer (receive re-posts apart), and posted by
+//!     the next read of completions, whoever makes it. Posting never fails because
+//!     a peer is slow: a peer that is stopped, descheduled on an overloaded node or
+//!     not progressing only delays its own operations, whose waits stay bounded by
+//!     the caller's timeout ([`Error::Timeout`]); a queued operation to a peer
+//!     found lost fails with [`Error::PeerLost`]. (Retrying the post with the
+//!     endpoint's lock held, bounded by the job's timeout, made a put fail with
+//!     "kept refusing" whenever the target was away longer than that.)
+//!
+//!   A polling thread rather than one blocked in libfabric's wait objects
+//!   (`fi_cq_sread`): wait objects are optional per provider and per completion
+//!   queue, and a blocked reader would still have to be woken for our own queued
+//!   posts; the polling thread behaves alike on every provider. A thread that is
+//!   itself starved of CPU (every core busy with the rank's computation) serves
+//!   later, not never.
 //! - **Choice of provider**: `HPC_OFI_PROVIDER`, else `FI_PROVIDER`, else the first
 //!   provider libfabric offers with what the transport needs. With `HPC_TRANSPORT=
 //!   auto` the backend serves ranks on different nodes only where a provider that

@@ -167,6 +167,7 @@ fn child() {
             t.wait(s).unwrap();
         }
         "suite" => suite(&world, &t),
+        "idle-target" => idle_target(&world, &t),
         "death" => death(&world, &t),
         other => panic!("unknown role {other}"),
     }
@@ -396,6 +397,151 @@ fn stale_key(world: &World, t: &Transport, peer: usize, backend: &str) {
     world.barrier().unwrap();
 }
 
+/// Rank 1 stays away from the transport while rank 0 moves data in and out of its
+/// memory (puts, gets, eager and announced messages) and finally puts a mark into
+/// it. `IDLE_MODE` says how rank 1 stays away: `sleep` or `spin` (computing on every
+/// core) until the mark is in its memory, which, with providers that progress data
+/// only inside libfabric calls (`tcp;ofi_rxm`, `shm`), only the backend's progress
+/// thread can bring about; or `stop`: the process is stopped (as a debugger or an
+/// overloaded node's scheduler leaves it) for longer than the job's timeout and then
+/// continued by rank 0, whose operations must wait meanwhile, never fail.
+fn idle_target(world: &World, t: &Transport) {
+    const MARK: u64 = 0x6d61_726b_6d61_726b;
+    let me = world.rank();
+    let peer = 1 - me;
+    let mode = std::env::var("IDLE_MODE").unwrap();
+    let len = 4 << 20;
+    let region = t.register(len).unwrap();
+    let keys = t.exchange_keys(world, &region).unwrap();
+    let pk = keys[peer];
+    let pids = world.allgather(&std::process::id().to_le_bytes()).unwrap();
+    let pid1 = u32::from_le_bytes(pids[1][..4].try_into().unwrap()) as i32;
+    world.barrier().unwrap();
+    let idle = world.timeout() * 3 / 2;
+    // Far longer than the work takes on a loaded machine: only a hang gets there.
+    let give_up = Duration::from_secs(120);
+    let size = |i: u64| if i % 10 == 0 { 100_000 } else { 100 };
+    if me == 1 {
+        let start = Instant::now();
+        let marked = || region.load_u64(len - 8).unwrap() == MARK;
+        match mode.as_str() {
+            "spin" => {
+                let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+                std::thread::scope(|s| {
+                    for _ in 0..cores {
+                        s.spawn(|| {
+                            let mut x = 1u64;
+                            while !marked() {
+                                assert!(start.elapsed() < give_up, "never served");
+                                for _ in 0..1000 {
+                                    x = std::hint::black_box(
+                                        x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                                    );
+                                }
+                            }
+                        });
+                    }
+                });
+            }
+            // SAFETY: raise takes a signal number; rank 0 continues us.
+            "stop" => assert_eq!(unsafe { libc::raise(libc::SIGSTOP) }, 0),
+            _ => {
+                while !marked() {
+                    assert!(start.elapsed() < give_up, "never served");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        // Everything rank 0 did while we were away is here.
+        let r = t.recv(0, 7).unwrap();
+        assert_eq!(t.wait_timeout(r, give_up).unwrap().into_bytes(), b"done");
+        let mut want = pattern(len, 0);
+        want[..8].copy_from_slice(&1999u64.to_le_bytes());
+        want[len - 8..].copy_from_slice(&MARK.to_le_bytes());
+        assert_eq!(region.to_vec(), want);
+        for i in 0..200u64 {
+            let r = t.recv(0, 6).unwrap();
+            assert_eq!(t.wait(r).unwrap().into_bytes(), vec![i as u8; size(i)]);
+        }
+        let s = t.send(0, 8, b"ack".to_vec()).unwrap();
+        t.wait(s).unwrap();
+    } else {
+        // Whatever happens here (a failed assertion too), rank 1 is continued.
+        struct Continue(i32);
+        impl Drop for Continue {
+            fn drop(&mut self) {
+                // SAFETY: kill takes a pid and a signal number.
+                unsafe { libc::kill(self.0, libc::SIGCONT) };
+            }
+        }
+        let _continue = Continue(pid1);
+        let stopper = (mode == "stop").then(|| {
+            // Wait until rank 1 is stopped, and continue it after `idle`.
+            let stat = format!("/proc/{pid1}/stat");
+            let d = Instant::now() + Duration::from_secs(10);
+            while !std::fs::read_to_string(&stat)
+                .unwrap()
+                .rsplit(')')
+                .next()
+                .unwrap()
+                .trim_start()
+                .starts_with('T')
+            {
+                assert!(Instant::now() < d, "rank 1 did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::spawn(move || {
+                std::thread::sleep(idle);
+                // SAFETY: kill takes a pid and a signal number.
+                unsafe { libc::kill(pid1, libc::SIGCONT) };
+            })
+        });
+        let wait = |op| t.wait_timeout(op, give_up).unwrap();
+        let start = Instant::now();
+        let data = pattern(len, 0);
+        let p = t.put(data.clone(), &pk, 0).unwrap();
+        wait(p);
+        // Far more than the provider's queues hold, so posting has to wait for
+        // the target.
+        let ops: Vec<_> = (0..2000u64)
+            .map(|i| t.put(i.to_le_bytes().to_vec(), &pk, 0).unwrap())
+            .collect();
+        for op in ops {
+            wait(op);
+        }
+        let gets: Vec<_> = (0..500u64)
+            .map(|i| t.get(&pk, 4096 + i * 1024, 1024).unwrap())
+            .collect();
+        for (i, g) in gets.into_iter().enumerate() {
+            let at = 4096 + i * 1024;
+            assert_eq!(wait(g).into_bytes(), data[at..at + 1024]);
+        }
+        let sends: Vec<_> = (0..200u64)
+            .map(|i| t.send(1, 6, vec![i as u8; size(i)]).unwrap())
+            .collect();
+        for op in sends {
+            wait(op);
+        }
+        let p = t
+            .put(MARK.to_le_bytes().to_vec(), &pk, len as u64 - 8)
+            .unwrap();
+        wait(p);
+        eprintln!(
+            "{mode}: rank 0 moved its data in {:?} (the job's timeout: {:?})",
+            start.elapsed(),
+            world.timeout()
+        );
+        let s = t.send(1, 7, b"done".to_vec()).unwrap();
+        wait(s);
+        let r = t.recv(1, 8).unwrap();
+        assert_eq!(wait(r).into_bytes(), b"ack");
+        if let Some(s) = stopper {
+            s.join().unwrap();
+        }
+    }
+    world.barrier().unwrap();
+}
+
 fn death(world: &World, t: &Transport) {
     let me = world.rank();
     let region = t.register(1 << 20).unwrap();
@@ -479,6 +625,30 @@ conformance!(
     "ofi",
     ("HPC_OFI_PROVIDER", "tcp;ofi_rxm")
 );
+
+/// A rank that stays away from the transport (sleeping or computing on every core
+/// until its peer is done, or stopped for longer than the job's timeout) neither
+/// stalls nor fails the puts, gets and messages of its peer, over both providers.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_idle_target_is_progressed() {
+    for prov in ["tcp;ofi_rxm", "shm"] {
+        for mode in ["stop", "sleep", "spin"] {
+            let outs = launch(
+                2,
+                "idle-target",
+                "ofi",
+                &[
+                    ("HPC_OFI_PROVIDER", prov),
+                    ("IDLE_MODE", mode),
+                    ("HPC_TIMEOUT", "2"),
+                ],
+            );
+            eprintln!("{prov} {mode}");
+            assert_all_ok(&outs, &[]);
+        }
+    }
+}
 
 /// The `mpi` backend: the same suite under Open MPI's mpirun (the MPI library, not
 /// this backend, handles a dying peer: it aborts the job, so there is no death test).

@@ -46,6 +46,7 @@ extern "C" {
     fn hpc_ofi_info_max_msg(i: *mut fi_info) -> u64;
     fn hpc_ofi_info_key_size(i: *mut fi_info) -> u64;
     fn hpc_ofi_info_waw_size(i: *mut fi_info) -> u64;
+    fn hpc_ofi_info_manual_progress(i: *mut fi_info) -> i32;
     fn hpc_ofi_freeinfo(i: *mut fi_info);
     fn hpc_ofi_open(info: *mut fi_info, out: *mut *mut hpc_ofi_ep, what: *mut *const c_char)
         -> i32;
@@ -512,23 +513,70 @@ enum GetSink {
     Region(Region),
 }
 
-/// A post left for later (see `Ep::later`).
+/// A post the provider refused with "try again", kept in order until it takes it
+/// (see `Inner::later`). Receives wait in one queue, what goes to a peer in that
+/// peer's queue, so a peer that does not progress holds up only its own traffic.
 enum Later {
+    /// Re-post pre-posted receive buffer `i`.
     Pool(usize),
-    Incoming {
+    /// Receive announced data.
+    Incoming { peer: usize, seq: u32, buf: Vec<u8> },
+    /// A tagged send of `len` bytes at `ptr` under libfabric tag `tag`; the memory
+    /// is owned by `what` (an `InFlight::Frame` or `InFlight::Data`).
+    Send {
         peer: usize,
-        seq: u32,
-        buf: Vec<u8>,
+        tag: u64,
+        ptr: *const u8,
+        len: usize,
+        what: InFlight,
     },
-    Tail {
+    /// A write of `src[from..from + len]` to `addr + from` at `peer`: a part of put
+    /// `op`, whose source `ep.puts` owns until every part completed.
+    Write {
         op: OpId,
         peer: usize,
         src: *const u8,
         from: usize,
-        dest: u64,
+        len: usize,
         addr: u64,
         key: u64,
     },
+    /// A read of `len` bytes from `addr` at `peer` into `ptr`, owned by `sink`.
+    Read {
+        op: OpId,
+        peer: usize,
+        ptr: *mut u8,
+        len: usize,
+        addr: u64,
+        key: u64,
+        sink: GetSink,
+    },
+}
+
+// SAFETY: the raw pointers point into memory the entry (or `Ep::puts`) owns; entries
+// live in `Ep` behind its lock, or are dropped (as a whole, outside the lock when they
+// may hold a region) without being dereferenced.
+unsafe impl Send for Later {}
+
+impl Later {
+    /// The peer the post goes to (`None`: a receive, queued apart).
+    fn peer(&self) -> Option<usize> {
+        match self {
+            Later::Pool(_) | Later::Incoming { .. } => None,
+            Later::Send { peer, .. } | Later::Write { peer, .. } | Later::Read { peer, .. } => {
+                Some(*peer)
+            }
+        }
+    }
+}
+
+/// What one attempt to post gave.
+enum Posted {
+    Done,
+    /// The provider said "try again": the post, back.
+    Again(Later),
+    /// The provider refused it: the post (not in flight), and why.
+    Failed(Later, &'static str, OfiError),
 }
 
 /// A put's state until its last part completed.
@@ -536,9 +584,9 @@ struct PutState {
     src: Source,
     parts_left: u8,
     error: Option<Error>,
-    /// The tail write, issued when the body completed (when the provider does not
-    /// order writes of the body's size).
-    tail: Option<(u64, u64, u64)>,
+    /// The tail write (peer, address, key), issued when the body completed (when
+    /// the provider does not order writes of the body's size).
+    tail: Option<(usize, u64, u64)>,
 }
 
 /// One message in a peer's delivery order: arrived (tag, data), or announced and
@@ -563,10 +611,15 @@ struct Ep {
     mrs: HashMap<u32, Mr>,
     order: Vec<VecDeque<Slot>>,
     tx_seq: Vec<u32>,
-    /// Receives and writes that the provider refused with "try again" while
-    /// completions were being read: posted, in order, on the next read (posting
-    /// with retries there would read completions inside a read and reorder them).
-    later: VecDeque<Later>,
+    /// Receives the provider refused with "try again": posted, in order, on the
+    /// next read of completions (by a caller or the progress thread).
+    later_rx: VecDeque<Later>,
+    /// Per peer: sends, writes and reads the provider refused with "try again",
+    /// posted in order on the next read of completions. Nothing waits for the
+    /// provider with the lock held, so an idle peer only delays its own operations
+    /// (their waits are bounded by the caller's timeout) and never makes posting
+    /// fail.
+    later_tx: Vec<VecDeque<Later>>,
     /// Reports gathered while posting (the provider said "try again" and we read
     /// completions); handed to `Inner::report` after the lock is released.
     deferred: Vec<Done>,
@@ -582,6 +635,8 @@ unsafe impl Send for Ep {}
 enum Done {
     Complete(OpId, Result<Payload>),
     Lost(usize, OfiError),
+    /// The peer is lost for the reason given.
+    LostWith(usize, String),
     Drop(Box<dyn std::any::Any + Send>),
 }
 
@@ -719,13 +774,14 @@ pub(super) fn connect(
         }
     }
     // SAFETY: `info` is an entry of the live `list`.
-    let (mr_mode, inject, max_msg, key_size, waw_size) = unsafe {
+    let (mr_mode, inject, max_msg, key_size, waw_size, manual) = unsafe {
         (
             hpc_ofi_info_mr_mode(info),
             hpc_ofi_info_inject(info) as usize,
             hpc_ofi_info_max_msg(info),
             hpc_ofi_info_key_size(info),
             hpc_ofi_info_waw_size(info),
+            hpc_ofi_info_manual_progress(info),
         )
     };
     drop(list);
@@ -742,7 +798,8 @@ pub(super) fn connect(
             order: (0..shared.size).map(|_| VecDeque::new()).collect(),
             tx_seq: vec![0; shared.size],
             deferred: Vec::new(),
-            later: VecDeque::new(),
+            later_rx: VecDeque::new(),
+            later_tx: (0..shared.size).map(|_| VecDeque::new()).collect(),
         }),
         peers: pinfo,
         me,
@@ -780,16 +837,24 @@ pub(super) fn connect(
         provider = p.provider,
         fabric = p.fabric,
         domain = p.domain,
+        manual_data_progress = manual & 1 != 0,
+        manual_control_progress = manual & 2 != 0,
         "ofi endpoint"
     );
-    let weak = Arc::downgrade(&inner);
-    let thread = std::thread::Builder::new()
-        .name("hpc-rdma-ofi".into())
-        .spawn(move || progress_thread(weak))?;
-    Ok(Some(Box::new(Ofi {
-        inner,
-        thread: Some(thread),
-    })))
+    // A provider with manual progress moves a peer's puts and gets into our memory
+    // only while we call into it: a thread does when no caller does. One that
+    // progresses by itself (hardware offload) needs none.
+    let thread = if manual != 0 {
+        let weak = Arc::downgrade(&inner);
+        Some(
+            std::thread::Builder::new()
+                .name("hpc-rdma-ofi".into())
+                .spawn(move || progress_thread(weak))?,
+        )
+    } else {
+        None
+    };
+    Ok(Some(Box::new(Ofi { inner, thread })))
 }
 
 /// Reads completions when no caller does: polls while there is traffic, then naps
@@ -1137,35 +1202,123 @@ impl Inner {
         );
     }
 
-    /// Posts `l` now if nothing is waiting before it and the provider takes it;
-    /// else queues it (in order) for the next read of completions.
-    fn later(&self, ep: &mut Ep, l: Later, done: &mut Vec<Done>) {
-        if !ep.later.is_empty() {
-            ep.later.push_back(l);
-            return;
-        }
-        if let Some(l) = self.post_once(ep, l, done) {
-            ep.later.push_back(l);
+    /// The queue `l` waits in when the provider refuses it.
+    fn queue_of<'a>(ep: &'a mut Ep, l: &Later) -> &'a mut VecDeque<Later> {
+        match l.peer() {
+            None => &mut ep.later_rx,
+            Some(p) => &mut ep.later_tx[p],
         }
     }
 
-    /// Posts what waits, in order, until the provider says "try again".
+    /// Posts `l` now if nothing waits before it in its queue and the provider takes
+    /// it; else queues it (in order) for the next read of completions. A refusal is
+    /// reported into `done` as the operation's failure.
+    fn later(&self, ep: &mut Ep, l: Later, done: &mut Vec<Done>) {
+        if let Err((l, call, e)) = self.submit(ep, l) {
+            self.fail_later(ep, l, Error::library(call, e), done);
+        }
+    }
+
+    /// Like [`Inner::later`], handing a refusal back (the post is not in flight) so
+    /// that the call that posts it can fail instead.
+    #[allow(clippy::result_large_err)]
+    fn submit(
+        &self,
+        ep: &mut Ep,
+        l: Later,
+    ) -> std::result::Result<(), (Later, &'static str, OfiError)> {
+        if !Self::queue_of(ep, &l).is_empty() {
+            Self::queue_of(ep, &l).push_back(l);
+            return Ok(());
+        }
+        match self.post_once(ep, l) {
+            Posted::Done => Ok(()),
+            Posted::Again(l) => {
+                Self::queue_of(ep, &l).push_back(l);
+                Ok(())
+            }
+            Posted::Failed(l, call, e) => Err((l, call, e)),
+        }
+    }
+
+    /// Posts what waits, in order per queue, until the provider says "try again".
+    /// What waits for a lost peer fails with its `PeerLost`.
     fn flush_later(&self, ep: &mut Ep, done: &mut Vec<Done>) {
-        while let Some(l) = ep.later.pop_front() {
-            if let Some(l) = self.post_once(ep, l, done) {
-                ep.later.push_front(l);
-                return;
+        while let Some(l) = ep.later_rx.pop_front() {
+            match self.post_once(ep, l) {
+                Posted::Done => {}
+                Posted::Again(l) => {
+                    ep.later_rx.push_front(l);
+                    break;
+                }
+                Posted::Failed(l, call, e) => self.fail_later(ep, l, Error::library(call, e), done),
+            }
+        }
+        for peer in 0..ep.later_tx.len() {
+            if ep.later_tx[peer].is_empty() {
+                continue;
+            }
+            if let Some(lost) = self.shared.is_lost(peer) {
+                for l in std::mem::take(&mut ep.later_tx[peer]) {
+                    self.fail_later(ep, l, lost.clone(), done);
+                }
+                continue;
+            }
+            while let Some(l) = ep.later_tx[peer].pop_front() {
+                match self.post_once(ep, l) {
+                    Posted::Done => {}
+                    Posted::Again(l) => {
+                        ep.later_tx[peer].push_front(l);
+                        break;
+                    }
+                    Posted::Failed(l, call, e) => {
+                        self.fail_later(ep, l, Error::library(call, e), done)
+                    }
+                }
             }
         }
     }
 
-    /// One attempt: `Some(l)` back when the provider said "try again"; a failure is
-    /// reported into `done`.
-    fn post_once(&self, ep: &mut Ep, l: Later, done: &mut Vec<Done>) -> Option<Later> {
+    /// Ends the operation of a post that will not be made, with `err`.
+    fn fail_later(&self, ep: &mut Ep, l: Later, err: Error, done: &mut Vec<Done>) {
+        match l {
+            Later::Pool(_) => tracing::warn!(error = %err, "ofi: cannot repost a receive buffer"),
+            Later::Incoming { peer, .. } => {
+                let cause = format!("the receive of announced data failed: {err}");
+                done.push(Done::LostWith(peer, cause));
+            }
+            Later::Send { what, .. } => match what {
+                InFlight::Frame { op, data, .. } => {
+                    if let Some(op) = op {
+                        done.push(Done::Complete(op, Err(err)));
+                    }
+                    if let Some(d) = data {
+                        done.push(Done::Drop(Box::new(d)));
+                    }
+                }
+                InFlight::Data { op, data, .. } => {
+                    done.push(Done::Complete(op, Err(err)));
+                    done.push(Done::Drop(Box::new(data)));
+                }
+                _ => {}
+            },
+            Later::Write { op, .. } => self.put_part_done(ep, op, Some(err), done),
+            Later::Read { op, sink, .. } => {
+                done.push(Done::Complete(op, Err(err)));
+                if let GetSink::Region(r) = sink {
+                    done.push(Done::Drop(Box::new(r)));
+                }
+            }
+        }
+    }
+
+    /// One attempt to post `l`; once posted, it is in `inflight` until its
+    /// completion.
+    fn post_once(&self, ep: &mut Ep, l: Later) -> Posted {
         let e = ep.ep.0;
         let ctx = new_ctx();
         let key = ctx_key(&ctx);
-        let (rc, call, peer) = match &l {
+        let (rc, call) = match &l {
             Later::Pool(i) => {
                 let b = &mut ep.pool[*i];
                 // SAFETY: the buffer lives in `ep.pool` (never resized) until the
@@ -1181,7 +1334,7 @@ impl Inner {
                         key as *mut c_void,
                     )
                 };
-                (rc, "fi_trecv", None)
+                (rc, "fi_trecv")
             }
             Later::Incoming { peer, seq, buf } => {
                 let tag = data_tag(*peer, *seq);
@@ -1198,63 +1351,92 @@ impl Inner {
                         key as *mut c_void,
                     )
                 };
-                (rc, "fi_trecv", Some(*peer))
+                (rc, "fi_trecv")
             }
-            Later::Tail {
+            Later::Send {
+                peer,
+                tag,
+                ptr,
+                len,
+                ..
+            } => {
+                // SAFETY: `ptr` points into the vector owned by `what`, which moves
+                // into `inflight` (its heap memory does not move) until the completion.
+                let rc = unsafe {
+                    hpc_ofi_tsend(
+                        e,
+                        ptr.cast(),
+                        *len,
+                        ep.fi_addr[*peer],
+                        *tag,
+                        key as *mut c_void,
+                    )
+                };
+                (rc, "fi_tsend")
+            }
+            Later::Write {
                 peer,
                 src,
                 from,
-                dest,
+                len,
                 addr,
                 key: mr_key,
                 ..
             } => {
                 // SAFETY: `src` points into the put's source, owned by `ep.puts` until
-                // this part completes; `from + 8` is within it.
+                // every part completed; `from + len` is within it (checked by `put`).
                 let rc = unsafe {
                     hpc_ofi_write(
                         e,
                         src.add(*from).cast(),
-                        8,
-                        *dest,
+                        *len,
+                        ep.fi_addr[*peer],
                         addr + *from as u64,
                         *mr_key,
                         key as *mut c_void,
                     )
                 };
-                (rc, "fi_write", Some(*peer))
+                (rc, "fi_write")
+            }
+            Later::Read {
+                peer,
+                ptr,
+                len,
+                addr,
+                key: mr_key,
+                ..
+            } => {
+                // SAFETY: the destination (vector or region) is owned by `sink`, which
+                // moves into `inflight` until the completion, valid for `len` bytes.
+                let rc = unsafe {
+                    hpc_ofi_read(
+                        e,
+                        ptr.cast(),
+                        *len,
+                        ep.fi_addr[*peer],
+                        *addr,
+                        *mr_key,
+                        key as *mut c_void,
+                    )
+                };
+                (rc, "fi_read")
             }
         };
         if rc as i32 == -FI_EAGAIN {
-            return Some(l);
+            return Posted::Again(l);
         }
-        let failed = (rc != 0).then(|| ofi_error(call, rc as i64));
-        match l {
-            Later::Pool(i) => match failed {
-                None => {
-                    ep.inflight.insert(key, (ctx, InFlight::Pool(i)));
-                }
-                Some(e) => tracing::warn!(error = %e, "ofi: cannot repost a receive buffer"),
-            },
-            Later::Incoming { peer, seq, buf } => match failed {
-                None => {
-                    ep.inflight
-                        .insert(key, (ctx, InFlight::Incoming { peer, seq, buf }));
-                }
-                Some(e) => done.push(Done::Lost(peer, e)),
-            },
-            Later::Tail { op, peer, .. } => match failed {
-                None => {
-                    ep.inflight.insert(key, (ctx, InFlight::Put { op, peer }));
-                }
-                Some(e) => {
-                    let _ = peer;
-                    self.put_part_done(ep, op, Some(Error::library("fi_write", e)), done);
-                }
-            },
+        if rc != 0 {
+            return Posted::Failed(l, call, ofi_error(call, rc as i64));
         }
-        let _ = peer;
-        None
+        let what = match l {
+            Later::Pool(i) => InFlight::Pool(i),
+            Later::Incoming { peer, seq, buf } => InFlight::Incoming { peer, seq, buf },
+            Later::Send { what, .. } => what,
+            Later::Write { op, peer, .. } => InFlight::Put { op, peer },
+            Later::Read { op, peer, sink, .. } => InFlight::Get { op, peer, sink },
+        };
+        ep.inflight.insert(key, (ctx, what));
+        Posted::Done
     }
 
     /// Delivers, in arrival order, the messages of `peer` that are complete. Only
@@ -1277,16 +1459,15 @@ impl Inner {
             st.error = error;
         }
         if st.parts_left == 1 && st.error.is_none() {
-            if let Some((dest, addr, key)) = st.tail.take() {
+            if let Some((peer, addr, key)) = st.tail.take() {
                 // The body is in place: now the last 8 bytes.
                 let (src, from) = (st.src.as_ptr(), st.src.len() - 8);
-                let peer = self.peer_of_dest(ep, dest);
-                let l = Later::Tail {
+                let l = Later::Write {
                     op,
                     peer,
                     src,
                     from,
-                    dest,
+                    len: 8,
                     addr,
                     key,
                 };
@@ -1307,11 +1488,8 @@ impl Inner {
         }
     }
 
-    fn peer_of_dest(&self, ep: &Ep, dest: u64) -> usize {
-        ep.fi_addr.iter().position(|&a| a == dest).unwrap_or(0)
-    }
-
-    /// Posts `fi_write` of `src[from..from + len]` to `addr + from` at the target.
+    /// Posts (or queues) `fi_write` of `src[from..from + len]` to `addr + from` at
+    /// the target; a refusal comes back as the error and nothing is in flight.
     #[allow(clippy::too_many_arguments)]
     fn post_write(
         &self,
@@ -1321,31 +1499,20 @@ impl Inner {
         src: *const u8,
         from: usize,
         len: usize,
-        dest: u64,
         addr: u64,
         key: u64,
     ) -> Result<()> {
-        let ctx = new_ctx();
-        let ckey = ctx_key(&ctx);
-        let e = ep.ep.0;
-        ep.inflight.insert(ckey, (ctx, InFlight::Put { op, peer }));
-        // SAFETY: `src` points into the put's source, owned by `ep.puts` until every
-        // part completed; `from + len` is within it (checked by the caller).
-        let post = || unsafe {
-            hpc_ofi_write(
-                e,
-                src.add(from).cast(),
-                len,
-                dest,
-                addr + from as u64,
-                key,
-                ckey as *mut c_void,
-            )
+        let l = Later::Write {
+            op,
+            peer,
+            src,
+            from,
+            len,
+            addr,
+            key,
         };
-        self.retry(ep, "fi_write", Some(peer), post)
-            .inspect_err(|_| {
-                ep.inflight.remove(&ckey);
-            })
+        self.submit(ep, l)
+            .map_err(|(_, call, e)| Error::library(call, e))
     }
 
     /// Hands completions to the transport (outside the lock).
@@ -1357,6 +1524,7 @@ impl Inner {
                     let cause = format!("libfabric ({}) reported {e}", self.provider);
                     self.shared.fail_peer_by(peer, &cause, Some(e));
                 }
+                Done::LostWith(peer, cause) => self.shared.fail_peer(peer, &cause),
                 Done::Drop(x) => drop(x),
             }
         }
@@ -1419,6 +1587,8 @@ impl Inner {
         }
     }
 
+    /// Posts (or queues behind what waits for `peer`) a tagged send of `frame`;
+    /// `data`, the user's buffer, is handed back when it completes.
     fn send_frame(
         &self,
         ep: &mut Ep,
@@ -1427,29 +1597,21 @@ impl Inner {
         op: Option<OpId>,
         data: Option<Vec<u8>>,
     ) -> Result<()> {
-        let (e, dest) = (ep.ep.0, ep.fi_addr[peer]);
-        let tag = eager_tag(self.me);
-        let ctx = new_ctx();
-        let key = ctx_key(&ctx);
         let (ptr, len) = (frame.as_ptr(), frame.len());
-        ep.inflight.insert(
-            key,
-            (
-                ctx,
-                InFlight::Frame {
-                    op,
-                    peer,
-                    _frame: frame,
-                    data,
-                },
-            ),
-        );
-        // SAFETY: the frame's heap memory is owned by `inflight` until the completion.
-        let post = || unsafe { hpc_ofi_tsend(e, ptr.cast(), len, dest, tag, key as *mut c_void) };
-        self.retry(ep, "fi_tsend", Some(peer), post)
-            .inspect_err(|_| {
-                ep.inflight.remove(&key);
-            })
+        let l = Later::Send {
+            peer,
+            tag: eager_tag(self.me),
+            ptr,
+            len,
+            what: InFlight::Frame {
+                op,
+                peer,
+                _frame: frame,
+                data,
+            },
+        };
+        self.submit(ep, l)
+            .map_err(|(_, call, e)| Error::library(call, e))
     }
 }
 
@@ -1550,7 +1712,6 @@ impl Backend for Ofi {
         let split = len >= 16 && (dst.addr + offset + len as u64 - 8) % 8 == 0;
         let ordered = (len - 8) as u64 <= inner.waw_size;
         inner.with_ep(|ep| {
-            let dest = ep.fi_addr[peer];
             let ptr = src.as_ptr();
             ep.puts.insert(
                 op.0,
@@ -1558,11 +1719,11 @@ impl Backend for Ofi {
                     src,
                     parts_left: if split { 2 } else { 1 },
                     error: None,
-                    tail: (split && !ordered).then_some((dest, addr, key)),
+                    tail: (split && !ordered).then_some((peer, addr, key)),
                 },
             );
             let body = if split { len - 8 } else { len };
-            if let Err(e) = inner.post_write(ep, op, peer, ptr, 0, body, dest, addr, key) {
+            if let Err(e) = inner.post_write(ep, op, peer, ptr, 0, body, addr, key) {
                 // Nothing of it is in flight.
                 if let Some(st) = ep.puts.remove(&op.0) {
                     ep.deferred.push(Done::Drop(Box::new(st.src)));
@@ -1570,7 +1731,7 @@ impl Backend for Ofi {
                 return Err(e);
             }
             if split && ordered {
-                if let Err(e) = inner.post_write(ep, op, peer, ptr, len - 8, 8, dest, addr, key) {
+                if let Err(e) = inner.post_write(ep, op, peer, ptr, len - 8, 8, addr, key) {
                     // The body is in flight: its completion ends the put with this error.
                     if let Some(st) = ep.puts.get_mut(&op.0) {
                         st.parts_left -= 1;
@@ -1612,30 +1773,21 @@ impl Backend for Ofi {
         let key = src.fkey;
         let peer = src.rank();
         inner.with_ep(|ep| {
-            let (e, dest) = (ep.ep.0, ep.fi_addr[peer]);
-            let ctx = new_ctx();
-            let ckey = ctx_key(&ctx);
-            ep.inflight
-                .insert(ckey, (ctx, InFlight::Get { op, peer, sink }));
-            // SAFETY: the destination (vector or region) is owned by `inflight` until
-            // the completion, and valid for `len` bytes.
-            let post = || unsafe {
-                hpc_ofi_read(e, ptr.cast(), len, dest, addr, key, ckey as *mut c_void)
+            let l = Later::Read {
+                op,
+                peer,
+                ptr,
+                len,
+                addr,
+                key,
+                sink,
             };
-            inner
-                .retry(ep, "fi_read", Some(peer), post)
-                .inspect_err(|_| {
-                    if let Some((
-                        _,
-                        InFlight::Get {
-                            sink: GetSink::Region(r),
-                            ..
-                        },
-                    )) = ep.inflight.remove(&ckey)
-                    {
-                        ep.deferred.push(Done::Drop(Box::new(r)));
-                    }
-                })
+            inner.submit(ep, l).map_err(|(l, call, e)| {
+                // Nothing of it is in flight; a region it holds is dropped outside
+                // the lock.
+                ep.deferred.push(Done::Drop(Box::new(l)));
+                Error::library(call, e)
+            })
         })
     }
 
@@ -1673,21 +1825,20 @@ impl Backend for Ofi {
                 len: data.len() as u64,
             };
             inner.send_frame(ep, peer, h.encode().to_vec(), None, None)?;
-            let (e, dest) = (ep.ep.0, ep.fi_addr[peer]);
-            let dtag = data_tag(inner.me, seq);
-            let ctx = new_ctx();
-            let ckey = ctx_key(&ctx);
             let (ptr, len) = (data.as_ptr(), data.len());
-            ep.inflight
-                .insert(ckey, (ctx, InFlight::Data { op, peer, data }));
-            // SAFETY: the data's heap memory is owned by `inflight` until completion.
-            let post =
-                || unsafe { hpc_ofi_tsend(e, ptr.cast(), len, dest, dtag, ckey as *mut c_void) };
-            inner
-                .retry(ep, "fi_tsend", Some(peer), post)
-                .inspect_err(|_| {
-                    ep.inflight.remove(&ckey);
-                })
+            let l = Later::Send {
+                peer,
+                tag: data_tag(inner.me, seq),
+                ptr,
+                len,
+                what: InFlight::Data { op, peer, data },
+            };
+            // The announcement is posted or queued before it, so it cannot fail
+            // alone: a refusal here fails the operation as a completion.
+            let mut done = Vec::new();
+            inner.later(ep, l, &mut done);
+            ep.deferred.append(&mut done);
+            Ok(())
         })
     }
 
@@ -1718,6 +1869,11 @@ impl Backend for Ofi {
         f[..HEADER_BYTES].copy_from_slice(&h.encode());
         f[HEADER_BYTES..n].copy_from_slice(&data);
         let mut ep = inner.lock();
+        if !ep.later_tx[peer].is_empty() {
+            // Earlier sends to this peer wait: this one goes behind them.
+            drop(ep);
+            return Err(data);
+        }
         let dest = ep.fi_addr[peer];
         // SAFETY: `f` is readable for `n` bytes; inject copies it before returning.
         let rc =
@@ -1789,9 +1945,14 @@ impl Drop for Ofi {
         let inflight = std::mem::take(&mut ep.inflight);
         let puts = std::mem::take(&mut ep.puts);
         let deferred = std::mem::take(&mut ep.deferred);
+        let later = (
+            std::mem::take(&mut ep.later_rx),
+            std::mem::take(&mut ep.later_tx),
+        );
         drop(ep);
         // Buffers (and any regions they hold) go after the lock is released.
         drop(inflight);
+        drop(later);
         drop(puts);
         self.inner.report(deferred);
     }

@@ -107,6 +107,13 @@ uint64_t hpc_ofi_info_inject(struct fi_info *i) { return i->tx_attr->inject_size
 uint64_t hpc_ofi_info_max_msg(struct fi_info *i) { return i->ep_attr->max_msg_size; }
 uint64_t hpc_ofi_info_key_size(struct fi_info *i) { return i->domain_attr->mr_key_size; }
 uint64_t hpc_ofi_info_waw_size(struct fi_info *i) { return i->ep_attr->max_order_waw_size; }
+/* 1 where the provider moves data only inside libfabric calls (data_progress is not
+ * FI_PROGRESS_AUTO), plus 2 where the same holds for its connections and control
+ * messages (control_progress). */
+int hpc_ofi_info_manual_progress(struct fi_info *i) {
+    return (i->domain_attr->data_progress != FI_PROGRESS_AUTO ? 1 : 0) |
+           (i->domain_attr->control_progress != FI_PROGRESS_AUTO ? 2 : 0);
+}
 void hpc_ofi_freeinfo(struct fi_info *i) { p_freeinfo(i); }
 
 /* One endpoint and everything it needs. */
