@@ -34,6 +34,7 @@ chapters! {
     gpu = "gpu.md";
     brunel = "brunel.md";
     brunel_performance = "brunel-performance.md";
+    microcircuit = "microcircuit.md";
     containers = "containers.md";
     containers_measurements = "containers-measurements.md";
     packaging_measurements = "packaging-measurements.md";

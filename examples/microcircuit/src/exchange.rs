@@ -1,5 +1,5 @@
 //! The targeted spike exchange: each spike goes only to the ranks that hold
-//! targets of its source (an `ialltoallv` through an `hpc-collectives` engine),
+//! targets of its source (an `ialltoallv` through an `hpc-comm` engine),
 //! beside the allgather of the brunel example ([`brunel::exchange`]), in which
 //! every rank receives every spike.
 //!
@@ -57,7 +57,7 @@ impl<E: SpikeExchange> Exchange for Gather<E> {
 
 /// [`SpikeExchange`] that sends each spike to the ranks that need it.
 pub struct TargetedExchange {
-    comm: hpc_collectives::Comm,
+    comm: hpc_comm::Comm,
     /// This rank's first neuron.
     first: u32,
     gid_mask: u32,
@@ -76,7 +76,7 @@ impl TargetedExchange {
     /// source `s` has synapses onto this rank; `block` is this rank's neurons.
     pub fn new(
         world: &World,
-        engine: hpc_collectives::Engine,
+        engine: hpc_comm::Engine,
         needed: &[bool],
         block: Block,
         gid_bits: u32,
@@ -108,7 +108,7 @@ impl TargetedExchange {
                 }
             }
         }
-        let comm = hpc_collectives::Comm::new(world, engine)?;
+        let comm = hpc_comm::Comm::new(world, engine)?;
         Ok(TargetedExchange {
             comm,
             first: block.first,

@@ -220,7 +220,7 @@ fn make_exchange(
         let engine = args
             .engine
             .collectives()
-            .unwrap_or(hpc_collectives::Engine::Inline);
+            .unwrap_or(hpc_comm::Engine::Inline);
         return Ok(AnyEx::Targeted(Box::new(TargetedExchange::new(
             &world,
             engine,
@@ -489,7 +489,7 @@ fn summary(
 }
 
 fn main() {
-    match hpc_collectives::proxy::serve_env() {
+    match hpc_comm::proxy::serve_env() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
