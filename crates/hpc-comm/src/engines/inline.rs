@@ -75,6 +75,15 @@ impl Host {
         }
     }
 
+    /// The engine this path serves, as errors name it.
+    fn engine_name(&self) -> &'static str {
+        match (self.agent, self.flush.is_some()) {
+            (true, _) => "thread",
+            (false, true) => "proxy",
+            (false, false) => "inline",
+        }
+    }
+
     /// This rank in the communicator.
     pub(crate) fn rank(&self) -> usize {
         self.rank
@@ -96,7 +105,7 @@ impl Host {
         {
             let mut core = lock(&self.shared.core);
             if core.stopped {
-                return Err(Error::Stopped(if self.agent { "thread" } else { "inline" }));
+                return Err(Error::Stopped(self.engine_name()));
             }
             core.submit(op.clone());
             // Post the first round now, from the caller's thread: a hand-off
