@@ -19,7 +19,9 @@
 # its images and enters namespaces as root, so the nodes then get every capability
 # the engine can grant and the loop devices, as the hosts they stand for would give
 # it (`mount` is in the node image for the wrapper).
-# libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
+# libfabric1 is there for binaries built with the `ofi` feature (HPC_TRANSPORT=ofi
+# across the nodes; libfabric is loaded at run time, its tcp provider needs nothing
+# more). libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
 # dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
 # Environment: HPC_CLUSTER_NAME (container and network name prefix, default
 # hpc-cluster: clusters of different names run side by side),
@@ -35,7 +37,7 @@ work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
 cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
 prefix=${HPC_CLUSTER_NAME:-hpc-cluster}
 net=$prefix-net
-packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,iproute2,procps,iputils-ping,ca-certificates"
+packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,libfabric1,iproute2,procps,iputils-ping,ca-certificates"
 tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
 image=hpc-cluster-node:$tag
 
@@ -99,7 +101,7 @@ up() {
     done
     [ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes must be 1..8"
     [ -n "$bin" ] || bin=$repo/target/release
-    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi)"
+    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi,ofi)"
     command -v docker >/dev/null || die "docker is missing"
     if [ -n "$apptainer" ]; then
         [ -x "$apptainer/bin/apptainer" ] && [ -d "$apptainer/rootfs" ] \
