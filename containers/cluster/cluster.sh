@@ -19,7 +19,9 @@
 # its images and enters namespaces as root, so the nodes then get every capability
 # the engine can grant and the loop devices, as the hosts they stand for would give
 # it (`mount` is in the node image for the wrapper).
-# libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
+# libfabric1 is there for binaries built with the `ofi` feature (HPC_TRANSPORT=ofi
+# across the nodes; libfabric is loaded at run time, its tcp provider needs nothing
+# more). libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
 # dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
 # Environment: HPC_CLUSTER_NAME (container and network name prefix, default
 # hpc-cluster: clusters of different names run side by side),
@@ -99,7 +101,7 @@ up() {
     done
     [ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes must be 1..8"
     [ -n "$bin" ] || bin=$repo/target/release
-    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi)"
+    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi,ofi)"
     command -v docker >/dev/null || die "docker is missing"
     if [ -n "$apptainer" ]; then
         [ -x "$apptainer/bin/apptainer" ] && [ -d "$apptainer/rootfs" ] \

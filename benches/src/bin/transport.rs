@@ -1,13 +1,15 @@
 //! Side-by-side transport benchmark: hpc-rdma against references measured in the
 //! same run, printed as one table (size, ours, reference, ratio).
 //!
-//! - shm 8-byte half round trip (put ping-pong polling the target memory, and
-//!   send/recv ping-pong) vs Open MPI's shared memory (`mpi_pingpong`, if given);
+//! - shm 8-byte half round trip (put ping-pong polling the target memory, send/recv
+//!   ping-pong, and send/recv ping-pong receiving into a reused buffer with
+//!   `recv_into`) vs Open MPI's shared memory (`mpi_pingpong`, if given), alternating;
 //! - shm 1 MiB put bandwidth vs a one-thread 1 MiB `memcpy` in the same process;
 //! - tcp 1 MiB put bandwidth between two network namespaces vs a plain socket stream
 //!   between the same namespaces (needs root; skipped otherwise).
 //!
-//! Usage: `transport [--mpi-pingpong PATH] [--iters N]`; `benches/transport.sh` builds
+//! Usage: `transport [--mpi-pingpong PATH] [--iters N] [--latency-only]` (the last
+//! skips the bandwidth rows); `benches/transport.sh` builds
 //! everything and runs it. Ranks are this binary re-executed (`BENCH_ROLE`), joined
 //! through an `hpc_runtime::Coordinator`.
 
@@ -94,6 +96,35 @@ fn send_pingpong(world: &World, t: &Transport, iters: usize) -> f64 {
         } else {
             let r = t.recv(peer, 1).unwrap();
             msg = t.wait(r).unwrap().into_bytes();
+            let s = t.send(peer, 1, std::mem::take(&mut msg)).unwrap();
+            msg = t.wait(s).unwrap().into_bytes();
+        }
+        if i >= iters / 10 {
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    median(&times)
+}
+
+/// Send/recv ping-pong of 8 bytes receiving into one reused buffer (`recv_into`,
+/// as the Open MPI reference receives into its buffer); median half round trip (us).
+fn send_into_pingpong(world: &World, t: &Transport, iters: usize) -> f64 {
+    let me = world.rank();
+    let peer = 1 - me;
+    world.barrier().unwrap();
+    let mut times = Vec::with_capacity(iters);
+    let mut msg = vec![0u8; 8];
+    let mut buf = [0u8; 8];
+    for i in 0..iters + iters / 10 {
+        let t0 = Instant::now();
+        if me == 0 {
+            let s = t.send(peer, 1, std::mem::take(&mut msg)).unwrap();
+            let r = t.recv_into(peer, 1, &mut buf).unwrap();
+            msg = t.wait(s).unwrap().into_bytes();
+            r.wait().unwrap();
+        } else {
+            let n = t.recv_into(peer, 1, &mut buf).unwrap().wait().unwrap();
+            msg.copy_from_slice(&buf[..n]);
             let s = t.send(peer, 1, std::mem::take(&mut msg)).unwrap();
             msg = t.wait(s).unwrap().into_bytes();
         }
@@ -210,7 +241,8 @@ fn child(role: &str) {
             let t = transport(&world, Choice::Shm);
             let put = put_pingpong(&world, &t, iters);
             let send = send_pingpong(&world, &t, iters);
-            format!("{put} {send}")
+            let into = send_into_pingpong(&world, &t, iters);
+            format!("{put} {send} {into}")
         }
         "shm-bw" => {
             let t = transport(&world, Choice::Shm);
@@ -402,12 +434,17 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut mpi = None;
     let mut iters = 100_000usize;
+    let mut latency_only = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--mpi-pingpong" => mpi = args.next(),
+            "--latency-only" => latency_only = true,
             "--iters" => iters = args.next().and_then(|s| s.parse().ok()).unwrap_or(iters),
             other => {
-                eprintln!("usage: transport [--mpi-pingpong PATH] [--iters N] (got {other})");
+                eprintln!(
+                    "usage: transport [--mpi-pingpong PATH] [--iters N] [--latency-only] \
+                     (got {other})"
+                );
                 std::process::exit(2);
             }
         }
@@ -417,7 +454,7 @@ fn main() {
     // Latencies: ours and Open MPI's alternately, 5 rounds, best of each. On a VM the
     // two vCPUs' placement on the host changes (siblings of one core or not) and moves
     // both figures 3x; alternating keeps the comparison within one placement.
-    let mut lat = [f64::INFINITY; 2];
+    let mut lat = [f64::INFINITY; 3];
     let mut mpi_lat: Option<f64> = None;
     for _ in 0..5 {
         for (best, now) in lat.iter_mut().zip(local_job("shm-lat")) {
@@ -427,8 +464,11 @@ fn main() {
             mpi_lat = Some(mpi_lat.map_or(m, |b| b.min(m)));
         }
     }
-    let bw = local_job("shm-bw");
-    let tcp = netns_job();
+    let (bw, tcp) = if latency_only {
+        (None, None)
+    } else {
+        (Some(local_job("shm-bw")), netns_job())
+    };
 
     println!(
         "{:<44} {:>8} {:>12} {:>12} {:>7}",
@@ -461,6 +501,14 @@ fn main() {
         mpi_lat,
         "us",
     );
+    row(
+        "shm send/recv_into half RTT vs Open MPI (us)",
+        "8 B",
+        lat[2],
+        mpi_lat,
+        "us",
+    );
+    let Some(bw) = bw else { return };
     row(
         "shm put bandwidth vs 1-thread memcpy (MB/s)",
         "1 MiB",
