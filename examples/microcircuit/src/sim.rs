@@ -293,9 +293,26 @@ impl Shard {
             let gid0 = (self.first as usize + a) as u64;
             let ext = &mut self.ext[..b - a];
             if d.bg[pop] {
+                // One 64-bit draw per pair of neurons (2k, 2k + 1): the even one
+                // takes the low 32 bits, the odd one the high 32, as uniforms of
+                // 32-bit resolution for the table's inverse.
                 let table = &pois[pop];
-                for (i, e) in ext.iter_mut().enumerate() {
-                    *e = table.sample(draw(bg_key, gid0 + i as u64)) as f64;
+                let n = ext.len();
+                let lo = |h: u64| table.sample(h << 32) as f64;
+                let hi = |h: u64| table.sample(h & 0xFFFF_FFFF_0000_0000) as f64;
+                let mut i = 0;
+                if gid0 & 1 == 1 {
+                    ext[0] = hi(draw(bg_key, gid0 >> 1));
+                    i = 1;
+                }
+                while i + 1 < n {
+                    let h = draw(bg_key, (gid0 + i as u64) >> 1);
+                    ext[i] = lo(h);
+                    ext[i + 1] = hi(h);
+                    i += 2;
+                }
+                if i < n {
+                    ext[i] = lo(draw(bg_key, (gid0 + i as u64) >> 1));
                 }
             } else {
                 ext.iter_mut().for_each(|e| *e = 0.0);
