@@ -698,9 +698,9 @@ impl Model {
             k_ext[i] = round_even(pops[i].k_ext * ks) as u32;
             if p.input == Input::Poisson {
                 lambda_ext[i] = p.bg_rate * k_ext[i] as f64 * p.dt / 1000.0;
-                if lambda_ext[i] > 400.0 {
+                if lambda_ext[i] > 50.0 {
                     bail!(
-                        "the background of {} is {:.0} spikes per step; at most 400 are supported",
+                        "the background of {} is {:.0} spikes per step (bg_rate x k_ext x dt); at most 50 are supported",
                         POPULATIONS[i],
                         lambda_ext[i]
                     );

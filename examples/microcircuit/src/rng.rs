@@ -76,6 +76,67 @@ impl RngCore for Stream {
     }
 }
 
+/// Poisson sampling from a 32-bit uniform by inversion of the tabulated CDF (the
+/// same table as [`PoissonTable`]: for `x` it returns what `PoissonTable` returns
+/// for `x << 32`). A 4096-entry guide answers directly for every uniform except
+/// those in the few guide cells that a CDF step crosses.
+#[derive(Clone, Debug)]
+pub struct Poisson32 {
+    /// `thresholds[k]`: the smallest `x` with `P(X <= k) * 2^64 <= x << 32`.
+    thresholds: Vec<u64>,
+    /// Per cell of 2^20 uniforms: the answer, or 0x80 | the smallest candidate.
+    guide: Box<[u8; 4096]>,
+}
+
+impl Poisson32 {
+    /// The table for mean `lambda` (0 <= lambda <= 50; the model refuses more).
+    pub fn new(lambda: f64) -> Poisson32 {
+        // The CDF exactly as `PoissonTable::new` computes it.
+        let mut t64 = Vec::new();
+        if lambda > 0.0 {
+            let mut pmf = (-lambda).exp();
+            let mut cdf = 0.0f64;
+            let kmax = (lambda + 40.0 * lambda.sqrt() + 60.0) as u64;
+            for k in 0..kmax {
+                cdf += pmf;
+                if cdf >= 1.0 - 1e-17 {
+                    break;
+                }
+                t64.push((cdf * 18_446_744_073_709_551_616.0) as u64);
+                pmf *= lambda / (k + 1) as f64;
+            }
+        }
+        let thresholds: Vec<u64> = t64
+            .iter()
+            .map(|&t| ((t as u128 + (1u128 << 32) - 1) >> 32) as u64)
+            .collect();
+        let count = |x: u64| thresholds.partition_point(|&t| t <= x);
+        let mut guide = Box::new([0u8; 4096]);
+        for (b, g) in guide.iter_mut().enumerate() {
+            let lo = (b as u64) << 20;
+            let hi = lo + (1 << 20) - 1;
+            let (k0, k1) = (count(lo), count(hi));
+            assert!(k1 < 0x80, "Poisson32 supports means up to about 100");
+            *g = if k0 == k1 { k0 as u8 } else { 0x80 | k0 as u8 };
+        }
+        Poisson32 { thresholds, guide }
+    }
+
+    /// The sample for the 32-bit uniform `x`.
+    #[inline(always)]
+    pub fn sample(&self, x: u32) -> u32 {
+        let g = self.guide[(x >> 20) as usize];
+        if g & 0x80 == 0 {
+            return g as u32;
+        }
+        let mut k = (g & 0x7F) as usize;
+        while k < self.thresholds.len() && self.thresholds[k] <= x as u64 {
+            k += 1;
+        }
+        k as u32
+    }
+}
+
 /// A normal sample from `rng`, redrawn until it lies in `[lo, hi]` (NEST's
 /// `nest.math.redraw`).
 #[inline]
@@ -109,6 +170,31 @@ mod tests {
         // Truncated normal at -1.93 sd: mean 1.5 + 0.75 * phi(1.93)/Phi(1.93) ~ 1.546.
         let mean = sum / n as f64;
         assert!((mean - 1.546).abs() < 0.01, "{mean}");
+    }
+
+    #[test]
+    fn poisson32_answers_as_the_64_bit_table() {
+        for lambda in [0.0, 0.16, 1.28, 2.32, 9.5] {
+            let (a, b) = (PoissonTable::new(lambda), Poisson32::new(lambda));
+            let mut s = Stream::new(key(3, Purpose::Background, 1, 2));
+            for _ in 0..200_000 {
+                let x = rand::RngCore::next_u32(&mut s);
+                assert_eq!(
+                    b.sample(x),
+                    a.sample((x as u64) << 32),
+                    "lambda {lambda}, x {x}"
+                );
+            }
+            // Both sides of every threshold.
+            for &t in &b.thresholds {
+                for x in [t.saturating_sub(1), t, t + 1] {
+                    if x <= u32::MAX as u64 {
+                        let x = x as u32;
+                        assert_eq!(b.sample(x), a.sample((x as u64) << 32));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

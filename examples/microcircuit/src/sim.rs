@@ -49,7 +49,7 @@ use crate::exchange::Exchange;
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
-use crate::rng::{draw, key, normal_redraw, PoissonTable, Purpose, Stream};
+use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
 
 /// How to run.
 #[derive(Clone, Debug, Default)]
@@ -184,8 +184,6 @@ struct Shard {
     refr: Vec<u32>,
     /// Input arriving in the current step, in weight quanta.
     input: Vec<i32>,
-    /// Background counts of the current step (scratch).
-    ext: Vec<f64>,
     /// Calendar of spikes in flight: slot `u & mask` holds those with a group due
     /// in step `u` (every delay is below the number of slots).
     calendar: Vec<Vec<Active>>,
@@ -273,11 +271,12 @@ impl Shard {
 
     /// Updates step `u` (`s`-th of its interval), appending spike codes to `spikes`.
     ///
-    /// Two loops per population: the background counts (a hash and a table
-    /// lookup per neuron, independent iterations), then the neurons' exact update
-    /// without branches, which the compiler turns into vector instructions; the
-    /// spikes are collected from the refractory counters that were just set.
-    fn update(&mut self, u: u64, s: u32, d: &Dyn, pois: &[PoissonTable; NPOP]) {
+    /// Per chunk of a population's neurons that fits L1, two loops: the
+    /// background counts (one hash per pair of neurons, a guide-table lookup per
+    /// neuron), then the neurons' exact update without branches, which the
+    /// compiler turns into vector instructions; the spikes are collected from the
+    /// refractory counters that were just set.
+    fn update(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
         let code0 = s << d.gid_bits;
         let bg_key = key(d.bg_key, Purpose::Background, u, 0);
         for pop in 0..NPOP {
@@ -291,48 +290,48 @@ impl Shard {
                 continue;
             }
             let gid0 = (self.first as usize + a) as u64;
-            let ext = &mut self.ext[..b - a];
-            if d.bg[pop] {
-                let table = &pois[pop];
-                for (i, e) in ext.iter_mut().enumerate() {
-                    *e = table.sample(draw(bg_key, gid0 + i as u64)) as f64;
-                }
-            } else {
-                ext.iter_mut().for_each(|e| *e = 0.0);
-            }
             let dc = d.dc[pop] * d.p20;
             let (p22, p21, p11, q, w_ext) = (d.p22, d.p21, d.p11, d.q_syn, d.w_ext);
             let (theta, v_reset, ref_steps) = (d.theta, d.v_reset, d.ref_steps);
-            let v = &mut self.v[a..b];
-            let isyn = &mut self.isyn[a..b];
-            let refr = &mut self.refr[a..b];
-            let input = &mut self.input[a..b];
-            let n = b - a;
-            let (v, isyn, refr, input, ext) = (
-                &mut v[..n],
-                &mut isyn[..n],
-                &mut refr[..n],
-                &mut input[..n],
-                &ext[..n],
-            );
-            for i in 0..n {
-                let inp = input[i] as f64 * q + ext[i] * w_ext;
-                input[i] = 0;
-                let r = refr[i];
-                let x = if r == 0 {
-                    v[i] * p22 + isyn[i] * p21 + dc
-                } else {
-                    v[i]
-                };
-                isyn[i] = isyn[i] * p11 + inp;
-                let spike = x >= theta;
-                v[i] = if spike { v_reset } else { x };
-                refr[i] = if spike {
-                    ref_steps
-                } else {
-                    r.saturating_sub(1)
-                };
+            // In chunks that stay in L1: the background counts of a chunk, then
+            // its neurons.
+            const CHUNK: usize = 512;
+            let mut ext = [0.0f64; CHUNK];
+            let mut c0 = a;
+            while c0 < b {
+                let c1 = (c0 + CHUNK).min(b);
+                let n = c1 - c0;
+                let ext = &mut ext[..n];
+                if d.bg[pop] {
+                    background(&pois[pop], bg_key, (self.first as usize + c0) as u64, ext);
+                }
+                let (v, isyn, refr, input) = (
+                    &mut self.v[c0..c1],
+                    &mut self.isyn[c0..c1],
+                    &mut self.refr[c0..c1],
+                    &mut self.input[c0..c1],
+                );
+                for i in 0..n {
+                    let inp = input[i] as f64 * q + ext[i] * w_ext;
+                    input[i] = 0;
+                    let r = refr[i];
+                    let x = if r == 0 {
+                        v[i] * p22 + isyn[i] * p21 + dc
+                    } else {
+                        v[i]
+                    };
+                    isyn[i] = isyn[i] * p11 + inp;
+                    let spike = x >= theta;
+                    v[i] = if spike { v_reset } else { x };
+                    refr[i] = if spike {
+                        ref_steps
+                    } else {
+                        r.saturating_sub(1)
+                    };
+                }
+                c0 = c1;
             }
+            let refr = &self.refr[a..b];
             // A counter at its full value was set in this step (t_ref is at least
             // one step, so a counter set before has counted down): a spike.
             for (i, &r) in refr.iter().enumerate() {
@@ -341,6 +340,31 @@ impl Shard {
                 }
             }
         }
+    }
+}
+
+/// The background counts of the neurons `gid0..gid0 + out.len()` in step key
+/// `bg_key`: one 64-bit draw per pair of neurons (2k, 2k + 1), the even one
+/// taking the low 32 bits and the odd one the high 32, as uniforms of 32-bit
+/// resolution for the table's inverse.
+#[inline]
+fn background(table: &Poisson32, bg_key: u64, gid0: u64, out: &mut [f64]) {
+    let n = out.len();
+    let lo = |h: u64| table.sample(h as u32) as f64;
+    let hi = |h: u64| table.sample((h >> 32) as u32) as f64;
+    let mut i = 0;
+    if gid0 & 1 == 1 && n > 0 {
+        out[0] = hi(draw(bg_key, gid0 >> 1));
+        i = 1;
+    }
+    while i + 1 < n {
+        let h = draw(bg_key, (gid0 + i as u64) >> 1);
+        out[i] = lo(h);
+        out[i + 1] = hi(h);
+        i += 2;
+    }
+    if i < n {
+        out[i] = lo(draw(bg_key, (gid0 + i as u64) >> 1));
     }
 }
 
@@ -367,7 +391,7 @@ pub struct Simulation<'a> {
     shards: Vec<Shard>,
     dynp: Dyn,
     inh: Vec<bool>,
-    pois: [PoissonTable; NPOP],
+    pois: [Poisson32; NPOP],
     /// Spikes `(step, gid)` whose synapses may still be pending (the last
     /// `max_delay` steps), for checkpoints.
     recent: Vec<(u64, u32)>,
@@ -427,7 +451,6 @@ impl<'a> Simulation<'a> {
                         isyn: vec![0.0; len],
                         refr: vec![0; len],
                         input: vec![0; len],
-                        ext: vec![0.0; len],
                         calendar: vec![
                             Vec::new();
                             (model.max_delay as usize + 1).next_power_of_two()
@@ -474,7 +497,7 @@ impl<'a> Simulation<'a> {
             shards,
             dynp,
             inh,
-            pois: std::array::from_fn(|i| PoissonTable::new(model.lambda_ext[i])),
+            pois: std::array::from_fn(|i| Poisson32::new(model.lambda_ext[i])),
             recent: Vec::new(),
             step: 0,
             build_s: 0.0,
