@@ -101,7 +101,7 @@ impl Host {
             scratch: vec![0u8; sched.scratch_bytes],
             stage: job.stage.take(),
         };
-        let op = Op::new(job.seq, sched, bufs);
+        let op = Op::new(job.seq, sched, bufs, self.clone());
         {
             let mut core = lock(&self.shared.core);
             if core.stopped {
@@ -121,13 +121,10 @@ impl Host {
                 self.board.wake_agent(self.rank);
             }
         }
-        Ok(Arc::new(Local {
-            op,
-            host: self.clone(),
-        }))
+        Ok(op)
     }
 
-    fn wait_op(&self, op: &Arc<Op>) {
+    fn wait_op(&self, op: &Op) {
         if op.done.load(Ordering::Acquire) {
             return;
         }
@@ -227,15 +224,10 @@ impl Host {
     }
 }
 
-/// A collective on the ranks' own path.
-struct Local {
-    op: Arc<Op>,
-    host: Arc<Host>,
-}
-
-impl Pending for Local {
+/// A collective on the ranks' own path is its own handle.
+impl Pending for Op {
     fn test(&self) -> bool {
-        let op = &self.op;
+        let op = self;
         if !op.done.load(Ordering::Acquire) {
             if !self.host.agent {
                 lock(&self.host.shared.core).progress();
@@ -250,8 +242,8 @@ impl Pending for Local {
     }
 
     fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
-        self.host.wait_op(&self.op);
-        let mut d = lock(&self.op.data);
+        self.host.wait_op(self);
+        let mut d = lock(&self.data);
         match std::mem::replace(&mut d.status, Status::Done) {
             Status::Failed(e) => {
                 d.status = Status::Failed(Error::Stopped("(already reported)"));
@@ -277,7 +269,7 @@ impl Pending for Local {
     }
 
     fn cancel(&self) {
-        self.op.fail(Error::Stopped("cancelled"));
+        self.fail(Error::Stopped("cancelled"));
     }
 }
 
