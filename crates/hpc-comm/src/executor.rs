@@ -22,7 +22,6 @@ use std::time::Duration;
 use hpc_collectives::{BufferId, Region, Schedule, Step};
 
 use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
-use crate::engines::inline::Host;
 use crate::error::Error;
 use crate::job::Stage;
 use crate::sync::lock;
@@ -128,26 +127,22 @@ pub(crate) struct OpData {
 
 /// One collective in flight, shared by the request and the engine.
 ///
-/// It is also the request's handle ([`Ticket`](crate::engines::Ticket)): it
-/// names its engine itself, so a collective costs one allocation, as it did
-/// before the engines had a trait (a wrapper holding the op and the engine
-/// cost a second one per collective, some 35 ns of the 0.25 µs of a 1-rank
-/// broadcast). The engine it names holds the queue this op waits in while
-/// it runs (a cycle only while it runs: [`Core::progress`] drops finished
-/// ops, and every op of a communicator has finished or was cancelled before
-/// the communicator, whose requests borrow it, goes).
+/// It is also the request's handle ([`Ticket`](crate::engines::Ticket)),
+/// which finds its executor through the engine passed to its calls: a
+/// collective costs one allocation and no reference count of the engine, as
+/// before the engines had a trait. A wrapper holding the op and an `Arc` of
+/// its engine cost 35-40 ns more per collective (1 rank, a 0.19 µs broadcast;
+/// `benches/collcost-abba.sh`), half of it the second allocation, half the
+/// reference count.
 pub(crate) struct Op {
     pub data: Mutex<OpData>,
     pub done: AtomicBool,
-    /// The ranks' path that runs it (tests and waits go there).
-    pub host: Arc<Host>,
 }
 
 impl Op {
-    pub(crate) fn new(seq: u64, sched: Schedule, bufs: Buffers, host: Arc<Host>) -> Arc<Op> {
+    pub(crate) fn new(seq: u64, sched: Schedule, bufs: Buffers) -> Arc<Op> {
         let empty = sched.rounds.is_empty();
         Arc::new(Op {
-            host,
             data: Mutex::new(OpData {
                 seq,
                 sched,
