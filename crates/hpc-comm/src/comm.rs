@@ -1001,12 +1001,13 @@ impl Comm {
     /// Makes sure a ticket's engine no longer touches its buffers: waits for it
     /// (until the timeout), then cancels it.
     fn abandon(&self, t: &Ticket) {
-        if t.test() {
-            t.discard();
+        let e = &*self.driver;
+        if t.test(e) {
+            t.discard(e);
             return;
         }
-        let _ = t.wait(None);
-        t.cancel();
+        let _ = t.wait(e, None);
+        t.cancel(e);
     }
 }
 
@@ -1039,13 +1040,15 @@ impl Request<'_> {
     /// once). With the `Inline` engine this is where progress happens; with
     /// `Thread` it happens here too unless the progress thread is at it.
     pub fn test(&mut self) -> bool {
-        self.ticket.as_ref().is_none_or(|t| t.test())
+        self.ticket
+            .as_ref()
+            .is_none_or(|t| t.test(&*self.comm.driver))
     }
 
     /// Waits for the collective and copies a staged result into the buffer.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
-            Some(t) => t.wait(self.out.take()),
+            Some(t) => t.wait(&*self.comm.driver, self.out.take()),
             None => Ok(()),
         }
     }
@@ -1066,7 +1069,7 @@ impl Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            if let Err(e) = t.wait(self.out.take()) {
+            if let Err(e) = t.wait(&*self.comm.driver, self.out.take()) {
                 tracing::warn!(error = %e, "an unwaited collective failed");
             }
         }
@@ -1102,13 +1105,15 @@ impl std::fmt::Debug for ScopedRequest<'_> {
 impl ScopedRequest<'_> {
     /// Whether the collective finished.
     pub fn test(&mut self) -> bool {
-        self.ticket.as_ref().is_none_or(|t| t.test())
+        self.ticket
+            .as_ref()
+            .is_none_or(|t| t.test(&*self.comm.driver))
     }
 
     /// Waits for the collective.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
-            Some(t) => t.wait(None),
+            Some(t) => t.wait(&*self.comm.driver, None),
             None => Ok(()),
         }
     }
@@ -1152,7 +1157,7 @@ macro_rules! collectives {
                 let send: &[u8] = $send;
                 let recv: &mut [u8] = $recv;
                 let t = self.start(coll, send, recv, false)?;
-                let r = t.wait(None);
+                let r = t.wait(&*self.driver, None);
                 if r.is_err() {
                     self.abandon(&t);
                 }

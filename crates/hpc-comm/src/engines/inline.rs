@@ -90,7 +90,7 @@ impl Host {
     }
 
     /// Starts `job` on the executor and posts its first round from the caller's thread.
-    pub(crate) fn start(self: &Arc<Self>, mut job: Job<'_>) -> Result<Ticket> {
+    pub(crate) fn start(&self, mut job: Job<'_>) -> Result<Ticket> {
         let sched = job.coll.schedule(self.rank, self.size, &self.opts)?;
         let (send, send_len, recv, recv_len) = job.raw();
         let bufs = Buffers {
@@ -121,13 +121,10 @@ impl Host {
                 self.board.wake_agent(self.rank);
             }
         }
-        Ok(Arc::new(Local {
-            op,
-            host: self.clone(),
-        }))
+        Ok(op)
     }
 
-    fn wait_op(&self, op: &Arc<Op>) {
+    fn wait_op(&self, op: &Op) {
         if op.done.load(Ordering::Acquire) {
             return;
         }
@@ -227,19 +224,21 @@ impl Host {
     }
 }
 
-/// A collective on the ranks' own path.
-struct Local {
-    op: Arc<Op>,
-    host: Arc<Host>,
+/// The ranks' path of `engine`, which started an op of its executor.
+fn host_of(engine: &dyn Driver) -> &Host {
+    engine
+        .host()
+        .expect("an executor op is started by an engine with a ranks' path")
 }
 
-impl Pending for Local {
-    fn test(&self) -> bool {
-        let op = &self.op;
+/// A collective on the ranks' own path is its own handle.
+impl Pending for Op {
+    fn test(&self, engine: &dyn Driver) -> bool {
+        let (op, host) = (self, host_of(engine));
         if !op.done.load(Ordering::Acquire) {
-            if !self.host.agent {
-                lock(&self.host.shared.core).progress();
-            } else if let Ok(mut core) = self.host.shared.core.try_lock() {
+            if !host.agent {
+                lock(&host.shared.core).progress();
+            } else if let Ok(mut core) = host.shared.core.try_lock() {
                 // The Thread engine's agent is not woken for small
                 // messages (see `Core::flush_peer`): a testing thread
                 // moves them, unless the agent is at it already.
@@ -249,19 +248,20 @@ impl Pending for Local {
         op.done.load(Ordering::Acquire)
     }
 
-    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
-        self.host.wait_op(&self.op);
-        let mut d = lock(&self.op.data);
+    fn wait(&self, engine: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+        let host = host_of(engine);
+        host.wait_op(self);
+        let mut d = lock(&self.data);
         match std::mem::replace(&mut d.status, Status::Done) {
             Status::Failed(e) => {
                 d.status = Status::Failed(Error::Stopped("(already reported)"));
-                let world = &self.host.world_ranks;
+                let world = &host.world_ranks;
                 Err(match e {
                     Error::CountMismatch { rank, detail } => Error::CountMismatch {
                         rank: world[rank],
                         detail,
                     },
-                    Error::RankLost { rank } if rank < self.host.size => {
+                    Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }
                     }
                     e => e,
@@ -276,8 +276,8 @@ impl Pending for Local {
         }
     }
 
-    fn cancel(&self) {
-        self.op.fail(Error::Stopped("cancelled"));
+    fn cancel(&self, _: &dyn Driver) {
+        self.fail(Error::Stopped("cancelled"));
     }
 }
 
@@ -289,6 +289,10 @@ pub(crate) struct Inline {
 impl Driver for Inline {
     fn start(&self, job: Job<'_>) -> Result<Ticket> {
         self.host.start(job)
+    }
+
+    fn host(&self) -> Option<&Host> {
+        Some(&self.host)
     }
 
     fn shutdown(&self) {

@@ -9,9 +9,13 @@
 //! * `mpi` (feature `mpi`): the MPI library's immediate collectives.
 //!
 //! `Comm` starts a collective with [`Driver::start`], which returns a
-//! [`Ticket`]: the engine's handle on that one collective, which knows its
-//! engine, so that testing, waiting and cancelling need no matching of
-//! handles against engines. Whether an engine works on the caller's buffers
+//! [`Ticket`]: the engine's handle on that one collective, whose own type
+//! says how it is tested, waited for and cancelled, with no matching of
+//! handles against engines. The engine that started it is passed to those
+//! calls (every holder of a ticket borrows its communicator, which owns the
+//! engine), so that a handle need not hold its engine: the ranks' path hands
+//! out its executor's op itself, one allocation and no reference count per
+//! collective. Whether an engine works on the caller's buffers
 //! or on copies of its own is decided once, by `Comm`, when it builds the
 //! [`Job`].
 
@@ -19,6 +23,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 pub(crate) use crate::job::Job;
+use inline::Host;
 
 pub(crate) mod inline;
 #[cfg(feature = "mpi")]
@@ -41,23 +46,31 @@ pub(crate) trait Driver: Send + Sync {
     /// Called once when the communicator is dropped: deliver what peers still
     /// wait for, stop helpers (threads), detach.
     fn shutdown(&self) {}
+
+    /// The ranks' own path, where this engine runs collectives on it (the
+    /// [`Pending`] of an executor op finds its executor here).
+    fn host(&self) -> Option<&Host> {
+        None
+    }
 }
 
 /// One collective in flight, as its engine sees it.
+///
+/// Every method gets `engine`, the engine that started it.
 pub(crate) trait Pending: Send + Sync {
     /// Whether it finished (advancing it where the engine progresses in `test`).
-    fn test(&self) -> bool;
+    fn test(&self, engine: &dyn Driver) -> bool;
 
     /// Waits until it finished or failed, then takes its outcome; `out`
     /// receives a staged result.
-    fn wait(&self, out: Option<&mut [u8]>) -> Result<()>;
+    fn wait(&self, engine: &dyn Driver, out: Option<&mut [u8]>) -> Result<()>;
 
     /// After a [`Pending::wait`] that failed (or timed out): makes sure the
     /// engine no longer touches its buffers.
-    fn cancel(&self);
+    fn cancel(&self, engine: &dyn Driver);
 
     /// Finished, but nobody takes its outcome: drop what the engine keeps for it.
-    fn discard(&self) {}
+    fn discard(&self, _engine: &dyn Driver) {}
 }
 
 /// An engine's handle on one collective.

@@ -30,15 +30,15 @@ impl Driver for Mpi {
 struct Request(mpi_engine::Pending);
 
 impl Pending for Request {
-    fn test(&self) -> bool {
+    fn test(&self, _: &dyn Driver) -> bool {
         self.0.test()
     }
 
-    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
         self.0.wait(out)
     }
 
-    fn cancel(&self) {
+    fn cancel(&self, _: &dyn Driver) {
         // Collectives cannot be cancelled in MPI: finish it.
         let _ = self.0.wait(None);
     }

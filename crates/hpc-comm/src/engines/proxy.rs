@@ -39,6 +39,10 @@ impl Driver for Proxy {
         }
         self.client.detach();
     }
+
+    fn host(&self) -> Option<&Host> {
+        self.host.as_ref().map(|(h, _)| &**h)
+    }
 }
 
 /// A collective handed to the proxy.
@@ -48,19 +52,19 @@ struct Posted {
 }
 
 impl Pending for Posted {
-    fn test(&self) -> bool {
+    fn test(&self, _: &dyn Driver) -> bool {
         self.client.poll(&self.p)
     }
 
-    fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
         self.client.wait(&self.p, out)
     }
 
-    fn cancel(&self) {
+    fn cancel(&self, _: &dyn Driver) {
         self.client.cancel(&self.p);
     }
 
-    fn discard(&self) {
+    fn discard(&self, _: &dyn Driver) {
         // Its answer, if nobody took it, would stay in the rank's list.
         self.client.discard(&self.p);
     }

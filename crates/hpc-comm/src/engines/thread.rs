@@ -54,6 +54,10 @@ impl Driver for Thread {
         self.host.start(job)
     }
 
+    fn host(&self) -> Option<&Host> {
+        Some(&self.host)
+    }
+
     fn shutdown(&self) {
         self.host.shutdown();
         if let Some(h) = lock(&self.agent).take() {
