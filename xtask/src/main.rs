@@ -321,20 +321,14 @@ fn test(quick: bool) -> Result<()> {
             run(Command::new("mdbook").args(["build", "book"]))
         })?;
         step("package", &mut || {
-            run(cargo().args([
-                "package",
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--exclude",
-                "hpc-benches",
-                "--exclude",
-                "hpc-example-hello",
-                "--exclude",
-                "hpc-book",
-                "--no-verify",
-                "--allow-dirty",
-            ]))
+            // The crates users get from the registry: every member not marked
+            // `publish = false` (examples, benches, the book and xtask are not).
+            let mut c = cargo();
+            c.arg("package");
+            for name in publishable()? {
+                c.args(["-p", &name]);
+            }
+            run(c.args(["--no-verify", "--allow-dirty"]))
         })?;
     }
     eprintln!("\nsteps:");
@@ -347,6 +341,34 @@ fn test(quick: bool) -> Result<()> {
 
 /// Every feature of every workspace crate, as `--features` takes them
 /// (`crate/feature,...`), except those that build hwloc from source.
+/// The workspace members that may be published (`publish` not `false`).
+fn publishable() -> Result<Vec<String>> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let names: Vec<String> = meta["packages"]
+        .as_array()
+        .context("no packages in cargo metadata")?
+        .iter()
+        // `publish` is null when unrestricted and `[]` for `publish = false`.
+        .filter(|p| !p["publish"].as_array().is_some_and(|a| a.is_empty()))
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    if names.is_empty() {
+        bail!("no publishable package in the workspace");
+    }
+    Ok(names)
+}
+
 fn all_features() -> Result<String> {
     let out = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
