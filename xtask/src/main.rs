@@ -339,10 +339,8 @@ fn test(quick: bool) -> Result<()> {
     Ok(())
 }
 
-/// Every feature of every workspace crate, as `--features` takes them
-/// (`crate/feature,...`), except those that build hwloc from source.
-/// The workspace members that may be published (`publish` not `false`).
-fn publishable() -> Result<Vec<String>> {
+/// The workspace's packages as `cargo metadata --no-deps` describes them.
+fn workspace_packages() -> Result<Vec<serde_json::Value>> {
     let out = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .current_dir(root())
@@ -354,10 +352,16 @@ fn publishable() -> Result<Vec<String>> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let names: Vec<String> = meta["packages"]
-        .as_array()
-        .context("no packages in cargo metadata")?
+    let mut meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    match meta["packages"].take() {
+        serde_json::Value::Array(packages) => Ok(packages),
+        _ => bail!("no packages in cargo metadata"),
+    }
+}
+
+/// The workspace members that may be published (`publish` not `false`).
+fn publishable() -> Result<Vec<String>> {
+    let names: Vec<String> = workspace_packages()?
         .iter()
         // `publish` is null when unrestricted and `[]` for `publish = false`.
         .filter(|p| !p["publish"].as_array().is_some_and(|a| a.is_empty()))
@@ -369,24 +373,11 @@ fn publishable() -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Every feature of every workspace crate, as `--features` takes them
+/// (`crate/feature,...`), except those that build hwloc from source.
 fn all_features() -> Result<String> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root())
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let mut list = Vec::new();
-    for p in meta["packages"]
-        .as_array()
-        .context("no packages in cargo metadata")?
-    {
+    for p in workspace_packages()? {
         let name = p["name"].as_str().unwrap_or_default();
         if let Some(features) = p["features"].as_object() {
             for f in features.keys() {
