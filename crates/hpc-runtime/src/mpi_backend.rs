@@ -108,9 +108,53 @@ impl Lent {
 
 type Req = Request<'static, [u8], StaticScope>;
 
+/// How long MPI_Init may take before the process gives up: twice the runtime's
+/// timeout, at least a minute (large jobs start slowly; raise `HPC_TIMEOUT` for them).
+fn init_limit(timeout: Duration) -> Duration {
+    timeout.saturating_mul(2).max(Duration::from_secs(60))
+}
+
+/// Starts the watchdog of MPI_Init: unless the returned sender is used (or
+/// dropped) within `limit`, it writes why to stderr and ends the process with exit
+/// status 70 (`EX_SOFTWARE`). `_exit`, not `exit`: the thread stuck in MPI_Init may
+/// hold locks that the MPI library's exit handlers would wait for.
+fn init_watchdog(limit: Duration) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("hpc-mpi-init-watchdog".into())
+        .spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                let msg = format!(
+                    "hpc-runtime: MPI_Init did not return within {limit:?}: the launcher's \
+                     process-management server is probably unreachable from this process \
+                     (srun without --mpi=pmix, or a container that hides the PMIx server's \
+                     files, e.g. apptainer --contain); `hpc doctor` run the same way names \
+                     the cause. HPC_TIMEOUT raises the limit (twice its value, at least 60 s)."
+                );
+                tracing::error!("{msg}");
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "{msg}");
+                // SAFETY: `_exit` ends the process at once; nothing of this process is
+                // used afterwards.
+                unsafe { libc::_exit(70) };
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no watchdog for MPI_Init");
+    }
+    tx
+}
+
 impl MpiBackend {
     pub(crate) fn init(timeout: Duration) -> Result<MpiBackend> {
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+        // MPI_Init cannot be interrupted, and where the launcher's process-management
+        // server is unreachable it may wait forever (Open MPI under `srun` with the
+        // PMIx files hidden by a container's --contain, say). A watchdog ends such a
+        // process with a message instead of a silent hang.
+        let done = init_watchdog(init_limit(timeout));
+        let init = mpi::initialize_with_threading(Threading::Multiple);
+        let _ = done.send(());
+        let (universe, threading) = init
             .ok_or_else(|| Error::Bootstrap("MPI is already initialised in this process".into()))?;
         if threading != Threading::Multiple {
             tracing::warn!(
@@ -334,5 +378,63 @@ impl MpiBackend {
             let mut got = self.exchange(&[], &[], &[root], &[n], TAG_DATA, deadline, &op)?;
             Ok(got.pop().unwrap_or_default())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_limit_is_twice_the_timeout_and_at_least_a_minute() {
+        assert_eq!(init_limit(Duration::from_secs(5)), Duration::from_secs(60));
+        assert_eq!(
+            init_limit(Duration::from_secs(300)),
+            Duration::from_secs(600)
+        );
+        assert_eq!(init_limit(Duration::MAX), Duration::MAX);
+    }
+
+    /// The watchdog ends a process whose MPI_Init does not return, with a message
+    /// and status 70; one that returns in time lives on. Runs itself as the child.
+    #[test]
+    fn the_init_watchdog_ends_a_stuck_process_and_spares_a_quick_one() {
+        const CHILD: &str = crate::env::TEST_WATCHDOG_CHILD;
+        match std::env::var(CHILD).as_deref() {
+            Ok("stuck") => {
+                let _done = init_watchdog(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_secs(20));
+                return;
+            }
+            Ok("quick") => {
+                let done = init_watchdog(Duration::from_millis(300));
+                let _ = done.send(());
+                std::thread::sleep(Duration::from_millis(600));
+                return;
+            }
+            _ => {}
+        }
+        let me = std::env::current_exe().unwrap();
+        let name =
+            "mpi_backend::tests::the_init_watchdog_ends_a_stuck_process_and_spares_a_quick_one";
+        let run = |mode: &str| {
+            std::process::Command::new(&me)
+                .args(["--exact", name, "--nocapture"])
+                .env(CHILD, mode)
+                .output()
+                .unwrap()
+        };
+        let t = Instant::now();
+        let out = run("stuck");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{err}");
+        assert!(err.contains("MPI_Init did not return within"), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        let out = run("quick");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
