@@ -30,7 +30,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::network::Block;
 use crate::output::decode_spikes;
@@ -111,10 +111,28 @@ pub fn commit(
     model: &Model,
     step: u64,
     size: usize,
-    mut entries: Vec<FileEntry>,
+    entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    if let Some((path, _)) = spikes {
+    let meta = Meta {
+        params: model.params.clone(),
+        spikes: spikes.map(|(_, n)| n),
+    };
+    commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+}
+
+/// Completes the checkpoint at `step` with any model's metadata `meta` (rank 0, once
+/// every rank's file is written): copies the spike file `spikes` into it as
+/// [`SPIKES`] and writes the manifest last.
+pub fn commit_with<M: Serialize>(
+    set: &Checkpoints,
+    step: u64,
+    size: usize,
+    mut entries: Vec<FileEntry>,
+    spikes: Option<&Path>,
+    meta: &M,
+) -> Result<Checkpoint> {
+    if let Some(path) = spikes {
         let mut f =
             std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
         let len = f
@@ -123,11 +141,7 @@ pub fn commit(
             .len();
         entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
     }
-    let meta = Meta {
-        params: model.params.clone(),
-        spikes: spikes.map(|(_, n)| n),
-    };
-    Ok(set.commit(step, size as u32, entries, serde_json::to_value(&meta)?)?)
+    Ok(set.commit(step, size as u32, entries, serde_json::to_value(meta)?)?)
 }
 
 /// A checkpoint to resume from, with brunel's metadata.
@@ -155,6 +169,13 @@ impl Restart {
 /// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
 /// one that fails is skipped with a warning).
 pub fn open(dir: &Path) -> Result<Restart> {
+    let (checkpoint, meta) = open_with(dir, "brunel")?;
+    Ok(Restart { checkpoint, meta })
+}
+
+/// As [`open`], for any model's metadata `M`: the checkpoint and its metadata, or an
+/// error naming the manifest that does not hold `model`'s metadata.
+pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<(Checkpoint, M)> {
     let named = dir.join(hpc_checkpoint::MANIFEST).exists()
         || dir
             .file_name()
@@ -165,13 +186,13 @@ pub fn open(dir: &Path) -> Result<Restart> {
     } else {
         Checkpoints::new(dir).latest()?
     };
-    let meta: Meta = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
+    let meta: M = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
         format!(
-            "{} does not hold brunel's metadata",
+            "{} does not hold {model}'s metadata",
             checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
         )
     })?;
-    Ok(Restart { checkpoint, meta })
+    Ok((checkpoint, meta))
 }
 
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a

@@ -31,8 +31,7 @@ use crate::params::{Model, Params};
 
 const MAGIC: &[u8; 8] = b"MCCKPT02";
 const HEAD: usize = 28;
-/// Name of the spike file inside a checkpoint.
-pub const SPIKES: &str = "spikes";
+pub use brunel::checkpoint::SPIKES;
 
 /// The metadata in a checkpoint's manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -95,23 +94,14 @@ pub fn commit(
     model: &Model,
     step: u64,
     size: usize,
-    mut entries: Vec<FileEntry>,
+    entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    if let Some((path, _)) = spikes {
-        let mut f =
-            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-        let len = f
-            .metadata()
-            .with_context(|| format!("reading {}", path.display()))?
-            .len();
-        entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
-    }
     let meta = Meta {
         params: model.params.clone(),
         spikes: spikes.map(|(_, n)| n),
     };
-    Ok(set.commit(step, size as u32, entries, serde_json::to_value(&meta)?)?)
+    brunel::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
 }
 
 /// A checkpoint to resume from.
@@ -138,22 +128,7 @@ impl Restart {
 /// The checkpoint `dir` names (a step directory), or the newest that verifies in
 /// `dir`.
 pub fn open(dir: &Path) -> Result<Restart> {
-    let named = dir.join(hpc_checkpoint::MANIFEST).exists()
-        || dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("step-"));
-    let checkpoint = if named {
-        Checkpoint::open(dir)?
-    } else {
-        Checkpoints::new(dir).latest()?
-    };
-    let meta: Meta = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
-        format!(
-            "{} does not hold the microcircuit's metadata",
-            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
-        )
-    })?;
+    let (checkpoint, meta) = brunel::checkpoint::open_with(dir, "the microcircuit")?;
     Ok(Restart { checkpoint, meta })
 }
 
