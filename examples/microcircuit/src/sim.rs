@@ -47,7 +47,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::exchange::Exchange;
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
-use crate::output::{Recorder, SpikeWriter, Stats};
+use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
 
@@ -664,8 +664,8 @@ impl<'a> Simulation<'a> {
                     Some(prefix) => {
                         rec.add(&prefix);
                         if let Some(p) = &opts.spikes {
-                            let mut w = SpikeWriter::create(p, model)?;
-                            w.append(&prefix)?;
+                            let mut w = spike_writer(p, model)?;
+                            w.write(&prefix)?;
                             writer = Some(w);
                         }
                     }
@@ -676,7 +676,7 @@ impl<'a> Simulation<'a> {
                     None => {}
                 }
             } else if let Some(p) = &opts.spikes {
-                writer = Some(SpikeWriter::create(p, model)?);
+                writer = Some(spike_writer(p, model)?);
             }
             recorder = Some(rec);
         }
@@ -715,7 +715,7 @@ impl<'a> Simulation<'a> {
                     records.sort_unstable();
                     rec.add(&records);
                     if let Some(w) = writer.as_mut() {
-                        w.append(&records)?;
+                        w.write(&records)?;
                         if base + m as u64 >= last_flush + 100 {
                             w.flush()?;
                             last_flush = base + m as u64;
