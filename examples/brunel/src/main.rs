@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{AnyExchange, CommExchange, Engine, WorldExchange};
+use brunel::exchange::{AnyExchange, Engine};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
@@ -323,7 +323,7 @@ fn run(args: Args) -> Result<()> {
         let _ = std::io::stderr().flush();
     };
     let report = {
-        let mut ex = make_exchange(args.engine, world.clone())?;
+        let mut ex = AnyExchange::new(args.engine, world.clone())?;
         let cb: Option<&mut dyn FnMut(&Progress)> = if show || pace.is_some() {
             Some(&mut bar)
         } else {
@@ -391,17 +391,6 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
     }
     Ok(())
-}
-
-/// The exchange for `engine`: where `hpc-collectives` engines plug in.
-fn make_exchange(engine: Engine, world: Arc<hpc_rs::World>) -> Result<AnyExchange> {
-    if !engine.available() {
-        return Err(engine.unavailable_error());
-    }
-    match engine.collectives() {
-        None => Ok(AnyExchange::World(WorldExchange::new(world)?)),
-        Some(e) => Ok(AnyExchange::Comm(Box::new(CommExchange::new(&world, e)?))),
-    }
 }
 
 fn mib(b: u64) -> String {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{CommExchange, Engine, LocalExchange, SpikeExchange, WorldExchange};
+use brunel::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use clap::Parser;
 use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 use microcircuit::exchange::TargetedExchange;
@@ -178,8 +178,7 @@ struct Gathered {
 /// The exchange a run uses.
 enum AnyEx {
     Local(LocalExchange),
-    World(WorldExchange),
-    Comm(Box<CommExchange>),
+    Gather(AnyExchange),
     Targeted(Box<TargetedExchange>),
 }
 
@@ -192,8 +191,7 @@ impl microcircuit::exchange::Exchange for AnyEx {
     ) -> Result<(R, f64)> {
         match self {
             AnyEx::Local(x) => x.overlap(local, out, work),
-            AnyEx::World(x) => x.overlap(local, out, work),
-            AnyEx::Comm(x) => x.overlap(local, out, work),
+            AnyEx::Gather(x) => x.overlap(local, out, work),
             AnyEx::Targeted(x) => x.spikes(local, out, work),
         }
     }
@@ -229,10 +227,7 @@ fn make_exchange(
             model.gid_bits,
         )?)));
     }
-    match args.engine.collectives() {
-        None => Ok(AnyEx::World(WorldExchange::new(world)?)),
-        Some(e) => Ok(AnyEx::Comm(Box::new(CommExchange::new(&world, e)?))),
-    }
+    Ok(AnyEx::Gather(AnyExchange::new(args.engine, world)?))
 }
 
 fn run(args: Args) -> Result<()> {
