@@ -144,16 +144,16 @@ pub fn commit_with<M: Serialize>(
     Ok(set.commit(step, size as u32, entries, serde_json::to_value(meta)?)?)
 }
 
-/// A checkpoint to resume from, with brunel's metadata.
+/// A checkpoint to resume from, with its model's metadata (brunel's by default).
 #[derive(Clone, Debug)]
-pub struct Restart {
+pub struct Restart<M = Meta> {
     /// The verified checkpoint.
     pub checkpoint: Checkpoint,
     /// Its metadata.
-    pub meta: Meta,
+    pub meta: M,
 }
 
-impl Restart {
+impl<M> Restart<M> {
     /// The step it holds.
     pub fn step(&self) -> u64 {
         self.checkpoint.step()
@@ -169,13 +169,12 @@ impl Restart {
 /// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
 /// one that fails is skipped with a warning).
 pub fn open(dir: &Path) -> Result<Restart> {
-    let (checkpoint, meta) = open_with(dir, "brunel")?;
-    Ok(Restart { checkpoint, meta })
+    open_with(dir, "brunel")
 }
 
-/// As [`open`], for any model's metadata `M`: the checkpoint and its metadata, or an
-/// error naming the manifest that does not hold `model`'s metadata.
-pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<(Checkpoint, M)> {
+/// As [`open`], for any model's metadata `M`; the error names the manifest that does
+/// not hold `model`'s metadata.
+pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<Restart<M>> {
     let named = dir.join(hpc_checkpoint::MANIFEST).exists()
         || dir
             .file_name()
@@ -192,7 +191,7 @@ pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<(Checkp
             checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
         )
     })?;
-    Ok((checkpoint, meta))
+    Ok(Restart { checkpoint, meta })
 }
 
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a
@@ -311,30 +310,41 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
 /// checked: a valid spike file of this model's neurons, no spike after the
 /// checkpoint's step, and as many spikes as the manifest counted.
 pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    let Some(bytes) = r.checkpoint.read_file(SPIKES)? else {
+    spikes_of(&r.checkpoint, model.n, r.meta.spikes)
+}
+
+/// The spikes of `checkpoint`'s spike file (`None` if it has none), checked: a valid
+/// spike file of `n_neurons` neurons, no spike after the checkpoint's step, and
+/// `counted` spikes when the manifest counted them.
+pub fn spikes_of(
+    checkpoint: &Checkpoint,
+    n_neurons: u32,
+    counted: Option<u64>,
+) -> Result<Option<Vec<(u32, u32)>>> {
+    let Some(bytes) = checkpoint.read_file(SPIKES)? else {
         return Ok(None);
     };
-    let path = r.dir().join(format!("{SPIKES}.ckpt"));
+    let path = checkpoint.dir().join(format!("{SPIKES}.ckpt"));
     let f = decode_spikes(&bytes, false)
         .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
-    if f.n_neurons != model.n {
+    if f.n_neurons != n_neurons {
         bail!(
             "{}: spikes of {} neurons, the model has {}",
             path.display(),
             f.n_neurons,
-            model.n
+            n_neurons
         );
     }
     if let Some(&(tick, id)) = f.spikes.last() {
-        if tick as u64 > r.step() {
+        if tick as u64 > checkpoint.step() {
             bail!(
                 "{}: neuron {id} spikes at tick {tick}, after the checkpoint's step {}",
                 path.display(),
-                r.step()
+                checkpoint.step()
             );
         }
     }
-    if let Some(n) = r.meta.spikes {
+    if let Some(n) = counted {
         if n != f.spikes.len() as u64 {
             bail!(
                 "{}: {} spikes, the manifest counted {n}",
