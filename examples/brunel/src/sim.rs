@@ -53,7 +53,8 @@ use crate::rng::{draw, stream_key, PoissonTable, Purpose};
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
-    /// Overlap the exchange with the next interval's update (`M = D/2`).
+    /// Overlap the exchange with the next interval's update (`M = D/2`; ignored
+    /// when the minimum delay `D` is under 2 steps).
     pub overlap: bool,
     /// Where rank 0 writes the spike file (none: no file).
     pub spikes: Option<PathBuf>,

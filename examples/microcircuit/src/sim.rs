@@ -51,22 +51,8 @@ use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
 
-/// How to run.
-#[derive(Clone, Debug, Default)]
-pub struct RunOptions {
-    /// Overlap the exchange with the next interval's update when delays allow.
-    pub overlap: bool,
-    /// Where rank 0 writes the spike file (none: no file).
-    pub spikes: Option<PathBuf>,
-    /// Write a checkpoint every this many steps (needs `checkpoint_dir`).
-    pub checkpoint_every: Option<u64>,
-    /// Directory of the checkpoints.
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Resume from this checkpoint (read by [`Simulation::new`]).
-    pub restart: Option<PathBuf>,
-    /// Stop (as if interrupted) once this step is reached.
-    pub stop_at: Option<u64>,
-}
+/// How to run: the options of brunel's simulation.
+pub use brunel::sim::RunOptions;
 
 /// Progress, reported after every interval.
 #[derive(Clone, Debug)]
