@@ -21,6 +21,8 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+use anyhow::Context as _;
+
 pub mod checkpoint;
 pub mod exchange;
 pub mod memory;
@@ -49,4 +51,57 @@ pub fn cpu_seconds() -> f64 {
     };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The thread pool of this rank: `threads` threads (at least one), named `name`,
+/// pinned to this rank's share of the node's cores when `pin` (unpinned, with a
+/// warning, when no placement fits).
+pub fn thread_pool(
+    world: &hpc_rs::World,
+    threads: usize,
+    pin: bool,
+    name: &str,
+) -> anyhow::Result<rayon::ThreadPool> {
+    // hpc_rs::init_with (given these threads) already warned when a launcher's
+    // binding leaves them one core (mpirun).
+    let threads = threads.max(1);
+    if pin {
+        // Ranks that a launcher bound each to their own cores plan inside them;
+        // ranks that share the node's cores divide them.
+        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
+        {
+            Ok(slot) => slot,
+            Err(_) => (world.local_rank(), world.local_size()),
+        };
+        match hpc_topology::plan_for_env(
+            local_rank,
+            local_size,
+            threads,
+            0,
+            hpc_topology::ProgressScope::PerRank,
+            hpc_topology::Policy::Compact,
+        ) {
+            Ok(placement) => {
+                return hpc_topology::PinnedPoolBuilder::new(&placement)
+                    .thread_name(name)
+                    .build()
+                    .context("building the pinned thread pool");
+            }
+            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
+        }
+    }
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
+}
+
+/// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
+/// value in the error when `ms` is not positive.
+pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        anyhow::bail!("{what} must be > 0 ms");
+    }
+    Ok(((ms / dt).round() as u64).max(1))
 }

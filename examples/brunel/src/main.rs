@@ -16,7 +16,6 @@ use brunel::exchange::{AnyExchange, Engine};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
-use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 
 /// Prints a line of the summary; a closed stdout (`| head`) is not an error.
 macro_rules! say {
@@ -160,49 +159,6 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
-    // hpc_rs::init_with (given these threads) already warned when a launcher's
-    // binding leaves them one core (mpirun).
-    let threads = threads.max(1);
-    if pin {
-        // Ranks that a launcher bound each to their own cores plan inside them;
-        // ranks that share the node's cores divide them.
-        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
-            .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
-        {
-            Ok(slot) => slot,
-            Err(_) => (world.local_rank(), world.local_size()),
-        };
-        match plan_for_env(
-            local_rank,
-            local_size,
-            threads,
-            0,
-            ProgressScope::PerRank,
-            Policy::Compact,
-        ) {
-            Ok(placement) => {
-                return PinnedPoolBuilder::new(&placement)
-                    .thread_name("brunel")
-                    .build()
-                    .context("building the pinned thread pool");
-            }
-            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
-        }
-    }
-    Ok(rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?)
-}
-
-fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
-    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        anyhow::bail!("{what} must be > 0 ms");
-    }
-    Ok(((ms / dt).round() as u64).max(1))
-}
-
 /// Serialized with each rank's report for rank 0's summary.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Gathered {
@@ -248,7 +204,7 @@ fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
     if rank == 0 {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
@@ -267,13 +223,13 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every: args
             .checkpoint_every
-            .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+            .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         restart,
         stop_at: args
             .stop_at
-            .map(|ms| steps_of(ms, dt, "--stop-at"))
+            .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
             .transpose()?,
     };
 

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use brunel::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use clap::Parser;
-use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 use microcircuit::exchange::TargetedExchange;
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
@@ -130,45 +129,6 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
-    let threads = threads.max(1);
-    if pin {
-        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
-            .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
-        {
-            Ok(slot) => slot,
-            Err(_) => (world.local_rank(), world.local_size()),
-        };
-        match plan_for_env(
-            local_rank,
-            local_size,
-            threads,
-            0,
-            ProgressScope::PerRank,
-            Policy::Compact,
-        ) {
-            Ok(placement) => {
-                return PinnedPoolBuilder::new(&placement)
-                    .thread_name("microcircuit")
-                    .build()
-                    .context("building the pinned thread pool");
-            }
-            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
-        }
-    }
-    Ok(rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?)
-}
-
-fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
-    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        anyhow::bail!("{what} must be > 0 ms");
-    }
-    Ok(((ms / dt).round() as u64).max(1))
-}
-
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Gathered {
     report: serde_json::Value,
@@ -240,16 +200,16 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+        .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| steps_of(ms, dt, "--stop-at"))
+        .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
         .transpose()?;
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
-    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
     if rank == 0 {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
