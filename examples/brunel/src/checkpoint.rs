@@ -26,7 +26,7 @@
 //! RNG state; no spikes are pending at a checkpoint (the exchange is drained first);
 //! the connectivity is regenerated from the seed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
@@ -192,6 +192,35 @@ pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<Restart
         )
     })?;
     Ok(Restart { checkpoint, meta })
+}
+
+/// The checkpoint every rank resumes from: rank 0 chooses it with `find` (for
+/// [`open`]: the newest that verifies, warning about each newer one it skips, or
+/// `dir` itself when it names a step directory) and tells the others, so all ranks
+/// resume from the same one. Every rank fails when rank 0 finds none; rank 0's
+/// error says why.
+pub fn choose(
+    world: &hpc_rs::World,
+    dir: &Path,
+    find: impl FnOnce(&Path) -> Result<PathBuf>,
+) -> Result<PathBuf> {
+    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
+        find(dir).map_err(|e| format!("{e:#}"))
+    } else {
+        Err(String::new())
+    };
+    let chosen: std::result::Result<PathBuf, String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    chosen.map_err(|e| {
+        if world.rank() == 0 {
+            anyhow::anyhow!(e)
+        } else {
+            anyhow::anyhow!(
+                "rank 0 found no checkpoint to resume from in {}",
+                dir.display()
+            )
+        }
+    })
 }
 
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a

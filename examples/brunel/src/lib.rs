@@ -105,3 +105,22 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     }
     Ok(((ms / dt).round() as u64).max(1))
 }
+
+/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
+/// disk) leaves no partial file; the error names the file.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
+    }
+    Ok(())
+}

@@ -210,7 +210,9 @@ fn run(args: Args) -> Result<()> {
             .with_context(|| format!("creating {}", args.out.display()))?;
     }
     let restart = match &args.restart {
-        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
+            Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
+        })?),
         None => None,
     };
     let dt = model.params.dt;
@@ -305,50 +307,6 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The checkpoint every rank resumes from: rank 0 chooses it (the newest that
-/// verifies, warning about each newer one it skips, or `dir` itself when it names a
-/// step directory) and tells the others, so all ranks resume from the same one.
-fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
-    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        brunel::checkpoint::open(dir)
-            .map(|r| r.dir().to_path_buf())
-            .map_err(|e| format!("{e:#}"))
-    } else {
-        Err(String::new())
-    };
-    let chosen: std::result::Result<PathBuf, String> =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    chosen.map_err(|e| {
-        if world.rank() == 0 {
-            anyhow::anyhow!(e)
-        } else {
-            anyhow::anyhow!(
-                "rank 0 found no checkpoint to resume from in {}",
-                dir.display()
-            )
-        }
-    })
-}
-
-/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
-/// disk) leaves no partial file; the error names the file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
-    }
-    Ok(())
-}
-
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
@@ -433,7 +391,7 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    write_atomic(
+    brunel::write_atomic(
         &args.out.join("summary.json"),
         &serde_json::to_vec_pretty(&summary)?,
     )?;

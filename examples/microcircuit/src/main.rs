@@ -8,7 +8,7 @@
 //! See the README for every flag, the spike file format and checkpointing.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -215,7 +215,9 @@ fn run(args: Args) -> Result<()> {
             .with_context(|| format!("creating {}", args.out.display()))?;
     }
     let restart = match &args.restart {
-        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
+            Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
+        })?),
         None => None,
     };
     let ck_dir = args
@@ -277,42 +279,6 @@ fn run(args: Args) -> Result<()> {
             .map(|b| serde_json::from_slice(b))
             .collect::<Result<_, _>>()?;
         summary(&args, &model, &report, &all, &pool)?;
-    }
-    Ok(())
-}
-
-fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
-    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        microcircuit::checkpoint::open(dir)
-            .map(|r| r.dir().to_path_buf())
-            .map_err(|e| format!("{e:#}"))
-    } else {
-        Err(String::new())
-    };
-    let chosen: std::result::Result<PathBuf, String> =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    chosen.map_err(|e| {
-        if world.rank() == 0 {
-            anyhow::anyhow!(e)
-        } else {
-            anyhow::anyhow!("rank 0 found no checkpoint in {}", dir.display())
-        }
-    })
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
     }
     Ok(())
 }
@@ -416,7 +382,7 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    write_atomic(
+    brunel::write_atomic(
         &args.out.join("summary.json"),
         &serde_json::to_vec_pretty(&summary)?,
     )?;
