@@ -104,6 +104,39 @@ pub fn write_rank(
     )?)
 }
 
+/// The four words a rank sends to rank 0 about its file of a checkpoint: 1, the
+/// file's size (low and high word) and its CRC-32C; zeros when it could not write it.
+pub fn entry_words(written: &Result<FileEntry>) -> [u32; 4] {
+    match written {
+        Ok(e) => [1, e.size as u32, (e.size >> 32) as u32, e.crc32c],
+        Err(_) => [0; 4],
+    }
+}
+
+/// The rank files of the checkpoint at `step` from every rank's [`entry_words`],
+/// gathered in rank order (`all`, `size` ranks); an error when a rank could not write
+/// its file or the words do not add up.
+pub fn gathered_entries(all: &[u32], size: usize, step: u64) -> Result<Vec<FileEntry>> {
+    if all.len() != 4 * size {
+        bail!(
+            "checkpoint at step {step}: {} words from the ranks, expected {}",
+            all.len(),
+            4 * size
+        );
+    }
+    if let Some(r) = (0..size).find(|&r| all[4 * r] != 1) {
+        bail!("rank {r} could not write its part of the checkpoint at step {step}");
+    }
+    Ok((0..size)
+        .map(|r| FileEntry {
+            name: rank_file_name(r as u32),
+            rank: Some(r as u32),
+            size: all[4 * r + 1] as u64 | (all[4 * r + 2] as u64) << 32,
+            crc32c: all[4 * r + 3],
+        })
+        .collect())
+}
+
 /// Completes the checkpoint at `step` (rank 0, once every rank's file is written):
 /// copies the spike file `spikes` (holding `count` spikes) and writes the manifest.
 pub fn commit(
@@ -383,4 +416,32 @@ pub fn spikes_of(
         }
     }
     Ok(Some(f.spikes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_words_round_trip_and_a_failed_rank_is_named() {
+        let e = FileEntry {
+            name: rank_file_name(1),
+            rank: Some(1),
+            size: (5u64 << 32) | 7,
+            crc32c: 0xDEAD_BEEF,
+        };
+        let ok = entry_words(&Ok(e.clone()));
+        let mut all = [ok, ok].concat();
+        let got = gathered_entries(&all, 2, 40).unwrap();
+        assert_eq!(
+            (got[1].size, got[1].crc32c, got[1].rank),
+            (e.size, e.crc32c, Some(1))
+        );
+        assert_eq!(got[0].name, rank_file_name(0));
+        all[4..].copy_from_slice(&entry_words(&Err(anyhow::anyhow!("disk full"))));
+        let err = gathered_entries(&all, 2, 40).unwrap_err().to_string();
+        assert!(err.contains("rank 1 could not write"), "{err}");
+        let err = gathered_entries(&all[..4], 2, 40).unwrap_err().to_string();
+        assert!(err.contains("4 words from the ranks, expected 8"), "{err}");
+    }
 }
