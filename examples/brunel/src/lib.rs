@@ -124,3 +124,19 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+/// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
+/// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
+pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {
+    let frac = step as f64 / steps.max(1) as f64;
+    let w = 30usize;
+    let fill = ((frac * w as f64) as usize).min(w);
+    eprint!(
+        "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
+        "#".repeat(fill),
+        " ".repeat(w - fill),
+        step as f64 * dt,
+        steps as f64 * dt,
+    );
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+}

@@ -260,25 +260,13 @@ fn run(args: Args) -> Result<()> {
             return;
         }
         last = Instant::now();
-        let t = p.step as f64 * dt;
         let done = (p.step - p.start_step) as f64 * dt / 1000.0;
         let rtf = if done > 0.0 {
             p.wall.as_secs_f64() / done
         } else {
             0.0
         };
-        let frac = p.step as f64 / p.steps.max(1) as f64;
-        let w = 30usize;
-        let fill = (frac * w as f64) as usize;
-        eprint!(
-            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {:.2}  ",
-            "#".repeat(fill),
-            " ".repeat(w - fill),
-            t,
-            p.steps as f64 * dt,
-            rtf
-        );
-        let _ = std::io::stderr().flush();
+        brunel::draw_progress(p.step, p.steps, dt, &format!("{rtf:.2}"));
     };
     let report = {
         let mut ex = AnyExchange::new(args.engine, world.clone())?;

@@ -241,24 +241,13 @@ fn run(args: Args) -> Result<()> {
             return;
         }
         last = Instant::now();
-        let t = p.step as f64 * dt;
         let rec = p.step.saturating_sub(presim.max(p.start_step)) as f64 * dt / 1000.0;
         let rtf = if rec > 0.0 {
             format!("{:.2}", p.wall_recorded.as_secs_f64() / rec)
         } else {
             "(warm-up)".into()
         };
-        let frac = p.step as f64 / p.steps.max(1) as f64;
-        let w = 30usize;
-        let fill = (frac * w as f64) as usize;
-        eprint!(
-            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
-            "#".repeat(fill),
-            " ".repeat(w - fill),
-            t,
-            p.steps as f64 * dt,
-        );
-        let _ = std::io::stderr().flush();
+        brunel::draw_progress(p.step, p.steps, dt, &rtf);
     };
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
