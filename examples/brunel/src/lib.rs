@@ -140,3 +140,33 @@ pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {
     );
     let _ = std::io::Write::flush(&mut std::io::stderr());
 }
+
+/// A rank's report as rank 0 gathers it for the summary.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Gathered {
+    /// The rank's report (its `RankReport` as JSON).
+    pub report: serde_json::Value,
+    /// The rank's peak resident memory, bytes (0 where unknown).
+    pub peak_rss: u64,
+}
+
+/// Gathers every rank's `report` with its peak resident memory (a collective: every
+/// rank calls it); rank 0 gets them in rank order, the other ranks `None`.
+pub fn gather_reports(
+    world: &hpc_rs::World,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<Option<Vec<Gathered>>> {
+    let mine = Gathered {
+        report: serde_json::to_value(report)?,
+        peak_rss: peak_rss_bytes().unwrap_or(0),
+    };
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    let all = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(all))
+}

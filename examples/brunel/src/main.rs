@@ -159,13 +159,6 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-/// Serialized with each rank's report for rank 0's summary.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Gathered {
-    report: serde_json::Value,
-    peak_rss: u64,
-}
-
 fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     let model = Model::new(params)?;
@@ -280,16 +273,7 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    let mine = Gathered {
-        report: serde_json::to_value(&report)?,
-        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
-    };
-    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
-    if rank == 0 {
-        let all: Vec<Gathered> = all
-            .iter()
-            .map(|b| serde_json::from_slice(b))
-            .collect::<Result<_, _>>()?;
+    if let Some(all) = brunel::gather_reports(&world, &report)? {
         summary(&args, &model, &report, &all, &pool, reference.as_ref())?;
     }
     Ok(())
@@ -303,7 +287,7 @@ fn summary(
     args: &Args,
     model: &Model,
     me: &RankReport,
-    all: &[Gathered],
+    all: &[brunel::Gathered],
     pool: &rayon::ThreadPool,
     reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {

@@ -129,12 +129,6 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Gathered {
-    report: serde_json::Value,
-    peak_rss: u64,
-}
-
 /// The exchange a run uses.
 enum AnyEx {
     Local(LocalExchange),
@@ -257,16 +251,7 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    let mine = Gathered {
-        report: serde_json::to_value(&report)?,
-        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
-    };
-    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
-    if rank == 0 {
-        let all: Vec<Gathered> = all
-            .iter()
-            .map(|b| serde_json::from_slice(b))
-            .collect::<Result<_, _>>()?;
+    if let Some(all) = brunel::gather_reports(&world, &report)? {
         summary(&args, &model, &report, &all, &pool)?;
     }
     Ok(())
@@ -280,7 +265,7 @@ fn summary(
     args: &Args,
     model: &Model,
     me: &RankReport,
-    all: &[Gathered],
+    all: &[brunel::Gathered],
     pool: &rayon::ThreadPool,
 ) -> Result<()> {
     let reports: Vec<RankReport> = all
