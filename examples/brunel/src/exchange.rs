@@ -356,6 +356,21 @@ pub enum AnyExchange {
     Comm(Box<CommExchange>),
 }
 
+impl AnyExchange {
+    /// The exchange of `engine` between the ranks of `world`: the world's allgather
+    /// for [`Engine::World`], else a communicator of that engine. An engine this
+    /// build lacks is an error that names the feature to enable.
+    pub fn new(engine: Engine, world: Arc<World>) -> Result<AnyExchange> {
+        if !engine.available() {
+            return Err(engine.unavailable_error());
+        }
+        match engine.collectives() {
+            None => Ok(AnyExchange::World(WorldExchange::new(world)?)),
+            Some(e) => Ok(AnyExchange::Comm(Box::new(CommExchange::new(&world, e)?))),
+        }
+    }
+}
+
 impl SpikeExchange for AnyExchange {
     type Pending = WorldPending;
 

@@ -21,6 +21,8 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+use anyhow::Context as _;
+
 pub mod checkpoint;
 pub mod exchange;
 pub mod memory;
@@ -49,4 +51,122 @@ pub fn cpu_seconds() -> f64 {
     };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The thread pool of this rank: `threads` threads (at least one), named `name`,
+/// pinned to this rank's share of the node's cores when `pin` (unpinned, with a
+/// warning, when no placement fits).
+pub fn thread_pool(
+    world: &hpc_rs::World,
+    threads: usize,
+    pin: bool,
+    name: &str,
+) -> anyhow::Result<rayon::ThreadPool> {
+    // hpc_rs::init_with (given these threads) already warned when a launcher's
+    // binding leaves them one core (mpirun).
+    let threads = threads.max(1);
+    if pin {
+        // Ranks that a launcher bound each to their own cores plan inside them;
+        // ranks that share the node's cores divide them.
+        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
+        {
+            Ok(slot) => slot,
+            Err(_) => (world.local_rank(), world.local_size()),
+        };
+        match hpc_topology::plan_for_env(
+            local_rank,
+            local_size,
+            threads,
+            0,
+            hpc_topology::ProgressScope::PerRank,
+            hpc_topology::Policy::Compact,
+        ) {
+            Ok(placement) => {
+                return hpc_topology::PinnedPoolBuilder::new(&placement)
+                    .thread_name(name)
+                    .build()
+                    .context("building the pinned thread pool");
+            }
+            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
+        }
+    }
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
+}
+
+/// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
+/// value in the error when `ms` is not positive.
+pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        anyhow::bail!("{what} must be > 0 ms");
+    }
+    Ok(((ms / dt).round() as u64).max(1))
+}
+
+/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
+/// disk) leaves no partial file; the error names the file.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
+    }
+    Ok(())
+}
+
+/// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
+/// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
+pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {
+    let frac = step as f64 / steps.max(1) as f64;
+    let w = 30usize;
+    let fill = ((frac * w as f64) as usize).min(w);
+    eprint!(
+        "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
+        "#".repeat(fill),
+        " ".repeat(w - fill),
+        step as f64 * dt,
+        steps as f64 * dt,
+    );
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+}
+
+/// A rank's report as rank 0 gathers it for the summary.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Gathered {
+    /// The rank's report (its `RankReport` as JSON).
+    pub report: serde_json::Value,
+    /// The rank's peak resident memory, bytes (0 where unknown).
+    pub peak_rss: u64,
+}
+
+/// Gathers every rank's `report` with its peak resident memory (a collective: every
+/// rank calls it); rank 0 gets them in rank order, the other ranks `None`.
+pub fn gather_reports(
+    world: &hpc_rs::World,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<Option<Vec<Gathered>>> {
+    let mine = Gathered {
+        report: serde_json::to_value(report)?,
+        peak_rss: peak_rss_bytes().unwrap_or(0),
+    };
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    let all = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(all))
 }

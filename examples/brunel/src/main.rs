@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{AnyExchange, CommExchange, Engine, WorldExchange};
+use brunel::exchange::{AnyExchange, Engine};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
-use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 
 /// Prints a line of the summary; a closed stdout (`| head`) is not an error.
 macro_rules! say {
@@ -160,56 +159,6 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
-    // hpc_rs::init_with (given these threads) already warned when a launcher's
-    // binding leaves them one core (mpirun).
-    let threads = threads.max(1);
-    if pin {
-        // Ranks that a launcher bound each to their own cores plan inside them;
-        // ranks that share the node's cores divide them.
-        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
-            .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
-        {
-            Ok(slot) => slot,
-            Err(_) => (world.local_rank(), world.local_size()),
-        };
-        match plan_for_env(
-            local_rank,
-            local_size,
-            threads,
-            0,
-            ProgressScope::PerRank,
-            Policy::Compact,
-        ) {
-            Ok(placement) => {
-                return PinnedPoolBuilder::new(&placement)
-                    .thread_name("brunel")
-                    .build()
-                    .context("building the pinned thread pool");
-            }
-            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
-        }
-    }
-    Ok(rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?)
-}
-
-fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
-    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        anyhow::bail!("{what} must be > 0 ms");
-    }
-    Ok(((ms / dt).round() as u64).max(1))
-}
-
-/// Serialized with each rank's report for rank 0's summary.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Gathered {
-    report: serde_json::Value,
-    peak_rss: u64,
-}
-
 fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     let model = Model::new(params)?;
@@ -248,13 +197,15 @@ fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
     if rank == 0 {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
     }
     let restart = match &args.restart {
-        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
+            Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
+        })?),
         None => None,
     };
     let dt = model.params.dt;
@@ -267,13 +218,13 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every: args
             .checkpoint_every
-            .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+            .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         restart,
         stop_at: args
             .stop_at
-            .map(|ms| steps_of(ms, dt, "--stop-at"))
+            .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
             .transpose()?,
     };
 
@@ -302,28 +253,16 @@ fn run(args: Args) -> Result<()> {
             return;
         }
         last = Instant::now();
-        let t = p.step as f64 * dt;
         let done = (p.step - p.start_step) as f64 * dt / 1000.0;
         let rtf = if done > 0.0 {
             p.wall.as_secs_f64() / done
         } else {
             0.0
         };
-        let frac = p.step as f64 / p.steps.max(1) as f64;
-        let w = 30usize;
-        let fill = (frac * w as f64) as usize;
-        eprint!(
-            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {:.2}  ",
-            "#".repeat(fill),
-            " ".repeat(w - fill),
-            t,
-            p.steps as f64 * dt,
-            rtf
-        );
-        let _ = std::io::stderr().flush();
+        brunel::draw_progress(p.step, p.steps, dt, &format!("{rtf:.2}"));
     };
     let report = {
-        let mut ex = make_exchange(args.engine, world.clone())?;
+        let mut ex = AnyExchange::new(args.engine, world.clone())?;
         let cb: Option<&mut dyn FnMut(&Progress)> = if show || pace.is_some() {
             Some(&mut bar)
         } else {
@@ -334,74 +273,10 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    let mine = Gathered {
-        report: serde_json::to_value(&report)?,
-        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
-    };
-    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
-    if rank == 0 {
-        let all: Vec<Gathered> = all
-            .iter()
-            .map(|b| serde_json::from_slice(b))
-            .collect::<Result<_, _>>()?;
+    if let Some(all) = brunel::gather_reports(&world, &report)? {
         summary(&args, &model, &report, &all, &pool, reference.as_ref())?;
     }
     Ok(())
-}
-
-/// The checkpoint every rank resumes from: rank 0 chooses it (the newest that
-/// verifies, warning about each newer one it skips, or `dir` itself when it names a
-/// step directory) and tells the others, so all ranks resume from the same one.
-fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
-    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        brunel::checkpoint::open(dir)
-            .map(|r| r.dir().to_path_buf())
-            .map_err(|e| format!("{e:#}"))
-    } else {
-        Err(String::new())
-    };
-    let chosen: std::result::Result<PathBuf, String> =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    chosen.map_err(|e| {
-        if world.rank() == 0 {
-            anyhow::anyhow!(e)
-        } else {
-            anyhow::anyhow!(
-                "rank 0 found no checkpoint to resume from in {}",
-                dir.display()
-            )
-        }
-    })
-}
-
-/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
-/// disk) leaves no partial file; the error names the file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
-    }
-    Ok(())
-}
-
-/// The exchange for `engine`: where `hpc-collectives` engines plug in.
-fn make_exchange(engine: Engine, world: Arc<hpc_rs::World>) -> Result<AnyExchange> {
-    if !engine.available() {
-        return Err(engine.unavailable_error());
-    }
-    match engine.collectives() {
-        None => Ok(AnyExchange::World(WorldExchange::new(world)?)),
-        Some(e) => Ok(AnyExchange::Comm(Box::new(CommExchange::new(&world, e)?))),
-    }
 }
 
 fn mib(b: u64) -> String {
@@ -412,7 +287,7 @@ fn summary(
     args: &Args,
     model: &Model,
     me: &RankReport,
-    all: &[Gathered],
+    all: &[brunel::Gathered],
     pool: &rayon::ThreadPool,
     reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {
@@ -488,7 +363,7 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    write_atomic(
+    brunel::write_atomic(
         &args.out.join("summary.json"),
         &serde_json::to_vec_pretty(&summary)?,
     )?;

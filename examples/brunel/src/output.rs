@@ -69,11 +69,16 @@ pub struct SpikeWriter {
 impl SpikeWriter {
     /// Creates `<path>.partial` with the header.
     pub fn create(path: &Path, model: &Model) -> Result<SpikeWriter> {
+        SpikeWriter::with_header(path, &header_json(model))
+    }
+
+    /// Creates `<path>.partial` with the header JSON `h` (any model's, such as
+    /// [`header_json`] writes).
+    pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
         let partial = partial_path(path);
         let f =
             File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
-        let h = header_json(model);
         (|| {
             out.write_all(MAGIC)?;
             out.write_all(&VERSION.to_le_bytes())?;
@@ -91,17 +96,31 @@ impl SpikeWriter {
 
     /// Appends one interval's spikes, `(tick, id)` sorted, and flushes.
     pub fn append(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
+        self.write(spikes)?;
+        self.flush()
+    }
+
+    /// Appends spikes, `(tick, id)` sorted, without flushing (see
+    /// [`SpikeWriter::flush`]).
+    pub fn write(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
         (|| {
             for &(t, id) in spikes {
                 self.out.write_all(&t.to_le_bytes())?;
                 self.out.write_all(&id.to_le_bytes())?;
             }
-            self.out.flush()
+            std::io::Result::Ok(())
         })()
         .with_context(|| format!("writing {}", self.partial.display()))
     }
 
-    /// The file being written (complete up to the last `append`).
+    /// Flushes what was written to the file.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.partial.display()))
+    }
+
+    /// The file being written (complete up to the last flush).
     pub fn partial(&self) -> &Path {
         &self.partial
     }

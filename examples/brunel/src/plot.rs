@@ -155,6 +155,15 @@ pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
     })
 }
 
+/// An empty report of the run `title` of `neurons` neurons whose summary JSON
+/// (`summary`, as the binary prints it) gives its ranks, threads and synapses.
+pub fn run_report(title: &str, neurons: u64, summary: &Value) -> Report {
+    let u = |k: &str| summary[k].as_u64().unwrap_or(0);
+    let mut run = RunInfo::new(title, neurons, u("ranks") as u32, u("threads") as u32);
+    run.synapses = summary["synapses"].as_u64();
+    Report::new(run)
+}
+
 /// Writes the figures and `report.html` of a finished run into `out`; returns
 /// the report's path.
 pub fn report(
@@ -168,14 +177,7 @@ pub fn report(
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut run = RunInfo::new(
-        "Brunel (2000) balanced network",
-        model.n as u64,
-        u("ranks") as u32,
-        u("threads") as u32,
-    );
-    run.synapses = summary["synapses"].as_u64();
-    let mut rep = Report::new(run);
+    let mut rep = run_report("Brunel (2000) balanced network", model.n as u64, summary);
     rep.notes.push(format!(
         "Sparse random network of leaky integrate-and-fire neurons with delta synapses (NEST's brunel_delta_nest.py), order {}, g = {}, eta = {}, V_reset = {} mV; {} ms simulated in steps of {} ms.",
         p.order, p.g, p.eta, p.v_reset, p.t_sim, p.dt

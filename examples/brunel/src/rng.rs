@@ -51,6 +51,28 @@ pub fn below(bits: u64, n: u32) -> u32 {
 
 const GUIDE_BITS: u32 = 10;
 
+/// The Poisson CDF of mean `lambda` scaled to 2^64: entry `k` is P(X <= k) * 2^64,
+/// summed in double precision up to the first `k` whose CDF reaches 1 - 1e-17
+/// (empty for `lambda <= 0`). [`PoissonTable`] inverts it; any other table that must
+/// give the same samples starts from it.
+pub fn poisson_cdf_2_64(lambda: f64) -> Vec<u64> {
+    let mut thresholds = Vec::new();
+    if lambda > 0.0 {
+        let mut pmf = (-lambda).exp();
+        let mut cdf = 0.0f64;
+        let kmax = (lambda + 40.0 * lambda.sqrt() + 60.0) as u64;
+        for k in 0..kmax {
+            cdf += pmf;
+            if cdf >= 1.0 - 1e-17 {
+                break;
+            }
+            thresholds.push((cdf * 18_446_744_073_709_551_616.0) as u64);
+            pmf *= lambda / (k + 1) as f64;
+        }
+    }
+    thresholds
+}
+
 /// Poisson sampling by inversion of a tabulated CDF: one 64-bit draw per sample,
 /// exact to the table's double precision. A guide table indexed by the top bits of
 /// the draw starts the search close to the answer.
@@ -64,20 +86,7 @@ pub struct PoissonTable {
 impl PoissonTable {
     /// The table for mean `lambda` (0 <= lambda <= 500).
     pub fn new(lambda: f64) -> PoissonTable {
-        let mut thresholds = Vec::new();
-        if lambda > 0.0 {
-            let mut pmf = (-lambda).exp();
-            let mut cdf = 0.0f64;
-            let kmax = (lambda + 40.0 * lambda.sqrt() + 60.0) as u64;
-            for k in 0..kmax {
-                cdf += pmf;
-                if cdf >= 1.0 - 1e-17 {
-                    break;
-                }
-                thresholds.push((cdf * 18_446_744_073_709_551_616.0) as u64);
-                pmf *= lambda / (k + 1) as f64;
-            }
-        }
+        let mut thresholds = poisson_cdf_2_64(lambda);
         thresholds.push(u64::MAX);
         let guide = (0..1u64 << GUIDE_BITS)
             .map(|b| {

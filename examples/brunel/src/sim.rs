@@ -53,7 +53,8 @@ use crate::rng::{draw, stream_key, PoissonTable, Purpose};
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
-    /// Overlap the exchange with the next interval's update (`M = D/2`).
+    /// Overlap the exchange with the next interval's update (`M = D/2`; ignored
+    /// when the minimum delay `D` is under 2 steps).
     pub overlap: bool,
     /// Where rank 0 writes the spike file (none: no file).
     pub spikes: Option<PathBuf>,
@@ -564,36 +565,12 @@ impl<'a> Simulation<'a> {
                     // Every rank's file size and CRC-32C go to rank 0, which writes the
                     // manifest only once all files are there; a rank that could not
                     // write its file makes every rank stop here.
-                    let words = match &written {
-                        Ok(e) => [1, e.size as u32, (e.size >> 32) as u32, e.crc32c],
-                        Err(_) => [0; 4],
-                    };
+                    let words = checkpoint::entry_words(&written);
                     let mut all = Vec::new();
                     ex.overlap(&words, &mut all, || ())?;
                     written?;
-                    if all.len() != 4 * self.size {
-                        bail!(
-                            "checkpoint at step {}: {} words from the ranks, expected {}",
-                            self.step,
-                            all.len(),
-                            4 * self.size
-                        );
-                    }
-                    if let Some(r) = (0..self.size).find(|&r| all[4 * r] != 1) {
-                        bail!(
-                            "rank {r} could not write its part of the checkpoint at step {}",
-                            self.step
-                        );
-                    }
+                    let entries = checkpoint::gathered_entries(&all, self.size, self.step)?;
                     if self.rank == 0 {
-                        let entries = (0..self.size)
-                            .map(|r| hpc_checkpoint::FileEntry {
-                                name: hpc_checkpoint::rank_file_name(r as u32),
-                                rank: Some(r as u32),
-                                size: all[4 * r + 1] as u64 | (all[4 * r + 2] as u64) << 32,
-                                crc32c: all[4 * r + 3],
-                            })
-                            .collect();
                         let spikes = match (writer.as_ref(), recorder.as_ref()) {
                             (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
                             _ => None,

@@ -21,18 +21,16 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use brunel::network::Block;
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
 use serde::{Deserialize, Serialize};
 
-use crate::output::decode_spikes;
 use crate::params::{Model, Params};
 
 const MAGIC: &[u8; 8] = b"MCCKPT02";
 const HEAD: usize = 28;
-/// Name of the spike file inside a checkpoint.
-pub const SPIKES: &str = "spikes";
+pub use brunel::checkpoint::SPIKES;
 
 /// The metadata in a checkpoint's manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -95,66 +93,23 @@ pub fn commit(
     model: &Model,
     step: u64,
     size: usize,
-    mut entries: Vec<FileEntry>,
+    entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    if let Some((path, _)) = spikes {
-        let mut f =
-            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-        let len = f
-            .metadata()
-            .with_context(|| format!("reading {}", path.display()))?
-            .len();
-        entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
-    }
     let meta = Meta {
         params: model.params.clone(),
         spikes: spikes.map(|(_, n)| n),
     };
-    Ok(set.commit(step, size as u32, entries, serde_json::to_value(&meta)?)?)
+    brunel::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
 }
 
-/// A checkpoint to resume from.
-#[derive(Clone, Debug)]
-pub struct Restart {
-    /// The verified checkpoint.
-    pub checkpoint: Checkpoint,
-    /// Its metadata.
-    pub meta: Meta,
-}
-
-impl Restart {
-    /// The step it holds.
-    pub fn step(&self) -> u64 {
-        self.checkpoint.step()
-    }
-
-    /// Its directory.
-    pub fn dir(&self) -> &Path {
-        self.checkpoint.dir()
-    }
-}
+/// A checkpoint to resume from, with the microcircuit's metadata.
+pub type Restart = brunel::checkpoint::Restart<Meta>;
 
 /// The checkpoint `dir` names (a step directory), or the newest that verifies in
 /// `dir`.
 pub fn open(dir: &Path) -> Result<Restart> {
-    let named = dir.join(hpc_checkpoint::MANIFEST).exists()
-        || dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("step-"));
-    let checkpoint = if named {
-        Checkpoint::open(dir)?
-    } else {
-        Checkpoints::new(dir).latest()?
-    };
-    let meta: Meta = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
-        format!(
-            "{} does not hold the microcircuit's metadata",
-            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
-        )
-    })?;
-    Ok(Restart { checkpoint, meta })
+    brunel::checkpoint::open_with(dir, "the microcircuit")
 }
 
 /// Checks that `model` can continue from `r`.
@@ -266,30 +221,8 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     Ok(st)
 }
 
-/// The spikes recorded up to the checkpoint (`None` if it has no spike file).
+/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
+/// checked as brunel checks its own ([`brunel::checkpoint::spikes_of`]).
 pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    let Some(bytes) = r.checkpoint.read_file(SPIKES)? else {
-        return Ok(None);
-    };
-    let path = r.dir().join(format!("{SPIKES}.ckpt"));
-    let f = decode_spikes(&bytes, false)
-        .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
-    if f.n_neurons != model.n {
-        bail!(
-            "{}: spikes of {} neurons, the model has {}",
-            path.display(),
-            f.n_neurons,
-            model.n
-        );
-    }
-    if let Some(n) = r.meta.spikes {
-        if n != f.spikes.len() as u64 {
-            bail!(
-                "{}: {} spikes, the manifest counted {n}",
-                path.display(),
-                f.spikes.len()
-            );
-        }
-    }
-    Ok(Some(f.spikes))
+    brunel::checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes)
 }

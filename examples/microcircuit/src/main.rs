@@ -8,14 +8,13 @@
 //! See the README for every flag, the spike file format and checkpointing.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{CommExchange, Engine, LocalExchange, SpikeExchange, WorldExchange};
+use brunel::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use clap::Parser;
-use hpc_topology::{plan_for_env, PinnedPoolBuilder, Policy, ProgressScope};
 use microcircuit::exchange::TargetedExchange;
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
@@ -130,56 +129,10 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn make_pool(world: &hpc_rs::World, threads: usize, pin: bool) -> Result<rayon::ThreadPool> {
-    let threads = threads.max(1);
-    if pin {
-        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
-            .map_err(anyhow::Error::from)
-            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
-        {
-            Ok(slot) => slot,
-            Err(_) => (world.local_rank(), world.local_size()),
-        };
-        match plan_for_env(
-            local_rank,
-            local_size,
-            threads,
-            0,
-            ProgressScope::PerRank,
-            Policy::Compact,
-        ) {
-            Ok(placement) => {
-                return PinnedPoolBuilder::new(&placement)
-                    .thread_name("microcircuit")
-                    .build()
-                    .context("building the pinned thread pool");
-            }
-            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
-        }
-    }
-    Ok(rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?)
-}
-
-fn steps_of(ms: f64, dt: f64, what: &str) -> Result<u64> {
-    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        anyhow::bail!("{what} must be > 0 ms");
-    }
-    Ok(((ms / dt).round() as u64).max(1))
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Gathered {
-    report: serde_json::Value,
-    peak_rss: u64,
-}
-
 /// The exchange a run uses.
 enum AnyEx {
     Local(LocalExchange),
-    World(WorldExchange),
-    Comm(Box<CommExchange>),
+    Gather(AnyExchange),
     Targeted(Box<TargetedExchange>),
 }
 
@@ -192,8 +145,7 @@ impl microcircuit::exchange::Exchange for AnyEx {
     ) -> Result<(R, f64)> {
         match self {
             AnyEx::Local(x) => x.overlap(local, out, work),
-            AnyEx::World(x) => x.overlap(local, out, work),
-            AnyEx::Comm(x) => x.overlap(local, out, work),
+            AnyEx::Gather(x) => x.overlap(local, out, work),
             AnyEx::Targeted(x) => x.spikes(local, out, work),
         }
     }
@@ -229,10 +181,7 @@ fn make_exchange(
             model.gid_bits,
         )?)));
     }
-    match args.engine.collectives() {
-        None => Ok(AnyEx::World(WorldExchange::new(world)?)),
-        Some(e) => Ok(AnyEx::Comm(Box::new(CommExchange::new(&world, e)?))),
-    }
+    Ok(AnyEx::Gather(AnyExchange::new(args.engine, world)?))
 }
 
 fn run(args: Args) -> Result<()> {
@@ -245,22 +194,24 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| steps_of(ms, dt, "--checkpoint-every"))
+        .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| steps_of(ms, dt, "--stop-at"))
+        .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
         .transpose()?;
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
-    let pool = make_pool(&world, args.threads, !args.no_pin)?;
+    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
     if rank == 0 {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
     }
     let restart = match &args.restart {
-        Some(dir) => Some(choose_checkpoint(&world, dir)?),
+        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
+            Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
+        })?),
         None => None,
     };
     let ck_dir = args
@@ -284,24 +235,13 @@ fn run(args: Args) -> Result<()> {
             return;
         }
         last = Instant::now();
-        let t = p.step as f64 * dt;
         let rec = p.step.saturating_sub(presim.max(p.start_step)) as f64 * dt / 1000.0;
         let rtf = if rec > 0.0 {
             format!("{:.2}", p.wall_recorded.as_secs_f64() / rec)
         } else {
             "(warm-up)".into()
         };
-        let frac = p.step as f64 / p.steps.max(1) as f64;
-        let w = 30usize;
-        let fill = (frac * w as f64) as usize;
-        eprint!(
-            "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
-            "#".repeat(fill),
-            " ".repeat(w - fill),
-            t,
-            p.steps as f64 * dt,
-        );
-        let _ = std::io::stderr().flush();
+        brunel::draw_progress(p.step, p.steps, dt, &rtf);
     };
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
@@ -311,53 +251,8 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    let mine = Gathered {
-        report: serde_json::to_value(&report)?,
-        peak_rss: brunel::peak_rss_bytes().unwrap_or(0),
-    };
-    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
-    if rank == 0 {
-        let all: Vec<Gathered> = all
-            .iter()
-            .map(|b| serde_json::from_slice(b))
-            .collect::<Result<_, _>>()?;
+    if let Some(all) = brunel::gather_reports(&world, &report)? {
         summary(&args, &model, &report, &all, &pool)?;
-    }
-    Ok(())
-}
-
-fn choose_checkpoint(world: &hpc_rs::World, dir: &Path) -> Result<PathBuf> {
-    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        microcircuit::checkpoint::open(dir)
-            .map(|r| r.dir().to_path_buf())
-            .map_err(|e| format!("{e:#}"))
-    } else {
-        Err(String::new())
-    };
-    let chosen: std::result::Result<PathBuf, String> =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    chosen.map_err(|e| {
-        if world.rank() == 0 {
-            anyhow::anyhow!(e)
-        } else {
-            anyhow::anyhow!("rank 0 found no checkpoint in {}", dir.display())
-        }
-    })
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
     }
     Ok(())
 }
@@ -370,7 +265,7 @@ fn summary(
     args: &Args,
     model: &Model,
     me: &RankReport,
-    all: &[Gathered],
+    all: &[brunel::Gathered],
     pool: &rayon::ThreadPool,
 ) -> Result<()> {
     let reports: Vec<RankReport> = all
@@ -461,7 +356,7 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    write_atomic(
+    brunel::write_atomic(
         &args.out.join("summary.json"),
         &serde_json::to_vec_pretty(&summary)?,
     )?;

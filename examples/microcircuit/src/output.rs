@@ -20,14 +20,12 @@
 //! renamed when the run completes. `tools/read_spikes.py` reads it;
 //! `tools/to_sonata.py` converts it to SONATA's HDF5 spike layout.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-pub use brunel::output::{decode_spikes, partial_path, read_spikes, MAGIC, VERSION};
+pub use brunel::output::{decode_spikes, partial_path, read_spikes, SpikeWriter, MAGIC, VERSION};
 
 use crate::params::{Model, NPOP, POPULATIONS};
 
@@ -52,75 +50,10 @@ pub fn header_json(model: &Model) -> String {
     .to_string()
 }
 
-/// Writes the spike file (rank 0).
-pub struct SpikeWriter {
-    path: PathBuf,
-    partial: PathBuf,
-    out: BufWriter<File>,
-}
-
-impl SpikeWriter {
-    /// Creates `<path>.partial` with the header.
-    pub fn create(path: &Path, model: &Model) -> Result<SpikeWriter> {
-        let partial = partial_path(path);
-        let f =
-            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
-        let mut out = BufWriter::with_capacity(1 << 16, f);
-        let h = header_json(model);
-        (|| {
-            out.write_all(MAGIC)?;
-            out.write_all(&VERSION.to_le_bytes())?;
-            out.write_all(&(h.len() as u32).to_le_bytes())?;
-            out.write_all(h.as_bytes())?;
-            out.flush()
-        })()
-        .with_context(|| format!("writing {}", partial.display()))?;
-        Ok(SpikeWriter {
-            path: path.to_owned(),
-            partial,
-            out,
-        })
-    }
-
-    /// Appends spikes, `(tick, id)` sorted (not flushed: see [`SpikeWriter::flush`]).
-    pub fn append(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
-        (|| {
-            for &(t, id) in spikes {
-                self.out.write_all(&t.to_le_bytes())?;
-                self.out.write_all(&id.to_le_bytes())?;
-            }
-            std::io::Result::Ok(())
-        })()
-        .with_context(|| format!("writing {}", self.partial.display()))
-    }
-
-    /// Flushes what was appended to the file.
-    pub fn flush(&mut self) -> Result<()> {
-        self.out
-            .flush()
-            .with_context(|| format!("writing {}", self.partial.display()))
-    }
-
-    /// The file being written (complete up to the last flush).
-    pub fn partial(&self) -> &Path {
-        &self.partial
-    }
-
-    /// Syncs and renames the file to its final name.
-    pub fn finish(mut self) -> Result<PathBuf> {
-        self.out
-            .flush()
-            .and_then(|()| self.out.get_ref().sync_all())
-            .with_context(|| format!("writing {}", self.partial.display()))?;
-        std::fs::rename(&self.partial, &self.path).with_context(|| {
-            format!(
-                "renaming {} to {}",
-                self.partial.display(),
-                self.path.display()
-            )
-        })?;
-        Ok(self.path)
-    }
+/// Creates the spike file `<path>.partial` (rank 0) with `model`'s header; spikes
+/// go in with [`SpikeWriter::write`] and reach the file at [`SpikeWriter::flush`].
+pub fn spike_writer(path: &Path, model: &Model) -> Result<SpikeWriter> {
+    SpikeWriter::with_header(path, &header_json(model))
 }
 
 /// Statistics of one population over the recorded time.

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 use spike_report::plot::{PlotOptions, Rows};
-use spike_report::report::{Phase, Report};
-use spike_report::{palette, Population, Recording, RunInfo};
+use spike_report::report::Phase;
+use spike_report::{palette, Population, Recording};
 
 use crate::params::{Model, NPOP, POPULATIONS};
 
@@ -45,14 +45,11 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut run = RunInfo::new(
+    let mut rep = brunel::plot::run_report(
         "Potjans & Diesmann (2014) microcircuit",
         model.n as u64,
-        u("ranks") as u32,
-        u("threads") as u32,
+        summary,
     );
-    run.synapses = summary["synapses"].as_u64();
-    let mut rep = Report::new(run);
     rep.notes.push(format!(
         "NEST's Potjans_2014 example: iaf_psc_exp neurons, N_scaling {}, K_scaling {}, {:?} background; {} ms warm-up (not shown) and {} ms recorded in steps of {} ms.",
         p.n_scaling, p.k_scaling, p.input, p.t_presim, p.t_sim, p.dt

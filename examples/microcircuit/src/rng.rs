@@ -92,20 +92,7 @@ impl Poisson32 {
     /// The table for mean `lambda` (0 <= lambda <= 50; the model refuses more).
     pub fn new(lambda: f64) -> Poisson32 {
         // The CDF exactly as `PoissonTable::new` computes it.
-        let mut t64 = Vec::new();
-        if lambda > 0.0 {
-            let mut pmf = (-lambda).exp();
-            let mut cdf = 0.0f64;
-            let kmax = (lambda + 40.0 * lambda.sqrt() + 60.0) as u64;
-            for k in 0..kmax {
-                cdf += pmf;
-                if cdf >= 1.0 - 1e-17 {
-                    break;
-                }
-                t64.push((cdf * 18_446_744_073_709_551_616.0) as u64);
-                pmf *= lambda / (k + 1) as f64;
-            }
-        }
+        let t64 = brunel::rng::poisson_cdf_2_64(lambda);
         let thresholds: Vec<u64> = t64
             .iter()
             .map(|&t| ((t as u128 + (1u128 << 32) - 1) >> 32) as u64)

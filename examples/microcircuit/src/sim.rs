@@ -47,26 +47,12 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::exchange::Exchange;
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
-use crate::output::{Recorder, SpikeWriter, Stats};
+use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
 
-/// How to run.
-#[derive(Clone, Debug, Default)]
-pub struct RunOptions {
-    /// Overlap the exchange with the next interval's update when delays allow.
-    pub overlap: bool,
-    /// Where rank 0 writes the spike file (none: no file).
-    pub spikes: Option<PathBuf>,
-    /// Write a checkpoint every this many steps (needs `checkpoint_dir`).
-    pub checkpoint_every: Option<u64>,
-    /// Directory of the checkpoints.
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Resume from this checkpoint (read by [`Simulation::new`]).
-    pub restart: Option<PathBuf>,
-    /// Stop (as if interrupted) once this step is reached.
-    pub stop_at: Option<u64>,
-}
+/// How to run: the options of brunel's simulation.
+pub use brunel::sim::RunOptions;
 
 /// Progress, reported after every interval.
 #[derive(Clone, Debug)]
@@ -664,8 +650,8 @@ impl<'a> Simulation<'a> {
                     Some(prefix) => {
                         rec.add(&prefix);
                         if let Some(p) = &opts.spikes {
-                            let mut w = SpikeWriter::create(p, model)?;
-                            w.append(&prefix)?;
+                            let mut w = spike_writer(p, model)?;
+                            w.write(&prefix)?;
                             writer = Some(w);
                         }
                     }
@@ -676,7 +662,7 @@ impl<'a> Simulation<'a> {
                     None => {}
                 }
             } else if let Some(p) = &opts.spikes {
-                writer = Some(SpikeWriter::create(p, model)?);
+                writer = Some(spike_writer(p, model)?);
             }
             recorder = Some(rec);
         }
@@ -715,7 +701,7 @@ impl<'a> Simulation<'a> {
                     records.sort_unstable();
                     rec.add(&records);
                     if let Some(w) = writer.as_mut() {
-                        w.append(&records)?;
+                        w.write(&records)?;
                         if base + m as u64 >= last_flush + 100 {
                             w.flush()?;
                             last_flush = base + m as u64;
@@ -899,36 +885,12 @@ impl<'a> Simulation<'a> {
             checkpoint::write_rank(&set, self.step, self.rank, self.size, self.block, &st);
         // Every rank's file size and CRC-32C go to rank 0, which writes the manifest
         // only once every file is there; a rank that failed stops every rank.
-        let words = match &written {
-            Ok(e) => [1, e.size as u32, (e.size >> 32) as u32, e.crc32c],
-            Err(_) => [0; 4],
-        };
+        let words = brunel::checkpoint::entry_words(&written);
         let mut all = Vec::new();
         ex.words(&words, &mut all)?;
         written?;
-        if all.len() != 4 * self.size {
-            bail!(
-                "checkpoint at step {}: {} words from the ranks, expected {}",
-                self.step,
-                all.len(),
-                4 * self.size
-            );
-        }
-        if let Some(r) = (0..self.size).find(|&r| all[4 * r] != 1) {
-            bail!(
-                "rank {r} could not write its part of the checkpoint at step {}",
-                self.step
-            );
-        }
+        let entries = brunel::checkpoint::gathered_entries(&all, self.size, self.step)?;
         if self.rank == 0 {
-            let entries = (0..self.size)
-                .map(|r| hpc_checkpoint::FileEntry {
-                    name: hpc_checkpoint::rank_file_name(r as u32),
-                    rank: Some(r as u32),
-                    size: all[4 * r + 1] as u64 | (all[4 * r + 2] as u64) << 32,
-                    crc32c: all[4 * r + 3],
-                })
-                .collect();
             let spikes = match (writer, recorder) {
                 (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
                 _ => None,
