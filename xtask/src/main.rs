@@ -8,6 +8,7 @@
 //! - `man`: the manual pages and shell completions of `hpc`.
 //! - `modcycles`: fail if a crate has an import cycle between its modules.
 //! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
+//! - `crate-graph`: ARCHITECTURE.md's crate graph, from `cargo metadata`.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -20,6 +21,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod crategraph;
 mod fuzz;
 mod hwloc;
 mod modcycles;
@@ -95,6 +97,13 @@ enum Task {
     /// (book/src/reference/environment.md) from the list in crates/hpc-env.
     EnvTable {
         /// Only check that the committed table is up to date (exit 1 if not).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write ARCHITECTURE.md's crate graph (the workspace's members and their
+    /// dependencies on each other, by level) from `cargo metadata`.
+    CrateGraph {
+        /// Only check that the committed graph is up to date (exit 1 if not).
         #[arg(long)]
         check: bool,
     },
@@ -265,11 +274,12 @@ fn test(quick: bool) -> Result<()> {
             c
         })
     })?;
-    // Every Rust snippet of the book compiled and run as a doc-test of hpc-book, and
-    // the environment table generated from hpc-env's list.
-    step("book snippets and environment table", &mut || {
+    // Every Rust snippet of the book compiled and run as a doc-test of hpc-book; the
+    // environment table generated from hpc-env's list; ARCHITECTURE.md's crate graph.
+    step("book, env table, crate graph", &mut || {
         run(cargo().args(["test", "-p", "hpc-book"]))?;
-        env_table(true)
+        env_table(true)?;
+        crategraph::run(&root(), &workspace_packages()?, true)
     })?;
     step("loom models", &mut loom)?;
     if !quick {
@@ -460,6 +470,7 @@ fn main() -> Result<()> {
         Task::Man { out } => man(&out),
         Task::Modcycles => modcycles::run(&root()),
         Task::EnvTable { check } => env_table(check),
+        Task::CrateGraph { check } => crategraph::run(&root(), &workspace_packages()?, check),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();

@@ -4,13 +4,28 @@
 //! backend), and checks that every rank passed.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hpc_rdma::{Choice, Error, Options, Payload, Sink, Source, Transport};
 use hpc_runtime::{Coordinator, World};
+use hpc_test_support::{ok, text, Job};
 
 const CHILD: &str = "HPC_RDMA_CHILD";
+
+/// The job of `n` ranks of this binary running `role` over `backend`.
+fn job(n: usize, role: &str, backend: &str, extra_env: &[(&str, &str)]) -> Job {
+    Job::this_test("child", n)
+        .timeout(Duration::from_secs(10))
+        .env(CHILD, role)
+        .env("HPC_TRANSPORT", backend)
+        // libfabric's psm/psm2 providers (loaded while libfabric looks for a
+        // provider) write a backtrace file into the working directory when
+        // a rank aborts, as the death tests' ranks do.
+        .env("HFI_NO_BACKTRACE", "1")
+        .env("IPATH_NO_BACKTRACE", "1")
+        .envs(extra_env)
+}
 
 /// Starts `n` ranks of this binary running `role`, returns their outputs.
 fn launch(
@@ -19,15 +34,7 @@ fn launch(
     backend: &str,
     extra_env: &[(&str, &str)],
 ) -> Vec<std::process::Output> {
-    let secret = hpc_runtime::random_u64();
-    let coord = Coordinator::start(
-        n,
-        secret,
-        Duration::from_secs(10),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
-    launch_with(&coord, n, role, backend, extra_env, |_| Vec::new())
+    job(n, role, backend, extra_env).run()
 }
 
 /// Like [`launch`] against a given coordinator, each rank's command line prefixed by
@@ -38,49 +45,18 @@ fn launch_with(
     role: &str,
     backend: &str,
     extra_env: &[(&str, &str)],
-    prefix: impl Fn(usize) -> Vec<String>,
+    prefix: impl Fn(usize) -> Vec<String> + 'static,
 ) -> Vec<std::process::Output> {
-    let exe = std::env::current_exe().unwrap();
-    let kids: Vec<Child> = (0..n)
-        .map(|r| {
-            let mut argv = prefix(r);
-            argv.push(exe.display().to_string());
-            let mut c = Command::new(&argv[0]);
-            c.args(&argv[1..])
-                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-                .env(CHILD, role)
-                .env("HPC_TRANSPORT", backend)
-                .envs(coord.rank_env(r))
-                .env("HPC_TIMEOUT", "10")
-                // libfabric's psm/psm2 providers (loaded while libfabric looks for a
-                // provider) write a backtrace file into the working directory when
-                // a rank aborts, as the death tests' ranks do.
-                .env("HFI_NO_BACKTRACE", "1")
-                .env("IPATH_NO_BACKTRACE", "1")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            for (k, v) in extra_env {
-                c.env(k, v.replace("{rank}", &r.to_string()));
-            }
-            c.spawn().unwrap()
-        })
-        .collect();
-    kids.into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect()
+    job(n, role, backend, extra_env)
+        .prefix(prefix)
+        .run_with(coord)
 }
 
 fn assert_all_ok(outs: &[std::process::Output], skip: &[usize]) {
     for (r, o) in outs.iter().enumerate() {
-        if skip.contains(&r) {
-            continue;
+        if !skip.contains(&r) {
+            assert!(ok(o), "rank {r}: {}", text(o));
         }
-        let text = format!(
-            "rank {r}: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(o.status.success() && text.contains("CHILD-OK"), "{text}");
     }
 }
 
@@ -834,7 +810,7 @@ fn tcp_suite_across_network_namespaces() {
         "suite",
         "tcp",
         &[("HPC_NODE_NAME", "node{rank}")],
-        |r| vec!["ip".into(), "netns".into(), "exec".into(), names[r].clone()],
+        move |r| vec!["ip".into(), "netns".into(), "exec".into(), names[r].clone()],
     );
     assert_all_ok(&outs, &[]);
 }

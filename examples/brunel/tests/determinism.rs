@@ -2,29 +2,19 @@
 //! ranks" over `LocalExchange`) and as real processes over the hpc runtime, and
 //! exact resumption from checkpoints.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 use std::time::Duration;
 
 use brunel::exchange::LocalExchange;
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{RankReport, RunOptions, Simulation};
-use hpc_runtime::Coordinator;
+use hpc_test_support::Job;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
 fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "brunel-test-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hpc_test_support::tmpdir("brunel-test", tag)
 }
 
 fn small_params() -> Params {
@@ -148,29 +138,15 @@ fn run_processes(size: usize, out: &Path) {
 }
 
 fn run_processes_with(size: usize, out: &Path, extra: &[&str]) {
-    let secret = hpc_runtime::random_u64();
-    let coord = Coordinator::start(
-        size,
-        secret,
-        Duration::from_secs(20),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
-    let kids: Vec<_> = (0..size)
-        .map(|r| {
-            Command::new(BRUNEL)
-                .args(brunel_args(out))
-                .args(extra)
-                .envs(coord.rank_env(r))
-                .env("HPC_TIMEOUT", "20")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+    let args: Vec<String> = brunel_args(out)
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string()))
         .collect();
-    for (r, k) in kids.into_iter().enumerate() {
-        let o = k.wait_with_output().unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let outs = Job::program(BRUNEL, &args, size)
+        .timeout(Duration::from_secs(20))
+        .run();
+    for (r, o) in outs.into_iter().enumerate() {
         assert!(
             o.status.success(),
             "rank {r} of {size} failed: {}",

@@ -5,7 +5,6 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, FileEntry};
@@ -13,15 +12,7 @@ use hpc_checkpoint::{Checkpoint, Checkpoints, FileEntry};
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
 fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "brunel-hostile-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hpc_test_support::tmpdir("brunel-hostile", tag)
 }
 
 fn brunel(out: &Path, extra: &[&str]) -> Output {

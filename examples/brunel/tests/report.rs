@@ -8,10 +8,7 @@ use std::process::Command;
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
 fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("brunel-report-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hpc_test_support::tmpdir("brunel-report", tag)
 }
 
 fn nest_line(order: u32) -> String {

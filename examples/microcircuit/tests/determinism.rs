@@ -2,14 +2,12 @@
 //! ranks" over `LocalExchange`) and as processes under the hpc runtime, and exact
 //! resumption from checkpoints.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 use std::time::Duration;
 
 use brunel::exchange::LocalExchange;
-use hpc_runtime::Coordinator;
+use hpc_test_support::Job;
 use microcircuit::exchange::Gather;
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
@@ -17,15 +15,7 @@ use microcircuit::sim::{RankReport, RunOptions, Simulation};
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
 fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "microcircuit-test-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    hpc_test_support::tmpdir("microcircuit-test", tag)
 }
 
 /// 1.5 % of the neurons and 5 % of the in-degrees, with the thalamic pulse early.
@@ -163,29 +153,15 @@ fn cli_args(out: &Path) -> Vec<String> {
 }
 
 fn run_processes(size: usize, out: &Path, extra: &[&str]) {
-    let secret = hpc_runtime::random_u64();
-    let coord = Coordinator::start(
-        size,
-        secret,
-        Duration::from_secs(30),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
-    let kids: Vec<_> = (0..size)
-        .map(|r| {
-            Command::new(BIN)
-                .args(cli_args(out))
-                .args(extra)
-                .envs(coord.rank_env(r))
-                .env("HPC_TIMEOUT", "30")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+    let args: Vec<String> = cli_args(out)
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string()))
         .collect();
-    for (r, k) in kids.into_iter().enumerate() {
-        let o = k.wait_with_output().unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let outs = Job::program(BIN, &args, size)
+        .timeout(Duration::from_secs(30))
+        .run();
+    for (r, o) in outs.into_iter().enumerate() {
         assert!(
             o.status.success(),
             "rank {r} of {size} failed: {}",

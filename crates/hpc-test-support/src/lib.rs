@@ -1,0 +1,348 @@
+//! The launch harness shared by hpc-rs's multi-process tests.
+//!
+//! A test that needs several ranks starts real processes: an
+//! [`hpc_runtime::Coordinator`] (what `hpc run` starts), then one process per
+//! rank with the coordinator's variables, each either a program under test (an
+//! example's binary) or the test binary itself re-executed at one entry test
+//! that plays a rank ([`Job::this_test`]). [`Job::run`] returns every rank's
+//! output once all have ended, and never waits forever: ranks still running
+//! at the job's deadline are killed, and their output says so
+//! ([`KILLED_MARK`]).
+//!
+//! A rank that ran its scenario to the end prints [`CHILD_OK`]; [`ok`]
+//! requires it besides exit status 0, so that a renamed entry point or a
+//! filter that matches nothing (both exit with 0) fails the test.
+//!
+//! ```no_run
+//! use hpc_test_support::{Job, failures};
+//!
+//! // Three ranks of this test binary, each running the test `child_entry`
+//! // with `MY_SCENARIO=ring`, on two emulated nodes.
+//! let outs = Job::this_test("child_entry", 3)
+//!     .nodes(2)
+//!     .env("MY_SCENARIO", "ring")
+//!     .run();
+//! assert!(failures(&outs).is_empty(), "{}", failures(&outs).join("\n"));
+//! ```
+
+use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hpc_runtime::{env, Coordinator};
+
+/// What a rank prints (to stdout or stderr) when its scenario ran to its end.
+pub const CHILD_OK: &str = "CHILD-OK";
+
+/// What [`Job::run`] appends to the standard error of a rank it had to kill
+/// at the job's deadline.
+pub const KILLED_MARK: &str = "[killed by the test harness at the job's deadline]";
+
+/// A job of `size` rank processes to start (see the crate documentation).
+pub struct Job {
+    argv: Vec<String>,
+    size: usize,
+    timeout: Duration,
+    deadline: Option<Duration>,
+    nodes: usize,
+    env: Vec<(String, String)>,
+    prefix: Option<Box<dyn Fn(usize) -> Vec<String>>>,
+    stdout: bool,
+}
+
+impl Job {
+    /// `size` ranks of `program` with `args`.
+    pub fn program(program: impl AsRef<Path>, args: &[&str], size: usize) -> Job {
+        let mut argv = vec![program.as_ref().display().to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        Job {
+            argv,
+            size,
+            timeout: Duration::from_secs(20),
+            deadline: None,
+            nodes: 1,
+            env: Vec::new(),
+            prefix: None,
+            stdout: true,
+        }
+    }
+
+    /// `size` ranks of the running test binary, each running only the test
+    /// named `entry` (exactly, single-threaded, its output not captured).
+    pub fn this_test(entry: &str, size: usize) -> Job {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        Job::program(
+            exe,
+            &[entry, "--exact", "--nocapture", "--test-threads=1"],
+            size,
+        )
+    }
+
+    /// The ranks' `HPC_TIMEOUT` and the coordinator's (20 s unless set).
+    pub fn timeout(mut self, t: Duration) -> Job {
+        self.timeout = t;
+        self
+    }
+
+    /// Kills ranks still running this long after the start (default: three
+    /// times the timeout plus 30 s, time for a rank to notice a failure and
+    /// report it).
+    pub fn deadline(mut self, d: Duration) -> Job {
+        self.deadline = Some(d);
+        self
+    }
+
+    /// Places the ranks on `n` emulated nodes, rank r on node `r % n`
+    /// (interleaved, so that a node's ranks are not contiguous), through
+    /// `HPC_NODE_NAME`: ranks on different nodes reach each other only
+    /// through the network path.
+    pub fn nodes(mut self, n: usize) -> Job {
+        self.nodes = n.max(1);
+        self
+    }
+
+    /// Sets a variable for every rank; `{rank}` in the value becomes the rank.
+    pub fn env(mut self, key: &str, value: &str) -> Job {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Sets several variables (see [`Job::env`]).
+    pub fn envs<'a>(mut self, vars: impl IntoIterator<Item = &'a (&'a str, &'a str)>) -> Job {
+        for (k, v) in vars {
+            self = self.env(k, v);
+        }
+        self
+    }
+
+    /// Prefixes rank r's command line with `prefix(r)` (e.g. `ip netns exec NS`).
+    pub fn prefix(mut self, prefix: impl Fn(usize) -> Vec<String> + 'static) -> Job {
+        self.prefix = Some(Box::new(prefix));
+        self
+    }
+
+    /// Discards the ranks' standard output (kept by default).
+    pub fn quiet_stdout(mut self) -> Job {
+        self.stdout = false;
+        self
+    }
+
+    /// Starts a coordinator on the loopback interface and runs the job
+    /// against it (see [`Job::run_with`]).
+    pub fn run(self) -> Vec<Output> {
+        let coord = Coordinator::start(
+            self.size,
+            hpc_runtime::random_u64(),
+            self.timeout,
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+        )
+        .expect("starting the coordinator");
+        let out = self.run_with(&coord);
+        coord.shutdown();
+        out
+    }
+
+    /// Runs the job against `coord` (which must be for `size` ranks) and
+    /// returns every rank's output, in rank order, once all have ended or
+    /// been killed at the deadline.
+    pub fn run_with(self, coord: &Coordinator) -> Vec<Output> {
+        let deadline = self
+            .deadline
+            .unwrap_or(self.timeout * 3 + Duration::from_secs(30));
+        let kids: Vec<Child> = (0..self.size).map(|r| self.spawn(coord, r)).collect();
+        wait_all(kids, deadline)
+    }
+
+    fn spawn(&self, coord: &Coordinator, r: usize) -> Child {
+        let mut argv = self.prefix.as_ref().map_or_else(Vec::new, |p| p(r));
+        argv.extend(self.argv.iter().cloned());
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..])
+            .envs(coord.rank_env(r))
+            .env(env::TIMEOUT, self.timeout.as_secs_f64().to_string())
+            .stdin(Stdio::null())
+            .stdout(if self.stdout {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::piped());
+        if self.nodes > 1 {
+            c.env(env::NODE_NAME, format!("node{}", r % self.nodes));
+        }
+        for (k, v) in &self.env {
+            c.env(k, v.replace("{rank}", &r.to_string()));
+        }
+        c.spawn()
+            .unwrap_or_else(|e| panic!("starting rank {r} ({}): {e}", argv[0]))
+    }
+}
+
+/// Waits for every child, reading its pipes meanwhile (a rank that fills a
+/// pipe must not stall); kills those still running after `deadline`.
+fn wait_all(mut kids: Vec<Child>, deadline: Duration) -> Vec<Output> {
+    let readers: Vec<_> = kids
+        .iter_mut()
+        .map(|k| (reader(k.stdout.take()), reader(k.stderr.take())))
+        .collect();
+    let t0 = Instant::now();
+    let mut status: Vec<Option<ExitStatus>> = vec![None; kids.len()];
+    let mut killed = vec![false; kids.len()];
+    while status.iter().any(Option::is_none) {
+        for (r, k) in kids.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = k.try_wait().expect("waiting for a rank");
+            }
+        }
+        if status.iter().all(Option::is_some) {
+            break;
+        }
+        if t0.elapsed() > deadline {
+            for (r, k) in kids.iter_mut().enumerate() {
+                if status[r].is_none() {
+                    let _ = k.kill();
+                    status[r] = Some(k.wait().expect("reaping a killed rank"));
+                    killed[r] = true;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    readers
+        .into_iter()
+        .zip(status)
+        .zip(killed)
+        .map(|(((out, err), status), killed)| {
+            let mut stderr = err.join().unwrap_or_default();
+            if killed {
+                stderr
+                    .extend_from_slice(format!("\n{KILLED_MARK} after {deadline:?}\n").as_bytes());
+            }
+            Output {
+                status: status.expect("every rank has a status"),
+                stdout: out.join().unwrap_or_default(),
+                stderr,
+            }
+        })
+        .collect()
+}
+
+fn reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Whether a rank succeeded: exit status 0 and [`CHILD_OK`] in its output.
+pub fn ok(o: &Output) -> bool {
+    o.status.success() && text(o).contains(CHILD_OK)
+}
+
+/// A rank's standard output and standard error, as text.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every failed rank's output (not [`ok`]), labelled with its rank: the
+/// first rank to fail is not always the first rank.
+pub fn failures(outs: &[Output]) -> Vec<String> {
+    outs.iter()
+        .enumerate()
+        .filter(|(_, o)| !ok(o))
+        .map(|(r, o)| format!("rank {r} failed ({}):\n{}", o.status, text(o)))
+        .collect()
+}
+
+/// A fresh, empty directory under the system's temporary directory, unique
+/// to this process and call (`<prefix>-<pid>-<n>-<tag>`).
+pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("creating a temporary directory");
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_past_the_deadline_is_killed_and_says_so() {
+        let t = Instant::now();
+        let outs = Job::program("/bin/sleep", &["30"], 2)
+            .deadline(Duration::from_millis(300))
+            .run();
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert_eq!(outs.len(), 2);
+        for o in &outs {
+            assert!(!o.status.success());
+            assert!(text(o).contains(KILLED_MARK), "{}", text(o));
+        }
+        assert_eq!(failures(&outs).len(), 2);
+    }
+
+    #[test]
+    fn ranks_see_their_rank_node_and_variables_and_need_the_marker() {
+        let script = "echo rank=$HPC_RANK node=$HPC_NODE_NAME x=$X; \
+                      [ \"$HPC_RANK\" = 1 ] || echo CHILD-OK";
+        let outs = Job::program("/bin/sh", &["-c", script], 3)
+            .nodes(2)
+            .env("X", "v{rank}")
+            .run();
+        for (r, o) in outs.iter().enumerate() {
+            let t = text(o);
+            assert!(
+                t.contains(&format!("rank={r} node=node{} x=v{r}", r % 2)),
+                "{t}"
+            );
+        }
+        // Rank 1 exits with 0 but never printed the marker.
+        assert!(ok(&outs[0]) && !ok(&outs[1]) && ok(&outs[2]));
+        assert_eq!(failures(&outs).len(), 1);
+        assert!(failures(&outs)[0].starts_with("rank 1 failed"));
+    }
+
+    #[test]
+    fn a_full_pipe_does_not_stall_a_rank() {
+        // 1 MiB on each stream, more than a pipe holds.
+        let outs = Job::program(
+            "/bin/sh",
+            &[
+                "-c",
+                "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2",
+            ],
+            1,
+        )
+        .deadline(Duration::from_secs(30))
+        .run();
+        assert!(outs[0].status.success());
+        assert_eq!(outs[0].stdout.len(), 1 << 20);
+        assert_eq!(outs[0].stderr.len(), 1 << 20);
+    }
+
+    #[test]
+    fn tmpdirs_are_fresh_and_distinct() {
+        let (a, b) = (tmpdir("hpc-ts", "x"), tmpdir("hpc-ts", "x"));
+        assert_ne!(a, b);
+        assert!(a.is_dir() && std::fs::read_dir(&a).unwrap().next().is_none());
+        let _ = std::fs::remove_dir_all(a);
+        let _ = std::fs::remove_dir_all(b);
+    }
+}
