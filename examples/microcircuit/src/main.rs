@@ -74,6 +74,10 @@ struct Args {
     /// Do not pin threads.
     #[arg(long)]
     no_pin: bool,
+    /// Run the neuron update's portable build even where the processor has
+    /// AVX2 or AVX-512 (to compare their speed: the spikes are the same).
+    #[arg(long)]
+    portable_update: bool,
     /// How spikes travel between ranks: `allgather` (every rank receives every
     /// spike) or `alltoallv` (each spike to the ranks with its targets, and rank
     /// 0 for the output; through the `--engine`, `inline` when that is `world`).
@@ -200,6 +204,7 @@ fn run(args: Args) -> Result<()> {
         .stop_at
         .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
         .transpose()?;
+    microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());

@@ -145,6 +145,18 @@ struct Dyn {
     gid_mask: u32,
 }
 
+/// Whether [`Shard::update`] runs its portable build on every processor.
+static PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the neuron update run its portable build (`true`) even where the
+/// processor has AVX2 or AVX-512, for which it is also compiled and chosen at
+/// run time (the default, `false`). Both give the same spikes: Rust fuses no
+/// multiply with an add unless asked, so the wider instructions compute the
+/// same bits; a test checks it.
+pub fn set_portable_update(portable: bool) {
+    PORTABLE.store(portable, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// A spike whose synapses onto the shard are not all delivered yet, waiting in
 /// the calendar slot of the step its next group is due.
 #[derive(Clone, Copy, Debug)]
@@ -263,6 +275,39 @@ impl Shard {
     /// compiler turns into vector instructions; the spikes are collected from the
     /// refractory counters that were just set.
     fn update(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
+        #[cfg(target_arch = "x86_64")]
+        if !PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512dq") && has!("avx512vl") {
+                // SAFETY: the processor has the features the function is compiled for.
+                return unsafe { self.update_avx512(u, s, d, pois) };
+            }
+            if has!("avx2") {
+                // SAFETY: as above.
+                return unsafe { self.update_avx2(u, s, d, pois) };
+            }
+        }
+        self.update_body(u, s, d, pois)
+    }
+
+    /// [`Shard::update`] compiled for AVX-512 (4 to 8 neurons per instruction,
+    /// and the background's 64-bit multiplies vectorised). Rust never fuses a
+    /// multiply and an add on its own, so every variant computes the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f,avx512dq,avx512vl")]
+    unsafe fn update_avx512(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
+        self.update_body(u, s, d, pois)
+    }
+
+    /// [`Shard::update`] compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn update_avx2(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
+        self.update_body(u, s, d, pois)
+    }
+
+    #[inline(always)]
+    fn update_body(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
         let code0 = s << d.gid_bits;
         let bg_key = key(d.bg_key, Purpose::Background, u, 0);
         for pop in 0..NPOP {
@@ -333,7 +378,7 @@ impl Shard {
 /// `bg_key`: one 64-bit draw per pair of neurons (2k, 2k + 1), the even one
 /// taking the low 32 bits and the odd one the high 32, as uniforms of 32-bit
 /// resolution for the table's inverse.
-#[inline]
+#[inline(always)]
 fn background(table: &Poisson32, bg_key: u64, gid0: u64, out: &mut [f64]) {
     let n = out.len();
     let lo = |h: u64| table.sample(h as u32) as f64;

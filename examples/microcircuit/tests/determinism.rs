@@ -192,6 +192,33 @@ fn one_and_two_processes_give_the_same_spikes() {
 }
 
 #[test]
+fn the_portable_and_the_vector_updates_give_the_same_spikes() {
+    // Where the processor has AVX2 or AVX-512 the default run takes that build
+    // of the neuron update; elsewhere both runs take the portable one.
+    let mut spikes = Vec::new();
+    for extra in [&[][..], &["--portable-update"][..]] {
+        let dir = tmpdir("isa");
+        let o = Command::new(BIN)
+            .args(cli_args(&dir))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        spikes.push(std::fs::read(dir.join("spikes.spk")).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        spikes[0].len() > 1000,
+        "too few spikes to compare: {} bytes",
+        spikes[0].len()
+    );
+    assert!(
+        spikes[0] == spikes[1],
+        "the vector update changed the spikes"
+    );
+}
+
+#[test]
 fn the_targeted_exchange_gives_the_allgather_spikes_and_receives_less() {
     let one = tmpdir("a2a1");
     let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
