@@ -569,6 +569,9 @@ fn proxy_across_nodes(world: &World) {
             );
         }
         let me = comm.rank();
+        if me == 0 && alg == hpc_collectives::Algorithm::Auto {
+            eprintln!("NOTE {}", comm.progress_note());
+        }
         // Blocks of a few elements for every algorithm, and larger ones (several
         // pieces of the proxy's copies) for the default selection.
         let counts: &[usize] = if alg == hpc_collectives::Algorithm::Auto {
@@ -1253,6 +1256,9 @@ fn proxy_engine_spans_nodes() {
             .enumerate()
         {
             assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
+            if let Some(note) = err.lines().find(|l| l.starts_with("NOTE ")) {
+                eprintln!("{note}");
+            }
         }
         eprintln!("proxy_nodes x{n} on {nodes}: {:?}", t.elapsed());
     }
