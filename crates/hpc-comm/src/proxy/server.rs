@@ -421,7 +421,7 @@ impl Proxy {
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
 
 /// The longest futex wait of a proxy whose collectives wait for other nodes.
-const NET_WAIT: Duration = Duration::from_micros(200);
+const NET_WAIT: Duration = Duration::from_micros(50);
 
 /// The futex wait of an idle proxy is bounded so that the liveness checks
 /// run: a rank that dies rings no doorbell.
