@@ -447,15 +447,21 @@ impl ProxyNet {
 
     /// Takes the messages that arrived (`deliver(source, destination, tag,
     /// bytes)`, the bytes with their trailer, whose payload is the first
-    /// `len - TRAILER`) and the sends that completed; whether anything moved.
-    pub(super) fn poll(&mut self, deliver: &mut dyn FnMut(usize, usize, u64, Vec<u8>)) -> bool {
+    /// `len - TRAILER`) and the sends that completed (their buffers to
+    /// `reuse`); whether anything moved.
+    pub(super) fn poll(
+        &mut self,
+        deliver: &mut dyn FnMut(usize, usize, u64, Vec<u8>),
+        reuse: &mut dyn FnMut(Vec<u8>),
+    ) -> bool {
         let mut moved = false;
         let mut i = 0;
         while i < self.sends.len() {
             match self.t.test(self.sends[i]) {
                 Ok(None) => i += 1,
-                Ok(Some(_)) => {
+                Ok(Some(payload)) => {
                     self.sends.swap_remove(i);
+                    reuse(payload.into_bytes());
                 }
                 Err(e) => {
                     self.sends.swap_remove(i);

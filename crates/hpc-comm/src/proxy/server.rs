@@ -288,7 +288,9 @@ impl Proxy {
                 Step::Send { peer, region, tag } if self.net_peer(peer) => {
                     // To another node: read now (eagerly), through the transport.
                     let at = locate(&op.mem, &self.pids, &region).map_err(c0)?;
-                    let mut data = vec![0u8; region.len + TRAILER];
+                    // From the pool: a fresh large buffer costs a page fault per page.
+                    let mut data = self.take(region.len + TRAILER).v;
+                    data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
                     net.send(op.rank, peer, tag64(op.seq, tag), data)
@@ -460,10 +462,15 @@ impl Proxy {
             return false;
         };
         let mut arrived = Vec::new();
-        let mut moved = net.poll(&mut |src: usize, dst: usize, tag: u64, v: Vec<u8>| {
-            arrived.push((src, dst, tag, v))
-        });
+        let mut sent = Vec::new();
+        let mut moved = net.poll(
+            &mut |src: usize, dst: usize, tag: u64, v: Vec<u8>| arrived.push((src, dst, tag, v)),
+            &mut |v: Vec<u8>| sent.push(v),
+        );
         let lost = net.take_lost();
+        for v in sent {
+            self.give(v);
+        }
         for (src, dst, tag, v) in arrived {
             let len = v.len() - TRAILER;
             self.msgs
