@@ -28,9 +28,12 @@
 //!
 //! A proxy that loses another (its connection breaks: the proxy died or its
 //! node is cut off) fails every collective in flight, and every later one,
-//! with `NODE_LOST` naming that node. Before it exits, a proxy says goodbye
-//! to the others in two phases (bounded by the timeout), so that no
-//! connection closes with unread data.
+//! with `NODE_LOST` naming that node. A proxy whose rank dies tells the
+//! others, which fail what waits for that rank naming it. Before it exits, a
+//! proxy sends each other proxy a last message that completes the receive
+//! that peer keeps posted, then says goodbye in two phases (bounded by the
+//! timeout), so that no connection closes with unread data or a receive
+//! pending.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -261,6 +264,9 @@ pub(super) struct ProxyNet {
 
 /// The destination of a message that reports its source rank dead.
 const DEAD: u32 = u32::MAX;
+/// The destination of a proxy's last message (its source is the sending
+/// proxy's index): it completes the receive its peer keeps posted.
+const CLOSE: u32 = u32::MAX - 1;
 
 /// The address that routes to `rendezvous` (`host:port`), as the ranks'
 /// transport listens on.
@@ -275,6 +281,11 @@ fn route_to(rendezvous: &str) -> Option<std::net::IpAddr> {
     let u = UdpSocket::bind(any).ok()?;
     u.connect(addr).ok()?;
     Some(u.local_addr().ok()?.ip())
+}
+
+/// Whether `v` is a proxy's last message ([`CLOSE`]).
+fn is_close(v: &[u8]) -> bool {
+    v.len() == TRAILER && v[4..8] == CLOSE.to_le_bytes()
 }
 
 impl ProxyNet {
@@ -476,8 +487,12 @@ impl ProxyNet {
                 Ok(Some(payload)) => {
                     moved = true;
                     self.recvs[p] = None;
-                    self.post_recv(p);
                     let v = payload.into_bytes();
+                    if is_close(&v) {
+                        // That proxy is done (its ranks left): nothing more comes.
+                        continue;
+                    }
+                    self.post_recv(p);
                     if let Some(r) = self.parse_dead(p, &v) {
                         tracing::warn!(rank = r, "proxy: a rank of another node died");
                         self.dead[r] = true;
@@ -533,9 +548,41 @@ impl ProxyNet {
     /// connection closes with unread data.
     pub(super) fn goodbye(&mut self) {
         let deadline = Instant::now() + Duration::from_millis(self.hello.timeout_ms);
+        let left = || deadline.saturating_duration_since(Instant::now());
         let peers: Vec<usize> = (0..self.lost.len())
             .filter(|&p| p != self.hello.me && !self.lost[p])
             .collect();
+        // The last message on the message tag completes the receive each peer
+        // keeps posted: no operation is left pending (and reported lost) when
+        // the connections close.
+        for &p in &peers {
+            let mut v = vec![0u8; TRAILER];
+            v[..4].copy_from_slice(&(self.hello.me as u32).to_le_bytes());
+            v[4..8].copy_from_slice(&CLOSE.to_le_bytes());
+            match self.t.send(p, MSG, v) {
+                Ok(id) => self.sends.push(id),
+                Err(e) => tracing::debug!(error = %e, "proxy: goodbye"),
+            }
+        }
+        for &p in &peers {
+            while let Some(id) = self.recvs[p].take() {
+                match self.t.wait_timeout(id, left()) {
+                    Ok(m) => {
+                        // Anything before the close is a message no collective
+                        // took (one that was cancelled).
+                        if !is_close(&m.into_bytes()) {
+                            self.post_recv(p);
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "proxy: goodbye"),
+                }
+            }
+        }
+        for id in std::mem::take(&mut self.sends) {
+            if let Err(e) = self.t.wait_timeout(id, left()) {
+                tracing::debug!(error = %e, "proxy: goodbye");
+            }
+        }
         for phase in 0..2 {
             let mut ops = Vec::new();
             for &p in &peers {
@@ -543,8 +590,7 @@ impl ProxyNet {
                 ops.extend(self.t.recv(p, BYE + phase).ok());
             }
             for op in ops {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if let Err(e) = self.t.wait_timeout(op, left) {
+                if let Err(e) = self.t.wait_timeout(op, left()) {
                     tracing::debug!(error = %e, "proxy: goodbye");
                 }
             }
