@@ -642,6 +642,11 @@ fn proxy_across_nodes(world: &World) {
             .collect();
         assert_eq!(&recv[..], &want[..], "shared alltoall rank {me}");
     }
+    // With the ranks' own blocks copied by the ranks (as on a node without a
+    // core for the proxy), the proxies skipping those steps.
+    let mut own = CommOptions::new(Engine::Proxy);
+    own.own_copies = Some(true);
+    check_all(&Comm::with_options(world, own).unwrap(), Engine::Proxy);
     // Every collective with the default selection (twice) and with at least
     // one forced algorithm each, most with several.
     assert!(checked >= 2 * 11 + 11, "{checked} checked");
