@@ -396,6 +396,20 @@ trait Boot {
     fn size(&self) -> usize;
     fn node_of(&self, r: usize) -> usize;
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// The allgather among every process that takes part (the parent's ranks of a
+    /// split: the members of every new group), each part at [`Boot::index_of`].
+    fn allgather_all(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.allgather(mine)
+    }
+    /// Where member `r`'s part is in [`Boot::allgather_all`]'s result.
+    fn index_of(&self, r: usize) -> usize {
+        r
+    }
+    /// Whether every process that takes part is a member (not a split, whose
+    /// groups may take different steps).
+    fn uniform(&self) -> bool {
+        true
+    }
 }
 
 impl Boot for World {
@@ -434,6 +448,15 @@ impl Boot for SubBoot<'_> {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let all = self.parent.allgather_bytes(mine)?;
         Ok(self.members.iter().map(|&m| all[m].clone()).collect())
+    }
+    fn allgather_all(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.parent.allgather_bytes(mine)
+    }
+    fn index_of(&self, r: usize) -> usize {
+        self.members[r]
+    }
+    fn uniform(&self) -> bool {
+        false
     }
 }
 
@@ -671,8 +694,9 @@ impl ProxyPlaces {
         self.leaders[self.index[r]] == r
     }
 
-    /// Connects the proxies of a communicator that spans nodes (collective):
-    /// returns the name of the transport between them.
+    /// Connects the proxies of a communicator that spans nodes (`net`;
+    /// collective over every process of `boot`, which takes part without
+    /// `net` too): returns the name of the transport between them.
     fn connect(
         &self,
         boot: &dyn Boot,
@@ -680,6 +704,7 @@ impl ProxyPlaces {
         me: usize,
         nodes: &[usize],
         timeout: Duration,
+        net: bool,
     ) -> Result<String> {
         let link = client.take_link();
         let hello = link.as_ref().map(|_| proxy::net::Hello {
@@ -689,11 +714,16 @@ impl ProxyPlaces {
             timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
             rendezvous: std::env::var(hpc_runtime::env::RENDEZVOUS).ok(),
         });
+        let leaders: Vec<usize> = if net {
+            self.leaders.iter().map(|&l| boot.index_of(l)).collect()
+        } else {
+            Vec::new()
+        };
         proxy::net::bootstrap(
             link,
             hello.as_ref(),
-            &|b: &[u8]| boot.allgather(b),
-            &self.leaders,
+            &|b: &[u8]| boot.allgather_all(b),
+            &leaders,
             timeout,
         )
     }
@@ -769,31 +799,37 @@ impl Comm {
         let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
         let spans = nodes.iter().any(|&n| n != nodes[me]);
         let proxy_net = spans && opts.engine == Engine::Proxy;
+        // Whether the parent has a network path is the same on all its ranks, whether
+        // this rank's group spans nodes is not: what every rank of the parent must do
+        // alike (the id allgather below) goes by the first.
+        let parent_net = transport.is_some();
         let transport = if spans && !proxy_net { transport } else { None };
         if spans && !proxy_net && transport.is_none() {
             return Err(Error::Unsupported(
                 "a communicator across nodes needs its parent's network path".into(),
             ));
         }
-        let net = match &transport {
-            Some(t) => {
-                // One id per communicator on a transport, agreed by its members.
-                let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
-                let id = all
-                    .iter()
-                    .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-                    .max()
-                    .unwrap_or(0);
-                NET_IDS.store(id + 1, Ordering::Relaxed);
-                Some(executor::Net {
-                    t: t.clone(),
-                    world: world_ranks.clone(),
-                    local: nodes.iter().map(|&n| n == nodes[me]).collect(),
-                    id: (id & 0xffff) as u16,
-                })
-            }
-            None => None,
+        // One id per communicator on a transport, agreed by its members (and taken
+        // by a group of a split within one node too, so that every rank of the
+        // parent takes part in the same allgathers).
+        let id = if parent_net {
+            let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
+            let id = all
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+                .max()
+                .unwrap_or(0);
+            NET_IDS.store(id + 1, Ordering::Relaxed);
+            id
+        } else {
+            0
         };
+        let net = transport.as_ref().map(|t| executor::Net {
+            t: t.clone(),
+            world: world_ranks.clone(),
+            local: nodes.iter().map(|&n| n == nodes[me]).collect(),
+            id: (id & 0xffff) as u16,
+        });
         let extra = usize::from(opts.engine == Engine::Proxy);
         let (board, pids, mut board_name) = make_board(boot, extra)?;
         let stage_max = opts.stage_max.unwrap_or(DEFAULT_STAGE_MAX);
@@ -832,8 +868,11 @@ impl Comm {
                     own_copies,
                     (places.leads(me), proxy_net),
                 )?);
-                if proxy_net {
-                    proxy_backend = Some(places.connect(boot, &client, me, &nodes, timeout)?);
+                // Every rank of a split takes part, whether its group spans nodes
+                // or not: the groups' set-ups run on the parent's collectives.
+                if proxy_net || !boot.uniform() {
+                    let backend = places.connect(boot, &client, me, &nodes, timeout, proxy_net)?;
+                    proxy_backend = proxy_net.then_some(backend);
                 }
                 let host = (min > 0).then(|| {
                     let core = Core::new(board.clone(), me, size, pids.clone(), None, stage_max);

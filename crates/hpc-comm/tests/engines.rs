@@ -417,7 +417,20 @@ fn across_nodes(world: &World) {
         assert_eq!(ra, vec![world.local_size() as u64; 100]);
         assert_eq!(rb, vec![by_parity.size() as u64; 100]);
         check_all(&by_parity, engine);
+        split_unevenly(&comm);
     }
+}
+
+/// A split of `comm` into its last rank and the others, whose groups take
+/// different set-ups (with 3 ranks or more on 2 nodes or more, the others span
+/// nodes and the last rank is alone): an allreduce on each.
+fn split_unevenly(comm: &Comm) {
+    let (me, n) = (comm.rank(), comm.size());
+    let sub = comm.split(u32::from(me + 1 == n), 0).unwrap();
+    let mut r = [0u64; 4];
+    sub.allreduce(&[1u64; 4], &mut r, ReduceOp::Sum).unwrap();
+    let want = if me + 1 == n { 1 } else { n as u64 - 1 };
+    assert_eq!(r, [want; 4], "{:?} rank {me}", comm.engine());
 }
 
 /// Rank `me`'s part of every collective a communicator offers, on `n` ranks
@@ -630,6 +643,7 @@ fn proxy_across_nodes(world: &World) {
         hpc_comm::Request::wait_all([r1, r2]).unwrap();
         assert_eq!(ra, vec![world.local_size() as u64; 100]);
         assert_eq!(rb, vec![by_parity.size() as u64; 100]);
+        split_unevenly(&comm);
         // Shared buffers, which the proxy maps, to and from other nodes.
         let count = 3000;
         let send =

@@ -143,10 +143,15 @@ pub(crate) fn attach(cmd: &mut Command) -> Result<UnixStream> {
 /// An allgather over the communicator's ranks (their bootstrap).
 pub(crate) type Allgather<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
 
-/// The ranks' side of the set-up (collective over the communicator's ranks,
-/// through `allgather`): `link` and `hello` are given on the first rank of
-/// each node (`leaders[i]` is the first rank of node index `i`). Returns the
-/// name of the transport's backend between the proxies.
+/// The ranks' side of the set-up, collective over every process that takes
+/// part in `allgather` (the communicator's ranks, or for a split every rank
+/// of the parent, whose new communicators may need different numbers of
+/// rounds, or none: each takes part until all are done). `link` and `hello`
+/// are given on the first rank of each node of this rank's communicator;
+/// `leaders[i]` is the index in `allgather`'s result of the first rank of its
+/// node index `i` (empty where this rank's communicator has no proxies to
+/// connect). Returns the name of the transport's backend between the
+/// proxies (empty without).
 pub(crate) fn bootstrap(
     link: Option<UnixStream>,
     hello: Option<&Hello>,
@@ -164,16 +169,19 @@ pub(crate) fn bootstrap(
             failed = Some(format!("telling the proxy its place: {e}"));
         }
     }
+    let mut outcome: Option<Result<String>> = leaders.is_empty().then(|| Ok(String::new()));
     loop {
-        let mine = match (&link, &failed) {
-            (None, _) => vec![NONE],
-            (Some(_), Some(why)) => [&[FAILED][..], why.as_bytes()].concat(),
-            (Some(l), None) => {
+        // First byte: whether this rank's communicator is done; then its frame.
+        let mine = match (&outcome, &link, &failed) {
+            (Some(_), _, _) => vec![1],
+            (None, None, _) => vec![0, NONE],
+            (None, Some(_), Some(why)) => [&[0, FAILED][..], why.as_bytes()].concat(),
+            (None, Some(l), None) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let _ = l.set_read_timeout(Some(left.max(Duration::from_millis(1))));
                 match read_frame(l) {
-                    Ok(f) if !f.is_empty() => f,
-                    Ok(_) => [&[FAILED][..], b"an empty frame"].concat(),
+                    Ok(f) if !f.is_empty() => [&[0][..], &f].concat(),
+                    Ok(_) => [&[0, FAILED][..], b"an empty frame"].concat(),
                     Err(e) => {
                         let why = if matches!(
                             e.kind(),
@@ -183,15 +191,22 @@ pub(crate) fn bootstrap(
                         } else {
                             format!("it stopped ({e})")
                         };
-                        [&[FAILED][..], why.as_bytes()].concat()
+                        [&[0, FAILED][..], why.as_bytes()].concat()
                     }
                 }
             }
         };
         let all = allgather(&mine)?;
+        if all.iter().all(|p| p.first() == Some(&1)) {
+            return outcome
+                .unwrap_or_else(|| Err(Error::Transport("proxy set-up ended early".into())));
+        }
+        if outcome.is_some() {
+            continue;
+        }
         let frames: Vec<&[u8]> = leaders
             .iter()
-            .map(|&l| all.get(l).map_or(&[][..], |v| &v[..]))
+            .map(|&l| all.get(l).and_then(|v| v.get(1..)).unwrap_or_default())
             .collect();
         if let Some((i, f)) = frames
             .iter()
@@ -199,32 +214,27 @@ pub(crate) fn bootstrap(
             .find(|(_, f)| f.first() != Some(&ASK) && f.first() != Some(&READY))
         {
             let why = String::from_utf8_lossy(f.get(1..).unwrap_or_default());
-            return Err(Error::Transport(format!(
-                "connecting the proxies of the nodes: the proxy of the node of rank {} \
-                 failed: {why}",
-                leaders[i]
-            )));
-        }
-        if frames.iter().all(|f| f[0] == READY) {
-            return Ok(String::from_utf8_lossy(&frames[0][1..]).into_owned());
-        }
-        if frames.iter().any(|f| f[0] == READY) {
-            return Err(Error::Transport(
+            outcome = Some(Err(Error::Transport(format!(
+                "connecting the proxies of the nodes: the proxy of node index {i} failed: {why}"
+            ))));
+        } else if frames.iter().all(|f| f[0] == READY) {
+            outcome = Some(Ok(String::from_utf8_lossy(&frames[0][1..]).into_owned()));
+        } else if frames.iter().any(|f| f[0] == READY) {
+            outcome = Some(Err(Error::Transport(
                 "connecting the proxies of the nodes: their set-up diverged (some were \
                  ready while others still exchanged endpoints)"
                     .into(),
-            ));
-        }
-        if let Some(l) = &link {
+            )));
+        } else if let Some(l) = &link {
             let parts: Vec<Vec<u8>> = frames.iter().map(|f| f[1..].to_vec()).collect();
             if let Err(e) = write_frame(l, &encode_parts(&parts)) {
                 failed = Some(format!("handing the proxy its peers' endpoints: {e}"));
             }
         }
-        if Instant::now() > deadline {
-            return Err(Error::Transport(format!(
+        if outcome.is_none() && Instant::now() > deadline {
+            outcome = Some(Err(Error::Transport(format!(
                 "connecting the proxies of the nodes took more than {timeout:?}"
-            )));
+            ))));
         }
     }
 }
