@@ -22,7 +22,9 @@
 //! ranks hand the list back. The proxies connect an `hpc_rdma::Transport` on
 //! that world (whatever backend `HPC_TRANSPORT` asks for: tcp by default,
 //! ofi) and report ready; the ranks' loop ends when every proxy is ready, or
-//! fails on every rank alike when one is not.
+//! fails on every rank alike when one is not. In a split, whose groups set
+//! up on the parent's collectives, every rank of the parent takes part in
+//! the rounds until every group is done.
 //!
 //! # Faults
 //!
