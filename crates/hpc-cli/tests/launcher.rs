@@ -427,6 +427,16 @@ fn proxy_flag_serves_the_proxy_engine_from_hpc() {
     for r in &all {
         assert_eq!(r["collectives"]["engine"], "proxy", "{r}");
     }
+    // On 2 emulated nodes, `hpc proxy` serves each node and the proxies connect.
+    let all = selftest_json_with(3, &["--proxy", "--nodes", "2"], &["--collectives", "proxy"]);
+    for r in &all {
+        assert_eq!(r["collectives"]["engine"], "proxy", "{r}");
+        let note = r["collectives"]["progress"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("other nodes through the proxies over tcp"),
+            "{r}"
+        );
+    }
     // By hand, `hpc proxy` explains itself.
     let out = hpc(&["proxy"]);
     assert_eq!(out.status.code(), Some(2));

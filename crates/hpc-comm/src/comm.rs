@@ -1,15 +1,15 @@
 //! Communicators and non-blocking collectives run by an engine.
 //!
 //! A [`Comm`] runs the [`Schedule`](hpc_collectives::Schedule)s of `hpc-collectives` over
-//! shared memory between the ranks of a node and, for `Inline` and `Thread`,
-//! over `hpc-rdma` (TCP, or verbs where present) to ranks on other nodes, with
-//! one of four [`Engine`]s:
+//! shared memory between the ranks of a node and over `hpc-rdma` (TCP, or
+//! verbs or libfabric where present) to ranks on other nodes (for `Proxy`,
+//! between the nodes' proxies), with one of four [`Engine`]s:
 //!
 //! | engine | who advances a collective | data path |
 //! |---|---|---|
 //! | [`Engine::Inline`] | the application, inside `test`/`wait` (what MPI libraries do) | small messages through the board's staging slots, large ones by one `process_vm_readv`, receiver-driven |
 //! | [`Engine::Thread`] | a progress thread per process, pinned to the progress core that `hpc-topology` reserved, and the application in `test`/`wait`; the thread sleeps on a futex until a large copy or a round to post needs it, or polls every millisecond while collectives are in flight ([`AgentWake`]) | same |
-//! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU); where the node has no core for it, collectives with blocks under [`CommOptions::proxy_min`] run on the ranks as with `Inline` | the proxy maps the ranks' [`SharedBuf`](crate::SharedBuf)s and reaches other buffers by cross-memory attach, keeps scratch in its own memory |
+//! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU); where the node has no core for it, collectives with blocks under [`CommOptions::proxy_min`] run on the ranks as with `Inline` | the proxy maps the ranks' [`SharedBuf`](crate::SharedBuf)s and reaches other buffers by cross-memory attach, keeps scratch in its own memory; across nodes the proxies send each other the steps between nodes over `hpc-rdma` |
 //! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
 //!
 //! # Requests and buffer safety
@@ -396,6 +396,20 @@ trait Boot {
     fn size(&self) -> usize;
     fn node_of(&self, r: usize) -> usize;
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// The allgather among every process that takes part (the parent's ranks of a
+    /// split: the members of every new group), each part at [`Boot::index_of`].
+    fn allgather_all(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.allgather(mine)
+    }
+    /// Where member `r`'s part is in [`Boot::allgather_all`]'s result.
+    fn index_of(&self, r: usize) -> usize {
+        r
+    }
+    /// Whether every process that takes part is a member (not a split, whose
+    /// groups may take different steps).
+    fn uniform(&self) -> bool {
+        true
+    }
 }
 
 impl Boot for World {
@@ -434,6 +448,15 @@ impl Boot for SubBoot<'_> {
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let all = self.parent.allgather_bytes(mine)?;
         Ok(self.members.iter().map(|&m| all[m].clone()).collect())
+    }
+    fn allgather_all(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.parent.allgather_bytes(mine)
+    }
+    fn index_of(&self, r: usize) -> usize {
+        self.members[r]
+    }
+    fn uniform(&self) -> bool {
+        false
     }
 }
 
@@ -640,13 +663,70 @@ fn cma_blocked(rank: usize, peer: usize, code: i32) -> Error {
     ))
 }
 
-/// The refusal of a Proxy communicator whose ranks are on several nodes.
-fn proxy_spans_nodes() -> Error {
-    Error::Unsupported(
-        "the proxy engine runs within one node (its proxy reaches the ranks through their \
-         memory); across nodes use the inline or thread engine"
-            .into(),
-    )
+/// Where the proxies of a `Proxy` communicator are: one per node, numbered
+/// in the order of the nodes' first ranks.
+struct ProxyPlaces {
+    /// The first rank of each node index.
+    leaders: Vec<usize>,
+    /// The node index of each rank.
+    index: Vec<usize>,
+}
+
+impl ProxyPlaces {
+    fn of(nodes: &[usize]) -> ProxyPlaces {
+        let mut leaders: Vec<usize> = Vec::new();
+        let index = (0..nodes.len())
+            .map(
+                |r| match leaders.iter().position(|&l| nodes[l] == nodes[r]) {
+                    Some(i) => i,
+                    None => {
+                        leaders.push(r);
+                        leaders.len() - 1
+                    }
+                },
+            )
+            .collect();
+        ProxyPlaces { leaders, index }
+    }
+
+    /// Whether rank `r` starts its node's proxy.
+    fn leads(&self, r: usize) -> bool {
+        self.leaders[self.index[r]] == r
+    }
+
+    /// Connects the proxies of a communicator that spans nodes (`net`;
+    /// collective over every process of `boot`, which takes part without
+    /// `net` too): returns the name of the transport between them.
+    fn connect(
+        &self,
+        boot: &dyn Boot,
+        client: &proxy::Client,
+        me: usize,
+        nodes: &[usize],
+        timeout: Duration,
+        net: bool,
+    ) -> Result<String> {
+        let link = client.take_link();
+        let hello = link.as_ref().map(|_| proxy::net::Hello {
+            me: self.index[me],
+            node_of: self.index.clone(),
+            node_ids: self.leaders.iter().map(|&l| nodes[l]).collect(),
+            timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
+            rendezvous: std::env::var(hpc_runtime::env::RENDEZVOUS).ok(),
+        });
+        let leaders: Vec<usize> = if net {
+            self.leaders.iter().map(|&l| boot.index_of(l)).collect()
+        } else {
+            Vec::new()
+        };
+        proxy::net::bootstrap(
+            link,
+            hello.as_ref(),
+            &|b: &[u8]| boot.allgather_all(b),
+            &leaders,
+            timeout,
+        )
+    }
 }
 
 /// The transport backend that reaches the first rank on another node.
@@ -695,16 +775,16 @@ impl Comm {
                 "the MPI library progresses".into(),
             ));
         }
-        let net = if (0..world.size()).any(|r| !world.same_node(0, r)) {
-            if opts.engine == Engine::Proxy {
-                return Err(proxy_spans_nodes());
-            }
-            let t = hpc_rdma::Transport::new(world)
-                .map_err(|e| Error::Transport(format!("the network path across nodes: {e}")))?;
-            Some(Arc::new(t))
-        } else {
-            None
-        };
+        // The Proxy engine's ranks have no network path of their own: their
+        // proxies connect to each other (see `proxy/net.rs`).
+        let net =
+            if (0..world.size()).any(|r| !world.same_node(0, r)) && opts.engine != Engine::Proxy {
+                let t = hpc_rdma::Transport::new(world)
+                    .map_err(|e| Error::Transport(format!("the network path across nodes: {e}")))?;
+                Some(Arc::new(t))
+            } else {
+                None
+            };
         Comm::build(world, (0..world.size()).collect(), opts, timeout, net)
     }
 
@@ -718,34 +798,38 @@ impl Comm {
         let (me, size) = (boot.rank(), boot.size());
         let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
         let spans = nodes.iter().any(|&n| n != nodes[me]);
-        if spans && opts.engine == Engine::Proxy {
-            return Err(proxy_spans_nodes());
-        }
-        let transport = if spans { transport } else { None };
-        if spans && transport.is_none() {
+        let proxy_net = spans && opts.engine == Engine::Proxy;
+        // Whether the parent has a network path is the same on all its ranks, whether
+        // this rank's group spans nodes is not: what every rank of the parent must do
+        // alike (the id allgather below) goes by the first.
+        let parent_net = transport.is_some();
+        let transport = if spans && !proxy_net { transport } else { None };
+        if spans && !proxy_net && transport.is_none() {
             return Err(Error::Unsupported(
                 "a communicator across nodes needs its parent's network path".into(),
             ));
         }
-        let net = match &transport {
-            Some(t) => {
-                // One id per communicator on a transport, agreed by its members.
-                let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
-                let id = all
-                    .iter()
-                    .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-                    .max()
-                    .unwrap_or(0);
-                NET_IDS.store(id + 1, Ordering::Relaxed);
-                Some(executor::Net {
-                    t: t.clone(),
-                    world: world_ranks.clone(),
-                    local: nodes.iter().map(|&n| n == nodes[me]).collect(),
-                    id: (id & 0xffff) as u16,
-                })
-            }
-            None => None,
+        // One id per communicator on a transport, agreed by its members (and taken
+        // by a group of a split within one node too, so that every rank of the
+        // parent takes part in the same allgathers).
+        let id = if parent_net {
+            let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
+            let id = all
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+                .max()
+                .unwrap_or(0);
+            NET_IDS.store(id + 1, Ordering::Relaxed);
+            id
+        } else {
+            0
         };
+        let net = transport.as_ref().map(|t| executor::Net {
+            t: t.clone(),
+            world: world_ranks.clone(),
+            local: nodes.iter().map(|&n| n == nodes[me]).collect(),
+            id: (id & 0xffff) as u16,
+        });
         let extra = usize::from(opts.engine == Engine::Proxy);
         let (board, pids, mut board_name) = make_board(boot, extra)?;
         let stage_max = opts.stage_max.unwrap_or(DEFAULT_STAGE_MAX);
@@ -762,10 +846,18 @@ impl Comm {
             ))
         };
         let spin = opts.spin.unwrap_or_default();
+        let mut proxy_backend = None;
         let (driver, note): (Box<dyn Driver>, String) = match opts.engine {
             Engine::Proxy => {
-                let min = opts.proxy_min.unwrap_or(0);
+                // Across nodes every collective goes to the proxies: the ranks'
+                // own path has no network.
+                let min = if proxy_net {
+                    0
+                } else {
+                    opts.proxy_min.unwrap_or(0)
+                };
                 let own_copies = opts.own_copies.unwrap_or(false);
+                let places = ProxyPlaces::of(&nodes);
                 let client = Arc::new(proxy::Client::start(
                     board.clone(),
                     me,
@@ -774,7 +866,14 @@ impl Comm {
                     timeout,
                     spin,
                     own_copies,
+                    (places.leads(me), proxy_net),
                 )?);
+                // Every rank of a split takes part, whether its group spans nodes
+                // or not: the groups' set-ups run on the parent's collectives.
+                if proxy_net || !boot.uniform() {
+                    let backend = places.connect(boot, &client, me, &nodes, timeout, proxy_net)?;
+                    proxy_backend = proxy_net.then_some(backend);
+                }
                 let host = (min > 0).then(|| {
                     let core = Core::new(board.clone(), me, size, pids.clone(), None, stage_max);
                     // How long `wait` polls on this path: the proxy sleeps meanwhile,
@@ -830,13 +929,13 @@ impl Comm {
         // error above, dropping `board_name` removed it).
         boot.allgather(&[])?;
         board_name.unlink();
-        let note = if spans {
-            format!(
+        let note = match (&proxy_backend, spans) {
+            (Some(b), _) => format!("{note}; other nodes through the proxies over {b}"),
+            (None, true) => format!(
                 "{note}; other nodes over {}",
                 net_backend(&transport, &world_ranks, &nodes, me)
-            )
-        } else {
-            note
+            ),
+            (None, false) => note,
         };
         let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
         comm.nodes = nodes;

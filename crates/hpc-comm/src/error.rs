@@ -24,6 +24,13 @@ pub enum Error {
         /// The lost rank (rank in the world).
         rank: usize,
     },
+    /// A node of the communicator is lost during a collective: the `Proxy`
+    /// engine's proxy on that node stopped, or the network to it broke.
+    #[error("node {node} is lost (its collectives proxy stopped or cannot be reached) during a collective")]
+    NodeLost {
+        /// The lost node (node id in the world).
+        node: usize,
+    },
     /// The collective did not finish within the communicator's timeout.
     #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
     Timeout {

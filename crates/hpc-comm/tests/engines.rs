@@ -122,6 +122,8 @@ fn child_entry() {
         "progress" => progress(&world),
         "proxy_death" => proxy_death(&world),
         "nodes" => across_nodes(&world),
+        "proxy_nodes" => proxy_across_nodes(&world),
+        "proxy_node_death" => proxy_node_death(&world),
         "shared" => shared(&world),
         "no_cma" => no_cross_memory_attach(&world),
         o => panic!("unknown scenario {o}"),
@@ -389,7 +391,7 @@ fn big(world: &World) {
 }
 
 /// Every collective through the engines that span nodes, a split within and
-/// across nodes, and a clear refusal from the proxy engine.
+/// across nodes (the Proxy engine's own test is [`proxy_across_nodes`]).
 fn across_nodes(world: &World) {
     assert!(world.node_count() > 1 || world.size() == 1);
     for engine in [Engine::Inline, Engine::Thread] {
@@ -415,11 +417,315 @@ fn across_nodes(world: &World) {
         assert_eq!(ra, vec![world.local_size() as u64; 100]);
         assert_eq!(rb, vec![by_parity.size() as u64; 100]);
         check_all(&by_parity, engine);
+        split_unevenly(&comm);
     }
-    if world.size() > 1 {
-        let err = Comm::new(world, Engine::Proxy).unwrap_err();
-        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+}
+
+/// A split of `comm` into its last rank and the others, whose groups take
+/// different set-ups (with 3 ranks or more on 2 nodes or more, the others span
+/// nodes and the last rank is alone): an allreduce on each.
+fn split_unevenly(comm: &Comm) {
+    let (me, n) = (comm.rank(), comm.size());
+    let sub = comm.split(u32::from(me + 1 == n), 0).unwrap();
+    let mut r = [0u64; 4];
+    sub.allreduce(&[1u64; 4], &mut r, ReduceOp::Sum).unwrap();
+    let want = if me + 1 == n { 1 } else { n as u64 - 1 };
+    assert_eq!(r, [want; 4], "{:?} rank {me}", comm.engine());
+}
+
+/// Rank `me`'s part of every collective a communicator offers, on `n` ranks
+/// with `c` elements (i64) per block: the collectives of `hpc-collectives`
+/// that `Comm` has a call for.
+fn collectives(me: usize, n: usize, c: usize) -> Vec<hpc_collectives::Collective> {
+    use hpc_collectives::{Collective as C, DataType};
+    let dtype = DataType::I64;
+    let sum = ReduceOp::Sum;
+    vec![
+        C::Barrier,
+        C::Broadcast {
+            root: c % n,
+            count: c,
+            dtype,
+        },
+        C::Gather {
+            root: (c + 1) % n,
+            count: c,
+            dtype,
+        },
+        C::Scatter {
+            root: (c + 2) % n,
+            count: c,
+            dtype,
+        },
+        C::Allgather { count: c, dtype },
+        C::Allgatherv {
+            counts: (0..n).map(|r| r % 3 + c).collect(),
+            dtype,
+        },
+        C::Alltoall { count: c, dtype },
+        C::Alltoallv {
+            send_counts: (0..n).map(|j| (me + j) % 3 + c).collect(),
+            recv_counts: (0..n).map(|i| (i + me) % 3 + c).collect(),
+            dtype,
+        },
+        C::Reduce {
+            root: n - 1,
+            count: c,
+            dtype,
+            op: sum,
+        },
+        C::Allreduce {
+            count: c,
+            dtype,
+            op: sum,
+        },
+        C::ReduceScatter {
+            counts: (0..n).map(|r| c + r % 2).collect(),
+            dtype,
+            op: sum,
+        },
+    ]
+}
+
+/// Rank `r`'s buffers for the `i`-th collective of [`collectives`]: its send
+/// buffer, and its receive buffer as it starts (the root's data for a
+/// broadcast, a pattern elsewhere, so that a region written by mistake shows).
+fn inputs(coll: &hpc_collectives::Collective, r: usize, n: usize) -> (Vec<i64>, Vec<i64>) {
+    let (s, rl) = coll.buffer_bytes(r, n);
+    let send = (0..s / 8).map(|i| val(r, i)).collect();
+    let recv = match coll {
+        hpc_collectives::Collective::Broadcast { root, .. } if *root == r => {
+            (0..rl / 8).map(|i| val(r, i)).collect()
+        }
+        _ => vec![-7; rl / 8],
+    };
+    (send, recv)
+}
+
+/// Starts `coll` on `comm` through its public call.
+fn start<'a>(
+    comm: &'a Comm,
+    coll: &hpc_collectives::Collective,
+    send: &'a [i64],
+    recv: &'a mut Vec<i64>,
+) -> hpc_comm::Request<'a> {
+    use hpc_collectives::Collective as C;
+    match coll {
+        C::Barrier => comm.ibarrier(),
+        C::Broadcast { root, .. } => comm.ibcast(recv, *root),
+        C::Gather { root, .. } => comm.igather(send, recv, *root),
+        C::Scatter { root, .. } => comm.iscatter(send, recv, *root),
+        C::Allgather { .. } => comm.iallgather(send, recv),
+        C::Allgatherv { counts, .. } => comm.iallgatherv(send, recv, counts),
+        C::Alltoall { .. } => comm.ialltoall(send, recv),
+        C::Alltoallv {
+            send_counts,
+            recv_counts,
+            ..
+        } => comm.ialltoallv(send, send_counts, recv, recv_counts),
+        C::Reduce { root, op, .. } => comm.ireduce(send, recv, *op, *root),
+        C::Allreduce { op, .. } => comm.iallreduce(send, recv, *op),
+        C::ReduceScatter { counts, op, .. } => comm.ireduce_scatter(send, recv, counts, *op),
+        other => panic!("no call for {other:?}"),
     }
+    .unwrap()
+}
+
+/// The simulator's receive buffer of rank `me` for the `i`-th collective of
+/// [`collectives`] with `opts`; `None` where the algorithm has no schedule
+/// for it.
+fn reference(
+    i: usize,
+    c: usize,
+    me: usize,
+    n: usize,
+    opts: &hpc_collectives::Options,
+) -> Option<Vec<i64>> {
+    let mut scheds = Vec::new();
+    let mut ins = Vec::new();
+    for r in 0..n {
+        let coll = &collectives(r, n, c)[i];
+        scheds.push(coll.schedule(r, n, opts).ok()?);
+        let (send, recv) = inputs(coll, r, n);
+        let b = |v: Vec<i64>| v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        ins.push(hpc_collectives::sim::RankBuffers {
+            send: b(send),
+            recv: b(recv),
+        });
+    }
+    let out = hpc_collectives::sim::run(&scheds, ins).unwrap();
+    Some(
+        out[me]
+            .chunks_exact(8)
+            .map(|w| i64::from_ne_bytes(w.try_into().unwrap()))
+            .collect(),
+    )
+}
+
+/// The Proxy engine across nodes: every collective with every algorithm that
+/// has a schedule for it, against the simulator; the typed checks of
+/// [`check_all`]; several collectives in flight at once; a split across and
+/// within nodes.
+fn proxy_across_nodes(world: &World) {
+    let n = world.size();
+    let mut checked = 0;
+    for alg in hpc_collectives::Algorithm::ALL {
+        let mut opts = CommOptions::new(Engine::Proxy);
+        opts.schedule = hpc_collectives::Options::with_algorithm(alg);
+        let comm = Comm::with_options(world, opts.clone()).unwrap();
+        if world.node_count() > 1 {
+            assert!(
+                comm.progress_note()
+                    .contains("other nodes through the proxies over"),
+                "{}",
+                comm.progress_note()
+            );
+        }
+        let me = comm.rank();
+        if me == 0 && alg == hpc_collectives::Algorithm::Auto {
+            eprintln!("NOTE {}", comm.progress_note());
+        }
+        // Blocks of a few elements for every algorithm, and larger ones (several
+        // pieces of the proxy's copies) for the default selection.
+        let counts: &[usize] = if alg == hpc_collectives::Algorithm::Auto {
+            &[5, 20_000]
+        } else {
+            &[5]
+        };
+        for &c in counts {
+            let colls = collectives(me, n, c);
+            for (i, coll) in colls.iter().enumerate() {
+                let Some(want) = reference(i, c, me, n, &opts.schedule) else {
+                    continue;
+                };
+                let (send, mut recv) = inputs(coll, me, n);
+                start(&comm, coll, &send, &mut recv).wait().unwrap();
+                assert!(
+                    recv == want,
+                    "{} with {alg}, {c} elements, rank {me} of {n}",
+                    coll.kind()
+                );
+                checked += 1;
+            }
+        }
+        if alg != hpc_collectives::Algorithm::Auto {
+            continue;
+        }
+        check_all(&comm, Engine::Proxy);
+        // Every collective in flight at once, waited for in reverse order: the
+        // proxies match by (collective, step), not by arrival.
+        let colls = collectives(me, n, 700);
+        let mut bufs: Vec<(Vec<i64>, Vec<i64>)> = colls.iter().map(|c| inputs(c, me, n)).collect();
+        let reqs: Vec<_> = colls
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(coll, (send, recv))| start(&comm, coll, send, recv))
+            .collect();
+        for r in reqs.into_iter().rev() {
+            r.wait().unwrap();
+        }
+        for (i, (_, recv)) in bufs.iter().enumerate() {
+            let want = reference(i, 700, me, n, &opts.schedule).unwrap();
+            assert!(
+                *recv == want,
+                "{} in flight with the others, rank {me}",
+                colls[i].kind()
+            );
+        }
+        // Sub-communicators by node (within one) and by parity (across nodes
+        // when there are more than two ranks), both at once.
+        let by_node = comm.split(world.node() as u32, 0).unwrap();
+        let by_parity = comm.split((me % 2) as u32, 0).unwrap();
+        let a = vec![1u64; 100];
+        let (mut ra, mut rb) = (vec![0u64; 100], vec![0u64; 100]);
+        let r1 = by_node.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
+        let r2 = by_parity.iallreduce(&a, &mut rb, ReduceOp::Sum).unwrap();
+        hpc_comm::Request::wait_all([r1, r2]).unwrap();
+        assert_eq!(ra, vec![world.local_size() as u64; 100]);
+        assert_eq!(rb, vec![by_parity.size() as u64; 100]);
+        split_unevenly(&comm);
+        // Shared buffers, which the proxy maps, to and from other nodes.
+        let count = 3000;
+        let send =
+            SharedBuf::from_slice(&(0..n * count).map(|i| val(me, i)).collect::<Vec<_>>()).unwrap();
+        let mut recv = SharedBuf::<i64>::new(n * count).unwrap();
+        comm.scope(|s| s.ialltoall(&send, &mut recv)?.wait())
+            .unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+            .collect();
+        assert_eq!(&recv[..], &want[..], "shared alltoall rank {me}");
+    }
+    // With the ranks' own blocks copied by the ranks (as on a node without a
+    // core for the proxy), the proxies skipping those steps.
+    let mut own = CommOptions::new(Engine::Proxy);
+    own.own_copies = Some(true);
+    check_all(&Comm::with_options(world, own).unwrap(), Engine::Proxy);
+    // Every collective with the default selection (twice) and with at least
+    // one forced algorithm each, most with several.
+    assert!(checked >= 2 * 11 + 11, "{checked} checked");
+    eprintln!("{checked} collectives checked against the simulator");
+}
+
+/// The children of this process (the proxy, for the rank that started it).
+fn children() -> Vec<i32> {
+    let me = std::process::id();
+    std::fs::read_dir(format!("/proc/{me}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .map(|p| p.parse::<i32>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The proxy of node 1 is killed (SIGKILL, by the rank that started it) while
+/// node 0's ranks are in a collective that waits for node 1: node 1's ranks
+/// fail naming the proxy, node 0's naming node 1, well within the timeout.
+/// Each rank prints its pid and the node's proxy's pid (`PIDS`) for the test
+/// to check that nothing is left behind.
+fn proxy_node_death(world: &World) {
+    let mut opts = CommOptions::new(Engine::Proxy);
+    opts.timeout = Some(Duration::from_secs(10));
+    let comm = Comm::with_options(world, opts).unwrap();
+    let me = comm.rank();
+    let proxy = if me < 2 { children() } else { Vec::new() };
+    eprintln!("PIDS {} {proxy:?}", std::process::id());
+    let n = comm.size();
+    let send = vec![1u8; 65536 * n];
+    let mut recv = vec![0u8; 65536 * n];
+    comm.alltoall(&send, &mut recv).unwrap();
+    world.barrier().unwrap();
+    let t0 = Instant::now();
+    if world.node() == 1 {
+        // Node 0 is in the alltoall below by now, waiting for node 1.
+        std::thread::sleep(Duration::from_millis(300));
+        if me == 1 {
+            assert_eq!(proxy.len(), 1, "one child, the proxy: {proxy:?}");
+            // SAFETY: plain kill(2) of our own child.
+            assert_eq!(unsafe { libc::kill(proxy[0], libc::SIGKILL) }, 0);
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let err = comm.alltoall(&send, &mut recv).unwrap_err();
+        assert!(matches!(err, Error::Stopped("proxy")), "{err}");
+        eprintln!("OK: {err} after {:?}", t0.elapsed());
+    } else {
+        let err = comm
+            .ialltoall(&send, &mut recv)
+            .unwrap()
+            .wait()
+            .unwrap_err();
+        assert!(matches!(err, Error::NodeLost { node: 1 }), "{err}");
+        eprintln!("OK: {err} after {:?}", t0.elapsed());
+        // And at once for the next one.
+        let err = comm.barrier().unwrap_err();
+        assert!(matches!(err, Error::NodeLost { node: 1 }), "{err}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
 }
 
 /// Rank 1 dies after posting; the others' wait names it.
@@ -960,8 +1266,81 @@ fn inline_and_thread_engines_span_nodes() {
 }
 
 #[test]
+fn proxy_engine_spans_nodes() {
+    // 1-8 ranks on 1-4 nodes (rank r on node r % nodes).
+    for (n, nodes) in [(1, 1), (2, 2), (3, 2), (4, 4), (5, 3), (8, 2)] {
+        let t = Instant::now();
+        for (r, (ok, err)) in job_on_nodes("proxy_nodes", n, nodes, 30.0, &[])
+            .into_iter()
+            .enumerate()
+        {
+            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
+            if let Some(note) = err.lines().find(|l| l.starts_with("NOTE ")) {
+                eprintln!("{note}");
+            }
+        }
+        eprintln!("proxy_nodes x{n} on {nodes}: {:?}", t.elapsed());
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_killed_proxy_fails_its_node_and_names_it_to_the_others() {
+    let t = Instant::now();
+    let res = job_on_nodes("proxy_node_death", 4, 2, 10.0, &[]);
+    let took = t.elapsed();
+    let mut pids = Vec::new();
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r}: {err}");
+        let want = if r % 2 == 1 {
+            "the proxy engine stopped"
+        } else {
+            "node 1 is lost"
+        };
+        assert!(err.contains(want), "rank {r}: {err}");
+        let line = err.lines().find_map(|l| l.strip_prefix("PIDS ")).unwrap();
+        let (pid, kids) = line.split_once(' ').unwrap();
+        pids.push(pid.parse::<i32>().unwrap());
+        let kids = kids.trim_matches(|c| c == '[' || c == ']');
+        pids.extend(
+            kids.split(", ")
+                .filter(|k| !k.is_empty())
+                .map(|k| k.parse::<i32>().unwrap()),
+        );
+    }
+    // Well within the 10 s timeout: detected, not waited out.
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    // The surviving proxy goes too (its ranks are gone), and nothing is left in
+    // /dev/shm by any of the processes.
+    let t = Instant::now();
+    while !pids.iter().all(|&p| exited(p)) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(pids.iter().all(|&p| exited(p)), "left running: {pids:?}");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| {
+            pids.iter()
+                .any(|p| f.starts_with(&format!("hpc-coll-{p}-")))
+        })
+        .collect();
+    assert!(left.is_empty(), "boards left behind: {left:?}");
+}
+
+#[test]
 fn killed_rank_on_another_node_is_named() {
-    for engine in ["inline", "thread"] {
+    for engine in ["inline", "thread", "proxy"] {
         let res = job_on_nodes("kill", 3, 2, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
         for (r, (ok, err)) in res.iter().enumerate() {
             if r != 1 {

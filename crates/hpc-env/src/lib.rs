@@ -185,6 +185,10 @@ vars! {
     Internal COLL_PROXY_SLOTS = "HPC_COLL_PROXY_SLOTS", default "";
     /// How long the proxy polls before it sleeps, in microseconds.
     Internal COLL_PROXY_SPIN_US = "HPC_COLL_PROXY_SPIN_US", default "`0`";
+    /// `1`: the proxy's standard input is a socket to its node's first rank, which
+    /// relays the set-up of the network between the proxies of a communicator that
+    /// spans nodes.
+    Internal COLL_PROXY_NET = "HPC_COLL_PROXY_NET", default "";
 
     // --- Development ----------------------------------------------------------------
     /// `1`: tests that need Open MPI's `mpirun` fail when it is missing instead of

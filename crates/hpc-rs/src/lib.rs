@@ -302,19 +302,18 @@ impl Context {
     /// The engine is `HPC_ENGINE` (`inline`, `thread`, `proxy`, `mpi`) if set;
     /// otherwise, where this rank has a progress core (its placement's, from
     /// [`Options::progress`], or `hpc run --progress`'s `HPC_PROGRESS_CPUSET`), the
-    /// `Proxy` engine when the job was started with `hpc run --proxy` on one node and
+    /// `Proxy` engine when the job was started with `hpc run --proxy` (on one node or
+    /// several: the nodes' proxies then carry the messages between nodes) and
     /// the `Thread` engine pinned to that core otherwise; without a progress core,
     /// `Proxy` when `hpc run --proxy` asked for it and `Inline` (progress inside
     /// `test`/`wait`) otherwise. The book's chapter "Choosing an engine" explains why.
     pub fn comm_options(&self) -> Result<hpc_comm::CommOptions, hpc_comm::Error> {
         let progress = self.progress_cpus();
         let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
-        let one_node = self.world.node_count() == 1;
         let engine = choose_engine(
             std::env::var(runtime::env::ENGINE).ok().as_deref(),
             progress.is_some(),
             proxy_asked,
-            one_node,
         )?;
         let mut opts = hpc_comm::CommOptions::new(engine);
         opts.progress_cpus = progress;
@@ -343,7 +342,6 @@ fn choose_engine(
     asked: Option<&str>,
     progress_core: bool,
     proxy_asked: bool,
-    one_node: bool,
 ) -> Result<hpc_comm::Engine, hpc_comm::Error> {
     use hpc_comm::Engine;
     if let Some(name) = asked.map(str::trim).filter(|s| !s.is_empty()) {
@@ -359,7 +357,7 @@ fn choose_engine(
             ))
         });
     }
-    Ok(match (progress_core, proxy_asked && one_node) {
+    Ok(match (progress_core, proxy_asked) {
         (_, true) => Engine::Proxy,
         (true, false) => Engine::Thread,
         (false, false) => Engine::Inline,
@@ -529,45 +527,25 @@ mod tests {
 
     #[test]
     fn the_engine_follows_the_placement() {
-        assert_eq!(
-            choose_engine(None, false, false, true).unwrap(),
-            Engine::Inline
-        );
-        assert_eq!(
-            choose_engine(None, true, false, true).unwrap(),
-            Engine::Thread
-        );
-        // `hpc run --proxy`: the proxy, on one node; it cannot span nodes.
-        assert_eq!(
-            choose_engine(None, true, true, true).unwrap(),
-            Engine::Proxy
-        );
-        assert_eq!(
-            choose_engine(None, false, true, true).unwrap(),
-            Engine::Proxy
-        );
-        assert_eq!(
-            choose_engine(None, true, true, false).unwrap(),
-            Engine::Thread
-        );
-        assert_eq!(
-            choose_engine(None, false, true, false).unwrap(),
-            Engine::Inline
-        );
+        assert_eq!(choose_engine(None, false, false).unwrap(), Engine::Inline);
+        assert_eq!(choose_engine(None, true, false).unwrap(), Engine::Thread);
+        // `hpc run --proxy`: the proxy, whether the job spans nodes or not.
+        assert_eq!(choose_engine(None, true, true).unwrap(), Engine::Proxy);
+        assert_eq!(choose_engine(None, false, true).unwrap(), Engine::Proxy);
         // HPC_ENGINE overrides.
         assert_eq!(
-            choose_engine(Some("inline"), true, true, true).unwrap(),
+            choose_engine(Some("inline"), true, true).unwrap(),
             Engine::Inline
         );
         assert_eq!(
-            choose_engine(Some(" Thread "), false, false, true).unwrap(),
+            choose_engine(Some(" Thread "), false, false).unwrap(),
             Engine::Thread
         );
         assert_eq!(
-            choose_engine(Some(""), true, false, true).unwrap(),
+            choose_engine(Some(""), true, false).unwrap(),
             Engine::Thread
         );
-        let e = choose_engine(Some("fast"), false, false, true)
+        let e = choose_engine(Some("fast"), false, false)
             .unwrap_err()
             .to_string();
         assert!(

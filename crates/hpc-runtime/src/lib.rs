@@ -48,7 +48,7 @@ pub use coordinator::Coordinator;
 pub use env::MpiLauncher;
 pub use error::{Error, Result};
 pub use node::NodeMap;
-pub use world::{hostname, Bootstrap, Config, World};
+pub use world::{hostname, Bootstrap, Config, Relay, World};
 
 /// A random 64-bit value from the kernel, for job secrets and unguessable names.
 pub fn random_u64() -> u64 {

@@ -31,6 +31,10 @@ pub enum Bootstrap {
         /// The thread support level MPI granted.
         threading: String,
     },
+    /// Built by [`World::relayed`]: its collectives are carried by the
+    /// program that made it (for processes that are not ranks of the job, such
+    /// as the collectives proxies, whose ranks relay their set-up).
+    Relayed,
 }
 
 impl fmt::Display for Bootstrap {
@@ -49,6 +53,7 @@ impl fmt::Display for Bootstrap {
                 }
                 write!(f, " [{library}; threading {threading}]")
             }
+            Bootstrap::Relayed => write!(f, "relayed"),
         }
     }
 }
@@ -93,8 +98,20 @@ impl Config {
     }
 }
 
+/// Carries the collectives of a [`World::relayed`] world.
+///
+/// Every member calls [`Relay::allgather`] in the same order; an
+/// implementation must bound each call (the world's timeout) and fail rather
+/// than wait for a member that is gone.
+pub trait Relay: Send + Sync {
+    /// Every member contributes `mine`; returns all contributions, indexed by
+    /// member.
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
 pub(crate) enum Backend {
     Singleton,
+    Relayed(Box<dyn Relay>),
     Launcher(Mutex<LauncherLink>),
     #[cfg(feature = "mpi")]
     Mpi(Box<crate::mpi_backend::MpiBackend>),
@@ -203,6 +220,33 @@ impl World {
             "hpc-runtime initialised"
         );
         Ok(world)
+    }
+
+    /// A world of `node_names.len()` members whose collectives `relay` carries,
+    /// `rank` being this process: for processes that are not ranks of a job but
+    /// must connect to each other (a transport among the collectives proxies of
+    /// several nodes, bootstrapped through their ranks). Members with equal node
+    /// names share a node.
+    pub fn relayed(
+        rank: usize,
+        node_names: &[String],
+        timeout: Duration,
+        relay: Box<dyn Relay>,
+    ) -> Result<World> {
+        if rank >= node_names.len() {
+            return Err(Error::InvalidArgument(format!(
+                "member {rank} of a relayed world of {}",
+                node_names.len()
+            )));
+        }
+        Ok(World {
+            rank,
+            size: node_names.len(),
+            nodes: NodeMap::from_names(node_names),
+            timeout,
+            bootstrap: Bootstrap::Relayed,
+            backend: Backend::Relayed(relay),
+        })
     }
 
     fn singleton(config: &Config) -> World {
@@ -321,6 +365,7 @@ impl World {
     pub fn barrier(&self) -> Result<()> {
         match &self.backend {
             Backend::Singleton => Ok(()),
+            Backend::Relayed(r) => r.allgather(&[]).map(|_| ()),
             Backend::Launcher(l) => lock(l)?.collective(Op::Barrier, &[]).map(|_| ()),
             #[cfg(feature = "mpi")]
             Backend::Mpi(m) => m.allgather(&[], "barrier").map(|_| ()),
@@ -332,6 +377,7 @@ impl World {
     pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let parts = match &self.backend {
             Backend::Singleton => vec![mine.to_vec()],
+            Backend::Relayed(r) => r.allgather(mine)?,
             Backend::Launcher(l) => lock(l)?.collective(Op::Allgather, mine)?,
             #[cfg(feature = "mpi")]
             Backend::Mpi(m) => m.allgather(mine, "allgather")?,
@@ -356,6 +402,17 @@ impl World {
         }
         match &self.backend {
             Backend::Singleton => Ok(data.to_vec()),
+            Backend::Relayed(r) => {
+                let mut parts = r.allgather(if root == self.rank { data } else { &[] })?;
+                if parts.len() != self.size {
+                    return Err(Error::Protocol(format!(
+                        "relayed broadcast returned {} parts for {} members",
+                        parts.len(),
+                        self.size
+                    )));
+                }
+                Ok(parts.swap_remove(root))
+            }
             Backend::Launcher(l) => {
                 let payload = if root == self.rank { data } else { &[] };
                 let mut parts =
@@ -382,4 +439,68 @@ impl World {
 fn lock(l: &Mutex<LauncherLink>) -> Result<std::sync::MutexGuard<'_, LauncherLink>> {
     l.lock()
         .map_err(|_| Error::Protocol("a previous call on this world panicked".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Members that meet in this process: each allgather waits for all, as a
+    /// relay over real links does.
+    struct Local {
+        me: usize,
+        slots: Arc<Mutex<Vec<Vec<u8>>>>,
+        barrier: Arc<Barrier>,
+    }
+
+    impl Relay for Local {
+        fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+            self.slots.lock().unwrap()[self.me] = mine.to_vec();
+            self.barrier.wait();
+            let all = self.slots.lock().unwrap().clone();
+            self.barrier.wait();
+            Ok(all)
+        }
+    }
+
+    #[test]
+    fn a_relayed_world_runs_its_collectives_through_the_relay() {
+        let n = 3;
+        let slots = Arc::new(Mutex::new(vec![Vec::new(); n]));
+        let barrier = Arc::new(Barrier::new(n));
+        let names: Vec<String> = ["a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let threads: Vec<_> = (0..n)
+            .map(|me| {
+                let relay = Local {
+                    me,
+                    slots: slots.clone(),
+                    barrier: barrier.clone(),
+                };
+                let names = names.clone();
+                std::thread::spawn(move || {
+                    let w = World::relayed(me, &names, Duration::from_secs(5), Box::new(relay))
+                        .unwrap();
+                    assert_eq!((w.rank(), w.size(), w.node_count()), (me, 3, 2));
+                    assert!(w.same_node(0, 2) && !w.same_node(0, 1));
+                    assert_eq!(w.bootstrap(), &Bootstrap::Relayed);
+                    let all = w.allgather(&[me as u8; 2]).unwrap();
+                    assert_eq!(all, vec![vec![0, 0], vec![1, 1], vec![2, 2]]);
+                    w.barrier().unwrap();
+                    let b = w.broadcast(1, &[me as u8 + 10]).unwrap();
+                    assert_eq!(b, vec![11]);
+                    assert!(w.broadcast(3, &[]).is_err());
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let relay = Local {
+            me: 0,
+            slots,
+            barrier,
+        };
+        assert!(World::relayed(3, &names, Duration::from_secs(1), Box::new(relay)).is_err());
+    }
 }

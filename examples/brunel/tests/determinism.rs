@@ -138,6 +138,12 @@ fn run_processes(size: usize, out: &Path) {
 }
 
 fn run_processes_with(size: usize, out: &Path, extra: &[&str]) {
+    run_processes_on(size, 1, out, extra);
+}
+
+/// Like [`run_processes_with`] on `nodes` emulated nodes (rank r on node
+/// `r % nodes`, through `HPC_NODE_NAME`).
+fn run_processes_on(size: usize, nodes: usize, out: &Path, extra: &[&str]) {
     let args: Vec<String> = brunel_args(out)
         .into_iter()
         .chain(extra.iter().map(|s| s.to_string()))
@@ -145,6 +151,7 @@ fn run_processes_with(size: usize, out: &Path, extra: &[&str]) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let outs = Job::program(BRUNEL, &args, size)
         .timeout(Duration::from_secs(20))
+        .nodes(nodes)
         .run();
     for (r, o) in outs.into_iter().enumerate() {
         assert!(
@@ -195,6 +202,22 @@ fn every_collectives_engine_gives_the_same_spikes() {
         assert!(got == reference, "engine {engine} differs from 1 x 1");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn the_proxy_engine_across_nodes_gives_the_spikes_of_one_node() {
+    let model = Model::new(small_params()).unwrap();
+    let (reference, _) = spikes_of(&model, 1, 1, true);
+    // 3 ranks on 2 emulated nodes: each node's proxy carries its ranks'
+    // exchanges with the other node.
+    let dir = tmpdir("proxy-nodes");
+    run_processes_on(3, 2, &dir, &["--engine", "proxy"]);
+    let got = std::fs::read(dir.join("spikes.spk")).unwrap();
+    assert!(
+        got == reference,
+        "the proxy engine on 2 nodes differs from 1 x 1"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[cfg(not(feature = "mpi"))]

@@ -64,6 +64,9 @@ pub(crate) struct Client {
     proxy_gone: std::sync::atomic::AtomicBool,
     /// Set once this rank told the proxy it is gone.
     detached: std::sync::atomic::AtomicBool,
+    /// The set-up link to the proxy this rank started for a communicator that
+    /// spans nodes (taken by [`Client::take_link`]).
+    link: Mutex<Option<std::os::unix::net::UnixStream>>,
 }
 
 /// How often a waiting rank asks the kernel whether the proxy still lives
@@ -85,8 +88,12 @@ fn proxy_command() -> Command {
 }
 
 impl Client {
-    /// Called by every rank while the board file still exists; rank 0 starts
-    /// the proxy and waits until it mapped the board.
+    /// Called by every rank while the board file still exists; the node's
+    /// first rank (`starter`) starts the proxy and waits until it mapped the
+    /// board. With `net` (a communicator that spans nodes) the proxy gets a
+    /// set-up link ([`net::attach`](super::net::attach)), for
+    /// [`Client::take_link`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         board: Arc<Board>,
         me: usize,
@@ -95,8 +102,10 @@ impl Client {
         timeout: Duration,
         spin: Duration,
         own_copies: bool,
+        (starter, net): (bool, bool),
     ) -> Result<Client> {
-        if me == 0 {
+        let mut link = None;
+        if starter {
             if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some() {
                 // This process was started to be a proxy but went on as an application:
                 // starting a proxy of its own would recurse.
@@ -116,10 +125,20 @@ impl Client {
             // It exits by itself once every rank has detached or died.
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             // Should the program not serve as the proxy, it must not join the job.
+            // What chooses and addresses the network between proxies stays.
+            let keep = [
+                PROXY_CMD,
+                hpc_runtime::env::TRANSPORT,
+                hpc_runtime::env::OFI_PROVIDER,
+                hpc_runtime::env::TCP_ADDR,
+            ];
             for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with("HPC_") && k != PROXY_CMD {
+                if k.to_string_lossy().starts_with("HPC_") && !keep.iter().any(|&n| k == n) {
                     cmd.env_remove(&k);
                 }
+            }
+            if net {
+                link = Some(super::net::attach(&mut cmd)?);
             }
             cmd.env(hpc_runtime::env::COLL_PROXY_BOARD, board.path())
                 .env(hpc_runtime::env::COLL_PROXY_SLOTS, (size + 1).to_string())
@@ -167,7 +186,14 @@ impl Client {
             state: Mutex::new(ClientState::default()),
             proxy_gone: false.into(),
             detached: false.into(),
+            link: Mutex::new(link),
         })
+    }
+
+    /// The set-up link to the proxy, on the rank that started it for a
+    /// communicator that spans nodes (once).
+    pub(crate) fn take_link(&self) -> Option<std::os::unix::net::UnixStream> {
+        lock(&self.link).take()
     }
 
     fn push(&self, st: &mut ClientState, d: Desc) {
@@ -291,6 +317,7 @@ impl Client {
                 rank: self.world[aux as usize],
                 detail: "message sizes differ".into(),
             }),
+            Code::NodeLost => Err(Error::NodeLost { node: aux as usize }),
             Code::Failed => Err(Error::Transport("the proxy failed the collective".into())),
         })
     }
@@ -430,6 +457,7 @@ mod tests {
             Duration::from_secs(5),
             Duration::ZERO,
             false,
+            (false, false),
         )
         .unwrap();
         let pending = |seq| Pending {

@@ -62,14 +62,33 @@
 //! and buffer access is RDMA read/write with the ranks' memory keys
 //! (exchanged once per buffer, cached like MVAPICH2-DPU's registration
 //! cache), using cross-GVMI keys so the DPU can post on the host's behalf.
-//! Doorbells become a completion-queue event. Inter-node messages would go
-//! through `hpc-rdma`'s verbs transport from the DPU. None of that is done
-//! here: this proxy serves one node, over cross-memory attach and the
-//! memfds of [`SharedBuf`](crate::SharedBuf)s it maps (the host-side
-//! counterpart of registered memory).
+//! Doorbells become a completion-queue event. Inter-node messages go
+//! through `hpc-rdma` from the proxy (see below), as they would from the DPU
+//! over verbs. The rest is not done here: this proxy reaches its node's
+//! ranks over cross-memory attach and the memfds of
+//! [`SharedBuf`](crate::SharedBuf)s it maps (the host-side counterpart of
+//! registered memory).
 //!
-//! What it lacks today: more than one node and more than one copying
-//! thread. Between ordinary buffers, rank-to-rank bytes cross the proxy twice
+//! # Across nodes
+//!
+//! Where a communicator spans nodes, each node has its proxy (started by the
+//! node's first rank), and the proxies connect to each other with an
+//! `hpc_rdma::Transport` (tcp by default, whatever `HPC_TRANSPORT` asks for,
+//! e.g. `ofi`), bootstrapped through the ranks: a proxy is no rank of the
+//! job's `World`, so its node's first rank relays its set-up allgathers over
+//! a socket on the proxy's standard input (`net.rs`). A schedule's step
+//! whose peer is on another node is the proxies' business: the sending proxy
+//! reads the region when the round is posted (eagerly) and sends it to the
+//! peer's proxy, tagged with the ranks and the step's (sequence, tag); the
+//! receiving proxy files it with its node's messages, where the receive
+//! step matches it like any other. Steps within a node stay as they are.
+//! Every collective goes to the proxy there (`proxy_min` is 0: the ranks
+//! have no network path of their own). A proxy that loses another fails its
+//! collectives with `Error::NodeLost` naming that node; a dead proxy fails
+//! its own node's ranks with `Error::Stopped("proxy")`.
+//!
+//! What it lacks today: more than one copying thread. Between ordinary
+//! buffers, rank-to-rank bytes cross the proxy twice
 //! (read, then write; a DPU does the same through its own DRAM), all on the
 //! proxy's one core, so for large messages the proxy is bound by its copy
 //! rate where the ranks of an MPI library copy in parallel, each once.
@@ -82,10 +101,12 @@
 //! (a rank's side), `memory.rs` (regions in a rank's process, a mapped
 //! `SharedBuf` or scratch; copies and reductions between them) and
 //! `server.rs` (the proxy process: intake, the schedules' state machine,
-//! liveness, backoff).
+//! liveness, backoff) and `net.rs` (the proxies of a communicator that spans
+//! nodes: their set-up through the ranks, messages between them, goodbye).
 
 mod client;
 mod memory;
+pub(crate) mod net;
 mod protocol;
 mod server;
 
@@ -143,6 +164,7 @@ pub fn serve_env() -> Result<bool> {
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(Duration::ZERO, Duration::from_micros);
-    serve(std::path::Path::new(&path), slots, spin)?;
+    let net = std::env::var_os(hpc_runtime::env::COLL_PROXY_NET).is_some_and(|v| v == "1");
+    server::serve_with(std::path::Path::new(&path), slots, spin, net)?;
     std::process::exit(0);
 }

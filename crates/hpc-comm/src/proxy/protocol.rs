@@ -4,7 +4,8 @@
 //! answers on its ring to the rank. A descriptor's `kind` is a [`Kind`]; a
 //! `SUBMIT` points (`addr`, `len`) at a [`Blob`] in the rank's memory, which
 //! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
-//! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len`. Tags
+//! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len` (for
+//! `NodeLost`, the node). Tags
 //! are the communicator's sequence numbers of the collectives.
 
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,9 @@ pub(crate) enum Code {
     /// Anything else: an unreadable blob or buffer, a region outside its
     /// buffer, a reduction the data type does not have.
     Failed = 3,
+    /// Another node of the communicator is lost: its proxy stopped or cannot
+    /// be reached (`len`: the world's id of that node).
+    NodeLost = 4,
 }
 
 impl Code {
@@ -78,6 +82,7 @@ impl Code {
             0 => Code::Ok,
             1 => Code::Lost,
             2 => Code::Mismatch,
+            4 => Code::NodeLost,
             _ => Code::Failed,
         }
     }

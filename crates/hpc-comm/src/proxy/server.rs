@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use hpc_collectives::{own_copy, Region, Schedule, Step};
 
 use super::memory::{copy, locate, locate_dst, rd, reduce, Buf, Loc, Mapping, OpMem, Src, CHUNK};
+use super::net::{ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
@@ -70,6 +71,8 @@ struct Proxy {
     /// The proxy's mappings of ranks' [`SharedBuf`](crate::SharedBuf)s, by
     /// (rank, inode): its registration cache.
     maps: HashMap<(usize, u64), Mapping>,
+    /// The other nodes' proxies, where the communicator spans nodes.
+    net: Option<ProxyNet>,
 }
 
 fn tag64(seq: u64, tag: u32) -> u64 {
@@ -254,7 +257,7 @@ impl Proxy {
     }
 
     /// Posts the steps of `op`'s current round.
-    fn post(&mut self, op: &mut VOp) -> Result<(), Code> {
+    fn post(&mut self, op: &mut VOp) -> Result<(), (Code, u64)> {
         let _span = tracing::debug_span!(
             "proxy-round",
             rank = op.rank,
@@ -270,14 +273,31 @@ impl Proxy {
     }
 
     /// Posts `steps`; without those the rank made itself (`skip_own`).
-    fn post_steps(&mut self, op: &mut VOp, steps: &[Step], skip_own: bool) -> Result<(), Code> {
+    fn post_steps(
+        &mut self,
+        op: &mut VOp,
+        steps: &[Step],
+        skip_own: bool,
+    ) -> Result<(), (Code, u64)> {
+        let c0 = |c: Code| (c, 0);
         for step in steps {
             if skip_own && own_copy(step).is_some() {
                 continue;
             }
             match *step {
+                Step::Send { peer, region, tag } if self.net_peer(peer) => {
+                    // To another node: read now (eagerly), through the transport.
+                    let at = locate(&op.mem, &self.pids, &region).map_err(c0)?;
+                    // From the pool: a fresh large buffer costs a page fault per page.
+                    let mut data = self.take(region.len + TRAILER).v;
+                    data.truncate(region.len + TRAILER);
+                    read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
+                    let net = self.net.as_mut().expect("net_peer implies net");
+                    net.send(op.rank, peer, tag64(op.seq, tag), data)
+                        .map_err(|node| (Code::NodeLost, node as u64))?;
+                }
                 Step::Send { peer, region, tag } => {
-                    let payload = match locate(&op.mem, &self.pids, &region)? {
+                    let payload = match locate(&op.mem, &self.pids, &region).map_err(c0)? {
                         at @ (Loc::Rank { .. } | Loc::Mapped(_)) => {
                             *self.inflight.entry((op.rank, op.seq)).or_default() += 1;
                             Payload::Remote {
@@ -298,9 +318,9 @@ impl Proxy {
                 }
                 Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
                 Step::Copy { src, dst } => {
-                    let from = locate(&op.mem, &self.pids, &src)?;
-                    let to = locate_dst(&op.mem, &self.pids, &dst)?;
-                    copy(&mut self.bounce, &mut op.mem, Src::Loc(from), to, src.len)?;
+                    let from = locate(&op.mem, &self.pids, &src).map_err(c0)?;
+                    let to = locate_dst(&op.mem, &self.pids, &dst).map_err(c0)?;
+                    copy(&mut self.bounce, &mut op.mem, Src::Loc(from), to, src.len).map_err(c0)?;
                 }
                 Step::Reduce {
                     src,
@@ -308,9 +328,10 @@ impl Proxy {
                     op: rop,
                     dtype,
                 } => {
-                    let from = locate(&op.mem, &self.pids, &src)?;
-                    let to = locate_dst(&op.mem, &self.pids, &dst)?;
-                    reduce(&mut self.bounce, &mut op.mem, rop, dtype, from, to, src.len)?;
+                    let from = locate(&op.mem, &self.pids, &src).map_err(c0)?;
+                    let to = locate_dst(&op.mem, &self.pids, &dst).map_err(c0)?;
+                    reduce(&mut self.bounce, &mut op.mem, rop, dtype, from, to, src.len)
+                        .map_err(c0)?;
                 }
             }
         }
@@ -321,7 +342,7 @@ impl Proxy {
     fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
         loop {
             if !op.posted {
-                self.post(op).map_err(|c| (c, 0))?;
+                self.post(op)?;
                 op.posted = true;
             }
             let mut i = 0;
@@ -401,6 +422,9 @@ impl Proxy {
 /// shared buffers their ranks closed.
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);
 
+/// The longest futex wait of a proxy whose collectives wait for other nodes.
+const NET_WAIT: Duration = Duration::from_micros(50);
+
 /// The futex wait of an idle proxy is bounded so that the liveness checks
 /// run: a rank that dies rings no doorbell.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
@@ -420,7 +444,49 @@ impl Proxy {
             pool: Vec::new(),
             bounce: vec![0; 2 * CHUNK],
             maps: HashMap::new(),
+            net: None,
         }
+    }
+
+    /// Whether rank `r` is on another node (reached through the other proxies).
+    fn net_peer(&self, r: usize) -> bool {
+        self.net.as_ref().is_some_and(|n| n.is_remote(r))
+    }
+
+    /// Moves the network: files the messages from other nodes with the local
+    /// ones (as bytes owned by the proxy, matched by the receives as any), and
+    /// fails every collective in flight when another node is found lost;
+    /// whether anything moved.
+    fn pump(&mut self) -> bool {
+        let Some(net) = self.net.as_mut() else {
+            return false;
+        };
+        let mut arrived = Vec::new();
+        let mut sent = Vec::new();
+        let mut moved = net.poll(
+            &mut |src: usize, dst: usize, tag: u64, v: Vec<u8>| arrived.push((src, dst, tag, v)),
+            &mut |v: Vec<u8>| sent.push(v),
+        );
+        let lost = net.take_lost();
+        for v in sent {
+            self.give(v);
+        }
+        for (src, dst, tag, v) in arrived {
+            let len = v.len() - TRAILER;
+            self.msgs
+                .entry((src, dst, tag))
+                .or_default()
+                .push_back(Payload::Owned(Buf { v, len }));
+        }
+        if let Some(node) = lost {
+            // A collective spans every node of its communicator: none in flight can
+            // finish now.
+            for o in std::mem::take(&mut self.ops) {
+                self.finish(o, Code::NodeLost, node as u64);
+            }
+            moved = true;
+        }
+        moved
     }
 
     /// Decoding: takes every descriptor the ranks posted; whether there was one.
@@ -442,6 +508,11 @@ impl Proxy {
     fn handle(&mut self, r: usize, d: Desc) {
         match Kind::from_wire(d.kind) {
             Some(Kind::Submit) => match self.read_submit(r, &d) {
+                Some(_) if self.net.as_ref().is_some_and(|n| n.lost_node().is_some()) => {
+                    let node = self.net.as_ref().and_then(ProxyNet::lost_node);
+                    let node = node.unwrap_or_default() as u64;
+                    self.reply(r, Kind::Done.desc(d.tag, Code::NodeLost as u64, node));
+                }
                 Some((blob, sched)) => {
                     let op = self.op(r, d.tag, sched, blob);
                     self.ops.push(op);
@@ -508,10 +579,16 @@ impl Proxy {
                 self.gone[r] = true;
                 tracing::warn!(rank = r, "proxy: rank lost");
                 self.drop_ops(|o| o.rank == r);
+                if let Some(net) = self.net.as_mut() {
+                    net.announce_dead(r);
+                }
             }
         }
+        let net = self.net.as_ref();
         let lost: Vec<usize> = (0..self.size)
-            .filter(|&r| self.gone[r] && board::pid_dead(self.pids[r]))
+            .filter(|&r| {
+                (self.gone[r] && board::pid_dead(self.pids[r])) || net.is_some_and(|n| n.is_dead(r))
+            })
             .collect();
         if lost.is_empty() {
             return;
@@ -546,10 +623,36 @@ impl Proxy {
                     std::thread::yield_now();
                 }
             }
+            // Messages from other nodes ring no doorbell: while collectives (or
+            // sends) are in flight, the proxy looks at the network this often.
+            _ if self.net.is_some()
+                && (!self.ops.is_empty() || self.net.as_ref().is_some_and(ProxyNet::busy)) =>
+            {
+                self.board
+                    .wait_ring(self.size, seen, Duration::ZERO, NET_WAIT);
+            }
             _ => {
                 let poll = spin.saturating_sub(backoff.idle());
                 self.board.wait_ring(self.size, seen, poll, IDLE_WAIT);
             }
+        }
+    }
+}
+
+/// Reads the bytes at `at` (of `mem`) into `out`.
+fn read_loc(mem: &OpMem, at: Loc, out: &mut [u8]) -> Result<(), Code> {
+    match at {
+        Loc::Rank { pid, addr } => rd(pid, addr, out),
+        Loc::Mapped(p) => {
+            // SAFETY: `locate` checked that the region lies inside the mapped buffer,
+            // which the op's mapping keeps mapped while the op is in `ops`.
+            unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+            Ok(())
+        }
+        Loc::Scratch(o) => {
+            let src = mem.scratch.get(o..o + out.len()).ok_or(Code::Failed)?;
+            out.copy_from_slice(src);
+            Ok(())
         }
     }
 }
@@ -581,16 +684,38 @@ pub(crate) fn parse_submit(
 /// has a core for the proxy), so that the next collective of a busy loop
 /// costs no wake-up.
 pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()> {
+    serve_with(path, slots, spin, false)
+}
+
+/// Like [`serve`]; with `net`, the communicator spans nodes: the proxy first
+/// connects to the other nodes' proxies through the set-up link on its
+/// standard input (see `net.rs`), and carries its ranks' steps to and from
+/// ranks on other nodes.
+pub(crate) fn serve_with(
+    path: &std::path::Path,
+    slots: usize,
+    spin: Duration,
+    net: bool,
+) -> Result<()> {
     let board = Board::open(path, slots).map_err(|e| Error::Transport(format!("proxy: {e}")))?;
     let size = slots - 1;
     board.set_pid(size, std::process::id());
     let mut p = Proxy::new(board, size);
+    if net {
+        let n = ProxyNet::connect(size)?;
+        // Ranks on other nodes are not this proxy's to wait for.
+        for r in 0..size {
+            p.gone[r] = n.is_remote(r);
+        }
+        p.net = Some(n);
+    }
     let mut last_check = Instant::now();
     // Where the node has no core for the proxy, it yields before it sleeps.
     let mut backoff = Backoff::new(Duration::ZERO, spin.is_zero());
     loop {
         let seen = p.board.doorbell(size).load(Ordering::SeqCst);
         let mut moved = p.intake();
+        moved |= p.pump();
         moved |= p.run_ops();
         p.flush();
         if last_check.elapsed() > LIVENESS_EVERY {
@@ -598,6 +723,9 @@ pub fn serve(path: &std::path::Path, slots: usize, spin: Duration) -> Result<()>
             p.check_liveness();
         }
         if p.gone.iter().all(|&g| g) {
+            if let Some(net) = p.net.as_mut() {
+                net.goodbye();
+            }
             break;
         }
         if moved {
