@@ -154,6 +154,13 @@ pub struct CommOptions {
     /// other on a core it takes from a rank; with one, the proxy's copy
     /// overlaps the ranks' computation and the post returns at once.
     pub own_copies: Option<bool>,
+    /// The `Proxy` engine: where its proxy runs, and so how it reaches the
+    /// ranks' memory (default: `HPC_COLL_PROXY_PLACEMENT`, else
+    /// [`Placement::Host`](crate::Placement::Host)). In
+    /// [`Placement::Dpu`](crate::Placement::Dpu) every collective goes to the
+    /// proxy ([`CommOptions::proxy_min`] and [`CommOptions::own_copies`] do
+    /// not apply) over the transport only, as on a BlueField.
+    pub placement: Option<crate::Placement>,
     /// Algorithm selection.
     pub schedule: Options,
 }
@@ -170,6 +177,7 @@ impl CommOptions {
             agent_wake: None,
             proxy_min: None,
             own_copies: None,
+            placement: None,
             schedule: Options::default(),
         }
     }
@@ -281,6 +289,7 @@ impl CommOptions {
         self.spin = Some(self.spin.unwrap_or_else(|| default_spin(busy)));
         self.stage_max = Some(stage_max(&self));
         if self.engine == Engine::Proxy {
+            self.placement = Some(self.placement.unwrap_or_default());
             self.proxy_min = Some(proxy_min(&self, local));
             self.own_copies = Some(own_copies(&self, local));
         }
@@ -678,7 +687,10 @@ impl Comm {
     }
 
     /// Like [`Comm::new`] with explicit options (collective).
-    pub fn with_options(world: &World, opts: CommOptions) -> Result<Comm> {
+    pub fn with_options(world: &World, mut opts: CommOptions) -> Result<Comm> {
+        if opts.engine == Engine::Proxy && opts.placement.is_none() {
+            opts.placement = Some(crate::Placement::from_env()?);
+        }
         let opts = opts.resolve(world.local_size(), world.timeout());
         let timeout = opts.timeout.unwrap_or_default();
         #[cfg(feature = "mpi")]
@@ -720,6 +732,26 @@ impl Comm {
         let spans = nodes.iter().any(|&n| n != nodes[me]);
         if spans && opts.engine == Engine::Proxy {
             return Err(proxy_spans_nodes());
+        }
+        if opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu) {
+            // No board: the proxy reaches the ranks over the transport only.
+            let client = proxy::dpu::Client::start(
+                me,
+                world_ranks.clone(),
+                &opts.schedule,
+                timeout,
+                opts.spin.unwrap_or_default(),
+                &|b| boot.allgather(b),
+            )?;
+            let driver = Box::new(engines::dpu::Dpu {
+                client: Arc::new(client),
+            });
+            let note = "progress in the node's proxy, placed as on a DPU (registered memory, \
+                        RMA and messages only)"
+                .to_string();
+            let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
+            comm.nodes = nodes;
+            return Ok(comm);
         }
         let transport = if spans { transport } else { None };
         if spans && transport.is_none() {

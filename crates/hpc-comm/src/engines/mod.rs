@@ -25,6 +25,7 @@ use crate::error::Result;
 pub(crate) use crate::job::Job;
 use inline::Host;
 
+pub(crate) mod dpu;
 pub(crate) mod inline;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The Proxy engine placed as on a DPU against its host placement: 8 ranks,
+# ialltoall and iallreduce at 4 KiB, 64 KiB and 1 MiB per block (collcost:
+# zero-copy `scope` + `i<collective>` + `wait`, back to back), the two
+# placements alternated (host dpu dpu host ...) so that the machine's drift
+# weighs on both. Every collective goes to the proxy in both placements
+# (HPC_PROXY_MIN=0; by default host placement keeps blocks under 512 KiB on the
+# ranks of a node without a core for the proxy).
+# Usage: benches/dpu.sh [rounds] [ranks]   (defaults: 2 rounds, 8 ranks)
+# Needs: cargo build -p hpc-cli -p hpc-benches --bin collcost
+set -eu
+R="${1:-2}"
+N="${2:-8}"
+T="${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/debug"
+[ -n "${PROFILE_DIR:-}" ] && T=$PROFILE_DIR
+for b in hpc collcost; do
+    [ -x "$T/$b" ] || { echo "no $T/$b: cargo build -p hpc-cli -p hpc-benches --bin collcost" >&2; exit 2; }
+done
+echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r), binaries $T"
+r=0
+while [ "$r" -lt "$R" ]; do
+    r=$((r + 1))
+    if [ $((r % 2)) = 1 ]; then order="host dpu"; else order="dpu host"; fi
+    for p in $order; do
+        echo "# round $r, placement $p"
+        HPC_COLL_PROXY_PLACEMENT=$p HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
+            "$T/hpc" run -n "$N" -- "$T/collcost" --engine proxy \
+            --colls alltoall,allreduce --sizes 4096,65536,1048576 \
+            --batch "${BATCH:-5}" --batches "${BATCHES:-6}" | sed "s/^/$p /"
+    done
+done
