@@ -6,17 +6,24 @@
 # weighs on both. Every collective goes to the proxy in both placements
 # (HPC_PROXY_MIN=0; by default host placement keeps blocks under 512 KiB on the
 # ranks of a node without a core for the proxy).
-# Usage: benches/dpu.sh [rounds] [ranks]   (defaults: 2 rounds, 8 ranks)
-# Needs: cargo build -p hpc-cli -p hpc-benches --bin collcost
+# Usage: benches/dpu.sh [rounds] [ranks]   (defaults: 2 rounds, 8 ranks;
+#   BATCH, BATCHES: collcost's --batch and --batches, default 5 and 6)
+# Needs: cargo build --release -p hpc-benches --bin collcost, and an `hpc`
+#   launcher (HPC=path, else target/release/hpc, else target/debug/hpc: the
+#   launcher's build does not matter, the ranks and the proxy are collcost).
 set -eu
 R="${1:-2}"
 N="${2:-8}"
-T="${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/debug"
-[ -n "${PROFILE_DIR:-}" ] && T=$PROFILE_DIR
-for b in hpc collcost; do
-    [ -x "$T/$b" ] || { echo "no $T/$b: cargo build -p hpc-cli -p hpc-benches --bin collcost" >&2; exit 2; }
-done
-echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r), binaries $T"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T="${CARGO_TARGET_DIR:-$ROOT/target}"
+C="$T/release/collcost"
+[ -x "$C" ] || { echo "no $C: cargo build --release -p hpc-benches --bin collcost" >&2; exit 2; }
+if [ -z "${HPC:-}" ]; then
+    HPC="$T/release/hpc"
+    [ -x "$HPC" ] || HPC="$T/debug/hpc"
+fi
+[ -x "$HPC" ] || { echo "no hpc launcher: cargo build -p hpc-cli" >&2; exit 2; }
+echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $C"
 r=0
 while [ "$r" -lt "$R" ]; do
     r=$((r + 1))
@@ -24,7 +31,7 @@ while [ "$r" -lt "$R" ]; do
     for p in $order; do
         echo "# round $r, placement $p"
         HPC_COLL_PROXY_PLACEMENT=$p HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
-            "$T/hpc" run -n "$N" -- "$T/collcost" --engine proxy \
+            "$HPC" run -n "$N" -- "$C" --engine proxy \
             --colls alltoall,allreduce --sizes 4096,65536,1048576 \
             --batch "${BATCH:-5}" --batches "${BATCHES:-6}" | sed "s/^/$p /"
     done

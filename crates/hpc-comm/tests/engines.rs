@@ -1286,8 +1286,10 @@ mod dpu {
         world.barrier().unwrap();
     }
 
-    /// The proxy dies (rank 0, which started it, kills it): every rank's next
-    /// collective fails with `Stopped("proxy")` well within the timeout.
+    /// The proxy dies mid-collective (rank 0, which started it, kills it while
+    /// the others wait for a broadcast it has not posted yet): every rank's
+    /// collective fails with `Stopped("proxy")` well within the timeout, and
+    /// so does the next one.
     pub(super) fn proxy_death(world: &World) {
         let mut o = options();
         o.timeout = Some(Duration::from_secs(10));
@@ -1295,13 +1297,17 @@ mod dpu {
         let mut buf = vec![comm.rank() as u8; 4096];
         comm.bcast(&mut buf, 0).unwrap();
         world.barrier().unwrap();
-        if comm.rank() == 0 {
+        let t = Instant::now();
+        let err = if comm.rank() == 0 {
+            // The others are inside `wait` by now (or soon: their collective
+            // cannot finish without this rank's part either way).
+            std::thread::sleep(Duration::from_millis(300));
             // SAFETY: plain kill(2) of our own child.
             assert_eq!(unsafe { libc::kill(proxy_pid(), libc::SIGKILL) }, 0);
-        }
-        world.barrier().unwrap();
-        let t = Instant::now();
-        let err = comm.bcast(&mut buf, 0).unwrap_err();
+            comm.bcast(&mut buf, 0).unwrap_err()
+        } else {
+            comm.bcast(&mut buf, 0).unwrap_err()
+        };
         assert!(matches!(err, Error::Stopped("proxy")), "{err}");
         assert!(err.to_string().contains("proxy"), "{err}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
@@ -1309,6 +1315,7 @@ mod dpu {
             comm.bcast(&mut buf, 0),
             Err(Error::Stopped("proxy"))
         ));
+        world.barrier().unwrap();
     }
 
     /// A placement that is neither `host` nor `dpu` is refused by name.

@@ -25,7 +25,8 @@
 //! connections.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -277,9 +278,92 @@ struct Link {
     backend: Choice,
 }
 
+/// The other side's liveness, whatever the transport: a plain TCP
+/// connection between each rank and the proxy that carries nothing and
+/// closes when its process ends (the kernel closes it), so that a waiting
+/// side learns of the other's death even where the transport reports a lost
+/// peer only when an operation to it fails (libfabric's `tcp;ofi_rxm`).
+pub(crate) enum Watch {
+    /// A rank's connection to the proxy.
+    Proxy(TcpStream),
+    /// The proxy's connections from the ranks, by rank (`None` once closed).
+    Ranks(Vec<Option<TcpStream>>),
+}
+
+/// Whether the other end of a watch connection is gone.
+fn closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// The watch connections: the proxy (the last member) listens on `ip`, every
+/// rank connects and names itself.
+fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Watch> {
+    let io = |what: &str, e: std::io::Error| Error::Transport(format!("{what}: {e}"));
+    let size = side.size();
+    let listener = if rank == size - 1 {
+        Some(TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?)
+    } else {
+        None
+    };
+    let mine = match &listener {
+        Some(l) => l.local_addr().map_err(|e| io("listening", e))?.to_string(),
+        None => String::new(),
+    };
+    let all = side.allgather(mine.as_bytes())?;
+    let Some(l) = listener else {
+        let at = String::from_utf8_lossy(&all[size - 1]).into_owned();
+        let addr: SocketAddr = at
+            .parse()
+            .map_err(|_| Error::Transport(format!("the proxy's watch address {at:?}")))?;
+        let mut s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
+        s.write_all(&(rank as u64).to_le_bytes())
+            .map_err(|e| io("greeting the proxy", e))?;
+        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+        return Ok(Watch::Proxy(s));
+    };
+    let mut ranks: Vec<Option<TcpStream>> = (0..size - 1).map(|_| None).collect();
+    let deadline = Instant::now() + timeout;
+    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    while ranks.iter().any(Option::is_none) {
+        match l.accept() {
+            Ok((mut s, from)) => {
+                let mut b = [0u8; 8];
+                let named = s
+                    .set_nonblocking(false)
+                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
+                    .and_then(|_| s.read_exact(&mut b))
+                    .and_then(|_| s.set_nonblocking(true));
+                let r = u64::from_le_bytes(b) as usize;
+                match named {
+                    Ok(()) if r < ranks.len() && ranks[r].is_none() => ranks[r] = Some(s),
+                    _ => tracing::warn!(%from, "DPU proxy: refused a watch connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    let missing: Vec<usize> =
+                        (0..ranks.len()).filter(|&r| ranks[r].is_none()).collect();
+                    return Err(Error::Transport(format!(
+                        "ranks {missing:?} did not connect to the proxy within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io("accepting a rank", e)),
+        }
+    }
+    Ok(Watch::Ranks(ranks))
+}
+
 /// Joins the link's job as `rank` and builds the transport over it,
-/// listening on `ip`.
-fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<Transport> {
+/// listening on `ip`; then the watch connections.
+fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transport, Watch)> {
     let Link {
         ref rendezvous,
         secret,
@@ -310,8 +394,9 @@ fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<Transport> {
         },
     )
     .map_err(|e| Error::Transport(format!("the link between ranks and DPU proxy: {e}")))?;
+    let w = watch(&side, rank, ip, timeout)?;
     side.barrier()?;
-    Ok(t)
+    Ok((t, w))
 }
 
 // ---------------------------------------------------------------------------
@@ -337,7 +422,14 @@ pub(crate) struct Client {
     /// Set once the proxy was found gone.
     gone: AtomicBool,
     detached: AtomicBool,
+    /// The watch connection to the proxy, and when it was last looked at.
+    watch: TcpStream,
+    watched: Mutex<Instant>,
 }
+
+/// How often a waiting rank looks at its watch connection, and the proxy at
+/// its ranks'.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
 
 /// Regions the cache keeps (at most), and bytes.
 const CACHE_REGIONS: usize = 16;
@@ -398,7 +490,10 @@ impl Client {
         if let Some(c) = coord {
             c.shutdown();
         }
-        let t = t?;
+        let (t, watch) = t?;
+        let Watch::Proxy(watch) = watch else {
+            unreachable!("a rank's watch is its connection to the proxy");
+        };
         tracing::info!(
             rank = me,
             backend = backend_name(backend),
@@ -416,7 +511,32 @@ impl Client {
             sends: Mutex::new(Vec::new()),
             gone: false.into(),
             detached: false.into(),
+            watch,
+            watched: Mutex::new(Instant::now()),
         })
+    }
+
+    /// Whether the proxy is known gone: its connection broke, or (looked at
+    /// every [`WATCH_EVERY`]) its watch connection closed.
+    fn proxy_gone(&self) -> bool {
+        if self.gone.load(Ordering::Acquire) {
+            return true;
+        }
+        {
+            let mut last = lock(&self.watched);
+            if last.elapsed() < WATCH_EVERY {
+                return false;
+            }
+            *last = Instant::now();
+        }
+        if closed(&self.watch) {
+            tracing::warn!(
+                rank = self.me,
+                "the DPU proxy closed its watch connection: it is gone"
+            );
+            self.gone.store(true, Ordering::Release);
+        }
+        self.gone.load(Ordering::Acquire)
     }
 
     /// Rank 0: the link's coordinator and the proxy process.
@@ -452,8 +572,13 @@ impl Client {
         cmd.stdin(std::process::Stdio::null());
         // Its own process group, as in host placement: it serves every rank.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // The launcher's variables go (so that the program serves rather than
+        // joins the job); the libfabric provider stays, for `HPC_TRANSPORT=ofi`.
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("HPC_") && k != super::PROXY_CMD {
+            if k.to_string_lossy().starts_with("HPC_")
+                && k != super::PROXY_CMD
+                && k != hpc_runtime::env::OFI_PROVIDER
+            {
                 cmd.env_remove(&k);
             }
         }
@@ -543,7 +668,7 @@ impl Client {
     }
 
     pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Posted> {
-        if self.gone.load(Ordering::Acquire) {
+        if self.proxy_gone() {
             return Err(Error::Stopped("proxy"));
         }
         let seq = job.seq;
@@ -609,6 +734,7 @@ impl Client {
             return true;
         }
         let res = match self.t.test(p.answer) {
+            Ok(None) if self.proxy_gone() => Err(Error::Stopped("proxy")),
             Ok(None) => return false,
             Ok(Some(payload)) => self.outcome(p.seq, payload),
             Err(e) => Err(self.link_error(e)),
@@ -873,13 +999,16 @@ pub(crate) fn serve_spec(spec: &str) -> Result<()> {
         timeout,
         backend,
     };
-    let t = join(&link, members - 1, route_to(to), "dpu")?;
+    let (t, watch) = join(&link, members - 1, route_to(to), "dpu")?;
+    let Watch::Ranks(watch) = watch else {
+        unreachable!("the proxy's watch is its ranks' connections");
+    };
     tracing::info!(
         ranks = members - 1,
         backend = backend_name(backend),
         "DPU proxy serving"
     );
-    Server::new(t, members - 1).run()
+    Server::new(t, members - 1, watch).run()
 }
 
 /// What an operation of the proxy's transport was for.
@@ -930,16 +1059,29 @@ struct Server {
     gone: Vec<Option<String>>,
     groups: BTreeMap<u64, Group>,
     ops: HashMap<OpId, Wait>,
+    /// The ranks' watch connections (`None` once closed).
+    watch: Vec<Option<TcpStream>>,
 }
 
 impl Server {
-    fn new(t: Transport, size: usize) -> Server {
+    fn new(t: Transport, size: usize, watch: Vec<Option<TcpStream>>) -> Server {
         Server {
             t,
             size,
             gone: vec![None; size],
             groups: BTreeMap::new(),
             ops: HashMap::new(),
+            watch,
+        }
+    }
+
+    /// Ranks whose watch connection closed are gone.
+    fn check_watch(&mut self) {
+        for r in 0..self.size {
+            if self.watch[r].as_ref().is_some_and(closed) {
+                self.watch[r] = None;
+                self.lose(r, "its process ended (its connection to the proxy closed)");
+            }
         }
     }
 
@@ -948,7 +1090,12 @@ impl Server {
             self.listen(r);
         }
         let mut backoff = Backoff::new(Duration::from_micros(50), true);
+        let mut watched = Instant::now();
         while !self.gone.iter().all(Option::is_some) {
+            if watched.elapsed() >= WATCH_EVERY {
+                watched = Instant::now();
+                self.check_watch();
+            }
             let done = self
                 .t
                 .poll()
