@@ -793,7 +793,13 @@ impl Client {
             match backoff.pause() {
                 Pause::Spin => std::hint::spin_loop(),
                 Pause::Yield => std::thread::yield_now(),
-                Pause::Sleep => std::thread::sleep(Duration::from_micros(50)),
+                // Longer the longer the wait (a sixteenth of it, 50-500 µs): a
+                // large collective's answer comes milliseconds later, and every
+                // look at the transport costs the rank's CPU.
+                Pause::Sleep => std::thread::sleep(
+                    (backoff.idle() / 16)
+                        .clamp(Duration::from_micros(50), Duration::from_micros(500)),
+                ),
             }
         }
         let mut st = lock(&p.state);
