@@ -1602,6 +1602,39 @@ mod tests {
     }
 
     #[test]
+    fn mangled_requests_are_refused_not_panicked_on() {
+        // Every truncation and every single-byte change of a valid request
+        // (keys of no region: the checks refuse them, the decoder must not panic).
+        let coll = Collective::Alltoallv {
+            send_counts: vec![1, 2, 3],
+            recv_counts: vec![3, 2, 1],
+            dtype: DataType::U16,
+        };
+        let span = |len| Span {
+            key: vec![0x5a; hpc_rdma::REMOTE_KEY_BYTES],
+            offset: 8,
+            len,
+        };
+        let req = Request::Submit {
+            coll: &coll,
+            opts: Options::default(),
+            send: span(12),
+            recv: span(12),
+        };
+        let bytes = encode_request(9, &req).unwrap();
+        for n in 0..bytes.len() {
+            assert!(fuzz_request(&bytes[..n], 1, 3).is_err(), "truncated to {n}");
+        }
+        for i in 0..bytes.len() {
+            for x in [0x01u8, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[i] ^= x;
+                let _ = fuzz_request(&b, 1, 3);
+            }
+        }
+    }
+
+    #[test]
     fn placements_parse_and_bad_ones_are_named() {
         assert_eq!("dpu".parse::<Placement>().unwrap(), Placement::Dpu);
         assert_eq!(" Host ".parse::<Placement>().unwrap(), Placement::Host);
