@@ -128,6 +128,7 @@ fn child_entry() {
         "dpu_isolated" => dpu::isolated(&world),
         "dpu_proxy_death" => dpu::proxy_death(&world),
         "dpu_refusals" => dpu::refusals(&world),
+        "dpu_no_proxy" => dpu::no_proxy(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1318,6 +1319,21 @@ mod dpu {
         world.barrier().unwrap();
     }
 
+    /// A proxy program that does not serve: every rank's communicator fails
+    /// with the reason, long before the timeout.
+    pub(super) fn no_proxy(world: &World) {
+        let t = Instant::now();
+        let err = Comm::with_options(world, options())
+            .unwrap_err()
+            .to_string();
+        eprintln!("rank {}: {err}", world.rank());
+        assert!(
+            err.contains("without serving") && err.contains("serve_env"),
+            "{err}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
     /// A placement that is neither `host` nor `dpu` is refused by name.
     pub(super) fn refusals(world: &World) {
         let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
@@ -1357,6 +1373,19 @@ fn dpu_placement_killed_rank_is_named() {
             assert!(ok, "rank {r}: {err}");
             assert!(err.contains("rank 1 is lost"), "rank {r}: {err}");
         }
+    }
+}
+
+#[test]
+fn dpu_placement_proxy_that_does_not_serve_is_named() {
+    let res = job(
+        "dpu_no_proxy",
+        3,
+        20.0,
+        &[("HPC_COLL_PROXY_CMD", "/bin/false")],
+    );
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r}: {err}");
     }
 }
 

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hpc_collectives::{sim, Collective, Options, Schedule};
@@ -487,9 +487,7 @@ impl Client {
         });
         // Every member left the link's job (it joined, built the transport and
         // passed the barrier), or the set-up failed: the coordinator can go.
-        if let Some(c) = coord {
-            c.shutdown();
-        }
+        drop(coord);
         let (t, watch) = t?;
         let Watch::Proxy(watch) = watch else {
             unreachable!("a rank's watch is its connection to the proxy");
@@ -545,7 +543,7 @@ impl Client {
         timeout: Duration,
         backend: Choice,
         ip: &Result<IpAddr>,
-    ) -> Result<(Coordinator, u64)> {
+    ) -> Result<(Arc<Coordinator>, u64)> {
         if std::env::var_os(hpc_runtime::env::COLL_PROXY_DPU).is_some() {
             return Err(Error::Unsupported(
                 "this process was started as a collectives proxy but did not call \
@@ -586,8 +584,35 @@ impl Client {
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
-        std::thread::spawn(move || {
-            let _ = child.wait();
+        let coord = Arc::new(coord);
+        let weak = Arc::downgrade(&coord);
+        // Until the link is up, a proxy that exits fails the link's job at once
+        // (the coordinator tells every member) rather than by its timeout; then
+        // the thread only reaps it.
+        std::thread::spawn(move || loop {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    if let Some(c) = weak.upgrade() {
+                        c.rank_exited(
+                            size,
+                            false,
+                            format!(
+                                "the proxy process exited ({st}) without serving: call \
+                                 hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
+                                 in main, run the job with `hpc run --proxy`, or set \
+                                 HPC_COLL_PROXY_CMD to a program that serves"
+                            ),
+                        );
+                    }
+                    return;
+                }
+                Ok(None) if weak.strong_count() == 0 => {
+                    let _ = child.wait();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return,
+            }
         });
         Ok((coord, secret))
     }
