@@ -1376,6 +1376,19 @@ fn dpu_placement_killed_rank_is_named() {
     }
 }
 
+/// The engine-wide scenarios whose `Proxy` communicators take the placement
+/// from the environment: leaked requests, messages of megabytes and many
+/// outstanding, mismatched counts.
+#[test]
+fn dpu_placement_in_the_engine_scenarios() {
+    for scenario in ["safety", "staging", "mismatch"] {
+        let res = job(scenario, 3, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
+        for (r, (ok, err)) in res.iter().enumerate() {
+            assert!(ok, "{scenario}: rank {r} failed:\n{err}");
+        }
+    }
+}
+
 #[test]
 fn dpu_placement_proxy_that_does_not_serve_is_named() {
     let res = job(
