@@ -963,6 +963,21 @@ impl Comm {
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
     }
 
+    /// A buffer of `len` zeroed elements that this communicator's engine reaches
+    /// without a copy on the rank: in DPU placement of the `Proxy` engine,
+    /// memory registered with the link to the proxy, which gets and puts it in
+    /// place; with every other engine an ordinary allocation. See
+    /// [`RegisteredBuf`](crate::RegisteredBuf).
+    pub fn registered_buf<T: Elem>(&self, len: usize) -> Result<crate::RegisteredBuf<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::Unsupported(format!("a buffer of {len} elements does not fit in memory"))
+        })?;
+        Ok(match self.driver.register(bytes) {
+            Some(r) => crate::RegisteredBuf::in_region(r?, len),
+            None => crate::RegisteredBuf::on_heap(len),
+        })
+    }
+
     /// Allgather of byte strings of any length (blocking; used for setup).
     fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.size;

@@ -36,6 +36,7 @@ mod map;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 pub mod proxy;
+mod regbuf;
 pub mod shm;
 mod sync;
 
@@ -113,4 +114,5 @@ pub use error::{Error, Result};
 /// The types of `hpc-collectives` that appear in this crate's calls.
 pub use hpc_collectives::{Algorithm, Collective, CollectiveError, DataType, Options, ReduceOp};
 pub use proxy::Placement;
+pub use regbuf::RegisteredBuf;
 pub use shm::SharedBuf;

@@ -129,6 +129,7 @@ fn child_entry() {
         "dpu_proxy_death" => dpu::proxy_death(&world),
         "dpu_refusals" => dpu::refusals(&world),
         "dpu_no_proxy" => dpu::no_proxy(&world),
+        "dpu_registered" => dpu::registered(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1334,6 +1335,58 @@ mod dpu {
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 
+    /// Collectives in place on registered buffers (the proxy gets and puts
+    /// them directly: a registered receive buffer is never copied into by the
+    /// rank), mixed with ordinary ones; with another engine the buffers are
+    /// ordinary memory.
+    pub(super) fn registered(world: &World) {
+        let comm = Comm::with_options(world, options()).unwrap();
+        let (me, n) = (comm.rank(), comm.size());
+        for count in [0usize, 7, 40_000] {
+            let ctx = format!("count {count} rank {me}/{n}");
+            let mut send = comm.registered_buf::<i64>(n * count).unwrap();
+            assert!(send.is_registered());
+            for (i, x) in send.iter_mut().enumerate() {
+                *x = val(me, i);
+            }
+            let mut recv = comm.registered_buf::<i64>(n * count).unwrap();
+            let mut plain = vec![0i64; n * count];
+            comm.scope(|s| {
+                s.ialltoall(&send, &mut recv)?.wait()?;
+                s.ialltoall(&send, &mut plain)?.wait()
+            })
+            .unwrap();
+            let want: Vec<i64> = (0..n)
+                .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+                .collect();
+            assert_eq!(&recv[..], &want[..], "alltoall in place {ctx}");
+            assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+            // An ordinary send buffer into a registered receive buffer, blocking.
+            let mut sum = comm.registered_buf::<i64>(count).unwrap();
+            comm.allreduce(&plain[..count], &mut sum, ReduceOp::Sum)
+                .unwrap();
+            // Rank i's first block of `plain` is rank 0's block i.
+            let want: Vec<i64> = (0..count)
+                .map(|k| (0..n).map(|i| val(0, i * count + k)).sum())
+                .collect();
+            assert_eq!(&sum[..], &want[..], "allreduce {ctx}");
+            // The broadcast root's buffer is input and output.
+            let mut b = comm.registered_buf::<i64>(count).unwrap();
+            if me == n - 1 {
+                b.copy_from_slice(&send[..count]);
+            }
+            comm.bcast(&mut b, n - 1).unwrap();
+            assert!((0..count).all(|i| b[i] == val(n - 1, i)), "bcast {ctx}");
+            // A staged request on registered buffers works on copies.
+            let mut again = comm.registered_buf::<i64>(n * count).unwrap();
+            comm.ialltoall(&send, &mut again).unwrap().wait().unwrap();
+            assert_eq!(&again[..], &recv[..], "staged alltoall {ctx}");
+        }
+        let other = Comm::new(world, Engine::Thread).unwrap();
+        let b = other.registered_buf::<f32>(10).unwrap();
+        assert!(!b.is_registered() && b.iter().all(|&x| x == 0.0));
+    }
+
     /// A placement that is neither `host` nor `dpu` is refused by name.
     pub(super) fn refusals(world: &World) {
         let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
@@ -1387,6 +1440,11 @@ fn dpu_placement_in_the_engine_scenarios() {
             assert!(ok, "{scenario}: rank {r} failed:\n{err}");
         }
     }
+}
+
+#[test]
+fn dpu_placement_registered_buffers_in_place() {
+    all_ok("dpu_registered", 3);
 }
 
 #[test]

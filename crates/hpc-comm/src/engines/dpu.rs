@@ -23,6 +23,10 @@ impl Driver for Dpu {
     fn shutdown(&self) {
         self.client.detach();
     }
+
+    fn register(&self, bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
+        Some(self.client.register_buf(bytes))
+    }
 }
 
 /// A collective handed to the DPU proxy.

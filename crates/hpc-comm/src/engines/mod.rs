@@ -53,6 +53,12 @@ pub(crate) trait Driver: Send + Sync {
     fn host(&self) -> Option<&Host> {
         None
     }
+
+    /// Memory of `bytes` registered with this engine's transport, for an
+    /// application buffer it reaches in place; `None` where it has none.
+    fn register(&self, _bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
+        None
+    }
 }
 
 /// One collective in flight, as its engine sees it.

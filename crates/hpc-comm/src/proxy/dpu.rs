@@ -425,6 +425,9 @@ pub(crate) struct Client {
     /// The watch connection to the proxy, and when it was last looked at.
     watch: TcpStream,
     watched: Mutex<Instant>,
+    /// The application's registered buffers ([`RegisteredBuf`](crate::RegisteredBuf)):
+    /// (address, length, region); a collective on one needs no staging.
+    registered: Mutex<Vec<(usize, usize, std::sync::Weak<Region>)>>,
 }
 
 /// How often a waiting rank looks at its watch connection, and the proxy at
@@ -480,14 +483,26 @@ impl Client {
             timeout,
             backend,
         };
-        let t = join(&link, me, ip?, "host").map_err(|e| {
-            Error::Transport(format!(
-                "connecting to the DPU proxy (link job at {addr}): {e}"
-            ))
-        });
-        // Every member left the link's job (it joined, built the transport and
-        // passed the barrier), or the set-up failed: the coordinator can go.
+        let t = ip.and_then(|ip| join(&link, me, ip, "host"));
+        // Every rank says how its join went, so that all fail alike, with the
+        // first reason; until then the coordinator stays, for ranks that come
+        // late to learn it (a proxy that did not serve is reported there).
+        let mine = match &t {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        };
+        let all = allgather(mine.as_bytes());
         drop(coord);
+        let failed = all?
+            .iter()
+            .enumerate()
+            .find(|(_, b)| !b.is_empty())
+            .map(|(r, b)| (r, String::from_utf8_lossy(b).into_owned()));
+        if let Some((r, why)) = failed {
+            return Err(Error::Transport(format!(
+                "connecting to the DPU proxy (link job at {addr}), rank {r}: {why}"
+            )));
+        }
         let (t, watch) = t?;
         let Watch::Proxy(watch) = watch else {
             unreachable!("a rank's watch is its connection to the proxy");
@@ -511,6 +526,35 @@ impl Client {
             detached: false.into(),
             watch,
             watched: Mutex::new(Instant::now()),
+            registered: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A region of `bytes` for the application's own buffer: the proxy reads
+    /// and writes it in place.
+    pub(crate) fn register_buf(&self, bytes: usize) -> Result<Arc<Region>> {
+        let r = Arc::new(
+            self.t
+                .register(bytes.max(1))
+                .map_err(|e| Error::Transport(format!("registering {bytes} bytes: {e}")))?,
+        );
+        let mut reg = lock(&self.registered);
+        reg.retain(|(_, _, w)| w.strong_count() > 0);
+        reg.push((r.as_ptr() as usize, bytes, Arc::downgrade(&r)));
+        Ok(r)
+    }
+
+    /// The registered buffer that holds `[at, at + len)`, and the offset in it.
+    fn lookup(&self, at: usize, len: usize) -> Option<(Arc<Region>, u64)> {
+        if len == 0 {
+            return None;
+        }
+        let end = at.checked_add(len)?;
+        let reg = lock(&self.registered);
+        reg.iter().find_map(|(base, n, w)| {
+            (at >= *base && end <= base + n)
+                .then(|| w.upgrade().map(|r| (r, (at - base) as u64)))
+                .flatten()
         })
     }
 
@@ -700,34 +744,61 @@ impl Client {
         let direct = job.direct();
         let (coll, send, recv) = job.parts();
         let (need_s, need_r) = coll.buffer_bytes(self.me, self.size);
-        let recv_at = need_s.div_ceil(64) * 64;
-        let region = self.region(recv_at + need_r)?;
-        let put = |off: usize, b: &[u8]| {
-            region
-                .write(off, b)
-                .map_err(|e| Error::Transport(format!("staging into registered memory: {e}")))
+        // The application's registered buffers are read and written in place
+        // (only a direct job works on them; a staged one on its copies).
+        let user_s = self.lookup(send.as_ptr() as usize, need_s);
+        let user_r = self.lookup(recv.as_ptr() as usize, need_r);
+        let stage_s = if user_s.is_some() { 0 } else { need_s };
+        let stage_r = if user_r.is_some() { 0 } else { need_r };
+        let recv_at = stage_s.div_ceil(64) * 64;
+        // A region even for nothing to stage: its key names this rank's spans.
+        let region = if user_s.is_none() || user_r.is_none() {
+            Some(self.region(recv_at + stage_r)?)
+        } else {
+            None
         };
-        put(0, &send[..need_s])?;
-        if recv_is_input(coll, self.me) {
+        let put = |off: usize, b: &[u8]| match &region {
+            Some(r) => r
+                .write(off, b)
+                .map_err(|e| Error::Transport(format!("staging into registered memory: {e}"))),
+            None => Ok(()),
+        };
+        if user_s.is_none() {
+            put(0, &send[..need_s])?;
+        }
+        if user_r.is_none() && recv_is_input(coll, self.me) {
             put(recv_at, &recv[..need_r])?;
         }
-        let key = region.remote_key().to_bytes().to_vec();
+        let staged_key = region
+            .as_ref()
+            .map(|r| r.remote_key().to_bytes().to_vec())
+            .unwrap_or_default();
+        let span = |user: &Option<(Arc<Region>, u64)>, at: usize, len: usize| match user {
+            Some((r, off)) => Span {
+                key: r.remote_key().to_bytes().to_vec(),
+                offset: *off,
+                len: len as u64,
+            },
+            None => Span {
+                key: staged_key.clone(),
+                offset: at as u64,
+                len: len as u64,
+            },
+        };
         let req = Request::Submit {
             coll,
             opts: self.opts,
-            send: Span {
-                key: key.clone(),
-                offset: 0,
-                len: need_s as u64,
-            },
-            recv: Span {
-                key,
-                offset: recv_at as u64,
-                len: need_r as u64,
-            },
+            send: span(&user_s, 0, need_s),
+            recv: span(&user_r, recv_at, need_r),
         };
         let bytes = encode_request(seq, &req)?;
-        let out = direct.then_some(Out(recv.as_mut_ptr()));
+        // A result staged in the region is copied out to a direct job's buffer.
+        let out = (direct && user_r.is_none()).then_some(Out(recv.as_mut_ptr()));
+        let in_place = user_s.is_some() || user_r.is_some();
+        let recv_len = if user_r.is_some() { 0 } else { need_r };
+        let mut users: Vec<Arc<Region>> = Vec::new();
+        users.extend(user_s.map(|u| u.0));
+        users.extend(user_r.map(|u| u.0));
         // The proxy works on the region only: a staged job's copies can go.
         drop(job.stage.take());
         // The answer's receive is posted before the request goes out.
@@ -736,19 +807,23 @@ impl Client {
             .recv(self.proxy(), TAG_ANSWER + seq)
             .map_err(|e| self.link_error(e))?;
         if let Err(e) = self.send(bytes) {
-            self.give(region);
+            if let Some(r) = region {
+                self.give(r);
+            }
             return Err(e);
         }
         Ok(Posted {
             seq,
             answer,
             state: Mutex::new(State {
-                region: Some(region),
+                region,
                 outcome: None,
             }),
             recv_at,
-            recv_len: need_r,
+            recv_len,
             out,
+            in_place,
+            _users: users,
         })
     }
 
@@ -854,18 +929,43 @@ impl Client {
         }
     }
 
-    /// The proxy must no longer write `p`'s buffers: they are the region's
-    /// only, so deregistering it makes any later put of the proxy fail there.
+    /// The proxy must no longer write `p`'s buffers. A staged collective's are
+    /// the region's only: deregistering it makes any later put of the proxy
+    /// fail there. One on the application's registered buffers waits for the
+    /// proxy's answer to the cancellation (given once no put of it is in
+    /// flight), and aborts the process if none comes within the timeout,
+    /// rather than let a late put write into a buffer in use again.
     pub(crate) fn cancel(&self, p: &Posted) {
-        let mut st = lock(&p.state);
-        if st.outcome.is_none() {
+        let pending = lock(&p.state).outcome.is_none();
+        if pending {
             if let Ok(bytes) = encode_request::<Collective>(p.seq, &Request::Cancel) {
                 let _ = self.send(bytes);
             }
+            if p.in_place {
+                let t0 = Instant::now();
+                while !self.poll(p) {
+                    if t0.elapsed() > self.timeout {
+                        eprintln!(
+                            "hpc-collectives: the DPU proxy did not confirm a cancellation; \
+                             aborting rather than risk its writes into a buffer in use"
+                        );
+                        std::process::abort();
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+        let mut st = lock(&p.state);
+        if st.outcome.is_none() {
             st.outcome = Some(Err(Error::Stopped("proxy")));
         }
         if let Some(r) = st.region.take() {
-            self.t.deregister(r);
+            drop(st);
+            if pending {
+                self.t.deregister(r);
+            } else {
+                self.give(r);
+            }
         }
     }
 
@@ -928,6 +1028,10 @@ pub(crate) struct Posted {
     recv_at: usize,
     recv_len: usize,
     out: Option<Out>,
+    /// It reads or writes the application's registered buffers in place.
+    in_place: bool,
+    /// Those buffers' regions, kept registered until it ends.
+    _users: Vec<Arc<Region>>,
 }
 
 // ---------------------------------------------------------------------------
@@ -1062,6 +1166,10 @@ struct Slot {
     recv: Option<Vec<u8>>,
     /// Answered, or given up by its rank: nothing more goes to it.
     done: bool,
+    /// Its rank cancelled it: no put, and an answer once none is in flight.
+    cancelled: bool,
+    /// A put of its result is in flight.
+    putting: bool,
 }
 
 impl Slot {
@@ -1071,6 +1179,8 @@ impl Slot {
             send: None,
             recv: None,
             done: false,
+            cancelled: false,
+            putting: false,
         }
     }
 }
@@ -1243,8 +1353,13 @@ impl Server {
                 self.listen(r);
             }
             Request::Cancel => {
-                if let Some(s) = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut()) {
-                    s.done = true;
+                let slot = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut());
+                let answer_now = slot.is_some_and(|s| {
+                    s.cancelled = true;
+                    !s.done && !s.putting
+                });
+                if answer_now {
+                    self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
                 }
                 self.listen(r);
             }
@@ -1288,6 +1403,8 @@ impl Server {
             send: (sl == 0).then(Vec::new),
             recv: (!recv_input || rl == 0).then(|| vec![0; rl]),
             done: false,
+            cancelled: false,
+            putting: false,
         });
         if let Some((code, aux, why)) = g.failed.clone() {
             return self.answer(r, seq, code, aux, why);
@@ -1432,12 +1549,16 @@ impl Server {
         match sim::run(&schedules, inputs) {
             Ok(recvs) => {
                 for (r, (data, (key, off, len))) in recvs.into_iter().zip(spans).enumerate() {
-                    let done = self
+                    let (done, cancelled) = self
                         .groups
                         .get(&seq)
                         .and_then(|g| g.slots[r].as_ref())
-                        .is_none_or(|s| s.done);
+                        .map_or((true, false), |s| (s.done, s.cancelled));
                     if done || self.gone[r].is_some() {
+                        continue;
+                    }
+                    if cancelled {
+                        self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
                         continue;
                     }
                     if len == 0 {
@@ -1447,6 +1568,11 @@ impl Server {
                     match self.t.put(data, &key, off) {
                         Ok(op) => {
                             self.ops.insert(op, Wait::Put { seq, rank: r });
+                            if let Some(s) =
+                                self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut())
+                            {
+                                s.putting = true;
+                            }
                         }
                         Err(e) => {
                             let why = format!("writing rank {r}'s receive span: {e}");
