@@ -2,8 +2,10 @@
 # The Proxy engine placed as on a DPU against its host placement: 8 ranks,
 # ialltoall and iallreduce at 4 KiB, 64 KiB and 1 MiB per block (collcost:
 # zero-copy `scope` + `i<collective>` + `wait`, back to back), the two
-# placements alternated (host dpu dpu host ...) so that the machine's drift
-# weighs on both. Every collective goes to the proxy in both placements
+# placements alternated (host dpu dpu-reg, then the other way round) so that
+# the machine's drift weighs on all. dpu-reg: DPU placement with the buffers
+# from Comm::registered_buf (collcost --registered), which the proxy gets and
+# puts in place; dpu: ordinary buffers, staged through registered memory. Every collective goes to the proxy in both placements
 # (HPC_PROXY_MIN=0; by default host placement keeps blocks under 512 KiB on the
 # ranks of a node without a core for the proxy).
 # Usage: benches/dpu.sh [rounds] [ranks]   (defaults: 2 rounds, 8 ranks;
@@ -27,12 +29,16 @@ echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); 
 r=0
 while [ "$r" -lt "$R" ]; do
     r=$((r + 1))
-    if [ $((r % 2)) = 1 ]; then order="host dpu"; else order="dpu host"; fi
+    if [ $((r % 2)) = 1 ]; then order="host dpu dpu-reg"; else order="dpu-reg dpu host"; fi
     for p in $order; do
         echo "# round $r, placement $p"
-        HPC_COLL_PROXY_PLACEMENT=$p HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
+        reg=""
+        place=$p
+        if [ "$p" = dpu-reg ]; then reg="--registered"; place=dpu; fi
+        # shellcheck disable=SC2086
+        HPC_COLL_PROXY_PLACEMENT=$place HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
             "$HPC" run -n "$N" -- "$C" --engine proxy \
             --colls alltoall,allreduce --sizes 4096,65536,1048576 \
-            --batch "${BATCH:-5}" --batches "${BATCHES:-6}" | sed "s/^/$p /"
+            --batch "${BATCH:-5}" --batches "${BATCHES:-6}" $reg | sed "s/^/$p /"
     done
 done
