@@ -31,6 +31,7 @@ chapters! {
     collectives = "collectives.md";
     collectives_measurements = "collectives-measurements.md";
     collectives_schedules = "collectives-schedules.md";
+    collectives_dpu = "collectives-dpu.md";
     gpu = "gpu.md";
     brunel = "brunel.md";
     brunel_performance = "brunel-performance.md";

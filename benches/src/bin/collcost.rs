@@ -14,8 +14,9 @@
 //!
 //! Usage: `hpc run -n N -- collcost [--engine inline,thread,proxy]
 //! [--colls allreduce,bcast] [--sizes 8,1024,4096] [--batch 200]
-//! [--batches 40]`. The same binary serves as the proxy process of the
-//! `proxy` engine.
+//! [--batches 40] [--registered]`. The same binary serves as the proxy
+//! process of the `proxy` engine. `--registered` takes the buffers from
+//! `Comm::registered_buf` (in place for a proxy in DPU placement).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -52,6 +53,31 @@ impl Coll {
             Coll::Bcast => "bcast",
             Coll::Allgather => "allgather",
             Coll::Alltoall => "alltoall",
+        }
+    }
+}
+
+/// A buffer of the benchmark: ordinary, or from `Comm::registered_buf`.
+enum Bytes {
+    Heap(Vec<u8>),
+    Registered(hpc_comm::RegisteredBuf<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Heap(v) => v,
+            Bytes::Registered(r) => r,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Bytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Bytes::Heap(v) => v,
+            Bytes::Registered(r) => r,
         }
     }
 }
@@ -111,6 +137,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| s.parse())
         .collect::<Result<_, _>>()?;
     let batch: usize = get("--batch").map_or(Ok(200), |s| s.parse())?;
+    let registered = args.iter().any(|a| a == "--registered");
     let batches: usize = get("--batches").map_or(Ok(40), |s| s.parse())?;
 
     let world = World::init()?;
@@ -136,8 +163,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Coll::Allgather => (bytes, bytes * n),
                     Coll::Alltoall => (bytes * n, bytes * n),
                 };
-                let send = vec![1u8; s];
-                let mut recv = vec![0u8; r];
+                // `--registered`: buffers from `Comm::registered_buf` (in place for
+                // a proxy in DPU placement, ordinary memory elsewhere).
+                let (mut send, mut recv) = if registered {
+                    (
+                        Bytes::Registered(comm.registered_buf(s)?),
+                        Bytes::Registered(comm.registered_buf(r)?),
+                    )
+                } else {
+                    (Bytes::Heap(vec![0; s]), Bytes::Heap(vec![0; r]))
+                };
+                send.fill(1);
                 for _ in 0..batch {
                     once(&comm, c, &send, &mut recv);
                 }

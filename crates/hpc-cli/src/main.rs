@@ -78,9 +78,7 @@ fn main() {
     // Proxy communicator) started without `hpc run --proxy` re-executes this program as
     // its proxy: serve, as every application does through `hpc_rs::init()`.
     // `hpc proxy` serves itself, once it has pinned itself.
-    if !matches!(cli.command, Command::Proxy(_))
-        && std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some()
-    {
+    if !matches!(cli.command, Command::Proxy(_)) && hpc_comm::proxy::requested() {
         if let Err(e) = hpc_comm::proxy::serve_env() {
             let _ = writeln!(
                 std::io::stderr(),

@@ -154,6 +154,13 @@ pub struct CommOptions {
     /// other on a core it takes from a rank; with one, the proxy's copy
     /// overlaps the ranks' computation and the post returns at once.
     pub own_copies: Option<bool>,
+    /// The `Proxy` engine: where its proxy runs, and so how it reaches the
+    /// ranks' memory (default: `HPC_COLL_PROXY_PLACEMENT`, else
+    /// [`Placement::Host`](crate::Placement::Host)). In
+    /// [`Placement::Dpu`](crate::Placement::Dpu) every collective goes to the
+    /// proxy ([`CommOptions::proxy_min`] and [`CommOptions::own_copies`] do
+    /// not apply) over the transport only, as on a BlueField.
+    pub placement: Option<crate::Placement>,
     /// Algorithm selection.
     pub schedule: Options,
 }
@@ -170,6 +177,7 @@ impl CommOptions {
             agent_wake: None,
             proxy_min: None,
             own_copies: None,
+            placement: None,
             schedule: Options::default(),
         }
     }
@@ -281,6 +289,7 @@ impl CommOptions {
         self.spin = Some(self.spin.unwrap_or_else(|| default_spin(busy)));
         self.stage_max = Some(stage_max(&self));
         if self.engine == Engine::Proxy {
+            self.placement = Some(self.placement.unwrap_or_default());
             self.proxy_min = Some(proxy_min(&self, local));
             self.own_copies = Some(own_copies(&self, local));
         }
@@ -729,6 +738,16 @@ impl ProxyPlaces {
     }
 }
 
+/// The refusal of a DPU-placed Proxy communicator whose ranks are on several nodes.
+fn dpu_spans_nodes() -> Error {
+    Error::Unsupported(
+        "the proxy's DPU placement serves the ranks of one node (its proxies do not yet \
+         connect to each other); across nodes use the proxy in host placement, or the \
+         inline or thread engine"
+            .into(),
+    )
+}
+
 /// The transport backend that reaches the first rank on another node.
 fn net_backend(
     t: &Option<Arc<hpc_rdma::Transport>>,
@@ -758,7 +777,10 @@ impl Comm {
     }
 
     /// Like [`Comm::new`] with explicit options (collective).
-    pub fn with_options(world: &World, opts: CommOptions) -> Result<Comm> {
+    pub fn with_options(world: &World, mut opts: CommOptions) -> Result<Comm> {
+        if opts.engine == Engine::Proxy && opts.placement.is_none() {
+            opts.placement = Some(crate::Placement::from_env()?);
+        }
         let opts = opts.resolve(world.local_size(), world.timeout());
         let timeout = opts.timeout.unwrap_or_default();
         #[cfg(feature = "mpi")]
@@ -798,6 +820,29 @@ impl Comm {
         let (me, size) = (boot.rank(), boot.size());
         let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
         let spans = nodes.iter().any(|&n| n != nodes[me]);
+        if opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu) {
+            if spans {
+                return Err(dpu_spans_nodes());
+            }
+            // No board: the proxy reaches the ranks over the transport only.
+            let client = proxy::dpu::Client::start(
+                me,
+                world_ranks.clone(),
+                &opts.schedule,
+                timeout,
+                opts.spin.unwrap_or_default(),
+                &|b| boot.allgather(b),
+            )?;
+            let driver = Box::new(engines::dpu::Dpu {
+                client: Arc::new(client),
+            });
+            let note = "progress in the node's proxy, placed as on a DPU (registered memory, \
+                        RMA and messages only)"
+                .to_string();
+            let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
+            comm.nodes = nodes;
+            return Ok(comm);
+        }
         let proxy_net = spans && opts.engine == Engine::Proxy;
         // Whether the parent has a network path is the same on all its ranks, whether
         // this rank's group spans nodes is not: what every rank of the parent must do
@@ -1028,6 +1073,21 @@ impl Comm {
         let mut opts = self.opts.clone();
         opts.progress_cpus = None;
         Comm::build(&boot, world_ranks, opts, self.timeout, self.net.clone())
+    }
+
+    /// A buffer of `len` zeroed elements that this communicator's engine reaches
+    /// without a copy on the rank: in DPU placement of the `Proxy` engine,
+    /// memory registered with the link to the proxy, which gets and puts it in
+    /// place; with every other engine an ordinary allocation. See
+    /// [`RegisteredBuf`](crate::RegisteredBuf).
+    pub fn registered_buf<T: Elem>(&self, len: usize) -> Result<crate::RegisteredBuf<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::Unsupported(format!("a buffer of {len} elements does not fit in memory"))
+        })?;
+        Ok(match self.driver.register(bytes) {
+            Some(r) => crate::RegisteredBuf::in_region(r?, len),
+            None => crate::RegisteredBuf::on_heap(len),
+        })
     }
 
     /// Allgather of byte strings of any length (blocking; used for setup).

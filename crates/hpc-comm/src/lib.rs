@@ -36,6 +36,7 @@ mod map;
 #[cfg(feature = "mpi")]
 mod mpi_engine;
 pub mod proxy;
+mod regbuf;
 pub mod shm;
 mod sync;
 
@@ -86,6 +87,14 @@ pub mod fuzz {
             .ok_or_else(|| format!("unknown kind {kind}"))
     }
 
+    /// What the proxy in DPU placement makes of a request message from rank
+    /// `rank` of `size`: `Ok` with the schedule's step count for a submit it
+    /// would run (`Ok(0)` for a cancel or detach). An accepted submit's
+    /// schedule lies inside the spans it claims (checked here again).
+    pub fn dpu_request(bytes: &[u8], rank: usize, size: usize) -> Result<usize, String> {
+        crate::proxy::dpu::fuzz_request(bytes, rank, size)
+    }
+
     /// A blob as a rank encodes it (for seeding the corpus).
     pub fn encode_submit(
         coll: &hpc_collectives::Collective,
@@ -104,4 +113,6 @@ pub use comm::{
 pub use error::{Error, Result};
 /// The types of `hpc-collectives` that appear in this crate's calls.
 pub use hpc_collectives::{Algorithm, Collective, CollectiveError, DataType, Options, ReduceOp};
+pub use proxy::Placement;
+pub use regbuf::RegisteredBuf;
 pub use shm::SharedBuf;

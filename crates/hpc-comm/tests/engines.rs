@@ -126,6 +126,12 @@ fn child_entry() {
         "proxy_node_death" => proxy_node_death(&world),
         "shared" => shared(&world),
         "no_cma" => no_cross_memory_attach(&world),
+        "dpu_correct" => dpu::correct(&world),
+        "dpu_isolated" => dpu::isolated(&world),
+        "dpu_proxy_death" => dpu::proxy_death(&world),
+        "dpu_refusals" => dpu::refusals(&world),
+        "dpu_no_proxy" => dpu::no_proxy(&world),
+        "dpu_registered" => dpu::registered(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1360,6 +1366,561 @@ fn killed_rank_is_named() {
                 assert!(ok, "{engine}: rank {r}: {err}");
                 assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
             }
+        }
+    }
+}
+
+/// The `Proxy` engine with its proxy placed as on a DPU: every collective and
+/// algorithm against the simulator's reference, isolation, faults.
+mod dpu {
+    use super::*;
+    use hpc_collectives::{sim, Algorithm, Collective, CollectiveKind, DataType};
+    use hpc_comm::Placement;
+
+    pub(super) fn options() -> CommOptions {
+        let mut o = CommOptions::new(Engine::Proxy);
+        o.placement = Some(Placement::Dpu);
+        o
+    }
+
+    /// Rank `r`'s element `i` of the inputs of a test collective.
+    fn v(r: usize, i: usize) -> i64 {
+        (r as i64 + 1) * 1_000_003 + i as i64 * 7
+    }
+
+    /// The collective of `kind` for `n` ranks and `count` (elements per
+    /// block) with root `n - 1`, and rank `r`'s (send, receive) inputs.
+    fn case(kind: CollectiveKind, n: usize, count: usize) -> Option<Collective> {
+        let d = DataType::I64;
+        let root = n - 1;
+        let op = ReduceOp::Sum;
+        Some(match kind {
+            CollectiveKind::Barrier => Collective::Barrier,
+            CollectiveKind::Broadcast => Collective::Broadcast {
+                root,
+                count,
+                dtype: d,
+            },
+            CollectiveKind::Gather => Collective::Gather {
+                root,
+                count,
+                dtype: d,
+            },
+            CollectiveKind::Scatter => Collective::Scatter {
+                root,
+                count,
+                dtype: d,
+            },
+            CollectiveKind::Allgather => Collective::Allgather { count, dtype: d },
+            CollectiveKind::Allgatherv => Collective::Allgatherv {
+                counts: (0..n).map(|r| count + r % 3).collect(),
+                dtype: d,
+            },
+            CollectiveKind::Alltoall => Collective::Alltoall { count, dtype: d },
+            CollectiveKind::Alltoallv => return None,
+            CollectiveKind::Reduce => Collective::Reduce {
+                root,
+                count,
+                dtype: d,
+                op,
+            },
+            CollectiveKind::Allreduce => Collective::Allreduce {
+                count,
+                dtype: d,
+                op,
+            },
+            CollectiveKind::ReduceScatter => Collective::ReduceScatter {
+                counts: (0..n).map(|r| count + r % 2).collect(),
+                dtype: d,
+                op,
+            },
+            // Not in `Comm`'s calls.
+            _ => return None,
+        })
+    }
+
+    /// Rank `r`'s inputs (send, receive) of `coll` on `n` ranks, as elements.
+    fn inputs(coll: &Collective, r: usize, n: usize) -> (Vec<i64>, Vec<i64>) {
+        let (s, rv) = coll.buffer_bytes(r, n);
+        let send = (0..s / 8).map(|i| v(r, i)).collect();
+        let recv = match coll {
+            Collective::Broadcast { root, .. } if *root == r => {
+                (0..rv / 8).map(|i| v(r, i)).collect()
+            }
+            _ => vec![-1; rv / 8],
+        };
+        (send, recv)
+    }
+
+    fn le(v: &[i64]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    /// What the simulator computes for rank `me` with these options.
+    fn reference(
+        coll: &Collective,
+        me: usize,
+        n: usize,
+        opts: &hpc_collectives::Options,
+    ) -> Vec<i64> {
+        let schedules: Vec<_> = (0..n).map(|r| coll.schedule(r, n, opts).unwrap()).collect();
+        let ins = (0..n)
+            .map(|r| {
+                let (s, rv) = inputs(coll, r, n);
+                sim::RankBuffers {
+                    send: le(&s),
+                    recv: le(&rv),
+                }
+            })
+            .collect();
+        let out = sim::run(&schedules, ins).unwrap();
+        out[me]
+            .chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// Runs `coll` through `comm` (staged, or zero-copy in a scope).
+    fn run(comm: &Comm, coll: &Collective, send: &[i64], recv: &mut Vec<i64>, scoped: bool) {
+        let me = comm.rank();
+        let go = |c: &Comm, send: &[i64], recv: &mut Vec<i64>| -> Result<(), Error> {
+            if scoped {
+                return c.scope(|s| match coll {
+                    Collective::Alltoall { .. } => s.ialltoall(send, recv)?.wait(),
+                    Collective::Allreduce { op, .. } => s.iallreduce(send, recv, *op)?.wait(),
+                    Collective::Allgather { .. } => s.iallgather(send, recv)?.wait(),
+                    Collective::Broadcast { root, .. } => s.ibcast(recv, *root)?.wait(),
+                    _ => unreachable!("scoped runs use these kinds"),
+                });
+            }
+            match coll {
+                Collective::Barrier => c.ibarrier()?.wait(),
+                Collective::Broadcast { root, .. } => c.ibcast(recv, *root)?.wait(),
+                Collective::Gather { root, .. } => c.igather(send, recv, *root)?.wait(),
+                Collective::Scatter { root, .. } => c.iscatter(send, recv, *root)?.wait(),
+                Collective::Allgather { .. } => c.iallgather(send, recv)?.wait(),
+                Collective::Allgatherv { counts, .. } => c.iallgatherv(send, recv, counts)?.wait(),
+                Collective::Alltoall { .. } => c.ialltoall(send, recv)?.wait(),
+                Collective::Reduce { root, op, .. } => c.ireduce(send, recv, *op, *root)?.wait(),
+                Collective::Allreduce { op, .. } => c.iallreduce(send, recv, *op)?.wait(),
+                Collective::ReduceScatter { counts, op, .. } => {
+                    c.ireduce_scatter(send, recv, counts, *op)?.wait()
+                }
+                _ => unreachable!("not a case"),
+            }
+        };
+        go(comm, send, recv).unwrap_or_else(|e| panic!("{coll:?} on rank {me}: {e}"));
+    }
+
+    /// Every collective of `Comm`, every algorithm each kind has, against the
+    /// simulator's reference; then the independent references of `check_all`,
+    /// several collectives outstanding at once, and a split.
+    pub(super) fn correct(world: &World) {
+        let n = world.size();
+        for alg in Algorithm::ALL {
+            let mut o = options();
+            o.schedule = hpc_collectives::Options::with_algorithm(alg);
+            let comm = Comm::with_options(world, o.clone()).unwrap();
+            assert!(
+                comm.progress_note().contains("DPU"),
+                "{}",
+                comm.progress_note()
+            );
+            let me = comm.rank();
+            for kind in CollectiveKind::ALL {
+                if alg != Algorithm::Auto && !kind.algorithms().contains(&alg) {
+                    continue;
+                }
+                for count in [0usize, 3, 1000] {
+                    let Some(coll) = case(kind, n, count) else {
+                        continue;
+                    };
+                    let (send, mut recv) = inputs(&coll, me, n);
+                    run(&comm, &coll, &send, &mut recv, false);
+                    let want = reference(&coll, me, n, &o.schedule);
+                    assert_eq!(recv, want, "{alg} {coll:?} rank {me}/{n}");
+                    if matches!(
+                        kind,
+                        CollectiveKind::Alltoall
+                            | CollectiveKind::Allreduce
+                            | CollectiveKind::Allgather
+                            | CollectiveKind::Broadcast
+                    ) {
+                        let (send, mut recv) = inputs(&coll, me, n);
+                        run(&comm, &coll, &send, &mut recv, true);
+                        assert_eq!(recv, want, "scoped {alg} {coll:?} rank {me}/{n}");
+                    }
+                }
+            }
+        }
+        let comm = Comm::with_options(world, options()).unwrap();
+        check_all(&comm, Engine::Proxy);
+        // Several outstanding, waited for out of order, and a sub-communicator
+        // (with a proxy of its own).
+        let sub = comm.split((comm.rank() % 2) as u32, 0).unwrap();
+        let a = vec![comm.rank() as i64; 3000];
+        let mut ra = vec![0i64; 3000];
+        let b = vec![1.0f32; 5];
+        let mut rb = vec![0.0f32; 5];
+        let s2 = vec![comm.rank() as u16; 70_000 * n];
+        let mut r2 = vec![0u16; 70_000 * n];
+        let r1 = comm.iallreduce(&a, &mut ra, ReduceOp::Sum).unwrap();
+        let r3 = comm.ialltoall(&s2, &mut r2).unwrap();
+        let rs = sub.iallreduce(&b, &mut rb, ReduceOp::Sum).unwrap();
+        hpc_comm::Request::wait_all([r3, rs, r1]).unwrap();
+        let nn = n as i64;
+        assert!(ra.iter().all(|&x| x == nn * (nn - 1) / 2));
+        assert_eq!(rb, vec![sub.size() as f32; 5]);
+        for (i, &x) in r2.iter().enumerate() {
+            assert_eq!(x as usize, i / 70_000, "alltoall element {i}");
+        }
+        // A refused collective (an algorithm its kind does not have) is an
+        // error naming the proxy and the reason, and the communicator goes on.
+        let mut o = options();
+        o.schedule = hpc_collectives::Options::with_algorithm(Algorithm::Bruck);
+        let odd = Comm::with_options(world, o).unwrap();
+        let mut r = vec![0i64; 4];
+        if n > 1 {
+            let e = odd
+                .allreduce(&[1i64; 4], &mut r, ReduceOp::Sum)
+                .unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("DPU proxy refused") && text.contains("bruck"),
+                "{text}"
+            );
+        }
+        let mut g = vec![0i64; 4 * n];
+        odd.allgather(&[5i64; 4], &mut g).unwrap();
+        assert!(g.iter().all(|&x| x == 5));
+        // Mismatched counts: a typed error on every rank.
+        let count = 4 + comm.rank();
+        let mut recv = vec![0i32; count * n];
+        if n > 1 {
+            let err = comm.allgather(&vec![1i32; count], &mut recv).unwrap_err();
+            assert!(matches!(err, Error::CountMismatch { .. }), "{err}");
+        }
+        comm.barrier().unwrap();
+    }
+
+    /// The proxy of this job: rank 0's child.
+    fn proxy_pid() -> i32 {
+        let me = std::process::id();
+        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .map(|p| p.parse::<i32>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(kids.len(), 1, "one child, the proxy: {kids:?}");
+        kids[0]
+    }
+
+    /// Nothing shared between ranks and proxy: no board, no mapping of the
+    /// ranks' memory in the proxy, cross-memory attach denied to it by
+    /// seccomp, and (under `HPC_COLL_TEST_NETNS`) another network namespace.
+    pub(super) fn isolated(world: &World) {
+        let comm = Comm::with_options(world, options()).unwrap();
+        let n = comm.size();
+        // SharedBufs too: the proxy does not map them here.
+        let send = SharedBuf::from_slice(&vec![comm.rank() as u64; 50_000 * n]).unwrap();
+        let mut recv = SharedBuf::<u64>::new(50_000 * n).unwrap();
+        comm.scope(|s| s.ialltoall(&send, &mut recv)?.wait())
+            .unwrap();
+        assert!((0..n).all(|r| recv[r * 50_000] == r as u64));
+        world.barrier().unwrap();
+        if comm.rank() == 0 {
+            let me = std::process::id();
+            let boards: Vec<_> = std::fs::read_dir("/dev/shm")
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|f| f.starts_with(&format!("hpc-coll-{me}-")))
+                .collect();
+            assert!(boards.is_empty(), "a board in DPU placement: {boards:?}");
+            let pid = proxy_pid();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            assert!(
+                status
+                    .lines()
+                    .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"]),
+                "the proxy runs without its seccomp filter:\n{status}"
+            );
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+            assert!(
+                !maps.contains("hpc-coll"),
+                "the proxy maps a board or a rank's buffer:\n{maps}"
+            );
+            if std::env::var("HPC_COLL_TEST_NETNS").is_ok() {
+                let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).unwrap();
+                assert_ne!(
+                    ns(&pid.to_string()),
+                    ns("self"),
+                    "the proxy shares the ranks' network"
+                );
+            }
+        }
+        world.barrier().unwrap();
+    }
+
+    /// The proxy dies mid-collective (rank 0, which started it, kills it while
+    /// the others wait for a broadcast it has not posted yet): every rank's
+    /// collective fails with `Stopped("proxy")` well within the timeout, and
+    /// so does the next one.
+    pub(super) fn proxy_death(world: &World) {
+        let mut o = options();
+        o.timeout = Some(Duration::from_secs(10));
+        let comm = Comm::with_options(world, o).unwrap();
+        let mut buf = vec![comm.rank() as u8; 4096];
+        comm.bcast(&mut buf, 0).unwrap();
+        world.barrier().unwrap();
+        let t = Instant::now();
+        let err = if comm.rank() == 0 {
+            // The others are inside `wait` by now (or soon: their collective
+            // cannot finish without this rank's part either way).
+            std::thread::sleep(Duration::from_millis(300));
+            // SAFETY: plain kill(2) of our own child.
+            assert_eq!(unsafe { libc::kill(proxy_pid(), libc::SIGKILL) }, 0);
+            comm.bcast(&mut buf, 0).unwrap_err()
+        } else {
+            comm.bcast(&mut buf, 0).unwrap_err()
+        };
+        assert!(matches!(err, Error::Stopped("proxy")), "{err}");
+        assert!(err.to_string().contains("proxy"), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(matches!(
+            comm.bcast(&mut buf, 0),
+            Err(Error::Stopped("proxy"))
+        ));
+        world.barrier().unwrap();
+    }
+
+    /// A proxy program that does not serve: every rank's communicator fails
+    /// with the reason, long before the timeout.
+    pub(super) fn no_proxy(world: &World) {
+        let t = Instant::now();
+        let err = Comm::with_options(world, options())
+            .unwrap_err()
+            .to_string();
+        eprintln!("rank {}: {err}", world.rank());
+        assert!(
+            err.contains("without serving") && err.contains("serve_env"),
+            "{err}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
+    /// Collectives in place on registered buffers (the proxy gets and puts
+    /// them directly: a registered receive buffer is never copied into by the
+    /// rank), mixed with ordinary ones; with another engine the buffers are
+    /// ordinary memory.
+    pub(super) fn registered(world: &World) {
+        let comm = Comm::with_options(world, options()).unwrap();
+        let (me, n) = (comm.rank(), comm.size());
+        for count in [0usize, 7, 40_000] {
+            let ctx = format!("count {count} rank {me}/{n}");
+            let mut send = comm.registered_buf::<i64>(n * count).unwrap();
+            assert!(send.is_registered());
+            for (i, x) in send.iter_mut().enumerate() {
+                *x = val(me, i);
+            }
+            let mut recv = comm.registered_buf::<i64>(n * count).unwrap();
+            let mut plain = vec![0i64; n * count];
+            comm.scope(|s| {
+                s.ialltoall(&send, &mut recv)?.wait()?;
+                s.ialltoall(&send, &mut plain)?.wait()
+            })
+            .unwrap();
+            let want: Vec<i64> = (0..n)
+                .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+                .collect();
+            assert_eq!(&recv[..], &want[..], "alltoall in place {ctx}");
+            assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+            // An ordinary send buffer into a registered receive buffer, blocking.
+            let mut sum = comm.registered_buf::<i64>(count).unwrap();
+            comm.allreduce(&plain[..count], &mut sum, ReduceOp::Sum)
+                .unwrap();
+            // Rank i's first block of `plain` is rank 0's block i.
+            let want: Vec<i64> = (0..count)
+                .map(|k| (0..n).map(|i| val(0, i * count + k)).sum())
+                .collect();
+            assert_eq!(&sum[..], &want[..], "allreduce {ctx}");
+            // The broadcast root's buffer is input and output.
+            let mut b = comm.registered_buf::<i64>(count).unwrap();
+            if me == n - 1 {
+                b.copy_from_slice(&send[..count]);
+            }
+            comm.bcast(&mut b, n - 1).unwrap();
+            assert!((0..count).all(|i| b[i] == val(n - 1, i)), "bcast {ctx}");
+            // A staged request on registered buffers works on copies.
+            let mut again = comm.registered_buf::<i64>(n * count).unwrap();
+            comm.ialltoall(&send, &mut again).unwrap().wait().unwrap();
+            assert_eq!(&again[..], &recv[..], "staged alltoall {ctx}");
+        }
+        let other = Comm::new(world, Engine::Thread).unwrap();
+        let b = other.registered_buf::<f32>(10).unwrap();
+        assert!(!b.is_registered() && b.iter().all(|&x| x == 0.0));
+    }
+
+    /// A placement that is neither `host` nor `dpu` is refused by name.
+    pub(super) fn refusals(world: &World) {
+        let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
+        assert!(
+            err.contains("\"nic\"") && err.contains("host or dpu"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn dpu_placement_every_collective_and_algorithm_1_to_8_ranks() {
+    for n in 1..=8 {
+        all_ok("dpu_correct", n);
+    }
+}
+
+#[test]
+fn dpu_placement_shares_nothing_with_the_ranks() {
+    all_ok("dpu_isolated", 3);
+}
+
+#[test]
+fn dpu_placement_dead_proxy_is_reported() {
+    all_ok("dpu_proxy_death", 3);
+}
+
+#[test]
+fn dpu_placement_killed_rank_is_named() {
+    let env = [
+        ("HPC_COLL_TEST_ENGINE", "proxy"),
+        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
+    ];
+    let res = job("kill", 3, 20.0, &env);
+    for (r, (ok, err)) in res.iter().enumerate() {
+        if r != 1 {
+            assert!(ok, "rank {r}: {err}");
+            assert!(err.contains("rank 1 is lost"), "rank {r}: {err}");
+        }
+    }
+}
+
+/// The engine-wide scenarios whose `Proxy` communicators take the placement
+/// from the environment: leaked requests, messages of megabytes and many
+/// outstanding, mismatched counts.
+#[test]
+fn dpu_placement_in_the_engine_scenarios() {
+    for scenario in ["safety", "staging", "mismatch"] {
+        let res = job(scenario, 3, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
+        for (r, (ok, err)) in res.iter().enumerate() {
+            assert!(ok, "{scenario}: rank {r} failed:\n{err}");
+        }
+    }
+}
+
+#[test]
+fn dpu_placement_registered_buffers_in_place() {
+    all_ok("dpu_registered", 3);
+}
+
+#[test]
+fn dpu_placement_proxy_that_does_not_serve_is_named() {
+    let res = job(
+        "dpu_no_proxy",
+        3,
+        20.0,
+        &[("HPC_COLL_PROXY_CMD", "/bin/false")],
+    );
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r}: {err}");
+    }
+}
+
+#[test]
+fn dpu_placement_bad_setting_is_refused() {
+    let res = job(
+        "dpu_refusals",
+        2,
+        20.0,
+        &[("HPC_COLL_PROXY_PLACEMENT", "nic")],
+    );
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r}: {err}");
+    }
+}
+
+/// The DPU-placed proxy in a network namespace of its own, reached over a veth
+/// pair only (needs root; `HPC_TEST_NETNS=1`).
+#[test]
+fn dpu_placement_proxy_in_its_own_network_namespace() {
+    if std::env::var("HPC_TEST_NETNS").as_deref() != Ok("1") {
+        println!(
+            "skipped: set HPC_TEST_NETNS=1 (needs root) to run the proxy in a network namespace"
+        );
+        return;
+    }
+    let id = hpc_runtime::random_u64() & 0xff_ffff;
+    let subnet = (id % 250) as u8 + 1;
+    let ns = format!("hpcd{id:06x}");
+    let (host_if, dpu_if) = (format!("hd{id:06x}h"), format!("hd{id:06x}d"));
+    let (host_ip, dpu_ip) = (format!("10.232.{subnet}.1"), format!("10.232.{subnet}.2"));
+    let sh = |args: &[&str]| {
+        let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+        assert!(st.success(), "{args:?}");
+    };
+    struct Cleanup(String, String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            // Deleting the namespace deletes the pair; the second is for a
+            // set-up that failed before the move.
+            for args in [["netns", "del", &self.0], ["link", "del", &self.1]] {
+                let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+            }
+        }
+    }
+    sh(&["ip", "netns", "add", &ns]);
+    let _cleanup = Cleanup(ns.clone(), host_if.clone());
+    sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+    sh(&[
+        "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &dpu_if,
+    ]);
+    sh(&["ip", "link", "set", &dpu_if, "netns", &ns]);
+    sh(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{host_ip}/24"),
+        "dev",
+        &host_if,
+    ]);
+    sh(&["ip", "link", "set", &host_if, "up"]);
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "addr",
+        "add",
+        &format!("{dpu_ip}/24"),
+        "dev",
+        &dpu_if,
+    ]);
+    sh(&["ip", "-n", &ns, "link", "set", &dpu_if, "up"]);
+    let exe = std::env::current_exe().unwrap();
+    let cmd = format!(
+        "ip netns exec {ns} {} proxy_entry --exact --nocapture --test-threads=1",
+        exe.display()
+    );
+    let env = [
+        ("HPC_COLL_PROXY_CMD", cmd.as_str()),
+        ("HPC_COLL_PROXY_ADDR", host_ip.as_str()),
+        ("HPC_COLL_TEST_NETNS", ns.as_str()),
+    ];
+    for scenario in ["dpu_isolated", "dpu_proxy_death"] {
+        for (r, (ok, err)) in job(scenario, 3, 20.0, &env).into_iter().enumerate() {
+            assert!(ok, "{scenario}: rank {r} failed:\n{err}");
         }
     }
 }

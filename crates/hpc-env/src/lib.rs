@@ -149,6 +149,13 @@ vars! {
     /// Program a communicator's first rank starts as the collectives proxy (split at
     /// white space); `hpc run --proxy` sets it to `hpc proxy`.
     Setting COLL_PROXY_CMD = "HPC_COLL_PROXY_CMD", default "the application's own executable";
+    /// Where the `Proxy` engine's proxy reaches the ranks from: `host` (a process
+    /// beside them: shared-memory board, cross-memory attach) or `dpu` (as on a
+    /// BlueField: only through the transport, registered memory and messages).
+    Setting COLL_PROXY_PLACEMENT = "HPC_COLL_PROXY_PLACEMENT", default "`host`";
+    /// Address a communicator's first rank listens on for its proxy in `dpu`
+    /// placement (the host's address on the link to the DPU).
+    Setting COLL_PROXY_ADDR = "HPC_COLL_PROXY_ADDR", default "`127.0.0.1`";
     /// Cache of base image layers of `cargo xtask image` (several workspaces can share
     /// one).
     Setting IMAGE_CACHE = "HPC_IMAGE_CACHE", default "`<target>/hpc-image-cache`";
@@ -189,6 +196,9 @@ vars! {
     /// relays the set-up of the network between the proxies of a communicator that
     /// spans nodes.
     Internal COLL_PROXY_NET = "HPC_COLL_PROXY_NET", default "";
+    /// Where a proxy in `dpu` placement joins its ranks: `ADDRESS SECRET RANKS
+    /// TIMEOUT_S BACKEND`, given by the rank that starts it.
+    Internal COLL_PROXY_DPU = "HPC_COLL_PROXY_DPU", default "";
 
     // --- Development ----------------------------------------------------------------
     /// `1`: tests that need Open MPI's `mpirun` fail when it is missing instead of
@@ -204,6 +214,8 @@ vars! {
     Development TEST_OUTSIDE = "HPC_TEST_OUTSIDE", default "";
     /// `1`: run transport tests in network namespaces (needs root).
     Development TEST_NETNS = "HPC_TEST_NETNS", default "";
+    /// Network namespace the collectives engine tests put a DPU-placed proxy in.
+    Development COLL_TEST_NETNS = "HPC_COLL_TEST_NETNS", default "";
     /// Engine of the collectives engine tests' failure scenarios.
     Development COLL_TEST_ENGINE = "HPC_COLL_TEST_ENGINE", default "";
     /// Scenario a collectives test rank runs.

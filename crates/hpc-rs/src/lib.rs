@@ -270,7 +270,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RankTagged {
 #[cfg(feature = "collectives")]
 fn serve_proxy() -> Result<(), Error> {
     #[cfg(feature = "topology")]
-    if std::env::var_os(runtime::env::COLL_PROXY_BOARD).is_some() {
+    if hpc_comm::proxy::requested() {
         // Started by a rank that init() bound to its own cores: the proxy serves every
         // rank of the node and must not share that rank's cores only. The kernel keeps
         // it within what the cgroup allows.

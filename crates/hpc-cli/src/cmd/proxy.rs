@@ -21,11 +21,11 @@ pub struct Args {
 
 /// Runs the proxy until every rank of its communicator detached or died.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
-    if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_none() {
+    if !hpc_comm::proxy::requested() {
         bail!(
             "hpc proxy is started by the ranks of a job, not by hand: run the job with \
              `hpc run --proxy -n N -- ./app` and create the communicator with Engine::Proxy \
-             (HPC_COLL_PROXY_BOARD is not set)"
+             (neither HPC_COLL_PROXY_BOARD nor HPC_COLL_PROXY_DPU is set)"
         );
     }
     if let Some(list) = &args.cpus {

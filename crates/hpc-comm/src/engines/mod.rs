@@ -25,6 +25,7 @@ use crate::error::Result;
 pub(crate) use crate::job::Job;
 use inline::Host;
 
+pub(crate) mod dpu;
 pub(crate) mod inline;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
@@ -50,6 +51,12 @@ pub(crate) trait Driver: Send + Sync {
     /// The ranks' own path, where this engine runs collectives on it (the
     /// [`Pending`] of an executor op finds its executor here).
     fn host(&self) -> Option<&Host> {
+        None
+    }
+
+    /// Memory of `bytes` registered with this engine's transport, for an
+    /// application buffer it reaches in place; `None` where it has none.
+    fn register(&self, _bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         None
     }
 }

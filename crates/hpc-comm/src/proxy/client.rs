@@ -74,7 +74,7 @@ pub(crate) struct Client {
 /// collective, so not on every pass).
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
-fn proxy_command() -> Command {
+pub(super) fn proxy_command() -> Command {
     if let Ok(cmd) = std::env::var(PROXY_CMD) {
         let mut parts = cmd.split_whitespace();
         let mut c = Command::new(parts.next().unwrap_or("hpc"));

@@ -55,19 +55,35 @@
 //!
 //! # On a DPU
 //!
-//! The proxy's only contact with the ranks is (1) a descriptor queue in
-//! shared memory and (2) reading/writing their buffers. On a BlueField both
-//! become verbs operations: the queue is a registered host buffer the DPU
-//! polls with RDMA reads (or the host writes descriptors into DPU memory),
-//! and buffer access is RDMA read/write with the ranks' memory keys
-//! (exchanged once per buffer, cached like MVAPICH2-DPU's registration
-//! cache), using cross-GVMI keys so the DPU can post on the host's behalf.
-//! Doorbells become a completion-queue event. Inter-node messages go
-//! through `hpc-rdma` from the proxy (see below), as they would from the DPU
-//! over verbs. The rest is not done here: this proxy reaches its node's
-//! ranks over cross-memory attach and the memfds of
-//! [`SharedBuf`](crate::SharedBuf)s it maps (the host-side counterpart of
-//! registered memory).
+//! A BlueField is a separate Linux host on the NIC: it reaches host memory
+//! only by RDMA with registered memory keys. In host placement the proxy's
+//! contact with the ranks is (1) a descriptor queue in shared memory and
+//! (2) reading and writing their buffers by cross-memory attach or mapped
+//! memfds; neither exists on a DPU. [`Placement::Dpu`]
+//! (`HPC_COLL_PROXY_PLACEMENT=dpu`, [`CommOptions::placement`](crate::CommOptions::placement))
+//! runs the proxy the way a DPU must (module `dpu.rs`): no board is created,
+//! and the proxy touches rank memory only through an `hpc-rdma`
+//! [`Transport`](hpc_rdma::Transport) (tcp, or `HPC_TRANSPORT=ofi`/`verbs`).
+//! A rank copies what the collective reads into registered memory from its
+//! registration cache (regions kept and reused, as MVAPICH2-DPU keeps its
+//! registrations), sends a request message with the collective and the
+//! remote keys of its send and receive spans, and waits for the answer
+//! message. The proxy reads every rank's span with RMA get into its own
+//! memory, runs the node's schedules there once all have arrived (with the
+//! crate's in-memory executor, `hpc_collectives::sim`), writes the results
+//! back with RMA put and answers each rank once its put completed: the
+//! staging through the DPU's DRAM that MVAPICH2-DPU did before cross-GVMI
+//! keys let the DPU post RDMA between host buffers directly. The proxy runs
+//! under a seccomp filter that denies it `process_vm_readv`/`writev`,
+//! `pidfd_getfd` and `ptrace` ([`forbid_host_memory`]); ranks and proxy find
+//! each other through a small job of their own (a coordinator in the first
+//! rank on `HPC_COLL_PROXY_ADDR`, its address given to the proxy in
+//! `HPC_COLL_PROXY_DPU`) and share no file. Tested here with the proxy in a
+//! network namespace of its own, over tcp on one machine; it has not run on
+//! a DPU. The book's chapter "The proxy on a DPU" maps each piece onto a
+//! BlueField (verbs, cross-GVMI keys, DOCA) and says what would change.
+//! The DPU placement serves one node: its proxies do not yet connect to
+//! each other as host-placed proxies do (below).
 //!
 //! # Across nodes
 //!
@@ -87,8 +103,8 @@
 //! collectives with `Error::NodeLost` naming that node; a dead proxy fails
 //! its own node's ranks with `Error::Stopped("proxy")`.
 //!
-//! What it lacks today: more than one copying thread. Between ordinary
-//! buffers, rank-to-rank bytes cross the proxy twice
+//! What host placement lacks today: more than one copying thread. Between
+//! ordinary buffers, rank-to-rank bytes cross the proxy twice
 //! (read, then write; a DPU does the same through its own DRAM), all on the
 //! proxy's one core, so for large messages the proxy is bound by its copy
 //! rate where the ranks of an MPI library copy in parallel, each once.
@@ -97,6 +113,7 @@
 //!
 //! # Modules
 //!
+//! `dpu.rs` (DPU placement: both sides, its messages, the seccomp guard),
 //! `protocol.rs` (descriptor kinds, answer codes, the posted blob), `client.rs`
 //! (a rank's side), `memory.rs` (regions in a rank's process, a mapped
 //! `SharedBuf` or scratch; copies and reductions between them) and
@@ -105,6 +122,7 @@
 //! nodes: their set-up through the ranks, messages between them, goodbye).
 
 mod client;
+pub(crate) mod dpu;
 mod memory;
 pub(crate) mod net;
 mod protocol;
@@ -113,6 +131,7 @@ mod server;
 use std::time::Duration;
 
 pub(crate) use client::{Client, Pending};
+pub use dpu::{forbid_host_memory, Placement};
 pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;
 pub use server::serve;
@@ -150,9 +169,21 @@ pub(crate) fn encode_blob(
 
 use crate::error::{Error, Result};
 
-/// Serves as the proxy if `HPC_COLL_PROXY_BOARD` is set (then never returns
+/// Whether this process was started to serve as a proxy (in either
+/// [`Placement`]): then [`serve_env`] serves.
+pub fn requested() -> bool {
+    std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some()
+        || std::env::var_os(hpc_runtime::env::COLL_PROXY_DPU).is_some()
+}
+
+/// Serves as the proxy if `HPC_COLL_PROXY_BOARD` (host placement) or
+/// `HPC_COLL_PROXY_DPU` (DPU placement) is set (then never returns
 /// normally: exits the process when done). Returns `Ok(false)` otherwise.
 pub fn serve_env() -> Result<bool> {
+    if let Ok(spec) = std::env::var(hpc_runtime::env::COLL_PROXY_DPU) {
+        dpu::serve_spec(&spec)?;
+        std::process::exit(0);
+    }
     let Ok(path) = std::env::var(hpc_runtime::env::COLL_PROXY_BOARD) else {
         return Ok(false);
     };

@@ -1,0 +1,54 @@
+//! The `Proxy` engine in DPU placement: collectives go to a proxy that
+//! reaches the ranks only through the transport (see `proxy::dpu`).
+
+use std::sync::Arc;
+
+use super::{Driver, Job, Pending, Ticket};
+use crate::error::Result;
+use crate::proxy::dpu::{Client, Posted};
+
+/// The `Proxy` engine with its proxy placed as on a DPU.
+pub(crate) struct Dpu {
+    pub client: Arc<Client>,
+}
+
+impl Driver for Dpu {
+    fn start(&self, job: Job<'_>) -> Result<Ticket> {
+        Ok(Arc::new(Handle {
+            p: self.client.submit(job)?,
+            client: self.client.clone(),
+        }))
+    }
+
+    fn shutdown(&self) {
+        self.client.detach();
+    }
+
+    fn register(&self, bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
+        Some(self.client.register_buf(bytes))
+    }
+}
+
+/// A collective handed to the DPU proxy.
+struct Handle {
+    p: Posted,
+    client: Arc<Client>,
+}
+
+impl Pending for Handle {
+    fn test(&self, _: &dyn Driver) -> bool {
+        self.client.poll(&self.p)
+    }
+
+    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+        self.client.wait(&self.p, out)
+    }
+
+    fn cancel(&self, _: &dyn Driver) {
+        self.client.cancel(&self.p);
+    }
+
+    fn discard(&self, _: &dyn Driver) {
+        self.client.discard(&self.p);
+    }
+}

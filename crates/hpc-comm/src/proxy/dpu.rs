@@ -1,0 +1,1800 @@
+//! The proxy in DPU placement: it reaches the ranks only through the
+//! transport, as a BlueField's Arm cores reach the host.
+//!
+//! No board, no cross-memory attach, no mapped file: a rank copies the part
+//! of its send buffer the collective reads into registered memory (a
+//! [`Region`] from its registration cache), sends the proxy a [`Request`]
+//! message naming the collective and the remote keys of its send and receive
+//! spans, and waits for an [`Answer`] message. The proxy reads each rank's
+//! send span with RMA get into its own memory, runs the node's schedules
+//! there once every rank's span arrived, writes each receive span back with
+//! RMA put and answers when the put completed (after which the rank copies
+//! its result out of the region). The proxy itself runs under a seccomp
+//! filter that denies `process_vm_readv`/`process_vm_writev`, `pidfd_getfd`
+//! and `ptrace` ([`forbid_host_memory`]).
+//!
+//! # Finding each other
+//!
+//! The communicator's first rank starts a [`Coordinator`] for a job of the
+//! communicator's ranks plus one (the proxy is the last rank), on
+//! `HPC_COLL_PROXY_ADDR`, and starts the proxy with its address and secret in
+//! `HPC_COLL_PROXY_DPU`; the other ranks learn it through the communicator's
+//! bootstrap. All of them join that small job and build a [`Transport`] over
+//! it (`tcp`, or `ofi`/`verbs` when `HPC_TRANSPORT` names one), then leave
+//! the job: from then on ranks and proxy talk only over the transport's
+//! connections.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hpc_collectives::{sim, Collective, Options, Schedule};
+use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
+use hpc_runtime::{Coordinator, World};
+use serde::{Deserialize, Serialize};
+
+use super::protocol::Code;
+use crate::backoff::{Backoff, Pause};
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::sync::lock;
+
+/// Where the `Proxy` engine's proxy runs, and so how it reaches the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Beside the ranks on the host: a shared-memory board, cross-memory
+    /// attach and mapped [`SharedBuf`](crate::SharedBuf)s.
+    #[default]
+    Host,
+    /// As on a DPU: only through the transport (registered memory, RMA get and
+    /// put, messages); see the module `proxy::dpu`.
+    Dpu,
+}
+
+impl Placement {
+    /// `host` or `dpu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Host => "host",
+            Placement::Dpu => "dpu",
+        }
+    }
+
+    /// `HPC_COLL_PROXY_PLACEMENT`, else [`Placement::Host`]; a value that is
+    /// neither is an error naming it.
+    pub fn from_env() -> Result<Placement> {
+        match std::env::var(hpc_runtime::env::COLL_PROXY_PLACEMENT) {
+            Ok(v) => v.parse(),
+            Err(_) => Ok(Placement::Host),
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Placement> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "host" => Ok(Placement::Host),
+            "dpu" => Ok(Placement::Dpu),
+            o => Err(Error::Unsupported(format!(
+                "proxy placement {o:?}: expected host or dpu ({})",
+                hpc_runtime::env::COLL_PROXY_PLACEMENT
+            ))),
+        }
+    }
+}
+
+/// Tag of the ranks' requests to the proxy.
+const TAG_REQUEST: u64 = 1;
+/// Tag of the answer to collective `seq`: this plus `seq`.
+const TAG_ANSWER: u64 = 1 << 32;
+/// The largest request the proxy decodes (a v-collective's counts for a
+/// million ranks fit).
+pub(crate) const MAX_REQUEST: usize = 64 << 20;
+
+/// A span of a rank's registered memory: the key of its region (as
+/// [`RemoteKey::to_bytes`] writes it), an offset and a length.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Span {
+    pub key: Vec<u8>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What a rank says to the proxy (after the collective's sequence number,
+/// 8 bytes little-endian, so that even an undecodable request is answered).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Request<C = Collective> {
+    /// Run collective `seq` over these spans.
+    Submit {
+        coll: C,
+        opts: Options,
+        send: Span,
+        recv: Span,
+    },
+    /// The rank gave collective `seq` up: neither put nor answer it.
+    Cancel,
+    /// The rank is gone.
+    Detach,
+}
+
+/// What the proxy answers to collective `seq` (on tag `TAG_ANSWER + seq`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Answer {
+    pub code: u8,
+    /// For `Lost` and `Mismatch`: the rank concerned.
+    pub aux: u64,
+    /// Why, for anything but `Ok`.
+    pub why: String,
+}
+
+fn encode_request<C: Serialize>(seq: u64, req: &Request<C>) -> Result<Vec<u8>> {
+    postcard::to_extend(req, seq.to_le_bytes().to_vec())
+        .map_err(|e| Error::Transport(format!("encoding a request to the proxy: {e}")))
+}
+
+/// Splits a request message into its sequence number and request.
+pub(crate) fn decode_request(bytes: &[u8]) -> std::result::Result<(u64, Request), String> {
+    if bytes.len() > MAX_REQUEST {
+        return Err(format!("a request of {} bytes", bytes.len()));
+    }
+    let Some((seq, body)) = bytes.split_first_chunk::<8>() else {
+        return Err(format!(
+            "a request of {} bytes, shorter than its header",
+            bytes.len()
+        ));
+    };
+    let seq = u64::from_le_bytes(*seq);
+    let req = postcard::from_bytes::<Request>(body)
+        .map_err(|e| format!("collective {seq}: an undecodable request ({e})"))?;
+    Ok((seq, req))
+}
+
+/// One rank's part of a collective, as the proxy checked it.
+pub(crate) struct Part {
+    pub sched: Schedule,
+    pub send: (RemoteKey, u64, usize),
+    pub recv: (RemoteKey, u64, usize),
+    /// The receive span is an input too (the broadcast root's buffer).
+    pub recv_input: bool,
+}
+
+fn span_key(
+    what: &str,
+    rank: usize,
+    s: &Span,
+) -> std::result::Result<(RemoteKey, u64, usize), String> {
+    let key = RemoteKey::from_bytes(&s.key).map_err(|e| format!("the {what} key: {e}"))?;
+    if key.rank() != rank {
+        return Err(format!(
+            "the {what} key is rank {}'s, not the sender's (rank {rank})",
+            key.rank()
+        ));
+    }
+    let end = s.offset.checked_add(s.len);
+    if end.is_none_or(|e| e > key.len()) {
+        return Err(format!(
+            "the {what} span ({} bytes at {}) exceeds its region of {} bytes",
+            s.len,
+            s.offset,
+            key.len()
+        ));
+    }
+    let len = usize::try_from(s.len).map_err(|_| format!("the {what} span is too long"))?;
+    Ok((key, s.offset, len))
+}
+
+/// Checks rank `rank`'s submit against a communicator of `size` and builds its
+/// schedule: everything the proxy believes of a rank's message.
+pub(crate) fn check_submit(
+    coll: &Collective,
+    opts: &Options,
+    send: &Span,
+    recv: &Span,
+    rank: usize,
+    size: usize,
+) -> std::result::Result<Part, String> {
+    let send = span_key("send", rank, send)?;
+    let recv = span_key("receive", rank, recv)?;
+    coll.check_buffers(rank, size, send.2, recv.2)
+        .map_err(|e| format!("{}: {e}", coll.kind()))?;
+    let sched = coll
+        .schedule(rank, size, opts)
+        .map_err(|e| format!("{}: {e}", coll.kind()))?;
+    sim::check(&sched, send.2, recv.2).map_err(|e| format!("{}: {e}", coll.kind()))?;
+    Ok(Part {
+        sched,
+        send,
+        recv,
+        recv_input: recv_is_input(coll, rank),
+    })
+}
+
+/// Whether rank `rank`'s receive buffer holds input of `coll` (only the
+/// broadcast's root's does: MPI's single buffer).
+fn recv_is_input(coll: &Collective, rank: usize) -> bool {
+    matches!(coll, Collective::Broadcast { root, .. } if *root == rank)
+}
+
+// ---------------------------------------------------------------------------
+// Finding each other.
+
+/// The backend of the link between ranks and proxy: `HPC_TRANSPORT` where it
+/// names a network backend, else tcp (never shared memory).
+fn link_backend() -> Choice {
+    match std::env::var(hpc_runtime::env::TRANSPORT)
+        .ok()
+        .and_then(|v| v.parse::<Choice>().ok())
+    {
+        Some(c @ (Choice::Ofi | Choice::Verbs)) => c,
+        _ => Choice::Tcp,
+    }
+}
+
+fn backend_name(c: Choice) -> &'static str {
+    match c {
+        Choice::Ofi => "ofi",
+        Choice::Verbs => "verbs",
+        _ => "tcp",
+    }
+}
+
+/// The address the first rank listens on for its proxy.
+fn host_addr() -> Result<IpAddr> {
+    match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
+        Ok(v) => v.trim().parse().map_err(|_| {
+            Error::Unsupported(format!(
+                "{}={v:?} is not an IP address",
+                hpc_runtime::env::COLL_PROXY_ADDR
+            ))
+        }),
+        Err(_) => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    }
+}
+
+/// The local address that routes to `to`.
+fn route_to(to: SocketAddr) -> IpAddr {
+    let any = if to.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0))
+        .and_then(|u| u.connect(to).and_then(|_| u.local_addr()))
+        .map(|a| a.ip())
+        .unwrap_or(to.ip())
+}
+
+/// The small job that ranks and proxy meet in: its coordinator, members
+/// (the ranks, then the proxy), timeout and the transport's backend.
+struct Link {
+    rendezvous: String,
+    secret: u64,
+    members: usize,
+    timeout: Duration,
+    backend: Choice,
+}
+
+/// The other side's liveness, whatever the transport: a plain TCP
+/// connection between each rank and the proxy that carries nothing and
+/// closes when its process ends (the kernel closes it), so that a waiting
+/// side learns of the other's death even where the transport reports a lost
+/// peer only when an operation to it fails (libfabric's `tcp;ofi_rxm`).
+pub(crate) enum Watch {
+    /// A rank's connection to the proxy.
+    Proxy(TcpStream),
+    /// The proxy's connections from the ranks, by rank (`None` once closed).
+    Ranks(Vec<Option<TcpStream>>),
+}
+
+/// Whether the other end of a watch connection is gone.
+fn closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// The watch connections: the proxy (the last member) listens on `ip`, every
+/// rank connects and names itself.
+fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Watch> {
+    let io = |what: &str, e: std::io::Error| Error::Transport(format!("{what}: {e}"));
+    let size = side.size();
+    let listener = if rank == size - 1 {
+        Some(TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?)
+    } else {
+        None
+    };
+    let mine = match &listener {
+        Some(l) => l.local_addr().map_err(|e| io("listening", e))?.to_string(),
+        None => String::new(),
+    };
+    let all = side.allgather(mine.as_bytes())?;
+    let Some(l) = listener else {
+        let at = String::from_utf8_lossy(&all[size - 1]).into_owned();
+        let addr: SocketAddr = at
+            .parse()
+            .map_err(|_| Error::Transport(format!("the proxy's watch address {at:?}")))?;
+        let mut s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
+        s.write_all(&(rank as u64).to_le_bytes())
+            .map_err(|e| io("greeting the proxy", e))?;
+        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+        return Ok(Watch::Proxy(s));
+    };
+    let mut ranks: Vec<Option<TcpStream>> = (0..size - 1).map(|_| None).collect();
+    let deadline = Instant::now() + timeout;
+    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    while ranks.iter().any(Option::is_none) {
+        match l.accept() {
+            Ok((mut s, from)) => {
+                let mut b = [0u8; 8];
+                let named = s
+                    .set_nonblocking(false)
+                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
+                    .and_then(|_| s.read_exact(&mut b))
+                    .and_then(|_| s.set_nonblocking(true));
+                let r = u64::from_le_bytes(b) as usize;
+                match named {
+                    Ok(()) if r < ranks.len() && ranks[r].is_none() => ranks[r] = Some(s),
+                    _ => tracing::warn!(%from, "DPU proxy: refused a watch connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    let missing: Vec<usize> =
+                        (0..ranks.len()).filter(|&r| ranks[r].is_none()).collect();
+                    return Err(Error::Transport(format!(
+                        "ranks {missing:?} did not connect to the proxy within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io("accepting a rank", e)),
+        }
+    }
+    Ok(Watch::Ranks(ranks))
+}
+
+/// Joins the link's job as `rank` and builds the transport over it,
+/// listening on `ip`; then the watch connections.
+fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transport, Watch)> {
+    let Link {
+        ref rendezvous,
+        secret,
+        members: size,
+        timeout,
+        backend,
+    } = *link;
+    let env = hpc_runtime::env::NODE_NAME;
+    let map: HashMap<String, String> = [
+        (hpc_runtime::env::RANK, rank.to_string()),
+        (hpc_runtime::env::SIZE, size.to_string()),
+        (hpc_runtime::env::RENDEZVOUS, rendezvous.to_string()),
+        (hpc_runtime::env::SECRET, format!("{secret:x}")),
+        (hpc_runtime::env::TIMEOUT, timeout.as_secs_f64().to_string()),
+        (env, node.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let config = hpc_runtime::Config::from_map(map)?;
+    let side = World::init_with(config)?;
+    let t = Transport::with_options(
+        &side,
+        hpc_rdma::Options {
+            backend,
+            timeout: Some(timeout),
+            tcp_addr: Some(ip),
+        },
+    )
+    .map_err(|e| Error::Transport(format!("the link between ranks and DPU proxy: {e}")))?;
+    let w = watch(&side, rank, ip, timeout)?;
+    side.barrier()?;
+    Ok((t, w))
+}
+
+// ---------------------------------------------------------------------------
+// A rank's side.
+
+/// The bootstrap allgather of a communicator being created.
+pub(crate) type Allgather<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
+
+/// A rank's connection to its DPU-placed proxy.
+pub(crate) struct Client {
+    t: Transport,
+    me: usize,
+    size: usize,
+    /// World rank of each member.
+    world: Vec<usize>,
+    opts: Options,
+    timeout: Duration,
+    spin: Duration,
+    /// Registered regions not in use: the registration cache.
+    cache: Mutex<Vec<Region>>,
+    /// Requests sent whose completion was not taken yet.
+    sends: Mutex<Vec<OpId>>,
+    /// Set once the proxy was found gone.
+    gone: AtomicBool,
+    detached: AtomicBool,
+    /// The watch connection to the proxy, and when it was last looked at.
+    watch: TcpStream,
+    watched: Mutex<Instant>,
+    /// The application's registered buffers ([`RegisteredBuf`](crate::RegisteredBuf)):
+    /// (address, length, region); a collective on one needs no staging.
+    registered: Mutex<Vec<(usize, usize, std::sync::Weak<Region>)>>,
+}
+
+/// How often a waiting rank looks at its watch connection, and the proxy at
+/// its ranks'.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// Regions the cache keeps (at most), and bytes.
+const CACHE_REGIONS: usize = 16;
+const CACHE_BYTES: usize = 256 << 20;
+
+impl Client {
+    /// Collective over the communicator's ranks (`allgather` is its
+    /// bootstrap): rank 0 starts the proxy; every rank connects to it.
+    pub(crate) fn start(
+        me: usize,
+        world: Vec<usize>,
+        opts: &Options,
+        timeout: Duration,
+        spin: Duration,
+        allgather: Allgather<'_>,
+    ) -> Result<Client> {
+        let size = world.len();
+        let backend = link_backend();
+        let ip = host_addr();
+        let mut coord = None;
+        let mine = if me == 0 {
+            match Self::launch(size, timeout, backend, &ip) {
+                Ok((c, secret)) => {
+                    let s = format!("{} {secret:x}", c.addr());
+                    coord = Some(c);
+                    s
+                }
+                Err(e) => format!("! {e}"),
+            }
+        } else {
+            String::new()
+        };
+        let all = allgather(mine.as_bytes())?;
+        let head = String::from_utf8_lossy(all.first().map_or(&[][..], |v| &v[..])).into_owned();
+        if let Some(e) = head.strip_prefix("! ") {
+            return Err(Error::Transport(format!(
+                "rank 0 could not start the DPU proxy: {e}"
+            )));
+        }
+        let (addr, secret) = head
+            .split_once(' ')
+            .and_then(|(a, s)| Some((a.to_string(), u64::from_str_radix(s, 16).ok()?)))
+            .ok_or_else(|| Error::Transport(format!("rank 0 sent no proxy address: {head:?}")))?;
+        let link = Link {
+            rendezvous: addr.clone(),
+            secret,
+            members: size + 1,
+            timeout,
+            backend,
+        };
+        let t = ip.and_then(|ip| join(&link, me, ip, "host"));
+        // Every rank says how its join went, so that all fail alike, with the
+        // first reason; until then the coordinator stays, for ranks that come
+        // late to learn it (a proxy that did not serve is reported there).
+        let mine = match &t {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        };
+        let all = allgather(mine.as_bytes());
+        drop(coord);
+        let failed = all?
+            .iter()
+            .enumerate()
+            .find(|(_, b)| !b.is_empty())
+            .map(|(r, b)| (r, String::from_utf8_lossy(b).into_owned()));
+        if let Some((r, why)) = failed {
+            return Err(Error::Transport(format!(
+                "connecting to the DPU proxy (link job at {addr}), rank {r}: {why}"
+            )));
+        }
+        let (t, watch) = t?;
+        let Watch::Proxy(watch) = watch else {
+            unreachable!("a rank's watch is its connection to the proxy");
+        };
+        tracing::info!(
+            rank = me,
+            backend = backend_name(backend),
+            "connected to the DPU proxy"
+        );
+        Ok(Client {
+            t,
+            me,
+            size,
+            world,
+            opts: *opts,
+            timeout,
+            spin,
+            cache: Mutex::new(Vec::new()),
+            sends: Mutex::new(Vec::new()),
+            gone: false.into(),
+            detached: false.into(),
+            watch,
+            watched: Mutex::new(Instant::now()),
+            registered: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A region of `bytes` for the application's own buffer: the proxy reads
+    /// and writes it in place.
+    pub(crate) fn register_buf(&self, bytes: usize) -> Result<Arc<Region>> {
+        let r = Arc::new(
+            self.t
+                .register(bytes.max(1))
+                .map_err(|e| Error::Transport(format!("registering {bytes} bytes: {e}")))?,
+        );
+        let mut reg = lock(&self.registered);
+        reg.retain(|(_, _, w)| w.strong_count() > 0);
+        reg.push((r.as_ptr() as usize, bytes, Arc::downgrade(&r)));
+        Ok(r)
+    }
+
+    /// The registered buffer that holds `[at, at + len)`, and the offset in it.
+    fn lookup(&self, at: usize, len: usize) -> Option<(Arc<Region>, u64)> {
+        if len == 0 {
+            return None;
+        }
+        let end = at.checked_add(len)?;
+        let reg = lock(&self.registered);
+        reg.iter().find_map(|(base, n, w)| {
+            (at >= *base && end <= base + n)
+                .then(|| w.upgrade().map(|r| (r, (at - base) as u64)))
+                .flatten()
+        })
+    }
+
+    /// Whether the proxy is known gone: its connection broke, or (looked at
+    /// every [`WATCH_EVERY`]) its watch connection closed.
+    fn proxy_gone(&self) -> bool {
+        if self.gone.load(Ordering::Acquire) {
+            return true;
+        }
+        {
+            let mut last = lock(&self.watched);
+            if last.elapsed() < WATCH_EVERY {
+                return false;
+            }
+            *last = Instant::now();
+        }
+        if closed(&self.watch) {
+            tracing::warn!(
+                rank = self.me,
+                "the DPU proxy closed its watch connection: it is gone"
+            );
+            self.gone.store(true, Ordering::Release);
+        }
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// Rank 0: the link's coordinator and the proxy process.
+    fn launch(
+        size: usize,
+        timeout: Duration,
+        backend: Choice,
+        ip: &Result<IpAddr>,
+    ) -> Result<(Arc<Coordinator>, u64)> {
+        if std::env::var_os(hpc_runtime::env::COLL_PROXY_DPU).is_some() {
+            return Err(Error::Unsupported(
+                "this process was started as a collectives proxy but did not call \
+                 hpc_rs::init() or hpc_comm::proxy::serve_env(); call one first thing in \
+                 main, or run the job with `hpc run --proxy`"
+                    .into(),
+            ));
+        }
+        let ip = match ip {
+            Ok(ip) => *ip,
+            Err(e) => return Err(Error::Unsupported(e.to_string())),
+        };
+        let secret = hpc_runtime::random_u64();
+        let coord = Coordinator::start(size + 1, secret, timeout, ip)
+            .map_err(|e| Error::Transport(format!("listening for the proxy on {ip}: {e}")))?;
+        let spec = format!(
+            "{} {secret:x} {} {} {}",
+            coord.addr(),
+            size + 1,
+            timeout.as_secs_f64(),
+            backend_name(backend)
+        );
+        let mut cmd = super::client::proxy_command();
+        cmd.stdin(std::process::Stdio::null());
+        // Its own process group, as in host placement: it serves every rank.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // The launcher's variables go (so that the program serves rather than
+        // joins the job); the libfabric provider stays, for `HPC_TRANSPORT=ofi`.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("HPC_")
+                && k != super::PROXY_CMD
+                && k != hpc_runtime::env::OFI_PROVIDER
+            {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
+        let coord = Arc::new(coord);
+        let weak = Arc::downgrade(&coord);
+        // Until the link is up, a proxy that exits fails the link's job at once
+        // (the coordinator tells every member) rather than by its timeout; then
+        // the thread only reaps it.
+        std::thread::spawn(move || loop {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    if let Some(c) = weak.upgrade() {
+                        c.rank_exited(
+                            size,
+                            false,
+                            format!(
+                                "the proxy process exited ({st}) without serving: call \
+                                 hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
+                                 in main, run the job with `hpc run --proxy`, or set \
+                                 HPC_COLL_PROXY_CMD to a program that serves"
+                            ),
+                        );
+                    }
+                    return;
+                }
+                Ok(None) if weak.strong_count() == 0 => {
+                    let _ = child.wait();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return,
+            }
+        });
+        Ok((coord, secret))
+    }
+
+    fn proxy(&self) -> usize {
+        self.size
+    }
+
+    /// A transport error of the link, as the communicator reports it.
+    fn link_error(&self, e: hpc_rdma::Error) -> Error {
+        match e {
+            hpc_rdma::Error::PeerLost { .. } => {
+                self.gone.store(true, Ordering::Release);
+                Error::Stopped("proxy")
+            }
+            e => Error::Transport(format!("the link to the DPU proxy: {e}")),
+        }
+    }
+
+    /// A registered region of at least `len` bytes from the cache.
+    fn region(&self, len: usize) -> Result<Region> {
+        {
+            let mut c = lock(&self.cache);
+            let best = c
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.len() >= len)
+                .min_by_key(|(_, r)| r.len())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                return Ok(c.swap_remove(i));
+            }
+        }
+        let cap = len.max(4096).next_power_of_two();
+        tracing::debug!(
+            rank = self.me,
+            bytes = cap,
+            "registering a region for the proxy"
+        );
+        self.t
+            .register(cap)
+            .map_err(|e| Error::Transport(format!("registering {cap} bytes: {e}")))
+    }
+
+    /// Returns a region to the cache (or deregisters it beyond the cache's bounds).
+    fn give(&self, r: Region) {
+        let mut c = lock(&self.cache);
+        let bytes: usize = c.iter().map(Region::len).sum();
+        if c.len() < CACHE_REGIONS && bytes + r.len() <= CACHE_BYTES {
+            c.push(r);
+        } else {
+            drop(c);
+            self.t.deregister(r);
+        }
+    }
+
+    fn send(&self, bytes: Vec<u8>) -> Result<()> {
+        let op = self
+            .t
+            .send(self.proxy(), TAG_REQUEST, bytes)
+            .map_err(|e| self.link_error(e))?;
+        let mut sends = lock(&self.sends);
+        sends.push(op);
+        // Take the completions of the sends that went out.
+        let mut failed = None;
+        sends.retain(|&op| match self.t.test(op) {
+            Ok(None) => true,
+            Ok(Some(_)) => false,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        });
+        match failed {
+            Some(e) => Err(self.link_error(e)),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Posted> {
+        if self.proxy_gone() {
+            return Err(Error::Stopped("proxy"));
+        }
+        let seq = job.seq;
+        let direct = job.direct();
+        let (coll, send, recv) = job.parts();
+        let (need_s, need_r) = coll.buffer_bytes(self.me, self.size);
+        // The application's registered buffers are read and written in place
+        // (only a direct job works on them; a staged one on its copies).
+        let user_s = self.lookup(send.as_ptr() as usize, need_s);
+        let user_r = self.lookup(recv.as_ptr() as usize, need_r);
+        let stage_s = if user_s.is_some() { 0 } else { need_s };
+        let stage_r = if user_r.is_some() { 0 } else { need_r };
+        let recv_at = stage_s.div_ceil(64) * 64;
+        // A region even for nothing to stage: its key names this rank's spans.
+        let region = if user_s.is_none() || user_r.is_none() {
+            Some(self.region(recv_at + stage_r)?)
+        } else {
+            None
+        };
+        let put = |off: usize, b: &[u8]| match &region {
+            Some(r) => r
+                .write(off, b)
+                .map_err(|e| Error::Transport(format!("staging into registered memory: {e}"))),
+            None => Ok(()),
+        };
+        if user_s.is_none() {
+            put(0, &send[..need_s])?;
+        }
+        if user_r.is_none() && recv_is_input(coll, self.me) {
+            put(recv_at, &recv[..need_r])?;
+        }
+        let staged_key = region
+            .as_ref()
+            .map(|r| r.remote_key().to_bytes().to_vec())
+            .unwrap_or_default();
+        let span = |user: &Option<(Arc<Region>, u64)>, at: usize, len: usize| match user {
+            Some((r, off)) => Span {
+                key: r.remote_key().to_bytes().to_vec(),
+                offset: *off,
+                len: len as u64,
+            },
+            None => Span {
+                key: staged_key.clone(),
+                offset: at as u64,
+                len: len as u64,
+            },
+        };
+        let req = Request::Submit {
+            coll,
+            opts: self.opts,
+            send: span(&user_s, 0, need_s),
+            recv: span(&user_r, recv_at, need_r),
+        };
+        let bytes = encode_request(seq, &req)?;
+        // A result staged in the region is copied out to a direct job's buffer.
+        let out = (direct && user_r.is_none()).then_some(Out(recv.as_mut_ptr()));
+        let in_place = user_s.is_some() || user_r.is_some();
+        let recv_len = if user_r.is_some() { 0 } else { need_r };
+        let mut users: Vec<Arc<Region>> = Vec::new();
+        users.extend(user_s.map(|u| u.0));
+        users.extend(user_r.map(|u| u.0));
+        // The proxy works on the region only: a staged job's copies can go.
+        drop(job.stage.take());
+        // The answer's receive is posted before the request goes out.
+        let answer = self
+            .t
+            .recv(self.proxy(), TAG_ANSWER + seq)
+            .map_err(|e| self.link_error(e))?;
+        if let Err(e) = self.send(bytes) {
+            if let Some(r) = region {
+                self.give(r);
+            }
+            return Err(e);
+        }
+        Ok(Posted {
+            seq,
+            answer,
+            state: Mutex::new(State {
+                region,
+                outcome: None,
+            }),
+            recv_at,
+            recv_len,
+            out,
+            in_place,
+            _users: users,
+        })
+    }
+
+    /// Takes `p`'s answer if it came; whether `p` has an outcome.
+    pub(crate) fn poll(&self, p: &Posted) -> bool {
+        let mut st = lock(&p.state);
+        if st.outcome.is_some() {
+            return true;
+        }
+        let res = match self.t.test(p.answer) {
+            Ok(None) if self.proxy_gone() => Err(Error::Stopped("proxy")),
+            Ok(None) => return false,
+            Ok(Some(payload)) => self.outcome(p.seq, payload),
+            Err(e) => Err(self.link_error(e)),
+        };
+        if res.is_ok() {
+            if let (Some(out), Some(region)) = (p.out, &st.region) {
+                // SAFETY: a direct job's receive buffer is borrowed by its request
+                // or scope until this collective is finished (waited for or
+                // cancelled), for `recv_len` bytes at least (`check_buffers`); the
+                // region holds the result at `recv_at` (the proxy's put completed
+                // before it answered), and the two do not overlap (the region is
+                // the transport's own mapping).
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0, p.recv_len) };
+                if let Err(e) = region.read(p.recv_at, dst) {
+                    st.outcome = Some(Err(Error::Transport(e.to_string())));
+                    return true;
+                }
+            }
+        }
+        st.outcome = Some(res);
+        true
+    }
+
+    fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
+        let bytes = payload.into_bytes();
+        let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
+            Error::Transport(format!(
+                "an undecodable answer from the proxy to collective {seq}: {e}"
+            ))
+        })?;
+        let world = |r: u64| self.world.get(r as usize).copied().unwrap_or(r as usize);
+        match Code::from_wire(a.code as u64) {
+            Code::Ok => Ok(()),
+            Code::Lost => Err(Error::RankLost { rank: world(a.aux) }),
+            Code::Mismatch => Err(Error::CountMismatch {
+                rank: world(a.aux),
+                detail: a.why,
+            }),
+            // A DPU-placed proxy serves one node; should it ever answer this,
+            // the node is named as the host-placed proxies name it.
+            Code::NodeLost => Err(Error::NodeLost {
+                node: a.aux as usize,
+            }),
+            Code::Failed => Err(Error::Transport(format!(
+                "the DPU proxy refused collective {seq}: {}",
+                a.why
+            ))),
+        }
+    }
+
+    pub(crate) fn wait(&self, p: &Posted, out: Option<&mut [u8]>) -> Result<()> {
+        let t0 = Instant::now();
+        let backoff = Backoff::new(self.spin, true);
+        while !self.poll(p) {
+            if t0.elapsed() > self.timeout {
+                return Err(Error::Timeout {
+                    after: self.timeout,
+                    waiting_for: Vec::new(),
+                });
+            }
+            match backoff.pause() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                // Longer the longer the wait (a sixteenth of it, 50-500 µs): a
+                // large collective's answer comes milliseconds later, and every
+                // look at the transport costs the rank's CPU.
+                Pause::Sleep => std::thread::sleep(
+                    (backoff.idle() / 16)
+                        .clamp(Duration::from_micros(50), Duration::from_micros(500)),
+                ),
+            }
+        }
+        let mut st = lock(&p.state);
+        let res = match st.outcome.as_ref() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(clone_error(e)),
+            None => unreachable!("poll returned true"),
+        };
+        if res.is_ok() {
+            if let (Some(out), Some(region)) = (out, &st.region) {
+                region
+                    .read(p.recv_at, &mut out[..p.recv_len])
+                    .map_err(|e| Error::Transport(e.to_string()))?;
+            }
+        }
+        if let Some(r) = st.region.take() {
+            self.give(r);
+        }
+        res
+    }
+
+    /// Finished, nobody takes the outcome: the region goes back.
+    pub(crate) fn discard(&self, p: &Posted) {
+        let region = lock(&p.state).region.take();
+        if let Some(r) = region {
+            self.give(r);
+        }
+    }
+
+    /// The proxy must no longer write `p`'s buffers. A staged collective's are
+    /// the region's only: deregistering it makes any later put of the proxy
+    /// fail there. One on the application's registered buffers waits for the
+    /// proxy's answer to the cancellation (given once no put of it is in
+    /// flight), and aborts the process if none comes within the timeout,
+    /// rather than let a late put write into a buffer in use again.
+    pub(crate) fn cancel(&self, p: &Posted) {
+        let pending = lock(&p.state).outcome.is_none();
+        if pending {
+            if let Ok(bytes) = encode_request::<Collective>(p.seq, &Request::Cancel) {
+                let _ = self.send(bytes);
+            }
+            if p.in_place {
+                let t0 = Instant::now();
+                while !self.poll(p) {
+                    if t0.elapsed() > self.timeout {
+                        eprintln!(
+                            "hpc-collectives: the DPU proxy did not confirm a cancellation; \
+                             aborting rather than risk its writes into a buffer in use"
+                        );
+                        std::process::abort();
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+        let mut st = lock(&p.state);
+        if st.outcome.is_none() {
+            st.outcome = Some(Err(Error::Stopped("proxy")));
+        }
+        if let Some(r) = st.region.take() {
+            drop(st);
+            if pending {
+                self.t.deregister(r);
+            } else {
+                self.give(r);
+            }
+        }
+    }
+
+    /// Tells the proxy that this rank is gone (once).
+    pub(crate) fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) || self.gone.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(bytes) = encode_request::<Collective>(0, &Request::Detach) {
+            let _ = self.send(bytes);
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+/// The errors an outcome holds, given out again on every `wait`.
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::RankLost { rank } => Error::RankLost { rank: *rank },
+        Error::CountMismatch { rank, detail } => Error::CountMismatch {
+            rank: *rank,
+            detail: detail.clone(),
+        },
+        Error::Stopped(s) => Error::Stopped(s),
+        Error::Timeout { after, waiting_for } => Error::Timeout {
+            after: *after,
+            waiting_for: waiting_for.clone(),
+        },
+        e => Error::Transport(e.to_string()),
+    }
+}
+
+/// A direct job's receive buffer.
+#[derive(Clone, Copy)]
+struct Out(*mut u8);
+
+// SAFETY: the pointer is only written through in `Client::poll`, under the
+// posted collective's lock, while the job's borrow of the buffer lasts (see there).
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+struct State {
+    /// The registered memory the proxy reads and writes (until the outcome
+    /// was delivered).
+    region: Option<Region>,
+    outcome: Option<Result<()>>,
+}
+
+/// A collective posted to the DPU proxy.
+pub(crate) struct Posted {
+    seq: u64,
+    answer: OpId,
+    state: Mutex<State>,
+    recv_at: usize,
+    recv_len: usize,
+    out: Option<Out>,
+    /// It reads or writes the application's registered buffers in place.
+    in_place: bool,
+    /// Those buffers' regions, kept registered until it ends.
+    _users: Vec<Arc<Region>>,
+}
+
+// ---------------------------------------------------------------------------
+// The proxy's side.
+
+/// Makes the calls that reach another process's memory fail with `EPERM` in
+/// every thread of this process: `process_vm_readv`, `process_vm_writev`,
+/// `pidfd_getfd` (taking a rank's descriptors, e.g. a memfd) and `ptrace`.
+/// What a proxy in DPU placement must do without, enforced (a guard of the
+/// design, not a security boundary: it does not check the architecture).
+pub fn forbid_host_memory() -> Result<()> {
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let denied = [
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_ptrace,
+    ];
+    // The system call number (offset 0 of `seccomp_data`), then one test per call.
+    let mut filter = vec![stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0)];
+    for (i, nr) in denied.iter().enumerate() {
+        // Equal: jump to the EPERM return after the remaining tests and ALLOW.
+        let to_deny = (denied.len() - i) as u8;
+        filter.push(libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: to_deny,
+            jf: 0,
+            k: *nr as u32,
+        });
+    }
+    filter.push(stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW));
+    filter.push(stmt(
+        libc::BPF_RET | libc::BPF_K,
+        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+    ));
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: prctl and seccomp(2) with a valid filter program that lives across
+    // the call; the filter only answers four system calls with EPERM.
+    let rc = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_TSYNC,
+                &prog as *const libc::sock_fprog,
+            ) as i32
+        }
+    };
+    if rc != 0 {
+        return Err(Error::Unsupported(format!(
+            "the DPU proxy could not forbid itself cross-memory access (seccomp): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// Serves as the proxy in DPU placement, from `HPC_COLL_PROXY_DPU`
+/// (`ADDRESS SECRET MEMBERS TIMEOUT_S BACKEND`), until every rank detached or
+/// died.
+pub(crate) fn serve_spec(spec: &str) -> Result<()> {
+    let bad = || {
+        Error::Unsupported(format!(
+            "{}={spec:?} is malformed",
+            hpc_runtime::env::COLL_PROXY_DPU
+        ))
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let [addr, secret, members, timeout, backend] = f[..] else {
+        return Err(bad());
+    };
+    let to: SocketAddr = addr.parse().map_err(|_| bad())?;
+    let secret = u64::from_str_radix(secret, 16).map_err(|_| bad())?;
+    let members: usize = members.parse().map_err(|_| bad())?;
+    let timeout = timeout
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(bad)?;
+    let backend: Choice = backend.parse().map_err(|_| bad())?;
+    if members < 2 {
+        return Err(bad());
+    }
+    forbid_host_memory()?;
+    let link = Link {
+        rendezvous: addr.to_string(),
+        secret,
+        members,
+        timeout,
+        backend,
+    };
+    let (t, watch) = join(&link, members - 1, route_to(to), "dpu")?;
+    let Watch::Ranks(watch) = watch else {
+        unreachable!("the proxy's watch is its ranks' connections");
+    };
+    tracing::info!(
+        ranks = members - 1,
+        backend = backend_name(backend),
+        "DPU proxy serving"
+    );
+    Server::new(t, members - 1, watch).run()
+}
+
+/// What an operation of the proxy's transport was for.
+enum Wait {
+    /// The next request of this rank.
+    Request(usize),
+    /// Reading rank's send (or receive, `recv`) span of collective `seq`.
+    Get { seq: u64, rank: usize, recv: bool },
+    /// Writing rank's receive span of collective `seq`.
+    Put { seq: u64, rank: usize },
+    /// An answer going out.
+    Answer,
+}
+
+/// One rank's part of a collective in the proxy.
+struct Slot {
+    /// `None` for a part that was refused (its rank is answered all the same).
+    part: Option<Part>,
+    send: Option<Vec<u8>>,
+    recv: Option<Vec<u8>>,
+    /// Answered, or given up by its rank: nothing more goes to it.
+    done: bool,
+    /// Its rank cancelled it: no put, and an answer once none is in flight.
+    cancelled: bool,
+    /// A put of its result is in flight.
+    putting: bool,
+}
+
+impl Slot {
+    fn refused() -> Slot {
+        Slot {
+            part: None,
+            send: None,
+            recv: None,
+            done: false,
+            cancelled: false,
+            putting: false,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Group {
+    slots: Vec<Option<Slot>>,
+    /// Why it failed: (code, aux, why).
+    failed: Option<(Code, u64, String)>,
+    ran: bool,
+}
+
+struct Server {
+    t: Transport,
+    size: usize,
+    /// Ranks that detached or were lost, and why.
+    gone: Vec<Option<String>>,
+    groups: BTreeMap<u64, Group>,
+    ops: HashMap<OpId, Wait>,
+    /// The ranks' watch connections (`None` once closed).
+    watch: Vec<Option<TcpStream>>,
+}
+
+impl Server {
+    fn new(t: Transport, size: usize, watch: Vec<Option<TcpStream>>) -> Server {
+        Server {
+            t,
+            size,
+            gone: vec![None; size],
+            groups: BTreeMap::new(),
+            ops: HashMap::new(),
+            watch,
+        }
+    }
+
+    /// Ranks whose watch connection closed are gone.
+    fn check_watch(&mut self) {
+        for r in 0..self.size {
+            if self.watch[r].as_ref().is_some_and(closed) {
+                self.watch[r] = None;
+                self.lose(r, "its process ended (its connection to the proxy closed)");
+            }
+        }
+    }
+
+    fn run(mut self) -> Result<()> {
+        for r in 0..self.size {
+            self.listen(r);
+        }
+        let mut backoff = Backoff::new(Duration::from_micros(50), true);
+        let mut watched = Instant::now();
+        while !self.gone.iter().all(Option::is_some) {
+            if watched.elapsed() >= WATCH_EVERY {
+                watched = Instant::now();
+                self.check_watch();
+            }
+            let done = self
+                .t
+                .poll()
+                .map_err(|e| Error::Transport(format!("DPU proxy: {e}")))?;
+            let moved = !done.is_empty();
+            for c in done {
+                if let Some(w) = self.ops.remove(&c.op) {
+                    self.complete(w, c.result);
+                }
+            }
+            self.run_ready();
+            self.retire();
+            if moved {
+                backoff.reset();
+            } else {
+                match backoff.pause() {
+                    Pause::Spin => std::hint::spin_loop(),
+                    Pause::Yield => std::thread::yield_now(),
+                    // Longer the longer it is idle, up to a millisecond.
+                    Pause::Sleep => std::thread::sleep(
+                        (backoff.idle() / 16)
+                            .clamp(Duration::from_micros(50), Duration::from_millis(1)),
+                    ),
+                }
+            }
+        }
+        tracing::info!("DPU proxy: every rank left");
+        Ok(())
+    }
+
+    fn group(&mut self, seq: u64) -> &mut Group {
+        let size = self.size;
+        self.groups.entry(seq).or_insert_with(|| Group {
+            slots: (0..size).map(|_| None).collect(),
+            ..Group::default()
+        })
+    }
+
+    fn listen(&mut self, r: usize) {
+        match self.t.recv(r, TAG_REQUEST) {
+            Ok(op) => {
+                self.ops.insert(op, Wait::Request(r));
+            }
+            Err(e) => self.lose(r, &e.to_string()),
+        }
+    }
+
+    fn complete(&mut self, w: Wait, res: hpc_rdma::Result<Payload>) {
+        match (w, res) {
+            (Wait::Request(r), Ok(p)) => self.request(r, &p.into_bytes()),
+            (Wait::Request(r), Err(e)) => self.lose(r, &e.to_string()),
+            (Wait::Get { seq, rank, recv }, Ok(p)) => {
+                if let Some(s) = self
+                    .groups
+                    .get_mut(&seq)
+                    .and_then(|g| g.slots[rank].as_mut())
+                {
+                    let v = p.into_bytes();
+                    if recv {
+                        s.recv = Some(v);
+                    } else {
+                        s.send = Some(v);
+                    }
+                }
+            }
+            (Wait::Get { seq, rank, recv }, Err(e)) => {
+                let what = if recv { "receive" } else { "send" };
+                let why = format!("reading rank {rank}'s {what} span: {e}");
+                self.fail(seq, Code::Failed, rank as u64, why);
+            }
+            (Wait::Put { seq, rank }, res) => {
+                let (code, why) = match res {
+                    Ok(_) => (Code::Ok, String::new()),
+                    Err(e) => (
+                        Code::Failed,
+                        format!("writing rank {rank}'s receive span: {e}"),
+                    ),
+                };
+                self.answer(rank, seq, code, 0, why);
+            }
+            (Wait::Answer, Ok(_)) => {}
+            (Wait::Answer, Err(e)) => {
+                tracing::debug!(error = %e, "DPU proxy: an answer was not delivered")
+            }
+        }
+    }
+
+    /// One request of rank `r`.
+    fn request(&mut self, r: usize, bytes: &[u8]) {
+        let (seq, req) = match decode_request(bytes) {
+            Ok(x) => x,
+            Err(why) => {
+                tracing::warn!(rank = r, "DPU proxy: refused {why}");
+                // The sequence number, where there is one, gets the refusal.
+                if let Some(seq) = bytes.first_chunk::<8>().map(|s| u64::from_le_bytes(*s)) {
+                    let g = self.group(seq);
+                    if g.slots[r].is_none() {
+                        g.slots[r] = Some(Slot::refused());
+                    }
+                    self.fail(seq, Code::Failed, r as u64, format!("rank {r} sent {why}"));
+                }
+                self.listen(r);
+                return;
+            }
+        };
+        match req {
+            Request::Submit {
+                coll,
+                opts,
+                send,
+                recv,
+            } => {
+                self.submit(r, seq, &coll, &opts, &send, &recv);
+                self.listen(r);
+            }
+            Request::Cancel => {
+                let slot = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut());
+                let answer_now = slot.is_some_and(|s| {
+                    s.cancelled = true;
+                    !s.done && !s.putting
+                });
+                if answer_now {
+                    self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
+                }
+                self.listen(r);
+            }
+            Request::Detach => {
+                tracing::debug!(rank = r, "DPU proxy: rank detached");
+                self.lose(r, "it left the communicator");
+            }
+        }
+    }
+
+    fn submit(
+        &mut self,
+        r: usize,
+        seq: u64,
+        coll: &Collective,
+        opts: &Options,
+        send: &Span,
+        recv: &Span,
+    ) {
+        let size = self.size;
+        let gone: Vec<bool> = self.gone.iter().map(Option::is_some).collect();
+        let g = self.group(seq);
+        if g.slots[r].is_some() || g.ran {
+            let why = format!("rank {r} submitted collective {seq} twice");
+            return self.fail(seq, Code::Failed, r as u64, why);
+        }
+        let part = match check_submit(coll, opts, send, recv, r, size) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(rank = r, seq, "DPU proxy: refused {why}");
+                g.slots[r] = Some(Slot::refused());
+                let why = format!("rank {r}'s request: {why}");
+                return self.fail(seq, Code::Failed, r as u64, why);
+            }
+        };
+        let (sk, so, sl) = part.send;
+        let (rk, ro, rl) = part.recv;
+        let recv_input = part.recv_input;
+        g.slots[r] = Some(Slot {
+            part: Some(part),
+            send: (sl == 0).then(Vec::new),
+            recv: (!recv_input || rl == 0).then(|| vec![0; rl]),
+            done: false,
+            cancelled: false,
+            putting: false,
+        });
+        if let Some((code, aux, why)) = g.failed.clone() {
+            return self.answer(r, seq, code, aux, why);
+        }
+        // A rank that left cannot take part any more.
+        let missing = (0..size).find(|&p| g.slots[p].is_none() && gone[p]);
+        if let Some(p) = missing {
+            let why = format!(
+                "rank {p} is lost: {}",
+                self.gone[p].clone().unwrap_or_default()
+            );
+            return self.fail(seq, Code::Lost, p as u64, why);
+        }
+        for (key, off, len, recv) in [(sk, so, sl, false), (rk, ro, rl, true)] {
+            if len == 0 || (recv && !recv_input) {
+                continue;
+            }
+            match self.t.get(&key, off, len) {
+                Ok(op) => {
+                    self.ops.insert(op, Wait::Get { seq, rank: r, recv });
+                }
+                Err(e) => {
+                    let what = if recv { "receive" } else { "send" };
+                    let why = format!("reading rank {r}'s {what} span: {e}");
+                    return self.fail(seq, Code::Failed, r as u64, why);
+                }
+            }
+        }
+    }
+
+    /// Fails collective `seq`: answers every rank that submitted it (and,
+    /// when they submit, the others).
+    fn fail(&mut self, seq: u64, code: Code, aux: u64, why: String) {
+        let size = self.size;
+        let g = self.group(seq);
+        if g.ran {
+            return;
+        }
+        if g.failed.is_none() {
+            g.failed = Some((code, aux, why.clone()));
+        }
+        let (code, aux, why) = g.failed.clone().unwrap_or((code, aux, why));
+        let waiting: Vec<usize> = (0..size)
+            .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done))
+            .collect();
+        for r in waiting {
+            self.answer(r, seq, code, aux, why.clone());
+        }
+    }
+
+    fn answer(&mut self, r: usize, seq: u64, code: Code, aux: u64, why: String) {
+        if let Some(s) = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut()) {
+            if s.done {
+                return;
+            }
+            s.done = true;
+        }
+        if self.gone[r].is_some() {
+            return;
+        }
+        let a = Answer {
+            code: code as u8,
+            aux,
+            why,
+        };
+        let Ok(bytes) = postcard::to_allocvec(&a) else {
+            return;
+        };
+        match self.t.send(r, TAG_ANSWER + seq, bytes) {
+            Ok(op) => {
+                self.ops.insert(op, Wait::Answer);
+            }
+            Err(e) => self.lose(r, &e.to_string()),
+        }
+    }
+
+    /// Rank `r` is gone (detached or lost): the collectives that still need
+    /// its part fail.
+    fn lose(&mut self, r: usize, cause: &str) {
+        if self.gone[r].is_some() {
+            return;
+        }
+        tracing::debug!(rank = r, cause, "DPU proxy: rank gone");
+        self.gone[r] = Some(cause.to_string());
+        let hit: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| !g.ran && g.failed.is_none() && g.slots[r].is_none())
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in hit {
+            self.fail(
+                seq,
+                Code::Lost,
+                r as u64,
+                format!("rank {r} is lost: {cause}"),
+            );
+        }
+    }
+
+    /// Runs every collective whose parts all arrived, with their data.
+    fn run_ready(&mut self) {
+        let ready: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                !g.ran
+                    && g.failed.is_none()
+                    && g.slots.iter().all(|s| {
+                        s.as_ref().is_some_and(|s| {
+                            s.part.is_some() && s.send.is_some() && s.recv.is_some()
+                        })
+                    })
+            })
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in ready {
+            self.execute(seq);
+        }
+    }
+
+    fn execute(&mut self, seq: u64) {
+        let Some(g) = self.groups.get_mut(&seq) else {
+            return;
+        };
+        g.ran = true;
+        let mut schedules = Vec::with_capacity(self.size);
+        let mut inputs = Vec::with_capacity(self.size);
+        let mut spans = Vec::with_capacity(self.size);
+        for s in g.slots.iter_mut().flatten() {
+            let Some(part) = s.part.take() else {
+                return;
+            };
+            spans.push(part.recv);
+            schedules.push(part.sched);
+            inputs.push(sim::RankBuffers {
+                send: s.send.take().unwrap_or_default(),
+                recv: s.recv.take().unwrap_or_default(),
+            });
+        }
+        let _span = tracing::debug_span!("dpu-collective", seq).entered();
+        match sim::run(&schedules, inputs) {
+            Ok(recvs) => {
+                for (r, (data, (key, off, len))) in recvs.into_iter().zip(spans).enumerate() {
+                    let (done, cancelled) = self
+                        .groups
+                        .get(&seq)
+                        .and_then(|g| g.slots[r].as_ref())
+                        .map_or((true, false), |s| (s.done, s.cancelled));
+                    if done || self.gone[r].is_some() {
+                        continue;
+                    }
+                    if cancelled {
+                        self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
+                        continue;
+                    }
+                    if len == 0 {
+                        self.answer(r, seq, Code::Ok, 0, String::new());
+                        continue;
+                    }
+                    match self.t.put(data, &key, off) {
+                        Ok(op) => {
+                            self.ops.insert(op, Wait::Put { seq, rank: r });
+                            if let Some(s) =
+                                self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut())
+                            {
+                                s.putting = true;
+                            }
+                        }
+                        Err(e) => {
+                            let why = format!("writing rank {r}'s receive span: {e}");
+                            self.answer(r, seq, Code::Failed, 0, why);
+                        }
+                    }
+                }
+            }
+            Err(sim::SimError::SizeMismatch {
+                src,
+                dst,
+                sent,
+                expected,
+                ..
+            }) => {
+                let why =
+                    format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
+                for r in 0..self.size {
+                    let other = if r == src { dst } else { src };
+                    self.answer(r, seq, Code::Mismatch, other as u64, why.clone());
+                }
+            }
+            Err(e) => {
+                for r in 0..self.size {
+                    self.answer(r, seq, Code::Failed, 0, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Forgets the collectives every rank of which is answered or gone.
+    fn retire(&mut self) {
+        let gone = &self.gone;
+        self.groups.retain(|_, g| {
+            !g.slots
+                .iter()
+                .enumerate()
+                .all(|(r, s)| gone[r].is_some() || s.as_ref().is_some_and(|s| s.done))
+        });
+    }
+}
+
+/// The fuzz entry: decodes and checks a request as [`Server::request`] does.
+pub(crate) fn fuzz_request(
+    bytes: &[u8],
+    rank: usize,
+    size: usize,
+) -> std::result::Result<usize, String> {
+    let (_, req) = decode_request(bytes)?;
+    let Request::Submit {
+        coll,
+        opts,
+        send,
+        recv,
+    } = req
+    else {
+        return Ok(0);
+    };
+    let part = check_submit(&coll, &opts, &send, &recv, rank, size)?;
+    let mut steps = 0;
+    for round in &part.sched.rounds {
+        for step in &round.steps {
+            steps += 1;
+            for r in step.read().chain(step.written()) {
+                let len = match r.buf {
+                    hpc_collectives::BufferId::Send => part.send.2,
+                    hpc_collectives::BufferId::Recv => part.recv.2,
+                    hpc_collectives::BufferId::Scratch => part.sched.scratch_bytes,
+                };
+                assert!(
+                    r.offset.checked_add(r.len).is_some_and(|end| end <= len),
+                    "region {r} outside its span of {len} bytes in an accepted request"
+                );
+            }
+        }
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hpc_collectives::DataType;
+
+    #[test]
+    fn requests_round_trip_and_garbage_is_refused() {
+        let coll = Collective::Allgather {
+            count: 4,
+            dtype: DataType::F32,
+        };
+        let span = |len| Span {
+            key: vec![0; 8],
+            offset: 0,
+            len,
+        };
+        let req = Request::Submit {
+            coll: &coll,
+            opts: Options::default(),
+            send: span(16),
+            recv: span(32),
+        };
+        let bytes = encode_request(7, &req).unwrap();
+        let (seq, back) = decode_request(&bytes).unwrap();
+        assert_eq!(seq, 7);
+        assert!(
+            matches!(back, Request::Submit { ref coll, .. } if *coll == Collective::Allgather { count: 4, dtype: DataType::F32 })
+        );
+        assert!(decode_request(&bytes[..5])
+            .unwrap_err()
+            .contains("shorter than its header"));
+        let e = decode_request(&bytes[..bytes.len() - 3]).unwrap_err();
+        assert!(
+            e.contains("collective 7") && e.contains("undecodable"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn submits_with_bad_keys_or_spans_are_refused_by_reason() {
+        let world =
+            World::init_with(hpc_runtime::Config::from_map(HashMap::new()).unwrap()).unwrap();
+        let t = Transport::with_options(
+            &world,
+            hpc_rdma::Options {
+                backend: Choice::Tcp,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let region = t.register(4096).unwrap();
+        let key = region.remote_key().to_bytes().to_vec();
+        let sp = |offset, len| Span {
+            key: key.clone(),
+            offset,
+            len,
+        };
+        let coll = Collective::Allreduce {
+            count: 8,
+            dtype: DataType::I64,
+            op: hpc_collectives::ReduceOp::Sum,
+        };
+        let o = Options::default();
+        let part = check_submit(&coll, &o, &sp(0, 64), &sp(64, 64), 0, 1).unwrap();
+        assert_eq!((part.send.2, part.recv.1, part.recv.2), (64, 64, 64));
+        let why = |s: &Span, r: &Span, rank, size| {
+            check_submit(&coll, &o, s, r, rank, size).err().unwrap()
+        };
+        let e = why(&sp(4090, 64), &sp(0, 64), 0, 1);
+        assert!(
+            e.contains("send span") && e.contains("exceeds its region of 4096"),
+            "{e}"
+        );
+        let e = why(&sp(0, 64), &sp(u64::MAX, 2), 0, 1);
+        assert!(e.contains("receive span"), "{e}");
+        // A key of rank 0 in rank 1's request: refused, whatever the spans.
+        let e = why(&sp(0, 64), &sp(64, 64), 1, 2);
+        assert!(e.contains("rank 0's, not the sender's (rank 1)"), "{e}");
+        let e = why(&sp(0, 64), &sp(64, 63), 0, 1);
+        assert!(e.contains("allreduce") && e.contains("63"), "{e}");
+        let garbled = Span {
+            key: vec![7; 10],
+            offset: 0,
+            len: 0,
+        };
+        let e = why(&garbled, &sp(64, 64), 0, 1);
+        assert!(e.starts_with("the send key"), "{e}");
+        // The fuzz entry agrees: a submit it accepts, and a garbled one.
+        let req = Request::Submit {
+            coll: &coll,
+            opts: o,
+            send: sp(0, 64),
+            recv: sp(64, 64),
+        };
+        let bytes = encode_request(3, &req).unwrap();
+        assert!(fuzz_request(&bytes, 0, 1).unwrap() > 0);
+        // Rank 1 of 3 sending rank 0's key.
+        assert!(fuzz_request(&bytes, 1, 3).is_err());
+    }
+
+    #[test]
+    fn mangled_requests_are_refused_not_panicked_on() {
+        // Every truncation and every single-byte change of a valid request
+        // (keys of no region: the checks refuse them, the decoder must not panic).
+        let coll = Collective::Alltoallv {
+            send_counts: vec![1, 2, 3],
+            recv_counts: vec![3, 2, 1],
+            dtype: DataType::U16,
+        };
+        let span = |len| Span {
+            key: vec![0x5a; hpc_rdma::REMOTE_KEY_BYTES],
+            offset: 8,
+            len,
+        };
+        let req = Request::Submit {
+            coll: &coll,
+            opts: Options::default(),
+            send: span(12),
+            recv: span(12),
+        };
+        let bytes = encode_request(9, &req).unwrap();
+        for n in 0..bytes.len() {
+            assert!(fuzz_request(&bytes[..n], 1, 3).is_err(), "truncated to {n}");
+        }
+        for i in 0..bytes.len() {
+            for x in [0x01u8, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[i] ^= x;
+                let _ = fuzz_request(&b, 1, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn placements_parse_and_bad_ones_are_named() {
+        assert_eq!("dpu".parse::<Placement>().unwrap(), Placement::Dpu);
+        assert_eq!(" Host ".parse::<Placement>().unwrap(), Placement::Host);
+        let e = "nic".parse::<Placement>().unwrap_err().to_string();
+        assert!(e.contains("\"nic\"") && e.contains("host or dpu"), "{e}");
+    }
+}

@@ -1,0 +1,20 @@
+//! What the collectives proxy in DPU placement reads from a rank: a request
+//! message (sequence number, then the collective, its options and the remote
+//! keys and spans of its send and receive memory), decoded, its keys and
+//! spans checked and the collective scheduled. The first byte picks the rank,
+//! the second the communicator size (1 to 16), the rest is the message.
+//! Decoding never panics, and a request the proxy accepts yields a schedule
+//! inside the spans it claims.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let [r, s, rest @ ..] = data else {
+        return;
+    };
+    let size = 1 + usize::from(*s) % 16;
+    let rank = usize::from(*r) % size;
+    let _ = hpc_comm::fuzz::dpu_request(rest, rank, size);
+});
