@@ -6,16 +6,16 @@
 //! [`CHILD_OK`] at the end of its scenario: a child that ran no test (a
 //! renamed entry point, a filter that matches nothing) exits with 0 too.
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
-use hpc_runtime::{Coordinator, World};
+use hpc_runtime::World;
+use hpc_test_support::{ok, Job};
 
 const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
 /// What a rank prints (to stderr) when its scenario ran to its end.
-const CHILD_OK: &str = "CHILD-OK";
+const CHILD_OK: &str = hpc_test_support::CHILD_OK;
 const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
 
 /// Runs `scenario` on `size` ranks; returns each rank's (success, stderr),
@@ -34,51 +34,28 @@ fn job_on_nodes(
     timeout_s: f64,
     env: &[(&str, &str)],
 ) -> Vec<(bool, String)> {
-    let secret = hpc_runtime::random_u64();
-    let coord = Coordinator::start(
-        size,
-        secret,
-        Duration::from_secs_f64(timeout_s),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
     let exe = std::env::current_exe().unwrap();
     let proxy_cmd = format!(
         "{} proxy_entry --exact --nocapture --test-threads=1",
         exe.display()
     );
-    let kids: Vec<Child> = (0..size)
-        .map(|r| {
-            Command::new(&exe)
-                .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-                .env(SCENARIO, scenario)
-                .envs(coord.rank_env(r))
-                .env("HPC_TIMEOUT", timeout_s.to_string())
-                .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
-                .env("HPC_NODE_NAME", format!("node{}", r % nodes))
-                // Every collective of the Proxy engine goes to the proxy unless a
-                // test asks for the host path of small ones.
-                .env("HPC_PROXY_MIN", "0")
-                // And the proxy makes every copy, as on a node with a core for it,
-                // unless a test asks the ranks to make their own.
-                .env("HPC_PROXY_OWN_COPIES", "0")
-                .envs(env.iter().copied())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let out = kids
+    Job::this_test("child_entry", size)
+        .timeout(Duration::from_secs_f64(timeout_s))
+        .nodes(nodes)
+        .env(SCENARIO, scenario)
+        .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
+        // Every collective of the Proxy engine goes to the proxy unless a
+        // test asks for the host path of small ones.
+        .env("HPC_PROXY_MIN", "0")
+        // And the proxy makes every copy, as on a node with a core for it,
+        // unless a test asks the ranks to make their own.
+        .env("HPC_PROXY_OWN_COPIES", "0")
+        .envs(env)
+        .quiet_stdout()
+        .run()
         .into_iter()
-        .map(|k| {
-            let o = k.wait_with_output().unwrap();
-            let err = String::from_utf8_lossy(&o.stderr).into_owned();
-            (o.status.success() && err.contains(CHILD_OK), err)
-        })
-        .collect();
-    coord.shutdown();
-    out
+        .map(|o| (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned()))
+        .collect()
 }
 
 fn all_ok(scenario: &str, size: usize) {
