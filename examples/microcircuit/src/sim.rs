@@ -886,6 +886,15 @@ impl<'a> Simulation<'a> {
             })
             .sum();
         let window = (self.step.saturating_sub(model.presim_steps)) as f64 * model.params.dt;
+        for (i, sh) in self.shards.iter().enumerate() {
+            tracing::debug!(
+                shard = i,
+                first = sh.first,
+                neurons = sh.len,
+                events = sh.events,
+                "shard load"
+            );
+        }
         Ok(RankReport {
             rank: self.rank,
             size: self.size,
