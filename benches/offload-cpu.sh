@@ -56,13 +56,17 @@ while [ "$r" -lt "$ROUNDS" ]; do
     if [ $((r % 2)) = 1 ]; then ours; theirs; else theirs; ours; fi
     echo "# round $r of $ROUNDS done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
-grep '^# \(inline\|thread\|proxy\|mpi\|offload\)' "$OUT" | sed 's/^\[[0-9]*\] *//' | sort -u
+sed 's/^\[[0-9]*\] *//' "$OUT" | grep '^# \(inline\|thread\|proxy\|mpi\|offload\|a read\)' | sort -u
 python3 - "$OUT" <<'PY'
 import re, sys, statistics as st
 rows = {}
+clk = []
 for line in open(sys.argv[1]):
+    m = re.search(r"clock costs ([0-9.]+) us; about (\d+) of them", line)
+    if m:
+        clk.append(float(m.group(1)) * int(m.group(2)))
     f = re.sub(r"^\[\d+\]\s*", "", line).split()
-    if len(f) == 8 and f[0] == "row":
+    if len(f) >= 8 and f[0] == "row":
         rows.setdefault((f[2], int(f[3]), f[1]), []).append([float(x) for x in f[4:]])
 engines = [e for e in ("inline", "thread", "proxy", "mpi") if any(k[2] == e for k in rows)]
 def med(k, i):
@@ -75,7 +79,9 @@ def size(b):
 print("# rank CPU per collective (us, thread CPU clock: post + tests + wait), median over rounds;")
 print("# thr-proc = the Thread engine's process CPU (its progress thread too); wall = pure time (us)")
 head = f"{'collective':11} {'size':>7} " + " ".join(f"{'cpu-' + e:>9}" for e in engines)
-head += f" {'thr-proc':>9} {'proxy/inl':>9} " + " ".join(f"{'wall-' + e:>10}" for e in engines)
+clock = st.median(clk) if clk else 0.0
+print(f"# net = both less the clock reads inside the window (about {clock:.1f} us per figure)")
+head += f" {'thr-proc':>9} {'proxy/inl':>9} {'net':>6} " + " ".join(f"{'wall-' + e:>10}" for e in engines)
 print(head)
 for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
     for b in sorted({k[1] for k in rows if k[0] == c}):
@@ -83,6 +89,18 @@ for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
         line += " " + fmt(med((c, b, "thread"), 1), 9, 2)
         inl, prx = med((c, b, "inline"), 0), med((c, b, "proxy"), 0)
         ratio = f"{100 * prx / inl:8.1f}%" if inl and prx is not None else f"{'-':>9}"
-        line += f" {ratio} " + " ".join(fmt(med((c, b, e), 2), 10, 1) for e in engines)
+        net = f"{'-':>6}"
+        if inl and prx is not None and inl > clock:
+            net = f"{100 * max(prx - clock, 0) / (inl - clock):5.1f}%"
+        line += f" {ratio} {net} " + " ".join(fmt(med((c, b, e), 2), 10, 1) for e in engines)
         print(line)
+if any(len(v[0]) >= 7 for v in rows.values()):
+    print("# where the Proxy engine's rank CPU goes (us, median over rounds): the post, the")
+    print("# tests during the compute, the wait, and the rest (the scope's own bookkeeping)")
+    print(f"{'collective':11} {'size':>7} {'post':>8} {'tests':>8} {'wait':>8} {'rest':>8}")
+    for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
+        for b in sorted({k[1] for k in rows if k[0] == c and k[2] == "proxy"}):
+            k = (c, b, "proxy")
+            post, tests, wait, cpu = med(k, 4), med(k, 5), med(k, 6), med(k, 0)
+            print(f"{c:11} {size(b):>7} {post:8.2f} {tests:8.2f} {wait:8.2f} {cpu - post - tests - wait:8.2f}")
 PY

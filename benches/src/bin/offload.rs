@@ -27,7 +27,8 @@
 //! [--sizes BYTES,...] [--colls alltoall,allgather,bcast,allreduce] [--tests K]
 //! [--shm auto|on|off] [--proxy-defaults]`, or `mpirun -n 2 offload --engine mpi`
 //! (built with `--features mpi`). Rank 0 prints a `row` line per measurement:
-//! `row ENGINE COLLECTIVE BYTES cpu proc pure overall` (µs; cpu and proc the mean
+//! `row ENGINE COLLECTIVE BYTES cpu proc pure overall post tests wait` (µs; cpu,
+//! proc and the thread CPU of the post, the tests and the wait alone the mean
 //! over ranks, pure and overall the slowest rank's). `benches/offload-cpu.sh`
 //! runs it for every engine and prints the table. The same binary serves as the
 //! proxy process of the `proxy` engine.
@@ -42,8 +43,25 @@ use hpc_benches::{
 use hpc_comm::{Comm, CommOptions, Engine};
 use hpc_runtime::World;
 
-/// One measurement: `[cpu, proc, pure, overall]` in seconds, this rank's medians.
-fn measure(comm: &Comm, c: Coll, b: &mut Bufs, it: usize, tests: usize, rate: f64) -> [f64; 4] {
+/// What one read of the thread's CPU clock costs that thread (a system call
+/// on most virtual machines: no vDSO for per-thread clocks), in seconds.
+fn clock_cost() -> f64 {
+    let samples: Vec<f64> = (0..50)
+        .map(|_| {
+            let t0 = thread_cpu();
+            for _ in 0..100 {
+                black_box(thread_cpu());
+            }
+            (thread_cpu() - t0) / 101.0
+        })
+        .collect();
+    median(&samples)
+}
+
+/// One measurement: `[cpu, proc, pure, overall, post, tests, wait]` in
+/// seconds, this rank's medians (`post`, `tests` and `wait`: the thread CPU time
+/// of those calls alone; `cpu` adds the scope's own).
+fn measure(comm: &Comm, c: Coll, b: &mut Bufs, it: usize, tests: usize, rate: f64) -> [f64; 7] {
     let once = |b: &mut Bufs| {
         comm.scope(|s| {
             c.start(s, b).wait().expect("wait");
@@ -63,29 +81,50 @@ fn measure(comm: &Comm, c: Coll, b: &mut Bufs, it: usize, tests: usize, rate: f6
     let (work, _) = calibrate(agree(comm, pure), rate, it.min(20));
     let slices = tests.max(1);
     let slice = work / slices as u64;
-    let (mut cpu, mut proc_, mut overall) = (Vec::new(), Vec::new(), Vec::new());
+    let mut v: [Vec<f64>; 6] = Default::default();
     for _ in 0..it {
         comm.barrier().expect("barrier");
-        let mut computing = 0.0;
+        let (mut computing, mut post, mut testing, mut waiting) = (0.0, 0.0, 0.0, 0.0);
         let (w0, p0, c0) = (Instant::now(), process_cpu(), thread_cpu());
         comm.scope(|s| {
+            // One chain of clock reads: each ends a segment and starts the next, so
+            // that a read is paid once (see `clock_cost`).
+            let mut last = thread_cpu();
+            let mut lap = |acc: &mut f64| {
+                let now = thread_cpu();
+                *acc += now - last;
+                last = now;
+            };
             let mut req = c.start(s, b);
+            lap(&mut post);
             for _ in 0..slices {
-                let t = thread_cpu();
                 black_box(compute(slice));
-                computing += thread_cpu() - t;
+                lap(&mut computing);
                 if tests > 0 {
                     req.test();
+                    lap(&mut testing);
                 }
             }
             req.wait().expect("wait");
+            lap(&mut waiting);
         });
         let (c1, p1) = (thread_cpu(), process_cpu());
-        overall.push(w0.elapsed().as_secs_f64());
-        cpu.push((c1 - c0 - computing).max(0.0));
-        proc_.push((p1 - p0 - computing).max(0.0));
+        v[0].push((c1 - c0 - computing).max(0.0));
+        v[1].push((p1 - p0 - computing).max(0.0));
+        v[2].push(w0.elapsed().as_secs_f64());
+        v[3].push(post);
+        v[4].push(testing);
+        v[5].push(waiting);
     }
-    [median(&cpu), median(&proc_), pure, median(&overall)]
+    [
+        median(&v[0]),
+        median(&v[1]),
+        pure,
+        median(&v[2]),
+        median(&v[3]),
+        median(&v[4]),
+        median(&v[5]),
+    ]
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -128,12 +167,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             world.size(),
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
+        // Each collective's window holds 2 * tests + 4 clock reads, about half of
+        // whose cost falls on the collective's side: part of every engine's `cpu`.
+        println!(
+            "# a read of the thread CPU clock costs {:.2} us; about {} of them fall in each figure",
+            clock_cost() * 1e6,
+            tests.max(1) + 2
+        );
         for c in &comms {
             println!("# {}: {}", c.engine().name(), c.progress_note());
         }
         println!(
-            "{:<3} {:<7} {:<11} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            "", "engine", "collective", "bytes", "cpu", "proc", "pure", "overall"
+            "{:<3} {:<7} {:<11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}",
+            "",
+            "engine",
+            "collective",
+            "bytes",
+            "cpu",
+            "proc",
+            "pure",
+            "overall",
+            "post",
+            "tests",
+            "wait"
         );
     }
     for &c in &colls {
@@ -153,21 +209,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let mut b = Bufs::new(c, bytes, comm.size(), shared);
                 let mine = measure(comm, c, &mut b, it, tests, rate);
-                let mut all = vec![0.0f64; 4 * comm.size()];
+                let mut all = vec![0.0f64; 7 * comm.size()];
                 comm.allgather(&mine, &mut all)?;
                 if comm.rank() == 0 {
                     let n = comm.size() as f64;
-                    let mean = |i: usize| all.chunks(4).map(|r| r[i]).sum::<f64>() / n;
-                    let max = |i: usize| all.chunks(4).map(|r| r[i]).fold(0.0, f64::max);
+                    let mean = |i: usize| all.chunks(7).map(|r| r[i]).sum::<f64>() / n;
+                    let max = |i: usize| all.chunks(7).map(|r| r[i]).fold(0.0, f64::max);
                     println!(
-                        "row {:<7} {:<11} {:>8} {:>10.2} {:>10.2} {:>10.1} {:>10.1}",
+                        "row {:<7} {:<11} {:>8} {:>10.2} {:>10.2} {:>10.1} {:>10.1} {:>8.2} {:>8.2} {:>8.2}",
                         engine.name(),
                         c.name(),
                         bytes,
                         mean(0) * 1e6,
                         mean(1) * 1e6,
                         max(2) * 1e6,
-                        max(3) * 1e6
+                        max(3) * 1e6,
+                        mean(4) * 1e6,
+                        mean(5) * 1e6,
+                        mean(6) * 1e6
                     );
                 }
             }
