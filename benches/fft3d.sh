@@ -6,7 +6,10 @@
 #              the rank's own wait (the baseline of MPI libraries without progress);
 #   thread     the same, with the Thread engine's progress thread;
 #   proxy      the same, with the node's proxy process moving the data (the DPU's
-#              role);
+#              role), with this node's defaults (on a node without a core for the
+#              proxy, the ranks copy their own blocks);
+#   proxy-all  the same with the proxy making every copy (HPC_PROXY_MIN=0,
+#              HPC_PROXY_OWN_COPIES=0), as on a DPU;
 #   mpi        the same on Open MPI's MPI_Ialltoall (the Mpi engine, under mpirun;
 #              built with the `mpi` feature);
 #   mpi-block  Open MPI's blocking alltoall (the Mpi engine, blocking transposes);
@@ -52,7 +55,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
     fi
 fi
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the mpi rows are skipped" >&2
-VARIANTS="blocking inline thread proxy"
+VARIANTS="blocking inline thread proxy proxy-all"
 [ "$MPI" = 1 ] && VARIANTS="$VARIANTS mpi mpi-block"
 REVERSED=$(echo "$VARIANTS" | tr ' ' '\n' | awk '{ a[NR] = $0 } END { for (i = NR; i > 0; i--) printf "%s ", a[i] }')
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); fft3d N=$NPTS, $N ranks, $REPS reps, $BATCHES batches, $ROUNDS rounds"
@@ -63,6 +66,7 @@ one() {
     case $1 in
         blocking) set -- "$1" hpc --engine inline --mode blocking ;;
         inline|thread|proxy) set -- "$1" hpc --engine "$1" ;;
+        proxy-all) set -- "$1" hpc-all --engine proxy ;;
         mpi) set -- "$1" mpi --engine mpi ;;
         mpi-block) set -- "$1" mpi --engine mpi --mode blocking ;;
     esac
@@ -71,6 +75,9 @@ one() {
     if [ "$how" = hpc ]; then
         # shellcheck disable=SC2086
         "$BIN/hpc" run -n "$N" -- "$BIN/fft3d" $COMMON "$@"
+    elif [ "$how" = hpc-all ]; then
+        # shellcheck disable=SC2086
+        "$BIN/hpc" run -n "$N" -x HPC_PROXY_MIN=0 -x HPC_PROXY_OWN_COPIES=0 -- "$BIN/fft3d" $COMMON "$@"
     else
         # shellcheck disable=SC2086
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -91,14 +98,15 @@ runs = {}
 for line in open(out):
     kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
     runs.setdefault(kv["variant"], []).append(kv)
-order = [v for v in ("blocking", "inline", "thread", "proxy", "mpi", "mpi-block") if v in runs]
+order = [v for v in ("blocking", "inline", "thread", "proxy", "proxy-all", "mpi", "mpi-block") if v in runs]
 if not order:
     sys.exit("no result lines: every run failed")
 first = runs[order[0]][0]
 print(f"# fft3d {first['n']}^3 complex, grid {first['grid']}, {first['ranks']} ranks, "
       f"{first['batches']} batches per transpose, {first['reps']} transforms per run; "
       f"median over {len(runs[order[0]])} runs")
-helpers = {"thread": f", {ranks} progress threads", "proxy": ", 1 proxy process"}
+helpers = {"thread": f", {ranks} progress threads", "proxy": ", 1 proxy process",
+           "proxy-all": ", 1 proxy process"}
 base = st.median(float(r["median_ms"]) for r in runs.get("blocking", runs[order[0]]))
 print(f"{'variant':10} {'engine':7} {'transposes':10} {'ms/FFT':>8} {'best ms':>8} {'cpu ms':>8} "
       f"{'vs blocking':>11} {'max rel err':>11} {'cores':>5}  processes")
