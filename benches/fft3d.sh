@@ -25,17 +25,17 @@
 #   NO_BUILD=1 uses the release binaries already built (benches/offload.sh does),
 #   from BIN (default target/release; benches/device.sh points it at its bundle).
 #
-# On the Docker cluster (containers/cluster/cluster.sh; one rank per node, the
+# On the Docker cluster (containers/cluster/cluster.sh; two ranks per node, the
 # bytes cross a network), with a build that has `--features mpi` (PMIx bootstrap):
 #   cargo build --release -p hpc-cli --features mpi
 #   cargo build --release -p hpc-example-fft3d --features mpi
 #   containers/cluster/cluster.sh up --nodes 2 --bin "$(readlink -f target/release)"
-#   for v in "--engine inline --mode blocking" "--engine thread" "--engine mpi"; do
-#       containers/cluster/cluster.sh exec srun --mpi=pmix -N 2 -n 2 fft3d --n 128 $v
+#   for v in "--engine inline --mode blocking" "--engine thread" "--engine proxy" \
+#            "--engine mpi"; do
+#       containers/cluster/cluster.sh exec srun --mpi=pmix -N 2 -n 4 fft3d --n 128 $v
 #   done
 #   containers/cluster/cluster.sh down
-# (the Proxy engine spans nodes once its inter-node path exists; until then it
-# refuses a communicator that spans nodes).
+# (each node's proxy carries its ranks' steps to the other node's proxy).
 set -eu
 cd "$(dirname "$0")/.."
 NPTS="${1:-128}"

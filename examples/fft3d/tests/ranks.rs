@@ -1,49 +1,33 @@
 //! The distributed transform against the serial FFT of the same data, as real
 //! processes under the built-in launcher: 1, 2 and 4 ranks, row, column and 2-D
-//! grids, blocking and overlapped transposes, every engine on one node, and the
-//! Inline and Thread engines across two emulated nodes.
+//! grids, blocking and overlapped transposes, every engine on one node and across
+//! two emulated nodes.
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hpc_runtime::{env, Coordinator};
+use hpc_runtime::env;
+use hpc_test_support::Job;
 
 const FFT3D: &str = env!("CARGO_BIN_EXE_fft3d");
-const TIMEOUT_S: u64 = 60;
+const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Runs `fft3d ARGS` on `size` ranks spread over `nodes` emulated nodes (rank r on
-/// node `r % nodes`, so a node's ranks are not contiguous); returns rank 0's
-/// standard output, panicking with every failed rank's error output.
+/// `size` ranks of `fft3d ARGS` on `nodes` emulated nodes (rank r on node
+/// `r % nodes`, so a node's ranks are not contiguous), with no `HPC_ENGINE` from
+/// the caller.
+fn launch(size: usize, nodes: usize, args: &[&str]) -> Vec<std::process::Output> {
+    Job::program(FFT3D, args, size)
+        .timeout(TIMEOUT)
+        .nodes(nodes)
+        .env(env::ENGINE, "")
+        .run()
+}
+
+/// Runs the job; returns rank 0's standard output, panicking with every failed
+/// rank's error output.
 fn job(size: usize, nodes: usize, args: &[&str]) -> String {
     let t = Instant::now();
-    let coord = Coordinator::start(
-        size,
-        hpc_runtime::random_u64(),
-        Duration::from_secs(TIMEOUT_S),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
-    let kids: Vec<_> = (0..size)
-        .map(|r| {
-            let mut c = Command::new(FFT3D);
-            c.args(args)
-                .envs(coord.rank_env(r))
-                .env(env::TIMEOUT, TIMEOUT_S.to_string())
-                .env_remove(env::ENGINE)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            if nodes > 1 {
-                c.env(env::NODE_NAME, format!("node{}", r % nodes));
-            }
-            c.spawn().unwrap()
-        })
-        .collect();
-    let outs: Vec<_> = kids
-        .into_iter()
-        .map(|k| k.wait_with_output().unwrap())
-        .collect();
-    coord.shutdown();
+    let outs = launch(size, nodes, args);
     let failed: Vec<String> = outs
         .iter()
         .enumerate()
@@ -162,8 +146,8 @@ fn four_ranks_on_a_2x2_grid_match_with_every_engine() {
 }
 
 #[test]
-fn two_emulated_nodes_match_with_inline_and_thread() {
-    for engine in ["inline", "thread"] {
+fn two_emulated_nodes_match_with_every_engine() {
+    for engine in ["inline", "thread", "proxy"] {
         for mode in ["overlap", "blocking"] {
             let out = matches_serial(
                 4,
@@ -206,30 +190,9 @@ fn bad_input_is_refused_with_a_reason() {
     assert!(run(&["--n", "0"]).contains("at least 1"));
     assert!(run(&["--engine", "dpu"]).contains("--engine \"dpu\""));
     // N not a multiple of the grid: every rank refuses it.
-    let coord = Coordinator::start(
-        2,
-        hpc_runtime::random_u64(),
-        Duration::from_secs(TIMEOUT_S),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
-    let kids: Vec<_> = (0..2)
-        .map(|r| {
-            Command::new(FFT3D)
-                .args(["--n", "7", "--engine", "inline"])
-                .envs(coord.rank_env(r))
-                .env(env::TIMEOUT, TIMEOUT_S.to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for k in kids {
-        let o = k.wait_with_output().unwrap();
+    for o in launch(2, 1, &["--n", "7", "--engine", "inline"]) {
         assert!(!o.status.success());
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("N = 7 is not a multiple"), "{err}");
     }
-    coord.shutdown();
 }
