@@ -16,7 +16,7 @@
 #   benches/device.sh pack [DIR]      here: build release binaries and bundle them
 #                                     with every shared library they need (hwloc,
 #                                     Open MPI and its runtime, ...) into DIR
-#                                     (default .device/, about 40 MiB)
+#                                     (default .device/, about 59 MiB of the 60 allowed)
 #   benches/device.sh run [--dry] [--bundle DIR] [--report FILE]
 #                                     there: run the three sets from the bundle and
 #                                     print one report (also written to FILE)
