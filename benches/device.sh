@@ -5,7 +5,10 @@
 #      and the native kernels;
 #   2. the overlap of offloaded collectives with spare cores (OSU's method; Thread
 #      and Proxy engines pinned to progress cores, beside Open MPI's MPI_I*);
-#   3. strong and weak scaling of the examples from 1 to 16 ranks.
+#   3. strong and weak scaling of the examples from 1 to 16 ranks;
+#   4. what offload buys with spare cores: the rank CPU time per collective of every
+#      engine (benches/offload-cpu.sh) and the time per distributed 3-D FFT with
+#      blocking and overlapped transposes (benches/fft3d.sh).
 #
 # Such a machine usually has no Rust toolchain, no Debian packages and no network,
 # so the work is split in two:
@@ -13,7 +16,7 @@
 #   benches/device.sh pack [DIR]      here: build release binaries and bundle them
 #                                     with every shared library they need (hwloc,
 #                                     Open MPI and its runtime, ...) into DIR
-#                                     (default .device/, about 40 MiB)
+#                                     (default .device/, about 59 MiB of the 60 allowed)
 #   benches/device.sh run [--dry] [--bundle DIR] [--report FILE]
 #                                     there: run the three sets from the bundle and
 #                                     print one report (also written to FILE)
@@ -70,10 +73,11 @@ pack() {
     command -v ldd >/dev/null || die "pack needs ldd"
     echo "== building release binaries" >&2
     (cd "$root" && cargo build --release -q -p hpc-cli --features mpi)
-    (cd "$root" && cargo build --release -q -p hpc-benches --features mpi --bin overlap)
+    (cd "$root" && cargo build --release -q -p hpc-benches --features mpi --bin overlap --bin offload)
     (cd "$root" && cargo build --release -q -p hpc-example-brunel)
+    (cd "$root" && cargo build --release -q -p hpc-example-fft3d --features mpi)
     (cd "$root" && cargo build --release -q -p hpc-gpu --example gpu_check)
-    local progs=("$bin/hpc" "$bin/overlap" "$bin/brunel" "$bin/examples/gpu_check")
+    local progs=("$bin/hpc" "$bin/overlap" "$bin/offload" "$bin/brunel" "$bin/fft3d" "$bin/examples/gpu_check")
     if (cd "$root" && cargo metadata --no-deps --format-version 1 | grep -q '"name":"hpc-example-microcircuit"'); then
         (cd "$root" && cargo build --release -q -p hpc-example-microcircuit)
         progs+=("$bin/microcircuit")
@@ -106,6 +110,7 @@ pack() {
         copy_libs "$p" "$out/lib"
     done
     cp "$0" "$out/device.sh"
+    cp "$here/offload-cpu.sh" "$here/fft3d.sh" "$out/"
     (cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$out/COMMIT"
     local size
     size=$(du -sm "$out" | cut -f1)
@@ -228,6 +233,29 @@ overlap_part() {
     done
 }
 
+offload_part() {
+    local cores n iters sizes rounds=1 npts=128 reps=5
+    cores=$(nproc)
+    if [ "$DRY" = 1 ]; then
+        n=2; iters=3; sizes=65536; npts=16; reps=2
+        echo "dry run: $n ranks, $iters iterations, 64 KiB only, a 16^3 FFT"
+    else
+        # Half the cores for ranks: the other half is spare for progress threads
+        # and the proxy, as a DPU's cores would be.
+        n=$((cores / 2)); [ "$n" -gt 8 ] && n=8
+        iters=10; sizes=4096,65536,1048576,4194304
+        if [ "$n" -lt 2 ]; then
+            echo "$cores cores: no spare core for progress beside 2 ranks"
+            return 3
+        fi
+    fi
+    echo "### rank CPU per collective, $n ranks (offload-cpu.sh)"
+    BIN="$BUNDLE/bin" NO_BUILD=1 ROUNDS=$rounds EXTRA="--sizes $sizes" \
+        sh "$BUNDLE/offload-cpu.sh" "$iters" "$n"
+    echo "### 3-D FFT of ${npts}^3, $n ranks (fft3d.sh)"
+    BIN="$BUNDLE/bin" NO_BUILD=1 ROUNDS=$rounds sh "$BUNDLE/fft3d.sh" "$npts" "$n" "$reps"
+}
+
 # One scaling row: case, ranks, program args... ; appends "case ranks simulate_s
 # rtf spikes" to $WORK/scaling from the run's summary.json.
 scale_row() {
@@ -328,13 +356,14 @@ run() {
     # One node: no remote shell is ever started, but Open MPI wants to find one.
     export OMPI_MCA_plm_rsh_agent=false
     export PMIX_MCA_mca_base_component_path="$BUNDLE/mpi/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix"
-    local budget_gpu=240 budget_overlap=120 budget_scaling=180
+    local budget_gpu=240 budget_overlap=120 budget_scaling=180 budget_offload=60
     if [ "$DRY" = 1 ]; then budget_gpu=60; budget_overlap=120; budget_scaling=120; fi
     say "# device report$([ "$DRY" = 1 ] && echo " (dry run: the figures mean nothing)")"
     machine | tee -a "$REPORT"
     part "GPU allreduce" "$budget_gpu" gpu_part
     part "Overlap with spare cores" "$budget_overlap" overlap_part
     part "Scaling of the examples" "$budget_scaling" scaling_part
+    part "Rank CPU per collective and the 3-D FFT" "$budget_offload" offload_part
     say ""
     if [ ${#FAILED[@]} -gt 0 ]; then
         say "FAILED: ${FAILED[*]}"

@@ -21,22 +21,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_benches::{median, percentile};
+use hpc_benches::{clock, median, percentile};
 use hpc_comm::{Comm, CommOptions, Engine, ReduceOp};
 use hpc_runtime::World;
-
-/// Seconds on `clock` (a `CLOCK_*` id).
-fn clock(clock: libc::clockid_t) -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock ids used are
-    // supported by Linux.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
 
 #[derive(Clone, Copy)]
 enum Coll {

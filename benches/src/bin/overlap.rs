@@ -21,110 +21,16 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_benches::median;
-use hpc_comm::{Comm, CommOptions, Engine, ReduceOp, SharedBuf};
+use hpc_benches::{agree, arg, calibrate, compute, compute_rate, median, sizes, Bufs, Coll};
+use hpc_comm::{Comm, CommOptions, Engine, ReduceOp};
 use hpc_runtime::World;
-
-#[derive(Clone, Copy, Debug)]
-enum Coll {
-    Alltoall,
-    Allgather,
-    Bcast,
-    Allreduce,
-}
-
-impl Coll {
-    fn name(self) -> &'static str {
-        match self {
-            Coll::Alltoall => "ialltoall",
-            Coll::Allgather => "iallgather",
-            Coll::Bcast => "ibcast",
-            Coll::Allreduce => "iallreduce",
-        }
-    }
-}
-
-/// A benchmark buffer: ordinary memory, or a `SharedBuf` that the proxy maps.
-enum Mem {
-    Heap(Vec<f32>),
-    Shared(SharedBuf<f32>),
-}
-
-impl Mem {
-    fn new(len: usize, v: f32, shared: bool) -> Mem {
-        if shared {
-            let mut b = SharedBuf::new(len).expect("shared buffer");
-            b.fill(v);
-            Mem::Shared(b)
-        } else {
-            Mem::Heap(vec![v; len])
-        }
-    }
-}
-
-impl std::ops::Deref for Mem {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        match self {
-            Mem::Heap(v) => v,
-            Mem::Shared(b) => b,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Mem {
-    fn deref_mut(&mut self) -> &mut [f32] {
-        match self {
-            Mem::Heap(v) => v,
-            Mem::Shared(b) => b,
-        }
-    }
-}
-
-struct Bufs {
-    send: Mem,
-    recv: Mem,
-}
-
-impl Bufs {
-    fn new(c: Coll, bytes: usize, n: usize, shared: bool) -> Bufs {
-        let e = (bytes / 4).max(1);
-        let (s, r) = match c {
-            // Per-rank message size = bytes sent to each peer, as OSU counts it.
-            Coll::Alltoall => (e * n, e * n),
-            Coll::Allgather => (e, e * n),
-            Coll::Bcast => (0, e),
-            Coll::Allreduce => (e, e),
-        };
-        Bufs {
-            send: Mem::new(s, 1.0, shared),
-            recv: Mem::new(r, 0.0, shared),
-        }
-    }
-}
-
-/// A compute loop that needs the core but little memory bandwidth.
-#[inline(never)]
-fn compute(iters: u64) -> f64 {
-    let mut x = black_box(1.0f64);
-    for _ in 0..iters {
-        x = black_box(x * 1.000_000_1 + 1e-9);
-    }
-    x
-}
 
 /// Starts and waits one collective with the zero-copy (scoped) requests.
 fn nonblocking(comm: &Comm, c: Coll, b: &mut Bufs, work: u64) -> (f64, f64) {
     let t0 = Instant::now();
     let mut tc = 0.0;
     comm.scope(|s| {
-        let req = match c {
-            Coll::Alltoall => s.ialltoall(&b.send[..], &mut b.recv[..]),
-            Coll::Allgather => s.iallgather(&b.send[..], &mut b.recv[..]),
-            Coll::Bcast => s.ibcast(&mut b.recv[..], 0),
-            Coll::Allreduce => s.iallreduce(&b.send[..], &mut b.recv[..], ReduceOp::Sum),
-        }
-        .expect("post");
+        let req = c.start(s, b);
         if work > 0 {
             let c0 = Instant::now();
             black_box(compute(work));
@@ -171,12 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The proxy engine starts this same binary as its proxy process.
     hpc_comm::proxy::serve_env()?;
     let args: Vec<String> = std::env::args().collect();
-    let get = |k: &str| {
-        args.iter()
-            .position(|a| a == k)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let get = |k: &str| arg(&args, k);
     let engines: Vec<Engine> = get("--engine")
         .unwrap_or_else(|| "inline,thread,proxy".into())
         .split(',')
@@ -189,46 +90,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !["auto", "on", "off"].contains(&shm.as_str()) {
         return Err(format!("--shm {shm:?}: auto, on or off").into());
     }
-    let sizes: Vec<usize> = get("--sizes")
-        .map(|s| {
-            s.split(',')
-                .map(|x| x.parse().expect("size in bytes"))
-                .collect()
-        })
-        .unwrap_or_else(|| vec![1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]);
-    let all = [
-        Coll::Alltoall,
-        Coll::Allgather,
-        Coll::Bcast,
-        Coll::Allreduce,
-    ];
-    let colls: Vec<Coll> = match get("--colls") {
-        Some(list) => list
-            .split(',')
-            .map(|n| {
-                all.into_iter()
-                    .find(|c| c.name().trim_start_matches('i') == n.trim_start_matches('i'))
-                    .ok_or_else(|| {
-                        format!("unknown collective {n:?} (alltoall, allgather, bcast, allreduce)")
-                    })
-            })
-            .collect::<Result<_, _>>()?,
-        None => all.to_vec(),
-    };
+    let sizes = sizes(
+        &args,
+        &[1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    )?;
+    let colls = Coll::parse_list(get("--colls").as_deref())?;
     let world = World::init()?;
-    // Calibrate the compute loop alone: iterations per second (median of short runs:
-    // the machine is shared, long runs catch other processes' bursts).
-    let rate = {
-        let n = 200_000u64;
-        let t: Vec<f64> = (0..30)
-            .map(|_| {
-                let t0 = Instant::now();
-                black_box(compute(n));
-                t0.elapsed().as_secs_f64()
-            })
-            .collect();
-        n as f64 / median(&t)
-    };
+    // Calibrate the compute loop alone: iterations per second.
+    let rate = compute_rate();
     if world.rank() == 0 {
         println!(
             "# overlap (OSU method), {} ranks, {} cores, medians of {iters} iterations; times in us",
@@ -280,25 +149,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tp.push(nonblocking(&comm, c, &mut b, 0).0);
                 }
                 let pure = median(&tp);
-                // Agree on one compute length (rank 0's pure time) on every rank.
-                let mut p = [0.0f64];
-                if comm.rank() == 0 {
-                    p[0] = pure;
-                }
-                comm.bcast(&mut p, 0)?;
-                // Compute alone for as long as the pure communication (two refinements).
-                let mut work = (p[0] * rate) as u64;
-                let mut t_compute = 0.0;
-                for _ in 0..3 {
-                    let mut alone = Vec::new();
-                    for _ in 0..it.min(20) {
-                        let t0 = Instant::now();
-                        black_box(compute(work));
-                        alone.push(t0.elapsed().as_secs_f64());
-                    }
-                    t_compute = median(&alone);
-                    work = ((work as f64) * p[0] / t_compute.max(1e-9)) as u64;
-                }
+                // Agree on one compute length (rank 0's pure time) on every rank,
+                // and compute alone for as long as the pure communication.
+                let (work, t_compute) = calibrate(agree(&comm, pure), rate, it.min(20));
                 let (mut to, mut tc) = (Vec::new(), Vec::new());
                 for _ in 0..it {
                     comm.barrier()?;

@@ -1,0 +1,236 @@
+//! `fft3d`: a distributed 3-D complex FFT (pencil decomposition, as P3DFFT) on
+//! hpc-rs, timed and checked against a serial FFT of the same data.
+//!
+//! ```text
+//! fft3d --n 32                                          # one rank
+//! hpc run -n 4 -- fft3d --n 64 --grid 2x2 --engine thread
+//! hpc run -n 2 --proxy -- fft3d --n 128 --engine proxy --reps 20
+//! mpirun -n 2 fft3d --engine mpi                        # built with --features mpi
+//! ```
+//!
+//! Rank 0 prints one `result` line of `key=value` pairs (the benchmark script
+//! reads them): the median and best time per transform (the slowest rank's),
+//! the rank's thread CPU time per transform, and the relative error against
+//! the serial transform.
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use fft3d::{serial_fft3d, whole_input, Fft3d, Grid, Mode, Setup, C64};
+use hpc_comm::{CommOptions, Engine, ReduceOp};
+
+/// Prints a line; a closed stdout (`| head`) is not an error.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fft3d",
+    version,
+    about = "Distributed 3-D complex FFT with a pencil decomposition (P3DFFT's method) on hpc-rs"
+)]
+struct Args {
+    /// Points per dimension (the grid is N x N x N complex numbers); a multiple of
+    /// both dimensions of the process grid.
+    #[arg(long, default_value_t = 64)]
+    n: usize,
+    /// Process grid P1xP2 (P1 * P2 = ranks; 1xP is a slab decomposition).
+    /// Default: the most square grid with P1 <= P2.
+    #[arg(long, value_name = "P1xP2")]
+    grid: Option<String>,
+    /// Collectives engine: inline, thread, proxy, mpi (feature `mpi`, under
+    /// mpirun), or auto (what `hpc_rs` chooses: HPC_ENGINE, else by placement).
+    #[arg(long, default_value = "auto")]
+    engine: String,
+    /// `overlap`: each transpose's batches are ialltoalls overlapped with the
+    /// neighbouring batches' FFTs; `blocking`: a blocking alltoall per batch.
+    #[arg(long, default_value = "overlap", value_parser = ["overlap", "blocking"])]
+    mode: String,
+    /// Batches per transpose.
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// Timed transforms (after the warm-up ones).
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+    /// Untimed transforms first.
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Seed of the input data.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Transpose buffers in shared memory (`SharedBuf`): auto (for the proxy
+    /// engine only), on or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    shm: String,
+    /// Largest relative L2 error accepted against the serial FFT.
+    #[arg(long, default_value_t = 1e-12)]
+    tolerance: f64,
+    /// Skip the check against the serial FFT (it transforms the whole grid on
+    /// every rank).
+    #[arg(long)]
+    no_check: bool,
+}
+
+/// Seconds of this thread's CPU time.
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; Linux supports the clock.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.n == 0 {
+        bail!("--n must be at least 1");
+    }
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let mode = match args.mode.as_str() {
+        "blocking" => Mode::Blocking,
+        _ => Mode::Overlap,
+    };
+    let ctx = hpc_rs::init()?;
+    let mut opts = ctx.comm_options()?;
+    if args.engine != "auto" {
+        let engine: Engine = args.engine.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--engine {:?}: inline, thread, proxy{} or auto",
+                args.engine,
+                if cfg!(feature = "mpi") {
+                    ", mpi"
+                } else {
+                    " (mpi needs --features mpi)"
+                }
+            )
+        })?;
+        opts = CommOptions { engine, ..opts };
+    }
+    let comm = hpc_comm::Comm::with_options(&ctx.world, opts).context("making the communicator")?;
+    let (engine, note) = (comm.engine(), comm.progress_note().to_string());
+    let size = comm.size();
+    let grid = match &args.grid {
+        Some(g) => Grid::parse(g).map_err(anyhow::Error::msg)?,
+        None => Grid::for_ranks(size),
+    };
+    let shared = match args.shm.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => engine == Engine::Proxy,
+    };
+    let mut fft = Fft3d::new(
+        comm,
+        Setup {
+            n: args.n,
+            grid,
+            batches: args.batches,
+            mode,
+            shared,
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
+    let d = fft.decomp();
+    let rank = fft.comm().rank();
+    let pristine = d.input(args.seed);
+    let mut input = pristine.clone();
+    let mut out = vec![C64::default(); d.len()];
+
+    // Checked first (the first transform is also a warm-up).
+    let (rel, max) = if args.no_check {
+        (f64::NAN, f64::NAN)
+    } else {
+        fft.forward(&mut input, &mut out)?;
+        let mut reference = whole_input(args.seed, args.n);
+        serial_fft3d(args.n, &mut reference);
+        fft.check(&out, &reference)?
+    };
+    for _ in 0..args.warmup {
+        input.copy_from_slice(&pristine);
+        fft.forward(&mut input, &mut out)?;
+    }
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..args.reps {
+        input.copy_from_slice(&pristine);
+        fft.comm().barrier()?;
+        let (t0, c0) = (Instant::now(), thread_cpu());
+        fft.forward(&mut input, &mut out)?;
+        let (t, c) = (t0.elapsed().as_secs_f64(), thread_cpu() - c0);
+        // The slowest rank's time; the mean of the ranks' CPU time.
+        let mut m = [0.0f64];
+        fft.comm().allreduce(&[t], &mut m, ReduceOp::Max)?;
+        let mut s = [0.0f64];
+        fft.comm().allreduce(&[c], &mut s, ReduceOp::Sum)?;
+        wall.push(m[0]);
+        cpu.push(s[0] / size as f64);
+    }
+    if rank == 0 {
+        // The node's cores (the rank itself may be bound to fewer).
+        // SAFETY: sysconf has no preconditions.
+        let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+        say!(
+            "# fft3d: {n}^3 complex, grid {grid}, {size} ranks on {nodes} node(s), {cores} cores per node, \
+             engine {} ({note}), {} transposes in {} batches, {} reps",
+            engine.name(),
+            mode.name(),
+            args.batches,
+            args.reps,
+            n = args.n,
+            nodes = ctx.world.node_count(),
+        );
+        say!(
+            "result n={} grid={grid} ranks={size} nodes={} cores={cores} engine={} mode={} batches={} \
+             reps={} median_ms={:.3} min_ms={:.3} cpu_ms={:.3} rel_err={:.3e} max_err={:.3e}",
+            args.n,
+            ctx.world.node_count(),
+            engine.name(),
+            mode.name(),
+            args.batches,
+            args.reps,
+            median(&wall) * 1e3,
+            wall.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
+            median(&cpu) * 1e3,
+            rel,
+            max
+        );
+    }
+    // NaN (a broken transform) fails too.
+    if !args.no_check && (rel.is_nan() || rel > args.tolerance) {
+        bail!(
+            "relative error {rel:.3e} against the serial FFT exceeds the tolerance {:.1e}",
+            args.tolerance
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    // The `proxy` engine re-executes this program as the node's progress process.
+    match hpc_comm::proxy::serve_env() {
+        Ok(false) => {}
+        Ok(true) => return,
+        Err(e) => {
+            eprintln!("fft3d: proxy failed: {e}");
+            std::process::exit(1);
+        }
+    }
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("fft3d: error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,198 @@
+//! The distributed transform against the serial FFT of the same data, as real
+//! processes under the built-in launcher: 1, 2 and 4 ranks, row, column and 2-D
+//! grids, blocking and overlapped transposes, every engine on one node and across
+//! two emulated nodes.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hpc_runtime::env;
+use hpc_test_support::Job;
+
+const FFT3D: &str = env!("CARGO_BIN_EXE_fft3d");
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `size` ranks of `fft3d ARGS` on `nodes` emulated nodes (rank r on node
+/// `r % nodes`, so a node's ranks are not contiguous), with no `HPC_ENGINE` from
+/// the caller.
+fn launch(size: usize, nodes: usize, args: &[&str]) -> Vec<std::process::Output> {
+    Job::program(FFT3D, args, size)
+        .timeout(TIMEOUT)
+        .nodes(nodes)
+        .env(env::ENGINE, "")
+        .run()
+}
+
+/// Runs the job; returns rank 0's standard output, panicking with every failed
+/// rank's error output.
+fn job(size: usize, nodes: usize, args: &[&str]) -> String {
+    let t = Instant::now();
+    let outs = launch(size, nodes, args);
+    let failed: Vec<String> = outs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.status.success())
+        .map(|(r, o)| format!("rank {r}: {}", String::from_utf8_lossy(&o.stderr)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "fft3d {args:?} on {size} ranks / {nodes} nodes failed:\n{}",
+        failed.join("\n")
+    );
+    eprintln!("{args:?} x{size} on {nodes} node(s): {:?}", t.elapsed());
+    String::from_utf8_lossy(&outs[0].stdout).into_owned()
+}
+
+/// The value of `key=` in rank 0's `result` line.
+fn field(out: &str, key: &str) -> String {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("result "))
+        .unwrap_or_else(|| panic!("no result line in:\n{out}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .to_string()
+}
+
+/// Runs the job and checks its relative error against the serial FFT (the
+/// program fails above its own tolerance too; this checks the reported figure).
+fn matches_serial(size: usize, nodes: usize, args: &[&str]) -> String {
+    let out = job(size, nodes, args);
+    let rel: f64 = field(&out, "rel_err").parse().unwrap();
+    assert!(rel < 1e-12, "{args:?}: relative error {rel}\n{out}");
+    assert_eq!(field(&out, "ranks"), size.to_string());
+    out
+}
+
+#[test]
+fn one_rank_matches_the_serial_fft() {
+    // A singleton: no launcher at all.
+    let o = Command::new(FFT3D)
+        .args([
+            "--n", "12", "--reps", "1", "--warmup", "0", "--engine", "inline",
+        ])
+        .env_remove(env::ENGINE)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rel: f64 = field(&out, "rel_err").parse().unwrap();
+    assert!(rel < 1e-12, "{out}");
+    // One rank through the launcher too, in both modes.
+    for mode in ["overlap", "blocking"] {
+        matches_serial(1, 1, &["--n", "8", "--reps", "1", "--mode", mode]);
+    }
+}
+
+#[test]
+fn two_ranks_as_rows_columns_and_slabs_match() {
+    for grid in ["2x1", "1x2"] {
+        for engine in ["inline", "thread"] {
+            for mode in ["overlap", "blocking"] {
+                let out = matches_serial(
+                    2,
+                    1,
+                    &[
+                        "--n",
+                        "12",
+                        "--grid",
+                        grid,
+                        "--engine",
+                        engine,
+                        "--mode",
+                        mode,
+                        "--batches",
+                        "5",
+                        "--reps",
+                        "2",
+                        "--warmup",
+                        "0",
+                    ],
+                );
+                assert_eq!(field(&out, "engine"), engine);
+                assert_eq!(field(&out, "grid"), grid);
+            }
+        }
+    }
+}
+
+#[test]
+fn four_ranks_on_a_2x2_grid_match_with_every_engine() {
+    for engine in ["inline", "thread", "proxy"] {
+        let out = matches_serial(
+            4,
+            1,
+            &[
+                "--n",
+                "16",
+                "--grid",
+                "2x2",
+                "--engine",
+                engine,
+                "--batches",
+                "3",
+                "--reps",
+                "2",
+                "--warmup",
+                "0",
+            ],
+        );
+        assert_eq!(field(&out, "engine"), engine);
+    }
+    // The default grid of 4 ranks is 2x2; uneven batches (3 over 4 planes).
+    let out = matches_serial(4, 1, &["--n", "8", "--batches", "3", "--reps", "1"]);
+    assert_eq!(field(&out, "grid"), "2x2");
+}
+
+#[test]
+fn two_emulated_nodes_match_with_every_engine() {
+    for engine in ["inline", "thread", "proxy"] {
+        for mode in ["overlap", "blocking"] {
+            let out = matches_serial(
+                4,
+                2,
+                &[
+                    "--n",
+                    "12",
+                    "--grid",
+                    "2x2",
+                    "--engine",
+                    engine,
+                    "--mode",
+                    mode,
+                    "--batches",
+                    "2",
+                    "--reps",
+                    "2",
+                    "--warmup",
+                    "0",
+                ],
+            );
+            assert_eq!(field(&out, "nodes"), "2");
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_reason() {
+    let run = |args: &[&str]| {
+        let o = Command::new(FFT3D)
+            .args(args)
+            .env_remove(env::ENGINE)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(run(&["--grid", "2x2"]).contains("needs 4 ranks, the job has 1"));
+    assert!(run(&["--grid", "2by2"]).contains("P1xP2"));
+    assert!(run(&["--n", "0"]).contains("at least 1"));
+    assert!(run(&["--engine", "dpu"]).contains("--engine \"dpu\""));
+    // N not a multiple of the grid: every rank refuses it.
+    for o in launch(2, 1, &["--n", "7", "--engine", "inline"]) {
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("N = 7 is not a multiple"), "{err}");
+    }
+}
