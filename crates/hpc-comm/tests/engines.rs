@@ -905,11 +905,15 @@ fn safety(world: &World) {
 }
 
 /// Lines of the proxy processes' memory maps that are shared buffers.
+/// Buffers the proxies this rank started map (only those: the proxies of tests
+/// running beside this one map buffers of their own).
 fn proxy_mapped_buffers() -> usize {
+    let me = format!("PPid:\t{}\n", std::process::id());
     let mut n = 0;
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmd).contains("proxy_entry") {
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains("proxy_entry") && status.contains(&me) {
             let maps = std::fs::read_to_string(e.path().join("maps")).unwrap_or_default();
             n += maps.lines().filter(|l| l.contains("hpc-coll-buf")).count();
         }
