@@ -702,19 +702,39 @@ pub(crate) unsafe fn cma_write(
 }
 
 /// Whether process `pid` is gone (no `/proc` entry, or a zombie).
+///
+/// Only an answer that says so counts: a read of `/proc` that fails for
+/// another reason (no file descriptor or memory left, on a loaded machine)
+/// says nothing about the process, and a rank wrongly declared lost fails a
+/// collective that would have finished; the kernel is then asked directly.
 pub(crate) fn pid_dead(pid: u32) -> bool {
     if pid == 0 {
         return false;
     }
+    let gone = |e: &io::Error| {
+        e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+    };
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => {
-            let state = s
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next());
-            matches!(state, Some('Z') | Some('X') | None)
-        }
+        Err(e) if gone(&e) => true,
+        Err(_) => no_such_process(pid),
+        Ok(s) => match s
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+        {
+            Some(state) => matches!(state, 'Z' | 'X'),
+            None => no_such_process(pid),
+        },
     }
+}
+
+/// Whether the kernel says there is no process `pid` (`kill(pid, 0)`).
+fn no_such_process(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// The board's memory in the loom models: loom atomics for the control words
@@ -998,6 +1018,23 @@ mod tests {
         assert_eq!(src, dst);
         assert!(!pid_dead(std::process::id()));
         assert!(pid_dead(u32::MAX - 1));
+    }
+
+    #[test]
+    fn the_kernel_answers_when_proc_cannot() {
+        assert!(!no_such_process(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // A zombie until reaped: dead for `pid_dead`, still a process for kill.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(pid_dead(pid));
+        child.wait().unwrap();
+        assert!(pid_dead(pid) && no_such_process(pid));
+        // A pid beyond pid_t is no process it can ask about.
+        assert!(!no_such_process(u32::MAX));
     }
 }
 
