@@ -774,25 +774,41 @@ impl<'a> Simulation<'a> {
                 let codes: &[u32] = if has_gathered { &gathered } else { &[] };
                 let base = gathered_base;
                 let shards = &mut self.shards;
+                let step = |sh: &mut Shard| {
+                    for &c in codes {
+                        let gid = c & dp.gid_mask;
+                        sh.activate(
+                            gid,
+                            base + (c >> dp.gid_bits) as u64,
+                            step0,
+                            inh[gid as usize],
+                        );
+                    }
+                    sh.spikes.clear();
+                    for s in 0..m {
+                        sh.deliver(step0 + s as u64);
+                        sh.update(step0 + s as u64, s, dp, pois);
+                    }
+                };
+                // This thread steps the first shard itself and the pool the
+                // others: handing every shard to the pool made this thread
+                // sleep and wake once per interval, 10^4 times per biological
+                // second, and with one thread it handed over all the work.
                 let mut work = || {
-                    pool.install(|| {
-                        shards.par_iter_mut().for_each(|sh| {
-                            for &c in codes {
-                                let gid = c & dp.gid_mask;
-                                sh.activate(
-                                    gid,
-                                    base + (c >> dp.gid_bits) as u64,
-                                    step0,
-                                    inh[gid as usize],
-                                );
+                    let (first, rest) = shards
+                        .split_first_mut()
+                        .expect("a rank has at least one shard");
+                    if rest.is_empty() {
+                        step(first);
+                    } else {
+                        pool.in_place_scope(|sc| {
+                            for sh in rest {
+                                let step = &step;
+                                sc.spawn(move |_| step(sh));
                             }
-                            sh.spikes.clear();
-                            for s in 0..m {
-                                sh.deliver(step0 + s as u64);
-                                sh.update(step0 + s as u64, s, dp, pois);
-                            }
-                        })
-                    })
+                            step(first);
+                        });
+                    }
                 };
                 match send_base.take() {
                     Some((prev, pm)) => {
