@@ -6,28 +6,16 @@
 //! feature (the ranks bootstrap through Open MPI under `srun --mpi=pmix`).
 #![cfg(feature = "mpi")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use hpc_test_support::Cluster;
 use std::time::{Duration, Instant};
 
 const HPC: &str = env!("CARGO_BIN_EXE_hpc");
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../containers/cluster/cluster.sh")
-}
-
 fn cluster(args: &[&str]) -> Output {
-    let out = Command::new("bash")
-        .arg(script())
-        .args(args)
-        .output()
-        .expect("run cluster.sh");
-    eprintln!(
-        "cluster.sh {args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    Cluster::default().run(args)
 }
 
 /// The kernel's recent reports of crashed processes (a rank that dies of a
@@ -53,14 +41,6 @@ fn crashes() -> String {
     }
 }
 
-/// Removes the cluster even if the test fails half-way.
-struct Down;
-impl Drop for Down {
-    fn drop(&mut self) {
-        cluster(&["down"]);
-    }
-}
-
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -83,8 +63,8 @@ struct Loss {
 /// the surviving ranks named the loss and when the job ended.
 fn lose_node(fault: &str) -> Loss {
     use std::io::BufRead;
-    let mut job = Command::new("bash")
-        .arg(script())
+    let mut job = Cluster::default()
+        .command()
         .args([
             "exec",
             "env",
@@ -160,7 +140,7 @@ fn slurm_pmix_cluster_across_docker_hosts() {
         .unwrap()
         .to_string();
     let t = Instant::now();
-    let _down = Down;
+    let _down = Cluster::default().down_on_drop();
     let up = cluster(&["up", "--nodes", "2", "--bin", &bin]);
     assert!(up.status.success(), "cluster up failed");
     eprintln!("cluster up in {:?}", t.elapsed());

@@ -10,22 +10,7 @@ use std::time::{Duration, Instant};
 const HPC: &str = env!("CARGO_BIN_EXE_hpc");
 
 fn mpirun() -> Option<String> {
-    for cand in ["mpirun.openmpi", "mpirun"] {
-        let ok = Command::new(cand)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
-            .unwrap_or(false);
-        if ok {
-            return Some(cand.to_string());
-        }
-    }
-    assert!(
-        std::env::var("HPC_REQUIRE_MPI").ok().as_deref() != Some("1"),
-        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
-    );
-    eprintln!("Open MPI mpirun not found: skipping");
-    None
+    hpc_test_support::open_mpi_mpirun()
 }
 
 fn run(mpirun: &str, n: usize, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -279,6 +279,91 @@ pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
     d
 }
 
+/// Open MPI's `mpirun` (`mpirun.openmpi`, else an `mpirun` that says it is
+/// Open MPI's), or `None` with a line saying the test skips. Panics instead
+/// where `HPC_REQUIRE_MPI=1` (CI, which installs it).
+pub fn open_mpi_mpirun() -> Option<String> {
+    for cand in ["mpirun.openmpi", "mpirun"] {
+        let ok = Command::new(cand)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+            .unwrap_or(false);
+        if ok {
+            return Some(cand.to_string());
+        }
+    }
+    assert!(
+        std::env::var(env::REQUIRE_MPI).ok().as_deref() != Some("1"),
+        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
+    );
+    eprintln!("Open MPI mpirun not found: skipping");
+    None
+}
+
+/// The Docker cluster of `containers/cluster/cluster.sh` (Slurm and PMIx
+/// across containers), which the cluster tests bring up, use and take down.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// `HPC_CLUSTER_NAME` and `HPC_CLUSTER_DIR`, where a test wants a cluster
+    /// of its own beside the others.
+    env: Vec<(&'static str, String)>,
+}
+
+impl Cluster {
+    /// A cluster of its own: `name` for its containers and network, `dir` for
+    /// its work directory.
+    pub fn named(name: &str, dir: &Path) -> Cluster {
+        Cluster {
+            env: vec![
+                (env::CLUSTER_NAME, name.to_string()),
+                (env::CLUSTER_DIR, dir.display().to_string()),
+            ],
+        }
+    }
+
+    /// Runs `cluster.sh` with `args` (`up`, `exec ...`, `kill-node`, `down`);
+    /// prints the status and standard error, and standard output too on a
+    /// failure.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = self.command().args(args).output().expect("run cluster.sh");
+        eprintln!(
+            "cluster.sh {args:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+        }
+        out
+    }
+
+    /// `cluster.sh` as a command to add arguments to (for a job whose output
+    /// is read while it runs).
+    pub fn command(&self) -> Command {
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../containers/cluster/cluster.sh");
+        let mut c = Command::new("bash");
+        c.arg(script).envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// Takes the cluster down when the returned guard is dropped, even if the
+    /// test fails half-way.
+    pub fn down_on_drop(self) -> Down {
+        Down(self)
+    }
+}
+
+/// Takes its cluster down when dropped (see [`Cluster::down_on_drop`]).
+pub struct Down(Cluster);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        self.0.run(&["down"]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use hpc_test_support::Cluster;
 use std::time::{Duration, Instant};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
@@ -18,27 +20,7 @@ fn repo() -> PathBuf {
 }
 
 fn cluster(args: &[&str]) -> Output {
-    let out = Command::new("bash")
-        .arg(repo().join("containers/cluster/cluster.sh"))
-        .args(args)
-        .output()
-        .expect("run cluster.sh");
-    eprintln!("cluster.sh {args:?}: {}", out.status);
-    if !out.status.success() {
-        eprintln!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out
-}
-
-struct Down;
-impl Drop for Down {
-    fn drop(&mut self) {
-        cluster(&["down"]);
-    }
+    Cluster::default().run(args)
 }
 
 /// `srun` of the brunel binary with `args`, on `nodes` nodes and `ranks` ranks.
@@ -82,7 +64,7 @@ fn brunel_across_cluster_nodes() {
         .to_str()
         .unwrap()
         .to_string();
-    let _down = Down;
+    let _down = Cluster::default().down_on_drop();
     assert!(cluster(&["up", "--nodes", "2", "--bin", &bin])
         .status
         .success());

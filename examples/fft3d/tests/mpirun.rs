@@ -9,22 +9,7 @@ use std::process::Command;
 const FFT3D: &str = env!("CARGO_BIN_EXE_fft3d");
 
 fn mpirun() -> Option<String> {
-    for cand in ["mpirun.openmpi", "mpirun"] {
-        let ok = Command::new(cand)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
-            .unwrap_or(false);
-        if ok {
-            return Some(cand.to_string());
-        }
-    }
-    assert!(
-        std::env::var(hpc_runtime::env::REQUIRE_MPI).ok().as_deref() != Some("1"),
-        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
-    );
-    eprintln!("Open MPI mpirun not found: skipping");
-    None
+    hpc_test_support::open_mpi_mpirun()
 }
 
 #[test]

@@ -16,22 +16,7 @@ fn on(var: &str) -> bool {
 }
 
 fn mpirun() -> Option<String> {
-    for cand in ["mpirun.openmpi", "mpirun"] {
-        let ok = Command::new(cand)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
-            .unwrap_or(false);
-        if ok {
-            return Some(cand.to_string());
-        }
-    }
-    assert!(
-        !on(hpc_env::REQUIRE_MPI),
-        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
-    );
-    eprintln!("Open MPI mpirun not found: skipping");
-    None
+    hpc_test_support::open_mpi_mpirun()
 }
 
 /// `mpirun -n 2 --oversubscribe [extra] PROGRAM ARGS` with the given environment, and

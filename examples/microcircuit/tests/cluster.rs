@@ -11,14 +11,12 @@
 #![cfg(feature = "mpi")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+use hpc_test_support::Cluster;
 
 const MICROCIRCUIT: &str = env!("CARGO_BIN_EXE_microcircuit");
 const NAME: &str = "hpc-microcircuit";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// This cluster's work directory: beside the binaries' target directory.
 fn work() -> PathBuf {
@@ -33,30 +31,13 @@ fn shared() -> PathBuf {
     work().join("shared")
 }
 
-fn cluster(args: &[&str]) -> Output {
-    let out = Command::new("bash")
-        .arg(repo().join("containers/cluster/cluster.sh"))
-        .args(args)
-        .env("HPC_CLUSTER_NAME", NAME)
-        .env("HPC_CLUSTER_DIR", work())
-        .output()
-        .expect("run cluster.sh");
-    eprintln!("cluster.sh {args:?}: {}", out.status);
-    if !out.status.success() {
-        eprintln!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out
+/// This test's own cluster.
+fn this_cluster() -> Cluster {
+    Cluster::named(NAME, &work())
 }
 
-struct Down;
-impl Drop for Down {
-    fn drop(&mut self) {
-        cluster(&["down"]);
-    }
+fn cluster(args: &[&str]) -> Output {
+    this_cluster().run(args)
 }
 
 /// `srun` of the microcircuit on `nodes` nodes and `ranks` ranks, writing to
@@ -138,7 +119,7 @@ fn microcircuit_across_cluster_nodes() {
         .to_str()
         .unwrap()
         .to_string();
-    let _down = Down;
+    let _down = this_cluster().down_on_drop();
     assert!(cluster(&["up", "--nodes", "3", "--bin", &bin])
         .status
         .success());
