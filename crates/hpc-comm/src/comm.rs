@@ -543,7 +543,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>, Bo
             hpc_runtime::random_u64()
         ));
         let b = Board::create(&p, size + extra)
-            .map_err(|e| Error::Transport(format!("creating the board {}: {e}", p.display())));
+            .map_err(|e| Error::transport_from(format!("creating the board {}", p.display()), e));
         match b {
             Ok(b) => {
                 path = p.to_string_lossy().into_owned().into_bytes();
@@ -559,7 +559,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>, Bo
     }
     let parts = boot.allgather(&path)?;
     if let Some(r) = (0..size).find(|&r| node_leader(boot, r) == r && parts[r].is_empty()) {
-        return Err(Error::Transport(format!(
+        return Err(Error::transport(format!(
             "rank {r} could not create its node's board"
         )));
     }
@@ -567,7 +567,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>, Bo
     let board = match created {
         Some(b) => b,
         None => Board::open(&p, size + extra)
-            .map_err(|e| Error::Transport(format!("mapping the board {}: {e}", p.display())))?,
+            .map_err(|e| Error::transport_from(format!("mapping the board {}", p.display()), e))?,
     };
     board.set_pid(me, std::process::id());
     let my_node = boot.node_of(me);
@@ -802,7 +802,7 @@ impl Comm {
         let net =
             if (0..world.size()).any(|r| !world.same_node(0, r)) && opts.engine != Engine::Proxy {
                 let t = hpc_rdma::Transport::new(world)
-                    .map_err(|e| Error::Transport(format!("the network path across nodes: {e}")))?;
+                    .map_err(|e| Error::transport_from("the network path across nodes", e))?;
                 Some(Arc::new(t))
             } else {
                 None
@@ -1229,7 +1229,7 @@ impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
             if let Err(e) = t.wait(&*self.comm.driver, self.out.take()) {
-                tracing::warn!(error = %e, "an unwaited collective failed");
+                tracing::warn!(error = %e.chain(), "an unwaited collective failed");
             }
         }
     }

@@ -48,13 +48,82 @@ pub enum Error {
     /// The engine cannot serve this job (e.g. ranks on several nodes).
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// Failure of the underlying data movement or setup.
-    #[error("transport: {0}")]
-    Transport(String),
+    /// Failure of the underlying data movement or setup. `context` says
+    /// what was being done; the cause, where there is one (an
+    /// [`hpc_rdma::Error`], an [`std::io::Error`], ...), is kept whole as
+    /// the error's [`source`](std::error::Error::source), so a caller can
+    /// downcast it. `Display` shows the context only, as the Rust API
+    /// guidelines ask: print the chain (`anyhow`'s `{:#}`, or a loop over
+    /// `source()`) to see the cause.
+    #[error("transport: {context}")]
+    Transport {
+        /// What was being done.
+        context: String,
+        /// The cause, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// Failure of the runtime used to set the communicator up.
     #[error(transparent)]
     Runtime(#[from] hpc_runtime::Error),
 }
 
+impl Error {
+    /// A transport error without an underlying cause.
+    pub(crate) fn transport(context: impl Into<String>) -> Error {
+        Error::Transport {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// A transport error caused by `source`, which is kept whole.
+    pub(crate) fn transport_from(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Error {
+        Error::Transport {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// This error and its causes, joined by `": "`: what `{}` shows,
+    /// followed by every [`source`](std::error::Error::source).
+    pub fn chain(&self) -> String {
+        let mut s = self.to_string();
+        let mut cur = std::error::Error::source(self);
+        while let Some(c) = cur {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            cur = c.source();
+        }
+        s
+    }
+}
+
 /// Result of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_error_keeps_its_cause_whole() {
+        let cause = hpc_rdma::Error::PeerLost {
+            rank: 3,
+            cause: "connection reset".into(),
+            source: None,
+        };
+        let e = Error::transport_from("moving a collective's data", cause);
+        assert_eq!(e.to_string(), "transport: moving a collective's data");
+        let src = std::error::Error::source(&e).expect("the cause is kept");
+        match src.downcast_ref::<hpc_rdma::Error>() {
+            Some(hpc_rdma::Error::PeerLost { rank: 3, .. }) => {}
+            other => panic!("the cause is not the transport's error: {other:?}"),
+        }
+        assert!(e.chain().ends_with("connection reset"), "{}", e.chain());
+        assert!(std::error::Error::source(&Error::transport("x")).is_none());
+    }
+}

@@ -54,10 +54,10 @@ impl Net {
             hpc_rdma::Error::PeerLost { rank, .. } => {
                 match self.world.iter().position(|&w| w == rank) {
                     Some(r) => Error::RankLost { rank: r },
-                    None => Error::Transport(e.to_string()),
+                    None => Error::transport_from("a peer of the collective", e),
                 }
             }
-            e => Error::Transport(e.to_string()),
+            e => Error::transport_from("moving a collective's data", e),
         }
     }
 }
@@ -708,7 +708,7 @@ impl Core {
                 Arrived::Chunk { .. } => true, // its index is checked below
             };
             if !in_order {
-                return Err(Error::Transport(format!(
+                return Err(Error::transport(format!(
                     "rank {peer} sent a message piece out of order ({a:?} after {got} bytes)"
                 )));
             }
@@ -716,7 +716,7 @@ impl Core {
             match a {
                 Arrived::Chunk { slot, index, .. } => {
                     if index * STAGE_SLOT as u64 != got as u64 {
-                        return Err(Error::Transport(format!(
+                        return Err(Error::transport(format!(
                             "rank {peer} sent chunk {index} of a message where chunk {} was due",
                             got / STAGE_SLOT
                         )));
@@ -747,7 +747,7 @@ impl Core {
                             if board::pid_dead(pid) {
                                 Error::RankLost { rank: peer }
                             } else {
-                                Error::Transport(format!("reading from rank {peer}: {e}"))
+                                Error::transport_from(format!("reading from rank {peer}"), e)
                             }
                         })?;
                     }
@@ -901,7 +901,7 @@ impl Core {
                         )
                     };
                     hpc_collectives::apply_reduce(op, dtype, s, t)
-                        .map_err(|e| Error::Transport(format!("reduction: {e}")))?;
+                        .map_err(|e| Error::transport_from("reduction", e))?;
                 }
             }
         }

@@ -99,7 +99,7 @@ fn check(rc: i32, what: &str) -> Result<()> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(Error::Transport(format!("{what} returned MPI error {rc}")))
+        Err(Error::transport(format!("{what} returned MPI error {rc}")))
     }
 }
 

@@ -102,7 +102,7 @@ impl<T: Elem> SharedBuf<T> {
     pub fn new(len: usize) -> Result<SharedBuf<T>> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::Transport(format!("{len} elements overflow")))?;
+            .ok_or_else(|| Error::transport(format!("{len} elements overflow")))?;
         if bytes == 0 {
             return Ok(SharedBuf {
                 ptr: NonNull::dangling(),
@@ -110,8 +110,7 @@ impl<T: Elem> SharedBuf<T> {
                 file: None,
             });
         }
-        let err =
-            |what: &'static str| move |e: std::io::Error| Error::Transport(format!("{what}: {e}"));
+        let err = |what: &'static str| move |e: std::io::Error| Error::transport_from(what, e);
         // SAFETY: a NUL-terminated name and valid flags.
         let raw = unsafe { libc::memfd_create(c"hpc-coll-buf".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {

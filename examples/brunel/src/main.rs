@@ -406,7 +406,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("brunel: proxy failed: {e}");
+            eprintln!("brunel: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }

@@ -224,7 +224,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("fft3d: proxy failed: {e}");
+            eprintln!("fft3d: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }

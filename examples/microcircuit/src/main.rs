@@ -393,7 +393,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("microcircuit: proxy failed: {e}");
+            eprintln!("microcircuit: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }

@@ -41,7 +41,7 @@ impl Thread {
                 executor::raise_priority();
                 executor::agent_loop(s, b, me)
             })
-            .map_err(|e| Error::Transport(format!("spawning the progress thread: {e}")))?;
+            .map_err(|e| Error::transport_from("spawning the progress thread", e))?;
         Ok(Thread {
             host,
             agent: Mutex::new(Some(h)),

@@ -148,7 +148,7 @@ impl Client {
                 );
             let mut child = cmd
                 .spawn()
-                .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
+                .map_err(|e| Error::transport_from(format!("starting the proxy ({cmd:?})"), e))?;
             let t0 = Instant::now();
             while board.pid(size) == 0 {
                 let exited = matches!(child.try_wait(), Ok(Some(_)));
@@ -262,7 +262,7 @@ impl Client {
             },
             Vec::with_capacity(128),
         )
-        .map_err(|e| Error::Transport(e.to_string()))?;
+        .map_err(|e| Error::transport_from("encoding a request to the proxy", e))?;
         let d = Kind::Submit.desc(seq, blob.as_ptr() as u64, blob.len() as u64);
         let mut st = lock(&self.state);
         // A proxy that died since is found by `wait` (within LIVENESS_EVERY).
@@ -318,7 +318,7 @@ impl Client {
                 detail: "message sizes differ".into(),
             }),
             Code::NodeLost => Err(Error::NodeLost { node: aux as usize }),
-            Code::Failed => Err(Error::Transport("the proxy failed the collective".into())),
+            Code::Failed => Err(Error::transport("the proxy failed the collective")),
         })
     }
 

@@ -133,7 +133,7 @@ pub(crate) struct Answer {
 
 fn encode_request<C: Serialize>(seq: u64, req: &Request<C>) -> Result<Vec<u8>> {
     postcard::to_extend(req, seq.to_le_bytes().to_vec())
-        .map_err(|e| Error::Transport(format!("encoding a request to the proxy: {e}")))
+        .map_err(|e| Error::transport_from("encoding a request to the proxy", e))
 }
 
 /// Splits a request message into its sequence number and request.
@@ -303,7 +303,7 @@ fn closed(s: &TcpStream) -> bool {
 /// The watch connections: the proxy (the last member) listens on `ip`, every
 /// rank connects and names itself.
 fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Watch> {
-    let io = |what: &str, e: std::io::Error| Error::Transport(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
     let size = side.size();
     let listener = if rank == size - 1 {
         Some(TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?)
@@ -319,7 +319,7 @@ fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Wat
         let at = String::from_utf8_lossy(&all[size - 1]).into_owned();
         let addr: SocketAddr = at
             .parse()
-            .map_err(|_| Error::Transport(format!("the proxy's watch address {at:?}")))?;
+            .map_err(|_| Error::transport(format!("the proxy's watch address {at:?}")))?;
         let mut s = TcpStream::connect_timeout(&addr, timeout)
             .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
         s.write_all(&(rank as u64).to_le_bytes())
@@ -349,7 +349,7 @@ fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Wat
                 if Instant::now() > deadline {
                     let missing: Vec<usize> =
                         (0..ranks.len()).filter(|&r| ranks[r].is_none()).collect();
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "ranks {missing:?} did not connect to the proxy within {timeout:?}"
                     )));
                 }
@@ -393,7 +393,7 @@ fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transport, 
             tcp_addr: Some(ip),
         },
     )
-    .map_err(|e| Error::Transport(format!("the link between ranks and DPU proxy: {e}")))?;
+    .map_err(|e| Error::transport_from("the link between ranks and DPU proxy", e))?;
     let w = watch(&side, rank, ip, timeout)?;
     side.barrier()?;
     Ok((t, w))
@@ -460,7 +460,7 @@ impl Client {
                     coord = Some(c);
                     s
                 }
-                Err(e) => format!("! {e}"),
+                Err(e) => format!("! {}", e.chain()),
             }
         } else {
             String::new()
@@ -468,14 +468,14 @@ impl Client {
         let all = allgather(mine.as_bytes())?;
         let head = String::from_utf8_lossy(all.first().map_or(&[][..], |v| &v[..])).into_owned();
         if let Some(e) = head.strip_prefix("! ") {
-            return Err(Error::Transport(format!(
+            return Err(Error::transport(format!(
                 "rank 0 could not start the DPU proxy: {e}"
             )));
         }
         let (addr, secret) = head
             .split_once(' ')
             .and_then(|(a, s)| Some((a.to_string(), u64::from_str_radix(s, 16).ok()?)))
-            .ok_or_else(|| Error::Transport(format!("rank 0 sent no proxy address: {head:?}")))?;
+            .ok_or_else(|| Error::transport(format!("rank 0 sent no proxy address: {head:?}")))?;
         let link = Link {
             rendezvous: addr.clone(),
             secret,
@@ -489,7 +489,7 @@ impl Client {
         // late to learn it (a proxy that did not serve is reported there).
         let mine = match &t {
             Ok(_) => String::new(),
-            Err(e) => e.to_string(),
+            Err(e) => e.chain(),
         };
         let all = allgather(mine.as_bytes());
         drop(coord);
@@ -499,7 +499,7 @@ impl Client {
             .find(|(_, b)| !b.is_empty())
             .map(|(r, b)| (r, String::from_utf8_lossy(b).into_owned()));
         if let Some((r, why)) = failed {
-            return Err(Error::Transport(format!(
+            return Err(Error::transport(format!(
                 "connecting to the DPU proxy (link job at {addr}), rank {r}: {why}"
             )));
         }
@@ -536,7 +536,7 @@ impl Client {
         let r = Arc::new(
             self.t
                 .register(bytes.max(1))
-                .map_err(|e| Error::Transport(format!("registering {bytes} bytes: {e}")))?,
+                .map_err(|e| Error::transport_from(format!("registering {bytes} bytes"), e))?,
         );
         let mut reg = lock(&self.registered);
         reg.retain(|(_, _, w)| w.strong_count() > 0);
@@ -602,7 +602,7 @@ impl Client {
         };
         let secret = hpc_runtime::random_u64();
         let coord = Coordinator::start(size + 1, secret, timeout, ip)
-            .map_err(|e| Error::Transport(format!("listening for the proxy on {ip}: {e}")))?;
+            .map_err(|e| Error::transport_from(format!("listening for the proxy on {ip}"), e))?;
         let spec = format!(
             "{} {secret:x} {} {} {}",
             coord.addr(),
@@ -627,7 +627,7 @@ impl Client {
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
         let mut child = cmd
             .spawn()
-            .map_err(|e| Error::Transport(format!("starting the proxy ({cmd:?}): {e}")))?;
+            .map_err(|e| Error::transport_from(format!("starting the proxy ({cmd:?})"), e))?;
         let coord = Arc::new(coord);
         let weak = Arc::downgrade(&coord);
         // Until the link is up, a proxy that exits fails the link's job at once
@@ -672,7 +672,7 @@ impl Client {
                 self.gone.store(true, Ordering::Release);
                 Error::Stopped("proxy")
             }
-            e => Error::Transport(format!("the link to the DPU proxy: {e}")),
+            e => Error::transport_from("the link to the DPU proxy", e),
         }
     }
 
@@ -698,7 +698,7 @@ impl Client {
         );
         self.t
             .register(cap)
-            .map_err(|e| Error::Transport(format!("registering {cap} bytes: {e}")))
+            .map_err(|e| Error::transport_from(format!("registering {cap} bytes"), e))
     }
 
     /// Returns a region to the cache (or deregisters it beyond the cache's bounds).
@@ -760,7 +760,7 @@ impl Client {
         let put = |off: usize, b: &[u8]| match &region {
             Some(r) => r
                 .write(off, b)
-                .map_err(|e| Error::Transport(format!("staging into registered memory: {e}"))),
+                .map_err(|e| Error::transport_from("staging into registered memory", e)),
             None => Ok(()),
         };
         if user_s.is_none() {
@@ -849,7 +849,10 @@ impl Client {
                 // the transport's own mapping).
                 let dst = unsafe { std::slice::from_raw_parts_mut(out.0, p.recv_len) };
                 if let Err(e) = region.read(p.recv_at, dst) {
-                    st.outcome = Some(Err(Error::Transport(e.to_string())));
+                    st.outcome = Some(Err(Error::transport_from(
+                        "reading the result from registered memory",
+                        e,
+                    )));
                     return true;
                 }
             }
@@ -861,7 +864,7 @@ impl Client {
     fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
         let bytes = payload.into_bytes();
         let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
-            Error::Transport(format!(
+            Error::transport(format!(
                 "an undecodable answer from the proxy to collective {seq}: {e}"
             ))
         })?;
@@ -878,7 +881,7 @@ impl Client {
             Code::NodeLost => Err(Error::NodeLost {
                 node: a.aux as usize,
             }),
-            Code::Failed => Err(Error::Transport(format!(
+            Code::Failed => Err(Error::transport(format!(
                 "the DPU proxy refused collective {seq}: {}",
                 a.why
             ))),
@@ -917,7 +920,9 @@ impl Client {
             if let (Some(out), Some(region)) = (out, &st.region) {
                 region
                     .read(p.recv_at, &mut out[..p.recv_len])
-                    .map_err(|e| Error::Transport(e.to_string()))?;
+                    .map_err(|e| {
+                        Error::transport_from("reading the result from registered memory", e)
+                    })?;
             }
         }
         if let Some(r) = st.region.take() {
@@ -1004,7 +1009,7 @@ fn clone_error(e: &Error) -> Error {
             after: *after,
             waiting_for: waiting_for.clone(),
         },
-        e => Error::Transport(e.to_string()),
+        e => Error::transport(e.chain()),
     }
 }
 
@@ -1245,7 +1250,7 @@ impl Server {
             let done = self
                 .t
                 .poll()
-                .map_err(|e| Error::Transport(format!("DPU proxy: {e}")))?;
+                .map_err(|e| Error::transport_from("DPU proxy", e))?;
             let moved = !done.is_empty();
             for c in done {
                 if let Some(w) = self.ops.remove(&c.op) {

@@ -131,12 +131,12 @@ fn decode_parts(b: &[u8]) -> Option<Vec<Vec<u8>>> {
 /// Makes `cmd`'s standard input one end of a socket pair and tells the proxy
 /// so; returns the other end, for [`bootstrap`].
 pub(crate) fn attach(cmd: &mut Command) -> Result<UnixStream> {
-    let (mine, theirs) = UnixStream::pair()
-        .map_err(|e| Error::Transport(format!("a socket pair for the proxy: {e}")))?;
+    let (mine, theirs) =
+        UnixStream::pair().map_err(|e| Error::transport_from("a socket pair for the proxy", e))?;
     let fd = theirs
         .as_fd()
         .try_clone_to_owned()
-        .map_err(|e| Error::Transport(format!("a socket pair for the proxy: {e}")))?;
+        .map_err(|e| Error::transport_from("a socket pair for the proxy", e))?;
     cmd.stdin(std::process::Stdio::from(fd))
         .env(hpc_runtime::env::COLL_PROXY_NET, "1");
     Ok(mine)
@@ -200,8 +200,7 @@ pub(crate) fn bootstrap(
         };
         let all = allgather(&mine)?;
         if all.iter().all(|p| p.first() == Some(&1)) {
-            return outcome
-                .unwrap_or_else(|| Err(Error::Transport("proxy set-up ended early".into())));
+            return outcome.unwrap_or_else(|| Err(Error::transport("proxy set-up ended early")));
         }
         if outcome.is_some() {
             continue;
@@ -216,16 +215,15 @@ pub(crate) fn bootstrap(
             .find(|(_, f)| f.first() != Some(&ASK) && f.first() != Some(&READY))
         {
             let why = String::from_utf8_lossy(f.get(1..).unwrap_or_default());
-            outcome = Some(Err(Error::Transport(format!(
+            outcome = Some(Err(Error::transport(format!(
                 "connecting the proxies of the nodes: the proxy of node index {i} failed: {why}"
             ))));
         } else if frames.iter().all(|f| f[0] == READY) {
             outcome = Some(Ok(String::from_utf8_lossy(&frames[0][1..]).into_owned()));
         } else if frames.iter().any(|f| f[0] == READY) {
-            outcome = Some(Err(Error::Transport(
+            outcome = Some(Err(Error::transport(
                 "connecting the proxies of the nodes: their set-up diverged (some were \
-                 ready while others still exchanged endpoints)"
-                    .into(),
+                 ready while others still exchanged endpoints)",
             )));
         } else if let Some(l) = &link {
             let parts: Vec<Vec<u8>> = frames.iter().map(|f| f[1..].to_vec()).collect();
@@ -234,7 +232,7 @@ pub(crate) fn bootstrap(
             }
         }
         if outcome.is_none() && Instant::now() > deadline {
-            outcome = Some(Err(Error::Transport(format!(
+            outcome = Some(Err(Error::transport(format!(
                 "connecting the proxies of the nodes took more than {timeout:?}"
             ))));
         }
@@ -307,44 +305,42 @@ impl ProxyNet {
         let fd = std::io::stdin()
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| Error::Transport(format!("proxy: its set-up link: {e}")))?;
+            .map_err(|e| Error::transport_from("proxy: its set-up link", e))?;
         let link = UnixStream::from(fd);
         let hello: Hello = read_frame(&link)
             .map_err(|e| e.to_string())
             .and_then(|b| postcard::from_bytes(&b).map_err(|e| e.to_string()))
-            .map_err(|e| Error::Transport(format!("proxy: reading its place: {e}")))?;
+            .map_err(|e| Error::transport_from("proxy: reading its place", e))?;
         let nodes = hello.node_ids.len();
         if hello.node_of.len() != size
             || hello.me >= nodes
             || hello.node_of.iter().any(|&n| n >= nodes)
         {
-            return Err(Error::Transport(
-                "proxy: its place does not fit its board".into(),
-            ));
+            return Err(Error::transport("proxy: its place does not fit its board"));
         }
         let timeout = Duration::from_millis(hello.timeout_ms);
         let _ = link.set_read_timeout(Some(timeout));
         let report = link
             .try_clone()
-            .map_err(|e| Error::Transport(format!("proxy: its set-up link: {e}")))?;
+            .map_err(|e| Error::transport_from("proxy: its set-up link", e))?;
         let connected = (|| -> Result<hpc_rdma::Transport> {
             // One node each: no two proxies share memory.
             let names: Vec<String> = (0..nodes).map(|i| format!("proxy-node-{i}")).collect();
             let world =
                 hpc_runtime::World::relayed(hello.me, &names, timeout, Box::new(Link(link)))?;
-            let mut opts =
-                hpc_rdma::Options::from_env().map_err(|e| Error::Transport(e.to_string()))?;
+            let mut opts = hpc_rdma::Options::from_env()
+                .map_err(|e| Error::transport_from("transport options", e))?;
             opts.timeout = Some(timeout);
             if std::env::var_os(hpc_runtime::env::TCP_ADDR).is_none() {
                 opts.tcp_addr = hello.rendezvous.as_deref().and_then(route_to);
             }
             hpc_rdma::Transport::with_options(&world, opts)
-                .map_err(|e| Error::Transport(format!("proxy: connecting to the other nodes: {e}")))
+                .map_err(|e| Error::transport_from("proxy: connecting to the other nodes", e))
         })();
         let t = match connected {
             Ok(t) => t,
             Err(e) => {
-                let _ = write_frame(&report, &[&[FAILED][..], e.to_string().as_bytes()].concat());
+                let _ = write_frame(&report, &[&[FAILED][..], e.chain().as_bytes()].concat());
                 return Err(e);
             }
         };
@@ -353,7 +349,7 @@ impl ProxyNet {
             .and_then(|p| t.backend_of(p))
             .map_or("none", |b| b.name());
         write_frame(&report, &[&[READY][..], backend.as_bytes()].concat())
-            .map_err(|e| Error::Transport(format!("proxy: reporting ready: {e}")))?;
+            .map_err(|e| Error::transport_from("proxy: reporting ready", e))?;
         tracing::info!(
             node = hello.me,
             nodes,

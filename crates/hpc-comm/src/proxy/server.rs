@@ -697,7 +697,7 @@ pub(crate) fn serve_with(
     spin: Duration,
     net: bool,
 ) -> Result<()> {
-    let board = Board::open(path, slots).map_err(|e| Error::Transport(format!("proxy: {e}")))?;
+    let board = Board::open(path, slots).map_err(|e| Error::transport_from("proxy", e))?;
     let size = slots - 1;
     board.set_pid(size, std::process::id());
     let mut p = Proxy::new(board, size);
