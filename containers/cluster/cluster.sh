@@ -8,6 +8,7 @@
 # Usage:
 #   containers/cluster/cluster.sh up [--nodes N] [--bin DIR] [--apptainer DIR]
 #                                                              start (rebuilds nothing that exists)
+#   containers/cluster/cluster.sh image                        build the node image only
 #   containers/cluster/cluster.sh down                         remove everything it made
 #   containers/cluster/cluster.sh status                       containers and sinfo
 #   containers/cluster/cluster.sh exec CMD...                  run CMD on the controller (e.g. srun ...)
@@ -157,6 +158,7 @@ cmd=${1:-}
 [ -n "$cmd" ] && shift
 case "$cmd" in
     up) up "$@" ;;
+    image) build_image ;;
     down) down ;;
     status) status ;;
     exec) docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" "$@" ;;
