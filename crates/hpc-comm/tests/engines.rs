@@ -1911,6 +1911,57 @@ fn dpu_placement_killed_rank_on_another_node_is_named() {
     }
 }
 
+/// Each node's proxy started by a standing DPU service (as `hpc proxy
+/// --dpu-service` runs on a DPU) rather than by the node's first rank: the
+/// ranks name it in `HPC_COLL_PROXY_DPU_HOST`; on 2 nodes.
+#[test]
+fn dpu_placement_proxies_from_a_standing_service() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let count = started.clone();
+    let exe = std::env::current_exe().unwrap();
+    std::thread::spawn(move || {
+        hpc_comm::proxy::dpu_service(listen, move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut c = Command::new(&exe);
+            c.args(["proxy_entry", "--exact", "--nocapture", "--test-threads=1"]);
+            c
+        })
+        .unwrap();
+    });
+    let at = listen.to_string();
+    let env = [
+        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
+        ("HPC_COLL_PROXY_DPU_HOST", at.as_str()),
+        // Not a program that serves: only the service's proxies may.
+        ("HPC_COLL_PROXY_CMD", "/bin/false"),
+    ];
+    // (The mismatch scenario on 3 ranks: its Inline engine part expects a
+    // refusal to reach every rank within a node.)
+    for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3)] {
+        let before = started.load(Ordering::SeqCst);
+        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &env)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (ok, _))| !ok)
+            .map(|(r, (_, err))| format!("rank {r} failed:\n{err}"))
+            .collect();
+        assert!(failed.is_empty(), "{scenario}: {}", failed.join("\n"));
+        assert!(
+            started.load(Ordering::SeqCst) >= before + 2,
+            "{scenario}: the service started {} proxies",
+            started.load(Ordering::SeqCst) - before
+        );
+    }
+}
+
 #[test]
 fn dpu_placement_shares_nothing_with_the_ranks() {
     all_ok("dpu_isolated", 3);

@@ -312,7 +312,9 @@ fn backend_name(c: Choice) -> &'static str {
     }
 }
 
-/// The address the first rank listens on for its proxy.
+/// The address the first rank listens on for its proxy: `HPC_COLL_PROXY_ADDR`,
+/// else the one that routes to the node's DPU (`HPC_COLL_PROXY_DPU_HOST`),
+/// else loopback.
 fn host_addr() -> Result<IpAddr> {
     match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
         Ok(v) => v.trim().parse().map_err(|_| {
@@ -321,8 +323,39 @@ fn host_addr() -> Result<IpAddr> {
                 hpc_runtime::env::COLL_PROXY_ADDR
             ))
         }),
-        Err(_) => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Err(_) => match dpu_service_addr() {
+            Some(at) => Ok(route_to(at?)),
+            None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        },
     }
+}
+
+/// The default port of the standing DPU service ([`dpu_service`]).
+pub const DPU_SERVICE_PORT: u16 = 7471;
+
+/// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
+/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset.
+fn dpu_service_addr() -> Option<Result<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let v = std::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST).ok()?;
+    let at = v.trim().replace("{host}", &hpc_runtime::hostname());
+    let with_port = if at.contains(':') {
+        at.clone()
+    } else {
+        format!("{at}:{DPU_SERVICE_PORT}")
+    };
+    Some(
+        with_port
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "{}={v:?}: no address for {with_port}",
+                    hpc_runtime::env::COLL_PROXY_DPU_HOST
+                ))
+            }),
+    )
 }
 
 /// The local address that routes to `to`.
@@ -708,12 +741,7 @@ impl Client {
         // Without a launcher's rendezvous (e.g. under Slurm's PMIx), the
         // address of this host's name where the link's is loopback.
         let named = || {
-            let mut b = [0u8; 256];
-            // SAFETY: gethostname writes at most `b.len()` bytes into `b`.
-            let rc = unsafe { libc::gethostname(b.as_mut_ptr().cast(), b.len()) };
-            let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-            let name = std::str::from_utf8(&b[..end]).ok().filter(|_| rc == 0)?;
-            (name, 0u16)
+            (hpc_runtime::hostname(), 0u16)
                 .to_socket_addrs()
                 .ok()?
                 .map(|a| a.ip())
@@ -822,6 +850,11 @@ impl Client {
             {
                 cmd.env_remove(&k);
             }
+        }
+        if let Some(at) = dpu_service_addr() {
+            let coord = Arc::new(coord);
+            launch_remote(at?, &spec, timeout, Arc::downgrade(&coord), size)?;
+            return Ok((coord, secret));
         }
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
         let mut child = cmd
@@ -1242,6 +1275,118 @@ pub(crate) struct Posted {
     in_place: bool,
     /// Those buffers' regions, kept registered until it ends.
     _users: Vec<Arc<Region>>,
+}
+
+/// Asks the DPU service at `at` to start this node's proxy with `spec`;
+/// until the link is up, a proxy that exits (or a service that goes) fails
+/// the link's job at once, as a proxy started here does.
+fn launch_remote(
+    at: SocketAddr,
+    spec: &str,
+    timeout: Duration,
+    coord: std::sync::Weak<Coordinator>,
+    size: usize,
+) -> Result<()> {
+    use std::io::BufRead;
+    let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
+    let mut s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
+    s.write_all(format!("{spec}\n").as_bytes()).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    let mut r = std::io::BufReader::new(s.try_clone().map_err(io)?);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(io)?;
+    let Some(pid) = line.trim().strip_prefix("started ") else {
+        return Err(Error::transport(format!(
+            "the DPU service at {at} did not start the proxy: {}",
+            line.trim()
+        )));
+    };
+    tracing::info!(%at, pid, "the DPU service started the proxy");
+    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+    std::thread::spawn(move || loop {
+        line.clear();
+        let why = match r.read_line(&mut line) {
+            Ok(0) => format!("the DPU service at {at} went away"),
+            Ok(_) => format!("the proxy on the DPU {at} {} without serving", line.trim()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if coord.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => format!("the DPU service at {at}: {e}"),
+        };
+        if let Some(c) = coord.upgrade() {
+            c.rank_exited(size, false, why);
+        }
+        return;
+    });
+    Ok(())
+}
+
+/// Serves as a DPU's standing service on `listen`: each connection (a
+/// node's first rank) sends one line, the `HPC_COLL_PROXY_DPU` value of a
+/// proxy; the service starts `program()` with it (a proxy that then joins
+/// the ranks' link job) and answers `started PID`, later `exited STATUS`.
+/// It starts only its own program, whatever the ranks run; runs until
+/// killed.
+pub fn dpu_service(
+    listen: SocketAddr,
+    program: impl Fn() -> std::process::Command + Send + Sync + 'static,
+) -> Result<()> {
+    let l = TcpListener::bind(listen)
+        .map_err(|e| Error::transport_from(format!("the DPU service on {listen}"), e))?;
+    tracing::info!(addr = %listen, "DPU service: listening");
+    let program = Arc::new(program);
+    for s in l.incoming() {
+        let mut s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "DPU service: accept");
+                continue;
+            }
+        };
+        let program = program.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let from = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut line = String::new();
+            let read = s
+                .try_clone()
+                .map(|c| std::io::BufReader::new(c.take(4096)))
+                .and_then(|mut r| r.read_line(&mut line));
+            let spec = line.trim();
+            let fields = spec.split_whitespace().count();
+            if read.is_err() || fields != 5 {
+                tracing::warn!(%from, "DPU service: refused a malformed request");
+                let _ = s.write_all(b"refused: a malformed request\n");
+                return;
+            }
+            let mut cmd = program();
+            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec)
+                .stdin(std::process::Stdio::null());
+            match cmd.spawn() {
+                Ok(mut child) => {
+                    tracing::info!(%from, pid = child.id(), "DPU service: started a proxy");
+                    let _ = s.write_all(format!("started {}\n", child.id()).as_bytes());
+                    let st = child.wait();
+                    tracing::info!(%from, status = ?st, "DPU service: a proxy exited");
+                    let st = st.map_or_else(|e| e.to_string(), |st| st.to_string());
+                    let _ = s.write_all(format!("exited ({st})\n").as_bytes());
+                }
+                Err(e) => {
+                    let _ = s.write_all(format!("failed: {e}\n").as_bytes());
+                }
+            }
+        });
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1799,7 +1944,7 @@ impl Server {
             }
             Request::Detach => {
                 tracing::debug!(rank = r, "DPU proxy: rank detached");
-                self.lose(r, "it left the communicator");
+                self.lose_as(r, "it left the communicator", false);
             }
         }
     }
@@ -1936,14 +2081,22 @@ impl Server {
     /// Link rank `r` is gone (detached or lost): the collectives that still
     /// need its part fail, here and (told by this proxy) on the other nodes.
     fn lose(&mut self, r: usize, cause: &str) {
+        self.lose_as(r, cause, true);
+    }
+
+    /// Like [`Server::lose`]; `died`: the rank died (rather than left), and
+    /// the other nodes' proxies are told, to fail what waits for it.
+    fn lose_as(&mut self, r: usize, cause: &str, died: bool) {
         if self.gone[r].is_some() {
             return;
         }
         let c = self.ranks[r];
         tracing::debug!(rank = c, cause, "DPU proxy: rank gone");
         self.gone[r] = Some(cause.to_string());
-        if let Some(net) = self.net.as_mut() {
-            net.announce_dead(c);
+        if died {
+            if let Some(net) = self.net.as_mut() {
+                net.announce_dead(c);
+            }
         }
         let hit: Vec<u64> = self
             .groups

@@ -138,7 +138,7 @@ mod steps;
 use std::time::Duration;
 
 pub(crate) use client::{Client, Pending};
-pub use dpu::{forbid_host_memory, Placement};
+pub use dpu::{dpu_service, forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;
 pub use server::serve;
