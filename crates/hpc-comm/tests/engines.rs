@@ -115,6 +115,7 @@ fn child_entry() {
         "dpu_no_proxy" => dpu::no_proxy(&world),
         "dpu_registered" => dpu::registered(&world),
         "dpu_node_death" => dpu::node_death(&world),
+        "dpu_cancel" => dpu::cancel(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1810,6 +1811,41 @@ mod dpu {
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
 
+    /// Rank 0 (node 0) gives up a collective that rank 1 (node 1) has not
+    /// posted (its wait times out, its scope cancels it), after node 0's proxy
+    /// sent node 1's the messages for it. The cancellation fails it on every
+    /// node: node 1's proxy drops those messages, and rank 1, posting it late,
+    /// is told so at once rather than completing it with them. Then the
+    /// communicator goes on.
+    pub(super) fn cancel(world: &World) {
+        let mut o = options();
+        o.timeout = Some(Duration::from_millis(1500));
+        let comm = Comm::with_options(world, o).unwrap();
+        let me = comm.rank();
+        let send = vec![me as u64 + 1; 1000];
+        let mut recv = vec![0u64; 2000];
+        if me == 0 {
+            let err = comm
+                .scope(|s| s.iallgather(&send, &mut recv)?.wait())
+                .unwrap_err();
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        } else {
+            // Until rank 0 gave it up (its wait, then the scope's, timed out).
+            std::thread::sleep(Duration::from_secs(4));
+        }
+        world.barrier().unwrap();
+        if me == 1 {
+            let t = Instant::now();
+            let err = comm.allgather(&send, &mut recv).unwrap_err().to_string();
+            assert!(err.contains("rank 0 gave collective"), "{err}");
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            assert!(recv.iter().all(|&x| x == 0), "written: {:?}", &recv[..4]);
+        }
+        // Both at the same collective again.
+        comm.allgather(&send, &mut recv).unwrap();
+        assert!(recv[..1000].iter().all(|&x| x == 1) && recv[1000..].iter().all(|&x| x == 2));
+    }
+
     /// A placement that is neither `host` nor `dpu` is refused by name.
     pub(super) fn refusals(world: &World) {
         let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
@@ -1894,6 +1930,16 @@ fn dpu_placement_a_killed_proxy_fails_its_node_and_names_it_to_the_others() {
         .filter(|f| pids.iter().any(|p| f.contains(&format!("-{p}-"))))
         .collect();
     assert!(left.is_empty(), "segments left behind: {left:?}");
+}
+
+#[test]
+fn dpu_placement_a_cancelled_collective_is_dropped_on_every_node() {
+    for (r, (ok, err)) in job_on_nodes("dpu_cancel", 2, 2, 20.0, &[])
+        .into_iter()
+        .enumerate()
+    {
+        assert!(ok, "rank {r} failed:\n{err}");
+    }
 }
 
 #[test]

@@ -38,8 +38,9 @@
 //! destination, sequence, schedule tag) as between host-placed proxies.
 //! Messages that come before the collective started here wait with it; one
 //! that comes after it finished here is dropped. A collective that fails on
-//! one node (a refusal, a mismatch, a rank lost) fails on all: its proxy
-//! tells the others. A proxy that loses another fails every collective in
+//! one node (a refusal, a mismatch, a rank lost, a rank that cancelled it
+//! before it finished there) fails on all: its proxy tells the others, which
+//! drop what they hold of it. A proxy that loses another fails every collective in
 //! flight and every later one with `NodeLost` naming that node.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1932,12 +1933,22 @@ impl Server {
                 self.listen(r);
             }
             Request::Cancel => {
-                let slot = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut());
+                let c = self.ranks[r];
+                let g = self.groups.get_mut(&seq);
+                // Its schedules not finished here: without this rank's part the
+                // collective cannot be trusted anywhere. It fails on every node,
+                // which drops the messages other nodes sent for it (they would
+                // stay until the proxy exits) and answers the ranks still in it.
+                let unfinished = g.as_ref().is_some_and(|g| g.run.is_some() || !g.ran);
+                let slot = g.and_then(|g| g.slots[r].as_mut());
                 let answer_now = slot.is_some_and(|s| {
                     s.cancelled = true;
                     !s.done && !s.putting
                 });
-                if answer_now {
+                if answer_now && unfinished {
+                    let why = format!("rank {c} gave collective {seq} up (cancelled)");
+                    self.fail(seq, Code::Failed, c as u64, why);
+                } else if answer_now {
                     self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
                 }
                 self.listen(r);
