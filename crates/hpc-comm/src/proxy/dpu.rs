@@ -55,7 +55,7 @@ use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
 use hpc_runtime::{Coordinator, World};
 use serde::{Deserialize, Serialize};
 
-use super::net::{Hello, ProxyNet, TRAILER};
+use super::net::{closed, watch_each_other, Hello, ProxyNet, TRAILER};
 use super::protocol::Code;
 use super::steps::{Run, RunError};
 use crate::backoff::{Backoff, Pause};
@@ -392,16 +392,6 @@ pub(crate) enum Watch {
     Proxy(TcpStream),
     /// The proxy's connections from the ranks, by rank (`None` once closed).
     Ranks(Vec<Option<TcpStream>>),
-}
-
-/// Whether the other end of a watch connection is gone.
-fn closed(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    match s.peek(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    }
 }
 
 /// The watch connections: the proxy (the last member) listens on `ip`, every
@@ -1584,6 +1574,7 @@ fn meet(
         },
     )
     .map_err(|e| Error::transport_from("connecting to the other nodes' DPU proxies", e))?;
+    let watch = watch_each_other(&world, route_to(to), timeout)?;
     world.barrier()?;
     let hello = Hello {
         me: place.me,
@@ -1592,7 +1583,7 @@ fn meet(
         timeout_ms: timeout.as_millis() as u64,
         rendezvous: None,
     };
-    Ok(ProxyNet::over(t, hello))
+    Ok(ProxyNet::over(t, hello).with_watch(watch))
 }
 
 /// What an operation of the proxy's transport was for.

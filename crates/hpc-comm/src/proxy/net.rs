@@ -272,6 +272,84 @@ pub(super) struct ProxyNet {
     dead: Vec<bool>,
     /// Collectives another proxy failed, not yet taken ([`ProxyNet::take_failed`]).
     failed: Vec<Failed>,
+    /// A plain TCP connection to each other proxy that carries nothing and
+    /// closes when that proxy's process ends (where set up: the DPU-placed
+    /// proxies), looked at every [`WATCH_EVERY`]: over libfabric's
+    /// `tcp;ofi_rxm` a dead peer fails only the operations posted to it, so a
+    /// posted receive alone would not tell.
+    watch: Vec<Option<std::net::TcpStream>>,
+    watched: Instant,
+}
+
+/// How often a proxy looks at its watch connections.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// Whether the other end of a watch connection is gone.
+pub(super) fn closed(s: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// The watch connections between the proxies of `world` (one member each):
+/// every proxy listens on `ip`; each connects to those before it and
+/// accepts those after it. Non-blocking, by proxy index (`None` for itself).
+pub(super) fn watch_each_other(
+    world: &hpc_runtime::World,
+    ip: std::net::IpAddr,
+    timeout: Duration,
+) -> Result<Vec<Option<std::net::TcpStream>>> {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
+    let (me, n) = (world.rank(), world.size());
+    let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?;
+    let mine = l.local_addr().map_err(|e| io("listening", e))?.to_string();
+    let all = world.allgather(mine.as_bytes())?;
+    let mut watch: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    for (p, at) in all.iter().enumerate().take(me) {
+        let at = String::from_utf8_lossy(at);
+        let addr: SocketAddr = at
+            .parse()
+            .map_err(|_| Error::transport(format!("proxy {p}'s watch address {at:?}")))?;
+        let mut s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| io(&format!("watching the proxy at {addr}"), e))?;
+        s.write_all(&(me as u64).to_le_bytes())
+            .map_err(|e| io("greeting a proxy", e))?;
+        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+        watch[p] = Some(s);
+    }
+    let deadline = Instant::now() + timeout;
+    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    while (me + 1..n).any(|p| watch[p].is_none()) {
+        match l.accept() {
+            Ok((mut s, from)) => {
+                let mut b = [0u8; 8];
+                let named = s
+                    .set_nonblocking(false)
+                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
+                    .and_then(|_| s.read_exact(&mut b))
+                    .and_then(|_| s.set_nonblocking(true));
+                let p = u64::from_le_bytes(b) as usize;
+                match named {
+                    Ok(()) if p > me && p < n && watch[p].is_none() => watch[p] = Some(s),
+                    _ => tracing::warn!(%from, "proxy: refused a watch connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(Error::transport(format!(
+                        "the other proxies did not connect within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io("accepting a proxy", e)),
+        }
+    }
+    Ok(watch)
 }
 
 /// A collective that another node's proxy failed (and so every node's).
@@ -398,6 +476,8 @@ impl ProxyNet {
             fresh_loss: false,
             dead: vec![false; size],
             failed: Vec::new(),
+            watch: (0..nodes).map(|_| None).collect(),
+            watched: Instant::now(),
             hello,
         };
         tracing::info!(
@@ -410,6 +490,14 @@ impl ProxyNet {
             net.post_recv(p);
         }
         net
+    }
+
+    /// Watches the other proxies through `watch` (from [`watch_each_other`]).
+    pub(super) fn with_watch(mut self, watch: Vec<Option<std::net::TcpStream>>) -> ProxyNet {
+        if watch.len() == self.watch.len() {
+            self.watch = watch;
+        }
+        self
     }
 
     /// The name of the transport's backend to the other proxies.
@@ -548,6 +636,16 @@ impl ProxyNet {
         reuse: &mut dyn FnMut(Vec<u8>),
     ) -> bool {
         let mut moved = false;
+        if self.watched.elapsed() >= WATCH_EVERY {
+            self.watched = Instant::now();
+            for p in 0..self.watch.len() {
+                if self.watch[p].as_ref().is_some_and(closed) {
+                    self.watch[p] = None;
+                    moved = true;
+                    self.lose(p, &"its process ended (its watch connection closed)");
+                }
+            }
+        }
         let mut i = 0;
         while i < self.sends.len() {
             match self.t.test(self.sends[i]) {
