@@ -1281,7 +1281,14 @@ fn launch_remote(
     use std::io::BufRead;
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
     let mut s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
-    s.write_all(format!("{spec}\n").as_bytes()).map_err(io)?;
+    // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
+    let provider = std::env::var(hpc_runtime::env::OFI_PROVIDER)
+        .ok()
+        .filter(|p| !p.is_empty() && !p.contains(char::is_whitespace))
+        .map(|p| format!(" {p}"))
+        .unwrap_or_default();
+    s.write_all(format!("{spec}{provider}\n").as_bytes())
+        .map_err(io)?;
     s.set_read_timeout(Some(timeout)).map_err(io)?;
     let mut r = std::io::BufReader::new(s.try_clone().map_err(io)?);
     let mut line = String::new();
@@ -1322,7 +1329,8 @@ fn launch_remote(
 
 /// Serves as a DPU's standing service on `listen`: each connection (a
 /// node's first rank) sends one line, the `HPC_COLL_PROXY_DPU` value of a
-/// proxy; the service starts `program()` with it (a proxy that then joins
+/// proxy (and the ranks' `HPC_OFI_PROVIDER`, if any, as a sixth field); the
+/// service starts `program()` with them (a proxy that then joins
 /// the ranks' link job) and answers `started PID`, later `exited STATUS`.
 /// It starts only its own program, whatever the ranks run; runs until
 /// killed.
@@ -1352,16 +1360,20 @@ pub fn dpu_service(
                 .try_clone()
                 .map(|c| std::io::BufReader::new(c.take(4096)))
                 .and_then(|mut r| r.read_line(&mut line));
-            let spec = line.trim();
-            let fields = spec.split_whitespace().count();
-            if read.is_err() || fields != 5 {
+            // The proxy's `HPC_COLL_PROXY_DPU` value, then the ranks' libfabric
+            // provider if they name one.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if read.is_err() || !(5..=6).contains(&fields.len()) {
                 tracing::warn!(%from, "DPU service: refused a malformed request");
                 let _ = s.write_all(b"refused: a malformed request\n");
                 return;
             }
             let mut cmd = program();
-            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec)
+            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, fields[..5].join(" "))
                 .stdin(std::process::Stdio::null());
+            if let Some(p) = fields.get(5) {
+                cmd.env(hpc_runtime::env::OFI_PROVIDER, p);
+            }
             match cmd.spawn() {
                 Ok(mut child) => {
                     tracing::info!(%from, pid = child.id(), "DPU service: started a proxy");
