@@ -467,22 +467,23 @@ impl Shared {
 
     /// A message arrived from `peer`.
     pub(crate) fn deliver(&self, peer: usize, tag: u64, data: Vec<u8>) {
-        let Some(slot) = self.slots.get(peer) else {
-            return;
-        };
+        let slot = self.slots.get(peer);
         // Fast path, without the lock: this thread awaits the receive in `peer`'s
         // slot, and the message is for it.
         let (who, want) = HANDOFF_WANT.with(|w| w.get());
-        if who == self as *const Shared as usize
-            && want != 0
-            // Acquire: pairs with the fill's release, so `tag` is the receive's.
-            && slot.op.load(Ordering::Acquire) == want
-            && slot.tag.load(Ordering::Relaxed) == tag
-            && slot
-                .op
-                .compare_exchange(want, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        let fast = match slot {
+            Some(slot) if who == self as *const Shared as usize && want != 0 => {
+                // Acquire: pairs with the fill's release, so `tag` is the receive's.
+                slot.op.load(Ordering::Acquire) == want
+                    && slot.tag.load(Ordering::Relaxed) == tag
+                    && slot
+                        .op
+                        .compare_exchange(want, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+            }
+            _ => false,
+        };
+        if fast {
             LAST_PENDING.with(|l| l.set((0, 0, 0)));
             HANDOFF_GOT.with(|g| {
                 g.set(Some(Completion {
@@ -495,14 +496,17 @@ impl Shared {
             return;
         }
         let mut st = self.st();
-        let in_slot = slot.op.load(Ordering::Acquire);
-        let posted = if in_slot != 0
-            && slot.tag.load(Ordering::Relaxed) == tag
-            && slot
-                .op
-                .compare_exchange(in_slot, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
+        let in_slot = slot.map_or(0, |s| s.op.load(Ordering::Acquire));
+        let took = match slot {
+            Some(s) if in_slot != 0 => {
+                s.tag.load(Ordering::Relaxed) == tag
+                    && s.op
+                        .compare_exchange(in_slot, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+            }
+            _ => false,
+        };
+        let posted = if took {
             st.slotted.remove(&in_slot);
             Some(in_slot)
         } else {
