@@ -3,12 +3,14 @@
 //!
 //! - shm 8-byte half round trip (put ping-pong polling the target memory, send/recv
 //!   ping-pong, and send/recv ping-pong receiving into a reused buffer with
-//!   `recv_into`) vs Open MPI's shared memory (`mpi_pingpong`, if given), alternating;
+//!   `recv_into`), and send/recv at 64 B, 4 KiB and 64 KiB, vs Open MPI's shared
+//!   memory (`mpi_pingpong`, if given) at the same sizes, alternating round by round;
+//!   each figure is the median of the rounds' medians, with their range;
 //! - shm 1 MiB put bandwidth vs a one-thread 1 MiB `memcpy` in the same process;
 //! - tcp 1 MiB put bandwidth between two network namespaces vs a plain socket stream
 //!   between the same namespaces (needs root; skipped otherwise).
 //!
-//! Usage: `transport [--mpi-pingpong PATH] [--iters N] [--latency-only]` (the last
+//! Usage: `transport [--mpi-pingpong PATH] [--iters N] [--rounds N] [--latency-only]` (the last
 //! skips the bandwidth rows); `benches/transport.sh` builds
 //! everything and runs it. Ranks are this binary re-executed (`BENCH_ROLE`), joined
 //! through an `hpc_runtime::Coordinator`.
@@ -23,6 +25,33 @@ use hpc_rdma::{Choice, Options, Source, Transport};
 use hpc_runtime::{Coordinator, World};
 
 const MIB: usize = 1 << 20;
+
+/// Message sizes of the send/recv rows (the first is the 8-byte latency row).
+const SIZES: [usize; 4] = [8, 64, 4096, 65536];
+
+/// Round trips at `size`: fewer for large messages, so that every size takes about
+/// as long.
+fn iters_for(size: usize, iters: usize) -> usize {
+    if size > 16384 {
+        (iters / 20).max(1000)
+    } else {
+        iters
+    }
+}
+
+fn label(size: usize) -> String {
+    match size {
+        s if s >= 1024 => format!("{} KiB", s / 1024),
+        s => format!("{s} B"),
+    }
+}
+
+/// Median, minimum and maximum of the rounds' figures.
+fn spread(xs: &[f64]) -> (f64, f64, f64) {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(xs), lo, hi)
+}
 
 fn pin(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it.
@@ -79,13 +108,13 @@ fn put_pingpong(world: &World, t: &Transport, iters: usize) -> f64 {
     median(&times)
 }
 
-/// Send/recv ping-pong of 8 bytes; median half round trip (us).
-fn send_pingpong(world: &World, t: &Transport, iters: usize) -> f64 {
+/// Send/recv ping-pong of `size` bytes; median half round trip (us).
+fn send_pingpong(world: &World, t: &Transport, size: usize, iters: usize) -> f64 {
     let me = world.rank();
     let peer = 1 - me;
     world.barrier().unwrap();
     let mut times = Vec::with_capacity(iters);
-    let mut msg = vec![0u8; 8];
+    let mut msg = vec![0u8; size];
     for i in 0..iters + iters / 10 {
         let t0 = Instant::now();
         if me == 0 {
@@ -240,9 +269,14 @@ fn child(role: &str) {
         "shm-lat" => {
             let t = transport(&world, Choice::Shm);
             let put = put_pingpong(&world, &t, iters);
-            let send = send_pingpong(&world, &t, iters);
+            let send = send_pingpong(&world, &t, 8, iters);
             let into = send_into_pingpong(&world, &t, iters);
-            format!("{put} {send} {into}")
+            let mut out = format!("{put} {send} {into}");
+            for &size in &SIZES[1..] {
+                let v = send_pingpong(&world, &t, size, iters_for(size, iters));
+                out.push_str(&format!(" {v}"));
+            }
+            out
         }
         "shm-bw" => {
             let t = transport(&world, Choice::Shm);
@@ -400,7 +434,7 @@ fn netns_job() -> Option<Vec<f64>> {
     result
 }
 
-fn mpi_ref(path: &str, iters: usize) -> Option<f64> {
+fn mpi_ref(path: &str, size: usize, iters: usize) -> Option<f64> {
     let mpirun = ["mpirun.openmpi", "mpirun"]
         .into_iter()
         .find(|m| sh(&["sh", "-c", &format!("command -v {m} >/dev/null")]))?;
@@ -413,8 +447,8 @@ fn mpi_ref(path: &str, iters: usize) -> Option<f64> {
             "btl",
             "self,vader",
             path,
-            "8",
         ])
+        .arg(size.to_string())
         .arg(iters.to_string())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -435,15 +469,17 @@ fn main() {
     let mut mpi = None;
     let mut iters = 100_000usize;
     let mut latency_only = false;
+    let mut rounds = 5usize;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--mpi-pingpong" => mpi = args.next(),
+            "--rounds" => rounds = args.next().and_then(|s| s.parse().ok()).unwrap_or(rounds),
             "--latency-only" => latency_only = true,
             "--iters" => iters = args.next().and_then(|s| s.parse().ok()).unwrap_or(iters),
             other => {
                 eprintln!(
-                    "usage: transport [--mpi-pingpong PATH] [--iters N] [--latency-only] \
-                     (got {other})"
+                    "usage: transport [--mpi-pingpong PATH] [--iters N] [--rounds N] \
+                     [--latency-only] (got {other})"
                 );
                 std::process::exit(2);
             }
@@ -451,17 +487,24 @@ fn main() {
     }
     // SAFETY: single-threaded at this point; the children read it.
     unsafe { std::env::set_var("BENCH_ITERS", iters.to_string()) };
-    // Latencies: ours and Open MPI's alternately, 5 rounds, best of each. On a VM the
-    // two vCPUs' placement on the host changes (siblings of one core or not) and moves
-    // both figures 3x; alternating keeps the comparison within one placement.
-    let mut lat = [f64::INFINITY; 3];
-    let mut mpi_lat: Option<f64> = None;
-    for _ in 0..5 {
-        for (best, now) in lat.iter_mut().zip(local_job("shm-lat")) {
-            *best = best.min(now);
+    // Latencies: ours and Open MPI's alternately, `rounds` rounds; each figure is
+    // the median of one round's round trips, and the table gives the median of the
+    // rounds with their range. On a VM the two vCPUs' placement on the host changes
+    // (siblings of one core or not) and moves both figures; alternating keeps the
+    // comparison within one placement.
+    // ours[i]: put 8 B, send 8 B, send_into 8 B, send at SIZES[1..].
+    let mut ours: Vec<Vec<f64>> = vec![Vec::new(); 3 + SIZES.len() - 1];
+    let mut theirs: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+    for _ in 0..rounds {
+        for (all, now) in ours.iter_mut().zip(local_job("shm-lat")) {
+            all.push(now);
         }
-        if let Some(m) = mpi.as_deref().and_then(|p| mpi_ref(p, iters)) {
-            mpi_lat = Some(mpi_lat.map_or(m, |b| b.min(m)));
+        if let Some(p) = mpi.as_deref() {
+            for (i, &size) in SIZES.iter().enumerate() {
+                if let Some(m) = mpi_ref(p, size, iters_for(size, iters)) {
+                    theirs[i].push(m);
+                }
+            }
         }
     }
     let (bw, tcp) = if latency_only {
@@ -471,46 +514,72 @@ fn main() {
     };
 
     println!(
-        "{:<44} {:>8} {:>12} {:>12} {:>7}",
-        "measurement", "size", "ours", "reference", "ratio"
+        "{:<40} {:>7} {:>22} {:>22} {:>6}",
+        "measurement (median of rounds [min-max])", "size", "ours", "reference", "ratio"
     );
+    let lat_row = |what: &str, size: usize, ours: &[f64], reference: &[f64]| {
+        let (m, lo, hi) = spread(ours);
+        let ours = format!("{m:.3} [{lo:.3}-{hi:.3}] us");
+        if reference.is_empty() {
+            println!(
+                "{what:<40} {:>7} {ours:>22} {:>22} {:>6}",
+                label(size),
+                "n/a",
+                "-"
+            );
+        } else {
+            let (r, rlo, rhi) = spread(reference);
+            let theirs = format!("{r:.3} [{rlo:.3}-{rhi:.3}] us");
+            println!(
+                "{what:<40} {:>7} {ours:>22} {theirs:>22} {:>6.3}",
+                label(size),
+                m / r
+            );
+        }
+    };
+    println!("{rounds} rounds, ours and Open MPI's (btl self,vader) alternating");
+    lat_row(
+        "shm put half RTT vs Open MPI send/recv",
+        8,
+        &ours[0],
+        &theirs[0],
+    );
+    lat_row(
+        "shm send/recv half RTT vs Open MPI",
+        8,
+        &ours[1],
+        &theirs[0],
+    );
+    lat_row(
+        "shm send/recv_into half RTT vs Open MPI",
+        8,
+        &ours[2],
+        &theirs[0],
+    );
+    for (i, &size) in SIZES.iter().enumerate().skip(1) {
+        lat_row(
+            "shm send/recv half RTT vs Open MPI",
+            size,
+            &ours[2 + i],
+            &theirs[i],
+        );
+    }
+    let Some(bw) = bw else { return };
     let row =
         |what: &str, size: &str, ours: f64, reference: Option<f64>, unit: &str| match reference {
             Some(r) => println!(
-                "{what:<44} {size:>8} {:>9.3} {unit} {:>9.3} {unit} {:>7.3}",
+                "{what:<40} {size:>7} {:>19.3} {unit} {:>19.3} {unit} {:>6.3}",
                 ours,
                 r,
                 ours / r
             ),
             None => println!(
-                "{what:<44} {size:>8} {:>9.3} {unit} {:>12} {:>7}",
+                "{what:<40} {size:>7} {:>19.3} {unit} {:>22} {:>6}",
                 ours, "n/a", "-"
             ),
         };
     row(
-        "shm put half RTT vs Open MPI vader (us)",
-        "8 B",
-        lat[0],
-        mpi_lat,
-        "us",
-    );
-    row(
-        "shm send/recv half RTT vs Open MPI vader (us)",
-        "8 B",
-        lat[1],
-        mpi_lat,
-        "us",
-    );
-    row(
-        "shm send/recv_into half RTT vs Open MPI (us)",
-        "8 B",
-        lat[2],
-        mpi_lat,
-        "us",
-    );
-    let Some(bw) = bw else { return };
-    row(
-        "shm put bandwidth vs 1-thread memcpy (MB/s)",
+        "shm put bw vs 1-thread memcpy (MB/s)",
         "1 MiB",
         bw[0],
         Some(bw[1]),
@@ -525,7 +594,7 @@ fn main() {
             "  ",
         ),
         None => println!(
-            "{:<44} {:>8} {:>12}",
+            "{:<40} {:>7} {:>22}",
             "tcp across network namespaces", "1 MiB", "skipped (needs root)"
         ),
     }

@@ -18,9 +18,10 @@ fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> String {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The environment names the provider of the ofi runs: a failure must say which.
     assert!(
         out.status.success(),
-        "{args:?}: {text}\n{}",
+        "{args:?} {env:?}: {text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     text

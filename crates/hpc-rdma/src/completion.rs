@@ -250,6 +250,13 @@ struct State {
     unexpected: HashMap<(usize, u64), VecDeque<Vec<u8>>, Fast>,
     /// Lost peers, with the `PeerLost` error their operations fail with.
     dead: HashMap<usize, Error, Fast>,
+    /// Receives that were put into a peer's [`Slot`], by id: the peer. An entry
+    /// whose slot no longer holds the id is stale (the receive completed without
+    /// the lock) and is dropped when next seen, or when the slot is filled again.
+    slotted: HashMap<u64, usize, Fast>,
+    /// Per peer, the receive last put into its slot (the `slotted` entry to drop
+    /// when the slot is filled again).
+    slot_last: HashMap<usize, u64, Fast>,
 }
 
 impl State {
@@ -262,6 +269,24 @@ impl State {
     }
 }
 
+/// A peer's receive slot: the receive posted first while no other receive from that
+/// peer waits in the slot and none of its tag waits in the table, so that the thread
+/// awaiting it can complete it without the table's lock.
+///
+/// Protocol: the slot is *filled* only under the table's lock, when `op` is 0
+/// (`tag` first, then `op` with release). It is *emptied* by whoever swaps `op` from
+/// the receive's id to 0 (compare-and-swap, so exactly one of them completes it):
+/// a delivery by the thread that awaits that receive (no lock: it hands the message
+/// straight back), a delivery by any other thread (under the lock: into the ready
+/// table), or the loss of the peer (under the lock: an error). Messages from one
+/// peer are delivered one at a time and in order by its backend, so the slot's
+/// receive, being older than any receive of its tag in the table, is matched first.
+#[derive(Default)]
+struct Slot {
+    op: AtomicU64,
+    tag: AtomicU64,
+}
+
 /// State shared by the transport and its backends.
 pub(crate) struct Shared {
     pub(crate) rank: usize,
@@ -272,6 +297,8 @@ pub(crate) struct Shared {
     generation: AtomicU64,
     st: Mutex<State>,
     regions: Mutex<HashMap<u32, Weak<RegionInner>>>,
+    /// One receive slot per peer (see [`Slot`]).
+    slots: Box<[Slot]>,
 }
 
 impl Shared {
@@ -284,6 +311,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             st: Mutex::new(State::default()),
             regions: Mutex::new(HashMap::new()),
+            slots: (0..size).map(|_| Slot::default()).collect(),
         })
     }
 
@@ -439,11 +467,57 @@ impl Shared {
 
     /// A message arrived from `peer`.
     pub(crate) fn deliver(&self, peer: usize, tag: u64, data: Vec<u8>) {
+        let slot = self.slots.get(peer);
+        // Fast path, without the lock: this thread awaits the receive in `peer`'s
+        // slot, and the message is for it.
+        let (who, want) = HANDOFF_WANT.with(|w| w.get());
+        let fast = match slot {
+            Some(slot) if who == self as *const Shared as usize && want != 0 => {
+                // Acquire: pairs with the fill's release, so `tag` is the receive's.
+                slot.op.load(Ordering::Acquire) == want
+                    && slot.tag.load(Ordering::Relaxed) == tag
+                    && slot
+                        .op
+                        .compare_exchange(want, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+            }
+            _ => false,
+        };
+        if fast {
+            LAST_PENDING.with(|l| l.set((0, 0, 0)));
+            HANDOFF_GOT.with(|g| {
+                g.set(Some(Completion {
+                    op: OpId(want),
+                    peer,
+                    kind: OpKind::Recv,
+                    result: Ok(Payload::Bytes(data)),
+                }))
+            });
+            return;
+        }
         let mut st = self.st();
-        let posted = st.posted.get_mut(&(peer, tag)).and_then(|q| q.pop_front());
+        let in_slot = slot.map_or(0, |s| s.op.load(Ordering::Acquire));
+        let took = match slot {
+            Some(s) if in_slot != 0 => {
+                s.tag.load(Ordering::Relaxed) == tag
+                    && s.op
+                        .compare_exchange(in_slot, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+            }
+            _ => false,
+        };
+        let posted = if took {
+            st.slotted.remove(&in_slot);
+            Some(in_slot)
+        } else {
+            let op = st.posted.get_mut(&(peer, tag)).and_then(|q| q.pop_front());
+            if let Some(op) = op {
+                st.pending.remove(&op);
+            }
+            op
+        };
         match posted {
             Some(op) => {
-                st.pending.remove(&op);
                 let c = Completion {
                     op: OpId(op),
                     peer,
@@ -492,8 +566,26 @@ impl Shared {
                 self.bump(&st);
             }
             None => {
-                st.pending.insert(id, (peer, OpKind::Recv));
-                st.posted.entry((peer, tag)).or_default().push_back(id);
+                let slot = self.slots.get(peer);
+                let free = slot.is_some_and(|s| s.op.load(Ordering::Relaxed) == 0)
+                    && st.posted.get(&(peer, tag)).is_none_or(VecDeque::is_empty);
+                match slot {
+                    // The slot is free and no older receive of this tag waits: the
+                    // thread awaiting this one can complete it without the lock.
+                    Some(slot) if free => {
+                        if let Some(old) = st.slot_last.insert(peer, id) {
+                            st.slotted.remove(&old);
+                        }
+                        st.slotted.insert(id, peer);
+                        slot.tag.store(tag, Ordering::Relaxed);
+                        // Release: a thread that sees this id in the slot sees its tag.
+                        slot.op.store(id, Ordering::Release);
+                    }
+                    _ => {
+                        st.pending.insert(id, (peer, OpKind::Recv));
+                        st.posted.entry((peer, tag)).or_default().push_back(id);
+                    }
+                }
                 let g = self.generation.load(Ordering::Relaxed);
                 LAST_PENDING.with(|l| l.set((self as *const Shared as usize, id, g)));
             }
@@ -520,12 +612,24 @@ impl Shared {
         }
         let lost_error = Error::lost(peer, cause, source);
         st.dead.insert(peer, lost_error.clone());
-        let lost: Vec<(u64, OpKind)> = st
+        let mut lost: Vec<(u64, OpKind)> = st
             .pending
             .iter()
             .filter(|(_, (p, _))| *p == peer)
             .map(|(op, (_, k))| (*op, *k))
             .collect();
+        if let Some(slot) = self.slots.get(peer) {
+            let op = slot.op.load(Ordering::Acquire);
+            if op != 0
+                && slot
+                    .op
+                    .compare_exchange(op, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                st.slotted.remove(&op);
+                lost.push((op, OpKind::Recv));
+            }
+        }
         // A peer that closes with nothing in flight is a normal end of job (it finished
         // first); only a loss that fails operations deserves a warning.
         if lost.is_empty() {
@@ -560,7 +664,7 @@ impl Shared {
         if let Some(c) = st.ready.remove(&op.0) {
             return Ok(Some(c));
         }
-        if st.pending.contains_key(&op.0) {
+        if st.pending.contains_key(&op.0) || self.in_slot(&mut st, op.0).is_some() {
             Ok(None)
         } else {
             Err(Error::InvalidArgument(format!(
@@ -570,9 +674,24 @@ impl Shared {
         }
     }
 
+    /// The peer of `op` if it is a receive still waiting in a peer's slot (forgets
+    /// the record of one that completed without the lock).
+    fn in_slot(&self, st: &mut State, op: u64) -> Option<usize> {
+        let peer = *st.slotted.get(&op)?;
+        if self.slots[peer].op.load(Ordering::Acquire) == op {
+            return Some(peer);
+        }
+        st.slotted.remove(&op);
+        None
+    }
+
     /// The peer an unfinished operation involves.
     pub(crate) fn peer_of(&self, op: OpId) -> Option<usize> {
-        self.st().pending.get(&op.0).map(|(p, _)| *p)
+        let mut st = self.st();
+        match st.pending.get(&op.0) {
+            Some((p, _)) => Some(*p),
+            None => self.in_slot(&mut st, op.0),
+        }
     }
 
     /// Takes every ready completion.
@@ -584,7 +703,13 @@ impl Shared {
 
     /// Number of operations not yet completed.
     pub(crate) fn pending_count(&self) -> usize {
-        self.st().pending.len()
+        let st = self.st();
+        let in_slots = st
+            .slotted
+            .iter()
+            .filter(|(&op, &p)| self.slots[p].op.load(Ordering::Acquire) == op)
+            .count();
+        st.pending.len() + in_slots
     }
 
     /// Allocates and registers a new region.
@@ -856,6 +981,97 @@ mod loom_models {
             assert_eq!(both, [1, 2], "each message once");
             assert!(s.take(first).is_err() && s.take(second).is_err());
             assert!(s.drain().is_empty(), "nothing left behind");
+        });
+    }
+
+    /// The receive in a peer's slot is completed by the waiting thread's own
+    /// delivery without the lock, while another thread declares the peer lost (which
+    /// empties the slot under the lock): it completes exactly once, with the message
+    /// or with `PeerLost`, and nothing is left pending or in the table.
+    #[test]
+    fn loom_slot_completes_once_against_a_loss() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let s = Shared::new(0, 2);
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let op = s.post_recv(1, 5);
+            assert_eq!(s.pending_count(), 1, "a receive in the slot is pending");
+            let (s2, done2) = (s.clone(), done.clone());
+            let t = loom::thread::spawn(move || {
+                s2.fail_peer(1, "gone");
+                done2.store(true, Ordering::SeqCst);
+            });
+            let mut mine = Some(vec![7u8]);
+            let s3 = s.clone();
+            let c = wait(&s, op, &done, || {
+                if let Some(m) = mine.take() {
+                    s3.deliver(1, 5, m);
+                }
+            });
+            t.join().unwrap();
+            match c.result {
+                Ok(p) => assert_eq!(p.into_bytes(), vec![7]),
+                Err(Error::PeerLost { rank: 1, .. }) => {}
+                Err(e) => panic!("unexpected {e}"),
+            }
+            assert!(s.take(op).is_err(), "completed once");
+            assert_eq!(s.pending_count(), 0);
+            assert!(s.drain().is_empty(), "nothing left behind");
+        });
+    }
+
+    /// A receive posted by one thread and awaited by another, whose own progress
+    /// delivers two messages: first one of another tag, then the receive's. The
+    /// receive gets its own tag's message, never the other (the waiter reads the
+    /// slot's tag without the lock, so it must see the tag stored with the id).
+    #[test]
+    fn loom_slot_tag_is_seen_with_its_receive() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let s = Shared::new(0, 2);
+            // An earlier receive of tag 5 leaves its tag in the slot.
+            let first = s.post_recv(1, 5);
+            s.deliver(1, 5, vec![1]);
+            assert!(s.take(first).unwrap().is_some());
+            let mailbox = std::sync::Arc::new(loom::sync::atomic::AtomicU64::new(0));
+            let (s2, m2) = (s.clone(), mailbox.clone());
+            let t = loom::thread::spawn(move || {
+                let op = s2.post_recv(1, 6);
+                // Relaxed on purpose: only the slot's own ordering may carry the tag.
+                m2.store(op.0, Ordering::Relaxed);
+            });
+            let op = loop {
+                match mailbox.load(Ordering::Relaxed) {
+                    0 => loom::thread::yield_now(),
+                    id => break OpId(id),
+                }
+            };
+            let mut msgs = vec![vec![66u8], vec![55u8]];
+            let mut tags = vec![6u64, 5];
+            let s3 = s.clone();
+            // Waits without a first look at the table (which would order this thread
+            // after the post through the lock): progress first, as `wait_poll` does.
+            let got = loop {
+                let c = s.progress_for(op, || {
+                    if let (Some(m), Some(t)) = (msgs.pop(), tags.pop()) {
+                        s3.deliver(1, t, m);
+                    }
+                });
+                if let Some(c) = c {
+                    break c;
+                }
+                if msgs.is_empty() {
+                    break s.take(op).unwrap().expect("delivered");
+                }
+            };
+            assert_eq!(
+                got.result.unwrap().into_bytes(),
+                vec![66],
+                "tag 6's message"
+            );
+            t.join().unwrap();
         });
     }
 }

@@ -18,6 +18,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::Exclusive;
+
 use hpc_runtime::World;
 
 use crate::completion::{OpId, OpKind, Payload, Shared, Sink, Source};
@@ -67,8 +69,11 @@ struct Peer {
     pid: u32,
     pidfd: Option<OwnedFd>,
     _segment: Arc<Mapping>,
-    tx: Mutex<Tx>,
-    rx: Mutex<Rx>,
+    /// The sending end: claimed with one atomic per use (see [`Exclusive`]); in the
+    /// common case only the thread that sends uses it.
+    tx: Exclusive<Tx>,
+    /// The receiving end, claimed the same way by whichever thread polls.
+    rx: Exclusive<Rx>,
     /// Lock-free check of the rx ring (kept valid by `_segment` of the transport).
     probe: Probe,
     /// Whether `tx.queue` holds messages waiting for ring space.
@@ -134,11 +139,11 @@ impl Shm {
                 pid: key.pid,
                 pidfd: pidfd_open(key.pid),
                 _segment: map,
-                tx: Mutex::new(Tx {
+                tx: Exclusive::new(Tx {
                     prod,
                     queue: VecDeque::new(),
                 }),
-                rx: Mutex::new(Rx {
+                rx: Exclusive::new(Rx {
                     cons,
                     partial: None,
                 }),
@@ -291,10 +296,10 @@ impl Shm {
             self.progress_rx(p)?;
         }
         if p.backlog.load(Ordering::Acquire) {
-            if let Ok(mut tx) = p.tx.try_lock() {
-                self.push_pending(p.rank, &mut tx);
+            p.tx.try_with(|tx| {
+                self.push_pending(p.rank, tx);
                 p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
-            }
+            });
         }
         Ok(())
     }
@@ -312,14 +317,15 @@ impl Shm {
     }
 
     fn progress_rx(&self, p: &Peer) -> Result<()> {
-        if let Ok(mut rx) = p.rx.try_lock() {
-            if let Err(e) = self.drain_rx(p, &mut rx) {
+        match p.rx.try_with(|rx| self.drain_rx(p, rx)) {
+            Some(Err(e)) => {
                 self.shared
                     .fail_peer_by(p.rank, &e.to_string(), Some(e.clone()));
-                return Err(e);
+                Err(e)
             }
+            // Drained, or another thread is draining this ring right now.
+            Some(Ok(())) | None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -367,16 +373,17 @@ impl Backend for Shm {
         }
         // (The transport tried `try_send_now` first: this is the queued path, whose
         // messages go out, in order, as the ring has room.)
-        let mut tx = p.tx.lock().unwrap_or_else(|e| e.into_inner());
-        tx.queue.push_back(OutMsg {
-            op,
-            tag,
-            data,
-            sent: 0,
-            started: false,
+        p.tx.with(|tx| {
+            tx.queue.push_back(OutMsg {
+                op,
+                tag,
+                data,
+                sent: 0,
+                started: false,
+            });
+            self.push_pending(peer, tx);
+            p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
         });
-        self.push_pending(peer, &mut tx);
-        p.backlog.store(!tx.queue.is_empty(), Ordering::Release);
         Ok(())
     }
 
@@ -392,9 +399,11 @@ impl Backend for Shm {
         if data.len() > EAGER_MAX {
             return Err(data);
         }
-        let mut tx = p.tx.lock().unwrap_or_else(|e| e.into_inner());
-        // Only with nothing queued, so that messages keep their order.
-        if tx.queue.is_empty() && tx.prod.try_push(EAGER, tag, &[&data]) {
+        // Only with nothing queued, so that messages keep their order; a sender that
+        // finds the ring's end in use by another thread takes the queued path.
+        let sent =
+            p.tx.try_with(|tx| tx.queue.is_empty() && tx.prod.try_push(EAGER, tag, &[&data]));
+        if sent == Some(true) {
             Ok(data)
         } else {
             Err(data)

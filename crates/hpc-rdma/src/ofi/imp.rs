@@ -130,6 +130,7 @@ const FI_REMOTE_WRITE: u64 = 1 << 13;
 const FI_MR_VIRT_ADDR: u64 = 1 << 4;
 const FI_MR_PROV_KEY: u64 = 1 << 6;
 const FI_EAGAIN: i32 = libc::EAGAIN;
+const FI_EADDRNOTAVAIL: i32 = libc::EADDRNOTAVAIL;
 const FI_ENODATA: i32 = libc::ENODATA;
 const FI_EAVAIL: i32 = 259;
 const FI_ECANCELED: i32 = libc::ECANCELED;
@@ -573,10 +574,68 @@ impl Later {
 /// What one attempt to post gave.
 enum Posted {
     Done,
-    /// The provider said "try again": the post, back.
+    /// The provider said "try again" (or that the peer's address is not usable
+    /// yet): the post, back.
     Again(Later),
     /// The provider refused it: the post (not in flight), and why.
-    Failed(Later, &'static str, OfiError),
+    Failed(Later, Error),
+}
+
+/// How the transport treats a post that the provider refused with `code`
+/// (a positive `FI_E*` value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// `-FI_EAGAIN`: resources are busy; post again after reading completions.
+    Again,
+    /// `-FI_EADDRNOTAVAIL` on a send, write or read to a peer: the provider cannot
+    /// use the peer's address *yet*. `ofi_rxm` returns it from the operation when
+    /// opening the connection to the peer fails that way (the tcp provider's
+    /// `connect()` gives `EADDRNOTAVAIL` when no local port is free, e.g. under
+    /// many short-lived connections of parallel jobs, until sockets in TIME_WAIT
+    /// expire), and it keeps the connection idle, so that the next post tries to
+    /// connect again. Posted again like `Again`, until the transport's timeout.
+    Unresolved,
+    /// Anything else: the operation fails with the provider's error.
+    Fatal,
+}
+
+/// Classifies a refused post (`to_peer`: a send, write or read to one peer).
+fn refusal(code: i32, to_peer: bool) -> Refusal {
+    match code {
+        FI_EAGAIN => Refusal::Again,
+        FI_EADDRNOTAVAIL if to_peer => Refusal::Unresolved,
+        _ => Refusal::Fatal,
+    }
+}
+
+/// Since when each peer's address has been refused (`-FI_EADDRNOTAVAIL`) without a
+/// post to it succeeding in between: bounds the retries by the transport's timeout.
+struct Unresolved {
+    since: Vec<Option<Instant>>,
+}
+
+impl Unresolved {
+    fn new(peers: usize) -> Unresolved {
+        Unresolved {
+            since: vec![None; peers],
+        }
+    }
+
+    /// A post to `peer` was refused at `now`: whether to post again (false once the
+    /// refusals have lasted longer than `timeout`, which also forgets them).
+    fn refused(&mut self, peer: usize, now: Instant, timeout: Duration) -> bool {
+        let since = *self.since[peer].get_or_insert(now);
+        if now.saturating_duration_since(since) <= timeout {
+            return true;
+        }
+        self.since[peer] = None;
+        false
+    }
+
+    /// A post to `peer` succeeded: its address works.
+    fn resolved(&mut self, peer: usize) {
+        self.since[peer] = None;
+    }
 }
 
 /// A put's state until its last part completed.
@@ -620,6 +679,8 @@ struct Ep {
     /// (their waits are bounded by the caller's timeout) and never makes posting
     /// fail.
     later_tx: Vec<VecDeque<Later>>,
+    /// Peers whose address the provider refuses for now (see [`Refusal::Unresolved`]).
+    unresolved: Unresolved,
     /// Reports gathered while posting (the provider said "try again" and we read
     /// completions); handed to `Inner::report` after the lock is released.
     deferred: Vec<Done>,
@@ -800,6 +861,7 @@ pub(super) fn connect(
             deferred: Vec::new(),
             later_rx: VecDeque::new(),
             later_tx: (0..shared.size).map(|_| VecDeque::new()).collect(),
+            unresolved: Unresolved::new(shared.size),
         }),
         peers: pinfo,
         me,
@@ -1214,19 +1276,15 @@ impl Inner {
     /// it; else queues it (in order) for the next read of completions. A refusal is
     /// reported into `done` as the operation's failure.
     fn later(&self, ep: &mut Ep, l: Later, done: &mut Vec<Done>) {
-        if let Err((l, call, e)) = self.submit(ep, l) {
-            self.fail_later(ep, l, Error::library(call, e), done);
+        if let Err((l, e)) = self.submit(ep, l) {
+            self.fail_later(ep, l, e, done);
         }
     }
 
     /// Like [`Inner::later`], handing a refusal back (the post is not in flight) so
     /// that the call that posts it can fail instead.
     #[allow(clippy::result_large_err)]
-    fn submit(
-        &self,
-        ep: &mut Ep,
-        l: Later,
-    ) -> std::result::Result<(), (Later, &'static str, OfiError)> {
+    fn submit(&self, ep: &mut Ep, l: Later) -> std::result::Result<(), (Later, Error)> {
         if !Self::queue_of(ep, &l).is_empty() {
             Self::queue_of(ep, &l).push_back(l);
             return Ok(());
@@ -1237,7 +1295,7 @@ impl Inner {
                 Self::queue_of(ep, &l).push_back(l);
                 Ok(())
             }
-            Posted::Failed(l, call, e) => Err((l, call, e)),
+            Posted::Failed(l, e) => Err((l, e)),
         }
     }
 
@@ -1251,7 +1309,7 @@ impl Inner {
                     ep.later_rx.push_front(l);
                     break;
                 }
-                Posted::Failed(l, call, e) => self.fail_later(ep, l, Error::library(call, e), done),
+                Posted::Failed(l, e) => self.fail_later(ep, l, e, done),
             }
         }
         for peer in 0..ep.later_tx.len() {
@@ -1271,9 +1329,7 @@ impl Inner {
                         ep.later_tx[peer].push_front(l);
                         break;
                     }
-                    Posted::Failed(l, call, e) => {
-                        self.fail_later(ep, l, Error::library(call, e), done)
-                    }
+                    Posted::Failed(l, e) => self.fail_later(ep, l, e, done),
                 }
             }
         }
@@ -1422,11 +1478,11 @@ impl Inner {
                 (rc, "fi_read")
             }
         };
-        if rc as i32 == -FI_EAGAIN {
-            return Posted::Again(l);
-        }
         if rc != 0 {
-            return Posted::Failed(l, call, ofi_error(call, rc as i64));
+            return self.refused(ep, l, call, rc as i64);
+        }
+        if let Some(peer) = l.peer() {
+            ep.unresolved.resolved(peer);
         }
         let what = match l {
             Later::Pool(i) => InFlight::Pool(i),
@@ -1437,6 +1493,29 @@ impl Inner {
         };
         ep.inflight.insert(key, (ctx, what));
         Posted::Done
+    }
+
+    /// What to do with a post the provider refused with `rc` (see [`Refusal`]).
+    fn refused(&self, ep: &mut Ep, l: Later, call: &'static str, rc: i64) -> Posted {
+        let e = ofi_error(call, rc);
+        match (refusal(e.code, l.peer().is_some()), l.peer()) {
+            (Refusal::Again, _) => Posted::Again(l),
+            (Refusal::Unresolved, Some(peer)) => {
+                if ep.unresolved.since[peer].is_none() {
+                    tracing::debug!(peer, call, error = %e, "ofi: peer's address not usable yet; posting again");
+                }
+                if ep.unresolved.refused(peer, Instant::now(), self.timeout) {
+                    return Posted::Again(l);
+                }
+                let why = format!(
+                    "the {} provider could not use rank {peer}'s address for {:?} ({call} kept \
+                     answering \"{}\")",
+                    self.provider, self.timeout, e.text
+                );
+                Posted::Failed(l, unavailable(why, Some(e)))
+            }
+            _ => Posted::Failed(l, Error::library(call, e)),
+        }
     }
 
     /// Delivers, in arrival order, the messages of `peer` that are complete. Only
@@ -1511,8 +1590,7 @@ impl Inner {
             addr,
             key,
         };
-        self.submit(ep, l)
-            .map_err(|(_, call, e)| Error::library(call, e))
+        self.submit(ep, l).map_err(|(_, e)| e)
     }
 
     /// Hands completions to the transport (outside the lock).
@@ -1610,8 +1688,7 @@ impl Inner {
                 data,
             },
         };
-        self.submit(ep, l)
-            .map_err(|(_, call, e)| Error::library(call, e))
+        self.submit(ep, l).map_err(|(_, e)| e)
     }
 }
 
@@ -1782,11 +1859,11 @@ impl Backend for Ofi {
                 key,
                 sink,
             };
-            inner.submit(ep, l).map_err(|(l, call, e)| {
+            inner.submit(ep, l).map_err(|(l, e)| {
                 // Nothing of it is in flight; a region it holds is dropped outside
                 // the lock.
                 ep.deferred.push(Done::Drop(Box::new(l)));
-                Error::library(call, e)
+                e
             })
         })
     }
@@ -1955,5 +2032,45 @@ impl Drop for Ofi {
         drop(later);
         drop(puts);
         self.inner.report(deferred);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The provider's "address not available" on an operation to a peer is posted
+    /// again (it used to fail the operation at once: a put right after the job
+    /// started, under load); elsewhere it stays an error.
+    #[test]
+    fn address_not_available_is_retried_for_posts_to_a_peer() {
+        assert_eq!(refusal(FI_EAGAIN, true), Refusal::Again);
+        assert_eq!(refusal(FI_EAGAIN, false), Refusal::Again);
+        assert_eq!(refusal(FI_EADDRNOTAVAIL, true), Refusal::Unresolved);
+        assert_eq!(refusal(FI_EADDRNOTAVAIL, false), Refusal::Fatal);
+        assert_eq!(refusal(libc::EINVAL, true), Refusal::Fatal);
+        assert_eq!(refusal(libc::ECONNREFUSED, true), Refusal::Fatal);
+    }
+
+    /// Retries of an unresolved address last the timeout, counted from the first
+    /// refusal since the last success, and no longer.
+    #[test]
+    fn unresolved_retries_are_bounded_by_the_timeout() {
+        let timeout = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut u = Unresolved::new(3);
+        assert!(u.refused(1, t0, timeout));
+        assert!(u.refused(1, t0 + Duration::from_secs(1), timeout));
+        assert!(
+            u.refused(2, t0 + Duration::from_secs(2), timeout),
+            "per peer"
+        );
+        assert!(u.refused(1, t0 + timeout, timeout));
+        assert!(!u.refused(1, t0 + timeout + Duration::from_millis(1), timeout));
+        // After giving up, and after a success, a new refusal starts a new period.
+        assert!(u.refused(1, t0 + Duration::from_secs(10), timeout));
+        u.resolved(2);
+        assert!(u.refused(2, t0 + Duration::from_secs(10), timeout));
+        assert!(u.refused(2, t0 + Duration::from_secs(11), timeout));
     }
 }
