@@ -227,10 +227,13 @@ impl<K: Hash + Eq, A> Matcher<K, A> {
         self.queues.keys()
     }
 
-    /// Mutable access to the waiting arrivals of every key (a driver that
-    /// turns borrowed data into owned data in place).
-    pub fn queues_mut(&mut self) -> impl Iterator<Item = (&K, &mut VecDeque<A>)> {
-        self.queues.iter_mut()
+    /// Keeps the arrivals for which `keep` holds (it may change them in
+    /// place, as a driver that turns borrowed data into owned data does).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut A) -> bool) {
+        self.queues.retain(|k, q| {
+            q.retain_mut(|a| keep(k, a));
+            !q.is_empty()
+        });
     }
 }
 
