@@ -266,6 +266,11 @@ pub struct Machine {
     skip_own: bool,
     recvs: Vec<OpenRecv>,
     sends: Vec<(usize, u32)>,
+    /// The send of the last `Action::Send`, until the next `poll`: a driver
+    /// that completes it at once (an eager send) reports it before then, and
+    /// it never costs a place in `sends` (nor, for a round of eager sends
+    /// only, an allocation).
+    just_sent: Option<(usize, u32)>,
     ended: bool,
 }
 
@@ -300,7 +305,8 @@ impl Machine {
         &self.recvs
     }
 
-    /// The sends (peer, tag) of the current round not reported sent.
+    /// The sends (peer, tag) of the current round not reported sent (as of
+    /// the last `poll`: a send it just handed out counts from the next).
     pub fn open_sends(&self) -> &[(usize, u32)] {
         &self.sends
     }
@@ -330,6 +336,10 @@ impl Machine {
     /// Event: the send to `peer` with `tag` (the oldest open one of that pair)
     /// completed. Returns whether such a send was open.
     pub fn sent(&mut self, peer: usize, tag: u32) -> bool {
+        if self.just_sent == Some((peer, tag)) && !self.sends.contains(&(peer, tag)) {
+            self.just_sent = None;
+            return true;
+        }
         match self.sends.iter().position(|&s| s == (peer, tag)) {
             Some(i) => {
                 self.sends.remove(i);
@@ -384,6 +394,9 @@ impl Machine {
             self.landing.is_none(),
             "poll() before copied() answered the last Action::Land"
         );
+        if let Some(s) = self.just_sent.take() {
+            self.sends.push(s);
+        }
         loop {
             if self.ended {
                 return Ok(None);
@@ -398,7 +411,7 @@ impl Machine {
                 self.cursor += 1;
                 match step {
                     Step::Send { peer, region, tag } => {
-                        self.sends.push((peer, tag));
+                        self.just_sent = Some((peer, tag));
                         return Ok(Some(Action::Send { peer, tag, region }));
                     }
                     Step::Recv { peer, region, tag } => {

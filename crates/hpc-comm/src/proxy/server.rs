@@ -100,9 +100,9 @@ struct Proxy {
     ops: Vec<VOp>,
     /// Messages sent and not received yet.
     msgs: Matcher<Key, Payload>,
-    /// `Remote` messages that a receive took, for their sending `(rank, seq)`
-    /// (as `(destination, schedule tag)`): sends to report to its machine.
-    taken: HashMap<(usize, u64), Vec<(usize, u32)>>,
+    /// `Remote` messages that a receive took, as (sending rank, its seq,
+    /// destination, schedule tag): sends to report to the sender's machine.
+    taken: Vec<(usize, u64, usize, u32)>,
     /// A `Remote` message was received in this pass (its sender may go on).
     consumed: bool,
     out: Vec<VecDeque<Desc>>,
@@ -247,7 +247,7 @@ impl Proxy {
     /// its peers still match them as if they had been sent eagerly. Those of a
     /// rank that died are dropped (its peers learn of it from the liveness check).
     fn retire(&mut self, op: VOp) {
-        self.taken.remove(&(op.rank, op.seq));
+        self.taken.retain(|t| (t.0, t.1) != (op.rank, op.seq));
         if !op.m.open_sends().is_empty() {
             let mut pool = std::mem::take(&mut self.pool);
             self.msgs.retain(|k, m| {
@@ -301,10 +301,14 @@ impl Proxy {
     fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
         let c0 = |c: Code| (c, 0);
         // Its messages that receives took since the last pass.
-        if let Some(taken) = self.taken.remove(&(op.rank, op.seq)) {
-            for (dst, tag) in taken {
-                op.m.sent(dst, tag);
-            }
+        if !self.taken.is_empty() {
+            self.taken.retain(|&(r, s, dst, tag)| {
+                let mine = r == op.rank && s == op.seq;
+                if mine {
+                    op.m.sent(dst, tag);
+                }
+                !mine
+            });
         }
         let (rank, seq) = (op.rank, op.seq);
         loop {
@@ -392,7 +396,7 @@ impl Proxy {
         match data {
             Payload::Owned(b) => self.give(b.v),
             Payload::Remote { .. } => {
-                self.taken.entry((src, seq)).or_default().push((dst, tag));
+                self.taken.push((src, seq, dst, tag));
                 self.consumed = true;
             }
         }
@@ -439,7 +443,7 @@ impl Proxy {
             gone: vec![false; size],
             ops: Vec::new(),
             msgs: Matcher::new(),
-            taken: HashMap::new(),
+            taken: Vec::new(),
             consumed: false,
             out: vec![VecDeque::new(); size],
             pool: Vec::new(),
