@@ -351,7 +351,7 @@ impl Memory for SimMem<'_> {
     }
 }
 
-/// Like [`run`], with a registry for [`ReduceOp::Custom`](crate::ReduceOp::Custom)
+/// Like [`run`], with a registry for [`ReduceOp::Custom`]
 /// operations, and returning [`Stats`].
 ///
 /// Each rank's schedule runs on an [`interp::Machine`](crate::interp::Machine),
