@@ -6,8 +6,9 @@
 # folder at /shared.
 #
 # Usage:
-#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR] [--apptainer DIR]
+#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR] [--apptainer DIR] [--dpus]
 #                                                              start (rebuilds nothing that exists)
+#   containers/cluster/cluster.sh image                        build the node image only
 #   containers/cluster/cluster.sh down                         remove everything it made
 #   containers/cluster/cluster.sh status                       containers and sinfo
 #   containers/cluster/cluster.sh exec CMD...                  run CMD on the controller (e.g. srun ...)
@@ -19,6 +20,13 @@
 # its images and enters namespaces as root, so the nodes then get every capability
 # the engine can grant and the loop devices, as the hosts they stand for would give
 # it (`mount` is in the node image for the wrapper).
+# --dpus: beside each compute node nodeI a `dpu` container nodeI-dpu, the DPU's own Linux:
+# on the network only (no /shared, no /cluster, its own /dev/shm), with the binaries
+# read-only, running the standing DPU service `hpc proxy --dpu-service 0.0.0.0:7471`,
+# which starts each node's collectives proxy in `dpu` placement when the node's first
+# rank asks. The compute nodes get HPC_COLL_PROXY_DPU_HOST={host}-dpu, so a job needs
+# only HPC_COLL_PROXY_PLACEMENT=dpu (and the Proxy engine). `kill-node nodeI-dpu`
+# kills one.
 # libfabric1 is there for binaries built with the `ofi` feature (HPC_TRANSPORT=ofi
 # across the nodes; libfabric is loaded at run time, its tcp provider needs nothing
 # more). libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
@@ -90,10 +98,11 @@ wait_idle() {
 }
 
 up() {
-    local nodes=2 bin="" cpus apptainer=""
+    local nodes=2 bin="" cpus apptainer="" dpus=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --nodes) nodes=$2; shift 2 ;;
+            --dpus) dpus=1; shift ;;
             --bin) bin=$2; shift 2 ;;
             --apptainer) apptainer=$2; shift 2 ;;
             *) die "unknown option $1" ;;
@@ -139,13 +148,35 @@ up() {
             if [ -b "$d" ]; then common+=(--device "$d"); fi
         done
     fi
-    docker run "${common[@]}" --name "$prefix-ctl" --hostname ctl --network-alias ctl "$image" /cluster/node-init.sh ctl >/dev/null
+    # With DPUs, every host names its DPU; srun hands the controller's environment
+    # to the ranks, so it has the setting too.
+    local node_env=()
+    if [ -n "$dpus" ]; then node_env=(-e 'HPC_COLL_PROXY_DPU_HOST={host}-dpu'); fi
+    docker run "${common[@]}" "${node_env[@]}" --name "$prefix-ctl" --hostname ctl --network-alias ctl "$image" /cluster/node-init.sh ctl >/dev/null
     for i in $(seq 1 "$nodes"); do
-        docker run "${common[@]}" --name "$prefix-node$i" --hostname "node$i" --network-alias "node$i" \
+        docker run "${common[@]}" "${node_env[@]}" --name "$prefix-node$i" --hostname "node$i" --network-alias "node$i" \
             "$image" /cluster/node-init.sh compute >/dev/null
     done
+    if [ -n "$dpus" ]; then
+        # The DPU's own Linux: the network and the binaries, nothing of its node's
+        # (no /shared, /cluster, munge or Slurm; a /dev/shm of its own).
+        for i in $(seq 1 "$nodes"); do
+            docker run --detach --label org.hpc-rs.cluster=1 --network "$net" --init \
+                --name "$prefix-node$i-dpu" --hostname "node$i-dpu" --network-alias "node$i-dpu" \
+                -v "$(readlink -f "$bin"):/opt/hpc/bin:ro" -e PATH=/opt/hpc/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+                -e HPC_LOG=info \
+                "$image" /opt/hpc/bin/hpc proxy --dpu-service 0.0.0.0:7471 >/dev/null
+        done
+        local deadline=$((SECONDS + 60))
+        for i in $(seq 1 "$nodes"); do
+            until docker exec "$prefix-node$i-dpu" ss -ltn 2>/dev/null | grep -q ':7471 '; do
+                [ $SECONDS -lt $deadline ] || { docker logs "$prefix-node$i-dpu" 2>&1 | tail -5 >&2; die "node$i-dpu: no DPU service after 60s"; }
+                sleep 0.2
+            done
+        done
+    fi
     wait_idle "$nodes"
-    log "up: ctl + $nodes compute nodes${apptainer:+ with Apptainer} in $((SECONDS - t0))s"
+    log "up: ctl + $nodes compute nodes${dpus:+, each with its dpu}${apptainer:+ with Apptainer} in $((SECONDS - t0))s"
 }
 
 status() {
@@ -157,6 +188,7 @@ cmd=${1:-}
 [ -n "$cmd" ] && shift
 case "$cmd" in
     up) up "$@" ;;
+    image) build_image ;;
     down) down ;;
     status) status ;;
     exec) docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" "$@" ;;

@@ -251,3 +251,73 @@ fn exit_codes_are_distinct() {
     let v = String::from_utf8_lossy(&hpc(&["--version"]).stdout).into_owned();
     assert!(v.starts_with("hpc 0.") && v.contains("features:"), "{v}");
 }
+
+/// `hpc proxy --dpu-service`: refuses a request that is not a proxy's spec, and for one
+/// that is starts `hpc proxy` and reports its exit (here at once: the coordinator it
+/// names is gone).
+#[test]
+fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
+    use std::io::{BufRead, BufReader, Write};
+    let o = hpc(&["proxy", "--dpu-service", "nowhere"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not an address:port"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let at = format!("127.0.0.1:{port}");
+    // Killed however the test ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut service = Kill(
+        Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["proxy", "--dpu-service", &at])
+            .spawn()
+            .unwrap(),
+    );
+    let t = std::time::Instant::now();
+    let mut connect = || loop {
+        match std::net::TcpStream::connect(&at) {
+            Ok(s) => return s,
+            Err(_) if t.elapsed() < std::time::Duration::from_secs(20) => {
+                assert!(
+                    service.0.try_wait().unwrap().is_none(),
+                    "the service exited"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("no service on {at}: {e}"),
+        }
+    };
+    let ask = |s: &mut std::net::TcpStream, line: &str| {
+        s.write_all(line.as_bytes()).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        BufReader::new(s.try_clone().unwrap())
+    };
+    let mut s = connect();
+    let mut r = ask(&mut s, "not a spec\n");
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert!(l.starts_with("refused"), "{l}");
+    // A coordinator that is not there: the proxy starts, fails to join, exits.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut s = connect();
+    let mut r = ask(&mut s, &format!("{dead} 1f 3 2 tcp\n"));
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert!(l.starts_with("started "), "{l}");
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert!(l.starts_with("exited ("), "{l}");
+    assert!(!l.contains("exit status: 0"), "{l}");
+}

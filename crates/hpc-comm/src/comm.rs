@@ -738,16 +738,6 @@ impl ProxyPlaces {
     }
 }
 
-/// The refusal of a DPU-placed Proxy communicator whose ranks are on several nodes.
-fn dpu_spans_nodes() -> Error {
-    Error::Unsupported(
-        "the proxy's DPU placement serves the ranks of one node (its proxies do not yet \
-         connect to each other); across nodes use the proxy in host placement, or the \
-         inline or thread engine"
-            .into(),
-    )
-}
-
 /// The transport backend that reaches the first rank on another node.
 fn net_backend(
     t: &Option<Arc<hpc_rdma::Transport>>,
@@ -821,13 +811,12 @@ impl Comm {
         let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
         let spans = nodes.iter().any(|&n| n != nodes[me]);
         if opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu) {
-            if spans {
-                return Err(dpu_spans_nodes());
-            }
-            // No board: the proxy reaches the ranks over the transport only.
+            // No board: the proxy reaches the ranks over the transport only;
+            // across nodes the proxies carry the steps between nodes.
             let client = proxy::dpu::Client::start(
                 me,
                 world_ranks.clone(),
+                &nodes,
                 &opts.schedule,
                 timeout,
                 opts.spin.unwrap_or_default(),
@@ -836,9 +825,12 @@ impl Comm {
             let driver = Box::new(engines::dpu::Dpu {
                 client: Arc::new(client),
             });
-            let note = "progress in the node's proxy, placed as on a DPU (registered memory, \
-                        RMA and messages only)"
+            let mut note = "progress in the node's proxy, placed as on a DPU (registered memory, \
+                            RMA and messages only)"
                 .to_string();
+            if spans {
+                note.push_str("; other nodes through the nodes' DPU proxies");
+            }
             let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
             comm.nodes = nodes;
             return Ok(comm);

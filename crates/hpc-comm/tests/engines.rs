@@ -114,6 +114,8 @@ fn child_entry() {
         "dpu_refusals" => dpu::refusals(&world),
         "dpu_no_proxy" => dpu::no_proxy(&world),
         "dpu_registered" => dpu::registered(&world),
+        "dpu_node_death" => dpu::node_death(&world),
+        "dpu_cancel" => dpu::cancel(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1512,6 +1514,13 @@ mod dpu {
                 "{}",
                 comm.progress_note()
             );
+            // Across emulated nodes, through the nodes' proxies.
+            assert_eq!(
+                world.node_count() > 1,
+                comm.progress_note().contains("nodes' DPU proxies"),
+                "{}",
+                comm.progress_note()
+            );
             let me = comm.rank();
             for kind in CollectiveKind::ALL {
                 if alg != Algorithm::Auto && !kind.algorithms().contains(&alg) {
@@ -1752,6 +1761,91 @@ mod dpu {
         assert!(!b.is_registered() && b.iter().all(|&x| x == 0.0));
     }
 
+    /// The DPU proxy of node 1 is killed (SIGKILL, by the rank that started
+    /// it) while node 0's ranks are in a collective that waits for node 1:
+    /// node 1's ranks fail naming the proxy, node 0's naming node 1, well
+    /// within the timeout. Each rank prints its pid and its node's proxy's
+    /// (`PIDS`) for the test to check that nothing is left behind.
+    pub(super) fn node_death(world: &World) {
+        let mut o = options();
+        o.timeout = Some(Duration::from_secs(10));
+        let comm = Comm::with_options(world, o).unwrap();
+        assert!(
+            comm.progress_note().contains("nodes' DPU proxies"),
+            "{}",
+            comm.progress_note()
+        );
+        let me = comm.rank();
+        let proxy = if me < 2 { children() } else { Vec::new() };
+        eprintln!("PIDS {} {proxy:?}", std::process::id());
+        let n = comm.size();
+        let send = vec![1u8; 65536 * n];
+        let mut recv = vec![0u8; 65536 * n];
+        comm.alltoall(&send, &mut recv).unwrap();
+        world.barrier().unwrap();
+        let t0 = Instant::now();
+        if world.node() == 1 {
+            std::thread::sleep(Duration::from_millis(300));
+            if me == 1 {
+                assert_eq!(proxy.len(), 1, "one child, the proxy: {proxy:?}");
+                // SAFETY: plain kill(2) of our own child.
+                assert_eq!(unsafe { libc::kill(proxy[0], libc::SIGKILL) }, 0);
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let err = comm.alltoall(&send, &mut recv).unwrap_err();
+            assert!(matches!(err, Error::Stopped("proxy")), "{err}");
+            eprintln!("OK: {err} after {:?}", t0.elapsed());
+        } else {
+            let err = comm
+                .ialltoall(&send, &mut recv)
+                .unwrap()
+                .wait()
+                .unwrap_err();
+            assert!(matches!(err, Error::NodeLost { node: 1 }), "{err}");
+            eprintln!("OK: {err} after {:?}", t0.elapsed());
+            // And at once for the next one.
+            let err = comm.barrier().unwrap_err();
+            assert!(matches!(err, Error::NodeLost { node: 1 }), "{err}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+
+    /// Rank 0 (node 0) gives up a collective that rank 1 (node 1) has not
+    /// posted (its wait times out, its scope cancels it), after node 0's proxy
+    /// sent node 1's the messages for it. The cancellation fails it on every
+    /// node: node 1's proxy drops those messages, and rank 1, posting it late,
+    /// is told so at once rather than completing it with them. Then the
+    /// communicator goes on.
+    pub(super) fn cancel(world: &World) {
+        let mut o = options();
+        o.timeout = Some(Duration::from_secs(3));
+        let comm = Comm::with_options(world, o).unwrap();
+        let me = comm.rank();
+        let send = vec![me as u64 + 1; 1000];
+        let mut recv = vec![0u64; 2000];
+        if me == 0 {
+            let err = comm
+                .scope(|s| s.iallgather(&send, &mut recv)?.wait())
+                .unwrap_err();
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        }
+        // Rank 0 gave it up (its wait, then the scope's, timed out) and sent the
+        // cancellation; a moment for it to reach node 1's proxy.
+        world.barrier().unwrap();
+        if me == 1 {
+            std::thread::sleep(Duration::from_secs(1));
+            let t = Instant::now();
+            let err = comm.allgather(&send, &mut recv).unwrap_err().to_string();
+            assert!(err.contains("rank 0 gave collective"), "{err}");
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            assert!(recv.iter().all(|&x| x == 0), "written: {:?}", &recv[..4]);
+        }
+        // Both at the same collective again.
+        comm.allgather(&send, &mut recv).unwrap();
+        assert!(recv[..1000].iter().all(|&x| x == 1) && recv[1000..].iter().all(|&x| x == 2));
+    }
+
     /// A placement that is neither `host` nor `dpu` is refused by name.
     pub(super) fn refusals(world: &World) {
         let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
@@ -1766,6 +1860,151 @@ mod dpu {
 fn dpu_placement_every_collective_and_algorithm_1_to_8_ranks() {
     for n in 1..=8 {
         all_ok("dpu_correct", n);
+    }
+}
+
+/// DPU placement across emulated nodes: each node's DPU proxy serves its
+/// ranks and carries the steps between nodes to the others' (rank r on node
+/// r % nodes).
+#[test]
+fn dpu_placement_spans_nodes() {
+    for (n, nodes) in [(2, 2), (3, 2), (4, 4), (5, 3), (8, 2), (8, 4)] {
+        let t = Instant::now();
+        for (r, (ok, err)) in job_on_nodes("dpu_correct", n, nodes, 60.0, &[])
+            .into_iter()
+            .enumerate()
+        {
+            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
+        }
+        eprintln!("dpu_correct x{n} on {nodes}: {:?}", t.elapsed());
+    }
+    // Leaked requests, megabyte messages and many outstanding, mismatched
+    // counts, with the proxies of 2 nodes.
+    let env = [("HPC_COLL_PROXY_PLACEMENT", "dpu")];
+    for scenario in ["safety", "staging", "mismatch"] {
+        for (r, (ok, err)) in job_on_nodes(scenario, 3, 2, 60.0, &env)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(ok, "{scenario} on 2 nodes, rank {r} failed:\n{err}");
+        }
+    }
+}
+
+#[test]
+fn dpu_placement_a_killed_proxy_fails_its_node_and_names_it_to_the_others() {
+    let t = Instant::now();
+    let res = job_on_nodes("dpu_node_death", 4, 2, 10.0, &[]);
+    let took = t.elapsed();
+    let mut pids = Vec::new();
+    for (r, (ok, err)) in res.iter().enumerate() {
+        assert!(ok, "rank {r}: {err}");
+        let want = if r % 2 == 1 {
+            "the proxy engine stopped"
+        } else {
+            "node 1 is lost"
+        };
+        assert!(err.contains(want), "rank {r}: {err}");
+        let line = err.lines().find_map(|l| l.strip_prefix("PIDS ")).unwrap();
+        let (pid, kids) = line.split_once(' ').unwrap();
+        pids.push(pid.parse::<i32>().unwrap());
+        let kids = kids.trim_matches(|c| c == '[' || c == ']');
+        pids.extend(
+            kids.split(", ")
+                .filter(|k| !k.is_empty())
+                .map(|k| k.parse::<i32>().unwrap()),
+        );
+    }
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    // The surviving proxy goes too (its ranks are gone), and no process of
+    // the job left a shared-memory segment (DPU placement makes none).
+    let t = Instant::now();
+    while !pids.iter().all(|&p| exited(p)) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(pids.iter().all(|&p| exited(p)), "left running: {pids:?}");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| pids.iter().any(|p| f.contains(&format!("-{p}-"))))
+        .collect();
+    assert!(left.is_empty(), "segments left behind: {left:?}");
+}
+
+#[test]
+fn dpu_placement_a_cancelled_collective_is_dropped_on_every_node() {
+    for (r, (ok, err)) in job_on_nodes("dpu_cancel", 2, 2, 20.0, &[])
+        .into_iter()
+        .enumerate()
+    {
+        assert!(ok, "rank {r} failed:\n{err}");
+    }
+}
+
+#[test]
+fn dpu_placement_killed_rank_on_another_node_is_named() {
+    let env = [
+        ("HPC_COLL_TEST_ENGINE", "proxy"),
+        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
+    ];
+    let res = job_on_nodes("kill", 3, 2, 20.0, &env);
+    for (r, (ok, err)) in res.iter().enumerate() {
+        if r != 1 {
+            assert!(ok, "rank {r}: {err}");
+            assert!(err.contains("rank 1 is lost"), "rank {r}: {err}");
+        }
+    }
+}
+
+/// Each node's proxy started by a standing DPU service (as `hpc proxy
+/// --dpu-service` runs on a DPU) rather than by the node's first rank: the
+/// ranks name it in `HPC_COLL_PROXY_DPU_HOST`; on 2 nodes.
+#[test]
+fn dpu_placement_proxies_from_a_standing_service() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let count = started.clone();
+    let exe = std::env::current_exe().unwrap();
+    std::thread::spawn(move || {
+        hpc_comm::proxy::dpu_service(listen, move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            let mut c = Command::new(&exe);
+            c.args(["proxy_entry", "--exact", "--nocapture", "--test-threads=1"]);
+            c
+        })
+        .unwrap();
+    });
+    let at = listen.to_string();
+    let env = [
+        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
+        ("HPC_COLL_PROXY_DPU_HOST", at.as_str()),
+        // Not a program that serves: only the service's proxies may.
+        ("HPC_COLL_PROXY_CMD", "/bin/false"),
+    ];
+    // (The mismatch scenario on 3 ranks: its Inline engine part expects a
+    // refusal to reach every rank within a node.)
+    for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3)] {
+        let before = started.load(Ordering::SeqCst);
+        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &env)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (ok, _))| !ok)
+            .map(|(r, (_, err))| format!("rank {r} failed:\n{err}"))
+            .collect();
+        assert!(failed.is_empty(), "{scenario}: {}", failed.join("\n"));
+        assert!(
+            started.load(Ordering::SeqCst) >= before + 2,
+            "{scenario}: the service started {} proxies",
+            started.load(Ordering::SeqCst) - before
+        );
     }
 }
 

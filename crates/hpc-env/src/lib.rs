@@ -153,9 +153,13 @@ vars! {
     /// beside them: shared-memory board, cross-memory attach) or `dpu` (as on a
     /// BlueField: only through the transport, registered memory and messages).
     Setting COLL_PROXY_PLACEMENT = "HPC_COLL_PROXY_PLACEMENT", default "`host`";
-    /// Address a communicator's first rank listens on for its proxy in `dpu`
+    /// Address a node's first rank listens on for its proxy in `dpu`
     /// placement (the host's address on the link to the DPU).
-    Setting COLL_PROXY_ADDR = "HPC_COLL_PROXY_ADDR", default "`127.0.0.1`";
+    Setting COLL_PROXY_ADDR = "HPC_COLL_PROXY_ADDR", default "`127.0.0.1`, or the address that routes to `HPC_COLL_PROXY_DPU_HOST`";
+    /// In `dpu` placement, the DPU whose standing service (`hpc proxy --dpu-service`)
+    /// starts each node's proxy, as `host[:port]`; `{host}` becomes this host's name
+    /// (e.g. `{host}-dpu`). Unset: the node's first rank starts the proxy itself.
+    Setting COLL_PROXY_DPU_HOST = "HPC_COLL_PROXY_DPU_HOST", default "unset (port `7471`)";
     /// Cache of base image layers of `cargo xtask image` (several workspaces can share
     /// one).
     Setting IMAGE_CACHE = "HPC_IMAGE_CACHE", default "`<target>/hpc-image-cache`";

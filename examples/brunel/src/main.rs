@@ -412,7 +412,10 @@ fn main() {
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    // The project's log variable (HPC_LOG, as `hpc_rs::init` and `hpc` read it), then
+    // RUST_LOG, then warnings only.
+    let filter = tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

@@ -156,7 +156,7 @@ fn brunel_across_cluster_nodes() {
         "env",
         "HPC_TRANSPORT=ofi",
         "HPC_OFI_PROVIDER=tcp;ofi_rxm",
-        "RUST_LOG=hpc_rdma=info",
+        "HPC_LOG=hpc_rdma=info",
         "srun",
         "--mpi=pmix",
         "-N",

@@ -29,7 +29,7 @@ fn brunel(out: &Path, extra: &[&str]) -> Output {
         ])
         .arg(out)
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env("HPC_LOG", "warn")
         .output()
         .unwrap()
 }

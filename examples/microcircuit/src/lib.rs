@@ -33,3 +33,4 @@ pub mod params;
 pub mod plot;
 pub mod rng;
 pub mod sim;
+mod team;

@@ -38,8 +38,6 @@
 //! is exact).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -52,6 +50,7 @@ use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
+use crate::team::{StopOnDrop, Team};
 
 /// How to run: the options of brunel's simulation.
 pub use brunel::sim::RunOptions;
@@ -444,174 +443,37 @@ fn interval(
     }
 }
 
-/// The workers that step a rank's shards after the first, one each, for a
-/// whole run, and wait for the next interval spinning rather than asleep.
-///
-/// The protocol: the rank's thread writes the interval into `job` and bumps
-/// `epoch` (release); worker `w` sees the new epoch (acquire), steps shard
-/// `w + 1` through the pointer in `job`, and counts itself in `done`
-/// (release); the rank's thread steps shard 0 and waits until `done` reaches
-/// `epoch * workers` (acquire). Between `start` and `finish` the rank's
-/// thread touches no shard but the first; outside that window no worker
-/// touches any. A worker waits spinning for about 50 µs (the gap between two
-/// intervals on an idle core), then yielding, then in 50 µs sleeps, so an
-/// oversubscribed machine is not held up by spinning threads.
-struct Team {
-    workers: usize,
-    epoch: AtomicU64,
-    done: AtomicU64,
-    stop: AtomicBool,
-    failed: AtomicBool,
-    job: Mutex<Job>,
-    dp: Dyn,
-    pois: [Poisson32; NPOP],
-    inh: Vec<bool>,
-}
-
-/// What an interval is, for the workers.
+/// One interval, as the team's workers need it (see [`crate::team`]).
 struct Job {
     codes: Vec<u32>,
     base: u64,
     step0: u64,
     m: u32,
-    shards: ShardsPtr,
 }
 
-/// The rank's shards, for the workers between `start` and `finish`.
-#[derive(Clone, Copy)]
-struct ShardsPtr(*mut Shard);
+impl Clone for Job {
+    fn clone(&self) -> Job {
+        let mut j = Job::empty();
+        j.clone_from(self);
+        j
+    }
 
-// SAFETY: the pointer is dereferenced only under the protocol of `Team`: each
-// shard by one thread at a time, ordered by `epoch` and `done`.
-unsafe impl Send for ShardsPtr {}
-
-/// Stops the team when the run ends, by error or not: its scope waits for the
-/// workers to return.
-struct StopOnDrop<'a>(&'a Team);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.stop.store(true, Ordering::Release);
+    /// Reuses the worker's buffer: an interval's codes are copied, not
+    /// allocated, 10^4 times per biological second.
+    fn clone_from(&mut self, o: &Job) {
+        self.codes.clear();
+        self.codes.extend_from_slice(&o.codes);
+        (self.base, self.step0, self.m) = (o.base, o.step0, o.m);
     }
 }
 
-impl Team {
-    fn new(workers: usize, dp: Dyn, pois: &[Poisson32; NPOP], inh: &[bool]) -> Team {
-        Team {
-            workers,
-            epoch: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-            job: Mutex::new(Job {
-                codes: Vec::new(),
-                base: 0,
-                step0: 0,
-                m: 0,
-                shards: ShardsPtr(std::ptr::null_mut()),
-            }),
-            dp,
-            pois: pois.clone(),
-            inh: inh.to_vec(),
-        }
-    }
-
-    /// Hands the shards after the first to the workers for one interval.
-    fn start(&self, shards: *mut Shard, len: usize, codes: &[u32], base: u64, step0: u64, m: u32) {
-        assert_eq!(len, self.workers + 1, "one worker per shard but the first");
-        let mut j = self.job.lock().unwrap_or_else(|e| e.into_inner());
-        j.codes.clear();
-        j.codes.extend_from_slice(codes);
-        (j.base, j.step0, j.m) = (base, step0, m);
-        j.shards = ShardsPtr(shards);
-        drop(j);
-        self.epoch.fetch_add(1, Ordering::Release);
-    }
-
-    /// Waits until every worker stepped its shard for this interval.
-    fn finish(&self) -> Result<()> {
-        let target = self.epoch.load(Ordering::Relaxed) * self.workers as u64;
-        let mut wait = Wait::new();
-        let t0 = Instant::now();
-        while self.done.load(Ordering::Acquire) < target {
-            wait.pause();
-            if wait.spins >= SPINS && t0.elapsed() > Duration::from_secs(60) {
-                bail!("the rank's shard workers did not finish an interval within 60 s");
-            }
-        }
-        if self.failed.load(Ordering::Relaxed) {
-            bail!("a worker thread panicked while stepping its shard");
-        }
-        Ok(())
-    }
-
-    /// Worker `w`'s loop: step shard `w + 1` once per epoch until stopped.
-    fn work(&self, w: usize) {
-        let mut seen = 0;
-        let mut codes = Vec::new();
-        loop {
-            let mut wait = Wait::new();
-            let epoch = loop {
-                let e = self.epoch.load(Ordering::Acquire);
-                if e != seen {
-                    break e;
-                }
-                if self.stop.load(Ordering::Acquire) {
-                    return;
-                }
-                wait.pause();
-            };
-            seen = epoch;
-            let (base, step0, m, shards) = {
-                let j = self.job.lock().unwrap_or_else(|e| e.into_inner());
-                codes.clear();
-                codes.extend_from_slice(&j.codes);
-                (j.base, j.step0, j.m, j.shards)
-            };
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: `start` published this pointer to the rank's shards
-                // for this epoch; shard `w + 1` is this worker's alone until
-                // it counts itself done (see the protocol above).
-                let sh = unsafe { &mut *shards.0.add(w + 1) };
-                interval(sh, &codes, base, step0, m, &self.dp, &self.pois, &self.inh);
-            }));
-            if ok.is_err() {
-                self.failed.store(true, Ordering::Relaxed);
-            }
-            self.done.fetch_add(1, Ordering::Release);
-        }
-    }
-}
-
-/// Spin-loop hints before a waiting thread yields (about 50 µs).
-const SPINS: u32 = 20_000;
-
-/// Spins about 50 µs, then yields for about a millisecond, then sleeps 50 µs
-/// at a time.
-struct Wait {
-    spins: u32,
-    since: Option<Instant>,
-}
-
-impl Wait {
-    fn new() -> Wait {
-        Wait {
-            spins: 0,
-            since: None,
-        }
-    }
-
-    fn pause(&mut self) {
-        if self.spins < SPINS {
-            self.spins += 1;
-            std::hint::spin_loop();
-            return;
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() < Duration::from_millis(1) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
+impl Job {
+    fn empty() -> Job {
+        Job {
+            codes: Vec::new(),
+            base: 0,
+            step0: 0,
+            m: 0,
         }
     }
 }
@@ -878,11 +740,16 @@ impl<'a> Simulation<'a> {
         }
         // One worker per shard but the first, for the whole run, on the pool's
         // (pinned) threads; this thread steps the first shard (see `Team`).
-        let team = Team::new(self.shards.len() - 1, self.dynp, &self.pois, &self.inh);
+        let team = Team::new(self.shards.len() - 1, Job::empty());
+        let (dp, pois, inh) = (self.dynp, self.pois.clone(), self.inh.clone());
         pool.in_place_scope(|sc| {
-            for w in 0..team.workers {
-                let team = &team;
-                sc.spawn(move |_| team.work(w));
+            for w in 0..team.workers() {
+                let (team, dp, pois, inh) = (&team, &dp, &pois, &inh);
+                sc.spawn(move |_| {
+                    team.work(w, Job::empty(), |sh, j| {
+                        interval(sh, &j.codes, j.base, j.step0, j.m, dp, pois, inh)
+                    })
+                });
             }
             let _stop = StopOnDrop(&team);
             self.run_inner(pool, ex, opts, progress, Some(&team))
@@ -895,7 +762,7 @@ impl<'a> Simulation<'a> {
         ex: &mut E,
         opts: &RunOptions,
         mut progress: Option<&mut dyn FnMut(&Progress)>,
-        team: Option<&Team>,
+        team: Option<&Team<Shard, Job>>,
     ) -> Result<RankReport> {
         let model = self.model;
         let dmin = model.min_delay;
@@ -1014,7 +881,11 @@ impl<'a> Simulation<'a> {
                     // `Vec::as_mut_ptr` makes no reference to the slice, so
                     // the workers' pointers stay valid beside this thread's.
                     let p = shards.as_mut_ptr();
-                    team.start(p, shards.len(), codes, base, step0, m);
+                    team.start(p, shards.len(), |j| {
+                        j.codes.clear();
+                        j.codes.extend_from_slice(codes);
+                        (j.base, j.step0, j.m) = (base, step0, m);
+                    });
                     // SAFETY: `start` gave the workers the shards after the
                     // first, through this same pointer; the first is this
                     // thread's alone until `finish`.

@@ -17,10 +17,32 @@ pub struct Args {
     /// Pin the proxy to these CPUs (a cpulist such as `3` or `6-7`).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+    /// Run as a DPU's standing service on this address (e.g. `0.0.0.0:7471`): start
+    /// a proxy (`hpc proxy`, with `--cpus`) for each node's first rank that asks,
+    /// in `dpu` placement with `HPC_COLL_PROXY_DPU_HOST` naming this host.
+    #[arg(long, value_name = "ADDR")]
+    pub dpu_service: Option<String>,
 }
 
 /// Runs the proxy until every rank of its communicator detached or died.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
+    if let Some(at) = &args.dpu_service {
+        let listen: std::net::SocketAddr = at
+            .parse()
+            .with_context(|| format!("--dpu-service {at}: not an address:port"))?;
+        let exe = std::env::current_exe().context("this program's path")?;
+        let cpus = args.cpus.clone();
+        hpc_comm::proxy::dpu_service(listen, move || {
+            let mut c = std::process::Command::new(&exe);
+            c.arg("proxy");
+            if let Some(list) = &cpus {
+                c.args(["--cpus", list]);
+            }
+            c
+        })
+        .context("the DPU service")?;
+        return Ok(0);
+    }
     if !hpc_comm::proxy::requested() {
         bail!(
             "hpc proxy is started by the ranks of a job, not by hand: run the job with \

@@ -15,16 +15,35 @@
 //!
 //! # Finding each other
 //!
-//! The communicator's first rank starts a [`Coordinator`] for a job of the
-//! communicator's ranks plus one (the proxy is the last rank), on
+//! The first rank of each node of the communicator starts a [`Coordinator`]
+//! for a job of the node's ranks plus one (the proxy is the last rank), on
 //! `HPC_COLL_PROXY_ADDR`, and starts the proxy with its address and secret in
 //! `HPC_COLL_PROXY_DPU`; the other ranks learn it through the communicator's
 //! bootstrap. All of them join that small job and build a [`Transport`] over
 //! it (`tcp`, or `ofi`/`verbs` when `HPC_TRANSPORT` names one), then leave
 //! the job: from then on ranks and proxy talk only over the transport's
-//! connections.
+//! connections. The node's first rank then tells the proxy its [`Place`]:
+//! the communicator's rank of each of its ranks, the node of every rank and,
+//! where the communicator spans nodes, a second coordinator (started by the
+//! communicator's first rank, on the address that routes to the launcher)
+//! where the nodes' proxies meet to build a transport of their own
+//! (`net.rs`'s `ProxyNet`). Each proxy then tells each of its ranks that it
+//! is ready, or why not, and the ranks agree on the outcome.
+//!
+//! # Across nodes
+//!
+//! A collective starts on a node once every part of that node's ranks
+//! arrived; its schedules run step by step (`steps.rs`), the steps whose
+//! peer is on another node as messages to that node's proxy, tagged (source,
+//! destination, sequence, schedule tag) as between host-placed proxies.
+//! Messages that come before the collective started here wait with it; one
+//! that comes after it finished here is dropped. A collective that fails on
+//! one node (a refusal, a mismatch, a rank lost, a rank that cancelled it
+//! before it finished there) fails on all: its proxy tells the others, which
+//! drop what they hold of it. A proxy that loses another fails every collective in
+//! flight and every later one with `NodeLost` naming that node.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +55,9 @@ use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
 use hpc_runtime::{Coordinator, World};
 use serde::{Deserialize, Serialize};
 
+use super::net::{closed, watch_each_other, Hello, ProxyNet, TRAILER};
 use super::protocol::Code;
+use super::steps::{Run, RunError};
 use crate::backoff::{Backoff, Pause};
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -89,6 +110,10 @@ impl std::str::FromStr for Placement {
 
 /// Tag of the ranks' requests to the proxy.
 const TAG_REQUEST: u64 = 1;
+/// Tag of the node's first rank's [`Place`] message to its proxy.
+const TAG_PLACE: u64 = 2;
+/// Tag of the proxy's word to each rank that it is ready (empty) or why not.
+const TAG_READY: u64 = 3;
 /// Tag of the answer to collective `seq`: this plus `seq`.
 const TAG_ANSWER: u64 = 1 << 32;
 /// The largest request the proxy decodes (a v-collective's counts for a
@@ -129,6 +154,49 @@ pub(crate) struct Answer {
     pub aux: u64,
     /// Why, for anything but `Ok`.
     pub why: String,
+}
+
+/// What the node's first rank tells its proxy once the link is up: where
+/// it is among the communicator's nodes and how to reach the other proxies.
+#[derive(Debug, Serialize, Deserialize)]
+struct Place {
+    /// The communicator's rank of each of the link's ranks (the node's ranks).
+    ranks: Vec<usize>,
+    /// The node index of each rank of the communicator.
+    node_of: Vec<usize>,
+    /// The world's node id of each node index (what errors name).
+    node_ids: Vec<usize>,
+    /// This proxy's node index.
+    me: usize,
+    /// The coordinator the nodes' proxies meet at (address, secret), where
+    /// the communicator spans nodes.
+    net: Option<(String, u64)>,
+}
+
+/// What each rank contributes to the first allgather of the set-up: a
+/// node's first rank its link's coordinator (address and secret) or why it
+/// has none; the communicator's first rank also the proxies' coordinator.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Offer {
+    link: Option<std::result::Result<(String, u64), String>>,
+    net: Option<std::result::Result<(String, u64), String>>,
+}
+
+/// The nodes of a communicator: the node index of each rank, and the world
+/// node id of each index, in the order of their first ranks.
+fn places(nodes: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut ids: Vec<usize> = Vec::new();
+    let node_of = nodes
+        .iter()
+        .map(|n| match ids.iter().position(|i| i == n) {
+            Some(k) => k,
+            None => {
+                ids.push(*n);
+                ids.len() - 1
+            }
+        })
+        .collect();
+    (node_of, ids)
 }
 
 fn encode_request<C: Serialize>(seq: u64, req: &Request<C>) -> Result<Vec<u8>> {
@@ -189,16 +257,19 @@ fn span_key(
 
 /// Checks rank `rank`'s submit against a communicator of `size` and builds its
 /// schedule: everything the proxy believes of a rank's message.
+/// `link` is the sender's rank on the link (whose keys it may name), `rank`
+/// its rank in the communicator.
 pub(crate) fn check_submit(
     coll: &Collective,
     opts: &Options,
     send: &Span,
     recv: &Span,
+    link: usize,
     rank: usize,
     size: usize,
 ) -> std::result::Result<Part, String> {
-    let send = span_key("send", rank, send)?;
-    let recv = span_key("receive", rank, recv)?;
+    let send = span_key("send", link, send)?;
+    let recv = span_key("receive", link, recv)?;
     coll.check_buffers(rank, size, send.2, recv.2)
         .map_err(|e| format!("{}: {e}", coll.kind()))?;
     let sched = coll
@@ -242,7 +313,9 @@ fn backend_name(c: Choice) -> &'static str {
     }
 }
 
-/// The address the first rank listens on for its proxy.
+/// The address the first rank listens on for its proxy: `HPC_COLL_PROXY_ADDR`,
+/// else the one that routes to the node's DPU (`HPC_COLL_PROXY_DPU_HOST`),
+/// else loopback.
 fn host_addr() -> Result<IpAddr> {
     match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
         Ok(v) => v.trim().parse().map_err(|_| {
@@ -251,8 +324,39 @@ fn host_addr() -> Result<IpAddr> {
                 hpc_runtime::env::COLL_PROXY_ADDR
             ))
         }),
-        Err(_) => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Err(_) => match dpu_service_addr() {
+            Some(at) => Ok(route_to(at?)),
+            None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        },
     }
+}
+
+/// The default port of the standing DPU service ([`dpu_service`]).
+pub const DPU_SERVICE_PORT: u16 = 7471;
+
+/// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
+/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset.
+fn dpu_service_addr() -> Option<Result<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let v = std::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST).ok()?;
+    let at = v.trim().replace("{host}", &hpc_runtime::hostname());
+    let with_port = if at.contains(':') {
+        at.clone()
+    } else {
+        format!("{at}:{DPU_SERVICE_PORT}")
+    };
+    Some(
+        with_port
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "{}={v:?}: no address for {with_port}",
+                    hpc_runtime::env::COLL_PROXY_DPU_HOST
+                ))
+            }),
+    )
 }
 
 /// The local address that routes to `to`.
@@ -288,16 +392,6 @@ pub(crate) enum Watch {
     Proxy(TcpStream),
     /// The proxy's connections from the ranks, by rank (`None` once closed).
     Ranks(Vec<Option<TcpStream>>),
-}
-
-/// Whether the other end of a watch connection is gone.
-fn closed(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    match s.peek(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    }
 }
 
 /// The watch connections: the proxy (the last member) listens on `ip`, every
@@ -408,8 +502,11 @@ pub(crate) type Allgather<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 /// A rank's connection to its DPU-placed proxy.
 pub(crate) struct Client {
     t: Transport,
+    /// This rank in the communicator, and the communicator's size.
     me: usize,
     size: usize,
+    /// The proxy's rank on the link (after the node's ranks).
+    proxy_at: usize,
     /// World rank of each member.
     world: Vec<usize>,
     opts: Options,
@@ -438,61 +535,148 @@ const WATCH_EVERY: Duration = Duration::from_millis(5);
 const CACHE_REGIONS: usize = 16;
 const CACHE_BYTES: usize = 256 << 20;
 
+/// Decodes a coordinator's (address, secret) offer.
+fn offered(
+    what: &str,
+    rank: usize,
+    o: Option<&std::result::Result<(String, u64), String>>,
+) -> Result<(String, u64)> {
+    match o {
+        Some(Ok(x)) => Ok(x.clone()),
+        Some(Err(e)) => Err(Error::transport(format!(
+            "rank {rank} could not start {what}: {e}"
+        ))),
+        None => Err(Error::transport(format!("rank {rank} offered no {what}"))),
+    }
+}
+
 impl Client {
     /// Collective over the communicator's ranks (`allgather` is its
-    /// bootstrap): rank 0 starts the proxy; every rank connects to it.
+    /// bootstrap; `nodes` the world node id of each rank): the first rank of
+    /// each node starts its node's proxy, every rank connects to its node's,
+    /// and where the communicator spans nodes the proxies connect to each
+    /// other (at a coordinator in the communicator's first rank).
     pub(crate) fn start(
         me: usize,
         world: Vec<usize>,
+        nodes: &[usize],
         opts: &Options,
         timeout: Duration,
         spin: Duration,
         allgather: Allgather<'_>,
     ) -> Result<Client> {
         let size = world.len();
+        let (node_of, node_ids) = places(nodes);
+        let mine = node_of[me];
+        let local: Vec<usize> = (0..size).filter(|&r| node_of[r] == mine).collect();
+        let link_me = local.iter().position(|&r| r == me).unwrap_or(0);
+        let spans = node_ids.len() > 1;
         let backend = link_backend();
         let ip = host_addr();
         let mut coord = None;
-        let mine = if me == 0 {
-            match Self::launch(size, timeout, backend, &ip) {
+        let mut net_coord = None;
+        let mut offer = Offer::default();
+        if link_me == 0 {
+            offer.link = Some(match Self::launch(local.len(), timeout, backend, &ip) {
                 Ok((c, secret)) => {
-                    let s = format!("{} {secret:x}", c.addr());
+                    let o = (c.addr().to_string(), secret);
                     coord = Some(c);
-                    s
+                    Ok(o)
                 }
-                Err(e) => format!("! {}", e.chain()),
-            }
-        } else {
-            String::new()
-        };
-        let all = allgather(mine.as_bytes())?;
-        let head = String::from_utf8_lossy(all.first().map_or(&[][..], |v| &v[..])).into_owned();
-        if let Some(e) = head.strip_prefix("! ") {
-            return Err(Error::transport(format!(
-                "rank 0 could not start the DPU proxy: {e}"
-            )));
+                Err(e) => Err(e.chain()),
+            });
         }
-        let (addr, secret) = head
-            .split_once(' ')
-            .and_then(|(a, s)| Some((a.to_string(), u64::from_str_radix(s, 16).ok()?)))
-            .ok_or_else(|| Error::transport(format!("rank 0 sent no proxy address: {head:?}")))?;
+        if me == 0 && spans {
+            offer.net = Some(match Self::meeting(node_ids.len(), timeout, &ip) {
+                Ok((c, secret)) => {
+                    let o = (c.addr().to_string(), secret);
+                    net_coord = Some(c);
+                    Ok(o)
+                }
+                Err(e) => Err(e.chain()),
+            });
+        }
+        let bytes = postcard::to_allocvec(&offer)
+            .map_err(|e| Error::transport_from("encoding the proxy's address", e))?;
+        let offers: Vec<Offer> = allgather(&bytes)?
+            .iter()
+            .map(|b| postcard::from_bytes(b).unwrap_or_default())
+            .collect();
+        // Every rank fails alike when any node has no proxy.
+        let mut link_at = None;
+        for k in 0..node_ids.len() {
+            let first = node_of.iter().position(|&n| n == k).unwrap_or(0);
+            let o = offered("its node's DPU proxy", first, offers[first].link.as_ref())?;
+            if k == mine {
+                link_at = Some(o);
+            }
+        }
+        let net = if spans {
+            Some(offered(
+                "the meeting point of the nodes' DPU proxies",
+                0,
+                offers[0].net.as_ref(),
+            )?)
+        } else {
+            None
+        };
+        let (addr, secret) = link_at.ok_or_else(|| Error::transport("no proxy for this node"))?;
         let link = Link {
             rendezvous: addr.clone(),
             secret,
-            members: size + 1,
+            members: local.len() + 1,
             timeout,
             backend,
         };
-        let t = ip.and_then(|ip| join(&link, me, ip, "host"));
+        let t = ip
+            .and_then(|ip| join(&link, link_me, ip, "host"))
+            .and_then(|(t, w)| {
+                // The node's first rank tells the proxy its place; every rank then
+                // waits for the proxy's word that it is connected (to the other
+                // nodes' proxies too).
+                let proxy = local.len();
+                if link_me == 0 {
+                    let place = Place {
+                        ranks: local.clone(),
+                        node_of: node_of.clone(),
+                        node_ids: node_ids.clone(),
+                        me: mine,
+                        net: net.clone(),
+                    };
+                    let b = postcard::to_allocvec(&place)
+                        .map_err(|e| Error::transport_from("encoding the proxy's place", e))?;
+                    let op = t
+                        .send(proxy, TAG_PLACE, b)
+                        .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
+                    t.wait_timeout(op, timeout)
+                        .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
+                }
+                let op = t
+                    .recv(proxy, TAG_READY)
+                    .map_err(|e| Error::transport_from("waiting for the proxy", e))?;
+                let word = t
+                    .wait_timeout(op, timeout)
+                    .map_err(|e| Error::transport_from("waiting for the proxy to connect", e))?
+                    .into_bytes();
+                if !word.is_empty() {
+                    return Err(Error::transport(format!(
+                        "the DPU proxy of node {}: {}",
+                        node_ids[mine],
+                        String::from_utf8_lossy(&word)
+                    )));
+                }
+                Ok((t, w))
+            });
         // Every rank says how its join went, so that all fail alike, with the
-        // first reason; until then the coordinator stays, for ranks that come
+        // first reason; until then the coordinators stay, for ranks that come
         // late to learn it (a proxy that did not serve is reported there).
-        let mine = match &t {
+        let mine_outcome = match &t {
             Ok(_) => String::new(),
             Err(e) => e.chain(),
         };
-        let all = allgather(mine.as_bytes());
+        let all = allgather(mine_outcome.as_bytes());
         drop(coord);
+        drop(net_coord);
         let failed = all?
             .iter()
             .enumerate()
@@ -510,12 +694,14 @@ impl Client {
         tracing::info!(
             rank = me,
             backend = backend_name(backend),
+            nodes = node_ids.len(),
             "connected to the DPU proxy"
         );
         Ok(Client {
             t,
             me,
             size,
+            proxy_at: local.len(),
             world,
             opts: *opts,
             timeout,
@@ -528,6 +714,38 @@ impl Client {
             watched: Mutex::new(Instant::now()),
             registered: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The communicator's first rank, across nodes: the coordinator the
+    /// nodes' proxies meet at, on an address the other nodes reach (the one
+    /// that routes to the launcher's rendezvous, else the link's address).
+    fn meeting(nodes: usize, timeout: Duration, ip: &Result<IpAddr>) -> Result<(Coordinator, u64)> {
+        use std::net::ToSocketAddrs;
+        let ip = match ip {
+            Ok(ip) => *ip,
+            Err(e) => return Err(Error::Unsupported(e.to_string())),
+        };
+        let routed = std::env::var(hpc_runtime::env::RENDEZVOUS)
+            .ok()
+            .and_then(|r| r.to_socket_addrs().ok()?.next())
+            .map(route_to);
+        // Without a launcher's rendezvous (e.g. under Slurm's PMIx), the
+        // address of this host's name where the link's is loopback.
+        let named = || {
+            (hpc_runtime::hostname(), 0u16)
+                .to_socket_addrs()
+                .ok()?
+                .map(|a| a.ip())
+                .find(|i| !i.is_loopback())
+        };
+        let ip = routed
+            .or_else(|| if ip.is_loopback() { named() } else { None })
+            .unwrap_or(ip);
+        let secret = hpc_runtime::random_u64();
+        let coord = Coordinator::start(nodes, secret, timeout, ip).map_err(|e| {
+            Error::transport_from(format!("listening for the nodes' proxies on {ip}"), e)
+        })?;
+        Ok((coord, secret))
     }
 
     /// A region of `bytes` for the application's own buffer: the proxy reads
@@ -624,6 +842,11 @@ impl Client {
                 cmd.env_remove(&k);
             }
         }
+        if let Some(at) = dpu_service_addr() {
+            let coord = Arc::new(coord);
+            launch_remote(at?, &spec, timeout, Arc::downgrade(&coord), size)?;
+            return Ok((coord, secret));
+        }
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
         let mut child = cmd
             .spawn()
@@ -662,7 +885,7 @@ impl Client {
     }
 
     fn proxy(&self) -> usize {
-        self.size
+        self.proxy_at
     }
 
     /// A transport error of the link, as the communicator reports it.
@@ -876,8 +1099,8 @@ impl Client {
                 rank: world(a.aux),
                 detail: a.why,
             }),
-            // A DPU-placed proxy serves one node; should it ever answer this,
-            // the node is named as the host-placed proxies name it.
+            // Another node's proxy is gone: that node is named, as the
+            // host-placed proxies name it.
             Code::NodeLost => Err(Error::NodeLost {
                 node: a.aux as usize,
             }),
@@ -1000,6 +1223,7 @@ impl Drop for Client {
 fn clone_error(e: &Error) -> Error {
     match e {
         Error::RankLost { rank } => Error::RankLost { rank: *rank },
+        Error::NodeLost { node } => Error::NodeLost { node: *node },
         Error::CountMismatch { rank, detail } => Error::CountMismatch {
             rank: *rank,
             detail: detail.clone(),
@@ -1042,6 +1266,130 @@ pub(crate) struct Posted {
     in_place: bool,
     /// Those buffers' regions, kept registered until it ends.
     _users: Vec<Arc<Region>>,
+}
+
+/// Asks the DPU service at `at` to start this node's proxy with `spec`;
+/// until the link is up, a proxy that exits (or a service that goes) fails
+/// the link's job at once, as a proxy started here does.
+fn launch_remote(
+    at: SocketAddr,
+    spec: &str,
+    timeout: Duration,
+    coord: std::sync::Weak<Coordinator>,
+    size: usize,
+) -> Result<()> {
+    use std::io::BufRead;
+    let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
+    let mut s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
+    // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
+    let provider = std::env::var(hpc_runtime::env::OFI_PROVIDER)
+        .ok()
+        .filter(|p| !p.is_empty() && !p.contains(char::is_whitespace))
+        .map(|p| format!(" {p}"))
+        .unwrap_or_default();
+    s.write_all(format!("{spec}{provider}\n").as_bytes())
+        .map_err(io)?;
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    let mut r = std::io::BufReader::new(s.try_clone().map_err(io)?);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(io)?;
+    let Some(pid) = line.trim().strip_prefix("started ") else {
+        return Err(Error::transport(format!(
+            "the DPU service at {at} did not start the proxy: {}",
+            line.trim()
+        )));
+    };
+    tracing::info!(%at, pid, "the DPU service started the proxy");
+    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+    std::thread::spawn(move || loop {
+        line.clear();
+        let why = match r.read_line(&mut line) {
+            Ok(0) => format!("the DPU service at {at} went away"),
+            Ok(_) => format!("the proxy on the DPU {at} {} without serving", line.trim()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if coord.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => format!("the DPU service at {at}: {e}"),
+        };
+        if let Some(c) = coord.upgrade() {
+            c.rank_exited(size, false, why);
+        }
+        return;
+    });
+    Ok(())
+}
+
+/// Serves as a DPU's standing service on `listen`: each connection (a
+/// node's first rank) sends one line, the `HPC_COLL_PROXY_DPU` value of a
+/// proxy (and the ranks' `HPC_OFI_PROVIDER`, if any, as a sixth field); the
+/// service starts `program()` with them (a proxy that then joins
+/// the ranks' link job) and answers `started PID`, later `exited STATUS`.
+/// It starts only its own program, whatever the ranks run; runs until
+/// killed.
+pub fn dpu_service(
+    listen: SocketAddr,
+    program: impl Fn() -> std::process::Command + Send + Sync + 'static,
+) -> Result<()> {
+    let l = TcpListener::bind(listen)
+        .map_err(|e| Error::transport_from(format!("the DPU service on {listen}"), e))?;
+    tracing::info!(addr = %listen, "DPU service: listening");
+    let program = Arc::new(program);
+    for s in l.incoming() {
+        let mut s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "DPU service: accept");
+                continue;
+            }
+        };
+        let program = program.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let from = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut line = String::new();
+            let read = s
+                .try_clone()
+                .map(|c| std::io::BufReader::new(c.take(4096)))
+                .and_then(|mut r| r.read_line(&mut line));
+            // The proxy's `HPC_COLL_PROXY_DPU` value, then the ranks' libfabric
+            // provider if they name one.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if read.is_err() || !(5..=6).contains(&fields.len()) {
+                tracing::warn!(%from, "DPU service: refused a malformed request");
+                let _ = s.write_all(b"refused: a malformed request\n");
+                return;
+            }
+            let mut cmd = program();
+            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, fields[..5].join(" "))
+                .stdin(std::process::Stdio::null());
+            if let Some(p) = fields.get(5) {
+                cmd.env(hpc_runtime::env::OFI_PROVIDER, p);
+            }
+            match cmd.spawn() {
+                Ok(mut child) => {
+                    tracing::info!(%from, pid = child.id(), "DPU service: started a proxy");
+                    let _ = s.write_all(format!("started {}\n", child.id()).as_bytes());
+                    let st = child.wait();
+                    tracing::info!(%from, status = ?st, "DPU service: a proxy exited");
+                    let st = st.map_or_else(|e| e.to_string(), |st| st.to_string());
+                    let _ = s.write_all(format!("exited ({st})\n").as_bytes());
+                }
+                Err(e) => {
+                    let _ = s.write_all(format!("failed: {e}\n").as_bytes());
+                }
+            }
+        });
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1148,12 +1496,106 @@ pub(crate) fn serve_spec(spec: &str) -> Result<()> {
     let Watch::Ranks(watch) = watch else {
         unreachable!("the proxy's watch is its ranks' connections");
     };
+    let ranks = members - 1;
+    // Its place, from the node's first rank; then the other nodes' proxies.
+    let placed = (|| -> Result<(Place, Option<ProxyNet>)> {
+        let op = t
+            .recv(0, TAG_PLACE)
+            .map_err(|e| Error::transport_from("waiting for its place", e))?;
+        let b = t
+            .wait_timeout(op, timeout)
+            .map_err(|e| Error::transport_from("waiting for its place", e))?
+            .into_bytes();
+        let place: Place = postcard::from_bytes(&b)
+            .map_err(|e| Error::transport_from("an undecodable place", e))?;
+        let nodes = place.node_ids.len();
+        let size = place.node_of.len();
+        if place.ranks.len() != ranks
+            || place.me >= nodes
+            || place.node_of.iter().any(|&n| n >= nodes)
+            || place
+                .ranks
+                .iter()
+                .any(|&r| place.node_of.get(r) != Some(&place.me))
+            || (nodes > 1) != place.net.is_some()
+        {
+            return Err(Error::transport(format!(
+                "a place that does not fit its {ranks} ranks ({size} in all)"
+            )));
+        }
+        let net = match &place.net {
+            None => None,
+            Some((at, secret)) => Some(meet(&place, at, *secret, timeout, backend)?),
+        };
+        Ok((place, net))
+    })();
+    let word = match &placed {
+        Ok(_) => String::new(),
+        Err(e) => e.chain(),
+    };
+    for r in 0..ranks {
+        if let Ok(op) = t.send(r, TAG_READY, word.clone().into_bytes()) {
+            let _ = t.wait_timeout(op, timeout);
+        }
+    }
+    let (place, net) = placed?;
     tracing::info!(
-        ranks = members - 1,
+        ranks,
+        node = place.me,
+        nodes = place.node_ids.len(),
         backend = backend_name(backend),
         "DPU proxy serving"
     );
-    Server::new(t, members - 1, watch).run()
+    Server::new(t, place, watch, net).run()
+}
+
+/// Joins the other nodes' proxies at the coordinator `at` and connects to them.
+fn meet(
+    place: &Place,
+    at: &str,
+    secret: u64,
+    timeout: Duration,
+    backend: Choice,
+) -> Result<ProxyNet> {
+    let to: SocketAddr = at
+        .parse()
+        .map_err(|_| Error::transport(format!("the proxies' meeting point {at:?}")))?;
+    let nodes = place.node_ids.len();
+    let map: HashMap<String, String> = [
+        (hpc_runtime::env::RANK, place.me.to_string()),
+        (hpc_runtime::env::SIZE, nodes.to_string()),
+        (hpc_runtime::env::RENDEZVOUS, at.to_string()),
+        (hpc_runtime::env::SECRET, format!("{secret:x}")),
+        (hpc_runtime::env::TIMEOUT, timeout.as_secs_f64().to_string()),
+        // One node each: no two proxies share memory.
+        (
+            hpc_runtime::env::NODE_NAME,
+            format!("dpu-node-{}", place.me),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let world = World::init_with(hpc_runtime::Config::from_map(map)?)?;
+    let t = Transport::with_options(
+        &world,
+        hpc_rdma::Options {
+            backend,
+            timeout: Some(timeout),
+            tcp_addr: Some(route_to(to)),
+        },
+    )
+    .map_err(|e| Error::transport_from("connecting to the other nodes' DPU proxies", e))?;
+    let watch = watch_each_other(&world, route_to(to), timeout)?;
+    world.barrier()?;
+    let hello = Hello {
+        me: place.me,
+        node_of: place.node_of.clone(),
+        node_ids: place.node_ids.clone(),
+        timeout_ms: timeout.as_millis() as u64,
+        rendezvous: None,
+    };
+    Ok(ProxyNet::over(t, hello).with_watch(watch))
 }
 
 /// What an operation of the proxy's transport was for.
@@ -1197,32 +1639,69 @@ impl Slot {
 
 #[derive(Default)]
 struct Group {
+    /// The node's ranks' parts, by link rank.
     slots: Vec<Option<Slot>>,
     /// Why it failed: (code, aux, why).
     failed: Option<(Code, u64, String)>,
+    /// Its schedules started (every part of this node's ranks arrived).
     ran: bool,
+    /// The schedules in progress, until they finished or failed.
+    run: Option<Run>,
+    /// The receive span of each of the node's ranks, once started.
+    spans: Vec<(RemoteKey, u64, usize)>,
+    /// Messages from other nodes that came before the schedules started.
+    early: Vec<(usize, usize, u32, Vec<u8>)>,
 }
+
+/// How many finished collectives the proxy remembers, to drop the messages
+/// from other nodes that come for them afterwards (a collective failed or
+/// cancelled here while another node went on).
+const REMEMBER: usize = 4096;
 
 struct Server {
     t: Transport,
+    /// The node's ranks (the link's ranks but the proxy).
     size: usize,
+    /// The communicator's rank of each link rank.
+    ranks: Vec<usize>,
+    /// The communicator's size.
+    comm_size: usize,
     /// Ranks that detached or were lost, and why.
     gone: Vec<Option<String>>,
     groups: BTreeMap<u64, Group>,
     ops: HashMap<OpId, Wait>,
     /// The ranks' watch connections (`None` once closed).
     watch: Vec<Option<TcpStream>>,
+    /// The other nodes' proxies, where the communicator spans nodes.
+    net: Option<ProxyNet>,
+    /// Collectives finished here (the latest [`REMEMBER`]).
+    finished: BTreeSet<u64>,
+}
+
+/// The tag of a message between proxies: the collective and the step's tag.
+fn tag64(seq: u64, tag: u32) -> u64 {
+    (seq << 32) | u64::from(tag)
 }
 
 impl Server {
-    fn new(t: Transport, size: usize, watch: Vec<Option<TcpStream>>) -> Server {
+    fn new(
+        t: Transport,
+        place: Place,
+        watch: Vec<Option<TcpStream>>,
+        net: Option<ProxyNet>,
+    ) -> Server {
+        let size = place.ranks.len();
         Server {
             t,
             size,
+            comm_size: place.node_of.len(),
+            ranks: place.ranks,
             gone: vec![None; size],
             groups: BTreeMap::new(),
             ops: HashMap::new(),
             watch,
+            net,
+            finished: BTreeSet::new(),
         }
     }
 
@@ -1251,12 +1730,13 @@ impl Server {
                 .t
                 .poll()
                 .map_err(|e| Error::transport_from("DPU proxy", e))?;
-            let moved = !done.is_empty();
+            let mut moved = !done.is_empty();
             for c in done {
                 if let Some(w) = self.ops.remove(&c.op) {
                     self.complete(w, c.result);
                 }
             }
+            moved |= self.poll_net();
             self.run_ready();
             self.retire();
             if moved {
@@ -1274,13 +1754,97 @@ impl Server {
             }
         }
         tracing::info!("DPU proxy: every rank left");
+        if let Some(net) = self.net.as_mut() {
+            net.goodbye();
+        }
         Ok(())
+    }
+
+    /// Messages, failures and losses from the other nodes' proxies; whether
+    /// anything came.
+    fn poll_net(&mut self) -> bool {
+        let Some(net) = self.net.as_mut() else {
+            return false;
+        };
+        let mut got = Vec::new();
+        let moved = net.poll(
+            &mut |src, dst, tag, mut v| {
+                v.truncate(v.len().saturating_sub(TRAILER));
+                got.push((src, dst, tag, v));
+            },
+            &mut |_| {},
+        );
+        let lost = net.take_lost();
+        let failed = net.take_failed();
+        for (src, dst, tag, v) in got {
+            let seq = tag >> 32;
+            if self.finished.contains(&seq) {
+                tracing::debug!(
+                    seq,
+                    src,
+                    dst,
+                    "DPU proxy: dropped a message for a finished collective"
+                );
+                continue;
+            }
+            let g = self.group(seq);
+            if g.failed.is_some() {
+                continue;
+            }
+            match g.run.as_mut() {
+                Some(run) => run.deliver(src, dst, tag as u32, v),
+                None => g.early.push((src, dst, tag as u32, v)),
+            }
+            self.advance(seq);
+        }
+        for f in failed {
+            if !self.finished.contains(&f.seq) {
+                let code = Code::from_wire(u64::from(f.code));
+                self.fail_as(f.seq, code, f.aux, f.why, false);
+            }
+        }
+        if let Some(node) = lost {
+            let seqs: Vec<u64> = self.groups.keys().copied().collect();
+            for seq in seqs {
+                let why = format!("node {node} is lost");
+                self.fail_as(seq, Code::NodeLost, node as u64, why, false);
+            }
+        }
+        // Receives that wait for a rank another node's proxy reported dead.
+        let net = self.net.as_ref();
+        let hit: Vec<(u64, usize)> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.failed.is_none())
+            .filter_map(|(&seq, g)| {
+                let r = g
+                    .run
+                    .as_ref()?
+                    .waiting_on()
+                    .into_iter()
+                    .find(|&r| net.is_some_and(|n| n.is_dead(r)))?;
+                Some((seq, r))
+            })
+            .collect();
+        for (seq, r) in hit {
+            self.fail_as(
+                seq,
+                Code::Lost,
+                r as u64,
+                format!("rank {r} is lost: it died"),
+                false,
+            );
+        }
+        moved
     }
 
     fn group(&mut self, seq: u64) -> &mut Group {
         let size = self.size;
+        let lost = self.net.as_ref().and_then(ProxyNet::lost_node);
         self.groups.entry(seq).or_insert_with(|| Group {
             slots: (0..size).map(|_| None).collect(),
+            // Every later collective fails at once once a node is lost.
+            failed: lost.map(|n| (Code::NodeLost, n as u64, format!("node {n} is lost"))),
             ..Group::default()
         })
     }
@@ -1314,15 +1878,23 @@ impl Server {
             }
             (Wait::Get { seq, rank, recv }, Err(e)) => {
                 let what = if recv { "receive" } else { "send" };
-                let why = format!("reading rank {rank}'s {what} span: {e}");
-                self.fail(seq, Code::Failed, rank as u64, why);
+                let r = self.ranks[rank];
+                let why = format!("reading rank {r}'s {what} span: {e}");
+                self.fail(seq, Code::Failed, r as u64, why);
             }
             (Wait::Put { seq, rank }, res) => {
+                if let Some(s) = self
+                    .groups
+                    .get_mut(&seq)
+                    .and_then(|g| g.slots[rank].as_mut())
+                {
+                    s.putting = false;
+                }
                 let (code, why) = match res {
                     Ok(_) => (Code::Ok, String::new()),
                     Err(e) => (
                         Code::Failed,
-                        format!("writing rank {rank}'s receive span: {e}"),
+                        format!("writing rank {}'s receive span: {e}", self.ranks[rank]),
                     ),
                 };
                 self.answer(rank, seq, code, 0, why);
@@ -1334,7 +1906,7 @@ impl Server {
         }
     }
 
-    /// One request of rank `r`.
+    /// One request of link rank `r`.
     fn request(&mut self, r: usize, bytes: &[u8]) {
         let (seq, req) = match decode_request(bytes) {
             Ok(x) => x,
@@ -1346,7 +1918,8 @@ impl Server {
                     if g.slots[r].is_none() {
                         g.slots[r] = Some(Slot::refused());
                     }
-                    self.fail(seq, Code::Failed, r as u64, format!("rank {r} sent {why}"));
+                    let c = self.ranks[r];
+                    self.fail(seq, Code::Failed, c as u64, format!("rank {c} sent {why}"));
                 }
                 self.listen(r);
                 return;
@@ -1363,19 +1936,29 @@ impl Server {
                 self.listen(r);
             }
             Request::Cancel => {
-                let slot = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut());
+                let c = self.ranks[r];
+                let g = self.groups.get_mut(&seq);
+                // Its schedules not finished here: without this rank's part the
+                // collective cannot be trusted anywhere. It fails on every node,
+                // which drops the messages other nodes sent for it (they would
+                // stay until the proxy exits) and answers the ranks still in it.
+                let unfinished = g.as_ref().is_some_and(|g| g.run.is_some() || !g.ran);
+                let slot = g.and_then(|g| g.slots[r].as_mut());
                 let answer_now = slot.is_some_and(|s| {
                     s.cancelled = true;
                     !s.done && !s.putting
                 });
-                if answer_now {
+                if answer_now && unfinished {
+                    let why = format!("rank {c} gave collective {seq} up (cancelled)");
+                    self.fail(seq, Code::Failed, c as u64, why);
+                } else if answer_now {
                     self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
                 }
                 self.listen(r);
             }
             Request::Detach => {
                 tracing::debug!(rank = r, "DPU proxy: rank detached");
-                self.lose(r, "it left the communicator");
+                self.lose_as(r, "it left the communicator", false);
             }
         }
     }
@@ -1390,19 +1973,24 @@ impl Server {
         recv: &Span,
     ) {
         let size = self.size;
+        let (comm_rank, comm_size) = (self.ranks[r], self.comm_size);
         let gone: Vec<bool> = self.gone.iter().map(Option::is_some).collect();
+        if self.finished.contains(&seq) {
+            let why = format!("rank {comm_rank} submitted collective {seq} twice");
+            return self.answer(r, seq, Code::Failed, comm_rank as u64, why);
+        }
         let g = self.group(seq);
         if g.slots[r].is_some() || g.ran {
-            let why = format!("rank {r} submitted collective {seq} twice");
-            return self.fail(seq, Code::Failed, r as u64, why);
+            let why = format!("rank {comm_rank} submitted collective {seq} twice");
+            return self.fail(seq, Code::Failed, comm_rank as u64, why);
         }
-        let part = match check_submit(coll, opts, send, recv, r, size) {
+        let part = match check_submit(coll, opts, send, recv, r, comm_rank, comm_size) {
             Ok(p) => p,
             Err(why) => {
-                tracing::warn!(rank = r, seq, "DPU proxy: refused {why}");
+                tracing::warn!(rank = comm_rank, seq, "DPU proxy: refused {why}");
                 g.slots[r] = Some(Slot::refused());
-                let why = format!("rank {r}'s request: {why}");
-                return self.fail(seq, Code::Failed, r as u64, why);
+                let why = format!("rank {comm_rank}'s request: {why}");
+                return self.fail(seq, Code::Failed, comm_rank as u64, why);
             }
         };
         let (sk, so, sl) = part.send;
@@ -1422,11 +2010,12 @@ impl Server {
         // A rank that left cannot take part any more.
         let missing = (0..size).find(|&p| g.slots[p].is_none() && gone[p]);
         if let Some(p) = missing {
+            let c = self.ranks[p];
             let why = format!(
-                "rank {p} is lost: {}",
+                "rank {c} is lost: {}",
                 self.gone[p].clone().unwrap_or_default()
             );
-            return self.fail(seq, Code::Lost, p as u64, why);
+            return self.fail(seq, Code::Lost, c as u64, why);
         }
         for (key, off, len, recv) in [(sk, so, sl, false), (rk, ro, rl, true)] {
             if len == 0 || (recv && !recv_input) {
@@ -1438,28 +2027,40 @@ impl Server {
                 }
                 Err(e) => {
                     let what = if recv { "receive" } else { "send" };
-                    let why = format!("reading rank {r}'s {what} span: {e}");
-                    return self.fail(seq, Code::Failed, r as u64, why);
+                    let why = format!("reading rank {comm_rank}'s {what} span: {e}");
+                    return self.fail(seq, Code::Failed, comm_rank as u64, why);
                 }
             }
         }
     }
 
-    /// Fails collective `seq`: answers every rank that submitted it (and,
-    /// when they submit, the others).
+    /// Fails collective `seq` here and tells the other nodes' proxies.
     fn fail(&mut self, seq: u64, code: Code, aux: u64, why: String) {
+        self.fail_as(seq, code, aux, why, true);
+    }
+
+    /// Fails collective `seq`: answers every rank of the node that submitted
+    /// it and is not answered (or whose put is in flight), and, when they
+    /// submit, the others; its schedules stop. `tell`: the failure is this
+    /// node's news, for the other nodes' proxies too.
+    fn fail_as(&mut self, seq: u64, code: Code, aux: u64, why: String, tell: bool) {
         let size = self.size;
         let g = self.group(seq);
-        if g.ran {
-            return;
+        let first = g.failed.is_none();
+        if first {
+            g.failed = Some((code, aux, why));
         }
-        if g.failed.is_none() {
-            g.failed = Some((code, aux, why.clone()));
-        }
-        let (code, aux, why) = g.failed.clone().unwrap_or((code, aux, why));
+        g.run = None;
+        g.early.clear();
+        let (code, aux, why) = g.failed.clone().unwrap_or((Code::Failed, 0, String::new()));
         let waiting: Vec<usize> = (0..size)
-            .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done))
+            .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done && !s.putting))
             .collect();
+        if first && tell && code != Code::NodeLost {
+            if let Some(net) = self.net.as_mut() {
+                net.announce_failed(seq, code as u8, aux, &why);
+            }
+        }
         for r in waiting {
             self.answer(r, seq, code, aux, why.clone());
         }
@@ -1491,14 +2092,26 @@ impl Server {
         }
     }
 
-    /// Rank `r` is gone (detached or lost): the collectives that still need
-    /// its part fail.
+    /// Link rank `r` is gone (detached or lost): the collectives that still
+    /// need its part fail, here and (told by this proxy) on the other nodes.
     fn lose(&mut self, r: usize, cause: &str) {
+        self.lose_as(r, cause, true);
+    }
+
+    /// Like [`Server::lose`]; `died`: the rank died (rather than left), and
+    /// the other nodes' proxies are told, to fail what waits for it.
+    fn lose_as(&mut self, r: usize, cause: &str, died: bool) {
         if self.gone[r].is_some() {
             return;
         }
-        tracing::debug!(rank = r, cause, "DPU proxy: rank gone");
+        let c = self.ranks[r];
+        tracing::debug!(rank = c, cause, "DPU proxy: rank gone");
         self.gone[r] = Some(cause.to_string());
+        if died {
+            if let Some(net) = self.net.as_mut() {
+                net.announce_dead(c);
+            }
+        }
         let hit: Vec<u64> = self
             .groups
             .iter()
@@ -1509,13 +2122,13 @@ impl Server {
             self.fail(
                 seq,
                 Code::Lost,
-                r as u64,
-                format!("rank {r} is lost: {cause}"),
+                c as u64,
+                format!("rank {c} is lost: {cause}"),
             );
         }
     }
 
-    /// Runs every collective whose parts all arrived, with their data.
+    /// Starts every collective whose parts all arrived, with their data.
     fn run_ready(&mut self) {
         let ready: Vec<u64> = self
             .groups
@@ -1532,96 +2145,141 @@ impl Server {
             .map(|(&s, _)| s)
             .collect();
         for seq in ready {
-            self.execute(seq);
+            self.start(seq);
         }
     }
 
-    fn execute(&mut self, seq: u64) {
+    fn start(&mut self, seq: u64) {
         let Some(g) = self.groups.get_mut(&seq) else {
             return;
         };
         g.ran = true;
-        let mut schedules = Vec::with_capacity(self.size);
-        let mut inputs = Vec::with_capacity(self.size);
-        let mut spans = Vec::with_capacity(self.size);
+        let mut parts = Vec::with_capacity(self.size);
         for s in g.slots.iter_mut().flatten() {
             let Some(part) = s.part.take() else {
                 return;
             };
-            spans.push(part.recv);
-            schedules.push(part.sched);
-            inputs.push(sim::RankBuffers {
-                send: s.send.take().unwrap_or_default(),
-                recv: s.recv.take().unwrap_or_default(),
-            });
+            g.spans.push(part.recv);
+            parts.push((
+                part.sched,
+                s.send.take().unwrap_or_default(),
+                s.recv.take().unwrap_or_default(),
+            ));
         }
+        let mut run = Run::new(parts);
+        for (src, dst, tag, v) in g.early.drain(..) {
+            run.deliver(src, dst, tag, v);
+        }
+        g.run = Some(run);
+        self.advance(seq);
+    }
+
+    /// Runs what can run of collective `seq`'s schedules; puts the results
+    /// once they finished.
+    fn advance(&mut self, seq: u64) {
+        let Some(g) = self.groups.get_mut(&seq) else {
+            return;
+        };
+        let Some(run) = g.run.as_mut() else {
+            return;
+        };
+        let net = &mut self.net;
+        let mut remote = |src: usize, dst: usize, tag: u32, mut data: Vec<u8>| {
+            let Some(net) = net.as_mut() else {
+                return Err(usize::MAX);
+            };
+            data.resize(data.len() + TRAILER, 0);
+            net.send(src, dst, tag64(seq, tag), data)
+        };
         let _span = tracing::debug_span!("dpu-collective", seq).entered();
-        match sim::run(&schedules, inputs) {
-            Ok(recvs) => {
-                for (r, (data, (key, off, len))) in recvs.into_iter().zip(spans).enumerate() {
-                    let (done, cancelled) = self
-                        .groups
-                        .get(&seq)
-                        .and_then(|g| g.slots[r].as_ref())
-                        .map_or((true, false), |s| (s.done, s.cancelled));
-                    if done || self.gone[r].is_some() {
-                        continue;
-                    }
-                    if cancelled {
-                        self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
-                        continue;
-                    }
-                    if len == 0 {
-                        self.answer(r, seq, Code::Ok, 0, String::new());
-                        continue;
-                    }
-                    match self.t.put(data, &key, off) {
-                        Ok(op) => {
-                            self.ops.insert(op, Wait::Put { seq, rank: r });
-                            if let Some(s) =
-                                self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut())
-                            {
-                                s.putting = true;
-                            }
-                        }
-                        Err(e) => {
-                            let why = format!("writing rank {r}'s receive span: {e}");
-                            self.answer(r, seq, Code::Failed, 0, why);
-                        }
-                    }
+        match run.advance(&mut remote) {
+            Ok(true) => self.finish(seq),
+            Ok(false) => {
+                if run.waiting_on().is_empty() {
+                    // Every blocked receive waits for a rank of this node.
+                    let why = "the schedules deadlocked".to_string();
+                    self.fail(seq, Code::Failed, 0, why);
                 }
             }
-            Err(sim::SimError::SizeMismatch {
+            Err(RunError::Mismatch {
                 src,
                 dst,
                 sent,
                 expected,
-                ..
             }) => {
                 let why =
                     format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
-                for r in 0..self.size {
-                    let other = if r == src { dst } else { src };
-                    self.answer(r, seq, Code::Mismatch, other as u64, why.clone());
-                }
+                let local = self.ranks.contains(&src);
+                let other = if local { dst } else { src };
+                self.fail(seq, Code::Mismatch, other as u64, why);
             }
-            Err(e) => {
-                for r in 0..self.size {
-                    self.answer(r, seq, Code::Failed, 0, e.to_string());
+            Err(RunError::NodeLost(node)) => {
+                let why = format!("node {node} is lost");
+                self.fail_as(seq, Code::NodeLost, node as u64, why, false);
+            }
+            Err(RunError::Step(why)) => self.fail(seq, Code::Failed, 0, why),
+        }
+    }
+
+    /// Collective `seq`'s schedules finished: each rank's result goes back
+    /// with RMA put (and the answer after it).
+    fn finish(&mut self, seq: u64) {
+        let Some(g) = self.groups.get_mut(&seq) else {
+            return;
+        };
+        let Some(run) = g.run.take() else {
+            return;
+        };
+        let spans = std::mem::take(&mut g.spans);
+        for (r, (data, (key, off, len))) in run.into_recvs().into_iter().zip(spans).enumerate() {
+            let (done, cancelled) = self
+                .groups
+                .get(&seq)
+                .and_then(|g| g.slots[r].as_ref())
+                .map_or((true, false), |s| (s.done, s.cancelled));
+            if done || self.gone[r].is_some() {
+                continue;
+            }
+            if cancelled {
+                self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
+                continue;
+            }
+            if len == 0 {
+                self.answer(r, seq, Code::Ok, 0, String::new());
+                continue;
+            }
+            match self.t.put(data, &key, off) {
+                Ok(op) => {
+                    self.ops.insert(op, Wait::Put { seq, rank: r });
+                    if let Some(s) = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut()) {
+                        s.putting = true;
+                    }
+                }
+                Err(e) => {
+                    let why = format!("writing rank {}'s receive span: {e}", self.ranks[r]);
+                    self.answer(r, seq, Code::Failed, 0, why);
                 }
             }
         }
     }
 
-    /// Forgets the collectives every rank of which is answered or gone.
+    /// Forgets the collectives every rank of which is answered or gone (and
+    /// remembers them as finished, for messages that come late).
     fn retire(&mut self) {
         let gone = &self.gone;
-        self.groups.retain(|_, g| {
-            !g.slots
-                .iter()
-                .enumerate()
-                .all(|(r, s)| gone[r].is_some() || s.as_ref().is_some_and(|s| s.done))
+        let finished = &mut self.finished;
+        self.groups.retain(|&seq, g| {
+            let over = g.slots.iter().enumerate().all(|(r, s)| {
+                gone[r].is_some() || s.as_ref().is_some_and(|s| s.done && !s.putting)
+            });
+            if over {
+                finished.insert(seq);
+            }
+            !over
         });
+        while self.finished.len() > REMEMBER {
+            self.finished.pop_first();
+        }
     }
 }
 
@@ -1641,7 +2299,7 @@ pub(crate) fn fuzz_request(
     else {
         return Ok(0);
     };
-    let part = check_submit(&coll, &opts, &send, &recv, rank, size)?;
+    let part = check_submit(&coll, &opts, &send, &recv, rank, rank, size)?;
     let mut steps = 0;
     for round in &part.sched.rounds {
         for step in &round.steps {
@@ -1725,10 +2383,12 @@ mod tests {
             op: hpc_collectives::ReduceOp::Sum,
         };
         let o = Options::default();
-        let part = check_submit(&coll, &o, &sp(0, 64), &sp(64, 64), 0, 1).unwrap();
+        let part = check_submit(&coll, &o, &sp(0, 64), &sp(64, 64), 0, 0, 1).unwrap();
         assert_eq!((part.send.2, part.recv.1, part.recv.2), (64, 64, 64));
         let why = |s: &Span, r: &Span, rank, size| {
-            check_submit(&coll, &o, s, r, rank, size).err().unwrap()
+            check_submit(&coll, &o, s, r, rank, rank, size)
+                .err()
+                .unwrap()
         };
         let e = why(&sp(4090, 64), &sp(0, 64), 0, 1);
         assert!(

@@ -69,8 +69,8 @@
 //! registrations), sends a request message with the collective and the
 //! remote keys of its send and receive spans, and waits for the answer
 //! message. The proxy reads every rank's span with RMA get into its own
-//! memory, runs the node's schedules there once all have arrived (with the
-//! crate's in-memory executor, `hpc_collectives::sim`), writes the results
+//! memory, runs the node's schedules there once all have arrived (step by
+//! step, with the simulator's semantics: `steps.rs`), writes the results
 //! back with RMA put and answers each rank once its put completed: the
 //! staging through the DPU's DRAM that MVAPICH2-DPU did before cross-GVMI
 //! keys let the DPU post RDMA between host buffers directly. The proxy runs
@@ -82,8 +82,12 @@
 //! network namespace of its own, over tcp on one machine; it has not run on
 //! a DPU. The book's chapter "The proxy on a DPU" maps each piece onto a
 //! BlueField (verbs, cross-GVMI keys, DOCA) and says what would change.
-//! The DPU placement serves one node: its proxies do not yet connect to
-//! each other as host-placed proxies do (below).
+//! Across nodes each node's DPU proxy serves its node's ranks, and the
+//! proxies carry the steps between nodes to each other with the messages of
+//! `net.rs` (below), over a transport of their own that they set up at a
+//! coordinator in the communicator's first rank (a DPU's proxy is no child
+//! of a rank, so it cannot be relayed over its standard input); `steps.rs`
+//! runs the node's schedules step by step.
 //!
 //! # Across nodes
 //!
@@ -119,7 +123,9 @@
 //! `SharedBuf` or scratch; copies and reductions between them) and
 //! `server.rs` (the proxy process: intake, the schedules' state machine,
 //! liveness, backoff) and `net.rs` (the proxies of a communicator that spans
-//! nodes: their set-up through the ranks, messages between them, goodbye).
+//! nodes: their set-up through the ranks, messages between them, goodbye),
+//! `steps.rs` (the DPU proxy's executor of its node's schedules, whose
+//! steps to other nodes are `net.rs` messages).
 
 mod client;
 pub(crate) mod dpu;
@@ -127,11 +133,12 @@ mod memory;
 pub(crate) mod net;
 mod protocol;
 mod server;
+mod steps;
 
 use std::time::Duration;
 
 pub(crate) use client::{Client, Pending};
-pub use dpu::{forbid_host_memory, Placement};
+pub use dpu::{dpu_service, forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;
 pub use server::serve;

@@ -270,6 +270,99 @@ pub(super) struct ProxyNet {
     fresh_loss: bool,
     /// Ranks of other nodes that their proxy reported dead.
     dead: Vec<bool>,
+    /// Collectives another proxy failed, not yet taken ([`ProxyNet::take_failed`]).
+    failed: Vec<Failed>,
+    /// A plain TCP connection to each other proxy that carries nothing and
+    /// closes when that proxy's process ends (where set up: the DPU-placed
+    /// proxies), looked at every [`WATCH_EVERY`]: over libfabric's
+    /// `tcp;ofi_rxm` a dead peer fails only the operations posted to it, so a
+    /// posted receive alone would not tell.
+    watch: Vec<Option<std::net::TcpStream>>,
+    watched: Instant,
+}
+
+/// How often a proxy looks at its watch connections.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// Whether the other end of a watch connection is gone.
+pub(super) fn closed(s: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// The watch connections between the proxies of `world` (one member each):
+/// every proxy listens on `ip`; each connects to those before it and
+/// accepts those after it. Non-blocking, by proxy index (`None` for itself).
+pub(super) fn watch_each_other(
+    world: &hpc_runtime::World,
+    ip: std::net::IpAddr,
+    timeout: Duration,
+) -> Result<Vec<Option<std::net::TcpStream>>> {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
+    let (me, n) = (world.rank(), world.size());
+    let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?;
+    let mine = l.local_addr().map_err(|e| io("listening", e))?.to_string();
+    let all = world.allgather(mine.as_bytes())?;
+    let mut watch: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    for (p, at) in all.iter().enumerate().take(me) {
+        let at = String::from_utf8_lossy(at);
+        let addr: SocketAddr = at
+            .parse()
+            .map_err(|_| Error::transport(format!("proxy {p}'s watch address {at:?}")))?;
+        let mut s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| io(&format!("watching the proxy at {addr}"), e))?;
+        s.write_all(&(me as u64).to_le_bytes())
+            .map_err(|e| io("greeting a proxy", e))?;
+        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+        watch[p] = Some(s);
+    }
+    let deadline = Instant::now() + timeout;
+    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    while (me + 1..n).any(|p| watch[p].is_none()) {
+        match l.accept() {
+            Ok((mut s, from)) => {
+                let mut b = [0u8; 8];
+                let named = s
+                    .set_nonblocking(false)
+                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
+                    .and_then(|_| s.read_exact(&mut b))
+                    .and_then(|_| s.set_nonblocking(true));
+                let p = u64::from_le_bytes(b) as usize;
+                match named {
+                    Ok(()) if p > me && p < n && watch[p].is_none() => watch[p] = Some(s),
+                    _ => tracing::warn!(%from, "proxy: refused a watch connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(Error::transport(format!(
+                        "the other proxies did not connect within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io("accepting a proxy", e)),
+        }
+    }
+    Ok(watch)
+}
+
+/// A collective that another node's proxy failed (and so every node's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Failed {
+    /// The collective's sequence number.
+    pub seq: u64,
+    /// The answer code.
+    pub code: u8,
+    /// The rank (or node) concerned.
+    pub aux: u64,
+    /// Why.
+    pub why: String,
 }
 
 /// The destination of a message that reports its source rank dead.
@@ -277,6 +370,10 @@ const DEAD: u32 = u32::MAX;
 /// The destination of a proxy's last message (its source is the sending
 /// proxy's index): it completes the receive its peer keeps posted.
 const CLOSE: u32 = u32::MAX - 1;
+/// The destination of a message that fails a collective on every node (its
+/// source is the code, its tag the sequence number; the payload the rank
+/// concerned, 8 bytes, then the reason).
+const FAIL: u32 = u32::MAX - 2;
 
 /// The address that routes to `rendezvous` (`host:port`), as the ranks'
 /// transport listens on.
@@ -291,6 +388,22 @@ fn route_to(rendezvous: &str) -> Option<std::net::IpAddr> {
     let u = UdpSocket::bind(any).ok()?;
     u.connect(addr).ok()?;
     Some(u.local_addr().ok()?.ip())
+}
+
+/// A message that fails a collective ([`FAIL`]), decoded.
+fn parse_failed(v: &[u8]) -> Option<Failed> {
+    let t = v.get(v.len().checked_sub(TRAILER)?..)?;
+    if t[4..8] != FAIL.to_le_bytes() {
+        return None;
+    }
+    let body = &v[..v.len() - TRAILER];
+    let aux = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+    Some(Failed {
+        seq: u64::from_le_bytes(t[8..].try_into().ok()?),
+        code: u8::try_from(u32::from_le_bytes(t[..4].try_into().ok()?)).ok()?,
+        aux,
+        why: String::from_utf8_lossy(&body[8..]).into_owned(),
+    })
 }
 
 /// Whether `v` is a proxy's last message ([`CLOSE`]).
@@ -344,18 +457,17 @@ impl ProxyNet {
                 return Err(e);
             }
         };
-        let backend = (0..nodes)
-            .find(|&p| p != hello.me)
-            .and_then(|p| t.backend_of(p))
-            .map_or("none", |b| b.name());
-        write_frame(&report, &[&[READY][..], backend.as_bytes()].concat())
+        let net = ProxyNet::over(t, hello);
+        write_frame(&report, &[&[READY][..], net.backend().as_bytes()].concat())
             .map_err(|e| Error::transport_from("proxy: reporting ready", e))?;
-        tracing::info!(
-            node = hello.me,
-            nodes,
-            backend,
-            "proxy: connected to the other nodes' proxies"
-        );
+        Ok(net)
+    }
+
+    /// The proxies' connections over `t` (a transport among the proxies, one
+    /// member per node, in node index order), placed as `hello` says.
+    pub(super) fn over(t: hpc_rdma::Transport, hello: Hello) -> ProxyNet {
+        let nodes = hello.node_ids.len();
+        let size = hello.node_of.len();
         let mut net = ProxyNet {
             t,
             recvs: vec![None; nodes],
@@ -363,12 +475,37 @@ impl ProxyNet {
             lost: vec![false; nodes],
             fresh_loss: false,
             dead: vec![false; size],
+            failed: Vec::new(),
+            watch: (0..nodes).map(|_| None).collect(),
+            watched: Instant::now(),
             hello,
         };
+        tracing::info!(
+            node = net.hello.me,
+            nodes,
+            backend = net.backend(),
+            "proxy: connected to the other nodes' proxies"
+        );
         for p in 0..nodes {
             net.post_recv(p);
         }
-        Ok(net)
+        net
+    }
+
+    /// Watches the other proxies through `watch` (from [`watch_each_other`]).
+    pub(super) fn with_watch(mut self, watch: Vec<Option<std::net::TcpStream>>) -> ProxyNet {
+        if watch.len() == self.watch.len() {
+            self.watch = watch;
+        }
+        self
+    }
+
+    /// The name of the transport's backend to the other proxies.
+    pub(super) fn backend(&self) -> &'static str {
+        (0..self.hello.node_ids.len())
+            .find(|&p| p != self.hello.me)
+            .and_then(|p| self.t.backend_of(p))
+            .map_or("none", |b| b.name())
     }
 
     fn post_recv(&mut self, p: usize) {
@@ -459,6 +596,31 @@ impl ProxyNet {
         }
     }
 
+    /// Tells the other proxies that collective `seq` failed here (`code`,
+    /// `aux`, `why` as the answer says it), so that their ranks fail it too
+    /// rather than wait for messages that will not come.
+    pub(super) fn announce_failed(&mut self, seq: u64, code: u8, aux: u64, why: &str) {
+        for p in 0..self.lost.len() {
+            if p == self.hello.me || self.lost[p] {
+                continue;
+            }
+            let mut v = aux.to_le_bytes().to_vec();
+            v.extend_from_slice(why.as_bytes());
+            v.extend_from_slice(&u32::from(code).to_le_bytes());
+            v.extend_from_slice(&FAIL.to_le_bytes());
+            v.extend_from_slice(&seq.to_le_bytes());
+            match self.t.send(p, MSG, v) {
+                Ok(id) => self.sends.push(id),
+                Err(e) => self.lose(p, &e),
+            }
+        }
+    }
+
+    /// The collectives other proxies failed since the last call.
+    pub(super) fn take_failed(&mut self) -> Vec<Failed> {
+        std::mem::take(&mut self.failed)
+    }
+
     /// Whether rank `r` (of another node) was reported dead by its proxy.
     pub(super) fn is_dead(&self, r: usize) -> bool {
         self.dead.get(r).copied().unwrap_or(false)
@@ -474,6 +636,16 @@ impl ProxyNet {
         reuse: &mut dyn FnMut(Vec<u8>),
     ) -> bool {
         let mut moved = false;
+        if self.watched.elapsed() >= WATCH_EVERY {
+            self.watched = Instant::now();
+            for p in 0..self.watch.len() {
+                if self.watch[p].as_ref().is_some_and(closed) {
+                    self.watch[p] = None;
+                    moved = true;
+                    self.lose(p, &"its process ended (its watch connection closed)");
+                }
+            }
+        }
         let mut i = 0;
         while i < self.sends.len() {
             match self.t.test(self.sends[i]) {
@@ -501,6 +673,15 @@ impl ProxyNet {
                         continue;
                     }
                     self.post_recv(p);
+                    if let Some(f) = parse_failed(&v) {
+                        tracing::debug!(
+                            seq = f.seq,
+                            why = f.why,
+                            "proxy: another node failed a collective"
+                        );
+                        self.failed.push(f);
+                        continue;
+                    }
                     if let Some(r) = self.parse_dead(p, &v) {
                         tracing::warn!(rank = r, "proxy: a rank of another node died");
                         self.dead[r] = true;
