@@ -38,6 +38,9 @@
 //!   [`collective`]) and [`Collective::schedule`];
 //! * [`algo`] — one pure function per algorithm;
 //! * [`schedule`] — the data types and the engine contract;
+//! * [`interp`] — the schedule interpreter, without I/O: a state machine
+//!   fed events that returns actions, driven by the simulator and by every
+//!   engine;
 //! * [`op`] — element types, operations and the reduction kernel;
 //! * [`sim`] — the verifying executor.
 //!
@@ -65,6 +68,7 @@
 
 pub mod algo;
 pub mod collective;
+pub mod interp;
 mod kind;
 pub mod op;
 pub mod schedule;

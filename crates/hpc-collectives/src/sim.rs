@@ -7,9 +7,11 @@
 //!   captured when posted;
 //! * messages match by `(source, destination, tag)` in posting order;
 //! * **rendezvous**: a send completes only once the matching receive has
-//!   been posted, and a receive once the matching send has; a round
-//!   completes when all its sends and receives have, after which its
-//!   receives land and its local copies/reductions run;
+//!   been posted, and a receive once the matching send has (its data lands
+//!   then); a round completes when all its sends and receives have; its
+//!   local copies and reductions run when it is posted;
+//! * each rank's schedule runs on an [`interp::Machine`](crate::interp),
+//!   the interpreter that the engines of `hpc-comm` drive too;
 //! * if a full pass over the ranks makes no progress, the run fails with
 //!   [`SimError::Deadlock`].
 //!
@@ -20,7 +22,10 @@
 //! Scratch buffers start filled with `0xA5` so that reading scratch before
 //! writing it shows up as wrong results.
 
-use crate::op::{CustomOps, ReduceError};
+use std::collections::HashMap;
+
+use crate::interp::{Action, InterpError, Machine, Matcher, Memory};
+use crate::op::{CustomOps, DataType, ReduceError, ReduceOp};
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
 /// One rank's user buffers.
@@ -276,28 +281,20 @@ pub fn check(sched: &Schedule, send_len: usize, recv_len: usize) -> Result<(), S
     Ok(())
 }
 
+/// A message stream: (source, destination, tag).
 type Chan = (usize, usize, u32);
 
+/// Posting counts of one stream, for the rendezvous rule.
 #[derive(Default)]
 struct Channel {
-    key: Chan,
-    /// Payloads by sequence number (taken when received).
-    msgs: Vec<Vec<u8>>,
-    recvs_posted: usize,
+    sends: usize,
+    recvs: usize,
 }
 
 struct RankState {
     send: Vec<u8>,
     recv: Vec<u8>,
     scratch: Vec<u8>,
-    round: usize,
-    posted: bool,
-    /// Sends and receives of the current round not yet matched.
-    pending: usize,
-    /// (channel index, sequence number, region) of the current round's receives.
-    recvs: Vec<(usize, usize, Region)>,
-    /// (channel index, sequence number, step) of the current round's sends.
-    sends: Vec<(usize, usize, Step)>,
 }
 
 impl RankState {
@@ -326,8 +323,40 @@ impl RankState {
     }
 }
 
-/// Like [`run`], with a registry for [`ReduceOp::Custom`](crate::ReduceOp::Custom)
+/// A rank's buffers as the interpreter's [`Memory`] (regions were checked
+/// by [`check`] before the run).
+struct SimMem<'a> {
+    st: &'a mut RankState,
+    custom: &'a CustomOps,
+}
+
+impl Memory for SimMem<'_> {
+    type Error = ReduceError;
+
+    fn copy(&mut self, src: Region, dst: Region) -> Result<(), ReduceError> {
+        let data = self.st.read(src).to_vec();
+        self.st.write(dst).copy_from_slice(&data);
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> Result<(), ReduceError> {
+        let data = self.st.read(src).to_vec();
+        self.custom.apply(op, dtype, &data, self.st.write(dst))
+    }
+}
+
+/// Like [`run`], with a registry for [`ReduceOp::Custom`]
 /// operations, and returning [`Stats`].
+///
+/// Each rank's schedule runs on an [`interp::Machine`](crate::interp::Machine),
+/// the interpreter the engines run; this driver adds the rendezvous rule and
+/// the deadlock check.
 pub fn run_with(
     schedules: &[Schedule],
     inputs: Vec<RankBuffers>,
@@ -363,160 +392,96 @@ pub fn run_with(
             send: b.send,
             recv: b.recv,
             scratch: vec![0xA5; s.scratch_bytes],
-            round: 0,
-            posted: false,
-            pending: 0,
-            recvs: Vec::new(),
-            sends: Vec::new(),
         })
         .collect();
-    // Channel lookup: (src * size + dst) -> [(tag, index into chans)].
-    let mut chan_index: Vec<Vec<(u32, usize)>> = vec![Vec::new(); size * size];
-    let mut chans: Vec<Channel> = Vec::new();
-    let mut remaining = schedules.iter().filter(|s| !s.rounds.is_empty()).count();
-    // Ranks that may be able to post or complete a round.
+    let mut machines: Vec<Machine> = schedules.iter().map(|s| Machine::new(s, false)).collect();
+    // Messages sent and not received yet (a send's data is captured when posted).
+    let mut matcher: Matcher<Chan, Vec<u8>> = Matcher::new();
+    let mut chans: HashMap<Chan, Channel> = HashMap::new();
+    let mut remaining = size;
+    // Ranks that may be able to move, and whether each is in the list.
     let mut work: Vec<usize> = (0..size).rev().collect();
+    let mut queued = vec![true; size];
 
     while let Some(rank) = work.pop() {
-        let sched = &schedules[rank];
-        if ranks[rank].round >= sched.rounds.len() {
-            continue;
-        }
-        let round = &sched.rounds[ranks[rank].round];
-        if !ranks[rank].posted {
-            ranks[rank].posted = true;
-            for step in &round.steps {
-                let key = match *step {
-                    Step::Send { peer, tag, .. } => (rank, peer, tag),
-                    Step::Recv { peer, tag, .. } => (peer, rank, tag),
-                    _ => continue,
-                };
-                let slot = &mut chan_index[key.0 * size + key.1];
-                let ci = match slot.iter().find(|(t, _)| *t == key.2) {
-                    Some(&(_, ci)) => ci,
-                    None => {
-                        chans.push(Channel {
-                            key,
-                            ..Channel::default()
-                        });
-                        slot.push((key.2, chans.len() - 1));
-                        chans.len() - 1
+        queued[rank] = false;
+        let mut wake = |r: usize, work: &mut Vec<usize>| {
+            if !queued[r] {
+                queued[r] = true;
+                work.push(r);
+            }
+        };
+        loop {
+            let sched = &schedules[rank];
+            let mut mem = SimMem {
+                st: &mut ranks[rank],
+                custom,
+            };
+            let m = &mut machines[rank];
+            let action = m
+                .poll(sched, &mut mem, &mut matcher, |peer, tag| (peer, rank, tag))
+                .map_err(|e| match e {
+                    InterpError::SizeMismatch {
+                        peer,
+                        tag,
+                        sent,
+                        expected,
+                    } => SimError::SizeMismatch {
+                        src: peer,
+                        dst: rank,
+                        tag,
+                        sent,
+                        expected,
+                    },
+                    InterpError::Memory(source) => SimError::Reduce {
+                        rank,
+                        round: m.round(),
+                        source,
+                    },
+                })?;
+            match action {
+                None => break,
+                Some(Action::Complete) => remaining -= 1,
+                Some(Action::Send { peer, tag, region }) => {
+                    matcher.arrived((rank, peer, tag), ranks[rank].read(region).to_vec());
+                    let ch = chans.entry((rank, peer, tag)).or_default();
+                    let seq = ch.sends;
+                    ch.sends += 1;
+                    // Rendezvous: done once the matching receive is posted.
+                    if ch.recvs > seq {
+                        machines[rank].sent(peer, tag);
                     }
-                };
-                let ch = &mut chans[ci];
-                if let Step::Send { region, .. } = *step {
-                    let seq = ch.msgs.len();
-                    ch.msgs.push(ranks[rank].read(region).to_vec());
-                    ranks[rank].sends.push((ci, seq, *step));
-                    if ch.recvs_posted > seq {
-                        // The receiver was waiting for this message.
-                        let peer = key.1;
-                        ranks[peer].pending -= 1;
-                        if ranks[peer].pending == 0 {
-                            work.push(peer);
-                        }
-                    } else {
-                        ranks[rank].pending += 1;
-                    }
-                } else if let Step::Recv { region, .. } = *step {
-                    let seq = ch.recvs_posted;
-                    ch.recvs_posted += 1;
-                    ranks[rank].recvs.push((ci, seq, region));
-                    if ch.msgs.len() > seq {
-                        let peer = key.0;
-                        ranks[peer].pending -= 1;
-                        if ranks[peer].pending == 0 {
-                            work.push(peer);
-                        }
-                    } else {
-                        ranks[rank].pending += 1;
+                    wake(peer, &mut work);
+                }
+                Some(Action::Recv { peer, tag, .. }) => {
+                    let ch = chans.entry((peer, rank, tag)).or_default();
+                    let seq = ch.recvs;
+                    ch.recvs += 1;
+                    if ch.sends > seq {
+                        // The sender was waiting for this receive.
+                        machines[peer].sent(rank, tag);
+                        wake(peer, &mut work);
                     }
                 }
-            }
-        }
-        let st = &mut ranks[rank];
-        if st.pending > 0 {
-            continue;
-        }
-        // Complete the round: land receives, then run local steps.
-        for (ci, seq, region) in std::mem::take(&mut st.recvs) {
-            let data = std::mem::take(&mut chans[ci].msgs[seq]);
-            if data.len() != region.len {
-                let (src, dst, tag) = chans[ci].key;
-                return Err(SimError::SizeMismatch {
-                    src,
-                    dst,
-                    tag,
-                    sent: data.len(),
-                    expected: region.len,
-                });
-            }
-            st.write(region).copy_from_slice(&data);
-        }
-        st.sends.clear();
-        for step in &round.steps {
-            match *step {
-                Step::Copy { src, dst } => {
-                    let data = st.read(src).to_vec();
-                    st.write(dst).copy_from_slice(&data);
+                Some(Action::Land {
+                    region, arrival, ..
+                }) => {
+                    ranks[rank].write(region).copy_from_slice(&arrival);
+                    machines[rank].copied(arrival.len());
                 }
-                Step::Reduce {
-                    src,
-                    dst,
-                    op,
-                    dtype,
-                } => {
-                    let data = st.read(src).to_vec();
-                    custom
-                        .apply(op, dtype, &data, st.write(dst))
-                        .map_err(|source| SimError::Reduce {
-                            rank,
-                            round: st.round,
-                            source,
-                        })?;
-                }
-                _ => {}
             }
-        }
-        st.round += 1;
-        st.posted = false;
-        if st.round == sched.rounds.len() {
-            remaining -= 1;
-        } else {
-            work.push(rank);
         }
     }
 
     if remaining > 0 {
         let blocked = schedules
             .iter()
-            .zip(&ranks)
-            .filter(|(s, st)| st.round < s.rounds.len())
-            .map(|(s, st)| {
-                let unmatched_send = st
-                    .sends
-                    .iter()
-                    .find(|(ci, seq, _)| chans[*ci].recvs_posted <= *seq)
-                    .map(|x| x.2);
-                let unmatched_recv = st
-                    .recvs
-                    .iter()
-                    .find(|(ci, seq, _)| chans[*ci].msgs.len() <= *seq)
-                    .map(|(ci, _, region)| {
-                        let (src, _, tag) = chans[*ci].key;
-                        Step::Recv {
-                            peer: src,
-                            region: *region,
-                            tag,
-                        }
-                    });
-                Blocked {
-                    rank: s.rank,
-                    round: st.round,
-                    waiting_on: unmatched_send
-                        .or(unmatched_recv)
-                        .expect("a blocked rank waits on something"),
-                }
+            .zip(&machines)
+            .filter(|(_, m)| !m.is_done())
+            .map(|(s, m)| Blocked {
+                rank: s.rank,
+                round: m.round(),
+                waiting_on: m.waiting_on(s).expect("a blocked rank waits on something"),
             })
             .collect();
         return Err(SimError::Deadlock { blocked });

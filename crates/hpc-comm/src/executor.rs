@@ -1,14 +1,17 @@
 //! The schedule executor shared by the `Inline` and `Thread` engines.
 //!
 //! A [`Core`] holds the collectives of one communicator that are in flight
-//! in this process and advances them: it posts a round (each send staged
-//! through the board's slots, with an `RTS`/`TAIL` for what does not fit;
-//! local copies and reductions at once), matches arrived messages with posted
-//! receives by `(source, tag)` in order, copies the data out of the sender's
-//! slots (or with one `process_vm_readv` from the sender's buffer), answers
-//! `FIN`, and moves to the next round when every receive landed and every send
-//! was read. Tags are `(collective sequence number << 32) | schedule tag`.
-//! See `board.rs` for the two ways data moves.
+//! in this process and drives them. The schedule logic is not here: each
+//! collective is an [`interp::Machine`](hpc_collectives::interp), the
+//! interpreter without I/O that the simulator runs too, and arrivals wait in
+//! its [`Matcher`] by `(source, tag)`. The `Core` is the I/O around it: it
+//! carries out the machine's actions (a send staged through the board's
+//! slots, with an `RTS`/`TAIL` for what does not fit, or over the network;
+//! a message landed from the sender's slots or with one `process_vm_readv`
+//! from the sender's buffer, answered by `FIN`) and feeds it the board's
+//! descriptors and the network's completions as events. Tags are
+//! `(collective sequence number << 32) | schedule tag`. See `board.rs` for
+//! the two ways data moves.
 //!
 //! The `Inline` engine calls [`Core::progress`] from `test`/`wait` on the
 //! application's thread; the `Thread` engine's agent calls it when its
@@ -19,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hpc_collectives::{BufferId, Region, Schedule, Step};
+use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 
 use crate::board::{self, Board, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
@@ -96,6 +100,39 @@ impl Buffers {
     }
 }
 
+/// An operation's buffers are the interpreter's memory for local steps.
+impl Memory for Buffers {
+    type Error = Error;
+
+    fn copy(&mut self, src: Region, dst: Region) -> Result<(), Error> {
+        let (s, t) = (self.ptr(&src), self.ptr(&dst));
+        // SAFETY: both regions were bounds-checked by `ptr`; the schedule
+        // guarantees a copy's regions do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(s as *const u8, t, src.len) };
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> Result<(), Error> {
+        let (s, t) = (self.ptr(&src), self.ptr(&dst));
+        // SAFETY: bounds-checked regions of live buffers; source and
+        // destination do not overlap (schedule invariant).
+        let (s, t) = unsafe {
+            (
+                std::slice::from_raw_parts(s as *const u8, src.len),
+                std::slice::from_raw_parts_mut(t, dst.len),
+            )
+        };
+        hpc_collectives::apply_reduce(op, dtype, s, t)
+            .map_err(|e| Error::transport_from("reduction", e))
+    }
+}
+
 /// Status of an operation.
 #[derive(Debug)]
 pub(crate) enum Status {
@@ -109,19 +146,17 @@ pub(crate) struct OpData {
     pub seq: u64,
     pub sched: Schedule,
     pub bufs: Buffers,
-    round: usize,
-    posted: bool,
+    /// The schedule's interpreter: the round, its open sends and receives.
+    m: Machine,
     /// Rounds before this one still have a message that an eager agent posts
     /// (any message when it has a core of its own, else one too large to
     /// stage): while one of them is to come, an arrival is worth waking the
     /// agent for. Set by [`Core::submit`].
     wake_until: usize,
-    /// Posted receives: peer, tag, region, bytes landed so far.
-    recvs: Vec<(usize, u32, Region, usize)>,
-    sends: Vec<(usize, u32)>,
-    /// Receives and sends in flight on the network (ranks on other nodes).
-    net_recvs: Vec<(usize, hpc_rdma::OpId, Region)>,
-    net_sends: Vec<(usize, hpc_rdma::OpId)>,
+    /// Receives and sends in flight on the network (ranks on other nodes):
+    /// peer, transport operation, schedule tag.
+    net_recvs: Vec<(usize, hpc_rdma::OpId, u32)>,
+    net_sends: Vec<(usize, hpc_rdma::OpId, u32)>,
     pub status: Status,
 }
 
@@ -142,16 +177,14 @@ pub(crate) struct Op {
 impl Op {
     pub(crate) fn new(seq: u64, sched: Schedule, bufs: Buffers) -> Arc<Op> {
         let empty = sched.rounds.is_empty();
+        let m = Machine::new(&sched, false);
         Arc::new(Op {
             data: Mutex::new(OpData {
                 seq,
                 sched,
                 bufs,
-                round: 0,
-                posted: false,
+                m,
                 wake_until: 0,
-                recvs: Vec::new(),
-                sends: Vec::new(),
                 net_recvs: Vec::new(),
                 net_sends: Vec::new(),
                 status: if empty { Status::Done } else { Status::Running },
@@ -163,12 +196,10 @@ impl Op {
     /// Peers this operation waits for now.
     pub(crate) fn blocked_on(&self) -> Vec<usize> {
         let d = lock(&self.data);
-        d.recvs
+        d.m.open_recvs()
             .iter()
-            .map(|r| r.0)
-            .chain(d.sends.iter().map(|s| s.0))
-            .chain(d.net_recvs.iter().map(|r| r.0))
-            .chain(d.net_sends.iter().map(|s| s.0))
+            .map(|r| r.peer)
+            .chain(d.m.open_sends().iter().map(|s| s.0))
             .collect()
     }
 
@@ -187,7 +218,7 @@ impl Op {
 const REJECTED: u64 = 1;
 
 /// A message (or part of one) announced by a peer and not yet copied.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 enum Arrived {
     /// The whole message of `len` bytes, at `addr` in the sender (`RTS`).
     Whole { addr: u64, len: u64 },
@@ -196,6 +227,18 @@ enum Arrived {
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
     Rest { addr: u64, total: u64 },
+    /// A whole message from a rank on another node, received by the transport.
+    Bytes(Vec<u8>),
+}
+
+impl Arrival for Arrived {
+    fn total(&self) -> usize {
+        match *self {
+            Arrived::Whole { len, .. } => len as usize,
+            Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total as usize,
+            Arrived::Bytes(ref v) => v.len(),
+        }
+    }
 }
 
 /// The mask of `n` (<= 64) staging slots.
@@ -212,7 +255,7 @@ impl Arrived {
     fn is_last(&self) -> bool {
         match *self {
             Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
-            Arrived::Whole { .. } | Arrived::Rest { .. } => true,
+            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) => true,
         }
     }
 }
@@ -237,7 +280,8 @@ pub(crate) struct Core {
     pub pids: Vec<u32>,
     /// Map from communicator rank to board slot (identity here).
     ops: VecDeque<Arc<Op>>,
-    unexpected: HashMap<(usize, u64), VecDeque<Arrived>>,
+    /// What arrived and no receive took yet, by (source, tag).
+    matcher: Matcher<(usize, u64), Arrived>,
     /// This rank's free staging slots on the board (a bit per slot).
     free_slots: u64,
     /// Per peer, a mask of its slots this rank is done with (sent as one `FREE`).
@@ -281,7 +325,7 @@ impl Core {
             size,
             pids,
             ops: VecDeque::new(),
-            unexpected: HashMap::new(),
+            matcher: Matcher::new(),
             free_slots,
             freed: vec![0; size],
             stage_max,
@@ -438,7 +482,7 @@ impl Core {
     }
 
     fn queue(&mut self, key: (usize, u64), a: Arrived) {
-        self.unexpected.entry(key).or_default().push_back(a);
+        self.matcher.arrived(key, a);
     }
 
     fn drain(&mut self) {
@@ -525,7 +569,7 @@ impl Core {
             }
             if matches!(d.status, Status::Running) {
                 inflight += d.net_recvs.len() + d.net_sends.len();
-                rounds_left |= d.round < d.wake_until;
+                rounds_left |= d.m.round() < d.wake_until;
             } else {
                 op.done.store(true, Ordering::Release);
             }
@@ -550,38 +594,24 @@ impl Core {
         moved
     }
 
+    /// Feeds `d`'s machine what happened since the last pass (sends read,
+    /// network completions), then carries out its actions until it waits.
     fn advance(&mut self, d: &mut OpData) -> Result<bool, Error> {
+        // A peer refused a message of this operation, maybe one whose send
+        // already completed (staged): the operation fails here, not in a
+        // later round that waits for the refusing rank.
+        if let Some(&key) = self.rejected.iter().find(|k| k.1 >> 32 == d.seq) {
+            self.rejected.remove(&key);
+            return Err(Error::CountMismatch {
+                rank: key.0,
+                detail: format!("rank {} expected a message of a different size", key.0),
+            });
+        }
         let mut moved = false;
-        loop {
-            // A peer refused a message of this operation, maybe one whose send
-            // already completed (staged): the operation fails here, not in a
-            // later round that waits for the refusing rank.
-            if let Some(&key) = self.rejected.iter().find(|k| k.1 >> 32 == d.seq) {
-                self.rejected.remove(&key);
-                return Err(Error::CountMismatch {
-                    rank: key.0,
-                    detail: format!("rank {} expected a message of a different size", key.0),
-                });
-            }
-            if !d.posted {
-                self.post_round(d)?;
-                d.posted = true;
-                moved = true;
-            }
-            // Match receives.
+        // Sends that their receiver read (FIN).
+        if !self.fins.is_empty() {
             let mut i = 0;
-            while i < d.recvs.len() {
-                let (landed, done) = self.match_recv(d, i)?;
-                moved |= landed;
-                if done {
-                    d.recvs.swap_remove(i);
-                } else {
-                    i += 1;
-                }
-            }
-            let mut i = 0;
-            while i < d.sends.len() {
-                let (peer, tag) = d.sends[i];
+            while let Some(&(peer, tag)) = d.m.open_sends().get(i) {
                 let key = (peer, tag64(d.seq, tag));
                 match self.fins.get_mut(&key) {
                     Some(n) if *n > 0 => {
@@ -589,193 +619,230 @@ impl Core {
                         if *n == 0 {
                             self.fins.remove(&key);
                         }
-                        d.sends.swap_remove(i);
+                        d.m.sent(peer, tag);
                         moved = true;
                     }
                     _ => i += 1,
                 }
             }
-            if let Some(net) = &self.net {
-                let mut i = 0;
-                while i < d.net_recvs.len() {
-                    let (peer, id, region) = d.net_recvs[i];
-                    match net.t.test(id).map_err(|e| net.error(e))? {
-                        Some(p) => {
-                            d.net_recvs.swap_remove(i);
-                            let bytes = p.into_bytes();
-                            if bytes.len() != region.len {
-                                return Err(size_mismatch(peer, bytes.len(), region.len));
-                            }
-                            let dst = d.bufs.ptr(&region);
-                            // SAFETY: `dst` points at `region.len` writable bytes of this
-                            // operation's buffer (bounds-checked); `bytes` is as long.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, region.len)
-                            };
-                            moved = true;
-                        }
-                        None => i += 1,
+        }
+        moved |= self.poll_net(d)?;
+        let seq = d.seq;
+        loop {
+            let action = d.m.poll(&d.sched, &mut d.bufs, &mut self.matcher, |p, t| {
+                (p, tag64(seq, t))
+            });
+            let action = match action {
+                Ok(Some(a)) => a,
+                Ok(None) => return Ok(moved),
+                Err(InterpError::SizeMismatch {
+                    peer,
+                    tag,
+                    sent,
+                    expected,
+                }) => return Err(self.refuse(peer, tag64(seq, tag), sent, expected)),
+                Err(InterpError::Memory(e)) => return Err(e),
+            };
+            moved = true;
+            match action {
+                Action::Complete => {
+                    d.status = Status::Done;
+                    return Ok(true);
+                }
+                Action::Send { peer, tag, region } if self.is_remote(peer) => {
+                    let p = d.bufs.ptr(&region);
+                    // SAFETY: bounds-checked region of a live buffer, read before the
+                    // round's receives can write into it (eager copy).
+                    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
+                    let net = self.net.as_ref().expect("is_remote implies net");
+                    let id = net
+                        .t
+                        .send(net.world[peer], net.tag(d.seq, tag), bytes.to_vec())
+                        .map_err(|e| net.error(e))?;
+                    d.net_sends.push((peer, id, tag));
+                }
+                Action::Recv { peer, tag, .. } if self.is_remote(peer) => {
+                    let net = self.net.as_ref().expect("is_remote implies net");
+                    let id = net
+                        .t
+                        .recv(net.world[peer], net.tag(d.seq, tag))
+                        .map_err(|e| net.error(e))?;
+                    d.net_recvs.push((peer, id, tag));
+                }
+                Action::Send { peer, tag, region } => {
+                    if !self.post_local_send(d, peer, &region, tag) {
+                        d.m.sent(peer, tag);
                     }
                 }
-                let mut i = 0;
-                while i < d.net_sends.len() {
-                    match net.t.test(d.net_sends[i].1).map_err(|e| net.error(e))? {
-                        Some(_) => {
-                            d.net_sends.swap_remove(i);
-                            moved = true;
-                        }
-                        None => i += 1,
+                // Arrivals from this node come by the board: nothing to ask for.
+                Action::Recv { .. } => {}
+                Action::Land {
+                    peer,
+                    tag,
+                    region,
+                    got,
+                    arrival,
+                } => {
+                    // Whether the piece came by cross-memory attach (then the sender
+                    // waits for a FIN before it may reuse its buffer).
+                    let by_cma = matches!(arrival, Arrived::Whole { .. } | Arrived::Rest { .. })
+                        && region.len > 0;
+                    let n = self.land(d, peer, region, got, arrival)?;
+                    // A staged (or empty) message needs no FIN: its sender was done
+                    // with its buffer once the chunks were in the slots, which come
+                    // back by FREE.
+                    if d.m.copied(n) && by_cma {
+                        self.send_desc(
+                            peer,
+                            Desc {
+                                kind: FIN,
+                                tag: tag64(seq, tag),
+                                addr: 0,
+                                len: 0,
+                            },
+                            true,
+                        );
                     }
                 }
-            }
-            if !d.recvs.is_empty()
-                || !d.sends.is_empty()
-                || !d.net_recvs.is_empty()
-                || !d.net_sends.is_empty()
-            {
-                return Ok(moved);
-            }
-            d.round += 1;
-            d.posted = false;
-            if d.round >= d.sched.rounds.len() {
-                d.status = Status::Done;
-                return Ok(true);
             }
         }
     }
 
-    /// Copies what has arrived for receive `i` of `d`. Returns (whether any
-    /// bytes landed, whether the receive is complete).
-    fn match_recv(&mut self, d: &mut OpData, i: usize) -> Result<(bool, bool), Error> {
-        let (peer, tag, region, mut got) = d.recvs[i];
-        let key = (peer, tag64(d.seq, tag));
-        let mut landed = false;
-        // Whether the piece that ended the message came by cross-memory attach
-        // (then the sender waits for a FIN before it may reuse its buffer).
-        let mut by_cma = false;
-        let done = loop {
-            let Some(q) = self.unexpected.get_mut(&key) else {
-                break false;
-            };
-            let Some(a) = q.pop_front() else {
-                break false;
-            };
-            if q.is_empty() {
-                self.unexpected.remove(&key);
-            }
-            let total = match a {
-                Arrived::Whole { len, .. } => len,
-                Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total,
-            };
-            if total as usize != region.len {
-                // Refuse the whole message: the sender learns it from the FIN;
-                // its chunks still on the way are handed back as they come.
-                let mut ended = a.is_last();
-                if let Arrived::Chunk { slot, .. } = a {
-                    self.free_slot(peer, slot);
-                }
-                while !ended {
-                    let Some(q) = self.unexpected.get_mut(&key) else {
-                        break;
-                    };
-                    let Some(b) = q.pop_front() else { break };
-                    if q.is_empty() {
-                        self.unexpected.remove(&key);
-                    }
-                    if let Arrived::Chunk { slot, .. } = b {
-                        self.free_slot(peer, slot);
-                    }
-                    ended = b.is_last();
-                }
-                if !ended {
-                    self.discard.insert(key);
-                }
-                self.send_desc(
-                    peer,
-                    Desc {
-                        kind: FIN,
-                        tag: key.1,
-                        addr: REJECTED,
-                        len: 0,
-                    },
-                    true,
-                );
-                return Err(size_mismatch(peer, total as usize, region.len));
-            }
-            let in_order = match a {
-                Arrived::Whole { .. } => got == 0,
-                Arrived::Rest { .. } => got > 0,
-                Arrived::Chunk { .. } => true, // its index is checked below
-            };
-            if !in_order {
-                return Err(Error::transport(format!(
-                    "rank {peer} sent a message piece out of order ({a:?} after {got} bytes)"
-                )));
-            }
-            let dst = d.bufs.ptr(&region);
-            match a {
-                Arrived::Chunk { slot, index, .. } => {
-                    if index * STAGE_SLOT as u64 != got as u64 {
-                        return Err(Error::transport(format!(
-                            "rank {peer} sent chunk {index} of a message where chunk {} was due",
-                            got / STAGE_SLOT
-                        )));
-                    }
-                    let n = STAGE_SLOT.min(region.len - got);
-                    // SAFETY: the slot is the sender's, announced by this DATA and
-                    // not reused before our FREE (board protocol), STAGE_SLOT >= n
-                    // bytes long; `dst + got .. + n` lies in the region
-                    // (bounds-checked by `ptr`, got + n <= region.len).
-                    unsafe { self.board.stage_read(peer, slot, dst.add(got), n) };
-                    self.free_slot(peer, slot);
-                    got += n;
-                }
-                Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
-                    let n = region.len - got;
-                    let pid = self.pids[peer];
-                    // `pids[me]` is this process (no `getpid` system call per message).
-                    if pid == self.pids[self.me] {
-                        // SAFETY: the sender is this process: `addr` is a live region of
-                        // one of its operations (it waits for our FIN), `dst + got` has
-                        // `n` bytes left in the bounds-checked region, and regions of
-                        // different buffers never overlap.
-                        unsafe { std::ptr::copy(addr as *const u8, dst.add(got), n) };
-                    } else {
-                        // SAFETY: `dst + got` has `n` writable bytes left in this
-                        // operation's buffer (bounds-checked), not aliased during the round.
-                        unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
-                            if board::pid_dead(pid) {
-                                Error::RankLost { rank: peer }
-                            } else {
-                                Error::transport_from(format!("reading from rank {peer}"), e)
-                            }
-                        })?;
-                    }
-                    got += n;
-                    by_cma = total > 0;
-                }
-            }
-            landed = true;
-            if got == region.len {
-                break true;
-            }
+    /// Network completions of `d`: messages received go to the matcher, sends
+    /// done to the machine. Whether any completed.
+    fn poll_net(&mut self, d: &mut OpData) -> Result<bool, Error> {
+        let Some(net) = &self.net else {
+            return Ok(false);
         };
-        d.recvs[i].3 = got;
-        // A staged (or empty) message needs no FIN: its sender was done with
-        // its buffer once the chunks were in the slots, which come back by FREE.
-        if done && by_cma {
-            self.send_desc(
-                peer,
-                Desc {
-                    kind: FIN,
-                    tag: key.1,
-                    addr: 0,
-                    len: 0,
-                },
-                true,
-            );
+        let mut moved = false;
+        let mut i = 0;
+        while i < d.net_recvs.len() {
+            let (peer, id, tag) = d.net_recvs[i];
+            match net.t.test(id).map_err(|e| net.error(e))? {
+                Some(p) => {
+                    d.net_recvs.swap_remove(i);
+                    self.matcher
+                        .arrived((peer, tag64(d.seq, tag)), Arrived::Bytes(p.into_bytes()));
+                    moved = true;
+                }
+                None => i += 1,
+            }
         }
-        Ok((landed, done))
+        let mut i = 0;
+        while i < d.net_sends.len() {
+            let (peer, id, tag) = d.net_sends[i];
+            match net.t.test(id).map_err(|e| net.error(e))? {
+                Some(_) => {
+                    d.net_sends.swap_remove(i);
+                    d.m.sent(peer, tag);
+                    moved = true;
+                }
+                None => i += 1,
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Refuses the message of `key` at the head of its queue, `sent` bytes
+    /// where the receive expects `expected`: its slots go back, its pieces
+    /// still to come are handed back as they arrive, and the sender learns
+    /// it from a refusing FIN. Returns the operation's error.
+    fn refuse(&mut self, peer: usize, tag: u64, sent: usize, expected: usize) -> Error {
+        let key = (peer, tag);
+        if self.is_remote(peer) {
+            // A whole message from another node: dropped, its sender is done.
+            self.matcher.take(&key);
+            return size_mismatch(peer, sent, expected);
+        }
+        let mut ended = false;
+        while !ended {
+            let Some(b) = self.matcher.take(&key) else {
+                break;
+            };
+            if let Arrived::Chunk { slot, .. } = b {
+                self.free_slot(peer, slot);
+            }
+            ended = b.is_last();
+        }
+        if !ended {
+            self.discard.insert(key);
+        }
+        self.send_desc(
+            peer,
+            Desc {
+                kind: FIN,
+                tag,
+                addr: REJECTED,
+                len: 0,
+            },
+            true,
+        );
+        size_mismatch(peer, sent, expected)
+    }
+
+    /// Lands `a`, a piece of the message for `region` of which `got` bytes
+    /// landed before, and returns its bytes.
+    fn land(
+        &mut self,
+        d: &mut OpData,
+        peer: usize,
+        region: Region,
+        got: usize,
+        a: Arrived,
+    ) -> Result<usize, Error> {
+        let in_order = match a {
+            Arrived::Whole { .. } | Arrived::Bytes(_) => got == 0,
+            Arrived::Rest { .. } => got > 0,
+            Arrived::Chunk { index, .. } => index * STAGE_SLOT as u64 == got as u64,
+        };
+        if !in_order {
+            return Err(Error::transport(format!(
+                "rank {peer} sent a message piece out of order ({a:?} after {got} bytes)"
+            )));
+        }
+        let dst = d.bufs.ptr(&region);
+        Ok(match a {
+            Arrived::Chunk { slot, .. } => {
+                let n = STAGE_SLOT.min(region.len - got);
+                // SAFETY: the slot is the sender's, announced by this DATA and
+                // not reused before our FREE (board protocol), STAGE_SLOT >= n
+                // bytes long; `dst + got .. + n` lies in the region
+                // (bounds-checked by `ptr`, got + n <= region.len).
+                unsafe { self.board.stage_read(peer, slot, dst.add(got), n) };
+                self.free_slot(peer, slot);
+                n
+            }
+            Arrived::Bytes(v) => {
+                // SAFETY: `dst` points at `region.len` writable bytes of this
+                // operation's buffer (bounds-checked); the interpreter checked
+                // that `v` is as long.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) };
+                v.len()
+            }
+            Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
+                let n = region.len - got;
+                let pid = self.pids[peer];
+                // `pids[me]` is this process (no `getpid` system call per message).
+                if pid == self.pids[self.me] {
+                    // SAFETY: the sender is this process: `addr` is a live region of
+                    // one of its operations (it waits for our FIN), `dst + got` has
+                    // `n` bytes left in the bounds-checked region, and regions of
+                    // different buffers never overlap.
+                    unsafe { std::ptr::copy(addr as *const u8, dst.add(got), n) };
+                } else {
+                    // SAFETY: `dst + got` has `n` writable bytes left in this
+                    // operation's buffer (bounds-checked), not aliased during the round.
+                    unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
+                        if board::pid_dead(pid) {
+                            Error::RankLost { rank: peer }
+                        } else {
+                            Error::transport_from(format!("reading from rank {peer}"), e)
+                        }
+                    })?;
+                }
+                n
+            }
+        })
     }
 
     /// Posts a send to a rank on this node. A message of at most `stage_max`
@@ -837,75 +904,6 @@ impl Core {
 
     fn is_remote(&self, peer: usize) -> bool {
         self.net.as_ref().is_some_and(|n| !n.local[peer])
-    }
-
-    fn post_round(&mut self, d: &mut OpData) -> Result<(), Error> {
-        let round = d.round;
-        let _span = tracing::debug_span!(
-            "round",
-            kind = %d.sched.kind,
-            seq = d.seq,
-            round,
-            of = d.sched.rounds.len()
-        )
-        .entered();
-        // By index, each step copied out: no allocation per round.
-        for k in 0..d.sched.rounds[round].steps.len() {
-            let step = d.sched.rounds[round].steps[k];
-            match step {
-                Step::Send { peer, region, tag } if self.is_remote(peer) => {
-                    let p = d.bufs.ptr(&region);
-                    // SAFETY: bounds-checked region of a live buffer, read before the
-                    // round's receives can write into it (eager copy).
-                    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
-                    let net = self.net.as_ref().expect("is_remote implies net");
-                    let id = net
-                        .t
-                        .send(net.world[peer], net.tag(d.seq, tag), bytes.to_vec())
-                        .map_err(|e| net.error(e))?;
-                    d.net_sends.push((peer, id));
-                }
-                Step::Recv { peer, region, tag } if self.is_remote(peer) => {
-                    let net = self.net.as_ref().expect("is_remote implies net");
-                    let id = net
-                        .t
-                        .recv(net.world[peer], net.tag(d.seq, tag))
-                        .map_err(|e| net.error(e))?;
-                    d.net_recvs.push((peer, id, region));
-                }
-                Step::Send { peer, region, tag } => {
-                    if self.post_local_send(d, peer, &region, tag) {
-                        d.sends.push((peer, tag));
-                    }
-                }
-                Step::Recv { peer, region, tag } => d.recvs.push((peer, tag, region, 0)),
-                Step::Copy { src, dst } => {
-                    let (s, t) = (d.bufs.ptr(&src), d.bufs.ptr(&dst));
-                    // SAFETY: both regions were bounds-checked by `ptr`; the schedule
-                    // guarantees a copy's regions do not overlap.
-                    unsafe { std::ptr::copy_nonoverlapping(s as *const u8, t, src.len) };
-                }
-                Step::Reduce {
-                    src,
-                    dst,
-                    op,
-                    dtype,
-                } => {
-                    let (s, t) = (d.bufs.ptr(&src), d.bufs.ptr(&dst));
-                    // SAFETY: bounds-checked regions of live buffers; source and
-                    // destination do not overlap (schedule invariant).
-                    let (s, t) = unsafe {
-                        (
-                            std::slice::from_raw_parts(s as *const u8, src.len),
-                            std::slice::from_raw_parts_mut(t, dst.len),
-                        )
-                    };
-                    hpc_collectives::apply_reduce(op, dtype, s, t)
-                        .map_err(|e| Error::transport_from("reduction", e))?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 

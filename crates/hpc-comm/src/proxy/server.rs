@@ -1,11 +1,18 @@
 //! The proxy process: takes the ranks' descriptors, runs every local rank's
 //! schedule, answers.
+//!
+//! Each rank's collective runs on an [`interp::Machine`](hpc_collectives::interp),
+//! the interpreter the simulator and the `Inline` and `Thread` engines run;
+//! messages between the proxy's ranks wait in one [`Matcher`] by (source,
+//! destination, tag). This module is the I/O around it: descriptors, the
+//! ranks' memory (cross-memory attach or mappings), the network, liveness.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hpc_collectives::{own_copy, Region, Schedule, Step};
+use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::{DataType, ReduceOp, Region, Schedule};
 
 use super::memory::{copy, locate, locate_dst, rd, reduce, Buf, Loc, Mapping, OpMem, Src, CHUNK};
 use super::net::{ProxyNet, TRAILER};
@@ -20,12 +27,12 @@ struct VOp {
     rank: usize,
     seq: u64,
     sched: Schedule,
-    blob: Blob,
     /// Its buffers and its scratch (from the pool).
     mem: OpMem,
-    round: usize,
-    posted: bool,
-    recvs: Vec<(usize, u32, Region)>,
+    /// The schedule's interpreter. Its open sends are the messages of the
+    /// rank's buffers that no receive took yet: the round stays open until
+    /// they are read, so the regions cannot change under them.
+    m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
 }
@@ -36,19 +43,53 @@ enum Payload {
     Owned(Buf),
     /// A region of the sending rank's buffer (in its memory or mapped), not
     /// read yet: the receive copies it straight to its destination. Until then
-    /// the sender's round stays open (see [`Proxy::inflight`]), so the region
+    /// the sender's round stays open (see [`VOp::m`]), so the region
     /// cannot change under it.
     Remote { at: Loc, len: usize },
 }
 
-impl Payload {
-    fn len(&self) -> usize {
+impl Arrival for Payload {
+    fn total(&self) -> usize {
         match self {
             Payload::Owned(b) => b.len,
             Payload::Remote { len, .. } => *len,
         }
     }
 }
+
+/// An op's memory, as the interpreter sees it: local steps between the
+/// rank's buffers (wherever they are) and the scratch, through the bounce
+/// buffer.
+struct ProxyMem<'a> {
+    bounce: &'a mut Vec<u8>,
+    mem: &'a mut OpMem,
+    pids: &'a [u32],
+}
+
+impl Memory for ProxyMem<'_> {
+    type Error = Code;
+
+    fn copy(&mut self, src: Region, dst: Region) -> std::result::Result<(), Code> {
+        let from = locate(self.mem, self.pids, &src)?;
+        let to = locate_dst(self.mem, self.pids, &dst)?;
+        copy(self.bounce, self.mem, Src::Loc(from), to, src.len)
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> std::result::Result<(), Code> {
+        let from = locate(self.mem, self.pids, &src)?;
+        let to = locate_dst(self.mem, self.pids, &dst)?;
+        reduce(self.bounce, self.mem, op, dtype, from, to, src.len)
+    }
+}
+
+/// A message key: source, destination, tag (`tag64`).
+type Key = (usize, usize, u64);
 
 struct Proxy {
     board: Board,
@@ -57,9 +98,11 @@ struct Proxy {
     /// Ranks that detached or died.
     gone: Vec<bool>,
     ops: Vec<VOp>,
-    msgs: HashMap<(usize, usize, u64), VecDeque<Payload>>,
-    /// Unreceived `Remote` messages per sending `(rank, seq)`.
-    inflight: HashMap<(usize, u64), usize>,
+    /// Messages sent and not received yet.
+    msgs: Matcher<Key, Payload>,
+    /// `Remote` messages that a receive took, as (sending rank, its seq,
+    /// destination, schedule tag): sends to report to the sender's machine.
+    taken: Vec<(usize, u64, usize, u32)>,
     /// A `Remote` message was received in this pass (its sender may go on).
     consumed: bool,
     out: Vec<VecDeque<Desc>>,
@@ -75,6 +118,28 @@ struct Proxy {
     net: Option<ProxyNet>,
 }
 
+/// A buffer of `len` bytes from `pool`, from one large enough where there is one.
+fn take_from(pool: &mut Vec<Vec<u8>>, len: usize) -> Buf {
+    let mut v = match pool.iter().position(|v| v.len() >= len) {
+        Some(i) => pool.swap_remove(i),
+        None => pool.pop().unwrap_or_default(),
+    };
+    if v.len() < len {
+        v.resize(len, 0);
+    }
+    Buf { v, len }
+}
+
+/// Returns a buffer to `pool` (at most 16 buffers and 256 MiB are kept, so a
+/// run of huge collectives does not pin their memory in the proxy for good).
+fn give_to(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
+    const MAX_BYTES: usize = 256 << 20;
+    let kept: usize = pool.iter().map(Vec::len).sum();
+    if pool.len() < 16 && kept + v.len() <= MAX_BYTES {
+        pool.push(v);
+    }
+}
+
 fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
 }
@@ -88,24 +153,12 @@ fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
 impl Proxy {
     /// A buffer of `len` bytes, from the pool when one is large enough.
     fn take(&mut self, len: usize) -> Buf {
-        let mut v = match self.pool.iter().position(|v| v.len() >= len) {
-            Some(i) => self.pool.swap_remove(i),
-            None => self.pool.pop().unwrap_or_default(),
-        };
-        if v.len() < len {
-            v.resize(len, 0);
-        }
-        Buf { v, len }
+        take_from(&mut self.pool, len)
     }
 
-    /// Returns a buffer to the pool (at most 16 buffers and 256 MiB are kept, so a
-    /// run of huge collectives does not pin their memory in the proxy for good).
+    /// Returns a buffer to the pool.
     fn give(&mut self, v: Vec<u8>) {
-        const MAX_BYTES: usize = 256 << 20;
-        let kept: usize = self.pool.iter().map(Vec::len).sum();
-        if self.pool.len() < 16 && kept + v.len() <= MAX_BYTES {
-            self.pool.push(v);
-        }
+        give_to(&mut self.pool, v);
     }
 
     /// A new op for rank `rank`'s collective `seq`.
@@ -132,15 +185,13 @@ impl Proxy {
             recv_map,
             scratch,
         };
+        let m = Machine::new(&sched, blob.own_copies);
         VOp {
             rank,
             seq,
             sched,
-            blob,
             mem,
-            round: 0,
-            posted: false,
-            recvs: Vec::new(),
+            m,
             maps,
         }
     }
@@ -196,46 +247,36 @@ impl Proxy {
     /// its peers still match them as if they had been sent eagerly. Those of a
     /// rank that died are dropped (its peers learn of it from the liveness check).
     fn retire(&mut self, op: VOp) {
-        if self.inflight.remove(&(op.rank, op.seq)).is_some() {
-            let keys: Vec<_> = self
-                .msgs
-                .keys()
-                .filter(|k| sent_by(k, op.rank, op.seq))
-                .copied()
-                .collect();
-            for k in keys {
-                let q = self.msgs.remove(&k).unwrap_or_default();
-                let mut kept = VecDeque::with_capacity(q.len());
-                for m in q {
-                    match m {
-                        Payload::Remote { at, len } => {
-                            let mut b = self.take(len);
-                            let read = match at {
-                                Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
-                                Loc::Mapped(p) => {
-                                    // SAFETY: the op's mapping is still held (maps are
-                                    // only dropped when no op in `ops` uses them, and
-                                    // this one's op is retired right here).
-                                    unsafe {
-                                        std::ptr::copy_nonoverlapping(p, b.v.as_mut_ptr(), len)
-                                    };
-                                    Ok(())
-                                }
-                                Loc::Scratch(_) => Err(Code::Failed),
-                            };
-                            if read.is_ok() {
-                                kept.push_back(Payload::Owned(b));
-                            } else {
-                                self.give(b.v);
-                            }
-                        }
-                        owned => kept.push_back(owned),
+        self.taken.retain(|t| (t.0, t.1) != (op.rank, op.seq));
+        if !op.m.open_sends().is_empty() {
+            let mut pool = std::mem::take(&mut self.pool);
+            self.msgs.retain(|k, m| {
+                let Payload::Remote { at, len } = *m else {
+                    return true;
+                };
+                if !sent_by(k, op.rank, op.seq) {
+                    return true;
+                }
+                let mut b = take_from(&mut pool, len);
+                let read = match at {
+                    Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
+                    Loc::Mapped(p) => {
+                        // SAFETY: the op's mapping is still held (maps are only
+                        // dropped when no op in `ops` uses them, and this one's op
+                        // is retired right here).
+                        unsafe { std::ptr::copy_nonoverlapping(p, b.v.as_mut_ptr(), len) };
+                        Ok(())
                     }
+                    Loc::Scratch(_) => Err(Code::Failed),
+                };
+                if read.is_err() {
+                    give_to(&mut pool, b.v);
+                    return false;
                 }
-                if !kept.is_empty() {
-                    self.msgs.insert(k, kept);
-                }
-            }
+                *m = Payload::Owned(b);
+                true
+            });
+            self.pool = pool;
         }
         self.give(op.mem.scratch);
     }
@@ -256,36 +297,45 @@ impl Proxy {
         }
     }
 
-    /// Posts the steps of `op`'s current round.
-    fn post(&mut self, op: &mut VOp) -> Result<(), (Code, u64)> {
-        let _span = tracing::debug_span!(
-            "proxy-round",
-            rank = op.rank,
-            seq = op.seq,
-            round = op.round
-        )
-        .entered();
-        let steps = std::mem::take(&mut op.sched.rounds[op.round].steps);
-        let skip_own = op.round == 0 && op.blob.own_copies;
-        let res = self.post_steps(op, &steps, skip_own);
-        op.sched.rounds[op.round].steps = steps;
-        res
-    }
-
-    /// Posts `steps`; without those the rank made itself (`skip_own`).
-    fn post_steps(
-        &mut self,
-        op: &mut VOp,
-        steps: &[Step],
-        skip_own: bool,
-    ) -> Result<(), (Code, u64)> {
+    /// Advances one op; `Ok(true)` when finished.
+    fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
         let c0 = |c: Code| (c, 0);
-        for step in steps {
-            if skip_own && own_copy(step).is_some() {
-                continue;
-            }
-            match *step {
-                Step::Send { peer, region, tag } if self.net_peer(peer) => {
+        // Its messages that receives took since the last pass.
+        if !self.taken.is_empty() {
+            self.taken.retain(|&(r, s, dst, tag)| {
+                let mine = r == op.rank && s == op.seq;
+                if mine {
+                    op.m.sent(dst, tag);
+                }
+                !mine
+            });
+        }
+        let (rank, seq) = (op.rank, op.seq);
+        loop {
+            let mut mem = ProxyMem {
+                bounce: &mut self.bounce,
+                mem: &mut op.mem,
+                pids: &self.pids,
+            };
+            let action = op.m.poll(&op.sched, &mut mem, &mut self.msgs, |peer, tag| {
+                (peer, rank, tag64(seq, tag))
+            });
+            let action = match action {
+                Ok(Some(a)) => a,
+                Ok(None) => return Ok(false),
+                Err(InterpError::SizeMismatch { peer, tag, .. }) => {
+                    // The message is refused: it goes, and its sender may go on.
+                    if let Some(data) = self.msgs.take(&(peer, rank, tag64(seq, tag))) {
+                        self.consume(peer, seq, rank, tag, data);
+                    }
+                    return Err((Code::Mismatch, peer as u64));
+                }
+                Err(InterpError::Memory(c)) => return Err(c0(c)),
+            };
+            match action {
+                Action::Complete => return Ok(true),
+                Action::Send { peer, tag, region } if self.net_peer(peer) => {
+                    let _span = tracing::debug_span!("proxy-send", rank, seq, peer).entered();
                     // To another node: read now (eagerly), through the transport.
                     let at = locate(&op.mem, &self.pids, &region).map_err(c0)?;
                     // From the pool: a fresh large buffer costs a page fault per page.
@@ -293,106 +343,61 @@ impl Proxy {
                     data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
-                    net.send(op.rank, peer, tag64(op.seq, tag), data)
+                    net.send(rank, peer, tag64(seq, tag), data)
                         .map_err(|node| (Code::NodeLost, node as u64))?;
+                    op.m.sent(peer, tag);
                 }
-                Step::Send { peer, region, tag } => {
+                Action::Send { peer, tag, region } => {
                     let payload = match locate(&op.mem, &self.pids, &region).map_err(c0)? {
-                        at @ (Loc::Rank { .. } | Loc::Mapped(_)) => {
-                            *self.inflight.entry((op.rank, op.seq)).or_default() += 1;
-                            Payload::Remote {
-                                at,
-                                len: region.len,
-                            }
-                        }
+                        // Read by the receive, straight to its destination: the send
+                        // stays open until then.
+                        at @ (Loc::Rank { .. } | Loc::Mapped(_)) => Payload::Remote {
+                            at,
+                            len: region.len,
+                        },
                         Loc::Scratch(o) => {
                             let mut b = self.take(region.len);
                             b.v[..region.len].copy_from_slice(&op.mem.scratch[o..o + region.len]);
+                            op.m.sent(peer, tag);
                             Payload::Owned(b)
                         }
                     };
-                    self.msgs
-                        .entry((op.rank, peer, tag64(op.seq, tag)))
-                        .or_default()
-                        .push_back(payload);
+                    self.msgs.arrived((rank, peer, tag64(seq, tag)), payload);
                 }
-                Step::Recv { peer, region, tag } => op.recvs.push((peer, tag, region)),
-                Step::Copy { src, dst } => {
-                    let from = locate(&op.mem, &self.pids, &src).map_err(c0)?;
-                    let to = locate_dst(&op.mem, &self.pids, &dst).map_err(c0)?;
-                    copy(&mut self.bounce, &mut op.mem, Src::Loc(from), to, src.len).map_err(c0)?;
-                }
-                Step::Reduce {
-                    src,
-                    dst,
-                    op: rop,
-                    dtype,
+                // Messages from ranks on this node and from other nodes alike are
+                // filed in `msgs`: nothing to ask for.
+                Action::Recv { .. } => {}
+                Action::Land {
+                    peer,
+                    tag,
+                    region,
+                    arrival,
+                    ..
                 } => {
-                    let from = locate(&op.mem, &self.pids, &src).map_err(c0)?;
-                    let to = locate_dst(&op.mem, &self.pids, &dst).map_err(c0)?;
-                    reduce(&mut self.bounce, &mut op.mem, rop, dtype, from, to, src.len)
-                        .map_err(c0)?;
+                    let res = locate_dst(&op.mem, &self.pids, &region).and_then(|to| {
+                        let from = match &arrival {
+                            Payload::Owned(b) => Src::Bytes(b.bytes()),
+                            &Payload::Remote { at, .. } => Src::Loc(at),
+                        };
+                        copy(&mut self.bounce, &mut op.mem, from, to, region.len)
+                    });
+                    self.consume(peer, seq, rank, tag, arrival);
+                    res.map_err(c0)?;
+                    op.m.copied(region.len);
                 }
             }
         }
-        Ok(())
     }
 
-    /// Advances one op; `Ok(true)` when finished.
-    fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
-        loop {
-            if !op.posted {
-                self.post(op)?;
-                op.posted = true;
-            }
-            let mut i = 0;
-            while i < op.recvs.len() {
-                let (peer, tag, region) = op.recvs[i];
-                let key = (peer, op.rank, tag64(op.seq, tag));
-                let Some(q) = self.msgs.get_mut(&key) else {
-                    i += 1;
-                    continue;
-                };
-                let data = q.pop_front().expect("queues in the map are not empty");
-                if q.is_empty() {
-                    self.msgs.remove(&key);
-                }
-                if let Payload::Remote { .. } = data {
-                    let k = (peer, op.seq);
-                    if let Some(n) = self.inflight.get_mut(&k) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.inflight.remove(&k);
-                        }
-                    }
-                    self.consumed = true;
-                }
-                if data.len() != region.len {
-                    if let Payload::Owned(b) = data {
-                        self.give(b.v);
-                    }
-                    return Err((Code::Mismatch, peer as u64));
-                }
-                let to = locate_dst(&op.mem, &self.pids, &region).map_err(|c| (c, 0))?;
-                let from = match &data {
-                    Payload::Owned(b) => Src::Bytes(b.bytes()),
-                    &Payload::Remote { at, .. } => Src::Loc(at),
-                };
-                let res = copy(&mut self.bounce, &mut op.mem, from, to, region.len);
-                if let Payload::Owned(b) = data {
-                    self.give(b.v);
-                }
-                res.map_err(|c| (c, 0))?;
-                op.recvs.swap_remove(i);
-            }
-            // A round ends when its receives arrived and its peers took its sends.
-            if !op.recvs.is_empty() || self.inflight.contains_key(&(op.rank, op.seq)) {
-                return Ok(false);
-            }
-            op.round += 1;
-            op.posted = false;
-            if op.round >= op.sched.rounds.len() {
-                return Ok(true);
+    /// A receive of `dst` took (or refused) `data`, the message of `src`'s
+    /// collective `seq` with schedule tag `tag`: an owned buffer goes back to
+    /// the pool, a region of the sender is reported read to its machine.
+    fn consume(&mut self, src: usize, seq: u64, dst: usize, tag: u32, data: Payload) {
+        match data {
+            Payload::Owned(b) => self.give(b.v),
+            Payload::Remote { .. } => {
+                self.taken.push((src, seq, dst, tag));
+                self.consumed = true;
             }
         }
     }
@@ -437,8 +442,8 @@ impl Proxy {
             pids: vec![0; size],
             gone: vec![false; size],
             ops: Vec::new(),
-            msgs: HashMap::new(),
-            inflight: HashMap::new(),
+            msgs: Matcher::new(),
+            taken: Vec::new(),
             consumed: false,
             out: vec![VecDeque::new(); size],
             pool: Vec::new(),
@@ -474,9 +479,7 @@ impl Proxy {
         for (src, dst, tag, v) in arrived {
             let len = v.len() - TRAILER;
             self.msgs
-                .entry((src, dst, tag))
-                .or_default()
-                .push_back(Payload::Owned(Buf { v, len }));
+                .arrived((src, dst, tag), Payload::Owned(Buf { v, len }));
         }
         if let Some(node) = lost {
             // A collective spans every node of its communicator: none in flight can
@@ -596,7 +599,11 @@ impl Proxy {
         let mut keep = Vec::new();
         for o in std::mem::take(&mut self.ops) {
             // Waiting for a message from a lost rank, or for one to take ours.
-            let from = o.recvs.iter().map(|r| r.0).find(|r| lost.contains(r));
+            let from =
+                o.m.open_recvs()
+                    .iter()
+                    .map(|r| r.peer)
+                    .find(|r| lost.contains(r));
             let to = || {
                 self.msgs
                     .keys()
@@ -763,10 +770,12 @@ mod tests {
             recv_shm: None,
             own_copies: false,
         };
+        let sched = coll.schedule(0, 1, &Options::default()).unwrap();
         VOp {
             rank: 0,
             seq: 1,
-            sched: coll.schedule(0, 1, &Options::default()).unwrap(),
+            m: Machine::new(&sched, false),
+            sched,
             mem: OpMem {
                 rank: 0,
                 send: blob.send,
@@ -777,10 +786,6 @@ mod tests {
                 recv_map: mapped.then_some(recv.as_mut_ptr()),
                 scratch: vec![0xA5; scratch],
             },
-            blob,
-            round: 0,
-            posted: false,
-            recvs: Vec::new(),
             maps: Vec::new(),
         }
     }
@@ -808,8 +813,7 @@ mod tests {
             let mut recv = [0u8; 3];
             let mut o = op(&send, &mut recv, 0);
             o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
-            o.blob.coll = coll.clone();
-            o.blob.own_copies = own;
+            o.m = Machine::new(&o.sched, own);
             assert!(matches!(p.advance(&mut o), Ok(true)));
             drop(o);
             // Made by the proxy, or left to the rank (which made it before it posted).

@@ -1,44 +1,32 @@
 //! The DPU proxy's executor for a collective whose ranks span nodes: the
-//! schedules of this node's ranks run step by step in the proxy's memory,
-//! and the steps whose peer is on another node become messages to and from
-//! that node's proxy.
+//! schedules of this node's ranks run in the proxy's memory, and the steps
+//! whose peer is on another node become messages to and from that node's
+//! proxy.
 //!
-//! It keeps the simulator's semantics (`hpc_collectives::sim`): a rank posts
-//! all steps of its round at once, a send's data is taken when it is posted,
-//! messages match by (source, destination, tag) in posting order, and a
-//! round completes when all its receives have their messages; then they
-//! land and the round's copies and reductions run. Sends are eager (they
-//! complete when posted): a schedule that completes under the simulator's
-//! rendezvous sends completes under eager ones with the same results, since
-//! in both a send's data is what its region held when it was posted.
+//! Each rank's schedule runs on an [`interp::Machine`](hpc_collectives::interp),
+//! the interpreter the simulator and the other engines run; messages wait in
+//! one [`Matcher`] by (source, destination, tag) and are taken in arrival
+//! order. Sends are eager (they complete when posted): a schedule that
+//! completes under the simulator's rendezvous sends completes under eager
+//! ones with the same results, since in both a send's data is what its
+//! region held when it was posted.
 
 use std::collections::HashMap;
 
-use hpc_collectives::{apply_reduce, BufferId, Region, Schedule, Step};
+use hpc_collectives::interp::{Action, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::{apply_reduce, BufferId, DataType, ReduceOp, Region, Schedule};
 
 /// A channel: (source, destination, tag).
 type Chan = (usize, usize, u32);
 
-#[derive(Default)]
-struct Channel {
-    /// Messages in arrival order (taken when they land).
-    msgs: Vec<Option<Vec<u8>>>,
-    /// Receives posted on it so far.
-    claimed: usize,
-}
-
-struct RankRun {
-    sched: Schedule,
+/// One rank's buffers in the proxy's memory.
+struct Bufs {
     send: Vec<u8>,
     recv: Vec<u8>,
     scratch: Vec<u8>,
-    round: usize,
-    posted: bool,
-    /// (channel, message index, region) of the current round's receives.
-    recvs: Vec<(Chan, usize, Region)>,
 }
 
-impl RankRun {
+impl Bufs {
     fn buf(&self, b: BufferId) -> &[u8] {
         match b {
             BufferId::Send => &self.send,
@@ -55,12 +43,49 @@ impl RankRun {
         }
     }
 
-    fn read(&self, r: Region) -> &[u8] {
-        &self.buf(r.buf)[r.offset..r.end()]
+    fn read(&self, r: Region) -> Result<&[u8], String> {
+        self.buf(r.buf)
+            .get(r.offset..r.end())
+            .ok_or_else(|| format!("region {r} outside its buffer"))
     }
 
+    fn write(&mut self, r: Region) -> Result<&mut [u8], String> {
+        self.buf_mut(r.buf)
+            .get_mut(r.offset..r.end())
+            .ok_or_else(|| format!("region {r} outside its buffer"))
+    }
+}
+
+impl Memory for Bufs {
+    type Error = String;
+
+    fn copy(&mut self, src: Region, dst: Region) -> Result<(), String> {
+        let data = self.read(src)?.to_vec();
+        self.write(dst)?.copy_from_slice(&data);
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> Result<(), String> {
+        let data = self.read(src)?.to_vec();
+        apply_reduce(op, dtype, &data, self.write(dst)?).map_err(|e| e.to_string())
+    }
+}
+
+struct RankRun {
+    sched: Schedule,
+    mem: Bufs,
+    m: Machine,
+}
+
+impl RankRun {
     fn done(&self) -> bool {
-        self.round >= self.sched.rounds.len()
+        self.sched.rounds.is_empty() || self.m.is_done()
     }
 }
 
@@ -85,7 +110,9 @@ pub(super) struct Run {
     ranks: Vec<RankRun>,
     /// Local index of each rank of the communicator on this node.
     local: HashMap<usize, usize>,
-    chans: HashMap<Chan, Channel>,
+    /// Messages sent (by this node's ranks or delivered from other nodes)
+    /// and not received yet.
+    msgs: Matcher<Chan, Vec<u8>>,
 }
 
 /// Where a remote step's message goes: `send(source, destination, tag,
@@ -104,29 +131,25 @@ impl Run {
         let ranks = parts
             .into_iter()
             .map(|(sched, send, recv)| RankRun {
-                scratch: vec![0xA5; sched.scratch_bytes],
+                mem: Bufs {
+                    send,
+                    recv,
+                    scratch: vec![0xA5; sched.scratch_bytes],
+                },
+                m: Machine::new(&sched, false),
                 sched,
-                send,
-                recv,
-                round: 0,
-                posted: false,
-                recvs: Vec::new(),
             })
             .collect();
         Run {
             ranks,
             local,
-            chans: HashMap::new(),
+            msgs: Matcher::new(),
         }
     }
 
     /// A message from another node's rank `src` to this node's `dst`.
     pub(super) fn deliver(&mut self, src: usize, dst: usize, tag: u32, data: Vec<u8>) {
-        self.chans
-            .entry((src, dst, tag))
-            .or_default()
-            .msgs
-            .push(Some(data));
+        self.msgs.arrived((src, dst, tag), data);
     }
 
     /// Whether every local rank finished its schedule.
@@ -139,12 +162,12 @@ impl Run {
         let mut v: Vec<usize> = self
             .ranks
             .iter()
-            .flat_map(|r| r.recvs.iter())
-            .filter(|(c, at, _)| {
-                !self.local.contains_key(&c.0)
-                    && self.chans.get(c).is_none_or(|ch| ch.msgs.len() <= *at)
+            .flat_map(|r| {
+                let rank = r.sched.rank;
+                r.m.open_recvs().iter().map(move |o| (o.peer, rank, o.tag))
             })
-            .map(|(c, _, _)| c.0)
+            .filter(|c| !self.local.contains_key(&c.0) && self.msgs.peek(c).is_none())
+            .map(|c| c.0)
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -166,98 +189,58 @@ impl Run {
         Ok(self.done())
     }
 
-    /// Posts rank `i`'s round or completes it; whether it moved.
+    /// Carries out rank `i`'s next action; whether there was one.
     fn step(&mut self, i: usize, remote: &mut Remote<'_>) -> Result<bool, RunError> {
         let me = &mut self.ranks[i];
-        if me.done() {
-            return Ok(false);
-        }
         let rank = me.sched.rank;
-        if !me.posted {
-            me.posted = true;
-            let round = me.round;
-            for s in 0..self.ranks[i].sched.rounds[round].steps.len() {
-                match self.ranks[i].sched.rounds[round].steps[s] {
-                    Step::Send { peer, region, tag } => {
-                        let data = self.ranks[i].read(region).to_vec();
-                        if self.local.contains_key(&peer) {
-                            self.chans
-                                .entry((rank, peer, tag))
-                                .or_default()
-                                .msgs
-                                .push(Some(data));
-                        } else {
-                            remote(rank, peer, tag, data).map_err(RunError::NodeLost)?;
-                        }
-                    }
-                    Step::Recv { peer, region, tag } => {
-                        let ch = self.chans.entry((peer, rank, tag)).or_default();
-                        let at = ch.claimed;
-                        ch.claimed += 1;
-                        self.ranks[i].recvs.push(((peer, rank, tag), at, region));
-                    }
-                    _ => {}
+        let action =
+            me.m.poll(&me.sched, &mut me.mem, &mut self.msgs, |peer, tag| {
+                (peer, rank, tag)
+            })
+            .map_err(|e| match e {
+                InterpError::SizeMismatch {
+                    peer,
+                    sent,
+                    expected,
+                    ..
+                } => RunError::Mismatch {
+                    src: peer,
+                    dst: rank,
+                    sent,
+                    expected,
+                },
+                InterpError::Memory(why) => {
+                    RunError::Step(format!("rank {rank} round {}: {why}", me.m.round()))
                 }
+            })?;
+        match action {
+            None => return Ok(false),
+            Some(Action::Complete | Action::Recv { .. }) => {}
+            Some(Action::Send { peer, tag, region }) => {
+                let data = me.mem.read(region).map_err(RunError::Step)?.to_vec();
+                if self.local.contains_key(&peer) {
+                    self.msgs.arrived((rank, peer, tag), data);
+                } else {
+                    remote(rank, peer, tag, data).map_err(RunError::NodeLost)?;
+                }
+                me.m.sent(peer, tag);
             }
-            return Ok(true);
-        }
-        let ready = self.ranks[i]
-            .recvs
-            .iter()
-            .all(|(c, at, _)| self.chans.get(c).is_some_and(|ch| ch.msgs.len() > *at));
-        if !ready {
-            return Ok(false);
-        }
-        let me = &mut self.ranks[i];
-        for (c, at, region) in std::mem::take(&mut me.recvs) {
-            let data = self
-                .chans
-                .get_mut(&c)
-                .and_then(|ch| ch.msgs[at].take())
-                .unwrap_or_default();
-            if data.len() != region.len {
-                return Err(RunError::Mismatch {
-                    src: c.0,
-                    dst: c.1,
-                    sent: data.len(),
-                    expected: region.len,
-                });
-            }
-            me.buf_mut(region.buf)[region.offset..region.end()].copy_from_slice(&data);
-        }
-        let round = me.round;
-        for s in 0..me.sched.rounds[round].steps.len() {
-            match me.sched.rounds[round].steps[s] {
-                Step::Copy { src, dst } => {
-                    let data = me.read(src).to_vec();
-                    me.buf_mut(dst.buf)[dst.offset..dst.end()].copy_from_slice(&data);
-                }
-                Step::Reduce {
-                    src,
-                    dst,
-                    op,
-                    dtype,
-                } => {
-                    let data = me.read(src).to_vec();
-                    apply_reduce(
-                        op,
-                        dtype,
-                        &data,
-                        &mut me.buf_mut(dst.buf)[dst.offset..dst.end()],
-                    )
-                    .map_err(|e| RunError::Step(format!("rank {rank} round {round}: {e}")))?;
-                }
-                _ => {}
+            Some(Action::Land {
+                region, arrival, ..
+            }) => {
+                me.mem
+                    .write(region)
+                    .map_err(RunError::Step)?
+                    .copy_from_slice(&arrival);
+                me.m.copied(arrival.len());
             }
         }
-        me.round += 1;
-        me.posted = false;
         Ok(true)
     }
 
     /// The receive buffers of this node's ranks, in the order of `new`'s parts.
     pub(super) fn into_recvs(self) -> Vec<Vec<u8>> {
-        self.ranks.into_iter().map(|r| r.recv).collect()
+        self.ranks.into_iter().map(|r| r.mem.recv).collect()
     }
 }
 
@@ -385,6 +368,6 @@ mod tests {
 
     /// The tag of the receive rank 0 waits on.
     fn step_tag(run: &Run) -> u32 {
-        run.ranks[0].recvs[0].0 .2
+        run.ranks[0].m.open_recvs()[0].tag
     }
 }
