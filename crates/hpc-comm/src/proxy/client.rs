@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::protocol::{Blob, Code, Kind, PROXY_CMD};
-use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
@@ -71,7 +70,8 @@ pub(crate) struct Client {
 
 /// How often a waiting rank asks the kernel whether the proxy still lives
 /// (reading `/proc/PID/stat` costs several microseconds, as much as a small
-/// collective, so not on every pass).
+/// collective, so not on every pass), and so the longest it sleeps on its
+/// doorbell at a time: a dead proxy rings nothing.
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
 pub(super) fn proxy_command() -> Command {
@@ -322,6 +322,17 @@ impl Client {
         })
     }
 
+    /// Waits for the proxy's answer to `p`: the collective's result.
+    ///
+    /// A waiting rank costs (almost) no CPU: it polls its doorbell for its
+    /// `spin` (zero where the node has no core for the proxy), then blocks in
+    /// the kernel on the doorbell's futex until the proxy, answering, rings it
+    /// (`SLEEP.md`, "A rank waiting for the proxy"). It never yields in a loop:
+    /// on a node where the proxy runs on the ranks' cores, a `sched_yield` that
+    /// finds nothing else to run on its core returns at once, so a yielding
+    /// wait cost the rank its whole length in CPU time. The futex wait is
+    /// bounded by [`LIVENESS_EVERY`] only so that a dead proxy (which rings
+    /// nothing) and the communicator's timeout are noticed.
     pub(crate) fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
         // An answer that is there already costs no clock reading.
         if let Some(r) = self.answer(p, out.as_deref_mut()) {
@@ -329,16 +340,16 @@ impl Client {
         }
         let t0 = Instant::now();
         let mut last_check = t0;
-        // Where the node has no core for the proxy, yield to it before sleeping;
-        // otherwise `wait_ring` polls for the spin time, then sleeps.
-        let backoff = Backoff::new(Duration::ZERO, self.spin.is_zero());
         loop {
+            // Read before looking: a ring after this read moves the doorbell, and
+            // the futex wait below then returns at once.
             let seen = self.board.doorbell(self.me).load(Ordering::SeqCst);
             if let Some(r) = self.answer(p, out.as_deref_mut()) {
                 return r;
             }
-            if last_check.elapsed() >= LIVENESS_EVERY {
-                last_check = Instant::now();
+            let now = Instant::now();
+            if now.duration_since(last_check) >= LIVENESS_EVERY {
+                last_check = now;
                 if board::pid_dead(self.board.pid(self.proxy)) {
                     self.proxy_gone.store(true, Ordering::Release);
                 }
@@ -346,25 +357,16 @@ impl Client {
             if self.proxy_gone.load(Ordering::Acquire) {
                 return Err(Error::Stopped("proxy"));
             }
-            if t0.elapsed() > self.timeout {
+            let waited = now.duration_since(t0);
+            if waited > self.timeout {
                 return Err(Error::Timeout {
                     after: self.timeout,
                     waiting_for: Vec::new(),
                 });
             }
-            match backoff.pause() {
-                Pause::Spin | Pause::Yield => {
-                    if self.board.doorbell(self.me).load(Ordering::Acquire) == seen {
-                        std::thread::yield_now();
-                    }
-                }
-                // The futex wait is bounded only so that the proxy's liveness is
-                // checked (a dead proxy rings no doorbell).
-                Pause::Sleep => {
-                    self.board
-                        .wait_ring(self.me, seen, self.spin, Duration::from_millis(10))
-                }
-            }
+            let nap = LIVENESS_EVERY.min(self.timeout - waited);
+            self.board
+                .wait_ring(self.me, seen, self.spin.saturating_sub(waited), nap);
         }
     }
 
@@ -485,5 +487,49 @@ mod tests {
         assert!(lock(&c.state).done.is_empty());
         c.discard(&a);
         assert!(lock(&c.state).done.is_empty());
+    }
+}
+
+/// Loom model of a rank waiting for the proxy's answer (the argument is in
+/// `SLEEP.md`, "A rank waiting for the proxy"): the real [`Client::wait`], with
+/// no spin, against a proxy thread that pushes the answer and rings. Loom's
+/// futex has no timeout, so a lost wake-up is reported as a deadlock.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+
+    #[test]
+    fn loom_waiting_rank_is_woken_by_the_proxys_answer() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            // Rank 0 of 1; slot 1 is the proxy's (its pid stays 0: never found dead).
+            let board = Arc::new(Board::in_memory(2));
+            let c = Client::start(
+                board.clone(),
+                0,
+                1,
+                &Options::default(),
+                Duration::from_secs(3600),
+                Duration::ZERO,
+                false,
+                (false, false),
+            )
+            .unwrap();
+            let p = Pending {
+                seq: 7,
+                _blob: Vec::new(),
+                stage: None,
+                direct: true,
+                finished: false.into(),
+            };
+            let proxy = board.clone();
+            let t = loom::thread::spawn(move || {
+                assert!(proxy.push(1, 0, Kind::Done.desc(7, Code::Ok as u64, 0)));
+                proxy.ring(0);
+            });
+            assert!(c.wait(&p, None).is_ok());
+            t.join().unwrap();
+        });
     }
 }
