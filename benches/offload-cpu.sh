@@ -20,7 +20,8 @@
 #   EXTRA="--sizes 65536 --colls alltoall" passes options to every run.
 #   BEFORE=DIR: the binaries of another build (e.g. main's) run too, alternating
 #   with BIN's every round (the order flips), their engines named `inline@before`,
-#   `proxy@before`, ...: a before/after comparison from one run.
+#   `proxy@before`, ...: a before/after comparison from one run (with LAUNCH,
+#   DIR as the launched processes see it).
 #   LAUNCH="CMD ..." starts every run with CMD instead of `hpc run -n N` and
 #   mpirun (e.g. the Docker cluster's srun: benches/offload-cluster.sh), with BIN
 #   the binaries' folder as the launched processes see it.
@@ -68,9 +69,13 @@ theirs() {
 }
 before() {
     [ -n "${BEFORE:-}" ] || return 0
-    # shellcheck disable=SC2086
-    "$BEFORE/hpc" run -n "$N" -- "$BEFORE/offload" --iters "$ITERS" $EXTRA |
-        sed 's/^\(\[[0-9]*\] *\)\{0,1\}row \([a-z]*\) /row \2@before /' >>"$OUT"
+    if [ -n "${LAUNCH:-}" ]; then
+        # shellcheck disable=SC2086
+        $LAUNCH "$BEFORE/offload" --iters "$ITERS" $EXTRA
+    else
+        # shellcheck disable=SC2086
+        "$BEFORE/hpc" run -n "$N" -- "$BEFORE/offload" --iters "$ITERS" $EXTRA
+    fi | sed 's/^\(\[[0-9]*\] *\)\{0,1\}row \([a-z]*\) /row \2@before /' >>"$OUT"
 }
 r=0
 while [ "$r" -lt "$ROUNDS" ]; do

@@ -66,6 +66,9 @@ pub(crate) struct Client {
     /// The set-up link to the proxy this rank started for a communicator that
     /// spans nodes (taken by [`Client::take_link`]).
     link: Mutex<Option<std::os::unix::net::UnixStream>>,
+    /// A pidfd of the proxy, opened at the first liveness check (`None` inside:
+    /// none could be opened; `/proc` is read instead). See [`Client::proxy_dead`].
+    pidfd: std::sync::OnceLock<Option<std::os::fd::OwnedFd>>,
 }
 
 /// How often a waiting rank asks the kernel whether the proxy still lives
@@ -187,6 +190,7 @@ impl Client {
             proxy_gone: false.into(),
             detached: false.into(),
             link: Mutex::new(link),
+            pidfd: std::sync::OnceLock::new(),
         })
     }
 
@@ -350,7 +354,7 @@ impl Client {
             let now = Instant::now();
             if now.duration_since(last_check) >= LIVENESS_EVERY {
                 last_check = now;
-                if board::pid_dead(self.board.pid(self.proxy)) {
+                if self.proxy_dead() {
                     self.proxy_gone.store(true, Ordering::Release);
                 }
             }
@@ -367,6 +371,32 @@ impl Client {
             let nap = LIVENESS_EVERY.min(self.timeout - waited);
             self.board
                 .wait_ring(self.me, seen, self.spin.saturating_sub(waited), nap);
+        }
+    }
+
+    /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
+    /// (readable once it has exited, reaped or not), a system call of well
+    /// under a microsecond where a read of `/proc/PID/stat` costs several,
+    /// paid by a waiting rank at every [`LIVENESS_EVERY`]; `/proc` where no
+    /// pidfd could be opened (an old kernel, a filter).
+    fn proxy_dead(&self) -> bool {
+        let pid = self.board.pid(self.proxy);
+        if pid == 0 {
+            return false;
+        }
+        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, a timeout of 0: poll only reads and
+                // writes `p` and returns at once.
+                let n = unsafe { libc::poll(&mut p, 1, 0) };
+                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+            }
+            None => board::pid_dead(pid),
         }
     }
 
@@ -412,6 +442,19 @@ impl Client {
             std::process::abort();
         }
     }
+}
+
+/// A pidfd for process `pid`, if the kernel gives one (`None` also when the
+/// process is gone already: `/proc` then says so).
+fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = std::os::fd::RawFd::try_from(fd)
+        .ok()
+        .filter(|&fd| fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
 impl Client {
@@ -487,6 +530,46 @@ mod tests {
         assert!(lock(&c.state).done.is_empty());
         c.discard(&a);
         assert!(lock(&c.state).done.is_empty());
+    }
+
+    /// The proxy's death is seen through its pidfd, whether or not its parent
+    /// has reaped it yet.
+    #[test]
+    fn a_dead_proxy_is_seen_through_its_pidfd() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-pidfd-{}", std::process::id()));
+        let board = Arc::new(Board::create(&path, 2).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let c = Client::start(
+            board.clone(),
+            0,
+            1,
+            &Options::default(),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            false,
+            (false, false),
+        )
+        .unwrap();
+        assert!(!c.proxy_dead(), "no proxy published yet");
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        board.set_pid(1, child.id());
+        assert!(!c.proxy_dead());
+        assert!(
+            c.pidfd.get().is_some_and(Option::is_some),
+            "a pidfd was opened"
+        );
+        child.kill().unwrap();
+        // Not reaped yet: a zombie counts as dead.
+        let t0 = Instant::now();
+        while !c.proxy_dead() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the death was not seen"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.wait().unwrap();
+        assert!(c.proxy_dead());
     }
 }
 
