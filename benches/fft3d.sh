@@ -24,8 +24,12 @@
 #   (defaults: ROUNDS=3, N=128, 2 ranks, 10 timed transforms, 4 batches)
 #   NO_BUILD=1 uses the release binaries already built (benches/offload.sh does),
 #   from BIN (default target/release; benches/device.sh points it at its bundle).
+#   LAUNCH="CMD ..." starts every run with CMD instead of `hpc run -n N` and
+#   mpirun (e.g. the Docker cluster's srun), with BIN the binaries' folder as the
+#   launched processes see it: benches/offload-cluster.sh runs this script and
+#   benches/offload-cpu.sh so on 2 and 4 nodes of the cluster.
 #
-# On the Docker cluster (containers/cluster/cluster.sh; two ranks per node, the
+# By hand on the Docker cluster (containers/cluster/cluster.sh; two ranks per node, the
 # bytes cross a network), with a build that has `--features mpi` (PMIx bootstrap):
 #   cargo build --release -p hpc-cli --features mpi
 #   cargo build --release -p hpc-example-fft3d --features mpi
@@ -58,7 +62,7 @@ fi
 VARIANTS="blocking inline thread proxy proxy-all"
 [ "$MPI" = 1 ] && VARIANTS="$VARIANTS mpi mpi-block"
 REVERSED=$(echo "$VARIANTS" | tr ' ' '\n' | awk '{ a[NR] = $0 } END { for (i = NR; i > 0; i--) printf "%s ", a[i] }')
-echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); fft3d N=$NPTS, $N ranks, $REPS reps, $BATCHES batches, $ROUNDS rounds"
+echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); fft3d N=$NPTS, $N ranks, $REPS reps, $BATCHES batches, $ROUNDS rounds${LAUNCH:+; launched by: $LAUNCH}"
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 COMMON="--n $NPTS --reps $REPS --batches $BATCHES"
@@ -72,7 +76,12 @@ one() {
     esac
     v=$1 how=$2
     shift 2
-    if [ "$how" = hpc ]; then
+    if [ -n "${LAUNCH:-}" ]; then
+        # One launcher for every variant (the Mpi engine too: srun --mpi=pmix).
+        case $how in hpc-all) pre="env HPC_PROXY_MIN=0 HPC_PROXY_OWN_COPIES=0" ;; *) pre= ;; esac
+        # shellcheck disable=SC2086
+        $LAUNCH $pre "$BIN/fft3d" $COMMON "$@"
+    elif [ "$how" = hpc ]; then
         # shellcheck disable=SC2086
         "$BIN/hpc" run -n "$N" -- "$BIN/fft3d" $COMMON "$@"
     elif [ "$how" = hpc-all ]; then
@@ -105,8 +114,10 @@ first = runs[order[0]][0]
 print(f"# fft3d {first['n']}^3 complex, grid {first['grid']}, {first['ranks']} ranks, "
       f"{first['batches']} batches per transpose, {first['reps']} transforms per run; "
       f"median over {len(runs[order[0]])} runs")
-helpers = {"thread": f", {ranks} progress threads", "proxy": ", 1 proxy process",
-           "proxy-all": ", 1 proxy process"}
+nodes = int(first.get("nodes", 1))
+proxies = "1 proxy process" if nodes == 1 else f"{nodes} proxy processes (one per node)"
+helpers = {"thread": f", {ranks} progress threads", "proxy": f", {proxies}",
+           "proxy-all": f", {proxies}"}
 base = st.median(float(r["median_ms"]) for r in runs.get("blocking", runs[order[0]]))
 print(f"{'variant':10} {'engine':7} {'transposes':10} {'ms/FFT':>8} {'best ms':>8} {'cpu ms':>8} "
       f"{'vs blocking':>11} {'max rel err':>11} {'cores':>5}  processes")

@@ -18,6 +18,13 @@
 #   NO_BUILD=1 uses the release binaries already built (benches/offload.sh does),
 #   from BIN (default target/release; benches/device.sh points it at its bundle).
 #   EXTRA="--sizes 65536 --colls alltoall" passes options to every run.
+#   BEFORE=DIR: the binaries of another build (e.g. main's) run too, alternating
+#   with BIN's every round (the order flips), their engines named `inline@before`,
+#   `proxy@before`, ...: a before/after comparison from one run (with LAUNCH,
+#   DIR as the launched processes see it).
+#   LAUNCH="CMD ..." starts every run with CMD instead of `hpc run -n N` and
+#   mpirun (e.g. the Docker cluster's srun: benches/offload-cluster.sh), with BIN
+#   the binaries' folder as the launched processes see it.
 set -eu
 cd "$(dirname "$0")/.."
 ITERS="${1:-50}"
@@ -36,24 +43,44 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
     fi
 fi
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the MPI_I* column is empty" >&2
-echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $N ranks, $ROUNDS rounds, $ITERS iterations"
+echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $N ranks, $ROUNDS rounds, $ITERS iterations${LAUNCH:+; launched by: $LAUNCH}"
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 ours() {
+    if [ -n "${LAUNCH:-}" ]; then
+        # shellcheck disable=SC2086
+        $LAUNCH "$BIN/offload" --iters "$ITERS" $EXTRA >>"$OUT"
+        return
+    fi
     # shellcheck disable=SC2086
     "$BIN/hpc" run -n "$N" -- "$BIN/offload" --iters "$ITERS" $EXTRA >>"$OUT"
 }
 theirs() {
     [ "$MPI" = 1 ] || return 0
+    if [ -n "${LAUNCH:-}" ]; then
+        # shellcheck disable=SC2086
+        $LAUNCH "$BIN/offload" --engine mpi --iters "$ITERS" $EXTRA >>"$OUT"
+        return
+    fi
     # shellcheck disable=SC2086
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         mpirun.openmpi --oversubscribe --bind-to none -n "$N" \
         "$BIN/offload" --engine mpi --iters "$ITERS" $EXTRA >>"$OUT"
 }
+before() {
+    [ -n "${BEFORE:-}" ] || return 0
+    if [ -n "${LAUNCH:-}" ]; then
+        # shellcheck disable=SC2086
+        $LAUNCH "$BEFORE/offload" --iters "$ITERS" $EXTRA
+    else
+        # shellcheck disable=SC2086
+        "$BEFORE/hpc" run -n "$N" -- "$BEFORE/offload" --iters "$ITERS" $EXTRA
+    fi | sed 's/^\(\[[0-9]*\] *\)\{0,1\}row \([a-z]*\) /row \2@before /' >>"$OUT"
+}
 r=0
 while [ "$r" -lt "$ROUNDS" ]; do
     r=$((r + 1))
-    if [ $((r % 2)) = 1 ]; then ours; theirs; else theirs; ours; fi
+    if [ $((r % 2)) = 1 ]; then ours; before; theirs; else theirs; before; ours; fi
     echo "# round $r of $ROUNDS done, load $(cut -d' ' -f1 /proc/loadavg)" >&2
 done
 sed 's/^\[[0-9]*\] *//' "$OUT" | grep '^# \(inline\|thread\|proxy\|mpi\|offload\|a read\)' | sort -u
@@ -68,7 +95,9 @@ for line in open(sys.argv[1]):
     f = re.sub(r"^\[\d+\]\s*", "", line).split()
     if len(f) >= 8 and f[0] == "row":
         rows.setdefault((f[2], int(f[3]), f[1]), []).append([float(x) for x in f[4:]])
-engines = [e for e in ("inline", "thread", "proxy", "mpi") if any(k[2] == e for k in rows)]
+known = ("inline", "thread", "proxy", "mpi")
+names = {k[2] for k in rows}
+engines = [e for e in known if e in names] + [f"{e}@before" for e in known if f"{e}@before" in names]
 def med(k, i):
     v = rows.get(k)
     return st.median(x[i] for x in v) if v else None
@@ -81,7 +110,11 @@ print("# thr-proc = the Thread engine's process CPU (its progress thread too); w
 head = f"{'collective':11} {'size':>7} " + " ".join(f"{'cpu-' + e:>9}" for e in engines)
 clock = st.median(clk) if clk else 0.0
 print(f"# net = both less the clock reads inside the window (about {clock:.1f} us per figure)")
-head += f" {'thr-proc':>9} {'proxy/inl':>9} {'net':>6} " + " ".join(f"{'wall-' + e:>10}" for e in engines)
+ab = "proxy@before" in names and "inline@before" in names
+head += f" {'thr-proc':>9} {'proxy/inl':>9} {'net':>6} "
+if ab:
+    head += f"{'p/i@bef':>9} "
+head += " ".join(f"{'wall-' + e:>10}" for e in engines)
 print(head)
 for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
     for b in sorted({k[1] for k in rows if k[0] == c}):
@@ -92,15 +125,27 @@ for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
         net = f"{'-':>6}"
         if inl and prx is not None and inl > clock:
             net = f"{100 * max(prx - clock, 0) / (inl - clock):5.1f}%"
-        line += f" {ratio} {net} " + " ".join(fmt(med((c, b, e), 2), 10, 1) for e in engines)
+        line += f" {ratio} {net} "
+        if ab:
+            ib, pb = med((c, b, "inline@before"), 0), med((c, b, "proxy@before"), 0)
+            line += (f"{100 * pb / ib:8.1f}% " if ib and pb is not None else f"{'-':>9} ")
+        line += " ".join(fmt(med((c, b, e), 2), 10, 1) for e in engines)
         print(line)
 if any(len(v[0]) >= 7 for v in rows.values()):
     print("# where the Proxy engine's rank CPU goes (us, median over rounds): the post, the")
     print("# tests during the compute, the wait, and the rest (the scope's own bookkeeping)")
-    print(f"{'collective':11} {'size':>7} {'post':>8} {'tests':>8} {'wait':>8} {'rest':>8}")
+    builds = ["proxy"] + (["proxy@before"] if "proxy@before" in names else [])
+    print(f"{'collective':11} {'size':>7} " + " ".join(
+        f"{h + ('' if p == 'proxy' else '@bef'):>10}" for p in builds for h in ("post", "tests", "wait", "rest")))
     for c in ("ialltoall", "iallgather", "ibcast", "iallreduce"):
         for b in sorted({k[1] for k in rows if k[0] == c and k[2] == "proxy"}):
-            k = (c, b, "proxy")
-            post, tests, wait, cpu = med(k, 4), med(k, 5), med(k, 6), med(k, 0)
-            print(f"{c:11} {size(b):>7} {post:8.2f} {tests:8.2f} {wait:8.2f} {cpu - post - tests - wait:8.2f}")
+            line = f"{c:11} {size(b):>7}"
+            for p in builds:
+                k = (c, b, p)
+                if k not in rows:
+                    line += " " + " ".join(f"{'-':>10}" for _ in range(4))
+                    continue
+                post, tests, wait, cpu = med(k, 4), med(k, 5), med(k, 6), med(k, 0)
+                line += f" {post:10.2f} {tests:10.2f} {wait:10.2f} {cpu - post - tests - wait:10.2f}"
+            print(line)
 PY

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::protocol::{Blob, Code, Kind, PROXY_CMD};
-use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
@@ -67,11 +66,15 @@ pub(crate) struct Client {
     /// The set-up link to the proxy this rank started for a communicator that
     /// spans nodes (taken by [`Client::take_link`]).
     link: Mutex<Option<std::os::unix::net::UnixStream>>,
+    /// A pidfd of the proxy, opened at the first liveness check (`None` inside:
+    /// none could be opened; `/proc` is read instead). See [`Client::proxy_dead`].
+    pidfd: std::sync::OnceLock<Option<std::os::fd::OwnedFd>>,
 }
 
 /// How often a waiting rank asks the kernel whether the proxy still lives
 /// (reading `/proc/PID/stat` costs several microseconds, as much as a small
-/// collective, so not on every pass).
+/// collective, so not on every pass), and so the longest it sleeps on its
+/// doorbell at a time: a dead proxy rings nothing.
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
 pub(super) fn proxy_command() -> Command {
@@ -187,6 +190,7 @@ impl Client {
             proxy_gone: false.into(),
             detached: false.into(),
             link: Mutex::new(link),
+            pidfd: std::sync::OnceLock::new(),
         })
     }
 
@@ -322,6 +326,17 @@ impl Client {
         })
     }
 
+    /// Waits for the proxy's answer to `p`: the collective's result.
+    ///
+    /// A waiting rank costs (almost) no CPU: it polls its doorbell for its
+    /// `spin` (zero where the node has no core for the proxy), then blocks in
+    /// the kernel on the doorbell's futex until the proxy, answering, rings it
+    /// (`SLEEP.md`, "A rank waiting for the proxy"). It never yields in a loop:
+    /// on a node where the proxy runs on the ranks' cores, a `sched_yield` that
+    /// finds nothing else to run on its core returns at once, so a yielding
+    /// wait cost the rank its whole length in CPU time. The futex wait is
+    /// bounded by [`LIVENESS_EVERY`] only so that a dead proxy (which rings
+    /// nothing) and the communicator's timeout are noticed.
     pub(crate) fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
         // An answer that is there already costs no clock reading.
         if let Some(r) = self.answer(p, out.as_deref_mut()) {
@@ -329,42 +344,59 @@ impl Client {
         }
         let t0 = Instant::now();
         let mut last_check = t0;
-        // Where the node has no core for the proxy, yield to it before sleeping;
-        // otherwise `wait_ring` polls for the spin time, then sleeps.
-        let backoff = Backoff::new(Duration::ZERO, self.spin.is_zero());
         loop {
+            // Read before looking: a ring after this read moves the doorbell, and
+            // the futex wait below then returns at once.
             let seen = self.board.doorbell(self.me).load(Ordering::SeqCst);
             if let Some(r) = self.answer(p, out.as_deref_mut()) {
                 return r;
             }
-            if last_check.elapsed() >= LIVENESS_EVERY {
-                last_check = Instant::now();
-                if board::pid_dead(self.board.pid(self.proxy)) {
+            let now = Instant::now();
+            if now.duration_since(last_check) >= LIVENESS_EVERY {
+                last_check = now;
+                if self.proxy_dead() {
                     self.proxy_gone.store(true, Ordering::Release);
                 }
             }
             if self.proxy_gone.load(Ordering::Acquire) {
                 return Err(Error::Stopped("proxy"));
             }
-            if t0.elapsed() > self.timeout {
+            let waited = now.duration_since(t0);
+            if waited > self.timeout {
                 return Err(Error::Timeout {
                     after: self.timeout,
                     waiting_for: Vec::new(),
                 });
             }
-            match backoff.pause() {
-                Pause::Spin | Pause::Yield => {
-                    if self.board.doorbell(self.me).load(Ordering::Acquire) == seen {
-                        std::thread::yield_now();
-                    }
-                }
-                // The futex wait is bounded only so that the proxy's liveness is
-                // checked (a dead proxy rings no doorbell).
-                Pause::Sleep => {
-                    self.board
-                        .wait_ring(self.me, seen, self.spin, Duration::from_millis(10))
-                }
+            let nap = LIVENESS_EVERY.min(self.timeout - waited);
+            self.board
+                .wait_ring(self.me, seen, self.spin.saturating_sub(waited), nap);
+        }
+    }
+
+    /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
+    /// (readable once it has exited, reaped or not), a system call of well
+    /// under a microsecond where a read of `/proc/PID/stat` costs several,
+    /// paid by a waiting rank at every [`LIVENESS_EVERY`]; `/proc` where no
+    /// pidfd could be opened (an old kernel, a filter).
+    fn proxy_dead(&self) -> bool {
+        let pid = self.board.pid(self.proxy);
+        if pid == 0 {
+            return false;
+        }
+        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, a timeout of 0: poll only reads and
+                // writes `p` and returns at once.
+                let n = unsafe { libc::poll(&mut p, 1, 0) };
+                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
             }
+            None => board::pid_dead(pid),
         }
     }
 
@@ -410,6 +442,19 @@ impl Client {
             std::process::abort();
         }
     }
+}
+
+/// A pidfd for process `pid`, if the kernel gives one (`None` also when the
+/// process is gone already: `/proc` then says so).
+fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = std::os::fd::RawFd::try_from(fd)
+        .ok()
+        .filter(|&fd| fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
 }
 
 impl Client {
@@ -485,5 +530,89 @@ mod tests {
         assert!(lock(&c.state).done.is_empty());
         c.discard(&a);
         assert!(lock(&c.state).done.is_empty());
+    }
+
+    /// The proxy's death is seen through its pidfd, whether or not its parent
+    /// has reaped it yet.
+    #[test]
+    fn a_dead_proxy_is_seen_through_its_pidfd() {
+        let path = std::env::temp_dir().join(format!("hpc-proxy-pidfd-{}", std::process::id()));
+        let board = Arc::new(Board::create(&path, 2).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let c = Client::start(
+            board.clone(),
+            0,
+            1,
+            &Options::default(),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            false,
+            (false, false),
+        )
+        .unwrap();
+        assert!(!c.proxy_dead(), "no proxy published yet");
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        board.set_pid(1, child.id());
+        assert!(!c.proxy_dead());
+        assert!(
+            c.pidfd.get().is_some_and(Option::is_some),
+            "a pidfd was opened"
+        );
+        child.kill().unwrap();
+        // Not reaped yet: a zombie counts as dead.
+        let t0 = Instant::now();
+        while !c.proxy_dead() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the death was not seen"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.wait().unwrap();
+        assert!(c.proxy_dead());
+    }
+}
+
+/// Loom model of a rank waiting for the proxy's answer (the argument is in
+/// `SLEEP.md`, "A rank waiting for the proxy"): the real [`Client::wait`], with
+/// no spin, against a proxy thread that pushes the answer and rings. Loom's
+/// futex has no timeout, so a lost wake-up is reported as a deadlock.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+
+    #[test]
+    fn loom_waiting_rank_is_woken_by_the_proxys_answer() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            // Rank 0 of 1; slot 1 is the proxy's (its pid stays 0: never found dead).
+            let board = Arc::new(Board::in_memory(2));
+            let c = Client::start(
+                board.clone(),
+                0,
+                1,
+                &Options::default(),
+                Duration::from_secs(3600),
+                Duration::ZERO,
+                false,
+                (false, false),
+            )
+            .unwrap();
+            let p = Pending {
+                seq: 7,
+                _blob: Vec::new(),
+                stage: None,
+                direct: true,
+                finished: false.into(),
+            };
+            let proxy = board.clone();
+            let t = loom::thread::spawn(move || {
+                assert!(proxy.push(1, 0, Kind::Done.desc(7, Code::Ok as u64, 0)));
+                proxy.ring(0);
+            });
+            assert!(c.wait(&p, None).is_ok());
+            t.join().unwrap();
+        });
     }
 }
