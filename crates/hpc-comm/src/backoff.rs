@@ -3,10 +3,9 @@
 //! rank's `wait` on its own path and the proxy waiting for work. What
 //! "sleep" means stays with each (a futex on the doorbell, or a short timed
 //! sleep where completions ring no doorbell); when each phase ends is decided
-//! here. A rank waiting for the proxy's answer does not yield: it blocks on
-//! its doorbell at once (after its spin), since a yield that finds nothing
-//! else to run on its core costs the rank CPU for the whole wait
-//! (`proxy/client.rs`, `SLEEP.md`).
+//! here. A rank waiting for the proxy's answer yields for up to
+//! [`YIELD_FOR`] where the node has no core for the proxy, then blocks on its
+//! doorbell (`proxy/client.rs`, `SLEEP.md`).
 
 use std::time::{Duration, Instant};
 
@@ -21,10 +20,10 @@ use std::time::{Duration, Instant};
 /// for the other ranks' posts. On 2 ranks and 2 cores, blocking 1 KiB
 /// collectives went from 93–153 µs to 35–85 µs when the ranks yielded, and
 /// pure 1 KiB times from 15–41 µs to 16–32 µs (allreduce 27–32 → 18–21) when
-/// the proxy yielded too. The ranks no longer yield for the proxy's answer:
-/// where the proxy runs on the other core, every `sched_yield` returns at
-/// once and the wait cost the rank its whole length in CPU time, which is
-/// what offloading is to save (`proxy/client.rs`). A yielding process that nobody waits for costs the
+/// the proxy yielded too. The price: where the proxy runs on the other core,
+/// every `sched_yield` returns at once and the wait costs the rank its whole
+/// length in CPU time; blocking at once instead made the Proxy engine's pure
+/// 1 MiB times 1.1–1.6× longer (`SLEEP.md`). A yielding process that nobody waits for costs the
 /// others a context switch per time slice, hence the bound. A rank polling
 /// the network yields for as long, because the transport's reader thread may
 /// need its core.
