@@ -50,7 +50,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
 use crate::op::{DataType, ReduceOp};
-use crate::schedule::{own_copy, Region, Schedule, Step};
+use crate::schedule::{own_copy, BufferId, Region, Schedule, Step};
 
 /// What a message (or a piece of one) tells the interpreter.
 pub trait Arrival {
@@ -61,6 +61,55 @@ pub trait Arrival {
 impl Arrival for Vec<u8> {
     fn total(&self) -> usize {
         self.len()
+    }
+}
+
+/// A rank's three buffers held in the driver's own memory: the simulator's
+/// ranks, and the DPU proxy's copy of a rank's buffers after it fetched them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Buffers {
+    /// The send (input) buffer.
+    pub send: Vec<u8>,
+    /// The receive (output) buffer.
+    pub recv: Vec<u8>,
+    /// The schedule's scratch.
+    pub scratch: Vec<u8>,
+}
+
+/// A region that does not lie inside its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("region {0} outside its buffer")]
+pub struct OutOfBounds(pub Region);
+
+impl Buffers {
+    /// The whole of buffer `b`.
+    pub fn buf(&self, b: BufferId) -> &[u8] {
+        match b {
+            BufferId::Send => &self.send,
+            BufferId::Recv => &self.recv,
+            BufferId::Scratch => &self.scratch,
+        }
+    }
+
+    /// The whole of buffer `b`, writable.
+    pub fn buf_mut(&mut self, b: BufferId) -> &mut [u8] {
+        match b {
+            BufferId::Send => &mut self.send,
+            BufferId::Recv => &mut self.recv,
+            BufferId::Scratch => &mut self.scratch,
+        }
+    }
+
+    /// The bytes of `r`.
+    pub fn read(&self, r: Region) -> Result<&[u8], OutOfBounds> {
+        self.buf(r.buf).get(r.offset..r.end()).ok_or(OutOfBounds(r))
+    }
+
+    /// The bytes of `r`, writable.
+    pub fn write(&mut self, r: Region) -> Result<&mut [u8], OutOfBounds> {
+        self.buf_mut(r.buf)
+            .get_mut(r.offset..r.end())
+            .ok_or(OutOfBounds(r))
     }
 }
 

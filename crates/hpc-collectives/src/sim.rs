@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use crate::interp::{Action, InterpError, Machine, Matcher, Memory};
+use crate::interp::{Action, Buffers, InterpError, Machine, Matcher, Memory};
 use crate::op::{CustomOps, DataType, ReduceError, ReduceOp};
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
@@ -291,42 +291,13 @@ struct Channel {
     recvs: usize,
 }
 
-struct RankState {
-    send: Vec<u8>,
-    recv: Vec<u8>,
-    scratch: Vec<u8>,
-}
-
-impl RankState {
-    fn buf(&self, b: BufferId) -> &[u8] {
-        match b {
-            BufferId::Send => &self.send,
-            BufferId::Recv => &self.recv,
-            BufferId::Scratch => &self.scratch,
-        }
-    }
-
-    fn buf_mut(&mut self, b: BufferId) -> &mut [u8] {
-        match b {
-            BufferId::Send => &mut self.send,
-            BufferId::Recv => &mut self.recv,
-            BufferId::Scratch => &mut self.scratch,
-        }
-    }
-
-    fn read(&self, r: Region) -> &[u8] {
-        &self.buf(r.buf)[r.offset..r.end()]
-    }
-
-    fn write(&mut self, r: Region) -> &mut [u8] {
-        &mut self.buf_mut(r.buf)[r.offset..r.end()]
-    }
-}
+/// Every region of a schedule lies in its buffer: [`check`] ran first.
+const CHECKED: &str = "regions were checked before the run";
 
 /// A rank's buffers as the interpreter's [`Memory`] (regions were checked
 /// by [`check`] before the run).
 struct SimMem<'a> {
-    st: &'a mut RankState,
+    st: &'a mut Buffers,
     custom: &'a CustomOps,
 }
 
@@ -334,8 +305,8 @@ impl Memory for SimMem<'_> {
     type Error = ReduceError;
 
     fn copy(&mut self, src: Region, dst: Region) -> Result<(), ReduceError> {
-        let data = self.st.read(src).to_vec();
-        self.st.write(dst).copy_from_slice(&data);
+        let data = self.st.read(src).expect(CHECKED).to_vec();
+        self.st.write(dst).expect(CHECKED).copy_from_slice(&data);
         Ok(())
     }
 
@@ -346,8 +317,9 @@ impl Memory for SimMem<'_> {
         src: Region,
         dst: Region,
     ) -> Result<(), ReduceError> {
-        let data = self.st.read(src).to_vec();
-        self.custom.apply(op, dtype, &data, self.st.write(dst))
+        let data = self.st.read(src).expect(CHECKED).to_vec();
+        self.custom
+            .apply(op, dtype, &data, self.st.write(dst).expect(CHECKED))
     }
 }
 
@@ -385,10 +357,10 @@ pub fn run_with(
         stats.max_bytes_per_rank = stats.max_bytes_per_rank.max(s.bytes_sent());
     }
 
-    let mut ranks: Vec<RankState> = inputs
+    let mut ranks: Vec<Buffers> = inputs
         .into_iter()
         .zip(schedules)
-        .map(|(b, s)| RankState {
+        .map(|(b, s)| Buffers {
             send: b.send,
             recv: b.recv,
             scratch: vec![0xA5; s.scratch_bytes],
@@ -443,7 +415,10 @@ pub fn run_with(
                 None => break,
                 Some(Action::Complete) => remaining -= 1,
                 Some(Action::Send { peer, tag, region }) => {
-                    matcher.arrived((rank, peer, tag), ranks[rank].read(region).to_vec());
+                    matcher.arrived(
+                        (rank, peer, tag),
+                        ranks[rank].read(region).expect(CHECKED).to_vec(),
+                    );
                     let ch = chans.entry((rank, peer, tag)).or_default();
                     let seq = ch.sends;
                     ch.sends += 1;
@@ -466,7 +441,10 @@ pub fn run_with(
                 Some(Action::Land {
                     region, arrival, ..
                 }) => {
-                    ranks[rank].write(region).copy_from_slice(&arrival);
+                    ranks[rank]
+                        .write(region)
+                        .expect(CHECKED)
+                        .copy_from_slice(&arrival);
                     machines[rank].copied(arrival.len());
                 }
             }

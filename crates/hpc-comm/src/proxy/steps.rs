@@ -13,46 +13,22 @@
 
 use std::collections::HashMap;
 
-use hpc_collectives::interp::{Action, InterpError, Machine, Matcher, Memory};
-use hpc_collectives::{apply_reduce, BufferId, DataType, ReduceOp, Region, Schedule};
+use hpc_collectives::interp::{Action, Buffers, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::{apply_reduce, DataType, ReduceOp, Region, Schedule};
 
 /// A channel: (source, destination, tag).
 type Chan = (usize, usize, u32);
 
-/// One rank's buffers in the proxy's memory.
-struct Bufs {
-    send: Vec<u8>,
-    recv: Vec<u8>,
-    scratch: Vec<u8>,
-}
+/// One rank's buffers in the proxy's memory, as the interpreter's memory.
+struct Bufs(Buffers);
 
 impl Bufs {
-    fn buf(&self, b: BufferId) -> &[u8] {
-        match b {
-            BufferId::Send => &self.send,
-            BufferId::Recv => &self.recv,
-            BufferId::Scratch => &self.scratch,
-        }
-    }
-
-    fn buf_mut(&mut self, b: BufferId) -> &mut [u8] {
-        match b {
-            BufferId::Send => &mut self.send,
-            BufferId::Recv => &mut self.recv,
-            BufferId::Scratch => &mut self.scratch,
-        }
-    }
-
     fn read(&self, r: Region) -> Result<&[u8], String> {
-        self.buf(r.buf)
-            .get(r.offset..r.end())
-            .ok_or_else(|| format!("region {r} outside its buffer"))
+        self.0.read(r).map_err(|e| e.to_string())
     }
 
     fn write(&mut self, r: Region) -> Result<&mut [u8], String> {
-        self.buf_mut(r.buf)
-            .get_mut(r.offset..r.end())
-            .ok_or_else(|| format!("region {r} outside its buffer"))
+        self.0.write(r).map_err(|e| e.to_string())
     }
 }
 
@@ -131,11 +107,11 @@ impl Run {
         let ranks = parts
             .into_iter()
             .map(|(sched, send, recv)| RankRun {
-                mem: Bufs {
+                mem: Bufs(Buffers {
                     send,
                     recv,
                     scratch: vec![0xA5; sched.scratch_bytes],
-                },
+                }),
                 m: Machine::new(&sched, false),
                 sched,
             })
@@ -240,7 +216,7 @@ impl Run {
 
     /// The receive buffers of this node's ranks, in the order of `new`'s parts.
     pub(super) fn into_recvs(self) -> Vec<Vec<u8>> {
-        self.ranks.into_iter().map(|r| r.mem.recv).collect()
+        self.ranks.into_iter().map(|r| r.mem.0.recv).collect()
     }
 }
 
