@@ -55,7 +55,7 @@ use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
 use hpc_runtime::{Coordinator, World};
 use serde::{Deserialize, Serialize};
 
-use super::net::{closed, watch_each_other, Hello, ProxyNet, TRAILER};
+use super::net::{closed, read_name, watch_each_other, Hello, ProxyNet, TRAILER};
 use super::protocol::Code;
 use super::steps::{Run, RunError};
 use crate::backoff::{Backoff, Pause};
@@ -426,19 +426,10 @@ fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result<Wat
     l.set_nonblocking(true).map_err(|e| io("watch", e))?;
     while ranks.iter().any(Option::is_none) {
         match l.accept() {
-            Ok((mut s, from)) => {
-                let mut b = [0u8; 8];
-                let named = s
-                    .set_nonblocking(false)
-                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
-                    .and_then(|_| s.read_exact(&mut b))
-                    .and_then(|_| s.set_nonblocking(true));
-                let r = u64::from_le_bytes(b) as usize;
-                match named {
-                    Ok(()) if r < ranks.len() && ranks[r].is_none() => ranks[r] = Some(s),
-                    _ => tracing::warn!(%from, "DPU proxy: refused a watch connection"),
-                }
-            }
+            Ok((mut s, from)) => match read_name(&mut s) {
+                Ok(r) if r < ranks.len() && ranks[r].is_none() => ranks[r] = Some(s),
+                _ => tracing::warn!(%from, "DPU proxy: refused a watch connection"),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
                     let missing: Vec<usize> =

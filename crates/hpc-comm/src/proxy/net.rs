@@ -325,19 +325,10 @@ pub(super) fn watch_each_other(
     l.set_nonblocking(true).map_err(|e| io("watch", e))?;
     while (me + 1..n).any(|p| watch[p].is_none()) {
         match l.accept() {
-            Ok((mut s, from)) => {
-                let mut b = [0u8; 8];
-                let named = s
-                    .set_nonblocking(false)
-                    .and_then(|_| s.set_read_timeout(Some(Duration::from_secs(5))))
-                    .and_then(|_| s.read_exact(&mut b))
-                    .and_then(|_| s.set_nonblocking(true));
-                let p = u64::from_le_bytes(b) as usize;
-                match named {
-                    Ok(()) if p > me && p < n && watch[p].is_none() => watch[p] = Some(s),
-                    _ => tracing::warn!(%from, "proxy: refused a watch connection"),
-                }
-            }
+            Ok((mut s, from)) => match read_name(&mut s) {
+                Ok(p) if p > me && p < n && watch[p].is_none() => watch[p] = Some(s),
+                _ => tracing::warn!(%from, "proxy: refused a watch connection"),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
                     return Err(Error::transport(format!(
@@ -785,6 +776,18 @@ impl ProxyNet {
             }
         }
     }
+}
+
+/// Reads the 8-byte little-endian name (a rank or node index) that opens a
+/// watch connection, within 5 s, and leaves the stream non-blocking.
+pub(super) fn read_name(s: &mut std::net::TcpStream) -> std::io::Result<usize> {
+    use std::io::Read as _;
+    let mut b = [0u8; 8];
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.read_exact(&mut b)?;
+    s.set_nonblocking(true)?;
+    Ok(u64::from_le_bytes(b) as usize)
 }
 
 #[cfg(test)]
