@@ -499,6 +499,23 @@ impl Drop for Pending {
 }
 
 #[cfg(test)]
+/// A client that starts no proxy: rank `me` of `size`, no spin, no own
+/// copies, on the host path.
+fn non_starter(board: Arc<Board>, me: usize, size: usize, timeout: Duration) -> Client {
+    Client::start(
+        board,
+        me,
+        size,
+        &Options::default(),
+        timeout,
+        Duration::ZERO,
+        false,
+        (false, false),
+    )
+    .unwrap()
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -508,17 +525,7 @@ mod tests {
         let board = Arc::new(Board::create(&path, 3).unwrap());
         std::fs::remove_file(&path).unwrap();
         // Rank 1 of 2: starts no proxy.
-        let c = Client::start(
-            board,
-            1,
-            2,
-            &Options::default(),
-            Duration::from_secs(5),
-            Duration::ZERO,
-            false,
-            (false, false),
-        )
-        .unwrap();
+        let c = non_starter(board, 1, 2, Duration::from_secs(5));
         let pending = |seq| Pending {
             seq,
             _blob: Vec::new(),
@@ -553,17 +560,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("hpc-proxy-pidfd-{}", std::process::id()));
         let board = Arc::new(Board::create(&path, 2).unwrap());
         std::fs::remove_file(&path).unwrap();
-        let c = Client::start(
-            board.clone(),
-            0,
-            1,
-            &Options::default(),
-            Duration::from_secs(5),
-            Duration::ZERO,
-            false,
-            (false, false),
-        )
-        .unwrap();
+        let c = non_starter(board.clone(), 0, 1, Duration::from_secs(5));
         assert!(!c.proxy_dead(), "no proxy published yet");
         let mut child = Command::new("sleep").arg("60").spawn().unwrap();
         board.set_pid(1, child.id());
@@ -602,17 +599,7 @@ mod loom_models {
         b.check(|| {
             // Rank 0 of 1; slot 1 is the proxy's (its pid stays 0: never found dead).
             let board = Arc::new(Board::in_memory(2));
-            let c = Client::start(
-                board.clone(),
-                0,
-                1,
-                &Options::default(),
-                Duration::from_secs(3600),
-                Duration::ZERO,
-                false,
-                (false, false),
-            )
-            .unwrap();
+            let c = non_starter(board.clone(), 0, 1, Duration::from_secs(3600));
             let p = Pending {
                 seq: 7,
                 _blob: Vec::new(),
