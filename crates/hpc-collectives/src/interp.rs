@@ -111,6 +111,43 @@ impl Buffers {
             .get_mut(r.offset..r.end())
             .ok_or(OutOfBounds(r))
     }
+
+    /// The bytes of `src` and, writable, those of `dst`, without a copy: what
+    /// a copy or a reduction between two regions needs. Two regions of one
+    /// buffer must not overlap (the schedule contract); `dst` is refused if
+    /// they do.
+    pub fn src_dst(&mut self, src: Region, dst: Region) -> Result<(&[u8], &mut [u8]), OutOfBounds> {
+        self.read(src)?;
+        self.write(dst)?;
+        let (s, d) = (src.offset..src.end(), dst.offset..dst.end());
+        if src.buf == dst.buf {
+            let buf = self.buf_mut(src.buf);
+            return if s.end <= d.start {
+                let (lo, hi) = buf.split_at_mut(d.start);
+                Ok((&lo[s], &mut hi[..d.len()]))
+            } else if d.end <= s.start {
+                let (lo, hi) = buf.split_at_mut(s.start);
+                Ok((&hi[..s.len()], &mut lo[d]))
+            } else {
+                Err(OutOfBounds(dst))
+            };
+        }
+        let Buffers {
+            send,
+            recv,
+            scratch,
+        } = self;
+        let (a, b): (&[u8], &mut [u8]) = match (src.buf, dst.buf) {
+            (BufferId::Send, BufferId::Recv) => (send, recv),
+            (BufferId::Send, BufferId::Scratch) => (send, scratch),
+            (BufferId::Recv, BufferId::Send) => (recv, send),
+            (BufferId::Recv, BufferId::Scratch) => (recv, scratch),
+            (BufferId::Scratch, BufferId::Send) => (scratch, send),
+            (BufferId::Scratch, BufferId::Recv) => (scratch, recv),
+            _ => unreachable!("the same buffer is handled above"),
+        };
+        Ok((&a[s], &mut b[d]))
+    }
 }
 
 /// The driver's access to one operation's buffers: the local steps of a

@@ -542,3 +542,43 @@ fn a_land_must_be_answered_before_the_next_poll() {
     let _ = m.poll(&s[1], &mut mem, &mut matcher, key); // Land
     let _ = m.poll(&s[1], &mut mem, &mut matcher, key);
 }
+
+/// `Buffers::src_dst` lends both regions without a copy: across buffers, and
+/// within one in either order; overlapping or out-of-bounds regions are refused.
+#[test]
+fn buffers_lend_a_source_and_a_destination_without_a_copy() {
+    use hpc_collectives::interp::{Buffers, OutOfBounds};
+    use hpc_collectives::{BufferId, Region};
+    let mut b = Buffers {
+        send: vec![1, 2, 3, 4],
+        recv: vec![0; 4],
+        scratch: vec![9; 4],
+    };
+    let r = |buf, offset, len| Region::new(buf, offset, len);
+    let (s, d) = b
+        .src_dst(r(BufferId::Send, 1, 2), r(BufferId::Recv, 0, 2))
+        .unwrap();
+    d.copy_from_slice(s);
+    assert_eq!(b.recv, [2, 3, 0, 0]);
+    let (s, d) = b
+        .src_dst(r(BufferId::Recv, 0, 2), r(BufferId::Recv, 2, 2))
+        .unwrap();
+    d.copy_from_slice(s);
+    assert_eq!(b.recv, [2, 3, 2, 3]);
+    let (s, d) = b
+        .src_dst(r(BufferId::Scratch, 2, 2), r(BufferId::Scratch, 0, 2))
+        .unwrap();
+    assert_eq!(s, [9, 9]);
+    d.copy_from_slice(&[7, 7]);
+    assert_eq!(b.scratch, [7, 7, 9, 9]);
+    let over = r(BufferId::Recv, 1, 2);
+    assert_eq!(
+        b.src_dst(r(BufferId::Recv, 0, 2), over).unwrap_err(),
+        OutOfBounds(over)
+    );
+    let outside = r(BufferId::Send, 3, 2);
+    assert_eq!(
+        b.src_dst(outside, r(BufferId::Recv, 0, 2)).unwrap_err(),
+        OutOfBounds(outside)
+    );
+}

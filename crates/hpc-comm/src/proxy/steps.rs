@@ -36,8 +36,8 @@ impl Memory for Bufs {
     type Error = String;
 
     fn copy(&mut self, src: Region, dst: Region) -> Result<(), String> {
-        let data = self.read(src)?.to_vec();
-        self.write(dst)?.copy_from_slice(&data);
+        let (from, to) = self.0.src_dst(src, dst).map_err(|e| e.to_string())?;
+        to.copy_from_slice(from);
         Ok(())
     }
 
@@ -48,8 +48,8 @@ impl Memory for Bufs {
         src: Region,
         dst: Region,
     ) -> Result<(), String> {
-        let data = self.read(src)?.to_vec();
-        apply_reduce(op, dtype, &data, self.write(dst)?).map_err(|e| e.to_string())
+        let (from, to) = self.0.src_dst(src, dst).map_err(|e| e.to_string())?;
+        apply_reduce(op, dtype, from, to).map_err(|e| e.to_string())
     }
 }
 
