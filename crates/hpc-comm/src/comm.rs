@@ -1045,17 +1045,26 @@ impl Comm {
         members.sort();
         let members: Vec<usize> = members.into_iter().map(|(_, r)| r).collect();
         let rank = members.iter().position(|&r| r == self.rank).unwrap_or(0);
-        self.splits.fetch_add(1, Ordering::Relaxed);
+        let index = self.splits.fetch_add(1, Ordering::Relaxed);
         let world_ranks = members.iter().map(|&m| self.world_ranks[m]).collect();
-        if let Some(driver) = self.driver.split(color, key) {
-            return Ok(Comm::assemble(
+        let split = engines::Split {
+            color,
+            key,
+            members: &members,
+            rank,
+            index,
+        };
+        if let Some(driver) = self.driver.split(&split) {
+            let mut comm = Comm::assemble(
                 rank,
                 world_ranks,
                 self.opts.clone(),
                 self.timeout,
                 driver?,
                 self.progress_note.clone(),
-            ));
+            );
+            comm.nodes = members.iter().map(|&m| self.nodes[m]).collect();
+            return Ok(comm);
         }
         let boot = SubBoot {
             parent: self,

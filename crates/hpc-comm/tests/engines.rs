@@ -116,6 +116,8 @@ fn child_entry() {
         "dpu_registered" => dpu::registered(&world),
         "dpu_node_death" => dpu::node_death(&world),
         "dpu_cancel" => dpu::cancel(&world),
+        "dpu_split" => dpu::split(&world),
+        "dpu_split_death" => dpu::split_death(&world),
         o => panic!("unknown scenario {o}"),
     }
     eprintln!("{CHILD_OK} rank {rank} {s}");
@@ -1564,7 +1566,7 @@ mod dpu {
         let comm = Comm::with_options(world, options()).unwrap();
         check_all(&comm, Engine::Proxy);
         // Several outstanding, waited for out of order, and a sub-communicator
-        // (with a proxy of its own).
+        // (served by the same proxies).
         let sub = comm.split((comm.rank() % 2) as u32, 0).unwrap();
         let a = vec![comm.rank() as i64; 3000];
         let mut ra = vec![0i64; 3000];
@@ -1826,6 +1828,195 @@ mod dpu {
         assert!(recv[..1000].iter().all(|&x| x == 1) && recv[1000..].iter().all(|&x| x == 2));
     }
 
+    /// Posts `coll` on `comm` (not waited for).
+    fn post<'a>(
+        comm: &'a Comm,
+        coll: &Collective,
+        send: &'a [i64],
+        recv: &'a mut Vec<i64>,
+    ) -> hpc_comm::Request<'a> {
+        let r = match coll {
+            Collective::Barrier => comm.ibarrier(),
+            Collective::Broadcast { root, .. } => comm.ibcast(recv, *root),
+            Collective::Gather { root, .. } => comm.igather(send, recv, *root),
+            Collective::Scatter { root, .. } => comm.iscatter(send, recv, *root),
+            Collective::Allgather { .. } => comm.iallgather(send, recv),
+            Collective::Allgatherv { counts, .. } => comm.iallgatherv(send, recv, counts),
+            Collective::Alltoall { .. } => comm.ialltoall(send, recv),
+            Collective::Reduce { root, op, .. } => comm.ireduce(send, recv, *op, *root),
+            Collective::Allreduce { op, .. } => comm.iallreduce(send, recv, *op),
+            Collective::ReduceScatter { counts, op, .. } => {
+                comm.ireduce_scatter(send, recv, counts, *op)
+            }
+            _ => unreachable!("not a case"),
+        };
+        r.unwrap_or_else(|e| panic!("posting {coll:?} on rank {}: {e}", comm.rank()))
+    }
+
+    /// The proxies this rank started: its children, none where a standing
+    /// DPU service starts them.
+    fn proxies_started() -> usize {
+        super::children().len()
+    }
+
+    /// Whether this rank is its node's first (the one that starts the
+    /// node's proxy).
+    fn first_on_node(world: &World) -> bool {
+        (0..world.size()).find(|&r| world.node_of(r) == world.node()) == Some(world.rank())
+    }
+
+    /// Splits of a DPU-placed communicator share the nodes' proxies: by node,
+    /// by parity (in reverse order of rank), unevenly, and a split of a split,
+    /// each running every collective against the simulator's results; then
+    /// collectives of the parent and of every group in flight at once (posted
+    /// in a different order on odd ranks, waited for in reverse); no split
+    /// starts a proxy (each node's first rank keeps its one child).
+    pub(super) fn split(world: &World) {
+        let comm = Comm::with_options(world, options()).unwrap();
+        let service = std::env::var_os("HPC_COLL_PROXY_DPU_HOST").is_some();
+        let want = usize::from(first_on_node(world) && !service);
+        assert_eq!(proxies_started(), want, "before any split");
+        let (me, n) = (comm.rank(), comm.size());
+        let by_node = comm.split(world.node() as u32, 0).unwrap();
+        let by_parity = comm.split((me % 2) as u32, -(me as i64)).unwrap();
+        let uneven = comm.split(u32::from(me + 1 == n), 0).unwrap();
+        let nested = by_parity.split((by_parity.rank() % 2) as u32, 0).unwrap();
+        assert_eq!(by_node.size(), world.local_size());
+        assert_eq!(by_parity.size(), (n + 1 - me % 2) / 2);
+        // Reversed: the highest rank of each parity is its rank 0.
+        assert_eq!(
+            by_parity.world_rank(0),
+            (0..n).rev().find(|r| r % 2 == me % 2).unwrap()
+        );
+        assert_eq!(proxies_started(), want, "a split started a proxy");
+        let opts = hpc_collectives::Options::default();
+        let subs = [
+            ("by node", &by_node),
+            ("by parity", &by_parity),
+            ("uneven", &uneven),
+            ("nested", &nested),
+        ];
+        for (name, sub) in subs {
+            let (r, k) = (sub.rank(), sub.size());
+            for kind in CollectiveKind::ALL {
+                for count in [3usize, 1000] {
+                    let Some(coll) = case(kind, k, count) else {
+                        continue;
+                    };
+                    let (send, mut recv) = inputs(&coll, r, k);
+                    run(sub, &coll, &send, &mut recv, false);
+                    let want = reference(&coll, r, k, &opts);
+                    assert_eq!(recv, want, "{name} {coll:?} rank {r}/{k} (world {me})");
+                }
+            }
+        }
+        // Parent and groups in flight at once, each a few collectives, so
+        // that the proxies hold several communicators' collectives of the
+        // same sequence numbers together.
+        // (communicator's index, name, communicator, collective)
+        let mut work: Vec<(usize, &str, &Comm, Collective)> = Vec::new();
+        for round in 0..2 {
+            let count = 500 + round * 1500;
+            let all = [("parent", &comm)].into_iter().chain(subs);
+            for (ci, (name, c)) in all.enumerate() {
+                let k = c.size();
+                for kind in [
+                    CollectiveKind::Alltoall,
+                    CollectiveKind::Allreduce,
+                    CollectiveKind::Allgatherv,
+                    CollectiveKind::Broadcast,
+                ] {
+                    work.push((ci, name, c, case(kind, k, count).unwrap()));
+                }
+            }
+        }
+        let mut bufs: Vec<(Vec<i64>, Vec<i64>)> = work
+            .iter()
+            .map(|(_, _, c, coll)| inputs(coll, c.rank(), c.size()))
+            .collect();
+        let mut order: Vec<usize> = (0..work.len()).collect();
+        if me % 2 == 1 {
+            // Another interleaving of the communicators (each one's own order
+            // kept, as collectives require).
+            order.sort_by_key(|&i| (std::cmp::Reverse(work[i].0), i));
+        }
+        let mut slots: Vec<Option<&mut (Vec<i64>, Vec<i64>)>> = bufs.iter_mut().map(Some).collect();
+        let mut reqs = Vec::new();
+        for &i in &order {
+            let (send, recv) = slots[i].take().unwrap();
+            let (_, _, c, coll) = &work[i];
+            reqs.push(post(c, coll, send, recv));
+        }
+        for r in reqs.into_iter().rev() {
+            r.wait().unwrap();
+        }
+        for (i, (_, name, c, coll)) in work.iter().enumerate() {
+            let want = reference(coll, c.rank(), c.size(), &opts);
+            assert_eq!(
+                bufs[i].1,
+                want,
+                "{name} {coll:?} in flight with the others, rank {}/{} (world {me})",
+                c.rank(),
+                c.size()
+            );
+        }
+        // A group outlives its parent: the link stays while any uses it.
+        drop(comm);
+        let mut r = [0i64; 4];
+        uneven.allreduce(&[1i64; 4], &mut r, ReduceOp::Sum).unwrap();
+        assert_eq!(r, [uneven.size() as i64; 4]);
+        assert_eq!(proxies_started(), want, "the proxies at the end");
+    }
+
+    /// A killed proxy fails every communicator that uses it: node 1's first
+    /// rank kills its node's proxy (its one child, the proxy of the world's
+    /// communicator and of its splits); on node 1 the world's communicator,
+    /// a group across nodes and the node's own group fail naming the proxy;
+    /// on node 0 the first two name node 1, and node 0's own group, which
+    /// does not need node 1, goes on.
+    pub(super) fn split_death(world: &World) {
+        let mut o = options();
+        o.timeout = Some(Duration::from_secs(10));
+        let comm = Comm::with_options(world, o).unwrap();
+        let me = comm.rank();
+        let across = comm.split((me / 2) as u32, 0).unwrap();
+        let by_node = comm.split(world.node() as u32, 0).unwrap();
+        assert!(world.node_count() == 2 && comm.size() == 4);
+        let mut r = [0i64; 8];
+        across.allreduce(&[1i64; 8], &mut r, ReduceOp::Sum).unwrap();
+        by_node
+            .allreduce(&[1i64; 8], &mut r, ReduceOp::Sum)
+            .unwrap();
+        world.barrier().unwrap();
+        let t0 = Instant::now();
+        if world.node() == 1 {
+            if first_on_node(world) {
+                let kids = super::children();
+                assert_eq!(kids.len(), 1, "one child, the proxy: {kids:?}");
+                // SAFETY: plain kill(2) of our own child.
+                assert_eq!(unsafe { libc::kill(kids[0], libc::SIGKILL) }, 0);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            for (name, c) in [("world", &comm), ("across", &across), ("by node", &by_node)] {
+                let err = c.allreduce(&[1i64; 8], &mut r, ReduceOp::Sum).unwrap_err();
+                assert!(matches!(err, Error::Stopped("proxy")), "{name}: {err}");
+                eprintln!("OK {name}: {err}");
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            for (name, c) in [("across", &across), ("world", &comm)] {
+                let err = c.allreduce(&[1i64; 8], &mut r, ReduceOp::Sum).unwrap_err();
+                assert!(matches!(err, Error::NodeLost { node: 1 }), "{name}: {err}");
+                eprintln!("OK {name}: {err}");
+            }
+            by_node
+                .allreduce(&[1i64; 8], &mut r, ReduceOp::Sum)
+                .unwrap();
+            assert_eq!(r, [2; 8]);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+
     /// A placement that is neither `host` nor `dpu` is refused by name.
     pub(super) fn refusals(world: &World) {
         let err = Comm::new(world, Engine::Proxy).unwrap_err().to_string();
@@ -1876,6 +2067,41 @@ fn dpu_placement_a_killed_proxy_fails_its_node_and_names_it_to_the_others() {
     // DPU placement makes no segment at all: any file naming a pid of the job
     // is one too many.
     a_killed_proxy_is_named("dpu_node_death", |f, p| f.contains(&format!("-{p}-")));
+}
+
+/// Splits in DPU placement (by node, by parity, uneven, nested) give the
+/// simulator's results with collectives of parent and groups in flight at
+/// once, and start no proxy (1-8 ranks on 1-3 nodes).
+#[test]
+fn dpu_placement_splits_share_the_node_proxies() {
+    for (n, nodes) in [(1, 1), (3, 1), (4, 2), (5, 3), (8, 2)] {
+        let t = Instant::now();
+        for (r, (ok, err)) in job_on_nodes("dpu_split", n, nodes, 60.0, &[])
+            .into_iter()
+            .enumerate()
+        {
+            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
+        }
+        eprintln!("dpu_split x{n} on {nodes}: {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn dpu_placement_a_killed_proxy_fails_every_communicator_on_it() {
+    let t = Instant::now();
+    for (r, (ok, err)) in job_on_nodes("dpu_split_death", 4, 2, 10.0, &[])
+        .into_iter()
+        .enumerate()
+    {
+        assert!(ok, "rank {r} failed:\n{err}");
+        let want = if r % 2 == 1 {
+            "the proxy engine stopped"
+        } else {
+            "node 1 is lost"
+        };
+        assert!(err.contains(want), "rank {r}: {err}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
 }
 
 #[test]
@@ -1937,7 +2163,7 @@ fn dpu_placement_proxies_from_a_standing_service() {
     ];
     // (The mismatch scenario on 3 ranks: its Inline engine part expects a
     // refusal to reach every rank within a node.)
-    for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3)] {
+    for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3), ("dpu_split", 4)] {
         let before = started.load(Ordering::SeqCst);
         let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &env)
             .into_iter()
@@ -1946,11 +2172,15 @@ fn dpu_placement_proxies_from_a_standing_service() {
             .map(|(r, (_, err))| format!("rank {r} failed:\n{err}"))
             .collect();
         assert!(failed.is_empty(), "{scenario}: {}", failed.join("\n"));
+        let count = started.load(Ordering::SeqCst) - before;
         assert!(
-            started.load(Ordering::SeqCst) >= before + 2,
-            "{scenario}: the service started {} proxies",
-            started.load(Ordering::SeqCst) - before
+            count >= 2,
+            "{scenario}: the service started {count} proxies"
         );
+        if scenario == "dpu_split" {
+            // One communicator, its splits on the same proxies: one per node.
+            assert_eq!(count, 2, "{scenario}: the service started {count} proxies");
+        }
     }
 }
 

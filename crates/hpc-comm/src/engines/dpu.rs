@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Driver, Job, Pending, Ticket};
+use super::{Driver, Job, Pending, Split, Ticket};
 use crate::error::Result;
 use crate::proxy::dpu::{Client, Posted};
 
@@ -17,6 +17,16 @@ impl Driver for Dpu {
         Ok(Arc::new(Handle {
             p: self.client.submit(job)?,
             client: self.client.clone(),
+        }))
+    }
+
+    /// The new group's collectives go to the same proxies, over the same
+    /// link: a split starts no proxy.
+    fn split(&self, s: &Split<'_>) -> Option<Result<Box<dyn Driver>>> {
+        Some(self.client.split(s).map(|c| {
+            Box::new(Dpu {
+                client: Arc::new(c),
+            }) as Box<dyn Driver>
         }))
     }
 

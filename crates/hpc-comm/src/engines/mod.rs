@@ -38,9 +38,11 @@ pub(crate) trait Driver: Send + Sync {
     /// (waited for, or cancelled).
     fn start(&self, job: Job<'_>) -> Result<Ticket>;
 
-    /// An engine with communicators of its own (MPI's) splits them itself;
-    /// `None`: the communicator builds the new group's engine like a new one.
-    fn split(&self, _color: u32, _key: i64) -> Option<Result<Box<dyn Driver>>> {
+    /// An engine with communicators of its own (MPI's) splits them itself,
+    /// and one with a shared service (the DPU-placed proxy) gives the new
+    /// group the same service; `None`: the communicator builds the new
+    /// group's engine like a new one.
+    fn split(&self, _split: &Split<'_>) -> Option<Result<Box<dyn Driver>>> {
         None
     }
 
@@ -59,6 +61,21 @@ pub(crate) trait Driver: Send + Sync {
     fn register(&self, _bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         None
     }
+}
+
+/// A split as its engine sees it (every rank of the parent calls
+/// [`Driver::split`] with the same `members` for its own colour).
+pub(crate) struct Split<'a> {
+    /// This rank's colour and key.
+    pub color: u32,
+    pub key: i64,
+    /// The parent's rank of each member of the new group, in its rank order.
+    pub members: &'a [usize],
+    /// This rank in the new group.
+    pub rank: usize,
+    /// How many splits of the parent came before this one (the same on
+    /// every rank of the parent: splits are collective).
+    pub index: u64,
 }
 
 /// One collective in flight, as its engine sees it.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Driver, Job, Pending, Ticket};
+use super::{Driver, Job, Pending, Split, Ticket};
 use crate::error::Result;
 use crate::mpi_engine::{self, MpiComm};
 
@@ -17,10 +17,10 @@ impl Driver for Mpi {
         Ok(Arc::new(Request(self.comm.start(job)?)))
     }
 
-    fn split(&self, color: u32, key: i64) -> Option<Result<Box<dyn Driver>>> {
+    fn split(&self, s: &Split<'_>) -> Option<Result<Box<dyn Driver>>> {
         Some(
             self.comm
-                .split(color, key)
+                .split(s.color, s.key)
                 .map(|comm| Box::new(Mpi { comm }) as Box<dyn Driver>),
         )
     }

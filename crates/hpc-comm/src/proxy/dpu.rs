@@ -42,6 +42,16 @@
 //! before it finished there) fails on all: its proxy tells the others, which
 //! drop what they hold of it. A proxy that loses another fails every collective in
 //! flight and every later one with `NodeLost` naming that node.
+//!
+//! # Splits
+//!
+//! A split of a communicator in DPU placement starts no proxy: the group's
+//! ranks keep their links, and each tells its proxy the group's id and
+//! members once ([`Request::Open`]). The proxy serves each communicator with
+//! its own collectives, keyed on the link by the rank's number for the
+//! communicator beside the sequence number ([`wire`]), and between nodes by
+//! the group's id after the payload, with ranks named as ranks of the first
+//! communicator. A killed proxy fails every communicator that uses it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
@@ -55,7 +65,7 @@ use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
 use hpc_runtime::{Coordinator, World};
 use serde::{Deserialize, Serialize};
 
-use super::net::{closed, read_name, watch_each_other, Hello, ProxyNet, TRAILER};
+use super::net::{closed, read_name, watch_each_other, Failed, Hello, ProxyNet, TRAILER};
 use super::protocol::Code;
 use super::steps::{Run, RunError};
 use crate::backoff::{Backoff, Pause};
@@ -114,8 +124,46 @@ const TAG_REQUEST: u64 = 1;
 const TAG_PLACE: u64 = 2;
 /// Tag of the proxy's word to each rank that it is ready (empty) or why not.
 const TAG_READY: u64 = 3;
-/// Tag of the answer to collective `seq`: this plus `seq`.
+/// Tag of the answer to collective `seq`: this plus the collective's number
+/// on the link ([`wire`]).
 const TAG_ANSWER: u64 = 1 << 32;
+/// Bits of a collective's sequence number in its number on the link; the
+/// bits above are the communicator's number on the rank's link (0 for the
+/// communicator the link was made for, then one per split, [`MAX_LOCAL`] at
+/// most).
+const SEQ_BITS: u32 = 40;
+/// The most communicators one rank has on its link to the proxy.
+const MAX_LOCAL: u32 = (1 << 23) - 1;
+
+/// The number on the link of collective `seq` of the rank's communicator
+/// `local` (what its request starts with, and its answer's tag adds).
+fn wire(local: u32, seq: u64) -> u64 {
+    (u64::from(local) << SEQ_BITS) | (seq & ((1 << SEQ_BITS) - 1))
+}
+
+/// The communicator's number and the sequence number of a number on the link.
+fn unwire(w: u64) -> (u32, u64) {
+    ((w >> SEQ_BITS) as u32, w & ((1 << SEQ_BITS) - 1))
+}
+
+/// The id among the proxies of the group of colour `color` of split `index`
+/// of communicator `parent`: every member computes the same, from what every
+/// rank of the parent knows alike, and no two groups of one first
+/// communicator share it but by a 64-bit hash collision (which the proxy
+/// refuses: the same id with other members).
+fn split_id(parent: u64, index: u64, color: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parent
+        .to_le_bytes()
+        .into_iter()
+        .chain(index.to_le_bytes())
+        .chain(color.to_le_bytes())
+    {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    // 0 is the first communicator's.
+    h.max(1)
+}
 /// The largest request the proxy decodes (a v-collective's counts for a
 /// million ranks fit).
 pub(crate) const MAX_REQUEST: usize = 64 << 20;
@@ -144,6 +192,11 @@ pub(crate) enum Request<C = Collective> {
     Cancel,
     /// The rank is gone.
     Detach,
+    /// The rank is a member of communicator `comm` (its id among the
+    /// proxies), a split of the one the link was made for: its collectives
+    /// come with this request's communicator number. `members`: the first
+    /// communicator's rank of each of its ranks, in rank order.
+    Open { comm: u64, members: Vec<usize> },
 }
 
 /// What the proxy answers to collective `seq` (on tag `TAG_ANSWER + seq`).
@@ -490,32 +543,50 @@ fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(Transport, 
 /// The bootstrap allgather of a communicator being created.
 pub(crate) type Allgather<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>>;
 
-/// A rank's connection to its DPU-placed proxy.
-pub(crate) struct Client {
+/// A rank's link to its node's DPU-placed proxy, shared by the communicator
+/// it was made for and every split of it.
+struct Conn {
     t: Transport,
-    /// This rank in the communicator, and the communicator's size.
+    /// This rank in the first communicator (for the logs).
     me: usize,
-    size: usize,
     /// The proxy's rank on the link (after the node's ranks).
     proxy_at: usize,
-    /// World rank of each member.
-    world: Vec<usize>,
-    opts: Options,
-    timeout: Duration,
-    spin: Duration,
     /// Registered regions not in use: the registration cache.
     cache: Mutex<Vec<Region>>,
     /// Requests sent whose completion was not taken yet.
     sends: Mutex<Vec<OpId>>,
     /// Set once the proxy was found gone.
     gone: AtomicBool,
-    detached: AtomicBool,
     /// The watch connection to the proxy, and when it was last looked at.
     watch: TcpStream,
     watched: Mutex<Instant>,
     /// The application's registered buffers ([`RegisteredBuf`](crate::RegisteredBuf)):
     /// (address, length, region); a collective on one needs no staging.
     registered: Mutex<Vec<(usize, usize, std::sync::Weak<Region>)>>,
+    /// The number the next split gets on this link.
+    next_local: std::sync::atomic::AtomicU32,
+}
+
+/// A rank's side of one communicator served by its DPU-placed proxy: the
+/// communicator the link was made for, or a split of it, which sends its
+/// collectives to the same proxy (no proxy process per split).
+pub(crate) struct Client {
+    link: Arc<Conn>,
+    /// This rank in the communicator, and the communicator's size.
+    me: usize,
+    size: usize,
+    /// World rank of each member.
+    world: Vec<usize>,
+    /// The first communicator's rank of each member (what the proxies know).
+    first: Vec<usize>,
+    /// The communicator's id among the proxies (0: the first).
+    id: u64,
+    /// Its number on this rank's link (0: the first).
+    local: u32,
+    opts: Options,
+    timeout: Duration,
+    spin: Duration,
+    detached: AtomicBool,
 }
 
 /// How often a waiting rank looks at its watch connection, and the proxy at
@@ -568,7 +639,7 @@ impl Client {
         let mut net_coord = None;
         let mut offer = Offer::default();
         if link_me == 0 {
-            offer.link = Some(match Self::launch(local.len(), timeout, backend, &ip) {
+            offer.link = Some(match Conn::launch(local.len(), timeout, backend, &ip) {
                 Ok((c, secret)) => {
                     let o = (c.addr().to_string(), secret);
                     coord = Some(c);
@@ -688,22 +759,79 @@ impl Client {
             nodes = node_ids.len(),
             "connected to the DPU proxy"
         );
-        Ok(Client {
+        let link = Arc::new(Conn {
             t,
             me,
-            size,
             proxy_at: local.len(),
-            world,
-            opts: *opts,
-            timeout,
-            spin,
             cache: Mutex::new(Vec::new()),
             sends: Mutex::new(Vec::new()),
             gone: false.into(),
-            detached: false.into(),
             watch,
             watched: Mutex::new(Instant::now()),
             registered: Mutex::new(Vec::new()),
+            next_local: 1.into(),
+        });
+        Ok(Client {
+            link,
+            me,
+            size,
+            world,
+            first: (0..size).collect(),
+            id: 0,
+            local: 0,
+            opts: *opts,
+            timeout,
+            spin,
+            detached: false.into(),
+        })
+    }
+
+    /// This rank's side of the group `s` of a split of this communicator: a
+    /// communicator served by the same proxies as this one, over the same
+    /// link (no set-up: the rank tells its proxy the group's members, and
+    /// its collectives carry the group's number).
+    pub(crate) fn split(&self, s: &crate::engines::Split<'_>) -> Result<Client> {
+        if self.link.proxy_gone() {
+            return Err(Error::Stopped("proxy"));
+        }
+        let local = self
+            .link
+            .next_local
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n <= MAX_LOCAL).then_some(n + 1)
+            })
+            .map_err(|_| {
+                Error::Unsupported(format!(
+                    "more than {MAX_LOCAL} communicators on one rank's link to its DPU proxy"
+                ))
+            })?;
+        let id = split_id(self.id, s.index, s.color);
+        let first: Vec<usize> = s.members.iter().map(|&m| self.first[m]).collect();
+        let world: Vec<usize> = s.members.iter().map(|&m| self.world[m]).collect();
+        tracing::debug!(
+            rank = self.me,
+            comm = id,
+            local,
+            size = first.len(),
+            "a split served by the node's DPU proxy"
+        );
+        let open = Request::<Collective>::Open {
+            comm: id,
+            members: first.clone(),
+        };
+        self.link.send(encode_request(wire(local, 0), &open)?)?;
+        Ok(Client {
+            link: self.link.clone(),
+            me: s.rank,
+            size: first.len(),
+            world,
+            first,
+            id,
+            local,
+            opts: self.opts,
+            timeout: self.timeout,
+            spin: self.spin,
+            detached: false.into(),
         })
     }
 
@@ -740,8 +868,14 @@ impl Client {
     }
 
     /// A region of `bytes` for the application's own buffer: the proxy reads
-    /// and writes it in place.
+    /// and writes it in place (for any communicator on this link).
     pub(crate) fn register_buf(&self, bytes: usize) -> Result<Arc<Region>> {
+        self.link.register_buf(bytes)
+    }
+}
+
+impl Conn {
+    fn register_buf(&self, bytes: usize) -> Result<Arc<Region>> {
         let r = Arc::new(
             self.t
                 .register(bytes.max(1))
@@ -949,9 +1083,11 @@ impl Client {
             None => Ok(()),
         }
     }
+}
 
+impl Client {
     pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Posted> {
-        if self.proxy_gone() {
+        if self.link.proxy_gone() {
             return Err(Error::Stopped("proxy"));
         }
         let seq = job.seq;
@@ -960,14 +1096,14 @@ impl Client {
         let (need_s, need_r) = coll.buffer_bytes(self.me, self.size);
         // The application's registered buffers are read and written in place
         // (only a direct job works on them; a staged one on its copies).
-        let user_s = self.lookup(send.as_ptr() as usize, need_s);
-        let user_r = self.lookup(recv.as_ptr() as usize, need_r);
+        let user_s = self.link.lookup(send.as_ptr() as usize, need_s);
+        let user_r = self.link.lookup(recv.as_ptr() as usize, need_r);
         let stage_s = if user_s.is_some() { 0 } else { need_s };
         let stage_r = if user_r.is_some() { 0 } else { need_r };
         let recv_at = stage_s.div_ceil(64) * 64;
         // A region even for nothing to stage: its key names this rank's spans.
         let region = if user_s.is_none() || user_r.is_none() {
-            Some(self.region(recv_at + stage_r)?)
+            Some(self.link.region(recv_at + stage_r)?)
         } else {
             None
         };
@@ -1005,7 +1141,7 @@ impl Client {
             send: span(&user_s, 0, need_s),
             recv: span(&user_r, recv_at, need_r),
         };
-        let bytes = encode_request(seq, &req)?;
+        let bytes = encode_request(wire(self.local, seq), &req)?;
         // A result staged in the region is copied out to a direct job's buffer.
         let out = (direct && user_r.is_none()).then_some(Out(recv.as_mut_ptr()));
         let in_place = user_s.is_some() || user_r.is_some();
@@ -1017,12 +1153,13 @@ impl Client {
         drop(job.stage.take());
         // The answer's receive is posted before the request goes out.
         let answer = self
+            .link
             .t
-            .recv(self.proxy(), TAG_ANSWER + seq)
-            .map_err(|e| self.link_error(e))?;
-        if let Err(e) = self.send(bytes) {
+            .recv(self.link.proxy(), TAG_ANSWER + wire(self.local, seq))
+            .map_err(|e| self.link.link_error(e))?;
+        if let Err(e) = self.link.send(bytes) {
             if let Some(r) = region {
-                self.give(r);
+                self.link.give(r);
             }
             return Err(e);
         }
@@ -1047,11 +1184,11 @@ impl Client {
         if st.outcome.is_some() {
             return true;
         }
-        let res = match self.t.test(p.answer) {
-            Ok(None) if self.proxy_gone() => Err(Error::Stopped("proxy")),
+        let res = match self.link.t.test(p.answer) {
+            Ok(None) if self.link.proxy_gone() => Err(Error::Stopped("proxy")),
             Ok(None) => return false,
             Ok(Some(payload)) => self.outcome(p.seq, payload),
-            Err(e) => Err(self.link_error(e)),
+            Err(e) => Err(self.link.link_error(e)),
         };
         if res.is_ok() {
             if let (Some(out), Some(region)) = (p.out, &st.region) {
@@ -1140,7 +1277,7 @@ impl Client {
             }
         }
         if let Some(r) = st.region.take() {
-            self.give(r);
+            self.link.give(r);
         }
         res
     }
@@ -1149,7 +1286,7 @@ impl Client {
     pub(crate) fn discard(&self, p: &Posted) {
         let region = lock(&p.state).region.take();
         if let Some(r) = region {
-            self.give(r);
+            self.link.give(r);
         }
     }
 
@@ -1162,8 +1299,10 @@ impl Client {
     pub(crate) fn cancel(&self, p: &Posted) {
         let pending = lock(&p.state).outcome.is_none();
         if pending {
-            if let Ok(bytes) = encode_request::<Collective>(p.seq, &Request::Cancel) {
-                let _ = self.send(bytes);
+            if let Ok(bytes) =
+                encode_request::<Collective>(wire(self.local, p.seq), &Request::Cancel)
+            {
+                let _ = self.link.send(bytes);
             }
             if p.in_place {
                 let t0 = Instant::now();
@@ -1186,20 +1325,20 @@ impl Client {
         if let Some(r) = st.region.take() {
             drop(st);
             if pending {
-                self.t.deregister(r);
+                self.link.t.deregister(r);
             } else {
-                self.give(r);
+                self.link.give(r);
             }
         }
     }
 
     /// Tells the proxy that this rank is gone (once).
     pub(crate) fn detach(&self) {
-        if self.detached.swap(true, Ordering::AcqRel) || self.gone.load(Ordering::Acquire) {
+        if self.detached.swap(true, Ordering::AcqRel) || self.link.gone.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(bytes) = encode_request::<Collective>(0, &Request::Detach) {
-            let _ = self.send(bytes);
+        if let Ok(bytes) = encode_request::<Collective>(wire(self.local, 0), &Request::Detach) {
+            let _ = self.link.send(bytes);
         }
     }
 }
@@ -1591,12 +1730,18 @@ fn meet(
 
 /// What an operation of the proxy's transport was for.
 enum Wait {
-    /// The next request of this rank.
+    /// The next request of this link rank.
     Request(usize),
-    /// Reading rank's send (or receive, `recv`) span of collective `seq`.
-    Get { seq: u64, rank: usize, recv: bool },
-    /// Writing rank's receive span of collective `seq`.
-    Put { seq: u64, rank: usize },
+    /// Reading the send (or receive, `recv`) span of collective `seq` of
+    /// communicator `comm` of its member in `slot`.
+    Get {
+        comm: u64,
+        seq: u64,
+        slot: usize,
+        recv: bool,
+    },
+    /// Writing the receive span of that member.
+    Put { comm: u64, seq: u64, slot: usize },
     /// An answer going out.
     Answer,
 }
@@ -1630,7 +1775,7 @@ impl Slot {
 
 #[derive(Default)]
 struct Group {
-    /// The node's ranks' parts, by link rank.
+    /// The parts of the communicator's members on this node, by slot.
     slots: Vec<Option<Slot>>,
     /// Why it failed: (code, aux, why).
     failed: Option<(Code, u64, String)>,
@@ -1638,7 +1783,7 @@ struct Group {
     ran: bool,
     /// The schedules in progress, until they finished or failed.
     run: Option<Run>,
-    /// The receive span of each of the node's ranks, once started.
+    /// The receive span of each of the node's members, once started.
     spans: Vec<(RemoteKey, u64, usize)>,
     /// Messages from other nodes that came before the schedules started.
     early: Vec<(usize, usize, u32, Vec<u8>)>,
@@ -1649,24 +1794,100 @@ struct Group {
 /// cancelled here while another node went on).
 const REMEMBER: usize = 4096;
 
+/// A communicator the proxy serves: the one its link was made for (id 0),
+/// or a split of it, whose members tell the proxy they joined
+/// ([`Request::Open`]). Its collectives run here with its own ranks, and
+/// go between nodes tagged with its id.
+struct Served {
+    /// The first communicator's rank of each of its ranks.
+    members: Vec<usize>,
+    /// Its rank of each member, by first-communicator rank.
+    rank_of: HashMap<usize, usize>,
+    /// The link rank of each member on this node (its slot), in rank order.
+    links: Vec<usize>,
+    /// Its rank of each slot.
+    ranks: Vec<usize>,
+    /// Each slot's number for it on its link, once it opened it.
+    locals: Vec<Option<u32>>,
+    /// The node indices of its ranks.
+    nodes: Vec<usize>,
+    /// Slots that left it or were lost, and why.
+    gone: Vec<Option<String>>,
+    groups: BTreeMap<u64, Group>,
+    /// Collectives finished here (the latest [`REMEMBER`]).
+    finished: BTreeSet<u64>,
+}
+
+impl Served {
+    /// A communicator of `members`; `first` is the first communicator's rank
+    /// of each link rank and `node_of` the node of each of its ranks.
+    fn new(members: Vec<usize>, first: &[usize], node_of: &[usize]) -> Served {
+        let rank_of: HashMap<usize, usize> =
+            members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+        let (links, ranks): (Vec<usize>, Vec<usize>) = members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((first.iter().position(|f| f == m)?, i)))
+            .unzip();
+        let mut nodes: Vec<usize> = members.iter().map(|&m| node_of[m]).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let n = links.len();
+        Served {
+            members,
+            rank_of,
+            links,
+            ranks,
+            locals: vec![None; n],
+            nodes,
+            gone: vec![None; n],
+            groups: BTreeMap::new(),
+            finished: BTreeSet::new(),
+        }
+    }
+
+    fn slot(&self, link: usize) -> Option<usize> {
+        self.links.iter().position(|&l| l == link)
+    }
+}
+
+/// What came from another node's proxy for a communicator.
+enum FromNet {
+    /// A step's message: (source, destination) as first-communicator
+    /// ranks, the proxy's message tag, the payload.
+    Msg(usize, usize, u64, Vec<u8>),
+    /// A collective failed there.
+    Failed(Failed),
+}
+
+/// What a proxy keeps at most for a communicator not opened here yet.
+const UNOPENED_MAX: usize = 1 << 16;
+
 struct Server {
     t: Transport,
     /// The node's ranks (the link's ranks but the proxy).
     size: usize,
-    /// The communicator's rank of each link rank.
-    ranks: Vec<usize>,
-    /// The communicator's size.
-    comm_size: usize,
-    /// Ranks that detached or were lost, and why.
+    /// The first communicator's rank of each link rank.
+    first: Vec<usize>,
+    /// The node index of each rank of the first communicator.
+    node_of: Vec<usize>,
+    /// The communicators served, by id (0: the first).
+    comms: HashMap<u64, Served>,
+    /// Each link rank's communicators: its number for one, and the id.
+    names: Vec<HashMap<u32, u64>>,
+    /// Each link rank's numbers of communicators it could not open, and why.
+    refused: Vec<HashMap<u32, String>>,
+    /// Link ranks that died or left every communicator, and why.
     gone: Vec<Option<String>>,
-    groups: BTreeMap<u64, Group>,
     ops: HashMap<OpId, Wait>,
     /// The ranks' watch connections (`None` once closed).
     watch: Vec<Option<TcpStream>>,
     /// The other nodes' proxies, where the communicator spans nodes.
     net: Option<ProxyNet>,
-    /// Collectives finished here (the latest [`REMEMBER`]).
-    finished: BTreeSet<u64>,
+    /// What came from other nodes for communicators not opened here yet.
+    unopened: HashMap<u64, Vec<FromNet>>,
+    /// Communicators every member on this node left.
+    closed: BTreeSet<u64>,
 }
 
 /// The tag of a message between proxies: the collective and the step's tag.
@@ -1682,17 +1903,26 @@ impl Server {
         net: Option<ProxyNet>,
     ) -> Server {
         let size = place.ranks.len();
+        let mut first = Served::new(
+            (0..place.node_of.len()).collect(),
+            &place.ranks,
+            &place.node_of,
+        );
+        first.locals = vec![Some(0); size];
         Server {
             t,
             size,
-            comm_size: place.node_of.len(),
-            ranks: place.ranks,
+            first: place.ranks,
+            node_of: place.node_of,
+            comms: HashMap::from([(0, first)]),
+            names: vec![HashMap::from([(0, 0)]); size],
+            refused: vec![HashMap::new(); size],
             gone: vec![None; size],
-            groups: BTreeMap::new(),
             ops: HashMap::new(),
             watch,
             net,
-            finished: BTreeSet::new(),
+            unopened: HashMap::new(),
+            closed: BTreeSet::new(),
         }
     }
 
@@ -1767,58 +1997,67 @@ impl Server {
         );
         let lost = net.take_lost();
         let failed = net.take_failed();
-        for (src, dst, tag, v) in got {
-            let seq = tag >> 32;
-            if self.finished.contains(&seq) {
-                tracing::debug!(
-                    seq,
+        for (src, dst, tag, mut v) in got {
+            // The communicator's id ends the payload.
+            let Some(id) = v
+                .len()
+                .checked_sub(8)
+                .and_then(|at| v.split_off(at).try_into().ok())
+                .map(u64::from_le_bytes)
+            else {
+                tracing::warn!(
                     src,
                     dst,
-                    "DPU proxy: dropped a message for a finished collective"
+                    "DPU proxy: dropped a message without its communicator"
                 );
                 continue;
-            }
-            let g = self.group(seq);
-            if g.failed.is_some() {
-                continue;
-            }
-            match g.run.as_mut() {
-                Some(run) => run.deliver(src, dst, tag as u32, v),
-                None => g.early.push((src, dst, tag as u32, v)),
-            }
-            self.advance(seq);
+            };
+            self.take_from_net(id, FromNet::Msg(src, dst, tag, v));
         }
         for f in failed {
-            if !self.finished.contains(&f.seq) {
-                let code = Code::from_wire(u64::from(f.code));
-                self.fail_as(f.seq, code, f.aux, f.why, false);
-            }
+            self.take_from_net(f.comm, FromNet::Failed(f));
         }
-        if let Some(node) = lost {
-            let seqs: Vec<u64> = self.groups.keys().copied().collect();
-            for seq in seqs {
-                let why = format!("node {node} is lost");
-                self.fail_as(seq, Code::NodeLost, node as u64, why, false);
+        if lost.is_some() {
+            // Every communicator that spans a lost node fails what it has in
+            // flight (and, by `group`, every later collective).
+            let hit: Vec<(u64, usize, Vec<u64>)> = self
+                .comms
+                .iter()
+                .filter_map(|(&id, c)| {
+                    let node = self.net.as_ref()?.lost_among(&c.nodes)?;
+                    Some((id, node, c.groups.keys().copied().collect()))
+                })
+                .collect();
+            for (id, node, seqs) in hit {
+                for seq in seqs {
+                    let why = format!("node {node} is lost");
+                    self.fail_as(id, seq, Code::NodeLost, node as u64, why, false);
+                }
             }
         }
         // Receives that wait for a rank another node's proxy reported dead.
         let net = self.net.as_ref();
-        let hit: Vec<(u64, usize)> = self
-            .groups
+        let hit: Vec<(u64, u64, usize)> = self
+            .comms
             .iter()
-            .filter(|(_, g)| g.failed.is_none())
-            .filter_map(|(&seq, g)| {
-                let r = g
-                    .run
-                    .as_ref()?
-                    .waiting_on()
-                    .into_iter()
-                    .find(|&r| net.is_some_and(|n| n.is_dead(r)))?;
-                Some((seq, r))
+            .flat_map(|(&id, c)| {
+                c.groups
+                    .iter()
+                    .filter(|(_, g)| g.failed.is_none())
+                    .filter_map(move |(&seq, g)| {
+                        let r = g
+                            .run
+                            .as_ref()?
+                            .waiting_on()
+                            .into_iter()
+                            .find(|&r| net.is_some_and(|n| n.is_dead(c.members[r])))?;
+                        Some((id, seq, r))
+                    })
             })
             .collect();
-        for (seq, r) in hit {
+        for (id, seq, r) in hit {
             self.fail_as(
+                id,
                 seq,
                 Code::Lost,
                 r as u64,
@@ -1829,15 +2068,81 @@ impl Server {
         moved
     }
 
-    fn group(&mut self, seq: u64) -> &mut Group {
-        let size = self.size;
-        let lost = self.net.as_ref().and_then(ProxyNet::lost_node);
-        self.groups.entry(seq).or_insert_with(|| Group {
+    /// Something from another node's proxy for communicator `id`.
+    fn take_from_net(&mut self, id: u64, m: FromNet) {
+        if self.closed.contains(&id) {
+            tracing::debug!(
+                comm = id,
+                "DPU proxy: dropped a message for a closed communicator"
+            );
+            return;
+        }
+        let Some(c) = self.comms.get(&id) else {
+            // Its members here have not opened it yet.
+            let q = self.unopened.entry(id).or_default();
+            if q.len() < UNOPENED_MAX {
+                q.push(m);
+            } else {
+                tracing::warn!(
+                    comm = id,
+                    "DPU proxy: too much for a communicator nobody opened"
+                );
+            }
+            return;
+        };
+        match m {
+            FromNet::Msg(src, dst, tag, v) => {
+                let (Some(&s), Some(&d)) = (c.rank_of.get(&src), c.rank_of.get(&dst)) else {
+                    tracing::warn!(
+                        comm = id,
+                        src,
+                        dst,
+                        "DPU proxy: dropped a message between ranks not of its communicator"
+                    );
+                    return;
+                };
+                let seq = tag >> 32;
+                if c.finished.contains(&seq) {
+                    tracing::debug!(
+                        comm = id,
+                        seq,
+                        src,
+                        dst,
+                        "DPU proxy: dropped a message for a finished collective"
+                    );
+                    return;
+                }
+                let Some(g) = self.group(id, seq) else {
+                    return;
+                };
+                if g.failed.is_some() {
+                    return;
+                }
+                match g.run.as_mut() {
+                    Some(run) => run.deliver(s, d, tag as u32, v),
+                    None => g.early.push((s, d, tag as u32, v)),
+                }
+                self.advance(id, seq);
+            }
+            FromNet::Failed(f) => {
+                if !c.finished.contains(&f.seq) {
+                    let code = Code::from_wire(u64::from(f.code));
+                    self.fail_as(id, f.seq, code, f.aux, f.why, false);
+                }
+            }
+        }
+    }
+
+    fn group(&mut self, id: u64, seq: u64) -> Option<&mut Group> {
+        let c = self.comms.get_mut(&id)?;
+        let lost = self.net.as_ref().and_then(|n| n.lost_among(&c.nodes));
+        let size = c.links.len();
+        Some(c.groups.entry(seq).or_insert_with(|| Group {
             slots: (0..size).map(|_| None).collect(),
-            // Every later collective fails at once once a node is lost.
+            // Every later collective fails at once once one of its nodes is lost.
             failed: lost.map(|n| (Code::NodeLost, n as u64, format!("node {n} is lost"))),
             ..Group::default()
-        })
+        }))
     }
 
     fn listen(&mut self, r: usize) {
@@ -1853,11 +2158,20 @@ impl Server {
         match (w, res) {
             (Wait::Request(r), Ok(p)) => self.request(r, &p.into_bytes()),
             (Wait::Request(r), Err(e)) => self.lose(r, &e.to_string()),
-            (Wait::Get { seq, rank, recv }, Ok(p)) => {
+            (
+                Wait::Get {
+                    comm,
+                    seq,
+                    slot,
+                    recv,
+                },
+                Ok(p),
+            ) => {
                 if let Some(s) = self
-                    .groups
-                    .get_mut(&seq)
-                    .and_then(|g| g.slots[rank].as_mut())
+                    .comms
+                    .get_mut(&comm)
+                    .and_then(|c| c.groups.get_mut(&seq))
+                    .and_then(|g| g.slots[slot].as_mut())
                 {
                     let v = p.into_bytes();
                     if recv {
@@ -1867,28 +2181,37 @@ impl Server {
                     }
                 }
             }
-            (Wait::Get { seq, rank, recv }, Err(e)) => {
+            (
+                Wait::Get {
+                    comm,
+                    seq,
+                    slot,
+                    recv,
+                },
+                Err(e),
+            ) => {
                 let what = if recv { "receive" } else { "send" };
-                let r = self.ranks[rank];
+                let Some(r) = self.comms.get(&comm).map(|c| c.ranks[slot]) else {
+                    return;
+                };
                 let why = format!("reading rank {r}'s {what} span: {e}");
-                self.fail(seq, Code::Failed, r as u64, why);
+                self.fail(comm, seq, Code::Failed, r as u64, why);
             }
-            (Wait::Put { seq, rank }, res) => {
-                if let Some(s) = self
-                    .groups
-                    .get_mut(&seq)
-                    .and_then(|g| g.slots[rank].as_mut())
-                {
+            (Wait::Put { comm, seq, slot }, res) => {
+                let Some(c) = self.comms.get_mut(&comm) else {
+                    return;
+                };
+                if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
                     s.putting = false;
                 }
                 let (code, why) = match res {
                     Ok(_) => (Code::Ok, String::new()),
                     Err(e) => (
                         Code::Failed,
-                        format!("writing rank {}'s receive span: {e}", self.ranks[rank]),
+                        format!("writing rank {}'s receive span: {e}", c.ranks[slot]),
                     ),
                 };
-                self.answer(rank, seq, code, 0, why);
+                self.answer(comm, slot, seq, code, 0, why);
             }
             (Wait::Answer, Ok(_)) => {}
             (Wait::Answer, Err(e)) => {
@@ -1899,18 +2222,47 @@ impl Server {
 
     /// One request of link rank `r`.
     fn request(&mut self, r: usize, bytes: &[u8]) {
-        let (seq, req) = match decode_request(bytes) {
+        let (w, req) = match decode_request(bytes) {
             Ok(x) => x,
             Err(why) => {
                 tracing::warn!(rank = r, "DPU proxy: refused {why}");
                 // The sequence number, where there is one, gets the refusal.
-                if let Some(seq) = bytes.first_chunk::<8>().map(|s| u64::from_le_bytes(*s)) {
-                    let g = self.group(seq);
-                    if g.slots[r].is_none() {
-                        g.slots[r] = Some(Slot::refused());
+                if let Some(w) = bytes.first_chunk::<8>().map(|s| u64::from_le_bytes(*s)) {
+                    let (local, seq) = unwire(w);
+                    let c = self.first[r];
+                    let why = format!("rank {c} sent {why}");
+                    match self.opened(r, local) {
+                        Ok((id, slot)) => {
+                            if let Some(g) = self.group(id, seq) {
+                                if g.slots[slot].is_none() {
+                                    g.slots[slot] = Some(Slot::refused());
+                                }
+                            }
+                            let c = self.comms.get(&id).map_or(c, |s| s.ranks[slot]);
+                            self.fail(id, seq, Code::Failed, c as u64, why);
+                        }
+                        Err(_) => self.send_answer(r, w, Code::Failed, c as u64, why),
                     }
-                    let c = self.ranks[r];
-                    self.fail(seq, Code::Failed, c as u64, format!("rank {c} sent {why}"));
+                }
+                self.listen(r);
+                return;
+            }
+        };
+        let (local, seq) = unwire(w);
+        if let Request::Open { comm, members } = req {
+            self.open(r, local, comm, members);
+            self.listen(r);
+            return;
+        }
+        let (id, slot) = match self.opened(r, local) {
+            Ok(x) => x,
+            Err(why) => {
+                if !matches!(req, Request::Detach) {
+                    self.send_answer(r, w, Code::Failed, 0, why);
+                } else if self.refused[r].remove(&local).is_some() && self.names[r].is_empty() {
+                    // It left the last communicator it had here (one refused).
+                    self.gone[r] = Some("it left the communicator".into());
+                    return;
                 }
                 self.listen(r);
                 return;
@@ -1923,71 +2275,155 @@ impl Server {
                 send,
                 recv,
             } => {
-                self.submit(r, seq, &coll, &opts, &send, &recv);
+                self.submit(id, slot, seq, &coll, &opts, &send, &recv);
                 self.listen(r);
             }
             Request::Cancel => {
-                let c = self.ranks[r];
-                let g = self.groups.get_mut(&seq);
+                let Some(c) = self.comms.get_mut(&id) else {
+                    return self.listen(r);
+                };
+                let rank = c.ranks[slot];
+                let g = c.groups.get_mut(&seq);
                 // Its schedules not finished here: without this rank's part the
                 // collective cannot be trusted anywhere. It fails on every node,
                 // which drops the messages other nodes sent for it (they would
                 // stay until the proxy exits) and answers the ranks still in it.
                 let unfinished = g.as_ref().is_some_and(|g| g.run.is_some() || !g.ran);
-                let slot = g.and_then(|g| g.slots[r].as_mut());
-                let answer_now = slot.is_some_and(|s| {
+                let s = g.and_then(|g| g.slots[slot].as_mut());
+                let answer_now = s.is_some_and(|s| {
                     s.cancelled = true;
                     !s.done && !s.putting
                 });
                 if answer_now && unfinished {
-                    let why = format!("rank {c} gave collective {seq} up (cancelled)");
-                    self.fail(seq, Code::Failed, c as u64, why);
+                    let why = format!("rank {rank} gave collective {seq} up (cancelled)");
+                    self.fail(id, seq, Code::Failed, rank as u64, why);
                 } else if answer_now {
-                    self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
+                    let why = "cancelled by its rank".to_string();
+                    self.answer(id, slot, seq, Code::Failed, 0, why);
                 }
                 self.listen(r);
             }
             Request::Detach => {
-                tracing::debug!(rank = r, "DPU proxy: rank detached");
-                self.lose_as(r, "it left the communicator", false);
+                tracing::debug!(rank = r, comm = id, "DPU proxy: rank detached");
+                self.names[r].remove(&local);
+                self.lose_in(id, slot, "it left the communicator");
+                if self.names[r].is_empty() {
+                    // It left every communicator it had here: its link is done.
+                    self.gone[r] = Some("it left the communicator".into());
+                } else {
+                    self.listen(r);
+                }
+            }
+            Request::Open { .. } => unreachable!("handled above"),
+        }
+    }
+
+    /// The communicator of link rank `r`'s number `local`, and its slot
+    /// there; or why there is none.
+    fn opened(&self, r: usize, local: u32) -> std::result::Result<(u64, usize), String> {
+        if let Some(why) = self.refused[r].get(&local) {
+            return Err(why.clone());
+        }
+        self.names[r]
+            .get(&local)
+            .and_then(|&id| Some((id, self.comms.get(&id)?.slot(r)?)))
+            .ok_or_else(|| {
+                format!(
+                    "rank {} sent a request for a communicator it did not open ({local})",
+                    self.first[r]
+                )
+            })
+    }
+
+    /// Link rank `r` joined communicator `id` (a split), its number `local`.
+    fn open(&mut self, r: usize, local: u32, id: u64, members: Vec<usize>) {
+        let me = self.first[r];
+        let n = self.node_of.len();
+        let mut sorted = members.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let why = if local == 0 || self.names[r].contains_key(&local) {
+            Some(format!("rank {me} opened its communicator {local} twice"))
+        } else if sorted.len() != members.len() || members.iter().any(|&m| m >= n) {
+            Some(format!(
+                "rank {me} opened a communicator of ranks {members:?}, not distinct ranks below {n}"
+            ))
+        } else if !members.contains(&me) {
+            Some(format!(
+                "rank {me} opened a communicator of ranks {members:?}, without itself"
+            ))
+        } else if self.comms.get(&id).is_some_and(|c| c.members != members)
+            || self.closed.contains(&id)
+        {
+            Some(format!(
+                "rank {me} opened communicator {id:x} with other members than its other ranks \
+                 did (an id used twice)"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            tracing::warn!(rank = me, comm = id, "DPU proxy: refused {why}");
+            self.refused[r].insert(local, why);
+            return;
+        }
+        let fresh = !self.comms.contains_key(&id);
+        let c = self
+            .comms
+            .entry(id)
+            .or_insert_with(|| Served::new(members, &self.first, &self.node_of));
+        if let Some(slot) = c.slot(r) {
+            c.locals[slot] = Some(local);
+        }
+        self.names[r].insert(local, id);
+        tracing::debug!(rank = me, comm = id, "DPU proxy: a split opened");
+        if fresh {
+            for m in self.unopened.remove(&id).unwrap_or_default() {
+                self.take_from_net(id, m);
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn submit(
         &mut self,
-        r: usize,
+        id: u64,
+        slot: usize,
         seq: u64,
         coll: &Collective,
         opts: &Options,
         send: &Span,
         recv: &Span,
     ) {
-        let size = self.size;
-        let (comm_rank, comm_size) = (self.ranks[r], self.comm_size);
-        let gone: Vec<bool> = self.gone.iter().map(Option::is_some).collect();
-        if self.finished.contains(&seq) {
-            let why = format!("rank {comm_rank} submitted collective {seq} twice");
-            return self.answer(r, seq, Code::Failed, comm_rank as u64, why);
+        let Some(c) = self.comms.get(&id) else {
+            return;
+        };
+        let (link, rank, size) = (c.links[slot], c.ranks[slot], c.members.len());
+        let gone: Vec<Option<String>> = c.gone.clone();
+        if c.finished.contains(&seq) {
+            let why = format!("rank {rank} submitted collective {seq} twice");
+            return self.answer(id, slot, seq, Code::Failed, rank as u64, why);
         }
-        let g = self.group(seq);
-        if g.slots[r].is_some() || g.ran {
-            let why = format!("rank {comm_rank} submitted collective {seq} twice");
-            return self.fail(seq, Code::Failed, comm_rank as u64, why);
+        let Some(g) = self.group(id, seq) else {
+            return;
+        };
+        if g.slots[slot].is_some() || g.ran {
+            let why = format!("rank {rank} submitted collective {seq} twice");
+            return self.fail(id, seq, Code::Failed, rank as u64, why);
         }
-        let part = match check_submit(coll, opts, send, recv, r, comm_rank, comm_size) {
+        let part = match check_submit(coll, opts, send, recv, link, rank, size) {
             Ok(p) => p,
             Err(why) => {
-                tracing::warn!(rank = comm_rank, seq, "DPU proxy: refused {why}");
-                g.slots[r] = Some(Slot::refused());
-                let why = format!("rank {comm_rank}'s request: {why}");
-                return self.fail(seq, Code::Failed, comm_rank as u64, why);
+                tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
+                g.slots[slot] = Some(Slot::refused());
+                let why = format!("rank {rank}'s request: {why}");
+                return self.fail(id, seq, Code::Failed, rank as u64, why);
             }
         };
         let (sk, so, sl) = part.send;
         let (rk, ro, rl) = part.recv;
         let recv_input = part.recv_input;
-        g.slots[r] = Some(Slot {
+        g.slots[slot] = Some(Slot {
             part: Some(part),
             send: (sl == 0).then(Vec::new),
             recv: (!recv_input || rl == 0).then(|| vec![0; rl]),
@@ -1996,17 +2432,18 @@ impl Server {
             putting: false,
         });
         if let Some((code, aux, why)) = g.failed.clone() {
-            return self.answer(r, seq, code, aux, why);
+            return self.answer(id, slot, seq, code, aux, why);
         }
         // A rank that left cannot take part any more.
-        let missing = (0..size).find(|&p| g.slots[p].is_none() && gone[p]);
+        let missing = (0..gone.len()).find(|&p| g.slots[p].is_none() && gone[p].is_some());
         if let Some(p) = missing {
-            let c = self.ranks[p];
+            let c = &self.comms[&id];
+            let lost = c.ranks[p];
             let why = format!(
-                "rank {c} is lost: {}",
-                self.gone[p].clone().unwrap_or_default()
+                "rank {lost} is lost: {}",
+                gone[p].clone().unwrap_or_default()
             );
-            return self.fail(seq, Code::Lost, c as u64, why);
+            return self.fail(id, seq, Code::Lost, lost as u64, why);
         }
         for (key, off, len, recv) in [(sk, so, sl, false), (rk, ro, rl, true)] {
             if len == 0 || (recv && !recv_input) {
@@ -2014,29 +2451,38 @@ impl Server {
             }
             match self.t.get(&key, off, len) {
                 Ok(op) => {
-                    self.ops.insert(op, Wait::Get { seq, rank: r, recv });
+                    let w = Wait::Get {
+                        comm: id,
+                        seq,
+                        slot,
+                        recv,
+                    };
+                    self.ops.insert(op, w);
                 }
                 Err(e) => {
                     let what = if recv { "receive" } else { "send" };
-                    let why = format!("reading rank {comm_rank}'s {what} span: {e}");
-                    return self.fail(seq, Code::Failed, comm_rank as u64, why);
+                    let why = format!("reading rank {rank}'s {what} span: {e}");
+                    return self.fail(id, seq, Code::Failed, rank as u64, why);
                 }
             }
         }
     }
 
-    /// Fails collective `seq` here and tells the other nodes' proxies.
-    fn fail(&mut self, seq: u64, code: Code, aux: u64, why: String) {
-        self.fail_as(seq, code, aux, why, true);
+    /// Fails collective `seq` of communicator `id` here and tells the other
+    /// nodes' proxies.
+    fn fail(&mut self, id: u64, seq: u64, code: Code, aux: u64, why: String) {
+        self.fail_as(id, seq, code, aux, why, true);
     }
 
-    /// Fails collective `seq`: answers every rank of the node that submitted
-    /// it and is not answered (or whose put is in flight), and, when they
-    /// submit, the others; its schedules stop. `tell`: the failure is this
-    /// node's news, for the other nodes' proxies too.
-    fn fail_as(&mut self, seq: u64, code: Code, aux: u64, why: String, tell: bool) {
-        let size = self.size;
-        let g = self.group(seq);
+    /// Fails collective `seq` of communicator `id`: answers every rank of the
+    /// node that submitted it and is not answered (or whose put is in
+    /// flight), and, when they submit, the others; its schedules stop.
+    /// `tell`: the failure is this node's news, for the proxies of the other
+    /// nodes the communicator spans too.
+    fn fail_as(&mut self, id: u64, seq: u64, code: Code, aux: u64, why: String, tell: bool) {
+        let Some(g) = self.group(id, seq) else {
+            return;
+        };
         let first = g.failed.is_none();
         if first {
             g.failed = Some((code, aux, why));
@@ -2044,26 +2490,41 @@ impl Server {
         g.run = None;
         g.early.clear();
         let (code, aux, why) = g.failed.clone().unwrap_or((Code::Failed, 0, String::new()));
-        let waiting: Vec<usize> = (0..size)
+        let waiting: Vec<usize> = (0..g.slots.len())
             .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done && !s.putting))
             .collect();
         if first && tell && code != Code::NodeLost {
+            let nodes = &self.comms[&id].nodes;
             if let Some(net) = self.net.as_mut() {
-                net.announce_failed(seq, code as u8, aux, &why);
+                net.announce_failed(id, seq, code as u8, aux, &why, nodes);
             }
         }
-        for r in waiting {
-            self.answer(r, seq, code, aux, why.clone());
+        for slot in waiting {
+            self.answer(id, slot, seq, code, aux, why.clone());
         }
     }
 
-    fn answer(&mut self, r: usize, seq: u64, code: Code, aux: u64, why: String) {
-        if let Some(s) = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut()) {
+    /// Answers collective `seq` of communicator `id` to its member in `slot`
+    /// (once).
+    fn answer(&mut self, id: u64, slot: usize, seq: u64, code: Code, aux: u64, why: String) {
+        let Some(c) = self.comms.get_mut(&id) else {
+            return;
+        };
+        if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
             if s.done {
                 return;
             }
             s.done = true;
         }
+        let (Some(local), None) = (c.locals[slot], &c.gone[slot]) else {
+            return;
+        };
+        let link = c.links[slot];
+        self.send_answer(link, wire(local, seq), code, aux, why);
+    }
+
+    /// Sends link rank `r` the answer to its collective numbered `w` on the link.
+    fn send_answer(&mut self, r: usize, w: u64, code: Code, aux: u64, why: String) {
         if self.gone[r].is_some() {
             return;
         }
@@ -2075,7 +2536,7 @@ impl Server {
         let Ok(bytes) = postcard::to_allocvec(&a) else {
             return;
         };
-        match self.t.send(r, TAG_ANSWER + seq, bytes) {
+        match self.t.send(r, TAG_ANSWER + w, bytes) {
             Ok(op) => {
                 self.ops.insert(op, Wait::Answer);
             }
@@ -2083,69 +2544,84 @@ impl Server {
         }
     }
 
-    /// Link rank `r` is gone (detached or lost): the collectives that still
-    /// need its part fail, here and (told by this proxy) on the other nodes.
+    /// Link rank `r` died: every communicator it is a member of loses it,
+    /// and the other nodes' proxies are told, to fail what waits for it.
     fn lose(&mut self, r: usize, cause: &str) {
-        self.lose_as(r, cause, true);
-    }
-
-    /// Like [`Server::lose`]; `died`: the rank died (rather than left), and
-    /// the other nodes' proxies are told, to fail what waits for it.
-    fn lose_as(&mut self, r: usize, cause: &str, died: bool) {
         if self.gone[r].is_some() {
             return;
         }
-        let c = self.ranks[r];
-        tracing::debug!(rank = c, cause, "DPU proxy: rank gone");
+        let first = self.first[r];
+        tracing::debug!(rank = first, cause, "DPU proxy: rank gone");
         self.gone[r] = Some(cause.to_string());
-        if died {
-            if let Some(net) = self.net.as_mut() {
-                net.announce_dead(c);
-            }
+        if let Some(net) = self.net.as_mut() {
+            net.announce_dead(first);
         }
-        let hit: Vec<u64> = self
+        let mut hit: Vec<(u64, usize)> = self
+            .comms
+            .iter()
+            .filter_map(|(&id, c)| Some((id, c.slot(r)?)))
+            .collect();
+        hit.sort_unstable();
+        for (id, slot) in hit {
+            self.lose_in(id, slot, cause);
+        }
+    }
+
+    /// The member in `slot` of communicator `id` is gone (left it, or died):
+    /// the collectives that still need its part fail, here and (told by this
+    /// proxy) on the other nodes.
+    fn lose_in(&mut self, id: u64, slot: usize, cause: &str) {
+        let Some(c) = self.comms.get_mut(&id) else {
+            return;
+        };
+        if c.gone[slot].is_some() {
+            return;
+        }
+        c.gone[slot] = Some(cause.to_string());
+        let rank = c.ranks[slot];
+        let hit: Vec<u64> = c
             .groups
             .iter()
-            .filter(|(_, g)| !g.ran && g.failed.is_none() && g.slots[r].is_none())
+            .filter(|(_, g)| !g.ran && g.failed.is_none() && g.slots[slot].is_none())
             .map(|(&s, _)| s)
             .collect();
         for seq in hit {
-            self.fail(
-                seq,
-                Code::Lost,
-                c as u64,
-                format!("rank {c} is lost: {cause}"),
-            );
+            let why = format!("rank {rank} is lost: {cause}");
+            self.fail(id, seq, Code::Lost, rank as u64, why);
         }
     }
 
     /// Starts every collective whose parts all arrived, with their data.
     fn run_ready(&mut self) {
-        let ready: Vec<u64> = self
-            .groups
+        let ready: Vec<(u64, u64)> = self
+            .comms
             .iter()
-            .filter(|(_, g)| {
-                !g.ran
-                    && g.failed.is_none()
-                    && g.slots.iter().all(|s| {
-                        s.as_ref().is_some_and(|s| {
-                            s.part.is_some() && s.send.is_some() && s.recv.is_some()
-                        })
+            .flat_map(|(&id, c)| {
+                c.groups
+                    .iter()
+                    .filter(|(_, g)| {
+                        !g.ran
+                            && g.failed.is_none()
+                            && g.slots.iter().all(|s| {
+                                s.as_ref().is_some_and(|s| {
+                                    s.part.is_some() && s.send.is_some() && s.recv.is_some()
+                                })
+                            })
                     })
+                    .map(move |(&s, _)| (id, s))
             })
-            .map(|(&s, _)| s)
             .collect();
-        for seq in ready {
-            self.start(seq);
+        for (id, seq) in ready {
+            self.start(id, seq);
         }
     }
 
-    fn start(&mut self, seq: u64) {
-        let Some(g) = self.groups.get_mut(&seq) else {
+    fn start(&mut self, id: u64, seq: u64) {
+        let Some(g) = self.comms.get_mut(&id).and_then(|c| c.groups.get_mut(&seq)) else {
             return;
         };
         g.ran = true;
-        let mut parts = Vec::with_capacity(self.size);
+        let mut parts = Vec::with_capacity(g.slots.len());
         for s in g.slots.iter_mut().flatten() {
             let Some(part) = s.part.take() else {
                 return;
@@ -2162,34 +2638,43 @@ impl Server {
             run.deliver(src, dst, tag, v);
         }
         g.run = Some(run);
-        self.advance(seq);
+        self.advance(id, seq);
     }
 
     /// Runs what can run of collective `seq`'s schedules; puts the results
     /// once they finished.
-    fn advance(&mut self, seq: u64) {
-        let Some(g) = self.groups.get_mut(&seq) else {
+    fn advance(&mut self, id: u64, seq: u64) {
+        let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
-        let Some(run) = g.run.as_mut() else {
+        let Served {
+            members,
+            groups,
+            ranks,
+            ..
+        } = c;
+        let Some(run) = groups.get_mut(&seq).and_then(|g| g.run.as_mut()) else {
             return;
         };
         let net = &mut self.net;
+        // Steps to other nodes go between the first communicator's ranks,
+        // with the communicator's id after the payload.
         let mut remote = |src: usize, dst: usize, tag: u32, mut data: Vec<u8>| {
             let Some(net) = net.as_mut() else {
                 return Err(usize::MAX);
             };
+            data.extend_from_slice(&id.to_le_bytes());
             data.resize(data.len() + TRAILER, 0);
-            net.send(src, dst, tag64(seq, tag), data)
+            net.send(members[src], members[dst], tag64(seq, tag), data)
         };
-        let _span = tracing::debug_span!("dpu-collective", seq).entered();
+        let _span = tracing::debug_span!("dpu-collective", comm = id, seq).entered();
         match run.advance(&mut remote) {
-            Ok(true) => self.finish(seq),
+            Ok(true) => self.finish(id, seq),
             Ok(false) => {
                 if run.waiting_on().is_empty() {
                     // Every blocked receive waits for a rank of this node.
                     let why = "the schedules deadlocked".to_string();
-                    self.fail(seq, Code::Failed, 0, why);
+                    self.fail(id, seq, Code::Failed, 0, why);
                 }
             }
             Err(RunError::Mismatch {
@@ -2200,76 +2685,105 @@ impl Server {
             }) => {
                 let why =
                     format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
-                let local = self.ranks.contains(&src);
+                let local = ranks.contains(&src);
                 let other = if local { dst } else { src };
-                self.fail(seq, Code::Mismatch, other as u64, why);
+                self.fail(id, seq, Code::Mismatch, other as u64, why);
             }
             Err(RunError::NodeLost(node)) => {
                 let why = format!("node {node} is lost");
-                self.fail_as(seq, Code::NodeLost, node as u64, why, false);
+                self.fail_as(id, seq, Code::NodeLost, node as u64, why, false);
             }
-            Err(RunError::Step(why)) => self.fail(seq, Code::Failed, 0, why),
+            Err(RunError::Step(why)) => self.fail(id, seq, Code::Failed, 0, why),
         }
     }
 
     /// Collective `seq`'s schedules finished: each rank's result goes back
     /// with RMA put (and the answer after it).
-    fn finish(&mut self, seq: u64) {
-        let Some(g) = self.groups.get_mut(&seq) else {
+    fn finish(&mut self, id: u64, seq: u64) {
+        let Some(g) = self.comms.get_mut(&id).and_then(|c| c.groups.get_mut(&seq)) else {
             return;
         };
         let Some(run) = g.run.take() else {
             return;
         };
         let spans = std::mem::take(&mut g.spans);
-        for (r, (data, (key, off, len))) in run.into_recvs().into_iter().zip(spans).enumerate() {
-            let (done, cancelled) = self
+        for (slot, (data, (key, off, len))) in run.into_recvs().into_iter().zip(spans).enumerate() {
+            let Some(c) = self.comms.get(&id) else {
+                return;
+            };
+            let (done, cancelled) = c
                 .groups
                 .get(&seq)
-                .and_then(|g| g.slots[r].as_ref())
+                .and_then(|g| g.slots[slot].as_ref())
                 .map_or((true, false), |s| (s.done, s.cancelled));
-            if done || self.gone[r].is_some() {
+            if done || c.gone[slot].is_some() {
                 continue;
             }
+            let rank = c.ranks[slot];
             if cancelled {
-                self.answer(r, seq, Code::Failed, 0, "cancelled by its rank".into());
+                let why = "cancelled by its rank".to_string();
+                self.answer(id, slot, seq, Code::Failed, 0, why);
                 continue;
             }
             if len == 0 {
-                self.answer(r, seq, Code::Ok, 0, String::new());
+                self.answer(id, slot, seq, Code::Ok, 0, String::new());
                 continue;
             }
             match self.t.put(data, &key, off) {
                 Ok(op) => {
-                    self.ops.insert(op, Wait::Put { seq, rank: r });
-                    if let Some(s) = self.groups.get_mut(&seq).and_then(|g| g.slots[r].as_mut()) {
+                    self.ops.insert(
+                        op,
+                        Wait::Put {
+                            comm: id,
+                            seq,
+                            slot,
+                        },
+                    );
+                    if let Some(s) = self
+                        .comms
+                        .get_mut(&id)
+                        .and_then(|c| c.groups.get_mut(&seq))
+                        .and_then(|g| g.slots[slot].as_mut())
+                    {
                         s.putting = true;
                     }
                 }
                 Err(e) => {
-                    let why = format!("writing rank {}'s receive span: {e}", self.ranks[r]);
-                    self.answer(r, seq, Code::Failed, 0, why);
+                    let why = format!("writing rank {rank}'s receive span: {e}");
+                    self.answer(id, slot, seq, Code::Failed, 0, why);
                 }
             }
         }
     }
 
-    /// Forgets the collectives every rank of which is answered or gone (and
-    /// remembers them as finished, for messages that come late).
+    /// Forgets the collectives every member of which is answered or gone (and
+    /// remembers them as finished, for messages that come late), and the
+    /// splits every member on this node left.
     fn retire(&mut self) {
-        let gone = &self.gone;
-        let finished = &mut self.finished;
-        self.groups.retain(|&seq, g| {
-            let over = g.slots.iter().enumerate().all(|(r, s)| {
-                gone[r].is_some() || s.as_ref().is_some_and(|s| s.done && !s.putting)
+        let mut closing = Vec::new();
+        for (&id, c) in self.comms.iter_mut() {
+            let gone = &c.gone;
+            let finished = &mut c.finished;
+            c.groups.retain(|&seq, g| {
+                let over = g.slots.iter().enumerate().all(|(r, s)| {
+                    gone[r].is_some() || s.as_ref().is_some_and(|s| s.done && !s.putting)
+                });
+                if over {
+                    finished.insert(seq);
+                }
+                !over
             });
-            if over {
-                finished.insert(seq);
+            while c.finished.len() > REMEMBER {
+                c.finished.pop_first();
             }
-            !over
-        });
-        while self.finished.len() > REMEMBER {
-            self.finished.pop_first();
+            if id != 0 && c.groups.is_empty() && c.gone.iter().all(Option::is_some) {
+                closing.push(id);
+            }
+        }
+        for id in closing {
+            tracing::debug!(comm = id, "DPU proxy: every member here left a split");
+            self.comms.remove(&id);
+            self.closed.insert(id);
         }
     }
 }

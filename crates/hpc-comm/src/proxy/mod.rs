@@ -87,7 +87,10 @@
 //! `net.rs` (below), over a transport of their own that they set up at a
 //! coordinator in the communicator's first rank (a DPU's proxy is no child
 //! of a rank, so it cannot be relayed over its standard input); `steps.rs`
-//! runs the node's schedules step by step.
+//! runs the node's schedules step by step. A split of a DPU-placed
+//! communicator shares its node's proxy and each rank's link (no proxy per
+//! split); in host placement a split starts proxies of its own (one board
+//! per communicator).
 //!
 //! # Across nodes
 //!

@@ -346,6 +346,9 @@ pub(super) fn watch_each_other(
 /// A collective that another node's proxy failed (and so every node's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Failed {
+    /// The communicator's id among the proxies (0: the one they were started
+    /// for; see `dpu.rs` for its splits).
+    pub comm: u64,
     /// The collective's sequence number.
     pub seq: u64,
     /// The answer code.
@@ -363,7 +366,7 @@ const DEAD: u32 = u32::MAX;
 const CLOSE: u32 = u32::MAX - 1;
 /// The destination of a message that fails a collective on every node (its
 /// source is the code, its tag the sequence number; the payload the rank
-/// concerned, 8 bytes, then the reason).
+/// concerned, 8 bytes, the communicator's id, 8 bytes, then the reason).
 const FAIL: u32 = u32::MAX - 2;
 
 /// The address that routes to `rendezvous` (`host:port`), as the ranks'
@@ -389,11 +392,13 @@ fn parse_failed(v: &[u8]) -> Option<Failed> {
     }
     let body = &v[..v.len() - TRAILER];
     let aux = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+    let comm = u64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
     Some(Failed {
+        comm,
         seq: u64::from_le_bytes(t[8..].try_into().ok()?),
         code: u8::try_from(u32::from_le_bytes(t[..4].try_into().ok()?)).ok()?,
         aux,
-        why: String::from_utf8_lossy(&body[8..]).into_owned(),
+        why: String::from_utf8_lossy(&body[16..]).into_owned(),
     })
 }
 
@@ -531,6 +536,14 @@ impl ProxyNet {
             .map(|p| self.hello.node_ids[p])
     }
 
+    /// The world node id of a lost node among `nodes` (node indices), if any.
+    pub(super) fn lost_among(&self, nodes: &[usize]) -> Option<usize> {
+        nodes
+            .iter()
+            .find(|&&p| self.lost.get(p) == Some(&true))
+            .map(|&p| self.hello.node_ids[p])
+    }
+
     /// A node lost since the last call (its world id), once.
     pub(super) fn take_lost(&mut self) -> Option<usize> {
         if std::mem::take(&mut self.fresh_loss) {
@@ -587,15 +600,25 @@ impl ProxyNet {
         }
     }
 
-    /// Tells the other proxies that collective `seq` failed here (`code`,
-    /// `aux`, `why` as the answer says it), so that their ranks fail it too
-    /// rather than wait for messages that will not come.
-    pub(super) fn announce_failed(&mut self, seq: u64, code: u8, aux: u64, why: &str) {
-        for p in 0..self.lost.len() {
-            if p == self.hello.me || self.lost[p] {
+    /// Tells the proxies of `nodes` (node indices: those the communicator
+    /// spans) that collective `seq` of communicator `comm` failed here
+    /// (`code`, `aux`, `why` as the answer says it), so that their ranks fail
+    /// it too rather than wait for messages that will not come.
+    pub(super) fn announce_failed(
+        &mut self,
+        comm: u64,
+        seq: u64,
+        code: u8,
+        aux: u64,
+        why: &str,
+        nodes: &[usize],
+    ) {
+        for &p in nodes {
+            if p == self.hello.me || self.lost.get(p) != Some(&false) {
                 continue;
             }
             let mut v = aux.to_le_bytes().to_vec();
+            v.extend_from_slice(&comm.to_le_bytes());
             v.extend_from_slice(why.as_bytes());
             v.extend_from_slice(&u32::from(code).to_le_bytes());
             v.extend_from_slice(&FAIL.to_le_bytes());
