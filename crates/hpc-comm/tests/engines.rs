@@ -2245,7 +2245,8 @@ fn dpu_placement_bad_setting_is_refused() {
 }
 
 /// The DPU-placed proxy in a network namespace of its own, reached over a veth
-/// pair only (needs root; `HPC_TEST_NETNS=1`).
+/// pair only, serving a communicator and its splits (needs root;
+/// `HPC_TEST_NETNS=1`).
 #[test]
 fn dpu_placement_proxy_in_its_own_network_namespace() {
     if std::env::var("HPC_TEST_NETNS").as_deref() != Ok("1") {
@@ -2310,7 +2311,7 @@ fn dpu_placement_proxy_in_its_own_network_namespace() {
         ("HPC_COLL_PROXY_ADDR", host_ip.as_str()),
         ("HPC_COLL_TEST_NETNS", ns.as_str()),
     ];
-    for scenario in ["dpu_isolated", "dpu_proxy_death"] {
+    for scenario in ["dpu_isolated", "dpu_proxy_death", "dpu_split"] {
         for (r, (ok, err)) in job(scenario, 3, 20.0, &env).into_iter().enumerate() {
             assert!(ok, "{scenario}: rank {r} failed:\n{err}");
         }
