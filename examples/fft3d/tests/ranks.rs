@@ -196,3 +196,70 @@ fn bad_input_is_refused_with_a_reason() {
         assert!(err.contains("N = 7 is not a multiple"), "{err}");
     }
 }
+
+/// In DPU placement on 2 emulated nodes the row and column communicators
+/// (splits of the world's) share their nodes' proxies: a standing DPU
+/// service, the only one that can start a proxy here, starts one per node
+/// for the whole run, and the transform matches the serial FFT.
+#[test]
+fn dpu_placement_rows_and_columns_share_one_proxy_per_node() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let count = started.clone();
+    std::thread::spawn(move || {
+        hpc_comm::proxy::dpu_service(listen, move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            Command::new(FFT3D)
+        })
+        .unwrap();
+    });
+    let args = [
+        "--n",
+        "12",
+        "--grid",
+        "2x2",
+        "--engine",
+        "proxy",
+        "--batches",
+        "2",
+        "--reps",
+        "3",
+        "--warmup",
+        "1",
+    ];
+    let t = Instant::now();
+    let outs = Job::program(FFT3D, &args, 4)
+        .timeout(TIMEOUT)
+        .nodes(2)
+        .env(env::ENGINE, "")
+        .env(env::COLL_PROXY_PLACEMENT, "dpu")
+        .env(env::COLL_PROXY_DPU_HOST, &listen.to_string())
+        // Not a program that serves: only the service's proxies may.
+        .env(env::COLL_PROXY_CMD, "/bin/false")
+        .run();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let out = String::from_utf8_lossy(&outs[0].stdout).into_owned();
+    let rel: f64 = field(&out, "rel_err").parse().unwrap();
+    assert!(rel < 1e-12, "relative error {rel}\n{out}");
+    assert_eq!(field(&out, "nodes"), "2");
+    let proxies = started.load(Ordering::SeqCst);
+    eprintln!(
+        "dpu x4 on 2 nodes: {proxies} proxies, median {} ms per transform, {:?} in all",
+        field(&out, "median_ms"),
+        t.elapsed()
+    );
+    assert_eq!(proxies, 2, "the DPU services started {proxies} proxies");
+}

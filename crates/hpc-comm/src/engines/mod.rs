@@ -66,8 +66,10 @@ pub(crate) trait Driver: Send + Sync {
 /// A split as its engine sees it (every rank of the parent calls
 /// [`Driver::split`] with the same `members` for its own colour).
 pub(crate) struct Split<'a> {
-    /// This rank's colour and key.
+    /// This rank's colour and key (the key is for engines that split
+    /// themselves: MPI's).
     pub color: u32,
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     pub key: i64,
     /// The parent's rank of each member of the new group, in its rank order.
     pub members: &'a [usize],
