@@ -1877,10 +1877,14 @@ mod dpu {
         let want = usize::from(first_on_node(world) && !service);
         assert_eq!(proxies_started(), want, "before any split");
         let (me, n) = (comm.rank(), comm.size());
+        let t = Instant::now();
         let by_node = comm.split(world.node() as u32, 0).unwrap();
         let by_parity = comm.split((me % 2) as u32, -(me as i64)).unwrap();
         let uneven = comm.split(u32::from(me + 1 == n), 0).unwrap();
         let nested = by_parity.split((by_parity.rank() % 2) as u32, 0).unwrap();
+        if me == 0 {
+            eprintln!("SPLITS 4 on rank 0 in {:?}", t.elapsed());
+        }
         assert_eq!(by_node.size(), world.local_size());
         assert_eq!(by_parity.size(), (n + 1 - me % 2) / 2);
         // Reversed: the highest rank of each parity is its rank 0.
@@ -2080,6 +2084,9 @@ fn dpu_placement_splits_share_the_node_proxies() {
             .into_iter()
             .enumerate()
         {
+            if let Some(l) = err.lines().find(|l| l.starts_with("SPLITS ")) {
+                eprintln!("{n} ranks on {nodes} nodes: {l}");
+            }
             assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
         }
         eprintln!("dpu_split x{n} on {nodes}: {:?}", t.elapsed());
