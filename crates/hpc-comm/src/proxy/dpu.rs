@@ -522,6 +522,16 @@ pub(crate) struct Client {
 /// its ranks'.
 const WATCH_EVERY: Duration = Duration::from_millis(5);
 
+/// How long the DPU proxy waits, after a rank's watch connection closed, for
+/// that rank's `Detach` still in flight on the transport, before it counts
+/// the rank as dead (and tells the other nodes so). A rank that ends normally
+/// has sent its `Detach`, and waited for the send to complete, before it
+/// exits ([`Client::detach`]).
+const DETACH_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a rank's `Detach` may take to leave it.
+const DETACH_SEND_FOR: Duration = Duration::from_secs(1);
+
 /// Regions the cache keeps (at most), and bytes.
 const CACHE_REGIONS: usize = 16;
 const CACHE_BYTES: usize = 256 << 20;
@@ -1199,7 +1209,22 @@ impl Client {
             return;
         }
         if let Ok(bytes) = encode_request::<Collective>(0, &Request::Detach) {
-            let _ = self.send(bytes);
+            if self.send(bytes).is_err() {
+                return;
+            }
+        }
+        // Until the sends went out (the `Detach` last): a process that exits at
+        // once must not take its `Detach` along, or the proxy counts it as dead
+        // and tells the other nodes so.
+        let t0 = Instant::now();
+        loop {
+            let mut sends = lock(&self.sends);
+            sends.retain(|&op| matches!(self.t.test(op), Ok(None)));
+            if sends.is_empty() || t0.elapsed() >= DETACH_SEND_FOR {
+                return;
+            }
+            drop(sends);
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 }
@@ -1663,6 +1688,9 @@ struct Server {
     ops: HashMap<OpId, Wait>,
     /// The ranks' watch connections (`None` once closed).
     watch: Vec<Option<TcpStream>>,
+    /// When each rank's watch connection was found closed, for a rank not yet
+    /// gone: it died unless its `Detach` arrives within [`DETACH_GRACE`].
+    closed_at: Vec<Option<Instant>>,
     /// The other nodes' proxies, where the communicator spans nodes.
     net: Option<ProxyNet>,
     /// Collectives finished here (the latest [`REMEMBER`]).
@@ -1688,6 +1716,7 @@ impl Server {
             comm_size: place.node_of.len(),
             ranks: place.ranks,
             gone: vec![None; size],
+            closed_at: vec![None; size],
             groups: BTreeMap::new(),
             ops: HashMap::new(),
             watch,
@@ -1696,11 +1725,20 @@ impl Server {
         }
     }
 
-    /// Ranks whose watch connection closed are gone.
+    /// Ranks whose watch connection closed are gone: as having left, if their
+    /// `Detach` arrives within [`DETACH_GRACE`] (the watch and the transport
+    /// are different connections, so a rank that detached and then exited may
+    /// have its watch seen closed first), else as having died.
     fn check_watch(&mut self) {
         for r in 0..self.size {
             if self.watch[r].as_ref().is_some_and(closed) {
                 self.watch[r] = None;
+                self.closed_at[r] = Some(Instant::now());
+            }
+            if self.gone[r].is_some() {
+                self.closed_at[r] = None;
+            } else if self.closed_at[r].is_some_and(|t| t.elapsed() >= DETACH_GRACE) {
+                self.closed_at[r] = None;
                 self.lose(r, "its process ended (its connection to the proxy closed)");
             }
         }
