@@ -184,8 +184,43 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     assert!(rel < 1e-12, "relative error {rel}: {result}");
     assert!(result.contains("nodes=2"), "{result}");
 
+    // The engines' conformance check (every collective with every algorithm,
+    // against the simulator) through the proxies on the dpu containers, then
+    // through proxies on the nodes themselves (host placement).
+    for vars in [&[DPU][..], &[]] {
+        let o = srun(
+            vars,
+            "2",
+            "4",
+            &[
+                "hpc",
+                "selftest",
+                "--json",
+                "--expect-nodes",
+                "2",
+                "--collectives",
+                "proxy",
+                "--every-algorithm",
+            ],
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "selftest {vars:?}: {out}");
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(rows.len(), 4, "selftest {vars:?}: {out}");
+        for r in &rows {
+            let every = &r["collectives"]["every_algorithm"];
+            assert_eq!(every["algorithms"], 9, "{vars:?}: {r}");
+            assert!(every["checks"].as_u64().unwrap_or(0) >= 40, "{vars:?}: {r}");
+        }
+        assert!(!out.contains("died"), "selftest {vars:?}: {out}");
+    }
+
     // node2's dpu killed mid-run: node2's ranks fail naming the proxy, node1's
     // naming the lost node, well within the job's timeout; nothing hangs.
+    let started = proxies_started("node2-dpu");
     let mut job = cluster()
         .command()
         .args(["exec", "env", DPU, "HPC_TIMEOUT=20", "srun", "--mpi=pmix"])
@@ -198,7 +233,7 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
         .unwrap();
     // Running: its proxies started and a few seconds of model time went by.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while proxies_started("node2-dpu") <= after.1 {
+    while proxies_started("node2-dpu") <= started {
         assert!(
             Instant::now() < deadline,
             "no proxy on node2-dpu within 60 s"
