@@ -98,6 +98,7 @@ fn child_entry() {
         "stress" => stress(&world),
         "big" => big(&world),
         "kill" => kill(&world),
+        "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "safety" => safety(&world),
         "staging" => staging(&world),
@@ -762,6 +763,65 @@ fn kill(world: &World) {
     std::process::exit(0);
 }
 
+/// The state letter of process `pid` in `/proc/PID/stat` (`T` when stopped).
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A slow rank is not a dead one: rank 0 stops rank 1 (`SIGSTOP`) for far
+/// longer than any liveness check's period, as a starved or descheduled
+/// process on a busy node is, and lets it go on (`SIGCONT`); every engine's
+/// collectives then complete, correct and without error, on every rank.
+fn stopped(world: &World) {
+    const STOP: Duration = Duration::from_millis(1500);
+    let pids = world.allgather(&std::process::id().to_le_bytes()).unwrap();
+    let pid1 = u32::from_le_bytes(pids[1][..4].try_into().unwrap());
+    for engine in ENGINES {
+        let mut opts = CommOptions::new(engine);
+        // Generous: the stop is what must not fail the collective.
+        opts.timeout = Some(Duration::from_secs(20));
+        let comm = Comm::with_options(world, opts).unwrap();
+        let n = comm.size();
+        comm.barrier().unwrap();
+        let resume = (comm.rank() == 0).then(|| {
+            // SAFETY: signals to a process of this job, identified by the pid it
+            // published; nothing of this process is touched.
+            assert_eq!(unsafe { libc::kill(pid1 as libc::pid_t, libc::SIGSTOP) }, 0);
+            let t = Instant::now();
+            while proc_state(pid1) != Some('T') {
+                assert!(t.elapsed() < Duration::from_secs(5), "rank 1 did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::spawn(move || {
+                std::thread::sleep(STOP);
+                // SAFETY: as above.
+                assert_eq!(unsafe { libc::kill(pid1 as libc::pid_t, libc::SIGCONT) }, 0);
+            })
+        });
+        let t0 = Instant::now();
+        // Small (staged) and large (single-copy) messages, both waiting on rank 1.
+        for count in [4usize, 16384] {
+            let send = vec![comm.rank() as u64 + 1; count];
+            let mut recv = vec![0u64; count];
+            comm.allreduce(&send, &mut recv, ReduceOp::Sum)
+                .unwrap_or_else(|e| panic!("{engine:?}: allreduce of {count}: {e}"));
+            assert!(recv.iter().all(|&x| x == (n * (n + 1) / 2) as u64));
+            let send: Vec<u32> = (0..(n * count) as u32).map(|i| i / count as u32).collect();
+            let mut recv = vec![0u32; n * count];
+            comm.alltoall(&send, &mut recv)
+                .unwrap_or_else(|e| panic!("{engine:?}: alltoall of {count}: {e}"));
+            assert!(recv.iter().all(|&x| x == comm.rank() as u32));
+        }
+        if let Some(h) = resume {
+            h.join().unwrap();
+            // Rank 0 waited for rank 1 through the whole stop.
+            assert!(t0.elapsed() >= STOP / 2, "{engine:?}: {:?}", t0.elapsed());
+        }
+        eprintln!("{engine:?}: done after {:?}", t0.elapsed());
+    }
+}
+
 /// Ranks disagree on the count: a typed error, not a hang.
 fn mismatch(world: &World) {
     for engine in ENGINES {
@@ -1356,6 +1416,11 @@ fn killed_rank_on_another_node_is_named() {
             }
         }
     }
+}
+
+#[test]
+fn a_stopped_rank_is_slow_not_lost() {
+    all_ok("stopped", 3);
 }
 
 #[test]
