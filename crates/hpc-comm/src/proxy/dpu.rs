@@ -331,7 +331,7 @@ fn host_addr() -> Result<IpAddr> {
     }
 }
 
-/// The default port of the standing DPU service ([`dpu_service`]).
+/// The default port of the standing DPU service ([`dpu_service`](super::dpu_service)).
 pub const DPU_SERVICE_PORT: u16 = 7471;
 
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
