@@ -1970,11 +1970,23 @@ fn dpu_placement_killed_rank_on_another_node_is_named() {
 
 /// Each node's proxy started by a standing DPU service (as `hpc proxy
 /// --dpu-service` runs on a DPU) rather than by the node's first rank: the
-/// ranks name it in `HPC_COLL_PROXY_DPU_HOST`; on 2 nodes.
+/// ranks name it in `HPC_COLL_PROXY_DPU_HOST` and prove its key (the file
+/// `HPC_COLL_PROXY_DPU_KEY_FILE` names); on 2 nodes. Ranks without the key,
+/// or with another, get a clear error and the service starts nothing.
 #[test]
 fn dpu_placement_proxies_from_a_standing_service() {
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("hpc-dpu-service-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = |name: &str, byte: u8| {
+        let p = dir.join(name);
+        std::fs::write(&p, [byte; 32]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (key, other) = (key_file("key", 1), key_file("other", 2));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1984,8 +1996,11 @@ fn dpu_placement_proxies_from_a_standing_service() {
     let started = Arc::new(AtomicUsize::new(0));
     let count = started.clone();
     let exe = std::env::current_exe().unwrap();
+    let auth = hpc_comm::proxy::ServiceAuth::Key(
+        hpc_comm::proxy::DpuKey::from_file(std::path::Path::new(&key)).unwrap(),
+    );
     std::thread::spawn(move || {
-        hpc_comm::proxy::dpu_service(listen, move || {
+        hpc_comm::proxy::dpu_service(listen, auth, move || {
             count.fetch_add(1, Ordering::SeqCst);
             let mut c = Command::new(&exe);
             c.args(["proxy_entry", "--exact", "--nocapture", "--test-threads=1"]);
@@ -1994,17 +2009,22 @@ fn dpu_placement_proxies_from_a_standing_service() {
         .unwrap();
     });
     let at = listen.to_string();
-    let env = [
-        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
-        ("HPC_COLL_PROXY_DPU_HOST", at.as_str()),
-        // Not a program that serves: only the service's proxies may.
-        ("HPC_COLL_PROXY_CMD", "/bin/false"),
-    ];
+    let env = |key: &str| {
+        vec![
+            ("HPC_COLL_PROXY_PLACEMENT", "dpu".to_string()),
+            ("HPC_COLL_PROXY_DPU_HOST", at.clone()),
+            ("HPC_COLL_PROXY_DPU_KEY_FILE", key.to_string()),
+            // Not a program that serves: only the service's proxies may.
+            ("HPC_COLL_PROXY_CMD", "/bin/false".to_string()),
+        ]
+    };
+    let with = env(&key);
+    let with: Vec<(&str, &str)> = with.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // (The mismatch scenario on 3 ranks: its Inline engine part expects a
     // refusal to reach every rank within a node.)
     for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3)] {
         let before = started.load(Ordering::SeqCst);
-        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &env)
+        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &with)
             .into_iter()
             .enumerate()
             .filter(|(_, (ok, _))| !ok)
@@ -2017,6 +2037,31 @@ fn dpu_placement_proxies_from_a_standing_service() {
             started.load(Ordering::SeqCst) - before
         );
     }
+    // No key, and another key: every rank fails naming the cause; no proxy starts.
+    for (key, why) in [
+        ("", "requires an authenticated request"),
+        (other.as_str(), "refused the request: authentication failed"),
+    ] {
+        let before = started.load(Ordering::SeqCst);
+        let vars = env(key);
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        for (r, (ok, err)) in job_on_nodes("dpu_registered", 2, 2, 30.0, &vars)
+            .iter()
+            .enumerate()
+        {
+            assert!(!ok, "rank {r} ran without the service's key");
+            assert!(
+                err.contains(why) && err.contains("HPC_COLL_PROXY_DPU_KEY_FILE"),
+                "rank {r}: {err}"
+            );
+        }
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            before,
+            "the service started a proxy for ranks without its key"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

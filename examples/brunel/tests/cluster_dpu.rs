@@ -4,7 +4,8 @@
 //! whose standing service starts the node's proxy. On one cluster, brought up once:
 //! the dpu containers share no file system or /dev/shm with their nodes; Brunel with
 //! `--engine proxy` in DPU placement on 2 nodes gives the one-node spikes byte for
-//! byte, with the proxies on the dpu containers; the fft3d example passes its
+//! byte, with the proxies on the dpu containers (each started for a request that
+//! proved the cluster's key; one without it is refused); the fft3d example passes its
 //! self-check the same way; a dpu container killed mid-run makes its node's ranks fail
 //! naming the proxy and the other node's name the lost node, well within the job's
 //! timeout.
@@ -122,6 +123,26 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     let o = docker("node1-dpu", &["test", "-e", &format!("/dev/shm/{mark}")]);
     assert!(!o.status.success(), "node1-dpu shares node1's /dev/shm");
     let _ = docker("node1", &["rm", "-f", &format!("/dev/shm/{mark}")]);
+
+    // The service asks for its key: a request from the node without it is
+    // refused and starts nothing.
+    let before = proxies_started("node1-dpu");
+    let o = docker(
+        "node1",
+        &[
+            "bash",
+            "-c",
+            "exec 3<>/dev/tcp/node1-dpu/7471 && read -r g <&3 && \
+             echo '- 127.0.0.1:1 1f 3 2 tcp' >&3 && read -r a <&3 && echo \"$g|$a\"",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        out.starts_with("hpc-dpu-service 1 nonce ")
+            && out.trim_end().ends_with("|refused: authentication failed"),
+        "an unauthenticated request to node1-dpu: {out}"
+    );
+    assert_eq!(proxies_started("node1-dpu"), before);
 
     // Brunel: the spikes of one node (the default engine) from 2 nodes x 2 ranks
     // with the proxy engine in DPU placement, the proxies on the dpu containers.

@@ -44,7 +44,7 @@
 //! flight and every later one with `NodeLost` naming that node.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -331,7 +331,7 @@ fn host_addr() -> Result<IpAddr> {
     }
 }
 
-/// The default port of the standing DPU service ([`dpu_service`]).
+/// The default port of the standing DPU service ([`dpu_service`](super::dpu_service)).
 pub const DPU_SERVICE_PORT: u16 = 7471;
 
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
@@ -844,8 +844,17 @@ impl Client {
             }
         }
         if let Some(at) = dpu_service_addr() {
+            let at = at?;
+            let key = super::service::DpuKey::from_env()?;
             let coord = Arc::new(coord);
-            launch_remote(at?, &spec, timeout, Arc::downgrade(&coord), size)?;
+            launch_remote(
+                at,
+                key.as_ref(),
+                &spec,
+                timeout,
+                Arc::downgrade(&coord),
+                size,
+            )?;
             return Ok((coord, secret));
         }
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
@@ -1284,11 +1293,13 @@ pub(crate) struct Posted {
     _users: Vec<Arc<Region>>,
 }
 
-/// Asks the DPU service at `at` to start this node's proxy with `spec`;
-/// until the link is up, a proxy that exits (or a service that goes) fails
-/// the link's job at once, as a proxy started here does.
+/// Asks the DPU service at `at` to start this node's proxy with `spec`,
+/// proving `key` where the service asks for it (`service.rs`); until the
+/// link is up, a proxy that exits (or a service that goes) fails the link's
+/// job at once, as a proxy started here does.
 fn launch_remote(
     at: SocketAddr,
+    key: Option<&super::service::DpuKey>,
     spec: &str,
     timeout: Duration,
     coord: std::sync::Weak<Coordinator>,
@@ -1296,25 +1307,15 @@ fn launch_remote(
 ) -> Result<()> {
     use std::io::BufRead;
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
-    let mut s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
+    let s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
     // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
     let provider = std::env::var(hpc_runtime::env::OFI_PROVIDER)
         .ok()
         .filter(|p| !p.is_empty() && !p.contains(char::is_whitespace))
         .map(|p| format!(" {p}"))
         .unwrap_or_default();
-    s.write_all(format!("{spec}{provider}\n").as_bytes())
-        .map_err(io)?;
-    s.set_read_timeout(Some(timeout)).map_err(io)?;
-    let mut r = std::io::BufReader::new(s.try_clone().map_err(io)?);
+    let (pid, mut r) = super::service::ask(&s, at, key, &format!("{spec}{provider}"), timeout)?;
     let mut line = String::new();
-    r.read_line(&mut line).map_err(io)?;
-    let Some(pid) = line.trim().strip_prefix("started ") else {
-        return Err(Error::transport(format!(
-            "the DPU service at {at} did not start the proxy: {}",
-            line.trim()
-        )));
-    };
     tracing::info!(%at, pid, "the DPU service started the proxy");
     let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
     std::thread::spawn(move || loop {
@@ -1340,71 +1341,6 @@ fn launch_remote(
         }
         return;
     });
-    Ok(())
-}
-
-/// Serves as a DPU's standing service on `listen`: each connection (a
-/// node's first rank) sends one line, the `HPC_COLL_PROXY_DPU` value of a
-/// proxy (and the ranks' `HPC_OFI_PROVIDER`, if any, as a sixth field); the
-/// service starts `program()` with them (a proxy that then joins
-/// the ranks' link job) and answers `started PID`, later `exited STATUS`.
-/// It starts only its own program, whatever the ranks run; runs until
-/// killed.
-pub fn dpu_service(
-    listen: SocketAddr,
-    program: impl Fn() -> std::process::Command + Send + Sync + 'static,
-) -> Result<()> {
-    let l = TcpListener::bind(listen)
-        .map_err(|e| Error::transport_from(format!("the DPU service on {listen}"), e))?;
-    tracing::info!(addr = %listen, "DPU service: listening");
-    let program = Arc::new(program);
-    for s in l.incoming() {
-        let mut s = match s {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "DPU service: accept");
-                continue;
-            }
-        };
-        let program = program.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let from = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let mut line = String::new();
-            let read = s
-                .try_clone()
-                .map(|c| std::io::BufReader::new(c.take(4096)))
-                .and_then(|mut r| r.read_line(&mut line));
-            // The proxy's `HPC_COLL_PROXY_DPU` value, then the ranks' libfabric
-            // provider if they name one.
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if read.is_err() || !(5..=6).contains(&fields.len()) {
-                tracing::warn!(%from, "DPU service: refused a malformed request");
-                let _ = s.write_all(b"refused: a malformed request\n");
-                return;
-            }
-            let mut cmd = program();
-            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, fields[..5].join(" "))
-                .stdin(std::process::Stdio::null());
-            if let Some(p) = fields.get(5) {
-                cmd.env(hpc_runtime::env::OFI_PROVIDER, p);
-            }
-            match cmd.spawn() {
-                Ok(mut child) => {
-                    tracing::info!(%from, pid = child.id(), "DPU service: started a proxy");
-                    let _ = s.write_all(format!("started {}\n", child.id()).as_bytes());
-                    let st = child.wait();
-                    tracing::info!(%from, status = ?st, "DPU service: a proxy exited");
-                    let st = st.map_or_else(|e| e.to_string(), |st| st.to_string());
-                    let _ = s.write_all(format!("exited ({st})\n").as_bytes());
-                }
-                Err(e) => {
-                    let _ = s.write_all(format!("failed: {e}\n").as_bytes());
-                }
-            }
-        });
-    }
     Ok(())
 }
 
