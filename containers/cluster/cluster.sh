@@ -22,11 +22,14 @@
 # it (`mount` is in the node image for the wrapper).
 # --dpus: beside each compute node nodeI a `dpu` container nodeI-dpu, the DPU's own Linux:
 # on the network only (no /shared, no /cluster, its own /dev/shm), with the binaries
-# read-only, running the standing DPU service `hpc proxy --dpu-service 0.0.0.0:7471`,
-# which starts each node's collectives proxy in `dpu` placement when the node's first
-# rank asks. The compute nodes get HPC_COLL_PROXY_DPU_HOST={host}-dpu, so a job needs
-# only HPC_COLL_PROXY_PLACEMENT=dpu (and the Proxy engine). `kill-node nodeI-dpu`
-# kills one.
+# read-only, running the standing DPU service `hpc proxy --dpu-service 0.0.0.0:7471
+# --key-file /etc/hpc/dpu.key`, which starts each node's collectives proxy in `dpu`
+# placement when the node's first rank asks and proves the key. The key (32 random
+# bytes, made once per work dir: $work/dpu.key, mode 0400) is mounted read-only as
+# that one file into each dpu container, and the compute nodes read it from
+# /cluster/dpu.key: they get HPC_COLL_PROXY_DPU_HOST={host}-dpu and
+# HPC_COLL_PROXY_DPU_KEY_FILE=/cluster/dpu.key, so a job needs only
+# HPC_COLL_PROXY_PLACEMENT=dpu (and the Proxy engine). `kill-node nodeI-dpu` kills one.
 # libfabric1 is there for binaries built with the `ofi` feature (HPC_TRANSPORT=ofi
 # across the nodes; libfabric is loaded at run time, its tcp provider needs nothing
 # more). libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
@@ -128,6 +131,10 @@ up() {
         head -c 1024 /dev/urandom > "$work/munge.key"
     fi
     chmod 0400 "$work/munge.key"
+    if [ -n "$dpus" ] && [ ! -s "$work/dpu.key" ]; then
+        (umask 077 && head -c 32 /dev/urandom > "$work/dpu.key")
+    fi
+    if [ -n "$dpus" ]; then chmod 0400 "$work/dpu.key"; fi
     docker network create --internal --label org.hpc-rs.cluster=1 "$net" >/dev/null
     local common=(--detach --label org.hpc-rs.cluster=1 --network "$net"
         --shm-size 512m --cap-add SYS_PTRACE --init
@@ -148,24 +155,28 @@ up() {
             if [ -b "$d" ]; then common+=(--device "$d"); fi
         done
     fi
-    # With DPUs, every host names its DPU; srun hands the controller's environment
-    # to the ranks, so it has the setting too.
+    # With DPUs, every host names its DPU and the key its service asks for; srun
+    # hands the controller's environment to the ranks, so it has the settings too.
     local node_env=()
-    if [ -n "$dpus" ]; then node_env=(-e 'HPC_COLL_PROXY_DPU_HOST={host}-dpu'); fi
+    if [ -n "$dpus" ]; then
+        node_env=(-e 'HPC_COLL_PROXY_DPU_HOST={host}-dpu' -e HPC_COLL_PROXY_DPU_KEY_FILE=/cluster/dpu.key)
+    fi
     docker run "${common[@]}" "${node_env[@]}" --name "$prefix-ctl" --hostname ctl --network-alias ctl "$image" /cluster/node-init.sh ctl >/dev/null
     for i in $(seq 1 "$nodes"); do
         docker run "${common[@]}" "${node_env[@]}" --name "$prefix-node$i" --hostname "node$i" --network-alias "node$i" \
             "$image" /cluster/node-init.sh compute >/dev/null
     done
     if [ -n "$dpus" ]; then
-        # The DPU's own Linux: the network and the binaries, nothing of its node's
-        # (no /shared, /cluster, munge or Slurm; a /dev/shm of its own).
+        # The DPU's own Linux: the network, the binaries and the service's key,
+        # nothing of its node's (no /shared, /cluster, munge or Slurm; a /dev/shm
+        # of its own).
         for i in $(seq 1 "$nodes"); do
             docker run --detach --label org.hpc-rs.cluster=1 --network "$net" --init \
                 --name "$prefix-node$i-dpu" --hostname "node$i-dpu" --network-alias "node$i-dpu" \
                 -v "$(readlink -f "$bin"):/opt/hpc/bin:ro" -e PATH=/opt/hpc/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-                -e HPC_LOG=info \
-                "$image" /opt/hpc/bin/hpc proxy --dpu-service 0.0.0.0:7471 >/dev/null
+                -v "$work/dpu.key:/etc/hpc/dpu.key:ro" -e HPC_LOG=info \
+                "$image" /opt/hpc/bin/hpc proxy --dpu-service 0.0.0.0:7471 \
+                --key-file /etc/hpc/dpu.key >/dev/null
         done
         local deadline=$((SECONDS + 60))
         for i in $(seq 1 "$nodes"); do

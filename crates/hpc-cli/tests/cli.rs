@@ -252,13 +252,16 @@ fn exit_codes_are_distinct() {
     assert!(v.starts_with("hpc 0.") && v.contains("features:"), "{v}");
 }
 
-/// `hpc proxy --dpu-service`: refuses a request that is not a proxy's spec, and for one
-/// that is starts `hpc proxy` and reports its exit (here at once: the coordinator it
-/// names is gone).
+/// `hpc proxy --dpu-service`: refuses to start without a usable key (or
+/// `--insecure`); refuses a request that does not prove the key, and one that is
+/// not a proxy's spec; for one that is, starts `hpc proxy` and reports its exit
+/// (here at once: the coordinator it names is gone).
 #[test]
 fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
+    use hmac::Mac;
     use std::io::{BufRead, BufReader, Write};
-    let o = hpc(&["proxy", "--dpu-service", "nowhere"]);
+    use std::os::unix::fs::PermissionsExt;
+    let o = hpc(&["proxy", "--dpu-service", "nowhere", "--insecure"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not an address:port"));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -267,6 +270,35 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
         .unwrap()
         .port();
     let at = format!("127.0.0.1:{port}");
+    let dir = scratch("dpu-service");
+    let key_file = dir.join("dpu.key");
+    let key = [0x5au8; 32];
+    std::fs::write(&key_file, key).unwrap();
+    let key_path = key_file.to_str().unwrap();
+    // Without a key, with a key others may read, with an empty one: no service.
+    let refused = |args: &[&str], why: &str| {
+        let mut a = vec!["proxy", "--dpu-service", &at];
+        a.extend_from_slice(args);
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(&a)
+            .env_remove("HPC_COLL_PROXY_DPU_KEY_FILE")
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}: started");
+        assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
+    };
+    refused(&[], "the DPU service needs a key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused(
+        &["--key-file", key_path],
+        "mode 0644 lets its group or others read",
+    );
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    refused(&["--key-file", key_path, "--insecure"], "choose one");
+    let empty = dir.join("empty.key");
+    std::fs::write(&empty, b"").unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+    refused(&["--key-file", empty.to_str().unwrap()], "it is empty");
     // Killed however the test ends.
     struct Kill(std::process::Child);
     impl Drop for Kill {
@@ -275,16 +307,34 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
             let _ = self.0.wait();
         }
     }
+    // The key from the variable, as the ranks name it.
     let mut service = Kill(
         Command::new(env!("CARGO_BIN_EXE_hpc"))
             .args(["proxy", "--dpu-service", &at])
+            .env("HPC_COLL_PROXY_DPU_KEY_FILE", &key_file)
             .spawn()
             .unwrap(),
     );
     let t = std::time::Instant::now();
+    // A connection and the nonce of its greeting.
     let mut connect = || loop {
         match std::net::TcpStream::connect(&at) {
-            Ok(s) => return s,
+            Ok(s) => {
+                s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                    .unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut g = String::new();
+                r.read_line(&mut g).unwrap();
+                let nonce = g
+                    .trim()
+                    .strip_prefix("hpc-dpu-service 1 nonce ")
+                    .unwrap_or_else(|| panic!("greeting {g:?}"));
+                let nonce: Vec<u8> = (0..nonce.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&nonce[i..i + 2], 16).unwrap())
+                    .collect();
+                return (s, r, nonce);
+            }
             Err(_) if t.elapsed() < std::time::Duration::from_secs(20) => {
                 assert!(
                     service.0.try_wait().unwrap().is_none(),
@@ -295,29 +345,50 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
             Err(e) => panic!("no service on {at}: {e}"),
         }
     };
-    let ask = |s: &mut std::net::TcpStream, line: &str| {
-        s.write_all(line.as_bytes()).unwrap();
-        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
-            .unwrap();
-        BufReader::new(s.try_clone().unwrap())
+    // What a rank sends: HMAC-SHA256(key, nonce || request), then the request.
+    let signed = |key: &[u8], nonce: &[u8], req: &str| {
+        let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+        m.update(nonce);
+        m.update(req.as_bytes());
+        let tag: String = m
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{tag} {req}\n")
     };
-    let mut s = connect();
-    let mut r = ask(&mut s, "not a spec\n");
-    let mut l = String::new();
-    r.read_line(&mut l).unwrap();
-    assert!(l.starts_with("refused"), "{l}");
+    let answer =
+        |s: &mut std::net::TcpStream, r: &mut BufReader<std::net::TcpStream>, line: &str| {
+            s.write_all(line.as_bytes()).unwrap();
+            let mut l = String::new();
+            r.read_line(&mut l).unwrap();
+            l
+        };
     // A coordinator that is not there: the proxy starts, fails to join, exits.
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut s = connect();
-    let mut r = ask(&mut s, &format!("{dead} 1f 3 2 tcp\n"));
-    let mut l = String::new();
-    r.read_line(&mut l).unwrap();
+    let spec = format!("{dead} 1f 3 2 tcp");
+    // No MAC, another key's: refused, nothing started.
+    let (mut s, mut r, _) = connect();
+    let l = answer(&mut s, &mut r, &format!("{spec}\n"));
+    assert_eq!(l, "refused: authentication failed\n");
+    let (mut s, mut r, nonce) = connect();
+    let l = answer(&mut s, &mut r, &signed(&[0xa5; 32], &nonce, &spec));
+    assert_eq!(l, "refused: authentication failed\n");
+    // The key's, but not a spec.
+    let (mut s, mut r, nonce) = connect();
+    let l = answer(&mut s, &mut r, &signed(&key, &nonce, "not a spec"));
+    assert!(l.starts_with("refused: a malformed request"), "{l}");
+    let (mut s, mut r, nonce) = connect();
+    let l = answer(&mut s, &mut r, &signed(&key, &nonce, &spec));
     assert!(l.starts_with("started "), "{l}");
     let mut l = String::new();
     r.read_line(&mut l).unwrap();
     assert!(l.starts_with("exited ("), "{l}");
     assert!(!l.contains("exit status: 0"), "{l}");
+    drop(service);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -443,6 +443,55 @@ fn proxy_flag_serves_the_proxy_engine_from_hpc() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("hpc run --proxy"));
 }
 
+/// `hpc selftest --every-algorithm`: the engines' conformance check (every
+/// collective, every algorithm, against the simulator) under the launcher, with
+/// the Proxy engine across 2 emulated nodes in both placements. A job that ends
+/// normally must not make a DPU proxy believe a rank of the other node died (a
+/// rank's detach racing its exit did, at the end of one run in two).
+#[test]
+fn every_algorithm_agrees_with_the_simulator_through_the_proxies() {
+    for placement in ["host", "dpu"] {
+        let out = Command::new(HPC)
+            .args(["run", "-n", "4", "--nodes", "2", "--proxy", "--", HPC])
+            .args([
+                "selftest",
+                "--json",
+                "--collectives",
+                "proxy",
+                "--every-algorithm",
+            ])
+            .env("HPC_COLL_PROXY_PLACEMENT", placement)
+            .env("HPC_LOG", "warn")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{placement}: {stdout}\n{stderr}");
+        let rows: Vec<serde_json::Value> = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l.split_once("] ")?.1).ok())
+            .collect();
+        assert_eq!(rows.len(), 4, "{placement}: {stdout}");
+        for r in &rows {
+            let every = &r["collectives"]["every_algorithm"];
+            assert_eq!(every["algorithms"], 9, "{placement}: {r}");
+            // 11 collectives at 2 sizes by default, plus those of 8 algorithms that
+            // have a schedule, plus 11 in flight at once.
+            assert!(every["checks"].as_u64().unwrap() >= 40, "{placement}: {r}");
+            assert_eq!(
+                every["checks"],
+                rows[0]["collectives"]["every_algorithm"]["checks"]
+            );
+        }
+        assert!(
+            !stderr.contains("died") && !stdout.contains("died"),
+            "{placement}: {stderr}"
+        );
+    }
+}
+
 /// Waits for `child` at most `limit`; kills it and fails the test if it takes longer.
 fn wait_bounded(
     child: &mut std::process::Child,

@@ -66,6 +66,12 @@ pub enum Error {
     /// Failure of the runtime used to set the communicator up.
     #[error(transparent)]
     Runtime(#[from] hpc_runtime::Error),
+    /// A request to the DPU service (`hpc proxy --dpu-service`) was not
+    /// authenticated: the service refused its key, or this side has no key,
+    /// or a key file that may not be used (missing, empty, too short, readable
+    /// by others). The text says which, and what to set.
+    #[error("{0}")]
+    Auth(String),
 }
 
 impl Error {

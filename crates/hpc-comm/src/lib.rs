@@ -28,6 +28,7 @@ mod backoff;
 mod board;
 mod buf;
 pub mod comm;
+pub mod conformance;
 mod engines;
 mod error;
 mod executor;

@@ -98,6 +98,7 @@ fn child_entry() {
         "stress" => stress(&world),
         "big" => big(&world),
         "kill" => kill(&world),
+        "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "safety" => safety(&world),
         "staging" => staging(&world),
@@ -764,6 +765,65 @@ fn kill(world: &World) {
     std::process::exit(0);
 }
 
+/// The state letter of process `pid` in `/proc/PID/stat` (`T` when stopped).
+fn proc_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A slow rank is not a dead one: rank 0 stops rank 1 (`SIGSTOP`) for far
+/// longer than any liveness check's period, as a starved or descheduled
+/// process on a busy node is, and lets it go on (`SIGCONT`); every engine's
+/// collectives then complete, correct and without error, on every rank.
+fn stopped(world: &World) {
+    const STOP: Duration = Duration::from_millis(1500);
+    let pids = world.allgather(&std::process::id().to_le_bytes()).unwrap();
+    let pid1 = u32::from_le_bytes(pids[1][..4].try_into().unwrap());
+    for engine in ENGINES {
+        let mut opts = CommOptions::new(engine);
+        // Generous: the stop is what must not fail the collective.
+        opts.timeout = Some(Duration::from_secs(20));
+        let comm = Comm::with_options(world, opts).unwrap();
+        let n = comm.size();
+        comm.barrier().unwrap();
+        let resume = (comm.rank() == 0).then(|| {
+            // SAFETY: signals to a process of this job, identified by the pid it
+            // published; nothing of this process is touched.
+            assert_eq!(unsafe { libc::kill(pid1 as libc::pid_t, libc::SIGSTOP) }, 0);
+            let t = Instant::now();
+            while proc_state(pid1) != Some('T') {
+                assert!(t.elapsed() < Duration::from_secs(5), "rank 1 did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::spawn(move || {
+                std::thread::sleep(STOP);
+                // SAFETY: as above.
+                assert_eq!(unsafe { libc::kill(pid1 as libc::pid_t, libc::SIGCONT) }, 0);
+            })
+        });
+        let t0 = Instant::now();
+        // Small (staged) and large (single-copy) messages, both waiting on rank 1.
+        for count in [4usize, 16384] {
+            let send = vec![comm.rank() as u64 + 1; count];
+            let mut recv = vec![0u64; count];
+            comm.allreduce(&send, &mut recv, ReduceOp::Sum)
+                .unwrap_or_else(|e| panic!("{engine:?}: allreduce of {count}: {e}"));
+            assert!(recv.iter().all(|&x| x == (n * (n + 1) / 2) as u64));
+            let send: Vec<u32> = (0..(n * count) as u32).map(|i| i / count as u32).collect();
+            let mut recv = vec![0u32; n * count];
+            comm.alltoall(&send, &mut recv)
+                .unwrap_or_else(|e| panic!("{engine:?}: alltoall of {count}: {e}"));
+            assert!(recv.iter().all(|&x| x == comm.rank() as u32));
+        }
+        if let Some(h) = resume {
+            h.join().unwrap();
+            // Rank 0 waited for rank 1 through the whole stop.
+            assert!(t0.elapsed() >= STOP / 2, "{engine:?}: {:?}", t0.elapsed());
+        }
+        eprintln!("{engine:?}: done after {:?}", t0.elapsed());
+    }
+}
+
 /// Ranks disagree on the count: a typed error, not a hang.
 fn mismatch(world: &World) {
     for engine in ENGINES {
@@ -1358,6 +1418,11 @@ fn killed_rank_on_another_node_is_named() {
             }
         }
     }
+}
+
+#[test]
+fn a_stopped_rank_is_slow_not_lost() {
+    all_ok("stopped", 3);
 }
 
 #[test]
@@ -2138,11 +2203,23 @@ fn dpu_placement_killed_rank_on_another_node_is_named() {
 
 /// Each node's proxy started by a standing DPU service (as `hpc proxy
 /// --dpu-service` runs on a DPU) rather than by the node's first rank: the
-/// ranks name it in `HPC_COLL_PROXY_DPU_HOST`; on 2 nodes.
+/// ranks name it in `HPC_COLL_PROXY_DPU_HOST` and prove its key (the file
+/// `HPC_COLL_PROXY_DPU_KEY_FILE` names); on 2 nodes. Ranks without the key,
+/// or with another, get a clear error and the service starts nothing.
 #[test]
 fn dpu_placement_proxies_from_a_standing_service() {
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("hpc-dpu-service-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = |name: &str, byte: u8| {
+        let p = dir.join(name);
+        std::fs::write(&p, [byte; 32]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (key, other) = (key_file("key", 1), key_file("other", 2));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -2152,8 +2229,11 @@ fn dpu_placement_proxies_from_a_standing_service() {
     let started = Arc::new(AtomicUsize::new(0));
     let count = started.clone();
     let exe = std::env::current_exe().unwrap();
+    let auth = hpc_comm::proxy::ServiceAuth::Key(
+        hpc_comm::proxy::DpuKey::from_file(std::path::Path::new(&key)).unwrap(),
+    );
     std::thread::spawn(move || {
-        hpc_comm::proxy::dpu_service(listen, move || {
+        hpc_comm::proxy::dpu_service(listen, auth, move || {
             count.fetch_add(1, Ordering::SeqCst);
             let mut c = Command::new(&exe);
             c.args(["proxy_entry", "--exact", "--nocapture", "--test-threads=1"]);
@@ -2162,17 +2242,22 @@ fn dpu_placement_proxies_from_a_standing_service() {
         .unwrap();
     });
     let at = listen.to_string();
-    let env = [
-        ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
-        ("HPC_COLL_PROXY_DPU_HOST", at.as_str()),
-        // Not a program that serves: only the service's proxies may.
-        ("HPC_COLL_PROXY_CMD", "/bin/false"),
-    ];
+    let env = |key: &str| {
+        vec![
+            ("HPC_COLL_PROXY_PLACEMENT", "dpu".to_string()),
+            ("HPC_COLL_PROXY_DPU_HOST", at.clone()),
+            ("HPC_COLL_PROXY_DPU_KEY_FILE", key.to_string()),
+            // Not a program that serves: only the service's proxies may.
+            ("HPC_COLL_PROXY_CMD", "/bin/false".to_string()),
+        ]
+    };
+    let with = env(&key);
+    let with: Vec<(&str, &str)> = with.iter().map(|(k, v)| (*k, v.as_str())).collect();
     // (The mismatch scenario on 3 ranks: its Inline engine part expects a
     // refusal to reach every rank within a node.)
     for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3), ("dpu_split", 4)] {
         let before = started.load(Ordering::SeqCst);
-        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &env)
+        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &with)
             .into_iter()
             .enumerate()
             .filter(|(_, (ok, _))| !ok)
@@ -2189,6 +2274,31 @@ fn dpu_placement_proxies_from_a_standing_service() {
             assert_eq!(count, 2, "{scenario}: the service started {count} proxies");
         }
     }
+    // No key, and another key: every rank fails naming the cause; no proxy starts.
+    for (key, why) in [
+        ("", "requires an authenticated request"),
+        (other.as_str(), "refused the request: authentication failed"),
+    ] {
+        let before = started.load(Ordering::SeqCst);
+        let vars = env(key);
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        for (r, (ok, err)) in job_on_nodes("dpu_registered", 2, 2, 30.0, &vars)
+            .iter()
+            .enumerate()
+        {
+            assert!(!ok, "rank {r} ran without the service's key");
+            assert!(
+                err.contains(why) && err.contains("HPC_COLL_PROXY_DPU_KEY_FILE"),
+                "rank {r}: {err}"
+            );
+        }
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            before,
+            "the service started a proxy for ranks without its key"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

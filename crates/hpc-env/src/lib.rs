@@ -160,6 +160,11 @@ vars! {
     /// starts each node's proxy, as `host[:port]`; `{host}` becomes this host's name
     /// (e.g. `{host}-dpu`). Unset: the node's first rank starts the proxy itself.
     Setting COLL_PROXY_DPU_HOST = "HPC_COLL_PROXY_DPU_HOST", default "unset (port `7471`)";
+    /// File holding the key the DPU service and the ranks share: a node's first rank
+    /// proves it holds it (HMAC-SHA256 of the service's nonce and the request), and
+    /// `hpc proxy --dpu-service` reads it when `--key-file` is not given. The ranks' copy
+    /// must not be readable by others, the service's not by its group either.
+    Setting COLL_PROXY_DPU_KEY_FILE = "HPC_COLL_PROXY_DPU_KEY_FILE", default "unset: no key (a service that requires one refuses the request)";
     /// Cache of base image layers of `cargo xtask image` (several workspaces can share
     /// one).
     Setting IMAGE_CACHE = "HPC_IMAGE_CACHE", default "`<target>/hpc-image-cache`";

@@ -4,7 +4,8 @@
 //! whose standing service starts the node's proxy. On one cluster, brought up once:
 //! the dpu containers share no file system or /dev/shm with their nodes; Brunel with
 //! `--engine proxy` in DPU placement on 2 nodes gives the one-node spikes byte for
-//! byte, with the proxies on the dpu containers; the fft3d example passes its
+//! byte, with the proxies on the dpu containers (each started for a request that
+//! proved the cluster's key; one without it is refused); the fft3d example passes its
 //! self-check the same way; a dpu container killed mid-run makes its node's ranks fail
 //! naming the proxy and the other node's name the lost node, well within the job's
 //! timeout.
@@ -123,6 +124,26 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     assert!(!o.status.success(), "node1-dpu shares node1's /dev/shm");
     let _ = docker("node1", &["rm", "-f", &format!("/dev/shm/{mark}")]);
 
+    // The service asks for its key: a request from the node without it is
+    // refused and starts nothing.
+    let before = proxies_started("node1-dpu");
+    let o = docker(
+        "node1",
+        &[
+            "bash",
+            "-c",
+            "exec 3<>/dev/tcp/node1-dpu/7471 && read -r g <&3 && \
+             echo '- 127.0.0.1:1 1f 3 2 tcp' >&3 && read -r a <&3 && echo \"$g|$a\"",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        out.starts_with("hpc-dpu-service 1 nonce ")
+            && out.trim_end().ends_with("|refused: authentication failed"),
+        "an unauthenticated request to node1-dpu: {out}"
+    );
+    assert_eq!(proxies_started("node1-dpu"), before);
+
     // Brunel: the spikes of one node (the default engine) from 2 nodes x 2 ranks
     // with the proxy engine in DPU placement, the proxies on the dpu containers.
     fn brunel<'a>(extra: &[&'a str]) -> Vec<&'a str> {
@@ -184,8 +205,43 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     assert!(rel < 1e-12, "relative error {rel}: {result}");
     assert!(result.contains("nodes=2"), "{result}");
 
+    // The engines' conformance check (every collective with every algorithm,
+    // against the simulator) through the proxies on the dpu containers, then
+    // through proxies on the nodes themselves (host placement).
+    for vars in [&[DPU][..], &[]] {
+        let o = srun(
+            vars,
+            "2",
+            "4",
+            &[
+                "hpc",
+                "selftest",
+                "--json",
+                "--expect-nodes",
+                "2",
+                "--collectives",
+                "proxy",
+                "--every-algorithm",
+            ],
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "selftest {vars:?}: {out}");
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(rows.len(), 4, "selftest {vars:?}: {out}");
+        for r in &rows {
+            let every = &r["collectives"]["every_algorithm"];
+            assert_eq!(every["algorithms"], 9, "{vars:?}: {r}");
+            assert!(every["checks"].as_u64().unwrap_or(0) >= 40, "{vars:?}: {r}");
+        }
+        assert!(!out.contains("died"), "selftest {vars:?}: {out}");
+    }
+
     // node2's dpu killed mid-run: node2's ranks fail naming the proxy, node1's
     // naming the lost node, well within the job's timeout; nothing hangs.
+    let started = proxies_started("node2-dpu");
     let mut job = cluster()
         .command()
         .args(["exec", "env", DPU, "HPC_TIMEOUT=20", "srun", "--mpi=pmix"])
@@ -198,7 +254,7 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
         .unwrap();
     // Running: its proxies started and a few seconds of model time went by.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while proxies_started("node2-dpu") <= after.1 {
+    while proxies_started("node2-dpu") <= started {
         assert!(
             Instant::now() < deadline,
             "no proxy on node2-dpu within 60 s"

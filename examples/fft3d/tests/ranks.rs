@@ -205,21 +205,35 @@ fn bad_input_is_refused_with_a_reason() {
 fn dpu_placement_rows_and_columns_share_one_proxy_per_node() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let started = Arc::new(AtomicUsize::new(0));
-    let count = started.clone();
-    std::thread::spawn(move || {
-        hpc_comm::proxy::dpu_service(listen, move || {
-            count.fetch_add(1, Ordering::SeqCst);
-            Command::new(FFT3D)
+    // A free port, found by binding it and letting it go: another test's
+    // launcher may take it meanwhile, so a service that cannot bind it (and
+    // returns at once) is started again on another.
+    let listen = (0..20)
+        .find_map(|_| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port();
+            let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+            let count = started.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                // Reachable only from this machine's tests: no key.
+                let auth = hpc_comm::proxy::ServiceAuth::Insecure;
+                let r = hpc_comm::proxy::dpu_service(listen, auth, move || {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    Command::new(FFT3D)
+                });
+                let _ = tx.send(r);
+            });
+            match rx.recv_timeout(Duration::from_millis(300)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(listen),
+                _ => None,
+            }
         })
-        .unwrap();
-    });
+        .expect("no port for the DPU service");
     let args = [
         "--n",
         "12",

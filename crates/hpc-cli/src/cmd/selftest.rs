@@ -25,6 +25,7 @@ pub enum FailMode {
 #[command(after_help = "Examples:\n  \
     hpc run -n 4 -- hpc selftest --expect-size 4\n  \
     hpc run -n 4 --nodes 2 -- hpc selftest --transport --collectives thread\n  \
+    hpc run -n 4 --nodes 2 --proxy -- hpc selftest --collectives proxy --every-algorithm\n  \
     mpirun -n 2 hpc selftest --collectives mpi        (an hpc built with --features mpi)\n  \
     srun --mpi=pmix -N 2 -n 8 hpc selftest --expect-nodes 2 --json\n\n\
     Exit status: 0 every check passed, 2 a check failed.")]
@@ -53,6 +54,13 @@ pub struct Args {
     /// reduce-scatter) through hpc-comm with this engine and check them.
     #[arg(long, value_name = "ENGINE", value_enum)]
     pub collectives: Option<super::values::Engine>,
+    /// With `--collectives`: check every collective with every algorithm that has a
+    /// schedule for it against the simulator's reference, at blocks of 5 and 20,000
+    /// elements, and all of them in flight at once (`hpc_comm::conformance`): the
+    /// engines' own conformance suite, on this job's nodes. Takes seconds, not
+    /// milliseconds.
+    #[arg(long, requires = "collectives")]
+    pub every_algorithm: bool,
     /// This rank fails on purpose (for testing failure handling).
     #[arg(long)]
     pub fail_rank: Option<usize>,
@@ -163,7 +171,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             serde_json::Value::Null
         };
         let collectives = match args.collectives.map(|e| e.name()) {
-            Some(engine) => check_collectives(&world, engine)
+            Some(engine) => check_collectives(&world, engine, args.every_algorithm)
                 .with_context(|| format!("collectives check ({engine} engine)"))?,
             None => serde_json::Value::Null,
         };
@@ -221,11 +229,22 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 /// Runs an allreduce, an alltoall, a broadcast, an alltoallv and a reduce-scatter,
 /// non-blocking, through hpc-comm with `engine`, and verifies the results;
 /// returns the engine's progress note.
-fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::Value> {
+fn check_collectives(
+    world: &World,
+    engine: &str,
+    every_algorithm: bool,
+) -> anyhow::Result<serde_json::Value> {
     use hpc_comm::{Comm, Engine, ReduceOp};
     let engine: Engine = engine
         .parse()
         .map_err(|e| anyhow::anyhow!("--collectives: {e}"))?;
+    let conformance = if every_algorithm {
+        let r =
+            hpc_comm::conformance::check(world, &hpc_comm::CommOptions::new(engine), &[5, 20_000])?;
+        serde_json::json!({ "checks": r.checks, "algorithms": r.algorithms })
+    } else {
+        serde_json::Value::Null
+    };
     let comm = Comm::new(world, engine)?;
     let (me, n) = (comm.rank(), comm.size());
     let len = 4099; // odd, so that segmenting algorithms meet a remainder
@@ -296,6 +315,7 @@ fn check_collectives(world: &World, engine: &str) -> anyhow::Result<serde_json::
     Ok(serde_json::json!({
         "engine": engine.name(),
         "progress": comm.progress_note(),
+        "every_algorithm": conformance,
     }))
 }
 

@@ -177,18 +177,28 @@ impl Host {
             if last_check.elapsed() >= CHECK_EVERY {
                 last_check = Instant::now();
                 let pids = lock(&shared.core).pids.clone();
-                let mut peers = op.blocked_on();
-                if peers.iter().any(|&p| board::pid_dead(pids[p])) {
-                    // What a peer pushed before it exited still counts: drain first.
-                    lock(&shared.core).progress();
-                    peers = op.blocked_on();
-                }
+                let lost = lost_peer(
+                    || op.blocked_on(),
+                    |p| board::pid_dead(pids[p]),
+                    || {
+                        // Until nothing moves: a message taken in may let a round
+                        // end and the next take in one that is queued already.
+                        for _ in 0..8 {
+                            if !lock(&shared.core).progress() {
+                                break;
+                            }
+                        }
+                    },
+                );
                 if op.done.load(Ordering::Acquire) {
                     break;
                 }
-                if let Some(&p) = peers.iter().find(|&&p| board::pid_dead(pids[p])) {
+                if let Some(p) = lost {
                     op.fail(Error::RankLost { rank: p });
                 } else if t0.elapsed() > self.timeout {
+                    let mut peers = op.blocked_on();
+                    peers.sort_unstable();
+                    peers.dedup();
                     op.fail(Error::Timeout {
                         after: self.timeout,
                         waiting_for: peers.iter().map(|&p| self.world_ranks[p]).collect(),
@@ -222,6 +232,38 @@ impl Host {
         board.wake_agent(self.rank);
         board.ring(self.rank);
     }
+}
+
+/// The peer a collective waits for that is lost, if any: one whose process
+/// is gone (`dead`) and that the collective still waits for (`blocked`) after
+/// everything that peer sent before it went was taken in (`drain`).
+///
+/// A peer that finished its part pushes its last descriptor and exits at once,
+/// so "gone" alone says nothing: what it pushed may still wait in this rank's
+/// ring. Each peer's process is therefore looked at once, *before* the drain,
+/// and a peer counts as lost only if it was gone then and is still waited for
+/// after: everything it pushed happened before it exited, so before that look
+/// and that drain. A second look would find peers that exited after the
+/// first, their last descriptors not taken in: on an oversubscribed node,
+/// where a scan of a few dozen peers' `/proc` entries takes long enough for
+/// some of them to finish and exit, a rank that merely completed was reported
+/// lost. A stopped or starved process is not gone: only the communicator's
+/// timeout ends a wait for it, with `Timeout` naming it.
+fn lost_peer(
+    mut blocked: impl FnMut() -> Vec<usize>,
+    dead: impl Fn(usize) -> bool,
+    drain: impl FnOnce(),
+) -> Option<usize> {
+    let mut peers = blocked();
+    peers.sort_unstable();
+    peers.dedup();
+    // One look per peer: a process with a receive and a send open is read once.
+    let gone: Vec<usize> = peers.into_iter().filter(|&p| dead(p)).collect();
+    if gone.is_empty() {
+        return None;
+    }
+    drain();
+    blocked().into_iter().find(|p| gone.contains(p))
 }
 
 /// The ranks' path of `engine`, which started an op of its executor.
@@ -297,5 +339,63 @@ impl Driver for Inline {
 
     fn shutdown(&self) {
         self.host.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lost_peer;
+    use std::cell::{Cell, RefCell};
+
+    /// A peer that pushes its last descriptor and exits while this rank
+    /// looks at its peers' processes is not lost: its descriptor is taken in
+    /// before it can count as lost, and the collective then no longer waits
+    /// for it.
+    #[test]
+    fn a_peer_that_exits_after_its_last_send_is_not_lost() {
+        // Waiting for peers 1, 2 and 3; peer 2's last message is in the ring.
+        let blocked = RefCell::new(vec![1, 2, 3]);
+        let looks = Cell::new(0);
+        // Peer 2 is alive at the first look at it and gone from then on.
+        let dead = |p: usize| {
+            if p != 2 {
+                return false;
+            }
+            looks.set(looks.get() + 1);
+            looks.get() > 1
+        };
+        let drain = || blocked.borrow_mut().retain(|&p| p != 2);
+        // First check: peer 2 still alive, nothing lost.
+        assert_eq!(lost_peer(|| blocked.borrow().clone(), dead, drain), None);
+        assert_eq!(looks.get(), 1, "each peer is looked at once per check");
+        // Next check: gone, but the drain takes in its message: still not lost.
+        assert_eq!(lost_peer(|| blocked.borrow().clone(), dead, drain), None);
+        assert_eq!(*blocked.borrow(), vec![1, 3]);
+    }
+
+    /// A peer that is gone and still waited for after the drain is lost,
+    /// at the first check that sees it gone.
+    #[test]
+    fn a_gone_peer_still_waited_for_is_lost() {
+        let (drained, looks) = (Cell::new(false), Cell::new(0));
+        // Peer 1 twice: a receive from it and a send to it are open.
+        let lost = lost_peer(
+            || vec![4, 1, 1],
+            |p| {
+                looks.set(looks.get() + 1);
+                p == 1
+            },
+            || drained.set(true),
+        );
+        assert_eq!(lost, Some(1));
+        assert!(drained.get(), "what it sent is taken in first");
+        assert_eq!(looks.get(), 2, "one look per peer");
+        // Nobody gone: no drain, nothing lost.
+        let drained = Cell::new(false);
+        assert_eq!(
+            lost_peer(|| vec![4, 1], |_| false, || drained.set(true)),
+            None
+        );
+        assert!(!drained.get());
     }
 }

@@ -54,7 +54,7 @@
 //! communicator. A killed proxy fails every communicator that uses it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -384,7 +384,7 @@ fn host_addr() -> Result<IpAddr> {
     }
 }
 
-/// The default port of the standing DPU service ([`dpu_service`]).
+/// The default port of the standing DPU service ([`dpu_service`](super::dpu_service)).
 pub const DPU_SERVICE_PORT: u16 = 7471;
 
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
@@ -592,6 +592,16 @@ pub(crate) struct Client {
 /// How often a waiting rank looks at its watch connection, and the proxy at
 /// its ranks'.
 const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// How long the DPU proxy waits, after a rank's watch connection closed, for
+/// that rank's `Detach` still in flight on the transport, before it counts
+/// the rank as dead (and tells the other nodes so). A rank that ends normally
+/// has sent its `Detach`, and waited for the send to complete, before it
+/// exits ([`Client::detach`]).
+const DETACH_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a rank's `Detach` may take to leave it.
+const DETACH_SEND_FOR: Duration = Duration::from_secs(1);
 
 /// Regions the cache keeps (at most), and bytes.
 const CACHE_REGIONS: usize = 16;
@@ -968,8 +978,17 @@ impl Conn {
             }
         }
         if let Some(at) = dpu_service_addr() {
+            let at = at?;
+            let key = super::service::DpuKey::from_env()?;
             let coord = Arc::new(coord);
-            launch_remote(at?, &spec, timeout, Arc::downgrade(&coord), size)?;
+            launch_remote(
+                at,
+                key.as_ref(),
+                &spec,
+                timeout,
+                Arc::downgrade(&coord),
+                size,
+            )?;
             return Ok((coord, secret));
         }
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
@@ -1338,7 +1357,22 @@ impl Client {
             return;
         }
         if let Ok(bytes) = encode_request::<Collective>(wire(self.local, 0), &Request::Detach) {
-            let _ = self.link.send(bytes);
+            if self.link.send(bytes).is_err() {
+                return;
+            }
+        }
+        // Until the sends went out (the `Detach` last): a process that exits at
+        // once must not take its `Detach` along, or the proxy counts it as dead
+        // and tells the other nodes so.
+        let t0 = Instant::now();
+        loop {
+            let mut sends = lock(&self.link.sends);
+            sends.retain(|&op| matches!(self.link.t.test(op), Ok(None)));
+            if sends.is_empty() || t0.elapsed() >= DETACH_SEND_FOR {
+                return;
+            }
+            drop(sends);
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 }
@@ -1398,11 +1432,13 @@ pub(crate) struct Posted {
     _users: Vec<Arc<Region>>,
 }
 
-/// Asks the DPU service at `at` to start this node's proxy with `spec`;
-/// until the link is up, a proxy that exits (or a service that goes) fails
-/// the link's job at once, as a proxy started here does.
+/// Asks the DPU service at `at` to start this node's proxy with `spec`,
+/// proving `key` where the service asks for it (`service.rs`); until the
+/// link is up, a proxy that exits (or a service that goes) fails the link's
+/// job at once, as a proxy started here does.
 fn launch_remote(
     at: SocketAddr,
+    key: Option<&super::service::DpuKey>,
     spec: &str,
     timeout: Duration,
     coord: std::sync::Weak<Coordinator>,
@@ -1410,25 +1446,15 @@ fn launch_remote(
 ) -> Result<()> {
     use std::io::BufRead;
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
-    let mut s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
+    let s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
     // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
     let provider = std::env::var(hpc_runtime::env::OFI_PROVIDER)
         .ok()
         .filter(|p| !p.is_empty() && !p.contains(char::is_whitespace))
         .map(|p| format!(" {p}"))
         .unwrap_or_default();
-    s.write_all(format!("{spec}{provider}\n").as_bytes())
-        .map_err(io)?;
-    s.set_read_timeout(Some(timeout)).map_err(io)?;
-    let mut r = std::io::BufReader::new(s.try_clone().map_err(io)?);
+    let (pid, mut r) = super::service::ask(&s, at, key, &format!("{spec}{provider}"), timeout)?;
     let mut line = String::new();
-    r.read_line(&mut line).map_err(io)?;
-    let Some(pid) = line.trim().strip_prefix("started ") else {
-        return Err(Error::transport(format!(
-            "the DPU service at {at} did not start the proxy: {}",
-            line.trim()
-        )));
-    };
     tracing::info!(%at, pid, "the DPU service started the proxy");
     let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
     std::thread::spawn(move || loop {
@@ -1454,71 +1480,6 @@ fn launch_remote(
         }
         return;
     });
-    Ok(())
-}
-
-/// Serves as a DPU's standing service on `listen`: each connection (a
-/// node's first rank) sends one line, the `HPC_COLL_PROXY_DPU` value of a
-/// proxy (and the ranks' `HPC_OFI_PROVIDER`, if any, as a sixth field); the
-/// service starts `program()` with them (a proxy that then joins
-/// the ranks' link job) and answers `started PID`, later `exited STATUS`.
-/// It starts only its own program, whatever the ranks run; runs until
-/// killed.
-pub fn dpu_service(
-    listen: SocketAddr,
-    program: impl Fn() -> std::process::Command + Send + Sync + 'static,
-) -> Result<()> {
-    let l = TcpListener::bind(listen)
-        .map_err(|e| Error::transport_from(format!("the DPU service on {listen}"), e))?;
-    tracing::info!(addr = %listen, "DPU service: listening");
-    let program = Arc::new(program);
-    for s in l.incoming() {
-        let mut s = match s {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "DPU service: accept");
-                continue;
-            }
-        };
-        let program = program.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let from = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let mut line = String::new();
-            let read = s
-                .try_clone()
-                .map(|c| std::io::BufReader::new(c.take(4096)))
-                .and_then(|mut r| r.read_line(&mut line));
-            // The proxy's `HPC_COLL_PROXY_DPU` value, then the ranks' libfabric
-            // provider if they name one.
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if read.is_err() || !(5..=6).contains(&fields.len()) {
-                tracing::warn!(%from, "DPU service: refused a malformed request");
-                let _ = s.write_all(b"refused: a malformed request\n");
-                return;
-            }
-            let mut cmd = program();
-            cmd.env(hpc_runtime::env::COLL_PROXY_DPU, fields[..5].join(" "))
-                .stdin(std::process::Stdio::null());
-            if let Some(p) = fields.get(5) {
-                cmd.env(hpc_runtime::env::OFI_PROVIDER, p);
-            }
-            match cmd.spawn() {
-                Ok(mut child) => {
-                    tracing::info!(%from, pid = child.id(), "DPU service: started a proxy");
-                    let _ = s.write_all(format!("started {}\n", child.id()).as_bytes());
-                    let st = child.wait();
-                    tracing::info!(%from, status = ?st, "DPU service: a proxy exited");
-                    let st = st.map_or_else(|e| e.to_string(), |st| st.to_string());
-                    let _ = s.write_all(format!("exited ({st})\n").as_bytes());
-                }
-                Err(e) => {
-                    let _ = s.write_all(format!("failed: {e}\n").as_bytes());
-                }
-            }
-        });
-    }
     Ok(())
 }
 
@@ -1882,6 +1843,9 @@ struct Server {
     ops: HashMap<OpId, Wait>,
     /// The ranks' watch connections (`None` once closed).
     watch: Vec<Option<TcpStream>>,
+    /// When each rank's watch connection was found closed, for a rank not yet
+    /// gone: it died unless its `Detach` arrives within [`DETACH_GRACE`].
+    closed_at: Vec<Option<Instant>>,
     /// The other nodes' proxies, where the communicator spans nodes.
     net: Option<ProxyNet>,
     /// What came from other nodes for communicators not opened here yet.
@@ -1918,6 +1882,7 @@ impl Server {
             names: vec![HashMap::from([(0, 0)]); size],
             refused: vec![HashMap::new(); size],
             gone: vec![None; size],
+            closed_at: vec![None; size],
             ops: HashMap::new(),
             watch,
             net,
@@ -1926,11 +1891,20 @@ impl Server {
         }
     }
 
-    /// Ranks whose watch connection closed are gone.
+    /// Ranks whose watch connection closed are gone: as having left, if their
+    /// `Detach` arrives within [`DETACH_GRACE`] (the watch and the transport
+    /// are different connections, so a rank that detached and then exited may
+    /// have its watch seen closed first), else as having died.
     fn check_watch(&mut self) {
         for r in 0..self.size {
             if self.watch[r].as_ref().is_some_and(closed) {
                 self.watch[r] = None;
+                self.closed_at[r] = Some(Instant::now());
+            }
+            if self.gone[r].is_some() {
+                self.closed_at[r] = None;
+            } else if self.closed_at[r].is_some_and(|t| t.elapsed() >= DETACH_GRACE) {
+                self.closed_at[r] = None;
                 self.lose(r, "its process ended (its connection to the proxy closed)");
             }
         }

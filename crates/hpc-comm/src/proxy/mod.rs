@@ -128,7 +128,9 @@
 //! liveness, backoff) and `net.rs` (the proxies of a communicator that spans
 //! nodes: their set-up through the ranks, messages between them, goodbye),
 //! `steps.rs` (the DPU proxy's executor of its node's schedules, whose
-//! steps to other nodes are `net.rs` messages).
+//! steps to other nodes are `net.rs` messages), `service.rs` (the DPU's
+//! standing service that starts those proxies, and the authenticated
+//! request a node's first rank makes to it).
 
 mod client;
 pub(crate) mod dpu;
@@ -136,15 +138,17 @@ mod memory;
 pub(crate) mod net;
 mod protocol;
 mod server;
+mod service;
 mod steps;
 
 use std::time::Duration;
 
 pub(crate) use client::{Client, Pending};
-pub use dpu::{dpu_service, forbid_host_memory, Placement, DPU_SERVICE_PORT};
+pub use dpu::{forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;
 pub use server::serve;
+pub use service::{dpu_service, DpuKey, ServiceAuth};
 
 /// A descriptor kind read off the wire (for the fuzz entry points).
 pub(crate) fn protocol_kind(k: u32) -> Option<protocol::Kind> {

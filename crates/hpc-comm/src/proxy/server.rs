@@ -575,10 +575,30 @@ impl Proxy {
 
     /// Liveness: drops what belongs to ranks that died (their ops, the
     /// mappings of closed buffers) and fails the collectives that wait for them.
+    ///
+    /// Each rank's process is looked at once, before what the ranks posted is
+    /// taken in and the ops run on it: a rank that completed posts its
+    /// `Detach` (and may leave messages filed for others) and exits at once,
+    /// so its ring and the filed messages are read after it was seen gone,
+    /// and it is neither announced dead nor counted lost for what it already
+    /// delivered (see "Deciding that a peer is lost" in `SLEEP.md`).
     fn check_liveness(&mut self) {
         self.unmap_closed();
-        for r in 0..self.size {
-            if !self.gone[r] && self.pids[r] != 0 && board::pid_dead(self.pids[r]) {
+        let dead: Vec<bool> = (0..self.size)
+            .map(|r| self.pids[r] != 0 && board::pid_dead(self.pids[r]))
+            .collect();
+        if dead.iter().any(|&d| d) {
+            self.intake();
+            // Ops sorted before a sender's match its messages on a later pass.
+            for _ in 0..=self.size {
+                if !self.run_ops() {
+                    break;
+                }
+            }
+            self.flush();
+        }
+        for (r, &is_dead) in dead.iter().enumerate() {
+            if !self.gone[r] && is_dead {
                 self.gone[r] = true;
                 tracing::warn!(rank = r, "proxy: rank lost");
                 self.drop_ops(|o| o.rank == r);
@@ -589,9 +609,7 @@ impl Proxy {
         }
         let net = self.net.as_ref();
         let lost: Vec<usize> = (0..self.size)
-            .filter(|&r| {
-                (self.gone[r] && board::pid_dead(self.pids[r])) || net.is_some_and(|n| n.is_dead(r))
-            })
+            .filter(|&r| (self.gone[r] && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
             .collect();
         if lost.is_empty() {
             return;
