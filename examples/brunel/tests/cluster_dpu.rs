@@ -172,7 +172,9 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
         "the dpu containers started no proxy: {before:?} -> {after:?}"
     );
 
-    // fft3d: its self-check against the serial FFT, across the 2 nodes.
+    // fft3d: its self-check against the serial FFT, across the 2 nodes; its row
+    // and column communicators (splits) share the world's proxy on each dpu.
+    let before = (proxies_started("node1-dpu"), proxies_started("node2-dpu"));
     let o = srun(
         &[DPU],
         "2",
@@ -193,6 +195,12 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     );
     let out = text(&o);
     assert!(o.status.success(), "fft3d, dpu placement: {out}");
+    let after = (proxies_started("node1-dpu"), proxies_started("node2-dpu"));
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "fft3d: proxies started by each dpu's service, {before:?} -> {after:?}"
+    );
     let result = out
         .lines()
         .find(|l| l.starts_with("result "))

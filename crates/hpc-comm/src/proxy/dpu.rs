@@ -2935,6 +2935,43 @@ mod tests {
     }
 
     #[test]
+    fn communicators_on_a_link_never_share_an_answer_tag() {
+        // Every (communicator, sequence) pair its own number on the link, and
+        // back; none of them a request, place or ready tag.
+        let locals = [0, 1, 2, 77, MAX_LOCAL];
+        let seqs = [0, 1, 2, 1 << 32, (1 << SEQ_BITS) - 1];
+        let mut tags = std::collections::HashSet::new();
+        for &l in &locals {
+            for &q in &seqs {
+                assert_eq!(unwire(wire(l, q)), (l, q));
+                let tag = TAG_ANSWER.checked_add(wire(l, q)).unwrap();
+                assert!(tag > TAG_READY);
+                assert!(tags.insert(tag), "({l}, {q}) shares a tag");
+            }
+        }
+        // The first communicator's answers keep their tags.
+        assert_eq!(TAG_ANSWER + wire(0, 5), TAG_ANSWER + 5);
+    }
+
+    #[test]
+    fn split_ids_differ_by_parent_split_and_colour() {
+        let mut ids = std::collections::HashSet::new();
+        for parent in [0, split_id(0, 0, 0), split_id(0, 3, 1)] {
+            for index in 0..50 {
+                for color in [0, 1, 2, u32::MAX] {
+                    let id = split_id(parent, index, color);
+                    assert_ne!(id, 0, "0 is the first communicator's");
+                    assert_eq!(id, split_id(parent, index, color));
+                    assert!(
+                        ids.insert(id),
+                        "({parent:x}, {index}, {color}) repeats an id"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn placements_parse_and_bad_ones_are_named() {
         assert_eq!("dpu".parse::<Placement>().unwrap(), Placement::Dpu);
         assert_eq!(" Host ".parse::<Placement>().unwrap(), Placement::Host);
