@@ -1126,4 +1126,29 @@ mod tests {
         );
         assert_eq!(parse_submit(&[0xff; 40], 1, 2).err(), Some(Code::Failed));
     }
+
+    #[test]
+    fn submits_whose_scratch_would_overflow_are_refused_not_panicked_on() {
+        // Valid counts (just under isize::MAX bytes per buffer) whose schedule's
+        // scratch blocks together pass what a usize counts: the proxy building
+        // it overflowed and panicked; now it is a refusal of that collective.
+        let blob = Blob {
+            coll: Collective::Alltoall {
+                count: isize::MAX as usize / 2,
+                dtype: DataType::U8,
+            },
+            opts: Options::with_algorithm(hpc_collectives::Algorithm::Bruck),
+            send: 0x1000,
+            send_len: usize::MAX,
+            recv: 0x2000,
+            recv_len: usize::MAX,
+            send_shm: None,
+            recv_shm: None,
+            own_copies: false,
+        };
+        let bytes = postcard::to_allocvec(&blob).unwrap();
+        for rank in 0..2 {
+            assert_eq!(parse_submit(&bytes, rank, 2).err(), Some(Code::Failed));
+        }
+    }
 }
