@@ -699,6 +699,12 @@ impl Collective {
             }
         };
         debug_assert_eq!(sched.algorithm, algorithm);
+        // Its scratch blocks together past what a `usize` counts (see `Builder::alloc`).
+        if sched.scratch_bytes == usize::MAX {
+            return Err(CollectiveError::TooLarge {
+                what: "the schedule's scratch",
+            });
+        }
         Ok(sched)
     }
 }

@@ -381,10 +381,18 @@ impl Builder {
         self.sched.recv_bytes = recv;
     }
 
-    /// Reserves `len` bytes of scratch (64-byte aligned) and returns it.
+    /// Reserves `len` bytes of scratch (64-byte aligned) and returns it. A
+    /// total past what a `usize` counts saturates at `usize::MAX`, which
+    /// [`Collective::schedule`](crate::Collective::schedule) refuses
+    /// (several scratch blocks of a collective just under `isize::MAX` bytes
+    /// would otherwise wrap).
     pub(crate) fn alloc(&mut self, len: usize) -> Region {
-        let off = self.sched.scratch_bytes.next_multiple_of(64);
-        self.sched.scratch_bytes = off + len;
+        let off = self
+            .sched
+            .scratch_bytes
+            .checked_next_multiple_of(64)
+            .unwrap_or(usize::MAX);
+        self.sched.scratch_bytes = off.saturating_add(len);
         Region::scratch(off, len)
     }
 

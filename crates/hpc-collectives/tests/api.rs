@@ -361,3 +361,32 @@ fn counts_beyond_the_address_space_are_refused() {
     };
     assert_eq!(fits.validate(3), Ok(()));
 }
+
+/// Counts that validate but whose schedule's scratch blocks together pass what
+/// a `usize` counts (Bruck's alltoall asked for by name: its rotation and two
+/// packing blocks, each just under `isize::MAX` bytes) are a typed error, not
+/// an overflow in the proxy that builds the schedule.
+#[test]
+fn scratch_beyond_the_address_space_is_refused() {
+    let coll = Collective::Alltoall {
+        count: isize::MAX as usize / 2,
+        dtype: DataType::U8,
+    };
+    assert_eq!(coll.validate(2), Ok(()));
+    let opts = Options::with_algorithm(Algorithm::Bruck);
+    for rank in 0..2 {
+        assert!(
+            matches!(
+                coll.schedule(rank, 2, &opts),
+                Err(CollectiveError::TooLarge { .. })
+            ),
+            "rank {rank}"
+        );
+    }
+    // A small one by the same algorithm still schedules.
+    let small = Collective::Alltoall {
+        count: 4,
+        dtype: DataType::U8,
+    };
+    assert!(small.schedule(0, 2, &opts).unwrap().scratch_bytes > 0);
+}

@@ -31,6 +31,21 @@ pub enum Error {
         /// The lost node (node id in the world).
         node: usize,
     },
+    /// The `Proxy` engine's proxy cannot hold the memory this collective needs
+    /// in it (its scratch and, in DPU placement, the staging copies of the ranks'
+    /// spans): more than its cap `HPC_COLL_PROXY_MAX_SCRATCH` allows beside the
+    /// collectives in flight, more than it could allocate, or a size that
+    /// overflows. Only this collective fails, on every rank; the proxy goes on
+    /// serving the communicator's other collectives.
+    #[error("the collectives proxy cannot hold {} for this collective: {why} (the proxy's cap is HPC_COLL_PROXY_MAX_SCRATCH)", bytes_phrase(*.bytes))]
+    ProxyMemory {
+        /// The bytes the collective asked of the proxy; `None` where that size
+        /// overflows.
+        bytes: Option<u64>,
+        /// Why it could not: over the cap (and what the cap is, where known), or
+        /// the allocation failed.
+        why: String,
+    },
     /// The collective did not finish within the communicator's timeout.
     #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
     Timeout {
@@ -105,6 +120,14 @@ impl Error {
             cur = c.source();
         }
         s
+    }
+}
+
+/// "N bytes", or what an overflowing size is called.
+fn bytes_phrase(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("{b} bytes"),
+        None => "more bytes than a size can count".into(),
     }
 }
 

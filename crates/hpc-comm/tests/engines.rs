@@ -109,6 +109,8 @@ fn child_entry() {
         "proxy_node_death" => proxy_node_death(&world),
         "shared" => shared(&world),
         "no_cma" => no_cross_memory_attach(&world),
+        "proxy_memory" => proxy_memory(&world),
+        "proxy_memory_bad_cap" => proxy_memory_bad_cap(&world),
         "dpu_correct" => dpu::correct(&world),
         "dpu_isolated" => dpu::isolated(&world),
         "dpu_proxy_death" => dpu::proxy_death(&world),
@@ -1343,6 +1345,92 @@ fn proxy_engine_spans_nodes() {
         }
         eprintln!("proxy_nodes x{n} on {nodes}: {:?}", t.elapsed());
     }
+}
+
+/// Under a proxy memory cap (`HPC_COLL_PROXY_MAX_SCRATCH`, in the job's
+/// environment) an allreduce of 16 MiB (the ring: 5.3 MiB of scratch per
+/// rank, and in DPU placement 32 MiB of staging), whose memory in the proxy
+/// passes it, fails on every rank with the
+/// typed error naming the proxy, the bytes and the knob; the proxy survives,
+/// and the next collective on the same communicator succeeds. Twice, so that
+/// a refused collective leaves nothing behind that the next one trips on.
+fn proxy_memory(world: &World) {
+    let mut opts = CommOptions::new(Engine::Proxy);
+    opts.timeout = Some(Duration::from_secs(10));
+    let comm = Comm::with_options(world, opts).unwrap();
+    let n = comm.size();
+    let big = vec![1.0f64; 1 << 21];
+    let mut out = vec![0.0f64; 1 << 21];
+    for round in 0..2 {
+        let t = Instant::now();
+        let err = comm.allreduce(&big, &mut out, ReduceOp::Sum).unwrap_err();
+        assert!(
+            matches!(err, Error::ProxyMemory { bytes: Some(b), .. } if b > 1 << 20),
+            "round {round}: {err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("proxy") && msg.contains("HPC_COLL_PROXY_MAX_SCRATCH"),
+            "{msg}"
+        );
+        // Refused at once, not by the timeout.
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let send = vec![comm.rank() as f64 + 1.0; 1000];
+        let mut recv = vec![0.0f64; 1000];
+        comm.allreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+        let want = (n * (n + 1) / 2) as f64;
+        assert!(recv.iter().all(|&x| x == want), "round {round}");
+    }
+    drop(comm);
+    world.barrier().unwrap();
+}
+
+/// A cap that is no size is refused by name when the communicator is created.
+fn proxy_memory_bad_cap(world: &World) {
+    let Err(err) = Comm::new(world, Engine::Proxy) else {
+        panic!("a bad cap is refused");
+    };
+    assert!(
+        err.to_string().contains("HPC_COLL_PROXY_MAX_SCRATCH"),
+        "{err}"
+    );
+}
+
+/// [`proxy_memory`] under a cap each op passes alone (1 MiB) and one that a
+/// node's first op fits and its second does not (`together`), on one node and
+/// on two (3 ranks: node 0 holds two ops, node 1 one, so under `together`
+/// node 1's op runs until node 0's proxy tells it the collective failed).
+fn memory_cap_cases(together: &str, env: &[(&str, &str)]) {
+    for cap in ["1M", together] {
+        let mut env = env.to_vec();
+        env.push(("HPC_COLL_PROXY_MAX_SCRATCH", cap));
+        for nodes in [1, 2] {
+            for (r, (ok, err)) in job_on_nodes("proxy_memory", 3, nodes, 30.0, &env)
+                .into_iter()
+                .enumerate()
+            {
+                assert!(ok, "cap {cap}, {nodes} nodes, rank {r} failed:\n{err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_collective_over_the_proxys_memory_cap_fails_alone() {
+    // 5.3 MiB of scratch per rank's op.
+    memory_cap_cases("8M", &[]);
+    all_ok_with(
+        "proxy_memory_bad_cap",
+        2,
+        20.0,
+        &[("HPC_COLL_PROXY_MAX_SCRATCH", "lots")],
+    );
+}
+
+#[test]
+fn dpu_placement_a_collective_over_the_proxys_memory_cap_fails_alone() {
+    // Per rank: 16 MiB of send and of receive staging, 5.3 MiB of scratch.
+    memory_cap_cases("48M", &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
 }
 
 /// Whether process `pid` is gone (or a zombie).

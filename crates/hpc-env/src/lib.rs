@@ -165,6 +165,14 @@ vars! {
     /// `hpc proxy --dpu-service` reads it when `--key-file` is not given. The ranks' copy
     /// must not be readable by others, the service's not by its group either.
     Setting COLL_PROXY_DPU_KEY_FILE = "HPC_COLL_PROXY_DPU_KEY_FILE", default "unset: no key (a service that requires one refuses the request)";
+    /// Cap on the bytes the `Proxy` engine's proxy holds for the collectives in
+    /// flight: their scratch and, in `dpu` placement, the staging copies of the ranks'
+    /// spans. A number of bytes, with an optional suffix `K`, `M`, `G` or `T` (powers
+    /// of 1024). A collective that would pass it, or whose memory the proxy fails to
+    /// allocate, fails on every rank with `Error::ProxyMemory` (the bytes it asked
+    /// for); the proxy goes on serving the other collectives. The proxy reads it from
+    /// its own environment (a standing DPU service passes its own on).
+    Setting COLL_PROXY_MAX_SCRATCH = "HPC_COLL_PROXY_MAX_SCRATCH", default "half the proxy's memory (its host's, or its cgroup's limit where lower)";
     /// Cache of base image layers of `cargo xtask image` (several workspaces can share
     /// one).
     Setting IMAGE_CACHE = "HPC_IMAGE_CACHE", default "`<target>/hpc-image-cache`";

@@ -110,6 +110,8 @@ impl Client {
         (starter, net): (bool, bool),
     ) -> Result<Client> {
         let mut link = None;
+        // A bad cap would only be seen by the proxy: refuse it here, by name.
+        super::memory::max_scratch().map_err(Error::Unsupported)?;
         if starter {
             if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some() {
                 // This process was started to be a proxy but went on as an application:
@@ -133,6 +135,7 @@ impl Client {
             // What chooses and addresses the network between proxies stays.
             let keep = [
                 PROXY_CMD,
+                hpc_runtime::env::COLL_PROXY_MAX_SCRATCH,
                 hpc_runtime::env::TRANSPORT,
                 hpc_runtime::env::OFI_PROVIDER,
                 hpc_runtime::env::TCP_ADDR,
@@ -325,6 +328,14 @@ impl Client {
             }),
             Code::NodeLost => Err(Error::NodeLost { node: aux as usize }),
             Code::Failed => Err(Error::transport("the proxy failed the collective")),
+            Code::OverCap => Err(Error::ProxyMemory {
+                bytes: (aux != u64::MAX).then_some(aux),
+                why: "more than the proxy's cap allows beside the collectives in flight".into(),
+            }),
+            Code::NoMemory => Err(Error::ProxyMemory {
+                bytes: Some(aux),
+                why: "the proxy could not allocate it (its node is short of memory)".into(),
+            }),
         })
     }
 

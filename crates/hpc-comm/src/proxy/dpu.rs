@@ -65,6 +65,7 @@ use hpc_rdma::{Choice, OpId, Payload, Region, RemoteKey, Transport};
 use hpc_runtime::{Coordinator, World};
 use serde::{Deserialize, Serialize};
 
+use super::memory::{footprint, try_filled, Budget, Refusal};
 use super::net::{closed, read_name, watch_each_other, Failed, Hello, ProxyNet, TRAILER};
 use super::protocol::Code;
 use super::steps::{Run, RunError};
@@ -637,6 +638,8 @@ impl Client {
         spin: Duration,
         allgather: Allgather<'_>,
     ) -> Result<Client> {
+        // A bad cap would only be seen by the proxy: refuse it here, by name.
+        super::memory::max_scratch().map_err(Error::Unsupported)?;
         let size = world.len();
         let (node_of, node_ids) = places(nodes);
         let mine = node_of[me];
@@ -968,11 +971,13 @@ impl Conn {
         // Its own process group, as in host placement: it serves every rank.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // The launcher's variables go (so that the program serves rather than
-        // joins the job); the libfabric provider stays, for `HPC_TRANSPORT=ofi`.
+        // joins the job); the libfabric provider stays, for `HPC_TRANSPORT=ofi`,
+        // and so does the proxy's memory cap.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("HPC_")
                 && k != super::PROXY_CMD
                 && k != hpc_runtime::env::OFI_PROVIDER
+                && k != hpc_runtime::env::COLL_PROXY_MAX_SCRATCH
             {
                 cmd.env_remove(&k);
             }
@@ -1255,6 +1260,10 @@ impl Client {
                 "the DPU proxy refused collective {seq}: {}",
                 a.why
             ))),
+            Code::OverCap | Code::NoMemory => Err(Error::ProxyMemory {
+                bytes: (a.aux != u64::MAX).then_some(a.aux),
+                why: format!("the DPU proxy refused collective {seq}: {}", a.why),
+            }),
         }
     }
 
@@ -1393,6 +1402,10 @@ fn clone_error(e: &Error) -> Error {
             detail: detail.clone(),
         },
         Error::Stopped(s) => Error::Stopped(s),
+        Error::ProxyMemory { bytes, why } => Error::ProxyMemory {
+            bytes: *bytes,
+            why: why.clone(),
+        },
         Error::Timeout { after, waiting_for } => Error::Timeout {
             after: *after,
             waiting_for: waiting_for.clone(),
@@ -1748,6 +1761,8 @@ struct Group {
     spans: Vec<(RemoteKey, u64, usize)>,
     /// Messages from other nodes that came before the schedules started.
     early: Vec<(usize, usize, u32, Vec<u8>)>,
+    /// The bytes of [`Server::budget`] its parts hold (staging and scratch).
+    held: u64,
 }
 
 /// How many finished collectives the proxy remembers, to drop the messages
@@ -1852,6 +1867,9 @@ struct Server {
     unopened: HashMap<u64, Vec<FromNet>>,
     /// Communicators every member on this node left.
     closed: BTreeSet<u64>,
+    /// The bytes held for the collectives in flight, of every communicator,
+    /// against the cap (`HPC_COLL_PROXY_MAX_SCRATCH`).
+    budget: Budget,
 }
 
 /// The tag of a message between proxies: the collective and the step's tag.
@@ -1888,6 +1906,7 @@ impl Server {
             net,
             unopened: HashMap::new(),
             closed: BTreeSet::new(),
+            budget: Budget::from_env(),
         }
     }
 
@@ -2397,10 +2416,51 @@ impl Server {
         let (sk, so, sl) = part.send;
         let (rk, ro, rl) = part.recv;
         let recv_input = part.recv_input;
+        let scratch = part.sched.scratch_bytes;
+        // Its memory here: the staging copies of its spans and its scratch, within
+        // the cap; the receive staging now (the send's comes with its get, the
+        // scratch when the schedules start).
+        let admitted = if g.failed.is_some() {
+            Err(None)
+        } else {
+            self.budget
+                .admit(footprint(&[sl, rl, scratch]))
+                .map_err(Some)
+                .and_then(|held| {
+                    let recv = if !recv_input || rl == 0 {
+                        Some(try_filled(rl, 0).map_err(|_| {
+                            self.budget.release(held);
+                            Some(Refusal::NoMemory { bytes: held })
+                        })?)
+                    } else {
+                        None
+                    };
+                    Ok((held, recv))
+                })
+        };
+        let Some(g) = self.group(id, seq) else {
+            return;
+        };
+        let (held, recv) = match admitted {
+            Ok(x) => x,
+            Err(refusal) => {
+                g.slots[slot] = Some(Slot::refused());
+                if let Some(refusal) = refusal {
+                    let why = refusal.why();
+                    tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
+                    let (code, aux) = refusal.code();
+                    let why = format!("rank {rank}'s part: {why}");
+                    return self.fail(id, seq, code, aux, why);
+                }
+                let (code, aux, why) = g.failed.clone().unwrap_or((Code::Failed, 0, String::new()));
+                return self.answer(id, slot, seq, code, aux, why);
+            }
+        };
+        g.held += held;
         g.slots[slot] = Some(Slot {
             part: Some(part),
             send: (sl == 0).then(Vec::new),
-            recv: (!recv_input || rl == 0).then(|| vec![0; rl]),
+            recv,
             done: false,
             cancelled: false,
             putting: false,
@@ -2607,7 +2667,14 @@ impl Server {
                 s.recv.take().unwrap_or_default(),
             ));
         }
-        let mut run = Run::new(parts);
+        let mut run = match Run::new(parts) {
+            Ok(run) => run,
+            Err(bytes) => {
+                let why = Refusal::NoMemory { bytes }.why();
+                tracing::warn!(seq, "DPU proxy: {why}");
+                return self.fail(id, seq, Code::NoMemory, bytes, why);
+            }
+        };
         for (src, dst, tag, v) in g.early.drain(..) {
             run.deliver(src, dst, tag, v);
         }
@@ -2735,6 +2802,7 @@ impl Server {
     /// splits every member on this node left.
     fn retire(&mut self) {
         let mut closing = Vec::new();
+        let budget = &mut self.budget;
         for (&id, c) in self.comms.iter_mut() {
             let gone = &c.gone;
             let finished = &mut c.finished;
@@ -2744,6 +2812,7 @@ impl Server {
                 });
                 if over {
                     finished.insert(seq);
+                    budget.release(g.held);
                 }
                 !over
             });

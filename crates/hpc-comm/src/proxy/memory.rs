@@ -284,6 +284,178 @@ pub(super) fn reduce(
     Ok(())
 }
 
+/// `len` bytes set to `fill`, or the allocator's refusal instead of an abort: a
+/// collective's size comes from its ranks, and a proxy that aborts takes every
+/// collective of its node with it.
+pub(super) fn try_filled(
+    len: usize,
+    fill: u8,
+) -> Result<Vec<u8>, std::collections::TryReserveError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+/// Grows `v` to at least `len` bytes (zeros), or the allocator's refusal.
+pub(super) fn try_grow(
+    v: &mut Vec<u8>,
+    len: usize,
+) -> Result<(), std::collections::TryReserveError> {
+    if v.len() < len {
+        v.try_reserve_exact(len - v.len())?;
+        v.resize(len, 0);
+    }
+    Ok(())
+}
+
+/// The sum of a collective's sizes in the proxy (scratch, staging), `None`
+/// where it overflows.
+pub(super) fn footprint(sizes: &[usize]) -> Option<u64> {
+    sizes
+        .iter()
+        .try_fold(0u64, |a, &b| a.checked_add(u64::try_from(b).ok()?))
+}
+
+/// Why the proxy refused a collective's memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Its size overflows.
+    Overflow,
+    /// `bytes` beside the `held` of the collectives in flight pass the cap.
+    OverCap { bytes: u64, held: u64, cap: u64 },
+    /// The allocation of `bytes` failed.
+    NoMemory { bytes: u64 },
+}
+
+impl Refusal {
+    /// The answer code and its `aux` word (the bytes; `u64::MAX` for an overflow).
+    pub(super) fn code(&self) -> (Code, u64) {
+        match *self {
+            Refusal::Overflow => (Code::OverCap, u64::MAX),
+            Refusal::OverCap { bytes, .. } => (Code::OverCap, bytes),
+            Refusal::NoMemory { bytes } => (Code::NoMemory, bytes),
+        }
+    }
+
+    /// Why, in words (what a DPU proxy's answer carries).
+    pub(super) fn why(&self) -> String {
+        match *self {
+            Refusal::Overflow => "its size overflows".into(),
+            Refusal::OverCap { bytes, held, cap } => format!(
+                "{bytes} bytes beside the {held} held for the collectives in flight pass \
+                 the proxy's cap of {cap} bytes"
+            ),
+            Refusal::NoMemory { bytes } => {
+                format!("the proxy could not allocate {bytes} bytes (its host is short of memory)")
+            }
+        }
+    }
+}
+
+/// The bytes the proxy holds for collectives in flight, against its cap
+/// (`HPC_COLL_PROXY_MAX_SCRATCH`).
+#[derive(Debug)]
+pub(super) struct Budget {
+    cap: u64,
+    held: u64,
+}
+
+impl Budget {
+    pub(super) fn new(cap: u64) -> Budget {
+        Budget { cap, held: 0 }
+    }
+
+    /// The budget of this process's `HPC_COLL_PROXY_MAX_SCRATCH` (a bad value,
+    /// which the ranks refuse before they start a proxy, reads as the default).
+    pub(super) fn from_env() -> Budget {
+        let cap = max_scratch().unwrap_or_else(|e| {
+            tracing::warn!("{e}; the proxy uses its default cap");
+            default_max_scratch()
+        });
+        tracing::debug!(cap, "proxy: memory cap for collectives in flight");
+        Budget::new(cap)
+    }
+
+    /// Takes `bytes` (a collective's memory, `None` where its size overflowed)
+    /// if they fit beside what is held.
+    pub(super) fn admit(&mut self, bytes: Option<u64>) -> Result<u64, Refusal> {
+        let bytes = bytes.ok_or(Refusal::Overflow)?;
+        match self.held.checked_add(bytes) {
+            Some(t) if t <= self.cap => {
+                self.held = t;
+                Ok(bytes)
+            }
+            _ => Err(Refusal::OverCap {
+                bytes,
+                held: self.held,
+                cap: self.cap,
+            }),
+        }
+    }
+
+    /// Gives back what [`Budget::admit`] took.
+    pub(super) fn release(&mut self, bytes: u64) {
+        self.held = self.held.saturating_sub(bytes);
+    }
+
+    /// The bytes held.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> u64 {
+        self.held
+    }
+}
+
+/// A size in bytes: digits with an optional suffix `K`, `M`, `G` or `T`
+/// (powers of 1024, `KiB`/`KB` alike); `None` for anything else or an overflow.
+pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// The cap of `HPC_COLL_PROXY_MAX_SCRATCH` in this process's environment, or
+/// the default; an error naming the variable for a value that is no size.
+pub(crate) fn max_scratch() -> Result<u64, String> {
+    let name = hpc_runtime::env::COLL_PROXY_MAX_SCRATCH;
+    match std::env::var(name) {
+        Err(_) => Ok(default_max_scratch()),
+        Ok(v) => parse_bytes(&v).ok_or_else(|| {
+            format!("{name}={v:?} is not a size in bytes (e.g. `1073741824`, `512M`, `16G`)")
+        }),
+    }
+}
+
+/// Half of this host's memory, or of the cgroup's limit where that is lower: the
+/// other half stays for the ranks (in host placement their buffers are as large
+/// as the proxy's scratch) and the rest of the host (a DPU's own Linux).
+pub(crate) fn default_max_scratch() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(t), Some(c)) => t.min(c) / 2,
+        (Some(m), None) | (None, Some(m)) => m / 2,
+        // Nothing to go by: no cap but the allocator's.
+        (None, None) => u64::MAX,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +493,67 @@ mod tests {
         assert!(!m.still_open(pid, r.ino));
         // SAFETY: the proxy's mapping keeps the pages.
         assert_eq!(unsafe { *m.ptr.add(4096) }, 42);
+    }
+
+    #[test]
+    fn sizes_parse_with_units_and_bad_ones_are_refused() {
+        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes(" 16 GiB "), Some(16 << 30));
+        assert_eq!(parse_bytes("2k"), Some(2048));
+        assert_eq!(parse_bytes("3T"), Some(3 << 40));
+        for bad in ["", "M", "-1", "1.5G", "12 parsecs", "99999999999999999999"] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
+        // A size past what a u64 counts is refused, not wrapped.
+        assert_eq!(parse_bytes(&format!("{}T", u64::MAX >> 39)), None);
+        assert!(default_max_scratch() > 0);
+    }
+
+    #[test]
+    fn footprints_that_overflow_are_refused_not_wrapped() {
+        assert_eq!(footprint(&[1, 2, 3]), Some(6));
+        assert_eq!(footprint(&[usize::MAX, usize::MAX]), None);
+        assert_eq!(footprint(&[usize::MAX, 1]), None);
+        let mut b = Budget::new(100);
+        assert_eq!(b.admit(None), Err(Refusal::Overflow));
+        assert_eq!(Refusal::Overflow.code(), (Code::OverCap, u64::MAX));
+        assert_eq!(b.held(), 0);
+    }
+
+    #[test]
+    fn the_budget_holds_what_collectives_in_flight_take() {
+        let mut b = Budget::new(100);
+        assert_eq!(b.admit(Some(60)), Ok(60));
+        // Beside the first, a second of 60 passes the cap; alone it fits.
+        let over = b.admit(Some(60)).unwrap_err();
+        assert_eq!(
+            over,
+            Refusal::OverCap {
+                bytes: 60,
+                held: 60,
+                cap: 100
+            }
+        );
+        assert!(over.why().contains("cap of 100 bytes"), "{}", over.why());
+        assert_eq!(over.code(), (Code::OverCap, 60));
+        assert_eq!(b.admit(Some(u64::MAX)).unwrap_err().code().1, u64::MAX);
+        b.release(60);
+        assert_eq!(b.admit(Some(60)), Ok(60));
+        assert_eq!(b.held(), 60);
+    }
+
+    #[test]
+    fn an_allocation_too_large_is_an_error_not_an_abort() {
+        // More than any machine has: refused by the allocator (or as a capacity
+        // overflow), where `vec![0; n]` would abort the process.
+        assert!(try_filled(isize::MAX as usize, 0).is_err());
+        assert!(try_filled(usize::MAX, 0).is_err());
+        let mut v = vec![1u8; 4];
+        assert!(try_grow(&mut v, isize::MAX as usize).is_err());
+        assert_eq!(v, [1; 4]);
+        try_grow(&mut v, 6).unwrap();
+        assert_eq!(v, [1, 1, 1, 1, 0, 0]);
+        assert_eq!(try_filled(3, 0xA5).unwrap(), [0xA5; 3]);
     }
 }

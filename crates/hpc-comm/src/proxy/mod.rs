@@ -110,6 +110,20 @@
 //! collectives with `Error::NodeLost` naming that node; a dead proxy fails
 //! its own node's ranks with `Error::Stopped("proxy")`.
 //!
+//! # Its memory
+//!
+//! The proxy holds each collective's scratch (and in DPU placement the
+//! staging copies of the ranks' spans) in its own memory, sized by counts the
+//! ranks chose. Those sizes are summed with checked arithmetic, admitted
+//! against a cap on what it holds for the collectives in flight
+//! (`HPC_COLL_PROXY_MAX_SCRATCH`, default half its memory) and allocated with
+//! `try_reserve_exact`: a collective over the cap, whose allocation fails or
+//! whose size overflows fails on every rank with
+//! [`Error::ProxyMemory`](crate::Error::ProxyMemory) (answer codes `OverCap`
+//! and `NoMemory`, the bytes in `len`), its other ranks' parts and messages
+//! are dropped, the other nodes' proxies are told, and the proxy goes on
+//! serving (`memory.rs`: `Budget`).
+//!
 //! What host placement lacks today: more than one copying thread. Between
 //! ordinary buffers, rank-to-rank bytes cross the proxy twice
 //! (read, then write; a DPU does the same through its own DRAM), all on the

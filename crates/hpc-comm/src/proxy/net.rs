@@ -536,6 +536,11 @@ impl ProxyNet {
             .map(|p| self.hello.node_ids[p])
     }
 
+    /// How many nodes (proxies) there are.
+    pub(super) fn nodes(&self) -> usize {
+        self.hello.node_ids.len()
+    }
+
     /// The world node id of a lost node among `nodes` (node indices), if any.
     pub(super) fn lost_among(&self, nodes: &[usize]) -> Option<usize> {
         nodes

@@ -5,8 +5,8 @@
 //! `SUBMIT` points (`addr`, `len`) at a [`Blob`] in the rank's memory, which
 //! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
 //! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len` (for
-//! `NodeLost`, the node). Tags
-//! are the communicator's sequence numbers of the collectives.
+//! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for).
+//! Tags are the communicator's sequence numbers of the collectives.
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,13 @@ pub(crate) enum Code {
     /// Another node of the communicator is lost: its proxy stopped or cannot
     /// be reached (`len`: the world's id of that node).
     NodeLost = 4,
+    /// The collective's memory in the proxy (scratch, staging) would pass the
+    /// proxy's cap (`HPC_COLL_PROXY_MAX_SCRATCH`) beside the collectives in
+    /// flight, or its size overflows (`len`: the bytes; `u64::MAX` for an
+    /// overflow). Only this collective fails.
+    OverCap = 5,
+    /// The proxy could not allocate the collective's memory (`len`: the bytes).
+    NoMemory = 6,
 }
 
 impl Code {
@@ -83,6 +90,8 @@ impl Code {
             1 => Code::Lost,
             2 => Code::Mismatch,
             4 => Code::NodeLost,
+            5 => Code::OverCap,
+            6 => Code::NoMemory,
             _ => Code::Failed,
         }
     }

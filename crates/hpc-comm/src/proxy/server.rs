@@ -7,14 +7,17 @@
 //! destination, tag). This module is the I/O around it: descriptors, the
 //! ranks' memory (cross-memory attach or mappings), the network, liveness.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, TryReserveError, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
 use hpc_collectives::{DataType, ReduceOp, Region, Schedule};
 
-use super::memory::{copy, locate, locate_dst, rd, reduce, Buf, Loc, Mapping, OpMem, Src, CHUNK};
+use super::memory::{
+    copy, footprint, locate, locate_dst, rd, reduce, try_grow, Budget, Buf, Loc, Mapping, OpMem,
+    Refusal, Src, CHUNK,
+};
 use super::net::{ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
 use crate::backoff::{Backoff, Pause};
@@ -35,6 +38,8 @@ struct VOp {
     m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
+    /// The bytes of [`Proxy::budget`] it holds (its scratch).
+    held: u64,
 }
 
 /// A message waiting for its receive.
@@ -116,18 +121,29 @@ struct Proxy {
     maps: HashMap<(usize, u64), Mapping>,
     /// The other nodes' proxies, where the communicator spans nodes.
     net: Option<ProxyNet>,
+    /// The bytes held for the collectives in flight, against the cap
+    /// (`HPC_COLL_PROXY_MAX_SCRATCH`).
+    budget: Budget,
+    /// Collectives refused for their memory (the latest [`REMEMBER`]), with
+    /// their answer: a rank that submits one later gets the same.
+    failed: BTreeMap<u64, (Code, u64)>,
 }
 
-/// A buffer of `len` bytes from `pool`, from one large enough where there is one.
-fn take_from(pool: &mut Vec<Vec<u8>>, len: usize) -> Buf {
+/// How many refused collectives the proxy remembers.
+const REMEMBER: usize = 4096;
+
+/// A buffer of `len` bytes from `pool`, from one large enough where there is
+/// one; the allocator's refusal rather than an abort where it must grow.
+fn take_from(pool: &mut Vec<Vec<u8>>, len: usize) -> Result<Buf, TryReserveError> {
     let mut v = match pool.iter().position(|v| v.len() >= len) {
         Some(i) => pool.swap_remove(i),
         None => pool.pop().unwrap_or_default(),
     };
-    if v.len() < len {
-        v.resize(len, 0);
+    if let Err(e) = try_grow(&mut v, len) {
+        give_to(pool, v);
+        return Err(e);
     }
-    Buf { v, len }
+    Ok(Buf { v, len })
 }
 
 /// Returns a buffer to `pool` (at most 16 buffers and 256 MiB are kept, so a
@@ -151,9 +167,10 @@ fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
 }
 
 impl Proxy {
-    /// A buffer of `len` bytes, from the pool when one is large enough.
-    fn take(&mut self, len: usize) -> Buf {
-        take_from(&mut self.pool, len)
+    /// A buffer of `len` bytes, from the pool when one is large enough; an
+    /// allocation that fails is the op's `NoMemory`.
+    fn take(&mut self, len: usize) -> Result<Buf, (Code, u64)> {
+        take_from(&mut self.pool, len).map_err(|_| (Code::NoMemory, len as u64))
     }
 
     /// Returns a buffer to the pool.
@@ -161,11 +178,19 @@ impl Proxy {
         give_to(&mut self.pool, v);
     }
 
-    /// A new op for rank `rank`'s collective `seq`.
-    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> VOp {
+    /// A new op for rank `rank`'s collective `seq`; refused where its scratch
+    /// passes the budget or cannot be allocated.
+    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> Result<VOp, Refusal> {
+        let held = self.budget.admit(footprint(&[sched.scratch_bytes]))?;
         // Scratch from the pool is not zeroed: schedules write scratch before they
         // read it (the simulator checks this by filling scratch with a pattern).
-        let scratch = self.take(sched.scratch_bytes).v;
+        let scratch = match take_from(&mut self.pool, sched.scratch_bytes) {
+            Ok(b) => b.v,
+            Err(_) => {
+                self.budget.release(held);
+                return Err(Refusal::NoMemory { bytes: held });
+            }
+        };
         let mut maps = Vec::new();
         let mut map = |p: &mut Proxy, r: Option<ShmRef>, len: usize| {
             let r = r?;
@@ -186,14 +211,15 @@ impl Proxy {
             scratch,
         };
         let m = Machine::new(&sched, blob.own_copies);
-        VOp {
+        Ok(VOp {
             rank,
             seq,
             sched,
             mem,
             m,
             maps,
-        }
+            held,
+        })
     }
 
     /// Where the `len` bytes of rank `rank`'s shared buffer `r` are in the
@@ -257,7 +283,10 @@ impl Proxy {
                 if !sent_by(k, op.rank, op.seq) {
                     return true;
                 }
-                let mut b = take_from(&mut pool, len);
+                // Where it cannot be kept, it goes as an unreadable one does.
+                let Ok(mut b) = take_from(&mut pool, len) else {
+                    return false;
+                };
                 let read = match at {
                     Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
                     Loc::Mapped(p) => {
@@ -278,7 +307,47 @@ impl Proxy {
             });
             self.pool = pool;
         }
+        self.budget.release(op.held);
         self.give(op.mem.scratch);
+    }
+
+    /// Fails collective `seq` on this node, for its memory: every op of it in
+    /// flight ends with `code` and `aux`, its messages go, and a rank that
+    /// submits it later is answered the same. `tell`: the failure is this
+    /// node's news, for the other nodes' proxies too (whose ranks would
+    /// otherwise wait for messages that will not come).
+    fn fail_seq(&mut self, seq: u64, code: Code, aux: u64, why: &str, tell: bool) {
+        if self.failed.insert(seq, (code, aux)).is_some() {
+            return;
+        }
+        while self.failed.len() > REMEMBER {
+            self.failed.pop_first();
+        }
+        // Dropped first, so that retiring its ops copies none of them.
+        let mut pool = std::mem::take(&mut self.pool);
+        self.msgs.remove_where(
+            |k| k.2 >> 32 == seq,
+            |_, m| {
+                if let Payload::Owned(b) = m {
+                    give_to(&mut pool, b.v);
+                }
+            },
+        );
+        self.pool = pool;
+        let (hit, keep) = std::mem::take(&mut self.ops)
+            .into_iter()
+            .partition(|o| o.seq == seq);
+        self.ops = keep;
+        for o in hit {
+            self.finish(o, code, aux);
+        }
+        if tell {
+            if let Some(net) = self.net.as_mut() {
+                // Host placement: one communicator per proxy (0), on every node.
+                let nodes: Vec<usize> = (0..net.nodes()).collect();
+                net.announce_failed(0, seq, code as u8, aux, why, &nodes);
+            }
+        }
     }
 
     /// Retires `op` and answers its rank `DONE` with `code` and `aux`.
@@ -339,7 +408,7 @@ impl Proxy {
                     // To another node: read now (eagerly), through the transport.
                     let at = locate(&op.mem, &self.pids, &region).map_err(c0)?;
                     // From the pool: a fresh large buffer costs a page fault per page.
-                    let mut data = self.take(region.len + TRAILER).v;
+                    let mut data = self.take(region.len + TRAILER)?.v;
                     data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
@@ -356,7 +425,7 @@ impl Proxy {
                             len: region.len,
                         },
                         Loc::Scratch(o) => {
-                            let mut b = self.take(region.len);
+                            let mut b = self.take(region.len)?;
                             b.v[..region.len].copy_from_slice(&op.mem.scratch[o..o + region.len]);
                             op.m.sent(peer, tag);
                             Payload::Owned(b)
@@ -450,6 +519,8 @@ impl Proxy {
             bounce: vec![0; 2 * CHUNK],
             maps: HashMap::new(),
             net: None,
+            budget: Budget::from_env(),
+            failed: BTreeMap::new(),
         }
     }
 
@@ -473,13 +544,29 @@ impl Proxy {
             &mut |v: Vec<u8>| sent.push(v),
         );
         let lost = net.take_lost();
+        let failed = net.take_failed();
         for v in sent {
             self.give(v);
         }
         for (src, dst, tag, v) in arrived {
+            // For a collective failed here: no receive will take it.
+            if self.failed.contains_key(&(tag >> 32)) {
+                self.give(v);
+                continue;
+            }
             let len = v.len() - TRAILER;
             self.msgs
                 .arrived((src, dst, tag), Payload::Owned(Buf { v, len }));
+        }
+        for f in failed {
+            tracing::debug!(
+                seq = f.seq,
+                why = f.why,
+                "proxy: another node failed a collective"
+            );
+            let code = Code::from_wire(u64::from(f.code));
+            self.fail_seq(f.seq, code, f.aux, &f.why, false);
+            moved = true;
         }
         if let Some(node) = lost {
             // A collective spans every node of its communicator: none in flight can
@@ -516,10 +603,21 @@ impl Proxy {
                     let node = node.unwrap_or_default() as u64;
                     self.reply(r, Kind::Done.desc(d.tag, Code::NodeLost as u64, node));
                 }
-                Some((blob, sched)) => {
-                    let op = self.op(r, d.tag, sched, blob);
-                    self.ops.push(op);
+                Some(_) if self.failed.contains_key(&d.tag) => {
+                    let (code, aux) = self.failed[&d.tag];
+                    self.reply(r, Kind::Done.desc(d.tag, code as u64, aux));
                 }
+                Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
+                    Ok(op) => self.ops.push(op),
+                    Err(refusal) => {
+                        let why = refusal.why();
+                        tracing::warn!(rank = r, seq = d.tag, "proxy: refused a collective: {why}");
+                        let (code, aux) = refusal.code();
+                        self.reply(r, Kind::Done.desc(d.tag, code as u64, aux));
+                        // Its other ranks' ops cannot finish without this one.
+                        self.fail_seq(d.tag, code, aux, &why, true);
+                    }
+                },
                 None => self.reply(r, Kind::Done.desc(d.tag, Code::Failed as u64, 0)),
             },
             Some(Kind::Cancel) => {
@@ -549,6 +647,7 @@ impl Proxy {
         let mut moved = false;
         let mut ops = std::mem::take(&mut self.ops);
         self.consumed = false;
+        let mut short = Vec::new();
         let mut i = 0;
         while i < ops.len() {
             let res = if ops[i].sched.rounds.is_empty() {
@@ -563,13 +662,22 @@ impl Proxy {
                     moved = true;
                 }
                 Err((code, aux)) => {
-                    self.finish(ops.swap_remove(i), code, aux);
+                    let op = ops.swap_remove(i);
+                    if code == Code::NoMemory {
+                        short.push((op.seq, aux));
+                    }
+                    self.finish(op, code, aux);
                     moved = true;
                 }
             }
         }
         ops.sort_by_key(|o| (o.seq, o.rank));
         self.ops = ops;
+        // A message buffer that could not be allocated fails the whole collective.
+        for (seq, bytes) in short {
+            let why = Refusal::NoMemory { bytes }.why();
+            self.fail_seq(seq, Code::NoMemory, bytes, &why, true);
+        }
         moved || self.consumed
     }
 
@@ -805,6 +913,7 @@ mod tests {
                 scratch: vec![0xA5; scratch],
             },
             maps: Vec::new(),
+            held: 0,
         }
     }
 
@@ -1018,5 +1127,30 @@ mod tests {
             Some(Code::Failed)
         );
         assert_eq!(parse_submit(&[0xff; 40], 1, 2).err(), Some(Code::Failed));
+    }
+
+    #[test]
+    fn submits_whose_scratch_would_overflow_are_refused_not_panicked_on() {
+        // Valid counts (just under isize::MAX bytes per buffer) whose schedule's
+        // scratch blocks together pass what a usize counts: the proxy building
+        // it overflowed and panicked; now it is a refusal of that collective.
+        let blob = Blob {
+            coll: Collective::Alltoall {
+                count: isize::MAX as usize / 2,
+                dtype: DataType::U8,
+            },
+            opts: Options::with_algorithm(hpc_collectives::Algorithm::Bruck),
+            send: 0x1000,
+            send_len: usize::MAX,
+            recv: 0x2000,
+            recv_len: usize::MAX,
+            send_shm: None,
+            recv_shm: None,
+            own_copies: false,
+        };
+        let bytes = postcard::to_allocvec(&blob).unwrap();
+        for rank in 0..2 {
+            assert_eq!(parse_submit(&bytes, rank, 2).err(), Some(Code::Failed));
+        }
     }
 }

@@ -97,8 +97,9 @@ pub(super) type Remote<'a> = dyn FnMut(usize, usize, u32, Vec<u8>) -> Result<(),
 
 impl Run {
     /// A run of `parts`: (schedule, send span, receive span) of each of this
-    /// node's ranks (checked with `sim::check` against these lengths).
-    pub(super) fn new(parts: Vec<(Schedule, Vec<u8>, Vec<u8>)>) -> Run {
+    /// node's ranks (checked with `sim::check` against these lengths). Fails
+    /// with the bytes asked for where a rank's scratch cannot be allocated.
+    pub(super) fn new(parts: Vec<(Schedule, Vec<u8>, Vec<u8>)>) -> Result<Run, u64> {
         let local = parts
             .iter()
             .enumerate()
@@ -106,21 +107,25 @@ impl Run {
             .collect();
         let ranks = parts
             .into_iter()
-            .map(|(sched, send, recv)| RankRun {
-                mem: Bufs(Buffers {
-                    send,
-                    recv,
-                    scratch: vec![0xA5; sched.scratch_bytes],
-                }),
-                m: Machine::new(&sched, false),
-                sched,
+            .map(|(sched, send, recv)| {
+                let n = sched.scratch_bytes;
+                let scratch = super::memory::try_filled(n, 0xA5).map_err(|_| n as u64)?;
+                Ok(RankRun {
+                    mem: Bufs(Buffers {
+                        send,
+                        recv,
+                        scratch,
+                    }),
+                    m: Machine::new(&sched, false),
+                    sched,
+                })
             })
-            .collect();
-        Run {
+            .collect::<Result<_, u64>>()?;
+        Ok(Run {
             ranks,
             local,
             msgs: Matcher::new(),
-        }
+        })
     }
 
     /// A message from another node's rank `src` to this node's `dst`.
@@ -258,6 +263,7 @@ mod tests {
                         .map(|r| (scheds[r].clone(), ins[r].0.clone(), ins[r].1.clone()))
                         .collect(),
                 )
+                .unwrap()
             })
             .collect();
         let mut wire: Vec<(usize, usize, u32, Vec<u8>)> = Vec::new();
@@ -317,7 +323,7 @@ mod tests {
         };
         let opts = Options::default();
         let s = coll.schedule(0, 2, &opts).unwrap();
-        let mut run = Run::new(vec![(s, vec![1; 4], vec![0; 8])]);
+        let mut run = Run::new(vec![(s, vec![1; 4], vec![0; 8])]).unwrap();
         let mut sent = 0;
         let mut out = |_, _, _, _| {
             sent += 1;

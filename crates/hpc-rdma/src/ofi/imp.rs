@@ -263,6 +263,18 @@ fn describe(i: *mut fi_info) -> ProviderInfo {
 /// An open endpoint (closed on drop).
 struct Endpoint(*mut hpc_ofi_ep);
 
+// SAFETY: the endpoint's libfabric objects are used by one owner at a time (the
+// `PROBED` lock, then the `Inner::ep` lock: FI_THREAD_DOMAIN); moving the handle to
+// another thread moves that ownership with it.
+unsafe impl Send for Endpoint {}
+
+/// The endpoint that [`probe`] opened to check that the named provider opens one,
+/// with the provider it is of: [`connect`] serves through it rather than open a
+/// second (opening one costs 0.1-0.2 s with `tcp;ofi_rxm` here, on top of
+/// libfabric's own start-up, see the book's transport chapter). Taken by the next
+/// `connect`, which drops one that does not match its provider.
+static PROBED: Mutex<Option<(ProviderInfo, Endpoint)>> = Mutex::new(None);
+
 impl Drop for Endpoint {
     fn drop(&mut self) {
         // SAFETY: opened by hpc_ofi_open, closed once; memory registrations were
@@ -350,7 +362,8 @@ pub(super) fn probe(named: Option<&str>, fabric_only: bool) -> Result<ProviderIn
                 Some(ofi_error("fi_getinfo", c as i64)),
             )
         })?;
-        drop(open(list.0)?);
+        let ep = open(list.0)?;
+        *PROBED.lock().unwrap_or_else(|e| e.into_inner()) = Some((found.clone(), ep));
         return Ok(found);
     }
     let list = InfoList::get(None, CAPS, true).map_err(|c| {
@@ -764,6 +777,7 @@ pub(super) fn connect(
     provider: Option<ProviderInfo>,
 ) -> Result<Option<Box<dyn Backend>>> {
     let me = shared.rank;
+    let probed = PROBED.lock().unwrap_or_else(|e| e.into_inner()).take();
     // Everyone publishes an entry (empty without peers), so the allgather matches.
     type Setup = (ProviderInfo, InfoList, *mut fi_info, Endpoint, Vec<u8>);
     let setup: Result<Option<Setup>> = if peers.is_empty() {
@@ -776,7 +790,14 @@ pub(super) fn connect(
                 None => probe(provider_from(|k| std::env::var(k).ok()).as_deref(), false)?,
             };
             let (list, i) = info_for(&p)?;
-            let ep = open(i)?;
+            // The probe's endpoint where it is of this provider, fabric and domain.
+            let same = |q: &ProviderInfo| {
+                (&q.provider, &q.fabric, &q.domain) == (&p.provider, &p.fabric, &p.domain)
+            };
+            let ep = match probed {
+                Some((q, ep)) if same(&q) => ep,
+                _ => open(i)?,
+            };
             let name = getname(&ep)?;
             Ok(Some((p, list, i, ep, name)))
         })()
