@@ -181,10 +181,22 @@ pub fn start<'a>(
 /// collective of [`collectives`] with blocks of `c`, under `opts`; `None`
 /// where the algorithm has no schedule for it.
 pub fn reference(i: usize, c: usize, me: usize, n: usize, opts: &Options) -> Option<Vec<i64>> {
+    reference_with(|r| collectives(r, n, c).swap_remove(i), me, n, opts)
+}
+
+/// The simulator's receive buffer of rank `me` of `n` for a collective that
+/// rank `r` calls as `coll_of(r)`, with the [`inputs`] of each rank, under
+/// `opts`; `None` where the algorithm has no schedule for it.
+pub fn reference_with(
+    coll_of: impl Fn(usize) -> Collective,
+    me: usize,
+    n: usize,
+    opts: &Options,
+) -> Option<Vec<i64>> {
     let mut scheds = Vec::with_capacity(n);
     let mut ins = Vec::with_capacity(n);
     for r in 0..n {
-        let coll = collectives(r, n, c).swap_remove(i);
+        let coll = coll_of(r);
         scheds.push(coll.schedule(r, n, opts).ok()?);
         let (send, recv) = inputs(&coll, r, n);
         let bytes = |v: Vec<i64>| v.iter().flat_map(|x| x.to_ne_bytes()).collect();

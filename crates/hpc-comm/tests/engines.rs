@@ -9,6 +9,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+// Every collective `Comm` offers, each rank's inputs and the simulator's
+// reference: the conformance suite's, which `hpc selftest --every-algorithm` runs
+// on real jobs.
+use hpc_comm::conformance::{collectives, inputs, reference};
 use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
 use hpc_runtime::World;
 use hpc_test_support::{ok, Job};
@@ -428,133 +432,14 @@ fn split_unevenly(comm: &Comm) {
     assert_eq!(r, [want; 4], "{:?} rank {me}", comm.engine());
 }
 
-/// Rank `me`'s part of every collective a communicator offers, on `n` ranks
-/// with `c` elements (i64) per block: the collectives of `hpc-collectives`
-/// that `Comm` has a call for.
-fn collectives(me: usize, n: usize, c: usize) -> Vec<hpc_collectives::Collective> {
-    use hpc_collectives::{Collective as C, DataType};
-    let dtype = DataType::I64;
-    let sum = ReduceOp::Sum;
-    vec![
-        C::Barrier,
-        C::Broadcast {
-            root: c % n,
-            count: c,
-            dtype,
-        },
-        C::Gather {
-            root: (c + 1) % n,
-            count: c,
-            dtype,
-        },
-        C::Scatter {
-            root: (c + 2) % n,
-            count: c,
-            dtype,
-        },
-        C::Allgather { count: c, dtype },
-        C::Allgatherv {
-            counts: (0..n).map(|r| r % 3 + c).collect(),
-            dtype,
-        },
-        C::Alltoall { count: c, dtype },
-        C::Alltoallv {
-            send_counts: (0..n).map(|j| (me + j) % 3 + c).collect(),
-            recv_counts: (0..n).map(|i| (i + me) % 3 + c).collect(),
-            dtype,
-        },
-        C::Reduce {
-            root: n - 1,
-            count: c,
-            dtype,
-            op: sum,
-        },
-        C::Allreduce {
-            count: c,
-            dtype,
-            op: sum,
-        },
-        C::ReduceScatter {
-            counts: (0..n).map(|r| c + r % 2).collect(),
-            dtype,
-            op: sum,
-        },
-    ]
-}
-
-/// Rank `r`'s buffers for the `i`-th collective of [`collectives`]: its send
-/// buffer, and its receive buffer as it starts (the root's data for a
-/// broadcast, a pattern elsewhere, so that a region written by mistake shows).
-fn inputs(coll: &hpc_collectives::Collective, r: usize, n: usize) -> (Vec<i64>, Vec<i64>) {
-    let (s, rl) = coll.buffer_bytes(r, n);
-    let send = (0..s / 8).map(|i| val(r, i)).collect();
-    let recv = match coll {
-        hpc_collectives::Collective::Broadcast { root, .. } if *root == r => {
-            (0..rl / 8).map(|i| val(r, i)).collect()
-        }
-        _ => vec![-7; rl / 8],
-    };
-    (send, recv)
-}
-
 /// Starts `coll` on `comm` through its public call.
 fn start<'a>(
     comm: &'a Comm,
     coll: &hpc_collectives::Collective,
     send: &'a [i64],
-    recv: &'a mut Vec<i64>,
+    recv: &'a mut [i64],
 ) -> hpc_comm::Request<'a> {
-    use hpc_collectives::Collective as C;
-    match coll {
-        C::Barrier => comm.ibarrier(),
-        C::Broadcast { root, .. } => comm.ibcast(recv, *root),
-        C::Gather { root, .. } => comm.igather(send, recv, *root),
-        C::Scatter { root, .. } => comm.iscatter(send, recv, *root),
-        C::Allgather { .. } => comm.iallgather(send, recv),
-        C::Allgatherv { counts, .. } => comm.iallgatherv(send, recv, counts),
-        C::Alltoall { .. } => comm.ialltoall(send, recv),
-        C::Alltoallv {
-            send_counts,
-            recv_counts,
-            ..
-        } => comm.ialltoallv(send, send_counts, recv, recv_counts),
-        C::Reduce { root, op, .. } => comm.ireduce(send, recv, *op, *root),
-        C::Allreduce { op, .. } => comm.iallreduce(send, recv, *op),
-        C::ReduceScatter { counts, op, .. } => comm.ireduce_scatter(send, recv, counts, *op),
-        other => panic!("no call for {other:?}"),
-    }
-    .unwrap()
-}
-
-/// The simulator's receive buffer of rank `me` for the `i`-th collective of
-/// [`collectives`] with `opts`; `None` where the algorithm has no schedule
-/// for it.
-fn reference(
-    i: usize,
-    c: usize,
-    me: usize,
-    n: usize,
-    opts: &hpc_collectives::Options,
-) -> Option<Vec<i64>> {
-    let mut scheds = Vec::new();
-    let mut ins = Vec::new();
-    for r in 0..n {
-        let coll = &collectives(r, n, c)[i];
-        scheds.push(coll.schedule(r, n, opts).ok()?);
-        let (send, recv) = inputs(coll, r, n);
-        let b = |v: Vec<i64>| v.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        ins.push(hpc_collectives::sim::RankBuffers {
-            send: b(send),
-            recv: b(recv),
-        });
-    }
-    let out = hpc_collectives::sim::run(&scheds, ins).unwrap();
-    Some(
-        out[me]
-            .chunks_exact(8)
-            .map(|w| i64::from_ne_bytes(w.try_into().unwrap()))
-            .collect(),
-    )
+    hpc_comm::conformance::start(comm, coll, send, recv).unwrap()
 }
 
 /// The Proxy engine across nodes: every collective with every algorithm that
@@ -1530,18 +1415,13 @@ fn killed_rank_is_named() {
 /// algorithm against the simulator's reference, isolation, faults.
 mod dpu {
     use super::*;
-    use hpc_collectives::{sim, Algorithm, Collective, CollectiveKind, DataType};
+    use hpc_collectives::{Algorithm, Collective, CollectiveKind, DataType};
     use hpc_comm::Placement;
 
     pub(super) fn options() -> CommOptions {
         let mut o = CommOptions::new(Engine::Proxy);
         o.placement = Some(Placement::Dpu);
         o
-    }
-
-    /// Rank `r`'s element `i` of the inputs of a test collective.
-    fn v(r: usize, i: usize) -> i64 {
-        (r as i64 + 1) * 1_000_003 + i as i64 * 7
     }
 
     /// The collective of `kind` for `n` ranks and `count` (elements per
@@ -1595,22 +1475,7 @@ mod dpu {
         })
     }
 
-    /// Rank `r`'s inputs (send, receive) of `coll` on `n` ranks, as elements.
-    fn inputs(coll: &Collective, r: usize, n: usize) -> (Vec<i64>, Vec<i64>) {
-        let (s, rv) = coll.buffer_bytes(r, n);
-        let send = (0..s / 8).map(|i| v(r, i)).collect();
-        let recv = match coll {
-            Collective::Broadcast { root, .. } if *root == r => {
-                (0..rv / 8).map(|i| v(r, i)).collect()
-            }
-            _ => vec![-1; rv / 8],
-        };
-        (send, recv)
-    }
-
-    fn le(v: &[i64]) -> Vec<u8> {
-        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-    }
+    use hpc_comm::conformance::inputs;
 
     /// What the simulator computes for rank `me` with these options.
     fn reference(
@@ -1619,21 +1484,7 @@ mod dpu {
         n: usize,
         opts: &hpc_collectives::Options,
     ) -> Vec<i64> {
-        let schedules: Vec<_> = (0..n).map(|r| coll.schedule(r, n, opts).unwrap()).collect();
-        let ins = (0..n)
-            .map(|r| {
-                let (s, rv) = inputs(coll, r, n);
-                sim::RankBuffers {
-                    send: le(&s),
-                    recv: le(&rv),
-                }
-            })
-            .collect();
-        let out = sim::run(&schedules, ins).unwrap();
-        out[me]
-            .chunks_exact(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
-            .collect()
+        hpc_comm::conformance::reference_with(|_| coll.clone(), me, n, opts).unwrap()
     }
 
     /// Runs `coll` through `comm` (staged, or zero-copy in a scope).
