@@ -1837,23 +1837,9 @@ mod dpu {
         comm: &'a Comm,
         coll: &Collective,
         send: &'a [i64],
-        recv: &'a mut Vec<i64>,
+        recv: &'a mut [i64],
     ) -> hpc_comm::Request<'a> {
-        let r = match coll {
-            Collective::Barrier => comm.ibarrier(),
-            Collective::Broadcast { root, .. } => comm.ibcast(recv, *root),
-            Collective::Gather { root, .. } => comm.igather(send, recv, *root),
-            Collective::Scatter { root, .. } => comm.iscatter(send, recv, *root),
-            Collective::Allgather { .. } => comm.iallgather(send, recv),
-            Collective::Allgatherv { counts, .. } => comm.iallgatherv(send, recv, counts),
-            Collective::Alltoall { .. } => comm.ialltoall(send, recv),
-            Collective::Reduce { root, op, .. } => comm.ireduce(send, recv, *op, *root),
-            Collective::Allreduce { op, .. } => comm.iallreduce(send, recv, *op),
-            Collective::ReduceScatter { counts, op, .. } => {
-                comm.ireduce_scatter(send, recv, counts, *op)
-            }
-            _ => unreachable!("not a case"),
-        };
+        let r = hpc_comm::conformance::start(comm, coll, send, recv);
         r.unwrap_or_else(|e| panic!("posting {coll:?} on rank {}: {e}", comm.rank()))
     }
 
