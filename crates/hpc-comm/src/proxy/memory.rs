@@ -99,7 +99,7 @@ pub(super) enum Loc {
     /// In the op's scratch, at this offset.
     Scratch(usize),
     /// In a rank's [`SharedBuf`](crate::SharedBuf), through the proxy's own
-    /// mapping of it (see [`Proxy::maps`]).
+    /// mapping of it (see `Proxy::maps` in `server.rs`).
     Mapped(*mut u8),
 }
 
