@@ -1,5 +1,6 @@
 //! A collective to start and the buffers its engine works on: where the
-//! staging policy is decided, once, for every engine.
+//! staging policy is decided, once, for every engine; and a split as the
+//! engines see it.
 
 use hpc_collectives::Collective;
 
@@ -85,4 +86,21 @@ impl<'a> Job<'a> {
         let (s, r) = self.buffers();
         (s.as_ptr(), s.len(), r.as_mut_ptr(), r.len())
     }
+}
+
+/// A split as its engine sees it (every rank of the parent calls
+/// `Driver::split` with the same `members` for its own colour).
+pub(crate) struct Split<'a> {
+    /// This rank's colour and key (the key is for engines that split
+    /// themselves: MPI's).
+    pub color: u32,
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub key: i64,
+    /// The parent's rank of each member of the new group, in its rank order.
+    pub members: &'a [usize],
+    /// This rank in the new group.
+    pub rank: usize,
+    /// How many splits of the parent came before this one (the same on
+    /// every rank of the parent: splits are collective).
+    pub index: u64,
 }

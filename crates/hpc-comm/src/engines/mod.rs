@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-pub(crate) use crate::job::Job;
+pub(crate) use crate::job::{Job, Split};
 use inline::Host;
 
 pub(crate) mod dpu;
@@ -61,23 +61,6 @@ pub(crate) trait Driver: Send + Sync {
     fn register(&self, _bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         None
     }
-}
-
-/// A split as its engine sees it (every rank of the parent calls
-/// [`Driver::split`] with the same `members` for its own colour).
-pub(crate) struct Split<'a> {
-    /// This rank's colour and key (the key is for engines that split
-    /// themselves: MPI's).
-    pub color: u32,
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub key: i64,
-    /// The parent's rank of each member of the new group, in its rank order.
-    pub members: &'a [usize],
-    /// This rank in the new group.
-    pub rank: usize,
-    /// How many splits of the parent came before this one (the same on
-    /// every rank of the parent: splits are collective).
-    pub index: u64,
 }
 
 /// One collective in flight, as its engine sees it.

@@ -803,7 +803,7 @@ impl Client {
     /// communicator served by the same proxies as this one, over the same
     /// link (no set-up: the rank tells its proxy the group's members, and
     /// its collectives carry the group's number).
-    pub(crate) fn split(&self, s: &crate::engines::Split<'_>) -> Result<Client> {
+    pub(crate) fn split(&self, s: &crate::job::Split<'_>) -> Result<Client> {
         if self.link.proxy_gone() {
             return Err(Error::Stopped("proxy"));
         }
