@@ -55,7 +55,11 @@ image=hpc-cluster-node:$tag
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format '{{.Names}}'; }
+# This cluster's containers, matched by whole name: another cluster's name may begin
+# with this one's (hpc-cluster and hpc-cluster-dpu run side by side in the tests), and
+# `down` must not take that one's containers along.
+names_re="^$(printf '%s' "$prefix" | sed 's/[.]/\\./g')-(ctl|node[0-9]+(-dpu)?)\$"
+containers() { docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=$names_re" --format '{{.Names}}'; }
 
 build_image() {
     if docker image inspect "$image" >/dev/null 2>&1; then return; fi
@@ -191,7 +195,7 @@ up() {
 }
 
 status() {
-    docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=^$prefix-" --format 'table {{.Names}}\t{{.Status}}'
+    docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=$names_re" --format 'table {{.Names}}\t{{.Status}}'
     docker exec "$prefix-ctl" sinfo -N 2>/dev/null || true
 }
 
