@@ -125,7 +125,12 @@ up() {
     fi
     local t0=$SECONDS
     build_image
-    [ -z "$(containers)" ] || { log "removing a previous cluster"; down; }
+    # A previous cluster of this name, or what a crashed one left (its network alone
+    # makes `docker network create` fail).
+    if [ -n "$(containers)" ] || docker network inspect "$net" >/dev/null 2>&1; then
+        log "removing a previous cluster"
+        down
+    fi
     cpus=$(nproc)
     mkdir -p "$work/shared/log"
     chmod 0777 "$work/shared"
