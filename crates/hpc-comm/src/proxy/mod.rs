@@ -119,7 +119,7 @@
 //! (`HPC_COLL_PROXY_MAX_SCRATCH`, default half its memory) and allocated with
 //! `try_reserve_exact`: a collective over the cap, whose allocation fails or
 //! whose size overflows fails on every rank with
-//! [`Error::ProxyMemory`](crate::Error::ProxyMemory) (answer codes `OverCap`
+//! [`Error::ProxyMemory`] (answer codes `OverCap`
 //! and `NoMemory`, the bytes in `len`), its other ranks' parts and messages
 //! are dropped, the other nodes' proxies are told, and the proxy goes on
 //! serving (`memory.rs`: `Budget`).
