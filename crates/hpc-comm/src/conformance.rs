@@ -256,8 +256,12 @@ pub fn check(world: &World, base: &CommOptions, counts: &[usize]) -> Result<Repo
         algorithms: 0,
     };
     for alg in Algorithm::ALL {
+        let schedule = Options {
+            algorithm: alg,
+            ..base.schedule
+        };
         let mut opts = base.clone();
-        opts.schedule.algorithm = alg;
+        opts.schedule = schedule;
         let comm = Comm::with_options(world, opts).map_err(|source| CheckError::Comm {
             what: format!("making a communicator for {alg}"),
             source,
@@ -266,7 +270,7 @@ pub fn check(world: &World, base: &CommOptions, counts: &[usize]) -> Result<Repo
         report.algorithms += 1;
         for &c in counts {
             for (i, coll) in collectives(me, n, c).iter().enumerate() {
-                let Some(want) = reference(i, c, me, n, &comm_schedule(base, alg)) else {
+                let Some(want) = reference(i, c, me, n, &schedule) else {
                     continue;
                 };
                 let what = || format!("{} with {alg}, {c} elements, rank {me} of {n}", coll.kind());
@@ -282,22 +286,15 @@ pub fn check(world: &World, base: &CommOptions, counts: &[usize]) -> Result<Repo
             }
         }
         if alg == Algorithm::Auto {
-            report.checks += all_in_flight(&comm, base, counts.iter().copied().max())?;
+            report.checks += all_in_flight(&comm, &schedule, counts.iter().copied().max())?;
         }
     }
     Ok(report)
 }
 
-/// The schedule options [`check`] gives its communicator for `alg`.
-fn comm_schedule(base: &CommOptions, alg: Algorithm) -> Options {
-    let mut o = base.schedule;
-    o.algorithm = alg;
-    o
-}
-
 /// Every collective of [`collectives`] in flight at once (blocks of `c`, at
 /// most 700 elements), waited for in reverse order; the number checked.
-fn all_in_flight(comm: &Comm, base: &CommOptions, c: Option<usize>) -> Result<usize, CheckError> {
+fn all_in_flight(comm: &Comm, opts: &Options, c: Option<usize>) -> Result<usize, CheckError> {
     let Some(c) = c else { return Ok(0) };
     let c = c.min(700);
     let (me, n) = (comm.rank(), comm.size());
@@ -321,9 +318,8 @@ fn all_in_flight(comm: &Comm, base: &CommOptions, c: Option<usize>) -> Result<us
             })?;
         }
     }
-    let opts = comm_schedule(base, Algorithm::Auto);
     for (i, (coll, (_, recv))) in colls.iter().zip(&bufs).enumerate() {
-        if let Some(want) = reference(i, c, me, n, &opts) {
+        if let Some(want) = reference(i, c, me, n, opts) {
             compare(|| format!("{} ({})", coll.kind(), what()), recv, &want)?;
         }
     }

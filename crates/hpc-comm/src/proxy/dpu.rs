@@ -1092,7 +1092,12 @@ impl Conn {
             .map_err(|e| self.link_error(e))?;
         let mut sends = lock(&self.sends);
         sends.push(op);
-        // Take the completions of the sends that went out.
+        self.take_sent(&mut sends).map(drop)
+    }
+
+    /// Takes the completions of the sends that went out; `Ok(true)` once
+    /// none is left in flight.
+    fn take_sent(&self, sends: &mut Vec<OpId>) -> Result<bool> {
         let mut failed = None;
         sends.retain(|&op| match self.t.test(op) {
             Ok(None) => true,
@@ -1104,7 +1109,7 @@ impl Conn {
         });
         match failed {
             Some(e) => Err(self.link_error(e)),
-            None => Ok(()),
+            None => Ok(sends.is_empty()),
         }
     }
 }
@@ -1374,13 +1379,9 @@ impl Client {
         // once must not take its `Detach` along, or the proxy counts it as dead
         // and tells the other nodes so.
         let t0 = Instant::now();
-        loop {
-            let mut sends = lock(&self.link.sends);
-            sends.retain(|&op| matches!(self.link.t.test(op), Ok(None)));
-            if sends.is_empty() || t0.elapsed() >= DETACH_SEND_FOR {
-                return;
-            }
-            drop(sends);
+        while matches!(self.link.take_sent(&mut lock(&self.link.sends)), Ok(false))
+            && t0.elapsed() < DETACH_SEND_FOR
+        {
             std::thread::sleep(Duration::from_micros(50));
         }
     }
