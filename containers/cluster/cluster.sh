@@ -11,7 +11,8 @@
 #   containers/cluster/cluster.sh image                        build the node image only
 #   containers/cluster/cluster.sh down                         remove everything it made
 #   containers/cluster/cluster.sh status                       containers and sinfo
-#   containers/cluster/cluster.sh exec CMD...                  run CMD on the controller (e.g. srun ...)
+#   containers/cluster/cluster.sh exec [--timeout S] CMD...    run CMD on the controller (e.g. srun ...),
+#                                                              for at most S seconds (default 600)
 #   containers/cluster/cluster.sh stop-node|kill-node|cut-node|heal-node NAME
 #
 # --apptainer DIR: Apptainer on every node, as on an HPC cluster: DIR is the folder
@@ -199,6 +200,54 @@ up() {
     log "up: ctl + $nodes compute nodes${dpus:+, each with its dpu}${apptainer:+ with Apptainer} in $((SECONDS - t0))s"
 }
 
+# What a user would look at when a job does not end: the queue, the nodes, the
+# processes on each node, and the end of the daemons' logs.
+diagnose() {
+    docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=$names_re" --format '{{.Names}} {{.Status}}'
+    docker exec "$prefix-ctl" squeue -o '%.8i %.10j %.8T %.10M %.6D %R' 2>&1 || true
+    docker exec "$prefix-ctl" sinfo -N -o '%N %T %E' 2>&1 || true
+    local c
+    for c in $(containers); do
+        echo "--- $c: processes"
+        docker exec "$c" ps -eo pid,ppid,stat,etime,wchan:24,args --sort=pid 2>&1 | grep -v ' ps -eo ' | tail -n 25 || true
+    done
+    local f
+    for f in "$work"/shared/log/*.log; do
+        [ -f "$f" ] || continue
+        echo "--- $f (last 15 lines)"
+        tail -n 15 "$f"
+    done
+}
+
+# exec [--timeout S] CMD...: CMD on the controller; when it has not ended after S
+# seconds, the cluster's state goes to standard error while the job is still there
+# to be seen, then CMD gets SIGTERM (srun then cancels its step) and the status is
+# 124, so that a job waiting for a node or a rank that never comes fails with what
+# it waited for instead of hanging its caller.
+exec_on_ctl() {
+    local limit=600 rc=0
+    if [ "${1:-}" = --timeout ]; then limit=$2; shift 2; fi
+    # The command's pid inside the container, in a file named for this call, so
+    # that the right one is ended when several run at once.
+    local token=hpc-exec.$$.$RANDOM
+    docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" \
+        sh -c 'echo $$ > "/run/$0"; exec "$@"' "$token" timeout -k 10 $((limit + 60)) "$@" &
+    local pid=$! ticks=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$ticks" -ge $((limit * 10)) ]; then
+            log "error: '$*' did not end within ${limit}s; the cluster as it stands:"
+            diagnose >&2
+            docker exec "$prefix-ctl" sh -c 'kill -TERM "$(cat "/run/$0")"' "$token" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+            return 124
+        fi
+        sleep 0.1
+        ticks=$((ticks + 1))
+    done
+    wait "$pid" || rc=$?
+    return "$rc"
+}
+
 status() {
     docker ps -a --filter "label=org.hpc-rs.cluster=1" --filter "name=$names_re" --format 'table {{.Names}}\t{{.Status}}'
     docker exec "$prefix-ctl" sinfo -N 2>/dev/null || true
@@ -211,10 +260,10 @@ case "$cmd" in
     image) build_image ;;
     down) down ;;
     status) status ;;
-    exec) docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" "$@" ;;
+    exec) exec_on_ctl "$@" ;;
     stop-node) docker stop -t 0 "$prefix-$1" >/dev/null ;;
     kill-node) docker kill "$prefix-$1" >/dev/null ;;
     cut-node) docker network disconnect "$net" "$prefix-$1" ;;
     heal-node) docker network connect --alias "$1" "$net" "$prefix-$1" ;;
-    *) sed -n '2,20p' "$0"; exit 64 ;;
+    *) sed -n '2,16p' "$0"; exit 64 ;;
 esac

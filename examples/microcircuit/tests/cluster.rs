@@ -51,6 +51,10 @@ fn srun(nodes: usize, ranks: usize, dir: &str, extra: &[&str]) {
     );
     let mut a = vec![
         "exec",
+        // A job that has not ended after 5 minutes (a few seconds each here) fails
+        // with the cluster's state: the queue, the nodes and their processes.
+        "--timeout",
+        "300",
         "env",
         // A lost node or a stuck exchange ends the job with a message, not a hang.
         "HPC_TIMEOUT=60",
