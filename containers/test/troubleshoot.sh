@@ -28,6 +28,30 @@ fail() { log "FAIL: $*"; exit 1; }
 [ -n "${SLURM_CONF:-}" ] || fail "SLURM_CONF is not set (run from image-e2e.sh)"
 [ -s "$sif" ] && [ -s "$bsif" ] || fail "no SIFs in $img and $bind"
 
+# bounded SECONDS CMD...: CMD, ended after SECONDS (status 124) when it has not
+# ended by itself; before it is ended, the processes of the job that are still there
+# (srun, slurmstepd, apptainer, the ranks) go to standard error with where each waits,
+# so that a hang shows what hung.
+bounded() {
+    local limit=$1; shift
+    "$@" &
+    local pid=$! ticks=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$ticks" -ge $((limit * 10)) ]; then
+            log "still running after ${limit}s: $*"
+            ps -eo pid,ppid,stat,etime,wchan:32,args | grep -E 'srun|slurmstepd|apptainer|starter|hpc ' | grep -v grep >&2 || true
+            kill -TERM "$pid" 2>/dev/null || true
+            sleep 5
+            kill -KILL "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+            return 124
+        fi
+        sleep 0.1
+        ticks=$((ticks + 1))
+    done
+    wait "$pid"
+}
+
 # run NAME SRUN_MPI [env and apptainer flags...] -- : runs the selftest on 2 ranks and
 # the doctor on 2 ranks in the same way, bounded in time.
 run_row() {
@@ -38,11 +62,15 @@ run_row() {
         shift
     done
     local rc=0
-    env ${envs[@]+"${envs[@]}"} timeout 120 srun --mpi="$mpi" -n 2 \
+    bounded 120 env ${envs[@]+"${envs[@]}"} srun --mpi="$mpi" -n 2 \
         apptainer exec ${flags[@]+"${flags[@]}"} "$image" hpc selftest --json --expect-size 2 --transport \
         > "$rows/$name.log" 2>&1 || rc=$?
     echo "$rc" > "$rows/$name.rc"
-    [ "$rc" != 124 ] || fail "$name: the broken run hung for 120 s instead of failing"
+    if [ "$rc" = 124 ]; then
+        log "$name: what the ranks printed:"
+        tail -n 40 "$rows/$name.log" >&2
+        fail "$name: the broken run hung for 120 s instead of failing"
+    fi
     # One output file per task: the two ranks' reports would interleave on one stream.
     env ${envs[@]+"${envs[@]}"} timeout 120 srun --mpi="$mpi" -n 2 --output="$rows/$name.doctor.%t.out" --error="$rows/$name.doctor.%t.err" \
         apptainer exec ${flags[@]+"${flags[@]}"} "$image" hpc doctor --json 2>/dev/null || true
