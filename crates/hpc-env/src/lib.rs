@@ -115,8 +115,9 @@ vars! {
     Setting BIND = "HPC_BIND", default "`1` (within any binding a launcher made)";
     /// Timeout of blocking runtime calls, in seconds (fractions allowed); every
     /// collective, barrier and wait ends with an error naming the rank waited for.
-    /// `MPI_Init` is bounded by twice this value (at least 60 s): a process whose
-    /// MPI library cannot reach the launcher ends with a message and status 70.
+    /// `MPI_Init` and `MPI_Finalize` are bounded by twice this value (at least
+    /// 60 s): a process whose MPI library cannot reach the launcher, or whose
+    /// finalize waits for a rank that is gone, ends with a message and status 70.
     Setting TIMEOUT = "HPC_TIMEOUT", default "`30`";
     /// Forces a bootstrap: `mpi`, `launcher` or `singleton`.
     Setting BOOTSTRAP = "HPC_BOOTSTRAP", default "detected from the launcher's variables";
@@ -267,7 +268,7 @@ vars! {
     /// `1`: the proxy-descriptor corpus test rewrites `fuzz/corpus/proxy_descriptor`
     /// after a change of the descriptor's encoding.
     Development WRITE_CORPUS = "HPC_WRITE_CORPUS", default "";
-    /// Role of a child process in hpc-runtime's test of the `MPI_Init` watchdog.
+    /// Role of a child process in hpc-runtime's test of the MPI watchdog.
     Development TEST_WATCHDOG_CHILD = "HPC_TEST_WATCHDOG_CHILD", default "";
     /// slurmd port of the single-node Slurm test.
     Development SLURMD_PORT = "HPC_SLURMD_PORT", default "the slurmctld port + 1";

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::wire::{read_msg, write_msg, Msg, Op, ReadError};
+use crate::wire::{read_msg, Msg, Op, ReadError};
 
 /// How long the coordinator waits, after a connection closes without `Goodbye`, for the
 /// launcher to report the process's exit status (which makes a better message).
@@ -430,6 +430,44 @@ fn serve_rank(
     }
 }
 
+/// Writes `msg` to a rank's connection within `limit`, or fails. A rank that stops
+/// reading (stopped, or stuck outside the runtime) must not stop the coordinator,
+/// which serves every rank from one thread: half the job timeout leaves it time to
+/// answer the other ranks' next collective with a timeout that names that rank,
+/// before their own guard gives up on the coordinator.
+fn write_within(s: &mut TcpStream, msg: &Msg, limit: Duration) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind, Write};
+    let body = msg.encode();
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    let deadline = Instant::now() + limit;
+    let mut done = 0;
+    while done < frame.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // A zero timeout means none to the socket: stop before that.
+        if left < Duration::from_millis(1) {
+            return Err(Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "{done} of {} bytes written in {limit:?}: the rank does not read",
+                    frame.len()
+                ),
+            ));
+        }
+        s.set_write_timeout(Some(left))?;
+        match s.write(&frame[done..]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // The socket's timeout: the deadline check above names it.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 struct Pending {
     op: Op,
     first: Op,
@@ -483,8 +521,15 @@ impl State {
 
     fn send(&mut self, rank: usize, msg: &Msg) {
         if let Some(s) = self.conns[rank].as_mut() {
-            if let Err(e) = write_msg(s, msg) {
-                tracing::debug!(rank, error = %e, "coordinator cannot write to rank");
+            if let Err(e) = write_within(s, msg, self.timeout / 2) {
+                tracing::warn!(
+                    rank,
+                    error = %e,
+                    "coordinator cannot write to rank; it gets nothing more from the coordinator"
+                );
+                // The message may be cut short: end the stream, so that the rank
+                // reads an end instead of waiting for the rest of it.
+                let _ = s.shutdown(std::net::Shutdown::Write);
                 self.conns[rank] = None;
             }
         }

@@ -48,6 +48,10 @@ impl Drop for MpiBackend {
             );
             return;
         }
+        // MPI_Finalize synchronises with every rank: a rank lost after the last
+        // collective (killed, or failed outside MPI) would leave it waiting forever
+        // where the launcher does not end the job. Bounded like MPI_Init.
+        let done = watchdog("MPI_Finalize", FINALIZE_STUCK, init_limit(self.timeout));
         // SAFETY: each field is dropped exactly once, here, communicators before the
         // universe (MPI_Comm_free must precede MPI_Finalize), and never used again.
         unsafe {
@@ -55,6 +59,7 @@ impl Drop for MpiBackend {
             ManuallyDrop::drop(&mut self.world);
             ManuallyDrop::drop(&mut self.universe);
         }
+        let _ = done.send(());
     }
 }
 
@@ -114,22 +119,30 @@ fn init_limit(timeout: Duration) -> Duration {
     timeout.saturating_mul(2).max(Duration::from_secs(60))
 }
 
-/// Starts the watchdog of MPI_Init: unless the returned sender is used (or
-/// dropped) within `limit`, it writes why to stderr and ends the process with exit
-/// status 70 (`EX_SOFTWARE`). `_exit`, not `exit`: the thread stuck in MPI_Init may
-/// hold locks that the MPI library's exit handlers would wait for.
-fn init_watchdog(limit: Duration) -> std::sync::mpsc::Sender<()> {
+/// Why MPI_Init may not return, for the watchdog's message.
+const INIT_STUCK: &str = "the launcher's process-management server is probably unreachable \
+     from this process (srun without --mpi=pmix, or a container that hides the PMIx \
+     server's files, e.g. apptainer --contain); `hpc doctor` run the same way names the cause";
+
+/// Why MPI_Finalize may not return, for the watchdog's message.
+const FINALIZE_STUCK: &str = "MPI_Finalize waits for every rank, so a rank of this job \
+     probably ended without finalizing (it failed or was killed) and the launcher did not \
+     end the job";
+
+/// Starts a watchdog over a blocking MPI call (`call`, e.g. "MPI_Init"): unless the
+/// returned sender is used (or dropped) within `limit`, it writes `why` to stderr and
+/// ends the process with exit status 70 (`EX_SOFTWARE`). `_exit`, not `exit`: the
+/// thread stuck in MPI may hold locks that the MPI library's exit handlers would wait
+/// for.
+fn watchdog(call: &'static str, why: &'static str, limit: Duration) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
-        .name("hpc-mpi-init-watchdog".into())
+        .name("hpc-mpi-watchdog".into())
         .spawn(move || {
             if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
                 let msg = format!(
-                    "hpc-runtime: MPI_Init did not return within {limit:?}: the launcher's \
-                     process-management server is probably unreachable from this process \
-                     (srun without --mpi=pmix, or a container that hides the PMIx server's \
-                     files, e.g. apptainer --contain); `hpc doctor` run the same way names \
-                     the cause. HPC_TIMEOUT raises the limit (twice its value, at least 60 s)."
+                    "hpc-runtime: {call} did not return within {limit:?}: {why}. \
+                     HPC_TIMEOUT raises the limit (twice its value, at least 60 s)."
                 );
                 tracing::error!("{msg}");
                 use std::io::Write as _;
@@ -140,7 +153,7 @@ fn init_watchdog(limit: Duration) -> std::sync::mpsc::Sender<()> {
             }
         });
     if let Err(e) = spawned {
-        tracing::debug!(error = %e, "no watchdog for MPI_Init");
+        tracing::debug!(error = %e, "no watchdog for {call}");
     }
     tx
 }
@@ -151,7 +164,7 @@ impl MpiBackend {
         // server is unreachable it may wait forever (Open MPI under `srun` with the
         // PMIx files hidden by a container's --contain, say). A watchdog ends such a
         // process with a message instead of a silent hang.
-        let done = init_watchdog(init_limit(timeout));
+        let done = watchdog("MPI_Init", INIT_STUCK, init_limit(timeout));
         let init = mpi::initialize_with_threading(Threading::Multiple);
         let _ = done.send(());
         let (universe, threading) = init
@@ -395,19 +408,24 @@ mod tests {
         assert_eq!(init_limit(Duration::MAX), Duration::MAX);
     }
 
-    /// The watchdog ends a process whose MPI_Init does not return, with a message
+    /// The watchdog ends a process whose MPI_Init or MPI_Finalize does not return, with a message
     /// and status 70; one that returns in time lives on. Runs itself as the child.
     #[test]
-    fn the_init_watchdog_ends_a_stuck_process_and_spares_a_quick_one() {
+    fn the_watchdog_ends_a_stuck_process_and_spares_a_quick_one() {
         const CHILD: &str = crate::env::TEST_WATCHDOG_CHILD;
         match std::env::var(CHILD).as_deref() {
             Ok("stuck") => {
-                let _done = init_watchdog(Duration::from_millis(100));
+                let _done = watchdog("MPI_Init", INIT_STUCK, Duration::from_millis(100));
+                std::thread::sleep(Duration::from_secs(20));
+                return;
+            }
+            Ok("stuck-finalize") => {
+                let _done = watchdog("MPI_Finalize", FINALIZE_STUCK, Duration::from_millis(100));
                 std::thread::sleep(Duration::from_secs(20));
                 return;
             }
             Ok("quick") => {
-                let done = init_watchdog(Duration::from_millis(300));
+                let done = watchdog("MPI_Finalize", FINALIZE_STUCK, Duration::from_millis(300));
                 let _ = done.send(());
                 std::thread::sleep(Duration::from_millis(600));
                 return;
@@ -415,8 +433,7 @@ mod tests {
             _ => {}
         }
         let me = std::env::current_exe().unwrap();
-        let name =
-            "mpi_backend::tests::the_init_watchdog_ends_a_stuck_process_and_spares_a_quick_one";
+        let name = "mpi_backend::tests::the_watchdog_ends_a_stuck_process_and_spares_a_quick_one";
         let run = |mode: &str| {
             std::process::Command::new(&me)
                 .args(["--exact", name, "--nocapture"])
@@ -430,6 +447,14 @@ mod tests {
         assert_eq!(out.status.code(), Some(70), "{err}");
         assert!(err.contains("MPI_Init did not return within"), "{err}");
         assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        let out = run("stuck-finalize");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{err}");
+        assert!(
+            err.contains("MPI_Finalize did not return within")
+                && err.contains("ended without finalizing"),
+            "{err}"
+        );
         let out = run("quick");
         assert!(
             out.status.success(),

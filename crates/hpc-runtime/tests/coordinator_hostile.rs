@@ -112,3 +112,71 @@ fn unauthenticated_connections_cost_neither_memory_nor_threads() {
     drop(big);
     drop(idle);
 }
+
+/// A rank that stops reading its connection (stopped, or stuck outside the runtime)
+/// while the coordinator sends it a large result must not stop the coordinator,
+/// which serves every rank from one thread: the other ranks' next collective still
+/// ends with a timeout that names the silent rank, instead of waiting for ever.
+#[test]
+fn a_rank_that_stops_reading_does_not_stop_the_coordinator() {
+    use hpc_runtime::wire::{read_msg, write_msg, Msg, Op};
+    let secret = hpc_runtime::random_u64();
+    let timeout = Duration::from_secs(4);
+    let coord = Coordinator::start(2, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+
+    // Rank 1 speaks the protocol by hand: it joins, contributes 16 MiB to the first
+    // allgather, and then reads nothing more.
+    let mut silent = TcpStream::connect(coord.addr()).unwrap();
+    write_msg(
+        &mut silent,
+        &Msg::Hello {
+            rank: 1,
+            size: 2,
+            secret,
+            node: hpc_runtime::hostname(),
+            pid: std::process::id(),
+        },
+    )
+    .unwrap();
+    let rank0 = std::thread::spawn({
+        let env = coord.rank_env(0);
+        move || {
+            let mut env: HashMap<String, String> =
+                env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            env.insert("HPC_JOB_SECRET".into(), format!("{secret:x}"));
+            World::init_with(Config::from_map(env).unwrap()).unwrap()
+        }
+    });
+    // The welcome, read so that the join completes.
+    assert!(matches!(read_msg(&mut silent), Ok(Msg::Welcome { .. })));
+    let world = rank0.join().unwrap();
+    let big = vec![7u8; 16 << 20];
+    write_msg(
+        &mut silent,
+        &Msg::Contribute {
+            seq: 1,
+            op: Op::Allgather,
+            data: big.clone(),
+        },
+    )
+    .unwrap();
+    // Rank 0's allgather completes: 2 x 16 MiB go back to each rank, far more than
+    // a socket buffers for the rank that does not read.
+    let all = world.allgather(&big).unwrap();
+    assert_eq!(all.len(), 2);
+
+    // Rank 0's next collective: rank 1 never contributes, and the coordinator,
+    // blocked on rank 1's full socket for at most the job timeout, still names it.
+    let t = Instant::now();
+    let err = world.barrier().unwrap_err().to_string();
+    let took = t.elapsed();
+    // The coordinator's answer, not the rank's own guard against a hung launcher
+    // (which gives up at about twice the timeout and can only blame the launcher).
+    assert!(
+        err.contains("still waiting for rank(s) 1"),
+        "{took:?}: {err}"
+    );
+    assert!(took < Duration::from_secs(8), "{took:?}: {err}");
+    eprintln!("barrier with a rank that stopped reading failed after {took:?}: {err}");
+    drop(silent);
+}
