@@ -81,7 +81,7 @@ mib_us=$( (lat 1048576 100; lat 1048576 100; lat 1048576 100) | best)
 
 run() { # nodes exchange dir
     rm -rf "${shared:?}/$3"
-    cluster exec env HPC_TIMEOUT=300 srun --mpi=pmix -N "$1" -n "$1" --ntasks-per-node=1 \
+    cluster exec --timeout 3600 env HPC_TIMEOUT=300 srun --mpi=pmix -N "$1" -n "$1" --ntasks-per-node=1 \
         microcircuit --n-scaling "$n_scaling" --k-scaling "$k_scaling" --t-presim "$t_presim" \
         --t-sim "$t_sim" --threads 1 --no-pin --exchange "$2" --engine "$engine" \
         --out "/shared/$3" --quiet --no-plot --no-spikes >"$shared/$3.log" 2>&1
