@@ -221,6 +221,42 @@ fn slurm_pmix_cluster_across_docker_hosts() {
         "{text}"
     );
 
+    // A job that does not end within cluster.sh exec's bound: ended (status 124),
+    // with the queue, the nodes and the job's processes printed while it was still
+    // there, and its step cancelled.
+    let t = Instant::now();
+    let out = cluster(&[
+        "exec",
+        "--timeout",
+        "10",
+        "srun",
+        "-N",
+        "1",
+        "-n",
+        "1",
+        "sleep",
+        "300",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    assert!(err.contains("did not end within 10s"), "{err}");
+    assert!(
+        err.contains("RUNNING") && err.contains("/usr/bin/sleep 300"),
+        "{err}"
+    );
+    let queue = cluster(&["exec", "squeue", "-h"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut left = String::from_utf8_lossy(&queue.stdout).into_owned();
+    while !left.trim().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        left = String::from_utf8_lossy(&cluster(&["exec", "squeue", "-h"]).stdout).into_owned();
+    }
+    assert!(
+        left.trim().is_empty(),
+        "the ended job is still queued: {left}"
+    );
+
     // A node killed, then a node cut off, mid-run: the surviving ranks name the lost
     // ranks within the runtime timeout (8 s) and the job ends (Slurm's node-failure
     // detection adds its own time on top).
