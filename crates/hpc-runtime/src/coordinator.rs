@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::wire::{read_msg, Msg, Op, ReadError};
+use crate::wire::{frame, read_msg, Msg, Op, ReadError};
 
 /// How long the coordinator waits, after a connection closes without `Goodbye`, for the
 /// launcher to report the process's exit status (which makes a better message).
@@ -437,10 +437,7 @@ fn serve_rank(
 /// before their own guard gives up on the coordinator.
 fn write_within(s: &mut TcpStream, msg: &Msg, limit: Duration) -> std::io::Result<()> {
     use std::io::{Error, ErrorKind, Write};
-    let body = msg.encode();
-    let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&body);
+    let frame = frame(msg);
     let deadline = Instant::now() + limit;
     let mut done = 0;
     while done < frame.len() {

@@ -408,8 +408,9 @@ mod tests {
         assert_eq!(init_limit(Duration::MAX), Duration::MAX);
     }
 
-    /// The watchdog ends a process whose MPI_Init or MPI_Finalize does not return, with a message
-    /// and status 70; one that returns in time lives on. Runs itself as the child.
+    /// The watchdog ends a process whose MPI_Init or MPI_Finalize does not return,
+    /// with a message and status 70; one that returns in time lives on. Runs itself
+    /// as the child.
     #[test]
     fn the_watchdog_ends_a_stuck_process_and_spares_a_quick_one() {
         const CHILD: &str = crate::env::TEST_WATCHDOG_CHILD;

@@ -308,13 +308,18 @@ impl Msg {
     }
 }
 
-/// Writes one framed message.
-pub fn write_msg(w: &mut impl Write, msg: &Msg) -> std::io::Result<()> {
+/// One framed message as it goes on the wire: its length, then its encoding.
+pub fn frame(msg: &Msg) -> Vec<u8> {
     let body = msg.encode();
     let mut frame = Vec::with_capacity(body.len() + 4);
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(&body);
-    w.write_all(&frame)?;
+    frame
+}
+
+/// Writes one framed message.
+pub fn write_msg(w: &mut impl Write, msg: &Msg) -> std::io::Result<()> {
+    w.write_all(&frame(msg))?;
     w.flush()
 }
 
