@@ -1,0 +1,14 @@
+//! The files a simulation run reads and writes, handled so that nothing is silently
+//! lost and nothing silently wrong.
+//!
+//! - [`read`]: user-named files read with a size bound, refused when they are not
+//!   regular files (a FIFO would block for ever, `/dev/zero` would never end) before
+//!   anything is allocated for them.
+//! - [`rundir`]: an output directory owned by one run at a time, with a manifest that
+//!   names the run that wrote each file and says whether the run completed.
+//!
+//! This crate depends on none of the other hpc-rs crates, so every crate and example
+//! can use it.
+
+pub mod read;
+pub mod rundir;

@@ -1,0 +1,1 @@
+//! Bounded reads of user-named files (filled in next).

@@ -1,0 +1,1 @@
+//! Output directories owned by one run (filled in next).
