@@ -67,7 +67,10 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => clap_exit(e),
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
         .with_writer(std::io::stderr)
@@ -102,14 +105,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         // Output into a closed pipe (`hpc topo | head -1`): end as a Unix tool killed
         // by SIGPIPE would, without a message.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            std::process::exit(141)
-        }
+        Err(e) if cmd::is_broken_pipe(&e) => std::process::exit(cmd::EXIT_BROKEN_PIPE),
         Err(e) => {
             // A closed stderr is no reason to panic.
             let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
@@ -123,6 +119,47 @@ fn main() {
             } else {
                 cmd::EXIT_ERROR
             });
+        }
+    }
+}
+
+/// Ends the process with what clap has to say (`--help`, `--version`, a usage
+/// error), as `clap::Error::exit` does, except that a failed write is not silent:
+/// a closed pipe ends with 141, any other write error with a message and status 2.
+fn clap_exit(e: clap::Error) -> ! {
+    let to_stderr = e.use_stderr();
+    let text = e.render();
+    let terminal = if to_stderr {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let text = if colour {
+        text.ansi().to_string()
+    } else {
+        text.to_string()
+    };
+    let written = if to_stderr {
+        let mut err = std::io::stderr().lock();
+        err.write_all(text.as_bytes()).and_then(|()| err.flush())
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    };
+    match written {
+        Ok(()) => std::process::exit(e.exit_code()),
+        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(cmd::EXIT_BROKEN_PIPE)
+        }
+        Err(w) => {
+            let stream = if to_stderr {
+                "standard error"
+            } else {
+                "standard output"
+            };
+            let _ = writeln!(std::io::stderr(), "hpc: error: writing to {stream}: {w}");
+            std::process::exit(cmd::EXIT_ERROR);
         }
     }
 }

@@ -16,6 +16,10 @@ pub struct Args {
 /// Writes the completion script of `cmd` for the shell to standard output.
 pub fn exec(args: Args, mut cmd: clap::Command) -> anyhow::Result<i32> {
     let name = cmd.get_name().to_string();
-    clap_complete::generate(args.shell, &mut cmd, name, &mut std::io::stdout());
+    // Generated in memory: clap_complete panics on a failed write, and standard
+    // output may be a closed pipe or a full disk.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, name, &mut script);
+    super::print_bytes(&script)?;
     Ok(0)
 }

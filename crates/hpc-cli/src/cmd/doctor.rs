@@ -48,8 +48,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         report.to_text(use_color())
     };
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", text.trim_end()).context("writing the report")?;
-    out.flush().context("writing the report")?;
+    writeln!(out, "{}", text.trim_end()).context("writing the report to standard output")?;
+    out.flush()
+        .context("writing the report to standard output")?;
     Ok(report.exit_code)
 }
 

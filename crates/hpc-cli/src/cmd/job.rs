@@ -24,7 +24,9 @@
 //! SIGKILL after the grace) and `hpc run` exits with 141 (128 + SIGPIPE), the status
 //! a shell pipeline reports for a program killed by SIGPIPE. Passing the broken pipe
 //! on to the ranks instead would let a rank that ignores SIGPIPE and write errors
-//! (as Rust programs do by default) run on for ever.
+//! (as Rust programs do by default) run on for ever. Any other failed write (a full
+//! disk) stops the job the same way, with a message naming the stream and the
+//! error, and `hpc run` exits with 125: the launcher itself failed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -258,6 +260,9 @@ pub fn kill_everything(within: Duration, mut on_exit: impl FnMut(libc::pid_t, i3
 pub enum Output {
     /// `hpc run`'s own stdout or stderr is a broken pipe.
     Closed(&'static str),
+    /// Writing to `hpc run`'s own stdout or stderr failed otherwise (a full disk):
+    /// the stream and the error.
+    Failed(&'static str, String),
     /// A forwarding thread finished (its rank's stream ended).
     Done,
 }
@@ -298,9 +303,11 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
                 // Keep draining the rank's pipe so that it never blocks on a full one,
                 // but write nothing more.
                 closed = true;
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    let _ = events.send(Output::Closed(name));
-                }
+                let _ = events.send(if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    Output::Closed(name)
+                } else {
+                    Output::Failed(name, e.to_string())
+                });
             }
         };
         loop {

@@ -73,12 +73,9 @@ pub fn exec(args: Args, cmd: clap::Command) -> anyhow::Result<i32> {
     match &args.dir {
         Some(dir) => {
             write_all(dir, &pages)?;
-            println!("{} pages in {}", pages.len(), dir.display());
+            super::say(&format!("{} pages in {}", pages.len(), dir.display()))?;
         }
-        None => {
-            use std::io::Write as _;
-            std::io::stdout().write_all(&pages[0].1)?;
-        }
+        None => super::print_bytes(&pages[0].1)?,
     }
     Ok(0)
 }

@@ -7,8 +7,16 @@
 //! is not empty; `doctor`: errors found). `hpc run` exits with the status of the first
 //! rank that failed (0 when all succeed), 128+N when a rank was killed by signal N,
 //! 124 when `--time-limit` stopped the job, and 125 when `hpc run` itself failed
-//! once its arguments were accepted (a program that cannot be started); bad arguments
-//! are 2 as for every subcommand.
+//! once its arguments were accepted (a program that cannot be started, the ranks'
+//! output that cannot be written, say to a full disk); bad arguments are 2 as for
+//! every subcommand. A rank that exits with 124 or 125 would be mistaken for the
+//! launcher, so `hpc run` names that status in its message and exits with 1
+//! ([`EXIT_RANK_RESERVED`]).
+//!
+//! Output to a closed pipe (`hpc ... | head -1`) ends every subcommand quietly with
+//! 141 (128 + SIGPIPE), what a shell reports for a program killed by a broken pipe;
+//! any other failed write of the output (a full disk, `>/dev/full`) is an error with
+//! a message naming the stream: status 2, or 125 for `hpc run`.
 
 pub mod bind;
 pub mod completions;
@@ -28,6 +36,12 @@ pub const EXIT_ERROR: i32 = 2;
 /// `hpc run`: the launcher itself failed once its arguments were accepted (a program
 /// that cannot be started, the coordinator failing).
 pub const EXIT_RUN_FAILED: i32 = 125;
+/// `hpc run`: a rank exited with a status the launcher keeps for itself (124, 125);
+/// the message names the rank's status.
+pub const EXIT_RANK_RESERVED: i32 = 1;
+/// Output into a closed pipe: 128 + SIGPIPE, as a shell reports a program that
+/// SIGPIPE killed. Every subcommand ends with it, without a message.
+pub const EXIT_BROKEN_PIPE: i32 = 128 + libc::SIGPIPE;
 
 /// The text of `hpc --help`'s exit status section.
 pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
@@ -38,8 +52,11 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     destination that is not empty; doctor found errors\n  \
     hpc run: the status of the first rank that failed (0 when all succeed), 128+N when a\n  \
     rank was killed by signal N, 124 when --time-limit stopped the job, 125 when hpc run\n  \
-    itself failed once its arguments were accepted (a program that cannot be started);\n  \
-    bad arguments are 2 as everywhere";
+    itself failed once its arguments were accepted (a program that cannot be started,\n  \
+    the ranks' output that cannot be written); a rank's own 124 or 125 is named in the\n  \
+    message and gives 1; bad arguments are 2 as everywhere\n  \
+    141  the output is a closed pipe (hpc ... | head -1), without a message; any other\n       \
+    failed write of the output is an error naming the stream (2, 125 for hpc run)";
 
 /// Bad input, reported with exit status 2 and its message.
 #[derive(Debug)]
@@ -52,3 +69,29 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// Writes `bytes` to standard output and flushes it; the error names the stream.
+pub fn print_bytes(bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .context("writing to standard output")
+}
+
+/// Writes `line` and a newline to standard output (see [`print_bytes`]).
+pub fn say(line: &str) -> anyhow::Result<()> {
+    let mut l = String::with_capacity(line.len() + 1);
+    l.push_str(line);
+    l.push('\n');
+    print_bytes(l.as_bytes())
+}
+
+/// Whether `e` is, or was caused by, a write into a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

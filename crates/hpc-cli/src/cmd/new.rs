@@ -328,13 +328,13 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
         }
     }
-    println!(
+    super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
          cargo xtask image            # container image, Apptainer and Slurm files\n\n\
          The launcher `hpc` comes from `cargo install hpc-cli` (`--features mpi` for mpirun/srun).",
         path.display(),
         path.display()
-    );
+    ))?;
     Ok(0)
 }
 

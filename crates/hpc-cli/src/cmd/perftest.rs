@@ -150,17 +150,17 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let backend = t.backend_of(peer).map(|k| k.name()).unwrap_or("?");
     if me == 0 {
         let line = "-".repeat(95);
-        println!("{line}");
-        println!("                    {}", args.test.title());
-        println!(" Transport: hpc-rdma {backend}    Ranks: 0 <-> 1");
-        println!("{line}");
+        super::say(&line)?;
+        super::say(&format!("                    {}", args.test.title()))?;
+        super::say(&format!(" Transport: hpc-rdma {backend}    Ranks: 0 <-> 1"))?;
+        super::say(&line)?;
         if args.test.is_bw() {
-            println!(
+            super::say(&format!(
                 " {:<10} {:<14} {:<18} {:<20} {:<14}",
                 "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"
-            );
+            ))?;
         } else {
-            println!(
+            super::say(&format!(
                 " {:<10} {:<14} {:<14} {:<14} {:<17} {:<14} {:<16} 99% percentile[usec]",
                 "#bytes",
                 "#iterations",
@@ -169,7 +169,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 "t_typical[usec]",
                 "t_avg[usec]",
                 "t_stdev[usec]"
-            );
+            ))?;
         }
     }
     for &size in &sizes {
@@ -191,21 +191,21 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         world.barrier()?;
     }
     if me == 0 {
-        println!("{}", "-".repeat(95));
+        super::say(&"-".repeat(95))?;
     }
     Ok(0)
 }
 
-fn print_lat(size: usize, mut us: Vec<f64>) {
+fn print_lat(size: usize, mut us: Vec<f64>) -> anyhow::Result<()> {
     if us.is_empty() {
-        return;
+        return Ok(());
     }
     let n = us.len();
     us.sort_by(|a, b| a.total_cmp(b));
     let avg = us.iter().sum::<f64>() / n as f64;
     let var = us.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
     let p = |q: f64| us[((q * (n - 1) as f64).round() as usize).min(n - 1)];
-    println!(
+    super::say(&format!(
         " {:<10} {:<14} {:<14.2} {:<14.2} {:<17.2} {:<14.2} {:<16.2} {:.2}",
         size,
         n,
@@ -215,7 +215,7 @@ fn print_lat(size: usize, mut us: Vec<f64>) {
         avg,
         var.sqrt(),
         p(0.99)
-    );
+    ))
 }
 
 fn write_lat(
@@ -269,7 +269,7 @@ fn write_lat(
         }
     }
     if me == 0 {
-        print_lat(size, times);
+        print_lat(size, times)?;
     }
     Ok(())
 }
@@ -302,7 +302,7 @@ fn send_lat(
         }
     }
     if me == 0 {
-        print_lat(size, times);
+        print_lat(size, times)?;
     }
     Ok(())
 }
@@ -327,8 +327,7 @@ fn read_lat(
             times.push(t0.elapsed().as_secs_f64() * 1e6);
         }
     }
-    print_lat(size, times);
-    Ok(())
+    print_lat(size, times)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -406,13 +405,13 @@ fn bw(
     }
     let dt = start.elapsed().as_secs_f64();
     let avg = (iters * size) as f64 / dt / MB;
-    println!(
+    super::say(&format!(
         " {:<10} {:<14} {:<18.2} {:<20.2} {:<14.6}",
         size,
         iters,
         peak.max(avg),
         avg,
         iters as f64 / dt / 1e6
-    );
+    ))?;
     Ok(())
 }

@@ -35,7 +35,11 @@ pub const MAX_RANKS_PER_CPU: usize = 64;
         Each rank gets HPC_RANK, HPC_SIZE and a rendezvous (HPC_RENDEZVOUS) through which \
         hpc_runtime::World bootstraps. Output lines are prefixed with the rank. Ctrl-C stops \
         all ranks. If a rank exits non-zero or is killed, the others are stopped and hpc run \
-        exits with that rank's status (128+signal for a signal).",
+        exits with that rank's status (128+signal for a signal; 1 for a rank's 124 or 125, \
+        which hpc run keeps for itself). HPC_TIMEOUT and HPC_THREADS of the environment \
+        (or -x) reach the ranks and the coordinator unless --timeout or --threads are given. \
+        Output that cannot be written (a full disk) stops the job with exit status 125; \
+        a closed pipe stops it with 141.",
     after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
 )]
 pub struct Args {
@@ -47,9 +51,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = BindPolicy::None)]
     pub bind: BindPolicy,
 
-    /// Compute threads per rank that `--bind` sizes each rank's cores for.
-    #[arg(long, value_name = "T", default_value_t = 1)]
-    pub threads: usize,
+    /// Compute threads per rank that `--bind` sizes each rank's cores for (sets
+    /// HPC_THREADS; default: HPC_THREADS from the environment or `-x`, else 1).
+    #[arg(long, value_name = "T")]
+    pub threads: Option<usize>,
 
     /// Progress cores reserved per rank by `--bind` (for offloaded collectives).
     #[arg(long, value_name = "K", default_value_t = 0)]
@@ -69,7 +74,8 @@ pub struct Args {
     #[arg(long)]
     pub no_tag: bool,
 
-    /// Timeout of the ranks' blocking runtime calls, in seconds (sets HPC_TIMEOUT).
+    /// Timeout of the ranks' blocking runtime calls, in seconds (sets HPC_TIMEOUT;
+    /// default: HPC_TIMEOUT from `-x` or the environment, else 30).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
 
@@ -168,8 +174,10 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
             args.np
         );
     }
-    if args.threads == 0 {
-        bail!("--threads must be at least 1");
+    if let Some(t) = args.threads {
+        if !(1..=MAX_THREADS).contains(&t) {
+            bail!("--threads must be between 1 and {MAX_THREADS}, got {t}");
+        }
     }
     if args.nodes == 0 || args.nodes > args.np {
         bail!("--nodes must be between 1 and -n ({})", args.np);
@@ -205,6 +213,54 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// What `hpc run` takes from the settings (`HPC_*`) of its environment and `-x`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The ranks' and the coordinator's timeout (`--timeout`, else `HPC_TIMEOUT`).
+    pub timeout: Duration,
+    /// Compute threads per rank (`--threads`, else `HPC_THREADS`, else 1).
+    pub threads: usize,
+}
+
+/// Reads [`Settings`]: a flag wins over `-x KEY=VALUE`, which wins over `env` (the
+/// launcher's environment). A setting that the runtime would refuse is refused here,
+/// naming the variable, before anything starts.
+pub fn settings(
+    args: &Args,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> anyhow::Result<Settings> {
+    let mut vars: std::collections::HashMap<String, String> = env
+        .into_iter()
+        .filter(|(k, _)| k == henv::TIMEOUT || k == henv::THREADS)
+        .collect();
+    for kv in &args.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            if k == henv::TIMEOUT || k == henv::THREADS {
+                vars.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let timeout = match args.timeout {
+        Some(s) => Duration::from_secs_f64(s),
+        None => henv::timeout_from(&vars).map_err(anyhow::Error::msg)?,
+    };
+    let threads = match (args.threads, vars.get(henv::THREADS)) {
+        (Some(t), _) => t,
+        (None, None) => 1,
+        (None, Some(v)) => match v.trim().parse::<usize>() {
+            Ok(t) if (1..=MAX_THREADS).contains(&t) => t,
+            _ => bail!(
+                "{}={v:?} is not a number of threads between 1 and {MAX_THREADS}",
+                henv::THREADS
+            ),
+        },
+    };
+    Ok(Settings { timeout, threads })
+}
+
+/// The most compute threads per rank `--threads` or `HPC_THREADS` may ask for.
+pub const MAX_THREADS: usize = 1 << 16;
 
 /// The longest `--timeout`: what the ranks' runtime accepts in `HPC_TIMEOUT`.
 pub const MAX_TIMEOUT: f64 = 7.0 * 86400.0;
@@ -271,6 +327,13 @@ fn exit_code_of(status: &ExitStatus) -> i32 {
     }
 }
 
+/// The status `hpc run` exits with for a rank's exit status `code` that the
+/// launcher keeps for itself (124: `--time-limit`, 125: `hpc run` failed), or `None`
+/// when the rank's status passes through.
+pub fn reserved_status(code: i32) -> Option<i32> {
+    matches!(code, 124 | super::EXIT_RUN_FAILED).then_some(super::EXIT_RANK_RESERVED)
+}
+
 fn kill_group(pid: u32, sig: i32) {
     // SAFETY: plain syscall; a negative pid addresses the process group the rank leads.
     unsafe {
@@ -308,9 +371,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // Bad arguments are the user's input, exit status 2 as for every subcommand; 125
     // is kept for a launcher that failed once its arguments were accepted.
     validate(&args, allowed).map_err(|e| super::UsageError(format!("{e:#}")))?;
+    let settings =
+        settings(&args, std::env::vars()).map_err(|e| super::UsageError(format!("{e:#}")))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
-    let plan = bind::plan(args.bind, n, args.threads, args.progress)
+    let plan = bind::plan(args.bind, n, settings.threads, args.progress)
         .context("computing the placement for --bind")?;
     if args.show_placement {
         if let Some(t) = &plan.table {
@@ -323,21 +388,19 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         job::Role::Front(code) => return Ok(code),
         job::Role::Supervisor { front } => front,
     };
-    run_job(&args, &program, &plan, supervisor_of)
+    run_job(&args, &settings, &program, &plan, supervisor_of)
 }
 
 /// The supervisor's part of `hpc run`: starts the ranks and sees the job through.
 fn run_job(
     args: &Args,
+    settings: &Settings,
     program: &Path,
     plan: &bind::Plan,
     front: Option<libc::pid_t>,
 ) -> anyhow::Result<i32> {
     let n = args.np;
-    let timeout = args
-        .timeout
-        .map(Duration::from_secs_f64)
-        .unwrap_or(henv::DEFAULT_TIMEOUT);
+    let timeout = settings.timeout;
     let secret = hpc_runtime::random_u64();
     let job_id = format!("{:08x}", hpc_runtime::random_u64() as u32);
     let coord = Coordinator::start(n, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST))
@@ -358,8 +421,12 @@ fn run_job(
         let node = rank / per_node;
         let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
         let mut cmd = Command::new(program);
-        cmd.args(&args.command[1..])
-            .envs(coord.rank_env(rank))
+        cmd.args(&args.command[1..]);
+        // What an outer job set for its own ranks is not this job's.
+        for var in henv::ALL.iter().filter(|v| v.kind == henv::Kind::Launcher) {
+            cmd.env_remove(var.name);
+        }
+        cmd.envs(coord.rank_env(rank))
             .env(
                 hpc_runtime::env::LOCAL_RANK,
                 (rank - node_ranks[0]).to_string(),
@@ -378,9 +445,11 @@ fn run_job(
                 cmd.env(k, v);
             }
         }
+        // The timeout the coordinator was given, whichever way it came.
+        cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
         let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
-        if args.bind != BindPolicy::None {
-            cmd.env(hpc_runtime::env::THREADS, args.threads.to_string());
+        if args.bind != BindPolicy::None || args.threads.is_some() {
+            cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());
         }
         if !cpus.is_empty() {
             let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
@@ -470,8 +539,25 @@ fn run_job(
             Ok(job::Output::Closed(stream)) => {
                 if first_failure.is_none() && interrupted.is_none() {
                     note!("hpc run: {stream} is a closed pipe; stopping {remaining} rank(s)");
-                    first_failure =
-                        Some((usize::MAX, format!("{stream} closed"), 128 + libc::SIGPIPE));
+                    first_failure = Some((
+                        usize::MAX,
+                        format!("{stream} closed"),
+                        super::EXIT_BROKEN_PIPE,
+                    ));
+                    stop_all(&alive, libc::SIGTERM);
+                    kill_at = Some(Instant::now() + grace);
+                }
+            }
+            Ok(job::Output::Failed(stream, error)) => {
+                // Said even after another failure: output was lost.
+                note!("hpc run: cannot write the ranks' {stream}: {error}");
+                if first_failure.is_none() && interrupted.is_none() {
+                    note!("hpc run: stopping {remaining} rank(s)");
+                    first_failure = Some((
+                        usize::MAX,
+                        format!("writing {stream}: {error}"),
+                        super::EXIT_RUN_FAILED,
+                    ));
                     stop_all(&alive, libc::SIGTERM);
                     kill_at = Some(Instant::now() + grace);
                 }
@@ -494,13 +580,20 @@ fn run_job(
             let ok = status.success();
             coord.rank_exited(rank, ok, describe(&status));
             if !ok && first_failure.is_none() && interrupted.is_none() {
-                let msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
+                let mut msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
+                let mut code = exit_code_of(&status);
+                if let Some(mapped) = reserved_status(code) {
+                    msg.push_str(&format!(
+                        " (hpc run keeps {code} for itself: its exit status is {mapped})"
+                    ));
+                    code = mapped;
+                }
                 if remaining > 0 {
                     note!("hpc run: {msg}; stopping the other {remaining} rank(s)");
                 } else {
                     note!("hpc run: {msg}");
                 }
-                first_failure = Some((rank, msg, exit_code_of(&status)));
+                first_failure = Some((rank, msg, code));
                 stop_all(&alive, libc::SIGTERM);
                 kill_at = Some(Instant::now() + grace);
             }
@@ -547,7 +640,15 @@ fn run_job(
                 first_failure.get_or_insert((
                     usize::MAX,
                     "output closed".into(),
-                    128 + libc::SIGPIPE,
+                    super::EXIT_BROKEN_PIPE,
+                ));
+            }
+            Ok(job::Output::Failed(stream, error)) => {
+                note!("hpc run: cannot write the ranks' {stream}: {error}");
+                first_failure.get_or_insert((
+                    usize::MAX,
+                    format!("writing {stream}: {error}"),
+                    super::EXIT_RUN_FAILED,
                 ));
             }
             Err(_) => {

@@ -181,9 +181,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     match result {
         Ok((t_barrier, transport, collectives)) => {
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
+                super::say(
+                    &serde_json::json!({
                         "rank": rank, "size": size, "node": world.node(),
                         "node_name": world.nodes().name(world.node()),
                         "nodes": world.node_count(), "local_rank": world.local_rank(),
@@ -194,9 +193,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                         "collectives": collectives,
                         "ok": true,
                     })
-                );
+                    .to_string(),
+                )?;
             } else {
-                println!(
+                let mut text = format!(
                     "selftest ok: rank {rank}/{size} node {} ({}) local {}/{} bootstrap: {}",
                     world.node(),
                     world.nodes().name(world.node()),
@@ -205,11 +205,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                     world.bootstrap()
                 );
                 if !transport.is_null() {
-                    println!("transport ok: rank {rank} peers {transport}");
+                    text.push_str(&format!("\ntransport ok: rank {rank} peers {transport}"));
                 }
                 if !collectives.is_null() {
-                    println!("collectives ok: rank {rank} {collectives}");
+                    text.push_str(&format!("\ncollectives ok: rank {rank} {collectives}"));
                 }
+                super::say(&text)?;
             }
             Ok(0)
         }

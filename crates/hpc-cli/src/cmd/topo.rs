@@ -68,7 +68,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         } else {
             write!(out, "{}", topo.summary())
         }
-        .context("writing the topology")?;
+        .context("writing the topology to standard output")?;
         return Ok(0);
     };
     let mut req = PlacementRequest::new(ranks, args.threads).policy(Policy::from(args.policy));
@@ -86,6 +86,6 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     } else {
         writeln!(out, "Topology of {}", topo.source).and_then(|()| write!(out, "{}", plan.table()))
     }
-    .context("writing the placement")?;
+    .context("writing the placement to standard output")?;
     Ok(if plan.oversubscribed { 1 } else { 0 })
 }
