@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::TopologyError;
 
+/// The highest PU index [`CpuSet::parse_list`] accepts: 2^20 - 1, far above any
+/// Linux build (`NR_CPUS` is at most 8192), so that a typo cannot make a set of
+/// billions of PUs.
+pub const MAX_CPU_ID: u32 = (1 << 20) - 1;
+
 /// A set of processing units (hardware threads), by operating-system index — the
 /// numbers `taskset`, `sched_setaffinity` and `/proc/cpuinfo` use.
 ///
@@ -37,23 +42,54 @@ impl CpuSet {
 
     /// Parses the Linux cpulist syntax: comma-separated indices and inclusive ranges
     /// (`"0-3,8"`). An empty string is the empty set.
+    ///
+    /// A PU above [`MAX_CPU_ID`], or ranges that add up to more than `MAX_CPU_ID` PUs, are
+    /// refused with [`TopologyError::CpuListTooLarge`] before anything is allocated,
+    /// so a typo such as `0-4294967295` costs nothing.
+    ///
+    /// ```
+    /// use hpc_topology::CpuSet;
+    /// assert!(CpuSet::parse_list("0-4294967295").is_err());
+    /// ```
     pub fn parse_list(text: &str) -> Result<Self, TopologyError> {
         let bad = || TopologyError::BadCpuList(text.to_string());
-        let mut set = Self::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.split_once('-') {
-                Some((a, b)) => {
-                    let a: u32 = a.trim().parse().map_err(|_| bad())?;
-                    let b: u32 = b.trim().parse().map_err(|_| bad())?;
-                    if a > b {
-                        return Err(bad());
-                    }
-                    set.0.extend(a..=b);
-                }
-                None => {
-                    set.0.insert(part.parse().map_err(|_| bad())?);
-                }
+        let too_large = |what: String| TopologyError::CpuListTooLarge {
+            list: text.to_string(),
+            what,
+            max: MAX_CPU_ID,
+        };
+        let id = |s: &str| -> Result<u32, TopologyError> {
+            let v: u64 = s.trim().parse().map_err(|_| bad())?;
+            match u32::try_from(v) {
+                Ok(v) if v <= MAX_CPU_ID => Ok(v),
+                _ => Err(too_large(format!("names CPU {v}"))),
             }
+        };
+        let mut ranges = Vec::new();
+        let mut total: u64 = 0;
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (id(a)?, id(b)?),
+                None => {
+                    let a = id(part)?;
+                    (a, a)
+                }
+            };
+            if a > b {
+                return Err(bad());
+            }
+            total += u64::from(b - a) + 1;
+            if total > u64::from(MAX_CPU_ID) + 1 {
+                return Err(too_large(format!(
+                    "lists more than {} CPUs",
+                    MAX_CPU_ID + 1
+                )));
+            }
+            ranges.push(a..=b);
+        }
+        let mut set = Self::new();
+        for r in ranges {
+            set.0.extend(r);
         }
         Ok(set)
     }
@@ -204,6 +240,40 @@ mod tests {
         }
         assert!(CpuSet::parse_list("3-1").is_err());
         assert!(CpuSet::parse_list("a").is_err());
+    }
+
+    #[test]
+    fn huge_lists_are_refused_before_allocating() {
+        let t = std::time::Instant::now();
+        for text in [
+            "0-4294967295",
+            "4294967296",
+            "1048576",
+            "0-1048576",
+            "99999999999999",
+        ] {
+            let e = CpuSet::parse_list(text).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    TopologyError::CpuListTooLarge {
+                        max: MAX_CPU_ID,
+                        ..
+                    }
+                ),
+                "{text}: {e}"
+            );
+            assert!(e.to_string().contains("1048575"), "{e}");
+        }
+        // Overlapping ranges that add up to too many PUs, each one allowed alone.
+        let many = vec!["0-1048575"; 64].join(",");
+        let e = CpuSet::parse_list(&many).unwrap_err();
+        assert!(e.to_string().contains("more than 1048576 CPUs"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            CpuSet::parse_list("1048575").unwrap().last(),
+            Some(MAX_CPU_ID)
+        );
     }
 
     #[test]

@@ -100,6 +100,17 @@ pub enum TopologyError {
     /// A cpulist string (`0-3,8`) is malformed.
     #[error("malformed CPU list {0:?} (expected e.g. \"0-3,8\")")]
     BadCpuList(String),
+    /// A cpulist names a PU above [`crate::MAX_CPU_ID`], or more PUs than that
+    /// in all (refused before anything is allocated for it).
+    #[error("CPU list {list:?} {what}: the limit is {max}")]
+    CpuListTooLarge {
+        /// The list as given.
+        list: String,
+        /// What is too large (`names CPU 4294967295`).
+        what: String,
+        /// The limit.
+        max: u32,
+    },
     /// None of the topology's cores is in the allowed cpuset.
     #[error("no core of the topology is in the allowed cpuset {allowed}")]
     NoAllowedCores {

@@ -158,7 +158,7 @@ pub use bind::{
     current_cpu, diagnose_binding, thread_affinity, BindingDiagnostic, BindingReport, Launcher,
     MemoryBindScope, MemoryBinding, PinnedPoolBuilder,
 };
-pub use cpuset::CpuSet;
+pub use cpuset::{CpuSet, MAX_CPU_ID};
 pub use error::{Result, TopologyError};
 pub use load::hwloc_api_version;
 pub use model::{
