@@ -96,17 +96,47 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Every engine of this build, in the order of the docs.
+    pub const ALL: &'static [Engine] = &[
+        Engine::Inline,
+        Engine::Thread,
+        Engine::Proxy,
+        #[cfg(feature = "mpi")]
+        Engine::Mpi,
+    ];
+}
+
+/// Parses an engine's name, in any case (`thread`, `Thread`, `THREAD`), as
+/// `HPC_ENGINE` is read; an unknown name is an error that lists the valid ones.
+///
+/// ```
+/// use hpc_comm::Engine;
+/// assert_eq!("Thread".parse::<Engine>().unwrap(), Engine::Thread);
+/// assert!("fast".parse::<Engine>().unwrap_err().to_string().contains("inline, thread, proxy"));
+/// ```
 impl std::str::FromStr for Engine {
     type Err = Error;
     fn from_str(s: &str) -> Result<Engine> {
-        match s {
-            "inline" => Ok(Engine::Inline),
-            "thread" => Ok(Engine::Thread),
-            "proxy" => Ok(Engine::Proxy),
-            #[cfg(feature = "mpi")]
-            "mpi" => Ok(Engine::Mpi),
-            o => Err(Error::Unsupported(format!("engine {o:?}"))),
+        let name = s.trim();
+        if let Some(e) = Engine::ALL
+            .iter()
+            .find(|e| e.name().eq_ignore_ascii_case(name))
+        {
+            return Ok(*e);
         }
+        let valid: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+        Err(Error::Unsupported(format!(
+            "engine {s:?}: the engines of this build are {}{}",
+            valid.join(", "),
+            if cfg!(feature = "mpi") {
+                ""
+            } else if name.eq_ignore_ascii_case("mpi") {
+                " (mpi needs the `mpi` feature)"
+            } else {
+                ""
+            }
+        )))
     }
 }
 
@@ -1406,6 +1436,27 @@ collectives! {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_names_parse_in_any_case_and_errors_list_the_engines() {
+        for e in Engine::ALL {
+            let upper = e.name().to_ascii_uppercase();
+            let title = format!("{}{}", &upper[..1], &e.name()[1..]);
+            for text in [
+                e.name().to_string(),
+                upper,
+                title,
+                format!(" {} ", e.name()),
+            ] {
+                assert_eq!(text.parse::<Engine>().unwrap(), *e, "{text:?}");
+            }
+        }
+        let msg = "fast".parse::<Engine>().unwrap_err().to_string();
+        assert!(msg.contains("\"fast\""), "{msg}");
+        assert!(msg.contains("inline, thread, proxy"), "{msg}");
+        assert!("".parse::<Engine>().is_err());
+        assert!("threads".parse::<Engine>().is_err());
+    }
 
     #[test]
     fn remove_boards_of_removes_that_process_s_boards_only() {
