@@ -119,3 +119,32 @@ fn an_empty_or_hostile_root_says_it_cannot_judge() {
     assert!(text.contains("too little to judge"), "{text}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The open-files limit is a count of files: 1024, not "1 KiB"; the locked-memory
+/// limit stays in bytes.
+#[test]
+fn open_files_limit_is_a_count_not_bytes() {
+    let dir = std::env::temp_dir().join(format!("hpc-doctor-nofile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("root/proc/self")).unwrap();
+    std::fs::write(
+        dir.join("root/proc/self/limits"),
+        "Limit                     Soft Limit           Hard Limit           Units\n\
+         Max open files            1024                 1048576              files\n\
+         Max locked memory         65536                65536                bytes\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("env"), "PATH=/usr/bin\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .arg("doctor")
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--env-file")
+        .arg(dir.join("env"))
+        .output()
+        .expect("run hpc");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(text.contains("open-files limit is 1024"), "{text}");
+    assert!(!text.contains("open-files limit is 1 KiB"), "{text}");
+}

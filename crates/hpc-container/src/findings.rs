@@ -355,7 +355,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 push(
                     "limits.memlock-low",
                     Severity::Warning,
-                    format!("locked-memory limit is {}", limit_text(ml.soft)),
+                    format!("locked-memory limit is {}", limit_text(ml.soft, true)),
                     "RDMA registers (pins) communication buffers; a low memlock limit makes \
                      registration fail (\"cannot allocate memory\") or caps performance",
                     memlock_fix(rt),
@@ -480,7 +480,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             push(
                 "limits.nofile-low",
                 Severity::Info,
-                format!("open-files limit is {}", limit_text(nf.soft)),
+                format!("open-files limit is {}", limit_text(nf.soft, false)),
                 "every peer connection and shared-memory segment takes a descriptor",
                 match rt {
                     RuntimeKind::Docker | RuntimeKind::Podman => {
@@ -634,11 +634,14 @@ fn adapter_names(env: &Environment) -> String {
         .join(", ")
 }
 
-fn limit_text(v: LimitValue) -> String {
+/// A limit's value in words: bytes in KiB or MiB when `bytes` (the locked-memory
+/// limit), else a plain count (the open-files limit: 1024 files, not "1 KiB").
+fn limit_text(v: LimitValue, bytes: bool) -> String {
     match v {
         LimitValue::Unlimited => "unlimited".into(),
-        LimitValue::Value(n) if n >= 1 << 20 => format!("{} MiB", n >> 20),
-        LimitValue::Value(n) if n >= 1 << 10 => format!("{} KiB", n >> 10),
+        LimitValue::Value(n) if bytes && n >= 1 << 20 => format!("{} MiB", n >> 20),
+        LimitValue::Value(n) if bytes && n >= 1 << 10 => format!("{} KiB", n >> 10),
+        LimitValue::Value(n) if bytes => format!("{n} bytes"),
         LimitValue::Value(n) => n.to_string(),
     }
 }
