@@ -88,6 +88,37 @@ pub fn say(line: &str) -> anyhow::Result<()> {
     print_bytes(l.as_bytes())
 }
 
+/// Refuses a request whose memory `need` (bytes, computed without overflow from the
+/// flags named in `what`) exceeds what this machine has available (`MemAvailable`),
+/// or what this process can address, before anything is allocated for it.
+pub fn check_memory(what: &str, need: u128) -> Result<(), UsageError> {
+    let fmt = |b: u128| hpc_topology::format_bytes(u64::try_from(b).unwrap_or(u64::MAX));
+    if need > isize::MAX as u128 {
+        return Err(UsageError(format!(
+            "{what} would need about {} of memory, more than this process can address",
+            fmt(need)
+        )));
+    }
+    match hpc_topology::budget::available_memory() {
+        Some(available) if need > u128::from(available) => Err(UsageError(format!(
+            "{what} would need about {} of memory, but {} is available (MemAvailable)",
+            fmt(need),
+            fmt(u128::from(available))
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `value` of `flag` above `max`.
+pub fn check_at_most(flag: &str, value: usize, max: usize) -> Result<(), UsageError> {
+    if value > max {
+        return Err(UsageError(format!(
+            "{flag} {value} is above the limit of {max}"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether `e` is, or was caused by, a write into a closed pipe.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -71,17 +71,18 @@ pub struct Args {
     /// `HPC_OFI_PROVIDER` picks the libfabric provider.
     #[arg(long, value_enum)]
     pub backend: Option<super::values::Backend>,
-    /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests).
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency tests;
+    /// refused when the buffers it needs exceed the available memory).
     #[arg(long, short = 's')]
     pub size: Option<usize>,
     /// Run sizes 2, 4, ..., 8 MiB.
     #[arg(long, short = 'a', conflicts_with = "size")]
     pub all: bool,
     /// Iterations per size (default 5000 for bandwidth, 1000 for latency tests;
-    /// reduced for large sizes).
+    /// reduced for large sizes; at most 2^30).
     #[arg(long, short = 'n')]
     pub iters: Option<usize>,
-    /// Operations in flight for bandwidth tests.
+    /// Operations in flight for bandwidth tests (at most 65536).
     #[arg(long, default_value_t = 64)]
     pub window: usize,
     /// Do not pin rank r to the r-th CPU it may run on (as perftest is run under
@@ -120,8 +121,42 @@ const MB: f64 = (1 << 20) as f64;
 const TAG_DATA: u64 = 1;
 const TAG_ACK: u64 = 2;
 
+/// The most `--iters`: a latency test keeps one time per iteration.
+pub const MAX_ITERS: usize = 1 << 30;
+/// The most `--window` operations in flight.
+pub const MAX_WINDOW: usize = 1 << 16;
+
+/// Checks the sizes of the flags before anything is allocated: the numbers, and the
+/// memory this rank would hold at once (its registered region, a buffer per
+/// operation in flight, a time per latency iteration).
+fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
+    if let Some(n) = args.iters {
+        super::check_at_most("--iters", n, MAX_ITERS)?;
+    }
+    super::check_at_most("--window", args.window, MAX_WINDOW)?;
+    let Some(size) = args.size else {
+        return Ok(());
+    };
+    let size = size as u128;
+    let buffers = if args.test.is_bw() {
+        args.window.max(1) as u128 + 1
+    } else {
+        1
+    };
+    let times = if args.test.is_bw() {
+        0
+    } else {
+        8 * args.iters.unwrap_or(1000) as u128
+    };
+    super::check_memory(
+        &format!("--size {size} with --window {}", args.window),
+        size.max(8) + 16 + size * buffers + times,
+    )
+}
+
 /// Runs the test on this rank.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
+    check_sizes(&args)?;
     let world = World::init().context("joining the world")?;
     if world.size() != 2 {
         bail!(

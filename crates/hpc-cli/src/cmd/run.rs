@@ -179,6 +179,12 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
             bail!("--threads must be between 1 and {MAX_THREADS}, got {t}");
         }
     }
+    if args.progress > MAX_THREADS {
+        bail!(
+            "--progress must be at most {MAX_THREADS}, got {}",
+            args.progress
+        );
+    }
     if args.nodes == 0 || args.nodes > args.np {
         bail!("--nodes must be between 1 and -n ({})", args.np);
     }

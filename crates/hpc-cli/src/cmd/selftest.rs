@@ -30,7 +30,7 @@ pub enum FailMode {
     srun --mpi=pmix -N 2 -n 8 hpc selftest --expect-nodes 2 --json\n\n\
     Exit status: 0 every check passed, 2 a check failed.")]
 pub struct Args {
-    /// Rounds of barrier + allgather + broadcast.
+    /// Rounds of barrier + allgather + broadcast (at most 100000).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Fail if the world size differs.
@@ -47,7 +47,8 @@ pub struct Args {
     /// verbs across nodes).
     #[arg(long)]
     pub transport: bool,
-    /// Bytes per message for `--transport`.
+    /// Bytes per message for `--transport` (the check holds about three times this
+    /// per peer; refused when that exceeds the available memory).
     #[arg(long, default_value_t = 65536)]
     pub transport_bytes: usize,
     /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
@@ -67,9 +68,20 @@ pub struct Args {
     /// How `--fail-rank` fails.
     #[arg(long, value_enum, default_value_t = FailMode::Exit)]
     pub fail_mode: FailMode,
-    /// Exit code for `--fail-mode exit`.
-    #[arg(long, default_value_t = 3)]
+    /// Exit code for `--fail-mode exit` (0 to 255).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=255))]
     pub exit_code: i32,
+}
+
+/// The most `--rounds`: each round gathers a message that grows with the round.
+pub const MAX_ROUNDS: usize = 100_000;
+
+/// Bytes the transport check of `size` ranks holds at once with messages of `bytes`:
+/// the registered region (one block per rank), a message and a put per peer, and a
+/// block to read into.
+fn transport_need(bytes: usize, size: usize) -> u128 {
+    let (b, n) = (bytes as u128, size.max(1) as u128);
+    b * n + 2 * b * (n - 1) + b
 }
 
 fn unix_ns() -> u128 {
@@ -87,10 +99,26 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
              (cargo install hpc-cli --features mpi)"
         );
     }
+    super::check_at_most("--rounds", args.rounds, MAX_ROUNDS)?;
+    if args.transport {
+        super::check_memory(
+            &format!("--transport-bytes {}", args.transport_bytes),
+            transport_need(args.transport_bytes, 2),
+        )?;
+    }
     let t0 = Instant::now();
     let world = World::init().context("joining the world")?;
     let (rank, size) = (world.rank(), world.size());
     let t_init = t0.elapsed();
+    if args.transport {
+        super::check_memory(
+            &format!(
+                "--transport-bytes {} with {size} ranks",
+                args.transport_bytes
+            ),
+            transport_need(args.transport_bytes, size),
+        )?;
+    }
 
     if args.fail_rank == Some(rank) {
         match args.fail_mode {

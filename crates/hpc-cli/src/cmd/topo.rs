@@ -78,7 +78,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         req.progress(args.progress)
     };
     if let Some(list) = &args.allowed {
-        req = req.allowed(CpuSet::parse_list(list)?);
+        req = req.allowed(CpuSet::parse_list(list).with_context(|| format!("--allowed {list}"))?);
     }
     let plan = hpc_topology::plan(&topo, &req)?;
     if args.json {
