@@ -105,10 +105,16 @@ fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
     let s = scratch("new-bad");
     std::fs::create_dir(s.join("taken")).unwrap();
     std::fs::write(s.join("taken/notes.txt"), "mine").unwrap();
+    std::fs::write(s.join("taken/Cargo.toml"), "[package]").unwrap();
+    std::fs::create_dir(s.join("taken/src")).unwrap();
+    std::fs::write(s.join("taken/src/main.rs"), "fn main() {}").unwrap();
     std::fs::write(s.join("a-file"), "x").unwrap();
     let before = tree(&s);
     for (args, needle) in [
-        (vec!["new", "taken"], "exists and is not empty"),
+        (
+            vec!["new", "taken"],
+            "already holds Cargo.toml, src/main.rs: hpc new would overwrite them",
+        ),
         (vec!["new", "a-file"], "is not a directory"),
         (vec!["new", "1sim"], "must start with a letter"),
         (vec!["new", "my sim"], "is not allowed"),
@@ -391,4 +397,314 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
     assert!(!l.contains("exit status: 0"), "{l}");
     drop(service);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn new_writes_into_an_existing_directory_keeping_its_inode_and_mode() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = scratch("new-here");
+    let dir = s.join("group-app");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let before = std::fs::metadata(&dir).unwrap();
+    // `hpc new .` from inside, as `cargo init` is used.
+    let o = hpc_in(&dir, &["new", ".", "--vcs", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let after = std::fs::metadata(&dir).unwrap();
+    assert_eq!(after.ino(), before.ino(), "the directory was replaced");
+    assert_eq!(after.mode(), before.mode(), "its mode changed");
+    assert!(std::fs::read_to_string(dir.join("Cargo.toml"))
+        .unwrap()
+        .contains("name = \"group-app\""));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    // Nothing was left beside it.
+    assert_eq!(
+        tree(&s),
+        tree(&s)
+            .into_iter()
+            .filter(|f| f.starts_with("group-app"))
+            .collect::<Vec<_>>()
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn new_never_writes_through_a_planted_symlink() {
+    use std::os::unix::fs::symlink;
+    let s = scratch("new-symlink");
+    let victim = s.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::create_dir(s.join("app")).unwrap();
+    symlink(&victim, s.join("app/README.md")).unwrap();
+    // A dangling one, and a directory of the workspace that is a symlink.
+    std::fs::create_dir(s.join("app2")).unwrap();
+    symlink(s.join("nowhere"), s.join("app2/Cargo.toml")).unwrap();
+    std::fs::create_dir(s.join("outside")).unwrap();
+    std::fs::create_dir(s.join("app3")).unwrap();
+    symlink(s.join("outside"), s.join("app3/src")).unwrap();
+    for (dir, named) in [
+        ("app", "README.md"),
+        ("app2", "Cargo.toml"),
+        ("app3", "src"),
+    ] {
+        let before = tree(&s);
+        let o = hpc_in(&s, &["new", dir, "--vcs", "none"]);
+        assert_eq!(o.status.code(), Some(2), "{dir}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("already holds {named}")),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(tree(&s), before, "{dir}: something was written");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(!s.join("nowhere").exists());
+    assert!(tree(&s.join("outside")).is_empty());
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn man_dir_replaces_a_planted_symlink_without_following_it() {
+    use std::os::unix::fs::symlink;
+    let s = scratch("man-symlink");
+    let victim = s.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let dir = s.join("man1");
+    std::fs::create_dir(&dir).unwrap();
+    symlink(&victim, dir.join("hpc.1")).unwrap();
+    symlink(s.join("nowhere"), dir.join("hpc-run.1")).unwrap();
+    std::fs::write(dir.join("hpc-new.1"), "an old page").unwrap();
+    let o = hpc(&["man", "--dir", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(!s.join("nowhere").exists());
+    for page in ["hpc.1", "hpc-run.1", "hpc-new.1"] {
+        let meta = std::fs::symlink_metadata(dir.join(page)).unwrap();
+        assert!(meta.file_type().is_file(), "{page} is not a regular file");
+        let text = std::fs::read_to_string(dir.join(page)).unwrap();
+        assert!(text.contains(".SH NAME"), "{page}");
+    }
+    // No temporary file is left.
+    assert!(
+        tree(&dir).iter().all(|f| f.ends_with(".1")),
+        "{:?}",
+        tree(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Runs `hpc <args>` with standard output on `/dev/full`.
+fn hpc_to_full(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(args)
+        .env_remove("HPC_RANK")
+        .stdout(full)
+        .output()
+        .expect("run hpc")
+}
+
+#[test]
+fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
+    let s = scratch("full");
+    let new_dir = s.join("app");
+    let new_dir = new_dir.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["doctor"],
+        vec!["topo"],
+        vec!["topo", "--ranks", "1"],
+        vec!["selftest"],
+        vec!["completions", "bash"],
+        vec!["man"],
+        vec!["new", new_dir, "--vcs", "none"],
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["--version"],
+        vec!["help"],
+    ];
+    for args in cases {
+        let o = hpc_to_full(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            err.contains("standard output") && err.contains("No space left on device"),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn perftest_output_to_a_full_device_is_an_error() {
+    // perftest needs two ranks: each rank's own standard output is /dev/full.
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let o = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &format!("exec {hpc_bin} perftest send_lat -n 10 --no-pin >/dev/full"),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("[0] hpc: error: writing to standard output: No space left on device"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_141() {
+    use std::io::Read;
+    for args in [
+        vec!["completions", "bash"],
+        vec!["completions", "zsh"],
+        vec!["man"],
+        vec!["--help"],
+        vec!["topo"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read one byte and close the pipe, as `head -c 1` does; a pipe holds 64 KiB,
+        // so whether the write fails depends on the output's size: 0 or 141, never
+        // a panic (101).
+        let mut out = child.stdout.take().unwrap();
+        let mut one = [0u8; 1];
+        out.read_exact(&mut one).unwrap();
+        drop(out);
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(
+            matches!(status.code(), Some(0) | Some(141)),
+            "{args:?}: {status:?} {err}"
+        );
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+    // Output larger than the pipe holds always meets the closed pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args([
+            "topo",
+            "--synthetic",
+            "pack:4 numa:4 core:64 pu:4",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut one = [0u8; 1];
+    out.read_exact(&mut one).unwrap();
+    drop(out);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
+fn numbers_are_bounded_before_anything_is_allocated() {
+    let huge = "18446744073709551615";
+    let started = std::time::Instant::now();
+    for (args, needle) in [
+        (
+            vec!["topo", "--ranks", "1", "--allowed", "0-4294967295"],
+            "--allowed",
+        ),
+        (
+            vec!["topo", "--ranks", "1", "--allowed", "4294967296"],
+            "--allowed",
+        ),
+        (vec!["selftest", "--rounds", huge], "--rounds"),
+        (
+            vec!["selftest", "--transport", "--transport-bytes", huge],
+            "--transport-bytes",
+        ),
+        (vec!["perftest", "write_bw", "--size", huge], "--size"),
+        (
+            vec![
+                "perftest", "write_bw", "--size", "1073741824", "--window", "65536",
+            ],
+            "--size",
+        ),
+        (vec!["perftest", "write_bw", "--window", huge], "--window"),
+        (vec!["perftest", "send_lat", "--iters", huge], "--iters"),
+        (
+            vec!["run", "-n", "1", "--threads", huge, "--", "true"],
+            "--threads",
+        ),
+        (
+            vec!["run", "-n", "1", "--progress", huge, "--", "true"],
+            "--progress",
+        ),
+        (vec!["selftest", "--exit-code", "256"], "--exit-code"),
+        (vec!["selftest", "--exit-code=-1"], "--exit-code"),
+    ] {
+        let o = hpc(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            err.contains("limit")
+                || err.contains("memory")
+                || err.contains("0..=255")
+                || err.contains("at most")
+                || err.contains("between 1 and 65536"),
+            "{args:?} names no limit: {err}"
+        );
+    }
+    // hpc proxy --cpus goes through the same parser.
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["proxy", "--cpus", "0-4294967295"])
+        .env("HPC_COLL_PROXY_BOARD", "/nonexistent-board")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--cpus") && err.contains("1048575"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn selftest_exit_code_is_passed_for_every_valid_value() {
+    for code in [0, 3, 255] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args([
+                "selftest",
+                "--fail-rank",
+                "0",
+                "--exit-code",
+                &code.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
+    }
 }

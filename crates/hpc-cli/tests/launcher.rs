@@ -824,3 +824,155 @@ fn ranks_killed_during_proxy_set_up_leave_no_board() {
     assert_eq!(pids.len(), 2, "{err}");
     assert_eq!(boards_of(&pids), Vec::<String>::new(), "{err}");
 }
+
+/// `/dev/full` as a child's standard output: every write fails with ENOSPC.
+fn dev_full() -> Stdio {
+    Stdio::from(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full"),
+    )
+}
+
+#[test]
+fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
+    // `hpc run -n 2 -- yes > /dev/full`: a rank that never stops printing.
+    let m = marker();
+    let mut child = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "-x",
+            &format!("HPC_MARK={m}"),
+            "--",
+            "yes",
+        ])
+        .stdout(dev_full())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run > /dev/full");
+    assert_eq!(status.code(), Some(125));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("cannot write the ranks' stdout") && err.contains("No space left"),
+        "{err}"
+    );
+    assert_no_leftovers(&m);
+    // Ranks that succeed with a line each: the job is not a success either.
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--", "echo", "hello"])
+        .stdout(dev_full())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write the ranks' stdout"), "{err}");
+}
+
+#[test]
+fn a_rank_status_reserved_for_the_launcher_is_named_and_mapped_to_1() {
+    for code in ["124", "125"] {
+        let out = hpc(&["run", "-n", "2", "--", "sh", "-c", &format!("exit {code}")]);
+        assert_eq!(out.status.code(), Some(1), "rank exit {code}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("exited with code {code}"))
+                && err.contains(&format!("hpc run keeps {code} for itself")),
+            "{err}"
+        );
+    }
+    // Other statuses pass through unchanged.
+    let out = hpc(&["run", "-n", "1", "--", "sh", "-c", "exit 123"]);
+    assert_eq!(out.status.code(), Some(123));
+}
+
+/// Runs `hpc run -n 1 <args> -- sh -c 'echo "$VAR"'` with `env` added to hpc run's
+/// environment; returns the rank's line and hpc run's status.
+fn rank_sees(env: &[(&str, &str)], args: &[&str], var: &str) -> (String, Option<i32>) {
+    let mut cmd = Command::new(HPC);
+    cmd.args(["run", "-n", "1", "--no-tag"])
+        .args(args)
+        .args(["--", "sh", "-c", &format!("echo \"${var}\"")])
+        .env_remove("HPC_TIMEOUT")
+        .env_remove("HPC_THREADS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+            + &String::from_utf8_lossy(&out.stderr),
+        out.status.code(),
+    )
+}
+
+#[test]
+fn settings_of_the_launcher_environment_reach_the_ranks() {
+    // HPC_TIMEOUT of hpc run's environment, not the 30 s default.
+    let (seen, code) = rank_sees(&[("HPC_TIMEOUT", "7.5")], &[], "HPC_TIMEOUT");
+    assert_eq!((seen.as_str(), code), ("7.5", Some(0)));
+    // -x wins over the environment, --timeout over both.
+    let (seen, _) = rank_sees(
+        &[("HPC_TIMEOUT", "7.5")],
+        &["-x", "HPC_TIMEOUT=9"],
+        "HPC_TIMEOUT",
+    );
+    assert_eq!(seen, "9");
+    let (seen, _) = rank_sees(
+        &[("HPC_TIMEOUT", "7.5")],
+        &["-x", "HPC_TIMEOUT=9", "--timeout", "4"],
+        "HPC_TIMEOUT",
+    );
+    assert_eq!(seen, "4");
+    // Unset: the documented default.
+    let (seen, _) = rank_sees(&[], &[], "HPC_TIMEOUT");
+    assert_eq!(seen, "30");
+    // A value the ranks would refuse is refused before anything starts.
+    let (seen, code) = rank_sees(&[("HPC_TIMEOUT", "soon")], &[], "HPC_TIMEOUT");
+    assert_eq!(code, Some(2));
+    assert!(seen.contains("HPC_TIMEOUT=\"soon\""), "{seen}");
+    // HPC_THREADS of the environment sizes --bind and reaches the rank.
+    let (seen, code) = rank_sees(&[("HPC_THREADS", "1")], &["--bind", "core"], "HPC_THREADS");
+    assert_eq!((seen.as_str(), code), ("1", Some(0)));
+    let (seen, code) = rank_sees(
+        &[("HPC_THREADS", "lots")],
+        &["--bind", "core"],
+        "HPC_THREADS",
+    );
+    assert_eq!(code, Some(2));
+    assert!(seen.contains("HPC_THREADS=\"lots\""), "{seen}");
+    // What an outer job set for its ranks does not leak into this job's.
+    let (seen, code) = rank_sees(&[("HPC_CPUSET", "0-3")], &[], "HPC_CPUSET");
+    assert_eq!((seen.as_str(), code), ("", Some(0)));
+}
+
+#[test]
+fn a_huge_progress_cpuset_is_refused_not_allocated() {
+    // HPC_PROGRESS_CPUSET is read through the CPU-list parser by the Thread engine:
+    // 0-4294967295 used to grow memory until the rank was killed.
+    let t = Instant::now();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--timeout",
+        "20",
+        "-x",
+        "HPC_PROGRESS_CPUSET=0-4294967295",
+        "--",
+        HPC,
+        "selftest",
+        "--collectives",
+        "thread",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}

@@ -55,14 +55,18 @@ the command ran and reports a problem: \fBdoctor\fR found warnings, \fBtopo\fR h
 \fB2\fR
 bad input or an error: a usage error, an invalid value, an unreadable file, a destination that is not empty; \fBdoctor\fR found errors
 .PP
-\fBhpc run\fR exits with the status of the first rank that failed (0 when all succeed), 128+N when a rank was killed by signal N, 124 when \fB\-\-time\-limit\fR stopped the job, and 125 when \fBhpc run\fR itself failed (bad arguments, a program that cannot be started).
+\fBhpc run\fR exits with the status of the first rank that failed (0 when all succeed), 128+N when a rank was killed by signal N, 124 when \fB\-\-time\-limit\fR stopped the job, and 125 when \fBhpc run\fR itself failed once its arguments were accepted (a program that cannot be started, the ranks' output that cannot be written); a rank's own 124 or 125 is named in the message and gives 1; bad arguments are 2 as everywhere.
+.TP
+\fB141\fR
+the output is a closed pipe (\fBhpc ... | head \-1\fR), without a message; any other failed write of the output is an error naming the stream (2, 125 for \fBhpc run\fR)
 "#;
 
+/// Writes the pages into `dir`, each replacing the file of its name without
+/// following a symlink planted there.
 fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (file, text) in pages {
-        let p = dir.join(file);
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        super::replace_file(&dir.join(file), text)?;
     }
     Ok(())
 }

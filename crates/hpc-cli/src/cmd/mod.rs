@@ -88,6 +88,46 @@ pub fn say(line: &str) -> anyhow::Result<()> {
     print_bytes(l.as_bytes())
 }
 
+/// Writes `bytes` to `path`, replacing what is there, without following a symlink:
+/// the text goes into a new file beside it (`create_new`, so nothing planted is
+/// opened), which is then renamed over `path` (a symlink at `path` is replaced, its
+/// target untouched). A directory at `path` is an error; a failure removes the
+/// temporary file.
+pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            anyhow::bail!("{} is a directory", path.display());
+        }
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// Refuses a request whose memory `need` (bytes, computed without overflow from the
 /// flags named in `what`) exceeds what this machine has available (`MemAvailable`),
 /// or what this process can address, before anything is allocated for it.

@@ -3,8 +3,12 @@
 //! `hpc-image` library), the cargo alias, a Slurm batch script and a README.
 //!
 //! Nothing is written unless everything can be: the name and the destination are
-//! checked first, the files are written into a fresh directory beside the
-//! destination and moved into place with one `rename`.
+//! checked first. An existing directory is written into as `cargo init` does: it
+//! keeps its inode, owner and permissions (a shell inside it stays there), and it is
+//! refused, naming them, when it holds any of the files `hpc new` writes. Every file
+//! is created new (`O_CREAT | O_EXCL`: a symlink planted at its path is never
+//! followed), and a failure removes what was created, the directory too when it was
+//! created.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -245,12 +249,14 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
                 path.display()
             )));
         }
-        let mut entries = std::fs::read_dir(path)
+        std::fs::read_dir(path)
             .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
-        if entries.next().is_some() {
+        let taken = taken_paths(path, &name);
+        if !taken.is_empty() {
             return Err(UsageError(format!(
-                "{} exists and is not empty: choose a new directory (nothing was written)",
-                path.display()
+                "{} already holds {}: hpc new would overwrite them (nothing was written)",
+                path.display(),
+                taken.join(", ")
             )));
         }
     }
@@ -268,18 +274,74 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
 }
 
 /// Writes the scaffold into `dir` (which must not exist yet).
-fn write_files(dir: &Path, name: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+/// The paths (relative to `dir`) of what `hpc new` writes that are already there:
+/// any file of [`FILES`], and a directory of theirs that is not a real directory
+/// (a symlink, a file).
+fn taken_paths(dir: &Path, name: &str) -> Vec<String> {
+    let mut taken = Vec::new();
     for f in FILES {
-        let p = dir.join(fill(f.path, name));
-        if let Some(d) = p.parent() {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        let rel = PathBuf::from(fill(f.path, name));
+        for a in rel
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if a.as_os_str().is_empty() {
+                continue;
+            }
+            let shown = a.display().to_string();
+            if std::fs::symlink_metadata(dir.join(a)).is_ok_and(|m| !m.is_dir())
+                && !taken.contains(&shown)
+            {
+                taken.push(shown);
+            }
         }
-        std::fs::write(&p, fill(f.text, name))
-            .with_context(|| format!("writing {}", p.display()))?;
+        if std::fs::symlink_metadata(dir.join(&rel)).is_ok() {
+            taken.push(rel.display().to_string());
+        }
+    }
+    taken
+}
+
+/// Writes the files into `dir`, creating each file and missing directory new, and
+/// records what it created in `created`, in order.
+fn write_files(dir: &Path, name: &str, created: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    for f in FILES {
+        let rel = PathBuf::from(fill(f.path, name));
+        let mut parents: Vec<&Path> = rel.ancestors().skip(1).collect();
+        parents.reverse();
+        for a in parents.into_iter().filter(|a| !a.as_os_str().is_empty()) {
+            let d = dir.join(a);
+            match std::fs::symlink_metadata(&d) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => anyhow::bail!("{} is not a directory", d.display()),
+                Err(_) => {
+                    std::fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
+                    created.push(d);
+                }
+            }
+        }
+        let p = dir.join(&rel);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if f.executable { 0o755 } else { 0o644 })
+            .open(&p)
+            .with_context(|| format!("creating {}", p.display()))?;
+        created.push(p.clone());
         if f.executable {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+            // As `chmod 755`, whatever the umask (through the open file: no path).
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", p.display()))?;
         }
+        file.write_all(fill(f.text, name).as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -297,24 +359,27 @@ fn in_git_work_tree(dir: &Path) -> bool {
 /// Runs `hpc new`.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     let (path, name) = plan(&args)?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    // Written beside the destination, then moved in one rename (which also replaces
-    // an empty directory), so that a failure leaves nothing behind.
-    let tmp = parent.join(format!(".hpc-new-{name}-{}", std::process::id()));
-    let written = write_files(&tmp, &name).and_then(|()| {
-        std::fs::rename(&tmp, &path)
-            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_dir_all(&tmp);
+    // An existing directory is written into (its inode and mode stay); a new one is
+    // created, and removed again if writing fails.
+    let mut created = Vec::new();
+    if std::fs::symlink_metadata(&path).is_err() {
+        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        created.push(path.clone());
+    }
+    let in_git = in_git_work_tree(&path);
+    if let Err(e) = write_files(&path, &name, &mut created) {
+        for p in created.iter().rev() {
+            let _ = if p.is_dir() {
+                std::fs::remove_dir(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+        }
         return Err(e);
     }
     let mut git_note = String::new();
     if args.vcs == Vcs::Git {
-        if in_git_work_tree(&parent) {
+        if in_git {
             git_note = " (inside an existing git work tree: no new repository)".into();
         } else {
             match Command::new("git")
