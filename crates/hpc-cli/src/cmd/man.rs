@@ -53,7 +53,7 @@ success
 the command ran and reports a problem: \fBdoctor\fR found warnings, \fBtopo\fR had to oversubscribe cores
 .TP
 \fB2\fR
-bad input or an error: a usage error, an invalid value, an unreadable file, a destination that is not empty; \fBdoctor\fR found errors
+bad input or an error: a usage error, an invalid value, an unreadable file, a destination that holds files \fBhpc new\fR would overwrite; \fBdoctor\fR found errors
 .PP
 \fBhpc run\fR exits with the status of the first rank that failed (0 when all succeed), 128+N when a rank was killed by signal N, 124 when \fB\-\-time\-limit\fR stopped the job, and 125 when \fBhpc run\fR itself failed once its arguments were accepted (a program that cannot be started, the ranks' output that cannot be written); a rank's own 124 or 125 is named in the message and gives 1; bad arguments are 2 as everywhere.
 .TP

@@ -4,12 +4,12 @@
 //! Exit status (also in `hpc --help` and the man page): 0 success; 1 the command ran
 //! and reports a problem (`doctor` warnings, `topo` oversubscription); 2 bad input or
 //! an error (a usage error, an invalid value, an unreadable file, a destination that
-//! is not empty; `doctor`: errors found). `hpc run` exits with the status of the first
-//! rank that failed (0 when all succeed), 128+N when a rank was killed by signal N,
-//! 124 when `--time-limit` stopped the job, and 125 when `hpc run` itself failed
-//! once its arguments were accepted (a program that cannot be started, the ranks'
-//! output that cannot be written, say to a full disk); bad arguments are 2 as for
-//! every subcommand. A rank that exits with 124 or 125 would be mistaken for the
+//! holds files `hpc new` would overwrite; `doctor`: errors found). `hpc run` exits
+//! with the status of the first rank that failed (0 when all succeed), 128+N when a
+//! rank was killed by signal N, 124 when `--time-limit` stopped the job, and 125 when
+//! `hpc run` itself failed once its arguments were accepted (a program that cannot
+//! be started, the ranks' output that cannot be written, say to a full disk); bad
+//! arguments are 2 as for every subcommand. A rank that exits with 124 or 125 would be mistaken for the
 //! launcher, so `hpc run` names that status in its message and exits with 1
 //! ([`EXIT_RANK_RESERVED`]).
 //!
@@ -49,7 +49,7 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     1    the command ran and reports a problem: doctor found warnings, topo had to\n       \
     oversubscribe cores\n  \
     2    bad input or an error: a usage error, an invalid value, an unreadable file, a\n       \
-    destination that is not empty; doctor found errors\n  \
+    destination that holds files hpc new would overwrite; doctor found errors\n  \
     hpc run: the status of the first rank that failed (0 when all succeed), 128+N when a\n  \
     rank was killed by signal N, 124 when --time-limit stopped the job, 125 when hpc run\n  \
     itself failed once its arguments were accepted (a program that cannot be started,\n  \
