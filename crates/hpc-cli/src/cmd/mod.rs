@@ -9,9 +9,9 @@
 //! rank was killed by signal N, 124 when `--time-limit` stopped the job, and 125 when
 //! `hpc run` itself failed once its arguments were accepted (a program that cannot
 //! be started, the ranks' output that cannot be written, say to a full disk); bad
-//! arguments are 2 as for every subcommand. A rank that exits with 124 or 125 would be mistaken for the
-//! launcher, so `hpc run` names that status in its message and exits with 1
-//! ([`EXIT_RANK_RESERVED`]).
+//! arguments are 2 as for every subcommand. A rank that exits with 124 or 125 would
+//! be mistaken for the launcher, so `hpc run` names that status in its message and
+//! exits with 1 ([`EXIT_RANK_RESERVED`]).
 //!
 //! Output to a closed pipe (`hpc ... | head -1`) ends every subcommand quietly with
 //! 141 (128 + SIGPIPE), what a shell reports for a program killed by a broken pipe;
