@@ -650,7 +650,12 @@ fn numbers_are_bounded_before_anything_is_allocated() {
         (vec!["perftest", "write_bw", "--size", huge], "--size"),
         (
             vec![
-                "perftest", "write_bw", "--size", "1073741824", "--window", "65536",
+                "perftest",
+                "write_bw",
+                "--size",
+                "1073741824",
+                "--window",
+                "65536",
             ],
             "--size",
         ),
@@ -686,6 +691,18 @@ fn numbers_are_bounded_before_anything_is_allocated() {
         .env("HPC_COLL_PROXY_BOARD", "/nonexistent-board")
         .output()
         .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--cpus") && err.contains("1048575"), "{err}");
+    // The DPU service checks the list it passes to its proxies before it listens.
+    let o = hpc(&[
+        "proxy",
+        "--dpu-service",
+        "127.0.0.1:0",
+        "--insecure",
+        "--cpus",
+        "0-4294967295",
+    ]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--cpus") && err.contains("1048575"), "{err}");

@@ -976,3 +976,26 @@ fn a_huge_progress_cpuset_is_refused_not_allocated() {
     );
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }
+
+#[test]
+fn show_placement_to_a_full_stderr_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "1",
+            "--bind",
+            "core",
+            "--show-placement",
+            "--",
+            "true",
+        ])
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+}

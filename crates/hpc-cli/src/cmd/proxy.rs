@@ -41,6 +41,13 @@ pub struct Args {
 
 /// Runs the proxy until every rank of its communicator detached or died.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
+    // Checked first: the DPU service passes the list on to every proxy it starts.
+    let cpus = match &args.cpus {
+        Some(list) => {
+            Some(hpc_topology::CpuSet::parse_list(list).with_context(|| format!("--cpus {list}"))?)
+        }
+        None => None,
+    };
     if let Some(at) = &args.dpu_service {
         let listen: std::net::SocketAddr = at
             .parse()
@@ -88,10 +95,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
              (neither HPC_COLL_PROXY_BOARD nor HPC_COLL_PROXY_DPU is set)"
         );
     }
-    if let Some(list) = &args.cpus {
-        let set =
-            hpc_topology::CpuSet::parse_list(list).with_context(|| format!("--cpus {list}"))?;
-        if let Err(e) = hpc_topology::bind_current_process(&set) {
+    if let Some(set) = &cpus {
+        if let Err(e) = hpc_topology::bind_current_process(set) {
             tracing::warn!(cpus = %set, error = %e, "the proxy could not pin itself");
         } else {
             tracing::info!(cpus = %set, "proxy pinned");

@@ -385,7 +385,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         .context("computing the placement for --bind")?;
     if args.show_placement {
         if let Some(t) = &plan.table {
-            eprint!("{t}");
+            // Asked for: a failed write is an error (eprint! would panic).
+            std::io::stderr()
+                .write_all(t.as_bytes())
+                .context("writing the placement to standard error")?;
         }
     }
 
