@@ -148,3 +148,19 @@ fn open_files_limit_is_a_count_not_bytes() {
     assert!(text.contains("open-files limit is 1024"), "{text}");
     assert!(!text.contains("open-files limit is 1 KiB"), "{text}");
 }
+
+#[test]
+fn env_file_that_never_ends_is_refused_before_reading() {
+    let t = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["doctor", "--env-file", "/dev/zero"])
+        .output()
+        .expect("run hpc");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--env-file /dev/zero") && err.contains("not a regular file"),
+        "{err}"
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+}
