@@ -15,6 +15,9 @@ use hpc_runtime::env;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
+/// A change to a valid header that makes it invalid.
+type Edit = fn(&mut serde_json::Value);
+
 fn tools() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
 }
@@ -143,54 +146,35 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
             false,
         ),
     ];
-    let edits: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
-        (
-            "no-n.spk",
-            Box::new(|v| v["n_neurons"] = serde_json::json!(null)),
-        ),
-        (
-            "float-n.spk",
-            Box::new(|v| v["n_neurons"] = serde_json::json!(2500.0)),
-        ),
-        (
-            "big-n.spk",
-            Box::new(|v| v["n_neurons"] = serde_json::json!(1u64 << 32)),
-        ),
-        (
-            "zero-dt.spk",
-            Box::new(|v| v["dt_ms"] = serde_json::json!(0)),
-        ),
-        (
-            "no-t-sim.spk",
-            Box::new(|v| v["t_sim_ms"] = serde_json::json!("60")),
-        ),
-        (
-            "negative-t-sim.spk",
-            Box::new(|v| v["t_sim_ms"] = serde_json::json!(-1.0)),
-        ),
-        (
-            "no-populations.spk",
-            Box::new(|v| v["populations"] = serde_json::json!({})),
-        ),
-        (
-            "population-gap.spk",
-            Box::new(|v| v["populations"][1]["first"] = serde_json::json!(2001)),
-        ),
-        (
-            "population-short.spk",
-            Box::new(|v| v["populations"][1]["count"] = serde_json::json!(499)),
-        ),
-        (
-            "population-name.spk",
-            Box::new(|v| v["populations"][0]["name"] = serde_json::json!(7)),
-        ),
-        (
-            "shorter-run.spk",
-            Box::new(|v| v["t_sim_ms"] = serde_json::json!(10.0)),
-        ),
+    let edits: Vec<(&str, Edit)> = vec![
+        ("no-n.spk", |v| v["n_neurons"] = serde_json::json!(null)),
+        ("float-n.spk", |v| v["n_neurons"] = serde_json::json!(250.0)),
+        ("big-n.spk", |v| {
+            v["n_neurons"] = serde_json::json!(1u64 << 32)
+        }),
+        ("zero-dt.spk", |v| v["dt_ms"] = serde_json::json!(0)),
+        ("no-t-sim.spk", |v| v["t_sim_ms"] = serde_json::json!("60")),
+        ("negative-t-sim.spk", |v| {
+            v["t_sim_ms"] = serde_json::json!(-1.0)
+        }),
+        ("no-populations.spk", |v| {
+            v["populations"] = serde_json::json!({})
+        }),
+        ("population-gap.spk", |v| {
+            v["populations"][1]["first"] = serde_json::json!(201)
+        }),
+        ("population-short.spk", |v| {
+            v["populations"][1]["count"] = serde_json::json!(49)
+        }),
+        ("population-name.spk", |v| {
+            v["populations"][0]["name"] = serde_json::json!(7)
+        }),
+        ("shorter-run.spk", |v| {
+            v["t_sim_ms"] = serde_json::json!(10.0)
+        }),
     ];
     for (name, edit) in &edits {
-        cases.push((name, with(edit.as_ref()), false));
+        cases.push((name, with(edit), false));
     }
     // A neuron of the run that spikes after the end of the shortened run: refused
     // above for that reason, not another.
