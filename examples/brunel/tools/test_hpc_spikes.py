@@ -234,6 +234,15 @@ class CommandLine(unittest.TestCase):
             self.one_line_error(run(tool), 2, "usage")
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
+        p = self.file("late.spk", spk([(1, 0), (5000, 0)]))
+        for tool in (os.path.join(HERE, "plot.py"),
+                     os.path.join(HERE, "..", "..", "microcircuit", "tools", "to_sonata.py")):
+            with self.subTest(tool=tool):
+                args = [p] if tool.endswith("plot.py") else [p, p + ".h5"]
+                self.one_line_error(run(tool, *args), 1, "record 1 has tick 5000")
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_both_tools_summarise_a_valid_file(self):
         h = header(t_presim_ms=0.0, n_neurons=2**32 - 1,
                    populations=[{"name": "E", "first": 0, "count": 2**32 - 2},

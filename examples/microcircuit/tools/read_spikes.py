@@ -28,6 +28,11 @@ def read(path):
     return arrays(hpc_spikes.read(path))
 
 
+def read_or_exit(path, prog):
+    """read(path), or a one-line message naming the problem and exit status 1."""
+    return arrays(hpc_spikes.read_or_exit(path, prog))
+
+
 def arrays(f):
     """(header, times in ms, ids) of an hpc_spikes.SpikeFile, as numpy arrays."""
     import numpy as np
