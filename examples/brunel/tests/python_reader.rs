@@ -173,6 +173,27 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
             v["t_sim_ms"] = serde_json::json!(10.0)
         }),
     ];
+    // Where Python's json module is laxer than serde_json: the Python reader
+    // refuses what the Rust one refuses.
+    let extra = |x: &str| {
+        let h = std::str::from_utf8(h).unwrap();
+        let h = format!("{},\"x\":{x}}}", &h[..h.len() - 1]);
+        spk(h.as_bytes(), &f.spikes)
+    };
+    let nested = |d: usize| format!("{}{}", "[".repeat(d), "]".repeat(d));
+    cases.extend([
+        ("float-inf.spk", extra("1e400"), false),
+        ("int-big.spk", extra(&format!("1{}", "0".repeat(30))), true),
+        (
+            "int-inf.spk",
+            extra(&format!("1{}", "0".repeat(400))),
+            false,
+        ),
+        ("surrogate.spk", extra(r#""\ud800""#), false),
+        ("surrogate-pair.spk", extra(r#""\ud83d\ude00""#), true),
+        ("depth-127.spk", extra(&nested(126)), true),
+        ("depth-128.spk", extra(&nested(127)), false),
+    ]);
     for (name, edit) in &edits {
         cases.push((name, with(edit), false));
     }

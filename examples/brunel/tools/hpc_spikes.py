@@ -85,15 +85,54 @@ def _number(header, key):
         return math.inf
 
 
+# Python's json module accepts more than JSON (and than serde_json, which the Rust
+# reader uses): NaN and Infinity, numbers beyond f64 (read as inf or as big
+# integers), unpaired surrogates in strings and deeper nesting. These refuse what
+# serde_json refuses.
+MAX_DEPTH = 127  # serde_json's recursion limit: 128 nested arrays or objects fail
+
+
 def _refuse_constant(name):
-    # JSON has no NaN or Infinity; Python's json would accept them, serde_json does not.
     raise ValueError(f"{name} is not JSON")
+
+
+def _float(text):
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"number out of range: {text[:20]}")
+    return x
+
+
+def _int(text):
+    x = int(text)
+    if abs(x) >= 2**64:  # serde_json reads it as an f64, which must be finite
+        _float(text)
+    return x
+
+
+def _depth(value):
+    """Nesting depth of arrays and objects (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        deepest = max(deepest, d)
+        todo.extend((x, d + 1) for x in items)
+    return deepest
 
 
 def _check_header(raw):
     try:
-        header = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        text = raw.decode("utf-8")
+        header = json.loads(text, parse_constant=_refuse_constant, parse_float=_float,
+                            parse_int=_int)
+        if _depth(header) > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} deep")
+        # An escaped unpaired surrogate ("\\ud800") is no Unicode text.
+        json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except (UnicodeError, ValueError, RecursionError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SpikeFileError(f"the header is not valid: {msg}") from None
     if not isinstance(header, dict):

@@ -129,6 +129,7 @@ class Decode(unittest.TestCase):
             (b"[1, 2]", "not a JSON object"),
             (b'{"n_neurons": NaN}', "the header is not valid"),
             (b"[" * 5000 + b"]" * 5000, "the header is not valid"),
+            (b'{"x": 1e400}', "number out of range"),
         ]
         for raw, words in cases:
             self.refused(spk(GOOD, raw_header=raw), words)
@@ -142,7 +143,9 @@ class Decode(unittest.TestCase):
             (dict(dt_ms=0), "no positive dt_ms"),
             (dict(dt_ms=-0.1), "no positive dt_ms"),
             (dict(dt_ms="0.1"), "no positive dt_ms"),
-            (dict(dt_ms=10**400), "no positive dt_ms"),
+            (dict(dt_ms=10**400), "number out of range"),
+            (dict(params={"x": "\ud800"}), "surrogates not allowed"),
+            (dict(params=json.loads("[" * 127 + "]" * 127)), "nested more than 127 deep"),
             (dict(t_sim_ms=None), "no t_sim_ms"),
             (dict(t_sim_ms=-1.0), "no t_sim_ms"),
             (dict(populations=None), "no populations"),
