@@ -627,7 +627,7 @@ mod tests {
             for partial in [false, true] {
                 if let Ok(f) = decode_spikes(&b, partial) {
                     prop_assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
-                    prop_assert!(f.spikes.windows(2).all(|w| w[0].0 <= w[1].0));
+                    prop_assert!(f.spikes.windows(2).all(|w| w[0] < w[1]));
                 }
             }
         }
