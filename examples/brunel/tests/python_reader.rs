@@ -66,7 +66,10 @@ fn brunel(out: &Path, extra: &[&str]) {
 
 fn python(args: &[&std::ffi::OsStr], envs: &[(&str, &Path)]) -> Output {
     let mut c = Command::new("python3");
-    c.args(args).current_dir(tools());
+    // No __pycache__ in the source tree.
+    c.args(args)
+        .current_dir(tools())
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     for (k, v) in envs {
         c.env(k, v);
     }
