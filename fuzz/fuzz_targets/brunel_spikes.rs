@@ -2,7 +2,8 @@
 //! checkpoint): any bytes, complete or as a partial file of an interrupted run.
 //!
 //! Properties: decoding never panics, and what it accepts is consistent: every
-//! neuron id is below the header's neuron count and the records are in time order.
+//! neuron id is below the header's neuron count and the records are sorted by tick,
+//! then id, each spike once.
 
 #![no_main]
 
@@ -13,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     for partial_ok in [false, true] {
         if let Ok(f) = decode_spikes(data, partial_ok) {
             assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
-            assert!(f.spikes.windows(2).all(|w| w[0].0 <= w[1].0), "records sorted by tick");
+            assert!(
+                f.spikes.windows(2).all(|w| w[0] < w[1]),
+                "records sorted by tick, then id, each once"
+            );
         }
     }
 });

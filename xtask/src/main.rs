@@ -236,10 +236,11 @@ fn test(quick: bool) -> Result<()> {
             "warnings",
         ]))
     })?;
-    // Integration tests that need MPI or the browser (set-up installs both) fail
-    // loudly instead of skipping.
+    // Integration tests that need MPI, the browser or Python (set-up installs them)
+    // fail loudly instead of skipping.
     std::env::set_var(hpc_env::REQUIRE_MPI, "1");
     std::env::set_var(hpc_env::REQUIRE_BROWSER, "1");
+    std::env::set_var(hpc_env::REQUIRE_PYTHON, "1");
     if setup::has("cargo-nextest") {
         step("tests, all features", &mut || {
             run(cargo()

@@ -224,6 +224,8 @@ vars! {
     Development REQUIRE_MPI = "HPC_REQUIRE_MPI", default "";
     /// `1`: tests that need a headless browser fail when it is missing.
     Development REQUIRE_BROWSER = "HPC_REQUIRE_BROWSER", default "";
+    /// `1`: tests that run the examples' Python tools fail when `python3` is missing.
+    Development REQUIRE_PYTHON = "HPC_REQUIRE_PYTHON", default "";
     /// `1`: run the container tests (Podman, Docker, Apptainer).
     Development TEST_CONTAINERS = "HPC_TEST_CONTAINERS", default "";
     /// `1`: run the tests on the Docker cluster of Slurm nodes.

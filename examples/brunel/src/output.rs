@@ -204,11 +204,40 @@ pub enum SpikeFileError {
         /// The previous record's tick.
         previous: u32,
     },
+    /// A record repeats or precedes the previous record's neuron at the same tick
+    /// (records are sorted by tick, then id, each spike once).
+    #[error(
+        "record {index} has neuron {id} at tick {tick}, not after the previous record's neuron {previous} at that tick (records are sorted by tick, then id, each spike once)"
+    )]
+    IdOrder {
+        /// Index of the record.
+        index: usize,
+        /// Its tick (the previous record's too).
+        tick: u32,
+        /// Its neuron id.
+        id: u32,
+        /// The previous record's neuron id.
+        previous: u32,
+    },
+    /// A record's time is after the end of the run the header describes.
+    #[error(
+        "record {index} has tick {tick}, after the end of the run (tick {limit} at most, by the header's t_sim_ms and dt_ms)"
+    )]
+    AfterEnd {
+        /// Index of the record.
+        index: usize,
+        /// Its tick.
+        tick: u32,
+        /// The last tick the run can write ([`tick_limit`]).
+        limit: u64,
+    },
 }
 
 /// Decodes a spike file from its bytes, checking the header length against the
-/// bytes present, every neuron id against the header's `n_neurons` and the time
-/// order, before anything is allocated or indexed by them. Never panics, whatever
+/// bytes present, the header's numbers (`n_neurons`, `dt_ms`, `t_sim_ms`) and
+/// populations (contiguous id ranges from 0 covering `n_neurons`), every neuron id
+/// against `n_neurons`, the order (by tick, then id, each spike once) and every tick against the end of the run
+/// ([`tick_limit`]), before anything is allocated or indexed by them. Never panics, whatever
 /// the bytes. With `partial_ok`, an incomplete last record (a `.partial` file caught
 /// mid-write) is dropped and counted instead of refused.
 pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeFileError> {
@@ -240,13 +269,18 @@ pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeF
         .and_then(|v| v.as_u64())
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| SpikeFileError::Header("no n_neurons below 2^32".into()))?;
-    if !header
+    let dt_ms = header
         .get("dt_ms")
         .and_then(|v| v.as_f64())
-        .is_some_and(|dt| dt > 0.0 && dt.is_finite())
-    {
-        return Err(SpikeFileError::Header("no positive dt_ms".into()));
-    }
+        .filter(|dt| *dt > 0.0 && dt.is_finite())
+        .ok_or_else(|| SpikeFileError::Header("no positive dt_ms".into()))?;
+    let t_sim_ms = header
+        .get("t_sim_ms")
+        .and_then(|v| v.as_f64())
+        .filter(|t| *t >= 0.0 && t.is_finite())
+        .ok_or_else(|| SpikeFileError::Header("no t_sim_ms >= 0".into()))?;
+    check_populations(&header, n_neurons)?;
+    let limit = tick_limit(dt_ms, t_sim_ms);
     let body = &bytes[hend..];
     let rest = body.len() % 8;
     if rest != 0 && !partial_ok {
@@ -254,6 +288,7 @@ pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeF
     }
     let mut spikes = Vec::with_capacity(body.len() / 8);
     let mut previous = 0u32;
+    let mut previous_id = None;
     for (index, c) in body.chunks_exact(8).enumerate() {
         let tick = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         let id = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
@@ -271,7 +306,23 @@ pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeF
                 previous,
             });
         }
+        if tick == previous && previous_id.is_some_and(|p| id <= p) {
+            return Err(SpikeFileError::IdOrder {
+                index,
+                tick,
+                id,
+                previous: previous_id.unwrap_or(0),
+            });
+        }
+        if tick as f64 > limit {
+            return Err(SpikeFileError::AfterEnd {
+                index,
+                tick,
+                limit: limit as u64,
+            });
+        }
         previous = tick;
+        previous_id = Some(id);
         spikes.push((tick, id));
     }
     Ok(SpikeFile {
@@ -280,6 +331,55 @@ pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeF
         spikes,
         dropped_bytes: rest,
     })
+}
+
+/// The last tick a run of `t_sim_ms` in steps of `dt_ms` can write:
+/// `ceil(t_sim_ms / dt_ms) + 1` (the writers round durations to whole steps; the
+/// microcircuit's warm-up and recorded time separately), or 2^33, above every
+/// tick, when that is larger.
+pub fn tick_limit(dt_ms: f64, t_sim_ms: f64) -> f64 {
+    let q = t_sim_ms / dt_ms;
+    if q < TICK_CAP {
+        q.ceil() + 1.0
+    } else {
+        TICK_CAP
+    }
+}
+
+const TICK_CAP: f64 = (1u64 << 33) as f64;
+
+/// Checks the header's `populations`: `{name, first, count}` objects whose id
+/// ranges follow each other from 0 and cover the `n` neurons.
+fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFileError> {
+    let pops = header
+        .get("populations")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| SpikeFileError::Header("no populations list".into()))?;
+    let mut end = 0u128;
+    for (i, p) in pops.iter().enumerate() {
+        let field = |k: &str| p.get(k).and_then(|v| v.as_u64());
+        let (Some(name), Some(first), Some(count)) = (
+            p.get("name").and_then(|v| v.as_str()),
+            field("first"),
+            field("count"),
+        ) else {
+            return Err(SpikeFileError::Header(format!(
+                "population {i} is not {{name, first, count}}"
+            )));
+        };
+        if u128::from(first) != end {
+            return Err(SpikeFileError::Header(format!(
+                "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
+            )));
+        }
+        end += u128::from(count);
+    }
+    if end != u128::from(n) {
+        return Err(SpikeFileError::Header(format!(
+            "the populations cover ids 0..{end}, not the {n} neurons of n_neurons"
+        )));
+    }
+    Ok(())
 }
 
 /// Reads and checks a complete spike file ([`decode_spikes`]); errors name the file.
@@ -443,6 +543,69 @@ mod tests {
         );
     }
 
+    #[test]
+    fn order_end_of_run_and_populations_are_checked() {
+        // Order 20, t_sim 1000 ms in steps of 0.1 ms: 100 neurons, ticks up to 10001.
+        let limit = tick_limit(0.1, 1000.0);
+        assert_eq!(limit, 10001.0);
+        assert!(decode_spikes(&valid(&[(10_000, 0), (10_001, 99)]), false).is_ok());
+        assert_eq!(
+            decode_spikes(&valid(&[(1, 0), (10_002, 0)]), false).unwrap_err(),
+            SpikeFileError::AfterEnd {
+                index: 1,
+                tick: 10_002,
+                limit: 10_001
+            }
+        );
+        // Within a tick, ids increase: no repeated spike, no unsorted ids.
+        for b in [valid(&[(3, 7), (3, 7)]), valid(&[(3, 7), (3, 6)])] {
+            assert!(matches!(
+                decode_spikes(&b, false),
+                Err(SpikeFileError::IdOrder {
+                    index: 1,
+                    tick: 3,
+                    previous: 7,
+                    ..
+                })
+            ));
+        }
+        // The header's end of the run and populations.
+        let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let b = valid(&[(1, 0)]);
+            let hlen = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+            let mut h: serde_json::Value = serde_json::from_slice(&b[16..16 + hlen]).unwrap();
+            edit(&mut h);
+            let h = h.to_string();
+            let mut out = b[..12].to_vec();
+            out.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(&b[16 + hlen..]);
+            decode_spikes(&out, false)
+        };
+        assert!(with(&|_| {}).is_ok());
+        let header_err = |r: Result<SpikeFile, SpikeFileError>| match r {
+            Err(SpikeFileError::Header(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let m = header_err(with(&|h| h["t_sim_ms"] = serde_json::json!(null)));
+        assert!(m.contains("t_sim_ms"), "{m}");
+        let m = header_err(with(&|h| {
+            h["populations"][1]["first"] = serde_json::json!(81)
+        }));
+        assert!(
+            m.contains("population 1 (inhibitory) starts at 81, not at 80"),
+            "{m}"
+        );
+        let m = header_err(with(&|h| {
+            h["populations"][1]["count"] = serde_json::json!(u64::MAX)
+        }));
+        assert!(m.contains("not the 100 neurons"), "{m}");
+        let m = header_err(with(&|h| {
+            h["populations"] = serde_json::json!([{"name": "all"}])
+        }));
+        assert!(m.contains("population 0 is not"), "{m}");
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
@@ -464,7 +627,7 @@ mod tests {
             for partial in [false, true] {
                 if let Ok(f) = decode_spikes(&b, partial) {
                     prop_assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
-                    prop_assert!(f.spikes.windows(2).all(|w| w[0].0 <= w[1].0));
+                    prop_assert!(f.spikes.windows(2).all(|w| w[0] < w[1]));
                 }
             }
         }

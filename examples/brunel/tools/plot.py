@@ -10,19 +10,19 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from read_spikes import read  # noqa: E402
+from read_spikes import read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("spikes")
 ap.add_argument("--out")
 ap.add_argument("--n", type=int, default=50, help="neurons shown per population")
 a = ap.parse_args()
+hdr, t, ids = read_or_exit(a.spikes, "plot.py")
 
 import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-hdr, t, ids = read(a.spikes)
 pops = hdr["populations"]
 fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(10, 6), height_ratios=[3, 1])
 row = 0

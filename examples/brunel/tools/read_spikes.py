@@ -1,35 +1,40 @@
 #!/usr/bin/env python3
-"""Read a spike file written by the brunel example (format "hpc-rs spikes", v1).
+"""Summarise a spike file written by the brunel example (format "hpc-rs spikes", v1).
 
-Layout: magic b"HPCSPIKE", u32 version, u32 header length H, H bytes of JSON,
-then records (tick: u32 LE, node_id: u32 LE); time_ms = tick * header["dt_ms"].
-A `.partial` file (interrupted run) reads the same; a trailing partial record is
-ignored.
+The file is read and checked by hpc_spikes.py (next to this file; the format and
+every check are described there): a damaged file, an id beyond n_neurons, records
+out of order or past the end of the run end in a one-line error and exit status 1.
+A `.partial` file (interrupted run) reads the same, less an incomplete last record.
+The summary needs numpy.
 
     python3 read_spikes.py brunel-out/spikes.spk          # summary
     from read_spikes import read; hdr, times_ms, ids = read(path)
 """
-import json
-import struct
 import sys
 
-import numpy as np
+import hpc_spikes
+
+PROG = "read_spikes.py"
 
 
 def read(path):
-    """Return (header dict, spike times in ms, node ids) of a spike file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != b"HPCSPIKE":
-        raise ValueError(f"{path} is not a spike file")
-    version, hlen = struct.unpack_from("<II", data, 8)
-    if version != 1:
-        raise ValueError(f"unsupported version {version}")
-    header = json.loads(data[16 : 16 + hlen].decode())
-    body = data[16 + hlen :]
-    body = body[: len(body) // 8 * 8]
-    rec = np.frombuffer(body, dtype=[("tick", "<u4"), ("id", "<u4")])
-    return header, rec["tick"] * header["dt_ms"], rec["id"].astype(np.int64)
+    """Return (header dict, spike times in ms, node ids) of a checked spike file, as
+    numpy arrays (float64, int64); raises hpc_spikes.SpikeFileError or OSError."""
+    return arrays(hpc_spikes.read(path))
+
+
+def read_or_exit(path, prog):
+    """read(path), or a one-line message naming the problem and exit status 1."""
+    return arrays(hpc_spikes.read_or_exit(path, prog))
+
+
+def arrays(f):
+    """(header, times in ms, ids) of an hpc_spikes.SpikeFile, as numpy arrays."""
+    import numpy as np
+
+    ticks = np.array(f.ticks, dtype=np.uint32)
+    ids = np.array(f.ids, dtype=np.uint32).astype(np.int64)
+    return f.header, ticks * f.dt_ms, ids
 
 
 def stats(times_ms, ids, n_neurons, t_sim_ms):
@@ -37,15 +42,19 @@ def stats(times_ms, ids, n_neurons, t_sim_ms):
 
     The same definition as the example's summary (population standard deviation).
     """
+    import numpy as np
+
     rate = len(times_ms) / n_neurons / (t_sim_ms / 1000.0)
     order = np.lexsort((times_ms, ids))
     t, i = np.asarray(times_ms)[order], np.asarray(ids)[order]
     same = i[1:] == i[:-1]
     isi = np.diff(t)[same]
-    owner = i[1:][same]
-    cnt = np.bincount(owner, minlength=n_neurons)
-    s1 = np.bincount(owner, isi, minlength=n_neurons)
-    s2 = np.bincount(owner, isi * isi, minlength=n_neurons)
+    # Sums per neuron that has ISIs (arrays as long as the spikes, never sized by
+    # an id or n_neurons).
+    _, owner = np.unique(i[1:][same], return_inverse=True)
+    cnt = np.bincount(owner)
+    s1 = np.bincount(owner, isi)
+    s2 = np.bincount(owner, isi * isi)
     ok = cnt >= 2
     mean = s1[ok] / cnt[ok]
     var = np.maximum(s2[ok] / cnt[ok] - mean * mean, 0.0)
@@ -54,16 +63,28 @@ def stats(times_ms, ids, n_neurons, t_sim_ms):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    header, t, ids = read(sys.argv[1])
-    rate, cv = stats(t, ids, header["n_neurons"], header["t_sim_ms"])
-    print(f"{sys.argv[1]}: {len(t)} spikes of {header['n_neurons']} neurons, "
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(f"usage: {PROG} FILE.spk", file=sys.stderr)
+        sys.exit(2)
+    path = sys.argv[1]
+    f = hpc_spikes.read_or_exit(path, PROG)
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print(f"{PROG}: {path} is valid ({len(f)} spikes); the summary needs numpy "
+              "(python3-numpy)", file=sys.stderr)
+        sys.exit(1)
+    header, t, ids = arrays(f)
+    t_s = header["t_sim_ms"] / 1000.0
+    print(f"{path}: {len(t)} spikes of {header['n_neurons']} neurons, "
           f"dt {header['dt_ms']} ms, t_sim {header['t_sim_ms']} ms")
+    if header["n_neurons"] == 0 or t_s == 0:
+        return
+    rate, cv = stats(t, ids, header["n_neurons"], header["t_sim_ms"])
     for p in header["populations"]:
         sel = (ids >= p["first"]) & (ids < p["first"] + p["count"])
-        print(f"  {p['name']:<11} {sel.sum():>10} spikes  "
-              f"{sel.sum() / p['count'] / (header['t_sim_ms'] / 1000.0):.2f} Hz")
+        rate_p = sel.sum() / p["count"] / t_s if p["count"] else 0.0
+        print(f"  {p['name']:<11} {sel.sum():>10} spikes  {rate_p:.2f} Hz")
     print(f"  mean rate {rate:.2f} Hz, CV ISI {cv:.3f}")
 
 

@@ -2,78 +2,109 @@
 """Read a spike file of the microcircuit example (format "hpc-rs spikes", v1) and
 print per-population rates and CVs of ISIs over the recorded time.
 
-Layout: magic b"HPCSPIKE", u32 version, u32 header length H, H bytes of JSON
-(dt_ms, n_neurons, t_presim_ms, t_sim_ms = end of the run, populations
-[{name, first, count}]), then records (tick: u32 LE, node_id: u32 LE);
-time_ms = tick * dt_ms.
+The file is read and checked by the brunel example's tools/hpc_spikes.py (the
+format's one Python reader; the format and every check are described there):
+a damaged file, an id beyond n_neurons, records out of order or past the end of
+the run end in a one-line error and exit status 1. The header holds dt_ms,
+n_neurons, t_presim_ms, t_sim_ms = end of the run and populations
+[{name, first, count}]; time_ms = tick * dt_ms. The statistics need numpy.
 
     python3 read_spikes.py microcircuit-out/spikes.spk
     from read_spikes import read, pop_stats
 """
-import json
-import struct
+import os
 import sys
 
-import numpy as np
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "..", "brunel", "tools"))
+import hpc_spikes  # noqa: E402
+
+PROG = "read_spikes.py"
 
 
 def read(path):
-    """Return (header dict, spike times in ms, node ids) of a spike file."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != b"HPCSPIKE":
-        raise ValueError(f"{path} is not a spike file")
-    version, hlen = struct.unpack_from("<II", data, 8)
-    if version != 1:
-        raise ValueError(f"unsupported version {version}")
-    header = json.loads(data[16:16 + hlen].decode())
-    body = data[16 + hlen:]
-    body = body[: len(body) // 8 * 8]
-    rec = np.frombuffer(body, dtype=[("tick", "<u4"), ("id", "<u4")])
-    return header, rec["tick"] * header["dt_ms"], rec["id"].astype(np.int64)
+    """Return (header dict, spike times in ms, node ids) of a checked spike file, as
+    numpy arrays (float64, int64); raises hpc_spikes.SpikeFileError or OSError."""
+    return arrays(hpc_spikes.read(path))
+
+
+def read_or_exit(path, prog):
+    """read(path), or a one-line message naming the problem and exit status 1."""
+    return arrays(hpc_spikes.read_or_exit(path, prog))
+
+
+def arrays(f):
+    """(header, times in ms, ids) of an hpc_spikes.SpikeFile, as numpy arrays."""
+    import numpy as np
+
+    ticks = np.array(f.ticks, dtype=np.uint32)
+    ids = np.array(f.ids, dtype=np.uint32).astype(np.int64)
+    return f.header, ticks * f.dt_ms, ids
 
 
 def pop_stats(times, ids, first, names, t_start, t_stop):
     """Per population: rate (Hz) over (t_start, t_stop] and mean CV of ISIs over
     neurons with >= 2 ISIs in that window (population standard deviation), the
     example's definitions."""
+    import numpy as np
+
     times = np.asarray(times)
     ids = np.asarray(ids)
     sel = (times > t_start + 1e-9) & (times <= t_stop + 1e-9)
     t, i = times[sel], ids[sel]
     order = np.lexsort((t, i))
     t, i = t[order], i[order]
-    n = int(first[-1])
     same = i[1:] == i[:-1]
     isi = np.diff(t)[same]
-    owner = i[1:][same]
-    cnt = np.bincount(owner, minlength=n)
-    s1 = np.bincount(owner, isi, minlength=n)
-    s2 = np.bincount(owner, isi * isi, minlength=n)
-    spikes = np.bincount(i, minlength=n)
+    # Sums per neuron that has ISIs, by population (arrays as long as the spikes,
+    # never sized by an id or a population's count).
+    neuron, owner = np.unique(i[1:][same], return_inverse=True)
+    cnt = np.bincount(owner, minlength=len(neuron))
+    s1 = np.bincount(owner, isi, minlength=len(neuron))
+    s2 = np.bincount(owner, isi * isi, minlength=len(neuron))
     out = []
     for k, name in enumerate(names):
         a, b = int(first[k]), int(first[k + 1])
-        ok = cnt[a:b] >= 2
-        mean = s1[a:b][ok] / cnt[a:b][ok]
-        var = np.maximum(s2[a:b][ok] / cnt[a:b][ok] - mean * mean, 0.0)
+        mine = (neuron >= a) & (neuron < b)
+        ok = mine & (cnt >= 2)
+        mean = s1[ok] / cnt[ok]
+        var = np.maximum(s2[ok] / cnt[ok] - mean * mean, 0.0)
         cv = float(np.mean(np.sqrt(var) / mean)) if ok.any() else 0.0
+        spikes = int(np.count_nonzero((i >= a) & (i < b)))
         out.append({"name": name, "neurons": b - a,
-                    "rate_hz": float(spikes[a:b].sum()) / (b - a) / ((t_stop - t_start) / 1000.0),
+                    "rate_hz": spikes / (b - a) / ((t_stop - t_start) / 1000.0),
                     "cv_isi": cv, "cv_neurons": int(ok.sum())})
     return out
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    h, t, ids = read(sys.argv[1])
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(f"usage: {PROG} FILE.spk", file=sys.stderr)
+        sys.exit(2)
+    path = sys.argv[1]
+    f = hpc_spikes.read_or_exit(path, PROG)
+    h = f.header
+    t_start = h.get("t_presim_ms", 0.0)
+    if isinstance(t_start, bool) or not isinstance(t_start, (int, float)) \
+            or not 0 <= t_start < h["t_sim_ms"]:
+        print(f"{PROG}: {path}: t_presim_ms {t_start!r} is not a time before t_sim_ms "
+              f"{h['t_sim_ms']}", file=sys.stderr)
+        sys.exit(1)
     pops = h["populations"]
+    if not pops or any(p["count"] == 0 for p in pops):
+        print(f"{PROG}: {path}: a population without neurons, no statistics", file=sys.stderr)
+        sys.exit(1)
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print(f"{PROG}: {path} is valid ({len(f)} spikes); the statistics need numpy "
+              "(python3-numpy)", file=sys.stderr)
+        sys.exit(1)
+    _, t, ids = arrays(f)
     first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
-    res = pop_stats(t, ids, first, [p["name"] for p in pops], h.get("t_presim_ms", 0.0),
-                    h["t_sim_ms"])
-    print(f"{sys.argv[1]}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
-          f"window ({h.get('t_presim_ms', 0.0)}, {h['t_sim_ms']}] ms")
+    res = pop_stats(t, ids, first, [p["name"] for p in pops], t_start, h["t_sim_ms"])
+    print(f"{path}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
+          f"window ({t_start}, {h['t_sim_ms']}] ms")
     for r in res:
         print(f"  {r['name']:<6} {r['neurons']:>7} neurons  {r['rate_hz']:8.3f} Hz  "
               f"CV ISI {r['cv_isi']:.3f}")

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from read_spikes import read  # noqa: E402
+from read_spikes import read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("spikes")
@@ -30,13 +30,13 @@ ap.add_argument("out")
 ap.add_argument("--single", metavar="NAME",
                 help="one population NAME with the file's global ids")
 a = ap.parse_args()
+h, t, ids = read_or_exit(a.spikes, "to_sonata.py")
 
 try:
     import h5py
 except ImportError:
     sys.exit("to_sonata.py needs h5py: pip install h5py")
 
-h, t, ids = read(a.spikes)
 order = np.lexsort((ids, t))
 t, ids = t[order], ids[order]
 tmp = a.out + ".tmp"

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Read and check a spike file of the spiking examples (format "hpc-rs spikes", v1).
+
+The one Python reader of the format, standard library only; the brunel and
+microcircuit `read_spikes.py` tools read through it. It accepts exactly what the
+Rust reader, `brunel::output::decode_spikes`, accepts:
+
+    offset  size  content
+    0       8     magic b"HPCSPIKE"
+    8       4     format version, u32 LE (1)
+    12      4     header length H, u32 LE (at most the bytes that follow)
+    16      H     UTF-8 JSON object: n_neurons (integer < 2^32), dt_ms (> 0),
+                  t_sim_ms (>= 0, the end of the run), populations
+                  [{name, first, count}] (contiguous id ranges from 0 covering
+                  n_neurons), ...
+    16+H    8*k   k records (tick: u32 LE, node_id: u32 LE); time_ms = tick * dt_ms
+
+Every id is below n_neurons, the records are sorted by tick, then id, each
+spike once, and no tick is past the run: at most ceil(t_sim_ms / dt_ms) + 1 (the
+writers round durations to whole steps). The records fill the file to its end; only a `.partial` file (a run
+that is writing it or was interrupted) may end in an incomplete record, which is
+dropped. Nothing is allocated by a number read from the file: every size comes
+from the file's length.
+
+    python3 hpc_spikes.py FILE...     # check, one line per file; exit 1 if one is bad
+    from hpc_spikes import read; f = read(path); f.header, f.ticks, f.ids
+"""
+import array
+import json
+import math
+import operator
+import os
+import sys
+from itertools import islice
+
+MAGIC = b"HPCSPIKE"
+VERSION = 1
+
+# An array type of 4-byte unsigned integers ('I' on every common platform).
+_U32 = next(c for c in "ILH" if array.array(c).itemsize == 4)
+
+
+class SpikeFileError(ValueError):
+    """What is wrong with a spike file, in one line."""
+
+
+class SpikeFile:
+    """A checked spike file.
+
+    header: the header's JSON object; n_neurons, dt_ms, t_sim_ms: its numbers;
+    ticks, ids: the records' columns (array of unsigned 32-bit integers);
+    dropped_bytes: bytes of an incomplete last record dropped (a .partial file).
+    """
+
+    def __init__(self, header, ticks, ids, dropped_bytes):
+        self.header = header
+        self.n_neurons = header["n_neurons"]
+        self.dt_ms = float(header["dt_ms"])
+        self.t_sim_ms = float(header["t_sim_ms"])
+        self.ticks = ticks
+        self.ids = ids
+        self.dropped_bytes = dropped_bytes
+
+    def __len__(self):
+        return len(self.ticks)
+
+    def times_ms(self):
+        """Spike times in ms (tick * dt_ms), a list of floats."""
+        dt = self.dt_ms
+        return [t * dt for t in self.ticks]
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _number(header, key):
+    """header[key] as a float, or None when it is missing or not a number."""
+    x = header.get(key)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
+# Python's json module accepts more than JSON (and than serde_json, which the Rust
+# reader uses): NaN and Infinity, numbers beyond f64 (read as inf or as big
+# integers), unpaired surrogates in strings and deeper nesting. These refuse what
+# serde_json refuses.
+MAX_DEPTH = 127  # serde_json's recursion limit: 128 nested arrays or objects fail
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _float(text):
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"number out of range: {text[:20]}")
+    return x
+
+
+def _int(text):
+    x = int(text)
+    if abs(x) >= 2**64:  # serde_json reads it as an f64, which must be finite
+        _float(text)
+    return x
+
+
+def _depth(value):
+    """Nesting depth of arrays and objects (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        deepest = max(deepest, d)
+        todo.extend((x, d + 1) for x in items)
+    return deepest
+
+
+def _check_header(raw):
+    try:
+        text = raw.decode("utf-8")
+        header = json.loads(text, parse_constant=_refuse_constant, parse_float=_float,
+                            parse_int=_int)
+        if _depth(header) > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} deep")
+        # An escaped unpaired surrogate ("\\ud800") is no Unicode text.
+        json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except (UnicodeError, ValueError, RecursionError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpikeFileError(f"the header is not valid: {msg}") from None
+    if not isinstance(header, dict):
+        raise SpikeFileError("the header is not valid: not a JSON object")
+    n = header.get("n_neurons")
+    if not (_is_int(n) and 0 <= n < 2**32):
+        raise SpikeFileError("the header is not valid: no n_neurons below 2^32")
+    dt = _number(header, "dt_ms")
+    if dt is None or not (dt > 0 and math.isfinite(dt)):
+        raise SpikeFileError("the header is not valid: no positive dt_ms")
+    t_sim = _number(header, "t_sim_ms")
+    if t_sim is None or not (t_sim >= 0 and math.isfinite(t_sim)):
+        raise SpikeFileError("the header is not valid: no t_sim_ms >= 0")
+    pops = header.get("populations")
+    if not isinstance(pops, list):
+        raise SpikeFileError("the header is not valid: no populations list")
+    end = 0
+    for i, p in enumerate(pops):
+        ok = (isinstance(p, dict) and isinstance(p.get("name"), str)
+              and _is_int(p.get("first")) and _is_int(p.get("count"))
+              and 0 <= p["first"] < 2**64 and 0 <= p["count"] < 2**64)
+        if not ok:
+            raise SpikeFileError(
+                f"the header is not valid: population {i} is not {{name, first, count}}")
+        if p["first"] != end:
+            raise SpikeFileError(
+                f"the header is not valid: population {i} ({p['name']}) starts at "
+                f"{p['first']}, not at {end} where the previous one ends")
+        end += p["count"]
+    if end != n:
+        raise SpikeFileError(
+            f"the header is not valid: the populations cover ids 0..{end}, "
+            f"not the {n} neurons of n_neurons")
+    return header
+
+
+def tick_limit(dt_ms, t_sim_ms):
+    """The last tick a run of t_sim_ms in steps of dt_ms can write: ceil(t_sim_ms /
+    dt_ms) + 1 (2^33, above every u32, when that is larger)."""
+    q = t_sim_ms / dt_ms
+    return math.ceil(q) + 1 if q < 2**33 else 2**33
+
+
+def _first(flags):
+    """Index of the first true value."""
+    return next(i for i, f in enumerate(flags) if f)
+
+
+def _out_of_order(ticks, ids):
+    """Index of the first record that is not after the previous one (by tick, then
+    id), or None."""
+    if array.array("Q").itemsize == 8:
+        # Keys tick << 32 | id as unsigned 64-bit integers, compared at C speed.
+        words = array.array(_U32, bytes(8 * len(ticks)))
+        hi, lo = (1, 0) if sys.byteorder == "little" else (0, 1)
+        words[hi::2], words[lo::2] = ticks, ids
+        keys = array.array("Q", words.tobytes())
+        del words
+        if not any(map(operator.ge, keys, islice(keys, 1, None))):
+            return None
+    pairs = zip(ticks, islice(ticks, 1, None), ids, islice(ids, 1, None))
+    return next((i + 1 for i, (t0, t1, i0, i1) in enumerate(pairs)
+                 if t1 < t0 or (t1 == t0 and i1 <= i0)), None)
+
+
+def decode(data, partial_ok=False):
+    """Check the bytes of a spike file and return its SpikeFile.
+
+    Raises SpikeFileError naming the first problem. With partial_ok, an
+    incomplete last record is dropped (counted in dropped_bytes) instead of refused.
+    """
+    if len(data) < 16:
+        raise SpikeFileError(
+            f"{len(data)} bytes is too short for a spike file (16 bytes of header at least)")
+    if data[:8] != MAGIC:
+        raise SpikeFileError('not a spike file (it does not start with "HPCSPIKE")')
+    version = int.from_bytes(data[8:12], "little")
+    if version != VERSION:
+        raise SpikeFileError(f"format version {version}, this reader knows version {VERSION}")
+    hlen = int.from_bytes(data[12:16], "little")
+    available = len(data) - 16
+    if hlen > available:
+        raise SpikeFileError(
+            f"the header claims {hlen} bytes but only {available} follow (truncated or damaged)")
+    hend = 16 + hlen
+    header = _check_header(bytes(data[16:hend]))
+    body_len = len(data) - hend
+    rest = body_len % 8
+    if rest and not partial_ok:
+        raise SpikeFileError(f"the records end {rest} bytes into a record (truncated mid-record)")
+    words = array.array(_U32)
+    words.frombytes(data[hend:len(data) - rest])
+    if sys.byteorder != "little":
+        words.byteswap()
+    ticks, ids = words[0::2], words[1::2]
+    del words
+    n = header["n_neurons"]
+    limit = tick_limit(float(header["dt_ms"]), float(header["t_sim_ms"]))
+    # The first bad record of each kind; the scans run at C speed, and only a file
+    # with a bad record is walked again to find where.
+    found = []
+    if ids and max(ids) >= n:
+        found.append((_first(v >= n for v in ids), 0))
+    unsorted = _out_of_order(ticks, ids)
+    if unsorted is not None:
+        found.append((unsorted, 1))
+    # Sorted ticks end in their largest.
+    if ticks and (ticks[-1] if unsorted is None else max(ticks)) > limit:
+        found.append((_first(v > limit for v in ticks), 2))
+    if found:
+        # The Rust reader checks record by record: the id, then the order, then the time.
+        i, kind = min(found)
+        if kind == 0:
+            raise SpikeFileError(
+                f"record {i} names neuron {ids[i]}, but the file has {n} neurons (ids 0..{n})")
+        if kind == 1 and ticks[i] < ticks[i - 1]:
+            raise SpikeFileError(
+                f"record {i} has tick {ticks[i]}, before the previous record's tick {ticks[i - 1]}")
+        if kind == 1:
+            raise SpikeFileError(
+                f"record {i} has neuron {ids[i]} at tick {ticks[i]}, not after the previous "
+                f"record's neuron {ids[i - 1]} at that tick (records are sorted by tick, then "
+                f"id, each spike once)")
+        raise SpikeFileError(
+            f"record {i} has tick {ticks[i]}, after the end of the run "
+            f"(tick {limit} at most, by the header's t_sim_ms and dt_ms)")
+    return SpikeFile(header, ticks, ids, rest)
+
+
+def read(path, partial_ok=None):
+    """Read and check a spike file; errors (SpikeFileError, OSError) name the file.
+
+    partial_ok: whether an incomplete last record is dropped instead of refused;
+    by default only for a file named *.partial.
+    """
+    if partial_ok is None:
+        partial_ok = os.fsdecode(path).endswith(".partial")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return decode(data, partial_ok)
+    except SpikeFileError as e:
+        raise SpikeFileError(f"{path} is not a valid spike file: {e}") from None
+
+
+def _problem(path, e):
+    """One line for what read(path) raised."""
+    if isinstance(e, SpikeFileError):
+        return str(e)
+    if isinstance(e, MemoryError):
+        return f"{path}: not enough memory to read it"
+    return f"cannot read {path}: {e.strerror or e}"
+
+
+def read_or_exit(path, prog):
+    """read(path), or a one-line message on stderr and exit status 1."""
+    try:
+        return read(path)
+    except (SpikeFileError, OSError, MemoryError) as e:
+        print(f"{prog}: {_problem(path, e)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    prog = "hpc_spikes.py"
+    if not argv or any(a.startswith("-") for a in argv):
+        print(f"usage: {prog} FILE...  (checks spike files, one line each)", file=sys.stderr)
+        return 2
+    status = 0
+    for path in argv:
+        try:
+            f = read(path)
+        except (SpikeFileError, OSError, MemoryError) as e:
+            print(f"{prog}: {_problem(path, e)}", file=sys.stderr)
+            status = 1
+            continue
+        span = f"ticks {f.ticks[0]}..{f.ticks[-1]}" if len(f) else "no spikes"
+        dropped = f", {f.dropped_bytes} bytes of an incomplete record dropped" \
+            if f.dropped_bytes else ""
+        print(f"{path}: valid, {len(f)} spikes of {f.n_neurons} neurons, {span}{dropped}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Tests of the Python spike-file reader (hpc_spikes.py) and of the two read_spikes.py
+tools that use it: standard library only (numpy where installed).
+
+    python3 -m unittest discover -s examples/brunel/tools -p 'test_*.py'
+
+The brunel crate's test `tests/python_reader.rs` runs this with SPIKES_FROM_RUST set
+to a directory of files written by the brunel binary (a run's spikes.spk and the
+spikes.spk.partial of a stopped run), which are then checked too.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hpc_spikes  # noqa: E402
+from hpc_spikes import SpikeFileError, decode  # noqa: E402
+
+MICRO_READ = os.path.join(HERE, "..", "..", "microcircuit", "tools", "read_spikes.py")
+BRUNEL_READ = os.path.join(HERE, "read_spikes.py")
+
+try:
+    import numpy  # noqa: F401
+    HAVE_NUMPY = True
+except ImportError:
+    HAVE_NUMPY = False
+
+
+def header(**over):
+    h = {"format": "hpc-rs spikes", "version": 1, "dt_ms": 0.1, "t_sim_ms": 10.0,
+         "n_neurons": 100,
+         "populations": [{"name": "excitatory", "first": 0, "count": 80},
+                         {"name": "inhibitory", "first": 80, "count": 20}]}
+    h.update(over)
+    return {k: v for k, v in h.items() if v is not None}
+
+
+def spk(recs, hdr=None, magic=b"HPCSPIKE", version=1, raw_header=None):
+    h = raw_header if raw_header is not None else json.dumps(hdr or header()).encode()
+    body = b"".join(struct.pack("<II", t, i) for t, i in recs)
+    return magic + struct.pack("<II", version, len(h)) + h + body
+
+
+GOOD = [(1, 3), (1, 99), (4, 0), (100, 5), (101, 5)]
+
+
+class Decode(unittest.TestCase):
+    def refused(self, data, *words, partial_ok=False):
+        with self.assertRaises(SpikeFileError) as cm:
+            decode(data, partial_ok)
+        msg = str(cm.exception)
+        for w in words:
+            self.assertIn(w, msg)
+        self.assertNotIn("\n", msg)
+        return msg
+
+    def test_a_valid_file_reads_every_record(self):
+        f = decode(spk(GOOD))
+        self.assertEqual(list(zip(f.ticks, f.ids)), GOOD)
+        self.assertEqual((f.n_neurons, f.dt_ms, f.dropped_bytes), (100, 0.1, 0))
+        self.assertAlmostEqual(f.times_ms()[3], 10.0)
+
+    def test_a_header_only_file_is_a_run_without_spikes(self):
+        f = decode(spk([]))
+        self.assertEqual(len(f), 0)
+
+    def test_too_short_and_empty_files_are_refused(self):
+        self.refused(b"", "0 bytes is too short")
+        self.refused(spk(GOOD)[:10], "10 bytes is too short")
+
+    def test_bad_magic_and_version_are_refused(self):
+        self.refused(spk(GOOD, magic=b"HPCSPIKF"), "not a spike file")
+        self.refused(spk(GOOD, version=2), "format version 2")
+
+    def test_a_header_length_beyond_the_file_is_refused(self):
+        b = bytearray(spk(GOOD))
+        b[15] = 0x7F
+        self.refused(bytes(b), "the header claims", "truncated")
+        self.refused(spk(GOOD)[:40], "the header claims")
+
+    def test_a_truncated_record_is_refused_or_dropped_for_a_partial_file(self):
+        cut = spk(GOOD)[:-3]
+        self.refused(cut, "5 bytes into a record")
+        f = decode(cut, partial_ok=True)
+        self.assertEqual((len(f), f.dropped_bytes), (4, 5))
+
+    def test_ids_at_or_beyond_n_neurons_are_refused(self):
+        self.refused(spk([(1, 3), (2, 100)]), "record 1 names neuron 100", "100 neurons")
+        self.refused(spk([(1, 0xFFFFFFFF)]), "neuron 4294967295")
+
+    def test_a_huge_id_or_n_neurons_allocates_nothing_by_it(self):
+        big = header(n_neurons=2**32 - 1,
+                     populations=[{"name": "all", "first": 0, "count": 2**32 - 1}])
+        data = spk([(1, 2**32 - 2), (2, 0)], big)
+        tracemalloc.start()
+        f = decode(data)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        self.assertEqual(list(f.ids), [2**32 - 2, 0])
+        self.assertLess(peak, 64 * 1024, "the reader allocated by an id or n_neurons")
+
+    def test_records_out_of_order_or_repeated_are_refused(self):
+        self.refused(spk([(5, 1), (4, 2)]), "record 1 has tick 4, before", "tick 5")
+        self.refused(spk([(5, 2), (5, 1)]), "record 1 has neuron 1 at tick 5")
+        self.refused(spk([(5, 2), (5, 2)]), "record 1 has neuron 2 at tick 5")
+
+    def test_ticks_after_the_end_of_the_run_are_refused(self):
+        # t_sim_ms 10 in steps of 0.1 ms: ticks up to 101 (one step of rounding).
+        decode(spk([(101, 0)]))
+        self.refused(spk([(1, 0), (102, 0)]), "record 1 has tick 102", "tick 101 at most")
+        self.refused(spk([(2, 0)], header(t_sim_ms=0.0)), "tick 1 at most")
+
+    def test_the_first_bad_record_is_named_whatever_its_kind(self):
+        # Record 1 is late, record 2 out of order, record 3 names no neuron.
+        self.refused(spk([(1, 0), (500, 0), (2, 0), (3, 100)]), "record 1 has tick 500")
+        self.refused(spk([(1, 0), (1, 0), (500, 0)]), "record 1 has neuron 0")
+        self.refused(spk([(2, 0), (1, 100)]), "record 1 names neuron 100")
+
+    def test_bad_headers_are_refused(self):
+        cases = [
+            (b"not json", "the header is not valid"),
+            (b"\xff\xfe", "the header is not valid"),
+            (b"[1, 2]", "not a JSON object"),
+            (b'{"n_neurons": NaN}', "the header is not valid"),
+            (b"[" * 5000 + b"]" * 5000, "the header is not valid"),
+            (b'{"x": 1e400}', "number out of range"),
+        ]
+        for raw, words in cases:
+            self.refused(spk(GOOD, raw_header=raw), words)
+        bad = [
+            (dict(n_neurons=None), "no n_neurons"),
+            (dict(n_neurons=100.0), "no n_neurons"),
+            (dict(n_neurons=-1), "no n_neurons"),
+            (dict(n_neurons=True), "no n_neurons"),
+            (dict(n_neurons=2**32), "no n_neurons"),
+            (dict(dt_ms=None), "no positive dt_ms"),
+            (dict(dt_ms=0), "no positive dt_ms"),
+            (dict(dt_ms=-0.1), "no positive dt_ms"),
+            (dict(dt_ms="0.1"), "no positive dt_ms"),
+            (dict(dt_ms=10**400), "number out of range"),
+            (dict(params={"x": "\ud800"}), "surrogates not allowed"),
+            (dict(params=json.loads("[" * 127 + "]" * 127)), "nested more than 127 deep"),
+            (dict(t_sim_ms=None), "no t_sim_ms"),
+            (dict(t_sim_ms=-1.0), "no t_sim_ms"),
+            (dict(populations=None), "no populations"),
+            (dict(populations=[{"name": "a", "first": 0}]), "population 0 is not"),
+            (dict(populations=[{"name": 1, "first": 0, "count": 100}]), "population 0 is not"),
+            (dict(populations=[{"name": "a", "first": 0, "count": 50},
+                               {"name": "b", "first": 60, "count": 40}]),
+             "population 1 (b) starts at 60, not at 50"),
+            (dict(populations=[{"name": "a", "first": 0, "count": 90}]),
+             "cover ids 0..90, not the 100 neurons"),
+        ]
+        for over, words in bad:
+            with self.subTest(over=over):
+                self.refused(spk(GOOD, header(**over)), words)
+
+    def test_an_integral_dt_and_extra_fields_are_accepted(self):
+        f = decode(spk([(1, 0)], header(dt_ms=1, t_sim_ms=5, params={"x": [1, 2]})))
+        self.assertEqual(f.dt_ms, 1.0)
+
+
+def run(script, *args):
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+class CommandLine(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def file(self, name, data):
+        p = os.path.join(self.dir.name, name)
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
+
+    def one_line_error(self, r, status, *words):
+        self.assertEqual(r.returncode, status, r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        for w in words:
+            self.assertIn(w, r.stderr)
+
+    def test_the_checker_names_each_bad_file_in_one_line(self):
+        good = self.file("good.spk", spk(GOOD))
+        bad = self.file("bad.spk", spk([(1, 100)]))
+        r = run(os.path.join(HERE, "hpc_spikes.py"), good)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("good.spk: valid, 5 spikes of 100 neurons, ticks 1..101", r.stdout)
+        r = run(os.path.join(HERE, "hpc_spikes.py"), good, bad)
+        self.one_line_error(r, 1, "bad.spk is not a valid spike file", "neuron 100")
+        self.one_line_error(run(os.path.join(HERE, "hpc_spikes.py")), 2, "usage")
+        missing = os.path.join(self.dir.name, "missing.spk")
+        self.one_line_error(run(os.path.join(HERE, "hpc_spikes.py"), missing), 1,
+                            "cannot read", "missing.spk")
+
+    def test_a_partial_file_may_end_in_half_a_record(self):
+        p = self.file("spikes.spk.partial", spk(GOOD)[:-3])
+        f = hpc_spikes.read(p)
+        self.assertEqual((len(f), f.dropped_bytes), (4, 5))
+        self.assertRaises(SpikeFileError, hpc_spikes.read, p, partial_ok=False)
+        r = run(os.path.join(HERE, "hpc_spikes.py"), p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("5 bytes of an incomplete record dropped", r.stdout)
+
+    def test_both_tools_end_bad_input_in_one_line(self):
+        bad = {
+            "empty.spk": b"",
+            "magic.spk": spk(GOOD, magic=b"NOTSPIKE"),
+            "version.spk": spk(GOOD, version=7),
+            "cut.spk": spk(GOOD)[:-1],
+            "id.spk": spk([(1, 100)]),
+            "huge.spk": spk([(1, 0xFFFFFFFF)]),
+            "order.spk": spk([(3, 0), (2, 0)]),
+            "late.spk": spk([(5000, 0)]),
+            "header.spk": spk(GOOD, raw_header=b'{"n_neurons": 1'),
+            "directory.spk": None,
+        }
+        for name, data in bad.items():
+            if data is None:
+                p = os.path.join(self.dir.name, name)
+                os.mkdir(p)
+            else:
+                p = self.file(name, data)
+            for tool in (BRUNEL_READ, MICRO_READ):
+                with self.subTest(tool=tool, file=name):
+                    self.one_line_error(run(tool, p), 1, name)
+        for tool in (BRUNEL_READ, MICRO_READ):
+            self.one_line_error(run(tool), 2, "usage")
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
+        p = self.file("late.spk", spk([(1, 0), (5000, 0)]))
+        for tool in (os.path.join(HERE, "plot.py"),
+                     os.path.join(HERE, "..", "..", "microcircuit", "tools", "to_sonata.py")):
+            with self.subTest(tool=tool):
+                args = [p] if tool.endswith("plot.py") else [p, p + ".h5"]
+                self.one_line_error(run(tool, *args), 1, "record 1 has tick 5000")
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_both_tools_summarise_a_valid_file(self):
+        h = header(t_presim_ms=0.0, n_neurons=2**32 - 1,
+                   populations=[{"name": "E", "first": 0, "count": 2**32 - 2},
+                                {"name": "I", "first": 2**32 - 2, "count": 1}])
+        p = self.file("good.spk", spk([(1, 2**32 - 2), (2, 2**32 - 2), (3, 0), (4, 2**32 - 2),
+                                        (6, 2**32 - 2)], h))
+        r = run(BRUNEL_READ, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("5 spikes of 4294967295 neurons", r.stdout)
+        self.assertIn("CV ISI 0.283", r.stdout)  # ISIs 0.1, 0.2, 0.2 ms: sd 0.0471, mean 0.1667
+        r = run(MICRO_READ, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("CV ISI 0.283", r.stdout)
+
+
+@unittest.skipUnless(os.environ.get("SPIKES_FROM_RUST"),
+                     "SPIKES_FROM_RUST names no directory of brunel's files")
+class FilesOfTheRustWriter(unittest.TestCase):
+    """Files the brunel binary wrote (tests/python_reader.rs makes them)."""
+
+    def test_a_complete_run_reads_in_full(self):
+        d = os.environ["SPIKES_FROM_RUST"]
+        p = os.path.join(d, "run", "spikes.spk")
+        f = hpc_spikes.read(p)
+        with open(p, "rb") as fh:
+            hlen = struct.unpack_from("<I", fh.read(16), 12)[0]
+        self.assertEqual(len(f) * 8 + 16 + hlen, os.path.getsize(p))
+        self.assertGreater(len(f), 100)
+        self.assertEqual([p["name"] for p in f.header["populations"]],
+                         ["excitatory", "inhibitory"])
+        self.assertLess(max(f.ids), f.n_neurons)
+        self.assertLessEqual(max(f.ticks), round(f.t_sim_ms / f.dt_ms))
+        r = run(os.path.join(HERE, "hpc_spikes.py"), p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"valid, {len(f)} spikes of {f.n_neurons} neurons", r.stdout)
+
+    def test_a_stopped_run_leaves_a_readable_partial_file(self):
+        d = os.environ["SPIKES_FROM_RUST"]
+        full = hpc_spikes.read(os.path.join(d, "run", "spikes.spk"))
+        part = hpc_spikes.read(os.path.join(d, "stopped", "spikes.spk.partial"))
+        # The stopped run's spikes are the first ones of the complete run.
+        self.assertGreater(len(part), 0)
+        self.assertLess(len(part), len(full))
+        self.assertEqual(list(part.ticks), list(full.ticks[:len(part)]))
+        self.assertEqual(list(part.ids), list(full.ids[:len(part)]))
+
+
+if __name__ == "__main__":
+    unittest.main()
