@@ -82,15 +82,14 @@ pub enum Error {
         holder: String,
     },
     /// A file operation failed.
-    #[error("cannot {op} {path}: {source}")]
+    #[error("cannot {op} {path}: {error}")]
     Io {
         /// What was being done.
         op: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        /// The operating system's error (in the message, so not also a `source`).
+        error: std::io::Error,
     },
     /// A manifest that cannot be read as one.
     #[error("{path} is not a valid run manifest: {reason}")]
@@ -117,10 +116,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source| Error::Io {
+    move |error| Error::Io {
         op,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 
@@ -474,15 +473,15 @@ impl RunDir {
     fn finish_with(&mut self, status: Status) -> Result<()> {
         self.finished = true;
         let dir = self.dir.clone();
-        self.manifest.files.retain_mut(|f| {
-            match fs::symlink_metadata(dir.join(&f.name)) {
+        self.manifest
+            .files
+            .retain_mut(|f| match fs::symlink_metadata(dir.join(&f.name)) {
                 Ok(m) => {
                     f.size = Some(m.len());
                     true
                 }
                 Err(_) => false,
-            }
-        });
+            });
         self.manifest.status = status;
         self.manifest.finished_unix_ms = Some(now_ms());
         let r = self.write_manifest();
@@ -668,7 +667,13 @@ mod tests {
         );
         assert_eq!(fs::read(t.0.join("spikes.spk")).unwrap(), b"first run");
         let m = a.finish(Status::Complete).unwrap();
-        assert_eq!(m.files, vec![RunFile { name: "spikes.spk".into(), size: Some(9) }]);
+        assert_eq!(
+            m.files,
+            vec![RunFile {
+                name: "spikes.spk".into(),
+                size: Some(9)
+            }]
+        );
         // Released: the next run may start, and removes the earlier run's file.
         let b = RunDir::create(&t.0, info()).unwrap();
         assert!(!t.0.join("spikes.spk").exists());
@@ -715,17 +720,29 @@ mod tests {
             })
             .unwrap();
         // The final name was never written: only the partial file is listed.
-        assert_eq!(m.files, vec![RunFile { name: "spikes.spk.partial".into(), size: Some(4) }]);
+        assert_eq!(
+            m.files,
+            vec![RunFile {
+                name: "spikes.spk.partial".into(),
+                size: Some(4)
+            }]
+        );
         let text = fs::read_to_string(t.0.join(MANIFEST)).unwrap();
         assert!(text.contains("\"status\": \"incomplete\""), "{text}");
         let e = check_file(&partial).unwrap_err().to_string();
-        assert!(e.contains("incomplete: --stop-at (stopped at 50.0 ms)"), "{e}");
+        assert!(
+            e.contains("incomplete: --stop-at (stopped at 50.0 ms)"),
+            "{e}"
+        );
         // A run that errors out (dropped) says so too.
         let b = RunDir::create(&t.0, info()).unwrap();
         drop(b);
         let m = inspect(&t.0).unwrap().unwrap();
         assert!(matches!(m.manifest.status, Status::Incomplete { .. }));
-        assert!(!partial.exists(), "the earlier run's partial file was removed");
+        assert!(
+            !partial.exists(),
+            "the earlier run's partial file was removed"
+        );
     }
 
     #[test]
@@ -761,8 +778,15 @@ mod tests {
         // A manifest still saying `running` with nobody holding the lock is what a
         // killed run leaves: readers are told it was abandoned.
         let text = fs::read_to_string(t.0.join(MANIFEST)).unwrap();
-        fs::write(t.0.join(MANIFEST), text.replace("\"complete\"", "\"running\"")).unwrap();
-        assert_eq!(inspect(&t.0).unwrap().unwrap().liveness, Liveness::Abandoned);
+        fs::write(
+            t.0.join(MANIFEST),
+            text.replace("\"complete\"", "\"running\""),
+        )
+        .unwrap();
+        assert_eq!(
+            inspect(&t.0).unwrap().unwrap().liveness,
+            Liveness::Abandoned
+        );
     }
 
     #[test]

@@ -22,13 +22,12 @@ use std::sync::{Arc, Mutex};
 
 /// A write that failed, naming the file or stream.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write {what}: {source}")]
+#[error("cannot write {what}: {error}")]
 pub struct WriteError {
     /// The file or stream (`standard output`, a path).
     pub what: String,
-    /// The operating system's error.
-    #[source]
-    pub source: std::io::Error,
+    /// The operating system's error (in the message, so not also a `source`).
+    pub error: std::io::Error,
 }
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
@@ -40,9 +39,9 @@ fn stdout_result(r: std::io::Result<()>) -> Result<(), WriteError> {
             STDOUT_CLOSED.store(true, Ordering::Relaxed);
             Ok(())
         }
-        Err(source) => Err(WriteError {
+        Err(error) => Err(WriteError {
             what: "standard output".into(),
-            source,
+            error,
         }),
     }
 }
@@ -86,9 +85,9 @@ impl ErrorLatch {
     pub fn check(&self) -> Result<(), WriteError> {
         let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
         match first.take() {
-            Some(source) => Err(WriteError {
+            Some(error) => Err(WriteError {
                 what: self.what.clone(),
-                source,
+                error,
             }),
             None => Ok(()),
         }
@@ -189,8 +188,11 @@ mod tests {
         w.write_all(b"x").unwrap();
         w.flush().unwrap();
         let e = latch.check().unwrap_err();
-        assert_eq!(e.source.raw_os_error(), Some(28));
-        assert!(e.to_string().starts_with("cannot write /full/trace.json"), "{e}");
+        assert_eq!(e.error.raw_os_error(), Some(28));
+        assert!(
+            e.to_string().starts_with("cannot write /full/trace.json"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -125,6 +125,85 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The names of the files a run of brunel or microcircuit writes into its output
+/// directory: the spike file (and its `.partial` name), the summary, the report and
+/// the figures. Earlier files of these names are removed when a run starts, so that
+/// none can be taken for the new run's.
+pub fn output_names() -> Vec<String> {
+    let mut names: Vec<String> = [
+        "spikes.spk",
+        "spikes.spk.partial",
+        "summary.json",
+        "report.html",
+    ]
+    .map(String::from)
+    .to_vec();
+    for p in spike_report::plot::Plot::ALL {
+        names.push(format!("{}.png", p.file_stem()));
+        names.push(format!("{}.svg", p.file_stem()));
+    }
+    names
+}
+
+/// Takes the output directory `out` for this run (a collective: every rank calls
+/// it). Rank 0, which writes the shared files, creates the directory, locks it
+/// against other runs, removes an earlier run's files and writes `run.json`
+/// ([`hpc_io::rundir`]); the other ranks learn whether it could, so that all ranks
+/// fail together (with rank 0's message) when another run holds the directory.
+/// Rank 0 gets the directory, the others `None`.
+pub fn own_output_dir(
+    world: &hpc_rs::World,
+    out: &std::path::Path,
+    program: &str,
+    details: serde_json::Value,
+) -> anyhow::Result<Option<hpc_io::rundir::RunDir>> {
+    let mut mine = None;
+    let outcome: std::result::Result<(), String> = if world.rank() == 0 {
+        let mut info = hpc_io::rundir::RunInfo::new(program);
+        info.details = details;
+        info.outputs = output_names();
+        match hpc_io::rundir::RunDir::create(out, info) {
+            Ok(d) => {
+                mine = Some(d);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    } else {
+        Ok(())
+    };
+    let shared: std::result::Result<(), String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&outcome)?)?)?;
+    match shared {
+        Ok(()) => Ok(mine),
+        Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
+        Err(_) => Err(anyhow::anyhow!(
+            "rank 0 could not take the output directory {}",
+            out.display()
+        )),
+    }
+}
+
+/// Ends the run in `dir`: complete, or incomplete when it stopped at `end_step`
+/// (of `dt` ms) before the end (`--stop-at`).
+pub fn finish_output_dir(
+    dir: hpc_io::rundir::RunDir,
+    completed: bool,
+    end_step: u64,
+    dt: f64,
+) -> anyhow::Result<()> {
+    let status = if completed {
+        hpc_io::rundir::Status::Complete
+    } else {
+        hpc_io::rundir::Status::Incomplete {
+            reason: "stopped early (--stop-at)".into(),
+            stopped_at: Some(format!("{:.1} ms", end_step as f64 * dt)),
+        }
+    };
+    dir.finish(status)?;
+    Ok(())
+}
+
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
 /// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
 pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {

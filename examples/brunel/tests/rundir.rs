@@ -1,0 +1,233 @@
+//! Output directories owned by one run, and writes that fail loudly, as a user meets
+//! them: two runs on one directory, an earlier run's files, a run stopped early,
+//! stdout on a full device and a trace that does not fit.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hpc_io::rundir::{Liveness, Status};
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    hpc_test_support::tmpdir("brunel-rundir", tag)
+}
+
+fn cmd(out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(BRUNEL);
+    c.args([
+        "--preset",
+        "nest",
+        "--order",
+        "100",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--out",
+    ])
+    .arg(out)
+    .args(extra)
+    .env("HPC_LOG", "warn");
+    c
+}
+
+fn ok(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "brunel failed: {err}");
+    err
+}
+
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn a_second_run_on_the_same_directory_fails_at_once_and_the_first_is_intact() {
+    let dir = tmpdir("concurrent");
+    let out = dir.join("out");
+    // Reference: seed 1 alone.
+    ok(&cmd(&dir.join("ref"), &["--seed", "1", "--t-sim", "300"])
+        .output()
+        .unwrap());
+    let reference = std::fs::read(dir.join("ref/spikes.spk")).unwrap();
+
+    // Seed 1 runs long enough (paced) for a second run to meet it.
+    let mut first = cmd(&out, &["--seed", "1", "--t-sim", "300", "--pace", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if hpc_io::rundir::inspect(&out)
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.liveness == Liveness::Running)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t0 = Instant::now();
+    let second = cmd(&out, &["--seed", "2", "--t-sim", "300"])
+        .output()
+        .unwrap();
+    let err = refused(&second);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "the second run did not fail fast"
+    );
+    assert!(
+        err.contains("is in use by") && err.contains(&out.display().to_string()),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+    let first = first.wait_with_output().unwrap();
+    ok(&first);
+    // The first run's spikes are its own, byte for byte.
+    assert_eq!(std::fs::read(out.join("spikes.spk")).unwrap(), reference);
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.manifest.status, Status::Complete);
+    assert_eq!(m.manifest.info.details["seed"], 1);
+    let mut names: Vec<&str> = m.manifest.files.iter().map(|f| f.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["spikes.spk", "summary.json"]);
+    hpc_io::rundir::check_file(&out.join("spikes.spk")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_early_stop_is_marked_incomplete_and_leaves_nothing_of_an_earlier_run() {
+    let dir = tmpdir("stop");
+    let out = dir.join("out");
+    // A complete run with figures, then a run stopped early in the same directory.
+    let mut full = cmd(&out, &["--t-sim", "30"]);
+    let args: Vec<String> = full
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .filter(|a| a != "--no-plot")
+        .collect();
+    full = Command::new(BRUNEL);
+    full.args(&args).env("HPC_LOG", "warn");
+    ok(&full.output().unwrap());
+    assert!(out.join("report.html").exists() && out.join("raster.png").exists());
+
+    let o = cmd(&out, &["--t-sim", "30", "--stop-at", "10"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let mut left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["run.json", "run.lock", "spikes.spk.partial", "summary.json"],
+        "an earlier run's files are left beside this one's"
+    );
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    match &m.manifest.status {
+        Status::Incomplete { reason, stopped_at } => {
+            assert!(reason.contains("--stop-at"), "{reason}");
+            assert_eq!(stopped_at.as_deref(), Some("10.0 ms"));
+        }
+        s => panic!("a stopped run is marked {s:?}"),
+    }
+    let e = hpc_io::rundir::check_file(&out.join("summary.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("incomplete"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_killed_run_does_not_keep_the_directory() {
+    let dir = tmpdir("killed");
+    let out = dir.join("out");
+    let mut first = cmd(&out, &["--t-sim", "1000", "--pace", "0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !hpc_io::rundir::inspect(&out)
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.liveness == Liveness::Running)
+    {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.liveness, Liveness::Abandoned);
+    let e = hpc_io::rundir::check_file(&out.join("spikes.spk.partial"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without finishing"), "{e}");
+    ok(&cmd(&out, &["--t-sim", "20"]).output().unwrap());
+    assert!(!out.join("spikes.spk.partial").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stdout_on_a_full_device_is_an_error_naming_it() {
+    let dir = tmpdir("devfull");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = cmd(&dir.join("out"), &["--t-sim", "20"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("cannot write standard output") && err.contains("No space left"),
+        "{err}"
+    );
+    // A reader that goes away (`| head`) is not an error.
+    let mut c = cmd(&dir.join("out2"), &["--t-sim", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdout.take());
+    assert!(c.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_trace_that_does_not_fit_is_an_error_naming_it() {
+    let dir = tmpdir("trace");
+    let trace = dir.join("trace.json");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "50", "--no-spikes"]);
+    c.arg("--trace").arg(&trace);
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // calls (setrlimit, signal) on values copied into it.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4096,
+                rlim_max: 4096,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains(&format!("cannot write {}", trace.display()))
+            && err.contains("File too large"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
