@@ -406,6 +406,14 @@ fn write_atomic(path: &Path, header: Header, payload: &mut dyn Read) -> Result<(
     result
 }
 
+/// Whether `name` is a temporary name of [`tmp_name`]: `<name>.tmp<digits>`.
+fn is_temporary(name: &str) -> bool {
+    name.rfind(".tmp").is_some_and(|i| {
+        let digits = &name[i + 4..];
+        i > 0 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 fn tmp_name(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(format!(".tmp{}", std::process::id()));
@@ -569,6 +577,9 @@ impl Checkpoints {
                 });
             }
         }
+        // Every rank's file of this step is written, and earlier steps are done:
+        // a temporary file left in any of them is an interrupted write's.
+        self.remove_temporaries(step);
         let manifest = Manifest {
             format: FORMAT.into(),
             version: FORMAT_VERSION,
@@ -587,6 +598,43 @@ impl Checkpoints {
             dir,
             manifest: parse_manifest(&path, text.as_bytes())?,
         })
+    }
+
+    /// Removes the temporary files (`<name>.tmp<pid>`) that interrupted writes left
+    /// in the directories of `step` and of the steps before it, whose writes are all
+    /// over once `step` is committed; each removal is logged. Returns how many were
+    /// removed. Failures are warnings: a leftover costs space, not correctness.
+    pub fn remove_temporaries(&self, step: u64) -> usize {
+        let mut removed = 0;
+        let steps = match self.steps() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for temporary checkpoint files");
+                return 0;
+            }
+        };
+        for s in steps.into_iter().filter(|&s| s <= step) {
+            let dir = self.step_dir(s);
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if !is_temporary(name) || !e.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                let path = e.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        removed += 1;
+                        tracing::info!(file = %path.display(), "removed the temporary file of an interrupted checkpoint write");
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "cannot remove a temporary checkpoint file")
+                    }
+                }
+            }
+        }
+        removed
     }
 
     /// The steps that have a directory (complete or not), ascending.
@@ -992,6 +1040,39 @@ mod tests {
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         assert!(Header::decode(&h.encode()[..39]).is_err());
+    }
+
+    #[test]
+    fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
+        let root = std::env::temp_dir().join(format!("ckpt-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let set = Checkpoints::new(&root);
+        // An interrupted checkpoint of step 10: a rank file and the manifest's
+        // temporary, no manifest.
+        let e = set.write_rank(10, 0, 1, b"ten").unwrap();
+        let left = [
+            set.step_dir(10).join("manifest.json.tmp4242"),
+            set.step_dir(10).join("rank-000000.ckpt.tmp17"),
+        ];
+        for p in &left {
+            fs::write(p, b"partial").unwrap();
+        }
+        let later = set.step_dir(30).join("rank-000000.ckpt.tmp99");
+        fs::create_dir_all(set.step_dir(30)).unwrap();
+        fs::write(&later, b"another step's write").unwrap();
+        drop(e);
+        let e = set.write_rank(20, 0, 1, b"twenty").unwrap();
+        set.commit(20, 1, [e], serde_json::json!({})).unwrap();
+        for p in &left {
+            assert!(!p.exists(), "{} is left", p.display());
+        }
+        // A later step's write may be under way: left alone.
+        assert!(later.exists());
+        assert!(set.step_dir(10).join("rank-000000.ckpt").exists());
+        assert!(
+            is_temporary("manifest.json.tmp1") && !is_temporary("a.tmp") && !is_temporary(".tmp1")
+        );
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

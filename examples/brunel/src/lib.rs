@@ -106,6 +106,64 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     Ok(((ms / dt).round() as u64).max(1))
 }
 
+/// `ms` milliseconds in whole steps of `dt`: an interval that is not a positive
+/// multiple of the step (a `--checkpoint-every 0.01` with a 0.1 ms step would
+/// otherwise be rounded to one step, a checkpoint at every step) is refused with a
+/// message naming `what` and the step.
+pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    let s = ms / dt;
+    let r = s.round();
+    if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
+        anyhow::bail!(
+            "{what} {ms} ms is not a positive multiple of the time step dt = {dt} ms \
+             (give {dt} ms or a multiple of it)"
+        );
+    }
+    Ok(r as u64)
+}
+
+/// The parameters that differ between `old` and `new` (serialisable parameter
+/// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
+/// restart may extend); empty when none differs.
+pub fn params_diff(
+    old: &impl serde::Serialize,
+    new: &impl serde::Serialize,
+    ignore: &[&str],
+) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(
+                        &name,
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("{prefix} {a} -> {b}")),
+            _ => {}
+        }
+    }
+    let (Ok(a), Ok(b)) = (serde_json::to_value(old), serde_json::to_value(new)) else {
+        return vec!["(the parameters cannot be compared)".into()];
+    };
+    let mut out = Vec::new();
+    walk("", &a, &b, &mut out);
+    out.retain(|d| !ignore.iter().any(|i| d.split(' ').next() == Some(i)));
+    out
+}
+
 /// Writes `bytes` to `path` through a temporary name, so that a failure (a full
 /// disk) leaves no partial file; the error names the file.
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -248,4 +306,30 @@ pub fn gather_reports(
         .map(|b| serde_json::from_slice(b))
         .collect::<Result<_, _>>()?;
     Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_steps_refuse_what_is_not_a_multiple_of_the_step() {
+        assert_eq!(whole_steps(10.0, 0.1, "--x").unwrap(), 100);
+        assert_eq!(whole_steps(0.3, 0.1, "--x").unwrap(), 3);
+        for bad in [0.01, 0.15, 0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = whole_steps(bad, 0.1, "--x").unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("dt = 0.1 ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_differing_parameters_are_named_with_both_values() {
+        let a = serde_json::json!({"g": 5.0, "t_sim": 10.0, "pop": {"n": 1, "m": 2}});
+        let b = serde_json::json!({"g": 6.0, "t_sim": 20.0, "pop": {"n": 1, "m": 3}});
+        assert_eq!(
+            params_diff(&a, &b, &["t_sim"]),
+            ["g 5.0 -> 6.0", "pop.m 2 -> 3"]
+        );
+        assert!(params_diff(&a, &a, &[]).is_empty());
+    }
 }

@@ -229,7 +229,7 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every: args
             .checkpoint_every
-            .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
+            .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         restart,

@@ -157,10 +157,13 @@ fn a_killed_run_does_not_keep_the_directory() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
+    // Until the run has said which files it writes.
     while !hpc_io::rundir::inspect(&out)
         .ok()
         .flatten()
-        .is_some_and(|m| m.liveness == Liveness::Running)
+        .is_some_and(|m| {
+            m.liveness == Liveness::Running && m.manifest.file("spikes.spk.partial").is_some()
+        })
     {
         assert!(Instant::now() < deadline, "the run never started");
         std::thread::sleep(Duration::from_millis(20));
@@ -229,5 +232,57 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
             && err.contains("File too large"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() {
+    let dir = tmpdir("interval");
+    let o = cmd(
+        &dir.join("out"),
+        &["--t-sim", "50", "--checkpoint-every", "0.01"],
+    )
+    .output()
+    .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains(
+            "--checkpoint-every 0.01 ms is not a positive multiple of the time step dt = 0.1 ms"
+        ),
+        "{err}"
+    );
+    assert!(!dir.join("out/checkpoints").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restart_of_another_model_names_the_parameter_that_differs() {
+    let dir = tmpdir("model");
+    let out = dir.join("out");
+    ok(&cmd(
+        &out,
+        &[
+            "--t-sim",
+            "30",
+            "--checkpoint-every",
+            "10",
+            "--stop-at",
+            "20",
+        ],
+    )
+    .output()
+    .unwrap());
+    let ck = out.join("checkpoints");
+    let o = cmd(&dir.join("again"), &["--t-sim", "30", "--g", "6"])
+        .arg("--restart")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("is of a different model: g 5.0 -> 6.0"),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 3, "one short message: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -200,7 +200,7 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
+        .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
