@@ -600,6 +600,32 @@ impl Checkpoints {
         })
     }
 
+    /// Keeps the newest `keep` (at least one) of the checkpoints whose steps are
+    /// listed in `written` (those this run committed, ascending) and removes the
+    /// directories of the others, oldest first; `written` is left holding the kept
+    /// steps. Only the listed steps are touched, so checkpoints of another run in the
+    /// same root (newer ones included) are never removed for this run's. Returns the
+    /// steps removed.
+    pub fn prune(&self, written: &mut Vec<u64>, keep: usize) -> Result<Vec<u64>> {
+        let keep = keep.max(1);
+        let excess = written.len().saturating_sub(keep);
+        let gone: Vec<u64> = written.drain(..excess).collect();
+        for &step in &gone {
+            let dir = self.step_dir(step);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::debug!(checkpoint = %dir.display(), "removed an older checkpoint")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove the older checkpoint", &dir)(e)),
+            }
+        }
+        if !gone.is_empty() {
+            sync_dir(&self.root)?;
+        }
+        Ok(gone)
+    }
+
     /// Removes the temporary files (`<name>.tmp<pid>`) that interrupted writes left
     /// in the directories of `step` and of the steps before it, whose writes are all
     /// over once `step` is committed; each removal is logged. Returns how many were
@@ -1072,6 +1098,32 @@ mod tests {
         assert!(
             is_temporary("manifest.json.tmp1") && !is_temporary("a.tmp") && !is_temporary(".tmp1")
         );
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
+        let root = std::env::temp_dir().join(format!("ckpt-prune-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let set = Checkpoints::new(&root);
+        let write = |step: u64| {
+            let e = set.write_rank(step, 0, 1, b"x").unwrap();
+            set.commit(step, 1, [e], serde_json::json!({})).unwrap();
+        };
+        // Another run's checkpoint, newer than all of this run's.
+        write(9000);
+        let mut written = Vec::new();
+        for step in (100..=600).step_by(100) {
+            write(step);
+            written.push(step);
+            set.prune(&mut written, 3).unwrap();
+            assert!(written.len() <= 3);
+        }
+        assert_eq!(written, [400, 500, 600]);
+        assert_eq!(set.steps().unwrap(), [400, 500, 600, 9000]);
+        // keep 0 is taken as 1: the newest is never removed.
+        assert_eq!(set.prune(&mut written, 0).unwrap(), [400, 500]);
+        assert_eq!(set.steps().unwrap(), [600, 9000]);
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -103,6 +103,10 @@ struct Args {
     /// Write a checkpoint every this many ms of simulated time.
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints, removing older ones of this run
+    /// once a newer one is complete (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -232,6 +236,7 @@ fn run(args: Args) -> Result<()> {
             .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
+        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
         stop_at: args
             .stop_at

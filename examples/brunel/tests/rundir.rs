@@ -286,3 +286,32 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
     assert!(err.lines().count() <= 3, "one short message: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn checkpoints_are_pruned_to_the_number_kept() {
+    let dir = tmpdir("prune");
+    let out = dir.join("out");
+    ok(&cmd(&out, &["--t-sim", "60", "--checkpoint-every", "10"])
+        .output()
+        .unwrap());
+    let set = hpc_checkpoint::Checkpoints::new(out.join("checkpoints"));
+    // The default keeps the newest 3 of the 6 written.
+    assert_eq!(set.steps().unwrap(), [400, 500, 600]);
+    let all = dir.join("all");
+    ok(&cmd(
+        &all,
+        &[
+            "--t-sim",
+            "60",
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-keep",
+            "0",
+        ],
+    )
+    .output()
+    .unwrap());
+    let set = hpc_checkpoint::Checkpoints::new(all.join("checkpoints"));
+    assert_eq!(set.steps().unwrap(), [100, 200, 300, 400, 500, 600]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

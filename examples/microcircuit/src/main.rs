@@ -100,6 +100,10 @@ struct Args {
     /// Write a checkpoint every this many ms of simulated time (warm-up included).
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints, removing older ones of this run
+    /// once a newer one is complete (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -240,6 +244,7 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every,
         checkpoint_dir: checkpoint_every.map(|_| ck_dir),
+        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
         stop_at,
     };
