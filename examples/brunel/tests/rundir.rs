@@ -57,7 +57,7 @@ fn a_second_run_on_the_same_directory_fails_at_once_and_the_first_is_intact() {
     let reference = std::fs::read(dir.join("ref/spikes.spk")).unwrap();
 
     // Seed 1 runs long enough (paced) for a second run to meet it.
-    let mut first = cmd(&out, &["--seed", "1", "--t-sim", "300", "--pace", "0.1"])
+    let first = cmd(&out, &["--seed", "1", "--t-sim", "300", "--pace", "0.1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
