@@ -315,3 +315,66 @@ fn checkpoints_are_pruned_to_the_number_kept() {
     assert_eq!(set.steps().unwrap(), [100, 200, 300, 400, 500, 600]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn in_a_multi_rank_run_rank_0_owns_the_directory_and_every_rank_fails_together() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks");
+    let out = dir.join("out");
+    let args: Vec<String> = [
+        "--preset",
+        "nest",
+        "--order",
+        "100",
+        "--t-sim",
+        "30",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--engine",
+        "thread",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // Another run holds the directory: both ranks fail, neither waits for the other.
+    let holder =
+        hpc_io::rundir::RunDir::create(&out, hpc_io::rundir::RunInfo::new("holder")).unwrap();
+    let t0 = Instant::now();
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .run();
+    assert!(t0.elapsed() < Duration::from_secs(20), "a rank waited");
+    let err0 = String::from_utf8_lossy(&outs[0].stderr);
+    let err1 = String::from_utf8_lossy(&outs[1].stderr);
+    assert_eq!(outs[0].status.code(), Some(1), "{err0}");
+    assert_eq!(outs[1].status.code(), Some(1), "{err1}");
+    assert!(err0.contains("is in use by"), "{err0}");
+    assert!(
+        err1.contains("rank 0 could not take the output directory"),
+        "{err1}"
+    );
+    holder.finish(Status::Complete).unwrap();
+
+    // Free: the two-rank run owns it and says so.
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .run();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.manifest.status, Status::Complete);
+    assert_eq!(m.manifest.info.program, "brunel");
+    assert_eq!(m.manifest.info.details["ranks"], 2);
+    hpc_io::rundir::check_file(&out.join("spikes.spk")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
