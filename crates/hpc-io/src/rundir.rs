@@ -485,8 +485,11 @@ impl RunDir {
         self.manifest.status = status;
         self.manifest.finished_unix_ms = Some(now_ms());
         let r = self.write_manifest();
-        // Closing the file releases the lock.
-        self.lock = None;
+        // The holder's name goes with the lock, so that it never names a run that
+        // has ended; closing the file releases the lock.
+        if let Some(lock) = self.lock.take() {
+            let _ = lock.set_len(0);
+        }
         r
     }
 }
@@ -674,6 +677,7 @@ mod tests {
                 size: Some(9)
             }]
         );
+        assert_eq!(fs::read(t.0.join(LOCK)).unwrap(), b"", "the lock names no ended run");
         // Released: the next run may start, and removes the earlier run's file.
         let b = RunDir::create(&t.0, info()).unwrap();
         assert!(!t.0.join("spikes.spk").exists());
