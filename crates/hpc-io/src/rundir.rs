@@ -15,6 +15,11 @@
 //!    start time, arguments, the program's details (such as the seed) and status
 //!    `running`.
 //!
+//! [`RunDir::lock`] does the first step only, so that a run can check its input
+//! (a checkpoint to resume from, its parameters) once it holds the directory and
+//! before [`RunDir::start`] changes anything in it: a run refused for bad input
+//! leaves the earlier run's files as they were.
+//!
 //! Every file the run writes is recorded in the manifest ([`RunDir::record`]);
 //! [`RunDir::finish`] marks the run [`Status::Complete`] or [`Status::Incomplete`]
 //! (a run stopped early, with the reason and where it stopped) and lists every
@@ -325,14 +330,26 @@ pub struct RunDir {
     dir: PathBuf,
     manifest: Manifest,
     lock: Option<File>,
+    started: bool,
     finished: bool,
 }
 
 impl RunDir {
     /// Creates `dir` if missing, takes its lock (failing at once with
     /// [`Error::Busy`] when another run holds it), removes the files of an earlier
-    /// run and writes the manifest with status `running`.
+    /// run and writes the manifest with status `running`: [`RunDir::lock`], then
+    /// [`RunDir::start`].
     pub fn create(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
+        let mut run = RunDir::lock(dir, info)?;
+        run.start()?;
+        Ok(run)
+    }
+
+    /// Creates `dir` if missing and takes its lock (failing at once with
+    /// [`Error::Busy`] when another run holds it), changing nothing else: a run
+    /// that finds a problem in its input after this and before [`RunDir::start`]
+    /// leaves the earlier run's files and manifest as they were.
+    pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let Some(mut lock) = try_lock(&dir)? else {
@@ -353,18 +370,43 @@ impl RunDir {
             lock.sync_all()
         })()
         .map_err(io("write", &lock_path))?;
+        Ok(RunDir {
+            manifest: Manifest {
+                format: FORMAT.into(),
+                version: FORMAT_VERSION,
+                run_id,
+                pid,
+                host,
+                started_unix_ms: started,
+                finished_unix_ms: None,
+                info,
+                status: Status::Running,
+                files: Vec::new(),
+            },
+            dir,
+            lock: Some(lock),
+            started: false,
+            finished: false,
+        })
+    }
 
-        // What an earlier run left: the files its manifest lists, the program's
-        // output names, and temporaries of either.
-        let manifest_path = dir.join(MANIFEST);
-        let earlier = match read_manifest(&manifest_path) {
+    /// Starts the run in the locked directory (once; later calls do nothing):
+    /// removes what an earlier run left (the files its manifest lists, the
+    /// program's output names, and their temporaries) and writes the manifest with
+    /// status `running`.
+    pub fn start(&mut self) -> Result<()> {
+        if self.started {
+            return Ok(());
+        }
+        let dir = self.dir.clone();
+        let earlier = match read_manifest(&dir.join(MANIFEST)) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, "ignoring an unreadable earlier manifest");
                 None
             }
         };
-        let mut stale: Vec<String> = info.outputs.clone();
+        let mut stale: Vec<String> = self.manifest.info.outputs.clone();
         if let Some(m) = &earlier {
             stale.extend(m.files.iter().map(|f| f.name.clone()));
         }
@@ -384,25 +426,8 @@ impl RunDir {
                 }
             }
         }
-        let mut run = RunDir {
-            manifest: Manifest {
-                format: FORMAT.into(),
-                version: FORMAT_VERSION,
-                run_id,
-                pid,
-                host,
-                started_unix_ms: started,
-                finished_unix_ms: None,
-                info,
-                status: Status::Running,
-                files: Vec::new(),
-            },
-            dir,
-            lock: Some(lock),
-            finished: false,
-        };
-        run.write_manifest()?;
-        Ok(run)
+        self.started = true;
+        self.write_manifest()
     }
 
     /// The directory.
@@ -433,6 +458,7 @@ impl RunDir {
     /// that dies mid-write still names it); rewrites the manifest when it is new.
     pub fn record(&mut self, name: &str) -> Result<PathBuf> {
         check_name(name)?;
+        self.start()?;
         if self.manifest.file(name).is_none() {
             self.manifest.files.push(RunFile {
                 name: name.into(),
@@ -471,6 +497,7 @@ impl RunDir {
     }
 
     fn finish_with(&mut self, status: Status) -> Result<()> {
+        self.start()?;
         self.finished = true;
         let dir = self.dir.clone();
         self.manifest
@@ -504,7 +531,12 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.started {
+            // Nothing was changed: only the holder's name leaves the lock file.
+            if let Some(lock) = self.lock.take() {
+                let _ = lock.set_len(0);
+            }
+        } else if !self.finished {
             let status = Status::Incomplete {
                 reason: "the run ended with an error before finishing".into(),
                 stopped_at: None,
@@ -677,7 +709,11 @@ mod tests {
                 size: Some(9)
             }]
         );
-        assert_eq!(fs::read(t.0.join(LOCK)).unwrap(), b"", "the lock names no ended run");
+        assert_eq!(
+            fs::read(t.0.join(LOCK)).unwrap(),
+            b"",
+            "the lock names no ended run"
+        );
         // Released: the next run may start, and removes the earlier run's file.
         let b = RunDir::create(&t.0, info()).unwrap();
         assert!(!t.0.join("spikes.spk").exists());
@@ -791,6 +827,24 @@ mod tests {
             inspect(&t.0).unwrap().unwrap().liveness,
             Liveness::Abandoned
         );
+    }
+
+    #[test]
+    fn a_run_that_stops_before_it_starts_changes_nothing() {
+        let t = Tmp::new("lockonly");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        a.write_atomic("spikes.spk", b"kept").unwrap();
+        a.finish(Status::Complete).unwrap();
+        let before = fs::read(t.0.join(MANIFEST)).unwrap();
+        let b = RunDir::lock(&t.0, info()).unwrap();
+        assert!(matches!(
+            RunDir::create(&t.0, info()),
+            Err(Error::Busy { .. })
+        ));
+        drop(b); // bad input found before start
+        assert_eq!(fs::read(t.0.join("spikes.spk")).unwrap(), b"kept");
+        assert_eq!(fs::read(t.0.join(MANIFEST)).unwrap(), before);
+        check_file(&t.0.join("spikes.spk")).unwrap();
     }
 
     #[test]

@@ -204,11 +204,12 @@ pub fn output_names() -> Vec<String> {
 }
 
 /// Takes the output directory `out` for this run (a collective: every rank calls
-/// it). Rank 0, which writes the shared files, creates the directory, locks it
-/// against other runs, removes an earlier run's files and writes `run.json`
-/// ([`hpc_io::rundir`]); the other ranks learn whether it could, so that all ranks
-/// fail together (with rank 0's message) when another run holds the directory.
-/// Rank 0 gets the directory, the others `None`.
+/// it). Rank 0, which writes the shared files, creates the directory and locks it
+/// against other runs ([`hpc_io::rundir::RunDir::lock`]; its `start`, once the
+/// run's input is checked, removes an earlier run's files and writes `run.json`);
+/// the other ranks learn whether it could, so that all ranks fail together (with
+/// rank 0's message) when another run holds the directory. Rank 0 gets the
+/// directory, the others `None`.
 pub fn own_output_dir(
     world: &hpc_rs::World,
     out: &std::path::Path,
@@ -220,7 +221,7 @@ pub fn own_output_dir(
         let mut info = hpc_io::rundir::RunInfo::new(program);
         info.details = details;
         info.outputs = output_names();
-        match hpc_io::rundir::RunDir::create(out, info) {
+        match hpc_io::rundir::RunDir::lock(out, info) {
             Ok(d) => {
                 mine = Some(d);
                 Ok(())

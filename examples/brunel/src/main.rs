@@ -176,6 +176,11 @@ fn run(args: Args) -> Result<()> {
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
+    if let Some(f) = args.pace {
+        if !(f.is_finite() && f > 0.0) {
+            anyhow::bail!("--pace must be a positive number, got {f}");
+        }
+    }
     // Plans (and, unless --no-pin, binds) for this run's threads per rank.
     let ctx = hpc_rs::init_with(hpc_rs::Options {
         threads: Some(args.threads.max(1)),
@@ -204,19 +209,14 @@ fn run(args: Args) -> Result<()> {
     }
     let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
-    // fails here, before any of its files is touched.
+    // fails here, before any of its files is touched. The earlier run's files are
+    // removed only once the input (a checkpoint to resume from) is checked.
     let mut out_dir = brunel::own_output_dir(
         &world,
         &args.out,
         "brunel",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
     )?;
-    if let Some(d) = out_dir.as_mut() {
-        if !args.no_spikes {
-            d.record("spikes.spk.partial")?;
-            d.record("spikes.spk")?;
-        }
-    }
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
             Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
@@ -240,18 +240,20 @@ fn run(args: Args) -> Result<()> {
         restart,
         stop_at: args
             .stop_at
-            .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
+            .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
             .transpose()?,
     };
 
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
-    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
-    let mut last = Instant::now() - Duration::from_secs(1);
-    if let Some(f) = args.pace {
-        if !(f.is_finite() && f > 0.0) {
-            anyhow::bail!("--pace must be a positive number, got {f}");
+    if let Some(d) = out_dir.as_mut() {
+        d.start()?;
+        if !args.no_spikes {
+            d.record("spikes.spk.partial")?;
+            d.record("spikes.spk")?;
         }
     }
+    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    let mut last = Instant::now() - Duration::from_secs(1);
     let pace = args.pace;
     let mut bar = |p: &Progress| {
         if let Some(f) = pace {

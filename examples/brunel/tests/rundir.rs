@@ -252,6 +252,15 @@ fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() 
         "{err}"
     );
     assert!(!dir.join("out/checkpoints").exists());
+    // So is a stop between two steps.
+    let o = cmd(&dir.join("out"), &["--t-sim", "50", "--stop-at", "10.05"])
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("--stop-at 10.05 ms is not a positive multiple"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -273,7 +282,9 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
     .output()
     .unwrap());
     let ck = out.join("checkpoints");
-    let o = cmd(&dir.join("again"), &["--t-sim", "30", "--g", "6"])
+    let manifest = std::fs::read(out.join("run.json")).unwrap();
+    // Into the same directory: refused before anything of the earlier run goes.
+    let o = cmd(&out, &["--t-sim", "30", "--g", "6"])
         .arg("--restart")
         .arg(&ck)
         .output()
@@ -284,6 +295,8 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
         "{err}"
     );
     assert!(err.lines().count() <= 3, "one short message: {err}");
+    assert_eq!(std::fs::read(out.join("run.json")).unwrap(), manifest);
+    assert!(out.join("spikes.spk.partial").exists() && out.join("summary.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -208,7 +208,7 @@ fn run(args: Args) -> Result<()> {
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
+        .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
         .transpose()?;
     microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
@@ -216,19 +216,14 @@ fn run(args: Args) -> Result<()> {
     let (rank, size) = (world.rank(), world.size());
     let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
-    // fails here, before any of its files is touched.
+    // fails here, before any of its files is touched. The earlier run's files are
+    // removed only once the input (a checkpoint to resume from) is checked.
     let mut out_dir = brunel::own_output_dir(
         &world,
         &args.out,
         "microcircuit",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
     )?;
-    if let Some(d) = out_dir.as_mut() {
-        if !args.no_spikes {
-            d.record("spikes.spk.partial")?;
-            d.record("spikes.spk")?;
-        }
-    }
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
             Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
@@ -249,6 +244,13 @@ fn run(args: Args) -> Result<()> {
         stop_at,
     };
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
+    if let Some(d) = out_dir.as_mut() {
+        d.start()?;
+        if !args.no_spikes {
+            d.record("spikes.spk.partial")?;
+            d.record("spikes.spk")?;
+        }
+    }
     let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
     let mut last = Instant::now() - Duration::from_secs(1);
     let presim = model.presim_steps;
