@@ -406,6 +406,14 @@ fn write_atomic(path: &Path, header: Header, payload: &mut dyn Read) -> Result<(
     result
 }
 
+/// Whether `name` is a temporary name of [`tmp_name`]: `<name>.tmp<digits>`.
+fn is_temporary(name: &str) -> bool {
+    name.rfind(".tmp").is_some_and(|i| {
+        let digits = &name[i + 4..];
+        i > 0 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 fn tmp_name(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(format!(".tmp{}", std::process::id()));
@@ -569,6 +577,9 @@ impl Checkpoints {
                 });
             }
         }
+        // Every rank's file of this step is written, and earlier steps are done:
+        // a temporary file left in any of them is an interrupted write's.
+        self.remove_temporaries(step);
         let manifest = Manifest {
             format: FORMAT.into(),
             version: FORMAT_VERSION,
@@ -587,6 +598,69 @@ impl Checkpoints {
             dir,
             manifest: parse_manifest(&path, text.as_bytes())?,
         })
+    }
+
+    /// Keeps the newest `keep` (at least one) of the checkpoints whose steps are
+    /// listed in `written` (those this run committed, ascending) and removes the
+    /// directories of the others, oldest first; `written` is left holding the kept
+    /// steps. Only the listed steps are touched, so checkpoints of another run in the
+    /// same root (newer ones included) are never removed for this run's. Returns the
+    /// steps removed.
+    pub fn prune(&self, written: &mut Vec<u64>, keep: usize) -> Result<Vec<u64>> {
+        let keep = keep.max(1);
+        let excess = written.len().saturating_sub(keep);
+        let gone: Vec<u64> = written.drain(..excess).collect();
+        for &step in &gone {
+            let dir = self.step_dir(step);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::debug!(checkpoint = %dir.display(), "removed an older checkpoint")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove the older checkpoint", &dir)(e)),
+            }
+        }
+        if !gone.is_empty() {
+            sync_dir(&self.root)?;
+        }
+        Ok(gone)
+    }
+
+    /// Removes the temporary files (`<name>.tmp<pid>`) that interrupted writes left
+    /// in the directories of `step` and of the steps before it, whose writes are all
+    /// over once `step` is committed; each removal is logged. Returns how many were
+    /// removed. Failures are warnings: a leftover costs space, not correctness.
+    pub fn remove_temporaries(&self, step: u64) -> usize {
+        let mut removed = 0;
+        let steps = match self.steps() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for temporary checkpoint files");
+                return 0;
+            }
+        };
+        for s in steps.into_iter().filter(|&s| s <= step) {
+            let dir = self.step_dir(s);
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if !is_temporary(name) || !e.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                let path = e.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        removed += 1;
+                        tracing::info!(file = %path.display(), "removed the temporary file of an interrupted checkpoint write");
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "cannot remove a temporary checkpoint file")
+                    }
+                }
+            }
+        }
+        removed
     }
 
     /// The steps that have a directory (complete or not), ascending.
@@ -992,6 +1066,65 @@ mod tests {
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         assert!(Header::decode(&h.encode()[..39]).is_err());
+    }
+
+    #[test]
+    fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
+        let root = std::env::temp_dir().join(format!("ckpt-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let set = Checkpoints::new(&root);
+        // An interrupted checkpoint of step 10: a rank file and the manifest's
+        // temporary, no manifest.
+        let e = set.write_rank(10, 0, 1, b"ten").unwrap();
+        let left = [
+            set.step_dir(10).join("manifest.json.tmp4242"),
+            set.step_dir(10).join("rank-000000.ckpt.tmp17"),
+        ];
+        for p in &left {
+            fs::write(p, b"partial").unwrap();
+        }
+        let later = set.step_dir(30).join("rank-000000.ckpt.tmp99");
+        fs::create_dir_all(set.step_dir(30)).unwrap();
+        fs::write(&later, b"another step's write").unwrap();
+        drop(e);
+        let e = set.write_rank(20, 0, 1, b"twenty").unwrap();
+        set.commit(20, 1, [e], serde_json::json!({})).unwrap();
+        for p in &left {
+            assert!(!p.exists(), "{} is left", p.display());
+        }
+        // A later step's write may be under way: left alone.
+        assert!(later.exists());
+        assert!(set.step_dir(10).join("rank-000000.ckpt").exists());
+        assert!(
+            is_temporary("manifest.json.tmp1") && !is_temporary("a.tmp") && !is_temporary(".tmp1")
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
+        let root = std::env::temp_dir().join(format!("ckpt-prune-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let set = Checkpoints::new(&root);
+        let write = |step: u64| {
+            let e = set.write_rank(step, 0, 1, b"x").unwrap();
+            set.commit(step, 1, [e], serde_json::json!({})).unwrap();
+        };
+        // Another run's checkpoint, newer than all of this run's.
+        write(9000);
+        let mut written = Vec::new();
+        for step in (100..=600).step_by(100) {
+            write(step);
+            written.push(step);
+            set.prune(&mut written, 3).unwrap();
+            assert!(written.len() <= 3);
+        }
+        assert_eq!(written, [400, 500, 600]);
+        assert_eq!(set.steps().unwrap(), [400, 500, 600, 9000]);
+        // keep 0 is taken as 1: the newest is never removed.
+        assert_eq!(set.prune(&mut written, 0).unwrap(), [400, 500]);
+        assert_eq!(set.steps().unwrap(), [600, 9000]);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

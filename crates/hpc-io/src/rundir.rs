@@ -1,1 +1,864 @@
-//! Output directories owned by one run (filled in next).
+//! Output directories owned by one run at a time.
+//!
+//! A run that writes into a directory ([`RunDir::create`]):
+//!
+//! 1. creates the directory if it is missing and takes an exclusive, non-blocking
+//!    `flock` on [`LOCK`] inside it. A second run on the same directory fails at once
+//!    with [`Error::Busy`], which names the directory and the process (pid, host,
+//!    run id) holding it. The lock belongs to the open file, so it goes away with
+//!    the process however it ends (a crash or `kill -9` leaves no stale lock);
+//! 2. removes the files that an earlier run's manifest lists, and the files of the
+//!    names the program declares as its outputs ([`RunInfo::outputs`], for
+//!    directories written before manifests existed), so that nothing older can be
+//!    taken for this run's. Subdirectories and unknown files are left alone;
+//! 3. writes the manifest [`MANIFEST`] (`run.json`): run id, program, pid, host,
+//!    start time, arguments, the program's details (such as the seed) and status
+//!    `running`.
+//!
+//! [`RunDir::lock`] does the first step only, so that a run can check its input
+//! (a checkpoint to resume from, its parameters) once it holds the directory and
+//! before [`RunDir::start`] changes anything in it: a run refused for bad input
+//! leaves the earlier run's files as they were.
+//!
+//! Every file the run writes is recorded in the manifest ([`RunDir::record`]);
+//! [`RunDir::finish`] marks the run [`Status::Complete`] or [`Status::Incomplete`]
+//! (a run stopped early, with the reason and where it stopped) and lists every
+//! recorded file that exists with its size. Each manifest is written to a temporary
+//! name, synced and renamed, and the directory synced, so a reader sees either the
+//! old or the new manifest. A run dropped without `finish` (an error) marks itself
+//! incomplete; a run that was killed leaves status `running` without a lock holder,
+//! which [`inspect`] reports as [`Liveness::Abandoned`].
+//!
+//! Readers check a file with [`check_file`]: a file in a run directory is trusted
+//! only when the manifest lists it and the run completed.
+//!
+//! `flock` works across nodes on NFSv4 and on Lustre mounted with `-o flock`; with
+//! `-o localflock` (or NFSv3 without lockd) two runs on different nodes are not kept
+//! apart. In a multi-rank run, the rank that writes the shared files (rank 0) owns
+//! the directory; the other ranks only write under subdirectories it leaves alone.
+//!
+//! ```
+//! use hpc_io::rundir::{RunDir, RunInfo, Status, Liveness};
+//! let dir = std::env::temp_dir().join(format!("rundir-doc-{}", std::process::id()));
+//! let mut info = RunInfo::new("demo");
+//! info.outputs = vec!["result.txt".into()];
+//! let mut run = RunDir::create(&dir, info.clone())?;
+//! // A second run on the same directory is refused at once.
+//! let busy = RunDir::create(&dir, info).unwrap_err();
+//! assert!(busy.to_string().contains("in use by"), "{busy}");
+//! run.write_atomic("result.txt", b"42\n")?;
+//! run.finish(Status::Complete)?;
+//! let m = hpc_io::rundir::inspect(&dir)?.unwrap();
+//! assert_eq!(m.liveness, Liveness::Finished);
+//! assert_eq!(m.manifest.files[0].name, "result.txt");
+//! hpc_io::rundir::check_file(&dir.join("result.txt"))?;
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), hpc_io::rundir::Error>(())
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// The manifest of a run directory.
+pub const MANIFEST: &str = "run.json";
+/// The lock file of a run directory (it holds the pid, host and run id of its holder).
+pub const LOCK: &str = "run.lock";
+/// The `format` field of every manifest.
+pub const FORMAT: &str = "hpc-io run";
+/// The manifest format version this crate writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Everything that can go wrong; each variant names the directory or file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another run holds the directory.
+    #[error(
+        "output directory {dir} is in use by {holder}; wait for it to finish or choose another directory"
+    )]
+    Busy {
+        /// The directory.
+        dir: PathBuf,
+        /// Who holds it, as far as its lock file says (`another run` if unknown).
+        holder: String,
+    },
+    /// A file operation failed.
+    #[error("cannot {op} {path}: {error}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error (in the message, so not also a `source`).
+        error: std::io::Error,
+    },
+    /// A manifest that cannot be read as one.
+    #[error("{path} is not a valid run manifest: {reason}")]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A name that is not a plain file name inside the directory.
+    #[error("{0:?} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)")]
+    Name(String),
+    /// A file a reader should not trust (not listed, or the run did not complete).
+    #[error("{path}: {reason}")]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Result type of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |error| Error::Io {
+        op,
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// What a run says about itself in its manifest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The program (`brunel`).
+    pub program: String,
+    /// Its command line.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The program's own details (seed, ranks, parameters).
+    #[serde(default)]
+    pub details: serde_json::Value,
+    /// Names of files the program writes into the directory. An earlier file of
+    /// one of these names is removed when the run starts even if no manifest lists
+    /// it. Not written to the manifest.
+    #[serde(skip)]
+    pub outputs: Vec<String>,
+}
+
+impl RunInfo {
+    /// A run of `program` with this process' command line.
+    pub fn new(program: &str) -> RunInfo {
+        RunInfo {
+            program: program.into(),
+            args: std::env::args().collect(),
+            details: serde_json::Value::Null,
+            outputs: Vec::new(),
+        }
+    }
+}
+
+/// How a run ended (or that it has not).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Status {
+    /// Still running (or killed before it could say otherwise).
+    Running,
+    /// Ran to the end; every listed file is complete.
+    Complete,
+    /// Stopped early or failed; the listed files are what it left.
+    Incomplete {
+        /// Why (`--stop-at`, an error).
+        reason: String,
+        /// Where it stopped, in the program's words (`500.0 ms`), if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stopped_at: Option<String>,
+    },
+}
+
+/// A file as the manifest lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFile {
+    /// Its name in the directory.
+    pub name: String,
+    /// Its size when the manifest was written (`None` while the run is writing it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// The manifest (`run.json`) of a run directory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] of the writer.
+    pub version: u32,
+    /// Unique id of the run (host, pid, start time).
+    pub run_id: String,
+    /// Pid of the run.
+    pub pid: u32,
+    /// Host name of the run.
+    pub host: String,
+    /// Start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// End, milliseconds since the Unix epoch (once finished).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_unix_ms: Option<u64>,
+    /// What the run says about itself.
+    #[serde(flatten)]
+    pub info: RunInfo,
+    /// How it ended.
+    #[serde(flatten)]
+    pub status: Status,
+    /// Every file the run wrote.
+    pub files: Vec<RunFile>,
+}
+
+impl Manifest {
+    /// The entry of `name`, if the run wrote it.
+    pub fn file(&self, name: &str) -> Option<&RunFile> {
+        self.files.iter().find(|f| f.name == name)
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn host_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0')
+        && name != MANIFEST
+        && name != LOCK;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Name(name.into()))
+    }
+}
+
+fn tmp_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Writes `bytes` to `dir/name` through a temporary name: synced, renamed, the
+/// directory synced. The temporary file is removed on an error.
+fn write_replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let path = dir.join(name);
+    let tmp = tmp_path(dir, name);
+    let result = (|| {
+        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+        fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync the directory", dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if m.format != FORMAT || m.version != FORMAT_VERSION {
+        return Err(Error::Manifest {
+            path: path.to_path_buf(),
+            reason: format!(
+                "format {:?} version {}, this reader knows {FORMAT:?} version {FORMAT_VERSION}",
+                m.format, m.version
+            ),
+        });
+    }
+    Ok(Some(m))
+}
+
+/// Tries to take the lock of `dir`; `Ok(None)` when another process holds it.
+fn try_lock(dir: &Path) -> Result<Option<File>> {
+    let path = dir.join(LOCK);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io("open the lock file", &path))?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(f)),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
+        Err(e) => Err(io("lock", &path)(e.into())),
+    }
+}
+
+fn holder_of(dir: &Path) -> String {
+    let mut text = String::new();
+    let _ = File::open(dir.join(LOCK)).and_then(|mut f| f.read_to_string(&mut text));
+    let text = text.trim();
+    if text.is_empty() {
+        "another run".into()
+    } else {
+        text.chars().take(300).collect()
+    }
+}
+
+/// An output directory this run owns (see the [module](self) documentation).
+#[derive(Debug)]
+pub struct RunDir {
+    dir: PathBuf,
+    manifest: Manifest,
+    lock: Option<File>,
+    started: bool,
+    finished: bool,
+}
+
+impl RunDir {
+    /// Creates `dir` if missing, takes its lock (failing at once with
+    /// [`Error::Busy`] when another run holds it), removes the files of an earlier
+    /// run and writes the manifest with status `running`: [`RunDir::lock`], then
+    /// [`RunDir::start`].
+    pub fn create(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
+        let mut run = RunDir::lock(dir, info)?;
+        run.start()?;
+        Ok(run)
+    }
+
+    /// Creates `dir` if missing and takes its lock (failing at once with
+    /// [`Error::Busy`] when another run holds it), changing nothing else: a run
+    /// that finds a problem in its input after this and before [`RunDir::start`]
+    /// leaves the earlier run's files and manifest as they were.
+    pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let Some(mut lock) = try_lock(&dir)? else {
+            return Err(Error::Busy {
+                holder: holder_of(&dir),
+                dir,
+            });
+        };
+        let pid = std::process::id();
+        let host = host_name();
+        let started = now_ms();
+        let run_id = format!("{host}-{pid}-{started}");
+        let lock_path = dir.join(LOCK);
+        (|| {
+            lock.set_len(0)?;
+            lock.rewind()?;
+            write!(lock, "run {run_id} (pid {pid} on host {host})")?;
+            lock.sync_all()
+        })()
+        .map_err(io("write", &lock_path))?;
+        Ok(RunDir {
+            manifest: Manifest {
+                format: FORMAT.into(),
+                version: FORMAT_VERSION,
+                run_id,
+                pid,
+                host,
+                started_unix_ms: started,
+                finished_unix_ms: None,
+                info,
+                status: Status::Running,
+                files: Vec::new(),
+            },
+            dir,
+            lock: Some(lock),
+            started: false,
+            finished: false,
+        })
+    }
+
+    /// Starts the run in the locked directory (once; later calls do nothing):
+    /// removes what an earlier run left (the files its manifest lists, the
+    /// program's output names, and their temporaries) and writes the manifest with
+    /// status `running`.
+    pub fn start(&mut self) -> Result<()> {
+        if self.started {
+            return Ok(());
+        }
+        let dir = self.dir.clone();
+        let earlier = match read_manifest(&dir.join(MANIFEST)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring an unreadable earlier manifest");
+                None
+            }
+        };
+        let mut stale: Vec<String> = self.manifest.info.outputs.clone();
+        if let Some(m) = &earlier {
+            stale.extend(m.files.iter().map(|f| f.name.clone()));
+        }
+        stale.sort();
+        stale.dedup();
+        for name in &stale {
+            if check_name(name).is_err() {
+                continue;
+            }
+            for path in [dir.join(name), tmp_path(&dir, name)] {
+                match fs::symlink_metadata(&path) {
+                    Ok(m) if !m.is_dir() => {
+                        fs::remove_file(&path).map_err(io("remove the earlier run's", &path))?;
+                        tracing::info!(file = %path.display(), "removed a file of an earlier run");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.started = true;
+        self.write_manifest()
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest as last written.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The path of `name` in the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn write_manifest(&mut self) -> Result<()> {
+        let mut text = serde_json::to_vec_pretty(&self.manifest).map_err(|e| Error::Manifest {
+            path: self.dir.join(MANIFEST),
+            reason: e.to_string(),
+        })?;
+        text.push(b'\n');
+        write_replace(&self.dir, MANIFEST, &text)
+    }
+
+    /// Records `name` as a file this run writes (before writing it, so that a run
+    /// that dies mid-write still names it); rewrites the manifest when it is new.
+    pub fn record(&mut self, name: &str) -> Result<PathBuf> {
+        check_name(name)?;
+        self.start()?;
+        if self.manifest.file(name).is_none() {
+            self.manifest.files.push(RunFile {
+                name: name.into(),
+                size: None,
+            });
+            self.write_manifest()?;
+        }
+        Ok(self.dir.join(name))
+    }
+
+    /// Records the file at `path`, which must lie directly in the directory (as the
+    /// paths a writer returns); see [`RunDir::record`].
+    pub fn record_path(&mut self, path: &Path) -> Result<()> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|_| path.parent().is_some_and(|p| same_dir(p, &self.dir)))
+            .ok_or_else(|| Error::Name(path.display().to_string()))?;
+        self.record(name).map(|_| ())
+    }
+
+    /// Writes `bytes` to `name` atomically (temporary name, sync, rename) and
+    /// records it.
+    pub fn write_atomic(&mut self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+        let path = self.record(name)?;
+        write_replace(&self.dir, name, bytes)?;
+        Ok(path)
+    }
+
+    /// Ends the run: every recorded file that exists is listed with its size (a
+    /// recorded name that no longer exists, such as a `.partial` file renamed to its
+    /// final name, is dropped), `status` is written, and the lock is released.
+    pub fn finish(mut self, status: Status) -> Result<Manifest> {
+        self.finish_with(status)?;
+        Ok(self.manifest.clone())
+    }
+
+    fn finish_with(&mut self, status: Status) -> Result<()> {
+        self.start()?;
+        self.finished = true;
+        let dir = self.dir.clone();
+        self.manifest
+            .files
+            .retain_mut(|f| match fs::symlink_metadata(dir.join(&f.name)) {
+                Ok(m) => {
+                    f.size = Some(m.len());
+                    true
+                }
+                Err(_) => false,
+            });
+        self.manifest.status = status;
+        self.manifest.finished_unix_ms = Some(now_ms());
+        let r = self.write_manifest();
+        // The holder's name goes with the lock, so that it never names a run that
+        // has ended; closing the file releases the lock.
+        if let Some(lock) = self.lock.take() {
+            let _ = lock.set_len(0);
+        }
+        r
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b
+        || match (fs::canonicalize(a), fs::canonicalize(b)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if !self.started {
+            // Nothing was changed: only the holder's name leaves the lock file.
+            if let Some(lock) = self.lock.take() {
+                let _ = lock.set_len(0);
+            }
+        } else if !self.finished {
+            let status = Status::Incomplete {
+                reason: "the run ended with an error before finishing".into(),
+                stopped_at: None,
+            };
+            if let Err(e) = self.finish_with(status) {
+                tracing::warn!(error = %e, "could not mark the run directory incomplete");
+            }
+        }
+    }
+}
+
+/// Whether the run that wrote a manifest is still there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// A process holds the lock: the run is in progress.
+    Running,
+    /// The run finished (completely or not).
+    Finished,
+    /// The manifest says `running` but nobody holds the lock: the run was killed.
+    Abandoned,
+}
+
+/// A run directory's manifest as a reader finds it.
+#[derive(Clone, Debug)]
+pub struct Inspected {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Whether its run is still there.
+    pub liveness: Liveness,
+}
+
+/// Reads the manifest of `dir` (`None` when there is none) and finds out whether its
+/// run is still in progress (by trying its lock, released at once).
+pub fn inspect(dir: &Path) -> Result<Option<Inspected>> {
+    let Some(manifest) = read_manifest(&dir.join(MANIFEST))? else {
+        return Ok(None);
+    };
+    let liveness = match manifest.status {
+        Status::Running => {
+            let held = match OpenOptions::new().read(true).open(dir.join(LOCK)) {
+                Ok(f) => matches!(
+                    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+                    Err(e) if e == rustix::io::Errno::WOULDBLOCK
+                ),
+                Err(_) => false,
+            };
+            if held {
+                Liveness::Running
+            } else {
+                Liveness::Abandoned
+            }
+        }
+        _ => Liveness::Finished,
+    };
+    Ok(Some(Inspected { manifest, liveness }))
+}
+
+/// Checks that the file at `path` can be trusted as a result: when its directory has
+/// a manifest, the manifest must list it, its run must have completed, and its size
+/// must be the listed one. A file in a directory without a manifest passes (it was
+/// not written by a run directory); the caller decides whether to warn.
+pub fn check_file(path: &Path) -> Result<()> {
+    let untrusted = |reason: String| Error::Untrusted {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| untrusted("not a file name".into()))?;
+    let Some(found) = inspect(dir)? else {
+        return Ok(());
+    };
+    let m = &found.manifest;
+    let Some(entry) = m.file(name) else {
+        return Err(untrusted(format!(
+            "not written by the run {} that {} describes (an older or foreign file)",
+            m.run_id,
+            dir.join(MANIFEST).display()
+        )));
+    };
+    match (&m.status, found.liveness) {
+        (_, Liveness::Running) => {
+            return Err(untrusted(format!(
+                "the run {} (pid {} on {}) is still writing it",
+                m.run_id, m.pid, m.host
+            )))
+        }
+        (_, Liveness::Abandoned) => {
+            return Err(untrusted(format!(
+                "the run {} that wrote it ended without finishing (killed?)",
+                m.run_id
+            )))
+        }
+        (Status::Incomplete { reason, stopped_at }, _) => {
+            return Err(untrusted(format!(
+                "the run {} that wrote it is incomplete: {reason}{}",
+                m.run_id,
+                stopped_at
+                    .as_ref()
+                    .map(|s| format!(" (stopped at {s})"))
+                    .unwrap_or_default()
+            )))
+        }
+        _ => {}
+    }
+    let size = fs::metadata(path).map_err(io("read", path))?.len();
+    if entry.size.is_some_and(|s| s != size) {
+        return Err(untrusted(format!(
+            "{size} bytes, but its run's manifest says {} (changed since)",
+            entry.size.unwrap_or(0)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tmp(PathBuf);
+    impl Tmp {
+        fn new(tag: &str) -> Tmp {
+            let p = std::env::temp_dir().join(format!(
+                "hpc-io-rundir-{tag}-{}-{}",
+                std::process::id(),
+                now_ms()
+            ));
+            let _ = fs::remove_dir_all(&p);
+            Tmp(p)
+        }
+    }
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn info() -> RunInfo {
+        let mut i = RunInfo::new("test");
+        i.outputs = vec!["spikes.spk".into(), "summary.json".into()];
+        i
+    }
+
+    #[test]
+    fn a_second_run_is_refused_at_once_and_the_first_keeps_its_files() {
+        let t = Tmp::new("busy");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        a.write_atomic("spikes.spk", b"first run").unwrap();
+        let t0 = std::time::Instant::now();
+        let err = RunDir::create(&t.0, info()).unwrap_err();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Busy { .. }), "{msg}");
+        assert!(msg.contains(&t.0.display().to_string()), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+        assert_eq!(fs::read(t.0.join("spikes.spk")).unwrap(), b"first run");
+        let m = a.finish(Status::Complete).unwrap();
+        assert_eq!(
+            m.files,
+            vec![RunFile {
+                name: "spikes.spk".into(),
+                size: Some(9)
+            }]
+        );
+        assert_eq!(
+            fs::read(t.0.join(LOCK)).unwrap(),
+            b"",
+            "the lock names no ended run"
+        );
+        // Released: the next run may start, and removes the earlier run's file.
+        let b = RunDir::create(&t.0, info()).unwrap();
+        assert!(!t.0.join("spikes.spk").exists());
+        drop(b);
+    }
+
+    #[test]
+    fn an_earlier_runs_files_do_not_stay_beside_a_new_runs() {
+        let t = Tmp::new("stale");
+        fs::create_dir_all(t.0.join("checkpoints")).unwrap();
+        // A directory from before manifests, and a file the user put there.
+        fs::write(t.0.join("summary.json"), "old").unwrap();
+        fs::write(t.0.join("notes.txt"), "mine").unwrap();
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        assert!(!t.0.join("summary.json").exists());
+        a.write_atomic("report.html", b"<p>a</p>").unwrap();
+        a.write_atomic("spikes.spk", b"aaaa").unwrap();
+        a.finish(Status::Complete).unwrap();
+        // The next run writes only a summary: nothing of the first is left.
+        let mut b = RunDir::create(&t.0, info()).unwrap();
+        assert!(!t.0.join("report.html").exists());
+        assert!(!t.0.join("spikes.spk").exists());
+        b.write_atomic("summary.json", b"{}").unwrap();
+        let m = b.finish(Status::Complete).unwrap();
+        assert_eq!(m.files.len(), 1);
+        assert_eq!(fs::read(t.0.join("notes.txt")).unwrap(), b"mine");
+        assert!(t.0.join("checkpoints").is_dir());
+        check_file(&t.0.join("summary.json")).unwrap();
+        let e = check_file(&t.0.join("notes.txt")).unwrap_err().to_string();
+        assert!(e.contains("older or foreign"), "{e}");
+    }
+
+    #[test]
+    fn an_early_stop_is_marked_incomplete_and_readers_are_told() {
+        let t = Tmp::new("stop");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        let partial = a.record("spikes.spk.partial").unwrap();
+        fs::write(&partial, b"1234").unwrap();
+        a.record("spikes.spk").unwrap();
+        let m = a
+            .finish(Status::Incomplete {
+                reason: "--stop-at".into(),
+                stopped_at: Some("50.0 ms".into()),
+            })
+            .unwrap();
+        // The final name was never written: only the partial file is listed.
+        assert_eq!(
+            m.files,
+            vec![RunFile {
+                name: "spikes.spk.partial".into(),
+                size: Some(4)
+            }]
+        );
+        let text = fs::read_to_string(t.0.join(MANIFEST)).unwrap();
+        assert!(text.contains("\"status\": \"incomplete\""), "{text}");
+        let e = check_file(&partial).unwrap_err().to_string();
+        assert!(
+            e.contains("incomplete: --stop-at (stopped at 50.0 ms)"),
+            "{e}"
+        );
+        // A run that errors out (dropped) says so too.
+        let b = RunDir::create(&t.0, info()).unwrap();
+        drop(b);
+        let m = inspect(&t.0).unwrap().unwrap();
+        assert!(matches!(m.manifest.status, Status::Incomplete { .. }));
+        assert!(
+            !partial.exists(),
+            "the earlier run's partial file was removed"
+        );
+    }
+
+    #[test]
+    fn a_killed_runs_lock_goes_away() {
+        let t = Tmp::new("killed");
+        fs::create_dir_all(&t.0).unwrap();
+        // A child process takes the lock with flock(1), says so, and is killed.
+        // (`-o`: the lock stays with the flock process, which is the one killed.)
+        let mut child = std::process::Command::new("flock")
+            .arg("-o")
+            .arg(t.0.join(LOCK))
+            .args(["sh", "-c", "echo locked; read line"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("flock(1) is needed for this test");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "locked");
+        let e = RunDir::create(&t.0, info()).unwrap_err();
+        assert!(matches!(e, Error::Busy { .. }), "{e}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Its shell ends with its input.
+        drop(child.stdin.take());
+        let r = RunDir::create(&t.0, info()).unwrap();
+        assert_eq!(inspect(&t.0).unwrap().unwrap().liveness, Liveness::Running);
+        r.finish(Status::Complete).unwrap();
+        // A manifest still saying `running` with nobody holding the lock is what a
+        // killed run leaves: readers are told it was abandoned.
+        let text = fs::read_to_string(t.0.join(MANIFEST)).unwrap();
+        fs::write(
+            t.0.join(MANIFEST),
+            text.replace("\"complete\"", "\"running\""),
+        )
+        .unwrap();
+        assert_eq!(
+            inspect(&t.0).unwrap().unwrap().liveness,
+            Liveness::Abandoned
+        );
+    }
+
+    #[test]
+    fn a_run_that_stops_before_it_starts_changes_nothing() {
+        let t = Tmp::new("lockonly");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        a.write_atomic("spikes.spk", b"kept").unwrap();
+        a.finish(Status::Complete).unwrap();
+        let before = fs::read(t.0.join(MANIFEST)).unwrap();
+        let b = RunDir::lock(&t.0, info()).unwrap();
+        assert!(matches!(
+            RunDir::create(&t.0, info()),
+            Err(Error::Busy { .. })
+        ));
+        drop(b); // bad input found before start
+        assert_eq!(fs::read(t.0.join("spikes.spk")).unwrap(), b"kept");
+        assert_eq!(fs::read(t.0.join(MANIFEST)).unwrap(), before);
+        check_file(&t.0.join("spikes.spk")).unwrap();
+    }
+
+    #[test]
+    fn names_are_plain_and_manifests_are_checked() {
+        let t = Tmp::new("names");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        for bad in ["", "..", "a/b", MANIFEST, LOCK] {
+            assert!(a.record(bad).is_err(), "{bad:?}");
+        }
+        assert!(a.record_path(Path::new("/elsewhere/x")).is_err());
+        a.record_path(&t.0.join("x")).unwrap();
+        a.finish(Status::Complete).unwrap();
+        fs::write(t.0.join(MANIFEST), "{ not json").unwrap();
+        let e = inspect(&t.0).unwrap_err().to_string();
+        assert!(e.contains("not a valid run manifest"), "{e}");
+    }
+}

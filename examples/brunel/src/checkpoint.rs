@@ -261,9 +261,9 @@ pub fn choose(
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     if !r.meta.params.same_model(&model.params) {
         bail!(
-            "checkpoint {} is of a different model; its parameters:\n{}",
+            "checkpoint {} is of a different model: {} (checkpoint -> this run)",
             r.dir().display(),
-            r.meta.params.to_toml()
+            crate::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
         );
     }
     if r.step() > model.steps {

@@ -106,6 +106,64 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     Ok(((ms / dt).round() as u64).max(1))
 }
 
+/// `ms` milliseconds in whole steps of `dt`: an interval that is not a positive
+/// multiple of the step (a `--checkpoint-every 0.01` with a 0.1 ms step would
+/// otherwise be rounded to one step, a checkpoint at every step) is refused with a
+/// message naming `what` and the step.
+pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    let s = ms / dt;
+    let r = s.round();
+    if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
+        anyhow::bail!(
+            "{what} {ms} ms is not a positive multiple of the time step dt = {dt} ms \
+             (give {dt} ms or a multiple of it)"
+        );
+    }
+    Ok(r as u64)
+}
+
+/// The parameters that differ between `old` and `new` (serialisable parameter
+/// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
+/// restart may extend); empty when none differs.
+pub fn params_diff(
+    old: &impl serde::Serialize,
+    new: &impl serde::Serialize,
+    ignore: &[&str],
+) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(
+                        &name,
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("{prefix} {a} -> {b}")),
+            _ => {}
+        }
+    }
+    let (Ok(a), Ok(b)) = (serde_json::to_value(old), serde_json::to_value(new)) else {
+        return vec!["(the parameters cannot be compared)".into()];
+    };
+    let mut out = Vec::new();
+    walk("", &a, &b, &mut out);
+    out.retain(|d| !ignore.iter().any(|i| d.split(' ').next() == Some(i)));
+    out
+}
+
 /// Writes `bytes` to `path` through a temporary name, so that a failure (a full
 /// disk) leaves no partial file; the error names the file.
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -122,6 +180,86 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         let _ = std::fs::remove_file(&tmp);
         return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
     }
+    Ok(())
+}
+
+/// The names of the files a run of brunel or microcircuit writes into its output
+/// directory: the spike file (and its `.partial` name), the summary, the report and
+/// the figures. Earlier files of these names are removed when a run starts, so that
+/// none can be taken for the new run's.
+pub fn output_names() -> Vec<String> {
+    let mut names: Vec<String> = [
+        "spikes.spk",
+        "spikes.spk.partial",
+        "summary.json",
+        "report.html",
+    ]
+    .map(String::from)
+    .to_vec();
+    for p in spike_report::plot::Plot::ALL {
+        names.push(format!("{}.png", p.file_stem()));
+        names.push(format!("{}.svg", p.file_stem()));
+    }
+    names
+}
+
+/// Takes the output directory `out` for this run (a collective: every rank calls
+/// it). Rank 0, which writes the shared files, creates the directory and locks it
+/// against other runs ([`hpc_io::rundir::RunDir::lock`]; its `start`, once the
+/// run's input is checked, removes an earlier run's files and writes `run.json`);
+/// the other ranks learn whether it could, so that all ranks fail together (with
+/// rank 0's message) when another run holds the directory. Rank 0 gets the
+/// directory, the others `None`.
+pub fn own_output_dir(
+    world: &hpc_rs::World,
+    out: &std::path::Path,
+    program: &str,
+    details: serde_json::Value,
+) -> anyhow::Result<Option<hpc_io::rundir::RunDir>> {
+    let mut mine = None;
+    let outcome: std::result::Result<(), String> = if world.rank() == 0 {
+        let mut info = hpc_io::rundir::RunInfo::new(program);
+        info.details = details;
+        info.outputs = output_names();
+        match hpc_io::rundir::RunDir::lock(out, info) {
+            Ok(d) => {
+                mine = Some(d);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    } else {
+        Ok(())
+    };
+    let shared: std::result::Result<(), String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&outcome)?)?)?;
+    match shared {
+        Ok(()) => Ok(mine),
+        Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
+        Err(_) => Err(anyhow::anyhow!(
+            "rank 0 could not take the output directory {}",
+            out.display()
+        )),
+    }
+}
+
+/// Ends the run in `dir`: complete, or incomplete when it stopped at `end_step`
+/// (of `dt` ms) before the end (`--stop-at`).
+pub fn finish_output_dir(
+    dir: hpc_io::rundir::RunDir,
+    completed: bool,
+    end_step: u64,
+    dt: f64,
+) -> anyhow::Result<()> {
+    let status = if completed {
+        hpc_io::rundir::Status::Complete
+    } else {
+        hpc_io::rundir::Status::Incomplete {
+            reason: "stopped early (--stop-at)".into(),
+            stopped_at: Some(format!("{:.1} ms", end_step as f64 * dt)),
+        }
+    };
+    dir.finish(status)?;
     Ok(())
 }
 
@@ -169,4 +307,30 @@ pub fn gather_reports(
         .map(|b| serde_json::from_slice(b))
         .collect::<Result<_, _>>()?;
     Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_steps_refuse_what_is_not_a_multiple_of_the_step() {
+        assert_eq!(whole_steps(10.0, 0.1, "--x").unwrap(), 100);
+        assert_eq!(whole_steps(0.3, 0.1, "--x").unwrap(), 3);
+        for bad in [0.01, 0.15, 0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = whole_steps(bad, 0.1, "--x").unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("dt = 0.1 ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_differing_parameters_are_named_with_both_values() {
+        let a = serde_json::json!({"g": 5.0, "t_sim": 10.0, "pop": {"n": 1, "m": 2}});
+        let b = serde_json::json!({"g": 6.0, "t_sim": 20.0, "pop": {"n": 1, "m": 3}});
+        assert_eq!(
+            params_diff(&a, &b, &["t_sim"]),
+            ["g 5.0 -> 6.0", "pop.m 2 -> 3"]
+        );
+        assert!(params_diff(&a, &a, &[]).is_empty());
+    }
 }

@@ -6,7 +6,7 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,11 +17,12 @@ use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
 
-/// Prints a line of the summary; a closed stdout (`| head`) is not an error.
+/// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
+/// closed stdout (`| head`) is not.
 macro_rules! say {
-    ($($t:tt)*) => {{
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
+    ($($t:tt)*) => {
+        hpc_io::say!($($t)*)?
+    };
 }
 
 #[derive(Parser, Debug)]
@@ -102,6 +103,10 @@ struct Args {
     /// Write a checkpoint every this many ms of simulated time.
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints, removing older ones of this run
+    /// once a newer one is complete (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -171,6 +176,11 @@ fn run(args: Args) -> Result<()> {
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
     }
+    if let Some(f) = args.pace {
+        if !(f.is_finite() && f > 0.0) {
+            anyhow::bail!("--pace must be a positive number, got {f}");
+        }
+    }
     // Plans (and, unless --no-pin, binds) for this run's threads per rank.
     let ctx = hpc_rs::init_with(hpc_rs::Options {
         threads: Some(args.threads.max(1)),
@@ -198,10 +208,15 @@ fn run(args: Args) -> Result<()> {
         Err(e) => return Err(e),
     }
     let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
-    if rank == 0 {
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("creating {}", args.out.display()))?;
-    }
+    // Rank 0 writes the shared files: it owns the directory, and a second run on it
+    // fails here, before any of its files is touched. The earlier run's files are
+    // removed only once the input (a checkpoint to resume from) is checked.
+    let mut out_dir = brunel::own_output_dir(
+        &world,
+        &args.out,
+        "brunel",
+        serde_json::json!({ "seed": model.params.seed, "ranks": size }),
+    )?;
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
             Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
@@ -218,24 +233,27 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every: args
             .checkpoint_every
-            .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
+            .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
+        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
         stop_at: args
             .stop_at
-            .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
+            .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
             .transpose()?,
     };
 
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
-    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
-    let mut last = Instant::now() - Duration::from_secs(1);
-    if let Some(f) = args.pace {
-        if !(f.is_finite() && f > 0.0) {
-            anyhow::bail!("--pace must be a positive number, got {f}");
+    if let Some(d) = out_dir.as_mut() {
+        d.start()?;
+        if !args.no_spikes {
+            d.record("spikes.spk.partial")?;
+            d.record("spikes.spk")?;
         }
     }
+    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    let mut last = Instant::now() - Duration::from_secs(1);
     let pace = args.pace;
     let mut bar = |p: &Progress| {
         if let Some(f) = pace {
@@ -274,7 +292,12 @@ fn run(args: Args) -> Result<()> {
         eprintln!();
     }
     if let Some(all) = brunel::gather_reports(&world, &report)? {
-        summary(&args, &model, &report, &all, &pool, reference.as_ref())?;
+        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
+        summary(&args, dir, &model, &report, &all, &pool, reference.as_ref())?;
+        hpc_io::write::flush_stdout()?;
+    }
+    if let Some(d) = out_dir {
+        brunel::finish_output_dir(d, report.completed, report.end_step, dt)?;
     }
     Ok(())
 }
@@ -285,6 +308,7 @@ fn mib(b: u64) -> String {
 
 fn summary(
     args: &Args,
+    dir: &mut hpc_io::rundir::RunDir,
     model: &Model,
     me: &RankReport,
     all: &[brunel::Gathered],
@@ -363,15 +387,12 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    brunel::write_atomic(
-        &args.out.join("summary.json"),
-        &serde_json::to_vec_pretty(&summary)?,
-    )?;
+    dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
     match &me.spike_file {
         Some(f) => {
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
-                draw(f, model, &summary, reference, &args.out)?;
+                draw(f, model, &summary, reference, dir)?;
             }
         }
         None if !me.completed => say!(
@@ -389,8 +410,14 @@ fn draw(
     model: &Model,
     summary: &serde_json::Value,
     reference: Option<&brunel::plot::Reference>,
-    out: &Path,
+    dir: &mut hpc_io::rundir::RunDir,
 ) -> Result<()> {
+    for name in brunel::output_names() {
+        if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
+            dir.record(&name)?;
+        }
+    }
+    let out = dir.path();
     let report = brunel::plot::report(spikes, model, summary, reference, out)?;
     say!(
         "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
@@ -421,7 +448,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let (chrome, _guard) = match &args.trace {
+    let (chrome, guard, latch) = match &args.trace {
         Some(path) => {
             // One file per rank when there are several.
             let path = match std::env::var(hpc_runtime::env::RANK) {
@@ -442,19 +469,33 @@ fn main() {
                     std::process::exit(1);
                 }
             };
+            // The trace is written by a thread of tracing-chrome that would drop (or
+            // panic on) a write error: the latch keeps it for the check at the end.
+            let (file, latch) = hpc_io::write::Latched::new(file, path.display());
             let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
                 .writer(file)
                 .include_args(true)
                 .build();
             let layer = layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-            (Some(layer), Some(guard))
+            (Some(layer), Some(guard), Some(latch))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     tracing_subscriber::registry().with(fmt).with(chrome).init();
-    if let Err(e) = run(args) {
-        drop(_guard);
+    let result = run(args);
+    // Ends the trace (its last bytes are written now) before checking it.
+    drop(guard);
+    let traced = latch.map_or(Ok(()), |l| l.check());
+    let mut failed = false;
+    if let Err(e) = result {
         eprintln!("brunel: error: {e:#}");
+        failed = true;
+    }
+    if let Err(e) = traced {
+        eprintln!("brunel: error: {e} (the trace is incomplete)");
+        failed = true;
+    }
+    if failed {
         std::process::exit(1);
     }
 }

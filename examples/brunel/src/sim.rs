@@ -62,6 +62,9 @@ pub struct RunOptions {
     pub checkpoint_every: Option<u64>,
     /// Directory of the checkpoints.
     pub checkpoint_dir: Option<PathBuf>,
+    /// Keep only the newest this many of the checkpoints this run writes (older ones
+    /// of this run are removed once a newer one is complete); `None`: keep all.
+    pub checkpoint_keep: Option<usize>,
     /// Resume from this checkpoint (a `step-*` directory or their parent). Read by
     /// [`Simulation::new`]; [`Simulation::run`] continues the spike file of the
     /// checkpoint that `new` restored.
@@ -453,6 +456,8 @@ impl<'a> Simulation<'a> {
         let mut has_gathered = false;
         let mut records: Vec<(u32, u32)> = Vec::new();
         let mut exchanged = 0u64;
+        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+        let mut ck_written: Vec<u64> = Vec::new();
         let gid_bits = model.gid_bits;
         let gid_mask = self.dynp.gid_mask;
 
@@ -578,6 +583,10 @@ impl<'a> Simulation<'a> {
                         let ck =
                             checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
                         tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+                        ck_written.push(self.step);
+                        if let Some(keep) = opts.checkpoint_keep {
+                            set.prune(&mut ck_written, keep)?;
+                        }
                     }
                     io_s += ti.elapsed().as_secs_f64();
                 }

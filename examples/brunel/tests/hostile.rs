@@ -325,7 +325,14 @@ fn a_full_disk_names_the_file_and_leaves_no_partial_output() {
         err.contains("summary.json") && err.contains("File too large"),
         "{err}"
     );
-    assert_eq!(files_in(&out), Vec::<String>::new());
+    // Only the run's manifest (which says the run did not finish) and its lock.
+    assert_eq!(files_in(&out), ["run.json", "run.lock"]);
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert!(
+        matches!(m.manifest.status, hpc_io::rundir::Status::Incomplete { .. }),
+        "{:?}",
+        m.manifest.status
+    );
 
     // The spikes and the summary fit, the overview figure does not.
     let out = dir.join("plot");

@@ -13,7 +13,6 @@
 //! the rank's thread CPU time per transform, and the relative error against
 //! the serial transform.
 
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
@@ -21,11 +20,12 @@ use clap::Parser;
 use fft3d::{serial_fft3d, whole_input, Fft3d, Grid, Mode, Setup, C64};
 use hpc_comm::{CommOptions, Engine, ReduceOp};
 
-/// Prints a line; a closed stdout (`| head`) is not an error.
+/// Prints a line; a failed write (`> /dev/full`: the result would be lost) is an
+/// error, a closed stdout (`| head`) is not.
 macro_rules! say {
-    ($($t:tt)*) => {{
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
+    ($($t:tt)*) => {
+        hpc_io::say!($($t)*)?
+    };
 }
 
 #[derive(Parser, Debug)]
@@ -207,6 +207,7 @@ fn run(args: Args) -> Result<()> {
             rel,
             max
         );
+        hpc_io::write::flush_stdout()?;
     }
     // NaN (a broken transform) fails too.
     if !args.no_check && (rel.is_nan() || rel > args.tolerance) {

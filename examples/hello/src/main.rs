@@ -14,7 +14,16 @@ use hpc_rs::comm::ReduceOp;
 fn main() -> anyhow::Result<()> {
     let ctx = hpc_rs::init()?;
     let world = &ctx.world;
-    println!(
+    // A failed write to stdout (`> /dev/full`) is kept and returned at the end, after
+    // the collectives, so that the other ranks are not left waiting for this one; a
+    // closed stdout (`| head`) is not an error.
+    let mut out = Ok(());
+    let mut say = |args: std::fmt::Arguments<'_>| {
+        if out.is_ok() {
+            out = hpc_io::write::stdout_line(args);
+        }
+    };
+    say(format_args!(
         "hello from rank {} of {} on node {} ({}), local rank {} of {}",
         world.rank(),
         world.size(),
@@ -22,9 +31,9 @@ fn main() -> anyhow::Result<()> {
         world.nodes().name(world.node()),
         world.local_rank(),
         world.local_size()
-    );
+    ));
     if let Some(p) = &ctx.placement {
-        println!(
+        say(format_args!(
             "rank {}: cores {:?} (PUs {}{}), NUMA {:?}, environment: {}",
             world.rank(),
             p.compute_cores,
@@ -32,7 +41,7 @@ fn main() -> anyhow::Result<()> {
             if ctx.bound { ", bound" } else { "" },
             p.numa,
             ctx.environment.runtime.kind.name()
-        );
+        ));
     }
     // Allreduce (sum) of a per-rank value.
     let comm = ctx.comm()?;
@@ -48,13 +57,15 @@ fn main() -> anyhow::Result<()> {
     );
     comm.barrier()?;
     if world.rank() == 0 {
-        println!(
+        say(format_args!(
             "allreduce: sum over ranks of (rank+1)^2 = {total} (expected {expected}) via {}, \
              engine {} ({})",
             world.bootstrap(),
             comm.engine().name(),
             comm.progress_note()
-        );
+        ));
     }
+    out?;
+    hpc_io::write::flush_stdout()?;
     Ok(())
 }

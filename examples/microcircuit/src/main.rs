@@ -7,7 +7,7 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,10 +19,12 @@ use microcircuit::exchange::TargetedExchange;
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
 
+/// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
+/// closed stdout (`| head`) is not.
 macro_rules! say {
-    ($($t:tt)*) => {{
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
+    ($($t:tt)*) => {
+        hpc_io::say!($($t)*)?
+    };
 }
 
 /// How spikes travel between ranks.
@@ -98,6 +100,10 @@ struct Args {
     /// Write a checkpoint every this many ms of simulated time (warm-up included).
     #[arg(long, value_name = "MS")]
     checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints, removing older ones of this run
+    /// once a newer one is complete (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -198,21 +204,26 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| brunel::steps_of(ms, dt, "--checkpoint-every"))
+        .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| brunel::steps_of(ms, dt, "--stop-at"))
+        .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
         .transpose()?;
     microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
-    if rank == 0 {
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("creating {}", args.out.display()))?;
-    }
+    // Rank 0 writes the shared files: it owns the directory, and a second run on it
+    // fails here, before any of its files is touched. The earlier run's files are
+    // removed only once the input (a checkpoint to resume from) is checked.
+    let mut out_dir = brunel::own_output_dir(
+        &world,
+        &args.out,
+        "microcircuit",
+        serde_json::json!({ "seed": model.params.seed, "ranks": size }),
+    )?;
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
             Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
@@ -228,10 +239,18 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every,
         checkpoint_dir: checkpoint_every.map(|_| ck_dir),
+        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
         stop_at,
     };
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
+    if let Some(d) = out_dir.as_mut() {
+        d.start()?;
+        if !args.no_spikes {
+            d.record("spikes.spk.partial")?;
+            d.record("spikes.spk")?;
+        }
+    }
     let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
     let mut last = Instant::now() - Duration::from_secs(1);
     let presim = model.presim_steps;
@@ -257,7 +276,12 @@ fn run(args: Args) -> Result<()> {
         eprintln!();
     }
     if let Some(all) = brunel::gather_reports(&world, &report)? {
-        summary(&args, &model, &report, &all, &pool)?;
+        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
+        summary(&args, dir, &model, &report, &all, &pool)?;
+        hpc_io::write::flush_stdout()?;
+    }
+    if let Some(d) = out_dir {
+        brunel::finish_output_dir(d, report.completed, report.end_step, dt)?;
     }
     Ok(())
 }
@@ -268,6 +292,7 @@ fn mib(b: u64) -> String {
 
 fn summary(
     args: &Args,
+    dir: &mut hpc_io::rundir::RunDir,
     model: &Model,
     me: &RankReport,
     all: &[brunel::Gathered],
@@ -361,14 +386,16 @@ fn summary(
         "bytes_per_synapse": conn_bytes as f64 / synapses.max(1) as f64,
         "completed": me.completed, "ranks_report": reports,
     });
-    brunel::write_atomic(
-        &args.out.join("summary.json"),
-        &serde_json::to_vec_pretty(&summary)?,
-    )?;
+    dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
     match &me.spike_file {
         Some(f) => {
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
+                for name in brunel::output_names() {
+                    if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
+                        dir.record(&name)?;
+                    }
+                }
                 let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
                 say!(
                     "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",

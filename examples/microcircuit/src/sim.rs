@@ -818,6 +818,8 @@ impl<'a> Simulation<'a> {
         let mut has_gathered = false;
         let mut records: Vec<(u32, u32)> = Vec::new();
         let mut received = 0u64;
+        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+        let mut ck_written: Vec<u64> = Vec::new();
         let gid_bits = model.gid_bits;
         let gid_mask = self.dynp.gid_mask;
         let mut last_flush = self.step;
@@ -957,6 +959,12 @@ impl<'a> Simulation<'a> {
                 if let Some(dir) = &opts.checkpoint_dir {
                     let ti = Instant::now();
                     self.write_checkpoint(ex, dir, writer.as_ref(), recorder.as_ref())?;
+                    if self.rank == 0 {
+                        ck_written.push(self.step);
+                        if let Some(keep) = opts.checkpoint_keep {
+                            hpc_checkpoint::Checkpoints::new(dir).prune(&mut ck_written, keep)?;
+                        }
+                    }
                     io_s += ti.elapsed().as_secs_f64();
                 }
             }

@@ -1,0 +1,393 @@
+//! Output directories owned by one run, and writes that fail loudly, as a user meets
+//! them: two runs on one directory, an earlier run's files, a run stopped early,
+//! stdout on a full device and a trace that does not fit.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hpc_io::rundir::{Liveness, Status};
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    hpc_test_support::tmpdir("brunel-rundir", tag)
+}
+
+fn cmd(out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(BRUNEL);
+    c.args([
+        "--preset",
+        "nest",
+        "--order",
+        "100",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--out",
+    ])
+    .arg(out)
+    .args(extra)
+    .env("HPC_LOG", "warn");
+    c
+}
+
+fn ok(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "brunel failed: {err}");
+    err
+}
+
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn a_second_run_on_the_same_directory_fails_at_once_and_the_first_is_intact() {
+    let dir = tmpdir("concurrent");
+    let out = dir.join("out");
+    // Reference: seed 1 alone.
+    ok(&cmd(&dir.join("ref"), &["--seed", "1", "--t-sim", "300"])
+        .output()
+        .unwrap());
+    let reference = std::fs::read(dir.join("ref/spikes.spk")).unwrap();
+
+    // Seed 1 runs long enough (paced) for a second run to meet it.
+    let first = cmd(&out, &["--seed", "1", "--t-sim", "300", "--pace", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if hpc_io::rundir::inspect(&out)
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.liveness == Liveness::Running)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t0 = Instant::now();
+    let second = cmd(&out, &["--seed", "2", "--t-sim", "300"])
+        .output()
+        .unwrap();
+    let err = refused(&second);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "the second run did not fail fast"
+    );
+    assert!(
+        err.contains("is in use by") && err.contains(&out.display().to_string()),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+    let first = first.wait_with_output().unwrap();
+    ok(&first);
+    // The first run's spikes are its own, byte for byte.
+    assert_eq!(std::fs::read(out.join("spikes.spk")).unwrap(), reference);
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.manifest.status, Status::Complete);
+    assert_eq!(m.manifest.info.details["seed"], 1);
+    let mut names: Vec<&str> = m.manifest.files.iter().map(|f| f.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["spikes.spk", "summary.json"]);
+    hpc_io::rundir::check_file(&out.join("spikes.spk")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_early_stop_is_marked_incomplete_and_leaves_nothing_of_an_earlier_run() {
+    let dir = tmpdir("stop");
+    let out = dir.join("out");
+    // A complete run with figures, then a run stopped early in the same directory.
+    let mut full = cmd(&out, &["--t-sim", "30"]);
+    let args: Vec<String> = full
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .filter(|a| a != "--no-plot")
+        .collect();
+    full = Command::new(BRUNEL);
+    full.args(&args).env("HPC_LOG", "warn");
+    ok(&full.output().unwrap());
+    assert!(out.join("report.html").exists() && out.join("raster.png").exists());
+
+    let o = cmd(&out, &["--t-sim", "30", "--stop-at", "10"])
+        .output()
+        .unwrap();
+    ok(&o);
+    let mut left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["run.json", "run.lock", "spikes.spk.partial", "summary.json"],
+        "an earlier run's files are left beside this one's"
+    );
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    match &m.manifest.status {
+        Status::Incomplete { reason, stopped_at } => {
+            assert!(reason.contains("--stop-at"), "{reason}");
+            assert_eq!(stopped_at.as_deref(), Some("10.0 ms"));
+        }
+        s => panic!("a stopped run is marked {s:?}"),
+    }
+    let e = hpc_io::rundir::check_file(&out.join("summary.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("incomplete"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_killed_run_does_not_keep_the_directory() {
+    let dir = tmpdir("killed");
+    let out = dir.join("out");
+    let mut first = cmd(&out, &["--t-sim", "1000", "--pace", "0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Until the run has said which files it writes.
+    while !hpc_io::rundir::inspect(&out)
+        .ok()
+        .flatten()
+        .is_some_and(|m| {
+            m.liveness == Liveness::Running && m.manifest.file("spikes.spk.partial").is_some()
+        })
+    {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.liveness, Liveness::Abandoned);
+    let e = hpc_io::rundir::check_file(&out.join("spikes.spk.partial"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without finishing"), "{e}");
+    ok(&cmd(&out, &["--t-sim", "20"]).output().unwrap());
+    assert!(!out.join("spikes.spk.partial").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn stdout_on_a_full_device_is_an_error_naming_it() {
+    let dir = tmpdir("devfull");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = cmd(&dir.join("out"), &["--t-sim", "20"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("cannot write standard output") && err.contains("No space left"),
+        "{err}"
+    );
+    // A reader that goes away (`| head`) is not an error.
+    let mut c = cmd(&dir.join("out2"), &["--t-sim", "20"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(c.stdout.take());
+    assert!(c.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_trace_that_does_not_fit_is_an_error_naming_it() {
+    let dir = tmpdir("trace");
+    let trace = dir.join("trace.json");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "50", "--no-spikes"]);
+    c.arg("--trace").arg(&trace);
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // calls (setrlimit, signal) on values copied into it.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4096,
+                rlim_max: 4096,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains(&format!("cannot write {}", trace.display()))
+            && err.contains("File too large"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() {
+    let dir = tmpdir("interval");
+    let o = cmd(
+        &dir.join("out"),
+        &["--t-sim", "50", "--checkpoint-every", "0.01"],
+    )
+    .output()
+    .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains(
+            "--checkpoint-every 0.01 ms is not a positive multiple of the time step dt = 0.1 ms"
+        ),
+        "{err}"
+    );
+    assert!(!dir.join("out/checkpoints").exists());
+    // So is a stop between two steps.
+    let o = cmd(&dir.join("out"), &["--t-sim", "50", "--stop-at", "10.05"])
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("--stop-at 10.05 ms is not a positive multiple"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restart_of_another_model_names_the_parameter_that_differs() {
+    let dir = tmpdir("model");
+    let out = dir.join("out");
+    ok(&cmd(
+        &out,
+        &[
+            "--t-sim",
+            "30",
+            "--checkpoint-every",
+            "10",
+            "--stop-at",
+            "20",
+        ],
+    )
+    .output()
+    .unwrap());
+    let ck = out.join("checkpoints");
+    let manifest = std::fs::read(out.join("run.json")).unwrap();
+    // Into the same directory: refused before anything of the earlier run goes.
+    let o = cmd(&out, &["--t-sim", "30", "--g", "6"])
+        .arg("--restart")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("is of a different model: g 5.0 -> 6.0"),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 3, "one short message: {err}");
+    assert_eq!(std::fs::read(out.join("run.json")).unwrap(), manifest);
+    assert!(out.join("spikes.spk.partial").exists() && out.join("summary.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn checkpoints_are_pruned_to_the_number_kept() {
+    let dir = tmpdir("prune");
+    let out = dir.join("out");
+    ok(&cmd(&out, &["--t-sim", "60", "--checkpoint-every", "10"])
+        .output()
+        .unwrap());
+    let set = hpc_checkpoint::Checkpoints::new(out.join("checkpoints"));
+    // The default keeps the newest 3 of the 6 written.
+    assert_eq!(set.steps().unwrap(), [400, 500, 600]);
+    let all = dir.join("all");
+    ok(&cmd(
+        &all,
+        &[
+            "--t-sim",
+            "60",
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-keep",
+            "0",
+        ],
+    )
+    .output()
+    .unwrap());
+    let set = hpc_checkpoint::Checkpoints::new(all.join("checkpoints"));
+    assert_eq!(set.steps().unwrap(), [100, 200, 300, 400, 500, 600]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn in_a_multi_rank_run_rank_0_owns_the_directory_and_every_rank_fails_together() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks");
+    let out = dir.join("out");
+    let args: Vec<String> = [
+        "--preset",
+        "nest",
+        "--order",
+        "100",
+        "--t-sim",
+        "30",
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--engine",
+        "thread",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    // Another run holds the directory: both ranks fail, neither waits for the other.
+    let holder =
+        hpc_io::rundir::RunDir::create(&out, hpc_io::rundir::RunInfo::new("holder")).unwrap();
+    let t0 = Instant::now();
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .run();
+    assert!(t0.elapsed() < Duration::from_secs(20), "a rank waited");
+    let err0 = String::from_utf8_lossy(&outs[0].stderr);
+    let err1 = String::from_utf8_lossy(&outs[1].stderr);
+    assert_eq!(outs[0].status.code(), Some(1), "{err0}");
+    assert_eq!(outs[1].status.code(), Some(1), "{err1}");
+    assert!(err0.contains("is in use by"), "{err0}");
+    assert!(
+        err1.contains("rank 0 could not take the output directory"),
+        "{err1}"
+    );
+    holder.finish(Status::Complete).unwrap();
+
+    // Free: the two-rank run owns it and says so.
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .run();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(m.manifest.status, Status::Complete);
+    assert_eq!(m.manifest.info.program, "brunel");
+    assert_eq!(m.manifest.info.details["ranks"], 2);
+    hpc_io::rundir::check_file(&out.join("spikes.spk")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,87 @@
+//! The output directory belongs to one run: a second run on it fails at once, an
+//! earlier run's files do not stay beside a new run's, a run stopped early says so,
+//! and a restart of another model names what differs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hpc_io::rundir::Status;
+
+const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    hpc_test_support::tmpdir("microcircuit-rundir", tag)
+}
+
+fn run(out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .args([
+            "--n-scaling",
+            "0.015",
+            "--k-scaling",
+            "0.05",
+            "--t-presim",
+            "20",
+            "--t-sim",
+            "20",
+            "--quiet",
+            "--no-pin",
+            "--no-plot",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .env("HPC_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_held_directory_is_refused_and_an_early_stop_is_marked_incomplete() {
+    let dir = tmpdir("own");
+    let out = dir.join("out");
+    let holder =
+        hpc_io::rundir::RunDir::create(&out, hpc_io::rundir::RunInfo::new("holder")).unwrap();
+    let o = run(&out, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is in use by"), "{}", stderr(&o));
+    holder.finish(Status::Complete).unwrap();
+
+    let o = run(&out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("spikes.spk").exists());
+    // Stopped early in the same directory: the complete spike file is gone, and the
+    // manifest says where the run stopped.
+    let o = run(&out, &["--stop-at", "30", "--checkpoint-every", "10"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.join("spikes.spk").exists());
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert_eq!(
+        m.manifest.status,
+        Status::Incomplete {
+            reason: "stopped early (--stop-at)".into(),
+            stopped_at: Some("30.0 ms".into()),
+        }
+    );
+    // A restart of another model names the parameter and both values.
+    let o = run(
+        &dir.join("again"),
+        &[
+            "--seed",
+            "7",
+            "--restart",
+            &out.join("checkpoints").display().to_string(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is of a different model: seed 55 -> 7"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
