@@ -40,6 +40,10 @@ pub const MAX_ENV_FILE_BYTES: u64 = 1 << 20;
 /// The bound for a reference file a result is compared with (spike trains, rates,
 /// checksums): 256 MiB.
 pub const MAX_REFERENCE_BYTES: u64 = 256 << 20;
+/// The bound for a data file read whole (a spike file, an image layer): 64 GiB. Such a
+/// file is as large as the run that wrote it; the bound keeps a mistaken path (a
+/// disk image) from being read into memory.
+pub const MAX_DATA_BYTES: u64 = 64 << 30;
 /// The bound for a small metadata file (an image's manifest, index or config, a
 /// checkpoint's manifest): 16 MiB.
 pub const MAX_METADATA_BYTES: u64 = 16 << 20;
@@ -166,14 +170,28 @@ pub fn open_regular(path: impl AsRef<Path>) -> Result<(File, u64), ReadError> {
     Ok((file, size))
 }
 
-/// Reads at most `max_bytes` from `file`; more is [`ReadError::TooLarge`].
-fn read_capped(
+/// Reads what is left of a file [`open_regular`] opened (after the caller looked at
+/// it: its mode, its owner), at most `max_bytes`; more is [`ReadError::TooLarge`].
+/// `path` is for messages; `size_hint` is the size [`open_regular`] returned: above
+/// `max_bytes` it is refused before anything is allocated or read.
+///
+/// # Errors
+///
+/// [`ReadError::TooLarge`] and [`ReadError::Read`].
+pub fn read_open(
     path: &Path,
     file: File,
     size_hint: u64,
     max_bytes: u64,
 ) -> Result<Vec<u8>, ReadError> {
-    let cap = usize::try_from(size_hint.min(max_bytes)).unwrap_or(0);
+    if size_hint > max_bytes {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size: size_hint,
+            max: max_bytes,
+        });
+    }
+    let cap = usize::try_from(size_hint).unwrap_or(0);
     let mut bytes = Vec::with_capacity(cap);
     file.take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)
@@ -204,14 +222,7 @@ fn read_capped(
 pub fn read_regular(path: impl AsRef<Path>, max_bytes: u64) -> Result<Vec<u8>, ReadError> {
     let path = path.as_ref();
     let (file, size) = open_regular(path)?;
-    if size > max_bytes {
-        return Err(ReadError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            max: max_bytes,
-        });
-    }
-    read_capped(path, file, size, max_bytes)
+    read_open(path, file, size, max_bytes)
 }
 
 /// [`read_regular`], as UTF-8 text.
@@ -229,6 +240,23 @@ fn to_string(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),
     })
+}
+
+/// The memory the kernel says is available for new allocations without swapping
+/// (`MemAvailable` of `/proc/meminfo`), in bytes; `None` when it cannot be read. For
+/// checking the size a run needs before allocating it.
+pub fn mem_available() -> Option<u64> {
+    let text = read_regular_to_string("/proc/meminfo", MAX_PROC_BYTES).ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .and_then(|kb| kb.checked_mul(1024))
 }
 
 #[cfg(test)]
@@ -335,6 +363,30 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A file that grows after its size was taken is still read only to the bound.
+    #[test]
+    fn a_file_that_grows_while_read_is_still_bounded() {
+        let d = tempdir("grow");
+        let p = d.join("growing");
+        std::fs::write(&p, b"small").unwrap();
+        let (f, size) = open_regular(&p).unwrap();
+        assert_eq!(size, 5);
+        std::fs::write(&p, vec![b'x'; 5000]).unwrap();
+        let err = read_open(&p, f, size, MAX_KEY_BYTES).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReadError::TooLarge {
+                    size: 4097,
+                    max: 4096,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn a_symlink_to_a_regular_file_is_read() {
         let d = tempdir("link");
@@ -379,6 +431,16 @@ mod tests {
         assert!(matches!(err, ReadError::NotUtf8 { offset: 2, .. }), "{err}");
         assert_eq!(read_regular(&p, MAX_CONFIG_BYTES).unwrap(), b"ab\xffcd");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn mem_available_is_read_from_meminfo() {
+        assert_eq!(
+            parse_mem_available("MemTotal: 100 kB\nMemAvailable:    2048 kB\n"),
+            Some(2048 * 1024)
+        );
+        assert_eq!(parse_mem_available("MemTotal: 100 kB\n"), None);
+        assert!(mem_available().is_some_and(|b| b > 0));
     }
 
     #[test]
