@@ -873,7 +873,7 @@ impl Client {
         let ip = routed
             .or_else(|| if ip.is_loopback() { named() } else { None })
             .unwrap_or(ip);
-        let secret = hpc_runtime::random_u64();
+        let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(nodes, secret, timeout, ip).map_err(|e| {
             Error::transport_from(format!("listening for the nodes' proxies on {ip}"), e)
         })?;
@@ -956,7 +956,7 @@ impl Conn {
             Ok(ip) => *ip,
             Err(e) => return Err(Error::Unsupported(e.to_string())),
         };
-        let secret = hpc_runtime::random_u64();
+        let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(size + 1, secret, timeout, ip)
             .map_err(|e| Error::transport_from(format!("listening for the proxy on {ip}"), e))?;
         let spec = format!(
