@@ -169,15 +169,16 @@ pub fn is_ours(name: &str) -> bool {
 /// ```
 /// use std::ffi::OsString;
 /// use std::os::unix::ffi::OsStringExt;
+/// use hpc_runtime::env::{vars_from, LOG, TIMEOUT};
 /// let bad = OsString::from_vec(vec![0xff]);
-/// let env = hpc_runtime::env::vars_from([
+/// let env = vars_from([
 ///     (OsString::from("FOO"), bad.clone()),
-///     (OsString::from("HPC_LOG"), OsString::from("info")),
+///     (OsString::from(LOG), OsString::from("info")),
 /// ])
 /// .unwrap();
 /// assert_eq!(env.len(), 1);
-/// let err = hpc_runtime::env::vars_from([(OsString::from("HPC_TIMEOUT"), bad)]).unwrap_err();
-/// assert!(err.contains("HPC_TIMEOUT") && err.contains("not valid UTF-8"));
+/// let err = vars_from([(OsString::from(TIMEOUT), bad)]).unwrap_err();
+/// assert!(err.contains(TIMEOUT) && err.contains("not valid UTF-8"));
 /// ```
 ///
 /// # Errors
