@@ -118,7 +118,7 @@ pub fn check_pace(factor: f64, model: &params::Model) -> anyhow::Result<()> {
         anyhow::bail!("--pace must be a finite number above 0, got {factor}");
     }
     let wall = model.steps as f64 * model.params.dt / 1000.0 / factor;
-    if !(wall <= MAX_PACED_WALL_S) {
+    if wall.is_nan() || wall > MAX_PACED_WALL_S {
         // 1e-300 as written, not as 300 digits.
         let factor = if factor < 1e-3 {
             format!("{factor:e}")
