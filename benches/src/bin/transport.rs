@@ -363,7 +363,7 @@ fn run_ranks(
 }
 
 fn local_job(role: &str) -> Vec<f64> {
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         2,
         secret,
@@ -385,7 +385,7 @@ fn sh(args: &[&str]) -> bool {
 
 /// tcp in two network namespaces joined by a veth pair (10.231.x.{1,2}/24).
 fn netns_job() -> Option<Vec<f64>> {
-    let id = hpc_runtime::random_u64() & 0xff_ffff;
+    let id = hpc_runtime::random_u64().expect("random bytes from the kernel") & 0xff_ffff;
     let sub = (id % 250) as u8 + 1;
     let ns = [format!("hpcb{id:06x}a"), format!("hpcb{id:06x}b")];
     let veth = [format!("hb{id:06x}a"), format!("hb{id:06x}b")];
@@ -406,7 +406,7 @@ fn netns_job() -> Option<Vec<f64>> {
             && sh(&["ip", "-n", &ns[i], "link", "set", &veth[i], "up"]);
     }
     let result = if ok {
-        let secret = hpc_runtime::random_u64();
+        let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
         let path = format!("/run/netns/{}", ns[0]);
         let ip0 = ips[0];
         let coord = std::thread::spawn(move || {

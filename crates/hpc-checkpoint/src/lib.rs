@@ -101,6 +101,9 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const FORMAT: &str = "hpc-checkpoint";
 /// Bytes of the header before each file's payload.
 pub const HEADER_LEN: usize = 40;
+/// The largest manifest read (64 MiB: hundreds of thousands of ranks' entries); a
+/// larger `manifest.json` is refused before it is read.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 const MAGIC: &[u8; 8] = b"HPCCKPT\0";
 const KIND_RANK: u32 = 0;
@@ -211,6 +214,30 @@ pub struct Rejected {
     pub dir: PathBuf,
     /// Why it was skipped.
     pub error: Box<Error>,
+}
+
+/// The error of a bounded read ([`hpc_io::read`]) of a checkpoint's file at `path`:
+/// a missing file is `missing`, one that is not a regular file (a FIFO, a device)
+/// or too large is `invalid`'s error with the reason, others are I/O errors.
+fn read_error(
+    e: hpc_io::read::ReadError,
+    path: &Path,
+    missing: impl FnOnce() -> Error,
+    invalid: impl FnOnce(String) -> Error,
+) -> Error {
+    use hpc_io::read::ReadError;
+    match e {
+        ReadError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            missing()
+        }
+        ReadError::Open { source, .. } => io("open", path)(source),
+        ReadError::Read { source, .. } => io("read", path)(source),
+        ReadError::NotRegular { kind, .. } => invalid(format!("it is {kind}, not a regular file")),
+        ReadError::TooLarge { size, max, .. } => {
+            invalid(format!("it is {size} bytes, more than the {max} accepted"))
+        }
+        other => invalid(other.to_string()),
+    }
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -854,16 +881,29 @@ impl Checkpoint {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Checkpoint> {
         let dir = dir.into();
         let path = dir.join(MANIFEST);
-        let bytes = match fs::read(&path) {
+        // Bounded, and refused at once when it is a FIFO or a device.
+        let bytes = match hpc_io::read::read_regular(&path, MAX_MANIFEST_BYTES) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(hpc_io::read::ReadError::Open { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 return Err(if dir.is_dir() {
                     Error::Incomplete { dir }
                 } else {
-                    io("open the checkpoint directory", &dir)(e)
+                    io("open the checkpoint directory", &dir)(source)
                 });
             }
-            Err(e) => return Err(io("read", &path)(e)),
+            Err(e) => {
+                return Err(read_error(
+                    e,
+                    &path,
+                    || unreachable!("a missing manifest is handled above"),
+                    |reason| Error::Manifest {
+                        path: path.clone(),
+                        reason,
+                    },
+                ))
+            }
         };
         let manifest = parse_manifest(&path, &bytes)?;
         Ok(Checkpoint { dir, manifest })
@@ -932,25 +972,24 @@ impl Checkpoint {
     /// Checks one file; with `out`, also returns its payload.
     fn check_file(&self, f: &FileEntry, mut out: Option<&mut Vec<u8>>) -> Result<()> {
         let path = self.dir.join(&f.name);
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Missing { path })
-            }
-            Err(e) => return Err(io("open", &path)(e)),
-        };
-        let meta = file.metadata().map_err(io("stat", &path))?;
-        if !meta.is_file() {
-            return Err(Error::Header {
-                path,
-                reason: "not a regular file".into(),
-            });
-        }
-        if meta.len() != f.size {
+        // Opened without blocking (a FIFO in place of a rank file would wait for a
+        // writer for ever) and only when it is a regular file.
+        let (mut file, len) = hpc_io::read::open_regular(&path).map_err(|e| {
+            read_error(
+                e,
+                &path,
+                || Error::Missing { path: path.clone() },
+                |reason| Error::Header {
+                    path: path.clone(),
+                    reason,
+                },
+            )
+        })?;
+        if len != f.size {
             return Err(Error::Size {
                 path,
                 expected: f.size,
-                found: meta.len(),
+                found: len,
             });
         }
         let mut head = [0u8; HEADER_LEN];
@@ -1000,11 +1039,33 @@ impl Checkpoint {
         }
         let mut crc = crc32c::crc32c(&head);
         if let Some(v) = out.as_mut() {
+            // The payload is held in memory: refused when the machine does not have
+            // it (an allocation failure would abort the process).
+            let available = hpc_io::read::mem_available();
+            if available.is_some_and(|a| header.payload_len > a) {
+                return Err(bad(format!(
+                    "its payload of {} bytes is more than the {} bytes of memory available \
+                     (MemAvailable)",
+                    header.payload_len,
+                    available.unwrap_or(0)
+                )));
+            }
             v.clear();
-            v.reserve_exact(header.payload_len as usize);
+            usize::try_from(header.payload_len)
+                .ok()
+                .and_then(|n| v.try_reserve_exact(n).ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "its payload of {} bytes cannot be allocated",
+                        header.payload_len
+                    ))
+                })?;
         }
         let mut buf = vec![0u8; (1 << 20).min(header.payload_len as usize).max(1)];
         let mut total = 0u64;
+        // At most one byte more than the header announces (which is the size the
+        // manifest claims): a file that grows while it is read is still bounded.
+        let mut file = (&mut file).take(header.payload_len.saturating_add(1));
         loop {
             let n = match file.read(&mut buf) {
                 Ok(0) => break,

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 const HPC: &str = env!("CARGO_BIN_EXE_hpc");
 
 fn marker() -> String {
-    format!("hpc-test-{}", hpc_runtime::random_u64())
+    format!(
+        "hpc-test-{}",
+        hpc_runtime::random_u64().expect("random bytes from the kernel")
+    )
 }
 
 fn hpc(args: &[&str]) -> Output {

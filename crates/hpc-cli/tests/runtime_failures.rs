@@ -26,7 +26,7 @@ fn start_rank(coord: &Coordinator, secret: u64, rank: usize, size: usize, extra:
 
 #[test]
 fn dead_peer_is_named_without_the_launcher() {
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         3,
         secret,
@@ -60,7 +60,7 @@ fn dead_peer_is_named_without_the_launcher() {
 
 #[test]
 fn rank_that_never_shows_up_is_named() {
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         3,
         secret,
@@ -86,7 +86,7 @@ fn rank_that_never_shows_up_is_named() {
 
 #[test]
 fn wrong_secret_is_refused() {
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         1,
         secret,
@@ -104,7 +104,7 @@ fn wrong_secret_is_refused() {
 fn mismatched_collectives_are_reported() {
     // Rank 0 runs 0 rounds, rank 1 runs 1 round: after the node-map allgather, rank 0
     // finalizes while rank 1 enters an allgather that rank 0 never joins.
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         2,
         secret,

@@ -570,7 +570,7 @@ fn make_board(boot: &dyn Boot, extra: usize) -> Result<(Arc<Board>, Vec<u32>, Bo
             "/dev/shm/{BOARD_PREFIX}{}-{}-{:x}",
             std::process::id(),
             BOARDS.fetch_add(1, Ordering::Relaxed),
-            hpc_runtime::random_u64()
+            hpc_runtime::random_u64()?
         ));
         let b = Board::create(&p, size + extra)
             .map_err(|e| Error::transport_from(format!("creating the board {}", p.display()), e));

@@ -2297,7 +2297,7 @@ fn dpu_placement_proxy_in_its_own_network_namespace() {
         );
         return;
     }
-    let id = hpc_runtime::random_u64() & 0xff_ffff;
+    let id = hpc_runtime::random_u64().expect("random bytes from the kernel") & 0xff_ffff;
     let subnet = (id % 250) as u8 + 1;
     let ns = format!("hpcd{id:06x}");
     let (host_if, dpu_if) = (format!("hd{id:06x}h"), format!("hd{id:06x}d"));

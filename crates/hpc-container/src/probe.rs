@@ -11,13 +11,14 @@ const MAX_READ: u64 = 4 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// The environment file could not be read.
-    #[error("cannot read environment file {path}: {source}")]
+    #[error("cannot read the environment file: {source}")]
     EnvFile {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
+        /// Why (it names the file): missing, not a regular file (a FIFO, a device),
+        /// larger than [`hpc_io::read::MAX_ENV_FILE_BYTES`].
         #[source]
-        source: std::io::Error,
+        source: hpc_io::read::ReadError,
     },
 }
 
@@ -62,10 +63,12 @@ impl Probe {
     /// A probe of `root` with the environment read from `env_file`
     /// (see [`parse_env_file`] for the accepted formats).
     pub fn from_env_file(root: impl Into<PathBuf>, env_file: &Path) -> Result<Self, ProbeError> {
-        let bytes = std::fs::read(env_file).map_err(|source| ProbeError::EnvFile {
-            path: env_file.to_path_buf(),
-            source,
-        })?;
+        // Bounded, and refused at once when it is a FIFO or a device.
+        let bytes = hpc_io::read::read_regular(env_file, hpc_io::read::MAX_ENV_FILE_BYTES)
+            .map_err(|source| ProbeError::EnvFile {
+                path: env_file.to_path_buf(),
+                source,
+            })?;
         Ok(Probe::new(
             root,
             parse_env_file(&String::from_utf8_lossy(&bytes)),
@@ -270,6 +273,36 @@ fn unquote(v: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An env file that is a FIFO or `/dev/zero` is refused at once, naming it,
+    /// instead of waiting for a writer or filling memory.
+    #[test]
+    fn an_env_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("hpc-probe-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("env");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = Probe::from_env_file("/", &fifo).unwrap_err().to_string();
+        assert!(e.contains("env is a FIFO, not a regular file"), "{e}");
+        let e = Probe::from_env_file("/", Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        std::fs::write(
+            dir.join("big"),
+            vec![b'x'; (hpc_io::read::MAX_ENV_FILE_BYTES + 1) as usize],
+        )
+        .unwrap();
+        let e = Probe::from_env_file("/", &dir.join("big"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than the 1048576 bytes"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn env_file_formats() {

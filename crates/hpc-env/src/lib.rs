@@ -285,7 +285,9 @@ pub fn markdown_table() -> String {
          do not edit. -->\n\n\
          Every `HPC_*` variable that hpc-rs reads, from one list in the code \
          (`hpc_env::ALL`). Other launchers' variables (`OMPI_*`, `PMI_*`, `PMIX_*`, \
-         `SLURM_*`) are read as well; `hpc doctor` shows what it found.\n",
+         `SLURM_*`) are read as well; `hpc doctor` shows what it found. A variable whose \
+         value is not UTF-8 is skipped, unless it is one of these or a launcher's variable \
+         that hpc-rs reads: then `hpc_rs::init()` fails with a message naming it.\n",
     );
     for kind in [
         Kind::Setting,

@@ -174,7 +174,9 @@ fn need_mmdebstrap() -> Result<()> {
 pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
     let dir = cache_root.join(spec.key());
     let meta_path = dir.join("layer.json");
-    if let Ok(text) = fs::read_to_string(&meta_path) {
+    if let Ok(text) =
+        hpc_io::read::read_regular_to_string(&meta_path, hpc_io::read::MAX_METADATA_BYTES)
+    {
         if let Ok(base) = load_cached(&dir, &text) {
             return Ok(base);
         }
@@ -211,7 +213,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         }
         fs::rename(&tmp, &rootfs)?;
     }
-    let entries = read_tar(BufReader::new(fs::File::open(&rootfs)?))
+    let entries = read_tar(BufReader::new(hpc_io::read::open_regular(&rootfs)?.0))
         .with_context(|| format!("reading {}", rootfs.display()))?;
     let entries = normalise(entries);
     let files: BTreeSet<String> = entries.iter().map(|e| e.path.clone()).collect();
@@ -245,10 +247,13 @@ fn load_cached(dir: &Path, meta: &str) -> Result<Base> {
     if v["size"].as_u64() != Some(size) {
         bail!("size mismatch");
     }
-    let files = fs::read_to_string(dir.join("files.txt"))?
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let files = hpc_io::read::read_regular_to_string(
+        dir.join("files.txt"),
+        hpc_io::read::MAX_METADATA_BYTES,
+    )?
+    .lines()
+    .map(str::to_string)
+    .collect();
     let args: Vec<String> = v["mmdebstrap"]
         .as_array()
         .map(|a| {
@@ -297,10 +302,17 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
             fs::remove_dir_all(&dir)?;
         }
         fs::create_dir_all(&dir)?;
-        tar::Archive::new(BufReader::new(fs::File::open(path)?))
+        // The user's --base: opened without blocking, a regular file only.
+        tar::Archive::new(BufReader::new(hpc_io::read::open_regular(path)?.0))
             .unpack(&dir)
             .with_context(|| format!("unpacking {}", path.display()))?;
         dir
+    } else if path.exists() {
+        // A FIFO, a device or a socket, named by what it is (never opened blocking).
+        match hpc_io::read::open_regular(path) {
+            Err(e) => bail!("--base: {e}"),
+            Ok(_) => bail!("--base {}: changed while it was looked at", path.display()),
+        }
     } else {
         bail!("--base {}: no such file or directory", path.display());
     };
@@ -309,11 +321,17 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
             root.join("blobs/sha256")
                 .join(d.trim_start_matches("sha256:"))
         };
-        let index: Value = serde_json::from_slice(&fs::read(root.join("index.json"))?)?;
+        let index: Value = serde_json::from_slice(&hpc_io::read::read_regular(
+            root.join("index.json"),
+            hpc_io::read::MAX_METADATA_BYTES,
+        )?)?;
         let md = index["manifests"][0]["digest"]
             .as_str()
             .context("index.json has no manifest")?;
-        let m: Value = serde_json::from_slice(&fs::read(blob(md))?)?;
+        let m: Value = serde_json::from_slice(&hpc_io::read::read_regular(
+            blob(md),
+            hpc_io::read::MAX_METADATA_BYTES,
+        )?)?;
         let cfg = blob(
             m["config"]["digest"]
                 .as_str()
@@ -327,7 +345,10 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
             .collect();
         (cfg, layers)
     } else if root.join("manifest.json").exists() {
-        let m: Value = serde_json::from_slice(&fs::read(root.join("manifest.json"))?)?;
+        let m: Value = serde_json::from_slice(&hpc_io::read::read_regular(
+            root.join("manifest.json"),
+            hpc_io::read::MAX_METADATA_BYTES,
+        )?)?;
         let cfg = root.join(
             m[0]["Config"]
                 .as_str()
@@ -346,7 +367,10 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
             path.display()
         );
     };
-    let cfg: Value = serde_json::from_slice(&fs::read(&config_path)?)?;
+    let cfg: Value = serde_json::from_slice(&hpc_io::read::read_regular(
+        &config_path,
+        hpc_io::read::MAX_METADATA_BYTES,
+    )?)?;
     let diff_ids: Vec<String> = cfg["rootfs"]["diff_ids"]
         .as_array()
         .context("base config has no rootfs.diff_ids")?
@@ -363,7 +387,8 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
     let mut files = BTreeSet::new();
     let mut layers = Vec::new();
     for (p, diff_id) in layer_paths.into_iter().zip(diff_ids) {
-        let data = fs::read(&p).with_context(|| format!("reading layer {}", p.display()))?;
+        let data = hpc_io::read::read_regular(&p, hpc_io::read::MAX_DATA_BYTES)
+            .context("reading a layer")?;
         let gz = data.starts_with(&[0x1f, 0x8b]);
         let digest = sha256(&data);
         let size = data.len() as u64;
@@ -399,6 +424,29 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `--base` that is a FIFO or a device is refused at once, naming what it is.
+    #[test]
+    fn a_base_that_is_a_fifo_or_a_device_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("hpc-image-base-fifo-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("base.tar");
+        let _ = fs::remove_file(&fifo);
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let t = std::time::Instant::now();
+        let e = import(&fifo, &dir).unwrap_err().to_string();
+        assert!(e.contains("base.tar is a FIFO, not a regular file"), "{e}");
+        let e = import(Path::new("/dev/zero"), &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn cache_key_ignores_package_order_and_separates_models() {

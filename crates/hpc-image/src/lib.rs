@@ -864,7 +864,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut bind_libs: BTreeSet<String> = BTreeSet::new();
     let mut extra_packages: BTreeSet<String> = BTreeSet::new();
     for (name, path) in &binaries {
-        let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let data = hpc_io::read::read_regular(path, hpc_io::read::MAX_DATA_BYTES)?;
         entries.push(Entry::file(&format!("usr/local/bin/{name}"), 0o755, data));
         let libs = ldd(path)?;
         // Bind model: the MPI library and what it pulls in come from the host.
@@ -899,7 +899,7 @@ pub fn run(args: Args) -> Result<()> {
                 l.soname
             );
             if app_libs.insert(in_image.clone()) {
-                let data = fs::read(&p).with_context(|| format!("reading {p}"))?;
+                let data = hpc_io::read::read_regular(&p, hpc_io::read::MAX_DATA_BYTES)?;
                 entries.push(Entry::file(&in_image, 0o644, data));
                 if let Some(pkg) = dpkg_owner(&p) {
                     extra_packages.insert(pkg);

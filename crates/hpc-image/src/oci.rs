@@ -238,8 +238,7 @@ pub struct Written {
 }
 
 fn append_blob<W: Write>(t: &mut DetTar<W>, name: &str, path: &Path) -> Result<()> {
-    let f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let size = f.metadata()?.len();
+    let (f, size) = hpc_io::read::open_regular(path)?;
     t.append_reader(name, 0o644, size, std::io::BufReader::new(f))?;
     Ok(())
 }

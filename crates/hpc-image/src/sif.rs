@@ -70,9 +70,10 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     }
     let labels = sif_labels(&String::from_utf8_lossy(&out.stdout))?;
     let summary_path = out_dir.join("image.json");
-    let mut summary: Value = serde_json::from_slice(
-        &fs::read(&summary_path).with_context(|| format!("reading {}", summary_path.display()))?,
-    )?;
+    let mut summary: Value = serde_json::from_slice(&hpc_io::read::read_regular(
+        &summary_path,
+        hpc_io::read::MAX_METADATA_BYTES,
+    )?)?;
     let revision = summary["revision"].as_str().unwrap_or_default().to_string();
     if labels
         .get("org.opencontainers.image.revision")

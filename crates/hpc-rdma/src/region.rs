@@ -224,7 +224,7 @@ impl std::fmt::Debug for Region {
 impl Region {
     pub(crate) fn new(rank: usize, id: u32, len: usize) -> Result<Region> {
         let map = Mapping::create(len)?;
-        let mut key = hpc_runtime::random_u64();
+        let mut key = hpc_runtime::random_u64()?;
         if key == 0 {
             key = 1;
         }

@@ -158,14 +158,14 @@ impl RingMem for ShmRing {
     }
 }
 
-/// Prepares fresh (zeroed) ring memory: writes a random salt.
+/// Prepares fresh (zeroed) ring memory: writes `salt` (random, from the caller).
 ///
 /// # Safety
 /// As for [`ShmRing::new`]; nobody may use the ring yet.
-pub(crate) unsafe fn init(base: *mut u8, cap: usize) {
+pub(crate) unsafe fn init(base: *mut u8, cap: usize, salt: u64) {
     // SAFETY: forwarded contract.
     let mem = unsafe { ShmRing::new(base, cap) };
-    init_mem(&mem, hpc_runtime::random_u64());
+    init_mem(&mem, salt);
 }
 
 fn init_mem<M: RingMem>(mem: &M, salt: u64) {
@@ -485,7 +485,7 @@ mod tests {
             // SAFETY: zero the control block and data inside the buffer, then init.
             unsafe {
                 std::ptr::write_bytes(b, 0, CTL + cap);
-                init(b, cap);
+                init(b, cap, 0x5a17_0000_0000_0001);
             }
             g
         }

@@ -109,9 +109,10 @@ impl Shm {
         let mine = &lists[me];
         let segment = Region::new(me, u32::MAX, mine.len().max(1) * SLOT)?;
         for slot in 0..mine.len() {
+            let salt = hpc_runtime::random_u64()?;
             // SAFETY: slot `slot` of our fresh (zeroed) segment, 64-byte aligned, not
             // shared with anyone before the allgather below.
-            unsafe { crate::ring::init(segment.as_ptr().add(slot * SLOT), RING_BYTES) };
+            unsafe { crate::ring::init(segment.as_ptr().add(slot * SLOT), RING_BYTES, salt) };
         }
         let exchanged = world.allgather(&segment.remote_key().to_bytes())?;
         let mut peers: Vec<Option<Peer>> = (0..shared.size).map(|_| None).collect();

@@ -166,7 +166,7 @@ impl Tcp {
         ip: Option<IpAddr>,
     ) -> Result<Tcp> {
         let me = shared.rank;
-        let token = hpc_runtime::random_u64();
+        let token = hpc_runtime::random_u64()?;
         let listener = if peers.is_empty() {
             None
         } else {

@@ -167,8 +167,8 @@ impl Endpoint {
     }
 
     /// A random initial PSN.
-    pub fn random_psn() -> u32 {
-        (hpc_runtime::random_u64() & 0x00ff_ffff) as u32
+    pub fn random_psn() -> Result<u32> {
+        Ok((hpc_runtime::random_u64()? & 0x00ff_ffff) as u32)
     }
 }
 
@@ -402,7 +402,7 @@ mod tests {
     #[test]
     fn random_psn_is_24_bits() {
         for _ in 0..100 {
-            assert!(Endpoint::random_psn() < 1 << 24);
+            assert!(Endpoint::random_psn().unwrap() < 1 << 24);
         }
     }
 }

@@ -741,7 +741,7 @@ fn sh(args: &[&str]) {
 
 impl Netns {
     fn new() -> Netns {
-        let id = hpc_runtime::random_u64() & 0xff_ffff;
+        let id = hpc_runtime::random_u64().expect("random bytes from the kernel") & 0xff_ffff;
         let subnet = (id % 250) as u8 + 1;
         let names = [format!("hpcr{id:06x}a"), format!("hpcr{id:06x}b")];
         let veth = [format!("hr{id:06x}a"), format!("hr{id:06x}b")];
@@ -801,7 +801,7 @@ fn tcp_suite_across_network_namespaces() {
         return;
     }
     let ns = Netns::new();
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = ns.coordinator(2, secret);
     let names = ns.names.clone();
     let outs = launch_with(

@@ -150,6 +150,9 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     if !options.no_subscriber {
         install_subscriber();
     }
+    // Before anything reads a variable of ours: one that is not UTF-8 is an error
+    // naming it, not a variable read as unset (others that are not are skipped).
+    runtime::env::vars().map_err(runtime::Error::Bootstrap)?;
     #[cfg(feature = "collectives")]
     serve_proxy()?;
     let world = World::init()?;
@@ -174,9 +177,10 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
 /// could not be read.
 fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
-    match std::env::var(runtime::env::LOG) {
-        Err(_) => (EnvFilter::new("warn"), None),
-        Ok(v) => match EnvFilter::try_new(&v) {
+    match runtime::env::var(runtime::env::LOG) {
+        Ok(None) => (EnvFilter::new("warn"), None),
+        Err(e) => (EnvFilter::new("warn"), Some(format!("{e}; using warn"))),
+        Ok(Some(v)) => match EnvFilter::try_new(&v) {
             Ok(f) => (f, None),
             Err(e) => (
                 EnvFilter::new("warn"),
@@ -194,7 +198,9 @@ fn install_subscriber() {
     use std::io::IsTerminal as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let (filter, problem) = log_filter();
-    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    // Not `std::env::vars()`, which panics on a variable that is not UTF-8; one of
+    // ours that is not is reported by `World::init` (here the tag is left off).
+    let env = runtime::env::vars().unwrap_or_default();
     let writer = RankTagged {
         tag: rank_tag(&env).map(|r| format!("[{r}] ")),
     };

@@ -117,7 +117,7 @@ impl Coordinator {
     /// # use std::net::{IpAddr, Ipv4Addr};
     /// # use std::time::Duration;
     /// let coord = hpc_runtime::Coordinator::start(
-    ///     2, hpc_runtime::random_u64(), Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST))?;
+    ///     2, hpc_runtime::random_u64()?, Duration::from_secs(10), IpAddr::V4(Ipv4Addr::LOCALHOST))?;
     /// for rank in 0..2 {
     ///     std::process::Command::new("./app").envs(coord.rank_env(rank)).spawn()?;
     /// }

@@ -139,6 +139,110 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
     }
 }
 
+/// The launchers' variables that [`detect`] and the log's rank tag read: one of them
+/// that is not UTF-8 is an error, not a variable skipped.
+pub const LAUNCHER_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_NTASKS",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "PMI_FD",
+    "PMI_SIZE",
+];
+
+/// Whether the runtime reads `name`: an `HPC_*` variable or one of
+/// [`LAUNCHER_VARS`].
+pub fn is_ours(name: &str) -> bool {
+    name.starts_with("HPC_") || LAUNCHER_VARS.contains(&name)
+}
+
+/// The environment as UTF-8 text, from `vars` (name, value) pairs as
+/// [`std::env::vars_os`] gives them. A variable whose name or value is not UTF-8
+/// is skipped (logged at debug level, its name shown lossily) unless the runtime
+/// reads it ([`is_ours`]): then it is an error naming it, since skipping it would
+/// read as unset.
+///
+/// ```
+/// use std::ffi::OsString;
+/// use std::os::unix::ffi::OsStringExt;
+/// use hpc_runtime::env::{vars_from, LOG, TIMEOUT};
+/// let bad = OsString::from_vec(vec![0xff]);
+/// let env = vars_from([
+///     (OsString::from("FOO"), bad.clone()),
+///     (OsString::from(LOG), OsString::from("info")),
+/// ])
+/// .unwrap();
+/// assert_eq!(env.len(), 1);
+/// let err = vars_from([(OsString::from(TIMEOUT), bad)]).unwrap_err();
+/// assert!(err.contains(TIMEOUT) && err.contains("not valid UTF-8"));
+/// ```
+///
+/// # Errors
+///
+/// A message naming the first variable of ours that is not UTF-8.
+pub fn vars_from(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<HashMap<String, String>, String> {
+    let mut env = HashMap::new();
+    for (k, v) in vars {
+        match (k.into_string(), v.into_string()) {
+            (Ok(k), Ok(v)) => {
+                env.insert(k, v);
+            }
+            (Ok(k), Err(v)) if is_ours(&k) => {
+                return Err(format!(
+                    "{k}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                    v.to_string_lossy()
+                ))
+            }
+            (k, _) => {
+                let name = match &k {
+                    Ok(k) => k.clone(),
+                    Err(k) => k.to_string_lossy().into_owned(),
+                };
+                if k.is_err() && is_ours(&name) {
+                    return Err(format!(
+                        "the environment variable named {name:?} is not valid UTF-8"
+                    ));
+                }
+                tracing::debug!(variable = %name, "skipped an environment variable that is not UTF-8");
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// [`vars_from`] this process's environment.
+///
+/// # Errors
+///
+/// Those of [`vars_from`].
+pub fn vars() -> Result<HashMap<String, String>, String> {
+    vars_from(std::env::vars_os())
+}
+
+/// One variable of ours: `None` when unset, an error naming it when its value is
+/// not UTF-8 (where [`std::env::var`]`(..).ok()` would read it as unset).
+///
+/// # Errors
+///
+/// A message naming the variable.
+pub fn var(name: &str) -> Result<Option<String>, String> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) => v.into_string().map(Some).map_err(|v| {
+            format!(
+                "{name}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                v.to_string_lossy()
+            )
+        }),
+    }
+}
+
 /// Reads the timeout from `HPC_TIMEOUT` (seconds), falling back to the default.
 pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
     match env.get(TIMEOUT) {

@@ -50,24 +50,52 @@ pub use error::{Error, Result};
 pub use node::NodeMap;
 pub use world::{hostname, Bootstrap, Config, Relay, World};
 
-/// A random 64-bit value from the kernel, for job secrets and unguessable names.
-pub fn random_u64() -> u64 {
+/// A random 64-bit value from the kernel (`getrandom`, which retries when
+/// interrupted), for job secrets and unguessable names.
+///
+/// # Errors
+///
+/// [`Error::Io`] when the kernel gives no random bytes: a secret is never made up
+/// from the clock or the pid instead.
+pub fn random_u64() -> Result<u64> {
+    random_u64_from(getrandom::fill)
+}
+
+/// [`random_u64`] with the bytes from `fill`.
+fn random_u64_from(fill: impl FnOnce(&mut [u8]) -> Result<(), getrandom::Error>) -> Result<u64> {
     let mut buf = [0u8; 8];
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
-        let n =
-            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if n <= 0 {
-            // getrandom cannot fail for 8 bytes on Linux >= 3.17 except EINTR; fall
-            // back to time and pid mixing rather than panic.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            return t ^ ((std::process::id() as u64) << 32) ^ 0x9e37_79b9_7f4a_7c15;
-        }
-        filled += n as usize;
+    fill(&mut buf).map_err(|e| {
+        let source = match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::other(e.to_string()),
+        };
+        Error::io("reading random bytes from the kernel (getrandom)", source)
+    })?;
+    Ok(u64::from_le_bytes(buf))
+}
+
+#[cfg(test)]
+mod random_tests {
+    use super::*;
+
+    /// Secrets come from the kernel: many in a row are all different (a clock read
+    /// in quick succession would repeat or count up).
+    #[test]
+    fn secrets_differ() {
+        let v: Vec<u64> = (0..64).map(|_| random_u64().unwrap()).collect();
+        let mut d = v.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert_eq!(d.len(), v.len(), "{v:x?}");
     }
-    u64::from_le_bytes(buf)
+
+    /// When the kernel gives no random bytes the result is an error naming why,
+    /// not a value made from the time.
+    #[test]
+    fn a_failed_read_is_an_error() {
+        let e = random_u64_from(|_| Err(getrandom::Error::new_custom(7)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("random bytes"), "{e}");
+    }
 }

@@ -73,7 +73,8 @@ pub struct Config {
 impl Config {
     /// Reads the configuration from this process's environment.
     pub fn from_env() -> Result<Config> {
-        Config::from_map(std::env::vars().collect())
+        // Not `std::env::vars()`, which panics on any variable that is not UTF-8.
+        Config::from_map(env::vars().map_err(Error::Bootstrap)?)
     }
 
     /// Reads the configuration from an environment map.

@@ -34,7 +34,7 @@ fn join(coord: &Coordinator, secret: u64, rank: usize) -> World {
 
 #[test]
 fn unauthenticated_connections_cost_neither_memory_nor_threads() {
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let coord = Coordinator::start(
         2,
         secret,
@@ -120,7 +120,7 @@ fn unauthenticated_connections_cost_neither_memory_nor_threads() {
 #[test]
 fn a_rank_that_stops_reading_does_not_stop_the_coordinator() {
     use hpc_runtime::wire::{read_msg, write_msg, Msg, Op};
-    let secret = hpc_runtime::random_u64();
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
     let timeout = Duration::from_secs(4);
     let coord = Coordinator::start(2, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
 

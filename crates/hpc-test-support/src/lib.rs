@@ -135,7 +135,7 @@ impl Job {
     pub fn run(self) -> Vec<Output> {
         let coord = Coordinator::start(
             self.size,
-            hpc_runtime::random_u64(),
+            hpc_runtime::random_u64().expect("random bytes from the kernel"),
             self.timeout,
             IpAddr::V4(Ipv4Addr::LOCALHOST),
         )

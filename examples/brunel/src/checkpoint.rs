@@ -166,12 +166,7 @@ pub fn commit_with<M: Serialize>(
     meta: &M,
 ) -> Result<Checkpoint> {
     if let Some(path) = spikes {
-        let mut f =
-            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-        let len = f
-            .metadata()
-            .with_context(|| format!("reading {}", path.display()))?
-            .len();
+        let (mut f, len) = hpc_io::read::open_regular(path)?;
         entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
     }
     Ok(set.commit(step, size as u32, entries, serde_json::to_value(meta)?)?)

@@ -35,7 +35,8 @@ pub mod sim;
 
 /// Peak resident memory of this process (`VmHWM` from `/proc/self/status`), bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let s = hpc_io::read::read_regular_to_string("/proc/self/status", hpc_io::read::MAX_PROC_BYTES)
+        .ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
@@ -100,8 +101,8 @@ pub fn thread_pool(
 /// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
 /// value in the error when `ms` is not positive.
 pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
-    if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        anyhow::bail!("{what} must be > 0 ms");
+    if !(ms.is_finite() && ms > 0.0) {
+        anyhow::bail!("{what} must be a finite number of ms above 0, got {ms}");
     }
     Ok(((ms / dt).round() as u64).max(1))
 }
@@ -162,6 +163,33 @@ pub fn params_diff(
     walk("", &a, &b, &mut out);
     out.retain(|d| !ignore.iter().any(|i| d.split(' ').next() == Some(i)));
     out
+}
+
+/// The longest wall-clock time `--pace` may stretch a run to: a year, in seconds.
+pub const MAX_PACED_WALL_S: f64 = 366.0 * 86400.0;
+
+/// Checks `--pace FACTOR`: a finite number above 0 that does not stretch the run
+/// past [`MAX_PACED_WALL_S`] of wall-clock time (`--pace 1e-300` would ask for
+/// 1e297 s, which no `Duration` holds).
+pub fn check_pace(factor: f64, model: &params::Model) -> anyhow::Result<()> {
+    if !(factor.is_finite() && factor > 0.0) {
+        anyhow::bail!("--pace must be a finite number above 0, got {factor}");
+    }
+    let wall = model.steps as f64 * model.params.dt / 1000.0 / factor;
+    if wall.is_nan() || wall > MAX_PACED_WALL_S {
+        // 1e-300 as written, not as 300 digits.
+        let factor = if factor < 1e-3 {
+            format!("{factor:e}")
+        } else {
+            factor.to_string()
+        };
+        anyhow::bail!(
+            "--pace {factor} would stretch {} ms of simulated time to {wall:.3e} s of \
+             wall-clock time, more than a year ({MAX_PACED_WALL_S} s)",
+            model.params.t_sim
+        );
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` through a temporary name, so that a failure (a full

@@ -139,8 +139,7 @@ fn params_of(args: &Args) -> Result<Params> {
         // An explicit --preset wins over the file's `preset` key as the base of
         // the values the file does not set.
         (Some(file), Some(preset)) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("reading {}", file.display()))?;
+            let text = hpc_io::read::read_regular_to_string(file, hpc_io::read::MAX_CONFIG_BYTES)?;
             let mut table: toml::Table = text
                 .parse()
                 .with_context(|| format!("parsing {}", file.display()))?;
@@ -167,6 +166,9 @@ fn params_of(args: &Args) -> Result<Params> {
 fn run(args: Args) -> Result<()> {
     let params = params_of(&args)?;
     let model = Model::new(params)?;
+    if let Some(f) = args.pace {
+        brunel::check_pace(f, &model)?;
+    }
     // Checked before the run, so a wrong file costs no simulation.
     let reference = args
         .reference
@@ -175,11 +177,6 @@ fn run(args: Args) -> Result<()> {
         .transpose()?;
     if !args.engine.available() {
         return Err(args.engine.unavailable_error());
-    }
-    if let Some(f) = args.pace {
-        if !(f.is_finite() && f > 0.0) {
-            anyhow::bail!("--pace must be a positive number, got {f}");
-        }
     }
     // Plans (and, unless --no-pin, binds) for this run's threads per rank.
     let ctx = hpc_rs::init_with(hpc_rs::Options {
@@ -260,8 +257,9 @@ fn run(args: Args) -> Result<()> {
             // Every rank waits, so no rank runs ahead into the next exchange.
             let due = (p.step - p.start_step) as f64 * dt / 1000.0 / f;
             let ahead = due - p.wall.as_secs_f64();
-            if ahead > 0.0 {
-                std::thread::sleep(Duration::from_secs_f64(ahead));
+            // `check_pace` bounds `ahead` to the run's planned wall time.
+            if let Ok(d) = Duration::try_from_secs_f64(ahead) {
+                std::thread::sleep(d);
             }
         }
         if !show {

@@ -86,13 +86,7 @@ pub fn estimate(
 /// Memory this process may still use: `MemAvailable`, or the cgroup's limit when
 /// it is lower, with where the figure came from; `None` when neither is known.
 pub fn available(cgroup_limit: Option<u64>) -> Option<(u64, String)> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    });
+    let meminfo = hpc_io::read::mem_available();
     match (meminfo, cgroup_limit) {
         (Some(m), Some(c)) if c < m => Some((c, "the cgroup's memory limit".into())),
         (Some(m), _) => Some((m, "MemAvailable".into())),

@@ -394,7 +394,7 @@ pub fn read_spikes_partial(path: &Path) -> Result<SpikeFile> {
 }
 
 fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = hpc_io::read::read_regular(path, hpc_io::read::MAX_DATA_BYTES)?;
     decode_spikes(&bytes, partial_ok)
         .with_context(|| format!("{} is not a valid spike file", path.display()))
 }

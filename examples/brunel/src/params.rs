@@ -123,8 +123,8 @@ impl Params {
 
     /// Parameters from a TOML file (see [`Params::from_toml_str`]).
     pub fn from_file(path: &Path, default_preset: Preset) -> Result<Params> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        // Bounded and never blocking: a FIFO or /dev/zero is refused at once.
+        let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_CONFIG_BYTES)?;
         Params::from_toml_str(&text, default_preset)
             .with_context(|| format!("in {}", path.display()))
     }
@@ -207,11 +207,43 @@ impl Model {
         if p.order == 0 {
             bail!("order must be at least 1");
         }
-        if !pos(p.dt) || !pos(p.tau_m) || !nonneg(p.t_ref) || !nonneg(p.t_sim) {
-            bail!("dt and tau_m must be > 0, t_ref and t_sim >= 0");
+        // Every number from a file or a flag: finite (NaN and infinities are
+        // meaningless for each), then in its range; the error names the parameter.
+        for (name, x) in [
+            ("epsilon", p.epsilon),
+            ("j", p.j),
+            ("g", p.g),
+            ("eta", p.eta),
+            ("delay", p.delay),
+            ("tau_m", p.tau_m),
+            ("v_th", p.v_th),
+            ("v_reset", p.v_reset),
+            ("v_init", p.v_init),
+            ("t_ref", p.t_ref),
+            ("dt", p.dt),
+            ("t_sim", p.t_sim),
+        ] {
+            if !x.is_finite() {
+                bail!("{name} must be a finite number, got {x}");
+            }
         }
-        if !pos(p.j) || !nonneg(p.g) || !nonneg(p.eta) {
-            bail!("J must be > 0, g and eta >= 0");
+        for (name, x) in [("dt", p.dt), ("tau_m", p.tau_m), ("j", p.j)] {
+            if !pos(x) {
+                bail!("{name} must be > 0, got {x}");
+            }
+        }
+        for (name, x) in [
+            ("t_ref", p.t_ref),
+            ("t_sim", p.t_sim),
+            ("g", p.g),
+            ("eta", p.eta),
+        ] {
+            if !nonneg(x) {
+                bail!("{name} must be >= 0, got {x}");
+            }
+        }
+        if !(0.0..=1.0).contains(&p.epsilon) {
+            bail!("epsilon must be a probability in [0, 1], got {}", p.epsilon);
         }
         if p.v_reset.partial_cmp(&p.v_th) != Some(std::cmp::Ordering::Less) {
             bail!("V_reset must be below V_th");
@@ -293,6 +325,60 @@ mod tests {
         assert_eq!(m.gid_bits, 14);
         let back = Params::from_toml_str(&m.params.to_toml(), Preset::Paper).unwrap();
         assert_eq!(back, m.params);
+    }
+
+    /// NaN, infinities and negative values are refused, naming the parameter,
+    /// whether they come from a file or a flag.
+    #[test]
+    fn non_finite_and_negative_parameters_are_refused_by_name() {
+        let bad = |edit: fn(&mut Params)| {
+            let mut p = Params::preset(Preset::Paper);
+            edit(&mut p);
+            Model::new(p).unwrap_err().to_string()
+        };
+        let e = bad(|p| p.tau_m = f64::NAN);
+        assert!(e.contains("tau_m must be a finite number, got NaN"), "{e}");
+        let e = bad(|p| p.g = f64::INFINITY);
+        assert!(e.contains("g must be a finite number, got inf"), "{e}");
+        let e = bad(|p| p.v_init = f64::NEG_INFINITY);
+        assert!(e.contains("v_init must be a finite number"), "{e}");
+        let e = bad(|p| p.epsilon = f64::NAN);
+        assert!(e.contains("epsilon must be a finite number"), "{e}");
+        let e = bad(|p| p.epsilon = 1.5);
+        assert!(e.contains("epsilon must be a probability"), "{e}");
+        let e = bad(|p| p.eta = -1.0);
+        assert!(e.contains("eta must be >= 0, got -1"), "{e}");
+        let e = bad(|p| p.dt = 0.0);
+        assert!(e.contains("dt must be > 0, got 0"), "{e}");
+        let e = Params::from_toml_str("t_sim = nan", Preset::Paper)
+            .and_then(Model::new)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t_sim must be a finite number"), "{e}");
+    }
+
+    /// A parameter file that is a FIFO or `/dev/zero` is refused at once, naming it.
+    #[test]
+    fn a_parameter_file_that_is_not_a_regular_file_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("brunel-params-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("params.toml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = format!("{:#}", Params::from_file(&fifo, Preset::Paper).unwrap_err());
+        assert!(
+            e.contains("params.toml is a FIFO, not a regular file"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            Params::from_file(Path::new("/dev/zero"), Preset::Paper).unwrap_err()
+        );
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -39,8 +39,8 @@ impl Reference {
     /// network (order, in-degrees, reset potential, simulated time); the error
     /// names the file and the field.
     pub fn read(path: &Path, model: &Model) -> Result<Reference> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the reference {}", path.display()))?;
+        let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_REFERENCE_BYTES)
+            .context("reading the reference")?;
         let line = text
             .lines()
             .rev()

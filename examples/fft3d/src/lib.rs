@@ -298,6 +298,56 @@ fn batch(total: usize, nb: usize, k: usize) -> Range<usize> {
     k * total / nb..(k + 1) * total / nb
 }
 
+/// Bytes one rank holds for an `n`^3 transform over `size` ranks: its share of the
+/// grid (16-byte complex numbers) eight times (input, its pristine copy, output,
+/// the Y pencils and the send and receive buffers of both transposes), plus the
+/// whole grid for the check against the serial transform when `check`. Computed in
+/// `u128`, so a grid too large for memory (or for `usize`) is measured, not
+/// overflowed.
+pub fn bytes_per_rank(n: usize, size: usize, check: bool) -> u128 {
+    let points = (n as u128).checked_pow(3).unwrap_or(u128::MAX);
+    let share = points.div_ceil(size.max(1) as u128);
+    share
+        .saturating_mul(8)
+        .saturating_add(if check { points } else { 0 })
+        .saturating_mul(16)
+}
+
+/// Refuses a run whose `ranks_here` ranks on this node would need more than
+/// `available` bytes (`None`: unknown, not checked), before anything is allocated;
+/// the message names `--n`, the bytes needed and the bytes available.
+pub fn check_memory(
+    n: usize,
+    size: usize,
+    ranks_here: usize,
+    check: bool,
+    available: Option<u64>,
+) -> Result<(), String> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let per_rank = bytes_per_rank(n, size, check);
+    let need = per_rank.saturating_mul(ranks_here.max(1) as u128);
+    if need <= available as u128 {
+        return Ok(());
+    }
+    Err(format!(
+        "--n {n} needs about {need} bytes on this node ({ranks_here} rank(s) of {per_rank} \
+         bytes: the {n}^3 grid of 16-byte complex numbers split over {size} rank(s), 8 \
+         copies of each share{}), but {available} bytes are available (MemAvailable){}",
+        if check {
+            ", plus the whole grid on every rank for the check"
+        } else {
+            ""
+        },
+        if check {
+            "; --no-check leaves out the whole grid, more ranks or nodes share the rest"
+        } else {
+            "; more ranks or nodes share the grid"
+        }
+    ))
+}
+
 /// Settings of [`Fft3d::new`].
 #[derive(Clone, Copy, Debug)]
 pub struct Setup {
@@ -565,6 +615,24 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_is_checked_before_allocating() {
+        // 64^3 points over 4 ranks: 8 shares of 65536 points, plus the whole grid.
+        assert_eq!(bytes_per_rank(64, 4, false), 16 * 8 * 65536);
+        assert_eq!(bytes_per_rank(64, 4, true), 16 * (8 * 65536 + 262_144));
+        assert!(check_memory(64, 4, 4, true, Some(1 << 30)).is_ok());
+        assert!(check_memory(64, 4, 4, true, None).is_ok());
+        // --n 100000: about 1.6e16 bytes per rank; the message has the numbers.
+        let e = check_memory(100_000, 1, 1, true, Some(8 << 30)).unwrap_err();
+        assert!(
+            e.contains("--n 100000 needs about 144000000000000000 bytes")
+                && e.contains("but 8589934592 bytes are available"),
+            "{e}"
+        );
+        // Beyond usize: measured, not overflowed.
+        assert!(check_memory(usize::MAX, 1, 1, false, Some(1 << 40)).is_err());
+    }
 
     /// The 3-D DFT by its definition.
     fn dft3(n: usize, a: &[C64]) -> Vec<C64> {

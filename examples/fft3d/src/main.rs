@@ -101,6 +101,13 @@ fn run(args: Args) -> Result<()> {
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
+    // NaN would turn the check off (no error compares greater than NaN).
+    if !(args.tolerance.is_finite() && args.tolerance >= 0.0) {
+        bail!(
+            "--tolerance must be a finite number >= 0, got {}",
+            args.tolerance
+        );
+    }
     let mode = match args.mode.as_str() {
         "blocking" => Mode::Blocking,
         _ => Mode::Overlap,
@@ -133,6 +140,15 @@ fn run(args: Args) -> Result<()> {
         "off" => false,
         _ => engine == Engine::Proxy,
     };
+    // Before anything of the grid is allocated (`--n 100000` would ask for 2 PB).
+    fft3d::check_memory(
+        args.n,
+        size,
+        ctx.world.local_size(),
+        !args.no_check,
+        hpc_io::read::mem_available(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let mut fft = Fft3d::new(
         comm,
         Setup {

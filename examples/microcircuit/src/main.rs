@@ -214,6 +214,12 @@ fn run(args: Args) -> Result<()> {
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Refuse a network that cannot fit before allocating any of it.
+    model.check_memory(
+        size,
+        world.local_size(),
+        brunel::memory::available(ctx.environment.resources.memory_limit_bytes),
+    )?;
     let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are

@@ -297,8 +297,8 @@ impl Params {
 
     /// Reads a TOML parameter file.
     pub fn from_file(path: &Path) -> Result<Params> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        // Bounded and never blocking: a FIFO or /dev/zero is refused at once.
+        let text = hpc_io::read::read_regular_to_string(path, hpc_io::read::MAX_CONFIG_BYTES)?;
         Params::from_toml_str(&text).with_context(|| format!("in {}", path.display()))
     }
 
@@ -781,11 +781,104 @@ impl Model {
     pub fn excitatory(pop: usize) -> bool {
         pop % 2 == 0
     }
+
+    /// The least memory `ranks_here` ranks of a `size`-rank run hold on one node:
+    /// 4 bytes per synapse of their share (a synapse is one `u32`) and 64 bytes per
+    /// neuron of state. A lower bound, so a refusal is certain to be right.
+    pub fn min_node_bytes(&self, size: usize, ranks_here: usize) -> u64 {
+        let size = size.max(1) as u64;
+        let per_rank = self
+            .synapses()
+            .div_ceil(size)
+            .saturating_mul(4)
+            .saturating_add(
+                (self.n as u64 + self.n_th as u64)
+                    .div_ceil(size)
+                    .saturating_mul(64),
+            );
+        per_rank.saturating_mul(ranks_here.max(1) as u64)
+    }
+
+    /// Refuses a network that cannot fit this node's available memory (`available`:
+    /// bytes and where the figure came from; `None`: unknown, not checked), before
+    /// anything of it is allocated, with the bytes needed and available.
+    pub fn check_memory(
+        &self,
+        size: usize,
+        ranks_here: usize,
+        available: Option<(u64, String)>,
+    ) -> Result<()> {
+        let Some((avail, source)) = available else {
+            return Ok(());
+        };
+        let need = self.min_node_bytes(size, ranks_here);
+        if need > avail {
+            bail!(
+                "the network needs at least {need} bytes on this node ({} neurons, {} \
+                 synapses at 4 bytes, {ranks_here} of {size} rank(s) here) but {avail} bytes \
+                 are available ({source}): use a smaller n_scaling or k_scaling, or spread \
+                 the ranks over more nodes",
+                self.n,
+                self.synapses()
+            );
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_network_larger_than_memory_is_refused_with_the_bytes() {
+        let m = Model::new(Params::default()).unwrap();
+        let need = m.min_node_bytes(1, 1);
+        // 3 million synapses at 4 bytes, and the neurons.
+        assert!((12_000_000..13_000_000).contains(&need), "{need}");
+        assert_eq!(m.min_node_bytes(4, 4), 4 * m.min_node_bytes(4, 1));
+        assert!(m.check_memory(1, 1, Some((need, "test".into()))).is_ok());
+        assert!(m.check_memory(1, 1, None).is_ok());
+        let e = m
+            .check_memory(1, 1, Some((need - 1, "MemAvailable".into())))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("needs at least {need} bytes"))
+                && e.contains(&format!(
+                    "but {} bytes are available (MemAvailable)",
+                    need - 1
+                )),
+            "{e}"
+        );
+    }
+
+    /// A parameter file that is a FIFO or `/dev/zero` is refused at once, naming it.
+    #[test]
+    fn a_parameter_file_that_is_not_a_regular_file_is_refused_at_once() {
+        let t = std::time::Instant::now();
+        let e = format!(
+            "{:#}",
+            Params::from_file(Path::new("/dev/zero")).unwrap_err()
+        );
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+        let dir = std::env::temp_dir().join(format!("microcircuit-params-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("params.toml");
+        let _ = std::fs::remove_file(&fifo);
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = format!("{:#}", Params::from_file(&fifo).unwrap_err());
+        assert!(
+            e.contains("params.toml is a FIFO, not a regular file"),
+            "{e}"
+        );
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn defaults_match_nest() {

@@ -410,8 +410,9 @@ fn run_job(
 ) -> anyhow::Result<i32> {
     let n = args.np;
     let timeout = settings.timeout;
-    let secret = hpc_runtime::random_u64();
-    let job_id = format!("{:08x}", hpc_runtime::random_u64() as u32);
+    // From the kernel, or no job: never a secret made from the clock.
+    let secret = hpc_runtime::random_u64().context("making the job's secret")?;
+    let job_id = format!("{:08x}", hpc_runtime::random_u64()? as u32);
     let coord = Coordinator::start(n, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST))
         .context("starting the launcher's coordinator")?;
     let rendezvous = coord.addr().to_string();

@@ -873,7 +873,7 @@ impl Client {
         let ip = routed
             .or_else(|| if ip.is_loopback() { named() } else { None })
             .unwrap_or(ip);
-        let secret = hpc_runtime::random_u64();
+        let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(nodes, secret, timeout, ip).map_err(|e| {
             Error::transport_from(format!("listening for the nodes' proxies on {ip}"), e)
         })?;
@@ -956,7 +956,7 @@ impl Conn {
             Ok(ip) => *ip,
             Err(e) => return Err(Error::Unsupported(e.to_string())),
         };
-        let secret = hpc_runtime::random_u64();
+        let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(size + 1, secret, timeout, ip)
             .map_err(|e| Error::transport_from(format!("listening for the proxy on {ip}"), e))?;
         let spec = format!(
@@ -1562,6 +1562,10 @@ pub fn forbid_host_memory() -> Result<()> {
     Ok(())
 }
 
+/// The longest timeout a DPU proxy's spec may give, in seconds (a week, as
+/// `HPC_TIMEOUT`).
+const MAX_SPEC_TIMEOUT_S: f64 = 7.0 * 86400.0;
+
 /// Serves as the proxy in DPU placement, from `HPC_COLL_PROXY_DPU`
 /// (`ADDRESS SECRET MEMBERS TIMEOUT_S BACKEND`), until every rank detached or
 /// died.
@@ -1579,12 +1583,20 @@ pub(crate) fn serve_spec(spec: &str) -> Result<()> {
     let to: SocketAddr = addr.parse().map_err(|_| bad())?;
     let secret = u64::from_str_radix(secret, 16).map_err(|_| bad())?;
     let members: usize = members.parse().map_err(|_| bad())?;
+    // From a request (through the DPU service): a number of seconds that
+    // `Duration` cannot hold (1e300) is refused, not a panic.
     let timeout = timeout
         .parse::<f64>()
         .ok()
-        .filter(|t| t.is_finite() && *t > 0.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(bad)?;
+        .filter(|t| t.is_finite() && *t > 0.0 && *t <= MAX_SPEC_TIMEOUT_S)
+        .and_then(|t| Duration::try_from_secs_f64(t).ok())
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{}={spec:?}: its timeout {timeout:?} is not a number of seconds above 0 and at \
+                 most {MAX_SPEC_TIMEOUT_S} (a week)",
+                hpc_runtime::env::COLL_PROXY_DPU
+            ))
+        })?;
     let backend: Choice = backend.parse().map_err(|_| bad())?;
     if members < 2 {
         return Err(bad());
@@ -2873,6 +2885,18 @@ pub(crate) fn fuzz_request(
 mod tests {
     use super::*;
     use hpc_collectives::DataType;
+
+    /// A spec whose timeout `Duration` cannot hold (reachable by an authenticated
+    /// request to the DPU service) is an error naming the timeout, not a panic.
+    #[test]
+    fn a_spec_timeout_out_of_range_is_an_error() {
+        for t in ["1e300", "inf", "NaN", "-1", "0", "604801"] {
+            let e = serve_spec(&format!("127.0.0.1:9 00ff 2 {t} auto"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("timeout") && e.contains(t), "{t}: {e}");
+        }
+    }
 
     #[test]
     fn requests_round_trip_and_garbage_is_refused() {

@@ -440,14 +440,19 @@ pub(crate) fn max_scratch() -> Result<u64, String> {
 /// other half stays for the ranks (in host placement their buffers are as large
 /// as the proxy's scratch) and the rest of the host (a DPU's own Linux).
 pub(crate) fn default_max_scratch() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        kib.checked_mul(1024)
-    });
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+    let total = hpc_io::read::read_regular_to_string("/proc/meminfo", hpc_io::read::MAX_PROC_BYTES)
         .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        });
+    let cgroup = hpc_io::read::read_regular_to_string(
+        "/sys/fs/cgroup/memory.max",
+        hpc_io::read::MAX_PROC_BYTES,
+    )
+    .ok()
+    .and_then(|s| s.trim().parse::<u64>().ok());
     match (total, cgroup) {
         (Some(t), Some(c)) => t.min(c) / 2,
         (Some(m), None) | (None, Some(m)) => m / 2,

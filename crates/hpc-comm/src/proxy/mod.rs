@@ -208,11 +208,17 @@ pub fn requested() -> bool {
 /// `HPC_COLL_PROXY_DPU` (DPU placement) is set (then never returns
 /// normally: exits the process when done). Returns `Ok(false)` otherwise.
 pub fn serve_env() -> Result<bool> {
-    if let Ok(spec) = std::env::var(hpc_runtime::env::COLL_PROXY_DPU) {
+    // A value that is not UTF-8 is an error naming the variable, not a variable
+    // read as unset (which would run the application instead of the proxy).
+    if let Some(spec) =
+        hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_DPU).map_err(Error::Unsupported)?
+    {
         dpu::serve_spec(&spec)?;
         std::process::exit(0);
     }
-    let Ok(path) = std::env::var(hpc_runtime::env::COLL_PROXY_BOARD) else {
+    let Some(path) =
+        hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_BOARD).map_err(Error::Unsupported)?
+    else {
         return Ok(false);
     };
     let slots: usize = std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)

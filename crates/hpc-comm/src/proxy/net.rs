@@ -427,6 +427,14 @@ impl ProxyNet {
         {
             return Err(Error::transport("proxy: its place does not fit its board"));
         }
+        // From the link: bounded (a week, as HPC_TIMEOUT) so that no deadline
+        // computed from it (`goodbye`'s) overflows an `Instant`.
+        if hello.timeout_ms > 7 * 86_400_000 {
+            return Err(Error::transport(format!(
+                "proxy: its place's timeout of {} ms is more than a week",
+                hello.timeout_ms
+            )));
+        }
         let timeout = Duration::from_millis(hello.timeout_ms);
         let _ = link.set_read_timeout(Some(timeout));
         let report = link

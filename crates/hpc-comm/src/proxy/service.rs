@@ -49,7 +49,10 @@ pub(crate) const MAX_PENDING: usize = 64;
 /// The shortest key the service and the ranks accept, in bytes.
 pub(crate) const MIN_KEY: usize = 16;
 /// The longest key file read, in bytes.
-const MAX_KEY: usize = 4096;
+const MAX_KEY: u64 = hpc_io::read::MAX_KEY_BYTES;
+/// At most one warning of refused connections per this long: an unauthenticated
+/// client that connects in a loop must not flood the log.
+pub(crate) const REFUSAL_WARN_EVERY: Duration = Duration::from_secs(10);
 /// The nonce's length, in bytes.
 const NONCE: usize = 32;
 /// The greeting's words before the nonce (or `open`).
@@ -126,32 +129,25 @@ impl DpuKey {
 /// Reads a key file, refusing one whose mode grants anything of `forbidden`
 /// (`who` names those it would grant it to).
 fn read_key(path: &Path, forbidden: u32, who: &str) -> Result<DpuKey> {
-    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let p = path.display();
     let bad = |why: String| Error::Auth(format!("the key file {p}: {why}"));
-    let f = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    // Opened without blocking (a FIFO would wait for a writer for ever) and refused
+    // unless it is a regular file; its mode is looked at on the open file.
+    let (f, size) = hpc_io::read::open_regular(path).map_err(|e| Error::Auth(e.to_string()))?;
     let meta = f.metadata().map_err(|e| bad(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & forbidden != 0 {
         return Err(bad(format!(
             "mode {mode:04o} lets {who} read or write it: `chmod 600 {p}`"
         )));
     }
-    let mut bytes = Vec::new();
-    f.take(MAX_KEY as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| bad(e.to_string()))?;
+    let mut bytes = hpc_io::read::read_open(path, f, size, MAX_KEY)
+        .map_err(|e| Error::Auth(format!("the key file: {e}")))?;
     if bytes.is_empty() {
         return Err(bad(
             "it is empty (make one: `head -c 32 /dev/urandom > FILE`)".into(),
         ));
-    }
-    if bytes.len() > MAX_KEY {
-        return Err(bad(format!("longer than {MAX_KEY} bytes")));
     }
     // One line ending, so that a key written by an editor or `echo` is the
     // same key as one written without.
@@ -276,6 +272,44 @@ fn read_line(
 /// The refusal of one connection: what the client is told, after `refused: `.
 struct Refusal(String);
 
+/// Warnings of one kind at most once per interval: the first is logged, those
+/// within the interval after it are counted, and the next one logged after the
+/// interval says how many were not.
+struct RateLimited {
+    every: Duration,
+    /// When a warning was last logged, and how many were not since.
+    state: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl RateLimited {
+    fn new(every: Duration) -> RateLimited {
+        RateLimited {
+            every,
+            state: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// Whether a warning at `now` is logged: `Some(n)` with the number of those not
+    /// logged since the last one, or `None` (counted) when one was logged less than
+    /// the interval ago.
+    fn admit(&self, now: Instant) -> Option<u64> {
+        // A poisoned lock only means a thread panicked while counting; the count is
+        // still usable.
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match st.0 {
+            Some(last) if now.saturating_duration_since(last) < self.every => {
+                st.1 += 1;
+                None
+            }
+            _ => {
+                let skipped = st.1;
+                *st = (Some(now), 0);
+                Some(skipped)
+            }
+        }
+    }
+}
+
 /// Serves as a DPU's standing service on `listen`: each connection (a
 /// node's first rank) is greeted, answers with its request (the
 /// `HPC_COLL_PROXY_DPU` value of a proxy and the ranks' `HPC_OFI_PROVIDER`,
@@ -316,6 +350,8 @@ fn serve(
     let auth = Arc::new(auth);
     let program = Arc::new(program);
     let pending = Arc::new(AtomicUsize::new(0));
+    let refusals = Arc::new(RateLimited::new(REFUSAL_WARN_EVERY));
+    let busy = RateLimited::new(REFUSAL_WARN_EVERY);
     for s in l.incoming() {
         let mut s = match s {
             Ok(s) => s,
@@ -329,20 +365,38 @@ fn serve(
         let _ = s.set_write_timeout(Some(wait));
         if pending.fetch_add(1, Ordering::AcqRel) >= max_pending {
             pending.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(%from, "DPU service: refused a connection: {max_pending} are waiting for their request");
+            match busy.admit(Instant::now()) {
+                Some(skipped) => tracing::warn!(
+                    %from,
+                    "DPU service: refused a connection: {max_pending} are waiting for their \
+                     request ({skipped} more since the last warning)"
+                ),
+                None => tracing::debug!(%from, "DPU service: refused a connection (busy)"),
+            }
             let _ = s.write_all(
                 format!("refused: busy ({max_pending} requests waiting), try again\n").as_bytes(),
             );
             continue;
         }
         let (auth, program, pending) = (auth.clone(), program.clone(), pending.clone());
+        let refusals = refusals.clone();
         std::thread::spawn(move || {
             let asked = request(&mut s, &auth, wait);
             pending.fetch_sub(1, Ordering::AcqRel);
             let fields = match asked {
                 Ok(f) => f,
                 Err(Refusal(why)) => {
-                    tracing::warn!(%from, "DPU service: refused a request: {why}");
+                    // Anyone who reaches the port can be refused: one warning per
+                    // interval, with the count of those not logged.
+                    match refusals.admit(Instant::now()) {
+                        Some(skipped) => tracing::warn!(
+                            %from,
+                            "DPU service: refused a request: {why} ({skipped} more refused \
+                             since the last warning, which are logged at most every {} s)",
+                            REFUSAL_WARN_EVERY.as_secs()
+                        ),
+                        None => tracing::debug!(%from, "DPU service: refused a request: {why}"),
+                    }
                     let _ = s.write_all(format!("refused: {why}\n").as_bytes());
                     return;
                 }
@@ -698,6 +752,53 @@ mod tests {
         assert!(e.contains("lets others read"), "{e}");
         assert!(err(&dir).contains("not a regular file"));
         assert_eq!(format!("{:?}", key(1)), "DpuKey(32 bytes)");
+        let e = err(&file("long", &[9; 5000], 0o600));
+        assert!(e.contains("5000 bytes, more than the 4096"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Refusals are warned of once per interval, and the next warning counts those
+    /// that were not.
+    #[test]
+    fn refusal_warnings_are_rate_limited_with_a_count() {
+        let r = RateLimited::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(r.admit(t0), Some(0));
+        for i in 1..=1000 {
+            assert_eq!(r.admit(t0 + Duration::from_millis(i)), None);
+        }
+        assert_eq!(r.admit(t0 + Duration::from_secs(10)), Some(1000));
+        assert_eq!(r.admit(t0 + Duration::from_secs(11)), None);
+        assert_eq!(r.admit(t0 + Duration::from_secs(25)), Some(1));
+        // A clock read before the last warning (threads racing) is within it.
+        assert_eq!(r.admit(t0), None);
+    }
+
+    /// A key file that is a FIFO (no writer) or `/dev/zero` is refused at once,
+    /// naming what it is, instead of waiting for a writer or reading for ever.
+    #[test]
+    fn key_files_that_are_fifos_or_devices_are_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("hpc-dpu-key-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("key");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = Instant::now();
+        let e = DpuKey::from_file(&fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("is a FIFO, not a regular file") && e.contains("key"),
+            "{e}"
+        );
+        let e = DpuKey::from_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/dev/zero is a character device"), "{e}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t.elapsed()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

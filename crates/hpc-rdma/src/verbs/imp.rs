@@ -165,7 +165,7 @@ impl Verbs {
         let mut q = Qp {
             qp,
             state: QpState::Reset,
-            psn: Endpoint::random_psn(),
+            psn: Endpoint::random_psn()?,
         };
         // SAFETY: plain data.
         let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };

@@ -1,0 +1,73 @@
+//! A checkpoint whose manifest or rank file was replaced by a FIFO or a device: each
+//! is refused at once, naming the file, instead of waiting for a writer for ever.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hpc_checkpoint::{Checkpoint, Checkpoints, Error, MANIFEST};
+
+fn mkfifo(p: &Path) {
+    let _ = std::fs::remove_file(p);
+    let status = std::process::Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn written(tag: &str) -> Checkpoints {
+    let root = std::env::temp_dir().join(format!("ckpt-notfile-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    let entries = (0..2u32)
+        .map(|r| set.write_rank(7, r, 2, b"payload"))
+        .collect::<Result<Vec<_>, Error>>()
+        .unwrap();
+    set.commit(7, 2, entries, serde_json::json!({})).unwrap();
+    set
+}
+
+#[test]
+fn a_rank_file_that_is_a_fifo_is_refused_at_once() {
+    let set = written("rank");
+    let ck = Checkpoint::open(set.step_dir(7)).unwrap();
+    mkfifo(&set.step_dir(7).join("rank-000001.ckpt"));
+    let t = Instant::now();
+    let e = ck.read_rank(1).unwrap_err().to_string();
+    assert!(
+        e.contains("rank-000001.ckpt") && e.contains("a FIFO, not a regular file"),
+        "{e}"
+    );
+    let e = ck.verify().unwrap_err().to_string();
+    assert!(e.contains("a FIFO"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ck.read_rank(0).unwrap(), b"payload");
+}
+
+#[test]
+fn a_manifest_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() {
+    let set = written("manifest");
+    let manifest = set.step_dir(7).join(MANIFEST);
+    mkfifo(&manifest);
+    let t = Instant::now();
+    let e = Checkpoint::open(set.step_dir(7)).unwrap_err().to_string();
+    assert!(
+        e.contains(MANIFEST) && e.contains("a FIFO, not a regular file"),
+        "{e}"
+    );
+    std::fs::remove_file(&manifest).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &manifest).unwrap();
+    let e = Checkpoint::open(set.step_dir(7)).unwrap_err().to_string();
+    assert!(e.contains("a character device"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    // The set skips it rather than hanging.
+    assert!(set.latest().is_err());
+}

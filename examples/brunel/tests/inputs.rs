@@ -1,0 +1,110 @@
+//! Files and numbers from the user that cannot be used: a parameter or reference
+//! file that is a FIFO or a device, a pace or a parameter that is not a finite
+//! number. Each is refused at once with a message naming it, never a hang or a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
+
+fn tmpdir(tag: &str) -> PathBuf {
+    hpc_test_support::tmpdir("brunel-inputs", tag)
+}
+
+/// A small brunel run with `extra` flags; it must end within 60 s.
+fn brunel(out: &Path, extra: &[&str]) -> Output {
+    let t = Instant::now();
+    let o = Command::new(BRUNEL)
+        .args([
+            "--order",
+            "20",
+            "--t-sim",
+            "10",
+            "--quiet",
+            "--no-pin",
+            "--no-plot",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .env("HPC_LOG", "warn")
+        .env("HPC_BOOTSTRAP", "singleton")
+        .output()
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
+    o
+}
+
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[test]
+fn a_config_or_reference_file_that_is_a_fifo_or_dev_zero_is_refused_at_once() {
+    let dir = tmpdir("fifo");
+    let fifo = dir.join("in.fifo");
+    mkfifo(&fifo);
+    let out = dir.join("out");
+    let fifo_s = fifo.to_str().unwrap();
+    for flags in [
+        vec!["--config", fifo_s],
+        vec!["--config", fifo_s, "--preset", "nest"],
+        vec!["--reference", fifo_s],
+    ] {
+        let e = refused(&brunel(&out, &flags));
+        assert!(
+            e.contains("in.fifo is a FIFO, not a regular file"),
+            "{flags:?}: {e}"
+        );
+    }
+    for flags in [
+        vec!["--config", "/dev/zero"],
+        vec!["--reference", "/dev/zero"],
+    ] {
+        let e = refused(&brunel(&out, &flags));
+        assert!(
+            e.contains("/dev/zero is a character device"),
+            "{flags:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_pace_or_parameter_that_is_not_a_usable_number_is_refused_by_name() {
+    let out = tmpdir("numbers").join("out");
+    let e = refused(&brunel(&out, &["--pace", "1e-300"]));
+    assert!(
+        e.contains("--pace 1e-300 would stretch") && e.contains("more than a year"),
+        "{e}"
+    );
+    for pace in ["NaN", "inf", "0", "-1"] {
+        let e = refused(&brunel(&out, &[&format!("--pace={pace}")]));
+        assert!(
+            e.contains("--pace must be a finite number above 0"),
+            "{pace}: {e}"
+        );
+    }
+    let e = refused(&brunel(&out, &["--j", "NaN"]));
+    assert!(e.contains("j must be a finite number, got NaN"), "{e}");
+    let e = refused(&brunel(&out, &["--delay", "inf"]));
+    assert!(e.contains("delay must be a finite number, got inf"), "{e}");
+    let e = refused(&brunel(&out, &["--checkpoint-every", "inf"]));
+    assert!(
+        e.contains("--checkpoint-every must be a finite number of ms above 0"),
+        "{e}"
+    );
+}

@@ -1,0 +1,64 @@
+//! Numbers from the command line that cannot be used: each is refused before
+//! anything is allocated, with a message naming the flag, never an abort or a check
+//! silently turned off.
+
+use std::process::{Command, Output};
+
+const FFT3D: &str = env!("CARGO_BIN_EXE_fft3d");
+
+fn fft3d(args: &[&str]) -> Output {
+    Command::new(FFT3D)
+        .args(args)
+        .env("HPC_BOOTSTRAP", "singleton")
+        .env("HPC_BIND", "0")
+        .output()
+        .unwrap()
+}
+
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("memory allocation"),
+        "{err}"
+    );
+    err
+}
+
+#[test]
+fn a_grid_larger_than_memory_is_refused_with_the_bytes() {
+    let e = refused(&fft3d(&["--n", "100000"]));
+    assert!(
+        e.contains("--n 100000 needs about 144000000000000000 bytes")
+            && e.contains("bytes are available"),
+        "{e}"
+    );
+    let e = refused(&fft3d(&["--n", "100000", "--no-check"]));
+    assert!(
+        e.contains("--n 100000 needs about 128000000000000000 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_tolerance_that_is_not_a_finite_number_is_refused() {
+    for t in ["NaN", "inf", "-1"] {
+        let e = refused(&fft3d(&["--n", "8", &format!("--tolerance={t}")]));
+        assert!(
+            e.contains("--tolerance must be a finite number >= 0"),
+            "{t}: {e}"
+        );
+    }
+    // A usable tolerance still runs and checks.
+    let o = fft3d(&[
+        "--n",
+        "8",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--tolerance",
+        "1e-9",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

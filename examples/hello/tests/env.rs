@@ -1,0 +1,42 @@
+//! `hello` with environment variables that are not UTF-8: one of someone else's is
+//! skipped (the program runs), one of ours is a clear error naming it (no panic).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Output};
+
+const HELLO: &str = env!("CARGO_BIN_EXE_hello");
+
+/// `hello` alone (a singleton), without the caller's `HPC_*` settings, plus `env`.
+fn hello(env: &[(&[u8], &[u8])]) -> Output {
+    let mut c = Command::new(HELLO);
+    for v in hpc_env::ALL {
+        c.env_remove(v.name);
+    }
+    c.env("HPC_BOOTSTRAP", "singleton").env("HPC_BIND", "0");
+    for (k, v) in env {
+        c.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn a_foreign_variable_that_is_not_utf8_is_skipped() {
+    let o = hello(&[(b"FOO", b"\xff"), (b"BAR\xff", b"x")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "stderr: {err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("hello from rank 0 of 1"));
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn an_hpc_variable_that_is_not_utf8_is_a_clear_error() {
+    let o = hello(&[(b"HPC_TIMEOUT", b"3\xff")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("HPC_TIMEOUT") && err.contains("not valid UTF-8"),
+        "{err}"
+    );
+}
