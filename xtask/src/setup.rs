@@ -179,7 +179,11 @@ fn cargo_fuzz() -> Result<()> {
 
 /// Whether `cargo SUBCOMMAND --version` runs (a cargo tool such as `nextest`).
 pub fn cargo_has(subcommand: &str) -> bool {
-    crate::cargo()
+    has_with(&crate::cargo, subcommand)
+}
+
+fn has_with(cargo: &dyn Fn() -> Command, subcommand: &str) -> bool {
+    cargo()
         .args([subcommand, "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -192,15 +196,21 @@ pub fn cargo_has(subcommand: &str) -> bool {
 /// unless it is already there, timed; an error if it cannot be installed or is still
 /// not found afterwards (cargo's bin folder not on the PATH).
 pub fn cargo_tool(subcommand: &str, install: &[&str]) -> Result<()> {
-    if cargo_has(subcommand) {
+    tool_with(&crate::cargo, subcommand, install)
+}
+
+/// [`cargo_tool`] with the `cargo` commands made by `cargo` (the tests give theirs
+/// a PATH of their own).
+fn tool_with(cargo: &dyn Fn() -> Command, subcommand: &str, install: &[&str]) -> Result<()> {
+    if has_with(cargo, subcommand) {
         return Ok(());
     }
     let shown = install.join(" ");
     let t = std::time::Instant::now();
-    crate::run(crate::cargo().arg("install").args(install)).with_context(|| {
+    crate::run(cargo().arg("install").args(install)).with_context(|| {
         format!("`cargo {subcommand}` is missing and `cargo install {shown}` failed")
     })?;
-    if !cargo_has(subcommand) {
+    if !has_with(cargo, subcommand) {
         bail!(
             "`cargo install {shown}` finished but `cargo {subcommand}` is still not found: \
              is cargo's bin folder (~/.cargo/bin) on the PATH?"
@@ -272,7 +282,7 @@ mod tests {
             "{e:#}"
         );
         // A missing tool is installed (a local crate without dependencies, into a
-        // folder of its own put on this process's PATH) and then found.
+        // folder of its own on the PATH of the cargo commands) and then found.
         let krate = d.join("probe");
         std::fs::create_dir_all(krate.join("src")).unwrap();
         std::fs::write(
@@ -283,18 +293,29 @@ mod tests {
         .unwrap();
         std::fs::write(krate.join("src/main.rs"), "fn main() {}\n").unwrap();
         let root = d.join("root");
-        let path = std::env::var("PATH").unwrap_or_default();
-        std::env::set_var("PATH", format!("{}:{path}", root.join("bin").display()));
-        assert!(!cargo_has("hpc-xtask-probe"));
+        let path = format!(
+            "{}:{}",
+            root.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let cargo = move || {
+            let mut c = crate::cargo();
+            c.env("PATH", &path);
+            c
+        };
+        assert!(!has_with(&cargo, "hpc-xtask-probe"));
         let krate = krate.display().to_string();
         let root = root.display().to_string();
         // A target folder of its own: the one of this test may be locked by cargo.
         let target = d.join("target").display().to_string();
-        cargo_tool(
+        tool_with(
+            &cargo,
             "hpc-xtask-probe",
             &["--path", &krate, "--root", &root, "--target-dir", &target],
         )
         .unwrap();
-        assert!(cargo_has("hpc-xtask-probe"));
+        assert!(has_with(&cargo, "hpc-xtask-probe"));
+        // Found on that PATH only: the machine's own is untouched.
+        assert!(!cargo_has("hpc-xtask-probe"));
     }
 }
