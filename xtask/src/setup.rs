@@ -225,7 +225,8 @@ fn tool_with(cargo: &dyn Fn() -> Command, subcommand: &str, install: &[&str]) ->
 
 /// cargo-nextest, which runs the tests with the per-test timeouts, retries and test
 /// groups of `.config/nextest.toml` and writes the JUnit report whose slowest tests
-/// `cargo xtask test` prints (about 4 minutes to build on a 2-core machine).
+/// `cargo xtask test` prints. Its build takes a while: 28 minutes on a busy
+/// 2-core machine (`cargo install cargo-nextest --locked`, version 0.9.151).
 pub fn nextest() -> Result<()> {
     cargo_tool("nextest", &["cargo-nextest", "--locked"])
 }
