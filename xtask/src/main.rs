@@ -3,16 +3,20 @@
 //! - `demo`: set up the machine, build, and run the main demo under `hpc run`.
 //! - `test`: set up the machine and run every check CI runs (fmt, clippy, tests, docs,
 //!   book, packaging).
-//! - `setup`: only the set-up step (system packages, toolchain components, mdbook).
+//! - `setup`: only the set-up step (system packages, toolchain components, cargo-nextest,
+//!   mdbook, cargo-fuzz).
 //! - `image`: a container image of a binary (the `hpc-image` library).
 //! - `man`: the manual pages and shell completions of `hpc`.
+//! - `loom`: the loom models of the concurrent code (a step of `test`).
 //! - `modcycles`: fail if a crate has an import cycle between its modules.
 //! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
 //! - `crate-graph`: ARCHITECTURE.md's crate graph, from `cargo metadata`.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
-//! `mdbook` through `cargo install`. It is idempotent and quick when nothing is missing.
+//! `cargo-nextest`, `mdbook` and `cargo-fuzz` through `cargo install`. It is idempotent and
+//! quick when nothing is missing. `test` fails when cargo-nextest cannot be had rather than
+//! run the tests without its timeouts and retries.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,6 +90,12 @@ enum Task {
     /// Fail if any crate of the workspace has an import cycle between its top-level
     /// modules (`use crate::...` and inline `crate::` paths).
     Modcycles,
+    /// Run the loom models (tests named `loom*` under `cfg(loom)`) of every crate that
+    /// has them, or of the named crates; a crate where none ran is an error.
+    Loom {
+        /// Crates to check (default: every crate with loom models).
+        crates: Vec<String>,
+    },
     /// Write the manual pages of `hpc` (hpc.1, hpc-run.1, ...) and its bash, zsh and
     /// fish completions, generated from its clap definition.
     Man {
@@ -203,22 +213,26 @@ fn demo() -> Result<()> {
 const DEFAULT_FEATURE_CRATES: &[&str] = &["hpc-rs", "hpc-cli", "hpc-runtime", "hpc-topology"];
 
 fn test(quick: bool) -> Result<()> {
-    let t = Instant::now();
-    let mut steps: Vec<(String, f64)> = Vec::new();
-    let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
-        let t = Instant::now();
-        f()?;
-        steps.push((name.to_string(), t.elapsed().as_secs_f64()));
-        Ok(())
-    };
-    step("fmt", &mut || {
-        run(cargo().args(["fmt", "--all", "--", "--check"]))
-    })?;
-    step("module cycles", &mut || modcycles::run(&root()))?;
+    // The tests run under cargo-nextest (per-test timeouts, retries, test groups, the
+    // JUnit report): without it they would silently lose all of that, so its absence
+    // is an error (set-up installs it).
+    if !setup::cargo_has("nextest") {
+        bail!(
+            "cargo-nextest is missing: run `cargo xtask setup` (or \
+             `cargo install cargo-nextest --locked`)"
+        );
+    }
+    let junit = target_dir()?.join("nextest/default/junit.xml");
     // "All features" is every feature of every crate except the ones that build hwloc
     // from source (`vendored`, `vendored-hwloc`): those get a step of their own below,
     // so that everything else is tested against the system's hwloc, as users build it.
     let all = all_features()?;
+    let mut steps = Steps::new(junit);
+    let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| steps.run(name, f);
+    step("fmt", &mut || {
+        run(cargo().args(["fmt", "--all", "--", "--check"]))
+    })?;
+    step("module cycles", &mut || modcycles::run(&root()))?;
     step("clippy, all features", &mut || {
         run(cargo()
             .args(["clippy", "--workspace", "--all-targets", "--features", &all])
@@ -241,30 +255,22 @@ fn test(quick: bool) -> Result<()> {
     std::env::set_var(hpc_env::REQUIRE_MPI, "1");
     std::env::set_var(hpc_env::REQUIRE_BROWSER, "1");
     std::env::set_var(hpc_env::REQUIRE_PYTHON, "1");
-    if setup::has("cargo-nextest") {
-        step("tests, all features", &mut || {
-            run(cargo()
-                .args(["nextest", "run", "--workspace", "--features", &all])
-                .arg("--no-fail-fast"))
-        })?;
-        step("doctests, all features", &mut || {
-            run(cargo().args(["test", "--workspace", "--features", &all, "--doc"]))
-        })?;
-        step("tests, default features", &mut || {
-            let mut c = cargo();
-            c.args(["nextest", "run", "--no-fail-fast"]);
-            for p in DEFAULT_FEATURE_CRATES {
-                c.args(["-p", p]);
-            }
-            run(&mut c)
-        })?;
-    } else {
-        step("tests, all features", &mut || {
-            run(cargo()
-                .args(["test", "--workspace", "--features", &all])
-                .arg("--no-fail-fast"))
-        })?;
-    }
+    step("tests, all features", &mut || {
+        run(cargo()
+            .args(["nextest", "run", "--workspace", "--features", &all])
+            .arg("--no-fail-fast"))
+    })?;
+    step("doctests, all features", &mut || {
+        run(cargo().args(["test", "--workspace", "--features", &all, "--doc"]))
+    })?;
+    step("tests, default features", &mut || {
+        let mut c = cargo();
+        c.args(["nextest", "run", "--no-fail-fast"]);
+        for p in DEFAULT_FEATURE_CRATES {
+            c.args(["-p", p]);
+        }
+        run(&mut c)
+    })?;
     // hwloc built from source (hwlocality's `vendored-extra`) and the topology tests
     // against it; hwloc::run_seeding supplies the source where open-mpi.org is out of
     // reach, as in CI.
@@ -282,29 +288,16 @@ fn test(quick: bool) -> Result<()> {
         env_table(true)?;
         crategraph::run(&root(), &workspace_packages()?, true)
     })?;
-    step("loom models", &mut loom)?;
+    step("loom models", &mut || loom(LOOM_CRATES))?;
     if !quick {
         // An application outside this repository, made by `hpc new` against the
         // packaged crates: cargo install hpc-cli, hpc run, mpirun, its own
         // `cargo xtask image` and podman (crates/hpc-cli/tests/outside.rs).
         step("outside application", &mut || {
-            let mut c = cargo();
-            c.args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
+            run(cargo()
+                .args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
                 .args(["--test", "outside", "--no-fail-fast"])
-                .env(hpc_env::TEST_OUTSIDE, "1");
-            if !setup::has("cargo-nextest") {
-                c = cargo();
-                c.args([
-                    "test",
-                    "-p",
-                    "hpc-cli",
-                    "--all-features",
-                    "--test",
-                    "outside",
-                ])
-                .env(hpc_env::TEST_OUTSIDE, "1");
-            }
-            run(&mut c)
+                .env(hpc_env::TEST_OUTSIDE, "1"))
         })?;
         // The book's quick start followed literally in a temporary directory, against
         // the packaged crates (book/tests/quickstart.rs).
@@ -342,12 +335,136 @@ fn test(quick: bool) -> Result<()> {
             run(c.args(["--no-verify", "--allow-dirty"]))
         })?;
     }
-    eprintln!("\nsteps:");
-    for (name, secs) in &steps {
-        eprintln!("  {secs:>7.1}s  {name}");
-    }
-    eprintln!("\nall checks passed in {:.0}s", t.elapsed().as_secs_f64());
+    eprintln!("{}", steps.table());
+    eprintln!("all checks passed");
     Ok(())
+}
+
+/// The steps of `cargo xtask test` so far, with their times, and the slowest tests
+/// of the nextest runs among them (from nextest's JUnit report).
+struct Steps {
+    start: Instant,
+    /// Name, seconds, whether it passed.
+    done: Vec<(String, f64, bool)>,
+    /// Where nextest writes its JUnit report (`[profile.default.junit]`).
+    junit: PathBuf,
+    /// Every test case of the nextest runs so far: name and seconds.
+    tests: Vec<(String, f64)>,
+}
+
+impl Steps {
+    fn new(junit: PathBuf) -> Steps {
+        Steps {
+            start: Instant::now(),
+            done: Vec::new(),
+            junit,
+            tests: Vec::new(),
+        }
+    }
+
+    /// Runs one step and records its time; a failed step prints the table so far
+    /// (with the failure marked) before its error is returned.
+    fn run(&mut self, name: &str, f: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        // A report left by an earlier run must not be read as this step's.
+        let _ = std::fs::remove_file(&self.junit);
+        let t = Instant::now();
+        let result = f();
+        self.done
+            .push((name.to_string(), t.elapsed().as_secs_f64(), result.is_ok()));
+        if let Ok(xml) = std::fs::read_to_string(&self.junit) {
+            self.tests.extend(junit_times(&xml));
+        }
+        if let Err(e) = result {
+            eprintln!("{}", self.table());
+            return Err(e.context(format!("step `{name}` failed")));
+        }
+        Ok(())
+    }
+
+    /// The table of steps and their times, the total, and the slowest tests.
+    fn table(&self) -> String {
+        self.render(self.start.elapsed().as_secs_f64())
+    }
+
+    fn render(&self, total: f64) -> String {
+        use std::fmt::Write;
+        let mut s = String::from("\nsteps:\n");
+        for (name, secs, ok) in &self.done {
+            let mark = if *ok { "" } else { "  FAILED" };
+            let _ = writeln!(s, "  {secs:>7.1}s  {name}{mark}");
+        }
+        let _ = writeln!(s, "  {total:>7.1}s  total");
+        if let Some((name, _, false)) = self.done.last() {
+            let _ = writeln!(s, "stopped at the failed step `{name}`");
+        }
+        if !self.tests.is_empty() {
+            let mut slow = self.tests.clone();
+            slow.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let _ = writeln!(s, "\nslowest tests (of {} run by nextest):", slow.len());
+            for (name, secs) in slow.iter().take(10) {
+                let _ = writeln!(s, "  {secs:>7.1}s  {name}");
+            }
+        }
+        s
+    }
+}
+
+/// Every `<testcase>` of a JUnit report as nextest writes it: `classname name` (the
+/// binary and the test) and its seconds.
+fn junit_times(xml: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for case in xml.split("<testcase ").skip(1) {
+        let tag = case.split('>').next().unwrap_or_default();
+        let attr = |key: &str| -> Option<String> {
+            let start = tag
+                .find(&format!(" {key}=\""))
+                .or_else(|| tag.starts_with(&format!("{key}=\"")).then_some(0))?;
+            let rest = &tag[start..];
+            let rest = &rest[rest.find('"')? + 1..];
+            Some(xml_unescape(&rest[..rest.find('"')?]))
+        };
+        let (Some(name), Some(secs)) = (attr("name"), attr("time")) else {
+            continue;
+        };
+        let Ok(secs) = secs.parse::<f64>() else {
+            continue;
+        };
+        let name = match attr("classname") {
+            Some(class) if !class.is_empty() => format!("{class} {name}"),
+            _ => name,
+        };
+        out.push((name, secs));
+    }
+    out
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// Cargo's target folder (`CARGO_TARGET_DIR` or the workspace's `target`), as
+/// `cargo metadata` reports it.
+fn target_dir() -> Result<PathBuf> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    match meta["target_directory"].as_str() {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => bail!("no target_directory in cargo metadata"),
+    }
 }
 
 /// The workspace's packages as `cargo metadata --no-deps` describes them.
@@ -407,15 +524,71 @@ const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-comm", "hpc-example-microcircuit
 /// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
 /// primitives to loom's, in a target directory of its own so that the normal build
 /// is not invalidated. Each model bounds its own exploration (preemption bound).
-fn loom() -> Result<()> {
+fn loom<S: AsRef<str>>(crates: &[S]) -> Result<()> {
     let dir = root().join("target/loom");
-    for krate in LOOM_CRATES {
-        run(cargo()
-            .args(["test", "--release", "--lib", "-p", krate, "loom"])
-            .env("RUSTFLAGS", "--cfg loom")
-            .env("CARGO_TARGET_DIR", &dir))?;
+    for krate in crates {
+        let krate = krate.as_ref();
+        let out = run_capturing(
+            cargo()
+                .args(["test", "--release", "--lib", "-p", krate, "loom"])
+                .env("RUSTFLAGS", "--cfg loom")
+                .env("CARGO_TARGET_DIR", &dir),
+        )?;
+        // A filter that matches nothing passes too: a renamed model or a lost
+        // `cfg(loom)` would silently check nothing.
+        match libtest_passed(&out) {
+            Some(n) if n > 0 => eprintln!("    {krate}: {n} loom models passed"),
+            _ => bail!("{krate}: no loom model ran (no test named `loom*` under cfg(loom))"),
+        }
     }
     Ok(())
+}
+
+/// Like [`run`], with the command's standard output also returned (it is shown as it
+/// comes).
+fn run_capturing(cmd: &mut Command) -> Result<String> {
+    use std::io::{BufRead, BufReader};
+    let shown = format!("{cmd:?}").replace('"', "");
+    eprintln!("\n==> {shown}");
+    let t = Instant::now();
+    let mut child = cmd
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {shown}"))?;
+    let mut out = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.with_context(|| format!("reading the output of {shown}"))?;
+        println!("{line}");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let status = child.wait()?;
+    eprintln!("    ({:.1}s)", t.elapsed().as_secs_f64());
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(out)
+}
+
+/// The tests libtest ran and passed, summed over its `test result:` lines; `None`
+/// without any.
+fn libtest_passed(out: &str) -> Option<usize> {
+    let counts: Vec<usize> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("test result: "))
+        .filter_map(|l| {
+            l.split(';').find_map(|part| {
+                let words: Vec<&str> = part.split_whitespace().collect();
+                match words[..] {
+                    [.., n, "passed"] => n.parse().ok(),
+                    _ => None,
+                }
+            })
+        })
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
 }
 
 /// `cargo xtask man`: builds `hpc` and has it write its pages and completions.
@@ -470,6 +643,8 @@ fn main() -> Result<()> {
         }
         Task::Man { out } => man(&out),
         Task::Modcycles => modcycles::run(&root()),
+        Task::Loom { crates } if crates.is_empty() => loom(LOOM_CRATES),
+        Task::Loom { crates } => loom(&crates),
         Task::EnvTable { check } => env_table(check),
         Task::CrateGraph { check } => crategraph::run(&root(), &workspace_packages()?, check),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
@@ -490,5 +665,96 @@ fn main() -> Result<()> {
             }
             test(quick)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libtest_summaries_are_summed_and_their_absence_seen() {
+        let out = "running 3 tests\ntest a::loom_x ... ok\n\n\
+                   test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 41 filtered out; finished in 2.1s\n\
+                   test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.1s\n";
+        assert_eq!(libtest_passed(out), Some(5));
+        let none = "running 0 tests\n\n\
+                    test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 44 filtered out; finished in 0.00s\n";
+        assert_eq!(libtest_passed(none), Some(0));
+        assert_eq!(libtest_passed("error: could not compile\n"), None);
+    }
+
+    #[test]
+    fn junit_test_cases_are_read_with_their_times() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="nextest-run" tests="3" failures="1" errors="0" uuid="x" timestamp="t" time="9.5">
+    <testsuite name="hpc-rdma::conformance" tests="2" disabled="0" errors="0" failures="1">
+        <testcase name="a_&quot;quoted&quot;_test" classname="hpc-rdma::conformance" timestamp="t" time="7.25">
+            <failure type="test failure">boom</failure>
+        </testcase>
+        <testcase name="quick" classname="hpc-rdma::conformance" timestamp="t" time="0.004">
+        </testcase>
+    </testsuite>
+    <testsuite name="xtask" tests="1"><testcase name="alone" classname="" time="1.5"/></testsuite>
+</testsuites>"#;
+        assert_eq!(
+            junit_times(xml),
+            vec![
+                ("hpc-rdma::conformance a_\"quoted\"_test".to_string(), 7.25),
+                ("hpc-rdma::conformance quick".to_string(), 0.004),
+                ("alone".to_string(), 1.5),
+            ]
+        );
+        assert!(junit_times("not xml <testcase broken").is_empty());
+    }
+
+    #[test]
+    fn the_step_table_has_the_total_the_failed_step_and_the_slowest_tests() {
+        let mut steps = Steps::new(PathBuf::from("/nonexistent/junit.xml"));
+        steps.done = vec![
+            ("fmt".into(), 1.0, true),
+            ("tests, all features".into(), 60.0, false),
+        ];
+        steps.tests = (0..12).map(|i| (format!("t{i}"), i as f64)).collect();
+        let t = steps.render(61.5);
+        assert!(t.contains("    1.0s  fmt\n"), "{t}");
+        assert!(t.contains("   60.0s  tests, all features  FAILED\n"), "{t}");
+        assert!(t.contains("   61.5s  total\n"), "{t}");
+        assert!(
+            t.contains("stopped at the failed step `tests, all features`"),
+            "{t}"
+        );
+        assert!(t.contains("slowest tests (of 12 run by nextest)"), "{t}");
+        // The 10 slowest, slowest first: t11 .. t2.
+        assert!(t.find("t11").unwrap() < t.find("t10").unwrap(), "{t}");
+        assert!(t.contains("  t2\n") && !t.contains("  t1\n"), "{t}");
+    }
+
+    #[test]
+    fn a_failed_step_is_recorded_and_its_error_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let junit = dir.path().join("junit.xml");
+        let mut steps = Steps::new(junit.clone());
+        steps.run("ok", &mut || Ok(())).unwrap();
+        // A stale report of an earlier run is not counted as this step's.
+        std::fs::write(&junit, r#"<testcase name="old" classname="c" time="9"/>"#).unwrap();
+        let e = steps
+            .run("broken", &mut || bail!("exit status 1"))
+            .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("step `broken` failed: exit status 1"),
+            "{e:#}"
+        );
+        assert_eq!(steps.done.len(), 2);
+        assert!(steps.done[0].2 && !steps.done[1].2);
+        assert!(steps.tests.is_empty(), "{:?}", steps.tests);
+        // A report the step writes is read.
+        steps
+            .run("nextest", &mut || {
+                std::fs::write(&junit, r#"<testcase name="new" classname="c" time="2.5"/>"#)?;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(steps.tests, vec![("c new".to_string(), 2.5)]);
     }
 }

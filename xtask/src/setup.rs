@@ -2,7 +2,7 @@
 
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 mod apptainer;
 
@@ -177,6 +177,60 @@ fn cargo_fuzz() -> Result<()> {
     ]))
 }
 
+/// Whether `cargo SUBCOMMAND --version` runs (a cargo tool such as `nextest`).
+pub fn cargo_has(subcommand: &str) -> bool {
+    has_with(&crate::cargo, subcommand)
+}
+
+fn has_with(cargo: &dyn Fn() -> Command, subcommand: &str) -> bool {
+    cargo()
+        .args([subcommand, "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Installs a cargo tool (run as `cargo SUBCOMMAND`) with `cargo install INSTALL...`
+/// unless it is already there, timed; an error if it cannot be installed or is still
+/// not found afterwards (cargo's bin folder not on the PATH).
+pub fn cargo_tool(subcommand: &str, install: &[&str]) -> Result<()> {
+    tool_with(&crate::cargo, subcommand, install)
+}
+
+/// [`cargo_tool`] with the `cargo` commands made by `cargo` (the tests give theirs
+/// a PATH of their own).
+fn tool_with(cargo: &dyn Fn() -> Command, subcommand: &str, install: &[&str]) -> Result<()> {
+    if has_with(cargo, subcommand) {
+        return Ok(());
+    }
+    let shown = install.join(" ");
+    let t = std::time::Instant::now();
+    crate::run(cargo().arg("install").args(install)).with_context(|| {
+        format!("`cargo {subcommand}` is missing and `cargo install {shown}` failed")
+    })?;
+    if !has_with(cargo, subcommand) {
+        bail!(
+            "`cargo install {shown}` finished but `cargo {subcommand}` is still not found: \
+             is cargo's bin folder (~/.cargo/bin) on the PATH?"
+        );
+    }
+    eprintln!(
+        "==> cargo {subcommand} installed ({:.0}s)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// cargo-nextest, which runs the tests with the per-test timeouts, retries and test
+/// groups of `.config/nextest.toml` and writes the JUnit report whose slowest tests
+/// `cargo xtask test` prints. Its build takes a while: 28 minutes on a busy
+/// 2-core machine (`cargo install cargo-nextest --locked`, version 0.9.151).
+pub fn nextest() -> Result<()> {
+    cargo_tool("nextest", &["cargo-nextest", "--locked"])
+}
+
 /// Container runtimes beyond the Debian packages: Apptainer (the distribution's
 /// package where there is one, else a Debian root file system behind a wrapper, see
 /// `apptainer.rs`), timed so that CI's log shows what it costs.
@@ -198,7 +252,71 @@ pub fn all() -> Result<()> {
         container_runtimes()?;
     }
     rust_components()?;
+    nextest()?;
     mdbook()?;
     cargo_fuzz()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_tools_are_found_by_their_subcommand() {
+        // `cargo fmt` is there (set-up adds rustfmt); a made-up subcommand never is.
+        assert!(cargo_has("fmt"));
+        assert!(!cargo_has("no-such-tool-of-hpc-rs"));
+    }
+
+    #[test]
+    fn a_missing_tool_is_installed_and_a_failed_install_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // An installed tool is left alone: nothing is built.
+        cargo_tool("fmt", &["--path", "/nonexistent"]).unwrap();
+        // A failed install (here: no crate at the path, no network needed) is an
+        // error that names the missing tool, not a skipped step.
+        let e = cargo_tool("hpc-xtask-probe", &["--path", "/nonexistent"]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("`cargo hpc-xtask-probe` is missing"),
+            "{e:#}"
+        );
+        // A missing tool is installed (a local crate without dependencies, into a
+        // folder of its own on the PATH of the cargo commands) and then found.
+        let krate = d.join("probe");
+        std::fs::create_dir_all(krate.join("src")).unwrap();
+        std::fs::write(
+            krate.join("Cargo.toml"),
+            "[package]\nname = \"cargo-hpc-xtask-probe\"\nversion = \"0.1.0\"\n\
+             edition = \"2021\"\n\n[workspace]\n",
+        )
+        .unwrap();
+        std::fs::write(krate.join("src/main.rs"), "fn main() {}\n").unwrap();
+        let root = d.join("root");
+        let path = format!(
+            "{}:{}",
+            root.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let cargo = move || {
+            let mut c = crate::cargo();
+            c.env("PATH", &path);
+            c
+        };
+        assert!(!has_with(&cargo, "hpc-xtask-probe"));
+        let krate = krate.display().to_string();
+        let root = root.display().to_string();
+        // A target folder of its own: the one of this test may be locked by cargo.
+        let target = d.join("target").display().to_string();
+        tool_with(
+            &cargo,
+            "hpc-xtask-probe",
+            &["--path", &krate, "--root", &root, "--target-dir", &target],
+        )
+        .unwrap();
+        assert!(has_with(&cargo, "hpc-xtask-probe"));
+        // Found on that PATH only: the machine's own is untouched.
+        assert!(!cargo_has("hpc-xtask-probe"));
+    }
 }

@@ -326,9 +326,34 @@ mod tests {
         assert_eq!(slurm_tasks_on_node(&p), Some(3));
     }
 
+    /// The self-test reads this process's own memory, which only a seccomp filter
+    /// (or a kernel without cross-memory attach) can forbid: with no filter it must
+    /// succeed, and the live check must report its result and derive its verdict
+    /// from it.
     #[test]
-    fn self_test_runs() {
-        // Works on any ordinary Linux machine; must not crash anywhere.
-        let _ = self_test();
+    fn self_test_succeeds_without_a_seccomp_filter_and_decides_the_verdict() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let seccomp: Option<u8> = parse::status(&status)
+            .get("Seccomp")
+            .and_then(|v| v.parse().ok());
+        let got = self_test();
+        if seccomp == Some(0) {
+            assert!(
+                got,
+                "process_vm_readv on the own process failed with no seccomp filter: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let cma = cross_memory_attach(&Probe::live());
+        assert_eq!(cma.seccomp, seccomp);
+        assert_eq!(cma.self_test, Some(got));
+        match (got, cma.ptrace_scope) {
+            (false, _) => assert_eq!(cma.works, Some(false), "{cma:?}"),
+            (true, Some(2 | 3)) => {}
+            (true, _) => assert_eq!(cma.works, Some(true), "{cma:?}"),
+        }
+        // A probe of a captured tree (not this process) must not run it.
+        let captured = cross_memory_attach(&Probe::new("/nonexistent", BTreeMap::new()));
+        assert_eq!(captured.self_test, None);
     }
 }

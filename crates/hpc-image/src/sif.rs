@@ -116,7 +116,10 @@ mod tests {
 
     /// The generated `slurm-apptainer.sbatch`, run with stand-ins for `srun` and
     /// `scontrol`: `--nv` for a GPU image, the bind paths this node has (and a
-    /// missing one named), the slurmd spool, then the app and its arguments.
+    /// missing one named), the slurmd spool when it exists outside `/tmp`, then the
+    /// app and its arguments. A spool under `/tmp` (Apptainer binds `/tmp` itself),
+    /// a missing one and none at all add no bind. Every spool path is chosen here, so
+    /// the result does not depend on where the checkout lives.
     #[test]
     fn apptainer_batch_script_passes_nv_binds_and_spool() {
         use crate::templates::{fill, COMMON};
@@ -124,12 +127,9 @@ mod tests {
             .iter()
             .find(|t| t.name == "slurm-apptainer.sbatch")
             .expect("template");
-        // Not under /tmp: the script leaves a spool there to Apptainer's own /tmp bind.
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let spool = d.join("spool");
         let lib = d.join("libmpi.so.40");
-        fs::create_dir(&spool).unwrap();
         fs::write(&lib, "").unwrap();
         let mut vars = std::collections::BTreeMap::new();
         for k in crate::template_keys() {
@@ -153,35 +153,49 @@ mod tests {
             fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
         };
         stub("srun", "echo \"srun $*\"");
-        stub(
-            "scontrol",
-            &format!("echo \"SlurmdSpoolDir          = {}\"", spool.display()),
-        );
-        let out = Command::new("bash")
-            .arg(&script)
-            .args(["selftest", "--json"])
-            .env(
-                "PATH",
-                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-            )
-            .env_remove("SLURMD_SPOOL")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
-        assert_eq!(
-            stdout.trim(),
+        // The spool `scontrol show config` reports; "" for a config without one.
+        let run = |spool: &str| {
+            let line = if spool.is_empty() {
+                String::new()
+            } else {
+                format!("SlurmdSpoolDir          = {spool}")
+            };
+            stub("scontrol", &format!("echo \"{line}\""));
+            let out = Command::new("bash")
+                .arg(&script)
+                .args(["selftest", "--json"])
+                .env(
+                    "PATH",
+                    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+                )
+                .env_remove("SLURMD_SPOOL")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "spool {spool:?}: {stderr}");
+            assert!(
+                stderr.contains("not bound: /nonexistent/libfoo.so.1"),
+                "{stderr}"
+            );
+            stdout
+        };
+        let srun = |spool_bind: &str| {
             format!(
-                "srun --mpi=pmix apptainer exec --nv --bind {} --bind {} hpc.sif hpc selftest --json",
-                lib.display(),
-                spool.display()
+                "srun --mpi=pmix apptainer exec --nv --bind {}{spool_bind} hpc.sif hpc selftest --json",
+                lib.display()
             )
-        );
-        assert!(
-            stderr.contains("not bound: /nonexistent/libfoo.so.1"),
-            "{stderr}"
-        );
+        };
+        // An existing spool outside /tmp is bound: /dev is a directory on every
+        // Linux machine and never under /tmp.
+        assert_eq!(run("/dev"), srun(" --bind /dev"));
+        // Under /tmp (an existing folder there, so that only the place decides), at
+        // /tmp itself, missing, or not reported: no bind of its own.
+        let under_tmp = tempfile::tempdir_in("/tmp").unwrap();
+        let under_tmp = under_tmp.path().display().to_string();
+        for spool in [under_tmp.as_str(), "/tmp", "/nonexistent/spool", ""] {
+            assert_eq!(run(spool), srun(""), "spool {spool:?}");
+        }
     }
 
     #[test]

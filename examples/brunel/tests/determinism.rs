@@ -220,18 +220,29 @@ fn the_proxy_engine_across_nodes_gives_the_spikes_of_one_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[cfg(not(feature = "mpi"))]
+/// `--engine mpi` is refused with a clear error where it cannot work: in a build
+/// without the `mpi` feature, and (with it) in a process no MPI launcher started.
+/// The run under mpirun is `the_mpi_engine_under_mpirun_gives_the_same_spikes`.
 #[test]
-fn the_mpi_engine_needs_the_feature() {
+fn the_mpi_engine_needs_the_feature_and_an_mpi_launcher() {
     let dir = tmpdir("engine");
     let o = Command::new(BRUNEL)
         .args(brunel_args(&dir))
         .args(["--engine", "mpi"])
         .output()
         .unwrap();
-    assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("needs `--features mpi`"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let want = if cfg!(feature = "mpi") {
+        "needs a job started by an MPI launcher"
+    } else {
+        "needs `--features mpi`"
+    };
+    assert!(err.contains(want), "expected {want:?} in: {err}");
+    assert!(
+        !dir.join("spikes.spk").exists(),
+        "a refused run wrote spikes"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
