@@ -253,6 +253,8 @@ fn hpc_help(hpc: &Path) -> Result<String> {
     let out = Command::new(hpc)
         .arg("--help")
         .env("NO_COLOR", "1")
+        // One width whatever the caller's terminal; wrapped summaries are joined anyway.
+        .env("COLUMNS", "100")
         .output()
         .with_context(|| format!("running {} --help", hpc.display()))?;
     if !out.status.success() {
