@@ -46,7 +46,7 @@ pub fn graph(packages: &[serde_json::Value]) -> Graph {
 
 /// Each member's level: 0 without member dependencies, else one above the
 /// highest of its dependencies'. A cycle is an error (cargo refuses one too).
-fn levels(g: &Graph) -> Result<BTreeMap<&str, usize>> {
+pub fn levels(g: &Graph) -> Result<BTreeMap<&str, usize>> {
     let mut level: BTreeMap<&str, usize> = BTreeMap::new();
     while level.len() < g.len() {
         let before = level.len();
@@ -94,13 +94,7 @@ pub fn render(g: &Graph) -> Result<String> {
 
 /// `text` with its generated block replaced by `block`.
 pub fn splice(text: &str, block: &str) -> Result<String> {
-    let (Some(b), Some(e)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{FILE} has no generated crate graph block ({BEGIN} ... {END})");
-    };
-    if e < b {
-        bail!("{FILE}: the crate graph's end marker comes before its start");
-    }
-    Ok(format!("{}{block}{}", &text[..b], &text[e + END.len()..]))
+    crate::readme::splice(text, BEGIN, END, block, FILE)
 }
 
 /// Rewrites (or with `check`, compares) the block in `root`/[`FILE`].
@@ -108,19 +102,8 @@ pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<(
     let path = root.join(FILE);
     let have = std::fs::read_to_string(&path).with_context(|| format!("reading {FILE}"))?;
     let want = splice(&have, &render(&graph(packages))?)?;
-    if check {
-        if have != want {
-            bail!("{FILE}'s crate graph is out of date: run `cargo xtask crate-graph`");
-        }
-        eprintln!("{FILE}'s crate graph is up to date");
-        return Ok(());
-    }
-    std::fs::write(&path, want).with_context(|| format!("writing {FILE}"))?;
-    eprintln!(
-        "wrote the crate graph of {} crates into {FILE}",
-        packages.len()
-    );
-    Ok(())
+    let what = format!("crate graph of {} crates", packages.len());
+    crate::readme::update(&path, &have, &want, check, &what, "crate-graph")
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! - `modcycles`: fail if a crate has an import cycle between its modules.
 //! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
 //! - `crate-graph`: ARCHITECTURE.md's crate graph, from `cargo metadata`.
+//! - `readme`: README.md's crate, command and feature tables.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -29,6 +30,7 @@ mod crategraph;
 mod fuzz;
 mod hwloc;
 mod modcycles;
+mod readme;
 mod setup;
 
 /// hpc-rs project automation.
@@ -114,6 +116,14 @@ enum Task {
     /// dependencies on each other, by level) from `cargo metadata`.
     CrateGraph {
         /// Only check that the committed graph is up to date (exit 1 if not).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write README.md's crate table (Cargo.toml descriptions), command table (`hpc
+    /// --help`) and feature table (`cargo metadata` and the `##` comments of each
+    /// crate's features).
+    Readme {
+        /// Only check that the committed tables are up to date (exit 1 if not).
         #[arg(long)]
         check: bool,
     },
@@ -282,11 +292,14 @@ fn test(quick: bool) -> Result<()> {
         })
     })?;
     // Every Rust snippet of the book compiled and run as a doc-test of hpc-book; the
-    // environment table generated from hpc-env's list; ARCHITECTURE.md's crate graph.
-    step("book, env table, crate graph", &mut || {
+    // environment table generated from hpc-env's list; ARCHITECTURE.md's crate graph;
+    // README.md's crate, command and feature tables.
+    step("book, env table, crate graph, README tables", &mut || {
         run(cargo().args(["test", "-p", "hpc-book"]))?;
         env_table(true)?;
-        crategraph::run(&root(), &workspace_packages()?, true)
+        let packages = workspace_packages()?;
+        crategraph::run(&root(), &packages, true)?;
+        readme::run(&root(), &packages, true)
     })?;
     step("loom models", &mut || loom(LOOM_CRATES))?;
     if !quick {
@@ -594,8 +607,7 @@ fn libtest_passed(out: &str) -> Option<usize> {
 /// `cargo xtask man`: builds `hpc` and has it write its pages and completions.
 fn man(out: &Path) -> Result<()> {
     let out = root().join(out);
-    run(cargo().args(["build", "-p", "hpc-cli", "--bin", "hpc"]))?;
-    let hpc = root().join("target/debug/hpc");
+    let hpc = readme::build_hpc(&root())?;
     run(Command::new(&hpc)
         .args(["man", "--dir"])
         .arg(out.join("man1")))?;
@@ -647,6 +659,7 @@ fn main() -> Result<()> {
         Task::Loom { crates } => loom(&crates),
         Task::EnvTable { check } => env_table(check),
         Task::CrateGraph { check } => crategraph::run(&root(), &workspace_packages()?, check),
+        Task::Readme { check } => readme::run(&root(), &workspace_packages()?, check),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();

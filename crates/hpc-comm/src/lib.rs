@@ -16,6 +16,12 @@
 //!
 //! See [`comm`] for requests, buffer safety and the engines' trade-offs.
 //!
+//! What has run where: every engine on one machine and across the nodes of a
+//! Docker cluster on one machine (tcp, and libfabric's `tcp;ofi_rxm`). The
+//! proxy "placed as on a DPU" has run as a process in a container standing in
+//! for the DPU, never on a BlueField or over an HCA; the book's "The proxy on a
+//! DPU" says what that shows and what it does not.
+//!
 //! # Layers
 //!
 //! From the bottom: [`Error`] and the buffer traits ([`Elem`], [`Buf`],

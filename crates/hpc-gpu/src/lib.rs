@@ -38,6 +38,16 @@
 //! before cudarc is touched, and cudarc calls that could still panic run
 //! under `catch_unwind`.
 //!
+//! # What has run where
+//!
+//! Nothing of the CUDA path has run on a GPU yet: not NCCL, not the NVRTC kernels,
+//! not CUDA IPC, not the pinned host buffers across nodes. What has run, on machines
+//! without a GPU, is the CPU side: chunking, plans executed on host memory, device
+//! choice, the kernel source and the bandwidth arithmetic, and the typed errors above
+//! ([`GpuError::NoDriver`]). `benches/gpu/check.sh` (part of `benches/device.sh`) is
+//! the check to run on a GPU machine; until it has run, treat the device code as
+//! unverified (the book's chapter "GPU collectives" says the same).
+//!
 //! # Cargo features
 //!
 //! * `cuda` (default): [`GpuComm`] and the CUDA code. cudarc is built with

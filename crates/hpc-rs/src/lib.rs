@@ -59,9 +59,10 @@
 //! | `vendored-hwloc` | no | builds hwloc from source into `topology` instead of using the system's | a C compiler, `make`, autoconf, automake, libtool; the build downloads hwloc's source from open-mpi.org |
 //! | `container` | yes | [`container`] (`hpc-container`) | nothing |
 //! | `rdma` | no | `rdma` (`hpc-rdma`): shm and tcp transport | nothing |
-//! | `verbs` | no | InfiniBand verbs in `rdma` | `libibverbs-dev`, `cmake` |
+//! | `verbs` | no | InfiniBand verbs in `rdma` (not yet run on an HCA) | `libibverbs-dev`, `cmake` |
+//! | `ofi` | no | libfabric in `rdma` (run on its `shm` and `tcp;ofi_rxm` providers only, no fabric provider yet) | libfabric's headers (`libfabric-dev`); libfabric is loaded at run time |
 //! | `collectives` | yes | [`collectives`] (`hpc-collectives`): schedules, reduction kernels, simulator; [`comm`] (`hpc-comm`): communicators and their engines, [`Context::comm`] | nothing |
-//! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers | nothing (CUDA is loaded at run time) |
+//! | `gpu` | no | `gpu` (`hpc-gpu`): collectives on CUDA buffers (not yet run on a GPU) | nothing (CUDA is loaded at run time) |
 //! | `mpi` | no | MPI bootstrap in [`runtime`] | an MPI-3.1 library with `mpicc` (Open MPI >= 4.0, MPICH >= 3.3), `libclang` |
 //!
 //! [`runtime`] (`hpc-runtime`) is always there.
