@@ -37,8 +37,7 @@ fn write(set: &Checkpoints, step: u64) -> Checkpoint {
 /// edit can make it invalid.
 fn reseal(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join(MANIFEST);
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     edit(&mut v);
     v["manifest_crc32c"] = "00000000".into();
     let mut text = serde_json::to_string_pretty(&v).unwrap();
@@ -46,7 +45,10 @@ fn reseal(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let crc = crc32c::crc32c(text.as_bytes());
     let field = "\"manifest_crc32c\": \"00000000\"";
     let at = text.rfind(field).unwrap();
-    text.replace_range(at..at + field.len(), &format!("\"manifest_crc32c\": \"{crc:08x}\""));
+    text.replace_range(
+        at..at + field.len(),
+        &format!("\"manifest_crc32c\": \"{crc:08x}\""),
+    );
     std::fs::write(path, text).unwrap();
 }
 
@@ -230,7 +232,12 @@ fn commit_checks_sizes_duplicates_and_the_rank_range() {
     ));
     let beyond = set.write_rank(5, 2, 3, b"two").unwrap();
     let e = set
-        .commit(5, 2, vec![e0.clone(), e1.clone(), beyond], serde_json::json!({}))
+        .commit(
+            5,
+            2,
+            vec![e0.clone(), e1.clone(), beyond],
+            serde_json::json!({}),
+        )
         .unwrap_err();
     assert!(e.to_string().contains("beyond the rank count"), "{e}");
     assert!(matches!(
@@ -256,7 +263,8 @@ fn sealed_manifests_listing_bad_files_are_refused() {
     Checkpoint::open(&dir).unwrap().verify().unwrap();
 
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
-    let named = |name: &'static str| -> Edit { Box::new(move |v| v["files"][2]["name"] = name.into()) };
+    let named =
+        |name: &'static str| -> Edit { Box::new(move |v| v["files"][2]["name"] = name.into()) };
     let edits: Vec<(&str, Edit)> = vec![
         ("a slash", named("x/a.ckpt")),
         ("a parent", named("../a.ckpt")),
@@ -420,10 +428,7 @@ fn warnings_come_with_fallbacks_only() {
     let (step, rejected, text) = latest_logged(&set);
     assert_eq!((step, rejected), (100, vec![200]));
     assert!(text.contains("step-0000000200"), "{text}");
-    assert!(
-        text.contains("resuming from an older checkpoint"),
-        "{text}"
-    );
+    assert!(text.contains("resuming from an older checkpoint"), "{text}");
     let (_, rejected) = set.latest_with_rejections().unwrap();
     assert!(
         matches!(&*rejected[0].error, Error::Manifest { reason, .. } if reason.contains("step 100")),

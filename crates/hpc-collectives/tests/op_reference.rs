@@ -139,9 +139,12 @@ macro_rules! check_int {
                 for i in 0..a.len() {
                     let want = int_reference(op, a[i] as i128, b[i] as i128) as $t;
                     assert_eq!(
-                        got[i], want,
+                        got[i],
+                        want,
                         "{op} {dtype}: element {i} of {}: {} ⊕ {}",
-                        a.len(), a[i], b[i]
+                        a.len(),
+                        a[i],
+                        b[i]
                     );
                 }
             }
@@ -171,8 +174,14 @@ fn integer_overflow_wraps_and_comparisons_follow_the_sign() {
         dst
     }
     let i8s = |x: i8| x.to_ne_bytes();
-    assert_eq!(one(ReduceOp::Sum, DataType::I8, i8s(127), i8s(1)), i8s(-128));
-    assert_eq!(one(ReduceOp::Prod, DataType::I8, i8s(-128), i8s(-1)), i8s(-128));
+    assert_eq!(
+        one(ReduceOp::Sum, DataType::I8, i8s(127), i8s(1)),
+        i8s(-128)
+    );
+    assert_eq!(
+        one(ReduceOp::Prod, DataType::I8, i8s(-128), i8s(-1)),
+        i8s(-128)
+    );
     assert_eq!(one(ReduceOp::Prod, DataType::I8, i8s(16), i8s(16)), i8s(0));
     assert_eq!(one(ReduceOp::Min, DataType::I8, i8s(-1), i8s(1)), i8s(-1));
     assert_eq!(one(ReduceOp::Max, DataType::I8, i8s(-1), i8s(1)), i8s(1));
@@ -196,15 +205,30 @@ fn integer_overflow_wraps_and_comparisons_follow_the_sign() {
         i64s(i64::MIN)
     );
     assert_eq!(
-        one(ReduceOp::Bxor, DataType::I16, 0x0F0Fi16.to_ne_bytes(), 0x00FFi16.to_ne_bytes()),
+        one(
+            ReduceOp::Bxor,
+            DataType::I16,
+            0x0F0Fi16.to_ne_bytes(),
+            0x00FFi16.to_ne_bytes()
+        ),
         0x0FF0i16.to_ne_bytes()
     );
     assert_eq!(
-        one(ReduceOp::Band, DataType::U32, 0xF0F0u32.to_ne_bytes(), 0xFF00u32.to_ne_bytes()),
+        one(
+            ReduceOp::Band,
+            DataType::U32,
+            0xF0F0u32.to_ne_bytes(),
+            0xFF00u32.to_ne_bytes()
+        ),
         0xF000u32.to_ne_bytes()
     );
     assert_eq!(
-        one(ReduceOp::Bor, DataType::I32, 0xF0F0i32.to_ne_bytes(), 0x0F00i32.to_ne_bytes()),
+        one(
+            ReduceOp::Bor,
+            DataType::I32,
+            0xF0F0i32.to_ne_bytes(),
+            0x0F00i32.to_ne_bytes()
+        ),
         0xFFF0i32.to_ne_bytes()
     );
 }
@@ -361,14 +385,23 @@ fn float_min_max_ignore_nan_and_order_infinities() {
     assert_eq!(run32(ReduceOp::Min, 2.0, f32::NAN), 2.0);
     assert_eq!(run32(ReduceOp::Max, f32::NAN, -2.0), -2.0);
     assert!(run32(ReduceOp::Max, f32::NAN, f32::NAN).is_nan());
-    assert_eq!(run32(ReduceOp::Min, f32::NEG_INFINITY, -1e38), f32::NEG_INFINITY);
+    assert_eq!(
+        run32(ReduceOp::Min, f32::NEG_INFINITY, -1e38),
+        f32::NEG_INFINITY
+    );
     assert_eq!(run32(ReduceOp::Max, f32::INFINITY, 1e38), f32::INFINITY);
     assert_eq!(run32(ReduceOp::Min, -1.0, 1.0), -1.0);
     assert_eq!(run32(ReduceOp::Max, -1.0, 1.0), 1.0);
     assert!(run32(ReduceOp::Sum, f32::INFINITY, f32::NEG_INFINITY).is_nan());
-    assert_eq!(run32(ReduceOp::Sum, -0.0, -0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(
+        run32(ReduceOp::Sum, -0.0, -0.0).to_bits(),
+        (-0.0f32).to_bits()
+    );
     assert_eq!(run32(ReduceOp::Sum, -0.0, 0.0).to_bits(), 0.0f32.to_bits());
-    assert_eq!(run32(ReduceOp::Prod, -0.0, 5.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(
+        run32(ReduceOp::Prod, -0.0, 5.0).to_bits(),
+        (-0.0f32).to_bits()
+    );
     let run64 = |op, a: f64, b: f64| {
         let mut d = a.to_ne_bytes();
         apply_reduce(op, DataType::F64, &b.to_ne_bytes(), &mut d).unwrap();
@@ -460,13 +493,13 @@ fn check_half(kind: &Half, seed: u64) {
     // boundaries of each format).
     let edges: Vec<u16> = if dtype == DataType::F16 {
         vec![
-            0x0000, 0x8000, 0x3C00, 0xBC00, 0x3C01, 0x1400, 0x7BFF, 0xFBFF, 0x0001, 0x8001,
-            0x0400, 0x03FF, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x4248, 0x5A00,
+            0x0000, 0x8000, 0x3C00, 0xBC00, 0x3C01, 0x1400, 0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0400,
+            0x03FF, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x4248, 0x5A00,
         ]
     } else {
         vec![
-            0x0000, 0x8000, 0x3F80, 0xBF80, 0x3F81, 0x3B80, 0x7F7F, 0xFF7F, 0x0001, 0x8001,
-            0x0080, 0x007F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x4049, 0x4300,
+            0x0000, 0x8000, 0x3F80, 0xBF80, 0x3F81, 0x3B80, 0x7F7F, 0xFF7F, 0x0001, 0x8001, 0x0080,
+            0x007F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x4049, 0x4300,
         ]
     };
     let mut rng = Rng(seed);
@@ -635,12 +668,18 @@ fn reduce_op_table() {
         assert_eq!(op.to_string(), name);
         assert_eq!(op.is_bitwise(), bitwise, "{op}");
         for dtype in DataType::ALL {
-            assert_eq!(op.supports(dtype), !bitwise || dtype.is_integer(), "{op} {dtype}");
+            assert_eq!(
+                op.supports(dtype),
+                !bitwise || dtype.is_integer(),
+                "{op} {dtype}"
+            );
         }
     }
     assert_eq!(ReduceOp::Custom(7).to_string(), "custom#7");
     assert!(!ReduceOp::Custom(7).is_bitwise());
-    assert!(DataType::ALL.iter().all(|&d| ReduceOp::Custom(7).supports(d)));
+    assert!(DataType::ALL
+        .iter()
+        .all(|&d| ReduceOp::Custom(7).supports(d)));
 }
 
 /// Every rejected call names the problem and leaves `dst` as it was.
@@ -678,7 +717,12 @@ fn bad_arguments_are_rejected_and_change_nothing() {
         // Custom operations are the engine's; the kernel refuses them.
         let mut dst = vec![0xA5u8; dtype.size()];
         assert_eq!(
-            apply_reduce(ReduceOp::Custom(9), dtype, &vec![0u8; dtype.size()], &mut dst),
+            apply_reduce(
+                ReduceOp::Custom(9),
+                dtype,
+                &vec![0u8; dtype.size()],
+                &mut dst
+            ),
             Err(ReduceError::UnknownCustom(9))
         );
         assert!(dst.iter().all(|&b| b == 0xA5));
@@ -725,7 +769,12 @@ fn custom_ops_registry() {
         Err(ReduceError::LengthMismatch { src: 2, dst: 4 })
     );
     assert_eq!(
-        ops.apply(ReduceOp::Custom(second), DataType::I32, &[0u8; 3], &mut dst[..3]),
+        ops.apply(
+            ReduceOp::Custom(second),
+            DataType::I32,
+            &[0u8; 3],
+            &mut dst[..3]
+        ),
         Err(ReduceError::NotMultiple {
             len: 3,
             dtype: DataType::I32
