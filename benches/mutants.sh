@@ -43,7 +43,7 @@ mutate() { # step package file [test-tool args...]
 summary() { # step
     d="$OUT/$1/mutants.out"
     for k in caught missed unviable timeout; do
-        printf '%s %s  ' "$k" "$(grep -c . "$d/$k.txt" 2>/dev/null || echo 0)"
+        printf '%s %s  ' "$k" "$({ cat "$d/$k.txt" 2>/dev/null || true; } | grep -c .)"
     done
     echo
     if [ -s "$d/missed.txt" ]; then
