@@ -8,7 +8,8 @@
 #   list         count the mutants cargo-mutants finds in each file
 #   kernels      the operators inside op.rs's kernel macros (cargo-mutants does not
 #                look inside macro_rules! bodies): each is swapped for another in a
-#                copy of the tree and tests/op_reference.rs must fail
+#                copy of the tree and tests/op_reference.rs must fail (another
+#                nextest filter in KERNEL_TESTS, e.g. 'not(binary(exhaustive))')
 #   op           cargo-mutants over crates/hpc-collectives/src/op.rs
 #   wire         cargo-mutants over crates/hpc-runtime/src/wire.rs (library tests
 #                and tests/wire.rs)
@@ -96,9 +97,11 @@ kernels() {
     cp "$src" "$tmp/op.rs.orig"
     export CARGO_TARGET_DIR="$ROOT/target/mutants-kernels"
     log="$OUT/kernels.txt"
+    tests="${KERNEL_TESTS:-binary(op_reference)}"
+    run() { (cd "$tmp" && cargo nextest run -p hpc-collectives -E "$tests" "$@" >/dev/null 2>&1); }
     : >"$log"
-    (cd "$tmp" && cargo test -q -p hpc-collectives --test op_reference >/dev/null 2>&1) || {
-        echo "the unmutated tree fails tests/op_reference.rs" >&2
+    run || {
+        echo "the unmutated tree fails the tests $tests" >&2
         exit 1
     }
     caught=0 missed=0 unviable=0
@@ -114,10 +117,10 @@ kernels() {
             exit 1
         fi
         what="#$nth '$from' -> '$to'"
-        if ! (cd "$tmp" && cargo test -q -p hpc-collectives --test op_reference --no-run >/dev/null 2>&1); then
+        if ! run --no-run; then
             unviable=$((unviable + 1))
             echo "unviable $what" | tee -a "$log"
-        elif (cd "$tmp" && cargo test -q -p hpc-collectives --test op_reference >/dev/null 2>&1); then
+        elif run; then
             missed=$((missed + 1))
             echo "MISSED   $what" | tee -a "$log"
         else
