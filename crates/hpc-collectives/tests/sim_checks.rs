@@ -42,3 +42,64 @@ fn an_empty_region_does_not_hide_a_conflict() {
     // The empty step alone conflicts with nothing.
     sim::check(&one_round(vec![empty, read_part]), 16, 16).unwrap();
 }
+
+fn two_ranks(size_of_second: usize) -> Vec<Schedule> {
+    let mut s0 = one_round(vec![
+        Step::Send {
+            peer: 1,
+            region: Region::send(0, 4),
+            tag: 0,
+        },
+        Step::Send {
+            peer: 1,
+            region: Region::send(4, 6),
+            tag: 1,
+        },
+    ]);
+    s0.size = 2;
+    let mut s1 = one_round(vec![
+        Step::Recv {
+            peer: 0,
+            region: Region::recv(0, 4),
+            tag: 0,
+        },
+        Step::Recv {
+            peer: 0,
+            region: Region::recv(4, 6),
+            tag: 1,
+        },
+    ]);
+    s1.rank = 1;
+    s1.size = size_of_second;
+    vec![s0, s1]
+}
+
+fn inputs() -> Vec<sim::RankBuffers> {
+    (0..2)
+        .map(|r| sim::RankBuffers {
+            send: vec![r as u8 + 1; 16],
+            recv: vec![0; 16],
+        })
+        .collect()
+}
+
+/// The counters add up every message and byte sent, and a schedule with the
+/// right rank but the wrong job size is refused.
+#[test]
+fn counters_and_job_size() {
+    let custom = hpc_collectives::CustomOps::new();
+    let out = sim::run_with(&two_ranks(2), inputs(), &custom).unwrap();
+    assert_eq!(out.recv[1][..10], [1; 10]);
+    assert_eq!(out.stats.messages, 2);
+    assert_eq!(out.stats.bytes, 10);
+    assert_eq!(out.stats.max_bytes_per_rank, 10);
+    assert_eq!(out.stats.max_rounds, 1);
+    assert!(matches!(
+        sim::run_with(&two_ranks(3), inputs(), &custom),
+        Err(SimError::WrongRank {
+            index: 1,
+            rank: 1,
+            size: 3
+        })
+    ));
+}
