@@ -1,0 +1,164 @@
+#!/bin/sh
+# Mutation testing of the code whose mistakes would be silent: the reduction
+# kernels, the bootstrap wire format, checkpoints and the collective schedules.
+# Slow (one build and test run per mutant), so not a CI step; run it by hand after
+# changing these files. Results and counts are recorded in benches/mutants.md.
+#
+# Usage: benches/mutants.sh [STEP...]   (default: kernels op wire checkpoint)
+#   list         count the mutants cargo-mutants finds in each file
+#   kernels      the operators inside op.rs's kernel macros (cargo-mutants does not
+#                look inside macro_rules! bodies): each is swapped for another in a
+#                copy of the tree and tests/op_reference.rs must fail (another
+#                nextest filter in KERNEL_TESTS, e.g. 'not(binary(exhaustive))')
+#   op           cargo-mutants over crates/hpc-collectives/src/op.rs
+#   wire         cargo-mutants over crates/hpc-runtime/src/wire.rs (library tests
+#                and tests/wire.rs)
+#   checkpoint   cargo-mutants over crates/hpc-checkpoint
+#   interp sim collective algo
+#                cargo-mutants over the rest of hpc-collectives, file by file
+#
+# Needs cargo-mutants (`cargo install cargo-mutants --locked`) and cargo-nextest.
+# Every cargo-mutants run works in its own copy of the tree (never --in-place) with
+# one job and writes mutants.out/<step>/ (git-ignored): missed.txt, caught.txt,
+# unviable.txt, timeout.txt. Extra cargo-mutants options go in MUTANTS_ARGS,
+# e.g. MUTANTS_ARGS='--re wrapping' benches/mutants.sh op.
+set -eu
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT="$ROOT/mutants.out"
+STEPS="${*:-kernels op wire checkpoint}"
+mkdir -p "$OUT"
+
+# cargo mutants over one file of one package; $3... go to the test tool.
+mutate() { # step package file [test-tool args...]
+    step=$1 pkg=$2 file=$3
+    shift 3
+    echo "== $step: $file"
+    # cargo-mutants exits 2 when mutants are missed, 3 on timeouts: both are
+    # results, reported below, not failures of this script.
+    cargo mutants -p "$pkg" --file "$file" -j 1 --test-tool nextest \
+        --output "$OUT/$step" ${MUTANTS_ARGS:-} -- "$@" || [ $? -le 3 ]
+    summary "$step"
+}
+
+summary() { # step
+    d="$OUT/$1/mutants.out"
+    for k in caught missed unviable timeout; do
+        printf '%s %s  ' "$k" "$({ cat "$d/$k.txt" 2>/dev/null || true; } | grep -c .)"
+    done
+    echo
+    if [ -s "$d/missed.txt" ]; then
+        echo "missed:"
+        sed 's/^/  /' "$d/missed.txt"
+    fi
+}
+
+# Hand-written mutants of the kernel macros, one per line as
+# `occurrence;from;to`: the occurrence-th line of op.rs containing `from` gets
+# `from` replaced by `to`.
+KERNEL_MUTANTS='
+1;a.wrapping_add(b);a.wrapping_sub(b)
+1;a.wrapping_add(b);a.saturating_add(b)
+1;a.wrapping_mul(b);a.wrapping_add(b)
+1;a.wrapping_mul(b);a.saturating_mul(b)
+1;|a, b| a.min(b);|a, b| a.max(b)
+1;|a, b| a.max(b);|a, b| a.min(b)
+1;|a, b| a & b;|a, b| a | b
+1;|a, b| a | b;|a, b| a ^ b
+1;|a, b| a ^ b;|a, b| a & b
+1;|a, b| a + b;|a, b| a - b
+1;|a, b| a * b;|a, b| a + b
+2;|a, b| a.min(b);|a, b| a.max(b)
+2;|a, b| a.max(b);|a, b| a.min(b)
+2;|a, b| a.min(b);|a, b| if a < b { a } else { b }
+2;|a, b| a.max(b);|a, b| if a > b { a } else { b }
+1;a.to_f32() + b.to_f32();a.to_f32() - b.to_f32()
+1;a.to_f32() * b.to_f32();a.to_f32() + b.to_f32()
+1;a.to_f32().min(b.to_f32());a.to_f32().max(b.to_f32())
+1;a.to_f32().max(b.to_f32());a.to_f32().min(b.to_f32())
+1;int_kernel!(i8,;int_kernel!(u8,
+1;int_kernel!(i16,;int_kernel!(u16,
+1;int_kernel!(i32,;int_kernel!(u32,
+1;int_kernel!(i64,;int_kernel!(u64,
+1;int_kernel!(u8,;int_kernel!(i8,
+1;int_kernel!(u16,;int_kernel!(i16,
+1;int_kernel!(u32,;int_kernel!(i32,
+1;int_kernel!(u64,;int_kernel!(i64,
+1;half_kernel!(f16,;half_kernel!(bf16,
+1;half_kernel!(bf16,;half_kernel!(f16,
+'
+
+kernels() {
+    echo "== kernels: operators inside op.rs's macros"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    tar --exclude=./target --exclude=./fuzz/target --exclude=./mutants.out --exclude=./.git -cf - . | tar -xf - -C "$tmp"
+    src="$tmp/crates/hpc-collectives/src/op.rs"
+    cp "$src" "$tmp/op.rs.orig"
+    export CARGO_TARGET_DIR="$ROOT/target/mutants-kernels"
+    log="$OUT/kernels.txt"
+    tests="${KERNEL_TESTS:-binary(op_reference)}"
+    run() { (cd "$tmp" && cargo nextest run -p hpc-collectives -E "$tests" "$@" >/dev/null 2>&1); }
+    : >"$log"
+    run || {
+        echo "the unmutated tree fails the tests $tests" >&2
+        exit 1
+    }
+    caught=0 missed=0 unviable=0
+    while IFS=';' read -r nth from to; do
+        [ -n "$nth" ] || continue
+        awk -v n="$nth" -v from="$from" -v to="$to" '{
+            i = index($0, from)
+            if (i > 0 && ++c == n) $0 = substr($0, 1, i - 1) to substr($0, i + length(from))
+            print
+        }' "$tmp/op.rs.orig" >"$src"
+        if cmp -s "$src" "$tmp/op.rs.orig"; then
+            echo "mutant not applied (op.rs changed?): #$nth $from" >&2
+            exit 1
+        fi
+        what="#$nth '$from' -> '$to'"
+        if ! run --no-run; then
+            unviable=$((unviable + 1))
+            echo "unviable $what" | tee -a "$log"
+        elif run; then
+            missed=$((missed + 1))
+            echo "MISSED   $what" | tee -a "$log"
+        else
+            caught=$((caught + 1))
+            echo "caught   $what" | tee -a "$log"
+        fi
+    done <<EOF
+$KERNEL_MUTANTS
+EOF
+    echo "kernels: caught $caught  missed $missed  unviable $unviable" | tee -a "$log"
+    rm -rf "$tmp"
+    trap - EXIT
+    unset CARGO_TARGET_DIR
+}
+
+C=crates/hpc-collectives/src
+# hpc-collectives' tests without tests/exhaustive.rs (every collective, algorithm
+# and rank count: minutes in a debug build, too slow to run once per mutant).
+FAST="-E not(binary(exhaustive))"
+for step in $STEPS; do
+    case "$step" in
+    list)
+        for f in $C/op.rs $C/interp.rs $C/sim.rs $C/collective.rs $C/schedule.rs $C/kind.rs \
+            $C/algo/*.rs crates/hpc-runtime/src/wire.rs crates/hpc-checkpoint/src/*.rs; do
+            printf '%5d %s\n' "$(cargo mutants --list --file "$f" | grep -c .)" "$f"
+        done
+        ;;
+    kernels) kernels ;;
+    op) mutate op hpc-collectives $C/op.rs $FAST ;;
+    wire) mutate wire hpc-runtime crates/hpc-runtime/src/wire.rs -E 'kind(lib) | binary(wire)' ;;
+    checkpoint) mutate checkpoint hpc-checkpoint 'crates/hpc-checkpoint/src/*.rs' ;;
+    interp) mutate interp hpc-collectives $C/interp.rs $FAST ;;
+    sim) mutate sim hpc-collectives $C/sim.rs $FAST ;;
+    collective) mutate collective hpc-collectives $C/collective.rs $FAST ;;
+    algo) mutate algo hpc-collectives "$C/algo/*.rs" $FAST ;;
+    *)
+        echo "unknown step $step (see the header of $0)" >&2
+        exit 2
+        ;;
+    esac
+done

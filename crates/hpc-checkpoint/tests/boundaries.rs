@@ -1,0 +1,461 @@
+//! The checkpoint format at its edges: which names and directories count, manifests
+//! that are well sealed but list bad files, files that cannot be opened, and when a
+//! warning is (and is not) logged.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, Error, MANIFEST};
+
+fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "hpc-ckpt-edge-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Two ranks and two named files at `step`, committed.
+fn write(set: &Checkpoints, step: u64) -> Checkpoint {
+    let mut entries = vec![
+        set.write_rank(step, 0, 2, format!("r0@{step}").as_bytes())
+            .unwrap(),
+        set.write_rank(step, 1, 2, format!("r1@{step}").as_bytes())
+            .unwrap(),
+    ];
+    entries.push(set.write_file(step, "a", b"file a").unwrap());
+    entries.push(set.write_file(step, "b", b"file b!").unwrap());
+    set.commit(step, 2, entries, serde_json::json!({ "dt": 0.5 }))
+        .unwrap()
+}
+
+/// Rewrites `dir`'s manifest after `edit`, with a correct checksum, so only the
+/// edit can make it invalid.
+fn reseal(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join(MANIFEST);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    v["manifest_crc32c"] = "00000000".into();
+    let mut text = serde_json::to_string_pretty(&v).unwrap();
+    text.push('\n');
+    let crc = crc32c::crc32c(text.as_bytes());
+    let field = "\"manifest_crc32c\": \"00000000\"";
+    let at = text.rfind(field).unwrap();
+    text.replace_range(
+        at..at + field.len(),
+        &format!("\"manifest_crc32c\": \"{crc:08x}\""),
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn names_of_named_files() {
+    let root = tmpdir("names");
+    let set = Checkpoints::new(&root);
+    let long = "x".repeat(128);
+    for ok in ["a", "ok-name_1.v2", "Z9", long.as_str()] {
+        let e = set.write_file(1, ok, b"p").unwrap();
+        assert_eq!(e.name, format!("{ok}.ckpt"));
+        assert_eq!(e.rank, None);
+        assert!(set.step_dir(1).join(&e.name).is_file());
+    }
+    let too_long = "x".repeat(129);
+    for bad in [
+        "",
+        too_long.as_str(),
+        ".hidden",
+        "rank-7",
+        "manifest",
+        "a/b",
+        "..",
+        "a b",
+        "é",
+        "a:b",
+    ] {
+        assert!(
+            matches!(set.write_file(1, bad, b"p"), Err(Error::InvalidArgument(_))),
+            "{bad:?} was accepted"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn names_paths_and_accessors() {
+    let root = tmpdir("paths");
+    let set = Checkpoints::new(&root);
+    assert_eq!(set.root(), root.as_path());
+    assert_eq!(set.step_dir(42), root.join("step-0000000042"));
+    assert_eq!(rank_file_name(3), "rank-000003.ckpt");
+    assert_eq!(rank_file_name(1234567), "rank-1234567.ckpt");
+    let e = set.write_rank(42, 1, 3, b"xyz").unwrap();
+    assert_eq!(e.name, "rank-000001.ckpt");
+    assert_eq!(e.rank, Some(1));
+    assert_eq!(e.size, 40 + 3);
+    assert_eq!(
+        e.crc32c,
+        crc32c::crc32c(&std::fs::read(set.step_dir(42).join(&e.name)).unwrap())
+    );
+
+    let ck = write(&set, 7);
+    for c in [ck, Checkpoint::open(set.step_dir(7)).unwrap()] {
+        assert_eq!(c.dir(), set.step_dir(7));
+        assert_eq!(c.step(), 7);
+        assert_eq!(c.ranks(), 2);
+        assert_eq!(c.metadata()["dt"], 0.5);
+        let names: Vec<&str> = c.manifest().files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["rank-000000.ckpt", "rank-000001.ckpt", "a.ckpt", "b.ckpt"]
+        );
+        assert_eq!(c.manifest().rank_file(1).unwrap().name, "rank-000001.ckpt");
+        assert_eq!(c.manifest().named_file("b").unwrap().name, "b.ckpt");
+        assert!(c.manifest().named_file("c").is_none());
+        assert!(c.manifest().rank_file(2).is_none());
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Named files are found by name, not by position, among rank files.
+#[test]
+fn each_file_reads_back_its_own_bytes() {
+    let root = tmpdir("read");
+    let set = Checkpoints::new(&root);
+    let ck = write(&set, 3);
+    assert_eq!(ck.read_rank(0).unwrap(), b"r0@3");
+    assert_eq!(ck.read_rank(1).unwrap(), b"r1@3");
+    assert_eq!(ck.read_file("a").unwrap().unwrap(), b"file a");
+    assert_eq!(ck.read_file("b").unwrap().unwrap(), b"file b!");
+    assert_eq!(ck.read_file("c").unwrap(), None);
+    assert_eq!(ck.read_file("rank-000000").unwrap(), None);
+    assert!(matches!(ck.read_rank(2), Err(Error::InvalidArgument(_))));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn steps_are_the_step_directories_only() {
+    let root = tmpdir("steps");
+    let set = Checkpoints::new(&root);
+    assert_eq!(set.steps().unwrap(), Vec::<u64>::new(), "no root yet");
+    for d in [
+        "step-007",
+        "step-0000000003",
+        "step-",
+        "step-+5",
+        "step-12a",
+        "step--1",
+        "other",
+        "step-99999999999999999999999",
+    ] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    assert_eq!(set.steps().unwrap(), vec![3, 7]);
+    // A root that is not a directory is an error, not an empty set.
+    let file = root.join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = Checkpoints::new(&file).steps().unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    assert!(matches!(
+        Checkpoints::new(&file).latest(),
+        Err(Error::Io { .. })
+    ));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A payload reader interrupted by a signal is read again, not failed.
+#[test]
+fn an_interrupted_payload_read_is_retried() {
+    struct Interrupting {
+        data: &'static [u8],
+        interrupt: bool,
+    }
+    impl std::io::Read for Interrupting {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.interrupt = !self.interrupt;
+            if self.interrupt {
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = b.len().min(self.data.len()).min(3);
+            b[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+    let root = tmpdir("eintr");
+    let set = Checkpoints::new(&root);
+    let data = b"interrupted state";
+    let e = set
+        .write_rank_from(
+            1,
+            0,
+            1,
+            data.len() as u64,
+            &mut Interrupting {
+                data,
+                interrupt: false,
+            },
+        )
+        .unwrap();
+    let ck = set.commit(1, 1, vec![e], serde_json::json!(null)).unwrap();
+    assert_eq!(ck.read_rank(0).unwrap(), data);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn commit_checks_sizes_duplicates_and_the_rank_range() {
+    let root = tmpdir("commit");
+    let set = Checkpoints::new(&root);
+    let e0 = set.write_rank(5, 0, 2, b"zero").unwrap();
+    let e1 = set.write_rank(5, 1, 2, b"one").unwrap();
+    let mut wrong = e1.clone();
+    wrong.size += 1;
+    assert!(matches!(
+        set.commit(5, 2, vec![e0.clone(), wrong], serde_json::json!({})),
+        Err(Error::Size {
+            expected: 44,
+            found: 43,
+            ..
+        })
+    ));
+    assert!(matches!(
+        set.commit(
+            5,
+            2,
+            vec![e0.clone(), e1.clone(), e1.clone()],
+            serde_json::json!({})
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    let beyond = set.write_rank(5, 2, 3, b"two").unwrap();
+    let e = set
+        .commit(
+            5,
+            2,
+            vec![e0.clone(), e1.clone(), beyond],
+            serde_json::json!({}),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("beyond the rank count"), "{e}");
+    assert!(matches!(
+        Checkpoint::open(set.step_dir(5)),
+        Err(Error::Incomplete { .. })
+    ));
+    set.commit(5, 2, vec![e1, e0], serde_json::json!({}))
+        .unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A manifest with a valid checksum that lists files wrongly is refused when
+/// opened, before any file is read.
+#[test]
+fn sealed_manifests_listing_bad_files_are_refused() {
+    let root = tmpdir("manifest");
+    let set = Checkpoints::new(&root);
+    write(&set, 9);
+    let dir = set.step_dir(9);
+    let good = std::fs::read(dir.join(MANIFEST)).unwrap();
+    // The resealing itself keeps a manifest valid.
+    reseal(&dir, |_| {});
+    Checkpoint::open(&dir).unwrap().verify().unwrap();
+
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let named =
+        |name: &'static str| -> Edit { Box::new(move |v| v["files"][2]["name"] = name.into()) };
+    let edits: Vec<(&str, Edit)> = vec![
+        ("a slash", named("x/a.ckpt")),
+        ("a parent", named("../a.ckpt")),
+        ("a dot file", named(".a.ckpt")),
+        ("no .ckpt", named("a.txt")),
+        ("the manifest", named("manifest.json")),
+        (
+            "rank 0 under rank 1's name",
+            Box::new(|v| v["files"][0]["name"] = "rank-000001.ckpt".into()),
+        ),
+        (
+            "a rank beyond the count",
+            Box::new(|v| v["files"][2]["rank"] = 2.into()),
+        ),
+        (
+            "a rank listed twice",
+            Box::new(|v| v["files"][1]["rank"] = 0.into()),
+        ),
+        ("fewer ranks", Box::new(|v| v["ranks"] = 3.into())),
+        ("another format", Box::new(|v| v["format"] = "other".into())),
+        ("another version", Box::new(|v| v["version"] = 2.into())),
+    ];
+    for (what, edit) in edits {
+        std::fs::write(dir.join(MANIFEST), &good).unwrap();
+        reseal(&dir, edit);
+        assert!(
+            matches!(Checkpoint::open(&dir), Err(Error::Manifest { .. })),
+            "{what}: {:?}",
+            Checkpoint::open(&dir)
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A manifest damaged inside its own checksum field is refused, not a panic.
+#[test]
+fn a_damaged_checksum_field_is_refused() {
+    let root = tmpdir("crcfield");
+    let set = Checkpoints::new(&root);
+    write(&set, 2);
+    let path = set.step_dir(2).join(MANIFEST);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let field = "\"manifest_crc32c\": \"";
+    let at = text.rfind(field).unwrap() + field.len();
+    let cut = |s: &str| {
+        std::fs::write(&path, s).unwrap();
+        Checkpoint::open(set.step_dir(2))
+    };
+    // Cut inside the digits.
+    assert!(matches!(cut(&text[..at + 4]), Err(Error::Manifest { .. })));
+    // Seven digits and a two-byte character: byte 8 is inside the character.
+    let mut odd = text.clone();
+    odd.replace_range(at..at + 8, "abcdefgé");
+    assert!(matches!(cut(&odd), Err(Error::Manifest { .. })));
+    // Not hex.
+    let mut odd = text.clone();
+    odd.replace_range(at..at + 8, "xyzw1234");
+    assert!(matches!(cut(&odd), Err(Error::Manifest { .. })));
+    std::fs::write(&path, &text).unwrap();
+    Checkpoint::open(set.step_dir(2)).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn open_tells_absent_incomplete_and_unreadable_apart() {
+    let root = tmpdir("open");
+    let set = Checkpoints::new(&root);
+    assert!(matches!(
+        Checkpoint::open(set.step_dir(1)),
+        Err(Error::Io { .. })
+    ));
+    std::fs::create_dir_all(set.step_dir(1)).unwrap();
+    assert!(matches!(
+        Checkpoint::open(set.step_dir(1)),
+        Err(Error::Incomplete { .. })
+    ));
+    // A manifest that exists but cannot be read is not "incomplete".
+    std::fs::create_dir_all(set.step_dir(1).join(MANIFEST)).unwrap();
+    assert!(matches!(
+        Checkpoint::open(set.step_dir(1)),
+        Err(Error::Io { .. })
+    ));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A listed file that exists but cannot be opened, or is not a regular file, is
+/// named as such, not reported missing.
+#[test]
+fn files_that_cannot_be_read_are_not_called_missing() {
+    let root = tmpdir("unopenable");
+    let set = Checkpoints::new(&root);
+    write(&set, 4);
+    let dir = set.step_dir(4);
+    let f = dir.join("rank-000000.ckpt");
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink(&f, &f).unwrap(); // a loop: open fails with ELOOP
+    let e = Checkpoint::open(&dir).unwrap().verify().unwrap_err();
+    assert!(matches!(e, Error::Io { op: "open", .. }), "{e}");
+    std::fs::remove_file(&f).unwrap();
+    std::fs::create_dir(&f).unwrap();
+    let e = Checkpoint::open(&dir).unwrap().verify().unwrap_err();
+    assert!(
+        matches!(&e, Error::Header { reason, .. } if reason.contains("not a regular file")),
+        "{e}"
+    );
+    std::fs::remove_dir(&f).unwrap();
+    let e = Checkpoint::open(&dir).unwrap().verify().unwrap_err();
+    assert!(matches!(e, Error::Missing { .. }), "{e}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Captures what `tracing` logs.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Log;
+    fn make_writer(&'a self) -> Log {
+        self.clone()
+    }
+}
+
+fn latest_logged(set: &Checkpoints) -> (u64, Vec<u64>, String) {
+    let log = Log::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .finish();
+    let (ck, rejected) =
+        tracing::subscriber::with_default(subscriber, || set.latest_with_rejections().unwrap());
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    (ck.step(), rejected.iter().map(|r| r.step).collect(), text)
+}
+
+/// A clean resume logs nothing; a fallback says it resumes from an older one.
+/// A checkpoint copied into another step's directory is skipped.
+#[test]
+fn warnings_come_with_fallbacks_only() {
+    let root = tmpdir("warn");
+    let set = Checkpoints::new(&root);
+    write(&set, 100);
+    let (step, rejected, text) = latest_logged(&set);
+    assert_eq!((step, rejected), (100, vec![]));
+    assert!(!text.contains("WARN"), "{text}");
+
+    std::fs::create_dir_all(set.step_dir(200)).unwrap();
+    for e in std::fs::read_dir(set.step_dir(100)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), set.step_dir(200).join(e.file_name())).unwrap();
+    }
+    let (step, rejected, text) = latest_logged(&set);
+    assert_eq!((step, rejected), (100, vec![200]));
+    assert!(text.contains("step-0000000200"), "{text}");
+    assert!(text.contains("resuming from an older checkpoint"), "{text}");
+    let (_, rejected) = set.latest_with_rejections().unwrap();
+    assert!(
+        matches!(&*rejected[0].error, Error::Manifest { reason, .. } if reason.contains("step 100")),
+        "{}",
+        rejected[0].error
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Every header field uses all its bytes: a rank and a rank count above 255 and a
+/// step above 2^56 survive the round trip (a header field read from a shifted
+/// offset would still pass for ranks below 256 and small steps).
+#[test]
+fn wide_header_fields_round_trip() {
+    let root = tmpdir("wide");
+    let set = Checkpoints::new(&root);
+    let step = (5u64 << 56) + 0x0102_0304;
+    let ranks = 257u32;
+    let entries: Vec<_> = (0..ranks)
+        .map(|r| set.write_rank(step, r, ranks, &r.to_le_bytes()).unwrap())
+        .collect();
+    let ck = set
+        .commit(step, ranks, entries, serde_json::json!({}))
+        .unwrap();
+    ck.verify().unwrap();
+    assert_eq!(ck.read_rank(256).unwrap(), 256u32.to_le_bytes());
+    let ck = set.latest().unwrap();
+    assert_eq!((ck.step(), ck.ranks()), (step, ranks));
+    std::fs::remove_dir_all(&root).unwrap();
+}
