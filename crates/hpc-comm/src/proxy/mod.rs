@@ -153,6 +153,7 @@ pub(crate) mod net;
 mod protocol;
 mod server;
 mod service;
+mod session;
 mod steps;
 
 use std::time::Duration;

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::proxy::memory::{footprint, try_filled, Budget, Refusal};
 use crate::proxy::net::{closed, ProxyNet, TRAILER};
 use crate::proxy::protocol::Code;
+use crate::proxy::session::Outcome;
 use crate::proxy::steps::{Run, RunError};
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Transport};
@@ -203,8 +204,7 @@ impl Server {
                 .collect();
             for (id, node, seqs) in hit {
                 for seq in seqs {
-                    let why = format!("node {node} is lost");
-                    self.fail_as(id, seq, Code::NodeLost, node as u64, why, false);
+                    self.fail_as(id, seq, Outcome::NodeLost { node }, false);
                 }
             }
         }
@@ -229,14 +229,8 @@ impl Server {
             })
             .collect();
         for (id, seq, r) in hit {
-            self.fail_as(
-                id,
-                seq,
-                Code::Lost,
-                r as u64,
-                format!("rank {r} is lost: it died"),
-                false,
-            );
+            let why = format!("rank {r} is lost: it died");
+            self.fail_as(id, seq, Outcome::Lost { rank: r, why }, false);
         }
         moved
     }
@@ -300,7 +294,7 @@ impl Server {
             FromNet::Failed(f) => {
                 if !c.finished.contains(&f.seq) {
                     let code = Code::from_wire(u64::from(f.code));
-                    self.fail_as(id, f.seq, code, f.aux, f.why, false);
+                    self.fail_as(id, f.seq, Outcome::from_wire(code, f.aux, f.why), false);
                 }
             }
         }
@@ -313,7 +307,7 @@ impl Server {
         Some(c.groups.entry(seq).or_insert_with(|| Group {
             slots: (0..size).map(|_| None).collect(),
             // Every later collective fails at once once one of its nodes is lost.
-            failed: lost.map(|n| (Code::NodeLost, n as u64, format!("node {n} is lost"))),
+            failed: lost.map(|node| Outcome::NodeLost { node }),
             ..Group::default()
         }))
     }
@@ -368,7 +362,7 @@ impl Server {
                     return;
                 };
                 let why = format!("reading rank {r}'s {what} span: {e}");
-                self.fail(comm, seq, Code::Failed, r as u64, why);
+                self.fail(comm, seq, Outcome::failed(why));
             }
             (Wait::Put { comm, seq, slot }, res) => {
                 let Some(c) = self.comms.get_mut(&comm) else {
@@ -377,14 +371,14 @@ impl Server {
                 if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
                     s.putting = false;
                 }
-                let (code, why) = match res {
-                    Ok(_) => (Code::Ok, String::new()),
-                    Err(e) => (
-                        Code::Failed,
-                        format!("writing rank {}'s receive span: {e}", c.ranks[slot]),
-                    ),
+                let o = match res {
+                    Ok(_) => Outcome::Done,
+                    Err(e) => Outcome::failed(format!(
+                        "writing rank {}'s receive span: {e}",
+                        c.ranks[slot]
+                    )),
                 };
-                self.answer(comm, slot, seq, code, 0, why);
+                self.answer(comm, slot, seq, o);
             }
             (Wait::Answer, Ok(_)) => {}
             (Wait::Answer, Err(e)) => {
@@ -411,10 +405,9 @@ impl Server {
                                     g.slots[slot] = Some(Slot::refused());
                                 }
                             }
-                            let c = self.comms.get(&id).map_or(c, |s| s.ranks[slot]);
-                            self.fail(id, seq, Code::Failed, c as u64, why);
+                            self.fail(id, seq, Outcome::failed(why));
                         }
-                        Err(_) => self.send_answer(r, w, Code::Failed, c as u64, why),
+                        Err(_) => self.send_answer(r, w, &Outcome::failed(why)),
                     }
                 }
                 self.listen(r);
@@ -431,7 +424,7 @@ impl Server {
             Ok(x) => x,
             Err(why) => {
                 if !matches!(req, Request::Detach) {
-                    self.send_answer(r, w, Code::Failed, 0, why);
+                    self.send_answer(r, w, &Outcome::failed(why));
                 } else if self.refused[r].remove(&local).is_some() && self.names[r].is_empty() {
                     // It left the last communicator it had here (one refused).
                     self.gone[r] = Some("it left the communicator".into());
@@ -469,10 +462,10 @@ impl Server {
                 });
                 if answer_now && unfinished {
                     let why = format!("rank {rank} gave collective {seq} up (cancelled)");
-                    self.fail(id, seq, Code::Failed, rank as u64, why);
+                    self.fail(id, seq, Outcome::failed(why));
                 } else if answer_now {
                     let why = "cancelled by its rank".to_string();
-                    self.answer(id, slot, seq, Code::Failed, 0, why);
+                    self.answer(id, slot, seq, Outcome::failed(why));
                 }
                 self.listen(r);
             }
@@ -575,14 +568,14 @@ impl Server {
         let gone: Vec<Option<String>> = c.gone.clone();
         if c.finished.contains(&seq) {
             let why = format!("rank {rank} submitted collective {seq} twice");
-            return self.answer(id, slot, seq, Code::Failed, rank as u64, why);
+            return self.answer(id, slot, seq, Outcome::failed(why));
         }
         let Some(g) = self.group(id, seq) else {
             return;
         };
         if g.slots[slot].is_some() || g.ran {
             let why = format!("rank {rank} submitted collective {seq} twice");
-            return self.fail(id, seq, Code::Failed, rank as u64, why);
+            return self.fail(id, seq, Outcome::failed(why));
         }
         let part = match check_submit(coll, opts, send, recv, link, rank, size) {
             Ok(p) => p,
@@ -590,7 +583,7 @@ impl Server {
                 tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
                 g.slots[slot] = Some(Slot::refused());
                 let why = format!("rank {rank}'s request: {why}");
-                return self.fail(id, seq, Code::Failed, rank as u64, why);
+                return self.fail(id, seq, Outcome::failed(why));
             }
         };
         let (sk, so, sl) = part.send;
@@ -628,12 +621,11 @@ impl Server {
                 if let Some(refusal) = refusal {
                     let why = refusal.why();
                     tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
-                    let (code, aux) = refusal.code();
-                    let why = format!("rank {rank}'s part: {why}");
-                    return self.fail(id, seq, code, aux, why);
+                    let o = Outcome::refused(&refusal, &format!("rank {rank}'s part"));
+                    return self.fail(id, seq, o);
                 }
-                let (code, aux, why) = g.failed.clone().unwrap_or((Code::Failed, 0, String::new()));
-                return self.answer(id, slot, seq, code, aux, why);
+                let o = g.failed.clone().unwrap_or_else(|| Outcome::failed(""));
+                return self.answer(id, slot, seq, o);
             }
         };
         g.held += held;
@@ -645,8 +637,8 @@ impl Server {
             cancelled: false,
             putting: false,
         });
-        if let Some((code, aux, why)) = g.failed.clone() {
-            return self.answer(id, slot, seq, code, aux, why);
+        if let Some(o) = g.failed.clone() {
+            return self.answer(id, slot, seq, o);
         }
         // A rank that left cannot take part any more.
         let missing = (0..gone.len()).find(|&p| g.slots[p].is_none() && gone[p].is_some());
@@ -657,7 +649,7 @@ impl Server {
                 "rank {lost} is lost: {}",
                 gone[p].clone().unwrap_or_default()
             );
-            return self.fail(id, seq, Code::Lost, lost as u64, why);
+            return self.fail(id, seq, Outcome::Lost { rank: lost, why });
         }
         for (key, off, len, recv) in [(sk, so, sl, false), (rk, ro, rl, true)] {
             if len == 0 || (recv && !recv_input) {
@@ -676,7 +668,7 @@ impl Server {
                 Err(e) => {
                     let what = if recv { "receive" } else { "send" };
                     let why = format!("reading rank {rank}'s {what} span: {e}");
-                    return self.fail(id, seq, Code::Failed, rank as u64, why);
+                    return self.fail(id, seq, Outcome::failed(why));
                 }
             }
         }
@@ -684,8 +676,8 @@ impl Server {
 
     /// Fails collective `seq` of communicator `id` here and tells the other
     /// nodes' proxies.
-    fn fail(&mut self, id: u64, seq: u64, code: Code, aux: u64, why: String) {
-        self.fail_as(id, seq, code, aux, why, true);
+    fn fail(&mut self, id: u64, seq: u64, o: Outcome) {
+        self.fail_as(id, seq, o, true);
     }
 
     /// Fails collective `seq` of communicator `id`: answers every rank of the
@@ -693,34 +685,32 @@ impl Server {
     /// flight), and, when they submit, the others; its schedules stop.
     /// `tell`: the failure is this node's news, for the proxies of the other
     /// nodes the communicator spans too.
-    fn fail_as(&mut self, id: u64, seq: u64, code: Code, aux: u64, why: String, tell: bool) {
+    fn fail_as(&mut self, id: u64, seq: u64, o: Outcome, tell: bool) {
         let Some(g) = self.group(id, seq) else {
             return;
         };
         let first = g.failed.is_none();
-        if first {
-            g.failed = Some((code, aux, why));
-        }
+        let o = g.failed.get_or_insert(o).clone();
         g.run = None;
         g.early.clear();
-        let (code, aux, why) = g.failed.clone().unwrap_or((Code::Failed, 0, String::new()));
         let waiting: Vec<usize> = (0..g.slots.len())
             .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done && !s.putting))
             .collect();
-        if first && tell && code != Code::NodeLost {
+        if first && tell && !o.seen_by_all() {
             let nodes = &self.comms[&id].nodes;
             if let Some(net) = self.net.as_mut() {
-                net.announce_failed(id, seq, code as u8, aux, &why, nodes);
+                let (code, aux) = o.wire();
+                net.announce_failed(id, seq, code as u8, aux, &o.why(), nodes);
             }
         }
         for slot in waiting {
-            self.answer(id, slot, seq, code, aux, why.clone());
+            self.answer(id, slot, seq, o.clone());
         }
     }
 
     /// Answers collective `seq` of communicator `id` to its member in `slot`
     /// (once).
-    fn answer(&mut self, id: u64, slot: usize, seq: u64, code: Code, aux: u64, why: String) {
+    fn answer(&mut self, id: u64, slot: usize, seq: u64, o: Outcome) {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
@@ -734,18 +724,20 @@ impl Server {
             return;
         };
         let link = c.links[slot];
-        self.send_answer(link, wire(local, seq), code, aux, why);
+        self.send_answer(link, wire(local, seq), &o);
     }
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
-    fn send_answer(&mut self, r: usize, w: u64, code: Code, aux: u64, why: String) {
+    fn send_answer(&mut self, r: usize, w: u64, o: &Outcome) {
         if self.gone[r].is_some() {
             return;
         }
+        // The edge: the typed outcome becomes the wire's code and word.
+        let (code, aux) = o.wire();
         let a = Answer {
             code: code as u8,
             aux,
-            why,
+            why: o.why(),
         };
         let Ok(bytes) = postcard::to_allocvec(&a) else {
             return;
@@ -801,7 +793,7 @@ impl Server {
             .collect();
         for seq in hit {
             let why = format!("rank {rank} is lost: {cause}");
-            self.fail(id, seq, Code::Lost, rank as u64, why);
+            self.fail(id, seq, Outcome::Lost { rank, why });
         }
     }
 
@@ -852,7 +844,7 @@ impl Server {
             Err(bytes) => {
                 let why = Refusal::NoMemory { bytes }.why();
                 tracing::warn!(seq, "DPU proxy: {why}");
-                return self.fail(id, seq, Code::NoMemory, bytes, why);
+                return self.fail(id, seq, Outcome::NoMemory { bytes, why });
             }
         };
         for (src, dst, tag, v) in g.early.drain(..) {
@@ -895,7 +887,7 @@ impl Server {
                 if run.waiting_on().is_empty() {
                     // Every blocked receive waits for a rank of this node.
                     let why = "the schedules deadlocked".to_string();
-                    self.fail(id, seq, Code::Failed, 0, why);
+                    self.fail(id, seq, Outcome::failed(why));
                 }
             }
             Err(RunError::Mismatch {
@@ -908,13 +900,12 @@ impl Server {
                     format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
                 let local = ranks.contains(&src);
                 let other = if local { dst } else { src };
-                self.fail(id, seq, Code::Mismatch, other as u64, why);
+                self.fail(id, seq, Outcome::Mismatch { sender: other, why });
             }
             Err(RunError::NodeLost(node)) => {
-                let why = format!("node {node} is lost");
-                self.fail_as(id, seq, Code::NodeLost, node as u64, why, false);
+                self.fail_as(id, seq, Outcome::NodeLost { node }, false);
             }
-            Err(RunError::Step(why)) => self.fail(id, seq, Code::Failed, 0, why),
+            Err(RunError::Step(why)) => self.fail(id, seq, Outcome::failed(why)),
         }
     }
 
@@ -943,11 +934,11 @@ impl Server {
             let rank = c.ranks[slot];
             if cancelled {
                 let why = "cancelled by its rank".to_string();
-                self.answer(id, slot, seq, Code::Failed, 0, why);
+                self.answer(id, slot, seq, Outcome::failed(why));
                 continue;
             }
             if len == 0 {
-                self.answer(id, slot, seq, Code::Ok, 0, String::new());
+                self.answer(id, slot, seq, Outcome::Done);
                 continue;
             }
             match self.t.put(data, &key, off) {
@@ -971,7 +962,7 @@ impl Server {
                 }
                 Err(e) => {
                     let why = format!("writing rank {rank}'s receive span: {e}");
-                    self.answer(id, slot, seq, Code::Failed, 0, why);
+                    self.answer(id, slot, seq, Outcome::failed(why));
                 }
             }
         }

@@ -2,7 +2,7 @@
 
 use super::wire::Part;
 use crate::proxy::net::Failed;
-use crate::proxy::protocol::Code;
+use crate::proxy::session::Outcome;
 use crate::proxy::steps::Run;
 use hpc_rdma::RemoteKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -56,8 +56,8 @@ impl Slot {
 pub(super) struct Group {
     /// The parts of the communicator's members on this node, by slot.
     pub(super) slots: Vec<Option<Slot>>,
-    /// Why it failed: (code, aux, why).
-    pub(super) failed: Option<(Code, u64, String)>,
+    /// How it failed, once it did.
+    pub(super) failed: Option<Outcome>,
     /// Its schedules started (every part of this node's ranks arrived).
     pub(super) ran: bool,
     /// The schedules in progress, until they finished or failed.
