@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::proxy::net::closed;
 use crate::proxy::protocol::Code;
+use crate::proxy::ProxyClient;
 use crate::sync::lock;
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{Choice, OpId, Payload, Region, Transport};
@@ -599,7 +600,42 @@ impl Conn {
 }
 
 impl Client {
-    pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Posted> {
+    fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
+        let bytes = payload.into_bytes();
+        let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
+            Error::transport(format!(
+                "an undecodable answer from the proxy to collective {seq}: {e}"
+            ))
+        })?;
+        let world = |r: u64| self.world.get(r as usize).copied().unwrap_or(r as usize);
+        match Code::from_wire(a.code as u64) {
+            Code::Ok => Ok(()),
+            Code::Lost => Err(Error::RankLost { rank: world(a.aux) }),
+            Code::Mismatch => Err(Error::CountMismatch {
+                rank: world(a.aux),
+                detail: a.why,
+            }),
+            // Another node's proxy is gone: that node is named, as the
+            // host-placed proxies name it.
+            Code::NodeLost => Err(Error::NodeLost {
+                node: a.aux as usize,
+            }),
+            Code::Failed => Err(Error::transport(format!(
+                "the DPU proxy refused collective {seq}: {}",
+                a.why
+            ))),
+            Code::OverCap | Code::NoMemory => Err(Error::ProxyMemory {
+                bytes: (a.aux != u64::MAX).then_some(a.aux),
+                why: format!("the DPU proxy refused collective {seq}: {}", a.why),
+            }),
+        }
+    }
+}
+
+impl ProxyClient for Client {
+    type Posted = Posted;
+
+    fn submit(&self, mut job: Job<'_>) -> Result<Posted> {
         if self.link.proxy_gone() {
             return Err(Error::Stopped("proxy"));
         }
@@ -692,7 +728,7 @@ impl Client {
     }
 
     /// Takes `p`'s answer if it came; whether `p` has an outcome.
-    pub(crate) fn poll(&self, p: &Posted) -> bool {
+    fn poll(&self, p: &Posted) -> bool {
         let mut st = lock(&p.state);
         if st.outcome.is_some() {
             return true;
@@ -725,38 +761,7 @@ impl Client {
         true
     }
 
-    fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
-        let bytes = payload.into_bytes();
-        let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
-            Error::transport(format!(
-                "an undecodable answer from the proxy to collective {seq}: {e}"
-            ))
-        })?;
-        let world = |r: u64| self.world.get(r as usize).copied().unwrap_or(r as usize);
-        match Code::from_wire(a.code as u64) {
-            Code::Ok => Ok(()),
-            Code::Lost => Err(Error::RankLost { rank: world(a.aux) }),
-            Code::Mismatch => Err(Error::CountMismatch {
-                rank: world(a.aux),
-                detail: a.why,
-            }),
-            // Another node's proxy is gone: that node is named, as the
-            // host-placed proxies name it.
-            Code::NodeLost => Err(Error::NodeLost {
-                node: a.aux as usize,
-            }),
-            Code::Failed => Err(Error::transport(format!(
-                "the DPU proxy refused collective {seq}: {}",
-                a.why
-            ))),
-            Code::OverCap | Code::NoMemory => Err(Error::ProxyMemory {
-                bytes: (a.aux != u64::MAX).then_some(a.aux),
-                why: format!("the DPU proxy refused collective {seq}: {}", a.why),
-            }),
-        }
-    }
-
-    pub(crate) fn wait(&self, p: &Posted, out: Option<&mut [u8]>) -> Result<()> {
+    fn wait(&self, p: &Posted, out: Option<&mut [u8]>) -> Result<()> {
         let t0 = Instant::now();
         let backoff = Backoff::new(self.spin, true);
         while !self.poll(p) {
@@ -800,7 +805,7 @@ impl Client {
     }
 
     /// Finished, nobody takes the outcome: the region goes back.
-    pub(crate) fn discard(&self, p: &Posted) {
+    fn discard(&self, p: &Posted) {
         let region = lock(&p.state).region.take();
         if let Some(r) = region {
             self.link.give(r);
@@ -813,7 +818,7 @@ impl Client {
     /// proxy's answer to the cancellation (given once no put of it is in
     /// flight), and aborts the process if none comes within the timeout,
     /// rather than let a late put write into a buffer in use again.
-    pub(crate) fn cancel(&self, p: &Posted) {
+    fn cancel(&self, p: &Posted) {
         let pending = lock(&p.state).outcome.is_none();
         if pending {
             if let Ok(bytes) =
@@ -850,7 +855,7 @@ impl Client {
     }
 
     /// Tells the proxy that this rank is gone (once).
-    pub(crate) fn detach(&self) {
+    fn detach(&self) {
         if self.detached.swap(true, Ordering::AcqRel) || self.link.gone.load(Ordering::Acquire) {
             return;
         }

@@ -64,7 +64,7 @@ mod state;
 mod wire;
 
 pub(crate) use boot::serve_spec;
-pub(crate) use client::{Client, Posted};
+pub(crate) use client::Client;
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
 pub(crate) use wire::fuzz_request;
