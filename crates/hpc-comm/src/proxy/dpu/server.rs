@@ -2,7 +2,7 @@
 //! their spans, the steps between nodes and failures.
 
 use super::client::{DETACH_GRACE, WATCH_EVERY};
-use super::state::{FromNet, Group, Served, Slot, Wait, REMEMBER, UNOPENED_MAX};
+use super::state::{FromNet, Group, Served, Slot, Wait, UNOPENED_MAX};
 use super::wire::{
     check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, TAG_ANSWER,
     TAG_REQUEST,
@@ -20,6 +20,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// The proxy in DPU placement: the link to its node's ranks, the
+/// communicators it serves and their collectives, the other nodes' proxies.
 pub(super) struct Server {
     t: Transport,
     /// The node's ranks (the link's ranks but the proxy).
@@ -269,7 +271,7 @@ impl Server {
                     return;
                 };
                 let seq = tag >> 32;
-                if c.finished.contains(&seq) {
+                if c.finished.contains(seq) {
                     tracing::debug!(
                         comm = id,
                         seq,
@@ -292,7 +294,7 @@ impl Server {
                 self.advance(id, seq);
             }
             FromNet::Failed(f) => {
-                if !c.finished.contains(&f.seq) {
+                if !c.finished.contains(f.seq) {
                     let code = Code::from_wire(u64::from(f.code));
                     self.fail_as(id, f.seq, Outcome::from_wire(code, f.aux, f.why), false);
                 }
@@ -566,7 +568,7 @@ impl Server {
         };
         let (link, rank, size) = (c.links[slot], c.ranks[slot], c.members.len());
         let gone: Vec<Option<String>> = c.gone.clone();
-        if c.finished.contains(&seq) {
+        if c.finished.contains(seq) {
             let why = format!("rank {rank} submitted collective {seq} twice");
             return self.answer(id, slot, seq, Outcome::failed(why));
         }
@@ -982,14 +984,11 @@ impl Server {
                     gone[r].is_some() || s.as_ref().is_some_and(|s| s.done && !s.putting)
                 });
                 if over {
-                    finished.insert(seq);
+                    finished.end(seq, g.failed.take().unwrap_or(Outcome::Done));
                     budget.release(g.held);
                 }
                 !over
             });
-            while c.finished.len() > REMEMBER {
-                c.finished.pop_first();
-            }
             if id != 0 && c.groups.is_empty() && c.gone.iter().all(Option::is_some) {
                 closing.push(id);
             }

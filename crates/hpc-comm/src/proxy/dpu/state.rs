@@ -2,10 +2,10 @@
 
 use super::wire::Part;
 use crate::proxy::net::Failed;
-use crate::proxy::session::Outcome;
+use crate::proxy::session::{Ended, Outcome};
 use crate::proxy::steps::Run;
 use hpc_rdma::RemoteKey;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// What an operation of the proxy's transport was for.
 pub(super) enum Wait {
@@ -70,11 +70,6 @@ pub(super) struct Group {
     pub(super) held: u64,
 }
 
-/// How many finished collectives the proxy remembers, to drop the messages
-/// from other nodes that come for them afterwards (a collective failed or
-/// cancelled here while another node went on).
-pub(super) const REMEMBER: usize = 4096;
-
 /// A communicator the proxy serves: the one its link was made for (id 0),
 /// or a split of it, whose members tell the proxy they joined
 /// ([`Request::Open`]). Its collectives run here with its own ranks, and
@@ -95,8 +90,11 @@ pub(super) struct Served {
     /// Slots that left it or were lost, and why.
     pub(super) gone: Vec<Option<String>>,
     pub(super) groups: BTreeMap<u64, Group>,
-    /// Collectives finished here (the latest [`REMEMBER`]).
-    pub(super) finished: BTreeSet<u64>,
+    /// Collectives that ended here, with their outcome (the latest
+    /// [`REMEMBER`](crate::proxy::session::REMEMBER)), for the messages from
+    /// other nodes that come for them afterwards (a collective failed or
+    /// cancelled here while another node went on).
+    pub(super) finished: Ended,
 }
 
 impl Served {
@@ -123,7 +121,7 @@ impl Served {
             nodes,
             gone: vec![None; n],
             groups: BTreeMap::new(),
-            finished: BTreeSet::new(),
+            finished: Ended::default(),
         }
     }
 
