@@ -114,8 +114,6 @@ pub(crate) fn serve_spec(spec: &str) -> Result<()> {
     Server::new(t, place, watch, net).run()
 }
 
-/// Joins the other nodes' proxies at the coordinator `at` and connects to them.
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -206,6 +206,7 @@ pub(super) fn join(link: &Link, rank: usize, ip: IpAddr, node: &str) -> Result<(
     Ok((t, w))
 }
 
+/// Joins the other nodes' proxies at the coordinator `at` and connects to them.
 pub(super) fn meet(
     place: &Place,
     at: &str,
