@@ -109,6 +109,41 @@ pub(super) fn offered(
 }
 
 impl Client {
+    /// Over a rank's new link to its node's proxy (link rank `proxy`): tells
+    /// the proxy its `place` (the node's first rank), then waits for the
+    /// proxy's word that it is connected (to the other nodes' proxies too).
+    fn greet(
+        t: &Transport,
+        proxy: usize,
+        place: Option<Place>,
+        node: usize,
+        timeout: Duration,
+    ) -> Result<()> {
+        if let Some(place) = place {
+            let b = postcard::to_allocvec(&place)
+                .map_err(|e| Error::transport_from("encoding the proxy's place", e))?;
+            let op = t
+                .send(proxy, TAG_PLACE, b)
+                .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
+            t.wait_timeout(op, timeout)
+                .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
+        }
+        let op = t
+            .recv(proxy, TAG_READY)
+            .map_err(|e| Error::transport_from("waiting for the proxy", e))?;
+        let word = t
+            .wait_timeout(op, timeout)
+            .map_err(|e| Error::transport_from("waiting for the proxy to connect", e))?
+            .into_bytes();
+        if !word.is_empty() {
+            return Err(Error::transport(format!(
+                "the DPU proxy of node {node}: {}",
+                String::from_utf8_lossy(&word)
+            )));
+        }
+        Ok(())
+    }
+
     /// Collective over the communicator's ranks (`allgather` is its
     /// bootstrap; `nodes` the world node id of each rank): the first rank of
     /// each node starts its node's proxy, every rank connects to its node's,
@@ -191,40 +226,15 @@ impl Client {
         let t = ip
             .and_then(|ip| join(&link, link_me, ip, "host"))
             .and_then(|(t, w)| {
-                // The node's first rank tells the proxy its place; every rank then
-                // waits for the proxy's word that it is connected (to the other
-                // nodes' proxies too).
-                let proxy = local.len();
-                if link_me == 0 {
-                    let place = Place {
-                        ranks: local.clone(),
-                        node_of: node_of.clone(),
-                        node_ids: node_ids.clone(),
-                        me: mine,
-                        net: net.clone(),
-                    };
-                    let b = postcard::to_allocvec(&place)
-                        .map_err(|e| Error::transport_from("encoding the proxy's place", e))?;
-                    let op = t
-                        .send(proxy, TAG_PLACE, b)
-                        .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
-                    t.wait_timeout(op, timeout)
-                        .map_err(|e| Error::transport_from("telling the proxy its place", e))?;
-                }
-                let op = t
-                    .recv(proxy, TAG_READY)
-                    .map_err(|e| Error::transport_from("waiting for the proxy", e))?;
-                let word = t
-                    .wait_timeout(op, timeout)
-                    .map_err(|e| Error::transport_from("waiting for the proxy to connect", e))?
-                    .into_bytes();
-                if !word.is_empty() {
-                    return Err(Error::transport(format!(
-                        "the DPU proxy of node {}: {}",
-                        node_ids[mine],
-                        String::from_utf8_lossy(&word)
-                    )));
-                }
+                // The node's first rank tells the proxy its place.
+                let place = (link_me == 0).then(|| Place {
+                    ranks: local.clone(),
+                    node_of: node_of.clone(),
+                    node_ids: node_ids.clone(),
+                    me: mine,
+                    net: net.clone(),
+                });
+                Self::greet(&t, local.len(), place, node_ids[mine], timeout)?;
                 Ok((t, w))
             });
         // Every rank says how its join went, so that all fail alike, with the
