@@ -140,9 +140,10 @@
 //! placement: `wire.rs` its messages, `link.rs` finding each other,
 //! `client.rs` a rank's side, `boot.rs` starting the proxy, `state.rs` and
 //! `server.rs` the proxy, `seccomp.rs` its guard),
-//! `protocol.rs` (descriptor kinds, answer codes, the posted blob), `client.rs`
-//! (a rank's side; [`ProxyClient`] is what both clients do), `memory.rs` (regions in a rank's process, a mapped
-//! `SharedBuf` or scratch; copies and reductions between them) and
+//! `protocol.rs` (descriptor kinds, answer codes, the posted blob),
+//! `client.rs` (a rank's side; `ProxyClient` is what both clients do),
+//! `memory.rs` (regions in a rank's process, a mapped `SharedBuf` or
+//! scratch; copies and reductions between them) and
 //! `server.rs` (the proxy process: intake, the schedules' state machine,
 //! liveness, backoff) and `net.rs` (the proxies of a communicator that spans
 //! nodes: their set-up through the ranks, messages between them, goodbye),

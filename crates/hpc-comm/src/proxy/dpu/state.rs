@@ -66,14 +66,15 @@ pub(super) struct Group {
     pub(super) spans: Vec<(RemoteKey, u64, usize)>,
     /// Messages from other nodes that came before the schedules started.
     pub(super) early: Vec<(usize, usize, u32, Vec<u8>)>,
-    /// The bytes of [`Server::budget`] its parts hold (staging and scratch).
+    /// The bytes of the [`Server`](super::server::Server)'s budget its parts
+    /// hold (staging and scratch).
     pub(super) held: u64,
 }
 
 /// A communicator the proxy serves: the one its link was made for (id 0),
 /// or a split of it, whose members tell the proxy they joined
-/// ([`Request::Open`]). Its collectives run here with its own ranks, and
-/// go between nodes tagged with its id.
+/// ([`Request::Open`](super::wire::Request::Open)). Its collectives run here
+/// with its own ranks, and go between nodes tagged with its id.
 pub(super) struct Served {
     /// The first communicator's rank of each of its ranks.
     pub(super) members: Vec<usize>,

@@ -231,7 +231,8 @@ pub(super) fn recv_is_input(coll: &Collective, rank: usize) -> bool {
     matches!(coll, Collective::Broadcast { root, .. } if *root == rank)
 }
 
-/// The fuzz entry: decodes and checks a request as [`Server::request`] does.
+/// The fuzz entry: decodes and checks a request as the DPU proxy's
+/// [`Server`](super::server::Server) does.
 pub(crate) fn fuzz_request(
     bytes: &[u8],
     rank: usize,
