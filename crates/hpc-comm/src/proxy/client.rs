@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::protocol::{Blob, Code, Kind, PROXY_CMD};
+use super::session::Outcome;
 #[cfg(not(loom))]
 use crate::backoff::YIELD_FOR;
 use crate::board::{self, Board, Desc};
@@ -250,31 +251,14 @@ impl Client {
             st.take_done(p.seq)?
         };
         p.finished.store(true, Ordering::Release);
-        Some(match Code::from_wire(code) {
-            Code::Ok => {
-                if let Some(stage) = &p.stage {
-                    stage.deliver(out);
-                }
-                Ok(())
+        let o = Outcome::from_wire(Code::from_wire(code), aux, String::new());
+        if o == Outcome::Done {
+            if let Some(stage) = &p.stage {
+                stage.deliver(out);
             }
-            Code::Lost => Err(Error::RankLost {
-                rank: self.world[aux as usize],
-            }),
-            Code::Mismatch => Err(Error::CountMismatch {
-                rank: self.world[aux as usize],
-                detail: "message sizes differ".into(),
-            }),
-            Code::NodeLost => Err(Error::NodeLost { node: aux as usize }),
-            Code::Failed => Err(Error::transport("the proxy failed the collective")),
-            Code::OverCap => Err(Error::ProxyMemory {
-                bytes: (aux != u64::MAX).then_some(aux),
-                why: "more than the proxy's cap allows beside the collectives in flight".into(),
-            }),
-            Code::NoMemory => Err(Error::ProxyMemory {
-                bytes: Some(aux),
-                why: "the proxy could not allocate it (its node is short of memory)".into(),
-            }),
-        })
+        }
+        let world = |r: usize| self.world.get(r).copied().unwrap_or(r);
+        Some(o.into_result(p.seq, "the proxy", world))
     }
 
     /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd

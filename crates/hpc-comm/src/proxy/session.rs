@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use super::memory::Refusal;
 use super::protocol::Code;
+use crate::error::{Error, Result};
 
 /// How a collective ended in a proxy, as its ranks are told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,6 +141,56 @@ impl Outcome {
             | Outcome::NoMemory { why, .. }
             | Outcome::Failed { why } => why.clone(),
         }
+    }
+
+    /// What a rank's wait returns for this outcome of its collective `seq`,
+    /// as a rank reads it off the wire: `world` maps a communicator's rank to
+    /// the world's (an index it does not know stays as it is). `proxy` names
+    /// the proxy (`the DPU proxy`); an outcome without a reason (the host
+    /// proxy's answers carry none) gets the general one of its kind.
+    pub(crate) fn into_result(
+        self,
+        seq: u64,
+        proxy: &str,
+        world: impl Fn(usize) -> usize,
+    ) -> Result<()> {
+        let refused = |why: String, general: &str| {
+            if why.is_empty() {
+                general.to_string()
+            } else {
+                format!("{proxy} refused collective {seq}: {why}")
+            }
+        };
+        Err(match self {
+            Outcome::Done => return Ok(()),
+            Outcome::Lost { rank, .. } => Error::RankLost { rank: world(rank) },
+            Outcome::Mismatch { sender, why } => Error::CountMismatch {
+                rank: world(sender),
+                detail: if why.is_empty() {
+                    "message sizes differ".into()
+                } else {
+                    why
+                },
+            },
+            Outcome::NodeLost { node } => Error::NodeLost { node },
+            Outcome::Failed { why } => {
+                Error::transport(refused(why, &format!("{proxy} failed the collective")))
+            }
+            Outcome::OverCap { bytes, why } => Error::ProxyMemory {
+                bytes,
+                why: refused(
+                    why,
+                    "more than the proxy's cap allows beside the collectives in flight",
+                ),
+            },
+            Outcome::NoMemory { bytes, why } => Error::ProxyMemory {
+                bytes: Some(bytes),
+                why: refused(
+                    why,
+                    "the proxy could not allocate it (its node is short of memory)",
+                ),
+            },
+        })
     }
 
     /// Whether every node already learns of it by itself (a lost node is
@@ -271,6 +322,46 @@ mod tests {
         assert_eq!(
             Outcome::refused(&Refusal::NoMemory { bytes: 7 }, "x").wire(),
             (Code::NoMemory, 7)
+        );
+    }
+
+    /// A rank's wait gets the error of each outcome, its ranks as the
+    /// world's, and a reason where the answer carried none.
+    #[test]
+    fn outcomes_become_the_ranks_errors() {
+        let world = |r: usize| r + 10;
+        assert!(Outcome::Done.into_result(1, "the proxy", world).is_ok());
+        let lost = Outcome::Lost {
+            rank: 2,
+            why: String::new(),
+        };
+        assert!(matches!(
+            lost.into_result(1, "the proxy", world),
+            Err(Error::RankLost { rank: 12 })
+        ));
+        let e = Outcome::Mismatch {
+            sender: 1,
+            why: String::new(),
+        }
+        .into_result(1, "the proxy", world);
+        assert!(
+            matches!(&e, Err(Error::CountMismatch { rank: 11, detail }) if detail == "message sizes differ"),
+            "{e:?}"
+        );
+        let e = Outcome::failed("a step failed").into_result(7, "the DPU proxy", world);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("the DPU proxy refused collective 7: a step failed"),
+            "{e}"
+        );
+        let e = Outcome::OverCap {
+            bytes: None,
+            why: String::new(),
+        }
+        .into_result(7, "the proxy", world);
+        assert!(
+            matches!(&e, Err(Error::ProxyMemory { bytes: None, why }) if why.contains("cap")),
+            "{e:?}"
         );
     }
 

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::proxy::net::closed;
 use crate::proxy::protocol::Code;
+use crate::proxy::session::Outcome;
 use crate::proxy::ProxyClient;
 use crate::sync::lock;
 use hpc_collectives::{Collective, Options};
@@ -617,28 +618,9 @@ impl Client {
                 "an undecodable answer from the proxy to collective {seq}: {e}"
             ))
         })?;
-        let world = |r: u64| self.world.get(r as usize).copied().unwrap_or(r as usize);
-        match Code::from_wire(a.code as u64) {
-            Code::Ok => Ok(()),
-            Code::Lost => Err(Error::RankLost { rank: world(a.aux) }),
-            Code::Mismatch => Err(Error::CountMismatch {
-                rank: world(a.aux),
-                detail: a.why,
-            }),
-            // Another node's proxy is gone: that node is named, as the
-            // host-placed proxies name it.
-            Code::NodeLost => Err(Error::NodeLost {
-                node: a.aux as usize,
-            }),
-            Code::Failed => Err(Error::transport(format!(
-                "the DPU proxy refused collective {seq}: {}",
-                a.why
-            ))),
-            Code::OverCap | Code::NoMemory => Err(Error::ProxyMemory {
-                bytes: (a.aux != u64::MAX).then_some(a.aux),
-                why: format!("the DPU proxy refused collective {seq}: {}", a.why),
-            }),
-        }
+        let world = |r: usize| self.world.get(r).copied().unwrap_or(r);
+        let code = Code::from_wire(u64::from(a.code));
+        Outcome::from_wire(code, a.aux, a.why).into_result(seq, "the DPU proxy", world)
     }
 }
 
