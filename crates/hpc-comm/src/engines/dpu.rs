@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use super::{Driver, Job, Pending, Split, Ticket};
+use super::proxy::Handle;
+use super::{Driver, Job, Split, Ticket};
 use crate::error::Result;
-use crate::proxy::dpu::{Client, Posted};
+use crate::proxy::dpu::Client;
+use crate::proxy::ProxyClient;
 
 /// The `Proxy` engine with its proxy placed as on a DPU.
 pub(crate) struct Dpu {
@@ -14,10 +16,7 @@ pub(crate) struct Dpu {
 
 impl Driver for Dpu {
     fn start(&self, job: Job<'_>) -> Result<Ticket> {
-        Ok(Arc::new(Handle {
-            p: self.client.submit(job)?,
-            client: self.client.clone(),
-        }))
+        Handle::post(&self.client, job)
     }
 
     /// The new group's collectives go to the same proxies, over the same
@@ -36,29 +35,5 @@ impl Driver for Dpu {
 
     fn register(&self, bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         Some(self.client.register_buf(bytes))
-    }
-}
-
-/// A collective handed to the DPU proxy.
-struct Handle {
-    p: Posted,
-    client: Arc<Client>,
-}
-
-impl Pending for Handle {
-    fn test(&self, _: &dyn Driver) -> bool {
-        self.client.poll(&self.p)
-    }
-
-    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
-        self.client.wait(&self.p, out)
-    }
-
-    fn cancel(&self, _: &dyn Driver) {
-        self.client.cancel(&self.p);
-    }
-
-    fn discard(&self, _: &dyn Driver) {
-        self.client.discard(&self.p);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::inline::Host;
 use super::{Driver, Job, Pending, Ticket};
 use crate::error::Result;
-use crate::proxy::{self, Client};
+use crate::proxy::{Client, ProxyClient};
 
 /// The `Proxy` engine.
 pub(crate) struct Proxy {
@@ -27,10 +27,7 @@ impl Driver for Proxy {
                 return host.start(job);
             }
         }
-        Ok(Arc::new(Posted {
-            p: self.client.submit(job)?,
-            client: self.client.clone(),
-        }))
+        Handle::post(&self.client, job)
     }
 
     fn shutdown(&self) {
@@ -45,13 +42,24 @@ impl Driver for Proxy {
     }
 }
 
-/// A collective handed to the proxy.
-struct Posted {
-    p: proxy::Pending,
-    client: Arc<Client>,
+/// A collective handed to a proxy, in either placement (the host client's
+/// and the DPU client's alike).
+pub(super) struct Handle<C: ProxyClient> {
+    p: C::Posted,
+    client: Arc<C>,
 }
 
-impl Pending for Posted {
+impl<C: ProxyClient> Handle<C> {
+    /// Hands `job` to `client`'s proxy.
+    pub(super) fn post(client: &Arc<C>, job: Job<'_>) -> Result<Ticket> {
+        Ok(Arc::new(Handle {
+            p: client.submit(job)?,
+            client: client.clone(),
+        }))
+    }
+}
+
+impl<C: ProxyClient> Pending for Handle<C> {
     fn test(&self, _: &dyn Driver) -> bool {
         self.client.poll(&self.p)
     }

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::protocol::{Blob, Code, Kind, PROXY_CMD};
+use super::session::Outcome;
 #[cfg(not(loom))]
 use crate::backoff::YIELD_FOR;
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
+use crate::proxy::ProxyClient;
 use crate::sync::lock;
 
 /// A collective posted to the proxy.
@@ -234,7 +236,75 @@ impl Client {
         }
     }
 
-    pub(crate) fn submit(&self, mut job: Job<'_>) -> Result<Pending> {
+    /// Takes the proxy's answers and pushes descriptors that found the ring
+    /// to the proxy full (as `poll` and `wait` do), while the rank waits for
+    /// something else.
+    pub(crate) fn flush(&self) {
+        self.drain(&mut lock(&self.state));
+    }
+
+    /// The answer to `p`, if the proxy gave it: the collective's result.
+    fn answer(&self, p: &Pending, out: Option<&mut [u8]>) -> Option<Result<()>> {
+        let (code, aux) = {
+            let mut st = lock(&self.state);
+            self.drain(&mut st);
+            st.take_done(p.seq)?
+        };
+        p.finished.store(true, Ordering::Release);
+        let o = Outcome::from_wire(Code::from_wire(code), aux, String::new());
+        if o == Outcome::Done {
+            if let Some(stage) = &p.stage {
+                stage.deliver(out);
+            }
+        }
+        let world = |r: usize| self.world.get(r).copied().unwrap_or(r);
+        Some(o.into_result(p.seq, "the proxy", world))
+    }
+
+    /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
+    /// (readable once it has exited, reaped or not), a system call of well
+    /// under a microsecond where a read of `/proc/PID/stat` costs several,
+    /// paid by a waiting rank at every [`LIVENESS_EVERY`]; `/proc` where no
+    /// pidfd could be opened (an old kernel, a filter).
+    fn proxy_dead(&self) -> bool {
+        let pid = self.board.pid(self.proxy);
+        if pid == 0 {
+            return false;
+        }
+        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, a timeout of 0: poll only reads and
+                // writes `p` and returns at once.
+                let n = unsafe { libc::poll(&mut p, 1, 0) };
+                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+            }
+            None => board::pid_dead(pid),
+        }
+    }
+}
+
+/// A pidfd for process `pid`, if the kernel gives one (`None` also when the
+/// process is gone already: `/proc` then says so).
+fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = std::os::fd::RawFd::try_from(fd)
+        .ok()
+        .filter(|&fd| fd >= 0)?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+impl ProxyClient for Client {
+    type Posted = Pending;
+
+    fn submit(&self, mut job: Job<'_>) -> Result<Pending> {
         let (direct, seq) = (job.direct(), job.seq);
         let (coll, send, recv) = job.parts();
         // Where the node has no core for the proxy, the rank's own block is
@@ -288,55 +358,13 @@ impl Client {
         })
     }
 
-    /// Takes the proxy's answers and pushes descriptors that found the ring
-    /// to the proxy full (as `poll` and `wait` do), while the rank waits for
-    /// something else.
-    pub(crate) fn flush(&self) {
-        self.drain(&mut lock(&self.state));
-    }
-
-    pub(crate) fn poll(&self, p: &Pending) -> bool {
+    fn poll(&self, p: &Pending) -> bool {
         if p.finished.load(Ordering::Acquire) {
             return true;
         }
         let mut st = lock(&self.state);
         self.drain(&mut st);
         st.has_done(p.seq)
-    }
-
-    /// The answer to `p`, if the proxy gave it: the collective's result.
-    fn answer(&self, p: &Pending, out: Option<&mut [u8]>) -> Option<Result<()>> {
-        let (code, aux) = {
-            let mut st = lock(&self.state);
-            self.drain(&mut st);
-            st.take_done(p.seq)?
-        };
-        p.finished.store(true, Ordering::Release);
-        Some(match Code::from_wire(code) {
-            Code::Ok => {
-                if let Some(stage) = &p.stage {
-                    stage.deliver(out);
-                }
-                Ok(())
-            }
-            Code::Lost => Err(Error::RankLost {
-                rank: self.world[aux as usize],
-            }),
-            Code::Mismatch => Err(Error::CountMismatch {
-                rank: self.world[aux as usize],
-                detail: "message sizes differ".into(),
-            }),
-            Code::NodeLost => Err(Error::NodeLost { node: aux as usize }),
-            Code::Failed => Err(Error::transport("the proxy failed the collective")),
-            Code::OverCap => Err(Error::ProxyMemory {
-                bytes: (aux != u64::MAX).then_some(aux),
-                why: "more than the proxy's cap allows beside the collectives in flight".into(),
-            }),
-            Code::NoMemory => Err(Error::ProxyMemory {
-                bytes: Some(aux),
-                why: "the proxy could not allocate it (its node is short of memory)".into(),
-            }),
-        })
     }
 
     /// Waits for the proxy's answer to `p`: the collective's result.
@@ -349,7 +377,7 @@ impl Client {
     /// answer needs no wake-up, then blocks the same way. The futex wait is
     /// bounded by [`LIVENESS_EVERY`] only so that a dead proxy (which rings
     /// nothing) and the communicator's timeout are noticed.
-    pub(crate) fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
+    fn wait(&self, p: &Pending, mut out: Option<&mut [u8]>) -> Result<()> {
         // An answer that is there already costs no clock reading.
         if let Some(r) = self.answer(p, out.as_deref_mut()) {
             return r;
@@ -399,41 +427,15 @@ impl Client {
         }
     }
 
-    /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
-    /// (readable once it has exited, reaped or not), a system call of well
-    /// under a microsecond where a read of `/proc/PID/stat` costs several,
-    /// paid by a waiting rank at every [`LIVENESS_EVERY`]; `/proc` where no
-    /// pidfd could be opened (an old kernel, a filter).
-    fn proxy_dead(&self) -> bool {
-        let pid = self.board.pid(self.proxy);
-        if pid == 0 {
-            return false;
-        }
-        match self.pidfd.get_or_init(|| open_pidfd(pid)) {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: std::os::fd::AsRawFd::as_raw_fd(fd),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd, a timeout of 0: poll only reads and
-                // writes `p` and returns at once.
-                let n = unsafe { libc::poll(&mut p, 1, 0) };
-                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
-            }
-            None => board::pid_dead(pid),
-        }
-    }
-
     /// Drops the answer to a finished `p` that nobody will take.
-    pub(crate) fn discard(&self, p: &Pending) {
+    fn discard(&self, p: &Pending) {
         if !p.finished.load(Ordering::Acquire) && lock(&self.state).take_done(p.seq).is_some() {
             p.finished.store(true, Ordering::Release);
         }
     }
 
     /// Makes sure the proxy no longer touches `p`'s buffers.
-    pub(crate) fn cancel(&self, p: &Pending) {
+    fn cancel(&self, p: &Pending) {
         // An answer that came meanwhile is dropped with the collective: nothing
         // takes it later, and it must not stay in the list.
         if p.finished.load(Ordering::Acquire) || lock(&self.state).take_done(p.seq).is_some() {
@@ -467,25 +469,10 @@ impl Client {
             std::process::abort();
         }
     }
-}
 
-/// A pidfd for process `pid`, if the kernel gives one (`None` also when the
-/// process is gone already: `/proc` then says so).
-fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = std::os::fd::RawFd::try_from(fd)
-        .ok()
-        .filter(|&fd| fd >= 0)?;
-    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
-}
-
-impl Client {
     /// Tells the proxy that this rank is gone (once; the proxy exits when every
     /// rank has detached or died).
-    pub(crate) fn detach(&self) {
+    fn detach(&self) {
         if self.detached.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -329,15 +329,6 @@ pub(super) enum Refusal {
 }
 
 impl Refusal {
-    /// The answer code and its `aux` word (the bytes; `u64::MAX` for an overflow).
-    pub(super) fn code(&self) -> (Code, u64) {
-        match *self {
-            Refusal::Overflow => (Code::OverCap, u64::MAX),
-            Refusal::OverCap { bytes, .. } => (Code::OverCap, bytes),
-            Refusal::NoMemory { bytes } => (Code::NoMemory, bytes),
-        }
-    }
-
     /// Why, in words (what a DPU proxy's answer carries).
     pub(super) fn why(&self) -> String {
         match *self {
@@ -522,7 +513,6 @@ mod tests {
         assert_eq!(footprint(&[usize::MAX, 1]), None);
         let mut b = Budget::new(100);
         assert_eq!(b.admit(None), Err(Refusal::Overflow));
-        assert_eq!(Refusal::Overflow.code(), (Code::OverCap, u64::MAX));
         assert_eq!(b.held(), 0);
     }
 
@@ -541,8 +531,13 @@ mod tests {
             }
         );
         assert!(over.why().contains("cap of 100 bytes"), "{}", over.why());
-        assert_eq!(over.code(), (Code::OverCap, 60));
-        assert_eq!(b.admit(Some(u64::MAX)).unwrap_err().code().1, u64::MAX);
+        assert!(matches!(
+            b.admit(Some(u64::MAX)),
+            Err(Refusal::OverCap {
+                bytes: u64::MAX,
+                ..
+            })
+        ));
         b.release(60);
         assert_eq!(b.admit(Some(60)), Ok(60));
         assert_eq!(b.held(), 60);

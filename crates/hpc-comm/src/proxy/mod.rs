@@ -61,7 +61,7 @@
 //! (2) reading and writing their buffers by cross-memory attach or mapped
 //! memfds; neither exists on a DPU. [`Placement::Dpu`]
 //! (`HPC_COLL_PROXY_PLACEMENT=dpu`, [`CommOptions::placement`](crate::CommOptions::placement))
-//! runs the proxy the way a DPU must (module `dpu.rs`): no board is created,
+//! runs the proxy the way a DPU must (module `dpu/`): no board is created,
 //! and the proxy touches rank memory only through an `hpc-rdma`
 //! [`Transport`](hpc_rdma::Transport) (tcp, or `HPC_TRANSPORT=ofi`/`verbs`).
 //! A rank copies what the collective reads into registered memory from its
@@ -134,10 +134,16 @@
 //!
 //! # Modules
 //!
-//! `dpu.rs` (DPU placement: both sides, its messages, the seccomp guard),
-//! `protocol.rs` (descriptor kinds, answer codes, the posted blob), `client.rs`
-//! (a rank's side), `memory.rs` (regions in a rank's process, a mapped
-//! `SharedBuf` or scratch; copies and reductions between them) and
+//! `session.rs` (what both proxies keep alike of a collective's life, with no
+//! I/O: the typed outcome that replaces the wire's code and `aux` word inside
+//! a proxy, and the window of collectives that ended), `dpu/` (DPU
+//! placement: `wire.rs` its messages, `link.rs` finding each other,
+//! `client.rs` a rank's side, `boot.rs` starting the proxy, `state.rs` and
+//! `server.rs` the proxy, `seccomp.rs` its guard),
+//! `protocol.rs` (descriptor kinds, answer codes, the posted blob),
+//! `client.rs` (a rank's side; `ProxyClient` is what both clients do),
+//! `memory.rs` (regions in a rank's process, a mapped `SharedBuf` or
+//! scratch; copies and reductions between them) and
 //! `server.rs` (the proxy process: intake, the schedules' state machine,
 //! liveness, backoff) and `net.rs` (the proxies of a communicator that spans
 //! nodes: their set-up through the ranks, messages between them, goodbye),
@@ -153,11 +159,41 @@ pub(crate) mod net;
 mod protocol;
 mod server;
 mod service;
+mod session;
 mod steps;
 
 use std::time::Duration;
 
-pub(crate) use client::{Client, Pending};
+pub(crate) use client::Client;
+
+/// A rank's side of a proxy, in either placement: the host client
+/// (`client.rs`: the communicator's board, descriptors on a ring) and the DPU
+/// client (`dpu/client.rs`: a link over the transport, registered memory).
+/// The engines hand collectives to both through it.
+pub(crate) trait ProxyClient: Send + Sync + 'static {
+    /// The client's handle on one collective handed to its proxy.
+    type Posted: Send + Sync + 'static;
+
+    /// Hands `job` to the proxy.
+    fn submit(&self, job: crate::job::Job<'_>) -> Result<Self::Posted>;
+
+    /// Whether the proxy answered `p`.
+    fn poll(&self, p: &Self::Posted) -> bool;
+
+    /// Waits for the proxy's answer to `p`, then takes its outcome; `out`
+    /// receives a staged result.
+    fn wait(&self, p: &Self::Posted, out: Option<&mut [u8]>) -> Result<()>;
+
+    /// Gives `p` up: the proxy no longer touches its buffers once this returns.
+    fn cancel(&self, p: &Self::Posted);
+
+    /// Finished, but nobody takes its outcome: drops what the client keeps
+    /// of its answer.
+    fn discard(&self, p: &Self::Posted);
+
+    /// This rank leaves the proxy (the communicator is dropped).
+    fn detach(&self);
+}
 pub use dpu::{forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;

@@ -347,7 +347,7 @@ pub(super) fn watch_each_other(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Failed {
     /// The communicator's id among the proxies (0: the one they were started
-    /// for; see `dpu.rs` for its splits).
+    /// for; see `dpu/` for its splits).
     pub comm: u64,
     /// The collective's sequence number.
     pub seq: u64,

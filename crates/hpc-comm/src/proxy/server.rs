@@ -7,7 +7,7 @@
 //! destination, tag). This module is the I/O around it: descriptors, the
 //! ranks' memory (cross-memory attach or mappings), the network, liveness.
 
-use std::collections::{BTreeMap, HashMap, HashSet, TryReserveError, VecDeque};
+use std::collections::{HashMap, HashSet, TryReserveError, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use super::memory::{
 };
 use super::net::{ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
+use super::session::{Ended, Outcome};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
@@ -124,13 +125,11 @@ struct Proxy {
     /// The bytes held for the collectives in flight, against the cap
     /// (`HPC_COLL_PROXY_MAX_SCRATCH`).
     budget: Budget,
-    /// Collectives refused for their memory (the latest [`REMEMBER`]), with
-    /// their answer: a rank that submits one later gets the same.
-    failed: BTreeMap<u64, (Code, u64)>,
+    /// Collectives failed on this node or told failed by another (refused
+    /// for their memory, say), with their outcome: a rank that submits one
+    /// later gets the same, and their messages are dropped.
+    failed: Ended,
 }
-
-/// How many refused collectives the proxy remembers.
-const REMEMBER: usize = 4096;
 
 /// A buffer of `len` bytes from `pool`, from one large enough where there is
 /// one; the allocator's refusal rather than an abort where it must grow.
@@ -312,16 +311,13 @@ impl Proxy {
     }
 
     /// Fails collective `seq` on this node, for its memory: every op of it in
-    /// flight ends with `code` and `aux`, its messages go, and a rank that
+    /// flight ends with outcome `o`, its messages go, and a rank that
     /// submits it later is answered the same. `tell`: the failure is this
     /// node's news, for the other nodes' proxies too (whose ranks would
     /// otherwise wait for messages that will not come).
-    fn fail_seq(&mut self, seq: u64, code: Code, aux: u64, why: &str, tell: bool) {
-        if self.failed.insert(seq, (code, aux)).is_some() {
+    fn fail_seq(&mut self, seq: u64, o: Outcome, tell: bool) {
+        if !self.failed.end(seq, o.clone()) {
             return;
-        }
-        while self.failed.len() > REMEMBER {
-            self.failed.pop_first();
         }
         // Dropped first, so that retiring its ops copies none of them.
         let mut pool = std::mem::take(&mut self.pool);
@@ -338,23 +334,31 @@ impl Proxy {
             .into_iter()
             .partition(|o| o.seq == seq);
         self.ops = keep;
-        for o in hit {
-            self.finish(o, code, aux);
+        for op in hit {
+            self.finish(op, &o);
         }
         if tell {
             if let Some(net) = self.net.as_mut() {
                 // Host placement: one communicator per proxy (0), on every node.
                 let nodes: Vec<usize> = (0..net.nodes()).collect();
-                net.announce_failed(0, seq, code as u8, aux, why, &nodes);
+                let (code, aux) = o.wire();
+                net.announce_failed(0, seq, code as u8, aux, &o.why(), &nodes);
             }
         }
     }
 
-    /// Retires `op` and answers its rank `DONE` with `code` and `aux`.
-    fn finish(&mut self, op: VOp, code: Code, aux: u64) {
+    /// Retires `op` and answers its rank with outcome `o`.
+    fn finish(&mut self, op: VOp, o: &Outcome) {
         let (rank, seq) = (op.rank, op.seq);
         self.retire(op);
-        self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
+        self.answer(rank, seq, o);
+    }
+
+    /// Answers rank `r`'s collective `seq` `DONE` with outcome `o` (the edge:
+    /// the typed outcome becomes the descriptor's code and word).
+    fn answer(&mut self, r: usize, seq: u64, o: &Outcome) {
+        let (code, aux) = o.wire();
+        self.reply(r, Kind::Done.desc(seq, code as u64, aux));
     }
 
     /// Retires the ops for which `which` holds (cancelled, or their rank died).
@@ -520,7 +524,7 @@ impl Proxy {
             maps: HashMap::new(),
             net: None,
             budget: Budget::from_env(),
-            failed: BTreeMap::new(),
+            failed: Ended::default(),
         }
     }
 
@@ -550,7 +554,7 @@ impl Proxy {
         }
         for (src, dst, tag, v) in arrived {
             // For a collective failed here: no receive will take it.
-            if self.failed.contains_key(&(tag >> 32)) {
+            if self.failed.contains(tag >> 32) {
                 self.give(v);
                 continue;
             }
@@ -565,14 +569,14 @@ impl Proxy {
                 "proxy: another node failed a collective"
             );
             let code = Code::from_wire(u64::from(f.code));
-            self.fail_seq(f.seq, code, f.aux, &f.why, false);
+            self.fail_seq(f.seq, Outcome::from_wire(code, f.aux, f.why), false);
             moved = true;
         }
         if let Some(node) = lost {
             // A collective spans every node of its communicator: none in flight can
             // finish now.
             for o in std::mem::take(&mut self.ops) {
-                self.finish(o, Code::NodeLost, node as u64);
+                self.finish(o, &Outcome::NodeLost { node });
             }
             moved = true;
         }
@@ -600,25 +604,29 @@ impl Proxy {
             Some(Kind::Submit) => match self.read_submit(r, &d) {
                 Some(_) if self.net.as_ref().is_some_and(|n| n.lost_node().is_some()) => {
                     let node = self.net.as_ref().and_then(ProxyNet::lost_node);
-                    let node = node.unwrap_or_default() as u64;
-                    self.reply(r, Kind::Done.desc(d.tag, Code::NodeLost as u64, node));
+                    let node = node.unwrap_or_default();
+                    self.answer(r, d.tag, &Outcome::NodeLost { node });
                 }
-                Some(_) if self.failed.contains_key(&d.tag) => {
-                    let (code, aux) = self.failed[&d.tag];
-                    self.reply(r, Kind::Done.desc(d.tag, code as u64, aux));
+                Some(_) if self.failed.contains(d.tag) => {
+                    let o = self.failed.get(d.tag).cloned();
+                    let o = o.unwrap_or_else(|| Outcome::failed("failed on this node"));
+                    self.answer(r, d.tag, &o);
                 }
                 Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
                     Ok(op) => self.ops.push(op),
                     Err(refusal) => {
                         let why = refusal.why();
                         tracing::warn!(rank = r, seq = d.tag, "proxy: refused a collective: {why}");
-                        let (code, aux) = refusal.code();
-                        self.reply(r, Kind::Done.desc(d.tag, code as u64, aux));
+                        let o = Outcome::refused(&refusal, &format!("rank {r}'s part"));
+                        self.answer(r, d.tag, &o);
                         // Its other ranks' ops cannot finish without this one.
-                        self.fail_seq(d.tag, code, aux, &why, true);
+                        self.fail_seq(d.tag, o, true);
                     }
                 },
-                None => self.reply(r, Kind::Done.desc(d.tag, Code::Failed as u64, 0)),
+                None => {
+                    let o = Outcome::failed(format!("rank {r}'s submit is unreadable"));
+                    self.answer(r, d.tag, &o);
+                }
             },
             Some(Kind::Cancel) => {
                 self.drop_ops(|o| o.rank == r && o.seq == d.tag);
@@ -658,15 +666,16 @@ impl Proxy {
             match res {
                 Ok(false) => i += 1,
                 Ok(true) => {
-                    self.finish(ops.swap_remove(i), Code::Ok, 0);
+                    self.finish(ops.swap_remove(i), &Outcome::Done);
                     moved = true;
                 }
                 Err((code, aux)) => {
                     let op = ops.swap_remove(i);
-                    if code == Code::NoMemory {
-                        short.push((op.seq, aux));
+                    let o = Outcome::from_wire(code, aux, format!("collective {}", op.seq));
+                    if let Outcome::NoMemory { bytes, .. } = o {
+                        short.push((op.seq, bytes));
                     }
-                    self.finish(op, code, aux);
+                    self.finish(op, &o);
                     moved = true;
                 }
             }
@@ -676,7 +685,7 @@ impl Proxy {
         // A message buffer that could not be allocated fails the whole collective.
         for (seq, bytes) in short {
             let why = Refusal::NoMemory { bytes }.why();
-            self.fail_seq(seq, Code::NoMemory, bytes, &why, true);
+            self.fail_seq(seq, Outcome::NoMemory { bytes, why }, true);
         }
         moved || self.consumed
     }
@@ -737,7 +746,10 @@ impl Proxy {
                     .map(|k| k.1)
             };
             match from.or_else(to) {
-                Some(peer) => self.finish(o, Code::Lost, peer as u64),
+                Some(peer) => {
+                    let why = format!("rank {peer} is lost: it died");
+                    self.finish(o, &Outcome::Lost { rank: peer, why });
+                }
                 None => keep.push(o),
             }
         }

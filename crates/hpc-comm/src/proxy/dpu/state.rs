@@ -1,0 +1,144 @@
+//! What the DPU proxy keeps of each communicator and collective.
+
+use super::wire::Part;
+use crate::proxy::net::Failed;
+use crate::proxy::session::{Ended, Outcome};
+use crate::proxy::steps::Run;
+use hpc_rdma::RemoteKey;
+use std::collections::{BTreeMap, HashMap};
+
+/// What an operation of the proxy's transport was for.
+pub(super) enum Wait {
+    /// The next request of this link rank.
+    Request(usize),
+    /// Reading the send (or receive, `recv`) span of collective `seq` of
+    /// communicator `comm` of its member in `slot`.
+    Get {
+        comm: u64,
+        seq: u64,
+        slot: usize,
+        recv: bool,
+    },
+    /// Writing the receive span of that member.
+    Put { comm: u64, seq: u64, slot: usize },
+    /// An answer going out.
+    Answer,
+}
+
+/// One rank's part of a collective in the proxy.
+pub(super) struct Slot {
+    /// `None` for a part that was refused (its rank is answered all the same).
+    pub(super) part: Option<Part>,
+    pub(super) send: Option<Vec<u8>>,
+    pub(super) recv: Option<Vec<u8>>,
+    /// Answered, or given up by its rank: nothing more goes to it.
+    pub(super) done: bool,
+    /// Its rank cancelled it: no put, and an answer once none is in flight.
+    pub(super) cancelled: bool,
+    /// A put of its result is in flight.
+    pub(super) putting: bool,
+}
+
+impl Slot {
+    pub(super) fn refused() -> Slot {
+        Slot {
+            part: None,
+            send: None,
+            recv: None,
+            done: false,
+            cancelled: false,
+            putting: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Group {
+    /// The parts of the communicator's members on this node, by slot.
+    pub(super) slots: Vec<Option<Slot>>,
+    /// How it failed, once it did.
+    pub(super) failed: Option<Outcome>,
+    /// Its schedules started (every part of this node's ranks arrived).
+    pub(super) ran: bool,
+    /// The schedules in progress, until they finished or failed.
+    pub(super) run: Option<Run>,
+    /// The receive span of each of the node's members, once started.
+    pub(super) spans: Vec<(RemoteKey, u64, usize)>,
+    /// Messages from other nodes that came before the schedules started.
+    pub(super) early: Vec<(usize, usize, u32, Vec<u8>)>,
+    /// The bytes of the [`Server`](super::server::Server)'s budget its parts
+    /// hold (staging and scratch).
+    pub(super) held: u64,
+}
+
+/// A communicator the proxy serves: the one its link was made for (id 0),
+/// or a split of it, whose members tell the proxy they joined
+/// ([`Request::Open`](super::wire::Request::Open)). Its collectives run here
+/// with its own ranks, and go between nodes tagged with its id.
+pub(super) struct Served {
+    /// The first communicator's rank of each of its ranks.
+    pub(super) members: Vec<usize>,
+    /// Its rank of each member, by first-communicator rank.
+    pub(super) rank_of: HashMap<usize, usize>,
+    /// The link rank of each member on this node (its slot), in rank order.
+    pub(super) links: Vec<usize>,
+    /// Its rank of each slot.
+    pub(super) ranks: Vec<usize>,
+    /// Each slot's number for it on its link, once it opened it.
+    pub(super) locals: Vec<Option<u32>>,
+    /// The node indices of its ranks.
+    pub(super) nodes: Vec<usize>,
+    /// Slots that left it or were lost, and why.
+    pub(super) gone: Vec<Option<String>>,
+    pub(super) groups: BTreeMap<u64, Group>,
+    /// Collectives that ended here, with their outcome (the latest
+    /// [`REMEMBER`](crate::proxy::session::REMEMBER)), for the messages from
+    /// other nodes that come for them afterwards (a collective failed or
+    /// cancelled here while another node went on).
+    pub(super) finished: Ended,
+}
+
+impl Served {
+    /// A communicator of `members`; `first` is the first communicator's rank
+    /// of each link rank and `node_of` the node of each of its ranks.
+    pub(super) fn new(members: Vec<usize>, first: &[usize], node_of: &[usize]) -> Served {
+        let rank_of: HashMap<usize, usize> =
+            members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+        let (links, ranks): (Vec<usize>, Vec<usize>) = members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((first.iter().position(|f| f == m)?, i)))
+            .unzip();
+        let mut nodes: Vec<usize> = members.iter().map(|&m| node_of[m]).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let n = links.len();
+        Served {
+            members,
+            rank_of,
+            links,
+            ranks,
+            locals: vec![None; n],
+            nodes,
+            gone: vec![None; n],
+            groups: BTreeMap::new(),
+            finished: Ended::default(),
+        }
+    }
+
+    pub(super) fn slot(&self, link: usize) -> Option<usize> {
+        self.links.iter().position(|&l| l == link)
+    }
+}
+
+/// What came from another node's proxy for a communicator.
+pub(super) enum FromNet {
+    /// A step's message: (source, destination) as first-communicator
+    /// ranks, the proxy's message tag, the payload.
+    Msg(usize, usize, u64, Vec<u8>),
+    /// A collective failed there.
+    Failed(Failed),
+}
+
+/// What a proxy keeps at most for a communicator not opened here yet.
+pub(super) const UNOPENED_MAX: usize = 1 << 16;

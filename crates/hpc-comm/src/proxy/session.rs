@@ -1,0 +1,383 @@
+//! What both proxies (host placement, `server.rs`; DPU placement,
+//! `dpu/server.rs`) keep alike of a collective's life, with no I/O: how it
+//! ended ([`Outcome`], the typed form of the wire's code and `aux` word) and
+//! the window of collectives that ended, which drops what comes for them
+//! afterwards ([`Ended`]).
+//!
+//! The wire's `(Code, aux)` pair is made only at the I/O edge
+//! ([`Outcome::wire`]) and read back only there ([`Outcome::from_wire`]):
+//! inside a proxy a failure is an [`Outcome`], each variant carrying exactly
+//! what it means.
+
+use std::collections::BTreeMap;
+
+use super::memory::Refusal;
+use super::protocol::Code;
+use crate::error::{Error, Result};
+
+/// How a collective ended in a proxy, as its ranks are told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It finished.
+    Done,
+    /// A rank it waited for is lost: `rank`, the communicator's rank.
+    Lost {
+        /// The rank that is lost.
+        rank: usize,
+        /// Why, in words.
+        why: String,
+    },
+    /// A message's size differed from its receive's: `sender`, the
+    /// communicator's rank that sent it.
+    Mismatch {
+        /// The rank whose message was refused.
+        sender: usize,
+        /// Why, in words.
+        why: String,
+    },
+    /// Another node of the communicator is lost (its proxy stopped or cannot
+    /// be reached): `node`, the world's index of that node.
+    NodeLost {
+        /// The node that is lost.
+        node: usize,
+    },
+    /// Its memory in the proxy would pass the proxy's cap beside the
+    /// collectives in flight; `bytes` is `None` where its size overflows.
+    OverCap {
+        /// The bytes it asked for.
+        bytes: Option<u64>,
+        /// Why, in words.
+        why: String,
+    },
+    /// The proxy could not allocate its `bytes`.
+    NoMemory {
+        /// The bytes it asked for.
+        bytes: u64,
+        /// Why, in words.
+        why: String,
+    },
+    /// Anything else: an unreadable request or buffer, a region outside its
+    /// buffer, a step that failed.
+    Failed {
+        /// Why, in words.
+        why: String,
+    },
+}
+
+impl Outcome {
+    /// A failure for anything else, `why`.
+    pub(crate) fn failed(why: impl Into<String>) -> Outcome {
+        Outcome::Failed { why: why.into() }
+    }
+
+    /// The outcome of a refusal of a collective's memory, `what` naming whose
+    /// part it was (`rank 3's part`).
+    pub(crate) fn refused(r: &Refusal, what: &str) -> Outcome {
+        let why = format!("{what}: {}", r.why());
+        match *r {
+            Refusal::Overflow => Outcome::OverCap { bytes: None, why },
+            Refusal::OverCap { bytes, .. } => Outcome::OverCap {
+                bytes: Some(bytes),
+                why,
+            },
+            Refusal::NoMemory { bytes } => Outcome::NoMemory { bytes, why },
+        }
+    }
+
+    /// The wire's code and `aux` word of this outcome (what a `DONE`
+    /// descriptor, an answer message and a failure between proxies carry).
+    pub(crate) fn wire(&self) -> (Code, u64) {
+        match self {
+            Outcome::Done => (Code::Ok, 0),
+            Outcome::Lost { rank, .. } => (Code::Lost, *rank as u64),
+            Outcome::Mismatch { sender, .. } => (Code::Mismatch, *sender as u64),
+            Outcome::NodeLost { node } => (Code::NodeLost, *node as u64),
+            Outcome::OverCap { bytes, .. } => (Code::OverCap, bytes.unwrap_or(u64::MAX)),
+            Outcome::NoMemory { bytes, .. } => (Code::NoMemory, *bytes),
+            Outcome::Failed { .. } => (Code::Failed, 0),
+        }
+    }
+
+    /// The outcome that a code, `aux` word and reason from the wire mean
+    /// (what another node's proxy told); an `aux` that names no rank or node
+    /// of this machine's word size is a [`Outcome::Failed`] naming it.
+    pub(crate) fn from_wire(code: Code, aux: u64, why: String) -> Outcome {
+        let index = |what: &str| {
+            usize::try_from(aux)
+                .map_err(|_| Outcome::failed(format!("{why} ({what} {aux} is out of range)")))
+        };
+        let got = match code {
+            Code::Ok => Ok(Outcome::Done),
+            Code::Lost => index("rank").map(|rank| Outcome::Lost {
+                rank,
+                why: why.clone(),
+            }),
+            Code::Mismatch => index("rank").map(|sender| Outcome::Mismatch {
+                sender,
+                why: why.clone(),
+            }),
+            Code::NodeLost => index("node").map(|node| Outcome::NodeLost { node }),
+            Code::OverCap => Ok(Outcome::OverCap {
+                bytes: (aux != u64::MAX).then_some(aux),
+                why: why.clone(),
+            }),
+            Code::NoMemory => Ok(Outcome::NoMemory {
+                bytes: aux,
+                why: why.clone(),
+            }),
+            Code::Failed => Ok(Outcome::Failed { why: why.clone() }),
+        };
+        got.unwrap_or_else(|e| e)
+    }
+
+    /// Why, in words (empty for [`Outcome::Done`]).
+    pub(crate) fn why(&self) -> String {
+        match self {
+            Outcome::Done => String::new(),
+            Outcome::NodeLost { node } => format!("node {node} is lost"),
+            Outcome::Lost { why, .. }
+            | Outcome::Mismatch { why, .. }
+            | Outcome::OverCap { why, .. }
+            | Outcome::NoMemory { why, .. }
+            | Outcome::Failed { why } => why.clone(),
+        }
+    }
+
+    /// What a rank's wait returns for this outcome of its collective `seq`,
+    /// as a rank reads it off the wire: `world` maps a communicator's rank to
+    /// the world's (an index it does not know stays as it is). `proxy` names
+    /// the proxy (`the DPU proxy`); an outcome without a reason (the host
+    /// proxy's answers carry none) gets the general one of its kind.
+    pub(crate) fn into_result(
+        self,
+        seq: u64,
+        proxy: &str,
+        world: impl Fn(usize) -> usize,
+    ) -> Result<()> {
+        let refused = |why: String, general: &str| {
+            if why.is_empty() {
+                general.to_string()
+            } else {
+                format!("{proxy} refused collective {seq}: {why}")
+            }
+        };
+        Err(match self {
+            Outcome::Done => return Ok(()),
+            Outcome::Lost { rank, .. } => Error::RankLost { rank: world(rank) },
+            Outcome::Mismatch { sender, why } => Error::CountMismatch {
+                rank: world(sender),
+                detail: if why.is_empty() {
+                    "message sizes differ".into()
+                } else {
+                    why
+                },
+            },
+            Outcome::NodeLost { node } => Error::NodeLost { node },
+            Outcome::Failed { why } => {
+                Error::transport(refused(why, &format!("{proxy} failed the collective")))
+            }
+            Outcome::OverCap { bytes, why } => Error::ProxyMemory {
+                bytes,
+                why: refused(
+                    why,
+                    "more than the proxy's cap allows beside the collectives in flight",
+                ),
+            },
+            Outcome::NoMemory { bytes, why } => Error::ProxyMemory {
+                bytes: Some(bytes),
+                why: refused(
+                    why,
+                    "the proxy could not allocate it (its node is short of memory)",
+                ),
+            },
+        })
+    }
+
+    /// Whether every node already learns of it by itself (a lost node is
+    /// seen by each proxy), so that no proxy tells the others.
+    pub(crate) fn seen_by_all(&self) -> bool {
+        matches!(self, Outcome::NodeLost { .. })
+    }
+}
+
+/// How many ended collectives a proxy remembers, to drop what comes for them
+/// afterwards from the other nodes (a collective failed or cancelled here
+/// while another node went on) and to answer a rank that submits a failed
+/// one late.
+pub(crate) const REMEMBER: usize = 4096;
+
+/// The window of collectives that ended here, by sequence number, with
+/// their outcome: the latest [`REMEMBER`] at most.
+#[derive(Debug, Default)]
+pub(crate) struct Ended {
+    ended: BTreeMap<u64, Outcome>,
+}
+
+impl Ended {
+    /// Records that collective `seq` ended with `outcome`; `false` (and the
+    /// first outcome kept) if it had ended already. The oldest go beyond
+    /// [`REMEMBER`].
+    pub(crate) fn end(&mut self, seq: u64, outcome: Outcome) -> bool {
+        if self.ended.contains_key(&seq) {
+            return false;
+        }
+        self.ended.insert(seq, outcome);
+        while self.ended.len() > REMEMBER {
+            self.ended.pop_first();
+        }
+        true
+    }
+
+    /// How collective `seq` ended, if it did (within the window).
+    pub(crate) fn get(&self, seq: u64) -> Option<&Outcome> {
+        self.ended.get(&seq)
+    }
+
+    /// Whether collective `seq` ended (within the window).
+    pub(crate) fn contains(&self, seq: u64) -> bool {
+        self.ended.contains_key(&seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every() -> Vec<Outcome> {
+        vec![
+            Outcome::Done,
+            Outcome::Lost {
+                rank: 3,
+                why: "rank 3 is lost: it died".into(),
+            },
+            Outcome::Mismatch {
+                sender: 1,
+                why: "size".into(),
+            },
+            Outcome::NodeLost { node: 2 },
+            Outcome::OverCap {
+                bytes: Some(1 << 30),
+                why: "cap".into(),
+            },
+            Outcome::OverCap {
+                bytes: None,
+                why: "overflow".into(),
+            },
+            Outcome::NoMemory {
+                bytes: 4096,
+                why: "short".into(),
+            },
+            Outcome::failed("a step failed"),
+        ]
+    }
+
+    /// What another node reads back from the wire is the outcome this node
+    /// sent, for every variant (the node's reason is carried in words).
+    #[test]
+    fn outcomes_cross_the_wire_unchanged() {
+        for o in every() {
+            let (code, aux) = o.wire();
+            assert_eq!(Code::from_wire(code as u64), code, "{o:?}");
+            assert_eq!(Outcome::from_wire(code, aux, o.why()), o);
+        }
+    }
+
+    /// Each outcome has its own code and `aux` word: no two variants (nor
+    /// two values of one) read alike on the wire.
+    #[test]
+    fn outcomes_differ_on_the_wire() {
+        let wires: Vec<(Code, u64)> = every().iter().map(Outcome::wire).collect();
+        for (i, a) in wires.iter().enumerate() {
+            for b in &wires[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+
+    /// A rank or node from the wire that this machine cannot index is a
+    /// failure naming it, not a truncated number.
+    #[cfg(target_pointer_width = "32")]
+    #[test]
+    fn an_index_out_of_range_is_named() {
+        let o = Outcome::from_wire(Code::Lost, u64::MAX - 1, "gone".into());
+        assert!(matches!(&o, Outcome::Failed { why } if why.contains("out of range")));
+    }
+
+    #[test]
+    fn refusals_keep_their_bytes_and_reason() {
+        let o = Outcome::refused(
+            &Refusal::OverCap {
+                bytes: 10,
+                held: 5,
+                cap: 12,
+            },
+            "rank 2's part",
+        );
+        assert_eq!(o.wire(), (Code::OverCap, 10));
+        assert!(o.why().starts_with("rank 2's part: 10 bytes"), "{o:?}");
+        assert_eq!(
+            Outcome::refused(&Refusal::Overflow, "x").wire(),
+            (Code::OverCap, u64::MAX)
+        );
+        assert_eq!(
+            Outcome::refused(&Refusal::NoMemory { bytes: 7 }, "x").wire(),
+            (Code::NoMemory, 7)
+        );
+    }
+
+    /// A rank's wait gets the error of each outcome, its ranks as the
+    /// world's, and a reason where the answer carried none.
+    #[test]
+    fn outcomes_become_the_ranks_errors() {
+        let world = |r: usize| r + 10;
+        assert!(Outcome::Done.into_result(1, "the proxy", world).is_ok());
+        let lost = Outcome::Lost {
+            rank: 2,
+            why: String::new(),
+        };
+        assert!(matches!(
+            lost.into_result(1, "the proxy", world),
+            Err(Error::RankLost { rank: 12 })
+        ));
+        let e = Outcome::Mismatch {
+            sender: 1,
+            why: String::new(),
+        }
+        .into_result(1, "the proxy", world);
+        assert!(
+            matches!(&e, Err(Error::CountMismatch { rank: 11, detail }) if detail == "message sizes differ"),
+            "{e:?}"
+        );
+        let e = Outcome::failed("a step failed").into_result(7, "the DPU proxy", world);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("the DPU proxy refused collective 7: a step failed"),
+            "{e}"
+        );
+        let e = Outcome::OverCap {
+            bytes: None,
+            why: String::new(),
+        }
+        .into_result(7, "the proxy", world);
+        assert!(
+            matches!(&e, Err(Error::ProxyMemory { bytes: None, why }) if why.contains("cap")),
+            "{e:?}"
+        );
+    }
+
+    /// The window keeps the first outcome of a collective, and the latest
+    /// [`REMEMBER`] collectives only.
+    #[test]
+    fn the_window_keeps_the_first_outcome_and_the_latest_collectives() {
+        let mut e = Ended::default();
+        assert!(e.end(0, Outcome::failed("first")));
+        assert!(!e.end(0, Outcome::Done));
+        assert_eq!(e.get(0), Some(&Outcome::failed("first")));
+        for seq in 1..=REMEMBER as u64 {
+            assert!(e.end(seq, Outcome::Done));
+        }
+        assert!(!e.contains(0), "the oldest went");
+        assert!(e.contains(1) && e.contains(REMEMBER as u64));
+        assert_eq!(e.ended.len(), REMEMBER);
+    }
+}
