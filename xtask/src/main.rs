@@ -459,9 +459,8 @@ fn xml_unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// Cargo's target folder (`CARGO_TARGET_DIR` or the workspace's `target`), as
-/// `cargo metadata` reports it.
-fn target_dir() -> Result<PathBuf> {
+/// What `cargo metadata --no-deps` says about the workspace.
+fn cargo_metadata() -> Result<serde_json::Value> {
     let out = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .current_dir(root())
@@ -473,7 +472,13 @@ fn target_dir() -> Result<PathBuf> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    serde_json::from_slice(&out.stdout).context("reading cargo metadata's output")
+}
+
+/// Cargo's target folder (`CARGO_TARGET_DIR` or the workspace's `target`), as
+/// `cargo metadata` reports it.
+fn target_dir() -> Result<PathBuf> {
+    let meta = cargo_metadata()?;
     match meta["target_directory"].as_str() {
         Some(dir) => Ok(PathBuf::from(dir)),
         None => bail!("no target_directory in cargo metadata"),
@@ -482,18 +487,7 @@ fn target_dir() -> Result<PathBuf> {
 
 /// The workspace's packages as `cargo metadata --no-deps` describes them.
 fn workspace_packages() -> Result<Vec<serde_json::Value>> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root())
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let mut meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut meta = cargo_metadata()?;
     match meta["packages"].take() {
         serde_json::Value::Array(packages) => Ok(packages),
         _ => bail!("no packages in cargo metadata"),

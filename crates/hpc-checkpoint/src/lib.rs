@@ -393,12 +393,12 @@ impl Header {
     }
 }
 
-/// Writes `header` and `payload` to `path` through a temporary name; returns the
-/// file's size and CRC-32C.
+/// Writes `header` and `payload` to `path` through a temporary name ([`tmp_name`],
+/// with [`hpc_io::atomic::replace_with`]); returns the file's size and CRC-32C. The
+/// directory is synced by [`Checkpoints::commit`], once for every file of the step.
 fn write_atomic(path: &Path, header: Header, payload: &mut dyn Read) -> Result<(u64, u32)> {
     let tmp = tmp_name(path);
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+    hpc_io::atomic::replace_with(path, &tmp, |f| {
         let h = header.encode();
         f.write_all(&h).map_err(io("write", &tmp))?;
         let mut crc = crc32c::crc32c(&h);
@@ -423,14 +423,8 @@ fn write_atomic(path: &Path, header: Header, payload: &mut dyn Read) -> Result<(
                 header.payload_len
             )));
         }
-        f.sync_all().map_err(io("sync", &tmp))?;
-        fs::rename(&tmp, path).map_err(io("rename", path))?;
         Ok((size, crc))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    })
 }
 
 /// Whether `name` is a temporary name of [`tmp_name`]: `<name>.tmp<digits>`.
@@ -449,9 +443,17 @@ fn tmp_name(path: &Path) -> PathBuf {
 
 /// Syncs a directory so that the renames in it survive a crash.
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("sync the directory", dir))
+    Ok(hpc_io::atomic::sync_dir(dir)?)
+}
+
+impl From<hpc_io::atomic::StepError> for Error {
+    fn from(e: hpc_io::atomic::StepError) -> Error {
+        Error::Io {
+            op: e.op,
+            path: e.path,
+            source: e.error,
+        }
+    }
 }
 
 /// A directory of checkpoints, one `step-NNNNNNNNNN` directory per step.
@@ -618,8 +620,9 @@ impl Checkpoints {
         };
         let text = manifest_text(&manifest);
         let path = dir.join(MANIFEST);
-        write_plain_atomic(&path, text.as_bytes())?;
-        sync_dir(&dir)?;
+        // Synced, renamed, and the step's directory synced (its rank files' renames
+        // with the manifest's).
+        hpc_io::atomic::write(&path, &tmp_name(&path), text.as_bytes())?;
         sync_dir(&self.root)?;
         Ok(Checkpoint {
             dir,
@@ -795,20 +798,6 @@ fn manifest_text(m: &Manifest) -> String {
         + CRC_FIELD.len();
     text.replace_range(at..at + 8, &format!("{crc:08x}"));
     text
-}
-
-fn write_plain_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_name(path);
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-        fs::rename(&tmp, path).map_err(io("rename", path))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest> {

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use hpc_test_support::output;
+
 fn hpc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hpc"))
         .args(args)
@@ -497,20 +499,6 @@ fn man_dir_replaces_a_planted_symlink_without_following_it() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
-/// Runs `hpc <args>` with standard output on `/dev/full`.
-fn hpc_to_full(args: &[&str]) -> Output {
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .expect("/dev/full");
-    Command::new(env!("CARGO_BIN_EXE_hpc"))
-        .args(args)
-        .env_remove("HPC_RANK")
-        .stdout(full)
-        .output()
-        .expect("run hpc")
-}
-
 #[test]
 fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
     let s = scratch("full");
@@ -530,13 +518,12 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
         vec!["help"],
     ];
     for args in cases {
-        let o = hpc_to_full(&args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        assert!(
-            err.contains("standard output") && err.contains("No space left on device"),
-            "{args:?}: {err}"
+        let mut hpc = Command::new(env!("CARGO_BIN_EXE_hpc"));
+        hpc.args(&args).env_remove("HPC_RANK");
+        output::assert_full_stdout_fails(
+            &mut hpc,
+            2,
+            &["standard output", "No space left on device"],
         );
     }
     let _ = std::fs::remove_dir_all(&s);
@@ -546,15 +533,8 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.
     let hpc_bin = env!("CARGO_BIN_EXE_hpc");
-    let o = hpc(&[
-        "run",
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        &format!("exec {hpc_bin} perftest send_lat -n 10 --no-pin >/dev/full"),
-    ]);
+    let script = format!("exec {hpc_bin} perftest send_lat -n 10 --no-pin >/dev/full");
+    let o = hpc(&["run", "-n", "2", "--", "sh", "-c", &script]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -566,7 +546,6 @@ fn perftest_output_to_a_full_device_is_an_error() {
 
 #[test]
 fn a_closed_pipe_ends_quietly_with_141() {
-    use std::io::Read;
     for args in [
         vec!["completions", "bash"],
         vec!["completions", "zsh"],
@@ -574,27 +553,11 @@ fn a_closed_pipe_ends_quietly_with_141() {
         vec!["--help"],
         vec!["topo"],
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         // Read one byte and close the pipe, as `head -c 1` does; a pipe holds 64 KiB,
         // so whether the write fails depends on the output's size: 0 or 141, never
         // a panic (101).
-        let mut out = child.stdout.take().unwrap();
-        let mut one = [0u8; 1];
-        out.read_exact(&mut one).unwrap();
-        drop(out);
-        let status = child.wait().unwrap();
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        let (status, err) =
+            output::after_one_byte(Command::new(env!("CARGO_BIN_EXE_hpc")).args(&args));
         assert!(
             matches!(status.code(), Some(0) | Some(141)),
             "{args:?}: {status:?} {err}"
@@ -602,29 +565,12 @@ fn a_closed_pipe_ends_quietly_with_141() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
     // Output larger than the pipe holds always meets the closed pipe.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
-        .args([
-            "topo",
-            "--synthetic",
-            "pack:4 numa:4 core:64 pu:4",
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut one = [0u8; 1];
-    out.read_exact(&mut one).unwrap();
-    drop(out);
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let (status, err) = output::after_one_byte(Command::new(env!("CARGO_BIN_EXE_hpc")).args([
+        "topo",
+        "--synthetic",
+        "pack:4 numa:4 core:64 pu:4",
+        "--json",
+    ]));
     assert_eq!(status.code(), Some(141), "{err}");
     assert!(err.is_empty(), "{err}");
 }

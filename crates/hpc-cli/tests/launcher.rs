@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use hpc_test_support::output;
+
 const HPC: &str = env!("CARGO_BIN_EXE_hpc");
 
 fn marker() -> String {
@@ -15,6 +17,23 @@ fn marker() -> String {
 
 fn hpc(args: &[&str]) -> Output {
     Command::new(HPC).args(args).output().expect("run hpc")
+}
+
+/// `hpc run -n <n> -x HPC_MARK=<marker> -- <cmd>`: a job whose processes
+/// [`processes_with`] finds by the marker.
+fn marked_run(n: &str, marker: &str, cmd: &[&str]) -> Command {
+    let mut c = Command::new(HPC);
+    c.args(["run", "-n", n, "-x", &format!("HPC_MARK={marker}"), "--"])
+        .args(cmd);
+    c
+}
+
+/// The standard error of `child` (piped), read to its end.
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("a piped stderr"), &mut err)
+        .expect("reading the standard error");
+    err
 }
 
 /// Processes whose environment carries `marker` (ranks and anything they started).
@@ -161,17 +180,17 @@ fn output_is_tagged_unless_asked_not_to() {
 fn failing_rank_stops_the_job_with_its_code() {
     let m = marker();
     let t = Instant::now();
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = marked_run(
         "4",
-        "-x",
-        &format!("HPC_MARK={m}"),
-        "--",
-        "sh",
-        "-c",
-        "if [ \"$HPC_RANK\" = 2 ]; then sleep 0.3; exit 3; fi; sleep 60",
-    ]);
+        &m,
+        &[
+            "sh",
+            "-c",
+            "if [ \"$HPC_RANK\" = 2 ]; then sleep 0.3; exit 3; fi; sleep 60",
+        ],
+    )
+    .output()
+    .expect("run hpc");
     let took = t.elapsed();
     assert_eq!(out.status.code(), Some(3), "exit code of the failing rank");
     assert!(took < Duration::from_secs(10), "took {took:?}");
@@ -187,17 +206,17 @@ fn failing_rank_stops_the_job_with_its_code() {
 fn killed_rank_stops_the_job() {
     let m = marker();
     let t = Instant::now();
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = marked_run(
         "4",
-        "-x",
-        &format!("HPC_MARK={m}"),
-        "--",
-        "sh",
-        "-c",
-        "if [ \"$HPC_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 60 & wait",
-    ]);
+        &m,
+        &[
+            "sh",
+            "-c",
+            "if [ \"$HPC_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 60 & wait",
+        ],
+    )
+    .output()
+    .expect("run hpc");
     assert!(t.elapsed() < Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(128 + 9));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -258,18 +277,7 @@ fn hung_rank_times_out_naming_it() {
 #[test]
 fn sigint_stops_all_ranks() {
     let m = marker();
-    let mut child = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "3",
-            "-x",
-            &format!("HPC_MARK={m}"),
-            "--",
-            "sh",
-            "-c",
-            "sleep 60",
-        ])
+    let mut child = marked_run("3", &m, &["sh", "-c", "sleep 60"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -520,16 +528,7 @@ fn a_broken_stdout_pipe_ends_the_job_with_141() {
     // `hpc run -n 2 -- yes | head -1`
     use std::io::BufRead;
     let m = marker();
-    let mut child = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "2",
-            "-x",
-            &format!("HPC_MARK={m}"),
-            "--",
-            "yes",
-        ])
+    let mut child = marked_run("2", &m, &["yes"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -542,8 +541,7 @@ fn a_broken_stdout_pipe_ends_the_job_with_141() {
     // The reader goes away, as `head -1` does.
     let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run | head -1");
     assert_eq!(status.code(), Some(141));
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.contains("stdout is a closed pipe"), "{err}");
     assert_no_leftovers(&m);
 }
@@ -601,18 +599,7 @@ fn time_values_are_checked_before_anything_starts() {
 fn sigkill_of_hpc_run_leaves_nothing_behind() {
     let m = marker();
     // Each rank leaves a child in its group and one in a session of its own.
-    let mut child = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "2",
-            "-x",
-            &format!("HPC_MARK={m}"),
-            "--",
-            "sh",
-            "-c",
-            "setsid sleep 60 & sleep 60 & wait",
-        ])
+    let mut child = marked_run("2", &m, &["sh", "-c", "setsid sleep 60 & sleep 60 & wait"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -631,17 +618,13 @@ fn sigkill_of_hpc_run_leaves_nothing_behind() {
 fn a_detached_child_holding_stdout_does_not_keep_the_job_alive() {
     let m = marker();
     let t = Instant::now();
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = marked_run(
         "2",
-        "-x",
-        &format!("HPC_MARK={m}"),
-        "--",
-        "sh",
-        "-c",
-        "setsid sleep 60 & echo done$HPC_RANK",
-    ]);
+        &m,
+        &["sh", "-c", "setsid sleep 60 & echo done$HPC_RANK"],
+    )
+    .output()
+    .expect("run hpc");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(out.status.success());
     let so = String::from_utf8_lossy(&out.stdout);
@@ -699,18 +682,7 @@ fn a_line_without_newline_is_cut_not_held() {
 #[test]
 fn output_held_open_outside_the_job_is_waited_for_only_briefly() {
     let m = marker();
-    let mut child = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "1",
-            "-x",
-            &format!("HPC_MARK={m}"),
-            "--",
-            "sh",
-            "-c",
-            "echo started; sleep 0.5",
-        ])
+    let mut child = marked_run("1", &m, &["sh", "-c", "echo started; sleep 0.5"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -733,8 +705,7 @@ fn output_held_open_outside_the_job_is_waited_for_only_briefly() {
     let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run");
     assert!(status.success());
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.contains("not waiting for it"), "{err}");
     drop(held);
 }
@@ -828,38 +799,18 @@ fn ranks_killed_during_proxy_set_up_leave_no_board() {
     assert_eq!(boards_of(&pids), Vec::<String>::new(), "{err}");
 }
 
-/// `/dev/full` as a child's standard output: every write fails with ENOSPC.
-fn dev_full() -> Stdio {
-    Stdio::from(
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .expect("/dev/full"),
-    )
-}
-
 #[test]
 fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
     // `hpc run -n 2 -- yes > /dev/full`: a rank that never stops printing.
     let m = marker();
-    let mut child = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "2",
-            "-x",
-            &format!("HPC_MARK={m}"),
-            "--",
-            "yes",
-        ])
-        .stdout(dev_full())
+    let mut child = marked_run("2", &m, &["yes"])
+        .stdout(output::dev_full())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run > /dev/full");
     assert_eq!(status.code(), Some(125));
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let err = stderr_of(&mut child);
     assert!(
         err.contains("cannot write the ranks' stdout") && err.contains("No space left"),
         "{err}"
@@ -868,7 +819,7 @@ fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
     // Ranks that succeed with a line each: the job is not a success either.
     let out = Command::new(HPC)
         .args(["run", "-n", "2", "--", "echo", "hello"])
-        .stdout(dev_full())
+        .stdout(output::dev_full())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{out:?}");
@@ -982,10 +933,6 @@ fn a_huge_progress_cpuset_is_refused_not_allocated() {
 
 #[test]
 fn show_placement_to_a_full_stderr_is_an_error_not_a_panic() {
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
     let out = Command::new(HPC)
         .args([
             "run",
@@ -997,7 +944,7 @@ fn show_placement_to_a_full_stderr_is_an_error_not_a_panic() {
             "--",
             "true",
         ])
-        .stderr(full)
+        .stderr(output::dev_full())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{out:?}");

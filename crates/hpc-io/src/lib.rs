@@ -1,6 +1,8 @@
 //! The files a simulation run reads and writes, handled so that nothing is silently
 //! lost and nothing silently wrong.
 //!
+//! - [`atomic`]: files replaced atomically (a temporary name, synced, renamed, the
+//!   directory synced), so that a reader or a crash never meets half a file.
 //! - [`read`]: user-named files read with a size bound, refused when they are not
 //!   regular files (a FIFO would block for ever, `/dev/zero` would never end) before
 //!   anything is allocated for them.
@@ -13,6 +15,7 @@
 //! This crate depends on none of the other hpc-rs crates, so every crate and example
 //! can use it.
 
+pub mod atomic;
 pub mod read;
 pub mod rundir;
 pub mod write;

@@ -63,6 +63,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::atomic::{self, StepError};
+
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";
 /// The lock file of a run directory (it holds the pid, host and run id of its holder).
@@ -120,12 +122,18 @@ pub enum Error {
 /// Result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |error| Error::Io {
-        op,
-        path: path.to_path_buf(),
-        error,
+impl From<StepError> for Error {
+    fn from(e: StepError) -> Error {
+        Error::Io {
+            op: e.op,
+            path: e.path,
+            error: e.error,
+        }
     }
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |error| StepError::of(op, path)(error).into()
 }
 
 /// What a run says about itself in its manifest.
@@ -254,24 +262,10 @@ fn tmp_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Writes `bytes` to `dir/name` through a temporary name: synced, renamed, the
-/// directory synced. The temporary file is removed on an error.
+/// Writes `bytes` to `dir/name` through a temporary name ([`tmp_path`]) with
+/// [`atomic::write`].
 fn write_replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let path = dir.join(name);
-    let tmp = tmp_path(dir, name);
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-        fs::rename(&tmp, &path).map_err(io("rename", &path))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("sync the directory", dir))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    Ok(atomic::write(&dir.join(name), &tmp_path(dir, name), bytes)?)
 }
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>> {

@@ -13,6 +13,10 @@
 //! requires it besides exit status 0, so that a renamed entry point or a
 //! filter that matches nothing (both exit with 0) fails the test.
 //!
+//! Besides, [`output`] checks a program's standard streams (a full device, a
+//! closed pipe) and [`example`] runs an example's binary as a user does, for the
+//! tests that several crates share.
+//!
 //! ```no_run
 //! use hpc_test_support::{Job, failures};
 //!
@@ -33,6 +37,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hpc_runtime::{env, Coordinator};
+
+pub mod example;
+pub mod output;
 
 /// What a rank prints (to stdout or stderr) when its scenario ran to its end.
 pub const CHILD_OK: &str = "CHILD-OK";
@@ -258,9 +265,19 @@ pub fn text(o: &Output) -> String {
 /// Every failed rank's output (not [`ok`]), labelled with its rank: the
 /// first rank to fail is not always the first rank.
 pub fn failures(outs: &[Output]) -> Vec<String> {
+    failed(outs, ok)
+}
+
+/// Every rank's output whose exit status is not 0, labelled with its rank: for a
+/// program that prints no [`CHILD_OK`] (an example's binary).
+pub fn exit_failures(outs: &[Output]) -> Vec<String> {
+    failed(outs, |o| o.status.success())
+}
+
+fn failed(outs: &[Output], good: impl Fn(&Output) -> bool) -> Vec<String> {
     outs.iter()
         .enumerate()
-        .filter(|(_, o)| !ok(o))
+        .filter(|(_, o)| !good(o))
         .map(|(r, o)| format!("rank {r} failed ({}):\n{}", o.status, text(o)))
         .collect()
 }
@@ -381,6 +398,7 @@ mod tests {
             assert!(text(o).contains(KILLED_MARK), "{}", text(o));
         }
         assert_eq!(failures(&outs).len(), 2);
+        assert_eq!(exit_failures(&outs).len(), 2);
     }
 
     #[test]
@@ -402,6 +420,8 @@ mod tests {
         assert!(ok(&outs[0]) && !ok(&outs[1]) && ok(&outs[2]));
         assert_eq!(failures(&outs).len(), 1);
         assert!(failures(&outs)[0].starts_with("rank 1 failed"));
+        // By status alone, every rank succeeded.
+        assert!(exit_failures(&outs).is_empty());
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! user meets them: each is a clear refusal naming the file and the problem (or a
 //! fallback with a warning), never a panic, a wrong result or a partial file.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, FileEntry};
+use hpc_test_support::example::{self, refused, succeeded as ok};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -15,36 +15,13 @@ fn tmpdir(tag: &str) -> PathBuf {
     hpc_test_support::tmpdir("brunel-hostile", tag)
 }
 
+/// The network of these runs.
+const MODEL: &[&str] = &["--preset", "nest", "--order", "100"];
+
 fn brunel(out: &Path, extra: &[&str]) -> Output {
-    Command::new(BRUNEL)
-        .args([
-            "--preset",
-            "nest",
-            "--order",
-            "100",
-            "--quiet",
-            "--no-pin",
-            "--no-plot",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .env("HPC_LOG", "warn")
+    example::command(BRUNEL, MODEL, out, extra)
         .output()
         .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "brunel failed: {err}");
-    err
-}
-
-fn refused(o: &Output) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
 }
 
 /// The uninterrupted run's spikes, and a run interrupted at 35 ms with checkpoints
@@ -277,20 +254,7 @@ fn brunel_with_file_limit(out: &Path, limit: u64, extra: &[&str]) -> Output {
     ])
     .arg(out)
     .args(extra);
-    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // calls (setrlimit, signal) on values copied into it.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
+    example::limit_file_size(&mut cmd, limit).output().unwrap()
 }
 
 fn files_in(dir: &Path) -> Vec<String> {

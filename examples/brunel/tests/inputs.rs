@@ -3,8 +3,10 @@
 //! number. Each is refused at once with a message naming it, never a hang or a panic.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
+
+use hpc_test_support::example::{self, refused};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -15,20 +17,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 /// A small brunel run with `extra` flags; it must end within 60 s.
 fn brunel(out: &Path, extra: &[&str]) -> Output {
     let t = Instant::now();
-    let o = Command::new(BRUNEL)
-        .args([
-            "--order",
-            "20",
-            "--t-sim",
-            "10",
-            "--quiet",
-            "--no-pin",
-            "--no-plot",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .env("HPC_LOG", "warn")
+    let o = example::command(BRUNEL, &["--order", "20", "--t-sim", "10"], out, extra)
         .env("HPC_BOOTSTRAP", "singleton")
         .output()
         .unwrap();
@@ -38,13 +27,6 @@ fn brunel(out: &Path, extra: &[&str]) -> Output {
         t.elapsed()
     );
     o
-}
-
-fn refused(o: &Output) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
 }
 
 fn mkfifo(p: &Path) {

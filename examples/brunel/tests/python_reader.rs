@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 
 use brunel::output::{decode_spikes, SpikeFileError};
 use hpc_runtime::env;
+use hpc_test_support::example;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -39,28 +40,11 @@ fn have_python() -> bool {
 }
 
 fn brunel(out: &Path, extra: &[&str]) {
-    let o = Command::new(BRUNEL)
-        .args([
-            "--preset",
-            "nest",
-            "--order",
-            "50",
-            "--t-sim",
-            "60",
-            "--quiet",
-            "--no-pin",
-            "--no-plot",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .env("HPC_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "brunel failed: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let model = ["--preset", "nest", "--order", "50", "--t-sim", "60"];
+    example::succeeded(
+        &example::command(BRUNEL, &model, out, extra)
+            .output()
+            .unwrap(),
     );
 }
 

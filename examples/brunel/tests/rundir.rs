@@ -2,12 +2,13 @@
 //! them: two runs on one directory, an earlier run's files, a run stopped early,
 //! stdout on a full device and a trace that does not fit.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hpc_io::rundir::{Liveness, Status};
+use hpc_test_support::example::{self, refused, succeeded as ok};
+use hpc_test_support::output;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -15,35 +16,11 @@ fn tmpdir(tag: &str) -> PathBuf {
     hpc_test_support::tmpdir("brunel-rundir", tag)
 }
 
+/// The network of these runs.
+const MODEL: &[&str] = &["--preset", "nest", "--order", "100"];
+
 fn cmd(out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(BRUNEL);
-    c.args([
-        "--preset",
-        "nest",
-        "--order",
-        "100",
-        "--quiet",
-        "--no-pin",
-        "--no-plot",
-        "--out",
-    ])
-    .arg(out)
-    .args(extra)
-    .env("HPC_LOG", "warn");
-    c
-}
-
-fn ok(o: &Output) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "brunel failed: {err}");
-    err
-}
-
-fn refused(o: &Output) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    err
+    example::command(BRUNEL, MODEL, out, extra)
 }
 
 #[test]
@@ -184,26 +161,12 @@ fn a_killed_run_does_not_keep_the_directory() {
 #[test]
 fn stdout_on_a_full_device_is_an_error_naming_it() {
     let dir = tmpdir("devfull");
-    let full = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
-    let o = cmd(&dir.join("out"), &["--t-sim", "20"])
-        .stdout(full)
-        .output()
-        .unwrap();
-    let err = refused(&o);
-    assert!(
-        err.contains("cannot write standard output") && err.contains("No space left"),
-        "{err}"
-    );
-    // A reader that goes away (`| head`) is not an error.
-    let mut c = cmd(&dir.join("out2"), &["--t-sim", "20"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(c.stdout.take());
-    assert!(c.wait().unwrap().success());
+    // An error on a full device; a reader that goes away (`| head`) is not one.
+    let mut n = 0;
+    output::assert_result_lines_not_lost(|| {
+        n += 1;
+        cmd(&dir.join(format!("out{n}")), &["--t-sim", "20"])
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -213,20 +176,7 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
     let trace = dir.join("trace.json");
     let mut c = cmd(&dir.join("out"), &["--t-sim", "50", "--no-spikes"]);
     c.arg("--trace").arg(&trace);
-    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // calls (setrlimit, signal) on values copied into it.
-    unsafe {
-        c.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 4096,
-                rlim_max: 4096,
-            };
-            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let err = refused(&c.output().unwrap());
+    let err = refused(&example::limit_file_size(&mut c, 4096).output().unwrap());
     assert!(
         err.contains(&format!("cannot write {}", trace.display()))
             && err.contains("File too large"),
@@ -331,27 +281,10 @@ fn checkpoints_are_pruned_to_the_number_kept() {
 
 #[test]
 fn in_a_multi_rank_run_rank_0_owns_the_directory_and_every_rank_fails_together() {
-    use hpc_test_support::Job;
+    use hpc_test_support::{exit_failures, Job};
     let dir = tmpdir("ranks");
     let out = dir.join("out");
-    let args: Vec<String> = [
-        "--preset",
-        "nest",
-        "--order",
-        "100",
-        "--t-sim",
-        "30",
-        "--quiet",
-        "--no-pin",
-        "--no-plot",
-        "--engine",
-        "thread",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.display().to_string()])
-    .collect();
+    let args = example::args(MODEL, &out, &["--t-sim", "30", "--engine", "thread"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
 
     // Another run holds the directory: both ranks fail, neither waits for the other.
@@ -377,13 +310,11 @@ fn in_a_multi_rank_run_rank_0_owns_the_directory_and_every_rank_fails_together()
     let outs = Job::program(BRUNEL, &args, 2)
         .timeout(Duration::from_secs(20))
         .run();
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    assert!(
+        exit_failures(&outs).is_empty(),
+        "{}",
+        exit_failures(&outs).join("\n")
+    );
     let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
     assert_eq!(m.manifest.status, Status::Complete);
     assert_eq!(m.manifest.info.program, "brunel");

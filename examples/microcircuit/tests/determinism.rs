@@ -2,12 +2,14 @@
 //! ranks" over `LocalExchange`) and as processes under the hpc runtime, and exact
 //! resumption from checkpoints.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use brunel::exchange::LocalExchange;
-use hpc_test_support::Job;
+use hpc_test_support::{example, Job};
 use microcircuit::exchange::Gather;
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
@@ -131,25 +133,9 @@ fn checkpoint_restart_gives_the_uninterrupted_spikes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// [`small_params`] on the command line.
 fn cli_args(out: &Path) -> Vec<String> {
-    [
-        "--n-scaling",
-        "0.015",
-        "--k-scaling",
-        "0.05",
-        "--t-presim",
-        "20",
-        "--t-sim",
-        "60",
-        "--quiet",
-        "--no-pin",
-        "--no-plot",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.display().to_string()])
-    .collect()
+    example::args(&common::small_model("60"), out, &[])
 }
 
 fn run_processes(size: usize, out: &Path, extra: &[&str]) {

@@ -2,10 +2,13 @@
 //! earlier run's files do not stay beside a new run's, a run stopped early says so,
 //! and a restart of another model names what differs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hpc_io::rundir::Status;
+use hpc_test_support::example::{self, stderr};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
@@ -14,30 +17,9 @@ fn tmpdir(tag: &str) -> PathBuf {
 }
 
 fn run(out: &Path, extra: &[&str]) -> Output {
-    Command::new(BIN)
-        .args([
-            "--n-scaling",
-            "0.015",
-            "--k-scaling",
-            "0.05",
-            "--t-presim",
-            "20",
-            "--t-sim",
-            "20",
-            "--quiet",
-            "--no-pin",
-            "--no-plot",
-            "--out",
-        ])
-        .arg(out)
-        .args(extra)
-        .env("HPC_LOG", "warn")
+    example::command(BIN, &common::small_model("20"), out, extra)
         .output()
         .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

@@ -1,0 +1,162 @@
+//! Files replaced atomically: a reader sees the old file or the new one, never a
+//! part of the new one, and a crash does not lose the new one once the call returned.
+//!
+//! The file is written under a temporary name in the same directory (the caller
+//! names it, so that it can recognise and clean up what an interrupted write left),
+//! synced, and renamed over the final name; [`write`] then syncs the directory so
+//! that the rename itself survives a crash. On any error the temporary file is
+//! removed and the final name is left as it was.
+//!
+//! ```
+//! let dir = std::env::temp_dir().join(format!("hpc-io-atomic-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let path = dir.join("result.json");
+//! hpc_io::atomic::write(&path, &dir.join(".result.json.tmp"), b"{}\n").unwrap();
+//! assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A step of a file operation that failed: what was being done and to which path.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {op} {path}: {error}")]
+pub struct StepError {
+    /// What was being done (`create`, `write`, `sync`, `rename`, ...).
+    pub op: &'static str,
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The operating system's error (in the message, so not also a `source`).
+    pub error: std::io::Error,
+}
+
+impl StepError {
+    /// The error of `op` on `path`, for `map_err`.
+    pub fn of<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> StepError + 'a {
+        move |error| StepError {
+            op,
+            path: path.to_path_buf(),
+            error,
+        }
+    }
+}
+
+/// Writes `path` through the temporary file `tmp` (in the same directory as `path`):
+/// `fill` writes the contents into the new, empty `tmp`; then it is synced and
+/// renamed over `path`. On an error of any step (`fill`'s included) `tmp` is
+/// removed. The rename is durable once the directory is synced ([`sync_dir`]),
+/// which this function leaves to the caller, so that many files of one directory
+/// cost one directory sync.
+pub fn replace_with<T, E: From<StepError>>(
+    path: &Path,
+    tmp: &Path,
+    fill: impl FnOnce(&mut File) -> Result<T, E>,
+) -> Result<T, E> {
+    let result = (|| {
+        let mut f = File::create(tmp).map_err(StepError::of("create", tmp))?;
+        let value = fill(&mut f)?;
+        f.sync_all().map_err(StepError::of("sync", tmp))?;
+        fs::rename(tmp, path).map_err(StepError::of("rename", path))?;
+        Ok(value)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    result
+}
+
+/// Writes `bytes` to `path` through `tmp` ([`replace_with`]), then syncs the
+/// directory of `path`.
+pub fn write(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), StepError> {
+    replace_with(path, tmp, |f| {
+        f.write_all(bytes).map_err(StepError::of("write", tmp))
+    })?;
+    sync_dir(parent(path))
+}
+
+/// Syncs the directory `dir`, so that the renames and removals in it survive a
+/// crash.
+pub fn sync_dir(dir: &Path) -> Result<(), StepError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StepError::of("sync the directory", dir))
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hpc-io-atomic-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn write_replaces_the_file_and_leaves_no_temporary() {
+        let d = scratch("replace");
+        let (path, tmp) = (d.join("a.json"), d.join("a.json.tmp1"));
+        fs::write(&path, "old").unwrap();
+        write(&path, &tmp, b"new").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new");
+        assert!(!tmp.exists());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_failed_fill_keeps_the_old_file_and_removes_the_temporary() {
+        #[derive(Debug)]
+        enum E {
+            Step,
+            Mine,
+        }
+        impl From<StepError> for E {
+            fn from(_: StepError) -> E {
+                E::Step
+            }
+        }
+        let d = scratch("fill");
+        let (path, tmp) = (d.join("a"), d.join(".a.tmp"));
+        fs::write(&path, "old").unwrap();
+        let r = replace_with(&path, &tmp, |f| {
+            f.write_all(b"half").unwrap();
+            Err::<(), E>(E::Mine)
+        });
+        assert!(matches!(r, Err(E::Mine)), "{r:?}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "old");
+        assert!(!tmp.exists(), "the temporary file was left");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_failed_step_names_it_and_the_path() {
+        let d = scratch("step");
+        let missing = d.join("no-such-dir");
+        let e = write(&missing.join("a"), &missing.join("a.tmp"), b"x").unwrap_err();
+        assert_eq!(e.op, "create");
+        assert_eq!(e.path, missing.join("a.tmp"));
+        assert!(e.to_string().starts_with("cannot create "), "{e}");
+        // A directory where the file should be: the rename fails, the temporary goes.
+        fs::create_dir(d.join("taken")).unwrap();
+        fs::write(d.join("taken/x"), "").unwrap();
+        let tmp = d.join("taken.tmp");
+        let e = write(&d.join("taken"), &tmp, b"x").unwrap_err();
+        assert_eq!(e.op, "rename", "{e}");
+        assert!(!tmp.exists());
+        let _ = fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,150 @@
+//! An example's binary (brunel, microcircuit) run as a user runs it, for the tests
+//! of its output directory and its refusals: quiet, unpinned, without figures, into
+//! an output directory the test names.
+//!
+//! ```no_run
+//! use hpc_test_support::example;
+//!
+//! let out = hpc_test_support::tmpdir("my-example", "doc").join("out");
+//! let model = ["--preset", "nest", "--order", "100"];
+//! let o = example::command("target/debug/brunel", &model, &out, &["--t-sim", "20"])
+//!     .output()
+//!     .unwrap();
+//! example::succeeded(&o);
+//! ```
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use hpc_runtime::env;
+
+/// The flags every run of these tests has: no progress lines, no pinning (tests
+/// run side by side), no figures.
+pub const QUIET: &[&str] = &["--quiet", "--no-pin", "--no-plot"];
+
+/// `model` (the flags that size the run), [`QUIET`], `--out out`, then `extra`,
+/// as owned arguments (for [`crate::Job::program`], after `as_str`).
+pub fn args(model: &[&str], out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = model.iter().chain(QUIET).map(|s| s.to_string()).collect();
+    a.push("--out".into());
+    a.push(out.display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// `bin` with [`args`], logging warnings only (`HPC_LOG=warn`).
+pub fn command(bin: &str, model: &[&str], out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(bin);
+    c.args(args(model, out, extra)).env(env::LOG, "warn");
+    c
+}
+
+/// A run's standard error, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A run's standard error, after checking that it succeeded.
+pub fn succeeded(o: &Output) -> String {
+    let err = stderr(o);
+    assert!(o.status.success(), "the run failed ({}): {err}", o.status);
+    err
+}
+
+/// A run's standard error, after checking that it was refused: status 1, with a
+/// message and no panic.
+pub fn refused(o: &Output) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "expected a refusal: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// Limits every file that `cmd`'s process writes to `bytes` (`RLIMIT_FSIZE`), with
+/// `SIGXFSZ` ignored: past the limit a write fails with `EFBIG` ("File too large")
+/// as it would on a full disk, instead of killing the process.
+pub fn limit_file_size(cmd: &mut Command, bytes: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // calls (setrlimit, signal, reading errno) on values copied into it.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0
+                || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_are_the_model_the_quiet_flags_the_output_then_the_extra() {
+        let a = args(&["--order", "5"], Path::new("/tmp/x y"), &["--seed", "2"]);
+        assert_eq!(
+            a,
+            [
+                "--order",
+                "5",
+                "--quiet",
+                "--no-pin",
+                "--no-plot",
+                "--out",
+                "/tmp/x y",
+                "--seed",
+                "2"
+            ]
+        );
+        let c = command("/bin/true", &[], Path::new("o"), &[]);
+        assert_eq!(c.get_program(), "/bin/true");
+        assert!(c
+            .get_envs()
+            .any(|(k, v)| k == env::LOG && v == Some("warn".as_ref())));
+    }
+
+    #[test]
+    fn a_limited_file_size_fails_the_write_past_it() {
+        let dir = crate::tmpdir("hpc-ts-fsize", "limit");
+        let file = dir.join("big");
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c")
+            .arg(format!("head -c 10000 /dev/zero > {}", file.display()));
+        let o = limit_file_size(&mut c, 4096).output().unwrap();
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("File too large"), "{}", stderr(&o));
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 4096);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn succeeded_and_refused_check_the_status() {
+        let run = |script: &str| {
+            Command::new("/bin/sh")
+                .args(["-c", script])
+                .output()
+                .unwrap()
+        };
+        assert_eq!(succeeded(&run("echo fine >&2")), "fine\n");
+        assert_eq!(refused(&run("echo no >&2; exit 1")), "no\n");
+        type Check = fn(&Output) -> String;
+        let checks: [(&str, Check); 3] = [
+            ("exit 1", succeeded),
+            ("exit 2", refused),
+            ("echo panicked >&2; exit 1", refused),
+        ];
+        for (script, check) in checks {
+            let o = run(script);
+            let r = std::panic::catch_unwind(|| check(&o));
+            assert!(r.is_err(), "{script} passed the check");
+        }
+    }
+}
