@@ -86,7 +86,7 @@ fn a_pace_or_parameter_that_is_not_a_usable_number_is_refused_by_name() {
     assert!(e.contains("delay must be a finite number, got inf"), "{e}");
     let e = refused(&brunel(&out, &["--checkpoint-every", "inf"]));
     assert!(
-        e.contains("--checkpoint-every must be a finite number of ms above 0"),
+        e.contains("--checkpoint-every inf ms is not a positive multiple of the time step"),
         "{e}"
     );
 }
