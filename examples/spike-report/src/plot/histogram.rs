@@ -11,19 +11,7 @@ impl Prepared<'_> {
         k: f64,
         caption: &str,
     ) -> DResult<DB> {
-        // Panels: one per group stacked over a shared x axis, or one for all.
-        let mut panels: Vec<(String, Vec<usize>)> = Vec::new();
-        if self.rec.grouped() {
-            for (i, p) in self.rec.populations.iter().enumerate() {
-                let g = p.group.clone().unwrap_or_default();
-                match panels.iter_mut().find(|(name, _)| *name == g) {
-                    Some((_, v)) => v.push(i),
-                    None => panels.push((g, vec![i])),
-                }
-            }
-        } else {
-            panels.push((String::new(), (0..self.rec.populations.len()).collect()));
-        }
+        let panels = self.cv_panels();
         let stacked = panels.len() > 1;
         let caption = if stacked {
             format!("{caption} (means at right)")
@@ -41,23 +29,7 @@ impl Prepared<'_> {
         let line_h = (note_em * 1.45) as i32;
         // Stacked panels put their legends in a column at the right.
         let legend_w = if stacked {
-            self.analysis
-                .populations
-                .iter()
-                .map(|p| {
-                    font::width(
-                        &format!("{} {:.2}", p.name, p.cv_mean.unwrap_or(0.0)),
-                        note_em,
-                    ) + 40
-                })
-                .chain(
-                    panels
-                        .iter()
-                        .map(|(g, _)| font::width(g, EM_LEGEND * k) + 10),
-                )
-                .max()
-                .unwrap_or(0)
-                + (10.0 * k) as i32
+            self.cv_legend_width(&panels, k)
         } else {
             0
         };
@@ -85,20 +57,7 @@ impl Prepared<'_> {
         let (xmax, xt) = axis_to(cv_axis_max(&all), max_n);
         let bins = 40usize;
         let bw = xmax / bins as f64;
-        let hists: Vec<Vec<f64>> = self
-            .analysis
-            .populations
-            .iter()
-            .map(|p| {
-                let mut h = vec![0f64; bins];
-                for &v in &p.cvs {
-                    h[((v / bw) as usize).min(bins - 1)] += 1.0;
-                }
-                let n = p.cvs.len().max(1) as f64;
-                h.iter_mut().for_each(|v| *v /= n);
-                h
-            })
-            .collect();
+        let hists = self.cv_hists(bins, bw);
 
         let mut last = None;
         for (pi, (title, members)) in panels.iter().enumerate() {
@@ -123,28 +82,7 @@ impl Prepared<'_> {
                 y: (0.0, ytop),
             };
             c.grid_y(&f, &yt[1..])?;
-            let fill = if members.len() > 1 { 0.12 } else { 0.25 };
-            for &i in members {
-                if self.analysis.populations[i].cvs.is_empty() {
-                    continue;
-                }
-                let col = rgb(self.rec.populations[i].color);
-                let h = &hists[i];
-                for (j, &v) in h.iter().enumerate().filter(|(_, &v)| v > 0.0) {
-                    c.rect(
-                        f.pt(j as f64 * bw, v),
-                        f.pt((j + 1) as f64 * bw, 0.0),
-                        col.mix(fill).filled(),
-                    )?;
-                }
-                let mut pts = vec![f.pt(0.0, 0.0)];
-                for (j, &v) in h.iter().enumerate() {
-                    pts.push(f.pt(j as f64 * bw, v));
-                    pts.push(f.pt((j + 1) as f64 * bw, v));
-                }
-                pts.push(f.pt(xmax, 0.0));
-                c.line(pts, col.stroke_width(2))?;
-            }
+            self.cv_bars(c, &f, members, &hists, bw)?;
             c.axes(&f)?;
             c.x_ticks(&f, &xt, tick_em, pi + 1 == panels.len())?;
             // Stacked panels label only their top (their zero is the axis line).
@@ -154,49 +92,8 @@ impl Prepared<'_> {
                 .map(|&v| (v, thousands_f(v)))
                 .collect();
             c.y_ticks(&f, &ylabels, tick_em)?;
-            // A single panel: one line per population at the top right (name, mean
-            // CV, the neurons that have one). Stacked: the group's name and a line
-            // per population (name, mean CV) right of the panel.
-            let (mut y, right) = if stacked {
-                let h = (members.len() as i32 + 1) * line_h;
-                (
-                    f.px.t + (f.px.h() - h) / 2,
-                    body.r + (14.0 * k) as i32 + legend_w,
-                )
-            } else {
-                (f.px.t + 2, f.px.r - 6)
-            };
-            if stacked {
-                c.label(
-                    title,
-                    (body.r + (14.0 * k) as i32 + 10, y + line_h / 2),
-                    EM_LEGEND * k,
-                    Pos::new(HPos::Left, VPos::Center),
-                )?;
-                y += line_h;
-            }
-            for &i in members {
-                let p = &self.analysis.populations[i];
-                let s = match (p.cv_mean, stacked) {
-                    (Some(m), false) => format!(
-                        "{}: mean {:.2}, n = {}",
-                        p.name,
-                        m,
-                        crate::thousands(p.cvs.len() as u64)
-                    ),
-                    (Some(m), true) => format!("{} {:.2}", p.name, m),
-                    (None, false) => format!("{}: no neuron with 3 spikes", p.name),
-                    (None, true) => format!("{} –", p.name),
-                };
-                let x = right - font::width(&s, note_em);
-                let mid = y + line_h / 2;
-                c.line(
-                    vec![(x - 28, mid), (x - 8, mid)],
-                    rgb(self.rec.populations[i].color).stroke_width(3),
-                )?;
-                c.label(&s, (x, mid), note_em, Pos::new(HPos::Left, VPos::Center))?;
-                y += line_h;
-            }
+            let legend_x = body.r + (14.0 * k) as i32;
+            self.cv_legend(c, &f, title, members, stacked, legend_x, legend_w, k)?;
             last = Some(f);
         }
         if let Some(f) = last {
@@ -214,6 +111,157 @@ impl Prepared<'_> {
                 (body.l + (EM_AXIS * k * 0.6) as i32, mid),
                 EM_AXIS * k,
             )?;
+        }
+        Ok(())
+    }
+
+    /// The panels: one per group (stacked over a shared x axis), or one for all;
+    /// each with its populations.
+    fn cv_panels(&self) -> Vec<(String, Vec<usize>)> {
+        let mut panels: Vec<(String, Vec<usize>)> = Vec::new();
+        if self.rec.grouped() {
+            for (i, p) in self.rec.populations.iter().enumerate() {
+                let g = p.group.clone().unwrap_or_default();
+                match panels.iter_mut().find(|(name, _)| *name == g) {
+                    Some((_, v)) => v.push(i),
+                    None => panels.push((g, vec![i])),
+                }
+            }
+        } else {
+            panels.push((String::new(), (0..self.rec.populations.len()).collect()));
+        }
+        panels
+    }
+
+    /// The width of the legend column right of stacked panels.
+    fn cv_legend_width(&self, panels: &[(String, Vec<usize>)], k: f64) -> i32 {
+        let note_em = EM_NOTE * k;
+        self.analysis
+            .populations
+            .iter()
+            .map(|p| {
+                font::width(
+                    &format!("{} {:.2}", p.name, p.cv_mean.unwrap_or(0.0)),
+                    note_em,
+                ) + 40
+            })
+            .chain(
+                panels
+                    .iter()
+                    .map(|(g, _)| font::width(g, EM_LEGEND * k) + 10),
+            )
+            .max()
+            .unwrap_or(0)
+            + (10.0 * k) as i32
+    }
+
+    /// Per population, the fraction of its neurons in each of `bins` bins `bw` wide.
+    fn cv_hists(&self, bins: usize, bw: f64) -> Vec<Vec<f64>> {
+        self.analysis
+            .populations
+            .iter()
+            .map(|p| {
+                let mut h = vec![0f64; bins];
+                for &v in &p.cvs {
+                    h[((v / bw) as usize).min(bins - 1)] += 1.0;
+                }
+                let n = p.cvs.len().max(1) as f64;
+                h.iter_mut().for_each(|v| *v /= n);
+                h
+            })
+            .collect()
+    }
+
+    /// The histograms of `members` in frame `f`: filled bars under an outline.
+    fn cv_bars<DB: DrawingBackend>(
+        &self,
+        c: &Canvas<DB>,
+        f: &Frame,
+        members: &[usize],
+        hists: &[Vec<f64>],
+        bw: f64,
+    ) -> DResult<DB> {
+        let xmax = f.x.1;
+        let fill = if members.len() > 1 { 0.12 } else { 0.25 };
+        for &i in members {
+            if self.analysis.populations[i].cvs.is_empty() {
+                continue;
+            }
+            let col = rgb(self.rec.populations[i].color);
+            let h = &hists[i];
+            for (j, &v) in h.iter().enumerate().filter(|(_, &v)| v > 0.0) {
+                c.rect(
+                    f.pt(j as f64 * bw, v),
+                    f.pt((j + 1) as f64 * bw, 0.0),
+                    col.mix(fill).filled(),
+                )?;
+            }
+            let mut pts = vec![f.pt(0.0, 0.0)];
+            for (j, &v) in h.iter().enumerate() {
+                pts.push(f.pt(j as f64 * bw, v));
+                pts.push(f.pt((j + 1) as f64 * bw, v));
+            }
+            pts.push(f.pt(xmax, 0.0));
+            c.line(pts, col.stroke_width(2))?;
+        }
+        Ok(())
+    }
+
+    /// A panel's legend: at its top right (a single panel), or the group's name and
+    /// a line per population in the column from `legend_x` (stacked).
+    #[allow(clippy::too_many_arguments)]
+    fn cv_legend<DB: DrawingBackend>(
+        &self,
+        c: &Canvas<DB>,
+        f: &Frame,
+        title: &str,
+        members: &[usize],
+        stacked: bool,
+        legend_x: i32,
+        legend_w: i32,
+        k: f64,
+    ) -> DResult<DB> {
+        let note_em = EM_NOTE * k;
+        let line_h = (note_em * 1.45) as i32;
+        // A single panel: one line per population at the top right (name, mean
+        // CV, the neurons that have one). Stacked: the group's name and a line
+        // per population (name, mean CV) right of the panel.
+        let (mut y, right) = if stacked {
+            let h = (members.len() as i32 + 1) * line_h;
+            (f.px.t + (f.px.h() - h) / 2, legend_x + legend_w)
+        } else {
+            (f.px.t + 2, f.px.r - 6)
+        };
+        if stacked {
+            c.label(
+                title,
+                (legend_x + 10, y + line_h / 2),
+                EM_LEGEND * k,
+                Pos::new(HPos::Left, VPos::Center),
+            )?;
+            y += line_h;
+        }
+        for &i in members {
+            let p = &self.analysis.populations[i];
+            let s = match (p.cv_mean, stacked) {
+                (Some(m), false) => format!(
+                    "{}: mean {:.2}, n = {}",
+                    p.name,
+                    m,
+                    crate::thousands(p.cvs.len() as u64)
+                ),
+                (Some(m), true) => format!("{} {:.2}", p.name, m),
+                (None, false) => format!("{}: no neuron with 3 spikes", p.name),
+                (None, true) => format!("{} –", p.name),
+            };
+            let x = right - font::width(&s, note_em);
+            let mid = y + line_h / 2;
+            c.line(
+                vec![(x - 28, mid), (x - 8, mid)],
+                rgb(self.rec.populations[i].color).stroke_width(3),
+            )?;
+            c.label(&s, (x, mid), note_em, Pos::new(HPos::Left, VPos::Center))?;
+            y += line_h;
         }
         Ok(())
     }

@@ -47,7 +47,63 @@ impl Prepared<'_> {
         let x_max_ticks = ((r - l) as f64 / (95.0 * k)).max(2.0) as usize;
         let xt = ticks(t0, t1, x_max_ticks);
 
-        // Separators between populations, darker between groups.
+        let grouped = self.rec.grouped();
+        self.raster_marks(c, &top, rows)?;
+        c.axes(&top)?;
+        c.x_ticks(&top, &xt, tick_em, false)?;
+        let ticks_px: Vec<(f64, String)> =
+            labels.iter().map(|(r, s)| (rows - r, s.clone())).collect();
+        c.y_ticks(&top, &ticks_px, tick_em)?;
+        let y_title = if grouped {
+            self.rec
+                .group_title
+                .clone()
+                .unwrap_or_else(|| "group".into())
+        } else {
+            "neuron index".into()
+        };
+        let title_x = area.l + (EM_AXIS * k * 0.6) as i32;
+        c.vlabel(&y_title, (title_x, (top.px.t + top.px.b) / 2), EM_AXIS * k)?;
+
+        // The population rate of all neurons under it.
+        let bottom = Frame {
+            px: Rect {
+                l,
+                t: rate_t,
+                r,
+                b: rate_b,
+            },
+            x: (t0, t1),
+            y: (0.0, rate_top),
+        };
+        c.grid_y(&bottom, &rate_ticks[1..])?;
+        self.rate_line(c, &bottom, rate_top, k)?;
+        c.axes(&bottom)?;
+        let below = c.x_ticks(&bottom, &xt, tick_em, true)?;
+        c.y_ticks(&bottom, &rate_labels, tick_em)?;
+        c.label(
+            "time (ms)",
+            ((bottom.px.l + bottom.px.r) / 2, below + (12.0 * k) as i32),
+            EM_AXIS * k,
+            Pos::new(HPos::Center, VPos::Top),
+        )?;
+        c.vlabel(
+            "rate (Hz)",
+            (title_x, (bottom.px.t + bottom.px.b) / 2),
+            EM_AXIS * k,
+        )?;
+        Ok(())
+    }
+
+    /// The raster's marks in frame `top` (`rows` rows): lines between populations
+    /// (darker between groups) and a vertical mark per spike, 2 px wide, most of a
+    /// row high.
+    fn raster_marks<DB: DrawingBackend>(
+        &self,
+        c: &Canvas<DB>,
+        top: &Frame,
+        rows: f64,
+    ) -> DResult<DB> {
         let grouped = self.rec.grouped();
         for (i, b) in self.blocks.iter().enumerate().skip(1) {
             let y = top.y(rows - b.row as f64);
@@ -86,34 +142,19 @@ impl Prepared<'_> {
         for m in marks {
             c.root.draw(&m)?;
         }
-        c.axes(&top)?;
-        c.x_ticks(&top, &xt, tick_em, false)?;
-        let ticks_px: Vec<(f64, String)> =
-            labels.iter().map(|(r, s)| (rows - r, s.clone())).collect();
-        c.y_ticks(&top, &ticks_px, tick_em)?;
-        let y_title = if grouped {
-            self.rec
-                .group_title
-                .clone()
-                .unwrap_or_else(|| "group".into())
-        } else {
-            "neuron index".into()
-        };
-        let title_x = area.l + (EM_AXIS * k * 0.6) as i32;
-        c.vlabel(&y_title, (title_x, (top.px.t + top.px.b) / 2), EM_AXIS * k)?;
+        Ok(())
+    }
 
-        // The population rate of all neurons under it.
-        let bottom = Frame {
-            px: Rect {
-                l,
-                t: rate_t,
-                r,
-                b: rate_b,
-            },
-            x: (t0, t1),
-            y: (0.0, rate_top),
-        };
-        c.grid_y(&bottom, &rate_ticks[1..])?;
+    /// The population rate in frame `bottom`, cut at `rate_top`: bins above it get
+    /// a mark at the top and the peak is given in words.
+    fn rate_line<DB: DrawingBackend>(
+        &self,
+        c: &Canvas<DB>,
+        bottom: &Frame,
+        rate_top: f64,
+        k: f64,
+    ) -> DResult<DB> {
+        let (t0, t1) = bottom.x;
         let pts: Vec<(i32, i32)> = self
             .rate
             .iter()
@@ -149,20 +190,6 @@ impl Prepared<'_> {
                 Pos::new(HPos::Right, VPos::Top),
             )?;
         }
-        c.axes(&bottom)?;
-        let below = c.x_ticks(&bottom, &xt, tick_em, true)?;
-        c.y_ticks(&bottom, &rate_labels, tick_em)?;
-        c.label(
-            "time (ms)",
-            ((bottom.px.l + bottom.px.r) / 2, below + (12.0 * k) as i32),
-            EM_AXIS * k,
-            Pos::new(HPos::Center, VPos::Top),
-        )?;
-        c.vlabel(
-            "rate (Hz)",
-            (title_x, (bottom.px.t + bottom.px.b) / 2),
-            EM_AXIS * k,
-        )?;
         Ok(())
     }
 
