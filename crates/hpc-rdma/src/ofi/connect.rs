@@ -3,7 +3,7 @@
 //! these steps in order; each is a function of its own.
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -20,14 +20,11 @@ use crate::completion::Shared;
 use crate::error::Result;
 use crate::Backend;
 
+/// A pidfd of a peer on this node (None where the kernel has no pidfd_open, or the
+/// process is gone already).
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 /// This rank's side before the exchange: the provider, its `fi_info` (an entry of
