@@ -73,12 +73,7 @@ pub(crate) fn write(
         created_by: format!(
             "cargo xtask image {} ({} + {} libraries)",
             built.bin.name,
-            built
-                .binaries
-                .iter()
-                .map(|b| b.0.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
+            built.names(" "),
             app_libs.len()
         ),
     };

@@ -26,6 +26,17 @@ pub(crate) struct Built {
     pub(crate) binaries: Vec<(String, PathBuf)>,
 }
 
+impl Built {
+    /// The names of the binaries in the image, joined by `sep`.
+    pub(crate) fn names(&self, sep: &str) -> String {
+        self.binaries
+            .iter()
+            .map(|b| b.0.as_str())
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+}
+
 /// Finds the binary, checks the input that needs no build, and builds it.
 pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     pr.step(&format!(

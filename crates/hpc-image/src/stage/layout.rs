@@ -135,15 +135,7 @@ fn labels(
     );
     label("io.hpc-rs.mpi", args.mpi.name().into());
     label("io.hpc-rs.gpu", args.gpu.to_string());
-    label(
-        "io.hpc-rs.binaries",
-        built
-            .binaries
-            .iter()
-            .map(|b| b.0.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-    );
+    label("io.hpc-rs.binaries", built.names(","));
     if !app.bind_paths.is_empty() {
         label("io.hpc-rs.bind-paths", app.bind_paths.join(","));
     }
