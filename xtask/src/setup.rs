@@ -60,61 +60,9 @@ pub const CONTAINER_PACKAGES: &[&str] = &[
 /// mdbook version the book is built with.
 pub const MDBOOK_VERSION: &str = "0.5.4";
 
-/// Whether a program is on the PATH.
-pub fn has(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-fn dpkg_installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        .unwrap_or(false)
-}
-
-/// Whether this process runs as root.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Installs missing Debian packages (as root), or says exactly what to run.
-pub fn apt(packages: &[&str]) -> Result<()> {
-    if !has("dpkg-query") {
-        eprintln!(
-            "note: not a Debian/Ubuntu system; make sure these are installed: {}",
-            packages.join(" ")
-        );
-        return Ok(());
-    }
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let cmd = format!(
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {}",
-        missing.join(" ")
-    );
-    if !is_root() {
-        bail!(
-            "missing system packages: {}\nrun as root:\n  sudo sh -c '{cmd}'",
-            missing.join(" ")
-        );
-    }
-    eprintln!("==> installing {}", missing.join(" "));
-    crate::run(Command::new("sh").args(["-c", &cmd]))
-}
+// The Debian installer and its checks are hpc-image's (`cargo xtask image
+// --setup-tools` installs with it too): one copy for both commands.
+pub use hpc_image::sys::{apt, has, is_root};
 
 fn rust_components() -> Result<()> {
     if !has("rustup") {

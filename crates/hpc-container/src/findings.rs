@@ -55,19 +55,36 @@ const MIB: f64 = 1048576.0;
 
 /// Diagnoses `env`; findings come sorted by severity (errors first), then id.
 pub fn diagnose(env: &Environment) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let rt = env.runtime.kind;
-    let mut push = |id, severity, seen: String, why: &str, fix: String| {
-        out.push(Finding {
+    let mut out = Findings(Vec::new());
+    coverage(env, &mut out);
+    launcher(env, &mut out);
+    gpus(env, &mut out);
+    infiniband(env, &mut out);
+    transports(env, &mut out);
+    resources(env, &mut out);
+    cma(env, &mut out);
+    let mut out = out.0;
+    out.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.id.cmp(b.id)));
+    out
+}
+
+/// The findings of [`diagnose`] as its groups add them.
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn push(&mut self, id: &'static str, severity: Severity, seen: String, why: &str, fix: String) {
+        self.0.push(Finding {
             id,
             severity,
             seen,
             why: why.to_string(),
             fix,
         })
-    };
+    }
+}
 
-    // --- What the probe could see ------------------------------------------------
+/// What the probe could read: findings about the files it could not.
+fn coverage(env: &Environment, out: &mut Findings) {
     let missing = &env.coverage.missing;
     if !missing.is_empty() {
         let capture = "diagnose a live process (run `hpc doctor` inside the container or job), \
@@ -76,7 +93,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
              cat /sys/devices/system/cpu/online > T/sys/devices/system/cpu/online` \
              (copy them with cat: /proc files report a size of 0, so tar and cp -r store them empty)";
         if env.coverage.nothing_to_judge() {
-            push(
+            out.push(
                 "probe.incomplete",
                 Severity::Error,
                 format!(
@@ -89,7 +106,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 capture.to_string(),
             );
         } else {
-            push(
+            out.push(
                 "probe.incomplete",
                 Severity::Warning,
                 format!("could not read {}", missing.join(", ")),
@@ -99,8 +116,11 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             );
         }
     }
+}
 
-    // --- Launcher / PMI -------------------------------------------------------
+/// The launcher and PMI: Slurm without PMIx for Open MPI, an invisible PMIx server directory.
+fn launcher(env: &Environment, out: &mut Findings) {
+    let rt = env.runtime.kind;
     let l = &env.launcher;
     if let Some(s) = &l.slurm {
         let in_step = s.step_id.is_some();
@@ -108,7 +128,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         let open_mpi = l.mpi_libraries.contains(&MpiLibrary::OpenMpi);
         let has_pmix = l.kinds.contains(&LauncherKind::Pmix);
         if in_step && open_mpi && !has_pmix && (mpi_type.is_empty() || mpi_type == "none") {
-            push(
+            out.push(
                 "launch.slurm-no-pmix",
                 Severity::Error,
                 format!(
@@ -124,7 +144,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 ),
             );
         } else if in_step && open_mpi && mpi_type.starts_with("pmi2") {
-            push(
+            out.push(
                 "launch.slurm-pmi2-openmpi",
                 Severity::Warning,
                 "Slurm step uses SLURM_MPI_TYPE=pmi2 with an Open MPI image".into(),
@@ -133,7 +153,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             );
         }
         if !in_step && l.size.is_none() && l.kinds.len() == 1 {
-            push(
+            out.push(
                 "launch.slurm-batch-step",
                 Severity::Info,
                 format!(
@@ -152,7 +172,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             .rsplit_once('/')
             .map(|(parent, _)| if parent.is_empty() { "/" } else { parent })
             .unwrap_or(dir.as_str());
-        push(
+        out.push(
             "launch.pmix-dir-hidden",
             Severity::Error,
             format!("PMIX_SERVER_TMPDIR={dir} does not exist in this file system"),
@@ -171,12 +191,15 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             },
         );
     }
+}
 
-    // --- GPUs -----------------------------------------------------------------
+/// GPUs: devices the host has and the container does not see, the driver library, `CUDA_VISIBLE_DEVICES`.
+fn gpus(env: &Environment, out: &mut Findings) {
+    let rt = env.runtime.kind;
     let g = &env.devices.gpu;
     let host_nvidia = g.pci_nvidia();
     if host_nvidia > 0 && g.nvidia_devices.is_empty() {
-        push(
+        out.push(
             "gpu.not-visible",
             Severity::Error,
             format!(
@@ -196,7 +219,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         && (host_nvidia > 0 || !g.nvidia_devices.is_empty())
     {
         // On a node without GPUs `--nv` binds nothing, so its absence shows only here.
-        push(
+        out.push(
             "gpu.apptainer-without-nv",
             Severity::Error,
             format!(
@@ -211,7 +234,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 .into(),
         );
     } else if !g.nvidia_devices.is_empty() && !g.libcuda {
-        push(
+        out.push(
             "gpu.driver-libs-missing",
             Severity::Warning,
             format!(
@@ -225,7 +248,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     if let Some(v) = g.cuda_visible_devices.as_deref() {
         let hidden = v.is_empty() || v == "-1" || v.eq_ignore_ascii_case("NoDevFiles");
         if hidden && (!g.nvidia_devices.is_empty() || host_nvidia > 0) {
-            push(
+            out.push(
                 "gpu.hidden-by-env",
                 Severity::Warning,
                 format!("CUDA_VISIBLE_DEVICES={v:?} while GPUs are present"),
@@ -234,11 +257,14 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             );
         }
     }
+}
 
-    // --- InfiniBand -----------------------------------------------------------
+/// InfiniBand and RDMA: device files, `rdma_cm`, locked memory and what insists on RDMA.
+fn infiniband(env: &Environment, out: &mut Findings) {
+    let rt = env.runtime.kind;
     let ib = &env.devices.infiniband;
     if !ib.adapters.is_empty() && ib.uverbs.is_empty() {
-        push(
+        out.push(
             "ib.devices-missing",
             Severity::Error,
             format!(
@@ -255,7 +281,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         );
     }
     if !ib.uverbs.is_empty() && !ib.rdma_cm {
-        push(
+        out.push(
             "ib.rdma-cm-missing",
             Severity::Warning,
             "uverbs device(s) visible but no /dev/infiniband/rdma_cm".into(),
@@ -278,7 +304,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         missing.sort();
         missing.dedup();
         if !ib.provider_dir {
-            push(
+            out.push(
                 "ib.provider-missing",
                 Severity::Error,
                 "/etc/libibverbs.d does not exist: no verbs provider drivers in this image".into(),
@@ -286,7 +312,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
                 "install the providers in the image: `apt-get install ibverbs-providers libibverbs1` (Debian/Ubuntu) or `dnf install rdma-core libibverbs` (RHEL)".into(),
             );
         } else if !missing.is_empty() {
-            push(
+            out.push(
                 "ib.provider-missing",
                 Severity::Error,
                 format!(
@@ -333,7 +359,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             .collect();
         if !down.is_empty() {
             let none_active = down.len() == ports.len();
-            push(
+            out.push(
                 "ib.port-down",
                 if none_active { Severity::Error } else { Severity::Warning },
                 down.join("; "),
@@ -352,7 +378,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     if rdma_present {
         if let Some(ml) = env.resources.memlock {
             if !ml.soft.at_least(MEMLOCK_MIN_BYTES) {
-                push(
+                out.push(
                     "limits.memlock-low",
                     Severity::Warning,
                     format!("locked-memory limit is {}", limit_text(ml.soft, true)),
@@ -363,8 +389,13 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             }
         }
     }
+}
 
-    // --- Transports -------------------------------------------------------------
+/// Transports: `UCX_TLS`, Open MPI's `btl` and `pml` against the devices there are.
+fn transports(env: &Environment, out: &mut Findings) {
+    let ib = &env.devices.infiniband;
+    let rdma_present = !ib.uverbs.is_empty() || !ib.adapters.is_empty();
+    let rt = env.runtime.kind;
     if let Some(tls) = env.mpi.ucx_tls.as_deref() {
         let (shm, rdma) = ucx_tls_classes(tls);
         let mut missing = Vec::new();
@@ -375,7 +406,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             missing.push("RDMA (rc/ud/dc)");
         }
         if !missing.is_empty() {
-            push(
+            out.push(
                 "net.ucx-tls-slow",
                 Severity::Warning,
                 format!("UCX_TLS={tls} excludes {}", missing.join(" and ")),
@@ -391,7 +422,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     if ib.uverbs.is_empty() {
         if let Some(asked) = rdma_requested(env) {
             let adapters = !ib.adapters.is_empty();
-            push(
+            out.push(
                 "net.rdma-requested-absent",
                 Severity::Error,
                 format!(
@@ -430,7 +461,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         let tcp_only =
             !excluded && list.contains(&"tcp") && list.iter().all(|x| matches!(*x, "tcp" | "self"));
         if tcp_only || no_shm {
-            push(
+            out.push(
                 "net.ompi-tcp-only",
                 Severity::Warning,
                 format!(
@@ -448,7 +479,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         && !ib.uverbs.is_empty()
         && btl.is_some_and(|b| !b.contains("openib") && !b.contains("uct"))
     {
-        push(
+        out.push(
             "net.ompi-ob1-with-rdma",
             Severity::Info,
             "OMPI_MCA_pml=ob1 with RDMA devices present".into(),
@@ -456,12 +487,16 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             "use OMPI_MCA_pml=ucx to let Open MPI use the fabric".into(),
         );
     }
+}
 
-    // --- Resources --------------------------------------------------------------
+/// Resources: `/dev/shm`, open files, ranks against CPUs, the CPU quota.
+fn resources(env: &Environment, out: &mut Findings) {
+    let rt = env.runtime.kind;
+    let l = &env.launcher;
     let r = &env.resources;
     if let Some(shm) = r.shm_bytes {
         if shm < SHM_MIN_BYTES {
-            push(
+            out.push(
                 "shm.too-small",
                 if shm <= 64 << 20 && l.local_size.unwrap_or(0) > 1 {
                     Severity::Error
@@ -477,7 +512,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     }
     if let Some(nf) = r.nofile {
         if !nf.soft.at_least(NOFILE_MIN) {
-            push(
+            out.push(
                 "limits.nofile-low",
                 Severity::Info,
                 format!("open-files limit is {}", limit_text(nf.soft, false)),
@@ -495,7 +530,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     }
     if let (Some(local), Some(cpus)) = (l.local_size, r.effective_cpus()) {
         if local as f64 > cpus + 1e-9 {
-            push(
+            out.push(
                 "cpu.oversubscribed",
                 Severity::Warning,
                 format!(
@@ -512,7 +547,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
     }
     if let (Some(q), Some(allowed)) = (r.cpu_quota, r.allowed_cpus) {
         if q + 1e-9 < f64::from(allowed) {
-            push(
+            out.push(
                 "cpu.quota-below-cpus",
                 Severity::Info,
                 format!("CPU quota {} is below the {allowed} allowed CPUs", fmt_cpus(q)),
@@ -525,7 +560,7 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
         (l.local_size, r.allowed_cpus, r.online_cpus)
     {
         if local > 1 && allowed == online && online > 1 {
-            push(
+            out.push(
                 "cpu.ranks-unbound",
                 Severity::Info,
                 format!("{local} ranks on this node and this rank may run on all {online} CPUs"),
@@ -534,11 +569,15 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             );
         }
     }
+}
 
-    // --- Cross-memory attach ----------------------------------------------------
+/// Cross-memory attach (single-copy shared memory between ranks).
+fn cma(env: &Environment, out: &mut Findings) {
+    let rt = env.runtime.kind;
+    let l = &env.launcher;
     if env.cma.works == Some(false) {
         let relevant = l.mpi_libraries.contains(&MpiLibrary::OpenMpi) || !l.kinds.is_empty();
-        push(
+        out.push(
             "cma.blocked",
             if relevant { Severity::Warning } else { Severity::Info },
             format!(
@@ -567,9 +606,6 @@ pub fn diagnose(env: &Environment) -> Vec<Finding> {
             },
         );
     }
-
-    out.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.id.cmp(b.id)));
-    out
 }
 
 /// What in the environment insists on RDMA, if anything: a `UCX_TLS` whose only

@@ -142,8 +142,18 @@ impl Report {
                 s.to_string()
             }
         };
-        let e = &self.environment;
         let mut o = String::new();
+        self.text_runtime(&mut o, &paint);
+        self.text_resources(&mut o, &paint);
+        self.text_devices(&mut o, &paint);
+        self.text_launcher(&mut o, &paint);
+        self.text_findings(&mut o, &paint);
+        o
+    }
+
+    /// Runtime: kind, version, evidence, outer runtimes and weak hints.
+    fn text_runtime(&self, o: &mut String, paint: &dyn Fn(&str, &str) -> String) {
+        let e = &self.environment;
         let rt = &e.runtime;
         let _ = writeln!(o, "{}", paint("1", "Runtime"));
         let mut line = format!("  {}", rt.kind.name());
@@ -183,7 +193,11 @@ impl Report {
                     .join(", ")
             );
         }
+    }
 
+    /// Resources: CPUs, memory, /dev/shm, locked memory and open files.
+    fn text_resources(&self, o: &mut String, paint: &dyn Fn(&str, &str) -> String) {
+        let e = &self.environment;
         let r = &e.resources;
         let _ = writeln!(o, "{}", paint("1", "Resources"));
         let _ = writeln!(
@@ -209,7 +223,11 @@ impl Report {
             limit(r.memlock, true),
             limit(r.nofile, false)
         );
+    }
 
+    /// Devices: InfiniBand adapters and device files, GPUs.
+    fn text_devices(&self, o: &mut String, paint: &dyn Fn(&str, &str) -> String) {
+        let e = &self.environment;
         let d = &e.devices;
         let _ = writeln!(o, "{}", paint("1", "Devices"));
         let ib = &d.infiniband;
@@ -261,7 +279,11 @@ impl Report {
         if let Some(v) = &g.cuda_visible_devices {
             let _ = writeln!(o, "  CUDA_VISIBLE_DEVICES={v}");
         }
+    }
 
+    /// Launcher: kind, ranks, Slurm, PMIx, MPI transports, cross-memory attach.
+    fn text_launcher(&self, o: &mut String, paint: &dyn Fn(&str, &str) -> String) {
+        let e = &self.environment;
         let l = &e.launcher;
         let _ = writeln!(o, "{}", paint("1", "Launcher"));
         let kinds: Vec<String> = l
@@ -316,7 +338,11 @@ impl Report {
                 None => "unknown",
             }
         );
+    }
 
+    /// Findings, worst first, and the count of each severity.
+    fn text_findings(&self, o: &mut String, paint: &dyn Fn(&str, &str) -> String) {
+        let e = &self.environment;
         let _ = writeln!(o, "{}", paint("1", "Findings"));
         if e.coverage.nothing_to_judge() {
             let _ = writeln!(
@@ -345,7 +371,6 @@ impl Report {
             "{} error(s), {} warning(s), {} info",
             self.summary.errors, self.summary.warnings, self.summary.infos
         );
-        o
     }
 }
 

@@ -142,17 +142,12 @@ pub fn normalise(entries: Vec<Entry>) -> Vec<Entry> {
         .collect()
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Makes sure mmdebstrap is there: installs it as root, otherwise says how.
 fn need_mmdebstrap() -> Result<()> {
     if crate::sys::has("mmdebstrap") {
         return Ok(());
     }
-    if is_root() && crate::sys::has("apt-get") {
+    if crate::sys::is_root() && crate::sys::has("apt-get") {
         eprintln!("    mmdebstrap is missing: installing it");
         crate::sys::apt(&["mmdebstrap"])?;
         if crate::sys::has("mmdebstrap") {

@@ -73,16 +73,15 @@
 //! bookworm's (2.36), which holds when it is built on Debian 12, Ubuntu 22.04 or
 //! RHEL 8/9.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub mod base;
 pub mod oci;
@@ -90,8 +89,6 @@ pub mod sif;
 pub mod sys;
 pub mod tar;
 pub mod templates;
-
-use self::tar::Entry;
 
 /// Image formats `--format` accepts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +227,8 @@ impl std::error::Error for UsageError {}
 macro_rules! usage {
     ($($t:tt)*) => { return Err(anyhow::Error::new(UsageError(format!($($t)*)))) };
 }
+
+mod stage;
 
 /// The process status for a result of [`run`]: 0 for success, 2 for a
 /// [`UsageError`], 1 for any other failure. Prints the error (with its causes) to
@@ -750,73 +749,8 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let mut pr = Progress::new();
-
-    pr.step(&format!(
-        "finding `{}` in the workspace",
-        args.binary.as_deref().unwrap_or("its binary")
-    ));
-    let ws = metadata(args.manifest_path.as_deref())?;
-    let bin = match &args.binary {
-        Some(name) => find_bin(&ws, name)?,
-        None => default_bin(&ws)?,
-    }
-    .clone();
-    pr.done(&format!(
-        "{} `{}` of package {} in {}",
-        if bin.example { "example" } else { "binary" },
-        bin.name,
-        bin.package,
-        ws.root.display()
-    ));
-    if let Some(b) = &args.base {
-        if !b.exists() {
-            usage!(
-                "--base {}: no such file or directory (an OCI layout directory, an \
-                 oci-archive or a docker-archive)",
-                b.display()
-            );
-        }
-    }
-    let epoch = match source_date_epoch(&ws.root) {
-        Ok(e) => e,
-        Err(e) => usage!("{e:#}"),
-    };
-    let revision = git(&ws.root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
-
-    // Build.
-    let features = args.features.clone().unwrap_or_default();
-    let manifest: Vec<String> = match &args.manifest_path {
-        Some(m) => vec!["--manifest-path".into(), m.display().to_string()],
-        None => Vec::new(),
-    };
-    // The command as recorded in the image: without --manifest-path, so that the
-    // labels do not depend on where the workspace lies.
-    let mut build: Vec<String> = vec!["build".into()];
-    build.extend(profile_args(&args.profile));
-    build.extend(["-p".into(), bin.package.clone()]);
-    build.push(if bin.example { "--example" } else { "--bin" }.into());
-    build.push(bin.name.clone());
-    if !features.is_empty() {
-        build.push("--features".into());
-        build.push(features.clone());
-    }
-    pr.step(&format!("cargo {}", build.join(" ")));
-    crate::sys::run(crate::sys::cargo().args(&build).args(&manifest))?;
-    let release = ws.target_dir.join(profile_dir(&args.profile));
-    let bin_path = if bin.example {
-        release.join("examples").join(&bin.name)
-    } else {
-        release.join(&bin.name)
-    };
-    let mut binaries = vec![(bin.name.clone(), bin_path)];
-    if args.with_hpc && bin.name != "hpc" {
-        binaries.push((
-            "hpc".into(),
-            hpc_launcher(&ws, &args, &features, &manifest)?,
-        ));
-    }
-    pr.done("built");
-
+    let built = stage::binary::build(&args, &mut pr)?;
+    let (ws, bin) = (&built.ws, &built.bin);
     let cache = args
         .cache
         .clone()
@@ -828,440 +762,39 @@ pub fn run(args: Args) -> Result<()> {
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out_dir = out_dir.canonicalize()?;
 
-    // Base. The cache is locked for the rest of the build: the base's blobs are read
-    // from it until the layout is written.
+    // The cache is locked for the rest of the build: the base's blobs are read from
+    // it until the layout is written.
     let _cache_lock = crate::sys::lock_dir(&cache)?;
-    let spec = base::BaseSpec::for_model(args.mpi);
-    let base = match &args.base {
-        Some(p) => {
-            pr.step(&format!("importing base {}", p.display()));
-            fs::create_dir_all(&cache)?;
-            base::import(p, &cache)?
-        }
-        None => {
-            pr.step(&format!(
-                "base layer: Debian {} {} + [{}] ({})",
-                spec.suite,
-                spec.variant,
-                spec.packages.join(" "),
-                cache.join(spec.key()).display()
-            ));
-            base::ensure(&spec, &cache, epoch)?
-        }
-    };
-    let base_size: u64 = base.layers.iter().map(|(_, l)| l.blob.size).sum();
-    pr.done(&format!(
-        "{} layer(s), {:.1} MB compressed{}",
-        base.layers.len(),
-        base_size as f64 / 1e6,
-        if base.cached { ", from the cache" } else { "" }
-    ));
-
-    // App layer.
-    pr.step("app layer: binaries + the shared libraries the base lacks");
-    let mut entries = Vec::new();
-    let mut app_libs: BTreeSet<String> = BTreeSet::new();
-    let mut bind_libs: BTreeSet<String> = BTreeSet::new();
-    let mut extra_packages: BTreeSet<String> = BTreeSet::new();
-    for (name, path) in &binaries {
-        let data = hpc_io::read::read_regular(path, hpc_io::read::MAX_DATA_BYTES)?;
-        entries.push(Entry::file(&format!("usr/local/bin/{name}"), 0o755, data));
-        let libs = ldd(path)?;
-        // Bind model: the MPI library and what it pulls in come from the host.
-        let mut mpi_stack: BTreeSet<String> = BTreeSet::new();
-        let mut bind_extra: BTreeSet<String> = BTreeSet::new();
-        if args.mpi == MpiModel::Bind {
-            for l in libs.iter().filter(|l| l.soname.starts_with("libmpi.")) {
-                if let Some(p) = &l.path {
-                    mpi_stack.extend(self::mpi_stack(p)?);
-                }
-            }
-        }
-        // Libraries only the plugins need: bound in as well, when the base lacks them.
-        for p in &mpi_stack {
-            if !base_has(&base.files, p) && !libs.iter().any(|l| l.path.as_ref() == Some(p)) {
-                bind_extra.insert(format!("/{}", usr_merged(p)));
-            }
-        }
-        bind_libs.extend(bind_extra);
-        for l in libs {
-            let Some(p) = l.path else { continue };
-            if base_has(&base.files, &p) {
-                continue;
-            }
-            if mpi_stack.contains(&p) {
-                bind_libs.insert(format!("/{}", usr_merged(&p)));
-                continue;
-            }
-            let in_image = format!(
-                "{}/{}",
-                usr_merged(&p).rsplit_once('/').map_or("usr/lib", |x| x.0),
-                l.soname
-            );
-            if app_libs.insert(in_image.clone()) {
-                let data = hpc_io::read::read_regular(&p, hpc_io::read::MAX_DATA_BYTES)?;
-                entries.push(Entry::file(&in_image, 0o644, data));
-                if let Some(pkg) = dpkg_owner(&p) {
-                    extra_packages.insert(pkg);
-                }
-            }
-        }
-    }
-    let mut bind_paths: Vec<String> = bind_libs.iter().cloned().collect();
-    if args.mpi == MpiModel::Bind {
-        if bind_paths.is_empty() {
-            eprintln!("    note: the binary links no MPI library (build with --features mpi?): nothing to bind");
-        } else {
-            bind_paths.extend(
-                BIND_EXTRA_PATHS
-                    .iter()
-                    .filter(|p| Path::new(p).exists())
-                    .map(|s| s.to_string()),
-            );
-        }
-    }
-    self::tar::add_parents(&mut entries);
-    let layout = oci::Layout::create(&out_dir.join("oci"))?;
-    let tmp = out_dir.join("app-layer.tmp");
-    let d = self::tar::write_layer(entries, epoch, BufWriter::new(fs::File::create(&tmp)?))?;
-    fs::rename(&tmp, layout.blob_path(&d.digest))?;
-    let app_layer = oci::Layer {
-        blob: oci::Descriptor {
-            media_type: oci::LAYER_GZIP_MEDIA_TYPE.into(),
-            digest: d.digest.clone(),
-            size: d.size,
-        },
-        diff_id: d.diff_id.clone(),
-        created_by: format!(
-            "cargo xtask image {} ({} + {} libraries)",
-            bin.name,
-            binaries
-                .iter()
-                .map(|b| b.0.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
-            app_libs.len()
-        ),
-    };
-    pr.done(&format!(
-        "{:.1} MB compressed; libraries added: {}",
-        d.size as f64 / 1e6,
-        if app_libs.is_empty() {
-            "none".to_string()
-        } else {
-            app_libs
-                .iter()
-                .map(|s| format!("/{s}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
-    ));
-
-    // Config, manifest, layout.
-    pr.step("OCI layout: config, manifest, index");
-    let name = args.name.clone().unwrap_or_else(|| bin.name.clone());
-    let ref_name = format!("{name}:{}", args.tag);
-    let image_ref = format!("localhost/{ref_name}");
-    let mut env = vec![
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
-        // Containers commonly run as root; Open MPI refuses that without these.
-        "OMPI_ALLOW_RUN_AS_ROOT=1".into(),
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1".into(),
-        // Single-copy (CMA) needs ptrace rights across containers: copy-in/copy-out.
-        "OMPI_MCA_btl_vader_single_copy_mechanism=none".into(),
-    ];
-    if args.gpu {
-        env.push("NVIDIA_VISIBLE_DEVICES=all".into());
-        env.push("NVIDIA_DRIVER_CAPABILITIES=compute,utility".into());
-    }
-    let build_cmd = format!("cargo {}", build.join(" "));
-    let mut labels = BTreeMap::new();
-    let mut label = |k: &str, v: String| {
-        labels.insert(k.to_string(), v);
-    };
-    label("org.opencontainers.image.title", name.clone());
-    label("org.opencontainers.image.ref.name", ref_name.clone());
-    label("org.opencontainers.image.revision", revision.clone());
-    label("org.opencontainers.image.created", rfc3339(epoch));
-    label("org.opencontainers.image.version", bin.version.clone());
-    if let Some(r) = source_label(bin.repository.as_deref()) {
-        label("org.opencontainers.image.source", r);
-    }
-    label("org.opencontainers.image.base.name", base.source.clone());
-    label("io.hpc-rs.build", build_cmd.clone());
-    label(
-        "io.hpc-rs.features",
-        if features.is_empty() {
-            "none".into()
-        } else {
-            features.clone()
-        },
-    );
-    label("io.hpc-rs.mpi", args.mpi.name().into());
-    label("io.hpc-rs.gpu", args.gpu.to_string());
-    label(
-        "io.hpc-rs.binaries",
-        binaries
-            .iter()
-            .map(|b| b.0.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-    );
-    if !bind_paths.is_empty() {
-        label("io.hpc-rs.bind-paths", bind_paths.join(","));
-    }
-    let app_cmd = vec![format!("/usr/local/bin/{}", bin.name)];
-    let cfg = oci::ImageConfig {
-        env: env.clone(),
-        entrypoint: if args.entrypoint {
-            app_cmd.clone()
-        } else {
-            vec![]
-        },
-        cmd: if args.entrypoint { vec![] } else { app_cmd },
-        working_dir: "/".into(),
-        labels: labels.clone(),
-        created: rfc3339(epoch),
-    };
-    let mut layers = Vec::new();
-    for (path, l) in &base.layers {
-        layout.put_file(path, &l.blob)?;
-        layers.push(l.clone());
-    }
-    layers.push(app_layer);
-    let written = layout.finish(&cfg, &layers, &ref_name)?;
-    let compressed: u64 = written.layers.iter().map(|l| l.blob.size).sum::<u64>()
-        + written.config.size
-        + written.manifest.size;
-    pr.done(&format!(
-        "{} manifest {}",
-        layout.dir().display(),
-        written.manifest.digest
-    ));
-
-    // Archives.
-    let mut formats = args.format.clone();
-    if formats.contains(&Format::Sif) && !formats.contains(&Format::Oci) {
-        formats.push(Format::Oci);
-    }
-    let oci_archive = format!("{}-oci.tar", bin.name);
-    let docker_archive = format!("{}-docker.tar", bin.name);
-    let mut archives = BTreeMap::new();
-    for f in &formats {
-        match f {
-            Format::Oci => {
-                pr.step(&format!("oci-archive {oci_archive}"));
-                let p = out_dir.join(&oci_archive);
-                oci::write_oci_archive(&layout, &written, &p, epoch)?;
-                pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
-                archives.insert("oci-archive", p);
-            }
-            Format::Docker => {
-                pr.step(&format!("docker-archive {docker_archive}"));
-                let p = out_dir.join(&docker_archive);
-                oci::write_docker_archive(&layout, &written, &p, &image_ref, epoch)?;
-                pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
-                archives.insert("docker-archive", p);
-            }
-            Format::Sif => {}
-        }
-    }
-
-    // Run files.
-    pr.step("definition file and run scripts from hpc-image's templates");
-    let (bootstrap, archive) =
-        if archives.contains_key("oci-archive") || !archives.contains_key("docker-archive") {
-            ("oci-archive", oci_archive.clone())
-        } else {
-            ("docker-archive", docker_archive.clone())
-        };
-    let sif = format!("{}.sif", bin.name);
-    let def = format!("{}.def", bin.name);
-    let mut packages: Vec<String> = spec.packages.clone();
-    if args.base.is_none() {
-        packages.extend(extra_packages.iter().cloned());
-    }
-    let mut vars: BTreeMap<&str, String> = BTreeMap::new();
-    vars.insert("app", bin.name.clone());
-    vars.insert("image", image_ref.clone());
-    vars.insert("archive", archive.clone());
-    vars.insert("bootstrap", bootstrap.into());
-    vars.insert("sif", sif.clone());
-    vars.insert("def", def.clone());
-    vars.insert("mpi", args.mpi.name().into());
-    vars.insert("revision", revision.clone());
-    vars.insert(
-        "features",
-        if features.is_empty() {
-            "none".into()
-        } else {
-            features.clone()
-        },
-    );
-    vars.insert("suite", spec.suite.clone());
-    vars.insert("packages", packages.join(" "));
-    vars.insert(
-        "apptainer_flags",
-        if args.gpu {
-            "--nv".into()
-        } else {
-            String::new()
-        },
-    );
-    vars.insert(
-        "podman_gpu",
-        if args.gpu {
-            "--device nvidia.com/gpu=all".into()
-        } else {
-            String::new()
-        },
-    );
-    vars.insert(
-        "docker_gpu",
-        if args.gpu {
-            "--gpus all".into()
-        } else {
-            String::new()
-        },
-    );
-    vars.insert("bind_paths", bind_paths.join(","));
-    vars.insert(
-        "podman_binds",
-        bind_paths
-            .iter()
-            .map(|p| format!("-v {p}:{p}:ro"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-    let env_pairs: Vec<(&str, &str)> = env.iter().filter_map(|e| e.split_once('=')).collect();
-    vars.insert(
-        "env_sh",
-        env_pairs
-            .iter()
-            .map(|(k, v)| format!("    export {k}={}", shell_quote(v)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    vars.insert(
-        "env_dockerfile",
-        env_pairs
-            .iter()
-            .map(|(k, v)| format!("ENV {k}={}", shell_quote(v)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    vars.insert(
-        "labels_def",
-        labels
-            .iter()
-            .map(|(k, v)| format!("    {k} {v}"))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    vars.insert(
-        "labels_dockerfile",
-        labels
-            .iter()
-            .map(|(k, v)| format!("LABEL {k}={}", serde_json::to_string(v).expect("string")))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    );
-    debug_assert_eq!(
-        vars.keys().copied().collect::<Vec<_>>(),
-        template_keys(),
-        "template variables and template_keys() differ"
-    );
-    let def_template = match args.mpi {
-        MpiModel::Hybrid => &templates::APPTAINER_HYBRID,
-        MpiModel::Bind => &templates::APPTAINER_BIND,
-    };
-    let mut written_files = Vec::new();
-    for t in std::iter::once(def_template).chain(templates::COMMON.iter()) {
-        let text =
-            templates::fill(t.text, &vars).with_context(|| format!("template {}", t.name))?;
-        let p = out_dir.join(t.out.replace("{app}", &bin.name));
-        fs::write(&p, text)?;
-        if t.executable {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&p, fs::Permissions::from_mode(0o755))?;
-        }
-        written_files.push(p);
-    }
-    pr.done(
-        &written_files
-            .iter()
-            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-
-    let summary = json!({
-        "name": name,
-        "ref": image_ref,
-        "binary": bin.name,
-        "binary_path": binaries[0].1,
-        "package": bin.package,
-        "build": build_cmd,
-        "features": features,
-        "mpi": args.mpi.name(),
-        "gpu": args.gpu,
-        "revision": revision,
-        "source_date_epoch": epoch,
-        "manifest_digest": written.manifest.digest,
-        "config_digest": written.config.digest,
-        "compressed_size": compressed,
-        "layers": written.layers.iter().map(|l| json!({
-            "digest": l.blob.digest, "size": l.blob.size, "diff_id": l.diff_id, "created_by": l.created_by,
-        })).collect::<Vec<_>>(),
-        "app_libraries": app_libs.iter().map(|s| format!("/{s}")).collect::<Vec<_>>(),
-        "bind_paths": bind_paths,
-        "layout": layout.dir(),
-        "archives": archives,
-    });
-    fs::write(
-        out_dir.join("image.json"),
-        serde_json::to_vec_pretty(&summary)?,
+    let (spec, base, base_size) = stage::base_layer::base(&args, &cache, built.epoch, &mut pr)?;
+    let app = stage::app_layer::write(&args, &built, &base, &out_dir, &mut pr)?;
+    let image = stage::layout::write(&args, &built, &base, &app, &mut pr)?;
+    let mut archives = stage::archives::write(
+        &args,
+        &bin.name,
+        built.epoch,
+        &app,
+        &image,
+        &out_dir,
+        &mut pr,
     )?;
-
-    let mut sif_error = None;
-    if formats.contains(&Format::Sif) {
-        pr.step(&format!("apptainer build {sif} {def}"));
-        if crate::sys::has("apptainer") {
-            let p = sif::build(&out_dir, &sif, &def)?;
-            pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
-            archives.insert("sif", p);
-        } else {
-            sif_error = Some(sif::missing_apptainer(&out_dir, &sif, &def));
-        }
-    }
-
-    eprintln!(
-        "\nimage {image_ref}  manifest {}\n  compressed size {:.1} MB (base {:.1} MB + app {:.1} MB), built in {:.1}s\n  {}",
-        written.manifest.digest,
-        compressed as f64 / 1e6,
-        base_size as f64 / 1e6,
-        d.size as f64 / 1e6,
-        pr.total.elapsed().as_secs_f64(),
-        out_dir.display()
-    );
-    for (k, p) in &archives {
-        eprintln!("  {k}: {}", p.display());
-    }
-    eprintln!(
-        "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
-        out_dir.display(),
-        oci_archive
-    );
-    if let Some(e) = sif_error {
-        bail!(e);
-    }
-    println!("{}", written.manifest.digest);
-    Ok(())
+    let inputs = stage::scripts::Inputs {
+        args: &args,
+        built: &built,
+        spec: &spec,
+        app: &app,
+        image: &image,
+        archives: &archives,
+    };
+    let names = stage::scripts::write(&inputs, &out_dir, &mut pr)?;
+    stage::summary::write_json(&args, &built, &app, &image, &archives, &out_dir)?;
+    let sif_error = stage::summary::build_sif(&mut archives, &names, &out_dir, &mut pr)?;
+    stage::summary::report(&image, base_size, &app, &archives, &out_dir, sif_error, &pr)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ldd_output_is_parsed() {

@@ -69,12 +69,13 @@ fn dpkg_installed(pkg: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+/// Whether this process runs as root (its effective user).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }
 
-/// Installs missing Debian packages (as root), or says exactly what to run.
+/// Installs missing Debian packages (as root), or says exactly what to run: the
+/// one installer of the workspace (`cargo xtask setup` uses it too).
 pub fn apt(packages: &[&str]) -> Result<()> {
     if !has("dpkg-query") {
         eprintln!(
@@ -113,7 +114,7 @@ pub struct DirLock {
 /// Takes the exclusive lock of `dir` (created if missing), waiting for another
 /// holder and saying so.
 pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
-    use std::os::fd::AsRawFd;
+    use rustix::fs::{flock, FlockOperation};
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(".lock");
     let file = std::fs::OpenOptions::new()
@@ -122,17 +123,15 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a file descriptor we own; no memory is passed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
         eprintln!(
             "    waiting for {}: another image build uses this cache",
             path.display()
         );
-        // SAFETY: as above; blocking until the other holder closes its descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("locking {}", path.display()));
-        }
+        // Blocks until the other holder closes its descriptor.
+        flock(&file, FlockOperation::LockExclusive)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("locking {}", path.display()))?;
     }
     Ok(DirLock { _file: file })
 }

@@ -359,10 +359,29 @@ mod imp {
 }
 
 #[cfg(feature = "ofi")]
-mod imp;
+mod backend;
+#[cfg(feature = "ofi")]
+mod connect;
+#[cfg(feature = "ofi")]
+mod ffi;
+#[cfg(feature = "ofi")]
+mod ops;
+#[cfg(feature = "ofi")]
+mod progress;
+#[cfg(feature = "ofi")]
+mod provider;
+
+/// The libfabric runtime: the calls into `shim.c` ([`ffi`]), finding a provider
+/// ([`provider`]), connecting ([`connect`]), the state of operations ([`ops`]),
+/// progress ([`progress`]) and the [`crate::Backend`] on top ([`backend`]).
+#[cfg(feature = "ofi")]
+mod imp {
+    pub(super) use super::connect::connect;
+    pub(super) use super::provider::{check_provider, probe, resolve};
+}
 
 #[cfg(feature = "ofi")]
-pub(crate) use imp::Ofi;
+pub(crate) use backend::Ofi;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,112 @@
+//! Stage 1: find the binary in the workspace and build it (and the `hpc` launcher
+//! with `--with-hpc`).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::{
+    default_bin, find_bin, git, hpc_launcher, metadata, profile_args, profile_dir,
+    source_date_epoch, Args, BinTarget, Progress, UsageError, Workspace,
+};
+
+/// What the build stage found and built.
+pub(crate) struct Built {
+    pub(crate) ws: Workspace,
+    pub(crate) bin: BinTarget,
+    /// `SOURCE_DATE_EPOCH`: every time stamp of the image.
+    pub(crate) epoch: u64,
+    /// The workspace's git revision (`unknown` outside git).
+    pub(crate) revision: String,
+    /// `--features`, empty for none.
+    pub(crate) features: String,
+    /// The cargo command as recorded in the image (without `--manifest-path`).
+    pub(crate) build: Vec<String>,
+    /// Name in the image and path of each binary: the app first.
+    pub(crate) binaries: Vec<(String, PathBuf)>,
+}
+
+impl Built {
+    /// The names of the binaries in the image, joined by `sep`.
+    pub(crate) fn names(&self, sep: &str) -> String {
+        self.binaries
+            .iter()
+            .map(|b| b.0.as_str())
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+}
+
+/// Finds the binary, checks the input that needs no build, and builds it.
+pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
+    pr.step(&format!(
+        "finding `{}` in the workspace",
+        args.binary.as_deref().unwrap_or("its binary")
+    ));
+    let ws = metadata(args.manifest_path.as_deref())?;
+    let bin = match &args.binary {
+        Some(name) => find_bin(&ws, name)?,
+        None => default_bin(&ws)?,
+    }
+    .clone();
+    pr.done(&format!(
+        "{} `{}` of package {} in {}",
+        if bin.example { "example" } else { "binary" },
+        bin.name,
+        bin.package,
+        ws.root.display()
+    ));
+    if let Some(b) = &args.base {
+        if !b.exists() {
+            usage!(
+                "--base {}: no such file or directory (an OCI layout directory, an \
+                 oci-archive or a docker-archive)",
+                b.display()
+            );
+        }
+    }
+    let epoch = match source_date_epoch(&ws.root) {
+        Ok(e) => e,
+        Err(e) => usage!("{e:#}"),
+    };
+    let revision = git(&ws.root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+
+    let features = args.features.clone().unwrap_or_default();
+    let manifest: Vec<String> = match &args.manifest_path {
+        Some(m) => vec!["--manifest-path".into(), m.display().to_string()],
+        None => Vec::new(),
+    };
+    // The command as recorded in the image: without --manifest-path, so that the
+    // labels do not depend on where the workspace lies.
+    let mut build: Vec<String> = vec!["build".into()];
+    build.extend(profile_args(&args.profile));
+    build.extend(["-p".into(), bin.package.clone()]);
+    build.push(if bin.example { "--example" } else { "--bin" }.into());
+    build.push(bin.name.clone());
+    if !features.is_empty() {
+        build.push("--features".into());
+        build.push(features.clone());
+    }
+    pr.step(&format!("cargo {}", build.join(" ")));
+    crate::sys::run(crate::sys::cargo().args(&build).args(&manifest))?;
+    let release = ws.target_dir.join(profile_dir(&args.profile));
+    let bin_path = if bin.example {
+        release.join("examples").join(&bin.name)
+    } else {
+        release.join(&bin.name)
+    };
+    let mut binaries = vec![(bin.name.clone(), bin_path)];
+    if args.with_hpc && bin.name != "hpc" {
+        binaries.push(("hpc".into(), hpc_launcher(&ws, args, &features, &manifest)?));
+    }
+    pr.done("built");
+    Ok(Built {
+        ws,
+        bin,
+        epoch,
+        revision,
+        features,
+        build,
+        binaries,
+    })
+}

@@ -1,0 +1,163 @@
+//! Stage 6: the run files (Apptainer definition, Slurm batch scripts, run script,
+//! Containerfile) filled from hpc-image's templates.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::app_layer::App;
+use super::archives::Archives;
+use super::binary::Built;
+use super::layout::Image;
+use crate::base::BaseSpec;
+use crate::{shell_quote, template_keys, templates, Args, MpiModel, Progress};
+
+/// The names of the SIF and of its definition file in the output.
+pub(crate) struct SifNames {
+    pub(crate) sif: String,
+    pub(crate) def: String,
+}
+
+/// What the run files are made of.
+pub(crate) struct Inputs<'a> {
+    pub(crate) args: &'a Args,
+    pub(crate) built: &'a Built,
+    pub(crate) spec: &'a BaseSpec,
+    pub(crate) app: &'a App,
+    pub(crate) image: &'a Image,
+    pub(crate) archives: &'a Archives,
+}
+
+/// Fills the templates and writes the run files into `out_dir`.
+pub(crate) fn write(inputs: &Inputs<'_>, out_dir: &Path, pr: &mut Progress) -> Result<SifNames> {
+    pr.step("definition file and run scripts from hpc-image's templates");
+    let bin_name = &inputs.built.bin.name;
+    let names = SifNames {
+        sif: format!("{bin_name}.sif"),
+        def: format!("{bin_name}.def"),
+    };
+    let vars = vars(inputs, &names);
+    debug_assert_eq!(
+        vars.keys().copied().collect::<Vec<_>>(),
+        template_keys(),
+        "template variables and template_keys() differ"
+    );
+    let def_template = match inputs.args.mpi {
+        MpiModel::Hybrid => &templates::APPTAINER_HYBRID,
+        MpiModel::Bind => &templates::APPTAINER_BIND,
+    };
+    let mut written_files = Vec::new();
+    for t in std::iter::once(def_template).chain(templates::COMMON.iter()) {
+        let text =
+            templates::fill(t.text, &vars).with_context(|| format!("template {}", t.name))?;
+        let p = out_dir.join(t.out.replace("{app}", bin_name));
+        fs::write(&p, text)?;
+        if t.executable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755))?;
+        }
+        written_files.push(p);
+    }
+    pr.done(
+        &written_files
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    Ok(names)
+}
+
+/// `text` where `on`, else nothing.
+fn when(on: bool, text: &str) -> String {
+    if on {
+        text.into()
+    } else {
+        String::new()
+    }
+}
+
+/// `items`, each formatted by `f`, one a line.
+fn lines<T>(items: impl IntoIterator<Item = T>, f: impl Fn(T) -> String) -> String {
+    items.into_iter().map(f).collect::<Vec<_>>().join("\n")
+}
+
+/// The templates' variables (the keys of [`template_keys`]).
+fn vars(inputs: &Inputs<'_>, names: &SifNames) -> BTreeMap<&'static str, String> {
+    let Inputs {
+        args,
+        built,
+        spec,
+        app,
+        image,
+        archives,
+    } = inputs;
+    let paths = &archives.paths;
+    let (bootstrap, archive) =
+        if paths.contains_key("oci-archive") || !paths.contains_key("docker-archive") {
+            ("oci-archive", archives.oci_archive.clone())
+        } else {
+            ("docker-archive", archives.docker_archive.clone())
+        };
+    let mut packages: Vec<String> = spec.packages.clone();
+    if args.base.is_none() {
+        packages.extend(app.extra_packages.iter().cloned());
+    }
+    let features = &built.features;
+    let bind_paths = &app.bind_paths;
+    let env_pairs: Vec<(&str, &str)> = image.env.iter().filter_map(|e| e.split_once('=')).collect();
+    let mut vars: BTreeMap<&str, String> = BTreeMap::new();
+    vars.insert("app", built.bin.name.clone());
+    vars.insert("image", image.image_ref.clone());
+    vars.insert("archive", archive);
+    vars.insert("bootstrap", bootstrap.into());
+    vars.insert("sif", names.sif.clone());
+    vars.insert("def", names.def.clone());
+    vars.insert("mpi", args.mpi.name().into());
+    vars.insert("revision", built.revision.clone());
+    vars.insert(
+        "features",
+        if features.is_empty() {
+            "none".into()
+        } else {
+            features.clone()
+        },
+    );
+    vars.insert("suite", spec.suite.clone());
+    vars.insert("packages", packages.join(" "));
+    vars.insert("apptainer_flags", when(args.gpu, "--nv"));
+    vars.insert("podman_gpu", when(args.gpu, "--device nvidia.com/gpu=all"));
+    vars.insert("docker_gpu", when(args.gpu, "--gpus all"));
+    vars.insert("bind_paths", bind_paths.join(","));
+    vars.insert(
+        "podman_binds",
+        bind_paths
+            .iter()
+            .map(|p| format!("-v {p}:{p}:ro"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    vars.insert(
+        "env_sh",
+        lines(&env_pairs, |(k, v)| {
+            format!("    export {k}={}", shell_quote(v))
+        }),
+    );
+    vars.insert(
+        "env_dockerfile",
+        lines(&env_pairs, |(k, v)| format!("ENV {k}={}", shell_quote(v))),
+    );
+    vars.insert(
+        "labels_def",
+        lines(&image.labels, |(k, v)| format!("    {k} {v}")),
+    );
+    vars.insert(
+        "labels_dockerfile",
+        lines(&image.labels, |(k, v)| {
+            format!("LABEL {k}={}", serde_json::to_string(v).expect("string"))
+        }),
+    );
+    vars
+}

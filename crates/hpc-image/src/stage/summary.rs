@@ -1,0 +1,114 @@
+//! Stage 7: `image.json`, the SIF (when asked for and Apptainer is installed), and
+//! the closing report (the manifest digest on standard output).
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+use super::app_layer::App;
+use super::archives::Archives;
+use super::binary::Built;
+use super::layout::Image;
+use super::scripts::SifNames;
+use crate::{sif, Args, Format, Progress};
+
+/// Writes `image.json`: what was built, from what, and where it lies.
+pub(crate) fn write_json(
+    args: &Args,
+    built: &Built,
+    app: &App,
+    image: &Image,
+    archives: &Archives,
+    out_dir: &Path,
+) -> Result<()> {
+    let written = &image.written;
+    let summary = json!({
+        "name": image.name,
+        "ref": image.image_ref,
+        "binary": built.bin.name,
+        "binary_path": built.binaries[0].1,
+        "package": built.bin.package,
+        "build": image.build_cmd,
+        "features": built.features,
+        "mpi": args.mpi.name(),
+        "gpu": args.gpu,
+        "revision": built.revision,
+        "source_date_epoch": built.epoch,
+        "manifest_digest": written.manifest.digest,
+        "config_digest": written.config.digest,
+        "compressed_size": image.compressed,
+        "layers": written.layers.iter().map(|l| json!({
+            "digest": l.blob.digest, "size": l.blob.size, "diff_id": l.diff_id, "created_by": l.created_by,
+        })).collect::<Vec<_>>(),
+        "app_libraries": app.app_libs.iter().map(|s| format!("/{s}")).collect::<Vec<_>>(),
+        "bind_paths": app.bind_paths,
+        "layout": app.layout.dir(),
+        "archives": archives.paths,
+    });
+    fs::write(
+        out_dir.join("image.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    Ok(())
+}
+
+/// Builds the SIF where one is asked for; without Apptainer, the error to fail
+/// with once everything else is reported.
+pub(crate) fn build_sif(
+    archives: &mut Archives,
+    names: &SifNames,
+    out_dir: &Path,
+    pr: &mut Progress,
+) -> Result<Option<String>> {
+    if !archives.formats.contains(&Format::Sif) {
+        return Ok(None);
+    }
+    let SifNames { sif, def } = names;
+    pr.step(&format!("apptainer build {sif} {def}"));
+    if crate::sys::has("apptainer") {
+        let p = sif::build(out_dir, sif, def)?;
+        pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
+        archives.paths.insert("sif", p);
+        Ok(None)
+    } else {
+        Ok(Some(sif::missing_apptainer(out_dir, sif, def)))
+    }
+}
+
+/// Sizes, places and how to run the image; prints the manifest digest on standard
+/// output, or fails with `sif_error`.
+pub(crate) fn report(
+    image: &Image,
+    base_size: u64,
+    app: &App,
+    archives: &Archives,
+    out_dir: &Path,
+    sif_error: Option<String>,
+    pr: &Progress,
+) -> Result<()> {
+    let image_ref = &image.image_ref;
+    eprintln!(
+        "\nimage {image_ref}  manifest {}\n  compressed size {:.1} MB (base {:.1} MB + app {:.1} MB), built in {:.1}s\n  {}",
+        image.written.manifest.digest,
+        image.compressed as f64 / 1e6,
+        base_size as f64 / 1e6,
+        app.size as f64 / 1e6,
+        pr.total.elapsed().as_secs_f64(),
+        out_dir.display()
+    );
+    for (k, p) in &archives.paths {
+        eprintln!("  {k}: {}", p.display());
+    }
+    eprintln!(
+        "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
+        out_dir.display(),
+        archives.oci_archive
+    );
+    if let Some(e) = sif_error {
+        bail!(e);
+    }
+    println!("{}", image.written.manifest.digest);
+    Ok(())
+}
