@@ -782,10 +782,11 @@ impl Backend for Tcp {
         }
         let mut fds: Vec<PollFd> = conns
             .iter()
-            // SAFETY: each descriptor is owned by its connection's stream, and
-            // the connections (in `inner`) outlive `fds`.
             .map(|c| {
-                PollFd::from_borrowed_fd(unsafe { BorrowedFd::borrow_raw(c.fd) }, PollFlags::IN)
+                // SAFETY: each descriptor is owned by its connection's stream, and
+                // the connections (in `inner`) outlive `fds`.
+                let fd = unsafe { BorrowedFd::borrow_raw(c.fd) };
+                PollFd::from_borrowed_fd(fd, PollFlags::IN)
             })
             .collect();
         let now = rustix::event::Timespec {
