@@ -483,7 +483,9 @@ fn run_job(
         unsafe {
             cmd.pre_exec(move || {
                 // Die with the launcher, even if it is killed with SIGKILL.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                let _ = rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ));
                 // The supervisor ignores SIGTTOU; the ranks get the default back.
                 libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 set.apply()
