@@ -337,10 +337,7 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
                     .trim()
                     .strip_prefix("hpc-dpu-service 1 nonce ")
                     .unwrap_or_else(|| panic!("greeting {g:?}"));
-                let nonce: Vec<u8> = (0..nonce.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(&nonce[i..i + 2], 16).unwrap())
-                    .collect();
+                let nonce = hex::decode(nonce).unwrap();
                 return (s, r, nonce);
             }
             Err(_) if t.elapsed() < std::time::Duration::from_secs(20) => {
@@ -358,12 +355,7 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
         let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
         m.update(nonce);
         m.update(req.as_bytes());
-        let tag: String = m
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let tag = hex::encode(m.finalize().into_bytes());
         format!("{tag} {req}\n")
     };
     let answer =

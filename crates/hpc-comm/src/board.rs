@@ -577,9 +577,10 @@ fn stamp(pos: u64) -> u64 {
 #[cfg(not(loom))]
 impl Drop for Board {
     fn drop(&mut self) {
+        // An unmap that fails leaves the mapping in place: nothing to undo.
         // SAFETY: unmaps exactly the mapping made in `map`; no reference into it
         // outlives `self` (all accessors borrow `self`).
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
     }
 }
 
@@ -587,22 +588,16 @@ impl Drop for Board {
 /// timeout ended the sleep (`true`: woken, or the word had moved already).
 #[cfg(not(loom))]
 fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) -> bool {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    use rustix::thread::futex;
+    let ts = futex::Timespec {
+        tv_sec: futex::Secs::try_from(timeout.as_secs()).unwrap_or(futex::Secs::MAX),
+        tv_nsec: futex::Nsecs::from(timeout.subsec_nanos()),
     };
-    // SAFETY: FUTEX_WAIT on a valid, aligned u32 in a shared mapping (no PRIVATE flag,
-    // so other processes can wake it); the kernel only reads the word and `ts`.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            seen,
-            &ts as *const libc::timespec,
-        )
-    };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ETIMEDOUT)
+    // Not PRIVATE: the word lies in a shared mapping, other processes wake it.
+    !matches!(
+        futex::wait(word, futex::Flags::empty(), seen, Some(&ts)),
+        Err(rustix::io::Errno::TIMEDOUT)
+    )
 }
 
 /// See [`Board::enter_wait`].
@@ -624,8 +619,11 @@ impl Drop for InWait<'_> {
 
 #[cfg(not(loom))]
 fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a valid, aligned u32; wakes every waiter.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+    // Not PRIVATE (see `futex_wait`); wakes every waiter (the count is an
+    // `int` to the kernel: `i32::MAX`, not `u32::MAX`, which reads as -1). A failure can only
+    // mean a bad address, which a `&AtomicU32` is not.
+    let _ =
+        rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// Copies `len` bytes at `remote` in process `pid` to `local` (one copy,
@@ -712,7 +710,8 @@ pub(crate) fn pid_dead(pid: u32) -> bool {
         return false;
     }
     let gone = |e: &io::Error| {
-        e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+        e.kind() == io::ErrorKind::NotFound
+            || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
     };
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(e) if gone(&e) => true,
@@ -729,12 +728,14 @@ pub(crate) fn pid_dead(pid: u32) -> bool {
 
 /// Whether the kernel says there is no process `pid` (`kill(pid, 0)`).
 fn no_such_process(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
         return false;
     };
-    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    // Signal 0 sends nothing; it only checks that the process exists.
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
 /// The board's memory in the loom models: loom atomics for the control words
@@ -1035,6 +1036,40 @@ mod tests {
         assert!(pid_dead(pid) && no_such_process(pid));
         // A pid beyond pid_t is no process it can ask about.
         assert!(!no_such_process(u32::MAX));
+    }
+
+    #[test]
+    fn futex_times_out_returns_early_and_wakes_every_waiter() {
+        use std::sync::Arc;
+        let word = AtomicU32::new(7);
+        let t = std::time::Instant::now();
+        assert!(
+            !futex_wait(&word, 7, Duration::from_millis(20)),
+            "a timeout says so"
+        );
+        assert!(t.elapsed() >= Duration::from_millis(15));
+        // The word moved already: back at once, not a timeout.
+        assert!(futex_wait(&word, 8, Duration::from_secs(60)));
+        let word = Arc::new(AtomicU32::new(0));
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let w = word.clone();
+                std::thread::spawn(move || {
+                    while w.load(Ordering::SeqCst) == 0 {
+                        futex_wait(&w, 0, Duration::from_secs(30));
+                    }
+                    std::time::Instant::now()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let woke_at = std::time::Instant::now();
+        word.store(1, Ordering::SeqCst);
+        futex_wake(&word);
+        for w in waiters {
+            // One wake reaches all three long before their 30 s timeout.
+            assert!(w.join().unwrap() - woke_at < Duration::from_secs(5));
+        }
     }
 }
 

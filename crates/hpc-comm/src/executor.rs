@@ -930,25 +930,30 @@ impl Shared {
 /// `CAP_SYS_NICE`), `none`. Failures are logged, not fatal.
 pub(crate) fn raise_priority() {
     let how = std::env::var(hpc_runtime::env::PROGRESS_SCHED).unwrap_or_else(|_| "nice".into());
-    // SAFETY: plain system calls on the calling thread with valid arguments.
-    let rc = unsafe {
-        match how.as_str() {
-            "fifo" => {
-                let p = libc::sched_param { sched_priority: 1 };
-                libc::sched_setscheduler(0, libc::SCHED_FIFO, &p)
-            }
-            "none" => 0,
-            _ => {
-                let rc = libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20);
-                if rc == 0 {
-                    short_slice();
-                }
-                rc
+    let result = match how.as_str() {
+        "fifo" => {
+            // rustix has no `sched_setscheduler`.
+            let p = libc::sched_param { sched_priority: 1 };
+            // SAFETY: a valid `sched_param` for the calling thread (pid 0).
+            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
             }
         }
+        "none" => Ok(()),
+        _ => {
+            // On Linux a thread id names one thread to `setpriority`.
+            let r = rustix::process::setpriority_process(Some(rustix::thread::gettid()), -20);
+            if r.is_ok() {
+                short_slice();
+            }
+            r.map_err(std::io::Error::from)
+        }
     };
-    if rc != 0 {
-        tracing::info!(how, error = %std::io::Error::last_os_error(), "progress thread keeps its priority");
+    if let Err(error) = result {
+        tracing::info!(how, %error, "progress thread keeps its priority");
     }
 }
 

@@ -5,20 +5,17 @@
 /// an address the kernel picks.
 pub(crate) fn map_shared(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<*mut u8> {
     // SAFETY: a new mapping where the kernel chooses, so it aliases nothing; the
-    // kernel checks the descriptor and the length, the result is checked below.
+    // caller's descriptor stays open for this call; the kernel checks it and the
+    // length.
     let p = unsafe {
-        libc::mmap(
+        rustix::mm::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            std::os::fd::BorrowedFd::borrow_raw(fd),
             0,
         )
-    };
-    if p == libc::MAP_FAILED {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(p.cast())
-    }
+    }?;
+    Ok(p.cast())
 }

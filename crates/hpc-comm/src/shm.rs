@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -111,13 +111,10 @@ impl<T: Elem> SharedBuf<T> {
             });
         }
         let err = |what: &'static str| move |e: std::io::Error| Error::transport_from(what, e);
-        // SAFETY: a NUL-terminated name and valid flags.
-        let raw = unsafe { libc::memfd_create(c"hpc-coll-buf".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(err("memfd_create")(std::io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a descriptor just created and owned by nobody else.
-        let file = unsafe { std::fs::File::from_raw_fd(raw) };
+        let file = std::fs::File::from(
+            rustix::fs::memfd_create(c"hpc-coll-buf", rustix::fs::MemfdFlags::CLOEXEC)
+                .map_err(|e| err("memfd_create")(e.into()))?,
+        );
         file.set_len(bytes as u64)
             .map_err(err("sizing the shared buffer"))?;
         let ino = std::os::unix::fs::MetadataExt::ino(
@@ -154,8 +151,9 @@ impl<T: Elem> Drop for SharedBuf<T> {
             registry().remove(&(self.ptr.as_ptr() as usize));
             // SAFETY: our own mapping of `len` elements, made in `new`; no
             // reference into it outlives `self`.
-            unsafe {
-                libc::munmap(
+            // An unmap that fails leaves the mapping in place: nothing to undo.
+            let _ = unsafe {
+                rustix::mm::munmap(
                     self.ptr.as_ptr().cast(),
                     self.len * std::mem::size_of::<T>(),
                 )

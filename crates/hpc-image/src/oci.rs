@@ -1,8 +1,10 @@
 //! OCI image layout, manifest and config writing, and the `oci-archive` /
 //! `docker-archive` tarballs made from a layout.
 //!
-//! JSON objects are built with `serde_json` values whose keys are inserted in a fixed
-//! order, so the same inputs give the same bytes and digests.
+//! JSON objects are built as `serde_json` values and written by [`to_bytes`] with
+//! every object's keys sorted, whatever order `serde_json`'s map keeps (a
+//! workspace that turns on its `preserve_order` feature keeps insertion order):
+//! the same inputs give the same bytes and digests.
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -149,9 +151,39 @@ pub fn docker_manifest_json(config: &Descriptor, layers: &[Layer], repo_tag: &st
     }])
 }
 
-/// Canonical bytes of a JSON value (compact).
+/// Canonical bytes of a JSON value: compact, each object's keys in byte order
+/// (what `serde_json` writes by default, kept when its `preserve_order` feature
+/// is on).
 pub fn to_bytes(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).expect("JSON values serialise")
+    serde_json::to_vec(&Sorted(v)).expect("JSON values serialise")
+}
+
+/// A JSON value that serialises its objects' keys sorted.
+struct Sorted<'a>(&'a Value);
+
+impl serde::Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut out = s.serialize_map(Some(keys.len()))?;
+                for k in keys {
+                    out.serialize_entry(k, &Sorted(&m[k]))?;
+                }
+                out.end()
+            }
+            Value::Array(a) => {
+                let mut out = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    out.serialize_element(&Sorted(v))?;
+                }
+                out.end()
+            }
+            v => v.serialize(s),
+        }
+    }
 }
 
 /// An OCI image layout directory being written.
@@ -354,6 +386,96 @@ mod tests {
         assert_eq!(v["history"][0]["created_by"], "base");
         // Same input, same bytes.
         assert_eq!(to_bytes(&v), to_bytes(&config_json(&cfg, &[layer()])));
+    }
+
+    /// The exact bytes, and so the digests, of a small image's config, manifest
+    /// and index. They are the image's identity: a change here changes every
+    /// image built, so it must be on purpose. The same bytes come out with
+    /// `serde_json`'s `preserve_order` on
+    /// (`cargo test -p hpc-image --features serde_json/preserve_order`).
+    #[test]
+    fn config_manifest_and_index_bytes_are_pinned() {
+        let mut cfg = ImageConfig {
+            env: vec!["PATH=/usr/bin".into()],
+            entrypoint: vec!["/init".into()],
+            cmd: vec!["/usr/local/bin/hello".into()],
+            working_dir: "/".into(),
+            created: "1970-01-01T00:00:00Z".into(),
+            ..Default::default()
+        };
+        cfg.labels.insert("z.last".into(), "2".into());
+        cfg.labels.insert("a.first".into(), "1".into());
+        let config_bytes = to_bytes(&config_json(&cfg, &[layer()]));
+        let b = "b".repeat(64);
+        assert_eq!(
+            String::from_utf8(config_bytes.clone()).unwrap(),
+            format!(
+                concat!(
+                    r#"{{"architecture":"amd64","config":{{"Cmd":["/usr/local/bin/hello"],"#,
+                    r#""Entrypoint":["/init"],"Env":["PATH=/usr/bin"],"#,
+                    r#""Labels":{{"a.first":"1","z.last":"2"}},"WorkingDir":"/"}},"#,
+                    r#""created":"1970-01-01T00:00:00Z","history":[{{"created":"#,
+                    r#""1970-01-01T00:00:00Z","created_by":"base"}}],"os":"linux","#,
+                    r#""rootfs":{{"diff_ids":["sha256:{b}"],"type":"layers"}}}}"#,
+                ),
+                b = b
+            )
+        );
+        let config = Descriptor {
+            media_type: CONFIG_MEDIA_TYPE.into(),
+            digest: sha256(&config_bytes),
+            size: config_bytes.len() as u64,
+        };
+        assert_eq!(
+            config.digest,
+            "sha256:0b8c1f78e9d2aac08a33d265c0f6627490f229e6f17912362d08e2c387dc322a"
+        );
+        let manifest_bytes = to_bytes(&manifest_json(
+            &config,
+            &[layer()],
+            &[("z", "1"), ("a", "2")],
+        ));
+        let a = "a".repeat(64);
+        assert_eq!(
+            String::from_utf8(manifest_bytes.clone()).unwrap(),
+            format!(
+                concat!(
+                    r#"{{"annotations":{{"a":"2","z":"1"}},"config":{{"digest":"{}","#,
+                    r#""mediaType":"{CONFIG_MEDIA_TYPE}","size":{}}},"layers":[{{"#,
+                    r#""digest":"sha256:{a}","mediaType":"{LAYER_GZIP_MEDIA_TYPE}","#,
+                    r#""size":10}}],"mediaType":"{MANIFEST_MEDIA_TYPE}","schemaVersion":2}}"#,
+                ),
+                config.digest,
+                config_bytes.len(),
+                a = a,
+                CONFIG_MEDIA_TYPE = CONFIG_MEDIA_TYPE,
+                LAYER_GZIP_MEDIA_TYPE = LAYER_GZIP_MEDIA_TYPE,
+                MANIFEST_MEDIA_TYPE = MANIFEST_MEDIA_TYPE,
+            )
+        );
+        assert_eq!(
+            sha256(&manifest_bytes),
+            "sha256:43b01b0402d6467c74ad08352002b838b9af0c5a55390a13efb57d9786a75bfc"
+        );
+        let manifest = Descriptor {
+            media_type: MANIFEST_MEDIA_TYPE.into(),
+            digest: sha256(&manifest_bytes),
+            size: manifest_bytes.len() as u64,
+        };
+        assert_eq!(
+            String::from_utf8(to_bytes(&index_json(&manifest, "localhost/hello:latest"))).unwrap(),
+            format!(
+                concat!(
+                    r#"{{"manifests":[{{"annotations":{{"org.opencontainers.image.ref.name":"#,
+                    r#""localhost/hello:latest"}},"digest":"{}","mediaType":"#,
+                    r#""{MANIFEST_MEDIA_TYPE}","size":{}}}],"#,
+                    r#""mediaType":"application/vnd.oci.image.index.v1+json","schemaVersion":2}}"#,
+                ),
+                manifest.digest,
+                manifest.size,
+                MANIFEST_MEDIA_TYPE = MANIFEST_MEDIA_TYPE,
+            )
+        );
     }
 
     #[test]

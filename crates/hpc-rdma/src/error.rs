@@ -186,14 +186,17 @@ mod tests {
 
     #[test]
     fn sources_survive_clones() {
-        let io = std::io::Error::from_raw_os_error(libc::ECONNRESET);
+        let io = std::io::Error::from_raw_os_error(rustix::io::Errno::CONNRESET.raw_os_error());
         let e = Error::lost(3, "write failed", Some(io));
         let copy = e.clone();
         let src = copy.source().expect("the socket error is kept");
         let io = src
             .downcast_ref::<std::io::Error>()
             .expect("as the io::Error it was");
-        assert_eq!(io.raw_os_error(), Some(libc::ECONNRESET));
+        assert_eq!(
+            io.raw_os_error(),
+            Some(rustix::io::Errno::CONNRESET.raw_os_error())
+        );
         assert!(copy.to_string().contains("rank 3 is lost"));
         let e: Error = std::io::Error::from(std::io::ErrorKind::NotFound).into();
         assert_eq!(

@@ -7,8 +7,7 @@
 //! region's 64-bit random key; dropping the last handle to a region zeroes the key, so
 //! peers that still map it see their key go stale and get [`Error::BadKey`].
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -39,21 +38,11 @@ impl Mapping {
         let total = HEADER
             .checked_add(data_len.div_ceil(4096) * 4096)
             .ok_or_else(|| Error::InvalidArgument(format!("region of {data_len} bytes")))?;
-        let name = CString::new(MEMFD_NAME).expect("no NUL in name");
-        // SAFETY: `name` is a valid NUL-terminated string; flags are valid for memfd_create.
-        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: fchmod on a descriptor we own.
-        let chmod = unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
-        // SAFETY: ftruncate on a descriptor we own.
-        let size = unsafe { libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) };
-        if chmod != 0 || size != 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
+        let fd = rustix::fs::memfd_create(MEMFD_NAME, rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600))
+            .and_then(|()| rustix::fs::ftruncate(&fd, total as u64))
+            .map_err(std::io::Error::from)?;
         Mapping::map(fd, total)
     }
 
@@ -85,21 +74,19 @@ impl Mapping {
     }
 
     fn map(fd: OwnedFd, total: usize) -> Result<Mapping> {
-        // SAFETY: mapping a descriptor we own, length = its size, shared read/write; the
-        // result is checked against MAP_FAILED.
+        // SAFETY: a new mapping of a descriptor we own, where the kernel chooses (so
+        // it aliases nothing), length = its size, shared read/write.
         let p = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &fd,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error().into());
         }
+        .map_err(std::io::Error::from)?;
         Ok(Mapping {
             base: p.cast(),
             total,
@@ -132,9 +119,10 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // An unmap that fails leaves the mapping in place: nothing to undo.
         // SAFETY: `base`/`total` are exactly what mmap returned; nothing refers to the
         // mapping any more (we are its only owner).
-        unsafe { libc::munmap(self.base.cast(), self.total) };
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.total) };
     }
 }
 

@@ -14,7 +14,7 @@
 //!   it already wrote into the ring is drained, so messages sent before exit arrive.
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -91,13 +91,8 @@ pub(crate) struct Shm {
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 impl Shm {
@@ -424,16 +419,18 @@ impl Backend for Shm {
         let p = self.peer(peer)?;
         let gone = match &p.pidfd {
             Some(fd) => {
-                let mut pfd = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
+                let mut pfd = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                let now = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
                 };
-                // SAFETY: one valid pollfd, zero timeout.
-                unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+                rustix::event::poll(&mut pfd, Some(&now)).is_ok_and(|n| n > 0)
             }
-            // SAFETY: signal 0 only checks for existence.
-            None => unsafe { libc::kill(p.pid as libc::pid_t, 0) != 0 },
+            // Signal 0 only checks for existence.
+            None => i32::try_from(p.pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err()),
         };
         if gone {
             // Deliver what it wrote before exiting.

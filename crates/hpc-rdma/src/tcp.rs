@@ -17,10 +17,13 @@
 use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
 
 use hpc_runtime::World;
 
@@ -413,21 +416,8 @@ pub(crate) fn error_of(code: u8, what: &str) -> Error {
 /// `recv(2)` without blocking (the descriptor itself stays blocking: its writer clone
 /// shares the file status flags). `WouldBlock` when nothing is there.
 fn recv_now(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `buf` is writable for its length; the descriptor is open while `s` lives.
-    let n = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    let (n, _) = rustix::net::recv(s, buf, rustix::net::RecvFlags::DONTWAIT)?;
+    Ok(n)
 }
 
 /// Whether the last progress by a waiting caller was less than 200 µs ago.
@@ -450,13 +440,15 @@ fn reader_loop(inner: Arc<Inner>, peer: usize) {
             std::thread::sleep(Duration::from_micros(50));
             continue;
         }
-        let mut pfd = libc::pollfd {
-            fd: conn.fd,
-            events: libc::POLLIN,
-            revents: 0,
+        // SAFETY: the descriptor is owned by `conn.rx`'s stream, which lives as
+        // long as `conn` (held here), so it stays open for the borrow.
+        let fd = unsafe { BorrowedFd::borrow_raw(conn.fd) };
+        let mut pfd = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+        let ten_ms = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
         };
-        // SAFETY: one valid pollfd; the descriptor lives as long as `conn`.
-        let n = unsafe { libc::poll(&mut pfd, 1, 10) };
+        let n = rustix::event::poll(&mut pfd, Some(&ten_ms)).unwrap_or(0);
         if n > 0 {
             let mut rx = conn.rx.lock().unwrap_or_else(|e| e.into_inner());
             pump(&inner, &conn, &mut rx);
@@ -779,29 +771,36 @@ impl Backend for Tcp {
         inner
             .caller_progress
             .store(inner.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let mut fds: Vec<libc::pollfd> = inner
+        let conns: Vec<&Arc<Conn>> = inner
             .polled
             .iter()
             .filter_map(|&p| inner.conns[p].as_ref())
             .filter(|c| !c.ended.load(Ordering::Relaxed))
-            .map(|c| libc::pollfd {
-                fd: c.fd,
-                events: libc::POLLIN,
-                revents: 0,
+            .collect();
+        if conns.is_empty() {
+            return Ok(());
+        }
+        let mut fds: Vec<PollFd> = conns
+            .iter()
+            .map(|c| {
+                // SAFETY: each descriptor is owned by its connection's stream, and
+                // the connections (in `inner`) outlive `fds`.
+                let fd = unsafe { BorrowedFd::borrow_raw(c.fd) };
+                PollFd::from_borrowed_fd(fd, PollFlags::IN)
             })
             .collect();
-        if fds.is_empty() {
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if !rustix::event::poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) {
             return Ok(());
         }
-        // SAFETY: `fds` is a valid array of its length; zero timeout.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-        if n <= 0 {
-            return Ok(());
-        }
-        for f in fds.iter().filter(|f| f.revents != 0) {
-            let Some(conn) = inner.conns.iter().flatten().find(|c| c.fd == f.fd) else {
-                continue;
-            };
+        for (conn, _) in conns
+            .iter()
+            .zip(&fds)
+            .filter(|(_, f)| !f.revents().is_empty())
+        {
             if let Ok(mut rx) = conn.rx.try_lock() {
                 pump(inner, conn, &mut rx);
             }

@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags};
+
 use crate::error::{Error, Result};
 use crate::wire::{frame, read_msg, Msg, Op, ReadError};
 
@@ -261,7 +263,6 @@ fn accept_loop(
     tx: Sender<Event>,
     stop: Arc<AtomicBool>,
 ) {
-    use std::os::fd::AsRawFd;
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::error!(error = %e, "coordinator cannot poll its socket");
         return;
@@ -270,14 +271,6 @@ fn accept_loop(
     let mut pending: std::collections::VecDeque<Unauthenticated> = Default::default();
     let mut evicted = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
-            .chain(pending.iter().map(|c| c.stream.as_raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
         let now = Instant::now();
         let wait = pending
             .iter()
@@ -285,28 +278,33 @@ fn accept_loop(
             .min()
             .unwrap_or(Duration::MAX)
             .min(Duration::from_millis(200));
-        // SAFETY: `fds` is a valid, initialised array of `fds.len()` pollfd structs that
-        // lives across the call; poll only writes their `revents` fields.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis().max(1) as libc::c_int,
+        let mut fds: Vec<PollFd> = std::iter::once(PollFd::new(&listener, PollFlags::IN))
+            .chain(
+                pending
+                    .iter()
+                    .map(|c| PollFd::new(&c.stream, PollFlags::IN)),
             )
+            .collect();
+        let wait = wait.max(Duration::from_millis(1));
+        let timeout = rustix::event::Timespec {
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
         };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
+        if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
+            if e != rustix::io::Errno::INTR {
                 tracing::error!(error = %e, "coordinator cannot poll its connections");
                 std::thread::sleep(Duration::from_millis(50));
             }
             continue;
         }
+        // Which descriptors spoke (or hung up); `fds` borrows `pending` and ends here.
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
         // Judge the connections that have something to say (or hung up).
         let mut keep = std::collections::VecDeque::with_capacity(pending.len());
-        for (c, fd) in pending.drain(..).zip(&fds[1..]) {
+        for (c, &spoke) in pending.drain(..).zip(&ready[1..]) {
             let mut c = c;
-            if fd.revents == 0 {
+            if !spoke {
                 if c.since.elapsed() >= hello_timeout {
                     tracing::debug!(
                         peer = ?c.stream.peer_addr().ok(),
@@ -336,7 +334,7 @@ fn accept_loop(
         }
         pending = keep;
         // New connections.
-        if fds[0].revents != 0 {
+        if ready[0] {
             loop {
                 match listener.accept() {
                     Ok((stream, _)) => {

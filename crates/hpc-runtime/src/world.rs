@@ -159,15 +159,12 @@ impl fmt::Debug for World {
 
 /// This host's name, or `localhost` if it cannot be read.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is a valid writable buffer of the length passed; gethostname writes
-    // at most that many bytes and we only read up to the first NUL within it.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
+    // On Linux, uname's node name is what gethostname(2) reads.
+    let uname = rustix::system::uname();
+    match uname.nodename().to_string_lossy() {
+        name if name.is_empty() => "localhost".into(),
+        name => name.into_owned(),
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 impl World {

@@ -4,16 +4,17 @@
 use std::fmt;
 use std::sync::Arc;
 
+use rustix::process::Pid;
+use rustix::thread::CpuSet as RawCpuSet;
 use serde::{Deserialize, Serialize};
 
 use crate::model::Topology;
 use crate::placement::Placement;
 use crate::{CpuSet, Result, TopologyError};
 
-fn to_cpu_set_t(set: &CpuSet) -> Result<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is a plain bit array; all-zero is the valid empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
+fn to_cpu_set_t(set: &CpuSet) -> Result<RawCpuSet> {
+    let mut raw = RawCpuSet::new();
+    let max = RawCpuSet::MAX_CPU as u32;
     for cpu in set.iter() {
         if cpu >= max {
             return Err(TopologyError::Bind {
@@ -21,50 +22,36 @@ fn to_cpu_set_t(set: &CpuSet) -> Result<libc::cpu_set_t> {
                 reason: format!("PU {cpu} is beyond {max}"),
             });
         }
-        // SAFETY: `cpu` is below the capacity of `raw`, checked above.
-        unsafe { libc::CPU_SET(cpu as usize, &mut raw) };
+        raw.set(cpu as usize);
     }
     Ok(raw)
 }
 
-fn affinity_of(pid: libc::pid_t) -> Result<CpuSet> {
-    // SAFETY: all-zero is a valid cpu_set_t.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
-    let rc =
-        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
-    if rc != 0 {
-        return Err(TopologyError::Bind {
-            cpuset: String::new(),
-            reason: format!("sched_getaffinity: {}", std::io::Error::last_os_error()),
-        });
-    }
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: every index is below the set's capacity.
-    Ok((0..max)
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &raw) })
+fn affinity_of(pid: Option<Pid>) -> Result<CpuSet> {
+    let raw = rustix::thread::sched_getaffinity(pid).map_err(|e| TopologyError::Bind {
+        cpuset: String::new(),
+        reason: format!("sched_getaffinity: {e}"),
+    })?;
+    Ok((0..RawCpuSet::MAX_CPU)
+        .filter(|&i| raw.is_set(i))
         .map(|i| i as u32)
         .collect())
 }
 
 /// The PUs the calling thread may run on (`sched_getaffinity(0)`).
 pub fn thread_affinity() -> Result<CpuSet> {
-    affinity_of(0)
+    affinity_of(None)
 }
 
 /// The current binding of this process: the affinity of its main thread, which is
 /// what `taskset`, cgroups, Slurm or `mpirun` gave it at start.
 pub fn current_binding() -> Result<CpuSet> {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    affinity_of(pid)
+    affinity_of(Some(rustix::process::getpid()))
 }
 
 /// The PU the calling thread runs on right now (`sched_getcpu`).
 pub fn current_cpu() -> Option<u32> {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    u32::try_from(cpu).ok()
+    u32::try_from(rustix::thread::sched_getcpu()).ok()
 }
 
 /// Binds the calling thread to `cpuset` (`sched_setaffinity(0)`).
@@ -76,12 +63,10 @@ pub fn bind_current_thread(cpuset: &CpuSet) -> Result<()> {
         });
     }
     let raw = to_cpu_set_t(cpuset)?;
-    // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
-    if rc != 0 {
+    if let Err(e) = rustix::thread::sched_setaffinity(None, &raw) {
         return Err(TopologyError::Bind {
             cpuset: cpuset.to_string(),
-            reason: format!("sched_setaffinity: {}", std::io::Error::last_os_error()),
+            reason: format!("sched_setaffinity: {e}"),
         });
     }
     tracing::debug!(cpuset = %cpuset, "thread bound");

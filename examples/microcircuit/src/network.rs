@@ -79,11 +79,16 @@ pub fn huge_pages<T>(v: &[T]) {
     let a = start.next_multiple_of(HUGE);
     let b = end / HUGE * HUGE;
     if b > a {
+        // Refused advice leaves small pages: nothing to undo.
         // SAFETY: [a, b) lies inside `v`'s allocation, which stays mapped while the
         // borrow lasts; MADV_HUGEPAGE is advice that changes no contents.
-        unsafe {
-            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
-        }
+        let _ = unsafe {
+            rustix::mm::madvise(
+                a as *mut std::ffi::c_void,
+                b - a,
+                rustix::mm::Advice::LinuxHugepage,
+            )
+        };
     }
 }
 

@@ -61,7 +61,7 @@ pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> an
 
 /// A CPU set prepared before `fork`, applied in the child.
 pub struct CpuSet {
-    set: Option<libc::cpu_set_t>,
+    set: Option<rustix::thread::CpuSet>,
 }
 
 impl CpuSet {
@@ -70,11 +70,12 @@ impl CpuSet {
         if cpus.is_empty() {
             return CpuSet { set: None };
         }
-        // SAFETY: zeroed cpu_set_t is the empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            // SAFETY: c < CPU_SETSIZE.
-            unsafe { libc::CPU_SET(c, &mut set) };
+        let mut set = rustix::thread::CpuSet::new();
+        for &c in cpus
+            .iter()
+            .filter(|&&c| c < rustix::thread::CpuSet::MAX_CPU)
+        {
+            set.set(c);
         }
         CpuSet { set: Some(set) }
     }
@@ -82,12 +83,7 @@ impl CpuSet {
     /// Applies the set to the calling process. Async-signal-safe (one syscall).
     pub fn apply(&mut self) -> std::io::Result<()> {
         if let Some(set) = &self.set {
-            // SAFETY: the set is owned and its size is passed.
-            let rc =
-                unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
-            if rc != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            rustix::thread::sched_setaffinity(None, set)?;
         }
         Ok(())
     }

@@ -80,6 +80,5 @@ fn use_color() -> bool {
     if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         return false;
     }
-    // SAFETY: `isatty` only inspects the descriptor number.
-    unsafe { libc::isatty(libc::STDOUT_FILENO) == 1 }
+    std::io::IsTerminal::is_terminal(&std::io::stdout())
 }

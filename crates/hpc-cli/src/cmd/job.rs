@@ -128,19 +128,21 @@ pub fn split() -> Role {
     }
     // The supervisor. Its own process group: a Ctrl-C at the terminal reaches the
     // front, which forwards it once (the ranks have groups of their own as well).
-    // SAFETY: plain system calls on this process, with constant arguments.
+    // Each step is best effort: without it the job still runs, less guarded.
+    let _ = rustix::process::setpgid(None, None);
+    // Writing to the terminal from a background group must not stop us.
+    // SAFETY: ignoring a signal installs no handler; rustix has no signal API.
     unsafe {
-        libc::setpgid(0, 0);
-        // Writing to the terminal from a background group must not stop us.
         libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
-        // `ps -o comm` and `top` tell it from the front.
-        libc::prctl(libc::PR_SET_NAME, c"hpc-supervisor".as_ptr());
-        libc::prctl(libc::PR_SET_PDEATHSIG, FRONT_DEATH_SIGNAL);
     }
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    // `ps -o comm` and `top` tell it from the front.
+    let _ = rustix::thread::set_name(c"hpc-supervisor");
+    let _ = rustix::process::set_parent_process_death_signal(
+        rustix::process::Signal::from_named_raw(FRONT_DEATH_SIGNAL),
+    );
     install(FRONT_DEATH_SIGNAL, on_front_gone);
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != front {
+    if parent() != front {
         FRONT_GONE.store(true, Ordering::SeqCst);
     }
     Role::Supervisor { front: Some(front) }
@@ -173,10 +175,15 @@ fn front_wait(supervisor: libc::pid_t) -> i32 {
     }
 }
 
+/// This process's parent (0: none, as for a process whose parent is outside
+/// its pid namespace).
+fn parent() -> libc::pid_t {
+    rustix::process::Pid::as_raw(rustix::process::getppid())
+}
+
 /// Whether the front this supervisor belongs to is gone.
 pub fn front_gone(front: Option<libc::pid_t>) -> bool {
-    // SAFETY: getppid has no preconditions.
-    FRONT_GONE.load(Ordering::SeqCst) || front.is_some_and(|f| unsafe { libc::getppid() } != f)
+    FRONT_GONE.load(Ordering::SeqCst) || front.is_some_and(|f| parent() != f)
 }
 
 /// A child that exited: `(pid, raw wait status)`, or `None` when none has. The
@@ -246,11 +253,9 @@ pub fn kill_everything(within: Duration, mut on_exit: impl FnMut(libc::pid_t, i3
             }
             return;
         }
-        for pid in left {
-            // SAFETY: plain syscall; these are our own descendants.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+        // Our own descendants; one gone meanwhile is what we want.
+        for pid in left.into_iter().filter_map(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         std::thread::sleep(Duration::from_millis(10));
     }

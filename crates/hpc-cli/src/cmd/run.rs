@@ -202,18 +202,14 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
         }
     }
     // Three descriptors per rank in this process (two pipes and a socket) plus slack.
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+    // `None`: no limit.
+    if let Some(limit) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
         let need = 3 * args.np as u64 + 64;
-        if lim.rlim_cur < need {
+        if limit < need {
             bail!(
                 "-n {} needs about {need} open files but the limit is {} (raise it with `ulimit -n`)",
                 args.np,
-                lim.rlim_cur
+                limit
             );
         }
     }
@@ -341,9 +337,12 @@ pub fn reserved_status(code: i32) -> Option<i32> {
 }
 
 fn kill_group(pid: u32, sig: i32) {
-    // SAFETY: plain syscall; a negative pid addresses the process group the rank leads.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), sig);
+    // The process group the rank leads; a rank already gone is no error here.
+    let group = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    if let (Some(group), Some(sig)) = (group, rustix::process::Signal::from_named_raw(sig)) {
+        let _ = rustix::process::kill_process_group(group, sig);
     }
 }
 
@@ -484,7 +483,9 @@ fn run_job(
         unsafe {
             cmd.pre_exec(move || {
                 // Die with the launcher, even if it is killed with SIGKILL.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                let _ = rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ));
                 // The supervisor ignores SIGTTOU; the ranks get the default back.
                 libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 set.apply()

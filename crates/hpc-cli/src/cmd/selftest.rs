@@ -124,8 +124,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         match args.fail_mode {
             FailMode::Exit => std::process::exit(args.exit_code),
             FailMode::Kill => {
-                // SAFETY: plain syscall sending SIGKILL to ourselves.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::KILL,
+                );
             }
             FailMode::Hang => std::thread::sleep(std::time::Duration::from_secs(3600)),
         }
