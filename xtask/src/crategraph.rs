@@ -94,7 +94,7 @@ pub fn render(g: &Graph) -> Result<String> {
 
 /// `text` with its generated block replaced by `block`.
 pub fn splice(text: &str, block: &str) -> Result<String> {
-    crate::readme::splice(text, BEGIN, END, block, FILE)
+    crate::generated::splice(text, BEGIN, END, block, FILE)
 }
 
 /// Rewrites (or with `check`, compares) the block in `root`/[`FILE`].
@@ -103,7 +103,7 @@ pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<(
     let have = std::fs::read_to_string(&path).with_context(|| format!("reading {FILE}"))?;
     let want = splice(&have, &render(&graph(packages))?)?;
     let what = format!("crate graph of {} crates", packages.len());
-    crate::readme::update(&path, &have, &want, check, &what, "crate-graph")
+    crate::generated::update(&path, &have, &want, check, &what, "crate-graph")
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand};
 
 mod crategraph;
 mod fuzz;
+mod generated;
 mod hwloc;
 mod modcycles;
 mod readme;
