@@ -1,0 +1,118 @@
+//! The spike files of fixed seeds, pinned by their SHA-256: a change to the code
+//! that moves a single spike (or a byte of the file format) fails here, whatever
+//! the ranks, threads, exchange and engine of the run.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use hpc_test_support::Job;
+use sha2::{Digest, Sha256};
+
+const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
+
+/// `spikes.spk` of 1.5 % of the neurons, 5 % of the in-degrees, 20 ms warm-up and
+/// 60 ms with the thalamic input, for each seed.
+const PINNED: [(u64, &str); 2] = [
+    (
+        55,
+        "f15158f1d016c621be057488d70be5c78388243c3286dc12d9b1507f5b1749ab",
+    ),
+    (
+        3,
+        "2145ea8be35a552374f2699f8f16c25a2491908c447f5cc31f553edcf94b56da",
+    ),
+];
+
+fn args(out: &Path, seed: u64, threads: usize) -> Vec<String> {
+    let seed = seed.to_string();
+    let threads = threads.to_string();
+    [
+        "--n-scaling",
+        "0.015",
+        "--k-scaling",
+        "0.05",
+        "--t-presim",
+        "20",
+        "--t-sim",
+        "60",
+        "--thalamic",
+        "--seed",
+        &seed,
+        "--threads",
+        &threads,
+        "--quiet",
+        "--no-pin",
+        "--no-plot",
+        "--out",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([out.display().to_string()])
+    .collect()
+}
+
+fn sha256_hex(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        bytes.len() > 1000,
+        "too few spikes to pin: {} bytes",
+        bytes.len()
+    );
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The digest of one run: `ranks` processes (a singleton without a launcher when
+/// 1) of `threads` threads, with `extra` arguments.
+fn digest(seed: u64, ranks: usize, threads: usize, extra: &[&str]) -> String {
+    let dir = hpc_test_support::tmpdir("microcircuit-pin", &format!("{seed}-{ranks}-{threads}"));
+    let mut a = args(&dir, seed, threads);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    if ranks == 1 {
+        let o = Command::new(BIN).args(&a).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    } else {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let outs = Job::program(BIN, &a, ranks)
+            .timeout(Duration::from_secs(60))
+            .run();
+        for (r, o) in outs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "rank {r} of {ranks} failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    let d = sha256_hex(&dir.join("spikes.spk"));
+    let _ = std::fs::remove_dir_all(&dir);
+    d
+}
+
+#[test]
+fn spike_files_of_fixed_seeds_keep_their_digests() {
+    for (seed, want) in PINNED {
+        assert_eq!(
+            digest(seed, 1, 1, &[]),
+            want,
+            "seed {seed}, 1 rank x 1 thread"
+        );
+    }
+    let (seed, want) = PINNED[0];
+    for (ranks, threads, extra) in [
+        (1, 2, &[][..]),
+        (2, 1, &["--exchange", "allgather", "--engine", "world"][..]),
+        (2, 2, &["--exchange", "allgather", "--engine", "inline"][..]),
+        (2, 1, &["--exchange", "alltoallv", "--engine", "inline"][..]),
+        (2, 2, &["--exchange", "alltoallv", "--engine", "thread"][..]),
+    ] {
+        assert_eq!(
+            digest(seed, ranks, threads, extra),
+            want,
+            "seed {seed}, {ranks} ranks x {threads} threads, {extra:?}"
+        );
+    }
+}
