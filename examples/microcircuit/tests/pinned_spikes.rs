@@ -3,11 +3,7 @@
 //! the ranks, threads, exchange and engine of the run.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
-
-use hpc_test_support::Job;
-use sha2::{Digest, Sha256};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
@@ -52,42 +48,14 @@ fn args(out: &Path, seed: u64, threads: usize) -> Vec<String> {
     .collect()
 }
 
-fn sha256_hex(path: &Path) -> String {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(
-        bytes.len() > 1000,
-        "too few spikes to pin: {} bytes",
-        bytes.len()
-    );
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The digest of one run: `ranks` processes (a singleton without a launcher when
 /// 1) of `threads` threads, with `extra` arguments.
 fn digest(seed: u64, ranks: usize, threads: usize, extra: &[&str]) -> String {
     let dir = hpc_test_support::tmpdir("microcircuit-pin", &format!("{seed}-{ranks}-{threads}"));
     let mut a = args(&dir, seed, threads);
     a.extend(extra.iter().map(|s| s.to_string()));
-    if ranks == 1 {
-        let o = Command::new(BIN).args(&a).output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    } else {
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let outs = Job::program(BIN, &a, ranks)
-            .timeout(Duration::from_secs(60))
-            .run();
-        for (r, o) in outs.iter().enumerate() {
-            assert!(
-                o.status.success(),
-                "rank {r} of {ranks} failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-    }
-    let d = sha256_hex(&dir.join("spikes.spk"));
+    let spikes = dir.join("spikes.spk");
+    let d = hpc_test_support::digest_of_run(BIN, &a, ranks, Duration::from_secs(60), &spikes);
     let _ = std::fs::remove_dir_all(&dir);
     d
 }
