@@ -266,6 +266,14 @@ pub fn finish_output_dir(
     Ok(())
 }
 
+/// The log filter of a simulation binary: the project's log variable (`HPC_LOG`,
+/// as `hpc_rs::init` and `hpc` read it), then `RUST_LOG`, then warnings only.
+pub fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+}
+
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
 /// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
 pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {

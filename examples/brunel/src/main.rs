@@ -439,11 +439,7 @@ fn main() {
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
-    // The project's log variable (HPC_LOG, as `hpc_rs::init` and `hpc` read it), then
-    // RUST_LOG, then warnings only.
-    let filter = tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = hpc_spiking::run::log_filter();
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

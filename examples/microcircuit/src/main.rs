@@ -434,11 +434,7 @@ fn main() {
         }
     }
     let args = Args::parse();
-    // The project's log variable (HPC_LOG, as `hpc_rs::init` and `hpc` read it), then
-    // RUST_LOG, then warnings only.
-    let filter = tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = hpc_spiking::run::log_filter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
