@@ -266,6 +266,30 @@ pub fn finish_output_dir(
     Ok(())
 }
 
+/// The end of a run on every rank (a collective): every rank's `report` goes to
+/// rank 0 ([`gather_reports`]), where `summarise` writes the run's summary into its
+/// output directory `out_dir` from all of them, in rank order; then rank 0 ends the
+/// run in that directory, complete or stopped at `end_step` (of `dt` ms)
+/// ([`finish_output_dir`]). `out_dir` is what [`own_output_dir`] gave this rank.
+pub fn hand_off(
+    world: &hpc_rs::World,
+    report: &impl serde::Serialize,
+    out_dir: Option<hpc_io::rundir::RunDir>,
+    (completed, end_step, dt): (bool, u64, f64),
+    summarise: impl FnOnce(&mut hpc_io::rundir::RunDir, &[Gathered]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut out_dir = out_dir;
+    if let Some(all) = gather_reports(world, report)? {
+        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
+        summarise(dir, &all)?;
+        hpc_io::write::flush_stdout()?;
+    }
+    if let Some(d) = out_dir {
+        finish_output_dir(d, completed, end_step, dt)?;
+    }
+    Ok(())
+}
+
 /// The log filter of a simulation binary: the project's log variable (`HPC_LOG`,
 /// as `hpc_rs::init` and `hpc` read it), then `RUST_LOG`, then warnings only.
 pub fn log_filter() -> tracing_subscriber::EnvFilter {

@@ -282,15 +282,10 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    if let Some(all) = hpc_spiking::run::gather_reports(&world, &report)? {
-        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
-        summary(&args, dir, &model, &report, &all, &pool)?;
-        hpc_io::write::flush_stdout()?;
-    }
-    if let Some(d) = out_dir {
-        hpc_spiking::run::finish_output_dir(d, report.completed, report.end_step, dt)?;
-    }
-    Ok(())
+    let end = (report.completed, report.end_step, dt);
+    hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
+        summary(&args, dir, &model, &report, all, &pool)
+    })
 }
 
 fn mib(b: u64) -> String {
