@@ -1,5 +1,6 @@
-//! The brunel example's spike files (`spikes.spk`, and the copy inside a
-//! checkpoint): any bytes, complete or as a partial file of an interrupted run.
+//! The spike files of the spiking examples (`hpc_spiking::spikes`: `spikes.spk`,
+//! and the copy inside a checkpoint): any bytes, complete or as a partial file of
+//! an interrupted run.
 //!
 //! Properties: decoding never panics, and what it accepts is consistent: every
 //! neuron id is below the header's neuron count and the records are sorted by tick,
@@ -7,7 +8,7 @@
 
 #![no_main]
 
-use brunel::output::decode_spikes;
+use hpc_spiking::spikes::decode_spikes;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

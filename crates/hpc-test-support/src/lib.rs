@@ -282,6 +282,40 @@ fn failed(outs: &[Output], good: impl Fn(&Output) -> bool) -> Vec<String> {
         .collect()
 }
 
+/// Runs `program` with `args` as `ranks` processes (one: a singleton, without a
+/// launcher; more: a [`Job`] with the deadline `timeout`) and returns the SHA-256
+/// of the file `output` it wrote, in hex: a digest to pin a program's output by.
+/// Panics with the output of the first rank that failed, or naming `output` when
+/// it cannot be read.
+pub fn digest_of_run(
+    program: &str,
+    args: &[String],
+    ranks: usize,
+    timeout: Duration,
+    output: &Path,
+) -> String {
+    use sha2::Digest as _;
+    if ranks == 1 {
+        let o = Command::new(program).args(args).output().unwrap();
+        assert!(o.status.success(), "{program} failed: {}", text(&o));
+    } else {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let outs = Job::program(program, &a, ranks).timeout(timeout).run();
+        for (r, o) in outs.iter().enumerate() {
+            assert!(
+                o.status.success(),
+                "rank {r} of {ranks} failed: {}",
+                text(o)
+            );
+        }
+    }
+    let bytes = std::fs::read(output).unwrap_or_else(|e| panic!("{}: {e}", output.display()));
+    sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A fresh, empty directory under the system's temporary directory, unique
 /// to this process and call (`<prefix>-<pid>-<n>-<tag>`).
 pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{AnyExchange, Engine};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
 use clap::Parser;
+use hpc_spiking::exchange::{AnyExchange, Engine};
 
 /// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
 /// closed stdout (`| head`) is not.
@@ -194,7 +194,7 @@ fn run(args: Args) -> Result<()> {
         args.threads,
         args.checkpoint_every.is_some(),
     );
-    let available = brunel::memory::available(ctx.environment.resources.memory_limit_bytes);
+    let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
     match brunel::memory::check(&model, &estimate, available) {
         Ok(()) => {}
         Err(e) if args.allow_oversize => {
@@ -204,15 +204,16 @@ fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
+    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
-    let mut out_dir = brunel::own_output_dir(
+    let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
         "brunel",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
+        hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
@@ -230,14 +231,14 @@ fn run(args: Args) -> Result<()> {
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
         checkpoint_every: args
             .checkpoint_every
-            .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
+            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
             .transpose()?,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
         stop_at: args
             .stop_at
-            .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
+            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
             .transpose()?,
     };
 
@@ -275,7 +276,7 @@ fn run(args: Args) -> Result<()> {
         } else {
             0.0
         };
-        brunel::draw_progress(p.step, p.steps, dt, &format!("{rtf:.2}"));
+        hpc_spiking::run::draw_progress(p.step, p.steps, dt, &format!("{rtf:.2}"));
     };
     let report = {
         let mut ex = AnyExchange::new(args.engine, world.clone())?;
@@ -289,15 +290,10 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    if let Some(all) = brunel::gather_reports(&world, &report)? {
-        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
-        summary(&args, dir, &model, &report, &all, &pool, reference.as_ref())?;
-        hpc_io::write::flush_stdout()?;
-    }
-    if let Some(d) = out_dir {
-        brunel::finish_output_dir(d, report.completed, report.end_step, dt)?;
-    }
-    Ok(())
+    let end = (report.completed, report.end_step, dt);
+    hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
+        summary(&args, dir, &model, &report, all, &pool, reference.as_ref())
+    })
 }
 
 fn mib(b: u64) -> String {
@@ -309,7 +305,7 @@ fn summary(
     dir: &mut hpc_io::rundir::RunDir,
     model: &Model,
     me: &RankReport,
-    all: &[brunel::Gathered],
+    all: &[hpc_spiking::run::Gathered],
     pool: &rayon::ThreadPool,
     reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {
@@ -396,7 +392,7 @@ fn summary(
         None if !me.completed => say!(
             "  stopped at {:.1} ms: spikes so far in {}",
             me.end_step as f64 * p.dt,
-            brunel::output::partial_path(&args.out.join("spikes.spk")).display()
+            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
         ),
         None => {}
     }
@@ -410,7 +406,8 @@ fn draw(
     reference: Option<&brunel::plot::Reference>,
     dir: &mut hpc_io::rundir::RunDir,
 ) -> Result<()> {
-    for name in brunel::output_names() {
+    for name in hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem()))
+    {
         if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
             dir.record(&name)?;
         }
@@ -437,11 +434,7 @@ fn main() {
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
-    // The project's log variable (HPC_LOG, as `hpc_rs::init` and `hpc` read it), then
-    // RUST_LOG, then warnings only.
-    let filter = tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = hpc_spiking::run::log_filter();
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

@@ -9,34 +9,10 @@
 
 use rayon::prelude::*;
 
+pub use hpc_spiking::Block;
+
 use crate::params::Model;
-use crate::rng::{below, draw, stream_key, Purpose};
-
-/// A contiguous range of neurons.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    /// First neuron (global id, or local index for a block within a rank).
-    pub first: u32,
-    /// Number of neurons.
-    pub len: u32,
-}
-
-impl Block {
-    /// Part `i` of `parts` near-equal contiguous parts of `0..n`.
-    pub fn part(n: u32, parts: u32, i: u32) -> Block {
-        let base = n / parts;
-        let rem = n % parts;
-        Block {
-            first: i * base + i.min(rem),
-            len: base + u32::from(i < rem),
-        }
-    }
-
-    /// One past the last neuron.
-    pub fn end(&self) -> u32 {
-        self.first + self.len
-    }
-}
+use hpc_spiking::rng::{below, draw, stream_key, Purpose};
 
 /// Calls `f` with each presynaptic source of neuron `target`, excitatory first.
 #[inline]

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 use spike_report::plot::{PlotOptions, Rows};
 use spike_report::report::{Check, Phase, Report, Tolerance, Validation};
-use spike_report::{palette, Population, Recording, RunInfo};
+use spike_report::{palette, Population, Recording};
 
 use crate::params::Model;
 
@@ -121,7 +121,7 @@ impl Reference {
 
 /// The recording of a spike file written by this example.
 pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
-    let f = crate::output::read_spikes(spikes)?;
+    let f = hpc_spiking::spikes::read_spikes(spikes)?;
     let pops = f.header["populations"]
         .as_array()
         .with_context(|| format!("{} has no populations in its header", spikes.display()))?;
@@ -155,15 +155,6 @@ pub fn recording(spikes: &Path, model: &Model) -> Result<Recording> {
     })
 }
 
-/// An empty report of the run `title` of `neurons` neurons whose summary JSON
-/// (`summary`, as the binary prints it) gives its ranks, threads and synapses.
-pub fn run_report(title: &str, neurons: u64, summary: &Value) -> Report {
-    let u = |k: &str| summary[k].as_u64().unwrap_or(0);
-    let mut run = RunInfo::new(title, neurons, u("ranks") as u32, u("threads") as u32);
-    run.synapses = summary["synapses"].as_u64();
-    Report::new(run)
-}
-
 /// Writes the figures and `report.html` of a finished run into `out`; returns
 /// the report's path.
 pub fn report(
@@ -177,7 +168,7 @@ pub fn report(
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut rep = run_report("Brunel (2000) balanced network", model.n as u64, summary);
+    let mut rep = Report::of_summary("Brunel (2000) balanced network", model.n as u64, summary);
     rep.notes.push(format!(
         "Sparse random network of leaky integrate-and-fire neurons with delta synapses (NEST's brunel_delta_nest.py), order {}, g = {}, eta = {}, V_reset = {} mV; {} ms simulated in steps of {} ms.",
         p.order, p.g, p.eta, p.v_reset, p.t_sim, p.dt

@@ -44,35 +44,13 @@ use anyhow::{bail, Result};
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart, State};
-use crate::exchange::SpikeExchange;
 use crate::network::{Block, Connectivity};
-use crate::output::{Recorder, SpikeWriter, Stats};
+use crate::output::{Recorder, Stats};
 use crate::params::Model;
-use crate::rng::{draw, stream_key, PoissonTable, Purpose};
+use hpc_spiking::exchange::SpikeExchange;
+use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
-/// How to run.
-#[derive(Clone, Debug, Default)]
-pub struct RunOptions {
-    /// Overlap the exchange with the next interval's update (`M = D/2`; ignored
-    /// when the minimum delay `D` is under 2 steps).
-    pub overlap: bool,
-    /// Where rank 0 writes the spike file (none: no file).
-    pub spikes: Option<PathBuf>,
-    /// Write a checkpoint every this many steps (needs `checkpoint_dir`).
-    pub checkpoint_every: Option<u64>,
-    /// Directory of the checkpoints.
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Keep only the newest this many of the checkpoints this run writes (older ones
-    /// of this run are removed once a newer one is complete); `None`: keep all.
-    pub checkpoint_keep: Option<usize>,
-    /// Resume from this checkpoint (a `step-*` directory or their parent). Read by
-    /// [`Simulation::new`]; [`Simulation::run`] continues the spike file of the
-    /// checkpoint that `new` restored.
-    pub restart: Option<PathBuf>,
-    /// Stop (as if interrupted) once this step is reached: the spike file is
-    /// left as `.partial`.
-    pub stop_at: Option<u64>,
-}
+pub use hpc_spiking::RunOptions;
 
 /// Progress, reported after every interval.
 #[derive(Clone, Debug)]
@@ -425,7 +403,7 @@ impl<'a> Simulation<'a> {
                         // parameters (t_sim may have been extended).
                         rec.add(&prefix);
                         if let Some(p) = &opts.spikes {
-                            let mut w = SpikeWriter::create(p, model)?;
+                            let mut w = crate::output::spike_writer(p, model)?;
                             w.append(&prefix)?;
                             writer = Some(w);
                         }
@@ -437,13 +415,13 @@ impl<'a> Simulation<'a> {
                     None => {}
                 }
             } else if let Some(p) = &opts.spikes {
-                writer = Some(SpikeWriter::create(p, model)?);
+                writer = Some(crate::output::spike_writer(p, model)?);
             }
             recorder = Some(rec);
         }
 
         let t0 = Instant::now();
-        let cpu0 = crate::cpu_seconds();
+        let cpu0 = hpc_spiking::run::cpu_seconds();
         let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
         // `send`: this rank's spikes of interval `send_base`, not yet exchanged
         // (lag 2 only). `gathered`: all ranks' spikes of interval
@@ -626,7 +604,7 @@ impl<'a> Simulation<'a> {
             completed,
             build_s: self.build_s,
             simulate_s,
-            simulate_cpu_s: crate::cpu_seconds() - cpu0,
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
             update_s,
             communicate_s: comm_s,
             io_s,

@@ -304,7 +304,8 @@ fn brunel_across_cluster_nodes() {
         "the run finished before node2 was lost: {text}"
     );
     let partial = shared().join("lost/spikes.spk.partial");
-    let f = brunel::output::read_spikes_partial(&partial).expect("partial spike file readable");
+    let f =
+        hpc_spiking::spikes::read_spikes_partial(&partial).expect("partial spike file readable");
     assert!(!f.spikes.is_empty());
     let len = std::fs::metadata(&partial).unwrap().len();
     assert!(len > 16, "{len}");

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use brunel::exchange::LocalExchange;
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{RankReport, RunOptions, Simulation};
+use hpc_spiking::exchange::LocalExchange;
 use hpc_test_support::Job;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
@@ -97,7 +97,7 @@ fn checkpoint_restart_gives_the_uninterrupted_spikes() {
     };
     let rep = run_virtual(&model, 2, 1, &first);
     assert!(!rep.completed && rep.end_step == 600);
-    assert!(!path.exists() && brunel::output::partial_path(&path).exists());
+    assert!(!path.exists() && hpc_spiking::spikes::partial_path(&path).exists());
     // Resumed with another decomposition.
     let resume = RunOptions {
         overlap: true,

@@ -1,5 +1,5 @@
-//! The Python reader of the spike file (`tools/hpc_spikes.py`, which both examples'
-//! `read_spikes.py` use) against the Rust one (`brunel::output::decode_spikes`):
+//! The Python reader of the spike file (`hpc-spiking`'s `python/hpc_spikes.py`, which both examples'
+//! `read_spikes.py` use) against the Rust one (`hpc_spiking::spikes::decode_spikes`):
 //! files the brunel binary wrote, and the same files damaged in each way the
 //! format forbids, are accepted or refused by both alike; then the Python tests
 //! (`tools/test_hpc_spikes.py`) run on the binary's files.
@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use brunel::output::{decode_spikes, SpikeFileError};
 use hpc_runtime::env;
+use hpc_spiking::spikes::{decode_spikes, SpikeFileError};
 use hpc_test_support::example;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
@@ -21,6 +21,11 @@ type Edit = fn(&mut serde_json::Value);
 
 fn tools() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
+}
+
+/// The Python reader, in the `hpc-spiking` crate.
+fn reader() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/hpc-spiking/python/hpc_spikes.py")
 }
 
 /// Whether `python3` runs; panics where `HPC_REQUIRE_PYTHON=1` and it does not.
@@ -94,7 +99,7 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
         spk(v.to_string().as_bytes(), &f.spikes)
     };
     let last = f.spikes.last().copied().unwrap();
-    let limit = brunel::output::tick_limit(0.1, 60.0) as u32;
+    let limit = hpc_spiking::spikes::tick_limit(0.1, 60.0) as u32;
 
     // (file name, bytes, accepted?) — the expectation is written out, so that the
     // two readers cannot agree on a wrong answer.
@@ -186,7 +191,7 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
     }
     // A neuron of the run that spikes after the end of the shortened run: refused
     // above for that reason, not another.
-    assert!(last.0 > brunel::output::tick_limit(0.1, 10.0) as u32);
+    assert!(last.0 > hpc_spiking::spikes::tick_limit(0.1, 10.0) as u32);
     // Every damaged body of the real run: one flipped bit in a neuron id's top byte.
     let mut flipped = good.clone();
     flipped[16 + hlen + 8 * (body.len() / 16) + 7] ^= 0x80;
@@ -199,7 +204,7 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
         std::fs::write(&path, bytes).unwrap();
         let rust = decode_spikes(bytes, name.ends_with(".partial"));
         assert_eq!(rust.is_ok(), *accepted, "Rust reader on {name}: {rust:?}");
-        let o = python(&["hpc_spikes.py".as_ref(), path.as_os_str()], &[]);
+        let o = python(&[reader().as_os_str(), path.as_os_str()], &[]);
         let (out, err) = (
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise a spike file written by the brunel example (format "hpc-rs spikes", v1).
 
-The file is read and checked by hpc_spikes.py (next to this file; the format and
+The file is read and checked by crates/hpc-spiking/python/hpc_spikes.py (the format and
 every check are described there): a damaged file, an id beyond n_neurons, records
 out of order or past the end of the run end in a one-line error and exit status 1.
 A `.partial` file (interrupted run) reads the same, less an incomplete last record.
@@ -14,7 +14,9 @@ import json
 import os
 import sys
 
-import hpc_spikes
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "..", "..", "crates", "hpc-spiking", "python"))
+import hpc_spikes  # noqa: E402
 
 PROG = "read_spikes.py"
 

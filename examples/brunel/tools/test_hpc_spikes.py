@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of the Python spike-file reader (hpc_spikes.py) and of the two read_spikes.py
+"""Tests of the Python spike-file reader (crates/hpc-spiking/python/hpc_spikes.py) and of the two read_spikes.py
 tools that use it: standard library only (numpy where installed).
 
     python3 -m unittest discover -s examples/brunel/tools -p 'test_*.py'
@@ -18,7 +18,9 @@ import tracemalloc
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+READER_DIR = os.path.join(HERE, "..", "..", "..", "crates", "hpc-spiking", "python")
+READER = os.path.join(READER_DIR, "hpc_spikes.py")
+sys.path.insert(0, READER_DIR)
 import hpc_spikes  # noqa: E402
 from hpc_spikes import SpikeFileError, decode  # noqa: E402
 
@@ -192,14 +194,14 @@ class CommandLine(unittest.TestCase):
     def test_the_checker_names_each_bad_file_in_one_line(self):
         good = self.file("good.spk", spk(GOOD))
         bad = self.file("bad.spk", spk([(1, 100)]))
-        r = run(os.path.join(HERE, "hpc_spikes.py"), good)
+        r = run(READER, good)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("good.spk: valid, 5 spikes of 100 neurons, ticks 1..101", r.stdout)
-        r = run(os.path.join(HERE, "hpc_spikes.py"), good, bad)
+        r = run(READER, good, bad)
         self.one_line_error(r, 1, "bad.spk is not a valid spike file", "neuron 100")
-        self.one_line_error(run(os.path.join(HERE, "hpc_spikes.py")), 2, "usage")
+        self.one_line_error(run(READER), 2, "usage")
         missing = os.path.join(self.dir.name, "missing.spk")
-        self.one_line_error(run(os.path.join(HERE, "hpc_spikes.py"), missing), 1,
+        self.one_line_error(run(READER, missing), 1,
                             "cannot read", "missing.spk")
 
     def test_a_partial_file_may_end_in_half_a_record(self):
@@ -207,7 +209,7 @@ class CommandLine(unittest.TestCase):
         f = hpc_spikes.read(p)
         self.assertEqual((len(f), f.dropped_bytes), (4, 5))
         self.assertRaises(SpikeFileError, hpc_spikes.read, p, partial_ok=False)
-        r = run(os.path.join(HERE, "hpc_spikes.py"), p)
+        r = run(READER, p)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("5 bytes of an incomplete record dropped", r.stdout)
 
@@ -278,7 +280,7 @@ class FilesOfTheRustWriter(unittest.TestCase):
                          ["excitatory", "inhibitory"])
         self.assertLess(max(f.ids), f.n_neurons)
         self.assertLessEqual(max(f.ticks), round(f.t_sim_ms / f.dt_ms))
-        r = run(os.path.join(HERE, "hpc_spikes.py"), p)
+        r = run(READER, p)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"valid, {len(f)} spikes of {f.n_neurons} neurons", r.stdout)
 

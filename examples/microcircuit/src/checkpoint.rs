@@ -22,15 +22,15 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use brunel::network::Block;
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_spiking::Block;
 use serde::{Deserialize, Serialize};
 
 use crate::params::{Model, Params};
 
 const MAGIC: &[u8; 8] = b"MCCKPT02";
 const HEAD: usize = 28;
-pub use brunel::checkpoint::SPIKES;
+pub use hpc_spiking::checkpoint::SPIKES;
 
 /// The metadata in a checkpoint's manifest.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -100,16 +100,16 @@ pub fn commit(
         params: model.params.clone(),
         spikes: spikes.map(|(_, n)| n),
     };
-    brunel::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+    hpc_spiking::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
 }
 
 /// A checkpoint to resume from, with the microcircuit's metadata.
-pub type Restart = brunel::checkpoint::Restart<Meta>;
+pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
 
 /// The checkpoint `dir` names (a step directory), or the newest that verifies in
 /// `dir`.
 pub fn open(dir: &Path) -> Result<Restart> {
-    brunel::checkpoint::open_with(dir, "the microcircuit")
+    hpc_spiking::checkpoint::open_with(dir, "the microcircuit")
 }
 
 /// Checks that `model` can continue from `r`.
@@ -118,7 +118,7 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
         bail!(
             "checkpoint {} is of a different model: {} (checkpoint -> this run)",
             r.dir().display(),
-            brunel::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
+            hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
         );
     }
     if r.step() > model.steps {
@@ -222,7 +222,7 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
 }
 
 /// The spikes recorded up to the checkpoint (`None` if it has no spike file),
-/// checked as brunel checks its own ([`brunel::checkpoint::spikes_of`]).
+/// checked as brunel checks its own ([`hpc_spiking::checkpoint::spikes_of`]).
 pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    brunel::checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes)
+    hpc_spiking::checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes)
 }

@@ -11,8 +11,8 @@
 //! ([`sim`]).
 //!
 //! ```
-//! use brunel::exchange::LocalExchange;
-//! use microcircuit::{exchange::Gather, params::{Model, Params}, sim::*};
+//! use hpc_spiking::{alltoallv::Gather, exchange::LocalExchange};
+//! use microcircuit::{params::{Model, Params}, sim::*};
 //! let model = Model::new(Params { n_scaling: 0.01, k_scaling: 0.05, t_presim: 5.0, t_sim: 10.0, ..Params::default() })?;
 //! let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
 //! let mut ex = Gather(LocalExchange::group(1).pop().unwrap());
@@ -26,11 +26,9 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod checkpoint;
-pub mod exchange;
 pub mod network;
 pub mod output;
 pub mod params;
 pub mod plot;
 pub mod rng;
 pub mod sim;
-mod team;

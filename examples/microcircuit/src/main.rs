@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use brunel::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use clap::Parser;
-use microcircuit::exchange::TargetedExchange;
+use hpc_spiking::alltoallv::TargetedExchange;
+use hpc_spiking::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
 
@@ -146,7 +146,7 @@ enum AnyEx {
     Targeted(Box<TargetedExchange>),
 }
 
-impl microcircuit::exchange::Exchange for AnyEx {
+impl hpc_spiking::alltoallv::Exchange for AnyEx {
     fn spikes<R>(
         &mut self,
         local: &[u32],
@@ -204,11 +204,11 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| brunel::whole_steps(ms, dt, "--checkpoint-every"))
+        .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| brunel::whole_steps(ms, dt, "--stop-at"))
+        .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
         .transpose()?;
     microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
@@ -218,20 +218,21 @@ fn run(args: Args) -> Result<()> {
     model.check_memory(
         size,
         world.local_size(),
-        brunel::memory::available(ctx.environment.resources.memory_limit_bytes),
+        hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes),
     )?;
-    let pool = brunel::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
+    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
-    let mut out_dir = brunel::own_output_dir(
+    let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
         "microcircuit",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
+        hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
     let restart = match &args.restart {
-        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
+        Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
             Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
         })?),
         None => None,
@@ -271,7 +272,7 @@ fn run(args: Args) -> Result<()> {
         } else {
             "(warm-up)".into()
         };
-        brunel::draw_progress(p.step, p.steps, dt, &rtf);
+        hpc_spiking::run::draw_progress(p.step, p.steps, dt, &rtf);
     };
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
@@ -281,15 +282,10 @@ fn run(args: Args) -> Result<()> {
     if show {
         eprintln!();
     }
-    if let Some(all) = brunel::gather_reports(&world, &report)? {
-        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
-        summary(&args, dir, &model, &report, &all, &pool)?;
-        hpc_io::write::flush_stdout()?;
-    }
-    if let Some(d) = out_dir {
-        brunel::finish_output_dir(d, report.completed, report.end_step, dt)?;
-    }
-    Ok(())
+    let end = (report.completed, report.end_step, dt);
+    hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
+        summary(&args, dir, &model, &report, all, &pool)
+    })
 }
 
 fn mib(b: u64) -> String {
@@ -301,7 +297,7 @@ fn summary(
     dir: &mut hpc_io::rundir::RunDir,
     model: &Model,
     me: &RankReport,
-    all: &[brunel::Gathered],
+    all: &[hpc_spiking::run::Gathered],
     pool: &rayon::ThreadPool,
 ) -> Result<()> {
     let reports: Vec<RankReport> = all
@@ -397,7 +393,9 @@ fn summary(
         Some(f) => {
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
-                for name in brunel::output_names() {
+                for name in hpc_spiking::run::output_names(
+                    spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+                ) {
                     if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
                         dir.record(&name)?;
                     }
@@ -431,11 +429,7 @@ fn main() {
         }
     }
     let args = Args::parse();
-    // The project's log variable (HPC_LOG, as `hpc_rs::init` and `hpc` read it), then
-    // RUST_LOG, then warnings only.
-    let filter = tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = hpc_spiking::run::log_filter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

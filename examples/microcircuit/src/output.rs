@@ -25,7 +25,9 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-pub use brunel::output::{decode_spikes, partial_path, read_spikes, SpikeWriter, MAGIC, VERSION};
+pub use hpc_spiking::spikes::{
+    decode_spikes, partial_path, read_spikes, SpikeWriter, MAGIC, VERSION,
+};
 
 use crate::params::{Model, NPOP, POPULATIONS};
 

@@ -45,7 +45,7 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut rep = brunel::plot::run_report(
+    let mut rep = spike_report::report::Report::of_summary(
         "Potjans & Diesmann (2014) microcircuit",
         model.n as u64,
         summary,

@@ -5,12 +5,12 @@
 //! counter).
 //!
 //! The mixing function is SplitMix64's, as in the brunel example
-//! ([`brunel::rng`]).
+//! ([`hpc_spiking::rng`]).
 
-use brunel::rng::{mix64, GOLDEN};
+use hpc_spiking::rng::{mix64, GOLDEN};
 use rand::RngCore;
 
-pub use brunel::rng::{below, draw, PoissonTable};
+pub use hpc_spiking::rng::{below, draw, PoissonTable};
 
 /// What a stream is for; part of its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +92,7 @@ impl Poisson32 {
     /// The table for mean `lambda` (0 <= lambda <= 50; the model refuses more).
     pub fn new(lambda: f64) -> Poisson32 {
         // The CDF exactly as `PoissonTable::new` computes it.
-        let t64 = brunel::rng::poisson_cdf_2_64(lambda);
+        let t64 = hpc_spiking::rng::poisson_cdf_2_64(lambda);
         let thresholds: Vec<u64> = t64
             .iter()
             .map(|&t| ((t as u128 + (1u128 << 32) - 1) >> 32) as u64)

@@ -41,19 +41,19 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use brunel::network::Block;
+use hpc_spiking::Block;
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart, State};
-use crate::exchange::Exchange;
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
 use crate::params::{Model, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
-use crate::team::{StopOnDrop, Team};
+use hpc_spiking::alltoallv::Exchange;
+use hpc_spiking::team::{StopOnDrop, Team};
 
 /// How to run: the options of brunel's simulation.
-pub use brunel::sim::RunOptions;
+pub use hpc_spiking::RunOptions;
 
 /// Progress, reported after every interval.
 #[derive(Clone, Debug)]
@@ -508,7 +508,7 @@ impl<'a> Simulation<'a> {
         restart: Option<&std::path::Path>,
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
-        let cpu0 = brunel::cpu_seconds();
+        let cpu0 = hpc_spiking::run::cpu_seconds();
         let _span = tracing::info_span!("build").entered();
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = pool
@@ -609,7 +609,7 @@ impl<'a> Simulation<'a> {
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();
-        sim.build_cpu_s = brunel::cpu_seconds() - cpu0;
+        sim.build_cpu_s = hpc_spiking::run::cpu_seconds() - cpu0;
         Ok(sim)
     }
 
@@ -808,7 +808,7 @@ impl<'a> Simulation<'a> {
 
         let t0 = Instant::now();
         let mut t_rec: Option<Instant> = (self.step >= model.presim_steps).then(Instant::now);
-        let cpu0 = brunel::cpu_seconds();
+        let cpu0 = hpc_spiking::run::cpu_seconds();
         let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
         let mut send: Vec<u32> = Vec::new();
         let mut send_base: Option<(u64, u32)> = None;
@@ -883,11 +883,16 @@ impl<'a> Simulation<'a> {
                     // `Vec::as_mut_ptr` makes no reference to the slice, so
                     // the workers' pointers stay valid beside this thread's.
                     let p = shards.as_mut_ptr();
-                    team.start(p, shards.len(), |j| {
-                        j.codes.clear();
-                        j.codes.extend_from_slice(codes);
-                        (j.base, j.step0, j.m) = (base, step0, m);
-                    });
+                    // SAFETY: `shards` holds one shard per worker and the first,
+                    // lives past `finish` below, and this thread touches only the
+                    // first until then.
+                    unsafe {
+                        team.start(p, shards.len(), |j| {
+                            j.codes.clear();
+                            j.codes.extend_from_slice(codes);
+                            (j.base, j.step0, j.m) = (base, step0, m);
+                        })
+                    };
                     // SAFETY: `start` gave the workers the shards after the
                     // first, through this same pointer; the first is this
                     // thread's alone until `finish`.
@@ -1020,7 +1025,7 @@ impl<'a> Simulation<'a> {
             build_cpu_s: self.build_cpu_s,
             simulate_s,
             simulate_recorded_s: t_rec.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-            simulate_cpu_s: brunel::cpu_seconds() - cpu0,
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
             update_s,
             communicate_s: comm_s,
             io_s,
@@ -1047,11 +1052,11 @@ impl<'a> Simulation<'a> {
             checkpoint::write_rank(&set, self.step, self.rank, self.size, self.block, &st);
         // Every rank's file size and CRC-32C go to rank 0, which writes the manifest
         // only once every file is there; a rank that failed stops every rank.
-        let words = brunel::checkpoint::entry_words(&written);
+        let words = hpc_spiking::checkpoint::entry_words(&written);
         let mut all = Vec::new();
         ex.words(&words, &mut all)?;
         written?;
-        let entries = brunel::checkpoint::gathered_entries(&all, self.size, self.step)?;
+        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
         if self.rank == 0 {
             let spikes = match (writer, recorder) {
                 (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use brunel::exchange::LocalExchange;
+use hpc_spiking::alltoallv::Gather;
+use hpc_spiking::exchange::LocalExchange;
 use hpc_test_support::{example, Job};
-use microcircuit::exchange::Gather;
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
 

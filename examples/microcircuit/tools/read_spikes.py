@@ -2,7 +2,7 @@
 """Read a spike file of the microcircuit example (format "hpc-rs spikes", v1) and
 print per-population rates and CVs of ISIs over the recorded time.
 
-The file is read and checked by the brunel example's tools/hpc_spikes.py (the
+The file is read and checked by crates/hpc-spiking/python/hpc_spikes.py (the
 format's one Python reader; the format and every check are described there):
 a damaged file, an id beyond n_neurons, records out of order or past the end of
 the run end in a one-line error and exit status 1. The header holds dt_ms,
@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                             "..", "..", "brunel", "tools"))
+                             "..", "..", "..", "crates", "hpc-spiking", "python"))
 import hpc_spikes  # noqa: E402
 
 PROG = "read_spikes.py"

@@ -136,6 +136,16 @@ impl Report {
             notes: Vec::new(),
         }
     }
+
+    /// An empty report of the run `title` of `neurons` neurons whose summary JSON
+    /// (`summary`, as a simulation binary prints it) gives its ranks, threads and
+    /// synapses.
+    pub fn of_summary(title: &str, neurons: u64, summary: &serde_json::Value) -> Report {
+        let u = |k: &str| summary[k].as_u64().unwrap_or(0);
+        let mut run = RunInfo::new(title, neurons, u("ranks") as u32, u("threads") as u32);
+        run.synapses = summary["synapses"].as_u64();
+        Report::new(run)
+    }
 }
 
 /// Writes every figure (PNG and SVG) and `report.html` into `dir`, each file

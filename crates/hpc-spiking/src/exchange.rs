@@ -4,14 +4,14 @@
 //! that interval and receives every rank's spikes of the interval, in rank order
 //! (an allgatherv of `u32`). A spike is coded as
 //! `(step within the interval) << gid_bits | global neuron id` (see
-//! [`crate::params::Model::gid_bits`]), so the payload is a flat `u32` array and the
+//! the model's `gid_bits`), so the payload is a flat `u32` array and the
 //! receiver needs no per-rank structure.
 //!
 //! The simulation calls [`SpikeExchange::overlap`] with the spikes of interval `k`
 //! and, as the work to overlap, the update of interval `k + 1`: by default
 //! [`SpikeExchange::start`] right after updating interval `k` and
 //! [`SpikeExchange::finish`] after updating interval `k + 1`, so a non-blocking
-//! engine overlaps the two (see [`crate::sim`] for why that is exact).
+//! engine overlaps the two (the brunel example's `sim` module says why that is exact).
 //!
 //! # Plugging in a collectives engine
 //!

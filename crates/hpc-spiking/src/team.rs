@@ -25,7 +25,7 @@
 //! its counter. The 60 s limit in `finish` guards against a worker that never
 //! comes back (a bug or a machine stopped in a debugger), not against a lost
 //! wake-up. The protocol is model-checked with loom (`RUSTFLAGS="--cfg loom"
-//! cargo test --release --lib -p hpc-example-microcircuit loom`): with the
+//! cargo test --release --lib -p hpc-spiking loom`): with the
 //! workers' `done` increment weakened to `Relaxed` the model fails ("Causality
 //! violation: Concurrent read and write accesses").
 //!
@@ -48,7 +48,7 @@ use std::sync::{
 
 /// A team of `workers` threads stepping shards `1..=workers` of a slice whose
 /// first shard the rank's own thread steps, one interval (`J`) at a time.
-pub(crate) struct Team<S, J> {
+pub struct Team<S, J> {
     workers: usize,
     epoch: AtomicU64,
     done: AtomicU64,
@@ -74,7 +74,7 @@ unsafe impl<S: Send> Send for Shards<S> {}
 
 /// Stops the team when dropped (the run ended, by error or not), so that the
 /// scope the workers run in can end.
-pub(crate) struct StopOnDrop<'a, S, J>(pub(crate) &'a Team<S, J>);
+pub struct StopOnDrop<'a, S, J>(pub &'a Team<S, J>);
 
 impl<S, J> Drop for StopOnDrop<'_, S, J> {
     fn drop(&mut self) {
@@ -84,7 +84,7 @@ impl<S, J> Drop for StopOnDrop<'_, S, J> {
 
 impl<S: Send, J: Clone> Team<S, J> {
     /// A team of `workers` threads; `job` is the first (empty) interval.
-    pub(crate) fn new(workers: usize, job: J) -> Team<S, J> {
+    pub fn new(workers: usize, job: J) -> Team<S, J> {
         Team {
             workers,
             epoch: AtomicU64::new(0),
@@ -96,14 +96,21 @@ impl<S: Send, J: Clone> Team<S, J> {
     }
 
     /// How many worker threads the team needs.
-    pub(crate) fn workers(&self) -> usize {
+    pub fn workers(&self) -> usize {
         self.workers
     }
 
     /// Hands the shards after the first to the workers for one interval, which
     /// `set` writes. `shards` must stay valid, and its shards after the first
     /// untouched by the caller, until [`Team::finish`] returns.
-    pub(crate) fn start(&self, shards: *mut S, len: usize, set: impl FnOnce(&mut J)) {
+    ///
+    /// # Safety
+    ///
+    /// `shards` points to `len` (`workers + 1`) initialised shards that stay
+    /// valid, and of which the caller touches none but the first, until
+    /// [`Team::finish`] returns (or, if it is never called, until every worker
+    /// has returned from [`Team::work`]).
+    pub unsafe fn start(&self, shards: *mut S, len: usize, set: impl FnOnce(&mut J)) {
         assert_eq!(len, self.workers + 1, "one worker per shard but the first");
         let mut j = self.job.lock().unwrap_or_else(|e| e.into_inner());
         set(&mut j.0);
@@ -113,7 +120,7 @@ impl<S: Send, J: Clone> Team<S, J> {
     }
 
     /// Waits until every worker stepped its shard for this interval.
-    pub(crate) fn finish(&self) -> Result<()> {
+    pub fn finish(&self) -> Result<()> {
         let target = self.epoch.load(Ordering::Relaxed) * self.workers as u64;
         let mut wait = Wait::new();
         while self.done.load(Ordering::Acquire) < target {
@@ -130,7 +137,7 @@ impl<S: Send, J: Clone> Team<S, J> {
     /// Worker `w`'s loop: steps shard `w + 1` with `step` once per epoch until
     /// the team is stopped. `local` is the worker's copy of the job (its
     /// buffers are reused from one interval to the next).
-    pub(crate) fn work(&self, w: usize, mut local: J, step: impl Fn(&mut S, &J)) {
+    pub fn work(&self, w: usize, mut local: J, step: impl Fn(&mut S, &J)) {
         let mut seen = 0;
         loop {
             let mut wait = Wait::new();
@@ -253,7 +260,9 @@ mod loom_tests {
             {
                 let _stop = StopOnDrop(&*team);
                 for &add in adds {
-                    team.start(p, workers + 1, |j| *j = add);
+                    // SAFETY: `shards` outlives the team's use of it; shards after
+                    // the first are the workers' until `finish`.
+                    unsafe { team.start(p, workers + 1, |j| *j = add) };
                     // SAFETY: shard 0 is this thread's (the protocol).
                     unsafe { &*p }.with_mut(|v| unsafe { *v += add });
                     team.finish().unwrap();

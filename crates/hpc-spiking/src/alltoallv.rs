@@ -1,6 +1,6 @@
 //! The targeted spike exchange: each spike goes only to the ranks that hold
 //! targets of its source (an `ialltoallv` through an `hpc-comm` engine),
-//! beside the allgather of the brunel example ([`brunel::exchange`]), in which
+//! beside the allgather of [`crate::exchange`], in which
 //! every rank receives every spike.
 //!
 //! Before the run every rank tells the others which sources have synapses onto its
@@ -15,9 +15,9 @@
 //! allgather but filtered; delivery sums integers, so the spikes of the run do not
 //! change (tested).
 
+use crate::exchange::SpikeExchange;
+use crate::Block;
 use anyhow::{bail, Result};
-use brunel::exchange::SpikeExchange;
-use brunel::network::Block;
 use hpc_runtime::World;
 
 /// What the simulation needs from an exchange.
@@ -37,7 +37,7 @@ pub trait Exchange {
     fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()>;
 }
 
-/// An allgather exchange of the brunel example: every rank receives every spike.
+/// An allgather exchange ([`SpikeExchange`]) as an [`Exchange`]: every rank receives every spike.
 pub struct Gather<E>(pub E);
 
 impl<E: SpikeExchange> Exchange for Gather<E> {

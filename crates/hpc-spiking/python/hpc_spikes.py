@@ -3,7 +3,7 @@
 
 The one Python reader of the format, standard library only; the brunel and
 microcircuit `read_spikes.py` tools read through it. It accepts exactly what the
-Rust reader, `brunel::output::decode_spikes`, accepts:
+Rust reader, `hpc_spiking::spikes::decode_spikes`, accepts:
 
     offset  size  content
     0       8     magic b"HPCSPIKE"

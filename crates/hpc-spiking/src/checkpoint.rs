@@ -1,0 +1,226 @@
+//! Checkpoints of a spiking network on `hpc-checkpoint`: one file per rank, the spike
+//! file so far, and a manifest written last by rank 0 with the model's metadata.
+//!
+//! ```text
+//! <dir>/step-0000005000/
+//!   rank-000000.ckpt  each rank's state (written by that rank, in the model's format)
+//!   rank-000001.ckpt
+//!   ...
+//!   spikes.ckpt       the spike file up to this step (rank 0)
+//!   manifest.json     written last by rank 0: step, ranks, every file's size and
+//!                     CRC-32C, and the model's metadata (parameters, spikes so far)
+//! ```
+//!
+//! Every rank writes its file, sends rank 0 its size and checksum
+//! ([`entry_words`], gathered into [`gathered_entries`]), and rank 0 commits the
+//! checkpoint ([`commit_with`]). A restart ([`open_with`], agreed on by every rank
+//! through [`choose`]) checks every file against the manifest and names the file and
+//! the problem when anything differs; [`spikes_of`] checks the spike file against the
+//! model and the manifest.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::spikes::decode_spikes;
+
+/// Name of the spike file inside a checkpoint.
+pub const SPIKES: &str = "spikes";
+
+/// The four words a rank sends to rank 0 about its file of a checkpoint: 1, the
+/// file's size (low and high word) and its CRC-32C; zeros when it could not write it.
+pub fn entry_words(written: &Result<FileEntry>) -> [u32; 4] {
+    match written {
+        Ok(e) => [1, e.size as u32, (e.size >> 32) as u32, e.crc32c],
+        Err(_) => [0; 4],
+    }
+}
+
+/// The rank files of the checkpoint at `step` from every rank's [`entry_words`],
+/// gathered in rank order (`all`, `size` ranks); an error when a rank could not write
+/// its file or the words do not add up.
+pub fn gathered_entries(all: &[u32], size: usize, step: u64) -> Result<Vec<FileEntry>> {
+    if all.len() != 4 * size {
+        bail!(
+            "checkpoint at step {step}: {} words from the ranks, expected {}",
+            all.len(),
+            4 * size
+        );
+    }
+    if let Some(r) = (0..size).find(|&r| all[4 * r] != 1) {
+        bail!("rank {r} could not write its part of the checkpoint at step {step}");
+    }
+    Ok((0..size)
+        .map(|r| FileEntry {
+            name: rank_file_name(r as u32),
+            rank: Some(r as u32),
+            size: all[4 * r + 1] as u64 | (all[4 * r + 2] as u64) << 32,
+            crc32c: all[4 * r + 3],
+        })
+        .collect())
+}
+
+/// Completes the checkpoint at `step` with any model's metadata `meta` (rank 0, once
+/// every rank's file is written): copies the spike file `spikes` into it as
+/// [`SPIKES`] and writes the manifest last.
+pub fn commit_with<M: Serialize>(
+    set: &Checkpoints,
+    step: u64,
+    size: usize,
+    mut entries: Vec<FileEntry>,
+    spikes: Option<&Path>,
+    meta: &M,
+) -> Result<Checkpoint> {
+    if let Some(path) = spikes {
+        let (mut f, len) = hpc_io::read::open_regular(path)?;
+        entries.push(set.write_file_from(step, SPIKES, len, &mut f)?);
+    }
+    Ok(set.commit(step, size as u32, entries, serde_json::to_value(meta)?)?)
+}
+
+/// A checkpoint to resume from, with its model's metadata `M`.
+#[derive(Clone, Debug)]
+pub struct Restart<M> {
+    /// The verified checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Its metadata.
+    pub meta: M,
+}
+
+impl<M> Restart<M> {
+    /// The step it holds.
+    pub fn step(&self) -> u64 {
+        self.checkpoint.step()
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        self.checkpoint.dir()
+    }
+}
+
+/// The checkpoint to resume from: `dir` itself if it is a step directory (used as
+/// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
+/// one that fails is skipped with a warning), with its metadata `M`; the error names
+/// the manifest that does not hold `model`'s metadata.
+pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<Restart<M>> {
+    let named = dir.join(hpc_checkpoint::MANIFEST).exists()
+        || dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("step-"));
+    let checkpoint = if named {
+        Checkpoint::open(dir)?
+    } else {
+        Checkpoints::new(dir).latest()?
+    };
+    let meta: M = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
+        format!(
+            "{} does not hold {model}'s metadata",
+            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
+        )
+    })?;
+    Ok(Restart { checkpoint, meta })
+}
+
+/// The checkpoint every rank resumes from: rank 0 chooses it with `find` (for
+/// [`open_with`]: the newest that verifies, warning about each newer one it skips, or
+/// `dir` itself when it names a step directory) and tells the others, so all ranks
+/// resume from the same one. Every rank fails when rank 0 finds none; rank 0's
+/// error says why.
+pub fn choose(
+    world: &hpc_rs::World,
+    dir: &Path,
+    find: impl FnOnce(&Path) -> Result<PathBuf>,
+) -> Result<PathBuf> {
+    let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
+        find(dir).map_err(|e| format!("{e:#}"))
+    } else {
+        Err(String::new())
+    };
+    let chosen: std::result::Result<PathBuf, String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    chosen.map_err(|e| {
+        if world.rank() == 0 {
+            anyhow::anyhow!(e)
+        } else {
+            anyhow::anyhow!(
+                "rank 0 found no checkpoint to resume from in {}",
+                dir.display()
+            )
+        }
+    })
+}
+
+/// The spikes of `checkpoint`'s spike file (`None` if it has none), checked: a valid
+/// spike file of `n_neurons` neurons, no spike after the checkpoint's step, and
+/// `counted` spikes when the manifest counted them.
+pub fn spikes_of(
+    checkpoint: &Checkpoint,
+    n_neurons: u32,
+    counted: Option<u64>,
+) -> Result<Option<Vec<(u32, u32)>>> {
+    let Some(bytes) = checkpoint.read_file(SPIKES)? else {
+        return Ok(None);
+    };
+    let path = checkpoint.dir().join(format!("{SPIKES}.ckpt"));
+    let f = decode_spikes(&bytes, false)
+        .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
+    if f.n_neurons != n_neurons {
+        bail!(
+            "{}: spikes of {} neurons, the model has {}",
+            path.display(),
+            f.n_neurons,
+            n_neurons
+        );
+    }
+    if let Some(&(tick, id)) = f.spikes.last() {
+        if tick as u64 > checkpoint.step() {
+            bail!(
+                "{}: neuron {id} spikes at tick {tick}, after the checkpoint's step {}",
+                path.display(),
+                checkpoint.step()
+            );
+        }
+    }
+    if let Some(n) = counted {
+        if n != f.spikes.len() as u64 {
+            bail!(
+                "{}: {} spikes, the manifest counted {n}",
+                path.display(),
+                f.spikes.len()
+            );
+        }
+    }
+    Ok(Some(f.spikes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_words_round_trip_and_a_failed_rank_is_named() {
+        let e = FileEntry {
+            name: rank_file_name(1),
+            rank: Some(1),
+            size: (5u64 << 32) | 7,
+            crc32c: 0xDEAD_BEEF,
+        };
+        let ok = entry_words(&Ok(e.clone()));
+        let mut all = [ok, ok].concat();
+        let got = gathered_entries(&all, 2, 40).unwrap();
+        assert_eq!(
+            (got[1].size, got[1].crc32c, got[1].rank),
+            (e.size, e.crc32c, Some(1))
+        );
+        assert_eq!(got[0].name, rank_file_name(0));
+        all[4..].copy_from_slice(&entry_words(&Err(anyhow::anyhow!("disk full"))));
+        let err = gathered_entries(&all, 2, 40).unwrap_err().to_string();
+        assert!(err.contains("rank 1 could not write"), "{err}");
+        let err = gathered_entries(&all[..4], 2, 40).unwrap_err().to_string();
+        assert!(err.contains("4 words from the ranks, expected 8"), "{err}");
+    }
+}

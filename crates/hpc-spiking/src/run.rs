@@ -1,0 +1,371 @@
+//! What every run of a spiking network shares: the thread pool of a rank, time in
+//! steps, the run's output directory (owned through [`hpc_io::rundir`]), the
+//! progress bar, the options of [`RunOptions`], and the hand-off of every rank's
+//! report to rank 0 for the summary and the report.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+/// How a simulation runs: the overlap of the exchange, the spike file, the
+/// checkpoints and an early stop (shared by every network of the workspace).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Overlap the exchange with the next interval's update (`M = D/2`; ignored
+    /// when the minimum delay `D` is under 2 steps).
+    pub overlap: bool,
+    /// Where rank 0 writes the spike file (none: no file).
+    pub spikes: Option<PathBuf>,
+    /// Write a checkpoint every this many steps (needs `checkpoint_dir`).
+    pub checkpoint_every: Option<u64>,
+    /// Directory of the checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Keep only the newest this many of the checkpoints this run writes (older ones
+    /// of this run are removed once a newer one is complete); `None`: keep all.
+    pub checkpoint_keep: Option<usize>,
+    /// Resume from this checkpoint (a `step-*` directory or their parent). Read by
+    /// `Simulation::new`; `Simulation::run` continues the spike file of the
+    /// checkpoint that `new` restored.
+    pub restart: Option<PathBuf>,
+    /// Stop (as if interrupted) once this step is reached: the spike file is
+    /// left as `.partial`.
+    pub stop_at: Option<u64>,
+}
+
+/// Peak resident memory of this process (`VmHWM` from `/proc/self/status`), bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = hpc_io::read::read_regular_to_string("/proc/self/status", hpc_io::read::MAX_PROC_BYTES)
+        .ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU time (user + system) of this process so far, all threads, in seconds.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` fills the zero-initialised struct we pass and reads nothing else.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The thread pool of this rank: `threads` threads (at least one), named `name`,
+/// pinned to this rank's share of the node's cores when `pin` (unpinned, with a
+/// warning, when no placement fits).
+pub fn thread_pool(
+    world: &hpc_rs::World,
+    threads: usize,
+    pin: bool,
+    name: &str,
+) -> anyhow::Result<rayon::ThreadPool> {
+    // hpc_rs::init_with (given these threads) already warned when a launcher's
+    // binding leaves them one core (mpirun).
+    let threads = threads.max(1);
+    if pin {
+        // Ranks that a launcher bound each to their own cores plan inside them;
+        // ranks that share the node's cores divide them.
+        let (local_rank, local_size) = match hpc_topology::Topology::this_machine()
+            .map_err(anyhow::Error::from)
+            .and_then(|t| Ok(hpc_rs::placement_slot(world, &t)?))
+        {
+            Ok(slot) => slot,
+            Err(_) => (world.local_rank(), world.local_size()),
+        };
+        match hpc_topology::plan_for_env(
+            local_rank,
+            local_size,
+            threads,
+            0,
+            hpc_topology::ProgressScope::PerRank,
+            hpc_topology::Policy::Compact,
+        ) {
+            Ok(placement) => {
+                return hpc_topology::PinnedPoolBuilder::new(&placement)
+                    .thread_name(name)
+                    .build()
+                    .context("building the pinned thread pool");
+            }
+            Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
+        }
+    }
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?)
+}
+
+/// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
+/// value in the error when `ms` is not positive.
+pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    if !(ms.is_finite() && ms > 0.0) {
+        anyhow::bail!("{what} must be a finite number of ms above 0, got {ms}");
+    }
+    Ok(((ms / dt).round() as u64).max(1))
+}
+
+/// `ms` milliseconds in whole steps of `dt`: an interval that is not a positive
+/// multiple of the step (a `--checkpoint-every 0.01` with a 0.1 ms step would
+/// otherwise be rounded to one step, a checkpoint at every step) is refused with a
+/// message naming `what` and the step.
+pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    let s = ms / dt;
+    let r = s.round();
+    if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
+        anyhow::bail!(
+            "{what} {ms} ms is not a positive multiple of the time step dt = {dt} ms \
+             (give {dt} ms or a multiple of it)"
+        );
+    }
+    Ok(r as u64)
+}
+
+/// The parameters that differ between `old` and `new` (serialisable parameter
+/// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
+/// restart may extend); empty when none differs.
+pub fn params_diff(
+    old: &impl serde::Serialize,
+    new: &impl serde::Serialize,
+    ignore: &[&str],
+) -> Vec<String> {
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value;
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                for k in keys {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(
+                        &name,
+                        x.get(k).unwrap_or(&Value::Null),
+                        y.get(k).unwrap_or(&Value::Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("{prefix} {a} -> {b}")),
+            _ => {}
+        }
+    }
+    let (Ok(a), Ok(b)) = (serde_json::to_value(old), serde_json::to_value(new)) else {
+        return vec!["(the parameters cannot be compared)".into()];
+    };
+    let mut out = Vec::new();
+    walk("", &a, &b, &mut out);
+    out.retain(|d| !ignore.iter().any(|i| d.split(' ').next() == Some(i)));
+    out
+}
+
+/// Writes `bytes` to `path` through a temporary name, so that a failure (a full
+/// disk) leaves no partial file; the error names the file.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
+    }
+    Ok(())
+}
+
+/// The names of the files a run writes into its output directory: the spike file
+/// (and its `.partial` name), the summary, the report, and each of `figures` (file
+/// stems, such as those of `spike_report::plot::Plot::ALL`) as PNG and SVG. Earlier
+/// files of these names are removed when a run starts ([`own_output_dir`]), so that
+/// none can be taken for the new run's.
+pub fn output_names<'a>(figures: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut names: Vec<String> = [
+        "spikes.spk",
+        "spikes.spk.partial",
+        "summary.json",
+        "report.html",
+    ]
+    .map(String::from)
+    .to_vec();
+    for stem in figures {
+        names.push(format!("{stem}.png"));
+        names.push(format!("{stem}.svg"));
+    }
+    names
+}
+
+/// Takes the output directory `out` for this run (a collective: every rank calls
+/// it). Rank 0, which writes the shared files, creates the directory and locks it
+/// against other runs ([`hpc_io::rundir::RunDir::lock`]; its `start`, once the
+/// run's input is checked, removes an earlier run's files and writes `run.json`);
+/// the other ranks learn whether it could, so that all ranks fail together (with
+/// rank 0's message) when another run holds the directory. Rank 0 gets the
+/// directory, the others `None`. `outputs` are the names of the files the run
+/// writes ([`output_names`]).
+pub fn own_output_dir(
+    world: &hpc_rs::World,
+    out: &std::path::Path,
+    program: &str,
+    details: serde_json::Value,
+    outputs: Vec<String>,
+) -> anyhow::Result<Option<hpc_io::rundir::RunDir>> {
+    let mut mine = None;
+    let outcome: std::result::Result<(), String> = if world.rank() == 0 {
+        let mut info = hpc_io::rundir::RunInfo::new(program);
+        info.details = details;
+        info.outputs = outputs;
+        match hpc_io::rundir::RunDir::lock(out, info) {
+            Ok(d) => {
+                mine = Some(d);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    } else {
+        Ok(())
+    };
+    let shared: std::result::Result<(), String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&outcome)?)?)?;
+    match shared {
+        Ok(()) => Ok(mine),
+        Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
+        Err(_) => Err(anyhow::anyhow!(
+            "rank 0 could not take the output directory {}",
+            out.display()
+        )),
+    }
+}
+
+/// Ends the run in `dir`: complete, or incomplete when it stopped at `end_step`
+/// (of `dt` ms) before the end (`--stop-at`).
+pub fn finish_output_dir(
+    dir: hpc_io::rundir::RunDir,
+    completed: bool,
+    end_step: u64,
+    dt: f64,
+) -> anyhow::Result<()> {
+    let status = if completed {
+        hpc_io::rundir::Status::Complete
+    } else {
+        hpc_io::rundir::Status::Incomplete {
+            reason: "stopped early (--stop-at)".into(),
+            stopped_at: Some(format!("{:.1} ms", end_step as f64 * dt)),
+        }
+    };
+    dir.finish(status)?;
+    Ok(())
+}
+
+/// The end of a run on every rank (a collective): every rank's `report` goes to
+/// rank 0 ([`gather_reports`]), where `summarise` writes the run's summary into its
+/// output directory `out_dir` from all of them, in rank order; then rank 0 ends the
+/// run in that directory, complete or stopped at `end_step` (of `dt` ms)
+/// ([`finish_output_dir`]). `out_dir` is what [`own_output_dir`] gave this rank.
+pub fn hand_off(
+    world: &hpc_rs::World,
+    report: &impl serde::Serialize,
+    out_dir: Option<hpc_io::rundir::RunDir>,
+    (completed, end_step, dt): (bool, u64, f64),
+    summarise: impl FnOnce(&mut hpc_io::rundir::RunDir, &[Gathered]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut out_dir = out_dir;
+    if let Some(all) = gather_reports(world, report)? {
+        let dir = out_dir.as_mut().context("rank 0 has no output directory")?;
+        summarise(dir, &all)?;
+        hpc_io::write::flush_stdout()?;
+    }
+    if let Some(d) = out_dir {
+        finish_output_dir(d, completed, end_step, dt)?;
+    }
+    Ok(())
+}
+
+/// The log filter of a simulation binary: the project's log variable (`HPC_LOG`,
+/// as `hpc_rs::init` and `hpc` read it), then `RUST_LOG`, then warnings only.
+pub fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+}
+
+/// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
+/// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
+pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {
+    let frac = step as f64 / steps.max(1) as f64;
+    let w = 30usize;
+    let fill = ((frac * w as f64) as usize).min(w);
+    eprint!(
+        "\r[{}{}] {:>9.1} / {:.1} ms  real-time factor {rtf}  ",
+        "#".repeat(fill),
+        " ".repeat(w - fill),
+        step as f64 * dt,
+        steps as f64 * dt,
+    );
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+}
+
+/// A rank's report as rank 0 gathers it for the summary.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Gathered {
+    /// The rank's report (its `RankReport` as JSON).
+    pub report: serde_json::Value,
+    /// The rank's peak resident memory, bytes (0 where unknown).
+    pub peak_rss: u64,
+}
+
+/// Gathers every rank's `report` with its peak resident memory (a collective: every
+/// rank calls it); rank 0 gets them in rank order, the other ranks `None`.
+pub fn gather_reports(
+    world: &hpc_rs::World,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<Option<Vec<Gathered>>> {
+    let mine = Gathered {
+        report: serde_json::to_value(report)?,
+        peak_rss: peak_rss_bytes().unwrap_or(0),
+    };
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    let all = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_steps_refuse_what_is_not_a_multiple_of_the_step() {
+        assert_eq!(whole_steps(10.0, 0.1, "--x").unwrap(), 100);
+        assert_eq!(whole_steps(0.3, 0.1, "--x").unwrap(), 3);
+        for bad in [0.01, 0.15, 0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = whole_steps(bad, 0.1, "--x").unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("dt = 0.1 ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_differing_parameters_are_named_with_both_values() {
+        let a = serde_json::json!({"g": 5.0, "t_sim": 10.0, "pop": {"n": 1, "m": 2}});
+        let b = serde_json::json!({"g": 6.0, "t_sim": 20.0, "pop": {"n": 1, "m": 3}});
+        assert_eq!(
+            params_diff(&a, &b, &["t_sim"]),
+            ["g 5.0 -> 6.0", "pop.m 2 -> 3"]
+        );
+        assert!(params_diff(&a, &a, &[]).is_empty());
+    }
+}

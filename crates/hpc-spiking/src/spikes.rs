@@ -1,0 +1,618 @@
+//! The spike file of every network of the workspace, its reader, and the
+//! statistics rank 0 keeps while writing it.
+//!
+//! # Format (`.spk`, version 1)
+//!
+//! ```text
+//! offset  size  content
+//! 0       8     magic "HPCSPIKE"
+//! 8       4     format version, u32 little-endian (1)
+//! 12      4     header length H, u32 little-endian
+//! 16      H     header: UTF-8 JSON (dt_ms, n_neurons, populations, params, ...)
+//! 16+H    8*k   k records (tick: u32 LE, node_id: u32 LE), sorted by tick then id
+//! ```
+//!
+//! A spike at `tick` happened at `tick * dt_ms` ms (NEST's spike time: the end of
+//! the step in which the threshold was crossed). Populations are contiguous id
+//! ranges (`first`, `count`). The header holds no rank or thread count, so files
+//! of the same model compare bit for bit across decompositions.
+//!
+//! The file is written as `<name>.partial`, flushed after every exchange interval
+//! (an interrupted run leaves every completed interval readable) and renamed to
+//! `<name>` when the run completes.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+
+/// File magic.
+pub const MAGIC: &[u8; 8] = b"HPCSPIKE";
+/// Format version.
+pub const VERSION: u32 = 1;
+
+/// The path of the file being written.
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".partial");
+    PathBuf::from(p)
+}
+
+/// Writes the spike file (rank 0).
+pub struct SpikeWriter {
+    path: PathBuf,
+    partial: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl SpikeWriter {
+    /// Creates `<path>.partial` with the header JSON `h` (the model's: at least
+    /// `dt_ms`, `t_sim_ms`, `n_neurons` and `populations`, which [`decode_spikes`]
+    /// checks).
+    pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
+        let partial = partial_path(path);
+        let f =
+            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 16, f);
+        (|| {
+            out.write_all(MAGIC)?;
+            out.write_all(&VERSION.to_le_bytes())?;
+            out.write_all(&(h.len() as u32).to_le_bytes())?;
+            out.write_all(h.as_bytes())?;
+            out.flush()
+        })()
+        .with_context(|| format!("writing {}", partial.display()))?;
+        Ok(SpikeWriter {
+            path: path.to_owned(),
+            partial,
+            out,
+        })
+    }
+
+    /// Appends one interval's spikes, `(tick, id)` sorted, and flushes.
+    pub fn append(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
+        self.write(spikes)?;
+        self.flush()
+    }
+
+    /// Appends spikes, `(tick, id)` sorted, without flushing (see
+    /// [`SpikeWriter::flush`]).
+    pub fn write(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
+        (|| {
+            for &(t, id) in spikes {
+                self.out.write_all(&t.to_le_bytes())?;
+                self.out.write_all(&id.to_le_bytes())?;
+            }
+            std::io::Result::Ok(())
+        })()
+        .with_context(|| format!("writing {}", self.partial.display()))
+    }
+
+    /// Flushes what was written to the file.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.partial.display()))
+    }
+
+    /// The file being written (complete up to the last flush).
+    pub fn partial(&self) -> &Path {
+        &self.partial
+    }
+
+    /// Syncs and renames the file to its final name.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.out
+            .flush()
+            .and_then(|()| self.out.get_ref().sync_all())
+            .with_context(|| format!("writing {}", self.partial.display()))?;
+        std::fs::rename(&self.partial, &self.path).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                self.partial.display(),
+                self.path.display()
+            )
+        })?;
+        Ok(self.path)
+    }
+}
+
+/// A spike file read back.
+#[derive(Debug)]
+pub struct SpikeFile {
+    /// The header JSON.
+    pub header: serde_json::Value,
+    /// Number of neurons the header declares (every id is below it).
+    pub n_neurons: u32,
+    /// `(tick, node_id)` records, sorted by tick.
+    pub spikes: Vec<(u32, u32)>,
+    /// Bytes of an incomplete last record that were dropped (only with
+    /// [`decode_spikes`]`(.., true)`, for a `.partial` file being written).
+    pub dropped_bytes: usize,
+}
+
+/// What is wrong with the bytes of a spike file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpikeFileError {
+    /// Fewer bytes than the fixed part of the header.
+    #[error("{0} bytes is too short for a spike file (16 bytes of header at least)")]
+    TooShort(usize),
+    /// The file does not start with `HPCSPIKE`.
+    #[error("not a spike file (it does not start with \"HPCSPIKE\")")]
+    Magic,
+    /// A format version this reader does not know.
+    #[error("format version {0}, this reader knows version {VERSION}")]
+    Version(u32),
+    /// The header length runs past the end of the file.
+    #[error(
+        "the header claims {declared} bytes but only {available} follow (truncated or damaged)"
+    )]
+    HeaderLength {
+        /// Header bytes the file declares.
+        declared: u64,
+        /// Bytes after the fixed part.
+        available: u64,
+    },
+    /// The header is not the JSON this format writes.
+    #[error("the header is not valid: {0}")]
+    Header(String),
+    /// The records end in the middle of one.
+    #[error("the records end {0} bytes into a record (truncated mid-record)")]
+    PartialRecord(usize),
+    /// A record names a neuron the header does not have.
+    #[error("record {index} names neuron {id}, but the file has {n} neurons (ids 0..{n})")]
+    NeuronId {
+        /// Index of the record.
+        index: usize,
+        /// The id in the record.
+        id: u32,
+        /// Neurons per the header.
+        n: u32,
+    },
+    /// Records are not in time order.
+    #[error("record {index} has tick {tick}, before the previous record's tick {previous}")]
+    Unsorted {
+        /// Index of the record.
+        index: usize,
+        /// Its tick.
+        tick: u32,
+        /// The previous record's tick.
+        previous: u32,
+    },
+    /// A record repeats or precedes the previous record's neuron at the same tick
+    /// (records are sorted by tick, then id, each spike once).
+    #[error(
+        "record {index} has neuron {id} at tick {tick}, not after the previous record's neuron {previous} at that tick (records are sorted by tick, then id, each spike once)"
+    )]
+    IdOrder {
+        /// Index of the record.
+        index: usize,
+        /// Its tick (the previous record's too).
+        tick: u32,
+        /// Its neuron id.
+        id: u32,
+        /// The previous record's neuron id.
+        previous: u32,
+    },
+    /// A record's time is after the end of the run the header describes.
+    #[error(
+        "record {index} has tick {tick}, after the end of the run (tick {limit} at most, by the header's t_sim_ms and dt_ms)"
+    )]
+    AfterEnd {
+        /// Index of the record.
+        index: usize,
+        /// Its tick.
+        tick: u32,
+        /// The last tick the run can write ([`tick_limit`]).
+        limit: u64,
+    },
+}
+
+/// Decodes a spike file from its bytes, checking the header length against the
+/// bytes present, the header's numbers (`n_neurons`, `dt_ms`, `t_sim_ms`) and
+/// populations (contiguous id ranges from 0 covering `n_neurons`), every neuron id
+/// against `n_neurons`, the order (by tick, then id, each spike once) and every tick against the end of the run
+/// ([`tick_limit`]), before anything is allocated or indexed by them. Never panics, whatever
+/// the bytes. With `partial_ok`, an incomplete last record (a `.partial` file caught
+/// mid-write) is dropped and counted instead of refused.
+pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeFileError> {
+    if bytes.len() < 16 {
+        return Err(SpikeFileError::TooShort(bytes.len()));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(SpikeFileError::Magic);
+    }
+    let u32_at =
+        |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let version = u32_at(8);
+    if version != VERSION {
+        return Err(SpikeFileError::Version(version));
+    }
+    let hlen = u32_at(12) as u64;
+    let available = (bytes.len() - 16) as u64;
+    if hlen > available {
+        return Err(SpikeFileError::HeaderLength {
+            declared: hlen,
+            available,
+        });
+    }
+    let hend = 16 + hlen as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[16..hend])
+        .map_err(|e| SpikeFileError::Header(e.to_string()))?;
+    let n_neurons = header
+        .get("n_neurons")
+        .and_then(|v| v.as_u64())
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| SpikeFileError::Header("no n_neurons below 2^32".into()))?;
+    let dt_ms = header
+        .get("dt_ms")
+        .and_then(|v| v.as_f64())
+        .filter(|dt| *dt > 0.0 && dt.is_finite())
+        .ok_or_else(|| SpikeFileError::Header("no positive dt_ms".into()))?;
+    let t_sim_ms = header
+        .get("t_sim_ms")
+        .and_then(|v| v.as_f64())
+        .filter(|t| *t >= 0.0 && t.is_finite())
+        .ok_or_else(|| SpikeFileError::Header("no t_sim_ms >= 0".into()))?;
+    check_populations(&header, n_neurons)?;
+    let limit = tick_limit(dt_ms, t_sim_ms);
+    let body = &bytes[hend..];
+    let rest = body.len() % 8;
+    if rest != 0 && !partial_ok {
+        return Err(SpikeFileError::PartialRecord(rest));
+    }
+    let mut spikes = Vec::with_capacity(body.len() / 8);
+    let mut previous = 0u32;
+    let mut previous_id = None;
+    for (index, c) in body.chunks_exact(8).enumerate() {
+        let tick = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let id = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        if id >= n_neurons {
+            return Err(SpikeFileError::NeuronId {
+                index,
+                id,
+                n: n_neurons,
+            });
+        }
+        if tick < previous {
+            return Err(SpikeFileError::Unsorted {
+                index,
+                tick,
+                previous,
+            });
+        }
+        if tick == previous && previous_id.is_some_and(|p| id <= p) {
+            return Err(SpikeFileError::IdOrder {
+                index,
+                tick,
+                id,
+                previous: previous_id.unwrap_or(0),
+            });
+        }
+        if tick as f64 > limit {
+            return Err(SpikeFileError::AfterEnd {
+                index,
+                tick,
+                limit: limit as u64,
+            });
+        }
+        previous = tick;
+        previous_id = Some(id);
+        spikes.push((tick, id));
+    }
+    Ok(SpikeFile {
+        header,
+        n_neurons,
+        spikes,
+        dropped_bytes: rest,
+    })
+}
+
+/// The last tick a run of `t_sim_ms` in steps of `dt_ms` can write:
+/// `ceil(t_sim_ms / dt_ms) + 1` (the writers round durations to whole steps; the
+/// microcircuit's warm-up and recorded time separately), or 2^33, above every
+/// tick, when that is larger.
+pub fn tick_limit(dt_ms: f64, t_sim_ms: f64) -> f64 {
+    let q = t_sim_ms / dt_ms;
+    if q < TICK_CAP {
+        q.ceil() + 1.0
+    } else {
+        TICK_CAP
+    }
+}
+
+const TICK_CAP: f64 = (1u64 << 33) as f64;
+
+/// Checks the header's `populations`: `{name, first, count}` objects whose id
+/// ranges follow each other from 0 and cover the `n` neurons.
+fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFileError> {
+    let pops = header
+        .get("populations")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| SpikeFileError::Header("no populations list".into()))?;
+    let mut end = 0u128;
+    for (i, p) in pops.iter().enumerate() {
+        let field = |k: &str| p.get(k).and_then(|v| v.as_u64());
+        let (Some(name), Some(first), Some(count)) = (
+            p.get("name").and_then(|v| v.as_str()),
+            field("first"),
+            field("count"),
+        ) else {
+            return Err(SpikeFileError::Header(format!(
+                "population {i} is not {{name, first, count}}"
+            )));
+        };
+        if u128::from(first) != end {
+            return Err(SpikeFileError::Header(format!(
+                "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
+            )));
+        }
+        end += u128::from(count);
+    }
+    if end != u128::from(n) {
+        return Err(SpikeFileError::Header(format!(
+            "the populations cover ids 0..{end}, not the {n} neurons of n_neurons"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads and checks a complete spike file ([`decode_spikes`]); errors name the file.
+pub fn read_spikes(path: &Path) -> Result<SpikeFile> {
+    read_spikes_with(path, false)
+}
+
+/// Reads a spike file that may end in an incomplete record (a `.partial` file of a
+/// run that is still writing it or was interrupted).
+pub fn read_spikes_partial(path: &Path) -> Result<SpikeFile> {
+    read_spikes_with(path, true)
+}
+
+fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
+    let bytes = hpc_io::read::read_regular(path, hpc_io::read::MAX_DATA_BYTES)?;
+    decode_spikes(&bytes, partial_ok)
+        .with_context(|| format!("{} is not a valid spike file", path.display()))
+}
+
+/// Running statistics over all spikes: count, per-neuron inter-spike intervals.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    last: Vec<u32>,
+    isi_n: Vec<u32>,
+    isi_sum: Vec<f64>,
+    isi_sum2: Vec<f64>,
+    /// Spikes seen.
+    pub spikes: u64,
+}
+
+/// The summary statistics of a run.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Spikes of all neurons.
+    pub spikes: u64,
+    /// Mean firing rate over neurons and the simulated time (Hz).
+    pub rate_hz: f64,
+    /// Mean over neurons with at least 2 ISIs of the coefficient of variation of
+    /// their ISIs.
+    pub cv_isi: f64,
+    /// Neurons that contributed to `cv_isi`.
+    pub cv_neurons: u32,
+}
+
+impl Recorder {
+    /// No spikes yet, for `n` neurons.
+    pub fn new(n: u32) -> Recorder {
+        let n = n as usize;
+        Recorder {
+            last: vec![0; n],
+            isi_n: vec![0; n],
+            isi_sum: vec![0.0; n],
+            isi_sum2: vec![0.0; n],
+            spikes: 0,
+        }
+    }
+
+    /// Adds spikes (`tick >= 1`), in time order per neuron.
+    pub fn add(&mut self, spikes: &[(u32, u32)]) {
+        for &(t, id) in spikes {
+            let i = id as usize;
+            if self.last[i] != 0 {
+                let d = (t - self.last[i]) as f64;
+                self.isi_n[i] += 1;
+                self.isi_sum[i] += d;
+                self.isi_sum2[i] += d * d;
+            }
+            self.last[i] = t;
+        }
+        self.spikes += spikes.len() as u64;
+    }
+
+    /// The statistics after `t_ms` of simulated time.
+    pub fn stats(&self, t_ms: f64) -> Stats {
+        let n = self.last.len();
+        let (mut cv, mut k) = (0.0, 0u32);
+        for i in 0..n {
+            let m = self.isi_n[i] as f64;
+            if self.isi_n[i] >= 2 {
+                let mean = self.isi_sum[i] / m;
+                let var = (self.isi_sum2[i] / m - mean * mean).max(0.0);
+                cv += var.sqrt() / mean;
+                k += 1;
+            }
+        }
+        Stats {
+            spikes: self.spikes,
+            rate_hz: if t_ms > 0.0 && n > 0 {
+                self.spikes as f64 / n as f64 / (t_ms / 1000.0)
+            } else {
+                0.0
+            },
+            cv_isi: if k > 0 { cv / k as f64 } else { 0.0 },
+            cv_neurons: k,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A file of 100 neurons (80 excitatory, 20 inhibitory) over 1000 ms in steps
+    /// of 0.1 ms.
+    fn valid(spikes: &[(u32, u32)]) -> Vec<u8> {
+        let h = serde_json::json!({
+            "format": "hpc-rs spikes",
+            "version": VERSION,
+            "dt_ms": 0.1,
+            "t_sim_ms": 1000.0,
+            "n_neurons": 100,
+            "populations": [
+                {"name": "excitatory", "first": 0, "count": 80},
+                {"name": "inhibitory", "first": 80, "count": 20},
+            ],
+        })
+        .to_string();
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        for &(t, id) in spikes {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn damage_is_named() {
+        let good = valid(&[(1, 3), (1, 99), (4, 0)]);
+        let f = decode_spikes(&good, false).unwrap();
+        assert_eq!(f.spikes, vec![(1, 3), (1, 99), (4, 0)]);
+        assert_eq!(f.n_neurons, 100);
+        // A flipped bit in a neuron id.
+        let mut b = good.clone();
+        let last = b.len() - 1;
+        b[last] ^= 0x80;
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::NeuronId { index: 2, .. })
+        ));
+        // Truncated mid-record: refused, or dropped for a .partial file.
+        let cut = &good[..good.len() - 3];
+        assert_eq!(
+            decode_spikes(cut, false).unwrap_err(),
+            SpikeFileError::PartialRecord(5)
+        );
+        assert_eq!(decode_spikes(cut, true).unwrap().dropped_bytes, 5);
+        // A header length beyond the file.
+        let mut b = good.clone();
+        b[15] = 0x7f;
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::HeaderLength { .. })
+        ));
+        // Out of time order.
+        let b = valid(&[(5, 1), (4, 1)]);
+        assert!(matches!(
+            decode_spikes(&b, false),
+            Err(SpikeFileError::Unsorted { index: 1, .. })
+        ));
+        assert_eq!(
+            decode_spikes(&good[..10], false).unwrap_err(),
+            SpikeFileError::TooShort(10)
+        );
+    }
+
+    #[test]
+    fn order_end_of_run_and_populations_are_checked() {
+        // Order 20, t_sim 1000 ms in steps of 0.1 ms: 100 neurons, ticks up to 10001.
+        let limit = tick_limit(0.1, 1000.0);
+        assert_eq!(limit, 10001.0);
+        assert!(decode_spikes(&valid(&[(10_000, 0), (10_001, 99)]), false).is_ok());
+        assert_eq!(
+            decode_spikes(&valid(&[(1, 0), (10_002, 0)]), false).unwrap_err(),
+            SpikeFileError::AfterEnd {
+                index: 1,
+                tick: 10_002,
+                limit: 10_001
+            }
+        );
+        // Within a tick, ids increase: no repeated spike, no unsorted ids.
+        for b in [valid(&[(3, 7), (3, 7)]), valid(&[(3, 7), (3, 6)])] {
+            assert!(matches!(
+                decode_spikes(&b, false),
+                Err(SpikeFileError::IdOrder {
+                    index: 1,
+                    tick: 3,
+                    previous: 7,
+                    ..
+                })
+            ));
+        }
+        // The header's end of the run and populations.
+        let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let b = valid(&[(1, 0)]);
+            let hlen = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+            let mut h: serde_json::Value = serde_json::from_slice(&b[16..16 + hlen]).unwrap();
+            edit(&mut h);
+            let h = h.to_string();
+            let mut out = b[..12].to_vec();
+            out.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(&b[16 + hlen..]);
+            decode_spikes(&out, false)
+        };
+        assert!(with(&|_| {}).is_ok());
+        let header_err = |r: Result<SpikeFile, SpikeFileError>| match r {
+            Err(SpikeFileError::Header(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let m = header_err(with(&|h| h["t_sim_ms"] = serde_json::json!(null)));
+        assert!(m.contains("t_sim_ms"), "{m}");
+        let m = header_err(with(&|h| {
+            h["populations"][1]["first"] = serde_json::json!(81)
+        }));
+        assert!(
+            m.contains("population 1 (inhibitory) starts at 81, not at 80"),
+            "{m}"
+        );
+        let m = header_err(with(&|h| {
+            h["populations"][1]["count"] = serde_json::json!(u64::MAX)
+        }));
+        assert!(m.contains("not the 100 neurons"), "{m}");
+        let m = header_err(with(&|h| {
+            h["populations"] = serde_json::json!([{"name": "all"}])
+        }));
+        assert!(m.contains("population 0 is not"), "{m}");
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = decode_spikes(&b, false);
+            let _ = decode_spikes(&b, true);
+        }
+
+        #[test]
+        fn mutated_files_never_panic_and_keep_ids_in_range(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+        ) {
+            let mut b = valid(&[(1, 0), (2, 50), (2, 99), (7, 12), (9, 3)]);
+            for (at, x) in flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            b.truncate(cut % (b.len() + 1));
+            for partial in [false, true] {
+                if let Ok(f) = decode_spikes(&b, partial) {
+                    prop_assert!(f.spikes.iter().all(|&(_, id)| id < f.n_neurons));
+                    prop_assert!(f.spikes.windows(2).all(|w| w[0] < w[1]));
+                }
+            }
+        }
+    }
+}
