@@ -35,6 +35,9 @@ pub const APT_PACKAGES: &[&str] = &[
     "iproute2",
     "procps",
     "python3",
+    // The spike tools' summaries, plots and SONATA export (and their tests, which
+    // skip those cases without it).
+    "python3-numpy",
     // The report test opens every run's report.html in headless Chromium (about
     // 90 s and 650 MB on a fresh Debian 12 with the packages above).
     "chromium",
