@@ -341,12 +341,15 @@ fn open_tells_absent_incomplete_and_unreadable_apart() {
         Checkpoint::open(set.step_dir(1)),
         Err(Error::Incomplete { .. })
     ));
-    // A manifest that exists but cannot be read is not "incomplete".
+    // A manifest that exists but cannot be read (here a directory) is not
+    // "incomplete": it is named as what it is.
     std::fs::create_dir_all(set.step_dir(1).join(MANIFEST)).unwrap();
-    assert!(matches!(
-        Checkpoint::open(set.step_dir(1)),
-        Err(Error::Io { .. })
-    ));
+    match Checkpoint::open(set.step_dir(1)) {
+        Err(Error::Manifest { reason, .. }) => {
+            assert!(reason.contains("not a regular file"), "{reason}")
+        }
+        other => panic!("a directory as manifest gave {other:?}"),
+    }
     std::fs::remove_dir_all(&root).unwrap();
 }
 
