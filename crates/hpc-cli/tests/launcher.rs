@@ -1082,3 +1082,63 @@ fn selftest_refuses_a_fail_rank_outside_the_job() {
         "{err}"
     );
 }
+
+#[test]
+fn malformed_tuning_settings_are_warned_about_naming_them() {
+    // Each used to be ignored silently (the default applied with no word).
+    let script = format!("exec env HPC_PROGRESS_CPUSET=x {HPC} selftest --collectives thread");
+    let out = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "20",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("HPC_SPIN_US", "x")
+        .env("HPC_STAGE_MAX", "lots")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for needle in [
+        "HPC_SPIN_US=\"x\" is not a whole number",
+        "HPC_STAGE_MAX=\"lots\" is not a whole number",
+        "HPC_PROGRESS_CPUSET=\"x\" is ignored",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    // A spin of 584,000 years is capped at the documented second.
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--timeout", "20", "--", HPC, "selftest"])
+        .args(["--collectives", "inline"])
+        .env("HPC_SPIN_US", "18446744073709551615")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_SPIN_US=\"18446744073709551615\" is above the most it may be, 1000000"),
+        "{err}"
+    );
+    // HPC_PROXY_MIN, read by the Proxy engine.
+    let (out, _) = proxy_selftest(&[("HPC_PROXY_MIN", "x")], &["-n", "2", "--timeout", "20"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_PROXY_MIN=\"x\" is not a whole number"),
+        "{err}"
+    );
+}
+
+#[test]
+fn topo_checks_allowed_without_ranks() {
+    let out = hpc(&["topo", "--allowed", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--allowed x"), "{err}");
+}
