@@ -255,9 +255,11 @@ pub const MAX_SPIN_US: u64 = 1_000_000;
 ///
 /// ```
 /// use hpc_runtime::env::{number_from, SPIN_US};
-/// assert_eq!(number_from(SPIN_US, Some("20"), 100), Some(20));
-/// assert_eq!(number_from(SPIN_US, Some("x"), 100), None);
-/// assert_eq!(number_from(SPIN_US, Some("18446744073709551615"), 100), Some(100));
+/// assert_eq!(number_from(SPIN_US, Some("20"), 100u64), Some(20));
+/// assert_eq!(number_from(SPIN_US, Some("x"), 100u64), None);
+/// assert_eq!(number_from(SPIN_US, Some("18446744073709551615"), 100u64), Some(100));
+/// // Too large even for the type: the most it may be as well.
+/// assert_eq!(number_from(SPIN_US, Some("99999999999999999999999"), 100u64), Some(100));
 /// assert_eq!(number_from::<u64>(SPIN_US, None, 100), None);
 /// ```
 pub fn number_from<T>(name: &str, value: Option<&str>, max: T) -> Option<T>
@@ -265,16 +267,20 @@ where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
     let v = value?;
+    let digits = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
+    let capped = || {
+        tracing::warn!(
+            variable = name,
+            value = v,
+            "{name}={v:?} is above the most it may be, {max}; using {max}"
+        );
+        Some(max)
+    };
     match v.trim().parse::<T>() {
         Ok(n) if n <= max => Some(n),
-        Ok(_) => {
-            tracing::warn!(
-                variable = name,
-                value = v,
-                "{name}={v:?} is above the most it may be, {max}; using {max}"
-            );
-            Some(max)
-        }
+        // Above `max`, or digits too many for the type.
+        Ok(_) => capped(),
+        Err(_) if digits => capped(),
         Err(_) => {
             tracing::warn!(
                 variable = name,
