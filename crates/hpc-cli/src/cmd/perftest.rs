@@ -175,7 +175,7 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
     if let Some(b) = args.backend {
         opts.backend = b.name().parse()?;
     }
-    let t = Transport::with_options(&world, opts).context("creating the transport")?;
+    let t = Transport::with_options(world, opts).context("creating the transport")?;
     let me = world.rank();
     if !args.no_pin {
         pin_to_nth_allowed(me);
@@ -188,7 +188,7 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
     };
     let max = sizes.iter().copied().max().unwrap_or(8).max(8);
     let region = t.register(max + 16)?;
-    let keys = t.exchange_keys(&world, &region)?;
+    let keys = t.exchange_keys(world, &region)?;
     let backend = t.backend_of(peer).map(|k| k.name()).unwrap_or("?");
     if me == 0 {
         let line = "-".repeat(95);
