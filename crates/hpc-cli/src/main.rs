@@ -67,6 +67,12 @@ enum Command {
 }
 
 fn main() {
+    // clap reads HPC_LOG as --log's default and would call a value that is not UTF-8
+    // an invalid argument: name the variable instead.
+    if let Err(e) = hpc_runtime::env::var(hpc_runtime::env::LOG) {
+        let _ = writeln!(std::io::stderr(), "hpc: error: {e}");
+        std::process::exit(cmd::EXIT_ERROR);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => clap_exit(e),

@@ -115,6 +115,10 @@ fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
     for (args, needle) in [
         (
             vec!["new", "taken"],
+            "is not empty (it holds Cargo.toml, notes.txt, src): give a new directory, or --force",
+        ),
+        (
+            vec!["new", "taken", "--force"],
             "already holds Cargo.toml, src/main.rs: hpc new would overwrite them",
         ),
         (vec!["new", "a-file"], "is not a directory"),
@@ -403,7 +407,7 @@ fn new_writes_into_an_existing_directory_keeping_its_inode_and_mode() {
     std::fs::write(dir.join("notes.txt"), "mine").unwrap();
     let before = std::fs::metadata(&dir).unwrap();
     // `hpc new .` from inside, as `cargo init` is used.
-    let o = hpc_in(&dir, &["new", ".", "--vcs", "none"]);
+    let o = hpc_in(&dir, &["new", ".", "--vcs", "none", "--force"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let after = std::fs::metadata(&dir).unwrap();
     assert_eq!(after.ino(), before.ino(), "the directory was replaced");
@@ -427,6 +431,72 @@ fn new_writes_into_an_existing_directory_keeping_its_inode_and_mode() {
 }
 
 #[test]
+fn new_refuses_a_directory_with_other_entries_and_never_git_inits_one() {
+    let s = scratch("new-nonempty");
+    // A directory holding unrelated entries (as `hpc new ..` or `hpc new ~` would
+    // meet), and one holding a single hidden file.
+    let busy = s.join("busy");
+    std::fs::create_dir_all(busy.join("photos")).unwrap();
+    std::fs::write(busy.join("notes.txt"), "mine").unwrap();
+    let hidden = s.join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::write(hidden.join(".profile"), "mine").unwrap();
+    for (dir, names) in [("busy", "notes.txt, photos"), ("hidden", ".profile")] {
+        let before = tree(&s);
+        let o = hpc_in(&s, &["new", dir, "--name", "app"]);
+        assert_eq!(o.status.code(), Some(2), "{dir}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("is not empty (it holds {names})")) && err.contains("--force"),
+            "{dir}: {err}"
+        );
+        assert_eq!(tree(&s), before, "{dir}: something was written");
+    }
+    // `hpc new ..` from inside a directory: its parent holds the directory itself.
+    let o = hpc_in(&hidden, &["new", "..", "--name", "app"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is not empty"), "{}", stderr(&o));
+    assert!(!s.join("Cargo.toml").exists() && !s.join(".git").exists());
+    // --force writes beside the entries, and makes no repository among them.
+    let o = hpc_in(&s, &["new", "busy", "--name", "app", "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(busy.join("Cargo.toml").is_file());
+    assert!(
+        !busy.join(".git").exists(),
+        "git init in a non-empty directory"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("held other entries: no new repository"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(busy.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
+fn new_says_the_project_was_written_when_its_report_cannot_be() {
+    let s = scratch("new-full");
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .current_dir(&s)
+        .args(["new", "app", "--vcs", "none"])
+        .stdout(output::dev_full())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("the project app was written in") && err.contains("its report was not"),
+        "{err}"
+    );
+    assert!(s.join("app/Cargo.toml").is_file());
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+#[test]
 fn new_never_writes_through_a_planted_symlink() {
     use std::os::unix::fs::symlink;
     let s = scratch("new-symlink");
@@ -446,7 +516,7 @@ fn new_never_writes_through_a_planted_symlink() {
         ("app3", "src"),
     ] {
         let before = tree(&s);
-        let o = hpc_in(&s, &["new", dir, "--vcs", "none"]);
+        let o = hpc_in(&s, &["new", dir, "--vcs", "none", "--force"]);
         assert_eq!(o.status.code(), Some(2), "{dir}: {}", stderr(&o));
         assert!(
             stderr(&o).contains(&format!("already holds {named}")),

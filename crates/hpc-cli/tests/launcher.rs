@@ -541,8 +541,9 @@ fn a_broken_stdout_pipe_ends_the_job_with_141() {
     // The reader goes away, as `head -1` does.
     let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run | head -1");
     assert_eq!(status.code(), Some(141));
+    // As every subcommand: 141 without a message (the docs promise it).
     let err = stderr_of(&mut child);
-    assert!(err.contains("stdout is a closed pipe"), "{err}");
+    assert!(!err.contains("closed pipe"), "{err}");
     assert_no_leftovers(&m);
 }
 
@@ -561,6 +562,15 @@ fn time_values_are_checked_before_anything_starts() {
         ("--time-limit", "0", "--time-limit must be"),
         ("--kill-grace", "-1", "--kill-grace must be"),
         ("--timeout", "inf", "--timeout must be"),
+        // Below the millisecond the ranks get it in: it would reach them as 0.
+        (
+            "--timeout",
+            "1e-300",
+            "--timeout must be a number of seconds of at least 0.001",
+        ),
+        ("--time-limit", "1e-300", "--time-limit must be"),
+        ("--timeout", "0.0009", "--timeout must be"),
+        ("--kill-grace", "1e20", "at most 86400 (1 day)"),
     ] {
         let t = Instant::now();
         let out = hpc(&["run", "-n", "2", flag, value, "--", "sh", "-c", &touch]);
@@ -815,6 +825,12 @@ fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
         err.contains("cannot write the ranks' stdout") && err.contains("No space left"),
         "{err}"
     );
+    // Said once, though every rank's forwarder fails the same way.
+    assert_eq!(
+        err.matches("cannot write the ranks' stdout").count(),
+        1,
+        "{err}"
+    );
     assert_no_leftovers(&m);
     // Ranks that succeed with a line each: the job is not a success either.
     let out = Command::new(HPC)
@@ -825,6 +841,12 @@ fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
     assert_eq!(out.status.code(), Some(125), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot write the ranks' stdout"), "{err}");
+    // Said once, though every rank's forwarder failed.
+    assert_eq!(
+        err.matches("cannot write the ranks' stdout").count(),
+        1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -889,6 +911,17 @@ fn settings_of_the_launcher_environment_reach_the_ranks() {
     let (seen, code) = rank_sees(&[("HPC_TIMEOUT", "soon")], &[], "HPC_TIMEOUT");
     assert_eq!(code, Some(2));
     assert!(seen.contains("HPC_TIMEOUT=\"soon\""), "{seen}");
+    for (env, args) in [
+        (&[("HPC_TIMEOUT", "1e-300")][..], &[][..]),
+        (&[][..], &["-x", "HPC_TIMEOUT=1e-300"][..]),
+    ] {
+        let (seen, code) = rank_sees(env, args, "HPC_TIMEOUT");
+        assert_eq!(code, Some(2), "{seen}");
+        assert!(
+            seen.contains("HPC_TIMEOUT=\"1e-300\" is below the 1 ms"),
+            "{seen}"
+        );
+    }
     // HPC_THREADS of the environment sizes --bind and reaches the rank.
     let (seen, code) = rank_sees(&[("HPC_THREADS", "1")], &["--bind", "core"], "HPC_THREADS");
     assert_eq!((seen.as_str(), code), ("1", Some(0)));
@@ -915,9 +948,9 @@ fn a_huge_progress_cpuset_is_refused_not_allocated() {
         "2",
         "--timeout",
         "20",
-        "-x",
-        "HPC_PROGRESS_CPUSET=0-4294967295",
         "--",
+        "env",
+        "HPC_PROGRESS_CPUSET=0-4294967295",
         HPC,
         "selftest",
         "--collectives",
@@ -948,4 +981,164 @@ fn show_placement_to_a_full_stderr_is_an_error_not_a_panic() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{out:?}");
+}
+
+/// `hpc run` with `env` added to its environment (bytes, not only UTF-8).
+fn run_with_env(env: &[(&[u8], &[u8])], args: &[&std::ffi::OsStr]) -> Output {
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = Command::new(HPC);
+    cmd.arg("run").args(args);
+    for (k, v) in env {
+        cmd.env(
+            std::ffi::OsStr::from_bytes(k),
+            std::ffi::OsStr::from_bytes(v),
+        );
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_variable_that_is_not_utf8_reaches_the_ranks_untouched() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    // A foreign variable, named or valued in bytes that are not UTF-8: passed on as
+    // it is (the rank prints its bytes), never a panic of hpc run.
+    let script = OsStr::new("printf '%s|%s' \"$FOO\" \"$BAR\"");
+    let out = run_with_env(
+        &[(b"FOO", b"a\xffb"), (b"\xfe\xff", b"x"), (b"BAR", b"plain")],
+        &[
+            OsStr::new("-n"),
+            OsStr::new("1"),
+            OsStr::new("--no-tag"),
+            OsStr::new("-x"),
+            OsStr::from_bytes(b"BAR=b\xfe"),
+            OsStr::new("--"),
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            script,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.stdout, b"a\xffb|b\xfe\n");
+    // One of hpc run's own settings: an error naming it, status 2.
+    // HPC_LOG too, which clap would call an invalid argument.
+    for name in ["HPC_TIMEOUT", "HPC_THREADS", "HPC_LOG"] {
+        let out = run_with_env(
+            &[(name.as_bytes(), b"\xff")],
+            &[OsStr::new("-n"), OsStr::new("1"), OsStr::new("true")],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}=")) && err.contains("not valid UTF-8"),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn x_cannot_override_the_variables_hpc_run_sets() {
+    for name in [
+        "HPC_RANK",
+        "HPC_SIZE",
+        "HPC_LOCAL_RANK",
+        "HPC_RENDEZVOUS",
+        "HPC_JOB_SECRET",
+    ] {
+        let out = hpc(&["run", "-n", "2", "-x", &format!("{name}=5"), "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!(
+                "-x {name}: hpc run sets {name} for each rank itself"
+            )),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn selftest_refuses_a_fail_rank_outside_the_job() {
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--timeout",
+        "20",
+        "--",
+        HPC,
+        "selftest",
+        "--fail-rank",
+        "5",
+        "--exit-code",
+        "3",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--fail-rank 5: the job has 2 rank(s)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_tuning_settings_are_warned_about_naming_them() {
+    // Each used to be ignored silently (the default applied with no word).
+    let script = format!("exec env HPC_PROGRESS_CPUSET=x {HPC} selftest --collectives thread");
+    let out = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "20",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("HPC_SPIN_US", "x")
+        .env("HPC_STAGE_MAX", "lots")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for needle in [
+        "HPC_SPIN_US=\"x\" is not a whole number",
+        "HPC_STAGE_MAX=\"lots\" is not a whole number",
+        "HPC_PROGRESS_CPUSET=\"x\" is ignored",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    // A spin of 584,000 years is capped at the documented second.
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--timeout", "20", "--", HPC, "selftest"])
+        .args(["--collectives", "inline"])
+        .env("HPC_SPIN_US", "18446744073709551615")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_SPIN_US=\"18446744073709551615\" is above the most it may be, 1000000"),
+        "{err}"
+    );
+    // HPC_PROXY_MIN, read by the Proxy engine.
+    let (out, _) = proxy_selftest(&[("HPC_PROXY_MIN", "x")], &["-n", "2", "--timeout", "20"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_PROXY_MIN=\"x\" is not a whole number"),
+        "{err}"
+    );
+}
+
+#[test]
+fn topo_checks_allowed_without_ranks() {
+    let out = hpc(&["topo", "--allowed", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--allowed x"), "{err}");
 }

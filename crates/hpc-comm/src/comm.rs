@@ -333,10 +333,7 @@ impl CommOptions {
 
 fn proxy_min(opts: &CommOptions, local: usize) -> usize {
     opts.proxy_min.unwrap_or_else(|| {
-        match std::env::var(hpc_runtime::env::PROXY_MIN)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-        {
+        match hpc_runtime::env::number(hpc_runtime::env::PROXY_MIN, usize::MAX) {
             Some(v) => v,
             None if local + 1 > online_cores() => DEFAULT_PROXY_MIN,
             None => 0,
@@ -346,9 +343,7 @@ fn proxy_min(opts: &CommOptions, local: usize) -> usize {
 
 fn stage_max(opts: &CommOptions) -> usize {
     opts.stage_max.unwrap_or_else(|| {
-        std::env::var(hpc_runtime::env::STAGE_MAX)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
+        hpc_runtime::env::number(hpc_runtime::env::STAGE_MAX, usize::MAX)
             .unwrap_or(DEFAULT_STAGE_MAX)
     })
 }
@@ -375,12 +370,10 @@ fn online_cores() -> usize {
 }
 
 /// The default of [`CommOptions::spin`] for a node running `local` busy
-/// processes.
+/// processes: `HPC_SPIN_US` (at most [`hpc_runtime::env::MAX_SPIN_US`]) when set.
 fn default_spin(local: usize) -> Duration {
-    if let Some(us) = std::env::var(hpc_runtime::env::SPIN_US)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
+    use hpc_runtime::env::{number, MAX_SPIN_US, SPIN_US};
+    if let Some(us) = number(SPIN_US, MAX_SPIN_US) {
         return Duration::from_micros(us);
     }
     if local <= online_cores() {
@@ -784,9 +777,10 @@ fn net_backend(
 
 fn progress_cpus(opts: &CommOptions) -> Option<hpc_topology::CpuSet> {
     opts.progress_cpus.clone().or_else(|| {
-        std::env::var(hpc_runtime::env::PROGRESS_CPUSET)
-            .ok()
-            .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
+        hpc_runtime::env::parsed(
+            hpc_runtime::env::PROGRESS_CPUSET,
+            hpc_topology::CpuSet::parse_list,
+        )
     })
 }
 

@@ -131,10 +131,13 @@ vars! {
     Setting OFI_PROVIDER = "HPC_OFI_PROVIDER", default "`FI_PROVIDER`, else the first suitable provider";
     /// Address the tcp backend listens on.
     Setting TCP_ADDR = "HPC_TCP_ADDR", default "the local address that routes to the coordinator";
-    /// How long collectives poll before sleeping on a futex, in microseconds.
+    /// How long collectives poll before sleeping on a futex, in microseconds (at
+    /// most `1000000`, a second: a larger value is used as that, with a warning; one
+    /// that is not a whole number is warned about and the default applies).
     Setting SPIN_US = "HPC_SPIN_US", default "`50`, `0` where the node has fewer cores than busy processes";
     /// Largest message (bytes) passed between ranks of a node through the staging
-    /// slots rather than one cross-memory read.
+    /// slots rather than one cross-memory read (a value that is not a whole number is
+    /// warned about and the default applies).
     Setting STAGE_MAX = "HPC_STAGE_MAX", default "`DEFAULT_STAGE_MAX` of the collectives";
     /// When the `Thread` engine's progress thread is woken: `eager` or `lazy`.
     Setting AGENT_WAKE = "HPC_AGENT_WAKE", default "`eager` with a progress core or two cores per rank, else `lazy`";
@@ -142,7 +145,8 @@ vars! {
     /// needs `CAP_SYS_NICE`) or `none`.
     Setting PROGRESS_SCHED = "HPC_PROGRESS_SCHED", default "`nice`";
     /// Smallest per-rank block (bytes) the `Proxy` engine hands to the proxy; smaller
-    /// collectives run on the ranks. Every rank must use the same value.
+    /// collectives run on the ranks. Every rank must use the same value (one that is
+    /// not a whole number is warned about and the default applies).
     Setting PROXY_MIN = "HPC_PROXY_MIN", default "`0` where the node has a core for the proxy, else `DEFAULT_PROXY_MIN`";
     /// `1`: with the `Proxy` engine each rank makes the first round's copies between
     /// its own buffers itself; `0`: the proxy makes them.
@@ -199,7 +203,8 @@ vars! {
     /// CPUs `hpc run --bind` bound this rank to (a cpulist such as `0-3,8`).
     Launcher CPUSET = "HPC_CPUSET", default "";
     /// The rank's progress CPUs (cpulist), set by `hpc run --progress K`; the `Thread`
-    /// engine pins its progress thread there.
+    /// engine pins its progress thread there (a value that is not a cpulist is warned
+    /// about and ignored).
     Launcher PROGRESS_CPUSET = "HPC_PROGRESS_CPUSET", default "";
 
     // --- Internal -------------------------------------------------------------------
@@ -208,7 +213,8 @@ vars! {
     Internal COLL_PROXY_BOARD = "HPC_COLL_PROXY_BOARD", default "";
     /// Slots of the proxy's board (ranks + 1).
     Internal COLL_PROXY_SLOTS = "HPC_COLL_PROXY_SLOTS", default "";
-    /// How long the proxy polls before it sleeps, in microseconds.
+    /// How long the proxy polls before it sleeps, in microseconds (at most
+    /// `1000000`, as `HPC_SPIN_US`).
     Internal COLL_PROXY_SPIN_US = "HPC_COLL_PROXY_SPIN_US", default "`0`";
     /// `1`: the proxy's standard input is a socket to its node's first rank, which
     /// relays the set-up of the network between the proxies of a communicator that

@@ -335,10 +335,11 @@ impl Context {
                 return Some(p.progress_cpuset.clone());
             }
         }
-        std::env::var(runtime::env::PROGRESS_CPUSET)
-            .ok()
-            .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
-            .filter(|c| !c.is_empty())
+        runtime::env::parsed(
+            runtime::env::PROGRESS_CPUSET,
+            hpc_topology::CpuSet::parse_list,
+        )
+        .filter(|c| !c.is_empty())
     }
 }
 
@@ -432,15 +433,16 @@ fn plan(
     // A launcher that bound this rank on its own and reserved it progress CPUs
     // (`hpc run --bind core --progress K`) leaves the compute threads the rest of the
     // binding; the progress CPUs stay in the process's binding for the progress thread.
-    let launcher_progress = std::env::var(runtime::env::PROGRESS_CPUSET)
-        .ok()
-        .and_then(|s| hpc_topology::CpuSet::parse_list(&s).ok())
-        .filter(|p| {
-            options.progress == 0
-                && local_size == 1
-                && !p.is_empty()
-                && !topo.allowed.difference(p).is_empty()
-        });
+    let launcher_progress = runtime::env::parsed(
+        runtime::env::PROGRESS_CPUSET,
+        hpc_topology::CpuSet::parse_list,
+    )
+    .filter(|p| {
+        options.progress == 0
+            && local_size == 1
+            && !p.is_empty()
+            && !topo.allowed.difference(p).is_empty()
+    });
     let compute_allowed = match &launcher_progress {
         Some(p) => topo.allowed.difference(p),
         None => topo.allowed.clone(),

@@ -243,6 +243,103 @@ pub fn var(name: &str) -> Result<Option<String>, String> {
     }
 }
 
+/// The longest spin a setting may ask for (`HPC_SPIN_US`, `HPC_COLL_PROXY_SPIN_US`),
+/// in microseconds: a second. Polling longer before sleeping only burns a core.
+pub const MAX_SPIN_US: u64 = 1_000_000;
+
+/// A whole-number setting of ours, parsed from `value` (the variable's value, or
+/// `None` when unset): `None` when unset, and also when it is not a number, with a
+/// warning naming the variable and its value (the default then applies: a rank
+/// refusing to start over a tuning knob would lose the job); a number above `max` is
+/// `max`, with a warning.
+///
+/// ```
+/// use hpc_runtime::env::{number_from, SPIN_US};
+/// assert_eq!(number_from(SPIN_US, Some("20"), 100u64), Some(20));
+/// assert_eq!(number_from(SPIN_US, Some("x"), 100u64), None);
+/// assert_eq!(number_from(SPIN_US, Some("18446744073709551615"), 100u64), Some(100));
+/// // Too large even for the type: the most it may be as well.
+/// assert_eq!(number_from(SPIN_US, Some("99999999999999999999999"), 100u64), Some(100));
+/// assert_eq!(number_from::<u64>(SPIN_US, None, 100), None);
+/// ```
+pub fn number_from<T>(name: &str, value: Option<&str>, max: T) -> Option<T>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let v = value?;
+    let digits = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
+    let capped = || {
+        tracing::warn!(
+            variable = name,
+            value = v,
+            "{name}={v:?} is above the most it may be, {max}; using {max}"
+        );
+        Some(max)
+    };
+    match v.trim().parse::<T>() {
+        Ok(n) if n <= max => Some(n),
+        // Above `max`, or digits too many for the type.
+        Ok(_) => capped(),
+        Err(_) if digits => capped(),
+        Err(_) => {
+            tracing::warn!(
+                variable = name,
+                value = v,
+                "{name}={v:?} is not a whole number (0 to {max}); using the default"
+            );
+            None
+        }
+    }
+}
+
+/// [`number_from`] this process's variable `name`; a value that is not UTF-8 is
+/// warned about and ignored the same way.
+pub fn number<T>(name: &str, max: T) -> Option<T>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match var(name) {
+        Ok(v) => number_from(name, v.as_deref(), max),
+        Err(e) => {
+            tracing::warn!(variable = name, "{e}; using the default");
+            None
+        }
+    }
+}
+
+/// A setting of ours read with `parse` (a CPU list, say): `None` when unset, and
+/// also when `parse` refuses it or it is not UTF-8, with a warning naming the
+/// variable, its value and why (the default then applies).
+///
+/// ```
+/// use hpc_runtime::env::parsed;
+/// // Unset here.
+/// assert_eq!(parsed("HPC_NOT_SET_ANYWHERE", |v| v.parse::<u8>()), None);
+/// ```
+pub fn parsed<T, E: std::fmt::Display>(
+    name: &str,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Option<T> {
+    match var(name) {
+        Ok(None) => None,
+        Ok(Some(v)) => match parse(&v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(
+                    variable = name,
+                    value = %v,
+                    "{name}={v:?} is ignored: {e}"
+                );
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(variable = name, "{e}; it is ignored");
+            None
+        }
+    }
+}
+
 /// Reads the timeout from `HPC_TIMEOUT` (seconds), falling back to the default.
 pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
     match env.get(TIMEOUT) {
@@ -360,6 +457,19 @@ mod tests {
         assert_eq!(detect(&e), Ok(Detected::Singleton));
         assert!(detect(&env(&[(BOOTSTRAP, "launcher")])).is_err());
         assert!(detect(&env(&[(BOOTSTRAP, "pigeon")])).is_err());
+    }
+
+    #[test]
+    fn numbers_warn_and_fall_back_or_cap() {
+        assert_eq!(number_from(SPIN_US, Some(" 7 "), MAX_SPIN_US), Some(7));
+        for bad in ["x", "-1", "1.5", ""] {
+            assert_eq!(number_from(SPIN_US, Some(bad), MAX_SPIN_US), None, "{bad}");
+        }
+        assert_eq!(
+            number_from(SPIN_US, Some("18446744073709551615"), MAX_SPIN_US),
+            Some(MAX_SPIN_US)
+        );
+        assert_eq!(number_from::<usize>(STAGE_MAX, None, usize::MAX), None);
     }
 
     #[test]

@@ -19,7 +19,10 @@ fn to_cpu_set_t(set: &CpuSet) -> Result<RawCpuSet> {
         if cpu >= max {
             return Err(TopologyError::Bind {
                 cpuset: set.to_string(),
-                reason: format!("PU {cpu} is beyond {max}"),
+                reason: format!(
+                    "PU {cpu} is beyond PU {}, the highest the system call can name",
+                    max - 1
+                ),
             });
         }
         raw.set(cpu as usize);

@@ -3,9 +3,11 @@
 //! `hpc-image` library), the cargo alias, a Slurm batch script and a README.
 //!
 //! Nothing is written unless everything can be: the name and the destination are
-//! checked first. An existing directory is written into as `cargo init` does: it
-//! keeps its inode, owner and permissions (a shell inside it stays there), and it is
-//! refused, naming them, when it holds any of the files `hpc new` writes. Every file
+//! checked first. An existing empty directory is written into as `cargo init` does:
+//! it keeps its inode, owner and permissions (a shell inside it stays there). One
+//! that holds anything is refused, naming what is there, unless `--force` is given;
+//! even then it is refused, naming them, when it holds any of the files `hpc new`
+//! writes, and no git repository is made in it. Every file
 //! is created new (`O_CREAT | O_EXCL`: a symlink planted at its path is never
 //! followed), and a failure removes what was created, the directory too when it was
 //! created.
@@ -26,11 +28,16 @@ use super::UsageError;
     Then:\n  \
     cd my-sim && cargo build && hpc run -n 4 target/debug/my-sim\n  \
     cargo xtask image --features mpi     container image, Apptainer and Slurm files\n\n\
-    Exit status: 0 written, 2 bad name or destination (nothing written).")]
+    Exit status: 0 written; 2 bad name or destination (nothing written), or the\n  \
+    report could not be printed (the project was written: the message says so).")]
 pub struct Args {
     /// Directory to create (it may exist if it is empty).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
+    /// Write into an existing directory that is not empty (never overwriting a file
+    /// in it; no git repository is made there).
+    #[arg(long)]
+    pub force: bool,
     /// Package name (default: the directory's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -249,8 +256,25 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
                 path.display()
             )));
         }
-        std::fs::read_dir(path)
+        let mut entries: Vec<String> = std::fs::read_dir(path)
+            .and_then(|d| {
+                d.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
             .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+        if !entries.is_empty() && !args.force {
+            entries.sort();
+            let n = entries.len();
+            let mut shown = entries.into_iter().take(5).collect::<Vec<_>>().join(", ");
+            if n > 5 {
+                shown.push_str(&format!(" and {} more", n - 5));
+            }
+            return Err(UsageError(format!(
+                "{} is not empty (it holds {shown}): give a new directory, or --force to \
+                 write into it (nothing was written)",
+                path.display()
+            )));
+        }
         let taken = taken_paths(path, &name);
         if !taken.is_empty() {
             return Err(UsageError(format!(
@@ -362,6 +386,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // An existing directory is written into (its inode and mode stay); a new one is
     // created, and removed again if writing fails.
     let mut created = Vec::new();
+    // Empty (or missing): only then may a repository be made there.
+    let empty = std::fs::read_dir(&path).map_or(true, |mut d| d.next().is_none());
     if std::fs::symlink_metadata(&path).is_err() {
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
         created.push(path.clone());
@@ -381,6 +407,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     if args.vcs == Vcs::Git {
         if in_git {
             git_note = " (inside an existing git work tree: no new repository)".into();
+        } else if !empty {
+            git_note = " (the directory held other entries: no new repository)".into();
         } else {
             match Command::new("git")
                 .args(["init", "--quiet"])
@@ -399,7 +427,13 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
          The launcher `hpc` comes from `cargo install hpc-cli` (`--features mpi` for mpirun/srun).",
         path.display(),
         path.display()
-    ))?;
+    ))
+    .with_context(|| {
+        format!(
+            "the project {name} was written in {}, but its report was not",
+            path.display()
+        )
+    })?;
     Ok(0)
 }
 

@@ -149,6 +149,22 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     check_sizes(&args)?;
     let world = World::init().context("joining the world")?;
+    match measure(&args, &world) {
+        Ok(code) => Ok(code),
+        // Said while this rank is still in the world: once it has left, the other
+        // rank ends the job, and `hpc run` may stop this one before its message is
+        // out (a full stdout on rank 0 was then reported by rank 1 alone).
+        Err(e) if super::is_broken_pipe(&e) => Ok(super::EXIT_BROKEN_PIPE),
+        Err(e) => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
+            Ok(super::EXIT_ERROR)
+        }
+    }
+}
+
+/// The measurement of [`exec`], on a world that outlives it.
+fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
     if world.size() != 2 {
         bail!(
             "perftest needs exactly 2 ranks (got {}): hpc run -n 2 -- hpc perftest ...",
@@ -159,7 +175,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     if let Some(b) = args.backend {
         opts.backend = b.name().parse()?;
     }
-    let t = Transport::with_options(&world, opts).context("creating the transport")?;
+    let t = Transport::with_options(world, opts).context("creating the transport")?;
     let me = world.rank();
     if !args.no_pin {
         pin_to_nth_allowed(me);
@@ -172,7 +188,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     };
     let max = sizes.iter().copied().max().unwrap_or(8).max(8);
     let region = t.register(max + 16)?;
-    let keys = t.exchange_keys(&world, &region)?;
+    let keys = t.exchange_keys(world, &region)?;
     let backend = t.backend_of(peer).map(|k| k.name()).unwrap_or("?");
     if me == 0 {
         let line = "-".repeat(95);

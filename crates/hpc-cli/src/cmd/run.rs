@@ -39,7 +39,8 @@ pub const MAX_RANKS_PER_CPU: usize = 64;
         which hpc run keeps for itself). HPC_TIMEOUT and HPC_THREADS of the environment \
         (or -x) reach the ranks and the coordinator unless --timeout or --threads are given. \
         Output that cannot be written (a full disk) stops the job with exit status 125; \
-        a closed pipe stops it with 141.",
+        a closed pipe stops it with 141, without a message. -x cannot give the \
+        variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...).",
     after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
 )]
 pub struct Args {
@@ -96,9 +97,11 @@ pub struct Args {
     #[arg(long)]
     pub oversubscribe: bool,
 
-    /// Extra environment for the ranks, `KEY=VALUE` (repeatable).
+    /// Extra environment for the ranks, `KEY=VALUE` (repeatable; the value may be
+    /// any bytes). The variables `hpc run` sets for each rank (`HPC_RANK`,
+    /// `HPC_SIZE`, ...) cannot be given.
     #[arg(short = 'x', long = "env", value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
+    pub env: Vec<OsString>,
 
     /// The program and its arguments.
     #[arg(
@@ -189,16 +192,21 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
         bail!("--nodes must be between 1 and -n ({})", args.np);
     }
     check_seconds("--kill-grace", Some(args.kill_grace), 0.0, MAX_KILL_GRACE)?;
-    check_seconds("--timeout", args.timeout, f64::MIN_POSITIVE, MAX_TIMEOUT)?;
-    check_seconds(
-        "--time-limit",
-        args.time_limit,
-        f64::MIN_POSITIVE,
-        MAX_TIME_LIMIT,
-    )?;
+    check_seconds("--timeout", args.timeout, MIN_SECONDS, MAX_TIMEOUT)?;
+    check_seconds("--time-limit", args.time_limit, MIN_SECONDS, MAX_TIME_LIMIT)?;
     for kv in &args.env {
-        if !kv.contains('=') || kv.starts_with('=') {
+        let Some((k, _)) = split_env(kv) else {
             bail!("--env expects KEY=VALUE, got {kv:?}");
+        };
+        if let Some(v) = henv::ALL
+            .iter()
+            .find(|v| v.kind == henv::Kind::Launcher && k == v.name)
+        {
+            bail!(
+                "-x {}: hpc run sets {} for each rank itself; it cannot be given",
+                v.name,
+                v.name
+            );
         }
     }
     // Three descriptors per rank in this process (two pipes and a socket) plus slack.
@@ -216,6 +224,20 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `KEY=VALUE` of `-x` split at the first `=`: `None` without one or with an
+/// empty key. The value is any bytes, as the environment allows.
+fn split_env(kv: &std::ffi::OsStr) -> Option<(&std::ffi::OsStr, &std::ffi::OsStr)> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = kv.as_bytes();
+    let eq = b.iter().position(|&c| c == b'=')?;
+    (eq > 0).then(|| {
+        (
+            std::ffi::OsStr::from_bytes(&b[..eq]),
+            std::ffi::OsStr::from_bytes(&b[eq + 1..]),
+        )
+    })
+}
+
 /// What `hpc run` takes from the settings (`HPC_*`) of its environment and `-x`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -226,26 +248,49 @@ pub struct Settings {
 }
 
 /// Reads [`Settings`]: a flag wins over `-x KEY=VALUE`, which wins over `env` (the
-/// launcher's environment). A setting that the runtime would refuse is refused here,
-/// naming the variable, before anything starts.
+/// launcher's environment, as [`std::env::vars_os`] gives it). A setting that the
+/// runtime would refuse is refused here, naming the variable, before anything
+/// starts. Only `HPC_TIMEOUT` and `HPC_THREADS` are read; every other variable, UTF-8
+/// or not, is left to reach the ranks untouched.
 pub fn settings(
     args: &Args,
-    env: impl IntoIterator<Item = (String, String)>,
+    env: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> anyhow::Result<Settings> {
-    let mut vars: std::collections::HashMap<String, String> = env
-        .into_iter()
-        .filter(|(k, _)| k == henv::TIMEOUT || k == henv::THREADS)
-        .collect();
+    let ours = |k: &std::ffi::OsStr| k == henv::TIMEOUT || k == henv::THREADS;
+    let mut raw: Vec<(OsString, OsString)> = env.into_iter().filter(|(k, _)| ours(k)).collect();
     for kv in &args.env {
-        if let Some((k, v)) = kv.split_once('=') {
-            if k == henv::TIMEOUT || k == henv::THREADS {
-                vars.insert(k.to_string(), v.to_string());
+        if let Some((k, v)) = split_env(kv) {
+            if ours(k) {
+                raw.push((k.to_owned(), v.to_owned()));
             }
         }
     }
+    // Later entries (`-x`) win over earlier ones (the environment).
+    let mut vars = std::collections::HashMap::new();
+    for (k, v) in raw {
+        let k = k.to_string_lossy().into_owned();
+        let v = v.into_string().map_err(|v| {
+            anyhow::anyhow!(
+                "{k}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                v.to_string_lossy()
+            )
+        })?;
+        vars.insert(k, v);
+    }
     let timeout = match args.timeout {
         Some(s) => Duration::from_secs_f64(s),
-        None => henv::timeout_from(&vars).map_err(anyhow::Error::msg)?,
+        None => {
+            let t = henv::timeout_from(&vars).map_err(anyhow::Error::msg)?;
+            if t.as_secs_f64() < MIN_SECONDS {
+                bail!(
+                    "{}={:?} is below the {} ms the ranks are given it in",
+                    henv::TIMEOUT,
+                    vars[henv::TIMEOUT],
+                    MIN_SECONDS * 1e3
+                );
+            }
+            t
+        }
     };
     let threads = match (args.threads, vars.get(henv::THREADS)) {
         (Some(t), _) => t,
@@ -264,6 +309,10 @@ pub fn settings(
 /// The most compute threads per rank `--threads` or `HPC_THREADS` may ask for.
 pub const MAX_THREADS: usize = 1 << 16;
 
+/// The shortest `--timeout`, `--time-limit` or `HPC_TIMEOUT`: a millisecond, the
+/// resolution the timeout reaches the ranks in (a shorter one would reach them as 0).
+pub const MIN_SECONDS: f64 = 1e-3;
+
 /// The longest `--timeout`: what the ranks' runtime accepts in `HPC_TIMEOUT`.
 pub const MAX_TIMEOUT: f64 = 7.0 * 86400.0;
 /// The longest `--time-limit` (a year).
@@ -275,8 +324,12 @@ pub const MAX_KILL_GRACE: f64 = 86400.0;
 fn check_seconds(name: &str, v: Option<f64>, min: f64, max: f64) -> anyhow::Result<()> {
     let Some(v) = v else { return Ok(()) };
     if !(v.is_finite() && v >= min && v <= max) || Duration::try_from_secs_f64(v).is_err() {
-        let low = if min > 0.0 { "above 0" } else { "at least 0" };
-        let got = if v.is_finite() && v.abs() >= 1e9 {
+        let low = if min > 0.0 {
+            format!("of at least {min}")
+        } else {
+            "of at least 0".to_string()
+        };
+        let got = if v.is_finite() && (v.abs() >= 1e9 || (v != 0.0 && v.abs() < 1e-3)) {
             format!("{v:e}")
         } else {
             v.to_string()
@@ -291,6 +344,7 @@ fn check_seconds(name: &str, v: Option<f64>, min: f64, max: f64) -> anyhow::Resu
 
 fn human(secs: f64) -> String {
     match secs as u64 {
+        86400 => "1 day".to_string(),
         s if s % 86400 == 0 && s >= 86400 => format!("{} days", s / 86400),
         s => format!("{s} s"),
     }
@@ -377,7 +431,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // is kept for a launcher that failed once its arguments were accepted.
     validate(&args, allowed).map_err(|e| super::UsageError(format!("{e:#}")))?;
     let settings =
-        settings(&args, std::env::vars()).map_err(|e| super::UsageError(format!("{e:#}")))?;
+        settings(&args, std::env::vars_os()).map_err(|e| super::UsageError(format!("{e:#}")))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
     let plan = bind::plan(args.bind, n, settings.threads, args.progress)
@@ -450,11 +504,12 @@ fn run_job(
             cmd.env(henv::NODE_NAME, format!("node{node}"));
         }
         for kv in &args.env {
-            if let Some((k, v)) = kv.split_once('=') {
+            if let Some((k, v)) = split_env(kv) {
                 cmd.env(k, v);
             }
         }
-        // The timeout the coordinator was given, whichever way it came.
+        // The timeout the coordinator was given, whichever way it came (at least
+        // MIN_SECONDS, so never written as 0).
         cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
         let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
         if args.bind != BindPolicy::None || args.threads.is_some() {
@@ -528,6 +583,7 @@ fn run_job(
     let mut kill_at: Option<Instant> = None;
     let mut interrupted: Option<i32> = None;
     let mut forwarders_done = 0usize;
+    let mut failed_streams = Vec::new();
 
     let stop_all = |alive: &[bool], sig: i32| {
         for (r, &a) in alive.iter().enumerate() {
@@ -549,7 +605,8 @@ fn run_job(
             Ok(job::Output::Done) => forwarders_done += 1,
             Ok(job::Output::Closed(stream)) => {
                 if first_failure.is_none() && interrupted.is_none() {
-                    note!("hpc run: {stream} is a closed pipe; stopping {remaining} rank(s)");
+                    // As every subcommand: 141 without a message (`| head -1`).
+                    tracing::info!(%stream, remaining, "closed pipe; stopping the ranks");
                     first_failure = Some((
                         usize::MAX,
                         format!("{stream} closed"),
@@ -560,8 +617,12 @@ fn run_job(
                 }
             }
             Ok(job::Output::Failed(stream, error)) => {
-                // Said even after another failure: output was lost.
-                note!("hpc run: cannot write the ranks' {stream}: {error}");
+                // Said even after another failure: output was lost. Once per stream:
+                // every rank's forwarder of that stream fails the same way.
+                if !failed_streams.contains(&stream) {
+                    note!("hpc run: cannot write the ranks' {stream}: {error}");
+                    failed_streams.push(stream);
+                }
                 if first_failure.is_none() && interrupted.is_none() {
                     note!("hpc run: stopping {remaining} rank(s)");
                     first_failure = Some((
@@ -655,7 +716,10 @@ fn run_job(
                 ));
             }
             Ok(job::Output::Failed(stream, error)) => {
-                note!("hpc run: cannot write the ranks' {stream}: {error}");
+                if !failed_streams.contains(&stream) {
+                    note!("hpc run: cannot write the ranks' {stream}: {error}");
+                    failed_streams.push(stream);
+                }
                 first_failure.get_or_insert((
                     usize::MAX,
                     format!("writing {stream}: {error}"),

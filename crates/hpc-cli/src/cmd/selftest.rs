@@ -62,7 +62,8 @@ pub struct Args {
     /// milliseconds.
     #[arg(long, requires = "collectives")]
     pub every_algorithm: bool,
-    /// This rank fails on purpose (for testing failure handling).
+    /// This rank fails on purpose (for testing failure handling); a rank the job
+    /// does not have is refused (status 2).
     #[arg(long)]
     pub fail_rank: Option<usize>,
     /// How `--fail-rank` fails.
@@ -126,6 +127,14 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         )?;
     }
 
+    if let Some(r) = args.fail_rank.filter(|&r| r >= size) {
+        // Nothing would fail, and the test would pass for the wrong reason.
+        return Err(super::UsageError(format!(
+            "--fail-rank {r}: the job has {size} rank(s) (0..={})",
+            size - 1
+        ))
+        .into());
+    }
     if args.fail_rank == Some(rank) {
         match args.fail_mode {
             FailMode::Exit => std::process::exit(args.exit_code),

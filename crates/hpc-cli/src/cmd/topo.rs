@@ -58,6 +58,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         (None, Some(desc)) => TopologySource::Synthetic(desc.clone()),
         (None, None) => TopologySource::ThisMachine,
     };
+    // Checked whether or not --ranks asks for a placement: a bad value is never
+    // ignored.
+    let allowed = match &args.allowed {
+        Some(list) => Some(CpuSet::parse_list(list).with_context(|| format!("--allowed {list}"))?),
+        None => None,
+    };
     let topo =
         Topology::load(&source).with_context(|| format!("loading the topology of {source}"))?;
     let mut out = std::io::stdout().lock();
@@ -77,8 +83,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     } else {
         req.progress(args.progress)
     };
-    if let Some(list) = &args.allowed {
-        req = req.allowed(CpuSet::parse_list(list).with_context(|| format!("--allowed {list}"))?);
+    if let Some(set) = allowed {
+        req = req.allowed(set);
     }
     let plan = hpc_topology::plan(&topo, &req)?;
     if args.json {

@@ -261,10 +261,11 @@ pub fn serve_env() -> Result<bool> {
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
-    let spin = std::env::var(hpc_runtime::env::COLL_PROXY_SPIN_US)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::ZERO, Duration::from_micros);
+    let spin = hpc_runtime::env::number(
+        hpc_runtime::env::COLL_PROXY_SPIN_US,
+        hpc_runtime::env::MAX_SPIN_US,
+    )
+    .map_or(Duration::ZERO, Duration::from_micros);
     let net = std::env::var_os(hpc_runtime::env::COLL_PROXY_NET).is_some_and(|v| v == "1");
     server::serve_with(std::path::Path::new(&path), slots, spin, net)?;
     std::process::exit(0);
