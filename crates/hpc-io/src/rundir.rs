@@ -336,17 +336,22 @@ fn open_own(path: &Path, create: bool) -> Result<Option<(File, u64)>> {
             wanted: "a regular file",
         });
     }
-    Ok(Some((File::from(fd), u64::try_from(st.st_size).unwrap_or(0))))
+    Ok(Some((
+        File::from(fd),
+        u64::try_from(st.st_size).unwrap_or(0),
+    )))
 }
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
     let Some((file, size)) = open_own(path, false)? else {
         return Ok(None);
     };
-    let bytes = crate::read::read_open(path, file, size, crate::read::MAX_METADATA_BYTES)
-        .map_err(|e| Error::Manifest {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
+    let bytes =
+        crate::read::read_open(path, file, size, crate::read::MAX_METADATA_BYTES).map_err(|e| {
+            Error::Manifest {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
         })?;
     let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
         path: path.to_path_buf(),
@@ -367,9 +372,8 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 /// Tries to take the lock of `dir`; `Ok(None)` when another process holds it.
 fn try_lock(dir: &Path) -> Result<Option<File>> {
     let path = dir.join(LOCK);
-    let (f, _) = open_own(&path, true)?.ok_or_else(|| {
-        io("open the lock file", &path)(std::io::ErrorKind::NotFound.into())
-    })?;
+    let (f, _) = open_own(&path, true)?
+        .ok_or_else(|| io("open the lock file", &path)(std::io::ErrorKind::NotFound.into()))?;
     match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(Some(f)),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
@@ -905,7 +909,10 @@ mod tests {
         let t0 = std::time::Instant::now();
         let e = inspect(&t.0).unwrap_err().to_string();
         assert!(e.contains("is a FIFO, not a regular file"), "{e}");
-        RunDir::create(&t.0, info()).unwrap().finish(Status::Complete).unwrap();
+        RunDir::create(&t.0, info())
+            .unwrap()
+            .finish(Status::Complete)
+            .unwrap();
         assert!(t0.elapsed() < std::time::Duration::from_secs(5));
         // A symlink run.json (to /dev/zero, to a file elsewhere) is not followed.
         for target in [Path::new("/dev/zero"), victim.as_path()] {
@@ -913,7 +920,10 @@ mod tests {
             std::os::unix::fs::symlink(target, t.0.join(MANIFEST)).unwrap();
             let e = inspect(&t.0).unwrap_err().to_string();
             assert!(e.contains("is a symbolic link, not a regular file"), "{e}");
-            RunDir::create(&t.0, info()).unwrap().finish(Status::Complete).unwrap();
+            RunDir::create(&t.0, info())
+                .unwrap()
+                .finish(Status::Complete)
+                .unwrap();
             assert!(inspect(&t.0).unwrap().is_some());
         }
         assert_eq!(fs::read(&victim).unwrap(), b"keep");

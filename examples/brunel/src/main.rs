@@ -6,7 +6,7 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,7 +74,8 @@ struct Args {
     /// Seed of all random streams.
     #[arg(long)]
     seed: Option<u64>,
-    /// Threads per rank (pinned to the rank's cores).
+    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
+    /// this process may use (4096 at most).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Do not pin threads (use a plain rayon pool).
@@ -164,6 +165,7 @@ fn params_of(args: &Args) -> Result<Params> {
 }
 
 fn run(args: Args) -> Result<()> {
+    hpc_spiking::run::check_threads(args.threads)?;
     let params = params_of(&args)?;
     let model = Model::new(params)?;
     if let Some(f) = args.pace {
@@ -199,7 +201,10 @@ fn run(args: Args) -> Result<()> {
         Ok(()) => {}
         Err(e) if args.allow_oversize => {
             if rank == 0 {
-                eprintln!("brunel: warning: {e:#} (going on: --allow-oversize)");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "brunel: warning: {e:#} (going on: --allow-oversize)"
+                );
             }
         }
         Err(e) => return Err(e),
@@ -288,7 +293,7 @@ fn run(args: Args) -> Result<()> {
         sim.run(&pool, &mut ex, &opts, cb)?
     };
     if show {
-        eprintln!();
+        let _ = writeln!(std::io::stderr());
     }
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
@@ -428,7 +433,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("brunel: proxy failed: {}", e.chain());
+            let _ = writeln!(std::io::stderr(), "brunel: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }
@@ -453,7 +458,8 @@ fn main() {
             let file = match std::fs::File::create(&path) {
                 Ok(f) => f,
                 Err(e) => {
-                    eprintln!(
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "brunel: error: cannot create trace file {}: {e}",
                         path.display()
                     );
@@ -479,11 +485,16 @@ fn main() {
     let traced = latch.map_or(Ok(()), |l| l.check());
     let mut failed = false;
     if let Err(e) = result {
-        eprintln!("brunel: error: {e:#}");
+        // A failed write of the message (stderr on a full device) changes nothing:
+        // the status still says the run failed.
+        let _ = writeln!(std::io::stderr(), "brunel: error: {e:#}");
         failed = true;
     }
     if let Err(e) = traced {
-        eprintln!("brunel: error: {e} (the trace is incomplete)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "brunel: error: {e} (the trace is incomplete)"
+        );
         failed = true;
     }
     if failed {
