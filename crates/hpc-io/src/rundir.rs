@@ -371,7 +371,16 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 
 /// Tries to take the lock of `dir`; `Ok(None)` when another process holds it.
 fn try_lock(dir: &Path) -> Result<Option<File>> {
-    let path = dir.join(LOCK);
+    try_lock_file(&dir.join(LOCK))
+}
+
+/// Takes an exclusive, non-blocking `flock` on the lock file at `path` (created if
+/// missing; a symbolic link, a FIFO or a device there is refused with
+/// [`Error::WrongType`]); `Ok(None)` when another process holds it. The lock goes
+/// with the returned file (and with the process, however it ends). For a directory
+/// a run owns that is not a run directory (a checkpoint directory).
+pub fn try_lock_file(path: &Path) -> Result<Option<File>> {
+    let path = path.to_path_buf();
     let (f, _) = open_own(&path, true)?
         .ok_or_else(|| io("open the lock file", &path)(std::io::ErrorKind::NotFound.into()))?;
     match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {

@@ -247,6 +247,13 @@ fn run(args: Args) -> Result<()> {
             .transpose()?,
     };
 
+    // The checkpoint directory is this run's while it runs (held to the end of
+    // `run`): no other run writes into it, and one holding another model's
+    // checkpoints is refused before anything is written.
+    let _checkpoint_lock = match &opts.checkpoint_dir {
+        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
+        None => None,
+    };
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
     if let Some(d) = out_dir.as_mut() {
         d.start()?;

@@ -461,3 +461,57 @@ fn non_utf8_paths_bad_thread_counts_and_a_full_stderr_are_no_panics() {
     assert!(err.contains("not a directory"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_checkpoint_directory_of_another_model_is_refused_and_kept() {
+    let dir = tmpdir("ckown");
+    let ck = dir.join("ck");
+    let ck_arg = ck.display().to_string();
+    let with = |seed: &str, every: &str, out: &str| {
+        cmd(
+            &dir.join(out),
+            &[
+                "--t-sim",
+                "30",
+                "--seed",
+                seed,
+                "--checkpoint-every",
+                every,
+                "--checkpoint-dir",
+                &ck_arg,
+            ],
+        )
+        .output()
+        .unwrap()
+    };
+    ok(&with("1", "10", "a"));
+    let steps = |d: &Path| {
+        let mut s: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        s.sort();
+        s
+    };
+    let before = steps(&ck);
+    let manifest = ck.join(&before[0]).join(hpc_checkpoint::MANIFEST);
+    let first = std::fs::read(&manifest).unwrap();
+    // Another model (seed 2) into the same directory: refused, nothing replaced.
+    let err = refused(&with("2", "5", "b"));
+    assert!(err.contains("of a different model"), "{err}");
+    assert!(err.contains("seed 1 -> 2"), "{err}");
+    assert!(err.contains("--checkpoint-dir"), "{err}");
+    assert_eq!(steps(&ck), before);
+    assert_eq!(std::fs::read(&manifest).unwrap(), first);
+    // The same model again may rewrite its own (identical) checkpoints.
+    ok(&with("1", "10", "c"));
+    // While a run writes into it, the directory is locked.
+    let lock = hpc_io::rundir::try_lock_file(&ck.join(hpc_spiking::checkpoint::LOCK))
+        .unwrap()
+        .unwrap();
+    let err = refused(&with("1", "10", "d"));
+    assert!(err.contains("is in use by"), "{err}");
+    drop(lock);
+    let _ = std::fs::remove_dir_all(&dir);
+}
