@@ -451,6 +451,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
+    let mut trace_names: Option<(PathBuf, PathBuf)> = None;
     let (chrome, guard, latch) = match &args.trace {
         Some(path) => {
             // One file per rank when there are several.
@@ -462,17 +463,30 @@ fn main() {
                 }
                 _ => path.clone(),
             };
-            let file = match std::fs::File::create(&path) {
+            // Written to a new temporary name beside it (never through a symbolic
+            // link, never into another run's file) and renamed when complete: two
+            // runs with the same --trace leave one valid trace, not a mix.
+            let tmp = {
+                let mut p = path.as_os_str().to_owned();
+                p.push(format!(".tmp-{}", std::process::id()));
+                PathBuf::from(p)
+            };
+            let file = match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
                 Ok(f) => f,
                 Err(e) => {
                     let _ = writeln!(
                         std::io::stderr(),
                         "brunel: error: cannot create trace file {}: {e}",
-                        path.display()
+                        tmp.display()
                     );
                     std::process::exit(1);
                 }
             };
+            trace_names = Some((tmp, path.clone()));
             // The trace is written by a thread of tracing-chrome that would drop (or
             // panic on) a write error: the latch keeps it for the check at the end.
             let (file, latch) = hpc_io::write::Latched::new(file, path.display());
@@ -490,6 +504,17 @@ fn main() {
     // Ends the trace (its last bytes are written now) before checking it.
     drop(guard);
     let traced = latch.map_or(Ok(()), |l| l.check());
+    let traced = match (traced, trace_names) {
+        (Ok(()), Some((tmp, path))) => std::fs::rename(&tmp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+        }),
+        (Err(e), Some((tmp, _))) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e.into())
+        }
+        (r, None) => r.map_err(Into::into),
+    };
     let mut failed = false;
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:

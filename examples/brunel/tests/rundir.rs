@@ -515,3 +515,27 @@ fn a_checkpoint_directory_of_another_model_is_refused_and_kept() {
     drop(lock);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_trace_is_renamed_into_place_not_written_through_a_link() {
+    let dir = tmpdir("tracelink");
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let trace = dir.join("trace.json");
+    std::os::unix::fs::symlink(&victim, &trace).unwrap();
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "20"]);
+    c.arg("--trace").arg(&trace);
+    ok(&c.output().unwrap());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&trace).unwrap().is_file());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(v.is_array() || v.is_object());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
