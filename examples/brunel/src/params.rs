@@ -282,7 +282,7 @@ impl Model {
         let nu_ex = p.eta * nu_th;
         let p_rate = 1000.0 * nu_ex * ce as f64;
         let lambda_ext = p_rate * p.dt / 1000.0;
-        if !(lambda_ext <= 500.0) {
+        if lambda_ext.is_nan() || lambda_ext > 500.0 {
             bail!(
                 "the external drive ({} spikes per step) is too strong",
                 num(lambda_ext)
