@@ -955,16 +955,6 @@ mod tests {
     }
 
     #[test]
-    fn a_non_utf8_argument_is_recorded_lossily() {
-        // RunInfo::new reads this process' arguments; they are UTF-8 here, so this
-        // checks the lossy conversion it uses on a non-UTF-8 one.
-        use std::os::unix::ffi::OsStrExt;
-        let a = std::ffi::OsStr::from_bytes(b"o\xff");
-        assert_eq!(a.to_string_lossy(), "o\u{fffd}");
-        assert!(!RunInfo::new("t").args.is_empty());
-    }
-
-    #[test]
     fn an_early_stop_is_marked_incomplete_and_readers_are_told() {
         let t = Tmp::new("stop");
         let mut a = RunDir::create(&t.0, info()).unwrap();
