@@ -154,8 +154,9 @@ pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     let r = s.round();
     if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
         anyhow::bail!(
-            "{what} {ms} ms is not a positive multiple of the time step dt = {dt} ms \
-             (give {dt} ms or a multiple of it)"
+            "{what} {} ms is not a positive multiple of the time step dt = {dt} ms \
+             (give {dt} ms or a multiple of it)",
+            num(ms)
         );
     }
     Ok(r as u64)

@@ -348,7 +348,10 @@ impl Params {
         positive("t_sim", self.t_sim)?;
         let steps = (self.t_presim + self.t_sim) / self.dt;
         if steps > u32::MAX as f64 / 2.0 {
-            bail!("t_presim + t_sim is {steps:.0} steps of dt; at most 2^31 are supported");
+            bail!(
+                "t_presim + t_sim is {} steps of dt; at most 2^31 are supported",
+                num(steps.round())
+            );
         }
         finite("bg_rate", self.bg_rate)?;
         if self.bg_rate < 0.0 {
@@ -577,7 +580,7 @@ impl Model {
             if s < 1.0 {
                 bail!(
                     "n_scaling {} leaves population {} without neurons",
-                    p.n_scaling,
+                    num(p.n_scaling),
                     POPULATIONS[i]
                 );
             }
