@@ -116,7 +116,7 @@ impl ReadError {
 }
 
 /// What a file type is, in words, for messages.
-fn kind_of(t: FileType) -> &'static str {
+pub(crate) fn kind_of(t: FileType) -> &'static str {
     match t {
         FileType::RegularFile => "a regular file",
         FileType::Directory => "a directory",

@@ -7,10 +7,13 @@
 //!    with [`Error::Busy`], which names the directory and the process (pid, host,
 //!    run id) holding it. The lock belongs to the open file, so it goes away with
 //!    the process however it ends (a crash or `kill -9` leaves no stale lock);
-//! 2. removes the files that an earlier run's manifest lists, and the files of the
-//!    names the program declares as its outputs ([`RunInfo::outputs`], for
-//!    directories written before manifests existed), so that nothing older can be
-//!    taken for this run's. Subdirectories and unknown files are left alone;
+//!    It refuses ([`Error::Foreign`]) a directory holding files of the names the
+//!    program declares as its outputs ([`RunInfo::outputs`]) that no earlier run's
+//!    manifest lists as its own: they are someone's files, not a run's, and are
+//!    never removed;
+//! 2. removes the files that an earlier run's manifest lists (saying so, with the
+//!    earlier run's id), so that nothing older can be taken for this run's.
+//!    Subdirectories and unknown files are left alone;
 //! 3. writes the manifest [`MANIFEST`] (`run.json`): run id, program, pid, host,
 //!    start time, arguments, the program's details (such as the seed) and status
 //!    `running`.
@@ -28,6 +31,11 @@
 //! old or the new manifest. A run dropped without `finish` (an error) marks itself
 //! incomplete; a run that was killed leaves status `running` without a lock holder,
 //! which [`inspect`] reports as [`Liveness::Abandoned`].
+//!
+//! The manifest and the lock file are opened without following a symbolic link and
+//! without blocking, and must be regular files (a FIFO or a device there is refused,
+//! or, for an earlier manifest, ignored with a warning); a manifest is read with the
+//! bound [`crate::read::MAX_METADATA_BYTES`].
 //!
 //! Readers check a file with [`check_file`]: a file in a run directory is trusted
 //! only when the manifest lists it and the run completed.
@@ -56,7 +64,7 @@
 //! # Ok::<(), hpc_io::rundir::Error>(())
 //! ```
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -109,6 +117,31 @@ pub enum Error {
     /// A name that is not a plain file name inside the directory.
     #[error("{0:?} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)")]
     Name(String),
+    /// The directory holds files of the program's output names that no earlier
+    /// run's manifest lists: they are not removed, and the run is refused.
+    #[error(
+        "{dir} holds {} that no earlier run of this program wrote (no run.json lists {}); remove {} or choose another output directory",
+        files.join(", "),
+        if files.len() == 1 { "it" } else { "them" },
+        if files.len() == 1 { "it" } else { "them" }
+    )]
+    Foreign {
+        /// The directory.
+        dir: PathBuf,
+        /// The files' names.
+        files: Vec<String>,
+    },
+    /// A path that must be a regular file (the manifest, the lock) or a directory
+    /// (the run directory) is something else.
+    #[error("{path} is {kind}, not {wanted}; remove it or choose another output directory")]
+    WrongType {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a symbolic link", "a regular file").
+        kind: &'static str,
+        /// What it must be.
+        wanted: &'static str,
+    },
     /// A file a reader should not trust (not listed, or the run did not complete).
     #[error("{path}: {reason}")]
     Untrusted {
@@ -159,7 +192,10 @@ impl RunInfo {
     pub fn new(program: &str) -> RunInfo {
         RunInfo {
             program: program.into(),
-            args: std::env::args().collect(),
+            // A non-UTF-8 argument (a legal file name) is recorded lossily.
+            args: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             details: serde_json::Value::Null,
             outputs: Vec::new(),
         }
@@ -268,12 +304,55 @@ fn write_replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     Ok(atomic::write(&dir.join(name), &tmp_path(dir, name), bytes)?)
 }
 
-fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io("read", path)(e)),
+/// Opens `path` without following a symbolic link and without blocking (a FIFO
+/// opens at once), and checks that it is a regular file. `create` also creates it
+/// (read-write). `Ok(None)` when it does not exist (and `create` is false).
+fn open_own(path: &Path, create: bool) -> Result<Option<(File, u64)>> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let mut flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    flags |= if create {
+        OFlags::RDWR | OFlags::CREATE
+    } else {
+        OFlags::RDONLY
     };
+    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o644)) {
+        Ok(fd) => fd,
+        Err(e) if e == rustix::io::Errno::NOENT && !create => return Ok(None),
+        Err(e) if e == rustix::io::Errno::LOOP => {
+            return Err(Error::WrongType {
+                path: path.to_path_buf(),
+                kind: "a symbolic link",
+                wanted: "a regular file",
+            })
+        }
+        Err(e) => return Err(io("open", path)(e.into())),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| io("open", path)(e.into()))?;
+    let ty = FileType::from_raw_mode(st.st_mode);
+    if ty != FileType::RegularFile {
+        return Err(Error::WrongType {
+            path: path.to_path_buf(),
+            kind: crate::read::kind_of(ty),
+            wanted: "a regular file",
+        });
+    }
+    Ok(Some((
+        File::from(fd),
+        u64::try_from(st.st_size).unwrap_or(0),
+    )))
+}
+
+fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
+    let Some((file, size)) = open_own(path, false)? else {
+        return Ok(None);
+    };
+    let bytes =
+        crate::read::read_open(path, file, size, crate::read::MAX_METADATA_BYTES).map_err(|e| {
+            Error::Manifest {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
+        })?;
     let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -292,14 +371,18 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>> {
 
 /// Tries to take the lock of `dir`; `Ok(None)` when another process holds it.
 fn try_lock(dir: &Path) -> Result<Option<File>> {
-    let path = dir.join(LOCK);
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io("open the lock file", &path))?;
+    try_lock_file(&dir.join(LOCK))
+}
+
+/// Takes an exclusive, non-blocking `flock` on the lock file at `path` (created if
+/// missing; a symbolic link, a FIFO or a device there is refused with
+/// [`Error::WrongType`]); `Ok(None)` when another process holds it. The lock goes
+/// with the returned file (and with the process, however it ends). For a directory
+/// a run owns that is not a run directory (a checkpoint directory).
+pub fn try_lock_file(path: &Path) -> Result<Option<File>> {
+    let path = path.to_path_buf();
+    let (f, _) = open_own(&path, true)?
+        .ok_or_else(|| io("open the lock file", &path)(std::io::ErrorKind::NotFound.into()))?;
     match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(Some(f)),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
@@ -309,7 +392,9 @@ fn try_lock(dir: &Path) -> Result<Option<File>> {
 
 fn holder_of(dir: &Path) -> String {
     let mut text = String::new();
-    let _ = File::open(dir.join(LOCK)).and_then(|mut f| f.read_to_string(&mut text));
+    if let Ok(Some((f, _))) = open_own(&dir.join(LOCK), false) {
+        let _ = f.take(4096).read_to_string(&mut text);
+    }
     let text = text.trim();
     if text.is_empty() {
         "another run".into()
@@ -324,6 +409,7 @@ pub struct RunDir {
     dir: PathBuf,
     manifest: Manifest,
     lock: Option<File>,
+    earlier: Option<Manifest>,
     started: bool,
     finished: bool,
 }
@@ -345,13 +431,48 @@ impl RunDir {
     /// leaves the earlier run's files and manifest as they were.
     pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        if let Err(e) = fs::create_dir_all(&dir) {
+            return Err(match fs::metadata(&dir) {
+                Ok(m) if !m.is_dir() => Error::WrongType {
+                    kind: if m.is_file() {
+                        "a regular file"
+                    } else {
+                        "not a directory"
+                    },
+                    path: dir,
+                    wanted: "a directory",
+                },
+                _ => io("create", &dir)(e),
+            });
+        }
         let Some(mut lock) = try_lock(&dir)? else {
             return Err(Error::Busy {
                 holder: holder_of(&dir),
                 dir,
             });
         };
+        let earlier = match read_manifest(&dir.join(MANIFEST)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring an unreadable earlier manifest");
+                None
+            }
+        };
+        // Files of the output names that no earlier run lists are not a run's.
+        let foreign: Vec<String> = info
+            .outputs
+            .iter()
+            .filter(|name| check_name(name).is_ok())
+            .filter(|name| earlier.as_ref().is_none_or(|m| m.file(name).is_none()))
+            .filter(|name| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| !m.is_dir()))
+            .cloned()
+            .collect();
+        if !foreign.is_empty() {
+            return Err(Error::Foreign {
+                dir,
+                files: foreign,
+            });
+        }
         let pid = std::process::id();
         let host = host_name();
         let started = now_ms();
@@ -379,45 +500,56 @@ impl RunDir {
             },
             dir,
             lock: Some(lock),
+            earlier,
             started: false,
             finished: false,
         })
     }
 
     /// Starts the run in the locked directory (once; later calls do nothing):
-    /// removes what an earlier run left (the files its manifest lists, the
-    /// program's output names, and their temporaries) and writes the manifest with
-    /// status `running`.
+    /// removes what an earlier run left (the files its manifest lists, and the
+    /// temporaries of those and of the program's output names), saying so with the
+    /// earlier run's id, and writes the manifest with status `running`.
     pub fn start(&mut self) -> Result<()> {
         if self.started {
             return Ok(());
         }
         let dir = self.dir.clone();
-        let earlier = match read_manifest(&dir.join(MANIFEST)) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "ignoring an unreadable earlier manifest");
-                None
-            }
-        };
-        let mut stale: Vec<String> = self.manifest.info.outputs.clone();
-        if let Some(m) = &earlier {
+        let mut stale: Vec<String> = Vec::new();
+        if let Some(m) = &self.earlier {
             stale.extend(m.files.iter().map(|f| f.name.clone()));
         }
         stale.sort();
         stale.dedup();
-        for name in &stale {
-            if check_name(name).is_err() {
-                continue;
+        let mut removed = Vec::new();
+        for name in stale.iter().filter(|n| check_name(n).is_ok()) {
+            if fs::symlink_metadata(dir.join(name)).is_ok_and(|m| !m.is_dir()) {
+                let path = dir.join(name);
+                fs::remove_file(&path).map_err(io("remove the earlier run's", &path))?;
+                removed.push(name.as_str());
             }
-            for path in [dir.join(name), tmp_path(&dir, name)] {
-                match fs::symlink_metadata(&path) {
-                    Ok(m) if !m.is_dir() => {
-                        fs::remove_file(&path).map_err(io("remove the earlier run's", &path))?;
-                        tracing::info!(file = %path.display(), "removed a file of an earlier run");
-                    }
-                    _ => {}
-                }
+        }
+        if let (Some(m), false) = (&self.earlier, removed.is_empty()) {
+            let status = match &m.status {
+                Status::Complete => "complete",
+                Status::Incomplete { .. } => "incomplete",
+                Status::Running => "not finished",
+            };
+            tracing::info!(
+                dir = %dir.display(),
+                files = %removed.join(", "),
+                "removed the files of the earlier run {} ({status})",
+                m.run_id
+            );
+        }
+        // Temporaries (`.NAME.tmp-PID`) are never anyone's finished file.
+        let mut names: Vec<&String> = self.manifest.info.outputs.iter().chain(&stale).collect();
+        names.sort();
+        names.dedup();
+        for name in names.into_iter().filter(|n| check_name(n).is_ok()) {
+            let path = tmp_path(&dir, name);
+            if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+                fs::remove_file(&path).map_err(io("remove the temporary", &path))?;
             }
         }
         self.started = true;
@@ -570,12 +702,12 @@ pub fn inspect(dir: &Path) -> Result<Option<Inspected>> {
     };
     let liveness = match manifest.status {
         Status::Running => {
-            let held = match OpenOptions::new().read(true).open(dir.join(LOCK)) {
-                Ok(f) => matches!(
+            let held = match open_own(&dir.join(LOCK), false) {
+                Ok(Some((f, _))) => matches!(
                     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
                     Err(e) if e == rustix::io::Errno::WOULDBLOCK
                 ),
-                Err(_) => false,
+                _ => false,
             };
             if held {
                 Liveness::Running
@@ -718,11 +850,9 @@ mod tests {
     fn an_earlier_runs_files_do_not_stay_beside_a_new_runs() {
         let t = Tmp::new("stale");
         fs::create_dir_all(t.0.join("checkpoints")).unwrap();
-        // A directory from before manifests, and a file the user put there.
-        fs::write(t.0.join("summary.json"), "old").unwrap();
+        // A file the user put there: no run's, so kept.
         fs::write(t.0.join("notes.txt"), "mine").unwrap();
         let mut a = RunDir::create(&t.0, info()).unwrap();
-        assert!(!t.0.join("summary.json").exists());
         a.write_atomic("report.html", b"<p>a</p>").unwrap();
         a.write_atomic("spikes.spk", b"aaaa").unwrap();
         a.finish(Status::Complete).unwrap();
@@ -738,6 +868,90 @@ mod tests {
         check_file(&t.0.join("summary.json")).unwrap();
         let e = check_file(&t.0.join("notes.txt")).unwrap_err().to_string();
         assert!(e.contains("older or foreign"), "{e}");
+    }
+
+    #[test]
+    fn files_of_output_names_that_no_run_wrote_are_refused_not_removed() {
+        let t = Tmp::new("foreign");
+        fs::create_dir_all(&t.0).unwrap();
+        fs::write(t.0.join("spikes.spk"), "mine").unwrap();
+        fs::write(t.0.join("summary.json"), "mine too").unwrap();
+        let e = RunDir::create(&t.0, info()).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Foreign { .. }), "{msg}");
+        assert!(msg.contains("spikes.spk, summary.json"), "{msg}");
+        assert!(msg.contains("choose another output directory"), "{msg}");
+        assert_eq!(fs::read(t.0.join("spikes.spk")).unwrap(), b"mine");
+        assert_eq!(fs::read(t.0.join("summary.json")).unwrap(), b"mine too");
+        assert!(!t.0.join(MANIFEST).exists());
+        // Beside an earlier run's manifest, an unlisted file of an output name is
+        // just as foreign.
+        fs::remove_file(t.0.join("summary.json")).unwrap();
+        fs::remove_file(t.0.join("spikes.spk")).unwrap();
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        a.write_atomic("summary.json", b"{}").unwrap();
+        a.finish(Status::Complete).unwrap();
+        fs::write(t.0.join("spikes.spk"), "mine").unwrap();
+        let e = RunDir::create(&t.0, info()).unwrap_err().to_string();
+        assert!(e.contains("holds spikes.spk that no earlier run"), "{e}");
+        assert_eq!(fs::read(t.0.join("summary.json")).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn a_manifest_or_lock_that_is_not_a_regular_file_is_not_read_or_followed() {
+        let t = Tmp::new("fifo");
+        fs::create_dir_all(&t.0).unwrap();
+        let victim = t.0.with_extension("victim");
+        fs::write(&victim, "keep").unwrap();
+        let fifo = |p: &Path| {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                p,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap()
+        };
+        // A FIFO run.json: refused at once (no writer ever comes), then replaced.
+        fifo(&t.0.join(MANIFEST));
+        let t0 = std::time::Instant::now();
+        let e = inspect(&t.0).unwrap_err().to_string();
+        assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+        RunDir::create(&t.0, info())
+            .unwrap()
+            .finish(Status::Complete)
+            .unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        // A symlink run.json (to /dev/zero, to a file elsewhere) is not followed.
+        for target in [Path::new("/dev/zero"), victim.as_path()] {
+            fs::remove_file(t.0.join(MANIFEST)).unwrap();
+            std::os::unix::fs::symlink(target, t.0.join(MANIFEST)).unwrap();
+            let e = inspect(&t.0).unwrap_err().to_string();
+            assert!(e.contains("is a symbolic link, not a regular file"), "{e}");
+            RunDir::create(&t.0, info())
+                .unwrap()
+                .finish(Status::Complete)
+                .unwrap();
+            assert!(inspect(&t.0).unwrap().is_some());
+        }
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        // A run.lock that is a FIFO or a symlink: refused, naming what it is.
+        fs::remove_file(t.0.join(LOCK)).unwrap();
+        fifo(&t.0.join(LOCK));
+        let e = RunDir::create(&t.0, info()).unwrap_err().to_string();
+        assert!(e.contains("run.lock is a FIFO, not a regular file"), "{e}");
+        fs::remove_file(t.0.join(LOCK)).unwrap();
+        std::os::unix::fs::symlink(&victim, t.0.join(LOCK)).unwrap();
+        let e = RunDir::create(&t.0, info()).unwrap_err().to_string();
+        assert!(e.contains("run.lock is a symbolic link"), "{e}");
+        assert_eq!(fs::read(&victim).unwrap(), b"keep");
+        let _ = fs::remove_file(&victim);
+        // A regular file as the directory: said so.
+        let f = t.0.join("afile");
+        fs::write(&f, "x").unwrap();
+        let e = RunDir::create(&f, info()).unwrap_err().to_string();
+        assert!(e.contains("is a regular file, not a directory"), "{e}");
     }
 
     #[test]

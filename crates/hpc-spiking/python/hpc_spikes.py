@@ -30,6 +30,7 @@ import json
 import math
 import operator
 import os
+import stat
 import sys
 from itertools import islice
 
@@ -262,6 +263,41 @@ def decode(data, partial_ok=False):
     return SpikeFile(header, ticks, ids, rest)
 
 
+# The most bytes read() reads (as hpc_io::read::MAX_DATA_BYTES): a mistaken path
+# (a disk image) is refused rather than read into memory.
+MAX_BYTES = 64 << 30
+
+_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket")]
+
+
+def read_regular(path, max_bytes=MAX_BYTES, follow=True):
+    """The bytes of the regular file at path, at most max_bytes.
+
+    The file is opened without blocking (a FIFO opens at once, no writer is waited
+    for) and looked at with fstat: anything but a regular file (a FIFO, /dev/zero, a
+    directory) raises SpikeFileError naming what it is, and so does a file larger
+    than max_bytes, before anything is read. follow=False also refuses a symbolic
+    link (OSError ELOOP). Other failures raise OSError.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+            raise SpikeFileError(f"{path} is {kind}, not a regular file")
+        if st.st_size > max_bytes:
+            raise SpikeFileError(
+                f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")
+        # Bounded by the size fstat saw: a file that grows while it is read is
+        # read as it was.
+        return f.read(st.st_size)
+
+
 def read(path, partial_ok=None):
     """Read and check a spike file; errors (SpikeFileError, OSError) name the file.
 
@@ -270,8 +306,7 @@ def read(path, partial_ok=None):
     """
     if partial_ok is None:
         partial_ok = os.fsdecode(path).endswith(".partial")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_regular(path)
     try:
         return decode(data, partial_ok)
     except SpikeFileError as e:

@@ -154,6 +154,88 @@ pub fn choose(
     })
 }
 
+/// The lock file of a checkpoint directory, held by the run that writes into it.
+pub const LOCK: &str = "checkpoints.lock";
+
+/// Takes the checkpoint directory `dir` for this run (a collective: every rank
+/// calls it; rank 0 decides and tells the others, so all fail together with rank 0's
+/// message). Rank 0 creates the directory, locks it against other runs (a second run
+/// writing checkpoints into it fails at once, naming the holder), and refuses it
+/// when it holds a checkpoint of a different model than `params` (compared as for a
+/// restart, all but `t_sim`; the error names the parameters that differ): such
+/// checkpoints would be overwritten by or mixed with this run's. Checkpoints of the
+/// same model are the same state at the same step, so a rerun may replace them.
+/// Rank 0 gets the lock, to hold until the run ends; the others `None`.
+pub fn claim_dir(
+    world: &hpc_rs::World,
+    dir: &Path,
+    params: &impl Serialize,
+) -> Result<Option<std::fs::File>> {
+    let mut held = None;
+    let mine: std::result::Result<(), String> = if world.rank() == 0 {
+        claim(dir, params)
+            .map(|f| held = Some(f))
+            .map_err(|e| format!("{e:#}"))
+    } else {
+        Ok(())
+    };
+    let shared: std::result::Result<(), String> =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
+    match shared {
+        Ok(()) => Ok(held),
+        Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
+        Err(_) => bail!(
+            "rank 0 could not take the checkpoint directory {}",
+            dir.display()
+        ),
+    }
+}
+
+fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
+    let lock_path = dir.join(LOCK);
+    let Some(mut lock) = hpc_io::rundir::try_lock_file(&lock_path)? else {
+        let holder = hpc_io::read::read_regular_to_string(&lock_path, 4096).unwrap_or_default();
+        let holder = holder.trim();
+        bail!(
+            "checkpoint directory {} is in use by {}; wait for it to finish or choose another --checkpoint-dir",
+            dir.display(),
+            if holder.is_empty() { "another run" } else { holder }
+        );
+    };
+    (|| {
+        lock.set_len(0)?;
+        write!(lock, "the run of pid {}", std::process::id())?;
+        lock.sync_all()
+    })()
+    .with_context(|| format!("cannot write {}", lock_path.display()))?;
+    let mine = serde_json::to_value(params)?;
+    let set = Checkpoints::new(dir);
+    for step in set.steps()? {
+        // A step directory without a manifest is an interrupted write: no checkpoint.
+        let Ok(ck) = Checkpoint::open(set.step_dir(step)) else {
+            continue;
+        };
+        let differs = match ck.metadata().get("params") {
+            Some(theirs) => crate::run::params_diff(theirs, &mine, &["t_sim"]),
+            None => vec!["its metadata holds no model parameters".into()],
+        };
+        if !differs.is_empty() {
+            bail!(
+                "checkpoint directory {} holds {} of a different model ({}: checkpoint -> \
+                 this run), which this run's checkpoints would overwrite or be mixed with: \
+                 choose another --checkpoint-dir or remove it",
+                dir.display(),
+                ck.dir().display(),
+                differs.join(", ")
+            );
+        }
+    }
+    Ok(lock)
+}
+
 /// The spikes of `checkpoint`'s spike file (`None` if it has none), checked: a valid
 /// spike file of `n_neurons` neurons, no spike after the checkpoint's step, and
 /// `counted` spikes when the manifest counted them.

@@ -97,11 +97,50 @@ pub fn thread_pool(
         .build()?)
 }
 
+/// `x` for an error message: plain for ordinary magnitudes, in exponent form
+/// (`1e300`, `1e-300`) for huge and tiny ones, which would otherwise print as
+/// hundreds of digits.
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// The most threads per rank a run accepts: 64 for each CPU this process may use,
+/// at most 4096. More only oversubscribes the cores (and a mistyped `--threads
+/// 100000` would spend minutes starting threads).
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .saturating_mul(64)
+        .min(4096)
+}
+
+/// Checks `--threads`: at least 1 and at most [`max_threads`], naming the limit.
+pub fn check_threads(threads: usize) -> anyhow::Result<()> {
+    if threads == 0 {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    let max = max_threads();
+    if threads > max {
+        anyhow::bail!(
+            "--threads {threads} is more than the limit of {max} (64 per CPU this process may use, at most 4096)"
+        );
+    }
+    Ok(())
+}
+
 /// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
 /// value in the error when `ms` is not positive.
 pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     if !(ms.is_finite() && ms > 0.0) {
-        anyhow::bail!("{what} must be a finite number of ms above 0, got {ms}");
+        anyhow::bail!(
+            "{what} must be a finite number of ms above 0, got {}",
+            num(ms)
+        );
     }
     Ok(((ms / dt).round() as u64).max(1))
 }
@@ -115,8 +154,9 @@ pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     let r = s.round();
     if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
         anyhow::bail!(
-            "{what} {ms} ms is not a positive multiple of the time step dt = {dt} ms \
-             (give {dt} ms or a multiple of it)"
+            "{what} {} ms is not a positive multiple of the time step dt = {dt} ms \
+             (give {dt} ms or a multiple of it)",
+            num(ms)
         );
     }
     Ok(r as u64)
@@ -367,5 +407,63 @@ mod tests {
             ["g 5.0 -> 6.0", "pop.m 2 -> 3"]
         );
         assert!(params_diff(&a, &a, &[]).is_empty());
+    }
+}
+
+/// Serde for an `Option<PathBuf>` that may not be UTF-8 (a legal Linux file name):
+/// a UTF-8 path is written as a string, any other as its bytes, and both are read
+/// back exactly (`#[serde(with = "hpc_spiking::run::opt_path")]`).
+pub mod opt_path {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::PathBuf;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    /// Writes the path as a string, or as bytes when it is not UTF-8.
+    pub fn serialize<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        p.as_ref()
+            .map(|p| match p.to_str() {
+                Some(t) => Repr::Text(t.into()),
+                None => Repr::Bytes(p.as_os_str().as_bytes().to_vec()),
+            })
+            .serialize(s)
+    }
+
+    /// Reads what [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+        Ok(Option::<Repr>::deserialize(d)?.map(|r| match r {
+            Repr::Text(t) => PathBuf::from(t),
+            Repr::Bytes(b) => PathBuf::from(std::ffi::OsString::from_vec(b)),
+        }))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct R(#[serde(with = "super")] Option<PathBuf>);
+
+        #[test]
+        fn a_non_utf8_path_goes_through_json_exactly() {
+            for p in [
+                None,
+                Some(PathBuf::from("out/spikes.spk")),
+                Some(PathBuf::from(std::ffi::OsStr::from_bytes(
+                    b"o\xff/spikes.spk",
+                ))),
+            ] {
+                let r = R(p);
+                let text = serde_json::to_string(&r).unwrap();
+                assert_eq!(serde_json::from_str::<R>(&text).unwrap(), r, "{text}");
+            }
+        }
     }
 }

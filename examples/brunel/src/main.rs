@@ -6,7 +6,7 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,7 +74,8 @@ struct Args {
     /// Seed of all random streams.
     #[arg(long)]
     seed: Option<u64>,
-    /// Threads per rank (pinned to the rank's cores).
+    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
+    /// this process may use (4096 at most).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Do not pin threads (use a plain rayon pool).
@@ -164,6 +165,7 @@ fn params_of(args: &Args) -> Result<Params> {
 }
 
 fn run(args: Args) -> Result<()> {
+    hpc_spiking::run::check_threads(args.threads)?;
     let params = params_of(&args)?;
     let model = Model::new(params)?;
     if let Some(f) = args.pace {
@@ -199,7 +201,10 @@ fn run(args: Args) -> Result<()> {
         Ok(()) => {}
         Err(e) if args.allow_oversize => {
             if rank == 0 {
-                eprintln!("brunel: warning: {e:#} (going on: --allow-oversize)");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "brunel: warning: {e:#} (going on: --allow-oversize)"
+                );
             }
         }
         Err(e) => return Err(e),
@@ -242,6 +247,13 @@ fn run(args: Args) -> Result<()> {
             .transpose()?,
     };
 
+    // The checkpoint directory is this run's while it runs (held to the end of
+    // `run`): no other run writes into it, and one holding another model's
+    // checkpoints is refused before anything is written.
+    let _checkpoint_lock = match &opts.checkpoint_dir {
+        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
+        None => None,
+    };
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
     if let Some(d) = out_dir.as_mut() {
         d.start()?;
@@ -288,7 +300,7 @@ fn run(args: Args) -> Result<()> {
         sim.run(&pool, &mut ex, &opts, cb)?
     };
     if show {
-        eprintln!();
+        let _ = writeln!(std::io::stderr());
     }
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
@@ -428,7 +440,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("brunel: proxy failed: {}", e.chain());
+            let _ = writeln!(std::io::stderr(), "brunel: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }
@@ -439,6 +451,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
+    let mut trace_names: Option<(PathBuf, PathBuf)> = None;
     let (chrome, guard, latch) = match &args.trace {
         Some(path) => {
             // One file per rank when there are several.
@@ -450,16 +463,30 @@ fn main() {
                 }
                 _ => path.clone(),
             };
-            let file = match std::fs::File::create(&path) {
+            // Written to a new temporary name beside it (never through a symbolic
+            // link, never into another run's file) and renamed when complete: two
+            // runs with the same --trace leave one valid trace, not a mix.
+            let tmp = {
+                let mut p = path.as_os_str().to_owned();
+                p.push(format!(".tmp-{}", std::process::id()));
+                PathBuf::from(p)
+            };
+            let file = match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
                 Ok(f) => f,
                 Err(e) => {
-                    eprintln!(
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "brunel: error: cannot create trace file {}: {e}",
-                        path.display()
+                        tmp.display()
                     );
                     std::process::exit(1);
                 }
             };
+            trace_names = Some((tmp, path.clone()));
             // The trace is written by a thread of tracing-chrome that would drop (or
             // panic on) a write error: the latch keeps it for the check at the end.
             let (file, latch) = hpc_io::write::Latched::new(file, path.display());
@@ -477,13 +504,29 @@ fn main() {
     // Ends the trace (its last bytes are written now) before checking it.
     drop(guard);
     let traced = latch.map_or(Ok(()), |l| l.check());
+    let traced = match (traced, trace_names) {
+        (Ok(()), Some((tmp, path))) => std::fs::rename(&tmp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+        }),
+        (Err(e), Some((tmp, _))) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e.into())
+        }
+        (r, None) => r.map_err(Into::into),
+    };
     let mut failed = false;
     if let Err(e) = result {
-        eprintln!("brunel: error: {e:#}");
+        // A failed write of the message (stderr on a full device) changes nothing:
+        // the status still says the run failed.
+        let _ = writeln!(std::io::stderr(), "brunel: error: {e:#}");
         failed = true;
     }
     if let Err(e) = traced {
-        eprintln!("brunel: error: {e} (the trace is incomplete)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "brunel: error: {e} (the trace is incomplete)"
+        );
         failed = true;
     }
     if failed {

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
+use hpc_spiking::run::num;
 use serde::{Deserialize, Serialize};
 
 /// A named set of defaults.
@@ -224,12 +225,12 @@ impl Model {
             ("t_sim", p.t_sim),
         ] {
             if !x.is_finite() {
-                bail!("{name} must be a finite number, got {x}");
+                bail!("{name} must be a finite number, got {}", num(x));
             }
         }
         for (name, x) in [("dt", p.dt), ("tau_m", p.tau_m), ("j", p.j)] {
             if !pos(x) {
-                bail!("{name} must be > 0, got {x}");
+                bail!("{name} must be > 0, got {}", num(x));
             }
         }
         for (name, x) in [
@@ -239,11 +240,14 @@ impl Model {
             ("eta", p.eta),
         ] {
             if !nonneg(x) {
-                bail!("{name} must be >= 0, got {x}");
+                bail!("{name} must be >= 0, got {}", num(x));
             }
         }
         if !(0.0..=1.0).contains(&p.epsilon) {
-            bail!("epsilon must be a probability in [0, 1], got {}", p.epsilon);
+            bail!(
+                "epsilon must be a probability in [0, 1], got {}",
+                num(p.epsilon)
+            );
         }
         if p.v_reset.partial_cmp(&p.v_th) != Some(std::cmp::Ordering::Less) {
             bail!("V_reset must be below V_th");
@@ -278,8 +282,36 @@ impl Model {
         let nu_ex = p.eta * nu_th;
         let p_rate = 1000.0 * nu_ex * ce as f64;
         let lambda_ext = p_rate * p.dt / 1000.0;
-        if lambda_ext > 500.0 {
-            bail!("the external drive ({lambda_ext:.1} spikes per step) is too strong");
+        if lambda_ext.is_nan() || lambda_ext > 500.0 {
+            bail!(
+                "the external drive ({} spikes per step) is too strong",
+                num(lambda_ext)
+            );
+        }
+        // Each parameter is finite, but together they may not be: the largest input
+        // a neuron can get in one step must be a number, or the potentials become
+        // NaN and a silent network would pass for a result.
+        for (what, x) in [
+            ("g*J (the inhibitory weight)", p.g * p.j),
+            ("J*CE (all excitatory inputs in one step)", p.j * ce as f64),
+            (
+                "g*J*CI (all inhibitory inputs in one step)",
+                p.g * p.j * ci as f64,
+            ),
+            (
+                "J*(CE + external drive) + g*J*CI (a step's input)",
+                p.j * (ce as f64 + 4.0 * lambda_ext.max(1.0)) + p.g * p.j * ci as f64,
+            ),
+            ("the threshold rate V_th/(J*CE*tau_m)", nu_th),
+        ] {
+            if !x.is_finite() {
+                bail!(
+                    "{what} is {}: j {}, g {} and the in-degrees (CE {ce}, CI {ci}) are too large together",
+                    num(x),
+                    num(p.j),
+                    num(p.g)
+                );
+            }
         }
         let gid_bits = 32 - (n - 1).leading_zeros().min(31);
         Ok(Model {

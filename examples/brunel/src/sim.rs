@@ -108,7 +108,8 @@ pub struct RankReport {
     pub spikes_exchanged: u64,
     /// Statistics of the whole run so far (rank 0 only).
     pub stats: Option<Stats>,
-    /// The spike file, once complete (rank 0).
+    /// The spike file, once complete (rank 0); any file name, UTF-8 or not.
+    #[serde(with = "hpc_spiking::run::opt_path")]
     pub spike_file: Option<PathBuf>,
 }
 

@@ -322,3 +322,220 @@ fn in_a_multi_rank_run_rank_0_owns_the_directory_and_every_rank_fails_together()
     hpc_io::rundir::check_file(&out.join("spikes.spk")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn files_of_the_output_names_that_no_run_wrote_are_refused_and_kept() {
+    let dir = tmpdir("foreign");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["spikes.spk", "raster.png", "notes.txt"] {
+        std::fs::write(out.join(f), "mine").unwrap();
+    }
+    let err = refused(
+        &cmd(&out, &["--t-sim", "20", "--stop-at", "10"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("spikes.spk"), "{err}");
+    assert!(err.contains("raster.png"), "{err}");
+    assert!(err.contains("choose another output directory"), "{err}");
+    for f in ["spikes.spk", "raster.png", "notes.txt"] {
+        assert_eq!(std::fs::read(out.join(f)).unwrap(), b"mine", "{f}");
+    }
+    // A complete run's own files are removed by the next run, which says so.
+    let other = dir.join("other");
+    ok(&cmd(&other, &["--t-sim", "20"]).output().unwrap());
+    let first = hpc_io::rundir::inspect(&other).unwrap().unwrap();
+    let o = cmd(&other, &["--t-sim", "20", "--stop-at", "10"])
+        .env("HPC_LOG", "info")
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    assert!(
+        err.contains(&format!("earlier run {}", first.manifest.run_id)),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_fifo_or_a_link_as_run_json_neither_hangs_nor_is_followed() {
+    let dir = tmpdir("fifo");
+    for (tag, make) in [("fifo", 0), ("zero", 1)] {
+        let out = dir.join(tag);
+        std::fs::create_dir_all(&out).unwrap();
+        let manifest = out.join(hpc_io::rundir::MANIFEST);
+        if make == 0 {
+            assert!(Command::new("mkfifo")
+                .arg(&manifest)
+                .status()
+                .unwrap()
+                .success());
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &manifest).unwrap();
+        }
+        let mut child = cmd(&out, &["--t-sim", "20"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("brunel hangs on a {tag} run.json");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok(&child.wait_with_output().unwrap());
+        assert!(hpc_io::rundir::inspect(&out).unwrap().is_some());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn non_utf8_paths_bad_thread_counts_and_a_full_stderr_are_no_panics() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tmpdir("odd");
+    std::fs::create_dir_all(&dir).unwrap();
+    // (example::args would make the path UTF-8: the flags are given here.)
+    let out = dir.join(std::ffi::OsStr::from_bytes(b"o\xff"));
+    let trace = dir.join(std::ffi::OsStr::from_bytes(b"t\xff.json"));
+    let o = Command::new(BRUNEL)
+        .args(MODEL)
+        .args(example::QUIET)
+        .args(["--t-sim", "20"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--trace")
+        .arg(&trace)
+        .env("HPC_LOG", "warn")
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(trace.is_file());
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    assert!(m.manifest.info.args.iter().any(|a| a.contains("o\u{fffd}")));
+    for (threads, want) in [("0", "at least 1"), ("100000", "more than the limit")] {
+        let t0 = Instant::now();
+        let err = refused(
+            &cmd(&dir.join("t"), &["--t-sim", "20", "--threads", threads])
+                .output()
+                .unwrap(),
+        );
+        assert!(err.contains(want), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
+    // An error to say with stderr on a full device: status 1, no panic.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(BRUNEL)
+        .args(["--order", "0", "--no-plot", "--out"])
+        .arg(dir.join("f"))
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    // Parameters finite one by one but not together.
+    let err = refused(
+        &cmd(&dir.join("j"), &["--t-sim", "20", "--j", "1e308"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("too large together"), "{err}");
+    assert!(err.contains("1e308"), "{err}");
+    let err = refused(
+        &cmd(&dir.join("e"), &["--t-sim", "20", "--eta", "1e300"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("1e") && err.len() < 400, "{err}");
+    // A regular file as --out is no directory.
+    std::fs::write(dir.join("afile"), "x").unwrap();
+    let err = refused(
+        &cmd(&dir.join("afile"), &["--t-sim", "20"])
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("not a directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_directory_of_another_model_is_refused_and_kept() {
+    let dir = tmpdir("ckown");
+    let ck = dir.join("ck");
+    let ck_arg = ck.display().to_string();
+    let with = |seed: &str, every: &str, out: &str| {
+        cmd(
+            &dir.join(out),
+            &[
+                "--t-sim",
+                "30",
+                "--seed",
+                seed,
+                "--checkpoint-every",
+                every,
+                "--checkpoint-dir",
+                &ck_arg,
+            ],
+        )
+        .output()
+        .unwrap()
+    };
+    ok(&with("1", "10", "a"));
+    let steps = |d: &Path| {
+        let mut s: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        s.sort();
+        s
+    };
+    let before = steps(&ck);
+    let manifest = ck.join(&before[0]).join(hpc_checkpoint::MANIFEST);
+    let first = std::fs::read(&manifest).unwrap();
+    // Another model (seed 2) into the same directory: refused, nothing replaced.
+    let err = refused(&with("2", "5", "b"));
+    assert!(err.contains("of a different model"), "{err}");
+    assert!(err.contains("seed 1 -> 2"), "{err}");
+    assert!(err.contains("--checkpoint-dir"), "{err}");
+    assert_eq!(steps(&ck), before);
+    assert_eq!(std::fs::read(&manifest).unwrap(), first);
+    // The same model again may rewrite its own (identical) checkpoints.
+    ok(&with("1", "10", "c"));
+    // While a run writes into it, the directory is locked.
+    let lock = hpc_io::rundir::try_lock_file(&ck.join(hpc_spiking::checkpoint::LOCK))
+        .unwrap()
+        .unwrap();
+    let err = refused(&with("1", "10", "d"));
+    assert!(err.contains("is in use by"), "{err}");
+    drop(lock);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_trace_is_renamed_into_place_not_written_through_a_link() {
+    let dir = tmpdir("tracelink");
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let trace = dir.join("trace.json");
+    std::os::unix::fs::symlink(&victim, &trace).unwrap();
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "20"]);
+    c.arg("--trace").arg(&trace);
+    ok(&c.output().unwrap());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&trace).unwrap().is_file());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(v.is_array() || v.is_object());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

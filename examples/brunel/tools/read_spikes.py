@@ -27,11 +27,14 @@ def check_run(path):
     early. Returns the warning, or None."""
     manifest = os.path.join(os.path.dirname(path) or ".", "run.json")
     try:
-        with open(manifest) as f:
-            run = json.load(f)
+        # Bounded, never blocking on a FIFO, never following a symbolic link (as
+        # the Rust reader, hpc_io::rundir).
+        run = json.loads(hpc_spikes.read_regular(manifest, 16 << 20, follow=False))
+        if not isinstance(run, dict):
+            raise ValueError("not a JSON object")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, hpc_spikes.SpikeFileError) as e:
         msg = f"{manifest} cannot be read ({e}): {path} is not vouched for"
     else:
         name = os.path.basename(path)
@@ -101,6 +104,7 @@ def main():
         print(f"usage: {PROG} FILE.spk", file=sys.stderr)
         sys.exit(2)
     path = sys.argv[1]
+    check_run(path)
     f = hpc_spikes.read_or_exit(path, PROG)
     try:
         import numpy  # noqa: F401

@@ -168,9 +168,9 @@ class Decode(unittest.TestCase):
         self.assertEqual(f.dt_ms, 1.0)
 
 
-def run(script, *args):
+def run(script, *args, timeout=120):
     return subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=timeout)
 
 
 class CommandLine(unittest.TestCase):
@@ -237,6 +237,42 @@ class CommandLine(unittest.TestCase):
                     self.one_line_error(run(tool, p), 1, name)
         for tool in (BRUNEL_READ, MICRO_READ):
             self.one_line_error(run(tool), 2, "usage")
+
+    def test_a_fifo_or_a_device_is_refused_at_once_not_waited_for_or_read_for_ever(self):
+        fifo = os.path.join(self.dir.name, "fifo.spk")
+        os.mkfifo(fifo)
+        for path, kind in [(fifo, "is a FIFO, not a regular file"),
+                           ("/dev/zero", "is a character device, not a regular file")]:
+            for tool in (READER, BRUNEL_READ, MICRO_READ):
+                with self.subTest(tool=tool, file=path):
+                    self.one_line_error(run(tool, path, timeout=30), 1, path, kind)
+            with self.assertRaises(SpikeFileError):
+                hpc_spikes.read(path)
+
+    def test_the_command_line_warns_when_run_json_does_not_vouch_for_the_file(self):
+        d = self.dir.name
+        p = self.file("spikes.spk.partial", spk(GOOD))
+        manifest = os.path.join(d, "run.json")
+        with open(manifest, "w") as f:
+            json.dump({"run_id": "r1", "status": "incomplete", "reason": "--stop-at",
+                       "stopped_at": "50.0 ms", "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(BRUNEL_READ, p, timeout=30)
+        self.assertIn("warning:", r.stderr)
+        self.assertIn("its run is incomplete: --stop-at at 50.0 ms", r.stderr)
+        # A file the manifest does not list is an older or foreign one.
+        q = self.file("spikes.spk", spk(GOOD))
+        r = run(BRUNEL_READ, q, timeout=30)
+        self.assertIn("was not written by the run r1", r.stderr)
+        # A FIFO (or a link to /dev/zero) as run.json: a warning at once, no wait.
+        os.remove(manifest)
+        os.mkfifo(manifest)
+        r = run(BRUNEL_READ, q, timeout=30)
+        self.assertIn("run.json cannot be read", r.stderr)
+        self.assertIn("FIFO", r.stderr)
+        os.remove(manifest)
+        os.symlink("/dev/zero", manifest)
+        r = run(BRUNEL_READ, q, timeout=30)
+        self.assertIn("run.json cannot be read", r.stderr)
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):

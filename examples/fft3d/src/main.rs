@@ -13,6 +13,7 @@
 //! the rank's thread CPU time per transform, and the relative error against
 //! the serial transform.
 
+use std::io::Write as _;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
@@ -54,10 +55,10 @@ struct Args {
     /// Batches per transpose.
     #[arg(long, default_value_t = 4)]
     batches: usize,
-    /// Timed transforms (after the warm-up ones).
+    /// Timed transforms (after the warm-up ones), 1 to 100000.
     #[arg(long, default_value_t = 10)]
     reps: usize,
-    /// Untimed transforms first.
+    /// Untimed transforms first, at most 100000.
     #[arg(long, default_value_t = 2)]
     warmup: usize,
     /// Seed of the input data.
@@ -88,12 +89,23 @@ fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The most timed (and warm-up) transforms a run does: more is a mistake, not a
+/// benchmark.
+const MAX_REPS: usize = 100_000;
+
 fn run(args: Args) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
     if args.reps == 0 {
         bail!("--reps must be at least 1");
+    }
+    if args.reps > MAX_REPS || args.warmup > MAX_REPS {
+        bail!(
+            "--reps and --warmup are at most {MAX_REPS} each, got --reps {} --warmup {}",
+            args.reps,
+            args.warmup
+        );
     }
     // NaN would turn the check off (no error compares greater than NaN).
     if !(args.tolerance.is_finite() && args.tolerance >= 0.0) {
@@ -235,13 +247,15 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("fft3d: proxy failed: {}", e.chain());
+            let _ = writeln!(std::io::stderr(), "fft3d: proxy failed: {}", e.chain());
             std::process::exit(1);
         }
     }
     let args = Args::parse();
     if let Err(e) = run(args) {
-        eprintln!("fft3d: error: {e:#}");
+        // A failed write of the message (stderr on a full device) changes nothing:
+        // the status still says the run failed.
+        let _ = writeln!(std::io::stderr(), "fft3d: error: {e:#}");
         std::process::exit(1);
     }
 }

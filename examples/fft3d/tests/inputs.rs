@@ -62,3 +62,23 @@ fn a_tolerance_that_is_not_a_finite_number_is_refused() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn endless_repetitions_are_refused_and_a_full_stderr_is_no_panic() {
+    for flag in ["--reps", "--warmup"] {
+        let e = refused(&fft3d(&["--n", "8", flag, "18446744073709551615"]));
+        assert!(e.contains("at most 100000"), "{e}");
+    }
+    // The error cannot be said (stderr on a full device): still status 1.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(FFT3D)
+        .args(["--n", "0"])
+        .env("HPC_BOOTSTRAP", "singleton")
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}

@@ -7,7 +7,7 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +70,8 @@ struct Args {
     /// Add the thalamic input.
     #[arg(long)]
     thalamic: bool,
-    /// Threads per rank (pinned to the rank's cores).
+    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
+    /// this process may use (4096 at most).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Do not pin threads.
@@ -195,6 +196,7 @@ fn make_exchange(
 }
 
 fn run(args: Args) -> Result<()> {
+    hpc_spiking::run::check_threads(args.threads)?;
     let params = params_of(&args)?;
     // Every parameter is checked here, before anything is allocated.
     let model = Model::new(params)?;
@@ -250,6 +252,13 @@ fn run(args: Args) -> Result<()> {
         restart,
         stop_at,
     };
+    // The checkpoint directory is this run's while it runs (held to the end of
+    // `run`): no other run writes into it, and one holding another model's
+    // checkpoints is refused before anything is written.
+    let _checkpoint_lock = match &opts.checkpoint_dir {
+        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
+        None => None,
+    };
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
     if let Some(d) = out_dir.as_mut() {
         d.start()?;
@@ -280,7 +289,7 @@ fn run(args: Args) -> Result<()> {
         sim.run(&pool, &mut ex, &opts, cb)?
     };
     if show {
-        eprintln!();
+        let _ = writeln!(std::io::stderr());
     }
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
@@ -424,7 +433,11 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            eprintln!("microcircuit: proxy failed: {}", e.chain());
+            let _ = writeln!(
+                std::io::stderr(),
+                "microcircuit: proxy failed: {}",
+                e.chain()
+            );
             std::process::exit(1);
         }
     }
@@ -436,7 +449,9 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     if let Err(e) = run(args) {
-        eprintln!("microcircuit: error: {e:#}");
+        // A failed write of the message (stderr on a full device) changes nothing:
+        // the status still says the run failed.
+        let _ = writeln!(std::io::stderr(), "microcircuit: error: {e:#}");
         std::process::exit(1);
     }
 }

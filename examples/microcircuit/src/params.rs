@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
+use hpc_spiking::run::num;
 use serde::{Deserialize, Serialize};
 
 /// The eight populations, in the order of NEST's example (ids are assigned in
@@ -319,36 +320,42 @@ impl Params {
     pub fn check(&self) -> Result<()> {
         let finite = |name: &str, x: f64| -> Result<()> {
             if !x.is_finite() {
-                bail!("{name} must be a finite number, got {x}");
+                bail!("{name} must be a finite number, got {}", num(x));
             }
             Ok(())
         };
         let positive = |name: &str, x: f64| -> Result<()> {
             finite(name, x)?;
             if x <= 0.0 {
-                bail!("{name} must be > 0, got {x}");
+                bail!("{name} must be > 0, got {}", num(x));
             }
             Ok(())
         };
         for (name, x) in [("n_scaling", self.n_scaling), ("k_scaling", self.k_scaling)] {
             finite(name, x)?;
             if !(x > 0.0 && x <= 1.0) {
-                bail!("{name} must be in (0, 1] (a fraction of the full-scale model), got {x}");
+                bail!(
+                    "{name} must be in (0, 1] (a fraction of the full-scale model), got {}",
+                    num(x)
+                );
             }
         }
         positive("dt", self.dt)?;
         finite("t_presim", self.t_presim)?;
         if self.t_presim < 0.0 {
-            bail!("t_presim must be >= 0 ms, got {}", self.t_presim);
+            bail!("t_presim must be >= 0 ms, got {}", num(self.t_presim));
         }
         positive("t_sim", self.t_sim)?;
         let steps = (self.t_presim + self.t_sim) / self.dt;
         if steps > u32::MAX as f64 / 2.0 {
-            bail!("t_presim + t_sim is {steps:.0} steps of dt; at most 2^31 are supported");
+            bail!(
+                "t_presim + t_sim is {} steps of dt; at most 2^31 are supported",
+                num(steps.round())
+            );
         }
         finite("bg_rate", self.bg_rate)?;
         if self.bg_rate < 0.0 {
-            bail!("bg_rate must be >= 0 Hz, got {}", self.bg_rate);
+            bail!("bg_rate must be >= 0 Hz, got {}", num(self.bg_rate));
         }
         positive("psp_exc_mean", self.psp_exc_mean)?;
         finite("g", self.g)?;
@@ -573,7 +580,7 @@ impl Model {
             if s < 1.0 {
                 bail!(
                     "n_scaling {} leaves population {} without neurons",
-                    p.n_scaling,
+                    num(p.n_scaling),
                     POPULATIONS[i]
                 );
             }

@@ -121,7 +121,8 @@ pub struct RankReport {
     pub events: u64,
     /// Statistics (rank 0).
     pub stats: Option<Stats>,
-    /// The spike file, once complete (rank 0).
+    /// The spike file, once complete (rank 0); any file name, UTF-8 or not.
+    #[serde(with = "hpc_spiking::run::opt_path")]
     pub spike_file: Option<PathBuf>,
 }
 

@@ -47,6 +47,22 @@ fn bad_scalings_are_refused() {
         "k_scaling must be in (0, 1]",
     );
     refused(&["--k-scaling", "NaN"], None, "k_scaling");
+    // Huge and tiny numbers are named in exponent form, not in 300 digits.
+    refused(
+        &["--n-scaling", "1e-300"],
+        None,
+        "n_scaling 1e-300 leaves population",
+    );
+    refused(
+        &["--t-sim", "1e300"],
+        None,
+        "t_presim + t_sim is 1e301 steps",
+    );
+    refused(
+        &["--threads", "100000"],
+        None,
+        "--threads 100000 is more than the limit",
+    );
 }
 
 #[test]
