@@ -2,22 +2,12 @@
 //! that are well sealed but list bad files, files that cannot be opened, and when a
 //! warning is (and is not) logged.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
 
+use std::path::Path;
+
+use common::tmpdir;
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, Error, MANIFEST};
-
-fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "hpc-ckpt-edge-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
 
 /// Two ranks and two named files at `step`, committed.
 fn write(set: &Checkpoints, step: u64) -> Checkpoint {
@@ -379,36 +369,8 @@ fn files_that_cannot_be_read_are_not_called_missing() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
-/// Captures what `tracing` logs.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-    type Writer = Log;
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
-
 fn latest_logged(set: &Checkpoints) -> (u64, Vec<u64>, String) {
-    let log = Log::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .finish();
-    let (ck, rejected) =
-        tracing::subscriber::with_default(subscriber, || set.latest_with_rejections().unwrap());
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let (ck, rejected, text) = common::latest_logged(set);
     (ck.step(), rejected.iter().map(|r| r.step).collect(), text)
 }
 

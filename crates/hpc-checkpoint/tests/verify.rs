@@ -2,22 +2,12 @@
 //! with the file and the problem named, and `latest` falls back past it with a
 //! warning.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
 
+use std::path::Path;
+
+use common::tmpdir;
 use hpc_checkpoint::{Checkpoint, Checkpoints, Error, FileEntry};
-
-fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "hpc-ckpt-test-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
 
 /// A checkpoint of `ranks` ranks at `step` with a named file; payloads differ per
 /// rank and step.
@@ -214,27 +204,6 @@ fn commit_needs_every_rank() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
-/// Captures what `tracing` logs on this thread.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-    type Writer = Log;
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
-
 #[test]
 fn latest_falls_back_with_a_warning() {
     let root = tmpdir("fallback");
@@ -245,13 +214,7 @@ fn latest_falls_back_with_a_warning() {
     // 3000: damaged; 2000: fine. A half-written 4000 (no manifest) is newer still.
     flip(&set.step_dir(3000).join("rank-000000.ckpt"), 100);
     set.write_rank(4000, 0, 2, b"half").unwrap();
-    let log = Log::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .finish();
-    let (ck, rejected) =
-        tracing::subscriber::with_default(subscriber, || set.latest_with_rejections().unwrap());
+    let (ck, rejected, text) = common::latest_logged(&set);
     assert_eq!(ck.step(), 2000);
     assert_eq!(
         rejected.iter().map(|r| r.step).collect::<Vec<_>>(),
@@ -259,7 +222,6 @@ fn latest_falls_back_with_a_warning() {
     );
     assert!(matches!(*rejected[0].error, Error::Incomplete { .. }));
     assert!(matches!(*rejected[1].error, Error::Checksum { .. }));
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     assert!(
         text.contains("WARN")
             && text.contains("rank-000000.ckpt")

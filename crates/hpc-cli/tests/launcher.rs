@@ -19,6 +19,14 @@ fn hpc(args: &[&str]) -> Output {
     Command::new(HPC).args(args).output().expect("run hpc")
 }
 
+/// `hpc run -n <n> --timeout <timeout> -- <cmd>`.
+fn timed_run(n: &str, timeout: &str, cmd: &[&str]) -> Command {
+    let mut c = Command::new(HPC);
+    c.args(["run", "-n", n, "--timeout", timeout, "--"])
+        .args(cmd);
+    c
+}
+
 /// `hpc run -n <n> -x HPC_MARK=<marker> -- <cmd>`: a job whose processes
 /// [`processes_with`] finds by the marker.
 fn marked_run(n: &str, marker: &str, cmd: &[&str]) -> Command {
@@ -250,20 +258,13 @@ fn survivors_get_an_error_naming_the_dead_rank() {
 #[test]
 fn hung_rank_times_out_naming_it() {
     let t = Instant::now();
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = timed_run(
         "3",
-        "--timeout",
         "1",
-        "--",
-        HPC,
-        "selftest",
-        "--fail-rank",
-        "2",
-        "--fail-mode",
-        "hang",
-    ]);
+        &[HPC, "selftest", "--fail-rank", "2", "--fail-mode", "hang"],
+    )
+    .output()
+    .expect("run hpc");
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "took {:?}",
@@ -942,20 +943,20 @@ fn a_huge_progress_cpuset_is_refused_not_allocated() {
     // HPC_PROGRESS_CPUSET is read through the CPU-list parser by the Thread engine:
     // 0-4294967295 used to grow memory until the rank was killed.
     let t = Instant::now();
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = timed_run(
         "2",
-        "--timeout",
         "20",
-        "--",
-        "env",
-        "HPC_PROGRESS_CPUSET=0-4294967295",
-        HPC,
-        "selftest",
-        "--collectives",
-        "thread",
-    ]);
+        &[
+            "env",
+            "HPC_PROGRESS_CPUSET=0-4294967295",
+            HPC,
+            "selftest",
+            "--collectives",
+            "thread",
+        ],
+    )
+    .output()
+    .expect("run hpc");
     assert!(
         out.status.success(),
         "{}",
@@ -1061,20 +1062,13 @@ fn x_cannot_override_the_variables_hpc_run_sets() {
 
 #[test]
 fn selftest_refuses_a_fail_rank_outside_the_job() {
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = timed_run(
         "2",
-        "--timeout",
         "20",
-        "--",
-        HPC,
-        "selftest",
-        "--fail-rank",
-        "5",
-        "--exit-code",
-        "3",
-    ]);
+        &[HPC, "selftest", "--fail-rank", "5", "--exit-code", "3"],
+    )
+    .output()
+    .expect("run hpc");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -1087,18 +1081,7 @@ fn selftest_refuses_a_fail_rank_outside_the_job() {
 fn malformed_tuning_settings_are_warned_about_naming_them() {
     // Each used to be ignored silently (the default applied with no word).
     let script = format!("exec env HPC_PROGRESS_CPUSET=x {HPC} selftest --collectives thread");
-    let out = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "2",
-            "--timeout",
-            "20",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
+    let out = timed_run("2", "20", &["sh", "-c", &script])
         .env("HPC_SPIN_US", "x")
         .env("HPC_STAGE_MAX", "lots")
         .output()
@@ -1113,8 +1096,7 @@ fn malformed_tuning_settings_are_warned_about_naming_them() {
         assert!(err.contains(needle), "{needle}: {err}");
     }
     // A spin of 584,000 years is capped at the documented second.
-    let out = Command::new(HPC)
-        .args(["run", "-n", "2", "--timeout", "20", "--", HPC, "selftest"])
+    let out = timed_run("2", "20", &[HPC, "selftest"])
         .args(["--collectives", "inline"])
         .env("HPC_SPIN_US", "18446744073709551615")
         .output()

@@ -94,6 +94,25 @@ fn int_reference(op: ReduceOp, a: i128, b: i128) -> i128 {
     }
 }
 
+/// `dst` after `apply_reduce(op, dtype, src, dst)` (which must succeed), read back
+/// element by element with `from`; there must be `len` of them.
+fn reduced<T>(
+    op: ReduceOp,
+    dtype: DataType,
+    src: &[u8],
+    dst: &mut [u8],
+    len: usize,
+    from: impl Fn(&[u8]) -> T,
+) -> Vec<T> {
+    apply_reduce(op, dtype, src, dst).unwrap();
+    let got: Vec<T> = dst
+        .chunks_exact(std::mem::size_of::<T>())
+        .map(from)
+        .collect();
+    assert_eq!(got.len(), len);
+    got
+}
+
 macro_rules! check_int {
     ($t:ty, $dtype:expr, $seed:expr) => {{
         let dtype: DataType = $dtype;
@@ -130,12 +149,9 @@ macro_rules! check_int {
                 assert!(op.supports(dtype), "{op} must be supported for {dtype}");
                 let src = bytes(&b);
                 let mut dst = bytes(&a);
-                apply_reduce(op, dtype, &src, &mut dst).unwrap();
-                let got: Vec<$t> = dst
-                    .chunks_exact(std::mem::size_of::<$t>())
-                    .map(|c| <$t>::from_ne_bytes(c.try_into().unwrap()))
-                    .collect();
-                assert_eq!(got.len(), a.len());
+                let got = reduced(op, dtype, &src, &mut dst, a.len(), |c| {
+                    <$t>::from_ne_bytes(c.try_into().unwrap())
+                });
                 for i in 0..a.len() {
                     let want = int_reference(op, a[i] as i128, b[i] as i128) as $t;
                     assert_eq!(
@@ -326,12 +342,9 @@ macro_rules! check_float {
                     assert_eq!(dst, before, "{op} {dtype}: rejected call changed dst");
                     continue;
                 }
-                apply_reduce(op, dtype, &src, &mut dst).unwrap();
-                let got: Vec<$t> = dst
-                    .chunks_exact(std::mem::size_of::<$t>())
-                    .map(|c| <$t>::from_ne_bytes(c.try_into().unwrap()))
-                    .collect();
-                assert_eq!(got.len(), a.len());
+                let got = reduced(op, dtype, &src, &mut dst, a.len(), |c| {
+                    <$t>::from_ne_bytes(c.try_into().unwrap())
+                });
                 for i in 0..a.len() {
                     let (x, y) = (a[i], b[i]);
                     let want = match op {

@@ -267,6 +267,10 @@ mod sealed {
 
 /// One backend of the transport: moves bytes to the peers it serves.
 ///
+/// What [`Backend::try_send_now`] gives: `Ok(data)`, sent, the buffer handed back;
+/// `Err(data)`, not sent ("use [`Backend::send`]"), the buffer untouched.
+pub type SentNow = std::result::Result<Vec<u8>, Vec<u8>>;
+
 /// Implemented by this crate's backends (the trait is sealed); [`Transport`] routes
 /// each operation to the backend of its peer. Posting methods start an operation and
 /// report its end through the transport's completion table (possibly before they
@@ -290,12 +294,7 @@ pub trait Backend: Send + Sync + sealed::Sealed {
     /// with room in the ring): `Ok(data)` hands the buffer back, done; `Err(data)`
     /// means "use [`Backend::send`]". Saves the completion table a round trip on the
     /// latency-critical path.
-    fn try_send_now(
-        &self,
-        _peer: usize,
-        _tag: u64,
-        data: Vec<u8>,
-    ) -> std::result::Result<Vec<u8>, Vec<u8>> {
+    fn try_send_now(&self, _peer: usize, _tag: u64, data: Vec<u8>) -> SentNow {
         Err(data)
     }
     /// Performs a put at once where the backend completes puts as they are posted

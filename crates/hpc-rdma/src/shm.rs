@@ -383,12 +383,7 @@ impl Backend for Shm {
         Ok(())
     }
 
-    fn try_send_now(
-        &self,
-        peer: usize,
-        tag: u64,
-        data: Vec<u8>,
-    ) -> std::result::Result<Vec<u8>, Vec<u8>> {
+    fn try_send_now(&self, peer: usize, tag: u64, data: Vec<u8>) -> crate::SentNow {
         let Ok(p) = self.peer(peer) else {
             return Err(data);
         };

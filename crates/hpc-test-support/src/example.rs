@@ -15,6 +15,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use hpc_runtime::env;
 
@@ -30,6 +31,59 @@ pub fn args(model: &[&str], out: &Path, extra: &[&str]) -> Vec<String> {
     a.push(out.display().to_string());
     a.extend(extra.iter().map(|s| s.to_string()));
     a
+}
+
+/// The SHA-256 of `spikes.spk` of one run of `bin`: [`args`] of `model` with
+/// `--seed seed --threads threads`, then `extra`, on `ranks` processes (a singleton
+/// without a launcher when 1), in a fresh directory removed afterwards.
+pub fn spikes_digest(
+    bin: &str,
+    model: &[&str],
+    seed: u64,
+    (ranks, threads): (usize, usize),
+    extra: &[&str],
+) -> String {
+    let name = Path::new(bin)
+        .file_name()
+        .map_or_else(|| "example".into(), |n| n.to_string_lossy().into_owned());
+    let dir = crate::tmpdir(&format!("{name}-pin"), &format!("{seed}-{ranks}-{threads}"));
+    let (seed, threads) = (seed.to_string(), threads.to_string());
+    let sized: Vec<&str> = model
+        .iter()
+        .copied()
+        .chain(["--seed", &seed, "--threads", &threads])
+        .collect();
+    let a = args(&sized, &dir, extra);
+    let spikes = dir.join("spikes.spk");
+    let d = crate::digest_of_run(bin, &a, ranks, Duration::from_secs(60), &spikes);
+    let _ = std::fs::remove_dir_all(&dir);
+    d
+}
+
+/// Checks the [`spikes_digest`] of `bin` and `model` against `pinned`: each
+/// `(seed, digest)` on 1 rank of 1 thread, then the first seed on each `(ranks,
+/// threads, extra)` of `variants`, which must not move a spike.
+pub fn assert_pinned_spikes(
+    bin: &str,
+    model: &[&str],
+    pinned: &[(u64, &str)],
+    variants: &[(usize, usize, &[&str])],
+) {
+    for &(seed, want) in pinned {
+        assert_eq!(
+            spikes_digest(bin, model, seed, (1, 1), &[]),
+            want,
+            "seed {seed}, 1 rank x 1 thread"
+        );
+    }
+    let (seed, want) = pinned[0];
+    for &(ranks, threads, extra) in variants {
+        assert_eq!(
+            spikes_digest(bin, model, seed, (ranks, threads), extra),
+            want,
+            "seed {seed}, {ranks} ranks x {threads} threads, {extra:?}"
+        );
+    }
 }
 
 /// `bin` with [`args`], logging warnings only (`HPC_LOG=warn`).

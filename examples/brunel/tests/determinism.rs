@@ -2,6 +2,8 @@
 //! ranks" over `LocalExchange`) and as real processes over the hpc runtime, and
 //! exact resumption from checkpoints.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -115,22 +117,7 @@ fn checkpoint_restart_gives_the_uninterrupted_spikes() {
 }
 
 fn brunel_args(out: &Path) -> Vec<String> {
-    [
-        "--preset",
-        "nest",
-        "--order",
-        "100",
-        "--t-sim",
-        "100",
-        "--quiet",
-        "--no-pin",
-        "--no-plot",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.display().to_string()])
-    .collect()
+    hpc_test_support::example::args(&common::NEST_100, out, &[])
 }
 
 fn run_processes(size: usize, out: &Path) {

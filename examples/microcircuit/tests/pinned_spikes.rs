@@ -2,13 +2,12 @@
 //! that moves a single spike (or a byte of the file format) fails here, whatever
 //! the ranks, threads, exchange and engine of the run.
 
-use std::path::Path;
-use std::time::Duration;
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
-/// `spikes.spk` of 1.5 % of the neurons, 5 % of the in-degrees, 20 ms warm-up and
-/// 60 ms with the thalamic input, for each seed.
+/// `spikes.spk` of [`common::small_model`] with 60 ms and the thalamic input, for
+/// each seed.
 const PINNED: [(u64, &str); 2] = [
     (
         55,
@@ -20,67 +19,20 @@ const PINNED: [(u64, &str); 2] = [
     ),
 ];
 
-fn args(out: &Path, seed: u64, threads: usize) -> Vec<String> {
-    let seed = seed.to_string();
-    let threads = threads.to_string();
-    [
-        "--n-scaling",
-        "0.015",
-        "--k-scaling",
-        "0.05",
-        "--t-presim",
-        "20",
-        "--t-sim",
-        "60",
-        "--thalamic",
-        "--seed",
-        &seed,
-        "--threads",
-        &threads,
-        "--quiet",
-        "--no-pin",
-        "--no-plot",
-        "--out",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([out.display().to_string()])
-    .collect()
-}
-
-/// The digest of one run: `ranks` processes (a singleton without a launcher when
-/// 1) of `threads` threads, with `extra` arguments.
-fn digest(seed: u64, ranks: usize, threads: usize, extra: &[&str]) -> String {
-    let dir = hpc_test_support::tmpdir("microcircuit-pin", &format!("{seed}-{ranks}-{threads}"));
-    let mut a = args(&dir, seed, threads);
-    a.extend(extra.iter().map(|s| s.to_string()));
-    let spikes = dir.join("spikes.spk");
-    let d = hpc_test_support::digest_of_run(BIN, &a, ranks, Duration::from_secs(60), &spikes);
-    let _ = std::fs::remove_dir_all(&dir);
-    d
-}
-
 #[test]
 fn spike_files_of_fixed_seeds_keep_their_digests() {
-    for (seed, want) in PINNED {
-        assert_eq!(
-            digest(seed, 1, 1, &[]),
-            want,
-            "seed {seed}, 1 rank x 1 thread"
-        );
-    }
-    let (seed, want) = PINNED[0];
-    for (ranks, threads, extra) in [
-        (1, 2, &[][..]),
-        (2, 1, &["--exchange", "allgather", "--engine", "world"][..]),
-        (2, 2, &["--exchange", "allgather", "--engine", "inline"][..]),
-        (2, 1, &["--exchange", "alltoallv", "--engine", "inline"][..]),
-        (2, 2, &["--exchange", "alltoallv", "--engine", "thread"][..]),
-    ] {
-        assert_eq!(
-            digest(seed, ranks, threads, extra),
-            want,
-            "seed {seed}, {ranks} ranks x {threads} threads, {extra:?}"
-        );
-    }
+    let mut model = common::small_model("60").to_vec();
+    model.push("--thalamic");
+    hpc_test_support::example::assert_pinned_spikes(
+        BIN,
+        &model,
+        &PINNED,
+        &[
+            (1, 2, &[]),
+            (2, 1, &["--exchange", "allgather", "--engine", "world"]),
+            (2, 2, &["--exchange", "allgather", "--engine", "inline"]),
+            (2, 1, &["--exchange", "alltoallv", "--engine", "inline"]),
+            (2, 2, &["--exchange", "alltoallv", "--engine", "thread"]),
+        ],
+    );
 }

@@ -142,8 +142,18 @@ impl Backend for Ofi {
                     tail: (split && !ordered).then_some((peer, addr, key)),
                 },
             );
+            // `ptr[from..from + len]` to `addr + from` at the target.
+            let part = |from, len| Later::Write {
+                op,
+                peer,
+                src: ptr,
+                from,
+                len,
+                addr,
+                key,
+            };
             let body = if split { len - 8 } else { len };
-            if let Err(e) = inner.post_write(ep, op, peer, ptr, 0, body, addr, key) {
+            if let Err(e) = inner.post_write(ep, part(0, body)) {
                 // Nothing of it is in flight.
                 if let Some(st) = ep.puts.remove(&op.0) {
                     ep.deferred.push(Done::Drop(Box::new(st.src)));
@@ -151,7 +161,7 @@ impl Backend for Ofi {
                 return Err(e);
             }
             if split && ordered {
-                if let Err(e) = inner.post_write(ep, op, peer, ptr, len - 8, 8, addr, key) {
+                if let Err(e) = inner.post_write(ep, part(len - 8, 8)) {
                     // The body is in flight: its completion ends the put with this error.
                     if let Some(st) = ep.puts.get_mut(&op.0) {
                         st.parts_left -= 1;
@@ -262,12 +272,7 @@ impl Backend for Ofi {
         })
     }
 
-    fn try_send_now(
-        &self,
-        peer: usize,
-        tag: u64,
-        data: Vec<u8>,
-    ) -> std::result::Result<Vec<u8>, Vec<u8>> {
+    fn try_send_now(&self, peer: usize, tag: u64, data: Vec<u8>) -> crate::SentNow {
         let inner = &self.inner;
         if HEADER_BYTES + data.len() > inner.inject
             || inner.peers.get(peer).and_then(Option::as_ref).is_none()

@@ -690,29 +690,9 @@ impl Inner {
         }
     }
 
-    /// Posts (or queues) `fi_write` of `src[from..from + len]` to `addr + from` at
-    /// the target; a refusal comes back as the error and nothing is in flight.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn post_write(
-        &self,
-        ep: &mut Ep,
-        op: OpId,
-        peer: usize,
-        src: *const u8,
-        from: usize,
-        len: usize,
-        addr: u64,
-        key: u64,
-    ) -> Result<()> {
-        let l = Later::Write {
-            op,
-            peer,
-            src,
-            from,
-            len,
-            addr,
-            key,
-        };
+    /// Posts (or queues) `l`, a part of a put ([`Later::Write`]); a refusal comes
+    /// back as the error and nothing is in flight.
+    pub(super) fn post_write(&self, ep: &mut Ep, l: Later) -> Result<()> {
         self.submit(ep, l).map_err(|(_, e)| e)
     }
 

@@ -1,0 +1,55 @@
+//! What the checkpoint tests share: fresh directories and what `tracing` logs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hpc_checkpoint::{Checkpoint, Checkpoints, Rejected};
+
+/// A path under the system's temporary directory, unique to this process and call,
+/// with nothing there.
+pub fn tmpdir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "hpc-ckpt-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Captures what `tracing` logs.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Log;
+    fn make_writer(&'a self) -> Log {
+        self.clone()
+    }
+}
+
+/// `set.latest_with_rejections()` (which must succeed), with what it logged on this
+/// thread meanwhile.
+pub fn latest_logged(set: &Checkpoints) -> (Checkpoint, Vec<Rejected>, String) {
+    let log = Log::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .finish();
+    let (ck, rejected) =
+        tracing::subscriber::with_default(subscriber, || set.latest_with_rejections().unwrap());
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    (ck, rejected, text)
+}
