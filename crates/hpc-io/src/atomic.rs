@@ -3,7 +3,7 @@
 //!
 //! The file is written under a temporary name in the same directory (the caller
 //! names it, so that it can recognise and clean up what an interrupted write left),
-//! synced, and renamed over the final name; [`write`] then syncs the directory so
+//! synced, and renamed over the final name; [`fn@write`] then syncs the directory so
 //! that the rename itself survives a crash. On any error the temporary file is
 //! removed and the final name is left as it was.
 //!

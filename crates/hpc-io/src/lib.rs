@@ -8,7 +8,7 @@
 //!   anything is allocated for them.
 //! - [`rundir`]: an output directory owned by one run at a time, with a manifest that
 //!   names the run that wrote each file and says whether the run completed.
-//! - [`write`]: writes whose failures are reported: result lines on standard output
+//! - [`mod@write`]: writes whose failures are reported: result lines on standard output
 //!   (a full disk is an error, a closed pipe is not) and a writer that keeps the
 //!   first error of a library that drops them.
 //!
