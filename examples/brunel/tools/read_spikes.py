@@ -10,7 +10,6 @@ The summary needs numpy.
     python3 read_spikes.py brunel-out/spikes.spk          # summary
     from read_spikes import read; hdr, times_ms, ids = read(path)
 """
-import json
 import os
 import sys
 
@@ -21,57 +20,10 @@ import hpc_spikes  # noqa: E402
 PROG = "read_spikes.py"
 
 
-def check_run(path):
-    """Warn (on stderr) when the run directory's run.json does not vouch for `path`:
-    the file is not the run's, or the run is still running, was killed or stopped
-    early. Returns the warning, or None."""
-    manifest = os.path.join(os.path.dirname(path) or ".", "run.json")
-    try:
-        # Bounded, never blocking on a FIFO, never following a symbolic link (as
-        # the Rust reader, hpc_io::rundir).
-        run = json.loads(hpc_spikes.read_regular(manifest, 16 << 20, follow=False))
-        if not isinstance(run, dict):
-            raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, hpc_spikes.SpikeFileError) as e:
-        msg = f"{manifest} cannot be read ({e}): {path} is not vouched for"
-    else:
-        name = os.path.basename(path)
-        status = run.get("status")
-        if name not in [f.get("name") for f in run.get("files", [])]:
-            msg = f"{path} was not written by the run {run.get('run_id')} of {manifest} (an older or foreign file)"
-        elif status == "running":
-            msg = f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) is running or was killed"
-        elif status == "incomplete":
-            where = f" at {run['stopped_at']}" if run.get("stopped_at") else ""
-            msg = f"{path}: its run is incomplete: {run.get('reason')}{where}"
-        else:
-            return None
-    print(f"warning: {msg}", file=sys.stderr)
-    return msg
-
-
-def read(path):
-    """Return (header dict, spike times in ms, node ids) of a checked spike file, as
-    numpy arrays (float64, int64); raises hpc_spikes.SpikeFileError or OSError."""
-    check_run(path)
-    return arrays(hpc_spikes.read(path))
-
-
-def read_or_exit(path, prog):
-    """read(path), or a one-line message naming the problem and exit status 1."""
-    check_run(path)
-    return arrays(hpc_spikes.read_or_exit(path, prog))
-
-
-def arrays(f):
-    """(header, times in ms, ids) of an hpc_spikes.SpikeFile, as numpy arrays."""
-    import numpy as np
-
-    ticks = np.array(f.ticks, dtype=np.uint32)
-    ids = np.array(f.ids, dtype=np.uint32).astype(np.int64)
-    return f.header, ticks * f.dt_ms, ids
+check_run = hpc_spikes.check_run
+read = hpc_spikes.read_arrays
+read_or_exit = hpc_spikes.read_arrays_or_exit
+arrays = hpc_spikes.arrays
 
 
 def stats(times_ms, ids, n_neurons, t_sim_ms):

@@ -22,24 +22,10 @@ import hpc_spikes  # noqa: E402
 PROG = "read_spikes.py"
 
 
-def read(path):
-    """Return (header dict, spike times in ms, node ids) of a checked spike file, as
-    numpy arrays (float64, int64); raises hpc_spikes.SpikeFileError or OSError."""
-    return arrays(hpc_spikes.read(path))
-
-
-def read_or_exit(path, prog):
-    """read(path), or a one-line message naming the problem and exit status 1."""
-    return arrays(hpc_spikes.read_or_exit(path, prog))
-
-
-def arrays(f):
-    """(header, times in ms, ids) of an hpc_spikes.SpikeFile, as numpy arrays."""
-    import numpy as np
-
-    ticks = np.array(f.ticks, dtype=np.uint32)
-    ids = np.array(f.ids, dtype=np.uint32).astype(np.int64)
-    return f.header, ticks * f.dt_ms, ids
+check_run = hpc_spikes.check_run
+read = hpc_spikes.read_arrays
+read_or_exit = hpc_spikes.read_arrays_or_exit
+arrays = hpc_spikes.arrays
 
 
 def pop_stats(times, ids, first, names, t_start, t_stop):
@@ -82,6 +68,7 @@ def main():
         print(f"usage: {PROG} FILE.spk", file=sys.stderr)
         sys.exit(2)
     path = sys.argv[1]
+    check_run(path)
     f = hpc_spikes.read_or_exit(path, PROG)
     h = f.header
     t_start = h.get("t_presim_ms", 0.0)
