@@ -314,7 +314,7 @@ where
 /// ```
 /// use hpc_runtime::env::parsed;
 /// // Unset here.
-/// assert_eq!(parsed("HPC_NOT_SET_ANYWHERE", |v| v.parse::<u8>()), None);
+/// assert_eq!(parsed("MYAPP_NOT_SET_ANYWHERE", |v| v.parse::<u8>()), None);
 /// ```
 pub fn parsed<T, E: std::fmt::Display>(
     name: &str,
