@@ -602,17 +602,36 @@ fn git(root: &Path, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// `SOURCE_DATE_EPOCH`, else the commit time of HEAD, else 0.
-fn source_date_epoch(root: &Path) -> Result<u64> {
+/// Where an image's date came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dated {
+    /// `SOURCE_DATE_EPOCH` was set.
+    Env,
+    /// The time of the workspace's last commit.
+    Commit,
+    /// The time of the build: the workspace has no commit (or is not in git),
+    /// so the image is not reproducible.
+    Now,
+}
+
+/// The image's date: `SOURCE_DATE_EPOCH` when set, else the last commit's time,
+/// else (no commit yet) the time of the build, never 1970.
+fn source_date_epoch(root: &Path) -> Result<(u64, Dated)> {
     if let Ok(s) = std::env::var("SOURCE_DATE_EPOCH") {
-        return s
+        let e = s
             .trim()
             .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"));
+            .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"))?;
+        return Ok((e, Dated::Env));
     }
-    Ok(git(root, &["log", "-1", "--format=%ct", "HEAD"])
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0))
+    if let Some(e) = git(root, &["log", "-1", "--format=%ct", "HEAD"]).and_then(|s| s.parse().ok())
+    {
+        return Ok((e, Dated::Commit));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok((now, Dated::Now))
 }
 
 /// RFC 3339 UTC time of a Unix timestamp.

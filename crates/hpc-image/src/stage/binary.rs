@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::{
     default_bin, find_bin, git, hpc_launcher, metadata, profile_args, profile_dir,
-    source_date_epoch, Args, BinTarget, Progress, UsageError, Workspace,
+    source_date_epoch, Args, BinTarget, Dated, Progress, UsageError, Workspace,
 };
 
 /// What the build stage found and built.
@@ -16,7 +16,7 @@ pub(crate) struct Built {
     pub(crate) bin: BinTarget,
     /// `SOURCE_DATE_EPOCH`: every time stamp of the image.
     pub(crate) epoch: u64,
-    /// The workspace's git revision (`unknown` outside git).
+    /// The workspace's git revision (see [`revision`]).
     pub(crate) revision: String,
     /// `--features`, empty for none.
     pub(crate) features: String,
@@ -39,10 +39,10 @@ impl Built {
 
 /// Finds the binary, checks the input that needs no build, and builds it.
 pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
-    pr.step(&format!(
-        "finding `{}` in the workspace",
-        args.binary.as_deref().unwrap_or("its binary")
-    ));
+    pr.step(&match args.binary.as_deref() {
+        Some(name) => format!("finding `{name}` in the workspace"),
+        None => "finding the workspace's binary".to_string(),
+    });
     let ws = metadata(args.manifest_path.as_deref())?;
     let bin = match &args.binary {
         Some(name) => find_bin(&ws, name)?,
@@ -65,11 +65,18 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
             );
         }
     }
-    let epoch = match source_date_epoch(&ws.root) {
+    let (epoch, dated) = match source_date_epoch(&ws.root) {
         Ok(e) => e,
         Err(e) => usage!("{e:#}"),
     };
-    let revision = git(&ws.root, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let revision = revision(&ws.root);
+    if dated == Dated::Now {
+        eprintln!(
+            "    note: {} has no commit yet: the image is dated now and its revision is \
+             `{revision}`, so it is not reproducible (commit, or set SOURCE_DATE_EPOCH)",
+            ws.root.display()
+        );
+    }
 
     let features = args.features.clone().unwrap_or_default();
     let manifest: Vec<String> = match &args.manifest_path {
@@ -109,4 +116,65 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         build,
         binaries,
     })
+}
+
+/// The workspace's git revision: the commit, `uncommitted` in a repository
+/// without a commit, `not-in-git` outside git.
+fn revision(root: &std::path::Path) -> String {
+    if let Some(r) = git(root, &["rev-parse", "--verify", "-q", "HEAD"]) {
+        return r;
+    }
+    if git(root, &["rev-parse", "--git-dir"]).is_some() {
+        "uncommitted".into()
+    } else {
+        "not-in-git".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workspace_without_commits_is_dated_now_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(revision(dir.path()), "not-in-git");
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        assert_eq!(revision(dir.path()), "uncommitted");
+        // Only when SOURCE_DATE_EPOCH is not set for the whole test run.
+        if std::env::var_os("SOURCE_DATE_EPOCH").is_none() {
+            let (epoch, dated) = source_date_epoch(dir.path()).unwrap();
+            assert_eq!(dated, Dated::Now);
+            // 2024-01-01: a build clock, not the epoch.
+            assert!(epoch > 1_704_067_200, "{epoch}");
+            std::fs::write(dir.path().join("f"), "x").unwrap();
+            git(&["add", "f"]);
+            git(&[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--date=2001-09-09T01:46:40Z",
+                "-m",
+                "m",
+            ]);
+            let (epoch, dated) = source_date_epoch(dir.path()).unwrap();
+            assert_eq!(dated, Dated::Commit);
+            let r = revision(dir.path());
+            assert_eq!(r.len(), 40, "{r}");
+            assert!(epoch > 1_704_067_200, "committer date is now: {epoch}");
+        }
+    }
 }
