@@ -464,7 +464,10 @@ fn plan(
             let req = hpc_topology::PlacementRequest::new(1, threads)
                 .policy(Policy::Compact)
                 .allowed(compute_allowed.clone());
-            hpc_topology::plan(&topo, &req).map(|mut plan| plan.ranks.swap_remove(0))
+            hpc_topology::plan(&topo, &req).map(|mut plan| {
+                plan.log_warnings(true);
+                plan.ranks.swap_remove(0)
+            })
         }
     };
     let placement = match planned {

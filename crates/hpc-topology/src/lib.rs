@@ -221,5 +221,7 @@ pub fn plan_for_rank(
     req.progress = progress;
     req.progress_scope = scope;
     let mut plan = plan(topo, &req)?;
+    // Every rank of the node plans the whole node; the first one says what is wrong.
+    plan.log_warnings(local_rank == 0);
     Ok(plan.ranks.swap_remove(local_rank))
 }

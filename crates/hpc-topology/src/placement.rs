@@ -306,7 +306,9 @@ fn gpu_preference(g: &Gpu) -> u8 {
 /// Deterministic: the same topology and request always give the same plan. Ranks
 /// never share a core unless there are more threads (plus progress cores) than
 /// allowed cores; then the plan is still usable, `oversubscribed` is set and a
-/// warning is logged.
+/// warning is added to [`PlacementPlan::warnings`] (logged by
+/// [`PlacementPlan::log_warnings`], not here: every rank of a node plans the whole
+/// node, and one of them should say it).
 ///
 /// ```
 /// use hpc_topology::{plan, PlacementRequest, Policy, Topology};
@@ -486,17 +488,17 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
             } else {
                 0
             };
-        let msg = format!(
-            "oversubscribed: {need} cores needed ({} ranks x {} threads + progress) but {} are allowed; ranks share cores",
+        let progress = match (per_rank_progress, req.progress_scope) {
+            (0, ProgressScope::PerRank) => String::new(),
+            (n, ProgressScope::PerRank) => format!(" + {n} progress per rank"),
+            (_, ProgressScope::PerNode) => format!(" + {} progress per node", req.progress),
+        };
+        warnings.push(format!(
+            "oversubscribed: {need} cores needed ({} ranks x {} threads{progress}) but {} are allowed; ranks share cores",
             req.ranks,
             req.threads,
             slots.len()
-        );
-        tracing::warn!("{msg}");
-        warnings.push(msg);
-    }
-    for w in warnings.iter().filter(|w| !w.starts_with("oversubscribed")) {
-        tracing::warn!("{w}");
+        ));
     }
     assign_gpus(topo, &mut ranks);
     assign_nics(topo, &mut ranks);
@@ -638,6 +640,19 @@ fn core_list(cores: &[u32]) -> String {
 }
 
 impl PlacementPlan {
+    /// Logs the plan's [`warnings`](Self::warnings) through `tracing`: at `warn`
+    /// level when `loud` (one rank of the node, so that a node of 32 ranks says
+    /// it once), else at `debug`. [`plan`] itself logs nothing.
+    pub fn log_warnings(&self, loud: bool) {
+        for w in &self.warnings {
+            if loud {
+                tracing::warn!("{w}");
+            } else {
+                tracing::debug!("{w}");
+            }
+        }
+    }
+
     /// The plan as pretty-printed JSON (see the crate documentation for the schema).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a plan always serializes")

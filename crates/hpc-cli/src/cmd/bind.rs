@@ -43,7 +43,8 @@ pub fn plan(policy: BindPolicy, n: usize, threads: usize, progress: usize) -> an
         .progress(progress)
         .policy(topo_policy);
     let plan = hpc_topology::plan(&topo, &req)?;
-    // hpc-topology already logs its warnings (oversubscription, ...).
+    // Oversubscription and the like, once for the node (the ranks keep theirs at debug).
+    plan.log_warnings(true);
     Ok(Plan {
         cpus: plan
             .ranks
