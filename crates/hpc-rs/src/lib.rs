@@ -317,11 +317,21 @@ impl Context {
     pub fn comm_options(&self) -> Result<hpc_comm::CommOptions, hpc_comm::Error> {
         let progress = self.progress_cpus();
         let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
-        let engine = choose_engine(
-            std::env::var(runtime::env::ENGINE).ok().as_deref(),
-            progress.is_some(),
-            proxy_asked,
-        )?;
+        let asked = std::env::var(runtime::env::ENGINE).ok();
+        let engine = choose_engine(asked.as_deref(), progress.is_some(), proxy_asked)?;
+        let why = match (asked.as_deref().map(str::trim), &progress, proxy_asked) {
+            (Some(a), _, _) if !a.is_empty() => format!("{}={a}", runtime::env::ENGINE),
+            (_, _, true) => "the job was started with `hpc run --proxy`".to_string(),
+            (_, Some(p), false) => format!("this rank has progress CPUs {p}"),
+            (_, None, false) => "no progress core: progress inside test/wait".to_string(),
+        };
+        // Said once for the job (every rank decides the same way from the same inputs
+        // but its own progress cores, which go to the debug log).
+        if self.world.rank() == 0 {
+            tracing::info!(engine = engine.name(), "collectives engine: {why}");
+        } else {
+            tracing::debug!(engine = engine.name(), "collectives engine: {why}");
+        }
         let mut opts = hpc_comm::CommOptions::new(engine);
         opts.progress_cpus = progress;
         Ok(opts)
