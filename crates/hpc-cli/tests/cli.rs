@@ -131,6 +131,11 @@ fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
             "is not allowed",
         ),
         (vec!["new", "missing-parent/app"], "does not exist"),
+        (vec!["new", "ok-dir", "--sdk", "/no/such/sdk"], "git URL"),
+        (
+            vec!["new", "ok-dir", "--sdk", "."],
+            "not a checkout of the hpc-rs SDK",
+        ),
     ] {
         let o = hpc_in(&s, &args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -142,6 +147,88 @@ fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
         std::fs::read_to_string(s.join("taken/notes.txt")).unwrap(),
         "mine"
     );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// The documented route before the crates are published: `hpc new --sdk CHECKOUT`
+/// resolves every hpc crate of the new workspace from the checkout, and cargo has
+/// nothing to warn about (an unused patch would be said on every build).
+#[test]
+fn new_with_sdk_takes_every_hpc_crate_from_the_checkout() {
+    let s = scratch("new-sdk");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
+    let o = hpc_in(
+        &s,
+        &[
+            "new",
+            "app",
+            "--vcs",
+            "none",
+            "--sdk",
+            repo.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!(
+            "cargo install --path {}",
+            repo.join("crates/hpc-cli").display()
+        )),
+        "{out}"
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let host = String::from_utf8(
+        Command::new("rustc")
+            .args(["--print", "host-tuple"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // Offline: third-party crates come from cargo's cache, as this workspace's build
+    // left them; only this platform's (the others are never downloaded).
+    let o = Command::new(cargo)
+        .args([
+            "metadata",
+            "--offline",
+            "--format-version",
+            "1",
+            "--filter-platform",
+        ])
+        .arg(host.trim())
+        .current_dir(s.join("app"))
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let meta: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hpc: Vec<(String, String)> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["manifest_path"].as_str().unwrap().to_string(),
+            )
+        })
+        .filter(|(n, _)| n.starts_with("hpc-"))
+        .collect();
+    for want in ["hpc-rs", "hpc-image", "hpc-runtime", "hpc-comm"] {
+        assert!(hpc.iter().any(|(n, _)| n == want), "{want} not in {hpc:?}");
+    }
+    for (n, m) in &hpc {
+        assert_eq!(
+            Path::new(m),
+            repo.join("crates").join(n).join("Cargo.toml"),
+            "{n} does not come from the checkout"
+        );
+    }
     let _ = std::fs::remove_dir_all(&s);
 }
 

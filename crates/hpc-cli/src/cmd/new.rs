@@ -44,6 +44,150 @@ pub struct Args {
     /// Version control to set up.
     #[arg(long, value_enum, default_value_t = Vcs::Git)]
     pub vcs: Vcs,
+    /// Where the hpc crates come from until they are on crates.io: a checkout of the
+    /// SDK (a directory) or its git URL. Writes a `[patch.crates-io]` table for
+    /// `hpc-rs` and `hpc-image` into the new `Cargo.toml` (their own hpc
+    /// dependencies then come from the same source); delete it to use the
+    /// published crates.
+    #[arg(long, value_name = "PATH|GIT-URL")]
+    pub sdk: Option<String>,
+}
+
+/// Where the hpc crates of a new workspace come from (`--sdk`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sdk {
+    /// crates.io (no `--sdk`).
+    Registry,
+    /// A checkout of the SDK, by its absolute path, and its version.
+    Path(PathBuf, String),
+    /// A git repository of the SDK.
+    Git(String),
+}
+
+/// The crates the scaffold depends on directly; the patch names these only (their
+/// own hpc dependencies are path dependencies inside the SDK's workspace, so they
+/// come from the same checkout, and a patch of a crate the graph does not use would
+/// make cargo warn on every build).
+const PATCHED: &[&str] = &["hpc-rs", "hpc-image"];
+
+impl Sdk {
+    /// Reads `--sdk`: a URL (`https://`, `ssh://`, `git://`, `file://`, `git@host:`)
+    /// is a git repository; anything else must be a directory holding the SDK's
+    /// workspace (its `crates/hpc-rs` and `crates/hpc-image`).
+    pub fn parse(source: Option<&str>) -> Result<Sdk, UsageError> {
+        let Some(src) = source.map(str::trim) else {
+            return Ok(Sdk::Registry);
+        };
+        if src.is_empty() {
+            return Err(UsageError(
+                "--sdk is empty: give a checkout's path or a git URL".into(),
+            ));
+        }
+        if src.contains("://") || (src.starts_with("git@") && src.contains(':')) {
+            if src.contains(['"', '\\', '\n']) {
+                return Err(UsageError(format!("--sdk {src:?}: not a usable git URL")));
+            }
+            return Ok(Sdk::Git(src.to_string()));
+        }
+        let root = Path::new(src).canonicalize().map_err(|e| {
+            UsageError(format!(
+                "--sdk {src}: {e} (give a checkout of the SDK or a git URL such as https://...)"
+            ))
+        })?;
+        for c in PATCHED {
+            let m = root.join("crates").join(c).join("Cargo.toml");
+            if !m.is_file() {
+                return Err(UsageError(format!(
+                    "--sdk {}: no {} there: not a checkout of the hpc-rs SDK (its root, \
+                     the directory with crates/)",
+                    root.display(),
+                    Path::new("crates").join(c).join("Cargo.toml").display()
+                )));
+            }
+        }
+        let version = workspace_version(&root.join("Cargo.toml")).ok_or_else(|| {
+            UsageError(format!(
+                "--sdk {}: its Cargo.toml has no [workspace.package] version",
+                root.display()
+            ))
+        })?;
+        if root.to_str().is_none_or(|r| r.contains(['"', '\\', '\n'])) {
+            return Err(UsageError(format!(
+                "--sdk {}: a path cargo's TOML cannot hold as written; move or link the \
+                 checkout to a plain path",
+                root.display()
+            )));
+        }
+        Ok(Sdk::Path(root, version))
+    }
+
+    /// The version the new workspace asks for: the checkout's own, else this
+    /// launcher's (the version it was released with).
+    fn version(&self) -> &str {
+        match self {
+            Sdk::Path(_, v) => v,
+            _ => env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// The `[patch.crates-io]` table for the root `Cargo.toml`, empty for crates.io.
+    fn patch(&self) -> String {
+        let (what, entry): (String, Box<dyn Fn(&str) -> String>) = match self {
+            Sdk::Registry => return String::new(),
+            Sdk::Path(root, _) => {
+                let root = root.clone();
+                (
+                    format!("the SDK checkout {}", root.display()),
+                    Box::new(move |c| {
+                        format!("path = \"{}\"", root.join("crates").join(c).display())
+                    }),
+                )
+            }
+            Sdk::Git(url) => {
+                let url = url.clone();
+                (
+                    format!("the SDK's git repository {url}"),
+                    Box::new(move |_| format!("git = \"{url}\"")),
+                )
+            }
+        };
+        let mut t = format!(
+            "\n# Until the hpc crates are on crates.io they come from {what}\n\
+             # (written by `hpc new --sdk`). Delete this table to use the published crates.\n\
+             [patch.crates-io]\n"
+        );
+        for c in PATCHED {
+            t.push_str(&format!("{c} = {{ {} }}\n", entry(c)));
+        }
+        t
+    }
+
+    /// How to install the launcher from the same source.
+    fn install(&self) -> String {
+        match self {
+            Sdk::Registry => "cargo install hpc-cli".into(),
+            Sdk::Path(root, _) => {
+                format!(
+                    "cargo install --path {}",
+                    root.join("crates/hpc-cli").display()
+                )
+            }
+            Sdk::Git(url) => format!("cargo install --git {url} hpc-cli"),
+        }
+    }
+}
+
+/// `[workspace.package] version = "..."` of a workspace manifest.
+fn workspace_version(manifest: &Path) -> Option<String> {
+    let text = hpc_io::read::read_regular_to_string(manifest, 1 << 20).ok()?;
+    let doc: toml::Table = text.parse().ok()?;
+    Some(
+        doc.get("workspace")?
+            .get("package")?
+            .get("version")?
+            .as_str()?
+            .to_string(),
+    )
 }
 
 /// Version control for the new workspace.
@@ -222,10 +366,12 @@ pub fn check_name(name: &str) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Replaces `{{name}}` and `{{sdk_version}}`.
-fn fill(text: &str, name: &str) -> String {
+/// Replaces `{{name}}`, `{{sdk_version}}`, `{{sdk_patch}}` and `{{install_hpc}}`.
+fn fill(text: &str, name: &str, sdk: &Sdk) -> String {
     text.replace("{{name}}", name)
-        .replace("{{sdk_version}}", env!("CARGO_PKG_VERSION"))
+        .replace("{{sdk_version}}", sdk.version())
+        .replace("{{sdk_patch}}", &sdk.patch())
+        .replace("{{install_hpc}}", &sdk.install())
 }
 
 /// Where to write and under which name, checked: the destination is missing or an
@@ -304,7 +450,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
 fn taken_paths(dir: &Path, name: &str) -> Vec<String> {
     let mut taken = Vec::new();
     for f in FILES {
-        let rel = PathBuf::from(fill(f.path, name));
+        let rel = PathBuf::from(fill(f.path, name, &Sdk::Registry));
         for a in rel
             .ancestors()
             .skip(1)
@@ -331,11 +477,16 @@ fn taken_paths(dir: &Path, name: &str) -> Vec<String> {
 
 /// Writes the files into `dir`, creating each file and missing directory new, and
 /// records what it created in `created`, in order.
-fn write_files(dir: &Path, name: &str, created: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+fn write_files(
+    dir: &Path,
+    name: &str,
+    sdk: &Sdk,
+    created: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;
     for f in FILES {
-        let rel = PathBuf::from(fill(f.path, name));
+        let rel = PathBuf::from(fill(f.path, name, &Sdk::Registry));
         let mut parents: Vec<&Path> = rel.ancestors().skip(1).collect();
         parents.reverse();
         for a in parents.into_iter().filter(|a| !a.as_os_str().is_empty()) {
@@ -363,7 +514,7 @@ fn write_files(dir: &Path, name: &str, created: &mut Vec<PathBuf>) -> anyhow::Re
             file.set_permissions(std::fs::Permissions::from_mode(0o755))
                 .with_context(|| format!("making {} executable", p.display()))?;
         }
-        file.write_all(fill(f.text, name).as_bytes())
+        file.write_all(fill(f.text, name, sdk).as_bytes())
             .and_then(|()| file.sync_all())
             .with_context(|| format!("writing {}", p.display()))?;
     }
@@ -383,6 +534,7 @@ fn in_git_work_tree(dir: &Path) -> bool {
 /// Runs `hpc new`.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     let (path, name) = plan(&args)?;
+    let sdk = Sdk::parse(args.sdk.as_deref())?;
     // An existing directory is written into (its inode and mode stay); a new one is
     // created, and removed again if writing fails.
     let mut created = Vec::new();
@@ -393,7 +545,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         created.push(path.clone());
     }
     let in_git = in_git_work_tree(&path);
-    if let Err(e) = write_files(&path, &name, &mut created) {
+    if let Err(e) = write_files(&path, &name, &sdk, &mut created) {
         for p in created.iter().rev() {
             let _ = if p.is_dir() {
                 std::fs::remove_dir(p)
@@ -424,9 +576,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
          cargo xtask image            # container image, Apptainer and Slurm files\n\n\
-         The launcher `hpc` comes from `cargo install hpc-cli` (`--features mpi` for mpirun/srun).",
+         The launcher `hpc` comes from `{}` (`--features mpi` for mpirun/srun).",
         path.display(),
-        path.display()
+        path.display(),
+        sdk.install()
     ))
     .with_context(|| {
         format!(
@@ -469,16 +622,89 @@ mod tests {
         }
     }
 
+    fn sdks() -> Vec<Sdk> {
+        vec![
+            Sdk::Registry,
+            Sdk::Path("/opt/hpc-rs".into(), "0.7.1".into()),
+            Sdk::Git("https://example.org/hpc-rs.git".into()),
+        ]
+    }
+
     #[test]
     fn templates_have_no_unfilled_placeholders() {
-        for f in FILES {
-            let t = fill(f.text, "demo-app");
-            assert!(!t.contains("{{"), "{}: {t}", f.path);
-            assert!(!fill(f.path, "demo-app").contains("{{"));
+        for sdk in sdks() {
+            for f in FILES {
+                let t = fill(f.text, "demo-app", &sdk);
+                assert!(!t.contains("{{"), "{}: {t}", f.path);
+                assert!(!fill(f.path, "demo-app", &sdk).contains("{{"));
+            }
         }
-        let cargo = fill(FILES[0].text, "demo-app");
+        let cargo = fill(FILES[0].text, "demo-app", &Sdk::Registry);
         assert!(cargo.contains("name = \"demo-app\""));
         assert!(cargo.contains(&format!("hpc-rs = \"{}\"", env!("CARGO_PKG_VERSION"))));
         assert!(cargo.contains("mpi = [\"hpc-rs/mpi\"]"));
+        assert!(!cargo.contains("patch"));
+    }
+
+    #[test]
+    fn an_sdk_source_becomes_a_patch_table_that_parses() {
+        for sdk in sdks().into_iter().skip(1) {
+            let cargo: toml::Table = fill(FILES[0].text, "demo-app", &sdk).parse().unwrap();
+            let patch = cargo["patch"]["crates-io"].as_table().unwrap();
+            assert_eq!(patch.len(), PATCHED.len(), "{patch:?}");
+            match &sdk {
+                Sdk::Path(root, v) => {
+                    assert_eq!(
+                        patch["hpc-image"]["path"].as_str().unwrap(),
+                        root.join("crates/hpc-image").to_str().unwrap()
+                    );
+                    assert_eq!(cargo["dependencies"]["hpc-rs"].as_str(), Some(v.as_str()));
+                }
+                Sdk::Git(url) => {
+                    assert_eq!(patch["hpc-rs"]["git"].as_str(), Some(url.as_str()));
+                }
+                Sdk::Registry => unreachable!(),
+            }
+            let x: toml::Table = fill(FILES[2].text, "demo-app", &sdk).parse().unwrap();
+            assert_eq!(x["dependencies"]["hpc-image"].as_str(), Some(sdk.version()));
+        }
+    }
+
+    #[test]
+    fn sdk_sources_are_checked() {
+        assert_eq!(Sdk::parse(None).unwrap(), Sdk::Registry);
+        for url in [
+            "https://h/x.git",
+            "ssh://git@h/x",
+            "git@github.com:o/x.git",
+            "file:///x",
+        ] {
+            assert_eq!(Sdk::parse(Some(url)).unwrap(), Sdk::Git(url.into()));
+        }
+        assert!(Sdk::parse(Some(" ")).unwrap_err().0.contains("empty"));
+        assert!(Sdk::parse(Some("/no/such/dir"))
+            .unwrap_err()
+            .0
+            .contains("git URL"));
+        let not = tempfile_dir();
+        let e = Sdk::parse(Some(not.to_str().unwrap())).unwrap_err().0;
+        assert!(e.contains("not a checkout of the hpc-rs SDK"), "{e}");
+        // This repository is one.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        match Sdk::parse(Some(repo.to_str().unwrap())).unwrap() {
+            Sdk::Path(root, v) => {
+                assert!(root.join("crates/hpc-rs/Cargo.toml").is_file());
+                assert_eq!(v, env!("CARGO_PKG_VERSION"));
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir(not).unwrap();
+    }
+
+    /// A fresh empty directory.
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hpc-new-sdk-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 }
