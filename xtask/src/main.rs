@@ -128,6 +128,34 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Publish the SDK's crates to crates.io in dependency order (`cargo publish
+    /// --workspace`: the crates not marked `publish = false`), as a dry run unless
+    /// `--execute`: each crate is packaged, and built against the ones before it.
+    Publish {
+        /// Really upload (needs `cargo login`); without it nothing leaves this machine.
+        #[arg(long)]
+        execute: bool,
+        /// Package only, without building each packaged crate (minutes faster).
+        #[arg(long)]
+        no_verify: bool,
+    },
+}
+
+/// `cargo publish --workspace` of the publishable crates: a dry run unless `execute`.
+fn publish(execute: bool, no_verify: bool, allow_dirty: bool) -> Result<()> {
+    let mut c = cargo();
+    c.args(["publish", "--workspace"]);
+    if !execute {
+        c.arg("--dry-run");
+    }
+    if no_verify {
+        c.arg("--no-verify");
+    }
+    if allow_dirty {
+        c.arg("--allow-dirty");
+    }
+    eprintln!("crates to publish: {}", publishable()?.join(", "));
+    run(&mut c)
 }
 
 /// The book's reference table of environment variables, relative to the root.
@@ -338,16 +366,10 @@ fn test(quick: bool) -> Result<()> {
         step("book", &mut || {
             run(Command::new("mdbook").args(["build", "book"]))
         })?;
-        step("package", &mut || {
-            // The crates users get from the registry: every member not marked
-            // `publish = false` (examples, benches, the book and xtask are not).
-            let mut c = cargo();
-            c.arg("package");
-            for name in publishable()? {
-                c.args(["-p", &name]);
-            }
-            run(c.args(["--no-verify", "--allow-dirty"]))
-        })?;
+        // The crates users get from the registry (every member not marked `publish =
+        // false`), packaged in the order a release publishes them, each resolved
+        // against the ones before it (`cargo xtask publish` without `--execute`).
+        step("publish dry run", &mut || publish(false, true, true))?;
     }
     eprintln!("{}", steps.table());
     eprintln!("all checks passed");
@@ -655,6 +677,7 @@ fn main() -> Result<()> {
         Task::EnvTable { check } => env_table(check),
         Task::CrateGraph { check } => crategraph::run(&root(), &workspace_packages()?, check),
         Task::Readme { check } => readme::run(&root(), &workspace_packages()?, check),
+        Task::Publish { execute, no_verify } => publish(execute, no_verify, false),
         Task::Fuzz { seconds, targets } => fuzz::run(&root(), seconds, &targets),
         Task::HwlocSource { args } => hwloc::run_seeding(|| {
             let mut c = cargo();
