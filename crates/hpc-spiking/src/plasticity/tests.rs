@@ -102,20 +102,14 @@ fn assert_close(got: &[f64], want: &[f64], rel: f64, what: &str) {
 }
 
 /// A Poisson train on the grid: `rate` (Hz) over `[start, stop)` steps, at most
-/// one spike a step (a small xorshift stream).
+/// one spike a step (the crate's counter-based stream `seed`).
 fn poisson(seed: u64, rate: f64, start: u32, stop: u32) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let p = rate * H * 1e-3;
-    let mut out = Vec::new();
-    for s in start..stop {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        if ((x >> 11) as f64) / ((1u64 << 53) as f64) < p {
-            out.push(s as f64 * H);
-        }
-    }
-    out
+    let key = crate::rng::stream_key(seed, crate::rng::Purpose::External, 0);
+    let threshold = (rate * H * 1e-3 * 2f64.powi(64)) as u64;
+    (start..stop)
+        .filter(|&s| crate::rng::draw(key, s as u64) < threshold)
+        .map(|s| s as f64 * H)
+        .collect()
 }
 
 #[test]
