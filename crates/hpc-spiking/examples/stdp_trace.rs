@@ -20,6 +20,9 @@
 //! weight for every presynaptic spike.
 
 use anyhow::{bail, Context, Result};
+
+#[path = "common/cases.rs"]
+mod cases;
 use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpPlParams, StdpRow, STDP_EPS_MS};
 use serde::Serialize;
 
@@ -35,63 +38,6 @@ struct Case {
     min_delay: f64,
     pre: Vec<f64>,
     post: Vec<f64>,
-}
-
-/// The cases of `text` (see the module docs).
-fn parse(text: &str) -> Result<Vec<Case>> {
-    let nums = |words: std::str::SplitWhitespace, line: usize| -> Result<Vec<f64>> {
-        words
-            .map(|w| {
-                w.parse::<f64>()
-                    .with_context(|| format!("line {line}: {w:?} is not a number"))
-            })
-            .collect()
-    };
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let mut cases = Vec::new();
-    while let Some((i, line)) = lines.next() {
-        let mut words = line.split_whitespace();
-        let (Some("case"), Some(name)) = (words.next(), words.next()) else {
-            bail!("line {}: expected `case NAME ...`", i + 1);
-        };
-        let p = nums(words, i + 1)?;
-        let [tau_plus, lambda, alpha, mu, tau_minus, weight, delay, min_delay] = p[..] else {
-            bail!(
-                "line {}: case {name} needs 8 numbers, has {}",
-                i + 1,
-                p.len()
-            );
-        };
-        let mut train = |what: &str| -> Result<Vec<f64>> {
-            let (j, line) = lines
-                .next()
-                .with_context(|| format!("case {name}: no `{what}` line"))?;
-            let mut words = line.split_whitespace();
-            if words.next() != Some(what) {
-                bail!("line {}: expected `{what} ...`", j + 1);
-            }
-            nums(words, j + 1)
-        };
-        let (pre, post) = (train("pre")?, train("post")?);
-        let name = name.to_string();
-        cases.push(Case {
-            name,
-            tau_plus,
-            lambda,
-            alpha,
-            mu,
-            tau_minus,
-            weight,
-            delay,
-            min_delay,
-            pre,
-            post,
-        });
-    }
-    Ok(cases)
 }
 
 #[derive(Serialize)]
@@ -137,13 +83,28 @@ fn main() -> Result<()> {
     let [path] = args.as_slice() else {
         bail!("usage: stdp_trace CASES.txt (see the source's docs for its format)");
     };
-    let text = hpc_io::read::read_regular_to_string(path, 1 << 30)
-        .with_context(|| format!("reading {path}"))?;
-    let cases = parse(&text).with_context(|| format!("parsing {path}"))?;
-    let traces = cases
-        .iter()
-        .map(|c| trace(c).with_context(|| format!("case {}", c.name)))
-        .collect::<Result<Vec<_>>>()?;
+    let mut traces = Vec::new();
+    for c in cases::read(path, 8, &["pre", "post"])? {
+        let [tau_plus, lambda, alpha, mu, tau_minus, weight, delay, min_delay] = c.params[..]
+        else {
+            unreachable!("cases::read checked the count");
+        };
+        let [pre, post] = <[Vec<f64>; 2]>::try_from(c.series).expect("two series");
+        let case = Case {
+            name: c.name,
+            tau_plus,
+            lambda,
+            alpha,
+            mu,
+            tau_minus,
+            weight,
+            delay,
+            min_delay,
+            pre,
+            post,
+        };
+        traces.push(trace(&case).with_context(|| format!("case {}", case.name))?);
+    }
     let out = serde_json::json!({ "cases": traces });
     hpc_io::write::stdout_line(format_args!("{out}"))?;
     hpc_io::write::flush_stdout()?;
