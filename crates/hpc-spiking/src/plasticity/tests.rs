@@ -540,3 +540,37 @@ fn bad_parameters_and_events_are_refused_by_name() {
     assert_eq!(a[0].archived(), 1);
     assert_eq!(row.t_last(), 5.0);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any parameters in their domain, any delay on the grid, any trains: the
+    /// reference's weights. (Absolute tolerance on the scale of the weights:
+    /// where depression nearly cancels a weight, the two summation orders'
+    /// roundings differ by more than 1e-12 of the small remainder.)
+    #[test]
+    fn random_rules_and_trains_match_the_reference(
+        tau_plus in 1.0f64..50.0,
+        tau_minus in 1.0f64..50.0,
+        lambda in 0.0f64..0.5,
+        alpha in 0.0f64..3.0,
+        mu in 0.0f64..1.0,
+        w0 in 0.0f64..100.0,
+        d_steps in 1u32..30,
+        min_delay_steps in 1u32..10,
+        pre in proptest::collection::btree_set(1u32..3000, 1..60),
+        post in proptest::collection::btree_set(1u32..3000, 0..60),
+    ) {
+        let p = StdpPlParams { tau_plus, lambda, alpha, mu };
+        let r = StdpPlHom::new(p).unwrap();
+        let (pre, post): (Vec<u32>, Vec<u32>) = (pre.into_iter().collect(), post.into_iter().collect());
+        let (pre, post) = (grid(&pre), grid(&post));
+        let d = d_steps as f64 * H;
+        let got = drive(&r, (tau_minus, min_delay_steps as f64 * H), d, w0, &pre, &post, false);
+        let want = reference(&p, tau_minus, d, w0, &pre, &post);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let scale = w0.max(*w).max(1e-300);
+            proptest::prop_assert!((g - w).abs() <= 1e-11 * scale, "weight {}: {} vs {}", i, g, w);
+        }
+    }
+}
