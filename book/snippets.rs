@@ -36,6 +36,7 @@ chapters! {
     brunel = "brunel.md";
     brunel_performance = "brunel-performance.md";
     microcircuit = "microcircuit.md";
+    plasticity = "plasticity.md";
     fft3d = "fft3d.md";
     containers = "containers.md";
     containers_measurements = "containers-measurements.md";

@@ -19,7 +19,10 @@
 //! * [`run`]: the options every run shares ([`RunOptions`]), the rank's thread
 //!   pool, the run's output directory, progress, and the hand-off of every rank's
 //!   report to rank 0 ([`run::gather_reports`]);
-//! * [`memory`]: the memory a run may use.
+//! * [`memory`]: the memory a run may use;
+//! * [`plasticity`]: NEST's `stdp_pl_synapse_hom` (power-law STDP) with the
+//!   postsynaptic spike archive it reads, and [`neuron`]: NEST's
+//!   `iaf_psc_alpha` with exact integration; [`model`] holds their typed error.
 //!
 //! The crate is published (unlike the examples), because it is what a user
 //! writing a network code of their own depends on; it depends on no example.
@@ -94,6 +97,9 @@ mod block;
 pub mod checkpoint;
 pub mod exchange;
 pub mod memory;
+pub mod model;
+pub mod neuron;
+pub mod plasticity;
 pub mod rng;
 pub mod run;
 pub mod spikes;

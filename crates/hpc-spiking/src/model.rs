@@ -1,0 +1,99 @@
+//! What the model pieces ([`crate::plasticity`], [`crate::neuron`]) share: the
+//! typed error of a bad parameter or an out-of-order event, and the checks that
+//! make it.
+
+/// A parameter or an event that a model refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    /// A parameter outside its domain (NaN, infinite, negative, zero where it
+    /// divides, ...).
+    #[error("parameter {name} = {value} is invalid: it must be {must}")]
+    Param {
+        /// The parameter's name (NEST's where NEST has one).
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// What the value must be.
+        must: &'static str,
+    },
+    /// An event earlier than (or at the time of) the one before it from the same
+    /// neuron: spikes are given in increasing time.
+    #[error("{what} at {t} ms is not after the previous one at {last} ms")]
+    TimeOrder {
+        /// Which events ("presynaptic spike", "postsynaptic spike").
+        what: &'static str,
+        /// The time given (ms).
+        t: f64,
+        /// The time of the one before (ms).
+        last: f64,
+    },
+    /// A synapse's target outside the postsynaptic archives given.
+    #[error("target {target} is outside the {len} postsynaptic archives given")]
+    Target {
+        /// The target index.
+        target: u32,
+        /// How many archives there were.
+        len: usize,
+    },
+}
+
+/// `value` finite and strictly positive (a time constant, a capacitance).
+pub(crate) fn positive(name: &'static str, value: f64) -> Result<f64, ModelError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value)
+    } else {
+        Err(ModelError::Param {
+            name,
+            value,
+            must: "finite and > 0",
+        })
+    }
+}
+
+/// `value` finite and `>= 0` (a rate, an exponent, a refractory period).
+pub(crate) fn non_negative(name: &'static str, value: f64) -> Result<f64, ModelError> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(ModelError::Param {
+            name,
+            value,
+            must: "finite and >= 0",
+        })
+    }
+}
+
+/// `value` finite (a potential, a current).
+pub(crate) fn finite(name: &'static str, value: f64) -> Result<f64, ModelError> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(ModelError::Param {
+            name,
+            value,
+            must: "finite",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_name_the_parameter() {
+        assert_eq!(positive("tau_m", 10.0), Ok(10.0));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = positive("tau_m", bad).unwrap_err();
+            assert!(e.to_string().contains("tau_m"), "{e}");
+        }
+        assert_eq!(non_negative("mu", 0.0), Ok(0.0));
+        assert!(non_negative("mu", -1e-300).is_err());
+        assert!(non_negative("mu", f64::NAN).is_err());
+        assert_eq!(finite("E_L", -70.0), Ok(-70.0));
+        assert!(matches!(
+            finite("E_L", f64::NEG_INFINITY),
+            Err(ModelError::Param { name: "E_L", .. })
+        ));
+    }
+}

@@ -1,0 +1,289 @@
+//! `iaf_psc_alpha` against closed forms.
+
+use super::*;
+
+/// hpc_benchmark's synaptic time constant (a PSP rise time of 1.700759 ms with
+/// tau_m = 10 ms).
+const TAU_SYN_HPC: f64 = 0.325_827_224_037_228_4;
+
+fn quiet(tau_syn_ex: f64, tau_syn_in: f64) -> IafPscAlphaParams {
+    IafPscAlphaParams {
+        e_l: 0.0,
+        v_reset: 0.0,
+        v_th: 1e6,
+        tau_syn_ex,
+        tau_syn_in,
+        ..IafPscAlphaParams::default()
+    }
+}
+
+#[test]
+fn one_input_spike_gives_the_analytic_psp() {
+    let h = 0.1;
+    for (tau_syn, j) in [(2.0, 87.8), (0.5, 30.0), (TAU_SYN_HPC, 45.0), (10.0, 5.0)] {
+        // tau_syn = tau_m (10) takes NEST's singular propagators, and the
+        // analytic PSP its limit.
+        let n = IafPscAlpha::new(quiet(tau_syn, tau_syn), h).unwrap();
+        for inhibitory in [false, true] {
+            let mut s = n.rest();
+            let (ex, inh) = if inhibitory { (0.0, -j) } else { (j, 0.0) };
+            n.step(&mut s, ex, inh, 0.0);
+            // The current starts at the end of the step it arrived in: after k
+            // more steps V is the PSP at k h.
+            assert_eq!(s.v, 0.0);
+            let sign = if inhibitory { -1.0 } else { 1.0 };
+            let mut best = (0, f64::MIN);
+            for k in 1..=400 {
+                n.step(&mut s, 0.0, 0.0, 0.0);
+                let want = sign * j * alpha_psp(k as f64 * h, 10.0, tau_syn, 250.0);
+                assert!(
+                    (s.v - want).abs() <= 1e-12 * (want.abs() + 1e-3),
+                    "tau_syn {tau_syn} step {k}: {} vs {want}",
+                    s.v
+                );
+                // The current itself is the alpha function.
+                let t = k as f64 * h;
+                let i = if inhibitory { s.i_in } else { s.i_ex };
+                let want_i = sign * j * std::f64::consts::E * t / tau_syn * (-t / tau_syn).exp();
+                assert!(
+                    (i - want_i).abs() <= 1e-12 * j,
+                    "current at step {k}: {i} vs {want_i}"
+                );
+                if sign * s.v > best.1 {
+                    best = (k, sign * s.v);
+                }
+            }
+            {
+                // The grid's peak is the step nearest the analytic peak time.
+                let t_peak = alpha_psp_peak_time(10.0, tau_syn).unwrap();
+                assert!(
+                    (best.0 as f64 * h - t_peak).abs() <= h,
+                    "peak at {} vs {t_peak}",
+                    best.0
+                );
+                let v_peak = j * alpha_psp(t_peak, 10.0, tau_syn, 250.0);
+                assert!(best.1 <= v_peak * (1.0 + 1e-12) && best.1 > v_peak * 0.99);
+            }
+        }
+    }
+}
+
+#[test]
+fn hpc_benchmark_weight_conversion() {
+    // The benchmark's statement: with tau_m = 10 ms this tau_syn gives a rise
+    // time of 1.700759 ms.
+    let t = alpha_psp_peak_time(10.0, TAU_SYN_HPC).unwrap();
+    assert!((t - 1.700759).abs() < 1e-6, "{t}");
+    // The peak is a maximum of the analytic PSP: zero slope, lower around it.
+    let f = |t: f64| alpha_psp(t, 10.0, TAU_SYN_HPC, 250.0);
+    let slope = (f(t + 1e-6) - f(t - 1e-6)) / 2e-6;
+    assert!(slope.abs() < 1e-9, "slope {slope}");
+    assert!(f(t - 1e-3) < f(t) && f(t + 1e-3) < f(t));
+    // The conversion gives 0.14 mV at the peak, and a brute-force maximum on a
+    // fine grid agrees.
+    let k = psc_per_psp(10.0, TAU_SYN_HPC, 250.0).unwrap();
+    assert!((0.14 * k * f(t) - 0.14).abs() < 1e-15);
+    let brute = (0..100_000)
+        .map(|i| f(i as f64 * 1e-4))
+        .fold(f64::MIN, f64::max);
+    assert!((brute * k - 1.0).abs() < 1e-8, "{}", brute * k);
+    // 45.6096 pA for 0.14 mV (a brute-force maximum in Python, 1e-5 ms grid).
+    assert!((0.14 * k - 45.6096).abs() < 1e-3, "{}", 0.14 * k);
+    // Lambert's W on both sides of its branch region.
+    for x in [
+        -1.0 / std::f64::consts::E + 1e-12,
+        -0.3,
+        -0.1,
+        -1e-3,
+        -1e-12,
+    ] {
+        let w = lambert_w_m1(x);
+        assert!(
+            w <= -1.0 + 1e-5 && (w * w.exp() - x).abs() <= 1e-14 * x.abs().max(1e-14),
+            "{x} {w}"
+        );
+    }
+    // Equal time constants: the peak of e t^2 exp(-t/tau) / (2 tau C) at 2 tau.
+    let equal = psc_per_psp(10.0, 10.0, 250.0).unwrap();
+    // (e (2 tau)^2 e^-2 / (2 tau C) = 2 tau / (e C), so C e / (2 tau) pA per mV).
+    assert!(
+        (equal - 250.0 * std::f64::consts::E / 20.0).abs() < 1e-12,
+        "{equal}"
+    );
+    assert!(matches!(
+        psc_per_psp(0.0, 0.5, 250.0),
+        Err(ModelError::Param { name: "tau_m", .. })
+    ));
+    assert!(matches!(
+        psc_per_psp(10.0, 0.5, 0.0),
+        Err(ModelError::Param { name: "C_m", .. })
+    ));
+}
+
+#[test]
+fn constant_current_converges_to_i_times_r() {
+    let p = IafPscAlphaParams {
+        i_e: 100.0,
+        ..quiet(2.0, 2.0)
+    };
+    let n = IafPscAlpha::new(p, 0.1).unwrap();
+    let mut s = n.rest();
+    let ir = 100.0 * 10.0 / 250.0;
+    for k in 1..=3000 {
+        assert!(!n.step(&mut s, 0.0, 0.0, 0.0));
+        let t = k as f64 * 0.1;
+        let want = ir * (1.0 - (-t / 10.0).exp());
+        assert!((s.v - want).abs() < 1e-12, "step {k}: {} vs {want}", s.v);
+    }
+    assert!((s.v - ir).abs() < 1e-10);
+    // A current given with a step acts from the next step on, like I_e.
+    let n0 = IafPscAlpha::new(quiet(2.0, 2.0), 0.1).unwrap();
+    let mut s0 = n0.rest();
+    n0.step(&mut s0, 0.0, 0.0, 100.0);
+    assert_eq!(s0.v, 0.0);
+    n0.step(&mut s0, 0.0, 0.0, 100.0);
+    assert!((s0.v - ir * (1.0 - (-0.01f64).exp())).abs() < 1e-14);
+}
+
+#[test]
+fn refractory_period_holds_the_reset_potential() {
+    // NEST's defaults relative to E_L: threshold 15 mV, reset 0, t_ref 2 ms;
+    // I_e = 800 pA drives V towards 32 mV: it crosses 15 mV after
+    // -10 ln(1 - 15/32) = 6.33 ms, i.e. in the 64th step after integration
+    // resumes.
+    let p = IafPscAlphaParams {
+        i_e: 800.0,
+        ..IafPscAlphaParams::default()
+    };
+    let n = IafPscAlpha::new(p, 0.1).unwrap();
+    assert_eq!(n.refractory_steps(), 20);
+    let mut s = n.rest();
+    let mut spikes = Vec::new();
+    let mut since = None;
+    for k in 0..1000u32 {
+        let spiked = n.step(&mut s, 0.0, 0.0, 0.0);
+        if spiked {
+            spikes.push(k);
+            since = Some(0);
+            assert_eq!(n.v_m(&s), -70.0);
+        } else if let Some(c) = since.as_mut() {
+            *c += 1;
+            if *c <= 20 {
+                assert_eq!(n.v_m(&s), -70.0, "step {k}: refractory");
+            }
+        }
+    }
+    assert_eq!(spikes[0], 63);
+    for w in spikes.windows(2) {
+        assert_eq!(w[1] - w[0], 84);
+    }
+    // Rounding of t_ref: to the tic, then up to a step.
+    for (t_ref, h, steps) in [
+        (0.5, 0.1, 5),
+        (0.0, 0.1, 0),
+        (0.25, 0.1, 3),
+        (1.5, 0.5, 3),
+        (0.1004, 0.1, 1),
+    ] {
+        let n = IafPscAlpha::new(
+            IafPscAlphaParams {
+                t_ref,
+                ..Default::default()
+            },
+            h,
+        )
+        .unwrap();
+        assert_eq!(n.refractory_steps(), steps, "t_ref {t_ref} h {h}");
+    }
+}
+
+#[test]
+fn lower_bound_and_bad_parameters() {
+    let p = IafPscAlphaParams {
+        v_min: -71.0,
+        ..IafPscAlphaParams::default()
+    };
+    let n = IafPscAlpha::new(p, 0.1).unwrap();
+    let mut s = n.rest();
+    n.step(&mut s, 0.0, -5000.0, 0.0);
+    for _ in 0..50 {
+        n.step(&mut s, 0.0, 0.0, 0.0);
+    }
+    assert_eq!(n.v_m(&s), -71.0);
+
+    let ok = IafPscAlphaParams::default();
+    for (name, p, h) in [
+        ("resolution", ok, 0.0),
+        ("C_m", IafPscAlphaParams { c_m: 0.0, ..ok }, 0.1),
+        (
+            "tau_m",
+            IafPscAlphaParams {
+                tau_m: f64::NAN,
+                ..ok
+            },
+            0.1,
+        ),
+        ("t_ref", IafPscAlphaParams { t_ref: -1.0, ..ok }, 0.1),
+        (
+            "tau_syn_ex",
+            IafPscAlphaParams {
+                tau_syn_ex: -2.0,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "tau_syn_in",
+            IafPscAlphaParams {
+                tau_syn_in: 0.0,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "V_reset",
+            IafPscAlphaParams {
+                v_reset: -55.0,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "V_th",
+            IafPscAlphaParams {
+                v_th: f64::INFINITY,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "E_L",
+            IafPscAlphaParams {
+                e_l: f64::NAN,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "I_e",
+            IafPscAlphaParams {
+                i_e: f64::NAN,
+                ..ok
+            },
+            0.1,
+        ),
+        (
+            "V_min",
+            IafPscAlphaParams {
+                v_min: f64::NAN,
+                ..ok
+            },
+            0.1,
+        ),
+    ] {
+        match IafPscAlpha::new(p, h) {
+            Err(ModelError::Param { name: n, .. }) => assert_eq!(n, name),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! Spike-timing-dependent plasticity: NEST's `stdp_pl_synapse_hom`, the power-law
+//! STDP synapse with homogeneous parameters (Morrison, Aertsen & Diesmann 2007),
+//! with the postsynaptic spike archive it reads.
+//!
+//! # The rule
+//!
+//! All synapses share `tau_plus` (ms), `lambda`, `alpha` and `mu`
+//! ([`StdpPlParams`]); the postsynaptic neuron has `tau_minus` (ms). A synapse of
+//! delay `d` (NEST's convention: the whole delay is dendritic) has a weight `w`;
+//! its source has a presynaptic trace `K+` and the time `t_last` of its previous
+//! spike (both start at 0). The postsynaptic neuron has a trace `K-` that jumps
+//! by 1 at each of its spikes and decays with `tau_minus`. When the source spikes
+//! at `t`:
+//!
+//! 1. **facilitation**, for every postsynaptic spike `t_post` in the window
+//!    `(t_last - d, t - d]`, in order:
+//!    `w <- w + lambda * w^mu * K+ * exp(-(t_post + d - t_last) / tau_plus)`;
+//! 2. **depression** with the postsynaptic trace just before `t - d`:
+//!    `w <- max(0, w - alpha * lambda * w * K-(t - d))`, where
+//!    `K-(s) = sum over t_post < s of exp(-(s - t_post) / tau_minus)`;
+//! 3. the new `w` is the weight the spike carries to the target;
+//! 4. `K+ <- K+ * exp(-(t - t_last) / tau_plus) + 1`, `t_last <- t`.
+//!
+//! So a postsynaptic spike pairs with every earlier presynaptic spike
+//! (facilitation, through `K+`) and every later one (depression, through `K-`):
+//! all-to-all pairing. `mu = 0` makes facilitation additive, `mu = 1`
+//! multiplicative; depression is always multiplicative.
+//!
+//! # NEST's semantics matched (3.10, `models/stdp_pl_synapse_hom.h`,
+//! `nestkernel/archiving_node.cpp`)
+//!
+//! * Times are in ms; comparisons use NEST's `stdp_eps` of 1e-6 ms
+//!   ([`STDP_EPS_MS`]): the facilitation window holds the spikes with
+//!   `t_last - d + eps <= t_post < t - d + eps`, and `K-(t - d)` is read from the
+//!   latest archived spike with `t_post < t - d - eps`. On a time grid this means:
+//!   a postsynaptic spike at exactly `t - d` facilitates (with `K+` before this
+//!   presynaptic spike's increment) and does not depress; a postsynaptic spike at
+//!   exactly `t_last - d` belongs to the window of `t_last`, not to this one.
+//!   Hence the coincident pair (`t_post + d = t`) changes nothing by itself.
+//! * Floating-point order: every expression is evaluated in NEST's order
+//!   (`exp(minus_dt * tau_plus_inv)`, `lambda * w^mu * K+`,
+//!   `lambda * alpha * w * K-`, the same `exp` and `pow`), so the weights are
+//!   NEST's to the last bit: the crate's `validate/stdp_vs_nest.sh` found all
+//!   15,954 weights of 894 synapses identical (the book's plasticity chapter).
+//! * The archive ([`PostArchive`], NEST's `ArchivingNode`) keeps `K-` at each
+//!   postsynaptic spike and a read count per spike. A spike is archived only once
+//!   the neuron has an incoming STDP synapse (before that only its time is
+//!   remembered, as in NEST). When a new spike is recorded, the oldest archived
+//!   spike is dropped while (a) every incoming synapse has read it and (b) the spike
+//!   after it is more than `max_delay + min_delay + eps` before the new one
+//!   (`max_delay`: the longest delay of the synapses onto this neuron;
+//!   `min_delay`: the network's shortest delay, given to [`PostArchive::new`]).
+//!   The history is therefore bounded while every source keeps firing; a source
+//!   that never fires keeps the spikes it has not read, as in NEST.
+//! * The weight after a presynaptic spike is what [`StdpRow::deliver`] returns;
+//!   it is what NEST's `weight_recorder` records.
+//!
+//! What is not matched: NEST's per-synapse `K+` and `t_last` are kept per row
+//! (a source's synapses of one delay), which is the same value, since every
+//! synapse of a source sees the same spikes; `weight`s that NEST accepts but that
+//! make the rule undefined (negative, where `w^mu` is NaN) are refused, and so is
+//! `mu < 0` (the power of a weight clipped to 0 would be infinite); precise
+//! (off-grid) spike times are taken as given, where NEST drops their offset; the
+//! triplet and nearest-neighbour traces of other NEST synapses are not kept;
+//! changing parameters during a run (NEST's `SetDefaults`) has no counterpart.
+//!
+//! # Order of calls
+//!
+//! Record a neuron's spikes in increasing time with
+//! [`PostArchive::record_post_spike`], and deliver a source's spikes in
+//! increasing time with [`StdpRow::deliver`], with every postsynaptic spike at or
+//! before `t - d` recorded before the presynaptic spike of time `t` is delivered.
+//! (Delivering a spike in the step it arrives at its target, `t + d`, after the
+//! neurons of earlier steps have recorded their spikes, satisfies it.)
+//!
+//! # Storage
+//!
+//! A synapse is a `u32` target and an `f64` weight in two arrays: 12 bytes.
+//! Weights are `f64` because an `f32` weight rounds each update to 6e-8 relative,
+//! far from the 1e-12 agreement with NEST that the validation checks; `f32` would
+//! make 8 bytes a synapse. The trace `K+` and `t_last` are per row (16 bytes),
+//! an archived postsynaptic spike is 24 bytes.
+//!
+//! # Example: a small network with STDP
+//!
+//! ```
+//! use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpPlParams, StdpRow};
+//!
+//! // NEST's hpc_benchmark: tau_plus 15 ms, lambda 0.1, alpha 0.0513, mu 0.4,
+//! // tau_minus 30 ms, delay 1.5 ms, on a 0.1 ms grid.
+//! let rule = StdpPlHom::new(StdpPlParams { tau_plus: 15.0, lambda: 0.1, alpha: 0.0513, mu: 0.4 })?;
+//! let mut post: Vec<PostArchive> =
+//!     (0..3).map(|_| PostArchive::new(30.0, 0.1)).collect::<Result<_, _>>()?;
+//! // Source 0 projects to targets 0 and 2, source 1 to targets 1 and 2.
+//! let mut rows = vec![StdpRow::new(1.5)?, StdpRow::new(1.5)?];
+//! for (target, weight) in [(0, 45.0), (2, 45.0)] {
+//!     rows[0].connect(target, weight, &mut post)?;
+//! }
+//! for (target, weight) in [(1, 45.0), (2, 45.0)] {
+//!     rows[1].connect(target, weight, &mut post)?;
+//! }
+//! // Source 0 fires at 5 ms, target 2 at 10 ms, source 0 again at 20 ms; each
+//! // spike delivers its row's weights into the targets' input.
+//! let mut input = vec![0.0; 3];
+//! for (target, weight) in rows[0].deliver(&rule, 5.0, &mut post)? {
+//!     input[target as usize] += weight;
+//! }
+//! post[2].record_post_spike(10.0)?;
+//! for (target, weight) in rows[0].deliver(&rule, 20.0, &mut post)? {
+//!     input[target as usize] += weight;
+//! }
+//! // Source 0 fired 6.5 ms before target 2's spike reached the synapse
+//! // (10 + 1.5 - 5): facilitated; then depressed by the spike 8.5 ms before
+//! // 20 - 1.5.
+//! let w = rows[0].weights()[1];
+//! let f = 45.0 + 0.1 * 45f64.powf(0.4) * (-6.5f64 / 15.0).exp();
+//! let expected = f - 0.1 * 0.0513 * f * (-8.5f64 / 30.0).exp();
+//! assert!((w - expected).abs() < 1e-12 * expected, "{w} {expected}");
+//! // Target 0 never fired: its synapse kept its weight.
+//! assert_eq!(rows[0].weights()[0], 45.0);
+//! # Ok::<(), hpc_spiking::model::ModelError>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use crate::model::{non_negative, positive, ModelError};
+
+/// NEST's `stdp_eps` (ms): the tolerance of every spike-time comparison of the
+/// rule (its default, which NEST requires to be below the resolution).
+pub const STDP_EPS_MS: f64 = 1e-6;
+
+/// The parameters shared by every synapse of the rule (NEST's names).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StdpPlParams {
+    /// Time constant of the presynaptic trace `K+` (ms), `> 0`.
+    pub tau_plus: f64,
+    /// Learning rate, `>= 0` (0 leaves every weight unchanged).
+    pub lambda: f64,
+    /// Asymmetry: depression steps are `alpha * lambda`, `>= 0`.
+    pub alpha: f64,
+    /// Weight dependence exponent of facilitation, `>= 0`.
+    pub mu: f64,
+}
+
+impl Default for StdpPlParams {
+    /// NEST's defaults: `tau_plus` 20 ms, `lambda` 0.1, `alpha` 1, `mu` 0.4.
+    fn default() -> Self {
+        StdpPlParams {
+            tau_plus: 20.0,
+            lambda: 0.1,
+            alpha: 1.0,
+            mu: 0.4,
+        }
+    }
+}
+
+/// The checked rule, with what it derives from its parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StdpPlHom {
+    params: StdpPlParams,
+    tau_plus_inv: f64,
+}
+
+impl StdpPlHom {
+    /// Checks the parameters; an error names the first one out of its domain.
+    pub fn new(params: StdpPlParams) -> Result<Self, ModelError> {
+        positive("tau_plus", params.tau_plus)?;
+        non_negative("lambda", params.lambda)?;
+        non_negative("alpha", params.alpha)?;
+        non_negative("mu", params.mu)?;
+        Ok(StdpPlHom {
+            params,
+            tau_plus_inv: 1.0 / params.tau_plus,
+        })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &StdpPlParams {
+        &self.params
+    }
+
+    #[inline]
+    fn facilitate(&self, w: f64, k_plus: f64) -> f64 {
+        w + self.params.lambda * w.powf(self.params.mu) * k_plus
+    }
+
+    #[inline]
+    fn depress(&self, w: f64, k_minus: f64) -> f64 {
+        let w = w - self.params.lambda * self.params.alpha * w * k_minus;
+        if w > 0.0 {
+            w
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One archived postsynaptic spike.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// Its time (ms).
+    t: f64,
+    /// `K-` just after it (its own 1 included).
+    k_minus: f64,
+    /// How many synapses' windows have covered it.
+    reads: u32,
+}
+
+/// The spike archive of one postsynaptic neuron (NEST's `ArchivingNode`): its
+/// trace `K-` and the spikes its incoming STDP synapses have still to read. See
+/// the [module](self) docs for what it keeps.
+#[derive(Clone, Debug)]
+pub struct PostArchive {
+    tau_minus: f64,
+    tau_minus_inv: f64,
+    min_delay: f64,
+    k_minus: f64,
+    last_spike: f64,
+    incoming: u32,
+    max_delay: f64,
+    history: VecDeque<Entry>,
+}
+
+impl PostArchive {
+    /// An archive for a neuron of trace time constant `tau_minus` (ms, `> 0`) in
+    /// a network whose shortest delay is `min_delay` (ms, `>= 0`; it only widens
+    /// what is kept, as NEST's kernel `min_delay` does).
+    pub fn new(tau_minus: f64, min_delay: f64) -> Result<Self, ModelError> {
+        positive("tau_minus", tau_minus)?;
+        non_negative("min_delay", min_delay)?;
+        Ok(PostArchive {
+            tau_minus,
+            tau_minus_inv: 1.0 / tau_minus,
+            min_delay,
+            k_minus: 0.0,
+            last_spike: f64::NEG_INFINITY,
+            incoming: 0,
+            max_delay: 0.0,
+            history: VecDeque::new(),
+        })
+    }
+
+    /// The trace's time constant (ms).
+    pub fn tau_minus(&self) -> f64 {
+        self.tau_minus
+    }
+
+    /// The time of the latest recorded spike (ms; `-inf` before the first).
+    pub fn last_spike(&self) -> f64 {
+        self.last_spike
+    }
+
+    /// How many STDP synapses read this archive.
+    pub fn incoming(&self) -> u32 {
+        self.incoming
+    }
+
+    /// How many spikes are archived now.
+    pub fn archived(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Records a spike of this neuron at `t` (ms), after every earlier one; an
+    /// earlier or equal `t` (or a NaN) is refused and changes nothing.
+    pub fn record_post_spike(&mut self, t: f64) -> Result<(), ModelError> {
+        // NaN is not finite: refused too.
+        if !t.is_finite() || t <= self.last_spike {
+            return Err(ModelError::TimeOrder {
+                what: "postsynaptic spike",
+                t,
+                last: self.last_spike,
+            });
+        }
+        if self.incoming == 0 {
+            self.last_spike = t;
+            return Ok(());
+        }
+        let keep = self.max_delay + self.min_delay + STDP_EPS_MS;
+        while self.history.len() > 1 {
+            let read_by_all = self.history[0].reads >= self.incoming;
+            if read_by_all && t - self.history[1].t > keep {
+                self.history.pop_front();
+            } else {
+                break;
+            }
+        }
+        // Before the first spike `k_minus` is 0 and the product stays 0.
+        let decay = if self.k_minus == 0.0 {
+            0.0
+        } else {
+            ((self.last_spike - t) * self.tau_minus_inv).exp()
+        };
+        self.k_minus = self.k_minus * decay + 1.0;
+        self.last_spike = t;
+        self.history.push_back(Entry {
+            t,
+            k_minus: self.k_minus,
+            reads: 0,
+        });
+        Ok(())
+    }
+
+    /// `K-` just before `t` (ms): from the latest archived spike more than
+    /// [`STDP_EPS_MS`] before `t`, 0 when there is none.
+    pub fn k_minus_before(&self, t: f64) -> f64 {
+        match self.history.iter().rev().find(|e| t - e.t > STDP_EPS_MS) {
+            Some(e) => e.k_minus * ((e.t - t) * self.tau_minus_inv).exp(),
+            None => 0.0,
+        }
+    }
+
+    /// A new synapse of delay `delay` whose next window starts after
+    /// `first_read`: the spikes at or before it count as read by it.
+    fn register(&mut self, first_read: f64, delay: f64) {
+        for e in self.history.iter_mut() {
+            if first_read - e.t > -STDP_EPS_MS {
+                e.reads += 1;
+            } else {
+                break;
+            }
+        }
+        self.incoming += 1;
+        self.max_delay = self.max_delay.max(delay);
+    }
+
+    /// The archived spikes of the window `(t1, t2]` (with [`STDP_EPS_MS`]),
+    /// marked as read once more.
+    #[inline]
+    fn window(&mut self, t1: f64, t2: f64) -> Range<usize> {
+        let (lim1, lim2) = (t1 + STDP_EPS_MS, t2 + STDP_EPS_MS);
+        let mut end = self.history.len();
+        while end > 0 && self.history[end - 1].t >= lim2 {
+            end -= 1;
+        }
+        let mut start = end;
+        while start > 0 && self.history[start - 1].t >= lim1 {
+            start -= 1;
+            self.history[start].reads += 1;
+        }
+        start..end
+    }
+}
+
+/// The STDP synapses of one source with one delay: targets and weights, with the
+/// source's trace `K+` and last spike time that all of them share.
+#[derive(Clone, Debug)]
+pub struct StdpRow {
+    delay: f64,
+    k_plus: f64,
+    t_last: f64,
+    targets: Vec<u32>,
+    weights: Vec<f64>,
+    /// One past the largest target, so that one comparison checks them all.
+    span: usize,
+}
+
+impl StdpRow {
+    /// Bytes a synapse takes (a `u32` target and an `f64` weight).
+    pub const BYTES_PER_SYNAPSE: usize = 12;
+
+    /// An empty row of synapses of delay `delay` (ms, `> 0`).
+    pub fn new(delay: f64) -> Result<Self, ModelError> {
+        positive("delay", delay)?;
+        Ok(StdpRow {
+            delay,
+            k_plus: 0.0,
+            t_last: 0.0,
+            targets: Vec::new(),
+            weights: Vec::new(),
+            span: 0,
+        })
+    }
+
+    /// Adds a synapse onto `archives[target]` of initial weight `weight`
+    /// (finite, `>= 0`) and registers it with that archive.
+    pub fn connect(
+        &mut self,
+        target: u32,
+        weight: f64,
+        archives: &mut [PostArchive],
+    ) -> Result<(), ModelError> {
+        non_negative("weight", weight)?;
+        let len = archives.len();
+        let archive = archives
+            .get_mut(target as usize)
+            .ok_or(ModelError::Target { target, len })?;
+        archive.register(self.t_last - self.delay, self.delay);
+        self.targets.push(target);
+        self.weights.push(weight);
+        self.span = self.span.max(target as usize + 1);
+        Ok(())
+    }
+
+    /// The source spiked at `t_spike` (ms, after its previous spike and after
+    /// 0): updates every weight of the row (see the [module](self) docs), then
+    /// the trace, and answers each synapse's `(target, new weight)`, the weight
+    /// that this spike carries. `archives` are the ones the synapses were
+    /// connected to, with every spike at or before `t_spike - delay` recorded.
+    pub fn deliver<'a>(
+        &'a mut self,
+        rule: &StdpPlHom,
+        t_spike: f64,
+        archives: &mut [PostArchive],
+    ) -> Result<impl ExactSizeIterator<Item = (u32, f64)> + 'a, ModelError> {
+        if !t_spike.is_finite() || t_spike <= self.t_last {
+            return Err(ModelError::TimeOrder {
+                what: "presynaptic spike",
+                t: t_spike,
+                last: self.t_last,
+            });
+        }
+        if self.span > archives.len() {
+            let target = self.targets.iter().copied().max().unwrap_or(0);
+            return Err(ModelError::Target {
+                target,
+                len: archives.len(),
+            });
+        }
+        let (d, t_last, k_plus) = (self.delay, self.t_last, self.k_plus);
+        let (t1, t2) = (t_last - d, t_spike - d);
+        for (&target, w) in self.targets.iter().zip(self.weights.iter_mut()) {
+            let archive = &mut archives[target as usize];
+            let mut v = *w;
+            for i in archive.window(t1, t2) {
+                let minus_dt = t_last - (archive.history[i].t + d);
+                v = rule.facilitate(v, k_plus * (minus_dt * rule.tau_plus_inv).exp());
+            }
+            *w = rule.depress(v, archive.k_minus_before(t2));
+        }
+        self.k_plus = k_plus * ((t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
+        self.t_last = t_spike;
+        Ok(self
+            .targets
+            .iter()
+            .copied()
+            .zip(self.weights.iter().copied()))
+    }
+
+    /// The delay (ms).
+    pub fn delay(&self) -> f64 {
+        self.delay
+    }
+
+    /// The source's trace `K+` just after its latest spike.
+    pub fn k_plus(&self) -> f64 {
+        self.k_plus
+    }
+
+    /// The time of the source's latest spike (ms; 0 before the first, as NEST).
+    pub fn t_last(&self) -> f64 {
+        self.t_last
+    }
+
+    /// The targets, in the order of connection.
+    pub fn targets(&self) -> &[u32] {
+        &self.targets
+    }
+
+    /// The weights, in the order of connection.
+    pub fn weights(&self) -> &[f64] {
+        &self.weights
+    }
+
+    /// Number of synapses.
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Whether the row has no synapse.
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;
