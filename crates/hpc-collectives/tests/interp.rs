@@ -582,3 +582,83 @@ fn buffers_lend_a_source_and_a_destination_without_a_copy() {
         OutOfBounds(outside)
     );
 }
+
+/// `Buffers::src_dst` between every pair of buffers: the source's bytes and the
+/// destination's, writable, each from its own buffer (the fast tests' schedules copy
+/// only send to receive; the others come from algorithms the exhaustive test runs).
+#[test]
+fn src_dst_pairs_every_two_buffers() {
+    use hpc_collectives::interp::Buffers;
+    use hpc_collectives::{BufferId, Region};
+    let ids = [BufferId::Send, BufferId::Recv, BufferId::Scratch];
+    for (i, &a) in ids.iter().enumerate() {
+        for (j, &b) in ids.iter().enumerate() {
+            let mut bufs = Buffers {
+                send: vec![10; 8],
+                recv: vec![20; 8],
+                scratch: vec![30; 8],
+            };
+            let fill = |k: usize| 10 * (k as u8 + 1);
+            let (src, dst) = if a == b {
+                (Region::new(a, 0, 4), Region::new(b, 4, 4))
+            } else {
+                (Region::new(a, 2, 4), Region::new(b, 1, 4))
+            };
+            let (s, d) = bufs.src_dst(src, dst).unwrap();
+            assert_eq!(s, &[fill(i); 4][..], "{a:?} -> {b:?}");
+            assert_eq!(d, &[fill(j); 4][..], "{a:?} -> {b:?}");
+            d.copy_from_slice(&[99; 4]);
+            let want: Vec<u8> = (0..8)
+                .map(|k| {
+                    if (dst.offset..dst.offset + 4).contains(&k) {
+                        99
+                    } else {
+                        fill(j)
+                    }
+                })
+                .collect();
+            assert_eq!(bufs.buf(b), &want[..], "{a:?} -> {b:?}");
+            if a != b {
+                assert_eq!(bufs.buf(a), &[fill(i); 8][..], "{a:?} -> {b:?}");
+            }
+        }
+    }
+    // Overlapping regions of one buffer are refused.
+    let mut bufs = Buffers {
+        send: vec![0; 8],
+        ..Default::default()
+    };
+    assert!(bufs
+        .src_dst(
+            Region::new(BufferId::Send, 0, 4),
+            Region::new(BufferId::Send, 2, 4)
+        )
+        .is_err());
+}
+
+/// The matcher's bookkeeping that drivers use to retire a collective's unread
+/// messages: `is_empty`, `keys`, `remove_where`.
+#[test]
+fn matcher_keys_and_remove_where() {
+    use hpc_collectives::interp::Matcher;
+    let mut m: Matcher<(u32, u32), Vec<u8>> = Matcher::new();
+    assert!(m.is_empty());
+    m.arrived((1, 7), vec![1]);
+    m.arrived((1, 7), vec![2]);
+    m.arrived((2, 7), vec![3]);
+    m.arrived((2, 8), vec![4]);
+    assert!(!m.is_empty());
+    let mut keys: Vec<_> = m.keys().copied().collect();
+    keys.sort();
+    assert_eq!(keys, [(1, 7), (2, 7), (2, 8)]);
+    let mut dropped = Vec::new();
+    m.remove_where(|k| k.1 == 7, |k, a| dropped.push((*k, a)));
+    dropped.sort();
+    assert_eq!(
+        dropped,
+        [((1, 7), vec![1]), ((1, 7), vec![2]), ((2, 7), vec![3])]
+    );
+    assert_eq!(m.keys().copied().collect::<Vec<_>>(), [(2, 8)]);
+    assert_eq!(m.take(&(2, 8)), Some(vec![4]));
+    assert!(m.is_empty());
+}
