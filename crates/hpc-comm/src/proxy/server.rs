@@ -18,9 +18,9 @@ use super::memory::{
     copy, footprint, locate, locate_dst, rd, reduce, try_grow, Budget, Buf, Loc, Mapping, OpMem,
     Refusal, Src, CHUNK,
 };
-use super::net::{ProxyNet, TRAILER};
+use super::net::{tag64, ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
-use super::session::{Ended, Outcome};
+use super::session::{Cancel, Effect, Outcome, Session};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
@@ -39,8 +39,6 @@ struct VOp {
     m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
-    /// The bytes of [`Proxy::budget`] it holds (its scratch).
-    held: u64,
 }
 
 /// A message waiting for its receive.
@@ -125,10 +123,9 @@ struct Proxy {
     /// The bytes held for the collectives in flight, against the cap
     /// (`HPC_COLL_PROXY_MAX_SCRATCH`).
     budget: Budget,
-    /// Collectives failed on this node or told failed by another (refused
-    /// for their memory, say), with their outcome: a rank that submits one
-    /// later gets the same, and their messages are dropped.
-    failed: Ended,
+    /// The life cycle of the communicator's collectives (its slots are the
+    /// communicator's ranks; those of other nodes are away).
+    session: Session,
 }
 
 /// A buffer of `len` bytes from `pool`, from one large enough where there is
@@ -155,10 +152,6 @@ fn give_to(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
     }
 }
 
-fn tag64(seq: u64, tag: u32) -> u64 {
-    (seq << 32) | tag as u64
-}
-
 /// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
 /// collective `seq`.
 fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
@@ -177,8 +170,9 @@ impl Proxy {
         give_to(&mut self.pool, v);
     }
 
-    /// A new op for rank `rank`'s collective `seq`; refused where its scratch
-    /// passes the budget or cannot be allocated.
+    /// A new op for rank `rank`'s collective `seq`, its scratch held by the
+    /// collective in the session; refused where its scratch passes the
+    /// budget or cannot be allocated.
     fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> Result<VOp, Refusal> {
         let held = self.budget.admit(footprint(&[sched.scratch_bytes]))?;
         // Scratch from the pool is not zeroed: schedules write scratch before they
@@ -210,6 +204,7 @@ impl Proxy {
             scratch,
         };
         let m = Machine::new(&sched, blob.own_copies);
+        self.session.hold(seq, held);
         Ok(VOp {
             rank,
             seq,
@@ -217,7 +212,6 @@ impl Proxy {
             mem,
             m,
             maps,
-            held,
         })
     }
 
@@ -306,19 +300,12 @@ impl Proxy {
             });
             self.pool = pool;
         }
-        self.budget.release(op.held);
         self.give(op.mem.scratch);
     }
 
-    /// Fails collective `seq` on this node, for its memory: every op of it in
-    /// flight ends with outcome `o`, its messages go, and a rank that
-    /// submits it later is answered the same. `tell`: the failure is this
-    /// node's news, for the other nodes' proxies too (whose ranks would
-    /// otherwise wait for messages that will not come).
-    fn fail_seq(&mut self, seq: u64, o: Outcome, tell: bool) {
-        if !self.failed.end(seq, o.clone()) {
-            return;
-        }
+    /// Collective `seq` failed (the session answers its ranks): its messages
+    /// go, then its ops retire, unanswered here.
+    fn stop(&mut self, seq: u64) {
         // Dropped first, so that retiring its ops copies none of them.
         let mut pool = std::mem::take(&mut self.pool);
         self.msgs.remove_where(
@@ -330,35 +317,40 @@ impl Proxy {
             },
         );
         self.pool = pool;
-        let (hit, keep) = std::mem::take(&mut self.ops)
-            .into_iter()
-            .partition(|o| o.seq == seq);
-        self.ops = keep;
-        for op in hit {
-            self.finish(op, &o);
-        }
-        if tell {
-            if let Some(net) = self.net.as_mut() {
-                // Host placement: one communicator per proxy (0), on every node.
-                let nodes: Vec<usize> = (0..net.nodes()).collect();
-                let (code, aux) = o.wire();
-                net.announce_failed(0, seq, code as u8, aux, &o.why(), &nodes);
-            }
-        }
+        self.drop_ops(|o| o.seq == seq);
     }
 
-    /// Retires `op` and answers its rank with outcome `o`.
-    fn finish(&mut self, op: VOp, o: &Outcome) {
+    /// Retires `op`; the session answers its rank with outcome `o`.
+    fn finish(&mut self, op: VOp, o: Outcome) {
         let (rank, seq) = (op.rank, op.seq);
         self.retire(op);
-        self.answer(rank, seq, o);
+        self.session.done(seq, rank, o);
     }
 
-    /// Answers rank `r`'s collective `seq` `DONE` with outcome `o` (the edge:
-    /// the typed outcome becomes the descriptor's code and word).
-    fn answer(&mut self, r: usize, seq: u64, o: &Outcome) {
-        let (code, aux) = o.wire();
-        self.reply(r, Kind::Done.desc(seq, code as u64, aux));
+    /// Carries out what the session decided: answers (the edge: the typed
+    /// outcome becomes the `DONE` descriptor's code and word), news for the
+    /// other nodes, stops, and the memory of the collectives that retired.
+    fn settle(&mut self) {
+        while let Some(e) = self.session.poll() {
+            match e {
+                Effect::Answer { seq, slot, outcome } => {
+                    let (code, aux) = outcome.wire();
+                    self.reply(slot, Kind::Done.desc(seq, code as u64, aux));
+                }
+                Effect::Tell { seq, outcome } => {
+                    if let Some(net) = self.net.as_mut() {
+                        // Host placement: one communicator per proxy (0), on every node.
+                        let nodes: Vec<usize> = (0..net.nodes()).collect();
+                        net.announce_failed(0, seq, &outcome, &nodes);
+                    }
+                }
+                Effect::Stop { seq } => self.stop(seq),
+                Effect::Retire { bytes, .. } => self.budget.release(bytes),
+                // Each rank's op runs from its submit on, on its own
+                // interpreter, and answers as it finishes.
+                Effect::Start { .. } | Effect::Deliver { .. } => {}
+            }
+        }
     }
 
     /// Retires the ops for which `which` holds (cancelled, or their rank died).
@@ -524,7 +516,7 @@ impl Proxy {
             maps: HashMap::new(),
             net: None,
             budget: Budget::from_env(),
-            failed: Ended::default(),
+            session: Session::new((0..size).collect(), Cancel::Part),
         }
     }
 
@@ -553,8 +545,8 @@ impl Proxy {
             self.give(v);
         }
         for (src, dst, tag, v) in arrived {
-            // For a collective failed here: no receive will take it.
-            if self.failed.contains(tag >> 32) {
+            // For a collective that ended or failed here: no receive will take it.
+            if !self.session.takes(tag >> 32) {
                 self.give(v);
                 continue;
             }
@@ -563,23 +555,16 @@ impl Proxy {
                 .arrived((src, dst, tag), Payload::Owned(Buf { v, len }));
         }
         for f in failed {
-            tracing::debug!(
-                seq = f.seq,
-                why = f.why,
-                "proxy: another node failed a collective"
-            );
-            let code = Code::from_wire(u64::from(f.code));
-            self.fail_seq(f.seq, Outcome::from_wire(code, f.aux, f.why), false);
+            self.session.fail(f.seq, Outcome::told(f), false);
             moved = true;
         }
         if let Some(node) = lost {
             // A collective spans every node of its communicator: none in flight can
             // finish now.
-            for o in std::mem::take(&mut self.ops) {
-                self.finish(o, &Outcome::NodeLost { node });
-            }
+            self.session.node_lost(node);
             moved = true;
         }
+        self.settle();
         moved
     }
 
@@ -601,41 +586,39 @@ impl Proxy {
     /// One descriptor from rank `r`.
     fn handle(&mut self, r: usize, d: Desc) {
         match Kind::from_wire(d.kind) {
+            Some(Kind::Submit) if !self.session.submit(d.tag, r) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
-                Some(_) if self.net.as_ref().is_some_and(|n| n.lost_node().is_some()) => {
-                    let node = self.net.as_ref().and_then(ProxyNet::lost_node);
-                    let node = node.unwrap_or_default();
-                    self.answer(r, d.tag, &Outcome::NodeLost { node });
-                }
-                Some(_) if self.failed.contains(d.tag) => {
-                    let o = self.failed.get(d.tag).cloned();
-                    let o = o.unwrap_or_else(|| Outcome::failed("failed on this node"));
-                    self.answer(r, d.tag, &o);
-                }
                 Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
-                    Ok(op) => self.ops.push(op),
+                    Ok(op) => {
+                        self.ops.push(op);
+                        self.session.ready(d.tag, r);
+                    }
                     Err(refusal) => {
                         let why = refusal.why();
                         tracing::warn!(rank = r, seq = d.tag, "proxy: refused a collective: {why}");
-                        let o = Outcome::refused(&refusal, &format!("rank {r}'s part"));
-                        self.answer(r, d.tag, &o);
                         // Its other ranks' ops cannot finish without this one.
-                        self.fail_seq(d.tag, o, true);
+                        let o = Outcome::refused(&refusal, &format!("rank {r}'s part"));
+                        self.session.refuse(d.tag, r, o);
                     }
                 },
                 None => {
                     let o = Outcome::failed(format!("rank {r}'s submit is unreadable"));
-                    self.answer(r, d.tag, &o);
+                    self.session.refuse(d.tag, r, o);
                 }
             },
             Some(Kind::Cancel) => {
                 self.drop_ops(|o| o.rank == r && o.seq == d.tag);
+                self.session.cancel(d.tag, r);
                 self.reply(r, Kind::Cancelled.desc(d.tag, 0, 0));
             }
-            Some(Kind::Detach) => self.gone[r] = true,
+            Some(Kind::Detach) => {
+                self.gone[r] = true;
+                self.session.lose(r, "it left the communicator");
+            }
             // Answers are the proxy's to send, not to receive; unknown kinds are ignored.
             _ => {}
         }
+        self.settle();
     }
 
     /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory.
@@ -666,7 +649,7 @@ impl Proxy {
             match res {
                 Ok(false) => i += 1,
                 Ok(true) => {
-                    self.finish(ops.swap_remove(i), &Outcome::Done);
+                    self.finish(ops.swap_remove(i), Outcome::Done);
                     moved = true;
                 }
                 Err((code, aux)) => {
@@ -675,7 +658,7 @@ impl Proxy {
                     if let Outcome::NoMemory { bytes, .. } = o {
                         short.push((op.seq, bytes));
                     }
-                    self.finish(op, &o);
+                    self.finish(op, o);
                     moved = true;
                 }
             }
@@ -685,8 +668,11 @@ impl Proxy {
         // A message buffer that could not be allocated fails the whole collective.
         for (seq, bytes) in short {
             let why = Refusal::NoMemory { bytes }.why();
-            self.fail_seq(seq, Outcome::NoMemory { bytes, why }, true);
+            self.session
+                .fail(seq, Outcome::NoMemory { bytes, why }, true);
         }
+        self.session.retire();
+        self.settle();
         moved || self.consumed
     }
 
@@ -719,6 +705,7 @@ impl Proxy {
                 self.gone[r] = true;
                 tracing::warn!(rank = r, "proxy: rank lost");
                 self.drop_ops(|o| o.rank == r);
+                self.session.lose(r, "it died");
                 if let Some(net) = self.net.as_mut() {
                     net.announce_dead(r);
                 }
@@ -729,6 +716,7 @@ impl Proxy {
             .filter(|&r| (self.gone[r] && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
             .collect();
         if lost.is_empty() {
+            self.settle();
             return;
         }
         let mut keep = Vec::new();
@@ -748,12 +736,14 @@ impl Proxy {
             match from.or_else(to) {
                 Some(peer) => {
                     let why = format!("rank {peer} is lost: it died");
-                    self.finish(o, &Outcome::Lost { rank: peer, why });
+                    self.finish(o, Outcome::Lost { rank: peer, why });
                 }
                 None => keep.push(o),
             }
         }
         self.ops = keep;
+        self.session.retire();
+        self.settle();
         self.flush();
     }
 
@@ -851,6 +841,9 @@ pub(crate) fn serve_with(
         // Ranks on other nodes are not this proxy's to wait for.
         for r in 0..size {
             p.gone[r] = n.is_remote(r);
+            if p.gone[r] {
+                p.session.away(r);
+            }
         }
         p.net = Some(n);
     }
@@ -925,7 +918,6 @@ mod tests {
                 scratch: vec![0xA5; scratch],
             },
             maps: Vec::new(),
-            held: 0,
         }
     }
 

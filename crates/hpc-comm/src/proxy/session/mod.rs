@@ -1,8 +1,10 @@
-//! What both proxies (host placement, `server.rs`; DPU placement,
-//! `dpu/server.rs`) keep alike of a collective's life, with no I/O: how it
-//! ended ([`Outcome`], the typed form of the wire's code and `aux` word) and
-//! the window of collectives that ended, which drops what comes for them
-//! afterwards ([`Ended`]).
+//! The life cycle of a collective in a proxy, written once for both
+//! placements (host, `server.rs`; DPU, `dpu/server.rs`) and doing no I/O:
+//! the state machine of one communicator's collectives ([`Session`], in
+//! `life.rs`: events in, [`Effect`]s out), how a collective ended
+//! ([`Outcome`], the typed form of the wire's code and `aux` word) and the
+//! window of collectives that ended, which drops what comes for them
+//! afterwards ([`Ended`]). `sim.rs` tests the machine over simulated nodes.
 //!
 //! The wire's `(Code, aux)` pair is made only at the I/O edge
 //! ([`Outcome::wire`]) and read back only there ([`Outcome::from_wire`]):
@@ -11,7 +13,14 @@
 
 use std::collections::BTreeMap;
 
+mod life;
+#[cfg(test)]
+mod sim;
+
+pub(crate) use life::{Cancel, Effect, Session};
+
 use super::memory::Refusal;
+use super::net::Failed;
 use super::protocol::Code;
 use crate::error::{Error, Result};
 
@@ -128,6 +137,11 @@ impl Outcome {
             Code::Failed => Ok(Outcome::Failed { why: why.clone() }),
         };
         got.unwrap_or_else(|e| e)
+    }
+
+    /// The outcome another node's proxy told of a collective it failed.
+    pub(crate) fn told(f: Failed) -> Outcome {
+        Outcome::from_wire(Code::from_wire(u64::from(f.code)), f.aux, f.why)
     }
 
     /// Why, in words (empty for [`Outcome::Done`]).
