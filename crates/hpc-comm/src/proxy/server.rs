@@ -7,7 +7,7 @@
 //! destination, tag). This module is the I/O around it: descriptors, the
 //! ranks' memory (cross-memory attach or mappings), the network, liveness.
 
-use std::collections::{HashMap, HashSet, TryReserveError, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -15,8 +15,8 @@ use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Me
 use hpc_collectives::{DataType, ReduceOp, Region, Schedule};
 
 use super::memory::{
-    copy, footprint, locate, locate_dst, rd, reduce, try_grow, Budget, Buf, Loc, Mapping, OpMem,
-    Refusal, Src, CHUNK,
+    copy, footprint, give_to, locate, locate_dst, rd, read_loc, reduce, take_from, Budget, Buf,
+    Loc, Mapping, OpMem, Refusal, Src, CHUNK,
 };
 use super::net::{tag64, ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
@@ -126,30 +126,6 @@ struct Proxy {
     /// The life cycle of the communicator's collectives (its slots are the
     /// communicator's ranks; those of other nodes are away).
     session: Session,
-}
-
-/// A buffer of `len` bytes from `pool`, from one large enough where there is
-/// one; the allocator's refusal rather than an abort where it must grow.
-fn take_from(pool: &mut Vec<Vec<u8>>, len: usize) -> Result<Buf, TryReserveError> {
-    let mut v = match pool.iter().position(|v| v.len() >= len) {
-        Some(i) => pool.swap_remove(i),
-        None => pool.pop().unwrap_or_default(),
-    };
-    if let Err(e) = try_grow(&mut v, len) {
-        give_to(pool, v);
-        return Err(e);
-    }
-    Ok(Buf { v, len })
-}
-
-/// Returns a buffer to `pool` (at most 16 buffers and 256 MiB are kept, so a
-/// run of huge collectives does not pin their memory in the proxy for good).
-fn give_to(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
-    const MAX_BYTES: usize = 256 << 20;
-    let kept: usize = pool.iter().map(Vec::len).sum();
-    if pool.len() < 16 && kept + v.len() <= MAX_BYTES {
-        pool.push(v);
-    }
 }
 
 /// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
@@ -280,18 +256,9 @@ impl Proxy {
                 let Ok(mut b) = take_from(&mut pool, len) else {
                     return false;
                 };
-                let read = match at {
-                    Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
-                    Loc::Mapped(p) => {
-                        // SAFETY: the op's mapping is still held (maps are only
-                        // dropped when no op in `ops` uses them, and this one's op
-                        // is retired right here).
-                        unsafe { std::ptr::copy_nonoverlapping(p, b.v.as_mut_ptr(), len) };
-                        Ok(())
-                    }
-                    Loc::Scratch(_) => Err(Code::Failed),
-                };
-                if read.is_err() {
+                // The op's mapping is still held (maps are only dropped when no
+                // op in `ops` uses them, and this one's op is retired right here).
+                if read_loc(&op.mem, at, &mut b.v[..len]).is_err() {
                     give_to(&mut pool, b.v);
                     return false;
                 }
@@ -774,24 +741,6 @@ impl Proxy {
     }
 }
 
-/// Reads the bytes at `at` (of `mem`) into `out`.
-fn read_loc(mem: &OpMem, at: Loc, out: &mut [u8]) -> Result<(), Code> {
-    match at {
-        Loc::Rank { pid, addr } => rd(pid, addr, out),
-        Loc::Mapped(p) => {
-            // SAFETY: `locate` checked that the region lies inside the mapped buffer,
-            // which the op's mapping keeps mapped while the op is in `ops`.
-            unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
-            Ok(())
-        }
-        Loc::Scratch(o) => {
-            let src = mem.scratch.get(o..o + out.len()).ok_or(Code::Failed)?;
-            out.copy_from_slice(src);
-            Ok(())
-        }
-    }
-}
-
 /// Decodes a `SUBMIT`'s blob from rank `rank` of `size` and builds its
 /// schedule: the whole of what the proxy believes of a rank's bytes. Fails
 /// for anything that does not decode, does not validate (`Collective::check_buffers`)
@@ -878,53 +827,22 @@ pub(crate) fn serve_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hpc_collectives::{BufferId, Collective, DataType, Options, ReduceOp};
+    use hpc_collectives::{Collective, DataType, Options};
 
     /// An op of this process (cross-memory calls to one's own pid work) over
-    /// `send` and `recv`, with `scratch` bytes of scratch.
-    fn op(send: &[u8], recv: &mut [u8], scratch: usize) -> VOp {
-        op_at(send, recv, scratch, false)
-    }
-
-    /// Like [`op`]; with `mapped`, the two buffers count as mapped by the proxy
-    /// (reached by pointer, as a [`SharedBuf`](crate::SharedBuf) is).
-    fn op_at(send: &[u8], recv: &mut [u8], scratch: usize, mapped: bool) -> VOp {
-        let coll = Collective::Barrier;
-        let blob = Blob {
-            coll: coll.clone(),
-            opts: Options::default(),
-            send: send.as_ptr() as u64,
-            send_len: send.len(),
-            recv: recv.as_mut_ptr() as u64,
-            recv_len: recv.len(),
-            send_shm: None,
-            recv_shm: None,
-            own_copies: false,
-        };
-        let sched = coll.schedule(0, 1, &Options::default()).unwrap();
+    /// `send` and `recv`.
+    fn op(send: &[u8], recv: &mut [u8]) -> VOp {
+        let sched = Collective::Barrier
+            .schedule(0, 1, &Options::default())
+            .unwrap();
         VOp {
             rank: 0,
             seq: 1,
             m: Machine::new(&sched, false),
             sched,
-            mem: OpMem {
-                rank: 0,
-                send: blob.send,
-                send_len: blob.send_len,
-                recv: blob.recv,
-                recv_len: blob.recv_len,
-                send_map: mapped.then_some(send.as_ptr().cast_mut()),
-                recv_map: mapped.then_some(recv.as_mut_ptr()),
-                scratch: vec![0xA5; scratch],
-            },
+            mem: OpMem::of_own(send, recv, 0, false),
             maps: Vec::new(),
         }
-    }
-
-    fn pattern(len: usize, salt: u32) -> Vec<u8> {
-        (0..len as u32)
-            .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
-            .collect()
     }
 
     #[test]
@@ -942,7 +860,7 @@ mod tests {
         for own in [false, true] {
             let send = [1u8, 2, 3];
             let mut recv = [0u8; 3];
-            let mut o = op(&send, &mut recv, 0);
+            let mut o = op(&send, &mut recv);
             o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
             o.m = Machine::new(&o.sched, own);
             assert!(matches!(p.advance(&mut o), Ok(true)));
@@ -950,151 +868,6 @@ mod tests {
             // Made by the proxy, or left to the rank (which made it before it posted).
             assert_eq!(recv, if own { [0; 3] } else { send }, "own_copies {own}");
         }
-    }
-
-    #[test]
-    fn copies_between_ranks_and_scratch_piece_by_piece() {
-        copies_everywhere(false);
-    }
-
-    #[test]
-    fn copies_between_mapped_buffers_and_scratch() {
-        copies_everywhere(true);
-    }
-
-    fn copies_everywhere(mapped: bool) {
-        // Longer than two pieces and not a multiple of one.
-        let len = 2 * CHUNK + 4 * 1000 + 4;
-        let send = pattern(len, 7);
-        let mut recv = vec![0u8; 2 * len];
-        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
-        assert_eq!(
-            matches!(
-                locate(&o.mem, &[0], &Region::send(0, 1)),
-                Ok(Loc::Mapped(_))
-            ),
-            mapped
-        );
-        let pids = [std::process::id()];
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let r = |buf, offset| Region::new(buf, offset, len);
-        let at = |o: &VOp, reg| locate(&o.mem, &pids, &reg).unwrap();
-        // rank -> rank (through the bounce buffer), rank -> scratch,
-        // scratch -> scratch, scratch -> rank, bytes -> scratch.
-        let s0 = at(&o, r(BufferId::Send, 0));
-        let r0 = at(&o, r(BufferId::Recv, 0));
-        copy(&mut bounce, &mut o.mem, Src::Loc(s0), r0, len).unwrap();
-        let x0 = at(&o, r(BufferId::Scratch, 0));
-        copy(&mut bounce, &mut o.mem, Src::Loc(r0), x0, len).unwrap();
-        let x1 = at(&o, r(BufferId::Scratch, len));
-        copy(&mut bounce, &mut o.mem, Src::Loc(x0), x1, len).unwrap();
-        let r1 = at(&o, r(BufferId::Recv, len));
-        copy(&mut bounce, &mut o.mem, Src::Loc(x1), r1, len).unwrap();
-        let other = pattern(len, 99);
-        copy(&mut bounce, &mut o.mem, Src::Bytes(&other), x0, len).unwrap();
-        assert_eq!(&o.mem.scratch[..len], &other[..]);
-        assert_eq!(&o.mem.scratch[len..], &send[..]);
-        drop(o);
-        assert_eq!(&recv[..len], &send[..]);
-        assert_eq!(&recv[len..], &send[..]);
-    }
-
-    #[test]
-    fn reduces_wherever_the_operands_lie() {
-        reduces_everywhere(false);
-    }
-
-    #[test]
-    fn reduces_in_mapped_buffers() {
-        reduces_everywhere(true);
-    }
-
-    fn reduces_everywhere(mapped: bool) {
-        let n = (2 * CHUNK + 40) / 4; // i32 elements, over two pieces
-        let len = n * 4;
-        let ints = |f: &dyn Fn(usize) -> i32| -> Vec<u8> {
-            (0..n).flat_map(|i| f(i).to_ne_bytes()).collect()
-        };
-        let send = ints(&|i| i as i32);
-        let mut recv = ints(&|i| 1000 * i as i32);
-        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
-        o.mem.scratch[..len].copy_from_slice(&ints(&|i| -(i as i32)));
-        o.mem.scratch[len..].copy_from_slice(&ints(&|_| 5));
-        let pids = [std::process::id()];
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let at =
-            |o: &VOp, buf, offset| locate(&o.mem, &pids, &Region::new(buf, offset, len)).unwrap();
-        let (s, r) = (at(&o, BufferId::Send, 0), at(&o, BufferId::Recv, 0));
-        let (x0, x1) = (at(&o, BufferId::Scratch, 0), at(&o, BufferId::Scratch, len));
-        let sum = |b: &mut [u8], o: &mut VOp, a: Loc, d: Loc| {
-            reduce(b, &mut o.mem, ReduceOp::Sum, DataType::I32, a, d, len)
-        };
-        sum(&mut bounce, &mut o, s, r).unwrap(); // recv = 1001 i
-        sum(&mut bounce, &mut o, s, x0).unwrap(); // x0 = 0
-        sum(&mut bounce, &mut o, x1, x0).unwrap(); // x0 = 5
-        sum(&mut bounce, &mut o, x0, x1).unwrap(); // x1 = 10
-        sum(&mut bounce, &mut o, x1, r).unwrap(); // recv = 1001 i + 10
-        assert_eq!(&o.mem.scratch[..len], &ints(&|_| 5)[..]);
-        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
-        // Bitwise operations are refused for floats: an error, nothing written.
-        let err = reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Band,
-            DataType::F32,
-            x0,
-            x1,
-            len,
-        );
-        assert_eq!(err, Err(Code::Failed));
-        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
-        drop(o);
-        assert_eq!(recv, ints(&|i| 1001 * i as i32 + 10));
-    }
-
-    #[test]
-    fn overlapping_operands_are_refused() {
-        let mut recv = vec![0u8; 8];
-        let mut o = op(&[], &mut recv, 64);
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let (a, b) = (Loc::Scratch(0), Loc::Scratch(16));
-        let r = reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Sum,
-            DataType::U8,
-            a,
-            b,
-            32,
-        );
-        assert_eq!(r, Err(Code::Failed));
-        assert!(reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Sum,
-            DataType::U8,
-            a,
-            b,
-            16
-        )
-        .is_ok());
-    }
-
-    #[test]
-    fn regions_past_a_buffer_are_refused() {
-        let send = vec![0u8; 64];
-        let mut recv = vec![0u8; 64];
-        let o = op(&send, &mut recv, 16);
-        let pids = [std::process::id()];
-        assert!(locate(&o.mem, &pids, &Region::send(0, 64)).is_ok());
-        assert_eq!(
-            locate(&o.mem, &pids, &Region::recv(1, 64)).err(),
-            Some(Code::Failed)
-        );
-        assert_eq!(
-            locate(&o.mem, &pids, &Region::scratch(8, 9)).err(),
-            Some(Code::Failed)
-        );
     }
 
     #[test]

@@ -566,7 +566,10 @@ impl Server {
         } else {
             None
         };
-        let c = self.comms.get_mut(&id).expect("checked above");
+        let Some(c) = self.comms.get_mut(&id) else {
+            self.budget.release(held);
+            return Ok(());
+        };
         c.session.hold(seq, held);
         let g = c
             .groups

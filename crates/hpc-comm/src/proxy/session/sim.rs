@@ -268,25 +268,34 @@ fn both() -> [Cancel; 2] {
     [Cancel::Part, Cancel::Collective]
 }
 
+/// Runs `case` on a fresh simulation of each of `shapes`, under each
+/// cancel rule and 30 seeds, and checks that every live node retired all
+/// and released what it held.
+fn every(shapes: &[&[usize]], case: impl Fn(&mut Sim, &[usize])) {
+    for &shape in shapes {
+        for cancel in both() {
+            for seed in 0..30 {
+                let mut sim = Sim::new(shape, cancel, seed);
+                case(&mut sim, shape);
+                sim.all_retired();
+            }
+        }
+    }
+}
+
 /// Without faults every collective ends `Done` once on every rank, in
 /// every order the messages and submits come in, and each node retires it
 /// and releases its memory.
 #[test]
 fn collectives_finish_on_every_node_in_any_order() {
-    for shape in SHAPES {
-        for cancel in both() {
-            for seed in 0..40 {
-                let mut sim = Sim::new(shape, cancel, seed);
-                sim.run(&[0, 1, 2, 3], &BTreeSet::new());
-                for seq in 0..4 {
-                    sim.expect(seq, |_, _| Some(Outcome::Done));
-                }
-                sim.all_retired();
-                assert_eq!(sim.dropped, 0);
-                assert!(sim.told.is_empty());
-            }
+    every(&SHAPES, |sim, _| {
+        sim.run(&[0, 1, 2, 3], &BTreeSet::new());
+        for seq in 0..4 {
+            sim.expect(seq, |_, _| Some(Outcome::Done));
         }
-    }
+        assert_eq!(sim.dropped, 0);
+        assert!(sim.told.is_empty());
+    });
 }
 
 /// The same seed gives the same run, answer for answer.
@@ -309,31 +318,22 @@ fn a_seed_replays_the_same_run() {
 /// are untouched.
 #[test]
 fn a_rank_lost_mid_collective_fails_it_on_every_node() {
-    for shape in SHAPES {
-        for cancel in both() {
-            for seed in 0..30 {
-                let mut sim = Sim::new(shape, cancel, seed);
-                sim.run(&[0], &BTreeSet::new());
-                // Rank 0 (node 0, slot 0) dies after collective 0, the others
-                // go on into collective 1.
-                let skip = BTreeSet::from([(0, 0, 1)]);
-                sim.nodes[0].s.lose(0, "it died");
-                sim.settle(0);
-                sim.run(&[1], &skip);
-                sim.expect(0, |_, _| Some(Outcome::Done));
-                let lost = Outcome::Lost {
-                    rank: 0,
-                    why: "rank 0 is lost: it died".into(),
-                };
-                sim.expect(1, |n, slot| ((n, slot) != (0, 0)).then(|| lost.clone()));
-                let told: Vec<_> = sim.told.iter().map(|t| (t.0, t.1)).collect();
-                // Told by node 0 only, once (if some rank of it started it).
-                assert!(told.iter().all(|&t| t == (0, 1)), "{told:?}");
-                assert!(told.len() <= 1, "{told:?}");
-                sim.all_retired();
-            }
-        }
-    }
+    every(&SHAPES, |sim, _| {
+        sim.run(&[0], &BTreeSet::new());
+        // Rank 0 (node 0, slot 0) dies after collective 0, the others go on
+        // into collective 1.
+        sim.nodes[0].s.lose(0, "it died");
+        sim.settle(0);
+        sim.run(&[1], &BTreeSet::from([(0, 0, 1)]));
+        sim.expect(0, |_, _| Some(Outcome::Done));
+        let lost = Outcome::Lost {
+            rank: 0,
+            why: "rank 0 is lost: it died".into(),
+        };
+        sim.expect(1, |n, slot| ((n, slot) != (0, 0)).then(|| lost.clone()));
+        // Told by node 0 only, once.
+        assert_eq!(sim.told, vec![(0, 1, lost.clone())]);
+    });
 }
 
 /// A lost node fails every collective in flight on the other nodes with
@@ -341,27 +341,20 @@ fn a_rank_lost_mid_collective_fails_it_on_every_node() {
 /// node sees it by itself).
 #[test]
 fn a_lost_node_fails_what_is_in_flight_and_what_comes_later() {
-    for shape in &SHAPES[2..] {
-        for cancel in both() {
-            for seed in 0..30 {
-                let mut sim = Sim::new(shape, cancel, seed);
-                // Node 1's ranks submit collective 0, the others only some
-                // of theirs: it is in flight everywhere.
-                sim.run(&[], &BTreeSet::new());
-                for slot in 0..shape[0] {
-                    sim.submit(0, slot, 0);
-                }
-                sim.kill(1);
-                let skip = (0..shape[0]).map(|slot| (0, slot, 0)).collect();
-                sim.run(&[0, 1], &skip);
-                let gone = Outcome::NodeLost { node: 1 };
-                sim.expect(0, |_, _| Some(gone.clone()));
-                sim.expect(1, |_, _| Some(gone.clone()));
-                assert!(sim.told.is_empty(), "{:?}", sim.told);
-                sim.all_retired();
-            }
+    every(&SHAPES[2..], |sim, shape| {
+        // Node 0's ranks submit collective 0: it is in flight there, its
+        // part on its way to the others.
+        for slot in 0..shape[0] {
+            sim.submit(0, slot, 0);
         }
-    }
+        sim.kill(1);
+        let skip = (0..shape[0]).map(|slot| (0, slot, 0)).collect();
+        sim.run(&[0, 1], &skip);
+        let gone = Outcome::NodeLost { node: 1 };
+        sim.expect(0, |_, _| Some(gone.clone()));
+        sim.expect(1, |_, _| Some(gone.clone()));
+        assert!(sim.told.is_empty(), "{:?}", sim.told);
+    });
 }
 
 /// A cancel in DPU placement fails the collective on every node (its
@@ -385,18 +378,30 @@ fn a_cancel_in_dpu_placement_fails_the_collective_everywhere() {
     }
 }
 
+/// A session of two ranks here, both of whose parts of collective `seq`
+/// are in (holding [`PART`] each) and started.
+fn both_in(cancel: Cancel, seq: u64) -> Session {
+    let mut s = Session::new(vec![4, 5], cancel);
+    for slot in 0..2 {
+        assert!(s.submit(seq, slot));
+        s.hold(seq, PART);
+        s.ready(seq, slot);
+    }
+    assert_eq!(s.poll(), Some(Effect::Start { seq }));
+    s
+}
+
+/// The effects `s` queued.
+fn drain(s: &mut Session) -> Vec<Effect> {
+    std::iter::from_fn(|| s.poll()).collect()
+}
+
 /// A cancel in host placement ends only the cancelling rank's part (the
 /// server answers the cancel itself): nothing fails, nobody is told, and
 /// the collective retires once the other ranks' parts ended.
 #[test]
 fn a_cancel_in_host_placement_ends_the_rank_alone() {
-    let mut s = Session::new(vec![0, 1], Cancel::Part);
-    for slot in 0..2 {
-        assert!(s.submit(0, slot));
-        s.hold(0, PART);
-        s.ready(0, slot);
-    }
-    assert_eq!(s.poll(), Some(Effect::Start { seq: 0 }));
+    let mut s = both_in(Cancel::Part, 0);
     s.cancel(0, 0);
     assert_eq!(s.poll(), None);
     s.retire();
@@ -421,17 +426,11 @@ fn a_cancel_in_host_placement_ends_the_rank_alone() {
 /// delivery's end answers it, and a cancel meanwhile waits for it.
 #[test]
 fn a_part_being_delivered_is_answered_by_its_delivery() {
-    let mut s = Session::new(vec![4, 5], Cancel::Collective);
-    for slot in 0..2 {
-        assert!(s.submit(3, slot));
-        s.ready(3, slot);
-    }
+    let mut s = both_in(Cancel::Collective, 3);
     s.complete(3);
-    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll()).collect();
     assert_eq!(
-        effects,
+        drain(&mut s),
         vec![
-            Effect::Start { seq: 3 },
             Effect::Deliver { seq: 3, slot: 0 },
             Effect::Deliver { seq: 3, slot: 1 },
         ]
@@ -440,9 +439,8 @@ fn a_part_being_delivered_is_answered_by_its_delivery() {
     s.cancel(3, 0);
     s.done(3, 1, Outcome::Done);
     s.fail(3, Outcome::NodeLost { node: 1 }, true);
-    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll()).collect();
     assert_eq!(
-        effects,
+        drain(&mut s),
         vec![
             Effect::Answer {
                 seq: 3,
@@ -455,16 +453,18 @@ fn a_part_being_delivered_is_answered_by_its_delivery() {
     );
     s.done(3, 0, Outcome::Done);
     s.retire();
-    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll()).collect();
     assert_eq!(
-        effects,
+        drain(&mut s),
         vec![
             Effect::Answer {
                 seq: 3,
                 slot: 0,
                 outcome: Outcome::Done
             },
-            Effect::Retire { seq: 3, bytes: 0 },
+            Effect::Retire {
+                seq: 3,
+                bytes: 2 * PART
+            },
         ]
     );
 }
@@ -473,25 +473,19 @@ fn a_part_being_delivered_is_answered_by_its_delivery() {
 /// node with the refusal's bytes, and the budget is given back.
 #[test]
 fn a_part_refused_for_its_memory_fails_the_collective_on_every_node() {
-    for shape in SHAPES {
-        for cancel in both() {
-            for seed in 0..30 {
-                let mut sim = Sim::new(shape, cancel, seed);
-                let over = Outcome::OverCap {
-                    bytes: Some(1 << 30),
-                    why: "rank 1's part: over the cap".into(),
-                };
-                let last = shape.len() - 1;
-                sim.nodes[last].s.refuse(0, 0, over.clone());
-                sim.settle(last);
-                sim.run(&[0, 1], &BTreeSet::from([(last, 0, 0)]));
-                sim.expect(0, |_, _| Some(over.clone()));
-                sim.expect(1, |_, _| Some(Outcome::Done));
-                assert_eq!(sim.told, vec![(last, 0, over.clone())]);
-                sim.all_retired();
-            }
-        }
-    }
+    every(&SHAPES, |sim, shape| {
+        let over = Outcome::OverCap {
+            bytes: Some(1 << 30),
+            why: "rank 1's part: over the cap".into(),
+        };
+        let last = shape.len() - 1;
+        sim.nodes[last].s.refuse(0, 0, over.clone());
+        sim.settle(last);
+        sim.run(&[0, 1], &BTreeSet::from([(last, 0, 0)]));
+        sim.expect(0, |_, _| Some(over.clone()));
+        sim.expect(1, |_, _| Some(Outcome::Done));
+        assert_eq!(sim.told, vec![(last, 0, over.clone())]);
+    });
 }
 
 /// What comes for a collective that ended here is dropped by the window: a
