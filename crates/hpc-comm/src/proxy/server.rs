@@ -6,6 +6,8 @@
 //! messages between the proxy's ranks wait in one [`Matcher`] by (source,
 //! destination, tag). This module is the I/O around it: descriptors, the
 //! ranks' memory (cross-memory attach or mappings), the network, liveness.
+//! The life cycle of the collectives (parts, failures and the news of them,
+//! losses, cancels, retirement) is the [`Session`]'s.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;

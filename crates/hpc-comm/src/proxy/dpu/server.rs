@@ -1,5 +1,8 @@
 //! The DPU proxy's server: its loop, the ranks' requests, the RMA of
-//! their spans, the steps between nodes and failures.
+//! their spans, the steps between nodes. The life cycle of each
+//! communicator's collectives (parts, start, failures, losses, cancels,
+//! retirement) is its [`Session`](crate::proxy::session::Session)'s; this
+//! is the I/O that feeds it and carries out its effects.
 
 use super::client::{DETACH_GRACE, WATCH_EVERY};
 use super::state::{FromNet, Group, Served, Slot, Wait, UNOPENED_MAX};

@@ -204,8 +204,10 @@ impl Session {
         self.colls.len()
     }
 
-    /// Answers the part in `slot` of `seq` (once), unless its member is gone.
-    fn answer(&mut self, seq: u64, slot: usize, outcome: Outcome) {
+    /// The part in `slot` of `seq` ended with `outcome` (its op finished or
+    /// failed alone, its delivery completed, or the collective failed): its
+    /// member is answered, once, unless it is gone.
+    pub(crate) fn done(&mut self, seq: u64, slot: usize, outcome: Outcome) {
         let Some(c) = self.colls.get_mut(&seq) else {
             return;
         };
@@ -245,7 +247,7 @@ impl Session {
             return false;
         }
         if let Some(o) = failed {
-            self.answer(seq, slot, o);
+            self.done(seq, slot, o);
             return false;
         }
         true
@@ -303,12 +305,6 @@ impl Session {
         }
     }
 
-    /// The part in `slot` of `seq` ended with `outcome` (its op finished or
-    /// failed alone, its delivery completed): its member is answered.
-    pub(crate) fn done(&mut self, seq: u64, slot: usize, outcome: Outcome) {
-        self.answer(seq, slot, outcome);
-    }
-
     /// The node's schedules of collective `seq` finished: each part still
     /// waiting is delivered, or answered where its rank cancelled it.
     pub(crate) fn complete(&mut self, seq: u64) {
@@ -330,7 +326,7 @@ impl Session {
                 continue;
             }
             if cancelled {
-                self.answer(seq, slot, Outcome::failed("cancelled by its rank"));
+                self.done(seq, slot, Outcome::failed("cancelled by its rank"));
             } else {
                 self.out.push_back(Effect::Deliver { seq, slot });
             }
@@ -362,7 +358,7 @@ impl Session {
             }
         }
         for slot in waiting {
-            self.answer(seq, slot, o.clone());
+            self.done(seq, slot, o.clone());
         }
     }
 
@@ -430,7 +426,7 @@ impl Session {
             let why = format!("rank {rank} gave collective {seq} up (cancelled)");
             self.fail(seq, Outcome::failed(why), true);
         } else {
-            self.answer(seq, slot, Outcome::failed("cancelled by its rank"));
+            self.done(seq, slot, Outcome::failed("cancelled by its rank"));
         }
     }
 
