@@ -101,8 +101,6 @@ struct Proxy {
     board: Board,
     size: usize,
     pids: Vec<u32>,
-    /// Ranks that detached or died.
-    gone: Vec<bool>,
     ops: Vec<VOp>,
     /// Messages sent and not received yet.
     msgs: Matcher<Key, Payload>,
@@ -232,9 +230,9 @@ impl Proxy {
             .iter()
             .flat_map(|o| o.maps.iter().copied())
             .collect();
-        let (pids, gone) = (&self.pids, &self.gone);
+        let (pids, session) = (&self.pids, &self.session);
         self.maps.retain(|&(rank, ino), m| {
-            used.contains(&(rank, ino)) || (!gone[rank] && m.still_open(pids[rank], ino))
+            used.contains(&(rank, ino)) || (session.here(rank) && m.still_open(pids[rank], ino))
         });
     }
 
@@ -474,7 +472,6 @@ impl Proxy {
             board,
             size,
             pids: vec![0; size],
-            gone: vec![false; size],
             ops: Vec::new(),
             msgs: Matcher::new(),
             taken: Vec::new(),
@@ -581,7 +578,6 @@ impl Proxy {
                 self.reply(r, Kind::Cancelled.desc(d.tag, 0, 0));
             }
             Some(Kind::Detach) => {
-                self.gone[r] = true;
                 self.session.lose(r, "it left the communicator");
             }
             // Answers are the proxy's to send, not to receive; unknown kinds are ignored.
@@ -670,11 +666,9 @@ impl Proxy {
             self.flush();
         }
         for (r, &is_dead) in dead.iter().enumerate() {
-            if !self.gone[r] && is_dead {
-                self.gone[r] = true;
+            if is_dead && self.session.lose(r, "it died") {
                 tracing::warn!(rank = r, "proxy: rank lost");
                 self.drop_ops(|o| o.rank == r);
-                self.session.lose(r, "it died");
                 if let Some(net) = self.net.as_mut() {
                     net.announce_dead(r);
                 }
@@ -682,7 +676,7 @@ impl Proxy {
         }
         let net = self.net.as_ref();
         let lost: Vec<usize> = (0..self.size)
-            .filter(|&r| (self.gone[r] && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
+            .filter(|&r| (!self.session.here(r) && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
             .collect();
         if lost.is_empty() {
             self.settle();
@@ -791,8 +785,7 @@ pub(crate) fn serve_with(
         let n = ProxyNet::connect(size)?;
         // Ranks on other nodes are not this proxy's to wait for.
         for r in 0..size {
-            p.gone[r] = n.is_remote(r);
-            if p.gone[r] {
+            if n.is_remote(r) {
                 p.session.away(r);
             }
         }
@@ -811,7 +804,7 @@ pub(crate) fn serve_with(
             last_check = Instant::now();
             p.check_liveness();
         }
-        if p.gone.iter().all(|&g| g) {
+        if p.session.all_left() {
             if let Some(net) = p.net.as_mut() {
                 net.goodbye();
             }

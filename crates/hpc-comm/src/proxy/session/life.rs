@@ -164,9 +164,19 @@ impl Session {
         self.out.pop_front()
     }
 
+    /// Whether the member in `slot` is here (not away, not gone).
+    pub(crate) fn here(&self, slot: usize) -> bool {
+        self.members[slot] == Member::Here
+    }
+
+    /// Whether every member is gone or away.
+    pub(crate) fn all_left(&self) -> bool {
+        !self.members.contains(&Member::Here)
+    }
+
     /// Whether every member is gone or away and no collective is in flight.
     pub(crate) fn over(&self) -> bool {
-        self.colls.is_empty() && self.members.iter().all(|m| *m != Member::Here)
+        self.colls.is_empty() && self.all_left()
     }
 
     /// Collective `seq`, made where it is new: failed at once where a node
@@ -380,9 +390,10 @@ impl Session {
 
     /// The member in `slot` is gone (`cause`: it left, or died): the
     /// collectives that still need its part fail, here and on every node.
-    pub(crate) fn lose(&mut self, slot: usize, cause: &str) {
+    /// Whether it was here until now.
+    pub(crate) fn lose(&mut self, slot: usize, cause: &str) -> bool {
         if self.members[slot] != Member::Here {
-            return;
+            return false;
         }
         self.members[slot] = Member::Gone(cause.to_string());
         let rank = self.ranks[slot];
@@ -396,6 +407,7 @@ impl Session {
             let why = format!("rank {rank} is lost: {cause}");
             self.fail(seq, Outcome::Lost { rank, why }, true);
         }
+        true
     }
 
     /// The member in `slot` cancelled its collective `seq` (see [`Cancel`]).

@@ -322,7 +322,8 @@ fn a_rank_lost_mid_collective_fails_it_on_every_node() {
         sim.run(&[0], &BTreeSet::new());
         // Rank 0 (node 0, slot 0) dies after collective 0, the others go on
         // into collective 1.
-        sim.nodes[0].s.lose(0, "it died");
+        assert!(sim.nodes[0].s.lose(0, "it died"));
+        assert!(!sim.nodes[0].s.lose(0, "it died again"), "once");
         sim.settle(0);
         sim.run(&[1], &BTreeSet::from([(0, 0, 1)]));
         sim.expect(0, |_, _| Some(Outcome::Done));
