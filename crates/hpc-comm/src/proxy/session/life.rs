@@ -30,52 +30,30 @@ pub(crate) enum Cancel {
 }
 
 /// What the server must do, in the order the session queued it.
+/// `seq` is always the collective's sequence number and `slot` the member's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
     /// Answer the member in `slot` that collective `seq` ended with
     /// `outcome` (once per part; never to a member that is gone).
     Answer {
-        /// The collective.
         seq: u64,
-        /// The member.
         slot: usize,
-        /// How it ended.
         outcome: Outcome,
     },
-    /// Tell the other nodes' proxies that collective `seq` failed here.
-    Tell {
-        /// The collective.
-        seq: u64,
-        /// How it failed.
-        outcome: Outcome,
-    },
+    /// Tell the other nodes' proxies that collective `seq` failed here with
+    /// `outcome`.
+    Tell { seq: u64, outcome: Outcome },
     /// Every member's part of collective `seq` is ready: start it.
-    Start {
-        /// The collective.
-        seq: u64,
-    },
+    Start { seq: u64 },
     /// Collective `seq` failed: stop what runs for it and drop its messages
     /// (its members are answered by the [`Effect::Answer`]s that follow).
-    Stop {
-        /// The collective.
-        seq: u64,
-    },
+    Stop { seq: u64 },
     /// Collective `seq`'s schedules finished: deliver the result of the
     /// member in `slot`, then report its end ([`Session::done`]).
-    Deliver {
-        /// The collective.
-        seq: u64,
-        /// The member.
-        slot: usize,
-    },
-    /// Collective `seq` ended for every member here: release the `bytes` it
-    /// held and forget what the server keeps of it.
-    Retire {
-        /// The collective.
-        seq: u64,
-        /// The bytes of the budget its parts held.
-        bytes: u64,
-    },
+    Deliver { seq: u64, slot: usize },
+    /// Collective `seq` ended for every member here: release the `bytes` of
+    /// the budget its parts held and forget what the server keeps of it.
+    Retire { seq: u64, bytes: u64 },
 }
 
 /// A slot of the session: a member here, not here, or gone.
