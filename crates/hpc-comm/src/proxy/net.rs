@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::protocol::Code;
 use super::session::Outcome;
 use crate::error::{Error, Result};
 
@@ -364,6 +365,13 @@ pub(super) struct Failed {
     pub aux: u64,
     /// Why.
     pub why: String,
+}
+
+impl Failed {
+    /// How the collective failed, as that node's proxy told it.
+    pub(super) fn outcome(self) -> Outcome {
+        Outcome::from_wire(Code::from_wire(u64::from(self.code)), self.aux, self.why)
+    }
 }
 
 /// The destination of a message that reports its source rank dead.

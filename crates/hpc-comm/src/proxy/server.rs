@@ -521,7 +521,7 @@ impl Proxy {
                 .arrived((src, dst, tag), Payload::Owned(Buf { v, len }));
         }
         for f in failed {
-            self.session.fail(f.seq, Outcome::told(f), false);
+            self.session.fail(f.seq, f.outcome(), false);
             moved = true;
         }
         if let Some(node) = lost {

@@ -282,7 +282,7 @@ impl Server {
                     self.advance(id, seq);
                 }
             }
-            FromNet::Failed(f) => c.session.fail(f.seq, Outcome::told(f), false),
+            FromNet::Failed(f) => c.session.fail(f.seq, f.outcome(), false),
         }
         self.settle(id);
     }

@@ -20,7 +20,6 @@ mod sim;
 pub(crate) use life::{Cancel, Effect, Session};
 
 use super::memory::Refusal;
-use super::net::Failed;
 use super::protocol::Code;
 use crate::error::{Error, Result};
 
@@ -137,11 +136,6 @@ impl Outcome {
             Code::Failed => Ok(Outcome::Failed { why: why.clone() }),
         };
         got.unwrap_or_else(|e| e)
-    }
-
-    /// The outcome another node's proxy told of a collective it failed.
-    pub(crate) fn told(f: Failed) -> Outcome {
-        Outcome::from_wire(Code::from_wire(u64::from(f.code)), f.aux, f.why)
     }
 
     /// Why, in words (empty for [`Outcome::Done`]).
