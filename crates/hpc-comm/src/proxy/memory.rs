@@ -25,6 +25,26 @@ pub(super) struct OpMem {
     pub scratch: Vec<u8>,
 }
 
+impl OpMem {
+    /// The memory of an op of this process over `send` and `recv`
+    /// (cross-memory calls to one's own pid work), with `scratch` bytes of
+    /// scratch (a pattern); with `mapped`, the two buffers count as mapped by
+    /// the proxy (reached by pointer, as a [`SharedBuf`](crate::SharedBuf) is).
+    #[cfg(test)]
+    pub(super) fn of_own(send: &[u8], recv: &mut [u8], scratch: usize, mapped: bool) -> OpMem {
+        OpMem {
+            rank: 0,
+            send: send.as_ptr() as u64,
+            send_len: send.len(),
+            recv: recv.as_mut_ptr() as u64,
+            recv_len: recv.len(),
+            send_map: mapped.then_some(send.as_ptr().cast_mut()),
+            recv_map: mapped.then_some(recv.as_mut_ptr()),
+            scratch: vec![0xA5; scratch],
+        }
+    }
+}
+
 /// Bytes moved per cross-memory call when both ends lie in ranks' memory:
 /// each piece goes through the proxy's cache instead of its DRAM.
 pub(super) const CHUNK: usize = 128 << 10;
@@ -309,6 +329,52 @@ pub(super) fn try_grow(
     Ok(())
 }
 
+/// A buffer of `len` bytes from `pool`, from one large enough where there is
+/// one; the allocator's refusal rather than an abort where it must grow.
+pub(super) fn take_from(
+    pool: &mut Vec<Vec<u8>>,
+    len: usize,
+) -> Result<Buf, std::collections::TryReserveError> {
+    let mut v = match pool.iter().position(|v| v.len() >= len) {
+        Some(i) => pool.swap_remove(i),
+        None => pool.pop().unwrap_or_default(),
+    };
+    if let Err(e) = try_grow(&mut v, len) {
+        give_to(pool, v);
+        return Err(e);
+    }
+    Ok(Buf { v, len })
+}
+
+/// Returns a buffer to `pool` (at most 16 buffers and 256 MiB are kept, so a
+/// run of huge collectives does not pin their memory in the proxy for good).
+pub(super) fn give_to(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
+    const MAX_BYTES: usize = 256 << 20;
+    let kept: usize = pool.iter().map(Vec::len).sum();
+    if pool.len() < 16 && kept + v.len() <= MAX_BYTES {
+        pool.push(v);
+    }
+}
+
+/// Reads the bytes at `at` (of `mem`) into `out`.
+pub(super) fn read_loc(mem: &OpMem, at: Loc, out: &mut [u8]) -> Result<(), Code> {
+    match at {
+        Loc::Rank { pid, addr } => rd(pid, addr, out),
+        Loc::Mapped(p) => {
+            // SAFETY: `locate` checked that the region lies inside the mapped buffer,
+            // which the op's mapping keeps mapped while the op is in the proxy's
+            // `ops` (or being retired).
+            unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+            Ok(())
+        }
+        Loc::Scratch(o) => {
+            let src = mem.scratch.get(o..o + out.len()).ok_or(Code::Failed)?;
+            out.copy_from_slice(src);
+            Ok(())
+        }
+    }
+}
+
 /// The sum of a collective's sizes in the proxy (scratch, staging), `None`
 /// where it overflows.
 pub(super) fn footprint(sizes: &[usize]) -> Option<u64> {
@@ -455,6 +521,140 @@ pub(crate) fn default_max_scratch() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hpc_collectives::{DataType, ReduceOp};
+
+    fn pattern(len: usize, salt: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn copies_between_ranks_and_scratch_piece_by_piece() {
+        copies_everywhere(false);
+    }
+
+    #[test]
+    fn copies_between_mapped_buffers_and_scratch() {
+        copies_everywhere(true);
+    }
+
+    fn copies_everywhere(mapped: bool) {
+        // Longer than two pieces and not a multiple of one.
+        let len = 2 * CHUNK + 4 * 1000 + 4;
+        let send = pattern(len, 7);
+        let mut recv = vec![0u8; 2 * len];
+        let mut mem = OpMem::of_own(&send, &mut recv, 2 * len, mapped);
+        assert_eq!(
+            matches!(locate(&mem, &[0], &Region::send(0, 1)), Ok(Loc::Mapped(_))),
+            mapped
+        );
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let r = |buf, offset| Region::new(buf, offset, len);
+        let at = |m: &OpMem, reg| locate(m, &pids, &reg).unwrap();
+        // rank -> rank (through the bounce buffer), rank -> scratch,
+        // scratch -> scratch, scratch -> rank, bytes -> scratch.
+        let s0 = at(&mem, r(BufferId::Send, 0));
+        let r0 = at(&mem, r(BufferId::Recv, 0));
+        copy(&mut bounce, &mut mem, Src::Loc(s0), r0, len).unwrap();
+        let x0 = at(&mem, r(BufferId::Scratch, 0));
+        copy(&mut bounce, &mut mem, Src::Loc(r0), x0, len).unwrap();
+        let x1 = at(&mem, r(BufferId::Scratch, len));
+        copy(&mut bounce, &mut mem, Src::Loc(x0), x1, len).unwrap();
+        let r1 = at(&mem, r(BufferId::Recv, len));
+        copy(&mut bounce, &mut mem, Src::Loc(x1), r1, len).unwrap();
+        let other = pattern(len, 99);
+        copy(&mut bounce, &mut mem, Src::Bytes(&other), x0, len).unwrap();
+        assert_eq!(&mem.scratch[..len], &other[..]);
+        assert_eq!(&mem.scratch[len..], &send[..]);
+        drop(mem);
+        assert_eq!(&recv[..len], &send[..]);
+        assert_eq!(&recv[len..], &send[..]);
+    }
+
+    #[test]
+    fn reduces_wherever_the_operands_lie() {
+        reduces_everywhere(false);
+    }
+
+    #[test]
+    fn reduces_in_mapped_buffers() {
+        reduces_everywhere(true);
+    }
+
+    fn reduces_everywhere(mapped: bool) {
+        let n = (2 * CHUNK + 40) / 4; // i32 elements, over two pieces
+        let len = n * 4;
+        let ints = |f: &dyn Fn(usize) -> i32| -> Vec<u8> {
+            (0..n).flat_map(|i| f(i).to_ne_bytes()).collect()
+        };
+        let send = ints(&|i| i as i32);
+        let mut recv = ints(&|i| 1000 * i as i32);
+        let mut mem = OpMem::of_own(&send, &mut recv, 2 * len, mapped);
+        mem.scratch[..len].copy_from_slice(&ints(&|i| -(i as i32)));
+        mem.scratch[len..].copy_from_slice(&ints(&|_| 5));
+        let pids = [std::process::id()];
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let at = |m: &OpMem, buf, offset| locate(m, &pids, &Region::new(buf, offset, len)).unwrap();
+        let (s, r) = (at(&mem, BufferId::Send, 0), at(&mem, BufferId::Recv, 0));
+        let (x0, x1) = (
+            at(&mem, BufferId::Scratch, 0),
+            at(&mem, BufferId::Scratch, len),
+        );
+        let sum = |b: &mut [u8], m: &mut OpMem, a: Loc, d: Loc| {
+            reduce(b, m, ReduceOp::Sum, DataType::I32, a, d, len)
+        };
+        sum(&mut bounce, &mut mem, s, r).unwrap(); // recv = 1001 i
+        sum(&mut bounce, &mut mem, s, x0).unwrap(); // x0 = 0
+        sum(&mut bounce, &mut mem, x1, x0).unwrap(); // x0 = 5
+        sum(&mut bounce, &mut mem, x0, x1).unwrap(); // x1 = 10
+        sum(&mut bounce, &mut mem, x1, r).unwrap(); // recv = 1001 i + 10
+        assert_eq!(&mem.scratch[..len], &ints(&|_| 5)[..]);
+        assert_eq!(&mem.scratch[len..], &ints(&|_| 10)[..]);
+        // Bitwise operations are refused for floats: an error, nothing written.
+        let err = reduce(
+            &mut bounce,
+            &mut mem,
+            ReduceOp::Band,
+            DataType::F32,
+            x0,
+            x1,
+            len,
+        );
+        assert_eq!(err, Err(Code::Failed));
+        assert_eq!(&mem.scratch[len..], &ints(&|_| 10)[..]);
+        drop(mem);
+        assert_eq!(recv, ints(&|i| 1001 * i as i32 + 10));
+    }
+
+    #[test]
+    fn overlapping_operands_are_refused() {
+        let mut recv = vec![0u8; 8];
+        let mut mem = OpMem::of_own(&[], &mut recv, 64, false);
+        let mut bounce = vec![0u8; 2 * CHUNK];
+        let (a, b) = (Loc::Scratch(0), Loc::Scratch(16));
+        let r = reduce(&mut bounce, &mut mem, ReduceOp::Sum, DataType::U8, a, b, 32);
+        assert_eq!(r, Err(Code::Failed));
+        assert!(reduce(&mut bounce, &mut mem, ReduceOp::Sum, DataType::U8, a, b, 16).is_ok());
+    }
+
+    #[test]
+    fn regions_past_a_buffer_are_refused() {
+        let send = vec![0u8; 64];
+        let mut recv = vec![0u8; 64];
+        let mem = OpMem::of_own(&send, &mut recv, 16, false);
+        let pids = [std::process::id()];
+        assert!(locate(&mem, &pids, &Region::send(0, 64)).is_ok());
+        assert_eq!(
+            locate(&mem, &pids, &Region::recv(1, 64)).err(),
+            Some(Code::Failed)
+        );
+        assert_eq!(
+            locate(&mem, &pids, &Region::scratch(8, 9)).err(),
+            Some(Code::Failed)
+        );
+    }
 
     #[test]
     fn maps_a_shared_buffer_only_while_it_is_the_same_file() {

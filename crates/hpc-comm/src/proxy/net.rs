@@ -45,6 +45,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::protocol::Code;
+use super::session::Outcome;
 use crate::error::{Error, Result};
 
 /// The transport tag of a message between ranks.
@@ -56,6 +58,12 @@ const BYE: u64 = 2;
 /// (u32), the proxy's message tag (sequence << 32 | schedule tag, u64), all
 /// little-endian.
 pub(super) const TRAILER: usize = 16;
+
+/// The tag of a message between proxies: the collective's sequence number
+/// and the step's tag.
+pub(super) fn tag64(seq: u64, tag: u32) -> u64 {
+    (seq << 32) | u64::from(tag)
+}
 
 /// The largest frame on the set-up socket.
 const MAX_FRAME: usize = 64 << 20;
@@ -359,6 +367,13 @@ pub(super) struct Failed {
     pub why: String,
 }
 
+impl Failed {
+    /// How the collective failed, as that node's proxy told it.
+    pub(super) fn outcome(self) -> Outcome {
+        Outcome::from_wire(Code::from_wire(u64::from(self.code)), self.aux, self.why)
+    }
+}
+
 /// The destination of a message that reports its source rank dead.
 const DEAD: u32 = u32::MAX;
 /// The destination of a proxy's last message (its source is the sending
@@ -614,18 +629,13 @@ impl ProxyNet {
     }
 
     /// Tells the proxies of `nodes` (node indices: those the communicator
-    /// spans) that collective `seq` of communicator `comm` failed here
-    /// (`code`, `aux`, `why` as the answer says it), so that their ranks fail
-    /// it too rather than wait for messages that will not come.
-    pub(super) fn announce_failed(
-        &mut self,
-        comm: u64,
-        seq: u64,
-        code: u8,
-        aux: u64,
-        why: &str,
-        nodes: &[usize],
-    ) {
+    /// spans) that collective `seq` of communicator `comm` failed here with
+    /// outcome `o` (the edge: it becomes the wire's code, `aux` word and
+    /// reason), so that their ranks fail it too rather than wait for
+    /// messages that will not come.
+    pub(super) fn announce_failed(&mut self, comm: u64, seq: u64, o: &Outcome, nodes: &[usize]) {
+        let (code, aux) = o.wire();
+        let (code, why) = (code as u8, o.why());
         for &p in nodes {
             if p == self.hello.me || self.lost.get(p) != Some(&false) {
                 continue;

@@ -6,8 +6,10 @@
 //! messages between the proxy's ranks wait in one [`Matcher`] by (source,
 //! destination, tag). This module is the I/O around it: descriptors, the
 //! ranks' memory (cross-memory attach or mappings), the network, liveness.
+//! The life cycle of the collectives (parts, failures and the news of them,
+//! losses, cancels, retirement) is the [`Session`]'s.
 
-use std::collections::{HashMap, HashSet, TryReserveError, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -15,12 +17,12 @@ use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Me
 use hpc_collectives::{DataType, ReduceOp, Region, Schedule};
 
 use super::memory::{
-    copy, footprint, locate, locate_dst, rd, reduce, try_grow, Budget, Buf, Loc, Mapping, OpMem,
-    Refusal, Src, CHUNK,
+    copy, footprint, give_to, locate, locate_dst, rd, read_loc, reduce, take_from, Budget, Buf,
+    Loc, Mapping, OpMem, Refusal, Src, CHUNK,
 };
-use super::net::{ProxyNet, TRAILER};
+use super::net::{tag64, ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
-use super::session::{Ended, Outcome};
+use super::session::{Cancel, Effect, Outcome, Session};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
@@ -39,8 +41,6 @@ struct VOp {
     m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
-    /// The bytes of [`Proxy::budget`] it holds (its scratch).
-    held: u64,
 }
 
 /// A message waiting for its receive.
@@ -101,8 +101,6 @@ struct Proxy {
     board: Board,
     size: usize,
     pids: Vec<u32>,
-    /// Ranks that detached or died.
-    gone: Vec<bool>,
     ops: Vec<VOp>,
     /// Messages sent and not received yet.
     msgs: Matcher<Key, Payload>,
@@ -125,38 +123,9 @@ struct Proxy {
     /// The bytes held for the collectives in flight, against the cap
     /// (`HPC_COLL_PROXY_MAX_SCRATCH`).
     budget: Budget,
-    /// Collectives failed on this node or told failed by another (refused
-    /// for their memory, say), with their outcome: a rank that submits one
-    /// later gets the same, and their messages are dropped.
-    failed: Ended,
-}
-
-/// A buffer of `len` bytes from `pool`, from one large enough where there is
-/// one; the allocator's refusal rather than an abort where it must grow.
-fn take_from(pool: &mut Vec<Vec<u8>>, len: usize) -> Result<Buf, TryReserveError> {
-    let mut v = match pool.iter().position(|v| v.len() >= len) {
-        Some(i) => pool.swap_remove(i),
-        None => pool.pop().unwrap_or_default(),
-    };
-    if let Err(e) = try_grow(&mut v, len) {
-        give_to(pool, v);
-        return Err(e);
-    }
-    Ok(Buf { v, len })
-}
-
-/// Returns a buffer to `pool` (at most 16 buffers and 256 MiB are kept, so a
-/// run of huge collectives does not pin their memory in the proxy for good).
-fn give_to(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
-    const MAX_BYTES: usize = 256 << 20;
-    let kept: usize = pool.iter().map(Vec::len).sum();
-    if pool.len() < 16 && kept + v.len() <= MAX_BYTES {
-        pool.push(v);
-    }
-}
-
-fn tag64(seq: u64, tag: u32) -> u64 {
-    (seq << 32) | tag as u64
+    /// The life cycle of the communicator's collectives (its slots are the
+    /// communicator's ranks; those of other nodes are away).
+    session: Session,
 }
 
 /// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
@@ -177,8 +146,9 @@ impl Proxy {
         give_to(&mut self.pool, v);
     }
 
-    /// A new op for rank `rank`'s collective `seq`; refused where its scratch
-    /// passes the budget or cannot be allocated.
+    /// A new op for rank `rank`'s collective `seq`, its scratch held by the
+    /// collective in the session; refused where its scratch passes the
+    /// budget or cannot be allocated.
     fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> Result<VOp, Refusal> {
         let held = self.budget.admit(footprint(&[sched.scratch_bytes]))?;
         // Scratch from the pool is not zeroed: schedules write scratch before they
@@ -210,6 +180,7 @@ impl Proxy {
             scratch,
         };
         let m = Machine::new(&sched, blob.own_copies);
+        self.session.hold(seq, held);
         Ok(VOp {
             rank,
             seq,
@@ -217,7 +188,6 @@ impl Proxy {
             mem,
             m,
             maps,
-            held,
         })
     }
 
@@ -260,9 +230,9 @@ impl Proxy {
             .iter()
             .flat_map(|o| o.maps.iter().copied())
             .collect();
-        let (pids, gone) = (&self.pids, &self.gone);
+        let (pids, session) = (&self.pids, &self.session);
         self.maps.retain(|&(rank, ino), m| {
-            used.contains(&(rank, ino)) || (!gone[rank] && m.still_open(pids[rank], ino))
+            used.contains(&(rank, ino)) || (session.here(rank) && m.still_open(pids[rank], ino))
         });
     }
 
@@ -286,18 +256,9 @@ impl Proxy {
                 let Ok(mut b) = take_from(&mut pool, len) else {
                     return false;
                 };
-                let read = match at {
-                    Loc::Rank { pid, addr } => rd(pid, addr, &mut b.v[..len]),
-                    Loc::Mapped(p) => {
-                        // SAFETY: the op's mapping is still held (maps are only
-                        // dropped when no op in `ops` uses them, and this one's op
-                        // is retired right here).
-                        unsafe { std::ptr::copy_nonoverlapping(p, b.v.as_mut_ptr(), len) };
-                        Ok(())
-                    }
-                    Loc::Scratch(_) => Err(Code::Failed),
-                };
-                if read.is_err() {
+                // The op's mapping is still held (maps are only dropped when no
+                // op in `ops` uses them, and this one's op is retired right here).
+                if read_loc(&op.mem, at, &mut b.v[..len]).is_err() {
                     give_to(&mut pool, b.v);
                     return false;
                 }
@@ -306,19 +267,12 @@ impl Proxy {
             });
             self.pool = pool;
         }
-        self.budget.release(op.held);
         self.give(op.mem.scratch);
     }
 
-    /// Fails collective `seq` on this node, for its memory: every op of it in
-    /// flight ends with outcome `o`, its messages go, and a rank that
-    /// submits it later is answered the same. `tell`: the failure is this
-    /// node's news, for the other nodes' proxies too (whose ranks would
-    /// otherwise wait for messages that will not come).
-    fn fail_seq(&mut self, seq: u64, o: Outcome, tell: bool) {
-        if !self.failed.end(seq, o.clone()) {
-            return;
-        }
+    /// Collective `seq` failed (the session answers its ranks): its messages
+    /// go, then its ops retire, unanswered here.
+    fn stop(&mut self, seq: u64) {
         // Dropped first, so that retiring its ops copies none of them.
         let mut pool = std::mem::take(&mut self.pool);
         self.msgs.remove_where(
@@ -330,35 +284,40 @@ impl Proxy {
             },
         );
         self.pool = pool;
-        let (hit, keep) = std::mem::take(&mut self.ops)
-            .into_iter()
-            .partition(|o| o.seq == seq);
-        self.ops = keep;
-        for op in hit {
-            self.finish(op, &o);
-        }
-        if tell {
-            if let Some(net) = self.net.as_mut() {
-                // Host placement: one communicator per proxy (0), on every node.
-                let nodes: Vec<usize> = (0..net.nodes()).collect();
-                let (code, aux) = o.wire();
-                net.announce_failed(0, seq, code as u8, aux, &o.why(), &nodes);
-            }
-        }
+        self.drop_ops(|o| o.seq == seq);
     }
 
-    /// Retires `op` and answers its rank with outcome `o`.
-    fn finish(&mut self, op: VOp, o: &Outcome) {
+    /// Retires `op`; the session answers its rank with outcome `o`.
+    fn finish(&mut self, op: VOp, o: Outcome) {
         let (rank, seq) = (op.rank, op.seq);
         self.retire(op);
-        self.answer(rank, seq, o);
+        self.session.done(seq, rank, o);
     }
 
-    /// Answers rank `r`'s collective `seq` `DONE` with outcome `o` (the edge:
-    /// the typed outcome becomes the descriptor's code and word).
-    fn answer(&mut self, r: usize, seq: u64, o: &Outcome) {
-        let (code, aux) = o.wire();
-        self.reply(r, Kind::Done.desc(seq, code as u64, aux));
+    /// Carries out what the session decided: answers (the edge: the typed
+    /// outcome becomes the `DONE` descriptor's code and word), news for the
+    /// other nodes, stops, and the memory of the collectives that retired.
+    fn settle(&mut self) {
+        while let Some(e) = self.session.poll() {
+            match e {
+                Effect::Answer { seq, slot, outcome } => {
+                    let (code, aux) = outcome.wire();
+                    self.reply(slot, Kind::Done.desc(seq, code as u64, aux));
+                }
+                Effect::Tell { seq, outcome } => {
+                    if let Some(net) = self.net.as_mut() {
+                        // Host placement: one communicator per proxy (0), on every node.
+                        let nodes: Vec<usize> = (0..net.nodes()).collect();
+                        net.announce_failed(0, seq, &outcome, &nodes);
+                    }
+                }
+                Effect::Stop { seq } => self.stop(seq),
+                Effect::Retire { bytes, .. } => self.budget.release(bytes),
+                // Each rank's op runs from its submit on, on its own
+                // interpreter, and answers as it finishes.
+                Effect::Start { .. } | Effect::Deliver { .. } => {}
+            }
+        }
     }
 
     /// Retires the ops for which `which` holds (cancelled, or their rank died).
@@ -513,7 +472,6 @@ impl Proxy {
             board,
             size,
             pids: vec![0; size],
-            gone: vec![false; size],
             ops: Vec::new(),
             msgs: Matcher::new(),
             taken: Vec::new(),
@@ -524,7 +482,7 @@ impl Proxy {
             maps: HashMap::new(),
             net: None,
             budget: Budget::from_env(),
-            failed: Ended::default(),
+            session: Session::new((0..size).collect(), Cancel::Part),
         }
     }
 
@@ -553,8 +511,8 @@ impl Proxy {
             self.give(v);
         }
         for (src, dst, tag, v) in arrived {
-            // For a collective failed here: no receive will take it.
-            if self.failed.contains(tag >> 32) {
+            // For a collective that ended or failed here: no receive will take it.
+            if !self.session.takes(tag >> 32) {
                 self.give(v);
                 continue;
             }
@@ -563,23 +521,16 @@ impl Proxy {
                 .arrived((src, dst, tag), Payload::Owned(Buf { v, len }));
         }
         for f in failed {
-            tracing::debug!(
-                seq = f.seq,
-                why = f.why,
-                "proxy: another node failed a collective"
-            );
-            let code = Code::from_wire(u64::from(f.code));
-            self.fail_seq(f.seq, Outcome::from_wire(code, f.aux, f.why), false);
+            self.session.fail(f.seq, f.outcome(), false);
             moved = true;
         }
         if let Some(node) = lost {
             // A collective spans every node of its communicator: none in flight can
             // finish now.
-            for o in std::mem::take(&mut self.ops) {
-                self.finish(o, &Outcome::NodeLost { node });
-            }
+            self.session.node_lost(node);
             moved = true;
         }
+        self.settle();
         moved
     }
 
@@ -601,41 +552,38 @@ impl Proxy {
     /// One descriptor from rank `r`.
     fn handle(&mut self, r: usize, d: Desc) {
         match Kind::from_wire(d.kind) {
+            Some(Kind::Submit) if !self.session.submit(d.tag, r) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
-                Some(_) if self.net.as_ref().is_some_and(|n| n.lost_node().is_some()) => {
-                    let node = self.net.as_ref().and_then(ProxyNet::lost_node);
-                    let node = node.unwrap_or_default();
-                    self.answer(r, d.tag, &Outcome::NodeLost { node });
-                }
-                Some(_) if self.failed.contains(d.tag) => {
-                    let o = self.failed.get(d.tag).cloned();
-                    let o = o.unwrap_or_else(|| Outcome::failed("failed on this node"));
-                    self.answer(r, d.tag, &o);
-                }
                 Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
-                    Ok(op) => self.ops.push(op),
+                    Ok(op) => {
+                        self.ops.push(op);
+                        self.session.ready(d.tag, r);
+                    }
                     Err(refusal) => {
                         let why = refusal.why();
                         tracing::warn!(rank = r, seq = d.tag, "proxy: refused a collective: {why}");
-                        let o = Outcome::refused(&refusal, &format!("rank {r}'s part"));
-                        self.answer(r, d.tag, &o);
                         // Its other ranks' ops cannot finish without this one.
-                        self.fail_seq(d.tag, o, true);
+                        let o = Outcome::refused(&refusal, &format!("rank {r}'s part"));
+                        self.session.refuse(d.tag, r, o);
                     }
                 },
                 None => {
                     let o = Outcome::failed(format!("rank {r}'s submit is unreadable"));
-                    self.answer(r, d.tag, &o);
+                    self.session.refuse(d.tag, r, o);
                 }
             },
             Some(Kind::Cancel) => {
                 self.drop_ops(|o| o.rank == r && o.seq == d.tag);
+                self.session.cancel(d.tag, r);
                 self.reply(r, Kind::Cancelled.desc(d.tag, 0, 0));
             }
-            Some(Kind::Detach) => self.gone[r] = true,
+            Some(Kind::Detach) => {
+                self.session.lose(r, "it left the communicator");
+            }
             // Answers are the proxy's to send, not to receive; unknown kinds are ignored.
             _ => {}
         }
+        self.settle();
     }
 
     /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory.
@@ -666,7 +614,7 @@ impl Proxy {
             match res {
                 Ok(false) => i += 1,
                 Ok(true) => {
-                    self.finish(ops.swap_remove(i), &Outcome::Done);
+                    self.finish(ops.swap_remove(i), Outcome::Done);
                     moved = true;
                 }
                 Err((code, aux)) => {
@@ -675,7 +623,7 @@ impl Proxy {
                     if let Outcome::NoMemory { bytes, .. } = o {
                         short.push((op.seq, bytes));
                     }
-                    self.finish(op, &o);
+                    self.finish(op, o);
                     moved = true;
                 }
             }
@@ -685,8 +633,11 @@ impl Proxy {
         // A message buffer that could not be allocated fails the whole collective.
         for (seq, bytes) in short {
             let why = Refusal::NoMemory { bytes }.why();
-            self.fail_seq(seq, Outcome::NoMemory { bytes, why }, true);
+            self.session
+                .fail(seq, Outcome::NoMemory { bytes, why }, true);
         }
+        self.session.retire();
+        self.settle();
         moved || self.consumed
     }
 
@@ -715,8 +666,7 @@ impl Proxy {
             self.flush();
         }
         for (r, &is_dead) in dead.iter().enumerate() {
-            if !self.gone[r] && is_dead {
-                self.gone[r] = true;
+            if is_dead && self.session.lose(r, "it died") {
                 tracing::warn!(rank = r, "proxy: rank lost");
                 self.drop_ops(|o| o.rank == r);
                 if let Some(net) = self.net.as_mut() {
@@ -726,9 +676,10 @@ impl Proxy {
         }
         let net = self.net.as_ref();
         let lost: Vec<usize> = (0..self.size)
-            .filter(|&r| (self.gone[r] && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
+            .filter(|&r| (!self.session.here(r) && dead[r]) || net.is_some_and(|n| n.is_dead(r)))
             .collect();
         if lost.is_empty() {
+            self.settle();
             return;
         }
         let mut keep = Vec::new();
@@ -748,12 +699,14 @@ impl Proxy {
             match from.or_else(to) {
                 Some(peer) => {
                     let why = format!("rank {peer} is lost: it died");
-                    self.finish(o, &Outcome::Lost { rank: peer, why });
+                    self.finish(o, Outcome::Lost { rank: peer, why });
                 }
                 None => keep.push(o),
             }
         }
         self.ops = keep;
+        self.session.retire();
+        self.settle();
         self.flush();
     }
 
@@ -780,24 +733,6 @@ impl Proxy {
                 let poll = spin.saturating_sub(backoff.idle());
                 self.board.wait_ring(self.size, seen, poll, IDLE_WAIT);
             }
-        }
-    }
-}
-
-/// Reads the bytes at `at` (of `mem`) into `out`.
-fn read_loc(mem: &OpMem, at: Loc, out: &mut [u8]) -> Result<(), Code> {
-    match at {
-        Loc::Rank { pid, addr } => rd(pid, addr, out),
-        Loc::Mapped(p) => {
-            // SAFETY: `locate` checked that the region lies inside the mapped buffer,
-            // which the op's mapping keeps mapped while the op is in `ops`.
-            unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
-            Ok(())
-        }
-        Loc::Scratch(o) => {
-            let src = mem.scratch.get(o..o + out.len()).ok_or(Code::Failed)?;
-            out.copy_from_slice(src);
-            Ok(())
         }
     }
 }
@@ -850,7 +785,9 @@ pub(crate) fn serve_with(
         let n = ProxyNet::connect(size)?;
         // Ranks on other nodes are not this proxy's to wait for.
         for r in 0..size {
-            p.gone[r] = n.is_remote(r);
+            if n.is_remote(r) {
+                p.session.away(r);
+            }
         }
         p.net = Some(n);
     }
@@ -867,7 +804,7 @@ pub(crate) fn serve_with(
             last_check = Instant::now();
             p.check_liveness();
         }
-        if p.gone.iter().all(|&g| g) {
+        if p.session.all_left() {
             if let Some(net) = p.net.as_mut() {
                 net.goodbye();
             }
@@ -885,54 +822,22 @@ pub(crate) fn serve_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hpc_collectives::{BufferId, Collective, DataType, Options, ReduceOp};
+    use hpc_collectives::{Collective, DataType, Options};
 
     /// An op of this process (cross-memory calls to one's own pid work) over
-    /// `send` and `recv`, with `scratch` bytes of scratch.
-    fn op(send: &[u8], recv: &mut [u8], scratch: usize) -> VOp {
-        op_at(send, recv, scratch, false)
-    }
-
-    /// Like [`op`]; with `mapped`, the two buffers count as mapped by the proxy
-    /// (reached by pointer, as a [`SharedBuf`](crate::SharedBuf) is).
-    fn op_at(send: &[u8], recv: &mut [u8], scratch: usize, mapped: bool) -> VOp {
-        let coll = Collective::Barrier;
-        let blob = Blob {
-            coll: coll.clone(),
-            opts: Options::default(),
-            send: send.as_ptr() as u64,
-            send_len: send.len(),
-            recv: recv.as_mut_ptr() as u64,
-            recv_len: recv.len(),
-            send_shm: None,
-            recv_shm: None,
-            own_copies: false,
-        };
-        let sched = coll.schedule(0, 1, &Options::default()).unwrap();
+    /// `send` and `recv`.
+    fn op(send: &[u8], recv: &mut [u8]) -> VOp {
+        let sched = Collective::Barrier
+            .schedule(0, 1, &Options::default())
+            .unwrap();
         VOp {
             rank: 0,
             seq: 1,
             m: Machine::new(&sched, false),
             sched,
-            mem: OpMem {
-                rank: 0,
-                send: blob.send,
-                send_len: blob.send_len,
-                recv: blob.recv,
-                recv_len: blob.recv_len,
-                send_map: mapped.then_some(send.as_ptr().cast_mut()),
-                recv_map: mapped.then_some(recv.as_mut_ptr()),
-                scratch: vec![0xA5; scratch],
-            },
+            mem: OpMem::of_own(send, recv, 0, false),
             maps: Vec::new(),
-            held: 0,
         }
-    }
-
-    fn pattern(len: usize, salt: u32) -> Vec<u8> {
-        (0..len as u32)
-            .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
-            .collect()
     }
 
     #[test]
@@ -950,7 +855,7 @@ mod tests {
         for own in [false, true] {
             let send = [1u8, 2, 3];
             let mut recv = [0u8; 3];
-            let mut o = op(&send, &mut recv, 0);
+            let mut o = op(&send, &mut recv);
             o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
             o.m = Machine::new(&o.sched, own);
             assert!(matches!(p.advance(&mut o), Ok(true)));
@@ -958,151 +863,6 @@ mod tests {
             // Made by the proxy, or left to the rank (which made it before it posted).
             assert_eq!(recv, if own { [0; 3] } else { send }, "own_copies {own}");
         }
-    }
-
-    #[test]
-    fn copies_between_ranks_and_scratch_piece_by_piece() {
-        copies_everywhere(false);
-    }
-
-    #[test]
-    fn copies_between_mapped_buffers_and_scratch() {
-        copies_everywhere(true);
-    }
-
-    fn copies_everywhere(mapped: bool) {
-        // Longer than two pieces and not a multiple of one.
-        let len = 2 * CHUNK + 4 * 1000 + 4;
-        let send = pattern(len, 7);
-        let mut recv = vec![0u8; 2 * len];
-        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
-        assert_eq!(
-            matches!(
-                locate(&o.mem, &[0], &Region::send(0, 1)),
-                Ok(Loc::Mapped(_))
-            ),
-            mapped
-        );
-        let pids = [std::process::id()];
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let r = |buf, offset| Region::new(buf, offset, len);
-        let at = |o: &VOp, reg| locate(&o.mem, &pids, &reg).unwrap();
-        // rank -> rank (through the bounce buffer), rank -> scratch,
-        // scratch -> scratch, scratch -> rank, bytes -> scratch.
-        let s0 = at(&o, r(BufferId::Send, 0));
-        let r0 = at(&o, r(BufferId::Recv, 0));
-        copy(&mut bounce, &mut o.mem, Src::Loc(s0), r0, len).unwrap();
-        let x0 = at(&o, r(BufferId::Scratch, 0));
-        copy(&mut bounce, &mut o.mem, Src::Loc(r0), x0, len).unwrap();
-        let x1 = at(&o, r(BufferId::Scratch, len));
-        copy(&mut bounce, &mut o.mem, Src::Loc(x0), x1, len).unwrap();
-        let r1 = at(&o, r(BufferId::Recv, len));
-        copy(&mut bounce, &mut o.mem, Src::Loc(x1), r1, len).unwrap();
-        let other = pattern(len, 99);
-        copy(&mut bounce, &mut o.mem, Src::Bytes(&other), x0, len).unwrap();
-        assert_eq!(&o.mem.scratch[..len], &other[..]);
-        assert_eq!(&o.mem.scratch[len..], &send[..]);
-        drop(o);
-        assert_eq!(&recv[..len], &send[..]);
-        assert_eq!(&recv[len..], &send[..]);
-    }
-
-    #[test]
-    fn reduces_wherever_the_operands_lie() {
-        reduces_everywhere(false);
-    }
-
-    #[test]
-    fn reduces_in_mapped_buffers() {
-        reduces_everywhere(true);
-    }
-
-    fn reduces_everywhere(mapped: bool) {
-        let n = (2 * CHUNK + 40) / 4; // i32 elements, over two pieces
-        let len = n * 4;
-        let ints = |f: &dyn Fn(usize) -> i32| -> Vec<u8> {
-            (0..n).flat_map(|i| f(i).to_ne_bytes()).collect()
-        };
-        let send = ints(&|i| i as i32);
-        let mut recv = ints(&|i| 1000 * i as i32);
-        let mut o = op_at(&send, &mut recv, 2 * len, mapped);
-        o.mem.scratch[..len].copy_from_slice(&ints(&|i| -(i as i32)));
-        o.mem.scratch[len..].copy_from_slice(&ints(&|_| 5));
-        let pids = [std::process::id()];
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let at =
-            |o: &VOp, buf, offset| locate(&o.mem, &pids, &Region::new(buf, offset, len)).unwrap();
-        let (s, r) = (at(&o, BufferId::Send, 0), at(&o, BufferId::Recv, 0));
-        let (x0, x1) = (at(&o, BufferId::Scratch, 0), at(&o, BufferId::Scratch, len));
-        let sum = |b: &mut [u8], o: &mut VOp, a: Loc, d: Loc| {
-            reduce(b, &mut o.mem, ReduceOp::Sum, DataType::I32, a, d, len)
-        };
-        sum(&mut bounce, &mut o, s, r).unwrap(); // recv = 1001 i
-        sum(&mut bounce, &mut o, s, x0).unwrap(); // x0 = 0
-        sum(&mut bounce, &mut o, x1, x0).unwrap(); // x0 = 5
-        sum(&mut bounce, &mut o, x0, x1).unwrap(); // x1 = 10
-        sum(&mut bounce, &mut o, x1, r).unwrap(); // recv = 1001 i + 10
-        assert_eq!(&o.mem.scratch[..len], &ints(&|_| 5)[..]);
-        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
-        // Bitwise operations are refused for floats: an error, nothing written.
-        let err = reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Band,
-            DataType::F32,
-            x0,
-            x1,
-            len,
-        );
-        assert_eq!(err, Err(Code::Failed));
-        assert_eq!(&o.mem.scratch[len..], &ints(&|_| 10)[..]);
-        drop(o);
-        assert_eq!(recv, ints(&|i| 1001 * i as i32 + 10));
-    }
-
-    #[test]
-    fn overlapping_operands_are_refused() {
-        let mut recv = vec![0u8; 8];
-        let mut o = op(&[], &mut recv, 64);
-        let mut bounce = vec![0u8; 2 * CHUNK];
-        let (a, b) = (Loc::Scratch(0), Loc::Scratch(16));
-        let r = reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Sum,
-            DataType::U8,
-            a,
-            b,
-            32,
-        );
-        assert_eq!(r, Err(Code::Failed));
-        assert!(reduce(
-            &mut bounce,
-            &mut o.mem,
-            ReduceOp::Sum,
-            DataType::U8,
-            a,
-            b,
-            16
-        )
-        .is_ok());
-    }
-
-    #[test]
-    fn regions_past_a_buffer_are_refused() {
-        let send = vec![0u8; 64];
-        let mut recv = vec![0u8; 64];
-        let o = op(&send, &mut recv, 16);
-        let pids = [std::process::id()];
-        assert!(locate(&o.mem, &pids, &Region::send(0, 64)).is_ok());
-        assert_eq!(
-            locate(&o.mem, &pids, &Region::recv(1, 64)).err(),
-            Some(Code::Failed)
-        );
-        assert_eq!(
-            locate(&o.mem, &pids, &Region::scratch(8, 9)).err(),
-            Some(Code::Failed)
-        );
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! The DPU proxy's server: its loop, the ranks' requests, the RMA of
-//! their spans, the steps between nodes and failures.
+//! their spans, the steps between nodes. The life cycle of each
+//! communicator's collectives (parts, start, failures, losses, cancels,
+//! retirement) is its [`Session`](crate::proxy::session::Session)'s; this
+//! is the I/O that feeds it and carries out its effects.
 
 use super::client::{DETACH_GRACE, WATCH_EVERY};
 use super::state::{FromNet, Group, Served, Slot, Wait, UNOPENED_MAX};
@@ -10,9 +13,8 @@ use super::wire::{
 use crate::backoff::{Backoff, Pause};
 use crate::error::{Error, Result};
 use crate::proxy::memory::{footprint, try_filled, Budget, Refusal};
-use crate::proxy::net::{closed, ProxyNet, TRAILER};
-use crate::proxy::protocol::Code;
-use crate::proxy::session::Outcome;
+use crate::proxy::net::{closed, tag64, ProxyNet, TRAILER};
+use crate::proxy::session::{Effect, Outcome};
 use crate::proxy::steps::{Run, RunError};
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Transport};
@@ -53,11 +55,6 @@ pub(super) struct Server {
     /// The bytes held for the collectives in flight, of every communicator,
     /// against the cap (`HPC_COLL_PROXY_MAX_SCRATCH`).
     budget: Budget,
-}
-
-/// The tag of a message between proxies: the collective and the step's tag.
-pub(super) fn tag64(seq: u64, tag: u32) -> u64 {
-    (seq << 32) | u64::from(tag)
 }
 
 impl Server {
@@ -134,7 +131,6 @@ impl Server {
                 }
             }
             moved |= self.poll_net();
-            self.run_ready();
             self.retire();
             if moved {
                 backoff.reset();
@@ -195,19 +191,17 @@ impl Server {
         }
         if lost.is_some() {
             // Every communicator that spans a lost node fails what it has in
-            // flight (and, by `group`, every later collective).
-            let hit: Vec<(u64, usize, Vec<u64>)> = self
+            // flight, and every later collective.
+            let hit: Vec<(u64, usize)> = self
                 .comms
                 .iter()
-                .filter_map(|(&id, c)| {
-                    let node = self.net.as_ref()?.lost_among(&c.nodes)?;
-                    Some((id, node, c.groups.keys().copied().collect()))
-                })
+                .filter_map(|(&id, c)| Some((id, self.net.as_ref()?.lost_among(&c.nodes)?)))
                 .collect();
-            for (id, node, seqs) in hit {
-                for seq in seqs {
-                    self.fail_as(id, seq, Outcome::NodeLost { node }, false);
+            for (id, node) in hit {
+                if let Some(c) = self.comms.get_mut(&id) {
+                    c.session.node_lost(node);
                 }
+                self.settle(id);
             }
         }
         // Receives that wait for a rank another node's proxy reported dead.
@@ -216,23 +210,22 @@ impl Server {
             .comms
             .iter()
             .flat_map(|(&id, c)| {
-                c.groups
-                    .iter()
-                    .filter(|(_, g)| g.failed.is_none())
-                    .filter_map(move |(&seq, g)| {
-                        let r = g
-                            .run
-                            .as_ref()?
-                            .waiting_on()
-                            .into_iter()
-                            .find(|&r| net.is_some_and(|n| n.is_dead(c.members[r])))?;
-                        Some((id, seq, r))
-                    })
+                // A failed collective's schedules are stopped.
+                c.groups.iter().filter_map(move |(&seq, g)| {
+                    let r = g
+                        .run
+                        .as_ref()?
+                        .waiting_on()
+                        .into_iter()
+                        .find(|&r| net.is_some_and(|n| n.is_dead(c.members[r])))?;
+                    Some((id, seq, r))
+                })
             })
             .collect();
         for (id, seq, r) in hit {
             let why = format!("rank {r} is lost: it died");
-            self.fail_as(id, seq, Outcome::Lost { rank: r, why }, false);
+            self.fail(id, seq, Outcome::Lost { rank: r, why }, false);
+            self.settle(id);
         }
         moved
     }
@@ -246,7 +239,7 @@ impl Server {
             );
             return;
         }
-        let Some(c) = self.comms.get(&id) else {
+        let Some(c) = self.comms.get_mut(&id) else {
             // Its members here have not opened it yet.
             let q = self.unopened.entry(id).or_default();
             if q.len() < UNOPENED_MAX {
@@ -271,47 +264,27 @@ impl Server {
                     return;
                 };
                 let seq = tag >> 32;
-                if c.finished.contains(seq) {
+                if !c.session.takes(seq) {
                     tracing::debug!(
                         comm = id,
                         seq,
                         src,
                         dst,
-                        "DPU proxy: dropped a message for a finished collective"
+                        "DPU proxy: dropped a message for a collective that ended or failed"
                     );
-                    return;
-                }
-                let Some(g) = self.group(id, seq) else {
-                    return;
-                };
-                if g.failed.is_some() {
-                    return;
-                }
-                match g.run.as_mut() {
-                    Some(run) => run.deliver(s, d, tag as u32, v),
-                    None => g.early.push((s, d, tag as u32, v)),
-                }
-                self.advance(id, seq);
-            }
-            FromNet::Failed(f) => {
-                if !c.finished.contains(f.seq) {
-                    let code = Code::from_wire(u64::from(f.code));
-                    self.fail_as(id, f.seq, Outcome::from_wire(code, f.aux, f.why), false);
+                } else {
+                    let size = c.links.len();
+                    let g = c.groups.entry(seq).or_insert_with(|| Group::new(size));
+                    match g.run.as_mut() {
+                        Some(run) => run.deliver(s, d, tag as u32, v),
+                        None => g.early.push((s, d, tag as u32, v)),
+                    }
+                    self.advance(id, seq);
                 }
             }
+            FromNet::Failed(f) => c.session.fail(f.seq, f.outcome(), false),
         }
-    }
-
-    fn group(&mut self, id: u64, seq: u64) -> Option<&mut Group> {
-        let c = self.comms.get_mut(&id)?;
-        let lost = self.net.as_ref().and_then(|n| n.lost_among(&c.nodes));
-        let size = c.links.len();
-        Some(c.groups.entry(seq).or_insert_with(|| Group {
-            slots: (0..size).map(|_| None).collect(),
-            // Every later collective fails at once once one of its nodes is lost.
-            failed: lost.map(|node| Outcome::NodeLost { node }),
-            ..Group::default()
-        }))
+        self.settle(id);
     }
 
     fn listen(&mut self, r: usize) {
@@ -336,19 +309,21 @@ impl Server {
                 },
                 Ok(p),
             ) => {
-                if let Some(s) = self
-                    .comms
-                    .get_mut(&comm)
-                    .and_then(|c| c.groups.get_mut(&seq))
-                    .and_then(|g| g.slots[slot].as_mut())
-                {
+                let Some(c) = self.comms.get_mut(&comm) else {
+                    return;
+                };
+                if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
                     let v = p.into_bytes();
                     if recv {
                         s.recv = Some(v);
                     } else {
                         s.send = Some(v);
                     }
+                    if s.send.is_some() && s.recv.is_some() {
+                        c.session.ready(seq, slot);
+                    }
                 }
+                self.settle(comm);
             }
             (
                 Wait::Get {
@@ -364,15 +339,13 @@ impl Server {
                     return;
                 };
                 let why = format!("reading rank {r}'s {what} span: {e}");
-                self.fail(comm, seq, Outcome::failed(why));
+                self.fail(comm, seq, Outcome::failed(why), true);
+                self.settle(comm);
             }
             (Wait::Put { comm, seq, slot }, res) => {
                 let Some(c) = self.comms.get_mut(&comm) else {
                     return;
                 };
-                if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
-                    s.putting = false;
-                }
                 let o = match res {
                     Ok(_) => Outcome::Done,
                     Err(e) => Outcome::failed(format!(
@@ -380,7 +353,8 @@ impl Server {
                         c.ranks[slot]
                     )),
                 };
-                self.answer(comm, slot, seq, o);
+                c.session.done(seq, slot, o);
+                self.settle(comm);
             }
             (Wait::Answer, Ok(_)) => {}
             (Wait::Answer, Err(e)) => {
@@ -402,12 +376,10 @@ impl Server {
                     let why = format!("rank {c} sent {why}");
                     match self.opened(r, local) {
                         Ok((id, slot)) => {
-                            if let Some(g) = self.group(id, seq) {
-                                if g.slots[slot].is_none() {
-                                    g.slots[slot] = Some(Slot::refused());
-                                }
+                            if let Some(c) = self.comms.get_mut(&id) {
+                                c.session.refuse(seq, slot, Outcome::failed(why));
                             }
-                            self.fail(id, seq, Outcome::failed(why));
+                            self.settle(id);
                         }
                         Err(_) => self.send_answer(r, w, &Outcome::failed(why)),
                     }
@@ -443,32 +415,14 @@ impl Server {
                 send,
                 recv,
             } => {
-                self.submit(id, slot, seq, &coll, &opts, &send, &recv);
+                self.submit(id, slot, seq, (&coll, &opts, &send, &recv));
                 self.listen(r);
             }
             Request::Cancel => {
-                let Some(c) = self.comms.get_mut(&id) else {
-                    return self.listen(r);
-                };
-                let rank = c.ranks[slot];
-                let g = c.groups.get_mut(&seq);
-                // Its schedules not finished here: without this rank's part the
-                // collective cannot be trusted anywhere. It fails on every node,
-                // which drops the messages other nodes sent for it (they would
-                // stay until the proxy exits) and answers the ranks still in it.
-                let unfinished = g.as_ref().is_some_and(|g| g.run.is_some() || !g.ran);
-                let s = g.and_then(|g| g.slots[slot].as_mut());
-                let answer_now = s.is_some_and(|s| {
-                    s.cancelled = true;
-                    !s.done && !s.putting
-                });
-                if answer_now && unfinished {
-                    let why = format!("rank {rank} gave collective {seq} up (cancelled)");
-                    self.fail(id, seq, Outcome::failed(why));
-                } else if answer_now {
-                    let why = "cancelled by its rank".to_string();
-                    self.answer(id, slot, seq, Outcome::failed(why));
+                if let Some(c) = self.comms.get_mut(&id) {
+                    c.session.cancel(seq, slot);
                 }
+                self.settle(id);
                 self.listen(r);
             }
             Request::Detach => {
@@ -546,187 +500,111 @@ impl Server {
         self.names[r].insert(local, id);
         tracing::debug!(rank = me, comm = id, "DPU proxy: a split opened");
         if fresh {
+            // Every collective fails at once where one of its nodes is lost.
+            if let Some(node) = self.net.as_ref().and_then(|n| n.lost_among(&c.nodes)) {
+                c.session.node_lost(node);
+            }
             for m in self.unopened.remove(&id).unwrap_or_default() {
                 self.take_from_net(id, m);
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Link rank `r`'s part of collective `seq` of communicator `id` (its
+    /// member in `slot`): the session takes it or answers it.
     fn submit(
         &mut self,
         id: u64,
         slot: usize,
         seq: u64,
-        coll: &Collective,
-        opts: &Options,
-        send: &Span,
-        recv: &Span,
+        req: (&Collective, &Options, &Span, &Span),
     ) {
-        let Some(c) = self.comms.get(&id) else {
+        let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
-        let (link, rank, size) = (c.links[slot], c.ranks[slot], c.members.len());
-        let gone: Vec<Option<String>> = c.gone.clone();
-        if c.finished.contains(seq) {
-            let why = format!("rank {rank} submitted collective {seq} twice");
-            return self.answer(id, slot, seq, Outcome::failed(why));
-        }
-        let Some(g) = self.group(id, seq) else {
-            return;
-        };
-        if g.slots[slot].is_some() || g.ran {
-            let why = format!("rank {rank} submitted collective {seq} twice");
-            return self.fail(id, seq, Outcome::failed(why));
-        }
-        let part = match check_submit(coll, opts, send, recv, link, rank, size) {
-            Ok(p) => p,
-            Err(why) => {
-                tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
-                g.slots[slot] = Some(Slot::refused());
-                let why = format!("rank {rank}'s request: {why}");
-                return self.fail(id, seq, Outcome::failed(why));
+        if c.session.submit(seq, slot) {
+            if let Err(o) = self.take_part(id, slot, seq, req) {
+                if let Some(c) = self.comms.get_mut(&id) {
+                    c.session.refuse(seq, slot, o);
+                }
             }
-        };
+        }
+        self.settle(id);
+    }
+
+    /// Takes in a part the session accepted: checks it, admits its memory
+    /// and reads its spans by RMA get; its refusal's outcome.
+    fn take_part(
+        &mut self,
+        id: u64,
+        slot: usize,
+        seq: u64,
+        (coll, opts, send, recv): (&Collective, &Options, &Span, &Span),
+    ) -> std::result::Result<(), Outcome> {
+        let c = &self.comms[&id];
+        let (link, rank, size) = (c.links[slot], c.ranks[slot], c.members.len());
+        let part = check_submit(coll, opts, send, recv, link, rank, size).map_err(|why| {
+            tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
+            Outcome::failed(format!("rank {rank}'s request: {why}"))
+        })?;
         let (sk, so, sl) = part.send;
         let (rk, ro, rl) = part.recv;
         let recv_input = part.recv_input;
-        let scratch = part.sched.scratch_bytes;
         // Its memory here: the staging copies of its spans and its scratch, within
         // the cap; the receive staging now (the send's comes with its get, the
         // scratch when the schedules start).
-        let admitted = if g.failed.is_some() {
-            Err(None)
+        let refused = |r: Refusal| {
+            tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {}", r.why());
+            Outcome::refused(&r, &format!("rank {rank}'s part"))
+        };
+        let held = self
+            .budget
+            .admit(footprint(&[sl, rl, part.sched.scratch_bytes]))
+            .map_err(refused)?;
+        let staged = if !recv_input || rl == 0 {
+            Some(try_filled(rl, 0).map_err(|_| {
+                self.budget.release(held);
+                refused(Refusal::NoMemory { bytes: held })
+            })?)
         } else {
-            self.budget
-                .admit(footprint(&[sl, rl, scratch]))
-                .map_err(Some)
-                .and_then(|held| {
-                    let recv = if !recv_input || rl == 0 {
-                        Some(try_filled(rl, 0).map_err(|_| {
-                            self.budget.release(held);
-                            Some(Refusal::NoMemory { bytes: held })
-                        })?)
-                    } else {
-                        None
-                    };
-                    Ok((held, recv))
-                })
+            None
         };
-        let Some(g) = self.group(id, seq) else {
-            return;
+        let Some(c) = self.comms.get_mut(&id) else {
+            self.budget.release(held);
+            return Ok(());
         };
-        let (held, recv) = match admitted {
-            Ok(x) => x,
-            Err(refusal) => {
-                g.slots[slot] = Some(Slot::refused());
-                if let Some(refusal) = refusal {
-                    let why = refusal.why();
-                    tracing::warn!(rank, seq, comm = id, "DPU proxy: refused {why}");
-                    let o = Outcome::refused(&refusal, &format!("rank {rank}'s part"));
-                    return self.fail(id, seq, o);
-                }
-                let o = g.failed.clone().unwrap_or_else(|| Outcome::failed(""));
-                return self.answer(id, slot, seq, o);
-            }
-        };
-        g.held += held;
+        c.session.hold(seq, held);
+        let g = c
+            .groups
+            .entry(seq)
+            .or_insert_with(|| Group::new(c.links.len()));
         g.slots[slot] = Some(Slot {
             part: Some(part),
             send: (sl == 0).then(Vec::new),
-            recv,
-            done: false,
-            cancelled: false,
-            putting: false,
+            recv: staged,
         });
-        if let Some(o) = g.failed.clone() {
-            return self.answer(id, slot, seq, o);
-        }
-        // A rank that left cannot take part any more.
-        let missing = (0..gone.len()).find(|&p| g.slots[p].is_none() && gone[p].is_some());
-        if let Some(p) = missing {
-            let c = &self.comms[&id];
-            let lost = c.ranks[p];
-            let why = format!(
-                "rank {lost} is lost: {}",
-                gone[p].clone().unwrap_or_default()
-            );
-            return self.fail(id, seq, Outcome::Lost { rank: lost, why });
-        }
+        let mut ready = true;
         for (key, off, len, recv) in [(sk, so, sl, false), (rk, ro, rl, true)] {
             if len == 0 || (recv && !recv_input) {
                 continue;
             }
-            match self.t.get(&key, off, len) {
-                Ok(op) => {
-                    let w = Wait::Get {
-                        comm: id,
-                        seq,
-                        slot,
-                        recv,
-                    };
-                    self.ops.insert(op, w);
-                }
-                Err(e) => {
-                    let what = if recv { "receive" } else { "send" };
-                    let why = format!("reading rank {rank}'s {what} span: {e}");
-                    return self.fail(id, seq, Outcome::failed(why));
-                }
-            }
+            ready = false;
+            let op = self.t.get(&key, off, len).map_err(|e| {
+                let what = if recv { "receive" } else { "send" };
+                Outcome::failed(format!("reading rank {rank}'s {what} span: {e}"))
+            })?;
+            let w = Wait::Get {
+                comm: id,
+                seq,
+                slot,
+                recv,
+            };
+            self.ops.insert(op, w);
         }
-    }
-
-    /// Fails collective `seq` of communicator `id` here and tells the other
-    /// nodes' proxies.
-    fn fail(&mut self, id: u64, seq: u64, o: Outcome) {
-        self.fail_as(id, seq, o, true);
-    }
-
-    /// Fails collective `seq` of communicator `id`: answers every rank of the
-    /// node that submitted it and is not answered (or whose put is in
-    /// flight), and, when they submit, the others; its schedules stop.
-    /// `tell`: the failure is this node's news, for the proxies of the other
-    /// nodes the communicator spans too.
-    fn fail_as(&mut self, id: u64, seq: u64, o: Outcome, tell: bool) {
-        let Some(g) = self.group(id, seq) else {
-            return;
-        };
-        let first = g.failed.is_none();
-        let o = g.failed.get_or_insert(o).clone();
-        g.run = None;
-        g.early.clear();
-        let waiting: Vec<usize> = (0..g.slots.len())
-            .filter(|&r| g.slots[r].as_ref().is_some_and(|s| !s.done && !s.putting))
-            .collect();
-        if first && tell && !o.seen_by_all() {
-            let nodes = &self.comms[&id].nodes;
-            if let Some(net) = self.net.as_mut() {
-                let (code, aux) = o.wire();
-                net.announce_failed(id, seq, code as u8, aux, &o.why(), nodes);
-            }
+        if ready {
+            c.session.ready(seq, slot);
         }
-        for slot in waiting {
-            self.answer(id, slot, seq, o.clone());
-        }
-    }
-
-    /// Answers collective `seq` of communicator `id` to its member in `slot`
-    /// (once).
-    fn answer(&mut self, id: u64, slot: usize, seq: u64, o: Outcome) {
-        let Some(c) = self.comms.get_mut(&id) else {
-            return;
-        };
-        if let Some(s) = c.groups.get_mut(&seq).and_then(|g| g.slots[slot].as_mut()) {
-            if s.done {
-                return;
-            }
-            s.done = true;
-        }
-        let (Some(local), None) = (c.locals[slot], &c.gone[slot]) else {
-            return;
-        };
-        let link = c.links[slot];
-        self.send_answer(link, wire(local, seq), &o);
+        Ok(())
     }
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
@@ -775,60 +653,27 @@ impl Server {
         }
     }
 
-    /// The member in `slot` of communicator `id` is gone (left it, or died):
-    /// the collectives that still need its part fail, here and (told by this
-    /// proxy) on the other nodes.
+    /// The member in `slot` of communicator `id` is gone (left it, or died).
     fn lose_in(&mut self, id: u64, slot: usize, cause: &str) {
-        let Some(c) = self.comms.get_mut(&id) else {
-            return;
-        };
-        if c.gone[slot].is_some() {
-            return;
+        if let Some(c) = self.comms.get_mut(&id) {
+            c.session.lose(slot, cause);
         }
-        c.gone[slot] = Some(cause.to_string());
-        let rank = c.ranks[slot];
-        let hit: Vec<u64> = c
-            .groups
-            .iter()
-            .filter(|(_, g)| !g.ran && g.failed.is_none() && g.slots[slot].is_none())
-            .map(|(&s, _)| s)
-            .collect();
-        for seq in hit {
-            let why = format!("rank {rank} is lost: {cause}");
-            self.fail(id, seq, Outcome::Lost { rank, why });
+        self.settle(id);
+    }
+
+    /// Fails collective `seq` of communicator `id` here (`tell`: and tells
+    /// the other nodes' proxies).
+    fn fail(&mut self, id: u64, seq: u64, o: Outcome, tell: bool) {
+        if let Some(c) = self.comms.get_mut(&id) {
+            c.session.fail(seq, o, tell);
         }
     }
 
-    /// Starts every collective whose parts all arrived, with their data.
-    fn run_ready(&mut self) {
-        let ready: Vec<(u64, u64)> = self
-            .comms
-            .iter()
-            .flat_map(|(&id, c)| {
-                c.groups
-                    .iter()
-                    .filter(|(_, g)| {
-                        !g.ran
-                            && g.failed.is_none()
-                            && g.slots.iter().all(|s| {
-                                s.as_ref().is_some_and(|s| {
-                                    s.part.is_some() && s.send.is_some() && s.recv.is_some()
-                                })
-                            })
-                    })
-                    .map(move |(&s, _)| (id, s))
-            })
-            .collect();
-        for (id, seq) in ready {
-            self.start(id, seq);
-        }
-    }
-
+    /// Every part of collective `seq` is in: its node's schedules start.
     fn start(&mut self, id: u64, seq: u64) {
         let Some(g) = self.comms.get_mut(&id).and_then(|c| c.groups.get_mut(&seq)) else {
             return;
         };
-        g.ran = true;
         let mut parts = Vec::with_capacity(g.slots.len());
         for s in g.slots.iter_mut().flatten() {
             let Some(part) = s.part.take() else {
@@ -846,7 +691,7 @@ impl Server {
             Err(bytes) => {
                 let why = Refusal::NoMemory { bytes }.why();
                 tracing::warn!(seq, "DPU proxy: {why}");
-                return self.fail(id, seq, Outcome::NoMemory { bytes, why });
+                return self.fail(id, seq, Outcome::NoMemory { bytes, why }, true);
             }
         };
         for (src, dst, tag, v) in g.early.drain(..) {
@@ -889,7 +734,7 @@ impl Server {
                 if run.waiting_on().is_empty() {
                     // Every blocked receive waits for a rank of this node.
                     let why = "the schedules deadlocked".to_string();
-                    self.fail(id, seq, Outcome::failed(why));
+                    self.fail(id, seq, Outcome::failed(why), true);
                 }
             }
             Err(RunError::Mismatch {
@@ -902,101 +747,114 @@ impl Server {
                     format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
                 let local = ranks.contains(&src);
                 let other = if local { dst } else { src };
-                self.fail(id, seq, Outcome::Mismatch { sender: other, why });
+                self.fail(id, seq, Outcome::Mismatch { sender: other, why }, true);
             }
             Err(RunError::NodeLost(node)) => {
-                self.fail_as(id, seq, Outcome::NodeLost { node }, false);
+                self.fail(id, seq, Outcome::NodeLost { node }, false);
             }
-            Err(RunError::Step(why)) => self.fail(id, seq, Outcome::failed(why)),
+            Err(RunError::Step(why)) => self.fail(id, seq, Outcome::failed(why), true),
         }
     }
 
-    /// Collective `seq`'s schedules finished: each rank's result goes back
-    /// with RMA put (and the answer after it).
+    /// Collective `seq`'s schedules finished: the session has each rank's
+    /// result delivered ([`Server::deliver`]).
     fn finish(&mut self, id: u64, seq: u64) {
-        let Some(g) = self.comms.get_mut(&id).and_then(|c| c.groups.get_mut(&seq)) else {
+        let Some(c) = self.comms.get_mut(&id) else {
+            return;
+        };
+        let Some(g) = c.groups.get_mut(&seq) else {
             return;
         };
         let Some(run) = g.run.take() else {
             return;
         };
-        let spans = std::mem::take(&mut g.spans);
-        for (slot, (data, (key, off, len))) in run.into_recvs().into_iter().zip(spans).enumerate() {
-            let Some(c) = self.comms.get(&id) else {
-                return;
-            };
-            let (done, cancelled) = c
-                .groups
-                .get(&seq)
-                .and_then(|g| g.slots[slot].as_ref())
-                .map_or((true, false), |s| (s.done, s.cancelled));
-            if done || c.gone[slot].is_some() {
-                continue;
+        g.results = run.into_recvs();
+        c.session.complete(seq);
+    }
+
+    /// The result of the member in `slot` goes back with RMA put (and the
+    /// answer after it).
+    fn deliver(&mut self, id: u64, seq: u64, slot: usize) {
+        let Some(c) = self.comms.get_mut(&id) else {
+            return;
+        };
+        let rank = c.ranks[slot];
+        let Some(g) = c.groups.get_mut(&seq) else {
+            return;
+        };
+        let (Some(data), Some(&(key, off, len))) = (g.results.get_mut(slot), g.spans.get(slot))
+        else {
+            return;
+        };
+        if len == 0 {
+            return c.session.done(seq, slot, Outcome::Done);
+        }
+        match self.t.put(std::mem::take(data), &key, off) {
+            Ok(op) => {
+                let w = Wait::Put {
+                    comm: id,
+                    seq,
+                    slot,
+                };
+                self.ops.insert(op, w);
+                c.session.busy(seq, slot);
             }
-            let rank = c.ranks[slot];
-            if cancelled {
-                let why = "cancelled by its rank".to_string();
-                self.answer(id, slot, seq, Outcome::failed(why));
-                continue;
-            }
-            if len == 0 {
-                self.answer(id, slot, seq, Outcome::Done);
-                continue;
-            }
-            match self.t.put(data, &key, off) {
-                Ok(op) => {
-                    self.ops.insert(
-                        op,
-                        Wait::Put {
-                            comm: id,
-                            seq,
-                            slot,
-                        },
-                    );
-                    if let Some(s) = self
-                        .comms
-                        .get_mut(&id)
-                        .and_then(|c| c.groups.get_mut(&seq))
-                        .and_then(|g| g.slots[slot].as_mut())
-                    {
-                        s.putting = true;
-                    }
-                }
-                Err(e) => {
-                    let why = format!("writing rank {rank}'s receive span: {e}");
-                    self.answer(id, slot, seq, Outcome::failed(why));
-                }
+            Err(e) => {
+                let why = format!("writing rank {rank}'s receive span: {e}");
+                c.session.done(seq, slot, Outcome::failed(why));
             }
         }
     }
 
-    /// Forgets the collectives every member of which is answered or gone (and
-    /// remembers them as finished, for messages that come late), and the
-    /// splits every member on this node left.
+    /// Retires the collectives every member of which is answered or gone
+    /// (their sessions remember them as ended, for messages that come
+    /// late), and forgets the splits every member on this node left.
     fn retire(&mut self) {
-        let mut closing = Vec::new();
-        let budget = &mut self.budget;
-        for (&id, c) in self.comms.iter_mut() {
-            let gone = &c.gone;
-            let finished = &mut c.finished;
-            c.groups.retain(|&seq, g| {
-                let over = g.slots.iter().enumerate().all(|(r, s)| {
-                    gone[r].is_some() || s.as_ref().is_some_and(|s| s.done && !s.putting)
-                });
-                if over {
-                    finished.end(seq, g.failed.take().unwrap_or(Outcome::Done));
-                    budget.release(g.held);
-                }
-                !over
-            });
-            if id != 0 && c.groups.is_empty() && c.gone.iter().all(Option::is_some) {
-                closing.push(id);
+        let ids: Vec<u64> = self.comms.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.comms.get_mut(&id) {
+                c.session.retire();
+            }
+            self.settle(id);
+            if id != 0 && self.comms.get(&id).is_some_and(|c| c.session.over()) {
+                tracing::debug!(comm = id, "DPU proxy: every member here left a split");
+                self.comms.remove(&id);
+                self.closed.insert(id);
             }
         }
-        for id in closing {
-            tracing::debug!(comm = id, "DPU proxy: every member here left a split");
-            self.comms.remove(&id);
-            self.closed.insert(id);
+    }
+
+    /// Carries out what communicator `id`'s session decided.
+    fn settle(&mut self, id: u64) {
+        while let Some(e) = self.comms.get_mut(&id).and_then(|c| c.session.poll()) {
+            let Some(c) = self.comms.get_mut(&id) else {
+                return;
+            };
+            match e {
+                Effect::Answer { seq, slot, outcome } => {
+                    if let Some(local) = c.locals[slot] {
+                        let link = c.links[slot];
+                        self.send_answer(link, wire(local, seq), &outcome);
+                    }
+                }
+                Effect::Tell { seq, outcome } => {
+                    if let Some(net) = self.net.as_mut() {
+                        net.announce_failed(id, seq, &outcome, &c.nodes);
+                    }
+                }
+                Effect::Start { seq } => self.start(id, seq),
+                Effect::Stop { seq } => {
+                    if let Some(g) = c.groups.get_mut(&seq) {
+                        g.run = None;
+                        g.early.clear();
+                    }
+                }
+                Effect::Deliver { seq, slot } => self.deliver(id, seq, slot),
+                Effect::Retire { seq, bytes } => {
+                    c.groups.remove(&seq);
+                    self.budget.release(bytes);
+                }
+            }
         }
     }
 }

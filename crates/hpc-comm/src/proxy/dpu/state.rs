@@ -2,7 +2,7 @@
 
 use super::wire::Part;
 use crate::proxy::net::Failed;
-use crate::proxy::session::{Ended, Outcome};
+use crate::proxy::session::{Cancel, Session};
 use crate::proxy::steps::Run;
 use hpc_rdma::RemoteKey;
 use std::collections::{BTreeMap, HashMap};
@@ -25,50 +25,39 @@ pub(super) enum Wait {
     Answer,
 }
 
-/// One rank's part of a collective in the proxy.
+/// The data of one rank's part of a collective in the proxy (its life
+/// cycle is the communicator's [`Session`]'s).
 pub(super) struct Slot {
-    /// `None` for a part that was refused (its rank is answered all the same).
+    /// Taken when the schedules start.
     pub(super) part: Option<Part>,
     pub(super) send: Option<Vec<u8>>,
     pub(super) recv: Option<Vec<u8>>,
-    /// Answered, or given up by its rank: nothing more goes to it.
-    pub(super) done: bool,
-    /// Its rank cancelled it: no put, and an answer once none is in flight.
-    pub(super) cancelled: bool,
-    /// A put of its result is in flight.
-    pub(super) putting: bool,
 }
 
-impl Slot {
-    pub(super) fn refused() -> Slot {
-        Slot {
-            part: None,
-            send: None,
-            recv: None,
-            done: false,
-            cancelled: false,
-            putting: false,
-        }
-    }
-}
-
+/// What the DPU proxy keeps of a collective's data, beside its life cycle
+/// in the communicator's [`Session`].
 #[derive(Default)]
 pub(super) struct Group {
     /// The parts of the communicator's members on this node, by slot.
     pub(super) slots: Vec<Option<Slot>>,
-    /// How it failed, once it did.
-    pub(super) failed: Option<Outcome>,
-    /// Its schedules started (every part of this node's ranks arrived).
-    pub(super) ran: bool,
     /// The schedules in progress, until they finished or failed.
     pub(super) run: Option<Run>,
     /// The receive span of each of the node's members, once started.
     pub(super) spans: Vec<(RemoteKey, u64, usize)>,
+    /// Each member's result, once the schedules finished, until delivered.
+    pub(super) results: Vec<Vec<u8>>,
     /// Messages from other nodes that came before the schedules started.
     pub(super) early: Vec<(usize, usize, u32, Vec<u8>)>,
-    /// The bytes of the [`Server`](super::server::Server)'s budget its parts
-    /// hold (staging and scratch).
-    pub(super) held: u64,
+}
+
+impl Group {
+    /// The data of a collective of a communicator with `slots` members here.
+    pub(super) fn new(slots: usize) -> Group {
+        Group {
+            slots: (0..slots).map(|_| None).collect(),
+            ..Group::default()
+        }
+    }
 }
 
 /// A communicator the proxy serves: the one its link was made for (id 0),
@@ -88,14 +77,12 @@ pub(super) struct Served {
     pub(super) locals: Vec<Option<u32>>,
     /// The node indices of its ranks.
     pub(super) nodes: Vec<usize>,
-    /// Slots that left it or were lost, and why.
-    pub(super) gone: Vec<Option<String>>,
+    /// The data of its collectives in flight.
     pub(super) groups: BTreeMap<u64, Group>,
-    /// Collectives that ended here, with their outcome (the latest
-    /// [`REMEMBER`](crate::proxy::session::REMEMBER)), for the messages from
-    /// other nodes that come for them afterwards (a collective failed or
-    /// cancelled here while another node went on).
-    pub(super) finished: Ended,
+    /// The life cycle of its collectives: parts, failures, members gone,
+    /// the window of those that ended (a cancel fails the collective on
+    /// every node, [`Cancel::Collective`]).
+    pub(super) session: Session,
 }
 
 impl Served {
@@ -117,12 +104,11 @@ impl Served {
             members,
             rank_of,
             links,
+            session: Session::new(ranks.clone(), Cancel::Collective),
             ranks,
             locals: vec![None; n],
             nodes,
-            gone: vec![None; n],
             groups: BTreeMap::new(),
-            finished: Ended::default(),
         }
     }
 

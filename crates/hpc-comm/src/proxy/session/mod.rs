@@ -1,8 +1,10 @@
-//! What both proxies (host placement, `server.rs`; DPU placement,
-//! `dpu/server.rs`) keep alike of a collective's life, with no I/O: how it
-//! ended ([`Outcome`], the typed form of the wire's code and `aux` word) and
-//! the window of collectives that ended, which drops what comes for them
-//! afterwards ([`Ended`]).
+//! The life cycle of a collective in a proxy, written once for both
+//! placements (host, `server.rs`; DPU, `dpu/server.rs`) and doing no I/O:
+//! the state machine of one communicator's collectives ([`Session`], in
+//! `life.rs`: events in, [`Effect`]s out), how a collective ended
+//! ([`Outcome`], the typed form of the wire's code and `aux` word) and the
+//! window of collectives that ended, which drops what comes for them
+//! afterwards ([`Ended`]). `sim.rs` tests the machine over simulated nodes.
 //!
 //! The wire's `(Code, aux)` pair is made only at the I/O edge
 //! ([`Outcome::wire`]) and read back only there ([`Outcome::from_wire`]):
@@ -10,6 +12,12 @@
 //! what it means.
 
 use std::collections::BTreeMap;
+
+mod life;
+#[cfg(test)]
+mod sim;
+
+pub(crate) use life::{Cancel, Effect, Session};
 
 use super::memory::Refusal;
 use super::protocol::Code;

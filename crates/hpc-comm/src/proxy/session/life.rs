@@ -1,0 +1,441 @@
+//! The life cycle of the collectives of one communicator in one proxy, with
+//! no I/O: [`Session`] takes events (a rank's part, its readiness, a part's
+//! end, a failure here or on another node, a lost rank or node, a cancel,
+//! a refusal of memory) and queues [`Effect`]s for the server to carry out
+//! (answer a rank, tell the other nodes, start, stop, deliver, retire).
+//!
+//! Both placements drive it: the host proxy (`server.rs`, one session for
+//! its communicator, whose slots are the communicator's ranks, those of
+//! other nodes [`Session::away`]) and the DPU proxy (`dpu/server.rs`, one per
+//! communicator it serves, whose slots are its members on the node). What
+//! differs between them for a reason is a parameter ([`Cancel`]) or stays in
+//! their I/O: how a part is read and run, and which step failed.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Ended, Outcome};
+
+/// What a rank's cancel of its collective does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// Only that rank's part ends, and the server answers the cancel itself
+    /// (host placement: each rank's schedule runs on its own interpreter,
+    /// and the messages it already filed stay matched by its peers as if
+    /// sent eagerly, so the others can finish without it).
+    Part,
+    /// The collective fails on every node unless its schedules finished here
+    /// (DPU placement: the node's schedules run together from every local
+    /// part, and cannot be trusted without one of them).
+    Collective,
+}
+
+/// What the server must do, in the order the session queued it.
+/// `seq` is always the collective's sequence number and `slot` the member's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Answer the member in `slot` that collective `seq` ended with
+    /// `outcome` (once per part; never to a member that is gone).
+    Answer {
+        seq: u64,
+        slot: usize,
+        outcome: Outcome,
+    },
+    /// Tell the other nodes' proxies that collective `seq` failed here with
+    /// `outcome`.
+    Tell { seq: u64, outcome: Outcome },
+    /// Every member's part of collective `seq` is ready: start it.
+    Start { seq: u64 },
+    /// Collective `seq` failed: stop what runs for it and drop its messages
+    /// (its members are answered by the [`Effect::Answer`]s that follow).
+    Stop { seq: u64 },
+    /// Collective `seq`'s schedules finished: deliver the result of the
+    /// member in `slot`, then report its end ([`Session::done`]).
+    Deliver { seq: u64, slot: usize },
+    /// Collective `seq` ended for every member here: release the `bytes` of
+    /// the budget its parts held and forget what the server keeps of it.
+    Retire { seq: u64, bytes: u64 },
+}
+
+/// A slot of the session: a member here, not here, or gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Member {
+    Here,
+    /// A rank of another node (host placement): never waited for.
+    Away,
+    /// It left or died, and why.
+    Gone(String),
+}
+
+/// A member's part of one collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    /// Not submitted.
+    Absent,
+    /// Submitted and not answered: `ready` once its data is in, `cancelled`
+    /// by its rank, `busy` while its result is delivered (a failure does not
+    /// answer it then; the delivery's end does).
+    In {
+        ready: bool,
+        cancelled: bool,
+        busy: bool,
+    },
+    /// Answered (or given up by its rank): nothing more goes to it.
+    Answered,
+}
+
+const IN: Part = Part::In {
+    ready: false,
+    cancelled: false,
+    busy: false,
+};
+
+/// One collective in flight here.
+#[derive(Debug)]
+struct Coll {
+    parts: Vec<Part>,
+    /// How it failed, once it did (the first failure stays).
+    failed: Option<Outcome>,
+    /// Every member's part was ready and it started.
+    started: bool,
+    /// Its schedules finished here (results delivered or being delivered).
+    finished: bool,
+    /// The bytes of the server's budget its parts hold.
+    held: u64,
+}
+
+/// The collectives of one communicator in one proxy.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The communicator's rank of each slot.
+    ranks: Vec<usize>,
+    members: Vec<Member>,
+    colls: BTreeMap<u64, Coll>,
+    ended: Ended,
+    /// The first node found lost: every collective fails with it.
+    lost: Option<usize>,
+    cancel: Cancel,
+    out: VecDeque<Effect>,
+}
+
+impl Session {
+    /// A session whose slots are the communicator's ranks `ranks`, all
+    /// members here.
+    pub(crate) fn new(ranks: Vec<usize>, cancel: Cancel) -> Session {
+        Session {
+            members: vec![Member::Here; ranks.len()],
+            ranks,
+            colls: BTreeMap::new(),
+            ended: Ended::default(),
+            lost: None,
+            cancel,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The member in `slot` is on another node: nothing waits for it here.
+    pub(crate) fn away(&mut self, slot: usize) {
+        self.members[slot] = Member::Away;
+    }
+
+    /// The next effect to carry out.
+    pub(crate) fn poll(&mut self) -> Option<Effect> {
+        self.out.pop_front()
+    }
+
+    /// Whether the member in `slot` is here (not away, not gone).
+    pub(crate) fn here(&self, slot: usize) -> bool {
+        self.members[slot] == Member::Here
+    }
+
+    /// Whether every member is gone or away.
+    pub(crate) fn all_left(&self) -> bool {
+        !self.members.contains(&Member::Here)
+    }
+
+    /// Whether every member is gone or away and no collective is in flight.
+    pub(crate) fn over(&self) -> bool {
+        self.colls.is_empty() && self.all_left()
+    }
+
+    /// Collective `seq`, made where it is new: failed at once where a node
+    /// is lost, or where a member is gone (it cannot take part any more).
+    fn coll(&mut self, seq: u64) -> &mut Coll {
+        if !self.colls.contains_key(&seq) {
+            let n = self.ranks.len();
+            self.colls.insert(
+                seq,
+                Coll {
+                    parts: vec![Part::Absent; n],
+                    failed: None,
+                    started: false,
+                    finished: false,
+                    held: 0,
+                },
+            );
+            let gone = self.members.iter().enumerate().find_map(|(p, m)| match m {
+                Member::Gone(why) => Some((self.ranks[p], why.clone())),
+                _ => None,
+            });
+            if let Some(node) = self.lost {
+                self.fail(seq, Outcome::NodeLost { node }, false);
+            } else if let Some((rank, cause)) = gone {
+                let why = format!("rank {rank} is lost: {cause}");
+                self.fail(seq, Outcome::Lost { rank, why }, true);
+            }
+        }
+        self.colls.get_mut(&seq).expect("made above")
+    }
+
+    /// How many collectives are in flight (made and not retired).
+    #[cfg(test)]
+    pub(super) fn in_flight(&self) -> usize {
+        self.colls.len()
+    }
+
+    /// The part in `slot` of `seq` ended with `outcome` (its op finished or
+    /// failed alone, its delivery completed, or the collective failed): its
+    /// member is answered, once, unless it is gone.
+    pub(crate) fn done(&mut self, seq: u64, slot: usize, outcome: Outcome) {
+        let Some(c) = self.colls.get_mut(&seq) else {
+            return;
+        };
+        if c.parts[slot] == Part::Answered {
+            return;
+        }
+        c.parts[slot] = Part::Answered;
+        if self.members[slot] == Member::Here {
+            self.out.push_back(Effect::Answer { seq, slot, outcome });
+        }
+    }
+
+    /// The member in `slot` submitted its part of collective `seq`; whether
+    /// the server should take it in. Where not, it is answered already: a
+    /// collective that ended or failed, a node lost, a part submitted twice
+    /// (which fails the collective), a member gone whose part is missing.
+    pub(crate) fn submit(&mut self, seq: u64, slot: usize) -> bool {
+        let rank = self.ranks[slot];
+        let twice = || Outcome::failed(format!("rank {rank} submitted collective {seq} twice"));
+        if let Some(o) = self.ended.get(seq) {
+            // A failed one late gets its failure; one that finished, twice.
+            let outcome = match o {
+                Outcome::Done => twice(),
+                o => o.clone(),
+            };
+            self.out.push_back(Effect::Answer { seq, slot, outcome });
+            return false;
+        }
+        let c = self.coll(seq);
+        let twice_now = c.parts[slot] != Part::Absent || c.started;
+        if !twice_now {
+            c.parts[slot] = IN;
+        }
+        let failed = c.failed.clone();
+        if twice_now {
+            self.fail(seq, twice(), true);
+            return false;
+        }
+        if let Some(o) = failed {
+            self.done(seq, slot, o);
+            return false;
+        }
+        true
+    }
+
+    /// The part in `slot` of collective `seq` was refused (unreadable, or
+    /// its memory refused): the collective fails here and on every node.
+    pub(crate) fn refuse(&mut self, seq: u64, slot: usize, outcome: Outcome) {
+        if self.ended.contains(seq) {
+            return;
+        }
+        let c = self.coll(seq);
+        if c.parts[slot] == Part::Absent {
+            c.parts[slot] = IN;
+        }
+        self.fail(seq, outcome, true);
+    }
+
+    /// Collective `seq` holds `bytes` more of the server's budget, released
+    /// when it retires.
+    pub(crate) fn hold(&mut self, seq: u64, bytes: u64) {
+        if let Some(c) = self.colls.get_mut(&seq) {
+            c.held += bytes;
+        } else {
+            // Nothing will retire it: give it back at once.
+            self.out.push_back(Effect::Retire { seq, bytes });
+        }
+    }
+
+    /// The data of the part in `slot` of `seq` is in: the collective starts
+    /// once every member's is.
+    pub(crate) fn ready(&mut self, seq: u64, slot: usize) {
+        let Some(c) = self.colls.get_mut(&seq) else {
+            return;
+        };
+        if let Part::In { ready, .. } = &mut c.parts[slot] {
+            *ready = true;
+        }
+        let all = c
+            .parts
+            .iter()
+            .zip(&self.members)
+            .all(|(p, m)| *m == Member::Away || matches!(p, Part::In { ready: true, .. }));
+        if all && !c.started && c.failed.is_none() {
+            c.started = true;
+            self.out.push_back(Effect::Start { seq });
+        }
+    }
+
+    /// The result of the part in `slot` of `seq` is being delivered: a
+    /// failure meanwhile does not answer it, [`Session::done`] does.
+    pub(crate) fn busy(&mut self, seq: u64, slot: usize) {
+        if let Some(Part::In { busy, .. }) = self.colls.get_mut(&seq).map(|c| &mut c.parts[slot]) {
+            *busy = true;
+        }
+    }
+
+    /// The node's schedules of collective `seq` finished: each part still
+    /// waiting is delivered, or answered where its rank cancelled it.
+    pub(crate) fn complete(&mut self, seq: u64) {
+        let Some(c) = self.colls.get_mut(&seq) else {
+            return;
+        };
+        c.finished = true;
+        let parts = c.parts.clone();
+        for (slot, p) in parts.into_iter().enumerate() {
+            let Part::In {
+                cancelled,
+                busy: false,
+                ..
+            } = p
+            else {
+                continue;
+            };
+            if self.members[slot] != Member::Here {
+                continue;
+            }
+            if cancelled {
+                self.done(seq, slot, Outcome::failed("cancelled by its rank"));
+            } else {
+                self.out.push_back(Effect::Deliver { seq, slot });
+            }
+        }
+    }
+
+    /// Collective `seq` failed with `outcome` (the first failure stays): what
+    /// runs stops, every part not answered is (but one being delivered), and
+    /// so is every part submitted later. `tell`: the failure is this node's
+    /// news, for the other nodes' proxies too (a lost node, which each sees
+    /// by itself, is never told).
+    pub(crate) fn fail(&mut self, seq: u64, outcome: Outcome, tell: bool) {
+        if self.ended.contains(seq) {
+            return;
+        }
+        let c = self.coll(seq);
+        let first = c.failed.is_none();
+        let o = c.failed.get_or_insert(outcome).clone();
+        let waiting: Vec<usize> = (0..c.parts.len())
+            .filter(|&p| matches!(c.parts[p], Part::In { busy: false, .. }))
+            .collect();
+        if first {
+            self.out.push_back(Effect::Stop { seq });
+            if tell && !o.seen_by_all() {
+                self.out.push_back(Effect::Tell {
+                    seq,
+                    outcome: o.clone(),
+                });
+            }
+        }
+        for slot in waiting {
+            self.done(seq, slot, o.clone());
+        }
+    }
+
+    /// Whether a message from another node for collective `seq` is wanted:
+    /// not for one that ended or failed here (dropped by the window).
+    pub(crate) fn takes(&mut self, seq: u64) -> bool {
+        !self.ended.contains(seq) && self.coll(seq).failed.is_none()
+    }
+
+    /// Node `node` is lost: every collective in flight fails with it, and
+    /// every later one at once.
+    pub(crate) fn node_lost(&mut self, node: usize) {
+        let node = *self.lost.get_or_insert(node);
+        let seqs: Vec<u64> = self.colls.keys().copied().collect();
+        for seq in seqs {
+            self.fail(seq, Outcome::NodeLost { node }, false);
+        }
+    }
+
+    /// The member in `slot` is gone (`cause`: it left, or died): the
+    /// collectives that still need its part fail, here and on every node.
+    /// Whether it was here until now.
+    pub(crate) fn lose(&mut self, slot: usize, cause: &str) -> bool {
+        if self.members[slot] != Member::Here {
+            return false;
+        }
+        self.members[slot] = Member::Gone(cause.to_string());
+        let rank = self.ranks[slot];
+        let hit: Vec<u64> = self
+            .colls
+            .iter()
+            .filter(|(_, c)| !c.started && c.failed.is_none() && c.parts[slot] == Part::Absent)
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in hit {
+            let why = format!("rank {rank} is lost: {cause}");
+            self.fail(seq, Outcome::Lost { rank, why }, true);
+        }
+        true
+    }
+
+    /// The member in `slot` cancelled its collective `seq` (see [`Cancel`]).
+    pub(crate) fn cancel(&mut self, seq: u64, slot: usize) {
+        if self.ended.contains(seq) {
+            return;
+        }
+        let rank = self.ranks[slot];
+        if self.cancel == Cancel::Part {
+            let c = self.coll(seq);
+            c.parts[slot] = Part::Answered;
+            return;
+        }
+        let Some(c) = self.colls.get_mut(&seq) else {
+            return;
+        };
+        let unfinished = !c.finished;
+        let Part::In {
+            cancelled, busy, ..
+        } = &mut c.parts[slot]
+        else {
+            return;
+        };
+        *cancelled = true;
+        if *busy {
+            // Answered when its delivery ends.
+        } else if unfinished {
+            let why = format!("rank {rank} gave collective {seq} up (cancelled)");
+            self.fail(seq, Outcome::failed(why), true);
+        } else {
+            self.done(seq, slot, Outcome::failed("cancelled by its rank"));
+        }
+    }
+
+    /// Forgets the collectives every member here of which is answered or
+    /// gone, remembering how they ended (the window drops what comes for
+    /// them later).
+    pub(crate) fn retire(&mut self) {
+        let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
+        self.colls.retain(|&seq, c| {
+            let over = c
+                .parts
+                .iter()
+                .zip(members)
+                .all(|(p, m)| *m != Member::Here || *p == Part::Answered);
+            if over {
+                ended.end(seq, c.failed.take().unwrap_or(Outcome::Done));
+                out.push_back(Effect::Retire { seq, bytes: c.held });
+            }
+            !over
+        });
+    }
+}
