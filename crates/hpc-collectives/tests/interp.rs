@@ -662,3 +662,116 @@ fn matcher_keys_and_remove_where() {
     assert_eq!(m.take(&(2, 8)), Some(vec![4]));
     assert!(m.is_empty());
 }
+
+/// What a driver reads of a machine between events (the proxies and the
+/// executor schedule their work from it): the round, whether the round is
+/// posted, the open receives and sends.
+#[test]
+fn a_machine_reports_its_round_and_what_is_open() {
+    let round = |steps| Round { steps };
+    let s = Schedule {
+        kind: CollectiveKind::Barrier,
+        algorithm: Algorithm::Dissemination,
+        rank: 0,
+        size: 2,
+        send_bytes: 4,
+        recv_bytes: 8,
+        scratch_bytes: 0,
+        rounds: vec![
+            round(vec![
+                Step::Send {
+                    peer: 1,
+                    region: Region::send(0, 4),
+                    tag: 1,
+                },
+                Step::Recv {
+                    peer: 1,
+                    region: Region::recv(0, 4),
+                    tag: 2,
+                },
+            ]),
+            round(vec![Step::Copy {
+                src: Region::recv(0, 4),
+                dst: Region::recv(4, 4),
+            }]),
+        ],
+    };
+    let mut m = Machine::new(&s, false);
+    let mut mem = Bufs {
+        send: vec![7; 4],
+        recv: vec![0; 8],
+        scratch: vec![],
+    };
+    let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
+    let key = |p, t| (p, t);
+    assert_eq!((m.round(), m.is_posted(&s), m.is_done()), (0, false, false));
+    assert!(matches!(
+        m.poll(&s, &mut mem, &mut matcher, key),
+        Ok(Some(Action::Send {
+            peer: 1,
+            tag: 1,
+            ..
+        }))
+    ));
+    assert!(!m.is_posted(&s), "the receive is not posted yet");
+    assert!(
+        m.open_sends().is_empty(),
+        "a send counts from the next poll"
+    );
+    assert!(matches!(
+        m.poll(&s, &mut mem, &mut matcher, key),
+        Ok(Some(Action::Recv {
+            peer: 1,
+            tag: 2,
+            ..
+        }))
+    ));
+    assert!(m.is_posted(&s));
+    let open: Vec<_> = m
+        .open_recvs()
+        .iter()
+        .map(|r| (r.peer, r.tag, r.got))
+        .collect();
+    assert_eq!(open, [(1, 2, 0)]);
+    assert!(matches!(m.poll(&s, &mut mem, &mut matcher, key), Ok(None)));
+    assert_eq!(m.open_sends(), [(1, 1)]);
+    assert!(m.sent(1, 1));
+    assert!(m.open_sends().is_empty());
+    assert!(!m.sent(1, 1), "no second send is open");
+    matcher.arrived((1, 2), vec![5, 6, 7, 8]);
+    match m.poll(&s, &mut mem, &mut matcher, key) {
+        Ok(Some(Action::Land {
+            region, arrival, ..
+        })) => {
+            mem.recv[region.offset..region.end()].copy_from_slice(&arrival);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(m.copied(4));
+    assert_eq!(m.round(), 0);
+    assert!(matches!(
+        m.poll(&s, &mut mem, &mut matcher, key),
+        Ok(Some(Action::Complete))
+    ));
+    assert_eq!(m.round(), 2, "the number of rounds once done");
+    assert!(m.is_done() && m.is_posted(&s));
+    assert!(m.open_recvs().is_empty());
+    assert_eq!(mem.recv, [5, 6, 7, 8, 5, 6, 7, 8]);
+}
+
+/// `Matcher::retain` keeps what its closure keeps, changed in place.
+#[test]
+fn matcher_retain_keeps_and_changes_in_place() {
+    let mut m: Matcher<u32, Vec<u8>> = Matcher::new();
+    m.arrived(1, vec![1]);
+    m.arrived(1, vec![2]);
+    m.arrived(2, vec![3]);
+    m.retain(|_, a| {
+        a.push(0);
+        a[0] != 2
+    });
+    assert_eq!(m.take(&1), Some(vec![1, 0]));
+    assert_eq!(m.take(&1), None);
+    assert_eq!(m.take(&2), Some(vec![3, 0]));
+    assert!(m.is_empty());
+}
