@@ -1,0 +1,200 @@
+//! Building a communicator's engine on its node's board.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::board_file::make_board;
+use super::boot::Boot;
+use super::options::{default_spin, progress_cpus};
+use super::places::{net_backend, ProxyPlaces};
+use super::{AgentWake, Comm, CommOptions, Engine, DEFAULT_STAGE_MAX};
+use crate::engines::{self, inline::Host, Driver};
+use crate::error::{Error, Result};
+use crate::executor::{self, Core};
+use crate::proxy;
+
+/// Next id of a communicator on a shared network transport (agreed by its members).
+static NET_IDS: AtomicU64 = AtomicU64::new(0);
+
+impl Comm {
+    pub(super) fn build(
+        boot: &dyn Boot,
+        world_ranks: Vec<usize>,
+        opts: CommOptions,
+        timeout: Duration,
+        transport: Option<Arc<hpc_rdma::Transport>>,
+    ) -> Result<Comm> {
+        let (me, size) = (boot.rank(), boot.size());
+        let nodes: Vec<usize> = (0..size).map(|r| boot.node_of(r)).collect();
+        let spans = nodes.iter().any(|&n| n != nodes[me]);
+        if opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu) {
+            // No board: the proxy reaches the ranks over the transport only;
+            // across nodes the proxies carry the steps between nodes.
+            let client = proxy::dpu::Client::start(
+                me,
+                world_ranks.clone(),
+                &nodes,
+                &opts.schedule,
+                timeout,
+                opts.spin.unwrap_or_default(),
+                &|b| boot.allgather(b),
+            )?;
+            let driver = Box::new(engines::dpu::Dpu {
+                client: Arc::new(client),
+            });
+            let mut note = "progress in the node's proxy, placed as on a DPU (registered memory, \
+                            RMA and messages only)"
+                .to_string();
+            if spans {
+                note.push_str("; other nodes through the nodes' DPU proxies");
+            }
+            let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
+            comm.nodes = nodes;
+            return Ok(comm);
+        }
+        let proxy_net = spans && opts.engine == Engine::Proxy;
+        // Whether the parent has a network path is the same on all its ranks, whether
+        // this rank's group spans nodes is not: what every rank of the parent must do
+        // alike (the id allgather below) goes by the first.
+        let parent_net = transport.is_some();
+        let transport = if spans && !proxy_net { transport } else { None };
+        if spans && !proxy_net && transport.is_none() {
+            return Err(Error::Unsupported(
+                "a communicator across nodes needs its parent's network path".into(),
+            ));
+        }
+        // One id per communicator on a transport, agreed by its members (and taken
+        // by a group of a split within one node too, so that every rank of the
+        // parent takes part in the same allgathers).
+        let id = if parent_net {
+            let all = boot.allgather(&NET_IDS.load(Ordering::Relaxed).to_le_bytes())?;
+            let id = all
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+                .max()
+                .unwrap_or(0);
+            NET_IDS.store(id + 1, Ordering::Relaxed);
+            id
+        } else {
+            0
+        };
+        let net = transport.as_ref().map(|t| executor::Net {
+            t: t.clone(),
+            world: world_ranks.clone(),
+            local: nodes.iter().map(|&n| n == nodes[me]).collect(),
+            id: (id & 0xffff) as u16,
+        });
+        let extra = usize::from(opts.engine == Engine::Proxy);
+        let (board, pids, mut board_name) = make_board(boot, extra)?;
+        let stage_max = opts.stage_max.unwrap_or(DEFAULT_STAGE_MAX);
+        let host = |core: Core, spin: Duration, agent: bool, flush: Option<Arc<proxy::Client>>| {
+            Arc::new(Host::new(
+                core,
+                board.clone(),
+                world_ranks.clone(),
+                opts.schedule,
+                timeout,
+                spin,
+                agent,
+                flush,
+            ))
+        };
+        let spin = opts.spin.unwrap_or_default();
+        let mut proxy_backend = None;
+        let (driver, note): (Box<dyn Driver>, String) = match opts.engine {
+            Engine::Proxy => {
+                // Across nodes every collective goes to the proxies: the ranks'
+                // own path has no network.
+                let min = if proxy_net {
+                    0
+                } else {
+                    opts.proxy_min.unwrap_or(0)
+                };
+                let own_copies = opts.own_copies.unwrap_or(false);
+                let places = ProxyPlaces::of(&nodes);
+                let client = Arc::new(proxy::Client::start(
+                    board.clone(),
+                    me,
+                    size,
+                    &opts.schedule,
+                    timeout,
+                    spin,
+                    own_copies,
+                    (places.leads(me), proxy_net),
+                )?);
+                // Every rank of a split takes part, whether its group spans nodes
+                // or not: the groups' set-ups run on the parent's collectives.
+                if proxy_net || !boot.uniform() {
+                    let backend = places.connect(boot, &client, me, &nodes, timeout, proxy_net)?;
+                    proxy_backend = proxy_net.then_some(backend);
+                }
+                let host = (min > 0).then(|| {
+                    let core = Core::new(board.clone(), me, size, pids.clone(), None, stage_max);
+                    // How long `wait` polls on this path: the proxy sleeps meanwhile,
+                    // so the node has a core per rank again if it has one per rank.
+                    let local = nodes.iter().filter(|&&n| n == nodes[me]).count();
+                    (
+                        host(core, default_spin(local), false, Some(client.clone())),
+                        min,
+                    )
+                });
+                let mut note = if min > 0 {
+                    format!(
+                        "progress in the node's proxy process for blocks of {min} bytes \
+                         and more, inside test/wait below"
+                    )
+                } else {
+                    "progress in the node's proxy process".to_string()
+                };
+                if own_copies {
+                    note.push_str("; each rank copies its own block when it posts");
+                }
+                (Box::new(engines::proxy::Proxy { client, host }), note)
+            }
+            Engine::Thread => {
+                let mut core = Core::new(board.clone(), me, size, pids, net, stage_max);
+                let wake = opts.agent_wake.unwrap_or(AgentWake::Eager);
+                core.agent_core = wake == AgentWake::Eager;
+                let cpus = progress_cpus(&opts);
+                let note = match &cpus {
+                    Some(c) => format!("progress thread pinned to CPUs {c}"),
+                    None => "progress thread unpinned: no progress core reserved \
+                             (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
+                        .to_string(),
+                };
+                let note = format!("{note}; woken {}", wake.name());
+                let driver = engines::thread::Thread::spawn(
+                    host(core, spin, true, None),
+                    cpus,
+                    wake == AgentWake::Eager,
+                )?;
+                tracing::info!(rank = me, "{note}");
+                (Box::new(driver), note)
+            }
+            _ => {
+                let core = Core::new(board.clone(), me, size, pids, net, stage_max);
+                let driver = engines::inline::Inline {
+                    host: host(core, spin, false, None),
+                };
+                (Box::new(driver), "progress inside test/wait".to_string())
+            }
+        };
+        // Everyone, the proxy included, mapped the board: its name can go (on an
+        // error above, dropping `board_name` removed it).
+        boot.allgather(&[])?;
+        board_name.unlink();
+        let note = match (&proxy_backend, spans) {
+            (Some(b), _) => format!("{note}; other nodes through the proxies over {b}"),
+            (None, true) => format!(
+                "{note}; other nodes over {}",
+                net_backend(&transport, &world_ranks, &nodes, me)
+            ),
+            (None, false) => note,
+        };
+        let mut comm = Comm::assemble(me, world_ranks, opts, timeout, driver, note);
+        comm.nodes = nodes;
+        comm.net = transport;
+        Ok(comm)
+    }
+}
