@@ -181,6 +181,121 @@ impl<'a> Simulation<'a> {
         if ck_every.is_some() && opts.checkpoint_dir.is_none() {
             bail!("checkpoints need a directory");
         }
+        let mut intake = self.intake(opts)?;
+        let mut times = Times {
+            t0: Instant::now(),
+            t_rec: (self.step >= model.presim_steps).then(Instant::now),
+            cpu0: hpc_spiking::run::cpu_seconds(),
+            update_s: 0.0,
+            comm_s: 0.0,
+        };
+        let mut send: Vec<u32> = Vec::new();
+        let mut send_base: Option<(u64, u32)> = None;
+        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+        let mut ck_written: Vec<u64> = Vec::new();
+
+        while self.step < end {
+            let mut m = (end - self.step).min(m_steps as u64);
+            if let Some(c) = ck_every {
+                m = m.min(c - self.step % c);
+            }
+            if self.step < model.presim_steps {
+                m = m.min(model.presim_steps - self.step);
+            }
+            let m = m as u32;
+            let step0 = self.step;
+            let tu = Instant::now();
+            let base = intake.base;
+            match send_base.take() {
+                Some((prev, pm)) => {
+                    let (r, work_s) = {
+                        let (codes, incoming) = intake.codes_and_incoming();
+                        let work = || self.update(team, codes, base, step0, m);
+                        ex.spikes(&send, incoming, work)?
+                    };
+                    r?;
+                    times.update_s += work_s;
+                    times.comm_s += tu.elapsed().as_secs_f64() - work_s;
+                    self.receive(&mut intake, prev, pm)?;
+                }
+                None => {
+                    let (codes, _) = intake.codes_and_incoming();
+                    self.update(team, codes, base, step0, m)?;
+                    times.update_s += tu.elapsed().as_secs_f64();
+                }
+            }
+            if intake.has {
+                let codes = std::mem::take(&mut intake.gathered);
+                self.remember(&codes, intake.base);
+                intake.gathered = codes;
+                intake.has = false;
+            }
+            send.clear();
+            for sh in &self.shards {
+                send.extend_from_slice(&sh.spikes);
+            }
+            send_base = Some((step0, m));
+            if lag == 1 {
+                let tc = Instant::now();
+                ex.spikes(&send, &mut intake.incoming, || ())?;
+                times.comm_s += tc.elapsed().as_secs_f64();
+                self.receive(&mut intake, step0, m)?;
+                send_base = None;
+            }
+            self.step += m as u64;
+            if self.step == model.presim_steps {
+                times.t_rec = Some(Instant::now());
+            }
+
+            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
+            if at_checkpoint || self.step == end {
+                if let Some((prev, pm)) = send_base.take() {
+                    self.activate_gathered(pool, &mut intake, false);
+                    let tc = Instant::now();
+                    ex.spikes(&send, &mut intake.incoming, || ())?;
+                    times.comm_s += tc.elapsed().as_secs_f64();
+                    self.receive(&mut intake, prev, pm)?;
+                }
+                self.activate_gathered(pool, &mut intake, true);
+                if let Some(w) = intake.writer.as_mut() {
+                    w.flush()?;
+                }
+            }
+            if at_checkpoint {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    let ti = Instant::now();
+                    self.write_checkpoint(
+                        ex,
+                        dir,
+                        intake.writer.as_ref(),
+                        intake.recorder.as_ref(),
+                    )?;
+                    if self.rank == 0 {
+                        ck_written.push(self.step);
+                        if let Some(keep) = opts.checkpoint_keep {
+                            hpc_checkpoint::Checkpoints::new(dir).prune(&mut ck_written, keep)?;
+                        }
+                    }
+                    intake.io_s += ti.elapsed().as_secs_f64();
+                }
+            }
+            if let Some(cb) = progress.as_mut() {
+                cb(&Progress {
+                    step: self.step,
+                    steps: model.steps,
+                    start_step,
+                    wall: times.t0.elapsed(),
+                    wall_recorded: times.t_rec.map_or(Duration::ZERO, |t| t.elapsed()),
+                });
+            }
+        }
+        self.report(intake, &times, m_steps, start_step)
+    }
+
+    /// Rank 0's recorder and spike file (continued from a restored
+    /// checkpoint's), and nothing on the other ranks.
+    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
+        let model = self.model;
         let mut recorder = None;
         let mut writer = None;
         if self.rank == 0 {
@@ -206,190 +321,120 @@ impl<'a> Simulation<'a> {
             }
             recorder = Some(rec);
         }
+        Ok(Intake {
+            gathered: Vec::new(),
+            incoming: Vec::new(),
+            base: 0,
+            has: false,
+            records: Vec::new(),
+            received: 0,
+            recorder,
+            writer,
+            last_flush: self.step,
+            io_s: 0.0,
+        })
+    }
 
-        let t0 = Instant::now();
-        let mut t_rec: Option<Instant> = (self.step >= model.presim_steps).then(Instant::now);
-        let cpu0 = hpc_spiking::run::cpu_seconds();
-        let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
-        let mut send: Vec<u32> = Vec::new();
-        let mut send_base: Option<(u64, u32)> = None;
-        let mut gathered: Vec<u32> = Vec::new();
-        let mut incoming: Vec<u32> = Vec::new();
-        let mut gathered_base = 0u64;
-        let mut has_gathered = false;
-        let mut records: Vec<(u32, u32)> = Vec::new();
-        let mut received = 0u64;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
-        let gid_bits = model.gid_bits;
-        let gid_mask = self.dynp.gid_mask;
-        let mut last_flush = self.step;
+    /// Steps every shard through the `m` steps from `step0`, delivering
+    /// `codes` (received in the interval from `base`): this thread steps the first shard itself and the team's
+    /// workers the others. Handing every shard to the pool made this thread
+    /// sleep and wake once per interval, 10^4 times per biological second,
+    /// and with one thread it handed over all the work.
+    fn update(
+        &mut self,
+        team: Option<&Team<Shard, Job>>,
+        codes: &[u32],
+        base: u64,
+        step0: u64,
+        m: u32,
+    ) -> Result<()> {
+        let (dp, pois, inh) = (&self.dynp, &self.pois, &self.inh);
+        let shards = &mut self.shards;
+        let Some(team) = team else {
+            interval(&mut shards[0], codes, base, step0, m, dp, pois, inh);
+            return Ok(());
+        };
+        // `Vec::as_mut_ptr` makes no reference to the slice, so
+        // the workers' pointers stay valid beside this thread's.
+        let p = shards.as_mut_ptr();
+        // SAFETY: `shards` holds one shard per worker and the first,
+        // lives past `finish` below, and this thread touches only the
+        // first until then.
+        unsafe {
+            team.start(p, shards.len(), |j| {
+                j.codes.clear();
+                j.codes.extend_from_slice(codes);
+                (j.base, j.step0, j.m) = (base, step0, m);
+            })
+        };
+        // SAFETY: `start` gave the workers the shards after the
+        // first, through this same pointer; the first is this
+        // thread's alone until `finish`.
+        let first = unsafe { &mut *p };
+        interval(first, codes, base, step0, m, dp, pois, inh);
+        team.finish()
+    }
 
-        macro_rules! received {
-            ($base:expr, $m:expr) => {{
-                let (base, m): (u64, u32) = ($base, $m);
-                std::mem::swap(&mut gathered, &mut incoming);
-                gathered_base = base;
-                has_gathered = true;
-                received += gathered.len() as u64;
-                if let Some(rec) = recorder.as_mut() {
-                    let ti = Instant::now();
-                    records.clear();
-                    records.extend(
-                        gathered
-                            .iter()
-                            .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
-                    );
-                    records.sort_unstable();
-                    rec.add(&records);
-                    if let Some(w) = writer.as_mut() {
-                        w.write(&records)?;
-                        if base + m as u64 >= last_flush + 100 {
-                            w.flush()?;
-                            last_flush = base + m as u64;
-                        }
-                    }
-                    io_s += ti.elapsed().as_secs_f64();
-                }
-                self.thalamic(base, m, &mut gathered);
-            }};
-        }
-
-        while self.step < end {
-            let mut m = (end - self.step).min(m_steps as u64);
-            if let Some(c) = ck_every {
-                m = m.min(c - self.step % c);
-            }
-            if self.step < model.presim_steps {
-                m = m.min(model.presim_steps - self.step);
-            }
-            let m = m as u32;
-            let step0 = self.step;
-            {
-                let tu = Instant::now();
-                let (dp, pois, inh) = (&self.dynp, &self.pois, &self.inh);
-                let codes: &[u32] = if has_gathered { &gathered } else { &[] };
-                let base = gathered_base;
-                let shards = &mut self.shards;
-                // This thread steps the first shard itself and the team's
-                // workers the others: handing every shard to the pool made this
-                // thread sleep and wake once per interval, 10^4 times per
-                // biological second, and with one thread it handed over all the
-                // work.
-                let mut work = || -> Result<()> {
-                    let Some(team) = team else {
-                        interval(&mut shards[0], codes, base, step0, m, dp, pois, inh);
-                        return Ok(());
-                    };
-                    // `Vec::as_mut_ptr` makes no reference to the slice, so
-                    // the workers' pointers stay valid beside this thread's.
-                    let p = shards.as_mut_ptr();
-                    // SAFETY: `shards` holds one shard per worker and the first,
-                    // lives past `finish` below, and this thread touches only the
-                    // first until then.
-                    unsafe {
-                        team.start(p, shards.len(), |j| {
-                            j.codes.clear();
-                            j.codes.extend_from_slice(codes);
-                            (j.base, j.step0, j.m) = (base, step0, m);
-                        })
-                    };
-                    // SAFETY: `start` gave the workers the shards after the
-                    // first, through this same pointer; the first is this
-                    // thread's alone until `finish`.
-                    let first = unsafe { &mut *p };
-                    interval(first, codes, base, step0, m, dp, pois, inh);
-                    team.finish()
-                };
-                match send_base.take() {
-                    Some((prev, pm)) => {
-                        let (r, work_s) = ex.spikes(&send, &mut incoming, work)?;
-                        r?;
-                        update_s += work_s;
-                        comm_s += tu.elapsed().as_secs_f64() - work_s;
-                        received!(prev, pm);
-                    }
-                    None => {
-                        work()?;
-                        update_s += tu.elapsed().as_secs_f64();
-                    }
-                }
-                if has_gathered {
-                    let codes = std::mem::take(&mut gathered);
-                    self.remember(&codes, gathered_base);
-                    gathered = codes;
-                    has_gathered = false;
-                }
-            }
-            send.clear();
-            for sh in &self.shards {
-                send.extend_from_slice(&sh.spikes);
-            }
-            send_base = Some((step0, m));
-            if lag == 1 {
-                let tc = Instant::now();
-                ex.spikes(&send, &mut incoming, || ())?;
-                comm_s += tc.elapsed().as_secs_f64();
-                received!(step0, m);
-                send_base = None;
-            }
-            self.step += m as u64;
-            if self.step == model.presim_steps {
-                t_rec = Some(Instant::now());
-            }
-
-            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
-            if at_checkpoint || self.step == end {
-                if let Some((prev, pm)) = send_base.take() {
-                    if has_gathered {
-                        let codes = std::mem::take(&mut gathered);
-                        self.activate_all(pool, &codes, gathered_base);
-                        gathered = codes;
-                    }
-                    let tc = Instant::now();
-                    ex.spikes(&send, &mut incoming, || ())?;
-                    comm_s += tc.elapsed().as_secs_f64();
-                    received!(prev, pm);
-                }
-                if has_gathered {
-                    let codes = std::mem::take(&mut gathered);
-                    self.activate_all(pool, &codes, gathered_base);
-                    gathered = codes;
-                    has_gathered = false;
-                }
-                if let Some(w) = writer.as_mut() {
+    /// Takes the spikes just received, the exchange of the interval of `m`
+    /// steps from `base`: rank 0 records them (and writes them to its spike
+    /// file), every rank adds its thalamic input.
+    fn receive(&self, intake: &mut Intake, base: u64, m: u32) -> Result<()> {
+        let (gid_bits, gid_mask) = (self.model.gid_bits, self.dynp.gid_mask);
+        std::mem::swap(&mut intake.gathered, &mut intake.incoming);
+        intake.base = base;
+        intake.has = true;
+        intake.received += intake.gathered.len() as u64;
+        if let Some(rec) = intake.recorder.as_mut() {
+            let ti = Instant::now();
+            intake.records.clear();
+            intake.records.extend(
+                intake
+                    .gathered
+                    .iter()
+                    .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
+            );
+            intake.records.sort_unstable();
+            rec.add(&intake.records);
+            if let Some(w) = intake.writer.as_mut() {
+                w.write(&intake.records)?;
+                if base + m as u64 >= intake.last_flush + 100 {
                     w.flush()?;
+                    intake.last_flush = base + m as u64;
                 }
             }
-            if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
-                    let ti = Instant::now();
-                    self.write_checkpoint(ex, dir, writer.as_ref(), recorder.as_ref())?;
-                    if self.rank == 0 {
-                        ck_written.push(self.step);
-                        if let Some(keep) = opts.checkpoint_keep {
-                            hpc_checkpoint::Checkpoints::new(dir).prune(&mut ck_written, keep)?;
-                        }
-                    }
-                    io_s += ti.elapsed().as_secs_f64();
-                }
-            }
-            if let Some(cb) = progress.as_mut() {
-                cb(&Progress {
-                    step: self.step,
-                    steps: model.steps,
-                    start_step,
-                    wall: t0.elapsed(),
-                    wall_recorded: t_rec.map_or(Duration::ZERO, |t| t.elapsed()),
-                });
-            }
+            intake.io_s += ti.elapsed().as_secs_f64();
         }
+        self.thalamic(base, m, &mut intake.gathered);
+        Ok(())
+    }
+
+    /// Activates the spikes received and not yet delivered at once (before a
+    /// checkpoint or the end); `done` marks them taken.
+    fn activate_gathered(&mut self, pool: &rayon::ThreadPool, intake: &mut Intake, done: bool) {
+        if intake.has {
+            let codes = std::mem::take(&mut intake.gathered);
+            self.activate_all(pool, &codes, intake.base);
+            intake.gathered = codes;
+            intake.has = !done;
+        }
+    }
+
+    /// The rank's report at the end of the run, its spike file finished if
+    /// the run completed.
+    fn report(
+        &self,
+        intake: Intake,
+        times: &Times,
+        m_steps: u32,
+        start_step: u64,
+    ) -> Result<RankReport> {
+        let model = self.model;
         let completed = self.step >= model.steps;
-        let spike_file = match writer {
+        let spike_file = match intake.writer {
             Some(w) if completed => Some(w.finish()?),
             _ => None,
         };
-        let simulate_s = t0.elapsed().as_secs_f64();
+        let simulate_s = times.t0.elapsed().as_secs_f64();
         let state_bytes: usize = self
             .shards
             .iter()
@@ -409,6 +454,7 @@ impl<'a> Simulation<'a> {
                 "shard load"
             );
         }
+        let received = intake.received;
         Ok(RankReport {
             rank: self.rank,
             size: self.size,
@@ -425,15 +471,15 @@ impl<'a> Simulation<'a> {
             build_s: self.build_s,
             build_cpu_s: self.build_cpu_s,
             simulate_s,
-            simulate_recorded_s: t_rec.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
-            update_s,
-            communicate_s: comm_s,
-            io_s,
+            simulate_recorded_s: times.t_rec.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
+            update_s: times.update_s,
+            communicate_s: times.comm_s,
+            io_s: intake.io_s,
             spikes_received: received,
             bytes_received: received * 4,
             events: self.shards.iter().map(|s| s.events).sum(),
-            stats: recorder.map(|r| r.stats(model, window)),
+            stats: intake.recorder.map(|r| r.stats(model, window)),
             spike_file,
         })
     }
@@ -467,4 +513,42 @@ impl<'a> Simulation<'a> {
         }
         Ok(())
     }
+}
+
+/// The spikes of the last exchange, not yet all delivered, and where rank 0
+/// keeps them: its recorder and spike file.
+struct Intake {
+    /// The codes received (step in the interval, neuron), then the thalamic
+    /// input added to them.
+    gathered: Vec<u32>,
+    /// Where the exchange in flight lands.
+    incoming: Vec<u32>,
+    /// The first step of the interval `gathered` came from.
+    base: u64,
+    /// Whether `gathered` waits for delivery.
+    has: bool,
+    records: Vec<(u32, u32)>,
+    received: u64,
+    recorder: Option<Recorder>,
+    writer: Option<SpikeWriter>,
+    last_flush: u64,
+    io_s: f64,
+}
+
+impl Intake {
+    /// The codes to deliver in the next update (none when they were taken),
+    /// beside the buffer the next exchange lands in.
+    fn codes_and_incoming(&mut self) -> (&[u32], &mut Vec<u32>) {
+        let codes: &[u32] = if self.has { &self.gathered } else { &[] };
+        (codes, &mut self.incoming)
+    }
+}
+
+/// The clocks of a run.
+struct Times {
+    t0: Instant,
+    t_rec: Option<Instant>,
+    cpu0: f64,
+    update_s: f64,
+    comm_s: f64,
 }
