@@ -5,6 +5,7 @@ use std::io;
 #[cfg(not(loom))]
 use std::time::Duration;
 
+#[cfg(not(loom))]
 use super::AtomicU32;
 
 /// Sleeps while `word` holds `seen`, for at most `timeout`; `false` if the
