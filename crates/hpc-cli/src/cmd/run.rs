@@ -453,6 +453,89 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     run_job(&args, &settings, &program, &plan, supervisor_of)
 }
 
+/// The command that starts rank `rank`: its program and arguments, its
+/// environment (the coordinator's, its node's, the binding's, `--env`), its
+/// pipes, and what it does between fork and exec (binding, death with the
+/// launcher).
+fn rank_command(
+    args: &Args,
+    settings: &Settings,
+    program: &Path,
+    plan: &bind::Plan,
+    coord: &Coordinator,
+    job_id: &str,
+    rank: usize,
+) -> anyhow::Result<Command> {
+    let (n, timeout) = (args.np, settings.timeout);
+    let per_node = n.div_ceil(args.nodes);
+    let node = rank / per_node;
+    let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
+    let mut cmd = Command::new(program);
+    cmd.args(&args.command[1..]);
+    // What an outer job set for its own ranks is not this job's.
+    for var in henv::ALL.iter().filter(|v| v.kind == henv::Kind::Launcher) {
+        cmd.env_remove(var.name);
+    }
+    cmd.envs(coord.rank_env(rank))
+        .env(
+            hpc_runtime::env::LOCAL_RANK,
+            (rank - node_ranks[0]).to_string(),
+        )
+        .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
+        .env(henv::JOB_ID, &job_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if args.nodes > 1 {
+        cmd.env(henv::NODE_NAME, format!("node{node}"));
+    }
+    for kv in &args.env {
+        if let Some((k, v)) = split_env(kv) {
+            cmd.env(k, v);
+        }
+    }
+    // The timeout the coordinator was given, whichever way it came (at least
+    // MIN_SECONDS, so never written as 0).
+    cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
+    let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
+    if args.bind != BindPolicy::None || args.threads.is_some() {
+        cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());
+    }
+    if !cpus.is_empty() {
+        let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
+        cmd.env(henv::CPUSET, set.to_string());
+    }
+    let progress = plan.progress.get(rank).cloned().unwrap_or_default();
+    if !progress.is_empty() {
+        let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
+        // Where the Thread engine pins its progress thread.
+        cmd.env(henv::PROGRESS_CPUSET, set.to_string());
+    }
+    if args.proxy {
+        cmd.env(
+            hpc_comm::proxy::PROXY_CMD,
+            proxy_command(plan, &node_ranks)?,
+        );
+    }
+    let mut set = bind::CpuSet::new(&cpus);
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe system calls (prctl, signal, sched_setaffinity) on data
+    // prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Die with the launcher, even if it is killed with SIGKILL.
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
+            ));
+            // The supervisor ignores SIGTTOU; the ranks get the default back.
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            set.apply()
+        });
+    }
+    Ok(cmd)
+}
+
 /// The supervisor's part of `hpc run`: starts the ranks and sees the job through.
 fn run_job(
     args: &Args,
@@ -470,7 +553,6 @@ fn run_job(
         .context("starting the launcher's coordinator")?;
     let rendezvous = coord.addr().to_string();
     let width = (n - 1).to_string().len();
-    let per_node = n.div_ceil(args.nodes);
 
     install_signal_handlers();
     let stdout = Arc::new(Mutex::new(std::io::stdout()));
@@ -481,71 +563,7 @@ fn run_job(
     let started = Instant::now();
 
     for rank in 0..n {
-        let node = rank / per_node;
-        let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
-        let mut cmd = Command::new(program);
-        cmd.args(&args.command[1..]);
-        // What an outer job set for its own ranks is not this job's.
-        for var in henv::ALL.iter().filter(|v| v.kind == henv::Kind::Launcher) {
-            cmd.env_remove(var.name);
-        }
-        cmd.envs(coord.rank_env(rank))
-            .env(
-                hpc_runtime::env::LOCAL_RANK,
-                (rank - node_ranks[0]).to_string(),
-            )
-            .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
-            .env(henv::JOB_ID, &job_id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if args.nodes > 1 {
-            cmd.env(henv::NODE_NAME, format!("node{node}"));
-        }
-        for kv in &args.env {
-            if let Some((k, v)) = split_env(kv) {
-                cmd.env(k, v);
-            }
-        }
-        // The timeout the coordinator was given, whichever way it came (at least
-        // MIN_SECONDS, so never written as 0).
-        cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
-        let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
-        if args.bind != BindPolicy::None || args.threads.is_some() {
-            cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());
-        }
-        if !cpus.is_empty() {
-            let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
-            cmd.env(henv::CPUSET, set.to_string());
-        }
-        let progress = plan.progress.get(rank).cloned().unwrap_or_default();
-        if !progress.is_empty() {
-            let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
-            // Where the Thread engine pins its progress thread.
-            cmd.env(henv::PROGRESS_CPUSET, set.to_string());
-        }
-        if args.proxy {
-            cmd.env(
-                hpc_comm::proxy::PROXY_CMD,
-                proxy_command(plan, &node_ranks)?,
-            );
-        }
-        let mut set = bind::CpuSet::new(&cpus);
-        // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls (prctl, signal, sched_setaffinity) on data
-        // prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Die with the launcher, even if it is killed with SIGKILL.
-                let _ = rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ));
-                // The supervisor ignores SIGTTOU; the ranks get the default back.
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                set.apply()
-            });
-        }
+        let mut cmd = rank_command(args, settings, program, plan, &coord, &job_id, rank)?;
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
