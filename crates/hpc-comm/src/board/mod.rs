@@ -33,7 +33,7 @@
 //! `futex_wait` until there is work and never spins for long; whether the ring
 //! wakes the agent depends on the work (see `Core::flush_peer`). Why no
 //! wake-up is lost, and what each remaining timeout guards against, is argued
-//! in `SLEEP.md` beside this file and checked by the loom models at its end.
+//! in `src/SLEEP.md` and checked by the loom models in `loom_models.rs`.
 
 use std::fs::OpenOptions;
 use std::io;
