@@ -482,7 +482,7 @@ fn rank_command(
             (rank - node_ranks[0]).to_string(),
         )
         .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
-        .env(henv::JOB_ID, &job_id)
+        .env(henv::JOB_ID, job_id)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
