@@ -47,7 +47,7 @@ use crate::checkpoint::{self, Restart, State};
 use crate::network::{Block, Connectivity};
 use crate::output::{Recorder, Stats};
 use crate::params::Model;
-use hpc_spiking::exchange::SpikeExchange;
+use hpc_spiking::exchange::{spike_records, SpikeExchange};
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
 pub use hpc_spiking::RunOptions;
@@ -593,7 +593,7 @@ impl<'a> Simulation<'a> {
     /// After an exchange: all ranks' spikes of interval `base` are in
     /// `incoming`; rank 0 records them; they become `gathered`.
     fn receive(&self, intake: &mut Intake, base: u64) -> Result<()> {
-        let (gid_bits, gid_mask) = (self.model.gid_bits, self.dynp.gid_mask);
+        let gid_bits = self.model.gid_bits;
         std::mem::swap(&mut intake.gathered, &mut intake.incoming);
         intake.base = base;
         intake.has = true;
@@ -601,13 +601,7 @@ impl<'a> Simulation<'a> {
         if let Some(rec) = intake.recorder.as_mut() {
             let ti = Instant::now();
             intake.gathered.sort_unstable();
-            intake.records.clear();
-            intake.records.extend(
-                intake
-                    .gathered
-                    .iter()
-                    .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
-            );
+            spike_records(&intake.gathered, base, gid_bits, &mut intake.records);
             rec.add(&intake.records);
             if let Some(w) = intake.writer.as_mut() {
                 w.append(&intake.records)?;

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use hpc_spiking::alltoallv::Exchange;
+use hpc_spiking::exchange::spike_records;
 use hpc_spiking::team::{StopOnDrop, Team};
 use rayon::prelude::*;
 
@@ -379,20 +380,14 @@ impl<'a> Simulation<'a> {
     /// steps from `base`: rank 0 records them (and writes them to its spike
     /// file), every rank adds its thalamic input.
     fn receive(&self, intake: &mut Intake, base: u64, m: u32) -> Result<()> {
-        let (gid_bits, gid_mask) = (self.model.gid_bits, self.dynp.gid_mask);
+        let gid_bits = self.model.gid_bits;
         std::mem::swap(&mut intake.gathered, &mut intake.incoming);
         intake.base = base;
         intake.has = true;
         intake.received += intake.gathered.len() as u64;
         if let Some(rec) = intake.recorder.as_mut() {
             let ti = Instant::now();
-            intake.records.clear();
-            intake.records.extend(
-                intake
-                    .gathered
-                    .iter()
-                    .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
-            );
+            spike_records(&intake.gathered, base, gid_bits, &mut intake.records);
             intake.records.sort_unstable();
             rec.add(&intake.records);
             if let Some(w) = intake.writer.as_mut() {
