@@ -3,10 +3,10 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::error::{io, read_error};
+use crate::error::{io, read_error, Error, Result};
 use crate::file::{read_full, Header};
-use crate::manifest::parse_manifest;
-use crate::*;
+use crate::manifest::{parse_manifest, FileEntry, Manifest};
+use crate::{HEADER_LEN, KIND_NAMED, KIND_RANK, MANIFEST, MAX_MANIFEST_BYTES};
 
 /// One checkpoint: a step directory and its manifest.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,12 +4,14 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::error::io;
+use crate::checkpoint::Checkpoint;
+use crate::error::{io, Error, Rejected, Result};
 use crate::file::{
-    check_name, is_temporary, named_file_name, sync_dir, tmp_name, write_atomic, Header,
+    check_name, is_temporary, named_file_name, rank_file_name, sync_dir, tmp_name, write_atomic,
+    Header,
 };
-use crate::manifest::{manifest_text, parse_manifest};
-use crate::*;
+use crate::manifest::{manifest_text, parse_manifest, FileEntry, Manifest};
+use crate::{CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, KIND_NAMED, KIND_RANK, MANIFEST, NO_RANK};
 
 /// A directory of checkpoints, one `step-NNNNNNNNNN` directory per step.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::*;
+use crate::MANIFEST;
 
 /// Everything that can go wrong; every variant names the file or directory.
 #[derive(Debug, thiserror::Error)]

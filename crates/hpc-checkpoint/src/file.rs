@@ -4,8 +4,8 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::error::io;
-use crate::*;
+use crate::error::{io, Error, Result};
+use crate::{FORMAT_VERSION, HEADER_LEN, MAGIC};
 
 /// The file name of rank `rank`'s file.
 pub fn rank_file_name(rank: u32) -> String {

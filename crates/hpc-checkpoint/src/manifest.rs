@@ -4,8 +4,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::file::named_file_name;
-use crate::*;
+use crate::error::{Error, Result};
+use crate::file::{named_file_name, rank_file_name};
+use crate::{CRC_FIELD, CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, MANIFEST};
 
 /// One file of a checkpoint as the manifest lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
