@@ -190,6 +190,10 @@ fn install_cli(work: &Path, target: &Path, root: &Path, features: &[&str]) -> Pa
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, step after step, whose asserts read best in order"
+)]
 fn outside_application_end_to_end() {
     if !on("HPC_TEST_OUTSIDE") {
         let _ = writeln!(

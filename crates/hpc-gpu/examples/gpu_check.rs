@@ -243,6 +243,133 @@ fn time_it(
     Ok(t.elapsed() / iters as u32)
 }
 
+/// Every reduction of every element type against a float64 reference, on
+/// sizes around the kernels' edges, then f32 sums up to `2^max_log2`
+/// elements; returns the number of checks.
+fn check_all(comm: &GpuComm<'_>, max_log2: u32) -> Res<usize> {
+    let mut sizes = vec![
+        1usize,
+        2,
+        3,
+        7,
+        8,
+        9,
+        15,
+        16,
+        17,
+        31,
+        1000,
+        4097,
+        65_537,
+        (1 << 20) + 3,
+    ];
+    let mut case = 0;
+    let mut checks = 0;
+    checks += check_type::<f32>(comm, &sizes, &GpuOp::ALL, &mut case)?;
+    checks += check_type::<f64>(comm, &sizes, &GpuOp::ALL, &mut case)?;
+    checks += check_type::<f16>(comm, &sizes, &GpuOp::ALL, &mut case)?;
+    checks += check_type::<bf16>(comm, &sizes, &GpuOp::ALL, &mut case)?;
+    checks += check_type::<i32>(comm, &sizes, &GpuOp::ALL, &mut case)?;
+    // Large vectors (up to 2^max_log2 elements): f32 sum only, to keep the
+    // CPU reference within the time budget.
+    sizes = (24..=max_log2).step_by(2).map(|l| 1usize << l).collect();
+    checks += check_type::<f32>(comm, &sizes, &[GpuOp::Sum], &mut case)?;
+    Ok(checks)
+}
+
+/// Bus bandwidth of each collective, nccl-tests style (f32 sum); rank 0 prints it.
+fn bench_collectives(comm: &GpuComm<'_>) -> Res<()> {
+    let s = comm.stream();
+    let (k, me) = (comm.size(), comm.rank());
+    if me == 0 {
+        println!(
+            "{:>14} {:>14} {:>10} {:>10} {:>10}",
+            "collective", "bytes", "time_us", "algbw", "busbw"
+        );
+    }
+    for kind in CollKind::ALL {
+        for l in [10u32, 14, 18, 22, 26, 28] {
+            let n = 1usize << l;
+            let bytes = n * 4;
+            let iters = if l >= 26 { 5 } else { 20 };
+            let send = s.alloc_zeros::<f32>(n)?;
+            let mut recv = s.alloc_zeros::<f32>(n)?;
+            let small = s.alloc_zeros::<f32>((n / k).max(1))?;
+            let t = match kind {
+                CollKind::AllReduce => time_it(comm, &s, iters, || {
+                    Ok(comm.all_reduce(&send, &mut recv, GpuOp::Sum, &s)?)
+                })?,
+                CollKind::ReduceScatter => {
+                    let mut out = s.alloc_zeros::<f32>(n / k)?;
+                    let send = s.alloc_zeros::<f32>(n / k * k)?;
+                    time_it(comm, &s, iters, || {
+                        Ok(comm.reduce_scatter(&send, &mut out, GpuOp::Sum, &s)?)
+                    })?
+                }
+                CollKind::AllGather => {
+                    let mut out = s.alloc_zeros::<f32>(small.len() * k)?;
+                    time_it(comm, &s, iters, || {
+                        Ok(comm.all_gather(&small, &mut out, &s)?)
+                    })?
+                }
+                CollKind::Broadcast => time_it(comm, &s, iters, || {
+                    Ok(comm.broadcast(0, &send, &mut recv, &s)?)
+                })?,
+            };
+            let b = bandwidth(kind, k, bytes, t);
+            if me == 0 {
+                println!(
+                    "{:>14} {:>14} {:>10.1} {:>10.2} {:>10.2}",
+                    kind.name(),
+                    bytes,
+                    t.as_secs_f64() * 1e6,
+                    b.algbw,
+                    b.busbw
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The reduction kernel beside a device-to-device copy (run on rank 0).
+fn bench_reduce_kernel(comm: &GpuComm<'_>) -> Res<()> {
+    let s = comm.stream();
+    println!(
+        "{:>10} {:>8} {:>12} {:>12} {:>8}",
+        "bytes", "type", "copy GB/s", "reduce GB/s", "ratio"
+    );
+    for mib in [256usize, 1024] {
+        let n = mib << 18; // f32 elements
+        let src = s.alloc_zeros::<f32>(n)?;
+        let mut dst = s.alloc_zeros::<f32>(n)?;
+        let tc = time_it(comm, &s, 10, || Ok(s.memcpy_dtod(&src, &mut dst)?))?;
+        let tr = time_it(comm, &s, 10, || {
+            Ok(comm.reduce_local(&mut dst, &src, GpuOp::Sum, &s)?)
+        })?;
+        // Copy moves 2 bytes per byte (read + write), the reduction 3.
+        let bytes = (n * 4) as f64;
+        let (c, r) = (
+            2.0 * bytes / tc.as_secs_f64() / 1e9,
+            3.0 * bytes / tr.as_secs_f64() / 1e9,
+        );
+        println!(
+            "{:>10} {:>8} {:>12.1} {:>12.1} {:>8.2}{}",
+            n * 4,
+            "f32",
+            c,
+            r,
+            r / c,
+            if r / c >= 0.8 {
+                ""
+            } else {
+                "  (below the 0.80 target)"
+            }
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let opt = |name: &str| {
@@ -272,7 +399,6 @@ fn main() -> Res<()> {
             std::process::exit(2);
         }
     };
-    let s = comm.stream();
     let (k, me) = (comm.size(), comm.rank());
     if me == 0 {
         let (name, drv, cc) = comm.device_info()?;
@@ -285,34 +411,7 @@ fn main() -> Res<()> {
             comm.backend()
         );
     }
-    // Correctness.
-    let mut sizes = vec![
-        1usize,
-        2,
-        3,
-        7,
-        8,
-        9,
-        15,
-        16,
-        17,
-        31,
-        1000,
-        4097,
-        65_537,
-        (1 << 20) + 3,
-    ];
-    let mut case = 0;
-    let mut checks = 0;
-    checks += check_type::<f32>(&comm, &sizes, &GpuOp::ALL, &mut case)?;
-    checks += check_type::<f64>(&comm, &sizes, &GpuOp::ALL, &mut case)?;
-    checks += check_type::<f16>(&comm, &sizes, &GpuOp::ALL, &mut case)?;
-    checks += check_type::<bf16>(&comm, &sizes, &GpuOp::ALL, &mut case)?;
-    checks += check_type::<i32>(&comm, &sizes, &GpuOp::ALL, &mut case)?;
-    // Large vectors (up to 2^max_log2 elements): f32 sum only, to keep the
-    // CPU reference within the time budget.
-    sizes = (24..=max_log2).step_by(2).map(|l| 1usize << l).collect();
-    checks += check_type::<f32>(&comm, &sizes, &[GpuOp::Sum], &mut case)?;
+    let checks = check_all(&comm, max_log2)?;
     world.barrier()?;
     if me == 0 {
         println!("correctness: {checks} checks passed on every rank (float64 reference, NaN-poisoned outputs)");
@@ -320,89 +419,9 @@ fn main() -> Res<()> {
     if !bench {
         return Ok(());
     }
-    // Bus bandwidth, nccl-tests style (f32 sum).
+    bench_collectives(&comm)?;
     if me == 0 {
-        println!(
-            "{:>14} {:>14} {:>10} {:>10} {:>10}",
-            "collective", "bytes", "time_us", "algbw", "busbw"
-        );
-    }
-    for kind in CollKind::ALL {
-        for l in [10u32, 14, 18, 22, 26, 28] {
-            let n = 1usize << l;
-            let bytes = n * 4;
-            let iters = if l >= 26 { 5 } else { 20 };
-            let send = s.alloc_zeros::<f32>(n)?;
-            let mut recv = s.alloc_zeros::<f32>(n)?;
-            let small = s.alloc_zeros::<f32>((n / k).max(1))?;
-            let t = match kind {
-                CollKind::AllReduce => time_it(&comm, &s, iters, || {
-                    Ok(comm.all_reduce(&send, &mut recv, GpuOp::Sum, &s)?)
-                })?,
-                CollKind::ReduceScatter => {
-                    let mut out = s.alloc_zeros::<f32>(n / k)?;
-                    let send = s.alloc_zeros::<f32>(n / k * k)?;
-                    time_it(&comm, &s, iters, || {
-                        Ok(comm.reduce_scatter(&send, &mut out, GpuOp::Sum, &s)?)
-                    })?
-                }
-                CollKind::AllGather => {
-                    let mut out = s.alloc_zeros::<f32>(small.len() * k)?;
-                    time_it(&comm, &s, iters, || {
-                        Ok(comm.all_gather(&small, &mut out, &s)?)
-                    })?
-                }
-                CollKind::Broadcast => time_it(&comm, &s, iters, || {
-                    Ok(comm.broadcast(0, &send, &mut recv, &s)?)
-                })?,
-            };
-            let b = bandwidth(kind, k, bytes, t);
-            if me == 0 {
-                println!(
-                    "{:>14} {:>14} {:>10.1} {:>10.2} {:>10.2}",
-                    kind.name(),
-                    bytes,
-                    t.as_secs_f64() * 1e6,
-                    b.algbw,
-                    b.busbw
-                );
-            }
-        }
-    }
-    // The reduction kernel beside a device-to-device copy (rank 0).
-    if me == 0 {
-        println!(
-            "{:>10} {:>8} {:>12} {:>12} {:>8}",
-            "bytes", "type", "copy GB/s", "reduce GB/s", "ratio"
-        );
-        for mib in [256usize, 1024] {
-            let n = mib << 18; // f32 elements
-            let src = s.alloc_zeros::<f32>(n)?;
-            let mut dst = s.alloc_zeros::<f32>(n)?;
-            let tc = time_it(&comm, &s, 10, || Ok(s.memcpy_dtod(&src, &mut dst)?))?;
-            let tr = time_it(&comm, &s, 10, || {
-                Ok(comm.reduce_local(&mut dst, &src, GpuOp::Sum, &s)?)
-            })?;
-            // Copy moves 2 bytes per byte (read + write), the reduction 3.
-            let bytes = (n * 4) as f64;
-            let (c, r) = (
-                2.0 * bytes / tc.as_secs_f64() / 1e9,
-                3.0 * bytes / tr.as_secs_f64() / 1e9,
-            );
-            println!(
-                "{:>10} {:>8} {:>12.1} {:>12.1} {:>8.2}{}",
-                n * 4,
-                "f32",
-                c,
-                r,
-                r / c,
-                if r / c >= 0.8 {
-                    ""
-                } else {
-                    "  (below the 0.80 target)"
-                }
-            );
-        }
+        bench_reduce_kernel(&comm)?;
     }
     world.barrier()?;
     Ok(())

@@ -156,6 +156,10 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, step after step, whose asserts read best in order"
+)]
 fn suite(world: &World, t: &Transport) {
     let me = world.rank();
     let peer = 1 - me;

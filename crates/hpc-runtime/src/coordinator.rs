@@ -588,14 +588,7 @@ impl State {
                 self.conns[rank] = Some(stream);
                 self.nodes[rank] = Some(node);
                 self.joined += 1;
-                if let Some((r, cause)) = self.aborted.clone() {
-                    self.send(
-                        rank,
-                        &Msg::Abort {
-                            rank: r as u32,
-                            cause,
-                        },
-                    );
+                if self.tell_aborted(rank) {
                     return;
                 }
                 if self.init_failed {
@@ -701,15 +694,24 @@ impl State {
         }
     }
 
+    /// Once the job aborted, tells `rank` why (the rank that failed and its
+    /// cause) and returns `true`: nothing it sends is taken any more.
+    fn tell_aborted(&mut self, rank: usize) -> bool {
+        let Some((r, cause)) = self.aborted.clone() else {
+            return false;
+        };
+        self.send(
+            rank,
+            &Msg::Abort {
+                rank: r as u32,
+                cause,
+            },
+        );
+        true
+    }
+
     fn contribute(&mut self, rank: usize, seq: u64, op: Op, data: Vec<u8>) {
-        if let Some((r, cause)) = self.aborted.clone() {
-            self.send(
-                rank,
-                &Msg::Abort {
-                    rank: r as u32,
-                    cause,
-                },
-            );
+        if self.tell_aborted(rank) {
             return;
         }
         // A clean-gone rank that this collective needs.

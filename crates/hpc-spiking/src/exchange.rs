@@ -38,6 +38,21 @@ use std::thread::JoinHandle;
 use anyhow::{anyhow, bail, Result};
 use hpc_runtime::World;
 
+/// The `(tick, neuron)` records of spike `codes` exchanged for the interval
+/// that starts at step `base` (each `(step within the interval) << gid_bits |
+/// neuron`), into `out` (cleared first): a spike emitted in step `base + s`
+/// is recorded at tick `base + s + 1`, the end of its step, as the spike file
+/// keeps it.
+pub fn spike_records(codes: &[u32], base: u64, gid_bits: u32, out: &mut Vec<(u32, u32)>) {
+    let gid_mask = ((1u64 << gid_bits) - 1) as u32;
+    out.clear();
+    out.extend(
+        codes
+            .iter()
+            .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
+    );
+}
+
 /// One rank's side of the all-to-all spike exchange.
 pub trait SpikeExchange {
     /// The handle of an exchange in flight.
@@ -398,5 +413,19 @@ impl SpikeExchange for AnyExchange {
             AnyExchange::World(w) => w.overlap(local, out, work),
             AnyExchange::Comm(c) => c.overlap(local, out, work),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spike_records;
+
+    #[test]
+    fn spike_records_decode_step_and_neuron_and_clear_what_was_there() {
+        // gid_bits 4: neurons 0..16; steps 0 and 2 of the interval from step 10.
+        let codes = [3u32, (2 << 4) | 15, 7];
+        let mut out = vec![(99, 99)];
+        spike_records(&codes, 10, 4, &mut out);
+        assert_eq!(out, vec![(11, 3), (13, 15), (11, 7)]);
     }
 }

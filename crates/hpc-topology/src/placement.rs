@@ -361,28 +361,7 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
     let numa_domains = domains_by(&slots, |s| s.numa);
     let package_domains = domains_by(&slots, |s| s.package);
 
-    // Node-wide progress cores: the last free core of each fine domain in turn, so
-    // that every NUMA node has one when there are enough.
-    let mut node_progress: Vec<usize> = Vec::new();
-    if req.progress_scope == ProgressScope::PerNode && req.progress > 0 {
-        let mut remaining: Vec<Vec<usize>> = fine.clone();
-        let mut d = 0;
-        while node_progress.len() < req.progress.min(slots.len()) {
-            if let Some(i) = remaining[d].pop() {
-                alloc.load[i] += 1;
-                node_progress.push(i);
-            }
-            d = (d + 1) % remaining.len();
-        }
-        node_progress.sort_unstable();
-        if req.progress > slots.len() {
-            warnings.push(format!(
-                "{} node progress cores requested but only {} cores are allowed",
-                req.progress,
-                slots.len()
-            ));
-        }
-    }
+    let node_progress = node_progress_cores(req, &fine, slots.len(), &mut alloc, &mut warnings);
     let per_rank_progress = if req.progress_scope == ProgressScope::PerRank {
         req.progress
     } else {
@@ -437,48 +416,16 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
     let mut ranks: Vec<Placement> = Vec::with_capacity(req.ranks);
     let mut numa_rank_count: BTreeMap<Option<u32>, usize> = BTreeMap::new();
     for (r, (compute, progress)) in raw.into_iter().enumerate() {
-        let numa = most_common(compute.iter().filter_map(|&i| slots[i].numa));
-        let package = most_common(compute.iter().filter_map(|&i| slots[i].package));
-        let oversubscribed = compute.iter().chain(&progress).any(|&i| alloc.load[i] > 1);
-        let mut progress = progress;
-        if !node_progress.is_empty() {
-            let nth = numa_rank_count.entry(numa).or_insert(0);
-            let local: Vec<usize> = node_progress
-                .iter()
-                .copied()
-                .filter(|&i| numa.is_some() && slots[i].numa == numa)
-                .collect();
-            let pick = if local.is_empty() {
-                node_progress[r % node_progress.len()]
-            } else {
-                local[*nth % local.len()]
-            };
-            *nth += 1;
-            progress = vec![pick];
-        }
-        let thread_cpusets: Vec<CpuSet> = compute.iter().map(|&i| slots[i].pus.clone()).collect();
-        let mut compute_cpuset = CpuSet::new();
-        thread_cpusets
-            .iter()
-            .for_each(|s| compute_cpuset.extend_from(s));
-        let mut progress_cpuset = CpuSet::new();
-        progress
-            .iter()
-            .for_each(|&i| progress_cpuset.extend_from(&slots[i].pus));
-        ranks.push(Placement {
-            rank: r,
-            cpuset: compute_cpuset.union(&progress_cpuset),
-            compute_cores: compute.iter().map(|&i| slots[i].logical).collect(),
-            thread_cpusets,
-            compute_cpuset,
-            progress_cores: progress.iter().map(|&i| slots[i].logical).collect(),
-            progress_cpuset,
-            numa,
-            package,
-            gpu: None,
-            nic: None,
-            oversubscribed,
-        });
+        let p = rank_placement(
+            r,
+            compute,
+            progress,
+            &slots,
+            &alloc,
+            &node_progress,
+            &mut numa_rank_count,
+        );
+        ranks.push(p);
     }
     let oversubscribed = ranks.iter().any(|p| p.oversubscribed);
     if oversubscribed {
@@ -522,6 +469,93 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
         warnings,
         ranks,
     })
+}
+
+/// Node-wide progress cores: the last free core of each fine domain in turn, so
+/// that every NUMA node has one when there are enough (none unless the request
+/// asks for them per node).
+fn node_progress_cores(
+    req: &PlacementRequest,
+    fine: &[Vec<usize>],
+    cores: usize,
+    alloc: &mut Allocator,
+    warnings: &mut Vec<String>,
+) -> Vec<usize> {
+    let mut node_progress: Vec<usize> = Vec::new();
+    if req.progress_scope == ProgressScope::PerNode && req.progress > 0 {
+        let mut remaining: Vec<Vec<usize>> = fine.to_vec();
+        let mut d = 0;
+        while node_progress.len() < req.progress.min(cores) {
+            if let Some(i) = remaining[d].pop() {
+                alloc.load[i] += 1;
+                node_progress.push(i);
+            }
+            d = (d + 1) % remaining.len();
+        }
+        node_progress.sort_unstable();
+        if req.progress > cores {
+            warnings.push(format!(
+                "{} node progress cores requested but only {} cores are allowed",
+                req.progress, cores
+            ));
+        }
+    }
+    node_progress
+}
+
+/// Rank `r`'s placement on the slots `compute` and `progress` it was given
+/// (with node-wide progress cores, one of its NUMA node's in turn).
+fn rank_placement(
+    r: usize,
+    compute: Vec<usize>,
+    progress: Vec<usize>,
+    slots: &[Slot],
+    alloc: &Allocator,
+    node_progress: &[usize],
+    numa_rank_count: &mut BTreeMap<Option<u32>, usize>,
+) -> Placement {
+    let numa = most_common(compute.iter().filter_map(|&i| slots[i].numa));
+    let package = most_common(compute.iter().filter_map(|&i| slots[i].package));
+    let oversubscribed = compute.iter().chain(&progress).any(|&i| alloc.load[i] > 1);
+    let mut progress = progress;
+    if !node_progress.is_empty() {
+        let nth = numa_rank_count.entry(numa).or_insert(0);
+        let local: Vec<usize> = node_progress
+            .iter()
+            .copied()
+            .filter(|&i| numa.is_some() && slots[i].numa == numa)
+            .collect();
+        let pick = if local.is_empty() {
+            node_progress[r % node_progress.len()]
+        } else {
+            local[*nth % local.len()]
+        };
+        *nth += 1;
+        progress = vec![pick];
+    }
+    let thread_cpusets: Vec<CpuSet> = compute.iter().map(|&i| slots[i].pus.clone()).collect();
+    let mut compute_cpuset = CpuSet::new();
+    thread_cpusets
+        .iter()
+        .for_each(|s| compute_cpuset.extend_from(s));
+    let mut progress_cpuset = CpuSet::new();
+    progress
+        .iter()
+        .for_each(|&i| progress_cpuset.extend_from(&slots[i].pus));
+    Placement {
+        rank: r,
+        cpuset: compute_cpuset.union(&progress_cpuset),
+        compute_cores: compute.iter().map(|&i| slots[i].logical).collect(),
+        thread_cpusets,
+        compute_cpuset,
+        progress_cores: progress.iter().map(|&i| slots[i].logical).collect(),
+        progress_cpuset,
+        numa,
+        package,
+        gpu: None,
+        nic: None,
+        oversubscribed,
+    }
 }
 
 /// GPUs: first every rank gets a free GPU local to it (most overlap, then compute

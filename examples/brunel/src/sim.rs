@@ -47,7 +47,7 @@ use crate::checkpoint::{self, Restart, State};
 use crate::network::{Block, Connectivity};
 use crate::output::{Recorder, Stats};
 use crate::params::Model;
-use hpc_spiking::exchange::SpikeExchange;
+use hpc_spiking::exchange::{spike_records, SpikeExchange};
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
 pub use hpc_spiking::RunOptions;
@@ -392,7 +392,164 @@ impl<'a> Simulation<'a> {
         if ck_every.is_some() && opts.checkpoint_dir.is_none() {
             bail!("checkpoints need a directory");
         }
-        // Rank 0 records every spike (it receives them all in the exchange).
+        let mut intake = self.intake(opts)?;
+        let t0 = Instant::now();
+        let cpu0 = hpc_spiking::run::cpu_seconds();
+        let (mut update_s, mut comm_s) = (0.0, 0.0);
+        // `send`: this rank's spikes of interval `send_base`, not yet exchanged
+        // (lag 2 only).
+        let mut send: Vec<u32> = Vec::new();
+        let mut send_base: Option<u64> = None;
+        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+        let mut ck_written: Vec<u64> = Vec::new();
+
+        while self.step < end {
+            let mut m = (end - self.step).min(m_steps as u64);
+            if let Some(c) = ck_every {
+                m = m.min(c - self.step % c);
+            }
+            let m = m as u32;
+            let step0 = self.step;
+            {
+                let tu = Instant::now();
+                let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
+                let whole = self.shards.len() == 1;
+                let codes: &[u32] = if intake.has { &intake.gathered } else { &[] };
+                let base = intake.base;
+                let shards = &mut self.shards;
+                let mut work = || {
+                    let _s = tracing::info_span!("deliver_update", step = step0).entered();
+                    pool.install(|| {
+                        shards.par_iter_mut().for_each(|sh| {
+                            sh.deliver(conn, codes, base, dp, whole);
+                            sh.spikes.clear();
+                            sh.update(step0, m, dp, pois);
+                        })
+                    })
+                };
+                match send_base.take() {
+                    // Exchange the previous interval while updating this one.
+                    Some(prev) => {
+                        let ((), work_s) = ex.overlap(&send, &mut intake.incoming, work)?;
+                        update_s += work_s;
+                        comm_s += tu.elapsed().as_secs_f64() - work_s;
+                        self.receive(&mut intake, prev)?;
+                    }
+                    None => {
+                        work();
+                        intake.has = false;
+                        update_s += tu.elapsed().as_secs_f64();
+                    }
+                }
+            }
+            send.clear();
+            for sh in &self.shards {
+                send.extend_from_slice(&sh.spikes);
+            }
+            send_base = Some(step0);
+            if lag == 1 {
+                let tc = Instant::now();
+                ex.overlap(&send, &mut intake.incoming, || ())?;
+                comm_s += tc.elapsed().as_secs_f64();
+                self.receive(&mut intake, step0)?;
+                send_base = None;
+            }
+            self.step += m as u64;
+
+            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
+            if at_checkpoint || self.step == end {
+                // Drain: deliver everything so that no spike is pending.
+                if let Some(prev) = send_base.take() {
+                    if intake.has {
+                        self.deliver_all(pool, &intake.gathered, intake.base);
+                    }
+                    let tc = Instant::now();
+                    ex.overlap(&send, &mut intake.incoming, || ())?;
+                    comm_s += tc.elapsed().as_secs_f64();
+                    self.receive(&mut intake, prev)?;
+                }
+                if intake.has {
+                    self.deliver_all(pool, &intake.gathered, intake.base);
+                    intake.has = false;
+                }
+            }
+            if at_checkpoint {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    let ti = Instant::now();
+                    self.write_checkpoint(ex, dir, &intake, opts, &mut ck_written)?;
+                    intake.io_s += ti.elapsed().as_secs_f64();
+                }
+            }
+            if let Some(cb) = progress.as_mut() {
+                cb(&Progress {
+                    step: self.step,
+                    steps: model.steps,
+                    start_step,
+                    wall: t0.elapsed(),
+                });
+            }
+        }
+        let times = Times {
+            t0,
+            cpu0,
+            update_s,
+            comm_s,
+        };
+        self.report(intake, &times, m_steps, start_step)
+    }
+
+    /// The rank's report at the end of the run, its spike file finished if
+    /// the run completed.
+    fn report(
+        &self,
+        intake: Intake,
+        times: &Times,
+        m_steps: u32,
+        start_step: u64,
+    ) -> Result<RankReport> {
+        let model = self.model;
+        let completed = self.step >= model.steps;
+        let spike_file = match intake.writer {
+            Some(w) if completed => Some(w.finish()?),
+            _ => None,
+        };
+        let simulate_s = times.t0.elapsed().as_secs_f64();
+        let state_bytes: usize = self
+            .shards
+            .iter()
+            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring_e.len() * 4)
+            .sum();
+        Ok(RankReport {
+            rank: self.rank,
+            size: self.size,
+            threads: self.shards.len(),
+            first: self.block.first,
+            neurons: self.block.len,
+            synapses: self.conn.synapses(),
+            connectivity_bytes: self.conn.bytes(),
+            state_bytes: state_bytes as u64,
+            interval_steps: m_steps,
+            start_step,
+            end_step: self.step,
+            completed,
+            build_s: self.build_s,
+            simulate_s,
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
+            update_s: times.update_s,
+            communicate_s: times.comm_s,
+            io_s: intake.io_s,
+            spikes_exchanged: intake.exchanged,
+            stats: intake
+                .recorder
+                .map(|r| r.stats(self.step as f64 * model.params.dt)),
+            spike_file,
+        })
+    }
+
+    /// Rank 0's recorder (it receives every spike in the exchange) and spike
+    /// file, continued from a restored checkpoint's; nothing on the others.
+    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
+        let model = self.model;
         let mut recorder = None;
         let mut writer = None;
         if self.rank == 0 {
@@ -420,198 +577,103 @@ impl<'a> Simulation<'a> {
             }
             recorder = Some(rec);
         }
-
-        let t0 = Instant::now();
-        let cpu0 = hpc_spiking::run::cpu_seconds();
-        let (mut update_s, mut comm_s, mut io_s) = (0.0, 0.0, 0.0);
-        // `send`: this rank's spikes of interval `send_base`, not yet exchanged
-        // (lag 2 only). `gathered`: all ranks' spikes of interval
-        // `gathered_base`, exchanged, not yet delivered.
-        let mut send: Vec<u32> = Vec::new();
-        let mut send_base: Option<u64> = None;
-        let mut gathered: Vec<u32> = Vec::new();
-        let mut incoming: Vec<u32> = Vec::new();
-        let mut gathered_base = 0u64;
-        let mut has_gathered = false;
-        let mut records: Vec<(u32, u32)> = Vec::new();
-        let mut exchanged = 0u64;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
-        let gid_bits = model.gid_bits;
-        let gid_mask = self.dynp.gid_mask;
-
-        // After an exchange: all ranks' spikes of interval `base` are in
-        // `incoming`; rank 0 records them; they become `gathered`.
-        macro_rules! received {
-            ($base:expr) => {{
-                let base: u64 = $base;
-                std::mem::swap(&mut gathered, &mut incoming);
-                gathered_base = base;
-                has_gathered = true;
-                exchanged += gathered.len() as u64;
-                if let Some(rec) = recorder.as_mut() {
-                    let ti = Instant::now();
-                    gathered.sort_unstable();
-                    records.clear();
-                    records.extend(
-                        gathered
-                            .iter()
-                            .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
-                    );
-                    rec.add(&records);
-                    if let Some(w) = writer.as_mut() {
-                        w.append(&records)?;
-                    }
-                    io_s += ti.elapsed().as_secs_f64();
-                }
-            }};
-        }
-
-        while self.step < end {
-            let mut m = (end - self.step).min(m_steps as u64);
-            if let Some(c) = ck_every {
-                m = m.min(c - self.step % c);
-            }
-            let m = m as u32;
-            let step0 = self.step;
-            {
-                let tu = Instant::now();
-                let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
-                let whole = self.shards.len() == 1;
-                let codes: &[u32] = if has_gathered { &gathered } else { &[] };
-                let base = gathered_base;
-                let shards = &mut self.shards;
-                let mut work = || {
-                    let _s = tracing::info_span!("deliver_update", step = step0).entered();
-                    pool.install(|| {
-                        shards.par_iter_mut().for_each(|sh| {
-                            sh.deliver(conn, codes, base, dp, whole);
-                            sh.spikes.clear();
-                            sh.update(step0, m, dp, pois);
-                        })
-                    })
-                };
-                match send_base.take() {
-                    // Exchange the previous interval while updating this one.
-                    Some(prev) => {
-                        let ((), work_s) = ex.overlap(&send, &mut incoming, work)?;
-                        update_s += work_s;
-                        comm_s += tu.elapsed().as_secs_f64() - work_s;
-                        received!(prev);
-                    }
-                    None => {
-                        work();
-                        has_gathered = false;
-                        update_s += tu.elapsed().as_secs_f64();
-                    }
-                }
-            }
-            send.clear();
-            for sh in &self.shards {
-                send.extend_from_slice(&sh.spikes);
-            }
-            send_base = Some(step0);
-            if lag == 1 {
-                let tc = Instant::now();
-                ex.overlap(&send, &mut incoming, || ())?;
-                comm_s += tc.elapsed().as_secs_f64();
-                received!(step0);
-                send_base = None;
-            }
-            self.step += m as u64;
-
-            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
-            if at_checkpoint || self.step == end {
-                // Drain: deliver everything so that no spike is pending.
-                if let Some(prev) = send_base.take() {
-                    if has_gathered {
-                        self.deliver_all(pool, &gathered, gathered_base);
-                    }
-                    let tc = Instant::now();
-                    ex.overlap(&send, &mut incoming, || ())?;
-                    comm_s += tc.elapsed().as_secs_f64();
-                    received!(prev);
-                }
-                if has_gathered {
-                    self.deliver_all(pool, &gathered, gathered_base);
-                    has_gathered = false;
-                }
-            }
-            if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
-                    let ti = Instant::now();
-                    let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-                    let set = hpc_checkpoint::Checkpoints::new(dir);
-                    let st = self.state();
-                    let written = checkpoint::write_rank(
-                        &set, model, self.step, self.rank, self.size, self.block, &st,
-                    );
-                    // Every rank's file size and CRC-32C go to rank 0, which writes the
-                    // manifest only once all files are there; a rank that could not
-                    // write its file makes every rank stop here.
-                    let words = checkpoint::entry_words(&written);
-                    let mut all = Vec::new();
-                    ex.overlap(&words, &mut all, || ())?;
-                    written?;
-                    let entries = checkpoint::gathered_entries(&all, self.size, self.step)?;
-                    if self.rank == 0 {
-                        let spikes = match (writer.as_ref(), recorder.as_ref()) {
-                            (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
-                            _ => None,
-                        };
-                        let ck =
-                            checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
-                        tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
-                        ck_written.push(self.step);
-                        if let Some(keep) = opts.checkpoint_keep {
-                            set.prune(&mut ck_written, keep)?;
-                        }
-                    }
-                    io_s += ti.elapsed().as_secs_f64();
-                }
-            }
-            if let Some(cb) = progress.as_mut() {
-                cb(&Progress {
-                    step: self.step,
-                    steps: model.steps,
-                    start_step,
-                    wall: t0.elapsed(),
-                });
-            }
-        }
-        let completed = self.step >= model.steps;
-        let spike_file = match writer {
-            Some(w) if completed => Some(w.finish()?),
-            _ => None,
-        };
-        let simulate_s = t0.elapsed().as_secs_f64();
-        let state_bytes: usize = self
-            .shards
-            .iter()
-            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring_e.len() * 4)
-            .sum();
-        Ok(RankReport {
-            rank: self.rank,
-            size: self.size,
-            threads: self.shards.len(),
-            first: self.block.first,
-            neurons: self.block.len,
-            synapses: self.conn.synapses(),
-            connectivity_bytes: self.conn.bytes(),
-            state_bytes: state_bytes as u64,
-            interval_steps: m_steps,
-            start_step,
-            end_step: self.step,
-            completed,
-            build_s: self.build_s,
-            simulate_s,
-            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
-            update_s,
-            communicate_s: comm_s,
-            io_s,
-            spikes_exchanged: exchanged,
-            stats: recorder.map(|r| r.stats(self.step as f64 * model.params.dt)),
-            spike_file,
+        Ok(Intake {
+            gathered: Vec::new(),
+            incoming: Vec::new(),
+            base: 0,
+            has: false,
+            records: Vec::new(),
+            exchanged: 0,
+            recorder,
+            writer,
+            io_s: 0.0,
         })
     }
+
+    /// After an exchange: all ranks' spikes of interval `base` are in
+    /// `incoming`; rank 0 records them; they become `gathered`.
+    fn receive(&self, intake: &mut Intake, base: u64) -> Result<()> {
+        let gid_bits = self.model.gid_bits;
+        std::mem::swap(&mut intake.gathered, &mut intake.incoming);
+        intake.base = base;
+        intake.has = true;
+        intake.exchanged += intake.gathered.len() as u64;
+        if let Some(rec) = intake.recorder.as_mut() {
+            let ti = Instant::now();
+            intake.gathered.sort_unstable();
+            spike_records(&intake.gathered, base, gid_bits, &mut intake.records);
+            rec.add(&intake.records);
+            if let Some(w) = intake.writer.as_mut() {
+                w.append(&intake.records)?;
+            }
+            intake.io_s += ti.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+
+    /// Writes this rank's checkpoint at the current step; rank 0 commits it
+    /// (with the spike file so far) once every rank's file is there, and
+    /// prunes the older ones this run wrote past `checkpoint_keep`.
+    fn write_checkpoint<E: SpikeExchange>(
+        &self,
+        ex: &mut E,
+        dir: &std::path::Path,
+        intake: &Intake,
+        opts: &RunOptions,
+        ck_written: &mut Vec<u64>,
+    ) -> Result<()> {
+        let model = self.model;
+        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
+        let set = hpc_checkpoint::Checkpoints::new(dir);
+        let st = self.state();
+        let written = checkpoint::write_rank(
+            &set, model, self.step, self.rank, self.size, self.block, &st,
+        );
+        // Every rank's file size and CRC-32C go to rank 0, which writes the
+        // manifest only once all files are there; a rank that could not
+        // write its file makes every rank stop here.
+        let words = checkpoint::entry_words(&written);
+        let mut all = Vec::new();
+        ex.overlap(&words, &mut all, || ())?;
+        written?;
+        let entries = checkpoint::gathered_entries(&all, self.size, self.step)?;
+        if self.rank == 0 {
+            let spikes = match (intake.writer.as_ref(), intake.recorder.as_ref()) {
+                (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
+                _ => None,
+            };
+            let ck = checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
+            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+            ck_written.push(self.step);
+            if let Some(keep) = opts.checkpoint_keep {
+                set.prune(ck_written, keep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// All ranks' spikes of the last exchange, not yet all delivered, and where
+/// rank 0 keeps them: its recorder and spike file.
+struct Intake {
+    /// All ranks' spikes of interval `base`, exchanged, not yet delivered
+    /// while `has`.
+    gathered: Vec<u32>,
+    /// Where the exchange in flight lands.
+    incoming: Vec<u32>,
+    base: u64,
+    has: bool,
+    records: Vec<(u32, u32)>,
+    exchanged: u64,
+    recorder: Option<Recorder>,
+    writer: Option<crate::output::SpikeWriter>,
+    io_s: f64,
+}
+
+/// The clocks of a run.
+struct Times {
+    t0: Instant,
+    cpu0: f64,
+    update_s: f64,
+    comm_s: f64,
 }

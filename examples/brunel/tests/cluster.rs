@@ -53,6 +53,10 @@ fn spikes(dir: &str) -> Vec<u8> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, step after step, whose asserts read best in order"
+)]
 fn brunel_across_cluster_nodes() {
     if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
         eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");

@@ -87,6 +87,10 @@ fn proxies_started(dpu: &str) -> usize {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, step after step, whose asserts read best in order"
+)]
 fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
         eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");

@@ -79,6 +79,10 @@ fn spk(h: &[u8], records: &[(u32, u32)]) -> Vec<u8> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, step after step, whose asserts read best in order"
+)]
 fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
     if !have_python() {
         return;

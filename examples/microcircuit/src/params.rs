@@ -246,6 +246,14 @@ impl Default for Params {
     }
 }
 
+/// Refuses a value that is not a finite number, naming the parameter.
+fn finite(name: &str, x: f64) -> Result<()> {
+    if !x.is_finite() {
+        bail!("{name} must be a finite number, got {}", num(x));
+    }
+    Ok(())
+}
+
 impl Params {
     /// Parses a TOML file's text; missing keys keep their default, and a
     /// `[populations.X]` or `[conn_probs]` entry replaces that population's default.
@@ -318,12 +326,6 @@ impl Params {
 
     /// Checks every value; the error names the parameter.
     pub fn check(&self) -> Result<()> {
-        let finite = |name: &str, x: f64| -> Result<()> {
-            if !x.is_finite() {
-                bail!("{name} must be a finite number, got {}", num(x));
-            }
-            Ok(())
-        };
         let positive = |name: &str, x: f64| -> Result<()> {
             finite(name, x)?;
             if x <= 0.0 {
@@ -411,49 +413,7 @@ impl Params {
             );
         }
         for name in POPULATIONS {
-            let p = self
-                .populations
-                .get(name)
-                .with_context(|| format!("population {name} has no parameters"))?;
-            if p.n_full == 0 {
-                bail!("populations.{name}.n_full must be > 0");
-            }
-            for (k, x) in [
-                ("k_ext", p.k_ext),
-                ("full_mean_rate", p.full_mean_rate),
-                ("v0_std", p.v0_std),
-            ] {
-                finite(k, x)?;
-                if x < 0.0 {
-                    bail!("populations.{name}.{k} must be >= 0, got {x}");
-                }
-            }
-            finite("v0_mean", p.v0_mean)?;
-            let row = self
-                .conn_probs
-                .get(name)
-                .with_context(|| format!("conn_probs has no row for target {name}"))?;
-            if row.len() != NPOP {
-                bail!(
-                    "conn_probs.{name} has {} entries; it needs one per source population ({})",
-                    row.len(),
-                    POPULATIONS.join(", ")
-                );
-            }
-            for (k, &x) in row.iter().enumerate() {
-                if !(0.0..1.0).contains(&x) {
-                    bail!(
-                        "conn_probs.{name} from {} is {x}: a connection probability must be in [0, 1)",
-                        POPULATIONS[k]
-                    );
-                }
-            }
-            let t = self.thalamus.conn_probs.get(name).copied().unwrap_or(0.0);
-            if !(0.0..1.0).contains(&t) {
-                bail!(
-                    "thalamus.conn_probs.{name} is {t}: a connection probability must be in [0, 1)"
-                );
-            }
+            self.check_population(name)?;
         }
         let th = &self.thalamus;
         finite("thalamus.rate", th.rate)?;
@@ -466,6 +426,53 @@ impl Params {
         }
         if th.enabled && th.n == 0 {
             bail!("thalamus.n must be > 0 when the thalamus is enabled");
+        }
+        Ok(())
+    }
+
+    /// Checks population `name`'s parameters and its rows of connection
+    /// probabilities (from the other populations and the thalamus).
+    fn check_population(&self, name: &str) -> Result<()> {
+        let p = self
+            .populations
+            .get(name)
+            .with_context(|| format!("population {name} has no parameters"))?;
+        if p.n_full == 0 {
+            bail!("populations.{name}.n_full must be > 0");
+        }
+        for (k, x) in [
+            ("k_ext", p.k_ext),
+            ("full_mean_rate", p.full_mean_rate),
+            ("v0_std", p.v0_std),
+        ] {
+            finite(k, x)?;
+            if x < 0.0 {
+                bail!("populations.{name}.{k} must be >= 0, got {x}");
+            }
+        }
+        finite("v0_mean", p.v0_mean)?;
+        let row = self
+            .conn_probs
+            .get(name)
+            .with_context(|| format!("conn_probs has no row for target {name}"))?;
+        if row.len() != NPOP {
+            bail!(
+                "conn_probs.{name} has {} entries; it needs one per source population ({})",
+                row.len(),
+                POPULATIONS.join(", ")
+            );
+        }
+        for (k, &x) in row.iter().enumerate() {
+            if !(0.0..1.0).contains(&x) {
+                bail!(
+                    "conn_probs.{name} from {} is {x}: a connection probability must be in [0, 1)",
+                    POPULATIONS[k]
+                );
+            }
+        }
+        let t = self.thalamus.conn_probs.get(name).copied().unwrap_or(0.0);
+        if !(0.0..1.0).contains(&t) {
+            bail!("thalamus.conn_probs.{name} is {t}: a connection probability must be in [0, 1)");
         }
         Ok(())
     }
@@ -564,6 +571,104 @@ fn round_even(x: f64) -> f64 {
     }
 }
 
+/// The sizes of the populations at `n_scaling`, and the first neuron of each
+/// (the last entry: the number of neurons).
+fn population_sizes(p: &Params, n_full: &[f64]) -> Result<([u32; NPOP], [u32; NPOP + 1])> {
+    let mut sizes = [0u32; NPOP];
+    let mut first = [0u32; NPOP + 1];
+    for i in 0..NPOP {
+        let s = round_even(n_full[i] * p.n_scaling);
+        if s < 1.0 {
+            bail!(
+                "n_scaling {} leaves population {} without neurons",
+                num(p.n_scaling),
+                POPULATIONS[i]
+            );
+        }
+        if s > 65536.0 {
+            bail!(
+                "population {} has {s} neurons; at most 65536 per population are supported (targets are stored in 16 bits)",
+                POPULATIONS[i]
+            );
+        }
+        sizes[i] = s as u32;
+        first[i + 1] = first[i] + sizes[i];
+    }
+    Ok((sizes, first))
+}
+
+/// Adds the thalamus's projections to `projections` and returns its first and
+/// end steps and its probability to spike in a step.
+fn thalamic_projections(
+    p: &Params,
+    ratio: f64,
+    n_full: &[f64],
+    projections: &mut Vec<Projection>,
+) -> Result<((u64, u64), f64)> {
+    let th = &p.thalamus;
+    let ks = p.k_scaling;
+    let mut w_th = th.psp * ratio;
+    if ks != 1.0 {
+        w_th /= ks.sqrt();
+    }
+    for i in 0..NPOP {
+        let prob = th.conn_probs.get(POPULATIONS[i]).copied().unwrap_or(0.0);
+        if prob <= 0.0 {
+            continue;
+        }
+        let syn = round_even(synapses_from_prob(prob, th.n as f64, n_full[i]) * ks);
+        if syn >= 1.0 {
+            projections.push(Projection {
+                target: i,
+                source: NPOP,
+                synapses: syn as u64,
+                w_mean: w_th,
+                w_std: w_th * p.weight_rel_std,
+                d_mean: th.delay_mean,
+                d_std: th.delay_mean * th.delay_rel_std,
+            });
+        }
+    }
+    let th_steps = (
+        (th.start / p.dt).round() as u64,
+        ((th.start + th.duration) / p.dt).round() as u64,
+    );
+    let th_p = th.rate * p.dt / 1000.0;
+    if th_p > 1.0 {
+        bail!("thalamus.rate {} Hz exceeds one spike per step", th.rate);
+    }
+    Ok((th_steps, th_p))
+}
+
+/// The shortest and longest delays of `projections`, in steps.
+fn delay_steps(p: &Params, projections: &[Projection]) -> Result<(u32, u32)> {
+    let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
+    let max_delay = projections
+        .iter()
+        .map(|q| steps_of(q.d_mean + 8.0 * q.d_std).max(1))
+        .max()
+        .unwrap_or(1);
+    if max_delay > 255 {
+        bail!(
+            "delays reach {max_delay} steps (mean + 8 standard deviations); at most 255 are supported: use a larger dt or shorter delays"
+        );
+    }
+    // Delays are redrawn below dt/2 and rounded to steps: the shortest is one
+    // step unless the deviation is zero.
+    let min_delay = projections
+        .iter()
+        .map(|q| {
+            if q.d_std == 0.0 {
+                steps_of(q.d_mean).max(1)
+            } else {
+                1
+            }
+        })
+        .min()
+        .unwrap_or(1);
+    Ok((min_delay, max_delay))
+}
+
 impl Model {
     /// Checks `params` and derives the model (no network is allocated).
     pub fn new(params: Params) -> Result<Model> {
@@ -573,26 +678,7 @@ impl Model {
         let pops: Vec<&Population> = POPULATIONS.iter().map(|n| &p.populations[*n]).collect();
         let probs: Vec<&Vec<f64>> = POPULATIONS.iter().map(|n| &p.conn_probs[*n]).collect();
         let n_full: Vec<f64> = pops.iter().map(|q| q.n_full as f64).collect();
-        let mut sizes = [0u32; NPOP];
-        let mut first = [0u32; NPOP + 1];
-        for i in 0..NPOP {
-            let s = round_even(n_full[i] * p.n_scaling);
-            if s < 1.0 {
-                bail!(
-                    "n_scaling {} leaves population {} without neurons",
-                    num(p.n_scaling),
-                    POPULATIONS[i]
-                );
-            }
-            if s > 65536.0 {
-                bail!(
-                    "population {} has {s} neurons; at most 65536 per population are supported (targets are stored in 16 bits)",
-                    POPULATIONS[i]
-                );
-            }
-            sizes[i] = s as u32;
-            first[i + 1] = first[i] + sizes[i];
-        }
+        let (sizes, first) = population_sizes(p, &n_full)?;
         let n = first[NPOP];
         let ratio = psc_over_psp(nu.c_m, nu.tau_m, nu.tau_syn);
         // Mean PSCs (pA): excitatory sources PSP_e, inhibitory g * PSP_e, L4E -> L2/3E doubled.
@@ -665,40 +751,11 @@ impl Model {
         }
         let th = &p.thalamus;
         let n_th = if th.enabled { th.n } else { 0 };
-        let mut th_steps = (0, 0);
-        let mut th_p = 0.0;
-        if th.enabled {
-            let mut w_th = th.psp * ratio;
-            if ks != 1.0 {
-                w_th /= ks.sqrt();
-            }
-            for i in 0..NPOP {
-                let prob = th.conn_probs.get(POPULATIONS[i]).copied().unwrap_or(0.0);
-                if prob <= 0.0 {
-                    continue;
-                }
-                let syn = round_even(synapses_from_prob(prob, th.n as f64, n_full[i]) * ks);
-                if syn >= 1.0 {
-                    projections.push(Projection {
-                        target: i,
-                        source: NPOP,
-                        synapses: syn as u64,
-                        w_mean: w_th,
-                        w_std: w_th * p.weight_rel_std,
-                        d_mean: th.delay_mean,
-                        d_std: th.delay_mean * th.delay_rel_std,
-                    });
-                }
-            }
-            th_steps = (
-                (th.start / p.dt).round() as u64,
-                ((th.start + th.duration) / p.dt).round() as u64,
-            );
-            th_p = th.rate * p.dt / 1000.0;
-            if th_p > 1.0 {
-                bail!("thalamus.rate {} Hz exceeds one spike per step", th.rate);
-            }
-        }
+        let (th_steps, th_p) = if th.enabled {
+            thalamic_projections(p, ratio, &n_full, &mut projections)?
+        } else {
+            ((0, 0), 0.0)
+        };
         let mut k_ext = [0u32; NPOP];
         let mut lambda_ext = [0.0f64; NPOP];
         for i in 0..NPOP {
@@ -720,30 +777,7 @@ impl Model {
             .map(|q| q.w_mean.abs() + 8.0 * q.w_std)
             .fold(0.0f64, f64::max);
         let q_syn = (span / 65535.0).max(f64::MIN_POSITIVE);
-        let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
-        let max_delay = projections
-            .iter()
-            .map(|q| steps_of(q.d_mean + 8.0 * q.d_std).max(1))
-            .max()
-            .unwrap_or(1);
-        if max_delay > 255 {
-            bail!(
-                "delays reach {max_delay} steps (mean + 8 standard deviations); at most 255 are supported: use a larger dt or shorter delays"
-            );
-        }
-        // Delays are redrawn below dt/2 and rounded to steps: the shortest is one
-        // step unless the deviation is zero.
-        let min_delay = projections
-            .iter()
-            .map(|q| {
-                if q.d_std == 0.0 {
-                    steps_of(q.d_mean).max(1)
-                } else {
-                    1
-                }
-            })
-            .min()
-            .unwrap_or(1);
+        let (min_delay, max_delay) = delay_steps(p, &projections)?;
         let presim_steps = (p.t_presim / p.dt).round() as u64;
         let steps = presim_steps + (p.t_sim / p.dt).round().max(1.0) as u64;
         let total = n as u64 + n_th as u64;

@@ -298,66 +298,9 @@ fn html(
     );
 
     if let Some(v) = &report.validation {
-        let _ = writeln!(h, "<h2>Validation against {}</h2>", esc(&v.reference));
-        if !v.how.is_empty() {
-            let _ = writeln!(h, "<p>{}</p>", esc(&v.how));
-        }
-        let _ = writeln!(
-            h,
-            "<table>\n<tr><th>quantity</th><th class=\"num\">{}</th><th class=\"num\">this run</th><th class=\"num\">difference</th><th class=\"num\">tolerance</th><th></th></tr>",
-            esc(&v.reference)
-        );
-        for c in &v.checks {
-            let unit = if c.unit.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", esc(&c.unit))
-            };
-            let (class, word) = if c.passed() {
-                ("pass", "pass")
-            } else {
-                ("fail", "FAIL")
-            };
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td class=\"num\">{}{unit}</td><td class=\"num\">{}{unit}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td></tr>",
-                esc(&c.quantity),
-                fmt_value(c.reference),
-                fmt_value(c.value),
-                c.difference(),
-                c.tolerance_text()
-            );
-        }
-        w(&mut h, "</table>\n");
+        validation(&mut h, v);
     }
-
-    // Figures: the overview large, the others in a grid.
-    w(&mut h, "<h2>Figures</h2>\n");
-    let fig = |h: &mut String, kind: Plot, png: &[u8]| {
-        let (wd, ht) = kind.size();
-        let stem = kind.file_stem();
-        let _ = writeln!(
-            h,
-            "<figure id=\"{stem}\"><img src=\"data:image/png;base64,{}\" width=\"{wd}\" height=\"{ht}\" alt=\"{}\"><figcaption>{} Files: <a href=\"{stem}.png\">{stem}.png</a>, <a href=\"{stem}.svg\">{stem}.svg</a>.</figcaption></figure>",
-            base64::engine::general_purpose::STANDARD.encode(png),
-            esc(kind.caption()),
-            esc(kind.caption()),
-        );
-    };
-    for (kind, png) in images.iter().filter(|(k, _)| *k == Plot::Overview) {
-        fig(&mut h, *kind, png);
-    }
-    for (kind, png) in images.iter().filter(|(k, _)| *k == Plot::Raster) {
-        fig(&mut h, *kind, png);
-    }
-    w(&mut h, "<div class=\"grid\">\n");
-    for (kind, png) in images
-        .iter()
-        .filter(|(k, _)| !matches!(k, Plot::Overview | Plot::Raster))
-    {
-        fig(&mut h, *kind, png);
-    }
-    w(&mut h, "</div>\n");
+    figures(&mut h, images);
 
     if !report.timing.is_empty() {
         w(&mut h, "<h2>Where the time went</h2>\n");
@@ -382,6 +325,72 @@ fn html(
         env!("CARGO_PKG_VERSION")
     );
     Ok(h)
+}
+
+/// The validation's table: each quantity against the reference, within its
+/// tolerance or not.
+fn validation(h: &mut String, v: &Validation) {
+    let _ = writeln!(h, "<h2>Validation against {}</h2>", esc(&v.reference));
+    if !v.how.is_empty() {
+        let _ = writeln!(h, "<p>{}</p>", esc(&v.how));
+    }
+    let _ = writeln!(
+        h,
+        "<table>\n<tr><th>quantity</th><th class=\"num\">{}</th><th class=\"num\">this run</th><th class=\"num\">difference</th><th class=\"num\">tolerance</th><th></th></tr>",
+        esc(&v.reference)
+    );
+    for c in &v.checks {
+        let unit = if c.unit.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", esc(&c.unit))
+        };
+        let (class, word) = if c.passed() {
+            ("pass", "pass")
+        } else {
+            ("fail", "FAIL")
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}{unit}</td><td class=\"num\">{}{unit}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"{class}\">{word}</td></tr>",
+            esc(&c.quantity),
+            fmt_value(c.reference),
+            fmt_value(c.value),
+            c.difference(),
+            c.tolerance_text()
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// The figures, inline: the overview large, the raster, the others in a grid.
+fn figures(h: &mut String, images: &[(Plot, Vec<u8>)]) {
+    h.push_str("<h2>Figures</h2>\n");
+    let fig = |h: &mut String, kind: Plot, png: &[u8]| {
+        let (wd, ht) = kind.size();
+        let stem = kind.file_stem();
+        let _ = writeln!(
+            h,
+            "<figure id=\"{stem}\"><img src=\"data:image/png;base64,{}\" width=\"{wd}\" height=\"{ht}\" alt=\"{}\"><figcaption>{} Files: <a href=\"{stem}.png\">{stem}.png</a>, <a href=\"{stem}.svg\">{stem}.svg</a>.</figcaption></figure>",
+            base64::engine::general_purpose::STANDARD.encode(png),
+            esc(kind.caption()),
+            esc(kind.caption()),
+        );
+    };
+    for (kind, png) in images.iter().filter(|(k, _)| *k == Plot::Overview) {
+        fig(h, *kind, png);
+    }
+    for (kind, png) in images.iter().filter(|(k, _)| *k == Plot::Raster) {
+        fig(h, *kind, png);
+    }
+    h.push_str("<div class=\"grid\">\n");
+    for (kind, png) in images
+        .iter()
+        .filter(|(k, _)| !matches!(k, Plot::Overview | Plot::Raster))
+    {
+        fig(h, *kind, png);
+    }
+    h.push_str("</div>\n");
 }
 
 fn fmt_value(x: f64) -> String {

@@ -453,6 +453,89 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     run_job(&args, &settings, &program, &plan, supervisor_of)
 }
 
+/// The command that starts rank `rank`: its program and arguments, its
+/// environment (the coordinator's, its node's, the binding's, `--env`), its
+/// pipes, and what it does between fork and exec (binding, death with the
+/// launcher).
+fn rank_command(
+    args: &Args,
+    settings: &Settings,
+    program: &Path,
+    plan: &bind::Plan,
+    coord: &Coordinator,
+    job_id: &str,
+    rank: usize,
+) -> anyhow::Result<Command> {
+    let (n, timeout) = (args.np, settings.timeout);
+    let per_node = n.div_ceil(args.nodes);
+    let node = rank / per_node;
+    let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
+    let mut cmd = Command::new(program);
+    cmd.args(&args.command[1..]);
+    // What an outer job set for its own ranks is not this job's.
+    for var in henv::ALL.iter().filter(|v| v.kind == henv::Kind::Launcher) {
+        cmd.env_remove(var.name);
+    }
+    cmd.envs(coord.rank_env(rank))
+        .env(
+            hpc_runtime::env::LOCAL_RANK,
+            (rank - node_ranks[0]).to_string(),
+        )
+        .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
+        .env(henv::JOB_ID, job_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if args.nodes > 1 {
+        cmd.env(henv::NODE_NAME, format!("node{node}"));
+    }
+    for kv in &args.env {
+        if let Some((k, v)) = split_env(kv) {
+            cmd.env(k, v);
+        }
+    }
+    // The timeout the coordinator was given, whichever way it came (at least
+    // MIN_SECONDS, so never written as 0).
+    cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
+    let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
+    if args.bind != BindPolicy::None || args.threads.is_some() {
+        cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());
+    }
+    if !cpus.is_empty() {
+        let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
+        cmd.env(henv::CPUSET, set.to_string());
+    }
+    let progress = plan.progress.get(rank).cloned().unwrap_or_default();
+    if !progress.is_empty() {
+        let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
+        // Where the Thread engine pins its progress thread.
+        cmd.env(henv::PROGRESS_CPUSET, set.to_string());
+    }
+    if args.proxy {
+        cmd.env(
+            hpc_comm::proxy::PROXY_CMD,
+            proxy_command(plan, &node_ranks)?,
+        );
+    }
+    let mut set = bind::CpuSet::new(&cpus);
+    // SAFETY: the closure runs in the child between fork and exec and only makes
+    // async-signal-safe system calls (prctl, signal, sched_setaffinity) on data
+    // prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Die with the launcher, even if it is killed with SIGKILL.
+            let _ = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
+            ));
+            // The supervisor ignores SIGTTOU; the ranks get the default back.
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            set.apply()
+        });
+    }
+    Ok(cmd)
+}
+
 /// The supervisor's part of `hpc run`: starts the ranks and sees the job through.
 fn run_job(
     args: &Args,
@@ -470,7 +553,6 @@ fn run_job(
         .context("starting the launcher's coordinator")?;
     let rendezvous = coord.addr().to_string();
     let width = (n - 1).to_string().len();
-    let per_node = n.div_ceil(args.nodes);
 
     install_signal_handlers();
     let stdout = Arc::new(Mutex::new(std::io::stdout()));
@@ -481,71 +563,7 @@ fn run_job(
     let started = Instant::now();
 
     for rank in 0..n {
-        let node = rank / per_node;
-        let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
-        let mut cmd = Command::new(program);
-        cmd.args(&args.command[1..]);
-        // What an outer job set for its own ranks is not this job's.
-        for var in henv::ALL.iter().filter(|v| v.kind == henv::Kind::Launcher) {
-            cmd.env_remove(var.name);
-        }
-        cmd.envs(coord.rank_env(rank))
-            .env(
-                hpc_runtime::env::LOCAL_RANK,
-                (rank - node_ranks[0]).to_string(),
-            )
-            .env(hpc_runtime::env::LOCAL_SIZE, node_ranks.len().to_string())
-            .env(henv::JOB_ID, &job_id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if args.nodes > 1 {
-            cmd.env(henv::NODE_NAME, format!("node{node}"));
-        }
-        for kv in &args.env {
-            if let Some((k, v)) = split_env(kv) {
-                cmd.env(k, v);
-            }
-        }
-        // The timeout the coordinator was given, whichever way it came (at least
-        // MIN_SECONDS, so never written as 0).
-        cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
-        let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
-        if args.bind != BindPolicy::None || args.threads.is_some() {
-            cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());
-        }
-        if !cpus.is_empty() {
-            let set: hpc_topology::CpuSet = cpus.iter().map(|&c| c as u32).collect();
-            cmd.env(henv::CPUSET, set.to_string());
-        }
-        let progress = plan.progress.get(rank).cloned().unwrap_or_default();
-        if !progress.is_empty() {
-            let set: hpc_topology::CpuSet = progress.iter().map(|&c| c as u32).collect();
-            // Where the Thread engine pins its progress thread.
-            cmd.env(henv::PROGRESS_CPUSET, set.to_string());
-        }
-        if args.proxy {
-            cmd.env(
-                hpc_comm::proxy::PROXY_CMD,
-                proxy_command(plan, &node_ranks)?,
-            );
-        }
-        let mut set = bind::CpuSet::new(&cpus);
-        // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls (prctl, signal, sched_setaffinity) on data
-        // prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                // Die with the launcher, even if it is killed with SIGKILL.
-                let _ = rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ));
-                // The supervisor ignores SIGTTOU; the ranks get the default back.
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                set.apply()
-            });
-        }
+        let mut cmd = rank_command(args, settings, program, plan, &coord, &job_id, rank)?;
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -573,174 +591,54 @@ fn run_job(
     drop(out_tx);
     tracing::info!(ranks = n, job = %job_id, %rendezvous, "job started");
 
-    let grace = Duration::from_secs_f64(args.kill_grace);
     let time_limit = args
         .time_limit
         .map(|s| started + Duration::from_secs_f64(s));
-    let mut alive = vec![true; n];
-    let mut remaining = n;
-    let mut first_failure: Option<(usize, String, i32)> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut interrupted: Option<i32> = None;
-    let mut forwarders_done = 0usize;
-    let mut failed_streams = Vec::new();
-
-    let stop_all = |alive: &[bool], sig: i32| {
-        for (r, &a) in alive.iter().enumerate() {
-            if a {
-                kill_group(pids[r], sig);
-            }
-        }
+    let mut sv = Supervision {
+        pids: &pids,
+        alive: vec![true; n],
+        remaining: n,
+        first_failure: None,
+        kill_at: None,
+        interrupted: None,
+        forwarders_done: 0,
+        failed_streams: Vec::new(),
+        grace: Duration::from_secs_f64(args.kill_grace),
     };
     let rank_of = |pid: libc::pid_t| pids.iter().position(|&p| p as libc::pid_t == pid);
 
-    while remaining > 0 {
+    while sv.remaining > 0 {
         if job::front_gone(front) {
             // `hpc run` itself was killed: nothing of the job may outlive it.
-            stop_all(&alive, libc::SIGKILL);
+            sv.stop_all(libc::SIGKILL);
             job::kill_everything(Duration::from_secs(5), |_, _| {});
             return Ok(128 + libc::SIGKILL);
         }
-        match out_rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(job::Output::Done) => forwarders_done += 1,
-            Ok(job::Output::Closed(stream)) => {
-                if first_failure.is_none() && interrupted.is_none() {
-                    // As every subcommand: 141 without a message (`| head -1`).
-                    tracing::info!(%stream, remaining, "closed pipe; stopping the ranks");
-                    first_failure = Some((
-                        usize::MAX,
-                        format!("{stream} closed"),
-                        super::EXIT_BROKEN_PIPE,
-                    ));
-                    stop_all(&alive, libc::SIGTERM);
-                    kill_at = Some(Instant::now() + grace);
-                }
-            }
-            Ok(job::Output::Failed(stream, error)) => {
-                // Said even after another failure: output was lost. Once per stream:
-                // every rank's forwarder of that stream fails the same way.
-                if !failed_streams.contains(&stream) {
-                    note!("hpc run: cannot write the ranks' {stream}: {error}");
-                    failed_streams.push(stream);
-                }
-                if first_failure.is_none() && interrupted.is_none() {
-                    note!("hpc run: stopping {remaining} rank(s)");
-                    first_failure = Some((
-                        usize::MAX,
-                        format!("writing {stream}: {error}"),
-                        super::EXIT_RUN_FAILED,
-                    ));
-                    stop_all(&alive, libc::SIGTERM);
-                    kill_at = Some(Instant::now() + grace);
-                }
-            }
-            Err(_) => {}
+        if let Ok(o) = out_rx.recv_timeout(Duration::from_millis(20)) {
+            sv.output(o);
         }
         while let Some((pid, raw)) = job::reap_one() {
-            let Some(rank) = rank_of(pid) else {
-                // A process a rank left behind, re-parented to us and now ended.
-                continue;
-            };
-            if !alive[rank] {
-                continue;
-            }
-            let status = ExitStatus::from_raw(raw);
-            alive[rank] = false;
-            remaining -= 1;
-            // Whatever the rank left behind in its group goes with it.
-            kill_group(pids[rank], libc::SIGKILL);
-            let ok = status.success();
-            coord.rank_exited(rank, ok, describe(&status));
-            if !ok && first_failure.is_none() && interrupted.is_none() {
-                let mut msg = format!("rank {rank} (pid {}) {}", pids[rank], describe(&status));
-                let mut code = exit_code_of(&status);
-                if let Some(mapped) = reserved_status(code) {
-                    msg.push_str(&format!(
-                        " (hpc run keeps {code} for itself: its exit status is {mapped})"
-                    ));
-                    code = mapped;
-                }
-                if remaining > 0 {
-                    note!("hpc run: {msg}; stopping the other {remaining} rank(s)");
-                } else {
-                    note!("hpc run: {msg}");
-                }
-                first_failure = Some((rank, msg, code));
-                stop_all(&alive, libc::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
+            // None: a process a rank left behind, re-parented to us and now ended.
+            if let Some(rank) = rank_of(pid) {
+                sv.exited(&coord, rank, ExitStatus::from_raw(raw));
             }
         }
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
-            if interrupted.is_some() {
-                note!("hpc run: second signal, killing all ranks");
-                stop_all(&alive, libc::SIGKILL);
-            } else {
-                note!(
-                    "hpc run: got {}, stopping {remaining} rank(s)",
-                    signal_name(sig)
-                );
-                interrupted = Some(sig);
-                stop_all(&alive, sig);
-                kill_at = Some(Instant::now() + grace);
-            }
+            sv.signal(sig);
         }
-        if let Some(limit) = time_limit {
-            if Instant::now() >= limit && kill_at.is_none() {
-                note!("hpc run: time limit reached, stopping {remaining} rank(s)");
-                first_failure.get_or_insert((usize::MAX, "time limit reached".into(), 124));
-                stop_all(&alive, libc::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
-            }
-        }
-        if let Some(t) = kill_at {
-            if Instant::now() >= t {
-                stop_all(&alive, libc::SIGKILL);
-                kill_at = Some(Instant::now() + Duration::from_secs(3600));
-            }
-        }
+        sv.deadlines(time_limit);
     }
     // Every rank has exited: nothing they started may outlive the job (a `setsid`
     // child holding a pipe open, say). Then their output is drained, bounded.
     job::kill_everything(Duration::from_secs(5), |_, _| {});
-    let drain_until = Instant::now() + job::OUTPUT_GRACE;
-    while forwarders_done < forwarders {
-        let left = drain_until.saturating_duration_since(Instant::now());
-        match out_rx.recv_timeout(left) {
-            Ok(job::Output::Done) => forwarders_done += 1,
-            Ok(job::Output::Closed(_)) => {
-                first_failure.get_or_insert((
-                    usize::MAX,
-                    "output closed".into(),
-                    super::EXIT_BROKEN_PIPE,
-                ));
-            }
-            Ok(job::Output::Failed(stream, error)) => {
-                if !failed_streams.contains(&stream) {
-                    note!("hpc run: cannot write the ranks' {stream}: {error}");
-                    failed_streams.push(stream);
-                }
-                first_failure.get_or_insert((
-                    usize::MAX,
-                    format!("writing {stream}: {error}"),
-                    super::EXIT_RUN_FAILED,
-                ));
-            }
-            Err(_) => {
-                tracing::warn!(
-                    streams = forwarders - forwarders_done,
-                    "output still open after every process of the job ended; not waiting for it"
-                );
-                break;
-            }
-        }
-    }
+    sv.drain(&out_rx, forwarders);
     coord.shutdown();
     tracing::info!(elapsed = ?started.elapsed(), "job finished");
-    if let Some(sig) = interrupted {
+    if let Some(sig) = sv.interrupted {
         return Ok(128 + sig);
     }
-    Ok(match first_failure {
+    Ok(match sv.first_failure {
         Some((_, _, code)) => {
             if code == 0 {
                 1
@@ -750,4 +648,192 @@ fn run_job(
         }
         None => 0,
     })
+}
+
+/// What the supervisor knows of a running job: which ranks live, the first
+/// failure (rank or `usize::MAX`, message, exit status), the signal that
+/// interrupted it, and when the ranks still running get `SIGKILL`.
+struct Supervision<'a> {
+    pids: &'a [u32],
+    alive: Vec<bool>,
+    remaining: usize,
+    first_failure: Option<(usize, String, i32)>,
+    kill_at: Option<Instant>,
+    interrupted: Option<i32>,
+    forwarders_done: usize,
+    failed_streams: Vec<&'static str>,
+    grace: Duration,
+}
+
+impl Supervision<'_> {
+    /// Sends `sig` to the process group of every rank still alive.
+    fn stop_all(&self, sig: i32) {
+        for (r, &a) in self.alive.iter().enumerate() {
+            if a {
+                kill_group(self.pids[r], sig);
+            }
+        }
+    }
+
+    /// Whether nothing failed and no signal came yet.
+    fn quiet(&self) -> bool {
+        self.first_failure.is_none() && self.interrupted.is_none()
+    }
+
+    /// The first failure: the ranks get `SIGTERM` now and `SIGKILL` after the grace.
+    fn fail(&mut self, failure: (usize, String, i32)) {
+        self.first_failure = Some(failure);
+        self.stop_all(libc::SIGTERM);
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    /// Says once per stream that the ranks' output to it is lost.
+    fn lost_output(&mut self, stream: &'static str, error: &str) {
+        // Said even after another failure: output was lost. Once per stream:
+        // every rank's forwarder of that stream fails the same way.
+        if !self.failed_streams.contains(&stream) {
+            note!("hpc run: cannot write the ranks' {stream}: {error}");
+            self.failed_streams.push(stream);
+        }
+    }
+
+    /// What a forwarder of the ranks' output reports while ranks run.
+    fn output(&mut self, o: job::Output) {
+        match o {
+            job::Output::Done => self.forwarders_done += 1,
+            job::Output::Closed(stream) => {
+                if self.quiet() {
+                    // As every subcommand: 141 without a message (`| head -1`).
+                    tracing::info!(%stream, remaining = self.remaining, "closed pipe; stopping the ranks");
+                    self.fail((
+                        usize::MAX,
+                        format!("{stream} closed"),
+                        super::EXIT_BROKEN_PIPE,
+                    ));
+                }
+            }
+            job::Output::Failed(stream, error) => {
+                self.lost_output(stream, &error);
+                if self.quiet() {
+                    note!("hpc run: stopping {} rank(s)", self.remaining);
+                    self.fail((
+                        usize::MAX,
+                        format!("writing {stream}: {error}"),
+                        super::EXIT_RUN_FAILED,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Rank `rank` exited with `status`: the coordinator learns it, and a
+    /// failure stops the others.
+    fn exited(&mut self, coord: &Coordinator, rank: usize, status: ExitStatus) {
+        if !self.alive[rank] {
+            return;
+        }
+        self.alive[rank] = false;
+        self.remaining -= 1;
+        // Whatever the rank left behind in its group goes with it.
+        kill_group(self.pids[rank], libc::SIGKILL);
+        let ok = status.success();
+        coord.rank_exited(rank, ok, describe(&status));
+        if !ok && self.quiet() {
+            let mut msg = format!(
+                "rank {rank} (pid {}) {}",
+                self.pids[rank],
+                describe(&status)
+            );
+            let mut code = exit_code_of(&status);
+            if let Some(mapped) = reserved_status(code) {
+                msg.push_str(&format!(
+                    " (hpc run keeps {code} for itself: its exit status is {mapped})"
+                ));
+                code = mapped;
+            }
+            if self.remaining > 0 {
+                note!(
+                    "hpc run: {msg}; stopping the other {} rank(s)",
+                    self.remaining
+                );
+            } else {
+                note!("hpc run: {msg}");
+            }
+            self.fail((rank, msg, code));
+        }
+    }
+
+    /// A signal to `hpc run`: passed on to the ranks; a second one kills them.
+    fn signal(&mut self, sig: i32) {
+        if self.interrupted.is_some() {
+            note!("hpc run: second signal, killing all ranks");
+            self.stop_all(libc::SIGKILL);
+        } else {
+            note!(
+                "hpc run: got {}, stopping {} rank(s)",
+                signal_name(sig),
+                self.remaining
+            );
+            self.interrupted = Some(sig);
+            self.stop_all(sig);
+            self.kill_at = Some(Instant::now() + self.grace);
+        }
+    }
+
+    /// The time limit (the ranks are stopped) and the end of the grace (the
+    /// ranks still running are killed).
+    fn deadlines(&mut self, time_limit: Option<Instant>) {
+        if let Some(limit) = time_limit {
+            if Instant::now() >= limit && self.kill_at.is_none() {
+                note!(
+                    "hpc run: time limit reached, stopping {} rank(s)",
+                    self.remaining
+                );
+                self.first_failure
+                    .get_or_insert((usize::MAX, "time limit reached".into(), 124));
+                self.stop_all(libc::SIGTERM);
+                self.kill_at = Some(Instant::now() + self.grace);
+            }
+        }
+        if let Some(t) = self.kill_at {
+            if Instant::now() >= t {
+                self.stop_all(libc::SIGKILL);
+                self.kill_at = Some(Instant::now() + Duration::from_secs(3600));
+            }
+        }
+    }
+
+    /// Drains the ranks' output once every rank exited, for at most
+    /// `job::OUTPUT_GRACE`.
+    fn drain(&mut self, out_rx: &mpsc::Receiver<job::Output>, forwarders: usize) {
+        let drain_until = Instant::now() + job::OUTPUT_GRACE;
+        while self.forwarders_done < forwarders {
+            let left = drain_until.saturating_duration_since(Instant::now());
+            match out_rx.recv_timeout(left) {
+                Ok(job::Output::Done) => self.forwarders_done += 1,
+                Ok(job::Output::Closed(_)) => {
+                    self.first_failure.get_or_insert((
+                        usize::MAX,
+                        "output closed".into(),
+                        super::EXIT_BROKEN_PIPE,
+                    ));
+                }
+                Ok(job::Output::Failed(stream, error)) => {
+                    self.lost_output(stream, &error);
+                    self.first_failure.get_or_insert((
+                        usize::MAX,
+                        format!("writing {stream}: {error}"),
+                        super::EXIT_RUN_FAILED,
+                    ));
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        streams = forwarders - self.forwarders_done,
+                        "output still open after every process of the job ended; not waiting for it"
+                    );
+                    break;
+                }
+            }
+        }
+    }
 }

@@ -151,67 +151,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let result = (|| -> anyhow::Result<(u128, serde_json::Value, serde_json::Value)> {
         world.barrier().context("first barrier")?;
         let t_barrier = unix_ns();
-        if let Some(n) = args.expect_size {
-            ensure!(size == n, "size is {size}, expected {n}");
-        }
-        if let Some(k) = args.expect_nodes {
-            ensure!(
-                world.node_count() == k,
-                "{} nodes, expected {k}",
-                world.node_count()
-            );
-        }
-        // Node consistency: everyone agrees on the node map.
-        let my_view: Vec<u8> = (0..size)
-            .flat_map(|r| (world.node_of(r) as u32).to_le_bytes())
-            .collect();
-        for (r, v) in world
-            .allgather(&my_view)
-            .context("node map allgather")?
-            .iter()
-            .enumerate()
-        {
-            ensure!(v == &my_view, "rank {r} sees a different node map");
-        }
-        ensure!(
-            world.local_rank() < world.local_size(),
-            "local rank out of range"
-        );
-        for round in 0..args.rounds {
-            // Variable-length contributions: rank r sends r+(round mod ROUND_CYCLE)+1
-            // bytes of value r.
-            let grow = round % ROUND_CYCLE;
-            let mine = vec![(rank % 251) as u8; rank + grow + 1];
-            let all = world
-                .allgather(&mine)
-                .with_context(|| format!("allgather round {round}"))?;
-            ensure!(all.len() == size, "allgather gave {} parts", all.len());
-            for (r, part) in all.iter().enumerate() {
-                ensure!(
-                    part.len() == r + grow + 1 && part.iter().all(|&b| b == (r % 251) as u8),
-                    "allgather round {round}: wrong part from rank {r}"
-                );
-            }
-            let root = (round + size - 1) % size;
-            let payload = format!("round {round} from {root}").into_bytes();
-            let got = world
-                .broadcast(root, if rank == root { &payload } else { b"ignored" })
-                .with_context(|| format!("broadcast round {round}"))?;
-            ensure!(got == payload, "broadcast round {round}: wrong payload");
-            // Sum of ranks through allgather, as an allreduce would give it.
-            let sum: u64 = world
-                .allgather(&(rank as u64).to_le_bytes())?
-                .iter()
-                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-                .sum();
-            ensure!(
-                sum == (size as u64) * (size as u64 - 1) / 2,
-                "sum of ranks is {sum}"
-            );
-            world
-                .barrier()
-                .with_context(|| format!("barrier round {round}"))?;
-        }
+        check_world(&world, &args)?;
         let transport = if args.transport {
             check_transport(&world, args.transport_bytes).context("transport check")?
         } else {
@@ -272,6 +212,75 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!("selftest failed")
         }
     }
+}
+
+/// The world's own checks: its size and node count as expected, the same node
+/// map on every rank, and `--rounds` rounds of allgathers of every length,
+/// broadcasts from every root and barriers, each result verified.
+fn check_world(world: &World, args: &Args) -> anyhow::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    if let Some(n) = args.expect_size {
+        ensure!(size == n, "size is {size}, expected {n}");
+    }
+    if let Some(k) = args.expect_nodes {
+        ensure!(
+            world.node_count() == k,
+            "{} nodes, expected {k}",
+            world.node_count()
+        );
+    }
+    // Node consistency: everyone agrees on the node map.
+    let my_view: Vec<u8> = (0..size)
+        .flat_map(|r| (world.node_of(r) as u32).to_le_bytes())
+        .collect();
+    for (r, v) in world
+        .allgather(&my_view)
+        .context("node map allgather")?
+        .iter()
+        .enumerate()
+    {
+        ensure!(v == &my_view, "rank {r} sees a different node map");
+    }
+    ensure!(
+        world.local_rank() < world.local_size(),
+        "local rank out of range"
+    );
+    for round in 0..args.rounds {
+        // Variable-length contributions: rank r sends r+(round mod ROUND_CYCLE)+1
+        // bytes of value r.
+        let grow = round % ROUND_CYCLE;
+        let mine = vec![(rank % 251) as u8; rank + grow + 1];
+        let all = world
+            .allgather(&mine)
+            .with_context(|| format!("allgather round {round}"))?;
+        ensure!(all.len() == size, "allgather gave {} parts", all.len());
+        for (r, part) in all.iter().enumerate() {
+            ensure!(
+                part.len() == r + grow + 1 && part.iter().all(|&b| b == (r % 251) as u8),
+                "allgather round {round}: wrong part from rank {r}"
+            );
+        }
+        let root = (round + size - 1) % size;
+        let payload = format!("round {round} from {root}").into_bytes();
+        let got = world
+            .broadcast(root, if rank == root { &payload } else { b"ignored" })
+            .with_context(|| format!("broadcast round {round}"))?;
+        ensure!(got == payload, "broadcast round {round}: wrong payload");
+        // Sum of ranks through allgather, as an allreduce would give it.
+        let sum: u64 = world
+            .allgather(&(rank as u64).to_le_bytes())?
+            .iter()
+            .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+            .sum();
+        ensure!(
+            sum == (size as u64) * (size as u64 - 1) / 2,
+            "sum of ranks is {sum}"
+        );
+        world
+            .barrier()
+            .with_context(|| format!("barrier round {round}"))?;
+    }
+    Ok(())
 }
 
 /// Runs an allreduce, an alltoall, a broadcast, an alltoallv and a reduce-scatter,

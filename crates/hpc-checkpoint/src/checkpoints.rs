@@ -1,0 +1,346 @@
+//! The root of a run's checkpoints: writing, committing, finding and pruning them.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{io, Error, Rejected, Result};
+use crate::file::{
+    check_name, is_temporary, named_file_name, rank_file_name, sync_dir, tmp_name, write_atomic,
+    Header,
+};
+use crate::manifest::{manifest_text, parse_manifest, FileEntry, Manifest};
+use crate::{CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, KIND_NAMED, KIND_RANK, MANIFEST, NO_RANK};
+
+/// A directory of checkpoints, one `step-NNNNNNNNNN` directory per step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoints {
+    root: PathBuf,
+}
+
+impl Checkpoints {
+    /// The checkpoint set in `root` (created when the first file is written).
+    pub fn new(root: impl Into<PathBuf>) -> Checkpoints {
+        Checkpoints { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of the checkpoint of `step`.
+    pub fn step_dir(&self, step: u64) -> PathBuf {
+        self.root.join(format!("step-{step:010}"))
+    }
+
+    fn make_dir(&self, step: u64) -> Result<PathBuf> {
+        let dir = self.step_dir(step);
+        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        Ok(dir)
+    }
+
+    /// Writes rank `rank`'s part (of `ranks`) of the checkpoint of `step`.
+    pub fn write_rank(
+        &self,
+        step: u64,
+        rank: u32,
+        ranks: u32,
+        payload: &[u8],
+    ) -> Result<FileEntry> {
+        self.write_rank_from(step, rank, ranks, payload.len() as u64, &mut &payload[..])
+    }
+
+    /// Like [`Checkpoints::write_rank`], streaming `len` bytes from `payload`.
+    pub fn write_rank_from(
+        &self,
+        step: u64,
+        rank: u32,
+        ranks: u32,
+        len: u64,
+        payload: &mut dyn Read,
+    ) -> Result<FileEntry> {
+        if rank >= ranks {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not below the rank count {ranks}"
+            )));
+        }
+        let dir = self.make_dir(step)?;
+        let name = rank_file_name(rank);
+        let header = Header {
+            kind: KIND_RANK,
+            step,
+            rank,
+            ranks,
+            payload_len: len,
+        };
+        let (size, crc32c) = write_atomic(&dir.join(&name), header, payload)?;
+        Ok(FileEntry {
+            name,
+            rank: Some(rank),
+            size,
+            crc32c,
+        })
+    }
+
+    /// Writes a named file (not tied to a rank) into the checkpoint of `step`:
+    /// `<name>.ckpt`. Names are letters, digits, `.`, `_` and `-`.
+    pub fn write_file(&self, step: u64, name: &str, payload: &[u8]) -> Result<FileEntry> {
+        self.write_file_from(step, name, payload.len() as u64, &mut &payload[..])
+    }
+
+    /// Like [`Checkpoints::write_file`], streaming `len` bytes from `payload` (a large
+    /// file is copied without holding it in memory).
+    pub fn write_file_from(
+        &self,
+        step: u64,
+        name: &str,
+        len: u64,
+        payload: &mut dyn Read,
+    ) -> Result<FileEntry> {
+        check_name(name)?;
+        let dir = self.make_dir(step)?;
+        let file = named_file_name(name);
+        let header = Header {
+            kind: KIND_NAMED,
+            step,
+            rank: NO_RANK,
+            ranks: 0,
+            payload_len: len,
+        };
+        let (size, crc32c) = write_atomic(&dir.join(&file), header, payload)?;
+        Ok(FileEntry {
+            name: file,
+            rank: None,
+            size,
+            crc32c,
+        })
+    }
+
+    /// Completes the checkpoint of `step`: checks that `entries` name every rank
+    /// `0..ranks` once and that each file is on disk with its size, then writes the
+    /// manifest (last, atomically) with `metadata`. Call it on one rank, after every
+    /// rank's [`Checkpoints::write_rank`] returned.
+    pub fn commit(
+        &self,
+        step: u64,
+        ranks: u32,
+        entries: impl IntoIterator<Item = FileEntry>,
+        metadata: serde_json::Value,
+    ) -> Result<Checkpoint> {
+        let dir = self.step_dir(step);
+        let mut files: Vec<FileEntry> = entries.into_iter().collect();
+        files.sort_by(|a, b| {
+            (a.rank.is_none(), a.rank, &a.name).cmp(&(b.rank.is_none(), b.rank, &b.name))
+        });
+        for r in 0..ranks {
+            let n = files.iter().filter(|f| f.rank == Some(r)).count();
+            if n != 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "checkpoint {}: {n} entries for rank {r} (expected 1)",
+                    dir.display()
+                )));
+            }
+        }
+        if let Some(f) = files.iter().find(|f| f.rank.is_some_and(|r| r >= ranks)) {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint {}: entry {} is beyond the rank count {ranks}",
+                dir.display(),
+                f.name
+            )));
+        }
+        for f in &files {
+            let path = dir.join(&f.name);
+            let found = fs::metadata(&path)
+                .map_err(|_| Error::Missing { path: path.clone() })?
+                .len();
+            if found != f.size {
+                return Err(Error::Size {
+                    path,
+                    expected: f.size,
+                    found,
+                });
+            }
+        }
+        // Every rank's file of this step is written, and earlier steps are done:
+        // a temporary file left in any of them is an interrupted write's.
+        self.remove_temporaries(step);
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            version: FORMAT_VERSION,
+            step,
+            ranks,
+            files,
+            metadata,
+            manifest_crc32c: CRC_PLACEHOLDER.into(),
+        };
+        let text = manifest_text(&manifest);
+        let path = dir.join(MANIFEST);
+        // Synced, renamed, and the step's directory synced (its rank files' renames
+        // with the manifest's).
+        hpc_io::atomic::write(&path, &tmp_name(&path), text.as_bytes())?;
+        sync_dir(&self.root)?;
+        Ok(Checkpoint {
+            dir,
+            manifest: parse_manifest(&path, text.as_bytes())?,
+        })
+    }
+
+    /// Keeps the newest `keep` (at least one) of the checkpoints whose steps are
+    /// listed in `written` (those this run committed, ascending) and removes the
+    /// directories of the others, oldest first; `written` is left holding the kept
+    /// steps. Only the listed steps are touched, so checkpoints of another run in the
+    /// same root (newer ones included) are never removed for this run's. Returns the
+    /// steps removed.
+    pub fn prune(&self, written: &mut Vec<u64>, keep: usize) -> Result<Vec<u64>> {
+        let keep = keep.max(1);
+        let excess = written.len().saturating_sub(keep);
+        let gone: Vec<u64> = written.drain(..excess).collect();
+        for &step in &gone {
+            let dir = self.step_dir(step);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::debug!(checkpoint = %dir.display(), "removed an older checkpoint")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove the older checkpoint", &dir)(e)),
+            }
+        }
+        if !gone.is_empty() {
+            sync_dir(&self.root)?;
+        }
+        Ok(gone)
+    }
+
+    /// Removes the temporary files (`<name>.tmp<pid>`) that interrupted writes left
+    /// in the directories of `step` and of the steps before it, whose writes are all
+    /// over once `step` is committed; each removal is logged. Returns how many were
+    /// removed. Failures are warnings: a leftover costs space, not correctness.
+    pub fn remove_temporaries(&self, step: u64) -> usize {
+        let mut removed = 0;
+        let steps = match self.steps() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look for temporary checkpoint files");
+                return 0;
+            }
+        };
+        for s in steps.into_iter().filter(|&s| s <= step) {
+            let dir = self.step_dir(s);
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd.filter_map(|e| e.ok()) {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if !is_temporary(name) || !e.file_type().is_ok_and(|t| t.is_file()) {
+                    continue;
+                }
+                let path = e.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        removed += 1;
+                        tracing::info!(file = %path.display(), "removed the temporary file of an interrupted checkpoint write");
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "cannot remove a temporary checkpoint file")
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// The steps that have a directory (complete or not), ascending.
+    pub fn steps(&self) -> Result<Vec<u64>> {
+        let rd = match fs::read_dir(&self.root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("read the directory", &self.root)(e)),
+        };
+        let mut steps: Vec<u64> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name();
+                let digits = name.to_str()?.strip_prefix("step-")?;
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                digits.parse().ok()
+            })
+            .collect();
+        steps.sort_unstable();
+        steps.dedup();
+        Ok(steps)
+    }
+
+    /// The newest checkpoint that verifies completely ([`Checkpoint::verify`]).
+    /// Each newer one that does not is skipped with a `tracing` warning naming the
+    /// file and the problem.
+    pub fn latest(&self) -> Result<Checkpoint> {
+        self.latest_with_rejections().map(|(c, _)| c)
+    }
+
+    /// Like [`Checkpoints::latest`], also returning the checkpoints skipped (newest
+    /// first), for applications that report them themselves.
+    pub fn latest_with_rejections(&self) -> Result<(Checkpoint, Vec<Rejected>)> {
+        let steps = self.steps()?;
+        if steps.is_empty() {
+            return Err(Error::NotFound {
+                root: self.root.clone(),
+            });
+        }
+        let mut rejected = Vec::new();
+        for &step in steps.iter().rev() {
+            let dir = self.step_dir(step);
+            match Checkpoint::open(&dir).and_then(|c| c.verify().map(|()| c)) {
+                Ok(c) => {
+                    if c.step() != step {
+                        let e = Error::Manifest {
+                            path: dir.join(MANIFEST),
+                            reason: format!(
+                                "it names step {} but lies in the directory of step {step}",
+                                c.step()
+                            ),
+                        };
+                        warn_rejected(&dir, &e);
+                        rejected.push(Rejected {
+                            step,
+                            dir,
+                            error: Box::new(e),
+                        });
+                        continue;
+                    }
+                    if !rejected.is_empty() {
+                        tracing::warn!(
+                            checkpoint = %dir.display(),
+                            step,
+                            skipped = rejected.len(),
+                            "resuming from an older checkpoint because the newer one(s) failed verification"
+                        );
+                    }
+                    return Ok((c, rejected));
+                }
+                Err(e) => {
+                    warn_rejected(&dir, &e);
+                    rejected.push(Rejected {
+                        step,
+                        dir,
+                        error: Box::new(e),
+                    });
+                }
+            }
+        }
+        Err(Error::NoneValid {
+            root: self.root.clone(),
+            rejected,
+        })
+    }
+}
+
+pub(crate) fn warn_rejected(dir: &Path, e: &Error) {
+    tracing::warn!(
+        checkpoint = %dir.display(),
+        error = %e,
+        "checkpoint failed verification; trying the previous one"
+    );
+}

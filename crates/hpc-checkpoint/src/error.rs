@@ -1,0 +1,144 @@
+//! The crate's error and the checks it reports.
+
+use std::path::{Path, PathBuf};
+
+use crate::MANIFEST;
+
+/// Everything that can go wrong; every variant names the file or directory.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be read, written, synced or renamed.
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        /// What was being done (`write`, `read`, `rename`, ...).
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint directory without a manifest: its write did not finish.
+    #[error("checkpoint {dir} is incomplete: it has no {MANIFEST} (its write was interrupted)")]
+    Incomplete {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The manifest cannot be parsed, fails its own checksum, or lists files wrongly.
+    #[error("{path} is not a valid checkpoint manifest: {reason}")]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file listed in the manifest does not exist.
+    #[error("{path} is listed in the manifest but missing")]
+    Missing {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file's size differs from the manifest's.
+    #[error("{path} is {found} bytes but the manifest says {expected} (truncated or overwritten)")]
+    Size {
+        /// The file.
+        path: PathBuf,
+        /// Bytes per the manifest.
+        expected: u64,
+        /// Bytes on disk.
+        found: u64,
+    },
+    /// A file's CRC-32C differs from the manifest's.
+    #[error("{path} is damaged: its CRC-32C is {found:08x} but the manifest says {expected:08x}")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// Checksum per the manifest.
+        expected: u32,
+        /// Checksum of the bytes on disk.
+        found: u32,
+    },
+    /// A file's header is not a checkpoint header or contradicts the manifest
+    /// (another step, another rank, another rank count).
+    #[error("{path}: {reason}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An argument was out of range (a rank beyond the rank count, a bad file name).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The root holds no checkpoint directory at all.
+    #[error("no checkpoint in {root} (no step-* directory)")]
+    NotFound {
+        /// The checkpoint set's root.
+        root: PathBuf,
+    },
+    /// Every checkpoint in the root failed verification.
+    #[error("no checkpoint in {root} verifies:{}", list(.rejected))]
+    NoneValid {
+        /// The checkpoint set's root.
+        root: PathBuf,
+        /// Each rejected checkpoint, newest first, and why.
+        rejected: Vec<Rejected>,
+    },
+}
+
+pub(crate) fn list(rejected: &[Rejected]) -> String {
+    rejected
+        .iter()
+        .map(|r| format!("\n  step {}: {}", r.step, r.error))
+        .collect()
+}
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A checkpoint that [`Checkpoints::latest`] skipped.
+#[derive(Debug)]
+pub struct Rejected {
+    /// Its step.
+    pub step: u64,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Why it was skipped.
+    pub error: Box<Error>,
+}
+
+/// The error of a bounded read ([`hpc_io::read`]) of a checkpoint's file at `path`:
+/// a missing file is `missing`, one that is not a regular file (a FIFO, a device)
+/// or too large is `invalid`'s error with the reason, others are I/O errors.
+pub(crate) fn read_error(
+    e: hpc_io::read::ReadError,
+    path: &Path,
+    missing: impl FnOnce() -> Error,
+    invalid: impl FnOnce(String) -> Error,
+) -> Error {
+    use hpc_io::read::ReadError;
+    match e {
+        ReadError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            missing()
+        }
+        ReadError::Open { source, .. } => io("open", path)(source),
+        ReadError::Read { source, .. } => io("read", path)(source),
+        ReadError::NotRegular { kind, .. } => invalid(format!("it is {kind}, not a regular file")),
+        ReadError::TooLarge { size, max, .. } => {
+            invalid(format!("it is {size} bytes, more than the {max} accepted"))
+        }
+        other => invalid(other.to_string()),
+    }
+}
+
+pub(crate) fn io<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}

@@ -1,0 +1,96 @@
+use super::*;
+use crate::file::{check_name, is_temporary, Header};
+use crate::manifest::parse_manifest;
+use proptest::prelude::*;
+use std::fs;
+use std::path::Path;
+
+#[test]
+fn header_roundtrips() {
+    let h = Header {
+        kind: KIND_RANK,
+        step: 3000,
+        rank: 7,
+        ranks: 9,
+        payload_len: 12345,
+    };
+    assert_eq!(Header::decode(&h.encode()), Ok(h));
+    assert!(Header::decode(&h.encode()[..39]).is_err());
+}
+
+#[test]
+fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
+    let root = std::env::temp_dir().join(format!("ckpt-tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    // An interrupted checkpoint of step 10: a rank file and the manifest's
+    // temporary, no manifest.
+    let e = set.write_rank(10, 0, 1, b"ten").unwrap();
+    let left = [
+        set.step_dir(10).join("manifest.json.tmp4242"),
+        set.step_dir(10).join("rank-000000.ckpt.tmp17"),
+    ];
+    for p in &left {
+        fs::write(p, b"partial").unwrap();
+    }
+    let later = set.step_dir(30).join("rank-000000.ckpt.tmp99");
+    fs::create_dir_all(set.step_dir(30)).unwrap();
+    fs::write(&later, b"another step's write").unwrap();
+    drop(e);
+    let e = set.write_rank(20, 0, 1, b"twenty").unwrap();
+    set.commit(20, 1, [e], serde_json::json!({})).unwrap();
+    for p in &left {
+        assert!(!p.exists(), "{} is left", p.display());
+    }
+    // A later step's write may be under way: left alone.
+    assert!(later.exists());
+    assert!(set.step_dir(10).join("rank-000000.ckpt").exists());
+    assert!(is_temporary("manifest.json.tmp1") && !is_temporary("a.tmp") && !is_temporary(".tmp1"));
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
+    let root = std::env::temp_dir().join(format!("ckpt-prune-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    let write = |step: u64| {
+        let e = set.write_rank(step, 0, 1, b"x").unwrap();
+        set.commit(step, 1, [e], serde_json::json!({})).unwrap();
+    };
+    // Another run's checkpoint, newer than all of this run's.
+    write(9000);
+    let mut written = Vec::new();
+    for step in (100..=600).step_by(100) {
+        write(step);
+        written.push(step);
+        set.prune(&mut written, 3).unwrap();
+        assert!(written.len() <= 3);
+    }
+    assert_eq!(written, [400, 500, 600]);
+    assert_eq!(set.steps().unwrap(), [400, 500, 600, 9000]);
+    // keep 0 is taken as 1: the newest is never removed.
+    assert_eq!(set.prune(&mut written, 0).unwrap(), [400, 500]);
+    assert_eq!(set.steps().unwrap(), [600, 9000]);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn names_are_checked() {
+    for bad in ["", ".hidden", "a/b", "rank-1", "manifest", "x y"] {
+        assert!(check_name(bad).is_err(), "{bad:?}");
+    }
+    check_name("spikes.spk").unwrap();
+}
+
+proptest! {
+    #[test]
+    fn manifest_parsing_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = parse_manifest(Path::new("m.json"), &bytes);
+    }
+
+    #[test]
+    fn header_decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let _ = Header::decode(&bytes);
+    }
+}

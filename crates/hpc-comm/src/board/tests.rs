@@ -1,0 +1,238 @@
+use super::sys::no_such_process;
+use super::*;
+
+#[test]
+fn ring_hands_over_every_entry_between_threads_in_order() {
+    use std::sync::Arc;
+    let p = std::env::temp_dir().join(format!("hpc-board-spsc-{}", std::process::id()));
+    let b = Arc::new(Board::create(&p, 2).unwrap());
+    std::fs::remove_file(&p).unwrap();
+    const N: u64 = 200_000;
+    let producer = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            for i in 0..N {
+                let d = Desc {
+                    kind: DATA,
+                    tag: i,
+                    addr: !i,
+                    len: i.wrapping_mul(0x9e37_79b9),
+                };
+                while !b.push(0, 1, d) {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    };
+    let mut next = 0;
+    while next < N {
+        match b.pop(0, 1) {
+            Some(d) => {
+                // Every field of every entry, in order: no torn or stale entry.
+                assert_eq!((d.kind, d.tag, d.addr), (DATA, next, !next));
+                assert_eq!(d.len, next.wrapping_mul(0x9e37_79b9));
+                next += 1;
+            }
+            None => std::hint::spin_loop(),
+        }
+    }
+    producer.join().unwrap();
+    assert!(b.pop(0, 1).is_none());
+}
+
+#[test]
+fn a_board_file_is_only_for_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = std::env::temp_dir().join(format!("hpc-board-mode-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let _b = Board::create(&p, 2).unwrap();
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    std::fs::remove_file(&p).unwrap();
+    assert_eq!(mode, 0o600, "{mode:o}");
+}
+
+#[test]
+fn ring_push_pop_wraps_and_fills() {
+    let p = std::env::temp_dir().join(format!("hpc-board-test-{}", std::process::id()));
+    let b = Board::create(&p, 2).unwrap();
+    let o = Board::open(&p, 2).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    for round in 0..3u64 {
+        for i in 0..RING_CAP {
+            let d = Desc {
+                kind: RTS,
+                tag: round * 100 + i,
+                addr: i,
+                len: 7,
+            };
+            assert!(b.push(0, 1, d));
+        }
+        assert!(!b.push(
+            0,
+            1,
+            Desc {
+                kind: FIN,
+                tag: 0,
+                addr: 0,
+                len: 0
+            }
+        ));
+        for i in 0..RING_CAP {
+            assert_eq!(o.pop(0, 1).unwrap().tag, round * 100 + i);
+        }
+        assert!(o.pop(0, 1).is_none());
+    }
+    b.set_pid(1, 42);
+    assert_eq!(o.pid(1), 42);
+    let seen = o.doorbell(1).load(Ordering::SeqCst);
+    b.ring(1);
+    // Returns at once: the doorbell moved.
+    o.sleep(1, seen, Duration::from_secs(5));
+}
+
+#[test]
+fn agent_stands_aside_while_the_application_waits() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let p = std::env::temp_dir().join(format!("hpc-board-agent-{}", std::process::id()));
+    let b = Arc::new(Board::create(&p, 1).unwrap());
+    std::fs::remove_file(&p).unwrap();
+    b.set_agent_eager(0, true);
+    let woke = Arc::new(AtomicBool::new(false));
+    let guard = b.enter_wait(0);
+    let seen = b.doorbell(0).load(Ordering::SeqCst);
+    let agent = {
+        let (b, woke) = (b.clone(), woke.clone());
+        std::thread::spawn(move || {
+            let woken = b.agent_sleep(0, seen, Duration::from_secs(60));
+            woke.store(true, Ordering::SeqCst);
+            woken
+        })
+    };
+    // Rings while the application waits do not wake the agent...
+    for _ in 0..5 {
+        b.ring(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !woke.load(Ordering::SeqCst),
+        "agent woke while the application waited"
+    );
+    // ...leaving `wait` does.
+    drop(guard);
+    assert!(agent.join().unwrap(), "woken, not timed out");
+    // With nobody waiting, a ring that came before the sleep is not missed.
+    let seen = b.doorbell(0).load(Ordering::SeqCst);
+    b.ring(0);
+    assert!(b.agent_sleep(0, seen, Duration::from_secs(60)));
+}
+
+/// Whether an agent sleep of at most 0.6 s on `b` was woken (rather than
+/// timed out) when `ring` ran 50 ms after the agent announced it.
+fn agent_sleep_with(b: &std::sync::Arc<Board>, ring: impl FnOnce(&Board)) -> bool {
+    let seen = b.doorbell(0).load(Ordering::SeqCst);
+    let agent = {
+        let b = b.clone();
+        std::thread::spawn(move || b.agent_sleep(0, seen, Duration::from_millis(600)))
+    };
+    // Until the agent announced its sleep (a ring before that is seen anyway).
+    while b.agent_sleeping(0).load(Ordering::SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    ring(b);
+    agent.join().unwrap()
+}
+
+#[test]
+fn which_rings_wake_the_agent() {
+    use std::sync::Arc;
+    let p = std::env::temp_dir().join(format!("hpc-board-wake-{}", std::process::id()));
+    let b = Arc::new(Board::create(&p, 1).unwrap());
+    std::fs::remove_file(&p).unwrap();
+    // A lazy agent: no ring wakes it, though the doorbell moves.
+    b.set_agent_eager(0, false);
+    let before = b.doorbell(0).load(Ordering::SeqCst);
+    assert!(!agent_sleep_with(&b, |b| b.ring(0)));
+    assert_ne!(b.doorbell(0).load(Ordering::SeqCst), before);
+    b.want_agent(0, true);
+    assert!(!agent_sleep_with(&b, |b| b.ring_quietly(0)));
+    // An eager one: a loud ring wakes it, a quiet one only while it is wanted.
+    b.set_agent_eager(0, true);
+    assert!(agent_sleep_with(&b, |b| b.ring(0)));
+    assert!(agent_sleep_with(&b, |b| b.ring_quietly(0)));
+    b.want_agent(0, false);
+    assert!(!agent_sleep_with(&b, |b| b.ring_quietly(0)));
+    // An explicit wake always does (shutdown).
+    b.set_agent_eager(0, false);
+    assert!(agent_sleep_with(&b, |b| b.wake_agent(0)));
+}
+
+#[test]
+fn cma_reads_own_memory_and_detects_dead_pids() {
+    let src = vec![5u8; 1000];
+    let mut dst = vec![0u8; 1000];
+    // SAFETY: `dst` is a valid, unaliased buffer of 1000 bytes.
+    unsafe {
+        cma_read(
+            std::process::id(),
+            src.as_ptr() as u64,
+            dst.as_mut_ptr(),
+            1000,
+        )
+    }
+    .unwrap();
+    assert_eq!(src, dst);
+    assert!(!pid_dead(std::process::id()));
+    assert!(pid_dead(u32::MAX - 1));
+}
+
+#[test]
+fn the_kernel_answers_when_proc_cannot() {
+    assert!(!no_such_process(std::process::id()));
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    // A zombie until reaped: dead for `pid_dead`, still a process for kill.
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(pid_dead(pid));
+    child.wait().unwrap();
+    assert!(pid_dead(pid) && no_such_process(pid));
+    // A pid beyond pid_t is no process it can ask about.
+    assert!(!no_such_process(u32::MAX));
+}
+
+#[test]
+fn futex_times_out_returns_early_and_wakes_every_waiter() {
+    use std::sync::Arc;
+    let word = AtomicU32::new(7);
+    let t = std::time::Instant::now();
+    assert!(
+        !futex_wait(&word, 7, Duration::from_millis(20)),
+        "a timeout says so"
+    );
+    assert!(t.elapsed() >= Duration::from_millis(15));
+    // The word moved already: back at once, not a timeout.
+    assert!(futex_wait(&word, 8, Duration::from_secs(60)));
+    let word = Arc::new(AtomicU32::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let w = word.clone();
+            std::thread::spawn(move || {
+                while w.load(Ordering::SeqCst) == 0 {
+                    futex_wait(&w, 0, Duration::from_secs(30));
+                }
+                std::time::Instant::now()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let woke_at = std::time::Instant::now();
+    word.store(1, Ordering::SeqCst);
+    futex_wake(&word);
+    for w in waiters {
+        // One wake reaches all three long before their 30 s timeout.
+        assert!(w.join().unwrap() - woke_at < Duration::from_secs(5));
+    }
+}

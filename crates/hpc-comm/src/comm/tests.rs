@@ -1,0 +1,66 @@
+use super::board_file::{BoardName, BOARD_PREFIX};
+use super::*;
+
+#[test]
+fn engine_names_parse_in_any_case_and_errors_list_the_engines() {
+    for e in Engine::ALL {
+        let upper = e.name().to_ascii_uppercase();
+        let title = format!("{}{}", &upper[..1], &e.name()[1..]);
+        for text in [
+            e.name().to_string(),
+            upper,
+            title,
+            format!(" {} ", e.name()),
+        ] {
+            assert_eq!(text.parse::<Engine>().unwrap(), *e, "{text:?}");
+        }
+    }
+    let msg = "fast".parse::<Engine>().unwrap_err().to_string();
+    assert!(msg.contains("\"fast\""), "{msg}");
+    assert!(msg.contains("inline, thread, proxy"), "{msg}");
+    assert!("".parse::<Engine>().is_err());
+    assert!("threads".parse::<Engine>().is_err());
+}
+
+#[test]
+fn remove_boards_of_removes_that_process_s_boards_only() {
+    // Pids that no process has (above the kernel's pid_max).
+    let (dead, other) = (429_496_729u32, 4_294_967_293u32);
+    let mine = [
+        format!("/dev/shm/{BOARD_PREFIX}{dead}-0-1"),
+        format!("/dev/shm/{BOARD_PREFIX}{dead}-3-ff"),
+    ];
+    // A pid whose digits start the same, and an unrelated file.
+    let keep = [
+        format!("/dev/shm/{BOARD_PREFIX}{dead}4-0-1"),
+        format!("/dev/shm/{BOARD_PREFIX}{other}-0-1"),
+    ];
+    for f in mine.iter().chain(&keep) {
+        std::fs::write(f, b"x").unwrap();
+    }
+    assert_eq!(remove_boards_of(dead), 2);
+    for f in &mine {
+        assert!(!std::path::Path::new(f).exists(), "{f}");
+    }
+    for f in &keep {
+        assert!(std::path::Path::new(f).exists(), "{f}");
+        std::fs::remove_file(f).unwrap();
+    }
+    assert_eq!(remove_boards_of(dead), 0);
+}
+
+#[test]
+fn a_board_name_is_removed_when_dropped_or_unlinked() {
+    let p = std::env::temp_dir().join(format!("hpc-board-name-{}", std::process::id()));
+    std::fs::write(&p, b"x").unwrap();
+    drop(BoardName(Some(p.clone())));
+    assert!(!p.exists());
+    std::fs::write(&p, b"x").unwrap();
+    let mut n = BoardName(Some(p.clone()));
+    n.unlink();
+    assert!(!p.exists());
+    std::fs::write(&p, b"y").unwrap();
+    drop(n); // already unlinked: a file of the same name made later stays
+    assert!(p.exists());
+    std::fs::remove_file(&p).unwrap();
+}

@@ -1,0 +1,374 @@
+//! The ranks on this node: board descriptors, staging slots and
+//! cross-memory attach, as the [`Core`] sends, lands and refuses messages.
+
+use hpc_collectives::interp::Arrival;
+use hpc_collectives::Region;
+
+use super::{Core, OpData};
+use crate::board::{self, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
+use crate::error::Error;
+
+/// `addr` of a `FIN` that refuses a message (size mismatch).
+pub(super) const REJECTED: u64 = 1;
+
+/// A message (or part of one) announced by a peer and not yet copied.
+#[derive(Debug)]
+pub(super) enum Arrived {
+    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`).
+    Whole { addr: u64, len: u64 },
+    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`.
+    Chunk { slot: usize, index: u64, total: u64 },
+    /// What the slots did not carry of a message of `total` bytes, from
+    /// `addr` in the sender (`TAIL`).
+    Rest { addr: u64, total: u64 },
+    /// A whole message from a rank on another node, received by the transport.
+    Bytes(Vec<u8>),
+}
+
+impl Arrival for Arrived {
+    fn total(&self) -> usize {
+        match *self {
+            Arrived::Whole { len, .. } => len as usize,
+            Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total as usize,
+            Arrived::Bytes(ref v) => v.len(),
+        }
+    }
+}
+
+/// The mask of `n` (<= 64) staging slots.
+pub(super) fn all_slots(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
+impl Arrived {
+    /// Whether this piece ends its message.
+    fn is_last(&self) -> bool {
+        match *self {
+            Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
+            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) => true,
+        }
+    }
+}
+
+/// A message of `got` bytes from `peer` where the schedule expects `want`.
+pub(super) fn size_mismatch(peer: usize, got: usize, want: usize) -> Error {
+    Error::CountMismatch {
+        rank: peer,
+        detail: format!("rank {peer} sent {got} bytes where {want} were expected"),
+    }
+}
+
+pub(super) fn tag64(seq: u64, tag: u32) -> u64 {
+    (seq << 32) | tag as u64
+}
+
+impl Core {
+    /// Queues `d` for `peer`; `wake` says whether it hands the peer's agent
+    /// work (the `RTS` or `TAIL` of a non-empty message, the `FIN` of one read
+    /// by cross-memory attach, a refusal). See [`Core::flush_peer`].
+    pub(super) fn send_desc(&mut self, peer: usize, d: Desc, wake: bool) {
+        self.wake[peer] |= wake;
+        self.outq[peer].push_back(d);
+    }
+
+    pub(super) fn flush(&mut self) -> bool {
+        let mut any = false;
+        for peer in 0..self.size {
+            any |= self.flush_peer(peer);
+        }
+        any
+    }
+
+    /// Pushes what waits for `peer` (the slots to hand back first, as one
+    /// `FREE`) and rings its doorbell if there was more than slots. Returns
+    /// whether anything was pushed.
+    ///
+    /// The ring wakes the peer's progress agent only for work that outweighs
+    /// a wake-up: a copy by cross-memory attach, the completion of one (its
+    /// sender may have a next round to post), a refusal, or anything while the
+    /// peer has a collective with a round still to post (`OpData::wake_until`).
+    /// Staged chunks ring quietly: a thread of the peer in `wait` or `test`
+    /// sees them at once, and an agent on its next pass. Waking an agent costs two context switches, several
+    /// microseconds on a virtual machine, far more than copying a staged
+    /// chunk; doing it for every small message made the `Thread` engine 5-7x
+    /// slower than `Inline` at 1 KiB.
+    pub(super) fn flush_peer(&mut self, peer: usize) -> bool {
+        let mut pushed = false;
+        if self.freed[peer] != 0 {
+            let d = Desc {
+                kind: FREE,
+                tag: 0,
+                addr: self.freed[peer],
+                len: 0,
+            };
+            if self.board.push(self.me, peer, d) {
+                self.freed[peer] = 0;
+                pushed = true;
+            }
+        }
+        // Slots handed back ring nobody: no send waits for a slot (it falls back
+        // to the single-copy path), so the owner may see them on its next
+        // drain, and a ring here (a futex wake-up if the owner sleeps in
+        // `wait`) would sit on the path between a receive and its `wait`
+        // returning.
+        let mut announced = false;
+        while let Some(d) = self.outq[peer].front().copied() {
+            if !self.board.push(self.me, peer, d) {
+                break;
+            }
+            self.outq[peer].pop_front();
+            announced = true;
+        }
+        pushed |= announced;
+        if announced {
+            if self.wake[peer] {
+                self.board.ring(peer);
+            } else {
+                self.board.ring_quietly(peer);
+            }
+            self.wake[peer] &= !self.outq[peer].is_empty();
+        }
+        pushed
+    }
+
+    /// Hands staging slot `slot` of `peer` back to it (with the next flush).
+    pub(super) fn free_slot(&mut self, peer: usize, slot: usize) {
+        self.freed[peer] |= 1 << slot;
+    }
+
+    pub(super) fn queue(&mut self, key: (usize, u64), a: Arrived) {
+        self.matcher.arrived(key, a);
+    }
+
+    pub(super) fn drain(&mut self) {
+        for src in 0..self.size {
+            while let Some(d) = self.board.pop(src, self.me) {
+                let key = (src, d.tag);
+                match d.kind {
+                    RTS => self.queue(
+                        key,
+                        Arrived::Whole {
+                            addr: d.addr,
+                            len: d.len,
+                        },
+                    ),
+                    DATA => {
+                        let (slot, index) = ((d.addr & 0xffff) as usize, d.addr >> 16);
+                        if slot >= self.board.slots() {
+                            tracing::warn!(src, slot, "staged chunk in a slot that does not exist");
+                        } else if self.discard.contains(&key) {
+                            let a = Arrived::Chunk {
+                                slot,
+                                index,
+                                total: d.len,
+                            };
+                            if a.is_last() {
+                                self.discard.remove(&key);
+                            }
+                            self.free_slot(src, slot);
+                        } else {
+                            let total = d.len;
+                            self.queue(key, Arrived::Chunk { slot, index, total });
+                        }
+                    }
+                    TAIL => {
+                        if !self.discard.remove(&key) {
+                            self.queue(
+                                key,
+                                Arrived::Rest {
+                                    addr: d.addr,
+                                    total: d.len,
+                                },
+                            );
+                        }
+                    }
+                    FREE => {
+                        let back = d.addr & all_slots(self.board.slots());
+                        if back != d.addr || back & self.free_slots != 0 {
+                            tracing::warn!(
+                                src,
+                                mask = d.addr,
+                                "staging slots handed back twice or unknown"
+                            );
+                        }
+                        self.free_slots |= back;
+                    }
+                    FIN if d.addr == REJECTED => {
+                        self.rejected.insert((src, d.tag));
+                    }
+                    FIN => *self.fins.entry((src, d.tag)).or_default() += 1,
+                    k => tracing::warn!(kind = k, src, "unknown descriptor"),
+                }
+            }
+        }
+    }
+
+    /// Refuses the message of `key` at the head of its queue, `sent` bytes
+    /// where the receive expects `expected`: its slots go back, its pieces
+    /// still to come are handed back as they arrive, and the sender learns
+    /// it from a refusing FIN. Returns the operation's error.
+    pub(super) fn refuse(&mut self, peer: usize, tag: u64, sent: usize, expected: usize) -> Error {
+        let key = (peer, tag);
+        if self.is_remote(peer) {
+            // A whole message from another node: dropped, its sender is done.
+            self.matcher.take(&key);
+            return size_mismatch(peer, sent, expected);
+        }
+        let mut ended = false;
+        while !ended {
+            let Some(b) = self.matcher.take(&key) else {
+                break;
+            };
+            if let Arrived::Chunk { slot, .. } = b {
+                self.free_slot(peer, slot);
+            }
+            ended = b.is_last();
+        }
+        if !ended {
+            self.discard.insert(key);
+        }
+        self.send_desc(
+            peer,
+            Desc {
+                kind: FIN,
+                tag,
+                addr: REJECTED,
+                len: 0,
+            },
+            true,
+        );
+        size_mismatch(peer, sent, expected)
+    }
+
+    /// Lands `a`, a piece of the message for `region` of which `got` bytes
+    /// landed before, and returns its bytes.
+    pub(super) fn land(
+        &mut self,
+        d: &mut OpData,
+        peer: usize,
+        region: Region,
+        got: usize,
+        a: Arrived,
+    ) -> Result<usize, Error> {
+        let in_order = match a {
+            Arrived::Whole { .. } | Arrived::Bytes(_) => got == 0,
+            Arrived::Rest { .. } => got > 0,
+            Arrived::Chunk { index, .. } => index * STAGE_SLOT as u64 == got as u64,
+        };
+        if !in_order {
+            return Err(Error::transport(format!(
+                "rank {peer} sent a message piece out of order ({a:?} after {got} bytes)"
+            )));
+        }
+        let dst = d.bufs.ptr(&region);
+        Ok(match a {
+            Arrived::Chunk { slot, .. } => {
+                let n = STAGE_SLOT.min(region.len - got);
+                // SAFETY: the slot is the sender's, announced by this DATA and
+                // not reused before our FREE (board protocol), STAGE_SLOT >= n
+                // bytes long; `dst + got .. + n` lies in the region
+                // (bounds-checked by `ptr`, got + n <= region.len).
+                unsafe { self.board.stage_read(peer, slot, dst.add(got), n) };
+                self.free_slot(peer, slot);
+                n
+            }
+            Arrived::Bytes(v) => {
+                // SAFETY: `dst` points at `region.len` writable bytes of this
+                // operation's buffer (bounds-checked); the interpreter checked
+                // that `v` is as long.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) };
+                v.len()
+            }
+            Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
+                let n = region.len - got;
+                let pid = self.pids[peer];
+                // `pids[me]` is this process (no `getpid` system call per message).
+                if pid == self.pids[self.me] {
+                    // SAFETY: the sender is this process: `addr` is a live region of
+                    // one of its operations (it waits for our FIN), `dst + got` has
+                    // `n` bytes left in the bounds-checked region, and regions of
+                    // different buffers never overlap.
+                    unsafe { std::ptr::copy(addr as *const u8, dst.add(got), n) };
+                } else {
+                    // SAFETY: `dst + got` has `n` writable bytes left in this
+                    // operation's buffer (bounds-checked), not aliased during the round.
+                    unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
+                        if board::pid_dead(pid) {
+                            Error::RankLost { rank: peer }
+                        } else {
+                            Error::transport_from(format!("reading from rank {peer}"), e)
+                        }
+                    })?;
+                }
+                n
+            }
+        })
+    }
+
+    /// Posts a send to a rank on this node. A message of at most `stage_max`
+    /// bytes goes in as many chunks as free slots take, each announced at once
+    /// (so the receiver copies while this rank stages the next), with a `TAIL`
+    /// for the rest; a larger one, or one that finds no free slot, as an `RTS`.
+    /// Returns whether the send waits for the receiver's `FIN`: not when the
+    /// message is empty or went whole into the slots, so that a small send
+    /// completes at once, as an eager send does in MPI. A refusal still
+    /// reaches the operation (see [`Core::advance`]).
+    pub(super) fn post_local_send(
+        &mut self,
+        d: &mut OpData,
+        peer: usize,
+        region: &Region,
+        tag: u32,
+    ) -> bool {
+        let p = d.bufs.ptr(region);
+        let tag = tag64(d.seq, tag);
+        let total = region.len;
+        let mut off = 0;
+        let mut index = 0u64;
+        while off < total && total <= self.stage_max {
+            if self.free_slots == 0 {
+                break;
+            }
+            let slot = self.free_slots.trailing_zeros() as usize;
+            self.free_slots &= !(1 << slot);
+            let n = STAGE_SLOT.min(total - off);
+            // SAFETY: `p + off .. + n` lies in the bounds-checked region; the slot
+            // is this rank's and free (no reader until the DATA below), STAGE_SLOT
+            // >= n bytes; shared memory and the user's buffer do not overlap.
+            unsafe { self.board.stage_write(self.me, slot, p.add(off), n) };
+            self.send_desc(
+                peer,
+                Desc {
+                    kind: DATA,
+                    tag,
+                    addr: slot as u64 | index << 16,
+                    len: total as u64,
+                },
+                false,
+            );
+            self.flush_peer(peer);
+            off += n;
+            index += 1;
+        }
+        if off < total || total == 0 {
+            let needs_fin = total > 0;
+            self.send_desc(
+                peer,
+                Desc {
+                    kind: if off == 0 { RTS } else { TAIL },
+                    tag,
+                    // SAFETY: off <= total: at most one past the region's end.
+                    addr: unsafe { p.add(off) } as u64,
+                    len: total as u64,
+                },
+                needs_fin,
+            );
+            return needs_fin;
+        }
+        false
+    }
+}
