@@ -47,7 +47,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::network::{build_shard, Conn, COUNT_BITS, COUNT_MAX};
 use crate::output::{spike_writer, Recorder, SpikeWriter, Stats};
-use crate::params::{Model, V0Type, NPOP};
+use crate::params::{Model, Propagators, V0Type, NPOP};
 use crate::rng::{draw, key, normal_redraw, Poisson32, Purpose, Stream};
 use hpc_spiking::alltoallv::Exchange;
 use hpc_spiking::team::{StopOnDrop, Team};
@@ -560,15 +560,12 @@ impl<'a> Simulation<'a> {
                 .collect()
         });
         let nu = &p.neuron;
-        let h = p.dt;
-        let p21 = -nu.tau_m / (nu.c_m * (1.0 - nu.tau_m / nu.tau_syn))
-            * (-h / nu.tau_syn).exp()
-            * (h * (1.0 / nu.tau_syn - 1.0 / nu.tau_m)).exp_m1();
+        let prop = Propagators::new(nu, p.dt);
         let dynp = Dyn {
-            p22: (-h / nu.tau_m).exp(),
-            p21,
-            p20: -nu.tau_m / nu.c_m * (-h / nu.tau_m).exp_m1(),
-            p11: (-h / nu.tau_syn).exp(),
+            p22: prop.p22,
+            p21: prop.p21,
+            p20: prop.p20,
+            p11: prop.p11,
             theta: nu.v_th - nu.e_l,
             v_reset: nu.v_reset - nu.e_l,
             ref_steps: model.ref_steps,
