@@ -203,7 +203,8 @@ fn run(args: Args) -> Result<()> {
             if rank == 0 {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "brunel: warning: {e:#} (going on: --allow-oversize)"
+                    "brunel: warning: {} (going on: --allow-oversize)",
+                    hpc_io::message::chain(e.as_ref())
                 );
             }
         }
@@ -519,7 +520,11 @@ fn main() {
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(std::io::stderr(), "brunel: error: {e:#}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "brunel: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
         failed = true;
     }
     if let Err(e) = traced {

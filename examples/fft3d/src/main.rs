@@ -255,7 +255,11 @@ fn main() {
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(std::io::stderr(), "fft3d: error: {e:#}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "fft3d: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
         std::process::exit(1);
     }
 }
