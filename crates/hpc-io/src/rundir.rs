@@ -434,11 +434,11 @@ impl RunDir {
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
-                    kind: if m.is_file() {
-                        "a regular file"
-                    } else {
-                        "not a directory"
-                    },
+                    // What it is in words ("/dev/null is a character device, not a
+                    // directory"), not "is not a directory, not a directory".
+                    kind: crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
+                        std::os::unix::fs::MetadataExt::mode(&m),
+                    )),
                     path: dir,
                     wanted: "a directory",
                 },
@@ -899,6 +899,7 @@ mod tests {
 
     #[test]
     fn a_manifest_or_lock_that_is_not_a_regular_file_is_not_read_or_followed() {
+        use std::os::unix::fs::FileTypeExt as _;
         let t = Tmp::new("fifo");
         fs::create_dir_all(&t.0).unwrap();
         let victim = t.0.with_extension("victim");
@@ -913,11 +914,19 @@ mod tests {
             )
             .unwrap()
         };
-        // A FIFO run.json: refused at once (no writer ever comes), then replaced.
+        // A FIFO run.json: refused at once (no writer ever comes), and never
+        // replaced (a rename over it would remove what is not a run's file).
         fifo(&t.0.join(MANIFEST));
         let t0 = std::time::Instant::now();
         let e = inspect(&t.0).unwrap_err().to_string();
         assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+        let e = RunDir::create(&t.0, info()).unwrap_err().to_string();
+        assert!(e.contains("it is a FIFO, not a regular file"), "{e}");
+        assert!(fs::symlink_metadata(t.0.join(MANIFEST))
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        fs::remove_file(t.0.join(MANIFEST)).unwrap();
         RunDir::create(&t.0, info())
             .unwrap()
             .finish(Status::Complete)
@@ -952,6 +961,13 @@ mod tests {
         fs::write(&f, "x").unwrap();
         let e = RunDir::create(&f, info()).unwrap_err().to_string();
         assert!(e.contains("is a regular file, not a directory"), "{e}");
+        // A device: named as one.
+        let e = RunDir::create("/dev/null", info()).unwrap_err().to_string();
+        assert_eq!(e.matches("not a directory").count(), 1, "{e}");
+        assert!(
+            e.contains("/dev/null is a character device, not a directory"),
+            "{e}"
+        );
     }
 
     #[test]

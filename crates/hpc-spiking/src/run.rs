@@ -239,7 +239,8 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         let mut f = std::fs::File::create(&tmp)?;
         std::io::Write::write_all(&mut f, bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        // Never over a device, a FIFO or a directory of that name.
+        hpc_io::atomic::rename_over(&tmp, path).map_err(std::io::Error::other)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);

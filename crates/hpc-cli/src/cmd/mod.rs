@@ -116,11 +116,8 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
             .with_context(|| format!("writing {}", tmp.display()))?;
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-            anyhow::bail!("{} is a directory", path.display());
-        }
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))
+        // Never over a directory, a device or a FIFO of that name.
+        Ok(hpc_io::atomic::rename_over(&tmp, path)?)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
