@@ -733,3 +733,19 @@ fn selftest_exit_code_is_passed_for_every_valid_value() {
         assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn selftest_failure_flags_without_a_failing_rank_are_refused_not_ignored() {
+    for args in [
+        &["selftest", "--exit-code", "124"][..],
+        &["selftest", "--fail-mode", "kill"],
+    ] {
+        let o = hpc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--fail-rank"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
