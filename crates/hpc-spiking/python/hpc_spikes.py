@@ -360,6 +360,25 @@ if __name__ == "__main__":
 # records as numpy arrays (numpy is imported only by these).
 
 
+def _check_manifest(run):
+    """Raise ValueError unless run has the shape hpc_io::rundir writes (a damaged or
+    hand-made run.json is "cannot be read", never a traceback): an object whose
+    files are objects with a string name and whose status is a known word."""
+    if not isinstance(run, dict):
+        raise ValueError("not a JSON object")
+    files = run.get("files")
+    if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) for f in files):
+        raise ValueError("its files are not a list of {name, ...} objects")
+    if run.get("status") not in ("running", "complete", "incomplete"):
+        raise ValueError(f"its status {str(run.get('status'))[:40]!r} is not "
+                         "running, complete or incomplete")
+    if run["status"] == "incomplete" and not (
+            isinstance(run.get("reason"), str)
+            and isinstance(run.get("stopped_at", ""), str)):
+        raise ValueError("an incomplete run without a reason (and stopped_at) in words")
+
+
 def check_run(path):
     """Warn (on stderr) when the run directory's run.json does not vouch for `path`:
     the file is not the run's, or the run is still running, was killed or stopped
@@ -369,8 +388,7 @@ def check_run(path):
         # Bounded, never blocking on a FIFO, never following a symbolic link (as
         # the Rust reader, hpc_io::rundir).
         run = json.loads(read_regular(manifest, 16 << 20, follow=False))
-        if not isinstance(run, dict):
-            raise ValueError("not a JSON object")
+        _check_manifest(run)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, SpikeFileError) as e:

@@ -273,6 +273,22 @@ class CommandLine(unittest.TestCase):
         os.symlink("/dev/zero", manifest)
         r = run(BRUNEL_READ, q, timeout=30)
         self.assertIn("run.json cannot be read", r.stderr)
+        # A run.json of another shape (hand-made, damaged): a warning naming it,
+        # never a traceback, for both tools.
+        os.remove(manifest)
+        for bad in ({"files": 5, "status": "complete"},
+                    {"files": [1, 2], "status": "complete"},
+                    {"files": [{"name": ["spikes.spk"]}], "status": "complete"},
+                    {"files": [{"name": "spikes.spk"}], "status": 7},
+                    {"files": [{"name": "spikes.spk"}], "status": "incomplete",
+                     "stopped_at": 5}):
+            with open(manifest, "w") as f:
+                json.dump(bad, f)
+            for tool in (BRUNEL_READ, MICRO_READ):
+                with self.subTest(bad=bad, tool=tool):
+                    r = run(tool, q, timeout=30)
+                    self.assertNotIn("Traceback", r.stderr)
+                    self.assertIn("run.json cannot be read", r.stderr)
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
