@@ -704,11 +704,15 @@ impl Checkpoints {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name();
-                let digits = name.to_str()?.strip_prefix("step-")?;
+                let name = name.to_str()?;
+                let digits = name.strip_prefix("step-")?;
                 if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                     return None;
                 }
-                digits.parse().ok()
+                // Only the name `step_dir` gives the step: `step-10` is not step
+                // 10's directory (`step-0000000010`), which would then be opened.
+                let step: u64 = digits.parse().ok()?;
+                (self.step_dir(step).file_name()? == name).then_some(step)
             })
             .collect();
         steps.sort_unstable();
@@ -1116,6 +1120,27 @@ mod tests {
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         assert!(Header::decode(&h.encode()[..39]).is_err());
+    }
+
+    #[test]
+    fn only_canonical_step_names_are_steps() {
+        // `step-10` is not the directory of step 10 (`step-0000000010`): listing it
+        // as step 10 then failed with "No such file" for a directory that exists.
+        let root = std::env::temp_dir().join(format!("ckpt-names-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let set = Checkpoints::new(&root);
+        for name in [
+            "step-10",
+            "step-00000000020",
+            "step-",
+            "step-x",
+            "step-0000000030",
+        ] {
+            fs::create_dir_all(root.join(name)).unwrap();
+        }
+        fs::create_dir_all(set.step_dir(12345678901)).unwrap();
+        assert_eq!(set.steps().unwrap(), vec![30, 12345678901]);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
