@@ -148,6 +148,17 @@ pub fn check_memory(what: &str, need: u128) -> Result<(), UsageError> {
 
 /// Refuses `value` of `flag` above `max`.
 pub fn check_at_most(flag: &str, value: usize, max: usize) -> Result<(), UsageError> {
+    check_between(flag, value, 0, max)
+}
+
+/// Checks a count flag against its range: a value below `min` (`--iters 0`, which
+/// measured nothing and exited 0) or above `max` is a usage error naming the flag.
+pub fn check_between(flag: &str, value: usize, min: usize, max: usize) -> Result<(), UsageError> {
+    if value < min {
+        return Err(UsageError(format!(
+            "{flag} {value} is below the least of {min}"
+        )));
+    }
     if value > max {
         return Err(UsageError(format!(
             "{flag} {value} is above the limit of {max}"

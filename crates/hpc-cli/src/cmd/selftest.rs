@@ -268,7 +268,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => {
-            say_err(&format!("selftest failed on rank {rank}: {e:#}"));
+            say_err(&format!(
+                "selftest failed on rank {rank}: {}",
+                hpc_io::message::chain(e.as_ref())
+            ));
             if let Some(peer) = e
                 .downcast_ref::<hpc_runtime::Error>()
                 .and_then(|e| e.rank())
