@@ -91,8 +91,9 @@ pub fn run(root: &Path, seconds: u64, only: &[String]) -> Result<()> {
         ]));
         if let Err(e) = res {
             eprintln!(
-                "fuzz target {t} failed: {e:#}\n  its input is under fuzz/artifacts/{t}/; \
-                 reproduce with: cargo +nightly fuzz run --fuzz-dir fuzz {t} fuzz/artifacts/{t}/<file>"
+                "fuzz target {t} failed: {}\n  its input is under fuzz/artifacts/{t}/; \
+                 reproduce with: cargo +nightly fuzz run --fuzz-dir fuzz {t} fuzz/artifacts/{t}/<file>",
+                hpc_io::message::chain(e.as_ref())
             );
             failed.push(t.clone());
         }

@@ -665,7 +665,7 @@ fn main() -> Result<()> {
                 setup::container_runtimes()?;
             }
             if let Err(e) = hpc_image::run(*args) {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", hpc_io::message::chain(e.as_ref()));
                 std::process::exit(hpc_image::exit_status(&e).into());
             }
             Ok(())

@@ -261,11 +261,15 @@ impl Checkpoints {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name();
-                let digits = name.to_str()?.strip_prefix("step-")?;
+                let name = name.to_str()?;
+                let digits = name.strip_prefix("step-")?;
                 if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                     return None;
                 }
-                digits.parse().ok()
+                // Only the name `step_dir` gives the step: `step-10` is not step
+                // 10's directory (`step-0000000010`), which would then be opened.
+                let step: u64 = digits.parse().ok()?;
+                (self.step_dir(step).file_name()? == name).then_some(step)
             })
             .collect();
         steps.sort_unstable();

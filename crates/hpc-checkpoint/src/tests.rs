@@ -19,6 +19,27 @@ fn header_roundtrips() {
 }
 
 #[test]
+fn only_canonical_step_names_are_steps() {
+    // `step-10` is not the directory of step 10 (`step-0000000010`): listing it
+    // as step 10 then failed with "No such file" for a directory that exists.
+    let root = std::env::temp_dir().join(format!("ckpt-names-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    for name in [
+        "step-10",
+        "step-00000000020",
+        "step-",
+        "step-x",
+        "step-0000000030",
+    ] {
+        fs::create_dir_all(root.join(name)).unwrap();
+    }
+    fs::create_dir_all(set.step_dir(12345678901)).unwrap();
+    assert_eq!(set.steps().unwrap(), vec![30, 12345678901]);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
 fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
     let root = std::env::temp_dir().join(format!("ckpt-tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&root);

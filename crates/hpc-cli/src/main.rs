@@ -114,7 +114,11 @@ fn main() {
         Err(e) if cmd::is_broken_pipe(&e) => std::process::exit(cmd::EXIT_BROKEN_PIPE),
         Err(e) => {
             // A closed stderr is no reason to panic.
-            let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "hpc: error: {}",
+                hpc_io::message::chain(e.as_ref())
+            );
             // A rank's own status passes through `hpc run`, so the launcher's own
             // failures have a code of their own (as `timeout` and `env` do).
             let usage = e

@@ -820,3 +820,37 @@ fn selftest_exit_code_is_passed_for_every_valid_value() {
         assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn selftest_failure_flags_without_a_failing_rank_are_refused_not_ignored() {
+    for args in [
+        &["selftest", "--exit-code", "124"][..],
+        &["selftest", "--fail-mode", "kill"],
+    ] {
+        let o = hpc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--fail-rank"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn perftest_counts_of_zero_are_refused_not_measured_as_nothing() {
+    // `--iters 0` printed an empty table and exited 0; `--window 0` was taken as 1.
+    for (args, flag) in [
+        (&["perftest", "send_lat", "--iters", "0"][..], "--iters 0"),
+        (&["perftest", "write_bw", "--window", "0"], "--window 0"),
+    ] {
+        let o = hpc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(flag), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("below the least of 1"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}

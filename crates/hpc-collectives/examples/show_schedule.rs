@@ -16,6 +16,11 @@ use std::process::ExitCode;
 use hpc_collectives::sim::{self, RankBuffers};
 use hpc_collectives::{Algorithm, Collective, CollectiveKind, DataType, Options, ReduceOp};
 
+/// The most ranks shown (every rank's schedule is built and printed).
+const MAX_RANKS: usize = 65536;
+/// The most bytes of all ranks' buffers the simulation of the traffic holds.
+const MAX_SIM_BYTES: usize = 1 << 30;
+
 fn usage() -> ExitCode {
     eprintln!(
         "usage: show_schedule COLLECTIVE ALGORITHM RANKS COUNT [--rank R] [--root R] [--dtype T] [--op OP]\n\
@@ -36,7 +41,15 @@ fn parse_op(s: &str) -> Option<ReduceOp> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Arguments that are not UTF-8 are a usage error, not a panic.
+    let Ok(args) = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect::<Result<Vec<String>, _>>()
+    else {
+        eprintln!("error: an argument is not UTF-8 text");
+        return usage();
+    };
     if args.len() < 4 {
         return usage();
     }
@@ -68,8 +81,16 @@ fn main() -> ExitCode {
             return usage();
         };
         match (flag.as_str(), val) {
-            ("--rank", v) => only_rank = v.parse().ok(),
-            ("--root", v) => root = v.parse().unwrap_or(0),
+            // A value that is not a rank is refused, never read as "every rank"
+            // or as rank 0.
+            ("--rank", v) => match v.parse() {
+                Ok(r) => only_rank = Some(r),
+                Err(_) => return usage(),
+            },
+            ("--root", v) => match v.parse() {
+                Ok(r) => root = r,
+                Err(_) => return usage(),
+            },
             ("--dtype", v) => match parse_dtype(v) {
                 Some(d) => dtype = d,
                 None => return usage(),
@@ -82,6 +103,10 @@ fn main() -> ExitCode {
         }
     }
 
+    if size > MAX_RANKS {
+        eprintln!("error: RANKS is {size}; at most {MAX_RANKS} are shown");
+        return ExitCode::from(2);
+    }
     let coll = match kind {
         CollectiveKind::Barrier => Collective::Barrier,
         CollectiveKind::Broadcast => Collective::Broadcast { root, count, dtype },
@@ -112,6 +137,23 @@ fn main() -> ExitCode {
             op,
         },
     };
+    if let Err(e) = coll.validate(size) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    // The simulator holds every rank's buffers: bound them before anything is
+    // allocated (an alltoall of a large COUNT over many ranks would ask for
+    // terabytes).
+    let total = (0..size).try_fold(0usize, |all, r| {
+        let (s, rv) = coll.buffer_bytes(r, size);
+        all.checked_add(s)?.checked_add(rv)
+    });
+    if total.is_none_or(|t| t > MAX_SIM_BYTES) {
+        eprintln!(
+            "error: the ranks' buffers of COUNT {count} over {size} ranks exceed the {MAX_SIM_BYTES} bytes this simulation holds"
+        );
+        return ExitCode::from(2);
+    }
     let opts = Options::with_algorithm(algorithm);
     let schedules: Result<Vec<_>, _> = (0..size).map(|r| coll.schedule(r, size, &opts)).collect();
     let schedules = match schedules {

@@ -110,16 +110,10 @@ impl Error {
     }
 
     /// This error and its causes, joined by `": "`: what `{}` shows,
-    /// followed by every [`source`](std::error::Error::source).
+    /// followed by every [`source`](std::error::Error::source) that it does not
+    /// already end with ([`hpc_io::message::chain`]).
     pub fn chain(&self) -> String {
-        let mut s = self.to_string();
-        let mut cur = std::error::Error::source(self);
-        while let Some(c) = cur {
-            s.push_str(": ");
-            s.push_str(&c.to_string());
-            cur = c.source();
-        }
-        s
+        hpc_io::message::chain(self)
     }
 }
 

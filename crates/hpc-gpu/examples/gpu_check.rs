@@ -4,7 +4,7 @@
 //! `hpc run -n 4 -- gpu_check --backend native`; see benches/gpu/check.sh.
 //!
 //! Options: `--backend auto|nccl|native`, `--max-log2 N` (largest allreduce
-//! is 2^N elements, default 28), `--no-bench`.
+//! is 2^N elements, 24 to 34, default 28), `--no-bench`.
 
 use std::time::Instant;
 
@@ -371,20 +371,40 @@ fn bench_reduce_kernel(comm: &GpuComm<'_>) -> Res<()> {
 }
 
 fn main() -> Res<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let backend = match opt("--backend").as_deref() {
-        Some("nccl") => BackendChoice::Nccl,
-        Some("native") => BackendChoice::Native,
-        _ => BackendChoice::Auto,
-    };
-    let max_log2: u32 = opt("--max-log2").map_or(Ok(28), |v| v.parse())?;
-    let bench = !args.iter().any(|a| a == "--no-bench");
+    // Every argument is checked: one that is not UTF-8, an unknown flag or a value
+    // out of its set is an error naming it (never a panic, never the default).
+    let args = std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| format!("argument {a:?} is not UTF-8 text"))
+        })
+        .collect::<Result<Vec<String>, _>>()?;
+    let (mut backend, mut max_log2, mut bench) = (BackendChoice::Auto, 28u32, true);
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let mut value = || rest.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--backend" => {
+                backend = match value()?.as_str() {
+                    "auto" => BackendChoice::Auto,
+                    "nccl" => BackendChoice::Nccl,
+                    "native" => BackendChoice::Native,
+                    v => return Err(format!("--backend {v}: auto, nccl or native").into()),
+                }
+            }
+            "--max-log2" => {
+                let v = value()?;
+                max_log2 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (24..=34).contains(n))
+                    .ok_or_else(|| format!("--max-log2 {v}: a whole number from 24 to 34"))?;
+            }
+            "--no-bench" => bench = false,
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
     let world = hpc_runtime::World::init()?;
     let comm = match GpuComm::with_options(
         &world,

@@ -237,7 +237,7 @@ pub fn exit(result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", hpc_io::message::chain(e.as_ref()));
             std::process::ExitCode::from(exit_status(&e))
         }
     }

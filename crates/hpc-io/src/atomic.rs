@@ -61,13 +61,57 @@ pub fn replace_with<T, E: From<StepError>>(
         let mut f = File::create(tmp).map_err(StepError::of("create", tmp))?;
         let value = fill(&mut f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
-        fs::rename(tmp, path).map_err(StepError::of("rename", path))?;
+        rename_over(tmp, path)?;
         Ok(value)
     })();
     if result.is_err() {
         let _ = fs::remove_file(tmp);
     }
     result
+}
+
+/// Renames `tmp` over `path`, refusing (with `tmp` left for the caller to remove)
+/// when `path` exists and is not a regular file or a symbolic link: a rename
+/// would replace a device (`--trace /dev/full` made `/dev/full` a plain file), a
+/// FIFO or a socket by the new file.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("hpc-io-rename-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("new"), b"x").unwrap();
+/// let err = hpc_io::atomic::rename_over(&dir.join("new"), std::path::Path::new("/dev/null"))
+///     .unwrap_err();
+/// assert_eq!(err.to_string(), "cannot replace /dev/null: it is a character device, not a regular file");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
+    check_replaceable(path)?;
+    fs::rename(tmp, path).map_err(StepError::of("rename", path))
+}
+
+/// Refuses `path` as the final name of a file written whole when it exists and is
+/// not a regular file or a symbolic link ([`rename_over`]'s check), so that a
+/// program can refuse such a name before its work rather than after.
+pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
+    if let Ok(m) = fs::symlink_metadata(path) {
+        let t = m.file_type();
+        if !t.is_file() && !t.is_symlink() {
+            return Err(StepError {
+                op: "replace",
+                path: path.to_path_buf(),
+                error: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "it is {}, not a regular file",
+                        crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
+                            std::os::unix::fs::MetadataExt::mode(&m)
+                        ))
+                    ),
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` through `tmp` ([`replace_with`]), then syncs the
@@ -98,6 +142,46 @@ fn parent(path: &Path) -> &Path {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt as _;
+
+    #[test]
+    fn a_device_a_fifo_or_a_directory_is_never_replaced() {
+        let dir = scratch("rename-over");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        let fifo = dir.join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for (target, kind) in [
+            (Path::new("/dev/null").to_path_buf(), "a character device"),
+            (fifo.clone(), "a FIFO"),
+            (dir.join("sub"), "a directory"),
+        ] {
+            let tmp = dir.join(".new.tmp");
+            let err = write(&target, &tmp, b"data").unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("it is {kind}, not a regular file")),
+                "{err}"
+            );
+            assert!(!tmp.exists(), "the temporary file is removed");
+        }
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device());
+        // A regular file is replaced as before.
+        write(&dir.join("f"), &dir.join(".f.tmp"), b"1").unwrap();
+        write(&dir.join("f"), &dir.join(".f.tmp"), b"2").unwrap();
+        assert_eq!(fs::read(dir.join("f")).unwrap(), b"2");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("hpc-io-atomic-{tag}-{}", std::process::id()));
@@ -150,12 +234,12 @@ mod tests {
         assert_eq!(e.op, "create");
         assert_eq!(e.path, missing.join("a.tmp"));
         assert!(e.to_string().starts_with("cannot create "), "{e}");
-        // A directory where the file should be: the rename fails, the temporary goes.
+        // A directory where the file should be: refused, the temporary goes.
         fs::create_dir(d.join("taken")).unwrap();
         fs::write(d.join("taken/x"), "").unwrap();
         let tmp = d.join("taken.tmp");
         let e = write(&d.join("taken"), &tmp, b"x").unwrap_err();
-        assert_eq!(e.op, "rename", "{e}");
+        assert_eq!(e.op, "replace", "{e}");
         assert!(!tmp.exists());
         let _ = fs::remove_dir_all(&d);
     }

@@ -3,6 +3,7 @@
 //!
 //! - [`atomic`]: files replaced atomically (a temporary name, synced, renamed, the
 //!   directory synced), so that a reader or a crash never meets half a file.
+//! - [`message`]: an error and its causes as one line, each cause once.
 //! - [`read`]: user-named files read with a size bound, refused when they are not
 //!   regular files (a FIFO would block for ever, `/dev/zero` would never end) before
 //!   anything is allocated for them.
@@ -16,6 +17,7 @@
 //! can use it.
 
 pub mod atomic;
+pub mod message;
 pub mod read;
 pub mod rundir;
 pub mod write;

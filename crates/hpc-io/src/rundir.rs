@@ -434,11 +434,11 @@ impl RunDir {
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
-                    kind: if m.is_file() {
-                        "a regular file"
-                    } else {
-                        "not a directory"
-                    },
+                    // What it is in words ("/dev/null is a character device, not a
+                    // directory"), not "is not a directory, not a directory".
+                    kind: crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
+                        std::os::unix::fs::MetadataExt::mode(&m),
+                    )),
                     path: dir,
                     wanted: "a directory",
                 },
@@ -577,6 +577,15 @@ impl RunDir {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
+        // The manifest's name in the directory this run holds the lock of is the
+        // run's own: a FIFO, device node or socket left there (warned about as an
+        // unreadable earlier manifest) is removed, not refused as `atomic`'s
+        // renames refuse such a name elsewhere. Removing the entry touches no
+        // device; a directory of that name stays an error.
+        let path = self.dir.join(MANIFEST);
+        if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            fs::remove_file(&path).map_err(StepError::of("remove", &path))?;
+        }
         write_replace(&self.dir, MANIFEST, &text)
     }
 
@@ -913,7 +922,8 @@ mod tests {
             )
             .unwrap()
         };
-        // A FIFO run.json: refused at once (no writer ever comes), then replaced.
+        // A FIFO run.json: refused at once (no writer ever comes), then replaced
+        // (the run's own name in the directory it holds).
         fifo(&t.0.join(MANIFEST));
         let t0 = std::time::Instant::now();
         let e = inspect(&t.0).unwrap_err().to_string();
@@ -952,6 +962,13 @@ mod tests {
         fs::write(&f, "x").unwrap();
         let e = RunDir::create(&f, info()).unwrap_err().to_string();
         assert!(e.contains("is a regular file, not a directory"), "{e}");
+        // A device: named as one.
+        let e = RunDir::create("/dev/null", info()).unwrap_err().to_string();
+        assert_eq!(e.matches("not a directory").count(), 1, "{e}");
+        assert!(
+            e.contains("/dev/null is a character device, not a directory"),
+            "{e}"
+        );
     }
 
     #[test]

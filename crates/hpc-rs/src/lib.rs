@@ -434,7 +434,8 @@ fn plan(
     };
     let asked = options
         .threads
-        .or_else(|| std::env::var(hpc_runtime::env::THREADS).ok()?.parse().ok());
+        // A value that is not a number is warned about, not silently dropped.
+        .or_else(|| hpc_runtime::env::number(hpc_runtime::env::THREADS, 65536usize));
     if let Some(t) = asked.filter(|&t| t > 1) {
         // Launchers bind on their own (Open MPI: one core per rank under mpirun);
         // say so when that leaves the requested threads no room.
@@ -487,10 +488,10 @@ fn plan(
             None
         }
     };
+    // `1` or `0`; anything else (`false`, `no`) is warned about and binds, the
+    // default, rather than being read as "not 0" in silence.
     let bind = options.bind.unwrap_or_else(|| {
-        std::env::var(runtime::env::BIND)
-            .map(|v| v.trim() != "0")
-            .unwrap_or(true)
+        runtime::env::parsed(runtime::env::BIND, runtime::env::flag).unwrap_or(true)
     });
     let bound = match (&placement, bind) {
         (Some(p), true) => match hpc_topology::bind_current_process(&match &launcher_progress {

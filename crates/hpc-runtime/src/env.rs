@@ -307,6 +307,23 @@ where
     }
 }
 
+/// A yes/no setting's value (`HPC_BIND`): `1` or `0`, nothing else (a `false` or
+/// `no` read as "not 0" would do the opposite of what it says), for [`parsed`].
+///
+/// ```
+/// use hpc_runtime::env::flag;
+/// assert_eq!(flag(" 1"), Ok(true));
+/// assert_eq!(flag("0"), Ok(false));
+/// assert!(flag("false").unwrap_err().contains("`1` or `0`"));
+/// ```
+pub fn flag(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err("not `1` or `0`".into()),
+    }
+}
+
 /// A setting of ours read with `parse` (a CPU list, say): `None` when unset, and
 /// also when `parse` refuses it or it is not UTF-8, with a warning naming the
 /// variable, its value and why (the default then applies).

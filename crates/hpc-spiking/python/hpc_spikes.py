@@ -360,17 +360,37 @@ if __name__ == "__main__":
 # records as numpy arrays (numpy is imported only by these).
 
 
+def _check_manifest(run):
+    """Raise ValueError unless run has the shape hpc_io::rundir writes (a damaged or
+    hand-made run.json is "cannot be read", never a traceback): an object whose
+    files are objects with a string name and whose status is a known word."""
+    if not isinstance(run, dict):
+        raise ValueError("not a JSON object")
+    files = run.get("files")
+    if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) for f in files):
+        raise ValueError("its files are not a list of {name, ...} objects")
+    if run.get("status") not in ("running", "complete", "incomplete"):
+        raise ValueError(f"its status {str(run.get('status'))[:40]!r} is not "
+                         "running, complete or incomplete")
+    if run["status"] == "incomplete" and not (
+            isinstance(run.get("reason"), str)
+            and isinstance(run.get("stopped_at", ""), str)):
+        raise ValueError("an incomplete run without a reason (and stopped_at) in words")
+
+
 def check_run(path):
     """Warn (on stderr) when the run directory's run.json does not vouch for `path`:
     the file is not the run's, or the run is still running, was killed or stopped
     early. Returns the warning, or None."""
+    if not os.path.lexists(path):
+        return None  # reading it says so; no word on a file that is not there
     manifest = os.path.join(os.path.dirname(path) or ".", "run.json")
     try:
         # Bounded, never blocking on a FIFO, never following a symbolic link (as
         # the Rust reader, hpc_io::rundir).
         run = json.loads(read_regular(manifest, 16 << 20, follow=False))
-        if not isinstance(run, dict):
-            raise ValueError("not a JSON object")
+        _check_manifest(run)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, SpikeFileError) as e:
@@ -411,3 +431,41 @@ def arrays(f):
     ticks = np.array(f.ticks, dtype=np.uint32)
     ids = np.array(f.ids, dtype=np.uint32).astype(np.int64)
     return f.header, ticks * f.dt_ms, ids
+
+
+# What the tools write and run, checked the same way.
+
+
+def check_output(path):
+    """Raise SpikeFileError when path exists and is not a regular file or a symbolic
+    link: writing or renaming onto it would block on a FIFO or replace a device (as
+    hpc_io::atomic::rename_over refuses)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+        raise SpikeFileError(f"{path} is {kind}, not a regular file: not written over")
+
+
+def run_or_exit(cmd, prog):
+    """subprocess.run(cmd) capturing its output; when it cannot start or fails, one
+    line naming the command, its status and its last line of stderr, and exit
+    status 1 (not a traceback)."""
+    import subprocess
+
+    # The script a Python interpreter runs is the command's name.
+    first = os.path.basename(os.fsdecode(cmd[0]))
+    name = os.path.basename(os.fsdecode(cmd[1])) \
+        if first.startswith("python") and len(cmd) > 1 else first
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        print(f"{prog}: cannot run {cmd[0]}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        print(f"{prog}: {name} failed with status {r.returncode}: {last}", file=sys.stderr)
+        sys.exit(1)
+    return r

@@ -136,7 +136,7 @@ pub fn choose(
     find: impl FnOnce(&Path) -> Result<PathBuf>,
 ) -> Result<PathBuf> {
     let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        find(dir).map_err(|e| format!("{e:#}"))
+        find(dir).map_err(|e| hpc_io::message::chain(e.as_ref()))
     } else {
         Err(String::new())
     };
@@ -175,7 +175,7 @@ pub fn claim_dir(
     let mine: std::result::Result<(), String> = if world.rank() == 0 {
         claim(dir, params)
             .map(|f| held = Some(f))
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| hpc_io::message::chain(e.as_ref()))
     } else {
         Ok(())
     };

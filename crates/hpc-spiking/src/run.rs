@@ -109,6 +109,31 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// Refuses a model whose parameters are finite one by one but not together: each
+/// `(what, value)` is a quantity derived from several parameters (a weight, the
+/// largest input of one step, a rate) that must be a finite number, or the
+/// potentials become infinite or NaN and a silent (or saturated) network would
+/// pass for a result. The error names the first quantity that is not, its value,
+/// and `because` (which parameters make it).
+///
+/// ```
+/// use hpc_spiking::run::finite_together;
+///
+/// assert!(finite_together(&[("w", 2.0), ("w*K", 200.0)], "w and K").is_ok());
+/// let err = finite_together(&[("w", 1e300), ("w*K", 1e300 * 1e10)], "w and K are too large together")
+///     .unwrap_err()
+///     .to_string();
+/// assert!(err.contains("w*K is inf: w and K are too large together"), "{err}");
+/// ```
+pub fn finite_together(quantities: &[(&str, f64)], because: &str) -> anyhow::Result<()> {
+    for &(what, x) in quantities {
+        if !x.is_finite() {
+            anyhow::bail!("{what} is {}: {because}", num(x));
+        }
+    }
+    Ok(())
+}
+
 /// The most threads per rank a run accepts: 64 for each CPU this process may use,
 /// at most 4096. More only oversubscribes the cores (and a mistyped `--threads
 /// 100000` would spend minutes starting threads).
@@ -214,7 +239,8 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         let mut f = std::fs::File::create(&tmp)?;
         std::io::Write::write_all(&mut f, bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        // Never over a device, a FIFO or a directory of that name.
+        hpc_io::atomic::rename_over(&tmp, path).map_err(std::io::Error::other)
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);

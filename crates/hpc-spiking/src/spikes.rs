@@ -107,7 +107,7 @@ impl SpikeWriter {
             .flush()
             .and_then(|()| self.out.get_ref().sync_all())
             .with_context(|| format!("writing {}", self.partial.display()))?;
-        std::fs::rename(&self.partial, &self.path).with_context(|| {
+        hpc_io::atomic::rename_over(&self.partial, &self.path).with_context(|| {
             format!(
                 "renaming {} to {}",
                 self.partial.display(),

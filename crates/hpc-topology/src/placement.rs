@@ -746,7 +746,9 @@ impl PlacementPlan {
             let text: Vec<String> = cells
                 .iter()
                 .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
+                // Padded by hand: `{c:<w$}` panics for a width above 65535 (a
+                // rank of 100000 threads lists that many characters of cores).
+                .map(|(c, w)| format!("{c}{}", " ".repeat(w.saturating_sub(c.len()))))
                 .collect();
             let _ = writeln!(s, "{}", text.join("  ").trim_end());
         };
@@ -783,5 +785,22 @@ impl PlacementPlan {
             let _ = writeln!(s, "warning: {w}");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_with_cells_wider_than_65535_characters_is_drawn() {
+        // 2 ranks of 40000 threads on 2 PUs: oversubscribed, and each rank's core
+        // list is longer than the widest padding `format!` accepts.
+        let topo = Topology::from_synthetic("pack:1 core:2 pu:1").unwrap();
+        let plan = plan(&topo, &PlacementRequest::new(2, 40000)).unwrap();
+        let table = plan.table();
+        let widest = table.lines().map(str::len).max().unwrap();
+        assert!(widest > 65535, "{widest}");
+        assert!(table.lines().count() >= 3);
     }
 }

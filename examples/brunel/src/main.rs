@@ -203,7 +203,8 @@ fn run(args: Args) -> Result<()> {
             if rank == 0 {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "brunel: warning: {e:#} (going on: --allow-oversize)"
+                    "brunel: warning: {} (going on: --allow-oversize)",
+                    hpc_io::message::chain(e.as_ref())
                 );
             }
         }
@@ -471,6 +472,12 @@ fn main() {
                 p.push(format!(".tmp-{}", std::process::id()));
                 PathBuf::from(p)
             };
+            // A device, a FIFO or a directory of that name is refused before the
+            // run, not replaced after it.
+            if let Err(e) = hpc_io::atomic::check_replaceable(&path) {
+                let _ = writeln!(std::io::stderr(), "brunel: error: --trace: {e}");
+                std::process::exit(1);
+            }
             let file = match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -505,9 +512,11 @@ fn main() {
     drop(guard);
     let traced = latch.map_or(Ok(()), |l| l.check());
     let traced = match (traced, trace_names) {
-        (Ok(()), Some((tmp, path))) => std::fs::rename(&tmp, &path).map_err(|e| {
+        // Never over a device, a FIFO or a directory (`--trace /dev/full` made
+        // the device a plain file).
+        (Ok(()), Some((tmp, path))) => hpc_io::atomic::rename_over(&tmp, &path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+            anyhow::Error::from(e)
         }),
         (Err(e), Some((tmp, _))) => {
             let _ = std::fs::remove_file(&tmp);
@@ -519,7 +528,11 @@ fn main() {
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(std::io::stderr(), "brunel: error: {e:#}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "brunel: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
         failed = true;
     }
     if let Err(e) = traced {

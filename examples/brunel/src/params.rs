@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
-use hpc_spiking::run::num;
+use hpc_spiking::run::{finite_together, num};
 use serde::{Deserialize, Serialize};
 
 /// A named set of defaults.
@@ -291,28 +291,26 @@ impl Model {
         // Each parameter is finite, but together they may not be: the largest input
         // a neuron can get in one step must be a number, or the potentials become
         // NaN and a silent network would pass for a result.
-        for (what, x) in [
-            ("g*J (the inhibitory weight)", p.g * p.j),
-            ("J*CE (all excitatory inputs in one step)", p.j * ce as f64),
-            (
-                "g*J*CI (all inhibitory inputs in one step)",
-                p.g * p.j * ci as f64,
+        finite_together(
+            &[
+                ("g*J (the inhibitory weight)", p.g * p.j),
+                ("J*CE (all excitatory inputs in one step)", p.j * ce as f64),
+                (
+                    "g*J*CI (all inhibitory inputs in one step)",
+                    p.g * p.j * ci as f64,
+                ),
+                (
+                    "J*(CE + external drive) + g*J*CI (a step's input)",
+                    p.j * (ce as f64 + 4.0 * lambda_ext.max(1.0)) + p.g * p.j * ci as f64,
+                ),
+                ("the threshold rate V_th/(J*CE*tau_m)", nu_th),
+            ],
+            &format!(
+                "j {}, g {} and the in-degrees (CE {ce}, CI {ci}) are too large together",
+                num(p.j),
+                num(p.g)
             ),
-            (
-                "J*(CE + external drive) + g*J*CI (a step's input)",
-                p.j * (ce as f64 + 4.0 * lambda_ext.max(1.0)) + p.g * p.j * ci as f64,
-            ),
-            ("the threshold rate V_th/(J*CE*tau_m)", nu_th),
-        ] {
-            if !x.is_finite() {
-                bail!(
-                    "{what} is {}: j {}, g {} and the in-degrees (CE {ce}, CI {ci}) are too large together",
-                    num(x),
-                    num(p.j),
-                    num(p.g)
-                );
-            }
-        }
+        )?;
         let gid_bits = 32 - (n - 1).leading_zeros().min(31);
         Ok(Model {
             ne,

@@ -367,3 +367,25 @@ fn an_oversized_network_is_refused_at_once_with_the_estimate() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_missing_file_names_its_cause_once() {
+    // `cannot open c: No such file or directory (os error 2)`, not followed by the
+    // same cause a second time (the error's message holds it and is its source).
+    let dir = tmpdir("cause-once");
+    let os = std::io::Error::from_raw_os_error(2).to_string();
+    for flag in ["--config", "--reference"] {
+        let o = Command::new(BRUNEL)
+            .args(MODEL)
+            .args(["--quiet", "--no-pin", "--t-sim", "1", flag])
+            .arg(dir.join("missing\u{fffd}.txt"))
+            .arg("--out")
+            .arg(dir.join("out"))
+            .output()
+            .unwrap();
+        let err = refused(&o);
+        assert!(err.contains("missing"), "{flag}: {err}");
+        assert_eq!(err.matches(&os).count(), 1, "{flag}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

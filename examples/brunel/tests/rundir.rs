@@ -186,6 +186,39 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
 }
 
 #[test]
+fn a_trace_onto_a_fifo_or_a_directory_is_refused_before_the_run_and_left_alone() {
+    // A rename over such a name replaced it (`--trace /dev/full` made the device a
+    // plain file); a FIFO and a directory stand for it here.
+    let dir = tmpdir("trace-special");
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    for (target, kind) in [(&fifo, "a FIFO"), (&dir.join("sub"), "a directory")] {
+        let t = Instant::now();
+        let mut c = cmd(&dir.join("out"), &["--t-sim", "5", "--no-spikes"]);
+        c.arg("--trace").arg(target);
+        let err = refused(&c.output().unwrap());
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert!(
+            err.contains("--trace") && err.contains(&format!("it is {kind}, not a regular file")),
+            "{err}"
+        );
+        assert!(!dir.join("out").join("spikes.spk").exists());
+    }
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(dir.join("sub").is_dir());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() {
     let dir = tmpdir("interval");
     let o = cmd(

@@ -10,16 +10,27 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from read_spikes import read_or_exit  # noqa: E402
+from read_spikes import hpc_spikes, read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("spikes")
 ap.add_argument("--out")
 ap.add_argument("--n", type=int, default=50, help="neurons shown per population")
 a = ap.parse_args()
+if a.n < 1:
+    sys.exit(f"plot.py: --n must be at least 1, got {a.n}")
+out = a.out or os.path.splitext(a.spikes)[0] + ".png"
+try:
+    # Never into a FIFO (the write would wait for a reader for ever) or a device.
+    hpc_spikes.check_output(out)
+except hpc_spikes.SpikeFileError as e:
+    sys.exit(f"plot.py: {e}")
 hdr, t, ids = read_or_exit(a.spikes, "plot.py")
 
-import matplotlib  # noqa: E402
+try:
+    import matplotlib  # noqa: E402
+except ImportError:
+    sys.exit("plot.py needs matplotlib: pip install matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -38,6 +49,5 @@ ax2.plot(bins[:-1], h / hdr["n_neurons"] / 1e-3, color="k", lw=0.8)
 ax2.set_xlabel("time (ms)")
 ax2.set_ylabel("rate (Hz)")
 ax1.set_title(f"Brunel network, {hdr['n_neurons']} neurons, {len(t)} spikes")
-out = a.out or os.path.splitext(a.spikes)[0] + ".png"
 fig.savefig(out, dpi=100, bbox_inches="tight")
 print(out)

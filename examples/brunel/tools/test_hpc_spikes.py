@@ -10,6 +10,7 @@ spikes.spk.partial of a stopped run), which are then checked too.
 """
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -273,6 +274,22 @@ class CommandLine(unittest.TestCase):
         os.symlink("/dev/zero", manifest)
         r = run(BRUNEL_READ, q, timeout=30)
         self.assertIn("run.json cannot be read", r.stderr)
+        # A run.json of another shape (hand-made, damaged): a warning naming it,
+        # never a traceback, for both tools.
+        os.remove(manifest)
+        for bad in ({"files": 5, "status": "complete"},
+                    {"files": [1, 2], "status": "complete"},
+                    {"files": [{"name": ["spikes.spk"]}], "status": "complete"},
+                    {"files": [{"name": "spikes.spk"}], "status": 7},
+                    {"files": [{"name": "spikes.spk"}], "status": "incomplete",
+                     "stopped_at": 5}):
+            with open(manifest, "w") as f:
+                json.dump(bad, f)
+            for tool in (BRUNEL_READ, MICRO_READ):
+                with self.subTest(bad=bad, tool=tool):
+                    r = run(tool, q, timeout=30)
+                    self.assertNotIn("Traceback", r.stderr)
+                    self.assertIn("run.json cannot be read", r.stderr)
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
@@ -282,6 +299,39 @@ class CommandLine(unittest.TestCase):
             with self.subTest(tool=tool):
                 args = [p] if tool.endswith("plot.py") else [p, p + ".h5"]
                 self.one_line_error(run(tool, *args), 1, "record 1 has tick 5000")
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_the_plot_and_sonata_tools_never_write_into_a_fifo(self):
+        p = self.file("good.spk", spk(GOOD))
+        fifo = os.path.join(self.dir.name, "out.png")
+        os.mkfifo(fifo)
+        r = run(os.path.join(HERE, "plot.py"), p, "--out", fifo, timeout=30)
+        self.one_line_error(r, 1, "is a FIFO, not a regular file")
+        r = run(os.path.join(HERE, "plot.py"), p, "--n", "0", timeout=30)
+        self.one_line_error(r, 1, "--n must be at least 1")
+        r = run(os.path.join(HERE, "..", "..", "microcircuit", "tools", "to_sonata.py"), p, fifo,
+                timeout=30)
+        self.one_line_error(r, 1, "is a FIFO, not a regular file")
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    def test_a_failed_command_of_a_tool_is_one_line(self):
+        # validate.py's runs of NEST and of the example: a program that fails or
+        # is missing ends the tool in one line naming it, not a traceback.
+        for cmd in ([sys.executable, "-c", "import sys; sys.exit('no nest here')"],
+                    [os.path.join(self.dir.name, "missing-program")]):
+            with self.subTest(cmd=cmd):
+                r = subprocess.run(
+                    [sys.executable, "-c",
+                     "import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+                     "hpc_spikes.run_or_exit(sys.argv[2:], 'validate.py')",
+                     READER_DIR, *cmd], capture_output=True, text=True, timeout=30)
+                self.one_line_error(r, 1, "validate.py: ")
+        r = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+             "hpc_spikes.run_or_exit([sys.executable, '-c', 'import sys; sys.exit(\"no nest\")'], 'v')",
+             READER_DIR], capture_output=True, text=True, timeout=30)
+        self.one_line_error(r, 1, "v: -c failed with status 1: no nest")
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_both_tools_summarise_a_valid_file(self):

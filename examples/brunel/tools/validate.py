@@ -8,13 +8,14 @@ and compare mean rate and CV of ISIs. Exit status 1 if a case is out of toleranc
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from read_spikes import read, stats  # noqa: E402
+from read_spikes import hpc_spikes, read, stats  # noqa: E402
+
+PROG = "validate.py"
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--brunel", required=True)
@@ -38,10 +39,9 @@ if not a.quick:
 rows, ok = [], True
 for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
     extra = (["--ce", str(ce), "--ci", str(ci)] if ce else [])
-    nest = subprocess.run(
+    nest = hpc_spikes.run_or_exit(
         [sys.executable, os.path.join(HERE, "nest_brunel.py"), "--order", str(order),
-         "--v-reset", str(vr), "--t-sim", str(a.t_sim)] + extra,
-        check=True, capture_output=True, text=True)
+         "--v-reset", str(vr), "--t-sim", str(a.t_sim)] + extra, PROG)
     line = nest.stdout.strip().splitlines()[-1]
     n = json.loads(line)
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,10 +52,9 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
             with open(os.path.join(out, "nest.json"), "w") as f:
                 f.write(line + "\n")
             report = ["--reference", os.path.join(out, "nest.json")]
-        subprocess.run(
+        hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
-             "--out", out, "--quiet"] + report + extra,
-            check=True, capture_output=True, text=True)
+             "--out", out, "--quiet"] + report + extra, PROG)
         hdr, t, ids = read(os.path.join(out, "spikes.spk"))
         summ = json.load(open(os.path.join(out, "summary.json")))
     rate, cv = stats(t, ids, hdr["n_neurons"], hdr["t_sim_ms"])

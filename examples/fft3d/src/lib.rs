@@ -58,10 +58,12 @@ impl Grid {
                 .filter(|&v| v > 0)
                 .ok_or_else(|| format!("process grid {s:?}: {t:?} is not a positive integer"))
         };
-        Ok(Grid {
-            p1: num(a)?,
-            p2: num(b)?,
-        })
+        let (p1, p2) = (num(a)?, num(b)?);
+        // Its size is a product taken everywhere: one that overflows is refused here.
+        if p1.checked_mul(p2).is_none() {
+            return Err(format!("process grid {s:?}: {p1} x {p2} ranks is too many"));
+        }
+        Ok(Grid { p1, p2 })
     }
 
     /// The most square grid of `p` ranks with P1 ≤ P2 (as `MPI_Dims_create`).
@@ -438,6 +440,12 @@ impl Fft3d {
         self.d
     }
 
+    /// The batches each transpose runs in: `--batches`, at most one per plane of
+    /// the transpose (the same on every rank), so what ran and not what was asked.
+    pub fn batches(&self) -> (usize, usize) {
+        (self.a.0.len(), self.b.0.len())
+    }
+
     /// The communicator of every rank.
     pub fn comm(&self) -> &Comm {
         &self.comm
@@ -710,6 +718,13 @@ mod tests {
         assert!(Decomp::new(4, Grid { p1: 2, p2: 1 }, 2)
             .unwrap_err()
             .contains("outside"));
+    }
+
+    #[test]
+    fn a_grid_whose_size_overflows_is_refused() {
+        let e = Grid::parse("4294967296x4294967296").unwrap_err();
+        assert!(e.contains("is too many"), "{e}");
+        assert_eq!(Grid::parse("2x3").unwrap().size(), 6);
     }
 
     #[test]

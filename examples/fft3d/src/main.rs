@@ -200,6 +200,11 @@ fn run(args: Args) -> Result<()> {
         wall.push(m[0]);
         cpu.push(s[0] / size as f64);
     }
+    // The batches that ran (at most one per plane), not only the ones asked for.
+    let batches = match fft.batches() {
+        (a, b) if a == b => a.to_string(),
+        (a, b) => format!("{a},{b}"),
+    };
     if rank == 0 {
         // The node's cores (the rank itself may be bound to fewer).
         // SAFETY: sysconf has no preconditions.
@@ -209,7 +214,7 @@ fn run(args: Args) -> Result<()> {
              engine {} ({note}), {} transposes in {} batches, {} reps",
             engine.name(),
             mode.name(),
-            args.batches,
+            batches,
             args.reps,
             n = args.n,
             nodes = ctx.world.node_count(),
@@ -221,7 +226,7 @@ fn run(args: Args) -> Result<()> {
             ctx.world.node_count(),
             engine.name(),
             mode.name(),
-            args.batches,
+            batches,
             args.reps,
             median(&wall) * 1e3,
             wall.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
@@ -255,7 +260,11 @@ fn main() {
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(std::io::stderr(), "fft3d: error: {e:#}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "fft3d: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
         std::process::exit(1);
     }
 }

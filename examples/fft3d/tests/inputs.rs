@@ -82,3 +82,16 @@ fn endless_repetitions_are_refused_and_a_full_stderr_is_no_panic() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn the_result_line_reports_the_batches_that_ran_and_a_huge_grid_is_refused() {
+    // An 8^3 grid on one rank has 8 planes per transpose: at most 8 batches run,
+    // whatever --batches asks.
+    let o = fft3d(&["--n", "8", "--batches", "18446744073709551615"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(" batches=8 "), "{out}");
+    // A process grid whose size overflows: an error, not a panic.
+    let err = refused(&fft3d(&["--n", "8", "--grid", "4294967296x4294967296"]));
+    assert!(err.contains("is too many"), "{err}");
+}

@@ -11,7 +11,21 @@
 
 use hpc_rs::comm::ReduceOp;
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        // The project's one-line message (not `main`'s `Error: {e:?}`, which adds a
+        // stack backtrace under RUST_BACKTRACE); a failed write of it changes nothing.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "hello: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let ctx = hpc_rs::init()?;
     let world = &ctx.world;
     // A failed write to stdout (`> /dev/full`) is kept and returned at the end, after

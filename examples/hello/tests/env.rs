@@ -40,3 +40,33 @@ fn an_hpc_variable_that_is_not_utf8_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_yes_no_or_number_setting_that_is_neither_is_warned_about_not_ignored() {
+    for (k, v, words) in [
+        (
+            &b"HPC_BIND"[..],
+            &b"false"[..],
+            "HPC_BIND=\"false\" is ignored",
+        ),
+        (
+            b"HPC_THREADS",
+            b"four",
+            "HPC_THREADS=\"four\" is not a whole number",
+        ),
+    ] {
+        let mut c = Command::new(HELLO);
+        for var in hpc_env::ALL {
+            c.env_remove(var.name);
+        }
+        let o = c
+            .env("HPC_BOOTSTRAP", "singleton")
+            .env("HPC_LOG", "warn")
+            .env(OsStr::from_bytes(k), OsStr::from_bytes(v))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "stderr: {err}");
+        assert!(err.contains(words), "{err}");
+    }
+}

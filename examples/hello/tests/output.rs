@@ -18,3 +18,20 @@ fn stdout_on_a_full_device_fails_naming_it_and_a_closed_one_does_not() {
         c
     });
 }
+
+#[test]
+fn an_error_is_one_line_naming_the_program_even_under_rust_backtrace() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+        .env("RUST_BACKTRACE", "1")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("hello: error: "), "{err}");
+    assert!(!err.contains("backtrace"), "{err}");
+}

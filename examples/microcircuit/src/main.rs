@@ -451,7 +451,11 @@ fn main() {
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(std::io::stderr(), "microcircuit: error: {e:#}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "microcircuit: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
         std::process::exit(1);
     }
 }

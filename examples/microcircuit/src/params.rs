@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
-use hpc_spiking::run::num;
+use hpc_spiking::run::{finite_together, num};
 use serde::{Deserialize, Serialize};
 
 /// The eight populations, in the order of NEST's example (ids are assigned in
@@ -561,6 +561,50 @@ pub fn synapses_from_prob(p: f64, n1: f64, n2: f64) -> f64 {
     (1.0 - p).ln() / ((prod - 1.0) / prod).ln()
 }
 
+/// The exact propagators of `iaf_psc_exp` over a step of `h` ms (NEST's): the
+/// potential's decay `p22`, the current's into the potential `p21`, a constant
+/// current's `p20`, and the current's decay `p11`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Propagators {
+    /// Decay of the potential over one step, `exp(-h/tau_m)`.
+    pub p22: f64,
+    /// What the synaptic current adds to the potential over one step.
+    pub p21: f64,
+    /// What a constant current (DC) adds to the potential over one step.
+    pub p20: f64,
+    /// Decay of the synaptic current over one step, `exp(-h/tau_syn)`.
+    pub p11: f64,
+}
+
+impl Propagators {
+    /// The propagators of neuron `nu` over a step of `h` ms.
+    pub fn new(nu: &Neuron, h: f64) -> Propagators {
+        Propagators {
+            p22: (-h / nu.tau_m).exp(),
+            p21: -nu.tau_m / (nu.c_m * (1.0 - nu.tau_m / nu.tau_syn))
+                * (-h / nu.tau_syn).exp()
+                * (h * (1.0 / nu.tau_syn - 1.0 / nu.tau_m)).exp_m1(),
+            p20: -nu.tau_m / nu.c_m * (-h / nu.tau_m).exp_m1(),
+            p11: (-h / nu.tau_syn).exp(),
+        }
+    }
+}
+
+/// [`synapses_from_prob`], refused when it is not a finite number of synapses (the
+/// populations' product is so large that `(n1*n2 - 1) / (n1*n2)` rounds to 1 and
+/// the projection would silently vanish); `what` names the probability.
+fn finite_synapses(p: f64, n1: f64, n2: f64, what: impl Fn() -> String) -> Result<f64> {
+    let syn = synapses_from_prob(p, n1, n2);
+    if !syn.is_finite() {
+        bail!(
+            "{} = {p} between populations of {n1} and {n2} neurons gives {} synapses: the populations are too large",
+            what(),
+            num(syn)
+        );
+    }
+    Ok(syn)
+}
+
 /// NumPy's `round` (half to even), as NEST's example rounds.
 fn round_even(x: f64) -> f64 {
     let r = x.round();
@@ -616,7 +660,11 @@ fn thalamic_projections(
         if prob <= 0.0 {
             continue;
         }
-        let syn = round_even(synapses_from_prob(prob, th.n as f64, n_full[i]) * ks);
+        let syn = round_even(
+            finite_synapses(prob, th.n as f64, n_full[i], || {
+                format!("thalamus.conn_probs.{}", POPULATIONS[i])
+            })? * ks,
+        );
         if syn >= 1.0 {
             projections.push(Projection {
                 target: i,
@@ -693,7 +741,9 @@ impl Model {
                 };
                 w[i][j] = psp * ratio;
                 full_syn[i][j] = if probs[i][j] > 0.0 {
-                    synapses_from_prob(probs[i][j], n_full[i], n_full[j])
+                    finite_synapses(probs[i][j], n_full[i], n_full[j], || {
+                        format!("conn_probs.{} from {}", POPULATIONS[i], POPULATIONS[j])
+                    })?
                 } else {
                     0.0
                 };
@@ -771,6 +821,53 @@ impl Model {
                 }
             }
         }
+        // Each parameter is finite, but together they may not be (brunel's check):
+        // every weight, the DC and the largest input one step can bring a neuron must
+        // be numbers, or the potentials become infinite or NaN and a silent or
+        // saturated network would pass for a result.
+        let mut together = vec![("the PSC/PSP ratio of neuron.c_m, tau_m, tau_syn", ratio)];
+        let mut step_input = [0.0f64; NPOP];
+        for q in &projections {
+            together.push((
+                "a weight's mean plus 8 deviations",
+                q.w_mean.abs() + 8.0 * q.w_std,
+            ));
+            step_input[q.target] +=
+                (q.w_mean.abs() + 8.0 * q.w_std) * q.synapses as f64 / sizes[q.target] as f64;
+        }
+        // The current and the potential at most accumulate the largest input over
+        // their decays: bounds that must be numbers too.
+        let prop = Propagators::new(nu, p.dt);
+        let (keep_i, keep_v) = (-(-p.dt / nu.tau_syn).exp_m1(), -(-p.dt / nu.tau_m).exp_m1());
+        let mut bounds = [(0.0f64, 0.0f64); NPOP];
+        for i in 0..NPOP {
+            step_input[i] += w_ext.abs() * k_ext[i] as f64 + dc[i].abs();
+            let current = step_input[i] / keep_i;
+            bounds[i] = (
+                current,
+                (current * prop.p21.abs() + dc[i].abs() * prop.p20) / keep_v
+                    + nu.e_l.abs()
+                    + nu.v_th.abs()
+                    + nu.v_reset.abs(),
+            );
+        }
+        for i in 0..NPOP {
+            together.push(("a population's DC input", dc[i]));
+            together.push((
+                "the largest input of one step onto a population",
+                step_input[i],
+            ));
+            together.push(("the largest synaptic current of a population", bounds[i].0));
+            together.push((
+                "the largest membrane potential of a population",
+                bounds[i].1,
+            ));
+        }
+        finite_together(
+            &together,
+            "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling and the neuron's \
+             constants are too large together",
+        )?;
         // The weight quantum: the largest mean plus 8 deviations in 16 bits.
         let span = projections
             .iter()
@@ -810,7 +907,9 @@ impl Model {
 
     /// Total synapses of the network.
     pub fn synapses(&self) -> u64 {
-        self.projections.iter().map(|q| q.synapses).sum()
+        self.projections
+            .iter()
+            .fold(0u64, |all, q| all.saturating_add(q.synapses))
     }
 
     /// The population of neuron `gid` (`NPOP` for a thalamic neuron).
@@ -960,7 +1059,8 @@ mod tests {
                 "{:#}",
                 Params::from_toml_str(text)
                     .and_then(|p| Model::new(p).map(|_| ()))
-                    .unwrap_err()
+                    .err()
+                    .unwrap_or_else(|| panic!("accepted: {text}"))
             )
         };
         assert!(e("[populations.L7E]\nn_full = 3\nk_ext = 1\nfull_mean_rate = 1\nv0_mean = 0\nv0_std = 1\n").contains("unknown population `L7E`"));
@@ -974,6 +1074,32 @@ mod tests {
         assert!(e("delay_inh_mean = 0.05\n").contains("below the time step"));
         assert!(e("bogus = 1\n").contains("bogus"));
         assert!(e("[thalamus.conn_probs]\nLX = 0.1\n").contains("unknown population `LX`"));
+        // Finite one by one, not together (brunel's check, shared in hpc-spiking).
+        let m = e("psp_exc_mean = 1e300\n");
+        assert!(
+            m.contains("too large together") && m.contains("is inf"),
+            "{m}"
+        );
+        assert!(e("g = -1e306\n").contains("too large together"));
+        assert!(e("weight_rel_std = 1e308\n").contains("a weight's mean plus 8 deviations is inf"));
+        let m = e("input = \"dc\"\nbg_rate = 1e305\n");
+        assert!(
+            m.contains("DC input is inf") || m.contains("potential of a population is inf"),
+            "{m}"
+        );
+        // A projection between populations too large for the formula is refused,
+        // not dropped.
+        let mut big = String::from("n_scaling = 0.000015\n");
+        for name in POPULATIONS {
+            big += &format!(
+                "[populations.{name}]\nn_full = 4290000000\nk_ext = 1\nfull_mean_rate = 1\nv0_mean = 0\nv0_std = 1\n"
+            );
+        }
+        let m = e(&big);
+        assert!(
+            m.contains("conn_probs.L23E from L23E") && m.contains("too large"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from read_spikes import read_or_exit  # noqa: E402
+from read_spikes import hpc_spikes, read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("spikes")
@@ -30,6 +30,12 @@ ap.add_argument("out")
 ap.add_argument("--single", metavar="NAME",
                 help="one population NAME with the file's global ids")
 a = ap.parse_args()
+try:
+    # Never onto a FIFO or a device (the rename below would replace it).
+    hpc_spikes.check_output(a.out)
+    hpc_spikes.check_output(a.out + ".tmp")
+except hpc_spikes.SpikeFileError as e:
+    sys.exit(f"to_sonata.py: {e}")
 h, t, ids = read_or_exit(a.spikes, "to_sonata.py")
 
 try:

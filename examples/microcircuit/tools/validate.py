@@ -9,13 +9,14 @@ population is out of tolerance.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from read_spikes import read, pop_stats  # noqa: E402
+from read_spikes import hpc_spikes, read, pop_stats  # noqa: E402
+
+PROG = "validate.py"
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--microcircuit", required=True)
@@ -32,14 +33,13 @@ common = ["--n-scaling", str(a.n_scaling), "--k-scaling", str(a.k_scaling),
           "--t-sim", str(a.t_sim)]
 nest_runs, ours_runs = [], []
 for seed in a.seeds:
-    n = subprocess.run([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
-                        "--seed", str(seed)] + common,
-                       check=True, capture_output=True, text=True)
+    n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
+                                "--seed", str(seed)] + common, PROG)
     nest_runs.append(json.loads(n.stdout.strip().splitlines()[-1]))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
-        subprocess.run([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
-                        "--no-plot"] + common, check=True, capture_output=True, text=True)
+        hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
+                                "--no-plot"] + common, PROG)
         h, t, ids = read(os.path.join(out, "spikes.spk"))
         summ = json.load(open(os.path.join(out, "summary.json")))
     pops = h["populations"]

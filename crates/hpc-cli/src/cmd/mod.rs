@@ -116,11 +116,8 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
             .with_context(|| format!("writing {}", tmp.display()))?;
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-            anyhow::bail!("{} is a directory", path.display());
-        }
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("moving {} to {}", tmp.display(), path.display()))
+        // Never over a directory, a device or a FIFO of that name.
+        Ok(hpc_io::atomic::rename_over(&tmp, path)?)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -151,6 +148,17 @@ pub fn check_memory(what: &str, need: u128) -> Result<(), UsageError> {
 
 /// Refuses `value` of `flag` above `max`.
 pub fn check_at_most(flag: &str, value: usize, max: usize) -> Result<(), UsageError> {
+    check_between(flag, value, 0, max)
+}
+
+/// Checks a count flag against its range: a value below `min` (`--iters 0`, which
+/// measured nothing and exited 0) or above `max` is a usage error naming the flag.
+pub fn check_between(flag: &str, value: usize, min: usize, max: usize) -> Result<(), UsageError> {
+    if value < min {
+        return Err(UsageError(format!(
+            "{flag} {value} is below the least of {min}"
+        )));
+    }
     if value > max {
         return Err(UsageError(format!(
             "{flag} {value} is above the limit of {max}"

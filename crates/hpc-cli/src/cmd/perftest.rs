@@ -79,10 +79,10 @@ pub struct Args {
     #[arg(long, short = 'a', conflicts_with = "size")]
     pub all: bool,
     /// Iterations per size (default 5000 for bandwidth, 1000 for latency tests;
-    /// reduced for large sizes; at most 2^30).
+    /// reduced for large sizes; 1 to 2^30).
     #[arg(long, short = 'n')]
     pub iters: Option<usize>,
-    /// Operations in flight for bandwidth tests (at most 65536).
+    /// Operations in flight for bandwidth tests (1 to 65536).
     #[arg(long, default_value_t = 64)]
     pub window: usize,
     /// Do not pin rank r to the r-th CPU it may run on (as perftest is run under
@@ -122,15 +122,15 @@ pub const MAX_WINDOW: usize = 1 << 16;
 /// operation in flight, a time per latency iteration).
 fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
     if let Some(n) = args.iters {
-        super::check_at_most("--iters", n, MAX_ITERS)?;
+        super::check_between("--iters", n, 1, MAX_ITERS)?;
     }
-    super::check_at_most("--window", args.window, MAX_WINDOW)?;
+    super::check_between("--window", args.window, 1, MAX_WINDOW)?;
     let Some(size) = args.size else {
         return Ok(());
     };
     let size = size as u128;
     let buffers = if args.test.is_bw() {
-        args.window.max(1) as u128 + 1
+        args.window as u128 + 1
     } else {
         1
     };
@@ -157,7 +157,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         Err(e) if super::is_broken_pipe(&e) => Ok(super::EXIT_BROKEN_PIPE),
         Err(e) => {
             use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "hpc: error: {e:#}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "hpc: error: {}",
+                hpc_io::message::chain(e.as_ref())
+            );
             Ok(super::EXIT_ERROR)
         }
     }
@@ -227,7 +231,7 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
             Test::SendLat => send_lat(&t, me, peer, size, iters)?,
             Test::ReadLat => read_lat(&t, &k, me, size, iters)?,
             Test::WriteBw | Test::ReadBw | Test::SendBw => {
-                bw(&t, args.test, &k, me, peer, size, iters, args.window.max(1))?
+                bw(&t, args.test, &k, me, peer, size, iters, args.window)?
             }
         }
         world.barrier()?;

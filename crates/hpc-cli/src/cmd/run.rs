@@ -429,9 +429,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // Bad arguments are the user's input, exit status 2 as for every subcommand; 125
     // is kept for a launcher that failed once its arguments were accepted.
-    validate(&args, allowed).map_err(|e| super::UsageError(format!("{e:#}")))?;
-    let settings =
-        settings(&args, std::env::vars_os()).map_err(|e| super::UsageError(format!("{e:#}")))?;
+    validate(&args, allowed).map_err(|e| super::UsageError(hpc_io::message::chain(e.as_ref())))?;
+    let settings = settings(&args, std::env::vars_os())
+        .map_err(|e| super::UsageError(hpc_io::message::chain(e.as_ref())))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
     let plan = bind::plan(args.bind, n, settings.threads, args.progress)

@@ -66,11 +66,17 @@ pub struct Args {
     /// does not have is refused (status 2).
     #[arg(long)]
     pub fail_rank: Option<usize>,
-    /// How `--fail-rank` fails.
-    #[arg(long, value_enum, default_value_t = FailMode::Exit)]
+    /// How `--fail-rank` fails (only with `--fail-rank`).
+    #[arg(long, value_enum, default_value_t = FailMode::Exit, requires = "fail_rank")]
     pub fail_mode: FailMode,
-    /// Exit code for `--fail-mode exit` (0 to 255).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=255))]
+    /// Exit code for `--fail-mode exit` (0 to 255; only with `--fail-rank`: alone it
+    /// would be ignored).
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_parser = clap::value_parser!(i32).range(0..=255),
+        requires = "fail_rank"
+    )]
     pub exit_code: i32,
 }
 
@@ -202,7 +208,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => {
-            say_err(&format!("selftest failed on rank {rank}: {e:#}"));
+            say_err(&format!(
+                "selftest failed on rank {rank}: {}",
+                hpc_io::message::chain(e.as_ref())
+            ));
             if let Some(peer) = e
                 .downcast_ref::<hpc_runtime::Error>()
                 .and_then(|e| e.rank())

@@ -67,7 +67,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {
         Ok(e) => e,
-        Err(e) => usage!("{e:#}"),
+        Err(e) => usage!("{}", hpc_io::message::chain(e.as_ref())),
     };
     let revision = revision(&ws.root);
     if dated == Dated::Now {

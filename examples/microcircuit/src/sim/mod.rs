@@ -53,7 +53,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::network::build_shard;
 use crate::output::Stats;
-use crate::params::{Model, V0Type, NPOP};
+use crate::params::{Model, Propagators, V0Type, NPOP};
 use crate::rng::{key, normal_redraw, Poisson32, Purpose, Stream};
 
 /// How to run: the options of brunel's simulation.
@@ -211,15 +211,12 @@ impl<'a> Simulation<'a> {
                 .collect()
         });
         let nu = &p.neuron;
-        let h = p.dt;
-        let p21 = -nu.tau_m / (nu.c_m * (1.0 - nu.tau_m / nu.tau_syn))
-            * (-h / nu.tau_syn).exp()
-            * (h * (1.0 / nu.tau_syn - 1.0 / nu.tau_m)).exp_m1();
+        let prop = Propagators::new(nu, p.dt);
         let dynp = Dyn {
-            p22: (-h / nu.tau_m).exp(),
-            p21,
-            p20: -nu.tau_m / nu.c_m * (-h / nu.tau_m).exp_m1(),
-            p11: (-h / nu.tau_syn).exp(),
+            p22: prop.p22,
+            p21: prop.p21,
+            p20: prop.p20,
+            p11: prop.p11,
             theta: nu.v_th - nu.e_l,
             v_reset: nu.v_reset - nu.e_l,
             ref_steps: model.ref_steps,
