@@ -132,24 +132,10 @@ impl Sdk {
 
     /// The `[patch.crates-io]` table for the root `Cargo.toml`, empty for crates.io.
     fn patch(&self) -> String {
-        let (what, entry): (String, Box<dyn Fn(&str) -> String>) = match self {
+        let what = match self {
             Sdk::Registry => return String::new(),
-            Sdk::Path(root, _) => {
-                let root = root.clone();
-                (
-                    format!("the SDK checkout {}", root.display()),
-                    Box::new(move |c| {
-                        format!("path = \"{}\"", root.join("crates").join(c).display())
-                    }),
-                )
-            }
-            Sdk::Git(url) => {
-                let url = url.clone();
-                (
-                    format!("the SDK's git repository {url}"),
-                    Box::new(move |_| format!("git = \"{url}\"")),
-                )
-            }
+            Sdk::Path(root, _) => format!("the SDK checkout {}", root.display()),
+            Sdk::Git(url) => format!("the SDK's git repository {url}"),
         };
         let mut t = format!(
             "\n# Until the hpc crates are on crates.io they come from {what}\n\
@@ -157,7 +143,14 @@ impl Sdk {
              [patch.crates-io]\n"
         );
         for c in PATCHED {
-            t.push_str(&format!("{c} = {{ {} }}\n", entry(c)));
+            let source = match self {
+                Sdk::Path(root, _) => {
+                    format!("path = \"{}\"", root.join("crates").join(c).display())
+                }
+                Sdk::Git(url) => format!("git = \"{url}\""),
+                Sdk::Registry => unreachable!("returned above"),
+            };
+            t.push_str(&format!("{c} = {{ {source} }}\n"));
         }
         t
     }
