@@ -688,6 +688,65 @@ fn thalamic_projections(
     Ok((th_steps, th_p))
 }
 
+/// Each parameter is finite, but together they may not be (brunel's check): every
+/// weight, the DC and the largest input one step can bring a neuron must be
+/// numbers, or the potentials become infinite or NaN and a silent or saturated
+/// network would pass for a result.
+fn check_together(
+    p: &Params,
+    ratio: f64,
+    projections: &[Projection],
+    sizes: &[u32],
+    k_ext: &[u32; NPOP],
+    w_ext: f64,
+    dc: &[f64; NPOP],
+) -> Result<()> {
+    let nu = &p.neuron;
+    let mut together = vec![("the PSC/PSP ratio of neuron.c_m, tau_m, tau_syn", ratio)];
+    let mut step_input = [0.0f64; NPOP];
+    for q in projections {
+        together.push((
+            "a weight's mean plus 8 deviations",
+            q.w_mean.abs() + 8.0 * q.w_std,
+        ));
+        step_input[q.target] +=
+            (q.w_mean.abs() + 8.0 * q.w_std) * q.synapses as f64 / sizes[q.target] as f64;
+    }
+    // The current and the potential at most accumulate the largest input over
+    // their decays: bounds that must be numbers too.
+    let prop = Propagators::new(nu, p.dt);
+    let (keep_i, keep_v) = (-(-p.dt / nu.tau_syn).exp_m1(), -(-p.dt / nu.tau_m).exp_m1());
+    let mut bounds = [(0.0f64, 0.0f64); NPOP];
+    for i in 0..NPOP {
+        step_input[i] += w_ext.abs() * k_ext[i] as f64 + dc[i].abs();
+        let current = step_input[i] / keep_i;
+        bounds[i] = (
+            current,
+            (current * prop.p21.abs() + dc[i].abs() * prop.p20) / keep_v
+                + nu.e_l.abs()
+                + nu.v_th.abs()
+                + nu.v_reset.abs(),
+        );
+    }
+    for i in 0..NPOP {
+        together.push(("a population's DC input", dc[i]));
+        together.push((
+            "the largest input of one step onto a population",
+            step_input[i],
+        ));
+        together.push(("the largest synaptic current of a population", bounds[i].0));
+        together.push((
+            "the largest membrane potential of a population",
+            bounds[i].1,
+        ));
+    }
+    finite_together(
+        &together,
+        "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling and the neuron's \
+         constants are too large together",
+    )
+}
+
 /// The shortest and longest delays of `projections`, in steps.
 fn delay_steps(p: &Params, projections: &[Projection]) -> Result<(u32, u32)> {
     let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
@@ -821,53 +880,7 @@ impl Model {
                 }
             }
         }
-        // Each parameter is finite, but together they may not be (brunel's check):
-        // every weight, the DC and the largest input one step can bring a neuron must
-        // be numbers, or the potentials become infinite or NaN and a silent or
-        // saturated network would pass for a result.
-        let mut together = vec![("the PSC/PSP ratio of neuron.c_m, tau_m, tau_syn", ratio)];
-        let mut step_input = [0.0f64; NPOP];
-        for q in &projections {
-            together.push((
-                "a weight's mean plus 8 deviations",
-                q.w_mean.abs() + 8.0 * q.w_std,
-            ));
-            step_input[q.target] +=
-                (q.w_mean.abs() + 8.0 * q.w_std) * q.synapses as f64 / sizes[q.target] as f64;
-        }
-        // The current and the potential at most accumulate the largest input over
-        // their decays: bounds that must be numbers too.
-        let prop = Propagators::new(nu, p.dt);
-        let (keep_i, keep_v) = (-(-p.dt / nu.tau_syn).exp_m1(), -(-p.dt / nu.tau_m).exp_m1());
-        let mut bounds = [(0.0f64, 0.0f64); NPOP];
-        for i in 0..NPOP {
-            step_input[i] += w_ext.abs() * k_ext[i] as f64 + dc[i].abs();
-            let current = step_input[i] / keep_i;
-            bounds[i] = (
-                current,
-                (current * prop.p21.abs() + dc[i].abs() * prop.p20) / keep_v
-                    + nu.e_l.abs()
-                    + nu.v_th.abs()
-                    + nu.v_reset.abs(),
-            );
-        }
-        for i in 0..NPOP {
-            together.push(("a population's DC input", dc[i]));
-            together.push((
-                "the largest input of one step onto a population",
-                step_input[i],
-            ));
-            together.push(("the largest synaptic current of a population", bounds[i].0));
-            together.push((
-                "the largest membrane potential of a population",
-                bounds[i].1,
-            ));
-        }
-        finite_together(
-            &together,
-            "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling and the neuron's \
-             constants are too large together",
-        )?;
+        check_together(p, ratio, &projections, &sizes, &k_ext, w_ext, &dc)?;
         // The weight quantum: the largest mean plus 8 deviations in 16 bits.
         let span = projections
             .iter()
