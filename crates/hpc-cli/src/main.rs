@@ -70,7 +70,7 @@ fn main() {
     // clap reads HPC_LOG as --log's default and would call a value that is not UTF-8
     // an invalid argument: name the variable instead.
     if let Err(e) = hpc_runtime::env::var(hpc_runtime::env::LOG) {
-        let _ = writeln!(std::io::stderr(), "hpc: error: {e}");
+        last_words(&e.to_string());
         std::process::exit(cmd::EXIT_ERROR);
     }
     let cli = match Cli::try_parse() {
@@ -89,10 +89,7 @@ fn main() {
     // `hpc proxy` serves itself, once it has pinned itself.
     if !matches!(cli.command, Command::Proxy(_)) && hpc_comm::proxy::requested() {
         if let Err(e) = hpc_comm::proxy::serve_env() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "hpc: error: serving as the collectives proxy: {e}"
-            );
+            last_words(&format!("serving as the collectives proxy: {e}"));
             std::process::exit(cmd::EXIT_ERROR);
         }
     }
@@ -113,12 +110,7 @@ fn main() {
         // by SIGPIPE would, without a message.
         Err(e) if cmd::is_broken_pipe(&e) => std::process::exit(cmd::EXIT_BROKEN_PIPE),
         Err(e) => {
-            // A closed stderr is no reason to panic.
-            let _ = writeln!(
-                std::io::stderr(),
-                "hpc: error: {}",
-                hpc_io::message::chain(e.as_ref())
-            );
+            last_words(&hpc_io::message::chain(e.as_ref()));
             // A rank's own status passes through `hpc run`, so the launcher's own
             // failures have a code of their own (as `timeout` and `env` do).
             let usage = e
@@ -131,6 +123,15 @@ fn main() {
             });
         }
     }
+}
+
+/// Writes `hpc: error: MESSAGE` and its newline to standard error in one write: a
+/// rank that `hpc run` stops while it says this (another rank failed first) leaves
+/// the whole line or nothing, never `hpc: error: ` cut short (standard error is
+/// unbuffered, and `writeln!` writes each piece of its format on its own). A closed
+/// standard error is no reason to panic.
+fn last_words(message: &str) {
+    let _ = std::io::stderr().write_all(format!("hpc: error: {message}\n").as_bytes());
 }
 
 /// Ends the process with what clap has to say (`--help`, `--version`, a usage
@@ -168,7 +169,7 @@ fn clap_exit(e: clap::Error) -> ! {
             } else {
                 "standard output"
             };
-            let _ = writeln!(std::io::stderr(), "hpc: error: writing to {stream}: {w}");
+            last_words(&format!("writing to {stream}: {w}"));
             std::process::exit(cmd::EXIT_ERROR);
         }
     }
