@@ -7,22 +7,13 @@
 #   examples/brunel/validate.sh --quick   # the small network only
 #   examples/brunel/validate.sh --quick --keep DIR   # and keep each case's report.html
 #
-# Needs Python 3 with pip. NEST comes from PyPI (`pip install nest-simulator`) into
+# Needs Python 3 with pip. NEST (3.10) comes, through benches/nest-python.sh, from PyPI (`pip install nest-simulator`) into
 # a virtual environment at $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv),
 # unless $PYTHON already imports nest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-py=${PYTHON:-python3}
-if ! "$py" -c "import nest, numpy" >/dev/null 2>&1; then
-    venv=${BRUNEL_VENV:-$HOME/.cache/hpc-rs/brunel-venv}
-    if [ ! -x "$venv/bin/python" ]; then
-        echo "creating $venv with nest-simulator (once)" >&2
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install -q nest-simulator numpy
-    fi
-    py=$venv/bin/python
-fi
+py=$("$root/benches/nest-python.sh")
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && cargo build -q --release -p hpc-example-brunel)
 exec "$py" "$here/tools/validate.py" --brunel "$target/release/brunel" "$@"

@@ -12,22 +12,13 @@
 #   crates/hpc-spiking/validate/stdp_vs_nest.sh            # ~30 s once NEST is installed
 #   crates/hpc-spiking/validate/stdp_vs_nest.sh --keep DIR # keep the trains and both weights
 #
-# NEST comes from PyPI into a virtual environment at $BRUNEL_VENV (default
+# NEST (3.10) comes, through benches/nest-python.sh, from PyPI into a virtual environment at $BRUNEL_VENV (default
 # ~/.cache/hpc-rs/brunel-venv, shared with the brunel and microcircuit
 # examples), unless $PYTHON already imports nest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-py=${PYTHON:-python3}
-if ! "$py" -c "import nest, numpy" >/dev/null 2>&1; then
-    venv=${BRUNEL_VENV:-$HOME/.cache/hpc-rs/brunel-venv}
-    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import nest" >/dev/null 2>&1; then
-        echo "creating $venv with nest-simulator 3.10 (once)" >&2
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install -q nest-simulator==3.10.0 "numpy<2.4"
-    fi
-    py=$venv/bin/python
-fi
+py=$("$root/benches/nest-python.sh")
 target=${CARGO_TARGET_DIR:-$root/target}
 (cd "$root" && cargo build -q --release -p hpc-spiking --example stdp_trace --example alpha_trace)
 status=0
