@@ -100,7 +100,7 @@ impl Checkpoint {
     }
 
     /// Reads, checks and returns the payload of the named file `name` (as given to
-    /// [`Checkpoints::write_file`]); `None` if the checkpoint has no such file.
+    /// [`Checkpoints::write_file`](crate::Checkpoints::write_file)); `None` if the checkpoint has no such file.
     pub fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let Some(f) = self.manifest.named_file(name) else {
             return Ok(None);

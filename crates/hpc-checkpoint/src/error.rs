@@ -97,7 +97,7 @@ pub(crate) fn list(rejected: &[Rejected]) -> String {
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A checkpoint that [`Checkpoints::latest`] skipped.
+/// A checkpoint that [`Checkpoints::latest`](crate::Checkpoints::latest) skipped.
 #[derive(Debug)]
 pub struct Rejected {
     /// Its step.

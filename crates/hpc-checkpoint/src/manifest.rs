@@ -61,7 +61,7 @@ impl Manifest {
         self.files.iter().find(|f| f.rank == Some(rank))
     }
 
-    /// The entry of the named file `name` (as given to [`Checkpoints::write_file`]).
+    /// The entry of the named file `name` (as given to [`Checkpoints::write_file`](crate::Checkpoints::write_file)).
     pub fn named_file(&self, name: &str) -> Option<&FileEntry> {
         let file = named_file_name(name);
         self.files

@@ -6,7 +6,7 @@ use hpc_collectives::Options;
 
 use crate::error::{Error, Result};
 
-/// Who advances collectives. See the [module docs](self).
+/// Who advances collectives. See the [crate docs](crate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Engine {
     /// Progress only inside `test`/`wait` (the MPI baseline).
@@ -79,7 +79,7 @@ impl std::str::FromStr for Engine {
     }
 }
 
-/// Settings of [`Comm::with_options`].
+/// Settings of [`Comm::with_options`](crate::Comm::with_options).
 #[derive(Debug, Clone)]
 pub struct CommOptions {
     /// The engine.
@@ -107,7 +107,7 @@ pub struct CommOptions {
     /// `HPC_AGENT_WAKE` = `eager` or `lazy`; else see [`AgentWake`]).
     pub agent_wake: Option<AgentWake>,
     /// The `Proxy` engine hands a collective to the proxy only if its per-rank
-    /// block ([`Collective::block_bytes`]) is at least this many bytes;
+    /// block ([`Collective::block_bytes`](hpc_collectives::Collective::block_bytes)) is at least this many bytes;
     /// smaller ones run on the ranks themselves, progressed in `test`/`wait`
     /// as with `Inline` (default: `HPC_PROXY_MIN`; else
     /// [`DEFAULT_PROXY_MIN`] where the node has no core for the proxy, and 0,
