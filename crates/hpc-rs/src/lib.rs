@@ -318,13 +318,7 @@ impl Context {
         let progress = self.progress_cpus();
         let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
         let asked = std::env::var(runtime::env::ENGINE).ok();
-        let engine = choose_engine(asked.as_deref(), progress.is_some(), proxy_asked)?;
-        let why = match (asked.as_deref().map(str::trim), &progress, proxy_asked) {
-            (Some(a), _, _) if !a.is_empty() => format!("{}={a}", runtime::env::ENGINE),
-            (_, _, true) => "the job was started with `hpc run --proxy`".to_string(),
-            (_, Some(p), false) => format!("this rank has progress CPUs {p}"),
-            (_, None, false) => "no progress core: progress inside test/wait".to_string(),
-        };
+        let (engine, why) = choose_engine(asked.as_deref(), progress.as_ref(), proxy_asked)?;
         // Said once for the job (every rank decides the same way from the same inputs
         // but its own progress cores, which go to the debug log).
         if self.world.rank() == 0 {
@@ -353,17 +347,18 @@ impl Context {
     }
 }
 
-/// The engine of [`Context::comm`]: `HPC_ENGINE` if given, else from whether the rank
-/// has a progress core and whether `hpc run --proxy` asked for the proxy.
+/// The engine of [`Context::comm`] and why (for the log): `HPC_ENGINE` if given,
+/// else from whether the rank has a progress core and whether `hpc run --proxy`
+/// asked for the proxy.
 #[cfg(feature = "collectives")]
 fn choose_engine(
     asked: Option<&str>,
-    progress_core: bool,
+    progress: Option<&hpc_topology::CpuSet>,
     proxy_asked: bool,
-) -> Result<hpc_comm::Engine, hpc_comm::Error> {
+) -> Result<(hpc_comm::Engine, String), hpc_comm::Error> {
     use hpc_comm::Engine;
     if let Some(name) = asked.map(str::trim).filter(|s| !s.is_empty()) {
-        return name.to_ascii_lowercase().parse().map_err(|_| {
+        let engine = name.to_ascii_lowercase().parse().map_err(|_| {
             hpc_comm::Error::Unsupported(format!(
                 "{}={name:?} is not an engine of this build: inline, thread, proxy{}",
                 runtime::env::ENGINE,
@@ -373,12 +368,19 @@ fn choose_engine(
                     " (mpi needs the `mpi` feature)"
                 }
             ))
-        });
+        })?;
+        return Ok((engine, format!("{}={name}", runtime::env::ENGINE)));
     }
-    Ok(match (progress_core, proxy_asked) {
-        (_, true) => Engine::Proxy,
-        (true, false) => Engine::Thread,
-        (false, false) => Engine::Inline,
+    Ok(match (progress, proxy_asked) {
+        (_, true) => (
+            Engine::Proxy,
+            "the job was started with `hpc run --proxy`".to_string(),
+        ),
+        (Some(p), false) => (Engine::Thread, format!("this rank has progress CPUs {p}")),
+        (None, false) => (
+            Engine::Inline,
+            "no progress core: progress inside test/wait".to_string(),
+        ),
     })
 }
 
@@ -550,30 +552,43 @@ mod tests {
 
     #[test]
     fn the_engine_follows_the_placement() {
-        assert_eq!(choose_engine(None, false, false).unwrap(), Engine::Inline);
-        assert_eq!(choose_engine(None, true, false).unwrap(), Engine::Thread);
+        let core = hpc_topology::CpuSet::parse_list("1").unwrap();
+        let engine = |asked, progress, proxy| choose_engine(asked, progress, proxy).map(|c| c.0);
+        assert_eq!(engine(None, None, false).unwrap(), Engine::Inline);
+        assert_eq!(engine(None, Some(&core), false).unwrap(), Engine::Thread);
         // `hpc run --proxy`: the proxy, whether the job spans nodes or not.
-        assert_eq!(choose_engine(None, true, true).unwrap(), Engine::Proxy);
-        assert_eq!(choose_engine(None, false, true).unwrap(), Engine::Proxy);
+        assert_eq!(engine(None, Some(&core), true).unwrap(), Engine::Proxy);
+        assert_eq!(engine(None, None, true).unwrap(), Engine::Proxy);
         // HPC_ENGINE overrides.
         assert_eq!(
-            choose_engine(Some("inline"), true, true).unwrap(),
+            engine(Some("inline"), Some(&core), true).unwrap(),
             Engine::Inline
         );
         assert_eq!(
-            choose_engine(Some(" Thread "), false, false).unwrap(),
+            engine(Some(" Thread "), None, false).unwrap(),
             Engine::Thread
         );
         assert_eq!(
-            choose_engine(Some(""), true, false).unwrap(),
+            engine(Some(""), Some(&core), false).unwrap(),
             Engine::Thread
         );
-        let e = choose_engine(Some("fast"), false, false)
-            .unwrap_err()
-            .to_string();
+        let e = engine(Some("fast"), None, false).unwrap_err().to_string();
         assert!(
             e.contains("HPC_ENGINE=\"fast\"") && e.contains("inline, thread, proxy"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_log_says_why_the_engine_was_chosen() {
+        let core = hpc_topology::CpuSet::parse_list("3").unwrap();
+        let why = |asked, progress, proxy| choose_engine(asked, progress, proxy).unwrap().1;
+        assert_eq!(why(Some("thread"), None, true), "HPC_ENGINE=thread");
+        assert!(why(None, Some(&core), true).contains("hpc run --proxy"));
+        assert_eq!(
+            why(None, Some(&core), false),
+            "this rank has progress CPUs 3"
+        );
+        assert!(why(None, None, false).starts_with("no progress core"));
     }
 }
