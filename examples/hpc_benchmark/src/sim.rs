@@ -1,0 +1,704 @@
+//! One rank of the network and its simulation loop.
+//!
+//! # Network
+//!
+//! Neuron `t` draws its 9,000 excitatory and 2,250 inhibitory sources from its
+//! own stream (`Purpose::Connect`, key `t`; draw `k` is its `k`-th source; a
+//! source equal to `t` is skipped by drawing from the others), so the network
+//! does not depend on the decomposition. A rank holds the synapses onto its
+//! neurons, split into one *shard* per thread (contiguous neurons): the E->E
+//! synapses as one [`StdpRow`] per excitatory source (targets and `f64`
+//! weights, 12 bytes a synapse), the static ones as a list of targets per
+//! source (4 bytes a synapse).
+//!
+//! # Time stepping
+//!
+//! Spikes are exchanged every `D` steps (`D`: the delay). A spike emitted in
+//! step `u` (time `(u + 1) dt`, as NEST stamps it) arrives in step `u + D`.
+//! After each exchange every shard delivers all spikes of the interval, sorted
+//! by step and source: a spike of an excitatory source first updates the
+//! weights of its STDP row (facilitation by the target's spikes since the
+//! source's previous spike, depression by the target's trace) and adds the new
+//! weights to the targets' excitatory input of the arrival step, in the row's
+//! order; static synapses count spikes. The order of the `f64` additions is
+//! therefore fixed by the spikes' steps and sources, whatever the
+//! decomposition. Every postsynaptic spike up to the presynaptic spike's time
+//! is recorded before it is delivered, and none is more than `D` steps late,
+//! which is what [`hpc_spiking::plasticity`] needs.
+//!
+//! A step of a neuron is [`IafPscAlpha::step`] with the excitatory input (STDP
+//! weights, then `JE` times the count of static excitatory spikes and of the
+//! Poisson drive, drawn from the neuron's stream with the step as counter) and
+//! the inhibitory one (`g JE` times the count).
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use hpc_spiking::exchange::{spike_records, SpikeExchange};
+use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
+use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpRow};
+use hpc_spiking::rng::{below, draw, mix64, standard_normal, stream_key, PoissonTable, Purpose};
+use hpc_spiking::spikes::SpikeWriter;
+use hpc_spiking::{Block, RunOptions};
+use rayon::prelude::*;
+
+use crate::checkpoint::{self, Restart};
+use crate::params::{Model, CE, CI};
+
+/// Calls `f(k, source)` for each of neuron `t`'s sources in draw order: the
+/// excitatory ones (`k < CE`), then the inhibitory ones.
+#[inline]
+pub fn sources(model: &Model, t: u32, mut f: impl FnMut(u32, u32)) {
+    let key = stream_key(model.params.seed, Purpose::Connect, t);
+    let (ne, ni) = (model.ne, model.ni);
+    let is_e = t < ne;
+    for k in 0..CE {
+        let mut s = below(draw(key, k as u64), ne - u32::from(is_e));
+        if is_e && s >= t {
+            s += 1;
+        }
+        f(k, s);
+    }
+    for k in 0..CI {
+        let mut s = below(draw(key, (CE + k) as u64), ni - u32::from(!is_e));
+        if !is_e && s >= t - ne {
+            s += 1;
+        }
+        f(CE + k, ne + s);
+    }
+}
+
+/// The initial membrane potential of neuron `t` (mV): N(v_mean, v_sd).
+pub fn initial_v(model: &Model, t: u32) -> f64 {
+    let key = stream_key(model.params.seed, Purpose::Init, t);
+    model.params.v_mean + model.params.v_sd * standard_normal(draw(key, 0), draw(key, 1))
+}
+
+/// The synapses and state of a thread's neurons.
+pub struct Shard {
+    /// Global id of the first neuron.
+    pub first: u32,
+    /// Number of neurons.
+    pub len: u32,
+    /// The neurons' state.
+    pub state: Vec<AlphaState>,
+    /// The neurons' spike archives (read by their incoming STDP synapses).
+    pub archives: Vec<PostArchive>,
+    /// One STDP row per excitatory source (targets: local indices).
+    pub rows: Vec<StdpRow>,
+    /// Static synapses: targets of source `s` are `targets[offsets[s]..offsets[s + 1]]`.
+    offsets: Vec<u64>,
+    targets: Vec<u32>,
+    /// STDP input per (slot, neuron) (pA).
+    pub ring_w: Vec<f64>,
+    /// Static excitatory spikes per (slot, neuron).
+    pub ring_ex: Vec<u32>,
+    /// Inhibitory spikes per (slot, neuron).
+    pub ring_in: Vec<u32>,
+    keys: Vec<u64>,
+    spikes: Vec<u32>,
+}
+
+/// Constants of the update.
+#[derive(Clone, Copy)]
+struct Dyn<'m> {
+    neuron: &'m IafPscAlpha,
+    rule: &'m StdpPlHom,
+    je: f64,
+    gje: f64,
+    dt: f64,
+    delay: u64,
+    ring_mask: u64,
+    gid_bits: u32,
+    ne: u32,
+}
+
+impl Shard {
+    fn build(model: &Model, first: u32, len: u32, slots: usize) -> Result<Shard> {
+        let (ne, n) = (model.ne as usize, model.n as usize);
+        let mut stdp_count = vec![0u32; ne];
+        let mut offsets = vec![0u64; n + 1];
+        for t in first..first + len {
+            sources(model, t, |_, s| {
+                if t < model.ne && s < model.ne {
+                    stdp_count[s as usize] += 1;
+                } else {
+                    offsets[s as usize + 1] += 1;
+                }
+            });
+        }
+        for s in 0..n {
+            offsets[s + 1] += offsets[s];
+        }
+        let mut archives = (0..len)
+            .map(|_| PostArchive::new(model.params.tau_minus, model.params.delay))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut rows = Vec::with_capacity(ne);
+        for &c in &stdp_count {
+            let mut r = StdpRow::new(model.params.delay)?;
+            r.reserve(c as usize);
+            rows.push(r);
+        }
+        let mut targets = vec![0u32; offsets[n] as usize];
+        let mut fill = offsets.clone();
+        let mut failed = None;
+        for t in first..first + len {
+            let local = t - first;
+            sources(model, t, |_, s| {
+                if t < model.ne && s < model.ne {
+                    if let Err(e) = rows[s as usize].connect(local, model.je, &mut archives) {
+                        failed = Some(e);
+                    }
+                } else {
+                    targets[fill[s as usize] as usize] = local;
+                    fill[s as usize] += 1;
+                }
+            });
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        let state = (first..first + len)
+            .map(|t| {
+                let mut s = model.neuron.rest();
+                model.neuron.set_v_m(&mut s, initial_v(model, t));
+                s
+            })
+            .collect();
+        let cells = slots * len as usize;
+        Ok(Shard {
+            first,
+            len,
+            state,
+            archives,
+            rows,
+            offsets,
+            targets,
+            ring_w: vec![0.0; cells],
+            ring_ex: vec![0; cells],
+            ring_in: vec![0; cells],
+            keys: (first..first + len)
+                .map(|t| stream_key(model.params.seed, Purpose::External, t))
+                .collect(),
+            spikes: Vec::new(),
+        })
+    }
+
+    /// Delivers the spikes `codes` (sorted) of the interval that starts at `base`.
+    fn deliver(&mut self, codes: &[u32], base: u64, d: &Dyn) -> Result<()> {
+        let len = self.len as usize;
+        let mask = (1u32 << d.gid_bits) - 1;
+        let Shard {
+            rows,
+            archives,
+            ring_w,
+            ring_ex,
+            ring_in,
+            offsets,
+            targets,
+            ..
+        } = self;
+        for &code in codes {
+            let gid = code & mask;
+            let step = base + (code >> d.gid_bits) as u64;
+            let slot = ((step + d.delay) & d.ring_mask) as usize * len;
+            let stat = &targets[offsets[gid as usize] as usize..offsets[gid as usize + 1] as usize];
+            if gid < d.ne {
+                let t = (step + 1) as f64 * d.dt;
+                let ring = &mut ring_w[slot..slot + len];
+                for (tgt, w) in rows[gid as usize].deliver(d.rule, t, archives)? {
+                    ring[tgt as usize] += w;
+                }
+                let ring = &mut ring_ex[slot..slot + len];
+                for &tgt in stat {
+                    ring[tgt as usize] += 1;
+                }
+            } else {
+                let ring = &mut ring_in[slot..slot + len];
+                for &tgt in stat {
+                    ring[tgt as usize] += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Updates steps `step0..step0 + m`, appending spike codes to `self.spikes`.
+    fn update(&mut self, step0: u64, m: u32, d: &Dyn, pois: &PoissonTable) -> Result<()> {
+        let len = self.len as usize;
+        self.spikes.clear();
+        for s in 0..m {
+            let step = step0 + s as u64;
+            let slot = (step & d.ring_mask) as usize * len;
+            let t = (step + 1) as f64 * d.dt;
+            let code0 = (s << d.gid_bits) | self.first;
+            for i in 0..len {
+                let w = std::mem::take(&mut self.ring_w[slot + i]);
+                let n_ex = std::mem::take(&mut self.ring_ex[slot + i]);
+                let n_in = std::mem::take(&mut self.ring_in[slot + i]);
+                let drive = pois.sample(draw(self.keys[i], step));
+                let ex = w + (n_ex + drive) as f64 * d.je;
+                let inh = n_in as f64 * d.gje;
+                if d.neuron.step(&mut self.state[i], ex, inh, 0.0) {
+                    self.archives[i].record_post_spike(t)?;
+                    self.spikes.push(code0 + i as u32);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the synapses and of their plastic state (rows' traces,
+    /// archives).
+    fn synapse_bytes(&self) -> u64 {
+        let rows: usize = self
+            .rows
+            .iter()
+            .map(|r| std::mem::size_of::<StdpRow>() + r.len() * StdpRow::BYTES_PER_SYNAPSE)
+            .sum();
+        let archives: usize = self
+            .archives
+            .iter()
+            .map(|a| std::mem::size_of::<PostArchive>() + a.archived() * 24)
+            .sum();
+        (rows + archives + self.targets.len() * 4 + self.offsets.len() * 8) as u64
+    }
+
+    fn synapses(&self) -> (u64, u64) {
+        let stdp: usize = self.rows.iter().map(StdpRow::len).sum();
+        (stdp as u64, self.targets.len() as u64)
+    }
+}
+
+/// The E->E weights of a rank at the end: moments, an order-independent digest
+/// and a histogram of 0.01 pA bins.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct WeightStats {
+    /// Synapses.
+    pub count: u64,
+    /// Sum of the weights (pA).
+    pub sum: f64,
+    /// Sum of their squares.
+    pub sum_sq: f64,
+    /// Smallest weight.
+    pub min: f64,
+    /// Largest weight.
+    pub max: f64,
+    /// Wrapping sum of a hash of each synapse's (source, target, weight bits):
+    /// the same for the same synapses in any order of storage.
+    pub digest: u64,
+    /// Non-empty bins `(index, count)` of width [`BIN_PA`] from 0.
+    pub bins: Vec<(u32, u64)>,
+}
+
+/// Width of a weight histogram bin (pA).
+pub const BIN_PA: f64 = 0.01;
+
+/// The hash of one synapse for [`WeightStats::digest`].
+pub fn synapse_hash(source: u32, target: u32, w: f64) -> u64 {
+    mix64(mix64(((source as u64) << 32) | target as u64) ^ w.to_bits())
+}
+
+impl WeightStats {
+    /// Adds `other`'s synapses.
+    pub fn merge(&mut self, other: &WeightStats) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            self.min = other.min;
+            self.max = other.max;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.digest = self.digest.wrapping_add(other.digest);
+        let mut all: std::collections::BTreeMap<u32, u64> = self.bins.iter().copied().collect();
+        for &(b, c) in &other.bins {
+            *all.entry(b).or_default() += c;
+        }
+        self.bins = all.into_iter().collect();
+    }
+
+    /// Mean and standard deviation.
+    pub fn mean_sd(&self) -> (f64, f64) {
+        let n = self.count.max(1) as f64;
+        let mean = self.sum / n;
+        (mean, (self.sum_sq / n - mean * mean).max(0.0).sqrt())
+    }
+
+    /// The `q`-quantile (0..1) at the centre of its bin.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let want = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for &(b, c) in &self.bins {
+            seen += c;
+            if seen >= want {
+                return (b as f64 + 0.5) * BIN_PA;
+            }
+        }
+        self.max
+    }
+}
+
+/// What one rank did.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RankReport {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// Threads (shards) of this rank.
+    pub threads: usize,
+    /// The rank's neurons (global ids).
+    pub first: u32,
+    /// Number of neurons of this rank.
+    pub neurons: u32,
+    /// E->E (STDP) synapses onto this rank's neurons.
+    pub stdp_synapses: u64,
+    /// Static synapses onto this rank's neurons.
+    pub static_synapses: u64,
+    /// Bytes of the synapses with their plastic state.
+    pub synapse_bytes: u64,
+    /// Step the run started from.
+    pub start_step: u64,
+    /// Step the run reached.
+    pub end_step: u64,
+    /// Whether the run reached its end (false when stopped early).
+    pub completed: bool,
+    /// Seconds building the network (and reading a checkpoint).
+    pub build_s: f64,
+    /// Seconds in the simulation loop.
+    pub simulate_s: f64,
+    /// CPU seconds of the process in the simulation loop.
+    pub simulate_cpu_s: f64,
+    /// Seconds exchanging spikes (waits included).
+    pub communicate_s: f64,
+    /// Spikes of all ranks exchanged during this run.
+    pub spikes_exchanged: u64,
+    /// The E->E weights at the end.
+    pub weights: WeightStats,
+    /// Spikes of the recorded neurons after the warm-up, and in all (rank 0).
+    pub recorded: Option<(u64, u64)>,
+    /// The spike file, once complete (rank 0).
+    #[serde(with = "hpc_spiking::run::opt_path")]
+    pub spike_file: Option<std::path::PathBuf>,
+}
+
+/// One rank of the simulation.
+pub struct Simulation<'a> {
+    model: &'a Model,
+    rank: usize,
+    size: usize,
+    block: Block,
+    /// The rank's shards (one per thread).
+    pub shards: Vec<Shard>,
+    pois: PoissonTable,
+    step: u64,
+    build_s: f64,
+    restored: Option<Restart>,
+    /// The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+    ck_written: Vec<u64>,
+}
+
+/// Rank 0's spike file and counts.
+struct Intake {
+    writer: Option<SpikeWriter>,
+    records: Vec<(u32, u32)>,
+    after_warmup: u64,
+    total: u64,
+}
+
+impl<'a> Simulation<'a> {
+    /// Builds rank `rank`'s part of the network with the threads of `pool`, or
+    /// restores it from the checkpoint `restart`.
+    pub fn new(
+        model: &'a Model,
+        (rank, size): (usize, usize),
+        pool: &rayon::ThreadPool,
+        restart: Option<&std::path::Path>,
+    ) -> Result<Simulation<'a>> {
+        let t0 = Instant::now();
+        // A checkpoint of other parameters is refused before the network is built.
+        let restored = match restart {
+            Some(dir) => {
+                let r = checkpoint::open(dir)?;
+                checkpoint::check_model(&r, model)?;
+                Some(r)
+            }
+            None => None,
+        };
+        let block = Block::part(model.n, size as u32, rank as u32);
+        let threads = pool
+            .current_num_threads()
+            .clamp(1, block.len.max(1) as usize) as u32;
+        let slots = (model.delay_steps as usize + 1).next_power_of_two();
+        let shards = pool.install(|| {
+            (0..threads)
+                .into_par_iter()
+                .map(|t| {
+                    let b = Block::part(block.len, threads, t);
+                    Shard::build(model, block.first + b.first, b.len, slots)
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut sim = Simulation {
+            model,
+            rank,
+            size,
+            block,
+            shards,
+            pois: PoissonTable::new(model.lambda_ext),
+            step: 0,
+            build_s: 0.0,
+            restored: None,
+            ck_written: Vec::new(),
+        };
+        if let Some(r) = restored {
+            sim.step = checkpoint::restore(&r, model, block, &mut sim.shards)?;
+            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            sim.restored = Some(r);
+        }
+        sim.build_s = t0.elapsed().as_secs_f64();
+        Ok(sim)
+    }
+
+    /// The rank's neurons.
+    pub fn block(&self) -> Block {
+        self.block
+    }
+
+    /// Steps done.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    fn dynp(&self) -> Dyn<'a> {
+        let m = self.model;
+        let slots = (m.delay_steps as u64 + 1).next_power_of_two();
+        Dyn {
+            neuron: &m.neuron,
+            rule: &m.rule,
+            je: m.je,
+            gje: m.params.g * m.je,
+            dt: m.params.dt,
+            delay: m.delay_steps as u64,
+            ring_mask: slots - 1,
+            gid_bits: m.gid_bits,
+            ne: m.ne,
+        }
+    }
+
+    /// Runs to the end (or `opts.stop_at`), exchanging spikes through `ex`;
+    /// `progress(step, steps)` after every interval.
+    pub fn run<E: SpikeExchange>(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        ex: &mut E,
+        opts: &RunOptions,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<RankReport> {
+        let model = self.model;
+        let d = self.dynp();
+        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
+        let start_step = self.step;
+        if end < start_step {
+            bail!("the run resumes at step {start_step} but is asked to stop at step {end}");
+        }
+        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
+        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
+            bail!("checkpoints need a directory");
+        }
+        let mut intake = self.intake(opts)?;
+        let (t0, cpu0) = (Instant::now(), hpc_spiking::run::cpu_seconds());
+        let mut comm_s = 0.0;
+        let mut exchanged = 0u64;
+        let (mut send, mut all) = (Vec::new(), Vec::new());
+        while self.step < end {
+            let mut m = (end - self.step).min(model.delay_steps as u64);
+            if let Some(c) = ck_every {
+                m = m.min(c - self.step % c);
+            }
+            let step0 = self.step;
+            let pois = &self.pois;
+            pool.install(|| {
+                self.shards
+                    .par_iter_mut()
+                    .try_for_each(|sh| sh.update(step0, m as u32, &d, pois))
+            })?;
+            send.clear();
+            for sh in &self.shards {
+                send.extend_from_slice(&sh.spikes);
+            }
+            let tc = Instant::now();
+            ex.overlap(&send, &mut all, || ())?;
+            comm_s += tc.elapsed().as_secs_f64();
+            exchanged += all.len() as u64;
+            // Sorted: by step within the interval, then source.
+            all.sort_unstable();
+            pool.install(|| {
+                self.shards
+                    .par_iter_mut()
+                    .try_for_each(|sh| sh.deliver(&all, step0, &d))
+            })?;
+            self.record(&mut intake, &all, step0)?;
+            self.step += m;
+            if ck_every.is_some_and(|c| self.step % c == 0) {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    self.write_checkpoint(ex, dir, &intake, opts)?;
+                }
+            }
+            progress(self.step, model.steps);
+        }
+        let completed = self.step >= model.steps;
+        let spike_file = match intake.writer.take() {
+            Some(w) if completed => Some(w.finish()?),
+            _ => None,
+        };
+        let (stdp, stat) = self
+            .shards
+            .iter()
+            .map(Shard::synapses)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        Ok(RankReport {
+            rank: self.rank,
+            size: self.size,
+            threads: self.shards.len(),
+            first: self.block.first,
+            neurons: self.block.len,
+            stdp_synapses: stdp,
+            static_synapses: stat,
+            synapse_bytes: self.shards.iter().map(Shard::synapse_bytes).sum(),
+            start_step,
+            end_step: self.step,
+            completed,
+            build_s: self.build_s,
+            simulate_s: t0.elapsed().as_secs_f64(),
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
+            communicate_s: comm_s,
+            spikes_exchanged: exchanged,
+            weights: self.weight_stats(),
+            recorded: (self.rank == 0).then_some((intake.after_warmup, intake.total)),
+            spike_file,
+        })
+    }
+
+    /// The E->E weights of the rank now.
+    pub fn weight_stats(&self) -> WeightStats {
+        let mut ws = WeightStats::default();
+        for sh in &self.shards {
+            let mut w_sh = WeightStats::default();
+            let mut bins = std::collections::BTreeMap::<u32, u64>::new();
+            for (s, row) in sh.rows.iter().enumerate() {
+                for (&t, &w) in row.targets().iter().zip(row.weights()) {
+                    if w_sh.count == 0 {
+                        (w_sh.min, w_sh.max) = (w, w);
+                    }
+                    w_sh.count += 1;
+                    w_sh.sum += w;
+                    w_sh.sum_sq += w * w;
+                    w_sh.min = w_sh.min.min(w);
+                    w_sh.max = w_sh.max.max(w);
+                    w_sh.digest = w_sh
+                        .digest
+                        .wrapping_add(synapse_hash(s as u32, sh.first + t, w));
+                    *bins
+                        .entry((w / BIN_PA).min(u32::MAX as f64) as u32)
+                        .or_default() += 1;
+                }
+            }
+            w_sh.bins = bins.into_iter().collect();
+            ws.merge(&w_sh);
+        }
+        ws
+    }
+
+    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
+        let model = self.model;
+        let mut intake = Intake {
+            writer: None,
+            records: Vec::new(),
+            after_warmup: 0,
+            total: 0,
+        };
+        if self.rank != 0 {
+            return Ok(intake);
+        }
+        let prefix = match &self.restored {
+            Some(r) => match checkpoint::spikes(r, model)? {
+                Some(p) => p,
+                None if opts.spikes.is_some() => bail!(
+                    "checkpoint {} has no spike file to continue",
+                    r.dir().display()
+                ),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        intake.count(&prefix, model.presim_steps);
+        if let Some(p) = &opts.spikes {
+            let mut w = SpikeWriter::with_header(p, &checkpoint::header_json(model))?;
+            w.append(&prefix)?;
+            intake.writer = Some(w);
+        }
+        Ok(intake)
+    }
+
+    /// Rank 0 keeps the recorded neurons' spikes of an exchange.
+    fn record(&self, intake: &mut Intake, all: &[u32], base: u64) -> Result<()> {
+        if self.rank != 0 {
+            return Ok(());
+        }
+        spike_records(all, base, self.model.gid_bits, &mut intake.records);
+        let n_rec = self.model.n_rec;
+        intake.records.retain(|&(_, id)| id < n_rec);
+        let recs = std::mem::take(&mut intake.records);
+        intake.count(&recs, self.model.presim_steps);
+        if let Some(w) = intake.writer.as_mut() {
+            w.append(&recs)?;
+        }
+        intake.records = recs;
+        Ok(())
+    }
+
+    fn write_checkpoint<E: SpikeExchange>(
+        &mut self,
+        ex: &mut E,
+        dir: &std::path::Path,
+        intake: &Intake,
+        opts: &RunOptions,
+    ) -> Result<()> {
+        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
+        let set = hpc_checkpoint::Checkpoints::new(dir);
+        let bytes = checkpoint::encode(self.model, self.step, self.block, &self.shards);
+        let written = set
+            .write_rank(self.step, self.rank as u32, self.size as u32, &bytes)
+            .map_err(anyhow::Error::from);
+        let words = hpc_spiking::checkpoint::entry_words(&written);
+        let mut all = Vec::new();
+        ex.overlap(&words, &mut all, || ())?;
+        written?;
+        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
+        if self.rank == 0 {
+            let spikes = intake.writer.as_ref().map(|w| (w.partial(), intake.total));
+            checkpoint::commit(&set, self.model, self.step, self.size, entries, spikes)?;
+            self.ck_written.push(self.step);
+            if let Some(keep) = opts.checkpoint_keep {
+                set.prune(&mut self.ck_written, keep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Intake {
+    fn count(&mut self, records: &[(u32, u32)], presim_steps: u64) {
+        self.total += records.len() as u64;
+        self.after_warmup += records
+            .iter()
+            .filter(|&&(tick, _)| tick as u64 > presim_steps)
+            .count() as u64;
+    }
+}
