@@ -31,13 +31,13 @@ macro_rules! say {
 )]
 struct Args {
     /// Network size: scale x 11,250 neurons (in-degree 11,250 whatever the scale).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
     scale: f64,
     /// Warm-up (ms) before the recorded time.
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 50.0, allow_hyphen_values = true)]
     t_presim: f64,
     /// Recorded time (ms) after the warm-up.
-    #[arg(long, default_value_t = 250.0)]
+    #[arg(long, default_value_t = 250.0, allow_hyphen_values = true)]
     t_sim: f64,
     /// Seed of all random streams.
     #[arg(long, default_value_t = 1)]
