@@ -276,7 +276,10 @@ impl Shard {
 pub struct WeightStats {
     /// Synapses.
     pub count: u64,
-    /// Sum of the weights (pA).
+    /// The weight the sums are taken from (pA): the initial one, so that
+    /// weights that hardly changed give their SD without cancellation.
+    pub shift: f64,
+    /// Sum of the weights' differences from `shift` (pA).
     pub sum: f64,
     /// Sum of their squares.
     pub sum_sq: f64,
@@ -308,7 +311,9 @@ impl WeightStats {
         if self.count == 0 {
             self.min = other.min;
             self.max = other.max;
+            self.shift = other.shift;
         }
+        debug_assert_eq!(self.shift, other.shift);
         self.count += other.count;
         self.sum += other.sum;
         self.sum_sq += other.sum_sq;
@@ -326,7 +331,10 @@ impl WeightStats {
     pub fn mean_sd(&self) -> (f64, f64) {
         let n = self.count.max(1) as f64;
         let mean = self.sum / n;
-        (mean, (self.sum_sq / n - mean * mean).max(0.0).sqrt())
+        (
+            self.shift + mean,
+            (self.sum_sq / n - mean * mean).max(0.0).sqrt(),
+        )
     }
 
     /// The `q`-quantile (0..1) at the centre of its bin.
@@ -589,7 +597,10 @@ impl<'a> Simulation<'a> {
     pub fn weight_stats(&self) -> WeightStats {
         let mut ws = WeightStats::default();
         for sh in &self.shards {
-            let mut w_sh = WeightStats::default();
+            let mut w_sh = WeightStats {
+                shift: self.model.je,
+                ..WeightStats::default()
+            };
             let mut bins = std::collections::BTreeMap::<u32, u64>::new();
             for (s, row) in sh.rows.iter().enumerate() {
                 for (&t, &w) in row.targets().iter().zip(row.weights()) {
@@ -597,8 +608,9 @@ impl<'a> Simulation<'a> {
                         (w_sh.min, w_sh.max) = (w, w);
                     }
                     w_sh.count += 1;
-                    w_sh.sum += w;
-                    w_sh.sum_sq += w * w;
+                    let dw = w - w_sh.shift;
+                    w_sh.sum += dw;
+                    w_sh.sum_sq += dw * dw;
                     w_sh.min = w_sh.min.min(w);
                     w_sh.max = w_sh.max.max(w);
                     w_sh.digest = w_sh
@@ -700,5 +712,68 @@ impl Intake {
             .iter()
             .filter(|&&(tick, _)| tick as u64 > presim_steps)
             .count() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(ws: &[f64]) -> WeightStats {
+        let mut s = WeightStats {
+            shift: 45.0,
+            ..WeightStats::default()
+        };
+        for (i, &w) in ws.iter().enumerate() {
+            let one = WeightStats {
+                count: 1,
+                shift: 45.0,
+                sum: w - 45.0,
+                sum_sq: (w - 45.0) * (w - 45.0),
+                min: w,
+                max: w,
+                digest: synapse_hash(i as u32, 0, w),
+                bins: vec![((w / BIN_PA) as u32, 1)],
+            };
+            s.merge(&one);
+        }
+        s
+    }
+
+    #[test]
+    fn weight_moments_quantiles_and_digest() {
+        let ws: Vec<f64> = (0..100).map(|i| 45.0 + i as f64 * 0.1).collect();
+        let s = stats(&ws);
+        let (mean, sd) = s.mean_sd();
+        assert!((mean - 49.95).abs() < 1e-9, "{mean}");
+        // The SD of 0, 0.1, ..., 9.9.
+        assert!((sd - 2.886_607).abs() < 1e-5, "{sd}");
+        assert!(
+            (s.quantile(0.05) - 45.405).abs() < 0.011,
+            "{}",
+            s.quantile(0.05)
+        );
+        assert!(
+            (s.quantile(0.95) - 54.405).abs() < 0.011,
+            "{}",
+            s.quantile(0.95)
+        );
+        assert_eq!((s.min, s.max), (45.0, ws[99]));
+        // The digest does not depend on the order; a changed weight changes it.
+        let mut rev = WeightStats::default();
+        let half = stats(&ws[..50]);
+        let mut rest = stats(&ws[50..]);
+        rest.digest = ws[50..].iter().enumerate().fold(0u64, |d, (i, &w)| {
+            d.wrapping_add(synapse_hash(50 + i as u32, 0, w))
+        });
+        rev.merge(&rest);
+        rev.merge(&half);
+        assert_eq!(rev.digest, s.digest);
+        assert_eq!(rev.bins, s.bins);
+        let mut other = ws.clone();
+        other[7] = f64::from_bits(other[7].to_bits() + 1);
+        assert_ne!(stats(&other).digest, s.digest);
+        // Equal weights have no spread.
+        assert_eq!(stats(&[45.6096; 1000]).mean_sd().1, 0.0);
     }
 }
