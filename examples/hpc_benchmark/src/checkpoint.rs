@@ -26,8 +26,8 @@ use hpc_spiking::plasticity::ArchivedSpike;
 use hpc_spiking::Block;
 use serde::{Deserialize, Serialize};
 
+use crate::network::{sources, Shard};
 use crate::params::{Model, Params, CE};
-use crate::sim::{sources, Shard};
 
 /// A checkpoint to resume from, with this model's metadata.
 pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;

@@ -6,6 +6,7 @@
 //! drive, 1.5 ms delays.
 //!
 //! * [`params`]: the script's parameters and what follows from them;
+//! * [`network`]: a thread's neurons, their synapses and their step;
 //! * [`sim`]: one rank's network and its simulation loop;
 //! * [`checkpoint`]: its checkpoints (plastic weights, traces and archives
 //!   included).
@@ -17,5 +18,6 @@
 //! threads.
 
 pub mod checkpoint;
+pub mod network;
 pub mod params;
 pub mod sim;
