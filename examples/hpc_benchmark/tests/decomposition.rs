@@ -144,7 +144,8 @@ fn a_restart_gives_the_uninterrupted_spikes_and_weights() {
 /// Runs the binary with `model` and expects a refusal within `secs` seconds
 /// whose message holds `named`, with nothing written into the output directory.
 fn refused_quickly(model: &[&str], extra: &[&str], named: &str) {
-    let out = tmpdir("bad").join("out");
+    let dir = tmpdir("bad");
+    let out = dir.join("out");
     let t0 = Instant::now();
     let o = example::command(BIN, model, &out, extra).output().unwrap();
     let err = example::refused(&o);
@@ -155,6 +156,7 @@ fn refused_quickly(model: &[&str], extra: &[&str], named: &str) {
         t0.elapsed()
     );
     assert!(!out.join("spikes.spk.partial").exists() && !out.join("summary.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
