@@ -2,7 +2,8 @@
 //!
 //! The machinery that every spiking-network code of the workspace shares, so that
 //! a network of your own needs only its model: neurons, connectivity and
-//! parameters. The `brunel` and `microcircuit` examples are built on it.
+//! parameters. The `brunel`, `microcircuit` and `hpc_benchmark` examples are
+//! built on it.
 //!
 //! * [`exchange`]: the spike exchange between ranks, every spike to every rank
 //!   (an allgather through `hpc-comm`'s engines, the runtime, or in memory), and

@@ -301,6 +301,71 @@ impl PostArchive {
         Ok(())
     }
 
+    /// The trace `K-` just after the latest recorded spike (0 before the first).
+    pub fn trace(&self) -> f64 {
+        self.k_minus
+    }
+
+    /// The archived spikes, oldest first, for a checkpoint.
+    pub fn archived_spikes(&self) -> impl ExactSizeIterator<Item = ArchivedSpike> + '_ {
+        self.history.iter().map(|e| ArchivedSpike {
+            t: e.t,
+            k_minus: e.k_minus,
+            reads: e.reads,
+        })
+    }
+
+    /// Puts back what [`trace`](Self::trace), [`last_spike`](Self::last_spike)
+    /// and [`archived_spikes`](Self::archived_spikes) gave, into an archive whose
+    /// synapses are connected again. Refused, changing nothing, when a value is
+    /// not a number, a trace is negative, the spikes are not in increasing time
+    /// up to `last_spike`, or a spike was read by more synapses than there are.
+    pub fn restore(
+        &mut self,
+        trace: f64,
+        last_spike: f64,
+        spikes: &[ArchivedSpike],
+    ) -> Result<(), ModelError> {
+        non_negative("K-", trace)?;
+        if last_spike.is_nan() || last_spike == f64::INFINITY {
+            return Err(ModelError::Param {
+                name: "last_spike",
+                value: last_spike,
+                must: "a number below +inf",
+            });
+        }
+        let mut last = f64::NEG_INFINITY;
+        for e in spikes {
+            non_negative("K-", e.k_minus)?;
+            if !e.t.is_finite() || e.t <= last || e.t > last_spike {
+                return Err(ModelError::TimeOrder {
+                    what: "archived postsynaptic spike",
+                    t: e.t,
+                    last,
+                });
+            }
+            if e.reads > self.incoming {
+                return Err(ModelError::Param {
+                    name: "reads",
+                    value: e.reads as f64,
+                    must: "at most the number of incoming synapses",
+                });
+            }
+            last = e.t;
+        }
+        self.k_minus = trace;
+        self.last_spike = last_spike;
+        self.history = spikes
+            .iter()
+            .map(|e| Entry {
+                t: e.t,
+                k_minus: e.k_minus,
+                reads: e.reads,
+            })
+            .collect();
+        Ok(())
+    }
+
     /// `K-` just before `t` (ms): from the latest archived spike more than
     /// [`STDP_EPS_MS`] before `t`, 0 when there is none.
     pub fn k_minus_before(&self, t: f64) -> f64 {
@@ -342,6 +407,18 @@ impl PostArchive {
     }
 }
 
+/// One archived postsynaptic spike as a checkpoint keeps it
+/// ([`PostArchive::archived_spikes`], [`PostArchive::restore`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ArchivedSpike {
+    /// Its time (ms).
+    pub t: f64,
+    /// `K-` just after it (its own 1 included).
+    pub k_minus: f64,
+    /// How many synapses' windows have covered it.
+    pub reads: u32,
+}
+
 /// The STDP synapses of one source with one delay: targets and weights, with the
 /// source's trace `K+` and last spike time that all of them share.
 #[derive(Clone, Debug)]
@@ -370,6 +447,35 @@ impl StdpRow {
             weights: Vec::new(),
             span: 0,
         })
+    }
+
+    /// Reserves room for `additional` more synapses.
+    pub fn reserve(&mut self, additional: usize) {
+        self.targets.reserve_exact(additional);
+        self.weights.reserve_exact(additional);
+    }
+
+    /// Puts back a checkpoint's state of the row: the source's trace `K+`
+    /// ([`k_plus`](Self::k_plus)), its last spike time ([`t_last`](Self::t_last))
+    /// and the weights in the order of connection. Refused, changing nothing,
+    /// for a negative or non-finite value or a count other than [`len`](Self::len).
+    pub fn restore(&mut self, k_plus: f64, t_last: f64, weights: &[f64]) -> Result<(), ModelError> {
+        non_negative("K+", k_plus)?;
+        non_negative("t_last", t_last)?;
+        if weights.len() != self.weights.len() {
+            return Err(ModelError::Param {
+                name: "weights",
+                value: weights.len() as f64,
+                must: "as many as the row's synapses",
+            });
+        }
+        for &w in weights {
+            non_negative("weight", w)?;
+        }
+        self.k_plus = k_plus;
+        self.t_last = t_last;
+        self.weights.copy_from_slice(weights);
+        Ok(())
     }
 
     /// Adds a synapse onto `archives[target]` of initial weight `weight`

@@ -20,6 +20,9 @@ pub enum Purpose {
     Connect = 1,
     /// The Poisson drive of a neuron (counter = time step).
     External = 2,
+    /// The initial state of a neuron (such as a membrane potential drawn from
+    /// a normal distribution).
+    Init = 3,
 }
 
 /// The SplitMix64 output function (Stafford's mix 13).
@@ -47,6 +50,16 @@ pub fn draw(key: u64, counter: u64) -> u64 {
 #[inline(always)]
 pub fn below(bits: u64, n: u32) -> u32 {
     ((bits as u128 * n as u128) >> 64) as u32
+}
+
+/// A standard normal sample from two draws of 64 uniform bits (Box-Muller's
+/// cosine branch, with the first draw mapped into `(0, 1]` so that its log is
+/// finite).
+#[inline]
+pub fn standard_normal(bits1: u64, bits2: u64) -> f64 {
+    let u1 = ((bits1 >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    let u2 = (bits2 >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 const GUIDE_BITS: u32 = 10;
@@ -133,6 +146,24 @@ mod tests {
                 "var {var}"
             );
         }
+    }
+
+    #[test]
+    fn standard_normal_moments() {
+        let key = stream_key(5, Purpose::Init, 0);
+        let n = 100_000u64;
+        let (mut s, mut s2) = (0.0, 0.0);
+        for i in 0..n {
+            let x = standard_normal(draw(key, 2 * i), draw(key, 2 * i + 1));
+            assert!(x.is_finite());
+            s += x;
+            s2 += x * x;
+        }
+        let mean = s / n as f64;
+        let var = s2 / n as f64 - mean * mean;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.02, "var {var}");
+        assert!(standard_normal(u64::MAX, 0).is_finite() && standard_normal(0, 0).is_finite());
     }
 
     #[test]

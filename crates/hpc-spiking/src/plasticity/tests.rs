@@ -541,6 +541,72 @@ fn bad_parameters_and_events_are_refused_by_name() {
     assert_eq!(row.t_last(), 5.0);
 }
 
+/// A row and its archives restored from their saved state, half-way through two
+/// trains, end with the weights of the uninterrupted run, bit for bit; bad saved
+/// values are refused without changing anything.
+#[test]
+fn a_restored_row_and_archive_continue_exactly() {
+    let r = rule(15.0, 0.1, 0.0513, 0.4);
+    let pre = poisson(3, 20.0, 1, 40_000);
+    let post = poisson(4, 30.0, 1, 40_000);
+    let d = 1.5;
+    let run = |split: Option<usize>| -> Vec<f64> {
+        let mut archive = vec![PostArchive::new(30.0, d).unwrap()];
+        let mut row = StdpRow::new(d).unwrap();
+        row.connect(0, 45.0, &mut archive).unwrap();
+        row.connect(0, 40.0, &mut archive).unwrap();
+        let mut next = 0;
+        for (k, &t) in pre.iter().enumerate() {
+            if split == Some(k) {
+                let (a, rw) = (&archive[0], &row);
+                let spikes: Vec<ArchivedSpike> = a.archived_spikes().collect();
+                let (trace, last, weights) = (a.trace(), a.last_spike(), rw.weights().to_vec());
+                let (kp, tl) = (rw.k_plus(), rw.t_last());
+                archive = vec![PostArchive::new(30.0, d).unwrap()];
+                row = StdpRow::new(d).unwrap();
+                row.connect(0, 45.0, &mut archive).unwrap();
+                row.connect(0, 40.0, &mut archive).unwrap();
+                archive[0].restore(trace, last, &spikes).unwrap();
+                row.restore(kp, tl, &weights).unwrap();
+            }
+            while next < post.len() && post[next] <= t - d + 1e-9 {
+                archive[0].record_post_spike(post[next]).unwrap();
+                next += 1;
+            }
+            row.deliver(&r, t, &mut archive).unwrap().for_each(drop);
+        }
+        row.weights().to_vec()
+    };
+    let whole = run(None);
+    assert!(whole[0] != 45.0 && whole[1] != 40.0, "{whole:?}");
+    assert_eq!(whole, run(Some(pre.len() / 2)));
+
+    let mut archive = vec![PostArchive::new(30.0, d).unwrap()];
+    let mut row = StdpRow::new(d).unwrap();
+    row.connect(0, 45.0, &mut archive).unwrap();
+    let bad = |t: f64, reads: u32| ArchivedSpike {
+        t,
+        k_minus: 1.0,
+        reads,
+    };
+    let e = archive[0].restore(f64::NAN, 1.0, &[]).unwrap_err();
+    assert!(e.to_string().contains("K-"), "{e}");
+    let e = archive[0]
+        .restore(1.0, 5.0, &[bad(2.0, 0), bad(1.0, 0)])
+        .unwrap_err();
+    assert!(matches!(e, ModelError::TimeOrder { .. }), "{e}");
+    let e = archive[0].restore(1.0, 5.0, &[bad(2.0, 2)]).unwrap_err();
+    assert!(e.to_string().contains("reads"), "{e}");
+    assert_eq!(archive[0].archived(), 0);
+    let e = row.restore(-1.0, 0.0, &[45.0]).unwrap_err();
+    assert!(e.to_string().contains("K+"), "{e}");
+    let e = row.restore(1.0, 0.0, &[45.0, 1.0]).unwrap_err();
+    assert!(e.to_string().contains("weights"), "{e}");
+    let e = row.restore(1.0, 0.0, &[f64::NAN]).unwrap_err();
+    assert!(e.to_string().contains("weight"), "{e}");
+    assert_eq!(row.weights(), &[45.0]);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 

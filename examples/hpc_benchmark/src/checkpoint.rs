@@ -1,0 +1,406 @@
+//! Checkpoints of the plastic network on [`hpc_spiking::checkpoint`]: one file per
+//! rank, keyed by neuron id, so a run resumes with any number of ranks and
+//! threads, the spike file so far, and a manifest with the parameters.
+//!
+//! A rank's payload: `"HPCBCK01"`, first neuron u32, count u32, delay `D` u32,
+//! step u64, excitatory neurons u32; then for each neuron, in id order: its
+//! state (`I_ex`, `dI_ex`, `I_in`, `dI_in`, `V`, `I_0` f64, refractory steps
+//! u32), its STDP archive (trace `K-` f64, last spike f64, archived spikes u32,
+//! each time f64, `K-` f64, reads u32), its pending input (`D` times: STDP
+//! input f64, static excitatory and inhibitory counts u32, for steps `step +
+//! d`); an excitatory neuron then has its trace `K+` f64 and last spike time f64
+//! as a source, and the weights of its 9,000 excitatory inputs (f64, in the
+//! order it draws its sources). Everything is little-endian.
+//!
+//! The connectivity is drawn again from the seed; a restart checks every file
+//! against the manifest (`hpc-checkpoint`), the parameters against this run's
+//! (only `t_sim` may differ: a restart may extend the run), then each file's
+//! content against the model, and names the file and what differs.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Result};
+use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_spiking::neuron::AlphaState;
+use hpc_spiking::plasticity::ArchivedSpike;
+use hpc_spiking::Block;
+use serde::{Deserialize, Serialize};
+
+use crate::network::{sources, Shard};
+use crate::params::{Model, Params, CE};
+
+/// A checkpoint to resume from, with this model's metadata.
+pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
+
+const MAGIC: &[u8; 8] = b"HPCBCK01";
+const HEAD: usize = 32;
+
+/// The metadata in a checkpoint's manifest.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// The model parameters.
+    pub params: Params,
+    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
+    pub spikes: Option<u64>,
+}
+
+/// The header JSON of the spike file (the recorded neurons, ids `0..n_rec`).
+pub fn header_json(model: &Model) -> String {
+    serde_json::json!({
+        "format": "hpc-rs spikes",
+        "version": hpc_spiking::spikes::VERSION,
+        "record": "tick u32 LE, node_id u32 LE; time_ms = tick * dt_ms",
+        "dt_ms": model.params.dt,
+        "t_sim_ms": model.steps as f64 * model.params.dt,
+        "t_presim_ms": model.params.t_presim,
+        "n_neurons": model.n_rec,
+        "populations": [{"name": "excitatory (recorded)", "first": 0, "count": model.n_rec}],
+        "params": model.params,
+        "model": "NEST's hpc_benchmark (hpc-example-hpc-benchmark)",
+    })
+    .to_string()
+}
+
+fn put_f64(b: &mut Vec<u8>, x: f64) {
+    b.extend_from_slice(&x.to_le_bytes());
+}
+
+fn put_u32(b: &mut Vec<u8>, x: u32) {
+    b.extend_from_slice(&x.to_le_bytes());
+}
+
+/// Neuron `t`'s excitatory input weights in draw order, read from `sh`'s rows
+/// (`cursor`: per source, how many of its row's synapses were taken).
+fn input_weights(model: &Model, sh: &Shard, t: u32, cursor: &mut [usize], out: &mut Vec<f64>) {
+    out.clear();
+    let local = t - sh.first;
+    sources(model, t, |k, s| {
+        if k < CE {
+            let row = &sh.rows[s as usize];
+            let c = cursor[s as usize];
+            debug_assert_eq!(row.targets()[c], local);
+            out.push(row.weights()[c]);
+            cursor[s as usize] += 1;
+        }
+    });
+}
+
+/// A rank's payload: its neurons (`block`, held by `shards`) at `step`.
+pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u8> {
+    let d = model.delay_steps as usize;
+    let mut b = Vec::new();
+    b.extend_from_slice(MAGIC);
+    put_u32(&mut b, block.first);
+    put_u32(&mut b, block.len);
+    put_u32(&mut b, d as u32);
+    b.extend_from_slice(&step.to_le_bytes());
+    put_u32(&mut b, model.ne);
+    let mask = (d as u64 + 1).next_power_of_two() - 1;
+    let mut weights = Vec::new();
+    for sh in shards {
+        let len = sh.len as usize;
+        let mut cursor = vec![0usize; model.ne as usize];
+        for i in 0..len {
+            let s = &sh.state[i];
+            for x in [s.i_ex, s.di_ex, s.i_in, s.di_in, s.v, s.i_0] {
+                put_f64(&mut b, x);
+            }
+            put_u32(&mut b, s.refractory);
+            let a = &sh.archives[i];
+            put_f64(&mut b, a.trace());
+            put_f64(&mut b, a.last_spike());
+            put_u32(&mut b, a.archived() as u32);
+            for e in a.archived_spikes() {
+                put_f64(&mut b, e.t);
+                put_f64(&mut b, e.k_minus);
+                put_u32(&mut b, e.reads);
+            }
+            for k in 0..d as u64 {
+                let slot = ((step + k) & mask) as usize * len + i;
+                put_f64(&mut b, sh.ring_w[slot]);
+                put_u32(&mut b, sh.ring_ex[slot]);
+                put_u32(&mut b, sh.ring_in[slot]);
+            }
+            let t = sh.first + i as u32;
+            if t < model.ne {
+                let row = &sh.rows[t as usize];
+                put_f64(&mut b, row.k_plus());
+                put_f64(&mut b, row.t_last());
+                input_weights(model, sh, t, &mut cursor, &mut weights);
+                weights.iter().for_each(|&w| put_f64(&mut b, w));
+            }
+        }
+    }
+    b
+}
+
+/// Completes the checkpoint at `step` (rank 0, once every rank's file is written),
+/// with the spike file `spikes` (holding `count` spikes).
+pub fn commit(
+    set: &Checkpoints,
+    model: &Model,
+    step: u64,
+    size: usize,
+    entries: Vec<FileEntry>,
+    spikes: Option<(&Path, u64)>,
+) -> Result<Checkpoint> {
+    let meta = Meta {
+        params: model.params.clone(),
+        spikes: spikes.map(|(_, n)| n),
+    };
+    hpc_spiking::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+}
+
+/// The checkpoint to resume from (a step directory as named, or the newest that
+/// verifies in a checkpoint directory).
+pub fn open(dir: &Path) -> Result<Restart> {
+    hpc_spiking::checkpoint::open_with(dir, "hpc_benchmark")
+}
+
+/// Checks that this run continues `r`'s: the same parameters but `t_sim`, and a
+/// `t_sim` that reaches the checkpoint.
+pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
+    let diff = model.differences(&r.meta.params);
+    if !diff.is_empty() {
+        bail!(
+            "checkpoint {} is of other parameters: {} (checkpoint -> this run); a restart \
+             continues the same network",
+            r.dir().display(),
+            diff.join(", ")
+        );
+    }
+    if r.step() > model.steps {
+        bail!(
+            "checkpoint {} is at step {} but --t-presim + --t-sim end at step {}: give a longer --t-sim",
+            r.dir().display(),
+            r.step(),
+            model.steps
+        );
+    }
+    Ok(())
+}
+
+/// A bounds-checked reader of a rank file.
+struct Reader<'b> {
+    b: &'b [u8],
+    at: usize,
+    path: &'b Path,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
+        let end =
+            end.ok_or_else(|| anyhow!("{}: truncated at byte {}", self.path.display(), self.at))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+
+    fn f64(&mut self) -> Result<f64> {
+        let x = f64::from_le_bytes(self.take(8)?.try_into()?);
+        if x.is_nan() {
+            bail!("{}: a NaN at byte {}", self.path.display(), self.at - 8);
+        }
+        Ok(x)
+    }
+}
+
+/// One neuron as a rank file holds it.
+struct Saved {
+    state: AlphaState,
+    trace: f64,
+    last_spike: f64,
+    archive: Vec<ArchivedSpike>,
+    ring: Vec<(f64, u32, u32)>,
+    source: Option<(f64, f64, Vec<f64>)>,
+}
+
+fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32) -> Result<Saved> {
+    let mut st = [0.0; 6];
+    for x in &mut st {
+        *x = r.f64()?;
+    }
+    let refractory = r.u32()?;
+    let [i_ex, di_ex, i_in, di_in, v, i_0] = st;
+    let state = AlphaState {
+        i_ex,
+        di_ex,
+        i_in,
+        di_in,
+        v,
+        i_0,
+        refractory,
+    };
+    let (trace, last_spike) = (r.f64()?, r.f64()?);
+    let n = r.u32()? as usize;
+    // Each archived spike takes 20 bytes: a count beyond the file is refused
+    // before anything is allocated for it.
+    if n > (r.b.len() - r.at) / 20 {
+        bail!(
+            "{}: neuron {t} claims {n} archived spikes, more than the file holds",
+            r.path.display()
+        );
+    }
+    let archive = (0..n)
+        .map(|_| {
+            Ok(ArchivedSpike {
+                t: r.f64()?,
+                k_minus: r.f64()?,
+                reads: r.u32()?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ring = (0..d)
+        .map(|_| Ok((r.f64()?, r.u32()?, r.u32()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let source = if t < ne {
+        let (kp, tl) = (r.f64()?, r.f64()?);
+        let w = (0..CE).map(|_| r.f64()).collect::<Result<Vec<_>>>()?;
+        Some((kp, tl, w))
+    } else {
+        None
+    };
+    Ok(Saved {
+        state,
+        trace,
+        last_spike,
+        archive,
+        ring,
+        source,
+    })
+}
+
+/// Reads rank `rank`'s file of `r` and calls `f(neuron, saved)` for each of its
+/// neurons, after checking its header against the model.
+fn each_saved(
+    r: &Restart,
+    model: &Model,
+    rank: u32,
+    mut f: impl FnMut(u32, Saved) -> Result<()>,
+) -> Result<()> {
+    let ranks = r.checkpoint.ranks();
+    let theirs = Block::part(model.n, ranks, rank);
+    let path = r.dir().join(rank_file_name(rank));
+    let b = r.checkpoint.read_rank(rank)?;
+    let mut rd = Reader {
+        b: &b,
+        at: 0,
+        path: &path,
+    };
+    if rd.take(8)? != MAGIC {
+        bail!(
+            "{}: not an hpc_benchmark rank state (wrong magic)",
+            path.display()
+        );
+    }
+    let (first, len, d) = (rd.u32()?, rd.u32()?, rd.u32()?);
+    let step = u64::from_le_bytes(rd.take(8)?.try_into()?);
+    let ne = rd.u32()?;
+    debug_assert_eq!(rd.at, HEAD);
+    if (first, len) != (theirs.first, theirs.len) || d != model.delay_steps || ne != model.ne {
+        bail!(
+            "{}: holds neurons {first}..+{len} (delay {d} steps, {ne} excitatory), but rank {rank} of \
+             {ranks} of this model has {}..+{} (delay {}, {} excitatory)",
+            path.display(),
+            theirs.first,
+            theirs.len,
+            model.delay_steps,
+            model.ne
+        );
+    }
+    if step != r.step() {
+        bail!(
+            "{}: holds step {step} but the checkpoint is of step {}",
+            path.display(),
+            r.step()
+        );
+    }
+    for t in first..first + len {
+        let saved = read_neuron(&mut rd, t, d as usize, ne)?;
+        f(t, saved).map_err(|e| anyhow!("{}: neuron {t}: {e}", path.display()))?;
+    }
+    if rd.at != b.len() {
+        bail!(
+            "{}: {} bytes left over after the last neuron",
+            path.display(),
+            b.len() - rd.at
+        );
+    }
+    Ok(())
+}
+
+/// Puts the checkpoint's state into `shards` (this rank's, freshly built for
+/// `block`); answers the step to continue from.
+pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -> Result<u64> {
+    let ranks = r.checkpoint.ranks();
+    if ranks == 0 || ranks > model.n {
+        bail!(
+            "checkpoint {} was written by {ranks} ranks, not a decomposition of {} neurons",
+            r.dir().display(),
+            model.n
+        );
+    }
+    let d = model.delay_steps as usize;
+    let mask = (d as u64 + 1).next_power_of_two() - 1;
+    let step = r.step();
+    // Every source's trace, and the weights of this rank's neurons' inputs.
+    let mut traces = vec![(0.0, 0.0); model.ne as usize];
+    let mut inputs: Vec<Vec<f64>> = vec![Vec::new(); block.len as usize];
+    for rank in 0..ranks {
+        each_saved(r, model, rank, |t, s| {
+            if let Some((kp, tl, w)) = s.source {
+                traces[t as usize] = (kp, tl);
+                if block.first <= t && t < block.end() {
+                    inputs[(t - block.first) as usize] = w;
+                }
+            }
+            if t < block.first || t >= block.end() {
+                return Ok(());
+            }
+            let sh = shards
+                .iter_mut()
+                .find(|sh| sh.first <= t && t < sh.first + sh.len)
+                .ok_or_else(|| anyhow!("no shard holds neuron {t}"))?;
+            let (i, len) = ((t - sh.first) as usize, sh.len as usize);
+            sh.state[i] = s.state;
+            sh.archives[i].restore(s.trace, s.last_spike, &s.archive)?;
+            for (k, &(w, e, n)) in s.ring.iter().enumerate() {
+                let slot = ((step + k as u64) & mask) as usize * len + i;
+                (sh.ring_w[slot], sh.ring_ex[slot], sh.ring_in[slot]) = (w, e, n);
+            }
+            Ok(())
+        })?;
+    }
+    for sh in shards.iter_mut() {
+        let mut weights: Vec<Vec<f64>> = sh.rows.iter().map(|r| r.weights().to_vec()).collect();
+        let mut cursor = vec![0usize; model.ne as usize];
+        for t in sh.first..sh.first.saturating_add(sh.len).min(model.ne) {
+            let w = &inputs[(t - block.first) as usize];
+            let mut k = 0;
+            sources(model, t, |_, s| {
+                if k < w.len() && s < model.ne {
+                    weights[s as usize][cursor[s as usize]] = w[k];
+                    cursor[s as usize] += 1;
+                    k += 1;
+                }
+            });
+        }
+        for (s, (row, w)) in sh.rows.iter_mut().zip(&weights).enumerate() {
+            let (kp, tl) = traces[s];
+            row.restore(kp, tl, w)
+                .map_err(|e| anyhow!("checkpoint {}: source {s}: {e}", r.dir().display()))?;
+        }
+    }
+    Ok(step)
+}
+
+/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
+/// checked against the model and the manifest.
+pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
+    hpc_spiking::checkpoint::spikes_of(&r.checkpoint, model.n_rec, r.meta.spikes)
+}

@@ -1,0 +1,389 @@
+//! `hpc_benchmark`: NEST's weak-scaling benchmark with STDP on hpc-rs.
+//!
+//! ```text
+//! hpc_benchmark --scale 0.1 --t-presim 50 --t-sim 250           # one rank
+//! hpc run -n 2 -- hpc_benchmark --scale 0.1 --threads 1          # two ranks
+//! ```
+
+use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use clap::Parser;
+use hpc_benchmark::params::{Model, Params, CE, CI};
+use hpc_benchmark::sim::{RankReport, Simulation, WeightStats, BIN_PA};
+use hpc_spiking::exchange::{AnyExchange, Engine};
+use hpc_spiking::plasticity::StdpRow;
+
+/// Prints a line of the summary; a failed write is an error, a closed stdout is not.
+macro_rules! say {
+    ($($t:tt)*) => {
+        hpc_io::say!($($t)*)?
+    };
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hpc_benchmark",
+    version,
+    about = "NEST's hpc_benchmark (balanced network, STDP on E->E), distributed with hpc-rs"
+)]
+struct Args {
+    /// Network size: scale x 11,250 neurons (in-degree 11,250 whatever the scale).
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    scale: f64,
+    /// Warm-up (ms) before the recorded time.
+    #[arg(long, default_value_t = 50.0, allow_hyphen_values = true)]
+    t_presim: f64,
+    /// Recorded time (ms) after the warm-up.
+    #[arg(long, default_value_t = 250.0, allow_hyphen_values = true)]
+    t_sim: f64,
+    /// Seed of all random streams.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// STDP time constant of potentiation (ms).
+    #[arg(long, default_value_t = 15.0, allow_hyphen_values = true)]
+    tau_plus: f64,
+    /// STDP time constant of depression, the neurons' tau_minus (ms).
+    #[arg(long, default_value_t = 30.0, allow_hyphen_values = true)]
+    tau_minus: f64,
+    /// STDP step size (0: plasticity off).
+    #[arg(long, default_value_t = 0.1, allow_hyphen_values = true)]
+    lambda: f64,
+    /// STDP asymmetry (depression / potentiation).
+    #[arg(long, default_value_t = 0.0513, allow_hyphen_values = true)]
+    alpha: f64,
+    /// STDP weight dependence exponent of potentiation.
+    #[arg(long, default_value_t = 0.4, allow_hyphen_values = true)]
+    mu: f64,
+    /// Threads per rank: at least 1, at most 64 per CPU this process may use.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Do not pin threads.
+    #[arg(long)]
+    no_pin: bool,
+    /// Spike exchange engine.
+    #[arg(long, value_enum, default_value_t = Engine::World)]
+    engine: Engine,
+    /// Output directory (spikes.spk, summary.json).
+    #[arg(long, default_value = "hpc-benchmark-out")]
+    out: PathBuf,
+    /// Do not write the spike file.
+    #[arg(long)]
+    no_spikes: bool,
+    /// Write a checkpoint every this many ms of simulated time.
+    #[arg(long, value_name = "MS")]
+    checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    checkpoint_keep: usize,
+    /// Checkpoint directory (default OUT/checkpoints).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
+    #[arg(long, value_name = "DIR")]
+    restart: Option<PathBuf>,
+    /// Stop at this simulated time as if interrupted (leaves spikes.spk.partial).
+    #[arg(long, value_name = "MS")]
+    stop_at: Option<f64>,
+    /// Start even when the estimated memory exceeds what the node has available.
+    #[arg(long)]
+    allow_oversize: bool,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Accepted for the shared test harness; this example draws no figures.
+    #[arg(long, hide = true)]
+    no_plot: bool,
+}
+
+fn params_of(a: &Args) -> Params {
+    let mut p = Params {
+        scale: a.scale,
+        t_presim: a.t_presim,
+        t_sim: a.t_sim,
+        seed: a.seed,
+        tau_minus: a.tau_minus,
+        ..Params::default()
+    };
+    p.stdp.tau_plus = a.tau_plus;
+    p.stdp.lambda = a.lambda;
+    p.stdp.alpha = a.alpha;
+    p.stdp.mu = a.mu;
+    p
+}
+
+/// Bytes a rank of `size` (`threads` threads) will hold: synapses, plastic
+/// state, neurons and buffers, as [`Simulation::new`] allocates them.
+fn estimate(model: &Model, size: usize, threads: usize) -> u64 {
+    let per_rank = |n: f64| n / size as f64;
+    let (ne, ni, n) = (model.ne as f64, model.ni as f64, model.n as f64);
+    let stdp = per_rank(ne) * CE as f64 * StdpRow::BYTES_PER_SYNAPSE as f64;
+    let stat = (per_rank(ne) * CI as f64 + per_rank(ni) * (CE + CI) as f64) * 4.0;
+    let rows =
+        threads as f64 * (ne * std::mem::size_of::<StdpRow>() as f64 + (n + 1.0) * 8.0 * 2.0);
+    let slots = (model.delay_steps as f64 + 1.0).log2().ceil().exp2();
+    let neurons = per_rank(n) * (56.0 + 96.0 + 8.0 + slots * 16.0 + 4.0 * 24.0);
+    (stdp + stat + rows + neurons) as u64
+}
+
+fn check_memory(
+    args: &Args,
+    model: &Model,
+    need: u64,
+    ranks_here: usize,
+    available: Option<(u64, String)>,
+) -> Result<()> {
+    let Some((avail, source)) = available else {
+        return Ok(());
+    };
+    let total = need.saturating_mul(ranks_here as u64);
+    if total > avail && !args.allow_oversize {
+        anyhow::bail!(
+            "--scale {} needs an estimated {} per rank ({} for the {ranks_here} rank(s) on this node, \
+             {} synapses) but {} is available ({source}); give a smaller --scale, more nodes, or \
+             --allow-oversize",
+            args.scale,
+            hpc_spiking::memory::human(need),
+            hpc_spiking::memory::human(total),
+            model.n as u64 * (CE + CI) as u64,
+            hpc_spiking::memory::human(avail)
+        );
+    }
+    Ok(())
+}
+
+fn run(args: Args) -> Result<()> {
+    hpc_spiking::run::check_threads(args.threads)?;
+    let model = Model::new(params_of(&args))?;
+    if !args.engine.available() {
+        return Err(args.engine.unavailable_error());
+    }
+    let ctx = hpc_rs::init_with(hpc_rs::Options {
+        threads: Some(args.threads.max(1)),
+        bind: Some(!args.no_pin),
+        ..Default::default()
+    })?;
+    let world = Arc::new(ctx.world);
+    let (rank, size) = (world.rank(), world.size());
+    // Refused before any of the network is allocated.
+    let need = estimate(&model, size, args.threads);
+    let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
+    check_memory(&args, &model, need, world.local_size(), available)?;
+    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "hpc_benchmark")?;
+    let mut out_dir = hpc_spiking::run::own_output_dir(
+        &world,
+        &args.out,
+        "hpc_benchmark",
+        serde_json::json!({ "seed": model.params.seed, "ranks": size, "scale": model.params.scale }),
+        hpc_spiking::run::output_names([]),
+    )?;
+    let restart = match &args.restart {
+        Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
+            Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
+        })?),
+        None => None,
+    };
+    let dt = model.params.dt;
+    let opts = hpc_spiking::RunOptions {
+        overlap: false,
+        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
+        checkpoint_every: args
+            .checkpoint_every
+            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
+            .transpose()?,
+        checkpoint_dir: args.checkpoint_every.map(|_| {
+            args.checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| args.out.join("checkpoints"))
+        }),
+        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
+        restart,
+        stop_at: args
+            .stop_at
+            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
+            .transpose()?,
+    };
+    let _checkpoint_lock = match &opts.checkpoint_dir {
+        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
+        None => None,
+    };
+    let mut sim = Simulation::new(&model, (rank, size), &pool, opts.restart.as_deref())?;
+    if let Some(d) = out_dir.as_mut() {
+        d.start()?;
+        if !args.no_spikes {
+            d.record("spikes.spk.partial")?;
+            d.record("spikes.spk")?;
+        }
+    }
+    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    let report = {
+        let mut ex = AnyExchange::new(args.engine, world.clone())?;
+        sim.run(&pool, &mut ex, &opts, |step, steps| {
+            if show {
+                hpc_spiking::run::draw_progress(step, steps, dt, "");
+            }
+        })?
+    };
+    if show {
+        let _ = writeln!(std::io::stderr());
+    }
+    let end = (report.completed, report.end_step, dt);
+    hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
+        summary(&args, dir, &model, &report, all, need)
+    })
+}
+
+/// The histogram of `w` in at most 40 bins between its smallest and largest
+/// weight (from its 0.01 pA bins): `[low, high, count]` rows.
+fn histogram(w: &WeightStats) -> Vec<(f64, f64, u64)> {
+    let (Some(&(lo, _)), Some(&(hi, _))) = (w.bins.first(), w.bins.last()) else {
+        return Vec::new();
+    };
+    let per = (hi - lo) / 40 + 1;
+    let mut out: Vec<(f64, f64, u64)> = Vec::new();
+    for &(b, c) in &w.bins {
+        let k = (b - lo) / per;
+        let low = (lo + k * per) as f64 * BIN_PA;
+        match out.last_mut() {
+            Some(last) if last.0 == low => last.2 += c,
+            _ => out.push((low, low + per as f64 * BIN_PA, c)),
+        }
+    }
+    out
+}
+
+fn summary(
+    args: &Args,
+    dir: &mut hpc_io::rundir::RunDir,
+    model: &Model,
+    me: &RankReport,
+    all: &[hpc_spiking::run::Gathered],
+    estimate: u64,
+) -> Result<()> {
+    let reports: Vec<RankReport> = all
+        .iter()
+        .map(|g| serde_json::from_value(g.report.clone()))
+        .collect::<Result<_, _>>()?;
+    let p = &model.params;
+    let mut weights = WeightStats::default();
+    reports.iter().for_each(|r| weights.merge(&r.weights));
+    let (mean, sd) = weights.mean_sd();
+    let (p5, p95) = (weights.quantile(0.05), weights.quantile(0.95));
+    let synapses: u64 = reports
+        .iter()
+        .map(|r| r.stdp_synapses + r.static_synapses)
+        .sum();
+    let syn_bytes: u64 = reports.iter().map(|r| r.synapse_bytes).sum();
+    let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
+    let sim_s = max(|r| r.simulate_s);
+    let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
+    let (after, total) = me.recorded.unwrap_or((0, 0));
+    let recorded_s = (me.end_step.saturating_sub(model.presim_steps)) as f64 * p.dt / 1000.0;
+    let rate = if recorded_s > 0.0 {
+        after as f64 / (model.n_rec as f64 * recorded_s)
+    } else {
+        0.0
+    };
+    let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
+    let rtf = if bio_s > 0.0 { sim_s / bio_s } else { 0.0 };
+    say!(
+        "hpc_benchmark, scale {}: {} neurons ({} E, {} I), {} synapses ({} E->E with STDP), {} rank(s) x {} thread(s)",
+        p.scale, model.n, model.ne, model.ni, synapses, weights.count, me.size, reports[0].threads
+    );
+    say!(
+        "simulated {:.1} ms (steps {}..{}, dt {} ms, warm-up {} ms), JE {:.4} pA, drive {:.1} Hz",
+        bio_s * 1000.0,
+        me.start_step,
+        me.end_step,
+        p.dt,
+        p.t_presim,
+        model.je,
+        model.p_rate
+    );
+    say!("  mean rate         {rate:.2} Hz ({} recorded E neurons after the warm-up; {total} spikes recorded)", model.n_rec);
+    say!(
+        "  E->E weights      mean {mean:.4} pA, SD {sd:.4} pA, 5% {p5:.2} pA, 95% {p95:.2} pA (min {:.4}, max {:.4}); digest {:016x}",
+        weights.min, weights.max, weights.digest
+    );
+    say!(
+        "  wall time         build {:.3} s | simulate {sim_s:.3} s (communicate/wait {:.3} s)",
+        max(|r| r.build_s),
+        max(|r| r.communicate_s)
+    );
+    say!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
+    say!("  real-time factor  {rtf:.3} (wall / biological time)");
+    let per_rank: Vec<String> = all
+        .iter()
+        .map(|g| hpc_spiking::memory::human(g.peak_rss))
+        .collect();
+    say!(
+        "  peak memory       per rank {} (estimate {})",
+        per_rank.join(", "),
+        hpc_spiking::memory::human(estimate)
+    );
+    say!(
+        "  bytes/synapse     {:.3} (synapses with their plastic state)",
+        syn_bytes as f64 / synapses.max(1) as f64
+    );
+    let summary = serde_json::json!({
+        "params": p, "neurons": model.n, "synapses": synapses, "stdp_synapses": weights.count,
+        "ranks": me.size, "threads": reports[0].threads, "je_pa": model.je, "drive_hz": model.p_rate,
+        "recorded_neurons": model.n_rec, "mean_rate_hz": rate, "recorded_spikes": total,
+        "weights": {
+            "mean_pa": mean, "sd_pa": sd, "p5_pa": p5, "p95_pa": p95, "min_pa": weights.min,
+            "max_pa": weights.max, "digest": format!("{:016x}", weights.digest),
+            "histogram": histogram(&weights).iter()
+                .map(|&(lo, hi, c)| serde_json::json!({"low_pa": lo, "high_pa": hi, "count": c}))
+                .collect::<Vec<_>>(),
+        },
+        "build_s": max(|r| r.build_s), "simulate_s": sim_s, "simulate_cpu_s": cpu_s,
+        "communicate_s": max(|r| r.communicate_s), "real_time_factor": rtf,
+        "simulate_s_per_bio_s": rtf,
+        "bytes_per_synapse": syn_bytes as f64 / synapses.max(1) as f64,
+        "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),
+        "estimate_bytes_per_rank": estimate, "completed": me.completed,
+    });
+    dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
+    match &me.spike_file {
+        Some(f) => say!("  spikes written to {}", f.display()),
+        None if !me.completed => say!(
+            "  stopped at {:.1} ms: spikes so far in {}",
+            me.end_step as f64 * p.dt,
+            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
+fn main() {
+    // The `proxy` engine re-executes this program as the node's progress process.
+    match hpc_comm::proxy::serve_env() {
+        Ok(false) => {}
+        Ok(true) => return,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "hpc_benchmark: proxy failed: {}",
+                e.chain()
+            );
+            std::process::exit(1);
+        }
+    }
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(hpc_spiking::run::log_filter())
+        .init();
+    if let Err(e) = run(args) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "hpc_benchmark: error: {}",
+            hpc_io::message::chain(e.as_ref())
+        );
+        std::process::exit(1);
+    }
+}

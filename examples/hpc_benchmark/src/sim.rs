@@ -1,0 +1,543 @@
+//! One rank of the network (a [`Shard`] per thread) and its simulation loop.
+//!
+//! # Time stepping
+//!
+//! Spikes are exchanged every `D` steps (`D`: the delay). A spike emitted in
+//! step `u` (time `(u + 1) dt`, as NEST stamps it) arrives in step `u + D`.
+//! After each exchange every shard delivers all spikes of the interval, sorted
+//! by step and source: a spike of an excitatory source first updates the
+//! weights of its STDP row (facilitation by the target's spikes since the
+//! source's previous spike, depression by the target's trace) and adds the new
+//! weights to the targets' excitatory input of the arrival step, in the row's
+//! order; static synapses count spikes. The order of the `f64` additions is
+//! therefore fixed by the spikes' steps and sources, whatever the
+//! decomposition. Every postsynaptic spike up to the presynaptic spike's time
+//! is recorded before it is delivered, and none is more than `D` steps late,
+//! which is what [`hpc_spiking::plasticity`] needs.
+//!
+//! A step of a neuron is [`IafPscAlpha::step`](hpc_spiking::neuron::IafPscAlpha::step) with the excitatory input (STDP
+//! weights, then `JE` times the count of static excitatory spikes and of the
+//! Poisson drive, drawn from the neuron's stream with the step as counter) and
+//! the inhibitory one (`g JE` times the count).
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use hpc_spiking::exchange::{spike_records, SpikeExchange};
+use hpc_spiking::rng::{mix64, PoissonTable};
+use hpc_spiking::spikes::SpikeWriter;
+use hpc_spiking::{Block, RunOptions};
+use rayon::prelude::*;
+
+use crate::checkpoint::{self, Restart};
+use crate::network::Dyn;
+pub use crate::network::Shard;
+use crate::params::Model;
+
+/// The E->E weights of a rank at the end: moments, an order-independent digest
+/// and a histogram of 0.01 pA bins.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct WeightStats {
+    /// Synapses.
+    pub count: u64,
+    /// The weight the sums are taken from (pA): the initial one, so that
+    /// weights that hardly changed give their SD without cancellation.
+    pub shift: f64,
+    /// Sum of the weights' differences from `shift` (pA).
+    pub sum: f64,
+    /// Sum of their squares.
+    pub sum_sq: f64,
+    /// Smallest weight.
+    pub min: f64,
+    /// Largest weight.
+    pub max: f64,
+    /// Wrapping sum of a hash of each synapse's (source, target, weight bits):
+    /// the same for the same synapses in any order of storage.
+    pub digest: u64,
+    /// Non-empty bins `(index, count)` of width [`BIN_PA`] from 0.
+    pub bins: Vec<(u32, u64)>,
+}
+
+/// Width of a weight histogram bin (pA).
+pub const BIN_PA: f64 = 0.01;
+
+/// The hash of one synapse for [`WeightStats::digest`].
+pub fn synapse_hash(source: u32, target: u32, w: f64) -> u64 {
+    mix64(mix64(((source as u64) << 32) | target as u64) ^ w.to_bits())
+}
+
+impl WeightStats {
+    /// Adds `other`'s synapses.
+    pub fn merge(&mut self, other: &WeightStats) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            self.min = other.min;
+            self.max = other.max;
+            self.shift = other.shift;
+        }
+        debug_assert_eq!(self.shift, other.shift);
+        self.count += other.count;
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.digest = self.digest.wrapping_add(other.digest);
+        let mut all: std::collections::BTreeMap<u32, u64> = self.bins.iter().copied().collect();
+        for &(b, c) in &other.bins {
+            *all.entry(b).or_default() += c;
+        }
+        self.bins = all.into_iter().collect();
+    }
+
+    /// Mean and standard deviation.
+    pub fn mean_sd(&self) -> (f64, f64) {
+        let n = self.count.max(1) as f64;
+        let mean = self.sum / n;
+        (
+            self.shift + mean,
+            (self.sum_sq / n - mean * mean).max(0.0).sqrt(),
+        )
+    }
+
+    /// The `q`-quantile (0..1) at the centre of its bin.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let want = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for &(b, c) in &self.bins {
+            seen += c;
+            if seen >= want {
+                return (b as f64 + 0.5) * BIN_PA;
+            }
+        }
+        self.max
+    }
+}
+
+/// What one rank did.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct RankReport {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// Threads (shards) of this rank.
+    pub threads: usize,
+    /// The rank's neurons (global ids).
+    pub first: u32,
+    /// Number of neurons of this rank.
+    pub neurons: u32,
+    /// E->E (STDP) synapses onto this rank's neurons.
+    pub stdp_synapses: u64,
+    /// Static synapses onto this rank's neurons.
+    pub static_synapses: u64,
+    /// Bytes of the synapses with their plastic state.
+    pub synapse_bytes: u64,
+    /// Step the run started from.
+    pub start_step: u64,
+    /// Step the run reached.
+    pub end_step: u64,
+    /// Whether the run reached its end (false when stopped early).
+    pub completed: bool,
+    /// Seconds building the network (and reading a checkpoint).
+    pub build_s: f64,
+    /// Seconds in the simulation loop.
+    pub simulate_s: f64,
+    /// CPU seconds of the process in the simulation loop.
+    pub simulate_cpu_s: f64,
+    /// Seconds exchanging spikes (waits included).
+    pub communicate_s: f64,
+    /// Spikes of all ranks exchanged during this run.
+    pub spikes_exchanged: u64,
+    /// The E->E weights at the end.
+    pub weights: WeightStats,
+    /// Spikes of the recorded neurons after the warm-up, and in all (rank 0).
+    pub recorded: Option<(u64, u64)>,
+    /// The spike file, once complete (rank 0).
+    #[serde(with = "hpc_spiking::run::opt_path")]
+    pub spike_file: Option<std::path::PathBuf>,
+}
+
+/// One rank of the simulation.
+pub struct Simulation<'a> {
+    model: &'a Model,
+    rank: usize,
+    size: usize,
+    block: Block,
+    /// The rank's shards (one per thread).
+    pub shards: Vec<Shard>,
+    pois: PoissonTable,
+    step: u64,
+    build_s: f64,
+    restored: Option<Restart>,
+    /// The checkpoints this run committed (rank 0), for `checkpoint_keep`.
+    ck_written: Vec<u64>,
+}
+
+/// Rank 0's spike file and counts.
+struct Intake {
+    writer: Option<SpikeWriter>,
+    records: Vec<(u32, u32)>,
+    after_warmup: u64,
+    total: u64,
+}
+
+impl<'a> Simulation<'a> {
+    /// Builds rank `rank`'s part of the network with the threads of `pool`, or
+    /// restores it from the checkpoint `restart`.
+    pub fn new(
+        model: &'a Model,
+        (rank, size): (usize, usize),
+        pool: &rayon::ThreadPool,
+        restart: Option<&std::path::Path>,
+    ) -> Result<Simulation<'a>> {
+        let t0 = Instant::now();
+        // A checkpoint of other parameters is refused before the network is built.
+        let restored = match restart {
+            Some(dir) => {
+                let r = checkpoint::open(dir)?;
+                checkpoint::check_model(&r, model)?;
+                Some(r)
+            }
+            None => None,
+        };
+        let block = Block::part(model.n, size as u32, rank as u32);
+        let threads = pool
+            .current_num_threads()
+            .clamp(1, block.len.max(1) as usize) as u32;
+        let slots = (model.delay_steps as usize + 1).next_power_of_two();
+        let shards = pool.install(|| {
+            (0..threads)
+                .into_par_iter()
+                .map(|t| {
+                    let b = Block::part(block.len, threads, t);
+                    Shard::build(model, block.first + b.first, b.len, slots)
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut sim = Simulation {
+            model,
+            rank,
+            size,
+            block,
+            shards,
+            pois: PoissonTable::new(model.lambda_ext),
+            step: 0,
+            build_s: 0.0,
+            restored: None,
+            ck_written: Vec::new(),
+        };
+        if let Some(r) = restored {
+            sim.step = checkpoint::restore(&r, model, block, &mut sim.shards)?;
+            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            sim.restored = Some(r);
+        }
+        sim.build_s = t0.elapsed().as_secs_f64();
+        Ok(sim)
+    }
+
+    /// The rank's neurons.
+    pub fn block(&self) -> Block {
+        self.block
+    }
+
+    /// Steps done.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    fn dynp(&self) -> Dyn<'a> {
+        let m = self.model;
+        let slots = (m.delay_steps as u64 + 1).next_power_of_two();
+        Dyn {
+            neuron: &m.neuron,
+            rule: &m.rule,
+            je: m.je,
+            gje: m.params.g * m.je,
+            dt: m.params.dt,
+            delay: m.delay_steps as u64,
+            ring_mask: slots - 1,
+            gid_bits: m.gid_bits,
+            ne: m.ne,
+        }
+    }
+
+    /// Runs to the end (or `opts.stop_at`), exchanging spikes through `ex`;
+    /// `progress(step, steps)` after every interval.
+    pub fn run<E: SpikeExchange>(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        ex: &mut E,
+        opts: &RunOptions,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<RankReport> {
+        let model = self.model;
+        let d = self.dynp();
+        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
+        let start_step = self.step;
+        if end < start_step {
+            bail!("the run resumes at step {start_step} but is asked to stop at step {end}");
+        }
+        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
+        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
+            bail!("checkpoints need a directory");
+        }
+        let mut intake = self.intake(opts)?;
+        let (t0, cpu0) = (Instant::now(), hpc_spiking::run::cpu_seconds());
+        let mut comm_s = 0.0;
+        let mut exchanged = 0u64;
+        let (mut send, mut all) = (Vec::new(), Vec::new());
+        while self.step < end {
+            let mut m = (end - self.step).min(model.delay_steps as u64);
+            if let Some(c) = ck_every {
+                m = m.min(c - self.step % c);
+            }
+            let step0 = self.step;
+            let pois = &self.pois;
+            pool.install(|| {
+                self.shards
+                    .par_iter_mut()
+                    .try_for_each(|sh| sh.update(step0, m as u32, &d, pois))
+            })?;
+            send.clear();
+            for sh in &self.shards {
+                send.extend_from_slice(&sh.spikes);
+            }
+            let tc = Instant::now();
+            ex.overlap(&send, &mut all, || ())?;
+            comm_s += tc.elapsed().as_secs_f64();
+            exchanged += all.len() as u64;
+            // Sorted: by step within the interval, then source.
+            all.sort_unstable();
+            pool.install(|| {
+                self.shards
+                    .par_iter_mut()
+                    .try_for_each(|sh| sh.deliver(&all, step0, &d))
+            })?;
+            self.record(&mut intake, &all, step0)?;
+            self.step += m;
+            if ck_every.is_some_and(|c| self.step % c == 0) {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    self.write_checkpoint(ex, dir, &intake, opts)?;
+                }
+            }
+            progress(self.step, model.steps);
+        }
+        let completed = self.step >= model.steps;
+        let spike_file = match intake.writer.take() {
+            Some(w) if completed => Some(w.finish()?),
+            _ => None,
+        };
+        let (stdp, stat) = self
+            .shards
+            .iter()
+            .map(Shard::synapses)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        Ok(RankReport {
+            rank: self.rank,
+            size: self.size,
+            threads: self.shards.len(),
+            first: self.block.first,
+            neurons: self.block.len,
+            stdp_synapses: stdp,
+            static_synapses: stat,
+            synapse_bytes: self.shards.iter().map(Shard::synapse_bytes).sum(),
+            start_step,
+            end_step: self.step,
+            completed,
+            build_s: self.build_s,
+            simulate_s: t0.elapsed().as_secs_f64(),
+            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - cpu0,
+            communicate_s: comm_s,
+            spikes_exchanged: exchanged,
+            weights: self.weight_stats(),
+            recorded: (self.rank == 0).then_some((intake.after_warmup, intake.total)),
+            spike_file,
+        })
+    }
+
+    /// The E->E weights of the rank now.
+    pub fn weight_stats(&self) -> WeightStats {
+        let mut ws = WeightStats::default();
+        for sh in &self.shards {
+            let mut w_sh = WeightStats {
+                shift: self.model.je,
+                ..WeightStats::default()
+            };
+            let mut bins = std::collections::BTreeMap::<u32, u64>::new();
+            for (s, row) in sh.rows.iter().enumerate() {
+                for (&t, &w) in row.targets().iter().zip(row.weights()) {
+                    if w_sh.count == 0 {
+                        (w_sh.min, w_sh.max) = (w, w);
+                    }
+                    w_sh.count += 1;
+                    let dw = w - w_sh.shift;
+                    w_sh.sum += dw;
+                    w_sh.sum_sq += dw * dw;
+                    w_sh.min = w_sh.min.min(w);
+                    w_sh.max = w_sh.max.max(w);
+                    w_sh.digest = w_sh
+                        .digest
+                        .wrapping_add(synapse_hash(s as u32, sh.first + t, w));
+                    *bins
+                        .entry((w / BIN_PA).min(u32::MAX as f64) as u32)
+                        .or_default() += 1;
+                }
+            }
+            w_sh.bins = bins.into_iter().collect();
+            ws.merge(&w_sh);
+        }
+        ws
+    }
+
+    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
+        let model = self.model;
+        let mut intake = Intake {
+            writer: None,
+            records: Vec::new(),
+            after_warmup: 0,
+            total: 0,
+        };
+        if self.rank != 0 {
+            return Ok(intake);
+        }
+        let prefix = match &self.restored {
+            Some(r) => match checkpoint::spikes(r, model)? {
+                Some(p) => p,
+                None if opts.spikes.is_some() => bail!(
+                    "checkpoint {} has no spike file to continue",
+                    r.dir().display()
+                ),
+                None => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        intake.count(&prefix, model.presim_steps);
+        if let Some(p) = &opts.spikes {
+            let mut w = SpikeWriter::with_header(p, &checkpoint::header_json(model))?;
+            w.append(&prefix)?;
+            intake.writer = Some(w);
+        }
+        Ok(intake)
+    }
+
+    /// Rank 0 keeps the recorded neurons' spikes of an exchange.
+    fn record(&self, intake: &mut Intake, all: &[u32], base: u64) -> Result<()> {
+        if self.rank != 0 {
+            return Ok(());
+        }
+        spike_records(all, base, self.model.gid_bits, &mut intake.records);
+        let n_rec = self.model.n_rec;
+        intake.records.retain(|&(_, id)| id < n_rec);
+        let recs = std::mem::take(&mut intake.records);
+        intake.count(&recs, self.model.presim_steps);
+        if let Some(w) = intake.writer.as_mut() {
+            w.append(&recs)?;
+        }
+        intake.records = recs;
+        Ok(())
+    }
+
+    fn write_checkpoint<E: SpikeExchange>(
+        &mut self,
+        ex: &mut E,
+        dir: &std::path::Path,
+        intake: &Intake,
+        opts: &RunOptions,
+    ) -> Result<()> {
+        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
+        let set = hpc_checkpoint::Checkpoints::new(dir);
+        let bytes = checkpoint::encode(self.model, self.step, self.block, &self.shards);
+        let written = set
+            .write_rank(self.step, self.rank as u32, self.size as u32, &bytes)
+            .map_err(anyhow::Error::from);
+        let words = hpc_spiking::checkpoint::entry_words(&written);
+        let mut all = Vec::new();
+        ex.overlap(&words, &mut all, || ())?;
+        written?;
+        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
+        if self.rank == 0 {
+            let spikes = intake.writer.as_ref().map(|w| (w.partial(), intake.total));
+            checkpoint::commit(&set, self.model, self.step, self.size, entries, spikes)?;
+            self.ck_written.push(self.step);
+            if let Some(keep) = opts.checkpoint_keep {
+                set.prune(&mut self.ck_written, keep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Intake {
+    fn count(&mut self, records: &[(u32, u32)], presim_steps: u64) {
+        self.total += records.len() as u64;
+        self.after_warmup += records
+            .iter()
+            .filter(|&&(tick, _)| tick as u64 > presim_steps)
+            .count() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(ws: &[f64]) -> WeightStats {
+        let mut s = WeightStats {
+            shift: 45.0,
+            ..WeightStats::default()
+        };
+        for (i, &w) in ws.iter().enumerate() {
+            let one = WeightStats {
+                count: 1,
+                shift: 45.0,
+                sum: w - 45.0,
+                sum_sq: (w - 45.0) * (w - 45.0),
+                min: w,
+                max: w,
+                digest: synapse_hash(i as u32, 0, w),
+                bins: vec![((w / BIN_PA) as u32, 1)],
+            };
+            s.merge(&one);
+        }
+        s
+    }
+
+    #[test]
+    fn weight_moments_quantiles_and_digest() {
+        let ws: Vec<f64> = (0..100).map(|i| 45.0 + i as f64 * 0.1).collect();
+        let s = stats(&ws);
+        let (mean, sd) = s.mean_sd();
+        assert!((mean - 49.95).abs() < 1e-9, "{mean}");
+        // The SD of 0, 0.1, ..., 9.9.
+        assert!((sd - 2.886_607).abs() < 1e-5, "{sd}");
+        assert!(
+            (s.quantile(0.05) - 45.405).abs() < 0.011,
+            "{}",
+            s.quantile(0.05)
+        );
+        assert!(
+            (s.quantile(0.95) - 54.405).abs() < 0.011,
+            "{}",
+            s.quantile(0.95)
+        );
+        assert_eq!((s.min, s.max), (45.0, ws[99]));
+        // The digest does not depend on the order; a changed weight changes it.
+        let mut rev = WeightStats::default();
+        let half = stats(&ws[..50]);
+        let mut rest = stats(&ws[50..]);
+        rest.digest = ws[50..].iter().enumerate().fold(0u64, |d, (i, &w)| {
+            d.wrapping_add(synapse_hash(50 + i as u32, 0, w))
+        });
+        rev.merge(&rest);
+        rev.merge(&half);
+        assert_eq!(rev.digest, s.digest);
+        assert_eq!(rev.bins, s.bins);
+        let mut other = ws.clone();
+        other[7] = f64::from_bits(other[7].to_bits() + 1);
+        assert_ne!(stats(&other).digest, s.digest);
+        // Equal weights have no spread.
+        assert_eq!(stats(&[45.6096; 1000]).mean_sd().1, 0.0);
+    }
+}
