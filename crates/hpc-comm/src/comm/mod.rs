@@ -54,6 +54,7 @@ mod board_file;
 mod boot;
 mod build;
 mod options;
+mod p2p;
 mod places;
 mod request;
 #[cfg(all(test, not(loom)))]
@@ -75,6 +76,7 @@ use hpc_collectives::Collective;
 pub use board_file::remove_boards_of;
 use boot::SubBoot;
 pub use options::{AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX};
+pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag};
 pub use request::{Request, Scope, ScopedRequest};
 
 /// A communicator: a group of ranks running collectives with one engine.
@@ -92,7 +94,8 @@ pub struct Comm {
     opts: CommOptions,
     timeout: Duration,
     seq: AtomicU64,
-    driver: Box<dyn Driver>,
+    /// Shared with the owned requests, which outlive a borrow of the communicator.
+    driver: Arc<dyn Driver>,
     progress_note: String,
     splits: AtomicU64,
     /// Node of each member (as the world numbers nodes).
@@ -160,6 +163,7 @@ impl Comm {
         driver: Box<dyn Driver>,
         progress_note: String,
     ) -> Comm {
+        let driver: Arc<dyn Driver> = Arc::from(driver);
         let size = world_ranks.len();
         Comm {
             rank,
@@ -291,7 +295,11 @@ impl Comm {
         staged: bool,
     ) -> Result<Ticket> {
         coll.check_buffers(self.rank, self.size, send.len(), recv.len())?;
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        while seq & 0xffff_ffff >= crate::executor::P2P_SEQ {
+            // Point-to-point messages' number and the goodbye's: never a collective's.
+            seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        }
         let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
             .entered();
         self.driver.start(Job::new(seq, coll, send, recv, staged))
@@ -333,14 +341,19 @@ impl Comm {
     /// Makes sure a ticket's engine no longer touches its buffers: waits for it
     /// (until the timeout), then cancels it.
     fn abandon(&self, t: &Ticket) {
-        let e = &*self.driver;
-        if t.test(e) {
-            t.discard(e);
-            return;
-        }
-        let _ = t.wait(e, None);
-        t.cancel(e);
+        abandon(&*self.driver, t);
     }
+}
+
+/// Makes sure `t`'s engine `e` no longer touches its buffers: waits for it
+/// (until the timeout), then cancels it.
+fn abandon(e: &dyn Driver, t: &Ticket) {
+    if t.test(e) {
+        t.discard(e);
+        return;
+    }
+    let _ = t.wait(e, None);
+    t.cancel(e);
 }
 
 impl Drop for Comm {

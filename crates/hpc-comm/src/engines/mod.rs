@@ -80,6 +80,12 @@ pub(crate) trait Pending: Send + Sync {
 
     /// Finished, but nobody takes its outcome: drop what the engine keeps for it.
     fn discard(&self, _engine: &dyn Driver) {}
+
+    /// The source of a point-to-point receive, once known (a receive from
+    /// any source learns it when it matches a message).
+    fn recv_source(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// An engine's handle on one collective.
