@@ -81,11 +81,13 @@ fn child_entry() {
     let engines: &[Engine] = match s.as_str() {
         // The Proxy engine's ranks have no network path of their own.
         "nodes" => &ENGINES[..2],
+        #[cfg(feature = "mpi")]
+        "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
         _ => &ENGINES,
     };
     for &engine in engines {
         let comm = Comm::with_options(&world, CommOptions::new(engine)).unwrap();
-        match s.as_str() {
+        match s.trim_start_matches("mpi_") {
             "conformance" | "nodes" => conformance(&comm, spans),
             "timeout" => timeout(&comm),
             o => panic!("unknown scenario {o}"),
@@ -304,7 +306,10 @@ fn length_mismatch(comm: &Comm, what: &str) {
         }
         o => panic!("{what}: a message of 4 into 6: {o:?}"),
     }
-    assert!(got.iter().all(|&g| g == -1.0), "{what}: nothing landed");
+    // (MPI lands the shorter message's elements, as it does.)
+    if !format!("{:?}", comm.engine()).contains("Mpi") {
+        assert!(got.iter().all(|&g| g == -1.0), "{what}: nothing landed");
+    }
     // The sender's part: a small message was copied out at once.
     req.wait().unwrap();
     comm.barrier().unwrap();
@@ -371,4 +376,39 @@ fn point_to_point_across_nodes() {
 #[test]
 fn a_receive_that_never_matches_times_out() {
     run("timeout", 2, 1, 1);
+}
+
+/// The same checks on the `Mpi` engine (MPI's own point-to-point) under Open
+/// MPI's `mpirun`; skipped with a line where it is not installed, unless
+/// `HPC_REQUIRE_MPI=1`.
+#[cfg(feature = "mpi")]
+#[test]
+fn point_to_point_on_the_mpi_engine() {
+    let Some(mpirun) = hpc_test_support::open_mpi_mpirun() else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    for (scenario, n, timeout) in [
+        ("mpi_conformance", 1, "30"),
+        ("mpi_conformance", 4, "30"),
+        ("mpi_timeout", 2, "1"),
+    ] {
+        let t = Instant::now();
+        let out = std::process::Command::new(&mpirun)
+            .args(["--oversubscribe", "--bind-to", "none", "-n", &n.to_string()])
+            .arg(&exe)
+            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env(SCENARIO, scenario)
+            .env(hpc_runtime::env::TIMEOUT, timeout)
+            .output()
+            .unwrap();
+        let text = hpc_test_support::text(&out);
+        assert!(
+            out.status.success() && text.matches(CHILD_OK).count() == n,
+            "{scenario} on {n} ranks under mpirun:\n{text}"
+        );
+        eprintln!("{scenario} x{n} under mpirun: {:?}", t.elapsed());
+    }
 }

@@ -140,7 +140,25 @@ impl Comm {
     /// Posts one point-to-point step on the engine's own path: `send` to
     /// `dest`, or a receive into `recv` (staged: on copies the engine owns).
     fn post(&self, msg: &Msg, send: &[u8], recv: &mut [u8], staged: bool) -> Result<Ticket> {
+        let mut stage = staged.then(|| Stage::copies(send, recv));
+        let raw = match &mut stage {
+            Some(st) => st.raw(),
+            None => (send.as_ptr(), send.len(), recv.as_mut_ptr(), recv.len()),
+        };
         let Some(host) = self.driver.host() else {
+            #[cfg(feature = "mpi")]
+            if let Some(t) = self.driver.message(
+                &crate::mpi_engine::Message {
+                    send: msg.what == "send",
+                    peer: msg.peer,
+                    tag: msg.tag,
+                    timeout: self.timeout,
+                },
+                raw,
+                stage,
+            ) {
+                return t;
+            }
             return Err(Error::Unsupported(format!(
                 "point-to-point messages on the {:?} engine in this placement",
                 self.opts.engine
@@ -173,11 +191,7 @@ impl Comm {
             }
         };
         let sched = one_step(self, step, send.len(), recv.len());
-        let mut stage = staged.then(|| Stage::copies(send, recv));
-        let (s, sl, r, rl) = match &mut stage {
-            Some(st) => st.raw(),
-            None => (send.as_ptr(), send.len(), recv.as_mut_ptr(), recv.len()),
-        };
+        let (s, sl, r, rl) = raw;
         let bufs = Buffers {
             send: s,
             send_len: sl,
