@@ -379,7 +379,7 @@ pub struct RecvRequest<'a> {
     msg: Msg,
 }
 
-macro_rules! debug_and_test {
+macro_rules! debug_by_message {
     ($($t:ident $(<$l:lifetime>)? $(<$g:ident>)?),*) => {$(
         impl$(<$l>)?$(<$g: Elem>)? std::fmt::Debug for $t$(<$l>)?$(<$g>)? {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -388,7 +388,7 @@ macro_rules! debug_and_test {
         }
     )*};
 }
-debug_and_test!(SendRequest<'a>, RecvRequest<'a>, OwnedSend<T>, OwnedRecv<T>);
+debug_by_message!(SendRequest<'a>, RecvRequest<'a>, OwnedSend<T>, OwnedRecv<T>);
 
 impl SendRequest<'_> {
     fn msg(&self) -> &Msg {
