@@ -114,9 +114,9 @@ pub mod fuzz {
 
 pub use buf::{Buf, BufMut, Elem};
 pub use comm::{
-    remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedSend, RecvRequest,
-    Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag, DEFAULT_PROXY_MIN,
-    DEFAULT_STAGE_MAX,
+    remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedRequest, OwnedSend,
+    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag,
+    DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
 };
 pub use error::{Error, Result};
 /// The types of `hpc-collectives` that appear in this crate's calls.

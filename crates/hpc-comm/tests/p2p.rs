@@ -7,7 +7,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use hpc_comm::{Comm, CommOptions, Engine, Error, OwnedRecv, OwnedSend, ReduceOp, Source, Status};
+use hpc_comm::{
+    Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
+};
 use hpc_runtime::World;
 use hpc_test_support::{ok, Job};
 
@@ -250,6 +252,8 @@ fn wildcard_source(comm: &Comm, what: &str, spans: bool) {
 struct InFlight {
     sends: Vec<OwnedSend<f64>>,
     recv: OwnedRecv<f64>,
+    alltoall: OwnedRequest<i64>,
+    allreduce: OwnedRequest<i64>,
 }
 
 fn start_owned(comm: &Comm) -> InFlight {
@@ -262,12 +266,37 @@ fn start_owned(comm: &Comm) -> InFlight {
         })
         .collect();
     let recv = comm.irecv_owned(vec![0.0; 6], prev, 40).unwrap();
-    InFlight { sends, recv }
+    let (me, n) = (comm.rank(), comm.size());
+    let blocks = (0..n).map(|j| (me * 100 + j) as i64).collect();
+    let alltoall = comm.ialltoall_owned(blocks, vec![0; n]).unwrap();
+    let allreduce = comm
+        .iallreduce_owned(vec![me as i64 + 1; 3], vec![0; 3], ReduceOp::Sum)
+        .unwrap();
+    InFlight {
+        sends,
+        recv,
+        alltoall,
+        allreduce,
+    }
 }
 
 fn owned_requests(comm: &Comm, what: &str) {
     let (_, prev) = ring(comm);
     let flight = start_owned(comm);
+    let (me, n) = (comm.rank(), comm.size());
+    let (send, recv) = flight.alltoall.wait().unwrap();
+    assert_eq!(
+        send,
+        (0..n).map(|j| (me * 100 + j) as i64).collect::<Vec<_>>(),
+        "{what}"
+    );
+    assert_eq!(
+        recv,
+        (0..n).map(|j| (j * 100 + me) as i64).collect::<Vec<_>>(),
+        "{what}"
+    );
+    let (_, sum) = flight.allreduce.wait().unwrap();
+    assert_eq!(sum, vec![(n * (n + 1) / 2) as i64; 3], "{what}");
     let (got, st) = flight.recv.wait().unwrap();
     assert_eq!((st.source, st.count), (prev, 6), "{what}");
     check(what, &got, prev, 40);

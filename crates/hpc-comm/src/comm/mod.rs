@@ -54,6 +54,7 @@ mod board_file;
 mod boot;
 mod build;
 mod options;
+mod owned;
 mod p2p;
 mod places;
 mod request;
@@ -76,6 +77,7 @@ use hpc_collectives::Collective;
 pub use board_file::remove_boards_of;
 use boot::SubBoot;
 pub use options::{AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX};
+pub use owned::OwnedRequest;
 pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag};
 pub use request::{Request, Scope, ScopedRequest};
 

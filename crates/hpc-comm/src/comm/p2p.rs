@@ -11,11 +11,11 @@
 //! in the order they were sent (MPI's non-overtaking rule).
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use hpc_collectives::{Algorithm, CollectiveKind, Region, Round, Schedule, Step};
 
-use super::{abandon, Comm};
+use super::owned::Owned;
+use super::Comm;
 use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
 use crate::engines::{Driver, Ticket};
 use crate::error::{Error, Result};
@@ -55,8 +55,8 @@ pub struct Status {
 
 /// One side of a message, as its errors name it.
 #[derive(Debug, Clone, Copy)]
-struct Msg {
-    what: &'static str,
+pub(super) struct Msg {
+    pub(super) what: &'static str,
     /// The peer; `None`: a receive from any source.
     peer: Option<usize>,
     tag: Tag,
@@ -93,7 +93,12 @@ impl Msg {
 
     /// Waits for `t` (a staged result goes to `out`), and says what a
     /// receive got.
-    fn finish(&self, e: &dyn Driver, t: &Ticket, out: Option<&mut [u8]>) -> Result<Status> {
+    pub(super) fn finish(
+        &self,
+        e: &dyn Driver,
+        t: &Ticket,
+        out: Option<&mut [u8]>,
+    ) -> Result<Status> {
         if let Err(err) = t.wait(e, out) {
             t.cancel(e);
             return Err(self.error(err));
@@ -337,7 +342,7 @@ impl Comm {
         let msg = self.send_msg(&buf, dest, tag)?;
         let t = self.post(&msg, bytes(&buf), &mut [], false)?;
         Ok(OwnedSend {
-            inner: Owned::new(self, t, msg, buf),
+            inner: Owned::new(self, t, Some(msg), buf),
         })
     }
 
@@ -353,7 +358,7 @@ impl Comm {
         let msg = self.recv_msg(&buf, source.into(), tag)?;
         let t = self.post(&msg, &[], bytes_mut(&mut buf), false)?;
         Ok(OwnedRecv {
-            inner: Owned::new(self, t, msg, buf),
+            inner: Owned::new(self, t, Some(msg), buf),
         })
     }
 }
@@ -449,65 +454,6 @@ impl Drop for RecvRequest<'_> {
     }
 }
 
-/// What the owned requests share: the engine (kept alive by the request),
-/// the ticket and the buffer the engine works on in place.
-struct Owned<T: Elem> {
-    driver: Arc<dyn Driver>,
-    ticket: Option<Ticket>,
-    msg: Msg,
-    /// Moved in at the start; the engine reads or writes its heap block,
-    /// which does not move with the `Vec`.
-    buf: Option<Vec<T>>,
-}
-
-impl<T: Elem> Owned<T> {
-    fn new(comm: &Comm, t: Ticket, msg: Msg, buf: Vec<T>) -> Owned<T> {
-        Owned {
-            driver: comm.driver.clone(),
-            ticket: Some(t),
-            msg,
-            buf: Some(buf),
-        }
-    }
-
-    fn test(&mut self) -> bool {
-        let e = &*self.driver;
-        self.ticket.as_ref().is_none_or(|t| t.test(e))
-    }
-
-    fn wait(mut self) -> Result<(Vec<T>, Status)> {
-        let t = self
-            .ticket
-            .take()
-            .expect("an owned request is waited for once");
-        let r = self.msg.finish(&*self.driver, &t, None);
-        if r.is_err() {
-            // The engine lets go of the buffer before it is handed back or freed.
-            abandon(&*self.driver, &t);
-        }
-        let status = r?;
-        Ok((
-            self.buf.take().expect("the buffer is handed back once"),
-            status,
-        ))
-    }
-}
-
-impl<T: Elem> Drop for Owned<T> {
-    /// An owned request dropped unfinished is waited for (until the
-    /// communicator's timeout), then cancelled, before its buffer is freed:
-    /// the engine never touches freed memory. (A leaked one leaks its buffer
-    /// too, which the engine may then still use.)
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            if let Err(e) = self.msg.finish(&*self.driver, &t, None) {
-                tracing::warn!(error = %e.chain(), what = self.msg.what, "an unwaited message failed");
-            }
-            abandon(&*self.driver, &t);
-        }
-    }
-}
-
 /// A send that owns its buffer ([`Comm::isend_owned`]): `'static`, so it can
 /// be kept in a struct and outlive the frame (and the borrow of the
 /// communicator) that started it. Dropped unfinished, it waits for the send
@@ -515,12 +461,12 @@ impl<T: Elem> Drop for Owned<T> {
 /// freed.
 #[must_use = "wait hands the buffer back"]
 pub struct OwnedSend<T: Elem> {
-    inner: Owned<T>,
+    inner: Owned<Vec<T>>,
 }
 
 impl<T: Elem> OwnedSend<T> {
-    fn msg(&self) -> &Msg {
-        &self.inner.msg
+    fn msg(&self) -> Option<&Msg> {
+        self.inner.msg.as_ref()
     }
 
     /// Whether the send finished.
@@ -538,12 +484,12 @@ impl<T: Elem> OwnedSend<T> {
 /// [`OwnedSend`], with the same rule when dropped unfinished.
 #[must_use = "wait hands the buffer back with the message in it"]
 pub struct OwnedRecv<T: Elem> {
-    inner: Owned<T>,
+    inner: Owned<Vec<T>>,
 }
 
 impl<T: Elem> OwnedRecv<T> {
-    fn msg(&self) -> &Msg {
-        &self.inner.msg
+    fn msg(&self) -> Option<&Msg> {
+        self.inner.msg.as_ref()
     }
 
     /// Whether the message arrived (and landed in the buffer).
@@ -553,6 +499,7 @@ impl<T: Elem> OwnedRecv<T> {
 
     /// Waits for the message and hands the buffer back with it, and the status.
     pub fn wait(self) -> Result<(Vec<T>, Status)> {
-        self.inner.wait()
+        let (buf, status) = self.inner.wait()?;
+        Ok((buf, status.expect("a message's request has its status")))
     }
 }
