@@ -11,7 +11,7 @@ use hpc_comm::{
     Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
 };
 use hpc_runtime::World;
-use hpc_test_support::{ok, Job};
+use hpc_test_support::{failures, Job};
 
 const SCENARIO: &str = hpc_runtime::env::COLL_TEST_SCENARIO;
 const CHILD_OK: &str = hpc_test_support::CHILD_OK;
@@ -54,12 +54,7 @@ fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
         .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
         .quiet_stdout()
         .run();
-    let failed: Vec<String> = outs
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| !ok(o))
-        .map(|(r, o)| format!("rank {r} failed:\n{}", String::from_utf8_lossy(&o.stderr)))
-        .collect();
+    let failed = failures(&outs);
     assert!(
         failed.is_empty(),
         "{scenario} on {size} ranks: {}",
