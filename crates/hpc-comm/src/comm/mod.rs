@@ -12,6 +12,53 @@
 //! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU); where the node has no core for it, collectives with blocks under [`CommOptions::proxy_min`] run on the ranks as with `Inline` | the proxy maps the ranks' [`SharedBuf`](crate::SharedBuf)s and reaches other buffers by cross-memory attach, keeps scratch in its own memory; across nodes the proxies send each other the steps between nodes over `hpc-rdma` |
 //! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
 //!
+//! # Point-to-point messages
+//!
+//! [`Comm::send`], [`Comm::recv`], [`Comm::isend`], [`Comm::irecv`] and
+//! [`Comm::sendrecv`] move typed messages between two ranks, matched by
+//! source ([`Source`]) and [`Tag`]; a receive's buffer holds exactly the
+//! message ([`Error::MessageLength`] otherwise) and a message that never
+//! comes is an [`Error::MessageTimeout`]. Their tags never match a
+//! collective's messages, and one sender's messages of one tag arrive in
+//! order. [`Comm::isend_owned`], [`Comm::irecv_owned`],
+//! [`Comm::iallreduce_owned`] and [`Comm::ialltoall_owned`] take their
+//! buffers by value and hand them back from `wait`: their requests borrow
+//! nothing, so they can be stored and waited for later.
+//!
+//! ```no_run
+//! use hpc_comm::{Comm, Engine, OwnedRecv};
+//! struct Pending {
+//!     halo: OwnedRecv<f64>,
+//! }
+//! let world = hpc_runtime::World::init()?;
+//! let comm = Comm::new(&world, Engine::Inline)?;
+//! let left = (comm.rank() + comm.size() - 1) % comm.size();
+//! let right = (comm.rank() + 1) % comm.size();
+//! let p = Pending { halo: comm.irecv_owned(vec![0.0; 16], left, 3)? };
+//! comm.send(&vec![1.0f64; 16], right, 3)?;
+//! let (halo, status) = p.halo.wait()?;
+//! assert_eq!((status.source, halo.len()), (left, 16));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A borrowing receive holds its buffer until `wait`, and only plain
+//! [`Elem`] types travel:
+//!
+//! ```compile_fail,E0506
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
+//! let mut buf = vec![0u32; 4];
+//! let req = comm.irecv(&mut buf, 0, 1)?;
+//! buf[0] = 2; // error: `buf` is borrowed by `req`
+//! req.wait()?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail,E0277
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
+//! comm.send(&vec![String::from("no")], 0, 1)?; // error: `String` is not `Elem`
+//! # Ok(()) }
+//! ```
+//!
 //! # Requests and buffer safety
 //!
 //! `comm.ialltoall(&send, &mut recv)` returns a [`Request`] that borrows both
