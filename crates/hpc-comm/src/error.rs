@@ -171,6 +171,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn message_errors_name_peer_tag_and_lengths() {
+        let t = |what, peer| Error::MessageTimeout {
+            what,
+            peer,
+            tag: 7,
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(
+            t("receive", None).to_string(),
+            "receive from any rank with tag 7 timed out after 2s: no matching message"
+        );
+        assert!(t("receive", Some(3))
+            .to_string()
+            .contains("receive from rank 3 with tag 7"));
+        assert!(t("send", Some(3))
+            .to_string()
+            .contains("send to rank 3 with tag 7"));
+        let e = Error::MessageLength {
+            rank: 1,
+            tag: 9,
+            sent: 4,
+            expected: 6,
+        };
+        assert_eq!(
+            e.to_string(),
+            "message from rank 1 with tag 9 has 4 elements where the receive holds 6"
+        );
+    }
+
+    #[test]
     fn a_transport_error_keeps_its_cause_whole() {
         let cause = hpc_rdma::Error::PeerLost {
             rank: 3,

@@ -336,6 +336,21 @@ fn length_mismatch(comm: &Comm, what: &str) {
     }
     // The sender's part: a small message was copied out at once.
     req.wait().unwrap();
+    // A large one, read in place where the receive matches it: refused
+    // whole, and its sender is told (an error, or done under MPI), not hung.
+    let out = msg(comm.rank(), 51, LARGE);
+    let req = comm.isend(&out, next, 10).unwrap();
+    let mut got = vec![-1.0f64; LARGE + 1];
+    match comm.recv(&mut got, prev, 10) {
+        Err(Error::MessageLength { sent, expected, .. }) => {
+            assert_eq!((sent, expected), (LARGE, LARGE + 1), "{what}")
+        }
+        o => panic!("{what}: a message of {LARGE} into {}: {o:?}", LARGE + 1),
+    }
+    let sent = req.wait();
+    if let Err(e) = &sent {
+        assert!(matches!(e, Error::CountMismatch { .. }), "{what}: {e}");
+    }
     comm.barrier().unwrap();
     round_trip(comm, what);
 }
