@@ -30,8 +30,9 @@ pub type Tag = u16;
 pub enum Source {
     /// From this rank of the communicator only.
     Rank(usize),
-    /// From whichever rank's message with the tag is there first (on a
-    /// communicator within one node; see [`Comm::irecv`]).
+    /// From whichever rank's message with the tag is there first (refused
+    /// on a communicator that spans nodes, except on the `Mpi` engine; see
+    /// [`Comm::irecv`]).
     Any,
 }
 
@@ -295,7 +296,8 @@ impl Comm {
     /// Receives of one source and tag take the messages in the order the
     /// sender sent them. `Source::Any` takes the message of the first rank
     /// found with one waiting; it is refused with [`Error::Unsupported`] on a
-    /// communicator that spans nodes.
+    /// communicator that spans nodes (but for the `Mpi` engine's, where it is
+    /// `MPI_ANY_SOURCE`).
     pub fn irecv<'a, R: BufMut + ?Sized>(
         &'a self,
         buf: &'a mut R,
