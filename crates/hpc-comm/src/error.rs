@@ -54,12 +54,41 @@ pub enum Error {
         /// World ranks the collective was still waiting for.
         waiting_for: Vec<usize>,
     },
+    /// A point-to-point message and the receive it matched differ in length
+    /// (in elements of the receive's type): nothing is landed, no truncation.
+    #[error("message from rank {rank} with tag {tag} has {sent} elements where the receive holds {expected}")]
+    MessageLength {
+        /// The sending rank (rank in the communicator).
+        rank: usize,
+        /// The message's tag.
+        tag: u16,
+        /// Elements sent.
+        sent: usize,
+        /// Elements the receive holds.
+        expected: usize,
+    },
+    /// A point-to-point send or receive did not finish within the
+    /// communicator's timeout (`HPC_TIMEOUT`): no matching receive or send.
+    #[error("{what} {peer_phrase} with tag {tag} timed out after {after:?}: no matching message", peer_phrase = peer_phrase(.what, *.peer))]
+    MessageTimeout {
+        /// `"send"` or `"receive"`.
+        what: &'static str,
+        /// The peer (rank in the communicator); `None`: a receive from any source.
+        peer: Option<usize>,
+        /// The tag.
+        tag: u16,
+        /// The timeout.
+        after: Duration,
+    },
     /// The engine stopped (its progress thread or proxy process is gone).
     #[error("the {0} engine stopped")]
     Stopped(&'static str),
     /// An `ndarray` view is not contiguous in standard order.
     #[error("array is not contiguous in standard (row-major) order; use `.as_standard_layout()`")]
     NotContiguous,
+    /// An argument out of its range; the text names the parameter.
+    #[error("invalid argument: {0}")]
+    Argument(String),
     /// The engine cannot serve this job (e.g. ranks on several nodes).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -117,6 +146,15 @@ impl Error {
     }
 }
 
+/// "to rank 3", "from rank 3", "from any rank".
+fn peer_phrase(what: &str, peer: Option<usize>) -> String {
+    match (what, peer) {
+        ("send", Some(p)) => format!("to rank {p}"),
+        (_, Some(p)) => format!("from rank {p}"),
+        (_, None) => "from any rank".into(),
+    }
+}
+
 /// "N bytes", or what an overflowing size is called.
 fn bytes_phrase(bytes: Option<u64>) -> String {
     match bytes {
@@ -131,6 +169,36 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn message_errors_name_peer_tag_and_lengths() {
+        let t = |what, peer| Error::MessageTimeout {
+            what,
+            peer,
+            tag: 7,
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(
+            t("receive", None).to_string(),
+            "receive from any rank with tag 7 timed out after 2s: no matching message"
+        );
+        assert!(t("receive", Some(3))
+            .to_string()
+            .contains("receive from rank 3 with tag 7"));
+        assert!(t("send", Some(3))
+            .to_string()
+            .contains("send to rank 3 with tag 7"));
+        let e = Error::MessageLength {
+            rank: 1,
+            tag: 9,
+            sent: 4,
+            expected: 6,
+        };
+        assert_eq!(
+            e.to_string(),
+            "message from rank 1 with tag 9 has 4 elements where the receive holds 6"
+        );
+    }
 
     #[test]
     fn a_transport_error_keeps_its_cause_whole() {

@@ -12,6 +12,21 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
+    /// Engine-owned copies of `send` and `recv`.
+    pub(crate) fn copies(send: &[u8], recv: &[u8]) -> Stage {
+        Stage {
+            send: send.to_vec(),
+            recv: recv.to_vec(),
+        }
+    }
+
+    /// Raw addresses and lengths of the two copies (stable while the stage
+    /// moves: a `Vec`'s heap block does not).
+    pub(crate) fn raw(&mut self) -> (*const u8, usize, *mut u8, usize) {
+        let (s, r) = (&self.send, &mut self.recv);
+        (s.as_ptr(), s.len(), r.as_mut_ptr(), r.len())
+    }
+
     /// Copies the result into `out` (if given).
     pub(crate) fn deliver(&self, out: Option<&mut [u8]>) {
         if let Some(out) = out {
@@ -44,10 +59,7 @@ impl<'a> Job<'a> {
         recv: &'a mut [u8],
         staged: bool,
     ) -> Job<'a> {
-        let stage = staged.then(|| Stage {
-            send: send.to_vec(),
-            recv: recv.to_vec(),
-        });
+        let stage = staged.then(|| Stage::copies(send, recv));
         Job {
             seq,
             coll,

@@ -14,6 +14,11 @@
 //!   rank's schedules, with [`SharedBuf`]s mapped into it;
 //! * `Mpi` (feature `mpi`) — the MPI library's own `MPI_I*` collectives.
 //!
+//! Between two ranks, a `Comm` also sends typed messages with tags
+//! ([`Comm::send`], [`Comm::irecv`], [`Comm::sendrecv`], ...; a source may
+//! be [`Source::Any`]), run by the same engines, and has requests that own
+//! their buffers ([`OwnedSend`], [`OwnedRecv`], [`OwnedRequest`]).
+//!
 //! See [`comm`] for requests, buffer safety and the engines' trade-offs.
 //!
 //! What has run where: every engine on one machine and across the nodes of a
@@ -114,7 +119,8 @@ pub mod fuzz {
 
 pub use buf::{Buf, BufMut, Elem};
 pub use comm::{
-    remove_boards_of, AgentWake, Comm, CommOptions, Engine, Request, Scope, ScopedRequest,
+    remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedRequest, OwnedSend,
+    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag,
     DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
 };
 pub use error::{Error, Result};

@@ -22,6 +22,30 @@ use crate::sync::lock;
 pub(crate) struct MpiComm {
     comm: ffi::MPI_Comm,
     owned: bool,
+    /// A duplicate for point-to-point messages: a context of their own, so
+    /// that no other user of the communicator matches their tags; errors
+    /// return rather than abort (a truncated message is the caller's error).
+    p2p: ffi::MPI_Comm,
+}
+
+/// A point-to-point message as the MPI engine starts it.
+pub(crate) struct Message {
+    /// A send (else a receive).
+    pub send: bool,
+    /// The peer; `None`: a receive from any source.
+    pub peer: Option<usize>,
+    pub tag: u16,
+    /// How long `wait` waits for it before it cancels a receive.
+    pub timeout: std::time::Duration,
+}
+
+/// What a point-to-point request learns: its source and element count.
+struct P2pState {
+    recv: bool,
+    /// Bytes the receive holds.
+    expected: usize,
+    timeout: std::time::Duration,
+    source: Option<usize>,
 }
 
 // SAFETY: MPI communicator handles are plain values; the job initialises MPI with
@@ -41,6 +65,8 @@ pub(crate) struct Pending {
     req: Mutex<Option<ffi::MPI_Request>>,
     _counts: Vec<Vec<i32>>,
     stage: Option<Stage>,
+    /// A point-to-point message's state (`None`: a collective).
+    p2p: Option<Mutex<P2pState>>,
 }
 
 fn dt(d: DataType) -> Result<ffi::MPI_Datatype> {
@@ -111,6 +137,7 @@ impl MpiComm {
         Ok(MpiComm {
             comm: c.as_raw(),
             owned: false,
+            p2p: dup_for_messages(c.as_raw())?,
         })
     }
 
@@ -128,7 +155,75 @@ impl MpiComm {
         check(rc, "MPI_Comm_split")?;
         // SAFETY: initialised by a successful MPI_Comm_split.
         let comm = unsafe { out.assume_init() };
-        Ok(MpiComm { comm, owned: true })
+        Ok(MpiComm {
+            comm,
+            owned: true,
+            p2p: dup_for_messages(comm)?,
+        })
+    }
+
+    /// Starts a point-to-point message (`MPI_Isend`/`MPI_Irecv` on the
+    /// duplicate) on `bufs` (send and receive: pointer and length), which
+    /// stay valid until it completes (`stage` owns them where given).
+    pub(crate) fn message(
+        &self,
+        m: &Message,
+        bufs: (*const u8, usize, *mut u8, usize),
+        stage: Option<Stage>,
+    ) -> Result<Pending> {
+        let (sp, sl, rp, rl) = bufs;
+        static EMPTY: [u64; 1] = [0];
+        let dummy = EMPTY.as_ptr().cast::<u8>();
+        let byte = u8::equivalent_datatype().as_raw();
+        let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+        let tag = i32::from(m.tag);
+        // SAFETY: the buffers are valid for their lengths until the request
+        // completes (staged copies are owned by the `Pending`; a direct
+        // buffer by a caller that waits, or an owned request that does).
+        let rc = unsafe {
+            if m.send {
+                let sp = if sl == 0 { dummy } else { sp };
+                let peer = int(m.peer.unwrap_or(0))?;
+                ffi::MPI_Isend(
+                    sp.cast(),
+                    int(sl)?,
+                    byte,
+                    peer,
+                    tag,
+                    self.p2p,
+                    req.as_mut_ptr(),
+                )
+            } else {
+                let rp = if rl == 0 { dummy.cast_mut() } else { rp };
+                let peer = match m.peer {
+                    Some(p) => int(p)?,
+                    None => ffi::RSMPI_ANY_SOURCE,
+                };
+                ffi::MPI_Irecv(
+                    rp.cast(),
+                    int(rl)?,
+                    byte,
+                    peer,
+                    tag,
+                    self.p2p,
+                    req.as_mut_ptr(),
+                )
+            }
+        };
+        check(rc, if m.send { "MPI_Isend" } else { "MPI_Irecv" })?;
+        // SAFETY: initialised by the successful call above.
+        let req = unsafe { req.assume_init() };
+        Ok(Pending {
+            req: Mutex::new(Some(req)),
+            _counts: Vec::new(),
+            stage,
+            p2p: Some(Mutex::new(P2pState {
+                recv: !m.send,
+                expected: rl,
+                timeout: m.timeout,
+                source: m.peer,
+            })),
+        })
     }
 
     pub(crate) fn start(&self, mut job: Job<'_>) -> Result<Pending> {
@@ -252,6 +347,7 @@ impl MpiComm {
             req: Mutex::new(Some(req)),
             _counts: counts,
             stage: job.stage,
+            p2p: None,
         })
     }
 }
@@ -259,6 +355,9 @@ impl MpiComm {
 impl Pending {
     /// Whether the request completed (`MPI_Test`).
     pub(crate) fn test(&self) -> bool {
+        if self.p2p.is_some() {
+            return !matches!(self.test_message(), Ok(false));
+        }
         let mut g = lock(&self.req);
         let Some(r) = g.as_mut() else { return true };
         let mut flag = 0;
@@ -270,8 +369,101 @@ impl Pending {
         flag != 0
     }
 
+    /// The source of a point-to-point receive, once known.
+    pub(crate) fn recv_source(&self) -> Option<usize> {
+        self.p2p.as_ref().and_then(|p| lock(p).source)
+    }
+
+    /// `MPI_Test` of a point-to-point message with its status: whether it
+    /// completed, or the error it completed with.
+    fn test_message(&self) -> Result<bool> {
+        let mut g = lock(&self.req);
+        let Some(r) = g.as_mut() else { return Ok(true) };
+        let mut flag = 0;
+        // SAFETY: zeroed is a valid MPI_Status (plain integers).
+        let mut st: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: a live request handle; MPI_Test frees it when complete.
+        let rc = unsafe { ffi::MPI_Test(r, &mut flag, &mut st) };
+        if flag == 0 && rc == 0 {
+            return Ok(false);
+        }
+        *g = None;
+        let Some(p) = &self.p2p else { return Ok(true) };
+        let mut p = lock(p);
+        if !p.recv {
+            return check(rc, "MPI_Isend").map(|()| true);
+        }
+        let source = usize::try_from(st.MPI_SOURCE).unwrap_or(0);
+        p.source = Some(source);
+        let mut count = 0;
+        // SAFETY: the status of a completed receive.
+        unsafe { ffi::MPI_Get_count(&st, u8::equivalent_datatype().as_raw(), &mut count) };
+        let got = usize::try_from(count).unwrap_or(0);
+        if rc != 0 || st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as i32 {
+            // MPI lands what fits and tells no more: the length is a bound.
+            return Err(Error::CountMismatch {
+                rank: source,
+                detail: format!(
+                    "rank {source} sent a message longer than the {} bytes the receive holds",
+                    p.expected
+                ),
+            });
+        }
+        if got != p.expected {
+            return Err(Error::MessageLength {
+                rank: source,
+                tag: u16::try_from(st.MPI_TAG).unwrap_or(u16::MAX),
+                sent: got,
+                expected: p.expected,
+            });
+        }
+        Ok(true)
+    }
+
+    /// Waits for a point-to-point message (testing, as the engines' own
+    /// `wait` does, until the communicator's timeout; a receive that timed
+    /// out is cancelled).
+    fn wait_message(&self) -> Result<()> {
+        let timeout = self
+            .p2p
+            .as_ref()
+            .map_or_else(Default::default, |p| lock(p).timeout);
+        let t0 = std::time::Instant::now();
+        let backoff = crate::backoff::Backoff::new(std::time::Duration::from_micros(50), true);
+        while !self.test_message()? {
+            if t0.elapsed() > timeout {
+                let recv = self.p2p.as_ref().is_some_and(|p| lock(p).recv);
+                let mut g = lock(&self.req);
+                if let (true, Some(r)) = (recv, g.as_mut()) {
+                    // SAFETY: a live receive request: cancelled, then completed
+                    // and freed by MPI_Wait, after which MPI holds no buffer of it.
+                    unsafe {
+                        ffi::MPI_Cancel(r);
+                        ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE);
+                    }
+                    *g = None;
+                }
+                return Err(Error::Timeout {
+                    after: timeout,
+                    waiting_for: Vec::new(),
+                });
+            }
+            match backoff.pause() {
+                crate::backoff::Pause::Spin => std::hint::spin_loop(),
+                crate::backoff::Pause::Yield => std::thread::yield_now(),
+                crate::backoff::Pause::Sleep => {
+                    std::thread::sleep(std::time::Duration::from_micros(20))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Waits for the request (`MPI_Wait`) and delivers a staged result.
     pub(crate) fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
+        if self.p2p.is_some() {
+            self.wait_message()?;
+        }
         let mut g = lock(&self.req);
         if let Some(r) = g.as_mut() {
             // SAFETY: a live request handle; MPI_Wait completes and frees it.
@@ -297,8 +489,29 @@ impl Drop for Pending {
     }
 }
 
+/// A duplicate of `comm` for point-to-point messages, whose errors return.
+fn dup_for_messages(comm: ffi::MPI_Comm) -> Result<ffi::MPI_Comm> {
+    let mut out = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
+    // SAFETY: a valid communicator; MPI writes the duplicate into `out`.
+    let rc = unsafe { ffi::MPI_Comm_dup(comm, out.as_mut_ptr()) };
+    check(rc, "MPI_Comm_dup")?;
+    // SAFETY: initialised by the successful MPI_Comm_dup.
+    let dup = unsafe { out.assume_init() };
+    // SAFETY: a valid communicator and MPI's predefined handler.
+    let rc = unsafe { ffi::MPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN) };
+    check(rc, "MPI_Comm_set_errhandler")?;
+    Ok(dup)
+}
+
 impl Drop for MpiComm {
     fn drop(&mut self) {
+        let mut finalized = 0;
+        // SAFETY: callable at any time, before or after MPI_Finalize.
+        unsafe { ffi::MPI_Finalized(&mut finalized) };
+        if finalized == 0 {
+            // SAFETY: the duplicate made for this communicator, owned here.
+            unsafe { ffi::MPI_Comm_free(&mut self.p2p) };
+        }
         if self.owned {
             // SAFETY: a communicator created by MPI_Comm_split and owned here.
             unsafe { ffi::MPI_Comm_free(&mut self.comm) };

@@ -229,7 +229,9 @@ impl Setup<'_> {
             let b = places.connect(boot, &client, me, self.nodes, self.timeout, proxy_net)?;
             backend = proxy_net.then_some(b);
         }
-        let host = (min > 0).then(|| {
+        // The ranks' own path serves collectives under `min` and every
+        // point-to-point message (within the node).
+        let host = {
             // How long `wait` polls on this path: the proxy sleeps meanwhile,
             // so the node has a core per rank again if it has one per rank.
             let local = self.nodes.iter().filter(|&&n| n == self.nodes[me]).count();
@@ -240,7 +242,7 @@ impl Setup<'_> {
                 Some(client.clone()),
             );
             (host, min)
-        });
+        };
         let mut note = if min > 0 {
             format!(
                 "progress in the node's proxy process for blocks of {min} bytes \

@@ -12,6 +12,53 @@
 //! | [`Engine::Proxy`] | a separate process per node that runs the schedules of all local ranks (the role of a DPU); where the node has no core for it, collectives with blocks under [`CommOptions::proxy_min`] run on the ranks as with `Inline` | the proxy maps the ranks' [`SharedBuf`](crate::SharedBuf)s and reaches other buffers by cross-memory attach, keeps scratch in its own memory; across nodes the proxies send each other the steps between nodes over `hpc-rdma` |
 //! | `Engine::Mpi` (feature `mpi`) | the MPI library's own `MPI_I*` collectives | the MPI library's |
 //!
+//! # Point-to-point messages
+//!
+//! [`Comm::send`], [`Comm::recv`], [`Comm::isend`], [`Comm::irecv`] and
+//! [`Comm::sendrecv`] move typed messages between two ranks, matched by
+//! source ([`Source`]) and [`Tag`]; a receive's buffer holds exactly the
+//! message ([`Error::MessageLength`] otherwise) and a message that never
+//! comes is an [`Error::MessageTimeout`]. Their tags never match a
+//! collective's messages, and one sender's messages of one tag arrive in
+//! order. [`Comm::isend_owned`], [`Comm::irecv_owned`],
+//! [`Comm::iallreduce_owned`] and [`Comm::ialltoall_owned`] take their
+//! buffers by value and hand them back from `wait`: their requests borrow
+//! nothing, so they can be stored and waited for later.
+//!
+//! ```no_run
+//! use hpc_comm::{Comm, Engine, OwnedRecv};
+//! struct Pending {
+//!     halo: OwnedRecv<f64>,
+//! }
+//! let world = hpc_runtime::World::init()?;
+//! let comm = Comm::new(&world, Engine::Inline)?;
+//! let left = (comm.rank() + comm.size() - 1) % comm.size();
+//! let right = (comm.rank() + 1) % comm.size();
+//! let p = Pending { halo: comm.irecv_owned(vec![0.0; 16], left, 3)? };
+//! comm.send(&vec![1.0f64; 16], right, 3)?;
+//! let (halo, status) = p.halo.wait()?;
+//! assert_eq!((status.source, halo.len()), (left, 16));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A borrowing receive holds its buffer until `wait`, and only plain
+//! [`Elem`] types travel:
+//!
+//! ```compile_fail,E0506
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
+//! let mut buf = vec![0u32; 4];
+//! let req = comm.irecv(&mut buf, 0, 1)?;
+//! buf[0] = 2; // error: `buf` is borrowed by `req`
+//! req.wait()?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail,E0277
+//! # fn f(comm: &hpc_comm::Comm) -> Result<(), hpc_comm::Error> {
+//! comm.send(&vec![String::from("no")], 0, 1)?; // error: `String` is not `Elem`
+//! # Ok(()) }
+//! ```
+//!
 //! # Requests and buffer safety
 //!
 //! `comm.ialltoall(&send, &mut recv)` returns a [`Request`] that borrows both
@@ -54,6 +101,8 @@ mod board_file;
 mod boot;
 mod build;
 mod options;
+mod owned;
+mod p2p;
 mod places;
 mod request;
 #[cfg(all(test, not(loom)))]
@@ -75,6 +124,8 @@ use hpc_collectives::Collective;
 pub use board_file::remove_boards_of;
 use boot::SubBoot;
 pub use options::{AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX};
+pub use owned::OwnedRequest;
+pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag};
 pub use request::{Request, Scope, ScopedRequest};
 
 /// A communicator: a group of ranks running collectives with one engine.
@@ -92,7 +143,8 @@ pub struct Comm {
     opts: CommOptions,
     timeout: Duration,
     seq: AtomicU64,
-    driver: Box<dyn Driver>,
+    /// Shared with the owned requests, which outlive a borrow of the communicator.
+    driver: Arc<dyn Driver>,
     progress_note: String,
     splits: AtomicU64,
     /// Node of each member (as the world numbers nodes).
@@ -160,6 +212,7 @@ impl Comm {
         driver: Box<dyn Driver>,
         progress_note: String,
     ) -> Comm {
+        let driver: Arc<dyn Driver> = Arc::from(driver);
         let size = world_ranks.len();
         Comm {
             rank,
@@ -291,7 +344,11 @@ impl Comm {
         staged: bool,
     ) -> Result<Ticket> {
         coll.check_buffers(self.rank, self.size, send.len(), recv.len())?;
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        while seq & 0xffff_ffff >= crate::executor::P2P_SEQ {
+            // Point-to-point messages' number and the goodbye's: never a collective's.
+            seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        }
         let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
             .entered();
         self.driver.start(Job::new(seq, coll, send, recv, staged))
@@ -333,14 +390,19 @@ impl Comm {
     /// Makes sure a ticket's engine no longer touches its buffers: waits for it
     /// (until the timeout), then cancels it.
     fn abandon(&self, t: &Ticket) {
-        let e = &*self.driver;
-        if t.test(e) {
-            t.discard(e);
-            return;
-        }
-        let _ = t.wait(e, None);
-        t.cancel(e);
+        abandon(&*self.driver, t);
     }
+}
+
+/// Makes sure `t`'s engine `e` no longer touches its buffers: waits for it
+/// (until the timeout), then cancels it.
+fn abandon(e: &dyn Driver, t: &Ticket) {
+    if t.test(e) {
+        t.discard(e);
+        return;
+    }
+    let _ = t.wait(e, None);
+    t.cancel(e);
 }
 
 impl Drop for Comm {

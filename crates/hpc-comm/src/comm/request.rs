@@ -181,7 +181,7 @@ fn empty_mut() -> &'static mut [u8] {
     &mut []
 }
 
-fn per_rank(total: usize, size: usize, what: &'static str) -> Result<usize> {
+pub(super) fn per_rank(total: usize, size: usize, what: &'static str) -> Result<usize> {
     if total % size != 0 {
         return Err(Error::Invalid(CollectiveError::CountMismatch {
             what,

@@ -102,6 +102,29 @@ impl Host {
             stage: job.stage.take(),
         };
         let op = Op::new(job.seq, sched, bufs);
+        self.submit(&op)?;
+        Ok(op)
+    }
+
+    /// Starts a point-to-point operation: `sched` (one send or one receive,
+    /// under [`P2P_SEQ`](crate::executor::P2P_SEQ)) on `bufs`; `any_tag`: a
+    /// receive from any source, with that tag.
+    pub(crate) fn start_p2p(
+        &self,
+        sched: hpc_collectives::Schedule,
+        bufs: Buffers,
+        any_tag: Option<u32>,
+    ) -> Result<Ticket> {
+        let op = Op::new(crate::executor::P2P_SEQ, sched, bufs);
+        if let Some(tag) = any_tag {
+            op.take_any_source(tag);
+        }
+        self.submit(&op)?;
+        Ok(op)
+    }
+
+    /// Hands `op` to the executor and posts its first round from the caller's thread.
+    fn submit(&self, op: &Arc<Op>) -> Result<()> {
         {
             let mut core = lock(&self.shared.core);
             if core.stopped {
@@ -121,7 +144,7 @@ impl Host {
                 self.board.wake_agent(self.rank);
             }
         }
-        Ok(op)
+        Ok(())
     }
 
     fn wait_op(&self, op: &Op) {
@@ -320,6 +343,10 @@ impl Pending for Op {
 
     fn cancel(&self, _: &dyn Driver) {
         self.fail(Error::Stopped("cancelled"));
+    }
+
+    fn recv_source(&self) -> Option<usize> {
+        Op::recv_source(self)
     }
 }
 

@@ -56,6 +56,20 @@ pub(crate) trait Driver: Send + Sync {
         None
     }
 
+    /// Starts a point-to-point message on an engine without the ranks' own
+    /// path (MPI's, which has point-to-point of its own): `bufs` are the
+    /// send and receive buffers (pointer, length), valid until the ticket
+    /// finishes (`stage` owns them where given). `None`: the engine has none.
+    #[cfg(feature = "mpi")]
+    fn message(
+        &self,
+        _m: &crate::mpi_engine::Message,
+        _bufs: (*const u8, usize, *mut u8, usize),
+        _stage: Option<crate::job::Stage>,
+    ) -> Option<Result<Ticket>> {
+        None
+    }
+
     /// Memory of `bytes` registered with this engine's transport, for an
     /// application buffer it reaches in place; `None` where it has none.
     fn register(&self, _bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
@@ -80,6 +94,12 @@ pub(crate) trait Pending: Send + Sync {
 
     /// Finished, but nobody takes its outcome: drop what the engine keeps for it.
     fn discard(&self, _engine: &dyn Driver) {}
+
+    /// The source of a point-to-point receive, once known (a receive from
+    /// any source learns it when it matches a message).
+    fn recv_source(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// An engine's handle on one collective.

@@ -17,6 +17,19 @@ impl Driver for Mpi {
         Ok(Arc::new(Request(self.comm.start(job)?)))
     }
 
+    fn message(
+        &self,
+        m: &mpi_engine::Message,
+        bufs: (*const u8, usize, *mut u8, usize),
+        stage: Option<crate::job::Stage>,
+    ) -> Option<Result<Ticket>> {
+        Some(
+            self.comm
+                .message(m, bufs, stage)
+                .map(|p| Arc::new(Request(p)) as Ticket),
+        )
+    }
+
     fn split(&self, s: &Split<'_>) -> Option<Result<Box<dyn Driver>>> {
         Some(
             self.comm
@@ -36,6 +49,10 @@ impl Pending for Request {
 
     fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
         self.0.wait(out)
+    }
+
+    fn recv_source(&self) -> Option<usize> {
+        self.0.recv_source()
     }
 
     fn cancel(&self, _: &dyn Driver) {

@@ -13,32 +13,30 @@ use crate::proxy::{Client, ProxyClient};
 /// The `Proxy` engine.
 pub(crate) struct Proxy {
     pub client: Arc<Client>,
-    /// The ranks' own path and the block size from which collectives go to
-    /// the proxy instead.
-    pub host: Option<(Arc<Host>, usize)>,
+    /// The ranks' own path (for point-to-point messages, and collectives
+    /// whose blocks are under the size given, from which they go to the
+    /// proxy instead).
+    pub host: (Arc<Host>, usize),
 }
 
 impl Driver for Proxy {
     fn start(&self, job: Job<'_>) -> Result<Ticket> {
-        if let Some((host, min)) = &self.host {
-            if job.coll.block_bytes().is_some_and(|b| b < *min) {
-                // Descriptors queued for a full ring go out while this one runs.
-                self.client.flush();
-                return host.start(job);
-            }
+        let (host, min) = &self.host;
+        if job.coll.block_bytes().is_some_and(|b| b < *min) {
+            // Descriptors queued for a full ring go out while this one runs.
+            self.client.flush();
+            return host.start(job);
         }
         Handle::post(&self.client, job)
     }
 
     fn shutdown(&self) {
-        if let Some((host, _)) = &self.host {
-            host.shutdown();
-        }
+        self.host.0.shutdown();
         self.client.detach();
     }
 
     fn host(&self) -> Option<&Host> {
-        self.host.as_ref().map(|(h, _)| &**h)
+        Some(&self.host.0)
     }
 }
 

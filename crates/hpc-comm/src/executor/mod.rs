@@ -72,6 +72,12 @@ impl Net {
     }
 }
 
+/// The sequence number of every point-to-point message: one of its own, which
+/// the communicator's collectives skip (as they skip the goodbye's `u32::MAX`),
+/// so a user's tag never matches a collective's message. Its messages of one
+/// pair and tag are matched in the order they were sent ([`Matcher`]).
+pub(crate) const P2P_SEQ: u64 = 0xffff_fffe;
+
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
     pub send: *const u8,
@@ -163,6 +169,10 @@ pub(crate) struct OpData {
     /// peer, transport operation, schedule tag.
     net_recvs: Vec<(usize, hpc_rdma::OpId, u32)>,
     net_sends: Vec<(usize, hpc_rdma::OpId, u32)>,
+    /// A point-to-point receive from any source not matched yet, with its
+    /// tag: its machine is not polled until a message with that tag waits
+    /// from some rank, which then becomes its source.
+    any_tag: Option<u32>,
     pub status: Status,
 }
 
@@ -193,10 +203,31 @@ impl Op {
                 wake_until: 0,
                 net_recvs: Vec::new(),
                 net_sends: Vec::new(),
+                any_tag: None,
                 status: if empty { Status::Done } else { Status::Running },
             }),
             done: AtomicBool::new(empty),
         })
+    }
+
+    /// Makes this operation (a point-to-point receive) take its message
+    /// from whichever rank sends one with `tag` first.
+    pub(crate) fn take_any_source(&self, tag: u32) {
+        lock(&self.data).any_tag = Some(tag);
+    }
+
+    /// The source of a point-to-point receive (`None` while a receive from
+    /// any source has not matched a message).
+    pub(crate) fn recv_source(&self) -> Option<usize> {
+        let d = lock(&self.data);
+        if d.any_tag.is_some() {
+            return None;
+        }
+        let src = d.sched.steps().find_map(|s| match s {
+            Step::Recv { peer, .. } => Some(*peer),
+            _ => None,
+        });
+        src
     }
 
     /// Peers this operation waits for now.
@@ -397,6 +428,10 @@ impl Core {
         if self.ops.is_empty() {
             // Refusals of operations that ended anyway (their sends were staged).
             self.rejected.clear();
+        } else {
+            // Refusals of point-to-point sends that no open send took this
+            // pass: they completed before (staged), the receiver reports it.
+            self.rejected.retain(|k| k.1 >> 32 != P2P_SEQ);
         }
         moved |= self.flush();
         moved
@@ -408,12 +443,17 @@ impl Core {
         // A peer refused a message of this operation, maybe one whose send
         // already completed (staged): the operation fails here, not in a
         // later round that waits for the refusing rank.
-        if let Some(&key) = self.rejected.iter().find(|k| k.1 >> 32 == d.seq) {
+        if let Some(key) = self.refused(d) {
             self.rejected.remove(&key);
             return Err(Error::CountMismatch {
                 rank: key.0,
                 detail: format!("rank {} expected a message of a different size", key.0),
             });
+        }
+        if let Some(tag) = d.any_tag {
+            if !self.bind_any_source(d, tag) {
+                return Ok(false);
+            }
         }
         let mut moved = false;
         // Sends that their receiver read (FIN).
@@ -448,7 +488,20 @@ impl Core {
                     tag,
                     sent,
                     expected,
-                }) => return Err(self.refuse(peer, tag64(seq, tag), sent, expected)),
+                }) => {
+                    let e = self.refuse(peer, tag64(seq, tag), sent, expected);
+                    return Err(if seq == P2P_SEQ {
+                        Error::MessageLength {
+                            rank: peer,
+                            // A point-to-point tag is a `u16` (`comm::Tag`).
+                            tag: tag as u16,
+                            sent,
+                            expected,
+                        }
+                    } else {
+                        e
+                    });
+                }
                 Err(InterpError::Memory(e)) => return Err(e),
             };
             moved = true;
@@ -549,6 +602,35 @@ impl Core {
             }
         }
         Ok(moved)
+    }
+
+    /// A refusal that fails `d`: for a collective, any of its sequence
+    /// number; for a point-to-point operation, one of a send it has open (a
+    /// refused send that completed already was the receiver's error).
+    fn refused(&self, d: &OpData) -> Option<(usize, u64)> {
+        if d.seq != P2P_SEQ {
+            return self.rejected.iter().find(|k| k.1 >> 32 == d.seq).copied();
+        }
+        d.m.open_sends()
+            .iter()
+            .map(|&(p, t)| (p, tag64(P2P_SEQ, t)))
+            .find(|k| self.rejected.contains(k))
+    }
+
+    /// Binds a receive from any source to the first rank from which a
+    /// message with `tag` waits; whether one does.
+    fn bind_any_source(&mut self, d: &mut OpData, tag: u32) -> bool {
+        let key = |p: usize| (p, tag64(P2P_SEQ, tag));
+        let Some(src) = (0..self.size).find(|&p| self.matcher.peek(&key(p)).is_some()) else {
+            return false;
+        };
+        for step in d.sched.rounds.iter_mut().flat_map(|r| r.steps.iter_mut()) {
+            if let Step::Recv { peer, .. } = step {
+                *peer = src;
+            }
+        }
+        d.any_tag = None;
+        true
     }
 
     fn is_remote(&self, peer: usize) -> bool {

@@ -1,0 +1,507 @@
+//! Point-to-point messages between two ranks of a communicator, and the
+//! requests that own their buffers.
+//!
+//! A message is one step of a schedule of its own (one send, or one
+//! receive), run by the engine's executor as the collectives' steps are:
+//! over the node's board and, across nodes, the network transport, with
+//! the same matching by `(source, tag)`. Every point-to-point message
+//! carries one sequence number that no collective takes
+//! ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never matches
+//! a collective's message, and messages of one pair and tag are received
+//! in the order they were sent (MPI's non-overtaking rule).
+
+use std::marker::PhantomData;
+
+use hpc_collectives::{Algorithm, CollectiveKind, Region, Round, Schedule, Step};
+
+use super::owned::Owned;
+use super::Comm;
+use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
+use crate::engines::{Driver, Ticket};
+use crate::error::{Error, Result};
+use crate::executor::Buffers;
+use crate::job::Stage;
+
+/// A message's tag: messages match a receive only with the same tag.
+pub type Tag = u16;
+
+/// Where a receive takes its message from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// From this rank of the communicator only.
+    Rank(usize),
+    /// From whichever rank's message with the tag is there first (refused
+    /// on a communicator that spans nodes, except on the `Mpi` engine; see
+    /// [`Comm::irecv`]).
+    Any,
+}
+
+impl From<usize> for Source {
+    fn from(r: usize) -> Source {
+        Source::Rank(r)
+    }
+}
+
+/// What a finished receive got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The rank that sent it (rank in the communicator).
+    pub source: usize,
+    /// Its tag.
+    pub tag: Tag,
+    /// Elements received (the receive's length: a message of another
+    /// length is an [`Error::MessageLength`]).
+    pub count: usize,
+}
+
+/// One side of a message, as its errors name it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Msg {
+    pub(super) what: &'static str,
+    /// The peer; `None`: a receive from any source.
+    peer: Option<usize>,
+    tag: Tag,
+    /// Bytes per element of the buffer.
+    elem: usize,
+    /// Elements of the buffer.
+    count: usize,
+}
+
+impl Msg {
+    /// The engine's error as this message's.
+    fn error(&self, e: Error) -> Error {
+        match e {
+            Error::Timeout { after, .. } => Error::MessageTimeout {
+                what: self.what,
+                peer: self.peer,
+                tag: self.tag,
+                after,
+            },
+            Error::MessageLength {
+                rank,
+                tag,
+                sent,
+                expected,
+            } => Error::MessageLength {
+                rank,
+                tag,
+                sent: sent / self.elem.max(1),
+                expected: expected / self.elem.max(1),
+            },
+            e => e,
+        }
+    }
+
+    /// Waits for `t` (a staged result goes to `out`), and says what a
+    /// receive got.
+    pub(super) fn finish(
+        &self,
+        e: &dyn Driver,
+        t: &Ticket,
+        out: Option<&mut [u8]>,
+    ) -> Result<Status> {
+        if let Err(err) = t.wait(e, out) {
+            t.cancel(e);
+            return Err(self.error(err));
+        }
+        Ok(Status {
+            source: t.recv_source().or(self.peer).unwrap_or(0),
+            tag: self.tag,
+            count: self.count,
+        })
+    }
+}
+
+/// A schedule of one step, under the point-to-point sequence number.
+fn one_step(comm: &Comm, step: Step, send_bytes: usize, recv_bytes: usize) -> Schedule {
+    Schedule {
+        // What kind the schedule says is for display only: none fits a
+        // single message, and the executor does not read it.
+        kind: CollectiveKind::Barrier,
+        algorithm: Algorithm::Auto,
+        rank: comm.rank,
+        size: comm.size,
+        send_bytes,
+        recv_bytes,
+        scratch_bytes: 0,
+        rounds: vec![Round { steps: vec![step] }],
+    }
+}
+
+impl Comm {
+    fn spans_nodes(&self) -> bool {
+        self.nodes.iter().any(|&n| n != self.nodes[self.rank])
+    }
+
+    fn peer_arg(&self, what: &str, r: usize) -> Result<usize> {
+        if r >= self.size {
+            return Err(Error::Argument(format!(
+                "{what} {r} is not a rank of this communicator of {} ranks",
+                self.size
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Posts one point-to-point step on the engine's own path: `send` to
+    /// `dest`, or a receive into `recv` (staged: on copies the engine owns).
+    fn post(&self, msg: &Msg, send: &[u8], recv: &mut [u8], staged: bool) -> Result<Ticket> {
+        let mut stage = staged.then(|| Stage::copies(send, recv));
+        let raw = match &mut stage {
+            Some(st) => st.raw(),
+            None => (send.as_ptr(), send.len(), recv.as_mut_ptr(), recv.len()),
+        };
+        let Some(host) = self.driver.host() else {
+            #[cfg(feature = "mpi")]
+            if let Some(t) = self.driver.message(
+                &crate::mpi_engine::Message {
+                    send: msg.what == "send",
+                    peer: msg.peer,
+                    tag: msg.tag,
+                    timeout: self.timeout,
+                },
+                raw,
+                stage,
+            ) {
+                return t;
+            }
+            return Err(Error::Unsupported(format!(
+                "point-to-point messages on the {:?} engine in this placement",
+                self.opts.engine
+            )));
+        };
+        if self.opts.engine == super::Engine::Proxy && self.spans_nodes() {
+            // Its ranks' own path has no network: only the proxies reach other nodes.
+            return Err(Error::Unsupported(
+                "point-to-point messages on the Proxy engine across nodes".into(),
+            ));
+        }
+        let tag = u32::from(msg.tag);
+        let step = if msg.what == "send" {
+            let peer = msg.peer.unwrap_or(0);
+            Step::Send {
+                peer,
+                region: Region::send(0, send.len()),
+                tag,
+            }
+        } else {
+            if msg.peer.is_none() && self.spans_nodes() {
+                return Err(Error::Unsupported(
+                    "a receive from Source::Any on a communicator that spans nodes".into(),
+                ));
+            }
+            Step::Recv {
+                peer: msg.peer.unwrap_or(0),
+                region: Region::recv(0, recv.len()),
+                tag,
+            }
+        };
+        let sched = one_step(self, step, send.len(), recv.len());
+        let (s, sl, r, rl) = raw;
+        let bufs = Buffers {
+            send: s,
+            send_len: sl,
+            recv: r,
+            recv_len: rl,
+            scratch: Vec::new(),
+            stage,
+        };
+        let any = msg.peer.is_none().then_some(tag);
+        let _span = tracing::debug_span!("message", what = msg.what, peer = ?msg.peer, tag = msg.tag, rank = self.rank).entered();
+        host.start_p2p(sched, bufs, any)
+    }
+
+    fn send_msg<T: Elem>(&self, buf: &[T], dest: usize, tag: Tag) -> Result<Msg> {
+        Ok(Msg {
+            what: "send",
+            peer: Some(self.peer_arg("dest", dest)?),
+            tag,
+            elem: std::mem::size_of::<T>(),
+            count: buf.len(),
+        })
+    }
+
+    fn recv_msg<T: Elem>(&self, buf: &[T], source: Source, tag: Tag) -> Result<Msg> {
+        let peer = match source {
+            Source::Rank(r) => Some(self.peer_arg("source", r)?),
+            Source::Any => None,
+        };
+        Ok(Msg {
+            what: "receive",
+            peer,
+            tag,
+            elem: std::mem::size_of::<T>(),
+            count: buf.len(),
+        })
+    }
+
+    /// Runs a posted step to its end on the caller's buffers.
+    fn blocking(&self, msg: &Msg, send: &[u8], recv: &mut [u8]) -> Result<Status> {
+        let t = self.post(msg, send, recv, false)?;
+        let r = msg.finish(&*self.driver, &t, None);
+        if r.is_err() {
+            self.abandon(&t);
+        }
+        r
+    }
+
+    /// Sends `buf` to rank `dest` with `tag` (blocking until `buf` may be
+    /// reused: a small message is copied out at once, a large one waits for
+    /// the receiver to read it). Bounded by the communicator's timeout
+    /// (`HPC_TIMEOUT`), as collectives are.
+    pub fn send<S: Buf + ?Sized>(&self, buf: &S, dest: usize, tag: Tag) -> Result<()> {
+        let buf = buf.elems()?;
+        let msg = self.send_msg(buf, dest, tag)?;
+        self.blocking(&msg, bytes(buf), &mut []).map(|_| ())
+    }
+
+    /// Receives a message with `tag` from `source` into `buf`, whose length
+    /// must be the message's (else [`Error::MessageLength`], naming both;
+    /// nothing is truncated). Bounded by the communicator's timeout: a
+    /// message that never comes is an [`Error::MessageTimeout`] naming
+    /// source and tag.
+    pub fn recv<R: BufMut + ?Sized>(
+        &self,
+        buf: &mut R,
+        source: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Status> {
+        let buf = buf.elems_mut()?;
+        let msg = self.recv_msg(buf, source.into(), tag)?;
+        self.blocking(&msg, &[], bytes_mut(buf))
+    }
+
+    /// Non-blocking [`Comm::send`]: the request borrows `buf` until it is
+    /// waited for (the engine sends a copy, so a leaked request is safe).
+    pub fn isend<'a, S: Buf + ?Sized>(
+        &'a self,
+        buf: &'a S,
+        dest: usize,
+        tag: Tag,
+    ) -> Result<SendRequest<'a>> {
+        let buf = buf.elems()?;
+        let msg = self.send_msg(buf, dest, tag)?;
+        let t = self.post(&msg, bytes(buf), &mut [], true)?;
+        Ok(SendRequest {
+            comm: self,
+            ticket: Some(t),
+            msg,
+            _p: PhantomData,
+        })
+    }
+
+    /// Non-blocking [`Comm::recv`]: the request borrows `buf` until it is
+    /// waited for, and the message lands in it in `test`/`wait`.
+    ///
+    /// Receives of one source and tag take the messages in the order the
+    /// sender sent them. `Source::Any` takes the message of the first rank
+    /// found with one waiting; it is refused with [`Error::Unsupported`] on a
+    /// communicator that spans nodes (but for the `Mpi` engine's, where it is
+    /// `MPI_ANY_SOURCE`).
+    pub fn irecv<'a, R: BufMut + ?Sized>(
+        &'a self,
+        buf: &'a mut R,
+        source: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<RecvRequest<'a>> {
+        let buf = buf.elems_mut()?;
+        let msg = self.recv_msg(buf, source.into(), tag)?;
+        let out = bytes_mut(buf);
+        let t = self.post(&msg, &[], out, true)?;
+        Ok(RecvRequest {
+            comm: self,
+            ticket: Some(t),
+            out: Some(out),
+            msg,
+        })
+    }
+
+    /// Sends `send` to `dest` and receives `recv` from `source` at once (no
+    /// deadlock when every rank of a ring calls it). The two element types
+    /// may differ.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<S: Buf + ?Sized, R: BufMut + ?Sized>(
+        &self,
+        send: &S,
+        dest: usize,
+        send_tag: Tag,
+        recv: &mut R,
+        source: impl Into<Source>,
+        recv_tag: Tag,
+    ) -> Result<Status> {
+        let rreq = self.irecv(recv, source, recv_tag)?;
+        let sreq = self.isend(send, dest, send_tag)?;
+        let sent = sreq.wait();
+        let got = rreq.wait();
+        sent?;
+        got
+    }
+
+    /// Non-blocking send of a buffer the request owns: `wait` hands it back.
+    /// The request borrows nothing (`'static`), so it can be kept in a
+    /// struct and waited for later; the engine reads the `Vec` in place.
+    pub fn isend_owned<T: Elem>(&self, buf: Vec<T>, dest: usize, tag: Tag) -> Result<OwnedSend<T>> {
+        let msg = self.send_msg(&buf, dest, tag)?;
+        let t = self.post(&msg, bytes(&buf), &mut [], false)?;
+        Ok(OwnedSend {
+            inner: Owned::new(self, t, Some(msg), buf),
+        })
+    }
+
+    /// Non-blocking receive into a buffer the request owns: `wait` hands it
+    /// back filled, with the [`Status`]. `'static` like [`OwnedSend`]; the
+    /// message lands in the `Vec` in place.
+    pub fn irecv_owned<T: Elem>(
+        &self,
+        mut buf: Vec<T>,
+        source: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<OwnedRecv<T>> {
+        let msg = self.recv_msg(&buf, source.into(), tag)?;
+        let t = self.post(&msg, &[], bytes_mut(&mut buf), false)?;
+        Ok(OwnedRecv {
+            inner: Owned::new(self, t, Some(msg), buf),
+        })
+    }
+}
+
+/// A non-blocking send ([`Comm::isend`]); borrows its buffer until
+/// [`SendRequest::wait`]. Dropping it unfinished waits for it.
+#[must_use = "a send is known to be done only in test/wait"]
+pub struct SendRequest<'a> {
+    comm: &'a Comm,
+    ticket: Option<Ticket>,
+    msg: Msg,
+    _p: PhantomData<&'a [u8]>,
+}
+
+/// A non-blocking receive ([`Comm::irecv`]); borrows its buffer until
+/// [`RecvRequest::wait`], where the message lands. Dropping it unfinished
+/// waits for it.
+#[must_use = "a received message lands in its buffer only in test/wait"]
+pub struct RecvRequest<'a> {
+    comm: &'a Comm,
+    ticket: Option<Ticket>,
+    out: Option<&'a mut [u8]>,
+    msg: Msg,
+}
+
+macro_rules! debug_by_message {
+    ($($t:ident $(<$l:lifetime>)? $(<$g:ident>)?),*) => {$(
+        impl$(<$l>)?$(<$g: Elem>)? std::fmt::Debug for $t$(<$l>)?$(<$g>)? {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($t)).field("message", &self.msg()).finish()
+            }
+        }
+    )*};
+}
+debug_by_message!(SendRequest<'a>, RecvRequest<'a>, OwnedSend<T>, OwnedRecv<T>);
+
+impl SendRequest<'_> {
+    fn msg(&self) -> &Msg {
+        &self.msg
+    }
+
+    /// Whether the send finished (the engine progresses here, as in
+    /// [`Request::test`](crate::Request::test)).
+    pub fn test(&mut self) -> bool {
+        let e = &*self.comm.driver;
+        self.ticket.as_ref().is_none_or(|t| t.test(e))
+    }
+
+    /// Waits for the send.
+    pub fn wait(mut self) -> Result<()> {
+        match self.ticket.take() {
+            Some(t) => self.msg.finish(&*self.comm.driver, &t, None).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SendRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            if let Err(e) = self.msg.finish(&*self.comm.driver, &t, None) {
+                tracing::warn!(error = %e.chain(), "an unwaited send failed");
+            }
+        }
+    }
+}
+
+impl RecvRequest<'_> {
+    fn msg(&self) -> &Msg {
+        &self.msg
+    }
+
+    /// Whether the message arrived (it lands in the buffer in `wait`).
+    pub fn test(&mut self) -> bool {
+        let e = &*self.comm.driver;
+        self.ticket.as_ref().is_none_or(|t| t.test(e))
+    }
+
+    /// Waits for the message, lands it in the buffer and says where it came from.
+    pub fn wait(mut self) -> Result<Status> {
+        let t = self.ticket.take().expect("a receive is waited for once");
+        self.msg.finish(&*self.comm.driver, &t, self.out.take())
+    }
+}
+
+impl Drop for RecvRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            if let Err(e) = self.msg.finish(&*self.comm.driver, &t, self.out.take()) {
+                tracing::warn!(error = %e.chain(), "an unwaited receive failed");
+            }
+        }
+    }
+}
+
+/// A send that owns its buffer ([`Comm::isend_owned`]): `'static`, so it can
+/// be kept in a struct and outlive the frame (and the borrow of the
+/// communicator) that started it. Dropped unfinished, it waits for the send
+/// (until the communicator's timeout), then cancels it, before the buffer is
+/// freed.
+#[must_use = "wait hands the buffer back"]
+pub struct OwnedSend<T: Elem> {
+    inner: Owned<Vec<T>>,
+}
+
+impl<T: Elem> OwnedSend<T> {
+    fn msg(&self) -> Option<&Msg> {
+        self.inner.msg.as_ref()
+    }
+
+    /// Whether the send finished.
+    pub fn test(&mut self) -> bool {
+        self.inner.test()
+    }
+
+    /// Waits for the send and hands the buffer back.
+    pub fn wait(self) -> Result<Vec<T>> {
+        self.inner.wait().map(|(b, _)| b)
+    }
+}
+
+/// A receive that owns its buffer ([`Comm::irecv_owned`]): `'static` like
+/// [`OwnedSend`], with the same rule when dropped unfinished.
+#[must_use = "wait hands the buffer back with the message in it"]
+pub struct OwnedRecv<T: Elem> {
+    inner: Owned<Vec<T>>,
+}
+
+impl<T: Elem> OwnedRecv<T> {
+    fn msg(&self) -> Option<&Msg> {
+        self.inner.msg.as_ref()
+    }
+
+    /// Whether the message arrived (and landed in the buffer).
+    pub fn test(&mut self) -> bool {
+        self.inner.test()
+    }
+
+    /// Waits for the message and hands the buffer back with it, and the status.
+    pub fn wait(self) -> Result<(Vec<T>, Status)> {
+        let (buf, status) = self.inner.wait()?;
+        Ok((buf, status.expect("a message's request has its status")))
+    }
+}

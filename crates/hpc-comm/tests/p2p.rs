@@ -1,0 +1,453 @@
+//! Point-to-point messages and owned requests on every engine, on real jobs:
+//! this test binary re-executes itself as the ranks (and as the proxy), as
+//! `engines.rs` does. Every value a rank receives is checked against the
+//! reference [`val`] of its sender, message and element; a rank counts as
+//! successful only if it printed [`CHILD_OK`] at the end of its scenario.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use hpc_comm::{
+    Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
+};
+use hpc_runtime::World;
+use hpc_test_support::{failures, Job};
+
+const SCENARIO: &str = hpc_runtime::env::COLL_TEST_SCENARIO;
+const CHILD_OK: &str = hpc_test_support::CHILD_OK;
+const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
+/// Elements of a message beyond the board's staging slots (moved by one
+/// cross-memory read).
+const LARGE: usize = 40_000;
+
+/// Element `i` of message `m` from rank `r`: the reference every receive is
+/// checked against.
+fn val(r: usize, m: usize, i: usize) -> f64 {
+    (r * 1_000_000 + m * 1_000 + i % 1_000) as f64 + 0.25
+}
+
+fn msg(r: usize, m: usize, len: usize) -> Vec<f64> {
+    (0..len).map(|i| val(r, m, i)).collect()
+}
+
+fn check(what: &str, got: &[f64], r: usize, m: usize) {
+    for (i, &g) in got.iter().enumerate() {
+        assert_eq!(
+            g,
+            val(r, m, i),
+            "{what}: element {i} of message {m} from rank {r}"
+        );
+    }
+}
+
+fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
+    let exe = std::env::current_exe().unwrap();
+    let proxy_cmd = format!(
+        "{} proxy_entry --exact --nocapture --test-threads=1",
+        exe.display()
+    );
+    let t = Instant::now();
+    let outs = Job::this_test("child_entry", size)
+        .timeout(Duration::from_secs(timeout_s))
+        .nodes(nodes)
+        .env(SCENARIO, scenario)
+        .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
+        .quiet_stdout()
+        .run();
+    let failed = failures(&outs);
+    assert!(
+        failed.is_empty(),
+        "{scenario} on {size} ranks: {}",
+        failed.join("\n")
+    );
+    eprintln!("{scenario} x{size} on {nodes} nodes: {:?}", t.elapsed());
+}
+
+#[test]
+fn proxy_entry() {
+    hpc_comm::proxy::serve_env().unwrap();
+}
+
+#[test]
+fn child_entry() {
+    let Ok(s) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let world = World::init().unwrap();
+    let spans = (0..world.size()).any(|r| !world.same_node(world.rank(), r));
+    let engines: &[Engine] = match s.as_str() {
+        // The Proxy engine's ranks have no network path of their own.
+        "nodes" => &ENGINES[..2],
+        #[cfg(feature = "mpi")]
+        "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
+        _ => &ENGINES,
+    };
+    for &engine in engines {
+        let comm = Comm::with_options(&world, CommOptions::new(engine)).unwrap();
+        match s.trim_start_matches("mpi_") {
+            "conformance" | "nodes" => conformance(&comm, spans),
+            "timeout" => timeout(&comm),
+            o => panic!("unknown scenario {o}"),
+        }
+        comm.barrier().unwrap();
+    }
+    eprintln!("{CHILD_OK} rank {} {s}", world.rank());
+}
+
+/// Every check of the conformance scenario, in order, on one communicator.
+fn conformance(comm: &Comm, spans: bool) {
+    let what = format!(
+        "{:?} rank {} of {}",
+        comm.engine(),
+        comm.rank(),
+        comm.size()
+    );
+    round_trip(comm, &what);
+    tags_do_not_cross(comm, &what);
+    non_overtaking(comm, &what);
+    sendrecv_ring(comm, &what);
+    wildcard_source(comm, &what, spans);
+    owned_requests(comm, &what);
+    length_mismatch(comm, &what);
+    bad_arguments(comm);
+}
+
+fn ring(comm: &Comm) -> (usize, usize) {
+    let (me, n) = (comm.rank(), comm.size());
+    ((me + 1) % n, (me + n - 1) % n)
+}
+
+/// A small and a large message to the next rank, typed, and their statuses.
+fn round_trip(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    for (m, len) in [(0, 5), (1, LARGE)] {
+        let out = msg(comm.rank(), m, len);
+        let req = comm.isend(&out, next, 11).unwrap();
+        let mut got = vec![0.0f64; len];
+        let st = comm.recv(&mut got, prev, 11).unwrap();
+        req.wait().unwrap();
+        assert_eq!(
+            st,
+            Status {
+                source: prev,
+                tag: 11,
+                count: len
+            },
+            "{what}"
+        );
+        check(what, &got, prev, m);
+    }
+    // Blocking send to itself is received once posted (a small one).
+    let out = msg(comm.rank(), 2, 3);
+    comm.send(&out, comm.rank(), 12).unwrap();
+    let mut got = [0.0f64; 3];
+    comm.recv(&mut got[..], comm.rank(), 12).unwrap();
+    check(what, &got, comm.rank(), 2);
+}
+
+/// Messages of two tags, received in the other order, with a collective
+/// between the sends and the receives (user tag 0 beside its messages).
+fn tags_do_not_cross(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    let a = msg(comm.rank(), 3, 7);
+    let b = msg(comm.rank(), 4, 7);
+    let c = msg(comm.rank(), 5, 2);
+    let ra = comm.isend(&a, next, 7).unwrap();
+    let rb = comm.isend(&b, next, 8).unwrap();
+    let rc = comm.isend(&c, next, 0).unwrap();
+    let mut sum = [0i64];
+    comm.allreduce(&[1i64], &mut sum, ReduceOp::Sum).unwrap();
+    assert_eq!(
+        sum[0],
+        comm.size() as i64,
+        "{what}: a collective between messages"
+    );
+    let (mut gb, mut ga, mut gc) = (vec![0.0; 7], vec![0.0; 7], vec![0.0; 2]);
+    comm.recv(&mut gb, prev, 8).unwrap();
+    comm.recv(&mut gc, prev, 0).unwrap();
+    comm.recv(&mut ga, prev, 7).unwrap();
+    check(what, &ga, prev, 3);
+    check(what, &gb, prev, 4);
+    check(what, &gc, prev, 5);
+    for r in [ra, rb, rc] {
+        r.wait().unwrap();
+    }
+}
+
+/// 20 messages of one pair and tag, small and large mixed, arrive in order.
+fn non_overtaking(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    let len = |m: usize| if m % 3 == 0 { LARGE } else { m + 1 };
+    let outs: Vec<Vec<f64>> = (0..20).map(|m| msg(comm.rank(), 100 + m, len(m))).collect();
+    let mut bufs: Vec<Vec<f64>> = (0..20).map(|m| vec![0.0; len(m)]).collect();
+    let recvs: Vec<_> = bufs
+        .iter_mut()
+        .map(|b| comm.irecv(b, prev, 5).unwrap())
+        .collect();
+    let sends: Vec<_> = outs
+        .iter()
+        .map(|o| comm.isend(o, next, 5).unwrap())
+        .collect();
+    for r in recvs {
+        r.wait().unwrap();
+    }
+    for s in sends {
+        s.wait().unwrap();
+    }
+    for (m, b) in bufs.iter().enumerate() {
+        check(what, b, prev, 100 + m);
+    }
+}
+
+/// `sendrecv` around the ring, each direction once, with integer elements.
+fn sendrecv_ring(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    let out: Vec<i64> = (0..9).map(|i| (comm.rank() * 10 + i) as i64).collect();
+    let mut got = vec![0i64; 9];
+    let st = comm.sendrecv(&out, next, 21, &mut got, prev, 21).unwrap();
+    assert_eq!(st.source, prev, "{what}");
+    assert_eq!(
+        got,
+        (0..9).map(|i| (prev * 10 + i) as i64).collect::<Vec<_>>(),
+        "{what}"
+    );
+    let st = comm
+        .sendrecv(&out, prev, 22, &mut got, Source::Rank(next), 22)
+        .unwrap();
+    assert_eq!((st.source, st.tag, st.count), (next, 22, 9), "{what}");
+}
+
+/// Every other rank sends to rank 0, which takes them from any source.
+fn wildcard_source(comm: &Comm, what: &str, spans: bool) {
+    let (me, n) = (comm.rank(), comm.size());
+    if spans {
+        let mut b = [0.0f64; 1];
+        match comm.irecv(&mut b[..], Source::Any, 3) {
+            Err(Error::Unsupported(m)) => assert!(m.contains("Source::Any"), "{m}"),
+            o => panic!("{what}: a receive from any source across nodes: {o:?}"),
+        }
+        return;
+    }
+    if me == 0 {
+        let mut from = BTreeSet::new();
+        for _ in 1..n {
+            let mut b = vec![0.0f64; 4];
+            let st = comm.recv(&mut b, Source::Any, 3).unwrap();
+            check(what, &b, st.source, 30);
+            assert!(from.insert(st.source), "{what}: rank {} twice", st.source);
+        }
+        assert_eq!(from, (1..n).collect(), "{what}");
+    } else {
+        comm.send(&msg(me, 30, 4), 0, 3).unwrap();
+    }
+}
+
+/// Requests that own their buffers, kept in a struct built by a function
+/// that returned before they are waited for.
+struct InFlight {
+    sends: Vec<OwnedSend<f64>>,
+    recv: OwnedRecv<f64>,
+    alltoall: OwnedRequest<i64>,
+    allreduce: OwnedRequest<i64>,
+}
+
+fn start_owned(comm: &Comm) -> InFlight {
+    let (next, prev) = ring(comm);
+    let sends = [(40, 6), (41, LARGE)]
+        .into_iter()
+        .map(|(m, len)| {
+            comm.isend_owned(msg(comm.rank(), m, len), next, 40)
+                .unwrap()
+        })
+        .collect();
+    let recv = comm.irecv_owned(vec![0.0; 6], prev, 40).unwrap();
+    let (me, n) = (comm.rank(), comm.size());
+    let blocks = (0..n).map(|j| (me * 100 + j) as i64).collect();
+    let alltoall = comm.ialltoall_owned(blocks, vec![0; n]).unwrap();
+    let allreduce = comm
+        .iallreduce_owned(vec![me as i64 + 1; 3], vec![0; 3], ReduceOp::Sum)
+        .unwrap();
+    InFlight {
+        sends,
+        recv,
+        alltoall,
+        allreduce,
+    }
+}
+
+fn owned_requests(comm: &Comm, what: &str) {
+    let (_, prev) = ring(comm);
+    let flight = start_owned(comm);
+    let (me, n) = (comm.rank(), comm.size());
+    let (send, recv) = flight.alltoall.wait().unwrap();
+    assert_eq!(
+        send,
+        (0..n).map(|j| (me * 100 + j) as i64).collect::<Vec<_>>(),
+        "{what}"
+    );
+    assert_eq!(
+        recv,
+        (0..n).map(|j| (j * 100 + me) as i64).collect::<Vec<_>>(),
+        "{what}"
+    );
+    let (_, sum) = flight.allreduce.wait().unwrap();
+    assert_eq!(sum, vec![(n * (n + 1) / 2) as i64; 3], "{what}");
+    let (got, st) = flight.recv.wait().unwrap();
+    assert_eq!((st.source, st.count), (prev, 6), "{what}");
+    check(what, &got, prev, 40);
+    // The large one, received by an owned request dropped unwaited: the drop
+    // waits for it, and the send completes.
+    let late = comm.irecv_owned(vec![0.0; LARGE], prev, 40).unwrap();
+    drop(late);
+    for (s, (m, len)) in flight.sends.into_iter().zip([(40, 6), (41, LARGE)]) {
+        let back = s.wait().unwrap();
+        assert_eq!(
+            back,
+            msg(comm.rank(), m, len),
+            "{what}: the buffer comes back whole"
+        );
+    }
+}
+
+/// A message of 4 elements where the receive holds 6: a typed error naming
+/// both, no truncation; the communicator goes on.
+fn length_mismatch(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    if comm.size() == 1 {
+        return;
+    }
+    let out = msg(comm.rank(), 50, 4);
+    let req = comm.isend(&out, next, 9).unwrap();
+    let mut got = vec![-1.0f64; 6];
+    match comm.recv(&mut got, prev, 9) {
+        Err(Error::MessageLength {
+            rank,
+            tag: 9,
+            sent: 4,
+            expected: 6,
+        }) => {
+            assert_eq!(rank, prev, "{what}")
+        }
+        o => panic!("{what}: a message of 4 into 6: {o:?}"),
+    }
+    // (MPI lands the shorter message's elements, as it does.)
+    if !format!("{:?}", comm.engine()).contains("Mpi") {
+        assert!(got.iter().all(|&g| g == -1.0), "{what}: nothing landed");
+    }
+    // The sender's part: a small message was copied out at once.
+    req.wait().unwrap();
+    // A large one, read in place where the receive matches it: refused
+    // whole, and its sender is told (an error, or done under MPI), not hung.
+    let out = msg(comm.rank(), 51, LARGE);
+    let req = comm.isend(&out, next, 10).unwrap();
+    let mut got = vec![-1.0f64; LARGE + 1];
+    match comm.recv(&mut got, prev, 10) {
+        Err(Error::MessageLength { sent, expected, .. }) => {
+            assert_eq!((sent, expected), (LARGE, LARGE + 1), "{what}")
+        }
+        o => panic!("{what}: a message of {LARGE} into {}: {o:?}", LARGE + 1),
+    }
+    let sent = req.wait();
+    if let Err(e) = &sent {
+        assert!(matches!(e, Error::CountMismatch { .. }), "{what}: {e}");
+    }
+    comm.barrier().unwrap();
+    round_trip(comm, what);
+}
+
+fn bad_arguments(comm: &Comm) {
+    let n = comm.size();
+    match comm.send(&[1.0f64][..], n, 0) {
+        Err(Error::Argument(m)) => assert!(m.contains("dest") && m.contains(&n.to_string()), "{m}"),
+        o => panic!("a destination out of range: {o:?}"),
+    }
+    let mut b = [0u8; 1];
+    let r = comm.irecv(&mut b[..], n + 3, 0).map(|_| ());
+    match r {
+        Err(Error::Argument(m)) => assert!(m.contains("source"), "{m}"),
+        o => panic!("a source out of range: {o:?}"),
+    }
+}
+
+/// A receive that never matches ends with the communicator's timeout,
+/// naming source and tag.
+fn timeout(comm: &Comm) {
+    let t0 = Instant::now();
+    if comm.rank() == 0 {
+        let mut b = [0i32; 2];
+        match comm.recv(&mut b[..], 1, 42) {
+            Err(
+                e @ Error::MessageTimeout {
+                    peer: Some(1),
+                    tag: 42,
+                    ..
+                },
+            ) => {
+                let m = e.to_string();
+                assert!(m.contains("from rank 1") && m.contains("tag 42"), "{m}");
+            }
+            o => panic!("a receive nobody sends to: {o:?}"),
+        }
+        assert!(
+            t0.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            t0.elapsed()
+        );
+    } else {
+        // Past rank 0's timeout, then to the barrier together.
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+}
+
+#[test]
+fn point_to_point_every_engine_1_to_8_ranks() {
+    for n in [1, 2, 3, 5, 8] {
+        run("conformance", n, 1, 30);
+    }
+}
+
+#[test]
+fn point_to_point_across_nodes() {
+    // Inline and Thread: ranks on the other node through the network path.
+    run("nodes", 3, 2, 30);
+}
+
+#[test]
+fn a_receive_that_never_matches_times_out() {
+    run("timeout", 2, 1, 1);
+}
+
+/// The same checks on the `Mpi` engine (MPI's own point-to-point) under Open
+/// MPI's `mpirun`; skipped with a line where it is not installed, unless
+/// `HPC_REQUIRE_MPI=1`.
+#[cfg(feature = "mpi")]
+#[test]
+fn point_to_point_on_the_mpi_engine() {
+    let Some(mpirun) = hpc_test_support::open_mpi_mpirun() else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    for (scenario, n, timeout) in [
+        ("mpi_conformance", 1, "30"),
+        ("mpi_conformance", 4, "30"),
+        ("mpi_timeout", 2, "1"),
+    ] {
+        let t = Instant::now();
+        let out = std::process::Command::new(&mpirun)
+            .args(["--oversubscribe", "--bind-to", "none", "-n", &n.to_string()])
+            .arg(&exe)
+            .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env(SCENARIO, scenario)
+            .env(hpc_runtime::env::TIMEOUT, timeout)
+            .output()
+            .unwrap();
+        let text = hpc_test_support::text(&out);
+        assert!(
+            out.status.success() && text.matches(CHILD_OK).count() == n,
+            "{scenario} on {n} ranks under mpirun:\n{text}"
+        );
+        eprintln!("{scenario} x{n} under mpirun: {:?}", t.elapsed());
+    }
+}
