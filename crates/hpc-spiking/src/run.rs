@@ -251,7 +251,7 @@ pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
 
 /// The names of the files a run writes into its output directory: the spike file
 /// (and its `.partial` name), the summary, the report, and each of `figures` (file
-/// stems, such as those of `spike_report::plot::Plot::ALL`) as PNG and SVG. Earlier
+/// stems, such as those of `hpc_spike_report::plot::Plot::ALL`) as PNG and SVG. Earlier
 /// files of these names are removed when a run starts ([`own_output_dir`]), so that
 /// none can be taken for the new run's.
 pub fn output_names<'a>(figures: impl IntoIterator<Item = &'a str>) -> Vec<String> {

@@ -219,7 +219,7 @@ fn run(args: Args) -> Result<()> {
         &args.out,
         "brunel",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
-        hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
+        hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
     let restart = match &args.restart {
         Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
@@ -419,7 +419,8 @@ fn draw(
     reference: Option<&brunel::plot::Reference>,
     dir: &mut hpc_io::rundir::RunDir,
 ) -> Result<()> {
-    for name in hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem()))
+    for name in
+        hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()))
     {
         if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
             dir.record(&name)?;

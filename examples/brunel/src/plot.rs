@@ -1,4 +1,4 @@
-//! Figures and the run report, drawn by `hpc-example-spike-report` from the spike
+//! Figures and the run report, drawn by `hpc-spike-report` from the spike
 //! file and the summary: `raster`, `firing-rates`, `cv-isi` and `overview` (PNG and
 //! SVG) and `report.html` in the output directory.
 //!
@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
+use hpc_spike_report::plot::{PlotOptions, Rows};
+use hpc_spike_report::report::{Check, Phase, Report, Tolerance, Validation};
+use hpc_spike_report::{palette, Population, Recording};
 use serde_json::Value;
-use spike_report::plot::{PlotOptions, Rows};
-use spike_report::report::{Check, Phase, Report, Tolerance, Validation};
-use spike_report::{palette, Population, Recording};
 
 use crate::params::Model;
 
@@ -188,7 +188,7 @@ pub fn report(
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).sum())
         .unwrap_or(0);
-    let th = spike_report::thousands;
+    let th = hpc_spike_report::thousands;
     rep.summary = vec![
         (
             "neurons".into(),
@@ -278,7 +278,7 @@ pub fn report(
         rows: Rows::PerPopulation(RASTER_NEURONS),
         ..PlotOptions::default()
     };
-    let written = spike_report::report::write(out, &rep, &rec, &opts)?;
+    let written = hpc_spike_report::report::write(out, &rep, &rec, &opts)?;
     written.report.context("the report was not written")
 }
 

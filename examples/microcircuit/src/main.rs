@@ -231,7 +231,7 @@ fn run(args: Args) -> Result<()> {
         &args.out,
         "microcircuit",
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
-        hpc_spiking::run::output_names(spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
+        hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
     let restart = match &args.restart {
         Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
@@ -403,7 +403,7 @@ fn summary(
             say!("  spikes written to {}", f.display());
             if !args.no_plot {
                 for name in hpc_spiking::run::output_names(
-                    spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+                    hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
                 ) {
                     if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
                         dir.record(&name)?;

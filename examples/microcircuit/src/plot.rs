@@ -1,4 +1,4 @@
-//! Figures and the run report, drawn by `hpc-example-spike-report` from the spike
+//! Figures and the run report, drawn by `hpc-spike-report` from the spike
 //! file and the summary: raster (grouped by layer, as NEST's example draws it),
 //! per-population firing rates, CV of ISIs, overview (PNG and SVG), and
 //! `report.html`, over the recorded time (after the warm-up).
@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use hpc_spike_report::plot::{PlotOptions, Rows};
+use hpc_spike_report::report::Phase;
+use hpc_spike_report::{palette, Population, Recording};
 use serde_json::Value;
-use spike_report::plot::{PlotOptions, Rows};
-use spike_report::report::Phase;
-use spike_report::{palette, Population, Recording};
 
 use crate::params::{Model, NPOP, POPULATIONS};
 
@@ -45,7 +45,7 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut rep = spike_report::report::Report::of_summary(
+    let mut rep = hpc_spike_report::report::Report::of_summary(
         "Potjans & Diesmann (2014) microcircuit",
         model.n as u64,
         summary,
@@ -54,7 +54,7 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
         "NEST's Potjans_2014 example: iaf_psc_exp neurons, N_scaling {}, K_scaling {}, {:?} background; {} ms warm-up (not shown) and {} ms recorded in steps of {} ms.",
         p.n_scaling, p.k_scaling, p.input, p.t_presim, p.t_sim, p.dt
     ));
-    let th = spike_report::thousands;
+    let th = hpc_spike_report::thousands;
     rep.summary = vec![
         ("neurons".into(), th(model.n as u64)),
         ("synapses".into(), th(u("synapses"))),
@@ -109,6 +109,6 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
         rows: Rows::Proportional(1000),
         ..PlotOptions::default()
     };
-    let written = spike_report::report::write(out, &rep, &rec, &opts)?;
+    let written = hpc_spike_report::report::write(out, &rep, &rec, &opts)?;
     written.report.context("the report was not written")
 }

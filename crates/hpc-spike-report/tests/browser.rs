@@ -15,10 +15,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use hpc_spike_report::plot::{PlotOptions, Rows};
+use hpc_spike_report::report::{self, Check, Phase, Report, Tolerance, Validation};
+use hpc_spike_report::{Recording, RunInfo};
 use serde_json::{json, Value};
-use spike_report::plot::{PlotOptions, Rows};
-use spike_report::report::{self, Check, Phase, Report, Tolerance, Validation};
-use spike_report::{Recording, RunInfo};
 
 /// A page's verdict.
 #[derive(Debug)]

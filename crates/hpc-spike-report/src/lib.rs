@@ -1,6 +1,8 @@
 //! # Spike reports: labelled plots and a one-page run report
 //!
-//! Shared by the spiking-network examples of hpc-rs. Given the populations of a
+//! For spiking-network codes on hpc-rs (the `brunel` and `microcircuit` examples
+//! use it; a network of your own on `hpc-spiking` can too). It is a crate of its
+//! own, published, so that no example depends on another. Given the populations of a
 //! network (names, colours, contiguous id ranges, optionally a group such as the
 //! cortical layer), the recorded spikes as `(tick, neuron id)` and a description
 //! of the run, it draws
@@ -24,7 +26,7 @@
 //! Every file is written under a temporary name and renamed when complete.
 //!
 //! ```
-//! use spike_report::{palette, plot, Population, Recording, RunInfo};
+//! use hpc_spike_report::{palette, plot, Population, Recording, RunInfo};
 //! let rec = Recording {
 //!     populations: vec![
 //!         Population::new("E", 0, 80, palette::EXCITATORY),
@@ -40,7 +42,7 @@
 //! let run = RunInfo::new("Toy network", 100, 1, 1);
 //! let png = plot::render_png(plot::Plot::Raster, &rec, &run, &plot::PlotOptions::default())?;
 //! assert_eq!(&png[1..4], b"PNG");
-//! # Ok::<(), spike_report::Error>(())
+//! # Ok::<(), hpc_spike_report::Error>(())
 //! ```
 
 use std::path::{Path, PathBuf};

@@ -5,8 +5,8 @@
 
 mod common;
 
-use spike_report::plot::{self, Plot, PlotOptions, Rows};
-use spike_report::{Recording, Rgb, RunInfo};
+use hpc_spike_report::plot::{self, Plot, PlotOptions, Rows};
+use hpc_spike_report::{Recording, Rgb, RunInfo};
 
 struct Image {
     w: u32,

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use spike_report::{palette, Population, Recording, RunInfo};
+use hpc_spike_report::{palette, Population, Recording, RunInfo};
 
 struct Lcg(u64);
 

@@ -1,7 +1,7 @@
 //! Writes the figures and `report.html` of a synthetic recording, to look at them.
 //!
 //! ```text
-//! cargo run -p hpc-example-spike-report --example synthetic -- DIR [--layers]
+//! cargo run -p hpc-spike-report --example synthetic -- DIR [--layers]
 //! ```
 //!
 //! Without `--layers`: a Brunel-like network of 10,000 E and 2,500 I neurons, 1 s.
@@ -11,9 +11,9 @@
 
 use std::path::PathBuf;
 
-use spike_report::plot::{PlotOptions, Rows};
-use spike_report::report::{Check, Phase, Report, Tolerance, Validation};
-use spike_report::{palette, Population, Recording, RunInfo};
+use hpc_spike_report::plot::{PlotOptions, Rows};
+use hpc_spike_report::report::{Check, Phase, Report, Tolerance, Validation};
+use hpc_spike_report::{palette, Population, Recording, RunInfo};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -31,11 +31,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .push("Spike trains drawn at random to show the layout; no simulation ran.".into());
     report.summary = vec![(
         "spikes".into(),
-        spike_report::thousands(rec.spikes.len() as u64),
+        hpc_spike_report::thousands(rec.spikes.len() as u64),
     )];
     report.parameters = vec![("dt_ms".into(), rec.dt_ms.to_string())];
     report.timing = vec![Phase::new("generate", 0.0)];
-    let stats = spike_report::stats::analyse(&rec)?;
+    let stats = hpc_spike_report::stats::analyse(&rec)?;
     report.validation = Some(Validation {
         reference: "the generator's target".into(),
         how: "Mean rate of all neurons against the rate the generator aimed at.".into(),
@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         ..PlotOptions::default()
     };
-    let written = spike_report::report::write(&dir, &report, &rec, &opts)?;
+    let written = hpc_spike_report::report::write(&dir, &report, &rec, &opts)?;
     println!("{}", written.report.expect("a report").display());
     Ok(())
 }
