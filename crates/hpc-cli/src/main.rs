@@ -125,13 +125,11 @@ fn main() {
     }
 }
 
-/// Writes `hpc: error: MESSAGE` and its newline to standard error in one write: a
-/// rank that `hpc run` stops while it says this (another rank failed first) leaves
-/// the whole line or nothing, never `hpc: error: ` cut short (standard error is
-/// unbuffered, and `writeln!` writes each piece of its format on its own). A closed
-/// standard error is no reason to panic.
+/// Writes `hpc: error: MESSAGE` to standard error in one write
+/// ([`hpc_io::message::last_words`]): a rank that `hpc run` stops while it says this
+/// (another rank failed first) leaves the whole line or nothing.
 fn last_words(message: &str) {
-    let _ = std::io::stderr().write_all(format!("hpc: error: {message}\n").as_bytes());
+    hpc_io::message::last_words("hpc", message);
 }
 
 /// Ends the process with what clap has to say (`--help`, `--version`, a usage

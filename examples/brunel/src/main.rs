@@ -441,7 +441,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "brunel: proxy failed: {}", e.chain());
+            hpc_io::message::last_words("brunel", &format!("proxy failed: {}", e.chain()));
             std::process::exit(1);
         }
     }
@@ -475,7 +475,7 @@ fn main() {
             // A device, a FIFO or a directory of that name is refused before the
             // run, not replaced after it.
             if let Err(e) = hpc_io::atomic::check_replaceable(&path) {
-                let _ = writeln!(std::io::stderr(), "brunel: error: --trace: {e}");
+                hpc_io::message::last_words("brunel", &format!("--trace: {e}"));
                 std::process::exit(1);
             }
             let file = match std::fs::OpenOptions::new()
@@ -485,10 +485,9 @@ fn main() {
             {
                 Ok(f) => f,
                 Err(e) => {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "brunel: error: cannot create trace file {}: {e}",
-                        tmp.display()
+                    hpc_io::message::last_words(
+                        "brunel",
+                        &format!("cannot create trace file {}: {e}", tmp.display()),
                     );
                     std::process::exit(1);
                 }
@@ -528,18 +527,11 @@ fn main() {
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "brunel: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        hpc_io::message::last_words("brunel", &hpc_io::message::chain(e.as_ref()));
         failed = true;
     }
     if let Err(e) = traced {
-        let _ = writeln!(
-            std::io::stderr(),
-            "brunel: error: {e} (the trace is incomplete)"
-        );
+        hpc_io::message::last_words("brunel", &format!("{e} (the trace is incomplete)"));
         failed = true;
     }
     if failed {

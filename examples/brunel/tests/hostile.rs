@@ -389,3 +389,20 @@ fn a_missing_file_names_its_cause_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The last message is one write: `hpc run` stopping a rank between the pieces of
+/// `writeln!` left `brunel: error: ` cut short.
+#[test]
+fn the_last_message_is_written_whole() {
+    let out = std::env::temp_dir().join(format!("brunel-last-words-{}", std::process::id()));
+    let mut c = Command::new(BRUNEL);
+    c.args(["--order", "50", "--t-sim", "10", "--j", "NaN", "--out"])
+        .arg(&out);
+    hpc_test_support::output::assert_last_words_whole(
+        &mut c,
+        "brunel",
+        1,
+        "j must be a finite number",
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

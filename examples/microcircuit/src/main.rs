@@ -433,11 +433,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "microcircuit: proxy failed: {}",
-                e.chain()
-            );
+            hpc_io::message::last_words("microcircuit", &format!("proxy failed: {}", e.chain()));
             std::process::exit(1);
         }
     }
@@ -451,11 +447,7 @@ fn main() {
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "microcircuit: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        hpc_io::message::last_words("microcircuit", &hpc_io::message::chain(e.as_ref()));
         std::process::exit(1);
     }
 }

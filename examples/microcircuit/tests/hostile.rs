@@ -82,3 +82,19 @@ fn bad_files_are_refused() {
     refused(&[], Some("n_scaling = ["), "TOML");
     refused(&["--t-sim", "-5"], None, "t_sim must be > 0");
 }
+
+/// The last message is one write: `hpc run` stopping a rank between the pieces of
+/// `writeln!` left `microcircuit: error: ` cut short.
+#[test]
+fn the_last_message_is_written_whole() {
+    let out = std::env::temp_dir().join(format!("microcircuit-last-words-{}", std::process::id()));
+    let mut c = Command::new(BIN);
+    c.args(["--n-scaling", "NaN", "--out"]).arg(&out);
+    hpc_test_support::output::assert_last_words_whole(
+        &mut c,
+        "microcircuit",
+        1,
+        "n_scaling must be a finite number",
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
