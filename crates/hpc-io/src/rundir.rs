@@ -133,7 +133,7 @@ pub enum Error {
     },
     /// A path that must be a regular file (the manifest, the lock) or a directory
     /// (the run directory) is something else.
-    #[error("{path} is {kind}, not {wanted}; remove it or choose another output directory")]
+    #[error("{path} is {kind}, not {wanted}; {}", wrong_type_advice(kind))]
     WrongType {
         /// The path.
         path: PathBuf,
@@ -150,6 +150,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+}
+
+/// What to do about a path of the wrong kind: a device (`--out /dev/null`) is not
+/// something to remove, so only the other choice is given for it.
+fn wrong_type_advice(kind: &str) -> &'static str {
+    if kind.ends_with("device") {
+        "choose another output directory (a device cannot be one)"
+    } else {
+        "remove it or choose another output directory"
+    }
 }
 
 /// Result type of this module.
@@ -969,6 +979,12 @@ mod tests {
             e.contains("/dev/null is a character device, not a directory"),
             "{e}"
         );
+        // Nobody is told to remove a device to make room for a run.
+        assert!(!e.contains("remove it"), "{e}");
+        assert!(e.contains("choose another output directory"), "{e}");
+        // A file that can be removed is still offered both choices.
+        let e = RunDir::create(&f, info()).unwrap_err().to_string();
+        assert!(e.contains("remove it or choose another"), "{e}");
     }
 
     #[test]
