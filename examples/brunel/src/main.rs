@@ -106,10 +106,17 @@ struct Args {
     checkpoint_every: Option<f64>,
     /// Keep the newest N of this run's checkpoints, removing older ones of this run
     /// once a newer one is complete (0: keep all).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "checkpoint_every"
+    )]
     checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
-    #[arg(long, value_name = "DIR")]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
     checkpoint_dir: Option<PathBuf>,
     /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
     #[arg(long, value_name = "DIR")]
@@ -171,6 +178,16 @@ fn run(args: Args) -> Result<()> {
     if let Some(f) = args.pace {
         brunel::check_pace(f, &model)?;
     }
+    // Times in steps, checked against the run's length before anything starts.
+    let dt = model.params.dt;
+    let checkpoint_every = args
+        .checkpoint_every
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--checkpoint-every"))
+        .transpose()?;
+    let stop_at = args
+        .stop_at
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--stop-at"))
+        .transpose()?;
     // Checked before the run, so a wrong file costs no simulation.
     let reference = args
         .reference
@@ -227,7 +244,6 @@ fn run(args: Args) -> Result<()> {
         })?),
         None => None,
     };
-    let dt = model.params.dt;
     let ck_dir = args
         .checkpoint_dir
         .clone()
@@ -235,17 +251,11 @@ fn run(args: Args) -> Result<()> {
     let opts = RunOptions {
         overlap: !args.no_overlap,
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
-        checkpoint_every: args
-            .checkpoint_every
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
-            .transpose()?,
+        checkpoint_every,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
-        stop_at: args
-            .stop_at
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
-            .transpose()?,
+        stop_at,
     };
 
     // The checkpoint directory is this run's while it runs (held to the end of

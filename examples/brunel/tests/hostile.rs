@@ -406,3 +406,48 @@ fn the_last_message_is_written_whole() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Settings that would change nothing are refused, not ignored: `--checkpoint-dir`
+/// and `--checkpoint-keep` without `--checkpoint-every` (a usage error), and a
+/// `--stop-at` or `--checkpoint-every` beyond the end of the run (which went to its
+/// end, or wrote no checkpoint, with status 0); nothing is written for them.
+#[test]
+fn settings_that_would_change_nothing_are_refused() {
+    let dir = tmpdir("no-effect");
+    for (extra, code, needle) in [
+        (&["--checkpoint-keep", "2"][..], 2, "--checkpoint-every"),
+        (&["--checkpoint-dir", "ck"][..], 2, "--checkpoint-every"),
+        (
+            &["--stop-at", "30"][..],
+            1,
+            "--stop-at 30 ms is beyond the end of the run (20 ms",
+        ),
+        (
+            &["--checkpoint-every", "25"][..],
+            1,
+            "--checkpoint-every 25 ms is beyond the end of the run (20 ms",
+        ),
+    ] {
+        let out = dir.join("out");
+        let mut args = vec!["--t-sim", "20"];
+        args.extend_from_slice(extra);
+        let o = brunel(&out, &args);
+        let err = example::stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
+    // At the end itself, both still take effect.
+    ok(&brunel(
+        &dir.join("end"),
+        &[
+            "--t-sim",
+            "20",
+            "--stop-at",
+            "20",
+            "--checkpoint-every",
+            "20",
+        ],
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -98,3 +98,45 @@ fn the_last_message_is_written_whole() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Settings that would change nothing are refused, not ignored: a `--stop-at` or
+/// `--checkpoint-every` beyond the end of the run, and `--checkpoint-dir` or
+/// `--checkpoint-keep` without `--checkpoint-every`.
+#[test]
+fn settings_that_would_change_nothing_are_refused() {
+    let run = [
+        "--n-scaling",
+        "0.01",
+        "--k-scaling",
+        "0.01",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "10",
+    ];
+    let with = |extra: &[&'static str]| {
+        let mut a = run.to_vec();
+        a.extend_from_slice(extra);
+        a
+    };
+    refused(
+        &with(&["--stop-at", "30"]),
+        None,
+        "--stop-at 30 ms is beyond the end of the run (10 ms",
+    );
+    refused(
+        &with(&["--checkpoint-every", "11"]),
+        None,
+        "--checkpoint-every 11 ms is beyond the end of the run (10 ms",
+    );
+    refused(
+        &with(&["--checkpoint-keep", "2"]),
+        None,
+        "--checkpoint-every",
+    );
+    refused(
+        &with(&["--checkpoint-dir", "ck"]),
+        None,
+        "--checkpoint-every",
+    );
+}
