@@ -435,7 +435,21 @@ fn plan(
     let asked = options
         .threads
         // A value that is not a number is warned about, not silently dropped.
-        .or_else(|| hpc_runtime::env::number(hpc_runtime::env::THREADS, 65536usize));
+        .or_else(|| {
+            let name = hpc_runtime::env::THREADS;
+            match hpc_runtime::env::number(name, 65536usize) {
+                // 0 threads is no plan at all: the rank ran unplaced and unbound
+                // behind a warning about planning, not about the variable.
+                Some(0) => {
+                    tracing::warn!(
+                        variable = name,
+                        "{name}=0: a rank needs at least 1 thread; using the default"
+                    );
+                    None
+                }
+                t => t,
+            }
+        });
     if let Some(t) = asked.filter(|&t| t > 1) {
         // Launchers bind on their own (Open MPI: one core per rank under mpirun);
         // say so when that leaves the requested threads no room.

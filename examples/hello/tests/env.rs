@@ -54,6 +54,13 @@ fn a_yes_no_or_number_setting_that_is_neither_is_warned_about_not_ignored() {
             b"four",
             "HPC_THREADS=\"four\" is not a whole number",
         ),
+        // 0 parsed as a number, then made the placement fail behind a warning that
+        // did not name the variable: the rank ran unplaced.
+        (
+            b"HPC_THREADS",
+            b"0",
+            "HPC_THREADS=0: a rank needs at least 1 thread; using the default",
+        ),
     ] {
         let mut c = Command::new(HELLO);
         for var in hpc_env::ALL {
@@ -68,5 +75,6 @@ fn a_yes_no_or_number_setting_that_is_neither_is_warned_about_not_ignored() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "stderr: {err}");
         assert!(err.contains(words), "{err}");
+        assert!(!err.contains("cannot plan"), "{err}");
     }
 }
