@@ -10,7 +10,9 @@
 //!    It refuses ([`Error::Foreign`]) a directory holding files of the names the
 //!    program declares as its outputs ([`RunInfo::outputs`]) that no earlier run's
 //!    manifest lists as its own: they are someone's files, not a run's, and are
-//!    never removed;
+//!    never removed; and ([`Error::OtherProgram`]) a directory whose earlier run
+//!    was another program's (`microcircuit --out brunel-out`), whose results a
+//!    run of this one would otherwise remove;
 //! 2. removes the files that an earlier run's manifest lists (saying so, with the
 //!    earlier run's id), so that nothing older can be taken for this run's.
 //!    Subdirectories and unknown files are left alone;
@@ -130,6 +132,19 @@ pub enum Error {
         dir: PathBuf,
         /// The files' names.
         files: Vec<String>,
+    },
+    /// The directory holds the files of an earlier run of another program: they
+    /// are not removed, and the run is refused.
+    #[error(
+        "{dir} holds the results of a run of {program} ({run_id}); choose another output directory, or remove them"
+    )]
+    OtherProgram {
+        /// The directory.
+        dir: PathBuf,
+        /// The earlier run's program.
+        program: String,
+        /// The earlier run's id.
+        run_id: String,
     },
     /// A path that must be a regular file (the manifest, the lock) or a directory
     /// (the run directory) is something else.
@@ -483,6 +498,18 @@ impl RunDir {
                 files: foreign,
             });
         }
+        // Another program's run: its files are its results, not this program's to
+        // replace (a manifest that lists no file leaves nothing to lose).
+        if let Some(m) = earlier
+            .as_ref()
+            .filter(|m| m.info.program != info.program && !m.files.is_empty())
+        {
+            return Err(Error::OtherProgram {
+                dir,
+                program: m.info.program.clone(),
+                run_id: m.run_id.clone(),
+            });
+        }
         let pid = std::process::id();
         let host = host_name();
         let started = now_ms();
@@ -828,6 +855,29 @@ mod tests {
         let mut i = RunInfo::new("test");
         i.outputs = vec!["spikes.spk".into(), "summary.json".into()];
         i
+    }
+
+    /// A directory that another program's run wrote is refused, its files kept
+    /// (`microcircuit --out brunel-out` removed brunel's results and exited 0);
+    /// the same program replaces its own earlier run as before.
+    #[test]
+    fn another_programs_results_are_refused_not_removed() {
+        let t = Tmp::new("other-program");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        let spikes = a.record("spikes.spk").unwrap();
+        fs::write(&spikes, b"brunel's").unwrap();
+        a.finish(Status::Complete).unwrap();
+        let mut other = info();
+        other.program = "other".into();
+        let e = RunDir::create(&t.0, other).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::OtherProgram { .. }), "{msg}");
+        assert!(msg.contains("a run of test"), "{msg}");
+        assert_eq!(fs::read(&spikes).unwrap(), b"brunel's");
+        // The same program takes the directory over.
+        let b = RunDir::create(&t.0, info()).unwrap();
+        assert!(!spikes.exists());
+        b.finish(Status::Complete).unwrap();
     }
 
     #[test]
