@@ -924,3 +924,16 @@ fn placement_flags_need_ranks_and_cpu_lists_must_name_a_cpu() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// `--log` that is not a filter is named in the warning (tracing's own line,
+/// "ignoring `[[[`", named neither the flag nor the variable).
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let o = hpc(&["--log", "[[[", "topo", "--synthetic", "pack:1 core:2 pu:1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("--log \"[[[\" (or HPC_LOG) is not a log filter"),
+        "{err}"
+    );
+}

@@ -175,8 +175,15 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
 }
 
 /// The log filter `HPC_LOG` asks for, or `warn`, and what was wrong with it if it
-/// could not be read.
-fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+/// could not be read (not UTF-8, not a filter), naming the variable: the warning
+/// for the caller to log once its subscriber is installed. [`init`] uses it, and
+/// so do programs that install a subscriber of their own.
+///
+/// ```
+/// let (_filter, problem) = hpc_rs::log_filter();
+/// assert!(problem.is_none() || problem.unwrap().contains("HPC_LOG"));
+/// ```
+pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
     match runtime::env::var(runtime::env::LOG) {
         Ok(None) => (EnvFilter::new("warn"), None),

@@ -374,11 +374,18 @@ pub fn hand_off(
 }
 
 /// The log filter of a simulation binary: the project's log variable (`HPC_LOG`,
-/// as `hpc_rs::init` and `hpc` read it), then `RUST_LOG`, then warnings only.
-pub fn log_filter() -> tracing_subscriber::EnvFilter {
-    tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+/// read as [`hpc_rs::log_filter`] reads it), then `RUST_LOG`, then warnings only;
+/// with the warning to log once the subscriber is installed when `HPC_LOG` is not
+/// a filter (it was once dropped without a word, leaving only warnings logged).
+pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+    match hpc_runtime::env::var(hpc_runtime::env::LOG) {
+        Ok(None) => (
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            None,
+        ),
+        _ => hpc_rs::log_filter(),
+    }
 }
 
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`

@@ -457,7 +457,7 @@ fn main() {
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
-    let filter = hpc_spiking::run::log_filter();
+    let (filter, log_problem) = hpc_spiking::run::log_filter();
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -516,6 +516,9 @@ fn main() {
         None => (None, None, None),
     };
     tracing_subscriber::registry().with(fmt).with(chrome).init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     let result = run(args);
     // Ends the trace (its last bytes are written now) before checking it.
     drop(guard);

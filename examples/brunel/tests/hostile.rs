@@ -451,3 +451,17 @@ fn settings_that_would_change_nothing_are_refused() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An `HPC_LOG` that is not a log filter is warned about by name (it was dropped
+/// without a word, and only warnings were logged); the run goes on.
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let dir = tmpdir("log-filter");
+    let o = example::command(BRUNEL, MODEL, &dir.join("out"), &["--t-sim", "5"])
+        .env(hpc_runtime::env::LOG, "[[[")
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

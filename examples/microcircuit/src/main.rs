@@ -445,12 +445,15 @@ fn main() {
         }
     }
     let args = Args::parse();
-    let filter = hpc_spiking::run::log_filter();
+    let (filter, log_problem) = hpc_spiking::run::log_filter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.

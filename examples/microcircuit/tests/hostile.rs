@@ -140,3 +140,30 @@ fn settings_that_would_change_nothing_are_refused() {
         "--checkpoint-every",
     );
 }
+
+/// An `HPC_LOG` that is not a log filter is warned about by name (it was dropped
+/// without a word); the run goes on.
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let out = std::env::temp_dir().join(format!("microcircuit-log-filter-{}", std::process::id()));
+    let o = Command::new(BIN)
+        .args([
+            "--n-scaling",
+            "0.01",
+            "--k-scaling",
+            "0.01",
+            "--t-presim",
+            "0",
+            "--t-sim",
+            "5",
+        ])
+        .args(["--quiet", "--no-plot", "--out"])
+        .arg(&out)
+        .env(hpc_runtime::env::LOG, "[[[")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
