@@ -937,3 +937,27 @@ fn a_log_filter_that_is_not_one_is_named() {
         "{err}"
     );
 }
+
+/// `HPC_TCP_ADDR` that is not an address was dropped without a word (the tcp
+/// backend then listened on the default address); each rank warns naming it, and
+/// the transport still works on the default.
+#[test]
+fn a_tcp_address_that_is_not_one_is_warned_about() {
+    let o = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "-x",
+        "HPC_TRANSPORT=tcp",
+        "-x",
+        "HPC_TCP_ADDR=nowhere",
+        "--",
+        env!("CARGO_BIN_EXE_hpc"),
+        "selftest",
+        "--transport",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("HPC_TCP_ADDR=\"nowhere\" is ignored"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"1\":\"tcp\""));
+}
