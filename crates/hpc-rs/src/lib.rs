@@ -181,7 +181,7 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
 ///
 /// ```
 /// let (_filter, problem) = hpc_rs::log_filter();
-/// assert!(problem.is_none() || problem.unwrap().contains("HPC_LOG"));
+/// assert!(problem.is_none() || problem.unwrap().contains(hpc_rs::runtime::env::LOG));
 /// ```
 pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
