@@ -465,3 +465,24 @@ fn a_log_filter_that_is_not_one_is_named() {
     assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--restart` of a path that does not exist says so; it read "no checkpoint in X
+/// (no step-* directory)", as if X were an empty checkpoint directory.
+#[test]
+fn a_restart_from_a_missing_path_says_it_does_not_exist() {
+    let dir = tmpdir("restart-missing");
+    let missing = dir.join("no-such-checkpoints");
+    let o = brunel(
+        &dir.join("out"),
+        &["--t-sim", "5", "--restart", missing.to_str().unwrap()],
+    );
+    let err = refused(&o);
+    assert!(
+        err.contains(&format!(
+            "--restart {}: No such file or directory",
+            missing.display()
+        )),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
