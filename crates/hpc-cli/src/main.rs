@@ -77,11 +77,27 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => clap_exit(e),
     };
+    // A --log (or HPC_LOG) that is not a filter is said so, naming it, as
+    // hpc_rs::init says it for the ranks; tracing's own line named neither.
+    let (filter, log_problem) = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
+        Ok(f) => (f, None),
+        Err(e) => (
+            tracing_subscriber::EnvFilter::new("warn"),
+            Some(format!(
+                "--log {:?} (or {}) is not a log filter ({e}); using warn",
+                cli.log,
+                hpc_runtime::env::LOG
+            )),
+        ),
+    };
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(stderr_in_colour())
         .try_init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     let launcher = matches!(cli.command, Command::Run(_));
     // A rank of `hpc selftest --collectives proxy` (or any hpc subcommand that makes a
     // Proxy communicator) started without `hpc run --proxy` re-executes this program as
@@ -125,13 +141,11 @@ fn main() {
     }
 }
 
-/// Writes `hpc: error: MESSAGE` and its newline to standard error in one write: a
-/// rank that `hpc run` stops while it says this (another rank failed first) leaves
-/// the whole line or nothing, never `hpc: error: ` cut short (standard error is
-/// unbuffered, and `writeln!` writes each piece of its format on its own). A closed
-/// standard error is no reason to panic.
+/// Writes `hpc: error: MESSAGE` to standard error in one write
+/// ([`hpc_io::message::last_words`]): a rank that `hpc run` stops while it says this
+/// (another rank failed first) leaves the whole line or nothing.
 fn last_words(message: &str) {
-    let _ = std::io::stderr().write_all(format!("hpc: error: {message}\n").as_bytes());
+    hpc_io::message::last_words("hpc", message);
 }
 
 /// Ends the process with what clap has to say (`--help`, `--version`, a usage

@@ -854,3 +854,110 @@ fn perftest_counts_of_zero_are_refused_not_measured_as_nothing() {
         );
     }
 }
+
+/// `hpc topo`'s placement flags without `--ranks` once printed the topology and
+/// exited 0, ignoring them (`--threads 0` included); a CPU list that names no CPU
+/// (`--allowed ''`) ended in "no core ... in the allowed cpuset" without naming the
+/// flag, and `hpc proxy --cpus ''` took it. Each is a usage error naming its flag.
+#[test]
+fn placement_flags_need_ranks_and_cpu_lists_must_name_a_cpu() {
+    for flag in [
+        &["--threads", "0"][..],
+        &["--threads", "4"],
+        &["--progress", "1"],
+        &["--per-node-progress"],
+        &["--policy", "spread"],
+        &["--allowed", "0"],
+    ] {
+        let mut args = vec!["topo", "--synthetic", "pack:1 core:2 pu:1"];
+        args.extend_from_slice(flag);
+        let o = hpc(&args);
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--ranks"), "{flag:?}: {}", stderr(&o));
+    }
+    for (args, flag) in [
+        (
+            vec![
+                "topo",
+                "--synthetic",
+                "pack:1 core:2 pu:1",
+                "--ranks",
+                "1",
+                "--allowed",
+                "",
+            ],
+            "--allowed",
+        ),
+        (
+            vec![
+                "topo",
+                "--synthetic",
+                "pack:1 core:2 pu:1",
+                "--ranks",
+                "1",
+                "--allowed",
+                " , ",
+            ],
+            "--allowed",
+        ),
+        (vec!["proxy", "--cpus", ""], "--cpus"),
+    ] {
+        let o = hpc(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("names no CPU"),
+            "{args:?}: {err}"
+        );
+    }
+    // With --ranks the same flags are taken.
+    let o = hpc(&[
+        "topo",
+        "--synthetic",
+        "pack:1 core:2 pu:1",
+        "--ranks",
+        "1",
+        "--threads",
+        "2",
+        "--allowed",
+        "0-1",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// `--log` that is not a filter is named in the warning (tracing's own line,
+/// "ignoring `[[[`", named neither the flag nor the variable).
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let o = hpc(&["--log", "[[[", "topo", "--synthetic", "pack:1 core:2 pu:1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("--log \"[[[\" (or HPC_LOG) is not a log filter"),
+        "{err}"
+    );
+}
+
+/// `HPC_TCP_ADDR` that is not an address was dropped without a word (the tcp
+/// backend then listened on the default address); each rank warns naming it, and
+/// the transport still works on the default.
+#[test]
+fn a_tcp_address_that_is_not_one_is_warned_about() {
+    let o = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "-x",
+        "HPC_TRANSPORT=tcp",
+        "-x",
+        "HPC_TCP_ADDR=nowhere",
+        "--",
+        env!("CARGO_BIN_EXE_hpc"),
+        "selftest",
+        "--transport",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("HPC_TCP_ADDR=\"nowhere\" is ignored"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"1\":\"tcp\""));
+}

@@ -159,8 +159,56 @@ fn env_file_that_never_ends_is_refused_before_reading() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--env-file /dev/zero") && err.contains("not a regular file"),
+        err.contains("--env-file")
+            && err.contains("/dev/zero is a character device, not a regular file"),
         "{err}"
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// `--env-file` is read by hpc-io's bounded read alone: a FIFO is refused at once,
+/// named as a FIFO, and a file above hpc-io's bound for environments is refused
+/// with that bound (the command once checked a bound of its own, 64 times larger).
+#[test]
+fn env_file_fifo_and_oversize_are_refused_by_the_one_bounded_read() {
+    let dir = std::env::temp_dir().join(format!("hpc-doctor-envfile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let big = dir.join("big.env");
+    let line = format!("X={}\n", "a".repeat(1023));
+    std::fs::write(&big, line.repeat(2048)).unwrap();
+    let run = |file: &std::path::Path| {
+        let t = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .arg("doctor")
+            .arg("--env-file")
+            .arg(file)
+            .output()
+            .expect("run hpc");
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&fifo);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--env-file") && err.contains("is a FIFO"),
+        "{err}"
+    );
+    let (code, err) = run(&big);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(2), "{err}");
+    let max = hpc_io::read::MAX_ENV_FILE_BYTES;
+    assert!(
+        err.contains("--env-file") && err.contains(&format!("more than the {max} bytes")),
+        "{err}"
+    );
 }

@@ -1119,7 +1119,13 @@ fn malformed_tuning_settings_are_warned_about_naming_them() {
 
 #[test]
 fn topo_checks_allowed_without_ranks() {
+    // Never ignored: without --ranks, --allowed (of any value) is a usage error
+    // naming --ranks; with it, a bad list is named.
     let out = hpc(&["topo", "--allowed", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--ranks"), "{err}");
+    let out = hpc(&["topo", "--ranks", "1", "--allowed", "x"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--allowed x"), "{err}");

@@ -48,7 +48,9 @@ impl StepError {
 
 /// Writes `path` through the temporary file `tmp` (in the same directory as `path`):
 /// `fill` writes the contents into the new, empty `tmp`; then it is synced and
-/// renamed over `path`. On an error of any step (`fill`'s included) `tmp` is
+/// renamed over `path`. A `path` that exists as something other than a regular
+/// file or a symbolic link is refused first, before `tmp` is created
+/// ([`check_replaceable`]). On an error of any step (`fill`'s included) `tmp` is
 /// removed. The rename is durable once the directory is synced ([`sync_dir`]),
 /// which this function leaves to the caller, so that many files of one directory
 /// cost one directory sync.
@@ -57,6 +59,9 @@ pub fn replace_with<T, E: From<StepError>>(
     tmp: &Path,
     fill: impl FnOnce(&mut File) -> Result<T, E>,
 ) -> Result<T, E> {
+    // A final name that cannot be replaced is refused before the temporary file is
+    // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
+    check_replaceable(path)?;
     let result = (|| {
         let mut f = File::create(tmp).map_err(StepError::of("create", tmp))?;
         let value = fill(&mut f)?;
@@ -180,6 +185,26 @@ mod tests {
         write(&dir.join("f"), &dir.join(".f.tmp"), b"1").unwrap();
         write(&dir.join("f"), &dir.join(".f.tmp"), b"2").unwrap();
         assert_eq!(fs::read(dir.join("f")).unwrap(), b"2");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The final name is checked before the temporary file is made: nothing is
+    /// created beside a device (`/dev/null`'s temporary would be in `/dev`) and the
+    /// contents are never computed for a name that would be refused.
+    #[test]
+    fn a_final_name_that_cannot_be_replaced_is_refused_before_the_temporary() {
+        let dir = scratch("before-tmp");
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        let tmp = dir.join(".sub.tmp");
+        let mut filled = false;
+        let err = replace_with(&dir.join("sub"), &tmp, |_f| -> Result<(), StepError> {
+            filled = true;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(err.op, "replace", "{err}");
+        assert!(!filled, "the contents were written for a refused name");
+        assert!(!tmp.exists());
         fs::remove_dir_all(&dir).unwrap();
     }
 

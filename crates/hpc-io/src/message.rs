@@ -5,8 +5,35 @@
 //! so walking the chain as `anyhow`'s `{:#}` does prints that cause twice
 //! (`cannot open c: No such file or directory (os error 2): No such file or
 //! directory (os error 2)`). [`chain`] prints each cause once.
+//!
+//! [`last_words`] writes a program's last message to standard error in one write,
+//! so that a launcher stopping the program (or a rank beside it) while it speaks
+//! never leaves half a line (`brunel: error: ` and nothing after it).
 
 use std::error::Error;
+use std::io::Write as _;
+
+/// The line [`last_words`] writes: `{program}: error: {message}` and a newline.
+///
+/// ```
+/// assert_eq!(
+///     hpc_io::message::error_line("fft3d", "--n 0: must be at least 2"),
+///     "fft3d: error: --n 0: must be at least 2\n"
+/// );
+/// ```
+pub fn error_line(program: &str, message: &str) -> String {
+    format!("{program}: error: {message}\n")
+}
+
+/// Writes [`error_line`] to standard error with one `write` (Rust's standard error
+/// is unbuffered, and `writeln!` with arguments writes each piece on its own, so a
+/// program stopped between two pieces left its message cut). A line of at most
+/// `PIPE_BUF` (4 KiB) reaches a pipe whole, never mixed with another process's
+/// output. A failed write changes nothing: the exit status still says what
+/// happened.
+pub fn last_words(program: &str, message: &str) {
+    let _ = std::io::stderr().write_all(error_line(program, message).as_bytes());
+}
 
 /// `err` and each of its causes, joined by `": "`, skipping a cause whose text the
 /// line so far already ends with (it was printed as part of the message above it).

@@ -10,7 +10,9 @@
 //!    It refuses ([`Error::Foreign`]) a directory holding files of the names the
 //!    program declares as its outputs ([`RunInfo::outputs`]) that no earlier run's
 //!    manifest lists as its own: they are someone's files, not a run's, and are
-//!    never removed;
+//!    never removed; and ([`Error::OtherProgram`]) a directory whose earlier run
+//!    was another program's (`microcircuit --out brunel-out`), whose results a
+//!    run of this one would otherwise remove;
 //! 2. removes the files that an earlier run's manifest lists (saying so, with the
 //!    earlier run's id), so that nothing older can be taken for this run's.
 //!    Subdirectories and unknown files are left alone;
@@ -131,9 +133,22 @@ pub enum Error {
         /// The files' names.
         files: Vec<String>,
     },
+    /// The directory holds the files of an earlier run of another program: they
+    /// are not removed, and the run is refused.
+    #[error(
+        "{dir} holds the results of a run of {program} ({run_id}); choose another output directory, or remove them"
+    )]
+    OtherProgram {
+        /// The directory.
+        dir: PathBuf,
+        /// The earlier run's program.
+        program: String,
+        /// The earlier run's id.
+        run_id: String,
+    },
     /// A path that must be a regular file (the manifest, the lock) or a directory
     /// (the run directory) is something else.
-    #[error("{path} is {kind}, not {wanted}; remove it or choose another output directory")]
+    #[error("{path} is {kind}, not {wanted}; {}", wrong_type_advice(kind))]
     WrongType {
         /// The path.
         path: PathBuf,
@@ -150,6 +165,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+}
+
+/// What to do about a path of the wrong kind: a device (`--out /dev/null`) is not
+/// something to remove, so only the other choice is given for it.
+fn wrong_type_advice(kind: &str) -> &'static str {
+    if kind.ends_with("device") {
+        "choose another output directory (a device cannot be one)"
+    } else {
+        "remove it or choose another output directory"
+    }
 }
 
 /// Result type of this module.
@@ -471,6 +496,18 @@ impl RunDir {
             return Err(Error::Foreign {
                 dir,
                 files: foreign,
+            });
+        }
+        // Another program's run: its files are its results, not this program's to
+        // replace (a manifest that lists no file leaves nothing to lose).
+        if let Some(m) = earlier
+            .as_ref()
+            .filter(|m| m.info.program != info.program && !m.files.is_empty())
+        {
+            return Err(Error::OtherProgram {
+                dir,
+                program: m.info.program.clone(),
+                run_id: m.run_id.clone(),
             });
         }
         let pid = std::process::id();
@@ -820,6 +857,29 @@ mod tests {
         i
     }
 
+    /// A directory that another program's run wrote is refused, its files kept
+    /// (`microcircuit --out brunel-out` removed brunel's results and exited 0);
+    /// the same program replaces its own earlier run as before.
+    #[test]
+    fn another_programs_results_are_refused_not_removed() {
+        let t = Tmp::new("other-program");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        let spikes = a.record("spikes.spk").unwrap();
+        fs::write(&spikes, b"brunel's").unwrap();
+        a.finish(Status::Complete).unwrap();
+        let mut other = info();
+        other.program = "other".into();
+        let e = RunDir::create(&t.0, other).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::OtherProgram { .. }), "{msg}");
+        assert!(msg.contains("a run of test"), "{msg}");
+        assert_eq!(fs::read(&spikes).unwrap(), b"brunel's");
+        // The same program takes the directory over.
+        let b = RunDir::create(&t.0, info()).unwrap();
+        assert!(!spikes.exists());
+        b.finish(Status::Complete).unwrap();
+    }
+
     #[test]
     fn a_second_run_is_refused_at_once_and_the_first_keeps_its_files() {
         let t = Tmp::new("busy");
@@ -969,6 +1029,12 @@ mod tests {
             e.contains("/dev/null is a character device, not a directory"),
             "{e}"
         );
+        // Nobody is told to remove a device to make room for a run.
+        assert!(!e.contains("remove it"), "{e}");
+        assert!(e.contains("choose another output directory"), "{e}");
+        // A file that can be removed is still offered both choices.
+        let e = RunDir::create(&f, info()).unwrap_err().to_string();
+        assert!(e.contains("remove it or choose another"), "{e}");
     }
 
     #[test]

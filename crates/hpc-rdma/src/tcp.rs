@@ -114,7 +114,11 @@ fn local_ip(explicit: Option<IpAddr>) -> IpAddr {
     if let Some(ip) = explicit {
         return ip;
     }
-    if let Ok(Some(ip)) = std::env::var(hpc_runtime::env::TCP_ADDR).map(|s| s.parse().ok()) {
+    // An address that does not parse (or is not UTF-8) is warned about by name and
+    // the default taken (it was taken without a word).
+    if let Some(ip) =
+        hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, |s| s.trim().parse::<IpAddr>())
+    {
         return ip;
     }
     if let Ok(r) = std::env::var(hpc_runtime::env::RENDEZVOUS) {

@@ -175,8 +175,15 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
 }
 
 /// The log filter `HPC_LOG` asks for, or `warn`, and what was wrong with it if it
-/// could not be read.
-fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+/// could not be read (not UTF-8, not a filter), naming the variable: the warning
+/// for the caller to log once its subscriber is installed. [`init`] uses it, and
+/// so do programs that install a subscriber of their own.
+///
+/// ```
+/// let (_filter, problem) = hpc_rs::log_filter();
+/// assert!(problem.is_none() || problem.unwrap().contains(hpc_rs::runtime::env::LOG));
+/// ```
+pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
     match runtime::env::var(runtime::env::LOG) {
         Ok(None) => (EnvFilter::new("warn"), None),
@@ -437,7 +444,21 @@ fn plan(
     let asked = options
         .threads
         // A value that is not a number is warned about, not silently dropped.
-        .or_else(|| hpc_runtime::env::number(hpc_runtime::env::THREADS, 65536usize));
+        .or_else(|| {
+            let name = hpc_runtime::env::THREADS;
+            match hpc_runtime::env::number(name, 65536usize) {
+                // 0 threads is no plan at all: the rank ran unplaced and unbound
+                // behind a warning about planning, not about the variable.
+                Some(0) => {
+                    tracing::warn!(
+                        variable = name,
+                        "{name}=0: a rank needs at least 1 thread; using the default"
+                    );
+                    None
+                }
+                t => t,
+            }
+        });
     if let Some(t) = asked.filter(|&t| t > 1) {
         // Launchers bind on their own (Open MPI: one core per rank under mpirun);
         // say so when that leaves the requested threads no room.

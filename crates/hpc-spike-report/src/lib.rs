@@ -76,8 +76,9 @@ pub enum Error {
     Write {
         /// The file that was being written.
         path: PathBuf,
-        /// The operating system's error.
-        source: std::io::Error,
+        /// The step that failed (create, write, sync, rename) and why, or a final
+        /// name that is not a regular file (a directory, a device, a FIFO).
+        source: hpc_io::atomic::StepError,
     },
 }
 

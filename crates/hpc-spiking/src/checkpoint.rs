@@ -136,7 +136,12 @@ pub fn choose(
     find: impl FnOnce(&Path) -> Result<PathBuf>,
 ) -> Result<PathBuf> {
     let mine: std::result::Result<PathBuf, String> = if world.rank() == 0 {
-        find(dir).map_err(|e| hpc_io::message::chain(e.as_ref()))
+        // A path that does not exist is said so ("no checkpoint in X (no step-*
+        // directory)" read as if X were an empty checkpoint directory).
+        match std::fs::metadata(dir) {
+            Err(e) => Err(format!("--restart {}: {e}", dir.display())),
+            Ok(_) => find(dir).map_err(|e| hpc_io::message::chain(e.as_ref())),
+        }
     } else {
         Err(String::new())
     };

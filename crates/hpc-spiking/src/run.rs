@@ -187,6 +187,23 @@ pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     Ok(r as u64)
 }
 
+/// [`whole_steps`] for a time inside a run of `total` steps: a `--stop-at` after the
+/// end, or a `--checkpoint-every` longer than the run, would change nothing (the
+/// run went to its end, no checkpoint was written) and is refused naming `what`
+/// and the run's length, as a setting that is ignored would leave the user
+/// believing it took effect.
+pub fn whole_steps_within(ms: f64, dt: f64, total: u64, what: &str) -> anyhow::Result<u64> {
+    let steps = whole_steps(ms, dt, what)?;
+    if steps > total {
+        anyhow::bail!(
+            "{what} {} ms is beyond the end of the run ({} ms): it would change nothing",
+            num(ms),
+            num(total as f64 * dt)
+        );
+    }
+    Ok(steps)
+}
+
 /// The parameters that differ between `old` and `new` (serialisable parameter
 /// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
 /// restart may extend); empty when none differs.
@@ -357,11 +374,18 @@ pub fn hand_off(
 }
 
 /// The log filter of a simulation binary: the project's log variable (`HPC_LOG`,
-/// as `hpc_rs::init` and `hpc` read it), then `RUST_LOG`, then warnings only.
-pub fn log_filter() -> tracing_subscriber::EnvFilter {
-    tracing_subscriber::EnvFilter::try_from_env(hpc_runtime::env::LOG)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+/// read as [`hpc_rs::log_filter`] reads it), then `RUST_LOG`, then warnings only;
+/// with the warning to log once the subscriber is installed when `HPC_LOG` is not
+/// a filter (it was once dropped without a word, leaving only warnings logged).
+pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+    match hpc_runtime::env::var(hpc_runtime::env::LOG) {
+        Ok(None) => (
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            None,
+        ),
+        _ => hpc_rs::log_filter(),
+    }
 }
 
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`

@@ -99,6 +99,53 @@ pub fn after_one_byte(cmd: &mut Command) -> (ExitStatus, String) {
     (status, err)
 }
 
+/// Runs `cmd` with its standard error on a datagram socket, which keeps the
+/// boundaries of writes, and returns its status and each `write` to standard error
+/// as one string: a program's last message written in pieces (`writeln!` with
+/// arguments on unbuffered standard error) shows as several, and a launcher that
+/// stops the program between two of them leaves the line cut.
+pub fn stderr_writes(cmd: &mut Command) -> (ExitStatus, Vec<String>) {
+    let (ours, theirs) = std::os::unix::net::UnixDatagram::pair().expect("a socket pair");
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .spawn()
+        .expect("start the program");
+    // Read once the child has exited (a datagram socket has no end of file); the
+    // socket's buffer (some 200 KiB) holds what a program says when it fails.
+    let status = child.wait().expect("wait for the program");
+    ours.set_nonblocking(true).expect("non-blocking socket");
+    let mut writes = Vec::new();
+    let mut buf = vec![0u8; 1 << 17];
+    while let Ok(n) = ours.recv(&mut buf) {
+        writes.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    (status, writes)
+}
+
+/// Asserts that the program `cmd` ends with status `code` and a last message
+/// `{program}: error: ...` that contains `needle`, written to standard error whole
+/// in one write ([`stderr_writes`]); returns that message.
+pub fn assert_last_words_whole(
+    cmd: &mut Command,
+    program: &str,
+    code: i32,
+    needle: &str,
+) -> String {
+    let (status, writes) = stderr_writes(cmd);
+    assert_eq!(status.code(), Some(code), "{writes:?}");
+    let head = format!("{program}: error: ");
+    let line = writes
+        .iter()
+        .find(|w| w.contains(&head))
+        .unwrap_or_else(|| panic!("no {head:?} among the writes {writes:?}"));
+    assert!(
+        line.starts_with(&head) && line.ends_with('\n') && line.contains(needle),
+        "the message was written in pieces (or lacks {needle:?}): {writes:?}"
+    );
+    line.clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +199,16 @@ mod tests {
         let (st, err) = after_one_byte(&mut sh("echo x; echo said >&2; exit 5"));
         assert_eq!(st.code(), Some(5));
         assert_eq!(err, "said\n");
+    }
+
+    #[test]
+    fn stderr_writes_keeps_each_write_apart() {
+        let (st, writes) = stderr_writes(&mut sh(
+            "printf 'p: error: ' >&2; printf 'cut\\n' >&2; exit 1",
+        ));
+        assert_eq!(st.code(), Some(1));
+        assert_eq!(writes, ["p: error: ", "cut\n"]);
+        let (_, writes) = stderr_writes(&mut sh("printf 'p: error: whole\\n' >&2; exit 1"));
+        assert_eq!(writes, ["p: error: whole\n"]);
     }
 }

@@ -106,10 +106,17 @@ struct Args {
     checkpoint_every: Option<f64>,
     /// Keep the newest N of this run's checkpoints, removing older ones of this run
     /// once a newer one is complete (0: keep all).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "checkpoint_every"
+    )]
     checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
-    #[arg(long, value_name = "DIR")]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
     checkpoint_dir: Option<PathBuf>,
     /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
     #[arg(long, value_name = "DIR")]
@@ -171,6 +178,16 @@ fn run(args: Args) -> Result<()> {
     if let Some(f) = args.pace {
         brunel::check_pace(f, &model)?;
     }
+    // Times in steps, checked against the run's length before anything starts.
+    let dt = model.params.dt;
+    let checkpoint_every = args
+        .checkpoint_every
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--checkpoint-every"))
+        .transpose()?;
+    let stop_at = args
+        .stop_at
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--stop-at"))
+        .transpose()?;
     // Checked before the run, so a wrong file costs no simulation.
     let reference = args
         .reference
@@ -227,7 +244,6 @@ fn run(args: Args) -> Result<()> {
         })?),
         None => None,
     };
-    let dt = model.params.dt;
     let ck_dir = args
         .checkpoint_dir
         .clone()
@@ -235,17 +251,11 @@ fn run(args: Args) -> Result<()> {
     let opts = RunOptions {
         overlap: !args.no_overlap,
         spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
-        checkpoint_every: args
-            .checkpoint_every
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
-            .transpose()?,
+        checkpoint_every,
         checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
         checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
         restart,
-        stop_at: args
-            .stop_at
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
-            .transpose()?,
+        stop_at,
     };
 
     // The checkpoint directory is this run's while it runs (held to the end of
@@ -442,13 +452,13 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "brunel: proxy failed: {}", e.chain());
+            hpc_io::message::last_words("brunel", &format!("proxy failed: {}", e.chain()));
             std::process::exit(1);
         }
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
-    let filter = hpc_spiking::run::log_filter();
+    let (filter, log_problem) = hpc_spiking::run::log_filter();
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -476,7 +486,7 @@ fn main() {
             // A device, a FIFO or a directory of that name is refused before the
             // run, not replaced after it.
             if let Err(e) = hpc_io::atomic::check_replaceable(&path) {
-                let _ = writeln!(std::io::stderr(), "brunel: error: --trace: {e}");
+                hpc_io::message::last_words("brunel", &format!("--trace: {e}"));
                 std::process::exit(1);
             }
             let file = match std::fs::OpenOptions::new()
@@ -486,10 +496,9 @@ fn main() {
             {
                 Ok(f) => f,
                 Err(e) => {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "brunel: error: cannot create trace file {}: {e}",
-                        tmp.display()
+                    hpc_io::message::last_words(
+                        "brunel",
+                        &format!("cannot create trace file {}: {e}", tmp.display()),
                     );
                     std::process::exit(1);
                 }
@@ -508,6 +517,9 @@ fn main() {
         None => (None, None, None),
     };
     tracing_subscriber::registry().with(fmt).with(chrome).init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     let result = run(args);
     // Ends the trace (its last bytes are written now) before checking it.
     drop(guard);
@@ -529,18 +541,11 @@ fn main() {
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "brunel: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        hpc_io::message::last_words("brunel", &hpc_io::message::chain(e.as_ref()));
         failed = true;
     }
     if let Err(e) = traced {
-        let _ = writeln!(
-            std::io::stderr(),
-            "brunel: error: {e} (the trace is incomplete)"
-        );
+        hpc_io::message::last_words("brunel", &format!("{e} (the trace is incomplete)"));
         failed = true;
     }
     if failed {

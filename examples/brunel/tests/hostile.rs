@@ -389,3 +389,100 @@ fn a_missing_file_names_its_cause_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The last message is one write: `hpc run` stopping a rank between the pieces of
+/// `writeln!` left `brunel: error: ` cut short.
+#[test]
+fn the_last_message_is_written_whole() {
+    let out = std::env::temp_dir().join(format!("brunel-last-words-{}", std::process::id()));
+    let mut c = Command::new(BRUNEL);
+    c.args(["--order", "50", "--t-sim", "10", "--j", "NaN", "--out"])
+        .arg(&out);
+    hpc_test_support::output::assert_last_words_whole(
+        &mut c,
+        "brunel",
+        1,
+        "j must be a finite number",
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Settings that would change nothing are refused, not ignored: `--checkpoint-dir`
+/// and `--checkpoint-keep` without `--checkpoint-every` (a usage error), and a
+/// `--stop-at` or `--checkpoint-every` beyond the end of the run (which went to its
+/// end, or wrote no checkpoint, with status 0); nothing is written for them.
+#[test]
+fn settings_that_would_change_nothing_are_refused() {
+    let dir = tmpdir("no-effect");
+    for (extra, code, needle) in [
+        (&["--checkpoint-keep", "2"][..], 2, "--checkpoint-every"),
+        (&["--checkpoint-dir", "ck"][..], 2, "--checkpoint-every"),
+        (
+            &["--stop-at", "30"][..],
+            1,
+            "--stop-at 30 ms is beyond the end of the run (20 ms",
+        ),
+        (
+            &["--checkpoint-every", "25"][..],
+            1,
+            "--checkpoint-every 25 ms is beyond the end of the run (20 ms",
+        ),
+    ] {
+        let out = dir.join("out");
+        let mut args = vec!["--t-sim", "20"];
+        args.extend_from_slice(extra);
+        let o = brunel(&out, &args);
+        let err = example::stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+        assert!(!out.exists(), "{extra:?} wrote {}", out.display());
+    }
+    // At the end itself, both still take effect.
+    ok(&brunel(
+        &dir.join("end"),
+        &[
+            "--t-sim",
+            "20",
+            "--stop-at",
+            "20",
+            "--checkpoint-every",
+            "20",
+        ],
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `HPC_LOG` that is not a log filter is warned about by name (it was dropped
+/// without a word, and only warnings were logged); the run goes on.
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let dir = tmpdir("log-filter");
+    let o = example::command(BRUNEL, MODEL, &dir.join("out"), &["--t-sim", "5"])
+        .env(hpc_runtime::env::LOG, "[[[")
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--restart` of a path that does not exist says so; it read "no checkpoint in X
+/// (no step-* directory)", as if X were an empty checkpoint directory.
+#[test]
+fn a_restart_from_a_missing_path_says_it_does_not_exist() {
+    let dir = tmpdir("restart-missing");
+    let missing = dir.join("no-such-checkpoints");
+    let o = brunel(
+        &dir.join("out"),
+        &["--t-sim", "5", "--restart", missing.to_str().unwrap()],
+    );
+    let err = refused(&o);
+    assert!(
+        err.contains(&format!(
+            "--restart {}: No such file or directory",
+            missing.display()
+        )),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,7 +13,6 @@
 //! the rank's thread CPU time per transform, and the relative error against
 //! the serial transform.
 
-use std::io::Write as _;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
@@ -252,7 +251,7 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "fft3d: proxy failed: {}", e.chain());
+            hpc_io::message::last_words("fft3d", &format!("proxy failed: {}", e.chain()));
             std::process::exit(1);
         }
     }
@@ -260,11 +259,7 @@ fn main() {
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "fft3d: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        hpc_io::message::last_words("fft3d", &hpc_io::message::chain(e.as_ref()));
         std::process::exit(1);
     }
 }

@@ -14,13 +14,9 @@ use hpc_rs::comm::ReduceOp;
 fn main() {
     if let Err(e) = run() {
         // The project's one-line message (not `main`'s `Error: {e:?}`, which adds a
-        // stack backtrace under RUST_BACKTRACE); a failed write of it changes nothing.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "hello: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        // stack backtrace under RUST_BACKTRACE), in one write; a failed write of it
+        // changes nothing.
+        hpc_io::message::last_words("hello", &hpc_io::message::chain(e.as_ref()));
         std::process::exit(1);
     }
 }

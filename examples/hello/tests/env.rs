@@ -54,6 +54,13 @@ fn a_yes_no_or_number_setting_that_is_neither_is_warned_about_not_ignored() {
             b"four",
             "HPC_THREADS=\"four\" is not a whole number",
         ),
+        // 0 parsed as a number, then made the placement fail behind a warning that
+        // did not name the variable: the rank ran unplaced.
+        (
+            b"HPC_THREADS",
+            b"0",
+            "HPC_THREADS=0: a rank needs at least 1 thread; using the default",
+        ),
     ] {
         let mut c = Command::new(HELLO);
         for var in hpc_env::ALL {
@@ -68,5 +75,30 @@ fn a_yes_no_or_number_setting_that_is_neither_is_warned_about_not_ignored() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "stderr: {err}");
         assert!(err.contains(words), "{err}");
+        assert!(!err.contains("cannot plan"), "{err}");
     }
+}
+
+/// `HPC_PROGRESS_SCHED` that is none of `nice`, `fifo`, `none` was taken for `nice`
+/// without a word; it is warned about by name (here with the thread engine, whose
+/// progress thread reads it).
+#[test]
+fn a_progress_policy_that_is_none_of_three_is_warned_about() {
+    let mut c = Command::new(HELLO);
+    for var in hpc_env::ALL {
+        c.env_remove(var.name);
+    }
+    let o = c
+        .env(hpc_env::BOOTSTRAP, "singleton")
+        .env(hpc_env::LOG, "warn")
+        .env(hpc_env::ENGINE, "thread")
+        .env(hpc_env::PROGRESS_SCHED, "realtime")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "stderr: {err}");
+    assert!(
+        err.contains("HPC_PROGRESS_SCHED=\"realtime\" is ignored: not `nice`, `fifo` or `none`"),
+        "{err}"
+    );
 }

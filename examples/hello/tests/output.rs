@@ -35,3 +35,12 @@ fn an_error_is_one_line_naming_the_program_even_under_rust_backtrace() {
     assert!(err.starts_with("hello: error: "), "{err}");
     assert!(!err.contains("backtrace"), "{err}");
 }
+
+/// The last message is one write: `hpc run` stopping a rank between the pieces of
+/// `writeln!` left `hello: error: ` cut short.
+#[test]
+fn the_last_message_is_written_whole() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hello"));
+    c.env(hpc_env::ENGINE, "bogus");
+    output::assert_last_words_whole(&mut c, "hello", 1, "bogus");
+}

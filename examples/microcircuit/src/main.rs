@@ -103,10 +103,17 @@ struct Args {
     checkpoint_every: Option<f64>,
     /// Keep the newest N of this run's checkpoints, removing older ones of this run
     /// once a newer one is complete (0: keep all).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "checkpoint_every"
+    )]
     checkpoint_keep: usize,
     /// Checkpoint directory (default OUT/checkpoints).
-    #[arg(long, value_name = "DIR")]
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
     checkpoint_dir: Option<PathBuf>,
     /// Resume from a checkpoint (a step-* directory, or the checkpoint directory).
     #[arg(long, value_name = "DIR")]
@@ -206,11 +213,11 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let checkpoint_every = args
         .checkpoint_every
-        .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--checkpoint-every"))
         .transpose()?;
     let stop_at = args
         .stop_at
-        .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
+        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--stop-at"))
         .transpose()?;
     microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
@@ -433,29 +440,24 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "microcircuit: proxy failed: {}",
-                e.chain()
-            );
+            hpc_io::message::last_words("microcircuit", &format!("proxy failed: {}", e.chain()));
             std::process::exit(1);
         }
     }
     let args = Args::parse();
-    let filter = hpc_spiking::run::log_filter();
+    let (filter, log_problem) = hpc_spiking::run::log_filter();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.
-        let _ = writeln!(
-            std::io::stderr(),
-            "microcircuit: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        hpc_io::message::last_words("microcircuit", &hpc_io::message::chain(e.as_ref()));
         std::process::exit(1);
     }
 }

@@ -82,3 +82,88 @@ fn bad_files_are_refused() {
     refused(&[], Some("n_scaling = ["), "TOML");
     refused(&["--t-sim", "-5"], None, "t_sim must be > 0");
 }
+
+/// The last message is one write: `hpc run` stopping a rank between the pieces of
+/// `writeln!` left `microcircuit: error: ` cut short.
+#[test]
+fn the_last_message_is_written_whole() {
+    let out = std::env::temp_dir().join(format!("microcircuit-last-words-{}", std::process::id()));
+    let mut c = Command::new(BIN);
+    c.args(["--n-scaling", "NaN", "--out"]).arg(&out);
+    hpc_test_support::output::assert_last_words_whole(
+        &mut c,
+        "microcircuit",
+        1,
+        "n_scaling must be a finite number",
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Settings that would change nothing are refused, not ignored: a `--stop-at` or
+/// `--checkpoint-every` beyond the end of the run, and `--checkpoint-dir` or
+/// `--checkpoint-keep` without `--checkpoint-every`.
+#[test]
+fn settings_that_would_change_nothing_are_refused() {
+    let run = [
+        "--n-scaling",
+        "0.01",
+        "--k-scaling",
+        "0.01",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "10",
+    ];
+    let with = |extra: &[&'static str]| {
+        let mut a = run.to_vec();
+        a.extend_from_slice(extra);
+        a
+    };
+    refused(
+        &with(&["--stop-at", "30"]),
+        None,
+        "--stop-at 30 ms is beyond the end of the run (10 ms",
+    );
+    refused(
+        &with(&["--checkpoint-every", "11"]),
+        None,
+        "--checkpoint-every 11 ms is beyond the end of the run (10 ms",
+    );
+    refused(
+        &with(&["--checkpoint-keep", "2"]),
+        None,
+        "--checkpoint-every",
+    );
+    refused(
+        &with(&["--checkpoint-dir", "ck"]),
+        None,
+        "--checkpoint-every",
+    );
+}
+
+/// An `HPC_LOG` that is not a log filter is warned about by name (it was dropped
+/// without a word); the run goes on.
+#[test]
+fn a_log_filter_that_is_not_one_is_named() {
+    let out = std::env::temp_dir().join(format!("microcircuit-log-filter-{}", std::process::id()));
+    let o = Command::new(BIN)
+        .args([
+            "--n-scaling",
+            "0.01",
+            "--k-scaling",
+            "0.01",
+            "--t-presim",
+            "0",
+            "--t-sim",
+            "5",
+        ])
+        .args(["--quiet", "--no-plot", "--out"])
+        .arg(&out)
+        .env(hpc_runtime::env::LOG, "[[[")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -31,9 +31,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let live = Probe::live();
     let root = args.root.clone().unwrap_or_else(|| PathBuf::from("/"));
     let probe = match &args.env_file {
-        Some(file) => check_env_file(file)
-            .and_then(|()| Ok(Probe::from_env_file(root.clone(), file)?))
-            .with_context(|| format!("reading --env-file {}", file.display()))?,
+        // hpc-io's bounded read of a regular file: a FIFO or `/dev/zero` is refused
+        // naming what it is, before anything is read.
+        Some(file) => Probe::from_env_file(root.clone(), file).context("--env-file")?,
         None => Probe::new(root.clone(), live.env),
     };
     if !probe.root.is_dir() {
@@ -53,26 +53,6 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     out.flush()
         .context("writing the report to standard output")?;
     Ok(report.exit_code)
-}
-
-/// The most bytes `--env-file` may hold: a process's environment is bounded by the
-/// kernel's argument limit (a quarter of the stack limit, a few MiB at most).
-pub const MAX_ENV_FILE: u64 = 64 << 20;
-
-/// `--env-file` must be a regular file of at most [`MAX_ENV_FILE`] bytes, checked
-/// before it is read (`/dev/zero` or a FIFO would be read for ever).
-fn check_env_file(file: &std::path::Path) -> anyhow::Result<()> {
-    let meta = std::fs::metadata(file)?;
-    if !meta.is_file() {
-        anyhow::bail!("not a regular file");
-    }
-    if meta.len() > MAX_ENV_FILE {
-        anyhow::bail!(
-            "{} bytes is above the limit of {MAX_ENV_FILE} bytes for an environment",
-            meta.len()
-        );
-    }
-    Ok(())
 }
 
 /// Colour only on a terminal, and never when `NO_COLOR` is set (no-color.org).

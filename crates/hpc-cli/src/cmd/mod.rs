@@ -167,6 +167,21 @@ pub fn check_between(flag: &str, value: usize, min: usize, max: usize) -> Result
     Ok(())
 }
 
+/// A CPU list given on the command line (`topo --allowed`, `proxy --cpus`): the
+/// parser's checks, and a list that names no CPU (`--allowed ''`, `--cpus ,`) is
+/// refused naming the flag rather than taken as "no restriction" or "no core".
+pub fn cpu_list_flag(flag: &str, list: &str) -> anyhow::Result<hpc_topology::CpuSet> {
+    use anyhow::Context as _;
+    let set = hpc_topology::CpuSet::parse_list(list).with_context(|| format!("{flag} {list}"))?;
+    if set.is_empty() {
+        return Err(UsageError(format!(
+            "{flag} {list:?} names no CPU (give a list such as 0-3,8)"
+        ))
+        .into());
+    }
+    Ok(set)
+}
+
 /// Whether `e` is, or was caused by, a write into a closed pipe.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

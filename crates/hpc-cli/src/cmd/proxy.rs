@@ -43,9 +43,7 @@ pub struct Args {
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     // Checked first: the DPU service passes the list on to every proxy it starts.
     let cpus = match &args.cpus {
-        Some(list) => {
-            Some(hpc_topology::CpuSet::parse_list(list).with_context(|| format!("--cpus {list}"))?)
-        }
+        Some(list) => Some(super::cpu_list_flag("--cpus", list)?),
         None => None,
     };
     if let Some(at) = &args.dpu_service {

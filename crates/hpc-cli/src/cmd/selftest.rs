@@ -30,7 +30,8 @@ pub enum FailMode {
     srun --mpi=pmix -N 2 -n 8 hpc selftest --expect-nodes 2 --json\n\n\
     Exit status: 0 every check passed, 2 a check failed.")]
 pub struct Args {
-    /// Rounds of barrier + allgather + broadcast (at most 100000).
+    /// Rounds of barrier + allgather + broadcast (0 checks the node map only; at most
+    /// 2^40, for jobs that run for days).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Fail if the world size differs.

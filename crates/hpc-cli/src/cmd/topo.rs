@@ -8,7 +8,7 @@ use std::io::Write as _;
 
 use super::values;
 use anyhow::Context as _;
-use hpc_topology::{CpuSet, PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VERSION};
+use hpc_topology::{PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VERSION};
 
 /// Arguments of `hpc topo`.
 #[derive(clap::Args, Debug)]
@@ -23,17 +23,18 @@ pub struct Args {
     /// Ranks on the node: prints their placement instead of the topology summary.
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
-    /// Compute threads per rank (each gets a core).
-    #[arg(long, value_name = "T", default_value_t = 1)]
+    /// Compute threads per rank (each gets a core). This and the placement flags
+    /// below need --ranks: without it they would be ignored, so they are refused.
+    #[arg(long, value_name = "T", default_value_t = 1, requires = "ranks")]
     threads: usize,
     /// Progress cores per rank (or per node with --per-node-progress).
-    #[arg(long, value_name = "K", default_value_t = 0)]
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "ranks")]
     progress: usize,
     /// Reserve the --progress cores once for the node instead of per rank.
-    #[arg(long)]
+    #[arg(long, requires = "ranks")]
     per_node_progress: bool,
     /// Placement policy.
-    #[arg(long, value_enum, default_value_t = values::Policy::Compact)]
+    #[arg(long, value_enum, default_value_t = values::Policy::Compact, requires = "ranks")]
     policy: values::Policy,
     /// Load the topology from an hwloc XML file (`lstopo machine.xml` writes one);
     /// it must be a regular file.
@@ -44,7 +45,7 @@ pub struct Args {
     #[arg(long, value_name = "DESC")]
     synthetic: Option<String>,
     /// Restrict placement to these PUs (cpulist syntax, e.g. 0-15,32-47).
-    #[arg(long, value_name = "CPULIST")]
+    #[arg(long, value_name = "CPULIST", requires = "ranks")]
     allowed: Option<String>,
     /// Print JSON (schema_version 1) instead of text.
     #[arg(long)]
@@ -58,10 +59,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         (None, Some(desc)) => TopologySource::Synthetic(desc.clone()),
         (None, None) => TopologySource::ThisMachine,
     };
-    // Checked whether or not --ranks asks for a placement: a bad value is never
-    // ignored.
+    // Checked before the topology is loaded (it needs --ranks, see `Args`).
     let allowed = match &args.allowed {
-        Some(list) => Some(CpuSet::parse_list(list).with_context(|| format!("--allowed {list}"))?),
+        Some(list) => Some(super::cpu_list_flag("--allowed", list)?),
         None => None,
     };
     let topo =

@@ -290,15 +290,10 @@ fn stage_max(opts: &CommOptions) -> usize {
 /// The resolved [`CommOptions::own_copies`] for a node running `local` ranks.
 fn own_copies(opts: &CommOptions, local: usize) -> bool {
     opts.own_copies.unwrap_or_else(|| {
-        match std::env::var(hpc_runtime::env::PROXY_OWN_COPIES)
-            .ok()
-            .as_deref()
-            .map(str::trim)
-        {
-            Some("1") => true,
-            Some("0") => false,
-            _ => local + 1 > online_cores(),
-        }
+        // `1` or `0`; anything else (`yes`, `false`) is warned about by name and
+        // the default applies (it was taken for the default without a word).
+        hpc_runtime::env::parsed(hpc_runtime::env::PROXY_OWN_COPIES, hpc_runtime::env::flag)
+            .unwrap_or_else(|| local + 1 > online_cores())
     })
 }
 

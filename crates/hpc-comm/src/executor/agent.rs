@@ -31,8 +31,11 @@ impl Shared {
 /// for this thread), `fifo` (`SCHED_FIFO` priority 1, root or
 /// `CAP_SYS_NICE`), `none`. Failures are logged, not fatal.
 pub(crate) fn raise_priority() {
-    let how = std::env::var(hpc_runtime::env::PROGRESS_SCHED).unwrap_or_else(|_| "nice".into());
-    let result = match how.as_str() {
+    // A value that is none of the three is warned about by name (it was taken for
+    // `nice` without a word), as one that is not UTF-8 is.
+    let how =
+        hpc_runtime::env::parsed(hpc_runtime::env::PROGRESS_SCHED, sched_policy).unwrap_or("nice");
+    let result = match how {
         "fifo" => {
             // rustix has no `sched_setscheduler`.
             let p = libc::sched_param { sched_priority: 1 };
@@ -56,6 +59,16 @@ pub(crate) fn raise_priority() {
     };
     if let Err(error) = result {
         tracing::info!(how, %error, "progress thread keeps its priority");
+    }
+}
+
+/// `HPC_PROGRESS_SCHED`'s value, for [`hpc_runtime::env::parsed`].
+fn sched_policy(value: &str) -> Result<&'static str, &'static str> {
+    match value.trim() {
+        "nice" => Ok("nice"),
+        "fifo" => Ok("fifo"),
+        "none" => Ok("none"),
+        _ => Err("not `nice`, `fifo` or `none`"),
     }
 }
 
@@ -168,4 +181,19 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
     }
     lock(&shared.core).stopped = true;
     board.ring(me);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sched_policy;
+
+    #[test]
+    fn the_progress_policy_is_one_of_three_or_refused() {
+        assert_eq!(sched_policy(" fifo"), Ok("fifo"));
+        assert_eq!(sched_policy("none"), Ok("none"));
+        assert_eq!(sched_policy("nice"), Ok("nice"));
+        for bad in ["", "FIFO", "realtime", "-1"] {
+            assert!(sched_policy(bad).unwrap_err().contains("`nice`"), "{bad}");
+        }
+    }
 }
