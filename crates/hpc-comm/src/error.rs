@@ -37,7 +37,7 @@ pub enum Error {
     /// collectives in flight, more than it could allocate, or a size that
     /// overflows. Only this collective fails, on every rank; the proxy goes on
     /// serving the communicator's other collectives.
-    #[error("the collectives proxy cannot hold {} for this collective: {why} (the proxy's cap is HPC_COLL_PROXY_MAX_SCRATCH)", bytes_phrase(*.bytes))]
+    #[error("the collectives proxy cannot hold {} for this collective: {why} (the proxy's cap is {})", bytes_phrase(*.bytes), hpc_runtime::env::COLL_PROXY_MAX_SCRATCH)]
     ProxyMemory {
         /// The bytes the collective asked of the proxy; `None` where that size
         /// overflows.

@@ -622,7 +622,7 @@ fn rdma_requested(env: &Environment) -> Option<String> {
         }
     }
     if env.mpi.hpc_transport.as_deref() == Some("verbs") {
-        return Some("HPC_TRANSPORT=verbs".into());
+        return Some(format!("{}=verbs", hpc_env::TRANSPORT));
     }
     if let Some(p) = env.mpi.fi_provider.as_deref() {
         if p.split(['.', ';', ','])

@@ -346,7 +346,8 @@ pub fn open_mpi_mpirun() -> Option<String> {
     }
     assert!(
         std::env::var(env::REQUIRE_MPI).ok().as_deref() != Some("1"),
-        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun is not installed"
+        "{}=1 but Open MPI's mpirun is not installed",
+        env::REQUIRE_MPI
     );
     eprintln!("Open MPI mpirun not found: skipping");
     None

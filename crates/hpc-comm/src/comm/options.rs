@@ -201,7 +201,8 @@ impl AgentWake {
             Ok(other) => {
                 tracing::warn!(
                     value = other,
-                    "HPC_AGENT_WAKE is neither eager nor lazy: ignored"
+                    "{} is neither eager nor lazy: ignored",
+                    hpc_runtime::env::AGENT_WAKE
                 )
             }
             Err(_) => {}

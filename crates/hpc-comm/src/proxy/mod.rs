@@ -260,7 +260,9 @@ pub fn serve_env() -> Result<bool> {
     let slots: usize = std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| Error::Unsupported("HPC_COLL_PROXY_SLOTS is not set".into()))?;
+        .ok_or_else(|| {
+            Error::Unsupported(format!("{} is not set", hpc_runtime::env::COLL_PROXY_SLOTS))
+        })?;
     let spin = hpc_runtime::env::number(
         hpc_runtime::env::COLL_PROXY_SPIN_US,
         hpc_runtime::env::MAX_SPIN_US,

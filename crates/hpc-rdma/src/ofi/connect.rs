@@ -187,8 +187,10 @@ fn insert_peers(
         if e.provider != p.provider {
             return Err(unavailable(
                 format!(
-                    "rank {r} uses provider {} and rank {me} {}: set HPC_OFI_PROVIDER alike on every rank",
-                    e.provider, p.provider
+                    "rank {r} uses provider {} and rank {me} {}: set {} alike on every rank",
+                    e.provider,
+                    p.provider,
+                    hpc_runtime::env::OFI_PROVIDER
                 ),
                 None,
             ));
