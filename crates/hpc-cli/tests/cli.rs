@@ -766,6 +766,11 @@ fn numbers_are_bounded_before_anything_is_allocated() {
         ),
         (vec!["selftest", "--exit-code", "256"], "--exit-code"),
         (vec!["selftest", "--exit-code=-1"], "--exit-code"),
+        // A failing rank that exits 0 would not fail.
+        (
+            vec!["selftest", "--fail-rank", "0", "--exit-code", "0"],
+            "--exit-code",
+        ),
     ] {
         let o = hpc(&args);
         let err = stderr(&o);
@@ -774,7 +779,7 @@ fn numbers_are_bounded_before_anything_is_allocated() {
         assert!(
             err.contains("limit")
                 || err.contains("memory")
-                || err.contains("0..=255")
+                || err.contains("1..=255")
                 || err.contains("at most")
                 || err.contains("between 1 and 65536"),
             "{args:?} names no limit: {err}"
@@ -806,7 +811,7 @@ fn numbers_are_bounded_before_anything_is_allocated() {
 
 #[test]
 fn selftest_exit_code_is_passed_for_every_valid_value() {
-    for code in [0, 3, 255] {
+    for code in [1, 3, 255] {
         let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
             .args([
                 "selftest",

@@ -70,12 +70,12 @@ pub struct Args {
     /// How `--fail-rank` fails (only with `--fail-rank`).
     #[arg(long, value_enum, default_value_t = FailMode::Exit, requires = "fail_rank")]
     pub fail_mode: FailMode,
-    /// Exit code for `--fail-mode exit` (0 to 255; only with `--fail-rank`: alone it
-    /// would be ignored).
+    /// Exit code for `--fail-mode exit` (1 to 255: 0 would not be a failure; only
+    /// with `--fail-rank`: alone it would be ignored).
     #[arg(
         long,
         default_value_t = 3,
-        value_parser = clap::value_parser!(i32).range(0..=255),
+        value_parser = clap::value_parser!(i32).range(1..=255),
         requires = "fail_rank"
     )]
     pub exit_code: i32,
