@@ -23,6 +23,10 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let ctx = hpc_rs::init()?;
+    // It takes no arguments: one given by mistake is said, not ignored.
+    if let Some(a) = std::env::args_os().nth(1) {
+        anyhow::bail!("{a:?}: hello takes no arguments (run it as `hpc run -n 4 -- hello`)");
+    }
     let world = &ctx.world;
     // A failed write to stdout (`> /dev/full`) is kept and returned at the end, after
     // the collectives, so that the other ranks are not left waiting for this one; a

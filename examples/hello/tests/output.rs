@@ -44,3 +44,18 @@ fn the_last_message_is_written_whole() {
     c.env(hpc_env::ENGINE, "bogus");
     output::assert_last_words_whole(&mut c, "hello", 1, "bogus");
 }
+
+#[test]
+fn an_argument_is_refused_not_ignored() {
+    let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+        .arg("--verbose")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"--verbose\": hello takes no arguments"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "it ran anyway: {:?}", o.stdout);
+}
