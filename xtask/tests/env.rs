@@ -130,18 +130,34 @@ fn library_code_spells_no_variable_name_itself() {
         if !source {
             continue;
         }
+        for (no, line) in text.lines().enumerate() {
+            for n in names(line) {
+                if line.contains(&format!("\"{n}\"")) {
+                    found.push(format!("{path}:{}: \"{n}\"", no + 1));
+                }
+            }
+        }
         // Before the file's tests, a name anywhere inside a string (a message that
         // spells it) counts too; tests may assert on a message's text.
-        let mut in_tests = false;
-        for (no, line) in text.lines().enumerate() {
-            let t = line.trim_start();
-            in_tests |= t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test");
-            let comment = t.starts_with("//");
-            for n in names(line) {
-                let whole = line.contains(&format!("\"{n}\""));
-                let inside = !in_tests && !comment && string_parts(line).any(|s| s.contains(n));
-                if whole || inside {
-                    found.push(format!("{path}:{}: {n} in {}", no + 1, t));
+        let tests = text
+            .lines()
+            .position(|l| {
+                let t = l.trim_start();
+                t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test")
+            })
+            .unwrap_or(usize::MAX);
+        // clap's help texts (`about`, `long_about`, `after_help`) are static strings,
+        // not formatted: their names are checked against the list by
+        // `every_variable_the_repository_names_is_in_the_list`.
+        let lines: Vec<&str> = text.lines().collect();
+        let help = |no: usize| {
+            let l = lines.get(no - 1).copied().unwrap_or("");
+            l.contains("about") || l.contains("after_help")
+        };
+        for (no, part) in string_parts(&text) {
+            if no <= tests && !help(no) {
+                for n in names(part) {
+                    found.push(format!("{path}:{no}: {n} in a string"));
                 }
             }
         }
@@ -152,30 +168,80 @@ fn library_code_spells_no_variable_name_itself() {
     );
 }
 
-/// The parts of `line` between double quotes (escaped quotes skipped; a string that
-/// continues on the next line is not seen).
-fn string_parts(line: &str) -> impl Iterator<Item = &str> {
-    let mut parts = Vec::new();
-    let (mut start, mut escaped) = (None, false);
-    for (i, c) in line.char_indices() {
-        match (c, start, escaped) {
-            ('\\', Some(_), false) => escaped = true,
-            ('"', None, _) => start = Some(i + 1),
-            ('"', Some(s), false) => {
-                parts.push(&line[s..i]);
-                start = None;
+/// The string literals of Rust source `text`, each with the line it starts on:
+/// comments, `'"'` and raw strings' hashes are stepped over, and a string may span
+/// lines (a `\` continuation).
+fn string_parts(text: &str) -> Vec<(usize, &str)> {
+    let b = text.as_bytes();
+    let (mut i, mut line, mut parts) = (0, 1, Vec::new());
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(b"//") {
+            i += rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+        } else if rest.starts_with(b"'\"'") {
+            i += 3;
+        } else if rest.starts_with(b"'\\\"'") {
+            i += 4;
+        } else if rest[0] == b'"' || rest.starts_with(b"r#") || rest.starts_with(b"r\"") {
+            let ident = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+            if rest[0] == b'r' && ident {
+                i += 1;
+                continue;
             }
-            _ => escaped = false,
+            let hashes = rest
+                .iter()
+                .skip(usize::from(rest[0] == b'r'))
+                .take_while(|&&c| c == b'#')
+                .count();
+            let open = usize::from(rest[0] == b'r') + hashes;
+            if b.get(i + open) != Some(&b'"') {
+                i += 1;
+                continue;
+            }
+            let (start, first) = (i + open + 1, line);
+            let mut j = start;
+            while j < b.len() {
+                match b[j] {
+                    b'\\' if rest[0] != b'r' => {
+                        j += 1;
+                        line += usize::from(b.get(j) == Some(&b'\n'));
+                    }
+                    b'"' if b[j + 1..]
+                        .iter()
+                        .take(hashes)
+                        .filter(|&&c| c == b'#')
+                        .count()
+                        == hashes =>
+                    {
+                        break
+                    }
+                    b'\n' => line += 1,
+                    _ => {}
+                }
+                j += 1;
+            }
+            parts.push((first, &text[start..j.min(b.len())]));
+            i = j + 1 + hashes;
+        } else {
+            line += usize::from(rest[0] == b'\n');
+            i += 1;
         }
     }
-    parts.into_iter()
+    parts
 }
 
 #[test]
 fn names_inside_strings_are_found() {
-    let parts: Vec<&str> =
-        string_parts(r#"warn!("{} is bad: {}", x, "HPC_LOG=1 \" HPC_TIMEOUT")"#).collect();
-    assert_eq!(parts, vec!["{} is bad: {}", "HPC_LOG=1 \\\" HPC_TIMEOUT"]);
+    let src = "// \"HPC_SPIN_US\" in a comment\nlet c = '\"';\nwarn!(\"{} is bad\", x, \"HPC_LOG=1 \\\" \\\n HPC_TIMEOUT\");\nlet r = r#\"a \"HPC_BIND\" b\"#;";
+    let parts = string_parts(src);
+    assert_eq!(
+        parts,
+        vec![
+            (3, "{} is bad"),
+            (3, "HPC_LOG=1 \\\" \\\n HPC_TIMEOUT"),
+            (5, "a \"HPC_BIND\" b")
+        ]
+    );
 }
 
 #[test]

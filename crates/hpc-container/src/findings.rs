@@ -438,11 +438,13 @@ fn transports(env: &Environment, out: &mut Findings) {
                 if adapters {
                     ib_devices_fix(rt)
                 } else {
-                    "this node has no InfiniBand: leave UCX_TLS unset (or add tcp,sm,self) and do not \
-                     force HPC_TRANSPORT=verbs or FI_PROVIDER=verbs; on an InfiniBand node pass the \
-                     devices in (`--bind /dev/infiniband` for Apptainer with --contain, `--device` for \
-                     Docker/Podman)"
-                        .into()
+                    format!(
+                        "this node has no InfiniBand: leave UCX_TLS unset (or add tcp,sm,self) and \
+                         do not force {}=verbs or FI_PROVIDER=verbs; on an InfiniBand node pass \
+                         the devices in (`--bind /dev/infiniband` for Apptainer with --contain, \
+                         `--device` for Docker/Podman)",
+                        hpc_env::TRANSPORT
+                    )
                 },
             );
         }

@@ -23,8 +23,9 @@ pub fn build_command(sif: &str, def: &str) -> Vec<String> {
 pub fn missing_apptainer(out_dir: &Path, sif: &str, def: &str) -> String {
     format!(
         "apptainer is not on the PATH, so no SIF was built. Install it (as root, \
-         `HPC_TEST_CONTAINERS=1 cargo xtask setup` sets it up on Debian) or build it where \
+         `{}=1 cargo xtask setup` sets it up on Debian) or build it where \
          Apptainer is installed:\n  cd {} && apptainer build {sif} {def}",
+        hpc_env::TEST_CONTAINERS,
         out_dir.display()
     )
 }

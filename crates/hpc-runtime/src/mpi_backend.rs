@@ -142,7 +142,8 @@ fn watchdog(call: &'static str, why: &'static str, limit: Duration) -> std::sync
             if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
                 let msg = format!(
                     "hpc-runtime: {call} did not return within {limit:?}: {why}. \
-                     HPC_TIMEOUT raises the limit (twice its value, at least 60 s)."
+                     {} raises the limit (twice its value, at least 60 s).",
+                    crate::env::TIMEOUT
                 );
                 tracing::error!("{msg}");
                 use std::io::Write as _;

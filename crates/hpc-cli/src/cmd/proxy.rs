@@ -90,7 +90,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         bail!(
             "hpc proxy is started by the ranks of a job, not by hand: run the job with \
              `hpc run --proxy -n N -- ./app` and create the communicator with Engine::Proxy \
-             (neither HPC_COLL_PROXY_BOARD nor HPC_COLL_PROXY_DPU is set)"
+             (neither {} nor {} is set)",
+            hpc_runtime::env::COLL_PROXY_BOARD,
+            hpc_runtime::env::COLL_PROXY_DPU
         );
     }
     if let Some(set) = &cpus {

@@ -269,9 +269,11 @@ impl Setup<'_> {
         let cpus = progress_cpus(self.opts);
         let note = match &cpus {
             Some(c) => format!("progress thread pinned to CPUs {c}"),
-            None => "progress thread unpinned: no progress core reserved \
-                     (set HPC_PROGRESS_CPUSET or CommOptions::progress_cpus)"
-                .to_string(),
+            None => format!(
+                "progress thread unpinned: no progress core reserved \
+                 (set {} or CommOptions::progress_cpus)",
+                hpc_runtime::env::PROGRESS_CPUSET
+            ),
         };
         let note = format!("{note}; woken {}", wake.name());
         let driver = engines::thread::Thread::spawn(

@@ -173,8 +173,9 @@ impl Client {
                         "the proxy process {how}: call \
                          hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
                          in main, run the \
-                         job with `hpc run --proxy`, or set HPC_COLL_PROXY_CMD to a \
-                         program that serves"
+                         job with `hpc run --proxy`, or set {} to a \
+                         program that serves",
+                        hpc_runtime::env::COLL_PROXY_CMD
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(1));

@@ -512,7 +512,8 @@ impl Conn {
                                 "the proxy process exited ({st}) without serving: call \
                                  hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
                                  in main, run the job with `hpc run --proxy`, or set \
-                                 HPC_COLL_PROXY_CMD to a program that serves"
+                                 {} to a program that serves",
+                                hpc_runtime::env::COLL_PROXY_CMD
                             ),
                         );
                     }
