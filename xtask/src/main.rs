@@ -350,9 +350,10 @@ fn test(quick: bool) -> Result<()> {
         })?;
         // The device script (GPU check, overlap with spare cores, scaling) packs its
         // bundle and runs every part in miniature, so it is known to work before a
-        // GPU machine is at hand.
+        // GPU machine is at hand. Its binaries are the dev-profile ones that the
+        // all-features test step built (the same features, so no build of its own).
         step("device script, dry run", &mut || {
-            run(Command::new("bash").args(["benches/device.sh", "dry"]))
+            run(Command::new("bash").args(["benches/device.sh", "dry", "--features", &all]))
         })?;
         // Every decoder and file reader, from its corpus, about 20 s each.
         step("fuzzing", &mut || fuzz::run(&root(), 20, &[]))?;
