@@ -332,17 +332,18 @@ fn test(quick: bool) -> Result<()> {
     })?;
     step("loom models", &mut || loom(LOOM_CRATES))?;
     if !quick {
-        // An application outside this repository, made by `hpc new` against the
-        // packaged crates: cargo install hpc-cli, hpc run, mpirun, its own
-        // `cargo xtask image` and podman (crates/hpc-cli/tests/outside.rs).
+        // An application outside this repository, made by following the README's
+        // commands for a checkout before the crates are published (`cargo install
+        // --path`, `hpc new --sdk`, hpc run, mpirun, its own `cargo xtask image`),
+        // then podman (crates/hpc-cli/tests/outside.rs).
         step("outside application", &mut || {
             run(cargo()
                 .args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
                 .args(["--test", "outside", "--no-fail-fast"])
                 .env(hpc_env::TEST_OUTSIDE, "1"))
         })?;
-        // The book's quick start followed literally in a temporary directory, against
-        // the packaged crates (book/tests/quickstart.rs).
+        // The book's quick start followed literally in a temporary directory, with
+        // the checkout patched in as its section 1 says (book/tests/quickstart.rs).
         step("book quick start, followed literally", &mut || {
             run(cargo()
                 .args(["test", "-p", "hpc-book", "--test", "quickstart"])
@@ -355,8 +356,11 @@ fn test(quick: bool) -> Result<()> {
         step("device script, dry run", &mut || {
             run(Command::new("bash").args(["benches/device.sh", "dry", "--features", &all]))
         })?;
-        // Every decoder and file reader, from its corpus, about 20 s each.
-        step("fuzzing", &mut || fuzz::run(&root(), 20, &[]))?;
+        // Every decoder and file reader, from its corpus, 10 s each: the build (the
+        // nightly sanitizer build of every target at once) is most of the step, about
+        // 365 of its 505 s on CI's cold run at 20 s each. Longer runs: `cargo xtask
+        // fuzz --seconds N`.
+        step("fuzzing", &mut || fuzz::run(&root(), 10, &[]))?;
         step("docs", &mut || {
             run(cargo()
                 .args(["doc", "--workspace", "--no-deps", "--features", &all])
