@@ -16,7 +16,8 @@
 //!
 //! The environment, not the commands, is the test's: `HOME` is a work directory
 //! (cargo's and rustup's homes stay where they are), `cargo install` installs under
-//! it, builds are offline (third-party crates come from cargo's cache), release
+//! it, every build shares one target directory (the application's `target` links
+//! to it), builds are offline (third-party crates come from cargo's cache), release
 //! builds are not optimised (`CARGO_PROFILE_RELEASE_*`: the optimiser's time is not
 //! what this checks), `mpirun` is Open MPI's, and Open MPI may run as root. What
 //! `cargo package` writes for crates.io is checked by `cargo xtask publish`.
@@ -25,7 +26,7 @@
 //! with `HPC_TEST_OUTSIDE=1` (`cargo xtask test` runs it as a step of its own); the
 //! image and Podman part also needs `HPC_TEST_CONTAINERS=1`. The work directory,
 //! under the system's temporary directory, has a name stable for this checkout and
-//! keeps the application's `target/` for a second run; the image's Debian base comes
+//! keeps the builds' target directory for a second run; the image's Debian base comes
 //! from `target/hpc-image-cache/`, shared with the image tests.
 
 use std::io::Write as _;
@@ -106,6 +107,10 @@ struct User {
     root: PathBuf,
     /// `mpirun`, linked to Open MPI's (Debian's alternatives may name MPICH's).
     shim: PathBuf,
+    /// Every build's target directory (`CARGO_TARGET_DIR`; the application's
+    /// `target` links to it): the installs and the application's release build share
+    /// their dependencies, and a second run reuses them.
+    target: PathBuf,
 }
 
 impl User {
@@ -122,6 +127,7 @@ impl User {
             home,
             root: work.join("root"),
             shim,
+            target: work.join("target"),
         }
     }
 
@@ -155,6 +161,7 @@ impl User {
             .env("CARGO_HOME", cargo_home)
             .env("RUSTUP_HOME", rustup_home)
             .env("CARGO_INSTALL_ROOT", root)
+            .env("CARGO_TARGET_DIR", &self.target)
             .env("CARGO_NET_OFFLINE", "true")
             .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
             .env("CARGO_PROFILE_RELEASE_LTO", "false")
@@ -267,8 +274,6 @@ fn check_output(cmd: &str, out: &str) {
 fn follow_the_readme(user: &User) -> PathBuf {
     let mut cwd = user.home.join("src");
     let app = cwd.join("my-sim");
-    // A previous run's build of the application, kept aside for `hpc new`.
-    let kept = user.home.join("kept-target");
     for (line, shown) in documented_path() {
         let pieces: Vec<&str> = line.split(" && ").collect();
         for (i, cmd) in pieces.iter().enumerate() {
@@ -284,8 +289,9 @@ fn follow_the_readme(user: &User) -> PathBuf {
                 continue;
             }
             let out = ok(cmd, &mut user.shell(&cwd, cmd, &user.root), BUILD);
-            if cmd.starts_with("hpc new ") && kept.exists() {
-                std::fs::rename(&kept, app.join("target")).unwrap();
+            if cmd.starts_with("hpc new ") {
+                // `target/...` in the README's commands, where cargo builds.
+                std::os::unix::fs::symlink(&user.target, app.join("target")).unwrap();
             }
             check_output(cmd, &out);
             // The README's lines are the output of the line's last command.
@@ -447,22 +453,12 @@ fn the_readmes_path_before_publication_is_followed_literally() {
         repo().hash(&mut h);
         h.finish()
     }));
-    // The application's build of a previous run is kept (beside `HOME`, which starts
-    // afresh) and put back after `hpc new`.
-    let kept = work.join("kept-target");
-    let target = work.join("home/src/my-sim/target");
-    if target.exists() {
-        let _ = std::fs::remove_dir_all(&kept);
-        std::fs::rename(&target, &kept).unwrap();
-    }
+    // Everything but the builds (work/target) starts afresh.
     for d in ["home", "shim", "root", "root-mpi"] {
         let _ = std::fs::remove_dir_all(work.join(d));
     }
     std::fs::create_dir_all(&work).unwrap();
     let user = User::new(&work);
-    if kept.exists() {
-        std::fs::rename(&kept, user.home.join("kept-target")).unwrap();
-    }
     assert!(
         !work.starts_with(repo()),
         "the application must live outside the repository"
