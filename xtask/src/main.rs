@@ -559,6 +559,8 @@ const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-comm", "hpc-spiking"];
 /// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
 /// primitives to loom's, in a target directory of its own so that the normal build
 /// is not invalidated. Each model bounds its own exploration (preemption bound).
+/// Optimised (the models run many thousands of interleavings), but without the
+/// release profile's thin LTO and debug info, which only lengthen this build.
 fn loom<S: AsRef<str>>(crates: &[S]) -> Result<()> {
     let dir = root().join("target/loom");
     for krate in crates {
@@ -567,6 +569,9 @@ fn loom<S: AsRef<str>>(crates: &[S]) -> Result<()> {
             cargo()
                 .args(["test", "--release", "--lib", "-p", krate, "loom"])
                 .env("RUSTFLAGS", "--cfg loom")
+                .env("CARGO_PROFILE_RELEASE_LTO", "false")
+                .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+                .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
                 .env("CARGO_TARGET_DIR", &dir),
         )?;
         // A filter that matches nothing passes too: a renamed model or a lost
