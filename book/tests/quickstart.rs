@@ -7,12 +7,14 @@
 //! command must succeed, and where the book shows output, the command's standard
 //! output must be those lines (in any order: ranks print concurrently).
 //!
-//! What stands in for a registry: the crates as `cargo package` writes them, through
-//! `[patch.crates-io]` in the work directory's `.cargo/config.toml`, offline (third-party
-//! crates come from cargo's cache); `hpc` is this workspace's build (`cargo install
-//! hpc-cli` from the packaged crate is tested by hpc-cli's `outside` test).
+//! What stands in for a registry is what section "1. The launcher" tells a user to do
+//! before the crates are on crates.io: its `[patch.crates-io]` table, with `CHECKOUT`
+//! this repository, added by hand to the program's `Cargo.toml` (before the first
+//! build); builds are offline (third-party crates come from cargo's cache); `hpc` is
+//! this workspace's build (`cargo install --path` of it is followed by hpc-cli's
+//! `outside` test; what `cargo package` writes is checked by `cargo xtask publish`).
 //!
-//! Slow (packages the crates and builds the program from scratch), so it runs only with
+//! Slow (builds the program from scratch), so it runs only with
 //! `HPC_TEST_OUTSIDE=1` (`cargo xtask test` runs it as a step of its own). The work
 //! directory is under the system's temporary directory and kept: a second run moves
 //! the program's previous `target/` aside before `cargo new` and back after it.
@@ -25,10 +27,6 @@ fn repo() -> PathBuf {
         .join("..")
         .canonicalize()
         .expect("repository root")
-}
-
-fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
 }
 
 /// A command without the variables of the cargo that runs this test.
@@ -122,45 +120,27 @@ fn section(heading: &str) -> Vec<Block> {
     blocks
 }
 
-/// `cargo package` of every crate under `crates/`, unpacked into `work/crates/`; the
-/// `[patch.crates-io]` table that points at them.
-fn packaged_crates(work: &Path) -> String {
-    let mut names: Vec<String> = std::fs::read_dir(repo().join("crates"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("Cargo.toml").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+/// Section 1's `[patch.crates-io]` table, for a crate of a user's own before the
+/// crates are on crates.io, with `CHECKOUT` this repository.
+fn checkout_patch() -> String {
+    let tables: Vec<String> = section("1. The launcher")
+        .into_iter()
+        .filter_map(|b| match b {
+            Block::Toml(t) => Some(t),
+            _ => None,
+        })
         .collect();
-    names.sort();
-    let mut c = clean(cargo_bin());
-    c.current_dir(repo())
-        .args(["package", "--no-verify", "--allow-dirty", "--offline"])
-        .arg("--target-dir")
-        .arg(work.join("pkg"));
-    for n in &names {
-        c.args(["-p", n]);
-    }
-    ok("cargo package", &mut c);
-    let unpacked = work.join("crates");
-    std::fs::create_dir_all(&unpacked).unwrap();
-    let mut patch = String::from("[patch.crates-io]\n");
-    for n in &names {
-        let file = work.join(format!("pkg/package/{n}-{}.crate", version()));
-        ok(
-            &format!("unpack {n}"),
-            Command::new("tar")
-                .arg("xzf")
-                .arg(&file)
-                .arg("-C")
-                .arg(&unpacked),
-        );
-        let dir = unpacked.join(format!("{n}-{}", version()));
-        patch.push_str(&format!(
-            "{n} = {{ path = {:?} }}\n",
-            dir.display().to_string()
-        ));
-    }
-    patch
+    assert_eq!(
+        tables.len(),
+        1,
+        "section 1 shows one toml block: {tables:?}"
+    );
+    let table = &tables[0];
+    assert!(
+        table.starts_with("[patch.crates-io]\n") && table.contains("\"CHECKOUT/crates/hpc-rs\""),
+        "section 1's table no longer patches hpc-rs from CHECKOUT:\n{table}"
+    );
+    table.replace("CHECKOUT", &repo().display().to_string())
 }
 
 #[test]
@@ -214,12 +194,8 @@ fn the_quickstart_followed_literally() {
                 .wrapping_mul(0x100_0000_01b3))
     ));
     std::fs::create_dir_all(work.join(".cargo")).unwrap();
-    let patch = packaged_crates(&work);
-    std::fs::write(
-        work.join(".cargo/config.toml"),
-        format!("{patch}\n[net]\noffline = true\n"),
-    )
-    .unwrap();
+    std::fs::write(work.join(".cargo/config.toml"), "[net]\noffline = true\n").unwrap();
+    let patch = checkout_patch();
 
     // `hpc` on the PATH: this workspace's build of the launcher.
     ok(
@@ -291,7 +267,8 @@ fn the_quickstart_followed_literally() {
                 let text = std::fs::read_to_string(&manifest).unwrap();
                 assert!(text.contains("[dependencies]\n"), "{text}");
                 let text = text.replacen("[dependencies]\n", &format!("[dependencies]\n{deps}"), 1);
-                std::fs::write(&manifest, text).unwrap();
+                // Section 1's table, added by hand as it says, before the first build.
+                std::fs::write(&manifest, format!("{text}\n{patch}")).unwrap();
             }
             Block::Rust(main) => {
                 let dir = project.as_ref().expect("cargo new first");

@@ -332,17 +332,18 @@ fn test(quick: bool) -> Result<()> {
     })?;
     step("loom models", &mut || loom(LOOM_CRATES))?;
     if !quick {
-        // An application outside this repository, made by `hpc new` against the
-        // packaged crates: cargo install hpc-cli, hpc run, mpirun, its own
-        // `cargo xtask image` and podman (crates/hpc-cli/tests/outside.rs).
+        // An application outside this repository, made by following the README's
+        // commands for a checkout before the crates are published (`cargo install
+        // --path`, `hpc new --sdk`, hpc run, mpirun, its own `cargo xtask image`),
+        // then podman (crates/hpc-cli/tests/outside.rs).
         step("outside application", &mut || {
             run(cargo()
                 .args(["nextest", "run", "-p", "hpc-cli", "--all-features"])
                 .args(["--test", "outside", "--no-fail-fast"])
                 .env(hpc_env::TEST_OUTSIDE, "1"))
         })?;
-        // The book's quick start followed literally in a temporary directory, against
-        // the packaged crates (book/tests/quickstart.rs).
+        // The book's quick start followed literally in a temporary directory, with
+        // the checkout patched in as its section 1 says (book/tests/quickstart.rs).
         step("book quick start, followed literally", &mut || {
             run(cargo()
                 .args(["test", "-p", "hpc-book", "--test", "quickstart"])
@@ -350,12 +351,16 @@ fn test(quick: bool) -> Result<()> {
         })?;
         // The device script (GPU check, overlap with spare cores, scaling) packs its
         // bundle and runs every part in miniature, so it is known to work before a
-        // GPU machine is at hand.
+        // GPU machine is at hand. Its binaries are the dev-profile ones that the
+        // all-features test step built (the same features, so no build of its own).
         step("device script, dry run", &mut || {
-            run(Command::new("bash").args(["benches/device.sh", "dry"]))
+            run(Command::new("bash").args(["benches/device.sh", "dry", "--features", &all]))
         })?;
-        // Every decoder and file reader, from its corpus, about 20 s each.
-        step("fuzzing", &mut || fuzz::run(&root(), 20, &[]))?;
+        // Every decoder and file reader, from its corpus, 10 s each: the build (the
+        // nightly sanitizer build of every target at once) is most of the step, about
+        // 365 of its 505 s on CI's cold run at 20 s each. Longer runs: `cargo xtask
+        // fuzz --seconds N`.
+        step("fuzzing", &mut || fuzz::run(&root(), 10, &[]))?;
         step("docs", &mut || {
             run(cargo()
                 .args(["doc", "--workspace", "--no-deps", "--features", &all])
@@ -554,6 +559,8 @@ const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-comm", "hpc-spiking"];
 /// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
 /// primitives to loom's, in a target directory of its own so that the normal build
 /// is not invalidated. Each model bounds its own exploration (preemption bound).
+/// Optimised (the models run many thousands of interleavings), but without the
+/// release profile's thin LTO and debug info, which only lengthen this build.
 fn loom<S: AsRef<str>>(crates: &[S]) -> Result<()> {
     let dir = root().join("target/loom");
     for krate in crates {
@@ -562,6 +569,9 @@ fn loom<S: AsRef<str>>(crates: &[S]) -> Result<()> {
             cargo()
                 .args(["test", "--release", "--lib", "-p", krate, "loom"])
                 .env("RUSTFLAGS", "--cfg loom")
+                .env("CARGO_PROFILE_RELEASE_LTO", "false")
+                .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+                .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
                 .env("CARGO_TARGET_DIR", &dir),
         )?;
         // A filter that matches nothing passes too: a renamed model or a lost

@@ -1,22 +1,33 @@
-//! An application outside this repository, as a user makes it: the crates as
-//! `cargo package` writes them for crates.io, `cargo install hpc-cli` (and with
-//! `--features mpi`) from them, `hpc new`, `cargo build`, `hpc run -n 4`, a build with
-//! `--features mpi` under `mpirun -n 2`, and the application's own
-//! `cargo xtask image` whose image runs in Podman. Nothing of this repository runs but
-//! `cargo package` and the Podman settings script.
+//! An application outside this repository, made the way README.md tells a user to
+//! before the crates are on crates.io: the commands of its "Start an application"
+//! block run literally, with the two that need the registry (`cargo install hpc-cli`
+//! and `hpc new my-sim`) replaced by those of the block that follows "Before the
+//! crates are on crates.io" (`cargo install --path hpc-rs/crates/hpc-cli`, `hpc new
+//! my-sim --sdk ~/src/hpc-rs`), as the README says: the checkout is this repository
+//! (linked as `~/src/hpc-rs`, the commands running in `~/src`). Each command must
+//! succeed, and the lines the README shows must be printed (up to the host name and
+//! the address, which differ from machine to machine). So a README whose commands
+//! stop working breaks this test.
 //!
-//! The packaged crates reach the application through `[patch.crates-io]` (in the
-//! application's `.cargo/config.toml`, and `--config` for `cargo install`), and every
-//! build is offline: third-party crates come from cargo's cache, as the workspace's
-//! own build left them.
+//! After the README's commands: the application's `cargo xtask` refuses a binary it
+//! does not have; the launcher installed `--features mpi` (as the README's comment
+//! says) runs the MPI build; and with `HPC_TEST_CONTAINERS=1` the README's image and
+//! one with the launcher inside (`--with-hpc`) run in Podman.
 //!
-//! Slow (it builds the CLI twice and the application twice), so it runs only with
-//! `HPC_TEST_OUTSIDE=1` (`cargo xtask test` runs it as a step of its own); the image
-//! and Podman part also needs `HPC_TEST_CONTAINERS=1`. The builds share
-//! `target/outside/` of this repository as their target directory, so a second run
-//! rebuilds only what changed (the work directory, under the system's temporary
-//! directory, is kept for the same reason); the image's Debian base comes from
-//! `target/hpc-image-cache/`, shared with the image tests.
+//! The environment, not the commands, is the test's: `HOME` is a work directory
+//! (cargo's and rustup's homes stay where they are), `cargo install` installs under
+//! it, every build shares one target directory (the application's `target` links
+//! to it), builds are offline (third-party crates come from cargo's cache), release
+//! builds are not optimised (`CARGO_PROFILE_RELEASE_*`: the optimiser's time is not
+//! what this checks), `mpirun` is Open MPI's, and Open MPI may run as root. What
+//! `cargo package` writes for crates.io is checked by `cargo xtask publish`.
+//!
+//! Slow (it builds the CLI twice and the application three times), so it runs only
+//! with `HPC_TEST_OUTSIDE=1` (`cargo xtask test` runs it as a step of its own); the
+//! image and Podman part also needs `HPC_TEST_CONTAINERS=1`. The work directory,
+//! under the system's temporary directory, has a name stable for this checkout and
+//! keeps the builds' target directory for a second run; the image's Debian base comes
+//! from `target/hpc-image-cache/`, shared with the image tests.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,27 +43,6 @@ fn repo() -> PathBuf {
 
 fn on(var: &str) -> bool {
     std::env::var(var).as_deref() == Ok("1")
-}
-
-/// A command with a clean cargo environment: nothing of the cargo that runs this test
-/// (its package variables, its target directory) leaks into the user's builds.
-fn clean(program: impl AsRef<std::ffi::OsStr>, target: &Path) -> Command {
-    let mut c = Command::new(program);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().to_string();
-        if (k.starts_with("CARGO_") && k != "CARGO_HOME") || k.starts_with("NEXTEST") {
-            c.env_remove(&k);
-        }
-    }
-    c.env("CARGO_TARGET_DIR", target);
-    c
-}
-
-fn cargo(target: &Path) -> Command {
-    clean(
-        std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
-        target,
-    )
 }
 
 /// Runs a command to completion within `limit`, echoing it and its time; returns its
@@ -108,299 +98,387 @@ fn ok(what: &str, cmd: &mut Command, limit: Duration) -> String {
 const BUILD: Duration = Duration::from_secs(1200);
 const RUN: Duration = Duration::from_secs(120);
 
-/// `cargo package` of every crate under `crates/`, unpacked into `work/crates/`, and
-/// the `[patch.crates-io]` table that points at them.
-fn packaged_crates(work: &Path, target: &Path) -> String {
-    let mut c = cargo(target);
-    c.current_dir(repo()).args([
-        "package",
-        "--no-verify",
-        "--allow-dirty",
-        "--offline",
-        "--target-dir",
-    ]);
-    c.arg(work.join("pkg"));
-    let mut names: Vec<String> = std::fs::read_dir(repo().join("crates"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("Cargo.toml").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    for n in &names {
-        c.args(["-p", n]);
-    }
-    ok(
-        "cargo package (the crates as crates.io gets them)",
-        &mut c,
-        BUILD,
-    );
-    let unpacked = work.join("crates");
-    std::fs::create_dir_all(&unpacked).unwrap();
-    let mut patch = String::from("[patch.crates-io]\n");
-    for n in &names {
-        let file = format!("{n}-{}.crate", env!("CARGO_PKG_VERSION"));
-        let krate = work.join("pkg/package").join(&file);
-        assert!(krate.exists(), "{file} was not packaged");
-        ok(
-            &format!("unpack {file}"),
-            Command::new("tar")
-                .arg("xzf")
-                .arg(&krate)
-                .arg("-C")
-                .arg(&unpacked),
-            RUN,
-        );
-        let dir = unpacked.join(format!("{n}-{}", env!("CARGO_PKG_VERSION")));
-        patch.push_str(&format!(
-            "{n} = {{ path = {:?} }}\n",
-            dir.display().to_string()
-        ));
-    }
-    patch
+/// The user's world: the work directory's layout and the environment every command
+/// of the test runs in.
+struct User {
+    /// `HOME`; the checkout is `~/src/hpc-rs`, a link to this repository.
+    home: PathBuf,
+    /// `cargo install`'s root (`--features mpi` installs under `root-mpi`).
+    root: PathBuf,
+    /// `mpirun`, linked to Open MPI's (Debian's alternatives may name MPICH's).
+    shim: PathBuf,
+    /// Every build's target directory (`CARGO_TARGET_DIR`; the application's
+    /// `target` links to it): the installs and the application's release build share
+    /// their dependencies, and a second run reuses them.
+    target: PathBuf,
 }
 
-/// `cargo install hpc-cli` from the packaged crates into `root`.
-fn install_cli(work: &Path, target: &Path, root: &Path, features: &[&str]) -> PathBuf {
-    let mut c = cargo(target);
-    c.current_dir(work)
-        .args(["install", "--offline", "--debug", "--path"])
-        .arg(work.join(format!("crates/hpc-cli-{}", env!("CARGO_PKG_VERSION"))))
-        .arg("--root")
-        .arg(root)
-        .arg("--config")
-        .arg(work.join("patch.toml"));
-    for f in features {
-        c.args(["--features", f]);
+impl User {
+    fn new(work: &Path) -> User {
+        let home = work.join("home");
+        std::fs::create_dir_all(home.join("src")).unwrap();
+        std::os::unix::fs::symlink(repo(), home.join("src/hpc-rs")).unwrap();
+        let shim = work.join("shim");
+        std::fs::create_dir_all(&shim).unwrap();
+        if let Some(m) = which("mpirun.openmpi") {
+            std::os::unix::fs::symlink(m, shim.join("mpirun")).unwrap();
+        }
+        User {
+            home,
+            root: work.join("root"),
+            shim,
+            target: work.join("target"),
+        }
     }
-    ok(
-        &format!("cargo install hpc-cli {}", features.join(" ")),
-        &mut c,
+
+    /// `program` in the user's environment: nothing of the cargo that runs this test
+    /// (its package variables, its target directory) leaks in.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>, root: &Path) -> Command {
+        let mut c = Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().to_string();
+            if (k.starts_with("CARGO_") && k != "CARGO_HOME") || k.starts_with("NEXTEST") {
+                c.env_remove(&k);
+            }
+        }
+        let real_home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+        let cargo_home =
+            std::env::var_os("CARGO_HOME").map_or(real_home.join(".cargo"), PathBuf::from);
+        let rustup_home =
+            std::env::var_os("RUSTUP_HOME").map_or(real_home.join(".rustup"), PathBuf::from);
+        let cargo_dir = std::env::var_os("CARGO")
+            .and_then(|c| Path::new(&c).parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| cargo_home.join("bin"));
+        let path = std::env::join_paths(
+            [root.join("bin"), self.shim.clone(), cargo_dir]
+                .into_iter()
+                .chain(std::env::split_paths(
+                    &std::env::var_os("PATH").unwrap_or_default(),
+                )),
+        )
+        .unwrap();
+        c.env("HOME", &self.home)
+            .env("CARGO_HOME", cargo_home)
+            .env("RUSTUP_HOME", rustup_home)
+            .env("CARGO_INSTALL_ROOT", root)
+            .env("CARGO_TARGET_DIR", &self.target)
+            .env("CARGO_NET_OFFLINE", "true")
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+            .env("CARGO_PROFILE_RELEASE_LTO", "false")
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+            .env("HPC_IMAGE_CACHE", repo().join("target/hpc-image-cache"))
+            .env("PATH", path);
+        c
+    }
+
+    /// `bash -c line` in `dir`, as the user.
+    fn shell(&self, dir: &Path, line: &str, root: &Path) -> Command {
+        let mut c = self.command("bash", root);
+        c.current_dir(dir).args(["-c", line]);
+        c
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// The commands (without their `# comments`) of README.md's first console block
+/// after the line starting with `marker`, each with the lines the README shows for it.
+fn readme_block(marker: &str) -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.starts_with(marker))
+        .unwrap_or_else(|| panic!("README.md has no line starting with {marker:?}"));
+    let mut lines = text.lines().skip(at).skip_while(|l| *l != "```console");
+    assert!(lines.next().is_some(), "no console block after {marker:?}");
+    let mut cmds: Vec<(String, Vec<String>)> = Vec::new();
+    for l in lines.take_while(|l| !l.starts_with("```")) {
+        if let Some(c) = l.strip_prefix("$ ") {
+            let c = c.split(" #").next().unwrap_or(c).trim();
+            cmds.push((c.to_string(), Vec::new()));
+        } else if let Some(last) = cmds.last_mut() {
+            last.1.push(l.to_string());
+        }
+    }
+    cmds
+}
+
+/// The README's path before the crates are on crates.io: the "Start an application"
+/// block with its registry install and its `hpc new` replaced by the `--sdk` block's.
+fn documented_path() -> Vec<(String, Vec<String>)> {
+    let sdk = readme_block("**Before the crates are on crates.io**");
+    let mut start = readme_block("## Start an application");
+    let [(install, _), (new, _)] = &sdk[..] else {
+        panic!("the --sdk block has two commands (install, hpc new): {sdk:?}");
+    };
+    assert!(install.starts_with("cargo install --path "), "{install}");
+    assert!(new.starts_with("hpc new my-sim --sdk "), "{new}");
+    assert_eq!(start[0].0, "cargo install hpc-cli", "{start:?}");
+    start[0].0.clone_from(install);
+    let rest = start[1]
+        .0
+        .strip_prefix("hpc new my-sim")
+        .unwrap_or_else(|| panic!("the second command is hpc new my-sim: {start:?}"))
+        .to_string();
+    start[1].0 = format!("{new}{rest}");
+    start
+}
+
+/// The shown lines must be printed, up to what differs from machine to machine: the
+/// host after ` on ` and the launcher's address in parentheses.
+fn check_shown(cmd: &str, shown: &[String], out: &str) {
+    for want in shown.iter().filter(|w| w.as_str() != "...") {
+        let stable = want
+            .split(" on ")
+            .next()
+            .and_then(|w| w.split(" (").next())
+            .unwrap_or(want);
+        assert!(
+            out.lines().any(|l| l.starts_with(stable)),
+            "`{cmd}`: the README shows {want:?}; printed:\n{out}"
+        );
+    }
+}
+
+/// What a command of the path printed, checked beyond the README's lines.
+fn check_output(cmd: &str, out: &str) {
+    if cmd.starts_with("hpc run -n 4") {
+        for r in 0..4 {
+            assert!(
+                out.contains(&format!("[{r}] rank {r} of 4 on ")),
+                "rank {r} missing:\n{out}"
+            );
+        }
+        assert!(
+            out.contains("[0] sum of 1..=4 over the ranks: 10 (hpc run launcher"),
+            "{out}"
+        );
+    } else if cmd.starts_with("mpirun -n 2") {
+        for r in 0..2 {
+            assert!(out.contains(&format!("rank {r} of 2 on ")), "{out}");
+        }
+        assert!(out.contains("sum of 1..=2 over the ranks: 3 (MPI"), "{out}");
+    } else if cmd.starts_with("cargo xtask image") {
+        assert!(out.trim().starts_with("sha256:"), "{out}");
+    }
+}
+
+/// Runs the documented path; returns the application's directory.
+fn follow_the_readme(user: &User) -> PathBuf {
+    let mut cwd = user.home.join("src");
+    let app = cwd.join("my-sim");
+    for (line, shown) in documented_path() {
+        let pieces: Vec<&str> = line.split(" && ").collect();
+        for (i, cmd) in pieces.iter().enumerate() {
+            if let Some(dir) = cmd.strip_prefix("cd ") {
+                cwd = cwd.join(dir.trim());
+                continue;
+            }
+            if cmd.starts_with("cargo xtask image") && !on("HPC_TEST_CONTAINERS") {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "`{cmd}` skipped: set HPC_TEST_CONTAINERS=1 (it makes a Debian base with mmdebstrap)"
+                );
+                continue;
+            }
+            let out = ok(cmd, &mut user.shell(&cwd, cmd, &user.root), BUILD);
+            if cmd.starts_with("hpc new ") {
+                // `target/...` in the README's commands, where cargo builds.
+                std::os::unix::fs::symlink(&user.target, app.join("target")).unwrap();
+            }
+            check_output(cmd, &out);
+            // The README's lines are the output of the line's last command.
+            if i + 1 == pieces.len() {
+                check_shown(cmd, &shown, &out);
+            }
+        }
+    }
+    assert_eq!(cwd, app, "the README's commands end in the application");
+    app
+}
+
+/// The application's own `cargo xtask` refuses a binary it does not have (status 2).
+fn xtask_refuses_a_missing_binary(user: &User, app: &Path) {
+    let o = run(
+        "cargo xtask image no-such-binary",
+        &mut user.shell(app, "cargo xtask image no-such-binary", &user.root),
         BUILD,
     );
-    let hpc = root.join("bin/hpc");
-    let v = ok("hpc --version", Command::new(&hpc).arg("--version"), RUN);
-    let want = if features.is_empty() {
-        "features: none"
-    } else {
-        "features: mpi"
-    };
-    assert!(v.contains(want), "{v}");
-    hpc
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no binary or example named `no-such-binary`") && err.contains("my-sim"),
+        "{err}"
+    );
+}
+
+/// The launcher installed as the README's comment says (`--features mpi`) runs the
+/// MPI build of the application; the one installed without says it has none.
+fn mpi_launcher_runs_the_mpi_build(user: &User, work: &Path, app: &Path) {
+    let v = ok(
+        "hpc --version",
+        &mut user.shell(app, "hpc --version", &user.root),
+        RUN,
+    );
+    assert!(v.contains("features: none"), "{v}");
+    let root_mpi = work.join("root-mpi");
+    let install = documented_path()[0].0.clone() + " --features mpi";
+    ok(
+        &install,
+        &mut user.shell(&user.home.join("src"), &install, &root_mpi),
+        BUILD,
+    );
+    let v = ok(
+        "hpc --version (mpi)",
+        &mut user.shell(app, "hpc --version", &root_mpi),
+        RUN,
+    );
+    assert!(v.contains("features: mpi"), "{v}");
+    let out = ok(
+        "hpc run -n 2 (hpc built with mpi)",
+        &mut user.shell(
+            app,
+            "hpc run -n 2 --time-limit 60 -- target/release/my-sim",
+            &root_mpi,
+        ),
+        RUN,
+    );
+    assert!(out.contains("[0] sum of 1..=2 over the ranks: 3"), "{out}");
+}
+
+/// The README's image (`--features mpi`) runs as a singleton in Podman; an image of
+/// the debug build with the installed launcher inside (`--with-hpc`, from the PATH)
+/// runs as one rank and under `hpc run -n 2`.
+fn images_run_in_podman(user: &User, work: &Path, app: &Path) {
+    let img = app.join("target/image/my-sim");
+    for f in [
+        "my-sim-oci.tar",
+        "my-sim.def",
+        "slurm-apptainer.sbatch",
+        "slurm-podman.sbatch",
+        "podman-run.sh",
+        "image.json",
+        "oci/index.json",
+    ] {
+        assert!(img.join(f).exists(), "{f} missing in {}", img.display());
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(img.join("image.json")).unwrap()).unwrap();
+    assert_eq!(summary["binary"], "my-sim");
+    assert_eq!(summary["package"], "my-sim");
+    let env = format!(
+        ". {} {} && podman load -q -i {} >/dev/null",
+        repo().join("containers/test/podman-env.sh").display(),
+        work.join("podman").display(),
+        img.join("my-sim-oci.tar").display(),
+    );
+    let out = ok(
+        "podman load + podman run (the README's image)",
+        &mut user.shell(
+            app,
+            &format!("{env} && podman run --rm localhost/my-sim:latest"),
+            &user.root,
+        ),
+        Duration::from_secs(300),
+    );
+    assert!(out.contains("rank 0 of 1 on "), "{out}");
+    assert!(out.contains("sum of 1..=1 over the ranks: 1 ("), "{out}");
+
+    let digest = ok(
+        "cargo xtask image --profile dev --with-hpc",
+        &mut user.shell(
+            app,
+            "cargo xtask image --profile dev --with-hpc",
+            &user.root,
+        ),
+        BUILD,
+    );
+    assert!(digest.trim().starts_with("sha256:"), "{digest}");
+    let out = ok(
+        "podman load + podman run (singleton and hpc run -n 2)",
+        &mut user.shell(
+            app,
+            &format!(
+                "{env} && podman run --rm localhost/my-sim:latest && \
+                 podman run --rm localhost/my-sim:latest hpc run -n 2 --time-limit 60 -- my-sim"
+            ),
+            &user.root,
+        ),
+        Duration::from_secs(300),
+    );
+    assert!(out.contains("rank 0 of 1 on "), "{out}");
+    assert!(
+        out.contains("sum of 1..=1 over the ranks: 1 (singleton)"),
+        "{out}"
+    );
+    assert!(out.contains("[1] rank 1 of 2 on "), "{out}");
+    assert!(
+        out.contains("[0] sum of 1..=2 over the ranks: 3 (hpc run"),
+        "{out}"
+    );
 }
 
 #[test]
-#[allow(
-    clippy::too_many_lines,
-    reason = "one scenario, step after step, whose asserts read best in order"
-)]
-fn outside_application_end_to_end() {
+fn the_readmes_path_before_publication_is_followed_literally() {
+    // The README keeps the shape this test follows, with or without the slow part.
+    let path = documented_path();
+    assert!(path.iter().any(|(c, _)| c.starts_with("hpc run -n 4")));
+    assert!(path.iter().any(|(c, _)| c.contains("mpirun -n 2")));
+    assert!(path.iter().any(|(c, _)| c.starts_with("cargo xtask image")));
     if !on("HPC_TEST_OUTSIDE") {
         let _ = writeln!(
             std::io::stderr(),
-            "outside_application_end_to_end skipped: set HPC_TEST_OUTSIDE=1 (cargo xtask test does) \
-             to install hpc-cli from the packaged crates and build, run and image an application \
-             made by `hpc new`"
+            "the outside application skipped: set HPC_TEST_OUTSIDE=1 (cargo xtask test does) \
+             to follow the README's commands in a temporary directory"
         );
         return;
     }
+    assert!(
+        which("mpirun.openmpi").is_some() || !on("HPC_REQUIRE_MPI"),
+        "HPC_REQUIRE_MPI=1 but Open MPI's mpirun (mpirun.openmpi) is not installed"
+    );
     let t0 = Instant::now();
-    let target = repo().join("target/outside");
-    // Outside the repository, under a name that is stable for this checkout: the
-    // unpacked crates keep their paths (and the archive's mtimes), so a second run
-    // reuses the builds in the shared target directory.
+    // Outside the repository, under a name that is stable for this checkout, so that
+    // a second run reuses the application's build.
     let work = std::env::temp_dir().join(format!("hpc-outside-{:016x}", {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         repo().hash(&mut h);
         h.finish()
     }));
-    let _ = std::fs::remove_dir_all(&work);
+    // Everything but the builds (work/target) starts afresh.
+    for d in ["home", "shim", "root", "root-mpi"] {
+        let _ = std::fs::remove_dir_all(work.join(d));
+    }
     std::fs::create_dir_all(&work).unwrap();
+    let user = User::new(&work);
     assert!(
         !work.starts_with(repo()),
         "the application must live outside the repository"
     );
 
-    let patch = packaged_crates(&work, &target);
-    std::fs::write(work.join("patch.toml"), &patch).unwrap();
-    let hpc = install_cli(&work, &target, &work.join("root"), &[]);
-    let hpc_mpi = install_cli(&work, &target, &work.join("root-mpi"), &["mpi"]);
-
-    // The scaffold, wired to the packaged crates.
-    let app = work.join("apps/outside-demo");
-    std::fs::create_dir_all(app.parent().unwrap()).unwrap();
-    ok(
-        "hpc new outside-demo",
-        Command::new(&hpc)
-            .arg("new")
-            .arg(&app)
-            .args(["--vcs", "none"]),
-        RUN,
-    );
-    let config = app.join(".cargo/config.toml");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push('\n');
-    text.push_str(&patch);
-    std::fs::write(&config, text).unwrap();
-
-    // Default features, 4 ranks under the installed launcher.
-    let mut c = cargo(&target);
-    c.current_dir(&app).args(["build", "--offline"]);
-    ok("cargo build (default features)", &mut c, BUILD);
-    let bin = target.join("debug/outside-demo");
-    let out = ok(
-        "hpc run -n 4",
-        clean(&hpc, &target)
-            .current_dir(&app)
-            .args(["run", "-n", "4", "--time-limit", "60", "--"])
-            .arg(&bin),
-        RUN,
-    );
-    for r in 0..4 {
-        assert!(
-            out.contains(&format!("[{r}] rank {r} of 4 on ")),
-            "rank {r} missing:\n{out}"
-        );
-    }
-    assert!(
-        out.contains("[0] sum of 1..=4 over the ranks: 10 (hpc run launcher"),
-        "{out}"
-    );
-
-    // The application's own xtask refuses bad input with status 2.
-    let mut c = cargo(&target);
-    c.current_dir(&app)
-        .args(["--offline", "xtask", "image", "no-such-binary"]);
-    let o = run("cargo xtask image no-such-binary", &mut c, BUILD);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("no binary or example named `no-such-binary`") && err.contains("outside-demo"),
-        "{err}"
-    );
-
-    // With MPI, under mpirun.
-    let mut c = cargo(&target);
-    c.current_dir(&app)
-        .args(["build", "--offline", "--features", "mpi"]);
-    ok("cargo build --features mpi", &mut c, BUILD);
-    let mpirun = ["mpirun.openmpi", "mpirun"].into_iter().find(|m| {
-        Command::new(m)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    match mpirun {
-        Some(m) => {
-            let out = ok(
-                "mpirun -n 2",
-                clean(m, &target)
-                    .args(["-n", "2", "--oversubscribe"])
-                    .arg(&bin)
-                    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                    .env("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-                RUN,
-            );
-            for r in 0..2 {
-                assert!(out.contains(&format!("rank {r} of 2 on ")), "{out}");
-            }
-            assert!(out.contains("sum of 1..=2 over the ranks: 3 (MPI"), "{out}");
-            // The MPI build of the launcher runs the MPI build of the application too.
-            let out = ok(
-                "hpc run -n 2 (hpc built with mpi)",
-                clean(&hpc_mpi, &target)
-                    .args(["run", "-n", "2", "--time-limit", "60", "--"])
-                    .arg(&bin),
-                RUN,
-            );
-            assert!(out.contains("[0] sum of 1..=2 over the ranks: 3"), "{out}");
-        }
-        None => {
-            assert!(
-                !on("HPC_REQUIRE_MPI"),
-                "HPC_REQUIRE_MPI=1 but no mpirun is installed"
-            );
-            let _ = writeln!(std::io::stderr(), "mpirun part skipped: no mpirun");
-        }
-    }
-
-    if !on("HPC_TEST_CONTAINERS") {
+    let app = follow_the_readme(&user);
+    xtask_refuses_a_missing_binary(&user, &app);
+    mpi_launcher_runs_the_mpi_build(&user, &work, &app);
+    if on("HPC_TEST_CONTAINERS") {
+        images_run_in_podman(&user, &work, &app);
+    } else {
         let _ = writeln!(
             std::io::stderr(),
-            "image part skipped: set HPC_TEST_CONTAINERS=1 to build the application's image \
-             with its own `cargo xtask image` and run it in Podman"
-        );
-    } else {
-        // Its own `cargo xtask image`, default features, with the installed `hpc`
-        // (from the PATH) beside it. The dev profile reuses the build above.
-        let path = format!(
-            "{}:{}",
-            work.join("root/bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let mut c = cargo(&target);
-        c.current_dir(&app)
-            .args([
-                "--offline",
-                "xtask",
-                "image",
-                "--profile",
-                "dev",
-                "--with-hpc",
-            ])
-            .env("PATH", &path)
-            .env("HPC_IMAGE_CACHE", repo().join("target/hpc-image-cache"));
-        let digest = ok("cargo xtask image (the application's own)", &mut c, BUILD);
-        assert!(digest.trim().starts_with("sha256:"), "{digest}");
-        let img = target.join("image/outside-demo");
-        for f in [
-            "outside-demo-oci.tar",
-            "outside-demo.def",
-            "slurm-apptainer.sbatch",
-            "slurm-podman.sbatch",
-            "podman-run.sh",
-            "image.json",
-            "oci/index.json",
-        ] {
-            assert!(img.join(f).exists(), "{f} missing in {}", img.display());
-        }
-        let summary: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(img.join("image.json")).unwrap()).unwrap();
-        assert_eq!(summary["binary"], "outside-demo");
-        assert_eq!(summary["package"], "outside-demo");
-
-        let script = format!(
-            ". {env} {pdir} && podman load -q -i {tar} >/dev/null && \
-             podman run --rm localhost/outside-demo:latest && \
-             podman run --rm localhost/outside-demo:latest hpc run -n 2 --time-limit 60 -- outside-demo",
-            env = repo().join("containers/test/podman-env.sh").display(),
-            pdir = work.join("podman").display(),
-            tar = img.join("outside-demo-oci.tar").display(),
-        );
-        let out = ok(
-            "podman load + podman run (singleton and hpc run -n 2)",
-            clean("bash", &target).args(["-c", &script]),
-            Duration::from_secs(300),
-        );
-        assert!(out.contains("rank 0 of 1 on "), "{out}");
-        assert!(
-            out.contains("sum of 1..=1 over the ranks: 1 (singleton)"),
-            "{out}"
-        );
-        assert!(out.contains("[1] rank 1 of 2 on "), "{out}");
-        assert!(
-            out.contains("[0] sum of 1..=2 over the ranks: 3 (hpc run"),
-            "{out}"
+            "image part skipped: set HPC_TEST_CONTAINERS=1 to run the application's images in Podman"
         );
     }
     let _ = writeln!(
         std::io::stderr(),
-        "outside application: {:.0}s in all (target dir {})",
+        "outside application: {:.0}s in all (work dir {})",
         t0.elapsed().as_secs_f64(),
-        target.display()
+        work.display()
     );
 }

@@ -236,7 +236,7 @@ vars! {
     Development TEST_CONTAINERS = "HPC_TEST_CONTAINERS", default "";
     /// `1`: run the tests on the Docker cluster of Slurm nodes.
     Development TEST_CLUSTER = "HPC_TEST_CLUSTER", default "";
-    /// `1`: run the outside-application test (packaged crates, `cargo install`).
+    /// `1`: run the outside-application test (the README's `cargo install --path`, `hpc new --sdk`).
     Development TEST_OUTSIDE = "HPC_TEST_OUTSIDE", default "";
     /// `1`: run transport tests in network namespaces (needs root).
     Development TEST_NETNS = "HPC_TEST_NETNS", default "";
