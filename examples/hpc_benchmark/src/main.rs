@@ -364,26 +364,25 @@ fn main() {
         Ok(false) => {}
         Ok(true) => return,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "hpc_benchmark: proxy failed: {}",
-                e.chain()
-            );
+            let why = format!("proxy failed: {}", e.chain());
+            hpc_io::message::last_words("hpc_benchmark", &why);
             std::process::exit(1);
         }
     }
     let args = Args::parse();
+    let (filter, log_problem) = hpc_spiking::run::log_filter();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(hpc_spiking::run::log_filter())
+        .with_env_filter(filter)
         .init();
+    if let Some(p) = log_problem {
+        tracing::warn!("{p}");
+    }
     if let Err(e) = run(args) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "hpc_benchmark: error: {}",
-            hpc_io::message::chain(e.as_ref())
-        );
+        // One write: a rank that `hpc run` stops meanwhile leaves no line cut short.
+        let why = hpc_io::message::chain(e.as_ref());
+        hpc_io::message::last_words("hpc_benchmark", &why);
         std::process::exit(1);
     }
 }
