@@ -536,7 +536,11 @@ mod tests {
             .unwrap();
         let l = Layer { blob, ..layer() };
         let w = layout
-            .finish(&ImageConfig::default(), &[l.clone()], "localhost/x:1")
+            .finish(
+                &ImageConfig::default(),
+                std::slice::from_ref(&l),
+                "localhost/x:1",
+            )
             .unwrap();
         let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
         write_oci_archive(&layout, &w, &a, "localhost/x:1", 7).unwrap();
