@@ -93,7 +93,8 @@ pub mod templates;
 /// Image formats `--format` accepts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// `<app>-oci.tar`: the OCI layout as an `oci-archive` (podman load, skopeo, Apptainer).
+    /// `<app>-oci.tar`: the OCI layout as an `oci-archive`, with Docker's `manifest.json`
+    /// beside it (podman load, docker load, skopeo, Apptainer).
     Oci,
     /// `<app>-docker.tar`: `docker save` format (docker load, podman load).
     Docker,
