@@ -1,12 +1,13 @@
 //! Every archive the builder writes loads, and runs, in every container engine that
 //! is installed: the `oci-archive` (the default) and the `docker-archive` in Docker
-//! and Podman, and a SIF built from the `oci-archive` in Apptainer.
+//! and Podman, a SIF built from the `oci-archive` in Apptainer, and skopeo reads the
+//! `oci-archive`.
 //!
 //! The image is tiny: the host's `/bin/sh` and the libraries `ldd` names, with a
 //! default command that prints a fixed line. An engine that is not installed (or
 //! whose daemon does not answer) is skipped with the reason printed, except under
-//! `HPC_TEST_CONTAINERS=1` (CI, which installs Docker, Podman and Apptainer), where
-//! every engine is required.
+//! `HPC_TEST_CONTAINERS=1` (CI, which installs Docker, Podman, skopeo and Apptainer),
+//! where every one is required.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -183,6 +184,21 @@ fn every_archive_loads_and_runs_in_every_installed_engine() {
         load_and_run("podman", &podman_env(dir.path()), &archives, &repo_tag);
     } else {
         skip("podman", "not installed");
+    }
+
+    if hpc_image::sys::has("skopeo") {
+        let from = format!("oci-archive:{}", oci_tar.display());
+        let i = engine("skopeo", &[], &["inspect", "--raw", &from]);
+        assert!(i.status.success(), "skopeo inspect {from}: {}", text(&i));
+        let m: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap();
+        assert_eq!(
+            m["mediaType"],
+            oci::MANIFEST_MEDIA_TYPE,
+            "skopeo read the OCI manifest"
+        );
+        println!("skopeo: {} read the oci-archive", version("skopeo"));
+    } else {
+        skip("skopeo", "not installed");
     }
 
     if hpc_image::sys::has("apptainer") {
