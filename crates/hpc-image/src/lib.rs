@@ -769,10 +769,21 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
 }
 
 /// The `hpc` on the PATH, checked against the image's features, when the workspace
-/// has no `hpc` binary to build; `None` when it has one. Called before anything is
-/// built.
+/// has no `hpc` binary to build; `None` when it has one (which must then have an
+/// `mpi` feature if the image has MPI). Called before anything is built.
 fn path_hpc(ws: &Workspace, args: &Args, features: &str) -> Result<Option<PathBuf>> {
-    if !args.with_hpc || ws.bins.iter().any(|b| b.name == "hpc" && !b.example) {
+    if !args.with_hpc {
+        return Ok(None);
+    }
+    if let Some(hpc) = ws.bins.iter().find(|b| b.name == "hpc" && !b.example) {
+        if wants_mpi(features) && !hpc.features.iter().any(|f| f == "mpi") {
+            usage!(
+                "--with-hpc: the workspace's `hpc` (package {0}) has no `mpi` feature, but \
+                 the image is built with --features {features}; give {0} an `mpi` feature, \
+                 or build the image without --features mpi",
+                hpc.package
+            );
+        }
         return Ok(None);
     }
     let Some(path) = crate::sys::which("hpc") else {
@@ -1017,6 +1028,36 @@ mod tests {
         );
         let e = refusal(d, "hpc 0.1.50", "mpi").expect("unknown features");
         assert!(e.contains("does not list its features"), "{e}");
+    }
+
+    #[test]
+    fn with_hpc_refuses_a_workspace_hpc_without_mpi_for_an_mpi_image() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let args = <Cli as clap::Parser>::parse_from(["image", "--with-hpc"]).args;
+        let ws = |features: Value| {
+            parse_metadata(&json!({
+                "target_directory": "/t", "workspace_root": "/w",
+                "packages": [{"name": "my-hpc", "version": "0.1.0", "features": features,
+                    "targets": [{"name": "hpc", "kind": ["bin"]}]}]
+            }))
+            .unwrap()
+        };
+        let plain = ws(json!({}));
+        let e = path_hpc(&plain, &args, "mpi").unwrap_err();
+        assert!(e.is::<UsageError>(), "{e:#}");
+        assert!(
+            e.to_string()
+                .contains("package my-hpc) has no `mpi` feature"),
+            "{e}"
+        );
+        assert!(path_hpc(&plain, &args, "").unwrap().is_none());
+        assert!(path_hpc(&ws(json!({"mpi": []})), &args, "mpi")
+            .unwrap()
+            .is_none());
     }
 
     #[test]
