@@ -123,7 +123,15 @@ docker run --rm "$ref" hpc doctor --json > "$work/doctor-docker.json" || true
 [ "$(json "$work/doctor-docker.json" 'd["environment"]["runtime"]["kind"]')" = docker ] \
     || fail "doctor in docker does not report Docker"
 docker image rm "$ref" >/dev/null 2>&1 || true
-log "docker: load, selftest, doctor ok"
+# The default archive loads in Docker too (it carries Docker's manifest.json), and the
+# generated run script with ENGINE=docker loads and runs the image.
+docker load -i "$img/$app-oci.tar" >/dev/null || fail "docker load of the oci-archive"
+docker run --rm "$ref" hpc selftest --json | grep -q '"ok":true' || fail "docker run (oci-archive)"
+docker image rm "$ref" >/dev/null 2>&1 || true
+ENGINE=docker HPC_ULIMITS="" IMAGE=$ref "$img/podman-run.sh" selftest > "$work/docker-run.out" \
+    || fail "generated podman-run.sh with ENGINE=docker"
+docker image rm "$ref" >/dev/null 2>&1 || true
+log "docker: load (both archives), selftest, doctor, podman-run.sh ok"
 stage docker
 
 # 5. Slurm + PMIx: native, one Podman container per rank, one Apptainer container

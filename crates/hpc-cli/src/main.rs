@@ -10,7 +10,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 
-/// `hpc --version`: the version and whether this build has MPI.
+/// `hpc --version`: the version and whether this build has MPI. `cargo xtask image
+/// --with-hpc` reads the `(features: ...)` list (hpc-image's `hpc_features`): keep
+/// its shape.
 #[cfg(feature = "mpi")]
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (features: mpi)");
 #[cfg(not(feature = "mpi"))]

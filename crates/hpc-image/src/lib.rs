@@ -93,7 +93,8 @@ pub mod templates;
 /// Image formats `--format` accepts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// `<app>-oci.tar`: the OCI layout as an `oci-archive` (podman load, skopeo, Apptainer).
+    /// `<app>-oci.tar`: the OCI layout as an `oci-archive`, with Docker's `manifest.json`
+    /// beside it (podman load, docker load, skopeo, Apptainer).
     Oci,
     /// `<app>-docker.tar`: `docker save` format (docker load, podman load).
     Docker,
@@ -705,29 +706,85 @@ fn wants_mpi(features: &str) -> bool {
         .any(|f| f == "mpi" || f.ends_with("/mpi"))
 }
 
-/// The `hpc` launcher to put beside the binary: built from the workspace when it has
-/// one, else the `hpc` on the PATH, which must have MPI if the image does.
-fn hpc_launcher(
-    ws: &Workspace,
-    args: &Args,
-    features: &str,
-    manifest: &[String],
-) -> Result<PathBuf> {
+/// The features an `hpc --version` line lists: `hpc 0.1.0 (features: mpi)` gives
+/// `["mpi"]`, `(features: none; ...)` none; `None` when the line has no such list
+/// (not hpc-cli's launcher, or one older than the list).
+pub fn hpc_features(version: &str) -> Option<Vec<String>> {
+    let rest = &version[version.find("(features:")? + "(features:".len()..];
+    let list = &rest[..rest.find([';', ')'])?];
+    Some(
+        list.split([',', ' '])
+            .filter(|f| !f.is_empty() && *f != "none")
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Checks that the `hpc` at `path` has MPI exactly when the image does (`--features`
+/// of the image is `features`): an MPI launcher needs the MPI libraries the image was
+/// not made for, and a launcher without MPI cannot start the image's MPI ranks. The
+/// error says how to get the right one.
+pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
+    let image_mpi = wants_mpi(features);
+    let install = if image_mpi {
+        "cargo install hpc-cli --features mpi"
+    } else {
+        "cargo install hpc-cli"
+    };
+    let out = Command::new(path)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let Some(hpc) = hpc_features(&version) else {
+        usage!(
+            "--with-hpc: {} does not list its features in `--version` (it printed `{version}`), \
+             so whether it has MPI is unknown; install hpc-cli's launcher with: {install}",
+            path.display()
+        );
+    };
+    let hpc_mpi = hpc.iter().any(|f| f == "mpi");
+    if image_mpi && !hpc_mpi {
+        usage!(
+            "--with-hpc: {} ({version}) was built without MPI, but the image is built with \
+             --features {features}; install one with MPI: {install} (or build the image \
+             without --features mpi)",
+            path.display()
+        );
+    }
+    if hpc_mpi && !image_mpi {
+        usage!(
+            "--with-hpc: {} ({version}) was built with MPI, but the image is built without \
+             it (--features {}); install one without MPI: {install} (or build the image \
+             with --features mpi)",
+            path.display(),
+            if features.is_empty() {
+                "not given"
+            } else {
+                features
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The `hpc` on the PATH, checked against the image's features, when the workspace
+/// has no `hpc` binary to build; `None` when it has one (which must then have an
+/// `mpi` feature if the image has MPI). Called before anything is built.
+fn path_hpc(ws: &Workspace, args: &Args, features: &str) -> Result<Option<PathBuf>> {
+    if !args.with_hpc {
+        return Ok(None);
+    }
     if let Some(hpc) = ws.bins.iter().find(|b| b.name == "hpc" && !b.example) {
-        let mut b: Vec<String> = vec!["build".into()];
-        b.extend(profile_args(&args.profile));
-        b.extend(manifest.iter().cloned());
-        b.extend([
-            "-p".into(),
-            hpc.package.clone(),
-            "--bin".into(),
-            "hpc".into(),
-        ]);
-        if wants_mpi(features) && hpc.features.iter().any(|f| f == "mpi") {
-            b.extend(["--features".into(), "mpi".into()]);
+        if wants_mpi(features) && !hpc.features.iter().any(|f| f == "mpi") {
+            usage!(
+                "--with-hpc: the workspace's `hpc` (package {0}) has no `mpi` feature, but \
+                 the image is built with --features {features}; give {0} an `mpi` feature, \
+                 or build the image without --features mpi",
+                hpc.package
+            );
         }
-        crate::sys::run(crate::sys::cargo().args(&b))?;
-        return Ok(ws.target_dir.join(profile_dir(&args.profile)).join("hpc"));
+        return Ok(None);
     }
     let Some(path) = crate::sys::which("hpc") else {
         usage!(
@@ -740,21 +797,41 @@ fn hpc_launcher(
             }
         );
     };
-    if wants_mpi(features) {
-        let out = Command::new(&path).arg("--version").output();
-        let version = out
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        if !version.contains("mpi") {
-            usage!(
-                "--with-hpc: {} ({}) was built without MPI, but the image is built with \
-                 --features {features}; install it with: cargo install hpc-cli --features mpi",
-                path.display(),
-                version.trim()
-            );
-        }
+    check_hpc_features(&path, features)?;
+    Ok(Some(path))
+}
+
+/// The `hpc` launcher to put beside the binary: built from the workspace when it has
+/// one (with MPI when the image has it), else `on_path` (see [`path_hpc`]).
+fn hpc_launcher(
+    ws: &Workspace,
+    args: &Args,
+    features: &str,
+    manifest: &[String],
+    on_path: Option<PathBuf>,
+) -> Result<PathBuf> {
+    if let Some(path) = on_path {
+        return Ok(path);
     }
-    Ok(path)
+    let hpc = ws
+        .bins
+        .iter()
+        .find(|b| b.name == "hpc" && !b.example)
+        .context("--with-hpc: the workspace's `hpc` binary")?;
+    let mut b: Vec<String> = vec!["build".into()];
+    b.extend(profile_args(&args.profile));
+    b.extend(manifest.iter().cloned());
+    b.extend([
+        "-p".into(),
+        hpc.package.clone(),
+        "--bin".into(),
+        "hpc".into(),
+    ]);
+    if wants_mpi(features) && hpc.features.iter().any(|f| f == "mpi") {
+        b.extend(["--features".into(), "mpi".into()]);
+    }
+    crate::sys::run(crate::sys::cargo().args(&b))?;
+    Ok(ws.target_dir.join(profile_dir(&args.profile)).join("hpc"))
 }
 
 /// Runs `cargo xtask image`: finds the binary, builds it, and writes the image and
@@ -897,6 +974,90 @@ mod tests {
             source_label(find_bin(&ws, "b").unwrap().repository.as_deref()).as_deref(),
             Some("https://example.org/b")
         );
+    }
+
+    /// `hpc --version` as hpc-cli prints it, with and without MPI.
+    const HPC_MPI: &str = "hpc 0.1.0 (features: mpi)";
+    const HPC_PLAIN: &str =
+        "hpc 0.1.0 (features: none; for mpirun and srun: cargo install hpc-cli --features mpi)";
+
+    #[test]
+    fn hpc_version_lines_give_their_features() {
+        assert_eq!(hpc_features(HPC_MPI), Some(vec!["mpi".to_string()]));
+        // The hint names `--features mpi` but the build has none.
+        assert_eq!(hpc_features(HPC_PLAIN), Some(vec![]));
+        assert_eq!(
+            hpc_features("hpc 0.2.0 (features: mpi, ofi)"),
+            Some(vec!["mpi".to_string(), "ofi".to_string()])
+        );
+        assert_eq!(hpc_features("hpc 0.1.50"), None);
+    }
+
+    /// A fake `hpc` whose `--version` prints `line`.
+    fn fake_hpc(dir: &Path, line: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("hpc");
+        fs::write(&p, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    fn refusal(dir: &Path, line: &str, features: &str) -> Option<String> {
+        let r = check_hpc_features(&fake_hpc(dir, line), features);
+        r.err().map(|e| {
+            assert!(e.is::<UsageError>(), "{e:#}");
+            e.to_string()
+        })
+    }
+
+    #[test]
+    fn with_hpc_refuses_a_launcher_whose_mpi_does_not_match_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(refusal(d, HPC_MPI, "mpi"), None);
+        assert_eq!(refusal(d, HPC_PLAIN, ""), None);
+        assert_eq!(refusal(d, HPC_PLAIN, "fast"), None);
+        let e = refusal(d, HPC_PLAIN, "mpi").expect("an MPI image needs an MPI hpc");
+        assert!(e.contains("built without MPI"), "{e}");
+        assert!(e.contains("cargo install hpc-cli --features mpi"), "{e}");
+        let e = refusal(d, HPC_MPI, "").expect("a plain image needs a plain hpc");
+        assert!(e.contains("built with MPI"), "{e}");
+        assert!(
+            e.contains("install one without MPI: cargo install hpc-cli "),
+            "{e}"
+        );
+        let e = refusal(d, "hpc 0.1.50", "mpi").expect("unknown features");
+        assert!(e.contains("does not list its features"), "{e}");
+    }
+
+    #[test]
+    fn with_hpc_refuses_a_workspace_hpc_without_mpi_for_an_mpi_image() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let args = <Cli as clap::Parser>::parse_from(["image", "--with-hpc"]).args;
+        let ws = |features: Value| {
+            parse_metadata(&json!({
+                "target_directory": "/t", "workspace_root": "/w",
+                "packages": [{"name": "my-hpc", "version": "0.1.0", "features": features,
+                    "targets": [{"name": "hpc", "kind": ["bin"]}]}]
+            }))
+            .unwrap()
+        };
+        let plain = ws(json!({}));
+        let e = path_hpc(&plain, &args, "mpi").unwrap_err();
+        assert!(e.is::<UsageError>(), "{e:#}");
+        assert!(
+            e.to_string()
+                .contains("package my-hpc) has no `mpi` feature"),
+            "{e}"
+        );
+        assert!(path_hpc(&plain, &args, "").unwrap().is_none());
+        assert!(path_hpc(&ws(json!({"mpi": []})), &args, "mpi")
+            .unwrap()
+            .is_none());
     }
 
     #[test]

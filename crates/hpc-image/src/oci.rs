@@ -151,6 +151,39 @@ pub fn docker_manifest_json(config: &Descriptor, layers: &[Layer], repo_tag: &st
     }])
 }
 
+/// The `manifest.json` inside an `oci-archive`, as `docker save` of Docker 25 and
+/// later writes it: `Config` and `Layers` name the layout's blobs, so that Docker
+/// (20 and later, which read only this file) loads the same archive as Podman,
+/// skopeo and Apptainer (which read `index.json`). Without it Docker takes the
+/// archive for its pre-1.10 format and fails on `blobs/json`.
+pub fn oci_docker_manifest_json(config: &Descriptor, layers: &[Layer], repo_tag: &str) -> Value {
+    json!([{
+        "Config": format!("blobs/sha256/{}", config.hex()),
+        "RepoTags": [repo_tag],
+        "Layers": layers
+            .iter()
+            .map(|l| format!("blobs/sha256/{}", l.blob.hex()))
+            .collect::<Vec<_>>(),
+    }])
+}
+
+/// The legacy `repositories` file `docker save` writes beside `manifest.json`:
+/// the repository's tag names the top layer.
+pub fn repositories_json(layers: &[Layer], repo_tag: &str) -> Value {
+    let (repo, tag) = split_repo_tag(repo_tag);
+    let top = layers.last().map(|l| l.blob.hex()).unwrap_or_default();
+    json!({ repo: { tag: top } })
+}
+
+/// `name:tag` split at the tag's colon (a registry's `host:port/` stays in the name);
+/// no tag is `latest`.
+pub fn split_repo_tag(repo_tag: &str) -> (&str, &str) {
+    match repo_tag.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (repo_tag, "latest"),
+    }
+}
+
 /// Canonical bytes of a JSON value: compact, each object's keys in byte order
 /// (what `serde_json` writes by default, kept when its `preserve_order` feature
 /// is on).
@@ -275,8 +308,17 @@ fn append_blob<W: Write>(t: &mut DetTar<W>, name: &str, path: &Path) -> Result<(
     Ok(())
 }
 
-/// Writes an `oci-archive`: the layout's files in a deterministic tar.
-pub fn write_oci_archive(layout: &Layout, w: &Written, out: &Path, mtime: u64) -> Result<()> {
+/// Writes an `oci-archive`: the layout's files in a deterministic tar, with
+/// Docker's `manifest.json` and `repositories` beside them (see
+/// [`oci_docker_manifest_json`]), so that one archive loads in Podman, skopeo,
+/// Apptainer and Docker 20 or later.
+pub fn write_oci_archive(
+    layout: &Layout,
+    w: &Written,
+    out: &Path,
+    repo_tag: &str,
+    mtime: u64,
+) -> Result<()> {
     let f = BufWriter::new(fs::File::create(out)?);
     let mut t = DetTar::new(f, mtime);
     use super::tar::Entry;
@@ -296,7 +338,11 @@ pub fn write_oci_archive(layout: &Layout, w: &Written, out: &Path, mtime: u64) -
         )?;
     }
     append_blob(&mut t, "index.json", &layout.dir().join("index.json"))?;
+    let manifest = to_bytes(&oci_docker_manifest_json(&w.config, &w.layers, repo_tag));
+    t.append(&Entry::file("manifest.json", 0o644, manifest))?;
     append_blob(&mut t, "oci-layout", &layout.dir().join("oci-layout"))?;
+    let repositories = to_bytes(&repositories_json(&w.layers, repo_tag));
+    t.append(&Entry::file("repositories", 0o644, repositories))?;
     t.finish()?.flush()?;
     Ok(())
 }
@@ -476,6 +522,59 @@ mod tests {
                 MANIFEST_MEDIA_TYPE = MANIFEST_MEDIA_TYPE,
             )
         );
+    }
+
+    /// The `oci-archive` carries Docker's `manifest.json` and `repositories`
+    /// beside the layout, pointing into `blobs/` (Docker reads only those), and
+    /// the same inputs give the same bytes.
+    #[test]
+    fn the_oci_archive_also_carries_dockers_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::create(&dir.path().join("layout")).unwrap();
+        let blob = layout
+            .put(LAYER_GZIP_MEDIA_TYPE, b"not really gzip")
+            .unwrap();
+        let l = Layer { blob, ..layer() };
+        let w = layout
+            .finish(
+                &ImageConfig::default(),
+                std::slice::from_ref(&l),
+                "localhost/x:1",
+            )
+            .unwrap();
+        let (a, b) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
+        write_oci_archive(&layout, &w, &a, "localhost/x:1", 7).unwrap();
+        write_oci_archive(&layout, &w, &b, "localhost/x:1", 7).unwrap();
+        assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
+        let entries = super::super::tar::read_tar(fs::File::open(&a).unwrap()).unwrap();
+        let names: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        let mut blobs = [w.config.hex(), w.manifest.hex(), l.blob.hex()]
+            .map(|h| format!("blobs/sha256/{h}"))
+            .to_vec();
+        blobs.sort();
+        let mut want = vec!["blobs", "blobs/sha256"];
+        want.extend(blobs.iter().map(String::as_str));
+        want.extend(["index.json", "manifest.json", "oci-layout", "repositories"]);
+        assert_eq!(names, want);
+        let file = |name: &str| -> Value {
+            let e = entries.iter().find(|e| e.path == name).unwrap();
+            match &e.kind {
+                super::super::tar::Kind::File(d) => serde_json::from_slice(d).unwrap(),
+                k => panic!("{name} is {k:?}"),
+            }
+        };
+        let m = file("manifest.json");
+        assert_eq!(m[0]["Config"], format!("blobs/sha256/{}", w.config.hex()));
+        assert_eq!(m[0]["Layers"][0], format!("blobs/sha256/{}", l.blob.hex()));
+        assert_eq!(m[0]["RepoTags"][0], "localhost/x:1");
+        assert_eq!(file("repositories")["localhost/x"]["1"], l.blob.hex());
+    }
+
+    #[test]
+    fn repo_tags_split_at_the_tag() {
+        assert_eq!(split_repo_tag("localhost/x:1"), ("localhost/x", "1"));
+        assert_eq!(split_repo_tag("host:5000/x"), ("host:5000/x", "latest"));
+        assert_eq!(split_repo_tag("x"), ("x", "latest"));
     }
 
     #[test]

@@ -10,8 +10,14 @@ ENGINE=${ENGINE:-podman}
 IMAGE=${IMAGE:-{{image}}}
 ULIMITS=${HPC_ULIMITS---ulimit memlock=-1:-1}
 
+# Both archives load in Podman and in Docker 20 or later (the oci-archive carries
+# Docker's manifest.json too); Docker is offered its own format first.
+archives=("$here/{{app}}-oci.tar" "$here/{{app}}-docker.tar")
+if [ "$(basename "$ENGINE")" = docker ]; then
+    archives=("$here/{{app}}-docker.tar" "$here/{{app}}-oci.tar")
+fi
 if ! "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
-    for a in "$here/{{app}}-oci.tar" "$here/{{app}}-docker.tar"; do
+    for a in "${archives[@]}"; do
         if [ -f "$a" ]; then "$ENGINE" load -i "$a"; break; fi
     done
 fi

@@ -45,7 +45,7 @@ pub(crate) fn write(
             Format::Oci => {
                 pr.step(&format!("oci-archive {oci_archive}"));
                 let p = out_dir.join(&oci_archive);
-                oci::write_oci_archive(&app.layout, &image.written, &p, epoch)?;
+                oci::write_oci_archive(&app.layout, &image.written, &p, &image.image_ref, epoch)?;
                 pr.done(&format!("{:.1} MB", fs::metadata(&p)?.len() as f64 / 1e6));
                 paths.insert("oci-archive", p);
             }

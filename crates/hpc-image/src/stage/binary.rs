@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::{
-    default_bin, find_bin, git, hpc_launcher, metadata, profile_args, profile_dir,
+    default_bin, find_bin, git, hpc_launcher, metadata, path_hpc, profile_args, profile_dir,
     source_date_epoch, Args, BinTarget, Dated, Progress, UsageError, Workspace,
 };
 
@@ -79,6 +79,11 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     }
 
     let features = args.features.clone().unwrap_or_default();
+    let on_path = if bin.name == "hpc" {
+        None
+    } else {
+        path_hpc(&ws, args, &features)?
+    };
     let manifest: Vec<String> = match &args.manifest_path {
         Some(m) => vec!["--manifest-path".into(), m.display().to_string()],
         None => Vec::new(),
@@ -104,7 +109,10 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     };
     let mut binaries = vec![(bin.name.clone(), bin_path)];
     if args.with_hpc && bin.name != "hpc" {
-        binaries.push(("hpc".into(), hpc_launcher(&ws, args, &features, &manifest)?));
+        binaries.push((
+            "hpc".into(),
+            hpc_launcher(&ws, args, &features, &manifest, on_path)?,
+        ));
     }
     pr.done("built");
     Ok(Built {

@@ -101,10 +101,19 @@ pub(crate) fn report(
     for (k, p) in &archives.paths {
         eprintln!("  {k}: {}", p.display());
     }
+    // Either archive loads in both engines; the oci-archive where it was written.
+    let archive = if archives.paths.contains_key("oci-archive") {
+        &archives.oci_archive
+    } else {
+        &archives.docker_archive
+    };
     eprintln!(
-        "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
+        "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        \
+         docker load -i {0}/{1} && docker run --rm {image_ref}\n        \
+         {0}/podman-run.sh (ENGINE=docker for Docker)\n        \
+         sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
         out_dir.display(),
-        archives.oci_archive
+        archive
     );
     if let Some(e) = sif_error {
         bail!(e);
