@@ -7,8 +7,8 @@
 #   layer 3: the plastic network, 5 seeds each: how many run away (rate above
 #            3 x the engine's lambda-0 rate), rate, weight drift and SD per regime.
 #
-#   examples/hpc_benchmark/validate.sh                      # both layers (~1 h on 2 busy cores)
-#   examples/hpc_benchmark/validate.sh --layers 2           # plasticity off only
+#   examples/hpc_benchmark/validate.sh                      # both layers (~25 min on 2 busy cores)
+#   examples/hpc_benchmark/validate.sh --layers 2           # plasticity off only (~8 min)
 #   examples/hpc_benchmark/validate.sh --results runs.jsonl # keep finished runs, resume
 #   examples/hpc_benchmark/validate.sh --scale 0.2 --seeds-plastic 1 2 3
 #
