@@ -7,8 +7,8 @@
 # virtual environment at $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv), created
 # with nest-simulator 3.10.0 from PyPI the first time. Every NEST comparison of the
 # repository (examples/brunel/validate.sh, examples/microcircuit/validate.sh,
-# crates/hpc-spiking/validate/stdp_vs_nest.sh) goes through it, so they all compare
-# against the same NEST.
+# examples/hpc_benchmark/validate.sh, crates/hpc-spiking/validate/stdp_vs_nest.sh)
+# goes through it, so they all compare against the same NEST.
 set -euo pipefail
 py=${PYTHON:-python3}
 if "$py" -c "import nest, numpy" >/dev/null 2>&1; then

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Runs examples/hpc_benchmark and NEST 3.10 on the same scale and seeds; one table.
+
+Layer 2 (plasticity off, --lambda 0): the mean E rate over the seeds of ours within
+10 % of NEST's (exit status 1 if not). Layer 3 (the plastic network): the
+distribution of outcomes side by side, split into regimes. A run "runs away" when
+its E rate is above RUNAWAY_FACTOR (3) times the mean lambda = 0 rate of the same
+engine (from layer 2 of this invocation or the results file, or --baseline-hz).
+
+Each seed runs ours then NEST's (alternating, one thread each, under `nice`), so a
+change in the machine's load falls on both. Every finished run is appended to
+--results (JSON lines) and reused when asked for again, so an interrupted
+validation resumes where it stopped.
+
+    validate.py --hpc-benchmark target/release/hpc_benchmark [--layers 2 3]
+        [--scale 1] [--seeds-off 1 2 3] [--seeds-plastic 1 2 3 4 5]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JE0 = 45.6096  # pA: the initial E->E weight, the 0.14 mV EPSP
+RUNAWAY_FACTOR = 3.0
+RATE_TOLERANCE = 0.10
+
+
+def run_child(cmd, cwd):
+    """Runs cmd under nice; returns (wall s, CPU s, peak RSS bytes) of the child."""
+    tic = time.perf_counter()
+    proc = subprocess.Popen(["nice", "-n", "10"] + cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - tic
+    if proc.returncode != 0:
+        sys.stderr.write(out.decode(errors="replace")[-4000:])
+        raise SystemExit(f"{cmd[0]} failed with status {proc.returncode}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
+
+
+def run_ours(a, seed, lam, work):
+    out = Path(work) / f"ours-{seed}-{lam}"
+    cmd = [a.hpc_benchmark, "--scale", str(a.scale), "--seed", str(seed), "--lambda", str(lam),
+           "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
+           "--no-spikes", "--quiet", "--out", str(out)]
+    wall, cpu, _ = run_child(cmd, work)
+    s = json.loads((out / "summary.json").read_text())
+    w = s["weights"]
+    return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"], "p5_pa": w["p5_pa"],
+            "p95_pa": w["p95_pa"], "weights_from": "all", "build_s": s["build_s"],
+            "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall, "cpu_s": cpu,
+            "peak_rss": max(s["peak_rss_bytes"]), "bytes_per_syn": s["bytes_per_synapse"]}
+
+
+def run_nest(a, seed, lam, work):
+    js = Path(work) / f"nest-{seed}-{lam}.json"
+    cmd = [a.python, str(HERE / "nest_hpc_benchmark.py"), "--scale", str(a.scale), "--seed", str(seed),
+           "--lambda", str(lam), "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
+           "--json", str(js)]
+    wall, cpu, _ = run_child(cmd, work)
+    s = json.loads(js.read_text())
+    w = s["weights"]
+    return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"], "p5_pa": w["p5_pa"],
+            "p95_pa": w["p95_pa"], "weights_from": f"{w['sources']} sources", "build_s": s["build_s"],
+            "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall, "cpu_s": cpu,
+            "peak_rss": s["peak_rss_bytes"], "bytes_per_syn": s["bytes_per_synapse"]}
+
+
+def key(a, engine, seed, lam):
+    return {"engine": engine, "seed": seed, "lambda": lam, "scale": a.scale, "t_presim": a.t_presim,
+            "t_sim": a.t_sim}
+
+
+def load(path):
+    rows = []
+    if path and Path(path).exists():
+        rows = [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]
+    return rows
+
+
+def get(a, rows, engine, seed, lam, work):
+    k = key(a, engine, seed, lam)
+    for r in rows:
+        if all(r.get(f) == v for f, v in k.items()):
+            return r
+    print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale} ...", file=sys.stderr, flush=True)
+    res = (run_ours if engine == "ours" else run_nest)(a, seed, lam, work)
+    res.update(k)
+    res["load"] = os.getloadavg()[0]
+    rows.append(res)
+    if a.results:
+        with open(a.results, "a") as f:
+            f.write(json.dumps(res) + "\n")
+    return res
+
+
+def gib(b):
+    return f"{b / 2**30:.2f} GiB"
+
+
+def table(rows, baseline):
+    print("| seed | engine | λ | regime | E rate (Hz) | weight drift (pA) | weight SD (pA) | 5 % / 95 % (pA) "
+          "| build (s) | simulate wall / CPU (s) | process wall / CPU (s) | peak RSS | bytes/synapse | load |")
+    print("|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['seed']} | {r['engine']} | {r['lambda']:g} | {regime(r, baseline)} | {r['rate']:.2f} "
+              f"| {r['mean_pa'] - JE0:+.3f} | {r['sd_pa']:.3f} | {r['p5_pa']:.2f} / {r['p95_pa']:.2f} "
+              f"| {r['build_s']:.1f} | {r['sim_s']:.1f} / {r['sim_cpu_s']:.1f} | {r['wall_s']:.0f} / {r['cpu_s']:.0f} "
+              f"| {gib(r['peak_rss'])} | {r['bytes_per_syn']:.1f} | {r['load']:.1f} |")
+
+
+def regime(r, baseline):
+    if r["lambda"] == 0:
+        return "λ = 0"
+    b = baseline.get(r["engine"])
+    if b is None:
+        return "?"
+    return "runaway" if r["rate"] > RUNAWAY_FACTOR * b else "stable"
+
+
+def spread(vals):
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return f"{vals[0]:.2f}"
+    return f"{statistics.mean(vals):.2f} ± {statistics.stdev(vals):.2f} ({min(vals):.2f} to {max(vals):.2f})"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hpc-benchmark", required=True, help="our release binary")
+    p.add_argument("--python", default=sys.executable, help="a Python that imports NEST 3.10")
+    p.add_argument("--layers", type=int, nargs="+", default=[2, 3], choices=[2, 3])
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--t-presim", type=float, default=50.0)
+    p.add_argument("--t-sim", type=float, default=250.0)
+    p.add_argument("--seeds-off", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--seeds-plastic", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    p.add_argument("--baseline-hz", type=float, nargs=2, metavar=("OURS", "NEST"),
+                   help="lambda = 0 rates for the runaway rule when layer 2 is not run")
+    p.add_argument("--results", help="JSON-lines file of finished runs (appended, reused)")
+    p.add_argument("--keep", help="directory for both engines' outputs (default: a temporary one)")
+    a = p.parse_args()
+    if a.scale <= 0:
+        p.error(f"--scale {a.scale}: must be above 0")
+    rows = load(a.results)
+    tmp = None
+    if a.keep:
+        Path(a.keep).mkdir(parents=True, exist_ok=True)
+        work = a.keep
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="hpc-benchmark-validate-")
+        work = tmp.name
+    done, status, baseline = [], 0, {}
+    if a.baseline_hz:
+        baseline = {"ours": a.baseline_hz[0], "NEST": a.baseline_hz[1]}
+    if 2 in a.layers:
+        off = [get(a, rows, e, s, 0.0, work) for s in a.seeds_off for e in ("ours", "NEST")]
+        done += off
+        for e in ("ours", "NEST"):
+            baseline[e] = statistics.mean(r["rate"] for r in off if r["engine"] == e)
+    if 3 in a.layers:
+        done += [get(a, rows, e, s, 0.1, work) for s in a.seeds_plastic for e in ("ours", "NEST")]
+    print(f"hpc_benchmark against NEST 3.10, scale {a.scale}, {a.t_presim:g} ms warm-up + {a.t_sim:g} ms, "
+          "1 thread each; weight drift from 45.61 pA (NEST: the synapses of the first 100 E sources; ours: all)")
+    table(done, baseline)
+    if 2 in a.layers:
+        ours, nest = baseline["ours"], baseline["NEST"]
+        dev = abs(ours - nest) / nest
+        ok = dev <= RATE_TOLERANCE
+        print(f"\nlayer 2 (λ = 0, seeds {a.seeds_off}): mean E rate ours {ours:.2f} Hz, NEST {nest:.2f} Hz, "
+              f"{100 * dev:.1f} % apart: {'PASS' if ok else 'FAIL'} (within {100 * RATE_TOLERANCE:.0f} %)")
+        status |= 0 if ok else 1
+    if 3 in a.layers:
+        print(f"\nlayer 3 (λ = 0.1, seeds {a.seeds_plastic}); runaway: rate > {RUNAWAY_FACTOR:g} x the engine's "
+              "λ = 0 rate" + "".join(f", {e} {RUNAWAY_FACTOR * b:.1f} Hz" for e, b in baseline.items()))
+        for e in ("ours", "NEST"):
+            plastic = [r for r in done if r["engine"] == e and r["lambda"] > 0]
+            for reg in ("stable", "runaway", "?"):
+                sel = [r for r in plastic if regime(r, baseline) == reg]
+                if sel:
+                    print(f"  {e:4} {reg:7} {len(sel)}/{len(plastic)} seeds: rate {spread([r['rate'] for r in sel])} Hz, "
+                          f"drift {spread([r['mean_pa'] - JE0 for r in sel])} pA, "
+                          f"SD {spread([r['sd_pa'] for r in sel])} pA")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
