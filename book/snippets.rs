@@ -37,6 +37,7 @@ chapters! {
     brunel_performance = "brunel-performance.md";
     microcircuit = "microcircuit.md";
     plasticity = "plasticity.md";
+    own_network = "own-network.md";
     fft3d = "fft3d.md";
     containers = "containers.md";
     containers_measurements = "containers-measurements.md";
