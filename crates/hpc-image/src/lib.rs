@@ -977,15 +977,15 @@ mod tests {
     }
 
     /// `hpc --version` as hpc-cli prints it, with and without MPI.
-    const HPC_MPI: &str = "hpc 0.1.0 (features: mpi)";
-    const HPC_PLAIN: &str =
+    const VERSION_MPI: &str = "hpc 0.1.0 (features: mpi)";
+    const VERSION_PLAIN: &str =
         "hpc 0.1.0 (features: none; for mpirun and srun: cargo install hpc-cli --features mpi)";
 
     #[test]
     fn hpc_version_lines_give_their_features() {
-        assert_eq!(hpc_features(HPC_MPI), Some(vec!["mpi".to_string()]));
+        assert_eq!(hpc_features(VERSION_MPI), Some(vec!["mpi".to_string()]));
         // The hint names `--features mpi` but the build has none.
-        assert_eq!(hpc_features(HPC_PLAIN), Some(vec![]));
+        assert_eq!(hpc_features(VERSION_PLAIN), Some(vec![]));
         assert_eq!(
             hpc_features("hpc 0.2.0 (features: mpi, ofi)"),
             Some(vec!["mpi".to_string(), "ofi".to_string()])
@@ -1014,13 +1014,13 @@ mod tests {
     fn with_hpc_refuses_a_launcher_whose_mpi_does_not_match_the_image() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        assert_eq!(refusal(d, HPC_MPI, "mpi"), None);
-        assert_eq!(refusal(d, HPC_PLAIN, ""), None);
-        assert_eq!(refusal(d, HPC_PLAIN, "fast"), None);
-        let e = refusal(d, HPC_PLAIN, "mpi").expect("an MPI image needs an MPI hpc");
+        assert_eq!(refusal(d, VERSION_MPI, "mpi"), None);
+        assert_eq!(refusal(d, VERSION_PLAIN, ""), None);
+        assert_eq!(refusal(d, VERSION_PLAIN, "fast"), None);
+        let e = refusal(d, VERSION_PLAIN, "mpi").expect("an MPI image needs an MPI hpc");
         assert!(e.contains("built without MPI"), "{e}");
         assert!(e.contains("cargo install hpc-cli --features mpi"), "{e}");
-        let e = refusal(d, HPC_MPI, "").expect("a plain image needs a plain hpc");
+        let e = refusal(d, VERSION_MPI, "").expect("a plain image needs a plain hpc");
         assert!(e.contains("built with MPI"), "{e}");
         assert!(
             e.contains("install one without MPI: cargo install hpc-cli "),
