@@ -165,9 +165,16 @@ impl MpiBackend {
         // server is unreachable it may wait forever (Open MPI under `srun` with the
         // PMIx files hidden by a container's --contain, say). A watchdog ends such a
         // process with a message instead of a silent hang.
-        let done = watchdog("MPI_Init", INIT_STUCK, init_limit(timeout));
+        // The watchdog also covers the first collective, MPI_Comm_dup below: where the
+        // PMIx server's shared memory is hidden, MPI_Init can return after printing
+        // its errors and the duplicate then spins for ever (seen under
+        // `srun --mpi=pmix apptainer exec --contain`).
+        let done = watchdog(
+            "MPI_Init (or MPI_Comm_dup after it)",
+            INIT_STUCK,
+            init_limit(timeout),
+        );
         let init = mpi::initialize_with_threading(Threading::Multiple);
-        let _ = done.send(());
         let (universe, threading) = init
             .ok_or_else(|| Error::Bootstrap("MPI is already initialised in this process".into()))?;
         if threading != Threading::Multiple {
@@ -178,6 +185,7 @@ impl MpiBackend {
         }
         let world = universe.world();
         let boot = world.duplicate();
+        let _ = done.send(());
         let library = mpi::environment::library_version()
             .ok()
             .and_then(|v| {
