@@ -62,6 +62,33 @@ pub fn gathered_entries(all: &[u32], size: usize, step: u64) -> Result<Vec<FileE
         .collect())
 }
 
+/// The metadata of a simulation's checkpoint manifest: its model parameters `P` and
+/// the spikes in the checkpoint's spike file (`None`: the run wrote none).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct RunMeta<P> {
+    /// The model parameters.
+    pub params: P,
+    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
+    pub spikes: Option<u64>,
+}
+
+/// [`commit_with`] the [`RunMeta`] of `params` and the spike file `spikes` (its path
+/// and how many spikes it holds).
+pub fn commit_run<P: Serialize>(
+    set: &Checkpoints,
+    params: &P,
+    step: u64,
+    size: usize,
+    entries: Vec<FileEntry>,
+    spikes: Option<(&Path, u64)>,
+) -> Result<Checkpoint> {
+    let meta = RunMeta {
+        params,
+        spikes: spikes.map(|(_, n)| n),
+    };
+    commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+}
+
 /// Completes the checkpoint at `step` with any model's metadata `meta` (rank 0, once
 /// every rank's file is written): copies the spike file `spikes` into it as
 /// [`SPIKES`] and writes the manifest last.

@@ -30,7 +30,6 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
-use serde::{Deserialize, Serialize};
 
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
@@ -45,14 +44,8 @@ pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
 const MAGIC: &[u8; 8] = b"BRCKPT02";
 const HEAD: usize = 28;
 
-/// Brunel's metadata in a checkpoint's manifest.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Meta {
-    /// The model parameters.
-    pub params: Params,
-    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
-    pub spikes: Option<u64>,
-}
+/// The metadata in a checkpoint's manifest: the parameters and the spike count.
+pub type Meta = hpc_spiking::checkpoint::RunMeta<Params>;
 
 /// The state of a block of neurons at a step.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -118,11 +111,7 @@ pub fn commit(
     entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    let meta = Meta {
-        params: model.params.clone(),
-        spikes: spikes.map(|(_, n)| n),
-    };
-    commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as

@@ -24,7 +24,6 @@ use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
 use hpc_spiking::neuron::AlphaState;
 use hpc_spiking::plasticity::ArchivedSpike;
 use hpc_spiking::Block;
-use serde::{Deserialize, Serialize};
 
 use crate::network::{sources, Shard};
 use crate::params::{Model, Params, CE};
@@ -35,14 +34,8 @@ pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
 const MAGIC: &[u8; 8] = b"HPCBCK01";
 const HEAD: usize = 32;
 
-/// The metadata in a checkpoint's manifest.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Meta {
-    /// The model parameters.
-    pub params: Params,
-    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
-    pub spikes: Option<u64>,
-}
+/// The metadata in a checkpoint's manifest: the parameters and the spike count.
+pub type Meta = hpc_spiking::checkpoint::RunMeta<Params>;
 
 /// The header JSON of the spike file (the recorded neurons, ids `0..n_rec`).
 pub fn header_json(model: &Model) -> String {
@@ -144,11 +137,7 @@ pub fn commit(
     entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    let meta = Meta {
-        params: model.params.clone(),
-        spikes: spikes.map(|(_, n)| n),
-    };
-    hpc_spiking::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// The checkpoint to resume from (a step directory as named, or the newest that

@@ -24,7 +24,6 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
 use hpc_spiking::Block;
-use serde::{Deserialize, Serialize};
 
 use crate::params::{Model, Params};
 
@@ -32,14 +31,8 @@ const MAGIC: &[u8; 8] = b"MCCKPT02";
 const HEAD: usize = 28;
 pub use hpc_spiking::checkpoint::SPIKES;
 
-/// The metadata in a checkpoint's manifest.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Meta {
-    /// The model parameters.
-    pub params: Params,
-    /// Spikes in the checkpoint's spike file (`None`: the run wrote none).
-    pub spikes: Option<u64>,
-}
+/// The metadata in a checkpoint's manifest: the parameters and the spike count.
+pub type Meta = hpc_spiking::checkpoint::RunMeta<Params>;
 
 /// The state of a block of neurons at a step.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -96,11 +89,7 @@ pub fn commit(
     entries: Vec<FileEntry>,
     spikes: Option<(&Path, u64)>,
 ) -> Result<Checkpoint> {
-    let meta = Meta {
-        params: model.params.clone(),
-        spikes: spikes.map(|(_, n)| n),
-    };
-    hpc_spiking::checkpoint::commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
+    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// A checkpoint to resume from, with the microcircuit's metadata.
