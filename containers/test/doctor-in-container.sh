@@ -45,11 +45,16 @@ mkdir -p "$cache"
 
 log() { echo "doctor-in-container: $*" >&2; }
 
+# Tests run this script for several engines at once: the cache (tarball, imported
+# images, sandbox) is filled under one lock, released before the container runs.
+exec 9>"$cache/doctor-base.lock"
+flock 9
+
 if [ ! -s "$tarball" ]; then
     command -v mmdebstrap >/dev/null || { log "mmdebstrap missing (apt-get install mmdebstrap)"; exit 69; }
     log "building $tarball with mmdebstrap"
-    mmdebstrap --quiet --variant=minbase --format=tar bookworm "$tarball.tmp" >&2
-    mv "$tarball.tmp" "$tarball"
+    mmdebstrap --quiet --variant=minbase --format=tar bookworm "$tarball.tmp.$$" >&2
+    mv "$tarball.tmp.$$" "$tarball"
 fi
 
 case "$engine" in
@@ -82,6 +87,8 @@ case "$engine" in
         ;;
     *) log "unknown engine: $engine"; exit 64 ;;
 esac
+flock -u 9
+exec 9>&-
 
 # The binary is built on the host (Debian bookworm like the image): bind in the
 # shared libraries it needs beyond the minbase set (libhwloc, libudev, ...).
