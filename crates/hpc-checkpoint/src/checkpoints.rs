@@ -19,6 +19,13 @@ pub struct Checkpoints {
     root: PathBuf,
 }
 
+/// After a failed write (a full disk), the step's directory goes again if nothing is
+/// in it, so that no empty `step-*` is left for a reader to wonder about. A directory
+/// another rank already wrote into stays (`remove_dir` refuses a non-empty one).
+fn remove_if_empty(dir: &Path) {
+    let _ = fs::remove_dir(dir);
+}
+
 impl Checkpoints {
     /// The checkpoint set in `root` (created when the first file is written).
     pub fn new(root: impl Into<PathBuf>) -> Checkpoints {
@@ -75,7 +82,8 @@ impl Checkpoints {
             ranks,
             payload_len: len,
         };
-        let (size, crc32c) = write_atomic(&dir.join(&name), header, payload)?;
+        let (size, crc32c) = write_atomic(&dir.join(&name), header, payload)
+            .inspect_err(|_| remove_if_empty(&dir))?;
         Ok(FileEntry {
             name,
             rank: Some(rank),
@@ -109,7 +117,8 @@ impl Checkpoints {
             ranks: 0,
             payload_len: len,
         };
-        let (size, crc32c) = write_atomic(&dir.join(&file), header, payload)?;
+        let (size, crc32c) = write_atomic(&dir.join(&file), header, payload)
+            .inspect_err(|_| remove_if_empty(&dir))?;
         Ok(FileEntry {
             name: file,
             rank: None,

@@ -115,3 +115,25 @@ proptest! {
         let _ = Header::decode(&bytes);
     }
 }
+
+/// A write that fails (here its source; on a full disk, the file system) leaves no
+/// empty step directory behind, and none of another rank's files is touched.
+#[test]
+fn a_failed_write_leaves_no_empty_step_directory() {
+    struct Failing;
+    impl std::io::Read for Failing {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("the device is full"))
+        }
+    }
+    let root = std::env::temp_dir().join(format!("ckpt-fail-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    assert!(set.write_rank_from(5, 0, 2, 8, &mut Failing).is_err());
+    assert!(set.write_file_from(5, "spikes", 8, &mut Failing).is_err());
+    assert!(!set.step_dir(5).exists(), "an empty step-* is left");
+    let other = set.write_rank(6, 1, 2, b"rank one").unwrap();
+    assert!(set.write_rank_from(6, 0, 2, 8, &mut Failing).is_err());
+    assert!(set.step_dir(6).join(&other.name).exists());
+    fs::remove_dir_all(&root).unwrap();
+}
