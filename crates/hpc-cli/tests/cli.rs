@@ -398,6 +398,19 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
     std::fs::write(&empty, b"").unwrap();
     std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
     refused(&["--key-file", empty.to_str().unwrap()], "it is empty");
+    // The flag without the service it configures; the variable alone is a job's.
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["proxy", "--key-file", key_path])
+        .env_remove("HPC_COLL_PROXY_DPU_KEY_FILE")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("goes with --dpu-service"), "{}", stderr(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .arg("proxy")
+        .env("HPC_COLL_PROXY_DPU_KEY_FILE", &key_file)
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("started by the ranks of a job"), "{}", stderr(&o));
     // Killed however the test ends.
     struct Kill(std::process::Child);
     impl Drop for Kill {

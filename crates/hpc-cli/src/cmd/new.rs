@@ -70,6 +70,38 @@ pub enum Sdk {
 /// make cargo warn on every build).
 const PATCHED: &[&str] = &["hpc-rs", "hpc-image"];
 
+/// The URL schemes cargo's git dependencies take.
+const GIT_SCHEMES: &[&str] = &["https://", "http://", "ssh://", "git://", "file://"];
+
+/// Checks a git URL as cargo will need it: a scheme cargo knows and something after
+/// it (`git@host:path` for scp-like ssh), nothing that would break the TOML string.
+fn git_url(src: &str) -> Result<String, UsageError> {
+    let bad = |why: &str| UsageError(format!("--sdk {src:?}: {why}"));
+    if src.contains(['"', '\\', '\n', ' ']) {
+        return Err(bad("not a usable git URL"));
+    }
+    let rest = if let Some(scp) = src.strip_prefix("git@") {
+        match scp.split_once(':') {
+            Some((host, path)) if !host.is_empty() && !path.is_empty() => return Ok(src.into()),
+            _ => return Err(bad("an scp-like git URL is git@HOST:PATH")),
+        }
+    } else {
+        match GIT_SCHEMES.iter().find_map(|s| src.strip_prefix(s)) {
+            Some(rest) => rest,
+            None => {
+                return Err(bad(&format!(
+                    "cargo takes git URLs beginning with {} or git@HOST:PATH",
+                    GIT_SCHEMES.join(", ")
+                )))
+            }
+        }
+    };
+    if rest.trim_matches('/').is_empty() {
+        return Err(bad("the URL names no host or path"));
+    }
+    Ok(src.into())
+}
+
 impl Sdk {
     /// Reads `--sdk`: a URL (`https://`, `ssh://`, `git://`, `file://`, `git@host:`)
     /// is a git repository; anything else must be a directory holding the SDK's
@@ -84,10 +116,7 @@ impl Sdk {
             ));
         }
         if src.contains("://") || (src.starts_with("git@") && src.contains(':')) {
-            if src.contains(['"', '\\', '\n']) {
-                return Err(UsageError(format!("--sdk {src:?}: not a usable git URL")));
-            }
-            return Ok(Sdk::Git(src.to_string()));
+            return git_url(src).map(Sdk::Git);
         }
         let root = Path::new(src).canonicalize().map_err(|e| {
             UsageError(format!(
@@ -675,6 +704,16 @@ mod tests {
             assert_eq!(Sdk::parse(Some(url)).unwrap(), Sdk::Git(url.into()));
         }
         assert!(Sdk::parse(Some(" ")).unwrap_err().0.contains("empty"));
+        for (url, why) in [
+            ("git+://x", "cargo takes git URLs beginning with https://"),
+            ("https://", "no host or path"),
+            ("git@:x", "git@HOST:PATH"),
+            ("git@h:", "git@HOST:PATH"),
+            ("https://h/a b", "not a usable git URL"),
+        ] {
+            let e = Sdk::parse(Some(url)).unwrap_err().0;
+            assert!(e.contains(why), "{url}: {e}");
+        }
         assert!(Sdk::parse(Some("/no/such/dir"))
             .unwrap_err()
             .0
