@@ -5,7 +5,8 @@
 #      and the native kernels;
 #   2. the overlap of offloaded collectives with spare cores (OSU's method; Thread
 #      and Proxy engines pinned to progress cores, beside Open MPI's MPI_I*);
-#   3. strong and weak scaling of the examples from 1 to 16 ranks;
+#   3. strong and weak scaling of the examples from 1 to 16 ranks, and the
+#      full-scale microcircuit on 1 to 16 threads of one rank;
 #   4. what offload buys with spare cores: the rank CPU time per collective of every
 #      engine (benches/offload-cpu.sh) and the time per distributed 3-D FFT with
 #      blocking and overlapped transposes (benches/fft3d.sh).
@@ -317,7 +318,10 @@ offload_part() {
 scale_row() {
     local label=$1 n=$2; shift 2
     local out="$WORK/scale-$label-$n"
-    if ! "$BUNDLE/bin/hpc" run -n "$n" --bind core -- "$@" --out "$out" --quiet --no-plot >"$out.log" 2>&1; then
+    # THREADS=1: one rank of N threads (bound to N cores) instead of N ranks.
+    local launch=(-n "$n")
+    [ "${THREADS:-0}" = 1 ] && launch=(-n 1 --threads "$n")
+    if ! "$BUNDLE/bin/hpc" run "${launch[@]}" --bind core -- "$@" --out "$out" --quiet --no-plot >"$out.log" 2>&1; then
         echo "$label on $n ranks failed:"; tail -5 "$out.log"; return 1
     fi
     python3 - "$label" "$n" "$out/summary.json" >>"$WORK/scaling" <<'PY'
@@ -358,6 +362,12 @@ scaling_part() {
             scale_row "microcircuit-strong" "$k" "$BUNDLE/bin/microcircuit" --n-scaling "$full" \
                 --k-scaling "$full" --t-presim 100 --t-sim "$mt" --threads 1
         done
+        # Strong scaling in threads: one rank, the full-scale model on 1-16 threads
+        # (the figure beside NEST's published 0.53 on 256 cores).
+        for k in "${ranks[@]}"; do
+            THREADS=1 scale_row "microcircuit-threads" "$k" "$BUNDLE/bin/microcircuit" \
+                --n-scaling "$full" --k-scaling "$full" --t-presim 100 --t-sim "$mt" --threads "$k"
+        done
         for k in "${ranks[@]}"; do
             local s
             s=$(awk -v w="$weak" -v k="$k" 'BEGIN { v = w * k; if (v > 1) v = 1; print v }')
@@ -373,12 +383,13 @@ scaling_part() {
         { t[$1, $2] = $3; if ($2 == 1) one[$1] = $3 }
         { rows[NR] = $0 }
         END {
-            printf "%-20s %5s %11s %8s %12s %10s\n", "case", "ranks", "simulate_s", "rtf", "spikes", "efficiency"
+            print "P: ranks, or for the -threads cases threads of one rank"
+            printf "%-20s %5s %11s %8s %12s %10s\n", "case", "P", "simulate_s", "rtf", "spikes", "efficiency"
             for (i = 1; i <= NR; i++) {
                 split(rows[i], f, " ")
                 e = "-"
                 if (f[1] in one) {
-                    if (f[1] ~ /strong/) e = sprintf("%.2f", one[f[1]] / (f[2] * f[3]))
+                    if (f[1] ~ /strong|threads/) e = sprintf("%.2f", one[f[1]] / (f[2] * f[3]))
                     else e = sprintf("%.2f", one[f[1]] / f[3])
                 }
                 printf "%-20s %5s %11s %8s %12s %10s\n", f[1], f[2], f[3], f[4], f[5], e
@@ -412,7 +423,7 @@ run() {
     # One node: no remote shell is ever started, but Open MPI wants to find one.
     export OMPI_MCA_plm_rsh_agent=false
     export PMIX_MCA_mca_base_component_path="$BUNDLE/mpi/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix"
-    local budget_gpu=240 budget_overlap=120 budget_scaling=180 budget_offload=60
+    local budget_gpu=180 budget_overlap=120 budget_scaling=240 budget_offload=60
     if [ "$DRY" = 1 ]; then budget_gpu=60; budget_overlap=120; budget_scaling=120; fi
     say "# device report$([ "$DRY" = 1 ] && echo " (dry run: the figures mean nothing)")"
     machine | tee -a "$REPORT"
