@@ -141,10 +141,12 @@ impl Targets {
     /// Appends `target`.
     #[inline]
     pub fn push(&mut self, target: u32) {
-        let n = units(self.last, target);
-        let at = self.units.len();
-        self.units.resize(at + n, 0);
-        write(&mut self.units[at..], self.last, target);
+        match target.checked_sub(self.last) {
+            Some(step) if step < ESCAPE as u32 => self.units.push(step as u16),
+            _ => self
+                .units
+                .extend_from_slice(&[ESCAPE, (target >> 16) as u16, target as u16]),
+        }
         self.last = target;
         self.len += 1;
     }
