@@ -19,7 +19,7 @@
 //!
 //! So any sequence of `u32` targets is stored, in its order, and read back
 //! unchanged; only the bytes depend on the order. [`Targets`] is one growable
-//! list; [`units`], [`write`] and [`decode`] serve many lists laid out in one
+//! list; [`units`], [`write`](fn@write) and [`decode`] serve many lists laid out in one
 //! array (a source's list at its offset), counted in a first pass and filled in
 //! a second.
 //!
@@ -91,7 +91,7 @@ pub fn decode(units: &[u16]) -> Decode<'_> {
     Decode { units, prev: 0 }
 }
 
-/// The iterator of [`decode`]. A list cut inside an escape (which [`write`]
+/// The iterator of [`decode`]. A list cut inside an escape (which [`write`](fn@write)
 /// never leaves) ends before the cut target.
 #[derive(Clone, Debug)]
 pub struct Decode<'a> {
