@@ -23,7 +23,9 @@
 //! * [`memory`]: the memory a run may use;
 //! * [`plasticity`]: NEST's `stdp_pl_synapse_hom` (power-law STDP) with the
 //!   postsynaptic spike archive it reads, and [`neuron`]: NEST's
-//!   `iaf_psc_alpha` with exact integration; [`model`] holds their typed error.
+//!   `iaf_psc_alpha` with exact integration; [`model`] holds their typed error;
+//! * [`targets`]: synapse targets stored as `u16` steps (2 bytes a synapse
+//!   for ascending targets), which the STDP rows use.
 //!
 //! The crate is published (unlike the examples), because it is what a user
 //! writing a network code of their own depends on; it depends on no example.
@@ -104,6 +106,7 @@ pub mod plasticity;
 pub mod rng;
 pub mod run;
 pub mod spikes;
+pub mod targets;
 pub mod team;
 
 pub use block::Block;

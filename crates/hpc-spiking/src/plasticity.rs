@@ -75,11 +75,15 @@
 //!
 //! # Storage
 //!
-//! A synapse is a `u32` target and an `f64` weight in two arrays: 12 bytes.
-//! Weights are `f64` because an `f32` weight rounds each update to 6e-8 relative,
-//! far from the 1e-12 agreement with NEST that the validation checks; `f32` would
-//! make 8 bytes a synapse. The trace `K+` and `t_last` are per row (16 bytes),
-//! an archived postsynaptic spike is 24 bytes.
+//! A synapse is a target and an `f64` weight in two arrays. The targets are
+//! [`Targets`]: a `u16` step from the previous target, so a row connected in
+//! increasing target order (steps below 65,535) takes 2 bytes a target and 10
+//! bytes a synapse ([`StdpRow::BYTES_PER_SYNAPSE`]); a target below the
+//! previous one or 65,535 beyond it takes 6 bytes, in any order, and is read
+//! back as connected. Weights are `f64` because an `f32` weight rounds each
+//! update to 6e-8 relative, far from the 1e-12 agreement with NEST that the
+//! validation checks. The trace `K+` and `t_last` are per row (16 bytes), an
+//! archived postsynaptic spike is 24 bytes.
 //!
 //! # Example: a small network with STDP
 //!
@@ -125,6 +129,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::model::{non_negative, positive, ModelError};
+use crate::targets::{self, Targets};
 
 /// NEST's `stdp_eps` (ms): the tolerance of every spike-time comparison of the
 /// rule (its default, which NEST requires to be below the resolution).
@@ -426,15 +431,17 @@ pub struct StdpRow {
     delay: f64,
     k_plus: f64,
     t_last: f64,
-    targets: Vec<u32>,
+    targets: Targets,
     weights: Vec<f64>,
     /// One past the largest target, so that one comparison checks them all.
     span: usize,
 }
 
 impl StdpRow {
-    /// Bytes a synapse takes (a `u32` target and an `f64` weight).
-    pub const BYTES_PER_SYNAPSE: usize = 12;
+    /// Bytes a synapse takes in a row connected in increasing target order
+    /// with steps below 65,535: a `u16` target step and an `f64` weight
+    /// ([`bytes`](Self::bytes) counts a row as it is).
+    pub const BYTES_PER_SYNAPSE: usize = 10;
 
     /// An empty row of synapses of delay `delay` (ms, `> 0`).
     pub fn new(delay: f64) -> Result<Self, ModelError> {
@@ -443,16 +450,31 @@ impl StdpRow {
             delay,
             k_plus: 0.0,
             t_last: 0.0,
-            targets: Vec::new(),
+            targets: Targets::new(),
             weights: Vec::new(),
             span: 0,
         })
     }
 
-    /// Reserves room for `additional` more synapses.
+    /// Reserves room for `additional` more synapses (of one-unit target
+    /// steps, see [`Targets`]).
     pub fn reserve(&mut self, additional: usize) {
-        self.targets.reserve_exact(additional);
+        self.targets.reserve(additional);
         self.weights.reserve_exact(additional);
+    }
+
+    /// Gives back the room reserved beyond the synapses held (after the last
+    /// [`connect`](Self::connect)).
+    pub fn shrink_to_fit(&mut self) {
+        self.targets.shrink_to_fit();
+        self.weights.shrink_to_fit();
+    }
+
+    /// Bytes the row takes: the struct and its allocations as reserved.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.targets.heap_bytes()
+            + self.weights.capacity() * std::mem::size_of::<f64>()
     }
 
     /// Puts back a checkpoint's state of the row: the source's trace `K+`
@@ -517,7 +539,7 @@ impl StdpRow {
             });
         }
         if self.span > archives.len() {
-            let target = self.targets.iter().copied().max().unwrap_or(0);
+            let target = self.targets.iter().max().unwrap_or(0);
             return Err(ModelError::Target {
                 target,
                 len: archives.len(),
@@ -525,7 +547,7 @@ impl StdpRow {
         }
         let (d, t_last, k_plus) = (self.delay, self.t_last, self.k_plus);
         let (t1, t2) = (t_last - d, t_spike - d);
-        for (&target, w) in self.targets.iter().zip(self.weights.iter_mut()) {
+        for (target, w) in self.targets.iter().zip(self.weights.iter_mut()) {
             let archive = &mut archives[target as usize];
             let mut v = *w;
             for i in archive.window(t1, t2) {
@@ -536,11 +558,7 @@ impl StdpRow {
         }
         self.k_plus = k_plus * ((t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
         self.t_last = t_spike;
-        Ok(self
-            .targets
-            .iter()
-            .copied()
-            .zip(self.weights.iter().copied()))
+        Ok(self.targets.iter().zip(self.weights.iter().copied()))
     }
 
     /// The delay (ms).
@@ -559,8 +577,8 @@ impl StdpRow {
     }
 
     /// The targets, in the order of connection.
-    pub fn targets(&self) -> &[u32] {
-        &self.targets
+    pub fn targets(&self) -> targets::Iter<'_> {
+        self.targets.iter()
     }
 
     /// The weights, in the order of connection.

@@ -63,17 +63,24 @@ fn put_u32(b: &mut Vec<u8>, x: u32) {
 }
 
 /// Neuron `t`'s excitatory input weights in draw order, read from `sh`'s rows
-/// (`cursor`: per source, how many of its row's synapses were taken).
-fn input_weights(model: &Model, sh: &Shard, t: u32, cursor: &mut [usize], out: &mut Vec<f64>) {
+/// (`cursor`: per source, how many of its row's synapses were taken, and the
+/// rest of its targets).
+fn input_weights(
+    model: &Model,
+    sh: &Shard,
+    t: u32,
+    cursor: &mut [(usize, hpc_spiking::targets::Iter<'_>)],
+    out: &mut Vec<f64>,
+) {
     out.clear();
     let local = t - sh.first;
     sources(model, t, |k, s| {
         if k < CE {
-            let row = &sh.rows[s as usize];
-            let c = cursor[s as usize];
-            debug_assert_eq!(row.targets()[c], local);
-            out.push(row.weights()[c]);
-            cursor[s as usize] += 1;
+            let (c, rest) = &mut cursor[s as usize];
+            let target = rest.next();
+            debug_assert_eq!(target, Some(local));
+            out.push(sh.rows[s as usize].weights()[*c]);
+            *c += 1;
         }
     });
 }
@@ -92,7 +99,7 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
     let mut weights = Vec::new();
     for sh in shards {
         let len = sh.len as usize;
-        let mut cursor = vec![0usize; model.ne as usize];
+        let mut cursor: Vec<_> = sh.rows.iter().map(|r| (0, r.targets())).collect();
         for i in 0..len {
             let s = &sh.state[i];
             for x in [s.i_ex, s.di_ex, s.i_in, s.di_in, s.v, s.i_0] {

@@ -9,7 +9,8 @@
 //! * [`network`]: a thread's neurons, their synapses and their step;
 //! * [`sim`]: one rank's network and its simulation loop;
 //! * [`checkpoint`]: its checkpoints (plastic weights, traces and archives
-//!   included).
+//!   included);
+//! * [`figure`]: the histogram of the final E->E weights as an SVG.
 //!
 //! Every random number comes from a stream keyed by what it draws
 //! ([`hpc_spiking::rng`]), every STDP update depends only on spike times, and
@@ -18,6 +19,7 @@
 //! threads.
 
 pub mod checkpoint;
+pub mod figure;
 pub mod network;
 pub mod params;
 pub mod sim;

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
+use hpc_benchmark::figure::{self, WEIGHTS_SVG};
 use hpc_benchmark::params::{Model, Params, CE, CI};
-use hpc_benchmark::sim::{RankReport, Simulation, WeightStats, BIN_PA};
+use hpc_benchmark::sim::{RankReport, Simulation, WeightStats};
 use hpc_spiking::exchange::{AnyExchange, Engine};
 use hpc_spiking::plasticity::StdpRow;
 
@@ -66,7 +67,7 @@ struct Args {
     /// Spike exchange engine.
     #[arg(long, value_enum, default_value_t = Engine::World)]
     engine: Engine,
-    /// Output directory (spikes.spk, summary.json).
+    /// Output directory (spikes.spk, summary.json, weights.svg).
     #[arg(long, default_value = "hpc-benchmark-out")]
     out: PathBuf,
     /// Do not write the spike file.
@@ -93,8 +94,8 @@ struct Args {
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
-    /// Accepted for the shared test harness; this example draws no figures.
-    #[arg(long, hide = true)]
+    /// Do not draw the weight histogram (weights.svg).
+    #[arg(long)]
     no_plot: bool,
 }
 
@@ -115,14 +116,18 @@ fn params_of(a: &Args) -> Params {
 }
 
 /// Bytes a rank of `size` (`threads` threads) will hold: synapses, plastic
-/// state, neurons and buffers, as [`Simulation::new`] allocates them.
+/// state, neurons and buffers, as [`Simulation::new`] allocates them (targets
+/// as `u16` steps: 10 bytes an E->E synapse, 2 a static one; see
+/// `hpc_benchmark::network`).
 fn estimate(model: &Model, size: usize, threads: usize) -> u64 {
     let per_rank = |n: f64| n / size as f64;
     let (ne, ni, n) = (model.ne as f64, model.ni as f64, model.n as f64);
     let stdp = per_rank(ne) * CE as f64 * StdpRow::BYTES_PER_SYNAPSE as f64;
-    let stat = (per_rank(ne) * CI as f64 + per_rank(ni) * (CE + CI) as f64) * 4.0;
-    let rows =
-        threads as f64 * (ne * std::mem::size_of::<StdpRow>() as f64 + (n + 1.0) * 8.0 * 2.0);
+    let stat = (per_rank(ne) * CI as f64 + per_rank(ni) * (CE + CI) as f64) * 2.0;
+    // Per thread: the rows, the static offsets, and while building a copy of
+    // the offsets and each source's previous target.
+    let rows = threads as f64
+        * (ne * std::mem::size_of::<StdpRow>() as f64 + (n + 1.0) * 8.0 * 2.0 + n * 4.0);
     let slots = (model.delay_steps as f64 + 1.0).log2().ceil().exp2();
     let neurons = per_rank(n) * (56.0 + 96.0 + 8.0 + slots * 16.0 + 4.0 * 24.0);
     (stdp + stat + rows + neurons) as u64
@@ -177,7 +182,7 @@ fn run(args: Args) -> Result<()> {
         &args.out,
         "hpc_benchmark",
         serde_json::json!({ "seed": model.params.seed, "ranks": size, "scale": model.params.scale }),
-        hpc_spiking::run::output_names([]),
+        output_names(),
     )?;
     let restart = match &args.restart {
         Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
@@ -235,23 +240,11 @@ fn run(args: Args) -> Result<()> {
     })
 }
 
-/// The histogram of `w` in at most 40 bins between its smallest and largest
-/// weight (from its 0.01 pA bins): `[low, high, count]` rows.
-fn histogram(w: &WeightStats) -> Vec<(f64, f64, u64)> {
-    let (Some(&(lo, _)), Some(&(hi, _))) = (w.bins.first(), w.bins.last()) else {
-        return Vec::new();
-    };
-    let per = (hi - lo) / 40 + 1;
-    let mut out: Vec<(f64, f64, u64)> = Vec::new();
-    for &(b, c) in &w.bins {
-        let k = (b - lo) / per;
-        let low = (lo + k * per) as f64 * BIN_PA;
-        match out.last_mut() {
-            Some(last) if last.0 == low => last.2 += c,
-            _ => out.push((low, low + per as f64 * BIN_PA, c)),
-        }
-    }
-    out
+/// The files this run writes into its output directory.
+fn output_names() -> Vec<String> {
+    let mut names = hpc_spiking::run::output_names([]);
+    names.push(WEIGHTS_SVG.to_string());
+    names
 }
 
 fn summary(
@@ -276,6 +269,7 @@ fn summary(
         .map(|r| r.stdp_synapses + r.static_synapses)
         .sum();
     let syn_bytes: u64 = reports.iter().map(|r| r.synapse_bytes).sum();
+    let ring_bytes: u64 = reports.iter().map(|r| r.ring_bytes).sum();
     let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
     let sim_s = max(|r| r.simulate_s);
     let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
@@ -324,9 +318,11 @@ fn summary(
         hpc_spiking::memory::human(estimate)
     );
     say!(
-        "  bytes/synapse     {:.3} (synapses with their plastic state)",
-        syn_bytes as f64 / synapses.max(1) as f64
+        "  bytes/synapse     {:.3} (synapses with their plastic state; ring buffers {} more)",
+        syn_bytes as f64 / synapses.max(1) as f64,
+        hpc_spiking::memory::human(ring_bytes)
     );
+    let bars = figure::histogram(&weights);
     let summary = serde_json::json!({
         "params": p, "neurons": model.n, "synapses": synapses, "stdp_synapses": weights.count,
         "ranks": me.size, "threads": reports[0].threads, "je_pa": model.je, "drive_hz": model.p_rate,
@@ -334,18 +330,35 @@ fn summary(
         "weights": {
             "mean_pa": mean, "sd_pa": sd, "p5_pa": p5, "p95_pa": p95, "min_pa": weights.min,
             "max_pa": weights.max, "digest": format!("{:016x}", weights.digest),
-            "histogram": histogram(&weights).iter()
-                .map(|&(lo, hi, c)| serde_json::json!({"low_pa": lo, "high_pa": hi, "count": c}))
-                .collect::<Vec<_>>(),
+            "histogram": &bars,
         },
         "build_s": max(|r| r.build_s), "simulate_s": sim_s, "simulate_cpu_s": cpu_s,
         "communicate_s": max(|r| r.communicate_s), "real_time_factor": rtf,
         "simulate_s_per_bio_s": rtf,
         "bytes_per_synapse": syn_bytes as f64 / synapses.max(1) as f64,
+        "synapse_bytes": syn_bytes, "ring_buffer_bytes": ring_bytes,
         "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),
         "estimate_bytes_per_rank": estimate, "completed": me.completed,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
+    if !args.no_plot {
+        let title = format!(
+            "E->E weights at {:.0} ms, hpc_benchmark scale {}, seed {}",
+            me.end_step as f64 * p.dt,
+            p.scale,
+            p.seed
+        );
+        let subtitle = format!(
+            "{} synapses: mean {mean:.3} pA, SD {sd:.3} pA, min {:.2}, max {:.2}",
+            weights.count, weights.min, weights.max
+        );
+        let svg = figure::weights_svg(&bars, &title, &subtitle, model.je);
+        dir.write_atomic(WEIGHTS_SVG, svg.as_bytes())?;
+        say!(
+            "  weight histogram  {}",
+            args.out.join(WEIGHTS_SVG).display()
+        );
+    }
     match &me.spike_file {
         Some(f) => say!("  spikes written to {}", f.display()),
         None if !me.completed => say!(

@@ -7,14 +7,28 @@
 //! source equal to `t` is skipped by drawing from the others), so the network
 //! does not depend on the decomposition. A rank holds the synapses onto its
 //! neurons, split into one *shard* per thread (contiguous neurons): the E->E
-//! synapses as one [`StdpRow`] per excitatory source (targets and `f64`
-//! weights, 12 bytes a synapse), the static ones as a list of targets per
-//! source (4 bytes a synapse).
+//! synapses as one [`StdpRow`] per excitatory source, the static ones as a
+//! list of targets per source. Targets are local indices connected in
+//! increasing order (the neurons draw their sources in id order), stored as
+//! `u16` steps ([`hpc_spiking::targets`]): a step is about `scale` on average,
+//! so an E->E synapse takes 10 bytes (with its `f64` weight) and a static one
+//! 2; a step of 65,535 or more would take 6 bytes and is counted as such.
+//!
+//! # Memory
+//!
+//! [`Shard::synapse_bytes`] counts what the synapses hold as allocated: the
+//! rows (struct, targets, weights), the static targets with their offsets, and
+//! the postsynaptic archives (struct and spikes). At scale 1 and above,
+//! 64 % of the synapses are E->E, so that is about
+//! `0.64 x 10 + 0.36 x 2 = 7.1` bytes a synapse with the rest amortised. The
+//! ring buffers of pending input (per neuron, not per synapse) are
+//! [`Shard::ring_bytes`], reported apart.
 
 use anyhow::Result;
 use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
 use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpRow};
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
+use hpc_spiking::targets;
 
 use crate::params::{Model, CE, CI};
 
@@ -59,9 +73,12 @@ pub struct Shard {
     pub archives: Vec<PostArchive>,
     /// One STDP row per excitatory source (targets: local indices).
     pub rows: Vec<StdpRow>,
-    /// Static synapses: targets of source `s` are `targets[offsets[s]..offsets[s + 1]]`.
+    /// Static synapses: the targets of source `s` are the units
+    /// `targets[offsets[s]..offsets[s + 1]]` ([`targets::decode`]).
     offsets: Vec<u64>,
-    targets: Vec<u32>,
+    targets: Vec<u16>,
+    /// Number of static synapses.
+    n_static: u64,
     /// STDP input per (slot, neuron) (pA).
     pub ring_w: Vec<f64>,
     /// Static excitatory spikes per (slot, neuron).
@@ -90,13 +107,20 @@ impl Shard {
     pub(crate) fn build(model: &Model, first: u32, len: u32, slots: usize) -> Result<Shard> {
         let (ne, n) = (model.ne as usize, model.n as usize);
         let mut stdp_count = vec![0u32; ne];
+        // First pass: the synapses of each row and the units of each static
+        // list (`prev`: each source's previous static target).
         let mut offsets = vec![0u64; n + 1];
+        let mut prev = vec![0u32; n];
+        let mut n_static = 0u64;
         for t in first..first + len {
+            let local = t - first;
             sources(model, t, |_, s| {
                 if t < model.ne && s < model.ne {
                     stdp_count[s as usize] += 1;
                 } else {
-                    offsets[s as usize + 1] += 1;
+                    let p = std::mem::replace(&mut prev[s as usize], local);
+                    offsets[s as usize + 1] += targets::units(p, local) as u64;
+                    n_static += 1;
                 }
             });
         }
@@ -112,8 +136,9 @@ impl Shard {
             r.reserve(c as usize);
             rows.push(r);
         }
-        let mut targets = vec![0u32; offsets[n] as usize];
+        let mut targets = vec![0u16; offsets[n] as usize];
         let mut fill = offsets.clone();
+        prev.fill(0);
         let mut failed = None;
         for t in first..first + len {
             let local = t - first;
@@ -123,14 +148,18 @@ impl Shard {
                         failed = Some(e);
                     }
                 } else {
-                    targets[fill[s as usize] as usize] = local;
-                    fill[s as usize] += 1;
+                    let (s, at) = (s as usize, fill[s as usize] as usize);
+                    let p = std::mem::replace(&mut prev[s], local);
+                    fill[s] += targets::write(&mut targets[at..], p, local) as u64;
                 }
             });
         }
         if let Some(e) = failed {
             return Err(e.into());
         }
+        drop((fill, prev));
+        // A row with an escape outgrew its reservation.
+        rows.iter_mut().for_each(StdpRow::shrink_to_fit);
         let state = (first..first + len)
             .map(|t| {
                 let mut s = model.neuron.rest();
@@ -147,6 +176,7 @@ impl Shard {
             rows,
             offsets,
             targets,
+            n_static,
             ring_w: vec![0.0; cells],
             ring_ex: vec![0; cells],
             ring_in: vec![0; cells],
@@ -176,6 +206,7 @@ impl Shard {
             let step = base + (code >> d.gid_bits) as u64;
             let slot = ((step + d.delay) & d.ring_mask) as usize * len;
             let stat = &targets[offsets[gid as usize] as usize..offsets[gid as usize + 1] as usize];
+            let stat = targets::decode(stat);
             if gid < d.ne {
                 let t = (step + 1) as f64 * d.dt;
                 let ring = &mut ring_w[slot..slot + len];
@@ -183,12 +214,12 @@ impl Shard {
                     ring[tgt as usize] += w;
                 }
                 let ring = &mut ring_ex[slot..slot + len];
-                for &tgt in stat {
+                for tgt in stat {
                     ring[tgt as usize] += 1;
                 }
             } else {
                 let ring = &mut ring_in[slot..slot + len];
-                for &tgt in stat {
+                for tgt in stat {
                     ring[tgt as usize] += 1;
                 }
             }
@@ -227,24 +258,29 @@ impl Shard {
         Ok(())
     }
 
-    /// Bytes of the synapses and of their plastic state (rows' traces,
-    /// archives).
-    pub(crate) fn synapse_bytes(&self) -> u64 {
-        let rows: usize = self
-            .rows
-            .iter()
-            .map(|r| std::mem::size_of::<StdpRow>() + r.len() * StdpRow::BYTES_PER_SYNAPSE)
-            .sum();
+    /// Bytes of the synapses and of their plastic state, as allocated: the
+    /// rows (struct, targets, weights), the static targets and their offsets,
+    /// and the archives (struct and archived spikes, 24 bytes each).
+    pub fn synapse_bytes(&self) -> u64 {
+        let rows: usize = self.rows.iter().map(StdpRow::bytes).sum();
         let archives: usize = self
             .archives
             .iter()
             .map(|a| std::mem::size_of::<PostArchive>() + a.archived() * 24)
             .sum();
-        (rows + archives + self.targets.len() * 4 + self.offsets.len() * 8) as u64
+        let stat = self.targets.capacity() * 2 + self.offsets.capacity() * 8;
+        (rows + archives + stat) as u64
     }
 
-    pub(crate) fn synapses(&self) -> (u64, u64) {
+    /// Bytes of the ring buffers of pending input (per neuron and slot).
+    pub fn ring_bytes(&self) -> u64 {
+        (self.ring_w.capacity() * 8 + (self.ring_ex.capacity() + self.ring_in.capacity()) * 4)
+            as u64
+    }
+
+    /// The E->E (STDP) and the static synapses onto the shard's neurons.
+    pub fn synapses(&self) -> (u64, u64) {
         let stdp: usize = self.rows.iter().map(StdpRow::len).sum();
-        (stdp as u64, self.targets.len() as u64)
+        (stdp as u64, self.n_static)
     }
 }

@@ -132,8 +132,10 @@ pub struct RankReport {
     pub stdp_synapses: u64,
     /// Static synapses onto this rank's neurons.
     pub static_synapses: u64,
-    /// Bytes of the synapses with their plastic state.
+    /// Bytes of the synapses with their plastic state ([`Shard::synapse_bytes`]).
     pub synapse_bytes: u64,
+    /// Bytes of the ring buffers of pending input ([`Shard::ring_bytes`]).
+    pub ring_bytes: u64,
     /// Step the run started from.
     pub start_step: u64,
     /// Step the run reached.
@@ -343,6 +345,7 @@ impl<'a> Simulation<'a> {
             stdp_synapses: stdp,
             static_synapses: stat,
             synapse_bytes: self.shards.iter().map(Shard::synapse_bytes).sum(),
+            ring_bytes: self.shards.iter().map(Shard::ring_bytes).sum(),
             start_step,
             end_step: self.step,
             completed,
@@ -367,7 +370,7 @@ impl<'a> Simulation<'a> {
             };
             let mut bins = std::collections::BTreeMap::<u32, u64>::new();
             for (s, row) in sh.rows.iter().enumerate() {
-                for (&t, &w) in row.targets().iter().zip(row.weights()) {
+                for (t, &w) in row.targets().zip(row.weights()) {
                     if w_sh.count == 0 {
                         (w_sh.min, w_sh.max) = (w, w);
                     }

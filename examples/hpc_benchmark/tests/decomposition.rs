@@ -59,6 +59,11 @@ fn any_ranks_and_threads_give_the_same_spikes_and_weights() {
     let sd = summary["weights"]["sd_pa"].as_f64().unwrap();
     assert!(sd > 0.01, "the weights did not change: SD {sd}");
     assert_eq!(summary["stdp_synapses"].as_u64(), Some(180 * 9000));
+    // Targets as u16 steps: 10 bytes an E->E synapse, 2 a static one, with
+    // the rows, offsets and archives on top (7.12 without them).
+    let bytes = summary["bytes_per_synapse"].as_f64().unwrap();
+    assert!((7.12..=8.0).contains(&bytes), "{bytes} bytes a synapse");
+    assert!(summary["ring_buffer_bytes"].as_u64().unwrap() > 0);
     for (ranks, threads) in [(1, 2), (2, 1), (2, 2), (4, 1), (4, 2)] {
         let (s, sum) = run(
             &dir.join(format!("{ranks}x{threads}")),

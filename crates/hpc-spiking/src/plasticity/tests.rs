@@ -640,3 +640,49 @@ proptest::proptest! {
         }
     }
 }
+
+/// A row keeps its targets in the order of connection, whatever that order
+/// (ascending, a repeated target, a jump beyond a `u16`, a step back), and
+/// delivers to exactly those; connected in ascending order with small steps it
+/// takes `BYTES_PER_SYNAPSE` a synapse.
+#[test]
+fn targets_in_any_order_are_delivered_as_connected() {
+    let r = rule(15.0, 0.1, 0.0513, 0.4);
+    let targets = [2u32, 2, 9, 70_001, 70_002, 1, 0, 100_000];
+    let mut archives: Vec<PostArchive> = (0..100_001)
+        .map(|_| PostArchive::new(30.0, 1.5).unwrap())
+        .collect();
+    let mut row = StdpRow::new(1.5).unwrap();
+    for (k, &t) in targets.iter().enumerate() {
+        row.connect(t, 40.0 + k as f64, &mut archives).unwrap();
+    }
+    assert_eq!(row.targets().len(), targets.len());
+    assert_eq!(row.targets().collect::<Vec<_>>(), targets);
+    archives[9].record_post_spike(2.0).unwrap();
+    archives[70_001].record_post_spike(2.0).unwrap();
+    let got: Vec<(u32, f64)> = row.deliver(&r, 5.0, &mut archives).unwrap().collect();
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), targets);
+    // The targets that fired were depressed (the first presynaptic spike has
+    // no earlier one to pair with), the others kept their weight.
+    for (k, &(t, w)) in got.iter().enumerate() {
+        let w0 = 40.0 + k as f64;
+        assert_eq!(w < w0, t == 9 || t == 70_001, "target {t}: {w} from {w0}");
+        assert!(w <= w0, "target {t}: {w} from {w0}");
+    }
+
+    let mut sorted = StdpRow::new(1.5).unwrap();
+    sorted.reserve(1000);
+    for t in 0..1000u32 {
+        sorted
+            .connect(t * 100 % 100_000, 45.0, &mut archives)
+            .unwrap();
+    }
+    let heap = sorted.bytes() - std::mem::size_of::<StdpRow>();
+    assert_eq!(heap, 1000 * StdpRow::BYTES_PER_SYNAPSE);
+    // The other row paid 4 more bytes for each of its four escapes (the jumps
+    // to 70,001 and 100,000, the steps back to 1 and 0).
+    let mut shrunk = row.clone();
+    shrunk.shrink_to_fit();
+    let heap = shrunk.bytes() - std::mem::size_of::<StdpRow>();
+    assert_eq!(heap, targets.len() * StdpRow::BYTES_PER_SYNAPSE + 4 * 4);
+}
