@@ -5,8 +5,9 @@
 #      and the native kernels;
 #   2. the overlap of offloaded collectives with spare cores (OSU's method; Thread
 #      and Proxy engines pinned to progress cores, beside Open MPI's MPI_I*);
-#   3. strong and weak scaling of the examples from 1 to 16 ranks, and the
-#      full-scale microcircuit on 1 to 16 threads of one rank;
+#   3. strong and weak scaling of the examples from 1 to 16 ranks (NEST's
+#      hpc_benchmark among them, weak), and the full-scale microcircuit on 1 to 16
+#      threads of one rank;
 #   4. what offload buys with spare cores: the rank CPU time per collective of every
 #      engine (benches/offload-cpu.sh) and the time per distributed 3-D FFT with
 #      blocking and overlapped transposes (benches/fft3d.sh).
@@ -74,7 +75,7 @@ copy_libs() {
 }
 
 # The programs of the bundle: binaries of the workspace, and one example.
-BINS="hpc overlap offload brunel fft3d"
+BINS="hpc overlap offload brunel fft3d hpc_benchmark"
 EXAMPLES="gpu_check"
 
 # build_release: the device's binaries, optimised, each package with the features it
@@ -86,6 +87,7 @@ build_release() {
     (cd "$root" && cargo build --release -q -p hpc-benches --features mpi --bin overlap --bin offload)
     (cd "$root" && cargo build --release -q -p hpc-example-brunel)
     (cd "$root" && cargo build --release -q -p hpc-example-fft3d --features mpi)
+    (cd "$root" && cargo build --release -q -p hpc-example-hpc-benchmark)
     (cd "$root" && cargo build --release -q -p hpc-gpu --example gpu_check)
     if [ -n "$MICROCIRCUIT" ]; then
         (cd "$root" && cargo build --release -q -p hpc-example-microcircuit)
@@ -328,7 +330,11 @@ scale_row() {
 import json, sys
 s = json.load(open(sys.argv[3]))
 bio = s["params"]["t_sim"] / 1000.0 if "params" in s else s["t_sim_ms"] / 1000.0
-if "simulate_recorded_s" in s:
+if "stdp_synapses" in s:
+    # hpc_benchmark: spikes of its recorded excitatory neurons.
+    t = s["simulate_s"]
+    spikes = s["recorded_spikes"]
+elif "simulate_recorded_s" in s:
     # microcircuit: t_sim is the time after the warm-up, timed on its own.
     t = s["simulate_recorded_s"]
     spikes = s["stats"]["spikes_total"]
@@ -377,6 +383,16 @@ scaling_part() {
     else
         echo "no microcircuit binary in the bundle: Brunel only"
     fi
+    # NEST's weak-scaling benchmark, as NEST runs it: the scale grows with the ranks
+    # (half a unit, 5,625 neurons, 63 million synapses with STDP on E->E, per rank),
+    # the in-degree stays 11,250.
+    local per=0.5 bt=$((t_sim / 10))
+    if [ "$DRY" = 1 ]; then per=0.02; bt=$((t_sim / 2)); fi
+    for k in "${ranks[@]}"; do
+        scale_row "hpc_benchmark-weak" "$k" "$BUNDLE/bin/hpc_benchmark" \
+            --scale "$(awk -v w="$per" -v k="$k" 'BEGIN { print w * k }')" \
+            --t-presim 20 --t-sim "$bt" --threads 1
+    done
     # Efficiency against the one-rank run of the same case: strong T1 / (P * TP),
     # weak T1 / TP.
     awk '
