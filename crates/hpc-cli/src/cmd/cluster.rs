@@ -297,7 +297,8 @@ fn check_apptainer(dir: &Path) -> Result<PathBuf, UsageError> {
     if !executable(&dir.join("bin/apptainer")) || !dir.join("rootfs").is_dir() {
         return Err(UsageError(format!(
             "--apptainer {shown}: no bin/apptainer and rootfs/ there \
-             (HPC_TEST_CONTAINERS=1 cargo xtask setup makes them in the SDK's repository)"
+             ({}=1 cargo xtask setup makes them in the SDK's repository)",
+            env::TEST_CONTAINERS
         )));
     }
     let dir = dir
