@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two ranks on two nodes of the Docker cluster (containers/cluster/cluster.sh): the tcp
+# Two ranks on two nodes of the Docker cluster (`hpc cluster`): the tcp
 # backend and the ofi backend (tcp;ofi_rxm) of `hpc perftest send_lat` beside Open
 # MPI's ping-pong over TCP between the same two containers, at 8 B, 64 KiB, 1 MiB and
 # 16 MiB. Each size alternates the three ROUNDS times and prints the best round of
@@ -20,7 +20,8 @@ ROUNDS="${1:-3}"
 BIN="$(readlink -f "$CARGO_TARGET_DIR")/release"
 cargo build --release -q -p hpc-cli --features mpi,ofi
 cargo build --release -q -p hpc-benches --features mpi --bin mpi_pingpong
-cluster() { containers/cluster/cluster.sh "$@"; }
+export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
+cluster() { "$BIN/hpc" cluster "$@"; }
 if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
 cluster up --nodes 2 --bin "$BIN" >&2
 

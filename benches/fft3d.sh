@@ -29,16 +29,16 @@
 #   launched processes see it: benches/offload-cluster.sh runs this script and
 #   benches/offload-cpu.sh so on 2 and 4 nodes of the cluster.
 #
-# By hand on the Docker cluster (containers/cluster/cluster.sh; two ranks per node, the
+# By hand on the Docker cluster (`hpc cluster`; two ranks per node, the
 # bytes cross a network), with a build that has `--features mpi` (PMIx bootstrap):
 #   cargo build --release -p hpc-cli --features mpi
 #   cargo build --release -p hpc-example-fft3d --features mpi
-#   containers/cluster/cluster.sh up --nodes 2 --bin "$(readlink -f target/release)"
+#   target/release/hpc cluster up --nodes 2 --bin target/release
 #   for v in "--engine inline --mode blocking" "--engine thread" "--engine proxy" \
 #            "--engine mpi"; do
-#       containers/cluster/cluster.sh exec srun --mpi=pmix -N 2 -n 4 fft3d --n 128 $v
+#       target/release/hpc cluster exec srun --mpi=pmix -N 2 -n 4 fft3d --n 128 $v
 #   done
-#   containers/cluster/cluster.sh down
+#   target/release/hpc cluster down
 # (each node's proxy carries its ranks' steps to the other node's proxy).
 set -eu
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The microcircuit on 1, 2, 3, 4 nodes of the Docker cluster (containers/cluster/
-# cluster.sh; one rank per node, one thread per rank, started by `srun --mpi=pmix`)
+# The microcircuit on 1, 2, 3, 4 nodes of the Docker cluster (`hpc cluster`;
+# one rank per node, one thread per rank, started by `srun --mpi=pmix`)
 # beside the scaling model of the book's microcircuit chapter,
 #
 #   T(n) = C / n + S (alpha log2(n) + beta B(n))   seconds per biological second,
@@ -64,7 +64,8 @@ cargo build --release -q -p hpc-example-microcircuit -p hpc-cli \
     --features hpc-example-microcircuit/mpi,hpc-cli/mpi,hpc-cli/ofi
 export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-mc-bench}
 export HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-mc-bench}
-cluster() { containers/cluster/cluster.sh "$@"; }
+export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
+cluster() { "$bin/hpc" cluster "$@"; }
 if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
 cluster up --nodes "$max_nodes" --bin "$bin" >&2
 shared=$HPC_CLUSTER_DIR/shared

@@ -2,7 +2,7 @@
 # What offload buys, across nodes: benches/offload.sh's two tables (the rank CPU
 # per collective of every engine, benches/offload-cpu.sh, and the time per
 # distributed 3-D FFT, benches/fft3d.sh) on 2 and 4 nodes of the Docker cluster
-# (containers/cluster/cluster.sh), every run started by `srun --mpi=pmix`, one
+# (`hpc cluster`), every run started by `srun --mpi=pmix`, one
 # rank per node by default. Each node's proxy carries its rank's steps to the
 # other nodes' proxies (tcp between the containers); Open MPI's MPI_I* run on the
 # same nodes.
@@ -50,7 +50,8 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
 fi
 export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-offload-bench}
 export HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-offload-bench}
-cluster() { containers/cluster/cluster.sh "$@"; }
+export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
+cluster() { "$bin/hpc" cluster "$@"; }
 if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
 if [ "${KEEP:-0}" = 1 ] && docker inspect "$HPC_CLUSTER_NAME-node$max_nodes" >/dev/null 2>&1; then
     echo "using the cluster $HPC_CLUSTER_NAME that is up" >&2
@@ -61,7 +62,7 @@ fi
 export NO_BUILD=1 BIN=/opt/hpc/bin ROUNDS="${ROUNDS:-1}"
 for n in $nodes; do
     ranks=$((n * per_node))
-    export LAUNCH="containers/cluster/cluster.sh exec srun --mpi=pmix -N $n -n $ranks"
+    export LAUNCH="$bin/hpc cluster exec srun --mpi=pmix -N $n -n $ranks"
     echo "## $n nodes ($HPC_CLUSTER_NAME, containers on one host of $(nproc) cores), $ranks ranks"
     echo "### Rank CPU per collective (benches/offload-cpu.sh)"
     EXTRA="--sizes $sizes" benches/offload-cpu.sh "$iters" "$ranks"

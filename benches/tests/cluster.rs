@@ -1,4 +1,4 @@
-//! The overlap benchmark across two Docker hosts (Slurm + PMIx, containers/cluster):
+//! The overlap benchmark across two Docker hosts (Slurm + PMIx, `hpc cluster`):
 //! hpc-collectives' Inline and Thread engines and the MPI library's own immediate
 //! collectives with the bytes crossing a network. A smoke run (few iterations, a debug
 //! build): it proves the benchmark runs across nodes and prints well-formed rows; the
@@ -8,26 +8,14 @@
 #![cfg(feature = "mpi")]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use hpc_test_support::Cluster;
 
 const OVERLAP: &str = env!("CARGO_BIN_EXE_overlap");
 
 fn cluster(args: &[&str]) -> Output {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../containers/cluster/cluster.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run cluster.sh");
-    eprintln!("cluster.sh {args:?}: {}", out.status);
-    out
-}
-
-struct Down;
-impl Drop for Down {
-    fn drop(&mut self) {
-        cluster(&["down"]);
-    }
+    Cluster::default().run(args)
 }
 
 #[test]
@@ -37,7 +25,7 @@ fn overlap_benchmark_across_cluster_nodes() {
         return;
     }
     let bin = Path::new(OVERLAP).parent().unwrap().to_str().unwrap();
-    let _down = Down;
+    let _down = Cluster::default().down_on_drop();
     let up = cluster(&["up", "--nodes", "2", "--bin", bin]);
     assert!(
         up.status.success(),

@@ -149,10 +149,14 @@ export HPC_SLURMCTLD_PORT HPC_SLURMD_PORT=${HPC_SLURMD_PORT:-$((HPC_SLURMCTLD_PO
 slurm=$work/slurm
 # A cluster of its own name and folder: the other cluster tests may run meanwhile.
 export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-e2e} HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$work/cluster}
+# The node file system's cache (and its build lock) shared with the cluster tests.
+export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
 cdir=$HPC_CLUSTER_DIR
+# `hpc cluster` of the packaged build (HPC_E2E_APP is hpc for this stage).
+hpc_cluster() { "$(dirname "${native:?}")/hpc" cluster "$@"; }
 cleanup() {
     "$here/slurm-single-node.sh" stop "$slurm" >/dev/null 2>&1 || true
-    if [ "${HPC_TEST_CLUSTER:-}" = 1 ]; then bash "$repo/containers/cluster/cluster.sh" down >/dev/null 2>&1 || true; fi
+    if [ "${HPC_TEST_CLUSTER:-}" = 1 ] && [ -n "${native:-}" ]; then hpc_cluster down >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
 "$here/slurm-single-node.sh" start "$slurm" 2
@@ -283,9 +287,8 @@ if [ "${HPC_TEST_CLUSTER:-}" = 1 ]; then
     appt_dir=$(dirname "$(dirname "$appt")")
     [ -d "$appt_dir/rootfs" ] \
         || fail "cluster stage: $appt is not the wrapper of a Debian tree (no $appt_dir/rootfs for the nodes to mount)"
-    cluster=$repo/containers/cluster/cluster.sh
     t=$(date +%s%N)
-    bash "$cluster" up --nodes 2 --bin "$(dirname "$native")" --apptainer "$appt_dir" >"$work/cluster-up.log" 2>&1 \
+    hpc_cluster up --nodes 2 --bin "$(dirname "$native")" --apptainer "$appt_dir" >"$work/cluster-up.log" 2>&1 \
         || { tail -n 30 "$work/cluster-up.log" >&2; fail "cluster up with Apptainer"; }
     result "cluster_up_s=$(( $(ms_since "$t") / 1000 ))"
     rm -f "$cdir"/shared/bind-*.out
@@ -293,7 +296,7 @@ if [ "${HPC_TEST_CLUSTER:-}" = 1 ]; then
     cp "$bind/$app.sif" "$cdir/shared/$app-bind.sif"
     cp "$bind/slurm-apptainer.sbatch" "$cdir/shared/bind.sbatch"
     # The nodes' slurmd spool (PMIx server files) is not under /tmp: bound in.
-    bash "$cluster" exec srun --mpi=pmix -N 2 -n 2 apptainer exec --bind /var/spool/slurmd "/shared/$app.sif" \
+    hpc_cluster exec srun --mpi=pmix -N 2 -n 2 apptainer exec --bind /var/spool/slurmd "/shared/$app.sif" \
         hpc selftest --json --expect-size 2 --expect-nodes 2 --transport > "$work/cluster-hybrid.json" \
         || fail "cluster: srun --mpi=pmix -N 2 apptainer exec (hybrid)"
     python3 - "$work/cluster-hybrid.json" <<'PY' || fail "cluster: hybrid ranks"
@@ -303,11 +306,11 @@ assert len(r) == 2 and all(x["ok"] and x["nodes"] == 2 for x in r), r
 assert len({x["node_name"] for x in r}) == 2, r
 assert all(set(x["transport"].values()) == {"tcp"} for x in r), r
 PY
-    bash "$cluster" exec sbatch --wait -N 2 -n 2 --ntasks-per-node=1 --output=/shared/bind-%j.out \
+    hpc_cluster exec sbatch --wait -N 2 -n 2 --ntasks-per-node=1 --output=/shared/bind-%j.out \
         --export="ALL,SIF=/shared/$app-bind.sif" /shared/bind.sbatch selftest --json --expect-size 2 --expect-nodes 2 \
         >/dev/null || { cat "$cdir"/shared/bind-*.out >&2 || true; fail "cluster: sbatch slurm-apptainer.sbatch (bind)"; }
     [ "$(grep -c '"ok":true' "$cdir"/shared/bind-*.out)" = 2 ] || fail "cluster: bind output"
-    bash "$cluster" exec srun --mpi=pmix -N 2 -n 2 --output=/shared/doctor.%t.out --error=/shared/doctor.%t.err \
+    hpc_cluster exec srun --mpi=pmix -N 2 -n 2 --output=/shared/doctor.%t.out --error=/shared/doctor.%t.err \
         apptainer exec --bind /var/spool/slurmd "/shared/$app.sif" hpc doctor --json || true
     reports "$cdir"/shared/doctor.[01].out > "$work/cluster-doctor.json" || fail "cluster: doctor printed no JSON"
     python3 - "$work/cluster-doctor.json" <<'PY' || fail "cluster: doctor inside Apptainer across nodes"
@@ -323,7 +326,7 @@ for d in reps:
     assert d["summary"]["errors"] == 0, d["findings"]
 assert len({d["environment"]["launcher"]["rank"] for d in reps}) == 2
 PY
-    bash "$cluster" down >/dev/null 2>&1 || true
+    hpc_cluster down >/dev/null 2>&1 || true
     log "cluster: hybrid and bind SIFs across 2 nodes under srun --mpi=pmix ok"
     stage cluster_apptainer
 fi

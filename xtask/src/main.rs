@@ -12,6 +12,8 @@
 //! - `env-table`: the book's table of every `HPC_*` variable, from crates/hpc-env.
 //! - `crate-graph`: ARCHITECTURE.md's crate graph, from `cargo metadata`.
 //! - `readme`: README.md's crate, command and feature tables.
+//! - `cluster`: `hpc cluster` (the Docker cluster of Slurm + PMIx nodes) with this
+//!   workspace's release build.
 //!
 //! Set-up installs what is missing: Debian packages through `apt-get` when running as
 //! root (otherwise it prints the exact command and stops), rustup components, and
@@ -61,11 +63,12 @@ enum Task {
     },
     /// Only install what the other tasks need.
     Setup,
-    /// A Slurm + PMIx cluster of Docker containers on this machine:
-    /// `up [--nodes N] [--bin DIR]`, `down`, `status`, `exec CMD...`
-    /// (containers/cluster/cluster.sh does the work).
+    /// `hpc cluster` of this workspace's release build (built first, with `mpi`):
+    /// `up [--nodes N] [--bin DIR]` (default --bin: the release folder), `down`,
+    /// `status`, `exec CMD...`; the work folder and node cache default to
+    /// `target/cluster` and `target/cluster-cache`, as for the cluster tests.
     Cluster {
-        /// Arguments for containers/cluster/cluster.sh.
+        /// Arguments for `hpc cluster`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
     },
@@ -653,20 +656,37 @@ fn man(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask cluster ARGS`: `hpc cluster ARGS` with the MPI-enabled release
+/// build of this workspace (which `up` mounts on the nodes unless `--bin` says
+/// otherwise); exits with its status (`exec` passes the command's through).
+fn cluster(args: &[String]) -> Result<()> {
+    run(cargo().args(["build", "--release", "-p", "hpc-cli", "--features", "mpi"]))?;
+    let target = target_dir()?;
+    let release = target.join("release");
+    let mut hpc = Command::new(release.join("hpc"));
+    hpc.arg("cluster").args(args);
+    if args.first().map(String::as_str) == Some("up") && !args.iter().any(|a| a == "--bin") {
+        hpc.arg("--bin").arg(&release);
+    }
+    for (var, dir) in [
+        (hpc_env::CLUSTER_DIR, "cluster"),
+        (hpc_env::CACHE_DIR, "cluster-cache"),
+    ] {
+        if std::env::var_os(var).is_none() {
+            hpc.env(var, target.join(dir));
+        }
+    }
+    let status = hpc
+        .status()
+        .with_context(|| format!("cannot start {}", release.join("hpc").display()))?;
+    std::process::exit(status.code().unwrap_or(1));
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.task {
         Task::Setup => setup::all(),
-        Task::Cluster { args } => {
-            if args.first().map(String::as_str) == Some("up") && !args.iter().any(|a| a == "--bin")
-            {
-                // The cluster runs the MPI-enabled release binaries of the workspace.
-                run(cargo().args(["build", "--release", "-p", "hpc-cli", "--features", "mpi"]))?;
-            }
-            run(Command::new("bash")
-                .arg(root().join("containers/cluster/cluster.sh"))
-                .args(&args))
-        }
+        Task::Cluster { args } => cluster(&args),
         Task::Image(args) => {
             // This workspace's tests also need Slurm, munge and PMIx besides the
             // image tools that hpc-image installs.

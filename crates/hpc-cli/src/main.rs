@@ -2,7 +2,8 @@
 //!
 //! `hpc run` launches ranks on this machine, `hpc new` writes an application
 //! workspace, `hpc doctor` diagnoses the environment, `hpc topo` shows the hardware
-//! and the placement of ranks, `hpc selftest` checks that a launch works end to end.
+//! and the placement of ranks, `hpc selftest` checks that a launch works end to end,
+//! `hpc cluster` runs a Slurm + PMIx cluster of Docker containers to try jobs on.
 
 use std::io::{IsTerminal, Write};
 
@@ -62,6 +63,8 @@ enum Command {
     Perftest(cmd::perftest::Args),
     /// Serve as the collectives proxy of a node (started by the ranks under `hpc run --proxy`).
     Proxy(cmd::proxy::Args),
+    /// A Slurm + PMIx cluster of Docker containers on this machine: up, exec, down.
+    Cluster(cmd::cluster::Args),
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
     /// Print the manual page, or write all of them into a directory.
@@ -121,6 +124,7 @@ fn main() {
         Command::Selftest(a) => cmd::selftest::exec(a),
         Command::Perftest(a) => cmd::perftest::exec(a),
         Command::Proxy(a) => cmd::proxy::exec(a),
+        Command::Cluster(a) => cmd::cluster::exec(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -79,6 +79,16 @@ fn new_writes_an_application_workspace() {
     assert!(read(".cargo/config.toml").contains("xtask = \"run --quiet --package xtask --\""));
     let sbatch = read("slurm/my-sim.sbatch");
     assert!(sbatch.contains("srun --mpi=pmix") && sbatch.contains("target/release/my-sim"));
+    // The README shows the MPI build and its job on the Docker cluster.
+    let readme = read("README.md");
+    for line in [
+        "$ cargo build --release --features mpi",
+        "$ hpc cluster up --nodes 2 --bin target/release",
+        "$ hpc cluster exec -- srun --mpi=pmix -N 2 -n 4 my-sim",
+        "$ hpc cluster down",
+    ] {
+        assert!(readme.contains(line), "README lacks {line:?}:\n{readme}");
+    }
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(s.join("my-sim/slurm/my-sim.sbatch"))
         .unwrap()
@@ -290,6 +300,7 @@ fn every_subcommand_help_has_examples() {
         "selftest",
         "perftest",
         "proxy",
+        "cluster",
         "completions",
         "man",
     ] {
@@ -349,6 +360,75 @@ fn exit_codes_are_distinct() {
     assert_eq!(hpc(&["no-such-subcommand"]).status.code(), Some(2));
     let v = String::from_utf8_lossy(&hpc(&["--version"]).stdout).into_owned();
     assert!(v.starts_with("hpc 0.") && v.contains("features:"), "{v}");
+}
+
+/// `hpc cluster` refuses bad arguments with status 2, naming the flag or the
+/// variable, before anything runs: no docker command, no work folder made.
+#[test]
+fn cluster_refuses_bad_arguments_before_running_anything() {
+    let s = scratch("cluster");
+    let work = s.join("work");
+    let bin = s.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let b = bin.to_str().unwrap();
+    let good = s.join("good");
+    std::fs::create_dir(&good).unwrap();
+    std::fs::copy("/bin/true", good.join("app")).unwrap();
+    let g = good.to_str().unwrap();
+    let missing = s.join("missing");
+    let m = missing.to_str().unwrap();
+    for (args, name, want) in [
+        (
+            vec!["up", "--nodes", "0", "--bin", b],
+            "hpc-cli-test",
+            "--nodes 0",
+        ),
+        (
+            vec!["up", "--nodes", "9", "--bin", b],
+            "hpc-cli-test",
+            "--nodes 9",
+        ),
+        (
+            vec!["up", "--bin", m],
+            "hpc-cli-test",
+            "cargo build --release",
+        ),
+        (
+            vec!["up", "--bin", b],
+            "hpc-cli-test",
+            "holds no executable",
+        ),
+        (
+            vec!["up", "--bin", g, "--apptainer", b],
+            "hpc-cli-test",
+            "--apptainer",
+        ),
+        (
+            vec!["up", "--bin", g, "--dpus"],
+            "hpc-cli-test",
+            "has no hpc",
+        ),
+        (
+            vec!["exec", "--timeout", "0", "true"],
+            "hpc-cli-test",
+            "--timeout 0",
+        ),
+        (vec!["kill-node", "node0"], "hpc-cli-test", "not a node"),
+        (vec!["exec"], "hpc-cli-test", "<CMD>"),
+        (vec!["status"], "bad name", "HPC_CLUSTER_NAME"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .arg("cluster")
+            .args(&args)
+            .env(hpc_runtime::env::CLUSTER_NAME, name)
+            .env(hpc_runtime::env::CLUSTER_DIR, &work)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(!work.exists(), "{args:?} made the work folder");
+    }
+    let _ = std::fs::remove_dir_all(&s);
 }
 
 /// `hpc proxy --dpu-service`: refuses to start without a usable key (or

@@ -1,5 +1,5 @@
 //! A real multi-node cluster: Slurm + PMIx across Docker containers, each a host with
-//! its own address (containers/cluster/cluster.sh), with a node lost mid-run.
+//! its own address (`hpc cluster`), with a node lost mid-run.
 //!
 //! Slow (the first run builds the node file system with mmdebstrap, about 2 minutes),
 //! so it runs only with `HPC_TEST_CLUSTER=1` (set by `.ci/run`), and needs the `mpi`
@@ -221,7 +221,7 @@ fn slurm_pmix_cluster_across_docker_hosts() {
         "{text}"
     );
 
-    // A job that does not end within cluster.sh exec's bound: ended (status 124),
+    // A job that does not end within `hpc cluster exec`'s bound: ended (status 124),
     // with the queue, the nodes and the job's processes printed while it was still
     // there, and its step cancelled.
     let t = Instant::now();

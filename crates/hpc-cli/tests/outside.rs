@@ -12,7 +12,9 @@
 //! After the README's commands: the application's `cargo xtask` refuses a binary it
 //! does not have; the launcher installed `--features mpi` (as the README's comment
 //! says) runs the MPI build; and with `HPC_TEST_CONTAINERS=1` the README's image and
-//! one with the launcher inside (`--with-hpc`) run in Podman.
+//! one with the launcher inside (`--with-hpc`) run in Podman; with `HPC_TEST_CLUSTER=1`
+//! the application's own README's cluster block (`hpc cluster up`, `srun` across two
+//! Docker nodes, `down`) runs with that launcher.
 //!
 //! The environment, not the commands, is the test's: `HOME` is a work directory
 //! (cargo's and rustup's homes stay where they are), `cargo install` installs under
@@ -191,11 +193,17 @@ fn which(program: &str) -> Option<PathBuf> {
 /// The commands (without their `# comments`) of README.md's first console block
 /// after the line starting with `marker`, each with the lines the README shows for it.
 fn readme_block(marker: &str) -> Vec<(String, Vec<String>)> {
-    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    console_block(&repo().join("README.md"), marker)
+}
+
+/// The commands of the first console block of the Markdown file `path` after the
+/// line starting with `marker` (see [`readme_block`]).
+fn console_block(path: &Path, marker: &str) -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(path).unwrap();
     let at = text
         .lines()
         .position(|l| l.starts_with(marker))
-        .unwrap_or_else(|| panic!("README.md has no line starting with {marker:?}"));
+        .unwrap_or_else(|| panic!("{} has no line starting with {marker:?}", path.display()));
     let mut lines = text.lines().skip(at).skip_while(|l| *l != "```console");
     assert!(lines.next().is_some(), "no console block after {marker:?}");
     let mut cmds: Vec<(String, Vec<String>)> = Vec::new();
@@ -353,6 +361,61 @@ fn mpi_launcher_runs_the_mpi_build(user: &User, work: &Path, app: &Path) {
     assert!(out.contains("[0] sum of 1..=2 over the ranks: 3"), "{out}");
 }
 
+/// The application's own README (the one `hpc new` wrote): its cluster block runs
+/// literally, with the installed `hpc --features mpi`: `hpc cluster up` mounts the
+/// MPI release build on two Docker nodes, `srun --mpi=pmix -N 2 -n 4` runs the job
+/// across them (each rank names its node, rank 0 the sum), and `down` ends it (also
+/// when the test fails half-way). The cluster has a name and folder of its own
+/// (beside the repository's cluster tests); the node file system's cache is the
+/// repository's.
+fn app_runs_on_the_docker_cluster(user: &User, work: &Path, app: &Path) {
+    let block = console_block(
+        &app.join("README.md"),
+        "## On a Slurm cluster of containers",
+    );
+    let cmds: Vec<&str> = block.iter().map(|(c, _)| c.as_str()).collect();
+    assert!(
+        cmds.iter().any(|c| c.starts_with("hpc cluster up"))
+            && cmds
+                .iter()
+                .any(|c| c.contains("srun --mpi=pmix -N 2 -n 4 my-sim"))
+            && cmds.last() == Some(&"hpc cluster down"),
+        "{cmds:?}"
+    );
+    let root_mpi = work.join("root-mpi");
+    let shell = |line: &str| {
+        let mut c = user.shell(app, line, &root_mpi);
+        c.env(hpc_runtime::env::CLUSTER_NAME, "hpc-outside")
+            .env(hpc_runtime::env::CLUSTER_DIR, work.join("cluster"))
+            .env(
+                hpc_runtime::env::CACHE_DIR,
+                repo().join("target/cluster-cache"),
+            );
+        c
+    };
+    struct Down<'a>(&'a dyn Fn(&str) -> Command);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = run("hpc cluster down", &mut (self.0)("hpc cluster down"), RUN);
+        }
+    }
+    let _down = Down(&shell);
+    for cmd in cmds {
+        let limit = if cmd.starts_with("hpc cluster up") || cmd.starts_with("cargo build") {
+            BUILD
+        } else {
+            RUN
+        };
+        let out = ok(cmd, &mut shell(cmd), limit);
+        if cmd.contains("srun") {
+            for node in ["node1", "node2"] {
+                assert!(out.contains(&format!(" of 4 on {node} ")), "{node}:\n{out}");
+            }
+            assert!(out.contains("sum of 1..=4 over the ranks: 10"), "{out}");
+        }
+    }
+}
+
 /// The README's image (`--features mpi`) runs as a singleton in Podman; an image of
 /// the debug build with the installed launcher inside (`--with-hpc`, from the PATH)
 /// runs as one rank and under `hpc run -n 2`.
@@ -467,6 +530,14 @@ fn the_readmes_path_before_publication_is_followed_literally() {
     let app = follow_the_readme(&user);
     xtask_refuses_a_missing_binary(&user, &app);
     mpi_launcher_runs_the_mpi_build(&user, &work, &app);
+    if on("HPC_TEST_CLUSTER") {
+        app_runs_on_the_docker_cluster(&user, &work, &app);
+    } else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "cluster part skipped: set HPC_TEST_CLUSTER=1 to run the application on the Docker cluster"
+        );
+    }
     if on("HPC_TEST_CONTAINERS") {
         images_run_in_podman(&user, &work, &app);
     } else {

@@ -253,12 +253,17 @@ vars! {
     Development MARK = "HPC_MARK", default "";
     /// Container engine of the container scripts and tests: `podman` or `docker`.
     Development CONTAINER_ENGINE = "HPC_CONTAINER_ENGINE", default "`podman`";
-    /// Work folder of the Docker cluster (`containers/cluster/cluster.sh`).
-    Development CLUSTER_DIR = "HPC_CLUSTER_DIR", default "`target/cluster`";
-    /// Container and network name prefix of the Docker cluster.
-    Development CLUSTER_NAME = "HPC_CLUSTER_NAME", default "`hpc-cluster`";
-    /// Cache of the container scripts' root file systems.
-    Development CACHE_DIR = "HPC_CACHE_DIR", default "`target/cluster-cache`";
+    /// Work folder of `hpc cluster` (the Docker cluster of Slurm nodes): its
+    /// configuration, keys, and `shared/`, which the nodes see as `/shared`.
+    /// `cargo xtask cluster` and this repository's tests use `target/cluster`.
+    Setting CLUSTER_DIR = "HPC_CLUSTER_DIR", default "`$XDG_CACHE_HOME/hpc-rs/cluster/NAME` (else `~/.cache/...`)";
+    /// Container and network name prefix of `hpc cluster`: clusters of different
+    /// names run side by side.
+    Setting CLUSTER_NAME = "HPC_CLUSTER_NAME", default "`hpc-cluster`";
+    /// Cache of the node file system of `hpc cluster` (made once by mmdebstrap),
+    /// and of the container scripts' root file systems (`target/cluster-cache` for
+    /// these scripts, `cargo xtask cluster` and this repository's tests).
+    Setting CACHE_DIR = "HPC_CACHE_DIR", default "`$XDG_CACHE_HOME/hpc-rs/cluster-cache` (else `~/.cache/...`)";
     /// Cache of the Apptainer tree for hosts without Apptainer.
     Development APPTAINER_CACHE = "HPC_APPTAINER_CACHE", default "under `target/`";
     /// Root file system the Apptainer wrapper enters.

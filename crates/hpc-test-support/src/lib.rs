@@ -353,13 +353,44 @@ pub fn open_mpi_mpirun() -> Option<String> {
     None
 }
 
-/// The Docker cluster of `containers/cluster/cluster.sh` (Slurm and PMIx
-/// across containers), which the cluster tests bring up, use and take down.
+/// The Docker cluster of `hpc cluster` (Slurm and PMIx across containers), which
+/// the cluster tests bring up, use and take down through the `hpc` binary of the
+/// build they belong to ([`hpc_binary`]). Its work folder and node cache are the
+/// repository's `target/cluster` and `target/cluster-cache` unless
+/// `HPC_CLUSTER_DIR` and `HPC_CACHE_DIR` (or [`Cluster::named`]) say otherwise.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     /// `HPC_CLUSTER_NAME` and `HPC_CLUSTER_DIR`, where a test wants a cluster
     /// of its own beside the others.
     env: Vec<(&'static str, String)>,
+}
+
+/// The build's target folder (`target/`): two levels above a test executable
+/// (`target/debug/deps/TEST-HASH`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.ancestors()
+        .nth(3)
+        .expect("a test executable under target/PROFILE/deps")
+        .to_path_buf()
+}
+
+/// The `hpc` binary of the build the running test belongs to
+/// (`target/PROFILE/hpc`). Panics, saying how to build it, when it is missing.
+pub fn hpc_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let hpc = exe
+        .ancestors()
+        .nth(2)
+        .expect("a test executable under target/PROFILE/deps")
+        .join("hpc");
+    assert!(
+        hpc.is_file(),
+        "no hpc binary at {} (the cluster tests run `hpc cluster`): build it with \
+         cargo build -p hpc-cli --features mpi",
+        hpc.display()
+    );
+    hpc
 }
 
 impl Cluster {
@@ -374,13 +405,29 @@ impl Cluster {
         }
     }
 
-    /// Runs `cluster.sh` with `args` (`up`, `exec ...`, `kill-node`, `down`);
+    /// The work folder: the one [`Cluster::named`] gave, else `HPC_CLUSTER_DIR`,
+    /// else `target/cluster`.
+    pub fn work_dir(&self) -> PathBuf {
+        self.env
+            .iter()
+            .find(|(k, _)| *k == env::CLUSTER_DIR)
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(|| std::env::var_os(env::CLUSTER_DIR).map(PathBuf::from))
+            .unwrap_or_else(|| target_dir().join("cluster"))
+    }
+
+    /// The folder the nodes see as `/shared`.
+    pub fn shared(&self) -> PathBuf {
+        self.work_dir().join("shared")
+    }
+
+    /// Runs `hpc cluster` with `args` (`up`, `exec ...`, `kill-node`, `down`);
     /// prints the status and standard error, and standard output too on a
     /// failure.
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = self.command().args(args).output().expect("run cluster.sh");
+        let out = self.command().args(args).output().expect("run hpc cluster");
         eprintln!(
-            "cluster.sh {args:?}: {}\n{}",
+            "hpc cluster {args:?}: {}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -390,13 +437,15 @@ impl Cluster {
         out
     }
 
-    /// `cluster.sh` as a command to add arguments to (for a job whose output
+    /// `hpc cluster` as a command to add arguments to (for a job whose output
     /// is read while it runs).
     pub fn command(&self) -> Command {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../containers/cluster/cluster.sh");
-        let mut c = Command::new("bash");
-        c.arg(script).envs(self.env.iter().map(|(k, v)| (k, v)));
+        let mut c = Command::new(hpc_binary());
+        c.arg("cluster").env(env::CLUSTER_DIR, self.work_dir());
+        if std::env::var_os(env::CACHE_DIR).is_none() {
+            c.env(env::CACHE_DIR, target_dir().join("cluster-cache"));
+        }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c
     }
 

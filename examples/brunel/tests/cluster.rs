@@ -1,5 +1,5 @@
 //! The Brunel example on a real multi-node cluster (Slurm + PMIx across Docker
-//! containers, containers/cluster/cluster.sh): the same spikes on 2 nodes x 2 ranks as
+//! containers, `hpc cluster`): the same spikes on 2 nodes x 2 ranks as
 //! on one node, and a node lost mid-run: the job ends naming the lost ranks, the spike
 //! file written so far is intact, and a restart from the last checkpoint on the
 //! remaining node reproduces the uninterrupted run exactly.
@@ -8,16 +8,12 @@
 #![cfg(feature = "mpi")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use hpc_test_support::Cluster;
 use std::time::{Duration, Instant};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn cluster(args: &[&str]) -> Output {
     Cluster::default().run(args)
@@ -42,10 +38,7 @@ fn srun(nodes: &str, ranks: &str, args: &[&str]) -> Output {
 }
 
 fn shared() -> PathBuf {
-    std::env::var_os("HPC_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/cluster"))
-        .join("shared")
+    Cluster::default().shared()
 }
 
 fn spikes(dir: &str) -> Vec<u8> {
@@ -223,8 +216,8 @@ fn brunel_across_cluster_nodes() {
     assert!(srun("1", "2", &a).status.success());
 
     // Lose node2 in the middle of a checkpointed run.
-    let mut job = Command::new("bash")
-        .arg(repo().join("containers/cluster/cluster.sh"))
+    let mut job = Cluster::default()
+        .command()
         .args([
             "exec",
             "env",

@@ -1,5 +1,5 @@
 //! The proxy placed as on a DPU, on a real multi-node cluster (Slurm + PMIx across
-//! Docker containers, containers/cluster/cluster.sh `up --dpus`): beside each compute
+//! Docker containers, `hpc cluster up --dpus`): beside each compute
 //! node a `dpu` container, the DPU's own Linux (the network and the binaries only),
 //! whose standing service starts the node's proxy. On one cluster, brought up once:
 //! the dpu containers share no file system or /dev/shm with their nodes; Brunel with

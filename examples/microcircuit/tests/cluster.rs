@@ -1,5 +1,5 @@
 //! The microcircuit on a real multi-node cluster (Slurm + PMIx across Docker
-//! containers, containers/cluster/cluster.sh): the same spikes on 2 and 3 nodes as on
+//! containers, `hpc cluster`): the same spikes on 2 and 3 nodes as on
 //! one, through the allgather and the targeted alltoallv exchange, on the inline and
 //! the thread engine, and the targeted exchange receiving less on the ranks other
 //! than 0 than the allgather does on the same nodes.

@@ -11,7 +11,8 @@
 //! be started, the ranks' output that cannot be written, say to a full disk); bad
 //! arguments are 2 as for every subcommand. A rank that exits with 124 or 125 would
 //! be mistaken for the launcher, so `hpc run` names that status in its message and
-//! exits with 1 ([`EXIT_RANK_RESERVED`]).
+//! exits with 1 ([`EXIT_RANK_RESERVED`]). `hpc cluster exec` passes its command's
+//! status through (124 when its `--timeout` ended it).
 //!
 //! Output to a closed pipe (`hpc ... | head -1`) ends every subcommand quietly with
 //! 141 (128 + SIGPIPE), what a shell reports for a program killed by a broken pipe;
@@ -19,6 +20,7 @@
 //! a message naming the stream: status 2, or 125 for `hpc run`.
 
 pub mod bind;
+pub mod cluster;
 pub mod completions;
 pub mod doctor;
 pub mod job;
@@ -55,6 +57,7 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     itself failed once its arguments were accepted (a program that cannot be started,\n  \
     the ranks' output that cannot be written); a rank's own 124 or 125 is named in the\n  \
     message and gives 1; bad arguments are 2 as everywhere\n  \
+    hpc cluster exec: the command's status, 124 when --timeout ended it\n  \
     141  the output is a closed pipe (hpc ... | head -1), without a message; any other\n       \
     failed write of the output is an error naming the stream (2, 125 for hpc run)";
 

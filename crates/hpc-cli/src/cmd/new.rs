@@ -27,7 +27,8 @@ use super::UsageError;
     hpc new my-sim --vcs none            no git repository\n\n\
     Then:\n  \
     cd my-sim && cargo build && hpc run -n 4 target/debug/my-sim\n  \
-    cargo xtask image --features mpi     container image, Apptainer and Slurm files\n\n\
+    cargo xtask image --features mpi     container image, Apptainer and Slurm files\n  \
+    hpc cluster up --bin target/release  a Slurm cluster of containers (README.md)\n\n\
     Exit status: 0 written; 2 bad name or destination (nothing written), or the\n  \
     report could not be printed (the project was written: the message says so).")]
 pub struct Args {
@@ -597,7 +598,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
-         cargo xtask image            # container image, Apptainer and Slurm files\n\n\
+         cargo xtask image            # container image, Apptainer and Slurm files\n  \
+         hpc cluster up --bin target/release   # Slurm in containers here: see README.md\n\n\
          The launcher `hpc` comes from `{}` (`--features mpi` for mpirun/srun).",
         path.display(),
         path.display(),

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# A small Slurm + PMIx cluster of Docker containers on one machine, for tests and
-# demos: one controller (ctl: slurmctld, munge) and N compute nodes (node1..: slurmd,
-# munge, Open MPI, PMIx), each a host with its own address on a private (internal)
-# Docker network, with the project's binaries mounted at /opt/hpc/bin and a shared
-# folder at /shared.
+# The orchestration of `hpc cluster` (crates/hpc-cli/src/cmd/cluster.rs, which embeds
+# this file and runs it with bash): a small Slurm + PMIx cluster of Docker containers
+# on one machine: one controller (ctl: slurmctld, munge) and N compute nodes (node1..:
+# slurmd, munge, Open MPI, PMIx), each a host with its own address on a private
+# (internal) Docker network, with the binaries of --bin mounted at /opt/hpc/bin and a
+# shared folder at /shared.
 #
-# Usage:
-#   containers/cluster/cluster.sh up [--nodes N] [--bin DIR] [--apptainer DIR] [--dpus]
-#                                                              start (rebuilds nothing that exists)
-#   containers/cluster/cluster.sh image                        build the node image only
-#   containers/cluster/cluster.sh down                         remove everything it made
-#   containers/cluster/cluster.sh status                       containers and sinfo
-#   containers/cluster/cluster.sh exec [--timeout S] CMD...    run CMD on the controller (e.g. srun ...),
-#                                                              for at most S seconds (default 600)
-#   containers/cluster/cluster.sh stop-node|kill-node|cut-node|heal-node NAME
+# `hpc cluster` checks the arguments and the environment, resolves the work and cache
+# folders, writes slurm.conf and node-init.sh into the work folder, then runs:
+#   up --nodes N --bin DIR [--apptainer DIR] [--dpus]   start (rebuilds nothing that exists)
+#   image                                               build the node image only
+#   down                                                remove everything it made
+#   status                                              containers and sinfo
+#   exec --timeout S CMD...                             CMD on the controller (e.g. srun ...),
+#                                                       for at most S seconds
+#   stop-node|kill-node|cut-node|heal-node NAME
+# with HPC_CLUSTER_NAME (container and network name prefix), HPC_CLUSTER_DIR (work
+# folder, absolute) and HPC_CACHE_DIR (node file system cache, absolute) set.
 #
-# --apptainer DIR: Apptainer on every node, as on an HPC cluster: DIR is the folder
-# `cargo xtask setup` made (DIR/bin/apptainer, the wrapper, and DIR/rootfs), mounted
-# read-only at /opt/apptainer with /opt/apptainer/bin on the PATH. Apptainer mounts
+# --apptainer DIR: Apptainer on every node, as on an HPC cluster: DIR holds
+# bin/apptainer (or the wrapper) and rootfs/, mounted read-only at /opt/apptainer with
+# /opt/apptainer/bin on the PATH. Apptainer mounts
 # its images and enters namespaces as root, so the nodes then get every capability
 # the engine can grant and the loop devices, as the hosts they stand for would give
 # it (`mount` is in the node image for the wrapper).
@@ -35,25 +38,19 @@
 # across the nodes; libfabric is loaded at run time, its tcp provider needs nothing
 # more). libpmix-dev is there for its unversioned libpmix.so, which Slurm's mpi/pmix plugin
 # dlopens; without it `srun --mpi=pmix` fails with "can not load PMIx library".
-# Environment: HPC_CLUSTER_NAME (container and network name prefix, default
-# hpc-cluster: clusters of different names run side by side),
-# HPC_CLUSTER_DIR (work dir, default <repo>/target/cluster),
-# HPC_CACHE_DIR (node file system cache, default <repo>/target/cluster-cache).
 # No registry is needed: the node image is made with mmdebstrap and `docker import`.
 # A second `up` after a crash first removes what the crashed one left.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-work=${HPC_CLUSTER_DIR:-$repo/target/cluster}
-cache=${HPC_CACHE_DIR:-$repo/target/cluster-cache}
-prefix=${HPC_CLUSTER_NAME:-hpc-cluster}
+work=${HPC_CLUSTER_DIR:?set by hpc cluster}
+cache=${HPC_CACHE_DIR:?set by hpc cluster}
+prefix=${HPC_CLUSTER_NAME:?set by hpc cluster}
 net=$prefix-net
 packages="slurm-wlm,munge,mount,openmpi-bin,libopenmpi3,libpmix2,libpmix-dev,libhwloc15,libudev1,libibverbs1,libfabric1,iproute2,procps,iputils-ping,ca-certificates"
 tag=$(printf '%s' "$packages" | sha256sum | cut -c1-12)
 image=hpc-cluster-node:$tag
 
-log() { printf 'cluster: %s\n' "$*" >&2; }
+log() { printf 'hpc cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # This cluster's containers, matched by whole name: another cluster's name may begin
@@ -106,7 +103,7 @@ wait_idle() {
 }
 
 up() {
-    local nodes=2 bin="" cpus apptainer="" dpus=""
+    local nodes=2 bin="" apptainer="" dpus=""
     while [ $# -gt 0 ]; do
         case "$1" in
             --nodes) nodes=$2; shift 2 ;;
@@ -116,14 +113,8 @@ up() {
             *) die "unknown option $1" ;;
         esac
     done
-    [ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes must be 1..8"
-    [ -n "$bin" ] || bin=$repo/target/release
-    [ -x "$bin/hpc" ] || die "no hpc binary in $bin (build it: cargo build --release -p hpc-cli --features mpi,ofi)"
-    command -v docker >/dev/null || die "docker is missing"
-    if [ -n "$apptainer" ]; then
-        [ -x "$apptainer/bin/apptainer" ] && [ -d "$apptainer/rootfs" ] \
-            || die "--apptainer $apptainer: no bin/apptainer and rootfs/ there (HPC_TEST_CONTAINERS=1 cargo xtask setup makes them)"
-    fi
+    # hpc cluster checked the arguments (and wrote slurm.conf for this many nodes).
+    [ -n "$bin" ] && [ -f "$work/slurm.conf" ] || die "run by hpc cluster only"
     local t0=$SECONDS
     build_image
     # A previous cluster of this name, or what a crashed one left (its network alone
@@ -132,11 +123,8 @@ up() {
         log "removing a previous cluster"
         down
     fi
-    cpus=$(nproc)
     mkdir -p "$work/shared/log"
     chmod 0777 "$work/shared"
-    sed -e "s/@NODES@/$nodes/g" -e "s/@CPUS@/$cpus/g" "$here/slurm.conf.in" > "$work/slurm.conf"
-    cp "$here/node-init.sh" "$work/node-init.sh"
     if [ ! -s "$work/munge.key" ]; then
         head -c 1024 /dev/urandom > "$work/munge.key"
     fi
@@ -265,5 +253,5 @@ case "$cmd" in
     kill-node) docker kill "$prefix-$1" >/dev/null ;;
     cut-node) docker network disconnect "$net" "$prefix-$1" ;;
     heal-node) docker network connect --alias "$1" "$net" "$prefix-$1" ;;
-    *) sed -n '2,16p' "$0"; exit 64 ;;
+    *) die "unknown command '$cmd' (run by hpc cluster only)" ;;
 esac

@@ -1,0 +1,689 @@
+//! `hpc cluster`: a Slurm + PMIx cluster of Docker containers on this machine, for
+//! any workspace: one controller (`ctl`: slurmctld, munge) and N compute nodes
+//! (`node1`..: slurmd, munge, Open MPI, PMIx), each a host with its own address on a
+//! private Docker network, with the binaries of `--bin` mounted read-only at
+//! `/opt/hpc/bin` (on the PATH) and the work folder's `shared/` at `/shared` on
+//! every node. `hpc cluster exec -- srun --mpi=pmix -N 2 -n 4 APP` runs a job there.
+//!
+//! Why a shell script embedded in the binary rather than a port to Rust: the
+//! orchestration is a sequence of `docker`, `mmdebstrap` and `flock` calls (the node
+//! image, the network, the containers, waiting for Slurm, the bounded `exec` that
+//! prints the cluster's state before it ends a job that does not end) whose
+//! behaviour the repository's cluster tests have measured, and a shell states each
+//! call as the user would type it. The script (`cluster/cluster.sh`, with the
+//! nodes' entry point `cluster/node-init.sh` and `cluster/slurm.conf.in`) is in the
+//! binary through `include_str!`, so `hpc` needs no file of this repository: it
+//! works from any workspace. It is the one implementation (`cargo xtask cluster`
+//! forwards here). Rust does what a shell does badly, before anything runs: it
+//! checks the arguments (errors name the flag or the variable), looks for
+//! `docker` and its daemon (the error says how to fix it), resolves the folders, and
+//! writes the files the containers mount (`slurm.conf` for the number of nodes,
+//! `node-init.sh`) into the work folder. Then this process becomes `bash` running
+//! the script (`exec`), so that the output, the signals and the exit status are the
+//! script's: `exec` passes the command's status through (124 when `--timeout`
+//! ended it), the other actions exit 0, or 1 when a step failed.
+//!
+//! Folders: the work folder (`HPC_CLUSTER_DIR`, default
+//! `$XDG_CACHE_HOME/hpc-rs/cluster/NAME`, else `~/.cache/hpc-rs/cluster/NAME`) holds
+//! the configuration, the munge key and `shared/` (the nodes' `/shared`, with the
+//! daemons' logs in `shared/log`); the cache (`HPC_CACHE_DIR`, default
+//! `.../hpc-rs/cluster-cache`) holds the node file system that mmdebstrap makes once
+//! (the image is then `docker import`ed: no registry is needed). `HPC_CLUSTER_NAME`
+//! (default `hpc-cluster`) prefixes the containers and the network, so that
+//! clusters of different names run side by side.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use hpc_runtime::env;
+
+use super::UsageError;
+
+/// The orchestration, run by bash.
+const SCRIPT: &str = include_str!("cluster/cluster.sh");
+/// The containers' entry point (munge, then the Slurm daemon of the node's role).
+const NODE_INIT: &str = include_str!("cluster/node-init.sh");
+/// Slurm's configuration, `@NODES@` and `@CPUS@` to fill.
+const SLURM_CONF: &str = include_str!("cluster/slurm.conf.in");
+
+/// The most compute nodes `up` starts (each a container with its own slurmd).
+pub const MAX_NODES: usize = 8;
+/// The longest `exec --timeout`, in seconds: a day.
+pub const MAX_TIMEOUT_S: u64 = 86_400;
+/// The cluster name when `HPC_CLUSTER_NAME` is unset.
+pub const DEFAULT_NAME: &str = "hpc-cluster";
+/// The longest cluster name (Docker names its containers `NAME-node8-dpu`).
+const MAX_NAME: usize = 48;
+
+/// Arguments of `hpc cluster`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    cargo build --release --features mpi\n  \
+    hpc cluster up --nodes 2 --bin target/release\n  \
+    hpc cluster exec -- srun --mpi=pmix -N 2 -n 4 my-sim\n  \
+    hpc cluster status\n  \
+    hpc cluster kill-node node2           (or stop-node, cut-node / heal-node)\n  \
+    hpc cluster down\n\n\
+    Needs docker (a user of the docker group is enough) and, for the first up,\n  \
+    mmdebstrap (Debian: apt-get install mmdebstrap) and a reachable Debian mirror.\n\n\
+    Environment: HPC_CLUSTER_NAME (default hpc-cluster), HPC_CLUSTER_DIR (work\n  \
+    folder; its shared/ is /shared on the nodes), HPC_CACHE_DIR (node file system).\n\n\
+    Exit status: 2 bad arguments or no docker (nothing ran); exec: the command's\n  \
+    status, 124 when --timeout ended it; otherwise 0, or 1 when a step failed.")]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+/// The actions of `hpc cluster`.
+#[derive(clap::Subcommand, Debug)]
+pub enum Action {
+    /// Start the cluster (one of this name that is up is replaced); builds the node
+    /// image first if this machine has none (mmdebstrap, a few minutes, once).
+    Up(Up),
+    /// Build the node image only.
+    Image,
+    /// Remove this cluster's containers and network (the work folder stays).
+    Down,
+    /// Show this cluster's containers and Slurm's view of its nodes.
+    Status,
+    /// Run a command on the controller, in /shared (e.g. `srun --mpi=pmix ...`).
+    Exec(Exec),
+    /// Stop a node's container at once (`docker stop -t 0`).
+    StopNode(Node),
+    /// Kill a node's container (`docker kill`), as a crash would.
+    KillNode(Node),
+    /// Cut a node off the network (it keeps running).
+    CutNode(Node),
+    /// Connect a node that `cut-node` cut off again.
+    HealNode(Node),
+}
+
+/// Arguments of `hpc cluster up`.
+#[derive(clap::Args, Debug)]
+pub struct Up {
+    /// Compute nodes (1 to 8).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: usize,
+    /// Folder of the binaries the jobs run, mounted read-only at /opt/hpc/bin (on the
+    /// nodes' PATH). Build them with `--features mpi` for `srun --mpi=pmix`.
+    #[arg(long, value_name = "DIR", default_value = "target/release")]
+    pub bin: PathBuf,
+    /// Apptainer on every node: DIR holds `bin/apptainer` and `rootfs/` (the folder
+    /// `HPC_TEST_CONTAINERS=1 cargo xtask setup` makes in the SDK's repository).
+    #[arg(long, value_name = "DIR")]
+    pub apptainer: Option<PathBuf>,
+    /// A DPU container `nodeI-dpu` beside each node, running `hpc proxy
+    /// --dpu-service` (needs `hpc` in --bin).
+    #[arg(long)]
+    pub dpus: bool,
+}
+
+/// Arguments of `hpc cluster exec`.
+#[derive(clap::Args, Debug)]
+pub struct Exec {
+    /// Seconds after which the command is ended (status 124), the cluster's state
+    /// (queue, nodes, processes, daemons' logs) printed first.
+    #[arg(long, value_name = "S", default_value_t = 600)]
+    pub timeout: u64,
+    /// The command and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The node a fault is for.
+#[derive(clap::Args, Debug)]
+pub struct Node {
+    /// `nodeN`, `nodeN-dpu` or `ctl`.
+    #[arg(value_name = "NODE", value_parser = node_name)]
+    pub node: String,
+}
+
+/// A node's name as `up` names its containers: `ctl`, `nodeN`, `nodeN-dpu`.
+fn node_name(s: &str) -> Result<String, String> {
+    let base = s.strip_suffix("-dpu").unwrap_or(s);
+    let numbered = base.strip_prefix("node").is_some_and(|n| {
+        n.parse::<usize>()
+            .is_ok_and(|n| (1..=MAX_NODES).contains(&n))
+    });
+    if s == "ctl" || numbered {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a node of the cluster (ctl, node1..node{MAX_NODES}, nodeN-dpu)"
+        ))
+    }
+}
+
+/// Where a cluster lives: its name and folders (absolute).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Prefix of its containers and network.
+    pub name: String,
+    /// Work folder: configuration, keys, `shared/`.
+    pub work: PathBuf,
+    /// Cache of the node file system.
+    pub cache: PathBuf,
+}
+
+/// A variable's value as [`hpc_runtime::env::var`] reads it: an empty value counts
+/// as unset; one that is not UTF-8 is an error naming it.
+type Lookup<'a> = &'a dyn Fn(&str) -> Result<Option<String>, String>;
+
+fn nonempty(get: Lookup<'_>, name: &str) -> Result<Option<String>, UsageError> {
+    Ok(get(name).map_err(UsageError)?.filter(|v| !v.is_empty()))
+}
+
+impl Place {
+    /// The cluster that the environment names (see the module's doc), paths relative
+    /// to `cwd` made absolute.
+    pub fn resolve(get: Lookup<'_>, cwd: &Path) -> Result<Place, UsageError> {
+        let name = nonempty(get, env::CLUSTER_NAME)?.unwrap_or_else(|| DEFAULT_NAME.into());
+        check_cluster_name(&name)?;
+        let absolute = |p: String| cwd.join(p);
+        let base = || -> Result<PathBuf, UsageError> {
+            // XDG: a relative XDG_CACHE_HOME is invalid and ignored.
+            if let Some(x) = nonempty(get, "XDG_CACHE_HOME")?.filter(|x| x.starts_with('/')) {
+                return Ok(PathBuf::from(x).join("hpc-rs"));
+            }
+            match nonempty(get, "HOME")? {
+                Some(h) => Ok(PathBuf::from(h).join(".cache/hpc-rs")),
+                None => Err(UsageError(format!(
+                    "neither XDG_CACHE_HOME nor HOME is set: name the cluster's folders \
+                     with {} and {}",
+                    env::CLUSTER_DIR,
+                    env::CACHE_DIR
+                ))),
+            }
+        };
+        let work = match nonempty(get, env::CLUSTER_DIR)? {
+            Some(d) => absolute(d),
+            None => base()?.join("cluster").join(&name),
+        };
+        let cache = match nonempty(get, env::CACHE_DIR)? {
+            Some(d) => absolute(d),
+            None => base()?.join("cluster-cache"),
+        };
+        for (what, p) in [(env::CLUSTER_DIR, &work), (env::CACHE_DIR, &cache)] {
+            mountable(what, p)?;
+        }
+        Ok(Place { name, work, cache })
+    }
+}
+
+/// Docker's names: a letter or digit, then letters, digits, `_`, `.`, `-`.
+fn check_cluster_name(name: &str) -> Result<(), UsageError> {
+    let ok = name.len() <= MAX_NAME
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(UsageError(format!(
+            "{}={name:?} is not a cluster name: at most {MAX_NAME} letters, digits, '_', \
+             '.' or '-', beginning with a letter or digit",
+            env::CLUSTER_NAME
+        )))
+    }
+}
+
+/// A path that `docker run -v PATH:...` can mount: UTF-8, without `:` or `,`.
+fn mountable(what: &str, p: &Path) -> Result<(), UsageError> {
+    match p.to_str() {
+        Some(s) if !s.contains([':', ',']) => Ok(()),
+        _ => Err(UsageError(format!(
+            "{what} {}: Docker cannot mount a path with ':' or ',' or that is not UTF-8",
+            p.display()
+        ))),
+    }
+}
+
+/// Whether `p` is a regular file that someone may execute.
+fn executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `--bin`: an existing folder that holds at least one executable; its canonical path.
+fn check_bin(bin: &Path, dpus: bool) -> Result<PathBuf, UsageError> {
+    let shown = bin.display();
+    let build = "build the application first (cargo build --release --features mpi) or \
+                 name the folder of its binaries with --bin";
+    let meta =
+        std::fs::metadata(bin).map_err(|e| UsageError(format!("--bin {shown}: {e}; {build}")))?;
+    if !meta.is_dir() {
+        return Err(UsageError(format!(
+            "--bin {shown} is not a directory (give the folder that holds the binaries)"
+        )));
+    }
+    let dir = bin
+        .canonicalize()
+        .map_err(|e| UsageError(format!("--bin {shown}: {e}")))?;
+    mountable("--bin", &dir)?;
+    let entries = std::fs::read_dir(&dir)
+        .map_err(|e| UsageError(format!("--bin {shown}: cannot list it: {e}")))?;
+    if !entries.flatten().any(|e| executable(&e.path())) {
+        return Err(UsageError(format!(
+            "--bin {shown} holds no executable file; {build}"
+        )));
+    }
+    if dpus && !executable(&dir.join("hpc")) {
+        return Err(UsageError(format!(
+            "--dpus runs `hpc proxy --dpu-service` on each DPU, but --bin {shown} has no \
+             hpc (copy the `hpc` of this SDK, built for the nodes, there)"
+        )));
+    }
+    Ok(dir)
+}
+
+/// `--apptainer`: a folder with `bin/apptainer` and `rootfs/`; its canonical path.
+fn check_apptainer(dir: &Path) -> Result<PathBuf, UsageError> {
+    let shown = dir.display();
+    if !executable(&dir.join("bin/apptainer")) || !dir.join("rootfs").is_dir() {
+        return Err(UsageError(format!(
+            "--apptainer {shown}: no bin/apptainer and rootfs/ there \
+             ({}=1 cargo xtask setup makes them in the SDK's repository)",
+            env::TEST_CONTAINERS
+        )));
+    }
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| UsageError(format!("--apptainer {shown}: {e}")))?;
+    mountable("--apptainer", &dir)?;
+    Ok(dir)
+}
+
+/// Slurm's configuration for `nodes` nodes of `cpus` CPUs each.
+fn slurm_conf(nodes: usize, cpus: usize) -> String {
+    SLURM_CONF
+        .replace("@NODES@", &nodes.to_string())
+        .replace("@CPUS@", &cpus.to_string())
+}
+
+/// `program` on the PATH.
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+}
+
+/// Docker is installed; with `daemon`, its daemon answers this user too.
+fn check_docker(daemon: bool) -> Result<(), UsageError> {
+    if on_path("docker").is_none() {
+        return Err(UsageError(
+            "docker is not on the PATH: hpc cluster runs its nodes as Docker containers; \
+             install Docker Engine (https://docs.docker.com/engine/install/, or apt-get \
+             install docker.io) and let this user use it (the docker group)"
+                .into(),
+        ));
+    }
+    if !daemon {
+        return Ok(());
+    }
+    match Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(UsageError(format!(
+            "the Docker daemon does not answer ({}): start it (systemctl start docker) \
+             or, for `permission denied`, add this user to the docker group",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))),
+        Err(e) => Err(UsageError(format!("cannot run docker: {e}"))),
+    }
+}
+
+/// The script's arguments for `action`, checked, and for `up` the number of nodes
+/// (whose `slurm.conf` to write).
+fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageError> {
+    let word = |w: &str| vec![OsString::from(w)];
+    let node = |w: &str, n: &Node| vec![OsString::from(w), OsString::from(&n.node)];
+    let args = match action {
+        Action::Up(up) => {
+            super::check_between("--nodes", up.nodes, 1, MAX_NODES)?;
+            let bin = check_bin(&up.bin, up.dpus)?;
+            let mut a = word("up");
+            a.extend(["--nodes".into(), up.nodes.to_string().into()]);
+            a.extend(["--bin".into(), bin.into_os_string()]);
+            if let Some(dir) = &up.apptainer {
+                a.extend(["--apptainer".into(), check_apptainer(dir)?.into_os_string()]);
+            }
+            if up.dpus {
+                a.push("--dpus".into());
+            }
+            return Ok((a, Some(up.nodes)));
+        }
+        Action::Image => word("image"),
+        Action::Down => word("down"),
+        Action::Status => word("status"),
+        Action::Exec(e) => {
+            if !(1..=MAX_TIMEOUT_S).contains(&e.timeout) {
+                return Err(UsageError(format!(
+                    "--timeout {} is outside 1..={MAX_TIMEOUT_S} seconds",
+                    e.timeout
+                )));
+            }
+            let mut a = word("exec");
+            a.extend(["--timeout".into(), e.timeout.to_string().into()]);
+            a.extend(e.command.iter().cloned());
+            a
+        }
+        Action::StopNode(n) => node("stop-node", n),
+        Action::KillNode(n) => node("kill-node", n),
+        Action::CutNode(n) => node("cut-node", n),
+        Action::HealNode(n) => node("heal-node", n),
+    };
+    Ok((args, None))
+}
+
+/// Writes what the containers of `nodes` nodes mount from the work folder.
+fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    super::replace_file(&work.join("slurm.conf"), slurm_conf(nodes, cpus).as_bytes())?;
+    let init = work.join("node-init.sh");
+    super::replace_file(&init, NODE_INIT.as_bytes())?;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", init.display()))?;
+    Ok(())
+}
+
+/// `hpc cluster`: checks, then becomes the script (returns only on an error).
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    let cwd = std::env::current_dir().context("the current directory")?;
+    let place = Place::resolve(&env::var, &cwd)?;
+    let (script_args, nodes) = script_args(&args.action)?;
+    check_docker(matches!(args.action, Action::Up(_) | Action::Image))?;
+    if let Some(nodes) = nodes {
+        write_work_files(&place.work, nodes)?;
+        super::say(&format!(
+            "cluster {}: work folder {} (the nodes' /shared is its shared/)",
+            place.name,
+            place.work.display()
+        ))?;
+    }
+    let e = Command::new("bash")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg("hpc-cluster")
+        .args(&script_args)
+        .env(env::CLUSTER_NAME, &place.name)
+        .env(env::CLUSTER_DIR, &place.work)
+        .env(env::CACHE_DIR, &place.cache)
+        .exec();
+    Err(anyhow::Error::new(e).context("running bash (hpc cluster needs it on the PATH)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        action: Action,
+    }
+
+    fn parse(args: &[&str]) -> Result<Action, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cluster").chain(args.iter().copied()))
+            .map(|c| c.action)
+    }
+
+    fn scratch(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hpc-cluster-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn err(r: Result<impl std::fmt::Debug, UsageError>) -> String {
+        r.expect_err("must be refused").0
+    }
+
+    fn up(bin: &Path, nodes: usize, dpus: bool) -> Action {
+        Action::Up(Up {
+            nodes,
+            bin: bin.to_path_buf(),
+            apptainer: None,
+            dpus,
+        })
+    }
+
+    #[test]
+    fn exec_takes_the_command_with_its_flags_after_its_own() {
+        let Action::Exec(e) = parse(&["exec", "srun", "--mpi=pmix", "-N", "2", "app"]).unwrap()
+        else {
+            panic!("not exec")
+        };
+        assert_eq!(e.timeout, 600);
+        assert_eq!(e.command, ["srun", "--mpi=pmix", "-N", "2", "app"]);
+        let Action::Exec(e) = parse(&["exec", "--timeout", "10", "--", "sleep", "300"]).unwrap()
+        else {
+            panic!("not exec")
+        };
+        assert_eq!(e.timeout, 10);
+        assert_eq!(e.command, ["sleep", "300"]);
+        // A flag after the command is the command's.
+        let Action::Exec(e) = parse(&["exec", "env", "--timeout", "3"]).unwrap() else {
+            panic!("not exec")
+        };
+        assert_eq!(e.timeout, 600);
+        assert_eq!(e.command, ["env", "--timeout", "3"]);
+        assert!(parse(&["exec"]).is_err(), "a command is required");
+        let (a, nodes) =
+            script_args(&parse(&["exec", "--timeout", "5", "hostname"]).unwrap()).unwrap();
+        assert_eq!(a, ["exec", "--timeout", "5", "hostname"]);
+        assert_eq!(nodes, None);
+        for t in ["0", "86401"] {
+            let m = err(script_args(&parse(&["exec", "--timeout", t, "x"]).unwrap()));
+            assert!(m.contains("--timeout"), "{m}");
+        }
+    }
+
+    #[test]
+    fn node_names_are_those_up_makes() {
+        for ok in ["ctl", "node1", "node8", "node2-dpu"] {
+            let a = parse(&["kill-node", ok]).unwrap();
+            assert_eq!(script_args(&a).unwrap().0, ["kill-node", ok]);
+        }
+        for bad in [
+            "node0",
+            "node9",
+            "node",
+            "ctl-dpu2",
+            "other-ctl",
+            "node1 ",
+            "-x",
+        ] {
+            let e = parse(&["cut-node", bad]).expect_err(bad).to_string();
+            assert!(
+                e.contains("is not a node") || e.contains("unexpected"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn up_checks_nodes_and_bin_before_anything_runs() {
+        let s = scratch("bin");
+        let empty = s.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let data = s.join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("notes.txt"), "x").unwrap();
+        let good = s.join("good");
+        std::fs::create_dir(&good).unwrap();
+        std::fs::write(good.join("app"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(good.join("app"), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        for n in [0, MAX_NODES + 1] {
+            assert!(err(script_args(&up(&good, n, false))).contains("--nodes"));
+        }
+        let m = err(script_args(&up(&s.join("missing"), 2, false)));
+        assert!(
+            m.contains("--bin") && m.contains("cargo build --release"),
+            "{m}"
+        );
+        let m = err(script_args(&up(&good.join("app"), 2, false)));
+        assert!(m.contains("not a directory"), "{m}");
+        for d in [&empty, &data] {
+            let m = err(script_args(&up(d, 2, false)));
+            assert!(m.contains("no executable"), "{m}");
+        }
+        let m = err(script_args(&up(&good, 2, true)));
+        assert!(m.contains("--dpus") && m.contains("no hpc"), "{m}");
+
+        let (a, nodes) = script_args(&up(&good, 3, false)).unwrap();
+        let canonical = good.canonicalize().unwrap();
+        assert_eq!(
+            a,
+            [
+                OsString::from("up"),
+                "--nodes".into(),
+                "3".into(),
+                "--bin".into(),
+                canonical.into_os_string()
+            ]
+        );
+        assert_eq!(nodes, Some(3));
+        std::fs::copy(good.join("app"), good.join("hpc")).unwrap();
+        assert!(script_args(&up(&good, 1, true))
+            .unwrap()
+            .0
+            .contains(&"--dpus".into()));
+
+        let m = err(script_args(&Action::Up(Up {
+            nodes: 2,
+            bin: good.clone(),
+            apptainer: Some(empty.clone()),
+            dpus: false,
+        })));
+        assert!(
+            m.contains("--apptainer") && m.contains("bin/apptainer"),
+            "{m}"
+        );
+        let colon = s.join("a:b");
+        std::fs::create_dir(&colon).unwrap();
+        std::fs::copy(good.join("app"), colon.join("app")).unwrap();
+        assert!(err(script_args(&up(&colon, 2, false))).contains("':'"));
+        let _ = std::fs::remove_dir_all(&s);
+    }
+
+    #[test]
+    fn folders_default_to_the_users_cache_and_honour_the_variables() {
+        let cwd = Path::new("/work/app");
+        let with = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| -> Result<Option<String>, String> {
+                Ok(vars
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string()))
+            }
+        };
+        let p = Place::resolve(&with(&[("HOME", "/home/u")]), cwd).unwrap();
+        assert_eq!(p.name, DEFAULT_NAME);
+        assert_eq!(
+            p.work,
+            Path::new("/home/u/.cache/hpc-rs/cluster/hpc-cluster")
+        );
+        assert_eq!(p.cache, Path::new("/home/u/.cache/hpc-rs/cluster-cache"));
+
+        let p = Place::resolve(
+            &with(&[
+                ("HOME", "/home/u"),
+                ("XDG_CACHE_HOME", "/xdg"),
+                (env::CLUSTER_NAME, "dev.2"),
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(p.work, Path::new("/xdg/hpc-rs/cluster/dev.2"));
+        assert_eq!(p.cache, Path::new("/xdg/hpc-rs/cluster-cache"));
+
+        // Relative folders are the current directory's; no HOME is needed then.
+        let p = Place::resolve(
+            &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/c")]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(p.work, Path::new("/work/app/target/c"));
+        assert_eq!(p.cache, Path::new("/c"));
+
+        let m = err(Place::resolve(&with(&[]), cwd));
+        assert!(m.contains(env::CLUSTER_DIR) && m.contains("HOME"), "{m}");
+        for bad in ["-x", "a b", "a/b", ""] {
+            let vars: &'static [(&str, &str)] =
+                Box::leak(Box::new([("HOME", "/h"), (env::CLUSTER_NAME, bad)]));
+            let r = Place::resolve(&with(vars), cwd);
+            if bad.is_empty() {
+                assert_eq!(r.unwrap().name, DEFAULT_NAME, "empty is unset");
+            } else {
+                assert!(err(r).contains(env::CLUSTER_NAME), "{bad}");
+            }
+        }
+        let m = err(Place::resolve(
+            &with(&[("HOME", "/h"), (env::CLUSTER_DIR, "/a:b")]),
+            cwd,
+        ));
+        assert!(m.contains(env::CLUSTER_DIR), "{m}");
+        let bad_utf8 = |name: &str| -> Result<Option<String>, String> {
+            if name == env::CLUSTER_NAME {
+                Err(format!("{} is not valid UTF-8", env::CLUSTER_NAME))
+            } else {
+                Ok(None)
+            }
+        };
+        assert!(err(Place::resolve(&bad_utf8, cwd)).contains(env::CLUSTER_NAME));
+    }
+
+    #[test]
+    fn embedded_files_are_complete() {
+        let conf = slurm_conf(3, 16);
+        assert!(!conf.contains('@'), "{conf}");
+        assert!(conf.contains("NodeName=node[1-3] CPUs=16"), "{conf}");
+        assert!(conf.contains("MpiDefault=pmix"));
+        assert!(NODE_INIT.starts_with("#!/bin/sh"));
+        // The script parses, and runs only with the folders `exec` sets.
+        let o = Command::new("bash")
+            .args(["-n", "-c", SCRIPT])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = Command::new("bash")
+            .args(["-c", SCRIPT, "hpc-cluster", "status"])
+            .env_remove(env::CLUSTER_DIR)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        assert!(String::from_utf8_lossy(&o.stderr).contains(env::CLUSTER_DIR));
+    }
+
+    #[test]
+    fn work_files_are_written_and_replaced() {
+        let s = scratch("work");
+        let w = s.join("w");
+        write_work_files(&w, 2).unwrap();
+        write_work_files(&w, 4).unwrap();
+        let conf = std::fs::read_to_string(w.join("slurm.conf")).unwrap();
+        assert!(conf.contains("node[1-4]"), "{conf}");
+        assert!(executable(&w.join("node-init.sh")));
+        let _ = std::fs::remove_dir_all(&s);
+    }
+}
