@@ -128,6 +128,65 @@ impl<M> Restart<M> {
     }
 }
 
+impl<M> Restart<M> {
+    /// Checks that a run can continue this checkpoint: the same model (the
+    /// error names the `differences`, `name checkpoint -> run`, between the
+    /// checkpoint's parameters and the run's, such as [`crate::run::params_diff`]
+    /// gives them leaving out `t_sim`), and a run of `steps` steps of `dt` ms that
+    /// reaches the checkpoint's step (the error gives the `--t-sim` that does, the
+    /// simulated time counting from `t_sim_from` ms: a warm-up before it).
+    pub fn check_continues(
+        &self,
+        differences: &[String],
+        steps: u64,
+        dt: f64,
+        t_sim_from: f64,
+    ) -> Result<()> {
+        if !differences.is_empty() {
+            bail!(
+                "checkpoint {} is of a different model: {} (checkpoint -> this run); a \
+                 restart continues the same network",
+                self.dir().display(),
+                differences.join(", ")
+            );
+        }
+        if self.step() > steps {
+            let at = self.step() as f64 * dt;
+            bail!(
+                "checkpoint {} is at {at:.1} ms (step {}) but the run ends at {:.1} ms (step \
+                 {steps}): a restart continues that run, so give --t-sim {:.1} or more",
+                self.dir().display(),
+                self.step(),
+                steps as f64 * dt,
+                at - t_sim_from
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoint to resume from, when `dir` is given ([`open_with`] for `model`'s
+/// metadata `M`), checked with `check` (such as [`Restart::check_continues`])
+/// before anything of its state is read, so that a checkpoint of another model is
+/// refused before a network is built for it.
+pub fn resume<M: DeserializeOwned>(
+    dir: Option<&Path>,
+    model: &str,
+    check: impl FnOnce(&Restart<M>) -> Result<()>,
+) -> Result<Option<Restart<M>>> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    let r = open_with(dir, model)?;
+    check(&r)?;
+    Ok(Some(r))
+}
+
+/// Logs that this rank restored its state from `r`.
+pub fn restored<M>(r: &Restart<M>) {
+    tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+}
+
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as
 /// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
 /// one that fails is skipped with a warning), with its metadata `M`; the error names

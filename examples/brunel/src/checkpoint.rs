@@ -124,26 +124,18 @@ pub fn open(dir: &Path) -> Result<Restart> {
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a
 /// `t_sim` that reaches at least the checkpoint's time.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    if !r.meta.params.same_model(&model.params) {
-        bail!(
-            "checkpoint {} is of a different model: {} (checkpoint -> this run)",
-            r.dir().display(),
-            hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
-        );
-    }
-    if r.step() > model.steps {
-        let dt = model.params.dt;
-        bail!(
-            "checkpoint {} is at {:.1} ms (step {}) but t_sim is {:.1} ms: a restart \
-             continues that run, so give --t-sim {:.1} or more",
-            r.dir().display(),
-            r.step() as f64 * dt,
-            r.step(),
-            model.params.t_sim,
-            r.step() as f64 * dt
-        );
-    }
-    Ok(())
+    let differences = if r.meta.params.same_model(&model.params) {
+        Vec::new()
+    } else {
+        hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"])
+    };
+    r.check_continues(&differences, model.steps, model.params.dt, 0.0)
+}
+
+/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
+/// ([`check_model`]) before anything of it is read; `None` without one.
+pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(dir, "brunel", |r| check_model(r, model))
 }
 
 /// Reads the state of the neurons of `block` (global ids) from the rank files that

@@ -194,14 +194,7 @@ impl<'a> Simulation<'a> {
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
         // A checkpoint of other parameters is refused before the network is built.
-        let restored = match restart {
-            Some(dir) => {
-                let r = checkpoint::open(dir)?;
-                checkpoint::check_model(&r, model)?;
-                Some(r)
-            }
-            None => None,
-        };
+        let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = pool
             .current_num_threads()
@@ -230,7 +223,7 @@ impl<'a> Simulation<'a> {
         };
         if let Some(r) = restored {
             sim.step = checkpoint::restore(&r, model, block, &mut sim.shards)?;
-            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            hpc_spiking::checkpoint::restored(&r);
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();

@@ -103,22 +103,19 @@ pub fn open(dir: &Path) -> Result<Restart> {
 
 /// Checks that `model` can continue from `r`.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    if !r.meta.params.same_model(&model.params) {
-        bail!(
-            "checkpoint {} is of a different model: {} (checkpoint -> this run)",
-            r.dir().display(),
-            hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
-        );
-    }
-    if r.step() > model.steps {
-        bail!(
-            "checkpoint {} is at step {} but the run has only {} steps: give a longer --t-sim",
-            r.dir().display(),
-            r.step(),
-            model.steps
-        );
-    }
-    Ok(())
+    let differences = if r.meta.params.same_model(&model.params) {
+        Vec::new()
+    } else {
+        hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"])
+    };
+    let p = &model.params;
+    r.check_continues(&differences, model.steps, p.dt, p.t_presim)
+}
+
+/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
+/// ([`check_model`]) before anything of it is read; `None` without one.
+pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(dir, "the microcircuit", |r| check_model(r, model))
 }
 
 /// Reads the state of the neurons of `block` from the rank files that hold them,
