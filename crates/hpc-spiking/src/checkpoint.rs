@@ -89,6 +89,63 @@ pub fn commit_run<P: Serialize>(
     commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
 }
 
+/// The checkpoints a run writes: their directory, the model parameters `P` of
+/// their manifests, how many of them to keep, and the steps this run committed.
+#[derive(Debug)]
+pub struct RunCheckpoints<'a, P> {
+    set: Checkpoints,
+    params: &'a P,
+    keep: Option<usize>,
+    written: Vec<u64>,
+}
+
+impl<'a, P: Serialize> RunCheckpoints<'a, P> {
+    /// The checkpoints of a run of `params` in `dir`, of which the newest `keep`
+    /// that this run writes are kept (`None`: all).
+    pub fn new(dir: &Path, params: &'a P, keep: Option<usize>) -> RunCheckpoints<'a, P> {
+        RunCheckpoints {
+            set: Checkpoints::new(dir),
+            params,
+            keep,
+            written: Vec::new(),
+        }
+    }
+
+    /// Writes the checkpoint at `step` (a collective: every rank of `size` calls
+    /// it). Rank `rank` writes its file holding `payload`; every rank's file size
+    /// and CRC-32C go to rank 0 through `gather` (an allgather of words in rank
+    /// order), which commits the checkpoint with the spike file `spikes` (its path
+    /// and how many spikes it holds) once every rank's file is there, and removes
+    /// this run's checkpoints older than the newest `keep`. A rank that could not
+    /// write its file makes every rank fail here.
+    pub fn write(
+        &mut self,
+        (step, rank, size): (u64, usize, usize),
+        payload: &[u8],
+        spikes: Option<(&Path, u64)>,
+        gather: impl FnOnce(&[u32], &mut Vec<u32>) -> Result<()>,
+    ) -> Result<()> {
+        let _s = tracing::info_span!("checkpoint", step).entered();
+        let written = self
+            .set
+            .write_rank(step, rank as u32, size as u32, payload)
+            .map_err(anyhow::Error::from);
+        let mut all = Vec::new();
+        gather(&entry_words(&written), &mut all)?;
+        written?;
+        let entries = gathered_entries(&all, size, step)?;
+        if rank == 0 {
+            let ck = commit_run(&self.set, self.params, step, size, entries, spikes)?;
+            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+            self.written.push(step);
+            if let Some(keep) = self.keep {
+                self.set.prune(&mut self.written, keep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Completes the checkpoint at `step` with any model's metadata `meta` (rank 0, once
 /// every rank's file is written): copies the spike file `spikes` into it as
 /// [`SPIKES`] and writes the manifest last.

@@ -29,7 +29,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
@@ -80,38 +80,6 @@ pub fn encode(model: &Model, step: u64, block: Block, state: &State) -> Vec<u8> 
         .iter()
         .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
     b
-}
-
-/// Writes this rank's file of the checkpoint at `step`; the entry goes to rank 0
-/// for [`commit`].
-pub fn write_rank(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    rank: usize,
-    size: usize,
-    block: Block,
-    state: &State,
-) -> Result<FileEntry> {
-    Ok(set.write_rank(
-        step,
-        rank as u32,
-        size as u32,
-        &encode(model, step, block, state),
-    )?)
-}
-
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written):
-/// copies the spike file `spikes` (holding `count` spikes) and writes the manifest.
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as

@@ -46,7 +46,8 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::network::{Block, Connectivity};
 use crate::output::{Recorder, Stats};
-use crate::params::Model;
+use crate::params::{Model, Params};
+use hpc_spiking::checkpoint::RunCheckpoints;
 use hpc_spiking::exchange::SpikeExchange;
 use hpc_spiking::intake::{Intake, Intervals, Restored, SpikeFile};
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
@@ -375,8 +376,10 @@ impl<'a> Simulation<'a> {
         // (lag 2 only).
         let mut send: Vec<u32> = Vec::new();
         let mut send_base: Option<(u64, u32)> = None;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
+        let mut checkpoints = opts
+            .checkpoint_dir
+            .as_deref()
+            .map(|dir| RunCheckpoints::new(dir, &model.params, opts.checkpoint_keep));
 
         while self.step < iv.end {
             let m = iv.next(self.step, None);
@@ -446,9 +449,9 @@ impl<'a> Simulation<'a> {
                 intake.flush()?;
             }
             if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
+                if let Some(ck) = checkpoints.as_mut() {
                     let ti = Instant::now();
-                    self.write_checkpoint(ex, dir, &intake, opts, &mut ck_written)?;
+                    self.write_checkpoint(ex, ck, &intake)?;
                     intake.io_s += ti.elapsed().as_secs_f64();
                 }
             }
@@ -540,41 +543,20 @@ impl<'a> Simulation<'a> {
     }
 
     /// Writes this rank's checkpoint at the current step; rank 0 commits it
-    /// (with the spike file so far) once every rank's file is there, and
-    /// prunes the older ones this run wrote past `checkpoint_keep`.
+    /// (with the spike file so far) once every rank's file is there.
     fn write_checkpoint<E: SpikeExchange>(
         &self,
         ex: &mut E,
-        dir: &std::path::Path,
+        checkpoints: &mut RunCheckpoints<'_, Params>,
         intake: &Intake<Recorder>,
-        opts: &RunOptions,
-        ck_written: &mut Vec<u64>,
     ) -> Result<()> {
-        let model = self.model;
-        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-        let set = hpc_checkpoint::Checkpoints::new(dir);
-        let st = self.state();
-        let written = checkpoint::write_rank(
-            &set, model, self.step, self.rank, self.size, self.block, &st,
-        );
-        // Every rank's file size and CRC-32C go to rank 0, which writes the
-        // manifest only once all files are there; a rank that could not
-        // write its file makes every rank stop here.
-        let words = checkpoint::entry_words(&written);
-        let mut all = Vec::new();
-        ex.overlap(&words, &mut all, || ())?;
-        written?;
-        let entries = checkpoint::gathered_entries(&all, self.size, self.step)?;
-        if self.rank == 0 {
-            let spikes = intake.checkpoint_spikes();
-            let ck = checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
-            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
-            ck_written.push(self.step);
-            if let Some(keep) = opts.checkpoint_keep {
-                set.prune(ck_written, keep)?;
-            }
-        }
-        Ok(())
+        let payload = checkpoint::encode(self.model, self.step, self.block, &self.state());
+        checkpoints.write(
+            (self.step, self.rank, self.size),
+            &payload,
+            intake.checkpoint_spikes(),
+            |words, all| ex.overlap(words, all, || ()).map(|_| ()),
+        )
     }
 }
 

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 use hpc_spiking::neuron::AlphaState;
 use hpc_spiking::plasticity::ArchivedSpike;
 use hpc_spiking::Block;
@@ -125,19 +125,6 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
         }
     }
     b
-}
-
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written),
-/// with the spike file `spikes` (holding `count` spikes).
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// The checkpoint to resume from (a step directory as named, or the newest that

@@ -22,7 +22,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
@@ -47,7 +47,8 @@ pub struct State {
     pub recent: Vec<(u64, u32)>,
 }
 
-fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
+/// A rank's payload: its block of neurons at `step`.
+pub fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
     let n = st.v.len();
     let mut b = Vec::with_capacity(HEAD + n * 20 + st.recent.len() * 12);
     b.extend_from_slice(MAGIC);
@@ -66,30 +67,6 @@ fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
         b.extend_from_slice(&g.to_le_bytes());
     }
     b
-}
-
-/// Writes this rank's file of the checkpoint at `step`.
-pub fn write_rank(
-    set: &Checkpoints,
-    step: u64,
-    rank: usize,
-    size: usize,
-    block: Block,
-    state: &State,
-) -> Result<FileEntry> {
-    Ok(set.write_rank(step, rank as u32, size as u32, &encode(step, block, state))?)
-}
-
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written).
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
 }
 
 /// A checkpoint to resume from, with the microcircuit's metadata.

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use hpc_spiking::alltoallv::Exchange;
+use hpc_spiking::checkpoint::RunCheckpoints;
 use hpc_spiking::team::{StopOnDrop, Team};
 use rayon::prelude::*;
 
@@ -11,7 +12,7 @@ use super::shard::{Active, Dyn, Shard};
 use super::{Progress, RankReport, RunOptions, Simulation};
 use crate::checkpoint;
 use crate::output::{header_json, Recorder};
-use crate::params::NPOP;
+use crate::params::{Params, NPOP};
 use crate::rng::{draw, key, Poisson32, Purpose};
 use hpc_spiking::intake::{Intake, Intervals, Restored, SpikeFile};
 
@@ -179,8 +180,10 @@ impl<'a> Simulation<'a> {
         };
         let mut send: Vec<u32> = Vec::new();
         let mut send_base: Option<(u64, u32)> = None;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
+        let mut checkpoints = opts
+            .checkpoint_dir
+            .as_deref()
+            .map(|dir| RunCheckpoints::new(dir, &model.params, opts.checkpoint_keep));
 
         while self.step < iv.end {
             let m = iv.next(self.step, Some(model.presim_steps));
@@ -239,15 +242,9 @@ impl<'a> Simulation<'a> {
                 intake.flush()?;
             }
             if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
+                if let Some(ck) = checkpoints.as_mut() {
                     let ti = Instant::now();
-                    self.write_checkpoint(ex, dir, &intake)?;
-                    if self.rank == 0 {
-                        ck_written.push(self.step);
-                        if let Some(keep) = opts.checkpoint_keep {
-                            hpc_checkpoint::Checkpoints::new(dir).prune(&mut ck_written, keep)?;
-                        }
-                    }
+                    self.write_checkpoint(ex, ck, &intake)?;
                     intake.io_s += ti.elapsed().as_secs_f64();
                 }
             }
@@ -422,30 +419,21 @@ impl<'a> Simulation<'a> {
         })
     }
 
+    /// Writes this rank's checkpoint at the current step; rank 0 commits it
+    /// (with the spike file so far) once every rank's file is there.
     fn write_checkpoint<E: Exchange>(
-        &mut self,
+        &self,
         ex: &mut E,
-        dir: &std::path::Path,
+        checkpoints: &mut RunCheckpoints<'_, Params>,
         intake: &Intake<Recorder>,
     ) -> Result<()> {
-        let model = self.model;
-        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-        let set = hpc_checkpoint::Checkpoints::new(dir);
-        let st = self.state();
-        let written =
-            checkpoint::write_rank(&set, self.step, self.rank, self.size, self.block, &st);
-        // Every rank's file size and CRC-32C go to rank 0, which writes the manifest
-        // only once every file is there; a rank that failed stops every rank.
-        let words = hpc_spiking::checkpoint::entry_words(&written);
-        let mut all = Vec::new();
-        ex.words(&words, &mut all)?;
-        written?;
-        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
-        if self.rank == 0 {
-            let spikes = intake.checkpoint_spikes();
-            checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
-        }
-        Ok(())
+        let payload = checkpoint::encode(self.step, self.block, &self.state());
+        checkpoints.write(
+            (self.step, self.rank, self.size),
+            &payload,
+            intake.checkpoint_spikes(),
+            |words, all| ex.words(words, all),
+        )
     }
 }
 
