@@ -453,4 +453,48 @@ mod tests {
         let err = gathered_entries(&all[..4], 2, 40).unwrap_err().to_string();
         assert!(err.contains("4 words from the ranks, expected 8"), "{err}");
     }
+
+    #[test]
+    fn a_run_commits_its_checkpoints_keeps_the_newest_and_checks_a_restart() {
+        let dir = std::env::temp_dir().join(format!("hpc-spiking-ck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, Some(2));
+        for step in [10, 20, 30] {
+            ck.write((step, 0, 1), b"state", None, |w, all| {
+                all.extend_from_slice(w);
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(Checkpoints::new(&dir).steps().unwrap(), [20, 30]);
+        let r: Restart<RunMeta<serde_json::Value>> = open_with(&dir, "test").unwrap();
+        assert_eq!((r.step(), r.meta.spikes), (30, None));
+        assert_eq!(r.checkpoint.read_rank(0).unwrap(), b"state");
+        // Continued by a run of the same model long enough; refused otherwise.
+        r.check_continues(&[], 30, 0.1, 0.0).unwrap();
+        let e = r
+            .check_continues(&[], 20, 0.1, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("at 3.0 ms (step 30)") && e.contains("--t-sim 2.0 or more"),
+            "{e}"
+        );
+        let e = r
+            .check_continues(&["g 5.0 -> 6.0".into()], 30, 0.1, 0.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("of a different model: g 5.0 -> 6.0"), "{e}");
+        // A rank whose file could not be written stops every rank.
+        let err = ck
+            .write((40, 0, 1), b"state", None, |_, all| {
+                all.extend_from_slice(&entry_words(&Err(anyhow::anyhow!("disk full"))));
+                Ok(())
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("could not write"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -277,3 +277,141 @@ impl<R: Record> Intake<R> {
         Ok((file, self.recorder))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spikes::{read_spikes, read_spikes_partial, Recorder};
+
+    fn dir(tag: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("hpc-spiking-intake-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const HEADER: &str = r#"{"dt_ms": 1.0, "t_sim_ms": 20.0, "n_neurons": 8,
+        "populations": [{"name": "all", "first": 0, "count": 8}]}"#;
+
+    #[test]
+    fn rank0_continues_the_restored_spikes_and_records_what_arrives_sorted() {
+        let d = dir("rank0");
+        let path = d.join("spikes.spk");
+        let file = SpikeFile {
+            path: &path,
+            header: HEADER,
+            flush_every: 100,
+        };
+        let restored = Restored {
+            dir: &d,
+            spikes: Some(vec![(3, 1), (5, 0)]),
+        };
+        let mut intake = Intake::rank0(Recorder::new(8), Some(file), Some(restored), 5).unwrap();
+        // Codes of 4 bits of neuron id, from two ranks, out of order: step 1 of the
+        // interval from 10 for neuron 2, step 0 for neurons 7 and 3.
+        intake.incoming = vec![1 << 4 | 2, 7, 3];
+        intake.receive(10, 2, 4).unwrap();
+        assert!(intake.has);
+        assert_eq!(intake.gathered, [1 << 4 | 2, 7, 3]);
+        assert_eq!((intake.base, intake.received), (10, 3));
+        assert_eq!(intake.codes_and_incoming().0.len(), 3);
+        intake.has = false;
+        assert!(intake.codes_and_incoming().0.is_empty());
+        intake.flush().unwrap();
+        let (partial, count) = intake.checkpoint_spikes().unwrap();
+        assert_eq!(count, 5);
+        let so_far = read_spikes_partial(partial).unwrap();
+        assert_eq!(so_far.spikes, [(3, 1), (5, 0), (11, 3), (11, 7), (12, 2)]);
+        let (done, recorder) = intake.finish(true).unwrap();
+        assert_eq!(done.as_deref(), Some(path.as_path()));
+        assert_eq!(read_spikes(&path).unwrap().spikes, so_far.spikes);
+        assert_eq!(recorder.unwrap().spikes, 5);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_stopped_run_leaves_its_spikes_partial_and_other_ranks_record_nothing() {
+        let d = dir("stopped");
+        let path = d.join("spikes.spk");
+        let file = SpikeFile {
+            path: &path,
+            header: HEADER,
+            flush_every: 1,
+        };
+        let mut intake = Intake::rank0(Recorder::new(8), Some(file), None, 0).unwrap();
+        intake.incoming = vec![4];
+        intake.receive(0, 1, 4).unwrap();
+        // Flushed at every exchange: the partial file holds the spike already.
+        let partial = intake.checkpoint_spikes().unwrap().0.to_path_buf();
+        assert_eq!(read_spikes_partial(&partial).unwrap().spikes, [(1, 4)]);
+        let (done, _) = intake.finish(false).unwrap();
+        assert!(done.is_none() && !path.exists() && partial.exists());
+
+        let mut other = Intake::<Recorder>::elsewhere(0);
+        other.incoming = vec![4, 5];
+        other.receive(0, 1, 4).unwrap();
+        assert_eq!(other.received, 2);
+        assert!(other.checkpoint_spikes().is_none());
+        assert!(matches!(other.finish(true).unwrap(), (None, None)));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_spike_file_cannot_continue_a_checkpoint_without_one() {
+        let d = dir("none");
+        let path = d.join("spikes.spk");
+        let file = SpikeFile {
+            path: &path,
+            header: HEADER,
+            flush_every: 1,
+        };
+        let restored = Restored {
+            dir: &d,
+            spikes: None,
+        };
+        let err = Intake::rank0(Recorder::new(8), Some(file), Some(restored.clone()), 5)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("has no spike file to continue"), "{err}");
+        assert!(!crate::spikes::partial_path(&path).exists());
+        // Without a spike file of its own the run continues it.
+        let i = Intake::rank0(Recorder::new(8), None, Some(restored), 5).unwrap();
+        assert!(i.checkpoint_spikes().is_none());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn intervals_stop_at_checkpoints_the_warm_up_and_the_end() {
+        let opts = RunOptions {
+            checkpoint_every: Some(10),
+            checkpoint_dir: Some("ck".into()),
+            ..Default::default()
+        };
+        // Without overlap: one interval per minimum delay.
+        let iv = Intervals::new(&opts, 4, 25, 0).unwrap();
+        assert_eq!((iv.interval, iv.lag, iv.end), (4, 1, 25));
+        let mut steps = vec![0u64];
+        while *steps.last().unwrap() < iv.end {
+            let s = *steps.last().unwrap();
+            steps.push(s + iv.next(s, Some(6)) as u64);
+        }
+        assert_eq!(steps, [0, 4, 6, 10, 14, 18, 20, 24, 25]);
+        assert!(iv.at_checkpoint(20) && !iv.at_checkpoint(24));
+        // The overlap needs a minimum delay of two steps.
+        let o = RunOptions {
+            overlap: true,
+            ..Default::default()
+        };
+        assert_eq!(Intervals::new(&o, 1, 25, 0).unwrap().lag, 1);
+        assert_eq!(Intervals::new(&o, 0, 25, 0).unwrap().interval, 1);
+        // Checkpoints without a directory are refused.
+        let e = RunOptions {
+            checkpoint_every: Some(10),
+            ..Default::default()
+        };
+        let err = Intervals::new(&e, 4, 25, 0).unwrap_err().to_string();
+        assert!(err.contains("checkpoints need a directory"), "{err}");
+    }
+}
