@@ -388,6 +388,46 @@ pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     }
 }
 
+/// The start of a simulation binary's `main`: when the `proxy` exchange engine
+/// re-executed this program as a node's progress process, serves it and returns
+/// `true` (the program has nothing else to do); a proxy that fails ends the
+/// process with `program`'s last words and status 1.
+pub fn serve_proxy(program: &str) -> bool {
+    match hpc_comm::proxy::serve_env() {
+        Ok(served) => served,
+        Err(e) => {
+            hpc_io::message::last_words(program, &format!("proxy failed: {}", e.chain()));
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Installs a simulation binary's log subscriber: to stderr (coloured on a
+/// terminal), filtered by [`log_filter`], with its warning when `HPC_LOG` is not a
+/// filter.
+pub fn init_log() {
+    use std::io::IsTerminal as _;
+    let (filter, problem) = log_filter();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    if let Some(p) = problem {
+        tracing::warn!("{p}");
+    }
+}
+
+/// The end of a simulation binary's `main`: a failed run's error chain as
+/// `program`'s last words (one write, so that a rank stopped meanwhile leaves no
+/// line cut short; a failed write changes nothing) and exit status 1.
+pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
+    if let Err(e) = result {
+        hpc_io::message::last_words(program, &hpc_io::message::chain(e.as_ref()));
+        std::process::exit(1);
+    }
+}
+
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
 /// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
 pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {

@@ -345,13 +345,8 @@ fn draw(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            hpc_io::message::last_words("brunel", &format!("proxy failed: {}", e.chain()));
-            std::process::exit(1);
-        }
+    if hpc_spiking::run::serve_proxy("brunel") {
+        return;
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;

@@ -5,7 +5,7 @@
 //! hpc run -n 2 -- hpc_benchmark --scale 0.1 --threads 1          # two ranks
 //! ```
 
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -301,29 +301,10 @@ fn summary(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            let why = format!("proxy failed: {}", e.chain());
-            hpc_io::message::last_words("hpc_benchmark", &why);
-            std::process::exit(1);
-        }
+    if hpc_spiking::run::serve_proxy("hpc_benchmark") {
+        return;
     }
     let args = Args::parse();
-    let (filter, log_problem) = hpc_spiking::run::log_filter();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .init();
-    if let Some(p) = log_problem {
-        tracing::warn!("{p}");
-    }
-    if let Err(e) = run(args) {
-        // One write: a rank that `hpc run` stops meanwhile leaves no line cut short.
-        let why = hpc_io::message::chain(e.as_ref());
-        hpc_io::message::last_words("hpc_benchmark", &why);
-        std::process::exit(1);
-    }
+    hpc_spiking::run::init_log();
+    hpc_spiking::run::exit_on_error("hpc_benchmark", run(args));
 }

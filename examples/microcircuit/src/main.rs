@@ -7,7 +7,6 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -351,28 +350,11 @@ fn summary(
 }
 
 fn main() {
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            hpc_io::message::last_words("microcircuit", &format!("proxy failed: {}", e.chain()));
-            std::process::exit(1);
-        }
+    // The `proxy` engine re-executes this program as the node's progress process.
+    if hpc_spiking::run::serve_proxy("microcircuit") {
+        return;
     }
     let args = Args::parse();
-    let (filter, log_problem) = hpc_spiking::run::log_filter();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    if let Some(p) = log_problem {
-        tracing::warn!("{p}");
-    }
-    if let Err(e) = run(args) {
-        // A failed write of the message (stderr on a full device) changes nothing:
-        // the status still says the run failed.
-        hpc_io::message::last_words("microcircuit", &hpc_io::message::chain(e.as_ref()));
-        std::process::exit(1);
-    }
+    hpc_spiking::run::init_log();
+    hpc_spiking::run::exit_on_error("microcircuit", run(args));
 }
