@@ -123,6 +123,21 @@ pub struct Restored<'a> {
     pub spikes: Option<Vec<(u32, u32)>>,
 }
 
+impl<'a> Restored<'a> {
+    /// The checkpoint `r` of a run as [`Intake::rank0`] continues it: its directory
+    /// and the spikes of its spike file, checked for `n_neurons` neurons and the
+    /// count of its manifest ([`crate::checkpoint::spikes_of`]).
+    pub fn of<P>(
+        r: &'a crate::checkpoint::Restart<crate::checkpoint::RunMeta<P>>,
+        n_neurons: u32,
+    ) -> Result<Restored<'a>> {
+        Ok(Restored {
+            dir: r.dir(),
+            spikes: crate::checkpoint::spikes_of(&r.checkpoint, n_neurons, r.meta.spikes)?,
+        })
+    }
+}
+
 /// The spike file of a run, for [`Intake::rank0`]: where it goes and its header.
 #[derive(Clone, Copy, Debug)]
 pub struct SpikeFile<'a> {

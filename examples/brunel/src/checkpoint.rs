@@ -192,10 +192,3 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     }
     Ok(st)
 }
-
-/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
-/// checked: a valid spike file of this model's neurons, no spike after the
-/// checkpoint's step, and as many spikes as the manifest counted.
-pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    spikes_of(&r.checkpoint, model.n, r.meta.spikes)
-}

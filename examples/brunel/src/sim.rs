@@ -371,7 +371,6 @@ impl<'a> Simulation<'a> {
         let t0 = Instant::now();
         let cpu0 = hpc_spiking::run::cpu_seconds();
         let (mut update_s, mut comm_s) = (0.0, 0.0);
-        let gid_bits = model.gid_bits;
         // `send`: this rank's spikes of interval `send_base`, not yet exchanged
         // (lag 2 only).
         let mut send: Vec<u32> = Vec::new();
@@ -407,7 +406,7 @@ impl<'a> Simulation<'a> {
                         let ((), work_s) = ex.overlap(&send, incoming, work)?;
                         update_s += work_s;
                         comm_s += tu.elapsed().as_secs_f64() - work_s;
-                        intake.receive(prev, pm, gid_bits)?;
+                        self.receive(&mut intake, prev, pm)?;
                     }
                     None => {
                         work();
@@ -425,7 +424,7 @@ impl<'a> Simulation<'a> {
                 let tc = Instant::now();
                 ex.overlap(&send, &mut intake.incoming, || ())?;
                 comm_s += tc.elapsed().as_secs_f64();
-                intake.receive(step0, m, gid_bits)?;
+                self.receive(&mut intake, step0, m)?;
                 send_base = None;
             }
             self.step += m as u64;
@@ -440,7 +439,7 @@ impl<'a> Simulation<'a> {
                     let tc = Instant::now();
                     ex.overlap(&send, &mut intake.incoming, || ())?;
                     comm_s += tc.elapsed().as_secs_f64();
-                    intake.receive(prev, pm, gid_bits)?;
+                    self.receive(&mut intake, prev, pm)?;
                 }
                 if intake.has {
                     self.deliver_all(pool, &intake.gathered, intake.base);
@@ -519,6 +518,16 @@ impl<'a> Simulation<'a> {
         })
     }
 
+    /// Takes the spikes of the exchange of the interval of `m` steps from `base`.
+    /// Rank 0 sorts them first (by step, then neuron), so that it delivers them in
+    /// that order and they need no sorting as it records them.
+    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
+        if self.rank == 0 {
+            intake.incoming.sort_unstable();
+        }
+        intake.receive(base, m, self.model.gid_bits)
+    }
+
     /// Rank 0's recorder (it receives every spike in the exchange) and spike
     /// file, continued from a restored checkpoint's; nothing on the others.
     fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
@@ -526,13 +535,8 @@ impl<'a> Simulation<'a> {
             return Ok(Intake::elsewhere(self.step));
         }
         let model = self.model;
-        let restored = match &self.restored {
-            Some(r) => Some(Restored {
-                dir: r.dir(),
-                spikes: checkpoint::spikes(r, model)?,
-            }),
-            None => None,
-        };
+        let restored = self.restored.as_ref();
+        let restored = restored.map(|r| Restored::of(r, model.n)).transpose()?;
         let header = crate::output::header_json(model);
         let file = opts.spikes.as_deref().map(|path| SpikeFile {
             path,

@@ -183,9 +183,3 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     st.recent.dedup();
     Ok(st)
 }
-
-/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
-/// checked as brunel checks its own ([`hpc_spiking::checkpoint::spikes_of`]).
-pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    hpc_spiking::checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes)
-}

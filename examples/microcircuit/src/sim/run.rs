@@ -268,13 +268,8 @@ impl<'a> Simulation<'a> {
             return Ok(Intake::elsewhere(self.step));
         }
         let model = self.model;
-        let restored = match &self.restored {
-            Some(r) => Some(Restored {
-                dir: r.dir(),
-                spikes: checkpoint::spikes(r, model)?,
-            }),
-            None => None,
-        };
+        let restored = self.restored.as_ref();
+        let restored = restored.map(|r| Restored::of(r, model.n)).transpose()?;
         let header = header_json(model);
         // Flushed every 100 steps (10^4 exchanges per biological second).
         let file = opts.spikes.as_deref().map(|path| SpikeFile {
