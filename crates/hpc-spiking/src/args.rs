@@ -176,6 +176,21 @@ impl RunOptions {
         }
     }
 
+    /// The checkpoints the run writes ([`crate::checkpoint::RunCheckpoints`] of
+    /// the model parameters `params` in `checkpoint_dir`, keeping
+    /// `checkpoint_keep`); `None` when it writes none.
+    pub fn checkpoints<'a, P: serde::Serialize>(
+        &self,
+        params: &'a P,
+    ) -> Option<crate::checkpoint::RunCheckpoints<'a, P>> {
+        let dir = self.checkpoint_dir.as_deref()?;
+        Some(crate::checkpoint::RunCheckpoints::new(
+            dir,
+            params,
+            self.checkpoint_keep,
+        ))
+    }
+
     /// Starts the run in its output directory `dir` (rank 0's, from
     /// [`crate::run::own_output_dir`]; `None` on the other ranks): removes an
     /// earlier run's files and records the spike file's names when the run writes

@@ -375,10 +375,7 @@ impl<'a> Simulation<'a> {
         // (lag 2 only).
         let mut send: Vec<u32> = Vec::new();
         let mut send_base: Option<(u64, u32)> = None;
-        let mut checkpoints = opts
-            .checkpoint_dir
-            .as_deref()
-            .map(|dir| RunCheckpoints::new(dir, &model.params, opts.checkpoint_keep));
+        let mut checkpoints = opts.checkpoints(&model.params);
 
         while self.step < iv.end {
             let m = iv.next(self.step, None);

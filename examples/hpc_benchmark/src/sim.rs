@@ -269,10 +269,7 @@ impl<'a> Simulation<'a> {
         let start_step = self.step;
         // Exchanged every delay and waited for (the delivery sorts what arrives).
         let iv = Intervals::new(opts, model.delay_steps, model.steps, start_step)?;
-        let mut checkpoints = opts
-            .checkpoint_dir
-            .as_deref()
-            .map(|dir| RunCheckpoints::new(dir, &model.params, opts.checkpoint_keep));
+        let mut checkpoints = opts.checkpoints(&model.params);
         let mut intake = self.intake(opts)?;
         let (t0, cpu0) = (Instant::now(), hpc_spiking::run::cpu_seconds());
         let mut comm_s = 0.0;
