@@ -287,6 +287,56 @@ pub fn output_names<'a>(figures: impl IntoIterator<Item = &'a str>) -> Vec<Strin
     names
 }
 
+/// Records in the run's output directory `dir` the names of the figures it is
+/// about to draw (the file stems `figures`, as PNG and SVG) and of its report, so
+/// that they are the run's ([`output_names`] but the spike file and the summary).
+pub fn record_figures<'a>(
+    dir: &mut hpc_io::rundir::RunDir,
+    figures: impl IntoIterator<Item = &'a str>,
+) -> anyhow::Result<()> {
+    for name in output_names(figures) {
+        if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
+            dir.record(&name)?;
+        }
+    }
+    Ok(())
+}
+
+/// The summary's line on the spike file `spikes` of a run: where it was written
+/// (`file`, once complete), or, for a run stopped at `end_ms` before its end, where
+/// its spikes so far are (the `.partial` file); `None` for a run that wrote none.
+///
+/// ```
+/// use std::path::Path;
+/// use hpc_spiking::run::spike_file_line;
+///
+/// let spikes = Path::new("out/spikes.spk");
+/// assert_eq!(
+///     spike_file_line(Some(spikes), true, 100.0, spikes).unwrap(),
+///     "  spikes written to out/spikes.spk"
+/// );
+/// assert_eq!(
+///     spike_file_line(None, false, 50.0, spikes).unwrap(),
+///     "  stopped at 50.0 ms: spikes so far in out/spikes.spk.partial"
+/// );
+/// assert!(spike_file_line(None, true, 100.0, spikes).is_none());
+/// ```
+pub fn spike_file_line(
+    file: Option<&std::path::Path>,
+    completed: bool,
+    end_ms: f64,
+    spikes: &std::path::Path,
+) -> Option<String> {
+    match file {
+        Some(f) => Some(format!("  spikes written to {}", f.display())),
+        None if !completed => Some(format!(
+            "  stopped at {end_ms:.1} ms: spikes so far in {}",
+            crate::spikes::partial_path(spikes).display()
+        )),
+        None => None,
+    }
+}
+
 /// Takes the output directory `out` for this run (a collective: every rank calls
 /// it). Rank 0, which writes the shared files, creates the directory and locks it
 /// against other runs ([`hpc_io::rundir::RunDir::lock`]; its `start`, once the

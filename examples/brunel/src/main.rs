@@ -302,19 +302,15 @@ fn summary(
         "completed": me.completed, "ranks_report": reports,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
-    match &me.spike_file {
-        Some(f) => {
-            say!("  spikes written to {}", f.display());
-            if !args.no_plot {
-                draw(f, model, &summary, reference, dir)?;
-            }
-        }
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
+    }
+    if let (Some(f), false) = (&me.spike_file, args.no_plot) {
+        draw(f, model, &summary, reference, dir)?;
     }
     Ok(())
 }
@@ -326,13 +322,10 @@ fn draw(
     reference: Option<&brunel::plot::Reference>,
     dir: &mut hpc_io::rundir::RunDir,
 ) -> Result<()> {
-    for name in
-        hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()))
-    {
-        if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
-            dir.record(&name)?;
-        }
-    }
+    hpc_spiking::run::record_figures(
+        dir,
+        hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+    )?;
     let out = dir.path();
     let report = brunel::plot::report(spikes, model, summary, reference, out)?;
     say!(

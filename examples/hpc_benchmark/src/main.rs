@@ -287,14 +287,12 @@ fn summary(
         "estimate_bytes_per_rank": estimate, "completed": me.completed,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
-    match &me.spike_file {
-        Some(f) => say!("  spikes written to {}", f.display()),
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
     }
     Ok(())
 }

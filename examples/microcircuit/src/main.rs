@@ -319,31 +319,24 @@ fn summary(
         "completed": me.completed, "ranks_report": reports,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
-    match &me.spike_file {
-        Some(f) => {
-            say!("  spikes written to {}", f.display());
-            if !args.no_plot {
-                for name in hpc_spiking::run::output_names(
-                    hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
-                ) {
-                    if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
-                        dir.record(&name)?;
-                    }
-                }
-                let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
-                say!(
-                    "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-                    args.out.display()
-                );
-                say!("  report: {}", r.display());
-            }
-        }
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            microcircuit::output::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
+    }
+    if let (Some(f), false) = (&me.spike_file, args.no_plot) {
+        hpc_spiking::run::record_figures(
+            dir,
+            hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+        )?;
+        let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
+        say!(
+            "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
+            args.out.display()
+        );
+        say!("  report: {}", r.display());
     }
     let _ = NPOP;
     Ok(())
