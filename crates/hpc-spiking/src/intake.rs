@@ -194,6 +194,24 @@ impl<R: Record> Intake<R> {
         }
     }
 
+    /// The intake of rank `rank` from `step`: [`Intake::rank0`] on rank 0, with the
+    /// statistics `recorder` makes and the spike file `file`, continuing the
+    /// checkpoint `restored` (of `n_neurons` neurons, [`Restored::of`]) when the
+    /// run resumes from one; [`Intake::elsewhere`] on the other ranks.
+    pub fn open<P>(
+        (rank, step): (usize, u64),
+        recorder: impl FnOnce() -> R,
+        file: Option<SpikeFile<'_>>,
+        restored: Option<&crate::checkpoint::Restart<crate::checkpoint::RunMeta<P>>>,
+        n_neurons: u32,
+    ) -> Result<Intake<R>> {
+        if rank != 0 {
+            return Ok(Intake::elsewhere(step));
+        }
+        let restored = restored.map(|r| Restored::of(r, n_neurons)).transpose()?;
+        Intake::rank0(recorder(), file, restored, step)
+    }
+
     /// Rank 0's intake from `step`: `recorder` takes every spike, and so does the
     /// spike file `file` when the run writes one. After a restart from `restored`,
     /// both continue from the spikes of its spike file (the file is rewritten rather than copied:
@@ -309,20 +327,25 @@ mod tests {
     const HEADER: &str = r#"{"dt_ms": 1.0, "t_sim_ms": 20.0, "n_neurons": 8,
         "populations": [{"name": "all", "first": 0, "count": 8}]}"#;
 
+    /// The spike file `path` of 8 neurons, flushed every `flush_every` steps.
+    fn file(path: &Path, flush_every: u64) -> Option<SpikeFile<'_>> {
+        Some(SpikeFile {
+            path,
+            header: HEADER,
+            flush_every,
+        })
+    }
+
     #[test]
     fn rank0_continues_the_restored_spikes_and_records_what_arrives_sorted() {
         let d = dir("rank0");
         let path = d.join("spikes.spk");
-        let file = SpikeFile {
-            path: &path,
-            header: HEADER,
-            flush_every: 100,
-        };
+        let file = file(&path, 100);
         let restored = Restored {
             dir: &d,
             spikes: Some(vec![(3, 1), (5, 0)]),
         };
-        let mut intake = Intake::rank0(Recorder::new(8), Some(file), Some(restored), 5).unwrap();
+        let mut intake = Intake::rank0(Recorder::new(8), file, Some(restored), 5).unwrap();
         // Codes of 4 bits of neuron id, from two ranks, out of order: step 1 of the
         // interval from 10 for neuron 2, step 0 for neurons 7 and 3.
         intake.incoming = vec![1 << 4 | 2, 7, 3];
@@ -349,12 +372,8 @@ mod tests {
     fn a_stopped_run_leaves_its_spikes_partial_and_other_ranks_record_nothing() {
         let d = dir("stopped");
         let path = d.join("spikes.spk");
-        let file = SpikeFile {
-            path: &path,
-            header: HEADER,
-            flush_every: 1,
-        };
-        let mut intake = Intake::rank0(Recorder::new(8), Some(file), None, 0).unwrap();
+        let file = file(&path, 1);
+        let mut intake = Intake::rank0(Recorder::new(8), file, None, 0).unwrap();
         intake.incoming = vec![4];
         intake.receive(0, 1, 4).unwrap();
         // Flushed at every exchange: the partial file holds the spike already.
@@ -376,16 +395,12 @@ mod tests {
     fn a_spike_file_cannot_continue_a_checkpoint_without_one() {
         let d = dir("none");
         let path = d.join("spikes.spk");
-        let file = SpikeFile {
-            path: &path,
-            header: HEADER,
-            flush_every: 1,
-        };
+        let file = file(&path, 1);
         let restored = Restored {
             dir: &d,
             spikes: None,
         };
-        let err = Intake::rank0(Recorder::new(8), Some(file), Some(restored.clone()), 5)
+        let err = Intake::rank0(Recorder::new(8), file, Some(restored.clone()), 5)
             .err()
             .unwrap()
             .to_string();

@@ -49,7 +49,7 @@ use crate::output::{Recorder, Stats};
 use crate::params::{Model, Params};
 use hpc_spiking::checkpoint::RunCheckpoints;
 use hpc_spiking::exchange::SpikeExchange;
-use hpc_spiking::intake::{Intake, Intervals, Restored, SpikeFile};
+use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
 pub use hpc_spiking::RunOptions;
@@ -528,19 +528,16 @@ impl<'a> Simulation<'a> {
     /// Rank 0's recorder (it receives every spike in the exchange) and spike
     /// file, continued from a restored checkpoint's; nothing on the others.
     fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
-        if self.rank != 0 {
-            return Ok(Intake::elsewhere(self.step));
-        }
         let model = self.model;
-        let restored = self.restored.as_ref();
-        let restored = restored.map(|r| Restored::of(r, model.n)).transpose()?;
         let header = crate::output::header_json(model);
         let file = opts.spikes.as_deref().map(|path| SpikeFile {
             path,
             header: &header,
             flush_every: 1,
         });
-        Intake::rank0(Recorder::new(model.n), file, restored, self.step)
+        let recorder = || Recorder::new(model.n);
+        let restored = self.restored.as_ref();
+        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
     }
 
     /// Writes this rank's checkpoint at the current step; rank 0 commits it

@@ -14,7 +14,7 @@ use crate::checkpoint;
 use crate::output::{header_json, Recorder};
 use crate::params::{Params, NPOP};
 use crate::rng::{draw, key, Poisson32, Purpose};
-use hpc_spiking::intake::{Intake, Intervals, Restored, SpikeFile};
+use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
 
 /// One interval of `m` steps of one shard: the spikes `codes` (emitted from
 /// step `base` on) start their delivery, then each step delivers and updates.
@@ -261,12 +261,7 @@ impl<'a> Simulation<'a> {
     /// Rank 0's recorder and spike file (continued from a restored
     /// checkpoint's), and nothing on the other ranks.
     fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
-        if self.rank != 0 {
-            return Ok(Intake::elsewhere(self.step));
-        }
         let model = self.model;
-        let restored = self.restored.as_ref();
-        let restored = restored.map(|r| Restored::of(r, model.n)).transpose()?;
         let header = header_json(model);
         // Flushed every 100 steps (10^4 exchanges per biological second).
         let file = opts.spikes.as_deref().map(|path| SpikeFile {
@@ -274,8 +269,9 @@ impl<'a> Simulation<'a> {
             header: &header,
             flush_every: 100,
         });
-        let recorder = Recorder::new(model.n, model.presim_steps as u32);
-        Intake::rank0(recorder, file, restored, self.step)
+        let recorder = || Recorder::new(model.n, model.presim_steps as u32);
+        let restored = self.restored.as_ref();
+        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
     }
 
     /// Steps every shard through the `m` steps from `step0`, delivering
