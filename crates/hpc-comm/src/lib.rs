@@ -37,6 +37,7 @@
 
 mod backoff;
 mod board;
+mod busy;
 mod buf;
 pub mod comm;
 pub mod conformance;
