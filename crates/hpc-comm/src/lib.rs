@@ -37,8 +37,8 @@
 
 mod backoff;
 mod board;
-mod busy;
 mod buf;
+mod busy;
 pub mod comm;
 pub mod conformance;
 mod engines;

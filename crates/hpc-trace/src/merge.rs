@@ -93,6 +93,8 @@ pub struct Merged {
     pub meta: Value,
     /// Number of ranks.
     pub ranks: usize,
+    /// The ranks, in order.
+    pub rank_ids: Vec<usize>,
 }
 
 impl Merged {
@@ -198,6 +200,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
         }
     }
     let n_ranks = ranks.len();
+    let rank_ids: Vec<usize> = ranks.keys().copied().collect();
     let top = ranks.keys().next_back().map_or(0, |&r| r + 1);
     // (pid in the merged trace, its name, its sort index, the file)
     let mut procs: Vec<(usize, String, File)> = Vec::new();
@@ -256,6 +259,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
         events,
         meta,
         ranks: n_ranks,
+        rank_ids,
     })
 }
 

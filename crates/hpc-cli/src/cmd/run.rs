@@ -469,7 +469,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     };
     let code = run_job(&args, &settings, &program, &plan, supervisor_of);
     match (trace, code) {
-        (Some(t), Ok(code)) => Ok(t.finish(code)),
+        (Some(t), Ok(code)) => Ok(t.finish(code, args.np)),
         (Some(t), Err(e)) => {
             t.discard();
             Err(e)

@@ -91,9 +91,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
             let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
                 .map_err(|e| UsageError(e.to_string()))?;
-            let trace: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-                UsageError(format!("{}: not a JSON trace: {e}", file.display()))
-            })?;
+            let trace: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| UsageError(format!("{}: not a JSON trace: {e}", file.display())))?;
             let opts = hpc_trace::svg::Options {
                 width,
                 from_us: from.map(|ms| ms * 1000.0),
@@ -185,15 +184,29 @@ impl RunTrace {
     /// After the job (which exited with `code`): merges the ranks' files into the
     /// trace and removes their directory. A merge that fails leaves the directory,
     /// says why and where, and makes a job that succeeded fail with 125.
-    pub fn finish(self, code: i32) -> i32 {
+    /// Ranks that wrote no trace (a program that is not an hpc-rs one, or one that
+    /// installs a subscriber of its own) are named in a warning.
+    pub fn finish(self, code: i32, np: usize) -> i32 {
         use std::io::Write as _;
         let done = merge(&self.dir).and_then(|m| {
             super::replace_file(&self.file, &m.to_json())
                 .with_context(|| format!("writing --trace {}", self.file.display()))?;
-            Ok(m.ranks)
+            Ok(m.rank_ids)
         });
         match done {
             Ok(ranks) => {
+                let missing: Vec<String> = (0..np)
+                    .filter(|r| ranks.binary_search(r).is_err())
+                    .map(|r| r.to_string())
+                    .collect();
+                if !missing.is_empty() {
+                    super::job::note!(
+                        "hpc run: --trace {}: rank(s) {} recorded no timeline (not an hpc-rs program, or one with a tracing subscriber of its own without hpc_trace's layer)",
+                        self.file.display(),
+                        missing.join(", ")
+                    );
+                }
+                let ranks = ranks.len();
                 if let Err(e) = std::fs::remove_dir_all(&self.dir) {
                     tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove the ranks' trace files");
                 }
