@@ -130,7 +130,7 @@ fn main() {
     // Proxy communicator) started without `hpc run --proxy` re-executes this program as
     // its proxy: serve, as every application does through `hpc_rs::init()`.
     // `hpc proxy` serves itself, once it has pinned itself.
-    if matches!(cli.command, Command::Proxy(_)) || hpc_comm::proxy::requested() {
+    if matches!(cli.command, Command::Proxy(_)) {
         hpc_trace::set_label("collectives proxy");
     }
     if !matches!(cli.command, Command::Proxy(_)) && hpc_comm::proxy::requested() {

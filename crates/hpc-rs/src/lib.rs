@@ -326,9 +326,6 @@ fn serve_proxy() -> Result<(), Error> {
             }
         }
     }
-    if hpc_comm::proxy::requested() {
-        hpc_trace::set_label("collectives proxy");
-    }
     hpc_comm::proxy::serve_env()
         .map(|_| ())
         .map_err(|e| Error::Bootstrap(format!("serving as the collectives proxy: {e}")))

@@ -26,6 +26,9 @@ pub struct Options {
     pub from_us: Option<f64>,
     /// Draw up to this time (µs; default: its last span's end).
     pub to_us: Option<f64>,
+    /// Draw the last span of this name of the first process (and what the others
+    /// did meanwhile) instead of a window of times.
+    pub around: Option<String>,
     /// A title above the lanes.
     pub title: String,
 }
@@ -36,6 +39,7 @@ impl Default for Options {
             width: 1200.0,
             from_us: None,
             to_us: None,
+            around: None,
             title: String::new(),
         }
     }
@@ -56,6 +60,9 @@ pub enum SvgError {
     /// Too many spans.
     #[error("{0} spans to draw, more than {MAX_SPANS}: draw a shorter window (--from, --to)")]
     TooMany(usize),
+    /// No span of the name `around` asked for.
+    #[error("no span named {0:?} to draw around")]
+    NoSuchSpan(String),
     /// A window that is empty or reversed.
     #[error("the window from {from} µs to {to} µs is empty")]
     Window {
@@ -148,8 +155,20 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     let all = lanes.values().flatten();
     let first = all.clone().map(|s| s.ts).fold(f64::INFINITY, f64::min);
     let last = all.map(|s| s.ts + s.dur).fold(f64::NEG_INFINITY, f64::max);
-    let (from, to) = (opts.from_us.unwrap_or(first), opts.to_us.unwrap_or(last));
-    if opts.from_us.is_some() || opts.to_us.is_some() {
+    let (mut from, mut to) = (opts.from_us.unwrap_or(first), opts.to_us.unwrap_or(last));
+    let mut window = opts.from_us.is_some() || opts.to_us.is_some();
+    if let Some(name) = &opts.around {
+        let s = lanes
+            .iter()
+            .filter(|((pid, _), _)| Some(*pid) == lanes.keys().next().map(|k| k.0))
+            .flat_map(|(_, spans)| spans.iter())
+            .filter(|s| &s.name == name)
+            .max_by(|a, b| a.ts.total_cmp(&b.ts))
+            .ok_or_else(|| SvgError::NoSuchSpan(name.clone()))?;
+        let margin = s.dur * 0.03;
+        (from, to, window) = (s.ts - margin, s.ts + s.dur + margin, true);
+    }
+    if window {
         if to.partial_cmp(&from) != Some(std::cmp::Ordering::Greater) {
             return Err(SvgError::Window { from, to });
         }
@@ -160,7 +179,7 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     }
     let count: usize = lanes.values().map(Vec::len).sum();
     if count == 0 {
-        let w = if opts.from_us.is_some() || opts.to_us.is_some() {
+        let w = if window {
             " in the window"
         } else {
             ""

@@ -48,6 +48,10 @@ enum Sub {
         /// Draw up to this time, in ms from the trace's start.
         #[arg(long, value_name = "MS")]
         to: Option<f64>,
+        /// Draw the last span of this name of the first rank (say `forward`), and
+        /// what every process did meanwhile, instead of --from/--to.
+        #[arg(long, value_name = "SPAN", conflicts_with_all = ["from", "to"])]
+        around: Option<String>,
         /// Width in pixels.
         #[arg(long, value_name = "PX", default_value_t = 1200.0)]
         width: f64,
@@ -74,6 +78,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             output,
             from,
             to,
+            around,
             width,
             title,
         } => {
@@ -97,6 +102,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 width,
                 from_us: from.map(|ms| ms * 1000.0),
                 to_us: to.map(|ms| ms * 1000.0),
+                around,
                 title,
             };
             let svg = hpc_trace::svg::render(&trace, &opts)
