@@ -220,7 +220,7 @@ fn install_subscriber() -> Result<(), Error> {
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     if tracing::dispatcher::has_been_set() {
-        if std::env::var_os(runtime::env::TRACE).is_some() {
+        if std::env::var_os(runtime::env::TRACE).is_some() && !hpc_trace::recording() {
             tracing::warn!(
                 "{} is set but the application installed its own subscriber: nothing is \
                  recorded unless it adds hpc_trace::layer_from_env()'s layer",

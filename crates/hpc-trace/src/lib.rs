@@ -139,6 +139,11 @@ pub fn default_filter() -> tracing_subscriber::filter::Targets {
     t
 }
 
+/// Whether this process records a timeline: a [`TraceLayer`] was made in it.
+pub fn recording() -> bool {
+    !sinks().is_empty()
+}
+
 /// Names this process's trace as rank `rank`'s (its file becomes `rank-<R>.json`).
 /// `hpc_rs::init()` calls it once the world is known.
 pub fn set_rank(rank: usize) {

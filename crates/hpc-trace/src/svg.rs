@@ -179,11 +179,7 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     }
     let count: usize = lanes.values().map(Vec::len).sum();
     if count == 0 {
-        let w = if window {
-            " in the window"
-        } else {
-            ""
-        };
+        let w = if window { " in the window" } else { "" };
         return Err(SvgError::Nothing(w.into()));
     }
     if count > MAX_SPANS {
