@@ -42,7 +42,7 @@ pub enum MergeError {
         error: std::io::Error,
     },
     /// The directory holds no finished or unfinished trace file.
-    #[error("{0} holds no trace file (rank-<R>.json); was the job run with HPC_TRACE set to it?")]
+    #[error("{0} holds no trace file (rank-<R>.json); was the job run with {var} set to it?", var = hpc_env::TRACE)]
     Empty(PathBuf),
     /// A process did not finish its file.
     #[error("{path} was never finished: the process (pid {pid}) was killed or failed to write it before its end (a full disk?); {lines} events were written; remove it to merge the others")]
