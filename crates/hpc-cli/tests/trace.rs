@@ -17,6 +17,31 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `hpc` with `args`, which must succeed.
+fn succeeds(args: &[&str]) {
+    let out = hpc(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+}
+
+/// `hpc trace SUB INPUT -o OUTPUT`, which must succeed.
+fn trace_cmd(sub: &str, input: &Path, output: &Path) {
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    succeeds(&["trace", sub, i, "-o", o]);
+}
+
+/// `HPC_TRACE=DIR/ranks hpc run -n 2 -- hpc selftest`, as under another launcher:
+/// the ranks' directory, unmerged.
+fn traced_selftest(dir: &Path) -> std::path::PathBuf {
+    let ranks = dir.join("ranks");
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--", HPC, "selftest"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    ranks
+}
+
 fn realtime_ns() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -142,31 +167,13 @@ fn a_traced_job_merges_every_rank_s_collectives_on_one_clock() {
     );
 
     // The same files, merged by hand (as after mpirun), and drawn.
-    let ranks_dir = dir.join("ranks");
-    let out = Command::new(HPC)
-        .args(["run", "-n", "2", "--", HPC, "selftest"])
-        .env(hpc_env::TRACE, &ranks_dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let ranks_dir = traced_selftest(&dir);
     let merged = dir.join("merged.json");
-    let out = hpc(&[
-        "trace",
-        "merge",
-        ranks_dir.to_str().unwrap(),
-        "-o",
-        merged.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    trace_cmd("merge", &ranks_dir, &merged);
+    let merged: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+    assert_eq!(merged["otherData"]["ranks"], 2);
     let svg = dir.join("job.svg");
-    let out = hpc(&[
-        "trace",
-        "svg",
-        file.to_str().unwrap(),
-        "-o",
-        svg.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    trace_cmd("svg", &file, &svg);
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rank 2") && svg.contains("post"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -233,13 +240,7 @@ fn bad_trace_input_is_refused_naming_it() {
     );
 
     // A rank file cut short.
-    let ranks = dir.join("ranks");
-    let out = Command::new(HPC)
-        .args(["run", "-n", "2", "--", HPC, "selftest"])
-        .env(hpc_env::TRACE, &ranks)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    let ranks = traced_selftest(&dir);
     let one = ranks.join("rank-1.json");
     let bytes = std::fs::read(&one).unwrap();
     std::fs::write(&one, &bytes[..bytes.len() / 2]).unwrap();
