@@ -249,3 +249,20 @@ fn the_picture_has_a_lane_per_thread_and_a_box_per_span() {
     assert!(e.contains("is empty"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
+    // The only test of this binary that touches the variable.
+    std::env::remove_var(hpc_env::TRACE);
+    assert!(hpc_trace::layer_from_env().unwrap().is_none());
+    std::env::set_var(hpc_env::TRACE, "");
+    let e = hpc_trace::layer_from_env().unwrap_err().to_string();
+    assert!(e.contains(hpc_env::TRACE) && e.contains("empty"), "{e}");
+    std::env::set_var(hpc_env::TRACE, "/proc/hpc-trace-no/dir");
+    let e = hpc_trace::layer_from_env().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("{}=", hpc_env::TRACE)) && e.contains("/proc/hpc-trace-no/dir"),
+        "{e}"
+    );
+    std::env::remove_var(hpc_env::TRACE);
+}
