@@ -213,6 +213,13 @@ impl Sink {
             return Err(fail(error));
         }
         let Some(mut out) = out else { return Ok(None) };
+        // A rank that ended before it learnt its rank (it failed to join the job) is
+        // still the rank its launcher started; a process with a label is no rank.
+        if st.rank.is_none() && st.label.is_none() {
+            st.rank = std::env::var(hpc_env::RANK)
+                .ok()
+                .and_then(|r| r.trim().parse().ok());
+        }
         let end = End {
             rank: st.rank,
             label: st.label.clone(),
