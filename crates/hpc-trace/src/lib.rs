@@ -18,9 +18,11 @@
 //! The file is `DIR/pid-<PID>.json.part` while the process runs and becomes
 //! `DIR/rank-<R>.json` when it finishes (at exit, or at [`finish`]), `R` being the
 //! rank given to [`set_rank`] (`hpc_rs::init()` gives it once the world is known); a
-//! process that never learns a rank (the collectives proxy) writes
-//! `DIR/proc-<PID>.json`. Each finished file is a Chrome trace of its own, and records
-//! the clocks of its start (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
+//! rank that ends before it learns its rank (it failed to join the job) is named by
+//! `HPC_RANK` where `hpc run` started it, and a process that is no rank (the
+//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`. Each
+//! finished file is a Chrome trace of its own, and records the clocks of its start
+//! (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
 //! machine's boot: [`merge::merge_dir`] (`hpc trace merge`, and `hpc run --trace FILE`
 //! after the job) aligns the files on them, one process per rank.
 //!
