@@ -4,6 +4,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::span;
 use tracing::Subscriber;
@@ -74,81 +75,36 @@ impl TraceLayer {
     }
 }
 
-/// What the layer keeps of a span: its fields, rendered, a region's name, and when
-/// it was entered on which threads (a span may be entered on several at once).
+/// What the layer keeps of a span: its fields, and when it was entered on which
+/// threads (a span may be entered on several at once).
 struct SpanData {
-    fields: Fields,
+    fields: Map<String, Value>,
     open: Vec<(u32, u64)>,
 }
 
-/// The fields of a span or an event as the members of a JSON object
-/// (`"op":"allreduce","bytes":8`), and the two the layer reads: `name` (a region's)
-/// and `message` (an event's).
-#[derive(Default)]
-struct Fields {
-    json: String,
-    name: Option<String>,
-    message: Option<String>,
-}
+/// The fields of a span or an event as JSON values.
+struct Fields<'a>(&'a mut Map<String, Value>);
 
-impl Fields {
-    fn key(&mut self, field: &Field) {
-        self.key_str(field.name());
-    }
-
-    fn key_str(&mut self, key: &str) {
-        if !self.json.is_empty() {
-            self.json.push(',');
-        }
-        push_str(&mut self.json, key);
-        self.json.push(':');
-    }
-}
-
-/// `s` as a JSON string (serialising a string cannot fail).
-fn push_str(out: &mut String, s: &str) {
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
-}
-
-impl Visit for Fields {
+impl Visit for Fields<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        use std::fmt::Write as _;
-        self.key(field);
-        if value.is_finite() {
-            let _ = write!(self.json, "{value}");
-        } else {
-            self.json.push_str("null");
-        }
+        let v = serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number);
+        self.0.insert(field.name().to_string(), v);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        use std::fmt::Write as _;
-        self.key(field);
-        let _ = write!(self.json, "{value}");
+        self.0.insert(field.name().to_string(), value.into());
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        use std::fmt::Write as _;
-        self.key(field);
-        let _ = write!(self.json, "{value}");
+        self.0.insert(field.name().to_string(), value.into());
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.key(field);
-        self.json.push_str(if value { "true" } else { "false" });
+        self.0.insert(field.name().to_string(), value.into());
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "message" => self.message = Some(value.to_string()),
-            n => {
-                if n == "name" {
-                    self.name = Some(value.to_string());
-                }
-                self.key(field);
-                push_str(&mut self.json, value);
-            }
-        }
+        self.0.insert(field.name().to_string(), value.into());
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        let text = format!("{value:?}");
-        self.record_str(field, &text);
+        self.0
+            .insert(field.name().to_string(), format!("{value:?}").into());
     }
 }
 
@@ -175,11 +131,13 @@ fn thread_name() -> String {
 }
 
 /// The name an event shows: a region's `name` field, else the span's name.
-fn shown_name<'a>(name: &'static str, fields: &'a Fields) -> &'a str {
-    match (&fields.name, name == REGION) {
-        (Some(n), true) => n,
-        _ => name,
+fn shown_name<'a>(name: &'static str, fields: &'a Map<String, Value>) -> &'a str {
+    if name == REGION {
+        if let Some(Value::String(n)) = fields.get("name") {
+            return n;
+        }
     }
+    name
 }
 
 impl<S> tracing_subscriber::Layer<S> for TraceLayer
@@ -187,8 +145,8 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
-        let mut fields = Fields::default();
-        attrs.record(&mut fields);
+        let mut fields = Map::new();
+        attrs.record(&mut Fields(&mut fields));
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(SpanData {
                 fields,
@@ -200,7 +158,7 @@ where
     fn on_record(&self, id: &span::Id, values: &span::Record<'_>, ctx: Context<'_, S>) {
         if let Some(span) = ctx.span(id) {
             if let Some(data) = span.extensions_mut().get_mut::<SpanData>() {
-                values.record(&mut data.fields);
+                values.record(&mut Fields(&mut data.fields));
             }
         }
     }
@@ -236,27 +194,32 @@ where
             dur: Some(self.now_us(now) - ts),
             pid: self.sink.pid(),
             tid: me,
-            args: &data.fields.json,
+            s: None,
+            args: &data.fields,
         };
         self.sink.write(&ev, thread_name);
     }
 
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
         let now = clock::monotonic_ns();
-        let mut fields = Fields::default();
-        event.record(&mut fields);
+        let mut fields = Map::new();
+        event.record(&mut Fields(&mut fields));
         let meta = event.metadata();
-        fields.key_str("level");
-        push_str(&mut fields.json, meta.level().as_str());
+        let name = match fields.get("message") {
+            Some(Value::String(m)) => m.clone(),
+            _ => meta.name().to_string(),
+        };
+        fields.insert("level".into(), meta.level().as_str().into());
         let ev = Event {
-            name: fields.message.as_deref().unwrap_or(meta.name()),
+            name: &name,
             cat: meta.target(),
             ph: "i",
             ts: self.now_us(now),
             dur: None,
             pid: self.sink.pid(),
             tid: tid(),
-            args: &fields.json,
+            s: Some("t"),
+            args: &fields,
         };
         self.sink.write(&ev, thread_name);
     }

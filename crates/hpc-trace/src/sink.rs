@@ -46,39 +46,23 @@ pub struct End {
     pub events: u64,
 }
 
-/// One event as written (Chrome's trace-event format): its `args` are a JSON object's
-/// members, rendered already (`"op":"allreduce","bytes":8`).
+/// One event as written (Chrome's trace-event format).
+#[derive(Serialize)]
 pub struct Event<'a> {
     pub name: &'a str,
     pub cat: &'a str,
-    /// `X` (a span) or `i` (an instant, on its thread).
     pub ph: &'static str,
     /// Microseconds since the file's start.
     pub ts: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dur: Option<f64>,
     pub pid: u32,
     pub tid: u32,
-    pub args: &'a str,
-}
-
-impl Event<'_> {
-    /// Writes the event as one JSON object.
-    fn render(&self, out: &mut impl Write) -> std::io::Result<()> {
-        out.write_all(b"{\"name\":")?;
-        serde_json::to_writer(&mut *out, self.name)?;
-        out.write_all(b",\"cat\":")?;
-        serde_json::to_writer(&mut *out, self.cat)?;
-        write!(out, ",\"ph\":\"{}\",\"ts\":{:.3}", self.ph, self.ts)?;
-        match self.dur {
-            Some(d) => write!(out, ",\"dur\":{d:.3}")?,
-            None => out.write_all(b",\"s\":\"t\"")?,
-        }
-        write!(out, ",\"pid\":{},\"tid\":{}", self.pid, self.tid)?;
-        if !self.args.is_empty() {
-            write!(out, ",\"args\":{{{}}}", self.args)?;
-        }
-        out.write_all(b"}")
-    }
+    /// An instant's scope (`t`: its thread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s: Option<&'static str>,
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub args: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 struct State {
@@ -192,7 +176,8 @@ impl Sink {
                 serde_json::to_writer(&mut *out, &m)?;
             }
             out.write_all(b"\n,")?;
-            ev.render(out)
+            serde_json::to_writer(&mut *out, ev)?;
+            Ok::<(), std::io::Error>(())
         })();
         match r {
             Ok(()) => st.events += 1,
