@@ -34,13 +34,8 @@ fn two_ranks_and_their_proxy_record_the_overlapped_transposes() {
         .env(env::PROXY_MIN, "0")
         .env(env::TRACE, traces.to_str().unwrap())
         .run();
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    let failed = hpc_test_support::exit_failures(&outs);
+    assert!(failed.is_empty(), "{failed:?}");
     let merged = hpc_trace::merge::merge_dir(&traces).unwrap();
     assert_eq!(merged.rank_ids, [0, 1]);
     let spans: Vec<_> = merged.events.iter().filter(|e| e["ph"] == "X").collect();
