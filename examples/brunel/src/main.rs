@@ -99,7 +99,9 @@ struct Args {
     /// (the estimate is printed either way when it does).
     #[arg(long)]
     allow_oversize: bool,
-    /// Write a Chrome/Perfetto trace of the update and exchange phases.
+    /// Write a Chrome/Perfetto trace of this rank's timeline (the update and
+    /// exchange phases, the SDK's collectives; `FILE.rankR` per rank in a job of
+    /// several). `hpc run --trace FILE` merges every rank's into one instead.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     #[command(flatten)]
@@ -348,79 +350,32 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let mut trace_names: Option<(PathBuf, PathBuf)> = None;
-    let (chrome, guard, latch) = match &args.trace {
-        Some(path) => {
-            // One file per rank when there are several.
-            let path = match std::env::var(hpc_runtime::env::RANK) {
-                Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
-                    let mut p = path.as_os_str().to_owned();
-                    p.push(format!(".rank{r}"));
-                    PathBuf::from(p)
-                }
-                _ => path.clone(),
-            };
-            // Written to a new temporary name beside it (never through a symbolic
-            // link, never into another run's file) and renamed when complete: two
-            // runs with the same --trace leave one valid trace, not a mix.
-            let tmp = {
-                let mut p = path.as_os_str().to_owned();
-                p.push(format!(".tmp-{}", std::process::id()));
-                PathBuf::from(p)
-            };
-            // A device, a FIFO or a directory of that name is refused before the
-            // run, not replaced after it.
-            if let Err(e) = hpc_io::atomic::check_replaceable(&path) {
-                hpc_io::message::last_words("brunel", &format!("--trace: {e}"));
-                std::process::exit(1);
-            }
-            let file = match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    hpc_io::message::last_words(
-                        "brunel",
-                        &format!("cannot create trace file {}: {e}", tmp.display()),
-                    );
-                    std::process::exit(1);
-                }
-            };
-            trace_names = Some((tmp, path.clone()));
-            // The trace is written by a thread of tracing-chrome that would drop (or
-            // panic on) a write error: the latch keeps it for the check at the end.
-            let (file, latch) = hpc_io::write::Latched::new(file, path.display());
-            let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
-                .writer(file)
-                .include_args(true)
-                .build();
-            let layer = layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-            (Some(layer), Some(guard), Some(latch))
-        }
-        None => (None, None, None),
+    // `--trace FILE`: this rank's timeline, recorded into a directory beside FILE
+    // and merged into it at the end; without it, `HPC_TRACE` (`hpc run --trace`).
+    let own_trace = args.trace.as_deref().map(trace::start);
+    let layer = match own_trace {
+        Some(Ok((_, ref l))) => Ok(Some(l.clone())),
+        Some(Err(ref e)) => Err(e.to_string()),
+        None => hpc_trace::layer_from_env().map_err(|e| e.to_string()),
     };
-    tracing_subscriber::registry().with(fmt).with(chrome).init();
+    let layer = match layer {
+        Ok(l) => l,
+        Err(e) => {
+            hpc_io::message::last_words("brunel", &e);
+            std::process::exit(1);
+        }
+    };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(layer.map(|l| l.with_filter(hpc_trace::default_filter())))
+        .init();
     if let Some(p) = log_problem {
         tracing::warn!("{p}");
     }
     let result = run(args);
-    // Ends the trace (its last bytes are written now) before checking it.
-    drop(guard);
-    let traced = latch.map_or(Ok(()), |l| l.check());
-    let traced = match (traced, trace_names) {
-        // Never over a device, a FIFO or a directory (`--trace /dev/full` made
-        // the device a plain file).
-        (Ok(()), Some((tmp, path))) => hpc_io::atomic::rename_over(&tmp, &path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            anyhow::Error::from(e)
-        }),
-        (Err(e), Some((tmp, _))) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e.into())
-        }
-        (r, None) => r.map_err(Into::into),
+    let traced = match own_trace {
+        Some(Ok((t, _))) => t.finish(),
+        _ => Ok(()),
     };
     let mut failed = false;
     if let Err(e) = result {
@@ -435,5 +390,62 @@ fn main() {
     }
     if failed {
         std::process::exit(1);
+    }
+}
+
+/// `--trace FILE`: this rank's timeline (hpc-trace), written whole to FILE at the end.
+mod trace {
+    use std::path::{Path, PathBuf};
+
+    /// A trace being recorded for `--trace`.
+    pub struct Trace {
+        /// The recording's directory, beside the final name.
+        dir: PathBuf,
+        /// The final name (`FILE`, or `FILE.rankR` in a job of several ranks).
+        path: PathBuf,
+    }
+
+    /// Checks `--trace FILE` and starts recording beside it.
+    pub fn start(path: &Path) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
+        // One file per rank when there are several.
+        let path = match std::env::var(hpc_runtime::env::RANK) {
+            Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
+                let mut p = path.as_os_str().to_owned();
+                p.push(format!(".rank{r}"));
+                PathBuf::from(p)
+            }
+            _ => path.to_path_buf(),
+        };
+        // A device, a FIFO or a directory of that name is refused before the run,
+        // not replaced after it.
+        hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        let mut dir = path.as_os_str().to_owned();
+        dir.push(format!(".tmp-{}", std::process::id()));
+        let dir = PathBuf::from(dir);
+        let layer = hpc_trace::TraceLayer::create(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        Ok((Trace { dir, path }, layer))
+    }
+
+    impl Trace {
+        /// Finishes the recording and writes it to its final name: through a new
+        /// temporary file renamed into place (never through a symbolic link, never
+        /// over a device), the directory removed. A write that failed names the file.
+        pub fn finish(self) -> anyhow::Result<()> {
+            let failed = |e: &dyn std::fmt::Display| {
+                anyhow::anyhow!("cannot write {}: {e}", self.path.display())
+            };
+            let done = hpc_trace::finish()
+                .map_err(|e| failed(&e))
+                .and_then(|_| hpc_trace::merge::merge_dir(&self.dir).map_err(|e| failed(&e)))
+                .and_then(|m| {
+                    let mut tmp = self.path.as_os_str().to_owned();
+                    tmp.push(format!(".tmp-{}.json", std::process::id()));
+                    hpc_io::atomic::write(&self.path, Path::new(&tmp), &m.to_json())
+                        .map_err(|e| failed(&e))
+                });
+            let _ = std::fs::remove_dir_all(&self.dir);
+            done
+        }
     }
 }
