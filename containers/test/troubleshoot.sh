@@ -147,8 +147,11 @@ log "row ib-missing: HPC_TRANSPORT=verbs without /dev/infiniband -> net.rdma-req
 
 # 7. "Performance drops: a slower transport than needed -> check the transport
 # settings": Open MPI forced onto TCP between ranks of one node. It runs; the doctor
-# names the cost.
-run_row tcp-only pmix "$sif" OMPI_MCA_btl=tcp,self --
+# names the cost. Over the loopback interface only: the tcp BTL otherwise offers the
+# peer every address of the host, Docker bridges included, and the cluster tests that
+# run beside this one create and remove those meanwhile (a connection to a vanishing
+# bridge stalled MPI_Comm_dup past the start-up watchdog once).
+run_row tcp-only pmix "$sif" OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo --
 [ "$(cat "$rows/tcp-only.rc")" = 0 ] || fail "tcp-only: the run should work, only slower"
 has_finding tcp-only net.ompi-tcp-only warning
 log "row tcp-only: OMPI_MCA_btl=tcp,self -> net.ompi-tcp-only"
