@@ -39,6 +39,8 @@ chapters! {
     plasticity = "plasticity.md";
     own_network = "own-network.md";
     fft3d = "fft3d.md";
+    timeline = "timeline.md";
+    timeline_measurements = "timeline-measurements.md";
     containers = "containers.md";
     containers_measurements = "containers-measurements.md";
     packaging_measurements = "packaging-measurements.md";

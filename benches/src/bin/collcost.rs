@@ -16,7 +16,8 @@
 //! [--colls allreduce,bcast] [--sizes 8,1024,4096] [--batch 200]
 //! [--batches 40] [--registered]`. The same binary serves as the proxy
 //! process of the `proxy` engine. `--registered` takes the buffers from
-//! `Comm::registered_buf` (in place for a proxy in DPU placement).
+//! `Comm::registered_buf` (in place for a proxy in DPU placement). With
+//! `HPC_TRACE=DIR` each rank records its timeline (the cost of recording).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -85,6 +86,16 @@ fn once(comm: &Comm, c: Coll, send: &[u8], recv: &mut [u8]) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // With HPC_TRACE set, the timeline's recording (its cost is what is measured);
+    // without, no subscriber at all.
+    let trace = hpc_trace::layer_from_env()?;
+    if let Some(layer) = &trace {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::Layer as _;
+        let subscriber = tracing_subscriber::registry()
+            .with(layer.clone().with_filter(hpc_trace::default_filter()));
+        tracing::subscriber::set_global_default(subscriber)?;
+    }
     // The proxy engine starts this same binary as its proxy process.
     hpc_comm::proxy::serve_env()?;
     let args: Vec<String> = std::env::args().collect();
@@ -128,6 +139,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let batches: usize = get("--batches").map_or(Ok(40), |s| s.parse())?;
 
     let world = World::init()?;
+    if let Some(layer) = &trace {
+        layer.set_rank(world.rank());
+    }
     if world.rank() == 0 {
         println!(
             "# collcost, {} ranks, medians of {batches} batches of {batch}; us per collective",

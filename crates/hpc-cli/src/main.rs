@@ -65,6 +65,8 @@ enum Command {
     Proxy(cmd::proxy::Args),
     /// A Slurm + PMIx cluster of Docker containers on this machine: up, exec, down.
     Cluster(cmd::cluster::Args),
+    /// Merge the ranks' timelines (HPC_TRACE) into one Chrome/Perfetto trace, or draw one.
+    Trace(cmd::trace::Args),
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
     /// Print the manual page, or write all of them into a directory.
@@ -95,19 +97,45 @@ fn main() {
             )),
         ),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(stderr_in_colour())
-        .try_init();
+    let launcher = matches!(cli.command, Command::Run(_));
+    // A subcommand run as a rank or a proxy of a traced job (`HPC_TRACE`) records its
+    // timeline as applications do; `hpc run` itself records none (it must stay
+    // single-threaded until it forks its supervisor).
+    let trace = if launcher {
+        None
+    } else {
+        match hpc_trace::layer_from_env() {
+            Ok(t) => t,
+            Err(e) => {
+                last_words(&e.to_string());
+                std::process::exit(cmd::EXIT_ERROR);
+            }
+        }
+    };
+    {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        use tracing_subscriber::Layer as _;
+        let _ = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(stderr_in_colour())
+                    .with_filter(filter),
+            )
+            .with(trace.map(|t| t.with_filter(hpc_trace::default_filter())))
+            .try_init();
+    }
     if let Some(p) = log_problem {
         tracing::warn!("{p}");
     }
-    let launcher = matches!(cli.command, Command::Run(_));
     // A rank of `hpc selftest --collectives proxy` (or any hpc subcommand that makes a
     // Proxy communicator) started without `hpc run --proxy` re-executes this program as
     // its proxy: serve, as every application does through `hpc_rs::init()`.
     // `hpc proxy` serves itself, once it has pinned itself.
+    if matches!(cli.command, Command::Proxy(_)) {
+        hpc_trace::set_label("collectives proxy");
+    }
     if !matches!(cli.command, Command::Proxy(_)) && hpc_comm::proxy::requested() {
         if let Err(e) = hpc_comm::proxy::serve_env() {
             last_words(&format!("serving as the collectives proxy: {e}"));
@@ -125,6 +153,7 @@ fn main() {
         Command::Perftest(a) => cmd::perftest::exec(a),
         Command::Proxy(a) => cmd::proxy::exec(a),
         Command::Cluster(a) => cmd::cluster::exec(a),
+        Command::Trace(a) => cmd::trace::exec(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

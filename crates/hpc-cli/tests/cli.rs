@@ -484,13 +484,21 @@ fn proxy_dpu_service_starts_proxies_and_reports_their_exit() {
         .env_remove("HPC_COLL_PROXY_DPU_KEY_FILE")
         .output()
         .unwrap();
-    assert!(stderr(&o).contains("goes with --dpu-service"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("goes with --dpu-service"),
+        "{}",
+        stderr(&o)
+    );
     let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
         .arg("proxy")
         .env("HPC_COLL_PROXY_DPU_KEY_FILE", &key_file)
         .output()
         .unwrap();
-    assert!(stderr(&o).contains("started by the ranks of a job"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("started by the ranks of a job"),
+        "{}",
+        stderr(&o)
+    );
     // Killed however the test ends.
     struct Kill(std::process::Child);
     impl Drop for Kill {

@@ -38,6 +38,7 @@
 mod backoff;
 mod board;
 mod buf;
+mod busy;
 pub mod comm;
 pub mod conformance;
 mod engines;

@@ -105,6 +105,12 @@ vars! {
     /// `EnvFilter` syntax, e.g. `info`, `hpc_collectives=debug`). `init()` installs no
     /// subscriber when the application installed one.
     Setting LOG = "HPC_LOG", default "`warn`";
+    /// Directory into which `hpc_rs::init()` records each process's timeline (the
+    /// SDK's collective, proxy and transport spans, the application's spans at `INFO`
+    /// and above) as `rank-<R>.json`, a Chrome trace; `hpc trace merge DIR -o FILE`
+    /// makes them one, with the clocks aligned. `hpc run --trace FILE` sets it for the
+    /// ranks and merges after the job.
+    Setting TRACE = "HPC_TRACE", default "unset: nothing is recorded";
     /// Compute threads per rank that `hpc_rs::init()` plans the placement for (`hpc run
     /// --threads` sets it); more than the cores a launcher bound the rank to gives a
     /// warning.

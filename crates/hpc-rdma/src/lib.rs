@@ -702,6 +702,7 @@ impl Transport {
     /// a wrong or stale key.
     pub fn put(&self, src: impl Into<Source>, dst: &RemoteKey, offset: u64) -> Result<OpId> {
         let src = src.into();
+        let _span = tracing::trace_span!("put", peer = dst.rank(), bytes = src.len()).entered();
         src.validate()?;
         check_bounds(offset, src.len() as u64, dst.len())?;
         let backend = self.backend(dst.rank())?;
@@ -721,6 +722,7 @@ impl Transport {
     /// Reads from the region of `src` at `offset` into `dst` (a vector or a slice of a
     /// local region).
     pub fn get_to(&self, src: &RemoteKey, offset: u64, dst: Sink) -> Result<OpId> {
+        let _span = tracing::trace_span!("get", peer = src.rank(), bytes = dst.len()).entered();
         dst.validate()?;
         check_bounds(offset, dst.len() as u64, src.len())?;
         self.post(src.rank(), OpKind::Get, |b, op| b.get(op, src, offset, dst))
@@ -728,6 +730,7 @@ impl Transport {
 
     /// Sends a tagged message to `peer`; the vector comes back in the completion.
     pub fn send(&self, peer: usize, tag: u64, data: Vec<u8>) -> Result<OpId> {
+        let _span = tracing::trace_span!("send", peer, tag, bytes = data.len()).entered();
         self.backend(peer)?;
         let backend = &*self.backends[self.send_route[peer]];
         let data = match backend.try_send_now(peer, tag, data) {
@@ -748,6 +751,7 @@ impl Transport {
 
     /// Receives the next message from `peer` with `tag` (as [`Payload::Bytes`]).
     pub fn recv(&self, peer: usize, tag: u64) -> Result<OpId> {
+        let _span = tracing::trace_span!("recv", peer, tag).entered();
         self.backend(peer)?;
         Ok(self.shared.post_recv(peer, tag))
     }
@@ -768,7 +772,12 @@ impl Transport {
     /// completion that is ready (in operation order).
     pub fn poll(&self) -> Result<Vec<Completion>> {
         self.progress_once();
-        Ok(self.shared.drain())
+        let done = self.shared.drain();
+        if !done.is_empty() {
+            // An instant on the timeline (`HPC_TRACE`) for polls that found work.
+            tracing::trace!(completions = done.len(), "poll");
+        }
+        Ok(done)
     }
 
     fn progress_once(&self) {

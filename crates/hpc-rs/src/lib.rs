@@ -82,6 +82,9 @@ pub use hpc_gpu as gpu;
 pub use hpc_rdma as rdma;
 #[cfg(feature = "topology")]
 pub use hpc_topology as topology;
+/// The timeline of a job (`HPC_TRACE`, `hpc run --trace`): [`trace::region`] marks
+/// a region of the application's code on it.
+pub use hpc_trace as trace;
 
 /// Everything a rank needs to know about where it runs.
 #[derive(Debug)]
@@ -131,7 +134,11 @@ pub struct Options {
 ///    (`EnvFilter` syntax, default `warn`), unless the application installed a global
 ///    one before (then it leaves that alone), so that the SDK's warnings reach the
 ///    user; under `mpirun` and `srun` each line starts with the rank (`[3] `), as
-///    `hpc run` tags lines itself;
+///    `hpc run` tags lines itself; with `HPC_TRACE=DIR` set, it also records this
+///    process's timeline into `DIR` ([`trace`]: the SDK's collective, proxy and
+///    transport spans and the application's spans at `INFO` and above, named as
+///    this rank's once the world is known; a `DIR` that cannot be made or written
+///    is an error naming `HPC_TRACE`);
 /// 2. with feature `collectives`: serves as the node's collectives proxy and exits
 ///    when this process was started to be one (the `Proxy` engine starts the
 ///    application's own executable for that); it returns at once otherwise;
@@ -149,7 +156,7 @@ pub fn init() -> Result<Context, Error> {
 /// Like [`init`] with explicit options.
 pub fn init_with(options: Options) -> Result<Context, Error> {
     if !options.no_subscriber {
-        install_subscriber();
+        install_subscriber()?;
     }
     // Before anything reads a variable of ours: one that is not UTF-8 is an error
     // naming it, not a variable read as unset (others that are not are skipped).
@@ -157,6 +164,8 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     #[cfg(feature = "collectives")]
     serve_proxy()?;
     let world = World::init()?;
+    // The timeline's file is this rank's from now on (`HPC_TRACE`).
+    hpc_trace::set_rank(world.rank());
     #[cfg(feature = "topology")]
     let (topology, placement, bound) = plan(&world, &options);
     #[cfg(not(feature = "topology"))]
@@ -201,10 +210,25 @@ pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     }
 }
 
-/// Installs the global subscriber unless there is one already.
-fn install_subscriber() {
+/// Installs the global subscriber unless there is one already: the log lines
+/// `HPC_LOG` selects on standard error, and with `HPC_TRACE` set the timeline's
+/// [`hpc_trace::TraceLayer`] beside them (an `HPC_TRACE` that cannot be used is
+/// an error naming it).
+fn install_subscriber() -> Result<(), Error> {
     use std::io::IsTerminal as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    if tracing::dispatcher::has_been_set() {
+        if std::env::var_os(runtime::env::TRACE).is_some() && !hpc_trace::recording() {
+            tracing::warn!(
+                "{} is set but the application installed its own subscriber: nothing is \
+                 recorded unless it adds hpc_trace::layer_from_env()'s layer",
+                runtime::env::TRACE
+            );
+        }
+        return Ok(());
+    }
     let (filter, problem) = log_filter();
     // Not `std::env::vars()`, which panics on a variable that is not UTF-8; one of
     // ours that is not is reported by `World::init` (here the tag is left off).
@@ -212,11 +236,15 @@ fn install_subscriber() {
     let writer = RankTagged {
         tag: rank_tag(&env).map(|r| format!("[{r}] ")),
     };
-    let installed = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(std::io::stderr().is_terminal())
-        .finish()
+    let trace = hpc_trace::layer_from_env().map_err(|e| Error::Bootstrap(e.to_string()))?;
+    let installed = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_filter(filter),
+        )
+        .with(trace.map(|t| t.with_filter(hpc_trace::default_filter())))
         .try_init()
         .is_ok();
     if let Some(p) = problem {
@@ -224,6 +252,7 @@ fn install_subscriber() {
             tracing::warn!("{p}");
         }
     }
+    Ok(())
 }
 
 /// The rank to put before each log line: an MPI launcher's rank in a job of several

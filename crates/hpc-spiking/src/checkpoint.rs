@@ -89,6 +89,63 @@ pub fn commit_run<P: Serialize>(
     commit_with(set, step, size, entries, spikes.map(|(p, _)| p), &meta)
 }
 
+/// The checkpoints a run writes: their directory, the model parameters `P` of
+/// their manifests, how many of them to keep, and the steps this run committed.
+#[derive(Debug)]
+pub struct RunCheckpoints<'a, P> {
+    set: Checkpoints,
+    params: &'a P,
+    keep: Option<usize>,
+    written: Vec<u64>,
+}
+
+impl<'a, P: Serialize> RunCheckpoints<'a, P> {
+    /// The checkpoints of a run of `params` in `dir`, of which the newest `keep`
+    /// that this run writes are kept (`None`: all).
+    pub fn new(dir: &Path, params: &'a P, keep: Option<usize>) -> RunCheckpoints<'a, P> {
+        RunCheckpoints {
+            set: Checkpoints::new(dir),
+            params,
+            keep,
+            written: Vec::new(),
+        }
+    }
+
+    /// Writes the checkpoint at `step` (a collective: every rank of `size` calls
+    /// it). Rank `rank` writes its file holding `payload`; every rank's file size
+    /// and CRC-32C go to rank 0 through `gather` (an allgather of words in rank
+    /// order), which commits the checkpoint with the spike file `spikes` (its path
+    /// and how many spikes it holds) once every rank's file is there, and removes
+    /// this run's checkpoints older than the newest `keep`. A rank that could not
+    /// write its file makes every rank fail here.
+    pub fn write(
+        &mut self,
+        (step, rank, size): (u64, usize, usize),
+        payload: &[u8],
+        spikes: Option<(&Path, u64)>,
+        gather: impl FnOnce(&[u32], &mut Vec<u32>) -> Result<()>,
+    ) -> Result<()> {
+        let _s = tracing::info_span!("checkpoint", step).entered();
+        let written = self
+            .set
+            .write_rank(step, rank as u32, size as u32, payload)
+            .map_err(anyhow::Error::from);
+        let mut all = Vec::new();
+        gather(&entry_words(&written), &mut all)?;
+        written?;
+        let entries = gathered_entries(&all, size, step)?;
+        if rank == 0 {
+            let ck = commit_run(&self.set, self.params, step, size, entries, spikes)?;
+            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+            self.written.push(step);
+            if let Some(keep) = self.keep {
+                self.set.prune(&mut self.written, keep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Completes the checkpoint at `step` with any model's metadata `meta` (rank 0, once
 /// every rank's file is written): copies the spike file `spikes` into it as
 /// [`SPIKES`] and writes the manifest last.
@@ -126,6 +183,65 @@ impl<M> Restart<M> {
     pub fn dir(&self) -> &Path {
         self.checkpoint.dir()
     }
+}
+
+impl<M> Restart<M> {
+    /// Checks that a run can continue this checkpoint: the same model (the
+    /// error names the `differences`, `name checkpoint -> run`, between the
+    /// checkpoint's parameters and the run's, such as [`crate::run::params_diff`]
+    /// gives them leaving out `t_sim`), and a run of `steps` steps of `dt` ms that
+    /// reaches the checkpoint's step (the error gives the `--t-sim` that does, the
+    /// simulated time counting from `t_sim_from` ms: a warm-up before it).
+    pub fn check_continues(
+        &self,
+        differences: &[String],
+        steps: u64,
+        dt: f64,
+        t_sim_from: f64,
+    ) -> Result<()> {
+        if !differences.is_empty() {
+            bail!(
+                "checkpoint {} is of a different model: {} (checkpoint -> this run); a \
+                 restart continues the same network",
+                self.dir().display(),
+                differences.join(", ")
+            );
+        }
+        if self.step() > steps {
+            let at = self.step() as f64 * dt;
+            bail!(
+                "checkpoint {} is at {at:.1} ms (step {}) but the run ends at {:.1} ms (step \
+                 {steps}): a restart continues that run, so give --t-sim {:.1} or more",
+                self.dir().display(),
+                self.step(),
+                steps as f64 * dt,
+                at - t_sim_from
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoint to resume from, when `dir` is given ([`open_with`] for `model`'s
+/// metadata `M`), checked with `check` (such as [`Restart::check_continues`])
+/// before anything of its state is read, so that a checkpoint of another model is
+/// refused before a network is built for it.
+pub fn resume<M: DeserializeOwned>(
+    dir: Option<&Path>,
+    model: &str,
+    check: impl FnOnce(&Restart<M>) -> Result<()>,
+) -> Result<Option<Restart<M>>> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    let r = open_with(dir, model)?;
+    check(&r)?;
+    Ok(Some(r))
+}
+
+/// Logs that this rank restored its state from `r`.
+pub fn restored<M>(r: &Restart<M>) {
+    tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
 }
 
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as
@@ -336,5 +452,49 @@ mod tests {
         assert!(err.contains("rank 1 could not write"), "{err}");
         let err = gathered_entries(&all[..4], 2, 40).unwrap_err().to_string();
         assert!(err.contains("4 words from the ranks, expected 8"), "{err}");
+    }
+
+    #[test]
+    fn a_run_commits_its_checkpoints_keeps_the_newest_and_checks_a_restart() {
+        let dir = std::env::temp_dir().join(format!("hpc-spiking-ck-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, Some(2));
+        for step in [10, 20, 30] {
+            ck.write((step, 0, 1), b"state", None, |w, all| {
+                all.extend_from_slice(w);
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(Checkpoints::new(&dir).steps().unwrap(), [20, 30]);
+        let r: Restart<RunMeta<serde_json::Value>> = open_with(&dir, "test").unwrap();
+        assert_eq!((r.step(), r.meta.spikes), (30, None));
+        assert_eq!(r.checkpoint.read_rank(0).unwrap(), b"state");
+        // Continued by a run of the same model long enough; refused otherwise.
+        r.check_continues(&[], 30, 0.1, 0.0).unwrap();
+        let e = r
+            .check_continues(&[], 20, 0.1, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("at 3.0 ms (step 30)") && e.contains("--t-sim 2.0 or more"),
+            "{e}"
+        );
+        let e = r
+            .check_continues(&["g 5.0 -> 6.0".into()], 30, 0.1, 0.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("of a different model: g 5.0 -> 6.0"), "{e}");
+        // A rank whose file could not be written stops every rank.
+        let err = ck
+            .write((40, 0, 1), b"state", None, |_, all| {
+                all.extend_from_slice(&entry_words(&Err(anyhow::anyhow!("disk full"))));
+                Ok(())
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("could not write"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

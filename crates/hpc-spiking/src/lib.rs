@@ -20,6 +20,10 @@
 //! * [`run`]: the options every run shares ([`RunOptions`]), the rank's thread
 //!   pool, the run's output directory, progress, and the hand-off of every rank's
 //!   report to rank 0 ([`run::gather_reports`]);
+//! * [`args`]: the command-line options every binary shares ([`args::RunArgs`], to
+//!   flatten into a binary's own), [`progress`]: the progress line and the pace of
+//!   a run, and [`intake`]: the intervals of a run's loop and the spikes of its
+//!   exchanges on their way to delivery and to rank 0's statistics and spike file;
 //! * [`memory`]: the memory a run may use;
 //! * [`plasticity`]: NEST's `stdp_pl_synapse_hom` (power-law STDP) with the
 //!   postsynaptic spike archive it reads, and [`neuron`]: NEST's
@@ -96,13 +100,16 @@
 //! ```
 
 pub mod alltoallv;
+pub mod args;
 mod block;
 pub mod checkpoint;
 pub mod exchange;
+pub mod intake;
 pub mod memory;
 pub mod model;
 pub mod neuron;
 pub mod plasticity;
+pub mod progress;
 pub mod rng;
 pub mod run;
 pub mod spikes;

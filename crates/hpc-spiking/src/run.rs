@@ -287,6 +287,56 @@ pub fn output_names<'a>(figures: impl IntoIterator<Item = &'a str>) -> Vec<Strin
     names
 }
 
+/// Records in the run's output directory `dir` the names of the figures it is
+/// about to draw (the file stems `figures`, as PNG and SVG) and of its report, so
+/// that they are the run's ([`output_names`] but the spike file and the summary).
+pub fn record_figures<'a>(
+    dir: &mut hpc_io::rundir::RunDir,
+    figures: impl IntoIterator<Item = &'a str>,
+) -> anyhow::Result<()> {
+    for name in output_names(figures) {
+        if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
+            dir.record(&name)?;
+        }
+    }
+    Ok(())
+}
+
+/// The summary's line on the spike file `spikes` of a run: where it was written
+/// (`file`, once complete), or, for a run stopped at `end_ms` before its end, where
+/// its spikes so far are (the `.partial` file); `None` for a run that wrote none.
+///
+/// ```
+/// use std::path::Path;
+/// use hpc_spiking::run::spike_file_line;
+///
+/// let spikes = Path::new("out/spikes.spk");
+/// assert_eq!(
+///     spike_file_line(Some(spikes), true, 100.0, spikes).unwrap(),
+///     "  spikes written to out/spikes.spk"
+/// );
+/// assert_eq!(
+///     spike_file_line(None, false, 50.0, spikes).unwrap(),
+///     "  stopped at 50.0 ms: spikes so far in out/spikes.spk.partial"
+/// );
+/// assert!(spike_file_line(None, true, 100.0, spikes).is_none());
+/// ```
+pub fn spike_file_line(
+    file: Option<&std::path::Path>,
+    completed: bool,
+    end_ms: f64,
+    spikes: &std::path::Path,
+) -> Option<String> {
+    match file {
+        Some(f) => Some(format!("  spikes written to {}", f.display())),
+        None if !completed => Some(format!(
+            "  stopped at {end_ms:.1} ms: spikes so far in {}",
+            crate::spikes::partial_path(spikes).display()
+        )),
+        None => None,
+    }
+}
+
 /// Takes the output directory `out` for this run (a collective: every rank calls
 /// it). Rank 0, which writes the shared files, creates the directory and locks it
 /// against other runs ([`hpc_io::rundir::RunDir::lock`]; its `start`, once the
@@ -385,6 +435,46 @@ pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
             None,
         ),
         _ => hpc_rs::log_filter(),
+    }
+}
+
+/// The start of a simulation binary's `main`: when the `proxy` exchange engine
+/// re-executed this program as a node's progress process, serves it and returns
+/// `true` (the program has nothing else to do); a proxy that fails ends the
+/// process with `program`'s last words and status 1.
+pub fn serve_proxy(program: &str) -> bool {
+    match hpc_comm::proxy::serve_env() {
+        Ok(served) => served,
+        Err(e) => {
+            hpc_io::message::last_words(program, &format!("proxy failed: {}", e.chain()));
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Installs a simulation binary's log subscriber: to stderr (coloured on a
+/// terminal), filtered by [`log_filter`], with its warning when `HPC_LOG` is not a
+/// filter.
+pub fn init_log() {
+    use std::io::IsTerminal as _;
+    let (filter, problem) = log_filter();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    if let Some(p) = problem {
+        tracing::warn!("{p}");
+    }
+}
+
+/// The end of a simulation binary's `main`: a failed run's error chain as
+/// `program`'s last words (one write, so that a rank stopped meanwhile leaves no
+/// line cut short; a failed write changes nothing) and exit status 1.
+pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
+    if let Err(e) = result {
+        hpc_io::message::last_words(program, &hpc_io::message::chain(e.as_ref()));
+        std::process::exit(1);
     }
 }
 

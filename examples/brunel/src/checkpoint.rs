@@ -29,7 +29,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
@@ -82,38 +82,6 @@ pub fn encode(model: &Model, step: u64, block: Block, state: &State) -> Vec<u8> 
     b
 }
 
-/// Writes this rank's file of the checkpoint at `step`; the entry goes to rank 0
-/// for [`commit`].
-pub fn write_rank(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    rank: usize,
-    size: usize,
-    block: Block,
-    state: &State,
-) -> Result<FileEntry> {
-    Ok(set.write_rank(
-        step,
-        rank as u32,
-        size as u32,
-        &encode(model, step, block, state),
-    )?)
-}
-
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written):
-/// copies the spike file `spikes` (holding `count` spikes) and writes the manifest.
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
-}
-
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as
 /// named, no fallback), else the newest checkpoint in `dir` that verifies (each newer
 /// one that fails is skipped with a warning).
@@ -124,26 +92,18 @@ pub fn open(dir: &Path) -> Result<Restart> {
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a
 /// `t_sim` that reaches at least the checkpoint's time.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    if !r.meta.params.same_model(&model.params) {
-        bail!(
-            "checkpoint {} is of a different model: {} (checkpoint -> this run)",
-            r.dir().display(),
-            hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
-        );
-    }
-    if r.step() > model.steps {
-        let dt = model.params.dt;
-        bail!(
-            "checkpoint {} is at {:.1} ms (step {}) but t_sim is {:.1} ms: a restart \
-             continues that run, so give --t-sim {:.1} or more",
-            r.dir().display(),
-            r.step() as f64 * dt,
-            r.step(),
-            model.params.t_sim,
-            r.step() as f64 * dt
-        );
-    }
-    Ok(())
+    let differences = if r.meta.params.same_model(&model.params) {
+        Vec::new()
+    } else {
+        hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"])
+    };
+    r.check_continues(&differences, model.steps, model.params.dt, 0.0)
+}
+
+/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
+/// ([`check_model`]) before anything of it is read; `None` without one.
+pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(dir, "brunel", |r| check_model(r, model))
 }
 
 /// Reads the state of the neurons of `block` (global ids) from the rank files that
@@ -231,11 +191,4 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         );
     }
     Ok(st)
-}
-
-/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
-/// checked: a valid spike file of this model's neurons, no spike after the
-/// checkpoint's step, and as many spikes as the manifest counted.
-pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    spikes_of(&r.checkpoint, model.n, r.meta.spikes)
 }

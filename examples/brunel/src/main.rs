@@ -9,13 +9,14 @@
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use brunel::params::{Model, Params, Preset};
-use brunel::sim::{Progress, RankReport, RunOptions, Simulation};
+use brunel::sim::{Progress, RankReport, Simulation};
 use clap::Parser;
-use hpc_spiking::exchange::{AnyExchange, Engine};
+use hpc_spiking::args::RunArgs;
+use hpc_spiking::exchange::AnyExchange;
+use hpc_spiking::progress::ProgressLine;
 
 /// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
 /// closed stdout (`| head`) is not.
@@ -74,16 +75,6 @@ struct Args {
     /// Seed of all random streams.
     #[arg(long)]
     seed: Option<u64>,
-    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
-    /// this process may use (4096 at most).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Do not pin threads (use a plain rayon pool).
-    #[arg(long)]
-    no_pin: bool,
-    /// Spike exchange engine.
-    #[arg(long, value_enum, default_value_t = Engine::World)]
-    engine: Engine,
     /// Exchange every delay (D steps) and wait before the next update, instead of
     /// every D/2 steps overlapped with the next update.
     #[arg(long)]
@@ -91,9 +82,6 @@ struct Args {
     /// Output directory (spikes.spk, summary.json, report.html and the figures).
     #[arg(long, default_value = "brunel-out")]
     out: PathBuf,
-    /// Do not write the spike file.
-    #[arg(long)]
-    no_spikes: bool,
     /// Do not draw the figures nor write report.html.
     #[arg(long)]
     no_plot: bool,
@@ -101,29 +89,6 @@ struct Args {
     /// prints), compared with this run in report.html.
     #[arg(long, value_name = "FILE")]
     reference: Option<PathBuf>,
-    /// Write a checkpoint every this many ms of simulated time.
-    #[arg(long, value_name = "MS")]
-    checkpoint_every: Option<f64>,
-    /// Keep the newest N of this run's checkpoints, removing older ones of this run
-    /// once a newer one is complete (0: keep all).
-    /// Only with `--checkpoint-every` (alone it would be ignored).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 3,
-        requires = "checkpoint_every"
-    )]
-    checkpoint_keep: usize,
-    /// Checkpoint directory (default OUT/checkpoints).
-    /// Only with `--checkpoint-every` (alone it would be ignored).
-    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
-    checkpoint_dir: Option<PathBuf>,
-    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
-    #[arg(long, value_name = "DIR")]
-    restart: Option<PathBuf>,
-    /// Stop at this simulated time as if interrupted (leaves spikes.spk.partial).
-    #[arg(long, value_name = "MS")]
-    stop_at: Option<f64>,
     /// Run no faster than this multiple of real time (1.0: one simulated second per
     /// wall-clock second), for coupling to a live display or hardware in the loop, or
     /// to give an operator time to act during a demonstration. The spikes do not
@@ -134,12 +99,13 @@ struct Args {
     /// (the estimate is printed either way when it does).
     #[arg(long)]
     allow_oversize: bool,
-    /// Write a Chrome/Perfetto trace of the update and exchange phases.
+    /// Write a Chrome/Perfetto trace of this rank's timeline (the update and
+    /// exchange phases, the SDK's collectives; `FILE.rankR` per rank in a job of
+    /// several). `hpc run --trace FILE` merges every rank's into one instead.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// No progress line.
-    #[arg(long, short)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn params_of(args: &Args) -> Result<Params> {
@@ -172,7 +138,8 @@ fn params_of(args: &Args) -> Result<Params> {
 }
 
 fn run(args: Args) -> Result<()> {
-    hpc_spiking::run::check_threads(args.threads)?;
+    let ra = &args.run;
+    ra.check()?;
     let params = params_of(&args)?;
     let model = Model::new(params)?;
     if let Some(f) = args.pace {
@@ -180,27 +147,17 @@ fn run(args: Args) -> Result<()> {
     }
     // Times in steps, checked against the run's length before anything starts.
     let dt = model.params.dt;
-    let checkpoint_every = args
-        .checkpoint_every
-        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--checkpoint-every"))
-        .transpose()?;
-    let stop_at = args
-        .stop_at
-        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--stop-at"))
-        .transpose()?;
+    let times = ra.times(dt, model.steps)?;
     // Checked before the run, so a wrong file costs no simulation.
     let reference = args
         .reference
         .as_deref()
         .map(|f| brunel::plot::Reference::read(f, &model))
         .transpose()?;
-    if !args.engine.available() {
-        return Err(args.engine.unavailable_error());
-    }
     // Plans (and, unless --no-pin, binds) for this run's threads per rank.
     let ctx = hpc_rs::init_with(hpc_rs::Options {
-        threads: Some(args.threads.max(1)),
-        bind: Some(!args.no_pin),
+        threads: Some(ra.threads.max(1)),
+        bind: Some(!ra.no_pin),
         ..Default::default()
     })?;
     let world = Arc::new(ctx.world);
@@ -210,8 +167,8 @@ fn run(args: Args) -> Result<()> {
         &model,
         size,
         world.local_size(),
-        args.threads,
-        args.checkpoint_every.is_some(),
+        ra.threads,
+        ra.checkpoint_every.is_some(),
     );
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
     match brunel::memory::check(&model, &estimate, available) {
@@ -227,7 +184,7 @@ fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "brunel")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "brunel")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
@@ -238,81 +195,23 @@ fn run(args: Args) -> Result<()> {
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
         hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
-    let restart = match &args.restart {
-        Some(dir) => Some(brunel::checkpoint::choose(&world, dir, |d| {
-            Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
-        })?),
-        None => None,
-    };
-    let ck_dir = args
-        .checkpoint_dir
-        .clone()
-        .unwrap_or_else(|| args.out.join("checkpoints"));
-    let opts = RunOptions {
-        overlap: !args.no_overlap,
-        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
-        checkpoint_every,
-        checkpoint_dir: args.checkpoint_every.map(|_| ck_dir),
-        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
-        restart,
-        stop_at,
-    };
-
+    let opts = ra.options(&world, &args.out, times, !args.no_overlap, |d| {
+        Ok(brunel::checkpoint::open(d)?.dir().to_path_buf())
+    })?;
     // The checkpoint directory is this run's while it runs (held to the end of
-    // `run`): no other run writes into it, and one holding another model's
-    // checkpoints is refused before anything is written.
-    let _checkpoint_lock = match &opts.checkpoint_dir {
-        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
-        None => None,
-    };
+    // `run`).
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
-    if let Some(d) = out_dir.as_mut() {
-        d.start()?;
-        if !args.no_spikes {
-            d.record("spikes.spk.partial")?;
-            d.record("spikes.spk")?;
-        }
-    }
-    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
-    let mut last = Instant::now() - Duration::from_secs(1);
-    let pace = args.pace;
-    let mut bar = |p: &Progress| {
-        if let Some(f) = pace {
-            // Every rank waits, so no rank runs ahead into the next exchange.
-            let due = (p.step - p.start_step) as f64 * dt / 1000.0 / f;
-            let ahead = due - p.wall.as_secs_f64();
-            // `check_pace` bounds `ahead` to the run's planned wall time.
-            if let Ok(d) = Duration::try_from_secs_f64(ahead) {
-                std::thread::sleep(d);
-            }
-        }
-        if !show {
-            return;
-        }
-        if last.elapsed() < Duration::from_millis(200) && p.step < p.steps {
-            return;
-        }
-        last = Instant::now();
-        let done = (p.step - p.start_step) as f64 * dt / 1000.0;
-        let rtf = if done > 0.0 {
-            p.wall.as_secs_f64() / done
-        } else {
-            0.0
-        };
-        hpc_spiking::run::draw_progress(p.step, p.steps, dt, &format!("{rtf:.2}"));
-    };
+    opts.start_output_dir(out_dir.as_mut())?;
+    let mut line = ProgressLine::new(ra.shows_progress(rank), dt, 0, args.pace);
     let report = {
-        let mut ex = AnyExchange::new(args.engine, world.clone())?;
-        let cb: Option<&mut dyn FnMut(&Progress)> = if show || pace.is_some() {
-            Some(&mut bar)
-        } else {
-            None
-        };
+        let mut ex = AnyExchange::new(ra.engine, world.clone())?;
+        let active = line.active();
+        let mut bar = |p: &Progress| line.update(p);
+        let cb: Option<&mut dyn FnMut(&Progress)> = if active { Some(&mut bar) } else { None };
         sim.run(&pool, &mut ex, &opts, cb)?
     };
-    if show {
-        let _ = writeln!(std::io::stderr());
-    }
+    line.end();
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool, reference.as_ref())
@@ -405,19 +304,15 @@ fn summary(
         "completed": me.completed, "ranks_report": reports,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
-    match &me.spike_file {
-        Some(f) => {
-            say!("  spikes written to {}", f.display());
-            if !args.no_plot {
-                draw(f, model, &summary, reference, dir)?;
-            }
-        }
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
+    }
+    if let (Some(f), false) = (&me.spike_file, args.no_plot) {
+        draw(f, model, &summary, reference, dir)?;
     }
     Ok(())
 }
@@ -429,13 +324,10 @@ fn draw(
     reference: Option<&brunel::plot::Reference>,
     dir: &mut hpc_io::rundir::RunDir,
 ) -> Result<()> {
-    for name in
-        hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()))
-    {
-        if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
-            dir.record(&name)?;
-        }
-    }
+    hpc_spiking::run::record_figures(
+        dir,
+        hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+    )?;
     let out = dir.path();
     let report = brunel::plot::report(spikes, model, summary, reference, out)?;
     say!(
@@ -448,13 +340,8 @@ fn draw(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            hpc_io::message::last_words("brunel", &format!("proxy failed: {}", e.chain()));
-            std::process::exit(1);
-        }
+    if hpc_spiking::run::serve_proxy("brunel") {
+        return;
     }
     let args = Args::parse();
     use tracing_subscriber::prelude::*;
@@ -463,79 +350,32 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
-    let mut trace_names: Option<(PathBuf, PathBuf)> = None;
-    let (chrome, guard, latch) = match &args.trace {
-        Some(path) => {
-            // One file per rank when there are several.
-            let path = match std::env::var(hpc_runtime::env::RANK) {
-                Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
-                    let mut p = path.as_os_str().to_owned();
-                    p.push(format!(".rank{r}"));
-                    PathBuf::from(p)
-                }
-                _ => path.clone(),
-            };
-            // Written to a new temporary name beside it (never through a symbolic
-            // link, never into another run's file) and renamed when complete: two
-            // runs with the same --trace leave one valid trace, not a mix.
-            let tmp = {
-                let mut p = path.as_os_str().to_owned();
-                p.push(format!(".tmp-{}", std::process::id()));
-                PathBuf::from(p)
-            };
-            // A device, a FIFO or a directory of that name is refused before the
-            // run, not replaced after it.
-            if let Err(e) = hpc_io::atomic::check_replaceable(&path) {
-                hpc_io::message::last_words("brunel", &format!("--trace: {e}"));
-                std::process::exit(1);
-            }
-            let file = match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    hpc_io::message::last_words(
-                        "brunel",
-                        &format!("cannot create trace file {}: {e}", tmp.display()),
-                    );
-                    std::process::exit(1);
-                }
-            };
-            trace_names = Some((tmp, path.clone()));
-            // The trace is written by a thread of tracing-chrome that would drop (or
-            // panic on) a write error: the latch keeps it for the check at the end.
-            let (file, latch) = hpc_io::write::Latched::new(file, path.display());
-            let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new()
-                .writer(file)
-                .include_args(true)
-                .build();
-            let layer = layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-            (Some(layer), Some(guard), Some(latch))
-        }
-        None => (None, None, None),
+    // `--trace FILE`: this rank's timeline, recorded into a directory beside FILE
+    // and merged into it at the end; without it, `HPC_TRACE` (`hpc run --trace`).
+    let own_trace = args.trace.as_deref().map(trace::start);
+    let layer = match own_trace {
+        Some(Ok((_, ref l))) => Ok(Some(l.clone())),
+        Some(Err(ref e)) => Err(e.to_string()),
+        None => hpc_trace::layer_from_env().map_err(|e| e.to_string()),
     };
-    tracing_subscriber::registry().with(fmt).with(chrome).init();
+    let layer = match layer {
+        Ok(l) => l,
+        Err(e) => {
+            hpc_io::message::last_words("brunel", &e);
+            std::process::exit(1);
+        }
+    };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(layer.map(|l| l.with_filter(hpc_trace::default_filter())))
+        .init();
     if let Some(p) = log_problem {
         tracing::warn!("{p}");
     }
     let result = run(args);
-    // Ends the trace (its last bytes are written now) before checking it.
-    drop(guard);
-    let traced = latch.map_or(Ok(()), |l| l.check());
-    let traced = match (traced, trace_names) {
-        // Never over a device, a FIFO or a directory (`--trace /dev/full` made
-        // the device a plain file).
-        (Ok(()), Some((tmp, path))) => hpc_io::atomic::rename_over(&tmp, &path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            anyhow::Error::from(e)
-        }),
-        (Err(e), Some((tmp, _))) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e.into())
-        }
-        (r, None) => r.map_err(Into::into),
+    let traced = match own_trace {
+        Some(Ok((t, _))) => t.finish(),
+        _ => Ok(()),
     };
     let mut failed = false;
     if let Err(e) = result {
@@ -550,5 +390,62 @@ fn main() {
     }
     if failed {
         std::process::exit(1);
+    }
+}
+
+/// `--trace FILE`: this rank's timeline (hpc-trace), written whole to FILE at the end.
+mod trace {
+    use std::path::{Path, PathBuf};
+
+    /// A trace being recorded for `--trace`.
+    pub struct Trace {
+        /// The recording's directory, beside the final name.
+        dir: PathBuf,
+        /// The final name (`FILE`, or `FILE.rankR` in a job of several ranks).
+        path: PathBuf,
+    }
+
+    /// Checks `--trace FILE` and starts recording beside it.
+    pub fn start(path: &Path) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
+        // One file per rank when there are several.
+        let path = match std::env::var(hpc_runtime::env::RANK) {
+            Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
+                let mut p = path.as_os_str().to_owned();
+                p.push(format!(".rank{r}"));
+                PathBuf::from(p)
+            }
+            _ => path.to_path_buf(),
+        };
+        // A device, a FIFO or a directory of that name is refused before the run,
+        // not replaced after it.
+        hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        let mut dir = path.as_os_str().to_owned();
+        dir.push(format!(".tmp-{}", std::process::id()));
+        let dir = PathBuf::from(dir);
+        let layer = hpc_trace::TraceLayer::create(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        Ok((Trace { dir, path }, layer))
+    }
+
+    impl Trace {
+        /// Finishes the recording and writes it to its final name: through a new
+        /// temporary file renamed into place (never through a symbolic link, never
+        /// over a device), the directory removed. A write that failed names the file.
+        pub fn finish(self) -> anyhow::Result<()> {
+            let failed = |e: &dyn std::fmt::Display| {
+                anyhow::anyhow!("cannot write {}: {e}", self.path.display())
+            };
+            let done = hpc_trace::finish()
+                .map_err(|e| failed(&e))
+                .and_then(|_| hpc_trace::merge::merge_dir(&self.dir).map_err(|e| failed(&e)))
+                .and_then(|m| {
+                    let mut tmp = self.path.as_os_str().to_owned();
+                    tmp.push(format!(".tmp-{}.json", std::process::id()));
+                    hpc_io::atomic::write(&self.path, Path::new(&tmp), &m.to_json())
+                        .map_err(|e| failed(&e))
+                });
+            let _ = std::fs::remove_dir_all(&self.dir);
+            done
+        }
     }
 }

@@ -38,32 +38,23 @@
 //! the next update, as NEST does.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart, State};
 use crate::network::{Block, Connectivity};
 use crate::output::{Recorder, Stats};
-use crate::params::Model;
-use hpc_spiking::exchange::{spike_records, SpikeExchange};
+use crate::params::{Model, Params};
+use hpc_spiking::checkpoint::RunCheckpoints;
+use hpc_spiking::exchange::SpikeExchange;
+use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
 pub use hpc_spiking::RunOptions;
 
-/// Progress, reported after every interval.
-#[derive(Clone, Debug)]
-pub struct Progress {
-    /// Steps done.
-    pub step: u64,
-    /// Steps of the whole run.
-    pub steps: u64,
-    /// Step this run started from (non-zero after a restart).
-    pub start_step: u64,
-    /// Wall time since the simulation loop started.
-    pub wall: Duration,
-}
+pub use hpc_spiking::progress::Progress;
 
 /// What one rank did.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -230,6 +221,8 @@ impl<'a> Simulation<'a> {
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
         let _span = tracing::info_span!("build").entered();
+        // A checkpoint of another model is refused before the network is built.
+        let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let conn = pool.install(|| Connectivity::build(model, block));
         let threads = pool
@@ -281,12 +274,10 @@ impl<'a> Simulation<'a> {
             build_s: 0.0,
             restored: None,
         };
-        if let Some(dir) = restart {
-            let r = checkpoint::open(dir)?;
-            checkpoint::check_model(&r, model)?;
+        if let Some(r) = restored {
             let st = checkpoint::read(&r, model, block)?;
             sim.set_state(r.step(), &st);
-            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            hpc_spiking::checkpoint::restored(&r);
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();
@@ -374,24 +365,8 @@ impl<'a> Simulation<'a> {
         mut progress: Option<&mut dyn FnMut(&Progress)>,
     ) -> Result<RankReport> {
         let model = self.model;
-        let d = model.delay_steps;
-        let (m_steps, lag) = if opts.overlap && d >= 2 {
-            (d / 2, 2)
-        } else {
-            (d, 1)
-        };
-        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
         let start_step = self.step;
-        if end < start_step {
-            bail!(
-                "the run resumes at step {start_step} ({:.1} ms) but is asked to stop at step {end}",
-                start_step as f64 * model.params.dt
-            );
-        }
-        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
-        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
-            bail!("checkpoints need a directory");
-        }
+        let iv = Intervals::new(opts, model.delay_steps, model.steps, start_step)?;
         let mut intake = self.intake(opts)?;
         let t0 = Instant::now();
         let cpu0 = hpc_spiking::run::cpu_seconds();
@@ -399,23 +374,18 @@ impl<'a> Simulation<'a> {
         // `send`: this rank's spikes of interval `send_base`, not yet exchanged
         // (lag 2 only).
         let mut send: Vec<u32> = Vec::new();
-        let mut send_base: Option<u64> = None;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
+        let mut send_base: Option<(u64, u32)> = None;
+        let mut checkpoints = opts.checkpoints(&model.params);
 
-        while self.step < end {
-            let mut m = (end - self.step).min(m_steps as u64);
-            if let Some(c) = ck_every {
-                m = m.min(c - self.step % c);
-            }
-            let m = m as u32;
+        while self.step < iv.end {
+            let m = iv.next(self.step, None);
             let step0 = self.step;
             {
                 let tu = Instant::now();
                 let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
                 let whole = self.shards.len() == 1;
-                let codes: &[u32] = if intake.has { &intake.gathered } else { &[] };
                 let base = intake.base;
+                let (codes, incoming) = intake.codes_and_incoming();
                 let shards = &mut self.shards;
                 let mut work = || {
                     let _s = tracing::info_span!("deliver_update", step = step0).entered();
@@ -429,11 +399,11 @@ impl<'a> Simulation<'a> {
                 };
                 match send_base.take() {
                     // Exchange the previous interval while updating this one.
-                    Some(prev) => {
-                        let ((), work_s) = ex.overlap(&send, &mut intake.incoming, work)?;
+                    Some((prev, pm)) => {
+                        let ((), work_s) = ex.overlap(&send, incoming, work)?;
                         update_s += work_s;
                         comm_s += tu.elapsed().as_secs_f64() - work_s;
-                        self.receive(&mut intake, prev)?;
+                        self.receive(&mut intake, prev, pm)?;
                     }
                     None => {
                         work();
@@ -446,46 +416,49 @@ impl<'a> Simulation<'a> {
             for sh in &self.shards {
                 send.extend_from_slice(&sh.spikes);
             }
-            send_base = Some(step0);
-            if lag == 1 {
+            send_base = Some((step0, m));
+            if iv.lag == 1 {
                 let tc = Instant::now();
                 ex.overlap(&send, &mut intake.incoming, || ())?;
                 comm_s += tc.elapsed().as_secs_f64();
-                self.receive(&mut intake, step0)?;
+                self.receive(&mut intake, step0, m)?;
                 send_base = None;
             }
             self.step += m as u64;
 
-            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
-            if at_checkpoint || self.step == end {
+            let at_checkpoint = iv.at_checkpoint(self.step);
+            if at_checkpoint || self.step == iv.end {
                 // Drain: deliver everything so that no spike is pending.
-                if let Some(prev) = send_base.take() {
+                if let Some((prev, pm)) = send_base.take() {
                     if intake.has {
                         self.deliver_all(pool, &intake.gathered, intake.base);
                     }
                     let tc = Instant::now();
                     ex.overlap(&send, &mut intake.incoming, || ())?;
                     comm_s += tc.elapsed().as_secs_f64();
-                    self.receive(&mut intake, prev)?;
+                    self.receive(&mut intake, prev, pm)?;
                 }
                 if intake.has {
                     self.deliver_all(pool, &intake.gathered, intake.base);
                     intake.has = false;
                 }
+                intake.flush()?;
             }
             if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
+                if let Some(ck) = checkpoints.as_mut() {
                     let ti = Instant::now();
-                    self.write_checkpoint(ex, dir, &intake, opts, &mut ck_written)?;
+                    self.write_checkpoint(ex, ck, &intake)?;
                     intake.io_s += ti.elapsed().as_secs_f64();
                 }
             }
             if let Some(cb) = progress.as_mut() {
+                let wall = t0.elapsed();
                 cb(&Progress {
                     step: self.step,
                     steps: model.steps,
                     start_step,
-                    wall: t0.elapsed(),
+                    wall,
+                    wall_recorded: wall,
                 });
             }
         }
@@ -495,24 +468,22 @@ impl<'a> Simulation<'a> {
             update_s,
             comm_s,
         };
-        self.report(intake, &times, m_steps, start_step)
+        self.report(intake, &times, iv.interval, start_step)
     }
 
     /// The rank's report at the end of the run, its spike file finished if
     /// the run completed.
     fn report(
         &self,
-        intake: Intake,
+        intake: Intake<Recorder>,
         times: &Times,
         m_steps: u32,
         start_step: u64,
     ) -> Result<RankReport> {
         let model = self.model;
         let completed = self.step >= model.steps;
-        let spike_file = match intake.writer {
-            Some(w) if completed => Some(w.finish()?),
-            _ => None,
-        };
+        let (io_s, exchanged) = (intake.io_s, intake.received);
+        let (spike_file, recorder) = intake.finish(completed)?;
         let simulate_s = times.t0.elapsed().as_secs_f64();
         let state_bytes: usize = self
             .shards
@@ -537,137 +508,54 @@ impl<'a> Simulation<'a> {
             simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
             update_s: times.update_s,
             communicate_s: times.comm_s,
-            io_s: intake.io_s,
-            spikes_exchanged: intake.exchanged,
-            stats: intake
-                .recorder
-                .map(|r| r.stats(self.step as f64 * model.params.dt)),
+            io_s,
+            spikes_exchanged: exchanged,
+            stats: recorder.map(|r| r.stats(self.step as f64 * model.params.dt)),
             spike_file,
         })
     }
 
-    /// Rank 0's recorder (it receives every spike in the exchange) and spike
-    /// file, continued from a restored checkpoint's; nothing on the others.
-    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
-        let model = self.model;
-        let mut recorder = None;
-        let mut writer = None;
+    /// Takes the spikes of the exchange of the interval of `m` steps from `base`.
+    /// Rank 0 sorts them first (by step, then neuron), so that it delivers them in
+    /// that order and they need no sorting as it records them.
+    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
         if self.rank == 0 {
-            let mut rec = Recorder::new(model.n);
-            if let Some(r) = &self.restored {
-                match checkpoint::spikes(r, model)? {
-                    Some(prefix) => {
-                        // Rewritten rather than copied: the header follows this run's
-                        // parameters (t_sim may have been extended).
-                        rec.add(&prefix);
-                        if let Some(p) = &opts.spikes {
-                            let mut w = crate::output::spike_writer(p, model)?;
-                            w.append(&prefix)?;
-                            writer = Some(w);
-                        }
-                    }
-                    None if opts.spikes.is_some() => bail!(
-                        "checkpoint {} has no spike file to continue",
-                        r.dir().display()
-                    ),
-                    None => {}
-                }
-            } else if let Some(p) = &opts.spikes {
-                writer = Some(crate::output::spike_writer(p, model)?);
-            }
-            recorder = Some(rec);
+            intake.incoming.sort_unstable();
         }
-        Ok(Intake {
-            gathered: Vec::new(),
-            incoming: Vec::new(),
-            base: 0,
-            has: false,
-            records: Vec::new(),
-            exchanged: 0,
-            recorder,
-            writer,
-            io_s: 0.0,
-        })
+        intake.receive(base, m, self.model.gid_bits)
     }
 
-    /// After an exchange: all ranks' spikes of interval `base` are in
-    /// `incoming`; rank 0 records them; they become `gathered`.
-    fn receive(&self, intake: &mut Intake, base: u64) -> Result<()> {
-        let gid_bits = self.model.gid_bits;
-        std::mem::swap(&mut intake.gathered, &mut intake.incoming);
-        intake.base = base;
-        intake.has = true;
-        intake.exchanged += intake.gathered.len() as u64;
-        if let Some(rec) = intake.recorder.as_mut() {
-            let ti = Instant::now();
-            intake.gathered.sort_unstable();
-            spike_records(&intake.gathered, base, gid_bits, &mut intake.records);
-            rec.add(&intake.records);
-            if let Some(w) = intake.writer.as_mut() {
-                w.append(&intake.records)?;
-            }
-            intake.io_s += ti.elapsed().as_secs_f64();
-        }
-        Ok(())
+    /// Rank 0's recorder (it receives every spike in the exchange) and spike
+    /// file, continued from a restored checkpoint's; nothing on the others.
+    fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
+        let model = self.model;
+        let header = crate::output::header_json(model);
+        let file = opts.spikes.as_deref().map(|path| SpikeFile {
+            path,
+            header: &header,
+            flush_every: 1,
+        });
+        let recorder = || Recorder::new(model.n);
+        let restored = self.restored.as_ref();
+        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
     }
 
     /// Writes this rank's checkpoint at the current step; rank 0 commits it
-    /// (with the spike file so far) once every rank's file is there, and
-    /// prunes the older ones this run wrote past `checkpoint_keep`.
+    /// (with the spike file so far) once every rank's file is there.
     fn write_checkpoint<E: SpikeExchange>(
         &self,
         ex: &mut E,
-        dir: &std::path::Path,
-        intake: &Intake,
-        opts: &RunOptions,
-        ck_written: &mut Vec<u64>,
+        checkpoints: &mut RunCheckpoints<'_, Params>,
+        intake: &Intake<Recorder>,
     ) -> Result<()> {
-        let model = self.model;
-        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-        let set = hpc_checkpoint::Checkpoints::new(dir);
-        let st = self.state();
-        let written = checkpoint::write_rank(
-            &set, model, self.step, self.rank, self.size, self.block, &st,
-        );
-        // Every rank's file size and CRC-32C go to rank 0, which writes the
-        // manifest only once all files are there; a rank that could not
-        // write its file makes every rank stop here.
-        let words = checkpoint::entry_words(&written);
-        let mut all = Vec::new();
-        ex.overlap(&words, &mut all, || ())?;
-        written?;
-        let entries = checkpoint::gathered_entries(&all, self.size, self.step)?;
-        if self.rank == 0 {
-            let spikes = match (intake.writer.as_ref(), intake.recorder.as_ref()) {
-                (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
-                _ => None,
-            };
-            let ck = checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
-            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
-            ck_written.push(self.step);
-            if let Some(keep) = opts.checkpoint_keep {
-                set.prune(ck_written, keep)?;
-            }
-        }
-        Ok(())
+        let payload = checkpoint::encode(self.model, self.step, self.block, &self.state());
+        checkpoints.write(
+            (self.step, self.rank, self.size),
+            &payload,
+            intake.checkpoint_spikes(),
+            |words, all| ex.overlap(words, all, || ()).map(|_| ()),
+        )
     }
-}
-
-/// All ranks' spikes of the last exchange, not yet all delivered, and where
-/// rank 0 keeps them: its recorder and spike file.
-struct Intake {
-    /// All ranks' spikes of interval `base`, exchanged, not yet delivered
-    /// while `has`.
-    gathered: Vec<u32>,
-    /// Where the exchange in flight lands.
-    incoming: Vec<u32>,
-    base: u64,
-    has: bool,
-    records: Vec<(u32, u32)>,
-    exchanged: u64,
-    recorder: Option<Recorder>,
-    writer: Option<crate::output::SpikeWriter>,
-    io_s: f64,
 }
 
 /// The clocks of a run.

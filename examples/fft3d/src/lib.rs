@@ -463,6 +463,8 @@ impl Fft3d {
         let fft = &*self.fft;
         let scratch = &mut self.scratch;
         let mid = &mut self.mid;
+        // The transform on the timeline (`HPC_TRACE`, `hpc run --trace`).
+        let _span = tracing::info_span!("forward").entered();
 
         // Transpose 1 (rows): z planes in batches. Pack for peer q: [q][z][y][x in q's block].
         let nba = self.a.0.len();
@@ -587,17 +589,31 @@ where
 {
     let (send, recv) = (&mut bufs.0, &mut bufs.1);
     let nb = send.len();
+    // Each batch's work and transpose as spans of the timeline (`HPC_TRACE`).
+    let mut produce = |k: usize, send: &mut [C64], scratch: &mut Vec<C64>| {
+        let _span = tracing::info_span!("fft + pack", batch = k).entered();
+        produce(k, send, scratch);
+    };
+    let mut consume = |k: usize, recv: &[C64], scratch: &mut Vec<C64>| {
+        let _span = tracing::info_span!("unpack + fft", batch = k).entered();
+        consume(k, recv, scratch);
+    };
     match mode {
         Mode::Blocking => {
             for k in 0..nb {
                 produce(k, send[k].c_mut(), scratch);
+                let span = tracing::info_span!("transpose", batch = k).entered();
                 comm.alltoall(send[k].f64s(), recv[k].f64s_mut())?;
+                drop(span);
                 consume(k, recv[k].c(), scratch);
             }
         }
         Mode::Overlap => {
             produce(0, send[0].c_mut(), scratch);
             for k in 0..nb {
+                // From the post of batch k's ialltoall to its end: the FFTs of its
+                // neighbours run inside it.
+                let _span = tracing::info_span!("transpose", batch = k).entered();
                 let (s_done, s_next) = send.split_at_mut(k + 1);
                 let (r_done, r_next) = recv.split_at_mut(k);
                 let sk: &Mem = &s_done[k];

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 use hpc_spiking::neuron::AlphaState;
 use hpc_spiking::plasticity::ArchivedSpike;
 use hpc_spiking::Block;
@@ -134,19 +134,6 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
     b
 }
 
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written),
-/// with the spike file `spikes` (holding `count` spikes).
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
-}
-
 /// The checkpoint to resume from (a step directory as named, or the newest that
 /// verifies in a checkpoint directory).
 pub fn open(dir: &Path) -> Result<Restart> {
@@ -156,24 +143,19 @@ pub fn open(dir: &Path) -> Result<Restart> {
 /// Checks that this run continues `r`'s: the same parameters but `t_sim`, and a
 /// `t_sim` that reaches the checkpoint.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    let diff = model.differences(&r.meta.params);
-    if !diff.is_empty() {
-        bail!(
-            "checkpoint {} is of other parameters: {} (checkpoint -> this run); a restart \
-             continues the same network",
-            r.dir().display(),
-            diff.join(", ")
-        );
-    }
-    if r.step() > model.steps {
-        bail!(
-            "checkpoint {} is at step {} but --t-presim + --t-sim end at step {}: give a longer --t-sim",
-            r.dir().display(),
-            r.step(),
-            model.steps
-        );
-    }
-    Ok(())
+    let p = &model.params;
+    r.check_continues(
+        &model.differences(&r.meta.params),
+        model.steps,
+        p.dt,
+        p.t_presim,
+    )
+}
+
+/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
+/// ([`check_model`]) before the network is built; `None` without one.
+pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(dir, "hpc_benchmark", |r| check_model(r, model))
 }
 
 /// A bounds-checked reader of a rank file.

@@ -5,7 +5,7 @@
 //! hpc run -n 2 -- hpc_benchmark --scale 0.1 --threads 1          # two ranks
 //! ```
 
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,7 +14,8 @@ use clap::Parser;
 use hpc_benchmark::figure::{self, WEIGHTS_SVG};
 use hpc_benchmark::params::{Model, Params, CE, CI};
 use hpc_benchmark::sim::{RankReport, Simulation, WeightStats};
-use hpc_spiking::exchange::{AnyExchange, Engine};
+use hpc_spiking::args::RunArgs;
+use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::plasticity::StdpRow;
 
 /// Prints a line of the summary; a failed write is an error, a closed stdout is not.
@@ -58,45 +59,17 @@ struct Args {
     /// STDP weight dependence exponent of potentiation.
     #[arg(long, default_value_t = 0.4, allow_hyphen_values = true)]
     mu: f64,
-    /// Threads per rank: at least 1, at most 64 per CPU this process may use.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Do not pin threads.
-    #[arg(long)]
-    no_pin: bool,
-    /// Spike exchange engine.
-    #[arg(long, value_enum, default_value_t = Engine::World)]
-    engine: Engine,
     /// Output directory (spikes.spk, summary.json, weights.svg).
     #[arg(long, default_value = "hpc-benchmark-out")]
     out: PathBuf,
-    /// Do not write the spike file.
-    #[arg(long)]
-    no_spikes: bool,
-    /// Write a checkpoint every this many ms of simulated time.
-    #[arg(long, value_name = "MS")]
-    checkpoint_every: Option<f64>,
-    /// Keep the newest N of this run's checkpoints (0: keep all).
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    checkpoint_keep: usize,
-    /// Checkpoint directory (default OUT/checkpoints).
-    #[arg(long, value_name = "DIR")]
-    checkpoint_dir: Option<PathBuf>,
-    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for the newest).
-    #[arg(long, value_name = "DIR")]
-    restart: Option<PathBuf>,
-    /// Stop at this simulated time as if interrupted (leaves spikes.spk.partial).
-    #[arg(long, value_name = "MS")]
-    stop_at: Option<f64>,
     /// Start even when the estimated memory exceeds what the node has available.
     #[arg(long)]
     allow_oversize: bool,
-    /// No progress line.
-    #[arg(long, short)]
-    quiet: bool,
     /// Do not draw the weight histogram (weights.svg).
     #[arg(long)]
     no_plot: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn params_of(a: &Args) -> Params {
@@ -160,23 +133,23 @@ fn check_memory(
 }
 
 fn run(args: Args) -> Result<()> {
-    hpc_spiking::run::check_threads(args.threads)?;
+    let ra = &args.run;
+    ra.check()?;
     let model = Model::new(params_of(&args))?;
-    if !args.engine.available() {
-        return Err(args.engine.unavailable_error());
-    }
+    let dt = model.params.dt;
+    let times = ra.times(dt, model.steps)?;
     let ctx = hpc_rs::init_with(hpc_rs::Options {
-        threads: Some(args.threads.max(1)),
-        bind: Some(!args.no_pin),
+        threads: Some(ra.threads.max(1)),
+        bind: Some(!ra.no_pin),
         ..Default::default()
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     // Refused before any of the network is allocated.
-    let need = estimate(&model, size, args.threads);
+    let need = estimate(&model, size, ra.threads);
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
     check_memory(&args, &model, need, world.local_size(), available)?;
-    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "hpc_benchmark")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "hpc_benchmark")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
@@ -184,47 +157,15 @@ fn run(args: Args) -> Result<()> {
         serde_json::json!({ "seed": model.params.seed, "ranks": size, "scale": model.params.scale }),
         output_names(),
     )?;
-    let restart = match &args.restart {
-        Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
-            Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
-        })?),
-        None => None,
-    };
-    let dt = model.params.dt;
-    let opts = hpc_spiking::RunOptions {
-        overlap: false,
-        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
-        checkpoint_every: args
-            .checkpoint_every
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--checkpoint-every"))
-            .transpose()?,
-        checkpoint_dir: args.checkpoint_every.map(|_| {
-            args.checkpoint_dir
-                .clone()
-                .unwrap_or_else(|| args.out.join("checkpoints"))
-        }),
-        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
-        restart,
-        stop_at: args
-            .stop_at
-            .map(|ms| hpc_spiking::run::whole_steps(ms, dt, "--stop-at"))
-            .transpose()?,
-    };
-    let _checkpoint_lock = match &opts.checkpoint_dir {
-        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
-        None => None,
-    };
+    let opts = ra.options(&world, &args.out, times, false, |d| {
+        Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
+    })?;
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
     let mut sim = Simulation::new(&model, (rank, size), &pool, opts.restart.as_deref())?;
-    if let Some(d) = out_dir.as_mut() {
-        d.start()?;
-        if !args.no_spikes {
-            d.record("spikes.spk.partial")?;
-            d.record("spikes.spk")?;
-        }
-    }
-    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
+    opts.start_output_dir(out_dir.as_mut())?;
+    let show = ra.shows_progress(rank);
     let report = {
-        let mut ex = AnyExchange::new(args.engine, world.clone())?;
+        let mut ex = AnyExchange::new(ra.engine, world.clone())?;
         sim.run(&pool, &mut ex, &opts, |step, steps| {
             if show {
                 hpc_spiking::run::draw_progress(step, steps, dt, "");
@@ -379,43 +320,22 @@ fn summary(
             args.out.join(WEIGHTS_SVG).display()
         );
     }
-    match &me.spike_file {
-        Some(f) => say!("  spikes written to {}", f.display()),
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            hpc_spiking::spikes::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
     }
     Ok(())
 }
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            let why = format!("proxy failed: {}", e.chain());
-            hpc_io::message::last_words("hpc_benchmark", &why);
-            std::process::exit(1);
-        }
+    if hpc_spiking::run::serve_proxy("hpc_benchmark") {
+        return;
     }
     let args = Args::parse();
-    let (filter, log_problem) = hpc_spiking::run::log_filter();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .init();
-    if let Some(p) = log_problem {
-        tracing::warn!("{p}");
-    }
-    if let Err(e) = run(args) {
-        // One write: a rank that `hpc run` stops meanwhile leaves no line cut short.
-        let why = hpc_io::message::chain(e.as_ref());
-        hpc_io::message::last_words("hpc_benchmark", &why);
-        std::process::exit(1);
-    }
+    hpc_spiking::run::init_log();
+    hpc_spiking::run::exit_on_error("hpc_benchmark", run(args));
 }

@@ -23,7 +23,9 @@
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use hpc_spiking::checkpoint::RunCheckpoints;
 use hpc_spiking::exchange::{spike_records, SpikeExchange};
+use hpc_spiking::intake::Intervals;
 use hpc_spiking::rng::{mix64, PoissonTable};
 use hpc_spiking::spikes::SpikeWriter;
 use hpc_spiking::{Block, RunOptions};
@@ -32,7 +34,7 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart};
 use crate::network::Dyn;
 pub use crate::network::Shard;
-use crate::params::Model;
+use crate::params::{Model, Params};
 
 /// The E->E weights of a rank at the end: moments, an order-independent digest
 /// and a histogram of 0.01 pA bins.
@@ -173,8 +175,6 @@ pub struct Simulation<'a> {
     step: u64,
     build_s: f64,
     restored: Option<Restart>,
-    /// The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-    ck_written: Vec<u64>,
 }
 
 /// Rank 0's spike file and counts.
@@ -196,14 +196,7 @@ impl<'a> Simulation<'a> {
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
         // A checkpoint of other parameters is refused before the network is built.
-        let restored = match restart {
-            Some(dir) => {
-                let r = checkpoint::open(dir)?;
-                checkpoint::check_model(&r, model)?;
-                Some(r)
-            }
-            None => None,
-        };
+        let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = pool
             .current_num_threads()
@@ -228,11 +221,10 @@ impl<'a> Simulation<'a> {
             step: 0,
             build_s: 0.0,
             restored: None,
-            ck_written: Vec::new(),
         };
         if let Some(r) = restored {
             sim.step = checkpoint::restore(&r, model, block, &mut sim.shards)?;
-            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            hpc_spiking::checkpoint::restored(&r);
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();
@@ -276,25 +268,17 @@ impl<'a> Simulation<'a> {
     ) -> Result<RankReport> {
         let model = self.model;
         let d = self.dynp();
-        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
         let start_step = self.step;
-        if end < start_step {
-            bail!("the run resumes at step {start_step} but is asked to stop at step {end}");
-        }
-        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
-        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
-            bail!("checkpoints need a directory");
-        }
+        // Exchanged every delay and waited for (the delivery sorts what arrives).
+        let iv = Intervals::new(opts, model.delay_steps, model.steps, start_step)?;
+        let mut checkpoints = opts.checkpoints(&model.params);
         let mut intake = self.intake(opts)?;
         let (t0, cpu0) = (Instant::now(), hpc_spiking::run::cpu_seconds());
         let mut comm_s = 0.0;
         let mut exchanged = 0u64;
         let (mut send, mut all) = (Vec::new(), Vec::new());
-        while self.step < end {
-            let mut m = (end - self.step).min(model.delay_steps as u64);
-            if let Some(c) = ck_every {
-                m = m.min(c - self.step % c);
-            }
+        while self.step < iv.end {
+            let m = iv.next(self.step, None) as u64;
             let step0 = self.step;
             let pois = &self.pois;
             pool.install(|| {
@@ -319,9 +303,9 @@ impl<'a> Simulation<'a> {
             })?;
             self.record(&mut intake, &all, step0)?;
             self.step += m;
-            if ck_every.is_some_and(|c| self.step % c == 0) {
-                if let Some(dir) = &opts.checkpoint_dir {
-                    self.write_checkpoint(ex, dir, &intake, opts)?;
+            if iv.at_checkpoint(self.step) {
+                if let Some(ck) = checkpoints.as_mut() {
+                    self.write_checkpoint(ex, ck, &intake)?;
                 }
             }
             progress(self.step, model.steps);
@@ -443,32 +427,19 @@ impl<'a> Simulation<'a> {
     }
 
     fn write_checkpoint<E: SpikeExchange>(
-        &mut self,
+        &self,
         ex: &mut E,
-        dir: &std::path::Path,
+        checkpoints: &mut RunCheckpoints<'_, Params>,
         intake: &Intake,
-        opts: &RunOptions,
     ) -> Result<()> {
-        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-        let set = hpc_checkpoint::Checkpoints::new(dir);
-        let bytes = checkpoint::encode(self.model, self.step, self.block, &self.shards);
-        let written = set
-            .write_rank(self.step, self.rank as u32, self.size as u32, &bytes)
-            .map_err(anyhow::Error::from);
-        let words = hpc_spiking::checkpoint::entry_words(&written);
-        let mut all = Vec::new();
-        ex.overlap(&words, &mut all, || ())?;
-        written?;
-        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
-        if self.rank == 0 {
-            let spikes = intake.writer.as_ref().map(|w| (w.partial(), intake.total));
-            checkpoint::commit(&set, self.model, self.step, self.size, entries, spikes)?;
-            self.ck_written.push(self.step);
-            if let Some(keep) = opts.checkpoint_keep {
-                set.prune(&mut self.ck_written, keep)?;
-            }
-        }
-        Ok(())
+        let payload = checkpoint::encode(self.model, self.step, self.block, &self.shards);
+        let spikes = intake.writer.as_ref().map(|w| (w.partial(), intake.total));
+        checkpoints.write(
+            (self.step, self.rank, self.size),
+            &payload,
+            spikes,
+            |words, all| ex.overlap(words, all, || ()).map(|_| ()),
+        )
     }
 }
 

@@ -22,7 +22,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
+use hpc_checkpoint::rank_file_name;
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
@@ -47,7 +47,8 @@ pub struct State {
     pub recent: Vec<(u64, u32)>,
 }
 
-fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
+/// A rank's payload: its block of neurons at `step`.
+pub fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
     let n = st.v.len();
     let mut b = Vec::with_capacity(HEAD + n * 20 + st.recent.len() * 12);
     b.extend_from_slice(MAGIC);
@@ -68,30 +69,6 @@ fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
     b
 }
 
-/// Writes this rank's file of the checkpoint at `step`.
-pub fn write_rank(
-    set: &Checkpoints,
-    step: u64,
-    rank: usize,
-    size: usize,
-    block: Block,
-    state: &State,
-) -> Result<FileEntry> {
-    Ok(set.write_rank(step, rank as u32, size as u32, &encode(step, block, state))?)
-}
-
-/// Completes the checkpoint at `step` (rank 0, once every rank's file is written).
-pub fn commit(
-    set: &Checkpoints,
-    model: &Model,
-    step: u64,
-    size: usize,
-    entries: Vec<FileEntry>,
-    spikes: Option<(&Path, u64)>,
-) -> Result<Checkpoint> {
-    hpc_spiking::checkpoint::commit_run(set, &model.params, step, size, entries, spikes)
-}
-
 /// A checkpoint to resume from, with the microcircuit's metadata.
 pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
 
@@ -103,22 +80,19 @@ pub fn open(dir: &Path) -> Result<Restart> {
 
 /// Checks that `model` can continue from `r`.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    if !r.meta.params.same_model(&model.params) {
-        bail!(
-            "checkpoint {} is of a different model: {} (checkpoint -> this run)",
-            r.dir().display(),
-            hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"]).join(", ")
-        );
-    }
-    if r.step() > model.steps {
-        bail!(
-            "checkpoint {} is at step {} but the run has only {} steps: give a longer --t-sim",
-            r.dir().display(),
-            r.step(),
-            model.steps
-        );
-    }
-    Ok(())
+    let differences = if r.meta.params.same_model(&model.params) {
+        Vec::new()
+    } else {
+        hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"])
+    };
+    let p = &model.params;
+    r.check_continues(&differences, model.steps, p.dt, p.t_presim)
+}
+
+/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
+/// ([`check_model`]) before anything of it is read; `None` without one.
+pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(dir, "the microcircuit", |r| check_model(r, model))
 }
 
 /// Reads the state of the neurons of `block` from the rank files that hold them,
@@ -208,10 +182,4 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     st.recent.sort_unstable();
     st.recent.dedup();
     Ok(st)
-}
-
-/// The spikes recorded up to the checkpoint (`None` if it has no spike file),
-/// checked as brunel checks its own ([`hpc_spiking::checkpoint::spikes_of`]).
-pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
-    hpc_spiking::checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes)
 }

@@ -7,17 +7,17 @@
 //! ```
 //! See the README for every flag, the spike file format and checkpointing.
 
-use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use hpc_spiking::alltoallv::TargetedExchange;
-use hpc_spiking::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
+use hpc_spiking::args::RunArgs;
+use hpc_spiking::exchange::{AnyExchange, LocalExchange, SpikeExchange};
+use hpc_spiking::progress::ProgressLine;
 use microcircuit::params::{Input, Model, Params, NPOP};
-use microcircuit::sim::{Progress, RankReport, RunOptions, Simulation};
+use microcircuit::sim::{Progress, RankReport, Simulation};
 
 /// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
 /// closed stdout (`| head`) is not.
@@ -70,13 +70,6 @@ struct Args {
     /// Add the thalamic input.
     #[arg(long)]
     thalamic: bool,
-    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
-    /// this process may use (4096 at most).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Do not pin threads.
-    #[arg(long)]
-    no_pin: bool,
     /// Run the neuron update's portable build even where the processor has
     /// AVX2 or AVX-512 (to compare their speed: the spikes are the same).
     #[arg(long)]
@@ -86,44 +79,14 @@ struct Args {
     /// 0 for the output; through the `--engine`, `inline` when that is `world`).
     #[arg(long, value_enum, default_value_t = Exchange::Allgather)]
     exchange: Exchange,
-    /// Engine of the exchange between ranks (one rank exchanges in memory).
-    #[arg(long, value_enum, default_value_t = Engine::World)]
-    engine: Engine,
     /// Output directory (spikes.spk, summary.json, report.html, figures).
     #[arg(long, default_value = "microcircuit-out")]
     out: PathBuf,
-    /// Do not write the spike file.
-    #[arg(long)]
-    no_spikes: bool,
     /// Do not draw the figures.
     #[arg(long)]
     no_plot: bool,
-    /// Write a checkpoint every this many ms of simulated time (warm-up included).
-    #[arg(long, value_name = "MS")]
-    checkpoint_every: Option<f64>,
-    /// Keep the newest N of this run's checkpoints, removing older ones of this run
-    /// once a newer one is complete (0: keep all).
-    /// Only with `--checkpoint-every` (alone it would be ignored).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 3,
-        requires = "checkpoint_every"
-    )]
-    checkpoint_keep: usize,
-    /// Checkpoint directory (default OUT/checkpoints).
-    /// Only with `--checkpoint-every` (alone it would be ignored).
-    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
-    checkpoint_dir: Option<PathBuf>,
-    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory).
-    #[arg(long, value_name = "DIR")]
-    restart: Option<PathBuf>,
-    /// Stop at this simulated time (ms, warm-up included) as if interrupted.
-    #[arg(long, value_name = "MS")]
-    stop_at: Option<f64>,
-    /// No progress line.
-    #[arg(long, short)]
-    quiet: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn params_of(args: &Args) -> Result<Params> {
@@ -188,6 +151,7 @@ fn make_exchange(
     if args.exchange == Exchange::Alltoallv {
         // The world's collectives have no alltoallv: the inline engine stands in.
         let engine = args
+            .run
             .engine
             .collectives()
             .unwrap_or(hpc_comm::Engine::Inline);
@@ -199,26 +163,17 @@ fn make_exchange(
             model.gid_bits,
         )?)));
     }
-    Ok(AnyEx::Gather(AnyExchange::new(args.engine, world)?))
+    Ok(AnyEx::Gather(AnyExchange::new(args.run.engine, world)?))
 }
 
 fn run(args: Args) -> Result<()> {
-    hpc_spiking::run::check_threads(args.threads)?;
+    let ra = &args.run;
+    ra.check()?;
     let params = params_of(&args)?;
     // Every parameter is checked here, before anything is allocated.
     let model = Model::new(params)?;
-    if !args.engine.available() {
-        return Err(args.engine.unavailable_error());
-    }
     let dt = model.params.dt;
-    let checkpoint_every = args
-        .checkpoint_every
-        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--checkpoint-every"))
-        .transpose()?;
-    let stop_at = args
-        .stop_at
-        .map(|ms| hpc_spiking::run::whole_steps_within(ms, dt, model.steps, "--stop-at"))
-        .transpose()?;
+    let times = ra.times(dt, model.steps)?;
     microcircuit::sim::set_portable_update(args.portable_update);
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
@@ -229,7 +184,7 @@ fn run(args: Args) -> Result<()> {
         world.local_size(),
         hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes),
     )?;
-    let pool = hpc_spiking::run::thread_pool(&world, args.threads, !args.no_pin, "microcircuit")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "microcircuit")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
@@ -240,64 +195,23 @@ fn run(args: Args) -> Result<()> {
         serde_json::json!({ "seed": model.params.seed, "ranks": size }),
         hpc_spiking::run::output_names(hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem())),
     )?;
-    let restart = match &args.restart {
-        Some(dir) => Some(hpc_spiking::checkpoint::choose(&world, dir, |d| {
-            Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
-        })?),
-        None => None,
-    };
-    let ck_dir = args
-        .checkpoint_dir
-        .clone()
-        .unwrap_or_else(|| args.out.join("checkpoints"));
-    let opts = RunOptions {
-        overlap: true,
-        spikes: (!args.no_spikes).then(|| args.out.join("spikes.spk")),
-        checkpoint_every,
-        checkpoint_dir: checkpoint_every.map(|_| ck_dir),
-        checkpoint_keep: (args.checkpoint_keep > 0).then_some(args.checkpoint_keep),
-        restart,
-        stop_at,
-    };
+    let opts = ra.options(&world, &args.out, times, true, |d| {
+        Ok(microcircuit::checkpoint::open(d)?.dir().to_path_buf())
+    })?;
     // The checkpoint directory is this run's while it runs (held to the end of
-    // `run`): no other run writes into it, and one holding another model's
-    // checkpoints is refused before anything is written.
-    let _checkpoint_lock = match &opts.checkpoint_dir {
-        Some(d) => hpc_spiking::checkpoint::claim_dir(&world, d, &model.params)?,
-        None => None,
-    };
+    // `run`).
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
     let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
-    if let Some(d) = out_dir.as_mut() {
-        d.start()?;
-        if !args.no_spikes {
-            d.record("spikes.spk.partial")?;
-            d.record("spikes.spk")?;
-        }
-    }
-    let show = rank == 0 && !args.quiet && std::io::stderr().is_terminal();
-    let mut last = Instant::now() - Duration::from_secs(1);
-    let presim = model.presim_steps;
-    let mut bar = |p: &Progress| {
-        if last.elapsed() < Duration::from_millis(200) && p.step < p.steps {
-            return;
-        }
-        last = Instant::now();
-        let rec = p.step.saturating_sub(presim.max(p.start_step)) as f64 * dt / 1000.0;
-        let rtf = if rec > 0.0 {
-            format!("{:.2}", p.wall_recorded.as_secs_f64() / rec)
-        } else {
-            "(warm-up)".into()
-        };
-        hpc_spiking::run::draw_progress(p.step, p.steps, dt, &rtf);
-    };
+    opts.start_output_dir(out_dir.as_mut())?;
+    let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
-        let cb: Option<&mut dyn FnMut(&Progress)> = if show { Some(&mut bar) } else { None };
+        let active = line.active();
+        let mut bar = |p: &Progress| line.update(p);
+        let cb: Option<&mut dyn FnMut(&Progress)> = if active { Some(&mut bar) } else { None };
         sim.run(&pool, &mut ex, &opts, cb)?
     };
-    if show {
-        let _ = writeln!(std::io::stderr());
-    }
+    line.end();
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool)
@@ -405,59 +319,35 @@ fn summary(
         "completed": me.completed, "ranks_report": reports,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
-    match &me.spike_file {
-        Some(f) => {
-            say!("  spikes written to {}", f.display());
-            if !args.no_plot {
-                for name in hpc_spiking::run::output_names(
-                    hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
-                ) {
-                    if name.ends_with(".png") || name.ends_with(".svg") || name == "report.html" {
-                        dir.record(&name)?;
-                    }
-                }
-                let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
-                say!(
-                    "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-                    args.out.display()
-                );
-                say!("  report: {}", r.display());
-            }
-        }
-        None if !me.completed => say!(
-            "  stopped at {:.1} ms: spikes so far in {}",
-            me.end_step as f64 * p.dt,
-            microcircuit::output::partial_path(&args.out.join("spikes.spk")).display()
-        ),
-        None => {}
+    let end_ms = me.end_step as f64 * p.dt;
+    let spikes = args.out.join("spikes.spk");
+    if let Some(line) =
+        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    {
+        say!("{line}");
+    }
+    if let (Some(f), false) = (&me.spike_file, args.no_plot) {
+        hpc_spiking::run::record_figures(
+            dir,
+            hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+        )?;
+        let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
+        say!(
+            "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
+            args.out.display()
+        );
+        say!("  report: {}", r.display());
     }
     let _ = NPOP;
     Ok(())
 }
 
 fn main() {
-    match hpc_comm::proxy::serve_env() {
-        Ok(false) => {}
-        Ok(true) => return,
-        Err(e) => {
-            hpc_io::message::last_words("microcircuit", &format!("proxy failed: {}", e.chain()));
-            std::process::exit(1);
-        }
+    // The `proxy` engine re-executes this program as the node's progress process.
+    if hpc_spiking::run::serve_proxy("microcircuit") {
+        return;
     }
     let args = Args::parse();
-    let (filter, log_problem) = hpc_spiking::run::log_filter();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    if let Some(p) = log_problem {
-        tracing::warn!("{p}");
-    }
-    if let Err(e) = run(args) {
-        // A failed write of the message (stderr on a full device) changes nothing:
-        // the status still says the run failed.
-        hpc_io::message::last_words("microcircuit", &hpc_io::message::chain(e.as_ref()));
-        std::process::exit(1);
-    }
+    hpc_spiking::run::init_log();
+    hpc_spiking::run::exit_on_error("microcircuit", run(args));
 }

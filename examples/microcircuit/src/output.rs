@@ -101,6 +101,16 @@ pub struct Recorder {
     pub spikes: u64,
 }
 
+impl hpc_spiking::intake::Record for Recorder {
+    fn add(&mut self, spikes: &[(u32, u32)]) {
+        Recorder::add(self, spikes);
+    }
+
+    fn count(&self) -> u64 {
+        self.spikes
+    }
+}
+
 impl Recorder {
     /// No spikes yet; statistics count spikes at ticks after `from_tick`.
     pub fn new(n: u32, from_tick: u32) -> Recorder {

@@ -59,10 +59,21 @@ fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -
 }
 
 fn spikes_of(model: &Model, ranks: usize, threads: usize) -> (Vec<u8>, u64) {
+    let (bytes, rep) = spikes_with(model, (ranks, threads), true);
+    (bytes, rep.stats.unwrap().spikes_total)
+}
+
+/// The spike file of a run on `ranks` x `threads`, the exchange overlapped with the
+/// next update when `overlap` (and the minimum delay allows it), with rank 0's report.
+fn spikes_with(
+    model: &Model,
+    (ranks, threads): (usize, usize),
+    overlap: bool,
+) -> (Vec<u8>, RankReport) {
     let dir = tmpdir("virt");
     let path = dir.join("spikes.spk");
     let opts = RunOptions {
-        overlap: true,
+        overlap,
         spikes: Some(path.clone()),
         ..Default::default()
     };
@@ -70,7 +81,35 @@ fn spikes_of(model: &Model, ranks: usize, threads: usize) -> (Vec<u8>, u64) {
     assert!(rep.completed);
     let bytes = std::fs::read(&path).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    (bytes, rep.stats.unwrap().spikes_total)
+    (bytes, rep)
+}
+
+/// Without a deviation of the delays the shortest is several steps, and the
+/// exchange of an interval (half of it) overlaps the next update: the spikes
+/// received meanwhile are delivered all the same, as by the run that exchanges
+/// every shortest delay and waits for it.
+#[test]
+fn the_overlapped_exchange_gives_the_spikes_of_the_waiting_one() {
+    let mut p = Params {
+        delay_rel_std: 0.0,
+        ..small_params()
+    };
+    p.thalamus.delay_rel_std = 0.0;
+    let model = Model::new(p).unwrap();
+    assert!(model.min_delay >= 2, "min delay {}", model.min_delay);
+    let (waiting, w) = spikes_with(&model, (1, 1), false);
+    assert!(w.stats.as_ref().unwrap().spikes_total > 200);
+    for (ranks, threads) in [(1, 1), (2, 2)] {
+        let (overlapped, o) = spikes_with(&model, (ranks, threads), true);
+        assert!(o.interval_steps < w.interval_steps);
+        assert!(
+            overlapped == waiting,
+            "{ranks} x {threads}, exchanging every {} steps overlapped: other spikes than \
+             every {} steps waiting",
+            o.interval_steps,
+            w.interval_steps
+        );
+    }
 }
 
 #[test]

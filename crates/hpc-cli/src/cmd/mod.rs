@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod run;
 pub mod selftest;
 pub mod topo;
+pub mod trace;
 pub mod values;
 
 /// Bad input or an error of the command itself.

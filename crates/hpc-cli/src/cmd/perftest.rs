@@ -149,6 +149,7 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     check_sizes(&args)?;
     let world = World::init().context("joining the world")?;
+    hpc_trace::set_rank(world.rank());
     match measure(&args, &world) {
         Ok(code) => Ok(code),
         // Said while this rank is still in the world: once it has left, the other

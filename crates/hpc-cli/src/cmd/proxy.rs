@@ -90,7 +90,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // talks to a DPU service; only the flag itself, given by hand, is a mistake.
     let key_var = hpc_runtime::env::COLL_PROXY_DPU_KEY_FILE;
     if let Some(path) = &args.key_file {
-        if std::env::var_os(key_var).map(std::path::PathBuf::from).as_ref() != Some(path) {
+        if std::env::var_os(key_var)
+            .map(std::path::PathBuf::from)
+            .as_ref()
+            != Some(path)
+        {
             bail!(
                 "--key-file {} goes with --dpu-service ADDR (the DPU's standing service); \
                  the ranks of a job name their copy of the key in {key_var}",

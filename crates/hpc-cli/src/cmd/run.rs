@@ -103,6 +103,12 @@ pub struct Args {
     #[arg(short = 'x', long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<OsString>,
 
+    /// Record the job's timeline and merge it into FILE, a Chrome/Perfetto trace
+    /// (open it in ui.perfetto.dev): the ranks get HPC_TRACE, a directory beside
+    /// FILE, whose files are merged after the job with the clocks aligned.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -245,6 +251,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Compute threads per rank (`--threads`, else `HPC_THREADS`, else 1).
     pub threads: usize,
+    /// The ranks' `HPC_TRACE` (`--trace`), set by [`exec`].
+    pub trace_dir: Option<PathBuf>,
 }
 
 /// Reads [`Settings`]: a flag wins over `-x KEY=VALUE`, which wins over `env` (the
@@ -303,7 +311,11 @@ pub fn settings(
             ),
         },
     };
-    Ok(Settings { timeout, threads })
+    Ok(Settings {
+        timeout,
+        threads,
+        trace_dir: None,
+    })
 }
 
 /// The most compute threads per rank `--threads` or `HPC_THREADS` may ask for.
@@ -430,7 +442,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // Bad arguments are the user's input, exit status 2 as for every subcommand; 125
     // is kept for a launcher that failed once its arguments were accepted.
     validate(&args, allowed).map_err(|e| super::UsageError(hpc_io::message::chain(e.as_ref())))?;
-    let settings = settings(&args, std::env::vars_os())
+    let mut settings = settings(&args, std::env::vars_os())
         .map_err(|e| super::UsageError(hpc_io::message::chain(e.as_ref())))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
     let n = args.np;
@@ -446,11 +458,24 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
 
     // Every flag is checked and every input read: from here on the job runs.
+    let trace = match &args.trace {
+        Some(file) => Some(super::trace::RunTrace::prepare(file, &args.env)?),
+        None => None,
+    };
+    settings.trace_dir = trace.as_ref().map(|t| t.dir.clone());
     let supervisor_of = match job::split() {
         job::Role::Front(code) => return Ok(code),
         job::Role::Supervisor { front } => front,
     };
-    run_job(&args, &settings, &program, &plan, supervisor_of)
+    let code = run_job(&args, &settings, &program, &plan, supervisor_of);
+    match (trace, code) {
+        (Some(t), Ok(code)) => Ok(t.finish(code, args.np)),
+        (Some(t), Err(e)) => {
+            t.discard();
+            Err(e)
+        }
+        (None, code) => code,
+    }
 }
 
 /// The command that starts rank `rank`: its program and arguments, its
@@ -498,6 +523,9 @@ fn rank_command(
     // The timeout the coordinator was given, whichever way it came (at least
     // MIN_SECONDS, so never written as 0).
     cmd.env(henv::TIMEOUT, timeout.as_secs_f64().to_string());
+    if let Some(dir) = &settings.trace_dir {
+        cmd.env(henv::TRACE, dir);
+    }
     let cpus = plan.cpus.get(rank).cloned().unwrap_or_default();
     if args.bind != BindPolicy::None || args.threads.is_some() {
         cmd.env(hpc_runtime::env::THREADS, settings.threads.to_string());

@@ -122,6 +122,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     let t0 = Instant::now();
     let world = World::init().context("joining the world")?;
+    hpc_trace::set_rank(world.rank());
     let (rank, size) = (world.rank(), world.size());
     let t_init = t0.elapsed();
     if args.transport {

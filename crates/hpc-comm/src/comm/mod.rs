@@ -349,8 +349,16 @@ impl Comm {
             // Point-to-point messages' number and the goodbye's: never a collective's.
             seq = self.seq.fetch_add(1, Ordering::Relaxed);
         }
-        let _span = tracing::debug_span!("collective", kind = %coll.kind(), seq, rank = self.rank)
-            .entered();
+        // The post, on the timeline (`HPC_TRACE`) and in debug logs.
+        let _span = tracing::debug_span!(
+            "post",
+            op = %coll.kind(),
+            seq,
+            rank = self.rank,
+            bytes = send.len().max(recv.len()),
+            engine = self.engine().name()
+        )
+        .entered();
         self.driver.start(Job::new(seq, coll, send, recv, staged))
     }
 

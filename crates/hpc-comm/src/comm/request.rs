@@ -41,6 +41,7 @@ impl Request<'_> {
 
     /// Waits for the collective and copies a staged result into the buffer.
     pub fn wait(mut self) -> Result<()> {
+        let _span = tracing::trace_span!("wait").entered();
         match self.ticket.take() {
             Some(t) => t.wait(&*self.comm.driver, self.out.take()),
             None => Ok(()),
@@ -63,6 +64,7 @@ impl Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
+            let _span = tracing::trace_span!("wait", dropped = true).entered();
             if let Err(e) = t.wait(&*self.comm.driver, self.out.take()) {
                 tracing::warn!(error = %e.chain(), "an unwaited collective failed");
             }
@@ -106,6 +108,7 @@ impl ScopedRequest<'_> {
 
     /// Waits for the collective.
     pub fn wait(mut self) -> Result<()> {
+        let _span = tracing::trace_span!("wait").entered();
         match self.ticket.take() {
             Some(t) => t.wait(&*self.comm.driver, None),
             None => Ok(()),

@@ -125,6 +125,7 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
     // that runs collectives back to back does not pay a wake-up for each.
     const LINGER: Duration = Duration::from_millis(100);
     let mut last_active = std::time::Instant::now();
+    let mut busy = crate::busy::Busy::default();
     loop {
         let seen = board.doorbell(me).load(Ordering::SeqCst);
         if shared.shutdown.load(Ordering::Acquire) {
@@ -139,8 +140,12 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
         let (active, moved, polling) = {
             let mut core = lock(&shared.core);
             let before = core.active();
+            busy.track(before, || {
+                tracing::trace_span!("progress", engine = "thread", rank = me)
+            });
             let moved = core.progress();
             let after = core.active();
+            busy.track(after, tracing::Span::none);
             if after < before {
                 // Wake an application thread sleeping in `wait`.
                 board.ring(me);

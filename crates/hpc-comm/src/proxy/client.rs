@@ -141,6 +141,8 @@ impl Client {
                 hpc_runtime::env::TRANSPORT,
                 hpc_runtime::env::OFI_PROVIDER,
                 hpc_runtime::env::TCP_ADDR,
+                // The proxy records its timeline beside the ranks'.
+                hpc_runtime::env::TRACE,
             ];
             for (k, _) in std::env::vars_os() {
                 if k.to_string_lossy().starts_with("HPC_") && !keep.iter().any(|&n| k == n) {

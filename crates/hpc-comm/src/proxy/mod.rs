@@ -240,10 +240,34 @@ pub fn requested() -> bool {
         || std::env::var_os(hpc_runtime::env::COLL_PROXY_DPU).is_some()
 }
 
+/// With `HPC_TRACE` set, this proxy process records its timeline (its file is
+/// finished when it exits), as the collectives proxy; an application or `hpc_rs`
+/// that installed a subscriber first decides for itself.
+fn record_timeline() -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::Layer as _;
+    hpc_trace::set_label("collectives proxy");
+    if tracing::dispatcher::has_been_set() {
+        return Ok(());
+    }
+    let layer = hpc_trace::layer_from_env().map_err(|e| Error::Unsupported(e.to_string()))?;
+    if let Some(layer) = layer {
+        hpc_trace::set_label("collectives proxy");
+        let subscriber =
+            tracing_subscriber::registry().with(layer.with_filter(hpc_trace::default_filter()));
+        // Lost to a subscriber installed meanwhile: that one decides.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    }
+    Ok(())
+}
+
 /// Serves as the proxy if `HPC_COLL_PROXY_BOARD` (host placement) or
 /// `HPC_COLL_PROXY_DPU` (DPU placement) is set (then never returns
 /// normally: exits the process when done). Returns `Ok(false)` otherwise.
 pub fn serve_env() -> Result<bool> {
+    if requested() {
+        record_timeline()?;
+    }
     // A value that is not UTF-8 is an error naming the variable, not a variable
     // read as unset (which would run the application instead of the proxy).
     if let Some(spec) =

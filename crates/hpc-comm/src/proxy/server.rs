@@ -794,11 +794,16 @@ pub(crate) fn serve_with(
     let mut last_check = Instant::now();
     // Where the node has no core for the proxy, it yields before it sleeps.
     let mut backoff = Backoff::new(Duration::ZERO, spin.is_zero());
+    let mut busy = crate::busy::Busy::default();
     loop {
         let seen = p.board.doorbell(size).load(Ordering::SeqCst);
         let mut moved = p.intake();
+        busy.track(p.ops.len(), || {
+            tracing::trace_span!("proxy work", placement = "host", ranks = size)
+        });
         moved |= p.pump();
         moved |= p.run_ops();
+        busy.track(p.ops.len(), tracing::Span::none);
         p.flush();
         if last_check.elapsed() > LIVENESS_EVERY {
             last_check = Instant::now();

@@ -44,7 +44,7 @@ pub use shard::set_portable_update;
 use shard::{Dyn, Shard};
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Result;
 use hpc_spiking::Block;
@@ -59,20 +59,7 @@ use crate::rng::{key, normal_redraw, Poisson32, Purpose, Stream};
 /// How to run: the options of brunel's simulation.
 pub use hpc_spiking::RunOptions;
 
-/// Progress, reported after every interval.
-#[derive(Clone, Debug)]
-pub struct Progress {
-    /// Steps done.
-    pub step: u64,
-    /// Steps of the whole run.
-    pub steps: u64,
-    /// Step this run started from.
-    pub start_step: u64,
-    /// Wall time since the loop started.
-    pub wall: Duration,
-    /// Wall time since the warm-up ended (zero before).
-    pub wall_recorded: Duration,
-}
+pub use hpc_spiking::progress::Progress;
 
 /// What one rank did.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -162,6 +149,8 @@ impl<'a> Simulation<'a> {
         let t0 = Instant::now();
         let cpu0 = hpc_spiking::run::cpu_seconds();
         let _span = tracing::info_span!("build").entered();
+        // A checkpoint of another model is refused before the network is built.
+        let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = pool
             .current_num_threads()
@@ -249,12 +238,10 @@ impl<'a> Simulation<'a> {
             build_cpu_s: 0.0,
             restored: None,
         };
-        if let Some(dir) = restart {
-            let r = checkpoint::open(dir)?;
-            checkpoint::check_model(&r, model)?;
+        if let Some(r) = restored {
             let st = checkpoint::read(&r, model, block)?;
             sim.set_state(r.step(), st);
-            tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+            hpc_spiking::checkpoint::restored(&r);
             sim.restored = Some(r);
         }
         sim.build_s = t0.elapsed().as_secs_f64();

@@ -2,18 +2,19 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use hpc_spiking::alltoallv::Exchange;
-use hpc_spiking::exchange::spike_records;
+use hpc_spiking::checkpoint::RunCheckpoints;
 use hpc_spiking::team::{StopOnDrop, Team};
 use rayon::prelude::*;
 
 use super::shard::{Active, Dyn, Shard};
 use super::{Progress, RankReport, RunOptions, Simulation};
 use crate::checkpoint;
-use crate::output::{spike_writer, Recorder, SpikeWriter};
-use crate::params::NPOP;
+use crate::output::{header_json, Recorder};
+use crate::params::{Params, NPOP};
 use crate::rng::{draw, key, Poisson32, Purpose};
+use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
 
 /// One interval of `m` steps of one shard: the spikes `codes` (emitted from
 /// step `base` on) start their delivery, then each step delivers and updates.
@@ -167,21 +168,8 @@ impl<'a> Simulation<'a> {
         team: Option<&Team<Shard, Job>>,
     ) -> Result<RankReport> {
         let model = self.model;
-        let dmin = model.min_delay;
-        let (m_steps, lag) = if opts.overlap && dmin >= 2 {
-            (dmin / 2, 2)
-        } else {
-            (dmin, 1)
-        };
-        let end = opts.stop_at.map_or(model.steps, |s| s.min(model.steps));
         let start_step = self.step;
-        if end < start_step {
-            bail!("the run resumes at step {start_step} but is asked to stop at step {end}");
-        }
-        let ck_every = opts.checkpoint_every.filter(|&c| c > 0);
-        if ck_every.is_some() && opts.checkpoint_dir.is_none() {
-            bail!("checkpoints need a directory");
-        }
+        let iv = Intervals::new(opts, model.min_delay, model.steps, start_step)?;
         let mut intake = self.intake(opts)?;
         let mut times = Times {
             t0: Instant::now(),
@@ -192,21 +180,15 @@ impl<'a> Simulation<'a> {
         };
         let mut send: Vec<u32> = Vec::new();
         let mut send_base: Option<(u64, u32)> = None;
-        // The checkpoints this run committed (rank 0), for `checkpoint_keep`.
-        let mut ck_written: Vec<u64> = Vec::new();
+        let mut checkpoints = opts.checkpoints(&model.params);
 
-        while self.step < end {
-            let mut m = (end - self.step).min(m_steps as u64);
-            if let Some(c) = ck_every {
-                m = m.min(c - self.step % c);
-            }
-            if self.step < model.presim_steps {
-                m = m.min(model.presim_steps - self.step);
-            }
-            let m = m as u32;
+        while self.step < iv.end {
+            let m = iv.next(self.step, Some(model.presim_steps));
             let step0 = self.step;
             let tu = Instant::now();
             let base = intake.base;
+            // Whether this update delivers the codes of the last exchange.
+            let delivers = intake.has;
             match send_base.take() {
                 Some((prev, pm)) => {
                     let (r, work_s) = {
@@ -217,26 +199,22 @@ impl<'a> Simulation<'a> {
                     r?;
                     times.update_s += work_s;
                     times.comm_s += tu.elapsed().as_secs_f64() - work_s;
+                    self.delivered(&mut intake, delivers);
                     self.receive(&mut intake, prev, pm)?;
                 }
                 None => {
                     let (codes, _) = intake.codes_and_incoming();
                     self.update(team, codes, base, step0, m)?;
                     times.update_s += tu.elapsed().as_secs_f64();
+                    self.delivered(&mut intake, delivers);
                 }
-            }
-            if intake.has {
-                let codes = std::mem::take(&mut intake.gathered);
-                self.remember(&codes, intake.base);
-                intake.gathered = codes;
-                intake.has = false;
             }
             send.clear();
             for sh in &self.shards {
                 send.extend_from_slice(&sh.spikes);
             }
             send_base = Some((step0, m));
-            if lag == 1 {
+            if iv.lag == 1 {
                 let tc = Instant::now();
                 ex.spikes(&send, &mut intake.incoming, || ())?;
                 times.comm_s += tc.elapsed().as_secs_f64();
@@ -248,35 +226,22 @@ impl<'a> Simulation<'a> {
                 times.t_rec = Some(Instant::now());
             }
 
-            let at_checkpoint = ck_every.is_some_and(|c| self.step % c == 0);
-            if at_checkpoint || self.step == end {
+            let at_checkpoint = iv.at_checkpoint(self.step);
+            if at_checkpoint || self.step == iv.end {
                 if let Some((prev, pm)) = send_base.take() {
-                    self.activate_gathered(pool, &mut intake, false);
+                    self.activate_gathered(pool, &mut intake);
                     let tc = Instant::now();
                     ex.spikes(&send, &mut intake.incoming, || ())?;
                     times.comm_s += tc.elapsed().as_secs_f64();
                     self.receive(&mut intake, prev, pm)?;
                 }
-                self.activate_gathered(pool, &mut intake, true);
-                if let Some(w) = intake.writer.as_mut() {
-                    w.flush()?;
-                }
+                self.activate_gathered(pool, &mut intake);
+                intake.flush()?;
             }
             if at_checkpoint {
-                if let Some(dir) = &opts.checkpoint_dir {
+                if let Some(ck) = checkpoints.as_mut() {
                     let ti = Instant::now();
-                    self.write_checkpoint(
-                        ex,
-                        dir,
-                        intake.writer.as_ref(),
-                        intake.recorder.as_ref(),
-                    )?;
-                    if self.rank == 0 {
-                        ck_written.push(self.step);
-                        if let Some(keep) = opts.checkpoint_keep {
-                            hpc_checkpoint::Checkpoints::new(dir).prune(&mut ck_written, keep)?;
-                        }
-                    }
+                    self.write_checkpoint(ex, ck, &intake)?;
                     intake.io_s += ti.elapsed().as_secs_f64();
                 }
             }
@@ -290,50 +255,23 @@ impl<'a> Simulation<'a> {
                 });
             }
         }
-        self.report(intake, &times, m_steps, start_step)
+        self.report(intake, &times, iv.interval, start_step)
     }
 
     /// Rank 0's recorder and spike file (continued from a restored
     /// checkpoint's), and nothing on the other ranks.
-    fn intake(&self, opts: &RunOptions) -> Result<Intake> {
+    fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
         let model = self.model;
-        let mut recorder = None;
-        let mut writer = None;
-        if self.rank == 0 {
-            let mut rec = Recorder::new(model.n, model.presim_steps as u32);
-            if let Some(r) = &self.restored {
-                match checkpoint::spikes(r, model)? {
-                    Some(prefix) => {
-                        rec.add(&prefix);
-                        if let Some(p) = &opts.spikes {
-                            let mut w = spike_writer(p, model)?;
-                            w.write(&prefix)?;
-                            writer = Some(w);
-                        }
-                    }
-                    None if opts.spikes.is_some() => bail!(
-                        "checkpoint {} has no spike file to continue",
-                        r.dir().display()
-                    ),
-                    None => {}
-                }
-            } else if let Some(p) = &opts.spikes {
-                writer = Some(spike_writer(p, model)?);
-            }
-            recorder = Some(rec);
-        }
-        Ok(Intake {
-            gathered: Vec::new(),
-            incoming: Vec::new(),
-            base: 0,
-            has: false,
-            records: Vec::new(),
-            received: 0,
-            recorder,
-            writer,
-            last_flush: self.step,
-            io_s: 0.0,
-        })
+        let header = header_json(model);
+        // Flushed every 100 steps (10^4 exchanges per biological second).
+        let file = opts.spikes.as_deref().map(|path| SpikeFile {
+            path,
+            header: &header,
+            flush_every: 100,
+        });
+        let recorder = || Recorder::new(model.n, model.presim_steps as u32);
+        let restored = self.restored.as_ref();
+        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
     }
 
     /// Steps every shard through the `m` steps from `step0`, delivering
@@ -379,38 +317,31 @@ impl<'a> Simulation<'a> {
     /// Takes the spikes just received, the exchange of the interval of `m`
     /// steps from `base`: rank 0 records them (and writes them to its spike
     /// file), every rank adds its thalamic input.
-    fn receive(&self, intake: &mut Intake, base: u64, m: u32) -> Result<()> {
-        let gid_bits = self.model.gid_bits;
-        std::mem::swap(&mut intake.gathered, &mut intake.incoming);
-        intake.base = base;
-        intake.has = true;
-        intake.received += intake.gathered.len() as u64;
-        if let Some(rec) = intake.recorder.as_mut() {
-            let ti = Instant::now();
-            spike_records(&intake.gathered, base, gid_bits, &mut intake.records);
-            intake.records.sort_unstable();
-            rec.add(&intake.records);
-            if let Some(w) = intake.writer.as_mut() {
-                w.write(&intake.records)?;
-                if base + m as u64 >= intake.last_flush + 100 {
-                    w.flush()?;
-                    intake.last_flush = base + m as u64;
-                }
-            }
-            intake.io_s += ti.elapsed().as_secs_f64();
-        }
+    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
+        intake.receive(base, m, self.model.gid_bits)?;
         self.thalamic(base, m, &mut intake.gathered);
         Ok(())
     }
 
+    /// After an update that delivered the codes received (`delivers`): they are
+    /// remembered for checkpoints and taken.
+    fn delivered(&mut self, intake: &mut Intake<Recorder>, delivers: bool) {
+        if delivers {
+            let codes = std::mem::take(&mut intake.gathered);
+            self.remember(&codes, intake.base);
+            intake.gathered = codes;
+            intake.has = false;
+        }
+    }
+
     /// Activates the spikes received and not yet delivered at once (before a
-    /// checkpoint or the end); `done` marks them taken.
-    fn activate_gathered(&mut self, pool: &rayon::ThreadPool, intake: &mut Intake, done: bool) {
+    /// checkpoint or the end) and takes them.
+    fn activate_gathered(&mut self, pool: &rayon::ThreadPool, intake: &mut Intake<Recorder>) {
         if intake.has {
             let codes = std::mem::take(&mut intake.gathered);
             self.activate_all(pool, &codes, intake.base);
             intake.gathered = codes;
-            intake.has = !done;
+            intake.has = false;
         }
     }
 
@@ -418,17 +349,15 @@ impl<'a> Simulation<'a> {
     /// the run completed.
     fn report(
         &self,
-        intake: Intake,
+        intake: Intake<Recorder>,
         times: &Times,
         m_steps: u32,
         start_step: u64,
     ) -> Result<RankReport> {
         let model = self.model;
         let completed = self.step >= model.steps;
-        let spike_file = match intake.writer {
-            Some(w) if completed => Some(w.finish()?),
-            _ => None,
-        };
+        let (io_s, received) = (intake.io_s, intake.received);
+        let (spike_file, recorder) = intake.finish(completed)?;
         let simulate_s = times.t0.elapsed().as_secs_f64();
         let state_bytes: usize = self
             .shards
@@ -449,7 +378,6 @@ impl<'a> Simulation<'a> {
                 "shard load"
             );
         }
-        let received = intake.received;
         Ok(RankReport {
             rank: self.rank,
             size: self.size,
@@ -470,72 +398,30 @@ impl<'a> Simulation<'a> {
             simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
             update_s: times.update_s,
             communicate_s: times.comm_s,
-            io_s: intake.io_s,
+            io_s,
             spikes_received: received,
             bytes_received: received * 4,
             events: self.shards.iter().map(|s| s.events).sum(),
-            stats: intake.recorder.map(|r| r.stats(model, window)),
+            stats: recorder.map(|r| r.stats(model, window)),
             spike_file,
         })
     }
 
+    /// Writes this rank's checkpoint at the current step; rank 0 commits it
+    /// (with the spike file so far) once every rank's file is there.
     fn write_checkpoint<E: Exchange>(
-        &mut self,
+        &self,
         ex: &mut E,
-        dir: &std::path::Path,
-        writer: Option<&SpikeWriter>,
-        recorder: Option<&Recorder>,
+        checkpoints: &mut RunCheckpoints<'_, Params>,
+        intake: &Intake<Recorder>,
     ) -> Result<()> {
-        let model = self.model;
-        let _s = tracing::info_span!("checkpoint", step = self.step).entered();
-        let set = hpc_checkpoint::Checkpoints::new(dir);
-        let st = self.state();
-        let written =
-            checkpoint::write_rank(&set, self.step, self.rank, self.size, self.block, &st);
-        // Every rank's file size and CRC-32C go to rank 0, which writes the manifest
-        // only once every file is there; a rank that failed stops every rank.
-        let words = hpc_spiking::checkpoint::entry_words(&written);
-        let mut all = Vec::new();
-        ex.words(&words, &mut all)?;
-        written?;
-        let entries = hpc_spiking::checkpoint::gathered_entries(&all, self.size, self.step)?;
-        if self.rank == 0 {
-            let spikes = match (writer, recorder) {
-                (Some(w), Some(rec)) => Some((w.partial(), rec.spikes)),
-                _ => None,
-            };
-            checkpoint::commit(&set, model, self.step, self.size, entries, spikes)?;
-        }
-        Ok(())
-    }
-}
-
-/// The spikes of the last exchange, not yet all delivered, and where rank 0
-/// keeps them: its recorder and spike file.
-struct Intake {
-    /// The codes received (step in the interval, neuron), then the thalamic
-    /// input added to them.
-    gathered: Vec<u32>,
-    /// Where the exchange in flight lands.
-    incoming: Vec<u32>,
-    /// The first step of the interval `gathered` came from.
-    base: u64,
-    /// Whether `gathered` waits for delivery.
-    has: bool,
-    records: Vec<(u32, u32)>,
-    received: u64,
-    recorder: Option<Recorder>,
-    writer: Option<SpikeWriter>,
-    last_flush: u64,
-    io_s: f64,
-}
-
-impl Intake {
-    /// The codes to deliver in the next update (none when they were taken),
-    /// beside the buffer the next exchange lands in.
-    fn codes_and_incoming(&mut self) -> (&[u32], &mut Vec<u32>) {
-        let codes: &[u32] = if self.has { &self.gathered } else { &[] };
-        (codes, &mut self.incoming)
+        let payload = checkpoint::encode(self.step, self.block, &self.state());
+        checkpoints.write(
+            (self.step, self.rank, self.size),
+            &payload,
+            intake.checkpoint_spikes(),
+            |words, all| ex.words(words, all),
+        )
     }
 }
 

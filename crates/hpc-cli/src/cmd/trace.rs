@@ -1,0 +1,237 @@
+//! `hpc trace`: the ranks' timelines (`HPC_TRACE=DIR`) merged into one
+//! Chrome/Perfetto trace, and a merged trace drawn as an SVG picture; and the part of
+//! `hpc run --trace FILE` that gives the ranks a directory and merges it after the job.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::UsageError;
+
+/// Arguments of `hpc trace`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Merge the ranks' timelines (HPC_TRACE) into one Chrome/Perfetto trace, or draw one",
+    after_help = "Examples:\n  \
+        hpc run -n 4 --trace job.json -- ./app      (merges by itself)\n  \
+        HPC_TRACE=trace.d mpirun -n 4 ./app && hpc trace merge trace.d -o job.json\n  \
+        hpc trace svg job.json -o job.svg\n\n\
+        Open the JSON in https://ui.perfetto.dev or chrome://tracing."
+)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Merge the files of a job's `HPC_TRACE=DIR` (written under mpirun, srun or hpc
+    /// run) into one trace: one process per rank, clocks aligned.
+    Merge {
+        /// The directory the ranks wrote (`HPC_TRACE`).
+        dir: PathBuf,
+        /// The merged trace (JSON trace-event format), replaced if it exists.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Draw a merged trace as an SVG picture: a lane per thread, a box per span.
+    Svg {
+        /// The merged trace.
+        file: PathBuf,
+        /// The picture, replaced if it exists.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// Draw from this time on, in ms from the trace's start.
+        #[arg(long, value_name = "MS")]
+        from: Option<f64>,
+        /// Draw up to this time, in ms from the trace's start.
+        #[arg(long, value_name = "MS")]
+        to: Option<f64>,
+        /// Draw the last span of this name of the first rank (say `forward`), and
+        /// what every process did meanwhile, instead of --from/--to.
+        #[arg(long, value_name = "SPAN", conflicts_with_all = ["from", "to"])]
+        around: Option<String>,
+        /// Width in pixels.
+        #[arg(long, value_name = "PX", default_value_t = 1200.0)]
+        width: f64,
+        /// A title above the lanes.
+        #[arg(long, default_value = "")]
+        title: String,
+    },
+}
+
+/// The largest merged trace `hpc trace svg` reads (4 GiB).
+const MAX_TRACE_BYTES: u64 = 4 << 30;
+
+/// Runs `hpc trace`.
+pub fn exec(args: Args) -> anyhow::Result<i32> {
+    match args.command {
+        Sub::Merge { dir, output } => {
+            check_output("-o", &output)?;
+            let merged = merge(&dir)?;
+            super::replace_file(&output, &merged.to_json())?;
+            Ok(0)
+        }
+        Sub::Svg {
+            file,
+            output,
+            from,
+            to,
+            around,
+            width,
+            title,
+        } => {
+            check_output("-o", &output)?;
+            if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
+                return Err(UsageError(format!(
+                    "--width must be between 200 and 100000 pixels, got {width}"
+                ))
+                .into());
+            }
+            for (flag, v) in [("--from", from), ("--to", to)] {
+                if v.is_some_and(|v| !v.is_finite()) {
+                    return Err(UsageError(format!("{flag} must be a number of ms")).into());
+                }
+            }
+            let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
+                .map_err(|e| UsageError(e.to_string()))?;
+            let trace: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| UsageError(format!("{}: not a JSON trace: {e}", file.display())))?;
+            let opts = hpc_trace::svg::Options {
+                width,
+                from_us: from.map(|ms| ms * 1000.0),
+                to_us: to.map(|ms| ms * 1000.0),
+                around,
+                title,
+            };
+            let svg = hpc_trace::svg::render(&trace, &opts)
+                .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+            super::replace_file(&output, svg.as_bytes())?;
+            Ok(0)
+        }
+    }
+}
+
+/// Merges `dir`; an error names the file at fault.
+fn merge(dir: &Path) -> anyhow::Result<hpc_trace::merge::Merged> {
+    hpc_trace::merge::merge_dir(dir).map_err(|e| UsageError(e.to_string()).into())
+}
+
+/// Refuses an output that cannot be written before any work: a directory, a name
+/// whose directory is missing, a device or FIFO.
+fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if path.file_name().is_none() || path.is_dir() {
+        return Err(UsageError(format!(
+            "{flag} {}: names a directory, not a file",
+            path.display()
+        )));
+    }
+    if !dir.is_dir() {
+        return Err(UsageError(format!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        )));
+    }
+    hpc_io::atomic::check_replaceable(path)
+        .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))
+}
+
+/// `hpc run --trace FILE`: the directory the ranks write into, beside `FILE`.
+#[derive(Debug)]
+pub struct RunTrace {
+    /// The merged trace to write.
+    file: PathBuf,
+    /// The ranks' directory (`HPC_TRACE`).
+    pub dir: PathBuf,
+}
+
+impl RunTrace {
+    /// Checks `--trace FILE` and makes the ranks' directory beside it (a new one:
+    /// `.NAME.ranks-PID`). `-x HPC_TRACE=...` with `--trace` is refused.
+    pub fn prepare(file: &Path, env: &[OsString]) -> Result<RunTrace, UsageError> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut prefix = hpc_env::TRACE.as_bytes().to_vec();
+        prefix.push(b'=');
+        if env.iter().any(|kv| kv.as_bytes().starts_with(&prefix)) {
+            return Err(UsageError(format!(
+                "--trace and -x {}: give one (--trace merges the ranks' files into FILE)",
+                hpc_env::TRACE
+            )));
+        }
+        check_output("--trace", file)?;
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        let dir = file.with_file_name(format!(".{name}.ranks-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| {
+            UsageError(format!(
+                "--trace {}: cannot make the ranks' directory {}: {e}",
+                file.display(),
+                dir.display()
+            ))
+        })?;
+        // Absolute: the ranks may change directory before they record.
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        Ok(RunTrace {
+            file: file.to_path_buf(),
+            dir,
+        })
+    }
+
+    /// Removes the ranks' directory of a job that could not run.
+    pub fn discard(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// After the job (which exited with `code`): merges the ranks' files into the
+    /// trace and removes their directory. A merge that fails leaves the directory,
+    /// says why and where, and makes a job that succeeded fail with 125.
+    /// Ranks that wrote no trace (a program that is not an hpc-rs one, or one that
+    /// installs a subscriber of its own) are named in a warning.
+    pub fn finish(self, code: i32, np: usize) -> i32 {
+        use std::io::Write as _;
+        let done = merge(&self.dir).and_then(|m| {
+            super::replace_file(&self.file, &m.to_json())
+                .with_context(|| format!("writing --trace {}", self.file.display()))?;
+            Ok(m.rank_ids)
+        });
+        match done {
+            Ok(ranks) => {
+                let missing: Vec<String> = (0..np)
+                    .filter(|r| ranks.binary_search(r).is_err())
+                    .map(|r| r.to_string())
+                    .collect();
+                if !missing.is_empty() {
+                    super::job::note!(
+                        "hpc run: --trace {}: rank(s) {} recorded no timeline (not an hpc-rs program, or one with a tracing subscriber of its own without hpc_trace's layer)",
+                        self.file.display(),
+                        missing.join(", ")
+                    );
+                }
+                let ranks = ranks.len();
+                if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove the ranks' trace files");
+                }
+                tracing::info!(ranks, file = %self.file.display(), "trace merged");
+                code
+            }
+            Err(e) => {
+                super::job::note!(
+                    "hpc run: --trace {}: {}; the ranks' files are left in {} (hpc trace merge)",
+                    self.file.display(),
+                    hpc_io::message::chain(e.as_ref()),
+                    self.dir.display()
+                );
+                if code == 0 {
+                    super::EXIT_RUN_FAILED
+                } else {
+                    code
+                }
+            }
+        }
+    }
+}

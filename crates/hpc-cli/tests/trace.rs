@@ -1,0 +1,291 @@
+//! `hpc run --trace` and `hpc trace`: real ranks record their timelines, the launcher
+//! merges them; files and flags that cannot be used are refused, naming them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const HPC: &str = env!("CARGO_BIN_EXE_hpc");
+
+fn hpc(args: &[&str]) -> Output {
+    Command::new(HPC).args(args).output().expect("run hpc")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `hpc` with `args`, which must succeed.
+fn succeeds(args: &[&str]) {
+    let out = hpc(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+}
+
+/// `hpc trace SUB INPUT -o OUTPUT`, which must succeed.
+fn trace_cmd(sub: &str, input: &Path, output: &Path) {
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    succeeds(&["trace", sub, i, "-o", o]);
+}
+
+/// `HPC_TRACE=DIR/ranks hpc run -n 2 -- hpc selftest`, as under another launcher:
+/// the ranks' directory, unmerged.
+fn traced_selftest(dir: &Path) -> std::path::PathBuf {
+    let ranks = dir.join("ranks");
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--", HPC, "selftest"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    ranks
+}
+
+fn realtime_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Checks that the spans of each thread nest (none starts inside another and ends
+/// after it), with non-negative durations.
+fn assert_nested(spans: &[&Value]) {
+    let mut lanes: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+    for s in spans {
+        let (ts, dur) = (s["ts"].as_f64().unwrap(), s["dur"].as_f64().unwrap());
+        assert!(dur >= 0.0, "negative duration: {s}");
+        let key = (s["pid"].as_u64().unwrap(), s["tid"].as_u64().unwrap());
+        lanes.entry(key).or_default().push((ts, ts + dur));
+    }
+    for (lane, mut v) in lanes {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<f64> = Vec::new();
+        for (start, end) in v {
+            while open.last().is_some_and(|&e| e <= start) {
+                open.pop();
+            }
+            if let Some(&outer) = open.last() {
+                // A microsecond of slack for the float timestamps.
+                assert!(
+                    end <= outer + 1e-3,
+                    "lane {lane:?}: {start}..{end} overlaps its parent ending at {outer}"
+                );
+            }
+            open.push(end);
+        }
+    }
+}
+
+#[test]
+fn a_traced_job_merges_every_rank_s_collectives_on_one_clock() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "job");
+    let file = dir.join("job.json");
+    let before = realtime_ns();
+    let out = hpc(&[
+        "run",
+        "-n",
+        "3",
+        "--timeout",
+        "60",
+        "--trace",
+        file.to_str().unwrap(),
+        "--",
+        HPC,
+        "selftest",
+        "--collectives",
+        "thread",
+    ]);
+    let after = realtime_ns();
+    assert!(out.status.success(), "{:?}\n{}", out.status, stderr(&out));
+    let trace: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    // The ranks' directory is gone; only the merged file is left.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("job.json")]);
+
+    let meta = &trace["otherData"];
+    assert_eq!(meta["ranks"], 3);
+    assert!(meta["clock_alignment"]
+        .as_str()
+        .unwrap()
+        .contains("CLOCK_MONOTONIC"));
+    let events = trace["traceEvents"].as_array().unwrap();
+    let named: BTreeSet<u64> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(named, BTreeSet::from([0, 1, 2]), "one process per rank");
+    let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    for rank in 0..3u64 {
+        let of = |name: &str| {
+            spans
+                .iter()
+                .filter(|s| s["pid"] == rank && s["name"] == name)
+                .count()
+        };
+        // The selftest's collectives: each posted and waited for on every rank.
+        assert!(
+            of("post") >= 4,
+            "rank {rank} posted {} collectives",
+            of("post")
+        );
+        assert!(of("wait") >= of("post"), "rank {rank}");
+        let ops: BTreeSet<&str> = spans
+            .iter()
+            .filter(|s| s["pid"] == rank && s["name"] == "post")
+            .map(|s| s["args"]["op"].as_str().unwrap())
+            .collect();
+        assert!(
+            ops.contains("allreduce") && ops.contains("alltoall"),
+            "{ops:?}"
+        );
+    }
+    assert_nested(&spans);
+    // On the job's clock: every span lies between the launch and the end.
+    let t0: u128 = meta["t0_realtime_ns"].as_str().unwrap().parse().unwrap();
+    let end_us = spans
+        .iter()
+        .map(|s| s["ts"].as_f64().unwrap() + s["dur"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(spans.iter().all(|s| s["ts"].as_f64().unwrap() >= 0.0));
+    assert!(
+        t0 >= before,
+        "the trace starts {} ns before the launch",
+        before - t0
+    );
+    let end = t0 + (end_us * 1000.0) as u128;
+    assert!(
+        end <= after,
+        "the trace ends {} ns after the job",
+        end - after
+    );
+
+    // The same files, merged by hand (as after mpirun), and drawn.
+    let ranks_dir = traced_selftest(&dir);
+    let merged = dir.join("merged.json");
+    trace_cmd("merge", &ranks_dir, &merged);
+    let merged: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+    assert_eq!(merged["otherData"]["ranks"], 2);
+    let svg = dir.join("job.svg");
+    trace_cmd("svg", &file, &svg);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("rank 2") && svg.contains("post"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs `hpc` with `args`, expecting exit status 2 and a message with every one of
+/// `words`; nothing is written into `dir` but what was there.
+fn refused(args: &[&str], words: &[&str], dir: &Path) {
+    let there: BTreeSet<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let out = hpc(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+    }
+    let now: BTreeSet<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(there, now, "{args:?} wrote into {}", dir.display());
+}
+
+#[test]
+fn bad_trace_input_is_refused_naming_it() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "bad");
+    let d = dir.to_str().unwrap();
+    let missing = format!("{d}/no/such/dir/t.json");
+    refused(
+        &["run", "-n", "1", "--trace", &missing, "--", "true"],
+        &["--trace", "does not exist"],
+        &dir,
+    );
+    refused(
+        &["run", "-n", "1", "--trace", d, "--", "true"],
+        &["--trace", "names a directory"],
+        &dir,
+    );
+    refused(
+        &["run", "-n", "1", "--trace", "/dev/full", "--", "true"],
+        &["--trace", "/dev/full", "not a regular file"],
+        &dir,
+    );
+    let both = format!("{}={d}/x", hpc_env::TRACE);
+    let t = format!("{d}/t.json");
+    refused(
+        &["run", "-n", "1", "--trace", &t, "-x", &both, "--", "true"],
+        &["--trace", hpc_env::TRACE],
+        &dir,
+    );
+    refused(
+        &["trace", "merge", &format!("{d}/none"), "-o", &t],
+        &["cannot read the trace directory", "none"],
+        &dir,
+    );
+    refused(
+        &["trace", "merge", d, "-o", &t],
+        &["holds no trace file"],
+        &dir,
+    );
+
+    // A rank file cut short.
+    let ranks = traced_selftest(&dir);
+    let one = ranks.join("rank-1.json");
+    let bytes = std::fs::read(&one).unwrap();
+    std::fs::write(&one, &bytes[..bytes.len() / 2]).unwrap();
+    refused(
+        &["trace", "merge", ranks.to_str().unwrap(), "-o", &t],
+        &["rank-1.json", "ends early"],
+        &dir,
+    );
+    refused(
+        &["trace", "svg", &format!("{d}/absent.json"), "-o", &t],
+        &["absent.json"],
+        &dir,
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "full");
+    let file = dir.join("job.json");
+    // Rank 1 may write no byte to a file, as on a full disk (SIGXFSZ ignored: EFBIG).
+    let script =
+        r#"if [ "$HPC_RANK" = 1 ]; then trap "" XFSZ; ulimit -f 0; fi; exec "$0" selftest"#;
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--trace",
+        file.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+        HPC,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("cannot write the trace") && err.contains("File too large"),
+        "{err}"
+    );
+    assert!(
+        err.contains("never finished") && err.contains("are left in"),
+        "{err}"
+    );
+    assert!(!file.exists(), "no merged trace without every rank's");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

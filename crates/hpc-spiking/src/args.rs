@@ -1,0 +1,208 @@
+//! The command-line options every spiking network binary shares ([`RunArgs`], for
+//! a binary's `clap::Parser` to take in with `#[command(flatten)]`), and their
+//! checks and conversion into the [`RunOptions`] of a run.
+//!
+//! ```
+//! use clap::Parser;
+//! use hpc_spiking::args::RunArgs;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     /// The model's own option.
+//!     #[arg(long, default_value_t = 1.0)]
+//!     scale: f64,
+//!     #[command(flatten)]
+//!     run: RunArgs,
+//! }
+//!
+//! let a = Args::parse_from(["net", "--threads", "2", "--checkpoint-every", "10", "--stop-at", "20"]);
+//! assert_eq!(a.run.threads, 2);
+//! // 100 ms of 0.1 ms steps: a checkpoint every 100 steps, a stop at step 200.
+//! let t = a.run.times(0.1, 1000).unwrap();
+//! assert_eq!((t.checkpoint_every, t.stop_at), (Some(100), Some(200)));
+//! // A stop after the end would change nothing and is refused, naming the flag.
+//! let e = a.run.times(0.1, 150).unwrap_err().to_string();
+//! assert!(e.contains("--stop-at"), "{e}");
+//! // --checkpoint-keep alone would be ignored: a usage error.
+//! assert!(Args::try_parse_from(["net", "--checkpoint-keep", "2"]).is_err());
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::exchange::Engine;
+use crate::run::{check_threads, whole_steps_within, RunOptions};
+
+/// The options every spiking network binary shares: threads and their pinning, the
+/// exchange engine, the spike file, checkpoints, a restart, an early stop and the
+/// progress line. The output directory (whose default names the binary) stays in
+/// the binary's own options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
+    /// this process may use (4096 at most).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Do not pin threads (use a plain rayon pool).
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Engine of the spike exchange between ranks (one rank exchanges in memory).
+    #[arg(long, value_enum, default_value_t = Engine::World)]
+    pub engine: Engine,
+    /// Do not write the spike file.
+    #[arg(long)]
+    pub no_spikes: bool,
+    /// Write a checkpoint every this many ms of simulated time (a warm-up included).
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_every: Option<f64>,
+    /// Keep the newest N of this run's checkpoints, removing older ones of this run
+    /// once a newer one is complete (0: keep all).
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        requires = "checkpoint_every"
+    )]
+    pub checkpoint_keep: usize,
+    /// Checkpoint directory (default OUT/checkpoints).
+    /// Only with `--checkpoint-every` (alone it would be ignored).
+    #[arg(long, value_name = "DIR", requires = "checkpoint_every")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Resume from a checkpoint (a step-* directory, or the checkpoint directory for
+    /// the newest).
+    #[arg(long, value_name = "DIR")]
+    pub restart: Option<PathBuf>,
+    /// Stop at this simulated time (ms, a warm-up included) as if interrupted
+    /// (leaves spikes.spk.partial).
+    #[arg(long, value_name = "MS")]
+    pub stop_at: Option<f64>,
+    /// No progress line.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `--checkpoint-every` and `--stop-at` in steps ([`RunArgs::times`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTimes {
+    /// Steps between checkpoints.
+    pub checkpoint_every: Option<u64>,
+    /// The step to stop at.
+    pub stop_at: Option<u64>,
+}
+
+impl RunArgs {
+    /// Checks what needs no model, before anything starts: `--threads`
+    /// ([`check_threads`]) and that `--engine` is built into this binary.
+    pub fn check(&self) -> Result<()> {
+        check_threads(self.threads)?;
+        if !self.engine.available() {
+            return Err(self.engine.unavailable_error());
+        }
+        Ok(())
+    }
+
+    /// `--checkpoint-every` and `--stop-at` in steps of `dt` ms, each a whole
+    /// number of steps inside the run's `total` steps ([`whole_steps_within`]; the
+    /// error names the flag).
+    pub fn times(&self, dt: f64, total: u64) -> Result<RunTimes> {
+        let steps = |ms: Option<f64>, what| {
+            ms.map(|ms| whole_steps_within(ms, dt, total, what))
+                .transpose()
+        };
+        Ok(RunTimes {
+            checkpoint_every: steps(self.checkpoint_every, "--checkpoint-every")?,
+            stop_at: steps(self.stop_at, "--stop-at")?,
+        })
+    }
+
+    /// The options of a run writing into the output directory `out` (the spike
+    /// file `out/spikes.spk` unless `--no-spikes`, the checkpoints in
+    /// `--checkpoint-dir` or `out/checkpoints`), with the exchange overlapped with
+    /// the update when `overlap`. A collective with `--restart`: rank 0 chooses the
+    /// checkpoint with `find` ([`crate::checkpoint::choose`]) and every rank
+    /// resumes from it.
+    pub fn options(
+        &self,
+        world: &hpc_rs::World,
+        out: &Path,
+        times: RunTimes,
+        overlap: bool,
+        find: impl FnOnce(&Path) -> Result<PathBuf>,
+    ) -> Result<RunOptions> {
+        let restart = match &self.restart {
+            Some(dir) => Some(crate::checkpoint::choose(world, dir, find)?),
+            None => None,
+        };
+        let checkpoint_dir = times.checkpoint_every.map(|_| {
+            self.checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| out.join("checkpoints"))
+        });
+        Ok(RunOptions {
+            overlap,
+            spikes: (!self.no_spikes).then(|| out.join("spikes.spk")),
+            checkpoint_every: times.checkpoint_every,
+            checkpoint_dir,
+            checkpoint_keep: (self.checkpoint_keep > 0).then_some(self.checkpoint_keep),
+            restart,
+            stop_at: times.stop_at,
+        })
+    }
+
+    /// Whether rank `rank` draws the progress line: rank 0, without `--quiet`,
+    /// when stderr is a terminal.
+    pub fn shows_progress(&self, rank: usize) -> bool {
+        use std::io::IsTerminal as _;
+        rank == 0 && !self.quiet && std::io::stderr().is_terminal()
+    }
+}
+
+impl RunOptions {
+    /// Takes the checkpoint directory for the run when it writes checkpoints
+    /// ([`crate::checkpoint::claim_dir`], a collective): rank 0 gets the lock to
+    /// hold until the run ends, so that no other run writes into it, and a
+    /// directory holding another model's checkpoints (other `params`) is refused
+    /// before anything is written.
+    pub fn claim_checkpoint_dir(
+        &self,
+        world: &hpc_rs::World,
+        params: &impl serde::Serialize,
+    ) -> Result<Option<std::fs::File>> {
+        match &self.checkpoint_dir {
+            Some(d) => crate::checkpoint::claim_dir(world, d, params),
+            None => Ok(None),
+        }
+    }
+
+    /// The checkpoints the run writes ([`crate::checkpoint::RunCheckpoints`] of
+    /// the model parameters `params` in `checkpoint_dir`, keeping
+    /// `checkpoint_keep`); `None` when it writes none.
+    pub fn checkpoints<'a, P: serde::Serialize>(
+        &self,
+        params: &'a P,
+    ) -> Option<crate::checkpoint::RunCheckpoints<'a, P>> {
+        let dir = self.checkpoint_dir.as_deref()?;
+        Some(crate::checkpoint::RunCheckpoints::new(
+            dir,
+            params,
+            self.checkpoint_keep,
+        ))
+    }
+
+    /// Starts the run in its output directory `dir` (rank 0's, from
+    /// [`crate::run::own_output_dir`]; `None` on the other ranks): removes an
+    /// earlier run's files and records the spike file's names when the run writes
+    /// one.
+    pub fn start_output_dir(&self, dir: Option<&mut hpc_io::rundir::RunDir>) -> Result<()> {
+        if let Some(d) = dir {
+            d.start()?;
+            if self.spikes.is_some() {
+                d.record("spikes.spk.partial")?;
+                d.record("spikes.spk")?;
+            }
+        }
+        Ok(())
+    }
+}

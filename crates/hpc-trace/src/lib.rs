@@ -1,0 +1,212 @@
+//! # hpc-trace: a timeline of every rank of a job
+//!
+//! With `HPC_TRACE=DIR` set, `hpc_rs::init()` adds a [`TraceLayer`] beside its log
+//! subscriber. The layer records every span a process enters and leaves as a Chrome
+//! trace event (`"ph":"X"`: name, start, duration, thread, the span's fields as
+//! `args`) and every event as an instant (`"ph":"i"`), streamed through a buffered
+//! writer into a file of its own in `DIR`. What is recorded:
+//!
+//! - the SDK's spans (`hpc_comm`, `hpc_rdma`, `hpc_runtime`, `hpc_collectives`, at
+//!   every level: a collective's post, wait and progress, the proxy's work, the
+//!   transport's put, get, send and receive), see [`default_filter`];
+//! - the application's spans and events at `INFO` and above, and the regions of
+//!   [`region`].
+//!
+//! The SDK's spans are at `TRACE` level: without a trace layer (and with `HPC_LOG`
+//! below `trace`) each costs the static level check of `tracing`'s macros.
+//!
+//! The file is `DIR/pid-<PID>.json.part` while the process runs and becomes
+//! `DIR/rank-<R>.json` when it finishes (at exit, or at [`finish`]), `R` being the
+//! rank given to [`set_rank`] (`hpc_rs::init()` gives it once the world is known); a
+//! rank that ends before it learns its rank (it failed to join the job) is named by
+//! `HPC_RANK` where `hpc run` started it, and a process that is no rank (the
+//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`. Each
+//! finished file is a Chrome trace of its own, and records the clocks of its start
+//! (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
+//! machine's boot: [`merge::merge_dir`] (`hpc trace merge`, and `hpc run --trace FILE`
+//! after the job) aligns the files on them, one process per rank.
+//!
+//! A write that fails (a full disk) stops the recording; the file is left as
+//! `.part`, [`finish`] returns the error (logged at exit), and the merge refuses the
+//! file naming it: a timeline is never silently shorter than the run.
+//!
+//! ```
+//! let dir = std::env::temp_dir().join(format!("hpc-trace-doc-{}", std::process::id()));
+//! let layer = hpc_trace::TraceLayer::create(&dir)?;
+//! let sink = layer.clone();
+//! use tracing_subscriber::layer::SubscriberExt as _;
+//! let subscriber = tracing_subscriber::registry().with(layer);
+//! tracing::subscriber::with_default(subscriber, || {
+//!     let _r = hpc_trace::region("solve");
+//!     tracing::info!(step = 1, "stepped");
+//! });
+//! sink.set_rank(0);
+//! let file = sink.finish()?.expect("a file");
+//! assert_eq!(file, dir.join("rank-0.json"));
+//! let merged = hpc_trace::merge::merge_dir(&dir)?;
+//! assert!(merged.events.iter().any(|e| e["name"] == "solve" && e["ph"] == "X"));
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+mod clock;
+pub mod merge;
+mod record;
+mod sink;
+pub mod svg;
+
+pub use record::TraceLayer;
+
+/// The version of the per-process file format ([`merge`] refuses another).
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The name of a span that [`region`] makes: the event takes its `name` field.
+pub const REGION: &str = "region";
+
+/// What can go wrong while recording.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The trace directory could not be made or written into.
+    #[error("{what} {path}: {error}")]
+    Dir {
+        /// Where the directory came from (`HPC_TRACE=`, a flag).
+        what: String,
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// A write of the trace file failed: the file is left unfinished.
+    #[error("cannot write the trace {path}: {error}; the trace is incomplete and left unfinished")]
+    Write {
+        /// The file (its `.part` name).
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// `HPC_TRACE` is not valid UTF-8 or is empty.
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// The sinks of this process that [`set_rank`], [`set_label`] and [`finish`] act on,
+/// and that are finished at exit.
+static SINKS: Mutex<Vec<Arc<sink::Sink>>> = Mutex::new(Vec::new());
+
+fn sinks() -> Vec<Arc<sink::Sink>> {
+    SINKS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The trace layer that `HPC_TRACE` asks for: `None` when it is unset, an error
+/// naming it when it is not a directory that can be made and written into.
+pub fn layer_from_env() -> Result<Option<TraceLayer>, Error> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Some(v) = std::env::var_os(hpc_env::TRACE) else {
+        return Ok(None);
+    };
+    if v.is_empty() {
+        return Err(Error::Setting(format!(
+            "{} is set but empty: give the directory the ranks' traces go to",
+            hpc_env::TRACE
+        )));
+    }
+    if std::str::from_utf8(v.as_bytes()).is_err() {
+        return Err(Error::Setting(format!(
+            "{}={:?} is not valid UTF-8",
+            hpc_env::TRACE,
+            v.to_string_lossy()
+        )));
+    }
+    TraceLayer::create_named(Path::new(&v), &format!("{}=", hpc_env::TRACE)).map(Some)
+}
+
+/// The targets and levels a [`TraceLayer`] records when installed by
+/// `hpc_rs::init()`: the SDK's crates at every level (their spans are at `TRACE`),
+/// everything else at `INFO` and above (the application's spans and regions).
+pub fn default_filter() -> tracing_subscriber::filter::Targets {
+    use tracing::Level;
+    let mut t = tracing_subscriber::filter::Targets::new().with_default(Level::INFO);
+    for sdk in [
+        "hpc_comm",
+        "hpc_rdma",
+        "hpc_runtime",
+        "hpc_collectives",
+        "hpc_trace",
+    ] {
+        t = t.with_target(sdk, Level::TRACE);
+    }
+    t
+}
+
+/// Whether this process records a timeline: a [`TraceLayer`] was made in it.
+pub fn recording() -> bool {
+    !sinks().is_empty()
+}
+
+/// Names this process's trace as rank `rank`'s (its file becomes `rank-<R>.json`).
+/// `hpc_rs::init()` calls it once the world is known.
+pub fn set_rank(rank: usize) {
+    for s in sinks() {
+        s.set_rank(rank);
+    }
+}
+
+/// Names this process in the merged timeline (for a process that is no rank, such as
+/// the collectives proxy: `proxy`).
+pub fn set_label(label: &str) {
+    for s in sinks() {
+        s.set_label(label);
+    }
+}
+
+/// Finishes this process's traces now: the files are complete and renamed to their
+/// final names, returned. Spans that end later are not recorded. It also runs at
+/// exit (returning from `main`, `std::process::exit`), where an error is logged.
+pub fn finish() -> Result<Vec<PathBuf>, Error> {
+    let mut done = Vec::new();
+    for s in sinks() {
+        if let Some(p) = s.finish()? {
+            done.push(p);
+        }
+    }
+    Ok(done)
+}
+
+/// A region of the application's code, recorded on the timeline from now until the
+/// guard is dropped: an `INFO` span named [`REGION`] whose event takes `name`.
+///
+/// ```
+/// fn step() {
+///     let _region = hpc_trace::region("halo exchange");
+///     // ... the work ...
+/// }
+/// step();
+/// ```
+pub fn region(name: &str) -> tracing::span::EnteredSpan {
+    tracing::info_span!(REGION, name).entered()
+}
+
+extern "C" fn finish_at_exit() {
+    if let Err(e) = finish() {
+        tracing::error!("{e}");
+    }
+}
+
+/// Registers [`finish`] to run at exit, once per process.
+fn finish_at_exit_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `finish_at_exit` is an `extern "C" fn()` that lives for the whole
+        // program; it catches no panic, and none escapes it (`finish` locks with
+        // poison recovery and returns its errors).
+        let rc = unsafe { libc::atexit(finish_at_exit) };
+        if rc != 0 {
+            tracing::warn!(
+                "cannot register the trace's end at exit; call hpc_trace::finish() before exiting"
+            );
+        }
+    });
+}

@@ -1,0 +1,273 @@
+//! The files of one job's processes made into one Chrome/Perfetto trace.
+//!
+//! Each rank becomes a process of the trace (`pid` = rank, named `rank R (host)`),
+//! each process that is no rank (the collectives proxy) one numbered after the
+//! ranks. Clocks are aligned so: every file counts from its start, recorded on both
+//! `CLOCK_MONOTONIC` and `CLOCK_REALTIME`. Files of one boot of one machine (the same
+//! `boot_id`: ranks of one host, containers included) share the monotonic clock and
+//! are placed exactly by it; one such group is placed against another by the
+//! realtime clocks of their first processes, which assumes the machines' clocks are
+//! synchronised (NTP, PTP): an error in that synchronisation shifts a machine's ranks
+//! by as much. The merged file says so in its `otherData`.
+//!
+//! A file that a process left unfinished (killed, or its disk full: `*.json.part`),
+//! one cut short or not a trace of this format, and a directory without a trace, are
+//! errors naming the file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::sink::{End, Head};
+
+/// The largest process file read (a GiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// How the merged clocks were aligned, as the merged file's `otherData` says it.
+pub const ALIGNMENT: &str = "processes of one boot of one machine: CLOCK_MONOTONIC (exact); \
+    between machines: CLOCK_REALTIME of each machine's first process, assumed synchronised \
+    (NTP/PTP); its error shifts that machine's processes";
+
+/// What cannot be merged.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// The directory cannot be listed.
+    #[error("cannot read the trace directory {path}: {error}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// The directory holds no finished or unfinished trace file.
+    #[error("{0} holds no trace file (rank-<R>.json); was the job run with {var} set to it?", var = hpc_env::TRACE)]
+    Empty(PathBuf),
+    /// A process did not finish its file.
+    #[error("{path} was never finished: the process (pid {pid}) was killed or failed to write it before its end (a full disk?); {lines} events were written; remove it to merge the others")]
+    Unfinished {
+        /// The `.part` file.
+        path: PathBuf,
+        /// The process id in its name.
+        pid: String,
+        /// Lines of events in it.
+        lines: usize,
+    },
+    /// A file cannot be read or is not a finished trace of this format.
+    #[error("{path}: {why}")]
+    Bad {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Two files name the same rank.
+    #[error("{first} and {second} are both rank {rank}'s: traces of two jobs in one directory?")]
+    Duplicate {
+        /// The rank.
+        rank: usize,
+        /// One file.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+    },
+}
+
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "hpcTrace")]
+    head: Head,
+    #[serde(rename = "traceEvents")]
+    events: Vec<Value>,
+    #[serde(rename = "hpcEnd")]
+    end: End,
+}
+
+/// A merged trace: its events (the ranks' first, `pid` = rank) and its metadata.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    /// Every event, timestamps in microseconds from the earliest process's start.
+    pub events: Vec<Value>,
+    /// The merged file's `otherData`: the alignment, the processes, the start.
+    pub meta: Value,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// The ranks, in order.
+    pub rank_ids: Vec<usize>,
+}
+
+impl Merged {
+    /// The Chrome trace JSON (object format: `traceEvents`, `otherData`), one event a
+    /// line.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.events.len() * 160 + 1024);
+        out.extend_from_slice(b"{\"displayTimeUnit\":\"ms\",\"otherData\":");
+        out.extend_from_slice(self.meta.to_string().as_bytes());
+        out.extend_from_slice(b",\"traceEvents\":[");
+        for (i, e) in self.events.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+            out.extend_from_slice(e.to_string().as_bytes());
+        }
+        out.extend_from_slice(b"\n]}\n");
+        out
+    }
+}
+
+/// Reads one finished process file.
+fn read(path: &Path) -> Result<File, MergeError> {
+    let bad = |why: String| MergeError::Bad {
+        path: path.to_path_buf(),
+        why,
+    };
+    let bytes = hpc_io::read::read_regular(path, MAX_FILE_BYTES).map_err(|e| bad(e.to_string()))?;
+    let file: File = serde_json::from_slice(&bytes).map_err(|e| {
+        bad(if e.is_eof() {
+            "the file ends early: it was cut short after it was finished (copied in part?)"
+                .to_string()
+        } else {
+            format!("not a trace file of hpc-trace: {e}")
+        })
+    })?;
+    if file.head.version != crate::FORMAT_VERSION {
+        return Err(bad(format!(
+            "format version {}, this merge reads version {}",
+            file.head.version,
+            crate::FORMAT_VERSION
+        )));
+    }
+    Ok(file)
+}
+
+/// The process files of `dir`: finished ones, refusing unfinished ones.
+fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| MergeError::Dir {
+        path: dir.to_path_buf(),
+        error,
+    })?;
+    let mut files = Vec::new();
+    for e in entries {
+        let e = e.map_err(|error| MergeError::Dir {
+            path: dir.to_path_buf(),
+            error,
+        })?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if let Some(pid) = name
+            .strip_prefix("pid-")
+            .and_then(|n| n.strip_suffix(".json.part"))
+        {
+            let text = hpc_io::read::read_regular(&path, MAX_FILE_BYTES).unwrap_or_default();
+            let lines = text
+                .split(|&b| b == b'\n')
+                .filter(|l| l.starts_with(b",{"))
+                .count();
+            return Err(MergeError::Unfinished {
+                path,
+                pid: pid.to_string(),
+                lines,
+            });
+        }
+        if (name.starts_with("rank-") || name.starts_with("proc-")) && name.ends_with(".json") {
+            files.push(path);
+        }
+    }
+    if files.is_empty() {
+        return Err(MergeError::Empty(dir.to_path_buf()));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Merges the process files of `dir` (see the [module](self) documentation).
+pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
+    let mut ranks: BTreeMap<usize, (PathBuf, File)> = BTreeMap::new();
+    let mut others: Vec<(PathBuf, File)> = Vec::new();
+    for path in list(dir)? {
+        let f = read(&path)?;
+        match f.end.rank {
+            Some(r) => {
+                if let Some((first, _)) = ranks.get(&r) {
+                    return Err(MergeError::Duplicate {
+                        rank: r,
+                        first: first.clone(),
+                        second: path,
+                    });
+                }
+                ranks.insert(r, (path, f));
+            }
+            None => others.push((path, f)),
+        }
+    }
+    let n_ranks = ranks.len();
+    let rank_ids: Vec<usize> = ranks.keys().copied().collect();
+    let top = ranks.keys().next_back().map_or(0, |&r| r + 1);
+    // (pid in the merged trace, its name, its sort index, the file)
+    let mut procs: Vec<(usize, String, File)> = Vec::new();
+    for (r, (_, f)) in ranks {
+        let name = format!("rank {r} ({})", f.head.host);
+        procs.push((r, name, f));
+    }
+    for (i, (_, f)) in others.into_iter().enumerate() {
+        let label = f.end.label.clone().unwrap_or_else(|| "process".into());
+        let name = format!("{label} ({}, pid {})", f.head.host, f.head.pid);
+        procs.push((top + i, name, f));
+    }
+    // Per boot, the realtime clock minus the monotonic one of its first process.
+    let mut offsets: BTreeMap<String, i128> = BTreeMap::new();
+    for (_, _, f) in &procs {
+        let key = boot_key(&f.head);
+        offsets
+            .entry(key)
+            .or_insert(i128::from(f.head.realtime_ns) - i128::from(f.head.monotonic_ns));
+    }
+    let start = |h: &Head| i128::from(h.monotonic_ns) + offsets[&boot_key(h)];
+    let t0 = procs
+        .iter()
+        .map(|(_, _, f)| start(&f.head))
+        .min()
+        .unwrap_or(0);
+    let mut events = Vec::new();
+    let mut described = Vec::new();
+    for (pid, name, f) in procs {
+        let shift_us = (start(&f.head) - t0) as f64 / 1000.0;
+        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}));
+        events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}));
+        described.push(json!({
+            "pid": pid, "name": name, "os_pid": f.head.pid, "host": f.head.host,
+            "boot_id": f.head.boot_id, "offset_us": shift_us, "events": f.end.events,
+        }));
+        for mut e in f.events {
+            if e["ph"] == "M" && e["name"] == "process_name" {
+                continue;
+            }
+            if let Some(ts) = e.get("ts").and_then(Value::as_f64) {
+                e["ts"] = json!(ts + shift_us);
+            }
+            e["pid"] = json!(pid);
+            events.push(e);
+        }
+    }
+    let meta = json!({
+        "producer": "hpc-trace",
+        "clock_alignment": ALIGNMENT,
+        "t0_realtime_ns": t0.to_string(),
+        "ranks": n_ranks,
+        "processes": described,
+    });
+    Ok(Merged {
+        events,
+        meta,
+        ranks: n_ranks,
+        rank_ids,
+    })
+}
+
+/// What processes sharing `CLOCK_MONOTONIC` have in common: the boot, else the host.
+fn boot_key(h: &Head) -> String {
+    if h.boot_id.is_empty() {
+        format!("host:{}", h.host)
+    } else {
+        format!("boot:{}", h.boot_id)
+    }
+}

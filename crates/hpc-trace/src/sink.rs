@@ -1,0 +1,246 @@
+//! One process's trace file: its header (clocks, host, boot), one event per line,
+//! its end (rank, label, counts), every write checked.
+//!
+//! ```text
+//! {"hpcTrace":{"version":1,...},"traceEvents":[
+//! {"ph":"M","name":"process_name",...}
+//! ,{"ph":"X",...}
+//! ],"hpcEnd":{"rank":2,"label":null,"events":1234}}
+//! ```
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{clock, Error};
+
+/// The header of a process's file: what the merge aligns it on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Head {
+    /// [`crate::FORMAT_VERSION`].
+    pub version: u64,
+    /// The process id.
+    pub pid: u32,
+    /// The host's name.
+    pub host: String,
+    /// The machine's boot id (empty when unknown).
+    pub boot_id: String,
+    /// `CLOCK_REALTIME` at the start, ns since the epoch.
+    pub realtime_ns: u64,
+    /// `CLOCK_MONOTONIC` at the same moment, ns; every `ts` counts from it.
+    pub monotonic_ns: u64,
+}
+
+/// The end of a finished file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct End {
+    /// The rank, when the process learnt it.
+    pub rank: Option<usize>,
+    /// The process's label (`proxy`), when it gave one.
+    pub label: Option<String>,
+    /// Events written.
+    pub events: u64,
+}
+
+/// One event as written (Chrome's trace-event format).
+#[derive(Serialize)]
+pub struct Event<'a> {
+    pub name: &'a str,
+    pub cat: &'a str,
+    pub ph: &'static str,
+    /// Microseconds since the file's start.
+    pub ts: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dur: Option<f64>,
+    pub pid: u32,
+    pub tid: u32,
+    /// An instant's scope (`t`: its thread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s: Option<&'static str>,
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub args: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+struct State {
+    out: Option<BufWriter<File>>,
+    error: Option<std::io::Error>,
+    rank: Option<usize>,
+    label: Option<String>,
+    events: u64,
+    threads: HashSet<u32>,
+    finished: Option<Option<PathBuf>>,
+}
+
+/// A process's trace file being written.
+pub struct Sink {
+    state: Mutex<State>,
+    dir: PathBuf,
+    part: PathBuf,
+    pid: u32,
+    /// `CLOCK_MONOTONIC` at the start, ns.
+    pub start_ns: u64,
+}
+
+impl Sink {
+    /// Makes `dir` (and its parents) if missing and starts `dir/pid-<PID>.json.part`
+    /// (a new file: an earlier one of that name is an error). `what` names where
+    /// `dir` came from, for messages.
+    pub fn create(dir: &Path, what: &str) -> Result<Sink, Error> {
+        let dir_err = |error| Error::Dir {
+            what: what.to_string(),
+            path: dir.to_path_buf(),
+            error,
+        };
+        std::fs::create_dir_all(dir).map_err(dir_err)?;
+        let pid = std::process::id();
+        let part = dir.join(format!("pid-{pid}.json.part"));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&part)
+            .map_err(dir_err)?;
+        let (realtime_ns, monotonic_ns) = clock::base();
+        let head = Head {
+            version: crate::FORMAT_VERSION,
+            pid,
+            host: clock::host(),
+            boot_id: clock::boot_id(),
+            realtime_ns,
+            monotonic_ns,
+        };
+        let sink = Sink {
+            state: Mutex::new(State {
+                out: Some(BufWriter::with_capacity(1 << 16, file)),
+                error: None,
+                rank: None,
+                label: None,
+                events: 0,
+                threads: HashSet::new(),
+                finished: None,
+            }),
+            dir: dir.to_path_buf(),
+            part,
+            pid,
+            start_ns: monotonic_ns,
+        };
+        {
+            let mut st = sink.lock();
+            let head = serde_json::to_string(&head).map_err(std::io::Error::from);
+            let r = head.and_then(|h| {
+                let out = st.out.as_mut().expect("just made");
+                write!(
+                    out,
+                    "{{\"hpcTrace\":{h},\"traceEvents\":[\n{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"pid {pid}\"}}}}"
+                )
+            });
+            if let Err(error) = r {
+                drop(st);
+                let _ = std::fs::remove_file(&sink.part);
+                return Err(Error::Write {
+                    path: sink.part.clone(),
+                    error,
+                });
+            }
+        }
+        Ok(sink)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The process id its events carry.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Writes `ev` (on thread `tid`, named `thread` the first time), unless the file
+    /// is finished or a write failed before.
+    pub fn write(&self, ev: &Event<'_>, thread: impl FnOnce() -> String) {
+        let mut st = self.lock();
+        if st.finished.is_some() || st.error.is_some() {
+            return;
+        }
+        let name = st.threads.insert(ev.tid).then(thread);
+        let State { out, error, .. } = &mut *st;
+        let Some(out) = out.as_mut() else { return };
+        let r = (|| {
+            if let Some(name) = name {
+                let args = serde_json::json!({ "name": name });
+                let m = serde_json::json!({"ph": "M", "name": "thread_name", "pid": ev.pid, "tid": ev.tid, "args": args});
+                out.write_all(b"\n,")?;
+                serde_json::to_writer(&mut *out, &m)?;
+            }
+            out.write_all(b"\n,")?;
+            serde_json::to_writer(&mut *out, ev)?;
+            Ok::<(), std::io::Error>(())
+        })();
+        match r {
+            Ok(()) => st.events += 1,
+            Err(e) => *error = Some(e),
+        }
+    }
+
+    /// Records the process's rank.
+    pub fn set_rank(&self, rank: usize) {
+        self.lock().rank = Some(rank);
+    }
+
+    /// Records the process's label.
+    pub fn set_label(&self, label: &str) {
+        self.lock().label = Some(label.to_string());
+    }
+
+    /// Writes the end and renames the file to its final name (returned; `None`
+    /// when it was finished before and failed). A write that failed, now or
+    /// before, leaves the `.part` file and is the error.
+    pub fn finish(&self) -> Result<Option<PathBuf>, Error> {
+        let mut st = self.lock();
+        if let Some(done) = &st.finished {
+            return Ok(done.clone());
+        }
+        st.finished = Some(None);
+        let out = st.out.take();
+        let fail = |error| Error::Write {
+            path: self.part.clone(),
+            error,
+        };
+        if let Some(error) = st.error.take() {
+            return Err(fail(error));
+        }
+        let Some(mut out) = out else { return Ok(None) };
+        // A rank that ended before it learnt its rank (it failed to join the job) is
+        // still the rank its launcher started; a process with a label is no rank.
+        if st.rank.is_none() && st.label.is_none() {
+            st.rank = std::env::var(hpc_env::RANK)
+                .ok()
+                .and_then(|r| r.trim().parse().ok());
+        }
+        let end = End {
+            rank: st.rank,
+            label: st.label.clone(),
+            events: st.events,
+        };
+        let end = serde_json::to_string(&end).map_err(|e| fail(e.into()))?;
+        write!(out, "\n],\"hpcEnd\":{end}}}\n").map_err(fail)?;
+        out.into_inner()
+            .map_err(|e| fail(e.into_error()))?
+            .sync_all()
+            .map_err(fail)?;
+        let name = match st.rank {
+            Some(r) => format!("rank-{r}.json"),
+            None => format!("proc-{}.json", self.pid),
+        };
+        let path = self.dir.join(name);
+        hpc_io::atomic::rename_over(&self.part, &path).map_err(|e| Error::Write {
+            path: self.part.clone(),
+            error: std::io::Error::other(e.to_string()),
+        })?;
+        st.finished = Some(Some(path.clone()));
+        Ok(Some(path))
+    }
+}

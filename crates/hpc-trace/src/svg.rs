@@ -1,0 +1,267 @@
+//! A merged trace drawn as an SVG picture: one lane per thread of each process, its
+//! spans as boxes stacked by nesting, coloured by name, on a common time axis.
+//!
+//! ```
+//! let trace = serde_json::json!({"traceEvents": [
+//!     {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}},
+//!     {"ph": "X", "name": "fft", "cat": "app", "ts": 0.0, "dur": 50.0, "pid": 0, "tid": 7},
+//!     {"ph": "X", "name": "alltoall", "cat": "hpc_comm", "ts": 10.0, "dur": 20.0, "pid": 0, "tid": 8},
+//! ]});
+//! let svg = hpc_trace::svg::render(&trace, &hpc_trace::svg::Options::default())?;
+//! assert!(svg.starts_with("<svg") && svg.contains("alltoall") && svg.contains("rank 0"));
+//! # Ok::<(), hpc_trace::svg::SvgError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// What to draw.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Width of the picture in pixels.
+    pub width: f64,
+    /// Draw from this time on (µs of the trace; default: its first span).
+    pub from_us: Option<f64>,
+    /// Draw up to this time (µs; default: its last span's end).
+    pub to_us: Option<f64>,
+    /// Draw the last span of this name of the first process (and what the others
+    /// did meanwhile) instead of a window of times.
+    pub around: Option<String>,
+    /// A title above the lanes.
+    pub title: String,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            width: 1200.0,
+            from_us: None,
+            to_us: None,
+            around: None,
+            title: String::new(),
+        }
+    }
+}
+
+/// The most spans drawn (a larger trace is refused: narrow it with a window).
+pub const MAX_SPANS: usize = 200_000;
+
+/// What cannot be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum SvgError {
+    /// Not a trace: no `traceEvents` list.
+    #[error("not a Chrome trace: no traceEvents list")]
+    NotATrace,
+    /// No span in the window.
+    #[error("no span (\"ph\":\"X\") to draw{0}")]
+    Nothing(String),
+    /// Too many spans.
+    #[error("{0} spans to draw, more than {MAX_SPANS}: draw a shorter window (--from, --to)")]
+    TooMany(usize),
+    /// No span of the name `around` asked for.
+    #[error("no span named {0:?} to draw around")]
+    NoSuchSpan(String),
+    /// A window that is empty or reversed.
+    #[error("the window from {from} µs to {to} µs is empty")]
+    Window {
+        /// Its start.
+        from: f64,
+        /// Its end.
+        to: f64,
+    },
+}
+
+struct Span {
+    ts: f64,
+    dur: f64,
+    name: String,
+}
+
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
+];
+const ROW: f64 = 14.0;
+const LABEL: f64 = 170.0;
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Each span's depth in its lane: the number of spans still open at its start.
+fn depths(spans: &mut [Span]) -> Vec<usize> {
+    spans.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(b.dur.total_cmp(&a.dur)));
+    let mut open: Vec<f64> = Vec::new();
+    spans
+        .iter()
+        .map(|s| {
+            while open.last().is_some_and(|&end| end <= s.ts) {
+                open.pop();
+            }
+            let d = open.len();
+            open.push(s.ts + s.dur);
+            d
+        })
+        .collect()
+}
+
+type Lanes = BTreeMap<(i64, i64), Vec<Span>>;
+
+/// The spans by (pid, tid), and the names of processes and threads.
+fn collect(events: &[Value]) -> (Lanes, BTreeMap<(i64, i64), String>) {
+    let mut lanes: Lanes = BTreeMap::new();
+    let mut names = BTreeMap::new();
+    for e in events {
+        let pid = e["pid"].as_i64().unwrap_or(0);
+        let tid = e["tid"].as_i64().unwrap_or(0);
+        match (e["ph"].as_str(), e["name"].as_str()) {
+            (Some("M"), Some("process_name")) => {
+                if let Some(n) = e["args"]["name"].as_str() {
+                    names.insert((pid, -1), n.to_string());
+                }
+            }
+            (Some("M"), Some("thread_name")) => {
+                if let Some(n) = e["args"]["name"].as_str() {
+                    names.insert((pid, tid), n.to_string());
+                }
+            }
+            (Some("X"), Some(name)) => {
+                if let (Some(ts), Some(dur)) = (e["ts"].as_f64(), e["dur"].as_f64()) {
+                    lanes.entry((pid, tid)).or_default().push(Span {
+                        ts,
+                        dur: dur.max(0.0),
+                        name: name.to_string(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    (lanes, names)
+}
+
+/// Draws `trace` (a Chrome trace: an object with `traceEvents`, or a list of events).
+pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
+    let events = match trace {
+        Value::Array(a) => a,
+        _ => trace["traceEvents"].as_array().ok_or(SvgError::NotATrace)?,
+    };
+    let (mut lanes, names) = collect(events);
+    let all = lanes.values().flatten();
+    let first = all.clone().map(|s| s.ts).fold(f64::INFINITY, f64::min);
+    let last = all.map(|s| s.ts + s.dur).fold(f64::NEG_INFINITY, f64::max);
+    let (mut from, mut to) = (opts.from_us.unwrap_or(first), opts.to_us.unwrap_or(last));
+    let mut window = opts.from_us.is_some() || opts.to_us.is_some();
+    if let Some(name) = &opts.around {
+        let s = lanes
+            .iter()
+            .filter(|((pid, _), _)| Some(*pid) == lanes.keys().next().map(|k| k.0))
+            .flat_map(|(_, spans)| spans.iter())
+            .filter(|s| &s.name == name)
+            .max_by(|a, b| a.ts.total_cmp(&b.ts))
+            .ok_or_else(|| SvgError::NoSuchSpan(name.clone()))?;
+        let margin = s.dur * 0.03;
+        (from, to, window) = (s.ts - margin, s.ts + s.dur + margin, true);
+    }
+    if window {
+        if to.partial_cmp(&from) != Some(std::cmp::Ordering::Greater) {
+            return Err(SvgError::Window { from, to });
+        }
+        for spans in lanes.values_mut() {
+            spans.retain(|s| s.ts + s.dur >= from && s.ts <= to);
+        }
+        lanes.retain(|_, s| !s.is_empty());
+    }
+    let count: usize = lanes.values().map(Vec::len).sum();
+    if count == 0 {
+        let w = if window { " in the window" } else { "" };
+        return Err(SvgError::Nothing(w.into()));
+    }
+    if count > MAX_SPANS {
+        return Err(SvgError::TooMany(count));
+    }
+    let span_us = (to - from).max(1e-3);
+    let plot = (opts.width - LABEL - 10.0).max(100.0);
+    let x = |t: f64| LABEL + (t.clamp(from, to) - from) / span_us * plot;
+    let mut colours: BTreeMap<String, &str> = BTreeMap::new();
+    let mut body = String::new();
+    let mut y = 40.0;
+    for ((pid, tid), spans) in &mut lanes {
+        let d = depths(spans);
+        let rows = d.iter().max().map_or(1, |m| m + 1) as f64;
+        let process = names
+            .get(&(*pid, -1))
+            .cloned()
+            .unwrap_or(format!("pid {pid}"));
+        let thread = names
+            .get(&(*pid, *tid))
+            .cloned()
+            .unwrap_or(format!("{tid}"));
+        let _ = write!(
+            body,
+            r##"<text x="4" y="{:.1}" class="l">{}</text><text x="4" y="{:.1}" class="t">{}</text><line x1="0" x2="{:.0}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            y + 10.0,
+            escape(&process),
+            y + 21.0,
+            escape(&thread),
+            opts.width,
+            y - 2.0,
+            y - 2.0
+        );
+        for (s, depth) in spans.iter().zip(d) {
+            let n = colours.len();
+            let colour = *colours
+                .entry(s.name.clone())
+                .or_insert(PALETTE[n % PALETTE.len()]);
+            let (x0, x1) = (x(s.ts), x(s.ts + s.dur));
+            let _ = write!(
+                body,
+                r#"<rect x="{x0:.2}" y="{:.1}" width="{:.2}" height="{:.1}" fill="{colour}"><title>{} {:.1} µs</title></rect>"#,
+                y + depth as f64 * ROW,
+                (x1 - x0).max(0.5),
+                ROW - 2.0,
+                escape(&s.name),
+                s.dur
+            );
+        }
+        y += (rows * ROW).max(26.0) + 6.0;
+    }
+    let height = y + 30.0 + 16.0 * colours.len().div_ceil(4) as f64;
+    let mut out = String::with_capacity(body.len() + 4096);
+    let _ = write!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{:.0}" height="{height:.0}" font-family="sans-serif" font-size="11"><style>.l{{font-weight:bold}}.t{{fill:#555}}</style><rect width="100%" height="100%" fill="white"/><text x="4" y="16" font-size="14">{}</text>"#,
+        opts.width,
+        escape(&opts.title)
+    );
+    // Time axis: ten ticks, in ms.
+    for i in 0..=10 {
+        let t = from + span_us * f64::from(i) / 10.0;
+        let _ = write!(
+            out,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="28" y2="{1:.0}" stroke="#eee"/><text x="{0:.1}" y="34" text-anchor="middle" fill="#555">{2:.3} ms</text>"##,
+            x(t),
+            y,
+            (t - from) / 1000.0
+        );
+    }
+    out.push_str(&body);
+    for (i, (name, colour)) in colours.iter().enumerate() {
+        let lx = 4.0 + (i % 4) as f64 * (opts.width / 4.0);
+        let ly = y + 16.0 + (i / 4) as f64 * 16.0;
+        let _ = write!(
+            out,
+            r#"<rect x="{lx:.0}" y="{:.0}" width="10" height="10" fill="{colour}"/><text x="{:.0}" y="{ly:.0}">{}</text>"#,
+            ly - 9.0,
+            lx + 14.0,
+            escape(name)
+        );
+    }
+    out.push_str("</svg>\n");
+    Ok(out)
+}
