@@ -263,6 +263,24 @@ fn summary(
         syn_bytes as f64 / synapses.max(1) as f64,
         hpc_spiking::memory::human(ring_bytes)
     );
+    // Every rank receives every spike code (4 bytes) of the allgather.
+    let recv: Vec<u64> = reports.iter().map(|r| r.spikes_exchanged * 4).collect();
+    say!(
+        "  exchange          {:.0} bytes received per rank per biological second (max over ranks)",
+        recv.iter().max().copied().unwrap_or(0) as f64 / bio_s.max(f64::MIN_POSITIVE)
+    );
+    let ranks_report: Vec<_> = reports
+        .iter()
+        .zip(all)
+        .map(|(r, g)| {
+            serde_json::json!({
+                "rank": r.rank, "first": r.first, "neurons": r.neurons,
+                "simulate_s": r.simulate_s, "communicate_s": r.communicate_s,
+                "spikes_received": r.spikes_exchanged, "bytes_received": r.spikes_exchanged * 4,
+                "synapse_bytes": r.synapse_bytes, "peak_rss_bytes": g.peak_rss,
+            })
+        })
+        .collect();
     let bars = figure::histogram(&weights);
     let summary = serde_json::json!({
         "params": p, "neurons": model.n, "synapses": synapses, "stdp_synapses": weights.count,
@@ -280,6 +298,8 @@ fn summary(
         "synapse_bytes": syn_bytes, "ring_buffer_bytes": ring_bytes,
         "peak_rss_bytes": all.iter().map(|g| g.peak_rss).collect::<Vec<_>>(),
         "estimate_bytes_per_rank": estimate, "completed": me.completed,
+        "interval_steps": model.delay_steps, "bytes_received_per_rank": recv,
+        "ranks_report": ranks_report,
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
     if !args.no_plot {

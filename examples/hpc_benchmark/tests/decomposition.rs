@@ -79,7 +79,23 @@ fn any_ranks_and_threads_give_the_same_spikes_and_weights() {
             digest(&summary),
             "{ranks} ranks x {threads} threads: other weights"
         );
+        // The allgather: every rank receives every spike code, 4 bytes each,
+        // as the one rank of 1 x 1 does.
+        let recv = sum["bytes_received_per_rank"].as_array().unwrap();
+        assert_eq!(recv.len(), ranks, "{ranks} ranks: {recv:?}");
+        for b in recv {
+            assert_eq!(
+                b, &summary["bytes_received_per_rank"][0],
+                "{ranks} ranks x {threads} threads: other bytes received"
+            );
+        }
+        assert_eq!(sum["ranks_report"].as_array().map(Vec::len), Some(ranks));
     }
+    let one = summary["bytes_received_per_rank"][0].as_u64().unwrap();
+    assert!(
+        one >= 4 * recorded,
+        "{one} bytes for {recorded} recorded spikes"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
