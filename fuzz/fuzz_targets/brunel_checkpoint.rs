@@ -63,12 +63,22 @@ fuzz_target!(|data: &[u8]| {
     let set = Checkpoints::new(&root);
     let mut entries = Vec::new();
     for (r, p) in payloads.iter().enumerate() {
-        entries.push(set.write_rank(STEP, r as u32, ranks as u32, p).expect("write a rank file"));
+        entries.push(
+            set.write_rank(STEP, r as u32, ranks as u32, p)
+                .expect("write a rank file"),
+        );
     }
     let spk = root.join("spikes.in");
     std::fs::write(&spk, rest).expect("write the spike file");
-    checkpoint::commit(&set, model, STEP, ranks, entries, Some((&spk, counted)))
-        .expect("commit");
+    hpc_spiking::checkpoint::commit_run(
+        &set,
+        &model.params,
+        STEP,
+        ranks,
+        entries,
+        Some((&spk, counted)),
+    )
+    .expect("commit");
 
     if let Ok(r) = checkpoint::open(&root) {
         if checkpoint::check_model(&r, model).is_ok() {
@@ -79,7 +89,7 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(st.ring.len(), n * model.delay_steps as usize);
                 }
             }
-            if let Ok(Some(spikes)) = checkpoint::spikes(&r, model) {
+            if let Ok(Some(spikes)) = checkpoint::spikes_of(&r.checkpoint, model.n, r.meta.spikes) {
                 assert!(spikes.iter().all(|&(_, id)| id < model.n));
                 assert_eq!(spikes.len() as u64, counted);
             }
