@@ -45,13 +45,9 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-max_nodes=0
-for n in $nodes; do
-    case $n in ''|*[!0-9]*) echo "--nodes: $n is not a number" >&2; exit 2 ;; esac
-    [ "$n" -ge 1 ] && [ "$n" -le 8 ] || { echo "--nodes: $n is not in 1..8" >&2; exit 2; }
-    [ "$n" -gt "$max_nodes" ] && max_nodes=$n
-done
-[ "$max_nodes" -ge 1 ] || { echo "--nodes: give at least one count of nodes" >&2; exit 2; }
+# shellcheck source=benches/cluster-nodes.sh
+. benches/cluster-nodes.sh  # (the working directory is the repository root)
+check_nodes "$nodes" 1
 for v in "--scale $scale" "--t-sim $t_sim" "--t-presim $t_presim"; do
     awk -v x="${v#* }" 'BEGIN { exit !(x + 0 == x && x > 0) }' ||
         { echo "${v% *}: ${v#* } is not a positive number" >&2; exit 2; }

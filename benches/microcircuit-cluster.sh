@@ -50,13 +50,9 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-max_nodes=0
-for n in $nodes; do
-    case $n in ''|*[!0-9]*) echo "--nodes: $n is not a number" >&2; exit 2 ;; esac
-    [ "$n" -ge 1 ] && [ "$n" -le 8 ] || { echo "--nodes: $n is not in 1..8" >&2; exit 2; }
-    [ "$n" -gt "$max_nodes" ] && max_nodes=$n
-done
-[ "$max_nodes" -ge 2 ] || { echo "--nodes: at least one run needs 2 nodes (alpha is measured between two)" >&2; exit 2; }
+# shellcheck source=benches/cluster-nodes.sh
+. benches/cluster-nodes.sh  # (the working directory is the repository root)
+check_nodes "$nodes" 2  # alpha is measured between two
 
 : "${CARGO_TARGET_DIR:=target}"
 bin="$(readlink -f "$CARGO_TARGET_DIR")/release"

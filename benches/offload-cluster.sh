@@ -34,12 +34,9 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-max_nodes=0
-for n in $nodes; do
-    case $n in ''|*[!0-9]*) echo "--nodes: $n is not a number" >&2; exit 2 ;; esac
-    [ "$n" -ge 1 ] && [ "$n" -le 8 ] || { echo "--nodes: $n is not in 1..8" >&2; exit 2; }
-    [ "$n" -gt "$max_nodes" ] && max_nodes=$n
-done
+# shellcheck source=benches/cluster-nodes.sh
+. benches/cluster-nodes.sh  # (the working directory is the repository root)
+check_nodes "$nodes" 1
 
 : "${CARGO_TARGET_DIR:=target}"
 export CARGO_TARGET_DIR
