@@ -45,8 +45,8 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-# shellcheck source=benches/cluster-nodes.sh
-. benches/cluster-nodes.sh  # (the working directory is the repository root)
+# shellcheck source=benches/cluster-bench.sh
+. benches/cluster-bench.sh  # (the working directory is the repository root)
 check_nodes "$nodes" 1
 for v in "--scale $scale" "--t-sim $t_sim" "--t-presim $t_presim"; do
     awk -v x="${v#* }" 'BEGIN { exit !(x + 0 == x && x > 0) }' ||
@@ -57,13 +57,7 @@ done
 bin="$(readlink -f "$CARGO_TARGET_DIR")/release"
 cargo build --release -q -p hpc-example-hpc-benchmark -p hpc-cli \
     --features hpc-example-hpc-benchmark/mpi,hpc-cli/mpi,hpc-cli/ofi
-export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-hb-bench}
-export HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-hb-bench}
-export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
-cluster() { "$bin/hpc" cluster "$@"; }
-if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
-cluster up --nodes "$max_nodes" --bin "$bin" >&2
-shared=$HPC_CLUSTER_DIR/shared
+bench_cluster hb
 
 run_once() { # nodes scale dir
     rm -rf "${shared:?}/$3"

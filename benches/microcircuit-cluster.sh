@@ -50,21 +50,15 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-# shellcheck source=benches/cluster-nodes.sh
-. benches/cluster-nodes.sh  # (the working directory is the repository root)
+# shellcheck source=benches/cluster-bench.sh
+. benches/cluster-bench.sh  # (the working directory is the repository root)
 check_nodes "$nodes" 2  # alpha is measured between two
 
 : "${CARGO_TARGET_DIR:=target}"
 bin="$(readlink -f "$CARGO_TARGET_DIR")/release"
 cargo build --release -q -p hpc-example-microcircuit -p hpc-cli \
     --features hpc-example-microcircuit/mpi,hpc-cli/mpi,hpc-cli/ofi
-export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-mc-bench}
-export HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-mc-bench}
-export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
-cluster() { "$bin/hpc" cluster "$@"; }
-if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
-cluster up --nodes "$max_nodes" --bin "$bin" >&2
-shared=$HPC_CLUSTER_DIR/shared
+bench_cluster mc
 
 # alpha and beta: the median half round trip between node1 and node2, best of 3.
 lat() { # size iterations -> microseconds

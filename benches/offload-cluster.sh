@@ -34,8 +34,8 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-# shellcheck source=benches/cluster-nodes.sh
-. benches/cluster-nodes.sh  # (the working directory is the repository root)
+# shellcheck source=benches/cluster-bench.sh
+. benches/cluster-bench.sh  # (the working directory is the repository root)
 check_nodes "$nodes" 1
 
 : "${CARGO_TARGET_DIR:=target}"
@@ -45,16 +45,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
     cargo build --release -q -p hpc-cli -p hpc-benches -p hpc-example-fft3d \
         --features hpc-benches/mpi,hpc-example-fft3d/mpi
 fi
-export HPC_CLUSTER_NAME=${HPC_CLUSTER_NAME:-hpc-offload-bench}
-export HPC_CLUSTER_DIR=${HPC_CLUSTER_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-offload-bench}
-export HPC_CACHE_DIR=${HPC_CACHE_DIR:-$(readlink -f "$CARGO_TARGET_DIR")/cluster-cache}
-cluster() { "$bin/hpc" cluster "$@"; }
-if [ "${KEEP:-0}" != 1 ]; then trap 'cluster down >/dev/null 2>&1 || true' EXIT; fi
-if [ "${KEEP:-0}" = 1 ] && docker inspect "$HPC_CLUSTER_NAME-node$max_nodes" >/dev/null 2>&1; then
-    echo "using the cluster $HPC_CLUSTER_NAME that is up" >&2
-else
-    cluster up --nodes "$max_nodes" --bin "$bin" >&2
-fi
+bench_cluster offload reuse
 
 export NO_BUILD=1 BIN=/opt/hpc/bin ROUNDS="${ROUNDS:-1}"
 for n in $nodes; do
