@@ -236,16 +236,28 @@ fn install_subscriber() -> Result<(), Error> {
     let writer = RankTagged {
         tag: rank_tag(&env).map(|r| format!("[{r}] ")),
     };
-    let trace = hpc_trace::layer_from_env().map_err(|e| Error::Bootstrap(e.to_string()))?;
-    let installed = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
+    let ansi = std::io::stderr().is_terminal();
+    let installed =
+        match hpc_trace::layer_from_env().map_err(|e| Error::Bootstrap(e.to_string()))? {
+            // The log alone: one global filter, as fast as a subscriber gets when a
+            // span or event is off (per-layer filters are checked per callsite hit).
+            None => tracing_subscriber::fmt()
+                .with_env_filter(filter)
                 .with_writer(writer)
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_filter(filter),
-        )
-        .with(trace.map(|t| t.with_filter(hpc_trace::default_filter())))
-        .try_init()
+                .with_ansi(ansi)
+                .finish()
+                .try_init(),
+            // The timeline beside it, each with its own filter.
+            Some(trace) => tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(writer)
+                        .with_ansi(ansi)
+                        .with_filter(filter),
+                )
+                .with(trace.with_filter(hpc_trace::default_filter()))
+                .try_init(),
+        }
         .is_ok();
     if let Some(p) = problem {
         if installed {

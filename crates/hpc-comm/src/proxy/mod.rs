@@ -252,6 +252,8 @@ fn record_timeline() -> Result<()> {
     }
     let layer = hpc_trace::layer_from_env().map_err(|e| Error::Unsupported(e.to_string()))?;
     if let Some(layer) = layer {
+        // A label names the sinks that exist: this one is new (the call above named
+        // those of a layer installed before).
         hpc_trace::set_label("collectives proxy");
         let subscriber =
             tracing_subscriber::registry().with(layer.with_filter(hpc_trace::default_filter()));
