@@ -15,7 +15,8 @@
 #
 # Usage: benches/before-after.sh REV_A [REV_B] [rounds]
 #   (defaults: REV_B = HEAD, 6 rounds). Builds go to $BA_DIR (default
-#   /tmp/hpc-before-after; kept, so that a rerun reuses them). Options of the
+#   /tmp/hpc-before-after, binaries in bin-REV; kept, so that a rerun reuses
+#   them). Options of the
 #   parts: COLLCOST_OPTS (default "--batch 20 --batches 300"),
 #   OVERLAP_OPTS (default "--iters 50 --sizes 1024,65536 --engine inline,thread,proxy"),
 #   TRANSPORT_ITERS (default 50000); BA_BUILD_ONLY=1 builds and stops.
@@ -31,7 +32,7 @@ OVERLAP_OPTS="${OVERLAP_OPTS:---iters 50 --sizes 1024,65536 --engine inline,thre
 TRANSPORT_ITERS="${TRANSPORT_ITERS:-50000}"
 mkdir -p "$WORK"
 
-# build REV SIDE: the release binaries of one commit into $WORK/SIDE.
+# build REV SIDE: the release binaries of one commit into $WORK/bin-REV.
 build() {
     rev=$1 side=$2 src="$WORK/src-$1"
     if [ ! -f "$src/Cargo.toml" ]; then
@@ -42,12 +43,10 @@ build() {
     CARGO_TARGET_DIR="$WORK/target-$rev" cargo build --release -q \
         --manifest-path "$src/Cargo.toml" -p hpc-cli -p hpc-benches \
         --bin hpc --bin collcost --bin overlap --bin transport
-    rm -rf "${WORK:?}/$side"
-    mkdir -p "$WORK/$side"
+    mkdir -p "$WORK/bin-$rev"
     for b in hpc collcost overlap transport; do
-        cp "$WORK/target-$rev/release/$b" "$WORK/$side/"
+        cp "$WORK/target-$rev/release/$b" "$WORK/bin-$rev/"
     done
-    echo "$rev" > "$WORK/$side/commit"
 }
 build "$A_REV" A
 build "$B_REV" B
@@ -60,7 +59,7 @@ echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
 echo
 echo "## 1. cost of one collective (collcost $COLLCOST_OPTS)"
 # shellcheck disable=SC2086
-benches/collcost-abba.sh "$WORK/A" "$WORK/B" "$R" $COLLCOST_OPTS
+benches/collcost-abba.sh "$WORK/bin-$A_REV" "$WORK/bin-$B_REV" "$R" $COLLCOST_OPTS
 
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -71,7 +70,7 @@ while [ "$r" -lt "$R" ]; do
     r=$((r + 1))
     if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
     for side in $order; do
-        D="$WORK/$side"
+        if [ "$side" = A ]; then D="$WORK/bin-$A_REV"; else D="$WORK/bin-$B_REV"; fi
         # shellcheck disable=SC2086
         "$D/hpc" run -n 2 -- "$D/overlap" $OVERLAP_OPTS > "$OUT/ov-$side-$r.txt"
         "$D/transport" --iters "$TRANSPORT_ITERS" --rounds 1 --latency-only > "$OUT/tr-$side-$r.txt"
@@ -99,7 +98,7 @@ def overlap(line):
         return (f[0], f[1], int(f[2])), (float(f[4]), float(f[7]))
 
 def latency(line):
-    m = re.match(r"^(shm .*?)\s{2,}(\S+)\s+([\d.]+) \[", line)
+    m = re.match(r"^(shm .*?)\s{2,}(\d+ \S+)\s+([\d.]+) \[", line)
     if m:
         return (m.group(1), m.group(2)), (float(m.group(3)),)
 
