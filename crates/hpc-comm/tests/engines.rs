@@ -15,22 +15,16 @@ use std::time::{Duration, Instant};
 use hpc_comm::conformance::{collectives, inputs, reference};
 use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp, SharedBuf};
 use hpc_runtime::World;
-use hpc_test_support::{ok, Job};
+use hpc_test_support::ok;
 
-const SCENARIO: &str = "HPC_COLL_TEST_SCENARIO";
-/// What a rank prints (to stderr) when its scenario ran to its end.
-const CHILD_OK: &str = hpc_test_support::CHILD_OK;
-const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
+mod common;
+use common::{CHILD_OK, ENGINES, SCENARIO};
 
-/// Runs `scenario` on `size` ranks; returns each rank's (success, stderr),
-/// success being exit status 0 and the [`CHILD_OK`] marker.
-fn job(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) -> Vec<(bool, String)> {
-    job_on_nodes(scenario, size, 1, timeout_s, env)
-}
-
-/// Like [`job`] on `nodes` emulated nodes, rank r on node `r % nodes` (interleaved, so
-/// a node's ranks are not contiguous): ranks on different nodes reach each other
-/// only through the network path.
+/// Runs `scenario` on `size` ranks on `nodes` emulated nodes, rank r on node
+/// `r % nodes` (interleaved, so a node's ranks are not contiguous: ranks on
+/// different nodes reach each other only through the network path); returns
+/// each rank's (success, stderr), success being exit status 0 and the
+/// [`CHILD_OK`] marker.
 fn job_on_nodes(
     scenario: &str,
     size: usize,
@@ -38,16 +32,9 @@ fn job_on_nodes(
     timeout_s: f64,
     env: &[(&str, &str)],
 ) -> Vec<(bool, String)> {
-    let exe = std::env::current_exe().unwrap();
-    let proxy_cmd = format!(
-        "{} proxy_entry --exact --nocapture --test-threads=1",
-        exe.display()
-    );
-    Job::this_test("child_entry", size)
+    common::job(scenario, size)
         .timeout(Duration::from_secs_f64(timeout_s))
         .nodes(nodes)
-        .env(SCENARIO, scenario)
-        .env("HPC_COLL_PROXY_CMD", &proxy_cmd)
         // Every collective of the Proxy engine goes to the proxy unless a
         // test asks for the host path of small ones.
         .env("HPC_PROXY_MIN", "0")
@@ -55,7 +42,6 @@ fn job_on_nodes(
         // unless a test asks the ranks to make their own.
         .env("HPC_PROXY_OWN_COPIES", "0")
         .envs(env)
-        .quiet_stdout()
         .run()
         .into_iter()
         .map(|o| (ok(&o), String::from_utf8_lossy(&o.stderr).into_owned()))
@@ -68,20 +54,40 @@ fn all_ok(scenario: &str, size: usize) {
 
 /// Like [`all_ok`] with a timeout and variables of its own.
 fn all_ok_with(scenario: &str, size: usize, timeout_s: f64, env: &[(&str, &str)]) {
+    let what = format!("{scenario} on {size} ranks");
+    all_ok_on(&what, scenario, size, 1, timeout_s, env);
+}
+
+/// Runs `scenario` as [`job_on_nodes`] does and fails, after `what`, with
+/// every failed rank's output: the first to fail is not always the first rank.
+fn all_ok_on(
+    what: &str,
+    scenario: &str,
+    size: usize,
+    nodes: usize,
+    timeout_s: f64,
+    env: &[(&str, &str)],
+) {
     let t = Instant::now();
-    // Every failed rank's output: the first to fail is not always the first rank.
-    let failed: Vec<String> = job(scenario, size, timeout_s, env)
+    let failed: Vec<String> = job_on_nodes(scenario, size, nodes, timeout_s, env)
         .into_iter()
         .enumerate()
         .filter(|(_, (ok, _))| !ok)
         .map(|(r, (_, err))| format!("rank {r} failed:\n{err}"))
         .collect();
-    assert!(
-        failed.is_empty(),
-        "{scenario} on {size} ranks: {}",
-        failed.join("\n")
-    );
-    eprintln!("{scenario} x{size}: {:?}", t.elapsed());
+    assert!(failed.is_empty(), "{what}: {}", failed.join("\n"));
+    eprintln!("{what}: {:?}", t.elapsed());
+}
+
+/// The `kill` scenario on 3 ranks on `nodes` nodes with `env`: every rank
+/// but rank 1, which is killed, names it (`what` leads each failure).
+fn killed_rank_is_named_by_the_others(what: &str, nodes: usize, env: &[(&str, &str)]) {
+    for (r, (ok, err)) in job_on_nodes("kill", 3, nodes, 20.0, env).iter().enumerate() {
+        if r != 1 {
+            assert!(ok, "{what}rank {r}: {err}");
+            assert!(err.contains("rank 1 is lost"), "{what}rank {r}: {err}");
+        }
+    }
 }
 
 #[test]
@@ -1075,10 +1081,7 @@ fn mismatched_counts_are_typed_errors() {
 fn messages_beyond_the_staging_area() {
     // Every message staged as far as the slots go, whatever its size.
     let big = usize::MAX.to_string();
-    let res = job("staging", 3, 60.0, &[("HPC_STAGE_MAX", big.as_str())]);
-    for (r, (ok, err)) in res.iter().enumerate() {
-        assert!(ok, "rank {r} failed:\n{err}");
-    }
+    all_ok_with("staging", 3, 60.0, &[("HPC_STAGE_MAX", big.as_str())]);
     // The default: small messages staged, large ones by single copy.
     all_ok("staging", 3);
 }
@@ -1203,14 +1206,8 @@ fn leaked_requests_are_safe() {
 #[test]
 fn inline_and_thread_engines_span_nodes() {
     for (n, nodes) in [(2, 2), (3, 2), (5, 3)] {
-        let t = Instant::now();
-        for (r, (ok, err)) in job_on_nodes("nodes", n, nodes, 20.0, &[])
-            .into_iter()
-            .enumerate()
-        {
-            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
-        }
-        eprintln!("nodes x{n} on {nodes}: {:?}", t.elapsed());
+        let what = format!("{n} ranks on {nodes} nodes");
+        all_ok_on(&what, "nodes", n, nodes, 20.0, &[]);
     }
 }
 
@@ -1290,12 +1287,8 @@ fn memory_cap_cases(together: &str, env: &[(&str, &str)]) {
         let mut env = env.to_vec();
         env.push(("HPC_COLL_PROXY_MAX_SCRATCH", cap));
         for nodes in [1, 2] {
-            for (r, (ok, err)) in job_on_nodes("proxy_memory", 3, nodes, 30.0, &env)
-                .into_iter()
-                .enumerate()
-            {
-                assert!(ok, "cap {cap}, {nodes} nodes, rank {r} failed:\n{err}");
-            }
+            let what = format!("cap {cap}, {nodes} nodes");
+            all_ok_on(&what, "proxy_memory", 3, nodes, 30.0, &env);
         }
     }
 }
@@ -1383,13 +1376,8 @@ fn a_killed_proxy_fails_its_node_and_names_it_to_the_others() {
 #[test]
 fn killed_rank_on_another_node_is_named() {
     for engine in ["inline", "thread", "proxy"] {
-        let res = job_on_nodes("kill", 3, 2, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
-        for (r, (ok, err)) in res.iter().enumerate() {
-            if r != 1 {
-                assert!(ok, "{engine}: rank {r}: {err}");
-                assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
-            }
-        }
+        let env = [("HPC_COLL_TEST_ENGINE", engine)];
+        killed_rank_is_named_by_the_others(&format!("{engine}: "), 2, &env);
     }
 }
 
@@ -1401,13 +1389,8 @@ fn a_stopped_rank_is_slow_not_lost() {
 #[test]
 fn killed_rank_is_named() {
     for engine in ["inline", "thread", "proxy"] {
-        let res = job("kill", 3, 20.0, &[("HPC_COLL_TEST_ENGINE", engine)]);
-        for (r, (ok, err)) in res.iter().enumerate() {
-            if r != 1 {
-                assert!(ok, "{engine}: rank {r}: {err}");
-                assert!(err.contains("rank 1 is lost"), "{engine}: rank {r}: {err}");
-            }
-        }
+        let env = [("HPC_COLL_TEST_ENGINE", engine)];
+        killed_rank_is_named_by_the_others(&format!("{engine}: "), 1, &env);
     }
 }
 
@@ -1619,17 +1602,7 @@ mod dpu {
 
     /// The proxy of this job: rank 0's child.
     fn proxy_pid() -> i32 {
-        let me = std::process::id();
-        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
-            .unwrap()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|c| {
-                c.split_whitespace()
-                    .map(|p| p.parse::<i32>().unwrap())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let kids = super::children();
         assert_eq!(kids.len(), 1, "one child, the proxy: {kids:?}");
         kids[0]
     }
@@ -2034,25 +2007,21 @@ fn dpu_placement_every_collective_and_algorithm_1_to_8_ranks() {
 #[test]
 fn dpu_placement_spans_nodes() {
     for (n, nodes) in [(2, 2), (3, 2), (4, 4), (5, 3), (8, 2), (8, 4)] {
-        let t = Instant::now();
-        for (r, (ok, err)) in job_on_nodes("dpu_correct", n, nodes, 60.0, &[])
-            .into_iter()
-            .enumerate()
-        {
-            assert!(ok, "{n} ranks on {nodes} nodes, rank {r} failed:\n{err}");
-        }
-        eprintln!("dpu_correct x{n} on {nodes}: {:?}", t.elapsed());
+        let what = format!("dpu_correct: {n} ranks on {nodes} nodes");
+        all_ok_on(&what, "dpu_correct", n, nodes, 60.0, &[]);
     }
     // Leaked requests, megabyte messages and many outstanding, mismatched
     // counts, with the proxies of 2 nodes.
     let env = [("HPC_COLL_PROXY_PLACEMENT", "dpu")];
     for scenario in ["safety", "staging", "mismatch"] {
-        for (r, (ok, err)) in job_on_nodes(scenario, 3, 2, 60.0, &env)
-            .into_iter()
-            .enumerate()
-        {
-            assert!(ok, "{scenario} on 2 nodes, rank {r} failed:\n{err}");
-        }
+        all_ok_on(
+            &format!("{scenario} on 2 nodes"),
+            scenario,
+            3,
+            2,
+            60.0,
+            &env,
+        );
     }
 }
 
@@ -2103,12 +2072,7 @@ fn dpu_placement_a_killed_proxy_fails_every_communicator_on_it() {
 
 #[test]
 fn dpu_placement_a_cancelled_collective_is_dropped_on_every_node() {
-    for (r, (ok, err)) in job_on_nodes("dpu_cancel", 2, 2, 20.0, &[])
-        .into_iter()
-        .enumerate()
-    {
-        assert!(ok, "rank {r} failed:\n{err}");
-    }
+    all_ok_on("dpu_cancel on 2 nodes", "dpu_cancel", 2, 2, 20.0, &[]);
 }
 
 #[test]
@@ -2117,13 +2081,7 @@ fn dpu_placement_killed_rank_on_another_node_is_named() {
         ("HPC_COLL_TEST_ENGINE", "proxy"),
         ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
     ];
-    let res = job_on_nodes("kill", 3, 2, 20.0, &env);
-    for (r, (ok, err)) in res.iter().enumerate() {
-        if r != 1 {
-            assert!(ok, "rank {r}: {err}");
-            assert!(err.contains("rank 1 is lost"), "rank {r}: {err}");
-        }
-    }
+    killed_rank_is_named_by_the_others("", 2, &env);
 }
 
 /// Each node's proxy started by a standing DPU service (as `hpc proxy
@@ -2182,13 +2140,7 @@ fn dpu_placement_proxies_from_a_standing_service() {
     // refusal to reach every rank within a node.)
     for (scenario, n) in [("dpu_registered", 4), ("mismatch", 3), ("dpu_split", 4)] {
         let before = started.load(Ordering::SeqCst);
-        let failed: Vec<String> = job_on_nodes(scenario, n, 2, 30.0, &with)
-            .into_iter()
-            .enumerate()
-            .filter(|(_, (ok, _))| !ok)
-            .map(|(r, (_, err))| format!("rank {r} failed:\n{err}"))
-            .collect();
-        assert!(failed.is_empty(), "{scenario}: {}", failed.join("\n"));
+        all_ok_on(scenario, scenario, n, 2, 30.0, &with);
         let count = started.load(Ordering::SeqCst) - before;
         assert!(
             count >= 2,
@@ -2242,13 +2194,7 @@ fn dpu_placement_killed_rank_is_named() {
         ("HPC_COLL_TEST_ENGINE", "proxy"),
         ("HPC_COLL_PROXY_PLACEMENT", "dpu"),
     ];
-    let res = job("kill", 3, 20.0, &env);
-    for (r, (ok, err)) in res.iter().enumerate() {
-        if r != 1 {
-            assert!(ok, "rank {r}: {err}");
-            assert!(err.contains("rank 1 is lost"), "rank {r}: {err}");
-        }
-    }
+    killed_rank_is_named_by_the_others("", 1, &env);
 }
 
 /// The engine-wide scenarios whose `Proxy` communicators take the placement
@@ -2354,8 +2300,6 @@ fn dpu_placement_proxy_in_its_own_network_namespace() {
         ("HPC_COLL_TEST_NETNS", ns.as_str()),
     ];
     for scenario in ["dpu_isolated", "dpu_proxy_death", "dpu_split"] {
-        for (r, (ok, err)) in job(scenario, 3, 20.0, &env).into_iter().enumerate() {
-            assert!(ok, "{scenario}: rank {r} failed:\n{err}");
-        }
+        all_ok_with(scenario, 3, 20.0, &env);
     }
 }

@@ -11,11 +11,11 @@ use hpc_comm::{
     Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
 };
 use hpc_runtime::World;
-use hpc_test_support::{failures, Job};
+use hpc_test_support::failures;
 
-const SCENARIO: &str = hpc_runtime::env::COLL_TEST_SCENARIO;
-const CHILD_OK: &str = hpc_test_support::CHILD_OK;
-const ENGINES: [Engine; 3] = [Engine::Inline, Engine::Thread, Engine::Proxy];
+mod common;
+use common::{CHILD_OK, ENGINES, SCENARIO};
+
 /// Elements of a message beyond the board's staging slots (moved by one
 /// cross-memory read).
 const LARGE: usize = 40_000;
@@ -41,18 +41,10 @@ fn check(what: &str, got: &[f64], r: usize, m: usize) {
 }
 
 fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
-    let exe = std::env::current_exe().unwrap();
-    let proxy_cmd = format!(
-        "{} proxy_entry --exact --nocapture --test-threads=1",
-        exe.display()
-    );
     let t = Instant::now();
-    let outs = Job::this_test("child_entry", size)
+    let outs = common::job(scenario, size)
         .timeout(Duration::from_secs(timeout_s))
         .nodes(nodes)
-        .env(SCENARIO, scenario)
-        .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
-        .quiet_stdout()
         .run();
     let failed = failures(&outs);
     assert!(

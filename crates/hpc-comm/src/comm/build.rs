@@ -276,7 +276,7 @@ impl Setup<'_> {
             ),
         };
         let note = format!("{note}; woken {}", wake.name());
-        let driver = engines::thread::Thread::spawn(
+        let driver = engines::thread::spawn(
             self.host(core, self.spin, true, None),
             cpus,
             wake == AgentWake::Eager,
@@ -289,6 +289,7 @@ impl Setup<'_> {
     fn inline(&self, net: Option<executor::Net>) -> (Box<dyn Driver>, String) {
         let driver = engines::inline::Inline {
             host: self.host(self.core(net), self.spin, false, None),
+            agent: Default::default(),
         };
         (Box::new(driver), "progress inside test/wait".to_string())
     }

@@ -387,26 +387,26 @@ pub struct RecvRequest<'a> {
 }
 
 macro_rules! debug_by_message {
-    ($($t:ident $(<$l:lifetime>)? $(<$g:ident>)?),*) => {$(
+    ($($t:ident $(<$l:lifetime>)? $(<$g:ident>)?: $($f:ident).+),*) => {$(
         impl$(<$l>)?$(<$g: Elem>)? std::fmt::Debug for $t$(<$l>)?$(<$g>)? {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($t)).field("message", &self.msg()).finish()
+                f.debug_struct(stringify!($t)).field("message", &self.$($f).+).finish()
             }
         }
     )*};
 }
-debug_by_message!(SendRequest<'a>, RecvRequest<'a>, OwnedSend<T>, OwnedRecv<T>);
+debug_by_message!(
+    SendRequest<'a>: msg,
+    RecvRequest<'a>: msg,
+    OwnedSend<T>: inner.msg,
+    OwnedRecv<T>: inner.msg
+);
 
 impl SendRequest<'_> {
-    fn msg(&self) -> &Msg {
-        &self.msg
-    }
-
     /// Whether the send finished (the engine progresses here, as in
     /// [`Request::test`](crate::Request::test)).
     pub fn test(&mut self) -> bool {
-        let e = &*self.comm.driver;
-        self.ticket.as_ref().is_none_or(|t| t.test(e))
+        self.comm.finished(self.ticket.as_ref())
     }
 
     /// Waits for the send.
@@ -429,14 +429,9 @@ impl Drop for SendRequest<'_> {
 }
 
 impl RecvRequest<'_> {
-    fn msg(&self) -> &Msg {
-        &self.msg
-    }
-
     /// Whether the message arrived (it lands in the buffer in `wait`).
     pub fn test(&mut self) -> bool {
-        let e = &*self.comm.driver;
-        self.ticket.as_ref().is_none_or(|t| t.test(e))
+        self.comm.finished(self.ticket.as_ref())
     }
 
     /// Waits for the message, lands it in the buffer and says where it came from.
@@ -467,10 +462,6 @@ pub struct OwnedSend<T: Elem> {
 }
 
 impl<T: Elem> OwnedSend<T> {
-    fn msg(&self) -> Option<&Msg> {
-        self.inner.msg.as_ref()
-    }
-
     /// Whether the send finished.
     pub fn test(&mut self) -> bool {
         self.inner.test()
@@ -490,10 +481,6 @@ pub struct OwnedRecv<T: Elem> {
 }
 
 impl<T: Elem> OwnedRecv<T> {
-    fn msg(&self) -> Option<&Msg> {
-        self.inner.msg.as_ref()
-    }
-
     /// Whether the message arrived (and landed in the buffer).
     pub fn test(&mut self) -> bool {
         self.inner.test()

@@ -21,6 +21,19 @@ pub struct Request<'a> {
     pub(super) _p: PhantomData<&'a mut [u8]>,
 }
 
+impl Comm {
+    /// Whether the collective of `t` finished (none: there is nothing to finish).
+    pub(super) fn finished(&self, t: Option<&Ticket>) -> bool {
+        t.is_none_or(|t| t.test(&*self.driver))
+    }
+
+    /// Waits for the collective of `t`; `out` receives a staged result.
+    fn finish(&self, t: Option<Ticket>, out: Option<&mut [u8]>) -> Result<()> {
+        let _span = tracing::trace_span!("wait").entered();
+        t.map_or(Ok(()), |t| t.wait(&*self.driver, out))
+    }
+}
+
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
@@ -34,18 +47,12 @@ impl Request<'_> {
     /// once). With the `Inline` engine this is where progress happens; with
     /// `Thread` it happens here too unless the progress thread is at it.
     pub fn test(&mut self) -> bool {
-        self.ticket
-            .as_ref()
-            .is_none_or(|t| t.test(&*self.comm.driver))
+        self.comm.finished(self.ticket.as_ref())
     }
 
     /// Waits for the collective and copies a staged result into the buffer.
     pub fn wait(mut self) -> Result<()> {
-        let _span = tracing::trace_span!("wait").entered();
-        match self.ticket.take() {
-            Some(t) => t.wait(&*self.comm.driver, self.out.take()),
-            None => Ok(()),
-        }
+        self.comm.finish(self.ticket.take(), self.out.take())
     }
 
     /// Waits for every request; the first error is returned (all are waited for).
@@ -101,18 +108,12 @@ impl std::fmt::Debug for ScopedRequest<'_> {
 impl ScopedRequest<'_> {
     /// Whether the collective finished.
     pub fn test(&mut self) -> bool {
-        self.ticket
-            .as_ref()
-            .is_none_or(|t| t.test(&*self.comm.driver))
+        self.comm.finished(self.ticket.as_ref())
     }
 
     /// Waits for the collective.
     pub fn wait(mut self) -> Result<()> {
-        let _span = tracing::trace_span!("wait").entered();
-        match self.ticket.take() {
-            Some(t) => t.wait(&*self.comm.driver, None),
-            None => Ok(()),
-        }
+        self.comm.finish(self.ticket.take(), None)
     }
 }
 

@@ -350,9 +350,11 @@ impl Pending for Op {
     }
 }
 
-/// The `Inline` engine.
+/// The `Inline` engine, and the `Thread` engine: the same with the progress
+/// thread ([`thread::spawn`](super::thread::spawn)) it joins at shutdown.
 pub(crate) struct Inline {
     pub host: Arc<Host>,
+    pub agent: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Driver for Inline {
@@ -366,6 +368,9 @@ impl Driver for Inline {
 
     fn shutdown(&self) {
         self.host.shutdown();
+        if let Some(h) = lock(&self.agent).take() {
+            let _ = h.join();
+        }
     }
 }
 

@@ -81,17 +81,68 @@ pub(crate) struct Client {
 /// doorbell at a time: a dead proxy rings nothing.
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
-pub(super) fn proxy_command() -> Command {
-    if let Ok(cmd) = std::env::var(PROXY_CMD) {
-        let mut parts = cmd.split_whitespace();
-        let mut c = Command::new(parts.next().unwrap_or("hpc"));
-        c.args(parts);
-        return c;
+/// The command that starts a proxy process, in either placement: `HPC_COLL_PROXY_CMD`,
+/// else the application itself (which calls `serve_env` first thing in `main`).
+/// Its standard input is closed, and it runs in a process group of its own: the
+/// proxy serves every rank of the communicator, so it must outlive the rank that
+/// starts it. A launcher that cleans up after a rank by killing the rank's group
+/// (hpc run does) would otherwise take it along when that rank finishes first,
+/// and the others' collectives would fail. It exits by itself once every rank
+/// has detached or died. The launcher's `HPC_*` variables go, but for
+/// `HPC_COLL_PROXY_CMD` and those in `keep`: should the program not serve as
+/// the proxy, it must not join the job.
+pub(super) fn proxy_command(keep: &[&str]) -> Command {
+    let mut c = match std::env::var(PROXY_CMD) {
+        Ok(cmd) => {
+            let mut parts = cmd.split_whitespace();
+            let mut c = Command::new(parts.next().unwrap_or("hpc"));
+            c.args(parts);
+            c
+        }
+        Err(_) => {
+            let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+            let mut c = Command::new(exe);
+            c.args(std::env::args_os().skip(1));
+            c
+        }
+    };
+    c.stdin(std::process::Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("HPC_")
+            && k != PROXY_CMD
+            && !keep.iter().any(|&n| k == n)
+        {
+            c.env_remove(&k);
+        }
     }
-    // The application itself, which calls `serve_env` first thing in `main`.
-    let mut c = Command::new(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()));
-    c.args(std::env::args_os().skip(1));
     c
+}
+
+/// Refuses to start a proxy from a process that was started to be one (`var`
+/// is set) but went on as an application: starting a proxy of its own would
+/// recurse.
+pub(super) fn refuse_recursion(var: &str) -> Result<()> {
+    if std::env::var_os(var).is_none() {
+        return Ok(());
+    }
+    Err(Error::Unsupported(
+        "this process was started as a collectives proxy but did not call \
+         hpc_rs::init() or hpc_comm::proxy::serve_env(); call one \
+         first thing in main, or run the job with `hpc run --proxy`"
+            .into(),
+    ))
+}
+
+/// What a rank says of a proxy process that `did` (exited, or did not start)
+/// without serving.
+pub(super) fn did_not_serve(did: &str) -> String {
+    format!(
+        "the proxy process {did}: call hpc_rs::init() or hpc_comm::proxy::serve_env() \
+         first thing in main, run the job with `hpc run --proxy`, or set {} to a \
+         program that serves",
+        hpc_runtime::env::COLL_PROXY_CMD
+    )
 }
 
 impl Client {
@@ -115,40 +166,16 @@ impl Client {
         // A bad cap would only be seen by the proxy: refuse it here, by name.
         super::memory::max_scratch().map_err(Error::Unsupported)?;
         if starter {
-            if std::env::var_os(hpc_runtime::env::COLL_PROXY_BOARD).is_some() {
-                // This process was started to be a proxy but went on as an application:
-                // starting a proxy of its own would recurse.
-                return Err(Error::Unsupported(
-                    "this process was started as a collectives proxy but did not call \
-                     hpc_rs::init() or hpc_comm::proxy::serve_env(); call one \
-                     first thing in main, or run the job with `hpc run --proxy`"
-                        .into(),
-                ));
-            }
-            let mut cmd = proxy_command();
-            cmd.stdin(std::process::Stdio::null());
-            // Its own process group: the proxy serves every rank of the communicator,
-            // so it must outlive this one. A launcher that cleans up after a rank by
-            // killing the rank's group (hpc run does) would otherwise take it along
-            // when this rank finishes first, and the others' collectives would fail.
-            // It exits by itself once every rank has detached or died.
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-            // Should the program not serve as the proxy, it must not join the job.
-            // What chooses and addresses the network between proxies stays.
-            let keep = [
-                PROXY_CMD,
+            refuse_recursion(hpc_runtime::env::COLL_PROXY_BOARD)?;
+            // What chooses and addresses the network between proxies stays, and
+            // the proxy records its timeline beside the ranks'.
+            let mut cmd = proxy_command(&[
                 hpc_runtime::env::COLL_PROXY_MAX_SCRATCH,
                 hpc_runtime::env::TRANSPORT,
                 hpc_runtime::env::OFI_PROVIDER,
                 hpc_runtime::env::TCP_ADDR,
-                // The proxy records its timeline beside the ranks'.
                 hpc_runtime::env::TRACE,
-            ];
-            for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with("HPC_") && !keep.iter().any(|&n| k == n) {
-                    cmd.env_remove(&k);
-                }
-            }
+            ]);
             if net {
                 link = Some(super::net::attach(&mut cmd)?);
             }
@@ -171,14 +198,7 @@ impl Client {
                         (true, Ok(st)) => format!("exited ({st}) without serving"),
                         _ => "did not start serving within 10 s".to_string(),
                     };
-                    return Err(Error::Unsupported(format!(
-                        "the proxy process {how}: call \
-                         hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
-                         in main, run the \
-                         job with `hpc run --proxy`, or set {} to a \
-                         program that serves",
-                        hpc_runtime::env::COLL_PROXY_CMD
-                    )));
+                    return Err(Error::Unsupported(did_not_serve(&how)));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -260,8 +280,7 @@ impl Client {
                 stage.deliver(out);
             }
         }
-        let world = |r: usize| self.world.get(r).copied().unwrap_or(r);
-        Some(o.into_result(p.seq, "the proxy", world))
+        Some(o.into_result(p.seq, "the proxy", &self.world))
     }
 
     /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
@@ -520,6 +539,18 @@ fn non_starter(board: Arc<Board>, me: usize, size: usize, timeout: Duration) -> 
 }
 
 #[cfg(test)]
+/// Collective `seq` posted on the direct path, with nothing to keep.
+fn posted(seq: u64) -> Pending {
+    Pending {
+        seq,
+        _blob: Vec::new(),
+        stage: None,
+        direct: true,
+        finished: false.into(),
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -530,14 +561,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         // Rank 1 of 2: starts no proxy.
         let c = non_starter(board, 1, 2, Duration::from_secs(5));
-        let pending = |seq| Pending {
-            seq,
-            _blob: Vec::new(),
-            stage: None,
-            direct: true,
-            finished: false.into(),
-        };
-        let (a, b, d) = (pending(7), pending(8), pending(9));
+        let (a, b, d) = (posted(7), posted(8), posted(9));
         lock(&c.state).done.extend([
             (7, Code::Ok as u64, 0),
             (8, Code::Mismatch as u64, 0),
@@ -604,13 +628,7 @@ mod loom_models {
             // Rank 0 of 1; slot 1 is the proxy's (its pid stays 0: never found dead).
             let board = Arc::new(Board::in_memory(2));
             let c = non_starter(board.clone(), 0, 1, Duration::from_secs(3600));
-            let p = Pending {
-                seq: 7,
-                _blob: Vec::new(),
-                stage: None,
-                direct: true,
-                finished: false.into(),
-            };
+            let p = posted(7);
             let proxy = board.clone();
             let t = loom::thread::spawn(move || {
                 assert!(proxy.push(1, 0, Kind::Done.desc(7, Code::Ok as u64, 0)));

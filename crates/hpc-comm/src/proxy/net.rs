@@ -310,45 +310,89 @@ pub(super) fn watch_each_other(
     ip: std::net::IpAddr,
     timeout: Duration,
 ) -> Result<Vec<Option<std::net::TcpStream>>> {
-    use std::net::{SocketAddr, TcpListener, TcpStream};
-    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
     let (me, n) = (world.rank(), world.size());
-    let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| io("listening", e))?;
-    let mine = l.local_addr().map_err(|e| io("listening", e))?.to_string();
-    let all = world.allgather(mine.as_bytes())?;
-    let mut watch: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
+        .map_err(|e| Error::transport_from("listening", e))?;
+    let mine = l
+        .local_addr()
+        .map_err(|e| Error::transport_from("listening", e))?;
+    let all = world.allgather(mine.to_string().as_bytes())?;
+    let mut watch: Vec<Option<std::net::TcpStream>> = (0..n).map(|_| None).collect();
     for (p, at) in all.iter().enumerate().take(me) {
-        let at = String::from_utf8_lossy(at);
-        let addr: SocketAddr = at
-            .parse()
-            .map_err(|_| Error::transport(format!("proxy {p}'s watch address {at:?}")))?;
-        let mut s = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| io(&format!("watching the proxy at {addr}"), e))?;
-        s.write_all(&(me as u64).to_le_bytes())
-            .map_err(|e| io("greeting a proxy", e))?;
-        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
-        watch[p] = Some(s);
+        watch[p] = Some(watch_connect(at, &format!("proxy {p}'s"), me, timeout)?);
     }
+    watch_accept(
+        &l,
+        &mut watch,
+        |p| p > me,
+        timeout,
+        "proxy",
+        |_| "the other proxies did not connect".to_string(),
+    )?;
+    Ok(watch)
+}
+
+/// Connects a watch connection to the address `at` that `whose` listener
+/// gave, and names this end `me` there (what [`read_name`] reads); then
+/// non-blocking.
+pub(super) fn watch_connect(
+    at: &[u8],
+    whose: &str,
+    me: usize,
+    timeout: Duration,
+) -> Result<std::net::TcpStream> {
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
+    let at = String::from_utf8_lossy(at);
+    let addr: std::net::SocketAddr = at
+        .parse()
+        .map_err(|_| Error::transport(format!("{whose} watch address {at:?}")))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
+    s.write_all(&(me as u64).to_le_bytes())
+        .map_err(|e| io("greeting the proxy", e))?;
+    s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    Ok(s)
+}
+
+/// Accepts on `l`, within `timeout`, the watch connection of every peer `p`
+/// that `wanted(p)` holds for, into `slots[p]` (non-blocking); a connection
+/// that names another is refused (logged by `who`). `late` says that the
+/// peers it is given (by index) did not connect.
+pub(super) fn watch_accept(
+    l: &std::net::TcpListener,
+    slots: &mut [Option<std::net::TcpStream>],
+    wanted: impl Fn(usize) -> bool,
+    timeout: Duration,
+    who: &str,
+    late: impl Fn(Vec<usize>) -> String,
+) -> Result<()> {
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
     let deadline = Instant::now() + timeout;
     l.set_nonblocking(true).map_err(|e| io("watch", e))?;
-    while (me + 1..n).any(|p| watch[p].is_none()) {
+    let missing = |slots: &[Option<_>]| -> Vec<usize> {
+        (0..slots.len())
+            .filter(|&p| wanted(p) && slots[p].is_none())
+            .collect()
+    };
+    while !missing(slots).is_empty() {
         match l.accept() {
             Ok((mut s, from)) => match read_name(&mut s) {
-                Ok(p) if p > me && p < n && watch[p].is_none() => watch[p] = Some(s),
-                _ => tracing::warn!(%from, "proxy: refused a watch connection"),
+                Ok(p) if p < slots.len() && wanted(p) && slots[p].is_none() => slots[p] = Some(s),
+                _ => tracing::warn!(%from, "{who}: refused a watch connection"),
             },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() > deadline {
                     return Err(Error::transport(format!(
-                        "the other proxies did not connect within {timeout:?}"
+                        "{} within {timeout:?}",
+                        late(missing(slots))
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Err(e) => return Err(io("accepting a proxy", e)),
+            Err(e) => return Err(io("accepting a watch connection", e)),
         }
     }
-    Ok(watch)
+    Ok(())
 }
 
 /// A collective that another node's proxy failed (and so every node's).
@@ -384,18 +428,16 @@ const CLOSE: u32 = u32::MAX - 1;
 /// concerned, 8 bytes, the communicator's id, 8 bytes, then the reason).
 const FAIL: u32 = u32::MAX - 2;
 
-/// The address that routes to `rendezvous` (`host:port`), as the ranks'
-/// transport listens on.
-fn route_to(rendezvous: &str) -> Option<std::net::IpAddr> {
-    use std::net::{SocketAddr, UdpSocket};
-    let addr: SocketAddr = rendezvous.parse().ok()?;
-    let any: SocketAddr = if addr.is_ipv4() {
-        "0.0.0.0:0".parse().ok()?
+/// The local address that routes to `to`, as the ranks' transport listens on.
+pub(super) fn route(to: std::net::SocketAddr) -> Option<std::net::IpAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+    let any = if to.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     } else {
-        "[::]:0".parse().ok()?
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     };
-    let u = UdpSocket::bind(any).ok()?;
-    u.connect(addr).ok()?;
+    let u = UdpSocket::bind(SocketAddr::new(any, 0)).ok()?;
+    u.connect(to).ok()?;
     Some(u.local_addr().ok()?.ip())
 }
 
@@ -464,7 +506,10 @@ impl ProxyNet {
                 .map_err(|e| Error::transport_from("transport options", e))?;
             opts.timeout = Some(timeout);
             if std::env::var_os(hpc_runtime::env::TCP_ADDR).is_none() {
-                opts.tcp_addr = hello.rendezvous.as_deref().and_then(route_to);
+                opts.tcp_addr = hello
+                    .rendezvous
+                    .as_deref()
+                    .and_then(|r| route(r.parse().ok()?));
             }
             hpc_rdma::Transport::with_options(&world, opts)
                 .map_err(|e| Error::transport_from("proxy: connecting to the other nodes", e))

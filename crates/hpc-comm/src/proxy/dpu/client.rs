@@ -169,29 +169,22 @@ impl Client {
         let spans = node_ids.len() > 1;
         let backend = link_backend();
         let ip = host_addr();
-        let mut coord = None;
-        let mut net_coord = None;
-        let mut offer = Offer::default();
-        if link_me == 0 {
-            offer.link = Some(match Conn::launch(local.len(), timeout, backend, &ip) {
-                Ok((c, secret)) => {
-                    let o = (c.addr().to_string(), secret);
-                    coord = Some(c);
-                    Ok(o)
-                }
-                Err(e) => Err(e.chain()),
-            });
-        }
-        if me == 0 && spans {
-            offer.net = Some(match Self::meeting(node_ids.len(), timeout, &ip) {
-                Ok((c, secret)) => {
-                    let o = (c.addr().to_string(), secret);
-                    net_coord = Some(c);
-                    Ok(o)
-                }
-                Err(e) => Err(e.chain()),
-            });
-        }
+        let (mut coord, mut net_coord) = (None, None);
+        // A coordinator started here is kept in `keep`; the others learn its
+        // address and secret, or why it did not start.
+        type Offered = std::result::Result<(String, u64), String>;
+        let offer = |started: Result<(Arc<Coordinator>, u64)>, keep: &mut Option<_>| -> Offered {
+            let (c, secret) = started.map_err(|e| e.chain())?;
+            let o = (c.addr().to_string(), secret);
+            *keep = Some(c);
+            Ok(o)
+        };
+        let offer = Offer {
+            link: (link_me == 0)
+                .then(|| offer(Conn::launch(local.len(), timeout, backend, &ip), &mut coord)),
+            net: (me == 0 && spans)
+                .then(|| offer(Self::meeting(node_ids.len(), timeout, &ip), &mut net_coord)),
+        };
         let bytes = postcard::to_allocvec(&offer)
             .map_err(|e| Error::transport_from("encoding the proxy's address", e))?;
         let offers: Vec<Offer> = allgather(&bytes)?
@@ -347,7 +340,11 @@ impl Client {
     /// The communicator's first rank, across nodes: the coordinator the
     /// nodes' proxies meet at, on an address the other nodes reach (the one
     /// that routes to the launcher's rendezvous, else the link's address).
-    fn meeting(nodes: usize, timeout: Duration, ip: &Result<IpAddr>) -> Result<(Coordinator, u64)> {
+    fn meeting(
+        nodes: usize,
+        timeout: Duration,
+        ip: &Result<IpAddr>,
+    ) -> Result<(Arc<Coordinator>, u64)> {
         use std::net::ToSocketAddrs;
         let ip = match ip {
             Ok(ip) => *ip,
@@ -373,7 +370,7 @@ impl Client {
         let coord = Coordinator::start(nodes, secret, timeout, ip).map_err(|e| {
             Error::transport_from(format!("listening for the nodes' proxies on {ip}"), e)
         })?;
-        Ok((coord, secret))
+        Ok((Arc::new(coord), secret))
     }
 
     /// A region of `bytes` for the application's own buffer: the proxy reads
@@ -440,14 +437,7 @@ impl Conn {
         backend: Choice,
         ip: &Result<IpAddr>,
     ) -> Result<(Arc<Coordinator>, u64)> {
-        if std::env::var_os(hpc_runtime::env::COLL_PROXY_DPU).is_some() {
-            return Err(Error::Unsupported(
-                "this process was started as a collectives proxy but did not call \
-                 hpc_rs::init() or hpc_comm::proxy::serve_env(); call one first thing in \
-                 main, or run the job with `hpc run --proxy`"
-                    .into(),
-            ));
-        }
+        crate::proxy::client::refuse_recursion(hpc_runtime::env::COLL_PROXY_DPU)?;
         let ip = match ip {
             Ok(ip) => *ip,
             Err(e) => return Err(Error::Unsupported(e.to_string())),
@@ -462,22 +452,12 @@ impl Conn {
             timeout.as_secs_f64(),
             backend_name(backend)
         );
-        let mut cmd = crate::proxy::client::proxy_command();
-        cmd.stdin(std::process::Stdio::null());
-        // Its own process group, as in host placement: it serves every rank.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        // The launcher's variables go (so that the program serves rather than
-        // joins the job); the libfabric provider stays, for `HPC_TRANSPORT=ofi`,
-        // and so does the proxy's memory cap.
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("HPC_")
-                && k != crate::proxy::PROXY_CMD
-                && k != hpc_runtime::env::OFI_PROVIDER
-                && k != hpc_runtime::env::COLL_PROXY_MAX_SCRATCH
-            {
-                cmd.env_remove(&k);
-            }
-        }
+        // The libfabric provider stays, for `HPC_TRANSPORT=ofi`, and so does
+        // the proxy's memory cap.
+        let mut cmd = crate::proxy::client::proxy_command(&[
+            hpc_runtime::env::OFI_PROVIDER,
+            hpc_runtime::env::COLL_PROXY_MAX_SCRATCH,
+        ]);
         if let Some(at) = dpu_service_addr() {
             let at = at?;
             let key = crate::proxy::service::DpuKey::from_env()?;
@@ -505,17 +485,8 @@ impl Conn {
             match child.try_wait() {
                 Ok(Some(st)) => {
                     if let Some(c) = weak.upgrade() {
-                        c.rank_exited(
-                            size,
-                            false,
-                            format!(
-                                "the proxy process exited ({st}) without serving: call \
-                                 hpc_rs::init() or hpc_comm::proxy::serve_env() first thing \
-                                 in main, run the job with `hpc run --proxy`, or set \
-                                 {} to a program that serves",
-                                hpc_runtime::env::COLL_PROXY_CMD
-                            ),
-                        );
+                        let why = format!("exited ({st}) without serving");
+                        c.rank_exited(size, false, crate::proxy::client::did_not_serve(&why));
                     }
                     return;
                 }
@@ -619,9 +590,8 @@ impl Client {
                 "an undecodable answer from the proxy to collective {seq}: {e}"
             ))
         })?;
-        let world = |r: usize| self.world.get(r).copied().unwrap_or(r);
         let code = Code::from_wire(u64::from(a.code));
-        Outcome::from_wire(code, a.aux, a.why).into_result(seq, "the DPU proxy", world)
+        Outcome::from_wire(code, a.aux, a.why).into_result(seq, "the DPU proxy", &self.world)
     }
 }
 

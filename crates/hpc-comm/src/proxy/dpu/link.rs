@@ -4,13 +4,12 @@
 
 use super::wire::Place;
 use crate::error::{Error, Result};
-use crate::proxy::net::{read_name, watch_each_other, Hello, ProxyNet};
+use crate::proxy::net::{watch_accept, watch_connect, watch_each_other, Hello, ProxyNet};
 use hpc_rdma::{Choice, Transport};
 use hpc_runtime::World;
 use std::collections::HashMap;
-use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------
 // Finding each other.
@@ -81,17 +80,9 @@ pub(super) fn dpu_service_addr() -> Option<Result<SocketAddr>> {
     )
 }
 
-/// The local address that routes to `to`.
+/// The local address that routes to `to` (`to`'s own where none does).
 pub(super) fn route_to(to: SocketAddr) -> IpAddr {
-    let any = if to.is_ipv4() {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-    };
-    UdpSocket::bind(SocketAddr::new(any, 0))
-        .and_then(|u| u.connect(to).and_then(|_| u.local_addr()))
-        .map(|a| a.ip())
-        .unwrap_or(to.ip())
+    crate::proxy::net::route(to).unwrap_or(to.ip())
 }
 
 /// The small job that ranks and proxy meet in: its coordinator, members
@@ -132,39 +123,17 @@ pub(super) fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) ->
     };
     let all = side.allgather(mine.as_bytes())?;
     let Some(l) = listener else {
-        let at = String::from_utf8_lossy(&all[size - 1]).into_owned();
-        let addr: SocketAddr = at
-            .parse()
-            .map_err(|_| Error::transport(format!("the proxy's watch address {at:?}")))?;
-        let mut s = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
-        s.write_all(&(rank as u64).to_le_bytes())
-            .map_err(|e| io("greeting the proxy", e))?;
-        s.set_nonblocking(true).map_err(|e| io("watch", e))?;
-        return Ok(Watch::Proxy(s));
+        return watch_connect(&all[size - 1], "the proxy's", rank, timeout).map(Watch::Proxy);
     };
     let mut ranks: Vec<Option<TcpStream>> = (0..size - 1).map(|_| None).collect();
-    let deadline = Instant::now() + timeout;
-    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
-    while ranks.iter().any(Option::is_none) {
-        match l.accept() {
-            Ok((mut s, from)) => match read_name(&mut s) {
-                Ok(r) if r < ranks.len() && ranks[r].is_none() => ranks[r] = Some(s),
-                _ => tracing::warn!(%from, "DPU proxy: refused a watch connection"),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    let missing: Vec<usize> =
-                        (0..ranks.len()).filter(|&r| ranks[r].is_none()).collect();
-                    return Err(Error::transport(format!(
-                        "ranks {missing:?} did not connect to the proxy within {timeout:?}"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(io("accepting a rank", e)),
-        }
-    }
+    watch_accept(
+        &l,
+        &mut ranks,
+        |_| true,
+        timeout,
+        "DPU proxy",
+        |missing| format!("ranks {missing:?} did not connect to the proxy"),
+    )?;
     Ok(Watch::Ranks(ranks))
 }
 

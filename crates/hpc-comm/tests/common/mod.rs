@@ -1,0 +1,31 @@
+//! What the multi-process test binaries share: each re-executes itself as the
+//! ranks of a job (its `child_entry` test) and as the proxy (its `proxy_entry`
+//! test), the scenario named in the ranks' environment.
+
+use hpc_test_support::Job;
+
+/// The variable that names a rank's scenario.
+pub const SCENARIO: &str = hpc_runtime::env::COLL_TEST_SCENARIO;
+/// What a rank prints (to stderr) when its scenario ran to its end.
+pub const CHILD_OK: &str = hpc_test_support::CHILD_OK;
+/// The engines with the ranks' own path (and the proxy's).
+pub const ENGINES: [hpc_comm::Engine; 3] = [
+    hpc_comm::Engine::Inline,
+    hpc_comm::Engine::Thread,
+    hpc_comm::Engine::Proxy,
+];
+
+/// `size` ranks of this test binary running `scenario`, whose proxies (in
+/// either placement) are this binary's `proxy_entry`; their standard output
+/// discarded.
+pub fn job(scenario: &str, size: usize) -> Job {
+    let exe = std::env::current_exe().unwrap();
+    let proxy_cmd = format!(
+        "{} proxy_entry --exact --nocapture --test-threads=1",
+        exe.display()
+    );
+    Job::this_test("child_entry", size)
+        .env(SCENARIO, scenario)
+        .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
+        .quiet_stdout()
+}
