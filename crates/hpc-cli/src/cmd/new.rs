@@ -78,7 +78,10 @@ const GIT_SCHEMES: &[&str] = &["https://", "http://", "ssh://", "git://", "file:
 /// it (`git@host:path` for scp-like ssh), nothing that would break the TOML string.
 fn git_url(src: &str) -> Result<String, UsageError> {
     let bad = |why: &str| UsageError(format!("--sdk {src:?}: {why}"));
-    if src.contains(['"', '\\', '\n', ' ']) {
+    if src
+        .chars()
+        .any(|c| matches!(c, '"' | '\\') || c.is_whitespace() || c.is_control())
+    {
         return Err(bad("not a usable git URL"));
     }
     let rest = if let Some(scp) = src.strip_prefix("git@") {
@@ -141,7 +144,15 @@ impl Sdk {
                 root.display()
             ))
         })?;
-        if root.to_str().is_none_or(|r| r.contains(['"', '\\', '\n'])) {
+        // The version goes into the new workspace's manifests as a requirement.
+        let semver = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
+        if version.is_empty() || !version.chars().all(semver) {
+            return Err(UsageError(format!(
+                "--sdk {}: its [workspace.package] version {version:?} is not a version",
+                root.display()
+            )));
+        }
+        if root.to_str().is_none_or(|r| !toml_plain(r)) {
             return Err(UsageError(format!(
                 "--sdk {}: a path cargo's TOML cannot hold as written; move or link the \
                  checkout to a plain path",
@@ -198,6 +209,13 @@ impl Sdk {
             Sdk::Git(url) => format!("cargo install --git {url} hpc-cli"),
         }
     }
+}
+
+/// Whether `s` can stand between the quotes of a TOML basic string as written: no
+/// quote, no backslash, no control character but a tab.
+fn toml_plain(s: &str) -> bool {
+    !s.chars()
+        .any(|c| matches!(c, '"' | '\\') || (c.is_control() && c != '\t'))
 }
 
 /// `[workspace.package] version = "..."` of a workspace manifest.
@@ -712,6 +730,10 @@ mod tests {
             ("git@:x", "git@HOST:PATH"),
             ("git@h:", "git@HOST:PATH"),
             ("https://h/a b", "not a usable git URL"),
+            // A control character would make the new Cargo.toml unreadable.
+            ("https://h/a\u{1}b", "not a usable git URL"),
+            ("https://h/a\rb", "not a usable git URL"),
+            ("https://h/a\u{7f}b", "not a usable git URL"),
         ] {
             let e = Sdk::parse(Some(url)).unwrap_err().0;
             assert!(e.contains(why), "{url}: {e}");
@@ -733,6 +755,37 @@ mod tests {
             other => panic!("{other:?}"),
         }
         std::fs::remove_dir(not).unwrap();
+    }
+
+    /// A checkout whose path or version the new manifests cannot hold as written
+    /// (a control character in its path, a quote in its version) is refused: the
+    /// workspace written would not parse.
+    #[test]
+    fn an_sdk_checkout_the_new_manifests_cannot_hold_is_refused() {
+        let base = std::env::temp_dir().join(format!("hpc-new-sdk-odd-{}", std::process::id()));
+        let fake = |name: &str, version: &str| {
+            let root = base.join(name);
+            for c in PATCHED {
+                let d = root.join("crates").join(c);
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("Cargo.toml"), "[package]\n").unwrap();
+            }
+            let version = toml::Value::String(version.into());
+            let manifest = format!("[workspace.package]\nversion = {version}\n");
+            std::fs::write(root.join("Cargo.toml"), manifest).unwrap();
+            root
+        };
+        let ok = fake("plain\ttab", "0.3.0-rc.1+b");
+        assert!(matches!(Sdk::parse(ok.to_str()), Ok(Sdk::Path(_, v)) if v == "0.3.0-rc.1+b"));
+        for name in ["a\rb", "a\u{1}b", "a\u{7f}b"] {
+            let e = Sdk::parse(fake(name, "0.3.0").to_str()).unwrap_err().0;
+            assert!(e.contains("TOML cannot hold"), "{name:?}: {e}");
+        }
+        for version in ["1.0\"x", "", "1 0", "1.0\n"] {
+            let e = Sdk::parse(fake("v", version).to_str()).unwrap_err().0;
+            assert!(e.contains("is not a version"), "{version:?}: {e}");
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// A fresh empty directory.
