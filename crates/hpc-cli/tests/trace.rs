@@ -306,20 +306,12 @@ fn a_directory_two_jobs_wrote_into_is_refused_not_merged() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let t = dir.join("t.json");
-    refused(
-        &[
-            "trace",
-            "merge",
-            ranks.to_str().unwrap(),
-            "-o",
-            t.to_str().unwrap(),
-        ],
-        &[
-            "rank-2.json is a rank of a job of 4 ranks",
-            "more than one job",
-        ],
-        &dir,
-    );
+    let (r, t) = (ranks.to_str().unwrap(), t.to_str().unwrap());
+    let merge_refused = |words: &[&str]| refused(&["trace", "merge", r, "-o", t], words, &dir);
+    merge_refused(&[
+        "rank-2.json is a rank of a job of 4 ranks",
+        "more than one job",
+    ]);
     // Two jobs of the same size are told apart by their job: rank 1's file of the
     // first job left beside rank 0's of the second.
     std::fs::remove_dir_all(&ranks).unwrap();
@@ -328,16 +320,6 @@ fn a_directory_two_jobs_wrote_into_is_refused_not_merged() {
     std::fs::rename(ranks.join("rank-1.json"), &first).unwrap();
     traced_selftest(&dir);
     std::fs::rename(&first, ranks.join("rank-1.json")).unwrap();
-    refused(
-        &[
-            "trace",
-            "merge",
-            ranks.to_str().unwrap(),
-            "-o",
-            t.to_str().unwrap(),
-        ],
-        &["rank-1.json is of the job \"hpc run ", "more than one job"],
-        &dir,
-    );
+    merge_refused(&["rank-1.json is of the job \"hpc run ", "more than one job"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
