@@ -138,12 +138,8 @@ impl Sdk {
                 )));
             }
         }
-        let version = workspace_version(&root.join("Cargo.toml")).ok_or_else(|| {
-            UsageError(format!(
-                "--sdk {}: its Cargo.toml has no [workspace.package] version",
-                root.display()
-            ))
-        })?;
+        let version = workspace_version(&root.join("Cargo.toml"))
+            .map_err(|why| UsageError(format!("--sdk {}: {why}", root.display())))?;
         // The version goes into the new workspace's manifests as a requirement.
         let semver = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
         if version.is_empty() || !version.chars().all(semver) {
@@ -219,16 +215,20 @@ fn toml_plain(s: &str) -> bool {
 }
 
 /// `[workspace.package] version = "..."` of a workspace manifest.
-fn workspace_version(manifest: &Path) -> Option<String> {
-    let text = hpc_io::read::read_regular_to_string(manifest, 1 << 20).ok()?;
-    let doc: toml::Table = text.parse().ok()?;
-    Some(
-        doc.get("workspace")?
-            .get("package")?
-            .get("version")?
-            .as_str()?
-            .to_string(),
-    )
+/// An error says why: the file cannot be read (a FIFO, a device: named as such,
+/// not read), is not TOML, or holds no such version.
+fn workspace_version(manifest: &Path) -> Result<String, String> {
+    let text =
+        hpc_io::read::read_regular_to_string(manifest, 1 << 20).map_err(|e| e.to_string())?;
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{} is not TOML: {e}", manifest.display()))?;
+    doc.get("workspace")
+        .and_then(|w| w.get("package"))
+        .and_then(|p| p.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| "its Cargo.toml has no [workspace.package] version".into())
 }
 
 /// Version control for the new workspace.
@@ -785,6 +785,17 @@ mod tests {
             let e = Sdk::parse(fake("v", version).to_str()).unwrap_err().0;
             assert!(e.contains("is not a version"), "{version:?}: {e}");
         }
+        // A manifest that is a FIFO is named as one (not read: no hang), not taken
+        // for a manifest without a version.
+        let fifo = fake("fifo", "0.3.0");
+        std::fs::remove_file(fifo.join("Cargo.toml")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo.join("Cargo.toml"))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let e = Sdk::parse(fifo.to_str()).unwrap_err().0;
+        assert!(e.contains("Cargo.toml is a FIFO"), "{e}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 
