@@ -289,3 +289,37 @@ fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
     assert!(!file.exists(), "no merged trace without every rank's");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `HPC_TRACE=DIR` given to a job of four ranks, then to one of two: the second
+/// job's files replace ranks 0 and 1 only, and the merge refuses the directory,
+/// naming a file of the first job, instead of a timeline of four ranks of two jobs.
+#[test]
+fn a_directory_two_jobs_wrote_into_is_refused_not_merged() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "two-jobs");
+    let ranks = dir.join("ranks");
+    for n in ["4", "2"] {
+        let out = Command::new(HPC)
+            .args(["run", "-n", n, "--", HPC, "selftest"])
+            .env(hpc_env::TRACE, &ranks)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let t = dir.join("t.json");
+    let (r, t) = (ranks.to_str().unwrap(), t.to_str().unwrap());
+    let merge_refused = |words: &[&str]| refused(&["trace", "merge", r, "-o", t], words, &dir);
+    merge_refused(&[
+        "rank-2.json is a rank of a job of 4 ranks",
+        "more than one job",
+    ]);
+    // Two jobs of the same size are told apart by their job: rank 1's file of the
+    // first job left beside rank 0's of the second.
+    std::fs::remove_dir_all(&ranks).unwrap();
+    traced_selftest(&dir);
+    let first = dir.join("rank-1-of-the-first-job");
+    std::fs::rename(ranks.join("rank-1.json"), &first).unwrap();
+    traced_selftest(&dir);
+    std::fs::rename(&first, ranks.join("rank-1.json")).unwrap();
+    merge_refused(&["rank-1.json is of the job \"hpc run ", "more than one job"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

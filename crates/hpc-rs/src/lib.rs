@@ -166,6 +166,7 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     let world = World::init()?;
     // The timeline's file is this rank's from now on (`HPC_TRACE`).
     hpc_trace::set_rank(world.rank());
+    hpc_trace::set_size(world.size());
     #[cfg(feature = "topology")]
     let (topology, placement, bound) = plan(&world, &options);
     #[cfg(not(feature = "topology"))]

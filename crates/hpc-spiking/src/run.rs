@@ -173,10 +173,18 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
 /// `ms` milliseconds in whole steps of `dt`: an interval that is not a positive
 /// multiple of the step (a `--checkpoint-every 0.01` with a 0.1 ms step would
 /// otherwise be rounded to one step, a checkpoint at every step) is refused with a
-/// message naming `what` and the step.
+/// message naming `what` and the step. So is one of more than [`MAX_STEPS`] steps,
+/// which no run reaches and whose sums would overflow.
 pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     let s = ms / dt;
     let r = s.round();
+    if ms.is_finite() && r > MAX_STEPS as f64 {
+        anyhow::bail!(
+            "{what} {} ms is {} steps of dt = {dt} ms: at most {MAX_STEPS} steps (2^53)",
+            num(ms),
+            num(r)
+        );
+    }
     if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
         anyhow::bail!(
             "{what} {} ms is not a positive multiple of the time step dt = {dt} ms \
@@ -186,6 +194,10 @@ pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     }
     Ok(r as u64)
 }
+
+/// The most steps [`whole_steps`] gives (2^53: every count up to it is exact in an
+/// `f64`, and two of them add up without overflow).
+pub const MAX_STEPS: u64 = 1 << 53;
 
 /// [`whole_steps`] for a time inside a run of `total` steps: a `--stop-at` after the
 /// end, or a `--checkpoint-every` longer than the run, would change nothing (the
@@ -536,6 +548,16 @@ mod tests {
             let e = whole_steps(bad, 0.1, "--x").unwrap_err().to_string();
             assert!(e.contains("--x") && e.contains("dt = 0.1 ms"), "{e}");
         }
+        // Beyond 2^53 steps a count would saturate (1e300 ms: u64::MAX steps, whose
+        // sum with another overflowed): refused, naming the flag and the limit.
+        for huge in [1e300, f64::MAX, 2f64.powi(60)] {
+            let e = whole_steps(huge, 0.1, "--x").unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("2^53"), "{e}");
+        }
+        assert_eq!(
+            whole_steps(0.1 * 2f64.powi(50), 0.1, "--x").unwrap(),
+            1 << 50
+        );
     }
 
     #[test]

@@ -154,6 +154,15 @@ pub fn set_rank(rank: usize) {
     }
 }
 
+/// Records the number of ranks of this process's job in its trace, which the merge
+/// checks every rank file against (a file of another job left in the directory is
+/// refused). `hpc_rs::init()` calls it with [`set_rank`].
+pub fn set_size(size: usize) {
+    for s in sinks() {
+        s.set_size(size);
+    }
+}
+
 /// Names this process in the merged timeline (for a process that is no rank, such as
 /// the collectives proxy: `proxy`).
 pub fn set_label(label: &str) {

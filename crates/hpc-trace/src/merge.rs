@@ -25,6 +25,10 @@ use crate::sink::{End, Head};
 /// The largest process file read (a GiB).
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
 
+/// The largest rank a file may name (`i32::MAX`): the merged trace numbers the
+/// other processes after the ranks, and viewers read a `pid` as a 32-bit integer.
+pub const MAX_RANK: usize = i32::MAX as usize;
+
 /// How the merged clocks were aligned, as the merged file's `otherData` says it.
 pub const ALIGNMENT: &str = "processes of one boot of one machine: CLOCK_MONOTONIC (exact); \
     between machines: CLOCK_REALTIME of each machine's first process, assumed synchronised \
@@ -60,6 +64,14 @@ pub enum MergeError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
+        why: String,
+    },
+    /// The files are of different jobs.
+    #[error("{path} is {why}: the directory holds the files of more than one job; merge the files of one job (remove the others)")]
+    Mixed {
+        /// The file found not to belong with the others.
+        path: PathBuf,
+        /// How it differs.
         why: String,
     },
     /// Two files name the same rank.
@@ -186,6 +198,12 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
     for path in list(dir)? {
         let f = read(&path)?;
         match f.end.rank {
+            Some(r) if r > MAX_RANK => {
+                return Err(MergeError::Bad {
+                    path,
+                    why: format!("rank {r} is beyond the largest rank a job has ({MAX_RANK})"),
+                });
+            }
             Some(r) => {
                 if let Some((first, _)) = ranks.get(&r) {
                     return Err(MergeError::Duplicate {
@@ -199,6 +217,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
             None => others.push((path, f)),
         }
     }
+    one_job(&ranks)?;
     let n_ranks = ranks.len();
     let rank_ids: Vec<usize> = ranks.keys().copied().collect();
     let top = ranks.keys().next_back().map_or(0, |&r| r + 1);
@@ -261,6 +280,49 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
         ranks: n_ranks,
         rank_ids,
     })
+}
+
+/// Refuses rank files of different jobs (a directory written by two jobs, or one
+/// holding an earlier job's files that this job's did not replace): their job
+/// (`hpc run`'s id, Slurm's, PMIx's) or their number of ranks differ, or a rank is
+/// beyond its job's. Files that do not say are taken as they are.
+fn one_job(ranks: &BTreeMap<usize, (PathBuf, File)>) -> Result<(), MergeError> {
+    let mut size: Option<(usize, &PathBuf)> = None;
+    let mut job: Option<(&str, &PathBuf)> = None;
+    for (&r, (path, f)) in ranks {
+        let mixed = |why: String| MergeError::Mixed {
+            path: path.clone(),
+            why,
+        };
+        if let Some(n) = f.end.size {
+            if r >= n {
+                return Err(mixed(format!("rank {r} of a job of {n} ranks")));
+            }
+            match size {
+                Some((m, other)) if m != n => {
+                    return Err(mixed(format!(
+                        "a rank of a job of {n} ranks, {} one of {m}",
+                        other.display()
+                    )))
+                }
+                Some(_) => {}
+                None => size = Some((n, path)),
+            }
+        }
+        if let Some(id) = f.end.job.as_deref() {
+            match job {
+                Some((other_id, other)) if other_id != id => {
+                    return Err(mixed(format!(
+                        "of the job {id:?}, {} of the job {other_id:?}",
+                        other.display()
+                    )))
+                }
+                Some(_) => {}
+                None => job = Some((id, path)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What processes sharing `CLOCK_MONOTONIC` have in common: the boot, else the host.

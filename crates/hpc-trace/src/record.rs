@@ -65,6 +65,11 @@ impl TraceLayer {
         self.sink.set_rank(rank);
     }
 
+    /// Records the number of ranks of the job (see [`crate::set_size`]).
+    pub fn set_size(&self, size: usize) {
+        self.sink.set_size(size);
+    }
+
     /// Finishes the file (see [`crate::finish`]); its final path.
     pub fn finish(&self) -> Result<Option<PathBuf>, Error> {
         self.sink.finish()

@@ -44,6 +44,29 @@ pub struct End {
     pub label: Option<String>,
     /// Events written.
     pub events: u64,
+    /// The number of ranks of the job, when the process learnt it (absent in files
+    /// of earlier writers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<usize>,
+    /// The job the process belonged to, as its launcher named it ([`job_id`]), when
+    /// one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+/// The job this process belongs to, as its launcher names it: `hpc run`'s job id,
+/// Slurm's job and step, or the PMIx namespace of `mpirun`; `None` for a process
+/// started alone. The merge refuses rank files of different jobs.
+pub fn job_id() -> Option<String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(id) = var(hpc_env::JOB_ID) {
+        return Some(format!("hpc run {id}"));
+    }
+    if let Some(job) = var("SLURM_JOB_ID") {
+        let step = var("SLURM_STEP_ID").unwrap_or_default();
+        return Some(format!("slurm {job}.{step}"));
+    }
+    var("PMIX_NAMESPACE").map(|ns| format!("pmix {ns}"))
 }
 
 /// One event as written (Chrome's trace-event format).
@@ -69,6 +92,7 @@ struct State {
     out: Option<BufWriter<File>>,
     error: Option<std::io::Error>,
     rank: Option<usize>,
+    size: Option<usize>,
     label: Option<String>,
     events: u64,
     threads: HashSet<u32>,
@@ -117,6 +141,7 @@ impl Sink {
                 out: Some(BufWriter::with_capacity(1 << 16, file)),
                 error: None,
                 rank: None,
+                size: None,
                 label: None,
                 events: 0,
                 threads: HashSet::new(),
@@ -190,6 +215,11 @@ impl Sink {
         self.lock().rank = Some(rank);
     }
 
+    /// Records the number of ranks of the process's job.
+    pub fn set_size(&self, size: usize) {
+        self.lock().size = Some(size);
+    }
+
     /// Records the process's label.
     pub fn set_label(&self, label: &str) {
         self.lock().label = Some(label.to_string());
@@ -224,6 +254,8 @@ impl Sink {
             rank: st.rank,
             label: st.label.clone(),
             events: st.events,
+            size: st.size,
+            job: job_id(),
         };
         let end = serde_json::to_string(&end).map_err(|e| fail(e.into()))?;
         write!(out, "\n],\"hpcEnd\":{end}}}\n").map_err(fail)?;

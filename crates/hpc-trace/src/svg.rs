@@ -86,8 +86,20 @@ const PALETTE: [&str; 10] = [
 const ROW: f64 = 14.0;
 const LABEL: f64 = 170.0;
 
+/// `s` as XML text: markup escaped, and the control characters XML 1.0 does not
+/// allow (even as references; a picture holding one does not open) replaced by
+/// U+FFFD.
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
+    s.chars()
+        .map(|c| {
+            if c.is_control() && !matches!(c, '\t' | '\n' | '\r') {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

@@ -214,6 +214,90 @@ fn files_that_cannot_be_merged_are_named() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A file whose end names a rank no job has (here the largest `usize`, whose
+/// successor overflowed where the merge numbers the other processes after the
+/// ranks) is refused, naming it, not merged under a wrapped number.
+#[test]
+fn a_file_naming_an_impossible_rank_is_refused() {
+    let dir = scratch("rank-max");
+    let file = record(&dir, 0, || drop(tracing::info_span!("s").entered()));
+    let mut proxy: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    proxy["hpcEnd"]["rank"] = Value::Null;
+    proxy["hpcEnd"]["label"] = "proxy".into();
+    std::fs::write(dir.join("proc-1.json"), proxy.to_string()).unwrap();
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    for rank in [u64::MAX, 1 << 31] {
+        v["hpcEnd"]["rank"] = rank.into();
+        std::fs::write(&file, v.to_string()).unwrap();
+        let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("rank-0.json") && e.contains(&format!("rank {rank} is beyond")),
+            "{e}"
+        );
+    }
+    v["hpcEnd"]["rank"] = hpc_trace::merge::MAX_RANK.into();
+    std::fs::write(&file, v.to_string()).unwrap();
+    let merged = hpc_trace::merge::merge_dir(&dir).unwrap();
+    assert_eq!(merged.rank_ids, [hpc_trace::merge::MAX_RANK]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Records an empty trace into `dir` as rank `rank` of a job of `size` ranks.
+fn record_of(dir: &Path, rank: usize, size: usize) -> PathBuf {
+    let layer = hpc_trace::TraceLayer::create(dir).unwrap();
+    layer.set_rank(rank);
+    layer.set_size(size);
+    layer.finish().unwrap().expect("a finished file")
+}
+
+/// Sets a finished file's job as another launcher would have named it.
+fn set_job(file: &Path, job: Option<&str>) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    v["hpcEnd"]["job"] = job.into();
+    std::fs::write(file, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// A directory that two jobs wrote into (`HPC_TRACE=d` for a job of 4 ranks, then
+/// for one of 2, whose files replaced ranks 0 and 1 only) is refused naming a file
+/// of the other job, not merged into a timeline of four ranks of two runs; so are
+/// files of two jobs of the same size.
+#[test]
+fn files_of_two_jobs_in_one_directory_are_refused() {
+    let dir = scratch("two-jobs");
+    for r in 0..4 {
+        record_of(&dir, r, 4);
+    }
+    for r in 0..2 {
+        record_of(&dir, r, 2);
+    }
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("rank-2.json is a rank of a job of 4 ranks")
+            && e.contains("rank-0.json one of 2")
+            && e.contains("more than one job"),
+        "{e}"
+    );
+    for r in 2..4 {
+        std::fs::remove_file(dir.join(format!("rank-{r}.json"))).unwrap();
+    }
+    let (a, b) = (dir.join("rank-0.json"), dir.join("rank-1.json"));
+    set_job(&a, Some("hpc run one"));
+    set_job(&b, Some("hpc run two"));
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("rank-1.json is of the job \"hpc run two\"")
+            && e.contains("rank-0.json of the job \"hpc run one\""),
+        "{e}"
+    );
+    // One job's files merge; so do files that name no job (a process started alone).
+    set_job(&b, Some("hpc run one"));
+    assert_eq!(hpc_trace::merge::merge_dir(&dir).unwrap().rank_ids, [0, 1]);
+    set_job(&a, None);
+    set_job(&b, None);
+    assert_eq!(hpc_trace::merge::merge_dir(&dir).unwrap().rank_ids, [0, 1]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_directory_that_cannot_be_made_is_an_error_naming_it() {
     let e = hpc_trace::TraceLayer::create(Path::new("/proc/hpc-trace-no/dir"))
@@ -248,6 +332,28 @@ fn the_picture_has_a_lane_per_thread_and_a_box_per_span() {
         .to_string();
     assert!(e.contains("is empty"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Control characters in a span's name or the title, which XML 1.0 allows neither
+/// as they are nor as references (a picture holding one does not open), are
+/// replaced; markup is escaped.
+#[test]
+fn the_picture_holds_no_character_xml_refuses() {
+    let trace = serde_json::json!({"traceEvents": [
+        {"ph": "X", "name": "a\u{1}b\u{0}<c>", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 0},
+    ]});
+    let opts = hpc_trace::svg::Options {
+        title: "x\u{7}y\u{1b}[31m".into(),
+        ..Default::default()
+    };
+    let svg = hpc_trace::svg::render(&trace, &opts).unwrap();
+    let bad: Vec<char> = svg
+        .chars()
+        .filter(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?} in {svg}");
+    assert!(svg.contains("a\u{fffd}b\u{fffd}&lt;c&gt;"), "{svg}");
+    assert!(svg.contains("x\u{fffd}y\u{fffd}[31m"), "{svg}");
 }
 
 #[test]

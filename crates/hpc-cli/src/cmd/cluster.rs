@@ -153,9 +153,13 @@ pub struct Node {
 /// A node's name as `up` names its containers: `ctl`, `nodeN`, `nodeN-dpu`.
 fn node_name(s: &str) -> Result<String, String> {
     let base = s.strip_suffix("-dpu").unwrap_or(s);
+    // Written as `up` writes it: digits without a sign or a leading zero (`node+1`
+    // and `node01` parse as 1 but name no container).
     let numbered = base.strip_prefix("node").is_some_and(|n| {
-        n.parse::<usize>()
-            .is_ok_and(|n| (1..=MAX_NODES).contains(&n))
+        !n.starts_with('0')
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && n.parse::<usize>()
+                .is_ok_and(|n| (1..=MAX_NODES).contains(&n))
     });
     if s == "ctl" || numbered {
         Ok(s.to_string())
@@ -511,6 +515,10 @@ mod tests {
             "other-ctl",
             "node1 ",
             "-x",
+            "node+1",
+            "node01",
+            "node1-dpu+",
+            "node+2-dpu",
         ] {
             let e = parse(&["cut-node", bad]).expect_err(bad).to_string();
             assert!(

@@ -78,7 +78,10 @@ const GIT_SCHEMES: &[&str] = &["https://", "http://", "ssh://", "git://", "file:
 /// it (`git@host:path` for scp-like ssh), nothing that would break the TOML string.
 fn git_url(src: &str) -> Result<String, UsageError> {
     let bad = |why: &str| UsageError(format!("--sdk {src:?}: {why}"));
-    if src.contains(['"', '\\', '\n', ' ']) {
+    if src
+        .chars()
+        .any(|c| matches!(c, '"' | '\\') || c.is_whitespace() || c.is_control())
+    {
         return Err(bad("not a usable git URL"));
     }
     let rest = if let Some(scp) = src.strip_prefix("git@") {
@@ -135,13 +138,17 @@ impl Sdk {
                 )));
             }
         }
-        let version = workspace_version(&root.join("Cargo.toml")).ok_or_else(|| {
-            UsageError(format!(
-                "--sdk {}: its Cargo.toml has no [workspace.package] version",
+        let version = workspace_version(&root.join("Cargo.toml"))
+            .map_err(|why| UsageError(format!("--sdk {}: {why}", root.display())))?;
+        // The version goes into the new workspace's manifests as a requirement.
+        let semver = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
+        if version.is_empty() || !version.chars().all(semver) {
+            return Err(UsageError(format!(
+                "--sdk {}: its [workspace.package] version {version:?} is not a version",
                 root.display()
-            ))
-        })?;
-        if root.to_str().is_none_or(|r| r.contains(['"', '\\', '\n'])) {
+            )));
+        }
+        if root.to_str().is_none_or(|r| !toml_plain(r)) {
             return Err(UsageError(format!(
                 "--sdk {}: a path cargo's TOML cannot hold as written; move or link the \
                  checkout to a plain path",
@@ -200,17 +207,28 @@ impl Sdk {
     }
 }
 
+/// Whether `s` can stand between the quotes of a TOML basic string as written: no
+/// quote, no backslash, no control character but a tab.
+fn toml_plain(s: &str) -> bool {
+    !s.chars()
+        .any(|c| matches!(c, '"' | '\\') || (c.is_control() && c != '\t'))
+}
+
 /// `[workspace.package] version = "..."` of a workspace manifest.
-fn workspace_version(manifest: &Path) -> Option<String> {
-    let text = hpc_io::read::read_regular_to_string(manifest, 1 << 20).ok()?;
-    let doc: toml::Table = text.parse().ok()?;
-    Some(
-        doc.get("workspace")?
-            .get("package")?
-            .get("version")?
-            .as_str()?
-            .to_string(),
-    )
+/// An error says why: the file cannot be read (a FIFO, a device: named as such,
+/// not read), is not TOML, or holds no such version.
+fn workspace_version(manifest: &Path) -> Result<String, String> {
+    let text =
+        hpc_io::read::read_regular_to_string(manifest, 1 << 20).map_err(|e| e.to_string())?;
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{} is not TOML: {e}", manifest.display()))?;
+    doc.get("workspace")
+        .and_then(|w| w.get("package"))
+        .and_then(|p| p.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| "its Cargo.toml has no [workspace.package] version".into())
 }
 
 /// Version control for the new workspace.
@@ -712,6 +730,10 @@ mod tests {
             ("git@:x", "git@HOST:PATH"),
             ("git@h:", "git@HOST:PATH"),
             ("https://h/a b", "not a usable git URL"),
+            // A control character would make the new Cargo.toml unreadable.
+            ("https://h/a\u{1}b", "not a usable git URL"),
+            ("https://h/a\rb", "not a usable git URL"),
+            ("https://h/a\u{7f}b", "not a usable git URL"),
         ] {
             let e = Sdk::parse(Some(url)).unwrap_err().0;
             assert!(e.contains(why), "{url}: {e}");
@@ -733,6 +755,48 @@ mod tests {
             other => panic!("{other:?}"),
         }
         std::fs::remove_dir(not).unwrap();
+    }
+
+    /// A checkout whose path or version the new manifests cannot hold as written
+    /// (a control character in its path, a quote in its version) is refused: the
+    /// workspace written would not parse.
+    #[test]
+    fn an_sdk_checkout_the_new_manifests_cannot_hold_is_refused() {
+        let base = std::env::temp_dir().join(format!("hpc-new-sdk-odd-{}", std::process::id()));
+        let fake = |name: &str, version: &str| {
+            let root = base.join(name);
+            for c in PATCHED {
+                let d = root.join("crates").join(c);
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("Cargo.toml"), "[package]\n").unwrap();
+            }
+            let version = toml::Value::String(version.into());
+            let manifest = format!("[workspace.package]\nversion = {version}\n");
+            std::fs::write(root.join("Cargo.toml"), manifest).unwrap();
+            root
+        };
+        let ok = fake("plain\ttab", "0.3.0-rc.1+b");
+        assert!(matches!(Sdk::parse(ok.to_str()), Ok(Sdk::Path(_, v)) if v == "0.3.0-rc.1+b"));
+        for name in ["a\rb", "a\u{1}b", "a\u{7f}b"] {
+            let e = Sdk::parse(fake(name, "0.3.0").to_str()).unwrap_err().0;
+            assert!(e.contains("TOML cannot hold"), "{name:?}: {e}");
+        }
+        for version in ["1.0\"x", "", "1 0", "1.0\n"] {
+            let e = Sdk::parse(fake("v", version).to_str()).unwrap_err().0;
+            assert!(e.contains("is not a version"), "{version:?}: {e}");
+        }
+        // A manifest that is a FIFO is named as one (not read: no hang), not taken
+        // for a manifest without a version.
+        let fifo = fake("fifo", "0.3.0");
+        std::fs::remove_file(fifo.join("Cargo.toml")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo.join("Cargo.toml"))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let e = Sdk::parse(fifo.to_str()).unwrap_err().0;
+        assert!(e.contains("Cargo.toml is a FIFO"), "{e}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// A fresh empty directory.

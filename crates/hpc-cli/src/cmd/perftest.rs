@@ -150,6 +150,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     check_sizes(&args)?;
     let world = World::init().context("joining the world")?;
     hpc_trace::set_rank(world.rank());
+    hpc_trace::set_size(world.size());
     match measure(&args, &world) {
         Ok(code) => Ok(code),
         // Said while this rank is still in the world: once it has left, the other

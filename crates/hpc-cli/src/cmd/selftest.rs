@@ -123,6 +123,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let t0 = Instant::now();
     let world = World::init().context("joining the world")?;
     hpc_trace::set_rank(world.rank());
+    hpc_trace::set_size(world.size());
     let (rank, size) = (world.rank(), world.size());
     let t_init = t0.elapsed();
     if args.transport {
