@@ -51,6 +51,7 @@ mod mpi_engine;
 pub mod proxy;
 mod regbuf;
 pub mod shm;
+mod spans;
 mod sync;
 
 /// Entry points for fuzzing what the proxy reads from a rank's memory: each

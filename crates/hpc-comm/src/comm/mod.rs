@@ -350,15 +350,7 @@ impl Comm {
             seq = self.seq.fetch_add(1, Ordering::Relaxed);
         }
         // The post, on the timeline (`HPC_TRACE`) and in debug logs.
-        let _span = tracing::debug_span!(
-            "post",
-            op = %coll.kind(),
-            seq,
-            rank = self.rank,
-            bytes = send.len().max(recv.len()),
-            engine = self.engine().name()
-        )
-        .entered();
+        let _span = crate::spans::post(self, &coll, seq, send.len().max(recv.len()));
         self.driver.start(Job::new(seq, coll, send, recv, staged))
     }
 

@@ -29,7 +29,7 @@ impl Comm {
 
     /// Waits for the collective of `t`; `out` receives a staged result.
     fn finish(&self, t: Option<Ticket>, out: Option<&mut [u8]>) -> Result<()> {
-        let _span = tracing::trace_span!("wait").entered();
+        let _span = crate::spans::wait(false);
         t.map_or(Ok(()), |t| t.wait(&*self.driver, out))
     }
 }
@@ -71,7 +71,7 @@ impl Request<'_> {
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            let _span = tracing::trace_span!("wait", dropped = true).entered();
+            let _span = crate::spans::wait(true);
             if let Err(e) = t.wait(&*self.comm.driver, self.out.take()) {
                 tracing::warn!(error = %e.chain(), "an unwaited collective failed");
             }
@@ -167,6 +167,7 @@ macro_rules! collectives {
             $(#[$doc])*
             ///
             /// Zero-copy: the engine reads and writes the buffers themselves.
+            #[inline]
             pub fn $name<'a: 'scope, $($g: $b + ?Sized),*>(&'scope self, $($arg: $ty),*) -> Result<ScopedRequest<'scope>> {
                 let $comm = self.comm;
                 let _ = $comm;
