@@ -17,7 +17,7 @@
 //! population in the order L2/3E, L2/3I, L4E, L4I, L5E, L5I, L6E, L6I. Every spike
 //! is written, the warm-up's too; statistics count ticks after `t_presim_ms / dt_ms`.
 //! The file is written as `<name>.partial`, flushed after every exchange, and
-//! renamed when the run completes. `tools/read_spikes.py` reads it;
+//! renamed when the run completes. `hpc-spiking`'s `python/read_spikes.py` reads it;
 //! `tools/to_sonata.py` converts it to SONATA's HDF5 spike layout.
 
 use std::path::Path;
