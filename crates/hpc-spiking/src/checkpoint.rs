@@ -463,7 +463,8 @@ impl RankFile {
                 path.display()
             );
         }
-        let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+        let u32_at =
+            |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
         let block = Block {
             first: u32_at(8),
             len: u32_at(12),

@@ -30,10 +30,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RANK_HEAD};
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
 };
-use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
@@ -130,7 +130,10 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         f.check_holds(r, rank, model.n)?;
         let (first, len) = (f.block.first, f.block.len as usize);
         let want = RANK_HEAD + len * 12 + d * len * 4;
-        f.check_len(want, format_args!("{len} neurons with a delay of {d} steps"))?;
+        f.check_len(
+            want,
+            format_args!("{len} neurons with a delay of {d} steps"),
+        )?;
         let v0 = RANK_HEAD;
         let r0 = v0 + len * 8;
         let g0 = r0 + len * 4;

@@ -350,12 +350,17 @@ impl<'a> Simulation<'a> {
         let model = self.model;
         let exchanged = ran.intake.received;
         let who = (self.rank, self.size, self.shards.len());
-        let (run, recorder) = ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
+        let (run, recorder) =
+            ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
         let state_bytes: usize = self
             .shards
             .iter()
             .map(|s| {
-                s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring_e.bytes() + s.ring_i.bytes()
+                s.v.len() * 8
+                    + s.refr.len() * 4
+                    + s.keys.len() * 8
+                    + s.ring_e.bytes()
+                    + s.ring_i.bytes()
             })
             .sum();
         Ok(RankReport {

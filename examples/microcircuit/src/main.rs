@@ -116,7 +116,8 @@ fn make_exchange(
     sim: &Simulation,
     model: &Model,
 ) -> Result<RunExchange> {
-    let needed = (args.exchange == Exchange::Alltoallv && world.size() > 1).then(|| sim.has_targets());
+    let needed =
+        (args.exchange == Exchange::Alltoallv && world.size() > 1).then(|| sim.has_targets());
     let targeted = needed.as_deref().map(|n| (n, sim.block(), model.gid_bits));
     RunExchange::new(args.run.engine, world, targeted)
 }

@@ -221,7 +221,8 @@ impl<'a> Simulation<'a> {
         let model = self.model;
         let (received, clocks) = (ran.intake.received, ran.clocks);
         let who = (self.rank, self.size, self.shards.len());
-        let (run, recorder) = ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
+        let (run, recorder) =
+            ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
         let state_bytes: usize = self
             .shards
             .iter()
