@@ -10,10 +10,4 @@
 # Needs Python 3 with pip. NEST (3.10) comes, through benches/nest-python.sh, from PyPI (`pip install nest-simulator`) into
 # a virtual environment at $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv),
 # unless $PYTHON already imports nest.
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-py=$("$root/benches/nest-python.sh")
-target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build -q --release -p hpc-example-brunel)
-exec "$py" "$here/tools/validate.py" --brunel "$target/release/brunel" "$@"
+exec "$(dirname "$0")/../../benches/validate-example.sh" examples/brunel hpc-example-brunel brunel --brunel "$@"

@@ -16,10 +16,4 @@
 # through benches/nest-python.sh, from PyPI into a virtual environment at
 # $BRUNEL_VENV (default ~/.cache/hpc-rs/brunel-venv, shared with the other
 # examples), unless $PYTHON already imports nest.
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-py=$("$root/benches/nest-python.sh")
-target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build -q --release -p hpc-example-hpc-benchmark)
-exec "$py" "$here/tools/validate.py" --python "$py" --hpc-benchmark "$target/release/hpc_benchmark" "$@"
+exec "$(dirname "$0")/../../benches/validate-example.sh" examples/hpc_benchmark hpc-example-hpc-benchmark hpc_benchmark --hpc-benchmark "$@"

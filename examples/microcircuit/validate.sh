@@ -11,10 +11,4 @@
 # NEST (3.10) comes, through benches/nest-python.sh, from PyPI into a virtual environment at $BRUNEL_VENV (default
 # ~/.cache/hpc-rs/brunel-venv, shared with the brunel example), unless $PYTHON
 # already imports nest.
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-py=$("$root/benches/nest-python.sh")
-target=${CARGO_TARGET_DIR:-$root/target}
-(cd "$root" && cargo build -q --release -p hpc-example-microcircuit)
-exec "$py" "$here/tools/validate.py" --microcircuit "$target/release/microcircuit" "$@"
+exec "$(dirname "$0")/../../benches/validate-example.sh" examples/microcircuit hpc-example-microcircuit microcircuit --microcircuit "$@"

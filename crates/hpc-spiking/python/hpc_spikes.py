@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Read and check a spike file of the spiking examples (format "hpc-rs spikes", v1).
 
-The one Python reader of the format, standard library only; the brunel and
-microcircuit `read_spikes.py` tools read through it. It accepts exactly what the
+The one Python reader of the format, standard library only; `read_spikes.py`
+beside it (the examples' summary tool) reads through it. It accepts exactly what the
 Rust reader, `hpc_spiking::spikes::decode_spikes`, accepts:
 
     offset  size  content

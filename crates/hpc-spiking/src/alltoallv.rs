@@ -15,7 +15,9 @@
 //! allgather but filtered; delivery sums integers, so the spikes of the run do not
 //! change (tested).
 
-use crate::exchange::SpikeExchange;
+use std::sync::Arc;
+
+use crate::exchange::{AnyExchange, Engine, LocalExchange, SpikeExchange};
 use crate::Block;
 use anyhow::{bail, Result};
 use hpc_runtime::World;
@@ -52,6 +54,64 @@ impl<E: SpikeExchange> Exchange for Gather<E> {
 
     fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()> {
         self.0.overlap(local, out, || ()).map(|_| ())
+    }
+}
+
+/// The exchange of a run that chooses at its start between the allgather and the
+/// targeted exchange (the microcircuit's `--exchange`): in memory on one rank,
+/// else the allgather of an engine ([`AnyExchange`]) or the [`TargetedExchange`].
+/// Public for a network of your own that offers both.
+pub enum RunExchange {
+    /// One rank: its own spikes.
+    Local(LocalExchange),
+    /// Every rank receives every spike.
+    Gather(AnyExchange),
+    /// Each spike goes to the ranks with its targets (and rank 0).
+    Targeted(Box<TargetedExchange>),
+}
+
+impl RunExchange {
+    /// The exchange between the ranks of `world` through `engine`: the targeted
+    /// one when `targeted` gives this rank's `(needed, block, gid_bits)` as
+    /// [`TargetedExchange::new`] takes them (through the inline engine when
+    /// `engine` is `world`, whose collectives have no alltoallv), else the
+    /// allgather; in memory on one rank either way.
+    pub fn new(
+        engine: Engine,
+        world: Arc<World>,
+        targeted: Option<(&[bool], Block, u32)>,
+    ) -> Result<RunExchange> {
+        if world.size() == 1 {
+            return Ok(RunExchange::Local(LocalExchange::group(1).remove(0)));
+        }
+        if let Some((needed, block, gid_bits)) = targeted {
+            let engine = engine.collectives().unwrap_or(hpc_comm::Engine::Inline);
+            let ex = TargetedExchange::new(&world, engine, needed, block, gid_bits)?;
+            return Ok(RunExchange::Targeted(Box::new(ex)));
+        }
+        Ok(RunExchange::Gather(AnyExchange::new(engine, world)?))
+    }
+}
+
+impl Exchange for RunExchange {
+    fn spikes<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        match self {
+            RunExchange::Local(x) => x.overlap(local, out, work),
+            RunExchange::Gather(x) => x.overlap(local, out, work),
+            RunExchange::Targeted(x) => x.spikes(local, out, work),
+        }
+    }
+
+    fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()> {
+        match self {
+            RunExchange::Targeted(x) => x.words(local, out),
+            _ => self.spikes(local, out, || ()).map(|_| ()),
+        }
     }
 }
 

@@ -25,4 +25,10 @@ impl Block {
     pub fn end(&self) -> u32 {
         self.first + self.len
     }
+
+    /// How many shards a rank splits this block into with `threads` threads:
+    /// one per thread, at least one, at most one per neuron.
+    pub fn shards(&self, threads: usize) -> u32 {
+        threads.clamp(1, self.len.max(1) as usize) as u32
+    }
 }

@@ -25,6 +25,7 @@ use hpc_checkpoint::{rank_file_name, Checkpoint, Checkpoints, FileEntry};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::spikes::decode_spikes;
+use crate::Block;
 
 /// Name of the spike file inside a checkpoint.
 pub const SPIKES: &str = "spikes";
@@ -382,6 +383,160 @@ fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {
         }
     }
     Ok(lock)
+}
+
+/// Bytes of the head of a rank file as [`rank_head`] writes it.
+pub const RANK_HEAD: usize = 28;
+
+/// Starts a rank's payload (what it hands to [`RunCheckpoints::write`]): the
+/// model's 8-byte `magic`, the first neuron and the count of `block` (u32 each),
+/// one word of the model's own (`extra`, u32: its delay in steps, the spikes it
+/// has in flight) and `step` (u64), little-endian: [`RANK_HEAD`] bytes, which
+/// [`RankFile::read`] reads back. The model's state follows; `capacity` bytes
+/// in all are reserved.
+///
+/// Public for a network of your own that keeps this layout, so that its
+/// restart is checked as the examples' are.
+pub fn rank_head(magic: &[u8; 8], block: Block, extra: u32, step: u64, capacity: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(capacity.max(RANK_HEAD));
+    b.extend_from_slice(magic);
+    b.extend_from_slice(&block.first.to_le_bytes());
+    b.extend_from_slice(&block.len.to_le_bytes());
+    b.extend_from_slice(&extra.to_le_bytes());
+    b.extend_from_slice(&step.to_le_bytes());
+    b
+}
+
+/// The number of rank files of `r`, checked to be a decomposition of `n`
+/// neurons (one to `n` ranks): the ranks whose files a restart reads with
+/// [`RankFile::read`].
+pub fn rank_files<M>(r: &Restart<M>, n: u32) -> Result<u32> {
+    let ranks = r.checkpoint.ranks();
+    if ranks == 0 || ranks > n {
+        bail!(
+            "checkpoint {} was written by {ranks} ranks, not a decomposition of {n} neurons",
+            r.dir().display()
+        );
+    }
+    Ok(ranks)
+}
+
+/// Checks that the rank files of `r` gave the state of every neuron of `block`:
+/// `covered` of them.
+pub fn check_covered<M>(r: &Restart<M>, covered: usize, block: Block) -> Result<()> {
+    if covered != block.len as usize {
+        bail!(
+            "checkpoint {} does not cover neurons {}..{}",
+            r.dir().display(),
+            block.first,
+            block.end()
+        );
+    }
+    Ok(())
+}
+
+/// A rank's file of a checkpoint (verified against the manifest), its head
+/// ([`rank_head`]) read: errors about it name the file ([`RankFile::error`]).
+#[derive(Clone, Debug)]
+pub struct RankFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its content, the head included.
+    pub bytes: Vec<u8>,
+    /// The neurons it holds.
+    pub block: Block,
+    /// The model's own word of the head.
+    pub extra: u32,
+    /// The step it holds.
+    pub step: u64,
+}
+
+impl RankFile {
+    /// Reads rank `rank`'s file of `r`; refused when it does not start with
+    /// `magic` (not a rank state of `model`, a name for the error).
+    pub fn read<M>(r: &Restart<M>, rank: u32, magic: &[u8; 8], model: &str) -> Result<RankFile> {
+        let path = r.dir().join(rank_file_name(rank));
+        let bytes = r.checkpoint.read_rank(rank)?;
+        if bytes.len() < RANK_HEAD || &bytes[..8] != magic {
+            bail!(
+                "{}: not a rank state of {model} (wrong magic)",
+                path.display()
+            );
+        }
+        let u32_at =
+            |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+        let block = Block {
+            first: u32_at(8),
+            len: u32_at(12),
+        };
+        let extra = u32_at(16);
+        let step = u64::from_le_bytes(bytes[20..28].try_into()?);
+        Ok(RankFile {
+            path,
+            bytes,
+            block,
+            extra,
+            step,
+        })
+    }
+
+    /// An error about this file: its path, then `what`.
+    pub fn error(&self, what: impl std::fmt::Display) -> anyhow::Error {
+        anyhow::anyhow!("{}: {what}", self.path.display())
+    }
+
+    /// Checks that the file holds rank `rank`'s part of `n` neurons (of
+    /// `r`'s decomposition) at `r`'s step.
+    pub fn check_holds<M>(&self, r: &Restart<M>, rank: u32, n: u32) -> Result<()> {
+        let ranks = r.checkpoint.ranks();
+        let theirs = Block::part(n, ranks, rank);
+        let Block { first, len } = self.block;
+        if self.block != theirs {
+            return Err(self.error(format!(
+                "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
+                first as u64 + len as u64,
+                theirs.first,
+                theirs.end()
+            )));
+        }
+        if self.step != r.step() {
+            return Err(self.error(format!(
+                "holds step {} but the checkpoint is of step {}",
+                self.step,
+                r.step()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks that the file is `want` bytes long: the state of `what`.
+    pub fn check_len(&self, want: usize, what: impl std::fmt::Display) -> Result<()> {
+        if self.bytes.len() != want {
+            return Err(self.error(format!(
+                "{} bytes for {what}, expected {want}",
+                self.bytes.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The u32 at byte `o` (little-endian); `o + 4` must be within the file.
+    pub fn u32_at(&self, o: usize) -> u32 {
+        let b = &self.bytes;
+        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    }
+
+    /// The u64 at byte `o` (little-endian); `o + 8` must be within the file.
+    pub fn u64_at(&self, o: usize) -> u64 {
+        let mut w = [0; 8];
+        w.copy_from_slice(&self.bytes[o..o + 8]);
+        u64::from_le_bytes(w)
+    }
+
+    /// The f64 at byte `o` (little-endian); `o + 8` must be within the file.
+    pub fn f64_at(&self, o: usize) -> f64 {
+        f64::from_bits(self.u64_at(o))
+    }
 }
 
 /// The spikes of `checkpoint`'s spike file (`None` if it has none), checked: a valid

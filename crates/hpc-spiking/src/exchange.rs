@@ -94,6 +94,29 @@ pub trait SpikeExchange {
     }
 }
 
+/// An exchange taken by reference is the same exchange, so that an adapter
+/// (such as [`crate::alltoallv::Gather`]) can borrow one.
+impl<E: SpikeExchange> SpikeExchange for &mut E {
+    type Pending = E::Pending;
+
+    fn start(&mut self, local: &[u32]) -> Result<Self::Pending> {
+        (**self).start(local)
+    }
+
+    fn finish(&mut self, pending: Self::Pending, out: &mut Vec<u32>) -> Result<()> {
+        (**self).finish(pending, out)
+    }
+
+    fn overlap<R>(
+        &mut self,
+        local: &[u32],
+        out: &mut Vec<u32>,
+        work: impl FnOnce() -> R,
+    ) -> Result<(R, f64)> {
+        (**self).overlap(local, out, work)
+    }
+}
+
 /// The exchange engines the `--engine` flag names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
@@ -265,6 +288,56 @@ impl LocalExchange {
             })
             .collect()
     }
+}
+
+/// Runs `ranks` virtual ranks in this process: each on a thread of its own, with
+/// a pool of `threads` threads and its member of one [`LocalExchange::group`];
+/// `rank(r, exchange, pool)` is rank `r`'s run. Answers the ranks' results in rank
+/// order, or the first rank's error; a rank that panics panics here. Every rank
+/// takes part in every exchange: one that returns early leaves the others waiting
+/// in theirs.
+///
+/// The examples' tests run their networks so to show that the spikes do not
+/// depend on the decomposition; public for a network of your own to do the same
+/// without processes.
+///
+/// ```
+/// use hpc_spiking::exchange::{virtual_ranks, SpikeExchange};
+///
+/// // Every rank sends its rank number; every rank receives all of them.
+/// let all = virtual_ranks(3, 1, |r, mut ex, _pool| {
+///     let mut got = Vec::new();
+///     ex.overlap(&[r as u32], &mut got, || ())?;
+///     got.sort_unstable();
+///     Ok(got)
+/// })?;
+/// assert_eq!(all, vec![vec![0, 1, 2]; 3]);
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn virtual_ranks<R: Send>(
+    ranks: usize,
+    threads: usize,
+    rank: impl Fn(usize, LocalExchange, &rayon::ThreadPool) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let rank = &rank;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = LocalExchange::group(ranks)
+            .into_iter()
+            .enumerate()
+            .map(|(r, ex)| {
+                s.spawn(move || {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()?;
+                    rank(r, ex, &pool)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
 }
 
 impl SpikeExchange for LocalExchange {

@@ -24,6 +24,9 @@
 //!   flatten into a binary's own), [`progress`]: the progress line and the pace of
 //!   a run, and [`intake`]: the intervals of a run's loop and the spikes of its
 //!   exchanges on their way to delivery and to rank 0's statistics and spike file;
+//!   [`rank_loop`]: the loop of a rank around them, its exchange overlapped with
+//!   the update, drained for checkpoints;
+//! * [`ring`]: the ring buffers of input pending for the next steps;
 //! * [`memory`]: the memory a run may use;
 //! * [`plasticity`]: NEST's `stdp_pl_synapse_hom` (power-law STDP) with the
 //!   postsynaptic spike archive it reads, and [`neuron`]: NEST's
@@ -41,7 +44,7 @@
 //! whatever the number of ranks.
 //!
 //! ```
-//! use hpc_spiking::exchange::{LocalExchange, SpikeExchange};
+//! use hpc_spiking::exchange::{virtual_ranks, SpikeExchange};
 //! use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 //! use hpc_spiking::spikes::{read_spikes, SpikeWriter};
 //! use hpc_spiking::Block;
@@ -55,43 +58,39 @@
 //!     "populations": [{"name": "all", "first": 0, "count": n}],
 //! })
 //! .to_string();
-//! std::thread::scope(|s| {
-//!     for (rank, mut ex) in LocalExchange::group(ranks).into_iter().enumerate() {
-//!         let (path, header) = (&path, &header);
-//!         s.spawn(move || -> anyhow::Result<()> {
-//!             let block = Block::part(n, ranks as u32, rank as u32);
-//!             let drive = PoissonTable::new(0.3);
-//!             let mut v = vec![0u32; block.len as usize];
-//!             let mut writer = if rank == 0 {
-//!                 Some(SpikeWriter::with_header(path, header)?)
-//!             } else {
-//!                 None
-//!             };
-//!             let (mut local, mut all) = (Vec::new(), Vec::new());
-//!             for step in 1..=steps {
-//!                 local.clear();
-//!                 for i in 0..block.len {
-//!                     let id = block.first + i;
-//!                     let key = stream_key(seed, Purpose::External, id);
-//!                     v[i as usize] += drive.sample(draw(key, step as u64));
-//!                     if v[i as usize] >= 4 {
-//!                         v[i as usize] = 0;
-//!                         local.push(id);
-//!                     }
-//!                 }
-//!                 ex.overlap(&local, &mut all, || ())?;
-//!                 if let Some(w) = &mut writer {
-//!                     let spikes: Vec<(u32, u32)> = all.iter().map(|&id| (step, id)).collect();
-//!                     w.append(&spikes)?;
-//!                 }
+//! // Each rank a thread of this process, with its member of a `LocalExchange`.
+//! virtual_ranks(ranks, 1, |rank, mut ex, _pool| {
+//!     let block = Block::part(n, ranks as u32, rank as u32);
+//!     let drive = PoissonTable::new(0.3);
+//!     let mut v = vec![0u32; block.len as usize];
+//!     let mut writer = if rank == 0 {
+//!         Some(SpikeWriter::with_header(&path, &header)?)
+//!     } else {
+//!         None
+//!     };
+//!     let (mut local, mut all) = (Vec::new(), Vec::new());
+//!     for step in 1..=steps {
+//!         local.clear();
+//!         for i in 0..block.len {
+//!             let id = block.first + i;
+//!             let key = stream_key(seed, Purpose::External, id);
+//!             v[i as usize] += drive.sample(draw(key, step as u64));
+//!             if v[i as usize] >= 4 {
+//!                 v[i as usize] = 0;
+//!                 local.push(id);
 //!             }
-//!             if let Some(w) = writer {
-//!                 w.finish()?;
-//!             }
-//!             Ok(())
-//!         });
+//!         }
+//!         ex.overlap(&local, &mut all, || ())?;
+//!         if let Some(w) = &mut writer {
+//!             let spikes: Vec<(u32, u32)> = all.iter().map(|&id| (step, id)).collect();
+//!             w.append(&spikes)?;
+//!         }
 //!     }
-//! });
+//!     if let Some(w) = writer {
+//!         w.finish()?;
+//!     }
+//!     Ok(())
+//! })?;
 //! let file = read_spikes(&path)?;
 //! assert_eq!(file.n_neurons, 8);
 //! assert!(file.spikes.len() > 50, "{} spikes", file.spikes.len());
@@ -110,6 +109,8 @@ pub mod model;
 pub mod neuron;
 pub mod plasticity;
 pub mod progress;
+pub mod rank_loop;
+pub mod ring;
 pub mod rng;
 pub mod run;
 pub mod spikes;

@@ -536,6 +536,46 @@ pub fn gather_reports(
     Ok(Some(all))
 }
 
+/// Every rank's report, as the binary's report type `R`, from what rank 0
+/// gathered (`all`, from [`gather_reports`] through [`hand_off`]), in rank order.
+pub fn reports<R: serde::de::DeserializeOwned>(all: &[Gathered]) -> anyhow::Result<Vec<R>> {
+    Ok(all
+        .iter()
+        .map(|g| serde_json::from_value(g.report.clone()))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The summary's two lines on a run's memory: the peak resident memory of all
+/// ranks (`all`, from [`gather_reports`]) and of each, and the bytes per synapse of
+/// the network's `synapses`, in its connectivity (`connectivity_bytes` of all
+/// ranks) and in the peak memory.
+///
+/// ```
+/// use hpc_spiking::run::{memory_lines, Gathered};
+///
+/// let rank = |mib: u64| Gathered { report: serde_json::Value::Null, peak_rss: mib << 20 };
+/// let [peak, per_synapse] = memory_lines(&[rank(3), rank(5)], 4 << 20, 1 << 20);
+/// assert_eq!(peak, "  peak memory       8.0 MiB (VmHWM per rank: 3.0 MiB, 5.0 MiB)");
+/// assert_eq!(per_synapse, "  bytes/synapse     4.000 (connectivity), 8.0 (peak memory of all ranks)");
+/// ```
+pub fn memory_lines(all: &[Gathered], connectivity_bytes: u64, synapses: u64) -> [String; 2] {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+    let peak: u64 = all.iter().map(|g| g.peak_rss).sum();
+    let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
+    [
+        format!(
+            "  peak memory       {} (VmHWM per rank: {})",
+            mib(peak),
+            per_rank.join(", ")
+        ),
+        format!(
+            "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
+            connectivity_bytes as f64 / synapses.max(1) as f64,
+            peak as f64 / synapses.max(1) as f64
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

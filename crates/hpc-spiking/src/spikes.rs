@@ -375,14 +375,17 @@ fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
         .with_context(|| format!("{} is not a valid spike file", path.display()))
 }
 
-/// Running statistics over all spikes: count, per-neuron inter-spike intervals.
+/// Running statistics of the spikes: their count, and per neuron the spikes and
+/// inter-spike intervals after a warm-up (none with [`Recorder::new`]).
 #[derive(Clone, Debug)]
 pub struct Recorder {
+    from_tick: u32,
     last: Vec<u32>,
+    count: Vec<u32>,
     isi_n: Vec<u32>,
     isi_sum: Vec<f64>,
     isi_sum2: Vec<f64>,
-    /// Spikes seen.
+    /// Spikes seen, the warm-up's too.
     pub spikes: u64,
 }
 
@@ -403,9 +406,17 @@ pub struct Stats {
 impl Recorder {
     /// No spikes yet, for `n` neurons.
     pub fn new(n: u32) -> Recorder {
+        Recorder::after(n, 0)
+    }
+
+    /// No spikes yet, for `n` neurons whose statistics count the spikes at
+    /// ticks after `from_tick` (the end of a warm-up).
+    pub fn after(n: u32, from_tick: u32) -> Recorder {
         let n = n as usize;
         Recorder {
+            from_tick,
             last: vec![0; n],
+            count: vec![0; n],
             isi_n: vec![0; n],
             isi_sum: vec![0.0; n],
             isi_sum2: vec![0.0; n],
@@ -416,7 +427,11 @@ impl Recorder {
     /// Adds spikes (`tick >= 1`), in time order per neuron.
     pub fn add(&mut self, spikes: &[(u32, u32)]) {
         for &(t, id) in spikes {
+            if t <= self.from_tick {
+                continue;
+            }
             let i = id as usize;
+            self.count[i] += 1;
             if self.last[i] != 0 {
                 let d = (t - self.last[i]) as f64;
                 self.isi_n[i] += 1;
@@ -428,19 +443,31 @@ impl Recorder {
         self.spikes += spikes.len() as u64;
     }
 
-    /// The statistics after `t_ms` of simulated time.
-    pub fn stats(&self, t_ms: f64) -> Stats {
-        let n = self.last.len();
+    /// Spikes of the neurons `ids` after the warm-up.
+    pub fn spikes_of(&self, ids: std::ops::Range<usize>) -> u64 {
+        self.count[ids].iter().map(|&c| c as u64).sum()
+    }
+
+    /// The mean coefficient of variation of the inter-spike intervals after the
+    /// warm-up over the neurons `ids` with at least 2, and how many they are.
+    pub fn cv_of(&self, ids: std::ops::Range<usize>) -> (f64, u32) {
         let (mut cv, mut k) = (0.0, 0u32);
-        for i in 0..n {
-            let m = self.isi_n[i] as f64;
+        for i in ids {
             if self.isi_n[i] >= 2 {
+                let m = self.isi_n[i] as f64;
                 let mean = self.isi_sum[i] / m;
                 let var = (self.isi_sum2[i] / m - mean * mean).max(0.0);
                 cv += var.sqrt() / mean;
                 k += 1;
             }
         }
+        (if k > 0 { cv / k as f64 } else { 0.0 }, k)
+    }
+
+    /// The statistics after `t_ms` of simulated time.
+    pub fn stats(&self, t_ms: f64) -> Stats {
+        let n = self.last.len();
+        let (cv_isi, k) = self.cv_of(0..n);
         Stats {
             spikes: self.spikes,
             rate_hz: if t_ms > 0.0 && n > 0 {
@@ -448,7 +475,7 @@ impl Recorder {
             } else {
                 0.0
             },
-            cv_isi: if k > 0 { cv / k as f64 } else { 0.0 },
+            cv_isi,
             cv_neurons: k,
         }
     }

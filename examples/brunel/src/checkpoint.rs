@@ -28,9 +28,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
-use hpc_checkpoint::rank_file_name;
+use anyhow::Result;
 
+use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RANK_HEAD};
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
 };
@@ -42,7 +42,6 @@ use crate::params::{Model, Params};
 pub type Restart = hpc_spiking::checkpoint::Restart<Meta>;
 
 const MAGIC: &[u8; 8] = b"BRCKPT02";
-const HEAD: usize = 28;
 
 /// The metadata in a checkpoint's manifest: the parameters and the spike count.
 pub type Meta = hpc_spiking::checkpoint::RunMeta<Params>;
@@ -61,12 +60,8 @@ pub struct State {
 /// A rank's payload: its block of neurons at `step`.
 pub fn encode(model: &Model, step: u64, block: Block, state: &State) -> Vec<u8> {
     let d = model.delay_steps;
-    let mut b = Vec::with_capacity(HEAD + state.v.len() * 12 + state.ring.len() * 4);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&block.first.to_le_bytes());
-    b.extend_from_slice(&block.len.to_le_bytes());
-    b.extend_from_slice(&d.to_le_bytes());
-    b.extend_from_slice(&step.to_le_bytes());
+    let capacity = RANK_HEAD + state.v.len() * 12 + state.ring.len() * 4;
+    let mut b = rank_head(MAGIC, block, d, step, capacity);
     state
         .v
         .iter()
@@ -116,14 +111,7 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         refr: vec![0; n],
         ring: vec![0; d * n],
     };
-    let ranks = r.checkpoint.ranks();
-    if ranks == 0 || ranks > model.n {
-        bail!(
-            "checkpoint {} was written by {ranks} ranks, not a possible decomposition of {} neurons",
-            r.dir().display(),
-            model.n
-        );
-    }
+    let ranks = rank_files(r, model.n)?;
     let mut covered = 0usize;
     for rank in 0..ranks {
         let theirs = Block::part(model.n, ranks, rank);
@@ -132,63 +120,33 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         if lo >= hi {
             continue;
         }
-        let path = r.dir().join(rank_file_name(rank));
-        let b = r.checkpoint.read_rank(rank)?;
-        let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
-        if b.len() < HEAD || &b[..8] != MAGIC {
-            return Err(bad("not a brunel rank state (wrong magic)".into()));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let (first, len, dd) = (u32_at(8), u32_at(12), u32_at(16));
-        let step = u64::from_le_bytes(b[20..28].try_into()?);
-        if dd as usize != d {
-            return Err(bad(format!(
-                "written with a delay of {dd} steps, the model has {d}"
+        let f = RankFile::read(r, rank, MAGIC, "brunel")?;
+        if f.extra as usize != d {
+            return Err(f.error(format!(
+                "written with a delay of {} steps, the model has {d}",
+                f.extra
             )));
         }
-        if (first, len) != (theirs.first, theirs.len) {
-            return Err(bad(format!(
-                "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
-                first as u64 + len as u64,
-                theirs.first,
-                theirs.end()
-            )));
-        }
-        if step != r.step() {
-            return Err(bad(format!(
-                "holds step {step} but the checkpoint is of step {}",
-                r.step()
-            )));
-        }
-        let len = len as usize;
-        let want = HEAD + len * 12 + d * len * 4;
-        if b.len() != want {
-            return Err(bad(format!(
-                "{} bytes of state for {len} neurons with a delay of {d} steps, expected {want}",
-                b.len()
-            )));
-        }
-        let v0 = HEAD;
+        f.check_holds(r, rank, model.n)?;
+        let (first, len) = (f.block.first, f.block.len as usize);
+        let want = RANK_HEAD + len * 12 + d * len * 4;
+        f.check_len(
+            want,
+            format_args!("{len} neurons with a delay of {d} steps"),
+        )?;
+        let v0 = RANK_HEAD;
         let r0 = v0 + len * 8;
         let g0 = r0 + len * 4;
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            let o = v0 + i * 8;
-            st.v[j] = f64::from_le_bytes(b[o..o + 8].try_into()?);
-            st.refr[j] = u32_at(r0 + i * 4);
+            st.v[j] = f.f64_at(v0 + i * 8);
+            st.refr[j] = f.u32_at(r0 + i * 4);
             for k in 0..d {
-                st.ring[k * n + j] = u32_at(g0 + (k * len + i) * 4);
+                st.ring[k * n + j] = f.u32_at(g0 + (k * len + i) * 4);
             }
             covered += 1;
         }
     }
-    if covered != n {
-        bail!(
-            "checkpoint {} does not cover neurons {}..{}",
-            r.dir().display(),
-            block.first,
-            block.end()
-        );
-    }
+    check_covered(r, covered, block)?;
     Ok(st)
 }

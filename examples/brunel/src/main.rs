@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use brunel::params::{Model, Params, Preset};
-use brunel::sim::{Progress, RankReport, Simulation};
+use brunel::sim::{RankReport, Simulation};
 use clap::Parser;
 use hpc_spiking::args::RunArgs;
 use hpc_spiking::exchange::AnyExchange;
@@ -206,20 +206,12 @@ fn run(args: Args) -> Result<()> {
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, 0, args.pace);
     let report = {
         let mut ex = AnyExchange::new(ra.engine, world.clone())?;
-        let active = line.active();
-        let mut bar = |p: &Progress| line.update(p);
-        let cb: Option<&mut dyn FnMut(&Progress)> = if active { Some(&mut bar) } else { None };
-        sim.run(&pool, &mut ex, &opts, cb)?
+        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))?
     };
-    line.end();
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool, reference.as_ref())
     })
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
 
 fn summary(
@@ -231,15 +223,11 @@ fn summary(
     pool: &rayon::ThreadPool,
     reference: Option<&brunel::plot::Reference>,
 ) -> Result<()> {
-    let reports: Vec<RankReport> = all
-        .iter()
-        .map(|g| serde_json::from_value(g.report.clone()))
-        .collect::<Result<_, _>>()?;
+    let reports: Vec<RankReport> = hpc_spiking::run::reports(all)?;
     let p = &model.params;
     let stats = me.stats.clone().context("rank 0 has no statistics")?;
     let synapses: u64 = reports.iter().map(|r| r.synapses).sum();
     let conn_bytes: u64 = reports.iter().map(|r| r.connectivity_bytes).sum();
-    let peak: u64 = all.iter().map(|g| g.peak_rss).sum();
     let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
     let sim_s = max(|r| r.simulate_s);
     let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
@@ -282,17 +270,9 @@ fn summary(
             (me.spikes_exchanged as f64 * (model.ce + model.ci) as f64) / sim_s.max(1e-9)
         );
     }
-    let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
-    say!(
-        "  peak memory       {} (VmHWM per rank: {})",
-        mib(peak),
-        per_rank.join(", ")
-    );
-    say!(
-        "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
-        conn_bytes as f64 / synapses.max(1) as f64,
-        peak as f64 / synapses.max(1) as f64
-    );
+    for line in hpc_spiking::run::memory_lines(all, conn_bytes, synapses) {
+        say!("{line}");
+    }
     let summary = serde_json::json!({
         "params": p, "neurons": model.n, "synapses": synapses, "ranks": me.size,
         "threads": pool.current_num_threads(), "stats": stats,

@@ -37,7 +37,6 @@
 //! the next update.) Without overlap `M = D` and each exchange is finished before
 //! the next update, as NEST does.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -46,62 +45,43 @@ use rayon::prelude::*;
 use crate::checkpoint::{self, Restart, State};
 use crate::network::{Block, Connectivity};
 use crate::output::{Recorder, Stats};
-use crate::params::{Model, Params};
-use hpc_spiking::checkpoint::RunCheckpoints;
+use crate::params::Model;
+use hpc_spiking::alltoallv::Gather;
 use hpc_spiking::exchange::SpikeExchange;
-use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
+use hpc_spiking::intake::{Intake, SpikeFile};
+use hpc_spiking::rank_loop::{run_intervals, IntervalRank, Ran, RankRun};
+use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{draw, stream_key, PoissonTable, Purpose};
 
 pub use hpc_spiking::RunOptions;
 
 pub use hpc_spiking::progress::Progress;
 
-/// What one rank did.
+/// What one rank did: what every network's rank reports ([`RankRun`], its
+/// fields read through this report), then brunel's own.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RankReport {
-    /// This rank.
-    pub rank: usize,
-    /// Number of ranks.
-    pub size: usize,
-    /// Threads (shards) of this rank.
-    pub threads: usize,
-    /// The rank's neurons (global ids).
-    pub first: u32,
-    /// Number of neurons of this rank.
-    pub neurons: u32,
+    /// The run of the rank.
+    #[serde(flatten)]
+    pub run: RankRun,
     /// Synapses stored on this rank (onto its neurons).
     pub synapses: u64,
     /// Bytes of the rank's connectivity.
     pub connectivity_bytes: u64,
     /// Bytes of the rank's neuron state and ring buffers.
     pub state_bytes: u64,
-    /// Steps per exchange interval.
-    pub interval_steps: u32,
-    /// Step the run started from.
-    pub start_step: u64,
-    /// Step the run reached.
-    pub end_step: u64,
-    /// Whether the run reached `t_sim` (false when stopped early).
-    pub completed: bool,
-    /// Seconds building the network (and reading a checkpoint).
-    pub build_s: f64,
-    /// Seconds in the simulation loop.
-    pub simulate_s: f64,
-    /// CPU seconds (user + system, all threads of the process) in the simulation loop.
-    pub simulate_cpu_s: f64,
-    /// Seconds delivering and updating.
-    pub update_s: f64,
-    /// Seconds starting exchanges and waiting for them to finish.
-    pub communicate_s: f64,
-    /// Seconds writing spikes and checkpoints.
-    pub io_s: f64,
     /// Spikes of all ranks exchanged during this run.
     pub spikes_exchanged: u64,
     /// Statistics of the whole run so far (rank 0 only).
     pub stats: Option<Stats>,
-    /// The spike file, once complete (rank 0); any file name, UTF-8 or not.
-    #[serde(with = "hpc_spiking::run::opt_path")]
-    pub spike_file: Option<PathBuf>,
+}
+
+impl std::ops::Deref for RankReport {
+    type Target = RankRun;
+
+    fn deref(&self) -> &RankRun {
+        &self.run
+    }
 }
 
 /// Constants of the update, copied into each worker.
@@ -114,7 +94,6 @@ struct Dyn {
     v_reset: f64,
     ref_steps: u32,
     delay: u64,
-    ring_mask: u64,
     gid_bits: u32,
     gid_mask: u32,
     ne: u32,
@@ -128,10 +107,10 @@ struct Shard {
     v: Vec<f64>,
     refr: Vec<u32>,
     keys: Vec<u64>,
-    /// Excitatory inputs per (slot, neuron).
-    ring_e: Vec<u16>,
-    /// Inhibitory inputs per (slot, neuron).
-    ring_i: Vec<u16>,
+    /// Excitatory inputs per (step, neuron).
+    ring_e: DelayRing<u16>,
+    /// Inhibitory inputs per (step, neuron).
+    ring_i: DelayRing<u16>,
     spikes: Vec<u32>,
 }
 
@@ -143,7 +122,7 @@ impl Shard {
         for &code in codes {
             let gid = code & d.gid_mask;
             let s = (code >> d.gid_bits) as u64;
-            let slot = ((base + s + d.delay) & d.ring_mask) as usize * len;
+            let arrival = base + s + d.delay;
             let mut row = conn.row(gid);
             if !whole {
                 let lo = row.partition_point(|&t| t < lo_t);
@@ -152,9 +131,9 @@ impl Shard {
                 row = &row[..hi];
             }
             let ring = if gid < d.ne {
-                &mut self.ring_e[slot..slot + len]
+                &mut self.ring_e.row_mut(arrival)[..len]
             } else {
-                &mut self.ring_i[slot..slot + len]
+                &mut self.ring_i.row_mut(arrival)[..len]
             };
             for &t in row {
                 ring[(t - lo_t) as usize] += 1;
@@ -170,9 +149,8 @@ impl Shard {
         let keys = &self.keys[..len];
         for s in 0..m {
             let step = step0 + s as u64;
-            let slot = (step & d.ring_mask) as usize * len;
-            let ring_e = &mut self.ring_e[slot..slot + len];
-            let ring_i = &mut self.ring_i[slot..slot + len];
+            let ring_e = &mut self.ring_e.row_mut(step)[..len];
+            let ring_i = &mut self.ring_i.row_mut(step)[..len];
             let code0 = (s << d.gid_bits) | self.gid0;
             for i in 0..len {
                 let exc = std::mem::take(&mut ring_e[i]) as u32;
@@ -225,10 +203,7 @@ impl<'a> Simulation<'a> {
         let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let conn = pool.install(|| Connectivity::build(model, block));
-        let threads = pool
-            .current_num_threads()
-            .clamp(1, block.len.max(1) as usize) as u32;
-        let slots = (model.delay_steps as usize + 1).next_power_of_two();
+        let threads = block.shards(pool.current_num_threads());
         let p = &model.params;
         let shards = (0..threads)
             .map(|t| {
@@ -242,8 +217,8 @@ impl<'a> Simulation<'a> {
                     keys: (0..b.len)
                         .map(|i| stream_key(p.seed, Purpose::External, block.first + b.first + i))
                         .collect(),
-                    ring_e: vec![0; slots * len],
-                    ring_i: vec![0; slots * len],
+                    ring_e: DelayRing::new(model.delay_steps, len),
+                    ring_i: DelayRing::new(model.delay_steps, len),
                     spikes: Vec::with_capacity(len.min(1 << 16)),
                 }
             })
@@ -256,7 +231,6 @@ impl<'a> Simulation<'a> {
             v_reset: p.v_reset,
             ref_steps: model.ref_steps,
             delay: model.delay_steps as u64,
-            ring_mask: slots as u64 - 1,
             gid_bits: model.gid_bits,
             gid_mask: ((1u64 << model.gid_bits) - 1) as u32,
             ne: model.ne,
@@ -313,11 +287,11 @@ impl<'a> Simulation<'a> {
             st.refr.extend_from_slice(&sh.refr);
             let len = sh.block.len as usize;
             for k in 0..d {
-                let slot = ((self.step + k as u64) & self.dynp.ring_mask) as usize * len;
-                let dst = k * n + sh.block.first as usize;
-                for i in 0..len {
-                    st.ring[dst + i] =
-                        sh.ring_e[slot + i] as u32 | (sh.ring_i[slot + i] as u32) << 16;
+                let at = self.step + k as u64;
+                let (e, i) = (sh.ring_e.row(at), sh.ring_i.row(at));
+                let dst = &mut st.ring[k * n + sh.block.first as usize..][..len];
+                for (x, (&e, &i)) in dst.iter_mut().zip(e.iter().zip(i)) {
+                    *x = e as u32 | (i as u32) << 16;
                 }
             }
         }
@@ -332,14 +306,14 @@ impl<'a> Simulation<'a> {
             let (f, len) = (sh.block.first as usize, sh.block.len as usize);
             sh.v.copy_from_slice(&st.v[f..f + len]);
             sh.refr.copy_from_slice(&st.refr[f..f + len]);
-            sh.ring_e.iter_mut().for_each(|x| *x = 0);
-            sh.ring_i.iter_mut().for_each(|x| *x = 0);
+            sh.ring_e.clear();
+            sh.ring_i.clear();
             for k in 0..d {
-                let slot = ((step + k as u64) & self.dynp.ring_mask) as usize * len;
-                for i in 0..len {
-                    let x = st.ring[k * n + f + i];
-                    sh.ring_e[slot + i] = (x & 0xFFFF) as u16;
-                    sh.ring_i[slot + i] = (x >> 16) as u16;
+                let at = step + k as u64;
+                let src = &st.ring[k * n + f..][..len];
+                let (e, i) = (sh.ring_e.row_mut(at), sh.ring_i.row_mut(at));
+                for (&x, (e, i)) in src.iter().zip(e.iter_mut().zip(i)) {
+                    (*e, *i) = ((x & 0xFFFF) as u16, (x >> 16) as u16);
                 }
             }
         }
@@ -362,173 +336,74 @@ impl<'a> Simulation<'a> {
         pool: &rayon::ThreadPool,
         ex: &mut E,
         opts: &RunOptions,
-        mut progress: Option<&mut dyn FnMut(&Progress)>,
+        progress: Option<&mut dyn FnMut(&Progress)>,
     ) -> Result<RankReport> {
         let model = self.model;
-        let start_step = self.step;
-        let iv = Intervals::new(opts, model.delay_steps, model.steps, start_step)?;
-        let mut intake = self.intake(opts)?;
-        let t0 = Instant::now();
-        let cpu0 = hpc_spiking::run::cpu_seconds();
-        let (mut update_s, mut comm_s) = (0.0, 0.0);
-        // `send`: this rank's spikes of interval `send_base`, not yet exchanged
-        // (lag 2 only).
-        let mut send: Vec<u32> = Vec::new();
-        let mut send_base: Option<(u64, u32)> = None;
-        let mut checkpoints = opts.checkpoints(&model.params);
-
-        while self.step < iv.end {
-            let m = iv.next(self.step, None);
-            let step0 = self.step;
-            {
-                let tu = Instant::now();
-                let (conn, dp, pois) = (&self.conn, &self.dynp, &self.pois);
-                let whole = self.shards.len() == 1;
-                let base = intake.base;
-                let (codes, incoming) = intake.codes_and_incoming();
-                let shards = &mut self.shards;
-                let mut work = || {
-                    let _s = tracing::info_span!("deliver_update", step = step0).entered();
-                    pool.install(|| {
-                        shards.par_iter_mut().for_each(|sh| {
-                            sh.deliver(conn, codes, base, dp, whole);
-                            sh.spikes.clear();
-                            sh.update(step0, m, dp, pois);
-                        })
-                    })
-                };
-                match send_base.take() {
-                    // Exchange the previous interval while updating this one.
-                    Some((prev, pm)) => {
-                        let ((), work_s) = ex.overlap(&send, incoming, work)?;
-                        update_s += work_s;
-                        comm_s += tu.elapsed().as_secs_f64() - work_s;
-                        self.receive(&mut intake, prev, pm)?;
-                    }
-                    None => {
-                        work();
-                        intake.has = false;
-                        update_s += tu.elapsed().as_secs_f64();
-                    }
-                }
-            }
-            send.clear();
-            for sh in &self.shards {
-                send.extend_from_slice(&sh.spikes);
-            }
-            send_base = Some((step0, m));
-            if iv.lag == 1 {
-                let tc = Instant::now();
-                ex.overlap(&send, &mut intake.incoming, || ())?;
-                comm_s += tc.elapsed().as_secs_f64();
-                self.receive(&mut intake, step0, m)?;
-                send_base = None;
-            }
-            self.step += m as u64;
-
-            let at_checkpoint = iv.at_checkpoint(self.step);
-            if at_checkpoint || self.step == iv.end {
-                // Drain: deliver everything so that no spike is pending.
-                if let Some((prev, pm)) = send_base.take() {
-                    if intake.has {
-                        self.deliver_all(pool, &intake.gathered, intake.base);
-                    }
-                    let tc = Instant::now();
-                    ex.overlap(&send, &mut intake.incoming, || ())?;
-                    comm_s += tc.elapsed().as_secs_f64();
-                    self.receive(&mut intake, prev, pm)?;
-                }
-                if intake.has {
-                    self.deliver_all(pool, &intake.gathered, intake.base);
-                    intake.has = false;
-                }
-                intake.flush()?;
-            }
-            if at_checkpoint {
-                if let Some(ck) = checkpoints.as_mut() {
-                    let ti = Instant::now();
-                    self.write_checkpoint(ex, ck, &intake)?;
-                    intake.io_s += ti.elapsed().as_secs_f64();
-                }
-            }
-            if let Some(cb) = progress.as_mut() {
-                let wall = t0.elapsed();
-                cb(&Progress {
-                    step: self.step,
-                    steps: model.steps,
-                    start_step,
-                    wall,
-                    wall_recorded: wall,
-                });
-            }
-        }
-        let times = Times {
-            t0,
-            cpu0,
-            update_s,
-            comm_s,
-        };
-        self.report(intake, &times, iv.interval, start_step)
+        let mut rank = Stepping { sim: self, pool };
+        let ran = run_intervals(&mut rank, &mut Gather(ex), (opts, &model.params), progress)?;
+        self.report(ran)
     }
 
     /// The rank's report at the end of the run, its spike file finished if
     /// the run completed.
-    fn report(
-        &self,
-        intake: Intake<Recorder>,
-        times: &Times,
-        m_steps: u32,
-        start_step: u64,
-    ) -> Result<RankReport> {
+    fn report(&self, ran: Ran<Recorder>) -> Result<RankReport> {
         let model = self.model;
-        let completed = self.step >= model.steps;
-        let (io_s, exchanged) = (intake.io_s, intake.received);
-        let (spike_file, recorder) = intake.finish(completed)?;
-        let simulate_s = times.t0.elapsed().as_secs_f64();
+        let exchanged = ran.intake.received;
+        let who = (self.rank, self.size, self.shards.len());
+        let (run, recorder) =
+            ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
         let state_bytes: usize = self
             .shards
             .iter()
-            .map(|s| s.v.len() * 8 + s.refr.len() * 4 + s.keys.len() * 8 + s.ring_e.len() * 4)
+            .map(|s| {
+                s.v.len() * 8
+                    + s.refr.len() * 4
+                    + s.keys.len() * 8
+                    + s.ring_e.bytes()
+                    + s.ring_i.bytes()
+            })
             .sum();
         Ok(RankReport {
-            rank: self.rank,
-            size: self.size,
-            threads: self.shards.len(),
-            first: self.block.first,
-            neurons: self.block.len,
+            run,
             synapses: self.conn.synapses(),
             connectivity_bytes: self.conn.bytes(),
             state_bytes: state_bytes as u64,
-            interval_steps: m_steps,
-            start_step,
-            end_step: self.step,
-            completed,
-            build_s: self.build_s,
-            simulate_s,
-            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
-            update_s: times.update_s,
-            communicate_s: times.comm_s,
-            io_s,
             spikes_exchanged: exchanged,
             stats: recorder.map(|r| r.stats(self.step as f64 * model.params.dt)),
-            spike_file,
         })
     }
+}
 
-    /// Takes the spikes of the exchange of the interval of `m` steps from `base`.
-    /// Rank 0 sorts them first (by step, then neuron), so that it delivers them in
-    /// that order and they need no sorting as it records them.
-    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
-        if self.rank == 0 {
-            intake.incoming.sort_unstable();
-        }
-        intake.receive(base, m, self.model.gid_bits)
+/// A rank of the simulation as [`run_intervals`] steps it: with the threads of
+/// its pool, one shard each.
+struct Stepping<'s, 'a> {
+    sim: &'s mut Simulation<'a>,
+    pool: &'s rayon::ThreadPool,
+}
+
+impl IntervalRank for Stepping<'_, '_> {
+    type Record = Recorder;
+
+    fn rank_size(&self) -> (usize, usize) {
+        (self.sim.rank, self.sim.size)
+    }
+
+    fn step(&self) -> u64 {
+        self.sim.step
+    }
+
+    fn set_step(&mut self, step: u64) {
+        self.sim.step = step;
+    }
+
+    fn shape(&self) -> (u32, u64, Option<u64>) {
+        (self.sim.model.delay_steps, self.sim.model.steps, None)
     }
 
     /// Rank 0's recorder (it receives every spike in the exchange) and spike
     /// file, continued from a restored checkpoint's; nothing on the others.
     fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
-        let model = self.model;
+        let (sim, model) = (&*self.sim, self.sim.model);
         let header = crate::output::header_json(model);
         let file = opts.spikes.as_deref().map(|path| SpikeFile {
             path,
@@ -536,32 +411,50 @@ impl<'a> Simulation<'a> {
             flush_every: 1,
         });
         let recorder = || Recorder::new(model.n);
-        let restored = self.restored.as_ref();
-        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
+        let restored = sim.restored.as_ref();
+        Intake::open((sim.rank, sim.step), recorder, file, restored, model.n)
     }
 
-    /// Writes this rank's checkpoint at the current step; rank 0 commits it
-    /// (with the spike file so far) once every rank's file is there.
-    fn write_checkpoint<E: SpikeExchange>(
-        &self,
-        ex: &mut E,
-        checkpoints: &mut RunCheckpoints<'_, Params>,
-        intake: &Intake<Recorder>,
-    ) -> Result<()> {
-        let payload = checkpoint::encode(self.model, self.step, self.block, &self.state());
-        checkpoints.write(
-            (self.step, self.rank, self.size),
-            &payload,
-            intake.checkpoint_spikes(),
-            |words, all| ex.overlap(words, all, || ()).map(|_| ()),
-        )
+    fn update(&mut self, codes: &[u32], base: u64, step0: u64, m: u32) -> Result<()> {
+        let sim = &mut *self.sim;
+        let (conn, dp, pois) = (&sim.conn, &sim.dynp, &sim.pois);
+        let whole = sim.shards.len() == 1;
+        let shards = &mut sim.shards;
+        let _s = tracing::info_span!("deliver_update", step = step0).entered();
+        self.pool.install(|| {
+            shards.par_iter_mut().for_each(|sh| {
+                sh.deliver(conn, codes, base, dp, whole);
+                sh.spikes.clear();
+                sh.update(step0, m, dp, pois);
+            })
+        });
+        Ok(())
     }
-}
 
-/// The clocks of a run.
-struct Times {
-    t0: Instant,
-    cpu0: f64,
-    update_s: f64,
-    comm_s: f64,
+    fn deliver_now(&mut self, codes: &[u32], base: u64) {
+        self.sim.deliver_all(self.pool, codes, base);
+    }
+
+    fn spikes(&self, send: &mut Vec<u32>) {
+        for sh in &self.sim.shards {
+            send.extend_from_slice(&sh.spikes);
+        }
+    }
+
+    /// Takes the spikes of the exchange of the interval of `m` steps from `base`.
+    /// Rank 0 sorts them first (by step, then neuron), so that it delivers them in
+    /// that order and they need no sorting as it records them.
+    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
+        if self.sim.rank == 0 {
+            intake.incoming.sort_unstable();
+        }
+        intake.receive(base, m, self.sim.model.gid_bits)
+    }
+
+    /// This rank's checkpoint at the current step; rank 0 commits it (with the
+    /// spike file so far) once every rank's file is there.
+    fn checkpoint(&self) -> Vec<u8> {
+        let sim = &*self.sim;
+        checkpoint::encode(sim.model, sim.step, sim.block, &sim.state())
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{RankReport, RunOptions, Simulation};
-use hpc_spiking::exchange::LocalExchange;
+use hpc_spiking::exchange::virtual_ranks;
 use hpc_test_support::Job;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
@@ -29,27 +29,12 @@ fn small_params() -> Params {
 
 /// Runs `ranks` virtual ranks of `threads` threads each; returns rank 0's report.
 fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
-    let exchanges = LocalExchange::group(ranks);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = exchanges
-            .into_iter()
-            .enumerate()
-            .map(|(rank, mut ex)| {
-                s.spawn(move || {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    let mut sim =
-                        Simulation::new(model, rank, ranks, &pool, opts.restart.as_deref())
-                            .unwrap();
-                    sim.run(&pool, &mut ex, opts, None).unwrap()
-                })
-            })
-            .collect();
-        let mut reports: Vec<RankReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        reports.swap_remove(0)
+    let mut reports = virtual_ranks(ranks, threads, |rank, mut ex, pool| {
+        let mut sim = Simulation::new(model, rank, ranks, pool, opts.restart.as_deref())?;
+        sim.run(pool, &mut ex, opts, None)
     })
+    .unwrap();
+    reports.swap_remove(0)
 }
 
 fn spikes_of(model: &Model, ranks: usize, threads: usize, overlap: bool) -> (Vec<u8>, u64) {

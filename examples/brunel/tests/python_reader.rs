@@ -1,5 +1,5 @@
-//! The Python reader of the spike file (`hpc-spiking`'s `python/hpc_spikes.py`, which both examples'
-//! `read_spikes.py` use) against the Rust one (`hpc_spiking::spikes::decode_spikes`):
+//! The Python reader of the spike file (`hpc-spiking`'s `python/hpc_spikes.py`, which the
+//! examples' `read_spikes.py` beside it uses) against the Rust one (`hpc_spiking::spikes::decode_spikes`):
 //! files the brunel binary wrote, and the same files damaged in each way the
 //! format forbids, are accepted or refused by both alike; then the Python tests
 //! (`tools/test_hpc_spikes.py`) run on the binary's files.

@@ -13,7 +13,8 @@ import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "crates", "hpc-spiking", "python"))
 from read_spikes import stats  # noqa: E402
 
 ap = argparse.ArgumentParser()

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "crates", "hpc-spiking", "python"))
 from read_spikes import hpc_spikes, read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Result};
-use hpc_checkpoint::rank_file_name;
+use hpc_spiking::checkpoint::{rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::neuron::AlphaState;
 use hpc_spiking::plasticity::ArchivedSpike;
 use hpc_spiking::Block;
@@ -88,14 +88,8 @@ fn input_weights(
 /// A rank's payload: its neurons (`block`, held by `shards`) at `step`.
 pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u8> {
     let d = model.delay_steps as usize;
-    let mut b = Vec::new();
-    b.extend_from_slice(MAGIC);
-    put_u32(&mut b, block.first);
-    put_u32(&mut b, block.len);
-    put_u32(&mut b, d as u32);
-    b.extend_from_slice(&step.to_le_bytes());
+    let mut b = rank_head(MAGIC, block, d as u32, step, HEAD);
     put_u32(&mut b, model.ne);
-    let mask = (d as u64 + 1).next_power_of_two() - 1;
     let mut weights = Vec::new();
     for sh in shards {
         let len = sh.len as usize;
@@ -116,10 +110,9 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
                 put_u32(&mut b, e.reads);
             }
             for k in 0..d as u64 {
-                let slot = ((step + k) & mask) as usize * len + i;
-                put_f64(&mut b, sh.ring_w[slot]);
-                put_u32(&mut b, sh.ring_ex[slot]);
-                put_u32(&mut b, sh.ring_in[slot]);
+                put_f64(&mut b, sh.ring_w.row(step + k)[i]);
+                put_u32(&mut b, sh.ring_ex.row(step + k)[i]);
+                put_u32(&mut b, sh.ring_in.row(step + k)[i]);
             }
             let t = sh.first + i as u32;
             if t < model.ne {
@@ -253,60 +246,40 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32) -> Result<Saved> {
     })
 }
 
-/// Reads rank `rank`'s file of `r` and calls `f(neuron, saved)` for each of its
+/// Reads rank `rank`'s file of `r` and calls `each(neuron, saved)` for each of its
 /// neurons, after checking its header against the model.
 fn each_saved(
     r: &Restart,
     model: &Model,
     rank: u32,
-    mut f: impl FnMut(u32, Saved) -> Result<()>,
+    mut each: impl FnMut(u32, Saved) -> Result<()>,
 ) -> Result<()> {
-    let ranks = r.checkpoint.ranks();
-    let theirs = Block::part(model.n, ranks, rank);
-    let path = r.dir().join(rank_file_name(rank));
-    let b = r.checkpoint.read_rank(rank)?;
+    let f = RankFile::read(r, rank, MAGIC, "hpc_benchmark")?;
+    f.check_holds(r, rank, model.n)?;
+    let (first, len, d) = (f.block.first, f.block.len, f.extra);
     let mut rd = Reader {
-        b: &b,
-        at: 0,
-        path: &path,
+        b: &f.bytes,
+        at: RANK_HEAD,
+        path: &f.path,
     };
-    if rd.take(8)? != MAGIC {
-        bail!(
-            "{}: not an hpc_benchmark rank state (wrong magic)",
-            path.display()
-        );
-    }
-    let (first, len, d) = (rd.u32()?, rd.u32()?, rd.u32()?);
-    let step = u64::from_le_bytes(rd.take(8)?.try_into()?);
     let ne = rd.u32()?;
     debug_assert_eq!(rd.at, HEAD);
-    if (first, len) != (theirs.first, theirs.len) || d != model.delay_steps || ne != model.ne {
-        bail!(
-            "{}: holds neurons {first}..+{len} (delay {d} steps, {ne} excitatory), but rank {rank} of \
-             {ranks} of this model has {}..+{} (delay {}, {} excitatory)",
-            path.display(),
-            theirs.first,
-            theirs.len,
-            model.delay_steps,
-            model.ne
-        );
-    }
-    if step != r.step() {
-        bail!(
-            "{}: holds step {step} but the checkpoint is of step {}",
-            path.display(),
-            r.step()
-        );
+    if d != model.delay_steps || ne != model.ne {
+        return Err(f.error(format!(
+            "written with a delay of {d} steps and {ne} excitatory neurons, the model has {} \
+             and {}",
+            model.delay_steps, model.ne
+        )));
     }
     for t in first..first + len {
         let saved = read_neuron(&mut rd, t, d as usize, ne)?;
-        f(t, saved).map_err(|e| anyhow!("{}: neuron {t}: {e}", path.display()))?;
+        each(t, saved).map_err(|e| f.error(format!("neuron {t}: {e}")))?;
     }
-    if rd.at != b.len() {
+    if rd.at != f.bytes.len() {
         bail!(
             "{}: {} bytes left over after the last neuron",
-            path.display(),
-            b.len() - rd.at
+            f.path.display(),
+            f.bytes.len() - rd.at
         );
     }
     Ok(())
@@ -315,16 +288,7 @@ fn each_saved(
 /// Puts the checkpoint's state into `shards` (this rank's, freshly built for
 /// `block`); answers the step to continue from.
 pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -> Result<u64> {
-    let ranks = r.checkpoint.ranks();
-    if ranks == 0 || ranks > model.n {
-        bail!(
-            "checkpoint {} was written by {ranks} ranks, not a decomposition of {} neurons",
-            r.dir().display(),
-            model.n
-        );
-    }
-    let d = model.delay_steps as usize;
-    let mask = (d as u64 + 1).next_power_of_two() - 1;
+    let ranks = rank_files(r, model.n)?;
     let step = r.step();
     // Every source's trace, and the weights of this rank's neurons' inputs.
     let mut traces = vec![(0.0, 0.0); model.ne as usize];
@@ -344,12 +308,14 @@ pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -
                 .iter_mut()
                 .find(|sh| sh.first <= t && t < sh.first + sh.len)
                 .ok_or_else(|| anyhow!("no shard holds neuron {t}"))?;
-            let (i, len) = ((t - sh.first) as usize, sh.len as usize);
+            let i = (t - sh.first) as usize;
             sh.state[i] = s.state;
             sh.archives[i].restore(s.trace, s.last_spike, &s.archive)?;
             for (k, &(w, e, n)) in s.ring.iter().enumerate() {
-                let slot = ((step + k as u64) & mask) as usize * len + i;
-                (sh.ring_w[slot], sh.ring_ex[slot], sh.ring_in[slot]) = (w, e, n);
+                let at = step + k as u64;
+                sh.ring_w.row_mut(at)[i] = w;
+                sh.ring_ex.row_mut(at)[i] = e;
+                sh.ring_in.row_mut(at)[i] = n;
             }
             Ok(())
         })?;

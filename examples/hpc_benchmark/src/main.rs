@@ -196,10 +196,7 @@ fn summary(
     all: &[hpc_spiking::run::Gathered],
     estimate: u64,
 ) -> Result<()> {
-    let reports: Vec<RankReport> = all
-        .iter()
-        .map(|g| serde_json::from_value(g.report.clone()))
-        .collect::<Result<_, _>>()?;
+    let reports: Vec<RankReport> = hpc_spiking::run::reports(all)?;
     let p = &model.params;
     let mut weights = WeightStats::default();
     reports.iter().for_each(|r| weights.merge(&r.weights));

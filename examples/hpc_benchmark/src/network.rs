@@ -27,6 +27,7 @@
 use anyhow::Result;
 use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
 use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpRow};
+use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
 use hpc_spiking::targets;
 
@@ -79,12 +80,12 @@ pub struct Shard {
     targets: Vec<u16>,
     /// Number of static synapses.
     n_static: u64,
-    /// STDP input per (slot, neuron) (pA).
-    pub ring_w: Vec<f64>,
-    /// Static excitatory spikes per (slot, neuron).
-    pub ring_ex: Vec<u32>,
-    /// Inhibitory spikes per (slot, neuron).
-    pub ring_in: Vec<u32>,
+    /// STDP input per (step, neuron) (pA).
+    pub ring_w: DelayRing<f64>,
+    /// Static excitatory spikes per (step, neuron).
+    pub ring_ex: DelayRing<u32>,
+    /// Inhibitory spikes per (step, neuron).
+    pub ring_in: DelayRing<u32>,
     keys: Vec<u64>,
     pub(crate) spikes: Vec<u32>,
 }
@@ -98,13 +99,12 @@ pub(crate) struct Dyn<'m> {
     pub(crate) gje: f64,
     pub(crate) dt: f64,
     pub(crate) delay: u64,
-    pub(crate) ring_mask: u64,
     pub(crate) gid_bits: u32,
     pub(crate) ne: u32,
 }
 
 impl Shard {
-    pub(crate) fn build(model: &Model, first: u32, len: u32, slots: usize) -> Result<Shard> {
+    pub(crate) fn build(model: &Model, first: u32, len: u32) -> Result<Shard> {
         let (ne, n) = (model.ne as usize, model.n as usize);
         let mut stdp_count = vec![0u32; ne];
         // First pass: the synapses of each row and the units of each static
@@ -167,7 +167,6 @@ impl Shard {
                 s
             })
             .collect();
-        let cells = slots * len as usize;
         Ok(Shard {
             first,
             len,
@@ -177,9 +176,9 @@ impl Shard {
             offsets,
             targets,
             n_static,
-            ring_w: vec![0.0; cells],
-            ring_ex: vec![0; cells],
-            ring_in: vec![0; cells],
+            ring_w: DelayRing::new(model.delay_steps, len as usize),
+            ring_ex: DelayRing::new(model.delay_steps, len as usize),
+            ring_in: DelayRing::new(model.delay_steps, len as usize),
             keys: (first..first + len)
                 .map(|t| stream_key(model.params.seed, Purpose::External, t))
                 .collect(),
@@ -204,21 +203,21 @@ impl Shard {
         for &code in codes {
             let gid = code & mask;
             let step = base + (code >> d.gid_bits) as u64;
-            let slot = ((step + d.delay) & d.ring_mask) as usize * len;
+            let arrival = step + d.delay;
             let stat = &targets[offsets[gid as usize] as usize..offsets[gid as usize + 1] as usize];
             let stat = targets::decode(stat);
             if gid < d.ne {
                 let t = (step + 1) as f64 * d.dt;
-                let ring = &mut ring_w[slot..slot + len];
+                let ring = &mut ring_w.row_mut(arrival)[..len];
                 for (tgt, w) in rows[gid as usize].deliver(d.rule, t, archives)? {
                     ring[tgt as usize] += w;
                 }
-                let ring = &mut ring_ex[slot..slot + len];
+                let ring = &mut ring_ex.row_mut(arrival)[..len];
                 for tgt in stat {
                     ring[tgt as usize] += 1;
                 }
             } else {
-                let ring = &mut ring_in[slot..slot + len];
+                let ring = &mut ring_in.row_mut(arrival)[..len];
                 for tgt in stat {
                     ring[tgt as usize] += 1;
                 }
@@ -239,13 +238,15 @@ impl Shard {
         self.spikes.clear();
         for s in 0..m {
             let step = step0 + s as u64;
-            let slot = (step & d.ring_mask) as usize * len;
+            let ring_w = &mut self.ring_w.row_mut(step)[..len];
+            let ring_ex = &mut self.ring_ex.row_mut(step)[..len];
+            let ring_in = &mut self.ring_in.row_mut(step)[..len];
             let t = (step + 1) as f64 * d.dt;
             let code0 = (s << d.gid_bits) | self.first;
             for i in 0..len {
-                let w = std::mem::take(&mut self.ring_w[slot + i]);
-                let n_ex = std::mem::take(&mut self.ring_ex[slot + i]);
-                let n_in = std::mem::take(&mut self.ring_in[slot + i]);
+                let w = std::mem::take(&mut ring_w[i]);
+                let n_ex = std::mem::take(&mut ring_ex[i]);
+                let n_in = std::mem::take(&mut ring_in[i]);
                 let drive = pois.sample(draw(self.keys[i], step));
                 let ex = w + (n_ex + drive) as f64 * d.je;
                 let inh = n_in as f64 * d.gje;
@@ -274,8 +275,7 @@ impl Shard {
 
     /// Bytes of the ring buffers of pending input (per neuron and slot).
     pub fn ring_bytes(&self) -> u64 {
-        (self.ring_w.capacity() * 8 + (self.ring_ex.capacity() + self.ring_in.capacity()) * 4)
-            as u64
+        (self.ring_w.bytes() + self.ring_ex.bytes() + self.ring_in.bytes()) as u64
     }
 
     /// The E->E (STDP) and the static synapses onto the shard's neurons.

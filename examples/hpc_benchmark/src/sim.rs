@@ -198,16 +198,13 @@ impl<'a> Simulation<'a> {
         // A checkpoint of other parameters is refused before the network is built.
         let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
-        let threads = pool
-            .current_num_threads()
-            .clamp(1, block.len.max(1) as usize) as u32;
-        let slots = (model.delay_steps as usize + 1).next_power_of_two();
+        let threads = block.shards(pool.current_num_threads());
         let shards = pool.install(|| {
             (0..threads)
                 .into_par_iter()
                 .map(|t| {
                     let b = Block::part(block.len, threads, t);
-                    Shard::build(model, block.first + b.first, b.len, slots)
+                    Shard::build(model, block.first + b.first, b.len)
                 })
                 .collect::<Result<Vec<_>>>()
         })?;
@@ -243,7 +240,6 @@ impl<'a> Simulation<'a> {
 
     fn dynp(&self) -> Dyn<'a> {
         let m = self.model;
-        let slots = (m.delay_steps as u64 + 1).next_power_of_two();
         Dyn {
             neuron: &m.neuron,
             rule: &m.rule,
@@ -251,7 +247,6 @@ impl<'a> Simulation<'a> {
             gje: m.params.g * m.je,
             dt: m.params.dt,
             delay: m.delay_steps as u64,
-            ring_mask: slots - 1,
             gid_bits: m.gid_bits,
             ne: m.ne,
         }

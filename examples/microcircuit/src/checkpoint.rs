@@ -21,14 +21,13 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
-use hpc_checkpoint::rank_file_name;
+use anyhow::Result;
+use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
 
 const MAGIC: &[u8; 8] = b"MCCKPT02";
-const HEAD: usize = 28;
 pub use hpc_spiking::checkpoint::SPIKES;
 
 /// The metadata in a checkpoint's manifest: the parameters and the spike count.
@@ -50,12 +49,8 @@ pub struct State {
 /// A rank's payload: its block of neurons at `step`.
 pub fn encode(step: u64, block: Block, st: &State) -> Vec<u8> {
     let n = st.v.len();
-    let mut b = Vec::with_capacity(HEAD + n * 20 + st.recent.len() * 12);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&block.first.to_le_bytes());
-    b.extend_from_slice(&block.len.to_le_bytes());
-    b.extend_from_slice(&(st.recent.len() as u32).to_le_bytes());
-    b.extend_from_slice(&step.to_le_bytes());
+    let capacity = RANK_HEAD + n * 20 + st.recent.len() * 12;
+    let mut b = rank_head(MAGIC, block, st.recent.len() as u32, step, capacity);
     for x in st.v.iter().chain(&st.isyn) {
         b.extend_from_slice(&x.to_le_bytes());
     }
@@ -105,78 +100,37 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         refr: vec![0; n],
         recent: Vec::new(),
     };
-    let ranks = r.checkpoint.ranks();
-    if ranks == 0 || ranks > model.n {
-        bail!(
-            "checkpoint {} was written by {ranks} ranks, not a decomposition of {} neurons",
-            r.dir().display(),
-            model.n
-        );
-    }
+    let ranks = rank_files(r, model.n)?;
     let total = model.n + model.n_th;
     let mut covered = 0usize;
     for rank in 0..ranks {
-        let theirs = Block::part(model.n, ranks, rank);
-        let path = r.dir().join(rank_file_name(rank));
-        let b = r.checkpoint.read_rank(rank)?;
-        let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
-        if b.len() < HEAD || &b[..8] != MAGIC {
-            return Err(bad("not a microcircuit rank state (wrong magic)".into()));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
-        let (first, len, k) = (u32_at(8), u32_at(12), u32_at(16) as usize);
-        let step = u64_at(20);
-        if (first, len) != (theirs.first, theirs.len) {
-            return Err(bad(format!(
-                "holds neurons {first}..{} but rank {rank} of {ranks} has {}..{}",
-                first as u64 + len as u64,
-                theirs.first,
-                theirs.end()
-            )));
-        }
-        if step != r.step() {
-            return Err(bad(format!(
-                "holds step {step}, the checkpoint is of step {}",
-                r.step()
-            )));
-        }
-        let len = len as usize;
-        let want = HEAD + len * 20 + k * 12;
-        if b.len() != want {
-            return Err(bad(format!(
-                "{} bytes for {len} neurons and {k} spikes, expected {want}",
-                b.len()
-            )));
-        }
-        let (v0, i0, r0, s0) = (HEAD, HEAD + 8 * len, HEAD + 16 * len, HEAD + 20 * len);
+        let f = RankFile::read(r, rank, MAGIC, "the microcircuit")?;
+        f.check_holds(r, rank, model.n)?;
+        let (first, len, k) = (f.block.first, f.block.len as usize, f.extra as usize);
+        let want = RANK_HEAD + len * 20 + k * 12;
+        f.check_len(want, format_args!("{len} neurons and {k} spikes"))?;
+        let h = RANK_HEAD;
+        let (v0, i0, r0, s0) = (h, h + 8 * len, h + 16 * len, h + 20 * len);
         for j in 0..k {
-            let (t, g) = (u64_at(s0 + 12 * j), u32_at(s0 + 12 * j + 8));
-            if g >= total || t >= step {
-                return Err(bad(format!(
+            let (t, g) = (f.u64_at(s0 + 12 * j), f.u32_at(s0 + 12 * j + 8));
+            if g >= total || t >= f.step {
+                return Err(f.error(format!(
                     "spike in flight of neuron {g} at step {t}: not a neuron of the model or not before the checkpoint"
                 )));
             }
             st.recent.push((t, g));
         }
-        let lo = theirs.first.max(block.first);
-        let hi = theirs.end().min(block.end());
+        let lo = f.block.first.max(block.first);
+        let hi = f.block.end().min(block.end());
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            st.v[j] = f64::from_bits(u64_at(v0 + 8 * i));
-            st.isyn[j] = f64::from_bits(u64_at(i0 + 8 * i));
-            st.refr[j] = u32_at(r0 + 4 * i);
+            st.v[j] = f.f64_at(v0 + 8 * i);
+            st.isyn[j] = f.f64_at(i0 + 8 * i);
+            st.refr[j] = f.u32_at(r0 + 4 * i);
             covered += 1;
         }
     }
-    if covered != n {
-        bail!(
-            "checkpoint {} does not cover neurons {}..{}",
-            r.dir().display(),
-            block.first,
-            block.end()
-        );
-    }
+    check_covered(r, covered, block)?;
     // Every rank remembered the spikes it received: their union is every spike
     // still in flight, whatever the decomposition that wrote them.
     st.recent.sort_unstable();

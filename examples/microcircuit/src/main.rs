@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use hpc_spiking::alltoallv::TargetedExchange;
+use hpc_spiking::alltoallv::RunExchange;
 use hpc_spiking::args::RunArgs;
-use hpc_spiking::exchange::{AnyExchange, LocalExchange, SpikeExchange};
 use hpc_spiking::progress::ProgressLine;
 use microcircuit::params::{Input, Model, Params, NPOP};
-use microcircuit::sim::{Progress, RankReport, Simulation};
+use microcircuit::sim::{RankReport, Simulation};
 
 /// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
 /// closed stdout (`| head`) is not.
@@ -110,60 +109,17 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-/// The exchange a run uses.
-enum AnyEx {
-    Local(LocalExchange),
-    Gather(AnyExchange),
-    Targeted(Box<TargetedExchange>),
-}
-
-impl hpc_spiking::alltoallv::Exchange for AnyEx {
-    fn spikes<R>(
-        &mut self,
-        local: &[u32],
-        out: &mut Vec<u32>,
-        work: impl FnOnce() -> R,
-    ) -> Result<(R, f64)> {
-        match self {
-            AnyEx::Local(x) => x.overlap(local, out, work),
-            AnyEx::Gather(x) => x.overlap(local, out, work),
-            AnyEx::Targeted(x) => x.spikes(local, out, work),
-        }
-    }
-
-    fn words(&mut self, local: &[u32], out: &mut Vec<u32>) -> Result<()> {
-        match self {
-            AnyEx::Targeted(x) => x.words(local, out),
-            _ => self.spikes(local, out, || ()).map(|_| ()),
-        }
-    }
-}
-
+/// The exchange the run uses: `--exchange` between the ranks of `world`.
 fn make_exchange(
     args: &Args,
     world: Arc<hpc_rs::World>,
     sim: &Simulation,
     model: &Model,
-) -> Result<AnyEx> {
-    if world.size() == 1 {
-        return Ok(AnyEx::Local(LocalExchange::group(1).remove(0)));
-    }
-    if args.exchange == Exchange::Alltoallv {
-        // The world's collectives have no alltoallv: the inline engine stands in.
-        let engine = args
-            .run
-            .engine
-            .collectives()
-            .unwrap_or(hpc_comm::Engine::Inline);
-        return Ok(AnyEx::Targeted(Box::new(TargetedExchange::new(
-            &world,
-            engine,
-            &sim.has_targets(),
-            sim.block(),
-            model.gid_bits,
-        )?)));
-    }
-    Ok(AnyEx::Gather(AnyExchange::new(args.run.engine, world)?))
+) -> Result<RunExchange> {
+    let needed =
+        (args.exchange == Exchange::Alltoallv && world.size() > 1).then(|| sim.has_targets());
+    let targeted = needed.as_deref().map(|n| (n, sim.block(), model.gid_bits));
+    RunExchange::new(args.run.engine, world, targeted)
 }
 
 fn run(args: Args) -> Result<()> {
@@ -206,20 +162,12 @@ fn run(args: Args) -> Result<()> {
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
-        let active = line.active();
-        let mut bar = |p: &Progress| line.update(p);
-        let cb: Option<&mut dyn FnMut(&Progress)> = if active { Some(&mut bar) } else { None };
-        sim.run(&pool, &mut ex, &opts, cb)?
+        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))?
     };
-    line.end();
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool)
     })
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
 
 fn summary(
@@ -230,16 +178,12 @@ fn summary(
     all: &[hpc_spiking::run::Gathered],
     pool: &rayon::ThreadPool,
 ) -> Result<()> {
-    let reports: Vec<RankReport> = all
-        .iter()
-        .map(|g| serde_json::from_value(g.report.clone()))
-        .collect::<Result<_, _>>()?;
+    let reports: Vec<RankReport> = hpc_spiking::run::reports(all)?;
     let p = &model.params;
     let stats = me.stats.clone().context("rank 0 has no statistics")?;
     let synapses: u64 = reports.iter().map(|r| r.synapses).sum();
     let conn_bytes: u64 = reports.iter().map(|r| r.connectivity_bytes).sum();
     let events: u64 = reports.iter().map(|r| r.events).sum();
-    let peak: u64 = all.iter().map(|g| g.peak_rss).sum();
     let max = |f: fn(&RankReport) -> f64| reports.iter().map(f).fold(0.0, f64::max);
     let sim_s = max(|r| r.simulate_s);
     let rec_s = max(|r| r.simulate_recorded_s);
@@ -289,17 +233,9 @@ fn summary(
         "  real-time factor  {rtf:.3} (wall / biological time after the warm-up); {:.3e} synaptic events/s of wall time",
         events as f64 / sim_s.max(1e-9)
     );
-    let per_rank: Vec<String> = all.iter().map(|g| mib(g.peak_rss)).collect();
-    say!(
-        "  peak memory       {} (VmHWM per rank: {})",
-        mib(peak),
-        per_rank.join(", ")
-    );
-    say!(
-        "  bytes/synapse     {:.3} (connectivity), {:.1} (peak memory of all ranks)",
-        conn_bytes as f64 / synapses.max(1) as f64,
-        peak as f64 / synapses.max(1) as f64
-    );
+    for line in hpc_spiking::run::memory_lines(all, conn_bytes, synapses) {
+        say!("{line}");
+    }
     let recv: Vec<u64> = reports.iter().map(|r| r.bytes_received).collect();
     let bio_all = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
     say!(

@@ -17,7 +17,7 @@
 //! population in the order L2/3E, L2/3I, L4E, L4I, L5E, L5I, L6E, L6I. Every spike
 //! is written, the warm-up's too; statistics count ticks after `t_presim_ms / dt_ms`.
 //! The file is written as `<name>.partial`, flushed after every exchange, and
-//! renamed when the run completes. `tools/read_spikes.py` reads it;
+//! renamed when the run completes. `hpc-spiking`'s `python/read_spikes.py` reads it;
 //! `tools/to_sonata.py` converts it to SONATA's HDF5 spike layout.
 
 use std::path::Path;
@@ -88,103 +88,41 @@ pub struct Stats {
     pub window_ms: f64,
 }
 
-/// Running statistics (rank 0): per neuron, the ISIs after the warm-up.
-#[derive(Clone, Debug)]
-pub struct Recorder {
-    from_tick: u32,
-    last: Vec<u32>,
-    count: Vec<u32>,
-    isi_n: Vec<u32>,
-    isi_sum: Vec<f64>,
-    isi_sum2: Vec<f64>,
-    /// Spikes seen, the warm-up's too.
-    pub spikes: u64,
-}
+/// Running statistics (rank 0): per neuron, the spikes and ISIs after the
+/// warm-up ([`Recorder::after`]).
+pub use hpc_spiking::spikes::Recorder;
 
-impl hpc_spiking::intake::Record for Recorder {
-    fn add(&mut self, spikes: &[(u32, u32)]) {
-        Recorder::add(self, spikes);
-    }
-
-    fn count(&self) -> u64 {
-        self.spikes
-    }
-}
-
-impl Recorder {
-    /// No spikes yet; statistics count spikes at ticks after `from_tick`.
-    pub fn new(n: u32, from_tick: u32) -> Recorder {
-        let n = n as usize;
-        Recorder {
-            from_tick,
-            last: vec![0; n],
-            count: vec![0; n],
-            isi_n: vec![0; n],
-            isi_sum: vec![0.0; n],
-            isi_sum2: vec![0.0; n],
-            spikes: 0,
-        }
-    }
-
-    /// Adds spikes, in time order per neuron.
-    pub fn add(&mut self, spikes: &[(u32, u32)]) {
-        for &(t, id) in spikes {
-            if t <= self.from_tick {
-                continue;
-            }
-            let i = id as usize;
-            self.count[i] += 1;
-            if self.last[i] != 0 {
-                let d = (t - self.last[i]) as f64;
-                self.isi_n[i] += 1;
-                self.isi_sum[i] += d;
-                self.isi_sum2[i] += d * d;
-            }
-            self.last[i] = t;
-        }
-        self.spikes += spikes.len() as u64;
-    }
-
-    /// The statistics with the recorded time `window_ms`.
-    pub fn stats(&self, model: &Model, window_ms: f64) -> Stats {
-        let mut pops = Vec::new();
-        let mut all = 0u64;
-        for p in 0..NPOP {
-            let (a, b) = (model.first[p] as usize, model.first[p + 1] as usize);
-            let spikes: u64 = self.count[a..b].iter().map(|&c| c as u64).sum();
-            all += spikes;
-            let (mut cv, mut k) = (0.0, 0u32);
-            for i in a..b {
-                if self.isi_n[i] >= 2 {
-                    let m = self.isi_n[i] as f64;
-                    let mean = self.isi_sum[i] / m;
-                    let var = (self.isi_sum2[i] / m - mean * mean).max(0.0);
-                    cv += var.sqrt() / mean;
-                    k += 1;
-                }
-            }
-            pops.push(PopStats {
-                name: POPULATIONS[p].to_string(),
-                neurons: (b - a) as u32,
-                spikes,
-                rate_hz: if window_ms > 0.0 {
-                    spikes as f64 / (b - a) as f64 / (window_ms / 1000.0)
-                } else {
-                    0.0
-                },
-                cv_isi: if k > 0 { cv / k as f64 } else { 0.0 },
-                cv_neurons: k,
-            });
-        }
-        Stats {
-            spikes_total: self.spikes,
-            populations: pops,
+/// The statistics of a run of `model` from its recorder, with the recorded
+/// time `window_ms`.
+pub fn stats(rec: &Recorder, model: &Model, window_ms: f64) -> Stats {
+    let mut pops = Vec::new();
+    let mut all = 0u64;
+    for p in 0..NPOP {
+        let (a, b) = (model.first[p] as usize, model.first[p + 1] as usize);
+        let spikes = rec.spikes_of(a..b);
+        all += spikes;
+        let (cv_isi, k) = rec.cv_of(a..b);
+        pops.push(PopStats {
+            name: POPULATIONS[p].to_string(),
+            neurons: (b - a) as u32,
+            spikes,
             rate_hz: if window_ms > 0.0 {
-                all as f64 / model.n as f64 / (window_ms / 1000.0)
+                spikes as f64 / (b - a) as f64 / (window_ms / 1000.0)
             } else {
                 0.0
             },
-            window_ms,
-        }
+            cv_isi,
+            cv_neurons: k,
+        });
+    }
+    Stats {
+        spikes_total: rec.spikes,
+        populations: pops,
+        rate_hz: if window_ms > 0.0 {
+            all as f64 / model.n as f64 / (window_ms / 1000.0)
+        } else {
+            0.0
+        },
+        window_ms,
     }
 }

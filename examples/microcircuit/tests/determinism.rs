@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hpc_spiking::alltoallv::Gather;
-use hpc_spiking::exchange::LocalExchange;
+use hpc_spiking::exchange::virtual_ranks;
 use hpc_test_support::{example, Job};
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
@@ -35,27 +35,12 @@ fn small_params() -> Params {
 }
 
 fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
-    let exchanges = LocalExchange::group(ranks);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = exchanges
-            .into_iter()
-            .enumerate()
-            .map(|(rank, ex)| {
-                s.spawn(move || {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    let mut sim =
-                        Simulation::new(model, rank, ranks, &pool, opts.restart.as_deref())
-                            .unwrap();
-                    sim.run(&pool, &mut Gather(ex), opts, None).unwrap()
-                })
-            })
-            .collect();
-        let mut reports: Vec<RankReport> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        reports.swap_remove(0)
+    let mut reports = virtual_ranks(ranks, threads, |rank, ex, pool| {
+        let mut sim = Simulation::new(model, rank, ranks, pool, opts.restart.as_deref())?;
+        sim.run(pool, &mut Gather(ex), opts, None)
     })
+    .unwrap();
+    reports.swap_remove(0)
 }
 
 fn spikes_of(model: &Model, ranks: usize, threads: usize) -> (Vec<u8>, u64) {

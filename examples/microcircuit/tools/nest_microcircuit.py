@@ -27,7 +27,7 @@ except ImportError:  # Python < 3.11
     tomllib = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "crates", "hpc-spiking", "python"))
 from read_spikes import pop_stats  # noqa: E402
 
 POPS = ["L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"]

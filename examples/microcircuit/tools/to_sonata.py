@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a spike file of the microcircuit example (native format, see
-read_spikes.py) into SONATA's HDF5 spike layout, readable by h5py, NEST, bmtk and
+crates/hpc-spiking/python/read_spikes.py) into SONATA's HDF5 spike layout, readable by h5py, NEST, bmtk and
 the other SONATA tools:
 
     /spikes                       attribute: magic = 0x0A7A (uint32), version = [0, 1]
@@ -21,7 +21,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "crates", "hpc-spiking", "python"))
 from read_spikes import hpc_spikes, read_or_exit  # noqa: E402
 
 ap = argparse.ArgumentParser()

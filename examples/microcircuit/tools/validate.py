@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "crates", "hpc-spiking", "python"))
 from read_spikes import hpc_spikes, read, pop_stats  # noqa: E402
 
 PROG = "validate.py"

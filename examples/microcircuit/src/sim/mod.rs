@@ -43,10 +43,10 @@ mod shard;
 pub use shard::set_portable_update;
 use shard::{Dyn, Shard};
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
+use hpc_spiking::rank_loop::RankRun;
 use hpc_spiking::Block;
 use rayon::prelude::*;
 
@@ -61,49 +61,23 @@ pub use hpc_spiking::RunOptions;
 
 pub use hpc_spiking::progress::Progress;
 
-/// What one rank did.
+/// What one rank did: what every network's rank reports ([`RankRun`], its
+/// fields read through this report), then the microcircuit's own.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RankReport {
-    /// This rank.
-    pub rank: usize,
-    /// Number of ranks.
-    pub size: usize,
-    /// Threads (shards) of this rank.
-    pub threads: usize,
-    /// First neuron of this rank.
-    pub first: u32,
-    /// Neurons of this rank.
-    pub neurons: u32,
+    /// The run of the rank.
+    #[serde(flatten)]
+    pub run: RankRun,
     /// Synapses onto this rank's neurons.
     pub synapses: u64,
     /// Bytes of this rank's connectivity.
     pub connectivity_bytes: u64,
     /// Bytes of neuron state and spikes in flight.
     pub state_bytes: u64,
-    /// Steps per exchange interval.
-    pub interval_steps: u32,
-    /// Step the run started from.
-    pub start_step: u64,
-    /// Step the run reached.
-    pub end_step: u64,
-    /// Whether the run reached its end.
-    pub completed: bool,
-    /// Seconds building (or restoring) the network.
-    pub build_s: f64,
     /// CPU seconds of the process while building.
     pub build_cpu_s: f64,
-    /// Seconds in the loop.
-    pub simulate_s: f64,
     /// Seconds in the loop after the warm-up.
     pub simulate_recorded_s: f64,
-    /// CPU seconds of the process in the loop.
-    pub simulate_cpu_s: f64,
-    /// Seconds delivering and updating.
-    pub update_s: f64,
-    /// Seconds exchanging (and waiting).
-    pub communicate_s: f64,
-    /// Seconds writing spikes and checkpoints.
-    pub io_s: f64,
     /// Spikes exchanged (of all ranks, as this rank received them).
     pub spikes_received: u64,
     /// Bytes of spike codes this rank received.
@@ -112,9 +86,14 @@ pub struct RankReport {
     pub events: u64,
     /// Statistics (rank 0).
     pub stats: Option<Stats>,
-    /// The spike file, once complete (rank 0); any file name, UTF-8 or not.
-    #[serde(with = "hpc_spiking::run::opt_path")]
-    pub spike_file: Option<PathBuf>,
+}
+
+impl std::ops::Deref for RankReport {
+    type Target = RankRun;
+
+    fn deref(&self) -> &RankRun {
+        &self.run
+    }
 }
 
 /// One rank of the simulation.
@@ -152,9 +131,7 @@ impl<'a> Simulation<'a> {
         // A checkpoint of another model is refused before the network is built.
         let restored = checkpoint::resume(restart, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
-        let threads = pool
-            .current_num_threads()
-            .clamp(1, block.len.max(1) as usize) as u32;
+        let threads = block.shards(pool.current_num_threads());
         let p = &model.params;
         let shards: Vec<Shard> = pool.install(|| {
             (0..threads)

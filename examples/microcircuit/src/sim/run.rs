@@ -1,10 +1,8 @@
 //! The run: intervals of updates between exchanges, checkpoints on the way.
 
-use std::time::{Duration, Instant};
-
 use anyhow::Result;
 use hpc_spiking::alltoallv::Exchange;
-use hpc_spiking::checkpoint::RunCheckpoints;
+use hpc_spiking::rank_loop::{run_intervals, IntervalRank, Ran};
 use hpc_spiking::team::{StopOnDrop, Team};
 use rayon::prelude::*;
 
@@ -12,9 +10,9 @@ use super::shard::{Active, Dyn, Shard};
 use super::{Progress, RankReport, RunOptions, Simulation};
 use crate::checkpoint;
 use crate::output::{header_json, Recorder};
-use crate::params::{Params, NPOP};
+use crate::params::NPOP;
 use crate::rng::{draw, key, Poisson32, Purpose};
-use hpc_spiking::intake::{Intake, Intervals, SpikeFile};
+use hpc_spiking::intake::{Intake, SpikeFile};
 
 /// One interval of `m` steps of one shard: the spikes `codes` (emitted from
 /// step `base` on) start their delivery, then each step delivers and updates.
@@ -164,114 +162,17 @@ impl<'a> Simulation<'a> {
         pool: &rayon::ThreadPool,
         ex: &mut E,
         opts: &RunOptions,
-        mut progress: Option<&mut dyn FnMut(&Progress)>,
+        progress: Option<&mut dyn FnMut(&Progress)>,
         team: Option<&Team<Shard, Job>>,
     ) -> Result<RankReport> {
         let model = self.model;
-        let start_step = self.step;
-        let iv = Intervals::new(opts, model.min_delay, model.steps, start_step)?;
-        let mut intake = self.intake(opts)?;
-        let mut times = Times {
-            t0: Instant::now(),
-            t_rec: (self.step >= model.presim_steps).then(Instant::now),
-            cpu0: hpc_spiking::run::cpu_seconds(),
-            update_s: 0.0,
-            comm_s: 0.0,
+        let mut rank = Stepping {
+            sim: self,
+            pool,
+            team,
         };
-        let mut send: Vec<u32> = Vec::new();
-        let mut send_base: Option<(u64, u32)> = None;
-        let mut checkpoints = opts.checkpoints(&model.params);
-
-        while self.step < iv.end {
-            let m = iv.next(self.step, Some(model.presim_steps));
-            let step0 = self.step;
-            let tu = Instant::now();
-            let base = intake.base;
-            // Whether this update delivers the codes of the last exchange.
-            let delivers = intake.has;
-            match send_base.take() {
-                Some((prev, pm)) => {
-                    let (r, work_s) = {
-                        let (codes, incoming) = intake.codes_and_incoming();
-                        let work = || self.update(team, codes, base, step0, m);
-                        ex.spikes(&send, incoming, work)?
-                    };
-                    r?;
-                    times.update_s += work_s;
-                    times.comm_s += tu.elapsed().as_secs_f64() - work_s;
-                    self.delivered(&mut intake, delivers);
-                    self.receive(&mut intake, prev, pm)?;
-                }
-                None => {
-                    let (codes, _) = intake.codes_and_incoming();
-                    self.update(team, codes, base, step0, m)?;
-                    times.update_s += tu.elapsed().as_secs_f64();
-                    self.delivered(&mut intake, delivers);
-                }
-            }
-            send.clear();
-            for sh in &self.shards {
-                send.extend_from_slice(&sh.spikes);
-            }
-            send_base = Some((step0, m));
-            if iv.lag == 1 {
-                let tc = Instant::now();
-                ex.spikes(&send, &mut intake.incoming, || ())?;
-                times.comm_s += tc.elapsed().as_secs_f64();
-                self.receive(&mut intake, step0, m)?;
-                send_base = None;
-            }
-            self.step += m as u64;
-            if self.step == model.presim_steps {
-                times.t_rec = Some(Instant::now());
-            }
-
-            let at_checkpoint = iv.at_checkpoint(self.step);
-            if at_checkpoint || self.step == iv.end {
-                if let Some((prev, pm)) = send_base.take() {
-                    self.activate_gathered(pool, &mut intake);
-                    let tc = Instant::now();
-                    ex.spikes(&send, &mut intake.incoming, || ())?;
-                    times.comm_s += tc.elapsed().as_secs_f64();
-                    self.receive(&mut intake, prev, pm)?;
-                }
-                self.activate_gathered(pool, &mut intake);
-                intake.flush()?;
-            }
-            if at_checkpoint {
-                if let Some(ck) = checkpoints.as_mut() {
-                    let ti = Instant::now();
-                    self.write_checkpoint(ex, ck, &intake)?;
-                    intake.io_s += ti.elapsed().as_secs_f64();
-                }
-            }
-            if let Some(cb) = progress.as_mut() {
-                cb(&Progress {
-                    step: self.step,
-                    steps: model.steps,
-                    start_step,
-                    wall: times.t0.elapsed(),
-                    wall_recorded: times.t_rec.map_or(Duration::ZERO, |t| t.elapsed()),
-                });
-            }
-        }
-        self.report(intake, &times, iv.interval, start_step)
-    }
-
-    /// Rank 0's recorder and spike file (continued from a restored
-    /// checkpoint's), and nothing on the other ranks.
-    fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
-        let model = self.model;
-        let header = header_json(model);
-        // Flushed every 100 steps (10^4 exchanges per biological second).
-        let file = opts.spikes.as_deref().map(|path| SpikeFile {
-            path,
-            header: &header,
-            flush_every: 100,
-        });
-        let recorder = || Recorder::new(model.n, model.presim_steps as u32);
-        let restored = self.restored.as_ref();
-        Intake::open((self.rank, self.step), recorder, file, restored, model.n)
+        let ran = run_intervals(&mut rank, ex, (opts, &model.params), progress)?;
+        self.report(ran)
     }
 
     /// Steps every shard through the `m` steps from `step0`, delivering
@@ -314,51 +215,14 @@ impl<'a> Simulation<'a> {
         team.finish()
     }
 
-    /// Takes the spikes just received, the exchange of the interval of `m`
-    /// steps from `base`: rank 0 records them (and writes them to its spike
-    /// file), every rank adds its thalamic input.
-    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
-        intake.receive(base, m, self.model.gid_bits)?;
-        self.thalamic(base, m, &mut intake.gathered);
-        Ok(())
-    }
-
-    /// After an update that delivered the codes received (`delivers`): they are
-    /// remembered for checkpoints and taken.
-    fn delivered(&mut self, intake: &mut Intake<Recorder>, delivers: bool) {
-        if delivers {
-            let codes = std::mem::take(&mut intake.gathered);
-            self.remember(&codes, intake.base);
-            intake.gathered = codes;
-            intake.has = false;
-        }
-    }
-
-    /// Activates the spikes received and not yet delivered at once (before a
-    /// checkpoint or the end) and takes them.
-    fn activate_gathered(&mut self, pool: &rayon::ThreadPool, intake: &mut Intake<Recorder>) {
-        if intake.has {
-            let codes = std::mem::take(&mut intake.gathered);
-            self.activate_all(pool, &codes, intake.base);
-            intake.gathered = codes;
-            intake.has = false;
-        }
-    }
-
     /// The rank's report at the end of the run, its spike file finished if
     /// the run completed.
-    fn report(
-        &self,
-        intake: Intake<Recorder>,
-        times: &Times,
-        m_steps: u32,
-        start_step: u64,
-    ) -> Result<RankReport> {
+    fn report(&self, ran: Ran<Recorder>) -> Result<RankReport> {
         let model = self.model;
-        let completed = self.step >= model.steps;
-        let (io_s, received) = (intake.io_s, intake.received);
-        let (spike_file, recorder) = intake.finish(completed)?;
-        let simulate_s = times.t0.elapsed().as_secs_f64();
+        let (received, clocks) = (ran.intake.received, ran.clocks);
+        let who = (self.rank, self.size, self.shards.len());
+        let (run, recorder) =
+            ran.finish(who, self.block, (self.step, model.steps, self.build_s))?;
         let state_bytes: usize = self
             .shards
             .iter()
@@ -379,57 +243,94 @@ impl<'a> Simulation<'a> {
             );
         }
         Ok(RankReport {
-            rank: self.rank,
-            size: self.size,
-            threads: self.shards.len(),
-            first: self.block.first,
-            neurons: self.block.len,
+            run,
             synapses: self.synapses(),
             connectivity_bytes: self.connectivity_bytes(),
             state_bytes: state_bytes as u64,
-            interval_steps: m_steps,
-            start_step,
-            end_step: self.step,
-            completed,
-            build_s: self.build_s,
             build_cpu_s: self.build_cpu_s,
-            simulate_s,
-            simulate_recorded_s: times.t_rec.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-            simulate_cpu_s: hpc_spiking::run::cpu_seconds() - times.cpu0,
-            update_s: times.update_s,
-            communicate_s: times.comm_s,
-            io_s,
+            simulate_recorded_s: clocks.recorded_s(),
             spikes_received: received,
             bytes_received: received * 4,
             events: self.shards.iter().map(|s| s.events).sum(),
-            stats: recorder.map(|r| r.stats(model, window)),
-            spike_file,
+            stats: recorder.map(|r| crate::output::stats(&r, model, window)),
         })
-    }
-
-    /// Writes this rank's checkpoint at the current step; rank 0 commits it
-    /// (with the spike file so far) once every rank's file is there.
-    fn write_checkpoint<E: Exchange>(
-        &self,
-        ex: &mut E,
-        checkpoints: &mut RunCheckpoints<'_, Params>,
-        intake: &Intake<Recorder>,
-    ) -> Result<()> {
-        let payload = checkpoint::encode(self.step, self.block, &self.state());
-        checkpoints.write(
-            (self.step, self.rank, self.size),
-            &payload,
-            intake.checkpoint_spikes(),
-            |words, all| ex.words(words, all),
-        )
     }
 }
 
-/// The clocks of a run.
-struct Times {
-    t0: Instant,
-    t_rec: Option<Instant>,
-    cpu0: f64,
-    update_s: f64,
-    comm_s: f64,
+/// A rank of the simulation as [`run_intervals`] steps it: its shards stepped
+/// by this thread and the `team` ([`Simulation::update`]), with the threads of
+/// `pool` for the deliveries at once.
+struct Stepping<'s, 'a> {
+    sim: &'s mut Simulation<'a>,
+    pool: &'s rayon::ThreadPool,
+    team: Option<&'s Team<Shard, Job>>,
+}
+
+impl IntervalRank for Stepping<'_, '_> {
+    type Record = Recorder;
+
+    fn rank_size(&self) -> (usize, usize) {
+        (self.sim.rank, self.sim.size)
+    }
+
+    fn step(&self) -> u64 {
+        self.sim.step
+    }
+
+    fn set_step(&mut self, step: u64) {
+        self.sim.step = step;
+    }
+
+    fn shape(&self) -> (u32, u64, Option<u64>) {
+        let model = self.sim.model;
+        (model.min_delay, model.steps, Some(model.presim_steps))
+    }
+
+    /// Rank 0's recorder and spike file (continued from a restored
+    /// checkpoint's), and nothing on the other ranks.
+    fn intake(&self, opts: &RunOptions) -> Result<Intake<Recorder>> {
+        let (sim, model) = (&*self.sim, self.sim.model);
+        let header = header_json(model);
+        // Flushed every 100 steps (10^4 exchanges per biological second).
+        let file = opts.spikes.as_deref().map(|path| SpikeFile {
+            path,
+            header: &header,
+            flush_every: 100,
+        });
+        let recorder = || Recorder::after(model.n, model.presim_steps as u32);
+        let restored = sim.restored.as_ref();
+        Intake::open((sim.rank, sim.step), recorder, file, restored, model.n)
+    }
+
+    fn update(&mut self, codes: &[u32], base: u64, step0: u64, m: u32) -> Result<()> {
+        self.sim.update(self.team, codes, base, step0, m)
+    }
+
+    /// The codes an update delivered are remembered for checkpoints.
+    fn delivered(&mut self, codes: &[u32], base: u64) {
+        self.sim.remember(codes, base);
+    }
+
+    fn deliver_now(&mut self, codes: &[u32], base: u64) {
+        self.sim.activate_all(self.pool, codes, base);
+    }
+
+    fn spikes(&self, send: &mut Vec<u32>) {
+        for sh in &self.sim.shards {
+            send.extend_from_slice(&sh.spikes);
+        }
+    }
+
+    /// Rank 0 records the spikes received (and writes them to its spike file),
+    /// every rank adds its thalamic input.
+    fn receive(&self, intake: &mut Intake<Recorder>, base: u64, m: u32) -> Result<()> {
+        intake.receive(base, m, self.sim.model.gid_bits)?;
+        self.sim.thalamic(base, m, &mut intake.gathered);
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Vec<u8> {
+        let sim = &*self.sim;
+        checkpoint::encode(sim.step, sim.block, &sim.state())
+    }
 }
