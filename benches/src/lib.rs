@@ -234,6 +234,49 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
         .cloned()
 }
 
+/// The engines of `--engine A,B,...` in `args`, by default `inline,thread,proxy`.
+pub fn engines(args: &[String]) -> hpc_comm::Result<Vec<hpc_comm::Engine>> {
+    arg(args, "--engine")
+        .unwrap_or_else(|| "inline,thread,proxy".into())
+        .split(',')
+        .map(str::parse)
+        .collect()
+}
+
+/// Where `--shm auto|on|off` puts a benchmark's buffers: in shared memory
+/// (`SharedBuf`) or not; `auto` for the proxy engine only, which maps them instead
+/// of copying through the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shm {
+    /// Shared memory for the proxy engine only.
+    Auto,
+    /// Shared memory for every engine.
+    On,
+    /// Shared memory for none.
+    Off,
+}
+
+impl Shm {
+    /// `--shm` of `args`, by default `auto`.
+    pub fn from_args(args: &[String]) -> Result<Shm, String> {
+        match arg(args, "--shm").as_deref() {
+            None | Some("auto") => Ok(Shm::Auto),
+            Some("on") => Ok(Shm::On),
+            Some("off") => Ok(Shm::Off),
+            Some(other) => Err(format!("--shm {other:?}: auto, on or off")),
+        }
+    }
+
+    /// Whether the buffers of a communicator of `engine` are in shared memory.
+    pub fn shared(self, engine: hpc_comm::Engine) -> bool {
+        match self {
+            Shm::On => true,
+            Shm::Off => false,
+            Shm::Auto => engine == hpc_comm::Engine::Proxy,
+        }
+    }
+}
+
 /// Sizes in bytes from `--sizes A,B,...`, or `default`.
 pub fn sizes(args: &[String], default: &[usize]) -> Result<Vec<usize>, String> {
     match arg(args, "--sizes") {

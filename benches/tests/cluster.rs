@@ -7,7 +7,6 @@
 //! Runs only with `HPC_TEST_CLUSTER=1` (set by `.ci/run`) and the `mpi` feature.
 #![cfg(feature = "mpi")]
 
-use std::path::Path;
 use std::process::Output;
 
 use hpc_test_support::Cluster;
@@ -20,26 +19,17 @@ fn cluster(args: &[&str]) -> Output {
 
 #[test]
 fn overlap_benchmark_across_cluster_nodes() {
-    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
-        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+    if !hpc_test_support::cluster_tests_on() {
         return;
     }
-    let bin = Path::new(OVERLAP).parent().unwrap().to_str().unwrap();
-    let _down = Cluster::default().down_on_drop();
-    let up = cluster(&["up", "--nodes", "2", "--bin", bin]);
+    let (_down, up) = Cluster::default().up(2, &[], &Cluster::bin_dir(OVERLAP));
     assert!(
         up.status.success(),
         "{}",
         String::from_utf8_lossy(&up.stderr)
     );
-    let out = cluster(&[
-        "exec",
-        "srun",
-        "--mpi=pmix",
-        "-N",
-        "2",
-        "-n",
-        "2",
+    let mut overlap = Cluster::srun_args(&[], "2", "2");
+    overlap.extend_from_slice(&[
         "overlap",
         "--engine",
         "inline,thread,mpi",
@@ -48,6 +38,7 @@ fn overlap_benchmark_across_cluster_nodes() {
         "--sizes",
         "1024,65536",
     ]);
+    let out = cluster(&overlap);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

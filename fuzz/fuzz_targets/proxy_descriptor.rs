@@ -9,12 +9,12 @@
 
 use libfuzzer_sys::fuzz_target;
 
+mod common;
+
 fuzz_target!(|data: &[u8]| {
-    let [r, s, rest @ ..] = data else {
+    let Some((rank, size, rest)) = common::rank_size_rest(data) else {
         return;
     };
-    let size = 1 + usize::from(*s) % 16;
-    let rank = usize::from(*r) % size;
     let _ = hpc_comm::fuzz::proxy_submit(rest, rank, size);
     if let [a, b, c, d, e, f, g, h, i, j, k, l, ..] = *rest {
         let kind = u32::from_le_bytes([a, b, c, d]);

@@ -10,11 +10,11 @@
 
 use libfuzzer_sys::fuzz_target;
 
+mod common;
+
 fuzz_target!(|data: &[u8]| {
-    let [r, s, rest @ ..] = data else {
+    let Some((rank, size, rest)) = common::rank_size_rest(data) else {
         return;
     };
-    let size = 1 + usize::from(*s) % 16;
-    let rank = usize::from(*r) % size;
     let _ = hpc_comm::fuzz::dpu_request(rest, rank, size);
 });

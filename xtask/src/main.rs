@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use hpc_image::sys::cargo;
 
 mod crategraph;
 mod fuzz;
@@ -190,24 +191,10 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs a command in the workspace root, echoing it, failing on a non-zero exit.
+/// Runs a command in the workspace root, echoing it, failing on a non-zero exit
+/// (hpc-image's runner, which `cargo xtask image` uses too).
 fn run(cmd: &mut Command) -> Result<()> {
-    let shown = format!("{cmd:?}").replace('"', "");
-    eprintln!("\n==> {shown}");
-    let t = Instant::now();
-    let status = cmd
-        .current_dir(root())
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
-    eprintln!("    ({:.1}s)", t.elapsed().as_secs_f64());
-    if !status.success() {
-        bail!("{shown} failed with {status}");
-    }
-    Ok(())
-}
-
-fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    hpc_image::sys::run_in(&root(), cmd)
 }
 
 fn demo() -> Result<()> {
@@ -691,7 +678,7 @@ fn main() -> Result<()> {
             // This workspace's tests also need Slurm, munge and PMIx besides the
             // image tools that hpc-image installs.
             if args.setup_tools {
-                setup::apt(setup::CONTAINER_PACKAGES)?;
+                setup::apt(&setup::container_packages())?;
                 setup::container_runtimes()?;
             }
             if let Err(e) = hpc_image::run(*args) {

@@ -43,29 +43,27 @@ pub const APT_PACKAGES: &[&str] = &[
     "chromium",
 ];
 
-/// Debian packages for the container tests and `cargo xtask image`: the engines and
-/// tools that read the images, `mmdebstrap` for the base file system, and a
-/// single-node Slurm with munge and PMIx.
-pub const CONTAINER_PACKAGES: &[&str] = &[
-    "podman",
-    "skopeo",
-    "umoci",
-    "runc",
-    "uidmap",
-    "fuse-overlayfs",
-    "mmdebstrap",
-    "slurm-wlm",
-    "munge",
-    "libpmix2",
-    "openmpi-bin",
-];
+/// Debian packages for the container tests and `cargo xtask image` beyond hpc-image's
+/// [`TOOL_PACKAGES`] (the engines and tools that read the images, `mmdebstrap` for the
+/// base file system): a single-node Slurm with munge and PMIx.
+pub const CLUSTER_PACKAGES: &[&str] = &["slurm-wlm", "munge", "libpmix2", "openmpi-bin"];
+
+/// Every Debian package of the container tests and `cargo xtask image`: hpc-image's
+/// tool chain and [`CLUSTER_PACKAGES`], installed in one go.
+pub fn container_packages() -> Vec<&'static str> {
+    TOOL_PACKAGES
+        .iter()
+        .chain(CLUSTER_PACKAGES)
+        .copied()
+        .collect()
+}
 
 /// mdbook version the book is built with.
 pub const MDBOOK_VERSION: &str = "0.5.4";
 
 // The Debian installer and its checks are hpc-image's (`cargo xtask image
 // --setup-tools` installs with it too): one copy for both commands.
-pub use hpc_image::sys::{apt, has, is_root};
+pub use hpc_image::sys::{apt, has, is_root, TOOL_PACKAGES};
 
 fn rust_components() -> Result<()> {
     if !has("rustup") {
@@ -199,7 +197,7 @@ pub fn all() -> Result<()> {
     // mmdebstrap-made file systems.
     let on = |k: &str| std::env::var(k).ok().as_deref() == Some("1");
     if on(hpc_env::TEST_CONTAINERS) || on(hpc_env::TEST_CLUSTER) {
-        apt(CONTAINER_PACKAGES)?;
+        apt(&container_packages())?;
         container_runtimes()?;
     }
     rust_components()?;

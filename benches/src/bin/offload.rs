@@ -132,17 +132,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     hpc_comm::proxy::serve_env()?;
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str| arg(&args, k);
-    let engines: Vec<Engine> = get("--engine")
-        .unwrap_or_else(|| "inline,thread,proxy".into())
-        .split(',')
-        .map(|e| e.parse())
-        .collect::<Result<_, _>>()?;
+    let engines = hpc_benches::engines(&args)?;
     let iters: usize = get("--iters").map_or(Ok(50), |s| s.parse())?;
     let tests: usize = get("--tests").map_or(Ok(8), |s| s.parse())?;
-    let shm = get("--shm").unwrap_or_else(|| "auto".into());
-    if !["auto", "on", "off"].contains(&shm.as_str()) {
-        return Err(format!("--shm {shm:?}: auto, on or off").into());
-    }
+    let shm = hpc_benches::Shm::from_args(&args)?;
     let proxy_defaults = args.iter().any(|a| a == "--proxy-defaults");
     let sizes = sizes(
         &args,
@@ -202,11 +195,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for j in 0..comms.len() {
                 let comm = &comms[(j + si) % comms.len()];
                 let engine = comm.engine();
-                let shared = match shm.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => engine == Engine::Proxy,
-                };
+                let shared = shm.shared(engine);
                 let mut b = Bufs::new(c, bytes, comm.size(), shared);
                 let mine = measure(comm, c, &mut b, it, tests, rate);
                 let mut all = vec![0.0f64; 7 * comm.size()];

@@ -78,18 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     hpc_comm::proxy::serve_env()?;
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str| arg(&args, k);
-    let engines: Vec<Engine> = get("--engine")
-        .unwrap_or_else(|| "inline,thread,proxy".into())
-        .split(',')
-        .map(|e| e.parse())
-        .collect::<Result<_, _>>()?;
+    let engines = hpc_benches::engines(&args)?;
     let iters: usize = get("--iters").map_or(Ok(100), |s| s.parse())?;
     // Buffers in shared memory (`SharedBuf`): `auto` for the proxy engine only,
     // which maps them instead of copying through the kernel.
-    let shm = get("--shm").unwrap_or_else(|| "auto".into());
-    if !["auto", "on", "off"].contains(&shm.as_str()) {
-        return Err(format!("--shm {shm:?}: auto, on or off").into());
-    }
+    let shm = hpc_benches::Shm::from_args(&args)?;
     let sizes = sizes(
         &args,
         &[1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
@@ -124,11 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         for &c in &colls {
             for &bytes in &sizes {
-                let shared = match shm.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => engine == Engine::Proxy,
-                };
+                let shared = shm.shared(engine);
                 let mut b = Bufs::new(c, bytes, comm.size(), shared);
                 let it = if bytes >= 256 << 10 {
                     iters.div_ceil(2).max(10)

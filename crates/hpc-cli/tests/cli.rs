@@ -981,31 +981,20 @@ fn placement_flags_need_ranks_and_cpu_lists_must_name_a_cpu() {
         assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("--ranks"), "{flag:?}: {}", stderr(&o));
     }
+    let topo_allowed = |list| {
+        vec![
+            "topo",
+            "--synthetic",
+            "pack:1 core:2 pu:1",
+            "--ranks",
+            "1",
+            "--allowed",
+            list,
+        ]
+    };
     for (args, flag) in [
-        (
-            vec![
-                "topo",
-                "--synthetic",
-                "pack:1 core:2 pu:1",
-                "--ranks",
-                "1",
-                "--allowed",
-                "",
-            ],
-            "--allowed",
-        ),
-        (
-            vec![
-                "topo",
-                "--synthetic",
-                "pack:1 core:2 pu:1",
-                "--ranks",
-                "1",
-                "--allowed",
-                " , ",
-            ],
-            "--allowed",
-        ),
+        (topo_allowed(""), "--allowed"),
+        (topo_allowed(" , "), "--allowed"),
         (vec!["proxy", "--cpus", ""], "--cpus"),
     ] {
         let o = hpc(&args);

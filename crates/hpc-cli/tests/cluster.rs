@@ -6,7 +6,6 @@
 //! feature (the ranks bootstrap through Open MPI under `srun --mpi=pmix`).
 #![cfg(feature = "mpi")]
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use hpc_test_support::Cluster;
@@ -65,17 +64,7 @@ fn lose_node(fault: &str) -> Loss {
     use std::io::BufRead;
     let mut job = Cluster::default()
         .command()
-        .args([
-            "exec",
-            "env",
-            "HPC_TIMEOUT=8",
-            "srun",
-            "--mpi=pmix",
-            "-N",
-            "2",
-            "-n",
-            "4",
-        ])
+        .args(Cluster::srun_args(&["env", "HPC_TIMEOUT=8"], "2", "4"))
         .args(["hpc", "selftest", "--rounds", "1000000000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -129,41 +118,21 @@ fn lose_node(fault: &str) -> Loss {
 
 #[test]
 fn slurm_pmix_cluster_across_docker_hosts() {
-    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
-        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+    if !hpc_test_support::cluster_tests_on() {
         return;
     }
-    let bin = Path::new(HPC)
-        .parent()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let bin = Cluster::bin_dir(HPC);
     let t = Instant::now();
-    let _down = Cluster::default().down_on_drop();
-    let up = cluster(&["up", "--nodes", "2", "--bin", &bin]);
+    let (_down, up) = Cluster::default().up(2, &[], &bin);
     assert!(up.status.success(), "cluster up failed");
     eprintln!("cluster up in {:?}", t.elapsed());
 
     // Ranks on both nodes see the right node ids; same-node pairs use shm and
     // cross-node pairs tcp, and data moves both ways intact.
-    let out = cluster(&[
-        "exec",
-        "srun",
-        "--mpi=pmix",
-        "-N",
-        "2",
-        "-n",
-        "4",
-        "hpc",
-        "selftest",
-        "--json",
-        "--transport",
-        "--expect-size",
-        "4",
-        "--expect-nodes",
-        "2",
-    ]);
+    let mut selftest = Cluster::srun_args(&[], "2", "4");
+    selftest.extend_from_slice(&["hpc", "selftest", "--json", "--transport"]);
+    selftest.extend_from_slice(&["--expect-size", "4", "--expect-nodes", "2"]);
+    let out = cluster(&selftest);
     assert!(
         out.status.success(),
         "{}\n{}",
@@ -195,20 +164,9 @@ fn slurm_pmix_cluster_across_docker_hosts() {
     }
 
     // The doctor on a compute node, inside a job step, sees Docker, Slurm and PMIx.
-    let out = cluster(&[
-        "exec",
-        "srun",
-        "--mpi=pmix",
-        "-N",
-        "1",
-        "-n",
-        "1",
-        "-w",
-        "node1",
-        "hpc",
-        "doctor",
-        "--json",
-    ]);
+    let mut doctor = Cluster::srun_args(&[], "1", "1");
+    doctor.extend_from_slice(&["-w", "node1", "hpc", "doctor", "--json"]);
+    let out = cluster(&doctor);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor json");
     let text = doc.to_string();
     assert_eq!(

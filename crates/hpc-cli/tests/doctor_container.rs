@@ -7,28 +7,49 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-#[test]
-fn doctor_reports_engine_and_resources_inside_a_container() {
-    if std::env::var("HPC_TEST_CONTAINERS").as_deref() != Ok("1") {
-        eprintln!("skipped: set HPC_TEST_CONTAINERS=1 to run hpc doctor in a real container");
-        return;
+/// Whether the container tests are on (`HPC_TEST_CONTAINERS=1`); says how to run the
+/// doctor in `place` when they are not.
+fn containers_on(place: &str) -> bool {
+    let on = std::env::var("HPC_TEST_CONTAINERS").as_deref() == Ok("1");
+    if !on {
+        eprintln!("skipped: set HPC_TEST_CONTAINERS=1 to run hpc doctor in {place}");
     }
-    let engine = std::env::var("HPC_CONTAINER_ENGINE").unwrap_or_else(|_| "podman".into());
+    on
+}
+
+/// `containers/test/doctor-in-container.sh --engine ENGINE [--engine-arg ARG]... HPC --
+/// --json`: its exit status, standard output and standard error.
+fn doctor_in_container(engine: &str, engine_args: &[&str]) -> (Option<i32>, String, String) {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let script = repo.join("containers/test/doctor-in-container.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .args(["--engine", &engine])
-        .args(["--engine-arg", "--shm-size=96m"])
-        .args(["--engine-arg", "--cpuset-cpus=0"])
-        .args(["--engine-arg", "--memory=512m"])
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo.join("containers/test/doctor-in-container.sh"))
+        .args(["--engine", engine]);
+    for a in engine_args {
+        cmd.args(["--engine-arg", a]);
+    }
+    let out = cmd
         .arg(env!("CARGO_BIN_EXE_hpc"))
         .args(["--", "--json"])
         .output()
         .expect("run doctor-in-container.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let code = out.status.code().unwrap_or(-1);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn doctor_reports_engine_and_resources_inside_a_container() {
+    if !containers_on("a real container") {
+        return;
+    }
+    let engine = std::env::var("HPC_CONTAINER_ENGINE").unwrap_or_else(|_| "podman".into());
+    let (code, stdout, stderr) = doctor_in_container(
+        &engine,
+        &["--shm-size=96m", "--cpuset-cpus=0", "--memory=512m"],
+    );
+    let code = code.unwrap_or(-1);
     assert!(
         (0..=2).contains(&code),
         "doctor-in-container.sh failed ({code}):\n{stderr}\n{stdout}"
@@ -53,25 +74,12 @@ fn doctor_reports_engine_and_resources_inside_a_container() {
 /// there is no RDMA device: Apptainer with its evidence, and the finding.
 #[test]
 fn doctor_reports_apptainer_inside_apptainer() {
-    if std::env::var("HPC_TEST_CONTAINERS").as_deref() != Ok("1") {
-        eprintln!(
-            "skipped: set HPC_TEST_CONTAINERS=1 to run hpc doctor in a real Apptainer container"
-        );
+    if !containers_on("a real Apptainer container") {
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new("bash")
-        .arg(repo.join("containers/test/doctor-in-container.sh"))
-        .args(["--engine", "apptainer"])
-        .args(["--engine-arg", "--env", "--engine-arg", "UCX_TLS=rc"])
-        .arg(env!("CARGO_BIN_EXE_hpc"))
-        .args(["--", "--json"])
-        .output()
-        .expect("run doctor-in-container.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, stdout, stderr) = doctor_in_container("apptainer", &["--env", "UCX_TLS=rc"]);
     assert_eq!(
-        out.status.code(),
+        code,
         Some(2),
         "the doctor should exit 2 (an error finding):\n{stderr}\n{stdout}"
     );

@@ -27,6 +27,19 @@ fn timed_run(n: &str, timeout: &str, cmd: &[&str]) -> Command {
     c
 }
 
+/// [`timed_run`], run to its end.
+fn timed_output(n: &str, timeout: &str, cmd: &[&str]) -> Output {
+    timed_run(n, timeout, cmd).output().expect("run hpc")
+}
+
+/// `hpc run -n <n> <run_args> -- sh -c <script>`, run to its end.
+fn sh_job(n: &str, run_args: &[&str], script: &str) -> Output {
+    let mut args = vec!["run", "-n", n];
+    args.extend_from_slice(run_args);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    hpc(&args)
+}
+
 /// `hpc run -n <n> -x HPC_MARK=<marker> -- <cmd>`: a job whose processes
 /// [`processes_with`] finds by the marker.
 fn marked_run(n: &str, marker: &str, cmd: &[&str]) -> Command {
@@ -34,6 +47,32 @@ fn marked_run(n: &str, marker: &str, cmd: &[&str]) -> Command {
     c.args(["run", "-n", n, "-x", &format!("HPC_MARK={marker}"), "--"])
         .args(cmd);
     c
+}
+
+/// [`marked_run`] started with the given standard output and error.
+fn spawn_marked(
+    n: &str,
+    marker: &str,
+    cmd: &[&str],
+    stdout: impl Into<Stdio>,
+    stderr: Stdio,
+) -> std::process::Child {
+    marked_run(n, marker, cmd)
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// [`marked_run`] of `sh -c <script>` with a fresh marker, run to its end: the
+/// marker, the output and how long it took.
+fn marked_sh(n: &str, script: &str) -> (String, Output, Duration) {
+    let m = marker();
+    let t = Instant::now();
+    let out = marked_run(n, &m, &["sh", "-c", script])
+        .output()
+        .expect("run hpc");
+    (m, out, t.elapsed())
 }
 
 /// The standard error of `child` (piped), read to its end.
@@ -63,6 +102,35 @@ fn processes_with(marker: &str) -> Vec<u32> {
         }
     }
     found
+}
+
+/// [`marked_run`] of `sh -c <script>` with a fresh marker and its standard output
+/// discarded, started: returns once at least `count` processes carry the marker (10 s
+/// at most, else the test fails), with the marker, the launcher and those processes.
+fn started_sh(
+    n: &str,
+    script: &str,
+    count: usize,
+    stderr: Stdio,
+) -> (String, std::process::Child, Vec<u32>) {
+    let m = marker();
+    let child = spawn_marked(n, &m, &["sh", "-c", script], Stdio::null(), stderr);
+    let found = processes_started(&m, count);
+    (m, child, found)
+}
+
+/// The processes that carry `marker`, once there are at least `count` of them (10 s
+/// at most, else the test fails).
+fn processes_started(marker: &str, count: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = processes_with(marker);
+        if found.len() >= count {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "the job's processes did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn assert_no_leftovers(marker: &str) {
@@ -154,30 +222,13 @@ fn emulated_nodes_split_ranks() {
 
 #[test]
 fn output_is_tagged_unless_asked_not_to() {
-    let out = hpc(&[
-        "run",
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        "echo out$HPC_RANK; echo err$HPC_RANK >&2",
-    ]);
+    let out = sh_job("2", &[], "echo out$HPC_RANK; echo err$HPC_RANK >&2");
     assert!(out.status.success());
     let so = String::from_utf8_lossy(&out.stdout);
     let se = String::from_utf8_lossy(&out.stderr);
     assert!(so.contains("[0] out0") && so.contains("[1] out1"), "{so}");
     assert!(se.contains("[0] err0") && se.contains("[1] err1"), "{se}");
-    let out = hpc(&[
-        "run",
-        "-n",
-        "2",
-        "--no-tag",
-        "--",
-        "sh",
-        "-c",
-        "echo plain$HPC_RANK",
-    ]);
+    let out = sh_job("2", &["--no-tag"], "echo plain$HPC_RANK");
     let so = String::from_utf8_lossy(&out.stdout);
     let mut lines: Vec<&str> = so.lines().collect();
     lines.sort();
@@ -186,20 +237,10 @@ fn output_is_tagged_unless_asked_not_to() {
 
 #[test]
 fn failing_rank_stops_the_job_with_its_code() {
-    let m = marker();
-    let t = Instant::now();
-    let out = marked_run(
+    let (m, out, took) = marked_sh(
         "4",
-        &m,
-        &[
-            "sh",
-            "-c",
-            "if [ \"$HPC_RANK\" = 2 ]; then sleep 0.3; exit 3; fi; sleep 60",
-        ],
-    )
-    .output()
-    .expect("run hpc");
-    let took = t.elapsed();
+        "if [ \"$HPC_RANK\" = 2 ]; then sleep 0.3; exit 3; fi; sleep 60",
+    );
     assert_eq!(out.status.code(), Some(3), "exit code of the failing rank");
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -212,20 +253,11 @@ fn failing_rank_stops_the_job_with_its_code() {
 
 #[test]
 fn killed_rank_stops_the_job() {
-    let m = marker();
-    let t = Instant::now();
-    let out = marked_run(
+    let (m, out, took) = marked_sh(
         "4",
-        &m,
-        &[
-            "sh",
-            "-c",
-            "if [ \"$HPC_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 60 & wait",
-        ],
-    )
-    .output()
-    .expect("run hpc");
-    assert!(t.elapsed() < Duration::from_secs(10));
+        "if [ \"$HPC_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 60 & wait",
+    );
+    assert!(took < Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(128 + 9));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rank 1") && err.contains("SIGKILL"), "{err}");
@@ -258,13 +290,11 @@ fn survivors_get_an_error_naming_the_dead_rank() {
 #[test]
 fn hung_rank_times_out_naming_it() {
     let t = Instant::now();
-    let out = timed_run(
+    let out = timed_output(
         "3",
         "1",
         &[HPC, "selftest", "--fail-rank", "2", "--fail-mode", "hang"],
-    )
-    .output()
-    .expect("run hpc");
+    );
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "took {:?}",
@@ -277,17 +307,7 @@ fn hung_rank_times_out_naming_it() {
 
 #[test]
 fn sigint_stops_all_ranks() {
-    let m = marker();
-    let mut child = marked_run("3", &m, &["sh", "-c", "sleep 60"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_with(&m).len() < 3 {
-        assert!(Instant::now() < deadline, "ranks did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (m, mut child, _) = started_sh("3", "sleep 60", 3, Stdio::piped());
     // SAFETY: plain syscall on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let t = Instant::now();
@@ -333,17 +353,11 @@ fn bad_input_is_refused_clearly() {
 
 #[test]
 fn core_binding_gives_disjoint_cpus() {
-    let out = hpc(&[
-        "run",
-        "-n",
+    let out = sh_job(
         "2",
-        "--bind",
-        "core",
-        "--",
-        "sh",
-        "-c",
+        &["--bind", "core"],
         "grep Cpus_allowed_list /proc/self/status; echo set=$HPC_CPUSET",
-    ]);
+    );
     assert!(out.status.success());
     let so = String::from_utf8_lossy(&out.stdout);
     let ncpu = std::thread::available_parallelism().unwrap().get();
@@ -529,11 +543,7 @@ fn a_broken_stdout_pipe_ends_the_job_with_141() {
     // `hpc run -n 2 -- yes | head -1`
     use std::io::BufRead;
     let m = marker();
-    let mut child = marked_run("2", &m, &["yes"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_marked("2", &m, &["yes"], Stdio::piped(), Stdio::piped());
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut first)
@@ -608,18 +618,9 @@ fn time_values_are_checked_before_anything_starts() {
 
 #[test]
 fn sigkill_of_hpc_run_leaves_nothing_behind() {
-    let m = marker();
     // Each rank leaves a child in its group and one in a session of its own.
-    let mut child = marked_run("2", &m, &["sh", "-c", "setsid sleep 60 & sleep 60 & wait"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_with(&m).len() < 6 {
-        assert!(Instant::now() < deadline, "ranks did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let script = "setsid sleep 60 & sleep 60 & wait";
+    let (m, mut child, _) = started_sh("2", script, 6, Stdio::null());
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_no_leftovers(&m);
@@ -627,16 +628,8 @@ fn sigkill_of_hpc_run_leaves_nothing_behind() {
 
 #[test]
 fn a_detached_child_holding_stdout_does_not_keep_the_job_alive() {
-    let m = marker();
-    let t = Instant::now();
-    let out = marked_run(
-        "2",
-        &m,
-        &["sh", "-c", "setsid sleep 60 & echo done$HPC_RANK"],
-    )
-    .output()
-    .expect("run hpc");
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let (m, out, took) = marked_sh("2", "setsid sleep 60 & echo done$HPC_RANK");
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(out.status.success());
     let so = String::from_utf8_lossy(&out.stdout);
     assert!(so.contains("[0] done0") && so.contains("[1] done1"), "{so}");
@@ -692,20 +685,8 @@ fn a_line_without_newline_is_cut_not_held() {
 
 #[test]
 fn output_held_open_outside_the_job_is_waited_for_only_briefly() {
-    let m = marker();
-    let mut child = marked_run("1", &m, &["sh", "-c", "echo started; sleep 0.5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let rank = loop {
-        if let Some(&pid) = processes_with(&m).first() {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the rank did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let (_, mut child, ranks) = started_sh("1", "echo started; sleep 0.5", 1, Stdio::piped());
+    let rank = ranks[0];
     // This test process, which is no part of the job, holds the rank's stdout pipe
     // open, so it never reaches end of file.
     let held = std::fs::OpenOptions::new()
@@ -814,11 +795,7 @@ fn ranks_killed_during_proxy_set_up_leave_no_board() {
 fn output_to_a_full_disk_ends_the_job_with_125_naming_the_stream() {
     // `hpc run -n 2 -- yes > /dev/full`: a rank that never stops printing.
     let m = marker();
-    let mut child = marked_run("2", &m, &["yes"])
-        .stdout(output::dev_full())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_marked("2", &m, &["yes"], output::dev_full(), Stdio::piped());
     let status = wait_bounded(&mut child, Duration::from_secs(10), "hpc run > /dev/full");
     assert_eq!(status.code(), Some(125));
     let err = stderr_of(&mut child);
@@ -943,25 +920,14 @@ fn a_huge_progress_cpuset_is_refused_not_allocated() {
     // HPC_PROGRESS_CPUSET is read through the CPU-list parser by the Thread engine:
     // 0-4294967295 used to grow memory until the rank was killed.
     let t = Instant::now();
-    let out = timed_run(
+    let cpuset = "HPC_PROGRESS_CPUSET=0-4294967295";
+    let out = timed_output(
         "2",
         "20",
-        &[
-            "env",
-            "HPC_PROGRESS_CPUSET=0-4294967295",
-            HPC,
-            "selftest",
-            "--collectives",
-            "thread",
-        ],
-    )
-    .output()
-    .expect("run hpc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &["env", cpuset, HPC, "selftest", "--collectives", "thread"],
     );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }
 
@@ -1062,13 +1028,11 @@ fn x_cannot_override_the_variables_hpc_run_sets() {
 
 #[test]
 fn selftest_refuses_a_fail_rank_outside_the_job() {
-    let out = timed_run(
+    let out = timed_output(
         "2",
         "20",
         &[HPC, "selftest", "--fail-rank", "5", "--exit-code", "3"],
-    )
-    .output()
-    .expect("run hpc");
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

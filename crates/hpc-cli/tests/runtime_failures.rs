@@ -24,16 +24,17 @@ fn start_rank(coord: &Coordinator, secret: u64, rank: usize, size: usize, extra:
         .unwrap()
 }
 
+/// A coordinator on the loopback for `size` ranks that gives up on a silent one after
+/// `timeout`, and the secret of its job.
+fn coordinator(size: usize, timeout: Duration) -> (Coordinator, u64) {
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
+    let coord = Coordinator::start(size, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    (coord, secret)
+}
+
 #[test]
 fn dead_peer_is_named_without_the_launcher() {
-    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
-    let coord = Coordinator::start(
-        3,
-        secret,
-        Duration::from_millis(1500),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
+    let (coord, secret) = coordinator(3, Duration::from_millis(1500));
     let t = Instant::now();
     let kids: Vec<Child> = (0..3)
         .map(|r| {
@@ -60,14 +61,7 @@ fn dead_peer_is_named_without_the_launcher() {
 
 #[test]
 fn rank_that_never_shows_up_is_named() {
-    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
-    let coord = Coordinator::start(
-        3,
-        secret,
-        Duration::from_millis(1000),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
+    let (coord, secret) = coordinator(3, Duration::from_millis(1000));
     let t = Instant::now();
     let kids: Vec<Child> = (0..2)
         .map(|r| start_rank(&coord, secret, r, 3, &[]))
@@ -86,14 +80,7 @@ fn rank_that_never_shows_up_is_named() {
 
 #[test]
 fn wrong_secret_is_refused() {
-    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
-    let coord = Coordinator::start(
-        1,
-        secret,
-        Duration::from_millis(800),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
+    let (coord, secret) = coordinator(1, Duration::from_millis(800));
     let out = start_rank(&coord, secret ^ 1, 0, 1, &[])
         .wait_with_output()
         .unwrap();
@@ -104,14 +91,7 @@ fn wrong_secret_is_refused() {
 fn mismatched_collectives_are_reported() {
     // Rank 0 runs 0 rounds, rank 1 runs 1 round: after the node-map allgather, rank 0
     // finalizes while rank 1 enters an allgather that rank 0 never joins.
-    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
-    let coord = Coordinator::start(
-        2,
-        secret,
-        Duration::from_millis(1500),
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    )
-    .unwrap();
+    let (coord, secret) = coordinator(2, Duration::from_millis(1500));
     let a = start_rank(&coord, secret, 0, 2, &["--rounds", "0"]);
     let b = start_rank(&coord, secret, 1, 2, &["--rounds", "1"]);
     assert!(a.wait_with_output().unwrap().status.success());

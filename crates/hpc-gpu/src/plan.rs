@@ -246,6 +246,27 @@ fn segments(rounds: Vec<Vec<MStep>>) -> Vec<Segment> {
     segs
 }
 
+/// [`phases_from`] with each rank copying the first `out` bytes of its window to its
+/// output at the end; no phases at all where a rank's block is empty (`bytes == 0`).
+fn phases_to_output(
+    per_rank: Vec<Vec<Vec<MStep>>>,
+    bytes: usize,
+    out: usize,
+) -> Result<Vec<Vec<Phase>>> {
+    let size = per_rank.len();
+    if bytes == 0 {
+        return Ok(vec![Vec::new(); size]);
+    }
+    let tail = vec![
+        vec![Op::Copy {
+            src: Loc::new(Buf::Window, 0, out),
+            dst: Loc::new(Buf::Output, 0, out),
+        }];
+        size
+    ];
+    phases_from(per_rank, &tail)
+}
+
 /// Turns every rank's mapped rounds into phases: matches sends with
 /// receives, appends `tail` (per rank) to the last phase, and splits a
 /// phase whose incoming pushes would race with its local ops.
@@ -473,18 +494,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
         )?);
         per_rank.push(rounds);
     }
-    let tail = vec![
-        vec![Op::Copy {
-            src: Loc::new(Buf::Window, 0, bytes),
-            dst: Loc::new(Buf::Output, 0, bytes),
-        }];
-        size
-    ];
-    let phases = if bytes == 0 {
-        vec![Vec::new(); size]
-    } else {
-        phases_from(per_rank, &tail)?
-    };
+    let phases = phases_to_output(per_rank, bytes, bytes)?;
     Ok(finish(
         CollKind::AllReduce,
         size,
@@ -521,18 +531,7 @@ pub fn reduce_scatter(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Res
             }),
         )?);
     }
-    let tail = vec![
-        vec![Op::Copy {
-            src: Loc::new(Buf::Window, 0, bytes),
-            dst: Loc::new(Buf::Output, 0, bytes),
-        }];
-        size
-    ];
-    let phases = if bytes == 0 {
-        vec![Vec::new(); size]
-    } else {
-        phases_from(per_rank, &tail)?
-    };
+    let phases = phases_to_output(per_rank, bytes, bytes)?;
     Ok(finish(
         CollKind::ReduceScatter,
         size,
@@ -566,18 +565,7 @@ pub fn allgather(size: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
         )?);
     }
     let total = bytes * size;
-    let tail = vec![
-        vec![Op::Copy {
-            src: Loc::new(Buf::Window, 0, total),
-            dst: Loc::new(Buf::Output, 0, total),
-        }];
-        size
-    ];
-    let phases = if bytes == 0 {
-        vec![Vec::new(); size]
-    } else {
-        phases_from(per_rank, &tail)?
-    };
+    let phases = phases_to_output(per_rank, bytes, total)?;
     Ok(finish(
         CollKind::AllGather,
         size,

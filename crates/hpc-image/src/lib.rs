@@ -213,16 +213,7 @@ impl Progress {
 }
 
 /// Bad input, found before anything is written: [`exit`] turns it into status 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use hpc_io::message::UsageError;
 
 /// Fails with a [`UsageError`].
 macro_rules! usage {

@@ -26,8 +26,20 @@ pub fn cargo() -> Command {
 
 /// Runs a command, echoing it, failing on a non-zero exit.
 pub fn run(cmd: &mut Command) -> Result<()> {
+    run_echoed(cmd, None)
+}
+
+/// [`run`] in the folder `dir` (which the echo leaves out).
+pub fn run_in(dir: &std::path::Path, cmd: &mut Command) -> Result<()> {
+    run_echoed(cmd, Some(dir))
+}
+
+fn run_echoed(cmd: &mut Command, dir: Option<&std::path::Path>) -> Result<()> {
     let shown = format!("{cmd:?}").replace('"', "");
     eprintln!("\n==> {shown}");
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     let t = Instant::now();
     let status = cmd
         .status()

@@ -17,48 +17,40 @@ pub struct Template {
     pub text: &'static str,
 }
 
+/// The [`Template`] of `templates/NAME`, written as `OUT` (`NAME` where left out),
+/// executable when marked so.
+macro_rules! template {
+    ($name:literal, executable) => {
+        template!($name, $name, true)
+    };
+    ($name:literal, $out:literal) => {
+        template!($name, $out, false)
+    };
+    ($name:literal) => {
+        template!($name, $name, false)
+    };
+    ($name:literal, $out:literal, $executable:literal) => {
+        Template {
+            name: $name,
+            out: $out,
+            executable: $executable,
+            text: include_str!(concat!("../templates/", $name)),
+        }
+    };
+}
+
 /// Apptainer definition, hybrid model.
-pub const APPTAINER_HYBRID: Template = Template {
-    name: "apptainer-hybrid.def",
-    out: "{app}.def",
-    executable: false,
-    text: include_str!("../templates/apptainer-hybrid.def"),
-};
+pub const APPTAINER_HYBRID: Template = template!("apptainer-hybrid.def", "{app}.def");
 
 /// Apptainer definition, bind model.
-pub const APPTAINER_BIND: Template = Template {
-    name: "apptainer-bind.def",
-    out: "{app}.def",
-    executable: false,
-    text: include_str!("../templates/apptainer-bind.def"),
-};
+pub const APPTAINER_BIND: Template = template!("apptainer-bind.def", "{app}.def");
 
 /// The other templates, written for every image.
 pub const COMMON: &[Template] = &[
-    Template {
-        name: "Containerfile",
-        out: "Containerfile",
-        executable: false,
-        text: include_str!("../templates/Containerfile"),
-    },
-    Template {
-        name: "slurm-apptainer.sbatch",
-        out: "slurm-apptainer.sbatch",
-        executable: true,
-        text: include_str!("../templates/slurm-apptainer.sbatch"),
-    },
-    Template {
-        name: "slurm-podman.sbatch",
-        out: "slurm-podman.sbatch",
-        executable: true,
-        text: include_str!("../templates/slurm-podman.sbatch"),
-    },
-    Template {
-        name: "podman-run.sh",
-        out: "podman-run.sh",
-        executable: true,
-        text: include_str!("../templates/podman-run.sh"),
-    },
+    template!("Containerfile"),
+    template!("slurm-apptainer.sbatch", executable),
+    template!("slurm-podman.sbatch", executable),
+    template!("podman-run.sh", executable),
 ];
 
 /// Replaces every `{{name}}` in `text` by `vars[name]`. A placeholder without a value

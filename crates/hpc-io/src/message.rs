@@ -9,6 +9,9 @@
 //! [`last_words`] writes a program's last message to standard error in one write,
 //! so that a launcher stopping the program (or a rank beside it) while it speaks
 //! never leaves half a line (`brunel: error: ` and nothing after it).
+//!
+//! [`UsageError`] marks an error as bad input, which a program's exit status tells
+//! apart from other failures (`hpc` and `cargo xtask image` give it status 2).
 
 use std::error::Error;
 use std::io::Write as _;
@@ -56,6 +59,19 @@ pub fn chain(err: &(dyn Error + 'static)) -> String {
     }
     line
 }
+
+/// Bad input (a usage error, an invalid value), reported with its message; a
+/// program finds it in an error's chain (`downcast_ref`) to choose its exit status.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for UsageError {}
 
 #[cfg(test)]
 mod tests {

@@ -56,32 +56,44 @@ impl From<Vec<u8>> for Source {
     }
 }
 
+/// The length and bounds check of [`Source`] and [`Sink`], whose `Region` variants
+/// are the same: `len`, `is_empty` and `validate` (the slice lies within its region),
+/// `$bytes => $len` giving the length of the `Bytes` variant.
+macro_rules! bytes_or_region {
+    ($ty:ident, $bytes:ident => $len:expr) => {
+        impl $ty {
+            /// Number of bytes to transfer.
+            pub fn len(&self) -> usize {
+                match self {
+                    $ty::Bytes($bytes) => $len,
+                    $ty::Region { len, .. } => *len,
+                }
+            }
+
+            /// Whether there are no bytes.
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+
+            pub(crate) fn validate(&self) -> Result<()> {
+                if let $ty::Region {
+                    region,
+                    offset,
+                    len,
+                } = self
+                {
+                    check_bounds(*offset as u64, *len as u64, region.len() as u64)?;
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+bytes_or_region!(Source, v => v.len());
+bytes_or_region!(Sink, n => *n);
+
 impl Source {
-    /// Number of bytes to transfer.
-    pub fn len(&self) -> usize {
-        match self {
-            Source::Bytes(v) => v.len(),
-            Source::Region { len, .. } => *len,
-        }
-    }
-
-    /// Whether there are no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        if let Source::Region {
-            region,
-            offset,
-            len,
-        } = self
-        {
-            check_bounds(*offset as u64, *len as u64, region.len() as u64)?;
-        }
-        Ok(())
-    }
-
     /// Pointer to the first byte (valid while `self` lives).
     pub(crate) fn as_ptr(&self) -> *const u8 {
         match self {
@@ -116,31 +128,6 @@ pub enum Sink {
 }
 
 impl Sink {
-    /// Number of bytes to transfer.
-    pub fn len(&self) -> usize {
-        match self {
-            Sink::Bytes(n) => *n,
-            Sink::Region { len, .. } => *len,
-        }
-    }
-
-    /// Whether there are no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        if let Sink::Region {
-            region,
-            offset,
-            len,
-        } = self
-        {
-            check_bounds(*offset as u64, *len as u64, region.len() as u64)?;
-        }
-        Ok(())
-    }
-
     /// Fills the sink by `fill(ptr, len)` and returns the payload.
     pub(crate) fn fill(self, fill: impl FnOnce(*mut u8, usize) -> Result<()>) -> Result<Payload> {
         match self {
@@ -751,6 +738,16 @@ impl Shared {
 mod tests {
     use super::*;
 
+    /// The bytes of `op`'s completion, which must be in the table.
+    fn taken(s: &Shared, op: OpId) -> Vec<u8> {
+        s.take(op)
+            .unwrap()
+            .expect("completed")
+            .result
+            .unwrap()
+            .into_bytes()
+    }
+
     #[test]
     fn matching_is_fifo_per_peer_and_tag() {
         let s = Shared::new(0, 2);
@@ -761,24 +758,12 @@ mod tests {
         let b = s.post_recv(1, 6);
         let c = s.post_recv(1, 5);
         let d = s.post_recv(1, 5);
-        assert_eq!(
-            s.take(a).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![1]
-        );
-        assert_eq!(
-            s.take(b).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![3]
-        );
-        assert_eq!(
-            s.take(c).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![2]
-        );
+        assert_eq!(taken(&s, a), vec![1]);
+        assert_eq!(taken(&s, b), vec![3]);
+        assert_eq!(taken(&s, c), vec![2]);
         assert!(s.take(d).unwrap().is_none());
         s.deliver(1, 5, vec![4]);
-        assert_eq!(
-            s.take(d).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![4]
-        );
+        assert_eq!(taken(&s, d), vec![4]);
         assert!(s.take(d).is_err(), "taken twice");
     }
 
@@ -802,22 +787,13 @@ mod tests {
         assert_eq!(got.op, a);
         assert_eq!(got.result.unwrap().into_bytes(), vec![5]);
         assert!(s.take(a).is_err(), "handed back, so no longer in the table");
-        assert_eq!(
-            s.take(b).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![6]
-        );
-        assert_eq!(
-            other.take(o).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![9]
-        );
+        assert_eq!(taken(&s, b), vec![6]);
+        assert_eq!(taken(&other, o), vec![9]);
         // Outside the call nothing is awaited: a later delivery goes to the table.
         let c = s.post_recv(1, 5);
         assert!(s.progress_for(c, || {}).is_none());
         s.deliver(1, 5, vec![7]);
-        assert_eq!(
-            s.take(c).unwrap().unwrap().result.unwrap().into_bytes(),
-            vec![7]
-        );
+        assert_eq!(taken(&s, c), vec![7]);
     }
 
     #[test]
@@ -913,21 +889,46 @@ mod loom_models {
         }
     }
 
+    /// Checks `model` under loom with at most `bound` preemptions, each execution
+    /// on a fresh table of rank 0 of 2.
+    fn check(bound: usize, model: impl Fn(Arc<Shared>) + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(bound);
+        b.check(move || model(Shared::new(0, 2)));
+    }
+
+    /// Runs `f` on another thread with its own handle of `s`, then sets the returned
+    /// flag (the `other_done` of [`wait`]).
+    fn then_done(
+        s: &Arc<Shared>,
+        f: impl FnOnce(&Shared) + Send + 'static,
+    ) -> (Arc<AtomicBool>, loom::thread::JoinHandle<()>) {
+        let done = Arc::new(AtomicBool::new(false));
+        let (s2, done2) = (s.clone(), done.clone());
+        let t = loom::thread::spawn(move || {
+            f(&s2);
+            done2.store(true, Ordering::SeqCst);
+        });
+        (done, t)
+    }
+
+    /// A waiter's own progress that delivers what `mine` holds (from peer 1, tag 5)
+    /// on its first call.
+    fn delivering<'a>(s: &'a Shared, mine: &'a mut Option<Vec<u8>>) -> impl FnMut() + 'a {
+        move || {
+            if let Some(m) = mine.take() {
+                s.deliver(1, 5, m);
+            }
+        }
+    }
+
     /// The receive is completed by another thread (e.g. the tcp reader) while this
     /// one is anywhere in its wait: it is found, exactly once.
     #[test]
     fn loom_wait_sees_a_delivery_from_another_thread() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(|| {
-            let s = Shared::new(0, 2);
-            let done = std::sync::Arc::new(AtomicBool::new(false));
+        check(3, |s| {
             let op = s.post_recv(1, 5);
-            let (s2, done2) = (s.clone(), done.clone());
-            let t = loom::thread::spawn(move || {
-                s2.deliver(1, 5, vec![42]);
-                done2.store(true, Ordering::SeqCst);
-            });
+            let (done, t) = then_done(&s, |s| s.deliver(1, 5, vec![42]));
             let c = wait(&s, op, &done, || {});
             assert_eq!(c.result.unwrap().into_bytes(), vec![42]);
             assert!(s.take(op).is_err(), "completed once, not also in the table");
@@ -941,26 +942,13 @@ mod loom_models {
     /// none is lost or duplicated, and the hand-off never crosses threads.
     #[test]
     fn loom_handoff_and_table_split_two_messages() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b.check(|| {
-            let s = Shared::new(0, 2);
-            let done = std::sync::Arc::new(AtomicBool::new(false));
+        check(2, |s| {
             let first = s.post_recv(1, 5);
             let second = s.post_recv(1, 5);
-            let (s2, done2) = (s.clone(), done.clone());
-            let t = loom::thread::spawn(move || {
-                // This thread waits for nothing: its delivery must go to the table.
-                s2.deliver(1, 5, vec![2]);
-                done2.store(true, Ordering::SeqCst);
-            });
+            // This thread waits for nothing: its delivery must go to the table.
+            let (done, t) = then_done(&s, |s| s.deliver(1, 5, vec![2]));
             let mut mine = Some(vec![1u8]);
-            let s3 = s.clone();
-            let a = wait(&s, first, &done, || {
-                if let Some(m) = mine.take() {
-                    s3.deliver(1, 5, m);
-                }
-            });
+            let a = wait(&s, first, &done, delivering(&s, &mut mine));
             t.join().unwrap();
             // If the first receive was satisfied before this thread's progress ran,
             // its message is delivered by a later progress call.
@@ -990,25 +978,12 @@ mod loom_models {
     /// or with `PeerLost`, and nothing is left pending or in the table.
     #[test]
     fn loom_slot_completes_once_against_a_loss() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(|| {
-            let s = Shared::new(0, 2);
-            let done = std::sync::Arc::new(AtomicBool::new(false));
+        check(3, |s| {
             let op = s.post_recv(1, 5);
             assert_eq!(s.pending_count(), 1, "a receive in the slot is pending");
-            let (s2, done2) = (s.clone(), done.clone());
-            let t = loom::thread::spawn(move || {
-                s2.fail_peer(1, "gone");
-                done2.store(true, Ordering::SeqCst);
-            });
+            let (done, t) = then_done(&s, |s| s.fail_peer(1, "gone"));
             let mut mine = Some(vec![7u8]);
-            let s3 = s.clone();
-            let c = wait(&s, op, &done, || {
-                if let Some(m) = mine.take() {
-                    s3.deliver(1, 5, m);
-                }
-            });
+            let c = wait(&s, op, &done, delivering(&s, &mut mine));
             t.join().unwrap();
             match c.result {
                 Ok(p) => assert_eq!(p.into_bytes(), vec![7]),
@@ -1027,10 +1002,7 @@ mod loom_models {
     /// slot's tag without the lock, so it must see the tag stored with the id).
     #[test]
     fn loom_slot_tag_is_seen_with_its_receive() {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(|| {
-            let s = Shared::new(0, 2);
+        check(3, |s| {
             // An earlier receive of tag 5 leaves its tag in the slot.
             let first = s.post_recv(1, 5);
             s.deliver(1, 5, vec![1]);

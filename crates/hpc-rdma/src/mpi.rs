@@ -282,8 +282,7 @@ impl Inner {
                 shared.deliver(peer, h.tag, buf);
             }
             Kind::Put => {
-                let mut ack = Header::new(Kind::PutAck);
-                ack.op = h.op;
+                let mut ack = h.answer(Kind::PutAck);
                 match shared.lookup(h.region as u32, h.key, h.offset, h.plen) {
                     // SAFETY: `lookup` checked offset + plen against the region, which
                     // it keeps alive; the payload is `plen` bytes (checked above) in a
@@ -301,8 +300,7 @@ impl Inner {
                 self.isend(st, peer, &ack, &[])?;
             }
             Kind::Get => {
-                let mut r = Header::new(Kind::GetReply);
-                r.op = h.op;
+                let mut r = h.answer(Kind::GetReply);
                 match shared.lookup(h.region as u32, h.key, h.offset, h.tag) {
                     Ok(region) => {
                         r.plen = h.tag;

@@ -617,8 +617,7 @@ fn finish_frame(
                     }),
                 },
                 Kind::Get => {
-                    let mut r = Header::new(Kind::GetReply);
-                    r.op = h.op;
+                    let mut r = h.answer(Kind::GetReply);
                     match shared.lookup(h.region as u32, h.key, h.offset, h.tag) {
                         Ok(region) => {
                             r.plen = h.tag;
@@ -694,19 +693,17 @@ fn finish_frame(
                     // SAFETY: `ptr + head .. ptr + len` lies in the region (checked when
                     // the frame began), which `_region` kept alive until now.
                     unsafe { copy_in_order(ptr.add(head), tail.as_ptr(), len - head) };
-                    let mut ack = Header::new(Kind::PutAck);
-                    ack.op = h.op;
                     reply(Reply {
-                        header: ack,
+                        header: h.answer(Kind::PutAck),
                         data: None,
                     });
                 }
                 Body::Discard { status } => {
-                    let mut ack = Header::new(Kind::PutAck);
-                    ack.op = h.op;
-                    ack.status = status;
                     reply(Reply {
-                        header: ack,
+                        header: Header {
+                            status,
+                            ..h.answer(Kind::PutAck)
+                        },
                         data: None,
                     });
                 }

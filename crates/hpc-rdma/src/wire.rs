@@ -92,6 +92,15 @@ impl Header {
         }
     }
 
+    /// A header of `kind` that answers this one (a put's ack, a get's reply): the
+    /// same operation id, every other field zero.
+    pub fn answer(&self, kind: Kind) -> Header {
+        Header {
+            op: self.op,
+            ..Header::new(kind)
+        }
+    }
+
     /// Encodes the header.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut b = [0u8; HEADER_BYTES];

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use hpc_spike_report::plot::{PlotOptions, Rows};
 use hpc_spike_report::report::{Check, Phase, Report, Tolerance, Validation};
-use hpc_spike_report::{palette, Population, Recording, RunInfo};
+use hpc_spike_report::{Recording, RunInfo};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -60,45 +60,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn uniform(s: &mut u64) -> f64 {
-    *s = s
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (*s >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn trains(pops: &[(u32, u32, f64)], t_ms: f64, dt: f64) -> Vec<(u32, u32)> {
-    let mut s = 1u64;
-    let mut v = Vec::new();
-    for &(first, count, rate) in pops {
-        for id in first..first + count {
-            v.push(((10.0 / dt) as u32, id));
-            let mut t = 10.0;
-            loop {
-                t += 2.0 - (1.0 - uniform(&mut s)).ln() * (1000.0 / rate - 2.0).max(0.1);
-                if t > t_ms {
-                    break;
-                }
-                v.push(((t / dt).round() as u32, id));
-            }
-        }
-    }
-    v.sort();
-    v
-}
+/// The generators of the crate's tests, which draw these recordings too.
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 fn brunel() -> Recording {
-    Recording {
-        populations: vec![
-            Population::new("E", 0, 10000, palette::EXCITATORY),
-            Population::new("I", 10000, 2500, palette::INHIBITORY),
-        ],
-        spikes: trains(&[(0, 10000, 32.0), (10000, 2500, 33.0)], 1000.0, 0.1),
-        dt_ms: 0.1,
-        t_start_ms: 0.0,
-        t_stop_ms: 1000.0,
-        group_title: None,
-    }
+    common::brunel_recording(10000, 2500, (32.0, 33.0), 1000.0, 1)
 }
 
 fn microcircuit() -> Recording {
@@ -109,21 +76,5 @@ fn microcircuit() -> Recording {
         ("L5", 4850, 1065, 7.6, 8.1),
         ("L6", 14395, 2948, 1.1, 7.5),
     ];
-    let (mut pops, mut spec, mut first) = (Vec::new(), Vec::new(), 0);
-    for (l, ne, ni, re, ri) in layers {
-        pops.push(Population::new(format!("{l}E"), first, ne, palette::EXCITATORY).in_group(l));
-        spec.push((first, ne, re));
-        first += ne;
-        pops.push(Population::new(format!("{l}I"), first, ni, palette::INHIBITORY).in_group(l));
-        spec.push((first, ni, ri));
-        first += ni;
-    }
-    Recording {
-        populations: pops,
-        spikes: trains(&spec, 1000.0, 0.1),
-        dt_ms: 0.1,
-        t_start_ms: 0.0,
-        t_stop_ms: 1000.0,
-        group_title: Some("layer".into()),
-    }
+    common::layered_recording(&layers, 1)
 }

@@ -393,7 +393,53 @@ pub fn hpc_binary() -> PathBuf {
     hpc
 }
 
+/// Whether the Docker cluster tests run (`HPC_TEST_CLUSTER=1`); says how to run
+/// them when they do not.
+pub fn cluster_tests_on() -> bool {
+    let on = std::env::var(env::TEST_CLUSTER).ok().as_deref() == Some("1");
+    if !on {
+        eprintln!(
+            "skipped: set {}=1 to run the Docker cluster test",
+            env::TEST_CLUSTER
+        );
+    }
+    on
+}
+
 impl Cluster {
+    /// The folder that `binary` (a test's `CARGO_BIN_EXE_*`) lies in, as
+    /// `hpc cluster up --bin` takes it.
+    pub fn bin_dir(binary: &str) -> String {
+        Path::new(binary)
+            .parent()
+            .and_then(Path::to_str)
+            .expect("a binary in a folder with a UTF-8 name")
+            .to_string()
+    }
+
+    /// `hpc cluster up --nodes NODES [EXTRA...] --bin BIN` ([`Cluster::run`]),
+    /// with the guard that takes the cluster down when dropped, set before `up` so
+    /// that a cluster half brought up is taken down too.
+    pub fn up(&self, nodes: usize, extra: &[&str], bin: &str) -> (Down, Output) {
+        let down = self.clone().down_on_drop();
+        let n = nodes.to_string();
+        let mut args = vec!["up", "--nodes", &n];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--bin", bin]);
+        let out = self.run(&args);
+        (down, out)
+    }
+
+    /// The arguments of `hpc cluster` that run `srun --mpi=pmix -N NODES -n RANKS`
+    /// on the controller, `before` standing between `exec` and `srun` (`exec`'s own
+    /// flags, `env VAR=VALUE...`); the job's program and its arguments go after.
+    pub fn srun_args<'a>(before: &[&'a str], nodes: &'a str, ranks: &'a str) -> Vec<&'a str> {
+        let mut a = vec!["exec"];
+        a.extend_from_slice(before);
+        a.extend_from_slice(&["srun", "--mpi=pmix", "-N", nodes, "-n", ranks]);
+        a
+    }
+
     /// A cluster of its own: `name` for its containers and network, `dir` for
     /// its work directory.
     pub fn named(name: &str, dir: &Path) -> Cluster {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Gpu, NicKind, Topology};
+use crate::model::{Gpu, NicKind, PciInfo, Topology};
 use crate::{CpuSet, Result, TopologyError};
 
 /// Version of the JSON document written by [`PlacementPlan::to_json`]
@@ -137,6 +137,27 @@ pub struct DeviceAssignment {
     pub local: bool,
     /// Whether another rank of the node was given the same device.
     pub shared: bool,
+}
+
+impl DeviceAssignment {
+    /// Device `index` (`name`, at `pci`, near the CPUs `cpuset`) for the rank of
+    /// `placement`, `used[index]` ranks of the node having it.
+    fn of(
+        index: usize,
+        name: &str,
+        pci: Option<&PciInfo>,
+        cpuset: &CpuSet,
+        placement: &Placement,
+        used: &[usize],
+    ) -> DeviceAssignment {
+        DeviceAssignment {
+            index,
+            name: name.to_string(),
+            pci_bus_id: pci.map(|x| x.bus_id.clone()),
+            local: cpuset.intersects(&placement.compute_cpuset),
+            shared: used[index] > 1,
+        }
+    }
 }
 
 /// Where one rank runs.
@@ -610,13 +631,8 @@ fn assign_gpus(topo: &Topology, ranks: &mut [Placement]) {
     }
     for (r, p) in ranks.iter_mut().enumerate() {
         let g = &topo.gpus[choice[r].expect("assigned above")];
-        p.gpu = Some(DeviceAssignment {
-            index: g.index,
-            name: g.name.clone(),
-            pci_bus_id: g.pci.as_ref().map(|x| x.bus_id.clone()),
-            local: g.cpuset.intersects(&p.compute_cpuset),
-            shared: used[g.index] > 1,
-        });
+        let a = DeviceAssignment::of(g.index, &g.name, g.pci.as_ref(), &g.cpuset, p, &used);
+        p.gpu = Some(a);
     }
 }
 
@@ -648,13 +664,8 @@ fn assign_nics(topo: &Topology, ranks: &mut [Placement]) {
     }
     for (r, p) in ranks.iter_mut().enumerate() {
         let n = &topo.nics[choice[r]];
-        p.nic = Some(DeviceAssignment {
-            index: n.index,
-            name: n.name.clone(),
-            pci_bus_id: n.pci.as_ref().map(|x| x.bus_id.clone()),
-            local: n.cpuset.intersects(&p.compute_cpuset),
-            shared: used[n.index] > 1,
-        });
+        let a = DeviceAssignment::of(n.index, &n.name, n.pci.as_ref(), &n.cpuset, p, &used);
+        p.nic = Some(a);
     }
 }
 

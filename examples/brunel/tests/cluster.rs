@@ -7,7 +7,7 @@
 //! Runs only with `HPC_TEST_CLUSTER=1` (set by `.ci/run`) and the `mpi` feature.
 #![cfg(feature = "mpi")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Output, Stdio};
 
 use hpc_test_support::Cluster;
@@ -21,18 +21,13 @@ fn cluster(args: &[&str]) -> Output {
 
 /// `srun` of the brunel binary with `args`, on `nodes` nodes and `ranks` ranks.
 fn srun(nodes: &str, ranks: &str, args: &[&str]) -> Output {
-    let mut a = vec![
-        "exec",
-        "srun",
-        "--mpi=pmix",
-        "-N",
-        nodes,
-        "-n",
-        ranks,
-        "brunel",
-        "--order",
-        "500",
-    ];
+    srun_after(&[], nodes, ranks, args)
+}
+
+/// [`srun`] with `before` between `hpc cluster exec` and `srun` (`env VAR=VALUE...`).
+fn srun_after(before: &[&str], nodes: &str, ranks: &str, args: &[&str]) -> Output {
+    let mut a = Cluster::srun_args(before, nodes, ranks);
+    a.extend_from_slice(&["brunel", "--order", "500"]);
     a.extend_from_slice(args);
     cluster(&a)
 }
@@ -51,20 +46,11 @@ fn spikes(dir: &str) -> Vec<u8> {
     reason = "one scenario, step after step, whose asserts read best in order"
 )]
 fn brunel_across_cluster_nodes() {
-    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
-        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+    if !hpc_test_support::cluster_tests_on() {
         return;
     }
-    let bin = Path::new(BRUNEL)
-        .parent()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _down = Cluster::default().down_on_drop();
-    assert!(cluster(&["up", "--nodes", "2", "--bin", &bin])
-        .status
-        .success());
+    let (_down, up) = Cluster::default().up(2, &[], &Cluster::bin_dir(BRUNEL));
+    assert!(up.status.success());
     for d in [
         "ref",
         "n2-world",
@@ -148,28 +134,24 @@ fn brunel_across_cluster_nodes() {
     }
     // The same exchange over the libfabric backend (tcp;ofi_rxm: the provider path a
     // real fabric takes), every route on it, the same spikes.
-    let o = cluster(&[
-        "exec",
-        "env",
-        "HPC_TRANSPORT=ofi",
-        "HPC_OFI_PROVIDER=tcp;ofi_rxm",
-        "HPC_LOG=hpc_rdma=info",
-        "srun",
-        "--mpi=pmix",
-        "-N",
+    let o = srun_after(
+        &[
+            "env",
+            "HPC_TRANSPORT=ofi",
+            "HPC_OFI_PROVIDER=tcp;ofi_rxm",
+            "HPC_LOG=hpc_rdma=info",
+        ],
         "2",
-        "-n",
         "4",
-        "brunel",
-        "--order",
-        "500",
-        "--t-sim",
-        "200",
-        "--engine",
-        "inline",
-        "--out",
-        "/shared/n2-ofi",
-    ]);
+        &[
+            "--t-sim",
+            "200",
+            "--engine",
+            "inline",
+            "--out",
+            "/shared/n2-ofi",
+        ],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "ofi: {err}");
     let routes: Vec<&str> = err
@@ -218,17 +200,7 @@ fn brunel_across_cluster_nodes() {
     // Lose node2 in the middle of a checkpointed run.
     let mut job = Cluster::default()
         .command()
-        .args([
-            "exec",
-            "env",
-            "HPC_TIMEOUT=8",
-            "srun",
-            "--mpi=pmix",
-            "-N",
-            "2",
-            "-n",
-            "4",
-        ])
+        .args(Cluster::srun_args(&["env", "HPC_TIMEOUT=8"], "2", "4"))
         .args([
             "brunel",
             "--order",

@@ -65,9 +65,7 @@ const DPU: &str = "HPC_COLL_PROXY_PLACEMENT=dpu";
 
 /// `srun` on the controller: `env VARS srun --mpi=pmix -N nodes -n ranks PROGRAM ARGS`.
 fn srun(vars: &[&str], nodes: &str, ranks: &str, program: &[&str]) -> Output {
-    let mut a = vec!["exec", "env"];
-    a.extend_from_slice(vars);
-    a.extend_from_slice(&["srun", "--mpi=pmix", "-N", nodes, "-n", ranks]);
+    let mut a = Cluster::srun_args(&[&["env"][..], vars].concat(), nodes, ranks);
     a.extend_from_slice(program);
     cluster().run(&a)
 }
@@ -92,8 +90,7 @@ fn proxies_started(dpu: &str) -> usize {
     reason = "one scenario, step after step, whose asserts read best in order"
 )]
 fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
-    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
-        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+    if !hpc_test_support::cluster_tests_on() {
         return;
     }
     let bin = Path::new(BRUNEL).parent().unwrap();
@@ -103,12 +100,8 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
          hpc-example-fft3d with the same profile and the mpi feature)",
         bin.display()
     );
-    let bin = bin.to_str().unwrap().to_string();
-    let _down = cluster().down_on_drop();
-    assert!(cluster()
-        .run(&["up", "--nodes", "2", "--dpus", "--bin", &bin])
-        .status
-        .success());
+    let (_down, up) = cluster().up(2, &["--dpus"], &Cluster::bin_dir(BRUNEL));
+    assert!(up.status.success());
     let shared = names().1.join("shared");
     for d in ["dpu-ref", "dpu-n2", "dpu-killed"] {
         let _ = std::fs::remove_dir_all(shared.join(d));
@@ -256,8 +249,12 @@ fn brunel_and_fft3d_with_the_proxy_on_dpu_containers() {
     let started = proxies_started("node2-dpu");
     let mut job = cluster()
         .command()
-        .args(["exec", "env", DPU, "HPC_TIMEOUT=20", "srun", "--mpi=pmix"])
-        .args(["-N", "2", "-n", "4", "brunel", "--order", "500"])
+        .args(Cluster::srun_args(
+            &["env", DPU, "HPC_TIMEOUT=20"],
+            "2",
+            "4",
+        ))
+        .args(["brunel", "--order", "500"])
         .args(["--t-sim", "6000", "--pace", "0.2", "--engine", "proxy"])
         .args(["--out", "/shared/dpu-killed"])
         .stdout(Stdio::piped())

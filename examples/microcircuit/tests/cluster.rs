@@ -49,21 +49,11 @@ fn srun(nodes: usize, ranks: usize, dir: &str, extra: &[&str]) {
         ranks.to_string(),
         format!("/shared/{dir}"),
     );
-    let mut a = vec![
-        "exec",
-        // A job that has not ended after 5 minutes (a few seconds each here) fails
-        // with the cluster's state: the queue, the nodes and their processes.
-        "--timeout",
-        "300",
-        "env",
-        // A lost node or a stuck exchange ends the job with a message, not a hang.
-        "HPC_TIMEOUT=60",
-        "srun",
-        "--mpi=pmix",
-        "-N",
-        &n,
-        "-n",
-        &r,
+    // A job that has not ended after 5 minutes (a few seconds each here) fails with
+    // the cluster's state: the queue, the nodes and their processes; a lost node or
+    // a stuck exchange ends the job with a message, not a hang.
+    let mut a = Cluster::srun_args(&["--timeout", "300", "env", "HPC_TIMEOUT=60"], &n, &r);
+    a.extend_from_slice(&[
         "microcircuit",
         "--n-scaling",
         "0.05",
@@ -78,7 +68,7 @@ fn srun(nodes: usize, ranks: usize, dir: &str, extra: &[&str]) {
         "--no-plot",
         "--out",
         &out,
-    ];
+    ]);
     a.extend_from_slice(extra);
     let o = cluster(&a);
     assert!(
@@ -113,20 +103,11 @@ fn received(dir: &str) -> Vec<u64> {
 
 #[test]
 fn microcircuit_across_cluster_nodes() {
-    if std::env::var("HPC_TEST_CLUSTER").ok().as_deref() != Some("1") {
-        eprintln!("skipped: set HPC_TEST_CLUSTER=1 to run the Docker cluster test");
+    if !hpc_test_support::cluster_tests_on() {
         return;
     }
-    let bin = Path::new(MICROCIRCUIT)
-        .parent()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _down = this_cluster().down_on_drop();
-    assert!(cluster(&["up", "--nodes", "3", "--bin", &bin])
-        .status
-        .success());
+    let (_down, up) = this_cluster().up(3, &[], &Cluster::bin_dir(MICROCIRCUIT));
+    assert!(up.status.success());
 
     // The reference: one rank on one node.
     srun(1, 1, "ref", &[]);

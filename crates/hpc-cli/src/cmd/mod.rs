@@ -63,16 +63,7 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     failed write of the output is an error naming the stream (2, 125 for hpc run)";
 
 /// Bad input, reported with exit status 2 and its message.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use hpc_io::message::UsageError;
 
 /// Writes `bytes` to standard output and flushes it; the error names the stream.
 pub fn print_bytes(bytes: &[u8]) -> anyhow::Result<()> {

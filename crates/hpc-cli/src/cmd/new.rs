@@ -248,47 +248,33 @@ struct File {
     executable: bool,
 }
 
+/// A [`File`] made from `templates/app/TEMPLATE`: `template!(PATH, TEMPLATE)`, or
+/// `template!(PATH, TEMPLATE, executable)`.
+macro_rules! template {
+    ($path:literal, $template:literal) => {
+        template!($path, $template, false)
+    };
+    ($path:literal, $template:literal, executable) => {
+        template!($path, $template, true)
+    };
+    ($path:literal, $template:literal, $executable:literal) => {
+        File {
+            path: $path,
+            text: include_str!(concat!("../../templates/app/", $template)),
+            executable: $executable,
+        }
+    };
+}
+
 const FILES: &[File] = &[
-    File {
-        path: "Cargo.toml",
-        text: include_str!("../../templates/app/app.Cargo.toml"),
-        executable: false,
-    },
-    File {
-        path: "src/main.rs",
-        text: include_str!("../../templates/app/app.main.rs"),
-        executable: false,
-    },
-    File {
-        path: "xtask/Cargo.toml",
-        text: include_str!("../../templates/app/xtask.Cargo.toml"),
-        executable: false,
-    },
-    File {
-        path: "xtask/src/main.rs",
-        text: include_str!("../../templates/app/xtask.main.rs"),
-        executable: false,
-    },
-    File {
-        path: ".cargo/config.toml",
-        text: include_str!("../../templates/app/config.toml"),
-        executable: false,
-    },
-    File {
-        path: ".gitignore",
-        text: include_str!("../../templates/app/gitignore"),
-        executable: false,
-    },
-    File {
-        path: "slurm/{{name}}.sbatch",
-        text: include_str!("../../templates/app/sbatch"),
-        executable: true,
-    },
-    File {
-        path: "README.md",
-        text: include_str!("../../templates/app/README.md"),
-        executable: false,
-    },
+    template!("Cargo.toml", "app.Cargo.toml"),
+    template!("src/main.rs", "app.main.rs"),
+    template!("xtask/Cargo.toml", "xtask.Cargo.toml"),
+    template!("xtask/src/main.rs", "xtask.main.rs"),
+    template!(".cargo/config.toml", "config.toml"),
+    template!(".gitignore", "gitignore"),
+    template!("slurm/{{name}}.sbatch", "sbatch", executable),
+    template!("README.md", "README.md"),
 ];
 
 /// Names a package of the new workspace cannot have: Rust keywords, names the

@@ -167,7 +167,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             serde_json::Value::Null
         };
         let collectives = match args.collectives.map(|e| e.name()) {
-            Some(engine) => check_collectives(&world, engine, args.every_algorithm)
+            Some(engine) => check_collectives(&world, &engine, args.every_algorithm)
                 .with_context(|| format!("collectives check ({engine} engine)"))?,
             None => serde_json::Value::Null,
         };

@@ -23,15 +23,8 @@ pub enum Backend {
 
 impl Backend {
     /// The name `hpc_rdma::Choice` parses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::Shm => "shm",
-            Backend::Tcp => "tcp",
-            Backend::Ofi => "ofi",
-            Backend::Verbs => "verbs",
-            Backend::Mpi => "mpi",
-        }
+    pub fn name(self) -> String {
+        value_name(self)
     }
 }
 
@@ -50,14 +43,20 @@ pub enum Engine {
 
 impl Engine {
     /// The name `hpc_comm::Engine` parses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Inline => "inline",
-            Engine::Thread => "thread",
-            Engine::Proxy => "proxy",
-            Engine::Mpi => "mpi",
-        }
+    pub fn name(self) -> String {
+        value_name(self)
     }
+}
+
+/// The name clap gives `value` (the one `--help` lists and the command line takes):
+/// the library's own spelling, which `every_value_parses_in_its_library` checks, so
+/// the names are written once, in the library.
+fn value_name(value: impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .expect("no value is skipped")
+        .get_name()
+        .to_owned()
 }
 
 /// `hpc topo --policy`: how ranks are laid out over the node's cores.
@@ -102,6 +101,11 @@ mod tests {
             // `mpi` parses only in a build with MPI.
             if *e != Engine::Mpi || cfg!(feature = "mpi") {
                 assert!(e.name().parse::<hpc_comm::Engine>().is_ok(), "{e:?}");
+                // The library's own spelling, not one its case-blind parser forgives.
+                assert_eq!(
+                    e.name().parse::<hpc_comm::Engine>().unwrap().name(),
+                    e.name()
+                );
             }
         }
         for p in Policy::value_variants() {

@@ -299,6 +299,20 @@ impl<'w> GpuComm<'w> {
             .execute(self.world, stream, &plan, input, output)
     }
 
+    /// [`Self::run_native`] from `send` into `recv`, both held for `stream` while the
+    /// plan is enqueued.
+    fn run_native_between<T: GpuElement>(
+        &self,
+        plans: Vec<Plan>,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let (s, _gs) = send.device_ptr(stream);
+        let (r, _gr) = recv.device_ptr_mut(stream);
+        self.run_native(plans, stream, s, r)
+    }
+
     fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
         if expected == got {
             Ok(())
@@ -324,13 +338,11 @@ impl<'w> GpuComm<'w> {
         if let Some(c) = &self.nccl {
             return nccl_on(c, stream, |c| c.all_reduce(send, recv, &nccl_op(op)));
         }
-        let (s, _gs) = send.device_ptr(stream);
-        let (r, _gr) = recv.device_ptr_mut(stream);
-        self.run_native(
+        self.run_native_between(
             plan::allreduce(self.size(), send.len(), T::DTYPE, op)?,
+            send,
+            recv,
             stream,
-            s,
-            r,
         )
     }
 
@@ -367,13 +379,11 @@ impl<'w> GpuComm<'w> {
             return nccl_on(c, stream, |c| c.reduce_scatter(send, recv, &nccl_op(op)));
         }
         let n = recv.len();
-        let (s, _gs) = send.device_ptr(stream);
-        let (r, _gr) = recv.device_ptr_mut(stream);
-        self.run_native(
+        self.run_native_between(
             plan::reduce_scatter(self.size(), n, T::DTYPE, op)?,
+            send,
+            recv,
             stream,
-            s,
-            r,
         )
     }
 
@@ -424,9 +434,12 @@ impl<'w> GpuComm<'w> {
             return nccl_on(c, stream, |c| c.all_gather(send, recv));
         }
         let n = send.len();
-        let (s, _gs) = send.device_ptr(stream);
-        let (r, _gr) = recv.device_ptr_mut(stream);
-        self.run_native(plan::allgather(self.size(), n, T::DTYPE)?, stream, s, r)
+        self.run_native_between(
+            plan::allgather(self.size(), n, T::DTYPE)?,
+            send,
+            recv,
+            stream,
+        )
     }
 
     /// In-place allgather: this rank's contribution is block `rank` of `buf`.
@@ -472,13 +485,11 @@ impl<'w> GpuComm<'w> {
             return nccl_on(c, stream, |c| c.broadcast(Some(send), recv, root as i32));
         }
         let n = recv.len();
-        let (s, _gs) = send.device_ptr(stream);
-        let (r, _gr) = recv.device_ptr_mut(stream);
-        self.run_native(
+        self.run_native_between(
             plan::broadcast(self.size(), root, n, T::DTYPE)?,
+            send,
+            recv,
             stream,
-            s,
-            r,
         )
     }
 

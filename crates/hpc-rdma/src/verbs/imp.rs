@@ -297,6 +297,21 @@ impl Verbs {
         Ok(())
     }
 
+    /// Holds what the one-sided operation `op` to `peer` works on until it completes,
+    /// and posts its work request; when the post fails, lets go of it again (its
+    /// memory registration too).
+    fn post_held(&self, op: OpId, peer: usize, wr: &WorkRequest, held: Held) -> Result<()> {
+        let held_now = || self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held_now().insert(op.0, (peer, held));
+        if let Err(e) = self.post(peer, wr) {
+            if let Some((_, Held::Put(_, mr) | Held::Get(_, mr))) = held_now().remove(&op.0) {
+                Verbs::dereg(mr);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     fn dereg(mr: Option<*mut ffi::ibv_mr>) {
         if let Some(mr) = mr {
             // SAFETY: an MR we registered for one operation, which has completed.
@@ -358,22 +373,7 @@ impl Backend for Verbs {
             offset,
             src.len() as u64,
         )?;
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(op.0, (peer, Held::Put(src, own)));
-        if let Err(e) = self.post(peer, &wr) {
-            if let Some((_, Held::Put(_, mr))) = self
-                .held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&op.0)
-            {
-                Verbs::dereg(mr);
-            }
-            return Err(e);
-        }
-        Ok(())
+        self.post_held(op, peer, &wr, Held::Put(src, own))
     }
 
     fn get(&self, op: OpId, src: &RemoteKey, offset: u64, dst: Sink) -> Result<()> {
@@ -425,22 +425,7 @@ impl Backend for Verbs {
             }
         };
         let wr = WorkRequest::rdma(op.0, false, addr, lkey, src, offset, dst.len() as u64)?;
-        self.held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(op.0, (peer, Held::Get(dst, own)));
-        if let Err(e) = self.post(peer, &wr) {
-            if let Some((_, Held::Get(_, mr))) = self
-                .held
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&op.0)
-            {
-                Verbs::dereg(mr);
-            }
-            return Err(e);
-        }
-        Ok(())
+        self.post_held(op, peer, &wr, Held::Get(dst, own))
     }
 
     fn send(&self, _op: OpId, peer: usize, _tag: u64, _data: Vec<u8>) -> Result<()> {
