@@ -390,3 +390,304 @@ fn scratch_beyond_the_address_space_is_refused() {
     };
     assert!(small.schedule(0, 2, &opts).unwrap().scratch_bytes > 0);
 }
+
+/// Every threshold of the automatic choice at its exact boundary, from both
+/// sides, with element types wider than a byte where the rule counts bytes.
+#[test]
+fn selection_thresholds_are_exact() {
+    let o = Options::default();
+    let sel = |c: Collective, p| c.select(p, &o).unwrap();
+    use Algorithm as A;
+    // Broadcast: binomial below 12 KiB or below 8 ranks.
+    let bc = |count| Collective::Broadcast {
+        root: 0,
+        count,
+        dtype: DataType::U16,
+    };
+    assert_eq!(sel(bc(6143), 8), A::Binomial);
+    assert_eq!(sel(bc(6144), 8), A::ScatterAllgather);
+    assert_eq!(sel(bc(6144), 7), A::Binomial);
+    assert_eq!(sel(bc(1 << 20), 8), A::ScatterAllgather);
+    // Allgather(v): the whole gathered vector in bytes against 512 KiB
+    // (power of two) or 80 KiB (other rank counts).
+    let agv = |first: usize, p: usize| Collective::Allgatherv {
+        counts: (0..p).map(|r| if r == 0 { first } else { 1 }).collect(),
+        dtype: DataType::U16,
+    };
+    assert_eq!(sel(agv(256 * 1024 - 4, 4), 4), A::RecursiveDoubling);
+    assert_eq!(sel(agv(256 * 1024 - 3, 4), 4), A::Ring);
+    assert_eq!(sel(agv(40 * 1024 - 3, 3), 3), A::Bruck);
+    assert_eq!(sel(agv(40 * 1024 - 2, 3), 3), A::Ring);
+    let ag = |count| Collective::Allgather {
+        count,
+        dtype: DataType::U16,
+    };
+    assert_eq!(sel(ag(256 * 1024 / 4 - 1), 4), A::RecursiveDoubling);
+    assert_eq!(sel(ag(256 * 1024 / 4), 4), A::Ring);
+    assert_eq!(sel(ag(40 * 1024 / 5 - 1), 5), A::Bruck);
+    assert_eq!(sel(ag(40 * 1024 / 5), 5), A::Ring);
+    // Alltoall: Bruck for blocks up to 256 B from 8 ranks on.
+    let aa = |count| Collective::Alltoall {
+        count,
+        dtype: DataType::U16,
+    };
+    assert_eq!(sel(aa(128), 8), A::Bruck);
+    assert_eq!(sel(aa(129), 8), A::Pairwise);
+    assert_eq!(sel(aa(1), 7), A::Pairwise);
+    assert_eq!(sel(aa(1), 8), A::Bruck);
+    let v = Collective::Alltoallv {
+        send_counts: vec![0; 16],
+        recv_counts: vec![0; 16],
+        dtype: DataType::U8,
+    };
+    assert_eq!(sel(v, 16), A::Pairwise);
+    // Allreduce: recursive doubling up to 2 KiB or below pof2(p) elements,
+    // ring from 16 MiB.
+    let ar = |count| Collective::Allreduce {
+        count,
+        dtype: DataType::F64,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(sel(ar(256), 8), A::RecursiveDoubling);
+    assert_eq!(sel(ar(257), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(511), 600), A::RecursiveDoubling);
+    assert_eq!(sel(ar(512), 600), A::Rabenseifner);
+    assert_eq!(sel(ar((2 << 20) - 1), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(2 << 20), 8), A::Ring);
+    assert_eq!(sel(ar(1), 1), A::RecursiveDoubling);
+    // Reduce-scatter: ring below 512 KiB of input, pairwise from there.
+    let rsb = |count| Collective::ReduceScatterBlock {
+        count,
+        dtype: DataType::U16,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(sel(rsb(64 * 1024 - 1), 4), A::Ring);
+    assert_eq!(sel(rsb(64 * 1024), 4), A::Pairwise);
+    let rs = |first| Collective::ReduceScatter {
+        counts: vec![first, 1, 1],
+        dtype: DataType::U16,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(sel(rs(256 * 1024 - 3), 3), A::Ring);
+    assert_eq!(sel(rs(256 * 1024 - 2), 3), A::Pairwise);
+    // The rooted collectives and the barrier have one rule each.
+    for c in [
+        Collective::Gather {
+            root: 1,
+            count: 1 << 20,
+            dtype: DataType::U8,
+        },
+        Collective::Scatter {
+            root: 1,
+            count: 1 << 20,
+            dtype: DataType::U8,
+        },
+        Collective::Reduce {
+            root: 1,
+            count: 1 << 20,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+        },
+    ] {
+        assert_eq!(sel(c, 16), A::Binomial);
+    }
+    assert_eq!(sel(Collective::Barrier, 16), A::Dissemination);
+}
+
+/// `block_bytes`, the per-rank block a benchmark reports, for every variant.
+#[test]
+fn block_bytes_of_every_collective() {
+    let d = DataType::U16;
+    let op = ReduceOp::Sum;
+    let cases = [
+        (Collective::Barrier, Some(0)),
+        (
+            Collective::Broadcast {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Gather {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Scatter {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (Collective::Allgather { count: 5, dtype: d }, Some(10)),
+        (Collective::Alltoall { count: 5, dtype: d }, Some(10)),
+        (
+            Collective::Reduce {
+                root: 1,
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Allreduce {
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::ReduceScatterBlock {
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Allgatherv {
+                counts: vec![2, 7, 3],
+                dtype: d,
+            },
+            Some(14),
+        ),
+        (
+            Collective::Allgatherv {
+                counts: vec![],
+                dtype: d,
+            },
+            Some(0),
+        ),
+        (
+            Collective::ReduceScatter {
+                counts: vec![3, 1, 6],
+                dtype: d,
+                op,
+            },
+            Some(12),
+        ),
+        (
+            Collective::Alltoallv {
+                send_counts: vec![1, 2],
+                recv_counts: vec![1, 2],
+                dtype: d,
+            },
+            None,
+        ),
+    ];
+    for (c, want) in cases {
+        assert_eq!(c.block_bytes(), want, "{c:?}");
+    }
+}
+
+/// Each count vector is checked for its length, the rank against the size in
+/// `check_buffers` too, and byte totals of exactly `isize::MAX` still fit.
+#[test]
+fn every_count_vector_and_rank_is_validated() {
+    let d = DataType::U8;
+    let short = [
+        Collective::ReduceScatter {
+            counts: vec![1, 1],
+            dtype: d,
+            op: ReduceOp::Sum,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1],
+            recv_counts: vec![1, 1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1, 1],
+            recv_counts: vec![1, 1],
+            dtype: d,
+        },
+    ];
+    for c in short {
+        assert!(
+            matches!(
+                c.validate(3),
+                Err(CollectiveError::CountMismatch {
+                    expected: 3,
+                    got: 2,
+                    ..
+                })
+            ),
+            "{c:?}"
+        );
+        assert!(c.schedule(0, 3, &Options::default()).is_err(), "{c:?}");
+    }
+    let a = Collective::Allreduce {
+        count: 4,
+        dtype: d,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(
+        a.check_buffers(2, 2, 4, 4),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
+    assert_eq!(
+        a.schedule(2, 2, &Options::default()),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
+    assert_eq!(
+        Collective::Reduce {
+            root: 2,
+            count: 1,
+            dtype: d,
+            op: ReduceOp::Sum
+        }
+        .validate(2),
+        Err(CollectiveError::RootOutOfRange { root: 2, size: 2 })
+    );
+    let max = isize::MAX as usize;
+    let fits = [
+        Collective::Broadcast {
+            root: 0,
+            count: max,
+            dtype: d,
+        },
+        Collective::Allgatherv {
+            counts: vec![max - 1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![max - 1, 1],
+            recv_counts: vec![max - 1, 1],
+            dtype: d,
+        },
+    ];
+    for c in fits {
+        assert_eq!(c.validate(if c.root().is_some() { 1 } else { 2 }), Ok(()));
+    }
+    let over = [
+        Collective::Alltoallv {
+            send_counts: vec![max, 1],
+            recv_counts: vec![1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1],
+            recv_counts: vec![max, 1],
+            dtype: d,
+        },
+        Collective::Broadcast {
+            root: 0,
+            count: max / 2 + 1,
+            dtype: d,
+        },
+    ];
+    for c in over {
+        assert!(
+            matches!(c.validate(2), Err(CollectiveError::TooLarge { .. })),
+            "{c:?}"
+        );
+    }
+}
