@@ -691,3 +691,35 @@ fn every_count_vector_and_rank_is_validated() {
         );
     }
 }
+
+/// Recursive doubling and Rabenseifner give one vector of scratch to the ranks
+/// that receive data to reduce, and none to a single rank or to a rank folded
+/// away (it only sends its input and receives the result); ring needs one
+/// chunk, the largest.
+#[test]
+fn allreduce_scratch_only_where_data_is_reduced() {
+    for p in 1..=9usize {
+        let rem = p - (1 << p.ilog2());
+        for count in [0usize, 5, 100] {
+            let c = Collective::Allreduce {
+                count,
+                dtype: DataType::I32,
+                op: ReduceOp::Sum,
+            };
+            let scratch = |r, a| {
+                c.schedule(r, p, &Options::with_algorithm(a))
+                    .unwrap()
+                    .scratch_bytes
+            };
+            for r in 0..p {
+                let folded_away = r < 2 * rem && r % 2 == 0;
+                let want = if p == 1 || folded_away { 0 } else { count * 4 };
+                for a in [Algorithm::RecursiveDoubling, Algorithm::Rabenseifner] {
+                    assert_eq!(scratch(r, a), want, "{a} rank {r} of {p}, {count}");
+                }
+                let ring = if p == 1 { 0 } else { count.div_ceil(p) * 4 };
+                assert_eq!(scratch(r, Algorithm::Ring), ring, "ring rank {r} of {p}");
+            }
+        }
+    }
+}
