@@ -78,6 +78,15 @@ fn validation_errors() {
         })
     );
     assert_eq!(a.check_buffers(1, 2, 16, 16), Ok(()));
+    // A rank equal to the size is out of range too.
+    assert_eq!(
+        a.check_buffers(2, 2, 16, 16),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
+    assert_eq!(
+        a.schedule(2, 2, &Options::default()),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
     assert_eq!(
         a.schedule(0, 2, &Options::with_algorithm(Algorithm::Bruck)),
         Err(CollectiveError::UnsupportedAlgorithm {
@@ -105,51 +114,119 @@ fn validation_errors() {
 fn selection_rule() {
     let o = Options::default();
     let sel = |c: Collective, p| c.select(p, &o).unwrap();
-    let f32s = |count| Collective::Allreduce {
+    use {Algorithm as A, DataType as D};
+    let ar = |count, dtype| Collective::Allreduce {
         count,
-        dtype: DataType::F32,
+        dtype,
         op: ReduceOp::Sum,
     };
-    assert_eq!(sel(f32s(512), 8), Algorithm::RecursiveDoubling); // 2 KiB
-    assert_eq!(sel(f32s(513), 8), Algorithm::Rabenseifner);
-    assert_eq!(sel(f32s(600), 1024), Algorithm::RecursiveDoubling); // count < pof2
-    assert_eq!(sel(f32s(4 << 20), 8), Algorithm::Ring); // 16 MiB
-    let bc = |count| Collective::Broadcast {
+    assert_eq!(sel(ar(512, D::F32), 8), Algorithm::RecursiveDoubling); // 2 KiB
+    assert_eq!(sel(ar(513, D::F32), 8), Algorithm::Rabenseifner);
+    assert_eq!(sel(ar(600, D::F32), 1024), Algorithm::RecursiveDoubling); // count < pof2
+    assert_eq!(sel(ar(4 << 20, D::F32), 8), Algorithm::Ring); // 16 MiB
+    let bc = |count, dtype| Collective::Broadcast {
         root: 0,
         count,
-        dtype: DataType::U8,
+        dtype,
     };
-    assert_eq!(sel(bc(12287), 64), Algorithm::Binomial);
-    assert_eq!(sel(bc(12288), 64), Algorithm::ScatterAllgather);
-    assert_eq!(sel(bc(1 << 20), 7), Algorithm::Binomial);
-    let ag = |count| Collective::Allgather {
+    assert_eq!(sel(bc(12287, D::U8), 64), Algorithm::Binomial);
+    assert_eq!(sel(bc(12288, D::U8), 64), Algorithm::ScatterAllgather);
+    assert_eq!(sel(bc(1 << 20, D::U8), 7), Algorithm::Binomial);
+    let ag = |count, dtype| Collective::Allgather { count, dtype };
+    assert_eq!(sel(ag(1024, D::U8), 16), Algorithm::RecursiveDoubling);
+    assert_eq!(sel(ag(1024, D::U8), 12), Algorithm::Bruck);
+    assert_eq!(sel(ag(1 << 16, D::U8), 16), Algorithm::Ring);
+    assert_eq!(sel(ag(1 << 14, D::U8), 12), Algorithm::Ring);
+    let aa = |count, dtype| Collective::Alltoall { count, dtype };
+    assert_eq!(sel(aa(256, D::U8), 8), Algorithm::Bruck);
+    assert_eq!(sel(aa(257, D::U8), 8), Algorithm::Pairwise);
+    assert_eq!(sel(aa(16, D::U8), 4), Algorithm::Pairwise);
+    let rs = |count, dtype| Collective::ReduceScatterBlock {
         count,
-        dtype: DataType::U8,
-    };
-    assert_eq!(sel(ag(1024), 16), Algorithm::RecursiveDoubling);
-    assert_eq!(sel(ag(1024), 12), Algorithm::Bruck);
-    assert_eq!(sel(ag(1 << 16), 16), Algorithm::Ring);
-    assert_eq!(sel(ag(1 << 14), 12), Algorithm::Ring);
-    let aa = |count| Collective::Alltoall {
-        count,
-        dtype: DataType::U8,
-    };
-    assert_eq!(sel(aa(256), 8), Algorithm::Bruck);
-    assert_eq!(sel(aa(257), 8), Algorithm::Pairwise);
-    assert_eq!(sel(aa(16), 4), Algorithm::Pairwise);
-    let rs = |count| Collective::ReduceScatterBlock {
-        count,
-        dtype: DataType::U8,
+        dtype,
         op: ReduceOp::Sum,
     };
-    assert_eq!(sel(rs(1024), 4), Algorithm::Ring);
-    assert_eq!(sel(rs(1 << 17), 4), Algorithm::Pairwise);
+    assert_eq!(sel(rs(1024, D::U8), 4), Algorithm::Ring);
+    assert_eq!(sel(rs(1 << 17, D::U8), 4), Algorithm::Pairwise);
     assert_eq!(sel(Collective::Barrier, 3), Algorithm::Dissemination);
+    // Every threshold at its exact boundary, from both sides, with element
+    // types wider than a byte where the rule counts bytes.
+    // Broadcast: binomial below 12 KiB or below 8 ranks.
+    assert_eq!(sel(bc(6143, D::U16), 8), A::Binomial);
+    assert_eq!(sel(bc(6144, D::U16), 8), A::ScatterAllgather);
+    assert_eq!(sel(bc(6144, D::U16), 7), A::Binomial);
+    assert_eq!(sel(bc(1 << 20, D::U16), 8), A::ScatterAllgather);
+    // Allgather(v): the whole gathered vector in bytes against 512 KiB
+    // (power of two) or 80 KiB (other rank counts).
+    let agv = |first: usize, p: usize| Collective::Allgatherv {
+        counts: (0..p).map(|r| if r == 0 { first } else { 1 }).collect(),
+        dtype: D::U16,
+    };
+    assert_eq!(sel(agv(256 * 1024 - 4, 4), 4), A::RecursiveDoubling);
+    assert_eq!(sel(agv(256 * 1024 - 3, 4), 4), A::Ring);
+    assert_eq!(sel(agv(40 * 1024 - 3, 3), 3), A::Bruck);
+    assert_eq!(sel(agv(40 * 1024 - 2, 3), 3), A::Ring);
+    assert_eq!(sel(ag(256 * 1024 / 4 - 1, D::U16), 4), A::RecursiveDoubling);
+    assert_eq!(sel(ag(256 * 1024 / 4, D::U16), 4), A::Ring);
+    assert_eq!(sel(ag(40 * 1024 / 5 - 1, D::U16), 5), A::Bruck);
+    assert_eq!(sel(ag(40 * 1024 / 5, D::U16), 5), A::Ring);
+    // Alltoall: Bruck for blocks up to 256 B from 8 ranks on.
+    assert_eq!(sel(aa(128, D::U16), 8), A::Bruck);
+    assert_eq!(sel(aa(129, D::U16), 8), A::Pairwise);
+    assert_eq!(sel(aa(1, D::U16), 7), A::Pairwise);
+    assert_eq!(sel(aa(1, D::U16), 8), A::Bruck);
+    let v = Collective::Alltoallv {
+        send_counts: vec![0; 16],
+        recv_counts: vec![0; 16],
+        dtype: D::U8,
+    };
+    assert_eq!(sel(v, 16), A::Pairwise);
+    // Allreduce: recursive doubling up to 2 KiB or below pof2(p) elements,
+    // ring from 16 MiB.
+    assert_eq!(sel(ar(256, D::F64), 8), A::RecursiveDoubling);
+    assert_eq!(sel(ar(257, D::F64), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(511, D::F64), 600), A::RecursiveDoubling);
+    assert_eq!(sel(ar(512, D::F64), 600), A::Rabenseifner);
+    assert_eq!(sel(ar((2 << 20) - 1, D::F64), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(2 << 20, D::F64), 8), A::Ring);
+    assert_eq!(sel(ar(1, D::F64), 1), A::RecursiveDoubling);
+    // Reduce-scatter: ring below 512 KiB of input, pairwise from there.
+    assert_eq!(sel(rs(64 * 1024 - 1, D::U16), 4), A::Ring);
+    assert_eq!(sel(rs(64 * 1024, D::U16), 4), A::Pairwise);
+    let rsv = |first| Collective::ReduceScatter {
+        counts: vec![first, 1, 1],
+        dtype: D::U16,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(sel(rsv(256 * 1024 - 3), 3), A::Ring);
+    assert_eq!(sel(rsv(256 * 1024 - 2), 3), A::Pairwise);
+    // The rooted collectives and the barrier have one rule each.
+    for c in [
+        Collective::Gather {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+        },
+        Collective::Scatter {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+        },
+        Collective::Reduce {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+            op: ReduceOp::Sum,
+        },
+    ] {
+        assert_eq!(sel(c, 16), A::Binomial);
+    }
+    assert_eq!(sel(Collective::Barrier, 16), A::Dissemination);
     // Tuning is overridable.
     let mut o2 = Options::default();
     o2.tuning.allreduce_short = 1 << 30;
     assert_eq!(
-        f32s(1 << 20).select(8, &o2).unwrap(),
+        ar(1 << 20, D::F32).select(8, &o2).unwrap(),
         Algorithm::RecursiveDoubling
     );
     // Every kind lists algorithms that parse back from their names.
@@ -391,109 +468,6 @@ fn scratch_beyond_the_address_space_is_refused() {
     assert!(small.schedule(0, 2, &opts).unwrap().scratch_bytes > 0);
 }
 
-/// Every threshold of the automatic choice at its exact boundary, from both
-/// sides, with element types wider than a byte where the rule counts bytes.
-#[test]
-fn selection_thresholds_are_exact() {
-    let o = Options::default();
-    let sel = |c: Collective, p| c.select(p, &o).unwrap();
-    use Algorithm as A;
-    // Broadcast: binomial below 12 KiB or below 8 ranks.
-    let bc = |count| Collective::Broadcast {
-        root: 0,
-        count,
-        dtype: DataType::U16,
-    };
-    assert_eq!(sel(bc(6143), 8), A::Binomial);
-    assert_eq!(sel(bc(6144), 8), A::ScatterAllgather);
-    assert_eq!(sel(bc(6144), 7), A::Binomial);
-    assert_eq!(sel(bc(1 << 20), 8), A::ScatterAllgather);
-    // Allgather(v): the whole gathered vector in bytes against 512 KiB
-    // (power of two) or 80 KiB (other rank counts).
-    let agv = |first: usize, p: usize| Collective::Allgatherv {
-        counts: (0..p).map(|r| if r == 0 { first } else { 1 }).collect(),
-        dtype: DataType::U16,
-    };
-    assert_eq!(sel(agv(256 * 1024 - 4, 4), 4), A::RecursiveDoubling);
-    assert_eq!(sel(agv(256 * 1024 - 3, 4), 4), A::Ring);
-    assert_eq!(sel(agv(40 * 1024 - 3, 3), 3), A::Bruck);
-    assert_eq!(sel(agv(40 * 1024 - 2, 3), 3), A::Ring);
-    let ag = |count| Collective::Allgather {
-        count,
-        dtype: DataType::U16,
-    };
-    assert_eq!(sel(ag(256 * 1024 / 4 - 1), 4), A::RecursiveDoubling);
-    assert_eq!(sel(ag(256 * 1024 / 4), 4), A::Ring);
-    assert_eq!(sel(ag(40 * 1024 / 5 - 1), 5), A::Bruck);
-    assert_eq!(sel(ag(40 * 1024 / 5), 5), A::Ring);
-    // Alltoall: Bruck for blocks up to 256 B from 8 ranks on.
-    let aa = |count| Collective::Alltoall {
-        count,
-        dtype: DataType::U16,
-    };
-    assert_eq!(sel(aa(128), 8), A::Bruck);
-    assert_eq!(sel(aa(129), 8), A::Pairwise);
-    assert_eq!(sel(aa(1), 7), A::Pairwise);
-    assert_eq!(sel(aa(1), 8), A::Bruck);
-    let v = Collective::Alltoallv {
-        send_counts: vec![0; 16],
-        recv_counts: vec![0; 16],
-        dtype: DataType::U8,
-    };
-    assert_eq!(sel(v, 16), A::Pairwise);
-    // Allreduce: recursive doubling up to 2 KiB or below pof2(p) elements,
-    // ring from 16 MiB.
-    let ar = |count| Collective::Allreduce {
-        count,
-        dtype: DataType::F64,
-        op: ReduceOp::Sum,
-    };
-    assert_eq!(sel(ar(256), 8), A::RecursiveDoubling);
-    assert_eq!(sel(ar(257), 8), A::Rabenseifner);
-    assert_eq!(sel(ar(511), 600), A::RecursiveDoubling);
-    assert_eq!(sel(ar(512), 600), A::Rabenseifner);
-    assert_eq!(sel(ar((2 << 20) - 1), 8), A::Rabenseifner);
-    assert_eq!(sel(ar(2 << 20), 8), A::Ring);
-    assert_eq!(sel(ar(1), 1), A::RecursiveDoubling);
-    // Reduce-scatter: ring below 512 KiB of input, pairwise from there.
-    let rsb = |count| Collective::ReduceScatterBlock {
-        count,
-        dtype: DataType::U16,
-        op: ReduceOp::Sum,
-    };
-    assert_eq!(sel(rsb(64 * 1024 - 1), 4), A::Ring);
-    assert_eq!(sel(rsb(64 * 1024), 4), A::Pairwise);
-    let rs = |first| Collective::ReduceScatter {
-        counts: vec![first, 1, 1],
-        dtype: DataType::U16,
-        op: ReduceOp::Sum,
-    };
-    assert_eq!(sel(rs(256 * 1024 - 3), 3), A::Ring);
-    assert_eq!(sel(rs(256 * 1024 - 2), 3), A::Pairwise);
-    // The rooted collectives and the barrier have one rule each.
-    for c in [
-        Collective::Gather {
-            root: 1,
-            count: 1 << 20,
-            dtype: DataType::U8,
-        },
-        Collective::Scatter {
-            root: 1,
-            count: 1 << 20,
-            dtype: DataType::U8,
-        },
-        Collective::Reduce {
-            root: 1,
-            count: 1 << 20,
-            dtype: DataType::U8,
-            op: ReduceOp::Sum,
-        },
-    ] {
-        assert_eq!(sel(c, 16), A::Binomial);
-    }
-    assert_eq!(sel(Collective::Barrier, 16), A::Dissemination);
-}
-
 /// `block_bytes`, the per-rank block a benchmark reports, for every variant.
 #[test]
 fn block_bytes_of_every_collective() {
@@ -588,8 +562,8 @@ fn block_bytes_of_every_collective() {
     }
 }
 
-/// Each count vector is checked for its length, the rank against the size in
-/// `check_buffers` too, and byte totals of exactly `isize::MAX` still fit.
+/// Each count vector is checked for its length, and byte totals of exactly
+/// `isize::MAX` still fit.
 #[test]
 fn every_count_vector_and_rank_is_validated() {
     let d = DataType::U8;
@@ -624,19 +598,6 @@ fn every_count_vector_and_rank_is_validated() {
         );
         assert!(c.schedule(0, 3, &Options::default()).is_err(), "{c:?}");
     }
-    let a = Collective::Allreduce {
-        count: 4,
-        dtype: d,
-        op: ReduceOp::Sum,
-    };
-    assert_eq!(
-        a.check_buffers(2, 2, 4, 4),
-        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
-    );
-    assert_eq!(
-        a.schedule(2, 2, &Options::default()),
-        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
-    );
     assert_eq!(
         Collective::Reduce {
             root: 2,
