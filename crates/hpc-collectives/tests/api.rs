@@ -78,6 +78,15 @@ fn validation_errors() {
         })
     );
     assert_eq!(a.check_buffers(1, 2, 16, 16), Ok(()));
+    // A rank equal to the size is out of range too.
+    assert_eq!(
+        a.check_buffers(2, 2, 16, 16),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
+    assert_eq!(
+        a.schedule(2, 2, &Options::default()),
+        Err(CollectiveError::RankOutOfRange { rank: 2, size: 2 })
+    );
     assert_eq!(
         a.schedule(0, 2, &Options::with_algorithm(Algorithm::Bruck)),
         Err(CollectiveError::UnsupportedAlgorithm {
@@ -105,51 +114,119 @@ fn validation_errors() {
 fn selection_rule() {
     let o = Options::default();
     let sel = |c: Collective, p| c.select(p, &o).unwrap();
-    let f32s = |count| Collective::Allreduce {
+    use {Algorithm as A, DataType as D};
+    let ar = |count, dtype| Collective::Allreduce {
         count,
-        dtype: DataType::F32,
+        dtype,
         op: ReduceOp::Sum,
     };
-    assert_eq!(sel(f32s(512), 8), Algorithm::RecursiveDoubling); // 2 KiB
-    assert_eq!(sel(f32s(513), 8), Algorithm::Rabenseifner);
-    assert_eq!(sel(f32s(600), 1024), Algorithm::RecursiveDoubling); // count < pof2
-    assert_eq!(sel(f32s(4 << 20), 8), Algorithm::Ring); // 16 MiB
-    let bc = |count| Collective::Broadcast {
+    assert_eq!(sel(ar(512, D::F32), 8), Algorithm::RecursiveDoubling); // 2 KiB
+    assert_eq!(sel(ar(513, D::F32), 8), Algorithm::Rabenseifner);
+    assert_eq!(sel(ar(600, D::F32), 1024), Algorithm::RecursiveDoubling); // count < pof2
+    assert_eq!(sel(ar(4 << 20, D::F32), 8), Algorithm::Ring); // 16 MiB
+    let bc = |count, dtype| Collective::Broadcast {
         root: 0,
         count,
-        dtype: DataType::U8,
+        dtype,
     };
-    assert_eq!(sel(bc(12287), 64), Algorithm::Binomial);
-    assert_eq!(sel(bc(12288), 64), Algorithm::ScatterAllgather);
-    assert_eq!(sel(bc(1 << 20), 7), Algorithm::Binomial);
-    let ag = |count| Collective::Allgather {
+    assert_eq!(sel(bc(12287, D::U8), 64), Algorithm::Binomial);
+    assert_eq!(sel(bc(12288, D::U8), 64), Algorithm::ScatterAllgather);
+    assert_eq!(sel(bc(1 << 20, D::U8), 7), Algorithm::Binomial);
+    let ag = |count, dtype| Collective::Allgather { count, dtype };
+    assert_eq!(sel(ag(1024, D::U8), 16), Algorithm::RecursiveDoubling);
+    assert_eq!(sel(ag(1024, D::U8), 12), Algorithm::Bruck);
+    assert_eq!(sel(ag(1 << 16, D::U8), 16), Algorithm::Ring);
+    assert_eq!(sel(ag(1 << 14, D::U8), 12), Algorithm::Ring);
+    let aa = |count, dtype| Collective::Alltoall { count, dtype };
+    assert_eq!(sel(aa(256, D::U8), 8), Algorithm::Bruck);
+    assert_eq!(sel(aa(257, D::U8), 8), Algorithm::Pairwise);
+    assert_eq!(sel(aa(16, D::U8), 4), Algorithm::Pairwise);
+    let rs = |count, dtype| Collective::ReduceScatterBlock {
         count,
-        dtype: DataType::U8,
-    };
-    assert_eq!(sel(ag(1024), 16), Algorithm::RecursiveDoubling);
-    assert_eq!(sel(ag(1024), 12), Algorithm::Bruck);
-    assert_eq!(sel(ag(1 << 16), 16), Algorithm::Ring);
-    assert_eq!(sel(ag(1 << 14), 12), Algorithm::Ring);
-    let aa = |count| Collective::Alltoall {
-        count,
-        dtype: DataType::U8,
-    };
-    assert_eq!(sel(aa(256), 8), Algorithm::Bruck);
-    assert_eq!(sel(aa(257), 8), Algorithm::Pairwise);
-    assert_eq!(sel(aa(16), 4), Algorithm::Pairwise);
-    let rs = |count| Collective::ReduceScatterBlock {
-        count,
-        dtype: DataType::U8,
+        dtype,
         op: ReduceOp::Sum,
     };
-    assert_eq!(sel(rs(1024), 4), Algorithm::Ring);
-    assert_eq!(sel(rs(1 << 17), 4), Algorithm::Pairwise);
+    assert_eq!(sel(rs(1024, D::U8), 4), Algorithm::Ring);
+    assert_eq!(sel(rs(1 << 17, D::U8), 4), Algorithm::Pairwise);
     assert_eq!(sel(Collective::Barrier, 3), Algorithm::Dissemination);
+    // Every threshold at its exact boundary, from both sides, with element
+    // types wider than a byte where the rule counts bytes.
+    // Broadcast: binomial below 12 KiB or below 8 ranks.
+    assert_eq!(sel(bc(6143, D::U16), 8), A::Binomial);
+    assert_eq!(sel(bc(6144, D::U16), 8), A::ScatterAllgather);
+    assert_eq!(sel(bc(6144, D::U16), 7), A::Binomial);
+    assert_eq!(sel(bc(1 << 20, D::U16), 8), A::ScatterAllgather);
+    // Allgather(v): the whole gathered vector in bytes against 512 KiB
+    // (power of two) or 80 KiB (other rank counts).
+    let agv = |first: usize, p: usize| Collective::Allgatherv {
+        counts: (0..p).map(|r| if r == 0 { first } else { 1 }).collect(),
+        dtype: D::U16,
+    };
+    assert_eq!(sel(agv(256 * 1024 - 4, 4), 4), A::RecursiveDoubling);
+    assert_eq!(sel(agv(256 * 1024 - 3, 4), 4), A::Ring);
+    assert_eq!(sel(agv(40 * 1024 - 3, 3), 3), A::Bruck);
+    assert_eq!(sel(agv(40 * 1024 - 2, 3), 3), A::Ring);
+    assert_eq!(sel(ag(256 * 1024 / 4 - 1, D::U16), 4), A::RecursiveDoubling);
+    assert_eq!(sel(ag(256 * 1024 / 4, D::U16), 4), A::Ring);
+    assert_eq!(sel(ag(40 * 1024 / 5 - 1, D::U16), 5), A::Bruck);
+    assert_eq!(sel(ag(40 * 1024 / 5, D::U16), 5), A::Ring);
+    // Alltoall: Bruck for blocks up to 256 B from 8 ranks on.
+    assert_eq!(sel(aa(128, D::U16), 8), A::Bruck);
+    assert_eq!(sel(aa(129, D::U16), 8), A::Pairwise);
+    assert_eq!(sel(aa(1, D::U16), 7), A::Pairwise);
+    assert_eq!(sel(aa(1, D::U16), 8), A::Bruck);
+    let v = Collective::Alltoallv {
+        send_counts: vec![0; 16],
+        recv_counts: vec![0; 16],
+        dtype: D::U8,
+    };
+    assert_eq!(sel(v, 16), A::Pairwise);
+    // Allreduce: recursive doubling up to 2 KiB or below pof2(p) elements,
+    // ring from 16 MiB.
+    assert_eq!(sel(ar(256, D::F64), 8), A::RecursiveDoubling);
+    assert_eq!(sel(ar(257, D::F64), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(511, D::F64), 600), A::RecursiveDoubling);
+    assert_eq!(sel(ar(512, D::F64), 600), A::Rabenseifner);
+    assert_eq!(sel(ar((2 << 20) - 1, D::F64), 8), A::Rabenseifner);
+    assert_eq!(sel(ar(2 << 20, D::F64), 8), A::Ring);
+    assert_eq!(sel(ar(1, D::F64), 1), A::RecursiveDoubling);
+    // Reduce-scatter: ring below 512 KiB of input, pairwise from there.
+    assert_eq!(sel(rs(64 * 1024 - 1, D::U16), 4), A::Ring);
+    assert_eq!(sel(rs(64 * 1024, D::U16), 4), A::Pairwise);
+    let rsv = |first| Collective::ReduceScatter {
+        counts: vec![first, 1, 1],
+        dtype: D::U16,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(sel(rsv(256 * 1024 - 3), 3), A::Ring);
+    assert_eq!(sel(rsv(256 * 1024 - 2), 3), A::Pairwise);
+    // The rooted collectives and the barrier have one rule each.
+    for c in [
+        Collective::Gather {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+        },
+        Collective::Scatter {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+        },
+        Collective::Reduce {
+            root: 1,
+            count: 1 << 20,
+            dtype: D::U8,
+            op: ReduceOp::Sum,
+        },
+    ] {
+        assert_eq!(sel(c, 16), A::Binomial);
+    }
+    assert_eq!(sel(Collective::Barrier, 16), A::Dissemination);
     // Tuning is overridable.
     let mut o2 = Options::default();
     o2.tuning.allreduce_short = 1 << 30;
     assert_eq!(
-        f32s(1 << 20).select(8, &o2).unwrap(),
+        ar(1 << 20, D::F32).select(8, &o2).unwrap(),
         Algorithm::RecursiveDoubling
     );
     // Every kind lists algorithms that parse back from their names.
@@ -389,4 +466,221 @@ fn scratch_beyond_the_address_space_is_refused() {
         dtype: DataType::U8,
     };
     assert!(small.schedule(0, 2, &opts).unwrap().scratch_bytes > 0);
+}
+
+/// `block_bytes`, the per-rank block a benchmark reports, for every variant.
+#[test]
+fn block_bytes_of_every_collective() {
+    let d = DataType::U16;
+    let op = ReduceOp::Sum;
+    let cases = [
+        (Collective::Barrier, Some(0)),
+        (
+            Collective::Broadcast {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Gather {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Scatter {
+                root: 1,
+                count: 5,
+                dtype: d,
+            },
+            Some(10),
+        ),
+        (Collective::Allgather { count: 5, dtype: d }, Some(10)),
+        (Collective::Alltoall { count: 5, dtype: d }, Some(10)),
+        (
+            Collective::Reduce {
+                root: 1,
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Allreduce {
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::ReduceScatterBlock {
+                count: 5,
+                dtype: d,
+                op,
+            },
+            Some(10),
+        ),
+        (
+            Collective::Allgatherv {
+                counts: vec![2, 7, 3],
+                dtype: d,
+            },
+            Some(14),
+        ),
+        (
+            Collective::Allgatherv {
+                counts: vec![],
+                dtype: d,
+            },
+            Some(0),
+        ),
+        (
+            Collective::ReduceScatter {
+                counts: vec![3, 1, 6],
+                dtype: d,
+                op,
+            },
+            Some(12),
+        ),
+        (
+            Collective::Alltoallv {
+                send_counts: vec![1, 2],
+                recv_counts: vec![1, 2],
+                dtype: d,
+            },
+            None,
+        ),
+    ];
+    for (c, want) in cases {
+        assert_eq!(c.block_bytes(), want, "{c:?}");
+    }
+}
+
+/// Each count vector is checked for its length, and byte totals of exactly
+/// `isize::MAX` still fit.
+#[test]
+fn every_count_vector_and_rank_is_validated() {
+    let d = DataType::U8;
+    let short = [
+        Collective::ReduceScatter {
+            counts: vec![1, 1],
+            dtype: d,
+            op: ReduceOp::Sum,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1],
+            recv_counts: vec![1, 1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1, 1],
+            recv_counts: vec![1, 1],
+            dtype: d,
+        },
+    ];
+    for c in short {
+        assert!(
+            matches!(
+                c.validate(3),
+                Err(CollectiveError::CountMismatch {
+                    expected: 3,
+                    got: 2,
+                    ..
+                })
+            ),
+            "{c:?}"
+        );
+        assert!(c.schedule(0, 3, &Options::default()).is_err(), "{c:?}");
+    }
+    assert_eq!(
+        Collective::Reduce {
+            root: 2,
+            count: 1,
+            dtype: d,
+            op: ReduceOp::Sum
+        }
+        .validate(2),
+        Err(CollectiveError::RootOutOfRange { root: 2, size: 2 })
+    );
+    let max = isize::MAX as usize;
+    let fits = [
+        Collective::Broadcast {
+            root: 0,
+            count: max,
+            dtype: d,
+        },
+        Collective::Allgatherv {
+            counts: vec![max - 1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![max - 1, 1],
+            recv_counts: vec![max - 1, 1],
+            dtype: d,
+        },
+    ];
+    for c in fits {
+        assert_eq!(c.validate(if c.root().is_some() { 1 } else { 2 }), Ok(()));
+    }
+    let over = [
+        Collective::Alltoallv {
+            send_counts: vec![max, 1],
+            recv_counts: vec![1, 1],
+            dtype: d,
+        },
+        Collective::Alltoallv {
+            send_counts: vec![1, 1],
+            recv_counts: vec![max, 1],
+            dtype: d,
+        },
+        Collective::Broadcast {
+            root: 0,
+            count: max / 2 + 1,
+            dtype: d,
+        },
+    ];
+    for c in over {
+        assert!(
+            matches!(c.validate(2), Err(CollectiveError::TooLarge { .. })),
+            "{c:?}"
+        );
+    }
+}
+
+/// Recursive doubling and Rabenseifner give one vector of scratch to the ranks
+/// that receive data to reduce, and none to a single rank or to a rank folded
+/// away (it only sends its input and receives the result); ring needs one
+/// chunk, the largest.
+#[test]
+fn allreduce_scratch_only_where_data_is_reduced() {
+    for p in 1..=9usize {
+        let rem = p - (1 << p.ilog2());
+        for count in [0usize, 5, 100] {
+            let c = Collective::Allreduce {
+                count,
+                dtype: DataType::I32,
+                op: ReduceOp::Sum,
+            };
+            let scratch = |r, a| {
+                c.schedule(r, p, &Options::with_algorithm(a))
+                    .unwrap()
+                    .scratch_bytes
+            };
+            for r in 0..p {
+                let folded_away = r < 2 * rem && r % 2 == 0;
+                let want = if p == 1 || folded_away { 0 } else { count * 4 };
+                for a in [Algorithm::RecursiveDoubling, Algorithm::Rabenseifner] {
+                    assert_eq!(scratch(r, a), want, "{a} rank {r} of {p}, {count}");
+                }
+                let ring = if p == 1 { 0 } else { count.div_ceil(p) * 4 };
+                assert_eq!(scratch(r, Algorithm::Ring), ring, "ring rank {r} of {p}");
+            }
+        }
+    }
 }

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
 
 use common::{check, check_alltoallv, combos, mix};
 use hpc_collectives::{Algorithm, Collective, CollectiveKind, DataType, Options, ReduceOp};
@@ -110,9 +111,10 @@ fn cases(p: usize) -> Vec<Collective> {
     v
 }
 
-#[test]
-fn every_collective_every_algorithm_every_rank_count() {
-    let work: Vec<(usize, Collective, Algorithm)> = (1..=MAX_RANKS)
+/// Runs every case of [`cases`] with every algorithm (and the automatic
+/// choice) at each rank count of `ranks`; returns the number of cases.
+fn check_every_case(ranks: RangeInclusive<usize>) -> usize {
+    let work: Vec<(usize, Collective, Algorithm)> = ranks
         .flat_map(|p| {
             cases(p).into_iter().flat_map(move |c| {
                 algorithms(c.kind())
@@ -122,8 +124,7 @@ fn every_collective_every_algorithm_every_rank_count() {
         })
         .collect();
     // Largest rank counts first for better load balance.
-    let n = work
-        .par_iter()
+    work.par_iter()
         .rev()
         .map(|(p, c, a)| {
             if *a == Algorithm::Auto {
@@ -140,13 +141,12 @@ fn every_collective_every_algorithm_every_rank_count() {
                 check(c, *p, *a, mix(*p as u64));
             }
         })
-        .count();
-    assert!(n > 10_000, "only {n} cases");
+        .count()
 }
 
-#[test]
-fn alltoallv_every_rank_count() {
-    (1..=MAX_RANKS).into_par_iter().for_each(|p| {
+/// Alltoallv with counts drawn per pair, at each rank count of `ranks`.
+fn check_alltoallv_ranks(ranks: RangeInclusive<usize>) {
+    ranks.into_par_iter().for_each(|p| {
         for n in [0usize, 1, 7, 40] {
             let matrix: Vec<Vec<usize>> = (0..p)
                 .map(|i| {
@@ -161,6 +161,33 @@ fn alltoallv_every_rank_count() {
             }
         }
     });
+}
+
+#[test]
+fn every_collective_every_algorithm_every_rank_count() {
+    let n = check_every_case(1..=MAX_RANKS);
+    assert!(n > 10_000, "only {n} cases");
+}
+
+#[test]
+fn alltoallv_every_rank_count() {
+    check_alltoallv_ranks(1..=MAX_RANKS);
+}
+
+/// The same cases up to nine ranks: every fold of recursive doubling and
+/// Rabenseifner (3, 5, 6, 7, 9), powers of two up to three levels (1, 2, 4,
+/// 8), and both sides of the rank thresholds of the automatic choice (8).
+/// Seconds in a debug build, where the tests above take minutes, so it is the
+/// check run after each change to an algorithm (and by `benches/mutants.sh`).
+#[test]
+fn every_collective_every_algorithm_up_to_nine_ranks() {
+    let n = check_every_case(1..=9);
+    assert!(n > 1_000, "only {n} cases");
+}
+
+#[test]
+fn alltoallv_up_to_nine_ranks() {
+    check_alltoallv_ranks(1..=9);
 }
 
 /// Round counts match the algorithms' complexity, so a regression to a
