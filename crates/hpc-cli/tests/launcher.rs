@@ -128,7 +128,10 @@ fn processes_started(marker: &str, count: usize) -> Vec<u32> {
         if found.len() >= count {
             return found;
         }
-        assert!(Instant::now() < deadline, "the job's processes did not start");
+        assert!(
+            Instant::now() < deadline,
+            "the job's processes did not start"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
