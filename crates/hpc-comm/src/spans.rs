@@ -11,27 +11,36 @@ use hpc_collectives::Collective;
 use tracing::span::EnteredSpan;
 use tracing::Level;
 
-use crate::comm::Comm;
+/// What a collective's post span says besides the collective.
+pub(crate) struct Post {
+    /// Its sequence number.
+    pub(crate) seq: u64,
+    /// The posting rank.
+    pub(crate) rank: usize,
+    /// The larger of its send and receive buffers.
+    pub(crate) bytes: usize,
+    /// The engine's name.
+    pub(crate) engine: &'static str,
+}
 
 /// The span of a collective's post (`debug`), entered; `None` when nothing
-/// records it.
+/// records it (then `p` is not called).
 #[inline]
-pub(crate) fn post(comm: &Comm, coll: &Collective, seq: u64, bytes: usize) -> Option<EnteredSpan> {
-    tracing::enabled!(target: "hpc_comm::comm", Level::DEBUG)
-        .then(|| post_span(comm, coll, seq, bytes))
+pub(crate) fn post(coll: &Collective, p: impl FnOnce() -> Post) -> Option<EnteredSpan> {
+    tracing::enabled!(target: "hpc_comm::comm", Level::DEBUG).then(|| post_span(coll, p()))
 }
 
 #[cold]
 #[inline(never)]
-fn post_span(comm: &Comm, coll: &Collective, seq: u64, bytes: usize) -> EnteredSpan {
+fn post_span(coll: &Collective, p: Post) -> EnteredSpan {
     tracing::debug_span!(
         target: "hpc_comm::comm",
         "post",
         op = %coll.kind(),
-        seq,
-        rank = comm.rank(),
-        bytes,
-        engine = comm.engine().name()
+        seq = p.seq,
+        rank = p.rank,
+        bytes = p.bytes,
+        engine = p.engine
     )
     .entered()
 }

@@ -350,7 +350,12 @@ impl Comm {
             seq = self.seq.fetch_add(1, Ordering::Relaxed);
         }
         // The post, on the timeline (`HPC_TRACE`) and in debug logs.
-        let _span = crate::spans::post(self, &coll, seq, send.len().max(recv.len()));
+        let _span = crate::spans::post(&coll, || crate::spans::Post {
+            seq,
+            rank: self.rank,
+            bytes: send.len().max(recv.len()),
+            engine: self.engine().name(),
+        });
         self.driver.start(Job::new(seq, coll, send, recv, staged))
     }
 
