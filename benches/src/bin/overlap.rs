@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use hpc_benches::{agree, arg, calibrate, compute, compute_rate, median, sizes, Bufs, Coll};
-use hpc_comm::{Comm, CommOptions, Engine, ReduceOp};
+use hpc_comm::{Comm, CommOptions, ReduceOp};
 use hpc_runtime::World;
 
 /// Starts and waits one collective with the zero-copy (scoped) requests.
@@ -44,7 +44,7 @@ fn nonblocking(comm: &Comm, c: Coll, b: &mut Bufs, work: u64) -> (f64, f64) {
 fn blocking(comm: &Comm, c: Coll, b: &mut Bufs) -> f64 {
     let t0 = Instant::now();
     #[cfg(feature = "mpi")]
-    if comm.engine() == Engine::Mpi {
+    if comm.engine() == hpc_comm::Engine::Mpi {
         mpi_blocking(c, b);
         return t0.elapsed().as_secs_f64();
     }
