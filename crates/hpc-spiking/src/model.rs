@@ -27,12 +27,13 @@ pub enum ModelError {
         /// The time of the one before (ms).
         last: f64,
     },
-    /// A synapse's target outside the postsynaptic archives given.
-    #[error("target {target} is outside the {len} postsynaptic archives given")]
+    /// A synapse's target outside the postsynaptic archives (or the inputs)
+    /// given.
+    #[error("target {target} is outside the {len} postsynaptic archives (or inputs) given")]
     Target {
         /// The target index.
         target: u32,
-        /// How many archives there were.
+        /// How many archives (or inputs, the fewer) there were.
         len: usize,
     },
 }

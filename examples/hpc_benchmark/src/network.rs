@@ -209,9 +209,7 @@ impl Shard {
             if gid < d.ne {
                 let t = (step + 1) as f64 * d.dt;
                 let ring = &mut ring_w.row_mut(arrival)[..len];
-                for (tgt, w) in rows[gid as usize].deliver(d.rule, t, archives)? {
-                    ring[tgt as usize] += w;
-                }
+                rows[gid as usize].deliver_into(d.rule, t, archives, ring)?;
                 let ring = &mut ring_ex.row_mut(arrival)[..len];
                 for tgt in stat {
                     ring[tgt as usize] += 1;

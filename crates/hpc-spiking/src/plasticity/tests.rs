@@ -686,3 +686,115 @@ fn targets_in_any_order_are_delivered_as_connected() {
     let heap = shrunk.bytes() - std::mem::size_of::<StdpRow>();
     assert_eq!(heap, targets.len() * StdpRow::BYTES_PER_SYNAPSE + 4 * 4);
 }
+
+/// Sources of one delay firing in the same steps read each target's `K-` from
+/// its per-step cache and the lags from the memo: every weight must still be
+/// the all-to-all reference's, and `deliver_into` must add exactly the
+/// weights that `deliver` answers.
+#[test]
+fn rows_of_one_delay_in_the_same_steps_match_the_reference() {
+    let p = StdpPlParams {
+        tau_plus: 15.0,
+        lambda: 0.1,
+        alpha: 0.0513,
+        mu: 0.4,
+    };
+    let r = StdpPlHom::new(p).unwrap();
+    let (tau_minus, d) = (30.0, 1.5);
+    // A 1 ms grid at high rates: sources often fire in the same step.
+    let coarse = |ts: Vec<f64>| -> Vec<f64> {
+        let mut out: Vec<f64> = ts.iter().map(|t| (t * 2.0).round()).collect();
+        out.retain(|&t| t > 0.0);
+        out.dedup();
+        out
+    };
+    let pres: Vec<Vec<f64>> = (0..6)
+        .map(|i| coarse(poisson(30 + i, 150.0, 1, 20_000)))
+        .collect();
+    let posts: Vec<Vec<f64>> = (0..3)
+        .map(|j| coarse(poisson(40 + j, 80.0, 1, 20_000)))
+        .collect();
+    let mut archives: Vec<PostArchive> = (0..3)
+        .map(|_| PostArchive::new(tau_minus, d).unwrap())
+        .collect();
+    let w0 = [45.0, 30.0, 60.0];
+    let mut rows: Vec<StdpRow> = (0..6).map(|_| StdpRow::new(d).unwrap()).collect();
+    for row in rows.iter_mut() {
+        for (j, &w) in w0.iter().enumerate() {
+            row.connect(j as u32, w, &mut archives).unwrap();
+        }
+    }
+    let mut events: Vec<(f64, usize)> = pres
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ts)| ts.iter().map(move |&t| (t, i)))
+        .collect();
+    events.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let mut next = [0usize; 3];
+    let mut got: Vec<Vec<[f64; 3]>> = vec![Vec::new(); 6];
+    let mut shared = 0;
+    for (k, &(t, i)) in events.iter().enumerate() {
+        for j in 0..3 {
+            while next[j] < posts[j].len() && posts[j][next[j]] <= t - d {
+                archives[j].record_post_spike(posts[j][next[j]]).unwrap();
+                next[j] += 1;
+            }
+        }
+        shared += usize::from(k > 0 && events[k - 1].0 == t);
+        // Half of the rows through deliver_into, onto an input that holds 1.
+        let w: Vec<f64> = if i % 2 == 0 {
+            let mut input = [1.0; 3];
+            rows[i]
+                .deliver_into(&r, t, &mut archives, &mut input)
+                .unwrap();
+            let w = rows[i].weights().to_vec();
+            assert_eq!(
+                input.to_vec(),
+                w.iter().map(|w| 1.0 + w).collect::<Vec<_>>()
+            );
+            w
+        } else {
+            rows[i]
+                .deliver(&r, t, &mut archives)
+                .unwrap()
+                .map(|(_, w)| w)
+                .collect()
+        };
+        got[i].push([w[0], w[1], w[2]]);
+    }
+    assert!(
+        shared > 100,
+        "only {shared} spikes shared a step with another"
+    );
+    for i in 0..6 {
+        for j in 0..3 {
+            let want = reference(&p, tau_minus, d, w0[j], &pres[i], &posts[j]);
+            let g: Vec<f64> = got[i].iter().map(|w| w[j]).collect();
+            assert_close(&g, &want, 1e-12, &format!("source {i} target {j}"));
+        }
+    }
+    // An input shorter than the targets is refused before anything changes.
+    let before = rows[0].weights().to_vec();
+    let t = rows[0].t_last() + 1.0;
+    assert_eq!(
+        rows[0].deliver_into(&r, t, &mut archives, &mut [0.0; 2]),
+        Err(ModelError::Target { target: 2, len: 2 })
+    );
+    assert_eq!(rows[0].weights(), &before[..]);
+}
+
+/// The cached `K-` of a time is cleared by a new spike and by a restore.
+#[test]
+fn the_cached_trace_follows_new_spikes_and_restores() {
+    let mut a = PostArchive::new(30.0, 1.5).unwrap();
+    let mut row = StdpRow::new(1.5).unwrap();
+    row.connect(0, 45.0, std::slice::from_mut(&mut a)).unwrap();
+    a.record_post_spike(1.0).unwrap();
+    assert_eq!(a.k_minus_before_cached(10.0), a.k_minus_before(10.0));
+    a.record_post_spike(4.0).unwrap();
+    let k = a.k_minus_before(10.0);
+    assert_eq!(a.k_minus_before_cached(10.0), k);
+    assert!(k > (-6.0f64 / 30.0).exp(), "{k}");
+    a.restore(0.0, 4.0, &[]).unwrap();
+    assert_eq!(a.k_minus_before_cached(10.0), 0.0);
+}
