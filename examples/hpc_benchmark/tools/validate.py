@@ -14,6 +14,14 @@ validation resumes where it stopped.
 
     validate.py --hpc-benchmark target/release/hpc_benchmark [--layers 2 3]
         [--scale 1] [--seeds-off 1 2 3] [--seeds-plastic 1 2 3 4 5]
+        [--before OLD_BINARY]
+
+With --before, each seed also runs an older build of ours (engine "before") in
+the same alternation (ours, before, NEST; the next seed before, ours, NEST), so
+that a change's speed is measured under the load NEST's runs saw too; its rows
+must give the same rate and weights as ours when the change keeps the results.
+The cost table at the end gives each engine's simulate CPU-seconds per
+biological second and the ratios.
 """
 import argparse
 import json
@@ -45,9 +53,9 @@ def run_child(cmd, cwd):
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
-def run_ours(a, seed, lam, work):
-    out = Path(work) / f"ours-{seed}-{lam}"
-    cmd = [a.hpc_benchmark, "--scale", str(a.scale), "--seed", str(seed), "--lambda", str(lam),
+def run_ours(a, seed, lam, work, binary=None, tag="ours"):
+    out = Path(work) / f"{tag}-{seed}-{lam}"
+    cmd = [binary or a.hpc_benchmark, "--scale", str(a.scale), "--seed", str(seed), "--lambda", str(lam),
            "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--no-spikes", "--quiet", "--out", str(out)]
     wall, cpu, _ = run_child(cmd, work)
@@ -57,6 +65,10 @@ def run_ours(a, seed, lam, work):
             "p95_pa": w["p95_pa"], "weights_from": "all", "build_s": s["build_s"],
             "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall, "cpu_s": cpu,
             "peak_rss": max(s["peak_rss_bytes"]), "bytes_per_syn": s["bytes_per_synapse"]}
+
+
+def run_before(a, seed, lam, work):
+    return run_ours(a, seed, lam, work, a.before, "before")
 
 
 def run_nest(a, seed, lam, work):
@@ -91,7 +103,7 @@ def get(a, rows, engine, seed, lam, work):
         if all(r.get(f) == v for f, v in k.items()):
             return r
     print(f"running {engine}, seed {seed}, lambda {lam}, scale {a.scale} ...", file=sys.stderr, flush=True)
-    res = (run_ours if engine == "ours" else run_nest)(a, seed, lam, work)
+    res = {"ours": run_ours, "before": run_before, "NEST": run_nest}[engine](a, seed, lam, work)
     res.update(k)
     res["load"] = os.getloadavg()[0]
     rows.append(res)
@@ -147,6 +159,7 @@ def main():
                    help="lambda = 0 rates for the runaway rule when layer 2 is not run")
     p.add_argument("--results", help="JSON-lines file of finished runs (appended, reused)")
     p.add_argument("--keep", help="directory for both engines' outputs (default: a temporary one)")
+    p.add_argument("--before", help="an older build of our binary, run beside ours on every seed")
     a = p.parse_args()
     if a.scale <= 0:
         p.error(f"--scale {a.scale}: must be above 0")
@@ -161,13 +174,20 @@ def main():
     done, status, baseline = [], 0, {}
     if a.baseline_hz:
         baseline = {"ours": a.baseline_hz[0], "NEST": a.baseline_hz[1]}
+    def engines(i):
+        if not a.before:
+            return ("ours", "NEST")
+        return ("ours", "before", "NEST") if i % 2 == 0 else ("before", "ours", "NEST")
+
     if 2 in a.layers:
-        off = [get(a, rows, e, s, 0.0, work) for s in a.seeds_off for e in ("ours", "NEST")]
+        off = [get(a, rows, e, s, 0.0, work) for i, s in enumerate(a.seeds_off) for e in engines(i)]
         done += off
         for e in ("ours", "NEST"):
             baseline[e] = statistics.mean(r["rate"] for r in off if r["engine"] == e)
+        if a.before:
+            baseline["before"] = statistics.mean(r["rate"] for r in off if r["engine"] == "before")
     if 3 in a.layers:
-        done += [get(a, rows, e, s, 0.1, work) for s in a.seeds_plastic for e in ("ours", "NEST")]
+        done += [get(a, rows, e, s, 0.1, work) for i, s in enumerate(a.seeds_plastic) for e in engines(i)]
     print(f"hpc_benchmark against NEST 3.10, scale {a.scale}, {a.t_presim:g} ms warm-up + {a.t_sim:g} ms, "
           "1 thread each; weight drift from 45.61 pA (NEST: the synapses of the first 100 E sources; ours: all)")
     table(done, baseline)
@@ -181,7 +201,7 @@ def main():
     if 3 in a.layers:
         print(f"\nlayer 3 (λ = 0.1, seeds {a.seeds_plastic}); runaway: rate > {RUNAWAY_FACTOR:g} x the engine's "
               "λ = 0 rate" + "".join(f", {e} {RUNAWAY_FACTOR * b:.1f} Hz" for e, b in baseline.items()))
-        for e in ("ours", "NEST"):
+        for e in ("ours", "before", "NEST"):
             plastic = [r for r in done if r["engine"] == e and r["lambda"] > 0]
             for reg in ("stable", "runaway", "?"):
                 sel = [r for r in plastic if regime(r, baseline) == reg]
@@ -189,7 +209,27 @@ def main():
                     print(f"  {e:4} {reg:7} {len(sel)}/{len(plastic)} seeds: rate {spread([r['rate'] for r in sel])} Hz, "
                           f"drift {spread([r['mean_pa'] - JE0 for r in sel])} pA, "
                           f"SD {spread([r['sd_pa'] for r in sel])} pA")
+    cost(done, a)
     return status
+
+
+def cost(done, a):
+    """Simulate CPU-seconds per biological second, per engine and lambda, and the ratios."""
+    bio = (a.t_presim + a.t_sim) / 1000
+    print(f"\nsimulate CPU-s per biological s (sum over the seeds' runs of {bio:g} s each; "
+          f"load average {min(r['load'] for r in done):.1f} to {max(r['load'] for r in done):.1f})")
+    for lam in sorted({r["lambda"] for r in done}):
+        per = {}
+        for e in ("ours", "before", "NEST"):
+            sel = [r for r in done if r["engine"] == e and r["lambda"] == lam]
+            if sel:
+                per[e] = (sum(r["sim_cpu_s"] for r in sel), len(sel))
+        line = ", ".join(f"{e} {c:.1f} CPU-s / {n} runs = {c / (n * bio):.2f}" for e, (c, n) in per.items())
+        ratios = [f"NEST / {e} {per['NEST'][0] / per[e][0]:.1f}x" for e in ("ours", "before")
+                  if e in per and "NEST" in per and per[e][0] > 0]
+        if "ours" in per and "before" in per and per["before"][0] > 0:
+            ratios.append(f"ours / before {per['ours'][0] / per['before'][0]:.2f}")
+        print(f"  λ = {lam:g}: {line}; " + ", ".join(ratios))
 
 
 if __name__ == "__main__":
