@@ -85,6 +85,18 @@
 //! validation checks. The trace `K+` and `t_last` are per row (16 bytes), an
 //! archived postsynaptic spike is 24 bytes.
 //!
+//! # Cost of a delivery
+//!
+//! [`StdpRow::deliver`] computes no value twice where it can tell that the
+//! argument is the same, and computes each by the same expression as above
+//! (so the weights do not change by a bit): `K-(t - d)` is kept in the target's
+//! archive for the last `t - d` asked (every row of delay `d` delivering a spike
+//! of the same step asks for the same one) until a spike is recorded; a target
+//! whose last spike is before the window skips the history; `exp` of a lag and
+//! `w^mu` are looked up by their argument's bits in a memo of the delivery (lags
+//! repeat because postsynaptic spikes fall on the steps of a grid; weights
+//! repeat while they are still the initial weight, and always with `lambda` 0).
+//!
 //! # Example: a small network with STDP
 //!
 //! ```
