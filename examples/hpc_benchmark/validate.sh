@@ -11,6 +11,7 @@
 #   examples/hpc_benchmark/validate.sh --layers 2           # plasticity off only (~8 min)
 #   examples/hpc_benchmark/validate.sh --results runs.jsonl # keep finished runs, resume
 #   examples/hpc_benchmark/validate.sh --scale 0.2 --seeds-plastic 1 2 3
+#   examples/hpc_benchmark/validate.sh --before OLD/hpc_benchmark   # an older build alternated too
 #
 # NEST needs about 5 GiB at scale 1 (ours about 1 GiB). NEST (3.10) comes,
 # through benches/nest-python.sh, from PyPI into a virtual environment at
