@@ -554,6 +554,15 @@ impl StdpRow {
                 let minus_dt = t_last - (archive.history[i].t + d);
                 v = rule.facilitate(v, k_plus * (minus_dt * rule.tau_plus_inv).exp());
             }
+            if !v.is_finite() {
+                return Err(ModelError::WeightOverflow {
+                    weight: v,
+                    from: *w,
+                    t: t_spike,
+                    lambda: rule.params.lambda,
+                    mu: rule.params.mu,
+                });
+            }
             *w = rule.depress(v, archive.k_minus_before(t2));
         }
         self.k_plus = k_plus * ((t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
