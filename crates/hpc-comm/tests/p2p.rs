@@ -344,6 +344,26 @@ fn length_mismatch(comm: &Comm, what: &str) {
         assert!(matches!(e, Error::CountMismatch { .. }), "{what}: {e}");
     }
     comm.barrier().unwrap();
+    // A message of another type whose bytes are no whole number of the
+    // receive's elements (17 bytes into two f64s, 16 bytes): named in bytes,
+    // not as "2 elements where the receive holds 2".
+    let odd = vec![7u8; 17];
+    let req = comm.isend(&odd[..], next, 11).unwrap();
+    let mut got = vec![-1.0f64; 2];
+    match comm.recv(&mut got, prev, 11) {
+        Err(e @ Error::CountMismatch { .. }) => {
+            let m = e.to_string();
+            // (MPI says only that it is longer than the receive's bytes.)
+            let mpi = format!("{:?}", comm.engine()).contains("Mpi");
+            assert!(
+                mpi || m.contains("17 bytes") && m.contains("8-byte"),
+                "{what}: {m}"
+            )
+        }
+        o => panic!("{what}: 17 bytes into two f64s: {o:?}"),
+    }
+    let _ = req.wait();
+    comm.barrier().unwrap();
     round_trip(comm, what);
 }
 

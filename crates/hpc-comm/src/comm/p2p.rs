@@ -82,12 +82,29 @@ impl Msg {
                 tag,
                 sent,
                 expected,
-            } => Error::MessageLength {
-                rank,
-                tag,
-                sent: sent / self.elem.max(1),
-                expected: expected / self.elem.max(1),
-            },
+            } => {
+                let elem = self.elem.max(1);
+                if sent % elem != 0 {
+                    // No whole number of the receive's elements (a message of
+                    // another type): counted in elements it would read as a
+                    // length that may even equal the receive's.
+                    return Error::CountMismatch {
+                        rank,
+                        detail: format!(
+                            "message with tag {tag} has {sent} bytes, not a whole number of \
+                             the receive's {elem}-byte elements (it holds {} bytes, {} elements)",
+                            expected,
+                            expected / elem
+                        ),
+                    };
+                }
+                Error::MessageLength {
+                    rank,
+                    tag,
+                    sent: sent / elem,
+                    expected: expected / elem,
+                }
+            }
             e => e,
         }
     }
