@@ -347,7 +347,7 @@ fn length_mismatch(comm: &Comm, what: &str) {
     // A message of another type whose bytes are no whole number of the
     // receive's elements (17 bytes into two f64s, 16 bytes): named in bytes,
     // not as "2 elements where the receive holds 2".
-    let odd = vec![7u8; 17];
+    let odd = [7u8; 17];
     let req = comm.isend(&odd[..], next, 11).unwrap();
     let mut got = vec![-1.0f64; 2];
     match comm.recv(&mut got, prev, 11) {

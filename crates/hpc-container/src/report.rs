@@ -163,7 +163,7 @@ impl Report {
         if let Some(c) = rt.confidence {
             let _ = write!(line, " ({c:?} evidence)");
         }
-        put(o, &format!("{}", line.to_lowercase_evidence()));
+        put(o, &line.to_lowercase_evidence());
         for ev in &rt.evidence {
             put(o, &format!("    - {}: {}", ev.source, ev.detail));
         }
@@ -304,7 +304,7 @@ impl Report {
             .map(|k| format!("{k:?}").to_lowercase())
             .collect();
         if kinds.is_empty() {
-            put(o, &format!("  no launcher (a single process)"));
+            put(o, "  no launcher (a single process)");
         } else {
             put(
                 o,
