@@ -60,7 +60,15 @@ fn weights_grown_beyond_the_finite_numbers_end_the_run_naming_the_rule() {
     let dir = tmpdir("weight-overflow");
     let out = dir.join("out");
     let o = Command::new(BIN)
-        .args(["--scale", "0.1", "--t-presim", "5", "--t-sim", "50", "--quiet"])
+        .args([
+            "--scale",
+            "0.1",
+            "--t-presim",
+            "5",
+            "--t-sim",
+            "50",
+            "--quiet",
+        ])
         .args(["--mu", "50", "--out"])
         .arg(&out)
         .output()
