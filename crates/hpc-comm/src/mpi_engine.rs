@@ -448,13 +448,7 @@ impl Pending {
                     waiting_for: Vec::new(),
                 });
             }
-            match backoff.pause() {
-                crate::backoff::Pause::Spin => std::hint::spin_loop(),
-                crate::backoff::Pause::Yield => std::thread::yield_now(),
-                crate::backoff::Pause::Sleep => {
-                    std::thread::sleep(std::time::Duration::from_micros(20))
-                }
-            }
+            backoff.rest(|_| std::time::Duration::from_micros(20));
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::{Driver, Job, Pending, Ticket};
-use crate::backoff::{Backoff, Pause};
+use crate::backoff::Backoff;
 use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
@@ -188,11 +188,7 @@ impl Host {
                 // budget, then yielding (the transport's reader thread may need this
                 // core), then at a gentler pace (a sleep costs its timer slack too,
                 // 50 µs by default).
-                match backoff.pause() {
-                    Pause::Spin => std::hint::spin_loop(),
-                    Pause::Yield => std::thread::yield_now(),
-                    Pause::Sleep => std::thread::sleep(POLL_SLEEP),
-                }
+                backoff.rest(|_| POLL_SLEEP);
             } else {
                 // Peers ring this doorbell when they push a descriptor.
                 board.wait_ring(self.rank, seen, spin, CHECK_EVERY);
