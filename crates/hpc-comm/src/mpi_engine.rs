@@ -194,7 +194,11 @@ impl MpiComm {
         let dtype = message_type(m.dtype);
         let elem = m.dtype.size();
         let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
-        let tag = m.tag.map_or(ffi::RSMPI_ANY_TAG, i32::from);
+        let tag = match m.tag {
+            Some(t) => i32::from(t),
+            // SAFETY: a constant MPI's library defines, read only.
+            None => unsafe { ffi::RSMPI_ANY_TAG },
+        };
         // SAFETY: the buffers are valid for their lengths until the request
         // completes (staged copies are owned by the `Pending`; a direct
         // buffer by a caller that waits, or an owned request that does).

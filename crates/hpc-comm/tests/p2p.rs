@@ -565,7 +565,9 @@ fn point_to_point_on_the_mpi_engine() {
     let exe = std::env::current_exe().unwrap();
     for (scenario, n, timeout) in [
         ("mpi_conformance", 1, "30"),
+        ("mpi_conformance", 2, "30"),
         ("mpi_conformance", 4, "30"),
+        ("mpi_conformance", 8, "30"),
         ("mpi_timeout", 2, "1"),
     ] {
         let t = Instant::now();
