@@ -68,6 +68,15 @@ fn child_entry() {
     };
     let world = World::init().unwrap();
     let spans = (0..world.size()).any(|r| !world.same_node(world.rank(), r));
+    if s == "dpu" {
+        let mut o = CommOptions::new(Engine::Proxy);
+        o.placement = Some(hpc_comm::Placement::Dpu);
+        let comm = Comm::with_options(&world, o).unwrap();
+        refuses(&comm, "DPU placement");
+        comm.barrier().unwrap();
+        eprintln!("{CHILD_OK} rank {} {s}", world.rank());
+        return;
+    }
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
@@ -77,7 +86,7 @@ fn child_entry() {
         let comm = Comm::with_options(&world, CommOptions::new(engine)).unwrap();
         if spans && engine == Engine::Proxy {
             // The Proxy engine's ranks have no network path of their own.
-            proxy_refuses_across_nodes(&comm);
+            refuses(&comm, "Proxy engine across nodes");
             comm.barrier().unwrap();
             continue;
         }
@@ -362,17 +371,18 @@ fn type_mismatch(comm: &Comm, what: &str) {
     req.wait().unwrap();
 }
 
-/// The Proxy engine across nodes refuses messages with a typed error that
-/// names it.
-fn proxy_refuses_across_nodes(comm: &Comm) {
+/// Where messages are not carried (the Proxy engine across nodes, the DPU
+/// placement), a send and a receive are refused with a typed error that
+/// names `where_`.
+fn refuses(comm: &Comm, where_: &str) {
     match comm.send(&[1.0f64][..], 0, 1) {
-        Err(Error::Unsupported(m)) => assert!(m.contains("Proxy engine across nodes"), "{m}"),
-        o => panic!("a message on the Proxy engine across nodes: {o:?}"),
+        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
+        o => panic!("a message on the {where_}: {o:?}"),
     }
     let mut b = [0.0f64];
     match comm.irecv(&mut b[..], Source::Any, ANY_TAG).map(|_| ()) {
-        Err(Error::Unsupported(m)) => assert!(m.contains("Proxy engine across nodes"), "{m}"),
-        o => panic!("a receive on the Proxy engine across nodes: {o:?}"),
+        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
+        o => panic!("a receive on the {where_}: {o:?}"),
     }
 }
 
@@ -546,6 +556,11 @@ fn point_to_point_across_nodes() {
     // (the Proxy engine refuses).
     run("nodes", 3, 2, 30);
     run("nodes", 5, 3, 30);
+}
+
+#[test]
+fn the_dpu_placement_refuses_messages() {
+    run("dpu", 2, 1, 30);
 }
 
 #[test]
