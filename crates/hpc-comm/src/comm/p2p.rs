@@ -209,11 +209,7 @@ impl Comm {
                 region: Region::recv(0, recv.len()),
                 tag,
             };
-            let want = Want {
-                source: msg.peer,
-                tag: (!any_tag).then_some(msg.tag),
-                kind: tag,
-            };
+            let want = Want::new(msg.peer, (!any_tag).then_some(msg.tag), tag);
             (step, Some(want))
         };
         let sched = one_step(self, step, send.len(), recv.len());

@@ -109,12 +109,49 @@ pub(crate) fn p2p_type_name(tag: u32) -> &'static str {
 /// polled; the message it matches is the earliest announced of those that
 /// fit (MPI's non-overtaking rule, across tags too), and one of another
 /// element type fails it with [`Error::MessageType`].
+///
+/// Twelve bytes, so that every operation's state (collectives' too) grows
+/// by four over the `Option<u32>` it replaced.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Want {
-    pub source: Option<usize>,
-    pub tag: Option<u16>,
-    /// [`p2p_tag`] of the receive's element type (its user tag bits unused).
-    pub kind: u32,
+    /// The source; [`Want::ANY_SOURCE`]: any.
+    source: u32,
+    tag: Option<u16>,
+    /// The element type's bits of its [`p2p_tag`].
+    kind: u16,
+}
+
+impl Want {
+    const ANY_SOURCE: u32 = u32::MAX;
+
+    /// A receive from `source` (`None`: any) of `tag` (`None`: any), whose
+    /// element type's [`p2p_tag`] is `kind`.
+    pub(crate) fn new(source: Option<usize>, tag: Option<u16>, kind: u32) -> Want {
+        Want {
+            // (A communicator has fewer ranks than a `u32` counts.)
+            source: source.map_or(Want::ANY_SOURCE, |s| {
+                u32::try_from(s).unwrap_or(Want::ANY_SOURCE - 1)
+            }),
+            tag,
+            kind: (kind >> 16) as u16,
+        }
+    }
+
+    /// The one source it takes messages from, if one.
+    fn source(&self) -> Option<usize> {
+        (self.source != Want::ANY_SOURCE).then_some(self.source as usize)
+    }
+
+    /// Whether it takes a message from `p` with schedule tag `t`, whatever
+    /// its element type.
+    fn fits(&self, p: usize, t: u32) -> bool {
+        self.source().is_none_or(|s| s == p) && self.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
+    }
+
+    /// Whether a message of schedule tag `t` is of its element type.
+    fn same_type(&self, t: u32) -> bool {
+        (t >> 16) as u16 == self.kind
+    }
 }
 
 /// Bytes of the header of a point-to-point message between nodes: its
@@ -280,7 +317,7 @@ impl Op {
             .map(|r| r.peer)
             .chain(d.m.open_sends().iter().map(|s| s.0))
             // A receive of one source that matched nothing yet waits for it.
-            .chain(d.want.and_then(|w| w.source))
+            .chain(d.want.and_then(|w| w.source()))
             .collect()
     }
 
@@ -759,11 +796,7 @@ impl Core {
     /// Whether one waits; a message of another element type is refused (its
     /// sender told, as for a size mismatch) and fails the receive.
     fn bind_p2p(&mut self, d: &mut OpData, want: Want) -> Result<bool, Error> {
-        let fits = |&(p, t): &(usize, u32)| {
-            want.source.is_none_or(|s| s == p)
-                && want.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
-        };
-        let Some(i) = self.p2p_order.iter().position(fits) else {
+        let Some(i) = self.p2p_order.iter().position(|&(p, t)| want.fits(p, t)) else {
             return Ok(false);
         };
         let Some((src, tag)) = self.p2p_order.remove(i) else {
@@ -775,7 +808,7 @@ impl Core {
             }
         }
         d.want = None;
-        if tag >> 16 != want.kind >> 16 {
+        if !want.same_type(tag) {
             let key = (src, tag64(P2P_SEQ, tag));
             let sent = self.matcher.peek(&key).map_or(0, |a| a.total());
             self.refuse(src, key.1, sent, d.sched.recv_bytes);
@@ -783,7 +816,7 @@ impl Core {
                 rank: src,
                 tag: tag as u16,
                 sent: p2p_type_name(tag),
-                expected: p2p_type_name(want.kind),
+                expected: p2p_type_name(u32::from(want.kind) << 16),
             });
         }
         Ok(true)
@@ -791,5 +824,31 @@ impl Core {
 
     fn is_remote(&self, peer: usize) -> bool {
         self.net.as_ref().is_some_and(|n| !n.local[peer])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_matches_by_source_tag_and_type() {
+        let f32_tag = p2p_tag(7, DataType::F32);
+        let i32_tag = p2p_tag(7, DataType::I32);
+        assert_ne!(f32_tag, i32_tag, "same size, other type");
+        assert_eq!(
+            (p2p_type_name(f32_tag), p2p_type_name(i32_tag)),
+            ("f32", "i32")
+        );
+        assert_eq!(p2p_type_name(7), "?");
+        let w = Want::new(Some(2), Some(7), i32_tag);
+        assert!(w.fits(2, f32_tag) && w.fits(2, i32_tag));
+        assert!(!w.fits(1, i32_tag) && !w.fits(2, p2p_tag(8, DataType::I32)));
+        assert!(w.same_type(i32_tag) && !w.same_type(f32_tag));
+        assert_eq!(w.source(), Some(2));
+        let any = Want::new(None, None, i32_tag);
+        assert!(any.fits(0, p2p_tag(65534, DataType::U8)) && any.source().is_none());
+        // Every operation carries one: it stays small.
+        assert_eq!(std::mem::size_of::<Option<Want>>(), 12);
     }
 }
