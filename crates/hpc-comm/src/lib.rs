@@ -122,7 +122,7 @@ pub mod fuzz {
 pub use buf::{Buf, BufMut, Elem};
 pub use comm::{
     remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedRequest, OwnedSend,
-    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag,
+    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag, ANY_TAG,
     DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
 };
 pub use error::{Error, Result};

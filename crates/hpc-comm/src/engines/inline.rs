@@ -107,17 +107,18 @@ impl Host {
     }
 
     /// Starts a point-to-point operation: `sched` (one send or one receive,
-    /// under [`P2P_SEQ`](crate::executor::P2P_SEQ)) on `bufs`; `any_tag`: a
-    /// receive from any source, with that tag.
+    /// under [`P2P_SEQ`](crate::executor::P2P_SEQ)) on `bufs`; `want`: for
+    /// a receive, the messages it takes (the earliest of them).
     pub(crate) fn start_p2p(
         &self,
         sched: hpc_collectives::Schedule,
         bufs: Buffers,
-        any_tag: Option<u32>,
+        want: Option<crate::executor::Want>,
     ) -> Result<Ticket> {
         let op = Op::new(crate::executor::P2P_SEQ, sched, bufs);
-        if let Some(tag) = any_tag {
-            op.take_any_source(tag);
+        if let Some(w) = want {
+            op.take_first(w);
+            lock(&self.shared.core).open_inbox()?;
         }
         self.submit(&op)?;
         Ok(op)
@@ -341,8 +342,8 @@ impl Pending for Op {
         self.fail(Error::Stopped("cancelled"));
     }
 
-    fn recv_source(&self) -> Option<usize> {
-        Op::recv_source(self)
+    fn matched(&self) -> Option<(usize, u16)> {
+        Op::matched(self)
     }
 }
 
