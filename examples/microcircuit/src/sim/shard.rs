@@ -397,12 +397,17 @@ mod tests {
     use crate::rng::{below, key, Purpose, Stream};
     use rand::RngCore;
 
+    /// Per source: (delay, population, target, weight) of each synapse.
+    type Rows = Vec<Vec<(u32, u32, u32, u32)>>;
+
     /// A shard of `len` neurons in two populations (the first larger than
     /// several blocks) whose sources' rows hold random groups of delays 1 to 3.
-    fn shard(len: u32, pop0: u32, sources: usize) -> (Shard, Vec<Vec<(u32, u32, u32, u32)>>) {
+    fn shard(len: u32, pop0: u32, sources: usize) -> (Shard, Rows) {
         let mut rng = Stream::new(key(9, Purpose::Wiring, 1, 2));
-        let mut conn = Conn::default();
-        conn.pop_base = [0, pop0, len, len, len, len, len, len];
+        let mut conn = Conn {
+            pop_base: [0, pop0, len, len, len, len, len, len],
+            ..Conn::default()
+        };
         conn.row.push(0);
         conn.grp.push(0);
         // Per source: (delay, population, target, weight) of each synapse.
