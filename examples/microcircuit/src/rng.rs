@@ -86,15 +86,7 @@ pub struct Poisson32 {
     thresholds: Vec<u64>,
     /// Per cell of 2^20 uniforms: the answer, or 0x80 | the smallest candidate.
     guide: Box<[u8; 4096]>,
-    /// `thresholds[k] - 1` of every threshold a 32-bit uniform can reach,
-    /// padded with `u32::MAX`: the sample for `x` is how many are below `x`
-    /// ([`Poisson32::count`]). `None` where more than [`COUNTED`] would be needed
-    /// or a threshold is 0 (means above about 4).
-    below: Option<[u32; COUNTED]>,
 }
-
-/// Most thresholds [`Poisson32::count`] compares against.
-pub const COUNTED: usize = 32;
 
 impl Poisson32 {
     /// The table for mean `lambda` (0 <= lambda <= 50; the model refuses more).
@@ -114,43 +106,7 @@ impl Poisson32 {
             assert!(k1 < 0x80, "Poisson32 supports means up to about 100");
             *g = if k0 == k1 { k0 as u8 } else { 0x80 | k0 as u8 };
         }
-        let reach: Vec<u64> = thresholds
-            .iter()
-            .copied()
-            .filter(|&t| t <= u32::MAX as u64)
-            .collect();
-        let below = (reach.len() <= COUNTED && reach.iter().all(|&t| t > 0)).then(|| {
-            let mut b = [u32::MAX; COUNTED];
-            for (b, &t) in b.iter_mut().zip(&reach) {
-                *b = (t - 1) as u32;
-            }
-            b
-        });
-        Poisson32 {
-            thresholds,
-            guide,
-            below,
-        }
-    }
-
-    /// The thresholds [`Poisson32::count`] compares against, and how many of
-    /// them are not padding; `None` for a table too long to count.
-    #[inline(always)]
-    pub fn counted(&self) -> Option<(&[u32; COUNTED], usize)> {
-        let b = self.below.as_ref()?;
-        Some((b, b.iter().take_while(|&&t| t != u32::MAX).count()))
-    }
-
-    /// The sample for `x` without a branch: how many of the first `N`
-    /// thresholds of [`Poisson32::counted`] are below `x` (as
-    /// [`Poisson32::sample`] where those `N` hold every reachable threshold).
-    #[inline(always)]
-    pub fn count<const N: usize>(below: &[u32; COUNTED], x: u32) -> u32 {
-        let mut k = 0;
-        for &t in &below[..N] {
-            k += (x > t) as u32;
-        }
-        k
+        Poisson32 { thresholds, guide }
     }
 
     /// The sample for the 32-bit uniform `x`.
@@ -223,45 +179,6 @@ mod tests {
                         let x = x as u32;
                         assert_eq!(b.sample(x), a.sample((x as u64) << 32));
                     }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn counting_answers_as_the_guide() {
-        for lambda in [0.0, 0.128, 1.28, 2.32, 3.5, 9.5] {
-            let b = Poisson32::new(lambda);
-            let Some((below, n)) = b.counted() else {
-                assert!(lambda > 4.0, "lambda {lambda} should be counted");
-                continue;
-            };
-            assert!(n <= COUNTED);
-            let mut s = Stream::new(key(4, Purpose::Background, 1, 2));
-            let mut xs: Vec<u32> = (0..200_000)
-                .map(|_| rand::RngCore::next_u32(&mut s))
-                .collect();
-            xs.extend([0, 1, u32::MAX - 1, u32::MAX]);
-            for &t in &b.thresholds {
-                for x in [t.saturating_sub(1), t, t + 1] {
-                    if x <= u32::MAX as u64 {
-                        xs.push(x as u32);
-                    }
-                }
-            }
-            for x in xs {
-                let want = b.sample(x);
-                assert_eq!(
-                    Poisson32::count::<COUNTED>(below, x),
-                    want,
-                    "lambda {lambda}, x {x}"
-                );
-                if n <= 16 {
-                    assert_eq!(
-                        Poisson32::count::<16>(below, x),
-                        want,
-                        "lambda {lambda}, x {x}"
-                    );
                 }
             }
         }

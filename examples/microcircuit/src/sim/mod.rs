@@ -170,7 +170,6 @@ impl<'a> Simulation<'a> {
                             (model.max_delay as usize + 1).next_power_of_two()
                         ],
                         spare: Vec::new(),
-                        work: Default::default(),
                         spikes: Vec::with_capacity(len.min(1 << 14)),
                         events: 0,
                     }

@@ -2,7 +2,7 @@
 
 use crate::network::{Conn, COUNT_BITS, COUNT_MAX};
 use crate::params::NPOP;
-use crate::rng::{draw, key, Poisson32, Purpose, COUNTED};
+use crate::rng::{draw, key, Poisson32, Purpose};
 
 /// Constants of the update.
 #[derive(Clone, Copy, Debug)]
@@ -53,19 +53,6 @@ pub(super) struct Active {
     pub(super) t0: u64,
 }
 
-/// A group due in the current step: its synapses in `syn` and their sign.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Work {
-    /// Position in `syn` of the synapses not yet delivered.
-    pos: u32,
-    /// How many are left, with the inhibitory flag in bit 31.
-    cnt: u32,
-}
-
-/// Neurons per block of a step's adds: 16 KiB of `input`, half of L1, so that
-/// the synapses streaming through keep their room.
-const BLOCK: usize = 4096;
-
 pub(super) struct Shard {
     pub(super) first: u32,
     pub(super) len: u32,
@@ -80,8 +67,6 @@ pub(super) struct Shard {
     pub(super) calendar: Vec<Vec<Active>>,
     /// A spare slot, swapped with the one being delivered.
     pub(super) spare: Vec<Active>,
-    /// The groups due in the current step, by target population.
-    pub(super) work: [Vec<Work>; NPOP],
     pub(super) spikes: Vec<u32>,
     pub(super) events: u64,
 }
@@ -114,27 +99,21 @@ impl Shard {
 
     /// Adds the input of every group due in step `u` to `input`, and files each
     /// spike under the step of its next group.
-    ///
-    /// In two passes, so that the adds stay in L1: the first walks the spikes
-    /// due and notes each group in the work list of its target population; the
-    /// second delivers population by population, and a population whose inputs
-    /// exceed [`BLOCK`] neurons block by block (a group's targets ascend, so
-    /// each block takes the next run of every group). The sums are integers:
-    /// the order of the adds changes no bit.
     pub(super) fn deliver(&mut self, u: u64) {
-        let groups = &self.conn.groups;
+        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.pop_base);
+        let input = &mut self.input[..];
         let mask = self.calendar.len() - 1;
         // The next step's spikes: fetch their groups and first synapses into cache
         // while this step delivers and updates.
         for a in &self.calendar[(u + 1) as usize & mask] {
             prefetch(&groups[a.g as usize]);
-            prefetch(&self.conn.syn[a.pos as usize]);
+            prefetch(&syn[a.pos as usize]);
         }
         let mut due = std::mem::take(&mut self.spare);
         std::mem::swap(&mut due, &mut self.calendar[u as usize & mask]);
+        let mut events = 0u64;
         for mut a in due.drain(..) {
             let age = (u - a.t0) as u32;
-            let neg = (a.neg as u32) << 31;
             while a.g < a.gend {
                 let gr = groups[a.g as usize];
                 let d = gr >> 24;
@@ -143,10 +122,19 @@ impl Shard {
                 }
                 debug_assert_eq!(d, age, "a group was not delivered in its step");
                 let cnt = gr & COUNT_MAX;
-                self.work[((gr >> COUNT_BITS) & 7) as usize].push(Work {
-                    pos: a.pos,
-                    cnt: cnt | neg,
-                });
+                let b = base[((gr >> COUNT_BITS) & 7) as usize] as usize;
+                let tg = &mut input[b..];
+                let ws = &syn[a.pos as usize..(a.pos + cnt) as usize];
+                if a.neg {
+                    for &w in ws {
+                        tg[(w & 0xFFFF) as usize] -= (w >> 16) as i32;
+                    }
+                } else {
+                    for &w in ws {
+                        tg[(w & 0xFFFF) as usize] += (w >> 16) as i32;
+                    }
+                }
+                events += cnt as u64;
                 a.pos += cnt;
                 a.g += 1;
             }
@@ -156,46 +144,7 @@ impl Shard {
             }
         }
         self.spare = due;
-        let ends = self.pop_ends();
-        let (syn, base) = (&self.conn.syn[..], &self.conn.pop_base);
-        let mut events = 0u64;
-        for (pop, work) in self.work.iter_mut().enumerate() {
-            if work.is_empty() {
-                continue;
-            }
-            let (b, e) = (base[pop] as usize, ends[pop] as usize);
-            let tg = &mut self.input[b..];
-            let blocks = e.saturating_sub(b).div_ceil(BLOCK).max(1);
-            for k in 1..=blocks {
-                // Targets below `lim` (all that are left in the last block).
-                let lim = if k == blocks {
-                    u32::MAX
-                } else {
-                    (k * BLOCK) as u32
-                };
-                for w in work.iter_mut() {
-                    let (pos, cnt) = (w.pos as usize, (w.cnt & COUNT_MAX) as usize);
-                    let ws = &syn[pos..pos + cnt];
-                    let n = if k == blocks {
-                        cnt
-                    } else {
-                        ws.partition_point(|&x| x & 0xFFFF < lim)
-                    };
-                    add(tg, &ws[..n], w.cnt >> 31 != 0);
-                    w.pos += n as u32;
-                    w.cnt -= n as u32;
-                    events += n as u64;
-                }
-            }
-            work.clear();
-        }
         self.events += events;
-    }
-
-    /// The end (exclusive) of each population's neurons in the shard.
-    fn pop_ends(&self) -> [u32; NPOP] {
-        let base = &self.conn.pop_base;
-        std::array::from_fn(|p| if p + 1 < NPOP { base[p + 1] } else { self.len })
     }
 
     /// Updates step `u` (`s`-th of its interval), appending spike codes to `spikes`.
@@ -241,9 +190,13 @@ impl Shard {
     fn update_body(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
         let code0 = s << d.gid_bits;
         let bg_key = key(d.bg_key, Purpose::Background, u, 0);
-        let ends = self.pop_ends();
         for pop in 0..NPOP {
-            let (a, b) = (self.conn.pop_base[pop] as usize, ends[pop] as usize);
+            let a = self.conn.pop_base[pop] as usize;
+            let b = if pop + 1 < NPOP {
+                self.conn.pop_base[pop + 1] as usize
+            } else {
+                self.len as usize
+            };
             if a >= b {
                 continue;
             }
@@ -253,6 +206,7 @@ impl Shard {
             let (theta, v_reset, ref_steps) = (d.theta, d.v_reset, d.ref_steps);
             // In chunks that stay in L1: the background counts of a chunk, then
             // its neurons.
+            const CHUNK: usize = 512;
             let mut ext = [0.0f64; CHUNK];
             let mut c0 = a;
             while c0 < b {
@@ -300,49 +254,12 @@ impl Shard {
     }
 }
 
-/// Neurons per chunk of the update: their background counts stay in L1 until
-/// their update reads them.
-const CHUNK: usize = 512;
-
-/// The background counts of the neurons `gid0..gid0 + out.len()` (at most
-/// [`CHUNK`]) in step key `bg_key`: one 64-bit draw per pair of neurons (2k,
-/// 2k + 1), the even one taking the low 32 bits and the odd one the high 32, as
-/// uniforms of 32-bit resolution for the table's inverse. Where the table is
-/// short (the microcircuit's means, about 0.1 to 2.3), the inverse counts the
-/// thresholds below each uniform, without a branch, many neurons per
-/// instruction; it gives the guide table's samples.
+/// The background counts of the neurons `gid0..gid0 + out.len()` in step key
+/// `bg_key`: one 64-bit draw per pair of neurons (2k, 2k + 1), the even one
+/// taking the low 32 bits and the odd one the high 32, as uniforms of 32-bit
+/// resolution for the table's inverse.
 #[inline(always)]
 pub(super) fn background(table: &Poisson32, bg_key: u64, gid0: u64, out: &mut [f64]) {
-    match table.counted() {
-        Some((below, n)) if n <= 16 => counted::<16>(below, bg_key, gid0, out),
-        Some((below, _)) => counted::<COUNTED>(below, bg_key, gid0, out),
-        None => guided(table, bg_key, gid0, out),
-    }
-}
-
-/// [`background`] by counting the first `N` thresholds of `below`.
-#[inline(always)]
-fn counted<const N: usize>(below: &[u32; COUNTED], bg_key: u64, gid0: u64, out: &mut [f64]) {
-    // The uniforms of pair j at 2j (low half) and 2j + 1 (high half), so that
-    // neuron gid0 + i reads position (gid0 & 1) + i.
-    let mut x = [0u32; CHUNK + 2];
-    let (p0, off, n) = (gid0 >> 1, (gid0 & 1) as usize, out.len());
-    for (j, x) in x[..(off + n).div_ceil(2) * 2]
-        .chunks_exact_mut(2)
-        .enumerate()
-    {
-        let h = draw(bg_key, p0 + j as u64);
-        x[0] = h as u32;
-        x[1] = (h >> 32) as u32;
-    }
-    for (o, &xi) in out.iter_mut().zip(&x[off..off + n]) {
-        *o = Poisson32::count::<N>(below, xi) as f64;
-    }
-}
-
-/// [`background`] through the table's guide.
-#[inline(always)]
-fn guided(table: &Poisson32, bg_key: u64, gid0: u64, out: &mut [f64]) {
     let n = out.len();
     let lo = |h: u64| table.sample(h as u32) as f64;
     let hi = |h: u64| table.sample((h >> 32) as u32) as f64;
@@ -362,21 +279,6 @@ fn guided(table: &Poisson32, bg_key: u64, gid0: u64, out: &mut [f64]) {
     }
 }
 
-/// Adds the synapses `ws` (target index in the low 16 bits of each, weight in
-/// quanta in the high 16) into `tg`, subtracted if `neg`.
-#[inline(always)]
-fn add(tg: &mut [i32], ws: &[u32], neg: bool) {
-    if neg {
-        for &w in ws {
-            tg[(w & 0xFFFF) as usize] -= (w >> 16) as i32;
-        }
-    } else {
-        for &w in ws {
-            tg[(w & 0xFFFF) as usize] += (w >> 16) as i32;
-        }
-    }
-}
-
 /// Hints the processor to bring `x`'s cache line into L2.
 #[inline(always)]
 pub(super) fn prefetch<T>(x: &T) {
@@ -389,116 +291,4 @@ pub(super) fn prefetch<T>(x: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rng::{below, key, Purpose, Stream};
-    use rand::RngCore;
-
-    /// Per source: (delay, population, target, weight) of each synapse.
-    type Rows = Vec<Vec<(u32, u32, u32, u32)>>;
-
-    /// A shard of `len` neurons in two populations (the first larger than
-    /// several blocks) whose sources' rows hold random groups of delays 1 to 3.
-    fn shard(len: u32, pop0: u32, sources: usize) -> (Shard, Rows) {
-        let mut rng = Stream::new(key(9, Purpose::Wiring, 1, 2));
-        let mut conn = Conn {
-            pop_base: [0, pop0, len, len, len, len, len, len],
-            ..Conn::default()
-        };
-        conn.row.push(0);
-        conn.grp.push(0);
-        // Per source: (delay, population, target, weight) of each synapse.
-        let mut all = Vec::new();
-        for _ in 0..sources {
-            let mut mine = Vec::new();
-            for d in 1..=3u32 {
-                for pop in 0..2u32 {
-                    let n = if pop == 0 { pop0 } else { len - pop0 };
-                    let cnt = below(rng.next_u64(), 300);
-                    let mut ts: Vec<u32> = (0..cnt).map(|_| below(rng.next_u64(), n)).collect();
-                    ts.sort_unstable();
-                    if cnt > 0 {
-                        conn.groups.push(d << 24 | pop << COUNT_BITS | cnt);
-                    }
-                    for t in ts {
-                        let w = 1 + below(rng.next_u64(), 60_000);
-                        conn.syn.push(w << 16 | t);
-                        mine.push((d, pop, t, w));
-                    }
-                }
-            }
-            conn.row.push(conn.syn.len() as u32);
-            conn.grp.push(conn.groups.len() as u32);
-            all.push(mine);
-        }
-        let sh = Shard {
-            first: 0,
-            len,
-            conn,
-            v: vec![0.0; len as usize],
-            isyn: vec![0.0; len as usize],
-            refr: vec![0; len as usize],
-            input: vec![0; len as usize],
-            calendar: vec![Vec::new(); 4],
-            spare: Vec::new(),
-            work: Default::default(),
-            spikes: Vec::new(),
-            events: 0,
-        };
-        (sh, all)
-    }
-
-    #[test]
-    fn blocked_delivery_adds_what_every_synapse_carries() {
-        let (len, pop0, sources) = (3 * BLOCK as u32 + 1234, 2 * BLOCK as u32 + 77, 40);
-        let (mut sh, all) = shard(len, pop0, sources);
-        for s in 0..sources {
-            sh.activate(s as u32, 0, 0, s % 3 == 0);
-        }
-        let mut events = 0;
-        for u in 1..=3u32 {
-            let mut want = vec![0i64; len as usize];
-            for (s, mine) in all.iter().enumerate() {
-                for &(d, pop, t, w) in mine {
-                    if d == u {
-                        let i = (sh.conn.pop_base[pop as usize] + t) as usize;
-                        want[i] += if s % 3 == 0 { -(w as i64) } else { w as i64 };
-                        events += 1;
-                    }
-                }
-            }
-            sh.input.iter_mut().for_each(|x| *x = 0);
-            sh.deliver(u as u64);
-            let got: Vec<i64> = sh.input.iter().map(|&x| x as i64).collect();
-            assert!(got == want, "step {u}: the adds differ");
-            assert_eq!(sh.events, events);
-        }
-        assert!(sh.calendar.iter().all(Vec::is_empty));
-        assert!(sh.work.iter().all(Vec::is_empty));
-    }
-
-    #[test]
-    fn counted_background_is_the_guided_one() {
-        for lambda in [0.128, 1.28, 2.32, 3.5] {
-            let t = Poisson32::new(lambda);
-            assert!(t.counted().is_some(), "lambda {lambda}");
-            for (gid0, n) in [
-                (0, CHUNK),
-                (1, CHUNK),
-                (7, 1),
-                (8, 0),
-                (1001, 300),
-                (64, 513 - 1),
-            ] {
-                let k = key(5, Purpose::Background, 9, 0);
-                let (mut a, mut b) = (vec![-1.0; n], vec![-2.0; n]);
-                background(&t, k, gid0, &mut a);
-                guided(&t, k, gid0, &mut b);
-                assert_eq!(a, b, "lambda {lambda}, gid0 {gid0}, n {n}");
-            }
-        }
-    }
 }
