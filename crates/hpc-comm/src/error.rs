@@ -173,7 +173,7 @@ fn peer_phrase(what: &str, peer: Option<usize>) -> String {
 
 /// "tag 7", "any tag".
 fn tag_phrase(tag: u16) -> String {
-    if tag == crate::ANY_TAG {
+    if tag == crate::tag::ANY_TAG {
         "any tag".into()
     } else {
         format!("tag {tag}")
@@ -226,7 +226,7 @@ mod tests {
         let any = Error::MessageTimeout {
             what: "receive",
             peer: None,
-            tag: crate::ANY_TAG,
+            tag: crate::tag::ANY_TAG,
             after: Duration::from_secs(2),
         };
         assert!(

@@ -53,6 +53,7 @@ mod regbuf;
 pub mod shm;
 mod spans;
 mod sync;
+mod tag;
 
 /// Entry points for fuzzing what the proxy reads from a rank's memory: each
 /// takes arbitrary bytes and returns a `Result`, never panicking.

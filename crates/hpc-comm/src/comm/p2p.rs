@@ -25,14 +25,7 @@ use crate::error::{Error, Result};
 use crate::executor::{p2p_tag, Buffers, Want};
 use crate::job::Stage;
 
-/// A message's tag: messages match a receive only with the same tag (or a
-/// receive of [`ANY_TAG`]).
-pub type Tag = u16;
-
-/// The tag of a receive that takes a message of any tag (MPI's
-/// `MPI_ANY_TAG`; the tag that came is in its [`Status`]). A send may not
-/// use it: tags of messages are `0..ANY_TAG`.
-pub const ANY_TAG: Tag = Tag::MAX;
+pub use crate::tag::{Tag, ANY_TAG};
 
 /// Where a receive takes its message from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
