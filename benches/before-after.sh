@@ -65,18 +65,15 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 echo
 echo "## 2. overlap, 2 ranks (overlap $OVERLAP_OPTS) and 3. shm latency (transport --iters $TRANSPORT_ITERS --latency-only)"
-r=0
-while [ "$r" -lt "$R" ]; do
-    r=$((r + 1))
-    if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
-    for side in $order; do
-        if [ "$side" = A ]; then D="$WORK/bin-$A_REV"; else D="$WORK/bin-$B_REV"; fi
-        # shellcheck disable=SC2086
-        "$D/hpc" run -n 2 -- "$D/overlap" $OVERLAP_OPTS > "$OUT/ov-$side-$r.txt"
-        "$D/transport" --iters "$TRANSPORT_ITERS" --rounds 1 --latency-only > "$OUT/tr-$side-$r.txt"
-    done
-    echo "# round $r of $R done, load $(cut -d' ' -f1 /proc/loadavg)"
-done
+# side ROUND SIDE: one round's overlap and latency runs of one side.
+side() {
+    if [ "$2" = A ]; then D="$WORK/bin-$A_REV"; else D="$WORK/bin-$B_REV"; fi
+    # shellcheck disable=SC2086
+    "$D/hpc" run -n 2 -- "$D/overlap" $OVERLAP_OPTS > "$OUT/ov-$2-$1.txt"
+    "$D/transport" --iters "$TRANSPORT_ITERS" --rounds 1 --latency-only > "$OUT/tr-$2-$1.txt"
+}
+. benches/abba.sh
+abba "$R" side A B
 python3 - "$OUT" "$R" <<'PY'
 import re, statistics as st, sys
 out, R = sys.argv[1], int(sys.argv[2])

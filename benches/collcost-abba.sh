@@ -35,19 +35,16 @@ echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
 echo "A: $A"
 echo "B: $B"
 echo "collcost $OPTS, $R rounds"
-r=0
-while [ "$r" -lt "$R" ]; do
-    r=$((r + 1))
-    if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
-    for side in $order; do
-        if [ "$side" = A ]; then D=$A; else D=$B; fi
-        for n in 1 2; do
-            # shellcheck disable=SC2086
-            "$D/hpc" run -n "$n" -- "$D/collcost" $OPTS > "$OUT/$side-$n-$r.txt"
-        done
+# side ROUND SIDE: one round of one build, 1 rank then 2 ranks.
+side() {
+    if [ "$2" = A ]; then D=$A; else D=$B; fi
+    for n in 1 2; do
+        # shellcheck disable=SC2086
+        "$D/hpc" run -n "$n" -- "$D/collcost" $OPTS > "$OUT/$2-$n-$1.txt"
     done
-    echo "# round $r of $R done, load $(cut -d' ' -f1 /proc/loadavg)"
-done
+}
+. "$(dirname "$0")/abba.sh"
+abba "$R" side A B
 python3 - "$OUT" "$R" <<'PY'
 import sys, re, statistics as st
 out, R = sys.argv[1], int(sys.argv[2])

@@ -26,19 +26,18 @@ if [ -z "${HPC:-}" ]; then
 fi
 [ -x "$HPC" ] || { echo "no hpc launcher: cargo build -p hpc-cli" >&2; exit 2; }
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $C"
-r=0
-while [ "$r" -lt "$R" ]; do
-    r=$((r + 1))
-    if [ $((r % 2)) = 1 ]; then order="host dpu dpu-reg"; else order="dpu-reg dpu host"; fi
-    for p in $order; do
-        echo "# round $r, placement $p"
-        reg=""
-        place=$p
-        if [ "$p" = dpu-reg ]; then reg="--registered"; place=dpu; fi
-        # shellcheck disable=SC2086
-        HPC_COLL_PROXY_PLACEMENT=$place HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
-            "$HPC" run -n "$N" -- "$C" --engine proxy \
-            --colls alltoall,allreduce --sizes 4096,65536,1048576 \
-            --batch "${BATCH:-5}" --batches "${BATCHES:-6}" $reg | sed "s/^/$p /"
-    done
-done
+# placement ROUND P: one round of placement P.
+placement() {
+    p=$2
+    echo "# round $1, placement $p"
+    reg=""
+    place=$p
+    if [ "$p" = dpu-reg ]; then reg="--registered"; place=dpu; fi
+    # shellcheck disable=SC2086
+    HPC_COLL_PROXY_PLACEMENT=$place HPC_PROXY_MIN=0 HPC_TIMEOUT=120 \
+        "$HPC" run -n "$N" -- "$C" --engine proxy \
+        --colls alltoall,allreduce --sizes 4096,65536,1048576 \
+        --batch "${BATCH:-5}" --batches "${BATCHES:-6}" $reg | sed "s/^/$p /"
+}
+. "$ROOT/benches/abba.sh"
+abba "$R" placement host dpu dpu-reg

@@ -47,17 +47,8 @@ N="${2:-2}"
 REPS="${3:-10}"
 BATCHES="${4:-4}"
 ROUNDS="${ROUNDS:-3}"
-: "${CARGO_TARGET_DIR:=target}"
-export CARGO_TARGET_DIR
-BIN="${BIN:-$CARGO_TARGET_DIR/release}"
-if command -v mpirun.openmpi >/dev/null 2>&1; then MPI=1; else MPI=0; fi
-if [ "${NO_BUILD:-0}" != 1 ]; then
-    if [ "$MPI" = 1 ]; then
-        cargo build --release -q -p hpc-cli -p hpc-example-fft3d --features hpc-example-fft3d/mpi
-    else
-        cargo build --release -q -p hpc-cli -p hpc-example-fft3d
-    fi
-fi
+RELEASE_PACKAGE=hpc-example-fft3d
+. benches/release.sh
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the mpi rows are skipped" >&2
 VARIANTS="blocking inline thread proxy proxy-all"
 [ "$MPI" = 1 ] && VARIANTS="$VARIANTS mpi mpi-block"

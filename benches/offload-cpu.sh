@@ -31,17 +31,8 @@ ITERS="${1:-50}"
 N="${2:-2}"
 ROUNDS="${ROUNDS:-2}"
 EXTRA="${EXTRA:-}"
-: "${CARGO_TARGET_DIR:=target}"
-export CARGO_TARGET_DIR
-BIN="${BIN:-$CARGO_TARGET_DIR/release}"
-if command -v mpirun.openmpi >/dev/null 2>&1; then MPI=1; else MPI=0; fi
-if [ "${NO_BUILD:-0}" != 1 ]; then
-    if [ "$MPI" = 1 ]; then
-        cargo build --release -q -p hpc-cli -p hpc-benches --features hpc-benches/mpi
-    else
-        cargo build --release -q -p hpc-cli -p hpc-benches
-    fi
-fi
+RELEASE_PACKAGE=hpc-benches
+. benches/release.sh
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the MPI_I* column is empty" >&2
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $N ranks, $ROUNDS rounds, $ITERS iterations${LAUNCH:+; launched by: $LAUNCH}"
 OUT=$(mktemp)

@@ -82,26 +82,32 @@ fn rust_components() -> Result<()> {
 }
 
 fn mdbook() -> Result<()> {
-    let ok = Command::new("mdbook")
-        .arg("--version")
+    // The server and file watcher are not needed to build and test the book; leaving
+    // them out halves the build.
+    let extra = ["--no-default-features", "--features", "search"];
+    pinned(
+        Command::new("mdbook").arg("--version"),
+        "mdbook",
+        MDBOOK_VERSION,
+        &extra,
+    )
+}
+
+/// `cargo install`s `krate` at `version` (with `extra` flags) unless `probe`, the
+/// tool's version command, already prints that version.
+fn pinned(probe: &mut Command, krate: &str, version: &str, extra: &[&str]) -> Result<()> {
+    let ok = probe
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains(MDBOOK_VERSION))
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(version))
         .unwrap_or(false);
     if ok {
         return Ok(());
     }
-    // The server and file watcher are not needed to build and test the book; leaving
-    // them out halves the build.
-    crate::run(crate::cargo().args([
-        "install",
-        "mdbook",
-        "--locked",
-        "--version",
-        MDBOOK_VERSION,
-        "--no-default-features",
-        "--features",
-        "search",
-    ]))
+    crate::run(
+        crate::cargo()
+            .args(["install", krate, "--locked", "--version", version])
+            .args(extra),
+    )
 }
 
 /// cargo-fuzz version the fuzz targets are run with.
@@ -109,21 +115,13 @@ pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// cargo-fuzz for `cargo xtask fuzz` (it runs on the nightly toolchain).
 fn cargo_fuzz() -> Result<()> {
-    let ok = Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains(CARGO_FUZZ_VERSION))
-        .unwrap_or(false);
-    if ok {
-        return Ok(());
-    }
-    crate::run(crate::cargo().args([
-        "install",
+    let probe = ["fuzz", "--version"];
+    pinned(
+        Command::new("cargo").args(probe),
         "cargo-fuzz",
-        "--locked",
-        "--version",
         CARGO_FUZZ_VERSION,
-    ]))
+        &[],
+    )
 }
 
 /// Whether `cargo SUBCOMMAND --version` runs (a cargo tool such as `nextest`).

@@ -124,8 +124,7 @@ fn an_empty_or_hostile_root_says_it_cannot_judge() {
 /// limit stays in bytes.
 #[test]
 fn open_files_limit_is_a_count_not_bytes() {
-    let dir = std::env::temp_dir().join(format!("hpc-doctor-nofile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = hpc_test_support::tmpdir("hpc-doctor-nofile", "");
     std::fs::create_dir_all(dir.join("root/proc/self")).unwrap();
     std::fs::write(
         dir.join("root/proc/self/limits"),
@@ -171,9 +170,7 @@ fn env_file_that_never_ends_is_refused_before_reading() {
 /// with that bound (the command once checked a bound of its own, 64 times larger).
 #[test]
 fn env_file_fifo_and_oversize_are_refused_by_the_one_bounded_read() {
-    let dir = std::env::temp_dir().join(format!("hpc-doctor-envfile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::tmpdir("hpc-doctor-envfile", "");
     let fifo = dir.join("fifo");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)

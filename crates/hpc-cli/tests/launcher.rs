@@ -563,9 +563,7 @@ fn a_broken_stdout_pipe_ends_the_job_with_141() {
 
 #[test]
 fn time_values_are_checked_before_anything_starts() {
-    let dir = std::env::temp_dir().join(format!("hpc-time-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::tmpdir("hpc-time", "");
     let touched = dir.join("started");
     let touch = format!("touch {}", touched.display());
     for (flag, value, needle) in [

@@ -172,9 +172,7 @@ fn hpc_bounded(args: &[&str], limit: std::time::Duration) -> Output {
 
 #[test]
 fn inputs_that_are_not_files_are_refused_without_hanging() {
-    let dir = std::env::temp_dir().join(format!("hpc-topo-input-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::tmpdir("hpc-topo-input", "");
     let fifo = dir.join("machine.xml");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo reads the NUL-terminated path we pass.

@@ -254,6 +254,49 @@ fn bad_trace_input_is_refused_naming_it() {
         &["absent.json"],
         &dir,
     );
+    // An output named as a directory not made yet (`new/`, `new/.`) is refused
+    // before the merge or the job, not after them.
+    std::fs::remove_file(&one).unwrap();
+    let r = ranks.to_str().unwrap();
+    for out in [format!("{d}/new/"), format!("{d}/new/.")] {
+        refused(
+            &["trace", "merge", r, "-o", &out],
+            &["-o", "names a directory"],
+            &dir,
+        );
+        refused(
+            &["run", "-n", "1", "--trace", &out, "--", "true"],
+            &["--trace", "names a directory"],
+            &dir,
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two jobs given the same `--trace FILE` at once: the second is refused at its
+/// start, naming the job holding FILE, instead of both writing it and the last
+/// to finish silently winning; the lock is gone after the first job.
+#[test]
+fn a_second_job_with_the_same_trace_file_is_refused() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "same-file");
+    let t = dir.join("t.json");
+    let ts = t.to_str().unwrap();
+    let mut first = Command::new(HPC)
+        .args(["run", "-n", "1", "--trace", ts, "--", "sleep", "3"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = dir.join(".t.json.lock");
+    let t0 = std::time::Instant::now();
+    while !lock.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = hpc(&["run", "-n", "1", "--trace", ts, "--", "true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is being written by hpc run, pid"), "{err}");
+    first.wait().unwrap();
+    assert!(!lock.exists(), "the lock file is left");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -49,7 +49,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
-use crate::op::{DataType, ReduceOp};
+use crate::op::{CustomOps, DataType, ReduceError, ReduceOp};
 use crate::schedule::{own_copy, BufferId, Region, Schedule, Step};
 
 /// What a message (or a piece of one) tells the interpreter.
@@ -147,6 +147,71 @@ impl Buffers {
             _ => unreachable!("the same buffer is handled above"),
         };
         Ok((&a[s], &mut b[d]))
+    }
+}
+
+/// Why a local step on [`Buffers`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocalError {
+    /// A region outside its buffer (or a copy's destination overlapping its
+    /// source, against the schedule contract).
+    #[error(transparent)]
+    OutOfBounds(#[from] OutOfBounds),
+    /// The reduction refused its operands.
+    #[error(transparent)]
+    Reduce(#[from] ReduceError),
+}
+
+/// A rank's [`Buffers`] as the interpreter's [`Memory`], reducing with the
+/// built-in operations and the custom ones of `custom`: the one memory of
+/// the drivers that hold the buffers themselves (the simulator, the DPU
+/// proxy's copies, the interpreter's tests). [`Buffers`] is this with no
+/// custom operation.
+#[derive(Debug)]
+pub struct Local<'a> {
+    /// The rank's buffers.
+    pub bufs: &'a mut Buffers,
+    /// The custom operations a reduction may name.
+    pub custom: &'a CustomOps,
+}
+
+impl Memory for Local<'_> {
+    type Error = LocalError;
+
+    fn copy(&mut self, src: Region, dst: Region) -> Result<(), LocalError> {
+        self.bufs.copy(src, dst)
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> Result<(), LocalError> {
+        let (from, to) = self.bufs.src_dst(src, dst)?;
+        Ok(self.custom.apply(op, dtype, from, to)?)
+    }
+}
+
+impl Memory for Buffers {
+    type Error = LocalError;
+
+    fn copy(&mut self, src: Region, dst: Region) -> Result<(), LocalError> {
+        let (from, to) = self.src_dst(src, dst)?;
+        to.copy_from_slice(from);
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        dtype: DataType,
+        src: Region,
+        dst: Region,
+    ) -> Result<(), LocalError> {
+        let (from, to) = self.src_dst(src, dst)?;
+        Ok(crate::op::apply_reduce(op, dtype, from, to)?)
     }
 }
 

@@ -24,8 +24,10 @@
 
 use std::collections::HashMap;
 
-use crate::interp::{Action, Buffers, InterpError, Machine, Matcher, Memory};
-use crate::op::{CustomOps, DataType, ReduceError, ReduceOp};
+use crate::interp::{
+    Action, Buffers, InterpError, Local, LocalError, Machine, Matcher, OutOfBounds,
+};
+use crate::op::{CustomOps, ReduceError};
 use crate::schedule::{BufferId, Region, Schedule, Step};
 
 /// One rank's user buffers.
@@ -294,36 +296,7 @@ struct Channel {
 /// Every region of a schedule lies in its buffer: [`check`] ran first.
 const CHECKED: &str = "regions were checked before the run";
 
-/// A rank's buffers as the interpreter's [`Memory`] (regions were checked
-/// by [`check`] before the run).
-struct SimMem<'a> {
-    st: &'a mut Buffers,
-    custom: &'a CustomOps,
-}
-
-impl Memory for SimMem<'_> {
-    type Error = ReduceError;
-
-    fn copy(&mut self, src: Region, dst: Region) -> Result<(), ReduceError> {
-        let data = self.st.read(src).expect(CHECKED).to_vec();
-        self.st.write(dst).expect(CHECKED).copy_from_slice(&data);
-        Ok(())
-    }
-
-    fn reduce(
-        &mut self,
-        op: ReduceOp,
-        dtype: DataType,
-        src: Region,
-        dst: Region,
-    ) -> Result<(), ReduceError> {
-        let data = self.st.read(src).expect(CHECKED).to_vec();
-        self.custom
-            .apply(op, dtype, &data, self.st.write(dst).expect(CHECKED))
-    }
-}
-
-/// Like [`run`], with a registry for [`ReduceOp::Custom`]
+/// Like [`run`], with a registry for [`ReduceOp::Custom`](crate::ReduceOp::Custom)
 /// operations, and returning [`Stats`].
 ///
 /// Each rank's schedule runs on an [`interp::Machine`](crate::interp::Machine),
@@ -385,8 +358,8 @@ pub fn run_with(
         };
         loop {
             let sched = &schedules[rank];
-            let mut mem = SimMem {
-                st: &mut ranks[rank],
+            let mut mem = Local {
+                bufs: &mut ranks[rank],
                 custom,
             };
             let m = &mut machines[rank];
@@ -405,11 +378,20 @@ pub fn run_with(
                         sent,
                         expected,
                     },
-                    InterpError::Memory(source) => SimError::Reduce {
+                    InterpError::Memory(LocalError::Reduce(source)) => SimError::Reduce {
                         rank,
                         round: m.round(),
                         source,
                     },
+                    // Not after `check`; named all the same.
+                    InterpError::Memory(LocalError::OutOfBounds(OutOfBounds(region))) => {
+                        SimError::OutOfBounds {
+                            rank,
+                            round: m.round(),
+                            region,
+                            buf_len: ranks[rank].buf(region.buf).len(),
+                        }
+                    }
                 })?;
             match action {
                 None => break,
@@ -489,6 +471,14 @@ mod tests {
         }
     }
 
+    fn send(peer: usize, region: Region, tag: u32) -> Step {
+        Step::Send { peer, region, tag }
+    }
+
+    fn recv(peer: usize, region: Region, tag: u32) -> Step {
+        Step::Recv { peer, region, tag }
+    }
+
     fn bufs(n: usize) -> Vec<RankBuffers> {
         (0..n)
             .map(|_| RankBuffers {
@@ -507,16 +497,8 @@ mod tests {
                     r,
                     2,
                     vec![
-                        vec![Step::Recv {
-                            peer: 1 - r,
-                            region: Region::recv(0, 4),
-                            tag: 0,
-                        }],
-                        vec![Step::Send {
-                            peer: 1 - r,
-                            region: Region::send(0, 4),
-                            tag: 0,
-                        }],
+                        vec![recv(1 - r, Region::recv(0, 4), 0)],
+                        vec![send(1 - r, Region::send(0, 4), 0)],
                     ],
                 )
             })
@@ -538,16 +520,8 @@ mod tests {
                     r,
                     2,
                     vec![
-                        vec![Step::Send {
-                            peer: 1 - r,
-                            region: Region::send(0, 4),
-                            tag: 0,
-                        }],
-                        vec![Step::Recv {
-                            peer: 1 - r,
-                            region: Region::recv(0, 4),
-                            tag: 0,
-                        }],
+                        vec![send(1 - r, Region::send(0, 4), 0)],
+                        vec![recv(1 - r, Region::recv(0, 4), 0)],
                     ],
                 )
             })
@@ -558,24 +532,8 @@ mod tests {
     #[test]
     fn detects_size_mismatch_and_tags() {
         let s = vec![
-            sched(
-                0,
-                2,
-                vec![vec![Step::Send {
-                    peer: 1,
-                    region: Region::send(0, 4),
-                    tag: 3,
-                }]],
-            ),
-            sched(
-                1,
-                2,
-                vec![vec![Step::Recv {
-                    peer: 0,
-                    region: Region::recv(0, 5),
-                    tag: 3,
-                }]],
-            ),
+            sched(0, 2, vec![vec![send(1, Region::send(0, 4), 3)]]),
+            sched(1, 2, vec![vec![recv(0, Region::recv(0, 5), 3)]]),
         ];
         assert_eq!(
             run(&s, bufs(2)).unwrap_err(),
@@ -589,24 +547,8 @@ mod tests {
         );
         // A different tag never matches.
         let s = vec![
-            sched(
-                0,
-                2,
-                vec![vec![Step::Send {
-                    peer: 1,
-                    region: Region::send(0, 4),
-                    tag: 3,
-                }]],
-            ),
-            sched(
-                1,
-                2,
-                vec![vec![Step::Recv {
-                    peer: 0,
-                    region: Region::recv(0, 4),
-                    tag: 4,
-                }]],
-            ),
+            sched(0, 2, vec![vec![send(1, Region::send(0, 4), 3)]]),
+            sched(1, 2, vec![vec![recv(0, Region::recv(0, 4), 4)]]),
         ];
         assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
     }
@@ -614,14 +556,7 @@ mod tests {
     #[test]
     fn static_checks() {
         let one = |steps| vec![sched(0, 2, vec![steps]), sched(1, 2, vec![])];
-        let e = run(
-            &one(vec![Step::Send {
-                peer: 0,
-                region: Region::send(0, 1),
-                tag: 0,
-            }]),
-            bufs(2),
-        );
+        let e = run(&one(vec![send(0, Region::send(0, 1), 0)]), bufs(2));
         assert!(matches!(e, Err(SimError::BadPeer { .. })));
         let e = run(
             &one(vec![Step::Copy {
@@ -674,32 +609,16 @@ mod tests {
                 0,
                 2,
                 vec![vec![
-                    Step::Send {
-                        peer: 1,
-                        region: Region::send(0, 2),
-                        tag: 0,
-                    },
-                    Step::Send {
-                        peer: 1,
-                        region: Region::recv(0, 2),
-                        tag: 0,
-                    },
+                    send(1, Region::send(0, 2), 0),
+                    send(1, Region::recv(0, 2), 0),
                 ]],
             ),
             sched(
                 1,
                 2,
                 vec![vec![
-                    Step::Recv {
-                        peer: 0,
-                        region: Region::recv(0, 2),
-                        tag: 0,
-                    },
-                    Step::Recv {
-                        peer: 0,
-                        region: Region::recv(2, 2),
-                        tag: 0,
-                    },
+                    recv(0, Region::recv(0, 2), 0),
+                    recv(0, Region::recv(2, 2), 0),
                 ]],
             ),
         ];

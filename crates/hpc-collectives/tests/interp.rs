@@ -3,7 +3,9 @@
 
 use std::collections::VecDeque;
 
-use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::interp::{
+    Action, Arrival, Buffers, InterpError, LocalError, Machine, Matcher, OutOfBounds,
+};
 use hpc_collectives::sim::{self, RankBuffers};
 use hpc_collectives::{
     Algorithm, BufferId, Collective, CollectiveKind, DataType, Options, ReduceOp, Region, Round,
@@ -39,69 +41,6 @@ impl Rng {
     }
 }
 
-/// A rank's buffers.
-struct Bufs {
-    send: Vec<u8>,
-    recv: Vec<u8>,
-    scratch: Vec<u8>,
-}
-
-impl Bufs {
-    fn buf(&mut self, b: BufferId) -> &mut Vec<u8> {
-        match b {
-            BufferId::Send => &mut self.send,
-            BufferId::Recv => &mut self.recv,
-            BufferId::Scratch => &mut self.scratch,
-        }
-    }
-
-    fn read(&mut self, r: Region) -> Vec<u8> {
-        self.buf(r.buf)[r.offset..r.end()].to_vec()
-    }
-}
-
-/// A memory that refuses a region past its buffer.
-#[derive(Debug, PartialEq, Eq)]
-struct OutOfBounds(Region);
-
-impl std::fmt::Display for OutOfBounds {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} out of bounds", self.0)
-    }
-}
-
-impl Memory for Bufs {
-    type Error = OutOfBounds;
-
-    fn copy(&mut self, src: Region, dst: Region) -> Result<(), OutOfBounds> {
-        for r in [src, dst] {
-            if r.end() > self.buf(r.buf).len() {
-                return Err(OutOfBounds(r));
-            }
-        }
-        let data = self.read(src);
-        self.buf(dst.buf)[dst.offset..dst.end()].copy_from_slice(&data);
-        Ok(())
-    }
-
-    fn reduce(
-        &mut self,
-        op: ReduceOp,
-        dtype: DataType,
-        src: Region,
-        dst: Region,
-    ) -> Result<(), OutOfBounds> {
-        let data = self.read(src);
-        hpc_collectives::apply_reduce(
-            op,
-            dtype,
-            &data,
-            &mut self.buf(dst.buf)[dst.offset..dst.end()],
-        )
-        .map_err(|_| OutOfBounds(dst))
-    }
-}
-
 type Key = (usize, usize, u32);
 
 /// Runs `scheds` with eager sends; messages travel as pieces of at most
@@ -113,13 +52,13 @@ fn run_shuffled(
     inputs: &[RankBuffers],
     piece: usize,
     seed: u64,
-) -> Result<Vec<Vec<u8>>, InterpError<OutOfBounds>> {
+) -> Result<Vec<Vec<u8>>, InterpError<LocalError>> {
     let size = scheds.len();
     let mut rng = Rng(seed | 1);
-    let mut bufs: Vec<Bufs> = inputs
+    let mut bufs: Vec<Buffers> = inputs
         .iter()
         .zip(scheds)
-        .map(|(b, s)| Bufs {
+        .map(|(b, s)| Buffers {
             send: b.send.clone(),
             recv: b.recv.clone(),
             scratch: vec![0xA5; s.scratch_bytes],
@@ -158,7 +97,9 @@ fn run_shuffled(
                     None => break,
                     Some(Action::Complete) => done += 1,
                     Some(Action::Send { peer, tag, region }) => {
-                        let data = bufs[rank].read(region);
+                        let data = bufs[rank]
+                            .read(region)
+                            .expect("a send's region lies in its buffer");
                         let total = data.len();
                         let mut q: VecDeque<Piece> = data
                             .chunks(piece)
@@ -189,7 +130,7 @@ fn run_shuffled(
                     }) => {
                         let n = arrival.bytes.len();
                         let at = region.offset + got;
-                        bufs[rank].buf(region.buf)[at..at + n].copy_from_slice(&arrival.bytes);
+                        bufs[rank].buf_mut(region.buf)[at..at + n].copy_from_slice(&arrival.bytes);
                         m.copied(n);
                     }
                 }
@@ -355,7 +296,7 @@ fn pair(len: usize, want: usize) -> Vec<Schedule> {
 fn a_message_of_the_wrong_size_is_a_typed_error_and_stays_queued() {
     let s = pair(4, 5);
     let mut m = Machine::new(&s[1], false);
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![0; 8],
         recv: vec![0; 8],
         scratch: vec![],
@@ -412,7 +353,7 @@ fn a_message_of_the_wrong_size_is_a_typed_error_and_stays_queued() {
 fn messages_of_one_stream_land_in_order_and_pieces_resume_where_they_stopped() {
     let mut m = Machine::new(&pair(4, 4)[1], false);
     let s = pair(4, 4);
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![],
         recv: vec![0; 8],
         scratch: vec![],
@@ -461,7 +402,7 @@ fn messages_of_one_stream_land_in_order_and_pieces_resume_where_they_stopped() {
 fn a_round_waits_for_its_sends_and_says_what_it_waits_on() {
     let s = pair(4, 4);
     let mut m = Machine::new(&s[0], false);
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![7; 8],
         recv: vec![0; 8],
         scratch: vec![],
@@ -499,7 +440,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     let key = |p, t| (p, t);
     for skip_own in [false, true] {
-        let mut mem = Bufs {
+        let mut mem = Buffers {
             send: vec![1, 2, 3],
             recv: vec![0; 3],
             scratch: vec![],
@@ -512,7 +453,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
         assert_eq!(mem.recv, if skip_own { [0; 3] } else { [1, 2, 3] });
     }
     // A receive buffer too short: the memory's error, and the machine ends.
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![1, 2, 3],
         recv: vec![0; 2],
         scratch: vec![],
@@ -520,7 +461,9 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
     let mut m = Machine::new(&s, false);
     assert_eq!(
         m.poll(&s, &mut mem, &mut matcher, key),
-        Err(InterpError::Memory(OutOfBounds(Region::recv(0, 3))))
+        Err(InterpError::Memory(LocalError::OutOfBounds(OutOfBounds(
+            Region::recv(0, 3)
+        ))))
     );
     assert!(m.is_done());
 }
@@ -530,7 +473,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
 fn a_land_must_be_answered_before_the_next_poll() {
     let s = pair(4, 4);
     let mut m = Machine::new(&s[1], false);
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![],
         recv: vec![0; 8],
         scratch: vec![],
@@ -547,8 +490,6 @@ fn a_land_must_be_answered_before_the_next_poll() {
 /// within one in either order; overlapping or out-of-bounds regions are refused.
 #[test]
 fn buffers_lend_a_source_and_a_destination_without_a_copy() {
-    use hpc_collectives::interp::{Buffers, OutOfBounds};
-    use hpc_collectives::{BufferId, Region};
     let mut b = Buffers {
         send: vec![1, 2, 3, 4],
         recv: vec![0; 4],
@@ -588,8 +529,6 @@ fn buffers_lend_a_source_and_a_destination_without_a_copy() {
 /// only send to receive; the others come from algorithms the exhaustive test runs).
 #[test]
 fn src_dst_pairs_every_two_buffers() {
-    use hpc_collectives::interp::Buffers;
-    use hpc_collectives::{BufferId, Region};
     let ids = [BufferId::Send, BufferId::Recv, BufferId::Scratch];
     for (i, &a) in ids.iter().enumerate() {
         for (j, &b) in ids.iter().enumerate() {
@@ -697,7 +636,7 @@ fn a_machine_reports_its_round_and_what_is_open() {
         ],
     };
     let mut m = Machine::new(&s, false);
-    let mut mem = Bufs {
+    let mut mem = Buffers {
         send: vec![7; 4],
         recv: vec![0; 8],
         scratch: vec![],

@@ -73,6 +73,17 @@ impl Backoff {
     pub(crate) fn pause(&self) -> Pause {
         phase(self.idle(), self.spin, self.yield_until)
     }
+
+    /// Passes the time as the phase says: a spin-loop hint, a yield, or a
+    /// sleep of `sleep(idle time so far)` (where completions ring no
+    /// doorbell, the caller's sleep is timed).
+    pub(crate) fn rest(&self, sleep: impl FnOnce(Duration) -> Duration) {
+        match self.pause() {
+            Pause::Spin => std::hint::spin_loop(),
+            Pause::Yield => std::thread::yield_now(),
+            Pause::Sleep => std::thread::sleep(sleep(self.idle())),
+        }
+    }
 }
 
 fn phase(idle: Duration, spin: Duration, yield_until: Duration) -> Pause {

@@ -50,17 +50,27 @@ impl<T: Elem> BufMut for [T] {
         Ok(self)
     }
 }
-impl<T: Elem> Buf for Vec<T> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
+
+/// [`Buf`] and [`BufMut`] for containers of `T` that dereference to `[T]`:
+/// `Vec`, [`RegisteredBuf`](crate::RegisteredBuf), [`SharedBuf`](crate::SharedBuf).
+macro_rules! slice_buf {
+    ($($t:ty),*) => {$(
+        impl<T: $crate::Elem> $crate::Buf for $t {
+            type Elem = T;
+            fn elems(&self) -> $crate::Result<&[T]> {
+                Ok(self)
+            }
+        }
+        impl<T: $crate::Elem> $crate::BufMut for $t {
+            fn elems_mut(&mut self) -> $crate::Result<&mut [T]> {
+                Ok(self)
+            }
+        }
+    )*};
 }
-impl<T: Elem> BufMut for Vec<T> {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
+pub(crate) use slice_buf;
+
+slice_buf!(Vec<T>);
 impl<T: Elem, const N: usize> Buf for [T; N] {
     type Elem = T;
     fn elems(&self) -> Result<&[T]> {

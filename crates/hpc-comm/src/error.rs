@@ -67,15 +67,31 @@ pub enum Error {
         /// Elements the receive holds.
         expected: usize,
     },
+    /// A point-to-point message and the receive it matched differ in element
+    /// type (MPI's type-signature rule): nothing is landed, and the sender of
+    /// a message not yet copied out is told ([`Error::CountMismatch`]).
+    /// Under the `Mpi` engine the MPI library does the matching, and it does
+    /// not check types: there a mismatch of the same size lands unchecked.
+    #[error("message from rank {rank} with tag {tag} has elements of type {sent} where the receive holds {expected}")]
+    MessageType {
+        /// The sending rank (rank in the communicator).
+        rank: usize,
+        /// The message's tag.
+        tag: u16,
+        /// The sent element type (`"f32"`, ...).
+        sent: &'static str,
+        /// The receive's element type.
+        expected: &'static str,
+    },
     /// A point-to-point send or receive did not finish within the
     /// communicator's timeout (`HPC_TIMEOUT`): no matching receive or send.
-    #[error("{what} {peer_phrase} with tag {tag} timed out after {after:?}: no matching message", peer_phrase = peer_phrase(.what, *.peer))]
+    #[error("{what} {peer_phrase} with {tag_phrase} timed out after {after:?}: no matching message", peer_phrase = peer_phrase(.what, *.peer), tag_phrase = tag_phrase(*.tag))]
     MessageTimeout {
         /// `"send"` or `"receive"`.
         what: &'static str,
         /// The peer (rank in the communicator); `None`: a receive from any source.
         peer: Option<usize>,
-        /// The tag.
+        /// The tag ([`ANY_TAG`](crate::ANY_TAG): a receive of any tag).
         tag: u16,
         /// The timeout.
         after: Duration,
@@ -155,6 +171,15 @@ fn peer_phrase(what: &str, peer: Option<usize>) -> String {
     }
 }
 
+/// "tag 7", "any tag".
+fn tag_phrase(tag: u16) -> String {
+    if tag == crate::tag::ANY_TAG {
+        "any tag".into()
+    } else {
+        format!("tag {tag}")
+    }
+}
+
 /// "N bytes", or what an overflowing size is called.
 fn bytes_phrase(bytes: Option<u64>) -> String {
     match bytes {
@@ -197,6 +222,26 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "message from rank 1 with tag 9 has 4 elements where the receive holds 6"
+        );
+        let any = Error::MessageTimeout {
+            what: "receive",
+            peer: None,
+            tag: crate::tag::ANY_TAG,
+            after: Duration::from_secs(2),
+        };
+        assert!(
+            any.to_string().contains("from any rank with any tag"),
+            "{any}"
+        );
+        let e = Error::MessageType {
+            rank: 2,
+            tag: 5,
+            sent: "f32",
+            expected: "i32",
+        };
+        assert_eq!(
+            e.to_string(),
+            "message from rank 2 with tag 5 has elements of type f32 where the receive holds i32"
         );
     }
 

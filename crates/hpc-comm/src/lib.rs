@@ -53,6 +53,7 @@ mod regbuf;
 pub mod shm;
 mod spans;
 mod sync;
+mod tag;
 
 /// Entry points for fuzzing what the proxy reads from a rank's memory: each
 /// takes arbitrary bytes and returns a `Result`, never panicking.
@@ -122,7 +123,7 @@ pub mod fuzz {
 pub use buf::{Buf, BufMut, Elem};
 pub use comm::{
     remove_boards_of, AgentWake, Comm, CommOptions, Engine, OwnedRecv, OwnedRequest, OwnedSend,
-    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag,
+    RecvRequest, Request, Scope, ScopedRequest, SendRequest, Source, Status, Tag, ANY_TAG,
     DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX,
 };
 pub use error::{Error, Result};

@@ -34,18 +34,35 @@ pub(crate) struct Message {
     pub send: bool,
     /// The peer; `None`: a receive from any source.
     pub peer: Option<usize>,
-    pub tag: u16,
+    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
+    pub tag: Option<u16>,
+    /// The element type, sent as MPI's datatype of it (MPI does not check
+    /// that a receive's type is the message's).
+    pub dtype: DataType,
     /// How long `wait` waits for it before it cancels a receive.
     pub timeout: std::time::Duration,
 }
 
-/// What a point-to-point request learns: its source and element count.
+/// What a point-to-point request learns: its source, tag and element count.
 struct P2pState {
     recv: bool,
     /// Bytes the receive holds.
     expected: usize,
+    /// The element type's datatype and size.
+    dtype: ffi::MPI_Datatype,
+    elem: usize,
     timeout: std::time::Duration,
     source: Option<usize>,
+    tag: Option<u16>,
+}
+
+/// MPI's datatype of a message's elements: the type's own, or for `f16`
+/// and `bf16` (which MPI lacks) 16-bit integers of the same size.
+fn message_type(d: DataType) -> ffi::MPI_Datatype {
+    match d {
+        DataType::F16 | DataType::Bf16 => u16::equivalent_datatype().as_raw(),
+        d => dt(d).unwrap_or_else(|_| u8::equivalent_datatype().as_raw()),
+    }
 }
 
 // SAFETY: MPI communicator handles are plain values; the job initialises MPI with
@@ -174,9 +191,14 @@ impl MpiComm {
         let (sp, sl, rp, rl) = bufs;
         static EMPTY: [u64; 1] = [0];
         let dummy = EMPTY.as_ptr().cast::<u8>();
-        let byte = u8::equivalent_datatype().as_raw();
+        let dtype = message_type(m.dtype);
+        let elem = m.dtype.size();
         let mut req = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
-        let tag = i32::from(m.tag);
+        let tag = match m.tag {
+            Some(t) => i32::from(t),
+            // SAFETY: a constant MPI's library defines, read only.
+            None => unsafe { ffi::RSMPI_ANY_TAG },
+        };
         // SAFETY: the buffers are valid for their lengths until the request
         // completes (staged copies are owned by the `Pending`; a direct
         // buffer by a caller that waits, or an owned request that does).
@@ -186,8 +208,8 @@ impl MpiComm {
                 let peer = int(m.peer.unwrap_or(0))?;
                 ffi::MPI_Isend(
                     sp.cast(),
-                    int(sl)?,
-                    byte,
+                    int(sl / elem)?,
+                    dtype,
                     peer,
                     tag,
                     self.p2p,
@@ -201,8 +223,8 @@ impl MpiComm {
                 };
                 ffi::MPI_Irecv(
                     rp.cast(),
-                    int(rl)?,
-                    byte,
+                    int(rl / elem)?,
+                    dtype,
                     peer,
                     tag,
                     self.p2p,
@@ -220,8 +242,11 @@ impl MpiComm {
             p2p: Some(Mutex::new(P2pState {
                 recv: !m.send,
                 expected: rl,
+                dtype,
+                elem,
                 timeout: m.timeout,
                 source: m.peer,
+                tag: m.tag,
             })),
         })
     }
@@ -369,9 +394,12 @@ impl Pending {
         flag != 0
     }
 
-    /// The source of a point-to-point receive, once known.
-    pub(crate) fn recv_source(&self) -> Option<usize> {
-        self.p2p.as_ref().and_then(|p| lock(p).source)
+    /// The source and tag of a point-to-point receive's message, once known.
+    pub(crate) fn matched(&self) -> Option<(usize, u16)> {
+        self.p2p.as_ref().and_then(|p| {
+            let p = lock(p);
+            p.source.zip(p.tag)
+        })
     }
 
     /// `MPI_Test` of a point-to-point message with its status: whether it
@@ -395,10 +423,12 @@ impl Pending {
         }
         let source = usize::try_from(st.MPI_SOURCE).unwrap_or(0);
         p.source = Some(source);
+        p.tag = u16::try_from(st.MPI_TAG).ok();
         let mut count = 0;
         // SAFETY: the status of a completed receive.
-        unsafe { ffi::MPI_Get_count(&st, u8::equivalent_datatype().as_raw(), &mut count) };
-        let got = usize::try_from(count).unwrap_or(0);
+        unsafe { ffi::MPI_Get_count(&st, p.dtype, &mut count) };
+        // (MPI_UNDEFINED, negative, where the bytes are not whole elements.)
+        let got = usize::try_from(count).ok().map(|c| c * p.elem);
         if rc != 0 || st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as i32 {
             // MPI lands what fits and tells no more: the length is a bound.
             return Err(Error::CountMismatch {
@@ -409,6 +439,14 @@ impl Pending {
                 ),
             });
         }
+        let Some(got) = got else {
+            return Err(Error::CountMismatch {
+                rank: source,
+                detail: format!(
+                    "rank {source} sent a message that is not whole elements of the receive's type"
+                ),
+            });
+        };
         if got != p.expected {
             return Err(Error::MessageLength {
                 rank: source,
@@ -448,13 +486,7 @@ impl Pending {
                     waiting_for: Vec::new(),
                 });
             }
-            match backoff.pause() {
-                crate::backoff::Pause::Spin => std::hint::spin_loop(),
-                crate::backoff::Pause::Yield => std::thread::yield_now(),
-                crate::backoff::Pause::Sleep => {
-                    std::thread::sleep(std::time::Duration::from_micros(20))
-                }
-            }
+            backoff.rest(|_| std::time::Duration::from_micros(20));
         }
         Ok(())
     }

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use hpc_rdma::Region;
 
-use crate::buf::{Buf, BufMut, Elem};
-use crate::error::Result;
+use crate::buf::Elem;
 
 /// A buffer of `T`s from [`Comm::registered_buf`](crate::Comm::registered_buf),
 /// zeroed, dereferencing to `[T]` and accepted by every engine.
@@ -87,18 +86,7 @@ impl<T: Elem> std::ops::DerefMut for RegisteredBuf<T> {
     }
 }
 
-impl<T: Elem> Buf for RegisteredBuf<T> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-
-impl<T: Elem> BufMut for RegisteredBuf<T> {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
+crate::buf::slice_buf!(RegisteredBuf<T>);
 
 impl<T: Elem> std::fmt::Debug for RegisteredBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -39,7 +39,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::buf::{Buf, BufMut, Elem};
+use crate::buf::Elem;
 use crate::error::{Error, Result};
 use crate::map::map_shared;
 
@@ -184,18 +184,7 @@ impl<T: Elem + std::fmt::Debug> std::fmt::Debug for SharedBuf<T> {
     }
 }
 
-impl<T: Elem> Buf for SharedBuf<T> {
-    type Elem = T;
-    fn elems(&self) -> Result<&[T]> {
-        Ok(self)
-    }
-}
-
-impl<T: Elem> BufMut for SharedBuf<T> {
-    fn elems_mut(&mut self) -> Result<&mut [T]> {
-        Ok(self)
-    }
-}
+crate::buf::slice_buf!(SharedBuf<T>);
 
 #[cfg(test)]
 mod tests {

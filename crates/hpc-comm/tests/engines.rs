@@ -892,6 +892,29 @@ fn proxy_mapped_buffers() -> usize {
 /// Zero-copy collectives on `SharedBuf`s (which the proxy maps), mixed with
 /// ordinary buffers, over sizes beyond the proxy's copy piece; the proxy
 /// drops its mapping of a buffer the rank freed.
+/// Alltoall of `count` elements a block from `send` into `recv`, and from
+/// `send` into an ordinary `Vec` (returned), both checked against
+/// [`val`]'s pattern.
+fn alltoall_both<S, R>(comm: &Comm, send: &S, recv: &mut R, count: usize, ctx: &str) -> Vec<i64>
+where
+    S: hpc_comm::Buf<Elem = i64>,
+    R: hpc_comm::BufMut<Elem = i64>,
+{
+    let (me, n) = (comm.rank(), comm.size());
+    let mut plain = vec![0i64; n * count];
+    comm.scope(|s| {
+        s.ialltoall(send, recv)?.wait()?;
+        s.ialltoall(send, &mut plain)?.wait()
+    })
+    .unwrap();
+    let want: Vec<i64> = (0..n)
+        .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
+        .collect();
+    assert_eq!(recv.elems().unwrap(), &want[..], "alltoall {ctx}");
+    assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+    plain
+}
+
 fn shared(world: &World) {
     for engine in ENGINES {
         let comm = Comm::new(world, engine).unwrap();
@@ -902,18 +925,8 @@ fn shared(world: &World) {
                 SharedBuf::from_slice(&(0..n * count).map(|i| val(me, i)).collect::<Vec<_>>())
                     .unwrap();
             let mut recv = SharedBuf::<i64>::new(n * count).unwrap();
-            let mut plain = vec![0i64; n * count];
-            comm.scope(|s| {
-                s.ialltoall(&send, &mut recv)?.wait()?;
-                // Shared to ordinary and back.
-                s.ialltoall(&send, &mut plain)?.wait()
-            })
-            .unwrap();
-            let want: Vec<i64> = (0..n)
-                .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
-                .collect();
-            assert_eq!(&recv[..], &want[..], "alltoall {ctx}");
-            assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+            // Shared to shared, shared to ordinary (and back below).
+            let plain = alltoall_both(&comm, &send, &mut recv, count, &ctx);
             let mut back = SharedBuf::<i64>::new(n * count).unwrap();
             comm.scope(|s| {
                 s.iallgather(&plain[me * count..(me + 1) * count], &mut back)?
@@ -1162,17 +1175,7 @@ fn proxy_death(world: &World) {
     world.barrier().unwrap();
     if comm.rank() == 0 {
         // The proxy is this process's child.
-        let me = std::process::id();
-        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
-            .unwrap()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|c| {
-                c.split_whitespace()
-                    .map(|p| p.parse::<i32>().unwrap())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let kids = children();
         assert_eq!(kids.len(), 1, "one child, the proxy: {kids:?}");
         // SAFETY: plain kill(2) of our own child.
         assert_eq!(unsafe { libc::kill(kids[0], libc::SIGKILL) }, 0);
@@ -1716,17 +1719,7 @@ mod dpu {
                 *x = val(me, i);
             }
             let mut recv = comm.registered_buf::<i64>(n * count).unwrap();
-            let mut plain = vec![0i64; n * count];
-            comm.scope(|s| {
-                s.ialltoall(&send, &mut recv)?.wait()?;
-                s.ialltoall(&send, &mut plain)?.wait()
-            })
-            .unwrap();
-            let want: Vec<i64> = (0..n)
-                .flat_map(|i| (0..count).map(move |k| val(i, me * count + k)))
-                .collect();
-            assert_eq!(&recv[..], &want[..], "alltoall in place {ctx}");
-            assert_eq!(plain, want, "alltoall to a Vec {ctx}");
+            let plain = alltoall_both(&comm, &send, &mut recv, count, &format!("in place {ctx}"));
             // An ordinary send buffer into a registered receive buffer, blocking.
             let mut sum = comm.registered_buf::<i64>(count).unwrap();
             comm.allreduce(&plain[..count], &mut sum, ReduceOp::Sum)

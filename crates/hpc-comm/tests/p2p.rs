@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use hpc_comm::{
     Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
+    ANY_TAG,
 };
 use hpc_runtime::World;
 use hpc_test_support::failures;
@@ -67,17 +68,30 @@ fn child_entry() {
     };
     let world = World::init().unwrap();
     let spans = (0..world.size()).any(|r| !world.same_node(world.rank(), r));
+    if s == "dpu" {
+        let mut o = CommOptions::new(Engine::Proxy);
+        o.placement = Some(hpc_comm::Placement::Dpu);
+        let comm = Comm::with_options(&world, o).unwrap();
+        refuses(&comm, "DPU placement");
+        comm.barrier().unwrap();
+        eprintln!("{CHILD_OK} rank {} {s}", world.rank());
+        return;
+    }
     let engines: &[Engine] = match s.as_str() {
-        // The Proxy engine's ranks have no network path of their own.
-        "nodes" => &ENGINES[..2],
         #[cfg(feature = "mpi")]
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
         _ => &ENGINES,
     };
     for &engine in engines {
         let comm = Comm::with_options(&world, CommOptions::new(engine)).unwrap();
+        if spans && engine == Engine::Proxy {
+            // The Proxy engine's ranks have no network path of their own.
+            refuses(&comm, "Proxy engine across nodes");
+            comm.barrier().unwrap();
+            continue;
+        }
         match s.trim_start_matches("mpi_") {
-            "conformance" | "nodes" => conformance(&comm, spans),
+            "conformance" | "nodes" => conformance(&comm),
             "timeout" => timeout(&comm),
             o => panic!("unknown scenario {o}"),
         }
@@ -87,7 +101,7 @@ fn child_entry() {
 }
 
 /// Every check of the conformance scenario, in order, on one communicator.
-fn conformance(comm: &Comm, spans: bool) {
+fn conformance(comm: &Comm) {
     let what = format!(
         "{:?} rank {} of {}",
         comm.engine(),
@@ -98,9 +112,12 @@ fn conformance(comm: &Comm, spans: bool) {
     tags_do_not_cross(comm, &what);
     non_overtaking(comm, &what);
     sendrecv_ring(comm, &what);
-    wildcard_source(comm, &what, spans);
+    wildcard_source(comm, &what);
+    any_tag_in_send_order(comm, &what);
+    any_source_any_tag(comm, &what);
     owned_requests(comm, &what);
     length_mismatch(comm, &what);
+    type_mismatch(comm, &what);
     bad_arguments(comm);
 }
 
@@ -209,17 +226,10 @@ fn sendrecv_ring(comm: &Comm, what: &str) {
     assert_eq!((st.source, st.tag, st.count), (next, 22, 9), "{what}");
 }
 
-/// Every other rank sends to rank 0, which takes them from any source.
-fn wildcard_source(comm: &Comm, what: &str, spans: bool) {
+/// Every other rank sends to rank 0, which takes them from any source
+/// (on other nodes too).
+fn wildcard_source(comm: &Comm, what: &str) {
     let (me, n) = (comm.rank(), comm.size());
-    if spans {
-        let mut b = [0.0f64; 1];
-        match comm.irecv(&mut b[..], Source::Any, 3) {
-            Err(Error::Unsupported(m)) => assert!(m.contains("Source::Any"), "{m}"),
-            o => panic!("{what}: a receive from any source across nodes: {o:?}"),
-        }
-        return;
-    }
     if me == 0 {
         let mut from = BTreeSet::new();
         for _ in 1..n {
@@ -231,6 +241,148 @@ fn wildcard_source(comm: &Comm, what: &str, spans: bool) {
         assert_eq!(from, (1..n).collect(), "{what}");
     } else {
         comm.send(&msg(me, 30, 4), 0, 3).unwrap();
+    }
+}
+
+/// The messages of [`any_tag_in_send_order`]: tag, length (small and
+/// large mixed, so that a large one announced first is taken before a
+/// small one staged after it).
+const ANY_TAG_MSGS: [(u16, usize); 6] = [
+    (31, LARGE),
+    (32, 3),
+    (31, 2),
+    (33, LARGE + 1),
+    (32, 1),
+    (34, 0),
+];
+
+/// Receives of any tag take one sender's messages in the order it sent
+/// them, whatever their tags (MPI's non-overtaking rule), and say which tag
+/// came; a receive of one tag posted between them takes the earliest of that
+/// tag, and the receives of any tag skip it.
+fn any_tag_in_send_order(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    let outs: Vec<Vec<f64>> = ANY_TAG_MSGS
+        .iter()
+        .enumerate()
+        .map(|(m, &(_, len))| msg(comm.rank(), 200 + m, len))
+        .collect();
+    let sends: Vec<_> = outs
+        .iter()
+        .zip(ANY_TAG_MSGS)
+        .map(|(o, (tag, _))| comm.isend(o, next, tag).unwrap())
+        .collect();
+    // The first tag-32 message (index 1) by a receive of its tag, then the
+    // rest by receives of any tag, posted before any arrived where the
+    // sends are slow.
+    let mut first32 = vec![0.0f64; ANY_TAG_MSGS[1].1];
+    let mut bufs: Vec<Vec<f64>> = ANY_TAG_MSGS
+        .iter()
+        .enumerate()
+        .filter(|&(m, _)| m != 1)
+        .map(|(_, &(_, len))| vec![0.0; len])
+        .collect();
+    let r32 = comm.irecv(&mut first32, prev, 32).unwrap();
+    let recvs: Vec<_> = bufs
+        .iter_mut()
+        .map(|b| comm.irecv(b, prev, ANY_TAG).unwrap())
+        .collect();
+    let st = r32.wait().unwrap();
+    assert_eq!((st.source, st.tag, st.count), (prev, 32, 3), "{what}");
+    let stats: Vec<Status> = recvs.into_iter().map(|r| r.wait().unwrap()).collect();
+    for s in sends {
+        s.wait().unwrap();
+    }
+    check(what, &first32, prev, 201);
+    let rest = ANY_TAG_MSGS.iter().enumerate().filter(|&(m, _)| m != 1);
+    for ((b, st), (m, &(tag, len))) in bufs.iter().zip(&stats).zip(rest) {
+        assert_eq!(
+            (st.source, st.tag, st.count),
+            (prev, tag, len),
+            "{what}: receive of any tag, message {m}"
+        );
+        check(what, b, prev, 200 + m);
+    }
+}
+
+/// Rank 0 takes one message from each other rank with any source and any
+/// tag (each rank its own tag), and learns both from the status.
+fn any_source_any_tag(comm: &Comm, what: &str) {
+    let (me, n) = (comm.rank(), comm.size());
+    if me == 0 {
+        let mut from = BTreeSet::new();
+        for _ in 1..n {
+            let mut b = vec![0u32; 5];
+            let st = comm.recv(&mut b, Source::Any, ANY_TAG).unwrap();
+            assert_eq!(st.tag as usize, 100 + st.source, "{what}");
+            assert_eq!(b, vec![st.source as u32 * 7; 5], "{what}");
+            assert!(from.insert(st.source), "{what}: rank {} twice", st.source);
+        }
+        assert_eq!(from, (1..n).collect(), "{what}");
+    } else {
+        comm.send(&vec![me as u32 * 7; 5], 0, 100 + me as u16)
+            .unwrap();
+    }
+    // Before any rank sends its next message: rank 0's receives of any
+    // source and tag would take it (as MPI's do).
+    comm.barrier().unwrap();
+    // A send may not use the wildcard.
+    match comm.send(&[1u8][..], me, ANY_TAG) {
+        Err(Error::Argument(m)) => assert!(m.contains("ANY_TAG"), "{m}"),
+        o => panic!("{what}: a send with ANY_TAG: {o:?}"),
+    }
+}
+
+/// A message of `f32` into a receive of `i32` (the same size): a typed
+/// error naming both types, nothing landed, and the communicator goes on.
+/// Under the `Mpi` engine MPI matches it, and lands it unchecked.
+fn type_mismatch(comm: &Comm, what: &str) {
+    let (next, prev) = ring(comm);
+    let mpi = format!("{:?}", comm.engine()).contains("Mpi");
+    for (m, len) in [(0usize, 4usize), (1, LARGE)] {
+        let out: Vec<f32> = (0..len).map(|i| (comm.rank() * 1000 + i) as f32).collect();
+        let req = comm.isend(&out, next, 60 + m as u16).unwrap();
+        let mut got = vec![-1i32; len];
+        match comm.recv(&mut got, prev, 60 + m as u16) {
+            Err(Error::MessageType {
+                rank,
+                tag,
+                sent: "f32",
+                expected: "i32",
+            }) if !mpi => {
+                assert_eq!((rank, tag), (prev, 60 + m as u16), "{what}");
+                assert!(got.iter().all(|&g| g == -1), "{what}: nothing landed");
+            }
+            Ok(st) if mpi => assert_eq!(st.count, len, "{what}"),
+            o => panic!("{what}: f32 into i32 ({len} elements): {o:?}"),
+        }
+        // The sender of a large one is told (or done, where it was copied out).
+        if let Err(e) = req.wait() {
+            assert!(matches!(e, Error::CountMismatch { .. }), "{what}: {e}");
+        }
+    }
+    comm.barrier().unwrap();
+    // The same receive of the right type then takes the next message.
+    let out = msg(comm.rank(), 61, 4);
+    let req = comm.isend(&out, next, 60).unwrap();
+    let mut got = vec![0.0f64; 4];
+    comm.recv(&mut got, prev, 60).unwrap();
+    check(what, &got, prev, 61);
+    req.wait().unwrap();
+}
+
+/// Where messages are not carried (the Proxy engine across nodes, the DPU
+/// placement), a send and a receive are refused with a typed error that
+/// names `where_`.
+fn refuses(comm: &Comm, where_: &str) {
+    match comm.send(&[1.0f64][..], 0, 1) {
+        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
+        o => panic!("a message on the {where_}: {o:?}"),
+    }
+    let mut b = [0.0f64];
+    match comm.irecv(&mut b[..], Source::Any, ANY_TAG).map(|_| ()) {
+        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
+        o => panic!("a receive on the {where_}: {o:?}"),
     }
 }
 
@@ -344,6 +496,27 @@ fn length_mismatch(comm: &Comm, what: &str) {
         assert!(matches!(e, Error::CountMismatch { .. }), "{what}: {e}");
     }
     comm.barrier().unwrap();
+    // A message of another type whose bytes are no whole number of the
+    // receive's elements (17 bytes into two f64s, 16 bytes): refused as of
+    // another type where the type travels with it; under MPI, which does not
+    // check types, named in bytes, not as "2 elements where the receive holds 2".
+    let odd = [7u8; 17];
+    let req = comm.isend(&odd[..], next, 11).unwrap();
+    let mut got = vec![-1.0f64; 2];
+    let mpi = format!("{:?}", comm.engine()).contains("Mpi");
+    match comm.recv(&mut got, prev, 11) {
+        Err(Error::MessageType { sent, expected, .. }) if !mpi => {
+            assert_eq!((sent, expected), ("u8", "f64"), "{what}")
+        }
+        Err(e @ Error::CountMismatch { .. }) if mpi => {
+            let m = e.to_string();
+            // (MPI says only that it is longer than the receive's bytes.)
+            assert!(m.contains("bytes"), "{what}: {m}")
+        }
+        o => panic!("{what}: 17 bytes into two f64s: {o:?}"),
+    }
+    let _ = req.wait();
+    comm.barrier().unwrap();
     round_trip(comm, what);
 }
 
@@ -400,8 +573,15 @@ fn point_to_point_every_engine_1_to_8_ranks() {
 
 #[test]
 fn point_to_point_across_nodes() {
-    // Inline and Thread: ranks on the other node through the network path.
+    // Inline and Thread: ranks on the other node through the network path
+    // (the Proxy engine refuses).
     run("nodes", 3, 2, 30);
+    run("nodes", 5, 3, 30);
+}
+
+#[test]
+fn the_dpu_placement_refuses_messages() {
+    run("dpu", 2, 1, 30);
 }
 
 #[test]
@@ -421,7 +601,9 @@ fn point_to_point_on_the_mpi_engine() {
     let exe = std::env::current_exe().unwrap();
     for (scenario, n, timeout) in [
         ("mpi_conformance", 1, "30"),
+        ("mpi_conformance", 2, "30"),
         ("mpi_conformance", 4, "30"),
+        ("mpi_conformance", 8, "30"),
         ("mpi_timeout", 2, "1"),
     ] {
         let t = Instant::now();

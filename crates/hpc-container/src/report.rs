@@ -163,34 +163,36 @@ impl Report {
         if let Some(c) = rt.confidence {
             let _ = write!(line, " ({c:?} evidence)");
         }
-        let _ = writeln!(o, "{}", line.to_lowercase_evidence());
+        put(o, &line.to_lowercase_evidence());
         for ev in &rt.evidence {
-            let _ = writeln!(o, "    - {}: {}", ev.source, ev.detail);
+            put(o, &format!("    - {}: {}", ev.source, ev.detail));
         }
         for (k, v) in &rt.details {
-            let _ = writeln!(o, "    {k}: {v}");
+            put(o, &format!("    {k}: {v}"));
         }
         for d in &rt.outer {
-            let _ = writeln!(o, "  inside {}", d.kind.name());
+            put(o, &format!("  inside {}", d.kind.name()));
             for ev in &d.evidence {
-                let _ = writeln!(o, "    - {}: {}", ev.source, ev.detail);
+                put(o, &format!("    - {}: {}", ev.source, ev.detail));
             }
         }
         if rt.kind == RuntimeKind::Host {
             if let Some(v) = &rt.virtualization {
-                let _ = writeln!(o, "  virtual machine: {v}");
+                put(o, &format!("  virtual machine: {v}"));
             }
         }
         for h in &rt.hints {
-            let _ = writeln!(
+            put(
                 o,
-                "  hint (weak): {} ({})",
-                h.kind.name(),
-                h.evidence
-                    .iter()
-                    .map(|e| e.source.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                &format!(
+                    "  hint (weak): {} ({})",
+                    h.kind.name(),
+                    h.evidence
+                        .iter()
+                        .map(|e| e.source.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             );
         }
     }
@@ -200,28 +202,34 @@ impl Report {
         let e = &self.environment;
         let r = &e.resources;
         let _ = writeln!(o, "{}", paint("1", "Resources"));
-        let _ = writeln!(
+        put(
             o,
-            "  CPUs: {} allowed ({}) of {} online; quota {}",
-            opt(r.allowed_cpus),
-            r.allowed_cpu_list.as_deref().unwrap_or("unknown"),
-            opt(r.online_cpus),
-            r.cpu_quota
-                .map_or("none".to_string(), |q| format!("{q:.2} CPUs"))
+            &format!(
+                "  CPUs: {} allowed ({}) of {} online; quota {}",
+                opt(r.allowed_cpus),
+                r.allowed_cpu_list.as_deref().unwrap_or("unknown"),
+                opt(r.online_cpus),
+                r.cpu_quota
+                    .map_or("none".to_string(), |q| format!("{q:.2} CPUs"))
+            ),
         );
-        let _ = writeln!(
+        put(
             o,
-            "  memory limit: {}; /dev/shm: {}; cgroup: {}",
-            r.memory_limit_bytes.map_or("none".to_string(), bytes),
-            r.shm_bytes.map_or("unknown".to_string(), bytes),
-            r.cgroup_version
-                .map_or("unknown".to_string(), |v| format!("v{v}"))
+            &format!(
+                "  memory limit: {}; /dev/shm: {}; cgroup: {}",
+                r.memory_limit_bytes.map_or("none".to_string(), bytes),
+                r.shm_bytes.map_or("unknown".to_string(), bytes),
+                r.cgroup_version
+                    .map_or("unknown".to_string(), |v| format!("v{v}"))
+            ),
         );
-        let _ = writeln!(
+        put(
             o,
-            "  memlock: {}; open files: {}",
-            limit(r.memlock, true),
-            limit(r.nofile, false)
+            &format!(
+                "  memlock: {}; open files: {}",
+                limit(r.memlock, true),
+                limit(r.nofile, false)
+            ),
         );
     }
 
@@ -231,53 +239,57 @@ impl Report {
         let d = &e.devices;
         let _ = writeln!(o, "{}", paint("1", "Devices"));
         let ib = &d.infiniband;
-        let _ = writeln!(
+        put(
             o,
-            "  InfiniBand: {} adapter(s) [{}]; /dev/infiniband: {}; providers: {}",
-            ib.adapters.len(),
-            ib.adapters
-                .iter()
-                .map(|a| {
-                    let ports: Vec<String> = a
-                        .ports
-                        .iter()
-                        .map(|p| format!("{}:{}", p.number, p.state.as_deref().unwrap_or("?")))
-                        .collect();
-                    format!("{} {}", a.name, ports.join(","))
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
-            if ib.dev_dir {
-                let mut v = ib.uverbs.clone();
-                if ib.rdma_cm {
-                    v.push("rdma_cm".into());
-                }
-                v.extend(ib.umad.iter().cloned());
-                if v.is_empty() {
-                    "empty".to_string()
+            &format!(
+                "  InfiniBand: {} adapter(s) [{}]; /dev/infiniband: {}; providers: {}",
+                ib.adapters.len(),
+                ib.adapters
+                    .iter()
+                    .map(|a| {
+                        let ports: Vec<String> = a
+                            .ports
+                            .iter()
+                            .map(|p| format!("{}:{}", p.number, p.state.as_deref().unwrap_or("?")))
+                            .collect();
+                        format!("{} {}", a.name, ports.join(","))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                if ib.dev_dir {
+                    let mut v = ib.uverbs.clone();
+                    if ib.rdma_cm {
+                        v.push("rdma_cm".into());
+                    }
+                    v.extend(ib.umad.iter().cloned());
+                    if v.is_empty() {
+                        "empty".to_string()
+                    } else {
+                        v.join(" ")
+                    }
                 } else {
-                    v.join(" ")
+                    "absent".to_string()
+                },
+                if ib.providers.is_empty() {
+                    "none".to_string()
+                } else {
+                    ib.providers.join(" ")
                 }
-            } else {
-                "absent".to_string()
-            },
-            if ib.providers.is_empty() {
-                "none".to_string()
-            } else {
-                ib.providers.join(" ")
-            }
+            ),
         );
         let g = &d.gpu;
-        let _ = writeln!(
+        put(
             o,
-            "  GPUs: {} device node(s) [{}]; {} on the PCI bus; driver: {}",
-            g.nvidia_devices.len(),
-            g.nvidia_devices.join(" "),
-            g.pci.len(),
-            g.driver_version.as_deref().unwrap_or("not visible")
+            &format!(
+                "  GPUs: {} device node(s) [{}]; {} on the PCI bus; driver: {}",
+                g.nvidia_devices.len(),
+                g.nvidia_devices.join(" "),
+                g.pci.len(),
+                g.driver_version.as_deref().unwrap_or("not visible")
+            ),
         );
         if let Some(v) = &g.cuda_visible_devices {
-            let _ = writeln!(o, "  CUDA_VISIBLE_DEVICES={v}");
+            put(o, &format!("  CUDA_VISIBLE_DEVICES={v}"));
         }
     }
 
@@ -292,51 +304,59 @@ impl Report {
             .map(|k| format!("{k:?}").to_lowercase())
             .collect();
         if kinds.is_empty() {
-            let _ = writeln!(o, "  no launcher (a single process)");
+            put(o, "  no launcher (a single process)");
         } else {
-            let _ = writeln!(
+            put(
                 o,
-                "  {}; rank {} of {}; {} rank(s) on this node",
-                kinds.join(", "),
-                opt(l.rank),
-                opt(l.size),
-                opt(l.local_size)
+                &format!(
+                    "  {}; rank {} of {}; {} rank(s) on this node",
+                    kinds.join(", "),
+                    opt(l.rank),
+                    opt(l.size),
+                    opt(l.local_size)
+                ),
             );
         }
         if let Some(s) = &l.slurm {
-            let _ = writeln!(
+            put(
                 o,
-                "  Slurm job {} step {} mpi {}",
-                s.job_id.as_deref().unwrap_or("?"),
-                s.step_id.as_deref().unwrap_or("-"),
-                s.mpi_type.as_deref().unwrap_or("<unset>")
+                &format!(
+                    "  Slurm job {} step {} mpi {}",
+                    s.job_id.as_deref().unwrap_or("?"),
+                    s.step_id.as_deref().unwrap_or("-"),
+                    s.mpi_type.as_deref().unwrap_or("<unset>")
+                ),
             );
         }
         if let Some(d) = &l.pmix_server_tmpdir {
-            let _ = writeln!(
+            put(
                 o,
-                "  PMIx server directory: {d} ({})",
-                if l.pmix_server_tmpdir_visible == Some(true) {
-                    "visible"
-                } else {
-                    "NOT visible here"
-                }
+                &format!(
+                    "  PMIx server directory: {d} ({})",
+                    if l.pmix_server_tmpdir_visible == Some(true) {
+                        "visible"
+                    } else {
+                        "NOT visible here"
+                    }
+                ),
             );
         }
         if let Some(t) = &e.mpi.ucx_tls {
-            let _ = writeln!(o, "  UCX_TLS={t}");
+            put(o, &format!("  UCX_TLS={t}"));
         }
         for (k, v) in &e.mpi.ompi_mca {
-            let _ = writeln!(o, "  OMPI_MCA_{k}={v}");
+            put(o, &format!("  OMPI_MCA_{k}={v}"));
         }
-        let _ = writeln!(
+        put(
             o,
-            "  cross-memory attach: {}",
-            match e.cma.works {
-                Some(true) => "works",
-                Some(false) => "blocked",
-                None => "unknown",
-            }
+            &format!(
+                "  cross-memory attach: {}",
+                match e.cma.works {
+                    Some(true) => "works",
+                    Some(false) => "blocked",
+                    None => "unknown",
+                }
+            ),
         );
     }
 
@@ -362,16 +382,36 @@ impl Report {
                 Severity::Warning => paint("1;33", "warning"),
                 Severity::Info => paint("36", "info"),
             };
-            let _ = writeln!(o, "  {tag} [{}] {}", f.id, f.seen);
-            let _ = writeln!(o, "      why: {}", f.why);
-            let _ = writeln!(o, "      fix: {}", f.fix);
+            o.push_str("  ");
+            o.push_str(&tag);
+            put(o, &format!(" [{}] {}", f.id, f.seen));
+            put(o, &format!("      why: {}", f.why));
+            put(o, &format!("      fix: {}", f.fix));
         }
-        let _ = writeln!(
+        put(
             o,
-            "{} error(s), {} warning(s), {} info",
-            self.summary.errors, self.summary.warnings, self.summary.infos
+            &format!(
+                "{} error(s), {} warning(s), {} info",
+                self.summary.errors, self.summary.warnings, self.summary.infos
+            ),
         );
     }
+}
+
+/// Appends `line` and a newline to `o`, its control characters (an escape
+/// sequence, a newline, a carriage return) written as escapes: the values come
+/// from the probed system (its environment, a captured tree's files), and would
+/// otherwise act on the reader's terminal (clear it, recolour, retitle) or forge
+/// lines of the report.
+fn put(o: &mut String, line: &str) {
+    for c in line.chars() {
+        if c.is_control() {
+            o.extend(c.escape_debug());
+        } else {
+            o.push(c);
+        }
+    }
+    o.push('\n');
 }
 
 trait Lower {

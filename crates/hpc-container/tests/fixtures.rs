@@ -541,6 +541,31 @@ fn text_report_colours_only_when_asked() {
     assert!(r.to_text(false).contains("[gpu.not-visible]"));
 }
 
+/// Values of the probed system (a captured environment here) reach the text report
+/// with their control characters escaped: an escape sequence would clear or
+/// recolour the reader's terminal, a newline would forge a line of the report.
+#[test]
+fn control_characters_of_the_probed_system_are_escaped_in_the_text() {
+    let dir = std::env::temp_dir().join(format!("hpc-container-ctrl-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("root")).unwrap();
+    let env = dir.join("env");
+    std::fs::write(
+        &env,
+        b"APPTAINER_NAME=a\x1b[2J\nerror [forged] line\0SLURM_JOB_ID=1\x1b]0;title\x07\0",
+    )
+    .unwrap();
+    let probe = Probe::from_env_file(dir.join("root"), &env).unwrap();
+    let text = Report::new("root", Environment::detect_from(&probe)).to_text(false);
+    assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text}");
+    assert!(text.contains("a\\u{1b}[2J\\nerror [forged] line"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("error [forged]")),
+        "{text}"
+    );
+    assert!(text.contains("Slurm job 1\\u{1b}]0;title\\u{7}"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Live detection on this machine stays fast (generous bound for debug builds).
 #[test]
 fn live_detect_and_diagnose_is_fast() {

@@ -222,6 +222,86 @@ macro_rules! usage {
 
 mod stage;
 
+/// Creates `path` in the output folder as a new file: whatever is at that name
+/// (an earlier build's file, a symbolic link or a FIFO put there) is removed,
+/// never followed or opened ([`hpc_io::atomic::create_fresh`]), so that no
+/// archive, script or summary is written through a link into another file. The
+/// error names the file.
+pub(crate) fn create_new(path: &Path) -> Result<fs::File> {
+    Ok(hpc_io::atomic::create_fresh(path)?)
+}
+
+/// Writes `bytes` into the new file `path` ([`create_new`]) with permissions
+/// `mode`, set on the open file.
+pub(crate) fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut f = create_new(path)?;
+    f.write_all(bytes)
+        .and_then(|()| f.set_permissions(fs::Permissions::from_mode(mode)))
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Checks an image's name and tag as an image reference takes them (the OCI
+/// distribution grammar): a name of lowercase letters and digits in components
+/// joined by `.`, `_`, `__` or dashes, components separated by `/`; a tag of at
+/// most 128 letters, digits, `_`, `.` and `-`, not beginning with `.` or `-`. The
+/// error says which is wrong and why. Anything else would make an archive that
+/// `podman load` or `docker load` refuses, and would be pasted as written into
+/// the generated run scripts.
+///
+/// ```
+/// assert!(hpc_image::check_reference("my-sim", "v1.2").is_ok());
+/// assert!(hpc_image::check_reference("lab/my_sim", "latest").is_ok());
+/// assert!(hpc_image::check_reference("MySim", "latest").is_err());
+/// assert!(hpc_image::check_reference("sim", "a b").is_err());
+/// assert!(hpc_image::check_reference("sim", "x;reboot").is_err());
+/// ```
+pub fn check_reference(name: &str, tag: &str) -> std::result::Result<(), String> {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let component_ok = |c: &str| {
+        let b = c.as_bytes();
+        if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+            return false;
+        }
+        // Separators between alphanumerics: one `.`, one or two `_`, or dashes.
+        let mut i = 0;
+        while i < b.len() {
+            if alnum(b[i]) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < b.len() && !alnum(b[i]) {
+                i += 1;
+            }
+            let sep = &c[start..i];
+            let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-');
+            if !ok {
+                return false;
+            }
+        }
+        true
+    };
+    if name.is_empty() || name.len() > 255 || !name.split('/').all(component_ok) {
+        return Err(format!(
+            "image name {name:?} is not an image reference's name: lowercase letters and \
+             digits, joined by '.', '_', '__' or '-', in components separated by '/' (give \
+             --name)"
+        ));
+    }
+    let t = tag.as_bytes();
+    let tag_char = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
+    if t.is_empty() || t.len() > 128 || matches!(t[0], b'.' | b'-') || !t.iter().all(tag_char) {
+        return Err(format!(
+            "image tag {tag:?} is not a tag: 1 to 128 letters, digits, '_', '.' and '-', \
+             not beginning with '.' or '-'"
+        ));
+    }
+    Ok(())
+}
+
 /// The process status for a result of [`run`]: 0 for success, 2 for a
 /// [`UsageError`], 1 for any other failure. Prints the error (with its causes) to
 /// standard error.
@@ -882,6 +962,64 @@ pub fn run(args: Args) -> Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A symbolic link planted in the output folder under a script's or an
+    /// archive's name is replaced, its target untouched (as `hpc man --dir`).
+    #[test]
+    fn outputs_are_never_written_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("hpc-image-planted-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let victim = d.join("victim");
+        fs::write(&victim, "keep").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+        let script = d.join("podman-run.sh");
+        std::os::unix::fs::symlink(&victim, &script).unwrap();
+        write_new(&script, b"#!/bin/sh\n", 0o755).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(
+            fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(!fs::symlink_metadata(&script)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            fs::metadata(&script).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        let archive = d.join("app-oci.tar");
+        std::os::unix::fs::symlink(&victim, &archive).unwrap();
+        drop(create_new(&archive).unwrap());
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn image_names_and_tags_are_checked_as_references() {
+        for (name, tag) in [("hpc_benchmark", "latest"), ("a.b-c__d/e", "V1_2.3-rc")] {
+            assert!(check_reference(name, tag).is_ok(), "{name}:{tag}");
+        }
+        for (name, tag, what) in [
+            ("App", "latest", "name"),
+            ("a b", "latest", "name"),
+            ("app;reboot", "latest", "name"),
+            ("-app", "latest", "name"),
+            ("a___b", "latest", "name"),
+            ("a//b", "latest", "name"),
+            ("", "latest", "name"),
+            ("app", "", "tag"),
+            ("app", ".x", "tag"),
+            ("app", "x y", "tag"),
+            ("app", "$(reboot)", "tag"),
+        ] {
+            let e = check_reference(name, tag).unwrap_err();
+            assert!(e.starts_with(&format!("image {what}")), "{name}:{tag}: {e}");
+        }
+        assert!(check_reference("app", &"x".repeat(129)).is_err());
+    }
 
     #[test]
     fn ldd_output_is_parsed() {

@@ -319,7 +319,7 @@ pub fn write_oci_archive(
     repo_tag: &str,
     mtime: u64,
 ) -> Result<()> {
-    let f = BufWriter::new(fs::File::create(out)?);
+    let f = BufWriter::new(crate::create_new(out)?);
     let mut t = DetTar::new(f, mtime);
     use super::tar::Entry;
     t.append(&Entry::dir("blobs", 0o755))?;
@@ -358,7 +358,7 @@ pub fn write_docker_archive(
     mtime: u64,
 ) -> Result<()> {
     use super::tar::Entry;
-    let f = BufWriter::new(fs::File::create(out)?);
+    let f = BufWriter::new(crate::create_new(out)?);
     let mut t = DetTar::new(f, mtime);
     let mut layer_dirs: Vec<&Layer> = w.layers.iter().collect();
     layer_dirs.sort_by(|a, b| a.blob.hex().cmp(b.blob.hex()));

@@ -89,7 +89,7 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     let size = fs::metadata(&path)?.len();
     summary["sif"] = Value::String(path.display().to_string());
     summary["sif_size"] = Value::from(size);
-    fs::write(&summary_path, serde_json::to_vec_pretty(&summary)?)?;
+    crate::write_new(&summary_path, &serde_json::to_vec_pretty(&summary)?, 0o644)?;
     Ok(path)
 }
 

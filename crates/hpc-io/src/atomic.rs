@@ -63,7 +63,7 @@ pub fn replace_with<T, E: From<StepError>>(
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
     let result = (|| {
-        let mut f = File::create(tmp).map_err(StepError::of("create", tmp))?;
+        let mut f = create_fresh(tmp)?;
         let value = fill(&mut f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
         rename_over(tmp, path)?;
@@ -73,6 +73,40 @@ pub fn replace_with<T, E: From<StepError>>(
         let _ = fs::remove_file(tmp);
     }
     result
+}
+
+/// Creates `path` as a new, empty file for writing (`O_EXCL`, so never through a
+/// symbolic link planted at its name, and never opening a FIFO there, which would
+/// block for ever). Whatever is at that name (a file an interrupted write left, a
+/// link or a FIFO put there) is removed first, never followed: for a name that is
+/// the caller's own (a temporary file, a run's `.partial` file). A directory there
+/// is an error.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("hpc-io-fresh-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("victim"), b"keep").unwrap();
+/// std::os::unix::fs::symlink(dir.join("victim"), dir.join("out.partial")).unwrap();
+/// let mut f = hpc_io::atomic::create_fresh(&dir.join("out.partial")).unwrap();
+/// std::io::Write::write_all(&mut f, b"new").unwrap();
+/// assert_eq!(std::fs::read(dir.join("victim")).unwrap(), b"keep");
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn create_fresh(path: &Path) -> Result<File, StepError> {
+    let new = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+    };
+    match new() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path).map_err(StepError::of("remove the earlier", path))?;
+            new()
+        }
+        r => r,
+    }
+    .map_err(StepError::of("create", path))
 }
 
 /// Renames `tmp` over `path`, refusing (with `tmp` left for the caller to remove)
@@ -98,6 +132,23 @@ pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
 /// not a regular file or a symbolic link ([`rename_over`]'s check), so that a
 /// program can refuse such a name before its work rather than after.
 pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
+    use std::os::unix::ffi::OsStrExt as _;
+    // `out/` or `out/.` names a directory, even one not made yet (`Path` drops the
+    // trailing separator, so `file_name` would take it for the file `out`).
+    let text = path.as_os_str().as_bytes();
+    let dir_only = [&b"/"[..], b"/.", b"/.."].iter().any(|t| text.ends_with(t))
+        || text == b"."
+        || text == b"..";
+    if dir_only {
+        return Err(StepError {
+            op: "replace",
+            path: path.to_path_buf(),
+            error: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it names a directory (it ends with /, . or ..), not a file",
+            ),
+        });
+    }
     if let Ok(m) = fs::symlink_metadata(path) {
         let t = m.file_type();
         if !t.is_file() && !t.is_symlink() {
@@ -206,6 +257,53 @@ mod tests {
         assert!(!filled, "the contents were written for a refused name");
         assert!(!tmp.exists());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A symbolic link or a FIFO planted at the temporary name is neither written
+    /// through nor opened (a FIFO would block the write for ever): it is removed
+    /// and the file written as usual.
+    #[test]
+    fn a_link_or_fifo_at_the_temporary_name_is_not_followed() {
+        let d = scratch("planted");
+        let victim = d.join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let (path, tmp) = (d.join("out.json"), d.join(".out.json.tmp"));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        write(&path, &tmp, b"new").unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &tmp,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        write(&path, &tmp, b"newer").unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "newer");
+        assert!(!tmp.exists());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// `out/` (or `out/.`) names a directory, even one that does not exist yet:
+    /// refused before any work, not written as the file `out` (or failed after it).
+    #[test]
+    fn a_name_ending_as_a_directory_is_refused() {
+        let d = scratch("slash");
+        for name in ["new/", "new/.", "new/..", "."] {
+            let p = if name == "." {
+                PathBuf::from(".")
+            } else {
+                PathBuf::from(format!("{}/{name}", d.display()))
+            };
+            let e = check_replaceable(&p).unwrap_err().to_string();
+            assert!(e.contains("names a directory"), "{name}: {e}");
+        }
+        assert!(!d.join("new").exists());
+        check_replaceable(&d.join("a..b")).unwrap();
+        check_replaceable(&d.join("new")).unwrap();
+        fs::remove_dir_all(&d).unwrap();
     }
 
     fn scratch(tag: &str) -> PathBuf {

@@ -98,6 +98,14 @@ pub enum Error {
         /// Who holds it, as far as its lock file says (`another run` if unknown).
         holder: String,
     },
+    /// Another run is writing the output file ([`FileClaim`]).
+    #[error("{path} is being written by {holder}; wait for it to finish or choose another file")]
+    FileBusy {
+        /// The output file.
+        path: PathBuf,
+        /// Who holds it, as its lock file says (`another run` if unknown).
+        holder: String,
+    },
     /// A file operation failed.
     #[error("cannot {op} {path}: {error}")]
     Io {
@@ -412,6 +420,85 @@ pub fn try_lock_file(path: &Path) -> Result<Option<File>> {
         Ok(()) => Ok(Some(f)),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
         Err(e) => Err(io("lock", &path)(e.into())),
+    }
+}
+
+/// An output file that one run writes whole at its end (a merged trace), claimed
+/// at the run's start: a second run given the same name is refused at once
+/// ([`Error::FileBusy`], naming the holder) instead of both writing it and the
+/// last to finish silently winning. The claim is an exclusive `flock` on
+/// `.NAME.lock` beside the file (what [`try_lock_file`] takes), which says who
+/// holds it; the lock file is removed when the claim is dropped, still locked, so
+/// that no other run takes the removed file's lock for its own.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("hpc-io-claim-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let out = dir.join("trace.json");
+/// let claim = hpc_io::rundir::FileClaim::take(&out, "the first run").unwrap();
+/// let e = hpc_io::rundir::FileClaim::take(&out, "the second").unwrap_err();
+/// assert!(e.to_string().contains("is being written by the first run"), "{e}");
+/// drop(claim);
+/// assert!(!dir.join(".trace.json.lock").exists());
+/// hpc_io::rundir::FileClaim::take(&out, "the second").unwrap();
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct FileClaim {
+    lock: PathBuf,
+    _file: File,
+}
+
+impl FileClaim {
+    /// Claims `path` for this run, `holder` naming it to a run refused for it.
+    pub fn take(path: &Path, holder: &str) -> Result<FileClaim> {
+        use std::os::unix::fs::MetadataExt as _;
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::Name(path.display().to_string()))?;
+        let mut lock_name = std::ffi::OsString::from(".");
+        lock_name.push(name);
+        lock_name.push(".lock");
+        let lock = path.with_file_name(lock_name);
+        // A lock file removed by the run that held it, between our open and our
+        // lock, is no claim of this name any more: opened again.
+        for _ in 0..8 {
+            let Some(mut f) = try_lock_file(&lock)? else {
+                let mut text = String::new();
+                if let Ok(Some((f, _))) = open_own(&lock, false) {
+                    let _ = f.take(4096).read_to_string(&mut text);
+                }
+                let text = text.trim();
+                return Err(Error::FileBusy {
+                    path: path.to_path_buf(),
+                    holder: if text.is_empty() {
+                        "another run".into()
+                    } else {
+                        text.chars().take(300).collect()
+                    },
+                });
+            };
+            let same = match (f.metadata(), fs::symlink_metadata(&lock)) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            f.set_len(0)
+                .and_then(|()| f.write_all(holder.as_bytes()))
+                .map_err(io("write", &lock))?;
+            return Ok(FileClaim { lock, _file: f });
+        }
+        Err(io("lock", &lock)(std::io::Error::other(
+            "its lock file keeps being replaced",
+        )))
+    }
+}
+
+impl Drop for FileClaim {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.lock);
     }
 }
 

@@ -429,6 +429,23 @@ fn mpi_backend(_shared: Arc<Shared>, _world: &World) -> Result<Box<dyn Backend>>
     ))
 }
 
+/// The connect of a backend this build lacks (`off` says which): the
+/// exchange of endpoints still takes place, since every rank takes part in
+/// it, and only a rank with peers for that backend fails.
+#[cfg(any(not(feature = "ofi"), not(feature = "verbs")))]
+fn connect_unbuilt(
+    world: &World,
+    peers: &[usize],
+    off: fn() -> Error,
+) -> Result<Option<Box<dyn Backend>>> {
+    world.allgather(&[])?;
+    if peers.is_empty() {
+        Ok(None)
+    } else {
+        Err(off())
+    }
+}
+
 /// What each rank found: a native verbs device, a libfabric provider.
 struct Found {
     verbs: Vec<bool>,

@@ -317,14 +317,22 @@ pub(crate) fn connect(
     peers: &[usize],
     provider: Option<ProviderInfo>,
 ) -> Result<Option<Box<dyn crate::Backend>>> {
-    imp::connect(shared, world, peers, provider)
+    #[cfg(feature = "ofi")]
+    {
+        imp::connect(shared, world, peers, provider)
+    }
+    #[cfg(not(feature = "ofi"))]
+    {
+        let _ = (shared, provider);
+        crate::connect_unbuilt(world, peers, imp::off)
+    }
 }
 
 #[cfg(not(feature = "ofi"))]
 mod imp {
     use super::*;
 
-    fn off() -> Error {
+    pub(super) fn off() -> Error {
         Error::unavailable(
             "ofi",
             "hpc-rdma was built without the `ofi` feature (libfabric)",
@@ -341,20 +349,6 @@ mod imp {
 
     pub(super) fn resolve(_provider: &str, _addrs: &[Vec<u8>]) -> Result<Vec<Result<()>>> {
         Err(off())
-    }
-
-    pub(super) fn connect(
-        _shared: std::sync::Arc<crate::completion::Shared>,
-        world: &hpc_runtime::World,
-        peers: &[usize],
-        _provider: Option<ProviderInfo>,
-    ) -> Result<Option<Box<dyn crate::Backend>>> {
-        world.allgather(&[])?;
-        if peers.is_empty() {
-            Ok(None)
-        } else {
-            Err(off())
-        }
     }
 }
 

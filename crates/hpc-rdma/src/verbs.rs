@@ -268,31 +268,27 @@ pub(crate) fn connect(
     peers: &[usize],
     device: Option<DeviceInfo>,
 ) -> Result<Option<Box<dyn crate::Backend>>> {
-    imp::connect(shared, world, peers, device)
+    #[cfg(feature = "verbs")]
+    {
+        imp::connect(shared, world, peers, device)
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (shared, device);
+        crate::connect_unbuilt(world, peers, imp::off)
+    }
 }
 
 #[cfg(not(feature = "verbs"))]
 mod imp {
     use super::*;
 
-    pub(super) fn probe() -> Result<DeviceInfo> {
-        Err(Error::NoDevice(
-            "hpc-rdma was built without the `verbs` feature".into(),
-        ))
+    pub(super) fn off() -> Error {
+        Error::NoDevice("hpc-rdma was built without the `verbs` feature".into())
     }
 
-    pub(super) fn connect(
-        _shared: std::sync::Arc<crate::completion::Shared>,
-        world: &hpc_runtime::World,
-        peers: &[usize],
-        _device: Option<DeviceInfo>,
-    ) -> Result<Option<Box<dyn crate::Backend>>> {
-        world.allgather(&[])?;
-        if peers.is_empty() {
-            Ok(None)
-        } else {
-            Err(probe().unwrap_err())
-        }
+    pub(super) fn probe() -> Result<DeviceInfo> {
+        Err(off())
     }
 }
 

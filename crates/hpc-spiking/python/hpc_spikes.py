@@ -106,6 +106,10 @@ def _float(text):
 
 def _int(text):
     x = int(text)
+    if x == 0 and text.startswith("-"):
+        # serde_json reads -0 as the float -0.0, no integer (an id or a count
+        # written so is refused by the Rust reader).
+        return -0.0
     if abs(x) >= 2**64:  # serde_json reads it as an f64, which must be finite
         _float(text)
     return x
@@ -322,6 +326,23 @@ def _problem(path, e):
     return f"cannot read {path}: {e.strerror or e}"
 
 
+def say(text, prog):
+    """Print a line to standard output, flushed: a closed pipe (`| head -1`) ends
+    the program quietly with status 141 (what a shell reports for SIGPIPE, as hpc
+    does), any other failed write (a full disk, >/dev/full) with one line naming
+    standard output and status 1, never a traceback."""
+    try:
+        print(text, flush=True)
+    except OSError as e:
+        # What is left in the buffer cannot be written either: drop it, so that
+        # Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if isinstance(e, BrokenPipeError):
+            sys.exit(141)
+        print(f"{prog}: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
+
+
 def read_or_exit(path, prog):
     """read(path), or a one-line message on stderr and exit status 1."""
     try:
@@ -348,7 +369,7 @@ def main(argv=None):
         span = f"ticks {f.ticks[0]}..{f.ticks[-1]}" if len(f) else "no spikes"
         dropped = f", {f.dropped_bytes} bytes of an incomplete record dropped" \
             if f.dropped_bytes else ""
-        print(f"{path}: valid, {len(f)} spikes of {f.n_neurons} neurons, {span}{dropped}")
+        say(f"{path}: valid, {len(f)} spikes of {f.n_neurons} neurons, {span}{dropped}", prog)
     return status
 
 

@@ -117,11 +117,12 @@ def main():
     res = pop_stats(t, ids, first, [p["name"] for p in pops], t_start, h["t_sim_ms"])
     if len(pops) > 1:
         res += pop_stats(t, ids, [first[0], first[-1]], ["all"], t_start, h["t_sim_ms"])
-    print(f"{path}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
-          f"window ({t_start}, {h['t_sim_ms']}] ms")
+    lines = [f"{path}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
+             f"window ({t_start}, {h['t_sim_ms']}] ms"]
     for r in res:
-        print(f"  {r['name']:<6} {r['neurons']:>7} neurons  {r['rate_hz']:8.3f} Hz  "
-              f"CV ISI {r['cv_isi']:.3f}")
+        lines.append(f"  {r['name']:<6} {r['neurons']:>7} neurons  {r['rate_hz']:8.3f} Hz  "
+                     f"CV ISI {r['cv_isi']:.3f}")
+    hpc_spikes.say("\n".join(lines), PROG)
 
 
 if __name__ == "__main__":

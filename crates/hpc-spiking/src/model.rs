@@ -27,6 +27,26 @@ pub enum ModelError {
         /// The time of the one before (ms).
         last: f64,
     },
+    /// A plastic weight left the finite numbers (the rule's step `lambda` and
+    /// exponent `mu` too large for the weights they grow): the run stops here
+    /// rather than go on with infinite or NaN weights, which the depression
+    /// would silently turn into 0 while their input drives the targets.
+    #[error(
+        "an STDP weight became {weight} (facilitated from {from} at the presynaptic spike at {t} ms): \
+         lambda {lambda} and mu {mu} grow the weights beyond any finite number"
+    )]
+    WeightOverflow {
+        /// The weight the facilitation gave.
+        weight: f64,
+        /// The weight before it.
+        from: f64,
+        /// The presynaptic spike's time (ms).
+        t: f64,
+        /// The rule's step.
+        lambda: f64,
+        /// The rule's exponent.
+        mu: f64,
+    },
     /// A synapse's target outside the postsynaptic archives (or the inputs)
     /// given.
     #[error("target {target} is outside the {len} postsynaptic archives (or inputs) given")]

@@ -600,7 +600,7 @@ impl StdpRow {
         archives: &mut [PostArchive],
     ) -> Result<impl ExactSizeIterator<Item = (u32, f64)> + 'a, ModelError> {
         self.check(t_spike, archives.len(), usize::MAX)?;
-        self.update(rule, t_spike, archives, |_, _| ());
+        self.update(rule, t_spike, archives, |_, _| ())?;
         Ok(self.targets.iter().zip(self.weights.iter().copied()))
     }
 
@@ -619,8 +619,7 @@ impl StdpRow {
         let input = &mut input[..self.span];
         self.update(rule, t_spike, archives, |target, w| {
             input[target as usize] += w
-        });
-        Ok(())
+        })
     }
 
     /// Refuses a spike out of order, or archives (or an input) too short for
@@ -642,7 +641,8 @@ impl StdpRow {
     }
 
     /// The update of [`deliver`](Self::deliver), after [`check`](Self::check),
-    /// calling `each(target, new weight)` for every synapse in order.
+    /// calling `each(target, new weight)` for every synapse in order; a weight
+    /// that leaves the finite numbers stops it ([`ModelError::WeightOverflow`]).
     #[inline(always)]
     fn update(
         &mut self,
@@ -650,7 +650,7 @@ impl StdpRow {
         t_spike: f64,
         archives: &mut [PostArchive],
         mut each: impl FnMut(u32, f64),
-    ) {
+    ) -> Result<(), ModelError> {
         let archives = &mut archives[..self.span];
         let (d, t_last, k_plus) = (self.delay, self.t_last, self.k_plus);
         let (t1, t2) = (t_last - d, t_spike - d);
@@ -675,12 +675,22 @@ impl StdpRow {
                     v = rule.facilitate(v, pow, k_plus * e);
                 }
             }
+            if !v.is_finite() {
+                return Err(ModelError::WeightOverflow {
+                    weight: v,
+                    from: *w,
+                    t: t_spike,
+                    lambda: rule.params.lambda,
+                    mu: rule.params.mu,
+                });
+            }
             v = rule.depress(v, archive.k_minus_before_cached(t2));
             *w = v;
             each(target, v);
         }
         self.k_plus = k_plus * ((t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
         self.t_last = t_spike;
+        Ok(())
     }
 
     /// The delay (ms).

@@ -259,23 +259,19 @@ pub fn params_diff(
 }
 
 /// Writes `bytes` to `path` through a temporary name, so that a failure (a full
-/// disk) leaves no partial file; the error names the file.
+/// disk) leaves no partial file; the error names the file. The temporary file
+/// (`.NAME.tmp-PID` beside it) is made new, never through a symbolic link planted
+/// at its name, and the final name is never a device, a FIFO or a directory
+/// ([`hpc_io::atomic::write`]).
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, bytes)?;
-        f.sync_all()?;
-        // Never over a device, a FIFO or a directory of that name.
-        hpc_io::atomic::rename_over(&tmp, path).map_err(std::io::Error::other)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow::anyhow!("cannot write {}: {e}", path.display()));
-    }
-    Ok(())
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("cannot write {}: it names no file", path.display()))?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    hpc_io::atomic::write(path, &path.with_file_name(tmp), bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }
 
 /// The names of the files a run writes into its output directory: the spike file

@@ -52,8 +52,8 @@ impl SpikeWriter {
     /// checks).
     pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
         let partial = partial_path(path);
-        let f =
-            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+        // A new file: never written through a symbolic link planted at its name.
+        let f = hpc_io::atomic::create_fresh(&partial)?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
         (|| {
             out.write_all(MAGIC)?;

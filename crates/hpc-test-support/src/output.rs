@@ -64,6 +64,18 @@ pub fn assert_result_lines_not_lost(mut cmd: impl FnMut() -> Command) {
     assert!(status.success(), "{c:?} with its stdout closed: {status}");
 }
 
+/// [`assert_result_lines_not_lost`] for a whole run of `program` with `args`,
+/// its log at `warn` and no backtrace asked for (an example's smallest run).
+pub fn assert_run_lines_not_lost(program: &str, args: &[&str]) {
+    assert_result_lines_not_lost(|| {
+        let mut c = Command::new(program);
+        c.args(args)
+            .env(hpc_runtime::env::LOG, "warn")
+            .env_remove("RUST_BACKTRACE");
+        c
+    });
+}
+
 /// Starts `cmd` with its standard output on a pipe that this side closes at once
 /// (a reader that went away before the first line) and returns its exit status.
 pub fn with_stdout_closed(cmd: &mut Command) -> ExitStatus {

@@ -217,7 +217,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
             None => others.push((path, f)),
         }
     }
-    one_job(&ranks)?;
+    one_job(&ranks, &others)?;
     let n_ranks = ranks.len();
     let rank_ids: Vec<usize> = ranks.keys().copied().collect();
     let top = ranks.keys().next_back().map_or(0, |&r| r + 1);
@@ -282,13 +282,17 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
     })
 }
 
-/// Refuses rank files of different jobs (a directory written by two jobs, or one
-/// holding an earlier job's files that this job's did not replace): their job
-/// (`hpc run`'s id, Slurm's, PMIx's) or their number of ranks differ, or a rank is
-/// beyond its job's. Files that do not say are taken as they are.
-fn one_job(ranks: &BTreeMap<usize, (PathBuf, File)>) -> Result<(), MergeError> {
+/// Refuses files of different jobs (a directory written by two jobs, or one
+/// holding an earlier job's files that this job's did not replace): the job
+/// (`hpc run`'s id, Slurm's, PMIx's, a process started alone) of a rank file or a
+/// proxy's file differs from the others', or the number of ranks of two rank files
+/// differ, or a rank is beyond its job's. Files that do not say are taken as they
+/// are.
+fn one_job(
+    ranks: &BTreeMap<usize, (PathBuf, File)>,
+    others: &[(PathBuf, File)],
+) -> Result<(), MergeError> {
     let mut size: Option<(usize, &PathBuf)> = None;
-    let mut job: Option<(&str, &PathBuf)> = None;
     for (&r, (path, f)) in ranks {
         let mixed = |why: String| MergeError::Mixed {
             path: path.clone(),
@@ -309,13 +313,23 @@ fn one_job(ranks: &BTreeMap<usize, (PathBuf, File)>) -> Result<(), MergeError> {
                 None => size = Some((n, path)),
             }
         }
+    }
+    let mut job: Option<(&str, &PathBuf)> = None;
+    for (path, f) in ranks
+        .values()
+        .map(|(p, f)| (p, f))
+        .chain(others.iter().map(|(p, f)| (p, f)))
+    {
         if let Some(id) = f.end.job.as_deref() {
             match job {
                 Some((other_id, other)) if other_id != id => {
-                    return Err(mixed(format!(
-                        "of the job {id:?}, {} of the job {other_id:?}",
-                        other.display()
-                    )))
+                    return Err(MergeError::Mixed {
+                        path: path.clone(),
+                        why: format!(
+                            "of the job {id:?}, {} of the job {other_id:?}",
+                            other.display()
+                        ),
+                    })
                 }
                 Some(_) => {}
                 None => job = Some((id, path)),

@@ -56,7 +56,8 @@ pub struct End {
 
 /// The job this process belongs to, as its launcher names it: `hpc run`'s job id,
 /// Slurm's job and step, or the PMIx namespace of `mpirun`; `None` for a process
-/// started alone. The merge refuses rank files of different jobs.
+/// started alone (whose file records [`alone_job`] instead once it knows it is a
+/// job of one rank). The merge refuses files of different jobs.
 pub fn job_id() -> Option<String> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     if let Some(id) = var(hpc_env::JOB_ID) {
@@ -67,6 +68,13 @@ pub fn job_id() -> Option<String> {
         return Some(format!("slurm {job}.{step}"));
     }
     var("PMIX_NAMESPACE").map(|ns| format!("pmix {ns}"))
+}
+
+/// The job of a process started without a launcher, a job of one rank: itself,
+/// by its pid and host, so that two such runs' files in one directory (a rank of
+/// one, a proxy of the other) are told apart by the merge.
+pub fn alone_job() -> String {
+    format!("alone: pid {} on {}", std::process::id(), clock::host())
 }
 
 /// One event as written (Chrome's trace-event format).
@@ -255,7 +263,7 @@ impl Sink {
             label: st.label.clone(),
             events: st.events,
             size: st.size,
-            job: job_id(),
+            job: job_id().or_else(|| (st.size == Some(1)).then(alone_job)),
         };
         let end = serde_json::to_string(&end).map_err(|e| fail(e.into()))?;
         write!(out, "\n],\"hpcEnd\":{end}}}\n").map_err(fail)?;

@@ -298,6 +298,44 @@ fn files_of_two_jobs_in_one_directory_are_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A proxy's file left by another job (a job with the proxy engine, then one
+/// without it, in one directory: the second's rank files replaced the first's,
+/// its proxy's stayed) is refused, not merged as the second job's proxy; and a
+/// process started alone (no launcher) records a job of its own, so that two such
+/// runs are told apart too.
+#[test]
+fn a_proxy_file_of_another_job_is_refused_and_a_lone_process_names_its_job() {
+    let dir = scratch("proxy-job");
+    let rank = record_of(&dir, 0, 1);
+    let own: Value = serde_json::from_slice(&std::fs::read(&rank).unwrap()).unwrap();
+    let job = own["hpcEnd"]["job"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(job.starts_with("alone: pid "), "{own}");
+    // A proxy's file: a finished file made a process that is no rank.
+    let other = record_of(&dir.join("other"), 0, 1);
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&other).unwrap()).unwrap();
+    v["hpcEnd"]["rank"] = Value::Null;
+    v["hpcEnd"]["label"] = "proxy".into();
+    let proxy = dir.join("proc-1.json");
+    std::fs::write(&proxy, serde_json::to_vec(&v).unwrap()).unwrap();
+    std::fs::remove_dir_all(dir.join("other")).unwrap();
+    // The same job (a proxy started by this rank would inherit it): merged.
+    set_job(&proxy, Some(&job));
+    assert_eq!(hpc_trace::merge::merge_dir(&dir).unwrap().rank_ids, [0]);
+    set_job(&proxy, Some("hpc run earlier"));
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{} is of the job \"hpc run earlier\"",
+            proxy.display()
+        )) && e.contains("more than one job"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_directory_that_cannot_be_made_is_an_error_naming_it() {
     let e = hpc_trace::TraceLayer::create(Path::new("/proc/hpc-trace-no/dir"))

@@ -383,6 +383,8 @@ mod trace {
         dir: PathBuf,
         /// The final name (`FILE`, or `FILE.rankR` in a job of several ranks).
         path: PathBuf,
+        /// The final name claimed for this run (a second run given it is refused).
+        _claim: hpc_io::rundir::FileClaim,
     }
 
     /// Checks `--trace FILE` and starts recording beside it.
@@ -399,12 +401,22 @@ mod trace {
         // A device, a FIFO or a directory of that name is refused before the run,
         // not replaced after it.
         hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        let claim =
+            hpc_io::rundir::FileClaim::take(&path, &format!("brunel, pid {}", std::process::id()))
+                .map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
         let mut dir = path.as_os_str().to_owned();
         dir.push(format!(".tmp-{}", std::process::id()));
         let dir = PathBuf::from(dir);
         let layer = hpc_trace::TraceLayer::create(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
-        Ok((Trace { dir, path }, layer))
+        Ok((
+            Trace {
+                dir,
+                path,
+                _claim: claim,
+            },
+            layer,
+        ))
     }
 
     impl Trace {

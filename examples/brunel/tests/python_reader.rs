@@ -190,6 +190,26 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
         ("depth-127.spk", extra(&nested(126)), true),
         ("depth-128.spk", extra(&nested(127)), false),
     ]);
+    // `-0` is a float to serde_json (-0.0), an integer 0 to Python's json: an id
+    // range or a neuron count written so is refused by both, a time taken by both.
+    let raw = |text: &str| spk(text.as_bytes(), &[(1, 0)]);
+    cases.extend([
+        (
+            "first-minus-zero.spk",
+            raw(r#"{"n_neurons":3,"dt_ms":0.1,"t_sim_ms":60,"populations":[{"name":"a","first":-0,"count":3}]}"#),
+            false,
+        ),
+        (
+            "n-minus-zero.spk",
+            spk(br#"{"n_neurons":-0,"dt_ms":0.1,"t_sim_ms":60,"populations":[]}"#, &[]),
+            false,
+        ),
+        (
+            "t-sim-minus-zero.spk",
+            spk(br#"{"n_neurons":3,"dt_ms":0.1,"t_sim_ms":-0,"populations":[{"name":"a","first":0,"count":3}]}"#, &[(0, 0)]),
+            true,
+        ),
+    ]);
     for (name, edit) in &edits {
         cases.push((name, with(edit), false));
     }

@@ -3,7 +3,7 @@
 //! simulating anything.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -19,7 +19,7 @@ fn nest_line(order: u32) -> String {
     )
 }
 
-fn brunel(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+fn brunel(out: &std::path::Path, extra: &[&str]) -> Output {
     Command::new(BRUNEL)
         .args([
             "--preset", "nest", "--order", "100", "--ce", "40", "--ci", "10", "--t-sim", "200",
@@ -31,13 +31,20 @@ fn brunel(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn a_run_writes_its_report_and_figures() {
-    let dir = tmpdir("run");
-    let reference = dir.join("nest.json");
-    std::fs::write(&reference, nest_line(100)).unwrap();
+/// A run (into `dir/out`) given NEST's line for a network of `order` as its
+/// reference (`dir/name`): the fresh `dir`, the output folder and the run.
+fn with_reference(tag: &str, name: &str, order: u32) -> (PathBuf, PathBuf, Output) {
+    let dir = tmpdir(tag);
+    let reference = dir.join(name);
+    std::fs::write(&reference, nest_line(order)).unwrap();
     let out = dir.join("out");
     let o = brunel(&out, &["--reference", reference.to_str().unwrap()]);
+    (dir, out, o)
+}
+
+#[test]
+fn a_run_writes_its_report_and_figures() {
+    let (dir, out, o) = with_reference("run", "nest.json", 100);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -86,11 +93,7 @@ fn no_plot_writes_no_report() {
 
 #[test]
 fn a_reference_of_another_network_is_refused_before_the_run() {
-    let dir = tmpdir("badref");
-    let reference = dir.join("nest-order-2500.json");
-    std::fs::write(&reference, nest_line(2500)).unwrap();
-    let out = dir.join("out");
-    let o = brunel(&out, &["--reference", reference.to_str().unwrap()]);
+    let (dir, out, o) = with_reference("badref", "nest-order-2500.json", 2500);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(

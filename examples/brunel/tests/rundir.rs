@@ -218,6 +218,29 @@ fn a_trace_onto_a_fifo_or_a_directory_is_refused_before_the_run_and_left_alone()
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace FILE that another run is writing (claimed) is refused before the run,
+/// naming that run, instead of the last run to finish silently replacing the
+/// other's; so is a name ending in `/` (a directory not made yet), which was made
+/// and then failed at the end.
+#[test]
+fn a_trace_another_run_writes_or_a_directory_name_is_refused_before_the_run() {
+    let dir = tmpdir("trace-claimed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let claim = hpc_io::rundir::FileClaim::take(&trace, "the other run").unwrap();
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "5", "--no-spikes"]);
+    c.arg("--trace").arg(&trace);
+    let err = refused(&c.output().unwrap());
+    assert!(err.contains("is being written by the other run"), "{err}");
+    drop(claim);
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "5", "--no-spikes"]);
+    c.arg("--trace").arg(format!("{}/new/", dir.display()));
+    let err = refused(&c.output().unwrap());
+    assert!(err.contains("names a directory"), "{err}");
+    assert!(!dir.join("new").exists() && !dir.join("out").join("run.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() {
     let dir = tmpdir("interval");

@@ -238,6 +238,19 @@ class CommandLine(unittest.TestCase):
         for tool in (READ_SPIKES,):
             self.one_line_error(run(tool), 2, "usage")
 
+    def test_output_that_cannot_be_written_is_one_line_or_a_quiet_closed_pipe(self):
+        good = self.file("good.spk", spk(GOOD))
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, READER, good], stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+        self.one_line_error(r, 1, "cannot write to standard output")
+        # A reader that closed the pipe before the first line: status 141, no message.
+        p = subprocess.Popen([sys.executable, READER] + [good] * 2000, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        p.stdout.close()
+        err = p.stderr.read()
+        self.assertEqual((p.wait(timeout=120), err), (141, ""))
+
     def test_a_fifo_or_a_device_is_refused_at_once_not_waited_for_or_read_for_ever(self):
         fifo = os.path.join(self.dir.name, "fifo.spk")
         os.mkfifo(fifo)

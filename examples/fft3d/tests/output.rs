@@ -5,18 +5,10 @@ use std::process::Command;
 
 use hpc_test_support::output;
 
-/// The smallest run.
-const ARGS: &[&str] = &["--n", "8"];
-
 #[test]
 fn stdout_on_a_full_device_fails_naming_it_and_a_closed_one_does_not() {
-    output::assert_result_lines_not_lost(|| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_fft3d"));
-        c.args(ARGS)
-            .env("HPC_LOG", "warn")
-            .env_remove("RUST_BACKTRACE");
-        c
-    });
+    // The smallest run.
+    output::assert_run_lines_not_lost(env!("CARGO_BIN_EXE_fft3d"), &["--n", "8"]);
 }
 
 /// The last message is one write: `hpc run` stopping a rank between the pieces of

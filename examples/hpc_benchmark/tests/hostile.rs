@@ -49,3 +49,38 @@ fn times_beyond_any_count_of_steps_are_refused_not_a_panic() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An STDP exponent that grows the weights beyond the finite numbers (`--mu 50`:
+/// a weight of 45.6 pA to the 50th power) ends the run with an error naming
+/// lambda and mu, and the run directory says it is incomplete: before, the
+/// infinite and then NaN weights were clipped to 0 by the depression while their
+/// input drove the network at 1,489 Hz, and the run reported success.
+#[test]
+fn weights_grown_beyond_the_finite_numbers_end_the_run_naming_the_rule() {
+    let dir = tmpdir("weight-overflow");
+    let out = dir.join("out");
+    let o = Command::new(BIN)
+        .args([
+            "--scale",
+            "0.1",
+            "--t-presim",
+            "5",
+            "--t-sim",
+            "50",
+            "--quiet",
+        ])
+        .args(["--mu", "50", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("an STDP weight became inf") && err.contains("mu 50"),
+        "{err}"
+    );
+    let run = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(run.contains("\"incomplete\""), "{run}");
+    assert!(!out.join("summary.json").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

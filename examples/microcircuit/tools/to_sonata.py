@@ -63,4 +63,4 @@ with h5py.File(tmp, "w") as f:
         ts.attrs["units"] = "ms"
         p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
 os.replace(tmp, a.out)
-print(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)")
+hpc_spikes.say(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)", "to_sonata.py")

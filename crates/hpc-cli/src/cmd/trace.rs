@@ -142,13 +142,16 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))
 }
 
-/// `hpc run --trace FILE`: the directory the ranks write into, beside `FILE`.
+/// `hpc run --trace FILE`: the directory the ranks write into, beside `FILE`,
+/// and the claim that keeps a second job from writing `FILE` at the same time.
 #[derive(Debug)]
 pub struct RunTrace {
     /// The merged trace to write.
     file: PathBuf,
     /// The ranks' directory (`HPC_TRACE`).
     pub dir: PathBuf,
+    /// `FILE` claimed for this job until the trace is written.
+    _claim: hpc_io::rundir::FileClaim,
 }
 
 impl RunTrace {
@@ -165,6 +168,9 @@ impl RunTrace {
             )));
         }
         check_output("--trace", file)?;
+        let claim =
+            hpc_io::rundir::FileClaim::take(file, &format!("hpc run, pid {}", std::process::id()))
+                .map_err(|e| UsageError(format!("--trace: {e}")))?;
         let name = file.file_name().unwrap_or_default().to_string_lossy();
         let dir = file.with_file_name(format!(".{name}.ranks-{}", std::process::id()));
         std::fs::create_dir(&dir).map_err(|e| {
@@ -179,6 +185,7 @@ impl RunTrace {
         Ok(RunTrace {
             file: file.to_path_buf(),
             dir,
+            _claim: claim,
         })
     }
 

@@ -39,32 +39,9 @@ pub(super) fn futex_wake(word: &AtomicU32) {
 /// # Safety
 /// `local` must be valid for `len` bytes of writes and not aliased.
 pub(crate) unsafe fn cma_read(pid: u32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let l = libc::iovec {
-            // SAFETY: `done < len`, within the caller's buffer.
-            iov_base: unsafe { local.add(done) }.cast(),
-            iov_len: len - done,
-        };
-        let r = libc::iovec {
-            iov_base: (remote as usize + done) as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        // SAFETY: the local iovec lies in the caller's buffer (see the function's
-        // contract); the remote one is only read by the kernel in the other process.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "short CMA read",
-            ));
-        }
-        done += n as usize;
-    }
-    Ok(())
+    // SAFETY: the kernel writes the local range (valid per contract) and reads
+    // the remote one in the other process.
+    unsafe { cma(libc::process_vm_readv, "read", pid, local, remote, len) }
 }
 
 /// Copies `len` bytes from `local` to `remote` in process `pid` (`process_vm_writev`).
@@ -78,27 +55,64 @@ pub(crate) unsafe fn cma_write(
     remote: u64,
     len: usize,
 ) -> io::Result<()> {
+    // SAFETY: the kernel only reads the local range (valid per contract) and
+    // writes the remote one in the other process.
+    unsafe {
+        cma(
+            libc::process_vm_writev,
+            "write",
+            pid,
+            local.cast_mut(),
+            remote,
+            len,
+        )
+    }
+}
+
+/// `process_vm_readv` or `process_vm_writev`.
+type CmaCall = unsafe extern "C" fn(
+    libc::pid_t,
+    *const libc::iovec,
+    libc::c_ulong,
+    *const libc::iovec,
+    libc::c_ulong,
+    libc::c_ulong,
+) -> libc::ssize_t;
+
+/// Moves `len` bytes between `local` and `remote` in process `pid` with
+/// `call` (`what` it does, for the error), looping over partial transfers.
+///
+/// # Safety
+/// `local` must be valid for `len` bytes of what `call` does to it.
+unsafe fn cma(
+    call: CmaCall,
+    what: &str,
+    pid: u32,
+    local: *mut u8,
+    remote: u64,
+    len: usize,
+) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
         let l = libc::iovec {
-            // SAFETY: within the caller's buffer.
-            iov_base: unsafe { local.add(done) } as *mut libc::c_void,
+            // SAFETY: `done < len`, within the caller's buffer.
+            iov_base: unsafe { local.add(done) }.cast(),
             iov_len: len - done,
         };
         let r = libc::iovec {
             iov_base: (remote as usize + done) as *mut libc::c_void,
             iov_len: len - done,
         };
-        // SAFETY: the kernel reads the local range (valid per contract) and writes the
-        // remote one in the other process.
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+        // SAFETY: the local iovec lies in the caller's buffer (see the function's
+        // contract); the remote one is only touched by the kernel in the other process.
+        let n = unsafe { call(pid as libc::pid_t, &l, 1, &r, 1, 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "short CMA write",
+                format!("short CMA {what}"),
             ));
         }
         done += n as usize;

@@ -16,11 +16,13 @@
 //!
 //! [`Comm::send`], [`Comm::recv`], [`Comm::isend`], [`Comm::irecv`] and
 //! [`Comm::sendrecv`] move typed messages between two ranks, matched by
-//! source ([`Source`]) and [`Tag`]; a receive's buffer holds exactly the
-//! message ([`Error::MessageLength`] otherwise) and a message that never
-//! comes is an [`Error::MessageTimeout`]. Their tags never match a
-//! collective's messages, and one sender's messages of one tag arrive in
-//! order. [`Comm::isend_owned`], [`Comm::irecv_owned`],
+//! source ([`Source`]) and [`Tag`] (a receive may take any of either:
+//! `Source::Any`, [`ANY_TAG`]); a receive's buffer holds exactly the
+//! message, of the same element type ([`Error::MessageLength`],
+//! [`Error::MessageType`] otherwise) and a message that never comes is an
+//! [`Error::MessageTimeout`]. Their tags never match a collective's
+//! messages, and one sender's messages are received in the order it sent
+//! them. [`Comm::isend_owned`], [`Comm::irecv_owned`],
 //! [`Comm::iallreduce_owned`] and [`Comm::ialltoall_owned`] take their
 //! buffers by value and hand them back from `wait`: their requests borrow
 //! nothing, so they can be stored and waited for later.
@@ -125,7 +127,7 @@ pub use board_file::remove_boards_of;
 use boot::SubBoot;
 pub use options::{AgentWake, CommOptions, Engine, DEFAULT_PROXY_MIN, DEFAULT_STAGE_MAX};
 pub use owned::OwnedRequest;
-pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag};
+pub use p2p::{OwnedRecv, OwnedSend, RecvRequest, SendRequest, Source, Status, Tag, ANY_TAG};
 pub use request::{Request, Scope, ScopedRequest};
 
 /// A communicator: a group of ranks running collectives with one engine.

@@ -3,36 +3,37 @@
 //!
 //! A message is one step of a schedule of its own (one send, or one
 //! receive), run by the engine's executor as the collectives' steps are:
-//! over the node's board and, across nodes, the network transport, with
-//! the same matching by `(source, tag)`. Every point-to-point message
-//! carries one sequence number that no collective takes
-//! ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never matches
-//! a collective's message, and messages of one pair and tag are received
-//! in the order they were sent (MPI's non-overtaking rule).
+//! over the node's board and, across nodes, the network transport. Every
+//! point-to-point message carries one sequence number that no collective
+//! takes ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never
+//! matches a collective's message, and its element type beside its tag
+//! ([`p2p_tag`](crate::executor::p2p_tag)). A receive takes the earliest
+//! announced message that fits its source and tag (either may be a
+//! wildcard), so messages of one sender are received in the order they
+//! were sent (MPI's non-overtaking rule, across tags too); a message of
+//! another element type than the receive's is an [`Error::MessageType`].
 
 use std::marker::PhantomData;
 
-use hpc_collectives::{Algorithm, CollectiveKind, Region, Round, Schedule, Step};
+use hpc_collectives::{Algorithm, CollectiveKind, DataType, Region, Round, Schedule, Step};
 
 use super::owned::Owned;
 use super::Comm;
 use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
 use crate::engines::{Driver, Ticket};
 use crate::error::{Error, Result};
-use crate::executor::Buffers;
+use crate::executor::{p2p_tag, Buffers, Want};
 use crate::job::Stage;
 
-/// A message's tag: messages match a receive only with the same tag.
-pub type Tag = u16;
+pub use crate::tag::{Tag, ANY_TAG};
 
 /// Where a receive takes its message from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     /// From this rank of the communicator only.
     Rank(usize),
-    /// From whichever rank's message with the tag is there first (refused
-    /// on a communicator that spans nodes, except on the `Mpi` engine; see
-    /// [`Comm::irecv`]).
+    /// From whichever rank's message that fits the tag is there first
+    /// (refused on the `Proxy` engine across nodes; see [`Comm::irecv`]).
     Any,
 }
 
@@ -47,7 +48,7 @@ impl From<usize> for Source {
 pub struct Status {
     /// The rank that sent it (rank in the communicator).
     pub source: usize,
-    /// Its tag.
+    /// Its tag (the message's, also for a receive of [`ANY_TAG`]).
     pub tag: Tag,
     /// Elements received (the receive's length: a message of another
     /// length is an [`Error::MessageLength`]).
@@ -60,9 +61,10 @@ pub(super) struct Msg {
     pub(super) what: &'static str,
     /// The peer; `None`: a receive from any source.
     peer: Option<usize>,
+    /// [`ANY_TAG`]: a receive of any tag.
     tag: Tag,
-    /// Bytes per element of the buffer.
-    elem: usize,
+    /// The buffer's element type.
+    dtype: DataType,
     /// Elements of the buffer.
     count: usize,
 }
@@ -82,12 +84,29 @@ impl Msg {
                 tag,
                 sent,
                 expected,
-            } => Error::MessageLength {
-                rank,
-                tag,
-                sent: sent / self.elem.max(1),
-                expected: expected / self.elem.max(1),
-            },
+            } => {
+                let elem = self.dtype.size().max(1);
+                if sent % elem != 0 {
+                    // No whole number of the receive's elements (a message of
+                    // another type): counted in elements it would read as a
+                    // length that may even equal the receive's.
+                    return Error::CountMismatch {
+                        rank,
+                        detail: format!(
+                            "message with tag {tag} has {sent} bytes, not a whole number of \
+                             the receive's {elem}-byte elements (it holds {} bytes, {} elements)",
+                            expected,
+                            expected / elem
+                        ),
+                    };
+                }
+                Error::MessageLength {
+                    rank,
+                    tag,
+                    sent: sent / elem,
+                    expected: expected / elem,
+                }
+            }
             e => e,
         }
     }
@@ -104,9 +123,10 @@ impl Msg {
             t.cancel(e);
             return Err(self.error(err));
         }
+        let (source, tag) = t.matched().unwrap_or((self.peer.unwrap_or(0), self.tag));
         Ok(Status {
-            source: t.recv_source().or(self.peer).unwrap_or(0),
-            tag: self.tag,
+            source,
+            tag,
             count: self.count,
         })
     }
@@ -151,13 +171,16 @@ impl Comm {
             Some(st) => st.raw(),
             None => (send.as_ptr(), send.len(), recv.as_mut_ptr(), recv.len()),
         };
+        let send_side = msg.what == "send";
+        let any_tag = msg.tag == ANY_TAG;
         let Some(host) = self.driver.host() else {
             #[cfg(feature = "mpi")]
             if let Some(t) = self.driver.message(
                 &crate::mpi_engine::Message {
-                    send: msg.what == "send",
+                    send: send_side,
                     peer: msg.peer,
-                    tag: msg.tag,
+                    tag: (!any_tag).then_some(msg.tag),
+                    dtype: msg.dtype,
                     timeout: self.timeout,
                 },
                 raw,
@@ -165,36 +188,39 @@ impl Comm {
             ) {
                 return t;
             }
+            // The DPU-placed proxy's ranks reach nothing but their proxy, which
+            // carries no point-to-point messages (yet).
             return Err(Error::Unsupported(format!(
-                "point-to-point messages on the {:?} engine in this placement",
+                "point-to-point messages on the {:?} engine in the DPU placement (the Inline, \
+                 Thread and Mpi engines carry them)",
                 self.opts.engine
             )));
         };
         if self.opts.engine == super::Engine::Proxy && self.spans_nodes() {
             // Its ranks' own path has no network: only the proxies reach other nodes.
             return Err(Error::Unsupported(
-                "point-to-point messages on the Proxy engine across nodes".into(),
+                "point-to-point messages on the Proxy engine across nodes (the Inline, Thread \
+                 and Mpi engines carry them)"
+                    .into(),
             ));
         }
-        let tag = u32::from(msg.tag);
-        let step = if msg.what == "send" {
+        let tag = p2p_tag(msg.tag, msg.dtype);
+        let (step, want) = if send_side {
             let peer = msg.peer.unwrap_or(0);
-            Step::Send {
+            let step = Step::Send {
                 peer,
                 region: Region::send(0, send.len()),
                 tag,
-            }
+            };
+            (step, None)
         } else {
-            if msg.peer.is_none() && self.spans_nodes() {
-                return Err(Error::Unsupported(
-                    "a receive from Source::Any on a communicator that spans nodes".into(),
-                ));
-            }
-            Step::Recv {
+            let step = Step::Recv {
                 peer: msg.peer.unwrap_or(0),
                 region: Region::recv(0, recv.len()),
                 tag,
-            }
+            };
+            let want = Want::new(msg.peer, (!any_tag).then_some(msg.tag), tag);
+            (step, Some(want))
         };
         let sched = one_step(self, step, send.len(), recv.len());
         let (s, sl, r, rl) = raw;
@@ -206,17 +232,21 @@ impl Comm {
             scratch: Vec::new(),
             stage,
         };
-        let any = msg.peer.is_none().then_some(tag);
         let _span = tracing::debug_span!("message", what = msg.what, peer = ?msg.peer, tag = msg.tag, rank = self.rank).entered();
-        host.start_p2p(sched, bufs, any)
+        host.start_p2p(sched, bufs, want)
     }
 
     fn send_msg<T: Elem>(&self, buf: &[T], dest: usize, tag: Tag) -> Result<Msg> {
+        if tag == ANY_TAG {
+            return Err(Error::Argument(format!(
+                "tag {tag} is ANY_TAG, for receives: a message's tag is below it"
+            )));
+        }
         Ok(Msg {
             what: "send",
             peer: Some(self.peer_arg("dest", dest)?),
             tag,
-            elem: std::mem::size_of::<T>(),
+            dtype: T::DTYPE,
             count: buf.len(),
         })
     }
@@ -230,7 +260,7 @@ impl Comm {
             what: "receive",
             peer,
             tag,
-            elem: std::mem::size_of::<T>(),
+            dtype: T::DTYPE,
             count: buf.len(),
         })
     }
@@ -255,11 +285,16 @@ impl Comm {
         self.blocking(&msg, bytes(buf), &mut []).map(|_| ())
     }
 
-    /// Receives a message with `tag` from `source` into `buf`, whose length
-    /// must be the message's (else [`Error::MessageLength`], naming both;
-    /// nothing is truncated). Bounded by the communicator's timeout: a
-    /// message that never comes is an [`Error::MessageTimeout`] naming
-    /// source and tag.
+    /// Receives a message with `tag` ([`ANY_TAG`]: any) from `source` into
+    /// `buf`, whose length must be the message's (else
+    /// [`Error::MessageLength`], naming both; nothing is truncated) and
+    /// whose element type must be the message's (else
+    /// [`Error::MessageType`], naming both: an `f32` message does not land
+    /// in an `i32` buffer, though their sizes agree; under the `Mpi` engine
+    /// MPI matches, which does not check types). Bounded by the
+    /// communicator's timeout: a message that never comes is an
+    /// [`Error::MessageTimeout`] naming source and tag. The [`Status`] says
+    /// which source and tag came.
     pub fn recv<R: BufMut + ?Sized>(
         &self,
         buf: &mut R,
@@ -293,11 +328,15 @@ impl Comm {
     /// Non-blocking [`Comm::recv`]: the request borrows `buf` until it is
     /// waited for, and the message lands in it in `test`/`wait`.
     ///
-    /// Receives of one source and tag take the messages in the order the
-    /// sender sent them. `Source::Any` takes the message of the first rank
-    /// found with one waiting; it is refused with [`Error::Unsupported`] on a
-    /// communicator that spans nodes (but for the `Mpi` engine's, where it is
-    /// `MPI_ANY_SOURCE`).
+    /// A receive takes, of the messages that fit its source and tag, the
+    /// one announced first; so messages of one sender are taken in the
+    /// order it sent them, also by a receive of [`ANY_TAG`] (MPI's
+    /// non-overtaking rule), and receives are matched in the order they
+    /// were posted. `Source::Any` and [`ANY_TAG`] are MPI's
+    /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. Point-to-point
+    /// messages are refused with [`Error::Unsupported`] on the `Proxy`
+    /// engine across nodes (its ranks have no network path of their own; the
+    /// proxies do not carry messages yet) and in the DPU placement.
     pub fn irecv<'a, R: BufMut + ?Sized>(
         &'a self,
         buf: &'a mut R,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::{Driver, Job, Pending, Ticket};
-use crate::backoff::{Backoff, Pause};
+use crate::backoff::Backoff;
 use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
@@ -107,17 +107,18 @@ impl Host {
     }
 
     /// Starts a point-to-point operation: `sched` (one send or one receive,
-    /// under [`P2P_SEQ`](crate::executor::P2P_SEQ)) on `bufs`; `any_tag`: a
-    /// receive from any source, with that tag.
+    /// under [`P2P_SEQ`](crate::executor::P2P_SEQ)) on `bufs`; `want`: for
+    /// a receive, the messages it takes (the earliest of them).
     pub(crate) fn start_p2p(
         &self,
         sched: hpc_collectives::Schedule,
         bufs: Buffers,
-        any_tag: Option<u32>,
+        want: Option<crate::executor::Want>,
     ) -> Result<Ticket> {
         let op = Op::new(crate::executor::P2P_SEQ, sched, bufs);
-        if let Some(tag) = any_tag {
-            op.take_any_source(tag);
+        if let Some(w) = want {
+            op.take_first(w);
+            lock(&self.shared.core).open_inbox()?;
         }
         self.submit(&op)?;
         Ok(op)
@@ -188,11 +189,7 @@ impl Host {
                 // budget, then yielding (the transport's reader thread may need this
                 // core), then at a gentler pace (a sleep costs its timer slack too,
                 // 50 µs by default).
-                match backoff.pause() {
-                    Pause::Spin => std::hint::spin_loop(),
-                    Pause::Yield => std::thread::yield_now(),
-                    Pause::Sleep => std::thread::sleep(POLL_SLEEP),
-                }
+                backoff.rest(|_| POLL_SLEEP);
             } else {
                 // Peers ring this doorbell when they push a descriptor.
                 board.wait_ring(self.rank, seen, spin, CHECK_EVERY);
@@ -345,8 +342,8 @@ impl Pending for Op {
         self.fail(Error::Stopped("cancelled"));
     }
 
-    fn recv_source(&self) -> Option<usize> {
-        Op::recv_source(self)
+    fn matched(&self) -> Option<(usize, u16)> {
+        Op::matched(self)
     }
 }
 

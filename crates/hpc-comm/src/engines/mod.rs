@@ -95,9 +95,10 @@ pub(crate) trait Pending: Send + Sync {
     /// Finished, but nobody takes its outcome: drop what the engine keeps for it.
     fn discard(&self, _engine: &dyn Driver) {}
 
-    /// The source of a point-to-point receive, once known (a receive from
-    /// any source learns it when it matches a message).
-    fn recv_source(&self) -> Option<usize> {
+    /// The source and tag of the message a point-to-point receive matched,
+    /// once known (a receive of any source or tag learns them when it
+    /// matches a message).
+    fn matched(&self) -> Option<(usize, u16)> {
         None
     }
 }

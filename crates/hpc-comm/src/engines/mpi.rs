@@ -51,8 +51,8 @@ impl Pending for Request {
         self.0.wait(out)
     }
 
-    fn recv_source(&self) -> Option<usize> {
-        self.0.recv_source()
+    fn matched(&self) -> Option<(usize, u16)> {
+        self.0.matched()
     }
 
     fn cancel(&self, _: &dyn Driver) {

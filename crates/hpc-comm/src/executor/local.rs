@@ -4,7 +4,7 @@
 use hpc_collectives::interp::Arrival;
 use hpc_collectives::Region;
 
-use super::{Core, OpData};
+use super::{Core, OpData, P2P_SEQ};
 use crate::board::{self, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
 
@@ -45,6 +45,15 @@ pub(super) fn all_slots(n: usize) -> u64 {
 }
 
 impl Arrived {
+    /// Whether this piece starts its message.
+    pub(super) fn starts(&self) -> bool {
+        match *self {
+            Arrived::Chunk { index, .. } => index == 0,
+            Arrived::Rest { .. } => false,
+            Arrived::Whole { .. } | Arrived::Bytes(_) => true,
+        }
+    }
+
     /// Whether this piece ends its message.
     fn is_last(&self) -> bool {
         match *self {
@@ -141,6 +150,9 @@ impl Core {
     }
 
     pub(super) fn queue(&mut self, key: (usize, u64), a: Arrived) {
+        if key.1 >> 32 == P2P_SEQ && a.starts() {
+            self.p2p_order.push_back((key.0, key.1 as u32));
+        }
         self.matcher.arrived(key, a);
     }
 

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hpc_collectives::interp::{Action, InterpError, Machine, Matcher, Memory};
+use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
 use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 
 use crate::board::{Board, Desc, FIN};
@@ -59,6 +59,14 @@ impl Net {
         ((self.id as u64) << 48) | ((seq & 0xffff_ffff) << 16) | (tag as u64 & 0xffff)
     }
 
+    /// The transport tag of every point-to-point message of this
+    /// communicator: one, so that a receive of any source or tag can be
+    /// matched here (each message carries its schedule tag in a header of
+    /// [`P2P_HEAD`] bytes), and the transport keeps each sender's order.
+    fn p2p_tag(&self) -> u64 {
+        self.tag(P2P_SEQ, 0)
+    }
+
     fn error(&self, e: hpc_rdma::Error) -> Error {
         match e {
             hpc_rdma::Error::PeerLost { rank, .. } => {
@@ -77,6 +85,78 @@ impl Net {
 /// so a user's tag never matches a collective's message. Its messages of one
 /// pair and tag are matched in the order they were sent ([`Matcher`]).
 pub(crate) const P2P_SEQ: u64 = 0xffff_fffe;
+
+/// A point-to-point message's schedule tag: the user's tag in the low 16
+/// bits, its element type above them (1 + its index in
+/// [`DataType::ALL`]), so that a receive can tell a message of another type
+/// from one of its own and refuse it by name.
+pub(crate) fn p2p_tag(tag: u16, dtype: DataType) -> u32 {
+    let kind = DataType::ALL.iter().position(|&d| d == dtype).unwrap_or(0) as u32 + 1;
+    u32::from(tag) | kind << 16
+}
+
+/// The element type a point-to-point schedule tag carries (`"?"` for none).
+pub(crate) fn p2p_type_name(tag: u32) -> &'static str {
+    let kind = (tag >> 16) as usize;
+    kind.checked_sub(1)
+        .and_then(|i| DataType::ALL.get(i))
+        .map_or("?", |d| d.name())
+}
+
+/// What a point-to-point receive takes: a message from `source` (`None`:
+/// any rank) with `tag` (`None`: any tag), and the schedule tag of its own
+/// element type ([`p2p_tag`]). Until it matches a message its machine is not
+/// polled; the message it matches is the earliest announced of those that
+/// fit (MPI's non-overtaking rule, across tags too), and one of another
+/// element type fails it with [`Error::MessageType`].
+///
+/// Twelve bytes, so that every operation's state (collectives' too) grows
+/// by four over the `Option<u32>` it replaced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Want {
+    /// The source; [`Want::ANY_SOURCE`]: any.
+    source: u32,
+    tag: Option<u16>,
+    /// The element type's bits of its [`p2p_tag`].
+    kind: u16,
+}
+
+impl Want {
+    const ANY_SOURCE: u32 = u32::MAX;
+
+    /// A receive from `source` (`None`: any) of `tag` (`None`: any), whose
+    /// element type's [`p2p_tag`] is `kind`.
+    pub(crate) fn new(source: Option<usize>, tag: Option<u16>, kind: u32) -> Want {
+        Want {
+            // (A communicator has fewer ranks than a `u32` counts.)
+            source: source.map_or(Want::ANY_SOURCE, |s| {
+                u32::try_from(s).unwrap_or(Want::ANY_SOURCE - 1)
+            }),
+            tag,
+            kind: (kind >> 16) as u16,
+        }
+    }
+
+    /// The one source it takes messages from, if one.
+    fn source(&self) -> Option<usize> {
+        (self.source != Want::ANY_SOURCE).then_some(self.source as usize)
+    }
+
+    /// Whether it takes a message from `p` with schedule tag `t`, whatever
+    /// its element type.
+    fn fits(&self, p: usize, t: u32) -> bool {
+        self.source().is_none_or(|s| s == p) && self.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
+    }
+
+    /// Whether a message of schedule tag `t` is of its element type.
+    fn same_type(&self, t: u32) -> bool {
+        (t >> 16) as u16 == self.kind
+    }
+}
+
+/// Bytes of the header of a point-to-point message between nodes: its
+/// schedule tag ([`p2p_tag`]), little-endian.
+const P2P_HEAD: usize = 4;
 
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
@@ -169,10 +249,9 @@ pub(crate) struct OpData {
     /// peer, transport operation, schedule tag.
     net_recvs: Vec<(usize, hpc_rdma::OpId, u32)>,
     net_sends: Vec<(usize, hpc_rdma::OpId, u32)>,
-    /// A point-to-point receive from any source not matched yet, with its
-    /// tag: its machine is not polled until a message with that tag waits
-    /// from some rank, which then becomes its source.
-    any_tag: Option<u32>,
+    /// A point-to-point receive not matched to a message yet: its machine
+    /// is not polled until a message it takes waits ([`Core::bind_p2p`]).
+    want: Option<Want>,
     pub status: Status,
 }
 
@@ -203,31 +282,31 @@ impl Op {
                 wake_until: 0,
                 net_recvs: Vec::new(),
                 net_sends: Vec::new(),
-                any_tag: None,
+                want: None,
                 status: if empty { Status::Done } else { Status::Running },
             }),
             done: AtomicBool::new(empty),
         })
     }
 
-    /// Makes this operation (a point-to-point receive) take its message
-    /// from whichever rank sends one with `tag` first.
-    pub(crate) fn take_any_source(&self, tag: u32) {
-        lock(&self.data).any_tag = Some(tag);
+    /// Makes this operation (a point-to-point receive) wait for a message
+    /// that `want` takes, and take the earliest of them.
+    pub(crate) fn take_first(&self, want: Want) {
+        lock(&self.data).want = Some(want);
     }
 
-    /// The source of a point-to-point receive (`None` while a receive from
-    /// any source has not matched a message).
-    pub(crate) fn recv_source(&self) -> Option<usize> {
+    /// The source and tag of the message a point-to-point receive matched
+    /// (`None` before it matched one).
+    pub(crate) fn matched(&self) -> Option<(usize, u16)> {
         let d = lock(&self.data);
-        if d.any_tag.is_some() {
+        if d.want.is_some() {
             return None;
         }
-        let src = d.sched.steps().find_map(|s| match s {
-            Step::Recv { peer, .. } => Some(*peer),
+        let m = d.sched.steps().find_map(|s| match s {
+            Step::Recv { peer, tag, .. } => Some((*peer, *tag as u16)),
             _ => None,
         });
-        src
+        m
     }
 
     /// Peers this operation waits for now.
@@ -237,6 +316,8 @@ impl Op {
             .iter()
             .map(|r| r.peer)
             .chain(d.m.open_sends().iter().map(|s| s.0))
+            // A receive of one source that matched nothing yet waits for it.
+            .chain(d.want.and_then(|w| w.source()))
             .collect()
     }
 
@@ -261,6 +342,11 @@ pub(crate) struct Core {
     ops: VecDeque<Arc<Op>>,
     /// What arrived and no receive took yet, by (source, tag).
     matcher: Matcher<(usize, u64), Arrived>,
+    /// The point-to-point messages announced and not matched by a receive
+    /// yet, in the order they were announced: source and schedule tag (a
+    /// receive of any tag, or of another element type, needs the order
+    /// across the matcher's keys).
+    p2p_order: VecDeque<(usize, u32)>,
     /// This rank's free staging slots on the board (a bit per slot).
     free_slots: u64,
     /// Per peer, a mask of its slots this rank is done with (sent as one `FREE`).
@@ -281,6 +367,10 @@ pub(crate) struct Core {
     wake: Vec<bool>,
     /// Ranks on other nodes, when the communicator spans nodes.
     net: Option<Net>,
+    /// Standing receives of point-to-point messages from the ranks on other
+    /// nodes (one per such rank, opened by the first point-to-point receive):
+    /// each message goes to the matcher as it arrives, as the board's do.
+    inbox: Vec<(usize, hpc_rdma::OpId)>,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,
@@ -305,6 +395,7 @@ impl Core {
             pids,
             ops: VecDeque::new(),
             matcher: Matcher::new(),
+            p2p_order: VecDeque::new(),
             free_slots,
             freed: vec![0; size],
             stage_max,
@@ -315,6 +406,7 @@ impl Core {
             outq: vec![VecDeque::new(); size],
             wake: vec![false; size],
             net,
+            inbox: Vec::new(),
             net_inflight: 0,
             stopped: false,
         }
@@ -344,6 +436,69 @@ impl Core {
                     tracing::debug!(error = %e, "communicator goodbye");
                 }
             }
+        }
+    }
+
+    /// Opens the standing receives of point-to-point messages from the ranks
+    /// on other nodes, once (a communicator that receives none never has them).
+    pub(crate) fn open_inbox(&mut self) -> Result<(), Error> {
+        let Some(net) = &self.net else { return Ok(()) };
+        if !self.inbox.is_empty() {
+            return Ok(());
+        }
+        for p in (0..self.size).filter(|&p| !net.local[p]) {
+            let id = net
+                .t
+                .recv(net.world[p], net.p2p_tag())
+                .map_err(|e| net.error(e))?;
+            self.inbox.push((p, id));
+        }
+        Ok(())
+    }
+
+    /// Moves the point-to-point messages that arrived from other nodes into
+    /// the matcher, each sender's in the order it sent them.
+    fn poll_inbox(&mut self) {
+        let Some(net) = &self.net else { return };
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let mut got = Vec::new();
+        let mut i = 0;
+        while i < inbox.len() {
+            let (p, id) = inbox[i];
+            match net.t.test(id) {
+                Ok(None) => i += 1,
+                Ok(Some(payload)) => {
+                    got.push((p, payload.into_bytes()));
+                    // The next one from the same rank, at once.
+                    match net.t.recv(net.world[p], net.p2p_tag()) {
+                        Ok(id) => inbox[i].1 = id,
+                        Err(e) => {
+                            tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
+                            inbox.swap_remove(i);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
+                    inbox.swap_remove(i);
+                }
+            }
+        }
+        self.inbox = inbox;
+        for (p, mut bytes) in got {
+            if bytes.len() < P2P_HEAD {
+                tracing::warn!(
+                    rank = p,
+                    len = bytes.len(),
+                    "a point-to-point message without its header"
+                );
+                continue;
+            }
+            let mut head = [0u8; P2P_HEAD];
+            head.copy_from_slice(&bytes[..P2P_HEAD]);
+            bytes.drain(..P2P_HEAD);
+            let tag = u32::from_le_bytes(head);
+            self.queue((p, tag64(P2P_SEQ, tag)), Arrived::Bytes(bytes));
         }
     }
 
@@ -391,6 +546,9 @@ impl Core {
     /// whether anything happened.
     pub(crate) fn progress(&mut self) -> bool {
         self.drain();
+        if !self.inbox.is_empty() {
+            self.poll_inbox();
+        }
         let mut moved = false;
         // Taken out while they advance (`advance` needs `&mut self`) rather than
         // cloned: this runs on every pass of a waiting thread's loop.
@@ -413,7 +571,9 @@ impl Core {
                 op.done.store(true, Ordering::Release);
             }
         }
-        self.net_inflight = inflight;
+        // The standing receives need polling while anything is in flight (a
+        // receive may wait for them).
+        self.net_inflight = inflight + if ops.is_empty() { 0 } else { self.inbox.len() };
         // An arrival for an operation with a round still to post lets the agent
         // post it (with a core of its own, else only for a large message);
         // otherwise only large copies are worth a wake-up (small messages move
@@ -447,11 +607,14 @@ impl Core {
             self.rejected.remove(&key);
             return Err(Error::CountMismatch {
                 rank: key.0,
-                detail: format!("rank {} expected a message of a different size", key.0),
+                detail: format!(
+                    "rank {} refused the message (it expected another size or element type)",
+                    key.0
+                ),
             });
         }
-        if let Some(tag) = d.any_tag {
-            if !self.bind_any_source(d, tag) {
+        if let Some(want) = d.want {
+            if !self.bind_p2p(d, want)? {
                 return Ok(false);
             }
         }
@@ -516,12 +679,23 @@ impl Core {
                     // round's receives can write into it (eager copy).
                     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
                     let net = self.net.as_ref().expect("is_remote implies net");
+                    let (ntag, data) = if seq == P2P_SEQ {
+                        let mut data = Vec::with_capacity(P2P_HEAD + bytes.len());
+                        data.extend_from_slice(&tag.to_le_bytes());
+                        data.extend_from_slice(bytes);
+                        (net.p2p_tag(), data)
+                    } else {
+                        (net.tag(seq, tag), bytes.to_vec())
+                    };
                     let id = net
                         .t
-                        .send(net.world[peer], net.tag(d.seq, tag), bytes.to_vec())
+                        .send(net.world[peer], ntag, data)
                         .map_err(|e| net.error(e))?;
                     d.net_sends.push((peer, id, tag));
                 }
+                // A point-to-point message from another node comes through the
+                // inbox ([`Core::open_inbox`]).
+                Action::Recv { peer, .. } if seq == P2P_SEQ && self.is_remote(peer) => {}
                 Action::Recv { peer, tag, .. } if self.is_remote(peer) => {
                     let net = self.net.as_ref().expect("is_remote implies net");
                     let id = net
@@ -617,23 +791,64 @@ impl Core {
             .find(|k| self.rejected.contains(k))
     }
 
-    /// Binds a receive from any source to the first rank from which a
-    /// message with `tag` waits; whether one does.
-    fn bind_any_source(&mut self, d: &mut OpData, tag: u32) -> bool {
-        let key = |p: usize| (p, tag64(P2P_SEQ, tag));
-        let Some(src) = (0..self.size).find(|&p| self.matcher.peek(&key(p)).is_some()) else {
-            return false;
+    /// Binds a point-to-point receive to the earliest announced message
+    /// that `want` takes: its step's source and tag become the message's.
+    /// Whether one waits; a message of another element type is refused (its
+    /// sender told, as for a size mismatch) and fails the receive.
+    fn bind_p2p(&mut self, d: &mut OpData, want: Want) -> Result<bool, Error> {
+        let Some(i) = self.p2p_order.iter().position(|&(p, t)| want.fits(p, t)) else {
+            return Ok(false);
+        };
+        let Some((src, tag)) = self.p2p_order.remove(i) else {
+            return Ok(false);
         };
         for step in d.sched.rounds.iter_mut().flat_map(|r| r.steps.iter_mut()) {
-            if let Step::Recv { peer, .. } = step {
-                *peer = src;
+            if let Step::Recv { peer, tag: t, .. } = step {
+                (*peer, *t) = (src, tag);
             }
         }
-        d.any_tag = None;
-        true
+        d.want = None;
+        if !want.same_type(tag) {
+            let key = (src, tag64(P2P_SEQ, tag));
+            let sent = self.matcher.peek(&key).map_or(0, |a| a.total());
+            self.refuse(src, key.1, sent, d.sched.recv_bytes);
+            return Err(Error::MessageType {
+                rank: src,
+                tag: tag as u16,
+                sent: p2p_type_name(tag),
+                expected: p2p_type_name(u32::from(want.kind) << 16),
+            });
+        }
+        Ok(true)
     }
 
     fn is_remote(&self, peer: usize) -> bool {
         self.net.as_ref().is_some_and(|n| !n.local[peer])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_matches_by_source_tag_and_type() {
+        let f32_tag = p2p_tag(7, DataType::F32);
+        let i32_tag = p2p_tag(7, DataType::I32);
+        assert_ne!(f32_tag, i32_tag, "same size, other type");
+        assert_eq!(
+            (p2p_type_name(f32_tag), p2p_type_name(i32_tag)),
+            ("f32", "i32")
+        );
+        assert_eq!(p2p_type_name(7), "?");
+        let w = Want::new(Some(2), Some(7), i32_tag);
+        assert!(w.fits(2, f32_tag) && w.fits(2, i32_tag));
+        assert!(!w.fits(1, i32_tag) && !w.fits(2, p2p_tag(8, DataType::I32)));
+        assert!(w.same_type(i32_tag) && !w.same_type(f32_tag));
+        assert_eq!(w.source(), Some(2));
+        let any = Want::new(None, None, i32_tag);
+        assert!(any.fits(0, p2p_tag(65534, DataType::U8)) && any.source().is_none());
+        // Every operation carries one: it stays small.
+        assert_eq!(std::mem::size_of::<Option<Want>>(), 12);
     }
 }

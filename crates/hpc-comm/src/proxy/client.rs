@@ -168,13 +168,15 @@ impl Client {
         if starter {
             refuse_recursion(hpc_runtime::env::COLL_PROXY_BOARD)?;
             // What chooses and addresses the network between proxies stays, and
-            // the proxy records its timeline beside the ranks'.
+            // the proxy records its timeline beside the ranks', as a process of
+            // their job (the merge refuses a proxy's file of another job).
             let mut cmd = proxy_command(&[
                 hpc_runtime::env::COLL_PROXY_MAX_SCRATCH,
                 hpc_runtime::env::TRANSPORT,
                 hpc_runtime::env::OFI_PROVIDER,
                 hpc_runtime::env::TCP_ADDR,
                 hpc_runtime::env::TRACE,
+                hpc_runtime::env::JOB_ID,
             ]);
             if net {
                 link = Some(super::net::attach(&mut cmd)?);

@@ -13,49 +13,16 @@
 
 use std::collections::HashMap;
 
-use hpc_collectives::interp::{Action, Buffers, InterpError, Machine, Matcher, Memory};
-use hpc_collectives::{apply_reduce, DataType, ReduceOp, Region, Schedule};
+use hpc_collectives::interp::{Action, Buffers, InterpError, Machine, Matcher};
+use hpc_collectives::Schedule;
 
 /// A channel: (source, destination, tag).
 type Chan = (usize, usize, u32);
 
-/// One rank's buffers in the proxy's memory, as the interpreter's memory.
-struct Bufs(Buffers);
-
-impl Bufs {
-    fn read(&self, r: Region) -> Result<&[u8], String> {
-        self.0.read(r).map_err(|e| e.to_string())
-    }
-
-    fn write(&mut self, r: Region) -> Result<&mut [u8], String> {
-        self.0.write(r).map_err(|e| e.to_string())
-    }
-}
-
-impl Memory for Bufs {
-    type Error = String;
-
-    fn copy(&mut self, src: Region, dst: Region) -> Result<(), String> {
-        let (from, to) = self.0.src_dst(src, dst).map_err(|e| e.to_string())?;
-        to.copy_from_slice(from);
-        Ok(())
-    }
-
-    fn reduce(
-        &mut self,
-        op: ReduceOp,
-        dtype: DataType,
-        src: Region,
-        dst: Region,
-    ) -> Result<(), String> {
-        let (from, to) = self.0.src_dst(src, dst).map_err(|e| e.to_string())?;
-        apply_reduce(op, dtype, from, to).map_err(|e| e.to_string())
-    }
-}
-
 struct RankRun {
     sched: Schedule,
-    mem: Bufs,
+    /// Its buffers in the proxy's memory, the interpreter's memory.
+    mem: Buffers,
     m: Machine,
 }
 
@@ -111,11 +78,11 @@ impl Run {
                 let n = sched.scratch_bytes;
                 let scratch = super::memory::try_filled(n, 0xA5).map_err(|_| n as u64)?;
                 Ok(RankRun {
-                    mem: Bufs(Buffers {
+                    mem: Buffers {
                         send,
                         recv,
                         scratch,
-                    }),
+                    },
                     m: Machine::new(&sched, false),
                     sched,
                 })
@@ -198,7 +165,11 @@ impl Run {
             None => return Ok(false),
             Some(Action::Complete | Action::Recv { .. }) => {}
             Some(Action::Send { peer, tag, region }) => {
-                let data = me.mem.read(region).map_err(RunError::Step)?.to_vec();
+                let data = me
+                    .mem
+                    .read(region)
+                    .map_err(|e| RunError::Step(e.to_string()))?
+                    .to_vec();
                 if self.local.contains_key(&peer) {
                     self.msgs.arrived((rank, peer, tag), data);
                 } else {
@@ -211,7 +182,7 @@ impl Run {
             }) => {
                 me.mem
                     .write(region)
-                    .map_err(RunError::Step)?
+                    .map_err(|e| RunError::Step(e.to_string()))?
                     .copy_from_slice(&arrival);
                 me.m.copied(arrival.len());
             }
@@ -221,7 +192,7 @@ impl Run {
 
     /// The receive buffers of this node's ranks, in the order of `new`'s parts.
     pub(super) fn into_recvs(self) -> Vec<Vec<u8>> {
-        self.ranks.into_iter().map(|r| r.mem.0.recv).collect()
+        self.ranks.into_iter().map(|r| r.mem.recv).collect()
     }
 }
 

@@ -56,6 +56,11 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         bin.package,
         ws.root.display()
     ));
+    // The name and tag are written into the archives and, as written, into the
+    // run scripts: checked before anything is built.
+    if let Err(why) = crate::check_reference(args.name.as_deref().unwrap_or(&bin.name), &args.tag) {
+        usage!("{why}");
+    }
     if let Some(b) = &args.base {
         if !b.exists() {
             usage!(

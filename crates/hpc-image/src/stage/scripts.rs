@@ -2,7 +2,6 @@
 //! Containerfile) filled from hpc-image's templates.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -53,11 +52,11 @@ pub(crate) fn write(inputs: &Inputs<'_>, out_dir: &Path, pr: &mut Progress) -> R
         let text =
             templates::fill(t.text, &vars).with_context(|| format!("template {}", t.name))?;
         let p = out_dir.join(t.out.replace("{app}", bin_name));
-        fs::write(&p, text)?;
-        if t.executable {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&p, fs::Permissions::from_mode(0o755))?;
-        }
+        crate::write_new(
+            &p,
+            text.as_bytes(),
+            if t.executable { 0o755 } else { 0o644 },
+        )?;
         written_files.push(p);
     }
     pr.done(

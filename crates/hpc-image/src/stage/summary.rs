@@ -47,9 +47,10 @@ pub(crate) fn write_json(
         "layout": app.layout.dir(),
         "archives": archives.paths,
     });
-    fs::write(
-        out_dir.join("image.json"),
-        serde_json::to_vec_pretty(&summary)?,
+    crate::write_new(
+        &out_dir.join("image.json"),
+        &serde_json::to_vec_pretty(&summary)?,
+        0o644,
     )?;
     Ok(())
 }

@@ -126,6 +126,17 @@ impl<DB: DrawingBackend> Canvas<'_, DB> {
             })
     }
 
+    /// The x axis's title `s`, centred under frame `f` a little below `below`
+    /// (the y under its tick labels), at scale `k`.
+    pub(super) fn x_title(&self, s: &str, f: &Frame, below: i32, k: f64) -> DResult<DB> {
+        self.label(
+            s,
+            ((f.px.l + f.px.r) / 2, below + (12.0 * k) as i32),
+            EM_AXIS * k,
+            Pos::new(HPos::Center, VPos::Top),
+        )
+    }
+
     /// Ticks and labels left of the y axis, at `(value, label)`.
     pub(super) fn y_ticks(&self, f: &Frame, ticks: &[(f64, String)], em: f64) -> DResult<DB> {
         let tl = (em * 0.4) as i32;

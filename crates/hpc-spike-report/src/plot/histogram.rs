@@ -99,12 +99,7 @@ impl Prepared<'_> {
         if let Some(f) = last {
             let below =
                 f.px.b + (EM_TICK * 0.4 * k) as i32 + 5 + font::cap_height(tick_em).ceil() as i32;
-            c.label(
-                "CV of ISI",
-                ((f.px.l + f.px.r) / 2, below + (12.0 * k) as i32),
-                EM_AXIS * k,
-                Pos::new(HPos::Center, VPos::Top),
-            )?;
+            c.x_title("CV of ISI", &f, below, k)?;
             let mid = (body.t + f.px.b) / 2;
             c.vlabel(
                 "fraction of neurons",

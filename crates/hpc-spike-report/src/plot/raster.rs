@@ -81,12 +81,7 @@ impl Prepared<'_> {
         c.axes(&bottom)?;
         let below = c.x_ticks(&bottom, &xt, tick_em, true)?;
         c.y_ticks(&bottom, &rate_labels, tick_em)?;
-        c.label(
-            "time (ms)",
-            ((bottom.px.l + bottom.px.r) / 2, below + (12.0 * k) as i32),
-            EM_AXIS * k,
-            Pos::new(HPos::Center, VPos::Top),
-        )?;
+        c.x_title("time (ms)", &bottom, below, k)?;
         c.vlabel(
             "rate (Hz)",
             (title_x, (bottom.px.t + bottom.px.b) / 2),

@@ -84,11 +84,6 @@ impl Prepared<'_> {
         c.axes(&f)?;
         let below = c.x_ticks(&f, &xt, tick_em, true)?;
         c.y_ticks(&f, &names, tick_em)?;
-        c.label(
-            "firing rate (spikes/s)",
-            ((f.px.l + f.px.r) / 2, below + (12.0 * k) as i32),
-            EM_AXIS * k,
-            Pos::new(HPos::Center, VPos::Top),
-        )
+        c.x_title("firing rate (spikes/s)", &f, below, k)
     }
 }

@@ -408,6 +408,30 @@ fn depression_clips_at_zero() {
     assert_close(&w[1..], &[want], 1e-14, "mu = 0 after clipping");
 }
 
+/// A step and exponent that grow a weight beyond the finite numbers: an error
+/// naming them, not an infinite weight that the depression (NaN > 0 is false)
+/// would silently clip to 0 while it drove the target (`hpc_benchmark --mu 50`
+/// ran at 1,489 Hz with every E->E weight reported as 0).
+#[test]
+fn a_weight_grown_beyond_the_finite_numbers_is_an_error() {
+    let r = rule(20.0, 0.1, 0.05, 300.0);
+    let mut archive = vec![PostArchive::new(20.0, 0.1).unwrap()];
+    let mut row = StdpRow::new(1.5).unwrap();
+    row.connect(0, 45.6, &mut archive).unwrap();
+    row.deliver(&r, 5.0, &mut archive).unwrap().for_each(drop);
+    archive[0].record_post_spike(6.0).unwrap();
+    let e = row
+        .deliver(&r, 10.0, &mut archive)
+        .err()
+        .expect("an overflow");
+    assert!(matches!(e, ModelError::WeightOverflow { .. }), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("lambda 0.1 and mu 300") && m.contains("from 45.6"),
+        "{m}"
+    );
+}
+
 #[test]
 fn zero_learning_rate_leaves_weights_unchanged() {
     let r = rule(20.0, 0.0, 1.0, 0.4);

@@ -8,7 +8,7 @@ use super::wire::{
     encode_request, places, recv_is_input, split_id, wire, Answer, Offer, Place, Request, Span,
     MAX_LOCAL, TAG_ANSWER, TAG_PLACE, TAG_READY, TAG_REQUEST,
 };
-use crate::backoff::{Backoff, Pause};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::proxy::net::closed;
@@ -734,17 +734,12 @@ impl ProxyClient for Client {
                     waiting_for: Vec::new(),
                 });
             }
-            match backoff.pause() {
-                Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
-                // Longer the longer the wait (a sixteenth of it, 50-500 µs): a
-                // large collective's answer comes milliseconds later, and every
-                // look at the transport costs the rank's CPU.
-                Pause::Sleep => std::thread::sleep(
-                    (backoff.idle() / 16)
-                        .clamp(Duration::from_micros(50), Duration::from_micros(500)),
-                ),
-            }
+            // Sleeps longer the longer the wait (a sixteenth of it, 50-500 µs):
+            // a large collective's answer comes milliseconds later, and every
+            // look at the transport costs the rank's CPU.
+            backoff.rest(|idle| {
+                (idle / 16).clamp(Duration::from_micros(50), Duration::from_micros(500))
+            });
         }
         let mut st = lock(&p.state);
         let res = match st.outcome.as_ref() {

@@ -10,7 +10,7 @@ use super::wire::{
     check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, TAG_ANSWER,
     TAG_REQUEST,
 };
-use crate::backoff::{Backoff, Pause};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::proxy::memory::{footprint, try_filled, Budget, Refusal};
 use crate::proxy::net::{closed, tag64, ProxyNet, TRAILER};
@@ -135,15 +135,10 @@ impl Server {
             if moved {
                 backoff.reset();
             } else {
-                match backoff.pause() {
-                    Pause::Spin => std::hint::spin_loop(),
-                    Pause::Yield => std::thread::yield_now(),
-                    // Longer the longer it is idle, up to a millisecond.
-                    Pause::Sleep => std::thread::sleep(
-                        (backoff.idle() / 16)
-                            .clamp(Duration::from_micros(50), Duration::from_millis(1)),
-                    ),
-                }
+                // Sleeps longer the longer it is idle, up to a millisecond.
+                backoff.rest(|idle| {
+                    (idle / 16).clamp(Duration::from_micros(50), Duration::from_millis(1))
+                });
             }
         }
         tracing::info!("DPU proxy: every rank left");

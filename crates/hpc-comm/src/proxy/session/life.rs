@@ -115,7 +115,16 @@ pub(crate) struct Session {
     lost: Option<usize>,
     cancel: Cancel,
     out: VecDeque<Effect>,
+    /// A part was answered or a member left since the last [`Session::retire`]
+    /// (else no collective can have become over, and it has nothing to do).
+    settled: bool,
+    /// The parts of retired collectives, kept for the next ones (a
+    /// collective's start then allocates nothing but its map entry).
+    spare: Vec<Vec<Part>>,
 }
+
+/// How many retired collectives' parts a session keeps for reuse.
+const SPARE: usize = 64;
 
 impl Session {
     /// A session whose slots are the communicator's ranks `ranks`, all
@@ -129,12 +138,15 @@ impl Session {
             lost: None,
             cancel,
             out: VecDeque::new(),
+            settled: false,
+            spare: Vec::new(),
         }
     }
 
     /// The member in `slot` is on another node: nothing waits for it here.
     pub(crate) fn away(&mut self, slot: usize) {
         self.members[slot] = Member::Away;
+        self.settled = true;
     }
 
     /// The next effect to carry out.
@@ -161,11 +173,12 @@ impl Session {
     /// is lost, or where a member is gone (it cannot take part any more).
     fn coll(&mut self, seq: u64) -> &mut Coll {
         if !self.colls.contains_key(&seq) {
-            let n = self.ranks.len();
+            let mut parts = self.spare.pop().unwrap_or_default();
+            parts.resize(self.ranks.len(), Part::Absent);
             self.colls.insert(
                 seq,
                 Coll {
-                    parts: vec![Part::Absent; n],
+                    parts,
                     failed: None,
                     started: false,
                     finished: false,
@@ -203,6 +216,7 @@ impl Session {
             return;
         }
         c.parts[slot] = Part::Answered;
+        self.settled = true;
         if self.members[slot] == Member::Here {
             self.out.push_back(Effect::Answer { seq, slot, outcome });
         }
@@ -374,6 +388,7 @@ impl Session {
             return false;
         }
         self.members[slot] = Member::Gone(cause.to_string());
+        self.settled = true;
         let rank = self.ranks[slot];
         let hit: Vec<u64> = self
             .colls
@@ -397,6 +412,7 @@ impl Session {
         if self.cancel == Cancel::Part {
             let c = self.coll(seq);
             c.parts[slot] = Part::Answered;
+            self.settled = true;
             return;
         }
         let Some(c) = self.colls.get_mut(&seq) else {
@@ -422,9 +438,14 @@ impl Session {
 
     /// Forgets the collectives every member here of which is answered or
     /// gone, remembering how they ended (the window drops what comes for
-    /// them later).
+    /// them later). Nothing to look at unless a part was answered or a
+    /// member left since the last call: the servers call it on every pass.
     pub(crate) fn retire(&mut self) {
+        if !std::mem::take(&mut self.settled) {
+            return;
+        }
         let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
+        let spare = &mut self.spare;
         self.colls.retain(|&seq, c| {
             let over = c
                 .parts
@@ -434,6 +455,11 @@ impl Session {
             if over {
                 ended.end(seq, c.failed.take().unwrap_or(Outcome::Done));
                 out.push_back(Effect::Retire { seq, bytes: c.held });
+                if spare.len() < SPARE {
+                    let mut parts = std::mem::take(&mut c.parts);
+                    parts.clear();
+                    spare.push(parts);
+                }
             }
             !over
         });

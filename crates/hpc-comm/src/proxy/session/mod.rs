@@ -11,7 +11,7 @@
 //! inside a proxy a failure is an [`Outcome`], each variant carrying exactly
 //! what it means.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 mod life;
 #[cfg(test)]
@@ -211,35 +211,60 @@ impl Outcome {
 pub(crate) const REMEMBER: usize = 4096;
 
 /// The window of collectives that ended here, by sequence number, with
-/// their outcome: the latest [`REMEMBER`] at most.
+/// their outcome: the latest [`REMEMBER`] at most. A place per sequence
+/// number modulo [`REMEMBER`] (the latest of each), so that a collective's
+/// end costs no allocation, and the outcomes of those that did not finish
+/// beside it (a finished one's is [`Outcome::Done`]).
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
-    ended: BTreeMap<u64, Outcome>,
+    /// By `seq % REMEMBER`, the latest collective that ended (empty until
+    /// the first one ends).
+    places: Vec<Option<u64>>,
+    /// The outcomes of the collectives in `places` that failed.
+    failed: HashMap<u64, Outcome>,
 }
 
+/// What [`Ended::get`] answers for a collective that finished.
+static DONE: Outcome = Outcome::Done;
+
 impl Ended {
+    fn place(seq: u64) -> usize {
+        (seq % REMEMBER as u64) as usize
+    }
+
     /// Records that collective `seq` ended with `outcome`; `false` (and the
-    /// first outcome kept) if it had ended already. The oldest go beyond
-    /// [`REMEMBER`].
+    /// first outcome kept) if it had ended already. It takes the place of
+    /// the one [`REMEMBER`] collectives older; one older than the collective
+    /// in its place is not kept.
     pub(crate) fn end(&mut self, seq: u64, outcome: Outcome) -> bool {
-        if self.ended.contains_key(&seq) {
-            return false;
+        if self.places.is_empty() {
+            self.places = vec![None; REMEMBER];
         }
-        self.ended.insert(seq, outcome);
-        while self.ended.len() > REMEMBER {
-            self.ended.pop_first();
+        let place = &mut self.places[Self::place(seq)];
+        match *place {
+            Some(s) if s == seq => return false,
+            Some(s) if s > seq => return true,
+            Some(s) => {
+                self.failed.remove(&s);
+            }
+            None => {}
+        }
+        *place = Some(seq);
+        if outcome != Outcome::Done {
+            self.failed.insert(seq, outcome);
         }
         true
     }
 
     /// How collective `seq` ended, if it did (within the window).
     pub(crate) fn get(&self, seq: u64) -> Option<&Outcome> {
-        self.ended.get(&seq)
+        self.contains(seq)
+            .then(|| self.failed.get(&seq).unwrap_or(&DONE))
     }
 
     /// Whether collective `seq` ended (within the window).
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        self.ended.contains_key(&seq)
+        self.places.get(Self::place(seq)) == Some(&Some(seq))
     }
 }
 
@@ -381,7 +406,10 @@ mod tests {
             assert!(e.end(seq, Outcome::Done));
         }
         assert!(!e.contains(0), "the oldest went");
-        assert!(e.contains(1) && e.contains(REMEMBER as u64));
-        assert_eq!(e.ended.len(), REMEMBER);
+        assert!((1..=REMEMBER as u64).all(|s| e.contains(s)));
+        assert!(e.failed.is_empty(), "the failure went with its collective");
+        // One older than the collective in its place is not kept.
+        assert!(e.end(0, Outcome::failed("late")));
+        assert!(!e.contains(0) && e.contains(REMEMBER as u64));
     }
 }
