@@ -137,6 +137,21 @@ pub fn limit_file_size(cmd: &mut Command, bytes: u64) -> &mut Command {
     }
 }
 
+/// The bytes of spike codes each rank received, from `dir/summary.json`'s
+/// `bytes_received_per_rank` (panics, naming the file, where it is missing).
+pub fn received_per_rank(dir: &Path) -> Vec<u64> {
+    let file = dir.join("summary.json");
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let s: serde_json::Value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    s["bytes_received_per_rank"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}: no bytes_received_per_rank", file.display()))
+        .iter()
+        .map(|x| x.as_u64().expect("a byte count"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

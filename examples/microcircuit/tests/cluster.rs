@@ -90,15 +90,7 @@ fn spikes(dir: &str) -> Vec<u8> {
 
 /// Bytes each rank received, from the run's summary.
 fn received(dir: &str) -> Vec<u64> {
-    let s: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(shared().join(dir).join("summary.json")).unwrap())
-            .unwrap();
-    s["bytes_received_per_rank"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
+    hpc_test_support::example::received_per_rank(&shared().join(dir))
 }
 
 #[test]

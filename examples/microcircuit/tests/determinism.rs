@@ -247,16 +247,7 @@ fn the_targeted_exchange_gives_the_allgather_spikes_and_receives_less() {
         "alltoallv over 3 processes differs from 1 process"
     );
     // Ranks other than 0 receive only the spikes of sources with targets on them.
-    let recv = |dir: &Path| -> Vec<u64> {
-        let s: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
-        s["bytes_received_per_rank"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect()
-    };
+    let recv = |dir: &Path| hpc_test_support::example::received_per_rank(dir);
     let (g, t) = (recv(&gather), recv(&targeted));
     assert_eq!(g[0], t[0], "rank 0 receives every spike either way");
     assert!(

@@ -119,26 +119,20 @@ fn settings_that_would_change_nothing_are_refused() {
         a.extend_from_slice(extra);
         a
     };
-    refused(
-        &with(&["--stop-at", "30"]),
-        None,
-        "--stop-at 30 ms is beyond the end of the run (10 ms",
-    );
-    refused(
-        &with(&["--checkpoint-every", "11"]),
-        None,
-        "--checkpoint-every 11 ms is beyond the end of the run (10 ms",
-    );
-    refused(
-        &with(&["--checkpoint-keep", "2"]),
-        None,
-        "--checkpoint-every",
-    );
-    refused(
-        &with(&["--checkpoint-dir", "ck"]),
-        None,
-        "--checkpoint-every",
-    );
+    for (extra, why) in [
+        (
+            ["--stop-at", "30"],
+            "--stop-at 30 ms is beyond the end of the run (10 ms",
+        ),
+        (
+            ["--checkpoint-every", "11"],
+            "--checkpoint-every 11 ms is beyond the end of the run (10 ms",
+        ),
+        (["--checkpoint-keep", "2"], "--checkpoint-every"),
+        (["--checkpoint-dir", "ck"], "--checkpoint-every"),
+    ] {
+        refused(&with(&extra), None, why);
+    }
 }
 
 /// An `HPC_LOG` that is not a log filter is warned about by name (it was dropped
