@@ -164,7 +164,7 @@ pack() {
         copy_libs "$p" "$out/lib"
     done
     cp "$0" "$out/device.sh"
-    cp "$here/offload-cpu.sh" "$here/fft3d.sh" "$out/"
+    cp "$here/offload-cpu.sh" "$here/fft3d.sh" "$here/release.sh" "$out/"
     (cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$out/COMMIT"
     local size rest
     size=$(du -sm "$out" | cut -f1)

@@ -41,14 +41,15 @@
 #   target/release/hpc cluster down
 # (each node's proxy carries its ranks' steps to the other node's proxy).
 set -eu
-cd "$(dirname "$0")/.."
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE/.."
 NPTS="${1:-128}"
 N="${2:-2}"
 REPS="${3:-10}"
 BATCHES="${4:-4}"
 ROUNDS="${ROUNDS:-3}"
 RELEASE_PACKAGE=hpc-example-fft3d
-. benches/release.sh
+. "$HERE/release.sh"
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the mpi rows are skipped" >&2
 VARIANTS="blocking inline thread proxy proxy-all"
 [ "$MPI" = 1 ] && VARIANTS="$VARIANTS mpi mpi-block"

@@ -26,13 +26,14 @@
 #   mpirun (e.g. the Docker cluster's srun: benches/offload-cluster.sh), with BIN
 #   the binaries' folder as the launched processes see it.
 set -eu
-cd "$(dirname "$0")/.."
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE/.."
 ITERS="${1:-50}"
 N="${2:-2}"
 ROUNDS="${ROUNDS:-2}"
 EXTRA="${EXTRA:-}"
 RELEASE_PACKAGE=hpc-benches
-. benches/release.sh
+. "$HERE/release.sh"
 [ "$MPI" = 1 ] || echo "no Open MPI installed: the MPI_I* column is empty" >&2
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r); $N ranks, $ROUNDS rounds, $ITERS iterations${LAUNCH:+; launched by: $LAUNCH}"
 OUT=$(mktemp)
