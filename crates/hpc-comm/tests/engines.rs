@@ -18,7 +18,7 @@ use hpc_runtime::World;
 use hpc_test_support::ok;
 
 mod common;
-use common::{CHILD_OK, ENGINES, SCENARIO};
+use common::{CHILD_OK, ENGINES};
 
 /// Runs `scenario` on `size` ranks on `nodes` emulated nodes, rank r on node
 /// `r % nodes` (interleaved, so a node's ranks are not contiguous: ranks on
@@ -98,10 +98,9 @@ fn proxy_entry() {
 
 #[test]
 fn child_entry() {
-    let Ok(s) = std::env::var(SCENARIO) else {
+    let Some((s, world)) = common::rank_scenario() else {
         return;
     };
-    let world = World::init().unwrap();
     let rank = world.rank();
     match s.as_str() {
         "correct" => correct(&world),

@@ -11,11 +11,10 @@ use hpc_comm::{
     Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
     ANY_TAG,
 };
-use hpc_runtime::World;
 use hpc_test_support::failures;
 
 mod common;
-use common::{CHILD_OK, ENGINES, SCENARIO};
+use common::{CHILD_OK, ENGINES};
 
 /// Elements of a message beyond the board's staging slots (moved by one
 /// cross-memory read).
@@ -63,10 +62,9 @@ fn proxy_entry() {
 
 #[test]
 fn child_entry() {
-    let Ok(s) = std::env::var(SCENARIO) else {
+    let Some((s, world)) = common::rank_scenario() else {
         return;
     };
-    let world = World::init().unwrap();
     let spans = (0..world.size()).any(|r| !world.same_node(world.rank(), r));
     if s == "dpu" {
         let mut o = CommOptions::new(Engine::Proxy);
@@ -613,7 +611,7 @@ fn point_to_point_on_the_mpi_engine() {
             .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env(SCENARIO, scenario)
+            .env(common::SCENARIO, scenario)
             .env(hpc_runtime::env::TIMEOUT, timeout)
             .output()
             .unwrap();

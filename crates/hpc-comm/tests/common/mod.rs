@@ -29,3 +29,10 @@ pub fn job(scenario: &str, size: usize) -> Job {
         .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
         .quiet_stdout()
 }
+
+/// The scenario this process runs as a rank of a job (its `child_entry`), with
+/// its world; `None` in a normal test run, where `child_entry` returns at once.
+pub fn rank_scenario() -> Option<(String, hpc_runtime::World)> {
+    let scenario = std::env::var(SCENARIO).ok()?;
+    Some((scenario, hpc_runtime::World::init().unwrap()))
+}
