@@ -300,12 +300,7 @@ fn sources_of_several_delays_share_a_target_archive() {
     }
     // Every presynaptic spike in time order (ties by source); postsynaptic
     // spikes up to its time recorded first.
-    let mut events: Vec<(f64, usize)> = pres
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ts)| ts.iter().map(move |&t| (t, i)))
-        .collect();
-    events.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let events = in_time_order(&pres);
     let mut next = [0usize; 2];
     let mut got: Vec<Vec<[f64; 2]>> = vec![Vec::new(); 3];
     let mut longest = 0;
@@ -748,12 +743,7 @@ fn rows_of_one_delay_in_the_same_steps_match_the_reference() {
             row.connect(j as u32, w, &mut archives).unwrap();
         }
     }
-    let mut events: Vec<(f64, usize)> = pres
-        .iter()
-        .enumerate()
-        .flat_map(|(i, ts)| ts.iter().map(move |&t| (t, i)))
-        .collect();
-    events.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let events = in_time_order(&pres);
     let mut next = [0usize; 3];
     let mut got: Vec<Vec<[f64; 3]>> = vec![Vec::new(); 6];
     let mut shared = 0;
@@ -821,4 +811,15 @@ fn the_cached_trace_follows_new_spikes_and_restores() {
     assert!(k > (-6.0f64 / 30.0).exp(), "{k}");
     a.restore(0.0, 4.0, &[]).unwrap();
     assert_eq!(a.k_minus_before_cached(10.0), 0.0);
+}
+
+/// Every spike of `trains` as `(time, train)`, in time order (ties by train).
+fn in_time_order(trains: &[Vec<f64>]) -> Vec<(f64, usize)> {
+    let mut events: Vec<(f64, usize)> = trains
+        .iter()
+        .enumerate()
+        .flat_map(|(i, ts)| ts.iter().map(move |&t| (t, i)))
+        .collect();
+    events.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    events
 }
