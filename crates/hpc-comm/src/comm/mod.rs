@@ -193,10 +193,13 @@ impl Comm {
                 "the MPI library progresses".into(),
             ));
         }
-        // The Proxy engine's ranks have no network path of their own: their
-        // proxies connect to each other (see `proxy/net.rs`).
+        // The ranks' network path across nodes: the Inline and Thread engines'
+        // for everything, the host-placed Proxy engine's for point-to-point
+        // messages only (its collectives go between the proxies, `proxy/net.rs`).
+        // In DPU placement the ranks reach nothing but their proxy.
+        let dpu = opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu);
         let net =
-            if (0..world.size()).any(|r| !world.same_node(0, r)) && opts.engine != Engine::Proxy {
+            if (0..world.size()).any(|r| !world.same_node(0, r)) && !dpu {
                 let t = hpc_rdma::Transport::new(world)
                     .map_err(|e| Error::transport_from("the network path across nodes", e))?;
                 Some(Arc::new(t))

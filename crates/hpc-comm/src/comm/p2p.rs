@@ -3,7 +3,10 @@
 //!
 //! A message is one step of a schedule of its own (one send, or one
 //! receive), run by the engine's executor as the collectives' steps are:
-//! over the node's board and, across nodes, the network transport. Every
+//! over the node's board and, across nodes, the ranks' network transport
+//! (under the `Proxy` engine too, whose proxies carry only collectives
+//! between nodes: a message is one step with nothing to offload, and
+//! through two proxies it would take two more hops). Every
 //! point-to-point message carries one sequence number that no collective
 //! takes ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never
 //! matches a collective's message, and its element type beside its tag
@@ -32,8 +35,7 @@ pub use crate::tag::{Tag, ANY_TAG};
 pub enum Source {
     /// From this rank of the communicator only.
     Rank(usize),
-    /// From whichever rank's message that fits the tag is there first
-    /// (refused on the `Proxy` engine across nodes; see [`Comm::irecv`]).
+    /// From whichever rank's message that fits the tag is there first.
     Any,
 }
 
@@ -149,10 +151,6 @@ fn one_step(comm: &Comm, step: Step, send_bytes: usize, recv_bytes: usize) -> Sc
 }
 
 impl Comm {
-    fn spans_nodes(&self) -> bool {
-        self.nodes.iter().any(|&n| n != self.nodes[self.rank])
-    }
-
     fn peer_arg(&self, what: &str, r: usize) -> Result<usize> {
         if r >= self.size {
             return Err(Error::Argument(format!(
@@ -196,14 +194,6 @@ impl Comm {
                 self.opts.engine
             )));
         };
-        if self.opts.engine == super::Engine::Proxy && self.spans_nodes() {
-            // Its ranks' own path has no network: only the proxies reach other nodes.
-            return Err(Error::Unsupported(
-                "point-to-point messages on the Proxy engine across nodes (the Inline, Thread \
-                 and Mpi engines carry them)"
-                    .into(),
-            ));
-        }
         let tag = p2p_tag(msg.tag, msg.dtype);
         let (step, want) = if send_side {
             let peer = msg.peer.unwrap_or(0);
@@ -333,10 +323,11 @@ impl Comm {
     /// order it sent them, also by a receive of [`ANY_TAG`] (MPI's
     /// non-overtaking rule), and receives are matched in the order they
     /// were posted. `Source::Any` and [`ANY_TAG`] are MPI's
-    /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. Point-to-point
-    /// messages are refused with [`Error::Unsupported`] on the `Proxy`
-    /// engine across nodes (its ranks have no network path of their own; the
-    /// proxies do not carry messages yet) and in the DPU placement.
+    /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. On the
+    /// `Proxy` engine the ranks' own path carries messages, across nodes
+    /// over their network path (the proxies carry the collectives only).
+    /// Point-to-point messages are refused with [`Error::Unsupported`] in
+    /// the DPU placement.
     pub fn irecv<'a, R: BufMut + ?Sized>(
         &'a self,
         buf: &'a mut R,
