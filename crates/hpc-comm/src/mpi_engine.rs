@@ -28,20 +28,7 @@ pub(crate) struct MpiComm {
     p2p: ffi::MPI_Comm,
 }
 
-/// A point-to-point message as the MPI engine starts it.
-pub(crate) struct Message {
-    /// A send (else a receive).
-    pub send: bool,
-    /// The peer; `None`: a receive from any source.
-    pub peer: Option<usize>,
-    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
-    pub tag: Option<u16>,
-    /// The element type, sent as MPI's datatype of it (MPI does not check
-    /// that a receive's type is the message's).
-    pub dtype: DataType,
-    /// How long `wait` waits for it before it cancels a receive.
-    pub timeout: std::time::Duration,
-}
+pub(crate) use crate::engines::Message;
 
 /// What a point-to-point request learns: its source, tag and element count.
 struct P2pState {

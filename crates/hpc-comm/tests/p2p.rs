@@ -65,13 +65,18 @@ fn child_entry() {
     let Some((s, world)) = common::rank_scenario() else {
         return;
     };
-    if s == "dpu" {
+    if let Some(s) = s.strip_prefix("dpu_") {
+        // The proxy placed as on a DPU carries the messages.
         let mut o = CommOptions::new(Engine::Proxy);
         o.placement = Some(hpc_comm::Placement::Dpu);
         let comm = Comm::with_options(&world, o).unwrap();
-        refuses(&comm, "DPU placement");
+        match s {
+            "conformance" => conformance(&comm),
+            "timeout" => timeout(&comm),
+            o => panic!("unknown scenario {o}"),
+        }
         comm.barrier().unwrap();
-        eprintln!("{CHILD_OK} rank {} {s}", world.rank());
+        eprintln!("{CHILD_OK} rank {} dpu_{s}", world.rank());
         return;
     }
     let engines: &[Engine] = match s.as_str() {
@@ -370,21 +375,6 @@ fn type_mismatch(comm: &Comm, what: &str) {
     req.wait().unwrap();
 }
 
-/// Where messages are not carried (the Proxy engine across nodes, the DPU
-/// placement), a send and a receive are refused with a typed error that
-/// names `where_`.
-fn refuses(comm: &Comm, where_: &str) {
-    match comm.send(&[1.0f64][..], 0, 1) {
-        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
-        o => panic!("a message on the {where_}: {o:?}"),
-    }
-    let mut b = [0.0f64];
-    match comm.irecv(&mut b[..], Source::Any, ANY_TAG).map(|_| ()) {
-        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
-        o => panic!("a receive on the {where_}: {o:?}"),
-    }
-}
-
 /// Requests that own their buffers, kept in a struct built by a function
 /// that returned before they are waited for.
 struct InFlight {
@@ -579,13 +569,17 @@ fn point_to_point_across_nodes() {
 }
 
 #[test]
-fn the_dpu_placement_refuses_messages() {
-    run("dpu", 2, 1, 30);
+fn point_to_point_in_the_dpu_placement() {
+    // The proxies carry every message: within a node, and between nodes
+    // proxy to proxy.
+    run("dpu_conformance", 2, 1, 30);
+    run("dpu_conformance", 4, 2, 30);
 }
 
 #[test]
 fn a_receive_that_never_matches_times_out() {
     run("timeout", 2, 1, 1);
+    run("dpu_timeout", 2, 1, 1);
 }
 
 /// The same checks on the `Mpi` engine (MPI's own point-to-point) under Open

@@ -198,14 +198,13 @@ impl Comm {
         // messages only (its collectives go between the proxies, `proxy/net.rs`).
         // In DPU placement the ranks reach nothing but their proxy.
         let dpu = opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu);
-        let net =
-            if (0..world.size()).any(|r| !world.same_node(0, r)) && !dpu {
-                let t = hpc_rdma::Transport::new(world)
-                    .map_err(|e| Error::transport_from("the network path across nodes", e))?;
-                Some(Arc::new(t))
-            } else {
-                None
-            };
+        let net = if (0..world.size()).any(|r| !world.same_node(0, r)) && !dpu {
+            let t = hpc_rdma::Transport::new(world)
+                .map_err(|e| Error::transport_from("the network path across nodes", e))?;
+            Some(Arc::new(t))
+        } else {
+            None
+        };
         Comm::build(world, (0..world.size()).collect(), opts, timeout, net)
     }
 

@@ -23,7 +23,7 @@ use hpc_collectives::{Algorithm, CollectiveKind, DataType, Region, Round, Schedu
 use super::owned::Owned;
 use super::Comm;
 use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
-use crate::engines::{Driver, Ticket};
+use crate::engines::{Driver, Message, Ticket};
 use crate::error::{Error, Result};
 use crate::executor::{p2p_tag, Buffers, Want};
 use crate::job::Stage;
@@ -172,27 +172,24 @@ impl Comm {
         let send_side = msg.what == "send";
         let any_tag = msg.tag == ANY_TAG;
         let Some(host) = self.driver.host() else {
-            #[cfg(feature = "mpi")]
-            if let Some(t) = self.driver.message(
-                &crate::mpi_engine::Message {
-                    send: send_side,
-                    peer: msg.peer,
-                    tag: (!any_tag).then_some(msg.tag),
-                    dtype: msg.dtype,
-                    timeout: self.timeout,
-                },
-                raw,
-                stage,
-            ) {
-                return t;
-            }
-            // The DPU-placed proxy's ranks reach nothing but their proxy, which
-            // carries no point-to-point messages (yet).
-            return Err(Error::Unsupported(format!(
-                "point-to-point messages on the {:?} engine in the DPU placement (the Inline, \
-                 Thread and Mpi engines carry them)",
-                self.opts.engine
-            )));
+            // MPI's own messages, or the DPU-placed proxy's, which carries them
+            // (its ranks reach nothing but their proxy).
+            let m = Message {
+                send: send_side,
+                peer: msg.peer,
+                tag: (!any_tag).then_some(msg.tag),
+                dtype: msg.dtype,
+                timeout: self.timeout,
+            };
+            let _span = tracing::debug_span!("message", what = msg.what, peer = ?msg.peer, tag = msg.tag, rank = self.rank).entered();
+            return match self.driver.message(&m, raw, stage) {
+                Some(t) => t,
+                None => Err(Error::Unsupported(format!(
+                    "point-to-point messages on this {:?} engine (it has neither the ranks' own \
+                     path nor messages of its own)",
+                    self.opts.engine
+                ))),
+            };
         };
         let tag = p2p_tag(msg.tag, msg.dtype);
         let (step, want) = if send_side {

@@ -36,4 +36,14 @@ impl Driver for Dpu {
     fn register(&self, bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         Some(self.client.register_buf(bytes))
     }
+
+    /// The proxy carries the ranks' point-to-point messages.
+    fn message(
+        &self,
+        m: &super::Message,
+        bufs: (*const u8, usize, *mut u8, usize),
+        stage: Option<crate::job::Stage>,
+    ) -> Option<Result<Ticket>> {
+        Some(self.client.message(m, bufs, stage))
+    }
 }

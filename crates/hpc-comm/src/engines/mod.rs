@@ -32,6 +32,23 @@ pub(crate) mod mpi;
 pub(crate) mod proxy;
 pub(crate) mod thread;
 
+/// A point-to-point message as an engine without the ranks' own path
+/// starts it ([`Driver::message`]).
+pub(crate) struct Message {
+    /// A send (else a receive).
+    pub send: bool,
+    /// The peer; `None`: a receive from any source.
+    pub peer: Option<usize>,
+    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
+    pub tag: Option<u16>,
+    /// The element type (MPI sends it as its datatype and does not check
+    /// that a receive's type is the message's; the DPU proxy checks it).
+    pub dtype: hpc_collectives::DataType,
+    /// How long `wait` waits for it before it cancels a receive.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub timeout: std::time::Duration,
+}
+
 /// An engine: starts collectives, and stops when its communicator goes.
 pub(crate) trait Driver: Send + Sync {
     /// Starts `job`; its buffers stay valid until the ticket is finished
@@ -57,13 +74,13 @@ pub(crate) trait Driver: Send + Sync {
     }
 
     /// Starts a point-to-point message on an engine without the ranks' own
-    /// path (MPI's, which has point-to-point of its own): `bufs` are the
-    /// send and receive buffers (pointer, length), valid until the ticket
-    /// finishes (`stage` owns them where given). `None`: the engine has none.
-    #[cfg(feature = "mpi")]
+    /// path (MPI's, which has point-to-point of its own; the DPU-placed
+    /// proxy's, which carries them): `bufs` are the send and receive buffers
+    /// (pointer, length), valid until the ticket finishes (`stage` owns them
+    /// where given). `None`: the engine has none.
     fn message(
         &self,
-        _m: &crate::mpi_engine::Message,
+        _m: &Message,
         _bufs: (*const u8, usize, *mut u8, usize),
         _stage: Option<crate::job::Stage>,
     ) -> Option<Result<Ticket>> {

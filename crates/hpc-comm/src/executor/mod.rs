@@ -138,18 +138,18 @@ impl Want {
     }
 
     /// The one source it takes messages from, if one.
-    fn source(&self) -> Option<usize> {
+    pub(crate) fn source(&self) -> Option<usize> {
         (self.source != Want::ANY_SOURCE).then_some(self.source as usize)
     }
 
     /// Whether it takes a message from `p` with schedule tag `t`, whatever
     /// its element type.
-    fn fits(&self, p: usize, t: u32) -> bool {
+    pub(crate) fn fits(&self, p: usize, t: u32) -> bool {
         self.source().is_none_or(|s| s == p) && self.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
     }
 
     /// Whether a message of schedule tag `t` is of its element type.
-    fn same_type(&self, t: u32) -> bool {
+    pub(crate) fn same_type(&self, t: u32) -> bool {
         (t >> 16) as u16 == self.kind
     }
 }

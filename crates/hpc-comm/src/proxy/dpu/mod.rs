@@ -65,6 +65,7 @@ mod wire;
 
 pub(crate) use boot::serve_spec;
 pub(crate) use client::Client;
+use client::P2P_FIRST;
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
 pub(crate) use wire::fuzz_request;

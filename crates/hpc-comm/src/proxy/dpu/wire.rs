@@ -85,6 +85,44 @@ pub(crate) enum Request<C = Collective> {
     /// come with this request's communicator number. `members`: the first
     /// communicator's rank of each of its ranks, in rank order.
     Open { comm: u64, members: Vec<usize> },
+    /// A point-to-point message to rank `dest` of the communicator with
+    /// schedule tag `tag` (the user's tag and the element type,
+    /// [`p2p_tag`](crate::executor::p2p_tag)). Answered with a [`Delivery`]
+    /// once the proxy has its bytes.
+    Send { dest: usize, tag: u32, body: Body },
+    /// A receive of the earliest message from `source` (`None`: any rank)
+    /// with `tag` (`None`: any), whose element type's schedule tag is
+    /// `kind`, into `into`. Answered with a [`Delivery`] once the message
+    /// was put there (or why not).
+    Recv {
+        source: Option<usize>,
+        tag: Option<u16>,
+        kind: u32,
+        into: Span,
+    },
+}
+
+/// A point-to-point message's bytes as its request carries them.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Body {
+    /// In the request (a small message).
+    Inline(Vec<u8>),
+    /// In the sender's registered memory, which the proxy reads with RMA get.
+    Span(Span),
+}
+
+/// What the proxy answers to a point-to-point request (on its answer tag).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Delivery {
+    /// The send's bytes are with the proxy (held, or on their way).
+    Sent,
+    /// The receive's message, from `source` with schedule tag `tag`, is in
+    /// its span.
+    Received { source: usize, tag: u32 },
+    /// The receive failed: the message it took, or the rank it waits for.
+    Refused(crate::proxy::mailbox::Failure),
+    /// The request could not be served (a bad span or rank, a failed RMA).
+    Failed(String),
 }
 
 /// What the proxy answers to collective `seq` (on tag `TAG_ANSWER + seq`).
