@@ -41,10 +41,16 @@ fn check(what: &str, got: &[f64], r: usize, m: usize) {
 }
 
 fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
+    run_with(scenario, size, nodes, timeout_s, &[]);
+}
+
+/// [`run`] with variables set for every rank (and so for the proxies they start).
+fn run_with(scenario: &str, size: usize, nodes: usize, timeout_s: u64, env: &[(&str, &str)]) {
     let t = Instant::now();
     let outs = common::job(scenario, size)
         .timeout(Duration::from_secs(timeout_s))
         .nodes(nodes)
+        .envs(env)
         .run();
     let failed = failures(&outs);
     assert!(
@@ -73,6 +79,13 @@ fn child_entry() {
         match s {
             "conformance" => conformance(&comm),
             "timeout" => timeout(&comm),
+            "memory" => memory(&comm),
+            "lost" => {
+                // The first rank on another node than rank 0's, if any.
+                let n = world.size();
+                let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
+                return lost(&comm, victim);
+            }
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
@@ -375,6 +388,59 @@ fn type_mismatch(comm: &Comm, what: &str) {
     req.wait().unwrap();
 }
 
+/// Messages that the proxy cannot hold (its memory cap,
+/// `HPC_COLL_PROXY_MAX_SCRATCH`, is 64 KiB here) fail the receive that takes
+/// them with `ProxyMemory`, in their sender's order, and the messages after
+/// them go through; a message whose receive waits is never held.
+fn memory(comm: &Comm) {
+    let (next, prev) = ring(comm);
+    let big = msg(comm.rank(), 70, 20_000);
+    comm.send(&big, next, 70).unwrap();
+    comm.send(&msg(comm.rank(), 71, 4), next, 71).unwrap();
+    // Both with the receiver's proxy before any receive.
+    comm.barrier().unwrap();
+    let mut b = vec![-1.0f64; 20_000];
+    match comm.recv(&mut b, prev, ANY_TAG) {
+        Err(Error::ProxyMemory {
+            bytes: Some(160_000),
+            why,
+        }) => assert!(why.contains("160000 bytes"), "{why}"),
+        o => panic!("a message over the proxy's cap: {o:?}"),
+    }
+    assert!(b.iter().all(|&g| g == -1.0), "nothing landed");
+    let mut s = vec![0.0f64; 4];
+    let st = comm.recv(&mut s, prev, ANY_TAG).unwrap();
+    assert_eq!((st.source, st.tag), (prev, 71));
+    check("after a refused message", &s, prev, 71);
+    // Posted first (the barrier orders it before the send at its proxy).
+    let r = comm.irecv(&mut b, prev, 72).unwrap();
+    comm.barrier().unwrap();
+    comm.send(&big, next, 72).unwrap();
+    r.wait().unwrap();
+    check("a large message taken at once", &b, prev, 70);
+}
+
+/// Rank `victim` ends without leaving the communicator while rank 0 waits
+/// for its message: the receive fails with `RankLost` naming it, well
+/// within the timeout, on its node or on another.
+fn lost(comm: &Comm, victim: usize) {
+    comm.barrier().unwrap();
+    if comm.rank() == victim {
+        eprintln!("{CHILD_OK} rank {victim} ends at once");
+        std::process::exit(0);
+    }
+    if comm.rank() == 0 {
+        let t0 = Instant::now();
+        let mut b = [0u8; 4];
+        match comm.recv(&mut b[..], victim, 7) {
+            Err(Error::RankLost { rank }) => assert_eq!(rank, comm.world_rank(victim)),
+            o => panic!("a receive from a rank that ended: {o:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+    eprintln!("{CHILD_OK} rank {} dpu_lost", comm.rank());
+}
+
 /// Requests that own their buffers, kept in a struct built by a function
 /// that returned before they are waited for.
 struct InFlight {
@@ -574,6 +640,15 @@ fn point_to_point_in_the_dpu_placement() {
     // proxy to proxy.
     run("dpu_conformance", 2, 1, 30);
     run("dpu_conformance", 4, 2, 30);
+}
+
+#[test]
+fn the_dpu_proxy_holds_messages_within_its_memory_and_fails_for_lost_ranks() {
+    let cap = [(hpc_runtime::env::COLL_PROXY_MAX_SCRATCH, "64K")];
+    run_with("dpu_memory", 2, 1, 30, &cap);
+    run_with("dpu_memory", 4, 2, 30, &cap);
+    run("dpu_lost", 2, 1, 20);
+    run("dpu_lost", 3, 2, 20);
 }
 
 #[test]

@@ -234,8 +234,9 @@ impl Server {
         }
     }
 
-    /// The member in `slot` of communicator `id` is gone: its receives and
-    /// the messages held for it go, and the receives that wait for it fail.
+    /// The member in `slot` of communicator `id` is gone (it left it, or
+    /// died): its receives and the messages held for it go, and the
+    /// receives that wait for it alone fail.
     pub(super) fn message_leave(&mut self, id: u64, slot: usize) {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
@@ -243,8 +244,11 @@ impl Server {
         let (rank, link) = (c.ranks[slot], c.links[slot]);
         let freed = c.mailbox.leave(rank);
         c.recvs.retain(|&(l, _), _| l != link);
+        let failed = c
+            .mailbox
+            .fail_waiting(|r| (r == rank).then_some(Failure::Lost { rank }));
         self.budget.release(freed as u64);
-        self.fail_waiting(id);
+        self.carry(id, failed);
     }
 
     /// The receives of communicator `id` that wait for one rank, lost (gone
