@@ -6,7 +6,10 @@
 //! over the node's board and, across nodes, the ranks' network transport
 //! (under the `Proxy` engine too, whose proxies carry only collectives
 //! between nodes: a message is one step with nothing to offload, and
-//! through two proxies it would take two more hops). Every
+//! through two proxies it would take two more hops). In the DPU placement,
+//! whose ranks reach nothing but their proxy, and under `Mpi`, the engine
+//! carries them ([`Driver::message`]): the proxies match them with the
+//! rules below (`proxy/mailbox.rs`). Every
 //! point-to-point message carries one sequence number that no collective
 //! takes ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never
 //! matches a collective's message, and its element type beside its tag
@@ -322,9 +325,11 @@ impl Comm {
     /// were posted. `Source::Any` and [`ANY_TAG`] are MPI's
     /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. On the
     /// `Proxy` engine the ranks' own path carries messages, across nodes
-    /// over their network path (the proxies carry the collectives only).
-    /// Point-to-point messages are refused with [`Error::Unsupported`] in
-    /// the DPU placement.
+    /// over their network path (the proxies carry the collectives only); in
+    /// the DPU placement, whose ranks reach nothing but their proxy, the
+    /// proxies carry them, with the same matching (a message the proxy
+    /// cannot hold within its memory cap fails the receive that takes it
+    /// with [`Error::ProxyMemory`]).
     pub fn irecv<'a, R: BufMut + ?Sized>(
         &'a self,
         buf: &'a mut R,

@@ -264,6 +264,14 @@ impl<K: Copy + PartialEq> Mailbox<K> {
         failed
     }
 
+    /// The ranks that posted receives wait for alone, each once.
+    pub(crate) fn sources(&self) -> Vec<usize> {
+        let mut s: Vec<usize> = self.posted.iter().filter_map(|p| p.want.source()).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
     /// Bytes of the messages held.
     pub(crate) fn held_bytes(&self) -> usize {
         self.bytes
@@ -401,6 +409,11 @@ mod tests {
         assert!(mb.post(2, 5, want(Some(0), Some(9), F64), 8).is_none());
         assert!(mb.arrive(0, 2, t, vec![1; 8], |_| Ok(())).is_none());
         assert!(mb.cancel(0, 1) && !mb.cancel(0, 1));
+        assert_eq!(
+            mb.sources(),
+            vec![0, 3],
+            "rank 2's receive from 0, rank 0's from 3"
+        );
         let lost = |r: usize| (r == 3).then_some(Failure::Lost { rank: 3 });
         let keys: Vec<u64> = mb
             .fail_waiting(lost)

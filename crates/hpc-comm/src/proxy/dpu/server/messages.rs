@@ -88,9 +88,17 @@ impl Server {
                 let got = c
                     .mailbox
                     .post(me, (r, w), Want::new(source, tag, kind), len);
-                self.carry(id, got.into_iter().collect());
+                if got.is_some() {
+                    return self.carry(id, got.into_iter().collect());
+                }
                 // One that waits for a rank lost already fails at once.
-                self.fail_waiting(id);
+                if let Some(why) = source.and_then(|s| self.lost(id, s)) {
+                    if let Some(c) = self.comms.get_mut(&id) {
+                        c.mailbox.cancel(me, (r, w));
+                        c.recvs.remove(&(r, w));
+                    }
+                    self.answer_message(r, w, &Delivery::Refused(why));
+                }
             }
             _ => {}
         }
@@ -166,6 +174,17 @@ impl Server {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
+        let link = c.ranks.iter().position(|&r| r == dest).map(|s| c.links[s]);
+        if link.is_none_or(|l| self.gone[l].is_some()) {
+            // Its rank is gone: nobody will take it.
+            tracing::debug!(
+                comm = id,
+                src,
+                dest,
+                "DPU proxy: dropped a message for a rank gone"
+            );
+            return;
+        }
         let budget = &mut self.budget;
         let got = c.mailbox.arrive(src, dest, tag, data, |n| {
             budget.admit(Some(n as u64)).map(drop).map_err(|r| {
@@ -251,24 +270,41 @@ impl Server {
         self.carry(id, failed);
     }
 
-    /// The receives of communicator `id` that wait for one rank, lost (gone
-    /// from this node, dead on another, or on a lost node), fail.
+    /// Why rank `rank` of communicator `id` is lost, if it is: gone from
+    /// this node, dead on another, or on a lost node.
+    fn lost(&self, id: u64, rank: usize) -> Option<Failure> {
+        let m = *self.comms.get(&id)?.members.get(rank)?;
+        if let Some(l) = self.first.iter().position(|&f| f == m) {
+            return self.gone[l].is_some().then_some(Failure::Lost { rank });
+        }
+        let net = self.net.as_ref()?;
+        if let Some(node) = net.lost_among(&[self.node_of[m]]) {
+            return Some(Failure::Node { node });
+        }
+        net.is_dead(m).then_some(Failure::Lost { rank })
+    }
+
+    /// The receives of communicator `id` that wait for one rank, lost, fail.
     pub(super) fn fail_waiting(&mut self, id: u64) {
+        let Some(c) = self.comms.get(&id) else {
+            return;
+        };
+        let lost: Vec<(usize, Failure)> = c
+            .mailbox
+            .sources()
+            .into_iter()
+            .filter_map(|s| Some((s, self.lost(id, s)?)))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
-        let (gone, first, node_of, net) = (&self.gone, &self.first, &self.node_of, &self.net);
-        let members = &c.members;
-        let failed = c.mailbox.fail_waiting(|rank| {
-            let m = members[rank];
-            if let Some(l) = first.iter().position(|&f| f == m) {
-                return gone[l].is_some().then_some(Failure::Lost { rank });
-            }
-            let net = net.as_ref()?;
-            if let Some(node) = net.lost_among(&[node_of[m]]) {
-                return Some(Failure::Node { node });
-            }
-            net.is_dead(m).then_some(Failure::Lost { rank })
+        let failed = c.mailbox.fail_waiting(|s| {
+            lost.iter()
+                .find(|(l, _)| *l == s)
+                .map(|(_, why)| why.clone())
         });
         self.carry(id, failed);
     }
