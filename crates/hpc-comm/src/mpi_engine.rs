@@ -15,7 +15,7 @@ use mpi::raw::AsRaw;
 use hpc_collectives::{Collective, DataType, ReduceOp};
 
 use crate::error::{Error, Result};
-use crate::job::{Job, Stage};
+use crate::job::{Job, Message, Stage};
 use crate::sync::lock;
 
 /// An MPI communicator handle.
@@ -27,8 +27,6 @@ pub(crate) struct MpiComm {
     /// return rather than abort (a truncated message is the caller's error).
     p2p: ffi::MPI_Comm,
 }
-
-pub(crate) use crate::engines::Message;
 
 /// What a point-to-point request learns: its source, tag and element count.
 struct P2pState {

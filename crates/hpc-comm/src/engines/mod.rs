@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-pub(crate) use crate::job::{Job, Split};
+pub(crate) use crate::job::{Job, Message, Split};
 use inline::Host;
 
 pub(crate) mod dpu;
@@ -31,23 +31,6 @@ pub(crate) mod inline;
 pub(crate) mod mpi;
 pub(crate) mod proxy;
 pub(crate) mod thread;
-
-/// A point-to-point message as an engine without the ranks' own path
-/// starts it ([`Driver::message`]).
-pub(crate) struct Message {
-    /// A send (else a receive).
-    pub send: bool,
-    /// The peer; `None`: a receive from any source.
-    pub peer: Option<usize>,
-    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
-    pub tag: Option<u16>,
-    /// The element type (MPI sends it as its datatype and does not check
-    /// that a receive's type is the message's; the DPU proxy checks it).
-    pub dtype: hpc_collectives::DataType,
-    /// How long `wait` waits for it before it cancels a receive.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub timeout: std::time::Duration,
-}
 
 /// An engine: starts collectives, and stops when its communicator goes.
 pub(crate) trait Driver: Send + Sync {

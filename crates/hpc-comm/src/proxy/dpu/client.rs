@@ -3,6 +3,7 @@
 
 mod message;
 
+pub(crate) use message::Carried;
 pub(super) use message::P2P_FIRST;
 
 use super::link::{

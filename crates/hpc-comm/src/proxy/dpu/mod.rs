@@ -78,8 +78,8 @@ mod state;
 mod wire;
 
 pub(crate) use boot::serve_spec;
-pub(crate) use client::Client;
 use client::P2P_FIRST;
+pub(crate) use client::{Carried, Client};
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
 pub(crate) use wire::fuzz_request;

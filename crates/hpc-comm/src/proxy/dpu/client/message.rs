@@ -10,10 +10,9 @@
 
 use super::{clone_error, Client, Out};
 use crate::backoff::Backoff;
-use crate::engines::{Driver, Message, Pending, Ticket};
 use crate::error::{Error, Result};
 use crate::executor::{p2p_tag, p2p_type_name};
-use crate::job::Stage;
+use crate::job::{Message, Stage};
 use crate::proxy::dpu::wire::{encode_request, wire, Body, Delivery, Request, Span, TAG_ANSWER};
 use crate::proxy::mailbox::Failure;
 use crate::sync::lock;
@@ -72,7 +71,7 @@ impl Client {
         m: &Message,
         bufs: (*const u8, usize, *mut u8, usize),
         stage: Option<Stage>,
-    ) -> Result<Ticket> {
+    ) -> Result<Carried> {
         if self.link.proxy_gone() {
             return Err(Error::Stopped("proxy"));
         }
@@ -134,7 +133,7 @@ impl Client {
             give(region);
             return Err(e);
         }
-        Ok(Arc::new(Carried {
+        Ok(Carried {
             client: self.clone(),
             seq,
             answer,
@@ -147,7 +146,7 @@ impl Client {
                 region,
                 ended: None,
             }),
-        }))
+        })
     }
 }
 
@@ -187,7 +186,7 @@ impl Carried {
 
     /// Takes the proxy's answer if it came (a received message is copied
     /// out of the region); whether the message ended.
-    fn poll(&self) -> bool {
+    pub(crate) fn poll(&self) -> bool {
         let mut st = lock(&self.state);
         if st.ended.is_some() {
             return true;
@@ -236,12 +235,11 @@ impl Carried {
     }
 }
 
-impl Pending for Carried {
-    fn test(&self, _: &dyn Driver) -> bool {
-        self.poll()
-    }
-
-    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+/// What the engine's handle on a message asks of it.
+impl Carried {
+    /// Waits for the proxy's answer (until the communicator's timeout); a
+    /// staged receive's message goes to `out`.
+    pub(crate) fn wait(&self, out: Option<&mut [u8]>) -> Result<()> {
         let t0 = Instant::now();
         let backoff = Backoff::new(self.client.spin, true);
         while !self.poll() {
@@ -272,7 +270,7 @@ impl Pending for Carried {
     /// The proxy must no longer write the receive's region: it is told to
     /// drop the receive, and the region is deregistered, so that a put
     /// already under way fails at its key.
-    fn cancel(&self, _: &dyn Driver) {
+    pub(crate) fn cancel(&self) {
         let mut st = lock(&self.state);
         if st.ended.is_some() {
             return;
@@ -288,13 +286,15 @@ impl Pending for Carried {
         st.ended = Some(Ended::Err(Error::Stopped("cancelled")));
     }
 
-    fn discard(&self, _: &dyn Driver) {
+    /// Finished, nobody takes the outcome: the region goes back.
+    pub(crate) fn discard(&self) {
         if let Some(r) = lock(&self.state).region.take() {
             self.client.link.give(r);
         }
     }
 
-    fn matched(&self) -> Option<(usize, u16)> {
+    /// The source and tag of the message a receive got, once it got one.
+    pub(crate) fn matched(&self) -> Option<(usize, u16)> {
         match lock(&self.state).ended {
             Some(Ended::Done(m)) => m,
             _ => None,
