@@ -393,6 +393,83 @@ mod tests {
         assert_eq!(data, vec![5; 8]);
     }
 
+    /// Seeded random arrivals, receives and cancels among 3 ranks, against
+    /// MPI's rule written out: an arrival goes to the earliest posted
+    /// receive of its destination that fits it, a receive takes the earliest
+    /// held message that fits it, else each waits.
+    #[test]
+    fn random_traffic_is_matched_by_the_earliest_that_fits() {
+        use crate::proxy::session::sim::Rng;
+        for seed in 1..=300u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut mb = Mailbox::<u64>::default();
+            // Messages held (number, source, destination, tag), in arrival
+            // order; receives posted (key, rank, want), in post order.
+            let mut held: Vec<(u64, usize, usize, u32)> = Vec::new();
+            let mut posted: Vec<(u64, usize, Want)> = Vec::new();
+            let mut n = 0u64;
+            for step in 0..200 {
+                n += 1;
+                let at = format!("seed {seed}, step {step}");
+                // What the rule expects (receive, message, source, tag), and what came.
+                let (expected, got) = match rng.below(5) {
+                    0 | 1 => {
+                        let (src, dest) = (rng.below(3), rng.below(3));
+                        let tag = p2p_tag(rng.below(3) as u16, F64);
+                        let got = mb.arrive(src, dest, tag, n.to_le_bytes().to_vec(), |_| Ok(()));
+                        let first = posted
+                            .iter()
+                            .position(|(_, d, w)| *d == dest && w.fits(src, tag));
+                        let expected = match first {
+                            Some(i) => Some((posted.remove(i).0, n, src, tag)),
+                            None => {
+                                held.push((n, src, dest, tag));
+                                None
+                            }
+                        };
+                        (expected, got)
+                    }
+                    2 | 3 => {
+                        let dest = rng.below(3);
+                        let src = (rng.below(4) < 3).then(|| rng.below(3));
+                        let tag = (rng.below(4) < 3).then(|| rng.below(3) as u16);
+                        let want = Want::new(src, tag, p2p_tag(0, F64));
+                        let got = mb.post(dest, n, want, 8);
+                        let first = held
+                            .iter()
+                            .position(|(_, s, d, t)| *d == dest && want.fits(*s, *t));
+                        let expected = match first {
+                            Some(i) => {
+                                let (m, s, _, t) = held.remove(i);
+                                Some((n, m, s, t))
+                            }
+                            None => {
+                                posted.push((n, dest, want));
+                                None
+                            }
+                        };
+                        (expected, got)
+                    }
+                    _ if !posted.is_empty() => {
+                        let (key, dest, _) = posted.remove(rng.below(posted.len()));
+                        assert!(mb.cancel(dest, key), "{at}");
+                        continue;
+                    }
+                    _ => continue,
+                };
+                match expected {
+                    Some((key, m, src, tag)) => {
+                        let (k, s, t, data) = delivered(got);
+                        assert_eq!((k, s, t), (key, src, tag), "{at}");
+                        assert_eq!(data, m.to_le_bytes(), "{at}: message {m}");
+                    }
+                    None => assert!(got.is_none(), "{at}: {got:?}"),
+                }
+            }
+            assert_eq!(mb.held_bytes(), 8 * held.len(), "seed {seed}");
+        }
+    }
+
     #[test]
     fn a_lost_rank_fails_the_receives_that_wait_for_it_alone() {
         let mut mb = Mailbox::<u64>::default();

@@ -277,14 +277,20 @@ pub(crate) fn fuzz_request(
     size: usize,
 ) -> std::result::Result<usize, String> {
     let (_, req) = decode_request(bytes)?;
-    let Request::Submit {
-        coll,
-        opts,
-        send,
-        recv,
-    } = req
-    else {
-        return Ok(0);
+    let (coll, opts, send, recv) = match req {
+        Request::Submit {
+            coll,
+            opts,
+            send,
+            recv,
+        } => (coll, opts, send, recv),
+        // A message's spans are checked as the proxy checks them.
+        Request::Send {
+            body: Body::Span(s),
+            ..
+        } => return span_key("message", rank, &s).map(|_| 0),
+        Request::Recv { into, .. } => return span_key("receive", rank, &into).map(|_| 0),
+        _ => return Ok(0),
     };
     let part = check_submit(&coll, &opts, &send, &recv, rank, rank, size)?;
     let mut steps = 0;
@@ -410,6 +416,52 @@ mod tests {
         assert!(fuzz_request(&bytes, 0, 1).unwrap() > 0);
         // Rank 1 of 3 sending rank 0's key.
         assert!(fuzz_request(&bytes, 1, 3).is_err());
+    }
+
+    #[test]
+    fn messages_round_trip_and_their_spans_are_checked() {
+        let span = |len| Span {
+            key: vec![0x5a; hpc_rdma::REMOTE_KEY_BYTES],
+            offset: 8,
+            len,
+        };
+        let recv = Request::<Collective>::Recv {
+            source: None,
+            tag: Some(4),
+            kind: 7 << 16,
+            into: span(16),
+        };
+        let bytes = encode_request(wire(2, 9), &recv).unwrap();
+        let (w, back) = decode_request(&bytes).unwrap();
+        assert_eq!(unwire(w), (2, 9));
+        assert!(matches!(
+            back,
+            Request::Recv {
+                source: None,
+                tag: Some(4),
+                kind: 0x70000,
+                ..
+            }
+        ));
+        // A key of no region: refused by the check the proxy makes.
+        let e = fuzz_request(&bytes, 0, 1).unwrap_err();
+        assert!(e.starts_with("the receive key"), "{e}");
+        let send = Request::<Collective>::Send {
+            dest: 1,
+            tag: 3,
+            body: Body::Inline(vec![1, 2, 3]),
+        };
+        let bytes = encode_request(5, &send).unwrap();
+        assert!(matches!(
+            decode_request(&bytes).unwrap().1,
+            Request::Send { dest: 1, tag: 3, body: Body::Inline(ref b) } if b == &[1, 2, 3]
+        ));
+        assert_eq!(fuzz_request(&bytes, 0, 2), Ok(0));
+        let d = postcard::to_allocvec(&Delivery::Received { source: 3, tag: 9 }).unwrap();
+        assert!(matches!(
+            postcard::from_bytes::<Delivery>(&d).unwrap(),
+            Delivery::Received { source: 3, tag: 9 }
+        ));
     }
 
     #[test]
