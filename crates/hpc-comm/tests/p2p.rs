@@ -77,7 +77,15 @@ fn child_entry() {
         o.placement = Some(hpc_comm::Placement::Dpu);
         let comm = Comm::with_options(&world, o).unwrap();
         match s {
-            "conformance" => conformance(&comm),
+            "conformance" => {
+                conformance(&comm);
+                // A split's messages: the same proxies carry them, kept apart
+                // from the parent's (pairs of ranks, on two nodes where the
+                // ranks are).
+                let pair = comm.split((comm.rank() / 2) as u32, 0).unwrap();
+                conformance(&pair);
+                pair.barrier().unwrap();
+            }
             "timeout" => timeout(&comm),
             "memory" => memory(&comm),
             "lost" => {
@@ -95,6 +103,9 @@ fn child_entry() {
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
+        "lost_inline" => &[Engine::Inline],
+        "lost_thread" => &[Engine::Thread],
+        "lost_proxy" => &[Engine::Proxy],
         _ => &ENGINES,
     };
     for &engine in engines {
@@ -110,6 +121,11 @@ fn child_entry() {
         match s.trim_start_matches("mpi_") {
             "conformance" | "nodes" => conformance(&comm),
             "timeout" => timeout(&comm),
+            "lost_inline" | "lost_thread" | "lost_proxy" => {
+                let n = world.size();
+                let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
+                return lost(&comm, victim);
+            }
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
@@ -422,7 +438,8 @@ fn memory(comm: &Comm) {
 
 /// Rank `victim` ends without leaving the communicator while rank 0 waits
 /// for its message: the receive fails with `RankLost` naming it, well
-/// within the timeout, on its node or on another.
+/// within the timeout (in DPU placement on its node or on another; on the
+/// ranks' own path from another node, whose connection closed).
 fn lost(comm: &Comm, victim: usize) {
     comm.barrier().unwrap();
     if comm.rank() == victim {
@@ -438,7 +455,7 @@ fn lost(comm: &Comm, victim: usize) {
         }
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
-    eprintln!("{CHILD_OK} rank {} dpu_lost", comm.rank());
+    eprintln!("{CHILD_OK} rank {} lost", comm.rank());
 }
 
 /// Requests that own their buffers, kept in a struct built by a function
@@ -649,6 +666,13 @@ fn the_dpu_proxy_holds_messages_within_its_memory_and_fails_for_lost_ranks() {
     run_with("dpu_memory", 4, 2, 30, &cap);
     run("dpu_lost", 2, 1, 20);
     run("dpu_lost", 3, 2, 20);
+}
+
+#[test]
+fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
+    for engine in ["inline", "thread", "proxy"] {
+        run(&format!("lost_{engine}"), 3, 2, 20);
+    }
 }
 
 #[test]
