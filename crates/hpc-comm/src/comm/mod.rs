@@ -22,7 +22,11 @@
 //! [`Error::MessageType`] otherwise) and a message that never comes is an
 //! [`Error::MessageTimeout`]. Their tags never match a collective's
 //! messages, and one sender's messages are received in the order it sent
-//! them. [`Comm::isend_owned`], [`Comm::irecv_owned`],
+//! them. Every engine carries them: `Inline`, `Thread` and `Proxy` on the
+//! ranks' own path (the board, and the ranks' network transport across
+//! nodes), `Mpi` as MPI's messages, and the `Proxy` engine in DPU placement
+//! through the proxies, whose ranks reach nothing else (see [`Comm::irecv`]).
+//! [`Comm::isend_owned`], [`Comm::irecv_owned`],
 //! [`Comm::iallreduce_owned`] and [`Comm::ialltoall_owned`] take their
 //! buffers by value and hand them back from `wait`: their requests borrow
 //! nothing, so they can be stored and waited for later.
