@@ -264,6 +264,11 @@ impl<K: Copy + PartialEq> Mailbox<K> {
         failed
     }
 
+    /// Whether a posted receive waits for one rank alone.
+    pub(crate) fn waits_for_one(&self) -> bool {
+        self.posted.iter().any(|p| p.want.source().is_some())
+    }
+
     /// The ranks that posted receives wait for alone, each once.
     pub(crate) fn sources(&self) -> Vec<usize> {
         let mut s: Vec<usize> = self.posted.iter().filter_map(|p| p.want.source()).collect();
@@ -491,6 +496,7 @@ mod tests {
             vec![0, 3],
             "rank 2's receive from 0, rank 0's from 3"
         );
+        assert!(mb.waits_for_one());
         let lost = |r: usize| (r == 3).then_some(Failure::Lost { rank: 3 });
         let keys: Vec<u64> = mb
             .fail_waiting(lost)
@@ -511,7 +517,8 @@ mod tests {
         assert_eq!(mb.leave(2), 8);
         assert_eq!(mb.held_bytes(), 0);
         assert!(!mb.cancel(2, 5));
-        // The receive of any source is still posted.
+        // The receive of any source is still posted: it waits for no one rank.
+        assert!(!mb.waits_for_one());
         assert!(mb.cancel(0, 2));
         assert!(mb.is_empty());
     }

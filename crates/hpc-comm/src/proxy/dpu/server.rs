@@ -228,9 +228,9 @@ impl Server {
             self.fail(id, seq, Outcome::Lost { rank: r, why }, false);
             self.settle(id);
         }
-        if moved {
+        if moved && self.comms.values().any(|c| c.mailbox.waits_for_one()) {
             // Point-to-point receives that wait for a rank reported dead, or
-            // on a lost node.
+            // on a lost node (a collective's step costs no allocation here).
             let ids: Vec<u64> = self.comms.keys().copied().collect();
             for id in ids {
                 self.fail_waiting(id);
