@@ -116,3 +116,20 @@ pub(crate) struct Split<'a> {
     /// every rank of the parent: splits are collective).
     pub index: u64,
 }
+
+/// A point-to-point message as an engine without the ranks' own path
+/// starts it ([`Driver::message`](crate::engines::Driver::message)).
+pub(crate) struct Message {
+    /// A send (else a receive).
+    pub send: bool,
+    /// The peer; `None`: a receive from any source.
+    pub peer: Option<usize>,
+    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
+    pub tag: Option<u16>,
+    /// The element type (MPI sends it as its datatype and does not check
+    /// that a receive's type is the message's; the DPU proxy checks it).
+    pub dtype: hpc_collectives::DataType,
+    /// How long `wait` waits for it before it cancels a receive.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub timeout: std::time::Duration,
+}

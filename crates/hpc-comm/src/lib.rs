@@ -104,8 +104,9 @@ pub mod fuzz {
 
     /// What the proxy in DPU placement makes of a request message from rank
     /// `rank` of `size`: `Ok` with the schedule's step count for a submit it
-    /// would run (`Ok(0)` for a cancel or detach). An accepted submit's
-    /// schedule lies inside the spans it claims (checked here again).
+    /// would run (`Ok(0)` for a cancel, a detach, an open or a point-to-point
+    /// message whose span checks pass, or that has none). An accepted
+    /// submit's schedule lies inside the spans it claims (checked here again).
     pub fn dpu_request(bytes: &[u8], rank: usize, size: usize) -> Result<usize, String> {
         crate::proxy::dpu::fuzz_request(bytes, rank, size)
     }

@@ -15,7 +15,7 @@ use mpi::raw::AsRaw;
 use hpc_collectives::{Collective, DataType, ReduceOp};
 
 use crate::error::{Error, Result};
-use crate::job::{Job, Stage};
+use crate::job::{Job, Message, Stage};
 use crate::sync::lock;
 
 /// An MPI communicator handle.
@@ -26,21 +26,6 @@ pub(crate) struct MpiComm {
     /// that no other user of the communicator matches their tags; errors
     /// return rather than abort (a truncated message is the caller's error).
     p2p: ffi::MPI_Comm,
-}
-
-/// A point-to-point message as the MPI engine starts it.
-pub(crate) struct Message {
-    /// A send (else a receive).
-    pub send: bool,
-    /// The peer; `None`: a receive from any source.
-    pub peer: Option<usize>,
-    /// The tag; `None`: a receive of any tag (`MPI_ANY_TAG`).
-    pub tag: Option<u16>,
-    /// The element type, sent as MPI's datatype of it (MPI does not check
-    /// that a receive's type is the message's).
-    pub dtype: DataType,
-    /// How long `wait` waits for it before it cancels a receive.
-    pub timeout: std::time::Duration,
 }
 
 /// What a point-to-point request learns: its source, tag and element count.

@@ -41,10 +41,16 @@ fn check(what: &str, got: &[f64], r: usize, m: usize) {
 }
 
 fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
+    run_with(scenario, size, nodes, timeout_s, &[]);
+}
+
+/// [`run`] with variables set for every rank (and so for the proxies they start).
+fn run_with(scenario: &str, size: usize, nodes: usize, timeout_s: u64, env: &[(&str, &str)]) {
     let t = Instant::now();
     let outs = common::job(scenario, size)
         .timeout(Duration::from_secs(timeout_s))
         .nodes(nodes)
+        .envs(env)
         .run();
     let failed = failures(&outs);
     assert!(
@@ -65,32 +71,61 @@ fn child_entry() {
     let Some((s, world)) = common::rank_scenario() else {
         return;
     };
-    let spans = (0..world.size()).any(|r| !world.same_node(world.rank(), r));
-    if s == "dpu" {
+    if let Some(s) = s.strip_prefix("dpu_") {
+        // The proxy placed as on a DPU carries the messages.
         let mut o = CommOptions::new(Engine::Proxy);
         o.placement = Some(hpc_comm::Placement::Dpu);
         let comm = Comm::with_options(&world, o).unwrap();
-        refuses(&comm, "DPU placement");
+        match s {
+            "conformance" => {
+                conformance(&comm);
+                // A split's messages: the same proxies carry them, kept apart
+                // from the parent's (pairs of ranks, on two nodes where the
+                // ranks are).
+                let pair = comm.split((comm.rank() / 2) as u32, 0).unwrap();
+                conformance(&pair);
+                pair.barrier().unwrap();
+            }
+            "timeout" => timeout(&comm),
+            "memory" => memory(&comm),
+            "lost" => {
+                // The first rank on another node than rank 0's, if any.
+                let n = world.size();
+                let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
+                return lost(&comm, victim);
+            }
+            o => panic!("unknown scenario {o}"),
+        }
         comm.barrier().unwrap();
-        eprintln!("{CHILD_OK} rank {} {s}", world.rank());
+        eprintln!("{CHILD_OK} rank {} dpu_{s}", world.rank());
         return;
     }
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
+        "lost_inline" => &[Engine::Inline],
+        "lost_thread" => &[Engine::Thread],
+        "lost_proxy" => &[Engine::Proxy],
         _ => &ENGINES,
     };
     for &engine in engines {
         let comm = Comm::with_options(&world, CommOptions::new(engine)).unwrap();
-        if spans && engine == Engine::Proxy {
-            // The Proxy engine's ranks have no network path of their own.
-            refuses(&comm, "Proxy engine across nodes");
-            comm.barrier().unwrap();
-            continue;
+        if engine == Engine::Proxy && (0..world.size()).any(|r| !world.same_node(0, r)) {
+            // Collectives through the proxies, messages over the ranks' network path.
+            let note = comm.progress_note();
+            assert!(
+                note.contains("through the proxies") && note.contains("point-to-point messages"),
+                "{note}"
+            );
         }
         match s.trim_start_matches("mpi_") {
             "conformance" | "nodes" => conformance(&comm),
             "timeout" => timeout(&comm),
+            "lost_inline" | "lost_thread" | "lost_proxy" => {
+                let n = world.size();
+                let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
+                return lost(&comm, victim);
+            }
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
@@ -369,19 +404,58 @@ fn type_mismatch(comm: &Comm, what: &str) {
     req.wait().unwrap();
 }
 
-/// Where messages are not carried (the Proxy engine across nodes, the DPU
-/// placement), a send and a receive are refused with a typed error that
-/// names `where_`.
-fn refuses(comm: &Comm, where_: &str) {
-    match comm.send(&[1.0f64][..], 0, 1) {
-        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
-        o => panic!("a message on the {where_}: {o:?}"),
+/// Messages that the proxy cannot hold (its memory cap,
+/// `HPC_COLL_PROXY_MAX_SCRATCH`, is 64 KiB here) fail the receive that takes
+/// them with `ProxyMemory`, in their sender's order, and the messages after
+/// them go through; a message whose receive waits is never held.
+fn memory(comm: &Comm) {
+    let (next, prev) = ring(comm);
+    let big = msg(comm.rank(), 70, 20_000);
+    comm.send(&big, next, 70).unwrap();
+    comm.send(&msg(comm.rank(), 71, 4), next, 71).unwrap();
+    // Both with the receiver's proxy before any receive.
+    comm.barrier().unwrap();
+    let mut b = vec![-1.0f64; 20_000];
+    match comm.recv(&mut b, prev, ANY_TAG) {
+        Err(Error::ProxyMemory {
+            bytes: Some(160_000),
+            why,
+        }) => assert!(why.contains("160000 bytes"), "{why}"),
+        o => panic!("a message over the proxy's cap: {o:?}"),
     }
-    let mut b = [0.0f64];
-    match comm.irecv(&mut b[..], Source::Any, ANY_TAG).map(|_| ()) {
-        Err(Error::Unsupported(m)) => assert!(m.contains(where_), "{m}"),
-        o => panic!("a receive on the {where_}: {o:?}"),
+    assert!(b.iter().all(|&g| g == -1.0), "nothing landed");
+    let mut s = vec![0.0f64; 4];
+    let st = comm.recv(&mut s, prev, ANY_TAG).unwrap();
+    assert_eq!((st.source, st.tag), (prev, 71));
+    check("after a refused message", &s, prev, 71);
+    // Posted first (the barrier orders it before the send at its proxy).
+    let r = comm.irecv(&mut b, prev, 72).unwrap();
+    comm.barrier().unwrap();
+    comm.send(&big, next, 72).unwrap();
+    r.wait().unwrap();
+    check("a large message taken at once", &b, prev, 70);
+}
+
+/// Rank `victim` ends without leaving the communicator while rank 0 waits
+/// for its message: the receive fails with `RankLost` naming it, well
+/// within the timeout (in DPU placement on its node or on another; on the
+/// ranks' own path from another node, whose connection closed).
+fn lost(comm: &Comm, victim: usize) {
+    comm.barrier().unwrap();
+    if comm.rank() == victim {
+        eprintln!("{CHILD_OK} rank {victim} ends at once");
+        std::process::exit(0);
     }
+    if comm.rank() == 0 {
+        let t0 = Instant::now();
+        let mut b = [0u8; 4];
+        match comm.recv(&mut b[..], victim, 7) {
+            Err(Error::RankLost { rank }) => assert_eq!(rank, comm.world_rank(victim)),
+            o => panic!("a receive from a rank that ended: {o:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+    eprintln!("{CHILD_OK} rank {} lost", comm.rank());
 }
 
 /// Requests that own their buffers, kept in a struct built by a function
@@ -571,20 +645,40 @@ fn point_to_point_every_engine_1_to_8_ranks() {
 
 #[test]
 fn point_to_point_across_nodes() {
-    // Inline and Thread: ranks on the other node through the network path
-    // (the Proxy engine refuses).
+    // Every engine: ranks on the other node through the ranks' network path
+    // (the Proxy engine's too: its proxies carry the collectives).
     run("nodes", 3, 2, 30);
     run("nodes", 5, 3, 30);
 }
 
 #[test]
-fn the_dpu_placement_refuses_messages() {
-    run("dpu", 2, 1, 30);
+fn point_to_point_in_the_dpu_placement() {
+    // The proxies carry every message: within a node, and between nodes
+    // proxy to proxy.
+    run("dpu_conformance", 2, 1, 30);
+    run("dpu_conformance", 4, 2, 30);
+}
+
+#[test]
+fn the_dpu_proxy_holds_messages_within_its_memory_and_fails_for_lost_ranks() {
+    let cap = [(hpc_runtime::env::COLL_PROXY_MAX_SCRATCH, "64K")];
+    run_with("dpu_memory", 2, 1, 30, &cap);
+    run_with("dpu_memory", 4, 2, 30, &cap);
+    run("dpu_lost", 2, 1, 20);
+    run("dpu_lost", 3, 2, 20);
+}
+
+#[test]
+fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
+    for engine in ["inline", "thread", "proxy"] {
+        run(&format!("lost_{engine}"), 3, 2, 20);
+    }
 }
 
 #[test]
 fn a_receive_that_never_matches_times_out() {
     run("timeout", 2, 1, 1);
+    run("dpu_timeout", 2, 1, 1);
 }
 
 /// The same checks on the `Mpi` engine (MPI's own point-to-point) under Open

@@ -38,10 +38,11 @@ impl Comm {
         let proxy_net = spans && opts.engine == Engine::Proxy;
         // Whether the parent has a network path is the same on all its ranks, whether
         // this rank's group spans nodes is not: what every rank of the parent must do
-        // alike (the id allgather below) goes by the first.
+        // alike (the id allgather below) goes by the first. Under the Proxy engine
+        // the ranks' network path carries point-to-point messages only.
         let parent_net = transport.is_some();
-        let transport = if spans && !proxy_net { transport } else { None };
-        if spans && !proxy_net && transport.is_none() {
+        let transport = if spans { transport } else { None };
+        if spans && transport.is_none() {
             return Err(Error::Unsupported(
                 "a communicator across nodes needs its parent's network path".into(),
             ));
@@ -70,7 +71,7 @@ impl Comm {
         let mut proxy_backend = None;
         let (driver, note): (Box<dyn Driver>, String) = match opts.engine {
             Engine::Proxy => {
-                let (driver, note, backend) = setup.proxy(boot, proxy_net)?;
+                let (driver, note, backend) = setup.proxy(boot, proxy_net, net)?;
                 proxy_backend = backend;
                 (driver, note)
             }
@@ -82,7 +83,11 @@ impl Comm {
         boot.allgather(&[])?;
         board_name.unlink();
         let note = match (&proxy_backend, spans) {
-            (Some(b), _) => format!("{note}; other nodes through the proxies over {b}"),
+            (Some(b), _) => format!(
+                "{note}; other nodes through the proxies over {b}, point-to-point messages \
+                 over {}",
+                net_backend(&transport, &world_ranks, &nodes, me)
+            ),
             (None, true) => format!(
                 "{note}; other nodes over {}",
                 net_backend(&transport, &world_ranks, &nodes, me)
@@ -196,15 +201,17 @@ impl Setup<'_> {
     }
 
     /// The `Proxy` engine's driver, its note and, across nodes, the name of
-    /// the transport between the proxies.
+    /// the transport between the proxies. `net`: the ranks' own network path
+    /// across nodes, for point-to-point messages.
     fn proxy(
         &self,
         boot: &dyn Boot,
         proxy_net: bool,
+        net: Option<executor::Net>,
     ) -> Result<(Box<dyn Driver>, String, Option<String>)> {
         let (me, opts) = (self.me, self.opts);
         // Across nodes every collective goes to the proxies: the ranks'
-        // own path has no network.
+        // own network path carries point-to-point messages only.
         let min = if proxy_net {
             0
         } else {
@@ -230,13 +237,15 @@ impl Setup<'_> {
             backend = proxy_net.then_some(b);
         }
         // The ranks' own path serves collectives under `min` and every
-        // point-to-point message (within the node).
+        // point-to-point message: within the node over the board, across nodes
+        // over the ranks' network path (as MVAPICH2-DPU keeps messages on the
+        // host and offloads the collectives).
         let host = {
             // How long `wait` polls on this path: the proxy sleeps meanwhile,
             // so the node has a core per rank again if it has one per rank.
             let local = self.nodes.iter().filter(|&&n| n == self.nodes[me]).count();
             let host = self.host(
-                self.core(None),
+                self.core(net),
                 default_spin(local),
                 false,
                 Some(client.clone()),

@@ -22,7 +22,11 @@
 //! [`Error::MessageType`] otherwise) and a message that never comes is an
 //! [`Error::MessageTimeout`]. Their tags never match a collective's
 //! messages, and one sender's messages are received in the order it sent
-//! them. [`Comm::isend_owned`], [`Comm::irecv_owned`],
+//! them. Every engine carries them: `Inline`, `Thread` and `Proxy` on the
+//! ranks' own path (the board, and the ranks' network transport across
+//! nodes), `Mpi` as MPI's messages, and the `Proxy` engine in DPU placement
+//! through the proxies, whose ranks reach nothing else (see [`Comm::irecv`]).
+//! [`Comm::isend_owned`], [`Comm::irecv_owned`],
 //! [`Comm::iallreduce_owned`] and [`Comm::ialltoall_owned`] take their
 //! buffers by value and hand them back from `wait`: their requests borrow
 //! nothing, so they can be stored and waited for later.
@@ -193,16 +197,18 @@ impl Comm {
                 "the MPI library progresses".into(),
             ));
         }
-        // The Proxy engine's ranks have no network path of their own: their
-        // proxies connect to each other (see `proxy/net.rs`).
-        let net =
-            if (0..world.size()).any(|r| !world.same_node(0, r)) && opts.engine != Engine::Proxy {
-                let t = hpc_rdma::Transport::new(world)
-                    .map_err(|e| Error::transport_from("the network path across nodes", e))?;
-                Some(Arc::new(t))
-            } else {
-                None
-            };
+        // The ranks' network path across nodes: the Inline and Thread engines'
+        // for everything, the host-placed Proxy engine's for point-to-point
+        // messages only (its collectives go between the proxies, `proxy/net.rs`).
+        // In DPU placement the ranks reach nothing but their proxy.
+        let dpu = opts.engine == Engine::Proxy && opts.placement == Some(crate::Placement::Dpu);
+        let net = if (0..world.size()).any(|r| !world.same_node(0, r)) && !dpu {
+            let t = hpc_rdma::Transport::new(world)
+                .map_err(|e| Error::transport_from("the network path across nodes", e))?;
+            Some(Arc::new(t))
+        } else {
+            None
+        };
         Comm::build(world, (0..world.size()).collect(), opts, timeout, net)
     }
 

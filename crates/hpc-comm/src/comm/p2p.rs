@@ -3,7 +3,13 @@
 //!
 //! A message is one step of a schedule of its own (one send, or one
 //! receive), run by the engine's executor as the collectives' steps are:
-//! over the node's board and, across nodes, the network transport. Every
+//! over the node's board and, across nodes, the ranks' network transport
+//! (under the `Proxy` engine too, whose proxies carry only collectives
+//! between nodes: a message is one step with nothing to offload, and
+//! through two proxies it would take two more hops). In the DPU placement,
+//! whose ranks reach nothing but their proxy, and under `Mpi`, the engine
+//! carries them ([`Driver::message`]): the proxies match them with the
+//! rules below (`proxy/mailbox.rs`). Every
 //! point-to-point message carries one sequence number that no collective
 //! takes ([`P2P_SEQ`](crate::executor::P2P_SEQ)), so a user's tag never
 //! matches a collective's message, and its element type beside its tag
@@ -20,7 +26,7 @@ use hpc_collectives::{Algorithm, CollectiveKind, DataType, Region, Round, Schedu
 use super::owned::Owned;
 use super::Comm;
 use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
-use crate::engines::{Driver, Ticket};
+use crate::engines::{Driver, Message, Ticket};
 use crate::error::{Error, Result};
 use crate::executor::{p2p_tag, Buffers, Want};
 use crate::job::Stage;
@@ -32,8 +38,7 @@ pub use crate::tag::{Tag, ANY_TAG};
 pub enum Source {
     /// From this rank of the communicator only.
     Rank(usize),
-    /// From whichever rank's message that fits the tag is there first
-    /// (refused on the `Proxy` engine across nodes; see [`Comm::irecv`]).
+    /// From whichever rank's message that fits the tag is there first.
     Any,
 }
 
@@ -149,10 +154,6 @@ fn one_step(comm: &Comm, step: Step, send_bytes: usize, recv_bytes: usize) -> Sc
 }
 
 impl Comm {
-    fn spans_nodes(&self) -> bool {
-        self.nodes.iter().any(|&n| n != self.nodes[self.rank])
-    }
-
     fn peer_arg(&self, what: &str, r: usize) -> Result<usize> {
         if r >= self.size {
             return Err(Error::Argument(format!(
@@ -174,36 +175,25 @@ impl Comm {
         let send_side = msg.what == "send";
         let any_tag = msg.tag == ANY_TAG;
         let Some(host) = self.driver.host() else {
-            #[cfg(feature = "mpi")]
-            if let Some(t) = self.driver.message(
-                &crate::mpi_engine::Message {
-                    send: send_side,
-                    peer: msg.peer,
-                    tag: (!any_tag).then_some(msg.tag),
-                    dtype: msg.dtype,
-                    timeout: self.timeout,
-                },
-                raw,
-                stage,
-            ) {
-                return t;
-            }
-            // The DPU-placed proxy's ranks reach nothing but their proxy, which
-            // carries no point-to-point messages (yet).
-            return Err(Error::Unsupported(format!(
-                "point-to-point messages on the {:?} engine in the DPU placement (the Inline, \
-                 Thread and Mpi engines carry them)",
-                self.opts.engine
-            )));
+            // MPI's own messages, or the DPU-placed proxy's, which carries them
+            // (its ranks reach nothing but their proxy).
+            let m = Message {
+                send: send_side,
+                peer: msg.peer,
+                tag: (!any_tag).then_some(msg.tag),
+                dtype: msg.dtype,
+                timeout: self.timeout,
+            };
+            let _span = tracing::debug_span!("message", what = msg.what, peer = ?msg.peer, tag = msg.tag, rank = self.rank).entered();
+            return match self.driver.message(&m, raw, stage) {
+                Some(t) => t,
+                None => Err(Error::Unsupported(format!(
+                    "point-to-point messages on this {:?} engine (it has neither the ranks' own \
+                     path nor messages of its own)",
+                    self.opts.engine
+                ))),
+            };
         };
-        if self.opts.engine == super::Engine::Proxy && self.spans_nodes() {
-            // Its ranks' own path has no network: only the proxies reach other nodes.
-            return Err(Error::Unsupported(
-                "point-to-point messages on the Proxy engine across nodes (the Inline, Thread \
-                 and Mpi engines carry them)"
-                    .into(),
-            ));
-        }
         let tag = p2p_tag(msg.tag, msg.dtype);
         let (step, want) = if send_side {
             let peer = msg.peer.unwrap_or(0);
@@ -333,10 +323,13 @@ impl Comm {
     /// order it sent them, also by a receive of [`ANY_TAG`] (MPI's
     /// non-overtaking rule), and receives are matched in the order they
     /// were posted. `Source::Any` and [`ANY_TAG`] are MPI's
-    /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. Point-to-point
-    /// messages are refused with [`Error::Unsupported`] on the `Proxy`
-    /// engine across nodes (its ranks have no network path of their own; the
-    /// proxies do not carry messages yet) and in the DPU placement.
+    /// `MPI_ANY_SOURCE` and `MPI_ANY_TAG` under the `Mpi` engine. On the
+    /// `Proxy` engine the ranks' own path carries messages, across nodes
+    /// over their network path (the proxies carry the collectives only); in
+    /// the DPU placement, whose ranks reach nothing but their proxy, the
+    /// proxies carry them, with the same matching (a message the proxy
+    /// cannot hold within its memory cap fails the receive that takes it
+    /// with [`Error::ProxyMemory`]).
     pub fn irecv<'a, R: BufMut + ?Sized>(
         &'a self,
         buf: &'a mut R,

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::proxy::Handle;
-use super::{Driver, Job, Split, Ticket};
+use super::{Driver, Job, Pending, Split, Ticket};
 use crate::error::Result;
-use crate::proxy::dpu::Client;
+use crate::proxy::dpu::{Carried, Client};
 use crate::proxy::ProxyClient;
 
 /// The `Proxy` engine with its proxy placed as on a DPU.
@@ -35,5 +35,44 @@ impl Driver for Dpu {
 
     fn register(&self, bytes: usize) -> Option<Result<Arc<hpc_rdma::Region>>> {
         Some(self.client.register_buf(bytes))
+    }
+
+    /// The proxy carries the ranks' point-to-point messages.
+    fn message(
+        &self,
+        m: &super::Message,
+        bufs: (*const u8, usize, *mut u8, usize),
+        stage: Option<crate::job::Stage>,
+    ) -> Option<Result<Ticket>> {
+        Some(
+            self.client
+                .message(m, bufs, stage)
+                .map(|c| Arc::new(Message(c)) as Ticket),
+        )
+    }
+}
+
+/// A point-to-point message the DPU-placed proxy carries.
+struct Message(Carried);
+
+impl Pending for Message {
+    fn test(&self, _: &dyn Driver) -> bool {
+        self.0.poll()
+    }
+
+    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+        self.0.wait(out)
+    }
+
+    fn cancel(&self, _: &dyn Driver) {
+        self.0.cancel();
+    }
+
+    fn discard(&self, _: &dyn Driver) {
+        self.0.discard();
+    }
+
+    fn matched(&self) -> Option<(usize, u16)> {
+        self.0.matched()
     }
 }

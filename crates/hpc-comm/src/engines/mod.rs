@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-pub(crate) use crate::job::{Job, Split};
+pub(crate) use crate::job::{Job, Message, Split};
 use inline::Host;
 
 pub(crate) mod dpu;
@@ -57,13 +57,13 @@ pub(crate) trait Driver: Send + Sync {
     }
 
     /// Starts a point-to-point message on an engine without the ranks' own
-    /// path (MPI's, which has point-to-point of its own): `bufs` are the
-    /// send and receive buffers (pointer, length), valid until the ticket
-    /// finishes (`stage` owns them where given). `None`: the engine has none.
-    #[cfg(feature = "mpi")]
+    /// path (MPI's, which has point-to-point of its own; the DPU-placed
+    /// proxy's, which carries them): `bufs` are the send and receive buffers
+    /// (pointer, length), valid until the ticket finishes (`stage` owns them
+    /// where given). `None`: the engine has none.
     fn message(
         &self,
-        _m: &crate::mpi_engine::Message,
+        _m: &Message,
         _bufs: (*const u8, usize, *mut u8, usize),
         _stage: Option<crate::job::Stage>,
     ) -> Option<Result<Ticket>> {

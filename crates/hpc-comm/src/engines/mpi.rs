@@ -19,7 +19,7 @@ impl Driver for Mpi {
 
     fn message(
         &self,
-        m: &mpi_engine::Message,
+        m: &super::Message,
         bufs: (*const u8, usize, *mut u8, usize),
         stage: Option<crate::job::Stage>,
     ) -> Option<Result<Ticket>> {

@@ -138,18 +138,18 @@ impl Want {
     }
 
     /// The one source it takes messages from, if one.
-    fn source(&self) -> Option<usize> {
+    pub(crate) fn source(&self) -> Option<usize> {
         (self.source != Want::ANY_SOURCE).then_some(self.source as usize)
     }
 
     /// Whether it takes a message from `p` with schedule tag `t`, whatever
     /// its element type.
-    fn fits(&self, p: usize, t: u32) -> bool {
+    pub(crate) fn fits(&self, p: usize, t: u32) -> bool {
         self.source().is_none_or(|s| s == p) && self.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
     }
 
     /// Whether a message of schedule tag `t` is of its element type.
-    fn same_type(&self, t: u32) -> bool {
+    pub(crate) fn same_type(&self, t: u32) -> bool {
         (t >> 16) as u16 == self.kind
     }
 }
@@ -371,6 +371,12 @@ pub(crate) struct Core {
     /// nodes (one per such rank, opened by the first point-to-point receive):
     /// each message goes to the matcher as it arrives, as the board's do.
     inbox: Vec<(usize, hpc_rdma::OpId)>,
+    /// Whether the inbox was opened (it shrinks as its ranks' messages end).
+    inbox_open: bool,
+    /// Ranks on other nodes whose messages ended (their connection broke or
+    /// closed): a receive from one of them alone that no message they sent
+    /// before fits fails with `RankLost` rather than wait for the timeout.
+    ended: Vec<usize>,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,
@@ -407,6 +413,8 @@ impl Core {
             wake: vec![false; size],
             net,
             inbox: Vec::new(),
+            inbox_open: false,
+            ended: Vec::new(),
             net_inflight: 0,
             stopped: false,
         }
@@ -443,15 +451,19 @@ impl Core {
     /// on other nodes, once (a communicator that receives none never has them).
     pub(crate) fn open_inbox(&mut self) -> Result<(), Error> {
         let Some(net) = &self.net else { return Ok(()) };
-        if !self.inbox.is_empty() {
+        if self.inbox_open {
             return Ok(());
         }
+        self.inbox_open = true;
         for p in (0..self.size).filter(|&p| !net.local[p]) {
-            let id = net
-                .t
-                .recv(net.world[p], net.p2p_tag())
-                .map_err(|e| net.error(e))?;
-            self.inbox.push((p, id));
+            match net.t.recv(net.world[p], net.p2p_tag()) {
+                Ok(id) => self.inbox.push((p, id)),
+                Err(e) => {
+                    // Only a receive from it fails (`Core::advance`).
+                    tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
+                    self.ended.push(p);
+                }
+            }
         }
         Ok(())
     }
@@ -475,12 +487,14 @@ impl Core {
                         Err(e) => {
                             tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
                             inbox.swap_remove(i);
+                            self.ended.push(p);
                         }
                     }
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
                     inbox.swap_remove(i);
+                    self.ended.push(p);
                 }
             }
         }
@@ -615,6 +629,10 @@ impl Core {
         }
         if let Some(want) = d.want {
             if !self.bind_p2p(d, want)? {
+                // From one rank alone, whose messages ended: none will come.
+                if let Some(s) = want.source().filter(|s| self.ended.contains(s)) {
+                    return Err(Error::RankLost { rank: s });
+                }
                 return Ok(false);
             }
         }

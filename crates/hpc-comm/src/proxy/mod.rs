@@ -154,6 +154,7 @@
 
 mod client;
 pub(crate) mod dpu;
+mod mailbox;
 mod memory;
 pub(crate) mod net;
 mod protocol;

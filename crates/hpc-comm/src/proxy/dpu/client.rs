@@ -1,6 +1,11 @@
 //! A rank's side: its link to the node's DPU proxy, its registration cache
 //! and its collectives in flight.
 
+mod message;
+
+pub(crate) use message::Carried;
+pub(super) use message::P2P_FIRST;
+
 use super::link::{
     backend_name, dpu_service_addr, host_addr, join, link_backend, route_to, Link, Watch,
 };
@@ -74,6 +79,9 @@ pub(crate) struct Client {
     timeout: Duration,
     spin: Duration,
     detached: AtomicBool,
+    /// Point-to-point messages posted (their numbers on the link follow
+    /// [`P2P_FIRST`]).
+    messages: std::sync::atomic::AtomicU64,
 }
 
 /// How often a waiting rank looks at its watch connection, and the proxy at
@@ -285,6 +293,7 @@ impl Client {
             timeout,
             spin,
             detached: false.into(),
+            messages: 0.into(),
         })
     }
 
@@ -334,6 +343,7 @@ impl Client {
             timeout: self.timeout,
             spin: self.spin,
             detached: false.into(),
+            messages: 0.into(),
         })
     }
 

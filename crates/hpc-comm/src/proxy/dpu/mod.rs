@@ -43,6 +43,20 @@
 //! drop what they hold of it. A proxy that loses another fails every collective in
 //! flight and every later one with `NodeLost` naming that node.
 //!
+//! # Point-to-point messages
+//!
+//! The proxy carries its ranks' messages (`client/message.rs` on the rank,
+//! `server/messages.rs` in the proxy): a send's bytes come in its
+//! [`Request::Send`](wire::Request::Send) (up to 64 KiB) or by RMA get from
+//! its region, and it is answered once the proxy has them; a
+//! [`Request::Recv`](wire::Request::Recv) names a region, into which the
+//! proxy puts the message it matched before it answers with its source and
+//! tag ([`Delivery`](wire::Delivery)). Each communicator's
+//! [`Mailbox`](crate::proxy::mailbox::Mailbox) matches them, with the
+//! executor's rules; a message for another node goes to its proxy under the
+//! point-to-point sequence number, as a step does. Their numbers on the link
+//! start at `P2P_FIRST`, above every collective's sequence number.
+//!
 //! # Splits
 //!
 //! A split of a communicator in DPU placement starts no proxy: the group's
@@ -64,7 +78,8 @@ mod state;
 mod wire;
 
 pub(crate) use boot::serve_spec;
-pub(crate) use client::Client;
+use client::P2P_FIRST;
+pub(crate) use client::{Carried, Client};
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
 pub(crate) use wire::fuzz_request;

@@ -4,8 +4,10 @@
 //! retirement) is its [`Session`](crate::proxy::session::Session)'s; this
 //! is the I/O that feeds it and carries out its effects.
 
+mod messages;
+
 use super::client::{DETACH_GRACE, WATCH_EVERY};
-use super::state::{FromNet, Group, Served, Slot, Wait, UNOPENED_MAX};
+use super::state::{FromNet, Group, Outgoing, Served, Slot, Wait, UNOPENED_MAX};
 use super::wire::{
     check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, TAG_ANSWER,
     TAG_REQUEST,
@@ -18,7 +20,7 @@ use crate::proxy::session::{Effect, Outcome};
 use crate::proxy::steps::{Run, RunError};
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Transport};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -53,8 +55,11 @@ pub(super) struct Server {
     /// Communicators every member on this node left.
     closed: BTreeSet<u64>,
     /// The bytes held for the collectives in flight, of every communicator,
-    /// against the cap (`HPC_COLL_PROXY_MAX_SCRATCH`).
+    /// against the cap (`HPC_COLL_PROXY_MAX_SCRATCH`), and for the
+    /// point-to-point messages held.
     budget: Budget,
+    /// Each link rank's point-to-point sends not routed yet, in its order.
+    sending: Vec<VecDeque<Outgoing>>,
 }
 
 impl Server {
@@ -87,6 +92,7 @@ impl Server {
             unopened: HashMap::new(),
             closed: BTreeSet::new(),
             budget: Budget::from_env(),
+            sending: (0..size).map(|_| VecDeque::new()).collect(),
         }
     }
 
@@ -222,6 +228,14 @@ impl Server {
             self.fail(id, seq, Outcome::Lost { rank: r, why }, false);
             self.settle(id);
         }
+        if moved && self.comms.values().any(|c| c.mailbox.waits_for_one()) {
+            // Point-to-point receives that wait for a rank reported dead, or
+            // on a lost node (a collective's step costs no allocation here).
+            let ids: Vec<u64> = self.comms.keys().copied().collect();
+            for id in ids {
+                self.fail_waiting(id);
+            }
+        }
         moved
     }
 
@@ -259,7 +273,18 @@ impl Server {
                     return;
                 };
                 let seq = tag >> 32;
-                if !c.session.takes(seq) {
+                if messages::is_message_tag(tag) {
+                    if c.ranks.contains(&d) {
+                        self.arrive(id, s, d, tag as u32, v);
+                    } else {
+                        tracing::warn!(
+                            comm = id,
+                            src,
+                            dst,
+                            "DPU proxy: dropped a message for a rank not of this node"
+                        );
+                    }
+                } else if !c.session.takes(seq) {
                     tracing::debug!(
                         comm = id,
                         seq,
@@ -351,6 +376,16 @@ impl Server {
                 c.session.done(seq, slot, o);
                 self.settle(comm);
             }
+            (Wait::MessageGet { link, w }, res) => {
+                let got = res
+                    .map(Payload::into_bytes)
+                    .map_err(|e| format!("reading rank {}'s message: {e}", self.first[link]));
+                self.message_got(link, w, got);
+            }
+            (Wait::MessagePut { link, w, src, tag }, res) => {
+                let ok = res.map(drop).map_err(|e| e.to_string());
+                self.message_put((link, w), src, tag, ok);
+            }
             (Wait::Answer, Ok(_)) => {}
             (Wait::Answer, Err(e)) => {
                 tracing::debug!(error = %e, "DPU proxy: an answer was not delivered")
@@ -411,6 +446,14 @@ impl Server {
                 recv,
             } => {
                 self.submit(id, slot, seq, (&coll, &opts, &send, &recv));
+                self.listen(r);
+            }
+            Request::Send { .. } | Request::Recv { .. } => {
+                self.message(r, id, slot, w, req);
+                self.listen(r);
+            }
+            Request::Cancel if messages::is_message(w) => {
+                self.message_cancel(id, slot, r, w);
                 self.listen(r);
             }
             Request::Cancel => {
@@ -634,6 +677,7 @@ impl Server {
         let first = self.first[r];
         tracing::debug!(rank = first, cause, "DPU proxy: rank gone");
         self.gone[r] = Some(cause.to_string());
+        self.sending[r].clear();
         if let Some(net) = self.net.as_mut() {
             net.announce_dead(first);
         }
@@ -653,6 +697,7 @@ impl Server {
         if let Some(c) = self.comms.get_mut(&id) {
             c.session.lose(slot, cause);
         }
+        self.message_leave(id, slot);
         self.settle(id);
     }
 
@@ -813,7 +858,9 @@ impl Server {
             self.settle(id);
             if id != 0 && self.comms.get(&id).is_some_and(|c| c.session.over()) {
                 tracing::debug!(comm = id, "DPU proxy: every member here left a split");
-                self.comms.remove(&id);
+                if let Some(c) = self.comms.remove(&id) {
+                    self.budget.release(c.mailbox.held_bytes() as u64);
+                }
                 self.closed.insert(id);
             }
         }

@@ -1,6 +1,7 @@
 //! What the DPU proxy keeps of each communicator and collective.
 
 use super::wire::Part;
+use crate::proxy::mailbox::Mailbox;
 use crate::proxy::net::Failed;
 use crate::proxy::session::{Cancel, Session};
 use crate::proxy::steps::Run;
@@ -23,6 +24,37 @@ pub(super) enum Wait {
     Put { comm: u64, seq: u64, slot: usize },
     /// An answer going out.
     Answer,
+    /// Reading the bytes of link rank `link`'s point-to-point send numbered
+    /// `w` on its link.
+    MessageGet { link: usize, w: u64 },
+    /// Putting a message into link rank `link`'s receive `w`: the message's
+    /// source and schedule tag.
+    MessagePut {
+        link: usize,
+        w: u64,
+        src: usize,
+        tag: u32,
+    },
+}
+
+/// A point-to-point receive posted to the proxy: its link rank and its
+/// number on the link.
+pub(super) type RecvKey = (usize, u64);
+
+/// A point-to-point send of a link rank: routed once its bytes are here
+/// and every earlier send of that rank was routed, so that one sender's
+/// messages leave in the order it sent them (a large one's RMA get may end
+/// after a later small one came in its request).
+pub(super) struct Outgoing {
+    /// Its communicator and number on the link.
+    pub(super) comm: u64,
+    pub(super) w: u64,
+    /// Its source and destination (the communicator's ranks) and schedule tag.
+    pub(super) src: usize,
+    pub(super) dest: usize,
+    pub(super) tag: u32,
+    /// Its bytes once here, or why they cannot be.
+    pub(super) data: Option<Result<Vec<u8>, String>>,
 }
 
 /// The data of one rank's part of a collective in the proxy (its life
@@ -83,6 +115,10 @@ pub(super) struct Served {
     /// the window of those that ended (a cancel fails the collective on
     /// every node, [`Cancel::Collective`]).
     pub(super) session: Session,
+    /// Its point-to-point receives posted and messages held.
+    pub(super) mailbox: Mailbox<RecvKey>,
+    /// Where each receive posted lands: the span of its rank's region.
+    pub(super) recvs: HashMap<RecvKey, (RemoteKey, u64, usize)>,
 }
 
 impl Served {
@@ -109,6 +145,8 @@ impl Served {
             locals: vec![None; n],
             nodes,
             groups: BTreeMap::new(),
+            mailbox: Mailbox::default(),
+            recvs: HashMap::new(),
         }
     }
 

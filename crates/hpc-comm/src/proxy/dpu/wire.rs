@@ -85,6 +85,44 @@ pub(crate) enum Request<C = Collective> {
     /// come with this request's communicator number. `members`: the first
     /// communicator's rank of each of its ranks, in rank order.
     Open { comm: u64, members: Vec<usize> },
+    /// A point-to-point message to rank `dest` of the communicator with
+    /// schedule tag `tag` (the user's tag and the element type,
+    /// [`p2p_tag`](crate::executor::p2p_tag)). Answered with a [`Delivery`]
+    /// once the proxy has its bytes.
+    Send { dest: usize, tag: u32, body: Body },
+    /// A receive of the earliest message from `source` (`None`: any rank)
+    /// with `tag` (`None`: any), whose element type's schedule tag is
+    /// `kind`, into `into`. Answered with a [`Delivery`] once the message
+    /// was put there (or why not).
+    Recv {
+        source: Option<usize>,
+        tag: Option<u16>,
+        kind: u32,
+        into: Span,
+    },
+}
+
+/// A point-to-point message's bytes as its request carries them.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Body {
+    /// In the request (a small message).
+    Inline(Vec<u8>),
+    /// In the sender's registered memory, which the proxy reads with RMA get.
+    Span(Span),
+}
+
+/// What the proxy answers to a point-to-point request (on its answer tag).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Delivery {
+    /// The send's bytes are with the proxy (held, or on their way).
+    Sent,
+    /// The receive's message, from `source` with schedule tag `tag`, is in
+    /// its span.
+    Received { source: usize, tag: u32 },
+    /// The receive failed: the message it took, or the rank it waits for.
+    Refused(crate::proxy::mailbox::Failure),
+    /// The request could not be served (a bad span or rank, a failed RMA).
+    Failed(String),
 }
 
 /// What the proxy answers to collective `seq` (on tag `TAG_ANSWER + seq`).
@@ -239,14 +277,20 @@ pub(crate) fn fuzz_request(
     size: usize,
 ) -> std::result::Result<usize, String> {
     let (_, req) = decode_request(bytes)?;
-    let Request::Submit {
-        coll,
-        opts,
-        send,
-        recv,
-    } = req
-    else {
-        return Ok(0);
+    let (coll, opts, send, recv) = match req {
+        Request::Submit {
+            coll,
+            opts,
+            send,
+            recv,
+        } => (coll, opts, send, recv),
+        // A message's spans are checked as the proxy checks them.
+        Request::Send {
+            body: Body::Span(s),
+            ..
+        } => return span_key("message", rank, &s).map(|_| 0),
+        Request::Recv { into, .. } => return span_key("receive", rank, &into).map(|_| 0),
+        _ => return Ok(0),
     };
     let part = check_submit(&coll, &opts, &send, &recv, rank, rank, size)?;
     let mut steps = 0;
@@ -372,6 +416,52 @@ mod tests {
         assert!(fuzz_request(&bytes, 0, 1).unwrap() > 0);
         // Rank 1 of 3 sending rank 0's key.
         assert!(fuzz_request(&bytes, 1, 3).is_err());
+    }
+
+    #[test]
+    fn messages_round_trip_and_their_spans_are_checked() {
+        let span = |len| Span {
+            key: vec![0x5a; hpc_rdma::REMOTE_KEY_BYTES],
+            offset: 8,
+            len,
+        };
+        let recv = Request::<Collective>::Recv {
+            source: None,
+            tag: Some(4),
+            kind: 7 << 16,
+            into: span(16),
+        };
+        let bytes = encode_request(wire(2, 9), &recv).unwrap();
+        let (w, back) = decode_request(&bytes).unwrap();
+        assert_eq!(unwire(w), (2, 9));
+        assert!(matches!(
+            back,
+            Request::Recv {
+                source: None,
+                tag: Some(4),
+                kind: 0x70000,
+                ..
+            }
+        ));
+        // A key of no region: refused by the check the proxy makes.
+        let e = fuzz_request(&bytes, 0, 1).unwrap_err();
+        assert!(e.starts_with("the receive key"), "{e}");
+        let send = Request::<Collective>::Send {
+            dest: 1,
+            tag: 3,
+            body: Body::Inline(vec![1, 2, 3]),
+        };
+        let bytes = encode_request(5, &send).unwrap();
+        assert!(matches!(
+            decode_request(&bytes).unwrap().1,
+            Request::Send { dest: 1, tag: 3, body: Body::Inline(ref b) } if b == &[1, 2, 3]
+        ));
+        assert_eq!(fuzz_request(&bytes, 0, 2), Ok(0));
+        let d = postcard::to_allocvec(&Delivery::Received { source: 3, tag: 9 }).unwrap();
+        assert!(matches!(
+            postcard::from_bytes::<Delivery>(&d).unwrap(),
+            Delivery::Received { source: 3, tag: 9 }
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 mod life;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 
 pub(crate) use life::{Cancel, Effect, Session};
 

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Cancel, Effect, Outcome, Session};
 
 /// A small seeded generator (xorshift64*): the same seed, the same run.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn below(&mut self, n: usize) -> usize {
+    /// A number below `n`.
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
