@@ -191,6 +191,38 @@ impl RunOptions {
         ))
     }
 
+    /// Checks that this run can continue the checkpoint `r` it resumes from (steps
+    /// of `dt` ms), before the network is built and before the output directory is
+    /// started (whose earlier files would otherwise be removed for a run that then
+    /// fails): a `--stop-at` before the checkpoint's time, and a run that writes a
+    /// spike file resuming from a checkpoint written without one (`--no-spikes`),
+    /// are refused naming the flag.
+    pub fn check_restart<P>(
+        &self,
+        r: &crate::checkpoint::Restart<crate::checkpoint::RunMeta<P>>,
+        dt: f64,
+    ) -> Result<()> {
+        if let Some(stop) = self.stop_at.filter(|&s| s < r.step()) {
+            anyhow::bail!(
+                "--stop-at {} ms is before the checkpoint {} that --restart resumes at \
+                 ({} ms, step {}): give --stop-at {} or later",
+                crate::run::num(stop as f64 * dt),
+                r.dir().display(),
+                crate::run::num(r.step() as f64 * dt),
+                r.step(),
+                crate::run::num(r.step() as f64 * dt)
+            );
+        }
+        if self.spikes.is_some() && r.meta.spikes.is_none() {
+            anyhow::bail!(
+                "checkpoint {} has no spike file to continue (its run had --no-spikes): \
+                 give --no-spikes to continue it",
+                r.dir().display()
+            );
+        }
+        Ok(())
+    }
+
     /// Starts the run in its output directory `dir` (rank 0's, from
     /// [`crate::run::own_output_dir`]; `None` on the other ranks): removes an
     /// earlier run's files and records the spike file's names when the run writes

@@ -310,38 +310,49 @@ pub fn record_figures<'a>(
     Ok(())
 }
 
-/// The summary's line on the spike file `spikes` of a run: where it was written
-/// (`file`, once complete), or, for a run stopped at `end_ms` before its end, where
-/// its spikes so far are (the `.partial` file); `None` for a run that wrote none.
+/// The summary's line on the spike file `spikes` of a run (`None`: the run writes
+/// none, `--no-spikes`): where it was written (`file`, once complete), or, for a
+/// run stopped at `end_ms` before its end, where its spikes so far are (the
+/// `.partial` file), or that there is no spike file; `None` for a complete run
+/// that wrote none.
 ///
 /// ```
 /// use std::path::Path;
 /// use hpc_spiking::run::spike_file_line;
 ///
-/// let spikes = Path::new("out/spikes.spk");
+/// let spikes = Some(Path::new("out/spikes.spk"));
 /// assert_eq!(
-///     spike_file_line(Some(spikes), true, 100.0, spikes).unwrap(),
+///     spike_file_line(spikes, true, 100.0, spikes).unwrap(),
 ///     "  spikes written to out/spikes.spk"
 /// );
 /// assert_eq!(
 ///     spike_file_line(None, false, 50.0, spikes).unwrap(),
 ///     "  stopped at 50.0 ms: spikes so far in out/spikes.spk.partial"
 /// );
+/// // A stopped run without a spike file names no .partial file.
+/// assert_eq!(
+///     spike_file_line(None, false, 50.0, None).unwrap(),
+///     "  stopped at 50.0 ms (no spike file: --no-spikes)"
+/// );
 /// assert!(spike_file_line(None, true, 100.0, spikes).is_none());
+/// assert!(spike_file_line(None, true, 100.0, None).is_none());
 /// ```
 pub fn spike_file_line(
     file: Option<&std::path::Path>,
     completed: bool,
     end_ms: f64,
-    spikes: &std::path::Path,
+    spikes: Option<&std::path::Path>,
 ) -> Option<String> {
-    match file {
-        Some(f) => Some(format!("  spikes written to {}", f.display())),
-        None if !completed => Some(format!(
+    match (file, spikes) {
+        (Some(f), _) => Some(format!("  spikes written to {}", f.display())),
+        _ if completed => None,
+        (None, Some(s)) => Some(format!(
             "  stopped at {end_ms:.1} ms: spikes so far in {}",
-            crate::spikes::partial_path(spikes).display()
+            crate::spikes::partial_path(s).display()
         )),
-        None => None,
+        (None, None) => Some(format!(
+            "  stopped at {end_ms:.1} ms (no spike file: --no-spikes)"
+        )),
     }
 }
 

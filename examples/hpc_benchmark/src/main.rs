@@ -161,7 +161,7 @@ fn run(args: Args) -> Result<()> {
         Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
     })?;
     let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
-    let mut sim = Simulation::new(&model, (rank, size), &pool, opts.restart.as_deref())?;
+    let mut sim = Simulation::new(&model, (rank, size), &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let show = ra.shows_progress(rank);
     let report = {
@@ -318,10 +318,13 @@ fn summary(
         );
     }
     let end_ms = me.end_step as f64 * p.dt;
-    let spikes = args.out.join("spikes.spk");
-    if let Some(line) =
-        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
-    {
+    let spikes = (!args.run.no_spikes).then(|| args.out.join("spikes.spk"));
+    if let Some(line) = hpc_spiking::run::spike_file_line(
+        me.spike_file.as_deref(),
+        me.completed,
+        end_ms,
+        spikes.as_deref(),
+    ) {
         say!("{line}");
     }
     Ok(())
