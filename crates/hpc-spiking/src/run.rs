@@ -473,14 +473,29 @@ pub fn serve_proxy(program: &str) -> bool {
 
 /// Installs a simulation binary's log subscriber: to stderr (coloured on a
 /// terminal), filtered by [`log_filter`], with its warning when `HPC_LOG` is not a
-/// filter.
-pub fn init_log() {
+/// filter; and, when `HPC_TRACE` is set (`hpc run --trace FILE` sets it), the
+/// timeline's layer beside it, as `hpc_rs::init` installs it for a program
+/// without a subscriber of its own. (Without it the setting was ignored with a
+/// warning, and `hpc run --trace` merged no rank of the binary.) A bad
+/// `HPC_TRACE` ends `program` with status 1, naming it.
+pub fn init_log(program: &str) {
     use std::io::IsTerminal as _;
+    use tracing_subscriber::prelude::*;
     let (filter, problem) = log_filter();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let timeline = match hpc_rs::trace::layer_from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            hpc_io::message::last_words(program, &e.to_string());
+            std::process::exit(1);
+        }
+    };
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(log)
+        .with(timeline.map(|t| t.with_filter(hpc_rs::trace::default_filter())))
         .init();
     if let Some(p) = problem {
         tracing::warn!("{p}");

@@ -336,6 +336,6 @@ fn main() {
         return;
     }
     let args = Args::parse();
-    hpc_spiking::run::init_log();
+    hpc_spiking::run::init_log("hpc_benchmark");
     hpc_spiking::run::exit_on_error("hpc_benchmark", run(args));
 }

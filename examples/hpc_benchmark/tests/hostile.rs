@@ -201,3 +201,54 @@ fn devices_given_for_checkpoints_are_refused_naming_the_flag() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `HPC_TRACE=DIR` (what `hpc run --trace FILE` sets) records the rank's timeline,
+/// and a bad one is refused naming it: before, the binary's own log subscriber
+/// left the setting ignored with a warning, and `hpc run --trace` merged none of
+/// its ranks.
+#[test]
+fn hpc_trace_records_the_timeline() {
+    let dir = tmpdir("trace");
+    let traces = dir.join("trace.d");
+    let o = Command::new(BIN)
+        .args([
+            "--scale",
+            "0.02",
+            "--t-presim",
+            "0",
+            "--t-sim",
+            "5",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.join("out"))
+        .env("HPC_TRACE", &traces)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("HPC_TRACE is set but"), "{err}");
+    let files: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["rank-0.json"], "{files:?}");
+    let trace = std::fs::read_to_string(traces.join("rank-0.json")).unwrap();
+    assert!(
+        trace.contains("\"traceEvents\"") && trace.contains("\"ph\":\"X\""),
+        "{trace}"
+    );
+    let o = Command::new(BIN)
+        .args(["--scale", "0.02", "--t-sim", "5", "--quiet", "--out"])
+        .arg(dir.join("out2"))
+        .env("HPC_TRACE", "/dev/null")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HPC_TRACE") && err.contains("not a directory"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

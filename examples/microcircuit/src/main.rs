@@ -287,6 +287,6 @@ fn main() {
         return;
     }
     let args = Args::parse();
-    hpc_spiking::run::init_log();
+    hpc_spiking::run::init_log("microcircuit");
     hpc_spiking::run::exit_on_error("microcircuit", run(args));
 }
