@@ -64,7 +64,7 @@ impl SpikeWriter {
     ///
     /// let path = std::env::temp_dir().join(format!("spk-doc-{}", std::process::id()));
     /// let e = SpikeWriter::with_header(&path, r#"{"dt_ms": 0.1}"#).err().unwrap();
-    /// assert!(e.to_string().contains("n_neurons"), "{e}");
+    /// assert!(format!("{e:#}").contains("n_neurons"), "{e:#}");
     /// ```
     pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
         let hlen = u32::try_from(h.len()).map_err(|_| {
