@@ -86,22 +86,26 @@ fn weights_grown_beyond_the_finite_numbers_end_the_run_naming_the_rule() {
 }
 
 /// `hpc_benchmark --scale 0.02 --t-presim 0 --t-sim 20 --quiet --out OUT ARGS`.
+fn small_cmd(out: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args([
+        "--scale",
+        "0.02",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "20",
+        "--quiet",
+    ])
+    .arg("--out")
+    .arg(out)
+    .args(args);
+    c
+}
+
+/// [`small_cmd`], run to its end.
 fn small(out: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args([
-            "--scale",
-            "0.02",
-            "--t-presim",
-            "0",
-            "--t-sim",
-            "20",
-            "--quiet",
-        ])
-        .arg("--out")
-        .arg(out)
-        .args(args)
-        .output()
-        .unwrap()
+    small_cmd(out, args).output().unwrap()
 }
 
 /// A restart that cannot continue its checkpoint with this run's options (a
@@ -210,18 +214,7 @@ fn devices_given_for_checkpoints_are_refused_naming_the_flag() {
 fn hpc_trace_records_the_timeline() {
     let dir = tmpdir("trace");
     let traces = dir.join("trace.d");
-    let o = Command::new(BIN)
-        .args([
-            "--scale",
-            "0.02",
-            "--t-presim",
-            "0",
-            "--t-sim",
-            "5",
-            "--quiet",
-            "--out",
-        ])
-        .arg(dir.join("out"))
+    let o = small_cmd(&dir.join("out"), &[])
         .env("HPC_TRACE", &traces)
         .output()
         .unwrap();
@@ -238,9 +231,7 @@ fn hpc_trace_records_the_timeline() {
         trace.contains("\"traceEvents\"") && trace.contains("\"ph\":\"X\""),
         "{trace}"
     );
-    let o = Command::new(BIN)
-        .args(["--scale", "0.02", "--t-sim", "5", "--quiet", "--out"])
-        .arg(dir.join("out2"))
+    let o = small_cmd(&dir.join("out2"), &[])
         .env("HPC_TRACE", "/dev/null")
         .output()
         .unwrap();

@@ -12,23 +12,9 @@ fn tool() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/validate.py")
 }
 
-/// Whether `python3` runs; panics where `HPC_REQUIRE_PYTHON=1` and it does not.
+/// Whether `python3` runs ([`hpc_test_support::have_python`]).
 fn have_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var(hpc_runtime::env::REQUIRE_PYTHON)
-                .ok()
-                .as_deref()
-                != Some("1"),
-            "HPC_REQUIRE_PYTHON=1 but python3 is not installed"
-        );
-        eprintln!("python3 not found: SKIPPING validate.py's tests");
-    }
-    ok
+    hpc_test_support::have_python("validate.py's tests")
 }
 
 /// `validate.py --hpc-benchmark /bin/false ARGS` (a binary that fails if it is
