@@ -142,13 +142,34 @@ impl RunArgs {
         });
         Ok(RunOptions {
             overlap,
-            spikes: (!self.no_spikes).then(|| out.join("spikes.spk")),
+            spikes: self.spike_path(out),
             checkpoint_every: times.checkpoint_every,
             checkpoint_dir,
             checkpoint_keep: (self.checkpoint_keep > 0).then_some(self.checkpoint_keep),
             restart,
             stop_at: times.stop_at,
         })
+    }
+
+    /// The spike file of a run writing into `out`: `out/spikes.spk`, or none
+    /// with `--no-spikes`.
+    pub fn spike_path(&self, out: &Path) -> Option<PathBuf> {
+        (!self.no_spikes).then(|| out.join("spikes.spk"))
+    }
+
+    /// The summary's line on the spike file of a run writing into `out`
+    /// ([`crate::run::spike_file_line`] of [`RunArgs::spike_path`]): `file`
+    /// once complete, else, for a run stopped at `end_ms`, its `.partial` file
+    /// or that it writes none.
+    pub fn spike_file_line(
+        &self,
+        out: &Path,
+        file: Option<&Path>,
+        completed: bool,
+        end_ms: f64,
+    ) -> Option<String> {
+        let spikes = self.spike_path(out);
+        crate::run::spike_file_line(file, completed, end_ms, spikes.as_deref())
     }
 
     /// Whether rank `rank` draws the progress line: rank 0, without `--quiet`,

@@ -318,13 +318,11 @@ fn summary(
         );
     }
     let end_ms = me.end_step as f64 * p.dt;
-    let spikes = (!args.run.no_spikes).then(|| args.out.join("spikes.spk"));
-    if let Some(line) = hpc_spiking::run::spike_file_line(
-        me.spike_file.as_deref(),
-        me.completed,
-        end_ms,
-        spikes.as_deref(),
-    ) {
+    let file = me.spike_file.as_deref();
+    if let Some(line) = args
+        .run
+        .spike_file_line(&args.out, file, me.completed, end_ms)
+    {
         say!("{line}");
     }
     Ok(())

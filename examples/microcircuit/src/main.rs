@@ -256,13 +256,11 @@ fn summary(
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
     let end_ms = me.end_step as f64 * p.dt;
-    let spikes = (!args.run.no_spikes).then(|| args.out.join("spikes.spk"));
-    if let Some(line) = hpc_spiking::run::spike_file_line(
-        me.spike_file.as_deref(),
-        me.completed,
-        end_ms,
-        spikes.as_deref(),
-    ) {
+    let file = me.spike_file.as_deref();
+    if let Some(line) = args
+        .run
+        .spike_file_line(&args.out, file, me.completed, end_ms)
+    {
         say!("{line}");
     }
     if let (Some(f), false) = (&me.spike_file, args.no_plot) {
