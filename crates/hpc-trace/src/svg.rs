@@ -205,7 +205,10 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
             .filter(|s| &s.name == name)
             .max_by(|a, b| a.ts.total_cmp(&b.ts))
             .ok_or_else(|| SvgError::NoSuchSpan(name.clone()))?;
-        let margin = s.dur * 0.03;
+        // At least 1 µs each side: a span of no duration (a fast region at the
+        // clock's resolution) made a window from its start to its start, refused
+        // as empty.
+        let margin = (s.dur * 0.03).max(1.0);
         (from, to, window) = (s.ts - margin, s.ts + s.dur + margin, true);
     }
     if window {

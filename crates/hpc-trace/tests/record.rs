@@ -427,6 +427,14 @@ fn times_beyond_the_finite_numbers_are_refused_not_drawn_as_nan() {
     // Ordinary times are drawn, with no NaN anywhere.
     let svg = draw(vec![span("a", 1.0, 2.0)], &plain).unwrap();
     assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+    // A span of no duration is drawn around (it was "the window from 5 µs to
+    // 5 µs is empty").
+    let around = hpc_trace::svg::Options {
+        around: Some("z".into()),
+        ..Default::default()
+    };
+    let svg = draw(vec![span("z", 5.0, 0.0)], &around).unwrap();
+    assert!(svg.contains(">z<") || svg.contains("z</"), "{svg}");
 }
 
 #[test]
