@@ -363,7 +363,15 @@ fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
     let lock_path = dir.join(LOCK);
-    let Some(mut lock) = hpc_io::rundir::try_lock_file(&lock_path)? else {
+    let taken = hpc_io::rundir::try_lock_file(&lock_path).map_err(|e| match e {
+        // hpc-io's advice names the output directory; this is the checkpoints'.
+        hpc_io::rundir::Error::WrongType { path, kind, wanted } => anyhow::anyhow!(
+            "{} is {kind}, not {wanted}; remove it or choose another --checkpoint-dir",
+            path.display()
+        ),
+        e => e.into(),
+    })?;
+    let Some(mut lock) = taken else {
         let holder = hpc_io::read::read_regular_to_string(&lock_path, 4096).unwrap_or_default();
         let holder = holder.trim();
         bail!(

@@ -203,6 +203,26 @@ fn devices_given_for_checkpoints_are_refused_naming_the_flag() {
             "{args:?}: {err}"
         );
     }
+    // A link planted at the checkpoint directory's lock: refused naming the flag
+    // (the advice was "choose another output directory").
+    let ck = dir.join("ck");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::os::unix::fs::symlink("/dev/null", ck.join("checkpoints.lock")).unwrap();
+    let o = small(
+        &dir.join("out"),
+        &[
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("symbolic link") && err.contains("choose another --checkpoint-dir"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
