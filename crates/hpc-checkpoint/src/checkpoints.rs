@@ -42,9 +42,20 @@ impl Checkpoints {
         self.root.join(format!("step-{step:010}"))
     }
 
+    /// Makes the directory of `step`'s checkpoint (or takes the one another rank
+    /// made). A symbolic link planted at its name is refused, not followed: the
+    /// checkpoint was written into the directory it pointed to.
     fn make_dir(&self, step: u64) -> Result<PathBuf> {
         let dir = self.step_dir(step);
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let meta = fs::symlink_metadata(&dir).map_err(io("inspect", &dir))?;
+        if !meta.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a symbolic link, not a directory: a checkpoint is never written \
+                 through a link planted at its name; remove it",
+                dir.display()
+            )));
+        }
         Ok(dir)
     }
 

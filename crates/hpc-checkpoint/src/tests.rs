@@ -137,3 +137,29 @@ fn a_failed_write_leaves_no_empty_step_directory() {
     assert!(set.step_dir(6).join(&other.name).exists());
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A symbolic link planted at a step directory's name is refused, naming it, and
+/// nothing is written into the directory it points to (the checkpoint was written
+/// through it).
+#[test]
+fn a_link_planted_at_a_step_directory_is_not_followed() {
+    let base = std::env::temp_dir().join(format!("ckpt-link-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&base);
+    let (root, elsewhere) = (base.join("set"), base.join("elsewhere"));
+    fs::create_dir_all(&root).unwrap();
+    fs::create_dir_all(&elsewhere).unwrap();
+    let set = Checkpoints::new(&root);
+    std::os::unix::fs::symlink(&elsewhere, set.step_dir(7)).unwrap();
+    for r in [
+        set.write_rank(7, 0, 1, b"payload").map(|_| ()),
+        set.write_file(7, "spikes", b"payload").map(|_| ()),
+    ] {
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic link") && e.contains("step-0000000007"),
+            "{e}"
+        );
+    }
+    assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    fs::remove_dir_all(&base).unwrap();
+}

@@ -637,6 +637,23 @@ fn a_detached_child_holding_stdout_does_not_keep_the_job_alive() {
     assert_no_leftovers(&m);
 }
 
+/// Waits for `child` with `wait4`: its raw wait status and its peak resident size
+/// (KiB), the largest of it and of the descendants it waited for. Only this
+/// child's: the test binary's other children (other tests') are not counted.
+fn wait_with_rusage(child: &mut std::process::Child) -> (i32, libc::c_long) {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: `wait4` fills the zeroed `rusage` and the status we pass; `pid` is
+    // our own child, not yet waited for (the `Child` is never waited for after).
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        let r = libc::wait4(pid, &mut status, 0, &mut ru);
+        assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+        ru
+    };
+    (status, ru.ru_maxrss)
+}
+
 #[test]
 fn a_line_without_newline_is_cut_not_held() {
     use std::io::Read;
@@ -657,7 +674,12 @@ fn a_line_without_newline_is_cut_not_held() {
         .unwrap();
     let mut out = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
-    assert!(child.wait().unwrap().success());
+    // The launcher's own resource use with its status (`wait4` of its pid): its
+    // peak and that of the processes it waited for, the ranks. (`RUSAGE_CHILDREN`
+    // counted every child this test binary had waited for, other tests' too,
+    // which made the test fail at random under `cargo test`.)
+    let (status, peak_kib) = wait_with_rusage(&mut child);
+    assert!(status == 0, "hpc run: wait status {status:#x}");
     let (mut xs, mut longest, mut continued) = (0usize, 0usize, 0usize);
     for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         longest = longest.max(line.len());
@@ -674,12 +696,6 @@ fn a_line_without_newline_is_cut_not_held() {
         "{continued}"
     );
     // The largest process of the job (the launcher included) stayed small.
-    // SAFETY: getrusage fills the zeroed struct we pass.
-    let peak_kib = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
-        ru.ru_maxrss
-    };
     eprintln!("peak RSS of the largest process of the job: {peak_kib} KiB");
     assert!(peak_kib < 40 * 1024, "{peak_kib} KiB");
 }

@@ -96,8 +96,12 @@ pub enum Error {
         /// The timeout.
         after: Duration,
     },
-    /// The engine stopped (its progress thread or proxy process is gone).
-    #[error("the {0} engine stopped")]
+    /// The engine stopped (its progress thread or proxy process is gone, or
+    /// the communicator was dropped while a request it started was in flight).
+    #[error(
+        "the {0} engine stopped (its communicator was dropped, or its progress thread or \
+         proxy process ended)"
+    )]
     Stopped(&'static str),
     /// An `ndarray` view is not contiguous in standard order.
     #[error("array is not contiguous in standard (row-major) order; use `.as_standard_layout()`")]

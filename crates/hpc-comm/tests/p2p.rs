@@ -126,6 +126,8 @@ fn child_entry() {
                 let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
                 return lost(&comm, victim);
             }
+            "misuse" => misuse(&comm, &world, engine),
+            "misuse_timeout" => misuse_timeout(&comm),
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
@@ -636,6 +638,121 @@ fn timeout(comm: &Comm) {
     }
 }
 
+/// What a user may get wrong, on one communicator: messages to itself, empty
+/// messages, `ANY_TAG` on a send, an owned receive of the wrong length, and
+/// requests that outlive the communicator that started them. Never UB, never a
+/// hang: an error naming what is wrong, or the message.
+fn misuse(comm: &Comm, world: &hpc_runtime::World, engine: Engine) {
+    let what = format!(
+        "{:?} rank {} of {}",
+        comm.engine(),
+        comm.rank(),
+        comm.size()
+    );
+    let (me, n) = (comm.rank(), comm.size());
+    let (next, prev) = ring(comm);
+    // To itself, small and large, non-blocking send first: received whole.
+    for (m, len) in [(60, 3), (61, LARGE)] {
+        let out = msg(me, m, len);
+        let req = comm.isend(&out, me, 60).unwrap();
+        let mut got = vec![0.0f64; len];
+        let st = comm.recv(&mut got, me, 60).unwrap();
+        assert_eq!((st.source, st.tag, st.count), (me, 60, len), "{what}");
+        check(&what, &got, me, m);
+        req.wait().unwrap();
+    }
+    // Owned, to itself, the receive posted first.
+    let r = comm.irecv_owned(vec![0i32; 4], me, 61).unwrap();
+    let s = comm.isend_owned(vec![7i32; 4], me, 61).unwrap();
+    assert_eq!(s.wait().unwrap(), vec![7; 4], "{what}");
+    assert_eq!(r.wait().unwrap().0, vec![7; 4], "{what}");
+    // An empty message: a status of 0 elements.
+    let req = comm.isend(&[0u8; 0][..], next, 62).unwrap();
+    let mut none = [0u8; 0];
+    let st = comm.recv(&mut none[..], prev, 62).unwrap();
+    assert_eq!((st.source, st.count), (prev, 0), "{what}");
+    req.wait().unwrap();
+    // ANY_TAG is for receives: refused on a send, blocking or not, owned or not.
+    for e in [
+        comm.send(&[1u8][..], next, ANY_TAG).unwrap_err(),
+        comm.isend(&[1u8][..], next, ANY_TAG)
+            .map(|_| ())
+            .unwrap_err(),
+        comm.isend_owned(vec![1u8], next, ANY_TAG)
+            .map(|_| ())
+            .unwrap_err(),
+    ] {
+        match e {
+            Error::Argument(m) => assert!(m.contains("ANY_TAG"), "{what}: {m}"),
+            o => panic!("{what}: a send with ANY_TAG: {o:?}"),
+        }
+    }
+    // An owned receive of the wrong length: an error naming both lengths.
+    if n > 1 {
+        let s = comm.isend_owned(msg(me, 63, 5), next, 63).unwrap();
+        let r = comm.irecv_owned(vec![0.0f64; 8], prev, 63).unwrap();
+        match r.wait() {
+            Err(Error::MessageLength {
+                sent: 5,
+                expected: 8,
+                rank,
+                ..
+            }) => {
+                assert_eq!(rank, prev, "{what}")
+            }
+            o => panic!("{what}: an owned receive of 8 for 5: {o:?}"),
+        }
+        let _ = s.wait();
+        comm.barrier().unwrap();
+    }
+    // Requests that outlive the communicator that started them: a second
+    // communicator's owned receive and send, the communicator dropped before
+    // they are waited for. Its engine stops with it, so each request ends with
+    // the message or with an error, within the timeout, never a hang; the
+    // buffer it hands back (if any) holds the message whole; and the first
+    // communicator goes on.
+    let other = Comm::with_options(world, CommOptions::new(engine)).unwrap();
+    let r = other.irecv_owned(vec![0.0f64; LARGE], prev, 64).unwrap();
+    let s = other.isend_owned(msg(me, 64, LARGE), next, 64).unwrap();
+    let t0 = Instant::now();
+    drop(other);
+    match r.wait() {
+        Ok((got, st)) => {
+            assert_eq!((st.source, st.count), (prev, LARGE), "{what}");
+            check(&what, &got, prev, 64);
+        }
+        Err(e) => eprintln!("{what}: a receive outliving its communicator: {e}"),
+    }
+    if let Ok(back) = s.wait() {
+        assert_eq!(back, msg(me, 64, LARGE), "{what}");
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "{what}: {:?}",
+        t0.elapsed()
+    );
+    comm.barrier().unwrap();
+}
+
+/// A blocking send of a large message to itself, no receive posted, and an
+/// owned receive dropped unwaited with nothing sent to it: each ends with the
+/// communicator's timeout (an error naming the message; a warning for the
+/// drop), not a hang.
+fn misuse_timeout(comm: &Comm) {
+    let me = comm.rank();
+    let t0 = Instant::now();
+    match comm.send(&msg(me, 70, LARGE)[..], me, 70) {
+        Err(e @ Error::MessageTimeout { .. }) => {
+            assert!(e.to_string().contains("tag 70"), "{e}")
+        }
+        o => panic!("a large blocking send to itself, never received: {o:?}"),
+    }
+    let r = comm.irecv_owned(vec![0u64; 3], me, 71).unwrap();
+    drop(r);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    comm.barrier().unwrap();
+}
+
 #[test]
 fn point_to_point_every_engine_1_to_8_ranks() {
     for n in [1, 2, 3, 5, 8] {
@@ -679,6 +796,14 @@ fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
 fn a_receive_that_never_matches_times_out() {
     run("timeout", 2, 1, 1);
     run("dpu_timeout", 2, 1, 1);
+}
+
+#[test]
+fn misuse_is_an_error_or_the_message_never_ub_or_a_hang() {
+    for n in [1, 2, 3] {
+        run("misuse", n, 1, 30);
+    }
+    run("misuse_timeout", 2, 1, 1);
 }
 
 /// The same checks on the `Mpi` engine (MPI's own point-to-point) under Open

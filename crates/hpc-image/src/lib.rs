@@ -421,8 +421,14 @@ pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
     let mut cmd = crate::sys::cargo();
     cmd.args(["metadata", "--format-version", "1", "--no-deps"]);
     if let Some(m) = manifest_path {
-        if !m.is_file() {
-            usage!("--manifest-path {}: no such file", m.display());
+        match std::fs::metadata(m) {
+            Err(e) => usage!("--manifest-path {}: {e}", m.display()),
+            // Said so: a device or a directory was reported as "no such file".
+            Ok(md) if !md.is_file() => usage!(
+                "--manifest-path {}: not a regular file (give the workspace's Cargo.toml)",
+                m.display()
+            ),
+            Ok(_) => {}
         }
         cmd.arg("--manifest-path").arg(m);
     }

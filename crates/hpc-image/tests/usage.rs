@@ -93,6 +93,44 @@ fn other_bad_input_is_refused_before_anything_is_written() {
     let _ = std::fs::remove_dir_all(&ws);
 }
 
+/// `--out` and `--cache` that are a device or a file, and a `--base` that is a
+/// device (read without end), are refused naming the flag before the binary is
+/// built: before, the release build ran first (minutes) and `--out /dev/null`
+/// then failed with "creating /dev/null: File exists".
+#[test]
+fn folders_and_a_base_of_the_wrong_type_are_refused_before_the_build() {
+    let ws = workspace("wrong-type", true);
+    let manifest = ws.join("Cargo.toml");
+    let m = manifest.to_str().unwrap();
+    let file = ws.join("src/main.rs");
+    let f = file.to_str().unwrap();
+    let before = entries(&ws);
+    for (flag, value, why) in [
+        ("--out", "/dev/null", "is not a directory"),
+        ("--out", f, "is not a directory"),
+        ("--cache", "/dev/null", "is not a directory"),
+        ("--base", "/dev/zero", "not a directory or a regular file"),
+    ] {
+        let e = hpc_image::run(args(&["--manifest-path", m, flag, value])).unwrap_err();
+        let msg = format!("{e:#}");
+        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+        assert!(
+            msg.contains(&format!("{flag} {value}")) && msg.contains(why),
+            "{msg}"
+        );
+        // Nothing built: no target/.
+        assert_eq!(entries(&ws), before, "{flag} {value}: {msg}");
+    }
+    // A manifest that exists but is no file is not "no such file".
+    let e = hpc_image::run(args(&["--manifest-path", "/dev/zero"])).unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("not a regular file") && !msg.contains("no such file"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
 #[test]
 fn a_failure_that_is_not_bad_input_is_status_1() {
     let e = anyhow::anyhow!("mmdebstrap failed");

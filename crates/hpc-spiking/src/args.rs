@@ -142,13 +142,34 @@ impl RunArgs {
         });
         Ok(RunOptions {
             overlap,
-            spikes: (!self.no_spikes).then(|| out.join("spikes.spk")),
+            spikes: self.spike_path(out),
             checkpoint_every: times.checkpoint_every,
             checkpoint_dir,
             checkpoint_keep: (self.checkpoint_keep > 0).then_some(self.checkpoint_keep),
             restart,
             stop_at: times.stop_at,
         })
+    }
+
+    /// The spike file of a run writing into `out`: `out/spikes.spk`, or none
+    /// with `--no-spikes`.
+    pub fn spike_path(&self, out: &Path) -> Option<PathBuf> {
+        (!self.no_spikes).then(|| out.join("spikes.spk"))
+    }
+
+    /// The summary's line on the spike file of a run writing into `out`
+    /// ([`crate::run::spike_file_line`] of [`RunArgs::spike_path`]): `file`
+    /// once complete, else, for a run stopped at `end_ms`, its `.partial` file
+    /// or that it writes none.
+    pub fn spike_file_line(
+        &self,
+        out: &Path,
+        file: Option<&Path>,
+        completed: bool,
+        end_ms: f64,
+    ) -> Option<String> {
+        let spikes = self.spike_path(out);
+        crate::run::spike_file_line(file, completed, end_ms, spikes.as_deref())
     }
 
     /// Whether rank `rank` draws the progress line: rank 0, without `--quiet`,
@@ -189,6 +210,38 @@ impl RunOptions {
             params,
             self.checkpoint_keep,
         ))
+    }
+
+    /// Checks that this run can continue the checkpoint `r` it resumes from (steps
+    /// of `dt` ms), before the network is built and before the output directory is
+    /// started (whose earlier files would otherwise be removed for a run that then
+    /// fails): a `--stop-at` before the checkpoint's time, and a run that writes a
+    /// spike file resuming from a checkpoint written without one (`--no-spikes`),
+    /// are refused naming the flag.
+    pub fn check_restart<P>(
+        &self,
+        r: &crate::checkpoint::Restart<crate::checkpoint::RunMeta<P>>,
+        dt: f64,
+    ) -> Result<()> {
+        if let Some(stop) = self.stop_at.filter(|&s| s < r.step()) {
+            anyhow::bail!(
+                "--stop-at {} ms is before the checkpoint {} that --restart resumes at \
+                 ({} ms, step {}): give --stop-at {} or later",
+                crate::run::num(stop as f64 * dt),
+                r.dir().display(),
+                crate::run::num(r.step() as f64 * dt),
+                r.step(),
+                crate::run::num(r.step() as f64 * dt)
+            );
+        }
+        if self.spikes.is_some() && r.meta.spikes.is_none() {
+            anyhow::bail!(
+                "checkpoint {} has no spike file to continue (its run had --no-spikes): \
+                 give --no-spikes to continue it",
+                r.dir().display()
+            );
+        }
+        Ok(())
     }
 
     /// Starts the run in its output directory `dir` (rank 0's, from

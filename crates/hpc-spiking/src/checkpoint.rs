@@ -284,7 +284,15 @@ pub fn choose(
         // directory)" read as if X were an empty checkpoint directory).
         match std::fs::metadata(dir) {
             Err(e) => Err(format!("--restart {}: {e}", dir.display())),
-            Ok(_) => find(dir).map_err(|e| hpc_io::message::chain(e.as_ref())),
+            // Named with the flag: "cannot read the directory /dev/zero: Not a
+            // directory" did not say which option gave it.
+            Ok(_) => find(dir).map_err(|e| {
+                format!(
+                    "--restart {}: {}",
+                    dir.display(),
+                    hpc_io::message::chain(e.as_ref())
+                )
+            }),
         }
     } else {
         Err(String::new())
@@ -342,10 +350,28 @@ pub fn claim_dir(
 
 fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {
     use std::io::Write as _;
+    if let Ok(m) = std::fs::metadata(dir) {
+        // `create_dir_all` says only "File exists" of a file or a device there.
+        if !m.is_dir() {
+            bail!(
+                "the checkpoint directory {} exists and is not a directory: choose another \
+                 --checkpoint-dir (a missing one is made)",
+                dir.display()
+            );
+        }
+    }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
     let lock_path = dir.join(LOCK);
-    let Some(mut lock) = hpc_io::rundir::try_lock_file(&lock_path)? else {
+    let taken = hpc_io::rundir::try_lock_file(&lock_path).map_err(|e| match e {
+        // hpc-io's advice names the output directory; this is the checkpoints'.
+        hpc_io::rundir::Error::WrongType { path, kind, wanted } => anyhow::anyhow!(
+            "{} is {kind}, not {wanted}; remove it or choose another --checkpoint-dir",
+            path.display()
+        ),
+        e => e.into(),
+    })?;
+    let Some(mut lock) = taken else {
         let holder = hpc_io::read::read_regular_to_string(&lock_path, 4096).unwrap_or_default();
         let holder = holder.trim();
         bail!(

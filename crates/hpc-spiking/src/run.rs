@@ -310,38 +310,49 @@ pub fn record_figures<'a>(
     Ok(())
 }
 
-/// The summary's line on the spike file `spikes` of a run: where it was written
-/// (`file`, once complete), or, for a run stopped at `end_ms` before its end, where
-/// its spikes so far are (the `.partial` file); `None` for a run that wrote none.
+/// The summary's line on the spike file `spikes` of a run (`None`: the run writes
+/// none, `--no-spikes`): where it was written (`file`, once complete), or, for a
+/// run stopped at `end_ms` before its end, where its spikes so far are (the
+/// `.partial` file), or that there is no spike file; `None` for a complete run
+/// that wrote none.
 ///
 /// ```
 /// use std::path::Path;
 /// use hpc_spiking::run::spike_file_line;
 ///
-/// let spikes = Path::new("out/spikes.spk");
+/// let spikes = Some(Path::new("out/spikes.spk"));
 /// assert_eq!(
-///     spike_file_line(Some(spikes), true, 100.0, spikes).unwrap(),
+///     spike_file_line(spikes, true, 100.0, spikes).unwrap(),
 ///     "  spikes written to out/spikes.spk"
 /// );
 /// assert_eq!(
 ///     spike_file_line(None, false, 50.0, spikes).unwrap(),
 ///     "  stopped at 50.0 ms: spikes so far in out/spikes.spk.partial"
 /// );
+/// // A stopped run without a spike file names no .partial file.
+/// assert_eq!(
+///     spike_file_line(None, false, 50.0, None).unwrap(),
+///     "  stopped at 50.0 ms (no spike file: --no-spikes)"
+/// );
 /// assert!(spike_file_line(None, true, 100.0, spikes).is_none());
+/// assert!(spike_file_line(None, true, 100.0, None).is_none());
 /// ```
 pub fn spike_file_line(
     file: Option<&std::path::Path>,
     completed: bool,
     end_ms: f64,
-    spikes: &std::path::Path,
+    spikes: Option<&std::path::Path>,
 ) -> Option<String> {
-    match file {
-        Some(f) => Some(format!("  spikes written to {}", f.display())),
-        None if !completed => Some(format!(
+    match (file, spikes) {
+        (Some(f), _) => Some(format!("  spikes written to {}", f.display())),
+        _ if completed => None,
+        (None, Some(s)) => Some(format!(
             "  stopped at {end_ms:.1} ms: spikes so far in {}",
-            crate::spikes::partial_path(spikes).display()
+            crate::spikes::partial_path(s).display()
         )),
-        None => None,
+        (None, None) => Some(format!(
+            "  stopped at {end_ms:.1} ms (no spike file: --no-spikes)"
+        )),
     }
 }
 
@@ -462,14 +473,29 @@ pub fn serve_proxy(program: &str) -> bool {
 
 /// Installs a simulation binary's log subscriber: to stderr (coloured on a
 /// terminal), filtered by [`log_filter`], with its warning when `HPC_LOG` is not a
-/// filter.
-pub fn init_log() {
+/// filter; and, when `HPC_TRACE` is set (`hpc run --trace FILE` sets it), the
+/// timeline's layer beside it, as `hpc_rs::init` installs it for a program
+/// without a subscriber of its own. (Without it the setting was ignored with a
+/// warning, and `hpc run --trace` merged no rank of the binary.) A bad
+/// `HPC_TRACE` ends `program` with status 1, naming it.
+pub fn init_log(program: &str) {
     use std::io::IsTerminal as _;
+    use tracing_subscriber::prelude::*;
     let (filter, problem) = log_filter();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let timeline = match hpc_rs::trace::layer_from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            hpc_io::message::last_words(program, &e.to_string());
+            std::process::exit(1);
+        }
+    };
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(log)
+        .with(timeline.map(|t| t.with_filter(hpc_rs::trace::default_filter())))
         .init();
     if let Some(p) = problem {
         tracing::warn!("{p}");

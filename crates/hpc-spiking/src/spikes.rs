@@ -44,22 +44,52 @@ pub struct SpikeWriter {
     path: PathBuf,
     partial: PathBuf,
     out: BufWriter<File>,
+    /// What [`decode_spikes`] will check of every record.
+    n_neurons: u32,
+    limit: f64,
+    /// The last record written, and how many were.
+    last: Option<(u32, u32)>,
+    records: usize,
 }
 
 impl SpikeWriter {
     /// Creates `<path>.partial` with the header JSON `h` (the model's: at least
     /// `dt_ms`, `t_sim_ms`, `n_neurons` and `populations`, which [`decode_spikes`]
-    /// checks).
+    /// checks). A header the reader would refuse is an error here, before the
+    /// file is made, naming what is wrong: a file its own reader refuses is never
+    /// written.
+    ///
+    /// ```
+    /// use hpc_spiking::spikes::SpikeWriter;
+    ///
+    /// let path = std::env::temp_dir().join(format!("spk-doc-{}", std::process::id()));
+    /// let e = SpikeWriter::with_header(&path, r#"{"dt_ms": 0.1}"#).err().unwrap();
+    /// assert!(format!("{e:#}").contains("n_neurons"), "{e:#}");
+    /// ```
     pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
+        let hlen = u32::try_from(h.len()).map_err(|_| {
+            anyhow::anyhow!(
+                "a spike file's header holds at most 4 GiB, not {} bytes",
+                h.len()
+            )
+        })?;
+        let mut head = Vec::with_capacity(16 + h.len());
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&hlen.to_le_bytes());
+        head.extend_from_slice(h.as_bytes());
+        let checked = decode_spikes(&head, false)
+            .with_context(|| format!("the header of {}", path.display()))?;
+        let limit = tick_limit(
+            checked.header["dt_ms"].as_f64().unwrap_or(1.0),
+            checked.header["t_sim_ms"].as_f64().unwrap_or(0.0),
+        );
         let partial = partial_path(path);
         // A new file: never written through a symbolic link planted at its name.
         let f = hpc_io::atomic::create_fresh(&partial)?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
         (|| {
-            out.write_all(MAGIC)?;
-            out.write_all(&VERSION.to_le_bytes())?;
-            out.write_all(&(h.len() as u32).to_le_bytes())?;
-            out.write_all(h.as_bytes())?;
+            out.write_all(&head)?;
             out.flush()
         })()
         .with_context(|| format!("writing {}", partial.display()))?;
@@ -67,7 +97,51 @@ impl SpikeWriter {
             path: path.to_owned(),
             partial,
             out,
+            n_neurons: checked.n_neurons,
+            limit,
+            last: None,
+            records: 0,
         })
+    }
+
+    /// Checks the next record as [`decode_spikes`] will: a neuron of the header,
+    /// after the previous record (by tick, then id), not after the end of the run.
+    fn check(&mut self, tick: u32, id: u32) -> std::result::Result<(), SpikeFileError> {
+        let index = self.records;
+        if id >= self.n_neurons {
+            return Err(SpikeFileError::NeuronId {
+                index,
+                id,
+                n: self.n_neurons,
+            });
+        }
+        if let Some((t, i)) = self.last {
+            if tick < t {
+                return Err(SpikeFileError::Unsorted {
+                    index,
+                    tick,
+                    previous: t,
+                });
+            }
+            if tick == t && id <= i {
+                return Err(SpikeFileError::IdOrder {
+                    index,
+                    tick,
+                    id,
+                    previous: i,
+                });
+            }
+        }
+        if tick as f64 > self.limit {
+            return Err(SpikeFileError::AfterEnd {
+                index,
+                tick,
+                limit: self.limit as u64,
+            });
+        }
+        self.last = Some((tick, id));
+        self.records += 1;
+        Ok(())
     }
 
     /// Appends one interval's spikes, `(tick, id)` sorted, and flushes.
@@ -77,16 +151,20 @@ impl SpikeWriter {
     }
 
     /// Appends spikes, `(tick, id)` sorted, without flushing (see
-    /// [`SpikeWriter::flush`]).
+    /// [`SpikeWriter::flush`]). A record that [`decode_spikes`] would refuse (a
+    /// neuron the header does not have, out of order, after the end of the run)
+    /// is an error naming it, and nothing of it or after it is written.
     pub fn write(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
-        (|| {
-            for &(t, id) in spikes {
+        for &(t, id) in spikes {
+            self.check(t, id)
+                .with_context(|| format!("writing {}", self.partial.display()))?;
+            (|| {
                 self.out.write_all(&t.to_le_bytes())?;
-                self.out.write_all(&id.to_le_bytes())?;
-            }
-            std::io::Result::Ok(())
-        })()
-        .with_context(|| format!("writing {}", self.partial.display()))
+                self.out.write_all(&id.to_le_bytes())
+            })()
+            .with_context(|| format!("writing {}", self.partial.display()))?;
+        }
+        Ok(())
     }
 
     /// Flushes what was written to the file.
@@ -614,6 +692,50 @@ mod tests {
             h["populations"] = serde_json::json!([{"name": "all"}])
         }));
         assert!(m.contains("population 0 is not"), "{m}");
+    }
+
+    /// The writer refuses what its reader would: a header without the numbers it
+    /// needs (before the file is made), a neuron the header does not have, a record
+    /// out of order or after the end of the run; what it did write reads back.
+    #[test]
+    fn the_writer_writes_nothing_its_reader_refuses() {
+        let dir = std::env::temp_dir().join(format!("hpc-spk-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.spk");
+        let e = SpikeWriter::with_header(&path, r#"{"dt_ms": 0.1, "t_sim_ms": 10}"#)
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("n_neurons"), "{e:#}");
+        assert!(!partial_path(&path).exists());
+        let good = valid(&[]);
+        let h = std::str::from_utf8(&good[16..]).unwrap();
+        for (records, want) in [
+            (vec![(1, 100)], "names neuron 100"),
+            (vec![(5, 1), (4, 1)], "before the previous record's tick 5"),
+            (
+                vec![(5, 3), (5, 3)],
+                "not after the previous record's neuron 3",
+            ),
+            (vec![(10_002, 0)], "after the end of the run"),
+        ] {
+            let mut w = SpikeWriter::with_header(&path, h).unwrap();
+            let e = w.append(&records).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{records:?}: {e:#}");
+            drop(w);
+            // What was written before the refused record reads back.
+            let back = read_spikes_partial(&partial_path(&path)).unwrap();
+            assert_eq!(back.spikes, records[..records.len() - 1], "{records:?}");
+            std::fs::remove_file(partial_path(&path)).unwrap();
+        }
+        let mut w = SpikeWriter::with_header(&path, h).unwrap();
+        w.append(&[(1, 3), (1, 99), (4, 0)]).unwrap();
+        w.finish().unwrap();
+        assert_eq!(
+            read_spikes(&path).unwrap().spikes,
+            [(1, 3), (1, 99), (4, 0)]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     proptest! {

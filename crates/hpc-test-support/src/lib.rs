@@ -330,6 +330,27 @@ pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
     d
 }
 
+/// Whether `python3` runs, for a test of `what` (a Python tool): without it the
+/// test says so and skips, unless `HPC_REQUIRE_PYTHON=1` (set by `cargo xtask
+/// test`; set-up installs Python), where it panics.
+pub fn have_python(what: &str) -> bool {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var(hpc_runtime::env::REQUIRE_PYTHON)
+                .ok()
+                .as_deref()
+                != Some("1"),
+            "HPC_REQUIRE_PYTHON=1 but python3 is not installed"
+        );
+        eprintln!("python3 not found: SKIPPING {what}");
+    }
+    ok
+}
+
 /// Open MPI's `mpirun` (`mpirun.openmpi`, else an `mpirun` that says it is
 /// Open MPI's), or `None` with a line saying the test skips. Panics instead
 /// where `HPC_REQUIRE_MPI=1` (CI, which installs it).

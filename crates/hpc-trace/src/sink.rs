@@ -127,6 +127,18 @@ impl Sink {
             path: dir.to_path_buf(),
             error,
         };
+        // `create_dir_all` of a path that is a file or a device (`/dev/null`) says
+        // only "File exists": say what the path is and what it must be.
+        if let Ok(m) = std::fs::metadata(dir) {
+            if !m.is_dir() {
+                return Err(dir_err(std::io::Error::other(format!(
+                    "it is {}, not a directory: the trace is a directory each process \
+                     writes its timeline into; name a directory (a new one is made), or \
+                     unset the setting to record no timeline",
+                    kind_of(&m.file_type())
+                ))));
+            }
+        }
         std::fs::create_dir_all(dir).map_err(dir_err)?;
         let pid = std::process::id();
         let part = dir.join(format!("pid-{pid}.json.part"));
@@ -282,5 +294,21 @@ impl Sink {
         })?;
         st.finished = Some(Some(path.clone()));
         Ok(Some(path))
+    }
+}
+
+/// What a file that is not a directory is, in words.
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a file"
     }
 }

@@ -64,13 +64,28 @@ pub enum SvgError {
     #[error("no span named {0:?} to draw around")]
     NoSuchSpan(String),
     /// A window that is empty or reversed.
-    #[error("the window from {from} µs to {to} µs is empty")]
+    #[error("the window from {} µs to {} µs is empty", num(*from), num(*to))]
     Window {
         /// Its start.
         from: f64,
         /// Its end.
         to: f64,
     },
+    /// Times whose span or end is beyond the finite numbers (a span of `ts`
+    /// 1e308 and `dur` 1e308 ends at infinity), where every coordinate would be NaN.
+    #[error("{0}: beyond the finite numbers, no picture can place it")]
+    Time(String),
+}
+
+/// `x` in µs as a message gives it: plain for ordinary magnitudes, in exponent
+/// form (`1e300`) for huge and tiny ones, which would print as hundreds of digits.
+fn num(x: f64) -> String {
+    let a = x.abs();
+    if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
 }
 
 struct Span {
@@ -164,6 +179,19 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
         _ => trace["traceEvents"].as_array().ok_or(SvgError::NotATrace)?,
     };
     let (mut lanes, names) = collect(events);
+    if let Some(s) = lanes
+        .values()
+        .flatten()
+        .find(|s| !(s.ts + s.dur).is_finite())
+    {
+        return Err(SvgError::Time(format!(
+            "span {:?} at ts {} µs with dur {} µs ends at {}",
+            s.name,
+            num(s.ts),
+            num(s.dur),
+            s.ts + s.dur
+        )));
+    }
     let all = lanes.values().flatten();
     let first = all.clone().map(|s| s.ts).fold(f64::INFINITY, f64::min);
     let last = all.map(|s| s.ts + s.dur).fold(f64::NEG_INFINITY, f64::max);
@@ -177,7 +205,10 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
             .filter(|s| &s.name == name)
             .max_by(|a, b| a.ts.total_cmp(&b.ts))
             .ok_or_else(|| SvgError::NoSuchSpan(name.clone()))?;
-        let margin = s.dur * 0.03;
+        // At least 1 µs each side: a span of no duration (a fast region at the
+        // clock's resolution) made a window from its start to its start, refused
+        // as empty.
+        let margin = (s.dur * 0.03).max(1.0);
         (from, to, window) = (s.ts - margin, s.ts + s.dur + margin, true);
     }
     if window {
@@ -196,6 +227,13 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     }
     if count > MAX_SPANS {
         return Err(SvgError::TooMany(count));
+    }
+    if !(to - from).is_finite() {
+        return Err(SvgError::Time(format!(
+            "the window from {} µs to {} µs",
+            num(from),
+            num(to)
+        )));
     }
     let span_us = (to - from).max(1e-3);
     let plot = (opts.width - LABEL - 10.0).max(100.0);

@@ -394,6 +394,49 @@ fn the_picture_holds_no_character_xml_refuses() {
     assert!(svg.contains("x\u{fffd}y\u{fffd}[31m"), "{svg}");
 }
 
+/// Times whose end or window overflows the finite numbers (`ts` 1e308 plus `dur`
+/// 1e308) are refused naming the span: before, the picture was written with NaN
+/// for every coordinate and status 0. A huge window is named in exponent form,
+/// not in hundreds of digits.
+#[test]
+fn times_beyond_the_finite_numbers_are_refused_not_drawn_as_nan() {
+    let span = |name: &str, ts: f64, dur: f64| serde_json::json!({"ph": "X", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 0});
+    let draw = |events: Vec<Value>, opts: &hpc_trace::svg::Options| {
+        hpc_trace::svg::render(&serde_json::json!({ "traceEvents": events }), opts)
+    };
+    let plain = hpc_trace::svg::Options::default();
+    let e = draw(vec![span("far", 1e308, 1e308)], &plain)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"far\"") && e.contains("1e308") && e.contains("finite"),
+        "{e}"
+    );
+    let e = draw(vec![span("a", -1e308, 1.0), span("b", 1e308, 1.0)], &plain)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("-1e308") && e.contains("finite"), "{e}");
+    let far = hpc_trace::svg::Options {
+        from_us: Some(1e303),
+        ..Default::default()
+    };
+    let e = draw(vec![span("a", 1.0, 2.0)], &far)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("1e303 µs") && e.len() < 200, "{e}");
+    // Ordinary times are drawn, with no NaN anywhere.
+    let svg = draw(vec![span("a", 1.0, 2.0)], &plain).unwrap();
+    assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+    // A span of no duration is drawn around (it was "the window from 5 µs to
+    // 5 µs is empty").
+    let around = hpc_trace::svg::Options {
+        around: Some("z".into()),
+        ..Default::default()
+    };
+    let svg = draw(vec![span("z", 5.0, 0.0)], &around).unwrap();
+    assert!(svg.contains(">z<") || svg.contains("z</"), "{svg}");
+}
+
 #[test]
 fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
     // The only test of this binary that touches the variable.
@@ -408,5 +451,26 @@ fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
         e.contains(&format!("{}=", hpc_env::TRACE)) && e.contains("/proc/hpc-trace-no/dir"),
         "{e}"
     );
+    // A device or a file where the directory should be: said so, with what to do
+    // (it was "HPC_TRACE= /dev/null: File exists").
+    let d = scratch("trace-is-a-file");
+    std::fs::create_dir_all(&d).unwrap();
+    let file = d.join("f");
+    std::fs::write(&file, "x").unwrap();
+    for (path, kind) in [
+        (Path::new("/dev/null"), "a character device"),
+        (file.as_path(), "a file"),
+    ] {
+        std::env::set_var(hpc_env::TRACE, path);
+        let e = hpc_trace::layer_from_env().unwrap_err().to_string();
+        assert!(
+            e.contains(&path.display().to_string())
+                && e.contains(&format!("it is {kind}, not a directory"))
+                && e.contains("name a directory")
+                && !e.contains("File exists"),
+            "{e}"
+        );
+    }
     std::env::remove_var(hpc_env::TRACE);
+    std::fs::remove_dir_all(&d).unwrap();
 }

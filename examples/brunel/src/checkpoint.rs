@@ -34,6 +34,7 @@ use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RA
 pub use hpc_spiking::checkpoint::{
     choose, commit_with, entry_words, gathered_entries, open_with, spikes_of, SPIKES,
 };
+use hpc_spiking::run::RunOptions;
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
@@ -95,10 +96,14 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     r.check_continues(&differences, model.steps, model.params.dt, 0.0)
 }
 
-/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
-/// ([`check_model`]) before anything of it is read; `None` without one.
-pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
-    hpc_spiking::checkpoint::resume(dir, "brunel", |r| check_model(r, model))
+/// The checkpoint `opts.restart` to resume from ([`open`]), checked against
+/// `model` ([`check_model`]) and the run's options
+/// ([`RunOptions::check_restart`]) before anything of it is read; `None` without one.
+pub fn resume(opts: &RunOptions, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(opts.restart.as_deref(), "brunel", |r| {
+        check_model(r, model)?;
+        opts.check_restart(r, model.params.dt)
+    })
 }
 
 /// Reads the state of the neurons of `block` (global ids) from the rank files that

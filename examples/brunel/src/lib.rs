@@ -15,7 +15,7 @@
 //! let model = Model::new(Params { order: 20, t_sim: 20.0, ..Params::preset(Preset::Nest) })?;
 //! let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
 //! let mut ex = LocalExchange::group(1).pop().unwrap();
-//! let mut sim = Simulation::new(&model, 0, 1, &pool, None)?;
+//! let mut sim = Simulation::new(&model, 0, 1, &pool, &Default::default())?;
 //! let opts = RunOptions { overlap: true, ..Default::default() };
 //! let report = sim.run(&pool, &mut ex, &opts, None)?;
 //! assert_eq!(report.end_step, 200);

@@ -30,7 +30,7 @@ fn small_params() -> Params {
 /// Runs `ranks` virtual ranks of `threads` threads each; returns rank 0's report.
 fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
     let mut reports = virtual_ranks(ranks, threads, |rank, mut ex, pool| {
-        let mut sim = Simulation::new(model, rank, ranks, pool, opts.restart.as_deref())?;
+        let mut sim = Simulation::new(model, rank, ranks, pool, opts)?;
         sim.run(pool, &mut ex, opts, None)
     })
     .unwrap();

@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use hpc_runtime::env;
 use hpc_spiking::spikes::{decode_spikes, SpikeFileError};
 use hpc_test_support::example;
 
@@ -28,20 +27,9 @@ fn reader() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/hpc-spiking/python/hpc_spikes.py")
 }
 
-/// Whether `python3` runs; panics where `HPC_REQUIRE_PYTHON=1` and it does not.
+/// Whether `python3` runs ([`hpc_test_support::have_python`]).
 fn have_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var(env::REQUIRE_PYTHON).ok().as_deref() != Some("1"),
-            "HPC_REQUIRE_PYTHON=1 but python3 is not installed"
-        );
-        eprintln!("python3 not found: SKIPPING the Python spike reader's tests");
-    }
-    ok
+    hpc_test_support::have_python("the Python spike reader's tests")
 }
 
 fn brunel(out: &Path, extra: &[&str]) {

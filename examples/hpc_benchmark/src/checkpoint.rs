@@ -23,6 +23,7 @@ use anyhow::{anyhow, bail, Result};
 use hpc_spiking::checkpoint::{rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::neuron::AlphaState;
 use hpc_spiking::plasticity::ArchivedSpike;
+use hpc_spiking::run::RunOptions;
 use hpc_spiking::Block;
 
 use crate::network::{sources, Shard};
@@ -145,10 +146,14 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     )
 }
 
-/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
-/// ([`check_model`]) before the network is built; `None` without one.
-pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
-    hpc_spiking::checkpoint::resume(dir, "hpc_benchmark", |r| check_model(r, model))
+/// The checkpoint `opts.restart` to resume from ([`open`]), checked against
+/// `model` ([`check_model`]) and the run's options
+/// ([`RunOptions::check_restart`]) before the network is built; `None` without one.
+pub fn resume(opts: &RunOptions, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(opts.restart.as_deref(), "hpc_benchmark", |r| {
+        check_model(r, model)?;
+        opts.check_restart(r, model.params.dt)
+    })
 }
 
 /// A bounds-checked reader of a rank file.

@@ -161,7 +161,7 @@ fn run(args: Args) -> Result<()> {
         Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
     })?;
     let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
-    let mut sim = Simulation::new(&model, (rank, size), &pool, opts.restart.as_deref())?;
+    let mut sim = Simulation::new(&model, (rank, size), &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let show = ra.shows_progress(rank);
     let report = {
@@ -318,9 +318,10 @@ fn summary(
         );
     }
     let end_ms = me.end_step as f64 * p.dt;
-    let spikes = args.out.join("spikes.spk");
-    if let Some(line) =
-        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    let file = me.spike_file.as_deref();
+    if let Some(line) = args
+        .run
+        .spike_file_line(&args.out, file, me.completed, end_ms)
     {
         say!("{line}");
     }
@@ -333,6 +334,6 @@ fn main() {
         return;
     }
     let args = Args::parse();
-    hpc_spiking::run::init_log();
+    hpc_spiking::run::init_log("hpc_benchmark");
     hpc_spiking::run::exit_on_error("hpc_benchmark", run(args));
 }

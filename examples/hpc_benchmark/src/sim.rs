@@ -187,16 +187,17 @@ struct Intake {
 
 impl<'a> Simulation<'a> {
     /// Builds rank `rank`'s part of the network with the threads of `pool`, or
-    /// restores it from the checkpoint `restart`.
+    /// restores it from the checkpoint of `opts.restart` (checked against the
+    /// model and `opts` before the network is built).
     pub fn new(
         model: &'a Model,
         (rank, size): (usize, usize),
         pool: &rayon::ThreadPool,
-        restart: Option<&std::path::Path>,
+        opts: &hpc_spiking::run::RunOptions,
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
         // A checkpoint of other parameters is refused before the network is built.
-        let restored = checkpoint::resume(restart, model)?;
+        let restored = checkpoint::resume(opts, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = block.shards(pool.current_num_threads());
         let shards = pool.install(|| {

@@ -84,3 +84,182 @@ fn weights_grown_beyond_the_finite_numbers_end_the_run_naming_the_rule() {
     assert!(!out.join("summary.json").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `hpc_benchmark --scale 0.02 --t-presim 0 --t-sim 20 --quiet --out OUT ARGS`.
+fn small_cmd(out: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args([
+        "--scale",
+        "0.02",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "20",
+        "--quiet",
+    ])
+    .arg("--out")
+    .arg(out)
+    .args(args);
+    c
+}
+
+/// [`small_cmd`], run to its end.
+fn small(out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    small_cmd(out, args).output().unwrap()
+}
+
+/// A restart that cannot continue its checkpoint with this run's options (a
+/// `--stop-at` before the checkpoint, a spike file to continue from a checkpoint
+/// written with `--no-spikes`) is refused naming the flag before the output
+/// directory is touched: before, the network was built and the earlier run's
+/// spikes.spk, summary.json and weights.svg removed, then the run failed with
+/// "the run resumes at step 100 but is asked to stop at step 50". A run stopped
+/// with `--no-spikes` says it has no spike file (it named a `.partial` file that
+/// does not exist).
+#[test]
+fn a_restart_its_options_cannot_continue_is_refused_before_the_output_is_touched() {
+    let dir = tmpdir("restart-options");
+    let with_spikes = dir.join("with");
+    let without = dir.join("without");
+    let out = dir.join("out");
+    let stop = ["--checkpoint-every", "10", "--stop-at", "10"];
+    let o = small(&with_spikes, &stop);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = small(&without, &[&stop[..], &["--no-spikes"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("stopped at 10.0 ms (no spike file: --no-spikes)")
+            && !said.contains(".partial"),
+        "{said}"
+    );
+    let o = small(&out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = ["spikes.spk", "summary.json", "weights.svg"];
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(out.join(f)).unwrap())
+        .collect();
+    let ck = |d: &PathBuf| d.join("checkpoints").to_str().unwrap().to_string();
+    for (args, want) in [
+        (
+            vec![
+                "--restart".to_string(),
+                ck(&with_spikes),
+                "--stop-at".into(),
+                "5".into(),
+            ],
+            vec!["--stop-at 5 ms", "--restart", "10 ms, step 100"],
+        ),
+        (
+            vec!["--restart".to_string(), ck(&without)],
+            vec!["no spike file to continue", "--no-spikes"],
+        ),
+    ] {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = small(&out, &a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(want.iter().all(|w| err.contains(w)), "{args:?}: {err}");
+        for (f, b) in files.iter().zip(&before) {
+            assert_eq!(
+                std::fs::read(out.join(f)).ok().as_ref(),
+                Some(b),
+                "{args:?} changed {f}"
+            );
+        }
+    }
+    // The checkpoint without spikes continues with --no-spikes.
+    let o = small(
+        &dir.join("again"),
+        &["--restart", &ck(&without), "--no-spikes"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A checkpoint directory or a restart that names a device is refused naming the
+/// flag: before, "cannot create the checkpoint directory /dev/null: File exists"
+/// and "cannot read the directory /dev/zero: Not a directory" named neither
+/// `--checkpoint-dir` nor `--restart`.
+#[test]
+fn devices_given_for_checkpoints_are_refused_naming_the_flag() {
+    let dir = tmpdir("device-checkpoints");
+    for (args, want) in [
+        (
+            ["--checkpoint-every", "10", "--checkpoint-dir", "/dev/null"],
+            "--checkpoint-dir",
+        ),
+        (
+            ["--restart", "/dev/zero", "--seed", "1"],
+            "--restart /dev/zero",
+        ),
+    ] {
+        let o = small(&dir.join("out"), &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && !err.contains("File exists"),
+            "{args:?}: {err}"
+        );
+    }
+    // A link planted at the checkpoint directory's lock: refused naming the flag
+    // (the advice was "choose another output directory").
+    let ck = dir.join("ck");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::os::unix::fs::symlink("/dev/null", ck.join("checkpoints.lock")).unwrap();
+    let o = small(
+        &dir.join("out"),
+        &[
+            "--checkpoint-every",
+            "10",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("symbolic link") && err.contains("choose another --checkpoint-dir"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `HPC_TRACE=DIR` (what `hpc run --trace FILE` sets) records the rank's timeline,
+/// and a bad one is refused naming it: before, the binary's own log subscriber
+/// left the setting ignored with a warning, and `hpc run --trace` merged none of
+/// its ranks.
+#[test]
+fn hpc_trace_records_the_timeline() {
+    let dir = tmpdir("trace");
+    let traces = dir.join("trace.d");
+    let o = small_cmd(&dir.join("out"), &[])
+        .env("HPC_TRACE", &traces)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("HPC_TRACE is set but"), "{err}");
+    let files: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["rank-0.json"], "{files:?}");
+    let trace = std::fs::read_to_string(traces.join("rank-0.json")).unwrap();
+    assert!(
+        trace.contains("\"traceEvents\"") && trace.contains("\"ph\":\"X\""),
+        "{trace}"
+    );
+    let o = small_cmd(&dir.join("out2"), &[])
+        .env("HPC_TRACE", "/dev/null")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HPC_TRACE") && err.contains("not a directory"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -25,6 +25,7 @@ biological second and the ratios.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -34,6 +35,24 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent.parent / "crates" / "hpc-spiking" / "python"))
+import hpc_spikes  # noqa: E402
+
+PROG = "validate.py"
+# The largest --results file read (a run is one line of about 600 bytes).
+MAX_RESULTS_BYTES = 64 << 20
+
+
+def out(text=""):
+    """A line of the report on standard output: a closed pipe ends quietly (141), a
+    full disk with one line and status 1, never a traceback."""
+    hpc_spikes.say(text, PROG)
+
+
+def fail(msg):
+    """One line on standard error and status 1."""
+    print(f"{PROG}: {msg}", file=sys.stderr)
+    raise SystemExit(1)
 JE0 = 45.6096  # pA: the initial E->E weight, the 0.14 mV EPSP
 RUNAWAY_FACTOR = 3.0
 RATE_TOLERANCE = 0.10
@@ -91,9 +110,32 @@ def key(a, engine, seed, lam):
 
 
 def load(path):
+    """The runs of the --results file (none when it does not exist yet): a regular
+    file of JSON lines, at most MAX_RESULTS_BYTES; anything else is named, not read
+    (a FIFO or /dev/zero would be read without end) or shown as a traceback."""
+    if not path or not os.path.lexists(path):
+        return []
+    try:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
+            st = os.fstat(f.fileno())
+            if not (st.st_mode & 0o170000 == 0o100000):
+                fail(f"--results {path}: not a regular file (a JSON-lines file of finished runs)")
+            if st.st_size > MAX_RESULTS_BYTES:
+                fail(f"--results {path}: {st.st_size} bytes, more than the {MAX_RESULTS_BYTES} accepted")
+            text = f.read(MAX_RESULTS_BYTES + 1).decode("utf-8", errors="replace")
+    except OSError as e:
+        fail(f"--results {path}: {e.strerror or e}")
     rows = []
-    if path and Path(path).exists():
-        rows = [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            fail(f"--results {path}: line {i} is not a JSON run: {e}")
+        if not isinstance(row, dict):
+            fail(f"--results {path}: line {i} is not a JSON object")
+        rows.append(row)
     return rows
 
 
@@ -118,11 +160,11 @@ def gib(b):
 
 
 def table(rows, baseline):
-    print("| seed | engine | λ | regime | E rate (Hz) | weight drift (pA) | weight SD (pA) | 5 % / 95 % (pA) "
+    out("| seed | engine | λ | regime | E rate (Hz) | weight drift (pA) | weight SD (pA) | 5 % / 95 % (pA) "
           "| build (s) | simulate wall / CPU (s) | process wall / CPU (s) | peak RSS | bytes/synapse | load |")
-    print("|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    out("|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['seed']} | {r['engine']} | {r['lambda']:g} | {regime(r, baseline)} | {r['rate']:.2f} "
+        out(f"| {r['seed']} | {r['engine']} | {r['lambda']:g} | {regime(r, baseline)} | {r['rate']:.2f} "
               f"| {r['mean_pa'] - JE0:+.3f} | {r['sd_pa']:.3f} | {r['p5_pa']:.2f} / {r['p95_pa']:.2f} "
               f"| {r['build_s']:.1f} | {r['sim_s']:.1f} / {r['sim_cpu_s']:.1f} | {r['wall_s']:.0f} / {r['cpu_s']:.0f} "
               f"| {gib(r['peak_rss'])} | {r['bytes_per_syn']:.1f} | {r['load']:.1f} |")
@@ -161,8 +203,16 @@ def main():
     p.add_argument("--keep", help="directory for both engines' outputs (default: a temporary one)")
     p.add_argument("--before", help="an older build of our binary, run beside ours on every seed")
     a = p.parse_args()
-    if a.scale <= 0:
-        p.error(f"--scale {a.scale}: must be above 0")
+    # NaN passes every comparison: finite first, then the range.
+    for flag, v, ok, must in [("--scale", a.scale, a.scale > 0, "above 0"),
+                              ("--t-presim", a.t_presim, a.t_presim >= 0, ">= 0 ms"),
+                              ("--t-sim", a.t_sim, a.t_sim > 0, "above 0 ms")]:
+        if not (math.isfinite(v) and ok):
+            p.error(f"{flag} {v}: must be a finite number {must}")
+    if a.baseline_hz and not all(math.isfinite(b) and b > 0 for b in a.baseline_hz):
+        p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
+    if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
+        p.error(f"--keep {a.keep}: exists and is not a directory")
     rows = load(a.results)
     tmp = None
     if a.keep:
@@ -188,25 +238,25 @@ def main():
             baseline["before"] = statistics.mean(r["rate"] for r in off if r["engine"] == "before")
     if 3 in a.layers:
         done += [get(a, rows, e, s, 0.1, work) for i, s in enumerate(a.seeds_plastic) for e in engines(i)]
-    print(f"hpc_benchmark against NEST 3.10, scale {a.scale}, {a.t_presim:g} ms warm-up + {a.t_sim:g} ms, "
+    out(f"hpc_benchmark against NEST 3.10, scale {a.scale}, {a.t_presim:g} ms warm-up + {a.t_sim:g} ms, "
           "1 thread each; weight drift from 45.61 pA (NEST: the synapses of the first 100 E sources; ours: all)")
     table(done, baseline)
     if 2 in a.layers:
         ours, nest = baseline["ours"], baseline["NEST"]
         dev = abs(ours - nest) / nest
         ok = dev <= RATE_TOLERANCE
-        print(f"\nlayer 2 (λ = 0, seeds {a.seeds_off}): mean E rate ours {ours:.2f} Hz, NEST {nest:.2f} Hz, "
+        out(f"\nlayer 2 (λ = 0, seeds {a.seeds_off}): mean E rate ours {ours:.2f} Hz, NEST {nest:.2f} Hz, "
               f"{100 * dev:.1f} % apart: {'PASS' if ok else 'FAIL'} (within {100 * RATE_TOLERANCE:.0f} %)")
         status |= 0 if ok else 1
     if 3 in a.layers:
-        print(f"\nlayer 3 (λ = 0.1, seeds {a.seeds_plastic}); runaway: rate > {RUNAWAY_FACTOR:g} x the engine's "
+        out(f"\nlayer 3 (λ = 0.1, seeds {a.seeds_plastic}); runaway: rate > {RUNAWAY_FACTOR:g} x the engine's "
               "λ = 0 rate" + "".join(f", {e} {RUNAWAY_FACTOR * b:.1f} Hz" for e, b in baseline.items()))
         for e in ("ours", "before", "NEST"):
             plastic = [r for r in done if r["engine"] == e and r["lambda"] > 0]
             for reg in ("stable", "runaway", "?"):
                 sel = [r for r in plastic if regime(r, baseline) == reg]
                 if sel:
-                    print(f"  {e:4} {reg:7} {len(sel)}/{len(plastic)} seeds: rate {spread([r['rate'] for r in sel])} Hz, "
+                    out(f"  {e:4} {reg:7} {len(sel)}/{len(plastic)} seeds: rate {spread([r['rate'] for r in sel])} Hz, "
                           f"drift {spread([r['mean_pa'] - JE0 for r in sel])} pA, "
                           f"SD {spread([r['sd_pa'] for r in sel])} pA")
     cost(done, a)
@@ -216,7 +266,7 @@ def main():
 def cost(done, a):
     """Simulate CPU-seconds per biological second, per engine and lambda, and the ratios."""
     bio = (a.t_presim + a.t_sim) / 1000
-    print(f"\nsimulate CPU-s per biological s (sum over the seeds' runs of {bio:g} s each; "
+    out(f"\nsimulate CPU-s per biological s (sum over the seeds' runs of {bio:g} s each; "
           f"load average {min(r['load'] for r in done):.1f} to {max(r['load'] for r in done):.1f})")
     for lam in sorted({r["lambda"] for r in done}):
         per = {}
@@ -229,7 +279,7 @@ def cost(done, a):
                   if e in per and "NEST" in per and per[e][0] > 0]
         if "ours" in per and "before" in per and per["before"][0] > 0:
             ratios.append(f"ours / before {per['ours'][0] / per['before'][0]:.2f}")
-        print(f"  λ = {lam:g}: {line}; " + ", ".join(ratios))
+        out(f"  λ = {lam:g}: {line}; " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

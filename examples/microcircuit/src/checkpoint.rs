@@ -23,6 +23,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use hpc_spiking::checkpoint::{check_covered, rank_files, rank_head, RankFile, RANK_HEAD};
+use hpc_spiking::run::RunOptions;
 use hpc_spiking::Block;
 
 use crate::params::{Model, Params};
@@ -84,10 +85,14 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     r.check_continues(&differences, model.steps, p.dt, p.t_presim)
 }
 
-/// The checkpoint `dir` to resume from ([`open`]), checked against `model`
-/// ([`check_model`]) before anything of it is read; `None` without one.
-pub fn resume(dir: Option<&Path>, model: &Model) -> Result<Option<Restart>> {
-    hpc_spiking::checkpoint::resume(dir, "the microcircuit", |r| check_model(r, model))
+/// The checkpoint `opts.restart` to resume from ([`open`]), checked against
+/// `model` ([`check_model`]) and the run's options
+/// ([`RunOptions::check_restart`]) before anything of it is read; `None` without one.
+pub fn resume(opts: &RunOptions, model: &Model) -> Result<Option<Restart>> {
+    hpc_spiking::checkpoint::resume(opts.restart.as_deref(), "the microcircuit", |r| {
+        check_model(r, model)?;
+        opts.check_restart(r, model.params.dt)
+    })
 }
 
 /// Reads the state of the neurons of `block` from the rank files that hold them,

@@ -16,7 +16,7 @@
 //! let model = Model::new(Params { n_scaling: 0.01, k_scaling: 0.05, t_presim: 5.0, t_sim: 10.0, ..Params::default() })?;
 //! let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
 //! let mut ex = Gather(LocalExchange::group(1).pop().unwrap());
-//! let mut sim = Simulation::new(&model, 0, 1, &pool, None)?;
+//! let mut sim = Simulation::new(&model, 0, 1, &pool, &Default::default())?;
 //! let report = sim.run(&pool, &mut ex, &RunOptions::default(), None)?;
 //! assert_eq!(report.end_step, 150);
 //! # Ok::<(), anyhow::Error>(())

@@ -157,7 +157,7 @@ fn run(args: Args) -> Result<()> {
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
     let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
-    let mut sim = Simulation::new(&model, rank, size, &pool, opts.restart.as_deref())?;
+    let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);
     let report = {
@@ -256,9 +256,10 @@ fn summary(
     });
     dir.write_atomic("summary.json", &serde_json::to_vec_pretty(&summary)?)?;
     let end_ms = me.end_step as f64 * p.dt;
-    let spikes = args.out.join("spikes.spk");
-    if let Some(line) =
-        hpc_spiking::run::spike_file_line(me.spike_file.as_deref(), me.completed, end_ms, &spikes)
+    let file = me.spike_file.as_deref();
+    if let Some(line) = args
+        .run
+        .spike_file_line(&args.out, file, me.completed, end_ms)
     {
         say!("{line}");
     }
@@ -284,6 +285,6 @@ fn main() {
         return;
     }
     let args = Args::parse();
-    hpc_spiking::run::init_log();
+    hpc_spiking::run::init_log("microcircuit");
     hpc_spiking::run::exit_on_error("microcircuit", run(args));
 }

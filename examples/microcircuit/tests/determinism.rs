@@ -36,7 +36,7 @@ fn small_params() -> Params {
 
 fn run_virtual(model: &Model, ranks: usize, threads: usize, opts: &RunOptions) -> RankReport {
     let mut reports = virtual_ranks(ranks, threads, |rank, ex, pool| {
-        let mut sim = Simulation::new(model, rank, ranks, pool, opts.restart.as_deref())?;
+        let mut sim = Simulation::new(model, rank, ranks, pool, opts)?;
         sim.run(pool, &mut Gather(ex), opts, None)
     })
     .unwrap();

@@ -221,6 +221,7 @@ impl Place {
         };
         for (what, p) in [(env::CLUSTER_DIR, &work), (env::CACHE_DIR, &cache)] {
             mountable(what, p)?;
+            folder_or_missing(what, p)?;
         }
         Ok(Place { name, work, cache })
     }
@@ -255,6 +256,20 @@ fn mountable(what: &str, p: &Path) -> Result<(), UsageError> {
             "{what} {}: Docker cannot mount a path with ':' or ',' or that is not UTF-8",
             p.display()
         ))),
+    }
+}
+
+/// A folder of the cluster (`what` names its variable) is a directory or does not
+/// exist yet (it is made): a file or a device there (`/dev/null`) is refused
+/// before anything runs, where `up` said only "creating /dev/null: File exists".
+fn folder_or_missing(what: &str, p: &Path) -> Result<(), UsageError> {
+    match std::fs::metadata(p) {
+        Ok(m) if !m.is_dir() => Err(UsageError(format!(
+            "{what} {}: it exists and is not a directory; name a directory (it is made \
+             when missing) or unset {what} for the default",
+            p.display()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -651,6 +666,17 @@ mod tests {
             cwd,
         ));
         assert!(m.contains(env::CLUSTER_DIR), "{m}");
+        // A device or a file where a folder goes: named with its variable (it was
+        // "creating /dev/null: File exists" once `up` had started).
+        for var in [env::CLUSTER_DIR, env::CACHE_DIR] {
+            let vars: &'static [(&str, &str)] =
+                Box::leak(Box::new([("HOME", "/h"), (var, "/dev/null")]));
+            let m = err(Place::resolve(&with(vars), cwd));
+            assert!(
+                m.contains(&format!("{var} /dev/null")) && m.contains("not a directory"),
+                "{m}"
+            );
+        }
         let bad_utf8 = |name: &str| -> Result<Option<String>, String> {
             if name == env::CLUSTER_NAME {
                 Err(format!("{} is not valid UTF-8", env::CLUSTER_NAME))

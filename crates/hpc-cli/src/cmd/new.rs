@@ -141,8 +141,7 @@ impl Sdk {
         let version = workspace_version(&root.join("Cargo.toml"))
             .map_err(|why| UsageError(format!("--sdk {}: {why}", root.display())))?;
         // The version goes into the new workspace's manifests as a requirement.
-        let semver = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
-        if version.is_empty() || !version.chars().all(semver) {
+        if !is_semver(&version) {
             return Err(UsageError(format!(
                 "--sdk {}: its [workspace.package] version {version:?} is not a version",
                 root.display()
@@ -205,6 +204,38 @@ impl Sdk {
             Sdk::Git(url) => format!("cargo install --git {url} hpc-cli"),
         }
     }
+}
+
+/// Whether `v` is a version cargo takes as written: `MAJOR.MINOR.PATCH` (numbers of
+/// at most 20 digits, no leading zero) and an optional `-pre` and `+build` of
+/// letters, digits, `.` and `-` (at most 200 bytes in all). A version of other
+/// characters would break the new manifests, and one that is no version (`1111…`,
+/// `1.0`) was written into them for cargo to refuse at the first build.
+fn is_semver(v: &str) -> bool {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    };
+    let (rest, build) = match v.split_once('+') {
+        Some((r, b)) => (r, Some(b)),
+        None => (v, None),
+    };
+    let (core, pre) = match rest.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (rest, None),
+    };
+    let number = |p: &str| {
+        (1..=20).contains(&p.len())
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && (p == "0" || !p.starts_with('0'))
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    v.len() <= 200
+        && parts.len() == 3
+        && parts.iter().all(|p| number(p))
+        && pre.is_none_or(label)
+        && build.is_none_or(label)
 }
 
 /// Whether `s` can stand between the quotes of a TOML basic string as written: no
@@ -767,7 +798,18 @@ mod tests {
             let e = Sdk::parse(fake(name, "0.3.0").to_str()).unwrap_err().0;
             assert!(e.contains("TOML cannot hold"), "{name:?}: {e}");
         }
-        for version in ["1.0\"x", "", "1 0", "1.0\n"] {
+        let long = "1".repeat(100_000);
+        for version in [
+            "1.0\"x",
+            "",
+            "1 0",
+            "1.0\n",
+            "1.0",
+            &long,
+            "01.2.3",
+            "1.2.3-",
+            "1.2.3+a+b",
+        ] {
             let e = Sdk::parse(fake("v", version).to_str()).unwrap_err().0;
             assert!(e.contains("is not a version"), "{version:?}: {e}");
         }

@@ -2,7 +2,10 @@
 //! handed back by `wait`. They borrow nothing (`'static`), so they can be
 //! kept in a struct and outlive the frame, and the borrow of the
 //! communicator, that started them; the engine works on the `Vec`s in place
-//! (a `Vec`'s heap block does not move with it).
+//! (a `Vec`'s heap block does not move with it). They do not outlive the
+//! communicator's engine, which stops when the communicator is dropped: a
+//! request still in flight then ends with an error (or the message, if it
+//! came), never a hang and never a write into a freed buffer.
 
 use std::sync::Arc;
 

@@ -485,9 +485,11 @@ impl Drop for RecvRequest<'_> {
 
 /// A send that owns its buffer ([`Comm::isend_owned`]): `'static`, so it can
 /// be kept in a struct and outlive the frame (and the borrow of the
-/// communicator) that started it. Dropped unfinished, it waits for the send
-/// (until the communicator's timeout), then cancels it, before the buffer is
-/// freed.
+/// communicator) that started it; not the communicator itself, whose engine
+/// stops when it is dropped: wait for it first (a request still in flight
+/// then ends with an error, or with the message if it came; never a hang).
+/// Dropped unfinished, it waits for the send (until the communicator's
+/// timeout), then cancels it, before the buffer is freed.
 #[must_use = "wait hands the buffer back"]
 pub struct OwnedSend<T: Elem> {
     inner: Owned<Vec<T>>,

@@ -62,12 +62,32 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         usage!("{why}");
     }
     if let Some(b) = &args.base {
-        if !b.exists() {
-            usage!(
+        match std::fs::metadata(b) {
+            Err(_) => usage!(
                 "--base {}: no such file or directory (an OCI layout directory, an \
                  oci-archive or a docker-archive)",
                 b.display()
-            );
+            ),
+            // A device or a FIFO would be read without end after the build.
+            Ok(m) if !m.is_dir() && !m.is_file() => usage!(
+                "--base {}: not a directory or a regular file (an OCI layout directory, \
+                 an oci-archive or a docker-archive)",
+                b.display()
+            ),
+            Ok(_) => {}
+        }
+    }
+    // Folders the image is written into: a file or a device there was found only
+    // after the build (minutes), as "creating /dev/null: File exists".
+    for (flag, dir) in [("--out", &args.out), ("--cache", &args.cache)] {
+        if let Some(d) = dir {
+            if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
+                usage!(
+                    "{flag} {}: it exists and is not a directory (give a directory; a \
+                     missing one is made)",
+                    d.display()
+                );
+            }
         }
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {

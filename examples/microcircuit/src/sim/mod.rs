@@ -123,13 +123,13 @@ impl<'a> Simulation<'a> {
         rank: usize,
         size: usize,
         pool: &rayon::ThreadPool,
-        restart: Option<&std::path::Path>,
+        opts: &hpc_spiking::run::RunOptions,
     ) -> Result<Simulation<'a>> {
         let t0 = Instant::now();
         let cpu0 = hpc_spiking::run::cpu_seconds();
         let _span = tracing::info_span!("build").entered();
         // A checkpoint of another model is refused before the network is built.
-        let restored = checkpoint::resume(restart, model)?;
+        let restored = checkpoint::resume(opts, model)?;
         let block = Block::part(model.n, size as u32, rank as u32);
         let threads = block.shards(pool.current_num_threads());
         let p = &model.params;

@@ -1,0 +1,161 @@
+//! `tools/validate.py` given hostile input: refused with one line and a status,
+//! never a traceback, a hang or a run of the binary on values it refuses.
+//!
+//! Without `python3` the test says so and passes, unless `HPC_REQUIRE_PYTHON=1`
+//! (set by `cargo xtask test`; set-up installs Python).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tool() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/validate.py")
+}
+
+/// Whether `python3` runs ([`hpc_test_support::have_python`]).
+fn have_python() -> bool {
+    hpc_test_support::have_python("validate.py's tests")
+}
+
+/// `validate.py --hpc-benchmark /bin/false ARGS` (a binary that fails if it is
+/// ever run), stdout to `stdout`, ended after 20 s.
+fn validate(args: &[&str], stdout: Stdio) -> Output {
+    let mut child = Command::new("python3")
+        .arg(tool())
+        .args(["--hpc-benchmark", "/bin/false"])
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("validate.py {args:?} did not end in 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "hpc-benchmark-validate-{tag}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Values the binary refuses (NaN passed `--scale <= 0`, and the binary ran),
+/// a `--results` that is a device, a FIFO (read without end: a hang), a
+/// directory or holds a line that is no JSON (a traceback), and a `--keep` that
+/// is a file: each named in one line, status 1 or 2, nothing run.
+#[test]
+fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("args");
+    let fifo = d.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let bad = d.join("bad.jsonl");
+    std::fs::write(&bad, "{\"engine\": \"ours\"}\nnot json\n").unwrap();
+    let (f, b, dir) = (
+        fifo.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        d.to_str().unwrap(),
+    );
+    for (args, status, want) in [
+        (vec!["--scale", "nan"], 2, "--scale nan"),
+        (vec!["--t-sim", "inf"], 2, "--t-sim inf"),
+        (vec!["--t-presim", "-1"], 2, "--t-presim -1"),
+        (
+            vec!["--layers", "3", "--baseline-hz", "nan", "1"],
+            2,
+            "--baseline-hz",
+        ),
+        (
+            vec!["--results", "/dev/zero"],
+            1,
+            "--results /dev/zero: not a regular file",
+        ),
+        (vec!["--results", f], 1, "not a regular file"),
+        (vec!["--results", dir], 1, "--results"),
+        (vec!["--results", b], 1, "line 2 is not a JSON run"),
+        (vec!["--keep", b], 2, "--keep"),
+    ] {
+        let o = validate(&args, Stdio::null());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(status), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !err.contains("Traceback") && !err.contains("running ours"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The report written to a full device (`> /dev/full`) ends with one line naming
+/// standard output and status 1, not a traceback. The runs come from a results
+/// file, so nothing is run.
+#[test]
+fn a_report_to_a_full_device_is_one_line_and_status_1() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("full");
+    let results = d.join("runs.jsonl");
+    let row = |engine: &str| {
+        serde_json::json!({
+            "engine": engine, "seed": 1, "lambda": 0.0, "scale": 0.1, "t_presim": 50.0,
+            "t_sim": 250.0, "rate": 8.0, "mean_pa": 45.6096, "sd_pa": 0.0, "p5_pa": 45.6,
+            "p95_pa": 45.6, "weights_from": "all", "build_s": 1.0, "sim_s": 2.0,
+            "sim_cpu_s": 2.0, "wall_s": 3.0, "cpu_s": 3.0, "peak_rss": 1 << 20,
+            "bytes_per_syn": 10.0, "load": 1.0,
+        })
+        .to_string()
+    };
+    std::fs::write(&results, format!("{}\n{}\n", row("ours"), row("NEST"))).unwrap();
+    let args = [
+        "--layers",
+        "2",
+        "--seeds-off",
+        "1",
+        "--scale",
+        "0.1",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    // The report itself, from the results alone.
+    let o = validate(&args, Stdio::piped());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("layer 2") && text.contains("PASS"), "{text}");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = validate(&args, Stdio::from(full));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot write to standard output") && !err.contains("Traceback"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
