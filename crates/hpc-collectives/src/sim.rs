@@ -488,21 +488,24 @@ mod tests {
             .collect()
     }
 
+    /// Two ranks, each with a round of `first` steps towards the other, then
+    /// a round of `then`.
+    fn exchange(
+        first: impl Fn(usize) -> Vec<Step>,
+        then: impl Fn(usize) -> Vec<Step>,
+    ) -> Vec<Schedule> {
+        (0..2)
+            .map(|r| sched(r, 2, vec![first(1 - r), then(1 - r)]))
+            .collect()
+    }
+
     #[test]
     fn detects_deadlock() {
         // Both ranks receive first, then send: classic deadlock.
-        let s: Vec<_> = (0..2)
-            .map(|r| {
-                sched(
-                    r,
-                    2,
-                    vec![
-                        vec![recv(1 - r, Region::recv(0, 4), 0)],
-                        vec![send(1 - r, Region::send(0, 4), 0)],
-                    ],
-                )
-            })
-            .collect();
+        let s = exchange(
+            |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+            |peer| vec![send(peer, Region::send(0, 4), 0)],
+        );
         let err = run(&s, bufs(2)).unwrap_err();
         assert!(
             matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2),
@@ -514,18 +517,10 @@ mod tests {
     fn rendezvous_send_waits_for_recv() {
         // Both send first (separate round), then receive: deadlocks under
         // rendezvous semantics.
-        let s: Vec<_> = (0..2)
-            .map(|r| {
-                sched(
-                    r,
-                    2,
-                    vec![
-                        vec![send(1 - r, Region::send(0, 4), 0)],
-                        vec![recv(1 - r, Region::recv(0, 4), 0)],
-                    ],
-                )
-            })
-            .collect();
+        let s = exchange(
+            |peer| vec![send(peer, Region::send(0, 4), 0)],
+            |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+        );
         assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
     }
 
