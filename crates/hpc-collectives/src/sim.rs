@@ -479,6 +479,10 @@ mod tests {
         Step::Recv { peer, region, tag }
     }
 
+    fn copy(src: Region, dst: Region) -> Step {
+        Step::Copy { src, dst }
+    }
+
     fn bufs(n: usize) -> Vec<RankBuffers> {
         (0..n)
             .map(|_| RankBuffers {
@@ -550,46 +554,20 @@ mod tests {
 
     #[test]
     fn static_checks() {
-        let one = |steps| vec![sched(0, 2, vec![steps]), sched(1, 2, vec![])];
-        let e = run(&one(vec![send(0, Region::send(0, 1), 0)]), bufs(2));
+        // Rank 0 of two runs `steps` in one round; rank 1 nothing.
+        let one = |steps| run(&[sched(0, 2, vec![steps]), sched(1, 2, vec![])], bufs(2));
+        let e = one(vec![send(0, Region::send(0, 1), 0)]);
         assert!(matches!(e, Err(SimError::BadPeer { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::recv(0, 4),
-                dst: Region::send(0, 4),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::recv(0, 4), Region::send(0, 4))]);
         assert!(matches!(e, Err(SimError::WriteToSendBuffer { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::send(0, 9),
-                dst: Region::recv(0, 9),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::send(0, 9), Region::recv(0, 9))]);
         assert!(matches!(e, Err(SimError::OutOfBounds { .. })));
-        let e = run(
-            &one(vec![
-                Step::Copy {
-                    src: Region::send(0, 4),
-                    dst: Region::recv(0, 4),
-                },
-                Step::Copy {
-                    src: Region::recv(2, 4),
-                    dst: Region::scratch(0, 4),
-                },
-            ]),
-            bufs(2),
-        );
+        let e = one(vec![
+            copy(Region::send(0, 4), Region::recv(0, 4)),
+            copy(Region::recv(2, 4), Region::scratch(0, 4)),
+        ]);
         assert!(matches!(e, Err(SimError::Conflict { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::recv(0, 4),
-                dst: Region::recv(2, 4),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::recv(0, 4), Region::recv(2, 4))]);
         assert!(matches!(e, Err(SimError::Conflict { .. })));
         let e = run(&[sched(1, 2, vec![])], bufs(1));
         assert!(matches!(e, Err(SimError::WrongRank { .. })));
