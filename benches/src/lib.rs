@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_comm::{Comm, ReduceOp, Scope, ScopedRequest, SharedBuf};
+use hpc_comm::{Comm, Elem, ReduceOp, RegisteredBuf, Scope, ScopedRequest, SharedBuf};
 
 /// The median of a sample (NaN for an empty one). Sorts a copy.
 pub fn median(xs: &[f64]) -> f64 {
@@ -109,12 +109,15 @@ impl Coll {
     }
 }
 
-/// A benchmark buffer: ordinary memory, or a `SharedBuf` that the proxy maps.
-pub enum Mem {
+/// A benchmark buffer: ordinary memory, a `SharedBuf` that the host proxy
+/// maps, or a `RegisteredBuf` (in place for a proxy in DPU placement).
+pub enum Mem<T: Elem = f32> {
     /// Heap memory (the proxy reaches it by cross-memory attach).
-    Heap(Vec<f32>),
+    Heap(Vec<T>),
     /// Shared memory that the proxy maps once.
-    Shared(SharedBuf<f32>),
+    Shared(SharedBuf<T>),
+    /// Memory from `Comm::registered_buf`.
+    Registered(RegisteredBuf<T>),
 }
 
 impl Mem {
@@ -130,21 +133,23 @@ impl Mem {
     }
 }
 
-impl std::ops::Deref for Mem {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
+impl<T: Elem> std::ops::Deref for Mem<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         match self {
             Mem::Heap(v) => v,
             Mem::Shared(b) => b,
+            Mem::Registered(b) => b,
         }
     }
 }
 
-impl std::ops::DerefMut for Mem {
-    fn deref_mut(&mut self) -> &mut [f32] {
+impl<T: Elem> std::ops::DerefMut for Mem<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         match self {
             Mem::Heap(v) => v,
             Mem::Shared(b) => b,
+            Mem::Registered(b) => b,
         }
     }
 }
