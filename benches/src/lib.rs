@@ -239,6 +239,49 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
         .cloned()
 }
 
+/// The command line that the overlap and offload benchmarks share.
+pub struct Options {
+    /// Every argument.
+    pub args: Vec<String>,
+    /// `--engine A,B,...` (see [`engines`]).
+    pub engines: Vec<hpc_comm::Engine>,
+    /// `--iters N`.
+    pub iters: usize,
+    /// `--shm auto|on|off` (see [`Shm`]).
+    pub shm: Shm,
+    /// `--sizes A,B,...` in bytes (see [`sizes`]).
+    pub sizes: Vec<usize>,
+    /// `--colls A,B,...` (see [`Coll::parse_list`]).
+    pub colls: Vec<Coll>,
+}
+
+impl Options {
+    /// Serves as the proxy process where the proxy engine started this
+    /// binary as one (then it does not return), else reads this process's
+    /// command line, with `iters` and `sizes` where it names none.
+    pub fn from_env(iters: usize, sizes: &[usize]) -> Result<Options, Box<dyn std::error::Error>> {
+        hpc_comm::proxy::serve_env()?;
+        let args: Vec<String> = std::env::args().collect();
+        Ok(Options {
+            engines: engines(&args)?,
+            iters: count_arg(&args, "--iters", iters)?,
+            shm: Shm::from_args(&args)?,
+            sizes: self::sizes(&args, sizes)?,
+            colls: Coll::parse_list(arg(&args, "--colls").as_deref())?,
+            args,
+        })
+    }
+}
+
+/// The count of option `key` (`--key N`) in `args`, `default` without it; an
+/// error naming the option and its value where that is not a count.
+pub fn count_arg(args: &[String], key: &str, default: usize) -> Result<usize, String> {
+    arg(args, key).map_or(Ok(default), |s| {
+        s.parse()
+            .map_err(|e| format!("{key} {s:?} is not a count: {e}"))
+    })
+}
+
 /// The engines of `--engine A,B,...` in `args`, by default `inline,thread,proxy`.
 pub fn engines(args: &[String]) -> hpc_comm::Result<Vec<hpc_comm::Engine>> {
     arg(args, "--engine")

@@ -109,9 +109,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|s| s.parse())
         .collect::<Result<_, _>>()?;
-    let batch: usize = get("--batch").map_or(Ok(200), |s| s.parse())?;
+    let batch = hpc_benches::count_arg(&args, "--batch", 200)?;
     let registered = args.iter().any(|a| a == "--registered");
-    let batches: usize = get("--batches").map_or(Ok(40), |s| s.parse())?;
+    let batches = hpc_benches::count_arg(&args, "--batches", 40)?;
 
     let world = World::init()?;
     if let Some(layer) = &trace {
