@@ -115,6 +115,7 @@ struct Colls(Vec<Coll>);
 
 impl Colls {
     /// Where collective `seq` is, or where it belongs.
+    #[inline]
     fn index(&self, seq: u64) -> std::result::Result<usize, usize> {
         match self.0.last() {
             None => Err(0),
@@ -124,6 +125,7 @@ impl Colls {
         }
     }
 
+    #[inline]
     fn get_mut(&mut self, seq: u64) -> Option<&mut Coll> {
         let i = self.index(seq).ok()?;
         Some(&mut self.0[i])
@@ -182,6 +184,7 @@ impl Session {
     }
 
     /// The next effect to carry out.
+    #[inline]
     pub(crate) fn poll(&mut self) -> Option<Effect> {
         self.out.pop_front()
     }
@@ -203,11 +206,17 @@ impl Session {
 
     /// Collective `seq`, made where it is new: failed at once where a node
     /// is lost, or where a member is gone (it cannot take part any more).
+    #[inline]
     fn coll(&mut self, seq: u64) -> &mut Coll {
-        let at = match self.colls.index(seq) {
-            Ok(i) => return &mut self.colls.0[i],
-            Err(at) => at,
-        };
+        match self.colls.index(seq) {
+            Ok(i) => &mut self.colls.0[i],
+            Err(at) => self.make(seq, at),
+        }
+    }
+
+    /// Makes collective `seq` at place `at` of the collectives in flight
+    /// (see [`Session::coll`]).
+    fn make(&mut self, seq: u64, at: usize) -> &mut Coll {
         let mut parts = self.spare.pop().unwrap_or_default();
         parts.resize(self.ranks.len(), Part::Absent);
         let c = Coll {
@@ -228,6 +237,9 @@ impl Session {
         } else if let Some((rank, cause)) = gone {
             let why = format!("rank {rank} is lost: {cause}");
             self.fail(seq, Outcome::Lost { rank, why }, true);
+        } else {
+            // Nothing failed it: it is still at its place.
+            return &mut self.colls.0[at];
         }
         self.colls.get_mut(seq).expect("made above")
     }
@@ -241,6 +253,7 @@ impl Session {
     /// The part in `slot` of `seq` ended with `outcome` (its op finished or
     /// failed alone, its delivery completed, or the collective failed): its
     /// member is answered, once, unless it is gone.
+    #[inline]
     pub(crate) fn done(&mut self, seq: u64, slot: usize, outcome: Outcome) {
         let Some(c) = self.colls.get_mut(seq) else {
             return;
@@ -259,6 +272,7 @@ impl Session {
     /// the server should take it in. Where not, it is answered already: a
     /// collective that ended or failed, a node lost, a part submitted twice
     /// (which fails the collective), a member gone whose part is missing.
+    #[inline]
     pub(crate) fn submit(&mut self, seq: u64, slot: usize) -> bool {
         let rank = self.ranks[slot];
         let twice = || Outcome::failed(format!("rank {rank} submitted collective {seq} twice"));
@@ -303,6 +317,7 @@ impl Session {
 
     /// Collective `seq` holds `bytes` more of the server's budget, released
     /// when it retires.
+    #[inline]
     pub(crate) fn hold(&mut self, seq: u64, bytes: u64) {
         if let Some(c) = self.colls.get_mut(seq) {
             c.held += bytes;
@@ -314,6 +329,7 @@ impl Session {
 
     /// The data of the part in `slot` of `seq` is in: the collective starts
     /// once every member's is.
+    #[inline]
     pub(crate) fn ready(&mut self, seq: u64, slot: usize) {
         let Some(c) = self.colls.get_mut(seq) else {
             return;
@@ -473,10 +489,15 @@ impl Session {
     /// gone, remembering how they ended (the window drops what comes for
     /// them later). Nothing to look at unless a part was answered or a
     /// member left since the last call: the servers call it on every pass.
+    #[inline]
     pub(crate) fn retire(&mut self) {
-        if !std::mem::take(&mut self.settled) {
-            return;
+        if std::mem::take(&mut self.settled) {
+            self.retire_over();
         }
+    }
+
+    /// [`Session::retire`]'s look at the collectives in flight.
+    fn retire_over(&mut self) {
         let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
         let spare = &mut self.spare;
         self.colls.0.retain_mut(|c| {

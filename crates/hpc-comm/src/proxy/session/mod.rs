@@ -228,6 +228,7 @@ pub(crate) struct Ended {
 static DONE: Outcome = Outcome::Done;
 
 impl Ended {
+    #[inline]
     fn place(seq: u64) -> usize {
         (seq % REMEMBER as u64) as usize
     }
@@ -236,6 +237,7 @@ impl Ended {
     /// first outcome kept) if it had ended already. It takes the place of
     /// the one [`REMEMBER`] collectives older; one older than the collective
     /// in its place is not kept.
+    #[inline]
     pub(crate) fn end(&mut self, seq: u64, outcome: Outcome) -> bool {
         let at = Self::place(seq);
         if at >= self.places.len() {
@@ -262,12 +264,14 @@ impl Ended {
     }
 
     /// How collective `seq` ended, if it did (within the window).
+    #[inline]
     pub(crate) fn get(&self, seq: u64) -> Option<&Outcome> {
         self.contains(seq)
             .then(|| self.failed.get(&seq).unwrap_or(&DONE))
     }
 
     /// Whether collective `seq` ended (within the window).
+    #[inline]
     pub(crate) fn contains(&self, seq: u64) -> bool {
         self.places.get(Self::place(seq)) == Some(&Some(seq))
     }
