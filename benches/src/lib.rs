@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_comm::{Comm, ReduceOp, Scope, ScopedRequest, SharedBuf};
+use hpc_comm::{Comm, Elem, ReduceOp, RegisteredBuf, Scope, ScopedRequest, SharedBuf};
 
 /// The median of a sample (NaN for an empty one). Sorts a copy.
 pub fn median(xs: &[f64]) -> f64 {
@@ -109,12 +109,15 @@ impl Coll {
     }
 }
 
-/// A benchmark buffer: ordinary memory, or a `SharedBuf` that the proxy maps.
-pub enum Mem {
+/// A benchmark buffer: ordinary memory, a `SharedBuf` that the host proxy
+/// maps, or a `RegisteredBuf` (in place for a proxy in DPU placement).
+pub enum Mem<T: Elem = f32> {
     /// Heap memory (the proxy reaches it by cross-memory attach).
-    Heap(Vec<f32>),
+    Heap(Vec<T>),
     /// Shared memory that the proxy maps once.
-    Shared(SharedBuf<f32>),
+    Shared(SharedBuf<T>),
+    /// Memory from `Comm::registered_buf`.
+    Registered(RegisteredBuf<T>),
 }
 
 impl Mem {
@@ -130,21 +133,23 @@ impl Mem {
     }
 }
 
-impl std::ops::Deref for Mem {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
+impl<T: Elem> std::ops::Deref for Mem<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
         match self {
             Mem::Heap(v) => v,
             Mem::Shared(b) => b,
+            Mem::Registered(b) => b,
         }
     }
 }
 
-impl std::ops::DerefMut for Mem {
-    fn deref_mut(&mut self) -> &mut [f32] {
+impl<T: Elem> std::ops::DerefMut for Mem<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         match self {
             Mem::Heap(v) => v,
             Mem::Shared(b) => b,
+            Mem::Registered(b) => b,
         }
     }
 }
@@ -232,6 +237,49 @@ pub fn arg(args: &[String], key: &str) -> Option<String> {
         .position(|a| a == key)
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// The command line that the overlap and offload benchmarks share.
+pub struct Options {
+    /// Every argument.
+    pub args: Vec<String>,
+    /// `--engine A,B,...` (see [`engines`]).
+    pub engines: Vec<hpc_comm::Engine>,
+    /// `--iters N`.
+    pub iters: usize,
+    /// `--shm auto|on|off` (see [`Shm`]).
+    pub shm: Shm,
+    /// `--sizes A,B,...` in bytes (see [`sizes`]).
+    pub sizes: Vec<usize>,
+    /// `--colls A,B,...` (see [`Coll::parse_list`]).
+    pub colls: Vec<Coll>,
+}
+
+impl Options {
+    /// Serves as the proxy process where the proxy engine started this
+    /// binary as one (then it does not return), else reads this process's
+    /// command line, with `iters` and `sizes` where it names none.
+    pub fn from_env(iters: usize, sizes: &[usize]) -> Result<Options, Box<dyn std::error::Error>> {
+        hpc_comm::proxy::serve_env()?;
+        let args: Vec<String> = std::env::args().collect();
+        Ok(Options {
+            engines: engines(&args)?,
+            iters: count_arg(&args, "--iters", iters)?,
+            shm: Shm::from_args(&args)?,
+            sizes: self::sizes(&args, sizes)?,
+            colls: Coll::parse_list(arg(&args, "--colls").as_deref())?,
+            args,
+        })
+    }
+}
+
+/// The count of option `key` (`--key N`) in `args`, `default` without it; an
+/// error naming the option and its value where that is not a count.
+pub fn count_arg(args: &[String], key: &str, default: usize) -> Result<usize, String> {
+    arg(args, key).map_or(Ok(default), |s| {
+        s.parse()
+            .map_err(|e| format!("{key} {s:?} is not a count: {e}"))
+    })
 }
 
 /// The engines of `--engine A,B,...` in `args`, by default `inline,thread,proxy`.

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use cargo_metadata::{DependencyKind, Package};
 
 /// The file that holds the graph, relative to the root.
 pub const FILE: &str = "ARCHITECTURE.md";
@@ -20,26 +21,18 @@ pub const END: &str = "<!-- end of crate graph -->";
 type Graph = BTreeMap<String, BTreeSet<(String, bool)>>;
 
 /// The graph of `packages` (as `cargo metadata --no-deps` lists them).
-pub fn graph(packages: &[serde_json::Value]) -> Graph {
-    let members: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+pub fn graph(packages: &[Package]) -> Graph {
+    let members: BTreeSet<&str> = packages.iter().map(|p| p.name.as_str()).collect();
     packages
         .iter()
-        .filter_map(|p| {
-            let name = p["name"].as_str()?;
-            let deps = p["dependencies"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                // `kind` is null for normal dependencies ("dev", "build" otherwise).
-                .filter(|d| d["kind"].is_null())
-                .filter_map(|d| {
-                    let dep = d["name"].as_str()?;
-                    members
-                        .contains(dep)
-                        .then(|| (dep.to_string(), d["optional"].as_bool() == Some(true)))
-                })
+        .map(|p| {
+            let deps = p
+                .dependencies
+                .iter()
+                .filter(|d| d.kind == DependencyKind::Normal && members.contains(d.name.as_str()))
+                .map(|d| (d.name.clone(), d.optional))
                 .collect();
-            Some((name.to_string(), deps))
+            (p.name.clone(), deps)
         })
         .collect()
 }
@@ -98,7 +91,7 @@ pub fn splice(text: &str, block: &str) -> Result<String> {
 }
 
 /// Rewrites (or with `check`, compares) the block in `root`/[`FILE`].
-pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<()> {
+pub fn run(root: &Path, packages: &[Package], check: bool) -> Result<()> {
     let path = root.join(FILE);
     let have = std::fs::read_to_string(&path).with_context(|| format!("reading {FILE}"))?;
     let want = splice(&have, &render(&graph(packages))?)?;
@@ -109,14 +102,15 @@ pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{dep, package};
     use serde_json::json;
 
-    fn pkg(name: &str, deps: &[(&str, Option<&str>, bool)]) -> serde_json::Value {
+    fn pkg(name: &str, deps: &[(&str, Option<&str>, bool)]) -> Package {
         let deps: Vec<_> = deps
             .iter()
-            .map(|(n, kind, opt)| json!({"name": n, "kind": kind, "optional": opt}))
+            .map(|&(n, kind, opt)| dep(n, kind, opt))
             .collect();
-        json!({"name": name, "dependencies": deps})
+        package(json!({"name": name, "dependencies": deps}))
     }
 
     #[test]

@@ -26,10 +26,13 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use cargo_metadata::Package;
 use clap::{Parser, Subcommand};
 use hpc_image::sys::cargo;
 
 mod crategraph;
+#[cfg(test)]
+mod fixtures;
 mod fuzz;
 mod generated;
 mod hwloc;
@@ -477,48 +480,39 @@ fn xml_unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// What `cargo metadata --no-deps` says about the workspace.
-fn cargo_metadata() -> Result<serde_json::Value> {
-    let out = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
+/// What `cargo metadata --no-deps` says about the workspace (run with the cargo
+/// that runs us, `CARGO`, as [`cargo`] is).
+fn metadata() -> Result<cargo_metadata::Metadata> {
+    cargo_metadata::MetadataCommand::new()
+        .no_deps()
         .current_dir(root())
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("reading cargo metadata's output")
+        .exec()
+        .context("running cargo metadata")
 }
 
 /// Cargo's target folder (`CARGO_TARGET_DIR` or the workspace's `target`), as
 /// `cargo metadata` reports it.
 fn target_dir() -> Result<PathBuf> {
-    let meta = cargo_metadata()?;
-    match meta["target_directory"].as_str() {
-        Some(dir) => Ok(PathBuf::from(dir)),
-        None => bail!("no target_directory in cargo metadata"),
-    }
+    Ok(metadata()?.target_directory.into_std_path_buf())
 }
 
 /// The workspace's packages as `cargo metadata --no-deps` describes them.
-fn workspace_packages() -> Result<Vec<serde_json::Value>> {
-    let mut meta = cargo_metadata()?;
-    match meta["packages"].take() {
-        serde_json::Value::Array(packages) => Ok(packages),
-        _ => bail!("no packages in cargo metadata"),
-    }
+fn workspace_packages() -> Result<Vec<Package>> {
+    Ok(metadata()?.packages)
+}
+
+/// Whether a package may be published: its `publish` is not `false` (which
+/// cargo reports as an empty list of registries).
+pub(crate) fn published(p: &Package) -> bool {
+    !p.publish.as_ref().is_some_and(Vec::is_empty)
 }
 
 /// The workspace members that may be published (`publish` not `false`).
 fn publishable() -> Result<Vec<String>> {
     let names: Vec<String> = workspace_packages()?
-        .iter()
-        // `publish` is null when unrestricted and `[]` for `publish = false`.
-        .filter(|p| !p["publish"].as_array().is_some_and(|a| a.is_empty()))
-        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .into_iter()
+        .filter(published)
+        .map(|p| p.name)
         .collect();
     if names.is_empty() {
         bail!("no publishable package in the workspace");
@@ -531,12 +525,9 @@ fn publishable() -> Result<Vec<String>> {
 fn all_features() -> Result<String> {
     let mut list = Vec::new();
     for p in workspace_packages()? {
-        let name = p["name"].as_str().unwrap_or_default();
-        if let Some(features) = p["features"].as_object() {
-            for f in features.keys() {
-                if f != "default" && !f.starts_with("vendored") {
-                    list.push(format!("{name}/{f}"));
-                }
+        for f in p.features.keys() {
+            if f != "default" && !f.starts_with("vendored") {
+                list.push(format!("{}/{f}", p.name));
             }
         }
     }

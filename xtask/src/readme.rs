@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use cargo_metadata::Package;
 
-use crate::crategraph;
 use crate::generated::{splice, update};
+use crate::{crategraph, published};
 
 /// The file that holds the tables, relative to the root.
 pub const FILE: &str = "README.md";
@@ -31,15 +32,12 @@ pub fn end(name: &str) -> String {
     format!("<!-- end of {name} -->")
 }
 
-/// A package is published unless its `publish` is `[]` (`publish = false`).
-fn published(p: &serde_json::Value) -> bool {
-    !p["publish"].as_array().is_some_and(|a| a.is_empty())
-}
-
 /// The package's folder relative to `root`, as a link target.
-fn folder(root: &Path, p: &serde_json::Value) -> String {
-    let manifest = Path::new(p["manifest_path"].as_str().unwrap_or_default());
-    let dir = manifest.parent().unwrap_or(Path::new(""));
+fn folder(root: &Path, p: &Package) -> String {
+    let dir = p
+        .manifest_path
+        .parent()
+        .map_or(Path::new(""), |d| d.as_std_path());
     dir.strip_prefix(root)
         .unwrap_or(dir)
         .to_string_lossy()
@@ -57,25 +55,21 @@ fn cell(s: &str) -> String {
 /// The crate table: published crates first, from the top of the crate graph down
 /// (the facade first), then the members that are not published (examples, benches,
 /// the book, the tools), each with its Cargo.toml `description`.
-pub fn crate_table(root: &Path, packages: &[serde_json::Value]) -> Result<String> {
+pub fn crate_table(root: &Path, packages: &[Package]) -> Result<String> {
     let graph = crategraph::graph(packages);
     let level = crategraph::levels(&graph)?;
-    let mut rows: Vec<(bool, std::cmp::Reverse<usize>, &str, &serde_json::Value)> = packages
+    let mut rows: Vec<(bool, std::cmp::Reverse<usize>, &str, &Package)> = packages
         .iter()
-        .filter_map(|p| {
-            let name = p["name"].as_str()?;
-            Some((
-                !published(p),
-                std::cmp::Reverse(level.get(name).copied().unwrap_or(0)),
-                name,
-                p,
-            ))
+        .map(|p| {
+            let name = p.name.as_str();
+            let level = level.get(name).copied().unwrap_or(0);
+            (!published(p), std::cmp::Reverse(level), name, p)
         })
         .collect();
     rows.sort_by_key(|&(u, l, name, _)| (u, l, name));
     let mut out = String::from("| crate | published | what it is |\n|---|---|---|\n");
     for (unpublished, _, name, p) in rows {
-        let Some(desc) = p["description"].as_str().filter(|d| !d.trim().is_empty()) else {
+        let Some(desc) = p.description.as_deref().filter(|d| !d.trim().is_empty()) else {
             bail!("{name} has no `description` in its Cargo.toml");
         };
         let yes = if unpublished { "no" } else { "yes" };
@@ -173,37 +167,24 @@ pub fn first_sentence(text: &str) -> &str {
 /// The feature table: every feature of every published crate (no `default`), whether
 /// it is on by default, and the first sentence of its `##` comment; a feature
 /// without one is an error.
-pub fn feature_table(packages: &[serde_json::Value]) -> Result<String> {
+pub fn feature_table(packages: &[Package]) -> Result<String> {
     let mut out = String::from("| crate | feature | default | what it adds |\n|---|---|---|---|\n");
-    let mut sorted: Vec<&serde_json::Value> = packages.iter().filter(|p| published(p)).collect();
-    sorted.sort_by_key(|p| p["name"].as_str().unwrap_or_default());
+    let mut sorted: Vec<&Package> = packages.iter().filter(|p| published(p)).collect();
+    sorted.sort_by_key(|p| p.name.as_str());
     for p in sorted {
-        let name = p["name"].as_str().unwrap_or_default();
-        let Some(features) = p["features"].as_object() else {
-            continue;
-        };
+        let (name, features) = (&p.name, &p.features);
         if features.keys().all(|f| f == "default") {
             continue;
         }
-        let path = p["manifest_path"].as_str().unwrap_or_default();
+        let path = &p.manifest_path;
         let manifest = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
         let comments = feature_comments(&manifest);
-        let defaults: Vec<&str> = features
-            .get("default")
-            .and_then(|d| d.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f.as_str())
-            .collect();
+        let defaults = features.get("default").map_or(&[][..], Vec::as_slice);
         for f in features.keys().filter(|f| *f != "default") {
             let Some(comment) = comments.get(f) else {
                 bail!("{name}'s feature `{f}` has no `##` comment above it in {path}");
             };
-            let on = if defaults.contains(&f.as_str()) {
-                "yes"
-            } else {
-                "no"
-            };
+            let on = if defaults.contains(f) { "yes" } else { "no" };
             out.push_str(&format!(
                 "| `{name}` | `{f}` | {on} | {} |\n",
                 cell(first_sentence(comment))
@@ -253,7 +234,7 @@ fn hpc_help(hpc: &Path) -> Result<String> {
 }
 
 /// Rewrites (or with `check`, compares) the blocks of `root`/[`FILE`].
-pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<()> {
+pub fn run(root: &Path, packages: &[Package], check: bool) -> Result<()> {
     let path = root.join(FILE);
     let have = std::fs::read_to_string(&path).with_context(|| format!("reading {FILE}"))?;
     let help = hpc_help(&build_hpc(root)?)?;
@@ -276,6 +257,7 @@ pub fn run(root: &Path, packages: &[serde_json::Value], check: bool) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{dep, package};
     use serde_json::json;
 
     const HELP: &str = "About.\n\nUsage: hpc [OPTIONS] <COMMAND>\n\nCommands:\n  \
@@ -326,8 +308,10 @@ mod tests {
         let manifest = dir.path().join("Cargo.toml");
         std::fs::write(&manifest, "[features]\n## Fast.\nfast = []\nslow = []\n").unwrap();
         let p = |publish: serde_json::Value, features: serde_json::Value| {
-            json!({"name": "c", "manifest_path": manifest, "publish": publish,
-                   "features": features})
+            package(
+                json!({"name": "c", "manifest_path": manifest, "publish": publish,
+                   "features": features}),
+            )
         };
         let ok = feature_table(&[p(json!(null), json!({"default": ["fast"], "fast": []}))]);
         assert!(ok.unwrap().contains("| `c` | `fast` | yes | Fast. |\n"));
@@ -341,13 +325,12 @@ mod tests {
     fn crate_table_puts_published_crates_first_from_the_top_and_needs_descriptions() {
         let root = Path::new("/w");
         let pkg = |name: &str, dir: &str, publish: serde_json::Value, deps: &[&str]| {
-            let deps: Vec<_> = deps
-                .iter()
-                .map(|d| json!({"name": d, "kind": null, "optional": false}))
-                .collect();
-            json!({"name": name, "manifest_path": format!("/w/{dir}/Cargo.toml"),
+            let deps: Vec<_> = deps.iter().map(|d| dep(d, None, false)).collect();
+            package(
+                json!({"name": name, "manifest_path": format!("/w/{dir}/Cargo.toml"),
                    "publish": publish, "description": format!("the {name} | crate"),
-                   "dependencies": deps})
+                   "dependencies": deps}),
+            )
         };
         let packages = [
             pkg("low", "crates/low", json!(null), &[]),
@@ -363,7 +346,7 @@ mod tests {
         assert_eq!(names, ["top", "low", "example"]);
         assert!(table.contains("| [`top`](crates/top) | yes | the top \\| crate |\n"));
         let mut bare = packages[0].clone();
-        bare["description"] = json!(null);
+        bare.description = None;
         assert!(crate_table(root, &[bare]).is_err());
     }
 

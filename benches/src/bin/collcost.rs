@@ -22,7 +22,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_benches::{clock, median, percentile};
+use hpc_benches::{clock, median, percentile, Mem};
 use hpc_comm::{Comm, CommOptions, Engine, ReduceOp};
 use hpc_runtime::World;
 
@@ -41,31 +41,6 @@ impl Coll {
             Coll::Bcast => "bcast",
             Coll::Allgather => "allgather",
             Coll::Alltoall => "alltoall",
-        }
-    }
-}
-
-/// A buffer of the benchmark: ordinary, or from `Comm::registered_buf`.
-enum Bytes {
-    Heap(Vec<u8>),
-    Registered(hpc_comm::RegisteredBuf<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Heap(v) => v,
-            Bytes::Registered(r) => r,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Bytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            Bytes::Heap(v) => v,
-            Bytes::Registered(r) => r,
         }
     }
 }
@@ -134,9 +109,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|s| s.parse())
         .collect::<Result<_, _>>()?;
-    let batch: usize = get("--batch").map_or(Ok(200), |s| s.parse())?;
+    let batch = hpc_benches::count_arg(&args, "--batch", 200)?;
     let registered = args.iter().any(|a| a == "--registered");
-    let batches: usize = get("--batches").map_or(Ok(40), |s| s.parse())?;
+    let batches = hpc_benches::count_arg(&args, "--batches", 40)?;
 
     let world = World::init()?;
     if let Some(layer) = &trace {
@@ -166,13 +141,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 // `--registered`: buffers from `Comm::registered_buf` (in place for
                 // a proxy in DPU placement, ordinary memory elsewhere).
-                let (mut send, mut recv) = if registered {
+                let (mut send, mut recv): (Mem<u8>, Mem<u8>) = if registered {
                     (
-                        Bytes::Registered(comm.registered_buf(s)?),
-                        Bytes::Registered(comm.registered_buf(r)?),
+                        Mem::Registered(comm.registered_buf(s)?),
+                        Mem::Registered(comm.registered_buf(r)?),
                     )
                 } else {
-                    (Bytes::Heap(vec![0; s]), Bytes::Heap(vec![0; r]))
+                    (Mem::Heap(vec![0; s]), Mem::Heap(vec![0; r]))
                 };
                 send.fill(1);
                 for _ in 0..batch {

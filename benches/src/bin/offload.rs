@@ -37,8 +37,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use hpc_benches::{
-    agree, arg, calibrate, compute, compute_rate, median, process_cpu, sizes, thread_cpu, Bufs,
-    Coll,
+    agree, calibrate, compute, compute_rate, median, process_cpu, thread_cpu, Bufs, Coll, Options,
 };
 use hpc_comm::{Comm, CommOptions, Engine};
 use hpc_runtime::World;
@@ -129,19 +128,17 @@ fn measure(comm: &Comm, c: Coll, b: &mut Bufs, it: usize, tests: usize, rate: f6
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The proxy engine starts this same binary as its proxy process.
-    hpc_comm::proxy::serve_env()?;
-    let args: Vec<String> = std::env::args().collect();
-    let get = |k: &str| arg(&args, k);
-    let engines = hpc_benches::engines(&args)?;
-    let iters: usize = get("--iters").map_or(Ok(50), |s| s.parse())?;
-    let tests: usize = get("--tests").map_or(Ok(8), |s| s.parse())?;
-    let shm = hpc_benches::Shm::from_args(&args)?;
+    let sizes = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+    let Options {
+        args,
+        engines,
+        iters,
+        shm,
+        sizes,
+        colls,
+    } = Options::from_env(50, &sizes)?;
+    let tests = hpc_benches::count_arg(&args, "--tests", 8)?;
     let proxy_defaults = args.iter().any(|a| a == "--proxy-defaults");
-    let sizes = sizes(
-        &args,
-        &[4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
-    )?;
-    let colls = Coll::parse_list(get("--colls").as_deref())?;
     let world = World::init()?;
     let rate = compute_rate();
     let mut comms = Vec::new();

@@ -21,7 +21,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use hpc_benches::{agree, arg, calibrate, compute, compute_rate, median, sizes, Bufs, Coll};
+use hpc_benches::{agree, calibrate, compute, compute_rate, median, Bufs, Coll, Options};
 use hpc_comm::{Comm, CommOptions, ReduceOp};
 use hpc_runtime::World;
 
@@ -74,20 +74,18 @@ fn mpi_blocking(c: Coll, b: &mut Bufs) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // The proxy engine starts this same binary as its proxy process.
-    hpc_comm::proxy::serve_env()?;
-    let args: Vec<String> = std::env::args().collect();
-    let get = |k: &str| arg(&args, k);
-    let engines = hpc_benches::engines(&args)?;
-    let iters: usize = get("--iters").map_or(Ok(100), |s| s.parse())?;
-    // Buffers in shared memory (`SharedBuf`): `auto` for the proxy engine only,
-    // which maps them instead of copying through the kernel.
-    let shm = hpc_benches::Shm::from_args(&args)?;
-    let sizes = sizes(
-        &args,
-        &[1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
-    )?;
-    let colls = Coll::parse_list(get("--colls").as_deref())?;
+    // The proxy engine starts this same binary as its proxy process. Buffers
+    // in shared memory (`SharedBuf`, `--shm`): `auto` for the proxy engine
+    // only, which maps them instead of copying through the kernel.
+    let sizes = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
+    let Options {
+        engines,
+        iters,
+        shm,
+        sizes,
+        colls,
+        ..
+    } = Options::from_env(100, &sizes)?;
     let world = World::init()?;
     // Calibrate the compute loop alone: iterations per second.
     let rate = compute_rate();

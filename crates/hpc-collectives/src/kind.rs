@@ -3,7 +3,6 @@
 //! the algorithms ([`algo`](crate::algo)) and their output
 //! ([`Schedule`](crate::Schedule)), below all three.
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -92,25 +91,23 @@ impl CollectiveKind {
     }
 }
 
-impl fmt::Display for CollectiveKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(CollectiveKind);
 
 impl FromStr for CollectiveKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.to_ascii_lowercase().replace('-', "_");
-        let s = match s.as_str() {
-            "bcast" => "broadcast",
-            "reduce_scatter_v" => "reduce_scatter",
-            other => other,
-        };
-        CollectiveKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown collective {s:?}"))
+        let aliases = [
+            ("bcast", "broadcast"),
+            ("reduce_scatter_v", "reduce_scatter"),
+        ];
+        by_name(
+            s,
+            ('-', "_"),
+            &aliases,
+            &CollectiveKind::ALL,
+            CollectiveKind::name,
+            "collective",
+        )
     }
 }
 
@@ -170,24 +167,45 @@ impl Algorithm {
     }
 }
 
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(Algorithm);
 
 impl FromStr for Algorithm {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.to_ascii_lowercase().replace('_', "-");
-        let s = match s.as_str() {
-            "rd" => "recursive-doubling",
-            "vandegeijn" | "van-de-geijn" => "scatter-allgather",
-            other => other,
-        };
-        Algorithm::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| format!("unknown algorithm {s:?}"))
+        let aliases = [
+            ("rd", "recursive-doubling"),
+            ("vandegeijn", "scatter-allgather"),
+            ("van-de-geijn", "scatter-allgather"),
+        ];
+        by_name(
+            s,
+            ('_', "-"),
+            &aliases,
+            &Algorithm::ALL,
+            Algorithm::name,
+            "algorithm",
+        )
     }
+}
+
+/// A name that both [`CollectiveKind`] and [`Algorithm`] read back: one of
+/// `all` by its `name`, in any case, with `sep.0` read as `sep.1` and the
+/// `aliases` read as the names they stand for; else an error naming `what`.
+fn by_name<T: Copy>(
+    s: &str,
+    sep: (char, &str),
+    aliases: &[(&str, &'static str)],
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    let s = s.to_ascii_lowercase().replace(sep.0, sep.1);
+    let s = aliases
+        .iter()
+        .find(|(alias, _)| *alias == s)
+        .map_or(s.as_str(), |(_, name)| name);
+    all.iter()
+        .copied()
+        .find(|&k| name(k) == s)
+        .ok_or_else(|| format!("unknown {what} {s:?}"))
 }

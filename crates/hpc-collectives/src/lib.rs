@@ -66,6 +66,33 @@
 //! println!("{s}"); // rounds, peers, bytes
 //! ```
 
+/// `Display` for types whose text is their `name()` (a `&'static str`): one
+/// impl for the names of collectives, algorithms, data types and operations,
+/// here and in the crates that name their own (`hpc-gpu`).
+///
+/// ```
+/// struct Op;
+/// impl Op {
+///     fn name(&self) -> &'static str {
+///         "sum"
+///     }
+/// }
+/// hpc_collectives::display_by_name!(Op);
+/// assert_eq!(Op.to_string(), "sum");
+/// ```
+#[macro_export]
+macro_rules! display_by_name {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            impl ::core::fmt::Display for $t {
+                fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                    f.write_str(self.name())
+                }
+            }
+        )+
+    };
+}
+
 pub mod algo;
 pub mod collective;
 pub mod interp;

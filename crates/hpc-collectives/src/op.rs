@@ -130,11 +130,7 @@ impl DataType {
     }
 }
 
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(DataType);
 
 /// A reduction operation.
 ///
@@ -479,15 +475,16 @@ mod tests {
         b.chunks_exact(T::N).map(T::load).collect()
     }
 
+    /// `dst` reduced with `src` by `op` over `dtype`, as values.
+    fn reduced<T: Elem>(op: ReduceOp, dtype: DataType, dst: &[T], src: &[T]) -> Vec<T> {
+        let mut d = bytes(dst);
+        apply_reduce(op, dtype, &bytes(src), &mut d).unwrap();
+        vals(&d)
+    }
+
     #[test]
     fn integer_ops() {
-        let a = bytes::<i32>(&[1, -2, i32::MAX, 12]);
-        let b = bytes::<i32>(&[3, 5, 1, 10]);
-        let run = |op| {
-            let mut d = a.clone();
-            apply_reduce(op, DataType::I32, &b, &mut d).unwrap();
-            vals::<i32>(&d)
-        };
+        let run = |op| reduced(op, DataType::I32, &[1, -2, i32::MAX, 12], &[3, 5, 1, 10]);
         assert_eq!(run(ReduceOp::Sum), vec![4, 3, i32::MIN, 22]);
         assert_eq!(run(ReduceOp::Prod), vec![3, -10, i32::MAX, 120]);
         assert_eq!(run(ReduceOp::Min), vec![1, -2, 1, 10]);
@@ -499,50 +496,40 @@ mod tests {
 
     #[test]
     fn unsigned_min_is_unsigned() {
-        let mut d = bytes::<u8>(&[200, 1]);
-        apply_reduce(
-            ReduceOp::Min,
-            DataType::U8,
-            &bytes::<u8>(&[100, 255]),
-            &mut d,
-        )
-        .unwrap();
-        assert_eq!(vals::<u8>(&d), vec![100, 1]);
+        assert_eq!(
+            reduced::<u8>(ReduceOp::Min, DataType::U8, &[200, 1], &[100, 255]),
+            vec![100, 1]
+        );
     }
 
     #[test]
     fn float_and_half_ops() {
-        let mut d = bytes::<f64>(&[1.5, -2.0]);
-        apply_reduce(
-            ReduceOp::Sum,
-            DataType::F64,
-            &bytes::<f64>(&[0.25, 4.0]),
-            &mut d,
-        )
-        .unwrap();
-        assert_eq!(vals::<f64>(&d), vec![1.75, 2.0]);
+        assert_eq!(
+            reduced::<f64>(ReduceOp::Sum, DataType::F64, &[1.5, -2.0], &[0.25, 4.0]),
+            vec![1.75, 2.0]
+        );
 
         let h = |x: f32| f16::from_f32(x);
-        let mut d = bytes::<f16>(&[h(1.0), h(3.0)]);
-        apply_reduce(
-            ReduceOp::Max,
-            DataType::F16,
-            &bytes::<f16>(&[h(2.0), h(-1.0)]),
-            &mut d,
-        )
-        .unwrap();
-        assert_eq!(vals::<f16>(&d), vec![h(2.0), h(3.0)]);
+        assert_eq!(
+            reduced::<f16>(
+                ReduceOp::Max,
+                DataType::F16,
+                &[h(1.0), h(3.0)],
+                &[h(2.0), h(-1.0)]
+            ),
+            vec![h(2.0), h(3.0)]
+        );
 
         let b = |x: f32| bf16::from_f32(x);
-        let mut d = bytes::<bf16>(&[b(1.0), b(3.0)]);
-        apply_reduce(
-            ReduceOp::Prod,
-            DataType::Bf16,
-            &bytes::<bf16>(&[b(2.0), b(-1.0)]),
-            &mut d,
-        )
-        .unwrap();
-        assert_eq!(vals::<bf16>(&d), vec![b(2.0), b(-3.0)]);
+        assert_eq!(
+            reduced::<bf16>(
+                ReduceOp::Prod,
+                DataType::Bf16,
+                &[b(1.0), b(3.0)],
+                &[b(2.0), b(-1.0)]
+            ),
+            vec![b(2.0), b(-3.0)]
+        );
     }
 
     #[test]

@@ -479,6 +479,10 @@ mod tests {
         Step::Recv { peer, region, tag }
     }
 
+    fn copy(src: Region, dst: Region) -> Step {
+        Step::Copy { src, dst }
+    }
+
     fn bufs(n: usize) -> Vec<RankBuffers> {
         (0..n)
             .map(|_| RankBuffers {
@@ -488,21 +492,24 @@ mod tests {
             .collect()
     }
 
+    /// Two ranks, each with a round of `first` steps towards the other, then
+    /// a round of `then`.
+    fn exchange(
+        first: impl Fn(usize) -> Vec<Step>,
+        then: impl Fn(usize) -> Vec<Step>,
+    ) -> Vec<Schedule> {
+        (0..2)
+            .map(|r| sched(r, 2, vec![first(1 - r), then(1 - r)]))
+            .collect()
+    }
+
     #[test]
     fn detects_deadlock() {
         // Both ranks receive first, then send: classic deadlock.
-        let s: Vec<_> = (0..2)
-            .map(|r| {
-                sched(
-                    r,
-                    2,
-                    vec![
-                        vec![recv(1 - r, Region::recv(0, 4), 0)],
-                        vec![send(1 - r, Region::send(0, 4), 0)],
-                    ],
-                )
-            })
-            .collect();
+        let s = exchange(
+            |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+            |peer| vec![send(peer, Region::send(0, 4), 0)],
+        );
         let err = run(&s, bufs(2)).unwrap_err();
         assert!(
             matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2),
@@ -514,18 +521,10 @@ mod tests {
     fn rendezvous_send_waits_for_recv() {
         // Both send first (separate round), then receive: deadlocks under
         // rendezvous semantics.
-        let s: Vec<_> = (0..2)
-            .map(|r| {
-                sched(
-                    r,
-                    2,
-                    vec![
-                        vec![send(1 - r, Region::send(0, 4), 0)],
-                        vec![recv(1 - r, Region::recv(0, 4), 0)],
-                    ],
-                )
-            })
-            .collect();
+        let s = exchange(
+            |peer| vec![send(peer, Region::send(0, 4), 0)],
+            |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+        );
         assert!(matches!(run(&s, bufs(2)), Err(SimError::Deadlock { .. })));
     }
 
@@ -555,46 +554,20 @@ mod tests {
 
     #[test]
     fn static_checks() {
-        let one = |steps| vec![sched(0, 2, vec![steps]), sched(1, 2, vec![])];
-        let e = run(&one(vec![send(0, Region::send(0, 1), 0)]), bufs(2));
+        // Rank 0 of two runs `steps` in one round; rank 1 nothing.
+        let one = |steps| run(&[sched(0, 2, vec![steps]), sched(1, 2, vec![])], bufs(2));
+        let e = one(vec![send(0, Region::send(0, 1), 0)]);
         assert!(matches!(e, Err(SimError::BadPeer { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::recv(0, 4),
-                dst: Region::send(0, 4),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::recv(0, 4), Region::send(0, 4))]);
         assert!(matches!(e, Err(SimError::WriteToSendBuffer { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::send(0, 9),
-                dst: Region::recv(0, 9),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::send(0, 9), Region::recv(0, 9))]);
         assert!(matches!(e, Err(SimError::OutOfBounds { .. })));
-        let e = run(
-            &one(vec![
-                Step::Copy {
-                    src: Region::send(0, 4),
-                    dst: Region::recv(0, 4),
-                },
-                Step::Copy {
-                    src: Region::recv(2, 4),
-                    dst: Region::scratch(0, 4),
-                },
-            ]),
-            bufs(2),
-        );
+        let e = one(vec![
+            copy(Region::send(0, 4), Region::recv(0, 4)),
+            copy(Region::recv(2, 4), Region::scratch(0, 4)),
+        ]);
         assert!(matches!(e, Err(SimError::Conflict { .. })));
-        let e = run(
-            &one(vec![Step::Copy {
-                src: Region::recv(0, 4),
-                dst: Region::recv(2, 4),
-            }]),
-            bufs(2),
-        );
+        let e = one(vec![copy(Region::recv(0, 4), Region::recv(2, 4))]);
         assert!(matches!(e, Err(SimError::Conflict { .. })));
         let e = run(&[sched(1, 2, vec![])], bufs(1));
         assert!(matches!(e, Err(SimError::WrongRank { .. })));

@@ -234,6 +234,15 @@ fn collectives(p: usize, n: usize) -> Vec<Collective> {
     ]
 }
 
+/// A rank's buffers: `send`, a zeroed receive buffer of `recv` bytes, no scratch.
+fn buffers(send: Vec<u8>, recv: usize) -> Buffers {
+    Buffers {
+        send,
+        recv: vec![0; recv],
+        scratch: vec![],
+    }
+}
+
 #[test]
 fn every_collective_and_algorithm_matches_the_simulator_out_of_order_and_in_pieces() {
     let mut cases = 0;
@@ -296,11 +305,7 @@ fn pair(len: usize, want: usize) -> Vec<Schedule> {
 fn a_message_of_the_wrong_size_is_a_typed_error_and_stays_queued() {
     let s = pair(4, 5);
     let mut m = Machine::new(&s[1], false);
-    let mut mem = Buffers {
-        send: vec![0; 8],
-        recv: vec![0; 8],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![0; 8], 8);
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     let key = |p, t| (p, t);
     assert!(matches!(
@@ -353,11 +358,7 @@ fn a_message_of_the_wrong_size_is_a_typed_error_and_stays_queued() {
 fn messages_of_one_stream_land_in_order_and_pieces_resume_where_they_stopped() {
     let mut m = Machine::new(&pair(4, 4)[1], false);
     let s = pair(4, 4);
-    let mut mem = Buffers {
-        send: vec![],
-        recv: vec![0; 8],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![], 8);
     let mut matcher: Matcher<(usize, u32), Piece> = Matcher::new();
     let key = |p, t| (p, t);
     // Arrivals before the receive is posted wait in the matcher.
@@ -402,11 +403,7 @@ fn messages_of_one_stream_land_in_order_and_pieces_resume_where_they_stopped() {
 fn a_round_waits_for_its_sends_and_says_what_it_waits_on() {
     let s = pair(4, 4);
     let mut m = Machine::new(&s[0], false);
-    let mut mem = Buffers {
-        send: vec![7; 8],
-        recv: vec![0; 8],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![7; 8], 8);
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     let key = |p, t| (p, t);
     assert!(matches!(
@@ -440,11 +437,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     let key = |p, t| (p, t);
     for skip_own in [false, true] {
-        let mut mem = Buffers {
-            send: vec![1, 2, 3],
-            recv: vec![0; 3],
-            scratch: vec![],
-        };
+        let mut mem = buffers(vec![1, 2, 3], 3);
         let mut m = Machine::new(&s, skip_own);
         assert_eq!(
             m.poll(&s, &mut mem, &mut matcher, key),
@@ -453,11 +446,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
         assert_eq!(mem.recv, if skip_own { [0; 3] } else { [1, 2, 3] });
     }
     // A receive buffer too short: the memory's error, and the machine ends.
-    let mut mem = Buffers {
-        send: vec![1, 2, 3],
-        recv: vec![0; 2],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![1, 2, 3], 2);
     let mut m = Machine::new(&s, false);
     assert_eq!(
         m.poll(&s, &mut mem, &mut matcher, key),
@@ -473,11 +462,7 @@ fn local_steps_go_through_memory_and_its_errors_are_typed() {
 fn a_land_must_be_answered_before_the_next_poll() {
     let s = pair(4, 4);
     let mut m = Machine::new(&s[1], false);
-    let mut mem = Buffers {
-        send: vec![],
-        recv: vec![0; 8],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![], 8);
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     matcher.arrived((0, 3), vec![1; 4]);
     let key = |p, t| (p, t);
@@ -636,11 +621,7 @@ fn a_machine_reports_its_round_and_what_is_open() {
         ],
     };
     let mut m = Machine::new(&s, false);
-    let mut mem = Buffers {
-        send: vec![7; 4],
-        recv: vec![0; 8],
-        scratch: vec![],
-    };
+    let mut mem = buffers(vec![7; 4], 8);
     let mut matcher: Matcher<(usize, u32), Vec<u8>> = Matcher::new();
     let key = |p, t| (p, t);
     assert_eq!((m.round(), m.is_posted(&s), m.is_done()), (0, false, false));

@@ -4,35 +4,34 @@ use hpc_container::parse;
 use hpc_container::{parse_env_file, Environment, Probe};
 use proptest::prelude::*;
 
+/// Every parser over `s` (each must return, whatever `s` is).
+fn every_parser(s: &str) {
+    let _ = parse::mountinfo(s);
+    let _ = parse::cgroup(s);
+    let _ = parse::limits(s);
+    let _ = parse::status(s);
+    let _ = parse::cpulist(s);
+    let _ = parse::key_values(s);
+    let _ = parse::size_bytes(s);
+    let _ = parse::cpu_max(s);
+    let _ = parse::memory_limit(s);
+    let _ = parse::cap_mask(s);
+    let _ = parse::port_state(s);
+    let _ = parse::unescape_octal(s);
+    let _ = parse_env_file(s);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn parsers_survive_random_strings(s in ".{0,400}") {
-        let _ = parse::mountinfo(&s);
-        let _ = parse::cgroup(&s);
-        let _ = parse::limits(&s);
-        let _ = parse::status(&s);
-        let _ = parse::cpulist(&s);
-        let _ = parse::key_values(&s);
-        let _ = parse::size_bytes(&s);
-        let _ = parse::cpu_max(&s);
-        let _ = parse::memory_limit(&s);
-        let _ = parse::cap_mask(&s);
-        let _ = parse::port_state(&s);
-        let _ = parse::unescape_octal(&s);
-        let _ = parse_env_file(&s);
+        every_parser(&s);
     }
 
     #[test]
     fn parsers_survive_random_bytes(b in proptest::collection::vec(any::<u8>(), 0..600)) {
-        let s = String::from_utf8_lossy(&b);
-        let _ = parse::mountinfo(&s);
-        let _ = parse::cgroup(&s);
-        let _ = parse::limits(&s);
-        let _ = parse::cpulist(&s);
-        let _ = parse::unescape_octal(&s);
-        let _ = parse_env_file(&s);
+        every_parser(&String::from_utf8_lossy(&b));
     }
 
     #[test]

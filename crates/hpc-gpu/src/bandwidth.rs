@@ -12,7 +12,6 @@
 //! broadcast       1
 //! ```
 
-use std::fmt;
 use std::time::Duration;
 
 /// A collective, for bandwidth arithmetic and reports.
@@ -58,11 +57,7 @@ impl CollKind {
     }
 }
 
-impl fmt::Display for CollKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+hpc_collectives::display_by_name!(CollKind);
 
 /// Algorithm and bus bandwidth of one measurement, in GB/s (10^9 bytes/s).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -42,14 +42,7 @@ pub fn split_aligned(count: usize, elem_size: usize, parts: usize) -> Vec<usize>
 /// Prefix offsets of `counts` (in elements): `out[i] = sum(counts[..i])`,
 /// `out.len() == counts.len() + 1`.
 pub fn offsets(counts: &[usize]) -> Vec<usize> {
-    let mut out = Vec::with_capacity(counts.len() + 1);
-    let mut acc = 0;
-    out.push(0);
-    for c in counts {
-        acc += c;
-        out.push(acc);
-    }
-    out
+    hpc_collectives::algo::prefix(counts)
 }
 
 #[cfg(test)]

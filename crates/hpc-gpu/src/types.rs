@@ -1,7 +1,5 @@
 //! Element types and reduction operations.
 
-use std::fmt;
-
 use hpc_collectives::{DataType, ReduceOp};
 
 /// Element type of a GPU buffer.
@@ -60,11 +58,7 @@ impl Dtype {
     }
 }
 
-impl fmt::Display for Dtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+hpc_collectives::display_by_name!(Dtype);
 
 /// A reduction operation of [`GpuComm`](crate::GpuComm) collectives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,11 +98,7 @@ impl GpuOp {
     }
 }
 
-impl fmt::Display for GpuOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+hpc_collectives::display_by_name!(GpuOp);
 
 mod sealed {
     pub trait Sealed {}

@@ -176,20 +176,31 @@ fn has_prefix(texts: &[String], want: &str) {
     );
 }
 
+/// Every text of `want` is among `texts`.
+fn has_all(texts: &[String], want: &[&str]) {
+    for s in want {
+        has(texts, s);
+    }
+}
+
+/// The Brunel recording's plot `kind`, checked as [`check`] does with text on
+/// (its marks in `data_box`, at least `min_marks` pixels of each colour) and
+/// with every text of `want`; its texts, and the run.
+fn brunel(
+    kind: Plot,
+    data_box: (f64, f64, f64, f64),
+    min_marks: usize,
+    want: &[&str],
+) -> (Vec<String>, RunInfo) {
+    let (rec, run) = common::brunel();
+    let t = check(kind, &rec, &run, opts(true), data_box, min_marks);
+    has_all(&t, want);
+    (t, run)
+}
+
 #[test]
 fn brunel_raster() {
-    let (rec, run) = common::brunel();
-    let t = check(
-        Plot::Raster,
-        &rec,
-        &run,
-        opts(true),
-        (0.15, 0.2, 0.95, 0.6),
-        2000,
-    );
-    has_title(&t, &run.title(500.0));
-    assert_eq!(run.title(500.0), "Brunel (2000) balanced network · 500 neurons, 62.5 k synapses · 2 ranks × 1 thread · 500 ms simulated");
-    for s in [
+    let texts = [
         "time (ms)",
         "neuron index",
         "rate (Hz)",
@@ -199,9 +210,10 @@ fn brunel_raster() {
         "400",
         "100",
         "500",
-    ] {
-        has(&t, s);
-    }
+    ];
+    let (t, run) = brunel(Plot::Raster, (0.15, 0.2, 0.95, 0.6), 2000, &texts);
+    has_title(&t, &run.title(500.0));
+    assert_eq!(run.title(500.0), "Brunel (2000) balanced network · 500 neurons, 62.5 k synapses · 2 ranks × 1 thread · 500 ms simulated");
     has_prefix(&t, "raster: the first 50 neurons");
     // The onset (every neuron at 10 ms) is far above the rest: marked off scale.
     has_prefix(&t, "▲ off scale: peak 1,000 Hz");
@@ -209,65 +221,35 @@ fn brunel_raster() {
 
 #[test]
 fn brunel_firing_rates() {
-    let (rec, run) = common::brunel();
-    let t = check(
-        Plot::FiringRates,
-        &rec,
-        &run,
-        opts(true),
-        (0.1, 0.1, 0.9, 0.85),
-        5000,
-    );
-    for s in [
+    let texts = [
         "firing rate (spikes/s)",
         "E",
         "I",
         "0",
         "Firing rate per population (mean ± SD across neurons)",
-    ] {
-        has(&t, s);
-    }
+    ];
+    brunel(Plot::FiringRates, (0.1, 0.1, 0.9, 0.85), 5000, &texts);
 }
 
 #[test]
 fn brunel_cv_isi() {
-    let (rec, run) = common::brunel();
-    let t = check(
-        Plot::CvIsi,
-        &rec,
-        &run,
-        opts(true),
-        (0.1, 0.1, 0.98, 0.88),
-        300,
-    );
-    for s in ["CV of ISI", "fraction of neurons", "0"] {
-        has(&t, s);
-    }
+    let texts = ["CV of ISI", "fraction of neurons", "0"];
+    let (t, _) = brunel(Plot::CvIsi, (0.1, 0.1, 0.98, 0.88), 300, &texts);
     has_prefix(&t, "E: mean 0.");
     has_prefix(&t, "I: mean 0.");
 }
 
 #[test]
 fn brunel_overview() {
-    let (rec, run) = common::brunel();
-    let t = check(
-        Plot::Overview,
-        &rec,
-        &run,
-        opts(true),
-        (0.1, 0.15, 0.98, 0.85),
-        5000,
-    );
-    for s in [
+    let texts = [
         "time (ms)",
         "neuron index",
         "firing rate (spikes/s)",
         "CV of ISI",
         "E",
         "I",
-    ] {
-        has(&t, s);
-    }
+    ];
+    let (t, run) = brunel(Plot::Overview, (0.1, 0.15, 0.98, 0.85), 5000, &texts);
     has_title(&t, &run.title(500.0));
 }
 
@@ -281,9 +263,10 @@ fn microcircuit_eight_populations_with_layer_labels() {
     let t = check(Plot::Raster, &rec, &run, o, (0.12, 0.25, 0.95, 0.65), 300);
     // Layer labels on the y axis (one per layer, as NEST's example), the axis
     // title, and all eight populations in the legend.
-    for s in ["layer", "L2/3", "L4", "L5", "L6", "time (ms)", "rate (Hz)"] {
-        has(&t, s);
-    }
+    has_all(
+        &t,
+        &["layer", "L2/3", "L4", "L5", "L6", "time (ms)", "rate (Hz)"],
+    );
     for p in &rec.populations {
         has(&t, &p.name);
     }
@@ -300,9 +283,10 @@ fn microcircuit_eight_populations_with_layer_labels() {
         has(&t, &p.name);
     }
     let t = check(Plot::CvIsi, &rec, &run, o, (0.1, 0.1, 0.85, 0.88), 100);
-    for s in ["L2/3", "L4", "L5", "L6", "CV of ISI", "fraction of neurons"] {
-        has(&t, s);
-    }
+    has_all(
+        &t,
+        &["L2/3", "L4", "L5", "L6", "CV of ISI", "fraction of neurons"],
+    );
     has_prefix(&t, "L2/3E 0.");
     let t = check(Plot::Overview, &rec, &run, o, (0.1, 0.2, 0.98, 0.8), 2000);
     has(&t, "L2/3");

@@ -41,6 +41,25 @@ fn setup(
     Setup { b, acc, tmp, bytes }
 }
 
+/// The set-up of the algorithms over `pof2` ranks with the others folded in
+/// ([`fold_in`], [`fold_out`]): a vector's scratch where this rank survives
+/// the fold. Returns it with `pof2` and `rem = size - pof2`.
+#[inline]
+fn folded_setup(
+    algorithm: Algorithm,
+    rank: usize,
+    size: usize,
+    count: usize,
+    dtype: DataType,
+) -> (Setup, usize, usize) {
+    let pof2 = pof2_floor(size);
+    let rem = size - pof2;
+    // A folded-away rank only sends its input and receives the result.
+    let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
+    let tmp = needs_tmp.then_some(count * dtype.size());
+    (setup(algorithm, rank, size, count, dtype, tmp), pof2, rem)
+}
+
 /// The fold prologue: returns this rank's new rank, if it survives.
 fn fold_in(s: &mut Setup, rank: usize, rem: usize, op: ReduceOp, dtype: DataType) -> Option<usize> {
     let input = Region::send(0, s.bytes);
@@ -91,12 +110,7 @@ pub fn recursive_doubling(
     dtype: DataType,
     op: ReduceOp,
 ) -> Schedule {
-    let pof2 = pof2_floor(size);
-    let rem = size - pof2;
-    // A folded-away rank only sends its input and receives the result.
-    let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
-    let tmp = needs_tmp.then_some(count * dtype.size());
-    let mut s = setup(Algorithm::RecursiveDoubling, rank, size, count, dtype, tmp);
+    let (mut s, pof2, rem) = folded_setup(Algorithm::RecursiveDoubling, rank, size, count, dtype);
     if let Some(nr) = fold_in(&mut s, rank, rem, op, dtype) {
         let mut mask = 1;
         while mask < pof2 {
@@ -130,11 +144,7 @@ pub fn rabenseifner(
     dtype: DataType,
     op: ReduceOp,
 ) -> Schedule {
-    let pof2 = pof2_floor(size);
-    let rem = size - pof2;
-    let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
-    let tmp = needs_tmp.then_some(count * dtype.size());
-    let mut s = setup(Algorithm::Rabenseifner, rank, size, count, dtype, tmp);
+    let (mut s, pof2, rem) = folded_setup(Algorithm::Rabenseifner, rank, size, count, dtype);
     let e = dtype.size();
     let off: Vec<usize> = prefix(&split(count, pof2))
         .into_iter()

@@ -34,8 +34,9 @@ pub(crate) fn lowbit(x: usize) -> usize {
     x & x.wrapping_neg()
 }
 
-/// Prefix sums: `out[i] = sum(v[..i])`, with `out.len() == v.len() + 1`.
-pub(crate) fn prefix(v: &[usize]) -> Vec<usize> {
+/// Prefix sums: `out[i] = sum(v[..i])`, with `out.len() == v.len() + 1`
+/// (the offsets of blocks of `v[i]` elements laid end to end).
+pub fn prefix(v: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(v.len() + 1);
     let mut acc = 0;
     out.push(0);

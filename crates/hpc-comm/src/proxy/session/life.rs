@@ -11,7 +11,7 @@
 //! differs between them for a reason is a parameter ([`Cancel`]) or stays in
 //! their I/O: how a part is read and run, and which step failed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::{Ended, Outcome};
 
@@ -92,9 +92,12 @@ const IN: Part = Part::In {
 /// One collective in flight here.
 #[derive(Debug)]
 struct Coll {
+    /// Its sequence number.
+    seq: u64,
     parts: Vec<Part>,
-    /// How it failed, once it did (the first failure stays).
-    failed: Option<Outcome>,
+    /// How it failed, once it did (the first failure stays); boxed, so that
+    /// the common collective, which does not fail, is small to move.
+    failed: Option<Box<Outcome>>,
     /// Every member's part was ready and it started.
     started: bool,
     /// Its schedules finished here (results delivered or being delivered).
@@ -103,13 +106,44 @@ struct Coll {
     held: u64,
 }
 
+/// The collectives in flight, in the order of their sequence numbers: a
+/// vector, as they are few and made nearly always in order, so that finding
+/// one is a look at the last (or a binary search) and making one a push at
+/// the end, where a tree searched and rebalanced nodes on every event.
+#[derive(Debug, Default)]
+struct Colls(Vec<Coll>);
+
+impl Colls {
+    /// Where collective `seq` is, or where it belongs.
+    #[inline]
+    fn index(&self, seq: u64) -> std::result::Result<usize, usize> {
+        match self.0.last() {
+            None => Err(0),
+            Some(c) if c.seq == seq => Ok(self.0.len() - 1),
+            Some(c) if c.seq < seq => Err(self.0.len()),
+            Some(_) => self.0.binary_search_by_key(&seq, |c| c.seq),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Coll> {
+        let i = self.index(seq).ok()?;
+        Some(&mut self.0[i])
+    }
+
+    /// The sequence numbers in flight, in order.
+    fn seqs(&self) -> Vec<u64> {
+        self.0.iter().map(|c| c.seq).collect()
+    }
+}
+
 /// The collectives of one communicator in one proxy.
 #[derive(Debug)]
 pub(crate) struct Session {
     /// The communicator's rank of each slot.
     ranks: Vec<usize>,
     members: Vec<Member>,
-    colls: BTreeMap<u64, Coll>,
+    colls: Colls,
     ended: Ended,
     /// The first node found lost: every collective fails with it.
     lost: Option<usize>,
@@ -119,7 +153,7 @@ pub(crate) struct Session {
     /// (else no collective can have become over, and it has nothing to do).
     settled: bool,
     /// The parts of retired collectives, kept for the next ones (a
-    /// collective's start then allocates nothing but its map entry).
+    /// collective's start then allocates nothing).
     spare: Vec<Vec<Part>>,
 }
 
@@ -133,7 +167,7 @@ impl Session {
         Session {
             members: vec![Member::Here; ranks.len()],
             ranks,
-            colls: BTreeMap::new(),
+            colls: Colls::default(),
             ended: Ended::default(),
             lost: None,
             cancel,
@@ -150,6 +184,7 @@ impl Session {
     }
 
     /// The next effect to carry out.
+    #[inline]
     pub(crate) fn poll(&mut self) -> Option<Effect> {
         self.out.pop_front()
     }
@@ -166,50 +201,61 @@ impl Session {
 
     /// Whether every member is gone or away and no collective is in flight.
     pub(crate) fn over(&self) -> bool {
-        self.colls.is_empty() && self.all_left()
+        self.colls.0.is_empty() && self.all_left()
     }
 
     /// Collective `seq`, made where it is new: failed at once where a node
     /// is lost, or where a member is gone (it cannot take part any more).
+    #[inline]
     fn coll(&mut self, seq: u64) -> &mut Coll {
-        if !self.colls.contains_key(&seq) {
-            let mut parts = self.spare.pop().unwrap_or_default();
-            parts.resize(self.ranks.len(), Part::Absent);
-            self.colls.insert(
-                seq,
-                Coll {
-                    parts,
-                    failed: None,
-                    started: false,
-                    finished: false,
-                    held: 0,
-                },
-            );
-            let gone = self.members.iter().enumerate().find_map(|(p, m)| match m {
-                Member::Gone(why) => Some((self.ranks[p], why.clone())),
-                _ => None,
-            });
-            if let Some(node) = self.lost {
-                self.fail(seq, Outcome::NodeLost { node }, false);
-            } else if let Some((rank, cause)) = gone {
-                let why = format!("rank {rank} is lost: {cause}");
-                self.fail(seq, Outcome::Lost { rank, why }, true);
-            }
+        match self.colls.index(seq) {
+            Ok(i) => &mut self.colls.0[i],
+            Err(at) => self.make(seq, at),
         }
-        self.colls.get_mut(&seq).expect("made above")
+    }
+
+    /// Makes collective `seq` at place `at` of the collectives in flight
+    /// (see [`Session::coll`]).
+    fn make(&mut self, seq: u64, at: usize) -> &mut Coll {
+        let mut parts = self.spare.pop().unwrap_or_default();
+        parts.resize(self.ranks.len(), Part::Absent);
+        let c = Coll {
+            seq,
+            parts,
+            failed: None,
+            started: false,
+            finished: false,
+            held: 0,
+        };
+        self.colls.0.insert(at, c);
+        let gone = self.members.iter().enumerate().find_map(|(p, m)| match m {
+            Member::Gone(why) => Some((self.ranks[p], why.clone())),
+            _ => None,
+        });
+        if let Some(node) = self.lost {
+            self.fail(seq, Outcome::NodeLost { node }, false);
+        } else if let Some((rank, cause)) = gone {
+            let why = format!("rank {rank} is lost: {cause}");
+            self.fail(seq, Outcome::Lost { rank, why }, true);
+        } else {
+            // Nothing failed it: it is still at its place.
+            return &mut self.colls.0[at];
+        }
+        self.colls.get_mut(seq).expect("made above")
     }
 
     /// How many collectives are in flight (made and not retired).
     #[cfg(test)]
     pub(super) fn in_flight(&self) -> usize {
-        self.colls.len()
+        self.colls.0.len()
     }
 
     /// The part in `slot` of `seq` ended with `outcome` (its op finished or
     /// failed alone, its delivery completed, or the collective failed): its
     /// member is answered, once, unless it is gone.
+    #[inline]
     pub(crate) fn done(&mut self, seq: u64, slot: usize, outcome: Outcome) {
-        let Some(c) = self.colls.get_mut(&seq) else {
+        let Some(c) = self.colls.get_mut(seq) else {
             return;
         };
         if c.parts[slot] == Part::Answered {
@@ -226,6 +272,7 @@ impl Session {
     /// the server should take it in. Where not, it is answered already: a
     /// collective that ended or failed, a node lost, a part submitted twice
     /// (which fails the collective), a member gone whose part is missing.
+    #[inline]
     pub(crate) fn submit(&mut self, seq: u64, slot: usize) -> bool {
         let rank = self.ranks[slot];
         let twice = || Outcome::failed(format!("rank {rank} submitted collective {seq} twice"));
@@ -243,7 +290,7 @@ impl Session {
         if !twice_now {
             c.parts[slot] = IN;
         }
-        let failed = c.failed.clone();
+        let failed = c.failed.as_deref().cloned();
         if twice_now {
             self.fail(seq, twice(), true);
             return false;
@@ -270,8 +317,9 @@ impl Session {
 
     /// Collective `seq` holds `bytes` more of the server's budget, released
     /// when it retires.
+    #[inline]
     pub(crate) fn hold(&mut self, seq: u64, bytes: u64) {
-        if let Some(c) = self.colls.get_mut(&seq) {
+        if let Some(c) = self.colls.get_mut(seq) {
             c.held += bytes;
         } else {
             // Nothing will retire it: give it back at once.
@@ -281,8 +329,9 @@ impl Session {
 
     /// The data of the part in `slot` of `seq` is in: the collective starts
     /// once every member's is.
+    #[inline]
     pub(crate) fn ready(&mut self, seq: u64, slot: usize) {
-        let Some(c) = self.colls.get_mut(&seq) else {
+        let Some(c) = self.colls.get_mut(seq) else {
             return;
         };
         if let Part::In { ready, .. } = &mut c.parts[slot] {
@@ -302,7 +351,7 @@ impl Session {
     /// The result of the part in `slot` of `seq` is being delivered: a
     /// failure meanwhile does not answer it, [`Session::done`] does.
     pub(crate) fn busy(&mut self, seq: u64, slot: usize) {
-        if let Some(Part::In { busy, .. }) = self.colls.get_mut(&seq).map(|c| &mut c.parts[slot]) {
+        if let Some(Part::In { busy, .. }) = self.colls.get_mut(seq).map(|c| &mut c.parts[slot]) {
             *busy = true;
         }
     }
@@ -310,17 +359,16 @@ impl Session {
     /// The node's schedules of collective `seq` finished: each part still
     /// waiting is delivered, or answered where its rank cancelled it.
     pub(crate) fn complete(&mut self, seq: u64) {
-        let Some(c) = self.colls.get_mut(&seq) else {
+        let Some(c) = self.colls.get_mut(seq) else {
             return;
         };
         c.finished = true;
-        let parts = c.parts.clone();
-        for (slot, p) in parts.into_iter().enumerate() {
-            let Part::In {
+        for slot in 0..self.ranks.len() {
+            let Some(Part::In {
                 cancelled,
                 busy: false,
                 ..
-            } = p
+            }) = self.colls.get_mut(seq).map(|c| c.parts[slot])
             else {
                 continue;
             };
@@ -346,7 +394,7 @@ impl Session {
         }
         let c = self.coll(seq);
         let first = c.failed.is_none();
-        let o = c.failed.get_or_insert(outcome).clone();
+        let o = Outcome::clone(c.failed.get_or_insert_with(|| Box::new(outcome)));
         let waiting: Vec<usize> = (0..c.parts.len())
             .filter(|&p| matches!(c.parts[p], Part::In { busy: false, .. }))
             .collect();
@@ -374,7 +422,7 @@ impl Session {
     /// every later one at once.
     pub(crate) fn node_lost(&mut self, node: usize) {
         let node = *self.lost.get_or_insert(node);
-        let seqs: Vec<u64> = self.colls.keys().copied().collect();
+        let seqs = self.colls.seqs();
         for seq in seqs {
             self.fail(seq, Outcome::NodeLost { node }, false);
         }
@@ -392,9 +440,10 @@ impl Session {
         let rank = self.ranks[slot];
         let hit: Vec<u64> = self
             .colls
+            .0
             .iter()
-            .filter(|(_, c)| !c.started && c.failed.is_none() && c.parts[slot] == Part::Absent)
-            .map(|(&s, _)| s)
+            .filter(|c| !c.started && c.failed.is_none() && c.parts[slot] == Part::Absent)
+            .map(|c| c.seq)
             .collect();
         for seq in hit {
             let why = format!("rank {rank} is lost: {cause}");
@@ -415,7 +464,7 @@ impl Session {
             self.settled = true;
             return;
         }
-        let Some(c) = self.colls.get_mut(&seq) else {
+        let Some(c) = self.colls.get_mut(seq) else {
             return;
         };
         let unfinished = !c.finished;
@@ -440,20 +489,26 @@ impl Session {
     /// gone, remembering how they ended (the window drops what comes for
     /// them later). Nothing to look at unless a part was answered or a
     /// member left since the last call: the servers call it on every pass.
+    #[inline]
     pub(crate) fn retire(&mut self) {
-        if !std::mem::take(&mut self.settled) {
-            return;
+        if std::mem::take(&mut self.settled) {
+            self.retire_over();
         }
+    }
+
+    /// [`Session::retire`]'s look at the collectives in flight.
+    fn retire_over(&mut self) {
         let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
         let spare = &mut self.spare;
-        self.colls.retain(|&seq, c| {
+        self.colls.0.retain_mut(|c| {
+            let seq = c.seq;
             let over = c
                 .parts
                 .iter()
                 .zip(members)
                 .all(|(p, m)| *m != Member::Here || *p == Part::Answered);
             if over {
-                ended.end(seq, c.failed.take().unwrap_or(Outcome::Done));
+                ended.end(seq, c.failed.take().map_or(Outcome::Done, |o| *o));
                 out.push_back(Effect::Retire { seq, bytes: c.held });
                 if spare.len() < SPARE {
                     let mut parts = std::mem::take(&mut c.parts);

@@ -217,8 +217,8 @@ pub(crate) const REMEMBER: usize = 4096;
 /// beside it (a finished one's is [`Outcome::Done`]).
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
-    /// By `seq % REMEMBER`, the latest collective that ended (empty until
-    /// the first one ends).
+    /// By `seq % REMEMBER`, the latest collective that ended (as long as
+    /// the highest place reached).
     places: Vec<Option<u64>>,
     /// The outcomes of the collectives in `places` that failed.
     failed: HashMap<u64, Outcome>,
@@ -228,6 +228,7 @@ pub(crate) struct Ended {
 static DONE: Outcome = Outcome::Done;
 
 impl Ended {
+    #[inline]
     fn place(seq: u64) -> usize {
         (seq % REMEMBER as u64) as usize
     }
@@ -236,33 +237,41 @@ impl Ended {
     /// first outcome kept) if it had ended already. It takes the place of
     /// the one [`REMEMBER`] collectives older; one older than the collective
     /// in its place is not kept.
+    #[inline]
     pub(crate) fn end(&mut self, seq: u64, outcome: Outcome) -> bool {
-        if self.places.is_empty() {
-            self.places = vec![None; REMEMBER];
+        let at = Self::place(seq);
+        if at >= self.places.len() {
+            // Grown as the sequence numbers reach it, so that a communicator
+            // of a few collectives does not clear the whole window.
+            self.places.resize(at + 1, None);
         }
-        let place = &mut self.places[Self::place(seq)];
+        let place = &mut self.places[at];
         match *place {
             Some(s) if s == seq => return false,
             Some(s) if s > seq => return true,
-            Some(s) => {
+            // A failure is rare: no hash of the common collective's end.
+            Some(s) if !self.failed.is_empty() => {
                 self.failed.remove(&s);
             }
+            Some(_) => {}
             None => {}
         }
         *place = Some(seq);
-        if outcome != Outcome::Done {
+        if !matches!(outcome, Outcome::Done) {
             self.failed.insert(seq, outcome);
         }
         true
     }
 
     /// How collective `seq` ended, if it did (within the window).
+    #[inline]
     pub(crate) fn get(&self, seq: u64) -> Option<&Outcome> {
         self.contains(seq)
             .then(|| self.failed.get(&seq).unwrap_or(&DONE))
     }
 
     /// Whether collective `seq` ended (within the window).
+    #[inline]
     pub(crate) fn contains(&self, seq: u64) -> bool {
         self.places.get(Self::place(seq)) == Some(&Some(seq))
     }
