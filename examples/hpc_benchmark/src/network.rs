@@ -332,3 +332,64 @@ pub fn expected_shard_bytes(model: &Model, first: u32, len: u32) -> f64 {
         + stat * (4.0 + 4.0)
         + (4 + 4 + 4 + own) as f64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+
+    /// On a shard of a few neurons of a network of 112,500 (scale 10), most
+    /// sources have no target: the shard holds rows and lists for the
+    /// present ones only, allocated to the byte as counted, and the estimate's
+    /// expected counts are what is drawn.
+    #[test]
+    fn a_small_shard_holds_its_present_sources_only() {
+        let model = Model::new(Params {
+            scale: 10.0,
+            ..Params::default()
+        })
+        .unwrap();
+        let (ne, n) = (model.ne, model.n);
+        // E only, E only, E and I, I only.
+        for (first, len) in [(0, 1), (50_000, 4), (ne - 3, 6), (n - 5, 5)] {
+            let sh = Shard::build(&model, first, len).unwrap();
+            let (plastic, stat) = sh.present_sources();
+            let (stdp, n_static) = sh.synapses();
+            let e = excitatory(&model, first, len) as u64;
+            assert_eq!(stdp, e * CE as u64);
+            assert_eq!(stdp + n_static, len as u64 * (CE + CI) as u64);
+            // Every row's targets and weights in place: no step of a shard of
+            // 6 neurons needs an escape, so a target is one unit.
+            let archives = len as usize * std::mem::size_of::<PostArchive>();
+            let want = SourceIndex::bytes_for(ne)
+                + SourceIndex::bytes_for(n)
+                + plastic * ROW_HEAD_BYTES
+                + 8
+                + stdp as usize * 10
+                + (stat + 1) * 4
+                + n_static as usize * 2
+                + e as usize * 16
+                + archives;
+            assert_eq!(sh.synapse_bytes(), want as u64, "shard {first}+{len}");
+            // Far fewer rows than sources: at most a few per synapse.
+            assert!(plastic as u64 <= stdp && stat as u64 <= n_static);
+            let (ep, es) = expected_present(&model, first, len);
+            for (got, exp, what) in [(plastic, ep, "rows"), (stat, es, "lists")] {
+                // Within four standard deviations of a binomial count.
+                let tol = 4.0 * exp.sqrt() + 1.0;
+                assert!(
+                    (got as f64 - exp).abs() <= tol,
+                    "shard {first}+{len}: {got} {what}, {exp:.1} expected"
+                );
+            }
+            let beside =
+                sh.synapse_bytes() as f64 - (stdp * 10 + n_static * 2) as f64 - archives as f64
+                    + 4.0 * (plastic + stat) as f64;
+            let est = expected_shard_bytes(&model, first, len);
+            assert!(
+                (est - beside).abs() <= 0.01 * beside,
+                "shard {first}+{len}: estimate {est:.0}, allocated {beside:.0}"
+            );
+        }
+    }
+}
