@@ -57,7 +57,7 @@
 //! ```
 
 mod present;
-pub use present::{IndexBuilder, ListCounter, ListFiller, SourceIndex, SourceLists};
+pub use present::{DenseCounter, IndexBuilder, ListCounter, ListFiller, SourceIndex, SourceLists};
 
 /// The unit that announces a target written out in the next two units.
 pub const ESCAPE: u16 = u16::MAX;

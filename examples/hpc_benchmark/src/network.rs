@@ -38,7 +38,7 @@ use hpc_spiking::plasticity::{
 };
 use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
-use hpc_spiking::targets::{IndexBuilder, ListCounter, SourceIndex, SourceLists};
+use hpc_spiking::targets::{DenseCounter, IndexBuilder, ListCounter, SourceIndex, SourceLists};
 
 use crate::params::{Model, CE, CI};
 /// Calls `f(k, source)` for each of neuron `t`'s sources in draw order: the
@@ -120,8 +120,14 @@ impl Shard {
     /// Builds the shard of neurons `first..first + len`: three passes over
     /// their sources (which sources have a target here, how many units each
     /// list takes, the lists), so that nothing but the indexes' bits is held
-    /// per source of the network.
+    /// per source of the network; or two, the first counting every source
+    /// ([`counts_densely`]), where that takes less than the shard's synapses.
     pub(crate) fn build(model: &Model, first: u32, len: u32) -> Result<Shard> {
+        Shard::build_counting(model, first, len, counts_densely(model, first, len))
+    }
+
+    /// [`build`](Self::build), counting densely or not as `dense` says.
+    fn build_counting(model: &Model, first: u32, len: u32, dense: bool) -> Result<Shard> {
         let ne = model.ne;
         let each = |f: &mut dyn FnMut(bool, u32, u32)| {
             for t in first..first + len {
@@ -129,17 +135,30 @@ impl Shard {
                 sources(model, t, |_, s| f(t < ne && s < ne, s, local));
             }
         };
-        let (mut plastic, mut stat) = (IndexBuilder::new(ne), IndexBuilder::new(model.n));
-        each(&mut |p, s, _| if p { plastic.mark(s) } else { stat.mark(s) });
-        let mut plastic = ListCounter::new(plastic.finish());
-        let mut stat = ListCounter::new(stat.finish());
-        each(&mut |p, s, local| {
-            if p {
-                plastic.count(s, local)
-            } else {
-                stat.count(s, local)
-            }
-        });
+        let (plastic, stat) = if dense {
+            let (mut plastic, mut stat) = (DenseCounter::new(ne), DenseCounter::new(model.n));
+            each(&mut |p, s, local| {
+                if p {
+                    plastic.count(s, local)
+                } else {
+                    stat.count(s, local)
+                }
+            });
+            (plastic.finish(), stat.finish())
+        } else {
+            let (mut plastic, mut stat) = (IndexBuilder::new(ne), IndexBuilder::new(model.n));
+            each(&mut |p, s, _| if p { plastic.mark(s) } else { stat.mark(s) });
+            let mut plastic = ListCounter::new(plastic.finish());
+            let mut stat = ListCounter::new(stat.finish());
+            each(&mut |p, s, local| {
+                if p {
+                    plastic.count(s, local)
+                } else {
+                    stat.count(s, local)
+                }
+            });
+            (plastic, stat)
+        };
         let mut archives = (0..len)
             .map(|_| PostArchive::new(model.params.tau_minus, model.params.delay))
             .collect::<Result<Vec<_>, _>>()?;
@@ -288,6 +307,20 @@ impl Shard {
     }
 }
 
+/// Whether [`Shard::build`] counts the lists of the shard of neurons
+/// `first..first + len` densely, in one pass with 12 bytes per source of the
+/// network ([`DenseCounter`]): where that is less than what the shard will
+/// hold (its synapses' targets and weights and the expected rows and lists),
+/// so that the peak of the build is not raised, and one pass of drawing
+/// every source of every neuron again is saved. Under weak scaling it is
+/// up to about 10⁴ ranks of one unit of scale.
+pub fn counts_densely(model: &Model, first: u32, len: u32) -> bool {
+    let e = excitatory(model, first, len) as f64;
+    let synapses = e * CE as f64 * 10.0 + (len as f64 * (CE + CI) as f64 - e * CE as f64) * 2.0;
+    let dense = (DenseCounter::BYTES_PER_SOURCE * (model.ne + model.n) as usize) as f64;
+    dense <= synapses + expected_shard_bytes(model, first, len)
+}
+
 /// `1 - (1 - 1/pool)^draws`: the chance that a source is drawn at least once
 /// in `draws` uniform draws from `pool` sources.
 fn drawn(pool: f64, draws: f64) -> f64 {
@@ -338,6 +371,32 @@ mod tests {
     use super::*;
     use crate::params::Params;
 
+    /// Counted densely (two passes) or not (three), a shard is the same.
+    #[test]
+    fn both_ways_of_counting_build_the_same_shard() {
+        let model = Model::new(Params {
+            scale: 0.05,
+            ..Params::default()
+        })
+        .unwrap();
+        // E neurons, and a shard of E and I neurons.
+        for (first, len) in [(0, 100), (440, 30)] {
+            assert!(counts_densely(&model, first, len));
+            let a = Shard::build_counting(&model, first, len, true).unwrap();
+            let b = Shard::build_counting(&model, first, len, false).unwrap();
+            assert_eq!(a.stat, b.stat);
+            assert_eq!(a.plastic.index(), b.plastic.index());
+            assert_eq!(a.plastic.all_weights(), b.plastic.all_weights());
+            for p in 0..a.plastic.index().len() {
+                assert!(a.plastic.targets(p).eq(b.plastic.targets(p)));
+                assert_eq!(a.plastic.weights_start(p), b.plastic.weights_start(p));
+            }
+            assert_eq!(a.synapse_bytes(), b.synapse_bytes());
+            assert_eq!(a.synapses(), b.synapses());
+            assert!(a.plastic.len() > 0 && a.stat.synapses() > 0);
+        }
+    }
+
     /// On a shard of a few neurons of a network of 112,500 (scale 10), most
     /// sources have no target: the shard holds rows and lists for the
     /// present ones only, allocated to the byte as counted, and the estimate's
@@ -350,8 +409,10 @@ mod tests {
         })
         .unwrap();
         let (ne, n) = (model.ne, model.n);
-        // E only, E only, E and I, I only.
+        // E only, E only, E and I, I only: few synapses, counted in three
+        // passes.
         for (first, len) in [(0, 1), (50_000, 4), (ne - 3, 6), (n - 5, 5)] {
+            assert!(!counts_densely(&model, first, len));
             let sh = Shard::build(&model, first, len).unwrap();
             let (plastic, stat) = sh.present_sources();
             let (stdp, n_static) = sh.synapses();

@@ -20,6 +20,9 @@
 //! either: the synapses are given three times, in the same order, to
 //! [`IndexBuilder::mark`] (which sources are present), [`ListCounter::count`]
 //! (how many units each list takes) and [`ListFiller::push`] (the lists).
+//! Where a shard's synapses outweigh its sources, [`DenseCounter`] does the
+//! first two passes in one, counting every source for a while (12 bytes a
+//! source), and the synapses are given twice.
 //!
 //! ```
 //! use hpc_spiking::targets::{IndexBuilder, ListCounter};
@@ -161,6 +164,80 @@ impl IndexBuilder {
             words: self.words,
             sources: self.sources,
             present,
+        }
+    }
+}
+
+/// The first two passes in one, for a shard whose synapses outweigh its
+/// sources: counts every source's units densely (12 bytes a source of the
+/// network, while counting only), then keeps the present ones
+/// ([`finish`](Self::finish)), so the synapses are given twice instead of
+/// three times. The lists are the same as through [`IndexBuilder`].
+#[derive(Clone, Debug)]
+pub struct DenseCounter {
+    units: Vec<u32>,
+    synapses: Vec<u32>,
+    prev: Vec<u32>,
+}
+
+impl DenseCounter {
+    /// Bytes the counter takes per source of the network.
+    pub const BYTES_PER_SOURCE: usize = 12;
+
+    /// Counts the lists of sources `0..sources`.
+    pub fn new(sources: u32) -> Self {
+        let n = sources as usize;
+        DenseCounter {
+            units: vec![0; n],
+            synapses: vec![0; n],
+            prev: vec![0; n],
+        }
+    }
+
+    /// Counts a synapse of `source` onto `target`, after the source's
+    /// previous one.
+    ///
+    /// # Panics
+    ///
+    /// When `source` is not below the `sources` given to [`new`](Self::new).
+    #[inline]
+    pub fn count(&mut self, source: u32, target: u32) {
+        let s = source as usize;
+        assert!(
+            s < self.units.len(),
+            "source {source} is outside the {} sources counted",
+            self.units.len()
+        );
+        let prev = std::mem::replace(&mut self.prev[s], target);
+        self.units[s] = self.units[s].saturating_add(units(prev, target) as u32);
+        self.synapses[s] = self.synapses[s].saturating_add(1);
+    }
+
+    /// The counts of the sources with a synapse, as [`ListCounter`] would
+    /// have them after its pass.
+    pub fn finish(self) -> ListCounter {
+        let mut marks = IndexBuilder::new(self.units.len() as u32);
+        for (s, &c) in self.synapses.iter().enumerate() {
+            if c > 0 {
+                marks.mark(s as u32);
+            }
+        }
+        let index = marks.finish();
+        let keep = |v: &[u32]| -> Vec<u32> {
+            let mut out = Vec::with_capacity(index.len());
+            out.extend(
+                v.iter()
+                    .zip(&self.synapses)
+                    .filter(|&(_, &c)| c > 0)
+                    .map(|(&x, _)| x),
+            );
+            out
+        };
+        ListCounter {
+            units: keep(&self.units),
+            synapses: keep(&self.synapses),
+            prev: vec![0; index.len()],
+            index,
         }
     }
 }
@@ -381,6 +458,19 @@ mod tests {
         synapses.iter().for_each(|&(s, _)| marks.mark(s));
         let mut counter = ListCounter::new(marks.finish());
         synapses.iter().for_each(|&(s, t)| counter.count(s, t));
+        // Counted densely in one pass, the same counts.
+        let mut dense = DenseCounter::new(sources);
+        synapses.iter().for_each(|&(s, t)| dense.count(s, t));
+        let dense = dense.finish();
+        assert_eq!(dense.index, counter.index);
+        assert_eq!(
+            (&dense.units, &dense.synapses, &dense.prev),
+            (
+                &counter.units,
+                &counter.synapses,
+                &vec![0; counter.index.len()]
+            )
+        );
         let mut filler = counter.filler().unwrap();
         for (k, &(s, t)) in synapses.iter().enumerate() {
             let (p, at) = filler.push(s, t);
