@@ -13,36 +13,22 @@
 //! looks up batches of 1,000 random sources in increasing order (the order
 //! of an exchange's spike codes within a step), alternating the three ways
 //! in every round, and prints the median nanoseconds per lookup (the
-//! thread's CPU time) and each way's bytes.
+//! process's CPU time; it has one thread) and each way's bytes.
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hpc_spiking::rng::{below, draw, stream_key, Purpose};
+use hpc_spiking::run::cpu_seconds as cpu;
 use hpc_spiking::targets::{IndexBuilder, SourceIndex};
 
-/// The calling thread's CPU time.
-fn cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec that outlives the call, the only
-    // memory clock_gettime writes.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
+/// Argument `i` as a number, `default` when absent.
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> Result<T> {
-    match args.get(i) {
-        None => Ok(default),
-        Some(s) => s
-            .parse()
+    args.get(i).map_or(Ok(default), |s| {
+        s.parse()
             .ok()
-            .with_context(|| format!("argument {}: {s:?} is not a number", i + 1)),
-    }
+            .with_context(|| format!("argument {}: {s:?} is not a number", i + 1))
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -110,9 +96,9 @@ fn main() -> Result<()> {
             }
             black_box(sum);
             let t3 = cpu();
-            a.push((t1 - t0).as_nanos() as f64 / lookups);
-            b.push((t2 - t1).as_nanos() as f64 / lookups);
-            c.push((t3 - t2).as_nanos() as f64 / lookups);
+            a.push((t1 - t0) * 1e9 / lookups);
+            b.push((t2 - t1) * 1e9 / lookups);
+            c.push((t3 - t2) * 1e9 / lookups);
         }
         println!(
             "| {percent} % | {:.2} ns, {} B | {:.2} ns, {} B | {:.2} ns, {} B |",

@@ -609,16 +609,7 @@ impl StdpRow {
     /// for a negative or non-finite value or a count other than [`len`](Self::len).
     pub fn restore(&mut self, k_plus: f64, t_last: f64, weights: &[f64]) -> Result<(), ModelError> {
         let trace = SourceTrace::restore(k_plus, t_last)?;
-        if weights.len() != self.weights.len() {
-            return Err(ModelError::Param {
-                name: "weights",
-                value: weights.len() as f64,
-                must: "as many as the row's synapses",
-            });
-        }
-        for &w in weights {
-            non_negative("weight", w)?;
-        }
+        check_weights(weights, self.weights.len())?;
         self.trace = trace;
         self.weights.copy_from_slice(weights);
         Ok(())
@@ -632,12 +623,7 @@ impl StdpRow {
         weight: f64,
         archives: &mut [PostArchive],
     ) -> Result<(), ModelError> {
-        non_negative("weight", weight)?;
-        let len = archives.len();
-        let archive = archives
-            .get_mut(target as usize)
-            .ok_or(ModelError::Target { target, len })?;
-        archive.register(self.trace.t_last - self.delay, self.delay);
+        register(archives, target, weight, self.trace.t_last, self.delay)?;
         self.targets.push(target);
         self.weights.push(weight);
         self.span = self.span.max(target as usize + 1);
@@ -746,6 +732,41 @@ impl StdpRow {
     pub fn is_empty(&self) -> bool {
         self.targets.is_empty()
     }
+}
+
+/// Registers a new synapse of initial weight `weight` (finite, `>= 0`) and
+/// delay `delay` with `archives[target]`, from a source whose last spike was
+/// at `t_last`.
+fn register(
+    archives: &mut [PostArchive],
+    target: u32,
+    weight: f64,
+    t_last: f64,
+    delay: f64,
+) -> Result<(), ModelError> {
+    non_negative("weight", weight)?;
+    let len = archives.len();
+    let archive = archives
+        .get_mut(target as usize)
+        .ok_or(ModelError::Target { target, len })?;
+    archive.register(t_last - delay, delay);
+    Ok(())
+}
+
+/// Refuses a checkpoint's weights unless there are `len` of them, each
+/// finite and `>= 0`.
+fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
+    if weights.len() != len {
+        return Err(ModelError::Param {
+            name: "weights",
+            value: weights.len() as f64,
+            must: "as many as the synapses",
+        });
+    }
+    for &w in weights {
+        non_negative("weight", w)?;
+    }
+    Ok(())
 }
 
 /// The update of one source's synapses of delay `d` when it spikes at

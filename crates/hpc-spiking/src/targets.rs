@@ -234,7 +234,7 @@ mod tests {
     use super::*;
 
     /// A small deterministic generator (no dependency for a test).
-    fn lcg(state: &mut u64) -> u32 {
+    pub(super) fn lcg(state: &mut u64) -> u32 {
         *state = state
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);

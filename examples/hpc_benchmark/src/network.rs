@@ -371,14 +371,18 @@ mod tests {
     use super::*;
     use crate::params::Params;
 
+    fn model(scale: f64) -> Model {
+        Model::new(Params {
+            scale,
+            ..Params::default()
+        })
+        .unwrap()
+    }
+
     /// Counted densely (two passes) or not (three), a shard is the same.
     #[test]
     fn both_ways_of_counting_build_the_same_shard() {
-        let model = Model::new(Params {
-            scale: 0.05,
-            ..Params::default()
-        })
-        .unwrap();
+        let model = model(0.05);
         // E neurons, and a shard of E and I neurons.
         for (first, len) in [(0, 100), (440, 30)] {
             assert!(counts_densely(&model, first, len));
@@ -393,7 +397,7 @@ mod tests {
             }
             assert_eq!(a.synapse_bytes(), b.synapse_bytes());
             assert_eq!(a.synapses(), b.synapses());
-            assert!(a.plastic.len() > 0 && a.stat.synapses() > 0);
+            assert!(!a.plastic.is_empty() && a.stat.synapses() > 0);
         }
     }
 
@@ -403,11 +407,7 @@ mod tests {
     /// expected counts are what is drawn.
     #[test]
     fn a_small_shard_holds_its_present_sources_only() {
-        let model = Model::new(Params {
-            scale: 10.0,
-            ..Params::default()
-        })
-        .unwrap();
+        let model = model(10.0);
         let (ne, n) = (model.ne, model.n);
         // E only, E only, E and I, I only: few synapses, counted in three
         // passes.

@@ -1,10 +1,10 @@
 //! [`StdpRows`]: the STDP synapses of many sources onto one set of targets,
 //! held only for the sources with a synapse here.
 
-use crate::model::{non_negative, positive, ModelError};
+use crate::model::{positive, ModelError};
 use crate::targets::{Decode, ListCounter, ListFiller, SourceIndex, SourceLists};
 
-use super::{update_synapses, PostArchive, SourceTrace, StdpPlHom};
+use super::{check_weights, register, update_synapses, PostArchive, SourceTrace, StdpPlHom};
 
 /// The STDP synapses of one delay from many sources onto one set of targets
 /// (a shard's neurons), as one [`StdpRow`](super::StdpRow) per source would
@@ -168,16 +168,7 @@ impl StdpRows {
     /// [`all_weights`](Self::all_weights). Refused, changing nothing, for a
     /// negative or non-finite weight or another count.
     pub fn restore_weights(&mut self, weights: &[f64]) -> Result<(), ModelError> {
-        if weights.len() != self.weights.len() {
-            return Err(ModelError::Param {
-                name: "weights",
-                value: weights.len() as f64,
-                must: "as many as the rows' synapses",
-            });
-        }
-        for &w in weights {
-            non_negative("weight", w)?;
-        }
+        check_weights(weights, self.weights.len())?;
         self.weights.copy_from_slice(weights);
         Ok(())
     }
@@ -239,13 +230,8 @@ impl StdpRowsFiller {
         weight: f64,
         archives: &mut [PostArchive],
     ) -> Result<(), ModelError> {
-        non_negative("weight", weight)?;
-        let len = archives.len();
-        let archive = archives
-            .get_mut(target as usize)
-            .ok_or(ModelError::Target { target, len })?;
         // No spike before the rows are built: the trace's last spike is 0.
-        archive.register(-self.delay, self.delay);
+        register(archives, target, weight, 0.0, self.delay)?;
         let (_, at) = self.lists.push(source, target);
         self.weights[at] = weight;
         self.span = self.span.max(target as usize + 1);

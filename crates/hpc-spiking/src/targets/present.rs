@@ -444,14 +444,8 @@ impl SourceLists {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::lcg;
     use super::*;
-
-    fn lcg(state: &mut u64) -> u32 {
-        *state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*state >> 33) as u32
-    }
 
     fn build(sources: u32, synapses: &[(u32, u32)]) -> (SourceLists, Vec<u32>) {
         let mut marks = IndexBuilder::new(sources);
