@@ -93,7 +93,7 @@
 //! archive for the last `t - d` asked (every row of delay `d` delivering a spike
 //! of the same step asks for the same one) until a spike is recorded; a target
 //! whose last spike is before the window skips the history; `exp` of a lag and
-//! `w^mu` are looked up by their argument's bits in a memo of the delivery (lags
+//! `w^mu` are looked up by their argument's bits in a memo of the delivery ([`StdpRows`] keeps the one of `exp` across deliveries; lags
 //! repeat because postsynaptic spikes fall on the steps of a grid; weights
 //! repeat while they are still the initial weight, and always with `lambda` 0).
 //!
@@ -223,10 +223,29 @@ impl StdpPlHom {
 /// steps of 0.1 ms).
 const MEMO_SLOTS: usize = 2048;
 
+/// Bytes of the memo of `exp` of the lags that [`StdpRows`] keeps across
+/// deliveries (a [`StdpRow`] clears one on its stack for each).
+pub const DELIVERY_MEMO_BYTES: usize = MEMO_SLOTS * 16;
+
 /// A direct-mapped memo of a function of an `f64`, keyed by its argument's
-/// bits: a hit answers exactly what the function answered.
+/// bits: a hit answers exactly what the function answered, so a memo kept
+/// for the same function (the same `tau_plus`) across deliveries changes no
+/// value.
+#[derive(Clone)]
 struct Memo {
     slots: [(u64, f64); MEMO_SLOTS],
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo::new()
+    }
 }
 
 impl Memo {
@@ -694,6 +713,7 @@ impl StdpRow {
             self.targets.iter(),
             &mut self.weights,
             &mut archives[..self.span],
+            &mut Memo::new(),
             each,
         )
     }
@@ -773,8 +793,9 @@ fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
 /// `t_spike` (after [`SourceTrace::check`]), calling `each(target, new
 /// weight)` for every synapse in order, then the trace's; a weight that
 /// leaves the finite numbers stops it ([`ModelError::WeightOverflow`]).
-/// `archives` covers every target. [`StdpRow`] and [`StdpRows`] both deliver
-/// through it, so their weights are the same doubles.
+/// `archives` covers every target; `decay` memoises `exp` of the lags for
+/// this rule. [`StdpRow`] and [`StdpRows`] both deliver through it, so their
+/// weights are the same doubles.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn update_synapses(
@@ -785,6 +806,7 @@ fn update_synapses(
     targets: impl Iterator<Item = u32>,
     weights: &mut [f64],
     archives: &mut [PostArchive],
+    decay: &mut Memo,
     mut each: impl FnMut(u32, f64),
 ) -> Result<(), ModelError> {
     let (t_last, k_plus) = (trace.t_last, trace.k_plus);
@@ -795,10 +817,6 @@ fn update_synapses(
     // `exp` of the lags and `w^mu` of the weights are computed once for
     // a repeated argument: the spikes of a step are at one time, and
     // weights that have not changed since they were connected are equal.
-    // The memo (32 KiB) is cleared only for a row that meets a spike in a
-    // window: a row of one or two synapses, as most are on a shard of a
-    // large network, mostly meets none.
-    let mut decay: Option<Memo> = None;
     let (mu, mut pow_of, mut pow) = (rule.params.mu, u64::MAX, 0.0);
     for (target, w) in targets.zip(weights.iter_mut()) {
         let archive = &mut archives[target as usize];
@@ -806,9 +824,7 @@ fn update_synapses(
         if archive.last_spike >= lim1 {
             for i in archive.window(t1, t2) {
                 let minus_dt = t_last - (archive.history[i].t + d);
-                let e = decay
-                    .get_or_insert_with(Memo::new)
-                    .get(minus_dt, |x| (x * rule.tau_plus_inv).exp());
+                let e = decay.get(minus_dt, |x| (x * rule.tau_plus_inv).exp());
                 if v.to_bits() != pow_of {
                     (pow_of, pow) = (v.to_bits(), v.powf(mu));
                 }

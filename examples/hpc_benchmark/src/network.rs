@@ -34,7 +34,8 @@
 use anyhow::Result;
 use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
 use hpc_spiking::plasticity::{
-    PostArchive, SourceTrace, StdpPlHom, StdpRows, StdpRowsFiller, ROW_HEAD_BYTES,
+    PostArchive, SourceTrace, StdpPlHom, StdpRows, StdpRowsFiller, DELIVERY_MEMO_BYTES,
+    ROW_HEAD_BYTES,
 };
 use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
@@ -278,7 +279,8 @@ impl Shard {
     }
 
     /// Bytes of the synapses and of their plastic state, as allocated: the
-    /// rows (index, targets, weights, offsets and traces), the static lists
+    /// rows (index, targets, weights, offsets, traces and the memo of their
+    /// delivery), the static lists
     /// (index, targets and offsets), the shard's own sources' traces, and the
     /// archives (struct and archived spikes, 24 bytes each).
     pub fn synapse_bytes(&self) -> u64 {
@@ -354,13 +356,16 @@ pub fn expected_present(model: &Model, first: u32, len: u32) -> (f64, f64) {
 /// [`Shard::build`] allocates them for the [expected](expected_present)
 /// present sources: the two indexes, each row's offsets and trace
 /// ([`ROW_HEAD_BYTES`]), each static list's offset, one more offset of each
-/// kind, the own sources' traces, and while building each present source's
+/// kind, the own sources' traces, the delivery's memo where there are rows
+/// ([`DELIVERY_MEMO_BYTES`]), and while building each present source's
 /// previous target (4 bytes).
 pub fn expected_shard_bytes(model: &Model, first: u32, len: u32) -> f64 {
     let (plastic, stat) = expected_present(model, first, len);
     let indexes = SourceIndex::bytes_for(model.ne) + SourceIndex::bytes_for(model.n);
-    let own = excitatory(model, first, len) as usize * std::mem::size_of::<SourceTrace>();
-    indexes as f64
+    let e = excitatory(model, first, len) as usize;
+    let own = e * std::mem::size_of::<SourceTrace>();
+    let memo = if e > 0 { DELIVERY_MEMO_BYTES } else { 0 };
+    (indexes + memo) as f64
         + plastic * (ROW_HEAD_BYTES + 4) as f64
         + stat * (4.0 + 4.0)
         + (4 + 4 + 4 + own) as f64
@@ -422,10 +427,12 @@ mod tests {
             // Every row's targets and weights in place: no step of a shard of
             // 6 neurons needs an escape, so a target is one unit.
             let archives = len as usize * std::mem::size_of::<PostArchive>();
+            let memo = if plastic > 0 { DELIVERY_MEMO_BYTES } else { 0 };
             let want = SourceIndex::bytes_for(ne)
                 + SourceIndex::bytes_for(n)
                 + plastic * ROW_HEAD_BYTES
                 + 8
+                + memo
                 + stdp as usize * 10
                 + (stat + 1) * 4
                 + n_static as usize * 2

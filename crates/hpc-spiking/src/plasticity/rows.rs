@@ -4,7 +4,10 @@
 use crate::model::{positive, ModelError};
 use crate::targets::{Decode, ListCounter, ListFiller, SourceIndex, SourceLists};
 
-use super::{check_weights, register, update_synapses, PostArchive, SourceTrace, StdpPlHom};
+use super::{
+    check_weights, register, update_synapses, Memo, PostArchive, SourceTrace, StdpPlHom,
+    DELIVERY_MEMO_BYTES,
+};
 
 /// The STDP synapses of one delay from many sources onto one set of targets
 /// (a shard's neurons), as one [`StdpRow`](super::StdpRow) per source would
@@ -13,7 +16,9 @@ use super::{check_weights, register, update_synapses, PostArchive, SourceTrace, 
 /// offset into the targets, another into the weights and its trace `K+` and
 /// last spike time (24 bytes), an absent one nothing but its bit in the
 /// index. The targets are [`crate::targets`]' `u16` steps and the weights
-/// `f64`, in one array each.
+/// `f64`, in one array each; the memo of `exp` of the lags that a delivery
+/// keeps is kept across deliveries ([`DELIVERY_MEMO_BYTES`]), which changes
+/// no value.
 ///
 /// Built in three passes over the synapses ([`crate::targets::IndexBuilder`]
 /// and [`ListCounter`] as for any lists, then [`StdpRowsFiller::connect`]);
@@ -57,6 +62,12 @@ pub struct StdpRows {
     weights: Vec<f64>,
     /// One past the largest target, so that one comparison checks them all.
     span: usize,
+    /// `exp` of the lags, kept across deliveries (a row of one or two
+    /// synapses, as most are on a shard of a large network, would not pay
+    /// for clearing one), for the rule of `tau_plus_inv` (its bits; NaN's
+    /// before the first delivery); none without rows.
+    decay: Option<Box<Memo>>,
+    decay_of: u64,
 }
 
 /// Bytes a present source's row takes beside its synapses: the offsets of
@@ -105,6 +116,11 @@ impl StdpRows {
             self.synapse_starts[p + 1] as usize,
         );
         let input = &mut input[..self.span];
+        let decay = self.decay.get_or_insert_with(Box::default);
+        if self.decay_of != rule.tau_plus_inv.to_bits() {
+            **decay = Memo::new();
+            self.decay_of = rule.tau_plus_inv.to_bits();
+        }
         update_synapses(
             rule,
             self.delay,
@@ -113,6 +129,7 @@ impl StdpRows {
             self.lists.row(p),
             &mut self.weights[w0..w1],
             &mut archives[..self.span],
+            decay,
             |target, w| input[target as usize] += w,
         )?;
         Ok(true)
@@ -184,9 +201,11 @@ impl StdpRows {
     }
 
     /// Bytes as allocated: the index, the targets with their offsets, the
-    /// weights with theirs, and the traces.
+    /// weights with theirs, the traces, and the delivery's memo
+    /// ([`DELIVERY_MEMO_BYTES`], where there is a row).
     pub fn bytes(&self) -> usize {
-        self.lists.bytes()
+        self.decay.as_ref().map_or(0, |_| DELIVERY_MEMO_BYTES)
+            + self.lists.bytes()
             + self.synapse_starts.capacity() * 4
             + self.traces.capacity() * std::mem::size_of::<SourceTrace>()
             + self.weights.capacity() * std::mem::size_of::<f64>()
@@ -241,6 +260,7 @@ impl StdpRowsFiller {
     /// The rows.
     pub fn finish(self) -> StdpRows {
         let (lists, synapse_starts) = self.lists.finish_with_synapses();
+        let decay = (!self.weights.is_empty()).then(Box::default);
         StdpRows {
             delay: self.delay,
             traces: vec![SourceTrace::default(); lists.index().len()],
@@ -248,6 +268,8 @@ impl StdpRowsFiller {
             synapse_starts,
             weights: self.weights,
             span: self.span,
+            decay,
+            decay_of: u64::MAX,
         }
     }
 }

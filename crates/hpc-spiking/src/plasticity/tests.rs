@@ -874,13 +874,14 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
     assert!(p_count > 15 && p_count <= 25, "{p_count} present");
     assert_eq!(rows.len(), synapses.len());
     // Allocated: the index, two u32 offsets and a trace a present source,
-    // one more offset of each, 2 bytes a target and 8 a weight.
+    // one more offset of each, 2 bytes a target and 8 a weight, and the memo.
     assert_eq!(
         rows.bytes(),
         crate::targets::SourceIndex::bytes_for(n_sources)
             + p_count * ROW_HEAD_BYTES
             + 8
             + synapses.len() * StdpRow::BYTES_PER_SYNAPSE
+            + DELIVERY_MEMO_BYTES
     );
     // Some absent sources fire too; a source's own trace follows all spikes.
     let firing: Vec<u32> = present.iter().copied().chain([0, 1, 4_999]).collect();
