@@ -56,7 +56,7 @@
 //! assert_eq!(decode(&all[3..]).collect::<Vec<_>>(), [7, 100_000]);
 //! ```
 
-mod present;
+pub mod present;
 pub use present::{DenseCounter, IndexBuilder, ListCounter, ListFiller, SourceIndex, SourceLists};
 
 /// The unit that announces a target written out in the next two units.

@@ -309,7 +309,7 @@ impl Shard {
     }
 }
 
-/// Whether [`Shard::build`] counts the lists of the shard of neurons
+/// Whether `Shard::build` counts the lists of the shard of neurons
 /// `first..first + len` densely, in one pass with 12 bytes per source of the
 /// network ([`DenseCounter`]): where that is less than what the shard will
 /// hold (its synapses' targets and weights and the expected rows and lists),
@@ -353,7 +353,7 @@ pub fn expected_present(model: &Model, first: u32, len: u32) -> (f64, f64) {
 
 /// Bytes the shard of neurons `first..first + len` holds beside its
 /// synapses' targets and weights, its archives and its buffers, as
-/// [`Shard::build`] allocates them for the [expected](expected_present)
+/// `Shard::build` allocates them for the [expected](expected_present)
 /// present sources: the two indexes, each row's offsets and trace
 /// ([`ROW_HEAD_BYTES`]), each static list's offset, one more offset of each
 /// kind, the own sources' traces, the delivery's memo where there are rows

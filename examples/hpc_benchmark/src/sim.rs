@@ -74,7 +74,7 @@ fn bin_of(w: f64) -> u32 {
 
 /// The non-empty bins `(index, count)` of `weights`, whose smallest and
 /// largest are `min` and `max`, in increasing order: counted in an array over
-/// the bins from `min`'s to `max`'s when there are at most [`DENSE_BINS`] of
+/// the bins from `min`'s to `max`'s when there are at most 2^20 (`DENSE_BINS`) of
 /// them, else by sorting the bins of the weights.
 pub fn weight_bins(weights: &[f64], min: f64, max: f64) -> Vec<(u32, u64)> {
     if weights.is_empty() {

@@ -21,7 +21,8 @@ use super::{
 /// no value.
 ///
 /// Built in three passes over the synapses ([`crate::targets::IndexBuilder`]
-/// and [`ListCounter`] as for any lists, then [`StdpRowsFiller::connect`]);
+/// and [`ListCounter`] as for any lists, or the two of them in one with
+/// [`crate::targets::DenseCounter`], then [`StdpRowsFiller::connect`]);
 /// a delivery ([`deliver_into`](Self::deliver_into)) does what
 /// [`StdpRow::deliver_into`](super::StdpRow::deliver_into) does, in the same
 /// order, so the weights are the same doubles.
