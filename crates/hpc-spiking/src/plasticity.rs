@@ -93,7 +93,7 @@
 //! archive for the last `t - d` asked (every row of delay `d` delivering a spike
 //! of the same step asks for the same one) until a spike is recorded; a target
 //! whose last spike is before the window skips the history; `exp` of a lag and
-//! `w^mu` are looked up by their argument's bits in a memo of the delivery (lags
+//! `w^mu` are looked up by their argument's bits in a memo of the delivery ([`StdpRows`] keeps the one of `exp` across deliveries; lags
 //! repeat because postsynaptic spikes fall on the steps of a grid; weights
 //! repeat while they are still the initial weight, and always with `lambda` 0).
 //!
@@ -142,6 +142,9 @@ use std::ops::Range;
 
 use crate::model::{non_negative, positive, ModelError};
 use crate::targets::{self, Targets};
+
+mod rows;
+pub use rows::{StdpRows, StdpRowsFiller, ROW_HEAD_BYTES};
 
 /// NEST's `stdp_eps` (ms): the tolerance of every spike-time comparison of the
 /// rule (its default, which NEST requires to be below the resolution).
@@ -220,10 +223,29 @@ impl StdpPlHom {
 /// steps of 0.1 ms).
 const MEMO_SLOTS: usize = 2048;
 
+/// Bytes of the memo of `exp` of the lags that [`StdpRows`] keeps across
+/// deliveries (a [`StdpRow`] clears one on its stack for each).
+pub const DELIVERY_MEMO_BYTES: usize = MEMO_SLOTS * 16;
+
 /// A direct-mapped memo of a function of an `f64`, keyed by its argument's
-/// bits: a hit answers exactly what the function answered.
+/// bits: a hit answers exactly what the function answered, so a memo kept
+/// for the same function (the same `tau_plus`) across deliveries changes no
+/// value.
+#[derive(Clone)]
 struct Memo {
     slots: [(u64, f64); MEMO_SLOTS],
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo::new()
+    }
 }
 
 impl Memo {
@@ -492,13 +514,69 @@ pub struct ArchivedSpike {
     pub reads: u32,
 }
 
+/// A source's trace `K+` and the time of its latest spike, which all its
+/// synapses share: 0 and 0 before its first spike, as NEST's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SourceTrace {
+    k_plus: f64,
+    t_last: f64,
+}
+
+impl SourceTrace {
+    /// A checkpoint's trace `K+` and last spike time ([`k_plus`](Self::k_plus),
+    /// [`t_last`](Self::t_last)); refused for a negative or non-finite value.
+    pub fn restore(k_plus: f64, t_last: f64) -> Result<Self, ModelError> {
+        non_negative("K+", k_plus)?;
+        non_negative("t_last", t_last)?;
+        Ok(SourceTrace { k_plus, t_last })
+    }
+
+    /// The trace `K+` just after the latest spike.
+    pub fn k_plus(&self) -> f64 {
+        self.k_plus
+    }
+
+    /// The time of the latest spike (ms; 0 before the first, as NEST).
+    pub fn t_last(&self) -> f64 {
+        self.t_last
+    }
+
+    /// The source spiked at `t_spike` (ms, after its previous spike and after
+    /// 0): `K+ <- K+ exp(-(t_spike - t_last) / tau_plus) + 1`, `t_last <-
+    /// t_spike`, the value every synapse of the source keeps (for a source
+    /// whose synapses are elsewhere).
+    pub fn spike(&mut self, rule: &StdpPlHom, t_spike: f64) -> Result<(), ModelError> {
+        self.check(t_spike)?;
+        self.advance(rule, t_spike);
+        Ok(())
+    }
+
+    /// Refuses a spike not after the previous one (or not a number).
+    #[inline]
+    fn check(&self, t_spike: f64) -> Result<(), ModelError> {
+        if !t_spike.is_finite() || t_spike <= self.t_last {
+            return Err(ModelError::TimeOrder {
+                what: "presynaptic spike",
+                t: t_spike,
+                last: self.t_last,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn advance(&mut self, rule: &StdpPlHom, t_spike: f64) {
+        self.k_plus = self.k_plus * ((self.t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
+        self.t_last = t_spike;
+    }
+}
+
 /// The STDP synapses of one source with one delay: targets and weights, with the
 /// source's trace `K+` and last spike time that all of them share.
 #[derive(Clone, Debug)]
 pub struct StdpRow {
     delay: f64,
-    k_plus: f64,
-    t_last: f64,
+    trace: SourceTrace,
     targets: Targets,
     weights: Vec<f64>,
     /// One past the largest target, so that one comparison checks them all.
@@ -516,8 +594,7 @@ impl StdpRow {
         positive("delay", delay)?;
         Ok(StdpRow {
             delay,
-            k_plus: 0.0,
-            t_last: 0.0,
+            trace: SourceTrace::default(),
             targets: Targets::new(),
             weights: Vec::new(),
             span: 0,
@@ -550,20 +627,9 @@ impl StdpRow {
     /// and the weights in the order of connection. Refused, changing nothing,
     /// for a negative or non-finite value or a count other than [`len`](Self::len).
     pub fn restore(&mut self, k_plus: f64, t_last: f64, weights: &[f64]) -> Result<(), ModelError> {
-        non_negative("K+", k_plus)?;
-        non_negative("t_last", t_last)?;
-        if weights.len() != self.weights.len() {
-            return Err(ModelError::Param {
-                name: "weights",
-                value: weights.len() as f64,
-                must: "as many as the row's synapses",
-            });
-        }
-        for &w in weights {
-            non_negative("weight", w)?;
-        }
-        self.k_plus = k_plus;
-        self.t_last = t_last;
+        let trace = SourceTrace::restore(k_plus, t_last)?;
+        check_weights(weights, self.weights.len())?;
+        self.trace = trace;
         self.weights.copy_from_slice(weights);
         Ok(())
     }
@@ -576,12 +642,7 @@ impl StdpRow {
         weight: f64,
         archives: &mut [PostArchive],
     ) -> Result<(), ModelError> {
-        non_negative("weight", weight)?;
-        let len = archives.len();
-        let archive = archives
-            .get_mut(target as usize)
-            .ok_or(ModelError::Target { target, len })?;
-        archive.register(self.t_last - self.delay, self.delay);
+        register(archives, target, weight, self.trace.t_last, self.delay)?;
         self.targets.push(target);
         self.weights.push(weight);
         self.span = self.span.max(target as usize + 1);
@@ -625,13 +686,7 @@ impl StdpRow {
     /// Refuses a spike out of order, or archives (or an input) too short for
     /// the targets.
     fn check(&self, t_spike: f64, archives: usize, input: usize) -> Result<(), ModelError> {
-        if !t_spike.is_finite() || t_spike <= self.t_last {
-            return Err(ModelError::TimeOrder {
-                what: "presynaptic spike",
-                t: t_spike,
-                last: self.t_last,
-            });
-        }
+        self.trace.check(t_spike)?;
         let len = archives.min(input);
         if self.span > len {
             let target = self.targets.iter().max().unwrap_or(0);
@@ -640,57 +695,27 @@ impl StdpRow {
         Ok(())
     }
 
-    /// The update of [`deliver`](Self::deliver), after [`check`](Self::check),
-    /// calling `each(target, new weight)` for every synapse in order; a weight
-    /// that leaves the finite numbers stops it ([`ModelError::WeightOverflow`]).
+    /// The update of [`deliver`](Self::deliver), after [`check`](Self::check)
+    /// ([`update_synapses`]).
     #[inline(always)]
     fn update(
         &mut self,
         rule: &StdpPlHom,
         t_spike: f64,
         archives: &mut [PostArchive],
-        mut each: impl FnMut(u32, f64),
+        each: impl FnMut(u32, f64),
     ) -> Result<(), ModelError> {
-        let archives = &mut archives[..self.span];
-        let (d, t_last, k_plus) = (self.delay, self.t_last, self.k_plus);
-        let (t1, t2) = (t_last - d, t_spike - d);
-        // No archived spike is later than the archive's last spike: one
-        // comparison shows most windows empty without reading the history.
-        let lim1 = t1 + STDP_EPS_MS;
-        // `exp` of the lags and `w^mu` of the weights are computed once for
-        // a repeated argument: the spikes of a step are at one time, and
-        // weights that have not changed since they were connected are equal.
-        let mut decay = Memo::new();
-        let (mu, mut pow_of, mut pow) = (rule.params.mu, u64::MAX, 0.0);
-        for (target, w) in self.targets.iter().zip(self.weights.iter_mut()) {
-            let archive = &mut archives[target as usize];
-            let mut v = *w;
-            if archive.last_spike >= lim1 {
-                for i in archive.window(t1, t2) {
-                    let minus_dt = t_last - (archive.history[i].t + d);
-                    let e = decay.get(minus_dt, |x| (x * rule.tau_plus_inv).exp());
-                    if v.to_bits() != pow_of {
-                        (pow_of, pow) = (v.to_bits(), v.powf(mu));
-                    }
-                    v = rule.facilitate(v, pow, k_plus * e);
-                }
-            }
-            if !v.is_finite() {
-                return Err(ModelError::WeightOverflow {
-                    weight: v,
-                    from: *w,
-                    t: t_spike,
-                    lambda: rule.params.lambda,
-                    mu: rule.params.mu,
-                });
-            }
-            v = rule.depress(v, archive.k_minus_before_cached(t2));
-            *w = v;
-            each(target, v);
-        }
-        self.k_plus = k_plus * ((t_last - t_spike) * rule.tau_plus_inv).exp() + 1.0;
-        self.t_last = t_spike;
-        Ok(())
+        update_synapses(
+            rule,
+            self.delay,
+            &mut self.trace,
+            t_spike,
+            self.targets.iter(),
+            &mut self.weights,
+            &mut archives[..self.span],
+            &mut Memo::new(),
+            each,
+        )
     }
 
     /// The delay (ms).
@@ -700,12 +725,12 @@ impl StdpRow {
 
     /// The source's trace `K+` just after its latest spike.
     pub fn k_plus(&self) -> f64 {
-        self.k_plus
+        self.trace.k_plus
     }
 
     /// The time of the source's latest spike (ms; 0 before the first, as NEST).
     pub fn t_last(&self) -> f64 {
-        self.t_last
+        self.trace.t_last
     }
 
     /// The targets, in the order of connection.
@@ -727,6 +752,100 @@ impl StdpRow {
     pub fn is_empty(&self) -> bool {
         self.targets.is_empty()
     }
+}
+
+/// Registers a new synapse of initial weight `weight` (finite, `>= 0`) and
+/// delay `delay` with `archives[target]`, from a source whose last spike was
+/// at `t_last`.
+fn register(
+    archives: &mut [PostArchive],
+    target: u32,
+    weight: f64,
+    t_last: f64,
+    delay: f64,
+) -> Result<(), ModelError> {
+    non_negative("weight", weight)?;
+    let len = archives.len();
+    let archive = archives
+        .get_mut(target as usize)
+        .ok_or(ModelError::Target { target, len })?;
+    archive.register(t_last - delay, delay);
+    Ok(())
+}
+
+/// Refuses a checkpoint's weights unless there are `len` of them, each
+/// finite and `>= 0`.
+fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
+    if weights.len() != len {
+        return Err(ModelError::Param {
+            name: "weights",
+            value: weights.len() as f64,
+            must: "as many as the synapses",
+        });
+    }
+    for &w in weights {
+        non_negative("weight", w)?;
+    }
+    Ok(())
+}
+
+/// The update of one source's synapses of delay `d` when it spikes at
+/// `t_spike` (after [`SourceTrace::check`]), calling `each(target, new
+/// weight)` for every synapse in order, then the trace's; a weight that
+/// leaves the finite numbers stops it ([`ModelError::WeightOverflow`]).
+/// `archives` covers every target; `decay` memoises `exp` of the lags for
+/// this rule. [`StdpRow`] and [`StdpRows`] both deliver through it, so their
+/// weights are the same doubles.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn update_synapses(
+    rule: &StdpPlHom,
+    d: f64,
+    trace: &mut SourceTrace,
+    t_spike: f64,
+    targets: impl Iterator<Item = u32>,
+    weights: &mut [f64],
+    archives: &mut [PostArchive],
+    decay: &mut Memo,
+    mut each: impl FnMut(u32, f64),
+) -> Result<(), ModelError> {
+    let (t_last, k_plus) = (trace.t_last, trace.k_plus);
+    let (t1, t2) = (t_last - d, t_spike - d);
+    // No archived spike is later than the archive's last spike: one
+    // comparison shows most windows empty without reading the history.
+    let lim1 = t1 + STDP_EPS_MS;
+    // `exp` of the lags and `w^mu` of the weights are computed once for
+    // a repeated argument: the spikes of a step are at one time, and
+    // weights that have not changed since they were connected are equal.
+    let (mu, mut pow_of, mut pow) = (rule.params.mu, u64::MAX, 0.0);
+    for (target, w) in targets.zip(weights.iter_mut()) {
+        let archive = &mut archives[target as usize];
+        let mut v = *w;
+        if archive.last_spike >= lim1 {
+            for i in archive.window(t1, t2) {
+                let minus_dt = t_last - (archive.history[i].t + d);
+                let e = decay.get(minus_dt, |x| (x * rule.tau_plus_inv).exp());
+                if v.to_bits() != pow_of {
+                    (pow_of, pow) = (v.to_bits(), v.powf(mu));
+                }
+                v = rule.facilitate(v, pow, k_plus * e);
+            }
+        }
+        if !v.is_finite() {
+            return Err(ModelError::WeightOverflow {
+                weight: v,
+                from: *w,
+                t: t_spike,
+                lambda: rule.params.lambda,
+                mu: rule.params.mu,
+            });
+        }
+        v = rule.depress(v, archive.k_minus_before_cached(t2));
+        *w = v;
+        each(target, v);
+    }
+    trace.advance(rule, t_spike);
+    Ok(())
 }
 
 #[cfg(test)]

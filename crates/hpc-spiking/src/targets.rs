@@ -21,7 +21,9 @@
 //! unchanged; only the bytes depend on the order. [`Targets`] is one growable
 //! list; [`units`], [`write`](fn@write) and [`decode`] serve many lists laid out in one
 //! array (a source's list at its offset), counted in a first pass and filled in
-//! a second.
+//! a second. [`SourceLists`] are such lists held only for the sources that
+//! have a target (found through a [`SourceIndex`]), for a shard of a network
+//! much larger than the targets it holds.
 //!
 //! ```
 //! use hpc_spiking::targets::{decode, units, write, Targets};
@@ -53,6 +55,9 @@
 //! }
 //! assert_eq!(decode(&all[3..]).collect::<Vec<_>>(), [7, 100_000]);
 //! ```
+
+pub mod present;
+pub use present::{DenseCounter, IndexBuilder, ListCounter, ListFiller, SourceIndex, SourceLists};
 
 /// The unit that announces a target written out in the next two units.
 pub const ESCAPE: u16 = u16::MAX;
@@ -229,7 +234,7 @@ mod tests {
     use super::*;
 
     /// A small deterministic generator (no dependency for a test).
-    fn lcg(state: &mut u64) -> u32 {
+    pub(super) fn lcg(state: &mut u64) -> u32 {
         *state = state
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);

@@ -22,7 +22,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use hpc_spiking::checkpoint::{rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::neuron::AlphaState;
-use hpc_spiking::plasticity::ArchivedSpike;
+use hpc_spiking::plasticity::{ArchivedSpike, SourceTrace, StdpRows};
 use hpc_spiking::run::RunOptions;
 use hpc_spiking::Block;
 
@@ -63,25 +63,22 @@ fn put_u32(b: &mut Vec<u8>, x: u32) {
     b.extend_from_slice(&x.to_le_bytes());
 }
 
-/// Neuron `t`'s excitatory input weights in draw order, read from `sh`'s rows
-/// (`cursor`: per source, how many of its row's synapses were taken, and the
-/// rest of its targets).
-fn input_weights(
+/// Where neuron `t`'s excitatory inputs are, in draw order, among the
+/// weights of `rows` (the rows of its shard; `cursor`: per row, how many of
+/// its synapses were taken), given to `each`.
+fn input_positions(
     model: &Model,
-    sh: &Shard,
+    rows: &StdpRows,
     t: u32,
-    cursor: &mut [(usize, hpc_spiking::targets::Iter<'_>)],
-    out: &mut Vec<f64>,
+    cursor: &mut [u32],
+    mut each: impl FnMut(usize),
 ) {
-    out.clear();
-    let local = t - sh.first;
     sources(model, t, |k, s| {
         if k < CE {
-            let (c, rest) = &mut cursor[s as usize];
-            let target = rest.next();
-            debug_assert_eq!(target, Some(local));
-            out.push(sh.rows[s as usize].weights()[*c]);
-            *c += 1;
+            // Every excitatory source of the shard's neurons has a row.
+            let p = rows.index().get(s).expect("a row for each source");
+            each(rows.weights_start(p) + cursor[p] as usize);
+            cursor[p] += 1;
         }
     });
 }
@@ -91,10 +88,10 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
     let d = model.delay_steps as usize;
     let mut b = rank_head(MAGIC, block, d as u32, step, HEAD);
     put_u32(&mut b, model.ne);
-    let mut weights = Vec::new();
     for sh in shards {
         let len = sh.len as usize;
-        let mut cursor: Vec<_> = sh.rows.iter().map(|r| (0, r.targets())).collect();
+        let all = sh.plastic.all_weights();
+        let mut cursor = vec![0u32; sh.plastic.index().len()];
         for i in 0..len {
             let s = &sh.state[i];
             for x in [s.i_ex, s.di_ex, s.i_in, s.di_in, s.v, s.i_0] {
@@ -116,12 +113,12 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
                 put_u32(&mut b, sh.ring_in.row(step + k)[i]);
             }
             let t = sh.first + i as u32;
-            if t < model.ne {
-                let row = &sh.rows[t as usize];
-                put_f64(&mut b, row.k_plus());
-                put_f64(&mut b, row.t_last());
-                input_weights(model, sh, t, &mut cursor, &mut weights);
-                weights.iter().for_each(|&w| put_f64(&mut b, w));
+            if let Some(own) = sh.own.get(i) {
+                put_f64(&mut b, own.k_plus());
+                put_f64(&mut b, own.t_last());
+                input_positions(model, &sh.plastic, t, &mut cursor, |at| {
+                    put_f64(&mut b, all[at])
+                });
             }
         }
     }
@@ -295,16 +292,19 @@ fn each_saved(
 pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -> Result<u64> {
     let ranks = rank_files(r, model.n)?;
     let step = r.step();
-    // Every source's trace, and the weights of this rank's neurons' inputs.
-    let mut traces = vec![(0.0, 0.0); model.ne as usize];
+    // The weights of this rank's neurons' inputs; each source's trace goes
+    // straight to the rows that have it.
     let mut inputs: Vec<Vec<f64>> = vec![Vec::new(); block.len as usize];
     for rank in 0..ranks {
         each_saved(r, model, rank, |t, s| {
-            if let Some((kp, tl, w)) = s.source {
-                traces[t as usize] = (kp, tl);
-                if block.first <= t && t < block.end() {
-                    inputs[(t - block.first) as usize] = w;
-                }
+            let trace = match &s.source {
+                Some((kp, tl, _)) => Some(SourceTrace::restore(*kp, *tl)?),
+                None => None,
+            };
+            if let Some(trace) = trace {
+                shards
+                    .iter_mut()
+                    .for_each(|sh| sh.plastic.restore_trace(t, trace));
             }
             if t < block.first || t >= block.end() {
                 return Ok(());
@@ -314,6 +314,10 @@ pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -
                 .find(|sh| sh.first <= t && t < sh.first + sh.len)
                 .ok_or_else(|| anyhow!("no shard holds neuron {t}"))?;
             let i = (t - sh.first) as usize;
+            if let (Some(trace), Some((_, _, w))) = (trace, s.source) {
+                sh.own[i] = trace;
+                inputs[(t - block.first) as usize] = w;
+            }
             sh.state[i] = s.state;
             sh.archives[i].restore(s.trace, s.last_spike, &s.archive)?;
             for (k, &(w, e, n)) in s.ring.iter().enumerate() {
@@ -326,24 +330,19 @@ pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -
         })?;
     }
     for sh in shards.iter_mut() {
-        let mut weights: Vec<Vec<f64>> = sh.rows.iter().map(|r| r.weights().to_vec()).collect();
-        let mut cursor = vec![0usize; model.ne as usize];
+        let mut weights = sh.plastic.all_weights().to_vec();
+        let mut cursor = vec![0u32; sh.plastic.index().len()];
         for t in sh.first..sh.first.saturating_add(sh.len).min(model.ne) {
-            let w = &inputs[(t - block.first) as usize];
-            let mut k = 0;
-            sources(model, t, |_, s| {
-                if k < w.len() && s < model.ne {
-                    weights[s as usize][cursor[s as usize]] = w[k];
-                    cursor[s as usize] += 1;
-                    k += 1;
+            let mut w = inputs[(t - block.first) as usize].iter();
+            input_positions(model, &sh.plastic, t, &mut cursor, |at| {
+                if let Some(&x) = w.next() {
+                    weights[at] = x;
                 }
             });
         }
-        for (s, (row, w)) in sh.rows.iter_mut().zip(&weights).enumerate() {
-            let (kp, tl) = traces[s];
-            row.restore(kp, tl, w)
-                .map_err(|e| anyhow!("checkpoint {}: source {s}: {e}", r.dir().display()))?;
-        }
+        sh.plastic
+            .restore_weights(&weights)
+            .map_err(|e| anyhow!("checkpoint {}: {e}", r.dir().display()))?;
     }
     Ok(step)
 }

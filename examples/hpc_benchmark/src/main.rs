@@ -12,11 +12,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Parser;
 use hpc_benchmark::figure::{self, WEIGHTS_SVG};
+use hpc_benchmark::network::expected_shard_bytes;
 use hpc_benchmark::params::{Model, Params, CE, CI};
 use hpc_benchmark::sim::{RankReport, Simulation, WeightStats};
 use hpc_spiking::args::RunArgs;
 use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::plasticity::StdpRow;
+use hpc_spiking::Block;
 
 /// Prints a line of the summary; a failed write is an error, a closed stdout is not.
 macro_rules! say {
@@ -91,16 +93,28 @@ fn params_of(a: &Args) -> Params {
 /// Bytes a rank of `size` (`threads` threads) will hold: synapses, plastic
 /// state, neurons and buffers, as [`Simulation::new`] allocates them (targets
 /// as `u16` steps: 10 bytes an E->E synapse, 2 a static one; see
-/// `hpc_benchmark::network`).
+/// `hpc_benchmark::network`), for the mean rank.
 fn estimate(model: &Model, size: usize, threads: usize) -> u64 {
     let per_rank = |n: f64| n / size as f64;
     let (ne, ni, n) = (model.ne as f64, model.ni as f64, model.n as f64);
     let stdp = per_rank(ne) * CE as f64 * StdpRow::BYTES_PER_SYNAPSE as f64;
     let stat = (per_rank(ne) * CI as f64 + per_rank(ni) * (CE + CI) as f64) * 2.0;
-    // Per thread: the rows, the static offsets, and while building a copy of
-    // the offsets and each source's previous target.
-    let rows = threads as f64
-        * (ne * std::mem::size_of::<StdpRow>() as f64 + (n + 1.0) * 8.0 * 2.0 + n * 4.0);
+    // Per shard: the rows' and lists' offsets and traces for the sources
+    // expected to have a target there, and their indexes; the mean over every
+    // shard of every rank.
+    let rows = (0..size as u32)
+        .map(|r| {
+            let b = Block::part(model.n, size as u32, r);
+            let shards = b.shards(threads);
+            (0..shards)
+                .map(|t| {
+                    let s = Block::part(b.len, shards, t);
+                    expected_shard_bytes(model, b.first + s.first, s.len)
+                })
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / size as f64;
     let slots = (model.delay_steps as f64 + 1.0).log2().ceil().exp2();
     let neurons = per_rank(n) * (56.0 + 96.0 + 8.0 + slots * 16.0 + 4.0 * 24.0);
     (stdp + stat + rows + neurons) as u64

@@ -7,8 +7,9 @@
 //! source equal to `t` is skipped by drawing from the others), so the network
 //! does not depend on the decomposition. A rank holds the synapses onto its
 //! neurons, split into one *shard* per thread (contiguous neurons): the E->E
-//! synapses as one [`StdpRow`] per excitatory source, the static ones as a
-//! list of targets per source. Targets are local indices connected in
+//! synapses as [`StdpRows`], a row per excitatory source with a target in the
+//! shard, the static ones as [`SourceLists`], a list of targets per source
+//! with a target in the shard. Targets are local indices connected in
 //! increasing order (the neurons draw their sources in id order), stored as
 //! `u16` steps ([`hpc_spiking::targets`]): a step is about `scale` on average,
 //! so an E->E synapse takes 10 bytes (with its `f64` weight) and a static one
@@ -17,22 +18,30 @@
 //! # Memory
 //!
 //! [`Shard::synapse_bytes`] counts what the synapses hold as allocated: the
-//! rows (struct, targets, weights), the static targets with their offsets, and
-//! the postsynaptic archives (struct and spikes). At scale 1 and above,
-//! 64 % of the synapses are E->E, so that is about
-//! `0.64 x 10 + 0.36 x 2 = 7.1` bytes a synapse with the rest amortised. The
-//! ring buffers of pending input (per neuron, not per synapse) are
-//! [`Shard::ring_bytes`], reported apart.
+//! rows (targets, weights, and per present source two `u32` offsets and its
+//! trace `K+` and last spike, 24 bytes), the static targets with a `u32`
+//! offset per present source, the two [`SourceIndex`]es (a quarter of a byte
+//! per source of the network each: the only part that grows with the
+//! network rather than with the shard), the traces of the shard's own
+//! excitatory neurons as sources (16 bytes each, for checkpoints), and the
+//! postsynaptic archives (struct and spikes). At scale 1 and above, 64 % of
+//! the synapses are E->E, so that is about `0.64 x 10 + 0.36 x 2 = 7.1` bytes
+//! a synapse with the rest amortised. The ring buffers of pending input (per
+//! neuron, not per synapse) are [`Shard::ring_bytes`], reported apart.
+//! [`expected_shard_bytes`] is what the memory estimate counts per shard
+//! beside the synapses, from the expected number of present sources.
 
 use anyhow::Result;
 use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
-use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpRow};
+use hpc_spiking::plasticity::{
+    PostArchive, SourceTrace, StdpPlHom, StdpRows, StdpRowsFiller, DELIVERY_MEMO_BYTES,
+    ROW_HEAD_BYTES,
+};
 use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
-use hpc_spiking::targets;
+use hpc_spiking::targets::{DenseCounter, IndexBuilder, ListCounter, SourceIndex, SourceLists};
 
 use crate::params::{Model, CE, CI};
-
 /// Calls `f(k, source)` for each of neuron `t`'s sources in draw order: the
 /// excitatory ones (`k < CE`), then the inhibitory ones.
 #[inline]
@@ -72,14 +81,14 @@ pub struct Shard {
     pub state: Vec<AlphaState>,
     /// The neurons' spike archives (read by their incoming STDP synapses).
     pub archives: Vec<PostArchive>,
-    /// One STDP row per excitatory source (targets: local indices).
-    pub rows: Vec<StdpRow>,
-    /// Static synapses: the targets of source `s` are the units
-    /// `targets[offsets[s]..offsets[s + 1]]` ([`targets::decode`]).
-    offsets: Vec<u64>,
-    targets: Vec<u16>,
-    /// Number of static synapses.
-    n_static: u64,
+    /// The E->E synapses: a row per excitatory source with a target here
+    /// (targets: local indices).
+    pub plastic: StdpRows,
+    /// The shard's excitatory neurons' traces as sources (`K+`, last spike),
+    /// which a checkpoint keeps: their rows may all be on other shards.
+    pub own: Vec<SourceTrace>,
+    /// Static synapses: a list of targets per source with a target here.
+    stat: SourceLists,
     /// STDP input per (step, neuron) (pA).
     pub ring_w: DelayRing<f64>,
     /// Static excitatory spikes per (step, neuron).
@@ -103,63 +112,70 @@ pub(crate) struct Dyn<'m> {
     pub(crate) ne: u32,
 }
 
+/// The excitatory neurons among `len` from `first` (ids below `ne`).
+fn excitatory(model: &Model, first: u32, len: u32) -> u32 {
+    model.ne.saturating_sub(first).min(len)
+}
+
 impl Shard {
+    /// Builds the shard of neurons `first..first + len`: three passes over
+    /// their sources (which sources have a target here, how many units each
+    /// list takes, the lists), so that nothing but the indexes' bits is held
+    /// per source of the network; or two, the first counting every source
+    /// ([`counts_densely`]), where that takes less than the shard's synapses.
     pub(crate) fn build(model: &Model, first: u32, len: u32) -> Result<Shard> {
-        let (ne, n) = (model.ne as usize, model.n as usize);
-        let mut stdp_count = vec![0u32; ne];
-        // First pass: the synapses of each row and the units of each static
-        // list (`prev`: each source's previous static target).
-        let mut offsets = vec![0u64; n + 1];
-        let mut prev = vec![0u32; n];
-        let mut n_static = 0u64;
-        for t in first..first + len {
-            let local = t - first;
-            sources(model, t, |_, s| {
-                if t < model.ne && s < model.ne {
-                    stdp_count[s as usize] += 1;
+        Shard::build_counting(model, first, len, counts_densely(model, first, len))
+    }
+
+    /// [`build`](Self::build), counting densely or not as `dense` says.
+    fn build_counting(model: &Model, first: u32, len: u32, dense: bool) -> Result<Shard> {
+        let ne = model.ne;
+        let each = |f: &mut dyn FnMut(bool, u32, u32)| {
+            for t in first..first + len {
+                let local = t - first;
+                sources(model, t, |_, s| f(t < ne && s < ne, s, local));
+            }
+        };
+        let (plastic, stat) = if dense {
+            let (mut plastic, mut stat) = (DenseCounter::new(ne), DenseCounter::new(model.n));
+            each(&mut |p, s, local| {
+                if p {
+                    plastic.count(s, local)
                 } else {
-                    let p = std::mem::replace(&mut prev[s as usize], local);
-                    offsets[s as usize + 1] += targets::units(p, local) as u64;
-                    n_static += 1;
+                    stat.count(s, local)
                 }
             });
-        }
-        for s in 0..n {
-            offsets[s + 1] += offsets[s];
-        }
+            (plastic.finish(), stat.finish())
+        } else {
+            let (mut plastic, mut stat) = (IndexBuilder::new(ne), IndexBuilder::new(model.n));
+            each(&mut |p, s, _| if p { plastic.mark(s) } else { stat.mark(s) });
+            let mut plastic = ListCounter::new(plastic.finish());
+            let mut stat = ListCounter::new(stat.finish());
+            each(&mut |p, s, local| {
+                if p {
+                    plastic.count(s, local)
+                } else {
+                    stat.count(s, local)
+                }
+            });
+            (plastic, stat)
+        };
         let mut archives = (0..len)
             .map(|_| PostArchive::new(model.params.tau_minus, model.params.delay))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut rows = Vec::with_capacity(ne);
-        for &c in &stdp_count {
-            let mut r = StdpRow::new(model.params.delay)?;
-            r.reserve(c as usize);
-            rows.push(r);
-        }
-        let mut targets = vec![0u16; offsets[n] as usize];
-        let mut fill = offsets.clone();
-        prev.fill(0);
+        let mut plastic = StdpRowsFiller::new(model.params.delay, plastic)?;
+        let mut stat = stat.filler()?;
         let mut failed = None;
-        for t in first..first + len {
-            let local = t - first;
-            sources(model, t, |_, s| {
-                if t < model.ne && s < model.ne {
-                    if let Err(e) = rows[s as usize].connect(local, model.je, &mut archives) {
-                        failed = Some(e);
-                    }
-                } else {
-                    let (s, at) = (s as usize, fill[s as usize] as usize);
-                    let p = std::mem::replace(&mut prev[s], local);
-                    fill[s] += targets::write(&mut targets[at..], p, local) as u64;
-                }
-            });
-        }
+        each(&mut |p, s, local| {
+            if !p {
+                stat.push(s, local);
+            } else if let Err(e) = plastic.connect(s, local, model.je, &mut archives) {
+                failed = Some(e);
+            }
+        });
         if let Some(e) = failed {
             return Err(e.into());
         }
-        drop((fill, prev));
-        // A row with an escape outgrew its reservation.
-        rows.iter_mut().for_each(StdpRow::shrink_to_fit);
         let state = (first..first + len)
             .map(|t| {
                 let mut s = model.neuron.rest();
@@ -172,10 +188,9 @@ impl Shard {
             len,
             state,
             archives,
-            rows,
-            offsets,
-            targets,
-            n_static,
+            plastic: plastic.finish(),
+            own: vec![SourceTrace::default(); excitatory(model, first, len) as usize],
+            stat: stat.finish(),
             ring_w: DelayRing::new(model.delay_steps, len as usize),
             ring_ex: DelayRing::new(model.delay_steps, len as usize),
             ring_in: DelayRing::new(model.delay_steps, len as usize),
@@ -191,32 +206,38 @@ impl Shard {
         let len = self.len as usize;
         let mask = (1u32 << d.gid_bits) - 1;
         let Shard {
-            rows,
+            first,
+            plastic,
+            own,
             archives,
             ring_w,
             ring_ex,
             ring_in,
-            offsets,
-            targets,
+            stat,
             ..
         } = self;
         for &code in codes {
             let gid = code & mask;
             let step = base + (code >> d.gid_bits) as u64;
             let arrival = step + d.delay;
-            let stat = &targets[offsets[gid as usize] as usize..offsets[gid as usize + 1] as usize];
-            let stat = targets::decode(stat);
+            let targets = stat.get(gid);
             if gid < d.ne {
                 let t = (step + 1) as f64 * d.dt;
                 let ring = &mut ring_w.row_mut(arrival)[..len];
-                rows[gid as usize].deliver_into(d.rule, t, archives, ring)?;
+                plastic.deliver_into(gid, d.rule, t, archives, ring)?;
+                if let Some(o) = gid
+                    .checked_sub(*first)
+                    .and_then(|i| own.get_mut(i as usize))
+                {
+                    o.spike(d.rule, t)?;
+                }
                 let ring = &mut ring_ex.row_mut(arrival)[..len];
-                for tgt in stat {
+                for tgt in targets {
                     ring[tgt as usize] += 1;
                 }
             } else {
                 let ring = &mut ring_in.row_mut(arrival)[..len];
-                for tgt in stat {
+                for tgt in targets {
                     ring[tgt as usize] += 1;
                 }
             }
@@ -258,17 +279,23 @@ impl Shard {
     }
 
     /// Bytes of the synapses and of their plastic state, as allocated: the
-    /// rows (struct, targets, weights), the static targets and their offsets,
-    /// and the archives (struct and archived spikes, 24 bytes each).
+    /// rows (index, targets, weights, offsets, traces and the memo of their
+    /// delivery), the static lists
+    /// (index, targets and offsets), the shard's own sources' traces, and the
+    /// archives (struct and archived spikes, 24 bytes each).
     pub fn synapse_bytes(&self) -> u64 {
-        let rows: usize = self.rows.iter().map(StdpRow::bytes).sum();
         let archives: usize = self
             .archives
             .iter()
             .map(|a| std::mem::size_of::<PostArchive>() + a.archived() * 24)
             .sum();
-        let stat = self.targets.capacity() * 2 + self.offsets.capacity() * 8;
-        (rows + archives + stat) as u64
+        let own = self.own.capacity() * std::mem::size_of::<SourceTrace>();
+        (self.plastic.bytes() + self.stat.bytes() + own + archives) as u64
+    }
+
+    /// The sources with a row (E->E) and with a static list here.
+    pub fn present_sources(&self) -> (usize, usize) {
+        (self.plastic.index().len(), self.stat.index().len())
     }
 
     /// Bytes of the ring buffers of pending input (per neuron and slot).
@@ -278,7 +305,159 @@ impl Shard {
 
     /// The E->E (STDP) and the static synapses onto the shard's neurons.
     pub fn synapses(&self) -> (u64, u64) {
-        let stdp: usize = self.rows.iter().map(StdpRow::len).sum();
-        (stdp as u64, self.n_static)
+        (self.plastic.len() as u64, self.stat.synapses())
+    }
+}
+
+/// Whether `Shard::build` counts the lists of the shard of neurons
+/// `first..first + len` densely, in one pass with 12 bytes per source of the
+/// network ([`DenseCounter`]): where that is less than what the shard will
+/// hold (its synapses' targets and weights and the expected rows and lists),
+/// so that the peak of the build is not raised, and one pass of drawing
+/// every source of every neuron again is saved. Under weak scaling it is
+/// up to about 10⁴ ranks of one unit of scale.
+pub fn counts_densely(model: &Model, first: u32, len: u32) -> bool {
+    let e = excitatory(model, first, len) as f64;
+    let synapses = e * CE as f64 * 10.0 + (len as f64 * (CE + CI) as f64 - e * CE as f64) * 2.0;
+    let dense = (DenseCounter::BYTES_PER_SOURCE * (model.ne + model.n) as usize) as f64;
+    dense <= synapses + expected_shard_bytes(model, first, len)
+}
+
+/// `1 - (1 - 1/pool)^draws`: the chance that a source is drawn at least once
+/// in `draws` uniform draws from `pool` sources.
+fn drawn(pool: f64, draws: f64) -> f64 {
+    if pool <= 0.0 || draws <= 0.0 {
+        return 0.0;
+    }
+    -(draws * (-1.0 / pool).ln_1p()).exp_m1()
+}
+
+/// The expected sources with a row (E->E) and with a static list on the
+/// shard of neurons `first..first + len`: a source is present when one of
+/// the shard's neurons draws it, and a neuron never draws itself.
+pub fn expected_present(model: &Model, first: u32, len: u32) -> (f64, f64) {
+    let (ne, ni) = (model.ne as f64, model.ni as f64);
+    let e = excitatory(model, first, len) as f64;
+    let i = len as f64 - e;
+    let (ce, ci) = (CE as f64, CI as f64);
+    // E sources drawn by the shard's E neurons (from the other ne - 1): the
+    // shard's own e sources by e - 1 of them, the others by all e.
+    let plastic = e * drawn(ne - 1.0, ce * (e - 1.0)) + (ne - e) * drawn(ne - 1.0, ce * e);
+    // E sources drawn by the I neurons (from all ne); I sources drawn by the
+    // E neurons (from all ni) and by the I neurons (from the other ni - 1).
+    let stat_e = ne * drawn(ne, ce * i);
+    let absent_i = |others: f64| (1.0 - drawn(ni, ci * e)) * (1.0 - drawn(ni - 1.0, ci * others));
+    let stat_i = i * (1.0 - absent_i(i - 1.0)) + (ni - i) * (1.0 - absent_i(i));
+    (plastic, stat_e + stat_i)
+}
+
+/// Bytes the shard of neurons `first..first + len` holds beside its
+/// synapses' targets and weights, its archives and its buffers, as
+/// `Shard::build` allocates them for the [expected](expected_present)
+/// present sources: the two indexes, each row's offsets and trace
+/// ([`ROW_HEAD_BYTES`]), each static list's offset, one more offset of each
+/// kind, the own sources' traces, the delivery's memo where there are rows
+/// ([`DELIVERY_MEMO_BYTES`]), and while building each present source's
+/// previous target (4 bytes).
+pub fn expected_shard_bytes(model: &Model, first: u32, len: u32) -> f64 {
+    let (plastic, stat) = expected_present(model, first, len);
+    let indexes = SourceIndex::bytes_for(model.ne) + SourceIndex::bytes_for(model.n);
+    let e = excitatory(model, first, len) as usize;
+    let own = e * std::mem::size_of::<SourceTrace>();
+    let memo = if e > 0 { DELIVERY_MEMO_BYTES } else { 0 };
+    (indexes + memo) as f64
+        + plastic * (ROW_HEAD_BYTES + 4) as f64
+        + stat * (4.0 + 4.0)
+        + (4 + 4 + 4 + own) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+
+    fn model(scale: f64) -> Model {
+        Model::new(Params {
+            scale,
+            ..Params::default()
+        })
+        .unwrap()
+    }
+
+    /// Counted densely (two passes) or not (three), a shard is the same.
+    #[test]
+    fn both_ways_of_counting_build_the_same_shard() {
+        let model = model(0.05);
+        // E neurons, and a shard of E and I neurons.
+        for (first, len) in [(0, 100), (440, 30)] {
+            assert!(counts_densely(&model, first, len));
+            let a = Shard::build_counting(&model, first, len, true).unwrap();
+            let b = Shard::build_counting(&model, first, len, false).unwrap();
+            assert_eq!(a.stat, b.stat);
+            assert_eq!(a.plastic.index(), b.plastic.index());
+            assert_eq!(a.plastic.all_weights(), b.plastic.all_weights());
+            for p in 0..a.plastic.index().len() {
+                assert!(a.plastic.targets(p).eq(b.plastic.targets(p)));
+                assert_eq!(a.plastic.weights_start(p), b.plastic.weights_start(p));
+            }
+            assert_eq!(a.synapse_bytes(), b.synapse_bytes());
+            assert_eq!(a.synapses(), b.synapses());
+            assert!(!a.plastic.is_empty() && a.stat.synapses() > 0);
+        }
+    }
+
+    /// On a shard of a few neurons of a network of 112,500 (scale 10), most
+    /// sources have no target: the shard holds rows and lists for the
+    /// present ones only, allocated to the byte as counted, and the estimate's
+    /// expected counts are what is drawn.
+    #[test]
+    fn a_small_shard_holds_its_present_sources_only() {
+        let model = model(10.0);
+        let (ne, n) = (model.ne, model.n);
+        // E only, E only, E and I, I only: few synapses, counted in three
+        // passes.
+        for (first, len) in [(0, 1), (50_000, 4), (ne - 3, 6), (n - 5, 5)] {
+            assert!(!counts_densely(&model, first, len));
+            let sh = Shard::build(&model, first, len).unwrap();
+            let (plastic, stat) = sh.present_sources();
+            let (stdp, n_static) = sh.synapses();
+            let e = excitatory(&model, first, len) as u64;
+            assert_eq!(stdp, e * CE as u64);
+            assert_eq!(stdp + n_static, len as u64 * (CE + CI) as u64);
+            // Every row's targets and weights in place: no step of a shard of
+            // 6 neurons needs an escape, so a target is one unit.
+            let archives = len as usize * std::mem::size_of::<PostArchive>();
+            let memo = if plastic > 0 { DELIVERY_MEMO_BYTES } else { 0 };
+            let want = SourceIndex::bytes_for(ne)
+                + SourceIndex::bytes_for(n)
+                + plastic * ROW_HEAD_BYTES
+                + 8
+                + memo
+                + stdp as usize * 10
+                + (stat + 1) * 4
+                + n_static as usize * 2
+                + e as usize * 16
+                + archives;
+            assert_eq!(sh.synapse_bytes(), want as u64, "shard {first}+{len}");
+            // Far fewer rows than sources: at most a few per synapse.
+            assert!(plastic as u64 <= stdp && stat as u64 <= n_static);
+            let (ep, es) = expected_present(&model, first, len);
+            for (got, exp, what) in [(plastic, ep, "rows"), (stat, es, "lists")] {
+                // Within four standard deviations of a binomial count.
+                let tol = 4.0 * exp.sqrt() + 1.0;
+                assert!(
+                    (got as f64 - exp).abs() <= tol,
+                    "shard {first}+{len}: {got} {what}, {exp:.1} expected"
+                );
+            }
+            let beside =
+                sh.synapse_bytes() as f64 - (stdp * 10 + n_static * 2) as f64 - archives as f64
+                    + 4.0 * (plastic + stat) as f64;
+            let est = expected_shard_bytes(&model, first, len);
+            assert!(
+                (est - beside).abs() <= 0.01 * beside,
+                "shard {first}+{len}: estimate {est:.0}, allocated {beside:.0}"
+            );
+        }
     }
 }

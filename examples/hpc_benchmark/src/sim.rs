@@ -63,6 +63,48 @@ pub struct WeightStats {
 /// Width of a weight histogram bin (pA).
 pub const BIN_PA: f64 = 0.01;
 
+/// The most bins [`weight_bins`] counts in an array (8 MiB of counts); wider
+/// spreads of weights are sorted.
+const DENSE_BINS: u32 = 1 << 20;
+
+/// The histogram bin of weight `w` (pA, `>= 0`).
+fn bin_of(w: f64) -> u32 {
+    (w / BIN_PA).min(u32::MAX as f64) as u32
+}
+
+/// The non-empty bins `(index, count)` of `weights`, whose smallest and
+/// largest are `min` and `max`, in increasing order: counted in an array over
+/// the bins from `min`'s to `max`'s when there are at most 2^20 (`DENSE_BINS`) of
+/// them, else by sorting the bins of the weights.
+pub fn weight_bins(weights: &[f64], min: f64, max: f64) -> Vec<(u32, u64)> {
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let (lo, hi) = (bin_of(min), bin_of(max));
+    if hi - lo < DENSE_BINS {
+        let mut counts = vec![0u64; (hi - lo) as usize + 1];
+        for &w in weights {
+            counts[(bin_of(w) - lo) as usize] += 1;
+        }
+        return counts
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, c)| c > 0)
+            .map(|(i, c)| (lo + i as u32, c))
+            .collect();
+    }
+    let mut bins: Vec<u32> = weights.iter().map(|&w| bin_of(w)).collect();
+    bins.sort_unstable();
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    for b in bins {
+        match out.last_mut() {
+            Some((last, c)) if *last == b => *c += 1,
+            _ => out.push((b, 1)),
+        }
+    }
+    out
+}
+
 /// The hash of one synapse for [`WeightStats::digest`].
 pub fn synapse_hash(source: u32, target: u32, w: f64) -> u64 {
     mix64(mix64(((source as u64) << 32) | target as u64) ^ w.to_bits())
@@ -340,7 +382,9 @@ impl<'a> Simulation<'a> {
         })
     }
 
-    /// The E->E weights of the rank now.
+    /// The E->E weights of the rank now: moments and digest in one pass over
+    /// the rows (in source order, as the sums always were), the histogram in
+    /// another over the weights alone ([`weight_bins`]).
     pub fn weight_stats(&self) -> WeightStats {
         let mut ws = WeightStats::default();
         for sh in &self.shards {
@@ -348,9 +392,9 @@ impl<'a> Simulation<'a> {
                 shift: self.model.je,
                 ..WeightStats::default()
             };
-            let mut bins = std::collections::BTreeMap::<u32, u64>::new();
-            for (s, row) in sh.rows.iter().enumerate() {
-                for (t, &w) in row.targets().zip(row.weights()) {
+            let rows = &sh.plastic;
+            for (p, s) in rows.index().iter().enumerate() {
+                for (t, &w) in rows.targets(p).zip(rows.weights(p)) {
                     if w_sh.count == 0 {
                         (w_sh.min, w_sh.max) = (w, w);
                     }
@@ -360,15 +404,10 @@ impl<'a> Simulation<'a> {
                     w_sh.sum_sq += dw * dw;
                     w_sh.min = w_sh.min.min(w);
                     w_sh.max = w_sh.max.max(w);
-                    w_sh.digest = w_sh
-                        .digest
-                        .wrapping_add(synapse_hash(s as u32, sh.first + t, w));
-                    *bins
-                        .entry((w / BIN_PA).min(u32::MAX as f64) as u32)
-                        .or_default() += 1;
+                    w_sh.digest = w_sh.digest.wrapping_add(synapse_hash(s, sh.first + t, w));
                 }
             }
-            w_sh.bins = bins.into_iter().collect();
+            w_sh.bins = weight_bins(rows.all_weights(), w_sh.min, w_sh.max);
             ws.merge(&w_sh);
         }
         ws
@@ -472,6 +511,36 @@ mod tests {
             s.merge(&one);
         }
         s
+    }
+
+    #[test]
+    fn weight_bins_are_the_map_s_in_either_pass() {
+        let mut state = 3u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let narrow: Vec<f64> = (0..20_000)
+            .map(|_| 45.0 + 2.0 * next())
+            .chain([0.0, 0.0, 45.0, 45.01, 45.02])
+            .collect();
+        // Spread over more bins than DENSE_BINS: sorted.
+        let wide: Vec<f64> = narrow.iter().copied().chain([1e5, 1e30]).collect();
+        for (ws, dense) in [(&narrow, true), (&wide, false)] {
+            let (min, max) = ws
+                .iter()
+                .fold((f64::MAX, 0f64), |(a, b), &w| (a.min(w), b.max(w)));
+            assert_eq!(bin_of(max) - bin_of(min) < DENSE_BINS, dense);
+            let mut map = std::collections::BTreeMap::<u32, u64>::new();
+            for &w in ws {
+                *map.entry(bin_of(w)).or_default() += 1;
+            }
+            let want: Vec<(u32, u64)> = map.into_iter().collect();
+            assert_eq!(weight_bins(ws, min, max), want, "dense {dense}");
+        }
+        assert!(weight_bins(&[], 0.0, 0.0).is_empty());
     }
 
     #[test]

@@ -823,3 +823,156 @@ fn in_time_order(trains: &[Vec<f64>]) -> Vec<(f64, usize)> {
     events.sort_by(|a, b| a.partial_cmp(b).unwrap());
     events
 }
+
+/// [`StdpRows`] holds rows only for the sources with a synapse, and delivers
+/// each as the same [`StdpRow`] would: every weight, every input and every
+/// trace the same double, on a grid where sources and targets often fire in
+/// the same step (the memo and the cached `K-`), with sources that have no
+/// row firing too; [`SourceTrace::spike`] keeps a source's trace where it has
+/// no row.
+#[test]
+fn rows_of_present_sources_deliver_as_single_rows_do() {
+    let r = rule(15.0, 0.1, 0.0513, 0.4);
+    let (tau_minus, d, n_targets, n_sources) = (30.0, 1.5, 40u32, 5_000u32);
+    let archives = || -> Vec<PostArchive> {
+        (0..n_targets)
+            .map(|_| PostArchive::new(tau_minus, d).unwrap())
+            .collect()
+    };
+    let (mut a_row, mut a_rows) = (archives(), archives());
+    // 25 present sources spread over 5,000, of 1 to 30 synapses each (targets
+    // ascending, multapses included), connected target by target as a
+    // network is.
+    let key = crate::rng::stream_key(3, crate::rng::Purpose::Connect, 0);
+    let mut k = 0u64;
+    let mut next = |m: u32| {
+        k += 1;
+        crate::rng::below(crate::rng::draw(key, k), m)
+    };
+    let present: Vec<u32> = (0..25).map(|i| i * 197 + next(197)).collect();
+    let mut synapses: Vec<(u32, u32)> = Vec::new();
+    for t in 0..n_targets {
+        for &s in &present {
+            for _ in 0..next(3) {
+                synapses.push((s, t));
+            }
+        }
+    }
+    let mut single: Vec<StdpRow> = (0..n_sources).map(|_| StdpRow::new(d).unwrap()).collect();
+    let mut marks = crate::targets::IndexBuilder::new(n_sources);
+    synapses.iter().for_each(|&(s, _)| marks.mark(s));
+    let mut counter = crate::targets::ListCounter::new(marks.finish());
+    synapses.iter().for_each(|&(s, t)| counter.count(s, t));
+    let mut filler = StdpRowsFiller::new(d, counter).unwrap();
+    for (i, &(s, t)) in synapses.iter().enumerate() {
+        let w = 40.0 + (i % 7) as f64;
+        single[s as usize].connect(t, w, &mut a_row).unwrap();
+        filler.connect(s, t, w, &mut a_rows).unwrap();
+    }
+    let mut rows = filler.finish();
+    let p_count = rows.index().len();
+    assert!(p_count > 15 && p_count <= 25, "{p_count} present");
+    assert_eq!(rows.len(), synapses.len());
+    // Allocated: the index, two u32 offsets and a trace a present source,
+    // one more offset of each, 2 bytes a target and 8 a weight, and the memo.
+    assert_eq!(
+        rows.bytes(),
+        crate::targets::SourceIndex::bytes_for(n_sources)
+            + p_count * ROW_HEAD_BYTES
+            + 8
+            + synapses.len() * StdpRow::BYTES_PER_SYNAPSE
+            + DELIVERY_MEMO_BYTES
+    );
+    // Some absent sources fire too; a source's own trace follows all spikes.
+    let firing: Vec<u32> = present.iter().copied().chain([0, 1, 4_999]).collect();
+    let mut own = vec![SourceTrace::default(); firing.len()];
+    let (mut in_row, mut in_rows) = (vec![0.0; n_targets as usize], vec![0.0; n_targets as usize]);
+    let mut windows = 0;
+    for step in 1..4_000u32 {
+        let t = step as f64 * 0.5;
+        for j in 0..n_targets as usize {
+            if next(20) == 0 {
+                a_row[j].record_post_spike(t).unwrap();
+                a_rows[j].record_post_spike(t).unwrap();
+            }
+        }
+        for (i, &s) in firing.iter().enumerate() {
+            if next(10) != 0 {
+                continue;
+            }
+            own[i].spike(&r, t).unwrap();
+            let had = single[s as usize].len();
+            single[s as usize]
+                .deliver_into(&r, t, &mut a_row, &mut in_row)
+                .unwrap();
+            let held = rows
+                .deliver_into(s, &r, t, &mut a_rows, &mut in_rows)
+                .unwrap();
+            assert_eq!(held, had > 0, "source {s}");
+            windows += usize::from(had > 0);
+            let want = single[s as usize].weights();
+            match rows.index().get(s) {
+                Some(p) => {
+                    let got = rows.weights(p);
+                    assert!(
+                        got.iter()
+                            .zip(want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "source {s} at {t} ms"
+                    );
+                    assert_eq!(
+                        rows.targets(p).collect::<Vec<_>>(),
+                        single[s as usize].targets().collect::<Vec<_>>()
+                    );
+                    let tr = rows.trace(s).unwrap();
+                    assert_eq!(
+                        (tr.k_plus(), tr.t_last()),
+                        (own[i].k_plus(), own[i].t_last())
+                    );
+                }
+                None => assert!(want.is_empty()),
+            }
+            let row = &single[s as usize];
+            assert_eq!(
+                (row.k_plus(), row.t_last()),
+                (own[i].k_plus(), own[i].t_last())
+            );
+        }
+    }
+    assert!(windows > 1_000, "{windows} deliveries");
+    assert!(in_row
+        .iter()
+        .zip(&in_rows)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    // The initial weights are whole numbers.
+    let moved = rows
+        .all_weights()
+        .iter()
+        .filter(|&&w| w.fract() != 0.0)
+        .count();
+    assert!(moved > rows.len() / 2, "only {moved} weights moved");
+    // Out of order, and inputs too short for the targets, are refused.
+    let s = present[0];
+    let t_last = rows.trace(s).unwrap().t_last();
+    assert!(matches!(
+        rows.deliver_into(s, &r, t_last, &mut a_rows, &mut in_rows),
+        Err(ModelError::TimeOrder { .. })
+    ));
+    assert!(matches!(
+        rows.deliver_into(s, &r, t_last + 1.0, &mut a_rows, &mut [0.0; 3]),
+        Err(ModelError::Target { len: 3, .. })
+    ));
+    // A checkpoint's state goes back in; bad values are refused.
+    let mut copy = rows.clone();
+    copy.restore_weights(rows.all_weights()).unwrap();
+    assert!(copy.restore_weights(&[45.0]).is_err());
+    let mut bad = rows.all_weights().to_vec();
+    bad[3] = -1.0;
+    assert!(copy.restore_weights(&bad).is_err());
+    assert_eq!(copy.all_weights(), rows.all_weights());
+    let tr = SourceTrace::restore(2.5, 7.0).unwrap();
+    copy.restore_trace(s, tr);
+    assert_eq!(copy.trace(s), Some(tr));
+    assert!(SourceTrace::restore(-1.0, 7.0).is_err());
+    assert!(SourceTrace::restore(1.0, f64::INFINITY).is_err());
+}
