@@ -512,6 +512,20 @@ pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
     }
 }
 
+/// The whole `main` of a simulation binary named `program`: serves as the
+/// node's progress process when the `proxy` engine re-executes it
+/// ([`serve_proxy`]), else parses its arguments `A`, installs the log
+/// ([`init_log`]) and runs `run`, ending with one line and status 1 on an error
+/// ([`exit_on_error`]).
+pub fn run_program<A: clap::Parser>(program: &str, run: impl FnOnce(A) -> anyhow::Result<()>) {
+    if serve_proxy(program) {
+        return;
+    }
+    let args = A::parse();
+    init_log(program);
+    exit_on_error(program, run(args));
+}
+
 /// Draws a run's progress bar on stderr (over the previous one): `step` of `steps`
 /// steps of `dt` ms, and the real-time factor `rtf` as the caller words it.
 pub fn draw_progress(step: u64, steps: u64, dt: f64, rtf: &str) {

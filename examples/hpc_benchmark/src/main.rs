@@ -344,10 +344,5 @@ fn summary(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    if hpc_spiking::run::serve_proxy("hpc_benchmark") {
-        return;
-    }
-    let args = Args::parse();
-    hpc_spiking::run::init_log("hpc_benchmark");
-    hpc_spiking::run::exit_on_error("hpc_benchmark", run(args));
+    hpc_spiking::run::run_program::<Args>("hpc_benchmark", run);
 }

@@ -281,10 +281,5 @@ fn summary(
 
 fn main() {
     // The `proxy` engine re-executes this program as the node's progress process.
-    if hpc_spiking::run::serve_proxy("microcircuit") {
-        return;
-    }
-    let args = Args::parse();
-    hpc_spiking::run::init_log("microcircuit");
-    hpc_spiking::run::exit_on_error("microcircuit", run(args));
+    hpc_spiking::run::run_program::<Args>("microcircuit", run);
 }
