@@ -78,7 +78,8 @@ impl<C: ProxyClient> Pending for Handle<C> {
                     break;
                 }
                 std::thread::sleep(rest);
-                rest = (rest * 2).min(Duration::from_millis(1));
+                // At most 100 us: the collective may end during a sleep.
+                rest = (rest * 2).min(Duration::from_micros(100));
             }
         }
         self.client.wait(&self.p, out)
