@@ -287,6 +287,19 @@ fn manual_pages() {
     assert!(std::fs::read_to_string(s.join("hpc-run.1"))
         .unwrap()
         .contains("hpc run"));
+    // A --dir that is a device or a file is refused naming the flag, and the
+    // file is left as it was.
+    let f = s.join("hpc.1");
+    for d in [Path::new("/dev/null"), f.as_path()] {
+        let o = hpc(&["man", "--dir", d.to_str().unwrap()]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains(&format!("--dir {}", d.display())) && e.contains("not a directory"),
+            "{e}"
+        );
+    }
+    assert!(std::fs::read_to_string(&f).unwrap().contains(".SH NAME"));
     let _ = std::fs::remove_dir_all(&s);
 }
 

@@ -88,6 +88,7 @@ fn child_entry() {
             }
             "timeout" => timeout(&comm),
             "memory" => memory(&comm),
+            "hostile" => return hostile(&comm),
             "lost" => {
                 // The first rank on another node than rank 0's, if any.
                 let n = world.size();
@@ -105,7 +106,9 @@ fn child_entry() {
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
         "lost_inline" => &[Engine::Inline],
         "lost_thread" => &[Engine::Thread],
-        "lost_proxy" => &[Engine::Proxy],
+        "lost_proxy" | "hostile" => &[Engine::Proxy],
+        "hostile_inline" => &[Engine::Inline],
+        "hostile_thread" => &[Engine::Thread],
         _ => &ENGINES,
     };
     for &engine in engines {
@@ -128,6 +131,7 @@ fn child_entry() {
             }
             "misuse" => misuse(&comm, &world, engine),
             "misuse_timeout" => misuse_timeout(&comm),
+            "hostile" | "hostile_inline" | "hostile_thread" => return hostile(&comm),
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
@@ -460,6 +464,70 @@ fn lost(comm: &Comm, victim: usize) {
     eprintln!("{CHILD_OK} rank {} lost", comm.rank());
 }
 
+/// What a hostile user does to messages carried by proxies, in DPU placement
+/// and across nodes: the highest tag a send may use, a flood of messages
+/// no receive was posted for (taken afterwards in their senders' order,
+/// values checked), and a rank that exits with its messages in flight
+/// (rank 0 receives each whole, or is told the rank was lost, within 5 s).
+fn hostile(comm: &Comm) {
+    let (me, n) = (comm.rank(), comm.size());
+    let (next, prev) = ring(comm);
+    let what = format!("{:?} rank {me} of {n}", comm.engine());
+    // The highest tag: one below ANY_TAG.
+    let top = ANY_TAG - 1;
+    let out = msg(me, 80, 5);
+    let req = comm.isend(&out, next, top).unwrap();
+    let mut got = vec![0.0f64; 5];
+    let st = comm.recv(&mut got, prev, top).unwrap();
+    assert_eq!((st.source, st.tag), (prev, top), "{what}");
+    check(&what, &got, prev, 80);
+    req.wait().unwrap();
+    // Unexpected messages: sent before any receive, held, then taken in order.
+    const FLOOD: usize = 2_000;
+    let reqs: Vec<_> = (0..FLOOD)
+        .map(|m| {
+            comm.isend_owned(msg(me, m, 2), next, (m % 7) as u16)
+                .unwrap()
+        })
+        .collect();
+    comm.barrier().unwrap();
+    for m in 0..FLOOD {
+        let mut b = [0.0f64; 2];
+        let st = comm.recv(&mut b[..], prev, ANY_TAG).unwrap();
+        assert_eq!(st.tag, (m % 7) as u16, "{what}: message {m}");
+        check(&what, &b, prev, m);
+    }
+    for r in reqs {
+        r.wait().unwrap();
+    }
+    comm.barrier().unwrap();
+    // The last rank exits with a small and a large message to rank 0 in flight.
+    let victim = n - 1;
+    if n > 1 && me == victim {
+        // Never waited for: the process ends with both in flight.
+        let _small = comm.isend_owned(msg(me, 90, 3), 0, 90).unwrap();
+        let _large = comm.isend_owned(msg(me, 91, LARGE), 0, 91).unwrap();
+        eprintln!("{CHILD_OK} rank {me} exits with messages in flight");
+        std::process::exit(0);
+    }
+    if n > 1 && me == 0 {
+        let t0 = Instant::now();
+        for (m, len) in [(90usize, 3usize), (91, LARGE)] {
+            let mut b = vec![-1.0f64; len];
+            match comm.recv(&mut b, victim, m as u16) {
+                Ok(st) => {
+                    assert_eq!(st.count, len, "{what}");
+                    check(&what, &b, victim, m);
+                }
+                Err(Error::RankLost { rank }) => assert_eq!(rank, comm.world_rank(victim)),
+                o => panic!("{what}: message {m} of a rank that exited: {o:?}"),
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+    eprintln!("{CHILD_OK} rank {me} hostile");
+}
+
 /// Requests that own their buffers, kept in a struct built by a function
 /// that returned before they are waited for.
 struct InFlight {
@@ -790,6 +858,19 @@ fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
     for engine in ["inline", "thread", "proxy"] {
         run(&format!("lost_{engine}"), 3, 2, 20);
     }
+}
+
+#[test]
+fn hostile_messages_on_the_proxies() {
+    // Across nodes (the ranks' own path carries the messages) and in DPU
+    // placement on one node and on two.
+    for s in ["hostile_inline", "hostile_thread", "hostile"] {
+        for (n, k) in [(2, 2), (3, 2)] {
+            run(s, n, k, 20);
+        }
+    }
+    run("dpu_hostile", 2, 1, 60);
+    run("dpu_hostile", 4, 2, 60);
 }
 
 #[test]

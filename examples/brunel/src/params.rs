@@ -115,6 +115,13 @@ impl Params {
             },
             Some(v) => bail!("`preset` must be a string, not {v}"),
         };
+        // A number with a fraction or exponent for a whole-number key is named
+        // here: serde's own message wrote `order = 1e300` out in 301 digits.
+        for k in ["order", "ce", "ci", "seed"] {
+            if let Some(toml::Value::Float(f)) = table.get(k) {
+                bail!("`{k}` must be a whole number, not {f:e}");
+            }
+        }
         let mut base = toml::Table::try_from(Params::preset(preset))?;
         for (k, v) in table {
             base.insert(k, v);
@@ -337,6 +344,25 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_float_for_a_whole_number_is_named_in_a_short_message() {
+        for (text, name) in [
+            ("order = 1e300", "order"),
+            ("ce = 2.5", "ce"),
+            ("seed = -1e300", "seed"),
+        ] {
+            let e = format!(
+                "{:#}",
+                super::Params::from_toml_str(text, super::Preset::Paper).unwrap_err()
+            );
+            assert!(
+                e.contains(&format!("`{name}` must be a whole number")),
+                "{e}"
+            );
+            assert!(e.len() < 120, "{} bytes: {e}", e.len());
+        }
+    }
+
     use super::*;
 
     #[test]

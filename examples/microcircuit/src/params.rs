@@ -289,6 +289,9 @@ impl Params {
                 }
             }
         }
+        // A number with a fraction or exponent for a whole-number key is named
+        // here: serde's own message wrote `seed = 1e300` out in 301 digits.
+        whole_numbers(&table, "")?;
         let mut p: Params = toml::from_str(text).context("in the parameters")?;
         // Partial tables merge with the defaults.
         let d = Params::default();
@@ -979,9 +982,43 @@ impl Model {
     }
 }
 
+/// Refuses a float where a whole number is read (a population's `n_full`,
+/// the thalamus's `n`, `seed`), naming the key; `at` is the table's path.
+fn whole_numbers(t: &toml::Table, at: &str) -> Result<()> {
+    for (k, v) in t {
+        match v {
+            toml::Value::Float(f) if ["n_full", "n", "seed"].contains(&k.as_str()) => {
+                bail!("`{at}{k}` must be a whole number, not {f:e}")
+            }
+            toml::Value::Table(inner) => whole_numbers(inner, &format!("{at}{k}."))?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_float_for_a_whole_number_is_named_in_a_short_message() {
+        for (text, name) in [
+            ("seed = 1e300", "seed"),
+            (
+                "[populations.L23E]\nn_full = 2.5e300",
+                "populations.L23E.n_full",
+            ),
+            ("[thalamus]\nn = 1e300", "thalamus.n"),
+        ] {
+            let e = format!("{:#}", Params::from_toml_str(text).unwrap_err());
+            assert!(
+                e.contains(&format!("`{name}` must be a whole number")),
+                "{e}"
+            );
+            assert!(e.len() < 160, "{} bytes: {e}", e.len());
+        }
+    }
 
     #[test]
     fn a_network_larger_than_memory_is_refused_with_the_bytes() {

@@ -63,7 +63,17 @@ the output is a closed pipe (\fBhpc ... | head \-1\fR), without a message; any o
 
 /// Writes the pages into `dir`, each replacing the file of its name without
 /// following a symlink planted there.
+/// A `--dir` that exists and is not a directory (`/dev/null`, a file) is refused
+/// naming the flag, where it said only "creating /dev/null: File exists".
 fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(super::UsageError(format!(
+            "--dir {}: it exists and is not a directory; name a directory (it is made when \
+             missing)",
+            dir.display()
+        ))
+        .into());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (file, text) in pages {
         super::replace_file(&dir.join(file), text)?;

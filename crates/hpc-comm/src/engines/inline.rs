@@ -231,6 +231,21 @@ impl Host {
         waiting.wake = in_flight > 0;
     }
 
+    /// The communicator's timeout for a blocking wait.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Advances this rank's operations on its own path once, from a thread
+    /// that waits for something else (a collective in the proxy): whether
+    /// anything is still in flight there, which the peers may wait for (a
+    /// `FIN` for a message this rank read, a network send or receive).
+    pub(crate) fn progress_aside(&self) -> bool {
+        let mut core = lock(&self.shared.core);
+        core.progress();
+        core.active() > 0 || core.has_output() || core.net_pending()
+    }
+
     /// Before the communicator goes: descriptors peers still wait for (a `FIN`
     /// for a message this rank read) reach their rings, the network path says
     /// goodbye, and a progress thread is told to stop.

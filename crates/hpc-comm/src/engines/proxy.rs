@@ -4,6 +4,7 @@
 //! blocks are under `proxy_min` bytes run on the ranks' own path ([`Host`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::inline::Host;
 use super::{Driver, Job, Pending, Ticket};
@@ -62,7 +63,25 @@ impl<C: ProxyClient> Pending for Handle<C> {
         self.client.poll(&self.p)
     }
 
-    fn wait(&self, _: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+    fn wait(&self, engine: &dyn Driver, out: Option<&mut [u8]>) -> Result<()> {
+        // While the proxy runs this collective, the rank's own path still
+        // moves: a peer's send to this rank may complete only when this rank
+        // polls its network path or pushes its `FIN`, and that peer may be
+        // what the collective waits for. Without this, a rank that took a
+        // peer's messages and then waited in a barrier held the peer in its
+        // sends until the communicator's timeout.
+        if let Some(host) = engine.host() {
+            let t0 = std::time::Instant::now();
+            let mut rest = Duration::from_micros(1);
+            while !self.client.poll(&self.p) && host.progress_aside() {
+                if t0.elapsed() > host.timeout() {
+                    break;
+                }
+                std::thread::sleep(rest);
+                // At most 100 us: the collective may end during a sleep.
+                rest = (rest * 2).min(Duration::from_micros(100));
+            }
+        }
         self.client.wait(&self.p, out)
     }
 
