@@ -309,7 +309,11 @@ impl Core {
                     // SAFETY: `dst + got` has `n` writable bytes left in this
                     // operation's buffer (bounds-checked), not aliased during the round.
                     unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
-                        if board::pid_dead(pid) {
+                        // ESRCH: the sender has no memory left to read, it is
+                        // exiting (its `/proc` state may not say so yet).
+                        let exiting =
+                            e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error());
+                        if exiting || board::pid_dead(pid) {
                             Error::RankLost { rank: peer }
                         } else {
                             Error::transport_from(format!("reading from rank {peer}"), e)
