@@ -344,7 +344,8 @@ pub fn have_python(what: &str) -> bool {
                 .ok()
                 .as_deref()
                 != Some("1"),
-            "HPC_REQUIRE_PYTHON=1 but python3 is not installed"
+            "{}=1 but python3 is not installed",
+            hpc_runtime::env::REQUIRE_PYTHON
         );
         eprintln!("python3 not found: SKIPPING {what}");
     }
