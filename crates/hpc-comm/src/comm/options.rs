@@ -377,23 +377,23 @@ mod tests {
         let online = CpuSet::parse_list("0-1").unwrap();
         let set = |s| CpuSet::parse_list(s).unwrap();
         assert_eq!(
-            usable_progress_cpus(set("1"), Some(&online), "HPC_X"),
+            usable_progress_cpus(set("1"), Some(&online), "THE_SOURCE"),
             (Some(set("1")), None)
         );
         // No CPU 99999: used to be taken as it was, the pinning then failing
         // in the progress thread with no word at the default log level.
-        let (cpus, warning) = usable_progress_cpus(set("99999"), Some(&online), "HPC_X");
+        let (cpus, warning) = usable_progress_cpus(set("99999"), Some(&online), "THE_SOURCE");
         assert_eq!(cpus, None);
         let warning = warning.unwrap();
-        assert!(warning.contains("HPC_X=99999"), "{warning}");
+        assert!(warning.contains("THE_SOURCE=99999"), "{warning}");
         assert!(warning.contains("its CPUs are 0-1"), "{warning}");
         assert!(warning.contains("unpinned"), "{warning}");
-        let (cpus, warning) = usable_progress_cpus(set("1,7"), Some(&online), "HPC_X");
+        let (cpus, warning) = usable_progress_cpus(set("1,7"), Some(&online), "THE_SOURCE");
         assert_eq!(cpus, Some(set("1")));
         assert!(warning.unwrap().contains("names CPUs 7"));
         // Unknown online CPUs: the set as asked.
         assert_eq!(
-            usable_progress_cpus(set("5"), None, "HPC_X"),
+            usable_progress_cpus(set("5"), None, "THE_SOURCE"),
             (Some(set("5")), None)
         );
         assert!(online_cpus().is_some_and(|o| !o.is_empty()));
