@@ -1034,8 +1034,10 @@ mod tests {
         );
         assert!(e.contains("floating point `1e300`"), "{e}");
         assert!(e.len() < 300, "{} bytes: {e}", e.len());
-        let mut p = Params::default();
-        p.bg_rate = 1e300;
+        let p = Params {
+            bg_rate: 1e300,
+            ..Params::default()
+        };
         let e = Model::new(p).map(|_| ()).unwrap_err().to_string();
         assert!(
             e.contains("the background of L23E is 1.6e298 spikes"),
