@@ -10,6 +10,12 @@
 //! communicator it serves, whose slots are its members on the node). What
 //! differs between them for a reason is a parameter ([`Cancel`]) or stays in
 //! their I/O: how a part is read and run, and which step failed.
+//!
+//! One short way through it: a part that finished where nothing is queued
+//! and its collective did not fail ([`Session::finished`]) is answered by
+//! the server itself, and the collective retires at its last part, without
+//! an effect queued. The session decides it, and takes the long way on
+//! anything else: failures, losses and the window stay its own.
 
 use std::collections::VecDeque;
 
@@ -43,7 +49,8 @@ pub(crate) enum Effect {
     /// Tell the other nodes' proxies that collective `seq` failed here with
     /// `outcome`.
     Tell { seq: u64, outcome: Outcome },
-    /// Every member's part of collective `seq` is ready: start it.
+    /// Every member's part of collective `seq` is ready ([`Session::ready`]:
+    /// the DPU placement, whose node's schedules run together): start it.
     Start { seq: u64 },
     /// Collective `seq` failed: stop what runs for it and drop its messages
     /// (its members are answered by the [`Effect::Answer`]s that follow).
@@ -248,6 +255,41 @@ impl Session {
     #[cfg(test)]
     pub(super) fn in_flight(&self) -> usize {
         self.colls.0.len()
+    }
+
+    /// The part in `slot` of `seq` finished: [`Session::done`] with
+    /// [`Outcome::Done`], the short way where nothing calls for the long one.
+    /// Where no effect is queued, the member is here, its part is in and its
+    /// collective did not fail, the session queues nothing: the server
+    /// answers the member `Done` itself and releases the bytes returned (the
+    /// collective's, where this was its last part here and it retired here
+    /// and now; else 0). `None`: the core took the long way (its effects are
+    /// queued, in order).
+    #[inline]
+    pub(crate) fn finished(&mut self, seq: u64, slot: usize) -> Option<u64> {
+        let short = self.out.is_empty() && self.members[slot] == Member::Here;
+        let i = self.colls.index(seq).ok().filter(|_| short);
+        let Some(i) = i.filter(|&i| {
+            let c = &self.colls.0[i];
+            c.failed.is_none()
+                && matches!(
+                    c.parts[slot],
+                    Part::In {
+                        cancelled: false,
+                        ..
+                    }
+                )
+        }) else {
+            self.done(seq, slot, Outcome::Done);
+            return None;
+        };
+        let c = &mut self.colls.0[i];
+        c.parts[slot] = Part::Answered;
+        if !over(c, &self.members) {
+            return Some(0);
+        }
+        let mut c = self.colls.0.remove(i);
+        Some(end(&mut self.ended, &mut self.spare, &mut c))
     }
 
     /// The part in `slot` of `seq` ended with `outcome` (its op finished or
@@ -501,22 +543,34 @@ impl Session {
         let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
         let spare = &mut self.spare;
         self.colls.0.retain_mut(|c| {
-            let seq = c.seq;
-            let over = c
-                .parts
-                .iter()
-                .zip(members)
-                .all(|(p, m)| *m != Member::Here || *p == Part::Answered);
+            let over = over(c, members);
             if over {
-                ended.end(seq, c.failed.take().map_or(Outcome::Done, |o| *o));
-                out.push_back(Effect::Retire { seq, bytes: c.held });
-                if spare.len() < SPARE {
-                    let mut parts = std::mem::take(&mut c.parts);
-                    parts.clear();
-                    spare.push(parts);
-                }
+                let bytes = end(ended, spare, c);
+                out.push_back(Effect::Retire { seq: c.seq, bytes });
             }
             !over
         });
     }
+}
+
+/// Whether every member here of collective `c` is answered.
+#[inline]
+fn over(c: &Coll, members: &[Member]) -> bool {
+    c.parts
+        .iter()
+        .zip(members)
+        .all(|(p, m)| *m != Member::Here || *p == Part::Answered)
+}
+
+/// Ends collective `c`, which is over: the window remembers how it ended,
+/// its parts are kept for the next collectives; the bytes it held.
+#[inline]
+fn end(ended: &mut Ended, spare: &mut Vec<Vec<Part>>, c: &mut Coll) -> u64 {
+    ended.end(c.seq, c.failed.take().map_or(Outcome::Done, |o| *o));
+    if spare.len() < SPARE {
+        let mut parts = std::mem::take(&mut c.parts);
+        parts.clear();
+        spare.push(parts);
+    }
+    c.held
 }
