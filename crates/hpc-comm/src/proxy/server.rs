@@ -858,9 +858,7 @@ mod tests {
 
     #[test]
     fn skips_the_copies_a_rank_made_itself() {
-        let path = std::env::temp_dir().join(format!("hpc-proxy-own-{}", std::process::id()));
-        let board = Board::create(&path, 2).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let board = Board::unlinked("proxy-own", 2);
         let mut p = Proxy::new(board, 1);
         p.pids = vec![std::process::id()];
         // One rank: an allgather is the copy of its own block, in round 0.
