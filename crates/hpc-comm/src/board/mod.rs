@@ -501,6 +501,26 @@ impl Board {
         };
     }
 
+    /// Pushes the descriptors queued in `q` from `src` to `dst`, in order,
+    /// as many as the ring takes (the rest stay queued); whether any went.
+    #[inline]
+    pub(crate) fn push_queued(
+        &self,
+        src: usize,
+        dst: usize,
+        q: &mut std::collections::VecDeque<Desc>,
+    ) -> bool {
+        let mut any = false;
+        while let Some(&d) = q.front() {
+            if !self.push(src, dst, d) {
+                break;
+            }
+            q.pop_front();
+            any = true;
+        }
+        any
+    }
+
     /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.
     /// Only rank `src`'s process may push on it, one thread at a time.
     ///

@@ -453,15 +453,7 @@ impl Proxy {
 
     fn flush(&mut self) {
         for r in 0..self.size {
-            let mut any = false;
-            while let Some(d) = self.out[r].front().copied() {
-                if !self.board.push(self.size, r, d) {
-                    break;
-                }
-                self.out[r].pop_front();
-                any = true;
-            }
-            if any {
+            if self.board.push_queued(self.size, r, &mut self.out[r]) {
                 self.board.ring(r);
             }
         }
