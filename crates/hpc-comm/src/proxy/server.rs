@@ -313,6 +313,9 @@ impl Proxy {
     /// Carries out what the session decided: answers, news for the other
     /// nodes, stops, and the memory of the collectives that retired.
     fn settle(&mut self) {
+        if !self.session.pending() {
+            return;
+        }
         while let Some(e) = self.session.poll() {
             match e {
                 Effect::Answer { seq, slot, outcome } => self.answer(seq, slot, &outcome),
