@@ -199,28 +199,33 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::{inputs, reference_with};
-    use hpc_collectives::{Collective, DataType, Options, ReduceOp};
+    use hpc_collectives::{sim, Collective, DataType, Options, ReduceOp};
 
-    /// The bytes of `v`, as the ranks' buffers hold them.
-    fn bytes(v: Vec<i64>) -> Vec<u8> {
-        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    /// Every rank's input for `coll`: a pattern by rank and byte.
+    fn input(coll: &Collective, r: usize, n: usize) -> (Vec<u8>, Vec<u8>) {
+        let (s, rv) = coll.buffer_bytes(r, n);
+        let send = (0..s).map(|i| (r * 31 + i * 7) as u8 & 0x3f).collect();
+        (send, vec![0; rv])
     }
 
     /// The collective split over `nodes` runs (rank r on node r % nodes), the
-    /// messages between them carried by hand, against the simulator (the
-    /// conformance check's inputs and reference).
+    /// messages between them carried by hand, against the simulator.
     fn split_matches_the_simulator(coll: Collective, n: usize, nodes: usize) {
         let opts = Options::default();
         let scheds: Vec<_> = (0..n)
             .map(|r| coll.schedule(r, n, &opts).unwrap())
             .collect();
-        let ins: Vec<_> = (0..n)
-            .map(|r| {
-                let (send, recv) = inputs(&coll, r, n);
-                (bytes(send), bytes(recv))
-            })
-            .collect();
+        let ins: Vec<_> = (0..n).map(|r| input(&coll, r, n)).collect();
+        let want = sim::run(
+            &scheds,
+            ins.iter()
+                .map(|(s, r)| sim::RankBuffers {
+                    send: s.clone(),
+                    recv: r.clone(),
+                })
+                .collect(),
+        )
+        .unwrap();
         let mut runs: Vec<Run> = (0..nodes)
             .map(|k| {
                 Run::new(
@@ -252,20 +257,14 @@ mod tests {
         for (k, run) in runs.into_iter().enumerate() {
             assert!(run.done(), "{coll:?} on {n} ranks, node {k} did not finish");
             for (r, got) in (0..n).filter(|r| r % nodes == k).zip(run.into_recvs()) {
-                let want = reference_with(|_| coll.clone(), r, n, &opts).unwrap();
-                assert_eq!(
-                    got,
-                    bytes(want),
-                    "{coll:?} rank {r} of {n} on {nodes} nodes"
-                );
+                assert_eq!(got, want[r], "{coll:?} rank {r} of {n} on {nodes} nodes");
             }
         }
     }
 
     #[test]
     fn runs_split_over_nodes_give_the_simulators_results() {
-        // 8-byte elements: the conformance check's inputs are `i64`s.
-        let d = DataType::I64;
+        let d = DataType::I32;
         for (n, nodes) in [(2, 2), (3, 2), (5, 3), (8, 4)] {
             for coll in [
                 Collective::Alltoall { count: 3, dtype: d },
