@@ -723,7 +723,7 @@ impl StdpRow {
         update_synapses(
             rule,
             self.delay,
-            self.trace,
+            &self.trace,
             t_spike,
             self.targets.iter(),
             &mut self.weights,
@@ -806,6 +806,20 @@ fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// The error of a weight `from` that became `weight` (not finite) at `t`:
+/// out of the delivery's loop, which it ends.
+#[cold]
+#[inline(never)]
+fn overflow(rule: &StdpPlHom, weight: f64, from: f64, t: f64) -> ModelError {
+    ModelError::WeightOverflow {
+        weight,
+        from,
+        t,
+        lambda: rule.params.lambda,
+        mu: rule.params.mu,
+    }
+}
+
 /// The update of one source's synapses of delay `d` when it spikes at
 /// `t_spike`, given the source's trace `before` the spike (after
 /// [`SourceTrace::check`]), calling `each(target, new weight)` for every
@@ -820,7 +834,7 @@ fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
 fn update_synapses(
     rule: &StdpPlHom,
     d: f64,
-    before: SourceTrace,
+    before: &SourceTrace,
     t_spike: f64,
     targets: impl Iterator<Item = u32>,
     weights: &mut [f64],
@@ -852,13 +866,7 @@ fn update_synapses(
             }
         }
         if !v.is_finite() {
-            return Err(ModelError::WeightOverflow {
-                weight: v,
-                from: *w,
-                t: t_spike,
-                lambda: rule.params.lambda,
-                mu: rule.params.mu,
-            });
+            return Err(overflow(rule, v, *w, t_spike));
         }
         v = rule.depress(v, archive.k_minus_before_cached(t2));
         *w = v;

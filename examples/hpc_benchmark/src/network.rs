@@ -223,7 +223,7 @@ impl Shard {
             stat,
             ..
         } = self;
-        for (&code, &before) in codes.iter().zip(before) {
+        for (&code, before) in codes.iter().zip(before) {
             let gid = code & mask;
             let step = base + (code >> d.gid_bits) as u64;
             let arrival = step + d.delay;

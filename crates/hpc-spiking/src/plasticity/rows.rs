@@ -54,10 +54,10 @@ use super::{
 /// let mut traces = SourceTraces::new(rows.index().clone());
 /// let mut input = vec![0.0; 3];
 /// let before = traces.spike(7, &rule, 5.0)?.expect("source 7 has a trace");
-/// assert!(rows.deliver_into(7, &rule, before, 5.0, &mut post, &mut input)?);
+/// assert!(rows.deliver_into(7, &rule, &before, 5.0, &mut post, &mut input)?);
 /// // Source 8 has no synapse here: nothing to do.
 /// assert_eq!(traces.spike(8, &rule, 5.0)?, None);
-/// assert!(!rows.deliver_into(8, &rule, before, 5.0, &mut post, &mut input)?);
+/// assert!(!rows.deliver_into(8, &rule, &before, 5.0, &mut post, &mut input)?);
 /// assert_eq!(input, [45.0, 0.0, 45.0]);
 /// assert_eq!(traces.get(7).map(|t| t.k_plus()), Some(1.0));
 /// # Ok::<(), hpc_spiking::model::ModelError>(())
@@ -106,7 +106,7 @@ impl StdpRows {
         &mut self,
         source: u32,
         rule: &StdpPlHom,
-        before: SourceTrace,
+        before: &SourceTrace,
         t_spike: f64,
         archives: &mut [PostArchive],
         input: &mut [f64],

@@ -921,7 +921,7 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
                 .deliver_into(
                     s,
                     &r,
-                    before.unwrap_or_default(),
+                    &before.unwrap_or_default(),
                     t,
                     &mut a_rows,
                     &mut in_rows,
@@ -997,7 +997,7 @@ fn refusals_and_restores(
     let now = traces.get(s).unwrap();
     let t_last = now.t_last();
     assert!(matches!(
-        rows.deliver_into(s, r, now, t_last, a_rows, in_rows),
+        rows.deliver_into(s, r, &now, t_last, a_rows, in_rows),
         Err(ModelError::TimeOrder { .. })
     ));
     assert!(matches!(
@@ -1010,7 +1010,7 @@ fn refusals_and_restores(
         "a refused spike changed the trace"
     );
     assert!(matches!(
-        rows.deliver_into(s, r, now, t_last + 1.0, a_rows, &mut [0.0; 3]),
+        rows.deliver_into(s, r, &now, t_last + 1.0, a_rows, &mut [0.0; 3]),
         Err(ModelError::Target { len: 3, .. })
     ));
     // A checkpoint's state goes back in; bad values are refused.
