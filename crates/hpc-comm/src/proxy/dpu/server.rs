@@ -9,7 +9,7 @@ mod messages;
 use super::client::{DETACH_GRACE, WATCH_EVERY};
 use super::state::{FromNet, Group, Outgoing, Served, Slot, Wait, UNOPENED_MAX};
 use super::wire::{
-    check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, TAG_ANSWER,
+    check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, Waiting, TAG_ANSWER,
     TAG_REQUEST,
 };
 use crate::backoff::Backoff;
@@ -463,6 +463,15 @@ impl Server {
                 self.settle(id);
                 self.listen(r);
             }
+            Request::Ask { seq: asked } => {
+                let ranks = self
+                    .comms
+                    .get(&id)
+                    .map(|c| c.session.waiting_for(asked))
+                    .unwrap_or_default();
+                self.send_waiting(r, w, ranks);
+                self.listen(r);
+            }
             Request::Detach => {
                 tracing::debug!(rank = r, comm = id, "DPU proxy: rank detached");
                 self.names[r].remove(&local);
@@ -658,6 +667,23 @@ impl Server {
             why: o.why(),
         };
         let Ok(bytes) = postcard::to_allocvec(&a) else {
+            return;
+        };
+        match self.t.send(r, TAG_ANSWER + w, bytes) {
+            Ok(op) => {
+                self.ops.insert(op, Wait::Answer);
+            }
+            Err(e) => self.lose(r, &e.to_string()),
+        }
+    }
+
+    /// Sends link rank `r` the answer to its ask numbered `w` on the link:
+    /// the communicator's `ranks` whose parts have not come.
+    fn send_waiting(&mut self, r: usize, w: u64, ranks: Vec<usize>) {
+        if self.gone[r].is_some() {
+            return;
+        }
+        let Ok(bytes) = postcard::to_allocvec(&Waiting { ranks }) else {
             return;
         };
         match self.t.send(r, TAG_ANSWER + w, bytes) {
