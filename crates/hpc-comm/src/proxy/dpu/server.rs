@@ -469,7 +469,7 @@ impl Server {
                     .get(&id)
                     .map(|c| c.session.waiting_for(asked))
                     .unwrap_or_default();
-                self.send_waiting(r, w, ranks);
+                self.send_on_answer_tag(r, w, &Waiting { ranks });
                 self.listen(r);
             }
             Request::Detach => {
@@ -656,9 +656,6 @@ impl Server {
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
     fn send_answer(&mut self, r: usize, w: u64, o: &Outcome) {
-        if self.gone[r].is_some() {
-            return;
-        }
         // The edge: the typed outcome becomes the wire's code and word.
         let (code, aux) = o.wire();
         let a = Answer {
@@ -666,24 +663,17 @@ impl Server {
             aux,
             why: o.why(),
         };
-        let Ok(bytes) = postcard::to_allocvec(&a) else {
-            return;
-        };
-        match self.t.send(r, TAG_ANSWER + w, bytes) {
-            Ok(op) => {
-                self.ops.insert(op, Wait::Answer);
-            }
-            Err(e) => self.lose(r, &e.to_string()),
-        }
+        self.send_on_answer_tag(r, w, &a);
     }
 
-    /// Sends link rank `r` the answer to its ask numbered `w` on the link:
-    /// the communicator's `ranks` whose parts have not come.
-    fn send_waiting(&mut self, r: usize, w: u64, ranks: Vec<usize>) {
+    /// Sends link rank `r` `what` on the answer tag of its request numbered
+    /// `w` on the link (a collective's answer, a message's delivery, an
+    /// ask's answer); nothing to a rank that is gone.
+    pub(super) fn send_on_answer_tag<T: serde::Serialize>(&mut self, r: usize, w: u64, what: &T) {
         if self.gone[r].is_some() {
             return;
         }
-        let Ok(bytes) = postcard::to_allocvec(&Waiting { ranks }) else {
+        let Ok(bytes) = postcard::to_allocvec(what) else {
             return;
         };
         match self.t.send(r, TAG_ANSWER + w, bytes) {
