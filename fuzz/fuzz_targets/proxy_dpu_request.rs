@@ -4,7 +4,8 @@
 //! spans checked and the collective scheduled. The first byte picks the rank,
 //! the second the communicator size (1 to 16), the rest is the message.
 //! Decoding never panics, and a request the proxy accepts yields a schedule
-//! inside the spans it claims.
+//! inside the spans it claims. The same bytes read as the proxy's answer to
+//! an ask (the ranks whose parts it has not received) never panic either.
 
 #![no_main]
 
@@ -17,4 +18,5 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = hpc_comm::fuzz::dpu_request(rest, rank, size);
+    let _ = hpc_comm::fuzz::dpu_waiting(rest);
 });

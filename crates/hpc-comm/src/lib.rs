@@ -111,6 +111,13 @@ pub mod fuzz {
         crate::proxy::dpu::fuzz_request(bytes, rank, size)
     }
 
+    /// What a rank makes of its DPU-placed proxy's answer to an ask (which
+    /// ranks' parts of a collective it has not received): the ranks named,
+    /// or why the bytes are none.
+    pub fn dpu_waiting(bytes: &[u8]) -> Result<Vec<usize>, String> {
+        crate::proxy::dpu::fuzz_waiting(bytes)
+    }
+
     /// A blob as a rank encodes it (for seeding the corpus).
     pub fn encode_submit(
         coll: &hpc_collectives::Collective,

@@ -113,6 +113,8 @@ fn child_entry() {
         "staging" => staging(&world),
         "progress" => progress(&world),
         "proxy_death" => proxy_death(&world),
+        "proxy_absent" => absent(&world, CommOptions::new(Engine::Proxy)),
+        "dpu_absent" => absent(&world, dpu::options()),
         "nodes" => across_nodes(&world),
         "proxy_nodes" => proxy_across_nodes(&world),
         "proxy_node_death" => proxy_node_death(&world),
@@ -1188,6 +1190,37 @@ fn proxy_death(world: &World) {
         comm.bcast(&mut buf, 0),
         Err(Error::Stopped("proxy"))
     ));
+}
+
+/// Rank 2 never enters the barrier: ranks 0 and 1 time out (after the
+/// communicator's 1 s), their error naming rank 2 and not themselves, which
+/// the proxy tells them (it holds their parts, not rank 2's). Rank 2 waits
+/// meanwhile in the world's barrier (whose timeout is the job's, longer),
+/// so that it is neither lost nor gone while the others wait.
+fn absent(world: &World, mut o: CommOptions) {
+    o.timeout = Some(Duration::from_secs(1));
+    let comm = Comm::with_options(world, o).unwrap();
+    if comm.rank() != 2 {
+        let t0 = Instant::now();
+        match comm.barrier() {
+            Err(Error::Timeout { waiting_for, .. }) => {
+                assert_eq!(waiting_for, vec![2], "rank {}", comm.rank());
+            }
+            o => panic!("a barrier rank 2 never enters: {o:?}"),
+        }
+        assert!(
+            t0.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+    world.barrier().unwrap();
+}
+
+#[test]
+fn a_barrier_that_times_out_on_the_proxy_names_the_absent_rank() {
+    all_ok_with("proxy_absent", 3, 20.0, &[]);
+    all_ok_with("dpu_absent", 3, 20.0, &[]);
 }
 
 #[test]

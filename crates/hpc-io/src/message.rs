@@ -12,6 +12,9 @@
 //!
 //! [`UsageError`] marks an error as bad input, which a program's exit status tells
 //! apart from other failures (`hpc` and `cargo xtask image` give it status 2).
+//!
+//! [`num`] writes a number for a message: plain, or in exponent form where it
+//! would otherwise print as hundreds of digits.
 
 use std::error::Error;
 use std::io::Write as _;
@@ -73,9 +76,32 @@ impl std::fmt::Display for UsageError {
 
 impl Error for UsageError {}
 
+/// `x` for a message: plain for ordinary magnitudes, in exponent form
+/// (`1e300`, `1e-300`) for huge and tiny ones, which would otherwise print as
+/// hundreds of digits.
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_plain_unless_huge_or_tiny() {
+        assert_eq!(num(0.1), "0.1");
+        assert_eq!(num(-2500.0), "-2500");
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(1e300), "1e300");
+        assert_eq!(num(-1e-300), "-1e-300");
+        assert_eq!(num(f64::INFINITY), "inf");
+        assert_eq!(num(f64::NAN), "NaN");
+    }
     use crate::read::ReadError;
 
     #[test]

@@ -239,10 +239,6 @@ impl Exchange for TargetedExchange {
             &mut out[..],
             &self.recv_counts,
         )?;
-        let t = std::time::Instant::now();
-        let r = work();
-        let work_s = t.elapsed().as_secs_f64();
-        req.wait()?;
-        Ok((r, work_s))
+        crate::exchange::work_then_wait(work, || Ok(req.wait()?))
     }
 }

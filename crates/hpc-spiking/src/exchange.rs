@@ -83,15 +83,25 @@ pub trait SpikeExchange {
             let _s = tracing::info_span!("exchange_start", spikes = local.len()).entered();
             self.start(local)?
         };
-        let t = std::time::Instant::now();
-        let r = work();
-        let work_s = t.elapsed().as_secs_f64();
-        {
-            let _s = tracing::info_span!("exchange_wait").entered();
-            self.finish(pending, out)?;
-        }
-        Ok((r, work_s))
+        work_then_wait(work, || self.finish(pending, out))
     }
+}
+
+/// Runs `work` while an exchange is in flight, then waits for the exchange
+/// (`wait`, in the `exchange_wait` span): `work`'s result and the seconds
+/// spent in it (what [`SpikeExchange::overlap`] returns).
+pub(crate) fn work_then_wait<R>(
+    work: impl FnOnce() -> R,
+    wait: impl FnOnce() -> Result<()>,
+) -> Result<(R, f64)> {
+    let t = std::time::Instant::now();
+    let r = work();
+    let work_s = t.elapsed().as_secs_f64();
+    {
+        let _s = tracing::info_span!("exchange_wait").entered();
+        wait()?;
+    }
+    Ok((r, work_s))
 }
 
 /// An exchange taken by reference is the same exchange, so that an adapter
@@ -424,14 +434,7 @@ impl SpikeExchange for CommExchange {
             out.resize(self.sizes.iter().sum(), 0);
             self.comm.iallgatherv(local, &mut out[..], &self.sizes)?
         };
-        let t = std::time::Instant::now();
-        let r = work();
-        let work_s = t.elapsed().as_secs_f64();
-        {
-            let _s = tracing::info_span!("exchange_wait").entered();
-            req.wait()?;
-        }
-        Ok((r, work_s))
+        work_then_wait(work, || Ok(req.wait()?))
     }
 }
 

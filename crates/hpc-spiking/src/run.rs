@@ -97,17 +97,7 @@ pub fn thread_pool(
         .build()?)
 }
 
-/// `x` for an error message: plain for ordinary magnitudes, in exponent form
-/// (`1e300`, `1e-300`) for huge and tiny ones, which would otherwise print as
-/// hundreds of digits.
-pub fn num(x: f64) -> String {
-    let a = x.abs();
-    if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
-        format!("{x}")
-    } else {
-        format!("{x:e}")
-    }
-}
+pub use hpc_io::message::num;
 
 /// `message` (a parser's, which writes a float such as `1e300` out in full) with
 /// every run of more than 20 digits written as [`num`] writes its number.

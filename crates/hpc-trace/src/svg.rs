@@ -77,16 +77,7 @@ pub enum SvgError {
     Time(String),
 }
 
-/// `x` as a message gives it: plain for ordinary magnitudes, in exponent
-/// form (`1e300`) for huge and tiny ones, which would print as hundreds of digits.
-pub fn num(x: f64) -> String {
-    let a = x.abs();
-    if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
-        format!("{x}")
-    } else {
-        format!("{x:e}")
-    }
-}
+pub use hpc_io::message::num;
 
 struct Span {
     ts: f64,

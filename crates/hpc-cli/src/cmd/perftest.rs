@@ -266,6 +266,26 @@ fn print_lat(size: usize, mut us: Vec<f64>) -> anyhow::Result<()> {
     ))
 }
 
+/// Runs `round(i)` for the warm-up rounds (a tenth of `iters`, plus 10),
+/// then `iters` times more, and gives the microseconds each timed round took,
+/// divided by `legs` (2 for a ping-pong: the one-way latency).
+fn timed_rounds(
+    iters: usize,
+    legs: f64,
+    mut round: impl FnMut(u64) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    let warmup = (iters / 10 + 10) as u64;
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..warmup + iters as u64 {
+        let t0 = Instant::now();
+        round(i)?;
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / legs);
+        }
+    }
+    Ok(times)
+}
+
 fn write_lat(
     t: &Transport,
     region: &hpc_rdma::Region,
@@ -278,8 +298,6 @@ fn write_lat(
     // Place the message so that its last 8 bytes are 8-aligned at the target.
     let off = (8 - size % 8) % 8;
     let flag = off + size - 8;
-    let warmup = iters / 10 + 10;
-    let mut times = Vec::with_capacity(iters);
     let mut msg = vec![0xA5u8; size];
     let deadline = t.timeout();
     let wait_flag = |seq: u64| -> anyhow::Result<()> {
@@ -299,10 +317,9 @@ fn write_lat(
         }
         Ok(())
     };
-    for i in 0..(warmup + iters) as u64 {
+    let times = timed_rounds(iters, 2.0, |i| {
         let seq = i + 1;
         msg[size - 8..].copy_from_slice(&seq.to_le_bytes());
-        let t0 = Instant::now();
         if me == 0 {
             let op = t.put(std::mem::take(&mut msg), peer_key, off as u64)?;
             wait_flag(seq)?;
@@ -312,10 +329,8 @@ fn write_lat(
             let op = t.put(std::mem::take(&mut msg), peer_key, off as u64)?;
             msg = t.wait(op)?.into_bytes();
         }
-        if i >= warmup as u64 {
-            times.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+        Ok(())
+    })?;
     if me == 0 {
         print_lat(size, times)?;
     }
@@ -329,11 +344,8 @@ fn send_lat(
     size: usize,
     iters: usize,
 ) -> anyhow::Result<()> {
-    let warmup = iters / 10 + 10;
-    let mut times = Vec::with_capacity(iters);
     let mut msg = vec![0x5Au8; size];
-    for i in 0..warmup + iters {
-        let t0 = Instant::now();
+    let times = timed_rounds(iters, 2.0, |_| {
         if me == 0 {
             let s = t.send(peer, TAG_DATA, std::mem::take(&mut msg))?;
             let r = t.recv(peer, TAG_DATA)?;
@@ -345,10 +357,8 @@ fn send_lat(
             let s = t.send(peer, TAG_DATA, std::mem::take(&mut msg))?;
             msg = t.wait(s)?.into_bytes();
         }
-        if i >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+        Ok(())
+    })?;
     if me == 0 {
         print_lat(size, times)?;
     }
@@ -365,16 +375,11 @@ fn read_lat(
     if me != 0 {
         return Ok(());
     }
-    let warmup = iters / 10 + 10;
-    let mut times = Vec::with_capacity(iters);
-    for i in 0..warmup + iters {
-        let t0 = Instant::now();
+    let times = timed_rounds(iters, 1.0, |_| {
         let g = t.get(peer_key, 0, size)?;
         t.wait(g)?;
-        if i >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+        Ok(())
+    })?;
     print_lat(size, times)
 }
 

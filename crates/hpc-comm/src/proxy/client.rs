@@ -19,6 +19,10 @@ use crate::job::{Job, Stage};
 use crate::proxy::ProxyClient;
 use crate::sync::lock;
 
+/// How long a rank whose wait timed out waits for its proxy to say which
+/// ranks' parts it has not received.
+pub(super) const ASK_FOR: Duration = Duration::from_millis(500);
+
 /// A collective posted to the proxy.
 pub(crate) struct Pending {
     pub(super) seq: u64,
@@ -48,6 +52,10 @@ struct ClientState {
     done: Vec<(u64, u64, u64)>,
     cancelled: Vec<u64>,
     outq: VecDeque<Desc>,
+    /// The proxy's answers to `ASK`s: (seq, a rank whose part has not come).
+    waiting: Vec<(u64, usize)>,
+    /// The collectives whose `ASK` the proxy answered in full.
+    asked: Vec<u64>,
 }
 
 /// A rank's connection to its node's proxy.
@@ -252,6 +260,12 @@ impl Client {
                 Some(Kind::Cancelled) => {
                     st.cancelled.push(d.tag);
                 }
+                Some(Kind::Waiting) => {
+                    st.waiting.push((d.tag, d.addr as usize));
+                }
+                Some(Kind::Asked) => {
+                    st.asked.push(d.tag);
+                }
                 _ => {}
             }
         }
@@ -283,6 +297,42 @@ impl Client {
             }
         }
         Some(o.into_result(p.seq, "the proxy", &self.world))
+    }
+
+    /// The world's ranks whose parts of collective `seq` the proxy has not
+    /// received, as it answers an `ASK` within [`ASK_FOR`] (empty where it
+    /// does not: a proxy that is gone or stuck names nobody).
+    fn waiting_for(&self, seq: u64) -> Vec<usize> {
+        if self.proxy_gone.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.push(&mut lock(&self.state), Kind::Ask.desc(seq, 0, 0));
+        let t0 = Instant::now();
+        loop {
+            {
+                let mut st = lock(&self.state);
+                self.drain(&mut st);
+                if let Some(i) = st.asked.iter().position(|&s| s == seq) {
+                    st.asked.swap_remove(i);
+                    let mut ranks = Vec::new();
+                    st.waiting.retain(|&(s, r)| {
+                        if s == seq {
+                            ranks.push(self.world.get(r).copied().unwrap_or(r));
+                        }
+                        s != seq
+                    });
+                    return ranks;
+                }
+            }
+            if t0.elapsed() > ASK_FOR {
+                tracing::debug!(seq, "proxy: no answer to which ranks it waits for");
+                // A late answer must not stay in the lists.
+                let mut st = lock(&self.state);
+                st.waiting.retain(|&(s, _)| s != seq);
+                return Vec::new();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Whether the proxy process is gone: a non-blocking `poll` of its pidfd
@@ -432,7 +482,7 @@ impl ProxyClient for Client {
             if waited > self.timeout {
                 return Err(Error::Timeout {
                     after: self.timeout,
-                    waiting_for: Vec::new(),
+                    waiting_for: self.waiting_for(p.seq),
                 });
             }
             // Where the node has no core for the proxy (spin 0), yield to it

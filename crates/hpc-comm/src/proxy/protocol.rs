@@ -6,7 +6,10 @@
 //! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
 //! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len` (for
 //! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for).
-//! Tags are the communicator's sequence numbers of the collectives.
+//! Tags are the communicator's sequence numbers of the collectives. A rank
+//! whose wait timed out asks (`ASK`) which ranks' parts the proxy has not
+//! received; the proxy answers one `WAITING` per rank (the rank in `addr`),
+//! then `ASKED` (the count in `addr`).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,11 +29,20 @@ pub(crate) enum Kind {
     Cancel = 11,
     /// Rank to proxy: this rank is gone.
     Detach = 12,
+    /// Rank to proxy: which ranks' parts of collective `tag` have not come?
+    /// (Answered by `Waiting`s, then `Asked`.)
+    Ask = 13,
     /// Proxy to rank: collective `tag` ended with the [`Code`] in `addr`.
     Done = 20,
     /// Proxy to rank: collective `tag` was dropped; the proxy no longer
     /// touches its buffers.
     Cancelled = 21,
+    /// Proxy to rank, answering `Ask`: rank `addr`'s part of collective `tag`
+    /// has not come.
+    Waiting = 22,
+    /// Proxy to rank: the end of its answer to `Ask` for collective `tag`,
+    /// `addr` ranks named.
+    Asked = 23,
 }
 
 impl Kind {
@@ -40,8 +52,11 @@ impl Kind {
             10 => Kind::Submit,
             11 => Kind::Cancel,
             12 => Kind::Detach,
+            13 => Kind::Ask,
             20 => Kind::Done,
             21 => Kind::Cancelled,
+            22 => Kind::Waiting,
+            23 => Kind::Asked,
             _ => return None,
         })
     }
@@ -126,4 +141,36 @@ pub(crate) const MAX_BLOB: u64 = 64 << 20;
 /// Decodes a blob read from a rank; `None` for anything that is not one.
 pub(crate) fn decode_blob(bytes: &[u8]) -> Option<Blob> {
     postcard::from_bytes::<Blob>(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind reads back from its wire word, in a descriptor as made;
+    /// the words around them read as none.
+    #[test]
+    fn kinds_round_trip_and_others_are_none() {
+        let all = [
+            Kind::Submit,
+            Kind::Cancel,
+            Kind::Detach,
+            Kind::Ask,
+            Kind::Done,
+            Kind::Cancelled,
+            Kind::Waiting,
+            Kind::Asked,
+        ];
+        for k in all {
+            let d = k.desc(7, 3, 1);
+            assert_eq!(Kind::from_wire(d.kind), Some(k));
+            assert_eq!((d.tag, d.addr, d.len), (7, 3, 1));
+        }
+        let known: Vec<u32> = all.iter().map(|&k| k as u32).collect();
+        for w in (0..40).chain([u32::MAX]) {
+            if !known.contains(&w) {
+                assert_eq!(Kind::from_wire(w), None, "{w}");
+            }
+        }
+    }
 }

@@ -586,6 +586,13 @@ impl Proxy {
             Some(Kind::Detach) => {
                 self.session.lose(r, "it left the communicator");
             }
+            Some(Kind::Ask) => {
+                let waiting = self.session.waiting_for(d.tag);
+                for &w in &waiting {
+                    self.reply(r, Kind::Waiting.desc(d.tag, w as u64, 0));
+                }
+                self.reply(r, Kind::Asked.desc(d.tag, waiting.len() as u64, 0));
+            }
             // Answers are the proxy's to send, not to receive; unknown kinds are ignored.
             _ => {}
         }

@@ -10,8 +10,8 @@ use super::link::{
     backend_name, dpu_service_addr, host_addr, join, link_backend, route_to, Link, Watch,
 };
 use super::wire::{
-    encode_request, places, recv_is_input, split_id, wire, Answer, Offer, Place, Request, Span,
-    MAX_LOCAL, TAG_ANSWER, TAG_PLACE, TAG_READY, TAG_REQUEST,
+    decode_waiting, encode_request, places, recv_is_input, split_id, wire, Answer, Offer, Place,
+    Request, Span, Waiting, MAX_LOCAL, TAG_ANSWER, TAG_PLACE, TAG_READY, TAG_REQUEST,
 };
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
@@ -593,6 +593,53 @@ impl Conn {
 }
 
 impl Client {
+    /// The world's ranks whose parts of collective `seq` the proxy has not
+    /// received, as it answers a [`Request::Ask`] within
+    /// [`ASK_FOR`](crate::proxy::client::ASK_FOR) (empty where it does not:
+    /// a proxy that is gone or stuck names nobody). The ask takes a number
+    /// on the link of its own, as a message does, so that its answer's tag
+    /// is no collective's.
+    fn waiting_for(&self, seq: u64) -> Vec<usize> {
+        let n = P2P_FIRST + self.messages.fetch_add(1, Ordering::Relaxed) % P2P_FIRST;
+        let w = wire(self.local, n);
+        let asked = encode_request::<Collective>(w, &Request::Ask { seq }).and_then(|bytes| {
+            let op = self
+                .link
+                .t
+                .recv(self.link.proxy(), TAG_ANSWER + w)
+                .map_err(|e| self.link.link_error(e))?;
+            self.link.send(bytes)?;
+            Ok(op)
+        });
+        let op = match asked {
+            Ok(op) => op,
+            Err(e) => {
+                tracing::debug!(seq, error = %e, "DPU proxy: could not ask whom it waits for");
+                return Vec::new();
+            }
+        };
+        let t0 = Instant::now();
+        while t0.elapsed() < crate::proxy::client::ASK_FOR && !self.link.proxy_gone() {
+            match self.link.t.test(op) {
+                Ok(None) => std::thread::sleep(Duration::from_micros(200)),
+                Ok(Some(payload)) => {
+                    return match decode_waiting(&payload.into_bytes()) {
+                        Ok(Waiting { ranks }) => ranks
+                            .into_iter()
+                            .map(|r| self.world.get(r).copied().unwrap_or(r))
+                            .collect(),
+                        Err(why) => {
+                            tracing::debug!(seq, "DPU proxy: {why}");
+                            Vec::new()
+                        }
+                    };
+                }
+                Err(_) => break,
+            }
+        }
+        Vec::new()
+    }
+
     fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
         let bytes = payload.into_bytes();
         let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
@@ -741,7 +788,7 @@ impl ProxyClient for Client {
             if t0.elapsed() > self.timeout {
                 return Err(Error::Timeout {
                     after: self.timeout,
-                    waiting_for: Vec::new(),
+                    waiting_for: self.waiting_for(p.seq),
                 });
             }
             // Sleeps longer the longer the wait (a sixteenth of it, 50-500 µs):

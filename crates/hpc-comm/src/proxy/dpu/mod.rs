@@ -82,7 +82,7 @@ use client::P2P_FIRST;
 pub(crate) use client::{Carried, Client};
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
-pub(crate) use wire::fuzz_request;
+pub(crate) use wire::{fuzz_request, fuzz_waiting};
 
 /// Where the `Proxy` engine's proxy runs, and so how it reaches the ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

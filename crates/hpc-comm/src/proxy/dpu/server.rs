@@ -9,7 +9,7 @@ mod messages;
 use super::client::{DETACH_GRACE, WATCH_EVERY};
 use super::state::{FromNet, Group, Outgoing, Served, Slot, Wait, UNOPENED_MAX};
 use super::wire::{
-    check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, TAG_ANSWER,
+    check_submit, decode_request, unwire, wire, Answer, Place, Request, Span, Waiting, TAG_ANSWER,
     TAG_REQUEST,
 };
 use crate::backoff::Backoff;
@@ -463,6 +463,15 @@ impl Server {
                 self.settle(id);
                 self.listen(r);
             }
+            Request::Ask { seq: asked } => {
+                let ranks = self
+                    .comms
+                    .get(&id)
+                    .map(|c| c.session.waiting_for(asked))
+                    .unwrap_or_default();
+                self.send_on_answer_tag(r, w, &Waiting { ranks });
+                self.listen(r);
+            }
             Request::Detach => {
                 tracing::debug!(rank = r, comm = id, "DPU proxy: rank detached");
                 self.names[r].remove(&local);
@@ -647,9 +656,6 @@ impl Server {
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
     fn send_answer(&mut self, r: usize, w: u64, o: &Outcome) {
-        if self.gone[r].is_some() {
-            return;
-        }
         // The edge: the typed outcome becomes the wire's code and word.
         let (code, aux) = o.wire();
         let a = Answer {
@@ -657,7 +663,17 @@ impl Server {
             aux,
             why: o.why(),
         };
-        let Ok(bytes) = postcard::to_allocvec(&a) else {
+        self.send_on_answer_tag(r, w, &a);
+    }
+
+    /// Sends link rank `r` `what` on the answer tag of its request numbered
+    /// `w` on the link (a collective's answer, a message's delivery, an
+    /// ask's answer); nothing to a rank that is gone.
+    pub(super) fn send_on_answer_tag<T: serde::Serialize>(&mut self, r: usize, w: u64, what: &T) {
+        if self.gone[r].is_some() {
+            return;
+        }
+        let Ok(bytes) = postcard::to_allocvec(what) else {
             return;
         };
         match self.t.send(r, TAG_ANSWER + w, bytes) {

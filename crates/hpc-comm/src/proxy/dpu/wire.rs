@@ -80,6 +80,11 @@ pub(crate) enum Request<C = Collective> {
     Cancel,
     /// The rank is gone.
     Detach,
+    /// The rank's wait for collective `seq` of this request's communicator
+    /// timed out: which ranks' parts of it has the proxy not received?
+    /// Answered with a [`Waiting`] on this request's answer tag (its own
+    /// number on the link, not the collective's).
+    Ask { seq: u64 },
     /// The rank is a member of communicator `comm` (its id among the
     /// proxies), a split of the one the link was made for: its collectives
     /// come with this request's communicator number. `members`: the first
@@ -133,6 +138,18 @@ pub(crate) struct Answer {
     pub aux: u64,
     /// Why, for anything but `Ok`.
     pub why: String,
+}
+
+/// What the proxy answers to [`Request::Ask`]: the communicator's ranks
+/// whose parts of the collective it has not received.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Waiting {
+    pub ranks: Vec<usize>,
+}
+
+/// Decodes the proxy's answer to [`Request::Ask`].
+pub(crate) fn decode_waiting(bytes: &[u8]) -> std::result::Result<Waiting, String> {
+    postcard::from_bytes(bytes).map_err(|e| format!("an undecodable answer to an ask ({e})"))
 }
 
 /// What the node's first rank tells its proxy once the link is up: where
@@ -313,6 +330,11 @@ pub(crate) fn fuzz_request(
     Ok(steps)
 }
 
+/// The fuzz entry: decodes a proxy's answer to an ask as a rank does.
+pub(crate) fn fuzz_waiting(bytes: &[u8]) -> std::result::Result<Vec<usize>, String> {
+    decode_waiting(bytes).map(|w| w.ranks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,6 +479,20 @@ mod tests {
             Request::Send { dest: 1, tag: 3, body: Body::Inline(ref b) } if b == &[1, 2, 3]
         ));
         assert_eq!(fuzz_request(&bytes, 0, 2), Ok(0));
+        let ask = Request::<Collective>::Ask { seq: 12 };
+        let bytes = encode_request(wire(1, (1 << 39) + 3), &ask).unwrap();
+        let (w, back) = decode_request(&bytes).unwrap();
+        assert_eq!(unwire(w), (1, (1 << 39) + 3));
+        assert!(matches!(back, Request::Ask { seq: 12 }));
+        assert_eq!(fuzz_request(&bytes, 0, 2), Ok(0));
+        let waiting = Waiting {
+            ranks: vec![0, 7, 1 << 20],
+        };
+        let b = postcard::to_allocvec(&waiting).unwrap();
+        assert_eq!(decode_waiting(&b), Ok(waiting));
+        assert!(decode_waiting(&b[..b.len() - 1])
+            .unwrap_err()
+            .contains("undecodable"));
         let d = postcard::to_allocvec(&Delivery::Received { source: 3, tag: 9 }).unwrap();
         assert!(matches!(
             postcard::from_bytes::<Delivery>(&d).unwrap(),

@@ -367,6 +367,23 @@ impl Session {
         }
     }
 
+    /// The communicator's ranks, in slot order, whose part of collective
+    /// `seq` has not come: the members here that did not submit it (all of
+    /// them where no part of it came yet). Empty for a collective that ended
+    /// (within the window). Members away (other nodes' ranks) and gone are
+    /// not named: nothing here waits for them, or the collective failed.
+    pub(crate) fn waiting_for(&self, seq: u64) -> Vec<usize> {
+        if self.ended.contains(seq) {
+            return Vec::new();
+        }
+        let parts = self.colls.index(seq).ok().map(|i| &self.colls.0[i].parts);
+        (0..self.ranks.len())
+            .filter(|&slot| self.members[slot] == Member::Here)
+            .filter(|&slot| parts.is_none_or(|p| p[slot] == Part::Absent))
+            .map(|slot| self.ranks[slot])
+            .collect()
+    }
+
     /// The member in `slot` submitted its part of collective `seq`; whether
     /// the server should take it in. Where not, it is answered already: a
     /// collective that ended or failed, a node lost, a part submitted twice

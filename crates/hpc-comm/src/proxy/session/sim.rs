@@ -585,3 +585,26 @@ fn late_and_duplicate_parts_for_an_ended_collective_are_dropped() {
         assert_eq!(sim.answered(0, 1, 1), vec![failed.clone(), failed]);
     }
 }
+
+/// A collective names the members here whose part has not come: all of
+/// them before any part, then those still absent; never a member away, one
+/// whose part is in, nor anyone once the collective ended.
+#[test]
+fn a_collective_names_the_members_whose_part_has_not_come() {
+    let mut s = Session::new(vec![4, 5, 6, 7], Cancel::Part);
+    s.away(3);
+    assert_eq!(s.waiting_for(0), vec![4, 5, 6], "no part came yet");
+    assert!(s.submit(0, 1));
+    assert_eq!(s.waiting_for(0), vec![4, 6]);
+    assert!(s.submit(0, 0));
+    assert_eq!(s.waiting_for(0), vec![6]);
+    assert!(s.submit(0, 2));
+    assert!(s.waiting_for(0).is_empty(), "every part is in");
+    for slot in 0..3 {
+        s.done(0, slot, Outcome::Done);
+    }
+    drain(&mut s);
+    s.retire();
+    assert_eq!(s.in_flight(), 0);
+    assert!(s.waiting_for(0).is_empty(), "it ended");
+}

@@ -7,7 +7,7 @@
 use super::Server;
 use crate::executor::{Want, P2P_SEQ};
 use crate::proxy::dpu::state::{Outgoing, RecvKey, Wait};
-use crate::proxy::dpu::wire::{span_key, unwire, Body, Delivery, Request, TAG_ANSWER};
+use crate::proxy::dpu::wire::{span_key, unwire, Body, Delivery, Request};
 use crate::proxy::dpu::P2P_FIRST;
 use crate::proxy::mailbox::{Failure, Matched};
 use crate::proxy::net::{tag64, TRAILER};
@@ -427,17 +427,6 @@ impl Server {
 
     /// Sends link rank `r` the answer to its message numbered `w` on the link.
     fn answer_message(&mut self, r: usize, w: u64, d: &Delivery) {
-        if self.gone[r].is_some() {
-            return;
-        }
-        let Ok(bytes) = postcard::to_allocvec(d) else {
-            return;
-        };
-        match self.t.send(r, TAG_ANSWER + w, bytes) {
-            Ok(op) => {
-                self.ops.insert(op, Wait::Answer);
-            }
-            Err(e) => self.lose(r, &e.to_string()),
-        }
+        self.send_on_answer_tag(r, w, d);
     }
 }
