@@ -61,8 +61,7 @@ impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "stopped by signal {}: the running tool and its children were stopped, \
-             and what it was writing was removed",
+            "stopped by signal {}: the running tool and its process group were stopped",
             self.0
         )
     }
@@ -191,7 +190,9 @@ pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
 /// does, but so that it does not outlive the build: the tool leads its own
 /// process group; a SIGINT, SIGTERM or SIGHUP to this process stops that group
 /// and ends the run with [`Interrupted`] (the caller then removes what the tool
-/// was writing); the tool gets SIGTERM if this process is killed outright.
+/// was writing); the tool gets SIGTERM if this process is killed outright
+/// (SIGKILL), and its own children then end as it ends them: cargo leaves a
+/// running rustc to finish its crate.
 pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = spawn_guarded(cmd)?;
