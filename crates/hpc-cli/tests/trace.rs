@@ -322,15 +322,8 @@ fn an_output_over_an_input_and_a_huge_width_are_refused_in_a_line() {
 fn a_traced_job_that_records_nothing_leaves_nothing() {
     let dir = hpc_test_support::tmpdir("hpc-trace", "nothing");
     let file = dir.join("t.json");
-    let out = hpc(&[
-        "run",
-        "-n",
-        "2",
-        "--trace",
-        file.to_str().unwrap(),
-        "--",
-        "true",
-    ]);
+    let f = file.to_str().unwrap();
+    let out = hpc(&["run", "-n", "2", "--trace", f, "--", "true"]);
     let e = stderr(&out);
     assert_eq!(out.status.code(), Some(125), "{e}");
     assert!(
