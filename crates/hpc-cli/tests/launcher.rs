@@ -375,6 +375,22 @@ fn core_binding_gives_disjoint_cpus() {
     assert!(so.contains("set="), "{so}");
 }
 
+/// `--show-placement` under the default `--bind none` printed nothing, status 0:
+/// the flag asked for was ignored without a word.
+#[test]
+fn show_placement_says_so_when_nothing_is_placed() {
+    for bind in ["none", "core"] {
+        let out = sh_job("2", &["--bind", bind, "--show-placement"], "true");
+        let se = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{se}");
+        if bind == "none" {
+            assert!(se.contains("no placement table: --bind none"), "{se}");
+        } else {
+            assert!(se.contains("rank  cores"), "{se}");
+        }
+    }
+}
+
 #[test]
 fn help_reads_like_a_tool() {
     let out = hpc(&["--help"]);

@@ -315,6 +315,26 @@ fn an_output_over_an_input_and_a_huge_width_are_refused_in_a_line() {
 /// Two jobs given the same `--trace FILE` at once: the second is refused at its
 /// start, naming the job holding FILE, instead of both writing it and the last
 /// to finish silently winning; the lock is gone after the first job.
+/// A traced job of programs that record nothing (`true`) failed with 125 and
+/// left an empty `.FILE.ranks-PID` directory, naming it for `hpc trace merge`
+/// (which refuses it as holding no trace file).
+#[test]
+fn a_traced_job_that_records_nothing_leaves_nothing() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "nothing");
+    let file = dir.join("t.json");
+    let f = file.to_str().unwrap();
+    let out = hpc(&["run", "-n", "2", "--trace", f, "--", "true"]);
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{e}");
+    assert!(
+        e.contains("none of the 2 rank(s) recorded a timeline"),
+        "{e}"
+    );
+    assert!(!e.contains("hpc trace merge"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn a_second_job_with_the_same_trace_file_is_refused() {
     let dir = hpc_test_support::tmpdir("hpc-trace", "same-file");

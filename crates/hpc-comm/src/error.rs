@@ -18,8 +18,21 @@ pub enum Error {
         /// What differed.
         detail: String,
     },
-    /// A rank the collective waits for is gone.
-    #[error("rank {rank} is lost (its process exited) during a collective")]
+    /// A rank the operation waits for is gone, or no message will come from it
+    /// on this communicator.
+    ///
+    /// What the engine knows differs by where the rank is. A rank on this
+    /// node is lost when its process has exited (its pid is checked). A rank on
+    /// another node is lost when its connection ended, whatever ended it: its
+    /// process exited or was killed, the network broke, or it closed its
+    /// transport in order after the communicator's goodbye, that is, it dropped
+    /// this communicator (or ended) while its process goes on. A receive from
+    /// that rank alone then fails with this error once no message it sent
+    /// before the end fits, rather than wait for the timeout: read it as "no
+    /// message will come from that rank", not as proof that its process exited.
+    /// The receiving rank's own communicator being dropped is
+    /// [`Error::Stopped`], not this.
+    #[error("rank {rank} is lost (its process exited, or, on another node, its connection ended: it may have dropped the communicator) during the operation")]
     RankLost {
         /// The lost rank (rank in the world).
         rank: usize,

@@ -184,29 +184,24 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
     let rootfs = dir.join("rootfs.tar");
     if !rootfs.exists() {
         need_mmdebstrap()?;
-        let tmp = dir.join("rootfs.tar.tmp");
         let mut cmd = Command::new("mmdebstrap");
         cmd.args(spec.mmdebstrap_args())
-            .arg(&tmp)
             .env("SOURCE_DATE_EPOCH", epoch.to_string());
         eprintln!(
             "    mmdebstrap {} {} (about 2 minutes)",
             spec.mmdebstrap_args().join(" "),
-            tmp.display()
+            dir.join(ROOTFS_TMP).display()
         );
-        let out = cmd.output().context("cannot run mmdebstrap")?;
-        if !out.status.success() {
-            let _ = fs::remove_file(&tmp);
-            bail!(
-                "mmdebstrap could not make the base ({}):\n{}\n\
-                 check the Debian mirror in /etc/apt/sources.list and the package names \
+        make_rootfs(cmd, &dir).map_err(|e| {
+            if e.is::<crate::sys::Interrupted>() {
+                return e;
+            }
+            e.context(format!(
+                "check the Debian mirror in /etc/apt/sources.list and the package names \
                  (apt-cache policy {}), or give an existing base with --base PATH",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim(),
                 spec.packages.join(" ")
-            );
-        }
-        fs::rename(&tmp, &rootfs)?;
+            ))
+        })?;
     }
     let entries = read_tar(BufReader::new(hpc_io::read::open_regular(&rootfs)?.0))
         .with_context(|| format!("reading {}", rootfs.display()))?;
@@ -231,6 +226,46 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
     let mut base = load_cached(&dir, &serde_json::to_string(&meta)?)?;
     base.cached = false;
     Ok(base)
+}
+
+/// The name mmdebstrap writes the root file system under, renamed to
+/// `rootfs.tar` once it is complete.
+const ROOTFS_TMP: &str = "rootfs.tar.tmp";
+
+/// Runs `tool` (mmdebstrap and its arguments, less the output path, which is
+/// added) to write the cache entry's root file system: to a temporary name,
+/// renamed to `rootfs.tar` only when the tool succeeded. A temporary file left
+/// by a build that was killed is removed first; a build stopped by a signal
+/// stops the tool and its children and removes what it wrote
+/// ([`crate::sys::output_guarded`]), so no later build takes a part for the whole.
+fn make_rootfs(mut tool: Command, dir: &Path) -> Result<()> {
+    let tmp = dir.join(ROOTFS_TMP);
+    match fs::remove_file(&tmp) {
+        Ok(()) => eprintln!(
+            "    removed {}: a build stopped while writing it",
+            tmp.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", tmp.display())),
+    }
+    let out = crate::sys::output_guarded(tool.arg(&tmp));
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(e.context("running mmdebstrap"));
+        }
+    };
+    if !out.status.success() {
+        let _ = fs::remove_file(&tmp);
+        bail!(
+            "mmdebstrap could not make the base ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+        );
+    }
+    fs::rename(&tmp, dir.join("rootfs.tar"))
+        .with_context(|| format!("renaming {} to rootfs.tar", tmp.display()))
 }
 
 fn load_cached(dir: &Path, meta: &str) -> Result<Base> {
@@ -475,5 +510,106 @@ mod tests {
         assert!(keep_base_path("usr/share/doc/libc6/copyright"));
         assert!(!keep_base_path("usr/share/doc/libc6/changelog.Debian.gz"));
         assert!(keep_base_path("usr/lib/x86_64-linux-gnu/libc.so.6"));
+    }
+
+    /// Set in the process that plays the killed build: the cache folder.
+    const KILLED_BUILD_CACHE: &str = "IMAGE_TEST_KILLED_BUILD_CACHE";
+    /// Where the stand-in tool writes its process id.
+    const KILLED_BUILD_PID: &str = "IMAGE_TEST_KILLED_BUILD_PID";
+
+    /// The killed build: [`make_rootfs`] with a stand-in mmdebstrap that writes
+    /// into its output for ever (its pid first).
+    fn play_the_killed_build(cache: &Path) -> ! {
+        let pid = std::env::var_os(KILLED_BUILD_PID).unwrap();
+        let mut tool = Command::new("sh");
+        tool.arg("-c")
+            .arg(r#"echo $$ > "$PIDFILE"; while :; do echo part >> "$0"; sleep 0.05; done"#)
+            .env("PIDFILE", pid);
+        let e = make_rootfs(tool, cache).unwrap_err();
+        std::process::exit(crate::exit_status(&e).into())
+    }
+
+    fn gone(pid: i32) -> bool {
+        // A zombie is gone too: it runs nothing.
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.is_empty() || stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z'))
+    }
+
+    fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+        let t = std::time::Instant::now();
+        while !f() {
+            assert!(t.elapsed().as_secs() < 30, "waited 30 s for {what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// `cargo xtask image` stopped by SIGTERM, SIGINT or SIGHUP, or killed
+    /// outright, while mmdebstrap writes the base: the tool is stopped (its
+    /// process group with it, for a signal the build can catch) and the cache
+    /// holds no `rootfs.tar` a later build would take as complete; the next build
+    /// starts its own afresh.
+    #[test]
+    fn a_killed_build_stops_its_tool_and_leaves_no_cache_entry() {
+        if let Some(cache) = std::env::var_os(KILLED_BUILD_CACHE) {
+            play_the_killed_build(Path::new(&cache));
+        }
+        for (sig, name) in [
+            (libc::SIGTERM, "SIGTERM"),
+            (libc::SIGINT, "SIGINT"),
+            (libc::SIGHUP, "SIGHUP"),
+            (libc::SIGKILL, "SIGKILL"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let cache = tmp.path().join("cache");
+            fs::create_dir(&cache).unwrap();
+            let pidfile = tmp.path().join("tool.pid");
+            let mut build = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "base::tests::a_killed_build_stops_its_tool_and_leaves_no_cache_entry",
+                    "--nocapture",
+                ])
+                .env(KILLED_BUILD_CACHE, &cache)
+                .env(KILLED_BUILD_PID, &pidfile)
+                .spawn()
+                .unwrap();
+            let part = cache.join(ROOTFS_TMP);
+            wait_until("the tool to write", || {
+                fs::metadata(&part).is_ok_and(|m| m.len() > 0)
+                    && fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n'))
+            });
+            let tool: i32 = fs::read_to_string(&pidfile)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            // SAFETY: kill has no memory effects.
+            assert_eq!(unsafe { libc::kill(build.id() as i32, sig) }, 0);
+            let status = build.wait().unwrap();
+            wait_until(&format!("the tool to end after {name}"), || gone(tool));
+            assert!(!cache.join("rootfs.tar").exists(), "{name}");
+            assert!(!cache.join("layer.json").exists(), "{name}");
+            if sig != libc::SIGKILL {
+                use std::os::unix::process::ExitStatusExt;
+                assert_eq!(status.code(), Some(128 + sig), "{name}: {status:?}");
+                // No member of the tool's group is left.
+                wait_until(&format!("the tool's group to end after {name}"), || {
+                    // SAFETY: as above.
+                    let alive = unsafe { libc::kill(-tool, 0) };
+                    alive != 0
+                });
+                assert!(!part.exists(), "{name}: the part written was left");
+                assert_eq!(status.signal(), None);
+            }
+            // The next build writes the whole anew, the part left (SIGKILL) removed.
+            let mut tool = Command::new("sh");
+            tool.arg("-c").arg(r#"echo whole > "$0""#);
+            make_rootfs(tool, &cache).unwrap();
+            assert_eq!(
+                fs::read_to_string(cache.join("rootfs.tar")).unwrap(),
+                "whole\n"
+            );
+            assert!(!part.exists());
+        }
     }
 }

@@ -319,6 +319,9 @@ pub fn exit(result: Result<()>) -> std::process::ExitCode {
 pub fn exit_status(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<UsageError>()) {
         2
+    } else if let Some(sys::Interrupted(sig)) = e.chain().find_map(|c| c.downcast_ref()) {
+        // As a shell reports a program that a signal stopped.
+        (128 + sig).clamp(0, 255) as u8
     } else {
         1
     }

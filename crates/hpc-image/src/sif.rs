@@ -44,11 +44,8 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
         out_dir.display(),
         args.join(" ")
     );
-    let st = Command::new("apptainer")
-        .args(&args)
-        .current_dir(out_dir)
-        .status()
-        .context("cannot start apptainer")?;
+    let st = crate::sys::status_guarded(Command::new("apptainer").args(&args).current_dir(out_dir))
+        .context("cannot run apptainer")?;
     if !st.success() {
         bail!(
             "apptainer {} failed with {st} (in {})",

@@ -1,8 +1,11 @@
 //! Running programs: the tools the image builder drives (cargo, ldd, dpkg,
 //! mmdebstrap, apptainer) and installing missing ones on Debian/Ubuntu.
 
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -41,14 +44,175 @@ fn run_echoed(cmd: &mut Command, dir: Option<&std::path::Path>) -> Result<()> {
         cmd.current_dir(dir);
     }
     let t = Instant::now();
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
+    let status = status_guarded(cmd).with_context(|| format!("cannot run {shown}"))?;
     eprintln!("    ({:.1}s)", t.elapsed().as_secs_f64());
     if !status.success() {
         bail!("{shown} failed with {status}");
     }
     Ok(())
+}
+
+/// The signal that stopped a build while one of its tools ran: the tool's process
+/// group was stopped first (see [`status_guarded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted(pub i32);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stopped by signal {}: the running tool and its process group were stopped",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The process group of the tool running now (0: none; [`STARTING`]).
+static RUNNING: AtomicI32 = AtomicI32::new(0);
+/// [`RUNNING`] while a tool is being started.
+const STARTING: i32 = -1;
+/// The stopping signal that came while a tool ran (0: none).
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+/// The signals that stop a build.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    if RUNNING.load(Ordering::SeqCst) == 0 {
+        // No tool runs: stop as if no handler were installed.
+        // SAFETY: signal and raise are async-signal-safe.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    } else {
+        STOPPED_BY.store(sig, Ordering::SeqCst);
+    }
+}
+
+fn install_stop_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in STOP_SIGNALS {
+            let handler: extern "C" fn(libc::c_int) = on_stop_signal;
+            // SAFETY: the handler only makes async-signal-safe calls (atomics,
+            // signal, raise); the cast is the documented way to pass its address.
+            unsafe {
+                libc::signal(sig, handler as libc::sighandler_t);
+            }
+        }
+    });
+}
+
+/// Starts `cmd` as a tool of the build that does not outlive it: the tool leads a
+/// process group of its own (its children with it), its standard input is
+/// empty, and it gets SIGTERM when this process ends, even by SIGKILL (the
+/// spawning thread ending counts as this process ending, so call it from the
+/// thread that lives as long as the build).
+fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs between fork and exec and makes only
+    // async-signal-safe system calls (setpgid, prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
+            // The parent may have ended before the death signal was set.
+            if rustix::process::getppid() != Some(parent) {
+                libc::_exit(143);
+            }
+            Ok(())
+        });
+    }
+    cmd.stdin(Stdio::null());
+    install_stop_handlers();
+    // From here a stopping signal is held for the wait (a tool that has started
+    // has no group in RUNNING yet), not taken at once.
+    RUNNING.store(STARTING, Ordering::SeqCst);
+    let child = cmd.spawn();
+    if child.is_err() {
+        RUNNING.store(0, Ordering::SeqCst);
+    }
+    child
+}
+
+/// Waits for a tool started by [`spawn_guarded`]; a SIGINT, SIGTERM or SIGHUP to
+/// this process meanwhile is passed to the tool's whole process group (SIGKILL
+/// after 10 s), and the wait ends with [`Interrupted`].
+fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
+    let pgid = child.id() as i32;
+    RUNNING.store(pgid, Ordering::SeqCst);
+    let result = (|| loop {
+        if let Some(status) = child.try_wait()? {
+            break Ok(status);
+        }
+        let sig = STOPPED_BY.load(Ordering::SeqCst);
+        if sig != 0 {
+            // SAFETY: kill has no memory effects; the group is the tool's own.
+            unsafe { libc::kill(-pgid, sig) };
+            let t = Instant::now();
+            while child.try_wait()?.is_none() {
+                if t.elapsed() > Duration::from_secs(10) {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    child.wait()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Its children too, had they left its group's leader behind.
+            // SAFETY: as above.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            break Err(Interrupted(sig).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    })();
+    RUNNING.store(0, Ordering::SeqCst);
+    let sig = STOPPED_BY.swap(0, Ordering::SeqCst);
+    if result.is_ok() && sig != 0 {
+        return Err(Interrupted(sig).into());
+    }
+    result
+}
+
+/// Runs a tool of the build with its standard output and error inherited, as
+/// [`Command::status`] does, but so that it does not outlive the build (the
+/// rules of [`output_guarded`]).
+pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
+    let mut child = spawn_guarded(cmd)?;
+    wait_guarded(&mut child)
+}
+
+/// Runs a tool of the build and collects its output, as [`Command::output`]
+/// does, but so that it does not outlive the build: the tool leads its own
+/// process group; a SIGINT, SIGTERM or SIGHUP to this process stops that group
+/// and ends the run with [`Interrupted`] (the caller then removes what the tool
+/// was writing); the tool gets SIGTERM if this process is killed outright
+/// (SIGKILL), and its own children then end as it ends them: cargo leaves a
+/// running rustc to finish its crate.
+pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn_guarded(cmd)?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let status = wait_guarded(&mut child)?;
+    Ok(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
 }
 
 /// The path of a program on the PATH.

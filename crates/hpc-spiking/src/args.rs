@@ -34,6 +34,16 @@ use anyhow::Result;
 use crate::exchange::Engine;
 use crate::run::{check_threads, whole_steps_within, RunOptions};
 
+/// `--threads`' default: the threads per rank the launcher planned for
+/// (`hpc run --threads` sets `HPC_THREADS`), else 1. A value that is not a
+/// number gives 1 here; the bootstrap refuses it, naming the variable.
+fn default_threads() -> usize {
+    match hpc_runtime::env::var(hpc_runtime::env::THREADS) {
+        Ok(Some(v)) => v.trim().parse().unwrap_or(1),
+        _ => 1,
+    }
+}
+
 /// The options every spiking network binary shares: threads and their pinning, the
 /// exchange engine, the spike file, checkpoints, a restart, an early stop and the
 /// progress line. The output directory (whose default names the binary) stays in
@@ -41,8 +51,9 @@ use crate::run::{check_threads, whole_steps_within, RunOptions};
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
     /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
-    /// this process may use (4096 at most).
-    #[arg(long, default_value_t = 1)]
+    /// this process may use (4096 at most). Default: HPC_THREADS (which `hpc run
+    /// --threads` sets), else 1.
+    #[arg(long, default_value_t = default_threads())]
     pub threads: usize,
     /// Do not pin threads (use a plain rayon pool).
     #[arg(long)]

@@ -486,3 +486,32 @@ fn a_restart_from_a_missing_path_says_it_does_not_exist() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `hpc run --threads 2 -- brunel` ran 1 thread per rank: `--threads` defaulted
+/// to 1 and the `HPC_THREADS` the launcher sets was never read. It is the
+/// default now; the flag still decides.
+#[test]
+fn the_launcher_s_threads_are_the_default_and_the_flag_decides() {
+    let dir = tmpdir("threads");
+    for (var, extra, want) in [
+        (Some("2"), &[][..], "1 rank(s) x 2 thread(s)"),
+        (
+            Some("2"),
+            &["--threads", "3"][..],
+            "1 rank(s) x 3 thread(s)",
+        ),
+        (None, &[][..], "1 rank(s) x 1 thread(s)"),
+    ] {
+        let out_dir = dir.join(format!("{var:?}{}", extra.len()));
+        let mut c = example::command(BRUNEL, &["--order", "20"], &out_dir, extra);
+        c.args(["--t-sim", "10"]);
+        c.env_remove(hpc_runtime::env::THREADS);
+        if let Some(v) = var {
+            c.env(hpc_runtime::env::THREADS, v);
+        }
+        let out = c.output().unwrap();
+        ok(&out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(want), "{var:?} {extra:?}: {text}");
+    }
+}

@@ -163,7 +163,7 @@ impl Model {
             bail!(
                 "--scale {} gives {} neurons: at most {MAX_NEURONS} (scale {:.0}) fit the spike exchange's ids",
                 hpc_spiking::run::num(p.scale),
-                ne_f + ni_f,
+                hpc_spiking::run::num(ne_f + ni_f),
                 MAX_NEURONS as f64 / 11_250.0
             );
         }
@@ -317,6 +317,16 @@ mod tests {
         })
         .contains("--scale"));
         assert!(bad(Params { scale: 1e9, ..d() }).contains("--scale"));
+        // The neuron count of a huge scale was written out whole (305 digits
+        // for 1e300): the message is a line.
+        let huge = bad(Params {
+            scale: 1e300,
+            ..d()
+        });
+        assert!(
+            huge.contains("--scale 1e300 gives") && huge.len() < 200,
+            "{huge}"
+        );
         assert!(bad(Params { t_sim: -1.0, ..d() }).contains("--t-sim"));
         assert!(bad(Params { t_sim: 1e12, ..d() }).contains("--t-sim"));
         assert!(bad(Params {

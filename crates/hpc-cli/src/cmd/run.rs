@@ -67,7 +67,8 @@ pub struct Args {
     #[arg(long)]
     pub proxy: bool,
 
-    /// Print the placement table before starting.
+    /// Print the placement table before starting (under `--bind none`, which
+    /// places nothing, a line that says so).
     #[arg(long)]
     pub show_placement: bool,
 
@@ -118,6 +119,10 @@ pub struct Args {
     )]
     pub command: Vec<OsString>,
 }
+
+/// What `--show-placement` prints under `--bind none`, which places nothing.
+const NO_PLACEMENT: &str = "no placement table: --bind none leaves the ranks to the OS scheduler \
+                            (give --bind core or --bind numa to place them)\n";
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
@@ -449,12 +454,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let plan = bind::plan(args.bind, n, settings.threads, args.progress)
         .context("computing the placement for --bind")?;
     if args.show_placement {
-        if let Some(t) = &plan.table {
-            // Asked for: a failed write is an error (eprint! would panic).
-            std::io::stderr()
-                .write_all(t.as_bytes())
-                .context("writing the placement to standard error")?;
-        }
+        // Asked for: a failed write is an error (eprint! would panic).
+        let table = plan.table.as_deref().unwrap_or(NO_PLACEMENT);
+        std::io::stderr()
+            .write_all(table.as_bytes())
+            .context("writing the placement to standard error")?;
     }
 
     // Every flag is checked and every input read: from here on the job runs.

@@ -226,8 +226,23 @@ impl RunTrace {
     /// says why and where, and makes a job that succeeded fail with 125.
     /// Ranks that wrote no trace (a program that is not an hpc-rs one, or one that
     /// installs a subscriber of its own) are named in a warning.
+    /// A job whose ranks recorded nothing leaves nothing: its empty directory is
+    /// removed and the note says so (no directory is offered to merge).
     pub fn finish(self, code: i32, np: usize) -> i32 {
         use std::io::Write as _;
+        let recorded = std::fs::read_dir(&self.dir).map(|mut d| d.next().is_some());
+        if let Ok(false) = recorded {
+            let _ = std::fs::remove_dir(&self.dir);
+            super::job::note!(
+                "hpc run: --trace {}: none of the {np} rank(s) recorded a timeline (not hpc-rs programs, or ones with a tracing subscriber of their own without hpc_trace's layer); nothing was written",
+                self.file.display()
+            );
+            return if code == 0 {
+                super::EXIT_RUN_FAILED
+            } else {
+                code
+            };
+        }
         let done = merge(&self.dir).and_then(|m| {
             super::replace_file(&self.file, &m.to_json())
                 .with_context(|| format!("writing --trace {}", self.file.display()))?;
