@@ -116,9 +116,7 @@ fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
     // async-signal-safe system calls (setpgid, prctl, getppid, _exit).
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            rustix::process::setpgid(None, None)?;
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
             // The parent may have ended before the death signal was set.
             if rustix::process::getppid() != Some(parent) {
@@ -139,6 +137,17 @@ fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
     child
 }
 
+/// Sends `sig` to the process group `pgid` (the tool's own); a group already
+/// gone, or a signal rustix does not name, is no error: there is nothing left to stop.
+fn signal_group(pgid: i32, sig: libc::c_int) {
+    if let (Some(group), Some(sig)) = (
+        rustix::process::Pid::from_raw(pgid),
+        rustix::process::Signal::from_named_raw(sig),
+    ) {
+        let _ = rustix::process::kill_process_group(group, sig);
+    }
+}
+
 /// Waits for a tool started by [`spawn_guarded`]; a SIGINT, SIGTERM or SIGHUP to
 /// this process meanwhile is passed to the tool's whole process group (SIGKILL
 /// after 10 s), and the wait ends with [`Interrupted`].
@@ -151,21 +160,18 @@ fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
         }
         let sig = STOPPED_BY.load(Ordering::SeqCst);
         if sig != 0 {
-            // SAFETY: kill has no memory effects; the group is the tool's own.
-            unsafe { libc::kill(-pgid, sig) };
+            signal_group(pgid, sig);
             let t = Instant::now();
             while child.try_wait()?.is_none() {
                 if t.elapsed() > Duration::from_secs(10) {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    signal_group(pgid, libc::SIGKILL);
                     child.wait()?;
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
             // Its children too, had they left its group's leader behind.
-            // SAFETY: as above.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            signal_group(pgid, libc::SIGKILL);
             break Err(Interrupted(sig).into());
         }
         std::thread::sleep(Duration::from_millis(20));
