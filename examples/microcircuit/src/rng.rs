@@ -109,6 +109,29 @@ impl Poisson32 {
         Poisson32 { thresholds, guide }
     }
 
+    /// The samples for the uniforms `x`, as `f64`, into `out` (as long as `x`):
+    /// the same as [`Poisson32::sample`] of each. A pass without branches over
+    /// the guide, which the compiler turns into vector instructions, then
+    /// [`Poisson32::sample`] for the few uniforms in a cell that a CDF step
+    /// crosses (a guide entry of 0x80 or more stands for one).
+    #[inline(always)]
+    pub fn fill(&self, x: &[u32], out: &mut [f64]) {
+        let out = &mut out[..x.len()];
+        let mut crossed = 0u8;
+        for (o, &x) in out.iter_mut().zip(x) {
+            let g = self.guide[(x >> 20) as usize];
+            crossed |= g;
+            *o = g as f64;
+        }
+        if crossed & 0x80 != 0 {
+            for (o, &x) in out.iter_mut().zip(x) {
+                if *o >= 128.0 {
+                    *o = self.sample(x) as f64;
+                }
+            }
+        }
+    }
+
     /// The sample for the 32-bit uniform `x`.
     #[inline(always)]
     pub fn sample(&self, x: u32) -> u32 {
@@ -121,6 +144,24 @@ impl Poisson32 {
             k += 1;
         }
         k as u32
+    }
+}
+
+/// Draws `c0..c0 + out.len() / 2` of the stream `key`, each as two 32-bit
+/// uniforms, its low half first: `out[2k]` and `out[2k + 1]` are the low and
+/// high halves of [`draw`]`(key, c0 + k)` (`out.len()` must be even). The
+/// counter's multiple of the increment is carried from one draw to the next,
+/// and the loop has no dependence between draws, so the compiler turns it into
+/// vector instructions (the 64-bit multiplies too, where the processor has
+/// them).
+#[inline(always)]
+pub fn uniforms32(key: u64, c0: u64, out: &mut [u32]) {
+    assert!(out.len() % 2 == 0, "uniforms32 fills pairs of uniforms");
+    let base = key.wrapping_add(c0.wrapping_add(1).wrapping_mul(GOLDEN));
+    for (k, w) in out.chunks_exact_mut(2).enumerate() {
+        let h = mix64(base.wrapping_add((k as u64).wrapping_mul(GOLDEN)));
+        w[0] = h as u32;
+        w[1] = (h >> 32) as u32;
     }
 }
 
@@ -180,6 +221,43 @@ mod tests {
                         assert_eq!(b.sample(x), a.sample((x as u64) << 32));
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn uniforms32_are_the_halves_of_the_draws() {
+        let k = key(9, Purpose::Background, 4, 0);
+        for c0 in [0u64, 1, 1 << 40, u64::MAX - 3] {
+            let mut u = [0u32; 10];
+            uniforms32(k, c0, &mut u);
+            for j in 0..5 {
+                let h = draw(k, c0.wrapping_add(j as u64));
+                assert_eq!((u[2 * j], u[2 * j + 1]), (h as u32, (h >> 32) as u32));
+            }
+        }
+    }
+
+    #[test]
+    fn fill_answers_as_sample() {
+        for lambda in [0.0, 0.16, 1.28, 2.32, 9.5, 40.0] {
+            let t = Poisson32::new(lambda);
+            let mut x = vec![0u32; 4096];
+            uniforms32(key(5, Purpose::Background, 7, 0), 0, &mut x);
+            // Both sides of every threshold, among random uniforms.
+            for (i, &th) in t.thresholds.iter().enumerate() {
+                for (j, d) in [-1i64, 0, 1].into_iter().enumerate() {
+                    let y = (th as i64 + d).clamp(0, u32::MAX as i64) as u32;
+                    x[(7 * (3 * i + j)) % 4096] = y;
+                }
+            }
+            for len in [0, 1, 7, 512, 4096] {
+                let mut out = vec![-1.0f64; len + 1];
+                t.fill(&x[..len], &mut out);
+                for i in 0..len {
+                    assert_eq!(out[i], t.sample(x[i]) as f64, "lambda {lambda}, x {}", x[i]);
+                }
+                assert_eq!(out[len], -1.0, "fill wrote past its uniforms");
             }
         }
     }
