@@ -84,8 +84,9 @@ impl RngCore for Stream {
 pub struct Poisson32 {
     /// `thresholds[k]`: the smallest `x` with `P(X <= k) * 2^64 <= x << 32`.
     thresholds: Vec<u64>,
-    /// Per cell of 2^20 uniforms: the answer, or 0x80 | the smallest candidate.
-    guide: Box<[u8; 4096]>,
+    /// Per cell of 2^20 uniforms: the answer, or 0x80 | the smallest candidate
+    /// (32 bits each, so that a vector gather reads it).
+    guide: Box<[u32; 4096]>,
 }
 
 impl Poisson32 {
@@ -98,30 +99,44 @@ impl Poisson32 {
             .map(|&t| ((t as u128 + (1u128 << 32) - 1) >> 32) as u64)
             .collect();
         let count = |x: u64| thresholds.partition_point(|&t| t <= x);
-        let mut guide = Box::new([0u8; 4096]);
+        let mut guide = Box::new([0u32; 4096]);
         for (b, g) in guide.iter_mut().enumerate() {
             let lo = (b as u64) << 20;
             let hi = lo + (1 << 20) - 1;
             let (k0, k1) = (count(lo), count(hi));
             assert!(k1 < 0x80, "Poisson32 supports means up to about 100");
-            *g = if k0 == k1 { k0 as u8 } else { 0x80 | k0 as u8 };
+            *g = if k0 == k1 {
+                k0 as u32
+            } else {
+                0x80 | k0 as u32
+            };
         }
         Poisson32 { thresholds, guide }
     }
 
     /// The samples for the uniforms `x`, as `f64`, into `out` (as long as `x`):
     /// the same as [`Poisson32::sample`] of each. A pass without branches over
-    /// the guide, which the compiler turns into vector instructions, then
+    /// the guide (with `gather`, eight lookups per AVX2 gather; the caller
+    /// says whether the processor has AVX2), then
     /// [`Poisson32::sample`] for the few uniforms in a cell that a CDF step
     /// crosses (a guide entry of 0x80 or more stands for one).
     #[inline(always)]
-    pub fn fill(&self, x: &[u32], out: &mut [f64]) {
+    pub fn fill(&self, x: &[u32], out: &mut [f64], gather: bool) {
         let out = &mut out[..x.len()];
-        let mut crossed = 0u8;
-        for (o, &x) in out.iter_mut().zip(x) {
+        let mut done = 0;
+        let mut crossed = 0u32;
+        #[cfg(target_arch = "x86_64")]
+        if gather {
+            // SAFETY: the caller has checked that the processor has AVX2.
+            (done, crossed) = unsafe { self.fill_avx2(x, out) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = gather;
+        for (o, &x) in out[done..].iter_mut().zip(&x[done..]) {
             let g = self.guide[(x >> 20) as usize];
             crossed |= g;
-            *o = g as f64;
+            // Below 256: as i32, the conversion every vector width has.
+            *o = g as i32 as f64;
         }
         if crossed & 0x80 != 0 {
             for (o, &x) in out.iter_mut().zip(x) {
@@ -132,12 +147,42 @@ impl Poisson32 {
         }
     }
 
+    /// The guide's entries for the first multiple of 8 of `x` into `out`, as
+    /// `f64`: how many it did and the OR of the entries.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_avx2(&self, x: &[u32], out: &mut [f64]) -> (usize, u32) {
+        use std::arch::x86_64::*;
+        let n = x.len().min(out.len()) / 8 * 8;
+        let guide = self.guide.as_ptr() as *const i32;
+        let mut crossed = _mm256_setzero_si256();
+        for i in (0..n).step_by(8) {
+            // SAFETY: i + 8 <= n, within both slices; every index (x >> 20) is
+            // below the guide's 4096 entries.
+            unsafe {
+                let v = _mm256_loadu_si256(x.as_ptr().add(i) as *const __m256i);
+                let g = _mm256_i32gather_epi32::<4>(guide, _mm256_srli_epi32::<20>(v));
+                crossed = _mm256_or_si256(crossed, g);
+                let o = out.as_mut_ptr().add(i);
+                _mm256_storeu_pd(o, _mm256_cvtepi32_pd(_mm256_castsi256_si128(g)));
+                _mm256_storeu_pd(
+                    o.add(4),
+                    _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(g)),
+                );
+            }
+        }
+        let mut lanes = [0u32; 8];
+        // SAFETY: `lanes` holds the 32 bytes stored.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, crossed) };
+        (n, lanes.iter().fold(0, |a, &b| a | b))
+    }
+
     /// The sample for the 32-bit uniform `x`.
     #[inline(always)]
     pub fn sample(&self, x: u32) -> u32 {
         let g = self.guide[(x >> 20) as usize];
         if g & 0x80 == 0 {
-            return g as u32;
+            return g;
         }
         let mut k = (g & 0x7F) as usize;
         while k < self.thresholds.len() && self.thresholds[k] <= x as u64 {
@@ -251,9 +296,16 @@ mod tests {
                     x[(7 * (3 * i + j)) % 4096] = y;
                 }
             }
-            for len in [0, 1, 7, 512, 4096] {
+            #[cfg(target_arch = "x86_64")]
+            let wide = std::arch::is_x86_feature_detected!("avx2");
+            #[cfg(not(target_arch = "x86_64"))]
+            let wide = false;
+            for (len, gather) in [0, 1, 7, 17, 512, 4096]
+                .into_iter()
+                .flat_map(|l| [(l, false), (l, wide)])
+            {
                 let mut out = vec![-1.0f64; len + 1];
-                t.fill(&x[..len], &mut out);
+                t.fill(&x[..len], &mut out, gather);
                 for i in 0..len {
                     assert_eq!(out[i], t.sample(x[i]) as f64, "lambda {lambda}, x {}", x[i]);
                 }

@@ -170,7 +170,7 @@ impl Shard {
                 return unsafe { self.update_avx2(u, s, d, pois) };
             }
         }
-        self.update_body(u, s, d, pois)
+        self.update_body(u, s, d, pois, false)
     }
 
     /// [`Shard::update`] compiled for AVX-512 (4 to 8 neurons per instruction,
@@ -179,18 +179,20 @@ impl Shard {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,avx512f,avx512dq,avx512vl")]
     unsafe fn update_avx512(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
-        self.update_body(u, s, d, pois)
+        self.update_body(u, s, d, pois, true)
     }
 
     /// [`Shard::update`] compiled for AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn update_avx2(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
-        self.update_body(u, s, d, pois)
+        self.update_body(u, s, d, pois, true)
     }
 
     #[inline(always)]
-    fn update_body(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP]) {
+    /// The update; `avx2`: compiled for AVX2 or wider, whose gathers the
+    /// background's lookups use.
+    fn update_body(&mut self, u: u64, s: u32, d: &Dyn, pois: &[Poisson32; NPOP], avx2: bool) {
         let code0 = s << d.gid_bits;
         let bg_key = key(d.bg_key, Purpose::Background, u, 0);
         for pop in 0..NPOP {
@@ -215,7 +217,7 @@ impl Shard {
                 let ext = &mut self.scratch.ext[..n];
                 if d.bg[pop] {
                     let gid = (self.first as usize + c0) as u64;
-                    background(&pois[pop], bg_key, gid, &mut self.scratch.u, ext);
+                    background(&pois[pop], bg_key, gid, &mut self.scratch.u, ext, avx2);
                 } else {
                     ext.fill(0.0);
                 }
@@ -297,12 +299,13 @@ pub(super) fn background(
     gid0: u64,
     u: &mut [u32; CHUNK + 2],
     out: &mut [f64],
+    gather: bool,
 ) {
     let n = out.len();
     let off = (gid0 & 1) as usize;
     let pairs = (off + n).div_ceil(2);
     uniforms32(bg_key, gid0 >> 1, &mut u[..2 * pairs]);
-    table.fill(&u[off..off + n], out);
+    table.fill(&u[off..off + n], out, gather);
 }
 
 /// Hints the processor to bring `x`'s cache line into L2.
@@ -344,8 +347,12 @@ mod tests {
                 (77_168, 1),
                 (3, 130),
             ] {
+                #[cfg(target_arch = "x86_64")]
+                let wide = std::arch::is_x86_feature_detected!("avx2");
+                #[cfg(not(target_arch = "x86_64"))]
+                let wide = false;
                 let mut out = vec![-1.0; n];
-                background(&table, k, gid0, &mut Scratch::default().u, &mut out);
+                background(&table, k, gid0, &mut Scratch::default().u, &mut out, wide);
                 for (i, &o) in out.iter().enumerate() {
                     assert_eq!(
                         o,
@@ -403,7 +410,7 @@ mod tests {
             for step in 0..400u64 {
                 let k = key(56, Purpose::Background, step, 0);
                 let mut out = vec![0.0; CHUNK - 1];
-                background(&table, k, 1001, &mut scratch.u, &mut out);
+                background(&table, k, 1001, &mut scratch.u, &mut out, false);
                 for (i, &c) in out.iter().enumerate() {
                     hist[c as usize] += 1;
                     // Neurons 1002 + 2j and 1003 + 2j share a draw.
@@ -439,7 +446,7 @@ mod tests {
             for step in 0..steps {
                 let mut out = [0.0; 1];
                 let k = key(57, Purpose::Background, step, 0);
-                background(&table, k, 4243, &mut scratch.u, &mut out);
+                background(&table, k, 4243, &mut scratch.u, &mut out, false);
                 (s, s2) = (s + out[0], s2 + out[0] * out[0]);
                 one_hist[out[0] as usize] += 1;
             }
