@@ -124,15 +124,16 @@ impl Poisson32 {
     pub fn fill(&self, x: &[u32], out: &mut [f64], gather: bool) {
         let out = &mut out[..x.len()];
         let mut done = 0;
-        let mut crossed = 0u32;
         #[cfg(target_arch = "x86_64")]
         if gather {
             // SAFETY: the caller has checked that the processor has AVX2.
-            (done, crossed) = unsafe { self.fill_avx2(x, out) };
+            done = unsafe { self.fill_avx2(x, out) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = gather;
-        for (o, &x) in out[done..].iter_mut().zip(&x[done..]) {
+        let (out, x) = (&mut out[done..], &x[done..]);
+        let mut crossed = 0u32;
+        for (o, &x) in out.iter_mut().zip(x) {
             let g = self.guide[(x >> 20) as usize];
             crossed |= g;
             // Below 256: as i32, the conversion every vector width has.
@@ -147,34 +148,40 @@ impl Poisson32 {
         }
     }
 
-    /// The guide's entries for the first multiple of 8 of `x` into `out`, as
-    /// `f64`: how many it did and the OR of the entries.
+    /// The samples for the first multiple of 8 of `x` into `out`, as `f64`:
+    /// how many it did. Eight guide entries per gather; the few octets with
+    /// an entry of a crossed cell (a branch taken for about 3 % of them at a
+    /// mean of 1.6) take [`Poisson32::sample`] for those entries.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn fill_avx2(&self, x: &[u32], out: &mut [f64]) -> (usize, u32) {
+    unsafe fn fill_avx2(&self, x: &[u32], out: &mut [f64]) -> usize {
         use std::arch::x86_64::*;
         let n = x.len().min(out.len()) / 8 * 8;
         let guide = self.guide.as_ptr() as *const i32;
-        let mut crossed = _mm256_setzero_si256();
         for i in (0..n).step_by(8) {
             // SAFETY: i + 8 <= n, within both slices; every index (x >> 20) is
             // below the guide's 4096 entries.
-            unsafe {
+            let crossed = unsafe {
                 let v = _mm256_loadu_si256(x.as_ptr().add(i) as *const __m256i);
                 let g = _mm256_i32gather_epi32::<4>(guide, _mm256_srli_epi32::<20>(v));
-                crossed = _mm256_or_si256(crossed, g);
                 let o = out.as_mut_ptr().add(i);
                 _mm256_storeu_pd(o, _mm256_cvtepi32_pd(_mm256_castsi256_si128(g)));
                 _mm256_storeu_pd(
                     o.add(4),
                     _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(g)),
                 );
+                // Bit 7 of each entry (0x80: a crossed cell) to the sign.
+                _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32::<24>(g)))
+            };
+            if crossed != 0 {
+                for j in 0..8 {
+                    if crossed & (1 << j) != 0 {
+                        out[i + j] = self.sample(x[i + j]) as f64;
+                    }
+                }
             }
         }
-        let mut lanes = [0u32; 8];
-        // SAFETY: `lanes` holds the 32 bytes stored.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, crossed) };
-        (n, lanes.iter().fold(0, |a, &b| a | b))
+        n
     }
 
     /// The sample for the 32-bit uniform `x`.
