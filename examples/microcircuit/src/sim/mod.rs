@@ -172,6 +172,7 @@ impl<'a> Simulation<'a> {
                         spare: Vec::new(),
                         spikes: Vec::with_capacity(len.min(1 << 14)),
                         events: 0,
+                        scratch: Default::default(),
                     }
                 })
                 .collect()
