@@ -91,10 +91,15 @@
 //!
 //! [`StdpRow::deliver`] computes no value twice where it can tell that the
 //! argument is the same, and computes each by the same expression as above
-//! (so the memos change no bit): `K-(t - d)` is kept in the target's
-//! archive for the last `t - d` asked (every row of delay `d` delivering a spike
-//! of the same step asks for the same one) until a spike is recorded; a target
-//! whose last spike is before the window skips the history; `exp` of a lag and
+//! (so the memos change no bit). Every row of delay `d` delivering a spike of
+//! one step asks a target for the same window end `t - d`, so the target's
+//! archive keeps a view of the last end asked, until a spike is recorded:
+//! `K-(t - d)`, the times of the two newest archived spikes before it, and
+//! the reads of the newest one, added to its count when the view changes. A
+//! synapse whose window holds no spike or only the newest (most of them)
+//! reads nothing but that view, the first 64 bytes of its target's archive
+//! (which is aligned to 64), and only a longer window reads the history (one
+//! contiguous slice, oldest first). `exp` of a lag and
 //! `w^mu` are looked up by their argument's bits in a memo of the delivery ([`StdpRows`] keeps the one of `exp` across deliveries; lags
 //! repeat because postsynaptic spikes fall on the steps of a grid; weights
 //! repeat while they are still the initial weight, and always with `lambda` 0).
