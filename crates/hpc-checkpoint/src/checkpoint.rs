@@ -47,6 +47,24 @@ impl Checkpoint {
             }
         };
         let manifest = parse_manifest(&path, &bytes)?;
+        // A directory named for a step holds that step's checkpoint.
+        let named = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("step-"))
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u64>().ok());
+        if named.is_some_and(|n| n != manifest.step) {
+            return Err(Error::Manifest {
+                path,
+                reason: format!(
+                    "it is the checkpoint of step {} but its directory is {} \
+                     (moved, or the manifest edited)",
+                    manifest.step,
+                    dir.file_name().unwrap_or_default().to_string_lossy()
+                ),
+            });
+        }
         Ok(Checkpoint { dir, manifest })
     }
 

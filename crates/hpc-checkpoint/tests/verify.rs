@@ -186,6 +186,29 @@ fn an_edited_manifest_is_caught() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// Pass 9: a step directory holding another step's checkpoint (moved, or a
+/// manifest forged with its checksum) was opened as that other step, and the
+/// application then advised a `--t-sim` for a step no run reaches.
+#[test]
+fn a_manifest_of_another_step_than_its_directory_is_caught() {
+    let root = tmpdir("moved");
+    let set = Checkpoints::new(&root);
+    write(&set, 3000, 1);
+    std::fs::rename(set.step_dir(3000), set.step_dir(4000)).unwrap();
+    let e = Checkpoint::open(set.step_dir(4000)).unwrap_err();
+    let s = e.to_string();
+    assert!(matches!(e, Error::Manifest { .. }), "{s}");
+    assert!(
+        s.contains("step 3000") && s.contains("step-0000004000"),
+        "{s}"
+    );
+    // A directory of another name is the caller's: opened.
+    let other = root.join("kept");
+    std::fs::rename(set.step_dir(4000), &other).unwrap();
+    assert_eq!(Checkpoint::open(&other).unwrap().step(), 3000);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn commit_needs_every_rank() {
     let root = tmpdir("commit");

@@ -1096,6 +1096,18 @@ fn malformed_tuning_settings_are_warned_about_naming_them() {
         err.contains("HPC_PROXY_MIN=\"x\" is not a whole number"),
         "{err}"
     );
+    // A progress CPU the machine does not have: named with the CPUs it has
+    // (it used to pass with no word at the default log level).
+    let script = format!("exec env HPC_PROGRESS_CPUSET=99999 {HPC} selftest --collectives thread");
+    let out = timed_run("2", "20", &["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_PROGRESS_CPUSET=99999 names CPUs 99999 that this machine does not have (its CPUs are"),
+        "{err}"
+    );
 }
 
 #[test]

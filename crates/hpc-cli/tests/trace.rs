@@ -273,6 +273,45 @@ fn bad_trace_input_is_refused_naming_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Pass 9: `-o` naming one of the files the merge reads used to replace that
+/// rank's trace with the merge (status 0; the directory could not be merged
+/// again), and `--width 1e300` printed its 301 digits.
+#[test]
+fn an_output_over_an_input_and_a_huge_width_are_refused_in_a_line() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "output-input");
+    let ranks = traced_selftest(&dir);
+    let r = ranks.to_str().unwrap();
+    let rank0 = ranks.join("rank-0.json");
+    let before = std::fs::read(&rank0).unwrap();
+    for out in [
+        rank0.to_str().unwrap().to_string(),
+        format!("{}/../ranks/rank-1.json", r),
+    ] {
+        refused(
+            &["trace", "merge", r, "-o", &out],
+            &["-o", "is one of the files it merges"],
+            &ranks,
+        );
+    }
+    assert_eq!(
+        std::fs::read(&rank0).unwrap(),
+        before,
+        "rank 0's trace kept"
+    );
+    // Another name in the directory is not a rank's: written.
+    let job = ranks.join("job.json");
+    let out = hpc(&["trace", "merge", r, "-o", job.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = dir.join("t.svg");
+    let (j, s) = (job.to_str().unwrap(), svg.to_str().unwrap());
+    let out = hpc(&["trace", "svg", j, "-o", s, "--width", "1e300"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("got 1e300"), "{err}");
+    assert!(err.len() < 200, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Two jobs given the same `--trace FILE` at once: the second is refused at its
 /// start, naming the job holding FILE, instead of both writing it and the last
 /// to finish silently winning; the lock is gone after the first job.

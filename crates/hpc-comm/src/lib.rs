@@ -96,8 +96,8 @@ pub mod fuzz {
     /// The kind of a descriptor word and the code of an answer, as the proxy
     /// and the ranks read them: `Ok` for a known kind.
     pub fn proxy_words(kind: u32, code: u64) -> Result<(), String> {
-        let _ = crate::proxy::protocol_code(code);
-        crate::proxy::protocol_kind(kind)
+        let _ = crate::proxy::protocol::Code::from_wire(code);
+        crate::proxy::protocol::Kind::from_wire(kind)
             .map(|_| ())
             .ok_or_else(|| format!("unknown kind {kind}"))
     }

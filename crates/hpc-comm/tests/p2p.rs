@@ -422,24 +422,44 @@ fn memory(comm: &Comm) {
     // Both with the receiver's proxy before any receive.
     comm.barrier().unwrap();
     let mut b = vec![-1.0f64; 20_000];
-    match comm.recv(&mut b, prev, ANY_TAG) {
-        Err(Error::ProxyMemory {
-            bytes: Some(160_000),
-            why,
-        }) => assert!(why.contains("160000 bytes"), "{why}"),
-        o => panic!("a message over the proxy's cap: {o:?}"),
-    }
-    assert!(b.iter().all(|&g| g == -1.0), "nothing landed");
+    // A receive of the 160 kB message fails with ProxyMemory naming its bytes,
+    // and nothing lands in `b`.
+    let over_cap = |got: Result<Status, Error>, b: &[f64], what: &str| {
+        match got {
+            Err(Error::ProxyMemory {
+                bytes: Some(160_000),
+                why,
+            }) => assert!(why.contains("160000 bytes"), "{what}: {why}"),
+            o => panic!("{what}: {o:?}"),
+        }
+        assert!(b.iter().all(|&g| g == -1.0), "{what}: nothing landed");
+    };
+    let got = comm.recv(&mut b, prev, ANY_TAG);
+    over_cap(got, &b, "a message over the proxy's cap");
     let mut s = vec![0.0f64; 4];
     let st = comm.recv(&mut s, prev, ANY_TAG).unwrap();
     assert_eq!((st.source, st.tag), (prev, 71));
     check("after a refused message", &s, prev, 71);
-    // Posted first (the barrier orders it before the send at its proxy).
+    // Posted first (the barrier orders it before the send at its proxy): the
+    // proxy still reads the whole message before it writes it into the
+    // receive, so one over its cap is refused before it is read (it used to be
+    // read whole, past the cap).
     let r = comm.irecv(&mut b, prev, 72).unwrap();
     comm.barrier().unwrap();
     comm.send(&big, next, 72).unwrap();
+    let got = r.wait();
+    over_cap(
+        got,
+        &b,
+        "a message over the proxy's cap, its receive posted",
+    );
+    // One within the cap, posted first, is taken whole.
+    let mut w = vec![0.0f64; 4_000];
+    let r = comm.irecv(&mut w, prev, 73).unwrap();
+    comm.barrier().unwrap();
+    comm.send(&msg(comm.rank(), 73, 4_000), next, 73).unwrap();
     r.wait().unwrap();
-    check("a large message taken at once", &b, prev, 70);
+    check("a message within the cap taken at once", &w, prev, 73);
 }
 
 /// Rank `victim` ends without leaving the communicator while rank 0 waits

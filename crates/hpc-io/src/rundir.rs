@@ -801,7 +801,16 @@ impl Drop for RunDir {
                 stopped_at: None,
             };
             if let Err(e) = self.finish_with(status) {
-                tracing::warn!(error = %e, "could not mark the run directory incomplete");
+                // The run fails anyway (this is its error path); the manifest that
+                // still says "running" is named, and readers take a "running"
+                // manifest whose lock nobody holds as a run that ended unfinished
+                // (`inspect`'s `Liveness::Abandoned`, the Python reader's check).
+                tracing::error!(
+                    error = %e,
+                    "could not mark {} incomplete: it still says \"running\"; \
+                     its files are not a finished run's",
+                    self.dir.join(MANIFEST).display()
+                );
             }
         }
     }
@@ -890,7 +899,8 @@ pub fn check_file(path: &Path) -> Result<()> {
         }
         (_, Liveness::Abandoned) => {
             return Err(untrusted(format!(
-                "the run {} that wrote it ended without finishing (killed?)",
+                "the run {} that wrote it ended without finishing (killed, or it failed and \
+                 could not mark its run.json: a full disk?)",
                 m.run_id
             )))
         }

@@ -400,6 +400,31 @@ def _check_manifest(run):
         raise ValueError("an incomplete run without a reason (and stopped_at) in words")
 
 
+def _lock_held(run_dir):
+    """Whether a process holds the run directory's run.lock (as hpc_io::rundir's
+    inspect finds out: a shared lock tried without waiting, released at once).
+    True when it cannot be told (no lock file, not a regular file, no flock): the
+    manifest's "running" is then taken at its word."""
+    import fcntl
+    try:
+        fd = os.open(os.path.join(run_dir, "run.lock"),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return True
+        return False
+    finally:
+        os.close(fd)
+
+
 def check_run(path):
     """Warn (on stderr) when the run directory's run.json does not vouch for `path`:
     the file is not the run's, or the run is still running, was killed or stopped
@@ -421,8 +446,12 @@ def check_run(path):
         status = run.get("status")
         if name not in [f.get("name") for f in run.get("files", [])]:
             msg = f"{path} was not written by the run {run.get('run_id')} of {manifest} (an older or foreign file)"
+        elif status == "running" and not _lock_held(os.path.dirname(manifest)):
+            msg = (f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) "
+                   f"ended without finishing: it was killed, or it failed and could not mark "
+                   f"{manifest} (a full disk?); take it as incomplete")
         elif status == "running":
-            msg = f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) is running or was killed"
+            msg = f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) is still running"
         elif status == "incomplete":
             where = f" at {run['stopped_at']}" if run.get("stopped_at") else ""
             msg = f"{path}: its run is incomplete: {run.get('reason')}{where}"

@@ -96,16 +96,17 @@ impl Intervals {
 
 /// What rank 0 keeps of every spike beside the spike file: running statistics.
 pub trait Record {
-    /// Adds spikes `(tick, id)`, sorted by tick, then id.
-    fn add(&mut self, spikes: &[(u32, u32)]);
+    /// Adds spikes `(tick, id)`, sorted by tick, then id; an error for a spike
+    /// the record cannot hold (a neuron beyond its count, a tick out of order).
+    fn add(&mut self, spikes: &[(u32, u32)]) -> Result<()>;
 
     /// Spikes added so far (the count a checkpoint's manifest holds).
     fn count(&self) -> u64;
 }
 
 impl Record for crate::spikes::Recorder {
-    fn add(&mut self, spikes: &[(u32, u32)]) {
-        crate::spikes::Recorder::add(self, spikes);
+    fn add(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
+        Ok(crate::spikes::Recorder::add(self, spikes)?)
     }
 
     fn count(&self) -> u64 {
@@ -233,7 +234,7 @@ impl<R: Record> Intake<R> {
             }
             _ => Vec::new(),
         };
-        recorder.add(&prefix);
+        recorder.add(&prefix)?;
         let mut intake = Intake::elsewhere(step);
         if let Some(f) = file {
             let mut w = SpikeWriter::with_header(f.path, f.header)?;
@@ -264,7 +265,7 @@ impl<R: Record> Intake<R> {
             let t0 = Instant::now();
             spike_records(&self.gathered, base, gid_bits, &mut self.records);
             self.records.sort_unstable();
-            rec.add(&self.records);
+            rec.add(&self.records)?;
             if let Some(w) = self.writer.as_mut() {
                 w.write(&self.records)?;
                 let reached = base + m as u64;

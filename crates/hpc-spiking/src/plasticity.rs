@@ -84,8 +84,12 @@
 //! previous one or 65,535 beyond it takes 6 bytes, in any order, and is read
 //! back as connected. Weights are `f64` because an `f32` weight rounds each
 //! update to 6e-8 relative, far from the 1e-12 agreement with NEST that the
-//! validation checks. The trace `K+` and `t_last` are per row (16 bytes), an
-//! archived postsynaptic spike is 24 bytes.
+//! validation checks. The trace `K+` and `t_last` are per [`StdpRow`] (16
+//! bytes); [`StdpRows`], which hold the rows of many sources (a thread's),
+//! keep none: a process keeps each source's trace once in a
+//! [`SourceTraces`], takes each spike in there once, and hands the trace
+//! before the spike to every `StdpRows` that delivers it. An archived
+//! postsynaptic spike is 24 bytes.
 //!
 //! # Cost of a delivery
 //!
@@ -151,8 +155,10 @@ use crate::targets::{self, Targets};
 
 mod pow;
 mod rows;
+mod traces;
 use pow::PowMu;
 pub use rows::{StdpRows, StdpRowsFiller, ROW_HEAD_BYTES};
+pub use traces::{SourceTraces, PARALLEL_SPIKES};
 
 /// NEST's `stdp_eps` (ms): the tolerance of every spike-time comparison of the
 /// rule (its default, which NEST requires to be below the resolution).
@@ -830,14 +836,16 @@ impl StdpRow {
         update_synapses(
             rule,
             self.delay,
-            &mut self.trace,
+            &self.trace,
             t_spike,
             self.targets.iter(),
             &mut self.weights,
             &mut archives[..self.span],
             &mut Memo::new(),
             each,
-        )
+        )?;
+        self.trace.advance(rule, t_spike);
+        Ok(())
     }
 
     /// The delay (ms).
@@ -911,6 +919,20 @@ fn check_weights(weights: &[f64], len: usize) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// The error of a weight `from` that became `weight` (not finite) at `t`:
+/// out of the delivery's loop, which it ends.
+#[cold]
+#[inline(never)]
+fn overflow(rule: &StdpPlHom, weight: f64, from: f64, t: f64) -> ModelError {
+    ModelError::WeightOverflow {
+        weight,
+        from,
+        t,
+        lambda: rule.params.lambda,
+        mu: rule.params.mu,
+    }
+}
+
 /// The facilitation of the synapses of one row by one presynaptic spike,
 /// with the memos of `exp` of the lags and of `w^mu` of the last weight.
 struct Facilitation<'a> {
@@ -938,18 +960,20 @@ impl Facilitation<'_> {
 }
 
 /// The update of one source's synapses of delay `d` when it spikes at
-/// `t_spike` (after [`SourceTrace::check`]), calling `each(target, new
-/// weight)` for every synapse in order, then the trace's; a weight that
-/// leaves the finite numbers stops it ([`ModelError::WeightOverflow`]).
-/// `archives` covers every target; `decay` memoises `exp` of the lags for
-/// this rule. [`StdpRow`] and [`StdpRows`] both deliver through it, so their
-/// weights are the same doubles.
+/// `t_spike`, given the source's trace `before` the spike (after
+/// [`SourceTrace::check`]), calling `each(target, new weight)` for every
+/// synapse in order; a weight that leaves the finite numbers stops it
+/// ([`ModelError::WeightOverflow`]). The trace is not advanced here: the
+/// caller does it once, however many rows read it. `archives` covers every
+/// target; `decay` memoises `exp` of the lags for this rule. [`StdpRow`] and
+/// [`StdpRows`] both deliver through it, so their weights are the same
+/// doubles.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn update_synapses(
     rule: &StdpPlHom,
     d: f64,
-    trace: &mut SourceTrace,
+    before: &SourceTrace,
     t_spike: f64,
     targets: impl Iterator<Item = u32>,
     weights: &mut [f64],
@@ -957,7 +981,7 @@ fn update_synapses(
     decay: &mut Memo,
     mut each: impl FnMut(u32, f64),
 ) -> Result<(), ModelError> {
-    let (t_last, k_plus) = (trace.t_last, trace.k_plus);
+    let (t_last, k_plus) = (before.t_last, before.k_plus);
     let (t1, t2) = (t_last - d, t_spike - d);
     // The window of a target is its archived spikes in `[lim1, t2 + eps)`:
     // the target's view of the step (`at_step`, once a step for all rows)
@@ -993,20 +1017,13 @@ fn update_synapses(
             // Only facilitation can leave the finite numbers: a weight is
             // finite when stored, and depression keeps it in `[0, w]`.
             if !v.is_finite() {
-                return Err(ModelError::WeightOverflow {
-                    weight: v,
-                    from: *w,
-                    t: t_spike,
-                    lambda: rule.params.lambda,
-                    mu: rule.params.mu,
-                });
+                return Err(overflow(rule, v, *w, t_spike));
             }
         }
         v = rule.depress(v, archive.cached_k);
         *w = v;
         each(target, v);
     }
-    trace.advance(rule, t_spike);
     Ok(())
 }
 

@@ -109,6 +109,32 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// `message` (a parser's, which writes a float such as `1e300` out in full) with
+/// every run of more than 20 digits written as [`num`] writes its number.
+pub fn short_numbers(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(1024));
+    let mut rest = message;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        out.push_str(&rest[..start]);
+        let run = &rest[start..];
+        let len = run.find(|c: char| !c.is_ascii_digit()).unwrap_or(run.len());
+        let digits = &run[..len];
+        match digits.parse::<f64>() {
+            Ok(x) if len > 20 => {
+                out.push_str(&num(x));
+                // serde's float ends in `.0`: part of the number.
+                rest = run[len..].strip_prefix(".0").unwrap_or(&run[len..]);
+            }
+            _ => {
+                out.push_str(digits);
+                rest = &run[len..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Refuses a model whose parameters are finite one by one but not together: each
 /// `(what, value)` is a quantity derived from several parameters (a weight, the
 /// largest input of one step, a rate) that must be a finite number, or the
@@ -615,6 +641,15 @@ pub fn memory_lines(all: &[Gathered], connectivity_bytes: u64, synapses: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_digit_runs_are_written_short() {
+        let long = format!("floating point `1{}.0`, expected", "0".repeat(300));
+        assert_eq!(short_numbers(&long), "floating point `1e300`, expected");
+        for kept in ["line 3, column 8", "18446744073709551615", "", "x1.5y"] {
+            assert_eq!(short_numbers(kept), kept);
+        }
+    }
 
     #[test]
     fn whole_steps_refuse_what_is_not_a_multiple_of_the_step() {

@@ -502,8 +502,35 @@ impl Recorder {
         }
     }
 
-    /// Adds spikes (`tick >= 1`), in time order per neuron.
-    pub fn add(&mut self, spikes: &[(u32, u32)]) {
+    /// Adds spikes `(tick, id)` (`tick >= 1`), sorted by tick and after every
+    /// spike added before of the same neuron.
+    ///
+    /// # Errors
+    ///
+    /// [`SpikeFileError::NeuronId`] for a neuron beyond this recorder's count and
+    /// [`SpikeFileError::Unsorted`] for a spike before the previous one (in this
+    /// call, or of its neuron before); nothing is added then.
+    pub fn add(&mut self, spikes: &[(u32, u32)]) -> Result<(), SpikeFileError> {
+        let n = self.last.len();
+        let mut previous = 0;
+        for (index, &(t, id)) in spikes.iter().enumerate() {
+            let Some(&last) = self.last.get(id as usize) else {
+                return Err(SpikeFileError::NeuronId {
+                    index,
+                    id,
+                    // `n` came from a u32 in `after`.
+                    n: n as u32,
+                });
+            };
+            if t < previous || t < last {
+                return Err(SpikeFileError::Unsorted {
+                    index,
+                    tick: t,
+                    previous: previous.max(last),
+                });
+            }
+            previous = t;
+        }
         for &(t, id) in spikes {
             if t <= self.from_tick {
                 continue;
@@ -519,6 +546,7 @@ impl Recorder {
             self.last[i] = t;
         }
         self.spikes += spikes.len() as u64;
+        Ok(())
     }
 
     /// Spikes of the neurons `ids` after the warm-up.
@@ -697,6 +725,40 @@ mod tests {
     /// The writer refuses what its reader would: a header without the numbers it
     /// needs (before the file is made), a neuron the header does not have, a record
     /// out of order or after the end of the run; what it did write reads back.
+    #[test]
+    fn a_recorder_refuses_a_neuron_beyond_its_count_and_a_tick_out_of_order() {
+        let mut r = Recorder::new(4);
+        r.add(&[(1, 0), (2, 3)]).unwrap();
+        // Neuron 4 of 4 used to index past the end (a panic); nothing of the
+        // call is added.
+        assert_eq!(
+            r.add(&[(3, 1), (3, 4)]),
+            Err(SpikeFileError::NeuronId {
+                index: 1,
+                id: 4,
+                n: 4
+            })
+        );
+        assert_eq!(r.spikes, 2);
+        assert_eq!(r.spikes_of(1..2), 0);
+        // A spike before its neuron's last one used to underflow the interval.
+        assert_eq!(
+            r.add(&[(1, 3)]),
+            Err(SpikeFileError::Unsorted {
+                index: 0,
+                tick: 1,
+                previous: 2
+            })
+        );
+        assert!(matches!(
+            r.add(&[(5, 0), (4, 1)]),
+            Err(SpikeFileError::Unsorted { index: 1, .. })
+        ));
+        assert_eq!(r.spikes, 2);
+        r.add(&[(4, 3), (9, 3)]).unwrap();
+        assert_eq!(r.spikes_of(0..4), 4);
+    }
+
     #[test]
     fn the_writer_writes_nothing_its_reader_refuses() {
         let dir = std::env::temp_dir().join(format!("hpc-spk-writer-{}", std::process::id()));

@@ -4,10 +4,12 @@
 
 use crate::{Result, TopologyError};
 
-/// The most PUs a synthetic topology may have: eight times what the largest Linux
-/// build supports (`NR_CPUS` = 8192 on x86-64), so every real machine fits, while a
-/// typo (`pack:1000 core:1000 pu:1000`) does not run for hours.
-pub const MAX_SYNTHETIC_PUS: u64 = 65536;
+/// The most PUs a synthetic topology may have: what the largest Linux build
+/// supports (`NR_CPUS` = 8192 on x86-64), so every machine Linux runs on fits.
+/// hwloc inserts a synthetic topology's objects in time quadratic in their
+/// number under one parent: 8192 PUs in one level take it 3 to 7 s, the 65536
+/// accepted before took minutes (`pu:65536`; `numa:65536 pu:1` ran past 60 s).
+pub const MAX_SYNTHETIC_PUS: u64 = 8192;
 
 /// Memory this process may still allocate: `MemAvailable` of `/proc/meminfo`;
 /// `None` when it cannot be read (the checks are then skipped).
@@ -128,6 +130,20 @@ mod tests {
         );
         assert_eq!(synthetic_size("pack:x"), None);
         assert_eq!(synthetic_size(""), None);
+    }
+
+    #[test]
+    fn synthetic_topologies_beyond_the_largest_linux_build_are_refused() {
+        for d in ["pu:65536", "numa:65536 pu:1", "pack:2 core:4097 pu:1"] {
+            assert!(
+                matches!(
+                    check_synthetic(d),
+                    Err(TopologyError::SyntheticTooLarge { max: 8192, .. })
+                ),
+                "{d}"
+            );
+        }
+        assert!(check_synthetic("pack:16 core:256 pu:2").is_ok());
     }
 
     #[test]

@@ -180,7 +180,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
                 lines,
             });
         }
-        if (name.starts_with("rank-") || name.starts_with("proc-")) && name.ends_with(".json") {
+        if is_process_file(&name) {
             files.push(path);
         }
     }
@@ -189,6 +189,12 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     }
     files.sort();
     Ok(files)
+}
+
+/// Whether `name` is a name the merge reads in a directory: a rank's file
+/// (`rank-<R>.json`) or a proxy's (`proc-<PID>.json`).
+pub fn is_process_file(name: &str) -> bool {
+    (name.starts_with("rank-") || name.starts_with("proc-")) && name.ends_with(".json")
 }
 
 /// Merges the process files of `dir` (see the [module](self) documentation).

@@ -77,9 +77,9 @@ pub enum SvgError {
     Time(String),
 }
 
-/// `x` in µs as a message gives it: plain for ordinary magnitudes, in exponent
+/// `x` as a message gives it: plain for ordinary magnitudes, in exponent
 /// form (`1e300`) for huge and tiny ones, which would print as hundreds of digits.
-fn num(x: f64) -> String {
+pub fn num(x: f64) -> String {
     let a = x.abs();
     if !x.is_finite() || a == 0.0 || (1e-4..1e15).contains(&a) {
         format!("{x}")

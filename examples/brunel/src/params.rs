@@ -203,7 +203,11 @@ fn steps_of(what: &str, t: f64, dt: f64) -> Result<u64> {
     let s = t / dt;
     let r = s.round();
     if !nonneg(r) || (s - r).abs() > 1e-6 * r.max(1.0) {
-        bail!("{what} = {t} ms is not a whole number of steps of dt = {dt} ms");
+        bail!(
+            "{what} = {} ms is not a whole number of steps of dt = {} ms",
+            num(t),
+            num(dt)
+        );
     }
     Ok(r as u64)
 }
@@ -278,12 +282,23 @@ impl Model {
         }
         let delay_steps = steps_of("delay", p.delay, p.dt)?;
         if delay_steps == 0 || delay_steps > 1 << 20 {
-            bail!("the delay must be between 1 and 2^20 steps");
+            bail!(
+                "delay = {} ms is {} steps of dt = {} ms: it must be between 1 and 2^20 steps",
+                num(p.delay),
+                num(p.delay / p.dt),
+                num(p.dt)
+            );
         }
         let ref_steps = steps_of("t_ref", p.t_ref, p.dt)?;
         let steps = steps_of("t_sim", p.t_sim, p.dt)?;
         if steps >= u32::MAX as u64 - 1 - delay_steps {
-            bail!("t_sim is too long: at most 2^32 - 2 - D steps");
+            bail!(
+                "t_sim = {} ms is too long: {} steps of dt = {} ms, at most 2^32 - 2 - {delay_steps} \
+                 (the delay's steps)",
+                num(p.t_sim),
+                num(p.t_sim / p.dt),
+                num(p.dt)
+            );
         }
         let nu_th = p.v_th / (p.j * ce as f64 * p.tau_m);
         let nu_ex = p.eta * nu_th;
@@ -406,6 +421,30 @@ mod tests {
         assert!(e.contains("eta must be >= 0, got -1"), "{e}");
         let e = bad(|p| p.dt = 0.0);
         assert!(e.contains("dt must be > 0, got 0"), "{e}");
+        // Pass 9: a dt or a delay that gives a delay beyond 2^20 steps was
+        // "the delay must be between 1 and 2^20 steps", with neither value.
+        for (toml, words) in [
+            (
+                "dt = 1e-300",
+                &["delay = 1.5 ms is 1.5e300 steps of dt = 1e-300 ms", "2^20"][..],
+            ),
+            ("delay = 1e300", &["delay = 1e300 ms is 1e301 steps"][..]),
+            ("delay = 0.0", &["delay = 0 ms is 0 steps"][..]),
+            (
+                "t_sim = 1e300",
+                &["t_sim = 1e300 ms is too long: 1e301 steps"][..],
+            ),
+        ] {
+            let e = Params::from_toml_str(toml, Preset::Paper)
+                .and_then(Model::new)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            for w in words {
+                assert!(e.contains(w), "{toml}: {w:?} not in {e}");
+            }
+            assert!(e.len() < 200, "{e}");
+        }
         let e = Params::from_toml_str("t_sim = nan", Preset::Paper)
             .and_then(Model::new)
             .unwrap_err()

@@ -303,6 +303,32 @@ class CommandLine(unittest.TestCase):
                     self.assertNotIn("Traceback", r.stderr)
                     self.assertIn("run.json cannot be read", r.stderr)
 
+    def test_a_running_manifest_whose_lock_is_free_is_taken_as_incomplete(self):
+        # A run that failed on a full disk cannot mark its run.json: it says
+        # "running" for ever. Its lock tells: held, the run is there; free, it
+        # ended without finishing.
+        import fcntl
+        d = self.dir.name
+        p = self.file("spikes.spk", spk(GOOD))
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r2", "pid": 1, "host": "h", "status": "running",
+                       "files": [{"name": "spikes.spk"}]}, f)
+        lock = os.path.join(d, "run.lock")
+        with open(lock, "w"):
+            pass
+        r = run(READ_SPIKES, p, timeout=30)
+        self.assertIn("ended without finishing", r.stderr)
+        self.assertIn("run.json", r.stderr)
+        self.assertIn("take it as incomplete", r.stderr)
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            r = run(READ_SPIKES, p, timeout=30)
+            self.assertIn("is still running", r.stderr)
+            self.assertNotIn("ended without finishing", r.stderr)
+        finally:
+            os.close(fd)
+
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
         p = self.file("late.spk", spk([(1, 0), (5000, 0)]))

@@ -22,7 +22,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use hpc_spiking::checkpoint::{rank_files, rank_head, RankFile, RANK_HEAD};
 use hpc_spiking::neuron::AlphaState;
-use hpc_spiking::plasticity::{ArchivedSpike, SourceTrace, StdpRows};
+use hpc_spiking::plasticity::{ArchivedSpike, SourceTrace, SourceTraces, StdpRows};
 use hpc_spiking::run::RunOptions;
 use hpc_spiking::Block;
 
@@ -83,8 +83,15 @@ fn input_positions(
     });
 }
 
-/// A rank's payload: its neurons (`block`, held by `shards`) at `step`.
-pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u8> {
+/// A rank's payload: its neurons (`block`, held by `shards`, their traces
+/// as sources in `traces`) at `step`.
+pub fn encode(
+    model: &Model,
+    step: u64,
+    block: Block,
+    shards: &[Shard],
+    traces: &SourceTraces,
+) -> Vec<u8> {
     let d = model.delay_steps as usize;
     let mut b = rank_head(MAGIC, block, d as u32, step, HEAD);
     put_u32(&mut b, model.ne);
@@ -113,7 +120,9 @@ pub fn encode(model: &Model, step: u64, block: Block, shards: &[Shard]) -> Vec<u
                 put_u32(&mut b, sh.ring_in.row(step + k)[i]);
             }
             let t = sh.first + i as u32;
-            if let Some(own) = sh.own.get(i) {
+            if t < model.ne {
+                // Every excitatory neuron of the rank has its trace there.
+                let own = traces.get(t).expect("a trace for each own source");
                 put_f64(&mut b, own.k_plus());
                 put_f64(&mut b, own.t_last());
                 input_positions(model, &sh.plastic, t, &mut cursor, |at| {
@@ -287,13 +296,19 @@ fn each_saved(
     Ok(())
 }
 
-/// Puts the checkpoint's state into `shards` (this rank's, freshly built for
-/// `block`); answers the step to continue from.
-pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -> Result<u64> {
+/// Puts the checkpoint's state into `shards` and `traces` (this rank's,
+/// freshly built for `block`); answers the step to continue from.
+pub fn restore(
+    r: &Restart,
+    model: &Model,
+    block: Block,
+    shards: &mut [Shard],
+    traces: &mut SourceTraces,
+) -> Result<u64> {
     let ranks = rank_files(r, model.n)?;
     let step = r.step();
     // The weights of this rank's neurons' inputs; each source's trace goes
-    // straight to the rows that have it.
+    // straight to the rank's traces, where it has one.
     let mut inputs: Vec<Vec<f64>> = vec![Vec::new(); block.len as usize];
     for rank in 0..ranks {
         each_saved(r, model, rank, |t, s| {
@@ -302,9 +317,7 @@ pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -
                 None => None,
             };
             if let Some(trace) = trace {
-                shards
-                    .iter_mut()
-                    .for_each(|sh| sh.plastic.restore_trace(t, trace));
+                traces.restore(t, trace);
             }
             if t < block.first || t >= block.end() {
                 return Ok(());
@@ -314,8 +327,7 @@ pub fn restore(r: &Restart, model: &Model, block: Block, shards: &mut [Shard]) -
                 .find(|sh| sh.first <= t && t < sh.first + sh.len)
                 .ok_or_else(|| anyhow!("no shard holds neuron {t}"))?;
             let i = (t - sh.first) as usize;
-            if let (Some(trace), Some((_, _, w))) = (trace, s.source) {
-                sh.own[i] = trace;
+            if let Some((_, _, w)) = s.source {
                 inputs[(t - block.first) as usize] = w;
             }
             sh.state[i] = s.state;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Parser;
 use hpc_benchmark::figure::{self, WEIGHTS_SVG};
-use hpc_benchmark::network::expected_shard_bytes;
+use hpc_benchmark::network::{expected_rank_trace_bytes, expected_shard_bytes};
 use hpc_benchmark::params::{Model, Params, CE, CI};
 use hpc_benchmark::sim::{RankReport, Simulation, WeightStats};
 use hpc_spiking::args::RunArgs;
@@ -99,19 +99,21 @@ fn estimate(model: &Model, size: usize, threads: usize) -> u64 {
     let (ne, ni, n) = (model.ne as f64, model.ni as f64, model.n as f64);
     let stdp = per_rank(ne) * CE as f64 * StdpRow::BYTES_PER_SYNAPSE as f64;
     let stat = (per_rank(ne) * CI as f64 + per_rank(ni) * (CE + CI) as f64) * 2.0;
-    // Per shard: the rows' and lists' offsets and traces for the sources
-    // expected to have a target there, and their indexes; the mean over every
-    // shard of every rank.
+    // Per shard: the rows' and lists' offsets for the sources expected to
+    // have a target there, and their indexes; per rank, the traces of the
+    // sources with a row on one of its shards or a neuron on it; the mean
+    // over every rank.
     let rows = (0..size as u32)
         .map(|r| {
             let b = Block::part(model.n, size as u32, r);
             let shards = b.shards(threads);
-            (0..shards)
-                .map(|t| {
-                    let s = Block::part(b.len, shards, t);
-                    expected_shard_bytes(model, b.first + s.first, s.len)
-                })
-                .sum::<f64>()
+            expected_rank_trace_bytes(model, b.first, b.len)
+                + (0..shards)
+                    .map(|t| {
+                        let s = Block::part(b.len, shards, t);
+                        expected_shard_bytes(model, b.first + s.first, s.len)
+                    })
+                    .sum::<f64>()
         })
         .sum::<f64>()
         / size as f64;

@@ -18,24 +18,28 @@
 //! # Memory
 //!
 //! [`Shard::synapse_bytes`] counts what the synapses hold as allocated: the
-//! rows (targets, weights, and per present source two `u32` offsets and its
-//! trace `K+` and last spike, 24 bytes), the static targets with a `u32`
-//! offset per present source, the two [`SourceIndex`]es (a quarter of a byte
-//! per source of the network each: the only part that grows with the
-//! network rather than with the shard), the traces of the shard's own
-//! excitatory neurons as sources (16 bytes each, for checkpoints), and the
-//! postsynaptic archives (struct and spikes). At scale 1 and above, 64 % of
+//! rows (targets, weights, and per present source two `u32` offsets, 8
+//! bytes), the static targets with a `u32` offset per present source, the two
+//! [`SourceIndex`]es (a quarter of a byte per source of the network each: the
+//! only part that grows with the network rather than with the shard), and the
+//! postsynaptic archives (struct and spikes). The sources' traces `K+` and
+//! last spike times are the rank's, not a shard's: a [`SourceTraces`] of the
+//! excitatory sources with a row on any of the rank's shards or a neuron on
+//! the rank (16 bytes each, and its index; [`rank_traces`]), advanced once
+//! per spike as the rank takes in an exchange and handed to every shard's
+//! delivery ([`Shard::deliver`]). At scale 1 and above, 64 % of
 //! the synapses are E->E, so that is about `0.64 x 10 + 0.36 x 2 = 7.1` bytes
 //! a synapse with the rest amortised. The ring buffers of pending input (per
 //! neuron, not per synapse) are [`Shard::ring_bytes`], reported apart.
 //! [`expected_shard_bytes`] is what the memory estimate counts per shard
-//! beside the synapses, from the expected number of present sources.
+//! beside the synapses, from the expected number of present sources, and
+//! [`expected_rank_trace_bytes`] what it counts for the rank's traces.
 
 use anyhow::Result;
 use hpc_spiking::neuron::{AlphaState, IafPscAlpha};
 use hpc_spiking::plasticity::{
-    PostArchive, SourceTrace, StdpPlHom, StdpRows, StdpRowsFiller, DELIVERY_MEMO_BYTES,
-    ROW_HEAD_BYTES,
+    PostArchive, SourceTrace, SourceTraces, StdpPlHom, StdpRows, StdpRowsFiller,
+    DELIVERY_MEMO_BYTES, ROW_HEAD_BYTES,
 };
 use hpc_spiking::ring::DelayRing;
 use hpc_spiking::rng::{below, draw, standard_normal, stream_key, PoissonTable, Purpose};
@@ -84,9 +88,6 @@ pub struct Shard {
     /// The E->E synapses: a row per excitatory source with a target here
     /// (targets: local indices).
     pub plastic: StdpRows,
-    /// The shard's excitatory neurons' traces as sources (`K+`, last spike),
-    /// which a checkpoint keeps: their rows may all be on other shards.
-    pub own: Vec<SourceTrace>,
     /// Static synapses: a list of targets per source with a target here.
     stat: SourceLists,
     /// STDP input per (step, neuron) (pA).
@@ -189,7 +190,6 @@ impl Shard {
             state,
             archives,
             plastic: plastic.finish(),
-            own: vec![SourceTrace::default(); excitatory(model, first, len) as usize],
             stat: stat.finish(),
             ring_w: DelayRing::new(model.delay_steps, len as usize),
             ring_ex: DelayRing::new(model.delay_steps, len as usize),
@@ -201,14 +201,21 @@ impl Shard {
         })
     }
 
-    /// Delivers the spikes `codes` (sorted) of the interval that starts at `base`.
-    pub(crate) fn deliver(&mut self, codes: &[u32], base: u64, d: &Dyn) -> Result<()> {
+    /// Delivers the spikes `codes` (sorted) of the interval that starts at
+    /// `base`; `before[i]` is the trace of `codes[i]`'s source before that
+    /// spike where the source has a row here (the rank's [`SourceTraces`]
+    /// answered it: [`traces_before`]).
+    pub(crate) fn deliver(
+        &mut self,
+        codes: &[u32],
+        before: &[SourceTrace],
+        base: u64,
+        d: &Dyn,
+    ) -> Result<()> {
         let len = self.len as usize;
         let mask = (1u32 << d.gid_bits) - 1;
         let Shard {
-            first,
             plastic,
-            own,
             archives,
             ring_w,
             ring_ex,
@@ -216,7 +223,7 @@ impl Shard {
             stat,
             ..
         } = self;
-        for &code in codes {
+        for (&code, before) in codes.iter().zip(before) {
             let gid = code & mask;
             let step = base + (code >> d.gid_bits) as u64;
             let arrival = step + d.delay;
@@ -224,13 +231,7 @@ impl Shard {
             if gid < d.ne {
                 let t = (step + 1) as f64 * d.dt;
                 let ring = &mut ring_w.row_mut(arrival)[..len];
-                plastic.deliver_into(gid, d.rule, t, archives, ring)?;
-                if let Some(o) = gid
-                    .checked_sub(*first)
-                    .and_then(|i| own.get_mut(i as usize))
-                {
-                    o.spike(d.rule, t)?;
-                }
+                plastic.deliver_into(gid, d.rule, before, t, archives, ring)?;
                 let ring = &mut ring_ex.row_mut(arrival)[..len];
                 for tgt in targets {
                     ring[tgt as usize] += 1;
@@ -279,18 +280,17 @@ impl Shard {
     }
 
     /// Bytes of the synapses and of their plastic state, as allocated: the
-    /// rows (index, targets, weights, offsets, traces and the memo of their
-    /// delivery), the static lists
-    /// (index, targets and offsets), the shard's own sources' traces, and the
-    /// archives (struct and archived spikes, 24 bytes each).
+    /// rows (index, targets, weights, offsets and the memo of their
+    /// delivery), the static lists (index, targets and offsets), and the
+    /// archives (struct and archived spikes, 24 bytes each); the sources'
+    /// traces are the rank's ([`rank_traces`]).
     pub fn synapse_bytes(&self) -> u64 {
         let archives: usize = self
             .archives
             .iter()
             .map(|a| std::mem::size_of::<PostArchive>() + a.archived() * 24)
             .sum();
-        let own = self.own.capacity() * std::mem::size_of::<SourceTrace>();
-        (self.plastic.bytes() + self.stat.bytes() + own + archives) as u64
+        (self.plastic.bytes() + self.stat.bytes() + archives) as u64
     }
 
     /// The sources with a row (E->E) and with a static list here.
@@ -354,21 +354,96 @@ pub fn expected_present(model: &Model, first: u32, len: u32) -> (f64, f64) {
 /// Bytes the shard of neurons `first..first + len` holds beside its
 /// synapses' targets and weights, its archives and its buffers, as
 /// `Shard::build` allocates them for the [expected](expected_present)
-/// present sources: the two indexes, each row's offsets and trace
+/// present sources: the two indexes, each row's offsets
 /// ([`ROW_HEAD_BYTES`]), each static list's offset, one more offset of each
-/// kind, the own sources' traces, the delivery's memo where there are rows
+/// kind, the delivery's memo where there are rows
 /// ([`DELIVERY_MEMO_BYTES`]), and while building each present source's
 /// previous target (4 bytes).
 pub fn expected_shard_bytes(model: &Model, first: u32, len: u32) -> f64 {
     let (plastic, stat) = expected_present(model, first, len);
     let indexes = SourceIndex::bytes_for(model.ne) + SourceIndex::bytes_for(model.n);
     let e = excitatory(model, first, len) as usize;
-    let own = e * std::mem::size_of::<SourceTrace>();
     let memo = if e > 0 { DELIVERY_MEMO_BYTES } else { 0 };
     (indexes + memo) as f64
         + plastic * (ROW_HEAD_BYTES + 4) as f64
         + stat * (4.0 + 4.0)
-        + (4 + 4 + 4 + own) as f64
+        + (4 + 4 + 4) as f64
+}
+
+/// The excitatory sources whose traces the rank of neurons `first..first +
+/// len` keeps ([`rank_traces`]): those with a row on one of its shards (the
+/// shards' rows together are the rows of one shard of all the rank's
+/// neurons, [`expected_present`]) and its own excitatory neurons, expected.
+pub fn expected_rank_traces(model: &Model, first: u32, len: u32) -> f64 {
+    let (plastic, _) = expected_present(model, first, len);
+    let e = excitatory(model, first, len) as f64;
+    // An own neuron without a row here: drawn by none of the other e - 1.
+    plastic + e * (1.0 - drawn(model.ne as f64 - 1.0, CE as f64 * (e - 1.0)))
+}
+
+/// Bytes of the rank's traces ([`rank_traces`]) for the rank of neurons
+/// `first..first + len`, expected: the index over the excitatory sources and
+/// 16 bytes a trace.
+pub fn expected_rank_trace_bytes(model: &Model, first: u32, len: u32) -> f64 {
+    SourceIndex::bytes_for(model.ne) as f64
+        + expected_rank_traces(model, first, len) * SourceTraces::BYTES_PER_SOURCE as f64
+}
+
+/// The rank's traces of its excitatory sources as sources, `K+` and last
+/// spike time, once for all its shards: one for each excitatory source with a
+/// row on one of `shards`, and one for each of the rank's own excitatory
+/// neurons among `own` (a checkpoint keeps those, and their rows may all be
+/// on other ranks).
+pub fn rank_traces(model: &Model, shards: &[Shard], own: std::ops::Range<u32>) -> SourceTraces {
+    let mut marks = IndexBuilder::new(model.ne);
+    for sh in shards {
+        sh.plastic.index().iter().for_each(|s| marks.mark(s));
+    }
+    own.take_while(|&t| t < model.ne)
+        .for_each(|t| marks.mark(t));
+    SourceTraces::new(marks.finish())
+}
+
+/// The trace before each spike of `codes` (sorted, of the interval that
+/// starts at `base`) of its source, from `traces`, which takes the spike in
+/// (advanced once, whatever number of shards deliver it), into `before`
+/// (as long as `codes` after): what [`Shard::deliver`] hands each row. A
+/// source without a trace on the rank (inhibitory, or without a row here)
+/// gets a zero one, which no shard reads. The spikes of a step, sorted by
+/// source, are taken in by up to `parts` threads of the current pool
+/// ([`SourceTraces::spike_step`]). Never inlined, so that profiles count
+/// it apart from the delivery.
+#[inline(never)]
+pub(crate) fn traces_before(
+    traces: &mut SourceTraces,
+    codes: &[u32],
+    base: u64,
+    d: &Dyn,
+    before: &mut Vec<SourceTrace>,
+    parts: usize,
+) -> Result<()> {
+    let mask = (1u32 << d.gid_bits) - 1;
+    before.clear();
+    before.resize(codes.len(), SourceTrace::default());
+    let mut at = 0;
+    while at < codes.len() {
+        let offset = codes[at] >> d.gid_bits;
+        // This step's spikes, the excitatory sources (ids below ne) first.
+        let len = codes[at..].partition_point(|&c| c >> d.gid_bits == offset);
+        let step = &codes[at..at + len];
+        let e = step.partition_point(|&c| c & mask < d.ne);
+        let t = (base + offset as u64 + 1) as f64 * d.dt;
+        traces.spike_step(
+            d.rule,
+            t,
+            &step[..e],
+            |c| c & mask,
+            &mut before[at..at + e],
+            parts,
+        )?;
+        at += len;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -436,7 +511,6 @@ mod tests {
                 + stdp as usize * 10
                 + (stat + 1) * 4
                 + n_static as usize * 2
-                + e as usize * 16
                 + archives;
             assert_eq!(sh.synapse_bytes(), want as u64, "shard {first}+{len}");
             // Far fewer rows than sources: at most a few per synapse.
@@ -450,6 +524,20 @@ mod tests {
                     "shard {first}+{len}: {got} {what}, {exp:.1} expected"
                 );
             }
+            // The rank's traces (one shard here): a row's source or an own
+            // excitatory neuron each.
+            let traces = rank_traces(&model, std::slice::from_ref(&sh), first..first + len);
+            assert!(traces.len() >= plastic && traces.len() <= plastic + e as usize);
+            assert_eq!(
+                traces.bytes(),
+                SourceIndex::bytes_for(ne) + traces.len() * SourceTraces::BYTES_PER_SOURCE
+            );
+            let exp = expected_rank_traces(&model, first, len);
+            assert!(
+                (traces.len() as f64 - exp).abs() <= 4.0 * exp.sqrt() + 1.0,
+                "shard {first}+{len}: {} traces, {exp:.1} expected",
+                traces.len()
+            );
             let beside =
                 sh.synapse_bytes() as f64 - (stdp * 10 + n_static * 2) as f64 - archives as f64
                     + 4.0 * (plastic + stat) as f64;

@@ -4,8 +4,12 @@
 //!
 //! Spikes are exchanged every `D` steps (`D`: the delay). A spike emitted in
 //! step `u` (time `(u + 1) dt`, as NEST stamps it) arrives in step `u + D`.
-//! After each exchange every shard delivers all spikes of the interval, sorted
-//! by step and source: a spike of an excitatory source first updates the
+//! After each exchange the rank takes the spikes of the interval in, sorted by
+//! step and source: each excitatory source with a trace on the rank
+//! ([`network::rank_traces`](crate::network::rank_traces)) has its trace `K+`
+//! advanced once, and the trace before the spike is kept beside it. Then
+//! every shard delivers all spikes of the interval in that order: a spike of
+//! an excitatory source first updates the
 //! weights of its STDP row (facilitation by the target's spikes since the
 //! source's previous spike, depression by the target's trace) and adds the new
 //! weights to the targets' excitatory input of the arrival step, in the row's
@@ -32,9 +36,10 @@ use hpc_spiking::{Block, RunOptions};
 use rayon::prelude::*;
 
 use crate::checkpoint::{self, Restart};
-use crate::network::Dyn;
 pub use crate::network::Shard;
+use crate::network::{rank_traces, traces_before, Dyn};
 use crate::params::{Model, Params};
+use hpc_spiking::plasticity::{SourceTrace, SourceTraces};
 
 /// The E->E weights of a rank at the end: moments, an order-independent digest
 /// and a histogram of 0.01 pA bins.
@@ -176,9 +181,12 @@ pub struct RankReport {
     pub stdp_synapses: u64,
     /// Static synapses onto this rank's neurons.
     pub static_synapses: u64,
-    /// Bytes of the synapses with their plastic state ([`Shard::synapse_bytes`]).
+    /// Bytes of the synapses with their plastic state ([`Shard::synapse_bytes`]),
+    /// and the rank's sources' traces ([`SourceTraces::bytes`]).
     pub synapse_bytes: u64,
-    /// Bytes of the ring buffers of pending input ([`Shard::ring_bytes`]).
+    /// Bytes of the ring buffers of pending input ([`Shard::ring_bytes`]),
+    /// and of the traces handed to the delivery with the spikes of an
+    /// exchange (16 bytes a spike, as allocated).
     pub ring_bytes: u64,
     /// Step the run started from.
     pub start_step: u64,
@@ -213,6 +221,11 @@ pub struct Simulation<'a> {
     block: Block,
     /// The rank's shards (one per thread).
     pub shards: Vec<Shard>,
+    /// The traces of the excitatory sources with a row on a shard, or a
+    /// neuron on the rank, once for every shard.
+    pub traces: SourceTraces,
+    /// The trace before each spike of the exchange being delivered.
+    before: Vec<SourceTrace>,
     pois: PoissonTable,
     step: u64,
     build_s: f64,
@@ -251,19 +264,22 @@ impl<'a> Simulation<'a> {
                 })
                 .collect::<Result<Vec<_>>>()
         })?;
+        let traces = rank_traces(model, &shards, block.first..block.end());
         let mut sim = Simulation {
             model,
             rank,
             size,
             block,
             shards,
+            traces,
+            before: Vec::new(),
             pois: PoissonTable::new(model.lambda_ext),
             step: 0,
             build_s: 0.0,
             restored: None,
         };
         if let Some(r) = restored {
-            sim.step = checkpoint::restore(&r, model, block, &mut sim.shards)?;
+            sim.step = checkpoint::restore(&r, model, block, &mut sim.shards, &mut sim.traces)?;
             hpc_spiking::checkpoint::restored(&r);
             sim.restored = Some(r);
         }
@@ -334,10 +350,14 @@ impl<'a> Simulation<'a> {
             exchanged += all.len() as u64;
             // Sorted: by step within the interval, then source.
             all.sort_unstable();
+            let (traces, before) = (&mut self.traces, &mut self.before);
+            let parts = pool.current_num_threads();
+            pool.install(|| traces_before(traces, &all, step0, &d, before, parts))?;
+            let before = &self.before;
             pool.install(|| {
                 self.shards
                     .par_iter_mut()
-                    .try_for_each(|sh| sh.deliver(&all, step0, &d))
+                    .try_for_each(|sh| sh.deliver(&all, before, step0, &d))
             })?;
             self.record(&mut intake, &all, step0)?;
             self.step += m;
@@ -366,8 +386,10 @@ impl<'a> Simulation<'a> {
             neurons: self.block.len,
             stdp_synapses: stdp,
             static_synapses: stat,
-            synapse_bytes: self.shards.iter().map(Shard::synapse_bytes).sum(),
-            ring_bytes: self.shards.iter().map(Shard::ring_bytes).sum(),
+            synapse_bytes: self.shards.iter().map(Shard::synapse_bytes).sum::<u64>()
+                + self.traces.bytes() as u64,
+            ring_bytes: self.shards.iter().map(Shard::ring_bytes).sum::<u64>()
+                + (self.before.capacity() * std::mem::size_of::<SourceTrace>()) as u64,
             start_step,
             end_step: self.step,
             completed,
@@ -467,7 +489,13 @@ impl<'a> Simulation<'a> {
         checkpoints: &mut RunCheckpoints<'_, Params>,
         intake: &Intake,
     ) -> Result<()> {
-        let payload = checkpoint::encode(self.model, self.step, self.block, &self.shards);
+        let payload = checkpoint::encode(
+            self.model,
+            self.step,
+            self.block,
+            &self.shards,
+            &self.traces,
+        );
         let spikes = intake.writer.as_ref().map(|w| (w.partial(), intake.total));
         checkpoints.write(
             (self.step, self.rank, self.size),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
-use hpc_spiking::run::{finite_together, num};
+use hpc_spiking::run::{finite_together, num, short_numbers};
 use serde::{Deserialize, Serialize};
 
 /// The eight populations, in the order of NEST's example (ids are assigned in
@@ -292,7 +292,11 @@ impl Params {
         // A number with a fraction or exponent for a whole-number key is named
         // here: serde's own message wrote `seed = 1e300` out in 301 digits.
         whole_numbers(&table, "")?;
-        let mut p: Params = toml::from_str(text).context("in the parameters")?;
+        // Serde writes any float out in full (`L23E = 1e300` where a table
+        // is expected): its message is shortened.
+        let mut p: Params = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}", short_numbers(&e.to_string())))
+            .context("in the parameters")?;
         // Partial tables merge with the defaults.
         let d = Params::default();
         for (k, v) in d.populations {
@@ -876,9 +880,9 @@ impl Model {
                 lambda_ext[i] = p.bg_rate * k_ext[i] as f64 * p.dt / 1000.0;
                 if lambda_ext[i] > 50.0 {
                     bail!(
-                        "the background of {} is {:.0} spikes per step (bg_rate x k_ext x dt); at most 50 are supported",
+                        "the background of {} is {} spikes per step (bg_rate x k_ext x dt); at most 50 are supported",
                         POPULATIONS[i],
-                        lambda_ext[i]
+                        num(lambda_ext[i].round())
                     );
                 }
             }
@@ -1018,6 +1022,28 @@ mod tests {
             );
             assert!(e.len() < 160, "{} bytes: {e}", e.len());
         }
+    }
+
+    #[test]
+    fn floats_where_tables_are_read_and_huge_rates_are_named_in_a_short_message() {
+        // Pass 9: serde's message wrote 1e300 out in 301 digits, and the
+        // background's rate was printed with {:.0}.
+        let e = format!(
+            "{:#}",
+            Params::from_toml_str("[populations]\nL23E = 1e300").unwrap_err()
+        );
+        assert!(e.contains("floating point `1e300`"), "{e}");
+        assert!(e.len() < 300, "{} bytes: {e}", e.len());
+        let p = Params {
+            bg_rate: 1e300,
+            ..Params::default()
+        };
+        let e = Model::new(p).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("the background of L23E is 1.6e298 spikes"),
+            "{e}"
+        );
+        assert!(e.len() < 200, "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ population is out of tolerance.
 """
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -28,6 +29,22 @@ ap.add_argument("--rate-tol", type=float, default=0.10)
 ap.add_argument("--cv-tol", type=float, default=0.05)
 ap.add_argument("--keep", metavar="DIR", help="keep each run's output in DIR")
 a = ap.parse_args()
+# Every argument is checked before the first run (NEST's takes minutes): NaN
+# passes every comparison, so finite first, then the range.
+for flag, v, ok, must in [("--n-scaling", a.n_scaling, 0 < a.n_scaling <= 1, "in (0, 1]"),
+                          ("--k-scaling", a.k_scaling, 0 < a.k_scaling <= 1, "in (0, 1]"),
+                          ("--t-sim", a.t_sim, a.t_sim > 0, "above 0 ms"),
+                          ("--rate-tol", a.rate_tol, a.rate_tol >= 0, ">= 0"),
+                          ("--cv-tol", a.cv_tol, a.cv_tol >= 0, ">= 0")]:
+    if not (math.isfinite(v) and ok):
+        ap.error(f"{flag} {v}: must be a finite number {must}")
+bad = [s for s in a.seeds if not 0 <= s < 2**64]
+if bad:
+    ap.error(f"--seeds {bad[0]}: a seed is a whole number from 0 to 2^64 - 1")
+if not (os.path.isfile(a.microcircuit) and os.access(a.microcircuit, os.X_OK)):
+    ap.error(f"--microcircuit {a.microcircuit}: not an executable file")
+if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
+    ap.error(f"--keep {a.keep}: exists and is not a directory")
 
 common = ["--n-scaling", str(a.n_scaling), "--k-scaling", str(a.k_scaling),
           "--t-sim", str(a.t_sim)]

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE.xml", conflicts_with = "synthetic")]
     input: Option<PathBuf>,
     /// Use an hwloc synthetic topology, e.g. "pack:2 numa:2 core:8 pu:2" (at most
-    /// 65536 PUs, and no more than the memory available).
+    /// 8192 PUs, and no more than the memory available).
     #[arg(long, value_name = "DESC")]
     synthetic: Option<String>,
     /// Restrict placement to these PUs (cpulist syntax, e.g. 0-15,32-47).

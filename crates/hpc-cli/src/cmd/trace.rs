@@ -69,6 +69,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     match args.command {
         Sub::Merge { dir, output } => {
             check_output("-o", &output)?;
+            check_not_an_input(&dir, &output)?;
             let merged = merge(&dir)?;
             super::replace_file(&output, &merged.to_json())?;
             Ok(0)
@@ -85,7 +86,8 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             check_output("-o", &output)?;
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
-                    "--width must be between 200 and 100000 pixels, got {width}"
+                    "--width must be between 200 and 100000 pixels, got {}",
+                    hpc_trace::svg::num(width)
                 ))
                 .into());
             }
@@ -116,6 +118,31 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 /// Merges `dir`; an error names the file at fault.
 fn merge(dir: &Path) -> anyhow::Result<hpc_trace::merge::Merged> {
     hpc_trace::merge::merge_dir(dir).map_err(|e| UsageError(e.to_string()).into())
+}
+
+/// Refuses an output that is one of the files the merge of `dir` reads: the
+/// merged trace would replace a rank's (or a proxy's) own file.
+fn check_not_an_input(dir: &Path, output: &Path) -> Result<(), UsageError> {
+    let Some(name) = output.file_name().and_then(|n| n.to_str()) else {
+        return Ok(());
+    };
+    let parent = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let same = matches!(
+        (std::fs::canonicalize(parent), std::fs::canonicalize(dir)),
+        (Ok(a), Ok(b)) if a == b
+    );
+    if same && hpc_trace::merge::is_process_file(name) {
+        return Err(UsageError(format!(
+            "-o {}: is one of the files it merges (a process's trace in {}); \
+             choose another name",
+            output.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses an output that cannot be written before any work: a directory, a name

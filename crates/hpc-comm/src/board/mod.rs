@@ -138,6 +138,16 @@ fn bytes_for(size: usize) -> usize {
 }
 
 impl Board {
+    /// A board of `size` slots for a test of this process, its file
+    /// already removed (`name` tells the tests' files apart).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn unlinked(name: &str, size: usize) -> Board {
+        let p = std::env::temp_dir().join(format!("hpc-{name}-{}", std::process::id()));
+        let b = Board::create(&p, size).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        b
+    }
+
     /// Creates and maps a new board file for `size` ranks.
     pub(crate) fn create(path: &Path, size: usize) -> io::Result<Board> {
         // Only this user's processes map a board (0600): it holds the ranks' rings.
@@ -489,6 +499,26 @@ impl Board {
             self.mem
                 .stage_read(rank * self.slots() + slot, dst, len, off)
         };
+    }
+
+    /// Pushes the descriptors queued in `q` from `src` to `dst`, in order,
+    /// as many as the ring takes (the rest stay queued); whether any went.
+    #[inline]
+    pub(crate) fn push_queued(
+        &self,
+        src: usize,
+        dst: usize,
+        q: &mut std::collections::VecDeque<Desc>,
+    ) -> bool {
+        let mut any = false;
+        while let Some(&d) = q.front() {
+            if !self.push(src, dst, d) {
+                break;
+            }
+            q.pop_front();
+            any = true;
+        }
+        any
     }
 
     /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.

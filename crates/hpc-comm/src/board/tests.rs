@@ -4,9 +4,7 @@ use super::*;
 #[test]
 fn ring_hands_over_every_entry_between_threads_in_order() {
     use std::sync::Arc;
-    let p = std::env::temp_dir().join(format!("hpc-board-spsc-{}", std::process::id()));
-    let b = Arc::new(Board::create(&p, 2).unwrap());
-    std::fs::remove_file(&p).unwrap();
+    let b = Arc::new(Board::unlinked("board-spsc", 2));
     const N: u64 = 200_000;
     let producer = {
         let b = b.clone();
@@ -94,9 +92,7 @@ fn ring_push_pop_wraps_and_fills() {
 fn agent_stands_aside_while_the_application_waits() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
-    let p = std::env::temp_dir().join(format!("hpc-board-agent-{}", std::process::id()));
-    let b = Arc::new(Board::create(&p, 1).unwrap());
-    std::fs::remove_file(&p).unwrap();
+    let b = Arc::new(Board::unlinked("board-agent", 1));
     b.set_agent_eager(0, true);
     let woke = Arc::new(AtomicBool::new(false));
     let guard = b.enter_wait(0);
@@ -147,9 +143,7 @@ fn agent_sleep_with(b: &std::sync::Arc<Board>, ring: impl FnOnce(&Board)) -> boo
 #[test]
 fn which_rings_wake_the_agent() {
     use std::sync::Arc;
-    let p = std::env::temp_dir().join(format!("hpc-board-wake-{}", std::process::id()));
-    let b = Arc::new(Board::create(&p, 1).unwrap());
-    std::fs::remove_file(&p).unwrap();
+    let b = Arc::new(Board::unlinked("board-wake", 1));
     // A lazy agent: no ring wakes it, though the doorbell moves.
     b.set_agent_eager(0, false);
     let before = b.doorbell(0).load(Ordering::SeqCst);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::board_file::make_board;
 use super::boot::Boot;
-use super::options::{default_spin, progress_cpus};
+use super::options::{default_spin, online_cpus, progress_cpus, usable_progress_cpus};
 use super::places::{net_backend, ProxyPlaces};
 use super::{AgentWake, Comm, CommOptions, Engine, DEFAULT_STAGE_MAX};
 use crate::board::Board;
@@ -275,9 +275,25 @@ impl Setup<'_> {
         let mut core = self.core(net);
         let wake = self.opts.agent_wake.unwrap_or(AgentWake::Eager);
         core.agent_core = wake == AgentWake::Eager;
-        let cpus = progress_cpus(self.opts);
+        let asked = progress_cpus(self.opts);
+        let named = asked.is_some();
+        let cpus = asked.and_then(|asked| {
+            let source = if self.opts.progress_cpus.is_some() {
+                "CommOptions::progress_cpus"
+            } else {
+                hpc_runtime::env::PROGRESS_CPUSET
+            };
+            let (cpus, warning) = usable_progress_cpus(asked, online_cpus().as_ref(), source);
+            if let Some(w) = warning {
+                tracing::warn!(rank = self.me, "{w}");
+            }
+            cpus
+        });
         let note = match &cpus {
             Some(c) => format!("progress thread pinned to CPUs {c}"),
+            None if named => {
+                "progress thread unpinned: none of the progress CPUs named is online".to_string()
+            }
             None => format!(
                 "progress thread unpinned: no progress core reserved \
                  (set {} or CommOptions::progress_cpus)",

@@ -326,3 +326,76 @@ pub(super) fn progress_cpus(opts: &CommOptions) -> Option<hpc_topology::CpuSet> 
         )
     })
 }
+
+/// The CPUs online on this machine (`/sys/devices/system/cpu/online`), where
+/// it can be read.
+pub(super) fn online_cpus() -> Option<hpc_topology::CpuSet> {
+    let text = hpc_io::read::read_regular_to_string(
+        "/sys/devices/system/cpu/online",
+        hpc_io::read::MAX_PROC_BYTES,
+    )
+    .ok()?;
+    hpc_topology::CpuSet::parse_list(text.trim()).ok()
+}
+
+/// The progress CPUs `asked` (by `source`, the variable or option that named
+/// them) that this machine has, and a warning naming `source` and the CPUs
+/// online when some of them are not there (`online`: `None` where unknown).
+/// `None` for the CPUs when none of them is there: the thread runs unpinned.
+pub(super) fn usable_progress_cpus(
+    asked: hpc_topology::CpuSet,
+    online: Option<&hpc_topology::CpuSet>,
+    source: &str,
+) -> (Option<hpc_topology::CpuSet>, Option<String>) {
+    let Some(online) = online.filter(|o| !o.is_empty()) else {
+        return (Some(asked), None);
+    };
+    let missing = asked.difference(online);
+    if missing.is_empty() {
+        return (Some(asked), None);
+    }
+    let kept = asked.intersection(online);
+    let then = if kept.is_empty() {
+        "the progress thread runs unpinned".to_string()
+    } else {
+        format!("the progress thread is pinned to CPUs {kept} only")
+    };
+    let warning = format!(
+        "{source}={asked} names CPUs {missing} that this machine does not have \
+         (its CPUs are {online}): {then}"
+    );
+    (Some(kept).filter(|k| !k.is_empty()), Some(warning))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hpc_topology::CpuSet;
+
+    #[test]
+    fn progress_cpus_that_do_not_exist_are_named_with_those_that_do() {
+        let online = CpuSet::parse_list("0-1").unwrap();
+        let set = |s| CpuSet::parse_list(s).unwrap();
+        assert_eq!(
+            usable_progress_cpus(set("1"), Some(&online), "THE_SOURCE"),
+            (Some(set("1")), None)
+        );
+        // No CPU 99999: used to be taken as it was, the pinning then failing
+        // in the progress thread with no word at the default log level.
+        let (cpus, warning) = usable_progress_cpus(set("99999"), Some(&online), "THE_SOURCE");
+        assert_eq!(cpus, None);
+        let warning = warning.unwrap();
+        assert!(warning.contains("THE_SOURCE=99999"), "{warning}");
+        assert!(warning.contains("its CPUs are 0-1"), "{warning}");
+        assert!(warning.contains("unpinned"), "{warning}");
+        let (cpus, warning) = usable_progress_cpus(set("1,7"), Some(&online), "THE_SOURCE");
+        assert_eq!(cpus, Some(set("1")));
+        assert!(warning.unwrap().contains("names CPUs 7"));
+        // Unknown online CPUs: the set as asked.
+        assert_eq!(
+            usable_progress_cpus(set("5"), None, "THE_SOURCE"),
+            (Some(set("5")), None)
+        );
+        assert!(online_cpus().is_some_and(|o| !o.is_empty()));
+    }
+}

@@ -124,14 +124,7 @@ impl Core {
         // drain, and a ring here (a futex wake-up if the owner sleeps in
         // `wait`) would sit on the path between a receive and its `wait`
         // returning.
-        let mut announced = false;
-        while let Some(d) = self.outq[peer].front().copied() {
-            if !self.board.push(self.me, peer, d) {
-                break;
-            }
-            self.outq[peer].pop_front();
-            announced = true;
-        }
+        let announced = self.board.push_queued(self.me, peer, &mut self.outq[peer]);
         pushed |= announced;
         if announced {
             if self.wake[peer] {

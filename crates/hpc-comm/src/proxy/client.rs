@@ -558,9 +558,7 @@ mod tests {
 
     #[test]
     fn answers_are_taken_once_and_dropped_with_their_collective() {
-        let path = std::env::temp_dir().join(format!("hpc-proxy-answers-{}", std::process::id()));
-        let board = Arc::new(Board::create(&path, 3).unwrap());
-        std::fs::remove_file(&path).unwrap();
+        let board = Arc::new(Board::unlinked("proxy-answers", 3));
         // Rank 1 of 2: starts no proxy.
         let c = non_starter(board, 1, 2, Duration::from_secs(5));
         let (a, b, d) = (posted(7), posted(8), posted(9));
@@ -587,9 +585,7 @@ mod tests {
     /// has reaped it yet.
     #[test]
     fn a_dead_proxy_is_seen_through_its_pidfd() {
-        let path = std::env::temp_dir().join(format!("hpc-proxy-pidfd-{}", std::process::id()));
-        let board = Arc::new(Board::create(&path, 2).unwrap());
-        std::fs::remove_file(&path).unwrap();
+        let board = Arc::new(Board::unlinked("proxy-pidfd", 2));
         let c = non_starter(board.clone(), 0, 1, Duration::from_secs(5));
         assert!(!c.proxy_dead(), "no proxy published yet");
         let mut child = Command::new("sleep").arg("60").spawn().unwrap();

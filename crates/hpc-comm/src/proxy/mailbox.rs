@@ -187,11 +187,36 @@ impl<K: Copy + PartialEq> Mailbox<K> {
         data: Vec<u8>,
         admit: impl FnOnce(usize) -> Result<(), String>,
     ) -> Option<Matched<K>> {
+        self.arrive_body(src, dest, tag, Ok(data), admit)
+    }
+
+    /// A message of `src` for rank `dest` of `bytes` that the proxy did not
+    /// read (`why`): the receive that takes it, now or when posted, fails
+    /// with the memory error, as for a message it could not hold.
+    pub(crate) fn arrive_unheld(
+        &mut self,
+        src: usize,
+        dest: usize,
+        tag: u32,
+        bytes: usize,
+        why: String,
+    ) -> Option<Matched<K>> {
+        self.arrive_body(src, dest, tag, Err((bytes, why)), |_| Ok(()))
+    }
+
+    fn arrive_body(
+        &mut self,
+        src: usize,
+        dest: usize,
+        tag: u32,
+        body: Result<Vec<u8>, (usize, String)>,
+        admit: impl FnOnce(usize) -> Result<(), String>,
+    ) -> Option<Matched<K>> {
         let m = Held {
             src,
             dest,
             tag,
-            body: Ok(data),
+            body,
         };
         if let Some(i) = self
             .posted
@@ -205,11 +230,17 @@ impl<K: Copy + PartialEq> Mailbox<K> {
             *held = 0;
             return Some(got);
         }
-        let n = m.body.as_ref().map_or(0, Vec::len);
-        let body = match admit(n) {
-            Ok(()) => m.body,
-            Err(why) => Err((n, why)),
+        let body = match m.body {
+            Ok(data) => {
+                let n = data.len();
+                match admit(n) {
+                    Ok(()) => Ok(data),
+                    Err(why) => Err((n, why)),
+                }
+            }
+            unheld => unheld,
         };
+        let n = body.as_ref().map_or(0, Vec::len);
         if body.is_ok() {
             self.bytes += n;
         }
@@ -396,6 +427,33 @@ mod tests {
         }
         let (_, _, _, data) = delivered(mb.post(0, 4, want(Some(1), None, DataType::F32), 8));
         assert_eq!(data, vec![5; 8]);
+        // One the proxy would not read (known by its size only) fails the
+        // receive posted before it, and one posted after, with its size and why.
+        assert!(mb
+            .post(0, 5, want(Some(1), None, DataType::F32), 8)
+            .is_none());
+        for key in [5, 6] {
+            let got = match key {
+                5 => mb.arrive_unheld(1, 0, f32_tag, 4096, "4096 bytes: no room".into()),
+                _ => {
+                    mb.arrive_unheld(1, 0, f32_tag, 4096, "4096 bytes: no room".into());
+                    mb.post(0, 6, want(Some(1), None, DataType::F32), 8)
+                }
+            };
+            match got {
+                Some(Matched::Fail {
+                    key: k,
+                    why:
+                        Failure::Memory {
+                            bytes: 4096, why, ..
+                        },
+                    held: 0,
+                    ..
+                }) => assert!(k == key && why.contains("no room"), "{why}"),
+                o => panic!("{o:?}"),
+            }
+        }
+        assert_eq!(mb.held_bytes(), 0);
     }
 
     /// Seeded random arrivals, receives and cancels among 3 ranks, against

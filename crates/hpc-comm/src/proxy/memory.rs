@@ -463,32 +463,53 @@ impl Budget {
     }
 }
 
+/// Why a text is not an accepted size in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SizeError {
+    /// Not digits with an optional unit.
+    NotASize,
+    /// A size, but of more bytes than a `u64` counts.
+    TooLarge,
+}
+
 /// A size in bytes: digits with an optional suffix `K`, `M`, `G` or `T`
-/// (powers of 1024, `KiB`/`KB` alike); `None` for anything else or an overflow.
-pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
+/// (powers of 1024, `KiB`/`KB` alike); [`SizeError::TooLarge`] for a size of
+/// 2^64 bytes or more, [`SizeError::NotASize`] for anything else.
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(digits);
-    let n: u64 = n.parse().ok()?;
     let shift = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
         "M" | "MB" | "MIB" => 20,
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
-        _ => return None,
+        _ => return Err(SizeError::NotASize),
     };
-    n.checked_mul(1u64 << shift)
+    if n.is_empty() {
+        return Err(SizeError::NotASize);
+    }
+    // Digits only from here: a parse failure is an overflow.
+    let n: u64 = n.parse().map_err(|_| SizeError::TooLarge)?;
+    n.checked_mul(1u64 << shift).ok_or(SizeError::TooLarge)
 }
 
 /// The cap of `HPC_COLL_PROXY_MAX_SCRATCH` in this process's environment, or
-/// the default; an error naming the variable for a value that is no size.
+/// the default; an error naming the variable for a value that is no size or
+/// one too large.
 pub(crate) fn max_scratch() -> Result<u64, String> {
     let name = hpc_runtime::env::COLL_PROXY_MAX_SCRATCH;
     match std::env::var(name) {
         Err(_) => Ok(default_max_scratch()),
-        Ok(v) => parse_bytes(&v).ok_or_else(|| {
-            format!("{name}={v:?} is not a size in bytes (e.g. `1073741824`, `512M`, `16G`)")
+        Ok(v) => parse_bytes(&v).map_err(|e| match e {
+            SizeError::NotASize => {
+                format!("{name}={v:?} is not a size in bytes (e.g. `1073741824`, `512M`, `16G`)")
+            }
+            SizeError::TooLarge => format!(
+                "{name}={v:?} is too large: at most {} bytes (2^64 - 1) are accepted",
+                u64::MAX
+            ),
         }),
     }
 }
@@ -693,16 +714,24 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_units_and_bad_ones_are_refused() {
-        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
-        assert_eq!(parse_bytes("512M"), Some(512 << 20));
-        assert_eq!(parse_bytes(" 16 GiB "), Some(16 << 30));
-        assert_eq!(parse_bytes("2k"), Some(2048));
-        assert_eq!(parse_bytes("3T"), Some(3 << 40));
-        for bad in ["", "M", "-1", "1.5G", "12 parsecs", "99999999999999999999"] {
-            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes(" 16 GiB "), Ok(16 << 30));
+        assert_eq!(parse_bytes("2k"), Ok(2048));
+        assert_eq!(parse_bytes("3T"), Ok(3 << 40));
+        assert_eq!(parse_bytes(&u64::MAX.to_string()), Ok(u64::MAX));
+        for bad in ["", "M", "-1", "1.5G", "12 parsecs", "T99"] {
+            assert_eq!(parse_bytes(bad), Err(SizeError::NotASize), "{bad:?}");
         }
-        // A size past what a u64 counts is refused, not wrapped.
-        assert_eq!(parse_bytes(&format!("{}T", u64::MAX >> 39)), None);
+        // A size past what a u64 counts is called too large, not "no size",
+        // and is refused, not wrapped.
+        for huge in [
+            "99999999999999999999".to_string(),
+            "99999999999T".to_string(),
+            format!("{}T", u64::MAX >> 39),
+        ] {
+            assert_eq!(parse_bytes(&huge), Err(SizeError::TooLarge), "{huge:?}");
+        }
         assert!(default_max_scratch() > 0);
     }
 

@@ -157,7 +157,7 @@ pub(crate) mod dpu;
 mod mailbox;
 mod memory;
 pub(crate) mod net;
-mod protocol;
+pub(crate) mod protocol;
 mod server;
 mod service;
 mod session;
@@ -200,16 +200,6 @@ pub use protocol::PROXY_CMD;
 pub(crate) use server::parse_submit;
 pub use server::serve;
 pub use service::{dpu_service, DpuKey, ServiceAuth};
-
-/// A descriptor kind read off the wire (for the fuzz entry points).
-pub(crate) fn protocol_kind(k: u32) -> Option<protocol::Kind> {
-    protocol::Kind::from_wire(k)
-}
-
-/// An answer code read off the wire (for the fuzz entry points).
-pub(crate) fn protocol_code(c: u64) -> protocol::Code {
-    protocol::Code::from_wire(c)
-}
 
 /// The blob a rank posts for `coll` over buffers of these lengths (at
 /// placeholder addresses; for the fuzz corpus).

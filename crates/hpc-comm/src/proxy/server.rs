@@ -287,23 +287,38 @@ impl Proxy {
         self.drop_ops(|o| o.seq == seq);
     }
 
-    /// Retires `op`; the session answers its rank with outcome `o`.
+    /// Retires `op`; its rank is answered with outcome `o`: by the server at
+    /// once where the session lets a finished part take the short way
+    /// ([`Session::finished`]), else through the session's effects.
     fn finish(&mut self, op: VOp, o: Outcome) {
         let (rank, seq) = (op.rank, op.seq);
         self.retire(op);
-        self.session.done(seq, rank, o);
+        if o != Outcome::Done {
+            return self.session.done(seq, rank, o);
+        }
+        if let Some(bytes) = self.session.finished(seq, rank) {
+            self.answer(seq, rank, &Outcome::Done);
+            self.budget.release(bytes);
+        }
     }
 
-    /// Carries out what the session decided: answers (the edge: the typed
-    /// outcome becomes the `DONE` descriptor's code and word), news for the
-    /// other nodes, stops, and the memory of the collectives that retired.
+    /// Answers rank `rank` that its collective `seq` ended with `outcome`
+    /// (the edge: the typed outcome becomes the `DONE` descriptor's code and
+    /// word).
+    fn answer(&mut self, seq: u64, rank: usize, outcome: &Outcome) {
+        let (code, aux) = outcome.wire();
+        self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
+    }
+
+    /// Carries out what the session decided: answers, news for the other
+    /// nodes, stops, and the memory of the collectives that retired.
     fn settle(&mut self) {
+        if !self.session.pending() {
+            return;
+        }
         while let Some(e) = self.session.poll() {
             match e {
-                Effect::Answer { seq, slot, outcome } => {
-                    let (code, aux) = outcome.wire();
-                    self.reply(slot, Kind::Done.desc(seq, code as u64, aux));
-                }
+                Effect::Answer { seq, slot, outcome } => self.answer(seq, slot, &outcome),
                 Effect::Tell { seq, outcome } => {
                     if let Some(net) = self.net.as_mut() {
                         // Host placement: one communicator per proxy (0), on every node.
@@ -314,7 +329,8 @@ impl Proxy {
                 Effect::Stop { seq } => self.stop(seq),
                 Effect::Retire { bytes, .. } => self.budget.release(bytes),
                 // Each rank's op runs from its submit on, on its own
-                // interpreter, and answers as it finishes.
+                // interpreter, and answers as it finishes: its readiness is
+                // not reported, so neither is queued here.
                 Effect::Start { .. } | Effect::Deliver { .. } => {}
             }
         }
@@ -440,15 +456,7 @@ impl Proxy {
 
     fn flush(&mut self) {
         for r in 0..self.size {
-            let mut any = false;
-            while let Some(d) = self.out[r].front().copied() {
-                if !self.board.push(self.size, r, d) {
-                    break;
-                }
-                self.out[r].pop_front();
-                any = true;
-            }
-            if any {
+            if self.board.push_queued(self.size, r, &mut self.out[r]) {
                 self.board.ring(r);
             }
         }
@@ -555,10 +563,8 @@ impl Proxy {
             Some(Kind::Submit) if !self.session.submit(d.tag, r) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
                 Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
-                    Ok(op) => {
-                        self.ops.push(op);
-                        self.session.ready(d.tag, r);
-                    }
+                    // It runs from here on (no `ready`: see `settle`).
+                    Ok(op) => self.ops.push(op),
                     Err(refusal) => {
                         let why = refusal.why();
                         tracing::warn!(rank = r, seq = d.tag, "proxy: refused a collective: {why}");
@@ -847,9 +853,7 @@ mod tests {
 
     #[test]
     fn skips_the_copies_a_rank_made_itself() {
-        let path = std::env::temp_dir().join(format!("hpc-proxy-own-{}", std::process::id()));
-        let board = Board::create(&path, 2).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let board = Board::unlinked("proxy-own", 2);
         let mut p = Proxy::new(board, 1);
         p.pids = vec![std::process::id()];
         // One rank: an allgather is the copy of its own block, in round 0.

@@ -1,7 +1,7 @@
 //! Stage 1: find the binary in the workspace and build it (and the `hpc` launcher
 //! with `--with-hpc`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -79,13 +79,18 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     }
     // Folders the image is written into: a file or a device there was found only
     // after the build (minutes), as "creating /dev/null: File exists".
+    let cache_env = std::env::var_os(hpc_env::IMAGE_CACHE);
     for (flag, dir) in [("--out", &args.out), ("--cache", &args.cache)] {
         if let Some(d) = dir {
             if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
+                let named = if flag == "--cache" {
+                    cache_named(d, cache_env.as_deref())
+                } else {
+                    format!("{flag} {}", d.display())
+                };
                 usage!(
-                    "{flag} {}: it exists and is not a directory (give a directory; a \
-                     missing one is made)",
-                    d.display()
+                    "{named}: it exists and is not a directory (give a directory; a \
+                     missing one is made)"
                 );
             }
         }
@@ -164,9 +169,35 @@ fn revision(root: &std::path::Path) -> String {
     }
 }
 
+/// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when
+/// that is where it came from (`env`, the variable's value), else by `--cache`.
+fn cache_named(dir: &Path, env: Option<&std::ffi::OsStr>) -> String {
+    if env == Some(dir.as_os_str()) {
+        format!("{}={} (or --cache)", hpc_env::IMAGE_CACHE, dir.display())
+    } else {
+        format!("--cache {}", dir.display())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_folder_from_the_variable_is_named_by_it() {
+        // Pass 9: the cache variable set to /dev/null was refused as "--cache /dev/null",
+        // a flag the user did not give.
+        let d = Path::new("/dev/null");
+        assert_eq!(
+            cache_named(d, Some(std::ffi::OsStr::new("/dev/null"))),
+            format!("{}=/dev/null (or --cache)", hpc_env::IMAGE_CACHE)
+        );
+        assert_eq!(cache_named(d, None), "--cache /dev/null");
+        assert_eq!(
+            cache_named(d, Some(std::ffi::OsStr::new("/elsewhere"))),
+            "--cache /dev/null"
+        );
+    }
 
     #[test]
     fn a_workspace_without_commits_is_dated_now_and_says_so() {

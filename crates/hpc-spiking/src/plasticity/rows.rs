@@ -13,12 +13,17 @@ use super::{
 /// (a shard's neurons), as one [`StdpRow`](super::StdpRow) per source would
 /// hold them, but only for the sources that have a synapse here: a
 /// [`SourceIndex`] finds a source's row, and a present source takes a `u32`
-/// offset into the targets, another into the weights and its trace `K+` and
-/// last spike time (24 bytes), an absent one nothing but its bit in the
-/// index. The targets are [`crate::targets`]' `u16` steps and the weights
-/// `f64`, in one array each; the memo of `exp` of the lags that a delivery
-/// keeps is kept across deliveries ([`DELIVERY_MEMO_BYTES`]), which changes
-/// no value.
+/// offset into the targets and another into the weights (8 bytes), an absent
+/// one nothing but its bit in the index. The targets are [`crate::targets`]'
+/// `u16` steps and the weights `f64`, in one array each; the memo of `exp` of
+/// the lags that a delivery keeps is kept across deliveries
+/// ([`DELIVERY_MEMO_BYTES`]), which changes no value.
+///
+/// The sources' traces `K+` and last spike times are not here: they depend on
+/// the source's spikes only, so a process keeps them once
+/// ([`SourceTraces`](super::SourceTraces)), whatever number of `StdpRows`
+/// (threads) hold rows of the source, and each delivery is given the trace
+/// before the spike.
 ///
 /// Built in three passes over the synapses ([`crate::targets::IndexBuilder`]
 /// and [`ListCounter`] as for any lists, or the two of them in one with
@@ -28,7 +33,7 @@ use super::{
 /// order, so the weights are the same doubles.
 ///
 /// ```
-/// use hpc_spiking::plasticity::{PostArchive, StdpPlHom, StdpPlParams, StdpRowsFiller};
+/// use hpc_spiking::plasticity::{PostArchive, SourceTraces, StdpPlHom, StdpPlParams, StdpRowsFiller};
 /// use hpc_spiking::targets::{IndexBuilder, ListCounter};
 ///
 /// let rule = StdpPlHom::new(StdpPlParams { tau_plus: 15.0, lambda: 0.1, alpha: 0.0513, mu: 0.4 })?;
@@ -45,12 +50,16 @@ use super::{
 ///     filler.connect(s, t, 45.0, &mut post)?;
 /// }
 /// let mut rows = filler.finish();
+/// // The traces of the sources with a row, kept once for every `StdpRows`.
+/// let mut traces = SourceTraces::new(rows.index().clone());
 /// let mut input = vec![0.0; 3];
-/// assert!(rows.deliver_into(7, &rule, 5.0, &mut post, &mut input)?);
+/// let before = traces.spike(7, &rule, 5.0)?.expect("source 7 has a trace");
+/// assert!(rows.deliver_into(7, &rule, &before, 5.0, &mut post, &mut input)?);
 /// // Source 8 has no synapse here: nothing to do.
-/// assert!(!rows.deliver_into(8, &rule, 5.0, &mut post, &mut input)?);
+/// assert_eq!(traces.spike(8, &rule, 5.0)?, None);
+/// assert!(!rows.deliver_into(8, &rule, &before, 5.0, &mut post, &mut input)?);
 /// assert_eq!(input, [45.0, 0.0, 45.0]);
-/// assert_eq!(rows.trace(7).map(|t| t.k_plus()), Some(1.0));
+/// assert_eq!(traces.get(7).map(|t| t.k_plus()), Some(1.0));
 /// # Ok::<(), hpc_spiking::model::ModelError>(())
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -59,7 +68,6 @@ pub struct StdpRows {
     lists: SourceLists,
     /// Per present source, where its weights start, and the end.
     synapse_starts: Vec<u32>,
-    traces: Vec<SourceTrace>,
     weights: Vec<f64>,
     /// One past the largest target, so that one comparison checks them all.
     span: usize,
@@ -72,9 +80,9 @@ pub struct StdpRows {
 }
 
 /// Bytes a present source's row takes beside its synapses: the offsets of
-/// its targets and weights and its trace (the index apart,
-/// [`SourceIndex::bytes_for`]).
-pub const ROW_HEAD_BYTES: usize = 4 + 4 + std::mem::size_of::<SourceTrace>();
+/// its targets and weights (the index apart, [`SourceIndex::bytes_for`]; the
+/// trace apart, [`SourceTraces`](super::SourceTraces)).
+pub const ROW_HEAD_BYTES: usize = 4 + 4;
 
 impl StdpRows {
     /// The delay of every synapse (ms).
@@ -87,15 +95,18 @@ impl StdpRows {
         self.lists.index()
     }
 
-    /// Source `source` spiked at `t_spike` (ms): as
-    /// [`StdpRow::deliver_into`](super::StdpRow::deliver_into) for its row,
-    /// adding each synapse's new weight to `input[target]`; answers whether
-    /// the source has a row here (nothing changes when it has none).
+    /// Source `source` spiked at `t_spike` (ms), its trace `before` the spike
+    /// being `before` (what [`SourceTraces::spike`](super::SourceTraces::spike)
+    /// answers): as [`StdpRow::deliver_into`](super::StdpRow::deliver_into)
+    /// for its row, adding each synapse's new weight to `input[target]`;
+    /// answers whether the source has a row here (nothing changes when it
+    /// has none). A `t_spike` not after `before`'s last spike is refused.
     #[inline]
     pub fn deliver_into(
         &mut self,
         source: u32,
         rule: &StdpPlHom,
+        before: &SourceTrace,
         t_spike: f64,
         archives: &mut [PostArchive],
         input: &mut [f64],
@@ -111,7 +122,7 @@ impl StdpRows {
                 .unwrap_or(0);
             return Err(ModelError::Target { target, len });
         }
-        self.traces[p].check(t_spike)?;
+        before.check(t_spike)?;
         let (w0, w1) = (
             self.synapse_starts[p] as usize,
             self.synapse_starts[p + 1] as usize,
@@ -125,7 +136,7 @@ impl StdpRows {
         update_synapses(
             rule,
             self.delay,
-            &mut self.traces[p],
+            before,
             t_spike,
             self.lists.row(p),
             &mut self.weights[w0..w1],
@@ -134,11 +145,6 @@ impl StdpRows {
             |target, w| input[target as usize] += w,
         )?;
         Ok(true)
-    }
-
-    /// Source `source`'s trace, `None` when it has no row here.
-    pub fn trace(&self, source: u32) -> Option<SourceTrace> {
-        self.lists.index().get(source).map(|p| self.traces[p])
     }
 
     /// Row `p`'s (the `p`-th present source's) targets, in the order of
@@ -174,14 +180,6 @@ impl StdpRows {
         self.synapse_starts[p] as usize
     }
 
-    /// Puts back a checkpoint's trace of source `source` (see
-    /// [`SourceTrace::restore`]); a source without a row here is skipped.
-    pub fn restore_trace(&mut self, source: u32, trace: SourceTrace) {
-        if let Some(p) = self.lists.index().get(source) {
-            self.traces[p] = trace;
-        }
-    }
-
     /// Puts back a checkpoint's weights, all of them in the order of
     /// [`all_weights`](Self::all_weights). Refused, changing nothing, for a
     /// negative or non-finite weight or another count.
@@ -202,13 +200,12 @@ impl StdpRows {
     }
 
     /// Bytes as allocated: the index, the targets with their offsets, the
-    /// weights with theirs, the traces, and the delivery's memo
+    /// weights with theirs, and the delivery's memo
     /// ([`DELIVERY_MEMO_BYTES`], where there is a row).
     pub fn bytes(&self) -> usize {
         self.decay.as_ref().map_or(0, |_| DELIVERY_MEMO_BYTES)
             + self.lists.bytes()
             + self.synapse_starts.capacity() * 4
-            + self.traces.capacity() * std::mem::size_of::<SourceTrace>()
             + self.weights.capacity() * std::mem::size_of::<f64>()
     }
 }
@@ -264,7 +261,6 @@ impl StdpRowsFiller {
         let decay = (!self.weights.is_empty()).then(Box::default);
         StdpRows {
             delay: self.delay,
-            traces: vec![SourceTrace::default(); lists.index().len()],
             lists,
             synapse_starts,
             weights: self.weights,

@@ -868,8 +868,9 @@ fn in_time_order(trains: &[Vec<f64>]) -> Vec<(f64, usize)> {
 /// each as the same [`StdpRow`] would: every weight, every input and every
 /// trace the same double, on a grid where sources and targets often fire in
 /// the same step (the memo and the cached `K-`), with sources that have no
-/// row firing too; [`SourceTrace::spike`] keeps a source's trace where it has
-/// no row.
+/// row firing too; the traces kept once in [`SourceTraces`] are the ones
+/// every single row keeps, and [`SourceTrace::spike`] keeps a source's trace
+/// where it has no row.
 #[test]
 fn rows_of_present_sources_deliver_as_single_rows_do() {
     let r = rule(15.0, 0.1, 0.0513, 0.4);
@@ -910,6 +911,7 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
         filler.connect(s, t, w, &mut a_rows).unwrap();
     }
     let mut rows = filler.finish();
+    let mut traces = SourceTraces::new(rows.index().clone());
     let p_count = rows.index().len();
     assert!(p_count > 15 && p_count <= 25, "{p_count} present");
     assert_eq!(rows.len(), synapses.len());
@@ -922,6 +924,10 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
             + 8
             + synapses.len() * StdpRow::BYTES_PER_SYNAPSE
             + DELIVERY_MEMO_BYTES
+    );
+    assert_eq!(
+        traces.bytes(),
+        crate::targets::SourceIndex::bytes_for(n_sources) + p_count * 16
     );
     // Some absent sources fire too; a source's own trace follows all spikes.
     let firing: Vec<u32> = present.iter().copied().chain([0, 1, 4_999]).collect();
@@ -940,13 +946,26 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
             if next(10) != 0 {
                 continue;
             }
+            let before_own = own[i];
             own[i].spike(&r, t).unwrap();
             let had = single[s as usize].len();
             single[s as usize]
                 .deliver_into(&r, t, &mut a_row, &mut in_row)
                 .unwrap();
+            let before = traces.spike(s, &r, t).unwrap();
+            assert_eq!(before.is_some(), had > 0, "source {s}");
+            if let Some(b) = before {
+                assert_eq!(b, before_own, "source {s} at {t} ms");
+            }
             let held = rows
-                .deliver_into(s, &r, t, &mut a_rows, &mut in_rows)
+                .deliver_into(
+                    s,
+                    &r,
+                    &before.unwrap_or_default(),
+                    t,
+                    &mut a_rows,
+                    &mut in_rows,
+                )
                 .unwrap();
             assert_eq!(held, had > 0, "source {s}");
             windows += usize::from(had > 0);
@@ -964,7 +983,7 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
                         rows.targets(p).collect::<Vec<_>>(),
                         single[s as usize].targets().collect::<Vec<_>>()
                     );
-                    let tr = rows.trace(s).unwrap();
+                    let tr = traces.get(s).unwrap();
                     assert_eq!(
                         (tr.k_plus(), tr.t_last()),
                         (own[i].k_plus(), own[i].t_last())
@@ -991,15 +1010,47 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
         .filter(|&&w| w.fract() != 0.0)
         .count();
     assert!(moved > rows.len() / 2, "only {moved} weights moved");
+    refusals_and_restores(
+        rows,
+        traces,
+        &r,
+        present[0],
+        &mut a_rows,
+        &mut in_rows,
+        n_sources,
+    );
+}
+
+/// The end of `rows_of_present_sources_deliver_as_single_rows_do`: a
+/// spike out of order and inputs too short for the targets are refused, and
+/// a checkpoint's weights and traces go back in, bad values refused.
+fn refusals_and_restores(
+    mut rows: StdpRows,
+    mut traces: SourceTraces,
+    r: &StdpPlHom,
+    s: u32,
+    a_rows: &mut [PostArchive],
+    in_rows: &mut [f64],
+    n_sources: u32,
+) {
     // Out of order, and inputs too short for the targets, are refused.
-    let s = present[0];
-    let t_last = rows.trace(s).unwrap().t_last();
+    let now = traces.get(s).unwrap();
+    let t_last = now.t_last();
     assert!(matches!(
-        rows.deliver_into(s, &r, t_last, &mut a_rows, &mut in_rows),
+        rows.deliver_into(s, r, &now, t_last, a_rows, in_rows),
         Err(ModelError::TimeOrder { .. })
     ));
     assert!(matches!(
-        rows.deliver_into(s, &r, t_last + 1.0, &mut a_rows, &mut [0.0; 3]),
+        traces.spike(s, r, t_last),
+        Err(ModelError::TimeOrder { .. })
+    ));
+    assert_eq!(
+        traces.get(s),
+        Some(now),
+        "a refused spike changed the trace"
+    );
+    assert!(matches!(
+        rows.deliver_into(s, r, &now, t_last + 1.0, a_rows, &mut [0.0; 3]),
         Err(ModelError::Target { len: 3, .. })
     ));
     // A checkpoint's state goes back in; bad values are refused.
@@ -1011,8 +1062,95 @@ fn rows_of_present_sources_deliver_as_single_rows_do() {
     assert!(copy.restore_weights(&bad).is_err());
     assert_eq!(copy.all_weights(), rows.all_weights());
     let tr = SourceTrace::restore(2.5, 7.0).unwrap();
-    copy.restore_trace(s, tr);
-    assert_eq!(copy.trace(s), Some(tr));
+    let mut kept = traces.clone();
+    assert!(kept.restore(s, tr));
+    assert_eq!(kept.get(s), Some(tr));
+    // A source without a row has no trace here: skipped.
+    let absent = (0..n_sources)
+        .find(|&x| rows.index().get(x).is_none())
+        .unwrap();
+    assert!(!kept.restore(absent, tr));
+    assert_eq!(kept.get(absent), None);
     assert!(SourceTrace::restore(-1.0, 7.0).is_err());
     assert!(SourceTrace::restore(1.0, f64::INFINITY).is_err());
+}
+
+/// [`SourceTraces::spike_step`] takes a step's spikes in as [`SourceTraces::spike`]
+/// takes them one by one, in one part or several on a pool (the same
+/// doubles), and refuses unsorted sources or a `before` of another length
+/// before changing anything.
+#[test]
+fn a_step_taken_in_by_parts_is_the_spikes_taken_in_one_by_one() {
+    let r = rule(15.0, 0.1, 0.0513, 0.4);
+    let n_sources = 60_000u32;
+    let key = crate::rng::stream_key(5, crate::rng::Purpose::Connect, 1);
+    let mut k = 0u64;
+    let mut next = |m: u32| {
+        k += 1;
+        crate::rng::below(crate::rng::draw(key, k), m)
+    };
+    let mut marks = crate::targets::IndexBuilder::new(n_sources);
+    for s in 0..n_sources {
+        if next(3) != 0 {
+            marks.mark(s);
+        }
+    }
+    let index = marks.finish();
+    let (mut one, mut serial, mut parallel) = (
+        SourceTraces::new(index.clone()),
+        SourceTraces::new(index.clone()),
+        SourceTraces::new(index),
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
+    let mut parallel_steps = 0;
+    for step in 1..40u32 {
+        let t = step as f64 * 0.1;
+        // Each source spikes in a step with probability 1/4 (15,000 spikes,
+        // some absent), as codes with the step above the source's bits.
+        let codes: Vec<u32> = (0..n_sources)
+            .filter(|_| next(4) == 0)
+            .map(|s| (step << 16 << 8) | s)
+            .collect();
+        let source_of = |c: u32| c & 0xFF_FFFF;
+        let want: Vec<SourceTrace> = codes
+            .iter()
+            .map(|&c| one.spike(source_of(c), &r, t).unwrap().unwrap_or_default())
+            .collect();
+        let mut got = vec![SourceTrace::default(); codes.len()];
+        serial
+            .spike_step(&r, t, &codes, source_of, &mut got, 1)
+            .unwrap();
+        assert_eq!(got, want, "step {step}, one part");
+        let mut got = vec![SourceTrace::restore(9.0, 0.0).unwrap(); codes.len()];
+        pool.install(|| parallel.spike_step(&r, t, &codes, source_of, &mut got, 4))
+            .unwrap();
+        assert_eq!(got, want, "step {step}, four parts");
+        parallel_steps += usize::from(codes.len() >= PARALLEL_SPIKES);
+    }
+    assert!(parallel_steps > 30, "{parallel_steps} steps split");
+    assert_eq!(parallel, one);
+    assert_eq!(serial, one);
+    // Unsorted or repeated sources, and a short `before`, change nothing.
+    let kept = parallel.clone();
+    let mut out = vec![SourceTrace::default(); 2];
+    for bad in [[5u32, 3], [7, 7]] {
+        assert!(matches!(
+            parallel.spike_step(&r, 100.0, &bad, |c| c, &mut out, 2),
+            Err(ModelError::Param { name: "spikes", .. })
+        ));
+    }
+    assert!(matches!(
+        parallel.spike_step(&r, 100.0, &[1, 2, 3], |c| c, &mut out, 2),
+        Err(ModelError::Param { name: "before", .. })
+    ));
+    assert_eq!(parallel, kept);
+    // A spike not after its source's last one is refused.
+    let present = parallel.index().iter().next().unwrap();
+    assert!(matches!(
+        parallel.spike_step(&r, 0.0, &[present], |c| c, &mut out[..1], 1),
+        Err(ModelError::TimeOrder { .. })
+    ));
 }

@@ -86,6 +86,18 @@ impl SourceIndex {
         Some((w.before + (w.bits & (bit - 1)).count_ones()) as usize)
     }
 
+    /// How many present sources have an id below `source` (all of them for a
+    /// `source` at or beyond [`sources`](Self::sources)): the number a
+    /// present `source` has ([`get`](Self::get)), and where the sources from
+    /// `source` on start in anything numbered as the index.
+    #[inline]
+    pub fn present_below(&self, source: u32) -> usize {
+        match self.words.get((source >> 6) as usize) {
+            Some(w) => (w.before + (w.bits & ((1u64 << (source & 63)) - 1)).count_ones()) as usize,
+            None => self.present as usize,
+        }
+    }
+
     /// Sources indexed (ids `0..sources`), present or not.
     pub fn sources(&self) -> u32 {
         self.sources
@@ -578,6 +590,17 @@ mod tests {
                 None
             ]
         );
+        // Present below: the number of a present source, across words too.
+        let below: Vec<usize> = [0, 1, 63, 64, 65, 127, 128, 199, 200, 1_000]
+            .iter()
+            .map(|&s| index.present_below(s))
+            .collect();
+        assert_eq!(below, [0, 1, 1, 2, 3, 3, 4, 5, 6, 6]);
+        for s in 0..200 {
+            if let Some(p) = index.get(s) {
+                assert_eq!(index.present_below(s), p);
+            }
+        }
         assert_eq!(index.bytes(), 4 * 16);
         assert_eq!(SourceIndex::bytes_for(200), 4 * 16);
         assert!(IndexBuilder::new(0).finish().is_empty());

@@ -275,7 +275,7 @@ impl Server {
                 let seq = tag >> 32;
                 if messages::is_message_tag(tag) {
                     if c.ranks.contains(&d) {
-                        self.arrive(id, s, d, tag as u32, v);
+                        self.arrive_from(id, s, d, tag as u32, v);
                     } else {
                         tracing::warn!(
                             comm = id,
@@ -677,6 +677,9 @@ impl Server {
         let first = self.first[r];
         tracing::debug!(rank = first, cause, "DPU proxy: rank gone");
         self.gone[r] = Some(cause.to_string());
+        // Its sends read in flight hold no budget any more.
+        let reserved: u64 = self.sending[r].iter().map(|o| o.reserved).sum();
+        self.budget.release(reserved);
         self.sending[r].clear();
         if let Some(net) = self.net.as_mut() {
             net.announce_dead(first);

@@ -55,6 +55,12 @@ pub(super) struct Outgoing {
     pub(super) tag: u32,
     /// Its bytes once here, or why they cannot be.
     pub(super) data: Option<Result<Vec<u8>, String>>,
+    /// The bytes of the proxy's budget admitted for it while it is read and
+    /// routed (given back once it is).
+    pub(super) reserved: u64,
+    /// Its size and why the proxy would not read it (its budget refused it):
+    /// a message known by its size only.
+    pub(super) unheld: Option<(usize, String)>,
 }
 
 /// The data of one rank's part of a collective in the proxy (its life

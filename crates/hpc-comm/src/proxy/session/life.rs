@@ -10,6 +10,12 @@
 //! communicator it serves, whose slots are its members on the node). What
 //! differs between them for a reason is a parameter ([`Cancel`]) or stays in
 //! their I/O: how a part is read and run, and which step failed.
+//!
+//! One short way through it: a part that finished where nothing is queued
+//! and its collective did not fail ([`Session::finished`]) is answered by
+//! the server itself, and the collective retires at its last part, without
+//! an effect queued. The session decides it, and takes the long way on
+//! anything else: failures, losses and the window stay its own.
 
 use std::collections::VecDeque;
 
@@ -43,7 +49,8 @@ pub(crate) enum Effect {
     /// Tell the other nodes' proxies that collective `seq` failed here with
     /// `outcome`.
     Tell { seq: u64, outcome: Outcome },
-    /// Every member's part of collective `seq` is ready: start it.
+    /// Every member's part of collective `seq` is ready ([`Session::ready`]:
+    /// the DPU placement, whose node's schedules run together): start it.
     Start { seq: u64 },
     /// Collective `seq` failed: stop what runs for it and drop its messages
     /// (its members are answered by the [`Effect::Answer`]s that follow).
@@ -89,12 +96,43 @@ const IN: Part = Part::In {
     busy: false,
 };
 
+/// The members' parts of one collective, by slot: in place for a session of
+/// one member (the one-rank communicator's collective allocates nothing),
+/// else a vector reused from retired collectives.
+#[derive(Debug)]
+enum Parts {
+    One([Part; 1]),
+    Many(Vec<Part>),
+}
+
+impl std::ops::Deref for Parts {
+    type Target = [Part];
+
+    #[inline]
+    fn deref(&self) -> &[Part] {
+        match self {
+            Parts::One(p) => p,
+            Parts::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Parts {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [Part] {
+        match self {
+            Parts::One(p) => p,
+            Parts::Many(v) => v,
+        }
+    }
+}
+
 /// One collective in flight here.
 #[derive(Debug)]
 struct Coll {
     /// Its sequence number.
     seq: u64,
-    parts: Vec<Part>,
+    parts: Parts,
     /// How it failed, once it did (the first failure stays); boxed, so that
     /// the common collective, which does not fail, is small to move.
     failed: Option<Box<Outcome>>,
@@ -107,21 +145,23 @@ struct Coll {
 }
 
 /// The collectives in flight, in the order of their sequence numbers: a
-/// vector, as they are few and made nearly always in order, so that finding
-/// one is a look at the last (or a binary search) and making one a push at
-/// the end, where a tree searched and rebalanced nodes on every event.
+/// double-ended queue, as they are few and made nearly always in order, so
+/// that finding one is a look at either end (or a binary search), making one
+/// a push at the back and retiring the oldest a pop at the front, where a
+/// tree searched and rebalanced nodes on every event.
 #[derive(Debug, Default)]
-struct Colls(Vec<Coll>);
+struct Colls(VecDeque<Coll>);
 
 impl Colls {
     /// Where collective `seq` is, or where it belongs.
     #[inline]
     fn index(&self, seq: u64) -> std::result::Result<usize, usize> {
-        match self.0.last() {
+        match self.0.back() {
             None => Err(0),
             Some(c) if c.seq == seq => Ok(self.0.len() - 1),
             Some(c) if c.seq < seq => Err(self.0.len()),
-            Some(_) => self.0.binary_search_by_key(&seq, |c| c.seq),
+            _ if self.0[0].seq == seq => Ok(0),
+            _ => self.0.binary_search_by_key(&seq, |c| c.seq),
         }
     }
 
@@ -147,6 +187,8 @@ pub(crate) struct Session {
     ended: Ended,
     /// The first node found lost: every collective fails with it.
     lost: Option<usize>,
+    /// A member is gone (the collectives made from then on fail with it).
+    gone: bool,
     cancel: Cancel,
     out: VecDeque<Effect>,
     /// A part was answered or a member left since the last [`Session::retire`]
@@ -170,6 +212,7 @@ impl Session {
             colls: Colls::default(),
             ended: Ended::default(),
             lost: None,
+            gone: false,
             cancel,
             out: VecDeque::new(),
             settled: false,
@@ -187,6 +230,13 @@ impl Session {
     #[inline]
     pub(crate) fn poll(&mut self) -> Option<Effect> {
         self.out.pop_front()
+    }
+
+    /// Whether an effect is queued (the servers look before they poll: the
+    /// common pass has none).
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        !self.out.is_empty()
     }
 
     /// Whether the member in `slot` is here (not away, not gone).
@@ -217,8 +267,14 @@ impl Session {
     /// Makes collective `seq` at place `at` of the collectives in flight
     /// (see [`Session::coll`]).
     fn make(&mut self, seq: u64, at: usize) -> &mut Coll {
-        let mut parts = self.spare.pop().unwrap_or_default();
-        parts.resize(self.ranks.len(), Part::Absent);
+        let parts = match self.ranks.len() {
+            1 => Parts::One([Part::Absent]),
+            n => {
+                let mut v = self.spare.pop().unwrap_or_default();
+                v.resize(n, Part::Absent);
+                Parts::Many(v)
+            }
+        };
         let c = Coll {
             seq,
             parts,
@@ -227,7 +283,16 @@ impl Session {
             finished: false,
             held: 0,
         };
-        self.colls.0.insert(at, c);
+        if at == self.colls.0.len() {
+            // Made in order, the common case.
+            self.colls.0.push_back(c);
+        } else {
+            self.colls.0.insert(at, c);
+        }
+        if self.lost.is_none() && !self.gone {
+            // Nothing fails it: the common case, with no look at the members.
+            return &mut self.colls.0[at];
+        }
         let gone = self.members.iter().enumerate().find_map(|(p, m)| match m {
             Member::Gone(why) => Some((self.ranks[p], why.clone())),
             _ => None,
@@ -238,7 +303,6 @@ impl Session {
             let why = format!("rank {rank} is lost: {cause}");
             self.fail(seq, Outcome::Lost { rank, why }, true);
         } else {
-            // Nothing failed it: it is still at its place.
             return &mut self.colls.0[at];
         }
         self.colls.get_mut(seq).expect("made above")
@@ -248,6 +312,41 @@ impl Session {
     #[cfg(test)]
     pub(super) fn in_flight(&self) -> usize {
         self.colls.0.len()
+    }
+
+    /// The part in `slot` of `seq` finished: [`Session::done`] with
+    /// [`Outcome::Done`], the short way where nothing calls for the long one.
+    /// Where no effect is queued, the member is here, its part is in and its
+    /// collective did not fail, the session queues nothing: the server
+    /// answers the member `Done` itself and releases the bytes returned (the
+    /// collective's, where this was its last part here and it retired here
+    /// and now; else 0). `None`: the core took the long way (its effects are
+    /// queued, in order).
+    #[inline]
+    pub(crate) fn finished(&mut self, seq: u64, slot: usize) -> Option<u64> {
+        let short = !self.pending() && self.members[slot] == Member::Here;
+        let i = self.colls.index(seq).ok().filter(|_| short);
+        let Some(i) = i.filter(|&i| {
+            let c = &self.colls.0[i];
+            c.failed.is_none()
+                && matches!(
+                    c.parts[slot],
+                    Part::In {
+                        cancelled: false,
+                        ..
+                    }
+                )
+        }) else {
+            self.done(seq, slot, Outcome::Done);
+            return None;
+        };
+        let c = &mut self.colls.0[i];
+        c.parts[slot] = Part::Answered;
+        if !over(c, &self.members) {
+            return Some(0);
+        }
+        let mut c = self.colls.0.remove(i).expect("found above");
+        Some(end(&mut self.ended, &mut self.spare, &mut c))
     }
 
     /// The part in `slot` of `seq` ended with `outcome` (its op finished or
@@ -436,6 +535,7 @@ impl Session {
             return false;
         }
         self.members[slot] = Member::Gone(cause.to_string());
+        self.gone = true;
         self.settled = true;
         let rank = self.ranks[slot];
         let hit: Vec<u64> = self
@@ -501,22 +601,36 @@ impl Session {
         let (members, ended, out) = (&self.members, &mut self.ended, &mut self.out);
         let spare = &mut self.spare;
         self.colls.0.retain_mut(|c| {
-            let seq = c.seq;
-            let over = c
-                .parts
-                .iter()
-                .zip(members)
-                .all(|(p, m)| *m != Member::Here || *p == Part::Answered);
+            let over = over(c, members);
             if over {
-                ended.end(seq, c.failed.take().map_or(Outcome::Done, |o| *o));
-                out.push_back(Effect::Retire { seq, bytes: c.held });
-                if spare.len() < SPARE {
-                    let mut parts = std::mem::take(&mut c.parts);
-                    parts.clear();
-                    spare.push(parts);
-                }
+                let bytes = end(ended, spare, c);
+                out.push_back(Effect::Retire { seq: c.seq, bytes });
             }
             !over
         });
     }
+}
+
+/// Whether every member here of collective `c` is answered.
+#[inline]
+fn over(c: &Coll, members: &[Member]) -> bool {
+    c.parts
+        .iter()
+        .zip(members)
+        .all(|(p, m)| *m != Member::Here || *p == Part::Answered)
+}
+
+/// Ends collective `c`, which is over: the window remembers how it ended,
+/// its parts are kept for the next collectives; the bytes it held.
+#[inline]
+fn end(ended: &mut Ended, spare: &mut Vec<Vec<Part>>, c: &mut Coll) -> u64 {
+    ended.end(c.seq, c.failed.take().map_or(Outcome::Done, |o| *o));
+    if let Parts::Many(v) = &mut c.parts {
+        if spare.len() < SPARE {
+            let mut parts = std::mem::take(v);
+            parts.clear();
+            spare.push(parts);
+        }
+    }
+    c.held
 }

@@ -218,7 +218,7 @@ pub(crate) const REMEMBER: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
     /// By `seq % REMEMBER`, the latest collective that ended (as long as
-    /// the highest place reached).
+    /// the highest place reached, rounded up to a power of two).
     places: Vec<Option<u64>>,
     /// The outcomes of the collectives in `places` that failed.
     failed: HashMap<u64, Outcome>,
@@ -241,9 +241,11 @@ impl Ended {
     pub(crate) fn end(&mut self, seq: u64, outcome: Outcome) -> bool {
         let at = Self::place(seq);
         if at >= self.places.len() {
-            // Grown as the sequence numbers reach it, so that a communicator
-            // of a few collectives does not clear the whole window.
-            self.places.resize(at + 1, None);
+            // Grown as the sequence numbers reach it (doubling, so that it
+            // grows a few times in all), so that a communicator of a few
+            // collectives does not clear the whole window.
+            let len = (at + 1).next_power_of_two().clamp(64, REMEMBER);
+            self.places.resize(len, None);
         }
         let place = &mut self.places[at];
         match *place {

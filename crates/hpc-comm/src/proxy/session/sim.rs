@@ -58,6 +58,7 @@ struct Sim {
     /// Every failure told, as (from, seq, outcome).
     told: Vec<(usize, u64, Outcome)>,
     rng: Rng,
+    cancel: Cancel,
 }
 
 /// The bytes each part holds.
@@ -90,6 +91,7 @@ impl Sim {
             dropped: 0,
             told: Vec::new(),
             rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+            cancel,
         }
     }
 
@@ -134,10 +136,17 @@ impl Sim {
         let node = &mut self.nodes[n];
         if node.started.get(&seq).is_some_and(|f| f.len() == others) {
             node.started.remove(&seq);
-            node.s.complete(seq);
-            // In host placement each rank's op ends by itself.
+            if self.cancel == Cancel::Collective {
+                node.s.complete(seq);
+                return;
+            }
+            // In host placement each rank's op ends by itself, answered by
+            // the server where the session lets it take the short way.
             for slot in 0..node.ranks.len() {
-                node.s.done(seq, slot, Outcome::Done);
+                if let Some(bytes) = node.s.finished(seq, slot) {
+                    node.answers.push((slot, seq, Outcome::Done));
+                    node.released += bytes;
+                }
             }
         }
     }
@@ -422,6 +431,54 @@ fn a_cancel_in_host_placement_ends_the_rank_alone() {
     };
     assert_eq!(s.poll(), Some(retire));
     assert_eq!(s.in_flight(), 0);
+}
+
+/// A finished part takes the short way only where nothing is queued and
+/// its collective did not fail: answered by the server, nothing queued, the
+/// collective retired at its last part with the bytes it held; otherwise the
+/// core answers it through its effects, in order.
+#[test]
+fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
+    // One rank, the common case: nothing is queued at all.
+    let mut s = Session::new(vec![0], Cancel::Part);
+    for seq in 0..3 {
+        assert!(s.submit(seq, 0));
+        s.hold(seq, PART);
+    }
+    assert_eq!(s.finished(1, 0), Some(PART));
+    assert_eq!(s.finished(0, 0), Some(PART));
+    assert_eq!(s.poll(), None);
+    assert_eq!(s.in_flight(), 1);
+    // The window remembers them: a second submit is answered `twice`.
+    assert!(!s.submit(1, 0));
+    let twice = Outcome::failed("rank 0 submitted collective 1 twice");
+    let answer = |seq, slot, outcome| Effect::Answer { seq, slot, outcome };
+    assert_eq!(drain(&mut s), vec![answer(1, 0, twice)]);
+    // A failed collective's part is answered by the core with its failure.
+    s.fail(2, Outcome::failed("x"), false);
+    assert_eq!(s.finished(2, 0), None);
+    s.retire();
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Effect::Stop { seq: 2 },
+            answer(2, 0, Outcome::failed("x")),
+            Effect::Retire {
+                seq: 2,
+                bytes: PART
+            },
+        ]
+    );
+    // Two ranks: the first part's end returns no bytes, the last retires;
+    // with an effect queued, the long way keeps the order.
+    let mut s = both_in(Cancel::Part, 0);
+    assert_eq!(s.finished(0, 0), Some(0));
+    assert_eq!(s.finished(0, 1), Some(2 * PART));
+    assert_eq!(s.in_flight(), 0);
+    let mut s = both_in(Cancel::Part, 0);
+    assert!(!s.submit(0, 0), "twice");
+    assert_eq!(s.finished(0, 1), None);
+    assert_eq!(s.poll(), Some(Effect::Stop { seq: 0 }));
 }
 
 /// A part still being delivered is not answered by a failure; the

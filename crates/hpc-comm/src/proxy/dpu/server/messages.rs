@@ -12,6 +12,11 @@ use crate::proxy::dpu::P2P_FIRST;
 use crate::proxy::mailbox::{Failure, Matched};
 use crate::proxy::net::{tag64, TRAILER};
 
+/// A bit of the schedule tag of a point-to-point message between proxies
+/// (above the element type's): the payload is the size of a message its
+/// sender's proxy would not read, and why, not its bytes.
+pub(super) const UNHELD: u32 = 1 << 31;
+
 /// Whether a number on the link is a point-to-point request's.
 pub(super) fn is_message(w: u64) -> bool {
     unwire(w).1 >= P2P_FIRST
@@ -42,20 +47,35 @@ impl Server {
         }
         match req {
             Request::Send { dest, tag, body } => {
+                let (mut reserved, mut unheld) = (0, None);
                 let data = match body {
                     Body::Inline(v) => Some(Ok(v)),
-                    Body::Span(s) => {
-                        let got = span_key("message", r, &s).and_then(|(key, off, len)| {
-                            self.t.get(&key, off, len).map_err(|e| e.to_string())
-                        });
-                        match got {
-                            Ok(op) => {
-                                self.ops.insert(op, Wait::MessageGet { link: r, w });
-                                None
+                    Body::Span(s) => match span_key("message", r, &s) {
+                        Err(why) => Some(Err(format!("reading rank {me}'s message: {why}"))),
+                        // Admitted against the budget before a byte is read:
+                        // what is read in flight counts with what is held.
+                        Ok((key, off, len)) => match self.budget.admit(Some(len as u64)) {
+                            Err(refusal) => {
+                                let why = format!(
+                                    "reading rank {me}'s message of {len} bytes for rank {dest}: {}",
+                                    refusal.why()
+                                );
+                                unheld = Some((len, why));
+                                Some(Ok(Vec::new()))
                             }
-                            Err(why) => Some(Err(format!("reading rank {me}'s message: {why}"))),
-                        }
-                    }
+                            Ok(bytes) => match self.t.get(&key, off, len) {
+                                Ok(op) => {
+                                    reserved = bytes;
+                                    self.ops.insert(op, Wait::MessageGet { link: r, w });
+                                    None
+                                }
+                                Err(e) => {
+                                    self.budget.release(bytes);
+                                    Some(Err(format!("reading rank {me}'s message: {e}")))
+                                }
+                            },
+                        },
+                    },
                 };
                 self.sending[r].push_back(Outgoing {
                     comm: id,
@@ -64,6 +84,8 @@ impl Server {
                     dest,
                     tag,
                     data,
+                    reserved,
+                    unheld,
                 });
                 self.flush_sends(r);
             }
@@ -119,10 +141,15 @@ impl Server {
             let Some(o) = self.sending[r].pop_front() else {
                 return;
             };
-            let d = match o.data {
-                Some(Ok(v)) => self.route(o.comm, o.src, o.dest, o.tag, v),
-                Some(Err(why)) => Delivery::Failed(why),
-                None => continue,
+            // Read: what it holds from here on is admitted where it is held.
+            self.budget.release(o.reserved);
+            let d = match (o.data, o.unheld) {
+                (Some(Ok(_)), Some(unheld)) => {
+                    self.route_unheld(o.comm, o.src, o.dest, o.tag, unheld)
+                }
+                (Some(Ok(v)), None) => self.route(o.comm, o.src, o.dest, o.tag, v),
+                (Some(Err(why)), _) => Delivery::Failed(why),
+                (None, _) => continue,
             };
             self.answer_message(r, o.w, &d);
         }
@@ -154,6 +181,15 @@ impl Server {
             self.arrive(id, src, dest, tag, data);
             return Delivery::Sent;
         }
+        self.forward(id, src, dest, tag, data)
+    }
+
+    /// Sends rank `src`'s message for rank `dest` of another node to its
+    /// node's proxy: sent, or why not.
+    fn forward(&mut self, id: u64, src: usize, dest: usize, tag: u32, data: Vec<u8>) -> Delivery {
+        let Some(c) = self.comms.get(&id) else {
+            return Delivery::Failed("the communicator is closed here".into());
+        };
         let (from, to) = (c.members[src], c.members[dest]);
         let Some(net) = self.net.as_mut() else {
             return Delivery::Failed(format!("rank {dest} is on no node this proxy reaches"));
@@ -168,23 +204,103 @@ impl Server {
         }
     }
 
-    /// A message for rank `dest` of this node: to the receive that takes
-    /// it, or held (within the proxy's memory budget).
-    pub(super) fn arrive(&mut self, id: u64, src: usize, dest: usize, tag: u32, data: Vec<u8>) {
-        let Some(c) = self.comms.get_mut(&id) else {
-            return;
+    /// Rank `src`'s message for rank `dest` of communicator `id` that the
+    /// proxy would not read (its budget refused it), known by its size and
+    /// why: held so for a rank of this node, to fail the receive that takes
+    /// it with the memory error (its sender's later messages keep their
+    /// order); refused to its sender for a rank of another node.
+    fn route_unheld(
+        &mut self,
+        id: u64,
+        src: usize,
+        dest: usize,
+        tag: u32,
+        (bytes, why): (usize, String),
+    ) -> Delivery {
+        let Some(c) = self.comms.get(&id) else {
+            return Delivery::Failed("the communicator is closed here".into());
+        };
+        if !c.ranks.contains(&dest) {
+            // Its size and why, to the destination's proxy, which holds it so.
+            let mut notice = (bytes as u64).to_le_bytes().to_vec();
+            notice.extend_from_slice(why.as_bytes());
+            return self.forward(id, src, dest, tag | UNHELD, notice);
+        }
+        self.arrive_unheld(id, src, dest, tag, bytes, why);
+        Delivery::Sent
+    }
+
+    /// A message from another node's proxy for rank `dest` of this node:
+    /// its bytes, or (under [`UNHELD`]) the size and why of one its sender's
+    /// proxy would not read.
+    pub(super) fn arrive_from(
+        &mut self,
+        id: u64,
+        src: usize,
+        dest: usize,
+        tag: u32,
+        data: Vec<u8>,
+    ) {
+        if tag & UNHELD == 0 {
+            return self.arrive(id, src, dest, tag, data);
+        }
+        let (bytes, why) = match data.split_first_chunk::<8>() {
+            Some((n, why)) => (
+                usize::try_from(u64::from_le_bytes(*n)).unwrap_or(usize::MAX),
+                String::from_utf8_lossy(why).into_owned(),
+            ),
+            None => (0, "its sender's proxy could not read it".to_string()),
+        };
+        self.arrive_unheld(id, src, dest, tag & !UNHELD, bytes, why);
+    }
+
+    /// A message of this node's rank `dest` known by its size only.
+    fn arrive_unheld(
+        &mut self,
+        id: u64,
+        src: usize,
+        dest: usize,
+        tag: u32,
+        bytes: usize,
+        why: String,
+    ) {
+        if !self.dest_gone(id, dest) {
+            let Some(c) = self.comms.get_mut(&id) else {
+                return;
+            };
+            let got = c.mailbox.arrive_unheld(src, dest, tag, bytes, why);
+            self.carry(id, got.into_iter().collect());
+        }
+    }
+
+    /// Whether rank `dest` of communicator `id` (of this node) is gone, so
+    /// that nobody will take a message for it.
+    fn dest_gone(&self, id: u64, dest: usize) -> bool {
+        let Some(c) = self.comms.get(&id) else {
+            return true;
         };
         let link = c.ranks.iter().position(|&r| r == dest).map(|s| c.links[s]);
-        if link.is_none_or(|l| self.gone[l].is_some()) {
-            // Its rank is gone: nobody will take it.
+        let gone = link.is_none_or(|l| self.gone[l].is_some());
+        if gone {
+            // Nobody will take it.
             tracing::debug!(
                 comm = id,
-                src,
                 dest,
                 "DPU proxy: dropped a message for a rank gone"
             );
+        }
+        gone
+    }
+
+    /// A message for rank `dest` of this node: to the receive that takes
+    /// it, or held (within the proxy's memory budget).
+    pub(super) fn arrive(&mut self, id: u64, src: usize, dest: usize, tag: u32, data: Vec<u8>) {
+        if self.dest_gone(id, dest) {
             return;
         }
+        let Some(c) = self.comms.get_mut(&id) else {
+            return;
+        };
         let budget = &mut self.budget;
         let got = c.mailbox.arrive(src, dest, tag, data, |n| {
             budget.admit(Some(n as u64)).map(drop).map_err(|r| {
