@@ -346,7 +346,7 @@ struct Entry {
 ///
 /// Every row delivering a spike of one step asks for the same end of the
 /// window, `t - d`: what depends on it alone is kept for that time (the
-/// step's view, [`at_step`](Self::at_step)), so that most synapses read
+/// step's view), so that most synapses read
 /// nothing but the first cache line of their target's archive (the struct
 /// is aligned to 64 bytes and the view comes first): `K-` before it, the
 /// times of the two newest archived spikes before it, and the reads of the
