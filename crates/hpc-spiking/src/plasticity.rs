@@ -95,10 +95,15 @@
 //!
 //! [`StdpRow::deliver`] computes no value twice where it can tell that the
 //! argument is the same, and computes each by the same expression as above
-//! (so the memos change no bit): `K-(t - d)` is kept in the target's
-//! archive for the last `t - d` asked (every row of delay `d` delivering a spike
-//! of the same step asks for the same one) until a spike is recorded; a target
-//! whose last spike is before the window skips the history; `exp` of a lag and
+//! (so the memos change no bit). Every row of delay `d` delivering a spike of
+//! one step asks a target for the same window end `t - d`, so the target's
+//! archive keeps a view of the last end asked, until a spike is recorded:
+//! `K-(t - d)`, the times of the two newest archived spikes before it, and
+//! the reads of the newest one, added to its count when the view changes. A
+//! synapse whose window holds no spike or only the newest (most of them)
+//! reads nothing but that view, the first 64 bytes of its target's archive
+//! (which is aligned to 64), and only a longer window reads the history (one
+//! contiguous slice, oldest first). `exp` of a lag and
 //! `w^mu` are looked up by their argument's bits in a memo of the delivery ([`StdpRows`] keeps the one of `exp` across deliveries; lags
 //! repeat because postsynaptic spikes fall on the steps of a grid; weights
 //! repeat while they are still the initial weight, and always with `lambda` 0).
@@ -144,9 +149,6 @@
 //! assert_eq!(rows[0].weights()[0], 45.0);
 //! # Ok::<(), hpc_spiking::model::ModelError>(())
 //! ```
-
-use std::collections::VecDeque;
-use std::ops::Range;
 
 use crate::model::{non_negative, positive, ModelError};
 use crate::targets::{self, Targets};
@@ -284,6 +286,49 @@ impl Memo {
     }
 }
 
+/// The archived spikes of one neuron, oldest first, in one contiguous
+/// slice: a `Vec` whose first `head` entries are dropped ones, so that a
+/// window is found by scanning a slice (a `VecDeque` maps every index
+/// through its ring). The dropped prefix is moved out only when a push
+/// would grow the `Vec`, so the capacity is at most twice the spikes kept.
+#[derive(Clone, Debug, Default)]
+struct History {
+    entries: Vec<Entry>,
+    head: usize,
+}
+
+impl History {
+    /// The spikes kept.
+    #[inline(always)]
+    fn live(&self) -> &[Entry] {
+        &self.entries[self.head..]
+    }
+
+    /// The spikes kept, to mark them read.
+    #[inline(always)]
+    fn live_mut(&mut self) -> &mut [Entry] {
+        &mut self.entries[self.head..]
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len() - self.head
+    }
+
+    /// Drops the oldest spike (there is one).
+    fn pop_front(&mut self) {
+        debug_assert!(self.head < self.entries.len());
+        self.head += 1;
+    }
+
+    fn push_back(&mut self, e: Entry) {
+        if self.head > 0 && self.entries.len() == self.entries.capacity() {
+            self.entries.drain(..self.head);
+            self.head = 0;
+        }
+        self.entries.push(e);
+    }
+}
+
 /// One archived postsynaptic spike.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -298,23 +343,45 @@ struct Entry {
 /// The spike archive of one postsynaptic neuron (NEST's `ArchivingNode`): its
 /// trace `K-` and the spikes its incoming STDP synapses have still to read. See
 /// the [module](self) docs for what it keeps.
+///
+/// Every row delivering a spike of one step asks for the same end of the
+/// window, `t - d`: what depends on it alone is kept for that time (the
+/// step's view), so that most synapses read
+/// nothing but the first cache line of their target's archive (the struct
+/// is aligned to 64 bytes and the view comes first): `K-` before it, the
+/// times of the two newest archived spikes before it, and the reads of the
+/// newest one not yet added to its count (added when the step or the
+/// archive changes, and counted by [`archived_spikes`](Self::archived_spikes)).
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct PostArchive {
-    tau_minus: f64,
+    /// The end `t - d` of the step's view (NaN: none).
+    cached_t: f64,
+    /// [`k_minus_before`](Self::k_minus_before)`(cached_t)`.
+    cached_k: f64,
+    /// The time of the newest archived spike of the view (before
+    /// `cached_t + eps`; `-inf`: none), and of the one before it.
+    newest_t: f64,
+    second_t: f64,
     tau_minus_inv: f64,
+    /// One past the newest spike of the view, in `history.entries`.
+    cached_end: u32,
+    /// Reads of that spike not yet added to its count.
+    pending: u32,
+    history: History,
+    last_spike: f64,
+    tau_minus: f64,
     min_delay: f64,
     k_minus: f64,
-    last_spike: f64,
-    incoming: u32,
     max_delay: f64,
-    history: VecDeque<Entry>,
-    /// The last [`k_minus_before`](Self::k_minus_before) asked for by a
-    /// delivery: its time (NaN: none) and value. Every row delivering in
-    /// one step asks for the same time, so the target's `K-` is computed
-    /// once a step, not once a synapse; a new spike or a restore clears it.
-    cached_t: f64,
-    cached_k: f64,
+    incoming: u32,
 }
+
+// What a delivery reads of an archive is in its first cache line.
+const _: () = assert!(
+    std::mem::offset_of!(PostArchive, pending) + 4 <= 64
+        && std::mem::align_of::<PostArchive>() == 64
+);
 
 impl PostArchive {
     /// An archive for a neuron of trace time constant `tau_minus` (ms, `> 0`) in
@@ -331,9 +398,13 @@ impl PostArchive {
             last_spike: f64::NEG_INFINITY,
             incoming: 0,
             max_delay: 0.0,
-            history: VecDeque::new(),
+            history: History::default(),
             cached_t: f64::NAN,
             cached_k: 0.0,
+            newest_t: f64::NEG_INFINITY,
+            second_t: f64::NEG_INFINITY,
+            cached_end: 0,
+            pending: 0,
         })
     }
 
@@ -368,14 +439,16 @@ impl PostArchive {
                 last: self.last_spike,
             });
         }
+        self.leave_step();
         if self.incoming == 0 {
             self.last_spike = t;
             return Ok(());
         }
         let keep = self.max_delay + self.min_delay + STDP_EPS_MS;
         while self.history.len() > 1 {
-            let read_by_all = self.history[0].reads >= self.incoming;
-            if read_by_all && t - self.history[1].t > keep {
+            let h = self.history.live();
+            let read_by_all = h[0].reads >= self.incoming;
+            if read_by_all && t - h[1].t > keep {
                 self.history.pop_front();
             } else {
                 break;
@@ -389,7 +462,6 @@ impl PostArchive {
         };
         self.k_minus = self.k_minus * decay + 1.0;
         self.last_spike = t;
-        self.cached_t = f64::NAN;
         self.history.push_back(Entry {
             t,
             k_minus: self.k_minus,
@@ -405,10 +477,12 @@ impl PostArchive {
 
     /// The archived spikes, oldest first, for a checkpoint.
     pub fn archived_spikes(&self) -> impl ExactSizeIterator<Item = ArchivedSpike> + '_ {
-        self.history.iter().map(|e| ArchivedSpike {
+        let (head, end, pending) = (self.history.head, self.cached_end as usize, self.pending);
+        let live = self.history.live().iter().enumerate();
+        live.map(move |(i, e)| ArchivedSpike {
             t: e.t,
             k_minus: e.k_minus,
-            reads: e.reads,
+            reads: e.reads + if head + i + 1 == end { pending } else { 0 },
         })
     }
 
@@ -452,22 +526,31 @@ impl PostArchive {
         }
         self.k_minus = trace;
         self.last_spike = last_spike;
-        self.cached_t = f64::NAN;
-        self.history = spikes
-            .iter()
-            .map(|e| Entry {
-                t: e.t,
-                k_minus: e.k_minus,
-                reads: e.reads,
-            })
-            .collect();
+        (self.cached_t, self.pending) = (f64::NAN, 0);
+        self.history = History {
+            entries: spikes
+                .iter()
+                .map(|e| Entry {
+                    t: e.t,
+                    k_minus: e.k_minus,
+                    reads: e.reads,
+                })
+                .collect(),
+            head: 0,
+        };
         Ok(())
     }
 
     /// `K-` just before `t` (ms): from the latest archived spike more than
     /// [`STDP_EPS_MS`] before `t`, 0 when there is none.
     pub fn k_minus_before(&self, t: f64) -> f64 {
-        match self.history.iter().rev().find(|e| t - e.t > STDP_EPS_MS) {
+        match self
+            .history
+            .live()
+            .iter()
+            .rev()
+            .find(|e| t - e.t > STDP_EPS_MS)
+        {
             Some(e) => e.k_minus * ((e.t - t) * self.tau_minus_inv).exp(),
             None => 0.0,
         }
@@ -475,20 +558,67 @@ impl PostArchive {
 
     /// [`k_minus_before`](Self::k_minus_before)`(t)`, computed once for
     /// the same `t` until the archive changes.
-    #[inline]
+    #[cfg(test)]
     fn k_minus_before_cached(&mut self, t: f64) -> f64 {
-        // NaN (nothing cached) equals nothing.
-        if self.cached_t != t {
-            self.cached_k = self.k_minus_before(t);
-            self.cached_t = t;
-        }
+        self.at_step(t);
         self.cached_k
+    }
+
+    /// Makes the step's view the one of window end `t` (ms).
+    #[inline(always)]
+    fn at_step(&mut self, t: f64) {
+        // NaN (no view) equals nothing.
+        if self.cached_t != t {
+            self.new_step(t);
+        }
+    }
+
+    /// The view of window end `t`, after adding the reads of the last one.
+    #[inline(never)]
+    fn new_step(&mut self, t: f64) {
+        self.leave_step();
+        self.cached_k = self.k_minus_before(t);
+        let lim2 = t + STDP_EPS_MS;
+        let h = self.history.live();
+        let mut end = h.len();
+        while end > 0 && h[end - 1].t >= lim2 {
+            end -= 1;
+        }
+        let time = |i: usize| h.get(i).map_or(f64::NEG_INFINITY, |e| e.t);
+        self.newest_t = time(end.wrapping_sub(1));
+        self.second_t = time(end.wrapping_sub(2));
+        self.cached_end = (self.history.head + end) as u32;
+        self.cached_t = t;
+    }
+
+    /// Adds the view's pending reads to its spike and drops the view.
+    #[inline]
+    fn leave_step(&mut self) {
+        if self.pending > 0 {
+            self.history.entries[self.cached_end as usize - 1].reads += self.pending;
+            self.pending = 0;
+        }
+        self.cached_t = f64::NAN;
+    }
+
+    /// The archived spikes of the window `[lim1, cached_t + eps)` but its
+    /// newest (which the view holds), marked as read once more, oldest first.
+    #[inline(never)]
+    fn older_window(&mut self, lim1: f64) -> &[Entry] {
+        let h = &mut self.history.entries[self.history.head..self.cached_end as usize - 1];
+        let mut start = h.len();
+        while start > 0 && h[start - 1].t >= lim1 {
+            start -= 1;
+            h[start].reads += 1;
+        }
+        &h[start..]
     }
 
     /// A new synapse of delay `delay` whose next window starts after
     /// `first_read`: the spikes at or before it count as read by it.
     fn register(&mut self, first_read: f64, delay: f64) {
-        for e in self.history.iter_mut() {
+        self.leave_step();
+        for e in self.history.live_mut() {
             if first_read - e.t > -STDP_EPS_MS {
                 e.reads += 1;
             } else {
@@ -497,23 +627,6 @@ impl PostArchive {
         }
         self.incoming += 1;
         self.max_delay = self.max_delay.max(delay);
-    }
-
-    /// The archived spikes of the window `(t1, t2]` (with [`STDP_EPS_MS`]),
-    /// marked as read once more.
-    #[inline]
-    fn window(&mut self, t1: f64, t2: f64) -> Range<usize> {
-        let (lim1, lim2) = (t1 + STDP_EPS_MS, t2 + STDP_EPS_MS);
-        let mut end = self.history.len();
-        while end > 0 && self.history[end - 1].t >= lim2 {
-            end -= 1;
-        }
-        let mut start = end;
-        while start > 0 && self.history[start - 1].t >= lim1 {
-            start -= 1;
-            self.history[start].reads += 1;
-        }
-        start..end
     }
 }
 
@@ -820,6 +933,32 @@ fn overflow(rule: &StdpPlHom, weight: f64, from: f64, t: f64) -> ModelError {
     }
 }
 
+/// The facilitation of the synapses of one row by one presynaptic spike,
+/// with the memos of `exp` of the lags and of `w^mu` of the last weight.
+struct Facilitation<'a> {
+    rule: &'a StdpPlHom,
+    decay: &'a mut Memo,
+    t_last: f64,
+    d: f64,
+    k_plus: f64,
+    pow_of: u64,
+    pow: f64,
+}
+
+impl Facilitation<'_> {
+    /// `v` facilitated by the postsynaptic spike at `t_post`.
+    #[inline(always)]
+    fn apply(&mut self, v: f64, t_post: f64) -> f64 {
+        let minus_dt = self.t_last - (t_post + self.d);
+        let tau_plus_inv = self.rule.tau_plus_inv;
+        let e = self.decay.get(minus_dt, |x| (x * tau_plus_inv).exp());
+        if v.to_bits() != self.pow_of {
+            (self.pow_of, self.pow) = (v.to_bits(), self.rule.pow_mu.pow(v));
+        }
+        self.rule.facilitate(v, self.pow, self.k_plus * e)
+    }
+}
+
 /// The update of one source's synapses of delay `d` when it spikes at
 /// `t_spike`, given the source's trace `before` the spike (after
 /// [`SourceTrace::check`]), calling `each(target, new weight)` for every
@@ -844,31 +983,44 @@ fn update_synapses(
 ) -> Result<(), ModelError> {
     let (t_last, k_plus) = (before.t_last, before.k_plus);
     let (t1, t2) = (t_last - d, t_spike - d);
-    // No archived spike is later than the archive's last spike: one
-    // comparison shows most windows empty without reading the history.
+    // The window of a target is its archived spikes in `[lim1, t2 + eps)`:
+    // the target's view of the step (`at_step`, once a step for all rows)
+    // holds the newest two before `t2 + eps`, so one comparison shows most
+    // windows empty or of one spike without reading the history.
     let lim1 = t1 + STDP_EPS_MS;
     // `exp` of the lags and `w^mu` of the weights are computed once for
     // a repeated argument: the spikes of a step are at one time, and
     // weights that have not changed since they were connected are equal.
     // `w^mu` is the rule's tables' (a pure function of `w`).
-    let (pow_mu, mut pow_of, mut pow) = (rule.pow_mu, u64::MAX, 0.0);
+    let mut f = Facilitation {
+        rule,
+        decay,
+        t_last,
+        d,
+        k_plus,
+        pow_of: u64::MAX,
+        pow: 0.0,
+    };
     for (target, w) in targets.zip(weights.iter_mut()) {
         let archive = &mut archives[target as usize];
+        archive.at_step(t2);
         let mut v = *w;
-        if archive.last_spike >= lim1 {
-            for i in archive.window(t1, t2) {
-                let minus_dt = t_last - (archive.history[i].t + d);
-                let e = decay.get(minus_dt, |x| (x * rule.tau_plus_inv).exp());
-                if v.to_bits() != pow_of {
-                    (pow_of, pow) = (v.to_bits(), pow_mu.pow(v));
+        if archive.newest_t >= lim1 {
+            // Oldest first: the older spikes of the window, then the newest.
+            if archive.second_t >= lim1 {
+                for e in archive.older_window(lim1) {
+                    v = f.apply(v, e.t);
                 }
-                v = rule.facilitate(v, pow, k_plus * e);
+            }
+            v = f.apply(v, archive.newest_t);
+            archive.pending += 1;
+            // Only facilitation can leave the finite numbers: a weight is
+            // finite when stored, and depression keeps it in `[0, w]`.
+            if !v.is_finite() {
+                return Err(overflow(rule, v, *w, t_spike));
             }
         }
-        if !v.is_finite() {
-            return Err(overflow(rule, v, *w, t_spike));
-        }
-        v = rule.depress(v, archive.k_minus_before_cached(t2));
+        v = rule.depress(v, archive.cached_k);
         *w = v;
         each(target, v);
     }

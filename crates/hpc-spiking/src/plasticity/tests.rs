@@ -813,6 +813,46 @@ fn the_cached_trace_follows_new_spikes_and_restores() {
     assert_eq!(a.k_minus_before_cached(10.0), 0.0);
 }
 
+/// The reads of a step's newest spike, which the archive adds to its count
+/// only when the step or the archive changes, are in a checkpoint taken in
+/// the step and let the spike go when the next one is recorded.
+#[test]
+fn reads_of_a_step_are_counted_and_let_spikes_go() {
+    let r = rule(15.0, 0.1, 0.0513, 0.4);
+    let d = 1.0;
+    let mut a = vec![PostArchive::new(30.0, d).unwrap()];
+    let mut rows = [StdpRow::new(d).unwrap(), StdpRow::new(d).unwrap()];
+    for row in &mut rows {
+        row.connect(0, 45.0, &mut a).unwrap();
+    }
+    a[0].record_post_spike(2.0).unwrap();
+    a[0].record_post_spike(3.0).unwrap();
+    let reads = |a: &PostArchive| a.archived_spikes().map(|s| s.reads).collect::<Vec<_>>();
+    let times = |a: &PostArchive| a.archived_spikes().map(|s| s.t).collect::<Vec<_>>();
+    // Both rows spike at 5: the window (-1, 4] holds both spikes.
+    rows[0].deliver(&r, 5.0, &mut a).unwrap().for_each(drop);
+    assert_eq!(reads(&a[0]), [1, 1]);
+    rows[1].deliver(&r, 5.0, &mut a).unwrap().for_each(drop);
+    assert_eq!(reads(&a[0]), [2, 2]);
+    // Read by both and more than 2 ms (max + min delay) before the next:
+    // the spike at 2 goes at 5.5, the one at 3 at 8.
+    a[0].record_post_spike(5.5).unwrap();
+    assert_eq!(times(&a[0]), [3.0, 5.5]);
+    assert_eq!(reads(&a[0]), [2, 0]);
+    a[0].record_post_spike(8.0).unwrap();
+    assert_eq!(times(&a[0]), [5.5, 8.0]);
+    // Row 0 alone reads 5.5 (window (4, 9]; 8 is the step's newest): 5.5
+    // stays until row 1 has read it too.
+    rows[0].deliver(&r, 10.0, &mut a).unwrap().for_each(drop);
+    assert_eq!(reads(&a[0]), [1, 1]);
+    a[0].record_post_spike(11.0).unwrap();
+    assert_eq!(times(&a[0]), [5.5, 8.0, 11.0]);
+    rows[1].deliver(&r, 12.5, &mut a).unwrap().for_each(drop);
+    assert_eq!(reads(&a[0]), [2, 2, 1]);
+    a[0].record_post_spike(14.0).unwrap();
+    assert_eq!(times(&a[0]), [11.0, 14.0]);
+}
+
 /// Every spike of `trains` as `(time, train)`, in time order (ties by train).
 fn in_time_order(trains: &[Vec<f64>]) -> Vec<(f64, usize)> {
     let mut events: Vec<(f64, usize)> = trains
