@@ -40,7 +40,8 @@
 # MUTANTS_ARGS='--re wrapping' benches/mutants.sh op.
 #
 # A file /work/flags/pause (or $MUTANTS_PAUSE) stops the run's processes
-# (SIGSTOP to cargo-mutants' process group) until it is gone.
+# (SIGSTOP to cargo-mutants' process group) until it is gone, and so does a
+# disk with less than MUTANTS_MIN_FREE_MB (2048) free.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -63,11 +64,14 @@ paused_run() {
     pid=$!
     stopped=0
     while kill -0 "$pid" 2>/dev/null; do
-        if [ -e "$PAUSE" ] && [ $stopped = 0 ]; then
-            echo "== paused ($PAUSE exists)" >&2
+        # A full disk fails builds (counted as unviable) and, in place, the
+        # restore of the mutated file (left empty): stop for it as well.
+        free=$(df -Pk . | awk 'NR == 2 { print int($4 / 1024) }')
+        if { [ -e "$PAUSE" ] || [ "$free" -lt "${MUTANTS_MIN_FREE_MB:-2048}" ]; } && [ $stopped = 0 ]; then
+            echo "== paused ($PAUSE exists, or $free MiB free)" >&2
             kill -STOP -- "-$pid" 2>/dev/null || true
             stopped=1
-        elif [ ! -e "$PAUSE" ] && [ $stopped = 1 ]; then
+        elif [ ! -e "$PAUSE" ] && [ "$free" -ge "${MUTANTS_MIN_FREE_MB:-2048}" ] && [ $stopped = 1 ]; then
             echo "== continued" >&2
             kill -CONT -- "-$pid" 2>/dev/null || true
             stopped=0
