@@ -15,24 +15,71 @@
 #                and tests/wire.rs)
 #   checkpoint   cargo-mutants over crates/hpc-checkpoint
 #   interp sim   cargo-mutants over the rest of hpc-collectives, file by file
-#   collective algo
-#                the same over collective.rs and algo/, whose tests add
-#                tests/exhaustive.rs's checks up to nine ranks (seconds); algo/
-#                has about 825 mutants, so sample it with cargo-mutants' shards
-#                spread evenly (its default shards are consecutive slices), e.g.
+#   collective   the same over collective.rs (in place, see below)
+#   allreduce reduce_scatter alltoall allgather bcast reduce gather scatter
+#   barrier algo_mod
+#                the same over one file of algo/ each (algo_mod: algo/mod.rs),
+#                in the order of mutants.md (the algorithms whose mistakes give
+#                wrong data silently first); their tests add tests/exhaustive.rs's
+#                checks up to nine ranks (seconds)
+#   algo         all of algo/ in one run (about 800 mutants: hours), e.g. sampled
+#                with cargo-mutants' shards spread evenly (its default shards are
+#                consecutive slices):
 #                MUTANTS_ARGS='--shard 0/40 --sharding round-robin' benches/mutants.sh algo
 #
 # Needs cargo-mutants (`cargo install cargo-mutants --locked`) and cargo-nextest.
-# Every cargo-mutants run works in its own copy of the tree (never --in-place) with
-# one job and writes mutants.out/<step>/ (git-ignored): missed.txt, caught.txt,
-# unviable.txt, timeout.txt. Extra cargo-mutants options go in MUTANTS_ARGS,
-# e.g. MUTANTS_ARGS='--re wrapping' benches/mutants.sh op.
+# The collective and algo steps mutate this tree in place (cargo-mutants'
+# --in-place; it restores each file after its mutant): run them in a checkout
+# nobody edits or builds in meanwhile (a copy of the work tree), where the
+# target dir is built once and each mutant is an incremental rebuild of
+# hpc-collectives and of the test targets named in its step. MUTANTS_COPY=1
+# makes them work in copies of the tree instead, as the other steps do (one
+# job each, the dependencies built again in every copy). Every run writes
+# mutants.out/<step>/ (git-ignored): missed.txt, caught.txt, unviable.txt,
+# timeout.txt. Extra cargo-mutants options go in MUTANTS_ARGS, e.g.
+# MUTANTS_ARGS='--re wrapping' benches/mutants.sh op.
+#
+# A file /work/flags/pause (or $MUTANTS_PAUSE) stops the run's processes
+# (SIGSTOP to cargo-mutants' process group) until it is gone, and so does a
+# disk with less than MUTANTS_MIN_FREE_MB (2048) free.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT="$ROOT/mutants.out"
 STEPS="${*:-kernels op wire checkpoint}"
 mkdir -p "$OUT"
+
+PAUSE="${MUTANTS_PAUSE:-/work/flags/pause}"
+
+# Runs "$@" at the lowest priority in a process group of its own, stopped
+# (SIGSTOP) while the file $PAUSE exists and continued when it is gone; returns
+# its exit status. A test stopped past cargo-mutants' timeout is reported as a
+# timeout: re-run those after a pause.
+paused_run() {
+    # A mutant that turns a loop's `mask *= 2` into `/=` loops for ever adding
+    # steps to a schedule: its memory, not only its time, must be bounded (the
+    # test fails on the failed allocation instead of taking the machine's
+    # memory until the timeout).
+    (ulimit -v "${MUTANTS_MEMORY_KB:-6000000}" && exec nice -n 19 setsid "$@") &
+    pid=$!
+    stopped=0
+    while kill -0 "$pid" 2>/dev/null; do
+        # A full disk fails builds (counted as unviable) and, in place, the
+        # restore of the mutated file (left empty): stop for it as well.
+        free=$(df -Pk . | awk 'NR == 2 { print int($4 / 1024) }')
+        if { [ -e "$PAUSE" ] || [ "$free" -lt "${MUTANTS_MIN_FREE_MB:-2048}" ]; } && [ $stopped = 0 ]; then
+            echo "== paused ($PAUSE exists, or $free MiB free)" >&2
+            kill -STOP -- "-$pid" 2>/dev/null || true
+            stopped=1
+        elif [ ! -e "$PAUSE" ] && [ "$free" -ge "${MUTANTS_MIN_FREE_MB:-2048}" ] && [ $stopped = 1 ]; then
+            echo "== continued" >&2
+            kill -CONT -- "-$pid" 2>/dev/null || true
+            stopped=0
+        fi
+        sleep 5
+    done
+    wait "$pid"
+}
 
 # cargo mutants over one file of one package; $3... go to the test tool.
 mutate() { # step package file [test-tool args...]
@@ -41,9 +88,33 @@ mutate() { # step package file [test-tool args...]
     echo "== $step: $file"
     # cargo-mutants exits 2 when mutants are missed, 3 on timeouts: both are
     # results, reported below, not failures of this script.
-    cargo mutants -p "$pkg" --file "$file" -j 1 --test-tool nextest \
+    paused_run cargo mutants -p "$pkg" --file "$file" -j 1 --test-tool nextest \
         --output "$OUT/$step" ${MUTANTS_ARGS:-} -- "$@" || [ $? -le 3 ]
     summary "$step"
+}
+
+# The same for the schedules, in place unless MUTANTS_COPY=1: no baseline run
+# (the tests pass on the unmutated tree; see mutants.md), a timeout for a hung
+# test, and nextest stopping at the first failure without waiting for the
+# tests still running. TARGETS are cargo's target options (`--test=api`, one
+# word each, to both the build and the test run); the rest go to nextest.
+mutate_in_place() { # step file TARGETS [test-tool args...]
+    step=$1 file=$2 targets=$3
+    shift 3
+    # MUTANTS_TAG names the output of one of several runs of a step (a shard).
+    out="$OUT/$step${MUTANTS_TAG:+-$MUTANTS_TAG}"
+    # No debug info for hpc-collectives and its tests (the dependencies keep
+    # theirs, so they are not rebuilt): each mutant compiles and links less.
+    cargo_args="--cargo-arg=--config=profile.test.package.hpc-collectives.debug=0"
+    for t in $targets; do cargo_args="$cargo_args --cargo-arg=$t"; done
+    where=--in-place
+    [ "${MUTANTS_COPY:-0}" = 1 ] && where="-j 1"
+    echo "== $step: $file"
+    # shellcheck disable=SC2086
+    paused_run cargo mutants -p hpc-collectives --file "$file" $where --test-tool nextest \
+        --baseline=skip --timeout "${MUTANTS_TIMEOUT:-90}" --build-timeout 600 $cargo_args \
+        --output "$out" ${MUTANTS_ARGS:-} -- --max-fail 1:immediate "$@" || [ $? -le 3 ]
+    summary "$step${MUTANTS_TAG:+-$MUTANTS_TAG}"
 }
 
 summary() { # step
@@ -151,6 +222,15 @@ FAST="-E not(binary(exhaustive))"
 # run of every algorithm through the interpreter (a third of a minute), which
 # compares it with the simulator, not with the reference.
 ALGO="-E not((binary(exhaustive)&test(/every_rank_count\$/))|test(/out_of_order_and_in_pieces\$/))"
+# The test targets that call the algorithms (only these are rebuilt for each
+# mutant): api.rs, exhaustive.rs, properties.rs. interp.rs's other tests run
+# hand-made schedules and one single-rank allgather (also in exhaustive.rs);
+# sim_checks.rs and op_reference.rs call no algorithm, nor do the library's
+# unit tests but algo/mod.rs's (helpers), which algo_mod adds; show_schedule.rs
+# runs the example, whose refusals come from its own argument checks and from
+# Collective's validation and buffer sizes, which api.rs checks, and
+# exhaustive.rs compares with every schedule's buffers.
+SCHED="--test=api --test=exhaustive --test=properties"
 for step in $STEPS; do
     case "$step" in
     list)
@@ -165,8 +245,12 @@ for step in $STEPS; do
     checkpoint) mutate checkpoint hpc-checkpoint 'crates/hpc-checkpoint/src/*.rs' ;;
     interp) mutate interp hpc-collectives $C/interp.rs $FAST ;;
     sim) mutate sim hpc-collectives $C/sim.rs $FAST ;;
-    collective) mutate collective hpc-collectives $C/collective.rs $ALGO ;;
-    algo) mutate algo hpc-collectives "$C/algo/*.rs" $ALGO ;;
+    collective) mutate_in_place collective $C/collective.rs "$SCHED" $ALGO ;;
+    allreduce | reduce_scatter | alltoall | allgather | bcast | reduce | gather | scatter | barrier)
+        mutate_in_place "$step" "$C/algo/$step.rs" "$SCHED" $ALGO
+        ;;
+    algo_mod) mutate_in_place algo_mod $C/algo/mod.rs "--lib $SCHED" $ALGO ;;
+    algo) mutate_in_place algo "$C/algo/*.rs" "--lib $SCHED" $ALGO ;;
     *)
         echo "unknown step $step (see the header of $0)" >&2
         exit 2

@@ -3,7 +3,7 @@
 use hpc_collectives::sim::{self, RankBuffers, SimError};
 use hpc_collectives::{
     Algorithm, BufferId, Collective, CollectiveError, CollectiveKind, CustomOps, DataType, Options,
-    ReduceOp, Schedule,
+    ReduceOp, Schedule, Step,
 };
 
 #[test]
@@ -680,6 +680,85 @@ fn allreduce_scratch_only_where_data_is_reduced() {
                 }
                 let ring = if p == 1 { 0 } else { count.div_ceil(p) * 4 };
                 assert_eq!(scratch(r, Algorithm::Ring), ring, "ring rank {r} of {p}");
+            }
+        }
+    }
+}
+
+/// Each algorithm's first exchange sends from the send buffer where what it
+/// sends is only the rank's own input (the copy into the receive buffer was
+/// just written by this core, and a peer reading it from there pays a
+/// cross-core transfer of every line), and from the receive buffer where the
+/// rank holds more than its input: a folded-in partner's data or an earlier
+/// exchange's result. Results are the same either way, so only the schedule
+/// shows it.
+#[test]
+fn exchanges_send_the_bare_input_from_the_send_buffer() {
+    use BufferId::{Recv, Send};
+    // The buffers that the sends of `tag` read, in schedule order.
+    let sources = |s: &Schedule, tag: Option<u32>| -> Vec<BufferId> {
+        s.steps()
+            .filter_map(|st| match st {
+                Step::Send { region, tag: t, .. } if tag.is_none_or(|tag| *t == tag) => {
+                    Some(region.buf)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    for p in 1..=9usize {
+        let pof2 = 1usize << p.ilog2();
+        let rem = p - pof2;
+        let exchanges = pof2.ilog2() as usize;
+        let reduce = Collective::Allreduce {
+            count: 16,
+            dtype: DataType::I32,
+            op: ReduceOp::Sum,
+        };
+        let gather = Collective::Allgather {
+            count: 3,
+            dtype: DataType::U8,
+        };
+        for r in 0..p {
+            let sched = |c: &Collective, a| c.schedule(r, p, &Options::with_algorithm(a)).unwrap();
+            let folded_in = r < 2 * rem && r % 2 == 1;
+            let folded_away = r < 2 * rem && r % 2 == 0;
+            // Recursive doubling (allreduce and allgather) and Rabenseifner's
+            // reduce-scatter exchange with tag 1; a folded-away rank does not.
+            let want: Vec<BufferId> = if folded_away {
+                vec![]
+            } else {
+                (0..exchanges)
+                    .map(|i| if i == 0 && !folded_in { Send } else { Recv })
+                    .collect()
+            };
+            for (c, a) in [
+                (&reduce, Algorithm::RecursiveDoubling),
+                (&reduce, Algorithm::Rabenseifner),
+                (&gather, Algorithm::RecursiveDoubling),
+            ] {
+                let s = sched(c, a);
+                assert_eq!(sources(&s, Some(1)), want, "{c:?} {a} rank {r} of {p}");
+            }
+            // Rabenseifner's allgather of the reduced chunks (tag 2).
+            let s = sched(&reduce, Algorithm::Rabenseifner);
+            let chunks = if folded_away { 0 } else { exchanges };
+            assert_eq!(sources(&s, Some(2)), vec![Recv; chunks], "rank {r} of {p}");
+            // Ring and Bruck allgather: the first send only.
+            for a in [Algorithm::Ring, Algorithm::Bruck] {
+                let got = sources(&sched(&gather, a), None);
+                assert_eq!(
+                    got.len(),
+                    if a == Algorithm::Ring {
+                        p - 1
+                    } else {
+                        exchanges + usize::from(rem > 0)
+                    },
+                    "{a} rank {r} of {p}"
+                );
+                for (i, buf) in got.iter().enumerate() {
+                    assert_eq!(*buf == Send, i == 0, "{a} rank {r} of {p}: send {i}");
+                }
             }
         }
     }

@@ -246,6 +246,35 @@ fn round_counts() {
         };
         assert_eq!(rounds(&aa, p, Algorithm::Pairwise), p - 1);
         assert_eq!(rounds(&aa, p, Algorithm::Bruck), 3 * log + 2);
+        // Reduce-scatter: ring, a send/receive round and a reduce round per
+        // step; pairwise, the own copy beside the first exchange and the last
+        // reduce after the last.
+        let rs = Collective::ReduceScatterBlock {
+            count: 10,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+        };
+        assert_eq!(rounds(&rs, p, Algorithm::Ring), 2 * (p - 1));
+        assert_eq!(rounds(&rs, p, Algorithm::Pairwise), p);
+    }
+}
+
+/// Reduce-scatter: both algorithms send every block but the rank's own once
+/// (ring a partial result, pairwise a contribution): `(p - 1)` blocks per rank.
+#[test]
+fn reduce_scatter_traffic() {
+    for p in [1usize, 2, 3, 5, 8] {
+        let c = Collective::ReduceScatterBlock {
+            count: 10,
+            dtype: DataType::I32,
+            op: ReduceOp::Sum,
+        };
+        for a in [Algorithm::Ring, Algorithm::Pairwise] {
+            for r in 0..p {
+                let s = c.schedule(r, p, &Options::with_algorithm(a)).unwrap();
+                assert_eq!(s.bytes_sent(), 40 * (p - 1), "{a} rank {r} of {p}");
+            }
+        }
     }
 }
 
