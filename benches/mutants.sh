@@ -39,9 +39,10 @@
 # timeout.txt. Extra cargo-mutants options go in MUTANTS_ARGS, e.g.
 # MUTANTS_ARGS='--re wrapping' benches/mutants.sh op.
 #
-# A file /work/flags/pause (or $MUTANTS_PAUSE) stops the run's processes
-# (SIGSTOP to cargo-mutants' process group) until it is gone, and so does a
-# disk with less than MUTANTS_MIN_FREE_MB (2048) free.
+# With MUTANTS_PAUSE=FILE, the file FILE existing stops the run's processes
+# (SIGSTOP to cargo-mutants' process group) until it is gone (a shared machine
+# where someone measures); a disk with less than MUTANTS_MIN_FREE_MB (2048)
+# free stops them too.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,7 +50,7 @@ OUT="$ROOT/mutants.out"
 STEPS="${*:-kernels op wire checkpoint}"
 mkdir -p "$OUT"
 
-PAUSE="${MUTANTS_PAUSE:-/work/flags/pause}"
+PAUSE="${MUTANTS_PAUSE:-$OUT/.no-pause-file-given/pause}"
 
 # Runs "$@" at the lowest priority in a process group of its own, stopped
 # (SIGSTOP) while the file $PAUSE exists and continued when it is gone; returns
