@@ -140,7 +140,7 @@ fn bytes_for(size: usize) -> usize {
 impl Board {
     /// A board of `size` slots for a test of this process, its file
     /// already removed (`name` tells the tests' files apart).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub(crate) fn unlinked(name: &str, size: usize) -> Board {
         let p = std::env::temp_dir().join(format!("hpc-{name}-{}", std::process::id()));
         let b = Board::create(&p, size).unwrap();
