@@ -27,7 +27,7 @@
 //! excitatory sources with a row on any of the rank's shards or a neuron on
 //! the rank (16 bytes each, and its index; [`rank_traces`]), advanced once
 //! per spike as the rank takes in an exchange and handed to every shard's
-//! delivery ([`Shard::deliver`]). At scale 1 and above, 64 % of
+//! delivery (`Shard::deliver`). At scale 1 and above, 64 % of
 //! the synapses are E->E, so that is about `0.64 x 10 + 0.36 x 2 = 7.1` bytes
 //! a synapse with the rest amortised. The ring buffers of pending input (per
 //! neuron, not per synapse) are [`Shard::ring_bytes`], reported apart.
