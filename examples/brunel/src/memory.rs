@@ -6,7 +6,7 @@
 //! and [`crate::sim::Simulation`]: for a rank of `L` neurons in a network of `N`
 //! with in-degree `K = CE + CI`, built with `T` threads,
 //!
-//! * connectivity: `8 (N + 1)` bytes of offsets and `4 L K` of targets;
+//! * connectivity: `8 (N + 1)` bytes of offsets and `2 L K` of targets (`4 L K` where a rank has more than 65,536 neurons);
 //! * building it: per thread `4 N` of counts and `8 N` of cursors, while the targets
 //!   fill (the counts are freed first): peak `offsets + 8 T N + max(4 T N, 4 L K)`;
 //! * neuron state: `20 + 4 R` bytes per neuron (potential, refractory counter, stream
@@ -66,7 +66,8 @@ pub fn estimate(
     let k = (model.ce + model.ci) as u64;
     let chunks = (threads.max(1) as u64).clamp(1, len.max(1));
     let offsets = (n + 1).saturating_mul(8);
-    let targets = len.saturating_mul(k).saturating_mul(4);
+    let width = if len <= 1 << 16 { 2 } else { 4 };
+    let targets = len.saturating_mul(k).saturating_mul(width);
     let build_peak = offsets
         .saturating_add(chunks.saturating_mul(n).saturating_mul(8))
         .saturating_add(chunks.saturating_mul(n).saturating_mul(4).max(targets));

@@ -4,8 +4,10 @@
 //! autapses and multapses, as NEST's `fixed_indegree` defaults), keyed by the target
 //! neuron's id, so the network does not depend on the decomposition. It stores them
 //! by source for delivery: for every neuron of the network, the sorted list of its
-//! local targets (CSR: `offsets` + `targets`, local `u32` indices). Weight and delay
-//! are per population and global, so a synapse costs 4 bytes.
+//! local targets (CSR: `offsets` + `targets`, local indices: `u16` where the rank
+//! has at most 65,536 neurons, else `u32`). Weight and delay are per population and
+//! global, so a synapse costs 2 bytes (4 on a rank of more neurons): half the
+//! memory that delivery streams through for every spike.
 
 use rayon::prelude::*;
 
@@ -32,19 +34,92 @@ pub struct Connectivity {
     /// `targets[offsets[s]..offsets[s + 1]]` are the local targets of source `s`.
     offsets: Vec<u64>,
     /// Local target indices, sorted within each source.
-    targets: Vec<u32>,
+    targets: Targets,
+}
+
+/// The local target indices of a rank, in the narrowest width that holds its
+/// neurons.
+#[derive(Clone, Debug)]
+enum Targets {
+    /// A rank of at most 65,536 neurons.
+    Narrow(Vec<u16>),
+    /// A rank of more.
+    Wide(Vec<u32>),
+}
+
+/// The rows of a [`Connectivity`] in the width it stores: what delivery reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// Targets as `u16` (a rank of at most 65,536 neurons).
+    Narrow(Csr<'a, u16>),
+    /// Targets as `u32`.
+    Wide(Csr<'a, u32>),
+}
+
+/// Rows of local targets of one width, by source.
+#[derive(Clone, Copy, Debug)]
+pub struct Csr<'a, T> {
+    offsets: &'a [u64],
+    targets: &'a [T],
+}
+
+impl<'a, T> Csr<'a, T> {
+    /// The local targets of source `s`, sorted.
+    #[inline(always)]
+    pub fn row(&self, s: u32) -> &'a [T] {
+        let a = self.offsets[s as usize] as usize;
+        let b = self.offsets[s as usize + 1] as usize;
+        &self.targets[a..b]
+    }
+}
+
+/// A local target index as stored: `u16` or `u32`.
+pub trait Local: Copy + Default + Send + Sync + 'static {
+    /// The index `i`, which the caller has checked to fit.
+    fn from_index(i: u32) -> Self;
+    /// The index.
+    fn index(self) -> u32;
+}
+
+impl Local for u16 {
+    #[inline(always)]
+    fn from_index(i: u32) -> u16 {
+        debug_assert!(i <= u16::MAX as u32);
+        i as u16
+    }
+    #[inline(always)]
+    fn index(self) -> u32 {
+        self as u32
+    }
+}
+
+impl Local for u32 {
+    #[inline(always)]
+    fn from_index(i: u32) -> u32 {
+        i
+    }
+    #[inline(always)]
+    fn index(self) -> u32 {
+        self
+    }
+}
+
+/// Whether every local index of `local` (`0..len`) fits a `u16`.
+fn fits_u16(local: Block) -> bool {
+    local.len <= 1 << 16
 }
 
 /// A pointer that may be shared by threads that write disjoint elements.
 #[derive(Clone, Copy)]
-struct SharedMut(*mut u32);
+struct SharedMut<T>(*mut T);
 // SAFETY: used only to write elements that no other thread touches (see `build`).
-unsafe impl Send for SharedMut {}
+unsafe impl<T> Send for SharedMut<T> {}
 // SAFETY: as above.
-unsafe impl Sync for SharedMut {}
+unsafe impl<T> Sync for SharedMut<T> {}
 
-impl SharedMut {
-    fn get(self) -> *mut u32 {
+impl<T> SharedMut<T> {
+    /// The pointer (a method, so that closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut T {
         self.0
     }
 }
@@ -52,9 +127,28 @@ impl SharedMut {
 impl Connectivity {
     /// Draws the sources of the neurons of `local` and stores them by source, in
     /// two passes (count, then fill) over the same counter-based streams so that no
-    /// temporary list of synapses is needed. Uses the threads of the current rayon
-    /// pool; the result does not depend on their number.
+    /// temporary list of synapses is needed; targets as `u16` where `local` has at
+    /// most 65,536 neurons. Uses the threads of the current rayon pool; the result
+    /// does not depend on their number.
     pub fn build(model: &Model, local: Block) -> Connectivity {
+        if fits_u16(local) {
+            let (offsets, t) = Self::build_as::<u16>(model, local);
+            Connectivity {
+                offsets,
+                targets: Targets::Narrow(t),
+            }
+        } else {
+            let (offsets, t) = Self::build_as::<u32>(model, local);
+            Connectivity {
+                offsets,
+                targets: Targets::Wide(t),
+            }
+        }
+    }
+
+    /// The offsets and the targets in width `T`, which holds every local index
+    /// of `local`.
+    fn build_as<T: Local>(model: &Model, local: Block) -> (Vec<u64>, Vec<T>) {
         let n = model.n as usize;
         let chunks = (rayon::current_num_threads() as u32).clamp(1, local.len.max(1));
         let parts: Vec<Block> = (0..chunks)
@@ -91,7 +185,7 @@ impl Connectivity {
         }
         offsets[n] = total;
         drop(counts);
-        let mut targets = vec![0u32; total as usize];
+        let mut targets = vec![T::default(); total as usize];
         let ptr = SharedMut(targets.as_mut_ptr());
         parts
             .par_iter()
@@ -104,30 +198,47 @@ impl Connectivity {
                         // SAFETY: `pos` runs through this chunk's own slots of row
                         // `s`, [cursor, cursor + its count), which lie inside
                         // `targets` and are disjoint from every other chunk's.
-                        unsafe { *ptr.get().add(*pos as usize) = li };
+                        unsafe { *ptr.get().add(*pos as usize) = T::from_index(li) };
                         *pos += 1;
                     });
                 }
             });
-        Connectivity { offsets, targets }
+        (offsets, targets)
     }
 
-    /// The sorted local targets of source neuron `s`.
+    /// The rows, for delivery.
     #[inline(always)]
-    pub fn row(&self, s: u32) -> &[u32] {
-        let a = self.offsets[s as usize] as usize;
-        let b = self.offsets[s as usize + 1] as usize;
-        &self.targets[a..b]
+    pub fn rows(&self) -> Rows<'_> {
+        let offsets = &self.offsets;
+        match &self.targets {
+            Targets::Narrow(targets) => Rows::Narrow(Csr { offsets, targets }),
+            Targets::Wide(targets) => Rows::Wide(Csr { offsets, targets }),
+        }
+    }
+
+    /// The local targets of source `s`, sorted.
+    pub fn row(&self, s: u32) -> Vec<u32> {
+        match self.rows() {
+            Rows::Narrow(c) => c.row(s).iter().map(|&t| t as u32).collect(),
+            Rows::Wide(c) => c.row(s).to_vec(),
+        }
     }
 
     /// Number of synapses stored.
     pub fn synapses(&self) -> u64 {
-        self.targets.len() as u64
+        match &self.targets {
+            Targets::Narrow(t) => t.len() as u64,
+            Targets::Wide(t) => t.len() as u64,
+        }
     }
 
     /// Bytes of memory the connectivity takes.
     pub fn bytes(&self) -> u64 {
-        (self.targets.capacity() * 4 + self.offsets.capacity() * 8) as u64
+        let targets = match &self.targets {
+            Targets::Narrow(t) => t.capacity() * 2,
+            Targets::Wide(t) => t.capacity() * 4,
+        };
+        (targets + self.offsets.capacity() * 8) as u64
     }
 }
 
@@ -149,6 +260,41 @@ mod tests {
                 assert_eq!(next, n);
             }
         }
+    }
+
+    #[test]
+    fn both_widths_store_the_same_rows() {
+        let model = Model::new(Params {
+            order: 20,
+            ..Params::preset(Preset::Nest)
+        })
+        .unwrap();
+        let b = Block::part(model.n, 2, 1);
+        let (o16, t16) = Connectivity::build_as::<u16>(&model, b);
+        let (o32, t32) = Connectivity::build_as::<u32>(&model, b);
+        assert_eq!(o16, o32);
+        assert_eq!(t16.iter().map(|&t| t as u32).collect::<Vec<_>>(), t32);
+        assert!(t32.iter().any(|&t| t > 0) && t32.iter().all(|&t| t < b.len));
+        assert!(matches!(
+            Connectivity::build(&model, b).rows(),
+            Rows::Narrow(_)
+        ));
+        let c = Connectivity {
+            offsets: o32,
+            targets: Targets::Wide(t32),
+        };
+        assert!(matches!(c.rows(), Rows::Wide(_)));
+        assert_eq!(
+            c.bytes(),
+            Connectivity {
+                offsets: o16,
+                targets: Targets::Narrow(t16)
+            }
+            .bytes()
+                + 2 * c.synapses()
+        );
+        let block = |len| Block { first: 7, len };
+        assert!(fits_u16(block(1 << 16)) && !fits_u16(block((1 << 16) + 1)));
     }
 
     #[test]
@@ -187,7 +333,7 @@ mod tests {
                         .filter(|&&t| t >= b.first && t < b.end())
                         .map(|&t| t - b.first)
                         .collect();
-                    assert_eq!(c.row(s), &expect[..]);
+                    assert_eq!(c.row(s), expect);
                 }
             }
         }
