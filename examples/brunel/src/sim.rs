@@ -10,8 +10,8 @@
 //! and starts `t_ref/dt` refractory steps. A spike emitted in step `u` arrives in
 //! step `u + D` (`D = delay/dt`). The external drive is a Poisson count with mean
 //! `p_rate*dt` drawn per neuron per step from the neuron's own stream (counter =
-//! step); it is drawn only when the neuron integrates, which leaves the statistics
-//! unchanged (NEST draws and discards).
+//! step); it is drawn for every neuron, a chunk of neurons at a time, and a
+//! refractory neuron's count is not used (NEST draws and discards).
 //!
 //! # State layout
 //!
