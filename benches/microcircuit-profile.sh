@@ -3,8 +3,8 @@
 #
 #  1. `perf record` (software clock: this kind of VM hides the hardware counters)
 #     of the full model on 2 threads and of the 0.1 scale on 1 thread, 0.5 s
-#     warm-up + 1 s: CPU seconds of delivery (`sim::run::interval`, the calendar
-#     and synapse loops inlined into it), neuron update (`Shard::update_*`),
+#     warm-up + 1 s: CPU seconds of delivery (`Shard::deliver`, the calendar
+#     and synapse loops), neuron update (`Shard::update_*`, `Poisson32::fill*`),
 #     waiting in the thread team (`Wait::pause`) and the rest, per biological
 #     second, with the example's own timers and counts beside them (ns per
 #     synaptic event, ns per neuron update);
@@ -38,7 +38,10 @@ profile() { # name, then the example's flags
     python3 - "$work/$name.report" "$work/$name/summary.json" "$name" "$*" <<'PY'
 import json, re, sys
 report, summary, name, flags = sys.argv[1:]
-parts = {"delivery": r"sim::run::interval", "update": r"Shard::update", "waiting": r"Wait::pause",
+# Delivery is `Shard::deliver` (once inlined into `sim::run::interval`), the
+# update `Shard::update_*` with the background's `Poisson32::fill_avx2`.
+parts = {"delivery": r"sim::run::interval|Shard::deliver", "update": r"Shard::update|Poisson32::fill",
+         "waiting": r"Wait::pause",
          # The build draws its weights and delays through rand and rand_distr
          # (the simulation does not): counted as "rest" before, they were most
          # of the 0.1 scale's "rest".
@@ -80,14 +83,14 @@ profile full --n-scaling 1 --k-scaling 1 --threads 2
 profile small --threads 1
 echo
 echo "delivery's hottest source lines (full scale; % of delivery's samples):"
-perf annotate -i "$work/full.data" --stdio -l -s 'microcircuit::sim::run::interval' 2>/dev/null |
+perf annotate -i "$work/full.data" --stdio -l -s 'microcircuit::sim::shard::Shard::deliver' 2>/dev/null |
     grep -E '^\s+[0-9]+\.[0-9]+\s+\S+\.rs:[0-9]+' | sort -rn | head -6
 
 if [ $cache = 1 ]; then
     echo
     echo "callgrind cache simulation of delivery and update (full scale, 1 thread, 0.1 s + 0.1 s):"
     valgrind --tool=callgrind --cache-sim=yes --collect-atstart=no \
-        --toggle-collect='*sim::run::interval*' --toggle-collect='*Shard::update*' \
+        --toggle-collect='*Shard::deliver*' --toggle-collect='*Shard::update*' --toggle-collect='*Poisson32::fill*' \
         --callgrind-out-file="$work/cg.out" \
         "$bin" --n-scaling 1 --k-scaling 1 --threads 1 --t-presim 100 --t-sim 100 \
         --out "$work/cg" --no-plot > "$work/cg.txt" 2>&1
