@@ -151,7 +151,7 @@ impl PoissonTable {
 
     /// The samples of draw `counter` of each stream of `keys`, into `out` (as
     /// long as `keys`): `out[i]` is `self.sample(draw(keys[i], counter))`, the
-    /// same bits. By blocks of [`BLOCK`] streams: a loop without branches
+    /// same bits. By blocks of 64 streams: a loop without branches
     /// hashes them and takes each draw's cell (vector instructions where the
     /// caller is compiled for them: it is inlined), then each cell's sample
     /// from a 16 KiB table, by AVX2 gathers where the processor has them,
