@@ -282,6 +282,13 @@ fn test(quick: bool) -> Result<()> {
             "warnings",
         ]))
     })?;
+    // Docs with every public item documented and every link resolved: a minute,
+    // so before the tests (it once failed after 27 minutes of them).
+    step("docs", &mut || {
+        run(cargo()
+            .args(["doc", "--workspace", "--no-deps", "--features", &all])
+            .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))
+    })?;
     // Integration tests that need MPI, the browser or Python (set-up installs them)
     // fail loudly instead of skipping.
     std::env::set_var(hpc_env::REQUIRE_MPI, "1");
@@ -354,11 +361,6 @@ fn test(quick: bool) -> Result<()> {
         // 365 of its 505 s on CI's cold run at 20 s each. Longer runs: `cargo xtask
         // fuzz --seconds N`.
         step("fuzzing", &mut || fuzz::run(&root(), 10, &[]))?;
-        step("docs", &mut || {
-            run(cargo()
-                .args(["doc", "--workspace", "--no-deps", "--features", &all])
-                .env("RUSTDOCFLAGS", "-D warnings -D missing_docs"))
-        })?;
         // The book's Rust snippets are tested by the hpc-book crate (below), against
         // the workspace's crates; `mdbook test` cannot link them.
         step("book", &mut || {
