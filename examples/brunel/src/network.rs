@@ -262,13 +262,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn both_widths_store_the_same_rows() {
-        let model = Model::new(Params {
-            order: 20,
+    /// NEST's Brunel network of order `order`.
+    fn nest_model(order: u32) -> Model {
+        Model::new(Params {
+            order,
             ..Params::preset(Preset::Nest)
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn both_widths_store_the_same_rows() {
+        let model = nest_model(20);
         let b = Block::part(model.n, 2, 1);
         let (o16, t16) = Connectivity::build_as::<u16>(&model, b);
         let (o32, t32) = Connectivity::build_as::<u32>(&model, b);
@@ -299,11 +304,7 @@ mod tests {
 
     #[test]
     fn same_synapses_for_any_split() {
-        let model = Model::new(Params {
-            order: 20,
-            ..Params::preset(Preset::Nest)
-        })
-        .unwrap();
+        let model = nest_model(20);
         let whole = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
