@@ -5,15 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, Error, MANIFEST};
-
-fn mkfifo(p: &Path) {
-    let _ = std::fs::remove_file(p);
-    let status = std::process::Command::new("mkfifo")
-        .arg(p)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
+use hpc_test_support::mkfifo;
 
 fn written(tag: &str) -> Checkpoints {
     let root = std::env::temp_dir().join(format!("ckpt-notfile-{tag}-{}", std::process::id()));

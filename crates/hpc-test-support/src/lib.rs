@@ -324,6 +324,16 @@ pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
     d
 }
 
+/// Makes a FIFO at `path` (replacing a file there) with the `mkfifo` command.
+pub fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let made = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("running mkfifo");
+    assert!(made.success(), "mkfifo {} failed", path.display());
+}
+
 /// A path under the system's temporary directory, unique to this process and
 /// call (`<prefix>-<pid>-<n>-<tag>`), with nothing there: [`tmpdir`] for a test
 /// whose code under test makes the directory.

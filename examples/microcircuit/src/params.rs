@@ -850,12 +850,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("microcircuit-params-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fifo = dir.join("params.toml");
-        let _ = std::fs::remove_file(&fifo);
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
+        hpc_test_support::mkfifo(&fifo);
         let e = format!("{:#}", Params::from_file(&fifo).unwrap_err());
         assert!(
             e.contains("params.toml is a FIFO, not a regular file"),
