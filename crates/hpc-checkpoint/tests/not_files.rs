@@ -1,7 +1,6 @@
 //! A checkpoint whose manifest or rank file was replaced by a FIFO or a device: each
 //! is refused at once, naming the file, instead of waiting for a writer for ever.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, Error, MANIFEST};
