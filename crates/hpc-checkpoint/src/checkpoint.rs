@@ -4,7 +4,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{io, read_error, Error, Result};
-use crate::file::{read_full, Header};
+use crate::file::{read_full, read_some, Header};
 use crate::manifest::{parse_manifest, FileEntry, Manifest};
 use crate::{HEADER_LEN, KIND_NAMED, KIND_RANK, MANIFEST, MAX_MANIFEST_BYTES};
 
@@ -226,12 +226,10 @@ impl Checkpoint {
         // manifest claims): a file that grows while it is read is still bounded.
         let mut file = (&mut file).take(header.payload_len.saturating_add(1));
         loop {
-            let n = match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io("read", &path)(e)),
-            };
+            let n = read_some(&mut file, &mut buf).map_err(io("read", &path))?;
+            if n == 0 {
+                break;
+            }
             crc = crc32c::crc32c_append(crc, &buf[..n]);
             total += n as u64;
             if let Some(v) = out.as_mut() {

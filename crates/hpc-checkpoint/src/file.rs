@@ -106,12 +106,10 @@ pub(crate) fn write_atomic(
         let mut size = HEADER_LEN as u64;
         let mut buf = vec![0u8; 1 << 20];
         loop {
-            let n = match payload.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io("read the payload for", &tmp)(e)),
-            };
+            let n = read_some(payload, &mut buf).map_err(io("read the payload for", &tmp))?;
+            if n == 0 {
+                break;
+            }
             f.write_all(&buf[..n]).map_err(io("write", &tmp))?;
             crc = crc32c::crc32c_append(crc, &buf[..n]);
             size += n as u64;
@@ -161,12 +159,21 @@ impl From<hpc_io::atomic::StepError> for Error {
 pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match f.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        match read_some(f, &mut buf[got..])? {
+            0 => break,
+            n => got += n,
         }
     }
     Ok(got)
+}
+
+/// One read of `r` into `buf`, retried while a signal interrupts it: the bytes
+/// read, 0 at the end.
+pub(crate) fn read_some<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            done => return done,
+        }
+    }
 }

@@ -3,7 +3,16 @@ use crate::file::{check_name, is_temporary, Header};
 use crate::manifest::parse_manifest;
 use proptest::prelude::*;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A checkpoint set at `ckpt-<tag>-<pid>` under the temporary directory, with
+/// nothing there yet.
+fn fresh_set(tag: &str) -> (PathBuf, Checkpoints) {
+    let root = std::env::temp_dir().join(format!("ckpt-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    (root, set)
+}
 
 #[test]
 fn header_roundtrips() {
@@ -22,9 +31,7 @@ fn header_roundtrips() {
 fn only_canonical_step_names_are_steps() {
     // `step-10` is not the directory of step 10 (`step-0000000010`): listing it
     // as step 10 then failed with "No such file" for a directory that exists.
-    let root = std::env::temp_dir().join(format!("ckpt-names-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+    let (root, set) = fresh_set("names");
     for name in [
         "step-10",
         "step-00000000020",
@@ -41,9 +48,7 @@ fn only_canonical_step_names_are_steps() {
 
 #[test]
 fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
-    let root = std::env::temp_dir().join(format!("ckpt-tmp-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+    let (root, set) = fresh_set("tmp");
     // An interrupted checkpoint of step 10: a rank file and the manifest's
     // temporary, no manifest.
     let e = set.write_rank(10, 0, 1, b"ten").unwrap();
@@ -72,9 +77,7 @@ fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
 
 #[test]
 fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
-    let root = std::env::temp_dir().join(format!("ckpt-prune-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+    let (root, set) = fresh_set("prune");
     let write = |step: u64| {
         let e = set.write_rank(step, 0, 1, b"x").unwrap();
         set.commit(step, 1, [e], serde_json::json!({})).unwrap();
@@ -126,9 +129,7 @@ fn a_failed_write_leaves_no_empty_step_directory() {
             Err(std::io::Error::other("the device is full"))
         }
     }
-    let root = std::env::temp_dir().join(format!("ckpt-fail-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+    let (root, set) = fresh_set("fail");
     assert!(set.write_rank_from(5, 0, 2, 8, &mut Failing).is_err());
     assert!(set.write_file_from(5, "spikes", 8, &mut Failing).is_err());
     assert!(!set.step_dir(5).exists(), "an empty step-* is left");

@@ -1,19 +1,10 @@
 //! A checkpoint whose manifest or rank file was replaced by a FIFO or a device: each
 //! is refused at once, naming the file, instead of waiting for a writer for ever.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, Error, MANIFEST};
-
-fn mkfifo(p: &Path) {
-    let _ = std::fs::remove_file(p);
-    let status = std::process::Command::new("mkfifo")
-        .arg(p)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
+use hpc_test_support::mkfifo;
 
 fn written(tag: &str) -> Checkpoints {
     let root = std::env::temp_dir().join(format!("ckpt-notfile-{tag}-{}", std::process::id()));

@@ -172,11 +172,7 @@ fn env_file_that_never_ends_is_refused_before_reading() {
 fn env_file_fifo_and_oversize_are_refused_by_the_one_bounded_read() {
     let dir = hpc_test_support::tmpdir("hpc-doctor-envfile", "");
     let fifo = dir.join("fifo");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo");
-    assert!(made.success());
+    hpc_test_support::mkfifo(&fifo);
     let big = dir.join("big.env");
     let line = format!("X={}\n", "a".repeat(1023));
     std::fs::write(&big, line.repeat(2048)).unwrap();

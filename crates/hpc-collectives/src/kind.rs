@@ -7,6 +7,19 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// `FromStr` for a type of [`by_name`] (its `ALL` and `name`): `what` names it
+/// in the error, `sep` and the `aliases` as [`by_name`] takes them.
+macro_rules! from_str_by_name {
+    ($t:ty, $what:literal, $sep:expr, [$(($alias:literal, $name:literal)),+ $(,)?]) => {
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                by_name(s, $sep, &[$(($alias, $name)),+], &<$t>::ALL, <$t>::name, $what)
+            }
+        }
+    };
+}
+
 /// The kind of collective operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CollectiveKind {
@@ -93,23 +106,15 @@ impl CollectiveKind {
 
 crate::display_by_name!(CollectiveKind);
 
-impl FromStr for CollectiveKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let aliases = [
-            ("bcast", "broadcast"),
-            ("reduce_scatter_v", "reduce_scatter"),
-        ];
-        by_name(
-            s,
-            ('-', "_"),
-            &aliases,
-            &CollectiveKind::ALL,
-            CollectiveKind::name,
-            "collective",
-        )
-    }
-}
+from_str_by_name!(
+    CollectiveKind,
+    "collective",
+    ('-', "_"),
+    [
+        ("bcast", "broadcast"),
+        ("reduce_scatter_v", "reduce_scatter")
+    ]
+);
 
 /// A collective algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -169,24 +174,16 @@ impl Algorithm {
 
 crate::display_by_name!(Algorithm);
 
-impl FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let aliases = [
-            ("rd", "recursive-doubling"),
-            ("vandegeijn", "scatter-allgather"),
-            ("van-de-geijn", "scatter-allgather"),
-        ];
-        by_name(
-            s,
-            ('_', "-"),
-            &aliases,
-            &Algorithm::ALL,
-            Algorithm::name,
-            "algorithm",
-        )
-    }
-}
+from_str_by_name!(
+    Algorithm,
+    "algorithm",
+    ('_', "-"),
+    [
+        ("rd", "recursive-doubling"),
+        ("vandegeijn", "scatter-allgather"),
+        ("van-de-geijn", "scatter-allgather"),
+    ]
+);
 
 /// A name that both [`CollectiveKind`] and [`Algorithm`] read back: one of
 /// `all` by its `name`, in any case, with `sep.0` read as `sep.1` and the

@@ -136,38 +136,40 @@ impl Cgroups<'_> {
     /// Directories of the process's cgroup for a v1 controller, innermost first
     /// (the process cgroup, then its parents up to the mount root).
     fn v1_dirs(&self, controller: &str) -> Vec<String> {
-        let path = self
-            .entries
-            .iter()
-            .find(|e| e.controllers.iter().any(|c| c == controller))
-            .map(|e| e.path.clone())
-            .unwrap_or_else(|| "/".into());
         let mount = self
             .mounts
             .iter()
             .find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == controller));
-        let (mount_point, mount_root) = match mount {
-            Some(m) => (m.mount_point.clone(), m.root.clone()),
-            None => (format!("/sys/fs/cgroup/{controller}"), "/".into()),
-        };
-        let rel = path
-            .strip_prefix(mount_root.as_str())
-            .unwrap_or(path.as_str())
-            .trim_start_matches('/');
-        ancestors(&mount_point, rel)
+        self.dirs(
+            |e| e.controllers.iter().any(|c| c == controller),
+            mount,
+            format!("/sys/fs/cgroup/{controller}"),
+        )
     }
 
     fn v2_dirs(&self) -> Vec<String> {
+        let mount = self.mounts.iter().find(|m| m.fs_type == "cgroup2");
+        self.dirs(|e| e.hierarchy == 0, mount, "/sys/fs/cgroup".into())
+    }
+
+    /// The directories from a hierarchy's mount down to this process's cgroup
+    /// in it ([`ancestors`]): the cgroup of the first entry `ours` picks (else
+    /// the root), under `mount` (else mounted whole at `unmounted`).
+    fn dirs(
+        &self,
+        ours: impl Fn(&CgroupEntry) -> bool,
+        mount: Option<&MountEntry>,
+        unmounted: String,
+    ) -> Vec<String> {
         let path = self
             .entries
             .iter()
-            .find(|e| e.hierarchy == 0)
+            .find(|e| ours(e))
             .map(|e| e.path.clone())
             .unwrap_or_else(|| "/".into());
-        let mount = self.mounts.iter().find(|m| m.fs_type == "cgroup2");
         let (mount_point, mount_root) = match mount {
             Some(m) => (m.mount_point.clone(), m.root.clone()),
-            None => ("/sys/fs/cgroup".into(), "/".into()),
+            None => (unmounted, "/".into()),
         };
         let rel = path
             .strip_prefix(mount_root.as_str())

@@ -113,7 +113,8 @@ vars! {
     Setting TRACE = "HPC_TRACE", default "unset: nothing is recorded";
     /// Compute threads per rank that `hpc_rs::init()` plans the placement for (`hpc run
     /// --threads` sets it); more than the cores a launcher bound the rank to gives a
-    /// warning.
+    /// warning. The spiking binaries (brunel, hpc_benchmark, microcircuit) take it as
+    /// their `--threads` default (1 without it).
     Setting THREADS = "HPC_THREADS", default "the allowed cores divided among the node's ranks";
     /// Collectives engine of `Context::comm()`: `inline`, `thread`, `proxy` or `mpi`.
     Setting ENGINE = "HPC_ENGINE", default "`thread` with a progress core, `proxy` under `hpc run --proxy`, else `inline`";

@@ -206,14 +206,7 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("sub")).unwrap();
         let fifo = dir.join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        crate::test_util::mkfifo(&fifo);
         for (target, kind) in [
             (Path::new("/dev/null").to_path_buf(), "a character device"),
             (fifo.clone(), "a FIFO"),
@@ -272,14 +265,7 @@ mod tests {
         write(&path, &tmp, b"new").unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &tmp,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        crate::test_util::mkfifo(&tmp);
         write(&path, &tmp, b"newer").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "newer");
         assert!(!tmp.exists());
@@ -307,10 +293,7 @@ mod tests {
     }
 
     fn scratch(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hpc-io-atomic-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_util::scratch("atomic", tag)
     }
 
     #[test]

@@ -21,3 +21,30 @@ pub mod message;
 pub mod read;
 pub mod rundir;
 pub mod write;
+
+/// What the modules' tests share: a fresh directory and a FIFO.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use std::path::{Path, PathBuf};
+
+    /// A fresh, empty directory `hpc-io-<module>-<tag>-<pid>` under the
+    /// temporary directory.
+    pub(crate) fn scratch(module: &str, tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hpc-io-{module}-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Makes a FIFO (mode 0600) at `path`.
+    pub(crate) fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+    }
+}

@@ -264,22 +264,10 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hpc-io-read-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::test_util::mkfifo;
 
-    fn mkfifo(path: &Path) {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            path,
-            FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+    fn tempdir(name: &str) -> PathBuf {
+        crate::test_util::scratch("read", name)
     }
 
     #[test]

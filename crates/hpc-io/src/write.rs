@@ -73,6 +73,17 @@ macro_rules! say {
     };
 }
 
+/// [`say!`] that returns its error from the enclosing function (`?` applied):
+/// a failed write (`> /dev/full`: the result would be lost) ends it, a closed
+/// stdout (`| head`) does not. A binary's summary lines take it as their `say!`
+/// (`use hpc_io::say_or_return as say;`).
+#[macro_export]
+macro_rules! say_or_return {
+    ($($t:tt)*) => {
+        $crate::say!($($t)*)?
+    };
+}
+
 /// The first error of a [`Latched`] writer, shared with its owner.
 #[derive(Clone, Debug)]
 pub struct ErrorLatch {

@@ -146,6 +146,30 @@ impl Report {
         run.synapses = summary["synapses"].as_u64();
         Report::new(run)
     }
+
+    /// The summary table's row of the ranks and threads of a run whose summary
+    /// JSON is `summary` (as [`Report::of_summary`] reads it).
+    pub fn ranks_threads_row(summary: &serde_json::Value) -> (String, String) {
+        let u = |k: &str| summary[k].as_u64().unwrap_or(0);
+        (
+            "ranks × threads".into(),
+            format!("{} × {}", u("ranks"), u("threads")),
+        )
+    }
+
+    /// The summary table's row of the wall time building and simulating, from
+    /// `summary`'s `build_s` and `simulate_s`.
+    pub fn wall_time_row(summary: &serde_json::Value) -> (String, String) {
+        let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
+        (
+            "wall time".into(),
+            format!(
+                "build {:.3} s, simulate {:.3} s",
+                f("build_s"),
+                f("simulate_s")
+            ),
+        )
+    }
 }
 
 /// Writes every figure (PNG and SVG) and `report.html` into `dir`, each file

@@ -328,24 +328,11 @@ pub fn claim_dir(
     dir: &Path,
     params: &impl Serialize,
 ) -> Result<Option<std::fs::File>> {
-    let mut held = None;
-    let mine: std::result::Result<(), String> = if world.rank() == 0 {
-        claim(dir, params)
-            .map(|f| held = Some(f))
-            .map_err(|e| hpc_io::message::chain(e.as_ref()))
-    } else {
-        Ok(())
-    };
-    let shared: std::result::Result<(), String> =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(&mine)?)?)?;
-    match shared {
-        Ok(()) => Ok(held),
-        Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
-        Err(_) => bail!(
-            "rank 0 could not take the checkpoint directory {}",
-            dir.display()
-        ),
-    }
+    crate::run::rank0_takes(
+        world,
+        || format!("the checkpoint directory {}", dir.display()),
+        || claim(dir, params).map_err(|e| hpc_io::message::chain(e.as_ref())),
+    )
 }
 
 fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {

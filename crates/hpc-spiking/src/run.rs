@@ -387,18 +387,30 @@ pub fn own_output_dir(
     details: serde_json::Value,
     outputs: Vec<String>,
 ) -> anyhow::Result<Option<hpc_io::rundir::RunDir>> {
+    rank0_takes(
+        world,
+        || format!("the output directory {}", out.display()),
+        || {
+            let mut info = hpc_io::rundir::RunInfo::new(program);
+            info.details = details;
+            info.outputs = outputs;
+            hpc_io::rundir::RunDir::lock(out, info).map_err(|e| e.to_string())
+        },
+    )
+}
+
+/// Rank 0 runs `take` and tells every rank whether it succeeded (a collective
+/// over `world`): rank 0 gets what it took, the others `None`; where it failed,
+/// every rank fails with it, rank 0 with `take`'s message and the others saying
+/// that rank 0 could not take `what`.
+pub(crate) fn rank0_takes<T>(
+    world: &hpc_rs::World,
+    what: impl FnOnce() -> String,
+    take: impl FnOnce() -> std::result::Result<T, String>,
+) -> anyhow::Result<Option<T>> {
     let mut mine = None;
     let outcome: std::result::Result<(), String> = if world.rank() == 0 {
-        let mut info = hpc_io::rundir::RunInfo::new(program);
-        info.details = details;
-        info.outputs = outputs;
-        match hpc_io::rundir::RunDir::lock(out, info) {
-            Ok(d) => {
-                mine = Some(d);
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        }
+        take().map(|t| mine = Some(t))
     } else {
         Ok(())
     };
@@ -407,10 +419,7 @@ pub fn own_output_dir(
     match shared {
         Ok(()) => Ok(mine),
         Err(e) if world.rank() == 0 => Err(anyhow::anyhow!(e)),
-        Err(_) => Err(anyhow::anyhow!(
-            "rank 0 could not take the output directory {}",
-            out.display()
-        )),
+        Err(_) => Err(anyhow::anyhow!("rank 0 could not take {}", what())),
     }
 }
 

@@ -86,6 +86,33 @@ pub fn assert_pinned_spikes(
     }
 }
 
+/// Runs `bin` with `args` as `size` ranks under the built-in launcher, on
+/// `nodes` emulated nodes ([`crate::Job::nodes`]) with the runtime's `timeout`;
+/// checks that every rank succeeded and returns rank 0's standard output.
+pub fn run_ranks(
+    bin: &str,
+    args: &[String],
+    size: usize,
+    nodes: usize,
+    timeout: Duration,
+) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let outs = crate::Job::program(bin, &args, size)
+        .timeout(timeout)
+        .nodes(nodes)
+        .run();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r} of {size} failed: {}",
+            stderr(o)
+        );
+    }
+    outs.first()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
 /// `bin` with [`args`], logging warnings only (`HPC_LOG=warn`).
 pub fn command(bin: &str, model: &[&str], out: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(bin);

@@ -319,6 +319,25 @@ pub fn digest_of_run(
 /// A fresh, empty directory under the system's temporary directory, unique
 /// to this process and call (`<prefix>-<pid>-<n>-<tag>`).
 pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
+    let d = tmppath(prefix, tag);
+    std::fs::create_dir_all(&d).expect("creating a temporary directory");
+    d
+}
+
+/// Makes a FIFO at `path` (replacing a file there) with the `mkfifo` command.
+pub fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let made = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("running mkfifo");
+    assert!(made.success(), "mkfifo {} failed", path.display());
+}
+
+/// A path under the system's temporary directory, unique to this process and
+/// call (`<prefix>-<pid>-<n>-<tag>`), with nothing there: [`tmpdir`] for a test
+/// whose code under test makes the directory.
+pub fn tmppath(prefix: &str, tag: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let d = std::env::temp_dir().join(format!(
         "{prefix}-{}-{}-{tag}",
@@ -326,7 +345,6 @@ pub fn tmpdir(prefix: &str, tag: &str) -> PathBuf {
         N.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("creating a temporary directory");
     d
 }
 

@@ -14,17 +14,10 @@ use anyhow::{Context as _, Result};
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{RankReport, Simulation};
 use clap::Parser;
+use hpc_io::say_or_return as say;
 use hpc_spiking::args::RunArgs;
 use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::progress::ProgressLine;
-
-/// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
-/// closed stdout (`| head`) is not.
-macro_rules! say {
-    ($($t:tt)*) => {
-        hpc_io::say!($($t)*)?
-    };
-}
 
 #[derive(Parser, Debug)]
 #[command(

@@ -203,10 +203,7 @@ pub fn report(
             "synapses".into(),
             format!("{} (CE {}, CI {})", th(u("synapses")), model.ce, model.ci),
         ),
-        (
-            "ranks × threads".into(),
-            format!("{} × {}", u("ranks"), u("threads")),
-        ),
+        Report::ranks_threads_row(summary),
         (
             "simulated".into(),
             format!("{} ms (dt {} ms)", p.t_sim, p.dt),
@@ -224,14 +221,7 @@ pub fn report(
                 th(stats["cv_neurons"].as_u64().unwrap_or(0))
             ),
         ),
-        (
-            "wall time".into(),
-            format!(
-                "build {:.3} s, simulate {:.3} s",
-                f("build_s"),
-                f("simulate_s")
-            ),
-        ),
+        Report::wall_time_row(summary),
         (
             "real-time factor".into(),
             format!("{:.3} (wall / biological time)", f("real_time_factor")),

@@ -11,7 +11,6 @@ use std::time::Duration;
 use brunel::params::{Model, Params, Preset};
 use brunel::sim::{RankReport, RunOptions, Simulation};
 use hpc_spiking::exchange::virtual_ranks;
-use hpc_test_support::Job;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
@@ -116,29 +115,13 @@ fn run_processes_with(size: usize, out: &Path, extra: &[&str]) {
 /// Like [`run_processes_with`] on `nodes` emulated nodes (rank r on node
 /// `r % nodes`, through `HPC_NODE_NAME`).
 fn run_processes_on(size: usize, nodes: usize, out: &Path, extra: &[&str]) {
-    let args: Vec<String> = brunel_args(out)
-        .into_iter()
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let outs = Job::program(BRUNEL, &args, size)
-        .timeout(Duration::from_secs(20))
-        .nodes(nodes)
-        .run();
-    for (r, o) in outs.into_iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of {size} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        if r == 0 {
-            let s = String::from_utf8_lossy(&o.stdout);
-            assert!(
-                s.contains("mean rate") && s.contains("bytes/synapse"),
-                "{s}"
-            );
-        }
-    }
+    let args = hpc_test_support::example::args(&common::NEST_100, out, extra);
+    let s =
+        hpc_test_support::example::run_ranks(BRUNEL, &args, size, nodes, Duration::from_secs(20));
+    assert!(
+        s.contains("mean rate") && s.contains("bytes/synapse"),
+        "{s}"
+    );
 }
 
 #[test]

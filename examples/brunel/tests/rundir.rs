@@ -191,11 +191,7 @@ fn a_trace_onto_a_fifo_or_a_directory_is_refused_before_the_run_and_left_alone()
     // plain file); a FIFO and a directory stand for it here.
     let dir = tmpdir("trace-special");
     let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    hpc_test_support::mkfifo(&fifo);
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     for (target, kind) in [(&fifo, "a FIFO"), (&dir.join("sub"), "a directory")] {
         let t = Instant::now();
@@ -422,11 +418,7 @@ fn a_fifo_or_a_link_as_run_json_neither_hangs_nor_is_followed() {
         std::fs::create_dir_all(&out).unwrap();
         let manifest = out.join(hpc_io::rundir::MANIFEST);
         if make == 0 {
-            assert!(Command::new("mkfifo")
-                .arg(&manifest)
-                .status()
-                .unwrap()
-                .success());
+            hpc_test_support::mkfifo(&manifest);
         } else {
             std::os::unix::fs::symlink("/dev/zero", &manifest).unwrap();
         }

@@ -18,7 +18,10 @@ const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
 struct Case {
     label: &'static str,
-    args: &'static [&'static str],
+    /// The network's flags ([`SMALL`] or [`FULL`]).
+    network: &'static [&'static str],
+    /// `--v-reset` (mV).
+    v_reset: &'static str,
     /// This example's spike count, as printed in the book.
     spikes: u64,
     /// NEST 3.10's mean rate (Hz) and mean CV of ISIs for the same parameters.
@@ -26,49 +29,40 @@ struct Case {
     nest_cv: f64,
 }
 
+/// Order 250 with in-degrees CE 100 and CI 25.
+const SMALL: &[&str] = &["--order", "250", "--ce", "100", "--ci", "25"];
+/// Order 2500 with the default in-degrees.
+const FULL: &[&str] = &["--order", "2500"];
+
 const CASES: &[Case] = &[
     Case {
         label: "order 250, CE 100, CI 25, V_reset 0",
-        args: &[
-            "--order",
-            "250",
-            "--ce",
-            "100",
-            "--ci",
-            "25",
-            "--v-reset",
-            "0",
-        ],
+        network: SMALL,
+        v_reset: "0",
         spikes: 71661,
         nest_rate_hz: 57.28,
         nest_cv: 0.084,
     },
     Case {
         label: "order 250, CE 100, CI 25, V_reset 10",
-        args: &[
-            "--order",
-            "250",
-            "--ce",
-            "100",
-            "--ci",
-            "25",
-            "--v-reset",
-            "10",
-        ],
+        network: SMALL,
+        v_reset: "10",
         spikes: 106112,
         nest_rate_hz: 84.70,
         nest_cv: 0.130,
     },
     Case {
         label: "order 2500, V_reset 0 (nest)",
-        args: &["--order", "2500", "--v-reset", "0"],
+        network: FULL,
+        v_reset: "0",
         spikes: 400253,
         nest_rate_hz: 32.10,
         nest_cv: 0.174,
     },
     Case {
         label: "order 2500, V_reset 10 (paper)",
-        args: &["--order", "2500", "--v-reset", "10"],
+        network: FULL,
+        v_reset: "10",
         spikes: 465901,
         nest_rate_hz: 37.66,
         nest_cv: 0.417,
@@ -80,7 +74,8 @@ fn run(case: &Case, idx: usize) -> serde_json::Value {
         std::env::temp_dir().join(format!("brunel-science-{}-{idx}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let status = Command::new(BRUNEL)
-        .args(case.args)
+        .args(case.network)
+        .args(["--v-reset", case.v_reset])
         .args([
             "--t-sim",
             "1000",

@@ -19,14 +19,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use fft3d::{serial_fft3d, whole_input, Fft3d, Grid, Mode, Setup, C64};
 use hpc_comm::{CommOptions, Engine, ReduceOp};
-
-/// Prints a line; a failed write (`> /dev/full`: the result would be lost) is an
-/// error, a closed stdout (`| head`) is not.
-macro_rules! say {
-    ($($t:tt)*) => {
-        hpc_io::say!($($t)*)?
-    };
-}
+use hpc_io::say_or_return as say;
 
 #[derive(Parser, Debug)]
 #[command(

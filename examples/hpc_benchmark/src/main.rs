@@ -15,17 +15,11 @@ use hpc_benchmark::figure::{self, WEIGHTS_SVG};
 use hpc_benchmark::network::{expected_rank_trace_bytes, expected_shard_bytes};
 use hpc_benchmark::params::{Model, Params, CE, CI};
 use hpc_benchmark::sim::{RankReport, Simulation, WeightStats};
+use hpc_io::say_or_return as say;
 use hpc_spiking::args::RunArgs;
 use hpc_spiking::exchange::AnyExchange;
 use hpc_spiking::plasticity::StdpRow;
 use hpc_spiking::Block;
-
-/// Prints a line of the summary; a failed write is an error, a closed stdout is not.
-macro_rules! say {
-    ($($t:tt)*) => {
-        hpc_io::say!($($t)*)?
-    };
-}
 
 #[derive(Parser, Debug)]
 #[command(

@@ -27,17 +27,7 @@ fn run(
     let mut more = vec!["--threads", &threads];
     more.extend_from_slice(extra);
     let args = example::args(MODEL, out, &more);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let outs = Job::program(BIN, &args, ranks)
-        .timeout(Duration::from_secs(60))
-        .run();
-    for (r, o) in outs.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of {ranks} failed: {}",
-            example::stderr(o)
-        );
-    }
+    example::run_ranks(BIN, &args, ranks, 1, Duration::from_secs(60));
     let summary = std::fs::read(out.join("summary.json")).unwrap();
     (
         std::fs::read(out.join("spikes.spk")).unwrap(),

@@ -62,11 +62,7 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
     }
     let d = scratch("args");
     let fifo = d.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    hpc_test_support::mkfifo(&fifo);
     let bad = d.join("bad.jsonl");
     std::fs::write(&bad, "{\"engine\": \"ours\"}\nnot json\n").unwrap();
     let (f, b, dir) = (

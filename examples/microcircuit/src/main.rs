@@ -12,19 +12,12 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
+use hpc_io::say_or_return as say;
 use hpc_spiking::alltoallv::RunExchange;
 use hpc_spiking::args::RunArgs;
 use hpc_spiking::progress::ProgressLine;
 use microcircuit::params::{Input, Model, Params, NPOP};
 use microcircuit::sim::{RankReport, Simulation};
-
-/// Prints a line of the summary; a failed write (`> /dev/full`) is an error, a
-/// closed stdout (`| head`) is not.
-macro_rules! say {
-    ($($t:tt)*) => {
-        hpc_io::say!($($t)*)?
-    };
-}
 
 /// How spikes travel between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use hpc_spike_report::plot::{PlotOptions, Rows};
-use hpc_spike_report::report::Phase;
+use hpc_spike_report::report::{Phase, Report};
 use hpc_spike_report::{palette, Population, Recording};
 use serde_json::Value;
 
@@ -45,7 +45,7 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     let p = &model.params;
     let u = |k: &str| summary[k].as_u64().unwrap_or(0);
     let f = |k: &str| summary[k].as_f64().unwrap_or(0.0);
-    let mut rep = hpc_spike_report::report::Report::of_summary(
+    let mut rep = Report::of_summary(
         "Potjans & Diesmann (2014) microcircuit",
         model.n as u64,
         summary,
@@ -58,18 +58,8 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     rep.summary = vec![
         ("neurons".into(), th(model.n as u64)),
         ("synapses".into(), th(u("synapses"))),
-        (
-            "ranks × threads".into(),
-            format!("{} × {}", u("ranks"), u("threads")),
-        ),
-        (
-            "wall time".into(),
-            format!(
-                "build {:.3} s, simulate {:.3} s",
-                f("build_s"),
-                f("simulate_s")
-            ),
-        ),
+        Report::ranks_threads_row(summary),
+        Report::wall_time_row(summary),
         (
             "real-time factor".into(),
             format!(

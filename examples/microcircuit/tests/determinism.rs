@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hpc_spiking::alltoallv::Gather;
 use hpc_spiking::exchange::virtual_ranks;
-use hpc_test_support::{example, Job};
+use hpc_test_support::example;
 use microcircuit::params::{Model, Params};
 use microcircuit::sim::{RankReport, RunOptions, Simulation};
 
@@ -163,34 +163,24 @@ fn cli_args(out: &Path) -> Vec<String> {
 }
 
 fn run_processes(size: usize, out: &Path, extra: &[&str]) {
-    let args: Vec<String> = cli_args(out)
-        .into_iter()
-        .chain(extra.iter().map(|s| s.to_string()))
-        .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let outs = Job::program(BIN, &args, size)
-        .timeout(Duration::from_secs(30))
-        .run();
-    for (r, o) in outs.into_iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "rank {r} of {size} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        if r == 0 {
-            let s = String::from_utf8_lossy(&o.stdout);
-            assert!(s.contains("L23E") && s.contains("bytes/synapse"), "{s}");
-        }
-    }
+    let args = example::args(&common::small_model("60"), out, extra);
+    let s = example::run_ranks(BIN, &args, size, 1, Duration::from_secs(30));
+    assert!(s.contains("L23E") && s.contains("bytes/synapse"), "{s}");
+}
+
+/// The spike file of [`small_params`] run as one process (no launcher) into a
+/// fresh directory `tag`, and that directory.
+fn one_process(tag: &str) -> (PathBuf, Vec<u8>) {
+    let dir = tmpdir(tag);
+    example::succeeded(&Command::new(BIN).args(cli_args(&dir)).output().unwrap());
+    let spikes = std::fs::read(dir.join("spikes.spk")).unwrap();
+    (dir, spikes)
 }
 
 #[test]
 fn one_and_two_processes_give_the_same_spikes() {
     // A singleton process (no launcher), then two ranks under the runtime.
-    let one = tmpdir("proc1");
-    let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let reference = std::fs::read(one.join("spikes.spk")).unwrap();
+    let (one, reference) = one_process("proc1");
     let two = tmpdir("proc2");
     run_processes(2, &two, &[]);
     assert!(
@@ -230,10 +220,7 @@ fn the_portable_and_the_vector_updates_give_the_same_spikes() {
 
 #[test]
 fn the_targeted_exchange_gives_the_allgather_spikes_and_receives_less() {
-    let one = tmpdir("a2a1");
-    let o = Command::new(BIN).args(cli_args(&one)).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let reference = std::fs::read(one.join("spikes.spk")).unwrap();
+    let (one, reference) = one_process("a2a1");
     let gather = tmpdir("a2a-gather");
     run_processes(3, &gather, &[]);
     let targeted = tmpdir("a2a-targeted");

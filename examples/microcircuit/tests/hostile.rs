@@ -7,6 +7,17 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
+/// 1 % of the neurons and of the in-degrees, no warm-up: a network that builds at
+/// once (the runs add their `--t-sim`).
+const TINY: [&str; 6] = [
+    "--n-scaling",
+    "0.01",
+    "--k-scaling",
+    "0.01",
+    "--t-presim",
+    "0",
+];
+
 fn refused(args: &[&str], toml: Option<&str>, expect: &str) {
     let dir = std::env::temp_dir().join(format!(
         "microcircuit-hostile-{}-{}",
@@ -104,16 +115,7 @@ fn the_last_message_is_written_whole() {
 /// `--checkpoint-keep` without `--checkpoint-every`.
 #[test]
 fn settings_that_would_change_nothing_are_refused() {
-    let run = [
-        "--n-scaling",
-        "0.01",
-        "--k-scaling",
-        "0.01",
-        "--t-presim",
-        "0",
-        "--t-sim",
-        "10",
-    ];
+    let run = [&TINY[..], &["--t-sim", "10"]].concat();
     let with = |extra: &[&'static str]| {
         let mut a = run.to_vec();
         a.extend_from_slice(extra);
@@ -141,16 +143,8 @@ fn settings_that_would_change_nothing_are_refused() {
 fn a_log_filter_that_is_not_one_is_named() {
     let out = std::env::temp_dir().join(format!("microcircuit-log-filter-{}", std::process::id()));
     let o = Command::new(BIN)
-        .args([
-            "--n-scaling",
-            "0.01",
-            "--k-scaling",
-            "0.01",
-            "--t-presim",
-            "0",
-            "--t-sim",
-            "5",
-        ])
+        .args(TINY)
+        .args(["--t-sim", "5"])
         .args(["--quiet", "--no-plot", "--out"])
         .arg(&out)
         .env(hpc_runtime::env::LOG, "[[[")

@@ -16,12 +16,7 @@ fn bad_arguments_are_refused_before_any_run() {
     let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/validate.py");
     let bin = env!("CARGO_BIN_EXE_microcircuit");
     let fifo = std::env::temp_dir().join(format!("microcircuit-validate-{}", std::process::id()));
-    let _ = std::fs::remove_file(&fifo);
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    hpc_test_support::mkfifo(&fifo);
     let fifo = fifo.to_str().unwrap();
     for (args, words) in [
         (

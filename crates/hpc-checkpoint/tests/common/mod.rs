@@ -1,7 +1,6 @@
 //! What the checkpoint tests share: fresh directories and what `tracing` logs.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, Rejected};
@@ -9,14 +8,7 @@ use hpc_checkpoint::{Checkpoint, Checkpoints, Rejected};
 /// A path under the system's temporary directory, unique to this process and call,
 /// with nothing there.
 pub fn tmpdir(tag: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "hpc-ckpt-test-{}-{}-{tag}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    hpc_test_support::tmppath("hpc-ckpt-test", tag)
 }
 
 /// Captures what `tracing` logs.
