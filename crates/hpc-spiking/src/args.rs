@@ -51,9 +51,9 @@ fn env_threads() -> Result<Option<usize>> {
             let shown: String = v.chars().take(40).collect();
             let more = if shown.len() < v.len() { "..." } else { "" };
             anyhow::bail!(
-                "{name}={shown:?}{more} (the default of --threads) is not a number of threads \
-                 from 1 to {max} (64 per CPU this process may use, at most 4096); \
-                 unset it or give --threads"
+                "{name}={shown:?}{more} (the default of --threads, which `hpc run --threads` \
+                 sets) is not a number of threads from 1 to {max} (64 per CPU this process \
+                 may use, at most 4096); unset it or give --threads"
             )
         }
     }

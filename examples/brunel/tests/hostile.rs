@@ -533,7 +533,7 @@ fn a_thread_count_from_the_variable_that_is_not_one_is_named() {
         let shown: String = v.chars().take(40).collect();
         assert!(
             err.contains(&format!("HPC_THREADS={shown:?}"))
-                && err.contains("(the default of --threads) is not a number of threads"),
+                && err.contains("(the default of --threads, which `hpc run --threads` sets) is not a number of threads"),
             "{v:.40}: {err}"
         );
         assert!(
