@@ -92,6 +92,28 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
         (vec!["--results", dir], 1, "--results"),
         (vec!["--results", b], 1, "line 2 is not a JSON run"),
         (vec!["--keep", b], 2, "--keep"),
+        (
+            vec!["--seeds-off", "1", "99999999999999999999999"],
+            2,
+            "--seeds-off 99999999999999999999999: a seed is a whole number",
+        ),
+        (vec!["--seeds-plastic", "-1"], 2, "--seeds-plastic -1:"),
+        (
+            vec!["--python", "/dev/null"],
+            2,
+            "--python /dev/null: not an executable file",
+        ),
+        (vec!["--python", f], 2, "not an executable file"),
+        (
+            vec!["--hpc-benchmark", "/dev/zero"],
+            2,
+            "--hpc-benchmark /dev/zero: not an executable file",
+        ),
+        (
+            vec!["--before", "/nonexistent"],
+            2,
+            "--before /nonexistent: not an executable file",
+        ),
     ] {
         let o = validate(&args, Stdio::null());
         let err = String::from_utf8_lossy(&o.stderr);
