@@ -7,7 +7,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 fn tools() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
@@ -38,51 +37,27 @@ fn bad_arguments_are_refused_before_any_run() {
     let bin = env!("CARGO_BIN_EXE_brunel");
     let dir = scratch("validate");
     let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    hpc_test_support::mkfifo(&fifo);
     let fifo = fifo.to_str().unwrap();
     for (args, words) in [
         (
-            &[bin, "--t-sim", "nan"][..],
+            &["--brunel", bin, "--t-sim", "nan"][..],
             "--t-sim nan: must be a finite number above 0 ms",
         ),
-        (&[bin, "--t-sim", "-1"][..], "--t-sim -1.0:"),
-        (&[bin, "--t-sim", "inf"][..], "--t-sim inf:"),
-        (&[bin, "--t-sim", "0"][..], "--t-sim 0.0:"),
+        (&["--brunel", bin, "--t-sim", "-1"][..], "--t-sim -1.0:"),
+        (&["--brunel", bin, "--t-sim", "inf"][..], "--t-sim inf:"),
+        (&["--brunel", bin, "--t-sim", "0"][..], "--t-sim 0.0:"),
         (
-            &[bin, "--keep", "/dev/null"][..],
+            &["--brunel", bin, "--keep", "/dev/null"][..],
             "--keep /dev/null: exists and is not a directory",
         ),
         (
-            &["/dev/zero"][..],
+            &["--brunel", "/dev/zero"][..],
             "--brunel /dev/zero: not an executable file",
         ),
-        (&[fifo][..], "not an executable file"),
+        (&["--brunel", fifo][..], "not an executable file"),
     ] {
-        let (bin, rest) = args.split_first().unwrap();
-        let t = Instant::now();
-        let out = Command::new("python3")
-            .arg(&tool)
-            .args(["--brunel", bin])
-            .args(rest)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(words), "{args:?}: {words:?} not in {err}");
-        assert!(
-            !err.contains("Traceback") && !err.contains("nest"),
-            "{args:?}: {err}"
-        );
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{args:?}: {:?}",
-            t.elapsed()
-        );
+        hpc_test_support::python_tool_refuses(&tool, args, words, "nest");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -100,14 +75,7 @@ fn the_plot_tool_says_what_it_needs_and_keeps_its_input() {
     let spikes = dir.join("s.spk");
     std::fs::write(&spikes, b"keep").unwrap();
     let plot = tools().join("plot.py");
-    let (absent, present) = (dir.join("absent"), dir.join("present"));
-    for (d, body) in [
-        (&absent, "raise ImportError('no numpy here')\n"),
-        (&present, ""),
-    ] {
-        std::fs::create_dir_all(d.join("numpy")).unwrap();
-        std::fs::write(d.join("numpy/__init__.py"), body).unwrap();
-    }
+    let (absent, present) = hpc_test_support::stand_in_numpy(&dir);
     let o = python(&[plot.as_os_str(), spikes.as_os_str()], Some(&absent));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

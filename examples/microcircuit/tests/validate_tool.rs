@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 #[test]
 fn bad_arguments_are_refused_before_any_run() {
@@ -17,11 +16,7 @@ fn bad_arguments_are_refused_before_any_run() {
     let bin = env!("CARGO_BIN_EXE_microcircuit");
     let fifo = std::env::temp_dir().join(format!("microcircuit-validate-{}", std::process::id()));
     let _ = std::fs::remove_file(&fifo);
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    hpc_test_support::mkfifo(&fifo);
     let fifo = fifo.to_str().unwrap();
     for (args, words) in [
         (
@@ -50,26 +45,11 @@ fn bad_arguments_are_refused_before_any_run() {
         (&[fifo][..], "not an executable file"),
     ] {
         let (bin, rest) = args.split_first().unwrap();
-        let t = Instant::now();
-        let out = Command::new("python3")
-            .arg(&tool)
-            .args(["--microcircuit", bin])
-            .args(rest)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(words), "{args:?}: {words:?} not in {err}");
-        assert!(
-            !err.contains("Traceback") && !err.contains("nest"),
-            "{args:?}: {err}"
-        );
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{args:?}: {:?}",
-            t.elapsed()
-        );
+        let args: Vec<&str> = ["--microcircuit", bin]
+            .into_iter()
+            .chain(rest.iter().copied())
+            .collect();
+        hpc_test_support::python_tool_refuses(&tool, &args, words, "nest");
     }
     std::fs::remove_file(fifo).unwrap();
 }
@@ -86,14 +66,7 @@ fn the_sonata_tool_says_what_it_needs_and_keeps_its_input() {
     }
     let dir = std::env::temp_dir().join(format!("microcircuit-sonata-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (absent, present) = (dir.join("absent"), dir.join("present"));
-    for (d, body) in [
-        (&absent, "raise ImportError('no numpy here')\n"),
-        (&present, ""),
-    ] {
-        std::fs::create_dir_all(d.join("numpy")).unwrap();
-        std::fs::write(d.join("numpy/__init__.py"), body).unwrap();
-    }
+    let (absent, present) = hpc_test_support::stand_in_numpy(&dir);
     let spikes = dir.join("s.spk");
     std::fs::write(&spikes, b"keep").unwrap();
     let tmp_input = dir.join("t.tmp");
