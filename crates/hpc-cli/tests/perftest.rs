@@ -124,3 +124,40 @@ fn one_rank_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("exactly 2 ranks"));
 }
+
+/// A measurement longer than the job's timeout (an `--iters` within its limits)
+/// failed on the waiting rank with "barrier timed out after 1s: still waiting for
+/// rank(s) 0" alone; the error now says what to change.
+#[test]
+fn a_measurement_longer_than_the_timeout_names_what_to_change() {
+    let out = Command::new(HPC)
+        .args([
+            "run",
+            "--no-tag",
+            "-n",
+            "2",
+            "--timeout",
+            "1",
+            "--",
+            HPC,
+            "perftest",
+        ])
+        .args([
+            "write_bw",
+            "--backend",
+            "shm",
+            "-s",
+            "1",
+            "-n",
+            "1073741824",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("the measurement of 1 bytes x 1073741824 iterations did not end")
+            && err.contains("give fewer --iters or a longer timeout"),
+        "{err}"
+    );
+}

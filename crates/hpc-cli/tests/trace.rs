@@ -425,3 +425,28 @@ fn a_directory_two_jobs_wrote_into_is_refused_not_merged() {
     merge_refused(&["rank-1.json is of the job \"hpc run ", "more than one job"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A directory holding some of a job's rank files (rank 0's removed, as by a rank
+/// killed before its trace was finished) was merged with status 0 and no word; a
+/// trace of a whole job was all a reader could take it for. It is merged and the
+/// missing ranks are named; a whole job's merge says nothing.
+#[test]
+fn a_merge_missing_ranks_of_the_job_names_them() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "missing-ranks");
+    let ranks = traced_selftest(&dir);
+    let t = dir.join("t.json");
+    let (r, t_s) = (ranks.to_str().unwrap(), t.to_str().unwrap());
+    let whole = hpc(&["trace", "merge", r, "-o", t_s]);
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    assert!(stderr(&whole).is_empty(), "{}", stderr(&whole));
+    std::fs::remove_file(ranks.join("rank-0.json")).unwrap();
+    let part = hpc(&["trace", "merge", r, "-o", t_s]);
+    let err = stderr(&part);
+    assert!(part.status.success(), "{err}");
+    assert!(
+        err.contains("holds no trace of rank(s) 0 of its job of 2 ranks")
+            && err.contains("has the other 1"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

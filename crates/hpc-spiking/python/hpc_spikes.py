@@ -486,10 +486,11 @@ def arrays(f):
 # What the tools write and run, checked the same way.
 
 
-def check_output(path):
+def check_output(path, inputs=()):
     """Raise SpikeFileError when path exists and is not a regular file or a symbolic
     link: writing or renaming onto it would block on a FIFO or replace a device (as
-    hpc_io::atomic::rename_over refuses)."""
+    hpc_io::atomic::rename_over refuses); or when it is one of the files `inputs`
+    (the spike file a tool reads would be replaced by what it writes)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -497,6 +498,14 @@ def check_output(path):
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
         kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
         raise SpikeFileError(f"{path} is {kind}, not a regular file: not written over")
+    for i in inputs:
+        try:
+            same = os.path.samefile(path, i)
+        except OSError:
+            continue
+        if same:
+            raise SpikeFileError(f"{path} is the input {i}: not written over "
+                                 "(choose another output)")
 
 
 def run_or_exit(cmd, prog):

@@ -96,6 +96,11 @@ def main():
     check_run(path)
     f = hpc_spikes.read_or_exit(path, PROG)
     h = f.header
+    if h["t_sim_ms"] == 0:
+        # brunel's t_sim = 0 writes such a file; it has no window to rate.
+        print(f"{PROG}: {path} is valid ({len(f)} spikes), but its run is 0 ms long "
+              "(t_sim_ms 0): no rates", file=sys.stderr)
+        sys.exit(1)
     t_start = h.get("t_presim_ms", 0.0)
     if isinstance(t_start, bool) or not isinstance(t_start, (int, float)) \
             or not 0 <= t_start < h["t_sim_ms"]:

@@ -16,7 +16,7 @@
 //! }
 //!
 //! let a = Args::parse_from(["net", "--threads", "2", "--checkpoint-every", "10", "--stop-at", "20"]);
-//! assert_eq!(a.run.threads, 2);
+//! assert_eq!(a.run.threads(), 2);
 //! // 100 ms of 0.1 ms steps: a checkpoint every 100 steps, a stop at step 200.
 //! let t = a.run.times(0.1, 1000).unwrap();
 //! assert_eq!((t.checkpoint_every, t.stop_at), (Some(100), Some(200)));
@@ -32,15 +32,30 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::exchange::Engine;
-use crate::run::{check_threads, whole_steps_within, RunOptions};
+use crate::run::{check_threads, max_threads, whole_steps_within, RunOptions};
 
-/// `--threads`' default: the threads per rank the launcher planned for
-/// (`hpc run --threads` sets `HPC_THREADS`), else 1. A value that is not a
-/// number gives 1 here; the bootstrap refuses it, naming the variable.
-fn default_threads() -> usize {
-    match hpc_runtime::env::var(hpc_runtime::env::THREADS) {
-        Ok(Some(v)) => v.trim().parse().unwrap_or(1),
-        _ => 1,
+/// `HPC_THREADS`, the default of `--threads` (`hpc run --threads` sets it):
+/// `None` when unset; an error naming the variable when it is not UTF-8 or not a
+/// number of threads from 1 to [`max_threads`] (it decides how many threads the
+/// run starts, so a value that is not one is not taken as 1).
+fn env_threads() -> Result<Option<usize>> {
+    let name = hpc_runtime::env::THREADS;
+    let Some(v) = hpc_runtime::env::var(name).map_err(anyhow::Error::msg)? else {
+        return Ok(None);
+    };
+    let max = max_threads();
+    match v.trim().parse::<usize>() {
+        Ok(t) if (1..=max).contains(&t) => Ok(Some(t)),
+        _ => {
+            // A 100,000-character value is not echoed whole.
+            let shown: String = v.chars().take(40).collect();
+            let more = if shown.len() < v.len() { "..." } else { "" };
+            anyhow::bail!(
+                "{name}={shown:?}{more} (the default of --threads, which `hpc run --threads` \
+                 sets) is not a number of threads from 1 to {max} (64 per CPU this process \
+                 may use, at most 4096); unset it or give --threads"
+            )
+        }
     }
 }
 
@@ -52,9 +67,9 @@ fn default_threads() -> usize {
 pub struct RunArgs {
     /// Threads per rank (pinned to the rank's cores): at least 1, at most 64 per CPU
     /// this process may use (4096 at most). Default: HPC_THREADS (which `hpc run
-    /// --threads` sets), else 1.
-    #[arg(long, default_value_t = default_threads())]
-    pub threads: usize,
+    /// --threads` sets), else 1. [`RunArgs::threads`] gives the number.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Do not pin threads (use a plain rayon pool).
     #[arg(long)]
     pub no_pin: bool,
@@ -104,10 +119,25 @@ pub struct RunTimes {
 }
 
 impl RunArgs {
+    /// The threads per rank: `--threads`, else `HPC_THREADS`, else 1 (an
+    /// `HPC_THREADS` that is not a number of threads gives 1 here;
+    /// [`RunArgs::check`] refuses it, naming the variable).
+    pub fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| env_threads().ok().flatten().unwrap_or(1))
+    }
+
     /// Checks what needs no model, before anything starts: `--threads`
-    /// ([`check_threads`]) and that `--engine` is built into this binary.
+    /// ([`check_threads`]) or, without it, `HPC_THREADS` (refused naming the
+    /// variable, not the flag the user did not give), and that `--engine` is
+    /// built into this binary.
     pub fn check(&self) -> Result<()> {
-        check_threads(self.threads)?;
+        match self.threads {
+            Some(t) => check_threads(t)?,
+            None => {
+                env_threads()?;
+            }
+        }
         if !self.engine.available() {
             return Err(self.engine.unavailable_error());
         }

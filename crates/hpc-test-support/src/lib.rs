@@ -370,6 +370,49 @@ pub fn have_python(what: &str) -> bool {
     ok
 }
 
+/// Runs `python3 TOOL ARGS` and checks that it refuses the arguments before it
+/// runs anything: status 2, `words` in its standard error, no traceback, none of
+/// `not_run` (what a run would have printed), within 20 s. Gives the standard
+/// error.
+pub fn python_tool_refuses(tool: &Path, args: &[&str], words: &str, not_run: &str) -> String {
+    let t = Instant::now();
+    let out = Command::new("python3")
+        .arg(tool)
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("running python3");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(words), "{args:?}: {words:?} not in {err}");
+    assert!(
+        !err.contains("Traceback") && !err.contains(not_run),
+        "{args:?}: {err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "{args:?}: {:?}",
+        t.elapsed()
+    );
+    err
+}
+
+/// Two stand-in numpy packages under `dir`, for `PYTHONPATH`: the first fails to
+/// import (numpy absent), the second imports as an empty module (numpy present,
+/// for a tool's checks that come before it uses numpy), whether or not numpy is
+/// installed.
+pub fn stand_in_numpy(dir: &Path) -> (PathBuf, PathBuf) {
+    let (absent, present) = (dir.join("numpy-absent"), dir.join("numpy-present"));
+    for (d, body) in [
+        (&absent, "raise ImportError('no numpy here')\n"),
+        (&present, ""),
+    ] {
+        std::fs::create_dir_all(d.join("numpy")).expect("a stand-in numpy's directory");
+        std::fs::write(d.join("numpy/__init__.py"), body).expect("a stand-in numpy");
+    }
+    (absent, present)
+}
+
 /// Open MPI's `mpirun` (`mpirun.openmpi`, else an `mpirun` that says it is
 /// Open MPI's), or `None` with a line saying the test skips. Panics instead
 /// where `HPC_REQUIRE_MPI=1` (CI, which installs it).

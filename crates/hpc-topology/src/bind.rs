@@ -328,6 +328,15 @@ pub enum BindingDiagnostic {
         /// The launcher that probably bound it.
         launcher: Launcher,
     },
+    /// More threads were requested than the machine has cores, every one of which
+    /// the process may use: no binding to widen (the advice of
+    /// [`BindingDiagnostic::TooFewCores`] would be wrong); the threads share cores.
+    MoreThreadsThanCores {
+        /// Cores of the machine.
+        cores: usize,
+        /// Threads requested.
+        threads: usize,
+    },
 }
 
 impl fmt::Display for BindingDiagnostic {
@@ -342,6 +351,11 @@ impl fmt::Display for BindingDiagnostic {
                 f,
                 "this process is bound to {cores} cores (PUs {cpuset}) but {threads} threads were requested; {}",
                 launcher.advice()
+            ),
+            BindingDiagnostic::MoreThreadsThanCores { cores, threads } => write!(
+                f,
+                "{threads} threads were requested but the machine has {cores} cores, all of \
+                 which this process may use: the threads share cores"
             ),
         }
     }
@@ -384,6 +398,9 @@ pub fn diagnose_binding(
             threads,
             launcher,
         })
+    } else if threads > cores && cores > 0 && cores >= topo.cores.len() {
+        // Nothing bound the process: every core of the machine is in its set.
+        Some(BindingDiagnostic::MoreThreadsThanCores { cores, threads })
     } else if threads > cores && cores > 0 {
         Some(BindingDiagnostic::TooFewCores {
             cpuset: cpuset.clone(),

@@ -159,6 +159,22 @@ fn launcher_single_core_binding_is_reported() {
     assert!(diagnose_binding(&t, &t.pus, 8, Launcher::Unknown)
         .diagnostic
         .is_none());
+    // More threads than the whole machine's cores, none left out by a binding: it
+    // said "this process is bound to 8 cores … launch without CPU binding".
+    let d = diagnose_binding(&t, &t.pus, 9, Launcher::OpenMpi)
+        .diagnostic
+        .unwrap();
+    assert_eq!(
+        d,
+        BindingDiagnostic::MoreThreadsThanCores {
+            cores: 8,
+            threads: 9
+        }
+    );
+    assert!(
+        !d.to_string().contains("bound") && !d.to_string().contains("--bind-to"),
+        "{d}"
+    );
     assert!(diagnose_binding(&t, &one_core, 1, Launcher::OpenMpi)
         .diagnostic
         .is_none());

@@ -107,6 +107,38 @@ pub struct Merged {
     pub ranks: usize,
     /// The ranks, in order.
     pub rank_ids: Vec<usize>,
+    /// The number of ranks of the job, where its rank files say (ranks missing
+    /// from [`Merged::rank_ids`] left no file in the directory).
+    pub job_size: Option<usize>,
+}
+
+impl Merged {
+    /// The ranks of the job (by [`Merged::job_size`]) that left no file (a rank
+    /// killed before it finished its trace, or its file removed or not copied):
+    /// how many, and the first `show` of them (a file may claim 2^31 ranks).
+    ///
+    /// ```
+    /// use hpc_trace::merge::Merged;
+    /// let m = |rank_ids: Vec<usize>, job_size| Merged {
+    ///     events: vec![],
+    ///     meta: serde_json::Value::Null,
+    ///     ranks: rank_ids.len(),
+    ///     rank_ids,
+    ///     job_size,
+    /// };
+    /// assert_eq!(m(vec![1], Some(1 << 31)).missing_ranks(3), ((1 << 31) - 1, vec![0, 2, 3]));
+    /// assert_eq!(m(vec![0, 1], Some(2)).missing_ranks(3), (0, vec![]));
+    /// assert_eq!(m(vec![4], None).missing_ranks(3), (0, vec![]));
+    /// ```
+    pub fn missing_ranks(&self, show: usize) -> (usize, Vec<usize>) {
+        let n = self.job_size.unwrap_or(0);
+        let present = self.rank_ids.iter().filter(|&&r| r < n).count();
+        let first = (0..n)
+            .filter(|r| self.rank_ids.binary_search(r).is_err())
+            .take(show)
+            .collect();
+        (n - present, first)
+    }
 }
 
 impl Merged {
@@ -223,7 +255,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
             None => others.push((path, f)),
         }
     }
-    one_job(&ranks, &others)?;
+    let job_size = one_job(&ranks, &others)?;
     let n_ranks = ranks.len();
     let rank_ids: Vec<usize> = ranks.keys().copied().collect();
     let top = ranks.keys().next_back().map_or(0, |&r| r + 1);
@@ -285,6 +317,7 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
         meta,
         ranks: n_ranks,
         rank_ids,
+        job_size,
     })
 }
 
@@ -294,10 +327,11 @@ pub fn merge_dir(dir: &Path) -> Result<Merged, MergeError> {
 /// proxy's file differs from the others', or the number of ranks of two rank files
 /// differ, or a rank is beyond its job's. Files that do not say are taken as they
 /// are.
+/// Gives the number of ranks of the job, where a rank file says.
 fn one_job(
     ranks: &BTreeMap<usize, (PathBuf, File)>,
     others: &[(PathBuf, File)],
-) -> Result<(), MergeError> {
+) -> Result<Option<usize>, MergeError> {
     let mut size: Option<(usize, &PathBuf)> = None;
     for (&r, (path, f)) in ranks {
         let mixed = |why: String| MergeError::Mixed {
@@ -342,7 +376,7 @@ fn one_job(
             }
         }
     }
-    Ok(())
+    Ok(size.map(|(n, _)| n))
 }
 
 /// What processes sharing `CLOCK_MONOTONIC` have in common: the boot, else the host.

@@ -149,7 +149,7 @@ fn run(args: Args) -> Result<()> {
         .transpose()?;
     // Plans (and, unless --no-pin, binds) for this run's threads per rank.
     let ctx = hpc_rs::init_with(hpc_rs::Options {
-        threads: Some(ra.threads.max(1)),
+        threads: Some(ra.threads().max(1)),
         bind: Some(!ra.no_pin),
         ..Default::default()
     })?;
@@ -160,7 +160,7 @@ fn run(args: Args) -> Result<()> {
         &model,
         size,
         world.local_size(),
-        ra.threads,
+        ra.threads(),
         ra.checkpoint_every.is_some(),
     );
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
@@ -177,7 +177,7 @@ fn run(args: Args) -> Result<()> {
         }
         Err(e) => return Err(e),
     }
-    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "brunel")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads(), !ra.no_pin, "brunel")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.

@@ -515,3 +515,41 @@ fn the_launcher_s_threads_are_the_default_and_the_flag_decides() {
         assert!(text.contains(want), "{var:?} {extra:?}: {text}");
     }
 }
+
+/// An `HPC_THREADS` that is not a number of threads was taken as 1 thread without
+/// a word (`abc`, `-1`), or refused naming `--threads`, a flag not given (`0`,
+/// `99999`). It is refused naming the variable; `--threads` beside it decides.
+#[test]
+fn a_thread_count_from_the_variable_that_is_not_one_is_named() {
+    let dir = tmpdir("threads-var");
+    let long = "7".repeat(100_000);
+    for (i, v) in ["abc", "-1", "0", "99999", "2.5", "", long.as_str()]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = example::command(BRUNEL, &["--order", "20"], &dir.join(format!("o{i}")), &[]);
+        c.args(["--t-sim", "5"]).env(hpc_runtime::env::THREADS, v);
+        let err = refused(&c.output().unwrap());
+        let shown: String = v.chars().take(40).collect();
+        assert!(
+            err.contains(&format!("HPC_THREADS={shown:?}"))
+                && err.contains("(the default of --threads, which `hpc run --threads` sets) is not a number of threads"),
+            "{v:.40}: {err}"
+        );
+        assert!(
+            !err.contains("--threads must") && err.len() < 400,
+            "{v:.40}: {err}"
+        );
+    }
+    let mut c = example::command(BRUNEL, &["--order", "20"], &dir.join("flag"), &[]);
+    c.args(["--t-sim", "5", "--threads", "2"])
+        .env(hpc_runtime::env::THREADS, "abc");
+    let o = c.output().unwrap();
+    ok(&o);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 rank(s) x 2 thread(s)"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,7 +7,11 @@ import argparse
 import os
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    # One line, as for the other packages below, not a traceback.
+    sys.exit("plot.py needs numpy: pip install numpy matplotlib")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "crates", "hpc-spiking", "python"))
@@ -23,7 +27,8 @@ if a.n < 1:
 out = a.out or os.path.splitext(a.spikes)[0] + ".png"
 try:
     # Never into a FIFO (the write would wait for a reader for ever) or a device.
-    hpc_spikes.check_output(out)
+    # Nor onto the spike file read (`--out` naming it would replace it by the figure).
+    hpc_spikes.check_output(out, [a.spikes])
 except hpc_spikes.SpikeFileError as e:
     sys.exit(f"plot.py: {e}")
 hdr, t, ids = read_or_exit(a.spikes, "plot.py")

@@ -329,6 +329,14 @@ class CommandLine(unittest.TestCase):
         finally:
             os.close(fd)
 
+    def test_a_run_of_0_ms_is_said_not_blamed_on_a_missing_t_presim_ms(self):
+        # It read "t_presim_ms 0.0 is not a time before t_sim_ms 0.0", a field the
+        # file (brunel's t_sim = 0) does not have.
+        p = self.file("zero.spk", spk([], header(t_sim_ms=0.0)))
+        r = run(READ_SPIKES, p)
+        self.one_line_error(r, 1, "is valid (0 spikes), but its run is 0 ms long")
+        self.assertNotIn("t_presim_ms", r.stderr)
+
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_plot_and_sonata_tools_end_bad_input_in_one_line(self):
         p = self.file("late.spk", spk([(1, 0), (5000, 0)]))

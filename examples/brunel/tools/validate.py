@@ -7,6 +7,7 @@ and compare mean rate and CV of ISIs. Exit status 1 if a case is out of toleranc
 """
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -25,6 +26,14 @@ ap.add_argument("--keep", metavar="DIR",
                 help="keep each case's output in DIR/case-N: figures and report.html "
                      "with the comparison to NEST (nest.json)")
 a = ap.parse_args()
+# Every argument is checked before the first run (NEST's takes minutes), as the
+# microcircuit's validate.py does: NaN passes every comparison, so finite first.
+if not (math.isfinite(a.t_sim) and a.t_sim > 0):
+    ap.error(f"--t-sim {a.t_sim}: must be a finite number above 0 ms")
+if not (os.path.isfile(a.brunel) and os.access(a.brunel, os.X_OK)):
+    ap.error(f"--brunel {a.brunel}: not an executable file")
+if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
+    ap.error(f"--keep {a.keep}: exists and is not a directory")
 
 cases = [  # (label, order, ce, ci, v_reset)
     ("order 250, CE 100, CI 25, V_reset 0", 250, 100, 25, 0.0),

@@ -149,17 +149,17 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let times = ra.times(dt, model.steps)?;
     let ctx = hpc_rs::init_with(hpc_rs::Options {
-        threads: Some(ra.threads.max(1)),
+        threads: Some(ra.threads().max(1)),
         bind: Some(!ra.no_pin),
         ..Default::default()
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
     // Refused before any of the network is allocated.
-    let need = estimate(&model, size, ra.threads);
+    let need = estimate(&model, size, ra.threads());
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
     check_memory(&args, &model, need, world.local_size(), available)?;
-    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "hpc_benchmark")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads(), !ra.no_pin, "hpc_benchmark")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,

@@ -88,6 +88,28 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
         (vec!["--results", dir], 1, "--results"),
         (vec!["--results", b], 1, "line 2 is not a JSON run"),
         (vec!["--keep", b], 2, "--keep"),
+        (
+            vec!["--seeds-off", "1", "99999999999999999999999"],
+            2,
+            "--seeds-off 99999999999999999999999: a seed is a whole number",
+        ),
+        (vec!["--seeds-plastic", "-1"], 2, "--seeds-plastic -1:"),
+        (
+            vec!["--python", "/dev/null"],
+            2,
+            "--python /dev/null: not an executable file",
+        ),
+        (vec!["--python", f], 2, "not an executable file"),
+        (
+            vec!["--hpc-benchmark", "/dev/zero"],
+            2,
+            "--hpc-benchmark /dev/zero: not an executable file",
+        ),
+        (
+            vec!["--before", "/nonexistent"],
+            2,
+            "--before /nonexistent: not an executable file",
+        ),
     ] {
         let o = validate(&args, Stdio::null());
         let err = String::from_utf8_lossy(&o.stderr);
@@ -154,4 +176,77 @@ fn a_report_to_a_full_device_is_one_line_and_status_1() {
         "{err}"
     );
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// `tools/scaling_model.py` given hostile arguments: `--threads 0`, `--ranks 0` and
+/// `--scale 0` ended in a ZeroDivisionError traceback, `--scale nan`, `-1` and
+/// `1e300`, `--rate nan` and negative counts printed a table of NaN, negative or
+/// 300-digit sizes with status 0, and a table to `/dev/full` ended in a traceback.
+/// Each is refused by name with status 2 (a full device: one line, status 1); the
+/// book's tables are unchanged.
+#[test]
+fn the_scaling_model_refuses_what_it_cannot_model() {
+    if !have_python() {
+        return;
+    }
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/scaling_model.py");
+    let run = |args: &[&str], stdout: Stdio| {
+        Command::new("python3")
+            .arg(&tool)
+            .args(args)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let huge = format!("1{}", "0".repeat(400));
+    for (args, words) in [
+        (&["--threads", "0"][..], "--threads 0: a thread count"),
+        (&["--threads", "1", "-1"][..], "--threads -1:"),
+        (&["--ranks", "0"][..], "--ranks 0: a rank count"),
+        (&["--ranks", huge.as_str()][..], "(401 characters)"),
+        (
+            &["--scale", "0"][..],
+            "--scale 0.0: must be a finite number",
+        ),
+        (&["--scale", "nan"][..], "--scale nan:"),
+        (&["--scale", "-1"][..], "--scale -1.0:"),
+        (&["--scale", "1e300"][..], "--scale 1e+300:"),
+        (
+            &["--rate", "nan"][..],
+            "--rate nan: must be a finite number of Hz",
+        ),
+        (&["--rate", "-5"][..], "--rate -5.0:"),
+    ] {
+        let o = run(args, Stdio::piped());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(words), "{args:?}: {words:?} not in {err}");
+        assert!(
+            !err.contains("Traceback") && err.len() < 600,
+            "{args:?}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: a table was printed");
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = run(&[], Stdio::from(full));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("scaling_model.py: cannot write to standard output")
+            && !err.contains("Traceback"),
+        "{err}"
+    );
+    // The book's figures (plasticity.md) are still printed.
+    let o = run(
+        &["--scale", "4", "--threads", "64", "--ranks", "2"],
+        Stdio::piped(),
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("| 2 | 64 | 90,000 |"), "{table}");
 }

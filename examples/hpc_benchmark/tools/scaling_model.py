@@ -16,6 +16,12 @@ the memory estimate's bytes a neuron, the index's quarter of a byte a source).
 """
 import argparse
 import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "crates", "hpc-spiking", "python"))
+import hpc_spikes  # noqa: E402
 
 K_E, K_I = 9000, 2250          # excitatory and inhibitory inputs of a neuron
 UNIT = 11250                   # neurons a unit of scale
@@ -26,6 +32,10 @@ INDEX = 0.25                   # bytes a source of a SourceIndex
 MEMO = 32 * 1024               # a shard's memo of exp (DELIVERY_MEMO_BYTES)
 TRACE = 16                     # K+ and t_last
 D_S = 1.5e-3                   # exchange interval (s)
+MAX_NEURONS = 1 << 27          # the most neurons hpc_benchmark's ids hold (params.rs)
+MAX_RANKS = 1 << 32
+MAX_THREADS = 4096             # the most threads a rank runs (hpc_spiking::run)
+MAX_RATE = 2000.0              # 1 / t_ref (0.5 ms): no neuron fires faster
 
 
 def drawn(pool, draws):
@@ -70,6 +80,12 @@ def size(x):
     return f"{x:.0f} B"
 
 
+def short(x):
+    """x as text of at most 24 characters (a 300-digit count is not echoed whole)."""
+    t = str(x)
+    return t if len(t) <= 24 else f"{t[:12]}...({len(t)} characters)"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 10, 100, 1000, 10000])
@@ -77,17 +93,35 @@ def main():
     ap.add_argument("--rate", type=float, default=16.4, help="firing rate (Hz)")
     ap.add_argument("--scale", type=float, default=1.0, help="units of scale a rank")
     a = ap.parse_args()
-    print("| ranks P | threads h | neurons N | rows a thread (present E sources; all threads of the rank) "
-          "| beside the synapses, a thread, before / after | traces once per rank, after "
-          "| excitatory rank, before / after | mean rank, before / after | B per exchange |")
-    print("|---:|---:|---:|---|---|---:|---|---|---:|")
+    # Checked before the table: a zero divides by zero, NaN passes every
+    # comparison (so finite first), a negative or huge value prints nonsense.
+    bad_ranks = [p for p in a.ranks if not 1 <= p <= MAX_RANKS]
+    if bad_ranks:
+        ap.error(f"--ranks {short(bad_ranks[0])}: a rank count is a whole number from 1 to {MAX_RANKS}")
+    bad_threads = [h for h in a.threads if not 1 <= h <= MAX_THREADS]
+    if bad_threads:
+        ap.error(f"--threads {short(bad_threads[0])}: a thread count is a whole number from 1 to "
+                 f"{MAX_THREADS}")
+    if not (math.isfinite(a.rate) and 0 <= a.rate <= MAX_RATE):
+        ap.error(f"--rate {a.rate}: must be a finite number of Hz from 0 to {MAX_RATE:g} "
+                 "(1 / t_ref)")
+    top = MAX_NEURONS / UNIT
+    if not (math.isfinite(a.scale) and 1 / UNIT <= a.scale <= top):
+        ap.error(f"--scale {a.scale}: must be a finite number from 1/{UNIT} (a neuron a rank) "
+                 f"to {top:.0f} ({MAX_NEURONS} neurons, hpc_benchmark's most)")
+    lines = ["| ranks P | threads h | neurons N | rows a thread (present E sources; all threads of the rank) "
+             "| beside the synapses, a thread, before / after | traces once per rank, after "
+             "| excitatory rank, before / after | mean rank, before / after | B per exchange |",
+             "|---:|---:|---:|---|---|---:|---|---|---:|"]
     for p in a.ranks:
         for h in a.threads:
             r = rank(p, h, a.rate, a.scale)
-            print(f"| {p:,} | {h} | {r['n']:,.0f} | {r['r_e'] / 1e6:.3g} M ({100 * r['r_e'] / r['ne']:.1f} %; "
-                  f"{r['r_e_rank'] / 1e6:.3g} M) | {size(r['before_sh'])} / {size(r['after_sh'])} "
-                  f"| {size(r['after_rank'])} | {size(r['exc_before'])} / {size(r['exc_after'])} "
-                  f"| {size(r['mean_before'])} / {size(r['mean_after'])} | {size(r['b'])} |")
+            lines.append(f"| {p:,} | {h} | {r['n']:,.0f} | {r['r_e'] / 1e6:.3g} M ({100 * r['r_e'] / r['ne']:.1f} %; "
+                         f"{r['r_e_rank'] / 1e6:.3g} M) | {size(r['before_sh'])} / {size(r['after_sh'])} "
+                         f"| {size(r['after_rank'])} | {size(r['exc_before'])} / {size(r['exc_after'])} "
+                         f"| {size(r['mean_before'])} / {size(r['mean_after'])} | {size(r['b'])} |")
+    # A full disk (> /dev/full) or a closed pipe: one line or status 141, no traceback.
+    hpc_spikes.say("\n".join(lines), "scaling_model.py")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,17 @@ def main():
         p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
         p.error(f"--keep {a.keep}: exists and is not a directory")
+    # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
+    # that is no program after the first of our runs, minutes at scale 1).
+    for flag, seeds in [("--seeds-off", a.seeds_off), ("--seeds-plastic", a.seeds_plastic)]:
+        bad = [s for s in seeds if not 0 <= s < 2**64]
+        if bad:
+            seed = str(bad[0]) if len(str(bad[0])) <= 24 else f"{str(bad[0])[:12]}..."
+            p.error(f"{flag} {seed}: a seed is a whole number from 0 to 2^64 - 1")
+    for flag, prog in [("--hpc-benchmark", a.hpc_benchmark), ("--before", a.before),
+                       ("--python", a.python)]:
+        if prog is not None and not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
+            p.error(f"{flag} {prog}: not an executable file")
     rows = load(a.results)
     tmp = None
     if a.keep:

@@ -133,7 +133,7 @@ fn run(args: Args) -> Result<()> {
         world.local_size(),
         hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes),
     )?;
-    let pool = hpc_spiking::run::thread_pool(&world, ra.threads, !ra.no_pin, "microcircuit")?;
+    let pool = hpc_spiking::run::thread_pool(&world, ra.threads(), !ra.no_pin, "microcircuit")?;
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.

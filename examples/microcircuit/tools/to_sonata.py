@@ -19,7 +19,11 @@ import argparse
 import os
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    # One line, as for the other packages below, not a traceback.
+    sys.exit("to_sonata.py needs numpy: pip install numpy h5py")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "..", "crates", "hpc-spiking", "python"))
@@ -31,10 +35,14 @@ ap.add_argument("out")
 ap.add_argument("--single", metavar="NAME",
                 help="one population NAME with the file's global ids")
 a = ap.parse_args()
+if a.single is not None and (not a.single or "/" in a.single or a.single in (".", "..")):
+    # "" was taken as no --single; "/" would nest HDF5 groups (no SONATA population).
+    ap.error(f"--single {a.single!r}: a population name, not empty, without '/'")
 try:
-    # Never onto a FIFO or a device (the rename below would replace it).
-    hpc_spikes.check_output(a.out)
-    hpc_spikes.check_output(a.out + ".tmp")
+    # Never onto a FIFO or a device (the rename below would replace it), nor onto
+    # the spike file read (replaced by the HDF5 file).
+    hpc_spikes.check_output(a.out, [a.spikes])
+    hpc_spikes.check_output(a.out + ".tmp", [a.spikes])
 except hpc_spikes.SpikeFileError as e:
     sys.exit(f"to_sonata.py: {e}")
 h, t, ids = read_or_exit(a.spikes, "to_sonata.py")

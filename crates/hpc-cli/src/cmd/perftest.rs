@@ -226,7 +226,7 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
         if args.iters.is_none() && size > 65536 {
             iters = (iters * 65536 / size).max(if args.test.is_bw() { 200 } else { 100 });
         }
-        world.barrier()?;
+        wait_for_peer(world, size, iters)?;
         let k = keys[peer];
         match args.test {
             Test::WriteLat => write_lat(&t, &region, &k, me, size, iters)?,
@@ -236,12 +236,27 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
                 bw(&t, args.test, &k, me, peer, size, iters, args.window)?
             }
         }
-        world.barrier()?;
+        wait_for_peer(world, size, iters)?;
     }
     if me == 0 {
         super::say(&"-".repeat(95))?;
     }
     Ok(0)
+}
+
+/// The barrier around each size's measurement. The rank that only waits (the
+/// target of a one-sided test) waits there while the other measures; a
+/// measurement longer than the job's timeout failed there with "barrier timed out
+/// after 30s: still waiting for rank(s) 0" alone, so the error says what to change.
+fn wait_for_peer(world: &World, size: usize, iters: usize) -> anyhow::Result<()> {
+    world.barrier().map_err(|e| match e {
+        hpc_runtime::Error::Timeout { .. } => anyhow::anyhow!(
+            "{e}: the measurement of {size} bytes x {iters} iterations did not end within \
+             the job's timeout; give fewer --iters or a longer timeout (hpc run --timeout, \
+             HPC_TIMEOUT)"
+        ),
+        e => e.into(),
+    })
 }
 
 fn print_lat(size: usize, mut us: Vec<f64>) -> anyhow::Result<()> {

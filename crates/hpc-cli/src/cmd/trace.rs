@@ -72,6 +72,25 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             check_not_an_input(&dir, &output)?;
             let merged = merge(&dir)?;
             super::replace_file(&output, &merged.to_json())?;
+            let (missing, first) = merged.missing_ranks(8);
+            if missing > 0 {
+                // Written, but not the whole job: said, as `hpc run --trace` does.
+                use std::io::Write as _;
+                let mut list: Vec<String> = first.iter().map(|r| r.to_string()).collect();
+                if missing > first.len() {
+                    list.push(format!("and {} more", missing - first.len()));
+                }
+                super::job::note!(
+                    "hpc trace merge: {} holds no trace of rank(s) {} of its job of {} ranks \
+                     (killed before its trace was finished, or the file removed); {} has \
+                     the other {}",
+                    dir.display(),
+                    list.join(", "),
+                    merged.job_size.unwrap_or(0),
+                    output.display(),
+                    merged.ranks
+                );
+            }
             Ok(0)
         }
         Sub::Svg {

@@ -1,0 +1,103 @@
+//! `tools/validate.py` and `tools/plot.py` given hostile arguments: each refused
+//! by name before anything runs (validate.py ran NEST's reference first, minutes
+//! with NEST installed, then the binary on values it refuses; the microcircuit's
+//! validate.py already checked), never a traceback, never written over their input.
+//!
+//! Without `python3` the tests say so and pass, unless `HPC_REQUIRE_PYTHON=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tools() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("brunel-tools-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn python(args: &[&std::ffi::OsStr], pythonpath: Option<&Path>) -> Output {
+    let mut c = Command::new("python3");
+    c.args(args).env("PYTHONDONTWRITEBYTECODE", "1");
+    if let Some(p) = pythonpath {
+        c.env("PYTHONPATH", p);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_run() {
+    if !hpc_test_support::have_python("brunel's validate.py test") {
+        return;
+    }
+    let tool = tools().join("validate.py");
+    let bin = env!("CARGO_BIN_EXE_brunel");
+    let dir = scratch("validate");
+    let fifo = dir.join("fifo");
+    hpc_test_support::mkfifo(&fifo);
+    let fifo = fifo.to_str().unwrap();
+    for (args, words) in [
+        (
+            &["--brunel", bin, "--t-sim", "nan"][..],
+            "--t-sim nan: must be a finite number above 0 ms",
+        ),
+        (&["--brunel", bin, "--t-sim", "-1"][..], "--t-sim -1.0:"),
+        (&["--brunel", bin, "--t-sim", "inf"][..], "--t-sim inf:"),
+        (&["--brunel", bin, "--t-sim", "0"][..], "--t-sim 0.0:"),
+        (
+            &["--brunel", bin, "--keep", "/dev/null"][..],
+            "--keep /dev/null: exists and is not a directory",
+        ),
+        (
+            &["--brunel", "/dev/zero"][..],
+            "--brunel /dev/zero: not an executable file",
+        ),
+        (&["--brunel", fifo][..], "not an executable file"),
+    ] {
+        hpc_test_support::python_tool_refuses(&tool, args, words, "nest");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `plot.py` without numpy ended in a ModuleNotFoundError traceback (its missing
+/// matplotlib was one line); `--out` naming the spike file it reads would replace
+/// it by the figure. A stand-in numpy on `PYTHONPATH` makes both the same with
+/// or without numpy installed.
+#[test]
+fn the_plot_tool_says_what_it_needs_and_keeps_its_input() {
+    if !hpc_test_support::have_python("brunel's plot.py test") {
+        return;
+    }
+    let dir = scratch("plot");
+    let spikes = dir.join("s.spk");
+    std::fs::write(&spikes, b"keep").unwrap();
+    let plot = tools().join("plot.py");
+    let (absent, present) = hpc_test_support::stand_in_numpy(&dir);
+    let o = python(&[plot.as_os_str(), spikes.as_os_str()], Some(&absent));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("plot.py needs numpy") && !err.contains("Traceback"),
+        "{err}"
+    );
+    let o = python(
+        &[
+            plot.as_os_str(),
+            spikes.as_os_str(),
+            "--out".as_ref(),
+            spikes.as_os_str(),
+        ],
+        Some(&present),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is the input") && !err.contains("Traceback"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&spikes).unwrap(), b"keep");
+    let _ = std::fs::remove_dir_all(&dir);
+}
