@@ -253,7 +253,8 @@ fn wait_for_peer(world: &World, size: usize, iters: usize) -> anyhow::Result<()>
         hpc_runtime::Error::Timeout { .. } => anyhow::anyhow!(
             "{e}: the measurement of {size} bytes x {iters} iterations did not end within \
              the job's timeout; give fewer --iters or a longer timeout (hpc run --timeout, \
-             HPC_TIMEOUT)"
+             {})",
+            hpc_env::TIMEOUT
         ),
         e => e.into(),
     })
