@@ -864,6 +864,22 @@ fn input_redirected_to_hpc_run_that_no_rank_reads_is_warned_about() {
         err.contains("standard input is a file") && err.contains("/dev/null"),
         "{err}"
     );
+    // Said in the help and the manual page (the long help was replaced by the
+    // subcommand's one-line doc comment, and shown in neither).
+    let help = String::from_utf8_lossy(&hpc(&["run", "--help"]).stdout).into_owned();
+    assert!(
+        help.contains("128+signal") && help.contains("/dev/null"),
+        "{help}"
+    );
+    let pages = dir.join("man");
+    assert!(hpc(&["man", "--dir", pages.to_str().unwrap()])
+        .status
+        .success());
+    let man = std::fs::read_to_string(pages.join("hpc-run.1")).unwrap();
+    assert!(
+        man.contains("128+signal") && man.contains("/dev/null"),
+        "{man}"
+    );
     for stdin in [std::fs::File::open(&empty).unwrap().into(), Stdio::null()] {
         let o = run(stdin);
         assert!(!stderr(&o).contains("standard input"), "{}", stderr(&o));
