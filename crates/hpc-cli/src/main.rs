@@ -49,7 +49,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Launch N ranks of a program on this machine.
+    // Its about, long about and examples are `cmd::run::Args`'s: a doc comment here
+    // would replace them with its one line (the long about, with the exit statuses,
+    // was then in neither `--help` nor the manual page).
     Run(cmd::run::Args),
     /// Write a new application workspace: program, `cargo xtask image`, Slurm script.
     New(cmd::new::Args),

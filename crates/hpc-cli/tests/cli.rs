@@ -2,7 +2,7 @@
 //! help examples, value enums and exit codes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use hpc_test_support::output;
 
@@ -836,6 +836,72 @@ fn a_closed_pipe_ends_quietly_with_141() {
     ]));
     assert_eq!(status.code(), Some(141), "{err}");
     assert!(err.is_empty(), "{err}");
+}
+
+/// Every rank's standard input is `/dev/null`: a file redirected to `hpc run` (as
+/// to `mpirun`, which hands it to rank 0) was lost without a word; it is warned
+/// about, and an empty or absent input is not.
+#[test]
+fn input_redirected_to_hpc_run_that_no_rank_reads_is_warned_about() {
+    let dir = std::env::temp_dir().join(format!("hpc-cli-stdin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("input");
+    std::fs::write(&input, "1 2 3\n").unwrap();
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let run = |stdin: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["run", "-n", "1", "--", "cat"])
+            .stdin(stdin)
+            .output()
+            .unwrap()
+    };
+    let o = run(std::fs::File::open(&input).unwrap().into());
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(o.stdout.is_empty(), "a rank read the input");
+    assert!(
+        err.contains("standard input is a file") && err.contains("/dev/null"),
+        "{err}"
+    );
+    // Said in the help and the manual page (the long help was replaced by the
+    // subcommand's one-line doc comment, and shown in neither).
+    let help = String::from_utf8_lossy(&hpc(&["run", "--help"]).stdout).into_owned();
+    assert!(
+        help.contains("128+signal") && help.contains("/dev/null"),
+        "{help}"
+    );
+    let pages = dir.join("man");
+    assert!(hpc(&["man", "--dir", pages.to_str().unwrap()])
+        .status
+        .success());
+    let man = std::fs::read_to_string(pages.join("hpc-run.1")).unwrap();
+    assert!(
+        man.contains("128+signal") && man.contains("/dev/null"),
+        "{man}"
+    );
+    for stdin in [std::fs::File::open(&empty).unwrap().into(), Stdio::null()] {
+        let o = run(stdin);
+        assert!(!stderr(&o).contains("standard input"), "{}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A latency test's `--size` that needs more memory than there is names the flags
+/// that set it: it named `--window 64`, which a latency test does not use.
+#[test]
+fn a_latency_test_too_large_names_its_iterations_not_a_window() {
+    for test in ["read_lat", "write_lat", "send_lat"] {
+        let o = hpc(&["perftest", test, "-s", "18446744073709551615", "-n", "7"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{test}: {err}");
+        assert!(
+            err.contains("--size 18446744073709551615 with --iters 7") && !err.contains("--window"),
+            "{test}: {err}"
+        );
+    }
+    let o = hpc(&["perftest", "read_bw", "-s", "18446744073709551615"]);
+    assert!(stderr(&o).contains("with --window 64"), "{}", stderr(&o));
 }
 
 #[test]

@@ -185,7 +185,8 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
 }
 
 /// The log filter `HPC_LOG` asks for, or `warn`, and what was wrong with it if it
-/// could not be read (not UTF-8, not a filter), naming the variable: the warning
+/// is not a filter, naming the variable (one that is not UTF-8 is left to [`init`],
+/// which refuses it; `warn` meanwhile): the warning
 /// for the caller to log once its subscriber is installed. [`init`] uses it, and
 /// so do programs that install a subscriber of their own.
 ///
@@ -197,7 +198,10 @@ pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
     match runtime::env::var(runtime::env::LOG) {
         Ok(None) => (EnvFilter::new("warn"), None),
-        Err(e) => (EnvFilter::new("warn"), Some(format!("{e}; using warn"))),
+        // Not UTF-8: [`init`] (its `World::init`) refuses any variable of ours
+        // that is not, naming it; a warning here that warnings are logged would
+        // only be overruled by that refusal.
+        Err(_) => (EnvFilter::new("warn"), None),
         Ok(Some(v)) => match EnvFilter::try_new(&v) {
             Ok(f) => (f, None),
             Err(e) => (

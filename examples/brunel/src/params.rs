@@ -291,6 +291,15 @@ impl Model {
         }
         let ref_steps = steps_of("t_ref", p.t_ref, p.dt)?;
         let steps = steps_of("t_sim", p.t_sim, p.dt)?;
+        // As hpc_benchmark and the microcircuit: a run of no step writes a spike
+        // file with nothing to read (its window (0, 0] is empty).
+        if steps == 0 {
+            bail!(
+                "t_sim = {} ms is not a step of dt = {} ms: it must be at least one step",
+                num(p.t_sim),
+                num(p.dt)
+            );
+        }
         if steps >= u32::MAX as u64 - 1 - delay_steps {
             bail!(
                 "t_sim = {} ms is too long: {} steps of dt = {} ms, at most 2^32 - 2 - {delay_steps} \
@@ -434,6 +443,14 @@ mod tests {
                 "t_sim = 1e300",
                 &["t_sim = 1e300 ms is too long: 1e301 steps"][..],
             ),
+            // Pass 12: a run of no step was accepted (0 ms, -0 ms, less than a
+            // step), where hpc_benchmark and the microcircuit refuse it.
+            (
+                "t_sim = 0.0",
+                &["t_sim = 0 ms is not a step of dt = 0.1 ms"][..],
+            ),
+            ("t_sim = -0.0", &["t_sim = -0 ms is not a step"][..]),
+            ("t_sim = 1e-300", &["t_sim = 1e-300 ms is not a step"][..]),
         ] {
             let e = Params::from_toml_str(toml, Preset::Paper)
                 .and_then(Model::new)

@@ -466,6 +466,22 @@ fn a_log_filter_that_is_not_one_is_named() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An `HPC_LOG` that is not UTF-8 is refused naming it, without a warning first that
+/// the run goes on logging warnings (the refusal overruled it a line later).
+#[test]
+fn a_log_variable_that_is_not_utf8_is_refused_without_a_warning_first() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tmpdir("log-not-utf8");
+    let o = example::command(BRUNEL, MODEL, &dir.join("out"), &["--t-sim", "5"])
+        .env(hpc_runtime::env::LOG, std::ffi::OsStr::from_bytes(b"\xff"))
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    let named = err.contains("HPC_LOG=") && err.contains("is not valid UTF-8");
+    assert!(named && !err.contains("using warn"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--restart` of a path that does not exist says so; it read "no checkpoint in X
 /// (no step-* directory)", as if X were an empty checkpoint directory.
 #[test]

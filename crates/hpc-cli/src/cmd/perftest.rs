@@ -139,10 +139,14 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
     } else {
         8 * args.iters.unwrap_or(1000) as u128
     };
-    super::check_memory(
-        &format!("--size {size} with --window {}", args.window),
-        size.max(8) + 16 + size * buffers + times,
-    )
+    // The flags that set the memory: a latency test has no window (naming
+    // `--window 64` there sent the user to a flag that changes nothing).
+    let what = if args.test.is_bw() {
+        format!("--size {size} with --window {}", args.window)
+    } else {
+        format!("--size {size} with --iters {}", args.iters.unwrap_or(1000))
+    };
+    super::check_memory(&what, size.max(8) + 16 + size * buffers + times)
 }
 
 /// Runs the test on this rank.

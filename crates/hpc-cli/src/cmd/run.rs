@@ -39,7 +39,9 @@ pub const MAX_RANKS_PER_CPU: usize = 64;
         which hpc run keeps for itself). HPC_TIMEOUT and HPC_THREADS of the environment \
         (or -x) reach the ranks and the coordinator unless --timeout or --threads are given. \
         Output that cannot be written (a full disk) stops the job with exit status 125; \
-        a closed pipe stops it with 141, without a message. -x cannot give the \
+        a closed pipe stops it with 141, without a message. The ranks' standard input is \
+        empty (/dev/null): hpc run does not hand its own to any rank (a file redirected \
+        to it is warned about). -x cannot give the \
         variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...).",
     after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
 )]
@@ -438,6 +440,21 @@ fn proxy_command(plan: &bind::Plan, node_ranks: &[usize]) -> anyhow::Result<Stri
     })
 }
 
+/// Warns when `stdin` (this process's standard input) is a file with something in
+/// it: every rank's standard input is `/dev/null`, so `hpc run -n 4 -- ./app <
+/// input` (where `mpirun` hands the file to rank 0) would run on no input without
+/// a word. Returns whether it warned.
+fn warn_if_input_is_lost(stdin: &Path) -> bool {
+    let lost = std::fs::metadata(stdin).is_ok_and(|m| m.is_file() && m.len() > 0);
+    if lost {
+        note!(
+            "hpc run: warning: standard input is a file of bytes that no rank reads \
+             (every rank's standard input is /dev/null); pass the file's name to the program"
+        );
+    }
+    lost
+}
+
 /// Runs `hpc run`.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     // The CPUs this process may run on (cgroups, taskset, an outer launcher).
@@ -450,6 +467,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let mut settings = settings(&args, std::env::vars_os())
         .map_err(|e| super::UsageError(hpc_io::message::chain(e.as_ref())))?;
     let program = resolve_program(Path::new(&args.command[0]))?;
+    warn_if_input_is_lost(Path::new("/proc/self/fd/0"));
     let n = args.np;
     let plan = bind::plan(args.bind, n, settings.threads, args.progress)
         .context("computing the placement for --bind")?;
