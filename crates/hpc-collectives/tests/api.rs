@@ -763,3 +763,45 @@ fn exchanges_send_the_bare_input_from_the_send_buffer() {
         }
     }
 }
+
+/// Binomial reduce: a rank that receives from children gets one scratch
+/// buffer per child, up to two (they alternate, so that reducing one child's
+/// data overlaps receiving the next), and an accumulator unless it is the
+/// root (which accumulates in its receive buffer); a leaf gets none. The
+/// root receives from `ceil(log2 p)` children.
+#[test]
+fn reduce_scratch_per_child_up_to_two() {
+    for p in 1..=9usize {
+        for root in 0..p {
+            // 64 bytes: every scratch buffer starts at a multiple of 64.
+            let c = Collective::Reduce {
+                root,
+                count: 16,
+                dtype: DataType::I32,
+                op: ReduceOp::Sum,
+            };
+            for r in 0..p {
+                let s = c
+                    .schedule(r, p, &Options::with_algorithm(Algorithm::Binomial))
+                    .unwrap();
+                let children = s
+                    .steps()
+                    .filter(|st| matches!(st, Step::Recv { .. }))
+                    .count();
+                if r == root {
+                    assert_eq!(children, p.next_power_of_two().ilog2() as usize);
+                }
+                let buffers = if children == 0 {
+                    0
+                } else {
+                    children.min(2) + usize::from(r != root)
+                };
+                assert_eq!(
+                    s.scratch_bytes,
+                    64 * buffers,
+                    "rank {r} of {p}, root {root}"
+                );
+            }
+        }
+    }
+}

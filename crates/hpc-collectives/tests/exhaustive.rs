@@ -219,6 +219,27 @@ fn round_counts() {
             dtype: DataType::U8,
         };
         assert_eq!(rounds(&b, p, Algorithm::Binomial), log);
+        // Van de Geijn: the scatter's levels (the root sends at each), then
+        // the ring allgather's p - 1 steps.
+        assert_eq!(rounds(&b, p, Algorithm::ScatterAllgather), log + p - 1);
+        // Binomial gather and scatter: a round per tree level, the root's own
+        // block copied beside its first exchange; a root other than 0 adds
+        // the rotation of its buffer into rank order (after gather, before
+        // scatter).
+        for (root, rotation) in [(0, 0), (p - 1, 1)] {
+            let g = Collective::Gather {
+                root,
+                count: 3,
+                dtype: DataType::U8,
+            };
+            let s = Collective::Scatter {
+                root,
+                count: 3,
+                dtype: DataType::U8,
+            };
+            assert_eq!(rounds(&g, p, Algorithm::Binomial), log + rotation);
+            assert_eq!(rounds(&s, p, Algorithm::Binomial), log + rotation);
+        }
         let ag = Collective::Allgather {
             count: 10,
             dtype: DataType::U8,
