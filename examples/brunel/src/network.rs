@@ -216,8 +216,10 @@ impl Connectivity {
         }
     }
 
-    /// The local targets of source `s`, sorted.
-    pub fn row(&self, s: u32) -> Vec<u32> {
+    /// The local targets of source `s`, sorted (for the tests: delivery reads
+    /// [`Connectivity::rows`]).
+    #[cfg(test)]
+    fn row(&self, s: u32) -> Vec<u32> {
         match self.rows() {
             Rows::Narrow(c) => c.row(s).iter().map(|&t| t as u32).collect(),
             Rows::Wide(c) => c.row(s).to_vec(),
