@@ -15,6 +15,7 @@ use crate::backoff::Backoff;
 use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
+use crate::sig::Sig;
 use crate::proxy::Client;
 use crate::sync::lock;
 
@@ -102,6 +103,7 @@ impl Host {
             stage: job.stage.take(),
         };
         let op = Op::new(job.seq, sched, bufs);
+        lock(&op.data).sig = Sig::of(&job.coll);
         self.submit(&op)?;
         Ok(op)
     }
@@ -338,6 +340,13 @@ impl Pending for Op {
                         rank: world[rank],
                         detail,
                     },
+                    Error::CollectiveMismatch { rank, ours, theirs } => {
+                        Error::CollectiveMismatch {
+                            rank: world[rank],
+                            ours,
+                            theirs,
+                        }
+                    }
                     Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }
                     }

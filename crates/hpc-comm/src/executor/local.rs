@@ -7,6 +7,7 @@ use hpc_collectives::Region;
 use super::{Core, OpData, P2P_SEQ};
 use crate::board::{self, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
+use crate::sig::Sig;
 
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;
@@ -14,10 +15,17 @@ pub(super) const REJECTED: u64 = 1;
 /// A message (or part of one) announced by a peer and not yet copied.
 #[derive(Debug)]
 pub(super) enum Arrived {
-    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`).
-    Whole { addr: u64, len: u64 },
-    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`.
-    Chunk { slot: usize, index: u64, total: u64 },
+    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`),
+    /// of a collective whose signature is `sig`.
+    Whole { addr: u64, len: u64, sig: u32 },
+    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`,
+    /// of a collective whose signature is `sig`.
+    Chunk {
+        slot: usize,
+        index: u64,
+        total: u64,
+        sig: u32,
+    },
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
     Rest { addr: u64, total: u64 },
@@ -45,6 +53,18 @@ pub(super) fn all_slots(n: usize) -> u64 {
 }
 
 impl Arrived {
+    /// The signature its sender sent with it, where that is not `ours`
+    /// (`None` too for a piece that carries none: the rest of a message,
+    /// and a message from another node).
+    pub(super) fn other_sig(&self, ours: Sig) -> Option<Sig> {
+        match *self {
+            Arrived::Whole { sig, .. } | Arrived::Chunk { sig, .. } if sig != ours.0 => {
+                Some(Sig(sig))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this piece starts its message.
     pub(super) fn starts(&self) -> bool {
         match *self {
@@ -110,6 +130,7 @@ impl Core {
         if self.freed[peer] != 0 {
             let d = Desc {
                 kind: FREE,
+                sig: 0,
                 tag: 0,
                 addr: self.freed[peer],
                 len: 0,
@@ -159,6 +180,7 @@ impl Core {
                         Arrived::Whole {
                             addr: d.addr,
                             len: d.len,
+                            sig: d.sig,
                         },
                     ),
                     DATA => {
@@ -170,14 +192,23 @@ impl Core {
                                 slot,
                                 index,
                                 total: d.len,
+                                sig: d.sig,
                             };
                             if a.is_last() {
                                 self.discard.remove(&key);
                             }
                             self.free_slot(src, slot);
                         } else {
-                            let total = d.len;
-                            self.queue(key, Arrived::Chunk { slot, index, total });
+                            let (total, sig) = (d.len, d.sig);
+                            self.queue(
+                                key,
+                                Arrived::Chunk {
+                                    slot,
+                                    index,
+                                    total,
+                                    sig,
+                                },
+                            );
                         }
                     }
                     TAIL => {
@@ -203,7 +234,7 @@ impl Core {
                         self.free_slots |= back;
                     }
                     FIN if d.addr == REJECTED => {
-                        self.rejected.insert((src, d.tag));
+                        self.rejected.insert((src, d.tag), Sig(d.sig));
                     }
                     FIN => *self.fins.entry((src, d.tag)).or_default() += 1,
                     k => tracing::warn!(kind = k, src, "unknown descriptor"),
@@ -217,13 +248,50 @@ impl Core {
     /// still to come are handed back as they arrive, and the sender learns
     /// it from a refusing FIN. Returns the operation's error.
     pub(super) fn refuse(&mut self, peer: usize, tag: u64, sent: usize, expected: usize) -> Error {
+        self.refuse_message(peer, tag, None, Sig::NONE);
+        size_mismatch(peer, sent, expected)
+    }
+
+    /// Refuses the message of `tag` from `peer` whose signature `theirs`
+    /// is not this operation's `ours` (another collective's: another type,
+    /// operation or root), its first piece `held` where it was taken from
+    /// the matcher already, as [`Core::refuse`] refuses a size; the refusing
+    /// `FIN` carries `ours`, so that its sender names the mismatch too.
+    /// Returns the operation's error.
+    pub(super) fn refuse_sig(
+        &mut self,
+        peer: usize,
+        tag: u64,
+        held: Option<Arrived>,
+        ours: Sig,
+        theirs: Sig,
+    ) -> Error {
+        self.refuse_message(peer, tag, held, ours);
+        Error::CollectiveMismatch {
+            rank: peer,
+            ours: ours.describe(),
+            theirs: theirs.describe(),
+        }
+    }
+
+    /// What [`Core::refuse`] and [`Core::refuse_sig`] share: the message's
+    /// pieces (`held`, then the matcher's) dropped and their slots handed
+    /// back, the pieces still to come discarded as they arrive, and a
+    /// refusing `FIN` carrying `fin_sig` to a sender on this node.
+    fn refuse_message(&mut self, peer: usize, tag: u64, held: Option<Arrived>, fin_sig: Sig) {
         let key = (peer, tag);
         if self.is_remote(peer) {
             // A whole message from another node: dropped, its sender is done.
             self.matcher.take(&key);
-            return size_mismatch(peer, sent, expected);
+            return;
         }
         let mut ended = false;
+        if let Some(b) = held {
+            if let Arrived::Chunk { slot, .. } = b {
+                self.free_slot(peer, slot);
+            }
+            ended = b.is_last();
+        }
         while !ended {
             let Some(b) = self.matcher.take(&key) else {
                 break;
@@ -240,13 +308,13 @@ impl Core {
             peer,
             Desc {
                 kind: FIN,
+                sig: fin_sig.0,
                 tag,
                 addr: REJECTED,
                 len: 0,
             },
             true,
         );
-        size_mismatch(peer, sent, expected)
     }
 
     /// Lands `a`, a piece of the message for `region` of which `got` bytes
@@ -353,6 +421,7 @@ impl Core {
                 peer,
                 Desc {
                     kind: DATA,
+                    sig: d.sig.0,
                     tag,
                     addr: slot as u64 | index << 16,
                     len: total as u64,
@@ -369,6 +438,7 @@ impl Core {
                 peer,
                 Desc {
                     kind: if off == 0 { RTS } else { TAIL },
+                    sig: d.sig.0,
                     tag,
                     // SAFETY: off <= total: at most one past the region's end.
                     addr: unsafe { p.add(off) } as u64,

@@ -34,6 +34,7 @@ use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 use crate::board::{Board, Desc, FIN};
 use crate::error::Error;
 use crate::job::Stage;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
@@ -236,6 +237,10 @@ pub(crate) enum Status {
 /// The mutable part of an operation.
 pub(crate) struct OpData {
     pub seq: u64,
+    /// What its peers must agree on ([`Sig::NONE`] for a point-to-point
+    /// message): its messages carry it, and one that arrives with another
+    /// fails it.
+    pub sig: Sig,
     pub sched: Schedule,
     pub bufs: Buffers,
     /// The schedule's interpreter: the round, its open sends and receives.
@@ -276,6 +281,7 @@ impl Op {
         Arc::new(Op {
             data: Mutex::new(OpData {
                 seq,
+                sig: Sig::NONE,
                 sched,
                 bufs,
                 m,
@@ -360,7 +366,10 @@ pub(crate) struct Core {
     /// handed back as they arrive.
     discard: std::collections::HashSet<(usize, u64)>,
     fins: HashMap<(usize, u64), usize>,
-    rejected: std::collections::HashSet<(usize, u64)>,
+    /// Messages of this rank that their receiver refused, by (receiver,
+    /// tag): with the receiver's signature where it refused another
+    /// collective's message ([`Sig::NONE`] for a size or type refusal).
+    rejected: HashMap<(usize, u64), Sig>,
     outq: Vec<VecDeque<Desc>>,
     /// Per peer: whether what waits in `outq` is worth waking its progress
     /// agent for (see [`Core::flush_peer`]).
@@ -408,7 +417,7 @@ impl Core {
             agent_core: false,
             discard: std::collections::HashSet::new(),
             fins: HashMap::new(),
-            rejected: std::collections::HashSet::new(),
+            rejected: HashMap::new(),
             outq: vec![VecDeque::new(); size],
             wake: vec![false; size],
             net,
@@ -605,7 +614,7 @@ impl Core {
         } else {
             // Refusals of point-to-point sends that no open send took this
             // pass: they completed before (staged), the receiver reports it.
-            self.rejected.retain(|k| k.1 >> 32 != P2P_SEQ);
+            self.rejected.retain(|k, _| k.1 >> 32 != P2P_SEQ);
         }
         moved |= self.flush();
         moved
@@ -618,7 +627,14 @@ impl Core {
         // already completed (staged): the operation fails here, not in a
         // later round that waits for the refusing rank.
         if let Some(key) = self.refused(d) {
-            self.rejected.remove(&key);
+            let theirs = self.rejected.remove(&key).unwrap_or(Sig::NONE);
+            if theirs != Sig::NONE && theirs != d.sig {
+                return Err(Error::CollectiveMismatch {
+                    rank: key.0,
+                    ours: d.sig.describe(),
+                    theirs: theirs.describe(),
+                });
+            }
             return Err(Error::CountMismatch {
                 rank: key.0,
                 detail: format!(
@@ -670,6 +686,12 @@ impl Core {
                     sent,
                     expected,
                 }) => {
+                    // Another collective's message (another type's, say) is
+                    // named as that rather than by its size.
+                    let key = (peer, tag64(seq, tag));
+                    if let Some(theirs) = self.matcher.peek(&key).and_then(|a| a.other_sig(d.sig)) {
+                        return Err(self.refuse_sig(peer, key.1, None, d.sig, theirs));
+                    }
                     let e = self.refuse(peer, tag64(seq, tag), sent, expected);
                     return Err(if seq == P2P_SEQ {
                         Error::MessageLength {
@@ -736,6 +758,11 @@ impl Core {
                     got,
                     arrival,
                 } => {
+                    // A message of a collective that its sender's signature
+                    // says is another: refused whole, none of it landed.
+                    if let Some(theirs) = arrival.other_sig(d.sig) {
+                        return Err(self.refuse_sig(peer, tag64(seq, tag), Some(arrival), d.sig, theirs));
+                    }
                     // Whether the piece came by cross-memory attach (then the sender
                     // waits for a FIN before it may reuse its buffer).
                     let by_cma = matches!(arrival, Arrived::Whole { .. } | Arrived::Rest { .. })
@@ -749,6 +776,7 @@ impl Core {
                             peer,
                             Desc {
                                 kind: FIN,
+                                sig: 0,
                                 tag: tag64(seq, tag),
                                 addr: 0,
                                 len: 0,
@@ -801,12 +829,12 @@ impl Core {
     /// refused send that completed already was the receiver's error).
     fn refused(&self, d: &OpData) -> Option<(usize, u64)> {
         if d.seq != P2P_SEQ {
-            return self.rejected.iter().find(|k| k.1 >> 32 == d.seq).copied();
+            return self.rejected.keys().find(|k| k.1 >> 32 == d.seq).copied();
         }
         d.m.open_sends()
             .iter()
             .map(|&(p, t)| (p, tag64(P2P_SEQ, t)))
-            .find(|k| self.rejected.contains(k))
+            .find(|k| self.rejected.contains_key(k))
     }
 
     /// Binds a point-to-point receive to the earliest announced message

@@ -65,6 +65,7 @@ impl Kind {
     pub(crate) fn desc(self, tag: u64, addr: u64, len: u64) -> Desc {
         Desc {
             kind: self as u32,
+            sig: 0,
             tag,
             addr,
             len,
@@ -95,6 +96,10 @@ pub(crate) enum Code {
     OverCap = 5,
     /// The proxy could not allocate the collective's memory (`len`: the bytes).
     NoMemory = 6,
+    /// The ranks' parts are not the same collective: another kind, element
+    /// type, reduction or root (`len`: the other rank in the high 32 bits,
+    /// its collective's signature, [`Sig`](crate::sig::Sig), in the low 32).
+    Disagree = 7,
 }
 
 impl Code {
@@ -107,6 +112,7 @@ impl Code {
             4 => Code::NodeLost,
             5 => Code::OverCap,
             6 => Code::NoMemory,
+            7 => Code::Disagree,
             _ => Code::Failed,
         }
     }

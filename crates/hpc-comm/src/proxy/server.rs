@@ -27,6 +27,7 @@ use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::shm::ShmRef;
+use crate::sig::Sig;
 
 /// One rank's collective in the proxy.
 struct VOp {
@@ -306,7 +307,7 @@ impl Proxy {
     /// (the edge: the typed outcome becomes the `DONE` descriptor's code and
     /// word).
     fn answer(&mut self, seq: u64, rank: usize, outcome: &Outcome) {
-        let (code, aux) = outcome.wire();
+        let (code, aux) = outcome.wire_to(rank);
         self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
     }
 
@@ -560,7 +561,7 @@ impl Proxy {
     /// One descriptor from rank `r`.
     fn handle(&mut self, r: usize, d: Desc) {
         match Kind::from_wire(d.kind) {
-            Some(Kind::Submit) if !self.session.submit(d.tag, r) => {}
+            Some(Kind::Submit) if !self.session.submit(d.tag, r, Sig(d.sig)) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
                 Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
                     // It runs from here on (no `ready`: see `settle`).

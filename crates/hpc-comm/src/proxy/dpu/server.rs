@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::proxy::memory::{footprint, try_filled, Budget, Refusal};
 use crate::proxy::net::{closed, tag64, ProxyNet, TRAILER};
 use crate::proxy::session::{Effect, Outcome};
+use crate::sig::Sig;
 use crate::proxy::steps::{Run, RunError};
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Transport};
@@ -569,7 +570,7 @@ impl Server {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
-        if c.session.submit(seq, slot) {
+        if c.session.submit(seq, slot, Sig::of(req.0)) {
             if let Err(o) = self.take_part(id, slot, seq, req) {
                 if let Some(c) = self.comms.get_mut(&id) {
                     c.session.refuse(seq, slot, o);
@@ -656,8 +657,14 @@ impl Server {
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
     fn send_answer(&mut self, r: usize, w: u64, o: &Outcome) {
+        self.send_answer_to(r, w, o, usize::MAX);
+    }
+
+    /// [`Server::send_answer`] to the communicator's rank `rank` (a
+    /// disagreement names to each rank the other one).
+    fn send_answer_to(&mut self, r: usize, w: u64, o: &Outcome, rank: usize) {
         // The edge: the typed outcome becomes the wire's code and word.
-        let (code, aux) = o.wire();
+        let (code, aux) = o.wire_to(rank);
         let a = Answer {
             code: code as u8,
             aux,
@@ -895,7 +902,8 @@ impl Server {
                 Effect::Answer { seq, slot, outcome } => {
                     if let Some(local) = c.locals[slot] {
                         let link = c.links[slot];
-                        self.send_answer(link, wire(local, seq), &outcome);
+                        let rank = c.ranks[slot];
+                        self.send_answer_to(link, wire(local, seq), &outcome, rank);
                     }
                 }
                 Effect::Tell { seq, outcome } => {

@@ -20,6 +20,7 @@
 use std::collections::VecDeque;
 
 use super::{Ended, Outcome};
+use crate::sig::Sig;
 
 /// What a rank's cancel of its collective does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +143,9 @@ struct Coll {
     finished: bool,
     /// The bytes of the server's budget its parts hold.
     held: u64,
+    /// The slot of the first part submitted and its collective's signature,
+    /// which every other part's must equal.
+    sig: Option<(usize, Sig)>,
 }
 
 /// The collectives in flight, in the order of their sequence numbers: a
@@ -282,6 +286,7 @@ impl Session {
             started: false,
             finished: false,
             held: 0,
+            sig: None,
         };
         if at == self.colls.0.len() {
             // Made in order, the common case.
@@ -387,9 +392,11 @@ impl Session {
     /// The member in `slot` submitted its part of collective `seq`; whether
     /// the server should take it in. Where not, it is answered already: a
     /// collective that ended or failed, a node lost, a part submitted twice
-    /// (which fails the collective), a member gone whose part is missing.
+    /// (which fails the collective), a member gone whose part is missing, a
+    /// part whose signature `sig` is not the first part's (which fails the
+    /// collective with [`Outcome::Disagree`]).
     #[inline]
-    pub(crate) fn submit(&mut self, seq: u64, slot: usize) -> bool {
+    pub(crate) fn submit(&mut self, seq: u64, slot: usize, sig: Sig) -> bool {
         let rank = self.ranks[slot];
         let twice = || Outcome::failed(format!("rank {rank} submitted collective {seq} twice"));
         if let Some(o) = self.ended.get(seq) {
@@ -409,6 +416,17 @@ impl Session {
         let failed = c.failed.as_deref().cloned();
         if twice_now {
             self.fail(seq, twice(), true);
+            return false;
+        }
+        let first = *c.sig.get_or_insert((slot, sig));
+        if first.1 != sig {
+            let o = Outcome::Disagree {
+                first: self.ranks[first.0],
+                first_sig: first.1,
+                other: rank,
+                other_sig: sig,
+            };
+            self.fail(seq, o, true);
             return false;
         }
         if let Some(o) = failed {

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Cancel, Effect, Outcome, Session};
+use crate::sig::Sig;
 
 /// A small seeded generator (xorshift64*): the same seed, the same run.
 pub(crate) struct Rng(pub(crate) u64);
@@ -154,7 +155,7 @@ impl Sim {
     /// Rank `slot` of node `n` submits collective `seq`.
     fn submit(&mut self, n: usize, slot: usize, seq: u64) {
         let node = &mut self.nodes[n];
-        if node.s.submit(seq, slot) {
+        if node.s.submit(seq, slot, Sig::NONE) {
             node.s.hold(seq, PART);
             node.held += PART;
             node.s.ready(seq, slot);
@@ -394,7 +395,7 @@ fn a_cancel_in_dpu_placement_fails_the_collective_everywhere() {
 fn both_in(cancel: Cancel, seq: u64) -> Session {
     let mut s = Session::new(vec![4, 5], cancel);
     for slot in 0..2 {
-        assert!(s.submit(seq, slot));
+        assert!(s.submit(seq, slot, Sig::NONE));
         s.hold(seq, PART);
         s.ready(seq, slot);
     }
@@ -442,7 +443,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     // One rank, the common case: nothing is queued at all.
     let mut s = Session::new(vec![0], Cancel::Part);
     for seq in 0..3 {
-        assert!(s.submit(seq, 0));
+        assert!(s.submit(seq, 0, Sig::NONE));
         s.hold(seq, PART);
     }
     assert_eq!(s.finished(1, 0), Some(PART));
@@ -450,7 +451,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     assert_eq!(s.poll(), None);
     assert_eq!(s.in_flight(), 1);
     // The window remembers them: a second submit is answered `twice`.
-    assert!(!s.submit(1, 0));
+    assert!(!s.submit(1, 0, Sig::NONE));
     let twice = Outcome::failed("rank 0 submitted collective 1 twice");
     let answer = |seq, slot, outcome| Effect::Answer { seq, slot, outcome };
     assert_eq!(drain(&mut s), vec![answer(1, 0, twice)]);
@@ -476,7 +477,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     assert_eq!(s.finished(0, 1), Some(2 * PART));
     assert_eq!(s.in_flight(), 0);
     let mut s = both_in(Cancel::Part, 0);
-    assert!(!s.submit(0, 0), "twice");
+    assert!(!s.submit(0, 0, Sig::NONE), "twice");
     assert_eq!(s.finished(0, 1), None);
     assert_eq!(s.poll(), Some(Effect::Stop { seq: 0 }));
 }
@@ -594,11 +595,11 @@ fn a_collective_names_the_members_whose_part_has_not_come() {
     let mut s = Session::new(vec![4, 5, 6, 7], Cancel::Part);
     s.away(3);
     assert_eq!(s.waiting_for(0), vec![4, 5, 6], "no part came yet");
-    assert!(s.submit(0, 1));
+    assert!(s.submit(0, 1, Sig::NONE));
     assert_eq!(s.waiting_for(0), vec![4, 6]);
-    assert!(s.submit(0, 0));
+    assert!(s.submit(0, 0, Sig::NONE));
     assert_eq!(s.waiting_for(0), vec![6]);
-    assert!(s.submit(0, 2));
+    assert!(s.submit(0, 2, Sig::NONE));
     assert!(s.waiting_for(0).is_empty(), "every part is in");
     for slot in 0..3 {
         s.done(0, slot, Outcome::Done);
