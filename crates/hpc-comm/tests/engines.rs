@@ -1170,6 +1170,11 @@ fn mismatched_counts_are_typed_errors() {
 fn ranks_that_disagree_on_type_op_or_root_get_typed_errors() {
     all_ok("disagree", 2);
     all_ok_with("disagree", 2, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
+    // The two ranks on two nodes: messages between the nodes (the ranks' own
+    // network path; the proxies' messages to each other).
+    all_ok_on("disagree on 2 nodes", "disagree", 2, 2, 60.0, &[]);
+    let dpu = [("HPC_COLL_PROXY_PLACEMENT", "dpu")];
+    all_ok_on("disagree on 2 nodes, DPU placement", "disagree", 2, 2, 60.0, &dpu);
 }
 
 #[test]

@@ -29,8 +29,12 @@ pub(super) enum Arrived {
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
     Rest { addr: u64, total: u64 },
-    /// A whole message from a rank on another node, received by the transport.
+    /// A whole point-to-point message from a rank on another node, received
+    /// by the transport (its header taken off).
     Bytes(Vec<u8>),
+    /// A whole message of a collective from a rank on another node, received
+    /// by the transport: its signature, then its bytes ([`NET_HEAD`]).
+    Net { v: Vec<u8>, sig: u32 },
 }
 
 impl Arrival for Arrived {
@@ -39,6 +43,7 @@ impl Arrival for Arrived {
             Arrived::Whole { len, .. } => len as usize,
             Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total as usize,
             Arrived::Bytes(ref v) => v.len(),
+            Arrived::Net { ref v, .. } => v.len() - NET_HEAD,
         }
     }
 }
@@ -58,7 +63,9 @@ impl Arrived {
     /// and a message from another node).
     pub(super) fn other_sig(&self, ours: Sig) -> Option<Sig> {
         match *self {
-            Arrived::Whole { sig, .. } | Arrived::Chunk { sig, .. } if sig != ours.0 => {
+            Arrived::Whole { sig, .. } | Arrived::Chunk { sig, .. } | Arrived::Net { sig, .. }
+                if sig != ours.0 =>
+            {
                 Some(Sig(sig))
             }
             _ => None,
@@ -70,7 +77,7 @@ impl Arrived {
         match *self {
             Arrived::Chunk { index, .. } => index == 0,
             Arrived::Rest { .. } => false,
-            Arrived::Whole { .. } | Arrived::Bytes(_) => true,
+            Arrived::Whole { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => true,
         }
     }
 
@@ -78,7 +85,9 @@ impl Arrived {
     fn is_last(&self) -> bool {
         match *self {
             Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
-            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) => true,
+            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => {
+                true
+            }
         }
     }
 }
@@ -90,6 +99,11 @@ pub(super) fn size_mismatch(peer: usize, got: usize, want: usize) -> Error {
         detail: format!("rank {peer} sent {got} bytes where {want} were expected"),
     }
 }
+
+/// Bytes of the header of a collective's message between nodes: its
+/// collective's signature ([`Sig`]), little-endian, ahead of its data (a
+/// copy the eager send makes anyway).
+pub(super) const NET_HEAD: usize = 4;
 
 pub(super) fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
@@ -328,7 +342,7 @@ impl Core {
         a: Arrived,
     ) -> Result<usize, Error> {
         let in_order = match a {
-            Arrived::Whole { .. } | Arrived::Bytes(_) => got == 0,
+            Arrived::Whole { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => got == 0,
             Arrived::Rest { .. } => got > 0,
             Arrived::Chunk { index, .. } => index * STAGE_SLOT as u64 == got as u64,
         };
@@ -355,6 +369,13 @@ impl Core {
                 // that `v` is as long.
                 unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) };
                 v.len()
+            }
+            Arrived::Net { v, .. } => {
+                let n = v.len() - NET_HEAD;
+                // SAFETY: as for `Bytes`: the interpreter checked that the
+                // message after its header is the region's length.
+                unsafe { std::ptr::copy_nonoverlapping(v[NET_HEAD..].as_ptr(), dst, n) };
+                n
             }
             Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
                 let n = region.len - got;

@@ -21,7 +21,7 @@ mod agent;
 mod local;
 
 pub(crate) use agent::{agent_loop, raise_priority, Shared};
-use local::{all_slots, tag64, Arrived};
+use local::{all_slots, tag64, Arrived, NET_HEAD};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -725,7 +725,10 @@ impl Core {
                         data.extend_from_slice(bytes);
                         (net.p2p_tag(), data)
                     } else {
-                        (net.tag(seq, tag), bytes.to_vec())
+                        let mut data = Vec::with_capacity(NET_HEAD + bytes.len());
+                        data.extend_from_slice(&d.sig.0.to_le_bytes());
+                        data.extend_from_slice(bytes);
+                        (net.tag(seq, tag), data)
                     };
                     let id = net
                         .t
@@ -802,8 +805,16 @@ impl Core {
             match net.t.test(id).map_err(|e| net.error(e))? {
                 Some(p) => {
                     d.net_recvs.swap_remove(i);
+                    let v = p.into_bytes();
+                    let Some(head) = v.first_chunk::<NET_HEAD>() else {
+                        return Err(Error::transport(format!(
+                            "rank {peer} sent a collective's message of {} bytes, shorter than its header",
+                            v.len()
+                        )));
+                    };
+                    let sig = u32::from_le_bytes(*head);
                     self.matcher
-                        .arrived((peer, tag64(d.seq, tag)), Arrived::Bytes(p.into_bytes()));
+                        .arrived((peer, tag64(d.seq, tag)), Arrived::Net { v, sig });
                     moved = true;
                 }
                 None => i += 1,
