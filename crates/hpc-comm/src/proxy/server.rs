@@ -42,6 +42,8 @@ struct VOp {
     m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
+    /// Its collective's signature, which its messages to other nodes carry.
+    sig: Sig,
 }
 
 /// A message waiting for its receive.
@@ -189,6 +191,7 @@ impl Proxy {
             mem,
             m,
             maps,
+            sig: Sig::of(&blob.coll),
         })
     }
 
@@ -392,7 +395,7 @@ impl Proxy {
                     data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
-                    net.send(rank, peer, tag64(seq, tag), data)
+                    net.send(rank, peer, tag64(seq, tag), op.sig, data)
                         .map_err(|node| (Code::NodeLost, node as u64))?;
                     op.m.sent(peer, tag);
                 }
@@ -511,7 +514,9 @@ impl Proxy {
         let mut arrived = Vec::new();
         let mut sent = Vec::new();
         let mut moved = net.poll(
-            &mut |src: usize, dst: usize, tag: u64, v: Vec<u8>| arrived.push((src, dst, tag, v)),
+            &mut |src: usize, dst: usize, tag: u64, sig: Sig, v: Vec<u8>| {
+                arrived.push((src, dst, tag, sig, v))
+            },
             &mut |v: Vec<u8>| sent.push(v),
         );
         let lost = net.take_lost();
@@ -519,9 +524,12 @@ impl Proxy {
         for v in sent {
             self.give(v);
         }
-        for (src, dst, tag, v) in arrived {
-            // For a collective that ended or failed here: no receive will take it.
-            if !self.session.takes(tag >> 32) {
+        for (src, dst, tag, sig, v) in arrived {
+            // For a collective that ended or failed here, or another
+            // collective than this node's parts (which fails it): no receive
+            // will take it.
+            if !self.session.remote(tag >> 32, src, sig) {
+                moved = true;
                 self.give(v);
                 continue;
             }
@@ -856,6 +864,7 @@ mod tests {
             sched,
             mem: OpMem::of_own(send, recv, 0, false),
             maps: Vec::new(),
+            sig: Sig::NONE,
         }
     }
 

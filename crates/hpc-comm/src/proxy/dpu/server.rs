@@ -163,15 +163,15 @@ impl Server {
         };
         let mut got = Vec::new();
         let moved = net.poll(
-            &mut |src, dst, tag, mut v| {
+            &mut |src, dst, tag, sig, mut v| {
                 v.truncate(v.len().saturating_sub(TRAILER));
-                got.push((src, dst, tag, v));
+                got.push((src, dst, tag, sig, v));
             },
             &mut |_| {},
         );
         let lost = net.take_lost();
         let failed = net.take_failed();
-        for (src, dst, tag, mut v) in got {
+        for (src, dst, tag, sig, mut v) in got {
             // The communicator's id ends the payload.
             let Some(id) = v
                 .len()
@@ -186,7 +186,7 @@ impl Server {
                 );
                 continue;
             };
-            self.take_from_net(id, FromNet::Msg(src, dst, tag, v));
+            self.take_from_net(id, FromNet::Msg(src, dst, tag, sig, v));
         }
         for f in failed {
             self.take_from_net(f.comm, FromNet::Failed(f));
@@ -263,7 +263,7 @@ impl Server {
             return;
         };
         match m {
-            FromNet::Msg(src, dst, tag, v) => {
+            FromNet::Msg(src, dst, tag, sig, v) => {
                 let (Some(&s), Some(&d)) = (c.rank_of.get(&src), c.rank_of.get(&dst)) else {
                     tracing::warn!(
                         comm = id,
@@ -285,14 +285,15 @@ impl Server {
                             "DPU proxy: dropped a message for a rank not of this node"
                         );
                     }
-                } else if !c.session.takes(seq) {
+                } else if !c.session.remote(seq, s, sig) {
                     tracing::debug!(
                         comm = id,
                         seq,
                         src,
                         dst,
-                        "DPU proxy: dropped a message for a collective that ended or failed"
+                        "DPU proxy: dropped a message for a collective that ended or failed, or another collective"
                     );
+                    self.settle(id);
                 } else {
                     let size = c.links.len();
                     let g = c.groups.entry(seq).or_insert_with(|| Group::new(size));
@@ -773,6 +774,7 @@ impl Server {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
+        let sig = c.session.sig(seq);
         let Served {
             members,
             groups,
@@ -791,7 +793,7 @@ impl Server {
             };
             data.extend_from_slice(&id.to_le_bytes());
             data.resize(data.len() + TRAILER, 0);
-            net.send(members[src], members[dst], tag64(seq, tag), data)
+            net.send(members[src], members[dst], tag64(seq, tag), sig, data)
         };
         let _span = tracing::debug_span!("dpu-collective", comm = id, seq).entered();
         match run.advance(&mut remote) {
