@@ -74,10 +74,12 @@ impl Sig {
         let mut s = CollectiveKind::ALL[kind].name().to_string();
         match field(4, 4) {
             0 => {}
-            d => s += &format!(
-                " {}",
-                pick(d, DataType::ALL.len()).map_or("?", |i| DataType::ALL[i].name())
-            ),
+            d => {
+                s += &format!(
+                    " {}",
+                    pick(d, DataType::ALL.len()).map_or("?", |i| DataType::ALL[i].name())
+                )
+            }
         }
         match field(8, 4) {
             0 => {}

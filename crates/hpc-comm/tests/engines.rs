@@ -826,7 +826,11 @@ fn disagree(world: &World) {
         // and nothing meets that could tell in time.)
         if engine == Engine::Proxy && world.node_count() == 1 {
             let mut buf = vec![me as u8; 100];
-            expect(comm.bcast(&mut buf, me), "broadcast u8 root 0", "broadcast u8 root 1");
+            expect(
+                comm.bcast(&mut buf, me),
+                "broadcast u8 root 0",
+                "broadcast u8 root 1",
+            );
             agree("another broadcast root");
             let mut recv = vec![0i32; 8];
             let res = comm.reduce(&vec![1i32; 8], &mut recv, ReduceOp::Sum, me);
@@ -1174,7 +1178,14 @@ fn ranks_that_disagree_on_type_op_or_root_get_typed_errors() {
     // network path; the proxies' messages to each other).
     all_ok_on("disagree on 2 nodes", "disagree", 2, 2, 60.0, &[]);
     let dpu = [("HPC_COLL_PROXY_PLACEMENT", "dpu")];
-    all_ok_on("disagree on 2 nodes, DPU placement", "disagree", 2, 2, 60.0, &dpu);
+    all_ok_on(
+        "disagree on 2 nodes, DPU placement",
+        "disagree",
+        2,
+        2,
+        60.0,
+        &dpu,
+    );
 }
 
 #[test]

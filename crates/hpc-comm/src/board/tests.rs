@@ -81,7 +81,10 @@ fn ring_push_pop_wraps_and_fills() {
         ));
         for i in 0..RING_CAP {
             let d = o.pop(0, 1).unwrap();
-            assert_eq!((d.kind, d.sig, d.tag), (RTS, u32::MAX - i as u32, round * 100 + i));
+            assert_eq!(
+                (d.kind, d.sig, d.tag),
+                (RTS, u32::MAX - i as u32, round * 100 + i)
+            );
         }
         assert!(o.pop(0, 1).is_none());
     }

@@ -15,8 +15,8 @@ use crate::backoff::Backoff;
 use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
-use crate::sig::Sig;
 use crate::proxy::Client;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// How long a rank that polls the network sleeps between passes once it has
@@ -340,13 +340,11 @@ impl Pending for Op {
                         rank: world[rank],
                         detail,
                     },
-                    Error::CollectiveMismatch { rank, ours, theirs } => {
-                        Error::CollectiveMismatch {
-                            rank: world[rank],
-                            ours,
-                            theirs,
-                        }
-                    }
+                    Error::CollectiveMismatch { rank, ours, theirs } => Error::CollectiveMismatch {
+                        rank: world[rank],
+                        ours,
+                        theirs,
+                    },
                     Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }
                     }

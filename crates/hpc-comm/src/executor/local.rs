@@ -85,9 +85,10 @@ impl Arrived {
     fn is_last(&self) -> bool {
         match *self {
             Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
-            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => {
-                true
-            }
+            Arrived::Whole { .. }
+            | Arrived::Rest { .. }
+            | Arrived::Bytes(_)
+            | Arrived::Net { .. } => true,
         }
     }
 }

@@ -764,7 +764,13 @@ impl Core {
                     // A message of a collective that its sender's signature
                     // says is another: refused whole, none of it landed.
                     if let Some(theirs) = arrival.other_sig(d.sig) {
-                        return Err(self.refuse_sig(peer, tag64(seq, tag), Some(arrival), d.sig, theirs));
+                        return Err(self.refuse_sig(
+                            peer,
+                            tag64(seq, tag),
+                            Some(arrival),
+                            d.sig,
+                            theirs,
+                        ));
                     }
                     // Whether the piece came by cross-memory attach (then the sender
                     // waits for a FIN before it may reuse its buffer).

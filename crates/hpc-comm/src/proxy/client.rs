@@ -16,8 +16,8 @@ use crate::backoff::YIELD_FOR;
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
-use crate::sig::Sig;
 use crate::proxy::ProxyClient;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// How long a rank whose wait timed out waits for its proxy to say which

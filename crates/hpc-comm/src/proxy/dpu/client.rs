@@ -15,11 +15,11 @@ use super::wire::{
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::sig::Sig;
 use crate::proxy::net::closed;
 use crate::proxy::protocol::Code;
 use crate::proxy::session::Outcome;
 use crate::proxy::ProxyClient;
+use crate::sig::Sig;
 use crate::sync::lock;
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Region, Transport};

@@ -461,7 +461,8 @@ impl Session {
     /// said ([`Sig::NONE`] before either).
     pub(crate) fn sig(&self, seq: u64) -> Sig {
         let i = self.colls.index(seq).ok();
-        i.and_then(|i| self.colls.0[i].sig).map_or(Sig::NONE, |s| s.1)
+        i.and_then(|i| self.colls.0[i].sig)
+            .map_or(Sig::NONE, |s| s.1)
     }
 
     /// Whether the communicator's rank `rank` is a member on this node.

@@ -442,7 +442,9 @@ mod tests {
     #[test]
     fn outcomes_become_the_ranks_errors() {
         let world: &[usize] = &[10, 11, 12];
-        assert!(Outcome::Done.into_result(1, "the proxy", world, Sig::NONE).is_ok());
+        assert!(Outcome::Done
+            .into_result(1, "the proxy", world, Sig::NONE)
+            .is_ok());
         let lost = Outcome::Lost {
             rank: 2,
             why: String::new(),

@@ -609,3 +609,84 @@ fn a_collective_names_the_members_whose_part_has_not_come() {
     assert_eq!(s.in_flight(), 0);
     assert!(s.waiting_for(0).is_empty(), "it ended");
 }
+
+/// Parts that are not the same collective fail it on every part, each rank
+/// answered naming the other; a message from another node that disagrees
+/// fails it too, told to the other nodes naming this node's rank.
+#[test]
+fn parts_and_messages_of_another_collective_fail_it() {
+    use hpc_collectives::{Collective, DataType, ReduceOp};
+    let sum = |dtype| {
+        Sig::of(&Collective::Allreduce {
+            count: 4,
+            dtype,
+            op: ReduceOp::Sum,
+        })
+    };
+    let (f, u) = (sum(DataType::F64), sum(DataType::U64));
+    let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
+    assert!(s.submit(0, 0, f));
+    assert!(s.submit(0, 2, f), "the same collective");
+    assert_eq!(s.sig(0), f);
+    assert!(!s.submit(0, 1, u), "another type");
+    let o = Outcome::Disagree {
+        first: 0,
+        first_sig: f,
+        other: 1,
+        other_sig: u,
+    };
+    let answer = |seq, slot, outcome| Effect::Answer { seq, slot, outcome };
+    let got = drain(&mut s);
+    assert_eq!(got[0], Effect::Stop { seq: 0 });
+    assert!(got.contains(&answer(0, 0, o.clone())) && got.contains(&answer(0, 1, o.clone())));
+    assert!(o
+        .why()
+        .contains("rank 0 called allreduce f64 sum where rank 1 called allreduce u64 sum"));
+    // Each rank is told of the other: the rank that differs of the first.
+    let told = |rank| {
+        let (code, aux) = o.wire_to(rank);
+        let r = Outcome::from_wire(code, aux, String::new());
+        r.into_result(0, "the proxy", &[10, 11, 12], if rank == 1 { u } else { f })
+    };
+    match told(1) {
+        Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => {
+            assert_eq!(
+                (rank, &*ours, &*theirs),
+                (10, "allreduce u64 sum", "allreduce f64 sum")
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    match told(2) {
+        Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => {
+            assert_eq!(
+                (rank, &*ours, &*theirs),
+                (11, "allreduce f64 sum", "allreduce u64 sum")
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    // Rank 2 of another node: its message of another collective fails the
+    // next one here, and the news names this node's rank.
+    let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
+    s.away(2);
+    assert!(s.submit(1, 0, f));
+    assert!(s.remote(1, 2, Sig::NONE), "a message without a signature");
+    assert!(s.remote(1, 2, f));
+    assert!(!s.remote(1, 2, u));
+    let tell = drain(&mut s)
+        .into_iter()
+        .find(|e| matches!(e, Effect::Tell { .. }));
+    assert_eq!(
+        tell,
+        Some(Effect::Tell {
+            seq: 1,
+            outcome: Outcome::Disagree {
+                first: 2,
+                first_sig: u,
+                other: 0,
+                other_sig: f,
+            }
+        })
+    );
+}
