@@ -615,14 +615,14 @@ impl Board {
     }
 }
 
-/// The stamp of the entry at ring position `pos`: `pos + 1` (mod 2^32) in
-/// the upper half of its first word. Entries of the same slot are `RING_CAP`
-/// positions apart, so a stale one never carries the stamp expected next.
 /// The bits of an entry's first word that hold its stamp.
 const STAMP: u64 = !((1 << 40) - 1);
 
-/// The stamp of the entry at `pos`: 24 bits, so that an entry of the lap
-/// before (`RING_CAP` positions earlier) never reads as this one's.
+/// The stamp of the entry at ring position `pos`: `pos + 1` (mod 2^24) in
+/// the top 24 bits of its first word. Entries of the same slot are
+/// `RING_CAP` (< 2^24) positions apart, so a stale one never carries the
+/// stamp expected next (and a fresh board's zeros only match where every
+/// entry was written long before).
 fn stamp(pos: u64) -> u64 {
     ((pos + 1) & 0xff_ffff) << 40
 }

@@ -5,7 +5,9 @@
 //! `SUBMIT` points (`addr`, `len`) at a [`Blob`] in the rank's memory, which
 //! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
 //! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len` (for
-//! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for).
+//! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for;
+//! for `Disagree`, the other rank and its collective's signature). A
+//! `SUBMIT` carries its collective's signature in the descriptor's `sig`.
 //! Tags are the communicator's sequence numbers of the collectives. A rank
 //! whose wait timed out asks (`ASK`) which ranks' parts the proxy has not
 //! received; the proxy answers one `WAITING` per rank (the rank in `addr`),
