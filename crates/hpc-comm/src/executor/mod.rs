@@ -156,8 +156,9 @@ impl Want {
 }
 
 /// Bytes of the header of a point-to-point message between nodes: its
-/// schedule tag ([`p2p_tag`]), little-endian.
-const P2P_HEAD: usize = 4;
+/// schedule tag ([`p2p_tag`]), little-endian (as long as a collective's
+/// message's header, [`NET_HEAD`]).
+const P2P_HEAD: usize = NET_HEAD;
 
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
@@ -719,17 +720,16 @@ impl Core {
                     // round's receives can write into it (eager copy).
                     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
                     let net = self.net.as_ref().expect("is_remote implies net");
-                    let (ntag, data) = if seq == P2P_SEQ {
-                        let mut data = Vec::with_capacity(P2P_HEAD + bytes.len());
-                        data.extend_from_slice(&tag.to_le_bytes());
-                        data.extend_from_slice(bytes);
-                        (net.p2p_tag(), data)
+                    // A header of four bytes: a message's schedule tag, a
+                    // collective's signature.
+                    let (ntag, head) = if seq == P2P_SEQ {
+                        (net.p2p_tag(), tag)
                     } else {
-                        let mut data = Vec::with_capacity(NET_HEAD + bytes.len());
-                        data.extend_from_slice(&d.sig.0.to_le_bytes());
-                        data.extend_from_slice(bytes);
-                        (net.tag(seq, tag), data)
+                        (net.tag(seq, tag), d.sig.0)
                     };
+                    let mut data = Vec::with_capacity(NET_HEAD + bytes.len());
+                    data.extend_from_slice(&head.to_le_bytes());
+                    data.extend_from_slice(bytes);
                     let id = net
                         .t
                         .send(net.world[peer], ntag, data)
