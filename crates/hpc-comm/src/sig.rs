@@ -7,7 +7,7 @@
 //! A receiver compares the word of what arrives with its own (one `u32`
 //! compare) and fails the collective with
 //! [`Error::CollectiveMismatch`](crate::Error::CollectiveMismatch) where
-//! they differ, naming both in words ("allreduce f64 sum", "bcast u8
+//! they differ, naming both in words ("allreduce f64 sum", "broadcast u8
 //! root 1"). A leaf: the error, the board and the engines read it.
 
 use hpc_collectives::{Collective, CollectiveKind, DataType, ReduceOp};
@@ -34,22 +34,11 @@ impl Sig {
     pub(crate) fn of(c: &Collective) -> Sig {
         let index = |i: Option<usize>| i.map_or(0, |i| i as u32 + 1);
         let kind = index(CollectiveKind::ALL.iter().position(|&k| k == c.kind()));
-        let (dtype, op) = match *c {
-            Collective::Barrier => (None, None),
-            Collective::Broadcast { dtype, .. }
-            | Collective::Gather { dtype, .. }
-            | Collective::Scatter { dtype, .. }
-            | Collective::Allgather { dtype, .. }
-            | Collective::Allgatherv { dtype, .. }
-            | Collective::Alltoall { dtype, .. }
-            | Collective::Alltoallv { dtype, .. } => (Some(dtype), None),
-            Collective::Reduce { dtype, op, .. }
-            | Collective::Allreduce { dtype, op, .. }
-            | Collective::ReduceScatterBlock { dtype, op, .. }
-            | Collective::ReduceScatter { dtype, op, .. } => (Some(dtype), Some(op)),
-        };
-        let dtype = index(dtype.and_then(|d| DataType::ALL.iter().position(|&x| x == d)));
-        let op = match op {
+        let dtype = index(
+            c.dtype()
+                .and_then(|d| DataType::ALL.iter().position(|&x| x == d)),
+        );
+        let op = match c.op() {
             None => 0,
             Some(ReduceOp::Custom(_)) => 8,
             Some(o) => index(ReduceOp::BUILTIN.iter().position(|&x| x == o)),
@@ -58,7 +47,7 @@ impl Sig {
         Sig(kind | dtype << 4 | op << 8 | root << 12)
     }
 
-    /// The signature in words: `"allreduce f64 sum"`, `"bcast u8 root 1"`,
+    /// The signature in words: `"allreduce f64 sum"`, `"broadcast u8 root 1"`,
     /// `"barrier"` (`"none"` for [`Sig::NONE`]; a field no signature holds
     /// reads `"?"`).
     pub(crate) fn describe(self) -> String {

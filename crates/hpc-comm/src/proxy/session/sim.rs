@@ -646,26 +646,14 @@ fn parts_and_messages_of_another_collective_fail_it() {
     let told = |rank| {
         let (code, aux) = o.wire_to(rank);
         let r = Outcome::from_wire(code, aux, String::new());
-        r.into_result(0, "the proxy", &[10, 11, 12], if rank == 1 { u } else { f })
+        match r.into_result(0, "the proxy", &[10, 11, 12], if rank == 1 { u } else { f }) {
+            Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => (rank, ours, theirs),
+            e => panic!("{e:?}"),
+        }
     };
-    match told(1) {
-        Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => {
-            assert_eq!(
-                (rank, &*ours, &*theirs),
-                (10, "allreduce u64 sum", "allreduce f64 sum")
-            );
-        }
-        e => panic!("{e:?}"),
-    }
-    match told(2) {
-        Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => {
-            assert_eq!(
-                (rank, &*ours, &*theirs),
-                (11, "allreduce f64 sum", "allreduce u64 sum")
-            );
-        }
-        e => panic!("{e:?}"),
-    }
+    let named = |rank, ours: &str, theirs: &str| (rank, ours.to_string(), theirs.to_string());
+    assert_eq!(told(1), named(10, "allreduce u64 sum", "allreduce f64 sum"));
+    assert_eq!(told(2), named(11, "allreduce f64 sum", "allreduce u64 sum"));
     // Rank 2 of another node: its message of another collective fails the
     // next one here, and the news names this node's rank.
     let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
