@@ -10,6 +10,7 @@
 //! losses, cancels, retirement) is the [`Session`]'s.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,7 @@ use super::memory::{
 use super::net::{tag64, ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
 use super::session::{Cancel, Effect, Outcome, Session};
+use super::submits::{Parsed, Submits};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
@@ -33,7 +35,8 @@ use crate::sig::Sig;
 struct VOp {
     rank: usize,
     seq: u64,
-    sched: Schedule,
+    /// Its schedule (shared with the blob's other ops, see `submits`).
+    sched: Rc<Schedule>,
     /// Its buffers and its scratch (from the pool).
     mem: OpMem,
     /// The schedule's interpreter. Its open sends are the messages of the
@@ -129,6 +132,8 @@ struct Proxy {
     /// The life cycle of the communicator's collectives (its slots are the
     /// communicator's ranks; those of other nodes are away).
     session: Session,
+    /// The ranks' latest distinct submits, parsed.
+    submits: Submits,
 }
 
 /// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
@@ -152,7 +157,8 @@ impl Proxy {
     /// A new op for rank `rank`'s collective `seq`, its scratch held by the
     /// collective in the session; refused where its scratch passes the
     /// budget or cannot be allocated.
-    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> Result<VOp, Refusal> {
+    fn op(&mut self, rank: usize, seq: u64, parsed: &Parsed) -> Result<VOp, Refusal> {
+        let (blob, sched) = (&parsed.blob, Rc::clone(&parsed.sched));
         let held = self.budget.admit(footprint(&[sched.scratch_bytes]))?;
         // Scratch from the pool is not zeroed: schedules write scratch before they
         // read it (the simulator checks this by filling scratch with a pattern).
@@ -495,6 +501,7 @@ impl Proxy {
             net: None,
             budget: Budget::from_env(),
             session: Session::new((0..size).collect(), Cancel::Part),
+            submits: Submits::new(size),
         }
     }
 
@@ -571,7 +578,7 @@ impl Proxy {
         match Kind::from_wire(d.kind) {
             Some(Kind::Submit) if !self.session.submit(d.tag, r, Sig(d.sig)) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
-                Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
+                Some(parsed) => match self.op(r, d.tag, &parsed) {
                     // It runs from here on (no `ready`: see `settle`).
                     Ok(op) => self.ops.push(op),
                     Err(refusal) => {
@@ -608,14 +615,14 @@ impl Proxy {
         self.settle();
     }
 
-    /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory.
-    fn read_submit(&self, r: usize, d: &Desc) -> Option<(Blob, Schedule)> {
+    /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory
+    /// (parsed once per distinct blob: see `submits`).
+    fn read_submit(&mut self, r: usize, d: &Desc) -> Option<Rc<Parsed>> {
         if d.len > MAX_BLOB {
             return None;
         }
-        let mut blob = vec![0u8; d.len as usize];
-        rd(self.pids[r], d.addr, &mut blob).ok()?;
-        parse_submit(&blob, r, self.size).ok()
+        rd(self.pids[r], d.addr, self.submits.buffer(d.len as usize)).ok()?;
+        self.submits.parse(r, self.size).ok()
     }
 
     /// The state machine: advances every op, answers those that ended; whether
@@ -861,7 +868,7 @@ mod tests {
             rank: 0,
             seq: 1,
             m: Machine::new(&sched, false),
-            sched,
+            sched: Rc::new(sched),
             mem: OpMem::of_own(send, recv, 0, false),
             maps: Vec::new(),
             sig: Sig::NONE,
@@ -882,7 +889,7 @@ mod tests {
             let send = [1u8, 2, 3];
             let mut recv = [0u8; 3];
             let mut o = op(&send, &mut recv);
-            o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
+            o.sched = Rc::new(coll.schedule(0, 1, &Options::default()).unwrap());
             o.m = Machine::new(&o.sched, own);
             assert!(matches!(p.advance(&mut o), Ok(true)));
             drop(o);
