@@ -30,18 +30,22 @@ impl Sig {
     /// No collective's signature.
     pub(crate) const NONE: Sig = Sig(0);
 
-    /// The signature of `c`.
+    /// The signature of `c`: a few matches and shifts, on every collective's
+    /// start (an enum's `as` value is its place in `ALL`, which the tests check).
+    #[inline]
     pub(crate) fn of(c: &Collective) -> Sig {
-        let index = |i: Option<usize>| i.map_or(0, |i| i as u32 + 1);
-        let kind = index(CollectiveKind::ALL.iter().position(|&k| k == c.kind()));
-        let dtype = index(
-            c.dtype()
-                .and_then(|d| DataType::ALL.iter().position(|&x| x == d)),
-        );
+        let kind = c.kind() as u32 + 1;
+        let dtype = c.dtype().map_or(0, |d| d as u32 + 1);
         let op = match c.op() {
             None => 0,
+            Some(ReduceOp::Sum) => 1,
+            Some(ReduceOp::Prod) => 2,
+            Some(ReduceOp::Min) => 3,
+            Some(ReduceOp::Max) => 4,
+            Some(ReduceOp::Band) => 5,
+            Some(ReduceOp::Bor) => 6,
+            Some(ReduceOp::Bxor) => 7,
             Some(ReduceOp::Custom(_)) => 8,
-            Some(o) => index(ReduceOp::BUILTIN.iter().position(|&x| x == o)),
         };
         let root = c.root().map_or(0, |r| (r % ROOT_SPAN) as u32 + 1);
         Sig(kind | dtype << 4 | op << 8 | root << 12)
@@ -131,9 +135,26 @@ mod tests {
         assert_eq!(Sig::NONE.describe(), "none");
         // No collective's signature is `NONE`, and every kind, type and
         // operation reads back.
-        for k in CollectiveKind::ALL {
+        for (i, k) in CollectiveKind::ALL.into_iter().enumerate() {
+            assert_eq!(k as usize, i, "{k:?}'s place in ALL");
             assert!(!k.name().is_empty());
         }
+        for (i, d) in DataType::ALL.into_iter().enumerate() {
+            assert_eq!(d as usize, i, "{d:?}'s place in ALL");
+        }
+        assert_eq!(
+            Sig::of(&Collective::Barrier).describe(),
+            CollectiveKind::Barrier.name()
+        );
+        assert_eq!(
+            Sig::of(&Collective::ReduceScatterBlock {
+                count: 1,
+                dtype: DataType::F64,
+                op: ReduceOp::Bxor,
+            })
+            .describe(),
+            "reduce_scatter_block f64 bxor"
+        );
         for d in DataType::ALL {
             for o in ReduceOp::BUILTIN {
                 let s = Sig::of(&Collective::Reduce {

@@ -102,8 +102,7 @@ impl Host {
             scratch: vec![0u8; sched.scratch_bytes],
             stage: job.stage.take(),
         };
-        let op = Op::new(job.seq, sched, bufs);
-        lock(&op.data).sig = Sig::of(&job.coll);
+        let op = Op::new(job.seq, Sig::of(&job.coll), sched, bufs);
         self.submit(&op)?;
         Ok(op)
     }
@@ -117,7 +116,7 @@ impl Host {
         bufs: Buffers,
         want: Option<crate::executor::Want>,
     ) -> Result<Ticket> {
-        let op = Op::new(crate::executor::P2P_SEQ, sched, bufs);
+        let op = Op::new(crate::executor::P2P_SEQ, Sig::NONE, sched, bufs);
         if let Some(w) = want {
             op.take_first(w);
             lock(&self.shared.core).open_inbox()?;

@@ -276,13 +276,13 @@ pub(crate) struct Op {
 }
 
 impl Op {
-    pub(crate) fn new(seq: u64, sched: Schedule, bufs: Buffers) -> Arc<Op> {
+    pub(crate) fn new(seq: u64, sig: Sig, sched: Schedule, bufs: Buffers) -> Arc<Op> {
         let empty = sched.rounds.is_empty();
         let m = Machine::new(&sched, false);
         Arc::new(Op {
             data: Mutex::new(OpData {
                 seq,
-                sig: Sig::NONE,
+                sig,
                 sched,
                 bufs,
                 m,
