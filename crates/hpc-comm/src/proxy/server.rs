@@ -197,7 +197,7 @@ impl Proxy {
             mem,
             m,
             maps,
-            sig: Sig::of(&blob.coll),
+            sig: parsed.sig,
         })
     }
 

@@ -20,6 +20,7 @@ use hpc_collectives::Schedule;
 
 use super::protocol::{Blob, Code};
 use super::server::parse_submit;
+use crate::sig::Sig;
 
 /// Distinct blobs kept per rank.
 pub(crate) const KEEP: usize = 4;
@@ -32,6 +33,8 @@ pub(crate) const KEEP_BLOB: usize = 1024;
 pub(crate) struct Parsed {
     pub(crate) blob: Blob,
     pub(crate) sched: Rc<Schedule>,
+    /// The collective's signature ([`Sig::of`] its blob's).
+    pub(crate) sig: Sig,
 }
 
 /// A kept blob's bytes and what they parsed to.
@@ -71,6 +74,7 @@ impl Submits {
         }
         let (blob, sched) = parse_submit(&self.bytes, rank, size)?;
         let parsed = Rc::new(Parsed {
+            sig: Sig::of(&blob.coll),
             blob,
             sched: Rc::new(sched),
         });

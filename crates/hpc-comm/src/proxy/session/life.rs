@@ -419,7 +419,11 @@ impl Session {
             self.fail(seq, twice(), true);
             return false;
         }
-        if !self.agree(seq, rank, sig) {
+        // `agree`, on the collective in hand (the common case: the first
+        // part's signature, or one equal to it).
+        let (first, first_sig) = *c.sig.get_or_insert((rank, sig));
+        if first_sig != sig {
+            self.disagree(seq, (first, first_sig), (rank, sig));
             return false;
         }
         if let Some(o) = failed {
@@ -439,14 +443,20 @@ impl Session {
         if first_sig == sig {
             return true;
         }
+        self.disagree(seq, (first, first_sig), (rank, sig));
+        false
+    }
+
+    /// Collective `seq` fails here and on every node: its `first` part or
+    /// message and an `other` one (each a rank and its signature) disagree.
+    fn disagree(&mut self, seq: u64, first: (usize, Sig), other: (usize, Sig)) {
         let o = Outcome::Disagree {
-            first,
-            first_sig,
-            other: rank,
-            other_sig: sig,
+            first: first.0,
+            first_sig: first.1,
+            other: other.0,
+            other_sig: other.1,
         };
         self.fail(seq, o, true);
-        false
     }
 
     /// A message of collective `seq` from rank `rank` of another node came,
