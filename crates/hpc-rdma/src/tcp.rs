@@ -473,7 +473,7 @@ fn pump(inner: &Inner, conn: &Conn, rx: &mut RxSide) -> bool {
             let peer = conn.peer;
             if !inner.closing.load(Ordering::Acquire) {
                 match res {
-                    None => inner.shared.fail_peer(peer, "closed its transport"),
+                    None => inner.shared.fail_peer(peer, crate::error::CLOSED_IN_ORDER),
                     Some(e) => inner.shared.fail_peer_by(peer, &e.to_string(), Some(e)),
                 }
             }
