@@ -1059,6 +1059,36 @@ fn x_cannot_override_the_variables_hpc_run_sets() {
     }
 }
 
+/// A variable a flag of the same command sets for every rank: given both
+/// ways, one of them would be lost without a word (`--nodes 2` undone by
+/// one node name, `-x HPC_COLL_PROXY_CMD` overwritten by `--proxy`).
+#[test]
+fn x_cannot_give_a_variable_a_flag_sets() {
+    for (name, flag) in [
+        ("HPC_NODE_NAME", &["--nodes", "2"][..]),
+        ("HPC_COLL_PROXY_CMD", &["--proxy"][..]),
+    ] {
+        let x = format!("{name}=x");
+        let mut args = vec!["run", "-n", "2", "-x", &x];
+        args.extend_from_slice(flag);
+        args.extend(["--", "true"]);
+        let out = hpc(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("-x {name} and {} both set {name}", flag[0])),
+            "{name}: {err}"
+        );
+    }
+    // Without the flag, -x gives it.
+    let out = hpc(&["run", "-n", "1", "-x", "HPC_NODE_NAME=x", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn selftest_refuses_a_fail_rank_outside_the_job() {
     let out = timed_output(

@@ -42,7 +42,9 @@ pub const MAX_RANKS_PER_CPU: usize = 64;
         a closed pipe stops it with 141, without a message. The ranks' standard input is \
         empty (/dev/null): hpc run does not hand its own to any rank (a file redirected \
         to it is warned about). -x cannot give the \
-        variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...).",
+        variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...), nor one that a \
+        flag given sets (HPC_NODE_NAME with --nodes, HPC_TRACE with --trace, \
+        HPC_COLL_PROXY_CMD with --proxy).",
     after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
 )]
 pub struct Args {
@@ -220,6 +222,15 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
                 v.name,
                 v.name
             );
+        }
+        // Variables a flag sets for every rank: one given both ways would lose
+        // one of them without a word (`--trace` refuses `-x HPC_TRACE` itself).
+        let flagged = [
+            (henv::NODE_NAME, "--nodes", args.nodes > 1),
+            (hpc_comm::proxy::PROXY_CMD, "--proxy", args.proxy),
+        ];
+        if let Some((name, flag, _)) = flagged.iter().find(|(name, _, on)| *on && k == *name) {
+            bail!("-x {name} and {flag} both set {name} for the ranks: give one of them");
         }
     }
     // Three descriptors per rank in this process (two pipes and a socket) plus slack.
