@@ -276,13 +276,15 @@ pub struct Settings {
 /// Reads [`Settings`]: a flag wins over `-x KEY=VALUE`, which wins over `env` (the
 /// launcher's environment, as [`std::env::vars_os`] gives it). A setting that the
 /// runtime would refuse is refused here, naming the variable, before anything
-/// starts. Only `HPC_TIMEOUT` and `HPC_THREADS` are read; every other variable, UTF-8
-/// or not, is left to reach the ranks untouched.
+/// starts. Only `HPC_TIMEOUT`, `HPC_THREADS` and `HPC_BOOTSTRAP` (which must leave
+/// the ranks to the launcher) are read; every other variable, UTF-8 or not, is left
+/// to reach the ranks untouched.
 pub fn settings(
     args: &Args,
     env: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> anyhow::Result<Settings> {
-    let ours = |k: &std::ffi::OsStr| k == henv::TIMEOUT || k == henv::THREADS;
+    let ours =
+        |k: &std::ffi::OsStr| k == henv::TIMEOUT || k == henv::THREADS || k == henv::BOOTSTRAP;
     let mut raw: Vec<(OsString, OsString)> = env.into_iter().filter(|(k, _)| ours(k)).collect();
     for kv in &args.env {
         if let Some((k, v)) = split_env(kv) {
@@ -329,6 +331,19 @@ pub fn settings(
             ),
         },
     };
+    // Another bootstrap would make each rank a job of its own (rank 0 of 1),
+    // the job of -n ranks run as that many singletons without a word.
+    if let Some(b) = vars.get(henv::BOOTSTRAP) {
+        let b = b.trim().to_ascii_lowercase();
+        if !matches!(b.as_str(), "" | "auto" | "launcher") {
+            bail!(
+                "{}={b}: under hpc run each rank would start alone instead of joining \
+                 the job of -n {}; unset it, or give launcher",
+                henv::BOOTSTRAP,
+                args.np
+            );
+        }
+    }
     Ok(Settings {
         timeout,
         threads,
