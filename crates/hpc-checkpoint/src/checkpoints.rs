@@ -314,8 +314,10 @@ impl Checkpoints {
             });
         }
         let mut rejected = Vec::new();
-        for &step in steps.iter().rev() {
+        for (i, &step) in steps.iter().enumerate().rev() {
             let dir = self.step_dir(step);
+            // Whether an older checkpoint is left to try after this one.
+            let older = i > 0;
             match Checkpoint::open(&dir).and_then(|c| c.verify().map(|()| c)) {
                 Ok(c) => {
                     if c.step() != step {
@@ -326,7 +328,7 @@ impl Checkpoints {
                                 c.step()
                             ),
                         };
-                        warn_rejected(&dir, &e);
+                        warn_rejected(&dir, &e, older);
                         rejected.push(Rejected {
                             step,
                             dir,
@@ -345,7 +347,7 @@ impl Checkpoints {
                     return Ok((c, rejected));
                 }
                 Err(e) => {
-                    warn_rejected(&dir, &e);
+                    warn_rejected(&dir, &e, older);
                     rejected.push(Rejected {
                         step,
                         dir,
@@ -361,10 +363,21 @@ impl Checkpoints {
     }
 }
 
-pub(crate) fn warn_rejected(dir: &Path, e: &Error) {
-    tracing::warn!(
-        checkpoint = %dir.display(),
-        error = %e,
-        "checkpoint failed verification; trying the previous one"
-    );
+/// Logs that the checkpoint in `dir` failed verification with `e`, and whether
+/// an `older` one is tried next (else none is left: the error that follows
+/// lists every one rejected).
+pub(crate) fn warn_rejected(dir: &Path, e: &Error, older: bool) {
+    if older {
+        tracing::warn!(
+            checkpoint = %dir.display(),
+            error = %e,
+            "checkpoint failed verification; trying the previous one"
+        );
+    } else {
+        tracing::warn!(
+            checkpoint = %dir.display(),
+            error = %e,
+            "checkpoint failed verification, and no older one is left to try"
+        );
+    }
 }

@@ -405,6 +405,39 @@ fn warnings_come_with_fallbacks_only() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A rejected checkpoint's warning says "trying the previous one" only where
+/// an older one is left: the oldest one's says none is left.
+#[test]
+fn the_last_rejected_checkpoint_says_none_is_left() {
+    let root = tmpdir("none-left");
+    let set = Checkpoints::new(&root);
+    write(&set, 100);
+    write(&set, 200);
+    // Both fail: each one's manifest names the other's step.
+    let (m100, m200) = (
+        set.step_dir(100).join(MANIFEST),
+        set.step_dir(200).join(MANIFEST),
+    );
+    let (a, b) = (std::fs::read(&m100).unwrap(), std::fs::read(&m200).unwrap());
+    std::fs::write(&m100, &b).unwrap();
+    std::fs::write(&m200, &a).unwrap();
+    let (r, text) = common::logged(|| set.latest_with_rejections());
+    assert!(matches!(r, Err(Error::NoneValid { .. })), "{r:?}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("step-0000000200") && lines[0].contains("trying the previous one"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("step-0000000100")
+            && lines[1].contains("no older one is left")
+            && !lines[1].contains("previous"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Every header field uses all its bytes: a rank and a rank count above 255 and a
 /// step above 2^56 survive the round trip (a header field read from a shifted
 /// offset would still pass for ranks below 256 and small steps).

@@ -18,6 +18,25 @@ pub enum Error {
         /// What differed.
         detail: String,
     },
+    /// Another rank called a different collective at the same point of the
+    /// communicator's order: another kind, element type, reduction operation
+    /// or root (their counts may differ: a v-collective's do, and a size
+    /// that differs is a [`Error::CountMismatch`]). Nothing of the other
+    /// rank's data is landed or reduced: the collective fails on this rank
+    /// (and, where the engine tells a sender of a refusal, on the other).
+    /// The communicator goes on: a matching collective afterwards works.
+    /// Under the `Mpi` engine the MPI library does the matching, and it does
+    /// not check this: there such a call is MPI's undefined behaviour.
+    #[error("collective mismatch with rank {rank}: this rank called {ours} where rank {rank} called {theirs}")]
+    CollectiveMismatch {
+        /// The other rank (rank in the world).
+        rank: usize,
+        /// This rank's collective in words (`"allreduce f64 sum"`,
+        /// `"broadcast u8 root 0"`).
+        ours: String,
+        /// The other rank's.
+        theirs: String,
+    },
     /// A rank the operation waits for is gone, or no message will come from it
     /// on this communicator.
     ///

@@ -51,6 +51,7 @@ mod mpi_engine;
 pub mod proxy;
 mod regbuf;
 pub mod shm;
+mod sig;
 mod spans;
 mod sync;
 mod tag;

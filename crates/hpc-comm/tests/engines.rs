@@ -109,6 +109,7 @@ fn child_entry() {
         "kill" => kill(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
+        "disagree" => disagree(&world),
         "safety" => safety(&world),
         "staging" => staging(&world),
         "progress" => progress(&world),
@@ -767,6 +768,82 @@ fn mismatch(world: &World) {
     }
 }
 
+/// Two ranks that call different collectives at the same point of the
+/// communicator's order, with the same byte counts, so that only what travels
+/// with the data beside the sizes can tell: each fails with
+/// `CollectiveMismatch` naming the other rank and both collectives, and a
+/// matching collective afterwards works.
+fn disagree(world: &World) {
+    assert_eq!(world.size(), 2, "the scenario is for two ranks");
+    for engine in ENGINES {
+        let mut opts = CommOptions::new(engine);
+        opts.timeout = Some(Duration::from_secs(10));
+        let comm = Comm::with_options(world, opts).unwrap();
+        let (me, other) = (comm.rank(), 1 - comm.rank());
+        let ours_theirs = |a: &'static str, b: &'static str| if me == 0 { (a, b) } else { (b, a) };
+        let expect = |res: Result<(), Error>, a: &'static str, b: &'static str| {
+            let (ours, theirs) = ours_theirs(a, b);
+            match res {
+                Err(Error::CollectiveMismatch {
+                    rank,
+                    ours: o,
+                    theirs: t,
+                }) => assert_eq!(
+                    (rank, o.as_str(), t.as_str()),
+                    (other, ours, theirs),
+                    "{engine:?}"
+                ),
+                r => panic!("{engine:?}: {ours} against {theirs}: {r:?}"),
+            }
+        };
+        // Afterwards the same collective on both ranks works.
+        let agree = |what: &str| {
+            world.barrier().unwrap();
+            let send = vec![me as f64 + 1.0; 4];
+            let mut recv = vec![0.0f64; 4];
+            comm.allreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+            assert_eq!(recv, vec![3.0; 4], "{engine:?} after {what}");
+        };
+        // (a) The type: f64 against u64, the same bytes.
+        for count in [4, 5000] {
+            let res = if me == 0 {
+                let mut recv = vec![0.0f64; count];
+                comm.allreduce(&vec![1.5f64; count], &mut recv, ReduceOp::Sum)
+            } else {
+                let mut recv = vec![0u64; count];
+                comm.allreduce(&vec![1u64; count], &mut recv, ReduceOp::Sum)
+            };
+            expect(res, "allreduce f64 sum", "allreduce u64 sum");
+            agree("another type");
+        }
+        // (b) The operation: a sum against a maximum.
+        let op = [ReduceOp::Sum, ReduceOp::Max][me];
+        let mut recv = vec![0.0f64; 4];
+        let res = comm.allreduce(&vec![2.0f64; 4], &mut recv, op);
+        expect(res, "allreduce f64 sum", "allreduce f64 max");
+        agree("another operation");
+        // (c) The root: a proxy sees every part of its node. (Where the
+        // ranks are apart, on the ranks' own path or on two proxies, two
+        // ranks that each call themselves the broadcast's root only send,
+        // and nothing meets that could tell in time.)
+        if engine == Engine::Proxy && world.node_count() == 1 {
+            let mut buf = vec![me as u8; 100];
+            expect(
+                comm.bcast(&mut buf, me),
+                "broadcast u8 root 0",
+                "broadcast u8 root 1",
+            );
+            agree("another broadcast root");
+            let mut recv = vec![0i32; 8];
+            let res = comm.reduce(&vec![1i32; 8], &mut recv, ReduceOp::Sum, me);
+            expect(res, "reduce i32 sum root 0", "reduce i32 sum root 1");
+            agree("another reduction root");
+        }
+        drop(comm);
+        world.barrier().unwrap();
+    }
+}
+
 /// Messages bigger than the board's staging area (staged head, single-copy
 /// tail), more outstanding than its slots (single-copy fallback), and a
 /// refused multi-chunk message, after which the communicator still works.
@@ -1091,6 +1168,26 @@ fn sixty_four_ranks_oversubscribed() {
 #[test]
 fn mismatched_counts_are_typed_errors() {
     all_ok("mismatch", 2);
+}
+
+/// Inline, Thread and the host proxy, then the DPU-placed proxy (with Inline
+/// and Thread again): the ranks of one node that call different collectives.
+#[test]
+fn ranks_that_disagree_on_type_op_or_root_get_typed_errors() {
+    all_ok("disagree", 2);
+    all_ok_with("disagree", 2, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
+    // The two ranks on two nodes: messages between the nodes (the ranks' own
+    // network path; the proxies' messages to each other).
+    all_ok_on("disagree on 2 nodes", "disagree", 2, 2, 60.0, &[]);
+    let dpu = [("HPC_COLL_PROXY_PLACEMENT", "dpu")];
+    all_ok_on(
+        "disagree on 2 nodes, DPU placement",
+        "disagree",
+        2,
+        2,
+        60.0,
+        &dpu,
+    );
 }
 
 #[test]

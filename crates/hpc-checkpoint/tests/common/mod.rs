@@ -32,16 +32,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
     }
 }
 
-/// `set.latest_with_rejections()` (which must succeed), with what it logged on this
-/// thread meanwhile.
-pub fn latest_logged(set: &Checkpoints) -> (Checkpoint, Vec<Rejected>, String) {
+/// What `f` returns, with what it logged on this thread meanwhile.
+pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
     let log = Log::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(log.clone())
         .with_ansi(false)
         .finish();
-    let (ck, rejected) =
-        tracing::subscriber::with_default(subscriber, || set.latest_with_rejections().unwrap());
+    let out = tracing::subscriber::with_default(subscriber, f);
     let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+/// `set.latest_with_rejections()` (which must succeed), with what it logged on this
+/// thread meanwhile.
+pub fn latest_logged(set: &Checkpoints) -> (Checkpoint, Vec<Rejected>, String) {
+    let ((ck, rejected), text) = logged(|| set.latest_with_rejections().unwrap());
     (ck, rejected, text)
 }

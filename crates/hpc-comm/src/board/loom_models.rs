@@ -10,6 +10,7 @@ use loom::sync::Arc;
 fn desc(kind: u32, tag: u64, addr: u64) -> Desc {
     Desc {
         kind,
+        sig: 0,
         tag,
         addr,
         len: 8,

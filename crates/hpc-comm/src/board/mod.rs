@@ -104,7 +104,11 @@ pub(crate) fn stage_slots(size: usize) -> usize {
 /// One ring entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Desc {
+    /// What it says (below 256).
     pub kind: u32,
+    /// The signature of the collective whose message it announces
+    /// ([`Sig`](crate::sig::Sig)'s word; 0 for every other descriptor).
+    pub sig: u32,
     pub tag: u64,
     pub addr: u64,
     pub len: u64,
@@ -524,8 +528,9 @@ impl Board {
     /// Pushes a descriptor on the ring `src -> dst`; `false` if it is full.
     /// Only rank `src`'s process may push on it, one thread at a time.
     ///
-    /// An entry's first word holds its kind and, above, the low 32 bits of
-    /// its position + 1, written last (release): the consumer reads the entry
+    /// An entry's first word holds its kind (8 bits), above it its signature
+    /// (32 bits) and above that the low 24 bits of its position + 1 (the
+    /// stamp), written last (release): the consumer reads the entry
     /// it expects next and needs neither the producer's `tail` nor its cache
     /// line, one transfer between the cores fewer per descriptor.
     pub(crate) fn push(&self, src: usize, dst: usize, d: Desc) -> bool {
@@ -540,7 +545,7 @@ impl Board {
         self.u64_at(e + 16).store(d.addr, Ordering::Relaxed);
         self.u64_at(e + 24).store(d.len, Ordering::Relaxed);
         self.u64_at(e)
-            .store(stamp(t) | d.kind as u64, Ordering::Release);
+            .store(stamp(t) | first_word(d.kind, d.sig), Ordering::Release);
         tail.store(t + 1, Ordering::Relaxed);
         true
     }
@@ -553,7 +558,7 @@ impl Board {
             let off = self.ring_off(src, dst);
             let h = self.u64_at(off).load(Ordering::Relaxed);
             let e = off + RING_HEADER + (h % RING_CAP) as usize * DESC;
-            self.u64_at(e).load(Ordering::Relaxed) & !0xffff_ffff == stamp(h)
+            self.u64_at(e).load(Ordering::Relaxed) & STAMP == stamp(h)
         })
     }
 
@@ -566,11 +571,12 @@ impl Board {
         let first = self.u64_at(e).load(Ordering::Acquire);
         // An entry written for an earlier lap carries an older stamp (a fresh
         // board's zeros match no position: stamps start at 1).
-        if first & !0xffff_ffff != stamp(h) {
+        if first & STAMP != stamp(h) {
             return None;
         }
         let d = Desc {
-            kind: first as u32,
+            kind: first as u32 & 0xff,
+            sig: (first >> 8) as u32,
             tag: self.u64_at(e + 8).load(Ordering::Relaxed),
             addr: self.u64_at(e + 16).load(Ordering::Relaxed),
             len: self.u64_at(e + 24).load(Ordering::Relaxed),
@@ -609,11 +615,22 @@ impl Board {
     }
 }
 
-/// The stamp of the entry at ring position `pos`: `pos + 1` (mod 2^32) in
-/// the upper half of its first word. Entries of the same slot are `RING_CAP`
-/// positions apart, so a stale one never carries the stamp expected next.
+/// The bits of an entry's first word that hold its stamp.
+const STAMP: u64 = !((1 << 40) - 1);
+
+/// The stamp of the entry at ring position `pos`: `pos + 1` (mod 2^24) in
+/// the top 24 bits of its first word. Entries of the same slot are
+/// `RING_CAP` (< 2^24) positions apart, so a stale one never carries the
+/// stamp expected next (and a fresh board's zeros only match where every
+/// entry was written long before).
 fn stamp(pos: u64) -> u64 {
-    ((pos + 1) & 0xffff_ffff) << 32
+    ((pos + 1) & 0xff_ffff) << 40
+}
+
+/// An entry's first word but its stamp: the kind (a byte) and the signature.
+fn first_word(kind: u32, sig: u32) -> u64 {
+    debug_assert!(kind < 256, "descriptor kind {kind}");
+    u64::from(kind & 0xff) | u64::from(sig) << 8
 }
 
 #[cfg(not(loom))]

@@ -12,6 +12,7 @@ fn ring_hands_over_every_entry_between_threads_in_order() {
             for i in 0..N {
                 let d = Desc {
                     kind: DATA,
+                    sig: (i as u32).wrapping_mul(0x9e37_79b9),
                     tag: i,
                     addr: !i,
                     len: i.wrapping_mul(0x9e37_79b9),
@@ -28,6 +29,7 @@ fn ring_hands_over_every_entry_between_threads_in_order() {
             Some(d) => {
                 // Every field of every entry, in order: no torn or stale entry.
                 assert_eq!((d.kind, d.tag, d.addr), (DATA, next, !next));
+                assert_eq!(d.sig, (next as u32).wrapping_mul(0x9e37_79b9));
                 assert_eq!(d.len, next.wrapping_mul(0x9e37_79b9));
                 next += 1;
             }
@@ -59,6 +61,7 @@ fn ring_push_pop_wraps_and_fills() {
         for i in 0..RING_CAP {
             let d = Desc {
                 kind: RTS,
+                sig: u32::MAX - i as u32,
                 tag: round * 100 + i,
                 addr: i,
                 len: 7,
@@ -70,13 +73,18 @@ fn ring_push_pop_wraps_and_fills() {
             1,
             Desc {
                 kind: FIN,
+                sig: 0,
                 tag: 0,
                 addr: 0,
                 len: 0
             }
         ));
         for i in 0..RING_CAP {
-            assert_eq!(o.pop(0, 1).unwrap().tag, round * 100 + i);
+            let d = o.pop(0, 1).unwrap();
+            assert_eq!(
+                (d.kind, d.sig, d.tag),
+                (RTS, u32::MAX - i as u32, round * 100 + i)
+            );
         }
         assert!(o.pop(0, 1).is_none());
     }

@@ -16,6 +16,7 @@ use crate::board::{self, Board};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
 use crate::proxy::Client;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// How long a rank that polls the network sleeps between passes once it has
@@ -102,6 +103,7 @@ impl Host {
             stage: job.stage.take(),
         };
         let op = Op::new(job.seq, sched, bufs);
+        lock(&op.data).sig = Sig::of(&job.coll);
         self.submit(&op)?;
         Ok(op)
     }
@@ -337,6 +339,11 @@ impl Pending for Op {
                     Error::CountMismatch { rank, detail } => Error::CountMismatch {
                         rank: world[rank],
                         detail,
+                    },
+                    Error::CollectiveMismatch { rank, ours, theirs } => Error::CollectiveMismatch {
+                        rank: world[rank],
+                        ours,
+                        theirs,
                     },
                     Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }

@@ -7,6 +7,7 @@ use hpc_collectives::Region;
 use super::{Core, OpData, P2P_SEQ};
 use crate::board::{self, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
+use crate::sig::Sig;
 
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;
@@ -14,15 +15,26 @@ pub(super) const REJECTED: u64 = 1;
 /// A message (or part of one) announced by a peer and not yet copied.
 #[derive(Debug)]
 pub(super) enum Arrived {
-    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`).
-    Whole { addr: u64, len: u64 },
-    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`.
-    Chunk { slot: usize, index: u64, total: u64 },
+    /// The whole message of `len` bytes, at `addr` in the sender (`RTS`),
+    /// of a collective whose signature is `sig`.
+    Whole { addr: u64, len: u64, sig: u32 },
+    /// Chunk `index` of a message of `total` bytes, in the sender's `slot`,
+    /// of a collective whose signature is `sig`.
+    Chunk {
+        slot: usize,
+        index: u64,
+        total: u64,
+        sig: u32,
+    },
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
     Rest { addr: u64, total: u64 },
-    /// A whole message from a rank on another node, received by the transport.
+    /// A whole point-to-point message from a rank on another node, received
+    /// by the transport (its header taken off).
     Bytes(Vec<u8>),
+    /// A whole message of a collective from a rank on another node, received
+    /// by the transport: its signature, then its bytes ([`NET_HEAD`]).
+    Net { v: Vec<u8>, sig: u32 },
 }
 
 impl Arrival for Arrived {
@@ -31,6 +43,7 @@ impl Arrival for Arrived {
             Arrived::Whole { len, .. } => len as usize,
             Arrived::Chunk { total, .. } | Arrived::Rest { total, .. } => total as usize,
             Arrived::Bytes(ref v) => v.len(),
+            Arrived::Net { ref v, .. } => v.len() - NET_HEAD,
         }
     }
 }
@@ -45,12 +58,26 @@ pub(super) fn all_slots(n: usize) -> u64 {
 }
 
 impl Arrived {
+    /// The signature its sender sent with it, where that is not `ours`
+    /// (`None` too for a piece that carries none: the rest of a message,
+    /// and a message from another node).
+    pub(super) fn other_sig(&self, ours: Sig) -> Option<Sig> {
+        match *self {
+            Arrived::Whole { sig, .. } | Arrived::Chunk { sig, .. } | Arrived::Net { sig, .. }
+                if sig != ours.0 =>
+            {
+                Some(Sig(sig))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this piece starts its message.
     pub(super) fn starts(&self) -> bool {
         match *self {
             Arrived::Chunk { index, .. } => index == 0,
             Arrived::Rest { .. } => false,
-            Arrived::Whole { .. } | Arrived::Bytes(_) => true,
+            Arrived::Whole { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => true,
         }
     }
 
@@ -58,7 +85,10 @@ impl Arrived {
     fn is_last(&self) -> bool {
         match *self {
             Arrived::Chunk { index, total, .. } => (index + 1) * STAGE_SLOT as u64 >= total,
-            Arrived::Whole { .. } | Arrived::Rest { .. } | Arrived::Bytes(_) => true,
+            Arrived::Whole { .. }
+            | Arrived::Rest { .. }
+            | Arrived::Bytes(_)
+            | Arrived::Net { .. } => true,
         }
     }
 }
@@ -70,6 +100,11 @@ pub(super) fn size_mismatch(peer: usize, got: usize, want: usize) -> Error {
         detail: format!("rank {peer} sent {got} bytes where {want} were expected"),
     }
 }
+
+/// Bytes of the header of a collective's message between nodes: its
+/// collective's signature ([`Sig`]), little-endian, ahead of its data (a
+/// copy the eager send makes anyway).
+pub(super) const NET_HEAD: usize = 4;
 
 pub(super) fn tag64(seq: u64, tag: u32) -> u64 {
     (seq << 32) | tag as u64
@@ -110,6 +145,7 @@ impl Core {
         if self.freed[peer] != 0 {
             let d = Desc {
                 kind: FREE,
+                sig: 0,
                 tag: 0,
                 addr: self.freed[peer],
                 len: 0,
@@ -159,6 +195,7 @@ impl Core {
                         Arrived::Whole {
                             addr: d.addr,
                             len: d.len,
+                            sig: d.sig,
                         },
                     ),
                     DATA => {
@@ -170,14 +207,23 @@ impl Core {
                                 slot,
                                 index,
                                 total: d.len,
+                                sig: d.sig,
                             };
                             if a.is_last() {
                                 self.discard.remove(&key);
                             }
                             self.free_slot(src, slot);
                         } else {
-                            let total = d.len;
-                            self.queue(key, Arrived::Chunk { slot, index, total });
+                            let (total, sig) = (d.len, d.sig);
+                            self.queue(
+                                key,
+                                Arrived::Chunk {
+                                    slot,
+                                    index,
+                                    total,
+                                    sig,
+                                },
+                            );
                         }
                     }
                     TAIL => {
@@ -203,7 +249,7 @@ impl Core {
                         self.free_slots |= back;
                     }
                     FIN if d.addr == REJECTED => {
-                        self.rejected.insert((src, d.tag));
+                        self.rejected.insert((src, d.tag), Sig(d.sig));
                     }
                     FIN => *self.fins.entry((src, d.tag)).or_default() += 1,
                     k => tracing::warn!(kind = k, src, "unknown descriptor"),
@@ -217,13 +263,50 @@ impl Core {
     /// still to come are handed back as they arrive, and the sender learns
     /// it from a refusing FIN. Returns the operation's error.
     pub(super) fn refuse(&mut self, peer: usize, tag: u64, sent: usize, expected: usize) -> Error {
+        self.refuse_message(peer, tag, None, Sig::NONE);
+        size_mismatch(peer, sent, expected)
+    }
+
+    /// Refuses the message of `tag` from `peer` whose signature `theirs`
+    /// is not this operation's `ours` (another collective's: another type,
+    /// operation or root), its first piece `held` where it was taken from
+    /// the matcher already, as [`Core::refuse`] refuses a size; the refusing
+    /// `FIN` carries `ours`, so that its sender names the mismatch too.
+    /// Returns the operation's error.
+    pub(super) fn refuse_sig(
+        &mut self,
+        peer: usize,
+        tag: u64,
+        held: Option<Arrived>,
+        ours: Sig,
+        theirs: Sig,
+    ) -> Error {
+        self.refuse_message(peer, tag, held, ours);
+        Error::CollectiveMismatch {
+            rank: peer,
+            ours: ours.describe(),
+            theirs: theirs.describe(),
+        }
+    }
+
+    /// What [`Core::refuse`] and [`Core::refuse_sig`] share: the message's
+    /// pieces (`held`, then the matcher's) dropped and their slots handed
+    /// back, the pieces still to come discarded as they arrive, and a
+    /// refusing `FIN` carrying `fin_sig` to a sender on this node.
+    fn refuse_message(&mut self, peer: usize, tag: u64, held: Option<Arrived>, fin_sig: Sig) {
         let key = (peer, tag);
         if self.is_remote(peer) {
             // A whole message from another node: dropped, its sender is done.
             self.matcher.take(&key);
-            return size_mismatch(peer, sent, expected);
+            return;
         }
         let mut ended = false;
+        if let Some(b) = held {
+            if let Arrived::Chunk { slot, .. } = b {
+                self.free_slot(peer, slot);
+            }
+            ended = b.is_last();
+        }
         while !ended {
             let Some(b) = self.matcher.take(&key) else {
                 break;
@@ -240,13 +323,13 @@ impl Core {
             peer,
             Desc {
                 kind: FIN,
+                sig: fin_sig.0,
                 tag,
                 addr: REJECTED,
                 len: 0,
             },
             true,
         );
-        size_mismatch(peer, sent, expected)
     }
 
     /// Lands `a`, a piece of the message for `region` of which `got` bytes
@@ -260,7 +343,7 @@ impl Core {
         a: Arrived,
     ) -> Result<usize, Error> {
         let in_order = match a {
-            Arrived::Whole { .. } | Arrived::Bytes(_) => got == 0,
+            Arrived::Whole { .. } | Arrived::Bytes(_) | Arrived::Net { .. } => got == 0,
             Arrived::Rest { .. } => got > 0,
             Arrived::Chunk { index, .. } => index * STAGE_SLOT as u64 == got as u64,
         };
@@ -287,6 +370,13 @@ impl Core {
                 // that `v` is as long.
                 unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), dst, v.len()) };
                 v.len()
+            }
+            Arrived::Net { v, .. } => {
+                let n = v.len() - NET_HEAD;
+                // SAFETY: as for `Bytes`: the interpreter checked that the
+                // message after its header is the region's length.
+                unsafe { std::ptr::copy_nonoverlapping(v[NET_HEAD..].as_ptr(), dst, n) };
+                n
             }
             Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
                 let n = region.len - got;
@@ -353,6 +443,7 @@ impl Core {
                 peer,
                 Desc {
                     kind: DATA,
+                    sig: d.sig.0,
                     tag,
                     addr: slot as u64 | index << 16,
                     len: total as u64,
@@ -369,6 +460,7 @@ impl Core {
                 peer,
                 Desc {
                     kind: if off == 0 { RTS } else { TAIL },
+                    sig: d.sig.0,
                     tag,
                     // SAFETY: off <= total: at most one past the region's end.
                     addr: unsafe { p.add(off) } as u64,

@@ -21,7 +21,7 @@ mod agent;
 mod local;
 
 pub(crate) use agent::{agent_loop, raise_priority, Shared};
-use local::{all_slots, tag64, Arrived};
+use local::{all_slots, tag64, Arrived, NET_HEAD};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +34,7 @@ use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 use crate::board::{Board, Desc, FIN};
 use crate::error::Error;
 use crate::job::Stage;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
@@ -156,8 +157,9 @@ impl Want {
 }
 
 /// Bytes of the header of a point-to-point message between nodes: its
-/// schedule tag ([`p2p_tag`]), little-endian.
-const P2P_HEAD: usize = 4;
+/// schedule tag ([`p2p_tag`]), little-endian (as long as a collective's
+/// message's header, [`NET_HEAD`]).
+const P2P_HEAD: usize = NET_HEAD;
 
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
@@ -237,6 +239,10 @@ pub(crate) enum Status {
 /// The mutable part of an operation.
 pub(crate) struct OpData {
     pub seq: u64,
+    /// What its peers must agree on ([`Sig::NONE`] for a point-to-point
+    /// message): its messages carry it, and one that arrives with another
+    /// fails it.
+    pub sig: Sig,
     pub sched: Schedule,
     pub bufs: Buffers,
     /// The schedule's interpreter: the round, its open sends and receives.
@@ -277,6 +283,7 @@ impl Op {
         Arc::new(Op {
             data: Mutex::new(OpData {
                 seq,
+                sig: Sig::NONE,
                 sched,
                 bufs,
                 m,
@@ -361,7 +368,10 @@ pub(crate) struct Core {
     /// handed back as they arrive.
     discard: std::collections::HashSet<(usize, u64)>,
     fins: HashMap<(usize, u64), usize>,
-    rejected: std::collections::HashSet<(usize, u64)>,
+    /// Messages of this rank that their receiver refused, by (receiver,
+    /// tag): with the receiver's signature where it refused another
+    /// collective's message ([`Sig::NONE`] for a size or type refusal).
+    rejected: HashMap<(usize, u64), Sig>,
     outq: Vec<VecDeque<Desc>>,
     /// Per peer: whether what waits in `outq` is worth waking its progress
     /// agent for (see [`Core::flush_peer`]).
@@ -410,7 +420,7 @@ impl Core {
             agent_core: false,
             discard: std::collections::HashSet::new(),
             fins: HashMap::new(),
-            rejected: std::collections::HashSet::new(),
+            rejected: HashMap::new(),
             outq: vec![VecDeque::new(); size],
             wake: vec![false; size],
             net,
@@ -607,7 +617,7 @@ impl Core {
         } else {
             // Refusals of point-to-point sends that no open send took this
             // pass: they completed before (staged), the receiver reports it.
-            self.rejected.retain(|k| k.1 >> 32 != P2P_SEQ);
+            self.rejected.retain(|k, _| k.1 >> 32 != P2P_SEQ);
         }
         moved |= self.flush();
         moved
@@ -620,7 +630,14 @@ impl Core {
         // already completed (staged): the operation fails here, not in a
         // later round that waits for the refusing rank.
         if let Some(key) = self.refused(d) {
-            self.rejected.remove(&key);
+            let theirs = self.rejected.remove(&key).unwrap_or(Sig::NONE);
+            if theirs != Sig::NONE && theirs != d.sig {
+                return Err(Error::CollectiveMismatch {
+                    rank: key.0,
+                    ours: d.sig.describe(),
+                    theirs: theirs.describe(),
+                });
+            }
             return Err(Error::CountMismatch {
                 rank: key.0,
                 detail: format!(
@@ -679,6 +696,12 @@ impl Core {
                     sent,
                     expected,
                 }) => {
+                    // Another collective's message (another type's, say) is
+                    // named as that rather than by its size.
+                    let key = (peer, tag64(seq, tag));
+                    if let Some(theirs) = self.matcher.peek(&key).and_then(|a| a.other_sig(d.sig)) {
+                        return Err(self.refuse_sig(peer, key.1, None, d.sig, theirs));
+                    }
                     let e = self.refuse(peer, tag64(seq, tag), sent, expected);
                     return Err(if seq == P2P_SEQ {
                         Error::MessageLength {
@@ -706,14 +729,16 @@ impl Core {
                     // round's receives can write into it (eager copy).
                     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, region.len) };
                     let net = self.net.as_ref().expect("is_remote implies net");
-                    let (ntag, data) = if seq == P2P_SEQ {
-                        let mut data = Vec::with_capacity(P2P_HEAD + bytes.len());
-                        data.extend_from_slice(&tag.to_le_bytes());
-                        data.extend_from_slice(bytes);
-                        (net.p2p_tag(), data)
+                    // A header of four bytes: a message's schedule tag, a
+                    // collective's signature.
+                    let (ntag, head) = if seq == P2P_SEQ {
+                        (net.p2p_tag(), tag)
                     } else {
-                        (net.tag(seq, tag), bytes.to_vec())
+                        (net.tag(seq, tag), d.sig.0)
                     };
+                    let mut data = Vec::with_capacity(NET_HEAD + bytes.len());
+                    data.extend_from_slice(&head.to_le_bytes());
+                    data.extend_from_slice(bytes);
                     let id = net
                         .t
                         .send(net.world[peer], ntag, data)
@@ -745,6 +770,17 @@ impl Core {
                     got,
                     arrival,
                 } => {
+                    // A message of a collective that its sender's signature
+                    // says is another: refused whole, none of it landed.
+                    if let Some(theirs) = arrival.other_sig(d.sig) {
+                        return Err(self.refuse_sig(
+                            peer,
+                            tag64(seq, tag),
+                            Some(arrival),
+                            d.sig,
+                            theirs,
+                        ));
+                    }
                     // Whether the piece came by cross-memory attach (then the sender
                     // waits for a FIN before it may reuse its buffer).
                     let by_cma = matches!(arrival, Arrived::Whole { .. } | Arrived::Rest { .. })
@@ -758,6 +794,7 @@ impl Core {
                             peer,
                             Desc {
                                 kind: FIN,
+                                sig: 0,
                                 tag: tag64(seq, tag),
                                 addr: 0,
                                 len: 0,
@@ -783,8 +820,16 @@ impl Core {
             match net.t.test(id).map_err(|e| net.error(e))? {
                 Some(p) => {
                     d.net_recvs.swap_remove(i);
+                    let v = p.into_bytes();
+                    let Some(head) = v.first_chunk::<NET_HEAD>() else {
+                        return Err(Error::transport(format!(
+                            "rank {peer} sent a collective's message of {} bytes, shorter than its header",
+                            v.len()
+                        )));
+                    };
+                    let sig = u32::from_le_bytes(*head);
                     self.matcher
-                        .arrived((peer, tag64(d.seq, tag)), Arrived::Bytes(p.into_bytes()));
+                        .arrived((peer, tag64(d.seq, tag)), Arrived::Net { v, sig });
                     moved = true;
                 }
                 None => i += 1,
@@ -810,12 +855,12 @@ impl Core {
     /// refused send that completed already was the receiver's error).
     fn refused(&self, d: &OpData) -> Option<(usize, u64)> {
         if d.seq != P2P_SEQ {
-            return self.rejected.iter().find(|k| k.1 >> 32 == d.seq).copied();
+            return self.rejected.keys().find(|k| k.1 >> 32 == d.seq).copied();
         }
         d.m.open_sends()
             .iter()
             .map(|&(p, t)| (p, tag64(P2P_SEQ, t)))
-            .find(|k| self.rejected.contains(k))
+            .find(|k| self.rejected.contains_key(k))
     }
 
     /// Binds a point-to-point receive to the earliest announced message

@@ -17,6 +17,7 @@ use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
 use crate::proxy::ProxyClient;
+use crate::sig::Sig;
 use crate::sync::lock;
 
 /// How long a rank whose wait timed out waits for its proxy to say which
@@ -26,6 +27,9 @@ pub(super) const ASK_FOR: Duration = Duration::from_millis(500);
 /// A collective posted to the proxy.
 pub(crate) struct Pending {
     pub(super) seq: u64,
+    /// Its collective's signature (what the proxy's answer of a
+    /// disagreement names as this rank's).
+    sig: Sig,
     _blob: Vec<u8>,
     stage: Option<Stage>,
     direct: bool,
@@ -296,7 +300,7 @@ impl Client {
                 stage.deliver(out);
             }
         }
-        Some(o.into_result(p.seq, "the proxy", &self.world))
+        Some(o.into_result(p.seq, "the proxy", &self.world, p.sig))
     }
 
     /// The world's ranks whose parts of collective `seq` the proxy has not
@@ -381,6 +385,7 @@ impl ProxyClient for Client {
     fn submit(&self, mut job: Job<'_>) -> Result<Pending> {
         let (direct, seq) = (job.direct(), job.seq);
         let (coll, send, recv) = job.parts();
+        let sig = Sig::of(coll);
         // Where the node has no core for the proxy, the rank's own block is
         // copied here, on the rank's core, in parallel with the other ranks,
         // instead of one after the other in the proxy.
@@ -416,7 +421,8 @@ impl ProxyClient for Client {
             Vec::with_capacity(128),
         )
         .map_err(|e| Error::transport_from("encoding a request to the proxy", e))?;
-        let d = Kind::Submit.desc(seq, blob.as_ptr() as u64, blob.len() as u64);
+        let mut d = Kind::Submit.desc(seq, blob.as_ptr() as u64, blob.len() as u64);
+        d.sig = sig.0;
         let mut st = lock(&self.state);
         // A proxy that died since is found by `wait` (within LIVENESS_EVERY).
         if self.proxy_gone.load(Ordering::Acquire) {
@@ -425,6 +431,7 @@ impl ProxyClient for Client {
         self.push(&mut st, d);
         Ok(Pending {
             seq,
+            sig,
             _blob: blob,
             stage: job.stage,
             direct,
@@ -595,6 +602,7 @@ fn non_starter(board: Arc<Board>, me: usize, size: usize, timeout: Duration) -> 
 fn posted(seq: u64) -> Pending {
     Pending {
         seq,
+        sig: Sig::NONE,
         _blob: Vec::new(),
         stage: None,
         direct: true,

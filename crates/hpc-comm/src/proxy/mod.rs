@@ -162,6 +162,7 @@ mod server;
 mod service;
 mod session;
 mod steps;
+mod submits;
 
 use std::time::Duration;
 

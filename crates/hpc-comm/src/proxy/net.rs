@@ -4,10 +4,13 @@
 //! on another node: a send reads the rank's region (eagerly, when its round
 //! is posted) and goes to the peer's proxy as one `hpc-rdma` message, tagged
 //! [`MSG`] and ending in a [`TRAILER`] that names the sending and receiving
-//! ranks and the step's tag (the collective's sequence number and the
-//! schedule's tag); the receiving proxy files it with the messages between
-//! its own ranks, where the receive step of the same (source, destination,
-//! sequence, tag) takes it. Intra-node steps do not change.
+//! ranks, the step's tag (the collective's sequence number and the
+//! schedule's tag) and the collective's signature ([`Sig`]); the receiving
+//! proxy checks the signature against its own parts' (another collective's
+//! message fails the collective, [`Outcome::Disagree`]) and files it with the
+//! messages between its own ranks, where the receive step of the same
+//! (source, destination, sequence, tag) takes it. Intra-node steps do not
+//! change.
 //!
 //! # Set-up
 //!
@@ -48,6 +51,7 @@ use serde::{Deserialize, Serialize};
 use super::protocol::Code;
 use super::session::Outcome;
 use crate::error::{Error, Result};
+use crate::sig::Sig;
 
 /// The transport tag of a message between ranks.
 const MSG: u64 = 1;
@@ -55,9 +59,10 @@ const MSG: u64 = 1;
 const BYE: u64 = 2;
 
 /// Bytes after a message's payload: source rank (u32), destination rank
-/// (u32), the proxy's message tag (sequence << 32 | schedule tag, u64), all
-/// little-endian.
-pub(super) const TRAILER: usize = 16;
+/// (u32), the proxy's message tag (sequence << 32 | schedule tag, u64), the
+/// collective's signature ([`Sig`], u32; 0 for a point-to-point message),
+/// all little-endian.
+pub(super) const TRAILER: usize = 20;
 
 /// The tag of a message between proxies: the collective's sequence number
 /// and the step's tag.
@@ -452,7 +457,7 @@ fn parse_failed(v: &[u8]) -> Option<Failed> {
     let comm = u64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
     Some(Failed {
         comm,
-        seq: u64::from_le_bytes(t[8..].try_into().ok()?),
+        seq: u64::from_le_bytes(t[8..16].try_into().ok()?),
         code: u8::try_from(u32::from_le_bytes(t[..4].try_into().ok()?)).ok()?,
         aux,
         why: String::from_utf8_lossy(&body[16..]).into_owned(),
@@ -628,12 +633,14 @@ impl ProxyNet {
 
     /// Sends `data` (the payload, then [`TRAILER`] bytes of room, which this
     /// fills) from rank `src` to rank `dst` under the proxy's message tag
-    /// `tag`. `Err(node)`: the destination's node is lost.
+    /// `tag`, of a collective whose signature is `sig`. `Err(node)`: the
+    /// destination's node is lost.
     pub(super) fn send(
         &mut self,
         src: usize,
         dst: usize,
         tag: u64,
+        sig: Sig,
         mut data: Vec<u8>,
     ) -> Result<(), usize> {
         let p = self.hello.node_of[dst];
@@ -643,7 +650,8 @@ impl ProxyNet {
         let at = data.len() - TRAILER;
         data[at..at + 4].copy_from_slice(&(src as u32).to_le_bytes());
         data[at + 4..at + 8].copy_from_slice(&(dst as u32).to_le_bytes());
-        data[at + 8..].copy_from_slice(&tag.to_le_bytes());
+        data[at + 8..at + 16].copy_from_slice(&tag.to_le_bytes());
+        data[at + 16..].copy_from_slice(&sig.0.to_le_bytes());
         match self.t.send(p, MSG, data) {
             Ok(id) => {
                 self.sends.push(id);
@@ -691,6 +699,7 @@ impl ProxyNet {
             v.extend_from_slice(&u32::from(code).to_le_bytes());
             v.extend_from_slice(&FAIL.to_le_bytes());
             v.extend_from_slice(&seq.to_le_bytes());
+            v.extend_from_slice(&Sig::NONE.0.to_le_bytes());
             match self.t.send(p, MSG, v) {
                 Ok(id) => self.sends.push(id),
                 Err(e) => self.lose(p, &e),
@@ -709,12 +718,12 @@ impl ProxyNet {
     }
 
     /// Takes the messages that arrived (`deliver(source, destination, tag,
-    /// bytes)`, the bytes with their trailer, whose payload is the first
-    /// `len - TRAILER`) and the sends that completed (their buffers to
-    /// `reuse`); whether anything moved.
+    /// signature, bytes)`, the bytes with their trailer, whose payload is
+    /// the first `len - TRAILER`) and the sends that completed (their
+    /// buffers to `reuse`); whether anything moved.
     pub(super) fn poll(
         &mut self,
-        deliver: &mut dyn FnMut(usize, usize, u64, Vec<u8>),
+        deliver: &mut dyn FnMut(usize, usize, u64, Sig, Vec<u8>),
         reuse: &mut dyn FnMut(Vec<u8>),
     ) -> bool {
         let mut moved = false;
@@ -770,7 +779,7 @@ impl ProxyNet {
                         continue;
                     }
                     match self.parse(p, &v) {
-                        Some((src, dst, tag)) => deliver(src, dst, tag, v),
+                        Some((src, dst, tag, sig)) => deliver(src, dst, tag, sig, v),
                         None => tracing::warn!(
                             node = self.hello.node_ids[p],
                             "proxy: dropped a message from another node that names no rank pair of its"
@@ -786,16 +795,17 @@ impl ProxyNet {
         moved
     }
 
-    /// The (source, destination, tag) of a message from proxy `p`, checked:
-    /// from a rank of `p`'s node to a rank of this one.
-    fn parse(&self, p: usize, v: &[u8]) -> Option<(usize, usize, u64)> {
+    /// The (source, destination, tag, signature) of a message from proxy
+    /// `p`, checked: from a rank of `p`'s node to a rank of this one.
+    fn parse(&self, p: usize, v: &[u8]) -> Option<(usize, usize, u64, Sig)> {
         let t = v.get(v.len().checked_sub(TRAILER)?..)?;
         let src = u32::from_le_bytes(t[..4].try_into().ok()?) as usize;
         let dst = u32::from_le_bytes(t[4..8].try_into().ok()?) as usize;
-        let tag = u64::from_le_bytes(t[8..].try_into().ok()?);
+        let tag = u64::from_le_bytes(t[8..16].try_into().ok()?);
+        let sig = Sig(u32::from_le_bytes(t[16..].try_into().ok()?));
         let node = &self.hello.node_of;
         (node.get(src) == Some(&p) && node.get(dst) == Some(&self.hello.me))
-            .then_some((src, dst, tag))
+            .then_some((src, dst, tag, sig))
     }
 
     /// The rank a message from proxy `p` reports dead, if it is such a

@@ -5,7 +5,9 @@
 //! `SUBMIT` points (`addr`, `len`) at a [`Blob`] in the rank's memory, which
 //! the proxy reads by cross-memory attach; a `DONE` carries a [`Code`] in
 //! `addr` and, for `Lost` and `Mismatch`, the rank concerned in `len` (for
-//! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for).
+//! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for;
+//! for `Disagree`, the other rank and its collective's signature). A
+//! `SUBMIT` carries its collective's signature in the descriptor's `sig`.
 //! Tags are the communicator's sequence numbers of the collectives. A rank
 //! whose wait timed out asks (`ASK`) which ranks' parts the proxy has not
 //! received; the proxy answers one `WAITING` per rank (the rank in `addr`),
@@ -65,6 +67,7 @@ impl Kind {
     pub(crate) fn desc(self, tag: u64, addr: u64, len: u64) -> Desc {
         Desc {
             kind: self as u32,
+            sig: 0,
             tag,
             addr,
             len,
@@ -95,6 +98,10 @@ pub(crate) enum Code {
     OverCap = 5,
     /// The proxy could not allocate the collective's memory (`len`: the bytes).
     NoMemory = 6,
+    /// The ranks' parts are not the same collective: another kind, element
+    /// type, reduction or root (`len`: the other rank in the high 32 bits,
+    /// its collective's signature, [`Sig`](crate::sig::Sig), in the low 32).
+    Disagree = 7,
 }
 
 impl Code {
@@ -107,6 +114,7 @@ impl Code {
             4 => Code::NodeLost,
             5 => Code::OverCap,
             6 => Code::NoMemory,
+            7 => Code::Disagree,
             _ => Code::Failed,
         }
     }

@@ -10,6 +10,7 @@
 //! losses, cancels, retirement) is the [`Session`]'s.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -23,16 +24,19 @@ use super::memory::{
 use super::net::{tag64, ProxyNet, TRAILER};
 use super::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
 use super::session::{Cancel, Effect, Outcome, Session};
+use super::submits::{Parsed, Submits};
 use crate::backoff::{Backoff, Pause};
 use crate::board::{self, Board, Desc};
 use crate::error::{Error, Result};
 use crate::shm::ShmRef;
+use crate::sig::Sig;
 
 /// One rank's collective in the proxy.
 struct VOp {
     rank: usize,
     seq: u64,
-    sched: Schedule,
+    /// Its schedule (shared with the blob's other ops, see `submits`).
+    sched: Rc<Schedule>,
     /// Its buffers and its scratch (from the pool).
     mem: OpMem,
     /// The schedule's interpreter. Its open sends are the messages of the
@@ -41,6 +45,8 @@ struct VOp {
     m: Machine,
     /// The shared buffers it uses (keys of [`Proxy::maps`]).
     maps: Vec<(usize, u64)>,
+    /// Its collective's signature, which its messages to other nodes carry.
+    sig: Sig,
 }
 
 /// A message waiting for its receive.
@@ -126,6 +132,8 @@ struct Proxy {
     /// The life cycle of the communicator's collectives (its slots are the
     /// communicator's ranks; those of other nodes are away).
     session: Session,
+    /// The ranks' latest distinct submits, parsed.
+    submits: Submits,
 }
 
 /// Whether the message key `k` (source, destination, tag) belongs to `rank`'s
@@ -149,7 +157,8 @@ impl Proxy {
     /// A new op for rank `rank`'s collective `seq`, its scratch held by the
     /// collective in the session; refused where its scratch passes the
     /// budget or cannot be allocated.
-    fn op(&mut self, rank: usize, seq: u64, sched: Schedule, blob: Blob) -> Result<VOp, Refusal> {
+    fn op(&mut self, rank: usize, seq: u64, parsed: &Parsed) -> Result<VOp, Refusal> {
+        let (blob, sched) = (&parsed.blob, Rc::clone(&parsed.sched));
         let held = self.budget.admit(footprint(&[sched.scratch_bytes]))?;
         // Scratch from the pool is not zeroed: schedules write scratch before they
         // read it (the simulator checks this by filling scratch with a pattern).
@@ -188,6 +197,7 @@ impl Proxy {
             mem,
             m,
             maps,
+            sig: Sig::of(&blob.coll),
         })
     }
 
@@ -306,7 +316,7 @@ impl Proxy {
     /// (the edge: the typed outcome becomes the `DONE` descriptor's code and
     /// word).
     fn answer(&mut self, seq: u64, rank: usize, outcome: &Outcome) {
-        let (code, aux) = outcome.wire();
+        let (code, aux) = outcome.wire_to(rank);
         self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
     }
 
@@ -391,7 +401,7 @@ impl Proxy {
                     data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
-                    net.send(rank, peer, tag64(seq, tag), data)
+                    net.send(rank, peer, tag64(seq, tag), op.sig, data)
                         .map_err(|node| (Code::NodeLost, node as u64))?;
                     op.m.sent(peer, tag);
                 }
@@ -491,6 +501,7 @@ impl Proxy {
             net: None,
             budget: Budget::from_env(),
             session: Session::new((0..size).collect(), Cancel::Part),
+            submits: Submits::new(size),
         }
     }
 
@@ -510,7 +521,9 @@ impl Proxy {
         let mut arrived = Vec::new();
         let mut sent = Vec::new();
         let mut moved = net.poll(
-            &mut |src: usize, dst: usize, tag: u64, v: Vec<u8>| arrived.push((src, dst, tag, v)),
+            &mut |src: usize, dst: usize, tag: u64, sig: Sig, v: Vec<u8>| {
+                arrived.push((src, dst, tag, sig, v))
+            },
             &mut |v: Vec<u8>| sent.push(v),
         );
         let lost = net.take_lost();
@@ -518,9 +531,12 @@ impl Proxy {
         for v in sent {
             self.give(v);
         }
-        for (src, dst, tag, v) in arrived {
-            // For a collective that ended or failed here: no receive will take it.
-            if !self.session.takes(tag >> 32) {
+        for (src, dst, tag, sig, v) in arrived {
+            // For a collective that ended or failed here, or another
+            // collective than this node's parts (which fails it): no receive
+            // will take it.
+            if !self.session.remote(tag >> 32, src, sig) {
+                moved = true;
                 self.give(v);
                 continue;
             }
@@ -560,9 +576,9 @@ impl Proxy {
     /// One descriptor from rank `r`.
     fn handle(&mut self, r: usize, d: Desc) {
         match Kind::from_wire(d.kind) {
-            Some(Kind::Submit) if !self.session.submit(d.tag, r) => {}
+            Some(Kind::Submit) if !self.session.submit(d.tag, r, Sig(d.sig)) => {}
             Some(Kind::Submit) => match self.read_submit(r, &d) {
-                Some((blob, sched)) => match self.op(r, d.tag, sched, blob) {
+                Some(parsed) => match self.op(r, d.tag, &parsed) {
                     // It runs from here on (no `ready`: see `settle`).
                     Ok(op) => self.ops.push(op),
                     Err(refusal) => {
@@ -618,14 +634,14 @@ impl Proxy {
         away
     }
 
-    /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory.
-    fn read_submit(&self, r: usize, d: &Desc) -> Option<(Blob, Schedule)> {
+    /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory
+    /// (parsed once per distinct blob: see `submits`).
+    fn read_submit(&mut self, r: usize, d: &Desc) -> Option<Rc<Parsed>> {
         if d.len > MAX_BLOB {
             return None;
         }
-        let mut blob = vec![0u8; d.len as usize];
-        rd(self.pids[r], d.addr, &mut blob).ok()?;
-        parse_submit(&blob, r, self.size).ok()
+        rd(self.pids[r], d.addr, self.submits.buffer(d.len as usize)).ok()?;
+        self.submits.parse(r, self.size).ok()
     }
 
     /// The state machine: advances every op, answers those that ended; whether
@@ -871,9 +887,10 @@ mod tests {
             rank: 0,
             seq: 1,
             m: Machine::new(&sched, false),
-            sched,
+            sched: Rc::new(sched),
             mem: OpMem::of_own(send, recv, 0, false),
             maps: Vec::new(),
+            sig: Sig::NONE,
         }
     }
 
@@ -891,7 +908,7 @@ mod tests {
             let send = [1u8, 2, 3];
             let mut recv = [0u8; 3];
             let mut o = op(&send, &mut recv);
-            o.sched = coll.schedule(0, 1, &Options::default()).unwrap();
+            o.sched = Rc::new(coll.schedule(0, 1, &Options::default()).unwrap());
             o.m = Machine::new(&o.sched, own);
             assert!(matches!(p.advance(&mut o), Ok(true)));
             drop(o);

@@ -19,6 +19,7 @@ use crate::proxy::net::closed;
 use crate::proxy::protocol::Code;
 use crate::proxy::session::Outcome;
 use crate::proxy::ProxyClient;
+use crate::sig::Sig;
 use crate::sync::lock;
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Region, Transport};
@@ -568,7 +569,7 @@ impl Client {
         Vec::new()
     }
 
-    fn outcome(&self, seq: u64, payload: Payload) -> Result<()> {
+    fn outcome(&self, seq: u64, sig: Sig, payload: Payload) -> Result<()> {
         let bytes = payload.into_bytes();
         let a: Answer = postcard::from_bytes(&bytes).map_err(|e| {
             Error::transport(format!(
@@ -576,7 +577,7 @@ impl Client {
             ))
         })?;
         let code = Code::from_wire(u64::from(a.code));
-        Outcome::from_wire(code, a.aux, a.why).into_result(seq, "the DPU proxy", &self.world)
+        Outcome::from_wire(code, a.aux, a.why).into_result(seq, "the DPU proxy", &self.world, sig)
     }
 }
 
@@ -590,6 +591,7 @@ impl ProxyClient for Client {
         let seq = job.seq;
         let direct = job.direct();
         let (coll, send, recv) = job.parts();
+        let sig = Sig::of(coll);
         let (need_s, need_r) = coll.buffer_bytes(self.me, self.size);
         // The application's registered buffers are read and written in place
         // (only a direct job works on them; a staged one on its copies).
@@ -662,6 +664,7 @@ impl ProxyClient for Client {
         }
         Ok(Posted {
             seq,
+            sig,
             answer,
             state: Mutex::new(State {
                 region,
@@ -684,7 +687,7 @@ impl ProxyClient for Client {
         let res = match self.link.t.test(p.answer) {
             Ok(None) if self.link.proxy_gone() => Err(Error::Stopped("proxy")),
             Ok(None) => return false,
-            Ok(Some(payload)) => self.outcome(p.seq, payload),
+            Ok(Some(payload)) => self.outcome(p.seq, p.sig, payload),
             Err(e) => Err(self.link.link_error(e)),
         };
         if res.is_ok() {
@@ -834,6 +837,11 @@ pub(super) fn clone_error(e: &Error) -> Error {
             rank: *rank,
             detail: detail.clone(),
         },
+        Error::CollectiveMismatch { rank, ours, theirs } => Error::CollectiveMismatch {
+            rank: *rank,
+            ours: ours.clone(),
+            theirs: theirs.clone(),
+        },
         Error::Stopped(s) => Error::Stopped(s),
         Error::ProxyMemory { bytes, why } => Error::ProxyMemory {
             bytes: *bytes,
@@ -867,6 +875,9 @@ pub(super) struct State {
 /// A collective posted to the DPU proxy.
 pub(crate) struct Posted {
     seq: u64,
+    /// Its collective's signature (what the proxy's answer of a
+    /// disagreement names as this rank's).
+    sig: Sig,
     answer: OpId,
     state: Mutex<State>,
     recv_at: usize,

@@ -18,6 +18,7 @@ use crate::proxy::memory::{footprint, try_filled, Budget, Refusal};
 use crate::proxy::net::{closed, tag64, ProxyNet, TRAILER};
 use crate::proxy::session::{Effect, Outcome};
 use crate::proxy::steps::{Run, RunError};
+use crate::sig::Sig;
 use hpc_collectives::{Collective, Options};
 use hpc_rdma::{OpId, Payload, Transport};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -162,15 +163,15 @@ impl Server {
         };
         let mut got = Vec::new();
         let moved = net.poll(
-            &mut |src, dst, tag, mut v| {
+            &mut |src, dst, tag, sig, mut v| {
                 v.truncate(v.len().saturating_sub(TRAILER));
-                got.push((src, dst, tag, v));
+                got.push((src, dst, tag, sig, v));
             },
             &mut |_| {},
         );
         let lost = net.take_lost();
         let failed = net.take_failed();
-        for (src, dst, tag, mut v) in got {
+        for (src, dst, tag, sig, mut v) in got {
             // The communicator's id ends the payload.
             let Some(id) = v
                 .len()
@@ -185,7 +186,7 @@ impl Server {
                 );
                 continue;
             };
-            self.take_from_net(id, FromNet::Msg(src, dst, tag, v));
+            self.take_from_net(id, FromNet::Msg(src, dst, tag, sig, v));
         }
         for f in failed {
             self.take_from_net(f.comm, FromNet::Failed(f));
@@ -262,7 +263,7 @@ impl Server {
             return;
         };
         match m {
-            FromNet::Msg(src, dst, tag, v) => {
+            FromNet::Msg(src, dst, tag, sig, v) => {
                 let (Some(&s), Some(&d)) = (c.rank_of.get(&src), c.rank_of.get(&dst)) else {
                     tracing::warn!(
                         comm = id,
@@ -284,14 +285,15 @@ impl Server {
                             "DPU proxy: dropped a message for a rank not of this node"
                         );
                     }
-                } else if !c.session.takes(seq) {
+                } else if !c.session.remote(seq, s, sig) {
                     tracing::debug!(
                         comm = id,
                         seq,
                         src,
                         dst,
-                        "DPU proxy: dropped a message for a collective that ended or failed"
+                        "DPU proxy: dropped a message for a collective that ended or failed, or another collective"
                     );
+                    self.settle(id);
                 } else {
                     let size = c.links.len();
                     let g = c.groups.entry(seq).or_insert_with(|| Group::new(size));
@@ -569,7 +571,7 @@ impl Server {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
-        if c.session.submit(seq, slot) {
+        if c.session.submit(seq, slot, Sig::of(req.0)) {
             if let Err(o) = self.take_part(id, slot, seq, req) {
                 if let Some(c) = self.comms.get_mut(&id) {
                     c.session.refuse(seq, slot, o);
@@ -656,8 +658,14 @@ impl Server {
 
     /// Sends link rank `r` the answer to its collective numbered `w` on the link.
     fn send_answer(&mut self, r: usize, w: u64, o: &Outcome) {
+        self.send_answer_to(r, w, o, usize::MAX);
+    }
+
+    /// [`Server::send_answer`] to the communicator's rank `rank` (a
+    /// disagreement names to each rank the other one).
+    fn send_answer_to(&mut self, r: usize, w: u64, o: &Outcome, rank: usize) {
         // The edge: the typed outcome becomes the wire's code and word.
-        let (code, aux) = o.wire();
+        let (code, aux) = o.wire_to(rank);
         let a = Answer {
             code: code as u8,
             aux,
@@ -766,6 +774,7 @@ impl Server {
         let Some(c) = self.comms.get_mut(&id) else {
             return;
         };
+        let sig = c.session.sig(seq);
         let Served {
             members,
             groups,
@@ -784,7 +793,7 @@ impl Server {
             };
             data.extend_from_slice(&id.to_le_bytes());
             data.resize(data.len() + TRAILER, 0);
-            net.send(members[src], members[dst], tag64(seq, tag), data)
+            net.send(members[src], members[dst], tag64(seq, tag), sig, data)
         };
         let _span = tracing::debug_span!("dpu-collective", comm = id, seq).entered();
         match run.advance(&mut remote) {
@@ -895,7 +904,8 @@ impl Server {
                 Effect::Answer { seq, slot, outcome } => {
                     if let Some(local) = c.locals[slot] {
                         let link = c.links[slot];
-                        self.send_answer(link, wire(local, seq), &outcome);
+                        let rank = c.ranks[slot];
+                        self.send_answer_to(link, wire(local, seq), &outcome, rank);
                     }
                 }
                 Effect::Tell { seq, outcome } => {

@@ -164,8 +164,9 @@ impl Served {
 /// What came from another node's proxy for a communicator.
 pub(super) enum FromNet {
     /// A step's message: (source, destination) as first-communicator
-    /// ranks, the proxy's message tag, the payload.
-    Msg(usize, usize, u64, Vec<u8>),
+    /// ranks, the proxy's message tag, its collective's signature, the
+    /// payload.
+    Msg(usize, usize, u64, crate::sig::Sig, Vec<u8>),
     /// A collective failed there.
     Failed(Failed),
 }

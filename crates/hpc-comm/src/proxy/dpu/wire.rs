@@ -134,7 +134,9 @@ pub(crate) enum Delivery {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Answer {
     pub code: u8,
-    /// For `Lost` and `Mismatch`: the rank concerned.
+    /// For `Lost` and `Mismatch`: the rank concerned; for `Disagree`, the
+    /// other rank in the high 32 bits and its collective's signature in the
+    /// low 32.
     pub aux: u64,
     /// Why, for anything but `Ok`.
     pub why: String,

@@ -20,6 +20,7 @@
 use std::collections::VecDeque;
 
 use super::{Ended, Outcome};
+use crate::sig::Sig;
 
 /// What a rank's cancel of its collective does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +143,10 @@ struct Coll {
     finished: bool,
     /// The bytes of the server's budget its parts hold.
     held: u64,
+    /// The communicator's rank of the first part submitted here or message
+    /// from another node, and its collective's signature, which every other
+    /// part's and message's must equal.
+    sig: Option<(usize, Sig)>,
 }
 
 /// The collectives in flight, in the order of their sequence numbers: a
@@ -282,6 +287,7 @@ impl Session {
             started: false,
             finished: false,
             held: 0,
+            sig: None,
         };
         if at == self.colls.0.len() {
             // Made in order, the common case.
@@ -387,9 +393,11 @@ impl Session {
     /// The member in `slot` submitted its part of collective `seq`; whether
     /// the server should take it in. Where not, it is answered already: a
     /// collective that ended or failed, a node lost, a part submitted twice
-    /// (which fails the collective), a member gone whose part is missing.
+    /// (which fails the collective), a member gone whose part is missing, a
+    /// part whose signature `sig` is not the first part's (which fails the
+    /// collective with [`Outcome::Disagree`]).
     #[inline]
-    pub(crate) fn submit(&mut self, seq: u64, slot: usize) -> bool {
+    pub(crate) fn submit(&mut self, seq: u64, slot: usize, sig: Sig) -> bool {
         let rank = self.ranks[slot];
         let twice = || Outcome::failed(format!("rank {rank} submitted collective {seq} twice"));
         if let Some(o) = self.ended.get(seq) {
@@ -411,11 +419,57 @@ impl Session {
             self.fail(seq, twice(), true);
             return false;
         }
+        if !self.agree(seq, rank, sig) {
+            return false;
+        }
         if let Some(o) = failed {
             self.done(seq, slot, o);
             return false;
         }
         true
+    }
+
+    /// Whether `sig`, the signature of rank `rank`'s part of collective
+    /// `seq` or of its message from another node, is the first's; where not,
+    /// the collective fails here and on every node ([`Outcome::Disagree`]).
+    #[inline]
+    fn agree(&mut self, seq: u64, rank: usize, sig: Sig) -> bool {
+        let c = self.coll(seq);
+        let (first, first_sig) = *c.sig.get_or_insert((rank, sig));
+        if first_sig == sig {
+            return true;
+        }
+        let o = Outcome::Disagree {
+            first,
+            first_sig,
+            other: rank,
+            other_sig: sig,
+        };
+        self.fail(seq, o, true);
+        false
+    }
+
+    /// A message of collective `seq` from rank `rank` of another node came,
+    /// its collective's signature `sig`: whether the server should file it
+    /// (not when the collective ended or failed here, or when `sig` is not
+    /// what the parts here and the messages before said, which fails it).
+    pub(crate) fn remote(&mut self, seq: u64, rank: usize, sig: Sig) -> bool {
+        self.takes(seq) && (sig == Sig::NONE || self.agree(seq, rank, sig))
+    }
+
+    /// The signature of collective `seq` as its first part or message here
+    /// said ([`Sig::NONE`] before either).
+    pub(crate) fn sig(&self, seq: u64) -> Sig {
+        let i = self.colls.index(seq).ok();
+        i.and_then(|i| self.colls.0[i].sig)
+            .map_or(Sig::NONE, |s| s.1)
+    }
+
+    /// Whether the communicator's rank `rank` is a member on this node.
+    fn local(&self, rank: usize) -> bool {
+        (self.ranks.iter())
+            .position(|&r| r == rank)
+            .is_some_and(|s| self.members[s] != Member::Away)
     }
 
     /// The part in `slot` of collective `seq` was refused (unreadable, or
@@ -517,10 +571,23 @@ impl Session {
         if first {
             self.out.push_back(Effect::Stop { seq });
             if tell && !o.seen_by_all() {
-                self.out.push_back(Effect::Tell {
-                    seq,
-                    outcome: o.clone(),
-                });
+                // A disagreement is told naming a rank of this node: the
+                // other nodes answer their ranks naming it.
+                let outcome = match o {
+                    Outcome::Disagree {
+                        first,
+                        first_sig,
+                        other,
+                        other_sig,
+                    } if !self.local(other) && self.local(first) => Outcome::Disagree {
+                        first: other,
+                        first_sig: other_sig,
+                        other: first,
+                        other_sig: first_sig,
+                    },
+                    ref o => o.clone(),
+                };
+                self.out.push_back(Effect::Tell { seq, outcome });
             }
         }
         for slot in waiting {

@@ -22,6 +22,7 @@ pub(crate) use life::{Cancel, Effect, Session};
 use super::memory::Refusal;
 use super::protocol::Code;
 use crate::error::{Error, Result};
+use crate::sig::Sig;
 
 /// How a collective ended in a proxy, as its ranks are told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +43,20 @@ pub(crate) enum Outcome {
         sender: usize,
         /// Why, in words.
         why: String,
+    },
+    /// The parts are not the same collective (another kind, element type,
+    /// reduction or root): `first`'s part (the communicator's rank) was
+    /// `first_sig`, `other`'s `other_sig`. Read off the wire, both name the
+    /// one rank the answer or news named.
+    Disagree {
+        /// The rank whose part came first.
+        first: usize,
+        /// Its collective's signature.
+        first_sig: Sig,
+        /// The rank whose part differs from it.
+        other: usize,
+        /// Its collective's signature.
+        other_sig: Sig,
     },
     /// Another node of the communicator is lost (its proxy stopped or cannot
     /// be reached): `node`, the world's index of that node.
@@ -99,10 +114,28 @@ impl Outcome {
             Outcome::Done => (Code::Ok, 0),
             Outcome::Lost { rank, .. } => (Code::Lost, *rank as u64),
             Outcome::Mismatch { sender, .. } => (Code::Mismatch, *sender as u64),
+            Outcome::Disagree {
+                other, other_sig, ..
+            } => (Code::Disagree, disagree_word(*other, *other_sig)),
             Outcome::NodeLost { node } => (Code::NodeLost, *node as u64),
             Outcome::OverCap { bytes, .. } => (Code::OverCap, bytes.unwrap_or(u64::MAX)),
             Outcome::NoMemory { bytes, .. } => (Code::NoMemory, *bytes),
             Outcome::Failed { .. } => (Code::Failed, 0),
+        }
+    }
+
+    /// [`Outcome::wire`] as answered to the communicator's rank `rank`: a
+    /// disagreement names to each rank the other one (to the rank whose part
+    /// differs, the first part's).
+    pub(crate) fn wire_to(&self, rank: usize) -> (Code, u64) {
+        match *self {
+            Outcome::Disagree {
+                first,
+                first_sig,
+                other,
+                ..
+            } if rank == other => (Code::Disagree, disagree_word(first, first_sig)),
+            _ => self.wire(),
         }
     }
 
@@ -125,6 +158,15 @@ impl Outcome {
                 why: why.clone(),
             }),
             Code::NodeLost => index("node").map(|node| Outcome::NodeLost { node }),
+            Code::Disagree => {
+                let (rank, sig) = ((aux >> 32) as usize, Sig(aux as u32));
+                Ok(Outcome::Disagree {
+                    first: rank,
+                    first_sig: sig,
+                    other: rank,
+                    other_sig: sig,
+                })
+            }
             Code::OverCap => Ok(Outcome::OverCap {
                 bytes: (aux != u64::MAX).then_some(aux),
                 why: why.clone(),
@@ -143,6 +185,16 @@ impl Outcome {
         match self {
             Outcome::Done => String::new(),
             Outcome::NodeLost { node } => format!("node {node} is lost"),
+            Outcome::Disagree {
+                first,
+                first_sig,
+                other,
+                other_sig,
+            } => format!(
+                "rank {first} called {} where rank {other} called {}",
+                first_sig.describe(),
+                other_sig.describe()
+            ),
             Outcome::Lost { why, .. }
             | Outcome::Mismatch { why, .. }
             | Outcome::OverCap { why, .. }
@@ -155,8 +207,16 @@ impl Outcome {
     /// as a rank reads it off the wire: `world` maps a communicator's rank to
     /// the world's (an index it does not know stays as it is). `proxy` names
     /// the proxy (`the DPU proxy`); an outcome without a reason (the host
-    /// proxy's answers carry none) gets the general one of its kind.
-    pub(crate) fn into_result(self, seq: u64, proxy: &str, world: &[usize]) -> Result<()> {
+    /// proxy's answers carry none) gets the general one of its kind. `ours`
+    /// is the signature of this rank's collective, which a disagreement
+    /// names beside the other rank's.
+    pub(crate) fn into_result(
+        self,
+        seq: u64,
+        proxy: &str,
+        world: &[usize],
+        ours: Sig,
+    ) -> Result<()> {
         let world = |r: usize| world.get(r).copied().unwrap_or(r);
         let refused = |why: String, general: &str| {
             if why.is_empty() {
@@ -177,6 +237,13 @@ impl Outcome {
                 },
             },
             Outcome::NodeLost { node } => Error::NodeLost { node },
+            Outcome::Disagree {
+                other, other_sig, ..
+            } => Error::CollectiveMismatch {
+                rank: world(other),
+                ours: ours.describe(),
+                theirs: other_sig.describe(),
+            },
             Outcome::Failed { why } => {
                 Error::transport(refused(why, &format!("{proxy} failed the collective")))
             }
@@ -202,6 +269,11 @@ impl Outcome {
     pub(crate) fn seen_by_all(&self) -> bool {
         matches!(self, Outcome::NodeLost { .. })
     }
+}
+
+/// The `aux` word of a disagreement naming `rank`, whose collective is `sig`.
+fn disagree_word(rank: usize, sig: Sig) -> u64 {
+    (rank as u64) << 32 | u64::from(sig.0)
 }
 
 /// How many ended collectives a proxy remembers, to drop what comes for them
@@ -370,25 +442,27 @@ mod tests {
     #[test]
     fn outcomes_become_the_ranks_errors() {
         let world: &[usize] = &[10, 11, 12];
-        assert!(Outcome::Done.into_result(1, "the proxy", world).is_ok());
+        assert!(Outcome::Done
+            .into_result(1, "the proxy", world, Sig::NONE)
+            .is_ok());
         let lost = Outcome::Lost {
             rank: 2,
             why: String::new(),
         };
         assert!(matches!(
-            lost.into_result(1, "the proxy", world),
+            lost.into_result(1, "the proxy", world, Sig::NONE),
             Err(Error::RankLost { rank: 12 })
         ));
         let e = Outcome::Mismatch {
             sender: 1,
             why: String::new(),
         }
-        .into_result(1, "the proxy", world);
+        .into_result(1, "the proxy", world, Sig::NONE);
         assert!(
             matches!(&e, Err(Error::CountMismatch { rank: 11, detail }) if detail == "message sizes differ"),
             "{e:?}"
         );
-        let e = Outcome::failed("a step failed").into_result(7, "the DPU proxy", world);
+        let e = Outcome::failed("a step failed").into_result(7, "the DPU proxy", world, Sig::NONE);
         let e = e.unwrap_err().to_string();
         assert!(
             e.contains("the DPU proxy refused collective 7: a step failed"),
@@ -398,7 +472,7 @@ mod tests {
             bytes: None,
             why: String::new(),
         }
-        .into_result(7, "the proxy", world);
+        .into_result(7, "the proxy", world, Sig::NONE);
         assert!(
             matches!(&e, Err(Error::ProxyMemory { bytes: None, why }) if why.contains("cap")),
             "{e:?}"

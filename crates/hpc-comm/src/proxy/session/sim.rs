@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Cancel, Effect, Outcome, Session};
+use crate::sig::Sig;
 
 /// A small seeded generator (xorshift64*): the same seed, the same run.
 pub(crate) struct Rng(pub(crate) u64);
@@ -154,7 +155,7 @@ impl Sim {
     /// Rank `slot` of node `n` submits collective `seq`.
     fn submit(&mut self, n: usize, slot: usize, seq: u64) {
         let node = &mut self.nodes[n];
-        if node.s.submit(seq, slot) {
+        if node.s.submit(seq, slot, Sig::NONE) {
             node.s.hold(seq, PART);
             node.held += PART;
             node.s.ready(seq, slot);
@@ -394,7 +395,7 @@ fn a_cancel_in_dpu_placement_fails_the_collective_everywhere() {
 fn both_in(cancel: Cancel, seq: u64) -> Session {
     let mut s = Session::new(vec![4, 5], cancel);
     for slot in 0..2 {
-        assert!(s.submit(seq, slot));
+        assert!(s.submit(seq, slot, Sig::NONE));
         s.hold(seq, PART);
         s.ready(seq, slot);
     }
@@ -442,7 +443,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     // One rank, the common case: nothing is queued at all.
     let mut s = Session::new(vec![0], Cancel::Part);
     for seq in 0..3 {
-        assert!(s.submit(seq, 0));
+        assert!(s.submit(seq, 0, Sig::NONE));
         s.hold(seq, PART);
     }
     assert_eq!(s.finished(1, 0), Some(PART));
@@ -450,7 +451,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     assert_eq!(s.poll(), None);
     assert_eq!(s.in_flight(), 1);
     // The window remembers them: a second submit is answered `twice`.
-    assert!(!s.submit(1, 0));
+    assert!(!s.submit(1, 0, Sig::NONE));
     let twice = Outcome::failed("rank 0 submitted collective 1 twice");
     let answer = |seq, slot, outcome| Effect::Answer { seq, slot, outcome };
     assert_eq!(drain(&mut s), vec![answer(1, 0, twice)]);
@@ -476,7 +477,7 @@ fn a_finished_part_takes_the_short_way_only_when_nothing_failed() {
     assert_eq!(s.finished(0, 1), Some(2 * PART));
     assert_eq!(s.in_flight(), 0);
     let mut s = both_in(Cancel::Part, 0);
-    assert!(!s.submit(0, 0), "twice");
+    assert!(!s.submit(0, 0, Sig::NONE), "twice");
     assert_eq!(s.finished(0, 1), None);
     assert_eq!(s.poll(), Some(Effect::Stop { seq: 0 }));
 }
@@ -594,11 +595,11 @@ fn a_collective_names_the_members_whose_part_has_not_come() {
     let mut s = Session::new(vec![4, 5, 6, 7], Cancel::Part);
     s.away(3);
     assert_eq!(s.waiting_for(0), vec![4, 5, 6], "no part came yet");
-    assert!(s.submit(0, 1));
+    assert!(s.submit(0, 1, Sig::NONE));
     assert_eq!(s.waiting_for(0), vec![4, 6]);
-    assert!(s.submit(0, 0));
+    assert!(s.submit(0, 0, Sig::NONE));
     assert_eq!(s.waiting_for(0), vec![6]);
-    assert!(s.submit(0, 2));
+    assert!(s.submit(0, 2, Sig::NONE));
     assert!(s.waiting_for(0).is_empty(), "every part is in");
     for slot in 0..3 {
         s.done(0, slot, Outcome::Done);
@@ -607,4 +608,73 @@ fn a_collective_names_the_members_whose_part_has_not_come() {
     s.retire();
     assert_eq!(s.in_flight(), 0);
     assert!(s.waiting_for(0).is_empty(), "it ended");
+}
+
+/// Parts that are not the same collective fail it on every part, each rank
+/// answered naming the other; a message from another node that disagrees
+/// fails it too, told to the other nodes naming this node's rank.
+#[test]
+fn parts_and_messages_of_another_collective_fail_it() {
+    use hpc_collectives::{Collective, DataType, ReduceOp};
+    let sum = |dtype| {
+        Sig::of(&Collective::Allreduce {
+            count: 4,
+            dtype,
+            op: ReduceOp::Sum,
+        })
+    };
+    let (f, u) = (sum(DataType::F64), sum(DataType::U64));
+    let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
+    assert!(s.submit(0, 0, f));
+    assert!(s.submit(0, 2, f), "the same collective");
+    assert_eq!(s.sig(0), f);
+    assert!(!s.submit(0, 1, u), "another type");
+    let o = Outcome::Disagree {
+        first: 0,
+        first_sig: f,
+        other: 1,
+        other_sig: u,
+    };
+    let answer = |seq, slot, outcome| Effect::Answer { seq, slot, outcome };
+    let got = drain(&mut s);
+    assert_eq!(got[0], Effect::Stop { seq: 0 });
+    assert!(got.contains(&answer(0, 0, o.clone())) && got.contains(&answer(0, 1, o.clone())));
+    assert!(o
+        .why()
+        .contains("rank 0 called allreduce f64 sum where rank 1 called allreduce u64 sum"));
+    // Each rank is told of the other: the rank that differs of the first.
+    let told = |rank| {
+        let (code, aux) = o.wire_to(rank);
+        let r = Outcome::from_wire(code, aux, String::new());
+        match r.into_result(0, "the proxy", &[10, 11, 12], if rank == 1 { u } else { f }) {
+            Err(crate::Error::CollectiveMismatch { rank, ours, theirs }) => (rank, ours, theirs),
+            e => panic!("{e:?}"),
+        }
+    };
+    let named = |rank, ours: &str, theirs: &str| (rank, ours.to_string(), theirs.to_string());
+    assert_eq!(told(1), named(10, "allreduce u64 sum", "allreduce f64 sum"));
+    assert_eq!(told(2), named(11, "allreduce f64 sum", "allreduce u64 sum"));
+    // Rank 2 of another node: its message of another collective fails the
+    // next one here, and the news names this node's rank.
+    let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
+    s.away(2);
+    assert!(s.submit(1, 0, f));
+    assert!(s.remote(1, 2, Sig::NONE), "a message without a signature");
+    assert!(s.remote(1, 2, f));
+    assert!(!s.remote(1, 2, u));
+    let tell = drain(&mut s)
+        .into_iter()
+        .find(|e| matches!(e, Effect::Tell { .. }));
+    assert_eq!(
+        tell,
+        Some(Effect::Tell {
+            seq: 1,
+            outcome: Outcome::Disagree {
+                first: 2,
+                first_sig: u,
+                other: 0,
+                other_sig: f,
+            }
+        })
+    );
 }

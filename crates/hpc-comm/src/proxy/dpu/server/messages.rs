@@ -198,7 +198,7 @@ impl Server {
         let mut data = data;
         data.extend_from_slice(&id.to_le_bytes());
         data.resize(data.len() + TRAILER, 0);
-        match net.send(from, to, tag64(P2P_SEQ, tag), data) {
+        match net.send(from, to, tag64(P2P_SEQ, tag), crate::sig::Sig::NONE, data) {
             Ok(()) => Delivery::Sent,
             Err(node) => Delivery::Refused(Failure::Node { node }),
         }
