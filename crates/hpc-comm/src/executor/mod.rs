@@ -623,6 +623,18 @@ impl Core {
         moved
     }
 
+    /// The error of a receive from `rank` alone once its messages ended
+    /// ([`Core::ended`]): it left in order, or it is lost; `None` while they
+    /// have not.
+    fn ended_error(&self, rank: usize) -> Option<Error> {
+        let &(rank, left) = self.ended.iter().find(|e| e.0 == rank)?;
+        Some(if left {
+            Error::RankLeft { rank }
+        } else {
+            Error::RankLost { rank }
+        })
+    }
+
     /// Feeds `d`'s machine what happened since the last pass (sends read,
     /// network completions), then carries out its actions until it waits.
     fn advance(&mut self, d: &mut OpData) -> Result<bool, Error> {
@@ -649,17 +661,10 @@ impl Core {
         if let Some(want) = d.want {
             if !self.bind_p2p(d, want)? {
                 // From one rank alone, whose messages ended: none will come.
-                let ended = want
-                    .source()
-                    .and_then(|s| self.ended.iter().find(|e| e.0 == s));
-                if let Some(&(rank, left)) = ended {
-                    return Err(if left {
-                        Error::RankLeft { rank }
-                    } else {
-                        Error::RankLost { rank }
-                    });
-                }
-                return Ok(false);
+                return match want.source().and_then(|s| self.ended_error(s)) {
+                    Some(e) => Err(e),
+                    None => Ok(false),
+                };
             }
         }
         let mut moved = false;
