@@ -1059,6 +1059,75 @@ fn x_cannot_override_the_variables_hpc_run_sets() {
     }
 }
 
+/// A variable a flag of the same command sets for every rank: given both
+/// ways, one of them would be lost without a word (`--nodes 2` undone by
+/// one node name, `-x HPC_COLL_PROXY_CMD` overwritten by `--proxy`).
+#[test]
+fn x_cannot_give_a_variable_a_flag_sets() {
+    for (name, flag) in [
+        ("HPC_NODE_NAME", &["--nodes", "2"][..]),
+        ("HPC_COLL_PROXY_CMD", &["--proxy"][..]),
+    ] {
+        let x = format!("{name}=x");
+        let mut args = vec!["run", "-n", "2", "-x", &x];
+        args.extend_from_slice(flag);
+        args.extend(["--", "true"]);
+        let out = hpc(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("-x {name} and {} both set {name}", flag[0])),
+            "{name}: {err}"
+        );
+    }
+    // Without the flag, -x gives it.
+    let out = hpc(&["run", "-n", "1", "-x", "HPC_NODE_NAME=x", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `HPC_BOOTSTRAP=singleton` (or `mpi`), from `-x` or the environment, made
+/// each rank of `hpc run -n 2` a job of its own ("rank 0 of 1" twice, status
+/// 0); it is refused by name. `launcher` and `auto` are what hpc run does.
+#[test]
+fn a_bootstrap_that_leaves_the_launcher_is_refused() {
+    for (how, value) in [("-x", "singleton"), ("env", "mpi"), ("env", "Singleton ")] {
+        let mut c = Command::new(HPC);
+        c.args(["run", "-n", "2"]);
+        let x = format!("HPC_BOOTSTRAP={value}");
+        if how == "-x" {
+            c.args(["-x", &x]);
+        } else {
+            c.env("HPC_BOOTSTRAP", value);
+        }
+        let out = c.args(["--", "true"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{how} {value}: {err}");
+        assert!(
+            err.contains(&format!(
+                "HPC_BOOTSTRAP={}: under hpc run each rank would start alone",
+                value.trim().to_ascii_lowercase()
+            )),
+            "{how} {value}: {err}"
+        );
+    }
+    for value in ["launcher", "auto", ""] {
+        let out = Command::new(HPC)
+            .args(["run", "-n", "2", "--", "true"])
+            .env("HPC_BOOTSTRAP", value)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn selftest_refuses_a_fail_rank_outside_the_job() {
     let out = timed_output(

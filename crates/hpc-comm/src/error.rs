@@ -42,10 +42,11 @@ pub enum Error {
     ///
     /// What the engine knows differs by where the rank is. A rank on this
     /// node is lost when its process has exited (its pid is checked). A rank on
-    /// another node is lost when its connection ended, whatever ended it: its
-    /// process exited or was killed, the network broke, or it closed its
-    /// transport in order after the communicator's goodbye, that is, it dropped
-    /// this communicator (or ended) while its process goes on. A receive from
+    /// another node is lost when its connection ended: its process exited or
+    /// was killed, the network broke, or, on a transport that cannot tell an
+    /// orderly close from a broken one, it dropped this communicator while its
+    /// process goes on (where the tcp transport saw its goodbye first, the
+    /// error is [`Error::RankLeft`]). A receive from
     /// that rank alone then fails with this error once no message it sent
     /// before the end fits, rather than wait for the timeout: read it as "no
     /// message will come from that rank", not as proof that its process exited.
@@ -54,6 +55,17 @@ pub enum Error {
     #[error("rank {rank} is lost (its process exited, or, on another node, its connection ended: it may have dropped the communicator) during the operation")]
     RankLost {
         /// The lost rank (rank in the world).
+        rank: usize,
+    },
+    /// A rank on another node that the operation waits for left this
+    /// communicator in order: it dropped it (or its process ended and closed
+    /// it), its goodbye coming before its connection ended, and no message it
+    /// sent before fits. Its process may go on; no message will come from it
+    /// on this communicator. (A rank on this node that drops the communicator
+    /// cannot be told from one that is late: that ends in [`Error::Timeout`].)
+    #[error("rank {rank} left the communicator (it dropped it, or its process ended) during the operation: no message will come from it")]
+    RankLeft {
+        /// The rank that left (rank in the world).
         rank: usize,
     },
     /// A node of the communicator is lost during a collective: the `Proxy`

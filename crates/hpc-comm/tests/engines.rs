@@ -114,8 +114,10 @@ fn child_entry() {
         "staging" => staging(&world),
         "progress" => progress(&world),
         "proxy_death" => proxy_death(&world),
-        "proxy_absent" => absent(&world, CommOptions::new(Engine::Proxy)),
-        "dpu_absent" => absent(&world, dpu::options()),
+        "proxy_absent" => absent(&world, CommOptions::new(Engine::Proxy), 2),
+        // Rank 1 of 3 on 2 nodes: alone on node 1.
+        "proxy_absent_away" => absent(&world, CommOptions::new(Engine::Proxy), 1),
+        "dpu_absent" => absent(&world, dpu::options(), 2),
         "nodes" => across_nodes(&world),
         "proxy_nodes" => proxy_across_nodes(&world),
         "proxy_node_death" => proxy_node_death(&world),
@@ -1289,21 +1291,22 @@ fn proxy_death(world: &World) {
     ));
 }
 
-/// Rank 2 never enters the barrier: ranks 0 and 1 time out (after the
-/// communicator's 1 s), their error naming rank 2 and not themselves, which
-/// the proxy tells them (it holds their parts, not rank 2's). Rank 2 waits
-/// meanwhile in the world's barrier (whose timeout is the job's, longer),
-/// so that it is neither lost nor gone while the others wait.
-fn absent(world: &World, mut o: CommOptions) {
+/// Rank `victim` never enters the barrier: the others time out (after the
+/// communicator's 1 s), their error naming it and not themselves, which the
+/// proxy tells them (it holds their parts, not the victim's; on another node,
+/// its parts wait for the victim's message). The victim waits meanwhile in
+/// the world's barrier (whose timeout is the job's, longer), so that it is
+/// neither lost nor gone while the others wait.
+fn absent(world: &World, mut o: CommOptions, victim: usize) {
     o.timeout = Some(Duration::from_secs(1));
     let comm = Comm::with_options(world, o).unwrap();
-    if comm.rank() != 2 {
+    if comm.rank() != victim {
         let t0 = Instant::now();
         match comm.barrier() {
             Err(Error::Timeout { waiting_for, .. }) => {
-                assert_eq!(waiting_for, vec![2], "rank {}", comm.rank());
+                assert_eq!(waiting_for, vec![victim], "rank {}", comm.rank());
             }
-            o => panic!("a barrier rank 2 never enters: {o:?}"),
+            o => panic!("a barrier rank {victim} never enters: {o:?}"),
         }
         assert!(
             t0.elapsed() >= Duration::from_millis(900),
@@ -1318,6 +1321,14 @@ fn absent(world: &World, mut o: CommOptions) {
 fn a_barrier_that_times_out_on_the_proxy_names_the_absent_rank() {
     all_ok_with("proxy_absent", 3, 20.0, &[]);
     all_ok_with("dpu_absent", 3, 20.0, &[]);
+}
+
+/// The barrier's ranks on node 0 name the rank of node 1 that never entered,
+/// which their proxy knows only as the one whose message its parts wait for.
+#[test]
+fn a_barrier_that_times_out_on_the_proxy_names_the_absent_rank_of_another_node() {
+    let what = "rank 1 of 3 on 2 nodes never enters the barrier";
+    all_ok_on(what, "proxy_absent_away", 3, 2, 20.0, &[]);
 }
 
 #[test]

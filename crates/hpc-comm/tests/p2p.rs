@@ -93,13 +93,16 @@ fn child_entry() {
                 // The first rank on another node than rank 0's, if any.
                 let n = world.size();
                 let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
-                return lost(&comm, victim);
+                return lost(&world, &comm, victim);
             }
             o => panic!("unknown scenario {o}"),
         }
         comm.barrier().unwrap();
         eprintln!("{CHILD_OK} rank {} dpu_{s}", world.rank());
         return;
+    }
+    if s == "left_inline" {
+        return left(&world);
     }
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
@@ -127,7 +130,7 @@ fn child_entry() {
             "lost_inline" | "lost_thread" | "lost_proxy" => {
                 let n = world.size();
                 let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap_or(n - 1);
-                return lost(&comm, victim);
+                return lost(&world, &comm, victim);
             }
             "misuse" => misuse(&comm, &world, engine),
             "misuse_timeout" => misuse_timeout(&comm),
@@ -466,7 +469,7 @@ fn memory(comm: &Comm) {
 /// for its message: the receive fails with `RankLost` naming it, well
 /// within the timeout (in DPU placement on its node or on another; on the
 /// ranks' own path from another node, whose connection closed).
-fn lost(comm: &Comm, victim: usize) {
+fn lost(world: &hpc_runtime::World, comm: &Comm, victim: usize) {
     comm.barrier().unwrap();
     // The victim ends once every other rank has left the barrier and said so
     // (tag 6): a rank that ends while a peer is still in the barrier fails the
@@ -480,6 +483,12 @@ fn lost(comm: &Comm, victim: usize) {
             let mut go = [0u8; 1];
             comm.recv(&mut go[..], r, 6).unwrap();
         }
+    }
+    // Nor the race of a send of tag 6 whose completion had not reached its
+    // sender when the victim ended (RankLost from that send, seen under
+    // load): the victim ends once every send returned.
+    world.barrier().unwrap();
+    if comm.rank() == victim {
         eprintln!("{CHILD_OK} rank {victim} ends at once");
         std::process::exit(0);
     }
@@ -493,6 +502,33 @@ fn lost(comm: &Comm, victim: usize) {
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
     eprintln!("{CHILD_OK} rank {} lost", comm.rank());
+}
+
+/// The first rank on another node than rank 0's drops its communicator
+/// (Inline engine) and lives on while rank 0 waits for its message: the
+/// receive fails with `RankLeft` naming it, not `RankLost`, once its goodbye
+/// (bounded by its own 1 s timeout) ends, well within rank 0's 15 s.
+fn left(world: &hpc_runtime::World) {
+    let (me, n) = (world.rank(), world.size());
+    let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap();
+    let mut o = CommOptions::new(Engine::Inline);
+    o.timeout = Some(Duration::from_secs(if me == victim { 1 } else { 15 }));
+    let comm = Comm::with_options(world, o).unwrap();
+    comm.barrier().unwrap();
+    if me == victim {
+        drop(comm);
+    } else if me == 0 {
+        let t0 = Instant::now();
+        let mut b = [0u8; 4];
+        match comm.recv(&mut b[..], victim, 7) {
+            Err(Error::RankLeft { rank }) => assert_eq!(rank, comm.world_rank(victim)),
+            o => panic!("a receive from a rank that dropped its communicator: {o:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    }
+    // The victim's process lives until rank 0 is done.
+    world.barrier().unwrap();
+    eprintln!("{CHILD_OK} rank {me} left");
 }
 
 /// What a hostile user does to messages carried by proxies, in DPU placement
@@ -899,6 +935,11 @@ fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
     for engine in ["inline", "thread", "proxy"] {
         run(&format!("lost_{engine}"), 3, 2, 20);
     }
+}
+
+#[test]
+fn a_rank_on_another_node_that_drops_its_communicator_is_said_to_have_left() {
+    run("left_inline", 3, 2, 30);
 }
 
 #[test]

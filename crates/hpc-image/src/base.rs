@@ -523,7 +523,9 @@ mod tests {
         let pid = std::env::var_os(KILLED_BUILD_PID).unwrap();
         let mut tool = Command::new("sh");
         tool.arg("-c")
-            .arg(r#"echo $$ > "$PIDFILE"; while :; do echo part >> "$0"; sleep 0.05; done"#)
+            // A child that outlives the tool unless its group is stopped (as
+            // cargo's rustc does).
+            .arg(r#"sleep 300 & echo $$ > "$PIDFILE"; while :; do echo part >> "$0"; sleep 0.05; done"#)
             .env("PIDFILE", pid);
         let e = make_rootfs(tool, cache).unwrap_err();
         std::process::exit(crate::exit_status(&e).into())
@@ -544,8 +546,9 @@ mod tests {
     }
 
     /// `cargo xtask image` stopped by SIGTERM, SIGINT or SIGHUP, or killed
-    /// outright, while mmdebstrap writes the base: the tool is stopped (its
-    /// process group with it, for a signal the build can catch) and the cache
+    /// outright, while mmdebstrap writes the base: the tool is stopped with its
+    /// process group (a child of it too: by the build for a signal it can catch,
+    /// by the build's guardian after SIGKILL) and the cache
     /// holds no `rootfs.tar` a later build would take as complete; the next build
     /// starts its own afresh.
     #[test]
@@ -589,15 +592,16 @@ mod tests {
             wait_until(&format!("the tool to end after {name}"), || gone(tool));
             assert!(!cache.join("rootfs.tar").exists(), "{name}");
             assert!(!cache.join("layer.json").exists(), "{name}");
+            // No member of the tool's group is left, its long child too (after
+            // SIGKILL, by the guardian).
+            wait_until(&format!("the tool's group to end after {name}"), || {
+                // SAFETY: as above.
+                let alive = unsafe { libc::kill(-tool, 0) };
+                alive != 0
+            });
             if sig != libc::SIGKILL {
                 use std::os::unix::process::ExitStatusExt;
                 assert_eq!(status.code(), Some(128 + sig), "{name}: {status:?}");
-                // No member of the tool's group is left.
-                wait_until(&format!("the tool's group to end after {name}"), || {
-                    // SAFETY: as above.
-                    let alive = unsafe { libc::kill(-tool, 0) };
-                    alive != 0
-                });
                 assert!(!part.exists(), "{name}: the part written was left");
                 assert_eq!(status.signal(), None);
             }

@@ -698,7 +698,21 @@ enum Dated {
 /// The image's date: `SOURCE_DATE_EPOCH` when set, else the last commit's time,
 /// else (no commit yet) the time of the build, never 1970.
 fn source_date_epoch(root: &Path) -> Result<(u64, Dated)> {
-    if let Ok(s) = std::env::var("SOURCE_DATE_EPOCH") {
+    source_date_epoch_from(std::env::var_os("SOURCE_DATE_EPOCH"), root)
+}
+
+/// [`source_date_epoch`] with `SOURCE_DATE_EPOCH`'s value given: one that is
+/// not UTF-8 is refused, not taken as unset (the image would be dated
+/// otherwise without a word).
+fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Result<(u64, Dated)> {
+    if let Some(v) = var {
+        let s = v.into_string().map_err(|v| {
+            anyhow::anyhow!(
+                "SOURCE_DATE_EPOCH={:?} is not valid UTF-8 (shown with U+FFFD for the invalid \
+                 bytes): give a number of seconds",
+                v.to_string_lossy()
+            )
+        })?;
         let e = s
             .trim()
             .parse()

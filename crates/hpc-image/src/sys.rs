@@ -109,8 +109,10 @@ fn install_stop_handlers() {
 /// process group of its own (its children with it), its standard input is
 /// empty, and it gets SIGTERM when this process ends, even by SIGKILL (the
 /// spawning thread ending counts as this process ending, so call it from the
-/// thread that lives as long as the build).
-fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
+/// thread that lives as long as the build); its group then gets SIGTERM and
+/// SIGKILL from its [`Guardian`], which the caller keeps until the tool was
+/// waited for.
+fn spawn_guarded(cmd: &mut Command) -> std::io::Result<(Child, Option<Guardian>)> {
     let parent = rustix::process::getpid();
     // SAFETY: the closure runs between fork and exec and makes only
     // async-signal-safe system calls (setpgid, prctl, getppid, _exit).
@@ -134,7 +136,120 @@ fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
     if child.is_err() {
         RUNNING.store(0, Ordering::SeqCst);
     }
-    child
+    let child = child?;
+    // The tool leads its group from its first instruction (setpgid before exec).
+    let guardian = Guardian::start(child.id() as libc::pid_t);
+    Ok((child, guardian))
+}
+
+/// A process that stops a tool's process group if this process ends while the
+/// tool runs, by SIGKILL too: the tool's death signal (see [`spawn_guarded`])
+/// reaches the tool alone, and cargo, stopped so, leaves a running rustc to
+/// finish its crate. Forked from this process, it waits on a pipe whose only
+/// write end this process holds: a byte means the tool was waited for (it exits
+/// quietly); the end of the pipe means this process ended first (it sends
+/// SIGTERM to the group, then SIGKILL after 5 s). Dropping it sends the byte
+/// and reaps it.
+struct Guardian {
+    pid: libc::pid_t,
+    done: libc::c_int,
+}
+
+impl Guardian {
+    /// Starts the guardian of the process group `pgid`; `None` (with a warning)
+    /// where the pipe or the fork fails: the tool then has its death signal only.
+    fn start(pgid: libc::pid_t) -> Option<Guardian> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into the array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            let e = std::io::Error::last_os_error();
+            eprintln!(
+                "warning: no guardian for the tool's process group: cannot make its pipe: {e}"
+            );
+            return None;
+        }
+        let (rd, wr) = (fds[0], fds[1]);
+        // SAFETY: the child is a fork of a process that may run other threads, so
+        // it makes only async-signal-safe calls ([`guard`]) and never returns.
+        match unsafe { libc::fork() } {
+            // SAFETY: this is the forked child, `rd` the pipe's read end.
+            0 => unsafe { guard(rd, pgid) },
+            -1 => {
+                let e = std::io::Error::last_os_error();
+                eprintln!("warning: no guardian for the tool's process group: cannot fork: {e}");
+                // SAFETY: both descriptors are ours and closed once.
+                unsafe {
+                    libc::close(rd);
+                    libc::close(wr);
+                }
+                None
+            }
+            pid => {
+                // SAFETY: the read end is the guardian's alone from here.
+                unsafe { libc::close(rd) };
+                Some(Guardian { pid, done: wr })
+            }
+        }
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // SAFETY: the write end is ours, written once and closed once; the
+        // guardian is our child, reaped once.
+        unsafe {
+            libc::write(self.done, [1u8].as_ptr().cast(), 1);
+            libc::close(self.done);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// The guardian's life: alone in a process group of its own (a terminal's
+/// signals to the build's group pass it by), with no descriptor but its pipe's
+/// read end (a reader of the build's output sees its end when the build ends).
+///
+/// # Safety
+///
+/// Called only in the child of `fork`, with `rd` the read end of the pipe.
+unsafe fn guard(rd: libc::c_int, pgid: libc::pid_t) -> ! {
+    // SAFETY: every call is async-signal-safe (setpgid, dup2, close_range,
+    // close, read, kill, nanosleep, _exit) and touches only this process's
+    // descriptors and the stack, as the child of a fork must.
+    unsafe {
+        libc::setpgid(0, 0);
+        if rd != 0 {
+            libc::dup2(rd, 0);
+        }
+        if libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32) != 0 {
+            for fd in 1..1024 {
+                libc::close(fd);
+            }
+        }
+        let mut b = 0u8;
+        let n = loop {
+            let n = libc::read(0, (&mut b as *mut u8).cast(), 1);
+            if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                break n;
+            }
+        };
+        if n == 0 {
+            // The build ended while its tool ran.
+            libc::kill(-pgid, libc::SIGTERM);
+            let nap = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            for _ in 0..100 {
+                if libc::kill(-pgid, 0) != 0 {
+                    libc::_exit(0);
+                }
+                libc::nanosleep(&nap, std::ptr::null_mut());
+            }
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        libc::_exit(0)
+    }
 }
 
 /// Sends `sig` to the process group `pgid` (the tool's own); a group already
@@ -188,7 +303,7 @@ fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
 /// [`Command::status`] does, but so that it does not outlive the build (the
 /// rules of [`output_guarded`]).
 pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
-    let mut child = spawn_guarded(cmd)?;
+    let (mut child, _guardian) = spawn_guarded(cmd)?;
     wait_guarded(&mut child)
 }
 
@@ -197,11 +312,11 @@ pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
 /// process group; a SIGINT, SIGTERM or SIGHUP to this process stops that group
 /// and ends the run with [`Interrupted`] (the caller then removes what the tool
 /// was writing); the tool gets SIGTERM if this process is killed outright
-/// (SIGKILL), and its own children then end as it ends them: cargo leaves a
-/// running rustc to finish its crate.
+/// (SIGKILL), and its whole group, a running rustc under cargo too, from a
+/// guardian process that outlives this one ([`Guardian`]).
 pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = spawn_guarded(cmd)?;
+    let (mut child, _guardian) = spawn_guarded(cmd)?;
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();

@@ -98,6 +98,11 @@ impl std::fmt::Display for Error {
     }
 }
 
+/// The cause of [`Error::PeerLost`] for a peer whose goodbye came before its
+/// connection ended: it closed its transport in order
+/// ([`Error::is_closed_in_order`]).
+pub const CLOSED_IN_ORDER: &str = "closed its transport";
+
 /// The source is the underlying error itself (not the `Arc` that shares it), so that
 /// `downcast_ref::<std::io::Error>()` and the like work on it.
 impl std::error::Error for Error {
@@ -140,6 +145,14 @@ impl Error {
             why: why.into(),
             source: None,
         }
+    }
+
+    /// Whether this is [`Error::PeerLost`] for a peer that closed its transport
+    /// in order ([`CLOSED_IN_ORDER`]: its goodbye came, no failure was seen):
+    /// it dropped the transport, or its process ended with it, rather than
+    /// died or lost its connection.
+    pub fn is_closed_in_order(&self) -> bool {
+        matches!(self, Error::PeerLost { cause, .. } if cause == CLOSED_IN_ORDER)
     }
 
     /// [`Error::PeerLost`] caused by `source`.

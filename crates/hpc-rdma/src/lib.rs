@@ -158,7 +158,7 @@ pub mod fuzz {
 }
 
 pub use crate::completion::{Completion, OpId, OpKind, Payload, Sink, Source};
-pub use crate::error::{Error, Result};
+pub use crate::error::{Error, Result, CLOSED_IN_ORDER};
 pub use crate::region::{Region, RemoteKey, REMOTE_KEY_BYTES};
 
 use crate::completion::Shared;

@@ -109,17 +109,18 @@ pub(crate) struct Tcp {
 }
 
 /// The address to listen on: `HPC_TCP_ADDR`, else the local address that routes to
-/// the launcher's rendezvous, else loopback when every peer shares this host.
-fn local_ip(explicit: Option<IpAddr>) -> IpAddr {
+/// the launcher's rendezvous, else loopback when every peer shares this host; with
+/// where it came from, for a message.
+fn local_ip(explicit: Option<IpAddr>) -> (IpAddr, &'static str) {
     if let Some(ip) = explicit {
-        return ip;
+        return (ip, "the transport's options");
     }
     // An address that does not parse (or is not UTF-8) is warned about by name and
     // the default taken (it was taken without a word).
     if let Some(ip) =
         hpc_runtime::env::parsed(hpc_runtime::env::TCP_ADDR, |s| s.trim().parse::<IpAddr>())
     {
-        return ip;
+        return (ip, hpc_runtime::env::TCP_ADDR);
     }
     if let Ok(r) = std::env::var(hpc_runtime::env::RENDEZVOUS) {
         if let Ok(addr) = r.parse::<SocketAddr>() {
@@ -133,7 +134,7 @@ fn local_ip(explicit: Option<IpAddr>) -> IpAddr {
             )) {
                 if u.connect(addr).is_ok() {
                     if let Ok(a) = u.local_addr() {
-                        return a.ip();
+                        return (a.ip(), "the address that routes to the launcher");
                     }
                 }
             }
@@ -143,11 +144,11 @@ fn local_ip(explicit: Option<IpAddr>) -> IpAddr {
     if let Ok(addrs) = (hpc_runtime::hostname().as_str(), 0).to_socket_addrs() {
         for a in addrs {
             if !a.ip().is_loopback() {
-                return a.ip();
+                return (a.ip(), "this host's name");
             }
         }
     }
-    IpAddr::V4(Ipv4Addr::LOCALHOST)
+    (IpAddr::V4(Ipv4Addr::LOCALHOST), "loopback")
 }
 
 fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result<()> {
@@ -177,7 +178,16 @@ impl Tcp {
         let listener = if peers.is_empty() {
             None
         } else {
-            Some(TcpListener::bind(SocketAddr::new(local_ip(ip), 0))?)
+            let (ip, from) = local_ip(ip);
+            // An address of another host (a stale HPC_TCP_ADDR) fails here: say
+            // which address and where it came from.
+            Some(
+                TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::Unavailable {
+                    backend: "tcp",
+                    why: format!("cannot listen on {ip} (from {from}): {e}"),
+                    source: Some(Arc::new(e)),
+                })?,
+            )
         };
         let mine = match &listener {
             Some(l) => format!("{} {token}", l.local_addr()?),
@@ -473,7 +483,7 @@ fn pump(inner: &Inner, conn: &Conn, rx: &mut RxSide) -> bool {
             let peer = conn.peer;
             if !inner.closing.load(Ordering::Acquire) {
                 match res {
-                    None => inner.shared.fail_peer(peer, "closed its transport"),
+                    None => inner.shared.fail_peer(peer, crate::error::CLOSED_IN_ORDER),
                     Some(e) => inner.shared.fail_peer_by(peer, &e.to_string(), Some(e)),
                 }
             }

@@ -93,6 +93,18 @@ fn child() {
         println!("CHILD-OK rank {}", world.rank());
         return;
     }
+    if role == "tcp-foreign-addr" {
+        // HPC_TCP_ADDR names an address of no interface here.
+        let e = Transport::new(&world).unwrap_err();
+        assert!(
+            matches!(e, Error::Unavailable { backend: "tcp", .. })
+                && e.to_string()
+                    .contains("cannot listen on 192.0.2.1 (from HPC_TCP_ADDR)"),
+            "{e}"
+        );
+        println!("CHILD-OK rank {}", world.rank());
+        return;
+    }
     let t = Transport::new(&world).unwrap();
     match role.as_str() {
         "ofi-save-key" => {
@@ -717,6 +729,20 @@ fn verbs_matches_the_machine() {
 }
 
 /// A singleton talks to itself through the loopback backend.
+/// `HPC_TCP_ADDR` naming an address of another host: the error names the
+/// address and the variable (it was the bare "Cannot assign requested
+/// address").
+#[test]
+fn a_tcp_address_of_another_host_is_named() {
+    let outs = launch(
+        2,
+        "tcp-foreign-addr",
+        "tcp",
+        &[("HPC_TCP_ADDR", "192.0.2.1")],
+    );
+    assert_all_ok(&outs, &[]);
+}
+
 #[test]
 fn singleton_loopback() {
     let w = World::init().unwrap();

@@ -83,15 +83,24 @@ impl LauncherLink {
             node: node.to_string(),
             pid: std::process::id(),
         })?;
-        match link.recv("init")? {
+        // What answers at the address may be no coordinator at all (a web
+        // server at a stale HPC_RENDEZVOUS): its bytes read as a bad frame.
+        let not_ours = |e: Error| match e {
+            Error::Protocol(why) => Error::Protocol(format!(
+                "{addr} ({}) does not answer as hpc run's coordinator: {why}",
+                crate::env::RENDEZVOUS
+            )),
+            e => e,
+        };
+        match link.recv("init").map_err(not_ours)? {
             Msg::Welcome { nodes } if nodes.len() == size => Ok((link, nodes)),
             Msg::Welcome { nodes } => Err(Error::Protocol(format!(
                 "welcome lists {} ranks, expected {size}",
                 nodes.len()
             ))),
-            other => Err(Error::Protocol(format!(
+            other => Err(not_ours(Error::Protocol(format!(
                 "unexpected message during init: {other:?}"
-            ))),
+            )))),
         }
     }
 

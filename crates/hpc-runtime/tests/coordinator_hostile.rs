@@ -180,3 +180,40 @@ fn a_rank_that_stops_reading_does_not_stop_the_coordinator() {
     eprintln!("barrier with a rank that stopped reading failed after {took:?}: {err}");
     drop(silent);
 }
+
+/// A rendezvous address at which something else answers (a web server at a
+/// stale `HPC_RENDEZVOUS`): the rank's error names the address and the
+/// variable, not only a frame length read from the server's bytes.
+#[test]
+fn a_rendezvous_that_is_not_a_coordinator_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // As a web server answers a request it cannot parse.
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let env: HashMap<String, String> = [
+        ("HPC_RENDEZVOUS", addr.as_str()),
+        ("HPC_RANK", "0"),
+        ("HPC_SIZE", "1"),
+        ("HPC_JOB_SECRET", "ff"),
+        ("HPC_TIMEOUT", "5"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let t0 = Instant::now();
+    let e =
+        World::init_with(Config::from_map(env).unwrap()).expect_err("no world from a web server");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "{addr} (HPC_RENDEZVOUS) does not answer as hpc run's coordinator"
+        )),
+        "{msg}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    server.join().unwrap();
+}

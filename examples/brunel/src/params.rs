@@ -290,6 +290,15 @@ impl Model {
             );
         }
         let ref_steps = steps_of("t_ref", p.t_ref, p.dt)?;
+        // Counted in 32 bits: more would wrap (2^32 steps read as none).
+        if ref_steps > u64::from(u32::MAX) {
+            bail!(
+                "t_ref = {} ms is {} steps of dt = {} ms: it must be at most 2^32 - 1 steps",
+                num(p.t_ref),
+                num(p.t_ref / p.dt),
+                num(p.dt)
+            );
+        }
         let steps = steps_of("t_sim", p.t_sim, p.dt)?;
         // As hpc_benchmark and the microcircuit: a run of no step writes a spike
         // file with nothing to read (its window (0, 0] is empty).
@@ -451,6 +460,16 @@ mod tests {
             ),
             ("t_sim = -0.0", &["t_sim = -0 ms is not a step"][..]),
             ("t_sim = 1e-300", &["t_sim = 1e-300 ms is not a step"][..]),
+            // Pass 13: a refractory period of 2^32 steps wrapped to none (the
+            // spikes of t_ref = 0), one of 2^32 + 1 to a step.
+            (
+                "t_ref = 429496729.6",
+                &[
+                    "t_ref = 429496729.6 ms is 4294967296 steps",
+                    "at most 2^32 - 1",
+                ][..],
+            ),
+            ("t_ref = 1e300", &["t_ref = 1e300 ms is 1e301 steps"][..]),
         ] {
             let e = Params::from_toml_str(toml, Preset::Paper)
                 .and_then(Model::new)

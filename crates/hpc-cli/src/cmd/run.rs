@@ -42,7 +42,9 @@ pub const MAX_RANKS_PER_CPU: usize = 64;
         a closed pipe stops it with 141, without a message. The ranks' standard input is \
         empty (/dev/null): hpc run does not hand its own to any rank (a file redirected \
         to it is warned about). -x cannot give the \
-        variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...).",
+        variables hpc run sets for each rank (HPC_RANK, HPC_SIZE, ...), nor one that a \
+        flag given sets (HPC_NODE_NAME with --nodes, HPC_TRACE with --trace, \
+        HPC_COLL_PROXY_CMD with --proxy).",
     after_help = "Examples:\n  hpc run -n 4 -- ./my_sim --steps 100\n  hpc run -n 2 --bind core -- hpc selftest\n  hpc run -n 8 --nodes 2 --no-tag -- ./app"
 )]
 pub struct Args {
@@ -221,6 +223,15 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
                 v.name
             );
         }
+        // Variables a flag sets for every rank: one given both ways would lose
+        // one of them without a word (`--trace` refuses `-x HPC_TRACE` itself).
+        let flagged = [
+            (henv::NODE_NAME, "--nodes", args.nodes > 1),
+            (hpc_comm::proxy::PROXY_CMD, "--proxy", args.proxy),
+        ];
+        if let Some((name, flag, _)) = flagged.iter().find(|(name, _, on)| *on && k == *name) {
+            bail!("-x {name} and {flag} both set {name} for the ranks: give one of them");
+        }
     }
     // Three descriptors per rank in this process (two pipes and a socket) plus slack.
     // `None`: no limit.
@@ -265,13 +276,15 @@ pub struct Settings {
 /// Reads [`Settings`]: a flag wins over `-x KEY=VALUE`, which wins over `env` (the
 /// launcher's environment, as [`std::env::vars_os`] gives it). A setting that the
 /// runtime would refuse is refused here, naming the variable, before anything
-/// starts. Only `HPC_TIMEOUT` and `HPC_THREADS` are read; every other variable, UTF-8
-/// or not, is left to reach the ranks untouched.
+/// starts. Only `HPC_TIMEOUT`, `HPC_THREADS` and `HPC_BOOTSTRAP` (which must leave
+/// the ranks to the launcher) are read; every other variable, UTF-8 or not, is left
+/// to reach the ranks untouched.
 pub fn settings(
     args: &Args,
     env: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> anyhow::Result<Settings> {
-    let ours = |k: &std::ffi::OsStr| k == henv::TIMEOUT || k == henv::THREADS;
+    let ours =
+        |k: &std::ffi::OsStr| k == henv::TIMEOUT || k == henv::THREADS || k == henv::BOOTSTRAP;
     let mut raw: Vec<(OsString, OsString)> = env.into_iter().filter(|(k, _)| ours(k)).collect();
     for kv in &args.env {
         if let Some((k, v)) = split_env(kv) {
@@ -318,6 +331,19 @@ pub fn settings(
             ),
         },
     };
+    // Another bootstrap would make each rank a job of its own (rank 0 of 1),
+    // the job of -n ranks run as that many singletons without a word.
+    if let Some(b) = vars.get(henv::BOOTSTRAP) {
+        let b = b.trim().to_ascii_lowercase();
+        if !matches!(b.as_str(), "" | "auto" | "launcher") {
+            bail!(
+                "{}={b}: under hpc run each rank would start alone instead of joining \
+                 the job of -n {}; unset it, or give launcher",
+                henv::BOOTSTRAP,
+                args.np
+            );
+        }
+    }
     Ok(Settings {
         timeout,
         threads,

@@ -347,6 +347,9 @@ impl Pending for Op {
                     Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }
                     }
+                    Error::RankLeft { rank } if rank < host.size => {
+                        Error::RankLeft { rank: world[rank] }
+                    }
                     e => e,
                 })
             }

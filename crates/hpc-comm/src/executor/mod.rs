@@ -72,6 +72,7 @@ impl Net {
         match e {
             hpc_rdma::Error::PeerLost { rank, .. } => {
                 match self.world.iter().position(|&w| w == rank) {
+                    Some(r) if e.is_closed_in_order() => Error::RankLeft { rank: r },
                     Some(r) => Error::RankLost { rank: r },
                     None => Error::transport_from("a peer of the collective", e),
                 }
@@ -384,9 +385,10 @@ pub(crate) struct Core {
     /// Whether the inbox was opened (it shrinks as its ranks' messages end).
     inbox_open: bool,
     /// Ranks on other nodes whose messages ended (their connection broke or
-    /// closed): a receive from one of them alone that no message they sent
-    /// before fits fails with `RankLost` rather than wait for the timeout.
-    ended: Vec<usize>,
+    /// closed), each with whether it closed in order (it left): a receive
+    /// from one of them alone that no message they sent before fits fails
+    /// with `RankLeft` or `RankLost` rather than wait for the timeout.
+    ended: Vec<(usize, bool)>,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,
@@ -471,7 +473,7 @@ impl Core {
                 Err(e) => {
                     // Only a receive from it fails (`Core::advance`).
                     tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
-                    self.ended.push(p);
+                    self.ended.push((p, e.is_closed_in_order()));
                 }
             }
         }
@@ -497,14 +499,14 @@ impl Core {
                         Err(e) => {
                             tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
                             inbox.swap_remove(i);
-                            self.ended.push(p);
+                            self.ended.push((p, e.is_closed_in_order()));
                         }
                     }
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, rank = p, "point-to-point messages from a rank end");
                     inbox.swap_remove(i);
-                    self.ended.push(p);
+                    self.ended.push((p, e.is_closed_in_order()));
                 }
             }
         }
@@ -621,6 +623,18 @@ impl Core {
         moved
     }
 
+    /// The error of a receive from `rank` alone once its messages ended
+    /// ([`Core::ended`]): it left in order, or it is lost; `None` while they
+    /// have not.
+    fn ended_error(&self, rank: usize) -> Option<Error> {
+        let &(rank, left) = self.ended.iter().find(|e| e.0 == rank)?;
+        Some(if left {
+            Error::RankLeft { rank }
+        } else {
+            Error::RankLost { rank }
+        })
+    }
+
     /// Feeds `d`'s machine what happened since the last pass (sends read,
     /// network completions), then carries out its actions until it waits.
     fn advance(&mut self, d: &mut OpData) -> Result<bool, Error> {
@@ -647,10 +661,10 @@ impl Core {
         if let Some(want) = d.want {
             if !self.bind_p2p(d, want)? {
                 // From one rank alone, whose messages ended: none will come.
-                if let Some(s) = want.source().filter(|s| self.ended.contains(s)) {
-                    return Err(Error::RankLost { rank: s });
-                }
-                return Ok(false);
+                return match want.source().and_then(|s| self.ended_error(s)) {
+                    Some(e) => Err(e),
+                    None => Ok(false),
+                };
             }
         }
         let mut moved = false;

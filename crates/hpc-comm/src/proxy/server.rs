@@ -603,7 +603,8 @@ impl Proxy {
                 self.session.lose(r, "it left the communicator");
             }
             Some(Kind::Ask) => {
-                let waiting = self.session.waiting_for(d.tag);
+                let mut waiting = self.session.waiting_for(d.tag);
+                waiting.extend(self.awaited_away(d.tag));
                 for &w in &waiting {
                     self.reply(r, Kind::Waiting.desc(d.tag, w as u64, 0));
                 }
@@ -613,6 +614,24 @@ impl Proxy {
             _ => {}
         }
         self.settle();
+    }
+
+    /// The ranks of other nodes whose messages this node's parts of collective
+    /// `seq` wait for (an open receive with nothing landed), in order: the
+    /// session knows the parts of this node's ranks only, and a collective
+    /// that a rank of another node never entered waits here on its message.
+    fn awaited_away(&self, seq: u64) -> Vec<usize> {
+        let mut away: Vec<usize> = self
+            .ops
+            .iter()
+            .filter(|o| o.seq == seq)
+            .flat_map(|o| o.m.open_recvs())
+            .filter(|r| r.got == 0 && self.net_peer(r.peer))
+            .map(|r| r.peer)
+            .collect();
+        away.sort_unstable();
+        away.dedup();
+        away
     }
 
     /// The blob and schedule of rank `r`'s `SUBMIT`, read from its memory

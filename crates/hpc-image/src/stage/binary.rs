@@ -215,6 +215,15 @@ mod tests {
         };
         git(&["init", "-q"]);
         assert_eq!(revision(dir.path()), "uncommitted");
+        // A value that is not UTF-8 is refused by name, not taken as unset.
+        use std::os::unix::ffi::OsStringExt;
+        let bad = std::ffi::OsString::from_vec(vec![b'1', 0xff]);
+        let e = crate::source_date_epoch_from(Some(bad), dir.path()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("SOURCE_DATE_EPOCH=\"1\u{fffd}\" is not valid UTF-8"),
+            "{e}"
+        );
         // Only when SOURCE_DATE_EPOCH is not set for the whole test run.
         if std::env::var_os("SOURCE_DATE_EPOCH").is_none() {
             let (epoch, dated) = source_date_epoch(dir.path()).unwrap();
