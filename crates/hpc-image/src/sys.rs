@@ -313,7 +313,7 @@ pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
 /// and ends the run with [`Interrupted`] (the caller then removes what the tool
 /// was writing); the tool gets SIGTERM if this process is killed outright
 /// (SIGKILL), and its whole group, a running rustc under cargo too, from a
-/// guardian process that outlives this one ([`Guardian`]).
+/// guardian process that outlives this one.
 pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (mut child, _guardian) = spawn_guarded(cmd)?;
