@@ -15,6 +15,17 @@ fn rule(tau_plus: f64, lambda: f64, alpha: f64, mu: f64) -> StdpPlHom {
     .unwrap()
 }
 
+/// The rule's parameters in NEST's hpc_benchmark (tau_plus 15 ms, lambda 0.1,
+/// alpha 0.0513, mu 0.4).
+fn benchmark_params() -> StdpPlParams {
+    StdpPlParams {
+        tau_plus: 15.0,
+        lambda: 0.1,
+        alpha: 0.0513,
+        mu: 0.4,
+    }
+}
+
 /// Times on the 0.1 ms grid from step numbers.
 fn grid(steps: &[u32]) -> Vec<f64> {
     steps.iter().map(|&s| s as f64 * H).collect()
@@ -193,12 +204,7 @@ fn additive_and_multiplicative_facilitation() {
 
 #[test]
 fn bursts_sum_their_traces() {
-    let p = StdpPlParams {
-        tau_plus: 15.0,
-        lambda: 0.1,
-        alpha: 0.0513,
-        mu: 0.4,
-    };
+    let p = benchmark_params();
     let r = StdpPlHom::new(p).unwrap();
     let (tau_minus, d, w0) = (30.0, 1.5, 45.0);
     // A presynaptic burst, a postsynaptic spike, then a postsynaptic burst and a
@@ -235,12 +241,8 @@ fn long_trains_match_the_all_to_all_reference() {
     // NEST's own test's set-up: Poisson trains of both neurons plus hand-placed
     // edge cases (coincident, one step apart, bursts), several delays and
     // shortest delays, weights compared after every presynaptic spike.
-    let p = StdpPlParams {
-        tau_plus: 20.0,
-        lambda: 0.1,
-        alpha: 1.0,
-        mu: 0.4,
-    };
+    // NEST's defaults (tau_plus 20 ms, lambda 0.1, alpha 1, mu 0.4).
+    let p = StdpPlParams::default();
     let r = StdpPlHom::new(p).unwrap();
     let tau_minus = 33.7;
     let edge_pre = [
@@ -290,12 +292,7 @@ fn long_trains_match_the_all_to_all_reference() {
 fn sources_of_several_delays_share_a_target_archive() {
     // Three sources onto one target (delays 0.1, 0.7, 1.5 ms) and a second
     // target; each synapse must see the archive as if it were alone.
-    let p = StdpPlParams {
-        tau_plus: 15.0,
-        lambda: 0.1,
-        alpha: 0.0513,
-        mu: 0.4,
-    };
+    let p = benchmark_params();
     let r = StdpPlHom::new(p).unwrap();
     let tau_minus = 30.0;
     let delays = [0.1, 0.7, 1.5];

@@ -56,12 +56,7 @@ fn targets_in_any_order_are_delivered_as_connected() {
 /// weights that `deliver` answers.
 #[test]
 fn rows_of_one_delay_in_the_same_steps_match_the_reference() {
-    let p = StdpPlParams {
-        tau_plus: 15.0,
-        lambda: 0.1,
-        alpha: 0.0513,
-        mu: 0.4,
-    };
+    let p = benchmark_params();
     let r = StdpPlHom::new(p).unwrap();
     let (tau_minus, d) = (30.0, 1.5);
     // A 1 ms grid at high rates: sources often fire in the same step.
