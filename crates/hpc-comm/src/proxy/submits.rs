@@ -42,7 +42,6 @@ type Kept = (Box<[u8]>, Rc<Parsed>);
 
 /// Per rank, the latest distinct blobs and what they parsed to, most recently
 /// used first; and the buffer a blob is read into.
-#[derive(Default)]
 pub(crate) struct Submits {
     kept: Vec<Vec<Kept>>,
     bytes: Vec<u8>,
