@@ -404,7 +404,7 @@ impl Session {
             // A failed one late gets its failure; one that finished, twice.
             let outcome = match o {
                 Outcome::Done => twice(),
-                o => o.clone(),
+                o => o.clone().facing(sig),
             };
             self.out.push_back(Effect::Answer { seq, slot, outcome });
             return false;
@@ -422,12 +422,14 @@ impl Session {
         // `agree`, on the collective in hand (the common case: the first
         // part's signature, or one equal to it).
         let (first, first_sig) = *c.sig.get_or_insert((rank, sig));
-        if first_sig != sig {
-            self.disagree(seq, (first, first_sig), (rank, sig));
+        if let Some(o) = failed {
+            // A part after the failure: a disagreement names to it a rank
+            // whose part differs from its own.
+            self.done(seq, slot, o.facing(sig));
             return false;
         }
-        if let Some(o) = failed {
-            self.done(seq, slot, o);
+        if first_sig != sig {
+            self.disagree(seq, (first, first_sig), (rank, sig));
             return false;
         }
         true

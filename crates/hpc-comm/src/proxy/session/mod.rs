@@ -124,6 +124,28 @@ impl Outcome {
         }
     }
 
+    /// This outcome as answered to a part of signature `sig` that came after
+    /// the collective failed: a disagreement whose `other` part is the same
+    /// collective as this one names the `first` part to it instead (with
+    /// three ranks or more, the rank that differs may have come first),
+    /// so that a rank is never told of a rank that called its own collective.
+    pub(crate) fn facing(self, sig: Sig) -> Outcome {
+        match self {
+            Outcome::Disagree {
+                first,
+                first_sig,
+                other,
+                other_sig,
+            } if sig == other_sig && sig != first_sig => Outcome::Disagree {
+                first: other,
+                first_sig: other_sig,
+                other: first,
+                other_sig: first_sig,
+            },
+            o => o,
+        }
+    }
+
     /// [`Outcome::wire`] as answered to the communicator's rank `rank`: a
     /// disagreement names to each rank the other one (to the rank whose part
     /// differs, the first part's).

@@ -611,7 +611,8 @@ fn a_collective_names_the_members_whose_part_has_not_come() {
 }
 
 /// Parts that are not the same collective fail it on every part, each rank
-/// answered naming the other; a message from another node that disagrees
+/// answered naming one whose part differs from its own (the first part
+/// being the odd one, too); a message from another node that disagrees
 /// fails it too, told to the other nodes naming this node's rank.
 #[test]
 fn parts_and_messages_of_another_collective_fail_it() {
@@ -654,6 +655,38 @@ fn parts_and_messages_of_another_collective_fail_it() {
     let named = |rank, ours: &str, theirs: &str| (rank, ours.to_string(), theirs.to_string());
     assert_eq!(told(1), named(10, "allreduce u64 sum", "allreduce f64 sum"));
     assert_eq!(told(2), named(11, "allreduce f64 sum", "allreduce u64 sum"));
+    // The rank that differs comes first: each rank is still told of one
+    // whose collective is not its own, rank 0 (first after it) and rank 1
+    // (after the failure) of rank 2, rank 2 of rank 0.
+    let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
+    assert!(s.submit(0, 2, u));
+    assert!(!s.submit(0, 0, f));
+    assert!(!s.submit(0, 1, f), "a part after the failure");
+    let answers: Vec<(usize, Outcome)> = drain(&mut s)
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Answer { slot, outcome, .. } => Some((slot, outcome)),
+            _ => None,
+        })
+        .collect();
+    for (rank, named) in [(0, 12), (1, 12), (2, 10)] {
+        let ours = if rank == 2 { u } else { f };
+        let (_, o) = answers.iter().find(|a| a.0 == rank).unwrap();
+        let (code, aux) = o.wire_to(rank);
+        let r = Outcome::from_wire(code, aux, String::new());
+        match r.into_result(0, "the proxy", &[10, 11, 12], ours) {
+            Err(crate::Error::CollectiveMismatch {
+                rank: r,
+                ours: o,
+                theirs,
+            }) => {
+                assert_eq!(r, named, "rank {rank}");
+                assert_eq!(o, ours.describe(), "rank {rank}");
+                assert_ne!(theirs, o, "rank {rank} told of its own collective");
+            }
+            e => panic!("rank {rank}: {e:?}"),
+        }
+    }
     // Rank 2 of another node: its message of another collective fails the
     // next one here, and the news names this node's rank.
     let mut s = Session::new(vec![0, 1, 2], Cancel::Part);
