@@ -768,75 +768,109 @@ fn mismatch(world: &World) {
     }
 }
 
-/// Two ranks that call different collectives at the same point of the
+/// Ranks that call different collectives at the same point of the
 /// communicator's order, with the same byte counts, so that only what travels
-/// with the data beside the sizes can tell: each fails with
-/// `CollectiveMismatch` naming the other rank and both collectives, and a
-/// matching collective afterwards works.
+/// with the data beside the sizes can tell: the last rank calls another
+/// collective than the others, and every rank fails with
+/// `CollectiveMismatch` naming both collectives and a rank that called the
+/// other one (each of the others the last rank; the last rank one of them),
+/// and a matching collective afterwards works. With three ranks or more some
+/// ranks never receive the last rank's message (they wait for one that
+/// failed): they too fail with the mismatch, well before their short timeout.
 fn disagree(world: &World) {
-    assert_eq!(world.size(), 2, "the scenario is for two ranks");
+    let n = world.size();
+    assert!(n >= 2, "the scenario is for two ranks or more");
+    let odd = n - 1;
     for engine in ENGINES {
         let mut opts = CommOptions::new(engine);
-        opts.timeout = Some(Duration::from_secs(10));
+        let timeout = Duration::from_secs(if n == 2 { 10 } else { 4 });
+        opts.timeout = Some(timeout);
         let comm = Comm::with_options(world, opts).unwrap();
-        let (me, other) = (comm.rank(), 1 - comm.rank());
-        let ours_theirs = |a: &'static str, b: &'static str| if me == 0 { (a, b) } else { (b, a) };
-        let expect = |res: Result<(), Error>, a: &'static str, b: &'static str| {
-            let (ours, theirs) = ours_theirs(a, b);
+        let me = comm.rank();
+        let expect = |t0: Instant, res: Result<(), Error>, a: &str, b: &str| {
+            let (ours, theirs) = if me == odd { (b, a) } else { (a, b) };
             match res {
                 Err(Error::CollectiveMismatch {
                     rank,
                     ours: o,
                     theirs: t,
-                }) => assert_eq!(
-                    (rank, o.as_str(), t.as_str()),
-                    (other, ours, theirs),
-                    "{engine:?}"
-                ),
-                r => panic!("{engine:?}: {ours} against {theirs}: {r:?}"),
+                }) => {
+                    assert_eq!(
+                        (o.as_str(), t.as_str()),
+                        (ours, theirs),
+                        "{engine:?} rank {me} of {n}"
+                    );
+                    if me == odd {
+                        assert_ne!(rank, odd, "{engine:?} rank {me} of {n}");
+                    } else {
+                        assert_eq!(rank, odd, "{engine:?} rank {me} of {n}");
+                    }
+                }
+                r => panic!("{engine:?} rank {me} of {n}: {ours} against {theirs}: {r:?}"),
             }
+            // Told, not waited out.
+            assert!(
+                t0.elapsed() < timeout / 2,
+                "{engine:?} rank {me} of {n}: {ours} against {theirs} after {:?}",
+                t0.elapsed()
+            );
         };
-        // Afterwards the same collective on both ranks works.
+        // Afterwards the same collective on every rank works.
         let agree = |what: &str| {
             world.barrier().unwrap();
             let send = vec![me as f64 + 1.0; 4];
             let mut recv = vec![0.0f64; 4];
             comm.allreduce(&send, &mut recv, ReduceOp::Sum).unwrap();
-            assert_eq!(recv, vec![3.0; 4], "{engine:?} after {what}");
+            let sum = (n * (n + 1) / 2) as f64;
+            assert_eq!(recv, vec![sum; 4], "{engine:?} after {what}");
+            world.barrier().unwrap();
         };
+        world.barrier().unwrap();
         // (a) The type: f64 against u64, the same bytes.
         for count in [4, 5000] {
-            let res = if me == 0 {
+            let t0 = Instant::now();
+            let res = if me != odd {
                 let mut recv = vec![0.0f64; count];
                 comm.allreduce(&vec![1.5f64; count], &mut recv, ReduceOp::Sum)
             } else {
                 let mut recv = vec![0u64; count];
                 comm.allreduce(&vec![1u64; count], &mut recv, ReduceOp::Sum)
             };
-            expect(res, "allreduce f64 sum", "allreduce u64 sum");
+            expect(t0, res, "allreduce f64 sum", "allreduce u64 sum");
             agree("another type");
         }
         // (b) The operation: a sum against a maximum.
-        let op = [ReduceOp::Sum, ReduceOp::Max][me];
+        let op = if me == odd {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        };
         let mut recv = vec![0.0f64; 4];
+        let t0 = Instant::now();
         let res = comm.allreduce(&vec![2.0f64; 4], &mut recv, op);
-        expect(res, "allreduce f64 sum", "allreduce f64 max");
+        expect(t0, res, "allreduce f64 sum", "allreduce f64 max");
         agree("another operation");
         // (c) The root: a proxy sees every part of its node. (Where the
         // ranks are apart, on the ranks' own path or on two proxies, two
         // ranks that each call themselves the broadcast's root only send,
         // and nothing meets that could tell in time.)
         if engine == Engine::Proxy && world.node_count() == 1 {
+            let root = if me == odd { odd } else { 0 };
+            let odd_root = format!("broadcast u8 root {odd}");
             let mut buf = vec![me as u8; 100];
+            let t0 = Instant::now();
             expect(
-                comm.bcast(&mut buf, me),
+                t0,
+                comm.bcast(&mut buf, root),
                 "broadcast u8 root 0",
-                "broadcast u8 root 1",
+                &odd_root,
             );
             agree("another broadcast root");
+            let odd_root = format!("reduce i32 sum root {odd}");
             let mut recv = vec![0i32; 8];
-            let res = comm.reduce(&vec![1i32; 8], &mut recv, ReduceOp::Sum, me);
-            expect(res, "reduce i32 sum root 0", "reduce i32 sum root 1");
+            let t0 = Instant::now();
+            let res = comm.reduce(&vec![1i32; 8], &mut recv, ReduceOp::Sum, root);
+            expect(t0, res, "reduce i32 sum root 0", &odd_root);
             agree("another reduction root");
         }
         drop(comm);
@@ -1175,6 +1209,10 @@ fn mismatched_counts_are_typed_errors() {
 #[test]
 fn ranks_that_disagree_on_type_op_or_root_get_typed_errors() {
     all_ok("disagree", 2);
+    // One rank odd among three or four: ranks that never receive its message
+    // are told by the board (the Inline and Thread engines) or by the proxy.
+    all_ok("disagree", 3);
+    all_ok("disagree", 4);
     all_ok_with("disagree", 2, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
     // The two ranks on two nodes: messages between the nodes (the ranks' own
     // network path; the proxies' messages to each other).

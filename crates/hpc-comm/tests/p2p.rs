@@ -101,8 +101,11 @@ fn child_entry() {
         eprintln!("{CHILD_OK} rank {} dpu_{s}", world.rank());
         return;
     }
-    if s == "left_inline" {
-        return left(&world);
+    match s.as_str() {
+        "left_inline" => return left(&world, Engine::Inline, false),
+        "left_here_inline" => return left(&world, Engine::Inline, true),
+        "left_here_thread" => return left(&world, Engine::Thread, true),
+        _ => {}
     }
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
@@ -504,27 +507,61 @@ fn lost(world: &hpc_runtime::World, comm: &Comm, victim: usize) {
     eprintln!("{CHILD_OK} rank {} lost", comm.rank());
 }
 
-/// The first rank on another node than rank 0's drops its communicator
-/// (Inline engine) and lives on while rank 0 waits for its message: the
-/// receive fails with `RankLeft` naming it, not `RankLost`, once its goodbye
-/// (bounded by its own 1 s timeout) ends, well within rank 0's 15 s.
-fn left(world: &hpc_runtime::World) {
+/// A rank drops its communicator (on `engine`) and lives on while rank 0
+/// waits for its message: the receive fails with `RankLeft` naming it, not
+/// `RankLost`, well within rank 0's 15 s timeout. The rank is the first on
+/// another node than rank 0's, whose goodbye (bounded by its own 1 s
+/// timeout) tells it, or, with `here`, the last rank, on rank 0's node,
+/// whose mark on the board tells it; then every other rank's collectives
+/// fail alike, a barrier and an allreduce whose messages go by single copy
+/// (their sends wait for the leaver's `FIN`), although some of them wait
+/// for a rank that failed rather than for the one that left.
+fn left(world: &hpc_runtime::World, engine: Engine, here: bool) {
     let (me, n) = (world.rank(), world.size());
-    let victim = (1..n).find(|&r| !world.same_node(0, r)).unwrap();
-    let mut o = CommOptions::new(Engine::Inline);
+    let victim = if here {
+        assert!(world.same_node(0, n - 1), "the scenario is for one node");
+        n - 1
+    } else {
+        (1..n).find(|&r| !world.same_node(0, r)).unwrap()
+    };
+    let mut o = CommOptions::new(engine);
     o.timeout = Some(Duration::from_secs(if me == victim { 1 } else { 15 }));
     let comm = Comm::with_options(world, o).unwrap();
     comm.barrier().unwrap();
+    let left = |what: &str, res: Result<(), Error>, t0: Instant| {
+        match res {
+            Err(Error::RankLeft { rank }) => assert_eq!(rank, comm.world_rank(victim), "{what}"),
+            o => panic!(
+                "{engine:?} rank {me}: {what} with a rank that dropped its communicator: {o:?}"
+            ),
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{what}: {:?}",
+            t0.elapsed()
+        );
+    };
     if me == victim {
         drop(comm);
-    } else if me == 0 {
-        let t0 = Instant::now();
-        let mut b = [0u8; 4];
-        match comm.recv(&mut b[..], victim, 7) {
-            Err(Error::RankLeft { rank }) => assert_eq!(rank, comm.world_rank(victim)),
-            o => panic!("a receive from a rank that dropped its communicator: {o:?}"),
+    } else {
+        if me == 0 {
+            let t0 = Instant::now();
+            let mut b = [0u8; 4];
+            let res = comm.recv(&mut b[..], victim, 7).map(|_| ());
+            left("a receive", res, t0);
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        if here {
+            let t0 = Instant::now();
+            left("a barrier", comm.barrier(), t0);
+            let send = vec![1.0f64; 1 << 16];
+            let mut recv = vec![0.0f64; 1 << 16];
+            let t0 = Instant::now();
+            left(
+                "an allreduce",
+                comm.allreduce(&send, &mut recv, ReduceOp::Sum),
+                t0,
+            );
+        }
     }
     // The victim's process lives until rank 0 is done.
     world.barrier().unwrap();
@@ -940,6 +977,15 @@ fn a_rank_on_another_node_that_ends_fails_the_receive_from_it() {
 #[test]
 fn a_rank_on_another_node_that_drops_its_communicator_is_said_to_have_left() {
     run("left_inline", 3, 2, 30);
+}
+
+#[test]
+fn a_rank_on_this_node_that_drops_its_communicator_is_said_to_have_left() {
+    for s in ["left_here_inline", "left_here_thread"] {
+        for n in [2, 3, 4] {
+            run(s, n, 1, 30);
+        }
+    }
 }
 
 #[test]

@@ -2,7 +2,11 @@
 //!
 //! One file in `/dev/shm`, mapped by every rank of a communicator (all on
 //! one node). It holds, per rank, its pid, a futex *doorbell* and a waiter
-//! count, and per ordered pair of ranks a single-producer single-consumer
+//! count, whether it dropped the communicator, and the last collective
+//! that failed on it and why (another rank's mismatch, a rank that left or
+//! is lost), so that the members still waiting for that collective fail
+//! with the same cause at their next check rather than wait for the
+//! timeout; and per ordered pair of ranks a single-producer single-consumer
 //! ring of small descriptors (`RTS`: "a message of `len` bytes for you is at
 //! `addr` in my address space", `FIN`: "I have read it").
 //!
@@ -99,6 +103,44 @@ pub(crate) const STAGE_SLOT: usize = 16 * 1024;
 /// (only the pages in use take memory).
 pub(crate) fn stage_slots(size: usize) -> usize {
     ((16 << 20) / STAGE_SLOT / size.max(1)).clamp(4, 64)
+}
+
+/// The bit of a failure record's first word that says it holds one.
+const FAILED: u64 = 1 << 32;
+
+/// Why a collective failed on a rank, as it records it on the board for the
+/// other members ([`Board::mark_failed`]): those that still wait for it
+/// fail with the error it names rather than wait for the timeout. `peer` is
+/// a rank of the communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// `peer` called another collective: the recording rank's signature is
+    /// `ours`, the peer's `theirs` ([`Sig`](crate::sig::Sig)'s words).
+    Mismatch { peer: u32, ours: u32, theirs: u32 },
+    /// `peer` dropped the communicator.
+    Left { peer: u32 },
+    /// `peer`'s process is gone.
+    Lost { peer: u32 },
+}
+
+impl Failure {
+    /// Its kind (non-zero) and its three words.
+    fn words(self) -> (u32, [u32; 3]) {
+        match self {
+            Failure::Mismatch { peer, ours, theirs } => (1, [peer, ours, theirs]),
+            Failure::Left { peer } => (2, [peer, 0, 0]),
+            Failure::Lost { peer } => (3, [peer, 0, 0]),
+        }
+    }
+
+    fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
+        match kind {
+            1 => Some(Failure::Mismatch { peer, ours, theirs }),
+            2 => Some(Failure::Left { peer }),
+            3 => Some(Failure::Lost { peer }),
+            _ => None,
+        }
+    }
 }
 
 /// One ring entry.
@@ -307,6 +349,76 @@ impl Board {
     /// longer polls, so a collective posted then must wake it).
     fn idle_word(&self, rank: usize) -> &AtomicU32 {
         self.u32_at(self.slot(rank) + 32)
+    }
+
+    /// Non-zero once `rank` dropped the communicator ([`Board::mark_left`]).
+    fn left_word(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 36)
+    }
+
+    /// The first word of `rank`'s failure record ([`Board::mark_failed`]):
+    /// 0 while it is written, else [`FAILED`] | the collective's sequence
+    /// number (its low 32 bits) | the kind of failure `<< 40`. Its other
+    /// words: the peer to blame, then two signatures.
+    fn failed_word(&self, rank: usize) -> &AtomicU64 {
+        self.u64_at(self.slot(rank) + 40)
+    }
+
+    fn failed_field(&self, rank: usize, i: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 48 + 4 * i)
+    }
+
+    /// Says that `rank` dropped the communicator, after everything it pushed:
+    /// a peer that sees the mark (acquire) sees those descriptors in its rings.
+    pub(crate) fn mark_left(&self, rank: usize) {
+        self.left_word(rank).store(1, Ordering::Release);
+    }
+
+    /// Whether `rank` dropped the communicator ([`Board::mark_left`]).
+    pub(crate) fn has_left(&self, rank: usize) -> bool {
+        self.left_word(rank).load(Ordering::Acquire) != 0
+    }
+
+    /// Records, in `rank`'s slot, that its collective `seq` failed and why,
+    /// for the other members that still wait for it ([`Board::failed`]).
+    /// Only `rank` writes its record, one thread at a time (its executor's
+    /// lock); a later failure replaces it. A reader never takes half of one
+    /// record and half of another: the first word is 0 while the others
+    /// change (a sequence lock).
+    pub(crate) fn mark_failed(&self, rank: usize, seq: u32, f: Failure) {
+        let (kind, fields) = f.words();
+        let first = self.failed_word(rank);
+        first.store(0, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, w) in fields.into_iter().enumerate() {
+            self.failed_field(rank, i).store(w, Ordering::Relaxed);
+        }
+        first.store(
+            FAILED | u64::from(seq) | u64::from(kind) << 40,
+            Ordering::Release,
+        );
+        // Before whatever `rank` does once the collective ended, such as
+        // reusing a buffer that a peer still reads by cross-memory attach
+        // (that peer looks at the record after its read).
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// What `rank` recorded of its collective `seq`'s failure, if that is
+    /// the collective it recorded last.
+    pub(crate) fn failed(&self, rank: usize, seq: u32) -> Option<Failure> {
+        let first = self.failed_word(rank);
+        let w = first.load(Ordering::Acquire);
+        if w & (FAILED | 0xffff_ffff) != FAILED | u64::from(seq) {
+            return None;
+        }
+        let fields = [0, 1, 2].map(|i| self.failed_field(rank, i).load(Ordering::Relaxed));
+        std::sync::atomic::fence(Ordering::Acquire);
+        // Rewritten meanwhile: the record read may be torn (a later look reads
+        // the new one).
+        if first.load(Ordering::Relaxed) != w {
+            return None;
+        }
+        Failure::from_words((w >> 40) as u32, fields)
     }
 
     /// Marks `rank`'s agent idle or not (see [`Board::agent_idle`]).

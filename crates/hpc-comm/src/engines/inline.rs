@@ -12,7 +12,7 @@ use hpc_collectives::Options;
 
 use super::{Driver, Job, Pending, Ticket};
 use crate::backoff::Backoff;
-use crate::board::{self, Board};
+use crate::board::{self, Board, Failure};
 use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
 use crate::proxy::Client;
@@ -198,9 +198,11 @@ impl Host {
             if last_check.elapsed() >= CHECK_EVERY {
                 last_check = Instant::now();
                 let pids = lock(&shared.core).pids.clone();
+                // A peer that dropped the communicator is as gone as one whose
+                // process exited: everything it pushed came before its mark.
                 let lost = lost_peer(
                     || op.blocked_on(),
-                    |p| board::pid_dead(pids[p]),
+                    |p| board.has_left(p) || board::pid_dead(pids[p]),
                     || {
                         // Until nothing moves: a message taken in may let a round
                         // end and the next take in one that is queued already.
@@ -215,7 +217,21 @@ impl Host {
                     break;
                 }
                 if let Some(p) = lost {
-                    op.fail(Error::RankLost { rank: p });
+                    // Recorded for the members that wait for this collective
+                    // and not for that peer (they wait for one that failed).
+                    let (e, f) = if board.has_left(p) {
+                        let f = Failure::Left { peer: p as u32 };
+                        (Error::RankLeft { rank: p }, f)
+                    } else {
+                        let f = Failure::Lost { peer: p as u32 };
+                        (Error::RankLost { rank: p }, f)
+                    };
+                    op.mark_failed(board, self.rank, f);
+                    op.fail(e);
+                } else if let Some(e) = op.failed_elsewhere(board, self.rank, self.size) {
+                    // Another member's collective failed (a mismatch, a rank
+                    // that left or is lost): this one cannot end.
+                    op.fail(e);
                 } else if t0.elapsed() > self.timeout {
                     let mut peers = op.blocked_on();
                     peers.sort_unstable();
@@ -263,6 +279,9 @@ impl Host {
             drop(core);
             board.sleep(self.rank, seen, Duration::from_millis(1));
         }
+        // After everything this rank pushed: a peer that waits for it fails
+        // with `RankLeft` at its next check, not by the timeout.
+        board.mark_left(self.rank);
         lock(&shared.core).net_goodbye(self.timeout.min(Duration::from_secs(10)));
         shared.shutdown.store(true, Ordering::Release);
         board.wake_agent(self.rank);

@@ -4,8 +4,8 @@
 use hpc_collectives::interp::Arrival;
 use hpc_collectives::Region;
 
-use super::{Core, OpData, P2P_SEQ};
-use crate::board::{self, Desc, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
+use super::{failed_on, Core, OpData, P2P_SEQ};
+use crate::board::{self, Desc, Failure, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
 use crate::error::Error;
 use crate::sig::Sig;
 
@@ -282,6 +282,22 @@ impl Core {
         theirs: Sig,
     ) -> Error {
         self.refuse_message(peer, tag, held, ours);
+        self.mismatch((tag >> 32) as u32, peer, ours, theirs)
+    }
+
+    /// The error of this rank's collective `seq` (signature `ours`), which
+    /// `peer` (signature `theirs`) does not match, recorded on the board
+    /// first: the other members that wait for the collective fail with a
+    /// mismatch too at their next check ([`failed_elsewhere`](super::failed_elsewhere)),
+    /// not by the timeout (a rank that never hears from `peer` waits for one
+    /// that has failed already).
+    pub(super) fn mismatch(&self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
+        let f = Failure::Mismatch {
+            peer: peer as u32,
+            ours: ours.0,
+            theirs: theirs.0,
+        };
+        self.board.mark_failed(self.me, seq, f);
         Error::CollectiveMismatch {
             rank: peer,
             ours: ours.describe(),
@@ -391,7 +407,15 @@ impl Core {
                 } else {
                     // SAFETY: `dst + got` has `n` writable bytes left in this
                     // operation's buffer (bounds-checked), not aliased during the round.
-                    unsafe { board::cma_read(pid, addr, dst.add(got), n) }.map_err(|e| {
+                    let read = unsafe { board::cma_read(pid, addr, dst.add(got), n) };
+                    // A sender whose collective failed (it recorded why, then
+                    // ended the operation) may have freed or reused its buffer
+                    // before this read: what was read is not its message (one
+                    // word to look at, beside a system call).
+                    if let Some(e) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
+                        return Err(e);
+                    }
+                    read.map_err(|e| {
                         // ESRCH: the sender has no memory left to read, it is
                         // exiting (its `/proc` state may not say so yet).
                         let exiting =

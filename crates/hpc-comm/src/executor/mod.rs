@@ -31,7 +31,7 @@ use std::time::Duration;
 use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
 use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 
-use crate::board::{Board, Desc, FIN};
+use crate::board::{Board, Desc, Failure, FIN};
 use crate::error::Error;
 use crate::job::Stage;
 use crate::sig::Sig;
@@ -329,6 +329,33 @@ impl Op {
             .collect()
     }
 
+    /// The error of this collective where another of the `size` members
+    /// (this rank is `me`) recorded on `board` that it failed
+    /// ([`Board::mark_failed`]; as [`failed_on`] names it); `None` for a
+    /// point-to-point operation, and while none did.
+    pub(crate) fn failed_elsewhere(&self, board: &Board, me: usize, size: usize) -> Option<Error> {
+        let (seq, ours) = {
+            let d = lock(&self.data);
+            (d.seq, d.sig)
+        };
+        if seq == P2P_SEQ {
+            return None;
+        }
+        (0..size)
+            .filter(|&r| r != me)
+            .find_map(|r| failed_on(board, me, r, seq, ours))
+    }
+
+    /// Records on `board`, for the other members, that this collective failed
+    /// on rank `me` with `f` ([`Board::mark_failed`]; nothing for a
+    /// point-to-point operation).
+    pub(crate) fn mark_failed(&self, board: &Board, me: usize, f: Failure) {
+        let seq = lock(&self.data).seq;
+        if seq != P2P_SEQ {
+            board.mark_failed(me, seq as u32, f);
+        }
+    }
+
     /// Marks the operation failed (the engine then drops it without touching
     /// its buffers again).
     pub(crate) fn fail(&self, e: Error) {
@@ -338,6 +365,38 @@ impl Op {
         }
         self.done.store(true, Ordering::Release);
     }
+}
+
+/// The error of this rank's (`me`) collective `seq`, of signature `ours`,
+/// where rank `r` recorded on `board` that it failed there
+/// ([`Board::mark_failed`]); `None` where it did not (and for a
+/// point-to-point operation). A mismatch names a rank whose collective is
+/// not this rank's: `r`'s peer where this rank called `r`'s collective,
+/// else `r`.
+fn failed_on(board: &Board, me: usize, r: usize, seq: u64, ours: Sig) -> Option<Error> {
+    if seq == P2P_SEQ {
+        return None;
+    }
+    Some(match board.failed(r, seq as u32)? {
+        Failure::Mismatch { peer, ours: o, .. } if o != ours.0 || peer as usize == me => {
+            Error::CollectiveMismatch {
+                rank: r,
+                ours: ours.describe(),
+                theirs: Sig(o).describe(),
+            }
+        }
+        Failure::Mismatch { peer, theirs, .. } => Error::CollectiveMismatch {
+            rank: peer as usize,
+            ours: ours.describe(),
+            theirs: Sig(theirs).describe(),
+        },
+        Failure::Left { peer } => Error::RankLeft {
+            rank: peer as usize,
+        },
+        Failure::Lost { peer } => Error::RankLost {
+            rank: peer as usize,
+        },
+    })
 }
 
 /// The per-communicator progress state of this process.
@@ -644,11 +703,7 @@ impl Core {
         if let Some(key) = self.refused(d) {
             let theirs = self.rejected.remove(&key).unwrap_or(Sig::NONE);
             if theirs != Sig::NONE && theirs != d.sig {
-                return Err(Error::CollectiveMismatch {
-                    rank: key.0,
-                    ours: d.sig.describe(),
-                    theirs: theirs.describe(),
-                });
+                return Err(self.mismatch(d.seq as u32, key.0, d.sig, theirs));
             }
             return Err(Error::CountMismatch {
                 rank: key.0,
