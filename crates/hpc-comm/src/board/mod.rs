@@ -51,9 +51,9 @@ use std::time::Duration;
 // they are loom's, in memory of the model's own (`loom_mem`), so that the loom
 // models explore every interleaving of the rings, slots and doorbells.
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 
 #[cfg(loom)]
 mod loom_mem;
@@ -389,7 +389,7 @@ impl Board {
         let (kind, fields) = f.words();
         let first = self.failed_word(rank);
         first.store(0, Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Release);
+        fence(Ordering::Release);
         for (i, w) in fields.into_iter().enumerate() {
             self.failed_field(rank, i).store(w, Ordering::Relaxed);
         }
@@ -400,7 +400,7 @@ impl Board {
         // Before whatever `rank` does once the collective ended, such as
         // reusing a buffer that a peer still reads by cross-memory attach
         // (that peer looks at the record after its read).
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// What `rank` recorded of its collective `seq`'s failure, if that is
@@ -412,7 +412,7 @@ impl Board {
             return None;
         }
         let fields = [0, 1, 2].map(|i| self.failed_field(rank, i).load(Ordering::Relaxed));
-        std::sync::atomic::fence(Ordering::Acquire);
+        fence(Ordering::Acquire);
         // Rewritten meanwhile: the record read may be torn (a later look reads
         // the new one).
         if first.load(Ordering::Relaxed) != w {

@@ -238,3 +238,35 @@ fn futex_times_out_returns_early_and_wakes_every_waiter() {
         assert!(w.join().unwrap() - woke_at < Duration::from_secs(5));
     }
 }
+
+/// A rank's marks stay in its own slot, beside its neighbours' words: a
+/// failure record reads back for its collective only, the last one
+/// replacing the one before, and the mark of leaving is the rank's alone.
+#[test]
+fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
+    let b = Board::unlinked("board-marks", 3);
+    let m = Failure::Mismatch {
+        peer: 2,
+        ours: u32::MAX,
+        theirs: 0x1234,
+    };
+    assert_eq!(b.failed(1, 5), None, "a fresh board records nothing");
+    b.mark_failed(1, 5, m);
+    assert_eq!(b.failed(1, 5), Some(m));
+    assert_eq!(b.failed(1, 6), None, "another collective");
+    assert_eq!((b.failed(0, 5), b.failed(2, 5)), (None, None));
+    b.mark_failed(1, u32::MAX, Failure::Lost { peer: 0 });
+    assert_eq!(b.failed(1, 5), None, "replaced");
+    assert_eq!(b.failed(1, u32::MAX), Some(Failure::Lost { peer: 0 }));
+    b.mark_failed(1, 0, Failure::Left { peer: 2 });
+    assert_eq!(b.failed(1, 0), Some(Failure::Left { peer: 2 }));
+    assert!(!(0..3).any(|r| b.has_left(r)));
+    b.mark_left(2);
+    assert_eq!(
+        (0..3).map(|r| b.has_left(r)).collect::<Vec<_>>(),
+        [false, false, true]
+    );
+    // The neighbours' words are untouched.
+    assert_eq!((b.pid(2), b.doorbell(2).load(Ordering::Relaxed)), (0, 0));
+    assert_eq!(b.failed(1, 0), Some(Failure::Left { peer: 2 }));
+}
