@@ -1214,6 +1214,7 @@ fn ranks_that_disagree_on_type_op_or_root_get_typed_errors() {
     all_ok("disagree", 3);
     all_ok("disagree", 4);
     all_ok_with("disagree", 2, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
+    all_ok_with("disagree", 3, 60.0, &[("HPC_COLL_PROXY_PLACEMENT", "dpu")]);
     // The two ranks on two nodes: messages between the nodes (the ranks' own
     // network path; the proxies' messages to each other).
     all_ok_on("disagree on 2 nodes", "disagree", 2, 2, 60.0, &[]);
