@@ -24,6 +24,11 @@ pub enum Error {
     /// that differs is a [`Error::CountMismatch`]). Nothing of the other
     /// rank's data is landed or reduced: the collective fails on this rank
     /// (and, where the engine tells a sender of a refusal, on the other).
+    /// With three ranks or more, a rank that never receives the other
+    /// collective's data fails too, not by the timeout: on one node the
+    /// rank that found the mismatch records it on the board, where the
+    /// others look within about 10 ms (the `Proxy` engine's proxy answers
+    /// every part); `rank` is then one whose collective is not this rank's.
     /// The communicator goes on: a matching collective afterwards works.
     /// Under the `Mpi` engine the MPI library does the matching, and it does
     /// not check this: there such a call is MPI's undefined behaviour.
@@ -57,12 +62,15 @@ pub enum Error {
         /// The lost rank (rank in the world).
         rank: usize,
     },
-    /// A rank on another node that the operation waits for left this
-    /// communicator in order: it dropped it (or its process ended and closed
-    /// it), its goodbye coming before its connection ended, and no message it
-    /// sent before fits. Its process may go on; no message will come from it
-    /// on this communicator. (A rank on this node that drops the communicator
-    /// cannot be told from one that is late: that ends in [`Error::Timeout`].)
+    /// A rank that the operation waits for left this communicator: it
+    /// dropped it (or, on another node, its process ended and closed it), and
+    /// no message it sent before fits. Its process may go on; no message will
+    /// come from it on this communicator. A rank on this node marks the
+    /// communicator's board when it drops it, after everything it sent, and
+    /// a waiting rank sees the mark within about 10 ms; one on another node
+    /// is seen to leave when its goodbye comes before its connection ends.
+    /// With the `Inline` and `Thread` engines, the ranks on this node whose
+    /// collective waits for a rank that failed so get this error too.
     #[error("rank {rank} left the communicator (it dropped it, or its process ended) during the operation: no message will come from it")]
     RankLeft {
         /// The rank that left (rank in the world).

@@ -288,7 +288,8 @@ impl Core {
     /// The error of this rank's collective `seq` (signature `ours`), which
     /// `peer` (signature `theirs`) does not match, recorded on the board
     /// first: the other members that wait for the collective fail with a
-    /// mismatch too at their next check ([`failed_elsewhere`](super::failed_elsewhere)),
+    /// mismatch too at their next check
+    /// ([`Op::failed_elsewhere`](super::Op::failed_elsewhere)),
     /// not by the timeout (a rank that never hears from `peer` waits for one
     /// that has failed already).
     pub(super) fn mismatch(&self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
