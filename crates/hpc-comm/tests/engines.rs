@@ -853,13 +853,22 @@ fn disagree(world: &World) {
         // (c) The root: a proxy sees every part of its node. (Where the
         // ranks are apart, on the ranks' own path or on two proxies, two
         // ranks that each call themselves the broadcast's root only send,
-        // and nothing meets that could tell in time.)
+        // and nothing meets that could tell in time.) With three ranks or
+        // more, a rank whose part of the others' broadcast or reduction
+        // ended before the odd part came was answered already: it may
+        // succeed (nothing of the odd rank's reached it); the odd rank and
+        // every rank still waiting are told.
         if engine == Engine::Proxy && world.node_count() == 1 {
             let root = if me == odd { odd } else { 0 };
+            let rooted = |t0, res: Result<(), Error>, a: &str, b: &str| {
+                if n == 2 || me == odd || res.is_err() {
+                    expect(t0, res, a, b);
+                }
+            };
             let odd_root = format!("broadcast u8 root {odd}");
             let mut buf = vec![me as u8; 100];
             let t0 = Instant::now();
-            expect(
+            rooted(
                 t0,
                 comm.bcast(&mut buf, root),
                 "broadcast u8 root 0",
@@ -870,7 +879,7 @@ fn disagree(world: &World) {
             let mut recv = vec![0i32; 8];
             let t0 = Instant::now();
             let res = comm.reduce(&vec![1i32; 8], &mut recv, ReduceOp::Sum, root);
-            expect(t0, res, "reduce i32 sum root 0", &odd_root);
+            rooted(t0, res, "reduce i32 sum root 0", &odd_root);
             agree("another reduction root");
         }
         drop(comm);
