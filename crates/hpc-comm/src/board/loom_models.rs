@@ -199,15 +199,18 @@ fn loom_idle_agent_sees_work_posted_around_its_sleep() {
     });
 }
 
-/// A rank records two failures in turn while another reads its record: the
-/// reader takes a record whole, of the collective it asks for, or none
-/// (never one collective's number with another's fields); and a rank that
-/// sees a peer's mark of leaving sees the descriptor it pushed before.
+/// A rank records failures while another reads its records, one more than
+/// it keeps, so that the first record is rewritten: the reader takes a
+/// record whole, of the collective it asks for, or none (never one
+/// collective's number with another's fields); and a rank that sees a
+/// peer's mark of leaving sees the descriptor it pushed before.
 #[test]
 fn loom_a_failure_record_is_read_whole() {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
+    b.preemption_bound = Some(2);
+    let lost = |seq: u32| Failure::Lost { peer: seq };
+    let last = FAIL_RECORDS as u32;
+    b.check(move || {
         let board = Arc::new(Board::in_memory(2));
         let w = board.clone();
         let first = Failure::Mismatch {
@@ -215,23 +218,25 @@ fn loom_a_failure_record_is_read_whole() {
             ours: 0x11,
             theirs: 0x22,
         };
-        let second = Failure::Left { peer: 1 };
         let t = loom::thread::spawn(move || {
-            w.mark_failed(0, 7, first);
-            w.mark_failed(0, 8, second);
+            w.mark_failed(0, 0, first);
+            for seq in 1..=last {
+                w.mark_failed(0, seq, lost(seq));
+            }
             assert!(w.push(0, 1, desc(FIN, 1, 0)));
             w.mark_left(0);
         });
-        for (seq, f) in [(7, first), (8, second)] {
-            if let Some(got) = board.failed(0, seq) {
-                assert_eq!(got, f, "collective {seq}");
-            }
+        if let Some(got) = board.failed(0, 0) {
+            assert_eq!(got, first);
+        }
+        if let Some(got) = board.failed(0, last) {
+            assert_eq!(got, lost(last));
         }
         if board.has_left(0) {
             assert_eq!(board.pop(0, 1), Some(desc(FIN, 1, 0)));
         }
         t.join().unwrap();
-        assert_eq!(board.failed(0, 7), None, "replaced");
-        assert_eq!(board.failed(0, 8), Some(second));
+        assert_eq!(board.failed(0, 0), None, "replaced");
+        assert_eq!(board.failed(0, last), Some(lost(last)));
     });
 }

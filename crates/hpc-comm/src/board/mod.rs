@@ -2,7 +2,7 @@
 //!
 //! One file in `/dev/shm`, mapped by every rank of a communicator (all on
 //! one node). It holds, per rank, its pid, a futex *doorbell* and a waiter
-//! count, whether it dropped the communicator, and the last collective
+//! count, whether it dropped the communicator, and the last collectives
 //! that failed on it and why (another rank's mismatch, a rank that left or
 //! is lost), so that the members still waiting for that collective fail
 //! with the same cause at their next check rather than wait for the
@@ -74,7 +74,13 @@ pub(crate) const RING_CAP: u64 = 64;
 #[cfg(loom)]
 pub(crate) const RING_CAP: u64 = 4;
 const HEADER: usize = 64;
-const RANK_SLOT: usize = 64;
+/// A rank's words: its pid, doorbell and agent's words on the first cache
+/// line, then whether it left and its [`FAIL_RECORDS`] failure records.
+const RANK_SLOT: usize = 192;
+/// Failure records per rank ([`Board::mark_failed`]): the last this many
+/// collectives that failed on it, so that a peer still waiting for one of
+/// them finds it although the rank failed later ones meanwhile.
+const FAIL_RECORDS: usize = 4;
 const DESC: usize = 32;
 /// A ring's header: the consumer's `head` and the producer's `tail` on cache
 /// lines of their own, so that neither side's write takes the line the other
@@ -356,16 +362,23 @@ impl Board {
         self.u32_at(self.slot(rank) + 36)
     }
 
-    /// The first word of `rank`'s failure record ([`Board::mark_failed`]):
+    /// The count of failures `rank` recorded: the next one goes to record
+    /// `count % FAIL_RECORDS`, each writer (a thread of `rank`) claiming its
+    /// own.
+    fn failures(&self, rank: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 40)
+    }
+
+    /// The first word of `rank`'s failure record `i` ([`Board::mark_failed`]):
     /// 0 while it is written, else [`FAILED`] | the collective's sequence
     /// number (its low 32 bits) | the kind of failure `<< 40`. Its other
     /// words: the peer to blame, then two signatures.
-    fn failed_word(&self, rank: usize) -> &AtomicU64 {
-        self.u64_at(self.slot(rank) + 40)
+    fn failed_word(&self, rank: usize, i: usize) -> &AtomicU64 {
+        self.u64_at(self.slot(rank) + 48 + 24 * i)
     }
 
-    fn failed_field(&self, rank: usize, i: usize) -> &AtomicU32 {
-        self.u32_at(self.slot(rank) + 48 + 4 * i)
+    fn failed_field(&self, rank: usize, i: usize, j: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(rank) + 56 + 24 * i + 4 * j)
     }
 
     /// Says that `rank` dropped the communicator, after everything it pushed:
@@ -381,17 +394,18 @@ impl Board {
 
     /// Records, in `rank`'s slot, that its collective `seq` failed and why,
     /// for the other members that still wait for it ([`Board::failed`]).
-    /// Only `rank` writes its record, one thread at a time (its executor's
-    /// lock); a later failure replaces it. A reader never takes half of one
-    /// record and half of another: the first word is 0 while the others
-    /// change (a sequence lock).
+    /// Only `rank`'s threads write its records, each in a record of its own
+    /// (the oldest of the [`FAIL_RECORDS`]). A reader never takes half of one
+    /// record and half of another: a record's first word is 0 while the
+    /// others change (a sequence lock).
     pub(crate) fn mark_failed(&self, rank: usize, seq: u32, f: Failure) {
         let (kind, fields) = f.words();
-        let first = self.failed_word(rank);
+        let i = self.failures(rank).fetch_add(1, Ordering::Relaxed) as usize % FAIL_RECORDS;
+        let first = self.failed_word(rank, i);
         first.store(0, Ordering::Relaxed);
         fence(Ordering::Release);
-        for (i, w) in fields.into_iter().enumerate() {
-            self.failed_field(rank, i).store(w, Ordering::Relaxed);
+        for (j, w) in fields.into_iter().enumerate() {
+            self.failed_field(rank, i, j).store(w, Ordering::Relaxed);
         }
         first.store(
             FAILED | u64::from(seq) | u64::from(kind) << 40,
@@ -399,22 +413,27 @@ impl Board {
         );
         // Before whatever `rank` does once the collective ended, such as
         // reusing a buffer that a peer still reads by cross-memory attach
-        // (that peer looks at the record after its read).
+        // (that peer looks at the records after its read).
         fence(Ordering::SeqCst);
     }
 
     /// What `rank` recorded of its collective `seq`'s failure, if that is
-    /// the collective it recorded last.
+    /// among the last [`FAIL_RECORDS`] it recorded.
     pub(crate) fn failed(&self, rank: usize, seq: u32) -> Option<Failure> {
-        let first = self.failed_word(rank);
+        (0..FAIL_RECORDS).find_map(|i| self.failed_in(rank, i, seq))
+    }
+
+    /// Record `i` of `rank`, if it is whole and of collective `seq`.
+    fn failed_in(&self, rank: usize, i: usize, seq: u32) -> Option<Failure> {
+        let first = self.failed_word(rank, i);
         let w = first.load(Ordering::Acquire);
         if w & (FAILED | 0xffff_ffff) != FAILED | u64::from(seq) {
             return None;
         }
-        let fields = [0, 1, 2].map(|i| self.failed_field(rank, i).load(Ordering::Relaxed));
+        let fields = [0, 1, 2].map(|j| self.failed_field(rank, i, j).load(Ordering::Relaxed));
         fence(Ordering::Acquire);
         // Rewritten meanwhile: the record read may be torn (a later look reads
-        // the new one).
+        // the record that replaced it).
         if first.load(Ordering::Relaxed) != w {
             return None;
         }

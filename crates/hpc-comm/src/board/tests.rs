@@ -240,8 +240,8 @@ fn futex_times_out_returns_early_and_wakes_every_waiter() {
 }
 
 /// A rank's marks stay in its own slot, beside its neighbours' words: a
-/// failure record reads back for its collective only, the last one
-/// replacing the one before, and the mark of leaving is the rank's alone.
+/// failure record reads back for its collective only, the last
+/// `FAIL_RECORDS` of them, and the mark of leaving is the rank's alone.
 #[test]
 fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
     let b = Board::unlinked("board-marks", 3);
@@ -256,10 +256,15 @@ fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
     assert_eq!(b.failed(1, 6), None, "another collective");
     assert_eq!((b.failed(0, 5), b.failed(2, 5)), (None, None));
     b.mark_failed(1, u32::MAX, Failure::Lost { peer: 0 });
-    assert_eq!(b.failed(1, 5), None, "replaced");
-    assert_eq!(b.failed(1, u32::MAX), Some(Failure::Lost { peer: 0 }));
     b.mark_failed(1, 0, Failure::Left { peer: 2 });
+    assert_eq!(b.failed(1, 5), Some(m), "kept beside later ones");
+    assert_eq!(b.failed(1, u32::MAX), Some(Failure::Lost { peer: 0 }));
     assert_eq!(b.failed(1, 0), Some(Failure::Left { peer: 2 }));
+    for seq in 10..FAIL_RECORDS as u32 + 8 {
+        b.mark_failed(1, seq, Failure::Lost { peer: seq });
+    }
+    assert_eq!(b.failed(1, 5), None, "the oldest replaced");
+    assert_eq!(b.failed(1, 11), Some(Failure::Lost { peer: 11 }));
     assert!(!(0..3).any(|r| b.has_left(r)));
     b.mark_left(2);
     assert_eq!(
@@ -268,5 +273,8 @@ fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
     );
     // The neighbours' words are untouched.
     assert_eq!((b.pid(2), b.doorbell(2).load(Ordering::Relaxed)), (0, 0));
-    assert_eq!(b.failed(1, 0), Some(Failure::Left { peer: 2 }));
+    assert_eq!(
+        (b.pid(0), b.failed(0, 11), b.failed(2, 11)),
+        (0, None, None)
+    );
 }

@@ -217,21 +217,16 @@ impl Host {
                     break;
                 }
                 if let Some(p) = lost {
-                    // Recorded for the members that wait for this collective
-                    // and not for that peer (they wait for one that failed).
-                    let (e, f) = if board.has_left(p) {
-                        let f = Failure::Left { peer: p as u32 };
-                        (Error::RankLeft { rank: p }, f)
+                    let peer = p as u32;
+                    let f = if board.has_left(p) {
+                        Failure::Left { peer }
                     } else {
-                        let f = Failure::Lost { peer: p as u32 };
-                        (Error::RankLost { rank: p }, f)
+                        Failure::Lost { peer }
                     };
-                    op.mark_failed(board, self.rank, f);
-                    op.fail(e);
-                } else if let Some(e) = op.failed_elsewhere(board, self.rank, self.size) {
+                    op.fail_marked(board, self.rank, f);
+                } else if op.fail_as_elsewhere(board, self.rank, self.size) {
                     // Another member's collective failed (a mismatch, a rank
                     // that left or is lost): this one cannot end.
-                    op.fail(e);
                 } else if t0.elapsed() > self.timeout {
                     let mut peers = op.blocked_on();
                     peers.sort_unstable();

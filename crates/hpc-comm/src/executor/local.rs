@@ -289,7 +289,7 @@ impl Core {
     /// `peer` (signature `theirs`) does not match, recorded on the board
     /// first: the other members that wait for the collective fail with a
     /// mismatch too at their next check
-    /// ([`Op::failed_elsewhere`](super::Op::failed_elsewhere)),
+    /// ([`Op::fail_as_elsewhere`](super::Op::fail_as_elsewhere)),
     /// not by the timeout (a rank that never hears from `peer` waits for one
     /// that has failed already).
     pub(super) fn mismatch(&self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
@@ -299,11 +299,7 @@ impl Core {
             theirs: theirs.0,
         };
         self.board.mark_failed(self.me, seq, f);
-        Error::CollectiveMismatch {
-            rank: peer,
-            ours: ours.describe(),
-            theirs: theirs.describe(),
-        }
+        f.error()
     }
 
     /// What [`Core::refuse`] and [`Core::refuse_sig`] share: the message's
@@ -413,8 +409,8 @@ impl Core {
                     // ended the operation) may have freed or reused its buffer
                     // before this read: what was read is not its message (one
                     // word to look at, beside a system call).
-                    if let Some(e) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
-                        return Err(e);
+                    if let Some(f) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
+                        return Err(f.error());
                     }
                     read.map_err(|e| {
                         // ESRCH: the sender has no memory left to read, it is

@@ -329,31 +329,41 @@ impl Op {
             .collect()
     }
 
-    /// The error of this collective where another of the `size` members
-    /// (this rank is `me`) recorded on `board` that it failed
-    /// ([`Board::mark_failed`]; as [`failed_on`] names it); `None` for a
-    /// point-to-point operation, and while none did.
-    pub(crate) fn failed_elsewhere(&self, board: &Board, me: usize, size: usize) -> Option<Error> {
+    /// Fails this collective where another of the `size` members (this
+    /// rank is `me`) recorded on `board` that it failed there
+    /// ([`Board::mark_failed`]), with the error that record means here
+    /// ([`failed_on`]), recorded in this rank's slot in turn: a rank that
+    /// reads this rank's buffer, or waits for it, learns of it too. Whether
+    /// it failed so; never for a point-to-point operation.
+    pub(crate) fn fail_as_elsewhere(&self, board: &Board, me: usize, size: usize) -> bool {
         let (seq, ours) = {
             let d = lock(&self.data);
             (d.seq, d.sig)
         };
         if seq == P2P_SEQ {
-            return None;
+            return false;
         }
-        (0..size)
+        let Some(f) = (0..size)
             .filter(|&r| r != me)
             .find_map(|r| failed_on(board, me, r, seq, ours))
+        else {
+            return false;
+        };
+        self.fail_marked(board, me, f);
+        true
     }
 
-    /// Records on `board`, for the other members, that this collective failed
-    /// on rank `me` with `f` ([`Board::mark_failed`]; nothing for a
-    /// point-to-point operation).
-    pub(crate) fn mark_failed(&self, board: &Board, me: usize, f: Failure) {
+    /// Fails this operation with `f` (as [`Failure::error`] names it),
+    /// recorded first on `board` in rank `me`'s slot for the other members
+    /// ([`Board::mark_failed`]; not for a point-to-point operation), so that
+    /// those that wait for this collective and not for the peer it names
+    /// (they wait for this rank) fail too.
+    pub(crate) fn fail_marked(&self, board: &Board, me: usize, f: Failure) {
         let seq = lock(&self.data).seq;
         if seq != P2P_SEQ {
             board.mark_failed(me, seq as u32, f);
         }
+        self.fail(f.error());
     }
 
     /// Marks the operation failed (the engine then drops it without touching
@@ -367,36 +377,52 @@ impl Op {
     }
 }
 
-/// The error of this rank's (`me`) collective `seq`, of signature `ours`,
+/// Why this rank's (`me`) collective `seq`, of signature `ours`, failed,
 /// where rank `r` recorded on `board` that it failed there
-/// ([`Board::mark_failed`]); `None` where it did not (and for a
-/// point-to-point operation). A mismatch names a rank whose collective is
-/// not this rank's: `r`'s peer where this rank called `r`'s collective,
-/// else `r`.
-fn failed_on(board: &Board, me: usize, r: usize, seq: u64, ours: Sig) -> Option<Error> {
+/// ([`Board::mark_failed`]), as this rank records it in turn: a mismatch
+/// names a rank whose collective is not this rank's (`r`'s peer where this
+/// rank called `r`'s collective, else `r`), with this rank's signature as
+/// its own. `None` where `r` recorded no failure of `seq` (and for a
+/// point-to-point operation).
+fn failed_on(board: &Board, me: usize, r: usize, seq: u64, ours: Sig) -> Option<Failure> {
     if seq == P2P_SEQ {
         return None;
     }
     Some(match board.failed(r, seq as u32)? {
         Failure::Mismatch { peer, ours: o, .. } if o != ours.0 || peer as usize == me => {
-            Error::CollectiveMismatch {
-                rank: r,
-                ours: ours.describe(),
-                theirs: Sig(o).describe(),
+            Failure::Mismatch {
+                peer: r as u32,
+                ours: ours.0,
+                theirs: o,
             }
         }
-        Failure::Mismatch { peer, theirs, .. } => Error::CollectiveMismatch {
-            rank: peer as usize,
-            ours: ours.describe(),
-            theirs: Sig(theirs).describe(),
+        Failure::Mismatch { peer, theirs, .. } => Failure::Mismatch {
+            peer,
+            ours: ours.0,
+            theirs,
         },
-        Failure::Left { peer } => Error::RankLeft {
-            rank: peer as usize,
-        },
-        Failure::Lost { peer } => Error::RankLost {
-            rank: peer as usize,
-        },
+        f => f,
     })
+}
+
+impl Failure {
+    /// The error of a collective that failed so on this rank (`ours`, for a
+    /// mismatch, being this rank's signature).
+    pub(crate) fn error(self) -> Error {
+        match self {
+            Failure::Mismatch { peer, ours, theirs } => Error::CollectiveMismatch {
+                rank: peer as usize,
+                ours: Sig(ours).describe(),
+                theirs: Sig(theirs).describe(),
+            },
+            Failure::Left { peer } => Error::RankLeft {
+                rank: peer as usize,
+            },
+            Failure::Lost { peer } => Error::RankLost {
+                rank: peer as usize,
+            },
+        }
+    }
 }
 
 /// The per-communicator progress state of this process.
