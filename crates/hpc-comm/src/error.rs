@@ -28,7 +28,10 @@ pub enum Error {
     /// collective's data fails too, not by the timeout: on one node the
     /// rank that found the mismatch records it on the board, where the
     /// others look within about 10 ms (the `Proxy` engine's proxy answers
-    /// every part); `rank` is then one whose collective is not this rank's.
+    /// every part still waiting; one whose part of a broadcast or reduction
+    /// had ended before the other part came may have succeeded, nothing of
+    /// the other rank's having reached it); `rank` is then one whose
+    /// collective is not this rank's.
     /// The communicator goes on: a matching collective afterwards works.
     /// Under the `Mpi` engine the MPI library does the matching, and it does
     /// not check this: there such a call is MPI's undefined behaviour.
