@@ -129,9 +129,10 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         let hi = f.block.end().min(block.end());
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            st.v[j] = f.f64_at(v0 + 8 * i);
-            st.isyn[j] = f.f64_at(i0 + 8 * i);
-            st.refr[j] = f.u32_at(r0 + 4 * i);
+            st.v[j] = f.finite_f64_at(v0 + 8 * i, format_args!("V of neuron {gid}"))?;
+            st.isyn[j] = f.finite_f64_at(i0 + 8 * i, format_args!("I_syn of neuron {gid}"))?;
+            st.refr[j] =
+                f.refractory_at(r0 + 4 * i, model.ref_steps, format_args!("neuron {gid}"))?;
             covered += 1;
         }
     }
@@ -141,4 +142,65 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     st.recent.sort_unstable();
     st.recent.dedup();
     Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint whose files verify (sizes and checksums agree) but whose
+    /// state no run has: a potential or a synaptic current that is infinite or
+    /// NaN (an infinite one silenced the neuron for the rest of the run without a
+    /// word) and a refractory counter of 2^32 - 1 steps are refused, naming the
+    /// neuron; the same state with finite values reads.
+    #[test]
+    fn a_state_no_run_has_is_refused_by_neuron() {
+        let model = Model::new(Params {
+            n_scaling: 0.02,
+            k_scaling: 0.05,
+            t_presim: 5.0,
+            t_sim: 10.0,
+            ..Params::default()
+        })
+        .unwrap();
+        let block = Block::part(model.n, 1, 0);
+        let n = block.len as usize;
+        let good = State {
+            v: vec![1.0; n],
+            isyn: vec![2.0; n],
+            refr: vec![model.ref_steps; n],
+            recent: Vec::new(),
+        };
+        let root = std::env::temp_dir().join(format!("mc-ckpt-state-{}", std::process::id()));
+        let step = 100;
+        let mut cases: Vec<(State, &str)> = vec![(good.clone(), "")];
+        let mut s = good.clone();
+        s.v[3] = f64::INFINITY;
+        cases.push((s, "V of neuron 3 is inf"));
+        let mut s = good.clone();
+        s.isyn[3] = f64::NAN;
+        cases.push((s, "I_syn of neuron 3 is NaN"));
+        let mut s = good.clone();
+        s.refr[3] = u32::MAX;
+        cases.push((s, "neuron 3 has 4294967295 refractory steps left"));
+        for (state, what) in cases {
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).unwrap();
+            let set = hpc_checkpoint::Checkpoints::new(&root);
+            let entry = set
+                .write_rank(step, 0, 1, &encode(step, block, &state))
+                .unwrap();
+            hpc_spiking::checkpoint::commit_run(&set, &model.params, step, 1, vec![entry], None)
+                .unwrap();
+            let r = open(&root).unwrap();
+            match read(&r, &model, block) {
+                Ok(st) => assert!(what.is_empty() && st == state, "{what}: read"),
+                Err(e) => assert!(
+                    !what.is_empty() && e.to_string().contains(what),
+                    "{what}: {e}"
+                ),
+            }
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
