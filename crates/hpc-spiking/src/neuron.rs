@@ -332,7 +332,7 @@ impl IafPscAlpha {
 /// constant longer than the membrane's, or nearly as long) the closed form of the
 /// peak does not hold (it names the other root, `t = 0`) or loses its digits:
 /// the PSP is written without cancellation and its peak searched.
-const CLOSED_FORM_RATIO: f64 = 1.0 + 1e-3;
+pub const CLOSED_FORM_RATIO: f64 = 1.0 + 1e-3;
 
 /// The PSP (mV) at `t` ms after an alpha current of amplitude 1 pA starts, in
 /// a neuron at rest (no threshold): `e/(tau_syn C_m b) ((exp(-t/tau_m) -
