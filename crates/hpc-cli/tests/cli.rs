@@ -112,6 +112,46 @@ fn new_writes_an_application_workspace() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// `hpc new Brunel2` (a package name cargo takes) wrote a workspace whose
+/// `cargo xtask image`, as its report, README and batch script give it,
+/// refuses the default image name ("image name \"Brunel2\" is not an image
+/// reference's name"): they now give `--name brunel2`, and the README's image
+/// references are `localhost/brunel2:latest`; a name that is an image's gets
+/// no flag.
+#[test]
+fn new_gives_the_image_name_a_package_name_that_is_none_needs() {
+    let s = scratch("new-image-name");
+    for (name, image) in [("Brunel2", "brunel2"), ("trail_", "trail"), ("a-_b", "a-b")] {
+        let o = hpc_in(&s, &["new", name, "--vcs", "none"]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let report = String::from_utf8_lossy(&o.stdout).into_owned();
+        let flag = format!("cargo xtask image --name {image} ");
+        assert!(report.contains(&flag), "{name}: {report}");
+        let read = |f: &str| std::fs::read_to_string(s.join(name).join(f)).unwrap();
+        let readme = read("README.md");
+        assert!(
+            readme.contains(&format!(
+                "$ cargo xtask image --name {image} --features mpi "
+            )) && readme.contains(&format!("localhost/{image}:latest"))
+                && !readme.contains(&format!("localhost/{name}:")),
+            "{name}: {readme}"
+        );
+        let sbatch = read(&format!("slurm/{name}.sbatch"));
+        assert!(
+            sbatch.contains(&format!(
+                "cargo xtask image {name} --name {image} --features mpi"
+            )),
+            "{name}: {sbatch}"
+        );
+    }
+    let o = hpc_in(&s, &["new", "my-sim", "--vcs", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("--name"));
+    let readme = std::fs::read_to_string(s.join("my-sim/README.md")).unwrap();
+    assert!(!readme.contains("--name") && readme.contains("localhost/my-sim:latest"));
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 #[test]
 fn new_refuses_bad_input_with_status_2_and_writes_nothing() {
     let s = scratch("new-bad");

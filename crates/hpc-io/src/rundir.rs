@@ -570,13 +570,19 @@ impl RunDir {
                 None
             }
         };
-        // Files of the output names that no earlier run lists are not a run's.
+        // Files of the output names that no earlier run lists are not a run's;
+        // nor is a directory of such a name, whatever a manifest lists (no run
+        // writes one there, and the run's write of that file would fail only
+        // at its end, after all its work).
         let foreign: Vec<String> = info
             .outputs
             .iter()
             .filter(|name| check_name(name).is_ok())
-            .filter(|name| earlier.as_ref().is_none_or(|m| m.file(name).is_none()))
-            .filter(|name| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| !m.is_dir()))
+            .filter(|name| match fs::symlink_metadata(dir.join(name)) {
+                Ok(m) if m.is_dir() => true,
+                Ok(_) => earlier.as_ref().is_none_or(|m| m.file(name).is_none()),
+                Err(_) => false,
+            })
             .cloned()
             .collect();
         if !foreign.is_empty() {
@@ -762,11 +768,13 @@ impl RunDir {
         self.manifest
             .files
             .retain_mut(|f| match fs::symlink_metadata(dir.join(&f.name)) {
-                Ok(m) => {
+                // A directory under a recorded file's name is not what the run
+                // wrote (its write there failed): not listed as the run's.
+                Ok(m) if !m.is_dir() => {
                     f.size = Some(m.len());
                     true
                 }
-                Err(_) => false,
+                _ => false,
             });
         self.manifest.status = status;
         self.manifest.finished_unix_ms = Some(now_ms());
@@ -1061,6 +1069,37 @@ mod tests {
         let e = RunDir::create(&t.0, info()).unwrap_err().to_string();
         assert!(e.contains("holds spikes.spk that no earlier run"), "{e}");
         assert_eq!(fs::read(t.0.join("summary.json")).unwrap(), b"{}");
+    }
+
+    /// `hpc_benchmark --out D` with a directory `D/summary.json` ran the whole
+    /// simulation, failed at its end ("cannot replace D/summary.json: it is a
+    /// directory"), and its run.json listed that directory as a file it wrote
+    /// (size 4096), so that the next run took it for its own and failed the
+    /// same way: a directory of an output name is refused before the run, and
+    /// never listed.
+    #[test]
+    fn a_directory_of_an_output_name_is_refused_first_and_never_listed() {
+        let t = Tmp::new("dir-output");
+        fs::create_dir_all(t.0.join("summary.json")).unwrap();
+        let e = RunDir::create(&t.0, info()).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Foreign { .. }), "{msg}");
+        assert!(
+            msg.contains("holds summary.json that no earlier run"),
+            "{msg}"
+        );
+        assert!(t.0.join("summary.json").is_dir());
+        assert!(!t.0.join(MANIFEST).exists());
+        // A run whose recorded name became a directory: not listed at its end,
+        // and its directory is refused again by the next run.
+        fs::remove_dir(t.0.join("summary.json")).unwrap();
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        a.record("summary.json").unwrap();
+        fs::create_dir(t.0.join("summary.json")).unwrap();
+        let m = a.finish(Status::Complete).unwrap();
+        assert!(m.file("summary.json").is_none(), "{:?}", m.files);
+        let e = RunDir::create(&t.0, info()).unwrap_err();
+        assert!(matches!(e, Error::Foreign { .. }), "{e}");
     }
 
     #[test]

@@ -78,7 +78,10 @@ pub struct Label {
 
 impl Label {
     /// `text` at `at` (backend pixels), `em` pixels per em, anchored by `pos`;
-    /// `glyphs`: rasterise (bitmaps) rather than write text (SVG).
+    /// `glyphs`: rasterise (bitmaps) rather than write text (SVG). A control
+    /// character of `text` (a population named `"E\u{1}"`) is drawn as U+FFFD:
+    /// XML 1.0 allows none, even as a reference, and an SVG holding one does
+    /// not open.
     pub fn new(
         text: &str,
         at: BackendCoord,
@@ -88,7 +91,10 @@ impl Label {
         glyphs: bool,
     ) -> Label {
         Label {
-            text: text.to_string(),
+            text: text
+                .chars()
+                .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                .collect(),
             at,
             em,
             color,

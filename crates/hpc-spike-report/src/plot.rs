@@ -82,7 +82,8 @@ pub struct PlotOptions {
     /// The neurons of the raster.
     pub rows: Rows,
     /// Bin of the population rate under the raster (ms); `None`: 1 ms up to 2 s
-    /// shown, longer windows in 1000 bins.
+    /// shown, longer windows in 1000 bins. At most [`MAX_RATE_BINS`] bins fit
+    /// the window (a smaller bin is refused).
     pub rate_bin_ms: Option<f64>,
     /// Draw the text (titles, tick labels, axis titles, legends). Without it the
     /// figures have the same layout and marks and no glyphs, e.g. for thumbnails or
@@ -140,6 +141,11 @@ pub fn write_all(
         plots,
     })
 }
+
+/// The most bins of the population rate a figure draws ([`PlotOptions::rate_bin_ms`]
+/// over the window): a smaller bin over a long window is refused (a bin of 0.1 ms
+/// over 10^6 ms made a 183 MB raster, one of 1e-300 ms a panic).
+pub const MAX_RATE_BINS: usize = 100_000;
 
 /// Pixels per metre of the PNGs' resolution tag (150 dpi).
 const PIXELS_PER_METRE: u32 = 5906;
@@ -231,6 +237,20 @@ impl<'a> Prepared<'a> {
             None if dur <= 2000.0 => 1.0f64.max(rec.dt_ms),
             None => (dur / 1000.0).max(rec.dt_ms),
         };
+        // The population rate holds a bin per `bin_ms` of the window, and the
+        // figures a mark per bin: a bin given by the caller is refused before
+        // that is allocated when the window holds more than a figure draws.
+        let bins = (dur / bin_ms).ceil();
+        if bins > MAX_RATE_BINS as f64 {
+            return Err(Error::Input(format!(
+                "rate_bin_ms = {} ms over the window of {} ms makes {} bins of the population rate, \
+                 more than the {MAX_RATE_BINS} a figure draws: give at least {} ms",
+                hpc_io::message::num(bin_ms),
+                hpc_io::message::num(dur),
+                hpc_io::message::num(bins),
+                hpc_io::message::num(dur / MAX_RATE_BINS as f64)
+            )));
+        }
         Ok(Prepared {
             title: run.title(dur),
             analysis,

@@ -179,6 +179,10 @@ fn mean(v: &[f64]) -> Option<f64> {
 
 /// The rate of all neurons in bins of `bin_ms` from the window's start (Hz).
 /// The last bin may be shorter; its rate is scaled to its length.
+///
+/// It allocates a bin per `bin_ms` of the window: `bin_ms` must be above 0,
+/// and the caller bounds the count (the figures refuse more than
+/// [`crate::plot::MAX_RATE_BINS`]); a count beyond the memory panics.
 pub fn population_rate(rec: &Recording, bin_ms: f64) -> Vec<f64> {
     let dur = rec.duration_ms();
     let bins = ((dur / bin_ms) - 1e-9).ceil().max(1.0) as usize;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use hpc_spike_report::plot::{self, Plot, PlotOptions, Rows};
+use hpc_spike_report::plot::{self, Plot, PlotOptions, Rows, MAX_RATE_BINS};
 use hpc_spike_report::{Recording, Rgb, RunInfo};
 
 struct Image {
@@ -362,6 +362,43 @@ fn bad_input_is_refused_with_its_name() {
     assert!(plot::render_png(Plot::Raster, &rec, &run, &o).is_err());
 }
 
+/// A rate bin given by the caller made a bin per `rate_bin_ms` of the window,
+/// unbounded: 0.1 ms over 10^6 ms drew a 183 MB raster, and a bin of 1e-300 ms
+/// (a tick as small), or 1 ms over a window of 1e300 ms, panicked allocating
+/// them. More bins than a figure draws are refused by name; as many are drawn.
+#[test]
+fn a_rate_bin_that_makes_too_many_bins_is_refused_before_they_are_made() {
+    let (base, run) = common::brunel();
+    let rows: [(f64, f64, f64); 3] = [(0.1, 1e6, 0.1), (1e-300, 500.0, 1e-300), (0.1, 1e300, 1.0)];
+    for (dt, t_stop, bin) in rows {
+        let rec = Recording {
+            dt_ms: dt,
+            t_stop_ms: t_stop,
+            ..base.clone()
+        };
+        let o = PlotOptions {
+            rate_bin_ms: Some(bin),
+            ..PlotOptions::default()
+        };
+        let e = plot::render_svg(Plot::Raster, &rec, &run, &o).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("rate_bin_ms")
+                && text.contains(&format!("more than the {MAX_RATE_BINS}")),
+            "{dt} {t_stop} {bin}: {text}"
+        );
+    }
+    let rec = Recording {
+        t_stop_ms: MAX_RATE_BINS as f64 * 0.1,
+        ..base
+    };
+    let o = PlotOptions {
+        rate_bin_ms: Some(0.1),
+        ..PlotOptions::default()
+    };
+    plot::render_svg(Plot::FiringRates, &rec, &run, &o).unwrap();
+}
+
 #[test]
 fn a_silent_population_still_draws() {
     // No spikes at all: empty bars and histograms, no panic, text still there.
@@ -370,6 +407,28 @@ fn a_silent_population_still_draws() {
     for kind in Plot::ALL {
         let svg = plot::render_svg(kind, &rec, &run, &PlotOptions::default()).unwrap();
         assert!(svg.contains("<text"));
+        plot::render_png(kind, &rec, &run, &PlotOptions::default()).unwrap();
+    }
+}
+
+/// A population, group or model named with a control character (`"E\u{1}"`)
+/// was written into the SVGs as it was: XML 1.0 allows no such character, so
+/// the figure did not open. Every figure's text is now free of them.
+#[test]
+fn control_characters_in_names_leave_every_svg_valid_xml() {
+    let (mut rec, run) = common::brunel();
+    rec.populations[0].name = "E\u{1}\u{1b}[31m".into();
+    rec.populations[1].name = "I\u{0}".into();
+    let run = RunInfo::new("model\u{7}", run.neurons, 1, 1);
+    for kind in Plot::ALL {
+        let svg = plot::render_svg(kind, &rec, &run, &PlotOptions::default()).unwrap();
+        let bad: Vec<u32> = svg
+            .chars()
+            .filter(|&c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            .map(u32::from)
+            .collect();
+        assert!(bad.is_empty(), "{kind:?}: {bad:?}");
+        assert!(svg.contains('\u{fffd}'), "{kind:?}");
         plot::render_png(kind, &rec, &run, &PlotOptions::default()).unwrap();
     }
 }

@@ -550,6 +550,34 @@ impl RankFile {
     pub fn f64_at(&self, o: usize) -> f64 {
         f64::from_bits(self.u64_at(o))
     }
+
+    /// The f64 at byte `o` ([`f64_at`](Self::f64_at)), refused unless finite: a
+    /// neuron's state (`what`, such as `"V of neuron 3"`) that is infinite or
+    /// NaN would silence the neuron (an infinite potential becomes NaN at the
+    /// first update, which never reaches the threshold) without a word.
+    pub fn finite_f64_at(&self, o: usize, what: impl std::fmt::Display) -> Result<f64> {
+        let x = self.f64_at(o);
+        if !x.is_finite() {
+            return Err(self.error(format!(
+                "{what} is {x} (at byte {o}): not a state a run has"
+            )));
+        }
+        Ok(x)
+    }
+
+    /// The refractory counter at byte `o` ([`u32_at`](Self::u32_at)) of
+    /// `what`, refused above `max`, the model's refractory period in steps
+    /// (a counter is set to it at a spike and counts down): a larger one would
+    /// keep the neuron silent for that many steps.
+    pub fn refractory_at(&self, o: usize, max: u32, what: impl std::fmt::Display) -> Result<u32> {
+        let r = self.u32_at(o);
+        if r > max {
+            return Err(self.error(format!(
+                "{what} has {r} refractory steps left, more than the model's {max}"
+            )));
+        }
+        Ok(r)
+    }
 }
 
 /// The spikes of `checkpoint`'s spike file (`None` if it has none), checked: a valid

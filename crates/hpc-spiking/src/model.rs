@@ -2,12 +2,15 @@
 //! typed error of a bad parameter or an out-of-order event, and the checks that
 //! make it.
 
-/// A parameter or an event that a model refuses.
+use hpc_io::message::num;
+
+/// A parameter or an event that a model refuses (its numbers written as
+/// [`num`] writes them: `1e300`, not three hundred digits).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     /// A parameter outside its domain (NaN, infinite, negative, zero where it
     /// divides, ...).
-    #[error("parameter {name} = {value} is invalid: it must be {must}")]
+    #[error("parameter {name} = {} is invalid: it must be {must}", num(*value))]
     Param {
         /// The parameter's name (NEST's where NEST has one).
         name: &'static str,
@@ -18,7 +21,7 @@ pub enum ModelError {
     },
     /// An event earlier than (or at the time of) the one before it from the same
     /// neuron: spikes are given in increasing time.
-    #[error("{what} at {t} ms is not after the previous one at {last} ms")]
+    #[error("{what} at {} ms is not after the previous one at {} ms", num(*t), num(*last))]
     TimeOrder {
         /// Which events ("presynaptic spike", "postsynaptic spike").
         what: &'static str,
@@ -32,8 +35,9 @@ pub enum ModelError {
     /// rather than go on with infinite or NaN weights, which the depression
     /// would silently turn into 0 while their input drives the targets.
     #[error(
-        "an STDP weight became {weight} (facilitated from {from} at the presynaptic spike at {t} ms): \
-         lambda {lambda} and mu {mu} grow the weights beyond any finite number"
+        "an STDP weight became {weight} (facilitated from {} at the presynaptic spike at {} ms): \
+         lambda {} and mu {} grow the weights beyond any finite number",
+        num(*from), num(*t), num(*lambda), num(*mu)
     )]
     WeightOverflow {
         /// The weight the facilitation gave.
@@ -116,5 +120,31 @@ mod tests {
             finite("E_L", f64::NEG_INFINITY),
             Err(ModelError::Param { name: "E_L", .. })
         ));
+    }
+
+    /// `hpc_benchmark --tau-plus -1e300` (or `--lambda 1e300`, whose weights
+    /// overflow) printed each number as three hundred digits: every number of
+    /// the messages is now written as `num` writes it.
+    #[test]
+    fn huge_numbers_are_one_short_line() {
+        let errors = [
+            positive("tau_plus", -1e300).unwrap_err(),
+            ModelError::TimeOrder {
+                what: "presynaptic spike",
+                t: 1e300,
+                last: 2e300,
+            },
+            ModelError::WeightOverflow {
+                weight: f64::INFINITY,
+                from: 1e200,
+                t: 1e250,
+                lambda: 1e300,
+                mu: 1e300,
+            },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(text.len() < 200 && text.contains("e300"), "{text}");
+        }
     }
 }

@@ -327,41 +327,102 @@ impl IafPscAlpha {
     }
 }
 
+/// `tau_m / tau_syn` above which the PSP and its peak take their closed forms
+/// (Lambert's `W_{-1}`, NEST's `hpc_benchmark`); at or below it (a synaptic time
+/// constant longer than the membrane's, or nearly as long) the closed form of the
+/// peak does not hold (it names the other root, `t = 0`) or loses its digits:
+/// the PSP is written without cancellation and its peak searched.
+pub const CLOSED_FORM_RATIO: f64 = 1.0 + 1e-3;
+
 /// The PSP (mV) at `t` ms after an alpha current of amplitude 1 pA starts, in
 /// a neuron at rest (no threshold): `e/(tau_syn C_m b) ((exp(-t/tau_m) -
 /// exp(-t/tau_syn))/b - t exp(-t/tau_syn))`, `b = 1/tau_syn - 1/tau_m`, and its
-/// limit `e t^2 exp(-t/tau) / (2 tau C_m)` when `tau_m == tau_syn`.
+/// limit `e t^2 exp(-t/tau) / (2 tau C_m)` when `tau_m == tau_syn` (for
+/// `tau_m / tau_syn` up to [`CLOSED_FORM_RATIO`], in the form `e/(tau_syn C_m)
+/// t^2 exp(-t/tau_syn) (expm1(bt) - bt)/(bt)^2`, which has no cancellation).
 pub fn alpha_psp(t: f64, tau_m: f64, tau_syn: f64, c_m: f64) -> f64 {
     let e = std::f64::consts::E;
     if tau_m == tau_syn {
         return e * t * t * (-t / tau_m).exp() / (2.0 * tau_m * c_m);
     }
     let b = 1.0 / tau_syn - 1.0 / tau_m;
-    e / (tau_syn * c_m * b)
-        * (((-t / tau_m).exp() - (-t / tau_syn).exp()) / b - t * (-t / tau_syn).exp())
+    if tau_m / tau_syn > CLOSED_FORM_RATIO {
+        return e / (tau_syn * c_m * b)
+            * (((-t / tau_m).exp() - (-t / tau_syn).exp()) / b - t * (-t / tau_syn).exp());
+    }
+    let x = b * t;
+    let g = if x.abs() < 1e-3 {
+        0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x / 120.0))
+    } else {
+        (x.exp_m1() - x) / (x * x)
+    };
+    e / (tau_syn * c_m) * t * t * (-t / tau_syn).exp() * g
 }
 
 /// The time (ms) at which [`alpha_psp`] peaks: `1/b (-W_{-1}(-exp(-1/a)/a) -
 /// 1/a)`, `a = tau_m/tau_syn`, with `W_{-1}` the lower branch of Lambert's W
-/// (`2 tau_m` when `tau_m == tau_syn`).
+/// (`2 tau_m` when `tau_m == tau_syn`); for `a` up to [`CLOSED_FORM_RATIO`]
+/// (`tau_syn` longer than `tau_m`, or within 0.1 % of it), the maximum found
+/// by a golden-section search. An error where no finite peak comes out (time
+/// constants 1e300 apart).
 pub fn alpha_psp_peak_time(tau_m: f64, tau_syn: f64) -> Result<f64, ModelError> {
     positive("tau_m", tau_m)?;
     positive("tau_syn", tau_syn)?;
     if tau_m == tau_syn {
         return Ok(2.0 * tau_m);
     }
+    let no_peak = || ModelError::Param {
+        name: "tau_syn",
+        value: tau_syn,
+        must: "a time constant whose PSP peak, with tau_m's, is a finite time",
+    };
     let a = tau_m / tau_syn;
-    let b = 1.0 / tau_syn - 1.0 / tau_m;
-    Ok(1.0 / b * (-lambert_w_m1(-(-1.0 / a).exp() / a) - 1.0 / a))
+    let t = if a > CLOSED_FORM_RATIO {
+        let b = 1.0 / tau_syn - 1.0 / tau_m;
+        // In [-1/e, 0) for every finite a > 1; -0 when a is infinite.
+        let x = -(-1.0 / a).exp() / a;
+        if x >= 0.0 {
+            return Err(no_peak());
+        }
+        1.0 / b * (-lambert_w_m1(x) - 1.0 / a)
+    } else {
+        // The PSP rises to its one peak and falls; the peak is before
+        // 10 (tau_m + tau_syn).
+        let f = |t: f64| alpha_psp(t, tau_m, tau_syn, 1.0);
+        let r = (5f64.sqrt() - 1.0) / 2.0;
+        let (mut lo, mut hi) = (0.0, 10.0 * (tau_m + tau_syn));
+        for _ in 0..200 {
+            let (x1, x2) = (hi - r * (hi - lo), lo + r * (hi - lo));
+            if f(x1) < f(x2) {
+                lo = x1;
+            } else {
+                hi = x2;
+            }
+        }
+        (lo + hi) / 2.0
+    };
+    if !(t.is_finite() && t > 0.0) {
+        return Err(no_peak());
+    }
+    Ok(t)
 }
 
 /// pA per mV: the amplitude of an alpha current whose PSP peaks at 1 mV in a
 /// neuron at rest (`hpc_benchmark`'s `convert_synapse_weight`; its 0.14 mV EPSP
-/// is `0.14 * psc_per_psp(10, 0.3258..., 250)` pA).
+/// is `0.14 * psc_per_psp(10, 0.3258..., 250)` pA). An error where the PSP's
+/// peak is not a finite positive number of mV (time constants 1e300 apart).
 pub fn psc_per_psp(tau_m: f64, tau_syn: f64, c_m: f64) -> Result<f64, ModelError> {
     positive("C_m", c_m)?;
     let t = alpha_psp_peak_time(tau_m, tau_syn)?;
-    Ok(1.0 / alpha_psp(t, tau_m, tau_syn, c_m))
+    let k = 1.0 / alpha_psp(t, tau_m, tau_syn, c_m);
+    if !(k.is_finite() && k > 0.0) {
+        return Err(ModelError::Param {
+            name: "tau_syn",
+            value: tau_syn,
+            must: "a time constant whose PSP peak, with tau_m's and C_m's, is a finite positive number",
+        });
+    }
+    Ok(k)
 }
 
 /// `W_{-1}(x)` for `x` in `[-1/e, 0)`: the solution `w <= -1` of `w e^w = x`

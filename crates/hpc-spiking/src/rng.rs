@@ -64,11 +64,25 @@ pub fn standard_normal(bits1: u64, bits2: u64) -> f64 {
 
 const GUIDE_BITS: u32 = 10;
 
+/// The largest mean a [`PoissonTable`] (and [`poisson_cdf_2_64`]) takes.
+pub const MAX_POISSON_MEAN: f64 = 500.0;
+
 /// The Poisson CDF of mean `lambda` scaled to 2^64: entry `k` is P(X <= k) * 2^64,
 /// summed in double precision up to the first `k` whose CDF reaches 1 - 1e-17
 /// (empty for `lambda <= 0`). [`PoissonTable`] inverts it; any other table that must
 /// give the same samples starts from it.
+///
+/// # Panics
+///
+/// For a `lambda` that is NaN or above [`MAX_POISSON_MEAN`]: beyond about 745,
+/// `exp(-lambda)` is 0 and the sum never reaches 1, so the table grew without
+/// end (an infinite mean filled the memory).
 pub fn poisson_cdf_2_64(lambda: f64) -> Vec<u64> {
+    assert!(
+        lambda <= MAX_POISSON_MEAN,
+        "the Poisson mean {} is not a number <= {MAX_POISSON_MEAN}",
+        hpc_io::message::num(lambda)
+    );
     let mut thresholds = Vec::new();
     if lambda > 0.0 {
         let mut pmf = (-lambda).exp();
@@ -106,7 +120,13 @@ const CELL_BITS: u32 = 12;
 const CROSSED: u32 = 1 << 31;
 
 impl PoissonTable {
-    /// The table for mean `lambda` (0 <= lambda <= 500).
+    /// The table for mean `lambda` (0 <= lambda <= 500; one of 0 or below
+    /// always samples 0).
+    ///
+    /// # Panics
+    ///
+    /// For a `lambda` that is NaN or above [`MAX_POISSON_MEAN`]
+    /// ([`poisson_cdf_2_64`]).
     pub fn new(lambda: f64) -> PoissonTable {
         let mut thresholds = poisson_cdf_2_64(lambda);
         thresholds.push(u64::MAX);
@@ -237,6 +257,25 @@ const BLOCK: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `PoissonTable::new(f64::INFINITY)` summed a CDF that never reaches 1
+    /// (`exp(-inf)` is 0) into a table without end, until the memory ran out
+    /// (1 GB in 1.3 s here), and a NaN mean sampled 0 without a word: both are
+    /// refused by name, as is a mean above the documented 500; the largest
+    /// still makes its table.
+    #[test]
+    fn a_mean_beyond_the_table_is_refused_by_name() {
+        for lambda in [f64::INFINITY, f64::NAN, 1e300, 500.5] {
+            let e = std::panic::catch_unwind(|| PoissonTable::new(lambda)).unwrap_err();
+            let text = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(
+                text.contains("the Poisson mean") && text.contains("<= 500"),
+                "{lambda}: {text:?}"
+            );
+        }
+        assert!(PoissonTable::new(MAX_POISSON_MEAN).sample(u64::MAX / 2) > 400);
+        assert_eq!(PoissonTable::new(-1.0).sample(u64::MAX), 0);
+    }
 
     #[test]
     fn poisson_moments() {

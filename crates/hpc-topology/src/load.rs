@@ -29,6 +29,16 @@ fn obj_nodes(obj: &TopologyObject) -> Vec<u32> {
     obj.nodeset().map(|n| nodes_of(&n)).unwrap_or_default()
 }
 
+/// hwloc's failure in words: `hwloc_topology_load failed: Invalid argument
+/// (errno 22)`, where hwlocality's own message writes Rust's debug form of the
+/// errno (`with errno Some(Errno { code: 22, ... })`).
+fn raw_reason(e: &hwlocality::errors::RawHwlocError) -> String {
+    match e.errno {
+        Some(errno) => format!("{} failed: {errno} (errno {})", e.api, errno.0),
+        None => format!("{} failed", e.api),
+    }
+}
+
 fn cstr(s: Option<&CStr>) -> Option<String> {
     s.map(|c| c.to_string_lossy().into_owned())
 }
@@ -147,13 +157,13 @@ impl Topology {
         let hw = builder.build().map_err(|e| match source {
             TopologySource::Xml(path) => TopologyError::XmlParse {
                 path: path.clone(),
-                reason: e.to_string(),
+                reason: raw_reason(&e),
             },
             TopologySource::Synthetic(desc) => TopologyError::BadSynthetic {
                 description: desc.clone(),
-                reason: e.to_string(),
+                reason: raw_reason(&e),
             },
-            TopologySource::ThisMachine => TopologyError::Hwloc(e.to_string()),
+            TopologySource::ThisMachine => TopologyError::Hwloc(raw_reason(&e)),
         })?;
         let mut topo = convert(&hw, source.clone());
         if *source == TopologySource::ThisMachine {

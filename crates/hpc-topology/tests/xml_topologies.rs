@@ -476,3 +476,37 @@ fn deterministic() {
         .policy(Policy::Spread);
     assert_eq!(plan(&t, &req).unwrap(), plan(&t, &req).unwrap());
 }
+
+/// An XML topology whose cpusets were all emptied: hwloc refuses it with errno
+/// EINVAL, which the message once wrote in Rust's debug form ("failed with errno
+/// Some(Errno { code: 22, description: Some(\"Invalid argument\") })"): it is
+/// now in words.
+#[test]
+fn a_topology_hwloc_refuses_is_said_in_words() {
+    let text = std::fs::read_to_string(data("16em64t-4s2c2t.xml")).unwrap();
+    let mut emptied = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("cpuset=\"") {
+        let (head, tail) = rest.split_at(at + "cpuset=\"".len());
+        emptied.push_str(head);
+        emptied.push_str("0x0");
+        rest = &tail[tail.find('"').unwrap()..];
+    }
+    emptied.push_str(rest);
+    let bad = std::env::temp_dir().join(format!("hpc-topology-empty-{}.xml", std::process::id()));
+    std::fs::write(&bad, emptied).unwrap();
+    let e = Topology::from_xml_file(&bad);
+    std::fs::remove_file(&bad).ok();
+    let text = match e {
+        Err(e @ TopologyError::XmlParse { .. }) => e.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        !text.contains("Some(") && !text.contains("Errno {"),
+        "{text}"
+    );
+    assert!(
+        text.contains("failed: Invalid argument (errno 22)"),
+        "{text}"
+    );
+}

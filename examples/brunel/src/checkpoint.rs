@@ -144,8 +144,9 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         let g0 = r0 + len * 4;
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            st.v[j] = f.f64_at(v0 + i * 8);
-            st.refr[j] = f.u32_at(r0 + i * 4);
+            st.v[j] = f.finite_f64_at(v0 + i * 8, format_args!("V of neuron {gid}"))?;
+            st.refr[j] =
+                f.refractory_at(r0 + i * 4, model.ref_steps, format_args!("neuron {gid}"))?;
             for k in 0..d {
                 st.ring[k * n + j] = f.u32_at(g0 + (k * len + i) * 4);
             }
@@ -154,4 +155,65 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
     }
     check_covered(r, covered, block)?;
     Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::Params;
+
+    /// A checkpoint whose files verify (sizes and checksums agree) but whose
+    /// state no run has: a potential that is infinite or NaN (which silenced the
+    /// neuron for the rest of the run without a word) and a refractory counter
+    /// of 2^32 - 1 steps (silent for 2^32 steps) are refused, naming the
+    /// neuron; the same state with finite values reads.
+    #[test]
+    fn a_state_no_run_has_is_refused_by_neuron() {
+        let model = Model::new(Params {
+            order: 10,
+            t_sim: 40.0,
+            ..Params::default()
+        })
+        .unwrap();
+        let block = Block::part(model.n, 1, 0);
+        let (n, d) = (block.len as usize, model.delay_steps as usize);
+        let good = State {
+            v: vec![1.0; n],
+            refr: vec![model.ref_steps; n],
+            ring: vec![0; d * n],
+        };
+        let root = std::env::temp_dir().join(format!("brunel-ckpt-state-{}", std::process::id()));
+        let step = 300;
+        let mut cases: Vec<(State, &str)> = vec![(good.clone(), "")];
+        for (v, what) in [
+            (f64::INFINITY, "V of neuron 3 is inf"),
+            (f64::NAN, "V of neuron 3 is NaN"),
+        ] {
+            let mut s = good.clone();
+            s.v[3] = v;
+            cases.push((s, what));
+        }
+        let mut s = good.clone();
+        s.refr[3] = u32::MAX;
+        cases.push((s, "neuron 3 has 4294967295 refractory steps left"));
+        for (state, what) in cases {
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).unwrap();
+            let set = hpc_checkpoint::Checkpoints::new(&root);
+            let entry = set
+                .write_rank(step, 0, 1, &encode(&model, step, block, &state))
+                .unwrap();
+            hpc_spiking::checkpoint::commit_run(&set, &model.params, step, 1, vec![entry], None)
+                .unwrap();
+            let r = open(&root).unwrap();
+            match read(&r, &model, block) {
+                Ok(st) => assert!(what.is_empty() && st == state, "{what}: read"),
+                Err(e) => assert!(
+                    !what.is_empty() && e.to_string().contains(what),
+                    "{what}: {e}"
+                ),
+            }
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -190,6 +190,21 @@ impl Reader<'_> {
         }
         Ok(x)
     }
+
+    /// An f64 of a neuron's state (`what`): finite, as every state a run
+    /// has (an infinite one became NaN at the first update, which silenced
+    /// the neuron without a word).
+    fn state(&mut self, what: &str, t: u32) -> Result<f64> {
+        let x = self.f64()?;
+        if !x.is_finite() {
+            bail!(
+                "{}: {what} of neuron {t} is {x} (at byte {}): not a state a run has",
+                self.path.display(),
+                self.at - 8
+            );
+        }
+        Ok(x)
+    }
 }
 
 /// One neuron as a rank file holds it.
@@ -202,12 +217,22 @@ struct Saved {
     source: Option<(f64, f64, Vec<f64>)>,
 }
 
-fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32) -> Result<Saved> {
+fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -> Result<Saved> {
     let mut st = [0.0; 6];
-    for x in &mut st {
-        *x = r.f64()?;
+    for (x, what) in st
+        .iter_mut()
+        .zip(["I_ex", "dI_ex", "I_in", "dI_in", "V_m", "I_0"])
+    {
+        *x = r.state(what, t)?;
     }
     let refractory = r.u32()?;
+    // A counter is set to the refractory period at a spike and counts down.
+    if refractory > max_refractory {
+        bail!(
+            "{}: neuron {t} has {refractory} refractory steps left, more than the model's {max_refractory}",
+            r.path.display()
+        );
+    }
     let [i_ex, di_ex, i_in, di_in, v, i_0] = st;
     let state = AlphaState {
         i_ex,
@@ -283,7 +308,7 @@ fn each_saved(
         )));
     }
     for t in first..first + len {
-        let saved = read_neuron(&mut rd, t, d as usize, ne)?;
+        let saved = read_neuron(&mut rd, t, d as usize, ne, model.neuron.refractory_steps())?;
         each(t, saved).map_err(|e| f.error(format!("neuron {t}: {e}")))?;
     }
     if rd.at != f.bytes.len() {
@@ -363,4 +388,62 @@ pub fn restore(
 /// checked against the model and the manifest.
 pub fn spikes(r: &Restart, model: &Model) -> Result<Option<Vec<(u32, u32)>>> {
     hpc_spiking::checkpoint::spikes_of(&r.checkpoint, model.n_rec, r.meta.spikes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A neuron of a rank file as `encode` writes it (an inhibitory one: no
+    /// weights follow), with state `st` and refractory counter `refractory`.
+    fn neuron_bytes(st: [f64; 6], refractory: u32, d: usize) -> Vec<u8> {
+        let mut b = Vec::new();
+        for x in st {
+            put_f64(&mut b, x);
+        }
+        put_u32(&mut b, refractory);
+        put_f64(&mut b, 0.5); // K-
+        put_f64(&mut b, 1.0); // last spike
+        put_u32(&mut b, 0); // archived spikes
+        for _ in 0..d {
+            put_f64(&mut b, 0.0);
+            put_u32(&mut b, 0);
+            put_u32(&mut b, 0);
+        }
+        b
+    }
+
+    /// A rank file whose checksums agree but whose neuron state no run has:
+    /// `V_m` = inf (restored as it was, it became NaN at the first update and
+    /// silenced the neuron for the rest of the run: a restart of such a file
+    /// ran to its end with status 0) or a refractory counter of 2^32 - 1 steps
+    /// is refused, naming the neuron and the value; a finite state reads.
+    #[test]
+    fn a_neuron_state_no_run_has_is_refused() {
+        let path = Path::new("rank-000000.ckpt");
+        let (t, d, ne, max_refractory) = (7, 3, 5, 5);
+        let read = |st: [f64; 6], refractory: u32| {
+            let bytes = neuron_bytes(st, refractory, d);
+            let mut r = Reader {
+                b: &bytes,
+                at: 0,
+                path,
+            };
+            read_neuron(&mut r, t, d, ne, max_refractory).map(|s| (s.state.v, s.state.refractory))
+        };
+        assert_eq!(read([1.0; 6], 5).unwrap(), (1.0, 5));
+        let mut inf = [1.0; 6];
+        inf[4] = f64::INFINITY;
+        let e = read(inf, 0).unwrap_err().to_string();
+        assert!(e.contains("V_m of neuron 7 is inf"), "{e}");
+        let mut neg = [1.0; 6];
+        neg[0] = f64::NEG_INFINITY;
+        let e = read(neg, 0).unwrap_err().to_string();
+        assert!(e.contains("I_ex of neuron 7 is -inf"), "{e}");
+        let e = read([1.0; 6], u32::MAX).unwrap_err().to_string();
+        assert!(
+            e.contains("neuron 7 has 4294967295 refractory steps left, more than the model's 5"),
+            "{e}"
+        );
+    }
 }

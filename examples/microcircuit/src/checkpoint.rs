@@ -129,9 +129,10 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
         let hi = f.block.end().min(block.end());
         for gid in lo..hi {
             let (i, j) = ((gid - first) as usize, (gid - block.first) as usize);
-            st.v[j] = f.f64_at(v0 + 8 * i);
-            st.isyn[j] = f.f64_at(i0 + 8 * i);
-            st.refr[j] = f.u32_at(r0 + 4 * i);
+            st.v[j] = f.finite_f64_at(v0 + 8 * i, format_args!("V of neuron {gid}"))?;
+            st.isyn[j] = f.finite_f64_at(i0 + 8 * i, format_args!("I_syn of neuron {gid}"))?;
+            st.refr[j] =
+                f.refractory_at(r0 + 4 * i, model.ref_steps, format_args!("neuron {gid}"))?;
             covered += 1;
         }
     }

@@ -424,9 +424,54 @@ pub fn check_name(name: &str) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Replaces `{{name}}`, `{{sdk_version}}`, `{{sdk_patch}}` and `{{install_hpc}}`.
+/// The container image's name of package `name`: the name itself where it is
+/// an image reference's name (lowercase letters and digits, joined by `.`, `_`,
+/// `__` or dashes, as `cargo xtask image` checks it), else that name made one
+/// (lowercase, each run of other separators a dash, none at the ends).
+/// `Brunel2` and `trail-` are package names cargo takes but no image's.
+fn image_name(name: &str) -> String {
+    let b = name.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let runs_ok = name
+        .split(|c: char| c.is_ascii_alphanumeric())
+        .all(|sep| sep.is_empty() || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-'));
+    if !b.is_empty()
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+        && b.iter().all(|&c| alnum(c) || c == b'-' || c == b'_')
+        && runs_ok
+    {
+        return name.to_string();
+    }
+    let lower = name.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.is_empty() {
+        "app".into()
+    } else {
+        words.join("-")
+    }
+}
+
+/// The `--name` that `cargo xtask image` needs for package `name` (with a
+/// leading blank), or nothing where its name is the image's ([`image_name`]).
+fn image_flag(name: &str) -> String {
+    let image = image_name(name);
+    if image == name {
+        String::new()
+    } else {
+        format!(" --name {image}")
+    }
+}
+
+/// Replaces `{{name}}`, `{{image}}`, `{{image_flag}}`, `{{sdk_version}}`,
+/// `{{sdk_patch}}` and `{{install_hpc}}`.
 fn fill(text: &str, name: &str, sdk: &Sdk) -> String {
     text.replace("{{name}}", name)
+        .replace("{{image}}", &image_name(name))
+        .replace("{{image_flag}}", &image_flag(name))
         .replace("{{sdk_version}}", sdk.version())
         .replace("{{sdk_patch}}", &sdk.patch())
         .replace("{{install_hpc}}", &sdk.install())
@@ -633,11 +678,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
-         cargo xtask image            # container image, Apptainer and Slurm files\n  \
+         cargo xtask image{}            # container image, Apptainer and Slurm files\n  \
          hpc cluster up --bin target/release   # Slurm in containers here: see README.md\n\n\
          The launcher `hpc` comes from `{}` (`--features mpi` for mpirun/srun).",
         path.display(),
         path.display(),
+        image_flag(&name),
         sdk.install()
     ))
     .with_context(|| {

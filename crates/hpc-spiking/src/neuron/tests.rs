@@ -287,3 +287,58 @@ fn lower_bound_and_bad_parameters() {
         }
     }
 }
+
+/// `psc_per_psp(10, tau_syn, 250)` for a synaptic time constant longer than the
+/// membrane's, or within a hair of it, was garbage without an error: the closed
+/// form of the peak names the other root of its equation (`t = 0`) there, so
+/// `tau_syn` 10.1 gave -1.0e23 pA per mV and 20 a negative number, and
+/// `10 (1 + 1e-15)` NaN; time constants 1e300 apart gave NaN too. Each is now
+/// the peak that the neuron's own integration reaches (or a refusal).
+#[test]
+fn the_psp_peak_of_any_pair_of_time_constants_is_the_integrated_one() {
+    let h = 0.005;
+    for tau_syn in [
+        10.0 * (1.0 + 1e-15),
+        10.0 * (1.0 - 1e-15),
+        10.0 * (1.0 + 1e-9),
+        10.0 * (1.0 - 1e-4),
+        10.0 * (1.0 + 1e-3),
+        10.1,
+        20.0,
+        100.0,
+    ] {
+        let k = psc_per_psp(10.0, tau_syn, 250.0).unwrap();
+        let t = alpha_psp_peak_time(10.0, tau_syn).unwrap();
+        assert!(k.is_finite() && k > 0.0, "tau_syn {tau_syn}: {k}");
+        let n = IafPscAlpha::new(quiet(tau_syn, tau_syn), h).unwrap();
+        let mut s = n.rest();
+        n.step(&mut s, 1.0, 0.0, 0.0);
+        let (mut best, mut at) = (f64::MIN, 0.0);
+        for i in 1..=(12.0 * (10.0 + tau_syn) / h) as usize {
+            n.step(&mut s, 0.0, 0.0, 0.0);
+            if s.v > best {
+                (best, at) = (s.v, i as f64 * h);
+            }
+        }
+        // The grid's maximum is within a step of the peak, and below it by
+        // at most the curvature over half a step.
+        assert!((at - t).abs() <= h, "tau_syn {tau_syn}: peak {t} vs {at}");
+        assert!(
+            (best * k - 1.0).abs() < 1e-6,
+            "tau_syn {tau_syn}: {} mV at the peak",
+            best * k
+        );
+    }
+    // The same values as before where the closed form holds.
+    assert_eq!(alpha_psp_peak_time(10.0, TAU_SYN_HPC).unwrap(), {
+        let (a, b) = (10.0 / TAU_SYN_HPC, 1.0 / TAU_SYN_HPC - 0.1);
+        1.0 / b * (-lambert_w_m1(-(-1.0 / a).exp() / a) - 1.0 / a)
+    });
+    assert!(matches!(
+        psc_per_psp(1e300, 1e-300, 250.0),
+        Err(ModelError::Param {
+            name: "tau_syn",
+            ..
+        })
+    ));
+}
