@@ -11,6 +11,10 @@ pub enum Error {
     Invalid(#[from] hpc_collectives::CollectiveError),
     /// Another rank sent a message of a different size than this rank
     /// expects (the ranks called the collective with different counts).
+    /// Every rank of the collective fails with it: on one node the rank
+    /// that found it records it on the board (Inline, Thread) or the proxy
+    /// fails every part (Proxy), so that ranks which never receive the odd
+    /// rank's message are told within about 10 ms, not by the timeout.
     #[error("count mismatch with rank {rank}: {detail}")]
     CountMismatch {
         /// The other rank (rank in the world).

@@ -738,6 +738,42 @@ fn mismatch(world: &World) {
         // Local argument errors.
         let err = comm.allgather(&send, &mut recv[..1]).unwrap_err();
         assert!(matches!(err, Error::Invalid(_)), "{err}");
+        // One rank's count odd (staged and single-copy sizes): every rank
+        // fails with the typed error and is told, not by the timeout, also
+        // those that never receive the odd rank's message (with three ranks
+        // or more they wait for one that failed already); then a matching
+        // allreduce works. On one node: across nodes a rank that never
+        // receives the odd rank's message still ends in the timeout.
+        let odd = comm.size() - 1;
+        let counts: &[usize] = if world.node_count() == 1 {
+            &[4, 5000]
+        } else {
+            &[]
+        };
+        for &count in counts {
+            world.barrier().unwrap();
+            let c = if comm.rank() == odd { count + 1 } else { count };
+            let mut recv = vec![0i64; c];
+            let t0 = Instant::now();
+            let res = comm.allreduce(&vec![1i64; c], &mut recv, ReduceOp::Sum);
+            let took = t0.elapsed();
+            assert!(
+                matches!(res, Err(Error::CountMismatch { .. })),
+                "{engine:?} rank {} of {}, {count} elements: {res:?}",
+                comm.rank(),
+                comm.size()
+            );
+            assert!(
+                took < Duration::from_millis(2500),
+                "{engine:?} rank {}: told after {took:?}",
+                comm.rank()
+            );
+            world.barrier().unwrap();
+            let mut recv = vec![0i64; count];
+            comm.allreduce(&vec![1i64; count], &mut recv, ReduceOp::Sum)
+                .unwrap_or_else(|e| panic!("{engine:?} after the odd count: {e}"));
+            assert!(recv.iter().all(|&x| x == comm.size() as i64));
+        }
         // A refusal the sender may never wait for (its staged send completed at
         // once): the receivers fail, the root may not, and neither the refusal
         // nor its slots outlive the operation.
@@ -1211,6 +1247,7 @@ fn sixty_four_ranks_oversubscribed() {
 #[test]
 fn mismatched_counts_are_typed_errors() {
     all_ok("mismatch", 2);
+    all_ok("mismatch", 3);
 }
 
 /// Inline, Thread and the host proxy, then the DPU-placed proxy (with Inline

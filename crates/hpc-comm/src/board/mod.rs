@@ -3,8 +3,8 @@
 //! One file in `/dev/shm`, mapped by every rank of a communicator (all on
 //! one node). It holds, per rank, its pid, a futex *doorbell* and a waiter
 //! count, whether it dropped the communicator, and the last collectives
-//! that failed on it and why (another rank's mismatch, a rank that left or
-//! is lost), so that the members still waiting for that collective fail
+//! that failed on it and why (another rank's mismatch of collective or
+//! count, a rank that left or is lost), so that the members still waiting for that collective fail
 //! with the same cause at their next check rather than wait for the
 //! timeout; and per ordered pair of ranks a single-producer single-consumer
 //! ring of small descriptors (`RTS`: "a message of `len` bytes for you is at
@@ -127,6 +127,9 @@ pub(crate) enum Failure {
     Left { peer: u32 },
     /// `peer`'s process is gone.
     Lost { peer: u32 },
+    /// `sender`'s message to `receiver` was not of the size the receiver's
+    /// schedule expects (the two called the collective with other counts).
+    Count { sender: u32, receiver: u32 },
 }
 
 impl Failure {
@@ -136,6 +139,7 @@ impl Failure {
             Failure::Mismatch { peer, ours, theirs } => (1, [peer, ours, theirs]),
             Failure::Left { peer } => (2, [peer, 0, 0]),
             Failure::Lost { peer } => (3, [peer, 0, 0]),
+            Failure::Count { sender, receiver } => (4, [sender, receiver, 0]),
         }
     }
 
@@ -144,6 +148,10 @@ impl Failure {
             1 => Some(Failure::Mismatch { peer, ours, theirs }),
             2 => Some(Failure::Left { peer }),
             3 => Some(Failure::Lost { peer }),
+            4 => Some(Failure::Count {
+                sender: peer,
+                receiver: ours,
+            }),
             _ => None,
         }
     }

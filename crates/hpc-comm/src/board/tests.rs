@@ -265,6 +265,12 @@ fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
     }
     assert_eq!(b.failed(1, 5), None, "the oldest replaced");
     assert_eq!(b.failed(1, 11), Some(Failure::Lost { peer: 11 }));
+    let count = Failure::Count {
+        sender: 2,
+        receiver: 0,
+    };
+    b.mark_failed(0, 7, count);
+    assert_eq!(b.failed(0, 7), Some(count), "a count reads back as one");
     assert!(!(0..3).any(|r| b.has_left(r)));
     b.mark_left(2);
     assert_eq!(

@@ -264,7 +264,23 @@ impl Core {
     /// it from a refusing FIN. Returns the operation's error.
     pub(super) fn refuse(&mut self, peer: usize, tag: u64, sent: usize, expected: usize) -> Error {
         self.refuse_message(peer, tag, None, Sig::NONE);
+        self.mark_count(tag, peer, self.me);
         size_mismatch(peer, sent, expected)
+    }
+
+    /// Records on the board that `sender`'s message of `tag` to `receiver`
+    /// had another size than the receiver expects, where `tag` is a
+    /// collective's: the other members that wait for the collective fail
+    /// with a [`Error::CountMismatch`] at their next check, not by the
+    /// timeout (as [`Core::mismatch`] does for another collective).
+    pub(super) fn mark_count(&self, tag: u64, sender: usize, receiver: usize) {
+        if tag >> 32 != P2P_SEQ {
+            let f = Failure::Count {
+                sender: sender as u32,
+                receiver: receiver as u32,
+            };
+            self.board.mark_failed(self.me, (tag >> 32) as u32, f);
+        }
     }
 
     /// Refuses the message of `tag` from `peer` whose signature `theirs`

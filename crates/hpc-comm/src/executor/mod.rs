@@ -421,6 +421,13 @@ impl Failure {
             Failure::Lost { peer } => Error::RankLost {
                 rank: peer as usize,
             },
+            Failure::Count { sender, receiver } => Error::CountMismatch {
+                rank: sender as usize,
+                detail: format!(
+                    "rank {sender}'s message to rank {receiver} was not of the size rank \
+                     {receiver} expects (the ranks called the collective with other counts)"
+                ),
+            },
         }
     }
 }
@@ -731,6 +738,7 @@ impl Core {
             if theirs != Sig::NONE && theirs != d.sig {
                 return Err(self.mismatch(d.seq as u32, key.0, d.sig, theirs));
             }
+            self.mark_count(key.1, self.me, key.0);
             return Err(Error::CountMismatch {
                 rank: key.0,
                 detail: format!(

@@ -652,6 +652,7 @@ impl Proxy {
         let mut ops = std::mem::take(&mut self.ops);
         self.consumed = false;
         let mut short = Vec::new();
+        let mut sizes = Vec::new();
         let mut i = 0;
         while i < ops.len() {
             let res = if ops[i].sched.rounds.is_empty() {
@@ -668,8 +669,12 @@ impl Proxy {
                 Err((code, aux)) => {
                     let op = ops.swap_remove(i);
                     let o = Outcome::from_wire(code, aux, format!("collective {}", op.seq));
-                    if let Outcome::NoMemory { bytes, .. } = o {
-                        short.push((op.seq, bytes));
+                    match o {
+                        Outcome::NoMemory { bytes, .. } => short.push((op.seq, bytes)),
+                        // The other ranks' parts wait for this one's messages,
+                        // or its sender for the receive: all fail with it.
+                        Outcome::Mismatch { .. } => sizes.push((op.seq, o.clone())),
+                        _ => {}
                     }
                     self.finish(op, o);
                     moved = true;
@@ -683,6 +688,11 @@ impl Proxy {
             let why = Refusal::NoMemory { bytes }.why();
             self.session
                 .fail(seq, Outcome::NoMemory { bytes, why }, true);
+        }
+        // A message of another size than its receive fails the whole
+        // collective, on every rank and node, as the DPU proxy's does.
+        for (seq, o) in sizes {
+            self.session.fail(seq, o, true);
         }
         self.session.retire();
         self.settle();
