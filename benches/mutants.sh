@@ -16,6 +16,11 @@
 #   checkpoint   cargo-mutants over crates/hpc-checkpoint
 #   interp sim   cargo-mutants over the rest of hpc-collectives, file by file
 #   collective   the same over collective.rs (in place, see below)
+#   schedule kind
+#                the same over schedule.rs (the schedule's types, its builder and
+#                a rank's own copies; the interpreter's and simulator's tests
+#                too) and kind.rs (collective and algorithm names), in place
+#   sim_in_place sim.rs in place, with the fast tests (as `sim`, quicker)
 #   allreduce reduce_scatter alltoall allgather bcast reduce gather scatter
 #   barrier algo_mod
 #                the same over one file of algo/ each (algo_mod: algo/mod.rs),
@@ -247,6 +252,9 @@ for step in $STEPS; do
     interp) mutate interp hpc-collectives $C/interp.rs $FAST ;;
     sim) mutate sim hpc-collectives $C/sim.rs $FAST ;;
     collective) mutate_in_place collective $C/collective.rs "$SCHED" $ALGO ;;
+    schedule) mutate_in_place schedule $C/schedule.rs "--lib $SCHED --test=interp --test=sim_checks" $ALGO ;;
+    kind) mutate_in_place kind $C/kind.rs "--lib $SCHED --test=show_schedule" $ALGO ;;
+    sim_in_place) mutate_in_place sim $C/sim.rs "--lib $SCHED --test=interp --test=sim_checks" $ALGO ;;
     allreduce | reduce_scatter | alltoall | allgather | bcast | reduce | gather | scatter | barrier)
         mutate_in_place "$step" "$C/algo/$step.rs" "$SCHED" $ALGO
         ;;

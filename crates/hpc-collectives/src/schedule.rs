@@ -507,6 +507,87 @@ mod tests {
         assert_eq!(recv, [1, 2, 3, 4, 1, 2]);
     }
 
+    #[test]
+    fn an_empty_region_overlaps_nothing_from_either_side() {
+        let a = Region::recv(0, 8);
+        let empty = Region::recv(3, 0);
+        assert!(!a.overlaps(&empty));
+        assert!(!empty.overlaps(&a), "an empty region inside another");
+        assert!(!empty.overlaps(&empty));
+    }
+
+    #[test]
+    fn only_sends_and_receives_communicate() {
+        let (r, s) = (Region::recv(0, 4), Region::send(0, 4));
+        assert!(Step::Send {
+            peer: 1,
+            region: s,
+            tag: 0
+        }
+        .is_comm());
+        assert!(Step::Recv {
+            peer: 1,
+            region: r,
+            tag: 0
+        }
+        .is_comm());
+        assert!(!Step::Copy { src: s, dst: r }.is_comm());
+        let reduce = Step::Reduce {
+            src: s,
+            dst: r,
+            op: ReduceOp::Sum,
+            dtype: DataType::U8,
+        };
+        assert!(!reduce.is_comm());
+    }
+
+    #[test]
+    fn a_schedule_counts_its_messages_and_knows_when_it_is_empty() {
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 4);
+        assert!(b.finish().is_empty(), "no step");
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 4);
+        for peer in 1..4 {
+            b.send(peer, Region::send(0, 2), 0);
+            b.recv(peer, Region::recv(2 * peer, 2), 0);
+            b.next_round();
+        }
+        let s = b.finish();
+        assert!(!s.is_empty());
+        assert_eq!(s.messages_sent(), 3, "{s}");
+        assert_eq!(s.bytes_sent(), 6);
+    }
+
+    #[test]
+    fn a_zero_length_reduce_is_dropped() {
+        let mut b = Builder::new(CollectiveKind::Allreduce, Algorithm::Ring, 0, 2);
+        b.reduce(
+            Region::recv(0, 0),
+            Region::recv(4, 0),
+            ReduceOp::Sum,
+            DataType::U8,
+        );
+        assert!(b.finish().is_empty());
+    }
+
+    #[test]
+    fn own_copies_that_overlap_another_copys_regions_are_left_to_the_engine() {
+        // The first copy writes what the second reads.
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 2);
+        b.copy(Region::send(0, 4), Region::recv(0, 4));
+        b.copy(Region::recv(2, 4), Region::recv(8, 4));
+        let s = b.finish();
+        let mut recv = [7u8; 12];
+        assert!(!s.run_own_copies(&[1, 2, 3, 4], &mut recv));
+        assert_eq!(recv, [7; 12]);
+        // The second copy writes what the first reads.
+        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 2);
+        b.copy(Region::recv(0, 4), Region::recv(8, 4));
+        b.copy(Region::send(0, 4), Region::recv(2, 4));
+        let s = b.finish();
+        assert!(!s.run_own_copies(&[1, 2, 3, 4], &mut recv));
+        assert_eq!(recv, [7; 12]);
+    }
+
     fn b_alloc_check() -> (usize, usize) {
         let mut b = Builder::new(CollectiveKind::Barrier, Algorithm::Dissemination, 0, 1);
         let _ = b.alloc(3);
