@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_schedule_counts_its_messages_and_knows_when_it_is_empty() {
-        let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 4);
+        let b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 4);
         assert!(b.finish().is_empty(), "no step");
         let mut b = Builder::new(CollectiveKind::Allgather, Algorithm::Ring, 0, 4);
         for peer in 1..4 {
