@@ -94,7 +94,12 @@ mutate() { # step package file [test-tool args...]
     echo "== $step: $file"
     # cargo-mutants exits 2 when mutants are missed, 3 on timeouts: both are
     # results, reported below, not failures of this script.
-    paused_run cargo mutants -p "$pkg" --file "$file" -j 1 --test-tool nextest \
+    # MUTANTS_IN_PLACE=1: in this tree (no copy, no build of the dependencies
+    # per run; nobody may edit or build here meanwhile), without the baseline.
+    where="-j 1"
+    [ "${MUTANTS_IN_PLACE:-0}" = 1 ] && where="--in-place --baseline=skip"
+    # shellcheck disable=SC2086
+    paused_run cargo mutants -p "$pkg" --file "$file" $where --test-tool nextest \
         --output "$OUT/$step" ${MUTANTS_ARGS:-} -- "$@" || [ $? -le 3 ]
     summary "$step"
 }

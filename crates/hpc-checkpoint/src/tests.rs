@@ -164,3 +164,76 @@ fn a_link_planted_at_a_step_directory_is_not_followed() {
     assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
     fs::remove_dir_all(&base).unwrap();
 }
+
+#[test]
+fn a_manifest_that_cannot_be_opened_is_no_incomplete_checkpoint() {
+    // A loop of links where the manifest should be: not "incomplete" (which
+    // says that the manifest is missing) but the error of opening it.
+    let (root, set) = fresh_set("loop");
+    let dir = set.step_dir(5);
+    fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink("manifest.json", dir.join("manifest.json")).unwrap();
+    let err = Checkpoint::open(&dir).unwrap_err();
+    assert!(!matches!(err, Error::Incomplete { .. }), "{err}");
+    assert!(err.to_string().contains("manifest.json"), "{err}");
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn only_a_name_of_digits_is_compared_with_the_manifests_step() {
+    // `step-+7` is no step's name (a sign is not a digit, though `u64`'s
+    // parser takes it): it may hold any step; `step-0000000007` must hold 7.
+    let (root, set) = fresh_set("plus");
+    let e = set.write_rank(5, 0, 1, b"five").unwrap();
+    set.commit(5, 1, [e], serde_json::json!({})).unwrap();
+    let plus = root.join("step-+7");
+    fs::rename(set.step_dir(5), &plus).unwrap();
+    assert_eq!(Checkpoint::open(&plus).unwrap().step(), 5);
+    fs::rename(&plus, set.step_dir(7)).unwrap();
+    assert!(Checkpoint::open(set.step_dir(7)).is_err());
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn pruning_passes_over_a_directory_gone_and_reports_one_it_cannot_remove() {
+    let (root, set) = fresh_set("prune-gone");
+    let write = |step: u64| {
+        let e = set.write_rank(step, 0, 1, b"x").unwrap();
+        set.commit(step, 1, [e], serde_json::json!({})).unwrap();
+    };
+    for step in [100, 200, 300] {
+        write(step);
+    }
+    // Removed by hand meanwhile: nothing left to do for it.
+    fs::remove_dir_all(set.step_dir(100)).unwrap();
+    let mut written = vec![100, 200, 300];
+    assert_eq!(set.prune(&mut written, 2).unwrap(), [100]);
+    // A file where step 200's directory was: not removed, and said so.
+    fs::remove_dir_all(set.step_dir(200)).unwrap();
+    fs::write(set.step_dir(200), b"not a directory").unwrap();
+    write(400);
+    written.push(400);
+    let err = set.prune(&mut written, 2).unwrap_err();
+    assert!(err.to_string().contains("step-"), "{err}");
+    assert!(set.step_dir(200).is_file());
+    fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn the_temporaries_removed_are_counted() {
+    let (root, set) = fresh_set("tmp-count");
+    let dir = set.step_dir(10);
+    fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "manifest.json.tmp1",
+        "rank-000000.ckpt.tmp2",
+        "rank-000001.ckpt.tmp3",
+    ] {
+        fs::write(dir.join(name), b"partial").unwrap();
+    }
+    fs::write(dir.join("rank-000000.ckpt"), b"kept").unwrap();
+    assert_eq!(set.remove_temporaries(10), 3);
+    assert_eq!(set.remove_temporaries(10), 0, "none left");
+    assert!(dir.join("rank-000000.ckpt").exists());
+    fs::remove_dir_all(&root).unwrap();
+}
