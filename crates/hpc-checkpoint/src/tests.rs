@@ -14,6 +14,12 @@ fn fresh_set(tag: &str) -> (PathBuf, Checkpoints) {
     (root, set)
 }
 
+/// Writes and commits step `step` of a one-rank run, its payload `payload`.
+fn commit_one(set: &Checkpoints, step: u64, payload: &[u8]) {
+    let e = set.write_rank(step, 0, 1, payload).unwrap();
+    set.commit(step, 1, [e], serde_json::json!({})).unwrap();
+}
+
 #[test]
 fn header_roundtrips() {
     let h = Header {
@@ -78,10 +84,7 @@ fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
 #[test]
 fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
     let (root, set) = fresh_set("prune");
-    let write = |step: u64| {
-        let e = set.write_rank(step, 0, 1, b"x").unwrap();
-        set.commit(step, 1, [e], serde_json::json!({})).unwrap();
-    };
+    let write = |step: u64| commit_one(&set, step, b"x");
     // Another run's checkpoint, newer than all of this run's.
     write(9000);
     let mut written = Vec::new();
@@ -184,8 +187,7 @@ fn only_a_name_of_digits_is_compared_with_the_manifests_step() {
     // `step-+7` is no step's name (a sign is not a digit, though `u64`'s
     // parser takes it): it may hold any step; `step-0000000007` must hold 7.
     let (root, set) = fresh_set("plus");
-    let e = set.write_rank(5, 0, 1, b"five").unwrap();
-    set.commit(5, 1, [e], serde_json::json!({})).unwrap();
+    commit_one(&set, 5, b"five");
     let plus = root.join("step-+7");
     fs::rename(set.step_dir(5), &plus).unwrap();
     assert_eq!(Checkpoint::open(&plus).unwrap().step(), 5);
@@ -197,10 +199,7 @@ fn only_a_name_of_digits_is_compared_with_the_manifests_step() {
 #[test]
 fn pruning_passes_over_a_directory_gone_and_reports_one_it_cannot_remove() {
     let (root, set) = fresh_set("prune-gone");
-    let write = |step: u64| {
-        let e = set.write_rank(step, 0, 1, b"x").unwrap();
-        set.commit(step, 1, [e], serde_json::json!({})).unwrap();
-    };
+    let write = |step: u64| commit_one(&set, step, b"x");
     for step in [100, 200, 300] {
         write(step);
     }
