@@ -537,7 +537,7 @@ fn all_features() -> Result<String> {
 }
 
 /// Crates with loom models (tests named `loom_*` under `cfg(loom)`).
-const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-comm", "hpc-spiking"];
+const LOOM_CRATES: &[&str] = &["hpc-rdma", "hpc-board", "hpc-comm", "hpc-spiking"];
 
 /// Runs every crate's loom models: `RUSTFLAGS="--cfg loom"` switches the modelled
 /// primitives to loom's, in a target directory of its own so that the normal build

@@ -14,9 +14,9 @@ use mpi::raw::AsRaw;
 
 use hpc_collectives::{Collective, DataType, ReduceOp};
 
-use crate::error::{Error, Result};
 use crate::job::{Job, Message, Stage};
-use crate::sync::lock;
+use hpc_board::sync::lock;
+use hpc_board::{Error, Result};
 
 /// An MPI communicator handle.
 pub(crate) struct MpiComm {
@@ -452,7 +452,7 @@ impl Pending {
             .as_ref()
             .map_or_else(Default::default, |p| lock(p).timeout);
         let t0 = std::time::Instant::now();
-        let backoff = crate::backoff::Backoff::new(std::time::Duration::from_micros(50), true);
+        let backoff = hpc_board::backoff::Backoff::new(std::time::Duration::from_micros(50), true);
         while !self.test_message()? {
             if t0.elapsed() > timeout {
                 let recv = self.p2p.as_ref().is_some_and(|p| lock(p).recv);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hpc_rdma::Region;
 
-use crate::buf::Elem;
+use hpc_board::Elem;
 
 /// A buffer of `T`s from [`Comm::registered_buf`](crate::Comm::registered_buf),
 /// zeroed, dereferencing to `[T]` and accepted by every engine.
@@ -86,7 +86,7 @@ impl<T: Elem> std::ops::DerefMut for RegisteredBuf<T> {
     }
 }
 
-crate::buf::slice_buf!(RegisteredBuf<T>);
+hpc_board::slice_buf!(RegisteredBuf<T>);
 
 impl<T: Elem> std::fmt::Debug for RegisteredBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::boot::{node_leader, Boot};
-use crate::board::{self, Board};
-use crate::error::{Error, Result};
+use hpc_board::board::{self, Board};
+use hpc_board::{Error, Result};
 
 static BOARDS: AtomicU64 = AtomicU64::new(0);
 

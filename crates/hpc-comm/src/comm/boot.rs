@@ -4,7 +4,7 @@
 use hpc_runtime::World;
 
 use super::Comm;
-use crate::error::Result;
+use hpc_board::Result;
 
 /// Something that can run an allgather of bytes among the future members.
 pub(super) trait Boot {

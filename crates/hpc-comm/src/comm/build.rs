@@ -9,11 +9,11 @@ use super::boot::Boot;
 use super::options::{default_spin, online_cpus, progress_cpus, usable_progress_cpus};
 use super::places::{net_backend, ProxyPlaces};
 use super::{AgentWake, Comm, CommOptions, Engine, DEFAULT_STAGE_MAX};
-use crate::board::Board;
 use crate::engines::{self, inline::Host, Driver};
-use crate::error::{Error, Result};
 use crate::executor::{self, Core};
 use crate::proxy;
+use hpc_board::board::Board;
+use hpc_board::{Error, Result};
 
 /// Next id of a communicator on a shared network transport (agreed by its members).
 static NET_IDS: AtomicU64 = AtomicU64::new(0);

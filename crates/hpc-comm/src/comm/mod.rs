@@ -121,10 +121,10 @@ use std::time::Duration;
 
 use hpc_runtime::World;
 
-use crate::buf::Elem;
 use crate::engines::{self, Driver, Job, Ticket};
-pub use crate::error::{Error, Result};
-use crate::sync::lock;
+use hpc_board::sync::lock;
+use hpc_board::Elem;
+pub use hpc_board::{Error, Result};
 use hpc_collectives::Collective;
 
 pub use board_file::remove_boards_of;

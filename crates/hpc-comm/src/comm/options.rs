@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use hpc_collectives::Options;
 
-use crate::error::{Error, Result};
+use hpc_board::{Error, Result};
 
 /// Who advances collectives. See the [crate docs](crate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

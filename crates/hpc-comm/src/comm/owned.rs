@@ -14,9 +14,9 @@ use hpc_collectives::{Collective, ReduceOp};
 use super::p2p::{Msg, Status};
 use super::request::per_rank;
 use super::{abandon, Comm};
-use crate::buf::{bytes, bytes_mut, Elem};
 use crate::engines::{Driver, Ticket};
-use crate::error::Result;
+use hpc_board::Result;
+use hpc_board::{bytes, bytes_mut, Elem};
 
 /// What every owned request holds: the engine (kept alive by the request),
 /// the ticket, the buffers `B` the engine works on, and for a message what

@@ -25,13 +25,13 @@ use hpc_collectives::{Algorithm, CollectiveKind, DataType, Region, Round, Schedu
 
 use super::owned::Owned;
 use super::Comm;
-use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
 use crate::engines::{Driver, Message, Ticket};
-use crate::error::{Error, Result};
 use crate::executor::{p2p_tag, Buffers, Want};
 use crate::job::Stage;
+use hpc_board::{bytes, bytes_mut, Buf, BufMut, Elem};
+use hpc_board::{Error, Result};
 
-pub use crate::tag::{Tag, ANY_TAG};
+pub use hpc_board::{Tag, ANY_TAG};
 
 /// Where a receive takes its message from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::boot::Boot;
-use crate::error::Result;
 use crate::proxy;
+use hpc_board::Result;
 
 /// Where the proxies of a `Proxy` communicator are: one per node, numbered
 /// in the order of the nodes' first ranks.
@@ -51,7 +51,7 @@ impl ProxyPlaces {
         net: bool,
     ) -> Result<String> {
         let link = client.take_link();
-        let hello = link.as_ref().map(|_| proxy::net::Hello {
+        let hello = link.as_ref().map(|_| hpc_proxy::net::Hello {
             me: self.index[me],
             node_of: self.index.clone(),
             node_ids: self.leaders.iter().map(|&l| nodes[l]).collect(),
@@ -63,7 +63,7 @@ impl ProxyPlaces {
         } else {
             Vec::new()
         };
-        proxy::net::bootstrap(
+        hpc_proxy::net::bootstrap(
             link,
             hello.as_ref(),
             &|b: &[u8]| boot.allgather_all(b),

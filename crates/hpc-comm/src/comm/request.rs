@@ -6,10 +6,10 @@ use std::sync::Mutex;
 use hpc_collectives::{Collective, CollectiveError, ReduceOp};
 
 use super::Comm;
-use crate::buf::{bytes, bytes_mut, Buf, BufMut, Elem};
 use crate::engines::Ticket;
-use crate::error::{Error, Result};
-use crate::sync::lock;
+use hpc_board::sync::lock;
+use hpc_board::{bytes, bytes_mut, Buf, BufMut, Elem};
+use hpc_board::{Error, Result};
 
 /// A non-blocking collective in flight; borrows its buffers until
 /// [`Request::wait`]. Dropping an unfinished request waits for it.

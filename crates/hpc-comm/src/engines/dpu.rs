@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::proxy::Handle;
 use super::{Driver, Job, Pending, Split, Ticket};
-use crate::error::Result;
 use crate::proxy::dpu::{Carried, Client};
 use crate::proxy::ProxyClient;
+use hpc_board::Result;
 
 /// The `Proxy` engine with its proxy placed as on a DPU.
 pub(crate) struct Dpu {

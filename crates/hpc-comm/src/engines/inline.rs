@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use hpc_collectives::Options;
 
 use super::{Driver, Job, Pending, Ticket};
-use crate::backoff::Backoff;
-use crate::board::{self, Board, Failure};
-use crate::error::{Error, Result};
 use crate::executor::{Buffers, Core, Op, Shared, Status};
 use crate::proxy::Client;
-use crate::sig::Sig;
-use crate::sync::lock;
+use hpc_board::backoff::Backoff;
+use hpc_board::board::{self, Board, Failure};
+use hpc_board::sig::Sig;
+use hpc_board::sync::lock;
+use hpc_board::{Error, Result};
 
 /// How long a rank that polls the network sleeps between passes once it has
 /// spun and yielded (see [`Backoff`]).

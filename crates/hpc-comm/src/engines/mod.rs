@@ -21,8 +21,8 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
 pub(crate) use crate::job::{Job, Message, Split};
+use hpc_board::Result;
 use inline::Host;
 
 pub(crate) mod dpu;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{Driver, Job, Pending, Split, Ticket};
-use crate::error::Result;
 use crate::mpi_engine::{self, MpiComm};
+use hpc_board::Result;
 
 /// The `Mpi` engine.
 pub(crate) struct Mpi {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::inline::Host;
 use super::{Driver, Job, Pending, Ticket};
-use crate::error::Result;
 use crate::proxy::{Client, ProxyClient};
+use hpc_board::Result;
 
 /// The `Proxy` engine.
 pub(crate) struct Proxy {

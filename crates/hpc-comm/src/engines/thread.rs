@@ -8,8 +8,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::inline::{Host, Inline};
-use crate::error::{Error, Result};
 use crate::executor;
+use hpc_board::{Error, Result};
 
 /// Starts the progress thread of `host` (whose `agent` is set), pinned to
 /// `cpus` where given.

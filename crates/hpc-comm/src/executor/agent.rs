@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Core;
-use crate::board::Board;
-use crate::sync::lock;
+use hpc_board::board::Board;
+use hpc_board::sync::lock;
 
 /// State shared by a communicator's users and its progress agent.
 pub(crate) struct Shared {
@@ -125,7 +125,7 @@ pub(crate) fn agent_loop(shared: Arc<Shared>, board: Arc<Board>, me: usize) {
     // that runs collectives back to back does not pay a wake-up for each.
     const LINGER: Duration = Duration::from_millis(100);
     let mut last_active = std::time::Instant::now();
-    let mut busy = crate::busy::Busy::default();
+    let mut busy = hpc_board::busy::Busy::default();
     loop {
         let seen = board.doorbell(me).load(Ordering::SeqCst);
         if shared.shutdown.load(Ordering::Acquire) {

@@ -5,9 +5,9 @@ use hpc_collectives::interp::Arrival;
 use hpc_collectives::Region;
 
 use super::{failed_on, Core, OpData, P2P_SEQ};
-use crate::board::{self, Desc, Failure, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
-use crate::error::Error;
-use crate::sig::Sig;
+use hpc_board::board::{self, Desc, Failure, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
+use hpc_board::sig::Sig;
+use hpc_board::Error;
 
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;

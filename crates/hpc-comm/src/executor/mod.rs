@@ -21,6 +21,7 @@ mod agent;
 mod local;
 
 pub(crate) use agent::{agent_loop, raise_priority, Shared};
+pub(crate) use hpc_board::p2p::{p2p_tag, p2p_type_name, Want, P2P_SEQ};
 use local::{all_slots, tag64, Arrived, NET_HEAD};
 
 use std::collections::{HashMap, VecDeque};
@@ -31,11 +32,11 @@ use std::time::Duration;
 use hpc_collectives::interp::{Action, Arrival, InterpError, Machine, Matcher, Memory};
 use hpc_collectives::{BufferId, DataType, ReduceOp, Region, Schedule, Step};
 
-use crate::board::{Board, Desc, Failure, FIN};
-use crate::error::Error;
 use crate::job::Stage;
-use crate::sig::Sig;
-use crate::sync::lock;
+use hpc_board::board::{Board, Desc, Failure, FIN};
+use hpc_board::sig::Sig;
+use hpc_board::sync::lock;
+use hpc_board::Error;
 
 /// The network path of a communicator that spans nodes: messages to ranks on
 /// other nodes go through `hpc-rdma` (TCP, or verbs where built and present),
@@ -79,80 +80,6 @@ impl Net {
             }
             e => Error::transport_from("moving a collective's data", e),
         }
-    }
-}
-
-/// The sequence number of every point-to-point message: one of its own, which
-/// the communicator's collectives skip (as they skip the goodbye's `u32::MAX`),
-/// so a user's tag never matches a collective's message. Its messages of one
-/// pair and tag are matched in the order they were sent ([`Matcher`]).
-pub(crate) const P2P_SEQ: u64 = 0xffff_fffe;
-
-/// A point-to-point message's schedule tag: the user's tag in the low 16
-/// bits, its element type above them (1 + its index in
-/// [`DataType::ALL`]), so that a receive can tell a message of another type
-/// from one of its own and refuse it by name.
-pub(crate) fn p2p_tag(tag: u16, dtype: DataType) -> u32 {
-    let kind = DataType::ALL.iter().position(|&d| d == dtype).unwrap_or(0) as u32 + 1;
-    u32::from(tag) | kind << 16
-}
-
-/// The element type a point-to-point schedule tag carries (`"?"` for none).
-pub(crate) fn p2p_type_name(tag: u32) -> &'static str {
-    let kind = (tag >> 16) as usize;
-    kind.checked_sub(1)
-        .and_then(|i| DataType::ALL.get(i))
-        .map_or("?", |d| d.name())
-}
-
-/// What a point-to-point receive takes: a message from `source` (`None`:
-/// any rank) with `tag` (`None`: any tag), and the schedule tag of its own
-/// element type ([`p2p_tag`]). Until it matches a message its machine is not
-/// polled; the message it matches is the earliest announced of those that
-/// fit (MPI's non-overtaking rule, across tags too), and one of another
-/// element type fails it with [`Error::MessageType`].
-///
-/// Twelve bytes, so that every operation's state (collectives' too) grows
-/// by four over the `Option<u32>` it replaced.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Want {
-    /// The source; [`Want::ANY_SOURCE`]: any.
-    source: u32,
-    tag: Option<u16>,
-    /// The element type's bits of its [`p2p_tag`].
-    kind: u16,
-}
-
-impl Want {
-    const ANY_SOURCE: u32 = u32::MAX;
-
-    /// A receive from `source` (`None`: any) of `tag` (`None`: any), whose
-    /// element type's [`p2p_tag`] is `kind`.
-    pub(crate) fn new(source: Option<usize>, tag: Option<u16>, kind: u32) -> Want {
-        Want {
-            // (A communicator has fewer ranks than a `u32` counts.)
-            source: source.map_or(Want::ANY_SOURCE, |s| {
-                u32::try_from(s).unwrap_or(Want::ANY_SOURCE - 1)
-            }),
-            tag,
-            kind: (kind >> 16) as u16,
-        }
-    }
-
-    /// The one source it takes messages from, if one.
-    pub(crate) fn source(&self) -> Option<usize> {
-        (self.source != Want::ANY_SOURCE).then_some(self.source as usize)
-    }
-
-    /// Whether it takes a message from `p` with schedule tag `t`, whatever
-    /// its element type.
-    pub(crate) fn fits(&self, p: usize, t: u32) -> bool {
-        self.source().is_none_or(|s| s == p) && self.tag.is_none_or(|w| u32::from(w) == t & 0xffff)
-    }
-
-    /// Whether a message of schedule tag `t` is of its element type.
-    pub(crate) fn same_type(&self, t: u32) -> bool {
-        (t >> 16) as u16 == self.kind
     }
 }
 
@@ -403,33 +330,6 @@ fn failed_on(board: &Board, me: usize, r: usize, seq: u64, ours: Sig) -> Option<
         },
         f => f,
     })
-}
-
-impl Failure {
-    /// The error of a collective that failed so on this rank (`ours`, for a
-    /// mismatch, being this rank's signature).
-    pub(crate) fn error(self) -> Error {
-        match self {
-            Failure::Mismatch { peer, ours, theirs } => Error::CollectiveMismatch {
-                rank: peer as usize,
-                ours: Sig(ours).describe(),
-                theirs: Sig(theirs).describe(),
-            },
-            Failure::Left { peer } => Error::RankLeft {
-                rank: peer as usize,
-            },
-            Failure::Lost { peer } => Error::RankLost {
-                rank: peer as usize,
-            },
-            Failure::Count { sender, receiver } => Error::CountMismatch {
-                rank: sender as usize,
-                detail: format!(
-                    "rank {sender}'s message to rank {receiver} was not of the size rank \
-                     {receiver} expects (the ranks called the collective with other counts)"
-                ),
-            },
-        }
-    }
 }
 
 /// The per-communicator progress state of this process.
@@ -982,7 +882,7 @@ impl Core {
                 rank: src,
                 tag: tag as u16,
                 sent: p2p_type_name(tag),
-                expected: p2p_type_name(u32::from(want.kind) << 16),
+                expected: p2p_type_name(want.kind()),
             });
         }
         Ok(true)

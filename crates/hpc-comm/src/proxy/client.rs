@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use hpc_collectives::Options;
 
-use super::protocol::{Blob, Code, Kind, PROXY_CMD};
-use super::session::Outcome;
-#[cfg(not(loom))]
-use crate::backoff::YIELD_FOR;
-use crate::board::{self, Board, Desc};
-use crate::error::{Error, Result};
 use crate::job::{Job, Stage};
 use crate::proxy::ProxyClient;
-use crate::sig::Sig;
-use crate::sync::lock;
+#[cfg(not(loom))]
+use hpc_board::backoff::YIELD_FOR;
+use hpc_board::board::{self, Board, Desc};
+use hpc_board::sig::Sig;
+use hpc_board::sync::lock;
+use hpc_board::{Error, Result};
+use hpc_proxy::protocol::{Blob, Code, Kind, PROXY_CMD};
+use hpc_proxy::Outcome;
 
 /// How long a rank whose wait timed out waits for its proxy to say which
 /// ranks' parts it has not received.
@@ -161,7 +161,7 @@ impl Client {
     /// Called by every rank while the board file still exists; the node's
     /// first rank (`starter`) starts the proxy and waits until it mapped the
     /// board. With `net` (a communicator that spans nodes) the proxy gets a
-    /// set-up link ([`net::attach`](super::net::attach)), for
+    /// set-up link ([`net::attach`](hpc_proxy::net::attach)), for
     /// [`Client::take_link`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
@@ -176,7 +176,7 @@ impl Client {
     ) -> Result<Client> {
         let mut link = None;
         // A bad cap would only be seen by the proxy: refuse it here, by name.
-        super::memory::max_scratch().map_err(Error::Unsupported)?;
+        hpc_proxy::max_scratch().map_err(Error::Unsupported)?;
         if starter {
             refuse_recursion(hpc_runtime::env::COLL_PROXY_BOARD)?;
             // What chooses and addresses the network between proxies stays, and
@@ -191,7 +191,7 @@ impl Client {
                 hpc_runtime::env::JOB_ID,
             ]);
             if net {
-                link = Some(super::net::attach(&mut cmd)?);
+                link = Some(hpc_proxy::net::attach(&mut cmd)?);
             }
             cmd.env(hpc_runtime::env::COLL_PROXY_BOARD, board.path())
                 .env(hpc_runtime::env::COLL_PROXY_SLOTS, (size + 1).to_string())
@@ -397,7 +397,7 @@ impl ProxyClient for Client {
         // staged copies it reads through the kernel.
         let shm = |b: &[u8]| {
             if direct {
-                crate::shm::lookup(b.as_ptr(), b.len())
+                hpc_board::shm::lookup(b.as_ptr(), b.len())
             } else {
                 None
             }

@@ -4,24 +4,26 @@
 mod launch;
 mod message;
 
+pub(super) use hpc_proxy::dpu::wire::P2P_FIRST;
 pub(crate) use message::Carried;
-pub(super) use message::P2P_FIRST;
 
-use super::link::{backend_name, host_addr, join, link_backend, route_to, Link, Watch};
-use super::wire::{
+use crate::job::Job;
+use crate::proxy::ProxyClient;
+use hpc_board::backoff::Backoff;
+use hpc_board::sig::Sig;
+use hpc_board::sync::lock;
+use hpc_board::{Error, Result};
+use hpc_collectives::{Collective, Options};
+use hpc_proxy::dpu::link::{
+    backend_name, host_addr, join, link_backend, route_to, Link, Watch, WATCH_EVERY,
+};
+use hpc_proxy::dpu::wire::{
     decode_waiting, encode_request, places, recv_is_input, split_id, wire, Answer, Offer, Place,
     Request, Span, Waiting, MAX_LOCAL, TAG_ANSWER, TAG_PLACE, TAG_READY, TAG_REQUEST,
 };
-use crate::backoff::Backoff;
-use crate::error::{Error, Result};
-use crate::job::Job;
-use crate::proxy::net::closed;
-use crate::proxy::protocol::Code;
-use crate::proxy::session::Outcome;
-use crate::proxy::ProxyClient;
-use crate::sig::Sig;
-use crate::sync::lock;
-use hpc_collectives::{Collective, Options};
+use hpc_proxy::net::closed;
+use hpc_proxy::protocol::Code;
+use hpc_proxy::Outcome;
 use hpc_rdma::{OpId, Payload, Region, Transport};
 use hpc_runtime::Coordinator;
 use std::net::{IpAddr, TcpStream};
@@ -83,17 +85,6 @@ pub(crate) struct Client {
     /// [`P2P_FIRST`]).
     messages: std::sync::atomic::AtomicU64,
 }
-
-/// How often a waiting rank looks at its watch connection, and the proxy at
-/// its ranks'.
-pub(super) const WATCH_EVERY: Duration = Duration::from_millis(5);
-
-/// How long the DPU proxy waits, after a rank's watch connection closed, for
-/// that rank's `Detach` still in flight on the transport, before it counts
-/// the rank as dead (and tells the other nodes so). A rank that ends normally
-/// has sent its `Detach`, and waited for the send to complete, before it
-/// exits ([`Client::detach`]).
-pub(super) const DETACH_GRACE: Duration = Duration::from_millis(100);
 
 /// How long a rank's `Detach` may take to leave it.
 pub(super) const DETACH_SEND_FOR: Duration = Duration::from_secs(1);
@@ -168,7 +159,7 @@ impl Client {
         allgather: Allgather<'_>,
     ) -> Result<Client> {
         // A bad cap would only be seen by the proxy: refuse it here, by name.
-        crate::proxy::memory::max_scratch().map_err(Error::Unsupported)?;
+        hpc_proxy::max_scratch().map_err(Error::Unsupported)?;
         let size = world.len();
         let (node_of, node_ids) = places(nodes);
         let mine = node_of[me];

@@ -2,8 +2,8 @@
 //! process it starts, on this host or through the node's DPU service.
 
 use super::Conn;
-use crate::error::{Error, Result};
-use crate::proxy::dpu::link::{backend_name, dpu_service_addr};
+use hpc_board::{Error, Result};
+use hpc_proxy::dpu::link::{backend_name, dpu_service_addr};
 use hpc_rdma::Choice;
 use hpc_runtime::Coordinator;
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -41,7 +41,7 @@ impl Conn {
         ]);
         if let Some(at) = dpu_service_addr() {
             let at = at?;
-            let key = crate::proxy::service::DpuKey::from_env()?;
+            let key = hpc_proxy::service::DpuKey::from_env()?;
             let coord = Arc::new(coord);
             launch_remote(
                 at,
@@ -89,7 +89,7 @@ impl Conn {
 /// job at once, as a proxy started here does.
 fn launch_remote(
     at: SocketAddr,
-    key: Option<&crate::proxy::service::DpuKey>,
+    key: Option<&hpc_proxy::service::DpuKey>,
     spec: &str,
     timeout: Duration,
     coord: std::sync::Weak<Coordinator>,
@@ -104,8 +104,7 @@ fn launch_remote(
         .filter(|p| !p.is_empty() && !p.contains(char::is_whitespace))
         .map(|p| format!(" {p}"))
         .unwrap_or_default();
-    let (pid, mut r) =
-        crate::proxy::service::ask(&s, at, key, &format!("{spec}{provider}"), timeout)?;
+    let (pid, mut r) = hpc_proxy::service::ask(&s, at, key, &format!("{spec}{provider}"), timeout)?;
     let mut line = String::new();
     tracing::info!(%at, pid, "the DPU service started the proxy");
     let _ = s.set_read_timeout(Some(Duration::from_millis(50)));

@@ -5,18 +5,20 @@
 //! proxy has them (an eager send); a receive names a registered region the
 //! proxy puts the message into once it matched one, and is answered after
 //! the put, with the message's source and tag. The matching is the proxy's
-//! ([`Mailbox`](crate::proxy::mailbox::Mailbox)), with the rules of the
+//! (the proxy's mailbox), with the rules of the
 //! ranks' own path.
 
 use super::{clone_error, Client, Out};
-use crate::backoff::Backoff;
-use crate::error::{Error, Result};
-use crate::executor::{p2p_tag, p2p_type_name};
 use crate::job::{Message, Stage};
-use crate::proxy::dpu::wire::{encode_request, wire, Body, Delivery, Request, Span, TAG_ANSWER};
-use crate::proxy::mailbox::Failure;
-use crate::sync::lock;
+use hpc_board::backoff::Backoff;
+use hpc_board::p2p::{p2p_tag, p2p_type_name};
+use hpc_board::sync::lock;
+use hpc_board::{Error, Result};
 use hpc_collectives::Collective;
+use hpc_proxy::dpu::wire::{
+    encode_request, wire, Body, Delivery, Request, Span, P2P_FIRST, TAG_ANSWER,
+};
+use hpc_proxy::RecvFailure as Failure;
 use hpc_rdma::{OpId, Region};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -24,12 +26,7 @@ use std::time::{Duration, Instant};
 
 /// Messages of at most this many bytes travel in their request; the proxy
 /// reads a larger one from the sender's registered memory.
-pub(in crate::proxy::dpu) const INLINE_MAX: usize = 64 << 10;
-
-/// The first number on the link of a point-to-point request: above every
-/// collective's sequence number (they count from 1), within the bits of a
-/// number on the link ([`SEQ_BITS`](super::super::wire::SEQ_BITS)).
-pub(in crate::proxy::dpu) const P2P_FIRST: u64 = 1 << 39;
+pub(super) const INLINE_MAX: usize = 64 << 10;
 
 /// How a message ended.
 enum Ended {
