@@ -6,7 +6,7 @@ use hpc_collectives::DataType;
 /// The sequence number of every point-to-point message: one of its own, which
 /// the communicator's collectives skip (as they skip the goodbye's `u32::MAX`),
 /// so a user's tag never matches a collective's message. Its messages of one
-/// pair and tag are matched in the order they were sent ([`Matcher`]).
+/// pair and tag are matched in the order they were sent ([`Matcher`](hpc_collectives::interp::Matcher)).
 pub const P2P_SEQ: u64 = 0xffff_fffe;
 
 /// A point-to-point message's schedule tag: the user's tag in the low 16

@@ -3,7 +3,7 @@
 //! Each node's proxy carries the steps of its ranks' schedules whose peer is
 //! on another node: a send reads the rank's region (eagerly, when its round
 //! is posted) and goes to the peer's proxy as one `hpc-rdma` message, tagged
-//! [`MSG`] and ending in a [`TRAILER`] that names the sending and receiving
+//! `MSG` and ending in a [`TRAILER`] that names the sending and receiving
 //! ranks, the step's tag (the collective's sequence number and the
 //! schedule's tag) and the collective's signature ([`Sig`]); the receiving
 //! proxy checks the signature against its own parts' (another collective's

@@ -82,7 +82,7 @@ const RANK_SLOT: usize = 192;
 /// Failure records per rank ([`Board::mark_failed`]): the last this many
 /// collectives that failed on it, so that a peer still waiting for one of
 /// them finds it although the rank failed later ones meanwhile.
-const FAIL_RECORDS: usize = 4;
+pub const FAIL_RECORDS: usize = 4;
 const DESC: usize = 32;
 /// A ring's header: the consumer's `head` and the producer's `tail` on cache
 /// lines of their own, so that neither side's write takes the line the other

@@ -21,7 +21,7 @@
 //! descriptors on a ring) and `dpu/` (a rank's side in DPU placement: a link
 //! over the transport, registered memory; `client/launch.rs` asks the DPU
 //! service for a proxy, `client/message.rs` its point-to-point messages).
-//! [`ProxyClient`] is what both do.
+//! `ProxyClient` is what both do.
 
 mod client;
 pub(crate) mod dpu;

@@ -52,7 +52,7 @@
 //! [`Request::Recv`](wire::Request::Recv) names a region, into which the
 //! proxy puts the message it matched before it answers with its source and
 //! tag ([`Delivery`](wire::Delivery)). Each communicator's
-//! [`Mailbox`](crate::mailbox::Mailbox) matches them, with the
+//! `Mailbox` matches them, with the
 //! executor's rules; a message for another node goes to its proxy under the
 //! point-to-point sequence number, as a step does. Their numbers on the link
 //! start at `P2P_FIRST`, above every collective's sequence number.

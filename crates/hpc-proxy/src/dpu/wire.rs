@@ -330,7 +330,7 @@ pub fn recv_is_input(coll: &Collective, rank: usize) -> bool {
 }
 
 /// The fuzz entry: decodes and checks a request as the DPU proxy's
-/// [`Server`](super::server::Server) does.
+/// `Server` does.
 pub fn fuzz_request(bytes: &[u8], rank: usize, size: usize) -> std::result::Result<usize, String> {
     let (_, req) = decode_request(bytes)?;
     let (coll, opts, send, recv) = match req {
