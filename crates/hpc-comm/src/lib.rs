@@ -29,11 +29,13 @@
 //!
 //! # Layers
 //!
-//! From the bottom: [`Error`] and the buffer traits ([`Elem`], [`Buf`],
-//! [`BufMut`]); locks and mappings; the board (rings of descriptors, staging
-//! slots and doorbells in a shared file); the executor of the `Inline` and
-//! `Thread` engines; the proxy; `SharedBuf`; and [`Comm`] on top. No module
-//! imports one above it (`cargo xtask modcycles` checks).
+//! Under this crate, [`hpc_board`]: [`Error`] and the buffer traits ([`Elem`],
+//! [`Buf`], [`BufMut`]), locks and mappings, the board (rings of descriptors,
+//! staging slots and doorbells in a shared file) and [`SharedBuf`]; and
+//! [`hpc_proxy`], the proxy process. In this crate, from the bottom: a job (a
+//! collective and its buffers); the executor of the `Inline` and `Thread`
+//! engines; the proxy's clients ([`proxy`]); the engines; and [`Comm`] on top. No
+//! module imports one above it (`cargo xtask modcycles` checks).
 
 pub mod comm;
 pub mod conformance;
