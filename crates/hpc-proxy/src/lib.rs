@@ -173,7 +173,7 @@ pub use dpu::{forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use mailbox::Failure as RecvFailure;
 pub use memory::max_scratch;
 pub use protocol::PROXY_CMD;
-pub(crate) use server::parse_submit;
+pub(crate) use protocol::parse_submit;
 pub use server::serve;
 pub use service::{dpu_service, DpuKey, ServiceAuth};
 pub use session::Outcome;

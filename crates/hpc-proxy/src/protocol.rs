@@ -158,6 +158,26 @@ pub fn decode_blob(bytes: &[u8]) -> Option<Blob> {
     postcard::from_bytes::<Blob>(bytes).ok()
 }
 
+/// Decodes a `SUBMIT`'s blob from rank `rank` of `size` and builds its
+/// schedule: the whole of what the proxy believes of a rank's bytes. Fails
+/// for anything that does not decode, does not validate (`Collective::check_buffers`)
+/// or has no schedule.
+pub fn parse_submit(
+    bytes: &[u8],
+    rank: usize,
+    size: usize,
+) -> std::result::Result<(Blob, hpc_collectives::Schedule), Code> {
+    let blob = decode_blob(bytes).ok_or(Code::Failed)?;
+    blob.coll
+        .check_buffers(rank, size, blob.send_len, blob.recv_len)
+        .map_err(|_| Code::Failed)?;
+    let sched = blob
+        .coll
+        .schedule(rank, size, &blob.opts)
+        .map_err(|_| Code::Failed)?;
+    Ok((blob, sched))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

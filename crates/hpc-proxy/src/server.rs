@@ -22,7 +22,7 @@ use crate::memory::{
     Loc, Mapping, OpMem, Refusal, Src, CHUNK,
 };
 use crate::net::{tag64, ProxyNet, TRAILER};
-use crate::protocol::{decode_blob, Blob, Code, Kind, MAX_BLOB};
+use crate::protocol::{Code, Kind, MAX_BLOB};
 use crate::session::{Cancel, Effect, Outcome, Session};
 use crate::submits::{Parsed, Submits};
 use hpc_board::backoff::{Backoff, Pause};
@@ -795,26 +795,6 @@ impl Proxy {
     }
 }
 
-/// Decodes a `SUBMIT`'s blob from rank `rank` of `size` and builds its
-/// schedule: the whole of what the proxy believes of a rank's bytes. Fails
-/// for anything that does not decode, does not validate (`Collective::check_buffers`)
-/// or has no schedule.
-pub fn parse_submit(
-    bytes: &[u8],
-    rank: usize,
-    size: usize,
-) -> std::result::Result<(Blob, Schedule), Code> {
-    let blob = decode_blob(bytes).ok_or(Code::Failed)?;
-    blob.coll
-        .check_buffers(rank, size, blob.send_len, blob.recv_len)
-        .map_err(|_| Code::Failed)?;
-    let sched = blob
-        .coll
-        .schedule(rank, size, &blob.opts)
-        .map_err(|_| Code::Failed)?;
-    Ok((blob, sched))
-}
-
 /// Runs the proxy on the board at `path` with `slots` slots (ranks + 1)
 /// until every rank detached or died. After the last work it polls its
 /// doorbell for `spin` before it sleeps on it (the ranks' own
@@ -880,6 +860,7 @@ pub fn serve_with(path: &std::path::Path, slots: usize, spin: Duration, net: boo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{parse_submit, Blob};
     use hpc_collectives::{Collective, DataType, Options};
 
     /// An op of this process (cross-memory calls to one's own pid work) over

@@ -19,7 +19,7 @@ use std::rc::Rc;
 use hpc_collectives::Schedule;
 
 use crate::protocol::{Blob, Code};
-use crate::server::parse_submit;
+use crate::protocol::parse_submit;
 use hpc_board::sig::Sig;
 
 /// Distinct blobs kept per rank.
