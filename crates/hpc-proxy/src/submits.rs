@@ -18,8 +18,8 @@ use std::rc::Rc;
 
 use hpc_collectives::Schedule;
 
-use crate::protocol::{Blob, Code};
 use crate::protocol::parse_submit;
+use crate::protocol::{Blob, Code};
 use hpc_board::sig::Sig;
 
 /// Distinct blobs kept per rank.
