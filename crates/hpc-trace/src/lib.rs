@@ -6,9 +6,10 @@
 //! `args`) and every event as an instant (`"ph":"i"`), streamed through a buffered
 //! writer into a file of its own in `DIR`. What is recorded:
 //!
-//! - the SDK's spans (`hpc_comm`, `hpc_rdma`, `hpc_runtime`, `hpc_collectives`, at
-//!   every level: a collective's post, wait and progress, the proxy's work, the
-//!   transport's put, get, send and receive), see [`default_filter`];
+//! - the SDK's spans (`hpc_comm`, `hpc_proxy`, `hpc_board`, `hpc_rdma`,
+//!   `hpc_runtime`, `hpc_collectives`, at every level: a collective's post, wait
+//!   and progress, the proxy's work, the transport's put, get, send and receive),
+//!   see [`default_filter`];
 //! - the application's spans and events at `INFO` and above, and the regions of
 //!   [`region`].
 //!
@@ -131,6 +132,8 @@ pub fn default_filter() -> tracing_subscriber::filter::Targets {
     let mut t = tracing_subscriber::filter::Targets::new().with_default(Level::INFO);
     for sdk in [
         "hpc_comm",
+        "hpc_proxy",
+        "hpc_board",
         "hpc_rdma",
         "hpc_runtime",
         "hpc_collectives",

@@ -335,17 +335,33 @@ impl Board {
         &self.path
     }
 
+    /// The word at `off`. Every public method reaches the mapping through this or
+    /// [`Board::u32_at`], with offsets made of a caller's rank numbers: the bounds
+    /// are checked here in every build (one compare), so that a rank number past
+    /// the board's size panics instead of touching memory outside the mapping.
     #[cfg(not(loom))]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
-        // SAFETY: in bounds and 8-aligned (page-aligned base, aligned offsets); the
-        // mapping outlives `&self`; shared words are only accessed atomically.
+        assert!(
+            off.checked_add(8).is_some_and(|end| end <= self.len),
+            "board word at {off} outside the board's {} bytes (a rank past its size?)",
+            self.len
+        );
+        debug_assert!(off % 8 == 0);
+        // SAFETY: in bounds (checked above) and 8-aligned (page-aligned base,
+        // offsets made of multiples of 8); the mapping outlives `&self`; shared
+        // words are only accessed atomically.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
     }
 
+    /// The 32-bit word at `off`, bounds checked as in [`Board::u64_at`].
     #[cfg(not(loom))]
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        assert!(
+            off.checked_add(4).is_some_and(|end| end <= self.len),
+            "board word at {off} outside the board's {} bytes (a rank past its size?)",
+            self.len
+        );
+        debug_assert!(off % 4 == 0);
         // SAFETY: as in `u64_at`.
         unsafe { &*self.base.add(off).cast::<AtomicU32>() }
     }

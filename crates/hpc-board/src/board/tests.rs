@@ -284,3 +284,42 @@ fn failure_records_and_marks_of_leaving_are_a_rank_s_own() {
         (0, None, None)
     );
 }
+
+/// The board's methods are public API now (hpc-comm and hpc-proxy call them):
+/// a rank number past the board's size is a panic, never a word outside the
+/// mapping, in release builds too.
+#[test]
+fn a_rank_past_the_boards_size_panics_instead_of_reaching_outside_it() {
+    let b = Board::unlinked("board-bounds", 2);
+    let past = |f: &dyn Fn()| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .expect_err("a rank past the size must panic")
+    };
+    // Slots: the last rank's slot works, the next ones panic.
+    b.set_pid(1, 7);
+    assert_eq!(b.pid(1), 7);
+    let e = past(&|| {
+        b.pid(1 << 40);
+    });
+    let msg = e.downcast_ref::<String>().map(String::as_str).unwrap_or("");
+    assert!(msg.contains("outside the board"), "{msg}");
+    past(&|| b.set_pid(1 << 36, 1));
+    past(&|| b.mark_left(1 << 30));
+    // Rings: a destination past the size.
+    let d = Desc {
+        kind: RTS,
+        sig: 0,
+        tag: 1,
+        addr: 2,
+        len: 3,
+    };
+    past(&|| {
+        b.push(0, 1 << 30, d);
+    });
+    past(&|| {
+        b.pop(1 << 30, 0);
+    });
+    // The board still works after the refusals.
+    assert!(b.push(0, 1, d));
+    assert_eq!(b.pop(0, 1), Some(d));
+}
