@@ -73,6 +73,7 @@ const MAGIC: u64 = 0x6870_632d_636f_6c6c; // "hpc-coll"
 /// Descriptors per ring (4 in the loom models, whose rings fill and wrap).
 #[cfg(not(loom))]
 pub const RING_CAP: u64 = 64;
+/// Descriptors per ring under loom: 4, so that the models' rings fill and wrap.
 #[cfg(loom)]
 pub const RING_CAP: u64 = 4;
 const HEADER: usize = 64;
@@ -240,6 +241,16 @@ unsafe impl Send for Board {}
 // SAFETY: as above; all shared accesses are atomic or protocol-owned.
 unsafe impl Sync for Board {}
 
+/// The panic of a board word asked for outside the board: out of line, so that
+/// the check costs the accessors one compare and a branch never taken.
+#[cfg(not(loom))]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn outside(off: usize, len: usize) -> ! {
+    panic!("board word at {off} outside the board's {len} bytes (a rank past its size?)")
+}
+
 fn stage_off(size: usize) -> usize {
     HEADER + size * RANK_SLOT + size * size * RING_BYTES
 }
@@ -340,12 +351,12 @@ impl Board {
     /// are checked here in every build (one compare), so that a rank number past
     /// the board's size panics instead of touching memory outside the mapping.
     #[cfg(not(loom))]
+    #[inline]
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(
-            off.checked_add(8).is_some_and(|end| end <= self.len),
-            "board word at {off} outside the board's {} bytes (a rank past its size?)",
-            self.len
-        );
+        // (`len` is at least the header's bytes: no underflow.)
+        if off > self.len - 8 {
+            outside(off, self.len);
+        }
         debug_assert!(off % 8 == 0);
         // SAFETY: in bounds (checked above) and 8-aligned (page-aligned base,
         // offsets made of multiples of 8); the mapping outlives `&self`; shared
@@ -355,12 +366,11 @@ impl Board {
 
     /// The 32-bit word at `off`, bounds checked as in [`Board::u64_at`].
     #[cfg(not(loom))]
+    #[inline]
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(
-            off.checked_add(4).is_some_and(|end| end <= self.len),
-            "board word at {off} outside the board's {} bytes (a rank past its size?)",
-            self.len
-        );
+        if off > self.len - 4 {
+            outside(off, self.len);
+        }
         debug_assert!(off % 4 == 0);
         // SAFETY: as in `u64_at`.
         unsafe { &*self.base.add(off).cast::<AtomicU32>() }
