@@ -3,9 +3,9 @@
 
 /// Maps the first `len` bytes of file `fd` shared, readable and writable, at
 /// an address the kernel picks.
-pub fn map_shared(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<*mut u8> {
+pub fn map_shared(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> std::io::Result<*mut u8> {
     // SAFETY: a new mapping where the kernel chooses, so it aliases nothing; the
-    // caller's descriptor stays open for this call; the kernel checks it and the
+    // descriptor is borrowed, so open, for this call; the kernel checks it and the
     // length.
     let p = unsafe {
         rustix::mm::mmap(
@@ -13,7 +13,7 @@ pub fn map_shared(fd: std::os::fd::RawFd, len: usize) -> std::io::Result<*mut u8
             len,
             rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
             rustix::mm::MapFlags::SHARED,
-            std::os::fd::BorrowedFd::borrow_raw(fd),
+            fd,
             0,
         )
     }?;

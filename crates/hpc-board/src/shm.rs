@@ -14,12 +14,14 @@
 //! caller's buffers: the blocking collectives and `Comm::scope` (in `hpc-comm`)
 //! (the plain non-blocking requests work on staged copies).
 //!
+//! An application names it `hpc_comm::SharedBuf` (a re-export):
+//!
 //! ```
-//! use hpc_comm::SharedBuf;
+//! use hpc_board::shm::SharedBuf;
 //! let mut b = SharedBuf::<f32>::new(1024)?;
 //! b[3] = 1.5;
 //! assert_eq!(b.iter().sum::<f32>(), 1.5);
-//! # Ok::<(), hpc_comm::Error>(())
+//! # Ok::<(), hpc_board::Error>(())
 //! ```
 //!
 //! The proxy finds the memfd through `/proc/PID/fd/FD` of the rank and checks
@@ -33,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
@@ -123,7 +125,7 @@ impl<T: Elem> SharedBuf<T> {
         let ino = std::os::unix::fs::MetadataExt::ino(
             &file.metadata().map_err(err("fstat of the shared buffer"))?,
         );
-        let p = map_shared(file.as_raw_fd(), bytes).map_err(err("mapping the shared buffer"))?;
+        let p = map_shared(file.as_fd(), bytes).map_err(err("mapping the shared buffer"))?;
         registry().insert(
             p as usize,
             Registered {

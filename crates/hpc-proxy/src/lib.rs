@@ -40,14 +40,15 @@
 //! `HPC_COLL_PROXY_BOARD` and `HPC_COLL_PROXY_SLOTS` in its environment and
 //! the launcher's `HPC_*` variables removed. A program that may use the
 //! proxy engine therefore calls [`serve_env`] first thing in `main` (it
-//! returns at once in a normal run):
+//! returns at once in a normal run; an application calls it as
+//! `hpc_comm::proxy::serve_env`, or through `hpc_rs::init()`, which does):
 //!
 //! ```no_run
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     hpc_comm::proxy::serve_env()?; // becomes the proxy when asked to
+//!     hpc_proxy::serve_env()?; // becomes the proxy when asked to
 //!     let world = hpc_runtime::World::init()?;
-//!     let comm = hpc_comm::Comm::new(&world, hpc_comm::Engine::Proxy)?;
-//!     # let _ = comm;
+//!     // ... `hpc_comm::Comm::new(&world, hpc_comm::Engine::Proxy)` and the work
+//!     # let _ = world;
 //!     Ok(())
 //! }
 //! ```

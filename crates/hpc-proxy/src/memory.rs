@@ -61,7 +61,7 @@ pub struct Mapping {
 impl Mapping {
     /// Maps descriptor `r.fd` of process `pid`, if it still is the memfd `r.ino`.
     pub fn open(pid: u32, r: &ShmRef) -> std::io::Result<Mapping> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::AsFd;
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         // Non-blocking and never a controlling terminal: should the number name
         // something else by now (a FIFO, a device), opening it has no effect.
@@ -75,7 +75,7 @@ impl Mapping {
             return Err(std::io::Error::other("the descriptor names another file"));
         }
         let len = md.len() as usize;
-        let p = hpc_board::map::map_shared(f.as_raw_fd(), len)?;
+        let p = hpc_board::map::map_shared(f.as_fd(), len)?;
         Ok(Mapping {
             ptr: p,
             len,

@@ -41,7 +41,7 @@
 
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -309,7 +309,7 @@ impl Board {
     #[cfg(not(loom))]
     fn map(f: &std::fs::File, path: &Path, size: usize) -> io::Result<Board> {
         let len = bytes_for(size);
-        let p = crate::map::map_shared(f.as_raw_fd(), len)?;
+        let p = crate::map::map_shared(f.as_fd(), len)?;
         Ok(Board {
             base: p,
             len,
@@ -321,7 +321,7 @@ impl Board {
     /// Under loom the file only names the board; its memory is the model's.
     #[cfg(loom)]
     fn map(f: &std::fs::File, path: &Path, size: usize) -> io::Result<Board> {
-        let _ = f.as_raw_fd();
+        let _ = f.as_fd();
         let mut b = Board::in_memory(size);
         b.path = path.to_path_buf();
         Ok(b)
