@@ -160,7 +160,7 @@ pub mod dpu;
 pub mod fuzz;
 mod mailbox;
 mod memory;
-pub mod net;
+mod net;
 pub mod protocol;
 mod server;
 pub mod service;
@@ -173,6 +173,7 @@ use std::time::Duration;
 pub use dpu::{forbid_host_memory, Placement, DPU_SERVICE_PORT};
 pub use mailbox::Failure as RecvFailure;
 pub use memory::max_scratch;
+pub use net::{attach, bootstrap, closed, Hello};
 pub(crate) use protocol::parse_submit;
 pub use protocol::PROXY_CMD;
 pub use server::serve;
@@ -181,7 +182,7 @@ pub use session::Outcome;
 
 /// The blob a rank posts for `coll` over buffers of these lengths (at
 /// placeholder addresses; for the fuzz corpus).
-pub fn encode_blob(
+pub(crate) fn encode_blob(
     coll: &hpc_collectives::Collective,
     send_len: usize,
     recv_len: usize,

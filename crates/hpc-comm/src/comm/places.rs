@@ -51,7 +51,7 @@ impl ProxyPlaces {
         net: bool,
     ) -> Result<String> {
         let link = client.take_link();
-        let hello = link.as_ref().map(|_| hpc_proxy::net::Hello {
+        let hello = link.as_ref().map(|_| hpc_proxy::Hello {
             me: self.index[me],
             node_of: self.index.clone(),
             node_ids: self.leaders.iter().map(|&l| nodes[l]).collect(),
@@ -63,7 +63,7 @@ impl ProxyPlaces {
         } else {
             Vec::new()
         };
-        hpc_proxy::net::bootstrap(
+        hpc_proxy::bootstrap(
             link,
             hello.as_ref(),
             &|b: &[u8]| boot.allgather_all(b),

@@ -161,7 +161,7 @@ impl Client {
     /// Called by every rank while the board file still exists; the node's
     /// first rank (`starter`) starts the proxy and waits until it mapped the
     /// board. With `net` (a communicator that spans nodes) the proxy gets a
-    /// set-up link ([`net::attach`](hpc_proxy::net::attach)), for
+    /// set-up link ([`attach`](hpc_proxy::attach)), for
     /// [`Client::take_link`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
@@ -191,7 +191,7 @@ impl Client {
                 hpc_runtime::env::JOB_ID,
             ]);
             if net {
-                link = Some(hpc_proxy::net::attach(&mut cmd)?);
+                link = Some(hpc_proxy::attach(&mut cmd)?);
             }
             cmd.env(hpc_runtime::env::COLL_PROXY_BOARD, board.path())
                 .env(hpc_runtime::env::COLL_PROXY_SLOTS, (size + 1).to_string())

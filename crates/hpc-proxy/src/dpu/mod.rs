@@ -69,18 +69,18 @@
 
 use hpc_board::{Error, Result};
 
-pub mod boot;
+mod boot;
 pub mod link;
 mod seccomp;
 mod server;
 mod state;
 pub mod wire;
 
-pub use boot::serve_spec;
+pub(crate) use boot::serve_spec;
 pub use link::DPU_SERVICE_PORT;
 pub use seccomp::forbid_host_memory;
 use wire::P2P_FIRST;
-pub use wire::{fuzz_request, fuzz_waiting};
+pub(crate) use wire::{fuzz_request, fuzz_waiting};
 
 /// Where the `Proxy` engine's proxy runs, and so how it reaches the ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

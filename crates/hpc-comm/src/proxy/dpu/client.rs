@@ -14,6 +14,7 @@ use hpc_board::sig::Sig;
 use hpc_board::sync::lock;
 use hpc_board::{Error, Result};
 use hpc_collectives::{Collective, Options};
+use hpc_proxy::closed;
 use hpc_proxy::dpu::link::{
     backend_name, host_addr, join, link_backend, route_to, Link, Watch, WATCH_EVERY,
 };
@@ -21,7 +22,6 @@ use hpc_proxy::dpu::wire::{
     decode_waiting, encode_request, places, recv_is_input, split_id, wire, Answer, Offer, Place,
     Request, Span, Waiting, MAX_LOCAL, TAG_ANSWER, TAG_PLACE, TAG_READY, TAG_REQUEST,
 };
-use hpc_proxy::net::closed;
 use hpc_proxy::protocol::Code;
 use hpc_proxy::Outcome;
 use hpc_rdma::{OpId, Payload, Region, Transport};
