@@ -192,12 +192,15 @@ impl Default for StdpPlParams {
 }
 
 /// The checked rule, with what it derives from its parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// Cloning is cheap: the `w^mu` tables are shared by every rule of the same
+/// `mu` and freed with the last one.
+#[derive(Clone, Debug, PartialEq)]
 pub struct StdpPlHom {
     params: StdpPlParams,
     tau_plus_inv: f64,
-    /// `w^mu` by tables shared by every rule of this `mu`.
-    pow_mu: &'static PowMu,
+    /// `w^mu` by tables shared by every rule of this `mu` alive.
+    pow_mu: std::sync::Arc<PowMu>,
 }
 
 impl StdpPlHom {
@@ -210,7 +213,7 @@ impl StdpPlHom {
         Ok(StdpPlHom {
             params,
             tau_plus_inv: 1.0 / params.tau_plus,
-            pow_mu: PowMu::interned(params.mu),
+            pow_mu: PowMu::shared(params.mu),
         })
     }
 

@@ -11,7 +11,7 @@
 //! subnormal, beyond `2^±64`, not finite) or `mu` is `powf`.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Cells of the mantissa `[1, 2)`: `|r| <= 1 / (2 * CELLS)`.
 const CELLS: usize = 256;
@@ -40,17 +40,26 @@ impl std::fmt::Debug for PowMu {
 }
 
 impl PowMu {
-    /// The tables of `mu`, made once per distinct `mu` in the process and
-    /// shared (a few KiB each).
-    pub(crate) fn interned(mu: f64) -> &'static PowMu {
-        static TABLES: OnceLock<Mutex<HashMap<u64, &'static PowMu>>> = OnceLock::new();
-        let mut tables = TABLES
-            .get_or_init(Default::default)
+    /// The tables of `mu`, shared by every rule of this `mu` alive in the
+    /// process (a few KiB each) and freed with the last of them.
+    ///
+    /// A table made again after its rules were dropped holds the same bits
+    /// (`powf` of the same arguments), so whether a process saw other `mu`
+    /// before, or dropped this one's rules in between, changes no weight.
+    pub(crate) fn shared(mu: f64) -> Arc<PowMu> {
+        let mut tables = tables()
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        tables
-            .entry(mu.to_bits())
-            .or_insert_with(|| Box::leak(Box::new(PowMu::new(mu))))
+        if let Some(live) = tables.get(&mu.to_bits()).and_then(Weak::upgrade) {
+            return live;
+        }
+        // The cache holds no more entries than tables alive (plus this
+        // one): a process that makes rules of many `mu` in turn and drops
+        // them keeps memory for the live ones only.
+        tables.retain(|_, table| table.strong_count() > 0);
+        let made = Arc::new(PowMu::new(mu));
+        tables.insert(mu.to_bits(), Arc::downgrade(&made));
+        made
     }
 
     fn new(mu: f64) -> PowMu {
@@ -104,6 +113,12 @@ impl PowMu {
     }
 }
 
+/// The cache of [`PowMu::shared`]: by the bits of `mu`, the tables alive.
+fn tables() -> &'static Mutex<HashMap<u64, Weak<PowMu>>> {
+    static TABLES: OnceLock<Mutex<HashMap<u64, Weak<PowMu>>>> = OnceLock::new();
+    TABLES.get_or_init(Default::default)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,7 +135,7 @@ mod tests {
     fn within_a_few_ulps_of_powf() {
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for mu in [0.0, 0.4, 0.5, 1.0, 1.7, 3.0, 6.5] {
-            let p = PowMu::interned(mu);
+            let p = PowMu::shared(mu);
             assert!(!p.exp2.is_empty(), "mu {mu} served by the tables");
             let mut worst: f64 = 0.0;
             for _ in 0..200_000 {
@@ -142,7 +157,7 @@ mod tests {
 
     #[test]
     fn outside_the_tables_is_powf() {
-        let p = PowMu::interned(0.4);
+        let p = PowMu::shared(0.4);
         for w in [
             0.0,
             -0.0,
@@ -157,14 +172,14 @@ mod tests {
         }
         assert!(p.pow(-1.0).is_nan() && p.pow(f64::NAN).is_nan());
         // An exponent whose series would be too long: powf for every weight.
-        let big = PowMu::interned(40.0);
+        let big = PowMu::shared(40.0);
         assert!(big.exp2.is_empty());
         assert_eq!(big.pow(1.5), 1.5f64.powf(40.0));
     }
 
     #[test]
     fn a_pure_function_of_w() {
-        let p = PowMu::interned(0.4);
+        let p = PowMu::shared(0.4);
         let a: Vec<u64> = (1..1000)
             .map(|k| p.pow(k as f64 * 0.37).to_bits())
             .collect();
@@ -174,5 +189,48 @@ mod tests {
             .map(|k| q.pow(k as f64 * 0.37).to_bits())
             .collect();
         assert!(a.iter().eq(b.iter().rev()));
+    }
+
+    /// Exponents no other test uses: the cache is the process's.
+    fn unique_mu(k: u64) -> f64 {
+        0.123_456 + k as f64 * 1e-9
+    }
+
+    #[test]
+    fn the_tables_of_dropped_rules_are_freed_and_made_again_the_same() {
+        let mu = unique_mu(0);
+        let first = PowMu::shared(mu);
+        let again = PowMu::shared(mu);
+        assert!(Arc::ptr_eq(&first, &again), "one table per mu alive");
+        let bits: Vec<u64> = (1..500)
+            .map(|k| first.pow(k as f64 * 0.77).to_bits())
+            .collect();
+        let weak = Arc::downgrade(&first);
+        drop((first, again));
+        assert!(weak.upgrade().is_none(), "freed with its last rule");
+        let remade = PowMu::shared(mu);
+        let after: Vec<u64> = (1..500)
+            .map(|k| remade.pow(k as f64 * 0.77).to_bits())
+            .collect();
+        assert_eq!(bits, after, "a table made again gives the same bits");
+    }
+
+    #[test]
+    fn many_exponents_in_turn_keep_only_the_live_tables() {
+        // Pass 14, case 40: 100,000 distinct `mu`, each rule dropped, grew the
+        // process by 516 MB. Now the cache holds the tables alive, plus the
+        // dead entries of at most one miss.
+        let kept = PowMu::shared(unique_mu(1));
+        for k in 0..20_000 {
+            let t = PowMu::shared(unique_mu(100 + k));
+            assert_eq!(Arc::strong_count(&t), 1);
+        }
+        let entries = tables().lock().unwrap().len();
+        // Other tests of this process may hold a few tables of their own.
+        assert!(
+            entries < 64,
+            "{entries} entries cached after 20,000 dropped tables"
+        );
+        assert!(Arc::ptr_eq(&kept, &PowMu::shared(unique_mu(1))));
     }
 }
