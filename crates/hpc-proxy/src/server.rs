@@ -142,6 +142,20 @@ fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
     k.0 == rank && k.2 >> 32 == tag64(seq, 0) >> 32
 }
 
+/// How collective `seq` failed on rank `rank`'s interpreter: a message
+/// that its receive refused for its size names the sizes.
+fn interp_failed(rank: usize, seq: u64, e: InterpError<Code>) -> Outcome {
+    match e {
+        InterpError::SizeMismatch {
+            peer,
+            sent,
+            expected,
+            ..
+        } => Outcome::mismatch(Sizes::new(peer, rank, sent, expected)),
+        InterpError::Memory(c) => Outcome::from_wire(c, 0, format!("collective {seq}")),
+    }
+}
+
 impl Proxy {
     /// A buffer of `len` bytes, from the pool when one is large enough; an
     /// allocation that fails is the op's `NoMemory`.
@@ -387,19 +401,15 @@ impl Proxy {
             let action = match action {
                 Ok(Some(a)) => a,
                 Ok(None) => return Ok(false),
-                Err(InterpError::SizeMismatch {
-                    peer,
-                    tag,
-                    sent,
-                    expected,
-                }) => {
-                    // The message is refused: it goes, and its sender may go on.
-                    if let Some(data) = self.msgs.take(&(peer, rank, tag64(seq, tag))) {
-                        self.consume(peer, seq, rank, tag, data);
+                Err(e) => {
+                    if let InterpError::SizeMismatch { peer, tag, .. } = e {
+                        // The message is refused: it goes, and its sender may go on.
+                        if let Some(data) = self.msgs.take(&(peer, rank, tag64(seq, tag))) {
+                            self.consume(peer, seq, rank, tag, data);
+                        }
                     }
-                    return Err(Outcome::mismatch(Sizes::new(peer, rank, sent, expected)));
+                    return Err(interp_failed(rank, seq, e));
                 }
-                Err(InterpError::Memory(c)) => return Err(c0(c)),
             };
             match action {
                 Action::Complete => return Ok(true),
