@@ -823,8 +823,8 @@ fn names_sizes(detail: &str) -> bool {
 /// alltoallv whose count from rank 0 to rank 1 is not the one rank 1
 /// expects, and a reduce-scatter whose counts have the same total but are
 /// split otherwise (`[2, 2]` and `[3, 1]`). Every rank that fails fails
-/// with `CountMismatch` naming who sent how many bytes where who expected
-/// how many; the receivers always fail (on one node every rank does: the
+/// with `CountMismatch` naming the other rank and who sent how many bytes
+/// where who expected how many; the receivers always fail (on one node every rank does: the
 /// proxy fails the whole collective; across nodes a rank whose messages
 /// all went and whose receives took the right sizes may finish, with its
 /// data right), and a matching collective afterwards works.
@@ -835,7 +835,9 @@ fn proxy_sizes(world: &World) {
     let me = comm.rank();
     let one_node = world.node_count() == 1;
     let check = |what: &str, res: Result<(), Error>, must_fail: bool| match res {
-        Err(Error::CountMismatch { detail, .. }) if names_sizes(&detail) => detail,
+        Err(Error::CountMismatch { rank, detail }) if rank == 1 - me && names_sizes(&detail) => {
+            detail
+        }
         Err(e) => panic!("{what}, rank {me}: {e}"),
         Ok(()) if must_fail => panic!("{what}, rank {me}: finished"),
         Ok(()) => String::new(),

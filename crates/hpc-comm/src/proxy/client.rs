@@ -307,7 +307,8 @@ impl Client {
         };
         p.finished.store(true, Ordering::Release);
         let o = Outcome::from_wire(Code::from_wire(code), aux, String::new())
-            .with_sizes(sizes.map(|d| Sizes::from_desc(&d, aux as usize)));
+            .with_sizes(sizes.map(|d| Sizes::from_desc(&d, aux as usize)))
+            .read_by(self.me);
         if o == Outcome::Done {
             if let Some(stage) = &p.stage {
                 stage.deliver(out);
@@ -662,6 +663,22 @@ mod tests {
             "{res:?}"
         );
         assert!(lock(&c.state).sizes.is_empty());
+        // Its own message refused: it is told of the rank that refused it.
+        let f = posted(11);
+        let sizes = Desc {
+            sig: 0,
+            ..Kind::Sizes.desc(11, 4, 12)
+        };
+        assert!(c.board.push(c.proxy, c.me, sizes));
+        assert!(c
+            .board
+            .push(c.proxy, c.me, Kind::Done.desc(11, Code::Mismatch as u64, 1)));
+        let res = c.wait(&f, None);
+        assert!(
+            matches!(&res, Err(Error::CountMismatch { rank: 0, detail })
+                if detail == "rank 1 sent 4 bytes where rank 0 expected 12"),
+            "{res:?}"
+        );
         // Finished, never waited for: its answer goes with it.
         c.discard(&d);
         assert!(d.finished.load(Ordering::Acquire));

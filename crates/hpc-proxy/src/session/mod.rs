@@ -197,6 +197,24 @@ impl Outcome {
         }
     }
 
+    /// This outcome as the communicator's rank `me` reads it: a mismatch
+    /// of a message that `me` sent names the rank whose receive refused it
+    /// (the other side, as the other engines name it to a sender).
+    pub fn read_by(self, me: usize) -> Outcome {
+        match self {
+            Outcome::Mismatch {
+                sizes: Some(s),
+                why,
+                ..
+            } if s.sender == me => Outcome::Mismatch {
+                sender: s.receiver,
+                sizes: Some(s),
+                why,
+            },
+            o => o,
+        }
+    }
+
     /// A failure for anything else, `why`.
     pub fn failed(why: impl Into<String>) -> Outcome {
         Outcome::Failed { why: why.into() }
@@ -640,6 +658,10 @@ mod tests {
             assert_eq!(back.sizes(), o.sizes());
         }
         assert_eq!(o.why(), "rank 3 sent 16 bytes where rank 1 expected 8");
+        // Each side is told of the other.
+        assert_eq!(o.clone().read_by(1).wire(), (Code::Mismatch, 3));
+        assert_eq!(o.clone().read_by(3).wire(), (Code::Mismatch, 1));
+        assert_eq!(o.clone().read_by(3).sizes(), o.sizes());
         assert!(Outcome::failed("x").sizes_desc(7, 1).is_none());
         let named_other = Outcome::Mismatch {
             sender: 2,
