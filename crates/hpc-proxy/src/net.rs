@@ -34,11 +34,13 @@
 //! A proxy that loses another (its connection breaks: the proxy died or its
 //! node is cut off) fails every collective in flight, and every later one,
 //! with `NODE_LOST` naming that node. A proxy whose rank dies tells the
-//! others, which fail what waits for that rank naming it. Before it exits, a
-//! proxy sends each other proxy a last message that completes the receive
-//! that peer keeps posted, then says goodbye in two phases (bounded by the
-//! timeout), so that no connection closes with unread data or a receive
-//! pending.
+//! others, which fail what waits for that rank naming it. A collective that
+//! fails on one node fails on the others by a message that carries how (its
+//! code, the rank concerned, a size mismatch's sizes, the reason). Before it
+//! exits, a proxy sends each other proxy a last message that completes the
+//! receive that peer keeps posted, then says goodbye in two phases (bounded
+//! by the timeout), so that no connection closes with unread data or a
+//! receive pending.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -467,12 +469,16 @@ fn encode_failed(comm: u64, seq: u64, o: &Outcome) -> Vec<u8> {
 /// The sizes of a [`FAIL`] message's `SIZES` bytes; `None` where a rank
 /// does not fit this machine's word (the reason still says them).
 fn decode_sizes(b: &[u8]) -> Option<Sizes> {
-    let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let w = |i: usize| {
+        Some(u64::from_le_bytes(
+            b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+        ))
+    };
     Some(Sizes {
-        sender: usize::try_from(w(0)).ok()?,
-        receiver: usize::try_from(w(1)).ok()?,
-        sent: w(2),
-        expected: w(3),
+        sender: usize::try_from(w(0)?).ok()?,
+        receiver: usize::try_from(w(1)?).ok()?,
+        sent: w(2)?,
+        expected: w(3)?,
     })
 }
 

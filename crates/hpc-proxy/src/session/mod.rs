@@ -3,9 +3,9 @@
 //! the state machine of one communicator's collectives ([`Session`], in
 //! `life.rs`: events in, [`Effect`]s out), how a collective ended
 //! ([`Outcome`], the typed form of the wire's code and `aux` word, with a
-//! size mismatch's [`Sizes`]) and the
-//! window of collectives that ended, which drops what comes for them
-//! afterwards ([`Ended`]). `sim.rs` tests the machine over simulated nodes.
+//! size mismatch's [`Sizes`]) and the window of collectives that ended,
+//! which drops what comes for them afterwards ([`Ended`]). `sim.rs` tests
+//! the machine over simulated nodes.
 //!
 //! The wire's `(Code, aux)` pair is made only at the I/O edge
 //! ([`Outcome::wire`]) and read back only there ([`Outcome::from_wire`]):
@@ -40,12 +40,13 @@ pub enum Outcome {
     },
     /// A message's size differed from its receive's: `sender`, the
     /// communicator's rank that the ranks are told of (in host placement
-    /// the one that sent it; in DPU placement the rank on the other side of
-    /// this node), and the message's sizes where they are known.
+    /// the one that sent it, which that rank reads as the one that refused
+    /// it, [`Outcome::read_by`]; in DPU placement the rank on the other side
+    /// of this node), and the message's sizes where they are known.
     Mismatch {
-        /// The rank whose message was refused.
+        /// The rank that the error names.
         sender: usize,
-        /// Who sent how many bytes where whom expected how many; `None`
+        /// Who sent how many bytes where who expected how many; `None`
         /// where the answer that brought the outcome could not carry them.
         sizes: Option<Sizes>,
         /// Why, in words.
