@@ -645,40 +645,32 @@ mod tests {
             c.wait(&b, None),
             Err(Error::CountMismatch { rank: 0, .. })
         ));
-        // A mismatch whose sizes come before its answer, through the board:
-        // the error names them, and both go with the answer.
-        let e = posted(10);
-        let sizes = Desc {
-            sig: 1,
-            ..Kind::Sizes.desc(10, 16, 8)
+        // A mismatch whose sizes come before its answer, through the board
+        // (seq, sender, receiver, bytes sent and expected): the error names
+        // them, and both go with the answer; a rank whose own message was
+        // refused is told of the rank that refused it.
+        let mismatch = |seq: u64, sender: u64, receiver: u32, sent: u64, expected: u64| {
+            let sizes = Desc {
+                sig: receiver,
+                ..Kind::Sizes.desc(seq, sent, expected)
+            };
+            let done = Kind::Done.desc(seq, Code::Mismatch as u64, sender);
+            assert!(c.board.push(c.proxy, c.me, sizes) && c.board.push(c.proxy, c.me, done));
+            match c.wait(&posted(seq), None) {
+                Err(Error::CountMismatch { rank, detail }) => (rank, detail),
+                res => panic!("{res:?}"),
+            }
         };
-        assert!(c.board.push(c.proxy, c.me, sizes));
-        assert!(c
-            .board
-            .push(c.proxy, c.me, Kind::Done.desc(10, Code::Mismatch as u64, 0)));
-        let res = c.wait(&e, None);
-        assert!(
-            matches!(&res, Err(Error::CountMismatch { rank: 0, detail })
-                if detail == "rank 0 sent 16 bytes where rank 1 expected 8"),
-            "{res:?}"
+        let told = |rank: usize, detail: &str| (rank, detail.to_string());
+        assert_eq!(
+            mismatch(10, 0, 1, 16, 8),
+            told(0, "rank 0 sent 16 bytes where rank 1 expected 8")
+        );
+        assert_eq!(
+            mismatch(11, 1, 0, 4, 12),
+            told(0, "rank 1 sent 4 bytes where rank 0 expected 12")
         );
         assert!(lock(&c.state).sizes.is_empty());
-        // Its own message refused: it is told of the rank that refused it.
-        let f = posted(11);
-        let sizes = Desc {
-            sig: 0,
-            ..Kind::Sizes.desc(11, 4, 12)
-        };
-        assert!(c.board.push(c.proxy, c.me, sizes));
-        assert!(c
-            .board
-            .push(c.proxy, c.me, Kind::Done.desc(11, Code::Mismatch as u64, 1)));
-        let res = c.wait(&f, None);
-        assert!(
-            matches!(&res, Err(Error::CountMismatch { rank: 0, detail })
-                if detail == "rank 1 sent 4 bytes where rank 0 expected 12"),
-            "{res:?}"
-        );
         // Finished, never waited for: its answer goes with it.
         c.discard(&d);
         assert!(d.finished.load(Ordering::Acquire));
