@@ -19,7 +19,8 @@ pub enum Error {
     CountMismatch {
         /// The other rank (rank in the world).
         rank: usize,
-        /// What differed.
+        /// What differed: who sent how many bytes where who expected how
+        /// many, where the engine knows it.
         detail: String,
     },
     /// Another rank called a different collective at the same point of the

@@ -109,6 +109,7 @@ fn child_entry() {
         "kill" => kill(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
+        "proxy_sizes" => proxy_sizes(&world),
         "disagree" => disagree(&world),
         "safety" => safety(&world),
         "staging" => staging(&world),
@@ -804,6 +805,94 @@ fn mismatch(world: &World) {
     }
 }
 
+/// Whether `detail` names a message's sizes as every engine does: "rank A
+/// sent N bytes where rank B expected M", N and M differing.
+fn names_sizes(detail: &str) -> bool {
+    let w: Vec<&str> = detail.split(' ').collect();
+    let num = |i: usize| w[i].parse::<u64>().ok();
+    w.len() == 10
+        && (w[0], w[2], w[4], w[5], w[6], w[8])
+            == ("rank", "sent", "bytes", "where", "rank", "expected")
+        && num(1).is_some()
+        && num(7).is_some()
+        && matches!((num(3), num(9)), (Some(n), Some(m)) if n != m)
+}
+
+/// The host-placed proxy names the sizes of a count mismatch, as the other
+/// engines and the DPU-placed proxy do (hostile pass 14, cases 73-74): an
+/// alltoallv whose count from rank 0 to rank 1 is not the one rank 1
+/// expects, and a reduce-scatter whose counts have the same total but are
+/// split otherwise (`[2, 2]` and `[3, 1]`). Every rank that fails fails
+/// with `CountMismatch` naming the other rank and who sent how many bytes
+/// where who expected how many; the receivers always fail (on one node every rank does: the
+/// proxy fails the whole collective; across nodes a rank whose messages
+/// all went and whose receives took the right sizes may finish, with its
+/// data right), and a matching collective afterwards works.
+fn proxy_sizes(world: &World) {
+    let mut opts = CommOptions::new(Engine::Proxy);
+    opts.timeout = Some(Duration::from_secs(5));
+    let comm = Comm::with_options(world, opts).unwrap();
+    let me = comm.rank();
+    let one_node = world.node_count() == 1;
+    let check = |what: &str, res: Result<(), Error>, must_fail: bool| match res {
+        Err(Error::CountMismatch { rank, detail }) if rank == 1 - me && names_sizes(&detail) => {
+            detail
+        }
+        Err(e) => panic!("{what}, rank {me}: {e}"),
+        Ok(()) if must_fail => panic!("{what}, rank {me}: finished"),
+        Ok(()) => String::new(),
+    };
+    // Rank 0 sends rank 1 four elements, rank 1 expects two.
+    let (sc, rc) = if me == 0 {
+        ([1, 4], [1, 1])
+    } else {
+        ([1, 1], [2, 1])
+    };
+    let send: Vec<i32> = (0..sc.iter().sum::<usize>() as i32).collect();
+    let mut recv = vec![-1i32; rc.iter().sum()];
+    let res = comm.alltoallv(&send, &sc, &mut recv, &rc);
+    let detail = check("alltoallv", res, one_node || me == 1);
+    if detail.is_empty() {
+        // Rank 0 across nodes, finished: its own element and rank 1's first.
+        assert_eq!(recv, [0, 0], "alltoallv, rank {me}");
+    } else {
+        assert_eq!(
+            detail, "rank 0 sent 16 bytes where rank 1 expected 8",
+            "alltoallv, rank {me}"
+        );
+    }
+    world.barrier().unwrap();
+    // The same total, split otherwise: each rank receives a block of
+    // another size than its own counts say.
+    let counts = if me == 0 { [2, 2] } else { [3, 1] };
+    let mut recv = vec![0i32; counts[me]];
+    let res = comm.reduce_scatter(&vec![1i32; 4], &mut recv, &counts, ReduceOp::Sum);
+    check("reduce_scatter", res, true);
+    world.barrier().unwrap();
+    let mut recv = vec![0i64; 4];
+    comm.allreduce(&[1i64; 4], &mut recv, ReduceOp::Sum)
+        .unwrap_or_else(|e| panic!("after the mismatches, rank {me}: {e}"));
+    assert_eq!(recv, [2; 4]);
+    drop(comm);
+    world.barrier().unwrap();
+    // Across nodes, a rank that only its proxy can tell: an allreduce of 4
+    // elements and of 5 by recursive halving then doubling. One rank's
+    // first message has the size its peer expects, the other's not: the
+    // refusing rank sends nothing more, so the first waits for a second
+    // message that never comes until the other node's proxy tells its own.
+    let mut opts = CommOptions::new(Engine::Proxy);
+    opts.timeout = Some(Duration::from_secs(5));
+    opts.schedule =
+        hpc_collectives::Options::with_algorithm(hpc_collectives::Algorithm::Rabenseifner);
+    let comm = Comm::with_options(world, opts).unwrap();
+    let c = 4 + me;
+    let mut recv = vec![0i32; c];
+    let res = comm.allreduce(&vec![1i32; c], &mut recv, ReduceOp::Sum);
+    check("allreduce", res, true);
+    drop(comm);
+    world.barrier().unwrap();
+}
+
 /// Ranks that call different collectives at the same point of the
 /// communicator's order, with the same byte counts, so that only what travels
 /// with the data beside the sizes can tell: the last rank calls another
@@ -1248,6 +1337,16 @@ fn sixty_four_ranks_oversubscribed() {
 fn mismatched_counts_are_typed_errors() {
     all_ok("mismatch", 2);
     all_ok("mismatch", 3);
+}
+
+/// The host-placed proxy's count mismatch names the sizes (hostile pass
+/// 14, cases 73-74): 2 ranks on one node, and on two emulated nodes, whose
+/// proxies tell each other the sizes with the failure.
+#[test]
+fn the_host_proxy_names_the_sizes_of_a_count_mismatch() {
+    let host = [("HPC_COLL_PROXY_PLACEMENT", "host")];
+    all_ok_with("proxy_sizes", 2, 30.0, &host);
+    all_ok_on("proxy_sizes on 2 nodes", "proxy_sizes", 2, 2, 30.0, &host);
 }
 
 /// Inline, Thread and the host proxy, then the DPU-placed proxy (with Inline

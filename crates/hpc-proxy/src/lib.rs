@@ -178,7 +178,7 @@ pub(crate) use protocol::parse_submit;
 pub use protocol::PROXY_CMD;
 pub use server::serve;
 pub use service::{dpu_service, DpuKey, ServiceAuth};
-pub use session::Outcome;
+pub use session::{Outcome, Sizes};
 
 /// The blob a rank posts for `coll` over buffers of these lengths (at
 /// placeholder addresses; for the fuzz corpus).

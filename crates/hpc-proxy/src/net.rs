@@ -34,11 +34,13 @@
 //! A proxy that loses another (its connection breaks: the proxy died or its
 //! node is cut off) fails every collective in flight, and every later one,
 //! with `NODE_LOST` naming that node. A proxy whose rank dies tells the
-//! others, which fail what waits for that rank naming it. Before it exits, a
-//! proxy sends each other proxy a last message that completes the receive
-//! that peer keeps posted, then says goodbye in two phases (bounded by the
-//! timeout), so that no connection closes with unread data or a receive
-//! pending.
+//! others, which fail what waits for that rank naming it. A collective that
+//! fails on one node fails on the others by a message that carries how (its
+//! code, the rank concerned, a size mismatch's sizes, the reason). Before it
+//! exits, a proxy sends each other proxy a last message that completes the
+//! receive that peer keeps posted, then says goodbye in two phases (bounded
+//! by the timeout), so that no connection closes with unread data or a
+//! receive pending.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -49,7 +51,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::Code;
-use crate::session::Outcome;
+use crate::session::{Outcome, Sizes};
 use hpc_board::sig::Sig;
 use hpc_board::{Error, Result};
 
@@ -412,6 +414,8 @@ pub struct Failed {
     pub code: u8,
     /// The rank (or node) concerned.
     pub aux: u64,
+    /// A mismatch's sizes, where that proxy knew them.
+    pub sizes: Option<Sizes>,
     /// Why.
     pub why: String,
 }
@@ -420,6 +424,7 @@ impl Failed {
     /// How the collective failed, as that node's proxy told it.
     pub fn outcome(self) -> Outcome {
         Outcome::from_wire(Code::from_wire(u64::from(self.code)), self.aux, self.why)
+            .with_sizes(self.sizes)
     }
 }
 
@@ -430,8 +435,52 @@ const DEAD: u32 = u32::MAX;
 const CLOSE: u32 = u32::MAX - 1;
 /// The destination of a message that fails a collective on every node (its
 /// source is the code, its tag the sequence number; the payload the rank
-/// concerned, 8 bytes, the communicator's id, 8 bytes, then the reason).
+/// concerned, 8 bytes, the communicator's id, 8 bytes, a byte saying
+/// whether a mismatch's sizes follow (1) or not (0), those sizes (sender,
+/// receiver, bytes sent, bytes expected: 8 bytes each), then the reason).
 const FAIL: u32 = u32::MAX - 2;
+
+/// The bytes of a mismatch's sizes in a [`FAIL`] message.
+const SIZES: usize = 32;
+
+/// The payload and trailer of the message that fails collective `seq` of
+/// communicator `comm` with outcome `o` ([`FAIL`]).
+fn encode_failed(comm: u64, seq: u64, o: &Outcome) -> Vec<u8> {
+    let (code, aux) = o.wire();
+    let mut v = aux.to_le_bytes().to_vec();
+    v.extend_from_slice(&comm.to_le_bytes());
+    match o.sizes() {
+        Some(s) => {
+            v.push(1);
+            for w in [s.sender as u64, s.receiver as u64, s.sent, s.expected] {
+                v.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        None => v.push(0),
+    }
+    v.extend_from_slice(o.why().as_bytes());
+    v.extend_from_slice(&u32::from(code as u8).to_le_bytes());
+    v.extend_from_slice(&FAIL.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(&Sig::NONE.0.to_le_bytes());
+    v
+}
+
+/// The sizes of a [`FAIL`] message's `SIZES` bytes; `None` where a rank
+/// does not fit this machine's word (the reason still says them).
+fn decode_sizes(b: &[u8]) -> Option<Sizes> {
+    let w = |i: usize| {
+        Some(u64::from_le_bytes(
+            b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+        ))
+    };
+    Some(Sizes {
+        sender: usize::try_from(w(0)?).ok()?,
+        receiver: usize::try_from(w(1)?).ok()?,
+        sent: w(2)?,
+        expected: w(3)?,
+    })
+}
 
 /// The local address that routes to `to`, as the ranks' transport listens on.
 pub fn route(to: std::net::SocketAddr) -> Option<std::net::IpAddr> {
@@ -455,12 +504,18 @@ fn parse_failed(v: &[u8]) -> Option<Failed> {
     let body = &v[..v.len() - TRAILER];
     let aux = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
     let comm = u64::from_le_bytes(body.get(8..16)?.try_into().ok()?);
+    let (sizes, why) = match *body.get(16)? {
+        0 => (None, 17),
+        1 => (decode_sizes(body.get(17..17 + SIZES)?), 17 + SIZES),
+        _ => return None,
+    };
     Some(Failed {
         comm,
         seq: u64::from_le_bytes(t[8..16].try_into().ok()?),
         code: u8::try_from(u32::from_le_bytes(t[..4].try_into().ok()?)).ok()?,
         aux,
-        why: String::from_utf8_lossy(&body[16..]).into_owned(),
+        sizes,
+        why: String::from_utf8_lossy(&body[why..]).into_owned(),
     })
 }
 
@@ -687,20 +742,12 @@ impl ProxyNet {
     /// reason), so that their ranks fail it too rather than wait for
     /// messages that will not come.
     pub fn announce_failed(&mut self, comm: u64, seq: u64, o: &Outcome, nodes: &[usize]) {
-        let (code, aux) = o.wire();
-        let (code, why) = (code as u8, o.why());
+        let v = encode_failed(comm, seq, o);
         for &p in nodes {
             if p == self.hello.me || self.lost.get(p) != Some(&false) {
                 continue;
             }
-            let mut v = aux.to_le_bytes().to_vec();
-            v.extend_from_slice(&comm.to_le_bytes());
-            v.extend_from_slice(why.as_bytes());
-            v.extend_from_slice(&u32::from(code).to_le_bytes());
-            v.extend_from_slice(&FAIL.to_le_bytes());
-            v.extend_from_slice(&seq.to_le_bytes());
-            v.extend_from_slice(&Sig::NONE.0.to_le_bytes());
-            match self.t.send(p, MSG, v) {
+            match self.t.send(p, MSG, v.clone()) {
                 Ok(id) => self.sends.push(id),
                 Err(e) => self.lose(p, &e),
             }
@@ -903,5 +950,35 @@ mod tests {
         assert_eq!(decode_parts(&[2, 0, 0, 0, 1, 0, 0, 0, 7]), None);
         assert_eq!(decode_parts(&[0, 0, 0, 0, 1]), None);
         assert_eq!(decode_parts(&[1, 0, 0, 0, 255, 255, 255, 255]), None);
+    }
+
+    /// A failure told to another node reads back as the outcome it was,
+    /// a mismatch with its sizes; a cut or unknown sizes flag is refused.
+    #[test]
+    fn failures_round_trip_with_their_sizes() {
+        let outcomes = [
+            Outcome::mismatch(Sizes::new(0, 1, 16, 8)),
+            Outcome::Mismatch {
+                sender: 1,
+                sizes: None,
+                why: "sizes differ".into(),
+            },
+            Outcome::NodeLost { node: 3 },
+            Outcome::failed("a step failed"),
+        ];
+        for o in outcomes {
+            let v = encode_failed(5, 42, &o);
+            let f = parse_failed(&v).unwrap();
+            assert_eq!((f.comm, f.seq), (5, 42));
+            assert_eq!(f.sizes, o.sizes());
+            assert_eq!(f.outcome(), o);
+        }
+        let v = encode_failed(5, 42, &Outcome::mismatch(Sizes::new(0, 1, 16, 8)));
+        let mut cut = v[..17 + 8].to_vec();
+        cut.extend_from_slice(&v[v.len() - TRAILER..]);
+        assert_eq!(parse_failed(&cut), None);
+        let mut bad = v.clone();
+        bad[16] = 2;
+        assert_eq!(parse_failed(&bad), None);
     }
 }

@@ -8,6 +8,11 @@
 //! `NodeLost`, the node; for `OverCap` and `NoMemory`, the bytes asked for;
 //! for `Disagree`, the other rank and its collective's signature). A
 //! `SUBMIT` carries its collective's signature in the descriptor's `sig`.
+//! A `DONE` of a `Mismatch` whose sizes the proxy knows comes right after a
+//! `SIZES` of the same tag: the receiving rank in `sig`, the bytes sent in
+//! `addr`, the bytes its receive expected in `len` (the sender being the
+//! rank the `DONE` names), so that the rank's error names them as the other
+//! engines' do.
 //! Tags are the communicator's sequence numbers of the collectives. A rank
 //! whose wait timed out asks (`ASK`) which ranks' parts the proxy has not
 //! received; the proxy answers one `WAITING` per rank (the rank in `addr`),
@@ -45,6 +50,13 @@ pub enum Kind {
     /// Proxy to rank: the end of its answer to `Ask` for collective `tag`,
     /// `addr` ranks named.
     Asked = 23,
+    /// Proxy to rank, right before the `Done` of collective `tag` that
+    /// failed for a message's size (`Mismatch`): that message's receiving
+    /// rank in `sig`, its bytes in `addr`, the bytes its receive expected in
+    /// `len`; its sender is the rank the `Done` names. Not sent where the
+    /// receiving rank does not fit `sig`: the rank's error then says only
+    /// that the sizes differ.
+    Sizes = 24,
 }
 
 impl Kind {
@@ -59,6 +71,7 @@ impl Kind {
             21 => Kind::Cancelled,
             22 => Kind::Waiting,
             23 => Kind::Asked,
+            24 => Kind::Sizes,
             _ => return None,
         })
     }
@@ -195,6 +208,7 @@ mod tests {
             Kind::Cancelled,
             Kind::Waiting,
             Kind::Asked,
+            Kind::Sizes,
         ];
         for k in all {
             let d = k.desc(7, 3, 1);

@@ -23,7 +23,7 @@ use crate::memory::{
 };
 use crate::net::{tag64, ProxyNet, TRAILER};
 use crate::protocol::{Code, Kind, MAX_BLOB};
-use crate::session::{Cancel, Effect, Outcome, Session};
+use crate::session::{Cancel, Effect, Outcome, Session, Sizes};
 use crate::submits::{Parsed, Submits};
 use hpc_board::backoff::{Backoff, Pause};
 use hpc_board::board::{self, Board, Desc};
@@ -140,6 +140,20 @@ struct Proxy {
 /// collective `seq`.
 fn sent_by(k: &(usize, usize, u64), rank: usize, seq: u64) -> bool {
     k.0 == rank && k.2 >> 32 == tag64(seq, 0) >> 32
+}
+
+/// How collective `seq` failed on rank `rank`'s interpreter: a message
+/// that its receive refused for its size names the sizes.
+fn interp_failed(rank: usize, seq: u64, e: InterpError<Code>) -> Outcome {
+    match e {
+        InterpError::SizeMismatch {
+            peer,
+            sent,
+            expected,
+            ..
+        } => Outcome::mismatch(Sizes::new(peer, rank, sent, expected)),
+        InterpError::Memory(c) => Outcome::from_wire(c, 0, format!("collective {seq}")),
+    }
 }
 
 impl Proxy {
@@ -317,6 +331,10 @@ impl Proxy {
     /// word).
     fn answer(&mut self, seq: u64, rank: usize, outcome: &Outcome) {
         let (code, aux) = outcome.wire_to(rank);
+        // A mismatch's sizes right before it, in the same ring.
+        if let Some(d) = outcome.sizes_desc(seq, rank) {
+            self.reply(rank, d);
+        }
         self.reply(rank, Kind::Done.desc(seq, code as u64, aux));
     }
 
@@ -355,9 +373,11 @@ impl Proxy {
         }
     }
 
-    /// Advances one op; `Ok(true)` when finished.
-    fn advance(&mut self, op: &mut VOp) -> Result<bool, (Code, u64)> {
-        let c0 = |c: Code| (c, 0);
+    /// Advances one op; `Ok(true)` when finished, `Err` with how it failed.
+    fn advance(&mut self, op: &mut VOp) -> Result<bool, Outcome> {
+        let seq = op.seq;
+        let wire = |(c, aux): (Code, u64)| Outcome::from_wire(c, aux, format!("collective {seq}"));
+        let c0 = |c: Code| wire((c, 0));
         // Its messages that receives took since the last pass.
         if !self.taken.is_empty() {
             self.taken.retain(|&(r, s, dst, tag)| {
@@ -368,7 +388,7 @@ impl Proxy {
                 !mine
             });
         }
-        let (rank, seq) = (op.rank, op.seq);
+        let rank = op.rank;
         loop {
             let mut mem = ProxyMem {
                 bounce: &mut self.bounce,
@@ -381,14 +401,15 @@ impl Proxy {
             let action = match action {
                 Ok(Some(a)) => a,
                 Ok(None) => return Ok(false),
-                Err(InterpError::SizeMismatch { peer, tag, .. }) => {
-                    // The message is refused: it goes, and its sender may go on.
-                    if let Some(data) = self.msgs.take(&(peer, rank, tag64(seq, tag))) {
-                        self.consume(peer, seq, rank, tag, data);
+                Err(e) => {
+                    if let InterpError::SizeMismatch { peer, tag, .. } = e {
+                        // The message is refused: it goes, and its sender may go on.
+                        if let Some(data) = self.msgs.take(&(peer, rank, tag64(seq, tag))) {
+                            self.consume(peer, seq, rank, tag, data);
+                        }
                     }
-                    return Err((Code::Mismatch, peer as u64));
+                    return Err(interp_failed(rank, seq, e));
                 }
-                Err(InterpError::Memory(c)) => return Err(c0(c)),
             };
             match action {
                 Action::Complete => return Ok(true),
@@ -397,12 +418,12 @@ impl Proxy {
                     // To another node: read now (eagerly), through the transport.
                     let at = locate(&op.mem, &self.pids, &region).map_err(c0)?;
                     // From the pool: a fresh large buffer costs a page fault per page.
-                    let mut data = self.take(region.len + TRAILER)?.v;
+                    let mut data = self.take(region.len + TRAILER).map_err(wire)?.v;
                     data.truncate(region.len + TRAILER);
                     read_loc(&op.mem, at, &mut data[..region.len]).map_err(c0)?;
                     let net = self.net.as_mut().expect("net_peer implies net");
                     net.send(rank, peer, tag64(seq, tag), op.sig, data)
-                        .map_err(|node| (Code::NodeLost, node as u64))?;
+                        .map_err(|node| Outcome::NodeLost { node })?;
                     op.m.sent(peer, tag);
                 }
                 Action::Send { peer, tag, region } => {
@@ -414,7 +435,7 @@ impl Proxy {
                             len: region.len,
                         },
                         Loc::Scratch(o) => {
-                            let mut b = self.take(region.len)?;
+                            let mut b = self.take(region.len).map_err(wire)?;
                             b.v[..region.len].copy_from_slice(&op.mem.scratch[o..o + region.len]);
                             op.m.sent(peer, tag);
                             Payload::Owned(b)
@@ -666,9 +687,8 @@ impl Proxy {
                     self.finish(ops.swap_remove(i), Outcome::Done);
                     moved = true;
                 }
-                Err((code, aux)) => {
+                Err(o) => {
                     let op = ops.swap_remove(i);
-                    let o = Outcome::from_wire(code, aux, format!("collective {}", op.seq));
                     match o {
                         Outcome::NoMemory { bytes, .. } => short.push((op.seq, bytes)),
                         // The other ranks' parts wait for this one's messages,

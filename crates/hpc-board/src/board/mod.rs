@@ -212,7 +212,8 @@ pub struct Desc {
     /// What it says (below 256).
     pub kind: u32,
     /// The signature of the collective whose message it announces
-    /// ([`Sig`](crate::sig::Sig)'s word; 0 for every other descriptor).
+    /// ([`Sig`](crate::sig::Sig)'s word; 0 for the board's other
+    /// descriptors, the kind's own word for a few of the proxy's).
     pub sig: u32,
     /// The message's tag: `(collective sequence number << 32) | schedule tag`.
     pub tag: u64,

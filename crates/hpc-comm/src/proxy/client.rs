@@ -18,7 +18,7 @@ use hpc_board::sig::Sig;
 use hpc_board::sync::lock;
 use hpc_board::{Error, Result};
 use hpc_proxy::protocol::{Blob, Code, Kind, PROXY_CMD};
-use hpc_proxy::Outcome;
+use hpc_proxy::{Outcome, Sizes};
 
 /// How long a rank whose wait timed out waits for its proxy to say which
 /// ranks' parts it has not received.
@@ -41,11 +41,17 @@ impl ClientState {
         self.done.iter().any(|d| d.0 == seq)
     }
 
-    /// Takes the answer to collective `seq`: (code, aux).
-    fn take_done(&mut self, seq: u64) -> Option<(u64, u64)> {
+    /// Takes the answer to collective `seq`: (code, aux, the `SIZES`
+    /// that came before it, if any).
+    fn take_done(&mut self, seq: u64) -> Option<(u64, u64, Option<Desc>)> {
         let i = self.done.iter().position(|d| d.0 == seq)?;
         let (_, code, aux) = self.done.swap_remove(i);
-        Some((code, aux))
+        let sizes = self
+            .sizes
+            .iter()
+            .position(|d| d.tag == seq)
+            .map(|i| self.sizes.swap_remove(i));
+        Some((code, aux, sizes))
     }
 }
 
@@ -54,6 +60,9 @@ struct ClientState {
     /// Answers not yet taken: (seq, code, aux). A few at most: a short list
     /// beats hashing on the path of every collective.
     done: Vec<(u64, u64, u64)>,
+    /// The sizes of mismatches (`SIZES`), each taken with the answer that
+    /// follows it.
+    sizes: Vec<Desc>,
     cancelled: Vec<u64>,
     outq: VecDeque<Desc>,
     /// The proxy's answers to `ASK`s: (seq, a rank whose part has not come).
@@ -261,6 +270,9 @@ impl Client {
                 Some(Kind::Done) => {
                     st.done.push((d.tag, d.addr, d.len));
                 }
+                Some(Kind::Sizes) => {
+                    st.sizes.push(d);
+                }
                 Some(Kind::Cancelled) => {
                     st.cancelled.push(d.tag);
                 }
@@ -288,13 +300,15 @@ impl Client {
 
     /// The answer to `p`, if the proxy gave it: the collective's result.
     fn answer(&self, p: &Pending, out: Option<&mut [u8]>) -> Option<Result<()>> {
-        let (code, aux) = {
+        let (code, aux, sizes) = {
             let mut st = lock(&self.state);
             self.drain(&mut st);
             st.take_done(p.seq)?
         };
         p.finished.store(true, Ordering::Release);
-        let o = Outcome::from_wire(Code::from_wire(code), aux, String::new());
+        let o = Outcome::from_wire(Code::from_wire(code), aux, String::new())
+            .with_sizes(sizes.map(|d| Sizes::from_desc(&d, aux as usize)))
+            .read_by(self.me);
         if o == Outcome::Done {
             if let Some(stage) = &p.stage {
                 stage.deliver(out);
@@ -631,6 +645,32 @@ mod tests {
             c.wait(&b, None),
             Err(Error::CountMismatch { rank: 0, .. })
         ));
+        // A mismatch whose sizes come before its answer, through the board
+        // (seq, sender, receiver, bytes sent and expected): the error names
+        // them, and both go with the answer; a rank whose own message was
+        // refused is told of the rank that refused it.
+        let mismatch = |seq: u64, sender: u64, receiver: u32, sent: u64, expected: u64| {
+            let sizes = Desc {
+                sig: receiver,
+                ..Kind::Sizes.desc(seq, sent, expected)
+            };
+            let done = Kind::Done.desc(seq, Code::Mismatch as u64, sender);
+            assert!(c.board.push(c.proxy, c.me, sizes) && c.board.push(c.proxy, c.me, done));
+            match c.wait(&posted(seq), None) {
+                Err(Error::CountMismatch { rank, detail }) => (rank, detail),
+                res => panic!("{res:?}"),
+            }
+        };
+        let told = |rank: usize, detail: &str| (rank, detail.to_string());
+        assert_eq!(
+            mismatch(10, 0, 1, 16, 8),
+            told(0, "rank 0 sent 16 bytes where rank 1 expected 8")
+        );
+        assert_eq!(
+            mismatch(11, 1, 0, 4, 12),
+            told(0, "rank 1 sent 4 bytes where rank 0 expected 12")
+        );
+        assert!(lock(&c.state).sizes.is_empty());
         // Finished, never waited for: its answer goes with it.
         c.discard(&d);
         assert!(d.finished.load(Ordering::Acquire));

@@ -14,7 +14,7 @@ use super::wire::{
 };
 use crate::memory::{footprint, try_filled, Budget, Refusal};
 use crate::net::{closed, tag64, ProxyNet, TRAILER};
-use crate::session::{Effect, Outcome};
+use crate::session::{Effect, Outcome, Sizes};
 use crate::steps::{Run, RunError};
 use hpc_board::backoff::Backoff;
 use hpc_board::sig::Sig;
@@ -811,11 +811,15 @@ impl Server {
                 sent,
                 expected,
             }) => {
-                let why =
-                    format!("rank {src} sent {sent} bytes where rank {dst} expected {expected}");
+                let sizes = Sizes::new(src, dst, sent, expected);
                 let local = ranks.contains(&src);
                 let other = if local { dst } else { src };
-                self.fail(id, seq, Outcome::Mismatch { sender: other, why }, true);
+                let o = Outcome::Mismatch {
+                    sender: other,
+                    sizes: Some(sizes),
+                    why: sizes.describe(|r| r),
+                };
+                self.fail(id, seq, o, true);
             }
             Err(RunError::NodeLost(node)) => {
                 self.fail(id, seq, Outcome::NodeLost { node }, false);

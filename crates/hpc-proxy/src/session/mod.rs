@@ -2,9 +2,10 @@
 //! placements (host, `server.rs`; DPU, `dpu/server.rs`) and doing no I/O:
 //! the state machine of one communicator's collectives ([`Session`], in
 //! `life.rs`: events in, [`Effect`]s out), how a collective ended
-//! ([`Outcome`], the typed form of the wire's code and `aux` word) and the
-//! window of collectives that ended, which drops what comes for them
-//! afterwards ([`Ended`]). `sim.rs` tests the machine over simulated nodes.
+//! ([`Outcome`], the typed form of the wire's code and `aux` word, with a
+//! size mismatch's [`Sizes`]) and the window of collectives that ended,
+//! which drops what comes for them afterwards ([`Ended`]). `sim.rs` tests
+//! the machine over simulated nodes.
 //!
 //! The wire's `(Code, aux)` pair is made only at the I/O edge
 //! ([`Outcome::wire`]) and read back only there ([`Outcome::from_wire`]):
@@ -20,7 +21,8 @@ pub mod sim;
 pub use life::{Cancel, Effect, Session};
 
 use super::memory::Refusal;
-use super::protocol::Code;
+use super::protocol::{Code, Kind};
+use hpc_board::board::Desc;
 use hpc_board::sig::Sig;
 use hpc_board::{Error, Result};
 
@@ -37,10 +39,16 @@ pub enum Outcome {
         why: String,
     },
     /// A message's size differed from its receive's: `sender`, the
-    /// communicator's rank that sent it.
+    /// communicator's rank that the ranks are told of (in host placement
+    /// the one that sent it, which that rank reads as the one that refused
+    /// it, [`Outcome::read_by`]; in DPU placement the rank on the other side
+    /// of this node), and the message's sizes where they are known.
     Mismatch {
-        /// The rank whose message was refused.
+        /// The rank that the error names.
         sender: usize,
+        /// Who sent how many bytes where who expected how many; `None`
+        /// where the answer that brought the outcome could not carry them.
+        sizes: Option<Sizes>,
         /// Why, in words.
         why: String,
     },
@@ -87,7 +95,127 @@ pub enum Outcome {
     },
 }
 
+/// The message that failed a collective for its size: `sender`'s message
+/// of `sent` bytes where `receiver`'s receive holds `expected` (ranks of
+/// the communicator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    /// The rank that sent the message.
+    pub sender: usize,
+    /// The rank whose receive refused it.
+    pub receiver: usize,
+    /// The bytes it sent.
+    pub sent: u64,
+    /// The bytes the receive expected.
+    pub expected: u64,
+}
+
+impl Sizes {
+    /// The sizes of a message of `sent` bytes from `sender` that `receiver`
+    /// expected `expected` of.
+    pub fn new(sender: usize, receiver: usize, sent: usize, expected: usize) -> Sizes {
+        Sizes {
+            sender,
+            receiver,
+            sent: sent as u64,
+            expected: expected as u64,
+        }
+    }
+
+    /// The `SIZES` descriptor of collective `seq` that says these sizes to
+    /// a rank, right before the `DONE` that names the sender; `None` where
+    /// the receiving rank does not fit its 32-bit word (never cut short).
+    pub fn desc(&self, seq: u64) -> Option<Desc> {
+        let receiver = u32::try_from(self.receiver).ok()?;
+        Some(Desc {
+            sig: receiver,
+            ..Kind::Sizes.desc(seq, self.sent, self.expected)
+        })
+    }
+
+    /// The sizes that a `SIZES` descriptor `d` says, before the `DONE`
+    /// naming `sender`.
+    pub fn from_desc(d: &Desc, sender: usize) -> Sizes {
+        Sizes {
+            sender,
+            receiver: d.sig as usize,
+            sent: d.addr,
+            expected: d.len,
+        }
+    }
+
+    /// In words, `name` giving a rank as the reader knows it (the world's
+    /// rank of a communicator's): "rank 0 sent 16 bytes where rank 1
+    /// expected 8", as the other engines say it.
+    pub fn describe(&self, name: impl Fn(usize) -> usize) -> String {
+        format!(
+            "rank {} sent {} bytes where rank {} expected {}",
+            name(self.sender),
+            self.sent,
+            name(self.receiver),
+            self.expected
+        )
+    }
+}
+
 impl Outcome {
+    /// A size mismatch of the message `sizes` tells, its sender named.
+    pub fn mismatch(sizes: Sizes) -> Outcome {
+        Outcome::Mismatch {
+            sender: sizes.sender,
+            sizes: Some(sizes),
+            why: sizes.describe(|r| r),
+        }
+    }
+
+    /// The sizes of a mismatch, where it knows them.
+    pub fn sizes(&self) -> Option<Sizes> {
+        match self {
+            Outcome::Mismatch { sizes, .. } => *sizes,
+            _ => None,
+        }
+    }
+
+    /// The `SIZES` descriptor that goes before this outcome's `DONE` of
+    /// collective `seq` to `rank`: only for a mismatch whose sizes are
+    /// known and whose `DONE` names their sender.
+    pub fn sizes_desc(&self, seq: u64, rank: usize) -> Option<Desc> {
+        let s = self.sizes()?;
+        match self.wire_to(rank) {
+            (Code::Mismatch, aux) if aux == s.sender as u64 => s.desc(seq),
+            _ => None,
+        }
+    }
+
+    /// This outcome with the `sizes` that came beside its code and word
+    /// (only a mismatch has any: another outcome stays as it is).
+    pub fn with_sizes(self, sizes: Option<Sizes>) -> Outcome {
+        match self {
+            Outcome::Mismatch { sender, why, .. } if sizes.is_some() => {
+                Outcome::Mismatch { sender, sizes, why }
+            }
+            o => o,
+        }
+    }
+
+    /// This outcome as the communicator's rank `me` reads it: a mismatch
+    /// of a message that `me` sent names the rank whose receive refused it
+    /// (the other side, as the other engines name it to a sender).
+    pub fn read_by(self, me: usize) -> Outcome {
+        match self {
+            Outcome::Mismatch {
+                sizes: Some(s),
+                why,
+                ..
+            } if s.sender == me => Outcome::Mismatch {
+                sender: s.receiver,
+                sizes: Some(s),
+                why,
+            },
+            o => o,
+        }
+    }
+
     /// A failure for anything else, `why`.
     pub fn failed(why: impl Into<String>) -> Outcome {
         Outcome::Failed { why: why.into() }
@@ -163,7 +291,8 @@ impl Outcome {
 
     /// The outcome that a code, `aux` word and reason from the wire mean
     /// (what another node's proxy told); an `aux` that names no rank or node
-    /// of this machine's word size is a [`Outcome::Failed`] naming it.
+    /// of this machine's word size is a [`Outcome::Failed`] naming it. A
+    /// mismatch's sizes travel beside them ([`Outcome::with_sizes`]).
     pub fn from_wire(code: Code, aux: u64, why: String) -> Outcome {
         let index = |what: &str| {
             usize::try_from(aux)
@@ -177,6 +306,7 @@ impl Outcome {
             }),
             Code::Mismatch => index("rank").map(|sender| Outcome::Mismatch {
                 sender,
+                sizes: None,
                 why: why.clone(),
             }),
             Code::NodeLost => index("node").map(|node| Outcome::NodeLost { node }),
@@ -229,7 +359,8 @@ impl Outcome {
     /// as a rank reads it off the wire: `world` maps a communicator's rank to
     /// the world's (an index it does not know stays as it is). `proxy` names
     /// the proxy (`the DPU proxy`); an outcome without a reason (the host
-    /// proxy's answers carry none) gets the general one of its kind. `ours`
+    /// proxy's answers carry none) gets the general one of its kind, but a
+    /// mismatch whose sizes came names them (its ranks as the world's). `ours`
     /// is the signature of this rank's collective, which a disagreement
     /// names beside the other rank's.
     pub fn into_result(self, seq: u64, proxy: &str, world: &[usize], ours: Sig) -> Result<()> {
@@ -244,12 +375,12 @@ impl Outcome {
         Err(match self {
             Outcome::Done => return Ok(()),
             Outcome::Lost { rank, .. } => Error::RankLost { rank: world(rank) },
-            Outcome::Mismatch { sender, why } => Error::CountMismatch {
+            Outcome::Mismatch { sender, sizes, why } => Error::CountMismatch {
                 rank: world(sender),
-                detail: if why.is_empty() {
-                    "message sizes differ".into()
-                } else {
-                    why
+                detail: match sizes {
+                    Some(s) => s.describe(world),
+                    None if why.is_empty() => "message sizes differ".into(),
+                    None => why,
                 },
             },
             Outcome::NodeLost { node } => Error::NodeLost { node },
@@ -380,8 +511,10 @@ mod tests {
             },
             Outcome::Mismatch {
                 sender: 1,
+                sizes: None,
                 why: "size".into(),
             },
+            Outcome::mismatch(Sizes::new(0, 1, 16, 8)),
             Outcome::NodeLost { node: 2 },
             Outcome::OverCap {
                 bytes: Some(1 << 30),
@@ -400,21 +533,25 @@ mod tests {
     }
 
     /// What another node reads back from the wire is the outcome this node
-    /// sent, for every variant (the node's reason is carried in words).
+    /// sent, for every variant (the node's reason is carried in words, a
+    /// mismatch's sizes beside them).
     #[test]
     fn outcomes_cross_the_wire_unchanged() {
         for o in every() {
             let (code, aux) = o.wire();
             assert_eq!(Code::from_wire(code as u64), code, "{o:?}");
-            assert_eq!(Outcome::from_wire(code, aux, o.why()), o);
+            assert_eq!(
+                Outcome::from_wire(code, aux, o.why()).with_sizes(o.sizes()),
+                o
+            );
         }
     }
 
-    /// Each outcome has its own code and `aux` word: no two variants (nor
-    /// two values of one) read alike on the wire.
+    /// Each outcome has its own code, `aux` word and sizes: no two variants
+    /// (nor two values of one) read alike on the wire.
     #[test]
     fn outcomes_differ_on_the_wire() {
-        let wires: Vec<(Code, u64)> = every().iter().map(Outcome::wire).collect();
+        let wires: Vec<_> = every().iter().map(|o| (o.wire(), o.sizes())).collect();
         for (i, a) in wires.iter().enumerate() {
             for b in &wires[i + 1..] {
                 assert_ne!(a, b);
@@ -469,8 +606,20 @@ mod tests {
             lost.into_result(1, "the proxy", world, Sig::NONE),
             Err(Error::RankLost { rank: 12 })
         ));
+        // The host proxy's answer: the code, the sender, and the sizes in
+        // a descriptor of their own, its ranks named as the world's.
+        let e = Outcome::from_wire(Code::Mismatch, 1, String::new())
+            .with_sizes(Some(Sizes::new(1, 2, 16, 8)))
+            .into_result(1, "the proxy", world, Sig::NONE);
+        assert!(
+            matches!(&e, Err(Error::CountMismatch { rank: 11, detail })
+                if detail == "rank 11 sent 16 bytes where rank 12 expected 8"),
+            "{e:?}"
+        );
+        // Where the sizes could not come, the general reason.
         let e = Outcome::Mismatch {
             sender: 1,
+            sizes: None,
             why: String::new(),
         }
         .into_result(1, "the proxy", world, Sig::NONE);
@@ -493,6 +642,38 @@ mod tests {
             matches!(&e, Err(Error::ProxyMemory { bytes: None, why }) if why.contains("cap")),
             "{e:?}"
         );
+    }
+
+    /// A mismatch's sizes go to a rank in a `SIZES` descriptor before the
+    /// `DONE` naming their sender and read back whole; a receiving rank
+    /// past the descriptor's 32-bit word goes as no descriptor, not cut.
+    #[test]
+    fn sizes_go_before_the_done_that_names_their_sender() {
+        let o = Outcome::mismatch(Sizes::new(3, 1, 16, 8));
+        for rank in [1, 3] {
+            let d = o.sizes_desc(7, rank).unwrap();
+            assert_eq!((Kind::from_wire(d.kind), d.tag), (Some(Kind::Sizes), 7));
+            let (code, aux) = o.wire_to(rank);
+            let back = Outcome::from_wire(code, aux, String::new())
+                .with_sizes(Some(Sizes::from_desc(&d, aux as usize)));
+            assert_eq!(back.sizes(), o.sizes());
+        }
+        assert_eq!(o.why(), "rank 3 sent 16 bytes where rank 1 expected 8");
+        // Each side is told of the other.
+        assert_eq!(o.clone().read_by(1).wire(), (Code::Mismatch, 3));
+        assert_eq!(o.clone().read_by(3).wire(), (Code::Mismatch, 1));
+        assert_eq!(o.clone().read_by(3).sizes(), o.sizes());
+        assert!(Outcome::failed("x").sizes_desc(7, 1).is_none());
+        let named_other = Outcome::Mismatch {
+            sender: 2,
+            sizes: o.sizes(),
+            why: String::new(),
+        };
+        assert!(named_other.sizes_desc(7, 1).is_none());
+        #[cfg(target_pointer_width = "64")]
+        assert!(Outcome::mismatch(Sizes::new(3, 1 << 32, 16, 8))
+            .sizes_desc(7, 1)
+            .is_none());
     }
 
     /// The window keeps the first outcome of a collective, and the latest
