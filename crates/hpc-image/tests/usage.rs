@@ -138,3 +138,147 @@ fn a_failure_that_is_not_bad_input_is_status_1() {
     let e = anyhow::Error::new(hpc_image::UsageError("no binary".into())).context("image");
     assert_eq!(hpc_image::exit_status(&e), 2);
 }
+
+/// Hostile-user pass 15: a `--base` that is no image (an empty folder, an empty
+/// file, a text file) was found only after the release build, by the import,
+/// with status 1; it is refused naming the flag, before anything is built.
+#[test]
+fn a_base_that_is_no_image_is_refused_before_the_build() {
+    let ws = workspace("no-image", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch =
+        std::env::temp_dir().join(format!("hpc-image-no-image-scratch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(scratch.join("empty-dir")).unwrap();
+    std::fs::write(scratch.join("empty-file"), "").unwrap();
+    std::fs::write(scratch.join("text"), "not an archive\n".repeat(100)).unwrap();
+    let before = entries(&ws);
+    for (name, why) in [
+        ("empty-dir", "neither an OCI layout"),
+        ("empty-file", "not a tar archive"),
+        ("text", "not a tar archive"),
+    ] {
+        let base = scratch.join(name);
+        let base = base.to_str().unwrap();
+        let e = hpc_image::run(args(&["--manifest-path", m, "--base", base])).unwrap_err();
+        let msg = format!("{e:#}");
+        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+        assert!(
+            msg.contains(&format!("--base {base}")) && msg.contains(why),
+            "{msg}"
+        );
+        assert_eq!(entries(&ws), before, "{name}: built: {msg}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// Hostile-user pass 15: the image replaces `--out`'s `oci/`, scripts and
+/// `image.json`. A folder holding another binary's image got this one's scripts
+/// beside the other's archive, a user's own `oci/` folder was removed whole, and a
+/// `--base` inside that `oci/` was removed before it was read (status 1, the base
+/// lost). Each is refused naming the flag before the build, nothing touched.
+#[test]
+fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
+    let ws = workspace("wreck", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch =
+        std::env::temp_dir().join(format!("hpc-image-wreck-scratch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    // A user's own folder called oci.
+    let users = scratch.join("users");
+    std::fs::create_dir_all(users.join("oci")).unwrap();
+    std::fs::write(users.join("oci/notes.txt"), "keep").unwrap();
+    // Another binary's image.
+    let other = scratch.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("image.json"), r#"{"binary": "someone-else"}"#).unwrap();
+    // A base that is the output's own layout.
+    let own = scratch.join("own");
+    std::fs::create_dir_all(own.join("oci/blobs/sha256")).unwrap();
+    std::fs::write(
+        own.join("oci/oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(own.join("oci/index.json"), r#"{"manifests": []}"#).unwrap();
+    let own_base = own.join("oci");
+    // A base elsewhere (of the shape checked before the build) for the other
+    // cases: never mmdebstrap, which as root would be installed with apt-get.
+    let elsewhere = scratch.join("base");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("index.json"), r#"{"manifests": []}"#).unwrap();
+    let before = entries(&ws);
+    for (out, base, why) in [
+        (&users, &elsewhere, "is not an image layout"),
+        (&other, &elsewhere, "holds the image of `someone-else`"),
+        (&own, &own_base, "the layout this image replaces"),
+    ] {
+        let a = vec![
+            "--manifest-path",
+            m,
+            "--out",
+            out.to_str().unwrap(),
+            "--base",
+            base.to_str().unwrap(),
+        ];
+        let e = hpc_image::run(args(&a)).unwrap_err();
+        let msg = format!("{e:#}");
+        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+        assert!(msg.contains(why), "{msg}");
+        assert_eq!(entries(&ws), before, "{}: built: {msg}", out.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(users.join("oci/notes.txt")).unwrap(),
+        "keep"
+    );
+    assert!(own.join("oci/index.json").is_file());
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// Hostile-user pass 15: cargo reads every `Cargo.toml` from the workspace up
+/// to its root; one that is a FIFO kept `cargo metadata`, and the image command,
+/// waiting for ever. It is refused at once, naming it.
+#[test]
+fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
+    let top = std::env::temp_dir().join(format!("hpc-image-fifo-toml-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(&top).unwrap();
+    let fifo = top.join("Cargo.toml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let inner = top.join("inner");
+    std::fs::create_dir_all(inner.join("src")).unwrap();
+    std::fs::write(
+        inner.join("Cargo.toml"),
+        "[package]\nname = \"inner\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(inner.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let m = inner.join("Cargo.toml").to_str().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = hpc_image::run(args(&["--manifest-path", &m]));
+        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if got.is_err() {
+        // Let the waiting cargo go before failing.
+        let _ = std::fs::write(&fifo, "[workspace]\n");
+    }
+    let (status, msg) = got
+        .expect("still waiting on the FIFO after 30 s")
+        .unwrap_err();
+    assert_eq!(status, 2, "{msg}");
+    assert!(
+        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&top);
+}

@@ -62,19 +62,8 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         usage!("{why}");
     }
     if let Some(b) = &args.base {
-        match std::fs::metadata(b) {
-            Err(_) => usage!(
-                "--base {}: no such file or directory (an OCI layout directory, an \
-                 oci-archive or a docker-archive)",
-                b.display()
-            ),
-            // A device or a FIFO would be read without end after the build.
-            Ok(m) if !m.is_dir() && !m.is_file() => usage!(
-                "--base {}: not a directory or a regular file (an OCI layout directory, \
-                 an oci-archive or a docker-archive)",
-                b.display()
-            ),
-            Ok(_) => {}
+        if let Some(why) = crate::base::check_shape(b) {
+            usage!("--base {}: {why}", b.display());
         }
     }
     // Folders the image is written into: a file or a device there was found only
@@ -94,6 +83,13 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                 );
             }
         }
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
+    if let Err(why) = check_out(&out, &bin.name, args.base.as_deref()) {
+        usage!("{why}");
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {
         Ok(e) => e,
@@ -167,6 +163,54 @@ fn revision(root: &std::path::Path) -> String {
     } else {
         "not-in-git".into()
     }
+}
+
+/// Checks the output folder `out` before anything is built: the image of
+/// `binary` replaces its `oci/` layout, its scripts and `image.json` there. Refused
+/// (the message names `--out`): a folder that holds another binary's image (its
+/// `image.json` names it; the scripts would then start this one beside the other's
+/// archive), an `oci/` that is no image layout (no `oci-layout` file: the user's
+/// own folder, removed whole before), and a `--base` inside that `oci/` (removed
+/// before it was read).
+fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String> {
+    let oci = out.join("oci");
+    if let (Some(b), Ok(layout)) = (base, std::fs::canonicalize(&oci)) {
+        if std::fs::canonicalize(b).is_ok_and(|b| b.starts_with(&layout)) {
+            return Err(format!(
+                "--base {} lies in {}, the layout this image replaces (--out {}): copy the \
+                 base elsewhere, or give another --out",
+                b.display(),
+                oci.display(),
+                out.display()
+            ));
+        }
+    }
+    if std::fs::symlink_metadata(&oci).is_ok_and(|m| m.is_dir())
+        && !oci.join("oci-layout").is_file()
+    {
+        return Err(format!(
+            "--out {}: its oci/ is not an image layout (no oci-layout file) and would be \
+             replaced whole: give another --out",
+            out.display()
+        ));
+    }
+    let summary = out.join("image.json");
+    if let Ok(text) =
+        hpc_io::read::read_regular_to_string(&summary, hpc_io::read::MAX_METADATA_BYTES)
+    {
+        let other = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["binary"].as_str().map(str::to_string));
+        if let Some(other) = other.filter(|o| o != binary) {
+            return Err(format!(
+                "--out {} holds the image of `{other}` ({}): the image of `{binary}` would \
+                 replace its layout and scripts; give another --out",
+                out.display(),
+                summary.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when
