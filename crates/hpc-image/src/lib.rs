@@ -155,7 +155,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
     /// `<target>/hpc-image-cache`); several workspaces can share one.
-    #[arg(long, env = hpc_env::IMAGE_CACHE, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
     /// docker-archive.
@@ -971,7 +971,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut pr = Progress::new();
     let built = stage::binary::build(&args, &mut pr)?;
     let (ws, bin) = (&built.ws, &built.bin);
-    let cache = args
+    let cache = built
         .cache
         .clone()
         .unwrap_or_else(|| ws.target_dir.join("hpc-image-cache"));

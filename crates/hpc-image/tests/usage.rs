@@ -282,3 +282,42 @@ fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
     );
     let _ = std::fs::remove_dir_all(&top);
 }
+
+/// Hostile-user pass 15: `HPC_IMAGE_CACHE=` (set, empty) was taken by clap as an
+/// empty `--cache`: "a value is required for '--cache <DIR>' but none was
+/// supplied", a flag not given. It is refused naming the variable. The variable
+/// is set in a child process of this test binary only (the other tests share
+/// this process's environment).
+#[test]
+fn an_empty_cache_variable_is_named_not_taken_for_the_flag() {
+    const INNER: &str = "HPC_IMAGE_TEST_EMPTY_CACHE";
+    if std::env::var_os(INNER).is_some() {
+        let ws = workspace("empty-cache", true);
+        let m = ws.join("Cargo.toml");
+        let cli = Cli::try_parse_from(["image", "--manifest-path", m.to_str().unwrap()])
+            .unwrap_or_else(|e| panic!("clap refused it: {e}"));
+        let e = hpc_image::run(cli.args).unwrap_err();
+        let msg = format!("{e:#}");
+        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+        assert!(msg.contains("HPC_IMAGE_CACHE is set but empty"), "{msg}");
+        assert!(!ws.join("target").exists(), "built: {msg}");
+        let _ = std::fs::remove_dir_all(&ws);
+        return;
+    }
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "an_empty_cache_variable_is_named_not_taken_for_the_flag",
+            "--nocapture",
+        ])
+        .env(INNER, "1")
+        .env(hpc_env::IMAGE_CACHE, "")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -24,6 +24,8 @@ pub(crate) struct Built {
     pub(crate) build: Vec<String>,
     /// Name in the image and path of each binary: the app first.
     pub(crate) binaries: Vec<(String, PathBuf)>,
+    /// `--cache`, else `HPC_IMAGE_CACHE`; `None`: the default under the target.
+    pub(crate) cache: Option<PathBuf>,
 }
 
 impl Built {
@@ -69,7 +71,20 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     // Folders the image is written into: a file or a device there was found only
     // after the build (minutes), as "creating /dev/null: File exists".
     let cache_env = std::env::var_os(hpc_env::IMAGE_CACHE);
-    for (flag, dir) in [("--out", &args.out), ("--cache", &args.cache)] {
+    // Read here, not by clap: clap took an empty variable for an empty --cache
+    // ("a value is required for '--cache <DIR>'"), a flag not given.
+    if args.cache.is_none() && cache_env.as_ref().is_some_and(|v| v.is_empty()) {
+        usage!(
+            "{} is set but empty: give the cache folder, or unset it for the default \
+             (<target>/hpc-image-cache)",
+            hpc_env::IMAGE_CACHE
+        );
+    }
+    let cache = args
+        .cache
+        .clone()
+        .or_else(|| cache_env.clone().map(PathBuf::from));
+    for (flag, dir) in [("--out", &args.out), ("--cache", &cache)] {
         if let Some(d) = dir {
             if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
                 let named = if flag == "--cache" {
@@ -149,6 +164,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         features,
         build,
         binaries,
+        cache,
     })
 }
 
