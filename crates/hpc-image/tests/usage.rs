@@ -47,6 +47,27 @@ fn entries(d: &Path) -> Vec<String> {
     v
 }
 
+/// A new empty folder for the files a test makes besides its workspace.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hpc-image-{test}-scratch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs the image command with `a` in workspace `ws` and checks that it is
+/// refused as bad input (status 2) with a message holding `want`, before
+/// anything was built (the workspace's entries unchanged). Returns the message.
+fn refused_before_the_build(ws: &Path, a: &[&str], want: &str) -> String {
+    let before = entries(ws);
+    let e = hpc_image::run(args(a)).unwrap_err();
+    let msg = format!("{e:#}");
+    assert_eq!(hpc_image::exit_status(&e), 2, "{a:?}: {msg}");
+    assert!(msg.contains(want), "{a:?}: {msg}");
+    assert_eq!(entries(ws), before, "{a:?}: built: {msg}");
+    msg
+}
+
 #[test]
 fn a_crate_without_a_binary_is_bad_input_and_nothing_is_written() {
     let ws = lib_only("nobin");
@@ -104,22 +125,15 @@ fn folders_and_a_base_of_the_wrong_type_are_refused_before_the_build() {
     let m = manifest.to_str().unwrap();
     let file = ws.join("src/main.rs");
     let f = file.to_str().unwrap();
-    let before = entries(&ws);
     for (flag, value, why) in [
         ("--out", "/dev/null", "is not a directory"),
         ("--out", f, "is not a directory"),
         ("--cache", "/dev/null", "is not a directory"),
         ("--base", "/dev/zero", "not a directory or a regular file"),
     ] {
-        let e = hpc_image::run(args(&["--manifest-path", m, flag, value])).unwrap_err();
-        let msg = format!("{e:#}");
-        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
-        assert!(
-            msg.contains(&format!("{flag} {value}")) && msg.contains(why),
-            "{msg}"
-        );
         // Nothing built: no target/.
-        assert_eq!(entries(&ws), before, "{flag} {value}: {msg}");
+        let msg = refused_before_the_build(&ws, &["--manifest-path", m, flag, value], why);
+        assert!(msg.contains(&format!("{flag} {value}")), "{msg}");
     }
     // A manifest that exists but is no file is not "no such file".
     let e = hpc_image::run(args(&["--manifest-path", "/dev/zero"])).unwrap_err();
@@ -147,13 +161,10 @@ fn a_base_that_is_no_image_is_refused_before_the_build() {
     let ws = workspace("no-image", true);
     let m = ws.join("Cargo.toml");
     let m = m.to_str().unwrap();
-    let scratch =
-        std::env::temp_dir().join(format!("hpc-image-no-image-scratch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
+    let scratch = scratch("no-image");
     std::fs::create_dir_all(scratch.join("empty-dir")).unwrap();
     std::fs::write(scratch.join("empty-file"), "").unwrap();
     std::fs::write(scratch.join("text"), "not an archive\n".repeat(100)).unwrap();
-    let before = entries(&ws);
     for (name, why) in [
         ("empty-dir", "neither an OCI layout"),
         ("empty-file", "not a tar archive"),
@@ -161,14 +172,8 @@ fn a_base_that_is_no_image_is_refused_before_the_build() {
     ] {
         let base = scratch.join(name);
         let base = base.to_str().unwrap();
-        let e = hpc_image::run(args(&["--manifest-path", m, "--base", base])).unwrap_err();
-        let msg = format!("{e:#}");
-        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
-        assert!(
-            msg.contains(&format!("--base {base}")) && msg.contains(why),
-            "{msg}"
-        );
-        assert_eq!(entries(&ws), before, "{name}: built: {msg}");
+        let msg = refused_before_the_build(&ws, &["--manifest-path", m, "--base", base], why);
+        assert!(msg.contains(&format!("--base {base}")), "{msg}");
     }
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_dir_all(&ws);
@@ -184,9 +189,7 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
     let ws = workspace("wreck", true);
     let m = ws.join("Cargo.toml");
     let m = m.to_str().unwrap();
-    let scratch =
-        std::env::temp_dir().join(format!("hpc-image-wreck-scratch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
+    let scratch = scratch("wreck");
     // A user's own folder called oci.
     let users = scratch.join("users");
     std::fs::create_dir_all(users.join("oci")).unwrap();
@@ -210,25 +213,17 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
     let elsewhere = scratch.join("base");
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::write(elsewhere.join("index.json"), r#"{"manifests": []}"#).unwrap();
-    let before = entries(&ws);
     for (out, base, why) in [
         (&users, &elsewhere, "is not an image layout"),
         (&other, &elsewhere, "holds the image of `someone-else`"),
         (&own, &own_base, "the layout this image replaces"),
     ] {
-        let a = vec![
-            "--manifest-path",
-            m,
-            "--out",
-            out.to_str().unwrap(),
-            "--base",
-            base.to_str().unwrap(),
-        ];
-        let e = hpc_image::run(args(&a)).unwrap_err();
-        let msg = format!("{e:#}");
-        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
-        assert!(msg.contains(why), "{msg}");
-        assert_eq!(entries(&ws), before, "{}: built: {msg}", out.display());
+        let (out, base) = (out.to_str().unwrap(), base.to_str().unwrap());
+        refused_before_the_build(
+            &ws,
+            &["--manifest-path", m, "--out", out, "--base", base],
+            why,
+        );
     }
     assert_eq!(
         std::fs::read_to_string(users.join("oci/notes.txt")).unwrap(),
