@@ -93,8 +93,8 @@ fn main() {
         Err(e) => (
             tracing_subscriber::EnvFilter::new("warn"),
             Some(format!(
-                "--log {:?} (or {}) is not a log filter ({e}); using warn",
-                cli.log,
+                "--log {} (or {}) is not a log filter ({e}); using warn",
+                hpc_runtime::env::shown(&cli.log),
                 hpc_runtime::env::LOG
             )),
         ),

@@ -112,6 +112,24 @@ fn new_writes_an_application_workspace() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile-user pass 15: `hpc new LINK`, LINK a link to a missing folder, was
+/// taken as missing and failed on its first file ("creating LINK/Cargo.toml: No
+/// such file or directory"); it is refused saying what LINK is.
+#[test]
+fn new_into_a_dangling_link_says_so() {
+    let s = scratch("new-dangling");
+    std::os::unix::fs::symlink(s.join("gone"), s.join("app")).unwrap();
+    let o = hpc_in(&s, &["new", "app", "--vcs", "none"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("app is a symbolic link to") && err.contains("gone, which does not exist"),
+        "{err}"
+    );
+    assert!(!s.join("gone").exists());
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 /// `hpc new Brunel2` (a package name cargo takes) wrote a workspace whose
 /// `cargo xtask image`, as its report, README and batch script give it,
 /// refuses the default image name ("image name \"Brunel2\" is not an image
@@ -481,6 +499,36 @@ fn cluster_refuses_bad_arguments_before_running_anything() {
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
         assert!(!work.exists(), "{args:?} made the work folder");
     }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Hostile-user pass 15: `hpc cluster exec` with no cluster up passed docker's
+/// "No such container: NAME-ctl" and its status 1 through, as the command's own
+/// failure; it now says the cluster is not up, with 125.
+#[test]
+fn cluster_exec_without_a_cluster_says_so() {
+    let docker_up = Command::new("docker")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !docker_up {
+        eprintln!("skipped: no docker daemon");
+        return;
+    }
+    let s = scratch("cluster-none");
+    let name = format!("hpc-cli-none-{}", std::process::id());
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["cluster", "exec", "--", "true"])
+        .env(hpc_runtime::env::CLUSTER_NAME, &name)
+        .env(hpc_runtime::env::CLUSTER_DIR, s.join("work"))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!("cluster {name} is not up")) && !err.contains("No such container"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&s);
 }
 
@@ -942,6 +990,27 @@ fn a_latency_test_too_large_names_its_iterations_not_a_window() {
     }
     let o = hpc(&["perftest", "read_bw", "-s", "18446744073709551615"]);
     assert!(stderr(&o).contains("with --window 64"), "{}", stderr(&o));
+}
+
+/// Hostile-user pass 15: flags the command would ignore without a word are
+/// refused naming them: `selftest --transport-bytes` without `--transport` (the
+/// selftest ran, status 0, no transport checked) and `--window` of a latency
+/// perftest (one operation is in flight there, whatever it says).
+#[test]
+fn flags_the_test_would_ignore_are_refused_naming_them() {
+    let o = hpc(&["selftest", "--transport-bytes", "1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--transport"), "{err}");
+    for test in ["write_lat", "read_lat", "send_lat"] {
+        let o = hpc(&["perftest", test, "--window", "8"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{test}: {err}");
+        assert!(
+            err.contains("--window 8: a latency test has one operation in flight"),
+            "{test}: {err}"
+        );
+    }
 }
 
 #[test]

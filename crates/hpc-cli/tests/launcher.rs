@@ -223,6 +223,126 @@ fn emulated_nodes_split_ranks() {
     }
 }
 
+/// Hostile-user pass 15: blocks of `ceil(n / K)` ranks left emulated nodes
+/// empty: `-n 5 --nodes 4` made 3 nodes ("3 nodes, expected 4"), `-n 7 --nodes 6`
+/// made 4. Every node now has a block, the blocks' sizes differing by at most one.
+#[test]
+fn every_emulated_node_gets_ranks() {
+    for (n, k, sizes) in [(5, 4, vec![2, 1, 1, 1]), (7, 6, vec![2, 1, 1, 1, 1, 1])] {
+        let rows = selftest_json(n, &["--nodes", &k.to_string()]);
+        let mut per_node = vec![0u64; k];
+        for r in &rows {
+            assert_eq!(r["nodes"].as_u64(), Some(k as u64), "-n {n} --nodes {k}");
+            per_node[r["node"].as_u64().unwrap() as usize] += 1;
+            assert_eq!(
+                r["local_size"].as_u64(),
+                Some(sizes[r["node"].as_u64().unwrap() as usize])
+            );
+        }
+        assert_eq!(per_node, sizes, "-n {n} --nodes {k}");
+    }
+}
+
+/// Hostile-user pass 15: a node name longer than the coordinator's hello failed
+/// as "the launcher at ... is unreachable: failed to fill whole buffer during init
+/// (the launcher stopped?)", naming neither the variable nor why; an empty program
+/// was "program not found in PATH: " (status 125).
+#[test]
+fn a_node_name_too_long_and_an_empty_program_are_named() {
+    let long = format!("HPC_NODE_NAME={}", "n".repeat(5000));
+    let o = hpc(&["run", "-n", "2", "-x", &long, "--", HPC, "selftest"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("HPC_NODE_NAME=")
+            && err.contains("is 5000 bytes long: a node name is at most 1024"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("unreachable") && !err.contains("    "),
+        "{err}"
+    );
+    let o = hpc(&["run", "-n", "1", "--", ""]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("the program to run is empty"), "{err}");
+}
+
+/// Hostile-user pass 15: `--timeout 0.001`, the least `hpc run` accepts, failed
+/// every job, one rank alone too, as a lost launcher: the coordinator gave up
+/// each write to a rank with under a millisecond left (half the timeout) before
+/// trying it, and each rank read "the launcher at ... is unreachable: failed to
+/// fill whole buffer during init (the launcher stopped?)". A rank now joins,
+/// or (its answer taking more than the millisecond) its timeout says so. (With
+/// more ranks a rank that times out ends the job, and who learns what first is a
+/// race at this timeout: one rank is what is checked.)
+#[test]
+fn the_least_timeout_accepted_is_a_timeout_not_a_lost_launcher() {
+    for n in ["1", "1", "1"] {
+        let o = hpc(&["run", "-n", n, "--timeout", "0.001", "--", HPC, "selftest"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() || err.contains("timed out after 1ms"),
+            "-n {n}: {err}"
+        );
+        assert!(
+            !err.contains("the launcher stopped?") && !err.contains("the rank does not read"),
+            "-n {n}: {err}"
+        );
+    }
+}
+
+/// Hostile-user pass 15: a value of 100,000 characters was echoed whole: 100 kB
+/// messages from `hpc run` (`HPC_TIMEOUT`, `HPC_THREADS`, `HPC_BOOTSTRAP`), 400
+/// kB of warnings from two ranks (`HPC_SPIN_US`, twice per warning), and
+/// `--log` the same. Each is named with its first characters.
+#[test]
+fn huge_values_are_named_in_a_short_line() {
+    let long = "x".repeat(100_000);
+    for var in ["HPC_TIMEOUT", "HPC_THREADS", "HPC_BOOTSTRAP"] {
+        let o = Command::new(HPC)
+            .args(["run", "-n", "1", "--", "true"])
+            .env(var, &long)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{var}");
+        assert!(
+            err.contains(var) && err.len() < 400,
+            "{var}: {} bytes",
+            err.len()
+        );
+    }
+    let o = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--",
+            HPC,
+            "selftest",
+            "--collectives",
+            "thread",
+        ])
+        .env("HPC_SPIN_US", &long)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}", &err[..err.len().min(500)]);
+    assert!(
+        err.contains("HPC_SPIN_US") && err.len() < 2000,
+        "{} bytes",
+        err.len()
+    );
+    let o = hpc(&["--log", &format!("[{long}"), "doctor", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is not a log filter") && err.len() < 1000,
+        "{} bytes",
+        err.len()
+    );
+}
+
 #[test]
 fn output_is_tagged_unless_asked_not_to() {
     let out = sh_job("2", &[], "echo out$HPC_RANK; echo err$HPC_RANK >&2");

@@ -84,6 +84,28 @@ pub fn var(name: &str) -> Option<&'static Var> {
     ALL.iter().find(|v| v.name == name)
 }
 
+/// The most characters of a variable's value that a message shows.
+pub const SHOWN_CHARS: usize = 40;
+
+/// A variable's value as a message shows it: quoted as `{:?}` quotes it, cut
+/// after [`SHOWN_CHARS`] characters with the count of those left out, so that a
+/// value of 100,000 characters is not echoed whole into every rank's log.
+///
+/// ```
+/// assert_eq!(hpc_env::shown("abc"), "\"abc\"");
+/// let long = "x".repeat(100_000);
+/// let s = hpc_env::shown(&long);
+/// assert!(s.len() < 100 && s.ends_with("... (99960 more characters)"), "{s}");
+/// ```
+pub fn shown(value: &str) -> String {
+    let mut chars = value.chars();
+    let head: String = chars.by_ref().take(SHOWN_CHARS).collect();
+    match chars.count() {
+        0 => format!("{head:?}"),
+        more => format!("{head:?}... ({more} more characters)"),
+    }
+}
+
 macro_rules! vars {
     ($( $(#[doc = $doc:literal])+ $kind:ident $id:ident = $name:literal, default $default:literal; )*) => {
         $(

@@ -321,6 +321,102 @@ fn gunzip_if_needed(data: Vec<u8>) -> Result<Vec<u8>> {
     }
 }
 
+/// What `--base PATH` must look like, checked before anything is built: a
+/// directory holding an OCI layout's `index.json` or a docker-archive's
+/// `manifest.json`, or a regular file that begins with a tar header (an
+/// oci-archive or a docker-archive). `None` when it does; else why not, for a
+/// message that names the flag. A directory of neither, an empty file or a text
+/// file was found only after the release build, as a failed import (status 1).
+pub fn check_shape(path: &Path) -> Option<String> {
+    let md = match fs::metadata(path) {
+        Ok(md) => md,
+        Err(_) => {
+            return Some(
+                "no such file or directory (an OCI layout directory, an oci-archive or a \
+                 docker-archive)"
+                    .into(),
+            )
+        }
+    };
+    if md.is_dir() {
+        if ["index.json", "manifest.json"]
+            .iter()
+            .any(|f| path.join(f).is_file())
+        {
+            return None;
+        }
+        return Some(
+            "neither an OCI layout (index.json) nor a docker-archive (manifest.json)".into(),
+        );
+    }
+    if !md.is_file() {
+        // A device or a FIFO would be read without end after the build.
+        return Some(
+            "not a directory or a regular file (an OCI layout directory, an oci-archive or \
+             a docker-archive)"
+                .into(),
+        );
+    }
+    let mut header = [0u8; 512];
+    let read = hpc_io::read::open_regular(path)
+        .map_err(|e| e.to_string())
+        .and_then(|(mut f, _)| f.read_exact(&mut header).map_err(|e| e.to_string()));
+    match read {
+        Err(e) => Some(format!(
+            "not a tar archive (an oci-archive or a docker-archive): {e}"
+        )),
+        Ok(()) if !is_tar_header(&header) => Some(
+            "not a tar archive (an oci-archive or a docker-archive): its first 512 bytes \
+             are no tar header"
+                .into(),
+        ),
+        Ok(()) => None,
+    }
+}
+
+/// Whether `h` is a tar header block: its checksum field (octal, at bytes
+/// 148..156) is the sum of its bytes with that field taken as blanks.
+fn is_tar_header(h: &[u8; 512]) -> bool {
+    let field = &h[148..156];
+    let digits: String = field
+        .iter()
+        .take_while(|&&b| b != 0)
+        .map(|&b| b as char)
+        .collect();
+    let Ok(stored) = u32::from_str_radix(digits.trim(), 8) else {
+        return false;
+    };
+    let sum: u32 = h
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u32::from(b)
+            }
+        })
+        .sum();
+    stored == sum
+}
+
+/// `rel` of the base at `root` (a path its manifest names), refused when it
+/// leads outside `root`: a manifest naming `../x` or `/etc/x`, or a link in the
+/// layout to elsewhere, would copy a file of this machine into the image.
+fn inside(root: &Path, rel: &Path, what: &str) -> Result<PathBuf> {
+    let p = root.join(rel);
+    let real_root = fs::canonicalize(root).with_context(|| format!("{}", root.display()))?;
+    let real = fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))?;
+    if !real.starts_with(&real_root) {
+        bail!(
+            "the base names {what} {}, which lies outside it ({}): not taken into the image",
+            rel.display(),
+            real.display()
+        );
+    }
+    Ok(real)
+}
+
 /// Uses an existing image as the base: an OCI layout directory, an `oci-archive` or a
 /// `docker-archive` tarball. Its layers are copied as they are (digests unchanged).
 pub fn import(path: &Path, work: &Path) -> Result<Base> {
@@ -348,8 +444,11 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
     };
     let (config_path, layer_paths): (PathBuf, Vec<PathBuf>) = if root.join("index.json").exists() {
         let blob = |d: &str| {
-            root.join("blobs/sha256")
-                .join(d.trim_start_matches("sha256:"))
+            inside(
+                &root,
+                &Path::new("blobs/sha256").join(d.trim_start_matches("sha256:")),
+                "the blob",
+            )
         };
         let index: Value = serde_json::from_slice(&hpc_io::read::read_regular(
             root.join("index.json"),
@@ -359,37 +458,41 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
             .as_str()
             .context("index.json has no manifest")?;
         let m: Value = serde_json::from_slice(&hpc_io::read::read_regular(
-            blob(md),
+            blob(md)?,
             hpc_io::read::MAX_METADATA_BYTES,
         )?)?;
         let cfg = blob(
             m["config"]["digest"]
                 .as_str()
                 .context("manifest has no config")?,
-        );
+        )?;
         let layers = m["layers"]
             .as_array()
             .context("manifest has no layers")?
             .iter()
             .filter_map(|l| l["digest"].as_str().map(blob))
-            .collect();
+            .collect::<Result<_>>()?;
         (cfg, layers)
     } else if root.join("manifest.json").exists() {
         let m: Value = serde_json::from_slice(&hpc_io::read::read_regular(
             root.join("manifest.json"),
             hpc_io::read::MAX_METADATA_BYTES,
         )?)?;
-        let cfg = root.join(
-            m[0]["Config"]
-                .as_str()
-                .context("manifest.json has no Config")?,
-        );
+        let cfg = inside(
+            &root,
+            Path::new(
+                m[0]["Config"]
+                    .as_str()
+                    .context("manifest.json has no Config")?,
+            ),
+            "the config",
+        )?;
         let layers = m[0]["Layers"]
             .as_array()
             .context("manifest.json has no Layers")?
             .iter()
-            .filter_map(|l| l.as_str().map(|s| root.join(s)))
-            .collect();
+            .filter_map(|l| l.as_str().map(|s| inside(&root, Path::new(s), "the layer")))
+            .collect::<Result<_>>()?;
         (cfg, layers)
     } else {
         bail!(
@@ -476,6 +579,58 @@ mod tests {
         assert!(e.contains("/dev/zero is a character device"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(5));
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Hostile-user pass 15: a base whose manifest names files outside it
+    /// (`../secret/config.json`, an absolute layer path, a blob digest of
+    /// `sha256:../..`) had those files of this machine copied into the image.
+    #[test]
+    fn a_base_naming_files_outside_it_is_refused() {
+        let d = std::env::temp_dir().join(format!("hpc-image-base-escape-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let (secret, base) = (d.join("secret"), d.join("base"));
+        fs::create_dir_all(&secret).unwrap();
+        fs::create_dir_all(base.join("blobs/sha256")).unwrap();
+        let mut layer = Vec::new();
+        {
+            let mut t = ::tar::Builder::new(&mut layer);
+            let mut h = ::tar::Header::new_gnu();
+            h.set_size(4);
+            h.set_mode(0o644);
+            h.set_cksum();
+            t.append_data(&mut h, "secret.txt", &b"shh\n"[..]).unwrap();
+            t.finish().unwrap();
+        }
+        fs::write(secret.join("layer.tar"), &layer).unwrap();
+        let config = json!({"rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha256(&layer))]}});
+        fs::write(secret.join("config.json"), config.to_string()).unwrap();
+        let layer_path = secret.join("layer.tar").display().to_string();
+        for manifest in [
+            json!([{"Config": "../secret/config.json", "Layers": [layer_path]}]),
+            json!([{"Config": "../secret/config.json", "Layers": ["../secret/layer.tar"]}]),
+        ] {
+            fs::write(base.join("manifest.json"), manifest.to_string()).unwrap();
+            let e = import(&base, &d).unwrap_err().to_string();
+            assert!(e.contains("lies outside it"), "{e}");
+        }
+        fs::remove_file(base.join("manifest.json")).unwrap();
+        fs::write(
+            base.join("index.json"),
+            json!({"manifests": [{"digest": "sha256:../../../secret/config.json"}]}).to_string(),
+        )
+        .unwrap();
+        let e = import(&base, &d).unwrap_err().to_string();
+        assert!(e.contains("lies outside it"), "{e}");
+        // What is no image at all is said before the build.
+        assert!(check_shape(&base).is_none());
+        assert!(check_shape(&secret.join("layer.tar")).is_none());
+        assert!(check_shape(&secret)
+            .unwrap()
+            .contains("neither an OCI layout"));
+        assert!(check_shape(&secret.join("config.json"))
+            .unwrap()
+            .contains("not a tar archive"));
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
     /// `<target>/hpc-image-cache`); several workspaces can share one.
-    #[arg(long, env = hpc_env::IMAGE_CACHE, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
     /// docker-archive.
@@ -423,6 +423,24 @@ pub fn parse_metadata(v: &Value) -> Result<Workspace> {
 pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
     let mut cmd = crate::sys::cargo();
     cmd.args(["metadata", "--format-version", "1", "--no-deps"]);
+    // cargo reads every `Cargo.toml` from the manifest's folder up to the
+    // workspace's root: a FIFO there kept `cargo metadata` (and this command)
+    // waiting for ever.
+    let start = std::env::current_dir().unwrap_or_default().join(
+        manifest_path
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("")),
+    );
+    for dir in start.ancestors() {
+        let toml = dir.join("Cargo.toml");
+        if std::fs::metadata(&toml).is_ok_and(|md| !md.is_file() && !md.is_dir()) {
+            usage!(
+                "{}: not a regular file, and cargo reads it as a manifest of this workspace \
+                 (it would wait on it or fail); remove it or run elsewhere",
+                toml.display()
+            );
+        }
+    }
     if let Some(m) = manifest_path {
         match std::fs::metadata(m) {
             Err(e) => usage!("--manifest-path {}: {e}", m.display()),
@@ -713,10 +731,18 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
                 v.to_string_lossy()
             )
         })?;
-        let e = s
+        let e: u64 = s
             .trim()
             .parse()
             .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"))?;
+        // The image's `created` is an RFC 3339 date, whose year has four digits: a
+        // later one was written as `584554051223-11-09T…`, which no tool reads.
+        if e > LAST_RFC3339_SECOND {
+            bail!(
+                "SOURCE_DATE_EPOCH={s} is after 9999-12-31 ({LAST_RFC3339_SECOND}), the last \
+                 date an image's creation time can hold"
+            );
+        }
         return Ok((e, Dated::Env));
     }
     if let Some(e) = git(root, &["log", "-1", "--format=%ct", "HEAD"]).and_then(|s| s.parse().ok())
@@ -728,6 +754,10 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
         .map_or(0, |d| d.as_secs());
     Ok((now, Dated::Now))
 }
+
+/// 9999-12-31T23:59:59Z: the last second [`rfc3339`] writes with a four-digit
+/// year, as RFC 3339 requires.
+pub const LAST_RFC3339_SECOND: u64 = 253_402_300_799;
 
 /// RFC 3339 UTC time of a Unix timestamp.
 pub fn rfc3339(secs: u64) -> String {
@@ -941,7 +971,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut pr = Progress::new();
     let built = stage::binary::build(&args, &mut pr)?;
     let (ws, bin) = (&built.ws, &built.bin);
-    let cache = args
+    let cache = built
         .cache
         .clone()
         .unwrap_or_else(|| ws.target_dir.join("hpc-image-cache"));
@@ -985,6 +1015,27 @@ pub fn run(args: Args) -> Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Hostile-user pass 15: `SOURCE_DATE_EPOCH` past the year 9999 dated the
+    /// image `584554051223-11-09T07:00:15Z` (status 0), a date no tool reads.
+    #[test]
+    fn a_date_after_the_year_9999_is_refused() {
+        let root = Path::new("/nonexistent");
+        let last = LAST_RFC3339_SECOND.to_string();
+        assert_eq!(rfc3339(LAST_RFC3339_SECOND), "9999-12-31T23:59:59Z");
+        assert_eq!(
+            source_date_epoch_from(Some(last.into()), root).unwrap(),
+            (LAST_RFC3339_SECOND, Dated::Env)
+        );
+        for late in ["253402300800", "99999999999999", "18446744073709551615"] {
+            let e = source_date_epoch_from(Some(late.into()), root).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("SOURCE_DATE_EPOCH={late} is after 9999-12-31")),
+                "{e}"
+            );
+        }
+    }
 
     /// A symbolic link planted in the output folder under a script's or an
     /// archive's name is replaced, its target untouched (as `hpc man --dir`).

@@ -47,6 +47,27 @@ fn entries(d: &Path) -> Vec<String> {
     v
 }
 
+/// A new empty folder for the files a test makes besides its workspace.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hpc-image-{test}-scratch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs the image command with `a` in workspace `ws` and checks that it is
+/// refused as bad input (status 2) with a message holding `want`, before
+/// anything was built (the workspace's entries unchanged). Returns the message.
+fn refused_before_the_build(ws: &Path, a: &[&str], want: &str) -> String {
+    let before = entries(ws);
+    let e = hpc_image::run(args(a)).unwrap_err();
+    let msg = format!("{e:#}");
+    assert_eq!(hpc_image::exit_status(&e), 2, "{a:?}: {msg}");
+    assert!(msg.contains(want), "{a:?}: {msg}");
+    assert_eq!(entries(ws), before, "{a:?}: built: {msg}");
+    msg
+}
+
 #[test]
 fn a_crate_without_a_binary_is_bad_input_and_nothing_is_written() {
     let ws = lib_only("nobin");
@@ -104,22 +125,15 @@ fn folders_and_a_base_of_the_wrong_type_are_refused_before_the_build() {
     let m = manifest.to_str().unwrap();
     let file = ws.join("src/main.rs");
     let f = file.to_str().unwrap();
-    let before = entries(&ws);
     for (flag, value, why) in [
         ("--out", "/dev/null", "is not a directory"),
         ("--out", f, "is not a directory"),
         ("--cache", "/dev/null", "is not a directory"),
         ("--base", "/dev/zero", "not a directory or a regular file"),
     ] {
-        let e = hpc_image::run(args(&["--manifest-path", m, flag, value])).unwrap_err();
-        let msg = format!("{e:#}");
-        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
-        assert!(
-            msg.contains(&format!("{flag} {value}")) && msg.contains(why),
-            "{msg}"
-        );
         // Nothing built: no target/.
-        assert_eq!(entries(&ws), before, "{flag} {value}: {msg}");
+        let msg = refused_before_the_build(&ws, &["--manifest-path", m, flag, value], why);
+        assert!(msg.contains(&format!("{flag} {value}")), "{msg}");
     }
     // A manifest that exists but is no file is not "no such file".
     let e = hpc_image::run(args(&["--manifest-path", "/dev/zero"])).unwrap_err();
@@ -137,4 +151,168 @@ fn a_failure_that_is_not_bad_input_is_status_1() {
     assert_eq!(hpc_image::exit_status(&e), 1);
     let e = anyhow::Error::new(hpc_image::UsageError("no binary".into())).context("image");
     assert_eq!(hpc_image::exit_status(&e), 2);
+}
+
+/// Hostile-user pass 15: a `--base` that is no image (an empty folder, an empty
+/// file, a text file) was found only after the release build, by the import,
+/// with status 1; it is refused naming the flag, before anything is built.
+#[test]
+fn a_base_that_is_no_image_is_refused_before_the_build() {
+    let ws = workspace("no-image", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch = scratch("no-image");
+    std::fs::create_dir_all(scratch.join("empty-dir")).unwrap();
+    std::fs::write(scratch.join("empty-file"), "").unwrap();
+    std::fs::write(scratch.join("text"), "not an archive\n".repeat(100)).unwrap();
+    for (name, why) in [
+        ("empty-dir", "neither an OCI layout"),
+        ("empty-file", "not a tar archive"),
+        ("text", "not a tar archive"),
+    ] {
+        let base = scratch.join(name);
+        let base = base.to_str().unwrap();
+        let msg = refused_before_the_build(&ws, &["--manifest-path", m, "--base", base], why);
+        assert!(msg.contains(&format!("--base {base}")), "{msg}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// Hostile-user pass 15: the image replaces `--out`'s `oci/`, scripts and
+/// `image.json`. A folder holding another binary's image got this one's scripts
+/// beside the other's archive, a user's own `oci/` folder was removed whole, and a
+/// `--base` inside that `oci/` was removed before it was read (status 1, the base
+/// lost). Each is refused naming the flag before the build, nothing touched.
+#[test]
+fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
+    let ws = workspace("wreck", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch = scratch("wreck");
+    // A user's own folder called oci.
+    let users = scratch.join("users");
+    std::fs::create_dir_all(users.join("oci")).unwrap();
+    std::fs::write(users.join("oci/notes.txt"), "keep").unwrap();
+    // Another binary's image.
+    let other = scratch.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("image.json"), r#"{"binary": "someone-else"}"#).unwrap();
+    // A base that is the output's own layout.
+    let own = scratch.join("own");
+    std::fs::create_dir_all(own.join("oci/blobs/sha256")).unwrap();
+    std::fs::write(
+        own.join("oci/oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(own.join("oci/index.json"), r#"{"manifests": []}"#).unwrap();
+    let own_base = own.join("oci");
+    // A base elsewhere (of the shape checked before the build) for the other
+    // cases: never mmdebstrap, which as root would be installed with apt-get.
+    let elsewhere = scratch.join("base");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("index.json"), r#"{"manifests": []}"#).unwrap();
+    for (out, base, why) in [
+        (&users, &elsewhere, "is not an image layout"),
+        (&other, &elsewhere, "holds the image of `someone-else`"),
+        (&own, &own_base, "the layout this image replaces"),
+    ] {
+        let (out, base) = (out.to_str().unwrap(), base.to_str().unwrap());
+        refused_before_the_build(
+            &ws,
+            &["--manifest-path", m, "--out", out, "--base", base],
+            why,
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(users.join("oci/notes.txt")).unwrap(),
+        "keep"
+    );
+    assert!(own.join("oci/index.json").is_file());
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// Hostile-user pass 15: cargo reads every `Cargo.toml` from the workspace up
+/// to its root; one that is a FIFO kept `cargo metadata`, and the image command,
+/// waiting for ever. It is refused at once, naming it.
+#[test]
+fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
+    let top = std::env::temp_dir().join(format!("hpc-image-fifo-toml-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(&top).unwrap();
+    let fifo = top.join("Cargo.toml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let inner = top.join("inner");
+    std::fs::create_dir_all(inner.join("src")).unwrap();
+    std::fs::write(
+        inner.join("Cargo.toml"),
+        "[package]\nname = \"inner\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(inner.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let m = inner.join("Cargo.toml").to_str().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = hpc_image::run(args(&["--manifest-path", &m]));
+        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if got.is_err() {
+        // Let the waiting cargo go before failing.
+        let _ = std::fs::write(&fifo, "[workspace]\n");
+    }
+    let (status, msg) = got
+        .expect("still waiting on the FIFO after 30 s")
+        .unwrap_err();
+    assert_eq!(status, 2, "{msg}");
+    assert!(
+        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+/// Hostile-user pass 15: `HPC_IMAGE_CACHE=` (set, empty) was taken by clap as an
+/// empty `--cache`: "a value is required for '--cache <DIR>' but none was
+/// supplied", a flag not given. It is refused naming the variable. The variable
+/// is set in a child process of this test binary only (the other tests share
+/// this process's environment).
+#[test]
+fn an_empty_cache_variable_is_named_not_taken_for_the_flag() {
+    const INNER: &str = "HPC_IMAGE_TEST_EMPTY_CACHE";
+    if std::env::var_os(INNER).is_some() {
+        let ws = workspace("empty-cache", true);
+        let m = ws.join("Cargo.toml");
+        let cli = Cli::try_parse_from(["image", "--manifest-path", m.to_str().unwrap()])
+            .unwrap_or_else(|e| panic!("clap refused it: {e}"));
+        let e = hpc_image::run(cli.args).unwrap_err();
+        let msg = format!("{e:#}");
+        assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+        assert!(msg.contains("HPC_IMAGE_CACHE is set but empty"), "{msg}");
+        assert!(!ws.join("target").exists(), "built: {msg}");
+        let _ = std::fs::remove_dir_all(&ws);
+        return;
+    }
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "an_empty_cache_variable_is_named_not_taken_for_the_flag",
+            "--nocapture",
+        ])
+        .env(INNER, "1")
+        .env(hpc_env::IMAGE_CACHE, "")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -207,8 +207,9 @@ pub fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
             Err(e) => (
                 EnvFilter::new("warn"),
                 Some(format!(
-                    "{}={v:?} is not a log filter ({e}); using warn",
-                    runtime::env::LOG
+                    "{}={} is not a log filter ({e}); using warn",
+                    runtime::env::LOG,
+                    runtime::env::shown(&v)
                 )),
             ),
         },

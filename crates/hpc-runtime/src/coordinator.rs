@@ -176,6 +176,9 @@ pub const HELLO_MAX: usize = 4096;
 /// hello at once, so only idle or hostile peers ever get old.
 pub const MAX_PENDING: usize = 256;
 
+/// The least time a connection is given to send its hello.
+const MIN_HELLO_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// How long a connection may take to send its hello (at most the job timeout).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -218,7 +221,8 @@ fn advance(c: &mut Unauthenticated, size: usize, secret: u64) -> Step {
     let peer = c.stream.peer_addr().ok();
     if len == 0 || len > HELLO_MAX {
         return Step::Drop(Some(format!(
-            "connection from {peer:?} announced a frame of {len} bytes before              authenticating (a hello is at most {HELLO_MAX})"
+            "connection from {peer:?} announced a frame of {len} bytes before \
+             authenticating (a hello is at most {HELLO_MAX})"
         )));
     }
     if c.buf.len() < 4 + len {
@@ -267,7 +271,11 @@ fn accept_loop(
         tracing::error!(error = %e, "coordinator cannot poll its socket");
         return;
     }
-    let hello_timeout = HELLO_TIMEOUT.min(timeout);
+    // At least a tenth of a second: with the job's timeout of a millisecond
+    // (`hpc run --timeout 0.001`) a rank's hello under load came too late, and its
+    // connection was closed: the rank read "the launcher stopped?" where a late
+    // hello is answered with the init's timeout, which names it.
+    let hello_timeout = HELLO_TIMEOUT.min(timeout).max(MIN_HELLO_TIMEOUT);
     let mut pending: std::collections::VecDeque<Unauthenticated> = Default::default();
     let mut evicted = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -428,6 +436,9 @@ fn serve_rank(
     }
 }
 
+/// The least time [`write_within`] is given for a message to a rank.
+const MIN_WRITE_LIMIT: Duration = Duration::from_millis(10);
+
 /// Writes `msg` to a rank's connection within `limit`, or fails. A rank that stops
 /// reading (stopped, or stuck outside the runtime) must not stop the coordinator,
 /// which serves every rank from one thread: half the job timeout leaves it time to
@@ -440,8 +451,11 @@ fn write_within(s: &mut TcpStream, msg: &Msg, limit: Duration) -> std::io::Resul
     let mut done = 0;
     while done < frame.len() {
         let left = deadline.saturating_duration_since(Instant::now());
-        // A zero timeout means none to the socket: stop before that.
-        if left < Duration::from_millis(1) {
+        // A zero timeout means none to the socket: stop before that. (Stopping below
+        // a millisecond failed every write of a job whose timeout is under 2 ms,
+        // which `hpc run --timeout 0.001` accepts: each rank's init then read "the
+        // launcher stopped?"; the socket takes any timeout above zero.)
+        if left.is_zero() {
             return Err(Error::new(
                 ErrorKind::TimedOut,
                 format!(
@@ -516,7 +530,9 @@ impl State {
 
     fn send(&mut self, rank: usize, msg: &Msg) {
         if let Some(s) = self.conns[rank].as_mut() {
-            if let Err(e) = write_within(s, msg, self.timeout / 2) {
+            // At least `MIN_WRITE_LIMIT`: half of a timeout of a millisecond or
+            // two (`hpc run --timeout 0.001`) was over before a write under load.
+            if let Err(e) = write_within(s, msg, (self.timeout / 2).max(MIN_WRITE_LIMIT)) {
                 tracing::warn!(
                     rank,
                     error = %e,

@@ -81,7 +81,8 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
         Some("launcher") | Some("mpi") | None | Some("") | Some("auto") => {}
         Some(other) => {
             return Err(format!(
-                "{BOOTSTRAP}={other} is not one of auto, mpi, launcher, singleton"
+                "{BOOTSTRAP}={} is not one of auto, mpi, launcher, singleton",
+                shown(other)
             ))
         }
     }
@@ -96,8 +97,14 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
         }
         let secret = env
             .get(SECRET)
-            .and_then(|s| u64::from_str_radix(s.trim(), 16).ok())
-            .ok_or_else(|| format!("{RENDEZVOUS} is set but {SECRET} is missing or not hex"))?;
+            .ok_or_else(|| format!("{RENDEZVOUS} is set but {SECRET} is missing"))?;
+        // 17 hex digits or more were called "missing or not hex".
+        let secret = u64::from_str_radix(secret.trim(), 16).map_err(|_| {
+            format!(
+                "{RENDEZVOUS} is set but {SECRET}={} is not a hex number of at most 16 digits",
+                shown(secret)
+            )
+        })?;
         return Ok(Detected::Launcher {
             rank,
             size,
@@ -195,8 +202,8 @@ pub fn vars_from(
             }
             (Ok(k), Err(v)) if is_ours(&k) => {
                 return Err(format!(
-                    "{k}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
-                    v.to_string_lossy()
+                    "{k}={} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                    shown(&v.to_string_lossy())
                 ))
             }
             (k, _) => {
@@ -236,8 +243,8 @@ pub fn var(name: &str) -> Result<Option<String>, String> {
         None => Ok(None),
         Some(v) => v.into_string().map(Some).map_err(|v| {
             format!(
-                "{name}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
-                v.to_string_lossy()
+                "{name}={} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                shown(&v.to_string_lossy())
             )
         }),
     }
@@ -271,8 +278,8 @@ where
     let capped = || {
         tracing::warn!(
             variable = name,
-            value = v,
-            "{name}={v:?} is above the most it may be, {max}; using {max}"
+            "{name}={} is above the most it may be, {max}; using {max}",
+            shown(v)
         );
         Some(max)
     };
@@ -284,8 +291,8 @@ where
         Err(_) => {
             tracing::warn!(
                 variable = name,
-                value = v,
-                "{name}={v:?} is not a whole number (0 to {max}); using the default"
+                "{name}={} is not a whole number (0 to {max}); using the default",
+                shown(v)
             );
             None
         }
@@ -342,11 +349,7 @@ pub fn parsed<T, E: std::fmt::Display>(
         Ok(Some(v)) => match parse(&v) {
             Ok(t) => Some(t),
             Err(e) => {
-                tracing::warn!(
-                    variable = name,
-                    value = %v,
-                    "{name}={v:?} is ignored: {e}"
-                );
+                tracing::warn!(variable = name, "{name}={} is ignored: {e}", shown(&v));
                 None
             }
         },
@@ -366,7 +369,8 @@ pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
                 Ok(Duration::from_secs_f64(s))
             }
             _ => Err(format!(
-                "{TIMEOUT}={v:?} is not a positive number of seconds (at most a week)"
+                "{TIMEOUT}={} is not a positive number of seconds (at most a week)",
+                shown(v)
             )),
         },
     }
@@ -375,6 +379,7 @@ pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt as _;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -409,6 +414,34 @@ mod tests {
         assert!(detect(&bad).unwrap_err().contains("out of range"));
         let nosecret = env(&[(RANK, "0"), (SIZE, "1"), (RENDEZVOUS, "x")]);
         assert!(detect(&nosecret).is_err());
+    }
+
+    /// Hostile-user pass 15: values of 100,000 characters were echoed whole (a
+    /// warning per rank of 400 kB for `HPC_SPIN_US`), and a secret of 40 hex
+    /// digits was "missing or not hex".
+    #[test]
+    fn long_values_are_cut_and_a_long_secret_is_said_so() {
+        let long = "7".repeat(100_000);
+        let e = timeout_from(&env(&[(TIMEOUT, &long)])).unwrap_err();
+        assert!(e.len() < 200 && e.contains("more characters"), "{e}");
+        let e = detect(&env(&[(BOOTSTRAP, &long)])).unwrap_err();
+        assert!(e.len() < 200, "{e}");
+        let e = detect(&env(&[
+            (RANK, "0"),
+            (SIZE, "1"),
+            (RENDEZVOUS, "127.0.0.1:1"),
+            (SECRET, &"f".repeat(40)),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.contains("is not a hex number of at most 16 digits"),
+            "{e}"
+        );
+        let missing = env(&[(RANK, "0"), (SIZE, "1"), (RENDEZVOUS, "127.0.0.1:1")]);
+        assert!(detect(&missing).unwrap_err().ends_with("is missing"));
+        let bad = std::ffi::OsString::from_vec(vec![0xff; 50_000]);
+        let e = vars_from([(std::ffi::OsString::from(TIMEOUT), bad)]).unwrap_err();
+        assert!(e.len() < 300, "{e}");
     }
 
     #[test]

@@ -58,6 +58,11 @@ impl fmt::Display for Bootstrap {
     }
 }
 
+/// The longest node name (`HPC_NODE_NAME`, else the host name) a rank may
+/// have, in bytes: it fits, with the rank's other fields, the hello that `hpc
+/// run`'s coordinator takes (at most 4096 bytes).
+pub const MAX_NODE_NAME: usize = 1024;
+
 /// Settings of [`World::init_with`]. [`Config::from_env`] reads them from the
 /// environment (`HPC_TIMEOUT`, `HPC_NODE_NAME`, `HPC_BOOTSTRAP`).
 #[derive(Debug, Clone)]
@@ -85,6 +90,18 @@ impl Config {
             .filter(|s| !s.trim().is_empty())
             .cloned()
             .unwrap_or_else(hostname);
+        // The name travels in the rank's hello to `hpc run`'s coordinator, which
+        // refuses a hello over `HELLO_MAX` bytes: a longer name failed as "the
+        // launcher ... is unreachable: failed to fill whole buffer (the launcher
+        // stopped?)", naming neither the variable nor its length.
+        if node_name.len() > MAX_NODE_NAME {
+            return Err(Error::Bootstrap(format!(
+                "{}={} is {} bytes long: a node name is at most {MAX_NODE_NAME} bytes",
+                env::NODE_NAME,
+                env::shown(&node_name),
+                node_name.len()
+            )));
+        }
         Ok(Config {
             timeout,
             node_name,

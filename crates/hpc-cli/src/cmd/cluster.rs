@@ -21,7 +21,8 @@
 //! `node-init.sh`) into the work folder. Then this process becomes `bash` running
 //! the script (`exec`), so that the output, the signals and the exit status are the
 //! script's: `exec` passes the command's status through (124 when `--timeout`
-//! ended it), the other actions exit 0, or 1 when a step failed.
+//! ended it, 125 when the cluster is not up), the other actions exit 0, or 1 when
+//! a step failed.
 //!
 //! Folders: the work folder (`HPC_CLUSTER_DIR`, default
 //! `$XDG_CACHE_HOME/hpc-rs/cluster/NAME`, else `~/.cache/hpc-rs/cluster/NAME`) holds
@@ -74,7 +75,8 @@ const MAX_NAME: usize = 48;
     Environment: HPC_CLUSTER_NAME (default hpc-cluster), HPC_CLUSTER_DIR (work\n  \
     folder; its shared/ is /shared on the nodes), HPC_CACHE_DIR (node file system).\n\n\
     Exit status: 2 bad arguments or no docker (nothing ran); exec: the command's\n  \
-    status, 124 when --timeout ended it; otherwise 0, or 1 when a step failed.")]
+    status, 124 when --timeout ended it, 125 when the cluster is not up; otherwise 0,\n  \
+    or 1 when a step failed.")]
 pub struct Args {
     /// What to do.
     #[command(subcommand)]
@@ -129,7 +131,8 @@ pub struct Up {
 #[derive(clap::Args, Debug)]
 pub struct Exec {
     /// Seconds after which the command is ended (status 124), the cluster's state
-    /// (queue, nodes, processes, daemons' logs) printed first.
+    /// (queue, nodes, processes, daemons' logs) printed first. Without a cluster up,
+    /// nothing runs: status 125.
     #[arg(long, value_name = "S", default_value_t = 600)]
     pub timeout: u64,
     /// The command and its arguments.

@@ -12,7 +12,8 @@
 //! arguments are 2 as for every subcommand. A rank that exits with 124 or 125 would
 //! be mistaken for the launcher, so `hpc run` names that status in its message and
 //! exits with 1 ([`EXIT_RANK_RESERVED`]). `hpc cluster exec` passes its command's
-//! status through (124 when its `--timeout` ended it).
+//! status through (124 when its `--timeout` ended it, 125 when the cluster is not
+//! up).
 //!
 //! Output to a closed pipe (`hpc ... | head -1`) ends every subcommand quietly with
 //! 141 (128 + SIGPIPE), what a shell reports for a program killed by a broken pipe;
@@ -58,7 +59,8 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:\n  \
     itself failed once its arguments were accepted (a program that cannot be started,\n  \
     the ranks' output that cannot be written); a rank's own 124 or 125 is named in the\n  \
     message and gives 1; bad arguments are 2 as everywhere\n  \
-    hpc cluster exec: the command's status, 124 when --timeout ended it\n  \
+    hpc cluster exec: the command's status, 124 when --timeout ended it, 125 when the\n  \
+    cluster is not up\n  \
     141  the output is a closed pipe (hpc ... | head -1), without a message; any other\n       \
     failed write of the output is an error naming the stream (2, 125 for hpc run)";
 

@@ -498,6 +498,17 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         },
     };
     check_name(&name)?;
+    // A dangling link is neither a directory to write into nor one to create:
+    // it was taken as missing, and the first file failed as "creating
+    // LINK/Cargo.toml: No such file or directory".
+    if let (false, Ok(target)) = (path.exists(), std::fs::read_link(path)) {
+        return Err(UsageError(format!(
+            "{} is a symbolic link to {}, which does not exist: create that directory, or \
+             give another path (nothing was written)",
+            path.display(),
+            target.display()
+        )));
+    }
     if path.exists() {
         if !path.is_dir() {
             return Err(UsageError(format!(

@@ -82,14 +82,25 @@ pub struct Args {
     /// reduced for large sizes; 1 to 2^30).
     #[arg(long, short = 'n')]
     pub iters: Option<usize>,
-    /// Operations in flight for bandwidth tests (1 to 65536).
-    #[arg(long, default_value_t = 64)]
-    pub window: usize,
+    /// Operations in flight for bandwidth tests (1 to 65536; default 64). A
+    /// latency test has one in flight: it refuses the flag.
+    #[arg(long)]
+    pub window: Option<usize>,
     /// Do not pin rank r to the r-th CPU it may run on (as perftest is run under
     /// `taskset`); pinning keeps the two spinning ranks off each other's core.
     #[arg(long)]
     pub no_pin: bool,
 }
+
+impl Args {
+    /// Operations in flight of a bandwidth test: `--window`, else 64.
+    fn window(&self) -> usize {
+        self.window.unwrap_or(DEFAULT_WINDOW)
+    }
+}
+
+/// `--window` of a bandwidth test when not given.
+pub const DEFAULT_WINDOW: usize = 64;
 
 /// Pins this thread to the `nth` CPU of its current affinity mask, if it has more
 /// than one.
@@ -124,13 +135,22 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
     if let Some(n) = args.iters {
         super::check_between("--iters", n, 1, MAX_ITERS)?;
     }
-    super::check_between("--window", args.window, 1, MAX_WINDOW)?;
+    if let Some(w) = args.window {
+        if !args.test.is_bw() {
+            // It changed nothing, without a word.
+            return Err(super::UsageError(format!(
+                "--window {w}: a latency test has one operation in flight; --window is \
+                 for the bandwidth tests (write_bw, read_bw, send_bw)"
+            )));
+        }
+        super::check_between("--window", w, 1, MAX_WINDOW)?;
+    }
     let Some(size) = args.size else {
         return Ok(());
     };
     let size = size as u128;
     let buffers = if args.test.is_bw() {
-        args.window as u128 + 1
+        args.window() as u128 + 1
     } else {
         1
     };
@@ -142,7 +162,7 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
     // The flags that set the memory: a latency test has no window (naming
     // `--window 64` there sent the user to a flag that changes nothing).
     let what = if args.test.is_bw() {
-        format!("--size {size} with --window {}", args.window)
+        format!("--size {size} with --window {}", args.window())
     } else {
         format!("--size {size} with --iters {}", args.iters.unwrap_or(1000))
     };
@@ -237,7 +257,7 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
             Test::SendLat => send_lat(&t, me, peer, size, iters)?,
             Test::ReadLat => read_lat(&t, &k, me, size, iters)?,
             Test::WriteBw | Test::ReadBw | Test::SendBw => {
-                bw(&t, args.test, &k, me, peer, size, iters, args.window)?
+                bw(&t, args.test, &k, me, peer, size, iters, args.window())?
             }
         }
         wait_for_peer(world, size, iters)?;

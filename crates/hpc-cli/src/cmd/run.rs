@@ -178,6 +178,10 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     if args.np == 0 {
         bail!("-n must be at least 1");
     }
+    if args.command[0].is_empty() {
+        // "program not found in PATH: " named nothing, with status 125.
+        bail!("the program to run is empty: give its name or path after --");
+    }
     if args.np > MAX_RANKS {
         bail!(
             "-n {} exceeds the limit of {MAX_RANKS} ranks on one machine",
@@ -299,8 +303,8 @@ pub fn settings(
         let k = k.to_string_lossy().into_owned();
         let v = v.into_string().map_err(|v| {
             anyhow::anyhow!(
-                "{k}={:?} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
-                v.to_string_lossy()
+                "{k}={} is not valid UTF-8 (shown with U+FFFD for the invalid bytes)",
+                henv::shown(&v.to_string_lossy())
             )
         })?;
         vars.insert(k, v);
@@ -311,9 +315,9 @@ pub fn settings(
             let t = henv::timeout_from(&vars).map_err(anyhow::Error::msg)?;
             if t.as_secs_f64() < MIN_SECONDS {
                 bail!(
-                    "{}={:?} is below the {} ms the ranks are given it in",
+                    "{}={} is below the {} ms the ranks are given it in",
                     henv::TIMEOUT,
-                    vars[henv::TIMEOUT],
+                    henv::shown(&vars[henv::TIMEOUT]),
                     MIN_SECONDS * 1e3
                 );
             }
@@ -326,8 +330,9 @@ pub fn settings(
         (None, Some(v)) => match v.trim().parse::<usize>() {
             Ok(t) if (1..=MAX_THREADS).contains(&t) => t,
             _ => bail!(
-                "{}={v:?} is not a number of threads between 1 and {MAX_THREADS}",
-                henv::THREADS
+                "{}={} is not a number of threads between 1 and {MAX_THREADS}",
+                henv::THREADS,
+                henv::shown(v)
             ),
         },
     };
@@ -337,9 +342,15 @@ pub fn settings(
         let b = b.trim().to_ascii_lowercase();
         if !matches!(b.as_str(), "" | "auto" | "launcher") {
             bail!(
-                "{}={b}: under hpc run each rank would start alone instead of joining \
+                "{}={}: under hpc run each rank would start alone instead of joining \
                  the job of -n {}; unset it, or give launcher",
                 henv::BOOTSTRAP,
+                // As given (trimmed, lowercase) unless too long for a line.
+                if b.chars().count() > henv::SHOWN_CHARS {
+                    henv::shown(&b)
+                } else {
+                    b.clone()
+                },
                 args.np
             );
         }
@@ -526,6 +537,21 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
 }
 
+/// The emulated node of `rank` among `n` ranks split into `nodes` contiguous
+/// blocks whose sizes differ by at most one, and the ranks of that node. Blocks
+/// of `ceil(n / nodes)` ranks left nodes empty (`-n 5 --nodes 4` made 3 nodes).
+pub fn node_block(n: usize, nodes: usize, rank: usize) -> (usize, std::ops::Range<usize>) {
+    let (small, big) = (n / nodes, n % nodes);
+    // The first `big` nodes hold one rank more.
+    let start = |node: usize| node * small + node.min(big);
+    let node = if rank < big * (small + 1) {
+        rank / (small + 1)
+    } else {
+        big + (rank - big * (small + 1)) / small
+    };
+    (node, start(node)..start(node + 1))
+}
+
 /// The command that starts rank `rank`: its program and arguments, its
 /// environment (the coordinator's, its node's, the binding's, `--env`), its
 /// pipes, and what it does between fork and exec (binding, death with the
@@ -539,10 +565,9 @@ fn rank_command(
     job_id: &str,
     rank: usize,
 ) -> anyhow::Result<Command> {
-    let (n, timeout) = (args.np, settings.timeout);
-    let per_node = n.div_ceil(args.nodes);
-    let node = rank / per_node;
-    let node_ranks: Vec<usize> = (node * per_node..((node + 1) * per_node).min(n)).collect();
+    let timeout = settings.timeout;
+    let (node, block) = node_block(args.np, args.nodes, rank);
+    let node_ranks: Vec<usize> = block.collect();
     let mut cmd = Command::new(program);
     cmd.args(&args.command[1..]);
     // What an outer job set for its own ranks is not this job's.

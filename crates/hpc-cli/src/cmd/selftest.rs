@@ -49,8 +49,9 @@ pub struct Args {
     #[arg(long)]
     pub transport: bool,
     /// Bytes per message for `--transport` (the check holds about three times this
-    /// per peer; refused when that exceeds the available memory).
-    #[arg(long, default_value_t = 65536)]
+    /// per peer; refused when that exceeds the available memory; only with
+    /// `--transport`: alone it would be ignored).
+    #[arg(long, default_value_t = 65536, requires = "transport")]
     pub transport_bytes: usize,
     /// Also run non-blocking collectives (allreduce, alltoall, broadcast, alltoallv,
     /// reduce-scatter) through hpc-comm with this engine and check them.

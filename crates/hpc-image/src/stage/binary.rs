@@ -24,6 +24,8 @@ pub(crate) struct Built {
     pub(crate) build: Vec<String>,
     /// Name in the image and path of each binary: the app first.
     pub(crate) binaries: Vec<(String, PathBuf)>,
+    /// `--cache`, else `HPC_IMAGE_CACHE`; `None`: the default under the target.
+    pub(crate) cache: Option<PathBuf>,
 }
 
 impl Built {
@@ -62,25 +64,27 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         usage!("{why}");
     }
     if let Some(b) = &args.base {
-        match std::fs::metadata(b) {
-            Err(_) => usage!(
-                "--base {}: no such file or directory (an OCI layout directory, an \
-                 oci-archive or a docker-archive)",
-                b.display()
-            ),
-            // A device or a FIFO would be read without end after the build.
-            Ok(m) if !m.is_dir() && !m.is_file() => usage!(
-                "--base {}: not a directory or a regular file (an OCI layout directory, \
-                 an oci-archive or a docker-archive)",
-                b.display()
-            ),
-            Ok(_) => {}
+        if let Some(why) = crate::base::check_shape(b) {
+            usage!("--base {}: {why}", b.display());
         }
     }
     // Folders the image is written into: a file or a device there was found only
     // after the build (minutes), as "creating /dev/null: File exists".
     let cache_env = std::env::var_os(hpc_env::IMAGE_CACHE);
-    for (flag, dir) in [("--out", &args.out), ("--cache", &args.cache)] {
+    // Read here, not by clap: clap took an empty variable for an empty --cache
+    // ("a value is required for '--cache <DIR>'"), a flag not given.
+    if args.cache.is_none() && cache_env.as_ref().is_some_and(|v| v.is_empty()) {
+        usage!(
+            "{} is set but empty: give the cache folder, or unset it for the default \
+             (<target>/hpc-image-cache)",
+            hpc_env::IMAGE_CACHE
+        );
+    }
+    let cache = args
+        .cache
+        .clone()
+        .or_else(|| cache_env.clone().map(PathBuf::from));
+    for (flag, dir) in [("--out", &args.out), ("--cache", &cache)] {
         if let Some(d) = dir {
             if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
                 let named = if flag == "--cache" {
@@ -94,6 +98,13 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                 );
             }
         }
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
+    if let Err(why) = check_out(&out, &bin.name, args.base.as_deref()) {
+        usage!("{why}");
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {
         Ok(e) => e,
@@ -153,6 +164,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         features,
         build,
         binaries,
+        cache,
     })
 }
 
@@ -167,6 +179,54 @@ fn revision(root: &std::path::Path) -> String {
     } else {
         "not-in-git".into()
     }
+}
+
+/// Checks the output folder `out` before anything is built: the image of
+/// `binary` replaces its `oci/` layout, its scripts and `image.json` there. Refused
+/// (the message names `--out`): a folder that holds another binary's image (its
+/// `image.json` names it; the scripts would then start this one beside the other's
+/// archive), an `oci/` that is no image layout (no `oci-layout` file: the user's
+/// own folder, removed whole before), and a `--base` inside that `oci/` (removed
+/// before it was read).
+fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String> {
+    let oci = out.join("oci");
+    if let (Some(b), Ok(layout)) = (base, std::fs::canonicalize(&oci)) {
+        if std::fs::canonicalize(b).is_ok_and(|b| b.starts_with(&layout)) {
+            return Err(format!(
+                "--base {} lies in {}, the layout this image replaces (--out {}): copy the \
+                 base elsewhere, or give another --out",
+                b.display(),
+                oci.display(),
+                out.display()
+            ));
+        }
+    }
+    if std::fs::symlink_metadata(&oci).is_ok_and(|m| m.is_dir())
+        && !oci.join("oci-layout").is_file()
+    {
+        return Err(format!(
+            "--out {}: its oci/ is not an image layout (no oci-layout file) and would be \
+             replaced whole: give another --out",
+            out.display()
+        ));
+    }
+    let summary = out.join("image.json");
+    if let Ok(text) =
+        hpc_io::read::read_regular_to_string(&summary, hpc_io::read::MAX_METADATA_BYTES)
+    {
+        let other = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["binary"].as_str().map(str::to_string));
+        if let Some(other) = other.filter(|o| o != binary) {
+            return Err(format!(
+                "--out {} holds the image of `{other}` ({}): the image of `{binary}` would \
+                 replace its layout and scripts; give another --out",
+                out.display(),
+                summary.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when

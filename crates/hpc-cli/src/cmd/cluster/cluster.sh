@@ -215,6 +215,12 @@ diagnose() {
 exec_on_ctl() {
     local limit=600 rc=0
     if [ "${1:-}" = --timeout ]; then limit=$2; shift 2; fi
+    # Without a cluster, docker's "No such container" and its status 1 read as the
+    # command's own failure: said, with a status no command of the cluster gives.
+    if [ "$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null)" != true ]; then
+        log "error: cluster $prefix is not up (its controller $prefix-ctl is not running): start it with hpc cluster up"
+        return 125
+    fi
     # The command's pid inside the container, in a file named for this call, so
     # that the right one is ended when several run at once.
     local token=hpc-exec.$$.$RANDOM
