@@ -487,19 +487,26 @@ pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
 /// the default; an error naming the variable for a value that is no size or
 /// one too large.
 pub fn max_scratch() -> Result<u64, String> {
-    let name = hpc_runtime::env::COLL_PROXY_MAX_SCRATCH;
-    match std::env::var(name) {
+    match std::env::var(hpc_runtime::env::COLL_PROXY_MAX_SCRATCH) {
         Err(_) => Ok(default_max_scratch()),
-        Ok(v) => parse_bytes(&v).map_err(|e| match e {
-            SizeError::NotASize => {
-                format!("{name}={v:?} is not a size in bytes (e.g. `1073741824`, `512M`, `16G`)")
-            }
-            SizeError::TooLarge => format!(
-                "{name}={v:?} is too large: at most {} bytes (2^64 - 1) are accepted",
-                u64::MAX
-            ),
-        }),
+        Ok(v) => scratch_of(&v),
     }
+}
+
+/// A value of `HPC_COLL_PROXY_MAX_SCRATCH` as a cap, or an error naming the
+/// variable and showing the value (cut, if long).
+fn scratch_of(v: &str) -> Result<u64, String> {
+    let name = hpc_runtime::env::COLL_PROXY_MAX_SCRATCH;
+    let shown = hpc_runtime::env::shown(v);
+    parse_bytes(v).map_err(|e| match e {
+        SizeError::NotASize => {
+            format!("{name}={shown} is not a size in bytes (e.g. `1073741824`, `512M`, `16G`)")
+        }
+        SizeError::TooLarge => format!(
+            "{name}={shown} is too large: at most {} bytes (2^64 - 1) are accepted",
+            u64::MAX
+        ),
+    })
 }
 
 /// Half of this host's memory, or of the cgroup's limit where that is lower: the
@@ -536,6 +543,20 @@ mod tests {
         (0..len as u32)
             .map(|i| (i.wrapping_mul(31) ^ salt) as u8)
             .collect()
+    }
+
+    #[test]
+    fn a_long_scratch_value_is_refused_in_a_line() {
+        // Pass 15: a value of 100,000 characters was echoed whole.
+        for v in ["x".repeat(100_000), "9".repeat(100_000)] {
+            let e = scratch_of(&v).unwrap_err();
+            assert!(
+                e.starts_with("HPC_COLL_PROXY_MAX_SCRATCH=\"xxxx") || e.contains("\"9999"),
+                "{e}"
+            );
+            assert!(e.len() < 200, "{} bytes: {}", e.len(), &e[..200]);
+        }
+        assert_eq!(scratch_of("16M"), Ok(16 << 20));
     }
 
     #[test]

@@ -119,8 +119,9 @@ impl std::str::FromStr for Placement {
         match s.trim().to_ascii_lowercase().as_str() {
             "" | "host" => Ok(Placement::Host),
             "dpu" => Ok(Placement::Dpu),
-            o => Err(Error::Unsupported(format!(
-                "proxy placement {o:?}: expected host or dpu ({})",
+            _ => Err(Error::Unsupported(format!(
+                "proxy placement {}: expected host or dpu ({})",
+                hpc_runtime::env::shown(s),
                 hpc_runtime::env::COLL_PROXY_PLACEMENT
             ))),
         }
@@ -130,6 +131,17 @@ impl std::str::FromStr for Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_placement_is_refused_in_a_line() {
+        let e = "d"
+            .repeat(100_000)
+            .parse::<Placement>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected host or dpu"), "{e}");
+        assert!(e.len() < 200, "{} bytes", e.len());
+    }
 
     #[test]
     fn placements_parse_and_bad_ones_are_named() {
