@@ -210,6 +210,24 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             out.display()
         ));
     }
+    // A script or definition under one of the names the image writes that no
+    // image wrote (every template names itself in its first lines): the user's
+    // own `Containerfile` in `--out .` was replaced without a word. One this
+    // command wrote, a run stopped before `image.json` included, is replaced.
+    let templates = [
+        &crate::templates::APPTAINER_HYBRID,
+        &crate::templates::APPTAINER_BIND,
+    ];
+    for t in templates.into_iter().chain(crate::templates::COMMON) {
+        let file = out.join(t.out.replace("{app}", binary));
+        if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) && !written_here(&file) {
+            return Err(format!(
+                "--out {}: {} is not one this command wrote (its first lines do not name                  hpc-image's templates) and would be replaced: move it, or give another --out",
+                out.display(),
+                file.display()
+            ));
+        }
+    }
     let summary = out.join("image.json");
     if let Ok(text) =
         hpc_io::read::read_regular_to_string(&summary, hpc_io::read::MAX_METADATA_BYTES)
@@ -229,6 +247,22 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
     Ok(())
 }
 
+/// Whether the regular file `file` is one of the image's run files: its first
+/// lines name the template it was made from, as every template's do.
+fn written_here(file: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(1024).read_to_end(&mut head))
+        .is_ok_and(|_| {
+            head.windows(TEMPLATE_MARK.len())
+                .any(|w| w == TEMPLATE_MARK.as_bytes())
+        })
+}
+
+/// What the first lines of every run file the image writes hold.
+const TEMPLATE_MARK: &str = "hpc-image's templates/";
+
 /// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when
 /// that is where it came from (`env`, the variable's value), else by `--cache`.
 fn cache_named(dir: &Path, env: Option<&std::ffi::OsStr>) -> String {
@@ -242,6 +276,38 @@ fn cache_named(dir: &Path, env: Option<&std::ffi::OsStr>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hostile-user pass 15: `--out .` in a repository with its own
+    /// `Containerfile` or `podman-run.sh` replaced them without a word. A run
+    /// file this command wrote (a run stopped before `image.json` too) is
+    /// replaced; a link is replaced, its target untouched (an earlier pass).
+    #[test]
+    fn a_users_own_file_under_a_run_files_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        for t in [
+            &crate::templates::APPTAINER_HYBRID,
+            &crate::templates::APPTAINER_BIND,
+        ]
+        .into_iter()
+        .chain(crate::templates::COMMON)
+        {
+            let file = out.join(t.out.replace("{app}", "app"));
+            // What the image writes there (before `{{...}}` is filled in).
+            std::fs::write(&file, t.text).unwrap();
+            assert_eq!(check_out(out, "app", None), Ok(()), "{}", t.name);
+            std::fs::write(&file, "FROM debian:12\nRUN make\n").unwrap();
+            let e = check_out(out, "app", None).unwrap_err();
+            assert!(
+                e.contains(&file.display().to_string()) && e.contains("not one this command wrote"),
+                "{e}"
+            );
+            std::fs::remove_file(&file).unwrap();
+            std::os::unix::fs::symlink("/nonexistent-target", &file).unwrap();
+            assert_eq!(check_out(out, "app", None), Ok(()), "{}: a link", t.name);
+            std::fs::remove_file(&file).unwrap();
+        }
+    }
 
     #[test]
     fn a_cache_folder_from_the_variable_is_named_by_it() {
