@@ -253,12 +253,11 @@ pub fn serve_env() -> Result<bool> {
     else {
         return Ok(false);
     };
-    let slots: usize = std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            Error::Unsupported(format!("{} is not set", hpc_runtime::env::COLL_PROXY_SLOTS))
-        })?;
+    let slots = slots_of(
+        std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
+            .ok()
+            .as_deref(),
+    )?;
     let spin = hpc_runtime::env::number(
         hpc_runtime::env::COLL_PROXY_SPIN_US,
         hpc_runtime::env::MAX_SPIN_US,
@@ -267,4 +266,35 @@ pub fn serve_env() -> Result<bool> {
     let net = std::env::var_os(hpc_runtime::env::COLL_PROXY_NET).is_some_and(|v| v == "1");
     server::serve_with(std::path::Path::new(&path), slots, spin, net)?;
     std::process::exit(0);
+}
+
+/// `HPC_COLL_PROXY_SLOTS` (the board's rank slots) as the proxy reads it: a
+/// value that is no count is said so, not taken for an unset variable.
+fn slots_of(v: Option<&str>) -> Result<usize> {
+    let name = hpc_runtime::env::COLL_PROXY_SLOTS;
+    let v = v.ok_or_else(|| Error::Unsupported(format!("{name} is not set")))?;
+    v.trim().parse().map_err(|_| {
+        Error::Unsupported(format!(
+            "{name}={} is not a number of slots",
+            hpc_runtime::env::shown(v)
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pass 15: a slot count that was no number was said to be "not set".
+    #[test]
+    fn a_slot_count_that_is_no_number_is_said_so() {
+        assert_eq!(slots_of(Some(" 4 ")).unwrap(), 4);
+        let unset = slots_of(None).unwrap_err().to_string();
+        assert!(unset.contains("HPC_COLL_PROXY_SLOTS is not set"), "{unset}");
+        let bad = slots_of(Some(&"x".repeat(1000))).unwrap_err().to_string();
+        assert!(
+            bad.contains("is not a number of slots") && bad.len() < 200,
+            "{bad}"
+        );
+    }
 }

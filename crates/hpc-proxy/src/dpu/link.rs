@@ -40,17 +40,23 @@ pub fn backend_name(c: Choice) -> &'static str {
 /// else loopback.
 pub fn host_addr() -> Result<IpAddr> {
     match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
-        Ok(v) => v.trim().parse().map_err(|_| {
-            Error::Unsupported(format!(
-                "{}={v:?} is not an IP address",
-                hpc_runtime::env::COLL_PROXY_ADDR
-            ))
-        }),
+        Ok(v) => ip_of(&v),
         Err(_) => match dpu_service_addr() {
             Some(at) => Ok(route_to(at?)),
             None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         },
     }
+}
+
+/// A value of `HPC_COLL_PROXY_ADDR` as an address, or an error naming it.
+fn ip_of(v: &str) -> Result<IpAddr> {
+    v.trim().parse().map_err(|_| {
+        Error::Unsupported(format!(
+            "{}={} is not an IP address",
+            hpc_runtime::env::COLL_PROXY_ADDR,
+            hpc_runtime::env::shown(v)
+        ))
+    })
 }
 
 /// The default port of the standing DPU service ([`dpu_service`](crate::dpu_service)).
@@ -59,26 +65,32 @@ pub const DPU_SERVICE_PORT: u16 = 7471;
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
 /// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset.
 pub fn dpu_service_addr() -> Option<Result<SocketAddr>> {
-    use std::net::ToSocketAddrs;
     let v = std::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST).ok()?;
+    Some(service_addr_of(&v))
+}
+
+/// A value of `HPC_COLL_PROXY_DPU_HOST` as an address, or an error naming it
+/// (the value shown cut, as every variable's).
+fn service_addr_of(v: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
     let at = v.trim().replace("{host}", &hpc_runtime::hostname());
     let with_port = if at.contains(':') {
         at.clone()
     } else {
         format!("{at}:{DPU_SERVICE_PORT}")
     };
-    Some(
-        with_port
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "{}={v:?}: no address for {with_port}",
-                    hpc_runtime::env::COLL_PROXY_DPU_HOST
-                ))
-            }),
-    )
+    with_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{}={}: no address for {}",
+                hpc_runtime::env::COLL_PROXY_DPU_HOST,
+                hpc_runtime::env::shown(v),
+                hpc_runtime::env::shown(&with_port)
+            ))
+        })
 }
 
 /// The local address that routes to `to` (`to`'s own where none does).
@@ -240,3 +252,29 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(5);
 /// has sent its `Detach`, and waited for the send to complete, before it
 /// exits (the client's `detach`).
 pub const DETACH_GRACE: Duration = Duration::from_millis(100);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pass 15: the proxy's address variables echoed a value of 100,000
+    /// characters whole into each rank's error, as the other variables did
+    /// before `hpc_env::shown`.
+    #[test]
+    fn a_long_address_is_refused_in_a_line() {
+        let long = "h".repeat(100_000);
+        for e in [
+            ip_of(&long).unwrap_err(),
+            service_addr_of(&long).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.contains("HPC_COLL_PROXY_"), "{e}");
+            assert!(e.len() < 300, "{} bytes", e.len());
+        }
+        assert_eq!(ip_of(" 10.0.0.1 ").unwrap(), IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(
+            service_addr_of("127.0.0.1:99").unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 99))
+        );
+    }
+}
