@@ -691,6 +691,12 @@ impl RunDir {
         &self.dir
     }
 
+    /// Whether `path` names one of this run's files ([`is_run_file`] of its
+    /// outputs).
+    pub fn owns_path(&self, path: &Path) -> bool {
+        is_run_file(&self.dir, &self.manifest.info.outputs, path)
+    }
+
     /// The manifest as last written.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
@@ -786,6 +792,23 @@ impl RunDir {
         }
         r
     }
+}
+
+/// Whether `path` names one of the files a run writing into `dir` owns: one of its
+/// `outputs` (file names, as [`RunInfo::outputs`]), its manifest (`run.json`) or
+/// its lock (`run.lock`), directly in `dir` (`./out/x` and `out/x` alike). Another
+/// output of the same run (a trace, a checkpoint directory) given such a name would
+/// replace the run's file, or be replaced by it, after all the run's work: it is
+/// refused before the run with this.
+pub fn is_run_file(dir: &Path, outputs: &[String], path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    (name == MANIFEST || name == LOCK || outputs.iter().any(|o| o == name)) && same_dir(parent, dir)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -1077,6 +1100,26 @@ mod tests {
     /// (size 4096), so that the next run took it for its own and failed the
     /// same way: a directory of an output name is refused before the run, and
     /// never listed.
+    /// Another output of a run (a trace, a checkpoint directory) at the name of one
+    /// of its files, however the directory is spelt, is found; other names and
+    /// other directories are not (pass 15).
+    #[test]
+    fn the_files_a_run_owns_are_found_by_any_spelling_of_its_directory() {
+        let t = Tmp::new("owns");
+        let outputs = info().outputs;
+        let owned = |p: &Path| is_run_file(&t.0, &outputs, p);
+        assert!(owned(&t.0.join("spikes.spk")));
+        assert!(owned(&t.0.join("run.json")));
+        assert!(owned(&t.0.join("run.lock")));
+        assert!(owned(&t.0.join(".").join("summary.json")));
+        assert!(!owned(&t.0.join("trace.json")));
+        assert!(!owned(&t.0.join("sub").join("spikes.spk")));
+        assert!(!owned(Path::new("/")));
+        let run = RunDir::lock(&t.0, info()).unwrap();
+        assert!(run.owns_path(&t.0.join("summary.json")));
+        assert!(!run.owns_path(&t.0.join("checkpoints")));
+    }
+
     #[test]
     fn a_directory_of_an_output_name_is_refused_first_and_never_listed() {
         let t = Tmp::new("dir-output");

@@ -294,10 +294,11 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// A time or count with thousands separators, keeping up to 3 decimals that are
-/// not zero (`1000` as `1,000`, `12.5` as `12.5`).
+/// not zero (`1000` as `1,000`, `12.5` as `12.5`); from 10^15 on in exponent form
+/// (`1e300`: its whole part would not fit a `u64`, and 301 digits say nothing).
 pub fn thousands_f(x: f64) -> String {
-    if !x.is_finite() {
-        return x.to_string();
+    if !x.is_finite() || x.abs() >= 1e15 {
+        return hpc_io::message::num(x);
     }
     let neg = x < 0.0;
     let x = x.abs();
@@ -366,6 +367,11 @@ mod tests {
         assert_eq!(thousands_f(1000.0), "1,000");
         assert_eq!(thousands_f(12.5), "12.5");
         assert_eq!(thousands_f(0.9999), "1");
+        // Pass 15: beyond u64 the whole part saturated (1e300 as
+        // "18,446,744,073,709,551,615").
+        assert_eq!(thousands_f(1e300), "1e300");
+        assert_eq!(thousands_f(-2.5e19), "-2.5e19");
+        assert_eq!(thousands_f(-1234.5), "-1,234.5");
         assert_eq!(si(15_625_000.0), "15.6 M");
         assert_eq!(si(2_000.0), "2,000");
         assert_eq!(si(250_000.0), "250 k");

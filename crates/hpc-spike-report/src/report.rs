@@ -54,11 +54,14 @@ impl Check {
         match self.tolerance {
             Tolerance::Relative(_) if self.reference != 0.0 => {
                 format!(
-                    "{:+.1} %",
-                    (self.value - self.reference) / self.reference.abs() * 100.0
+                    "{} %",
+                    signed(
+                        (self.value - self.reference) / self.reference.abs() * 100.0,
+                        1
+                    )
                 )
             }
-            _ => format!("{:+.3}", self.value - self.reference),
+            _ => signed(self.value - self.reference, 3),
         }
     }
 
@@ -417,11 +420,24 @@ fn figures(h: &mut String, images: &[(Plot, Vec<u8>)]) {
     h.push_str("</div>\n");
 }
 
+/// A value of the validation's table: whole with thousands separators from 100 on
+/// (a negative one too: it was shown as 0), in exponent form where that would be
+/// more than 15 digits.
 fn fmt_value(x: f64) -> String {
     if x.abs() >= 100.0 {
-        thousands(x.round() as u64)
+        crate::thousands_f(x.round())
     } else {
         format!("{x:.3}")
+    }
+}
+
+/// `x` with its sign and `decimals` decimals, in exponent form from 10^15 on (a
+/// difference of 1e301 % was written out in 302 digits).
+fn signed(x: f64, decimals: usize) -> String {
+    if x.is_finite() && x.abs() >= 1e15 {
+        format!("{x:+.3e}")
+    } else {
+        format!("{x:+.decimals$}")
     }
 }
 
@@ -502,6 +518,30 @@ mod tests {
         };
         assert!(!c.passed());
         assert_eq!(c.difference(), "+0.056");
+    }
+
+    /// Pass 15: a reference far from the value wrote its difference out in
+    /// hundreds of digits, and a value of -100 or below was shown as 0.
+    #[test]
+    fn huge_differences_and_negative_values_are_written_as_numbers() {
+        let c = Check {
+            quantity: "rate".into(),
+            unit: "Hz".into(),
+            reference: 1e-300,
+            value: 50.0,
+            tolerance: Tolerance::Relative(0.05),
+        };
+        assert_eq!(c.difference(), "+5.000e303 %");
+        let c = Check {
+            reference: -1e300,
+            tolerance: Tolerance::Absolute(0.05),
+            ..c
+        };
+        assert_eq!(c.difference(), "+1.000e300");
+        assert_eq!(fmt_value(-1e300), "-1e300");
+        assert_eq!(fmt_value(-2500.4), "-2,500");
+        assert_eq!(fmt_value(1e20), "1e20");
+        assert_eq!(fmt_value(12.5), "12.500");
     }
 
     #[test]

@@ -439,7 +439,8 @@ def check_run(path):
         _check_manifest(run)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, SpikeFileError) as e:
+    except (OSError, ValueError, RecursionError, SpikeFileError) as e:
+        # RecursionError: JSON nested deeper than Python's recursion limit.
         msg = f"{manifest} cannot be read ({e}): {path} is not vouched for"
     else:
         name = os.path.basename(path)

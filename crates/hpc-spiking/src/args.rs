@@ -226,14 +226,17 @@ impl RunOptions {
     /// ([`crate::checkpoint::claim_dir`], a collective): rank 0 gets the lock to
     /// hold until the run ends, so that no other run writes into it, and a
     /// directory holding another model's checkpoints (other `params`) is refused
-    /// before anything is written.
+    /// before anything is written. `out` is the run's output directory (rank 0's,
+    /// from [`crate::run::own_output_dir`]; `None` on the other ranks): a
+    /// checkpoint directory at the name of one of its files is refused.
     pub fn claim_checkpoint_dir(
         &self,
         world: &hpc_rs::World,
         params: &impl serde::Serialize,
+        out: Option<&hpc_io::rundir::RunDir>,
     ) -> Result<Option<std::fs::File>> {
         match &self.checkpoint_dir {
-            Some(d) => crate::checkpoint::claim_dir(world, d, params),
+            Some(d) => crate::checkpoint::claim_dir(world, d, params, out),
             None => Ok(None),
         }
     }

@@ -322,21 +322,35 @@ pub const LOCK: &str = "checkpoints.lock";
 /// restart, all but `t_sim`; the error names the parameters that differ): such
 /// checkpoints would be overwritten by or mixed with this run's. Checkpoints of the
 /// same model are the same state at the same step, so a rerun may replace them.
-/// Rank 0 gets the lock, to hold until the run ends; the others `None`.
+/// Rank 0 gets the lock, to hold until the run ends; the others `None`. A `dir`
+/// at the name of one of the files of the run's output directory `out` (rank 0's)
+/// is refused before it is made: the run's write of that file failed at its end.
 pub fn claim_dir(
     world: &hpc_rs::World,
     dir: &Path,
     params: &impl Serialize,
+    out: Option<&hpc_io::rundir::RunDir>,
 ) -> Result<Option<std::fs::File>> {
     crate::run::rank0_takes(
         world,
         || format!("the checkpoint directory {}", dir.display()),
-        || claim(dir, params).map_err(|e| hpc_io::message::chain(e.as_ref())),
+        || claim(dir, params, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
     )
 }
 
-fn claim(dir: &Path, params: &impl Serialize) -> Result<std::fs::File> {
+fn claim(
+    dir: &Path,
+    params: &impl Serialize,
+    out: Option<&hpc_io::rundir::RunDir>,
+) -> Result<std::fs::File> {
     use std::io::Write as _;
+    if out.is_some_and(|o| o.owns_path(dir)) {
+        bail!(
+            "--checkpoint-dir {} is the name of one of the files this run writes into its \
+             output directory: choose another --checkpoint-dir",
+            dir.display()
+        );
+    }
     if let Ok(m) = std::fs::metadata(dir) {
         // `create_dir_all` says only "File exists" of a file or a device there.
         if !m.is_dir() {

@@ -261,8 +261,21 @@ pub fn params_diff(
                     );
                 }
             }
-            _ if a != b => out.push(format!("{prefix} {a} -> {b}")),
+            _ if a != b => out.push(format!("{prefix} {} -> {}", short(a), short(b))),
             _ => {}
+        }
+    }
+    /// A value as JSON, or, for a table or list of many characters (one side's
+    /// whole `populations` where the other has none), its size in words.
+    fn short(v: &serde_json::Value) -> String {
+        let text = v.to_string();
+        if text.len() <= 80 {
+            return text;
+        }
+        match v {
+            serde_json::Value::Object(m) => format!("{{{} fields}}", m.len()),
+            serde_json::Value::Array(a) => format!("[{} items]", a.len()),
+            _ => format!("{}...", text.chars().take(60).collect::<String>()),
         }
     }
     let (Ok(a), Ok(b)) = (serde_json::to_value(old), serde_json::to_value(new)) else {
@@ -391,6 +404,21 @@ pub fn own_output_dir(
         world,
         || format!("the output directory {}", out.display()),
         || {
+            // The timeline's directory (`HPC_TRACE`, made when the log started)
+            // at the name of one of the run's files: named, not taken for a file
+            // no earlier run wrote.
+            if let Some(trace) = std::env::var_os(hpc_runtime::env::TRACE) {
+                let trace = std::path::Path::new(&trace);
+                if hpc_io::rundir::is_run_file(out, &outputs, trace) {
+                    return Err(format!(
+                        "{}={} is the name of one of the files this run writes into its \
+                         output directory {}: choose another",
+                        hpc_runtime::env::TRACE,
+                        trace.display(),
+                        out.display()
+                    ));
+                }
+            }
             let mut info = hpc_io::rundir::RunInfo::new(program);
             info.details = details;
             info.outputs = outputs;
@@ -679,6 +707,19 @@ mod tests {
             ["g 5.0 -> 6.0", "pop.m 2 -> 3"]
         );
         assert!(params_diff(&a, &a, &[]).is_empty());
+        // Pass 15: a table one side has and the other not was written whole (the
+        // microcircuit's populations: a line of 2.3 KB).
+        let big: serde_json::Map<String, serde_json::Value> = (0..40)
+            .map(|i| (format!("population{i}"), serde_json::json!({"n_full": i})))
+            .collect();
+        let c = serde_json::json!({"g": 5.0, "populations": big});
+        assert_eq!(
+            params_diff(&a, &c, &["t_sim"]),
+            [
+                "pop {\"m\":2,\"n\":1} -> null",
+                "populations null -> {40 fields}"
+            ]
+        );
     }
 }
 

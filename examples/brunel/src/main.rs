@@ -79,7 +79,8 @@ struct Args {
     #[arg(long)]
     no_plot: bool,
     /// NEST's statistics of the same network (the JSON line tools/nest_brunel.py
-    /// prints), compared with this run in report.html.
+    /// prints), compared with this run in report.html (with --no-plot or
+    /// --no-spikes, which write no report, it is only checked, with a warning).
     #[arg(long, value_name = "FILE")]
     reference: Option<PathBuf>,
     /// Run no faster than this multiple of real time (1.0: one simulated second per
@@ -142,6 +143,17 @@ fn run(args: Args) -> Result<()> {
     let dt = model.params.dt;
     let times = ra.times(dt, model.steps)?;
     // Checked before the run, so a wrong file costs no simulation.
+    if args.reference.is_some() && (args.no_plot || ra.no_spikes) {
+        tracing::warn!(
+            "--reference is compared with the run in report.html, which {} leaves out: \
+             it is only checked",
+            if args.no_plot {
+                "--no-plot"
+            } else {
+                "--no-spikes"
+            }
+        );
+    }
     let reference = args
         .reference
         .as_deref()
@@ -193,7 +205,7 @@ fn run(args: Args) -> Result<()> {
     })?;
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
-    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
     let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, 0, args.pace);
@@ -326,7 +338,7 @@ fn main() {
         .with_filter(filter);
     // `--trace FILE`: this rank's timeline, recorded into a directory beside FILE
     // and merged into it at the end; without it, `HPC_TRACE` (`hpc run --trace`).
-    let own_trace = args.trace.as_deref().map(trace::start);
+    let own_trace = args.trace.as_deref().map(|t| trace::start(t, &args));
     let layer = match own_trace {
         Some(Ok((_, ref l))) => Ok(Some(l.clone())),
         Some(Err(ref e)) => Err(e.to_string()),
@@ -381,8 +393,74 @@ mod trace {
         _claim: hpc_io::rundir::FileClaim,
     }
 
+    /// Refuses a trace at the name of a file the run reads (`--config`,
+    /// `--reference`) or writes into its output directory (`spikes.spk`,
+    /// `run.json`, ...): the trace, written at the end, replaced it (the spike
+    /// file of a run that ended with status 0, the next run's manifest).
+    fn check_not_the_runs(path: &Path, args: &super::Args) -> anyhow::Result<()> {
+        let same_file = |other: &Path| match (std::fs::metadata(path), std::fs::metadata(other)) {
+            (Ok(a), Ok(b)) => {
+                use std::os::unix::fs::MetadataExt as _;
+                a.dev() == b.dev() && a.ino() == b.ino()
+            }
+            _ => false,
+        };
+        for (flag, input) in [("--config", &args.config), ("--reference", &args.reference)] {
+            if input.as_deref().is_some_and(same_file) {
+                anyhow::bail!(
+                    "--trace {} is the file of {flag}: choose another name for the trace",
+                    path.display()
+                );
+            }
+        }
+        // Inside the checkpoints the run resumes from or writes (the trace replaced
+        // the manifest of the checkpoint it resumed from).
+        let within = |dir: &Path| {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            match (std::fs::canonicalize(parent), std::fs::canonicalize(dir)) {
+                (Ok(p), Ok(d)) => p.starts_with(d),
+                _ => false,
+            }
+        };
+        let checkpoints = args.run.checkpoint_every.map(|_| {
+            args.run
+                .checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| args.out.join("checkpoints"))
+        });
+        for (flag, dir) in [
+            ("--restart", args.run.restart.as_deref()),
+            ("--checkpoint-dir", checkpoints.as_deref()),
+        ] {
+            if dir.is_some_and(within) {
+                anyhow::bail!(
+                    "--trace {} lies in the checkpoints of {flag}: choose another name for the trace",
+                    path.display()
+                );
+            }
+        }
+        let outputs = hpc_spiking::run::output_names(
+            hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),
+        );
+        if hpc_io::rundir::is_run_file(&args.out, &outputs, path) {
+            anyhow::bail!(
+                "--trace {} is the name of one of the files the run writes into --out {}: \
+                 choose another name for the trace",
+                path.display(),
+                args.out.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Checks `--trace FILE` and starts recording beside it.
-    pub fn start(path: &Path) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
+    pub fn start(
+        path: &Path,
+        args: &super::Args,
+    ) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
         // One file per rank when there are several.
         let path = match std::env::var(hpc_runtime::env::RANK) {
             Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
@@ -392,6 +470,7 @@ mod trace {
             }
             _ => path.to_path_buf(),
         };
+        check_not_the_runs(&path, args)?;
         // A device, a FIFO or a directory of that name is refused before the run,
         // not replaced after it.
         hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;

@@ -66,9 +66,24 @@ impl Reference {
         let same = |k: &str, ours: f64| -> Result<()> {
             let theirs = num(k)?;
             if (theirs - ours).abs() > 1e-9 * ours.abs().max(1.0) {
-                bail!("`{k}` is {theirs}, this run has {ours}: not the same network");
+                bail!(
+                    "`{k}` is {}, this run has {}: not the same network",
+                    hpc_io::message::num(theirs),
+                    hpc_io::message::num(ours)
+                );
             }
             Ok(())
+        };
+        // A rate or a CV is a number >= 0: a negative one is no simulator's.
+        let statistic = |k: &str| -> Result<f64> {
+            let x = num(k)?;
+            if !(x.is_finite() && x >= 0.0) {
+                bail!(
+                    "`{k}` is {}: not a statistic of a run",
+                    hpc_io::message::num(x)
+                );
+            }
+            Ok(x)
         };
         same("order", p.order as f64)?;
         same("ce", model.ce as f64)?;
@@ -78,8 +93,8 @@ impl Reference {
         Ok(Reference {
             path: PathBuf::new(),
             simulator: v["simulator"].as_str().unwrap_or("reference").to_string(),
-            rate_hz: num("rate_hz")?,
-            cv_isi: num("cv_isi")?,
+            rate_hz: statistic("rate_hz")?,
+            cv_isi: statistic("cv_isi")?,
             spikes: v["spikes"].as_u64(),
         })
     }
@@ -317,6 +332,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("rate_hz"));
+    }
+
+    /// Pass 15: `order` 1e300 was written out in 301 digits, and a negative or
+    /// huge rate or CV was taken and compared (a difference of 302 digits in
+    /// report.html).
+    #[test]
+    fn a_reference_with_numbers_no_run_has_is_refused_in_a_short_line() {
+        let m = model();
+        let mut v = nest_line();
+        v["order"] = 1e300.into();
+        let e = Reference::from_json(&v, &m).unwrap_err().to_string();
+        assert!(e.contains("`order` is 1e300, this run has 250"), "{e}");
+        for (k, x) in [("rate_hz", -5.0), ("cv_isi", -1e300), ("cv_isi", -0.001)] {
+            let mut v = nest_line();
+            v[k] = x.into();
+            let e = Reference::from_json(&v, &m).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{k}`")), "{e}");
+            assert!(e.len() < 100, "{e}");
+        }
     }
 
     #[test]

@@ -237,6 +237,105 @@ fn a_trace_another_run_writes_or_a_directory_name_is_refused_before_the_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace at the name of one of the run's own files in `--out` (`spikes.spk`,
+/// `run.json`), or of its `--config` or `--reference`, is refused before the
+/// run: the trace, written at the end, replaced the spike file of a run that
+/// ended with status 0, the manifest (the next run into the directory was
+/// refused for files no run wrote), and the parameter file (pass 15).
+#[test]
+fn a_trace_at_a_file_the_run_reads_or_writes_is_refused_before_the_run() {
+    let dir = tmpdir("trace-collides");
+    let out = dir.join("out");
+    ok(&cmd(&out, &["--t-sim", "5"]).output().unwrap());
+    let spikes = std::fs::read(out.join("spikes.spk")).unwrap();
+    let config = dir.join("p.toml");
+    std::fs::write(&config, "t_sim = 5.0\n").unwrap();
+    for (trace, flag) in [
+        (out.join("spikes.spk"), "--out"),
+        (out.join("run.json"), "--out"),
+        (dir.join("out/./summary.json"), "--out"),
+        (config.clone(), "--config"),
+    ] {
+        let mut c = cmd(&out, &["--t-sim", "5"]);
+        c.arg("--config").arg(&config).arg("--trace").arg(&trace);
+        let err = refused(&c.output().unwrap());
+        assert!(
+            err.contains("--trace") && err.contains(flag),
+            "{trace:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read(out.join("spikes.spk")).unwrap(), spikes);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "t_sim = 5.0\n");
+    // In the checkpoint the run resumes from: its manifest was replaced, and the
+    // checkpoint could not be read again.
+    let ck = dir.join("ck");
+    ok(&cmd(
+        &dir.join("first"),
+        &[
+            "--t-sim",
+            "5",
+            "--checkpoint-every",
+            "2",
+            "--stop-at",
+            "2",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap());
+    let manifest = ck.join("step-0000000020").join("manifest.json");
+    let before = std::fs::read(&manifest).unwrap();
+    let mut c = cmd(&dir.join("second"), &["--t-sim", "5"]);
+    c.arg("--restart").arg(&ck).arg("--trace").arg(&manifest);
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains("--trace") && err.contains("--restart"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&manifest).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--reference` is compared with the run in report.html: with `--no-plot` or
+/// `--no-spikes` no report is written, and the reference was read, checked and
+/// dropped without a word (pass 15). Now it is still checked, with a warning.
+#[test]
+fn a_reference_with_no_report_to_compare_it_in_is_said_to_be_only_checked() {
+    let dir = tmpdir("reference-no-report");
+    let reference = dir.join("nest.json");
+    std::fs::write(
+        &reference,
+        "{\"order\": 100, \"ce\": 40, \"ci\": 10, \"v_reset\": 0.0, \"t_sim_ms\": 5.0, \
+         \"rate_hz\": 30.0, \"cv_isi\": 0.1}\n",
+    )
+    .unwrap();
+    for flag in ["--no-plot", "--no-spikes"] {
+        let out = dir.join(flag);
+        let mut c = Command::new(BRUNEL);
+        c.args(MODEL)
+            .args(["--t-sim", "5", "--quiet", "--no-pin", flag, "--out"])
+            .arg(&out)
+            .arg("--reference")
+            .arg(&reference)
+            .env("HPC_LOG", "warn");
+        let err = ok(&c.output().unwrap());
+        assert!(
+            err.contains("--reference is compared with the run in report.html")
+                && err.contains(&format!("which {flag} leaves out")),
+            "{flag}: {err}"
+        );
+        assert!(!out.join("report.html").exists(), "{flag}");
+    }
+    // Still checked: one of another network is refused.
+    std::fs::write(&reference, "{\"order\": 7}\n").unwrap();
+    let mut c = cmd(&dir.join("bad"), &["--t-sim", "5"]);
+    c.arg("--reference").arg(&reference);
+    let err = refused(&c.output().unwrap());
+    assert!(err.contains("`order` is 7"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_checkpoint_interval_off_the_step_is_refused_naming_the_flag_and_the_step() {
     let dir = tmpdir("interval");

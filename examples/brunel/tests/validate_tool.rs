@@ -101,3 +101,45 @@ fn the_plot_tool_says_what_it_needs_and_keeps_its_input() {
     assert_eq!(std::fs::read(&spikes).unwrap(), b"keep");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The NEST scripts of the three networks (`nest_brunel.py`,
+/// `nest_microcircuit.py`, `nest_hpc_benchmark.py`) where NEST or numpy cannot
+/// be imported: one line naming what is missing and status 1, not Python's
+/// traceback of a `ModuleNotFoundError` (pass 15). Modules that refuse to import
+/// stand in for missing ones, so the test is the same where NEST is installed.
+#[test]
+fn the_nest_scripts_name_a_missing_module_in_one_line() {
+    if !hpc_test_support::have_python("the NEST scripts' test") {
+        return;
+    }
+    let dir = scratch("nest-missing");
+    for missing in ["nest", "numpy"] {
+        let m = dir.join(missing);
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(
+            m.join("__init__.py"),
+            format!("raise ImportError(\"No module named '{missing}'\")\n"),
+        )
+        .unwrap();
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (script, args) in [
+        ("brunel/tools/nest_brunel.py", vec![]),
+        ("microcircuit/tools/nest_microcircuit.py", vec![]),
+        (
+            "hpc_benchmark/tools/nest_hpc_benchmark.py",
+            vec!["--json", "/dev/null"],
+        ),
+    ] {
+        let path = examples.join(script);
+        let mut a: Vec<&std::ffi::OsStr> = vec![path.as_os_str()];
+        a.extend(args.iter().map(|s| std::ffi::OsStr::new(*s)));
+        let o = python(&a, Some(&dir));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{script}: {err}");
+        assert!(!err.contains("Traceback"), "{script}: {err}");
+        assert!(err.contains("needs"), "{script}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{script}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -28,7 +28,10 @@ ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--no-record", action="store_true", help="benchmark without recording")
 a = ap.parse_args()
 
-import nest  # noqa: E402
+try:
+    import nest  # noqa: E402
+except ImportError as e:
+    sys.exit(f"nest_brunel.py needs NEST's Python module (nest-simulator): {e}")
 
 nest.set_verbosity("M_WARNING")
 nest.ResetKernel()

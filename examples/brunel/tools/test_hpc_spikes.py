@@ -302,6 +302,13 @@ class CommandLine(unittest.TestCase):
                     r = run(tool, q, timeout=30)
                     self.assertNotIn("Traceback", r.stderr)
                     self.assertIn("run.json cannot be read", r.stderr)
+        # Nested deeper than Python's recursion limit (pass 15: a RecursionError's
+        # traceback).
+        with open(manifest, "w") as f:
+            f.write("[" * 100000)
+        r = run(READ_SPIKES, q, timeout=30)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertIn("run.json cannot be read", r.stderr)
 
     def test_a_running_manifest_whose_lock_is_free_is_taken_as_incomplete(self):
         # A run that failed on a full disk cannot mark its run.json: it says

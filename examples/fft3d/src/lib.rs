@@ -333,10 +333,20 @@ pub fn check_memory(
     if need <= available as u128 {
         return Ok(());
     }
+    // A count that saturated is no measure: it is said to be beyond the largest.
+    let about = |b: u128| {
+        if b == u128::MAX {
+            format!("more than {}", hpc_io::message::num(u128::MAX as f64))
+        } else {
+            format!("about {b}")
+        }
+    };
     Err(format!(
-        "--n {n} needs about {need} bytes on this node ({ranks_here} rank(s) of {per_rank} \
+        "--n {n} needs {} bytes on this node ({ranks_here} rank(s) of {} \
          bytes: the {n}^3 grid of 16-byte complex numbers split over {size} rank(s), 8 \
          copies of each share{}), but {available} bytes are available (MemAvailable){}",
+        about(need),
+        about(per_rank),
         if check {
             ", plus the whole grid on every rank for the check"
         } else {
@@ -655,7 +665,14 @@ mod tests {
             "{e}"
         );
         // Beyond usize: measured, not overflowed.
-        assert!(check_memory(usize::MAX, 1, 1, false, Some(1 << 40)).is_err());
+        // Pass 15: a count beyond u128 was given as u128::MAX, "about 3402823…455
+        // bytes", a figure no grid needs.
+        let e = check_memory(usize::MAX, 1, 1, false, Some(1 << 40)).unwrap_err();
+        assert!(
+            e.contains("needs more than 3.402823669209385e38 bytes")
+                && !e.contains("340282366920938463463374607431768211455"),
+            "{e}"
+        );
     }
 
     /// The 3-D DFT by its definition.

@@ -262,8 +262,17 @@ fn read_neuron(r: &mut Reader, t: u32, d: usize, ne: u32, max_refractory: u32) -
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    // The weight of the input already on its way is state too: an infinite one
+    // made the neuron fire at every step it could, and through STDP the whole
+    // network with it (pass 15).
     let ring = (0..d)
-        .map(|_| Ok((r.f64()?, r.u32()?, r.u32()?)))
+        .map(|_| {
+            Ok((
+                r.state("the input in the ring buffer", t)?,
+                r.u32()?,
+                r.u32()?,
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let source = if t < ne {
         let (kp, tl) = (r.f64()?, r.f64()?);
@@ -397,6 +406,11 @@ mod tests {
     /// A neuron of a rank file as `encode` writes it (an inhibitory one: no
     /// weights follow), with state `st` and refractory counter `refractory`.
     fn neuron_bytes(st: [f64; 6], refractory: u32, d: usize) -> Vec<u8> {
+        neuron_bytes_with_ring(st, refractory, d, 0.0)
+    }
+
+    /// [`neuron_bytes`] whose ring buffer holds the input `ring` at each delay.
+    fn neuron_bytes_with_ring(st: [f64; 6], refractory: u32, d: usize, ring: f64) -> Vec<u8> {
         let mut b = Vec::new();
         for x in st {
             put_f64(&mut b, x);
@@ -406,7 +420,7 @@ mod tests {
         put_f64(&mut b, 1.0); // last spike
         put_u32(&mut b, 0); // archived spikes
         for _ in 0..d {
-            put_f64(&mut b, 0.0);
+            put_f64(&mut b, ring);
             put_u32(&mut b, 0);
             put_u32(&mut b, 0);
         }
@@ -445,5 +459,30 @@ mod tests {
             e.contains("neuron 7 has 4294967295 refractory steps left, more than the model's 5"),
             "{e}"
         );
+        // An infinite input in the ring buffer (pass 15: the neuron fired at every
+        // step it could, and the network with it, status 0).
+        for x in [f64::INFINITY, f64::NEG_INFINITY] {
+            let bytes = neuron_bytes_with_ring([1.0; 6], 0, d, x);
+            let mut r = Reader {
+                b: &bytes,
+                at: 0,
+                path,
+            };
+            let e = read_neuron(&mut r, t, d, ne, max_refractory)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("the input in the ring buffer of neuron 7 is {x}")),
+                "{e}"
+            );
+        }
+        let bytes = neuron_bytes_with_ring([1.0; 6], 0, d, -1e300);
+        let mut r = Reader {
+            b: &bytes,
+            at: 0,
+            path,
+        };
+        assert!(read_neuron(&mut r, t, d, ne, max_refractory).is_ok());
     }
 }

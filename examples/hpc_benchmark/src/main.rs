@@ -170,7 +170,7 @@ fn run(args: Args) -> Result<()> {
     let opts = ra.options(&world, &args.out, times, false, |d| {
         Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
     })?;
-    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
     let mut sim = Simulation::new(&model, (rank, size), &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let show = ra.shows_progress(rank);

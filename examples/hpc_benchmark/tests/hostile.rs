@@ -226,6 +226,41 @@ fn devices_given_for_checkpoints_are_refused_naming_the_flag() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A checkpoint directory at the name of one of the run's own files in its output
+/// directory (`OUT/summary.json`, `OUT/run.json`) is refused before the run,
+/// naming the flag: before, the whole run ran, then "cannot replace
+/// OUT/summary.json: it is a directory", and the next run into OUT was refused
+/// for a summary.json no run wrote (pass 15).
+#[test]
+fn a_checkpoint_directory_at_an_output_of_the_run_is_refused_before_it() {
+    let dir = tmpdir("checkpoint-at-output");
+    let out = dir.join("out");
+    for name in ["summary.json", "weights.svg", "run.json"] {
+        let ck = out.join(name);
+        let o = small(
+            &out,
+            &[
+                "--checkpoint-every",
+                "10",
+                "--checkpoint-dir",
+                ck.to_str().unwrap(),
+            ],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.contains("--checkpoint-dir") && err.contains("one of the files this run writes"),
+            "{name}: {err}"
+        );
+        assert!(!ck.exists() || name == "run.json", "{name} was made");
+        assert!(!out.join("summary.json").exists(), "{name}: the run ran");
+    }
+    // The run then goes into that directory as into any.
+    let o = small(&out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `HPC_TRACE=DIR` (what `hpc run --trace FILE` sets) records the rank's timeline,
 /// and a bad one is refused naming it: before, the binary's own log subscriber
 /// left the setting ignored with a warning, and `hpc run --trace` merged none of
@@ -259,6 +294,19 @@ fn hpc_trace_records_the_timeline() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains("HPC_TRACE") && err.contains("not a directory"),
+        "{err}"
+    );
+    // At the name of one of the run's files (pass 15: "out3 holds spikes.spk that
+    // no earlier run of this program wrote", naming no variable).
+    let out3 = dir.join("out3");
+    let o = small_cmd(&out3, &[])
+        .env("HPC_TRACE", out3.join("spikes.spk"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HPC_TRACE=") && err.contains("one of the files this run writes"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

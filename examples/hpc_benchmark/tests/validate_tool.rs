@@ -65,6 +65,10 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
     hpc_test_support::mkfifo(&fifo);
     let bad = d.join("bad.jsonl");
     std::fs::write(&bad, "{\"engine\": \"ours\"}\nnot json\n").unwrap();
+    // Pass 15: nested deeper than Python's recursion limit, a RecursionError's
+    // traceback.
+    let deep = d.join("deep.jsonl");
+    std::fs::write(&deep, "[".repeat(100_000)).unwrap();
     let (f, b, dir) = (
         fifo.to_str().unwrap(),
         bad.to_str().unwrap(),
@@ -87,6 +91,11 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
         (vec!["--results", f], 1, "not a regular file"),
         (vec!["--results", dir], 1, "--results"),
         (vec!["--results", b], 1, "line 2 is not a JSON run"),
+        (
+            vec!["--results", deep.to_str().unwrap()],
+            1,
+            "line 1 is not a JSON run",
+        ),
         (vec!["--keep", b], 2, "--keep"),
         (
             vec!["--seeds-off", "1", "99999999999999999999999"],
@@ -249,4 +258,34 @@ fn the_scaling_model_refuses_what_it_cannot_model() {
     assert_eq!(o.status.code(), Some(0));
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.contains("| 2 | 64 | 90,000 |"), "{table}");
+}
+
+/// `tools/before-after.sh` given a round count that is no positive whole number,
+/// or binaries that write no summary (not hpc_benchmark): one line naming it and
+/// status 2 or 1, never Python's traceback of a results file that was never
+/// written (pass 15).
+#[test]
+fn before_after_names_a_bad_round_count_or_a_binary_that_writes_no_summary() {
+    if !have_python() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/before-after.sh");
+    for (rounds, status, want) in [
+        ("0", 2, "ROUNDS 0: "),
+        ("abc", 2, "ROUNDS abc: "),
+        ("-1", 2, "ROUNDS -1: "),
+        ("1", 1, "/bin/true wrote no summary.json"),
+    ] {
+        let o = Command::new("bash")
+            .arg(&script)
+            .args(["/bin/true", "/bin/true", rounds])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(status), "{rounds}: {err}");
+        assert!(err.contains(want), "{rounds}: {err}");
+        assert!(!err.contains("Traceback"), "{rounds}: {err}");
+    }
 }

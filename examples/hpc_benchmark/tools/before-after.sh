@@ -14,6 +14,14 @@ set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
 a=$1 b=$2 rounds=$3
 shift 3
+case $rounds in
+'' | *[!0-9]*) rounds_ok=false ;;
+*) [ "${#rounds}" -le 6 ] && [ "$((10#$rounds))" -ge 1 ] && rounds_ok=true || rounds_ok=false ;;
+esac
+$rounds_ok || {
+    echo "before-after.sh: ROUNDS $rounds: give a whole number of rounds, 1 to 999999" >&2
+    exit 2
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '| round | build | simulate CPU-s per bio s | simulate CPU-s | build s | peak RSS MiB | synapse bytes | digest | spikes sha256 | load |\n'
@@ -27,6 +35,10 @@ for r in $(seq 1 "$rounds"); do
         out="$work/$side-$r"
         "$bin" --threads 1 --no-plot --out "$out" "$@" >"$work/log" 2>&1 || {
             cat "$work/log" >&2
+            exit 1
+        }
+        [ -f "$out/summary.json" ] || {
+            echo "before-after.sh: $bin wrote no summary.json (is it hpc_benchmark?)" >&2
             exit 1
         }
         load=$(cut -d' ' -f1 /proc/loadavg)

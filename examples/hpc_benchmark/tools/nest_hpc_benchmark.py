@@ -21,9 +21,13 @@ import argparse
 import json
 import math
 import resource
+import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:
+    sys.exit(f"nest_hpc_benchmark.py needs numpy (python3-numpy): {e}")
 
 TAU_SYN = 0.32582722403722841
 NEURON = {
@@ -181,7 +185,10 @@ def main():
     if a.weight_sources < 1:
         p.error("--weight-sources must be at least 1")
 
-    import nest  # late: --help works without NEST
+    try:
+        import nest  # late: --help works without NEST
+    except ImportError as e:
+        sys.exit(f"nest_hpc_benchmark.py needs NEST's Python module (nest-simulator): {e}")
 
     e_pop, rec, facts = build(nest, a)
     tic, cpu0 = time.perf_counter(), time.process_time()

@@ -131,7 +131,8 @@ def load(path):
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
+            # RecursionError: a line nested deeper than Python's recursion limit.
             fail(f"--results {path}: line {i} is not a JSON run: {e}")
         if not isinstance(row, dict):
             fail(f"--results {path}: line {i} is not a JSON object")

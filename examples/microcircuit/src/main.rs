@@ -149,7 +149,7 @@ fn run(args: Args) -> Result<()> {
     })?;
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
-    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params)?;
+    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
     let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);

@@ -533,7 +533,10 @@ fn thalamic_projections(
     );
     let th_p = th.rate * p.dt / 1000.0;
     if th_p > 1.0 {
-        bail!("thalamus.rate {} Hz exceeds one spike per step", th.rate);
+        bail!(
+            "thalamus.rate {} Hz exceeds one spike per step",
+            num(th.rate)
+        );
     }
     Ok((th_steps, th_p))
 }
@@ -684,7 +687,11 @@ impl Model {
         let total = n as u64 + n_th as u64;
         let gid_bits = 64 - total.saturating_sub(1).max(1).leading_zeros();
         if gid_bits + 8 > 32 {
-            bail!("{total} neurons do not fit a spike code");
+            bail!(
+                "{total} neurons ({n} in the populations, thalamus.n = {n_th} in the thalamus) \
+                 do not fit a spike code: at most {} in all",
+                1u64 << 24
+            );
         }
         Ok(Model {
             sizes,
@@ -813,6 +820,42 @@ mod tests {
             "{e}"
         );
         assert!(e.len() < 200, "{e}");
+    }
+
+    #[test]
+    fn huge_values_of_a_population_and_the_thalamus_are_named_in_a_short_message() {
+        // Pass 15: `v0_std = -1e300` and `thalamus.rate = 1e300` were written out
+        // in 301 digits, a NaN of a population's value did not say whose, and a
+        // thalamus too large for a spike code did not name `thalamus.n`.
+        let mut p = Params::default();
+        if let Some(l) = p.populations.get_mut("L4I") {
+            l.v0_std = -1e300;
+        }
+        let e = format!("{:#}", p.check().unwrap_err());
+        assert!(
+            e.contains("populations.L4I.v0_std must be >= 0, got -1e300"),
+            "{e}"
+        );
+        let mut p = Params::default();
+        if let Some(l) = p.populations.get_mut("L5E") {
+            l.k_ext = f64::NAN;
+        }
+        let e = format!("{:#}", p.check().unwrap_err());
+        assert!(
+            e.contains("populations.L5E.k_ext must be a finite number"),
+            "{e}"
+        );
+        let mut p = Params::default();
+        p.thalamus.enabled = true;
+        p.thalamus.rate = 1e300;
+        let e = Model::new(p).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("thalamus.rate 1e300 Hz"), "{e}");
+        assert!(e.len() < 200, "{e}");
+        let mut p = Params::default();
+        p.thalamus.enabled = true;
+        p.thalamus.n = u32::MAX;
+        let e = Model::new(p).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("thalamus.n = 4294967295"), "{e}");
     }
 
     #[test]

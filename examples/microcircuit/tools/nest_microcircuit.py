@@ -19,7 +19,10 @@ import struct
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:
+    sys.exit(f"nest_microcircuit.py needs numpy (python3-numpy): {e}")
 
 try:
     import tomllib
@@ -89,7 +92,10 @@ if ks != 1:
     w_ext = w_ext / np.sqrt(ks)
 d_mean = np.where(exc, P["delay_exc_mean"], P["delay_inh_mean"])[None, :].repeat(8, 0)
 
-import nest  # noqa: E402
+try:
+    import nest  # noqa: E402
+except ImportError as e:
+    sys.exit(f"nest_microcircuit.py needs NEST's Python module (nest-simulator): {e}")
 
 nest.set_verbosity("M_WARNING")
 nest.ResetKernel()

@@ -136,12 +136,12 @@ impl Params {
             ("full_mean_rate", p.full_mean_rate),
             ("v0_std", p.v0_std),
         ] {
-            finite(k, x)?;
+            finite(&format!("populations.{name}.{k}"), x)?;
             if x < 0.0 {
-                bail!("populations.{name}.{k} must be >= 0, got {x}");
+                bail!("populations.{name}.{k} must be >= 0, got {}", num(x));
             }
         }
-        finite("v0_mean", p.v0_mean)?;
+        finite(&format!("populations.{name}.v0_mean"), p.v0_mean)?;
         let row = self
             .conn_probs
             .get(name)
