@@ -146,6 +146,30 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
     }
 }
 
+/// What a plain run (a [`Detected::Singleton`]) says of the built-in
+/// launcher's variables set by hand: `HPC_SIZE=4 ./app` runs one rank, since
+/// only `hpc run` (which also sets `HPC_RENDEZVOUS`) starts several; said,
+/// not silently taken. `None` where none is set or `HPC_BOOTSTRAP=singleton`
+/// asks for exactly that.
+pub fn stray_launcher_vars(env: &HashMap<String, String>) -> Option<String> {
+    let forced = env.get(BOOTSTRAP).map(|s| s.trim().to_ascii_lowercase());
+    if forced.as_deref() == Some("singleton") {
+        return None;
+    }
+    let set: Vec<String> = [SIZE, RANK, LOCAL_SIZE, LOCAL_RANK]
+        .into_iter()
+        .filter_map(|k| env.get(k).map(|v| format!("{k}={}", shown(v))))
+        .collect();
+    if set.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} set without {RENDEZVOUS}: those are the launcher's; this process runs as \
+         the only rank (start the job with `hpc run -n N`, or unset them)",
+        set.join(" ")
+    ))
+}
+
 /// The launchers' variables that [`detect`] and the log's rank tag read: one of them
 /// that is not UTF-8 is an error, not a variable skipped.
 pub const LAUNCHER_VARS: &[&str] = &[
@@ -391,6 +415,23 @@ mod tests {
     #[test]
     fn plain_program_is_a_singleton() {
         assert_eq!(detect(&env(&[("HOME", "/root")])), Ok(Detected::Singleton));
+    }
+
+    /// Passes 12 and 15: `HPC_SIZE=4 ./app` ran one rank without a word.
+    #[test]
+    fn launcher_variables_without_the_launcher_are_said() {
+        assert_eq!(stray_launcher_vars(&env(&[("HOME", "/root")])), None);
+        let e = env(&[(SIZE, "4"), (RANK, "3")]);
+        assert_eq!(detect(&e), Ok(Detected::Singleton));
+        let why = stray_launcher_vars(&e).unwrap();
+        assert!(
+            why.contains("HPC_SIZE=\"4\"")
+                && why.contains("HPC_RANK=\"3\"")
+                && why.contains("only rank"),
+            "{why}"
+        );
+        let asked = env(&[(SIZE, "4"), (BOOTSTRAP, "singleton")]);
+        assert_eq!(stray_launcher_vars(&asked), None);
     }
 
     #[test]

@@ -195,7 +195,12 @@ impl World {
     pub fn init_with(config: Config) -> Result<World> {
         let detected = env::detect(&config.env).map_err(Error::Bootstrap)?;
         let world = match detected {
-            Detected::Singleton => World::singleton(&config),
+            Detected::Singleton => {
+                if let Some(why) = env::stray_launcher_vars(&config.env) {
+                    tracing::warn!("{why}");
+                }
+                World::singleton(&config)
+            }
             Detected::Launcher {
                 rank,
                 size,
