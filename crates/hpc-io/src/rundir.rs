@@ -460,22 +460,23 @@ impl FileClaim {
         lock_name.push(name);
         lock_name.push(".lock");
         let lock = path.with_file_name(lock_name);
+        // Said of the file asked for, not of the lock beside it that no user
+        // named ("cannot open N/.trace.json.lock" where N was not made yet).
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(io("open", path)(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("its folder {} does not exist", dir.display()),
+                )));
+            }
+        }
         // A lock file removed by the run that held it, between our open and our
         // lock, is no claim of this name any more: opened again.
         for _ in 0..8 {
             let Some(mut f) = try_lock_file(&lock)? else {
-                let mut text = String::new();
-                if let Ok(Some((f, _))) = open_own(&lock, false) {
-                    let _ = f.take(4096).read_to_string(&mut text);
-                }
-                let text = text.trim();
                 return Err(Error::FileBusy {
                     path: path.to_path_buf(),
-                    holder: if text.is_empty() {
-                        "another run".into()
-                    } else {
-                        text.chars().take(300).collect()
-                    },
+                    holder: holder_in(&lock),
                 });
             };
             let same = match (f.metadata(), fs::symlink_metadata(&lock)) {
@@ -502,9 +503,15 @@ impl Drop for FileClaim {
     }
 }
 
+/// Who holds the run directory `dir`, as its lock file says.
 fn holder_of(dir: &Path) -> String {
+    holder_in(&dir.join(LOCK))
+}
+
+/// Who holds the lock file `lock`, as it says (at most 300 characters).
+fn holder_in(lock: &Path) -> String {
     let mut text = String::new();
-    if let Ok(Some((f, _))) = open_own(&dir.join(LOCK), false) {
+    if let Ok(Some((f, _))) = open_own(lock, false) {
         let _ = f.take(4096).read_to_string(&mut text);
     }
     let text = text.trim();
@@ -983,6 +990,22 @@ mod tests {
         let mut i = RunInfo::new("test");
         i.outputs = vec!["spikes.spk".into(), "summary.json".into()];
         i
+    }
+
+    /// Pass 15: a claim in a folder not made yet was said of the lock file no
+    /// user named ("cannot open N/.summary.json.lock").
+    #[test]
+    fn a_claim_in_a_missing_folder_names_the_file_and_its_folder() {
+        let t = Tmp::new("claim-missing");
+        let out = t.0.join("not-made").join("trace.json");
+        let e = FileClaim::take(&out, "a run").unwrap_err().to_string();
+        assert!(
+            e.contains("not-made/trace.json")
+                && e.contains("does not exist")
+                && !e.contains(".lock"),
+            "{e}"
+        );
+        assert!(!t.0.join("not-made").exists());
     }
 
     /// A directory that another program's run wrote is refused, its files kept
