@@ -240,23 +240,13 @@ impl<'a> Prepared<'a> {
         // The population rate holds a bin per `bin_ms` of the window, and the
         // figures a mark per bin: a bin given by the caller is refused before
         // that is allocated when the window holds more than a figure draws.
-        let bins = (dur / bin_ms).ceil();
-        if bins > MAX_RATE_BINS as f64 {
-            return Err(Error::Input(format!(
-                "rate_bin_ms = {} ms over the window of {} ms makes {} bins of the population rate, \
-                 more than the {MAX_RATE_BINS} a figure draws: give at least {} ms",
-                hpc_io::message::num(bin_ms),
-                hpc_io::message::num(dur),
-                hpc_io::message::num(bins),
-                hpc_io::message::num(dur / MAX_RATE_BINS as f64)
-            )));
-        }
+        let rate = stats::population_rate(rec, bin_ms)?;
         Ok(Prepared {
             title: run.title(dur),
             analysis,
             blocks,
             rows: row,
-            rate: stats::population_rate(rec, bin_ms),
+            rate,
             bin_ms,
             spikes: stats::windowed(rec),
             index: IdIndex::new(&rec.populations),

@@ -180,12 +180,33 @@ fn mean(v: &[f64]) -> Option<f64> {
 /// The rate of all neurons in bins of `bin_ms` from the window's start (Hz).
 /// The last bin may be shorter; its rate is scaled to its length.
 ///
-/// It allocates a bin per `bin_ms` of the window: `bin_ms` must be above 0,
-/// and the caller bounds the count (the figures refuse more than
-/// [`crate::plot::MAX_RATE_BINS`]); a count beyond the memory panics.
-pub fn population_rate(rec: &Recording, bin_ms: f64) -> Vec<f64> {
+/// It allocates a bin per `bin_ms` of the window: a `bin_ms` that is not a
+/// positive number, or one that makes more than
+/// [`MAX_RATE_BINS`](crate::plot::MAX_RATE_BINS) bins, is refused
+/// ([`Error::Input`](crate::Error::Input), naming `rate_bin_ms`) before
+/// anything is allocated.
+pub fn population_rate(rec: &Recording, bin_ms: f64) -> crate::Result<Vec<f64>> {
+    use crate::plot::MAX_RATE_BINS;
+    use hpc_io::message::num;
     let dur = rec.duration_ms();
-    let bins = ((dur / bin_ms) - 1e-9).ceil().max(1.0) as usize;
+    if !(bin_ms.is_finite() && bin_ms > 0.0) {
+        return Err(crate::Error::Input(format!(
+            "rate_bin_ms must be > 0, got {}",
+            num(bin_ms)
+        )));
+    }
+    let bins = ((dur / bin_ms) - 1e-9).ceil().max(1.0);
+    if !(bins <= MAX_RATE_BINS as f64) {
+        return Err(crate::Error::Input(format!(
+            "rate_bin_ms = {} ms over the window of {} ms makes {} bins of the population rate, \
+             more than the {MAX_RATE_BINS} a figure draws: give at least {} ms",
+            num(bin_ms),
+            num(dur),
+            num(bins),
+            num(dur / MAX_RATE_BINS as f64)
+        )));
+    }
+    let bins = bins as usize;
     let mut c = vec![0u64; bins];
     for &(t, _) in windowed(rec).iter() {
         // A spike is stamped at the end of its step: the bin is the one whose
@@ -195,13 +216,13 @@ pub fn population_rate(rec: &Recording, bin_ms: f64) -> Vec<f64> {
         c[i] += 1;
     }
     let n = rec.neurons() as f64;
-    c.iter()
+    Ok(c.iter()
         .enumerate()
         .map(|(i, &k)| {
             let len = (dur - i as f64 * bin_ms).min(bin_ms);
             k as f64 / n / (len / 1000.0)
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -265,15 +286,31 @@ mod tests {
     }
 
     #[test]
+    #[test]
+    /// Pass 15: a bin of 0, NaN or one that makes more bins than memory holds
+    /// panicked ("capacity overflow") in this public function; the figures
+    /// bounded it, a library caller did not.
+    fn a_bin_that_is_no_length_or_too_short_is_refused() {
+        let r = rec(vec![(1, 0), (1000, 2)]);
+        for bin in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-3] {
+            match population_rate(&r, bin) {
+                Err(crate::Error::Input(why)) => assert!(why.contains("rate_bin_ms"), "{why}"),
+                other => panic!("bin {bin}: {other:?}"),
+            }
+        }
+        assert_eq!(population_rate(&r, 1e300).unwrap().len(), 1);
+    }
+
+    #[test]
     fn the_population_rate_puts_a_spike_at_a_bin_edge_in_the_earlier_bin() {
         let r = rec(vec![(1, 0), (2, 0), (3, 1), (1000, 2)]);
-        let v = population_rate(&r, 2.0);
+        let v = population_rate(&r, 2.0).unwrap();
         assert_eq!(v.len(), 500);
         // 2 spikes of 6 neurons in 2 ms.
         assert!((v[0] - 2.0 / 6.0 / 0.002).abs() < 1e-9);
         assert!((v[1] - 1.0 / 6.0 / 0.002).abs() < 1e-9);
         assert!((v[499] - 1.0 / 6.0 / 0.002).abs() < 1e-9);
-        let v = population_rate(&r, 3.0);
+        let v = population_rate(&r, 3.0).unwrap();
         assert_eq!(v.len(), 334);
         // The last bin is 1 ms long.
         assert!((v[333] - 1.0 / 6.0 / 0.001).abs() < 1e-9);
