@@ -196,7 +196,7 @@ pub fn population_rate(rec: &Recording, bin_ms: f64) -> crate::Result<Vec<f64>> 
         )));
     }
     let bins = ((dur / bin_ms) - 1e-9).ceil().max(1.0);
-    if !(bins <= MAX_RATE_BINS as f64) {
+    if bins.is_nan() || bins > MAX_RATE_BINS as f64 {
         return Err(crate::Error::Input(format!(
             "rate_bin_ms = {} ms over the window of {} ms makes {} bins of the population rate, \
              more than the {MAX_RATE_BINS} a figure draws: give at least {} ms",
@@ -285,11 +285,10 @@ mod tests {
         assert!((a.populations[0].rate_hz - 2.0 / 4.0 / 0.8).abs() < 1e-12);
     }
 
-    #[test]
-    #[test]
     /// Pass 15: a bin of 0, NaN or one that makes more bins than memory holds
     /// panicked ("capacity overflow") in this public function; the figures
     /// bounded it, a library caller did not.
+    #[test]
     fn a_bin_that_is_no_length_or_too_short_is_refused() {
         let r = rec(vec![(1, 0), (1000, 2)]);
         for bin in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-3] {
