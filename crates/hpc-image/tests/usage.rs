@@ -285,7 +285,7 @@ fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
 /// this process's environment).
 #[test]
 fn an_empty_cache_variable_is_named_not_taken_for_the_flag() {
-    const INNER: &str = "HPC_IMAGE_TEST_EMPTY_CACHE";
+    const INNER: &str = "IMAGE_TEST_INNER_EMPTY_CACHE";
     if std::env::var_os(INNER).is_some() {
         let ws = workspace("empty-cache", true);
         let m = ws.join("Cargo.toml");

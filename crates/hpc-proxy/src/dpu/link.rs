@@ -263,12 +263,16 @@ mod tests {
     #[test]
     fn a_long_address_is_refused_in_a_line() {
         let long = "h".repeat(100_000);
-        for e in [
-            ip_of(&long).unwrap_err(),
-            service_addr_of(&long).unwrap_err(),
-        ] {
-            let e = e.to_string();
-            assert!(e.contains("HPC_COLL_PROXY_"), "{e}");
+        let named = [
+            (ip_of(&long), hpc_runtime::env::COLL_PROXY_ADDR),
+            (
+                service_addr_of(&long),
+                hpc_runtime::env::COLL_PROXY_DPU_HOST,
+            ),
+        ];
+        for (e, name) in named {
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(name), "{e}");
             assert!(e.len() < 300, "{} bytes", e.len());
         }
         assert_eq!(ip_of(" 10.0.0.1 ").unwrap(), IpAddr::from([10, 0, 0, 1]));
