@@ -142,10 +142,7 @@ pub fn write_all(
     })
 }
 
-/// The most bins of the population rate a figure draws ([`PlotOptions::rate_bin_ms`]
-/// over the window): a smaller bin over a long window is refused (a bin of 0.1 ms
-/// over 10^6 ms made a 183 MB raster, one of 1e-300 ms a panic).
-pub const MAX_RATE_BINS: usize = 100_000;
+pub use crate::stats::MAX_RATE_BINS;
 
 /// Pixels per metre of the PNGs' resolution tag (150 dpi).
 const PIXELS_PER_METRE: u32 = 5906;

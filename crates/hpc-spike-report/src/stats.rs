@@ -177,16 +177,21 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// The most bins of the population rate [`population_rate`] makes and a figure
+/// draws (`PlotOptions::rate_bin_ms` over the window): a smaller bin over a long
+/// window is refused (a bin of 0.1 ms over 10^6 ms made a 183 MB raster, one of
+/// 1e-300 ms a panic).
+pub const MAX_RATE_BINS: usize = 100_000;
+
 /// The rate of all neurons in bins of `bin_ms` from the window's start (Hz).
 /// The last bin may be shorter; its rate is scaled to its length.
 ///
 /// It allocates a bin per `bin_ms` of the window: a `bin_ms` that is not a
 /// positive number, or one that makes more than
-/// [`MAX_RATE_BINS`](crate::plot::MAX_RATE_BINS) bins, is refused
+/// [`MAX_RATE_BINS`] bins, is refused
 /// ([`Error::Input`](crate::Error::Input), naming `rate_bin_ms`) before
 /// anything is allocated.
 pub fn population_rate(rec: &Recording, bin_ms: f64) -> crate::Result<Vec<f64>> {
-    use crate::plot::MAX_RATE_BINS;
     use hpc_io::message::num;
     let dur = rec.duration_ms();
     if !(bin_ms.is_finite() && bin_ms > 0.0) {
