@@ -380,6 +380,25 @@ impl Backend for Loopback {
     }
 }
 
+/// `Err(BadKey)` for a key whose fields are not as its owner made them (its
+/// checksum, [`RemoteKey::is_intact`]): every backend then trusts the length
+/// and addressing of a key only from its owner. An edited length reached the
+/// shared-memory backend, which wrote past the region into its page (and a
+/// length near `u64::MAX` overflowed there).
+fn check_intact(key: &RemoteKey) -> Result<()> {
+    if key.is_intact() {
+        return Ok(());
+    }
+    Err(Error::BadKey(format!(
+        "the key of region {} of rank {} (length {}) was altered: its checksum does not \
+         match; a key must come from the region's owner (Transport::exchange_keys, or \
+         RemoteKey::to_bytes sent in a message)",
+        key.id,
+        key.rank(),
+        key.len()
+    )))
+}
+
 /// Polls before yielding the CPU in [`Transport::wait`] (a few tens of microseconds:
 /// long enough for a peer on another core, short enough not to starve a peer that
 /// shares ours).
@@ -721,6 +740,7 @@ impl Transport {
         let src = src.into();
         let _span = tracing::trace_span!("put", peer = dst.rank(), bytes = src.len()).entered();
         src.validate()?;
+        check_intact(dst)?;
         check_bounds(offset, src.len() as u64, dst.len())?;
         let backend = self.backend(dst.rank())?;
         let src = match backend.try_put_now(src, dst, offset)? {
@@ -741,6 +761,7 @@ impl Transport {
     pub fn get_to(&self, src: &RemoteKey, offset: u64, dst: Sink) -> Result<OpId> {
         let _span = tracing::trace_span!("get", peer = src.rank(), bytes = dst.len()).entered();
         dst.validate()?;
+        check_intact(src)?;
         check_bounds(offset, dst.len() as u64, src.len())?;
         self.post(src.rank(), OpKind::Get, |b, op| b.get(op, src, offset, dst))
     }
