@@ -369,8 +369,17 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
         })
         .collect();
     if slots.is_empty() {
+        let list = |c: &CpuSet| {
+            if c.is_empty() {
+                "none".to_string()
+            } else {
+                hpc_env::shown(&c.to_string())
+            }
+        };
         return Err(TopologyError::NoAllowedCores {
             allowed: allowed.to_string(),
+            asked: req.allowed.as_ref().map_or_else(|| "any".to_string(), list),
+            usable: list(&topo.allowed),
         });
     }
     let mut warnings = Vec::new();
