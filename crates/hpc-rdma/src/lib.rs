@@ -228,8 +228,9 @@ impl std::str::FromStr for Choice {
             "verbs" | "ib" | "rdma" => Ok(Choice::Verbs),
             "mpi" => Ok(Choice::Mpi),
             "ofi" | "libfabric" => Ok(Choice::Ofi),
-            other => Err(Error::InvalidArgument(format!(
-                "transport {other:?}: expected shm, tcp, ofi, verbs, mpi or auto"
+            _ => Err(Error::InvalidArgument(format!(
+                "transport {}: expected shm, tcp, ofi, verbs, mpi or auto",
+                hpc_runtime::env::shown(s)
             ))),
         }
     }
@@ -248,10 +249,17 @@ pub struct Options {
 }
 
 impl Options {
-    /// Reads `HPC_TRANSPORT` (and leaves the rest default).
+    /// Reads `HPC_TRANSPORT` (and leaves the rest default); a value that names
+    /// no transport is an error naming the variable.
     pub fn from_env() -> Result<Options> {
-        let backend = match std::env::var(hpc_runtime::env::TRANSPORT) {
-            Ok(s) => s.parse()?,
+        let name = hpc_runtime::env::TRANSPORT;
+        let backend = match std::env::var(name) {
+            Ok(s) => s.parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{name}={} is not a transport: expected shm, tcp, ofi, verbs, mpi or auto",
+                    hpc_runtime::env::shown(&s)
+                ))
+            })?,
             Err(_) => Choice::Auto,
         };
         Ok(Options {

@@ -93,6 +93,16 @@ fn child() {
         println!("CHILD-OK rank {}", world.rank());
         return;
     }
+    if role == "bad-transport" {
+        let e = Transport::new(&world).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("HPC_TRANSPORT=\"bogus\" is not a transport"),
+            "{e}"
+        );
+        println!("CHILD-OK rank {}", world.rank());
+        return;
+    }
     if role == "tcp-foreign-addr" {
         // HPC_TCP_ADDR names an address of no interface here.
         let e = Transport::new(&world).unwrap_err();
@@ -762,6 +772,14 @@ fn a_tcp_address_of_another_host_is_named() {
         &[("HPC_TCP_ADDR", "192.0.2.1")],
     );
     assert_all_ok(&outs, &[]);
+}
+
+/// An `HPC_TRANSPORT` that names no transport is an error naming the
+/// variable: it said `transport "bogus": expected ...`, which a user who set
+/// no such argument could not place.
+#[test]
+fn a_transport_variable_that_names_no_transport_is_named() {
+    assert_all_ok(&launch(1, "bad-transport", "bogus", &[]), &[]);
 }
 
 #[test]
