@@ -22,7 +22,10 @@ pub enum TopologyError {
         local_size: usize,
     },
     /// The synthetic description was rejected.
-    #[error("malformed synthetic topology description {description:?}: {reason}")]
+    #[error(
+        "malformed synthetic topology description {}: {reason}",
+        hpc_env::shown(description)
+    )]
     BadSynthetic {
         /// The description as given.
         description: String,
@@ -48,8 +51,9 @@ pub enum TopologyError {
     },
     /// A synthetic description with more PUs than any machine has.
     #[error(
-        "synthetic topology {description:?} has {pus} PUs, more than the {max} accepted \
+        "synthetic topology {} has {pus} PUs, more than the {max} accepted \
          (Linux machines have at most 8192 CPUs); it would need about {} of memory",
+        hpc_env::shown(description),
         crate::format_bytes(*estimate)
     )]
     SyntheticTooLarge {
@@ -130,7 +134,10 @@ pub enum TopologyError {
         usable: String,
     },
     /// A policy name could not be parsed.
-    #[error("unknown placement policy {0:?} (expected compact, spread, numa or package)")]
+    #[error(
+        "unknown placement policy {} (expected compact, spread, numa or package)",
+        hpc_env::shown(.0)
+    )]
     BadPolicy(String),
     /// Binding the process or a thread failed.
     #[error("binding to cpuset {cpuset} failed: {reason}")]

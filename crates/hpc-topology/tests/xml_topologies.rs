@@ -541,4 +541,22 @@ fn allowed_cpus_with_no_core_are_named_and_long_lists_cut() {
         .unwrap_err()
         .to_string();
     assert!(e.len() < 200, "{} bytes", e.len());
+    // A policy and a synthetic description as well.
+    let e = long
+        .parse::<hpc_topology::Policy>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.len() < 200 && e.contains("more characters"),
+        "{} bytes",
+        e.len()
+    );
+    for desc in [format!("pack:{long}"), "pack:1000 ".repeat(10_000)] {
+        let e = Topology::from_synthetic(&desc).unwrap_err().to_string();
+        assert!(
+            e.len() < 300 && e.contains("more characters"),
+            "{} bytes",
+            e.len()
+        );
+    }
 }
