@@ -2,21 +2,7 @@
 //! read it.
 #![cfg(all(feature = "collectives", feature = "topology"))]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+mod common;
 
 /// `HPC_PROGRESS_CPUSET` naming CPUs no list may hold: the placement, the
 /// choice of engine and the communicator each read it, and each warned (three
@@ -27,12 +13,7 @@ fn a_wrong_setting_read_in_several_places_is_warned_about_once() {
         std::env::remove_var(v.name);
     }
     std::env::set_var(hpc_env::PROGRESS_CPUSET, "0-4294967295");
-    let buf = Buffer::default();
-    let writer = buf.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(move || writer.clone())
-        .init();
+    let buf = common::Buffer::install_warn();
     let ctx = hpc_rs::init_with(hpc_rs::Options {
         bind: Some(false),
         ..Default::default()
@@ -40,7 +21,7 @@ fn a_wrong_setting_read_in_several_places_is_warned_about_once() {
     .unwrap();
     ctx.comm_options().unwrap();
     ctx.comm().unwrap();
-    let seen = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let seen = buf.text();
     let said = seen
         .matches("HPC_PROGRESS_CPUSET=\"0-4294967295\" is ignored")
         .count();
