@@ -90,6 +90,28 @@ impl Options {
     }
 }
 
+/// The most ranks a communicator of a schedule may have (2^24, beyond the
+/// largest machines' core counts). A schedule holds a step or a count per
+/// rank for some collectives (alltoall, allgather), so a size beyond any
+/// machine, such as a rank count computed wrongly, would be an allocation or
+/// a loop sized by it; it is refused by [`Collective::validate`].
+pub const MAX_RANKS: usize = 1 << 24;
+
+/// `size` is a communicator size a schedule can be built for: 1 to
+/// [`MAX_RANKS`].
+fn check_size(size: usize) -> Result<(), CollectiveError> {
+    if size == 0 {
+        return Err(CollectiveError::EmptyCommunicator);
+    }
+    if size > MAX_RANKS {
+        return Err(CollectiveError::TooManyRanks {
+            size,
+            max: MAX_RANKS,
+        });
+    }
+    Ok(())
+}
+
 /// Invalid collective arguments.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CollectiveError {
@@ -149,6 +171,15 @@ pub enum CollectiveError {
         algorithm: Algorithm,
         /// The collective.
         kind: CollectiveKind,
+    },
+    /// More ranks than [`MAX_RANKS`]: no machine has that many, and the
+    /// schedules of some collectives hold a step or a count per rank.
+    #[error("communicator size {size} is more than the {max} ranks a schedule is built for")]
+    TooManyRanks {
+        /// The size asked for.
+        size: usize,
+        /// [`MAX_RANKS`].
+        max: usize,
     },
     /// The counts describe more bytes than any buffer can hold (`isize::MAX`):
     /// no process could pass such buffers, and the byte arithmetic of the
@@ -360,12 +391,11 @@ impl Collective {
         }
     }
 
-    /// Checks the arguments against a communicator of `size` ranks: root in
-    /// range, count vectors of length `size`, operation defined for the type.
+    /// Checks the arguments against a communicator of `size` ranks: size 1 to
+    /// [`MAX_RANKS`], root in range, count vectors of length `size`, operation
+    /// defined for the type.
     pub fn validate(&self, size: usize) -> Result<(), CollectiveError> {
-        if size == 0 {
-            return Err(CollectiveError::EmptyCommunicator);
-        }
+        check_size(size)?;
         if let Some(root) = self.root() {
             if root >= size {
                 return Err(CollectiveError::RootOutOfRange { root, size });
@@ -445,10 +475,12 @@ impl Collective {
     /// calls the message size: per peer for alltoall, the whole vector for
     /// broadcast and the reductions, the largest block of the v-variants),
     /// computed only from what every rank passes alike; `None` for alltoallv,
-    /// where each rank knows only its own counts.
+    /// where each rank knows only its own counts, and for a block of more
+    /// bytes than a `usize` holds (a collective [`validate`](Self::validate)
+    /// refuses).
     pub fn block_bytes(&self) -> Option<usize> {
         let e = self.dtype().map_or(0, DataType::size);
-        Some(match self {
+        let elems = match self {
             Collective::Barrier => 0,
             Collective::Broadcast { count, .. }
             | Collective::Gather { count, .. }
@@ -457,12 +489,13 @@ impl Collective {
             | Collective::Alltoall { count, .. }
             | Collective::Reduce { count, .. }
             | Collective::Allreduce { count, .. }
-            | Collective::ReduceScatterBlock { count, .. } => count * e,
+            | Collective::ReduceScatterBlock { count, .. } => *count,
             Collective::Allgatherv { counts, .. } | Collective::ReduceScatter { counts, .. } => {
-                counts.iter().copied().max().unwrap_or(0) * e
+                counts.iter().copied().max().unwrap_or(0)
             }
             Collective::Alltoallv { .. } => return None,
-        })
+        };
+        elems.checked_mul(e)
     }
 
     /// The (send, receive) buffer sizes in bytes that `rank` must provide.
@@ -538,6 +571,7 @@ impl Collective {
     /// rule in the [module docs](self). The choice depends only on
     /// arguments that are identical on all ranks.
     pub fn select(&self, size: usize, options: &Options) -> Result<Algorithm, CollectiveError> {
+        check_size(size)?;
         let kind = self.kind();
         if options.algorithm != Algorithm::Auto {
             return if kind.algorithms().contains(&options.algorithm) {

@@ -101,6 +101,8 @@ pub mod op;
 pub mod schedule;
 pub mod sim;
 
-pub use collective::{Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning};
+pub use collective::{
+    Algorithm, Collective, CollectiveError, CollectiveKind, Options, Tuning, MAX_RANKS,
+};
 pub use op::{apply_reduce, CustomFn, CustomOps, DataType, ReduceError, ReduceOp};
 pub use schedule::{own_copy, BufferId, Region, Round, Schedule, Step};

@@ -3,7 +3,7 @@
 use hpc_collectives::sim::{self, RankBuffers, SimError};
 use hpc_collectives::{
     Algorithm, BufferId, Collective, CollectiveError, CollectiveKind, CustomOps, DataType, Options,
-    ReduceOp, Schedule, Step,
+    ReduceOp, Schedule, Step, MAX_RANKS,
 };
 
 #[test]
@@ -804,4 +804,65 @@ fn reduce_scratch_per_child_up_to_two() {
             }
         }
     }
+}
+
+/// A communicator size beyond any machine (a rank count computed wrongly) is a
+/// typed error naming it, for every collective and from `select` too: it was an
+/// allocation of a count per rank that aborted the process (an allgather of 0
+/// elements on 2^40 ranks asked for 8 TiB), a loop of a step per rank that did
+/// not end (an alltoall), or an arithmetic overflow (a barrier or a broadcast
+/// on `usize::MAX` ranks); `select` on 0 ranks took the logarithm of 0, and
+/// `block_bytes` of a count of `usize::MAX` overflowed.
+#[test]
+fn a_size_beyond_any_machine_is_refused_by_name() {
+    let colls = [
+        Collective::Barrier,
+        Collective::Broadcast {
+            root: 0,
+            count: 0,
+            dtype: DataType::F64,
+        },
+        Collective::Allgather {
+            count: 0,
+            dtype: DataType::F64,
+        },
+        Collective::Alltoall {
+            count: 0,
+            dtype: DataType::F64,
+        },
+        Collective::ReduceScatterBlock {
+            count: 0,
+            dtype: DataType::F64,
+            op: ReduceOp::Sum,
+        },
+    ];
+    for c in &colls {
+        for size in [MAX_RANKS + 1, 1 << 40, usize::MAX] {
+            let e = c.schedule(0, size, &Options::default()).unwrap_err();
+            assert_eq!(
+                e,
+                CollectiveError::TooManyRanks {
+                    size,
+                    max: MAX_RANKS
+                },
+                "{c:?}"
+            );
+            assert!(e.to_string().contains(&size.to_string()), "{e}");
+            assert!(c.select(size, &Options::default()).is_err(), "{c:?}");
+        }
+        assert_eq!(
+            c.select(0, &Options::default()),
+            Err(CollectiveError::EmptyCommunicator),
+            "{c:?}"
+        );
+    }
+    assert!(Collective::Barrier
+        .schedule(0, MAX_RANKS, &Options::default())
+        .is_ok());
+    let huge = Collective::Broadcast {
+        root: 0,
+        count: usize::MAX,
+        dtype: DataType::F64,
+    };
+    assert_eq!(huge.block_bytes(), None);
 }

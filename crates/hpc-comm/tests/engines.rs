@@ -116,6 +116,8 @@ fn child_entry() {
         "progress" => progress(&world),
         "proxy_death" => proxy_death(&world),
         "proxy_absent" => absent(&world, CommOptions::new(Engine::Proxy), 2),
+        "proxy_never_serves" => never_serves(&world),
+        "custom_op" => custom_op(&world),
         // Rank 1 of 3 on 2 nodes: alone on node 1.
         "proxy_absent_away" => absent(&world, CommOptions::new(Engine::Proxy), 1),
         "dpu_absent" => absent(&world, dpu::options(), 2),
@@ -1499,6 +1501,62 @@ fn absent(world: &World, mut o: CommOptions, victim: usize) {
         );
     }
     world.barrier().unwrap();
+}
+
+/// A collective with a custom reduction under each engine: refused on every
+/// rank before anything moves, and the communicator still works.
+fn custom_op(world: &World) {
+    for engine in ENGINES {
+        let mut o = CommOptions::new(engine);
+        o.timeout = Some(Duration::from_secs(3));
+        let comm = Comm::with_options(world, o).unwrap();
+        let send = [1.0f64; 4];
+        let mut recv = [0.0f64; 4];
+        let e = comm
+            .allreduce(&send[..], &mut recv[..], ReduceOp::Custom(7))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Unsupported(why) if why.contains("custom#7")),
+            "{engine:?}: {}",
+            e.chain()
+        );
+        comm.allreduce(&send[..], &mut recv[..], ReduceOp::Sum)
+            .unwrap();
+        assert_eq!(recv, [2.0; 4], "{engine:?}");
+    }
+}
+
+/// A reduction by a custom operation, which no engine applies, is refused by
+/// name: it failed after the data moved, as "transport: reduction" (the cause
+/// only in the error's chain) and under the proxy as "the proxy failed the
+/// collective".
+#[test]
+fn a_custom_reduction_is_refused_by_name_under_every_engine() {
+    all_ok("custom_op", 2);
+}
+
+/// A proxy program that never serves, under a communicator's timeout of
+/// 300 ms.
+fn never_serves(world: &World) {
+    let mut o = CommOptions::new(Engine::Proxy);
+    o.timeout = Some(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let e = Comm::with_options(world, o).unwrap_err().to_string();
+    assert!(e.contains("did not start serving within 300ms"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// A proxy that does not start serving is waited for as long as the
+/// communicator's timeout (at most 10 s), and the message says that limit: a
+/// timeout of 300 ms was said as "within 10 s".
+#[test]
+fn a_proxy_that_never_serves_is_said_with_the_limit_waited() {
+    all_ok_with(
+        "proxy_never_serves",
+        1,
+        20.0,
+        &[(hpc_runtime::env::COLL_PROXY_CMD, "sleep 30")],
+    );
 }
 
 #[test]

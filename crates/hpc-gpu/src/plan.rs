@@ -456,12 +456,42 @@ fn single_rank(kind: CollKind, dtype: Dtype, op: Option<GpuOp>, bytes: usize) ->
     finish(kind, 1, dtype, op, (bytes, bytes), 0, vec![ops])
 }
 
+/// The most ranks a native plan is built for. The plans of every rank are
+/// built together and hold about `size²` operations (16 million at this
+/// size), so a larger size, such as a rank count computed wrongly, would be an
+/// allocation sized by it.
+pub const MAX_PLAN_RANKS: usize = 4096;
+
+/// Checks the arguments every plan shares and gives the bytes of `count`
+/// elements: a size of 1 to [`MAX_PLAN_RANKS`], and `count` elements on each of
+/// `size` ranks within what a buffer can hold (`isize::MAX` bytes).
+fn plan_bytes(what: &str, size: usize, count: usize, dtype: Dtype) -> Result<usize> {
+    if size == 0 {
+        return Err(GpuError::Plan(format!(
+            "{what} on 0 ranks: a plan needs at least one rank"
+        )));
+    }
+    if size > MAX_PLAN_RANKS {
+        return Err(GpuError::Plan(format!(
+            "{what} on {size} ranks: plans are built for at most {MAX_PLAN_RANKS}"
+        )));
+    }
+    let bytes = count.checked_mul(dtype.size());
+    match bytes.and_then(|b| b.checked_mul(size)) {
+        Some(total) if total <= isize::MAX as usize => Ok(bytes.unwrap_or(0)),
+        _ => Err(GpuError::Plan(format!(
+            "{what} of {count} elements of {dtype:?} on {size} ranks: more bytes than a \
+             buffer can hold"
+        ))),
+    }
+}
+
 /// Plans of every rank for an allreduce of `count` elements: ring
 /// reduce-scatter over 16-byte-aligned chunks into the window, ring
 /// allgather within the window, one copy to the output.
 pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<Vec<Plan>> {
     let e = dtype.size();
-    let bytes = count * e;
+    let bytes = plan_bytes("allreduce", size, count, dtype)?;
     if size == 1 {
         return Ok(single_rank(CollKind::AllReduce, dtype, Some(op), bytes));
     }
@@ -509,8 +539,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
 /// Plans for a reduce-scatter: each rank's input holds `size * count`
 /// elements, rank `r` gets the reduction of block `r` (`count` elements).
 pub fn reduce_scatter(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<Vec<Plan>> {
-    let e = dtype.size();
-    let bytes = count * e;
+    let bytes = plan_bytes("reduce-scatter", size, count, dtype)?;
     if size == 1 {
         return Ok(single_rank(CollKind::ReduceScatter, dtype, Some(op), bytes));
     }
@@ -546,8 +575,7 @@ pub fn reduce_scatter(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Res
 /// Plans for an allgather: each rank contributes `count` elements; every
 /// output holds the `size` blocks in rank order.
 pub fn allgather(size: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
-    let e = dtype.size();
-    let bytes = count * e;
+    let bytes = plan_bytes("allgather", size, count, dtype)?;
     if size == 1 {
         return Ok(single_rank(CollKind::AllGather, dtype, None, bytes));
     }
@@ -581,6 +609,7 @@ pub fn allgather(size: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
 /// its input into every other rank's window and copies it to its own
 /// output; the others copy their window to their output.
 pub fn broadcast(size: usize, root: usize, count: usize, dtype: Dtype) -> Result<Vec<Plan>> {
+    let bytes = plan_bytes("broadcast", size, count, dtype)?;
     if root >= size {
         return Err(GpuError::Mismatch {
             what: "broadcast root (must be below the rank count)",
@@ -588,7 +617,6 @@ pub fn broadcast(size: usize, root: usize, count: usize, dtype: Dtype) -> Result
             got: root,
         });
     }
-    let bytes = count * dtype.size();
     let all = |b| Loc::new(b, 0, bytes);
     let phases = (0..size)
         .map(|r| {

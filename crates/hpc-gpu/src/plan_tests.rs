@@ -219,3 +219,35 @@ fn ring_allreduce_shape() {
         }
     }
 }
+
+/// A size of 0 or beyond [`MAX_PLAN_RANKS`], and counts whose bytes overflow,
+/// are a typed error naming them: 0 ranks panicked in the chunking ("parts
+/// must be positive"), `usize::MAX` elements overflowed, and 2^40 ranks
+/// aborted the process on an allocation of 8 TiB.
+#[test]
+fn sizes_and_counts_no_plan_can_hold_are_refused_by_name() {
+    use crate::plan::{allgather, allreduce, broadcast, reduce_scatter, MAX_PLAN_RANKS};
+    let all = |size: usize, count: usize| {
+        [
+            allreduce(size, count, Dtype::F32, GpuOp::Sum).map(|_| ()),
+            reduce_scatter(size, count, Dtype::F32, GpuOp::Sum).map(|_| ()),
+            allgather(size, count, Dtype::F32).map(|_| ()),
+            broadcast(size, 0, count, Dtype::F32).map(|_| ()),
+        ]
+    };
+    for (size, count, says) in [
+        (0, 4, "on 0 ranks"),
+        (1 << 40, 1, "on 1099511627776 ranks"),
+        (MAX_PLAN_RANKS + 1, 1, "at most 4096"),
+        (4, usize::MAX, "of 18446744073709551615 elements"),
+        (1, usize::MAX / 2, "more bytes than a buffer can hold"),
+    ] {
+        for r in all(size, count) {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains(says), "{size} ranks, {count}: {e}");
+        }
+    }
+    for r in all(3, 5) {
+        r.unwrap();
+    }
+}

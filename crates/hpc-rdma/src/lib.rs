@@ -228,8 +228,9 @@ impl std::str::FromStr for Choice {
             "verbs" | "ib" | "rdma" => Ok(Choice::Verbs),
             "mpi" => Ok(Choice::Mpi),
             "ofi" | "libfabric" => Ok(Choice::Ofi),
-            other => Err(Error::InvalidArgument(format!(
-                "transport {other:?}: expected shm, tcp, ofi, verbs, mpi or auto"
+            _ => Err(Error::InvalidArgument(format!(
+                "transport {}: expected shm, tcp, ofi, verbs, mpi or auto",
+                hpc_runtime::env::shown(s)
             ))),
         }
     }
@@ -248,10 +249,17 @@ pub struct Options {
 }
 
 impl Options {
-    /// Reads `HPC_TRANSPORT` (and leaves the rest default).
+    /// Reads `HPC_TRANSPORT` (and leaves the rest default); a value that names
+    /// no transport is an error naming the variable.
     pub fn from_env() -> Result<Options> {
-        let backend = match std::env::var(hpc_runtime::env::TRANSPORT) {
-            Ok(s) => s.parse()?,
+        let name = hpc_runtime::env::TRANSPORT;
+        let backend = match std::env::var(name) {
+            Ok(s) => s.parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{name}={} is not a transport: expected shm, tcp, ofi, verbs, mpi or auto",
+                    hpc_runtime::env::shown(&s)
+                ))
+            })?,
             Err(_) => Choice::Auto,
         };
         Ok(Options {
@@ -378,6 +386,25 @@ impl Backend for Loopback {
     fn wants_progress(&self) -> bool {
         false
     }
+}
+
+/// `Err(BadKey)` for a key whose fields are not as its owner made them (its
+/// checksum, [`RemoteKey::is_intact`]): every backend then trusts the length
+/// and addressing of a key only from its owner. An edited length reached the
+/// shared-memory backend, which wrote past the region into its page (and a
+/// length near `u64::MAX` overflowed there).
+fn check_intact(key: &RemoteKey) -> Result<()> {
+    if key.is_intact() {
+        return Ok(());
+    }
+    Err(Error::BadKey(format!(
+        "the key of region {} of rank {} (length {}) was altered: its checksum does not \
+         match; a key must come from the region's owner (Transport::exchange_keys, or \
+         RemoteKey::to_bytes sent in a message)",
+        key.id,
+        key.rank(),
+        key.len()
+    )))
 }
 
 /// Polls before yielding the CPU in [`Transport::wait`] (a few tens of microseconds:
@@ -721,6 +748,7 @@ impl Transport {
         let src = src.into();
         let _span = tracing::trace_span!("put", peer = dst.rank(), bytes = src.len()).entered();
         src.validate()?;
+        check_intact(dst)?;
         check_bounds(offset, src.len() as u64, dst.len())?;
         let backend = self.backend(dst.rank())?;
         let src = match backend.try_put_now(src, dst, offset)? {
@@ -741,6 +769,7 @@ impl Transport {
     pub fn get_to(&self, src: &RemoteKey, offset: u64, dst: Sink) -> Result<OpId> {
         let _span = tracing::trace_span!("get", peer = src.rank(), bytes = dst.len()).entered();
         dst.validate()?;
+        check_intact(src)?;
         check_bounds(offset, dst.len() as u64, src.len())?;
         self.post(src.rank(), OpKind::Get, |b, op| b.get(op, src, offset, dst))
     }

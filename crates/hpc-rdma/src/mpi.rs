@@ -31,7 +31,7 @@ use mpi::raw::AsRaw;
 use crate::completion::{OpId, Payload, Shared, Sink, Source};
 use crate::error::{check_bounds, Error, Result};
 use crate::region::{copy_in_order, RemoteKey};
-use crate::tcp::{accept_get_reply, finish_put, one_sided_header, status_of};
+use crate::tcp::{accept_get_reply, finish_put, one_sided_header, refusal};
 use crate::wire::{status, Header, Kind, HEADER_BYTES};
 use crate::{Backend, BackendKind};
 
@@ -295,7 +295,7 @@ impl Inner {
                             payload_len,
                         );
                     },
-                    Err(e) => ack.status = status_of(&e),
+                    Err(e) => ack = refusal(&h, Kind::PutAck, &e),
                 }
                 self.isend(st, peer, &ack, &[])?;
             }
@@ -314,8 +314,7 @@ impl Inner {
                         self.isend(st, peer, &r, data)?;
                     }
                     Err(e) => {
-                        r.status = status_of(&e);
-                        self.isend(st, peer, &r, &[])?;
+                        self.isend(st, peer, &refusal(&h, Kind::GetReply, &e), &[])?;
                     }
                 }
             }

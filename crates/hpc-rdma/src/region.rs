@@ -18,6 +18,18 @@ pub(crate) const HEADER: usize = 4096;
 const MEMFD_NAME: &str = "hpc-rdma";
 
 /// One shared mapping of a memfd: header page + data.
+/// The bytes mapped for a region of `data_len` bytes: the header page and
+/// the data rounded up to pages; `None` beyond what a mapping may hold
+/// (`isize::MAX` bytes).
+fn mapped_bytes(data_len: u64) -> Option<usize> {
+    let total = data_len
+        .checked_next_multiple_of(4096)?
+        .checked_add(HEADER as u64)?;
+    usize::try_from(total)
+        .ok()
+        .filter(|&t| t <= isize::MAX as usize)
+}
+
 pub(crate) struct Mapping {
     base: *mut u8,
     total: usize,
@@ -35,15 +47,32 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// A new zeroed mapping with `data_len` usable bytes.
     pub(crate) fn create(data_len: usize) -> Result<Mapping> {
-        let total = HEADER
-            .checked_add(data_len.div_ceil(4096) * 4096)
-            .ok_or_else(|| Error::InvalidArgument(format!("region of {data_len} bytes")))?;
-        let fd = rustix::fs::memfd_create(MEMFD_NAME, rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(std::io::Error::from)?;
+        let total = mapped_bytes(data_len as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a region of {data_len} bytes: more than the address space holds"
+            ))
+        })?;
+        // A failure says which region could not be made ("Cannot allocate
+        // memory" alone does not name the length asked for).
+        let what = |e: rustix::io::Errno| {
+            let e = std::io::Error::from(e);
+            Error::from(std::io::Error::new(
+                e.kind(),
+                format!("registering a region of {data_len} bytes: {e}"),
+            ))
+        };
+        let fd =
+            rustix::fs::memfd_create(MEMFD_NAME, rustix::fs::MemfdFlags::CLOEXEC).map_err(what)?;
         rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600))
             .and_then(|()| rustix::fs::ftruncate(&fd, total as u64))
-            .map_err(std::io::Error::from)?;
-        Mapping::map(fd, total)
+            .map_err(what)?;
+        Mapping::map(fd, total).map_err(|e| match e {
+            Error::Io(e) => Error::from(std::io::Error::new(
+                e.kind(),
+                format!("mapping a region of {data_len} bytes: {e}"),
+            )),
+            e => e,
+        })
     }
 
     /// Maps the region `fd` of process `pid` (same node, same user), checking that it is
@@ -64,7 +93,11 @@ impl Mapping {
             .open(&path)
             .map_err(|e| Error::BadKey(format!("{path}: {e}")))?;
         let total = file.metadata()?.len();
-        let want = HEADER as u64 + data_len.div_ceil(4096) * 4096;
+        let want = mapped_bytes(data_len).ok_or_else(|| {
+            Error::BadKey(format!(
+                "{path}: the key says {data_len} bytes, more than a region may hold"
+            ))
+        })? as u64;
         if total != want {
             return Err(Error::BadKey(format!(
                 "{path} has {total} bytes, the key says {want} (stale key?)"

@@ -75,8 +75,9 @@ enum Body {
         ptr: *mut u8,
         tail: [u8; 8],
     },
-    /// A put that was refused: its bytes are read and dropped, then acked with `status`.
-    Discard { status: u8 },
+    /// A put that was refused: its bytes are read and dropped, then acked with `ack`
+    /// (a [`refusal`]).
+    Discard { ack: Header },
     /// The data of a get, into `ptr` (owned by `holder`), the last 8 bytes last.
     GetReply {
         holder: Payload,
@@ -349,11 +350,25 @@ fn writer_loop(conn: Arc<Conn>, rx: mpsc::Receiver<Reply>) {
     }
 }
 
-pub(crate) fn status_of(e: &Error) -> u8 {
+fn status_of(e: &Error) -> u8 {
     match e {
         Error::OutOfBounds { .. } => status::OUT_OF_BOUNDS,
         _ => status::BAD_KEY,
     }
+}
+
+/// The answer of `kind` (a put's ack, a get's reply) by which a target refuses
+/// `request` for `e`: its status, and for an access beyond the region the
+/// offset asked for and the region's length (in `offset` and `tag`), so that
+/// the initiator's error names them as a local one does ([`error_of`]).
+pub(crate) fn refusal(request: &Header, kind: Kind, e: &Error) -> Header {
+    let mut r = request.answer(kind);
+    r.status = status_of(e);
+    if let Error::OutOfBounds { region_len, .. } = e {
+        r.offset = request.offset;
+        r.tag = *region_len;
+    }
+    r
 }
 
 /// The header of a one-sided operation on `key`'s region at `offset`: a put
@@ -385,7 +400,7 @@ pub(crate) fn finish_put(shared: &Shared, h: &Header, src: Option<Source>) -> Re
     let res = if h.status == status::OK {
         Ok(src.into_payload())
     } else {
-        Err(error_of(h.status, "put"))
+        Err(error_of(h, src.len() as u64, "put"))
     };
     shared.complete(OpId(h.op), res);
     Ok(())
@@ -401,7 +416,7 @@ pub(crate) fn accept_get_reply(
 ) -> Result<Option<Sink>> {
     let sink = sink.ok_or_else(|| Error::Protocol(format!("reply to unknown get {}", h.op)))?;
     if h.status != status::OK {
-        shared.complete(OpId(h.op), Err(error_of(h.status, "get")));
+        shared.complete(OpId(h.op), Err(error_of(h, sink.len() as u64, "get")));
         return Ok(None);
     }
     if h.plen != sink.len() as u64 {
@@ -414,12 +429,14 @@ pub(crate) fn accept_get_reply(
     Ok(Some(sink))
 }
 
-pub(crate) fn error_of(code: u8, what: &str) -> Error {
-    match code {
+/// The error of a put's ack or a get's reply `h` that refuses an access of
+/// `len` bytes (see [`refusal`]).
+pub(crate) fn error_of(h: &Header, len: u64, what: &str) -> Error {
+    match h.status {
         status::OUT_OF_BOUNDS => Error::OutOfBounds {
-            offset: 0,
-            len: 0,
-            region_len: 0,
+            offset: h.offset,
+            len,
+            region_len: h.tag,
         },
         _ => Error::BadKey(format!(
             "{what} rejected by the target (wrong or stale key)"
@@ -623,7 +640,7 @@ fn finish_frame(
                         })
                     }
                     Err(e) => Some(Body::Discard {
-                        status: status_of(&e),
+                        ack: refusal(&h, Kind::PutAck, &e),
                     }),
                 },
                 Kind::Get => {
@@ -637,9 +654,8 @@ fn finish_frame(
                             });
                         }
                         Err(e) => {
-                            r.status = status_of(&e);
                             reply(Reply {
-                                header: r,
+                                header: refusal(&h, Kind::GetReply, &e),
                                 data: None,
                             });
                         }
@@ -708,12 +724,9 @@ fn finish_frame(
                         data: None,
                     });
                 }
-                Body::Discard { status } => {
+                Body::Discard { ack } => {
                     reply(Reply {
-                        header: Header {
-                            status,
-                            ..h.answer(Kind::PutAck)
-                        },
+                        header: ack,
                         data: None,
                     });
                 }
@@ -840,5 +853,34 @@ impl Drop for Tcp {
             let _ = write_frame(&mut w, &Header::new(Kind::Bye), &[]);
             let _ = w.shutdown(Shutdown::Both);
         }
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    /// A target's refusal of an access beyond its region reaches the initiator
+    /// with the offset, the length and the region's length, as a local check
+    /// says them: it said "offset 0 + length 0 exceeds the region's 0 bytes".
+    #[test]
+    fn a_refusal_out_of_bounds_names_the_access_and_the_region() {
+        let mut put = Header::new(Kind::Put);
+        put.op = 7;
+        put.offset = 100;
+        put.plen = 8;
+        let e = Error::OutOfBounds {
+            offset: 100,
+            len: 8,
+            region_len: 64,
+        };
+        for kind in [Kind::PutAck, Kind::GetReply] {
+            let ack = Header::decode(&refusal(&put, kind, &e).encode()).unwrap();
+            assert_eq!(ack.op, 7);
+            let got = error_of(&ack, 8, "put");
+            assert_eq!(got.to_string(), e.to_string());
+        }
+        let bad = refusal(&put, Kind::PutAck, &Error::BadKey("stale".into()));
+        assert!(matches!(error_of(&bad, 8, "put"), Error::BadKey(_)));
     }
 }

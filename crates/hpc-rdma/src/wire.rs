@@ -36,11 +36,14 @@ pub enum Kind {
     Send = 2,
     /// One-sided write; payload = data.
     Put = 3,
-    /// Acknowledges a put once its data is in the target's region (`status`).
+    /// Acknowledges a put once its data is in the target's region (`status`); a
+    /// refusal out of bounds carries the offset asked for in `offset` and the
+    /// region's length in `tag`.
     PutAck = 4,
     /// One-sided read request of `tag` bytes.
     Get = 5,
-    /// Data of a get (status 0) or its error (status != 0, no payload).
+    /// Data of a get (status 0) or its error (status != 0, no payload; out of
+    /// bounds: the offset asked for in `offset`, the region's length in `tag`).
     GetReply = 6,
     /// The sender closes its transport.
     Bye = 7,

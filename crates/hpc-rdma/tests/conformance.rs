@@ -93,6 +93,16 @@ fn child() {
         println!("CHILD-OK rank {}", world.rank());
         return;
     }
+    if role == "bad-transport" {
+        let e = Transport::new(&world).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("HPC_TRANSPORT=\"bogus\" is not a transport"),
+            "{e}"
+        );
+        println!("CHILD-OK rank {}", world.rank());
+        return;
+    }
     if role == "tcp-foreign-addr" {
         // HPC_TCP_ADDR names an address of no interface here.
         let e = Transport::new(&world).unwrap_err();
@@ -307,6 +317,27 @@ fn suite(world: &World, t: &Transport) {
     assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
     let res = t.get(&wrong, 0, 8).and_then(|op| t.wait(op));
     assert!(matches!(res, Err(Error::BadKey(_))), "{res:?}");
+    // A key whose length was edited is refused before anything moves: within
+    // the region's last page (a 64-byte region claimed as 4096 bytes) the
+    // shared-memory backend wrote past the region, and a length near u64::MAX
+    // overflowed there.
+    let small = t.register(64).unwrap();
+    let small_keys = t.exchange_keys(world, &small).unwrap();
+    for len in [4096u64, u64::MAX] {
+        let mut b = small_keys[peer].to_bytes();
+        b[32..40].copy_from_slice(&len.to_le_bytes());
+        let forged = hpc_rdma::RemoteKey::from_bytes(&b).unwrap();
+        let res = t.put(vec![0xEE; 8], &forged, 100);
+        assert!(
+            matches!(&res, Err(Error::BadKey(why)) if why.contains("altered")),
+            "length {len}: {res:?}"
+        );
+        let res = t.get(&forged, 100, 8);
+        assert!(
+            matches!(&res, Err(Error::BadKey(why)) if why.contains("altered")),
+            "length {len}: {res:?}"
+        );
+    }
     world.barrier().unwrap();
     // The big region's bytes past the forged write are untouched (nothing was written
     // outside it: the mapping ends there, a write would have crashed or shown up).
@@ -743,6 +774,14 @@ fn a_tcp_address_of_another_host_is_named() {
     assert_all_ok(&outs, &[]);
 }
 
+/// An `HPC_TRANSPORT` that names no transport is an error naming the
+/// variable: it said `transport "bogus": expected ...`, which a user who set
+/// no such argument could not place.
+#[test]
+fn a_transport_variable_that_names_no_transport_is_named() {
+    assert_all_ok(&launch(1, "bad-transport", "bogus", &[]), &[]);
+}
+
 #[test]
 fn singleton_loopback() {
     let w = World::init().unwrap();
@@ -763,6 +802,21 @@ fn singleton_loopback() {
         t.put(vec![3u8; 65], &k[0], 0),
         Err(Error::OutOfBounds { .. })
     ));
+    // A length no mapping can hold is refused by name (usize::MAX overflowed
+    // the page rounding); one the machine cannot give names the length.
+    for len in [usize::MAX, isize::MAX as usize] {
+        let e = t.register(len).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument(why) if why.contains(&len.to_string())),
+            "{e}"
+        );
+    }
+    if let Err(e) = t.register(1 << 46) {
+        assert!(
+            e.to_string().contains("region of 70368744177664 bytes"),
+            "{e}"
+        );
+    }
 }
 
 /// Two network namespaces joined by a veth pair, deleted on drop.

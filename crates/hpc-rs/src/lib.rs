@@ -414,8 +414,9 @@ fn choose_engine(
     if let Some(name) = asked.map(str::trim).filter(|s| !s.is_empty()) {
         let engine = name.to_ascii_lowercase().parse().map_err(|_| {
             hpc_comm::Error::Unsupported(format!(
-                "{}={name:?} is not an engine of this build: inline, thread, proxy{}",
+                "{}={} is not an engine of this build: inline, thread, proxy{}",
                 runtime::env::ENGINE,
+                runtime::env::shown(name),
                 if cfg!(feature = "mpi") {
                     ", mpi"
                 } else {
@@ -644,6 +645,15 @@ mod tests {
         assert!(
             e.contains("HPC_ENGINE=\"fast\"") && e.contains("inline, thread, proxy"),
             "{e}"
+        );
+        // A long value is shown cut, as every HPC_* value is: it was echoed
+        // whole into the error (and each rank's log).
+        let long = "x".repeat(100_000);
+        let e = engine(Some(&long), None, false).unwrap_err().to_string();
+        assert!(
+            e.len() < 300 && e.contains("99960 more characters"),
+            "{}",
+            e.len()
         );
     }
 

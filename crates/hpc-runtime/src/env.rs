@@ -278,6 +278,28 @@ pub fn var(name: &str) -> Result<Option<String>, String> {
 /// in microseconds: a second. Polling longer before sleeping only burns a core.
 pub const MAX_SPIN_US: u64 = 1_000_000;
 
+/// How many (variable, value) pairs [`first_warning`] remembers; past that,
+/// every warning is given.
+const WARNED_MAX: usize = 256;
+
+/// Whether this process has not warned yet about variable `name` holding
+/// `value` (`""` for a value that is not UTF-8). Several parts of the SDK read
+/// the same setting (the placement, the choice of engine, the communicator),
+/// and each warned: one bad `HPC_PROGRESS_CPUSET` was said three times by one
+/// `init` and `comm`. A setting is warned about once per value.
+fn first_warning(name: &str, value: &str) -> bool {
+    use std::hash::{Hash, Hasher};
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<(String, u64)>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.len() >= WARNED_MAX {
+        return true;
+    }
+    warned.insert((name.to_string(), h.finish()))
+}
+
 /// A whole-number setting of ours, parsed from `value` (the variable's value, or
 /// `None` when unset): `None` when unset, and also when it is not a number, with a
 /// warning naming the variable and its value (the default then applies: a rank
@@ -300,11 +322,13 @@ where
     let v = value?;
     let digits = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
     let capped = || {
-        tracing::warn!(
-            variable = name,
-            "{name}={} is above the most it may be, {max}; using {max}",
-            shown(v)
-        );
+        if first_warning(name, v) {
+            tracing::warn!(
+                variable = name,
+                "{name}={} is above the most it may be, {max}; using {max}",
+                shown(v)
+            );
+        }
         Some(max)
     };
     match v.trim().parse::<T>() {
@@ -313,11 +337,13 @@ where
         Ok(_) => capped(),
         Err(_) if digits => capped(),
         Err(_) => {
-            tracing::warn!(
-                variable = name,
-                "{name}={} is not a whole number (0 to {max}); using the default",
-                shown(v)
-            );
+            if first_warning(name, v) {
+                tracing::warn!(
+                    variable = name,
+                    "{name}={} is not a whole number (0 to {max}); using the default",
+                    shown(v)
+                );
+            }
             None
         }
     }
@@ -332,7 +358,9 @@ where
     match var(name) {
         Ok(v) => number_from(name, v.as_deref(), max),
         Err(e) => {
-            tracing::warn!(variable = name, "{e}; using the default");
+            if first_warning(name, "") {
+                tracing::warn!(variable = name, "{e}; using the default");
+            }
             None
         }
     }
@@ -373,12 +401,16 @@ pub fn parsed<T, E: std::fmt::Display>(
         Ok(Some(v)) => match parse(&v) {
             Ok(t) => Some(t),
             Err(e) => {
-                tracing::warn!(variable = name, "{name}={} is ignored: {e}", shown(&v));
+                if first_warning(name, &v) {
+                    tracing::warn!(variable = name, "{name}={} is ignored: {e}", shown(&v));
+                }
                 None
             }
         },
         Err(e) => {
-            tracing::warn!(variable = name, "{e}; it is ignored");
+            if first_warning(name, "") {
+                tracing::warn!(variable = name, "{e}; it is ignored");
+            }
             None
         }
     }

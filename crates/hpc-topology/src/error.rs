@@ -22,7 +22,10 @@ pub enum TopologyError {
         local_size: usize,
     },
     /// The synthetic description was rejected.
-    #[error("malformed synthetic topology description {description:?}: {reason}")]
+    #[error(
+        "malformed synthetic topology description {}: {reason}",
+        hpc_env::shown(description)
+    )]
     BadSynthetic {
         /// The description as given.
         description: String,
@@ -48,8 +51,9 @@ pub enum TopologyError {
     },
     /// A synthetic description with more PUs than any machine has.
     #[error(
-        "synthetic topology {description:?} has {pus} PUs, more than the {max} accepted \
+        "synthetic topology {} has {pus} PUs, more than the {max} accepted \
          (Linux machines have at most 8192 CPUs); it would need about {} of memory",
+        hpc_env::shown(description),
         crate::format_bytes(*estimate)
     )]
     SyntheticTooLarge {
@@ -97,28 +101,43 @@ pub enum TopologyError {
     /// hwloc failed to discover or build the topology.
     #[error("hwloc failed to build the topology: {0}")]
     Hwloc(String),
-    /// A cpulist string (`0-3,8`) is malformed.
-    #[error("malformed CPU list {0:?} (expected e.g. \"0-3,8\")")]
+    /// A cpulist string (`0-3,8`) is malformed. The message shows the list cut
+    /// as `hpc_env::shown` cuts a variable's value (the field holds it whole).
+    #[error("malformed CPU list {} (expected e.g. \"0-3,8\")", hpc_env::shown(.0))]
     BadCpuList(String),
     /// A cpulist names a PU above [`crate::MAX_CPU_ID`], or more PUs than that
     /// in all (refused before anything is allocated for it).
-    #[error("CPU list {list:?} {what}: the limit is {max}")]
+    #[error("CPU list {} {what}: the limit is {max}", hpc_env::shown(list))]
     CpuListTooLarge {
-        /// The list as given.
+        /// The list as given (the message shows it cut, as `hpc_env::shown` does).
         list: String,
         /// What is too large (`names CPU 4294967295`).
         what: String,
         /// The limit.
         max: u32,
     },
-    /// None of the topology's cores is in the allowed cpuset.
-    #[error("no core of the topology is in the allowed cpuset {allowed}")]
+    /// None of the topology's cores is in the allowed cpuset: the CPUs a
+    /// placement request allowed ([`crate::PlacementRequest::allowed`]) and
+    /// those this process may use have no core in common.
+    #[error(
+        "no core of the topology is in the allowed cpuset: the request allows CPUs {asked} \
+         and the topology allows CPUs {usable}"
+    )]
     NoAllowedCores {
-        /// The allowed set, in cpulist syntax.
+        /// The allowed set, in cpulist syntax: the request's and the topology's
+        /// in common.
         allowed: String,
+        /// The request's allowed set (`any` when it gave none; `none` when empty).
+        asked: String,
+        /// The topology's allowed set ([`crate::Topology::allowed`]; `none` when
+        /// empty).
+        usable: String,
     },
     /// A policy name could not be parsed.
-    #[error("unknown placement policy {0:?} (expected compact, spread, numa or package)")]
+    #[error(
+        "unknown placement policy {} (expected compact, spread, numa or package)",
+        hpc_env::shown(.0)
+    )]
     BadPolicy(String),
     /// Binding the process or a thread failed.
     #[error("binding to cpuset {cpuset} failed: {reason}")]

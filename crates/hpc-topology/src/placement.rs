@@ -322,6 +322,23 @@ fn gpu_preference(g: &Gpu) -> u8 {
     best.unwrap_or(3)
 }
 
+/// The error of a request whose allowed CPUs (`allowed`, the request's and the
+/// topology's in common) hold no core: it names both sets.
+fn no_allowed_cores(topo: &Topology, req: &PlacementRequest, allowed: &CpuSet) -> TopologyError {
+    let list = |c: &CpuSet| {
+        if c.is_empty() {
+            "none".to_string()
+        } else {
+            hpc_env::shown(&c.to_string())
+        }
+    };
+    TopologyError::NoAllowedCores {
+        allowed: allowed.to_string(),
+        asked: req.allowed.as_ref().map_or_else(|| "any".to_string(), list),
+        usable: list(&topo.allowed),
+    }
+}
+
 /// Computes the placement of every rank of a node.
 ///
 /// Deterministic: the same topology and request always give the same plan. Ranks
@@ -369,9 +386,7 @@ pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<PlacementPlan> {
         })
         .collect();
     if slots.is_empty() {
-        return Err(TopologyError::NoAllowedCores {
-            allowed: allowed.to_string(),
-        });
+        return Err(no_allowed_cores(topo, req, &allowed));
     }
     let mut warnings = Vec::new();
     let mut alloc = Allocator {

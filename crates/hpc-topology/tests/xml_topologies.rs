@@ -510,3 +510,53 @@ fn a_topology_hwloc_refuses_is_said_in_words() {
         "{text}"
     );
 }
+
+/// A placement whose allowed CPUs have no core of the machine says which CPUs
+/// were asked for and which the machine allows: it said "in the allowed cpuset "
+/// and nothing more (the empty intersection). A CPU list of 100,000
+/// characters is shown cut in its error, not echoed whole.
+#[test]
+fn allowed_cpus_with_no_core_are_named_and_long_lists_cut() {
+    let t = Topology::from_synthetic("pack:1 core:2 pu:1").unwrap();
+    for (asked, says) in [
+        (
+            CpuSet::parse_list("1000-2000").unwrap(),
+            "CPUs \"1000-2000\"",
+        ),
+        (CpuSet::new(), "allows CPUs none"),
+    ] {
+        let e = plan(&t, &PlacementRequest::new(1, 1).allowed(asked)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(says) && msg.contains("\"0-1\""), "{msg}");
+    }
+    let long = vec!["0-100000"; 20_000].join(",");
+    let e = CpuSet::parse_list(&long).unwrap_err().to_string();
+    assert!(
+        e.len() < 200 && e.contains("more characters"),
+        "{} bytes: {}",
+        e.len(),
+        &e[..100]
+    );
+    let e = CpuSet::parse_list(&format!("{long}x"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.len() < 200, "{} bytes", e.len());
+    // A policy and a synthetic description as well.
+    let e = long
+        .parse::<hpc_topology::Policy>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.len() < 200 && e.contains("more characters"),
+        "{} bytes",
+        e.len()
+    );
+    for desc in [format!("pack:{long}"), "pack:1000 ".repeat(10_000)] {
+        let e = Topology::from_synthetic(&desc).unwrap_err().to_string();
+        assert!(
+            e.len() < 300 && e.contains("more characters"),
+            "{} bytes",
+            e.len()
+        );
+    }
+}

@@ -101,6 +101,9 @@ fn sinks() -> Vec<Arc<sink::Sink>> {
     SINKS.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// The longest path Linux takes (`PATH_MAX`, its terminating NUL included).
+const MAX_PATH_BYTES: usize = 4096;
+
 /// The trace layer that `HPC_TRACE` asks for: `None` when it is unset, an error
 /// naming it when it is not a directory that can be made and written into.
 pub fn layer_from_env() -> Result<Option<TraceLayer>, Error> {
@@ -116,9 +119,19 @@ pub fn layer_from_env() -> Result<Option<TraceLayer>, Error> {
     }
     if std::str::from_utf8(v.as_bytes()).is_err() {
         return Err(Error::Setting(format!(
-            "{}={:?} is not valid UTF-8",
+            "{}={} is not valid UTF-8",
             hpc_env::TRACE,
-            v.to_string_lossy()
+            hpc_env::shown(&v.to_string_lossy())
+        )));
+    }
+    // Longer than any path: refused with the value cut, as every HPC_* value
+    // is shown (the error of making it echoed all of it).
+    if v.len() > MAX_PATH_BYTES {
+        return Err(Error::Setting(format!(
+            "{}={} is {} bytes, longer than any path ({MAX_PATH_BYTES})",
+            hpc_env::TRACE,
+            hpc_env::shown(&v.to_string_lossy()),
+            v.len()
         )));
     }
     TraceLayer::create_named(Path::new(&v), &format!("{}=", hpc_env::TRACE)).map(Some)

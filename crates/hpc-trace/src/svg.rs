@@ -20,7 +20,7 @@ use serde_json::Value;
 /// What to draw.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Width of the picture in pixels.
+    /// Width of the picture in pixels, [`MIN_WIDTH`] to [`MAX_WIDTH`].
     pub width: f64,
     /// Draw from this time on (µs of the trace; default: its first span).
     pub from_us: Option<f64>,
@@ -44,6 +44,11 @@ impl Default for Options {
         }
     }
 }
+
+/// The narrowest picture drawn, in pixels (the lanes' labels take 200).
+pub const MIN_WIDTH: f64 = 200.0;
+/// The widest picture drawn, in pixels.
+pub const MAX_WIDTH: f64 = 100_000.0;
 
 /// The most spans drawn (a larger trace is refused: narrow it with a window).
 pub const MAX_SPANS: usize = 200_000;
@@ -71,6 +76,11 @@ pub enum SvgError {
         /// Its end.
         to: f64,
     },
+    /// A width that is not a number of pixels from [`MIN_WIDTH`] to
+    /// [`MAX_WIDTH`] (a NaN, 0 or negative width was written into the
+    /// picture as it was, which no viewer draws).
+    #[error("width {} pixels: a picture is {MIN_WIDTH} to {MAX_WIDTH} pixels wide", num(*.0))]
+    Width(f64),
     /// Times whose span or end is beyond the finite numbers (a span of `ts`
     /// 1e308 and `dur` 1e308 ends at infinity), where every coordinate would be NaN.
     #[error("{0}: beyond the finite numbers, no picture can place it")]
@@ -165,6 +175,9 @@ fn collect(events: &[Value]) -> (Lanes, BTreeMap<(i64, i64), String>) {
 
 /// Draws `trace` (a Chrome trace: an object with `traceEvents`, or a list of events).
 pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
+    if !(MIN_WIDTH..=MAX_WIDTH).contains(&opts.width) {
+        return Err(SvgError::Width(opts.width));
+    }
     let events = match trace {
         Value::Array(a) => a,
         _ => trace["traceEvents"].as_array().ok_or(SvgError::NotATrace)?,
@@ -305,4 +318,35 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     }
     out.push_str("</svg>\n");
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A width that no picture can have is refused by name: NaN, 0, -1 and
+    /// infinity were written into the `<svg>` element as they were.
+    #[test]
+    fn a_width_no_picture_can_have_is_refused_by_name() {
+        let trace = serde_json::json!({"traceEvents": [
+            {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1}
+        ]});
+        for width in [f64::NAN, 0.0, -1.0, 199.0, 100_001.0, 1e300, f64::INFINITY] {
+            let opts = Options {
+                width,
+                ..Options::default()
+            };
+            let e = render(&trace, &opts).unwrap_err();
+            assert!(matches!(e, SvgError::Width(_)), "{width}: {e}");
+            assert!(e.to_string().starts_with("width "), "{e}");
+        }
+        for width in [MIN_WIDTH, 1200.0, MAX_WIDTH] {
+            let opts = Options {
+                width,
+                ..Options::default()
+            };
+            let svg = render(&trace, &opts).unwrap();
+            assert!(svg.contains(&format!("width=\"{width:.0}\"")), "{svg}");
+        }
+    }
 }

@@ -471,6 +471,15 @@ fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
             "{e}"
         );
     }
+    // A value longer than any path is refused with the value cut: the error
+    // of making it ("File name too long") echoed all 100,000 characters.
+    std::env::set_var(hpc_env::TRACE, "x".repeat(100_000));
+    let e = hpc_trace::layer_from_env().unwrap_err().to_string();
+    assert!(
+        e.len() < 300 && e.contains("longer than any path") && e.contains("100000 bytes"),
+        "{} bytes",
+        e.len()
+    );
     std::env::remove_var(hpc_env::TRACE);
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -352,6 +352,16 @@ impl Comm {
         staged: bool,
     ) -> Result<Ticket> {
         coll.check_buffers(self.rank, self.size, send.len(), recv.len())?;
+        // The engines apply only the built-in operations: a custom one was
+        // found out after the ranks had moved their data, as an error at the
+        // reduction whose cause the proxy engine did not even name.
+        if let Some(hpc_collectives::ReduceOp::Custom(id)) = coll.op() {
+            return Err(Error::Unsupported(format!(
+                "reduce operation custom#{id}: a communicator applies only the built-in \
+                 operations (sum, prod, min, max, band, bor, bxor); apply a custom one with \
+                 hpc_collectives::CustomOps on the gathered data"
+            )));
+        }
         let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
         while seq & 0xffff_ffff >= crate::executor::P2P_SEQ {
             // Point-to-point messages' number and the goodbye's: never a collective's.

@@ -212,14 +212,21 @@ impl Client {
                 .spawn()
                 .map_err(|e| Error::transport_from(format!("starting the proxy ({cmd:?})"), e))?;
             let t0 = Instant::now();
+            // The communicator's timeout, and never more than 10 s.
+            let limit = timeout.min(Duration::from_secs(10));
             while board.pid(size) == 0 {
                 let exited = matches!(child.try_wait(), Ok(Some(_)));
-                if exited || t0.elapsed() > timeout.min(Duration::from_secs(10)) {
+                if exited || t0.elapsed() > limit {
                     let _ = child.kill();
                     let status = child.wait();
                     let how = match (exited, status) {
                         (true, Ok(st)) => format!("exited ({st}) without serving"),
-                        _ => "did not start serving within 10 s".to_string(),
+                        // The limit waited for: a communicator's timeout below
+                        // 10 s was said as 10 s.
+                        _ => format!(
+                            "did not start serving within {limit:?} (the communicator's \
+                             timeout, at most 10 s)"
+                        ),
                     };
                     return Err(Error::Unsupported(did_not_serve(&how)));
                 }
