@@ -288,6 +288,7 @@ impl Region {
             len: self.inner.len as u64,
             addr: self.inner.map.data() as u64,
             check: 0,
+            intact: true,
         };
         k.check = k.checksum();
         k
@@ -395,6 +396,10 @@ pub struct RemoteKey {
     pub(crate) check: u32,
     pub(crate) len: u64,
     pub(crate) addr: u64,
+    /// Whether `check` matched the other fields when the key was made or
+    /// decoded: the checksum is computed once per key, not on every access
+    /// (a put or get checks this word).
+    pub(crate) intact: bool,
 }
 
 impl RemoteKey {
@@ -418,7 +423,7 @@ impl RemoteKey {
     /// hardware or library cannot refuse a bad key without breaking the connection
     /// (libfabric, like an RDMA NIC's remote access error) check it before use.
     pub fn is_intact(&self) -> bool {
-        self.check == self.checksum()
+        self.intact
     }
 
     fn checksum(&self) -> u32 {
@@ -459,7 +464,7 @@ impl RemoteKey {
         if u32_at(0) != KEY_MAGIC {
             return Err(Error::BadKey("wrong magic".into()));
         }
-        let k = RemoteKey {
+        let mut k = RemoteKey {
             rank: u32_at(4),
             id: u32_at(8),
             pid: u32_at(12),
@@ -470,7 +475,9 @@ impl RemoteKey {
             addr: u64_at(40),
             fkey: u64_at(48),
             check: u32_at(56),
+            intact: false,
         };
+        k.intact = k.check == k.checksum();
         if k.key == 0 {
             return Err(Error::BadKey("zero key".into()));
         }
@@ -549,7 +556,7 @@ mod tests {
     proptest! {
         #[test]
         fn remote_key_round_trips(rank: u32, id: u32, pid: u32, fd: i32, rkey: u32, fkey: u64, key in 1u64.., len: u64, addr: u64) {
-            let mut k = RemoteKey { rank, id, pid, fd, rkey, fkey, key, len, addr, check: 0 };
+            let mut k = RemoteKey { rank, id, pid, fd, rkey, fkey, key, len, addr, check: 0, intact: true };
             k.check = k.checksum();
             let back = RemoteKey::from_bytes(&k.to_bytes()).unwrap();
             prop_assert_eq!(back, k);

@@ -337,6 +337,7 @@ mod tests {
             len: 4096,
             addr: 0x1000_0000,
             check: 0,
+            intact: false,
         }
     }
 
