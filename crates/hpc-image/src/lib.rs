@@ -74,14 +74,12 @@
 //! RHEL 8/9.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
 
 pub mod base;
 pub mod oci;
@@ -221,6 +219,11 @@ macro_rules! usage {
 }
 
 mod stage;
+mod workspace;
+
+pub use workspace::{
+    default_bin, find_bin, metadata, parse_metadata, source_label, BinTarget, Workspace,
+};
 
 /// Creates `path` in the output folder as a new file: whatever is at that name
 /// (an earlier build's file, a symbolic link or a FIFO put there) is removed,
@@ -325,202 +328,6 @@ pub fn exit_status(e: &anyhow::Error) -> u8 {
     } else {
         1
     }
-}
-
-/// A binary target of the workspace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BinTarget {
-    /// Owning package.
-    pub package: String,
-    /// Target name.
-    pub name: String,
-    /// An example rather than a `[[bin]]`.
-    pub example: bool,
-    /// Package version.
-    pub version: String,
-    /// Package repository URL, if any.
-    pub repository: Option<String>,
-    /// The package's feature names.
-    pub features: Vec<String>,
-}
-
-/// `org.opencontainers.image.source`: the package's `repository` field when it
-/// is an http(s) URL, else nothing (a label must not name a source that is not
-/// one; an image without the label is honest about not knowing).
-pub fn source_label(repository: Option<&str>) -> Option<String> {
-    let r = repository?.trim();
-    let rest = r
-        .strip_prefix("https://")
-        .or_else(|| r.strip_prefix("http://"))?;
-    let host = rest.split('/').next().unwrap_or_default();
-    (!host.is_empty() && !r.chars().any(char::is_whitespace)).then(|| r.to_string())
-}
-
-/// `cargo metadata` facts the command needs.
-#[derive(Debug, Clone)]
-pub struct Workspace {
-    /// Every binary and example target.
-    pub bins: Vec<BinTarget>,
-    /// The target directory (honours `CARGO_TARGET_DIR`).
-    pub target_dir: PathBuf,
-    /// The workspace root (where `git` is asked for the revision).
-    pub root: PathBuf,
-    /// The workspace's packages, for messages.
-    pub packages: Vec<String>,
-}
-
-/// Reads `cargo metadata --format-version 1 --no-deps` output.
-pub fn parse_metadata(v: &Value) -> Result<Workspace> {
-    let mut bins = Vec::new();
-    let mut packages = Vec::new();
-    for p in v["packages"]
-        .as_array()
-        .context("metadata has no packages")?
-    {
-        let package = p["name"].as_str().unwrap_or_default().to_string();
-        packages.push(package.clone());
-        let features: Vec<String> = p["features"]
-            .as_object()
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default();
-        for t in p["targets"].as_array().into_iter().flatten() {
-            let kinds: Vec<&str> = t["kind"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let example = kinds.contains(&"example");
-            if !(kinds.contains(&"bin") || example) {
-                continue;
-            }
-            bins.push(BinTarget {
-                package: package.clone(),
-                name: t["name"].as_str().unwrap_or_default().to_string(),
-                example,
-                version: p["version"].as_str().unwrap_or_default().to_string(),
-                repository: p["repository"].as_str().map(String::from),
-                features: features.clone(),
-            });
-        }
-    }
-    bins.sort_by(|a, b| (a.example, &a.name).cmp(&(b.example, &b.name)));
-    packages.sort();
-    Ok(Workspace {
-        bins,
-        target_dir: PathBuf::from(
-            v["target_directory"]
-                .as_str()
-                .context("no target_directory")?,
-        ),
-        root: PathBuf::from(v["workspace_root"].as_str().unwrap_or(".")),
-        packages,
-    })
-}
-
-/// Reads the metadata of the workspace around the current directory, or of
-/// `manifest_path`.
-pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
-    let mut cmd = crate::sys::cargo();
-    cmd.args(["metadata", "--format-version", "1", "--no-deps"]);
-    // cargo reads every `Cargo.toml` from the manifest's folder up to the
-    // workspace's root: a FIFO there kept `cargo metadata` (and this command)
-    // waiting for ever.
-    let start = std::env::current_dir().unwrap_or_default().join(
-        manifest_path
-            .and_then(Path::parent)
-            .unwrap_or(Path::new("")),
-    );
-    for dir in start.ancestors() {
-        let toml = dir.join("Cargo.toml");
-        if std::fs::metadata(&toml).is_ok_and(|md| !md.is_file() && !md.is_dir()) {
-            usage!(
-                "{}: not a regular file, and cargo reads it as a manifest of this workspace \
-                 (it would wait on it or fail); remove it or run elsewhere",
-                toml.display()
-            );
-        }
-    }
-    if let Some(m) = manifest_path {
-        match std::fs::metadata(m) {
-            Err(e) => usage!("--manifest-path {}: {e}", m.display()),
-            // Said so: a device or a directory was reported as "no such file".
-            Ok(md) if !md.is_file() => usage!(
-                "--manifest-path {}: not a regular file (give the workspace's Cargo.toml)",
-                m.display()
-            ),
-            Ok(_) => {}
-        }
-        cmd.arg("--manifest-path").arg(m);
-    }
-    let out = cmd.output().context("cannot run cargo metadata")?;
-    if !out.status.success() {
-        usage!(
-            "cargo metadata failed (is this a cargo workspace?):\n{}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    parse_metadata(&serde_json::from_slice(&out.stdout)?)
-}
-
-/// The binary to package when none is named: the workspace's only `[[bin]]` outside
-/// the `xtask` package.
-pub fn default_bin(ws: &Workspace) -> Result<&BinTarget> {
-    let bins: Vec<&BinTarget> = ws
-        .bins
-        .iter()
-        .filter(|b| !b.example && b.package != "xtask")
-        .collect();
-    match bins.as_slice() {
-        [one] => Ok(one),
-        [] => usage!(
-            "the workspace has no binary to package (packages: {}): a package needs \
-             src/main.rs or a [[bin]] target",
-            ws.packages.join(", ")
-        ),
-        many => usage!(
-            "the workspace has {} binaries: name one: cargo xtask image <{}>",
-            many.len(),
-            many.iter()
-                .map(|b| b.name.as_str())
-                .collect::<Vec<_>>()
-                .join("|")
-        ),
-    }
-}
-
-/// Finds the target named `name` (a `[[bin]]` before an example), or says which exist.
-pub fn find_bin<'a>(ws: &'a Workspace, name: &str) -> Result<&'a BinTarget> {
-    if let Some(b) = ws
-        .bins
-        .iter()
-        .find(|b| b.name == name && !b.example)
-        .or_else(|| ws.bins.iter().find(|b| b.name == name))
-    {
-        return Ok(b);
-    }
-    let mut msg = format!("no binary or example named `{name}` in the workspace.");
-    if ws.bins.is_empty() {
-        let _ = write!(
-            msg,
-            "\nit has no binary at all (packages: {}): a package needs src/main.rs or a \
-             [[bin]] target",
-            ws.packages.join(", ")
-        );
-        usage!("{msg}");
-    }
-    msg.push_str("\navailable binaries:");
-    for b in ws.bins.iter().filter(|b| !b.example) {
-        let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
-    }
-    let ex: Vec<&BinTarget> = ws.bins.iter().filter(|b| b.example).collect();
-    if !ex.is_empty() {
-        msg.push_str("\navailable examples:");
-        for b in ex {
-            let _ = write!(msg, "\n  {:<16} (package {})", b.name, b.package);
-        }
-    }
-    usage!("{msg}")
 }
 
 /// One line of `ldd` output.
@@ -1014,7 +821,7 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     /// Hostile-user pass 15: `SOURCE_DATE_EPOCH` past the year 9999 dated the
     /// image `584554051223-11-09T07:00:15Z` (status 0), a date no tool reads.
