@@ -48,12 +48,11 @@ fn env_threads() -> Result<Option<usize>> {
         Ok(t) if (1..=max).contains(&t) => Ok(Some(t)),
         _ => {
             // A 100,000-character value is not echoed whole.
-            let shown: String = v.chars().take(40).collect();
-            let more = if shown.len() < v.len() { "..." } else { "" };
             anyhow::bail!(
-                "{name}={shown:?}{more} (the default of --threads, which `hpc run --threads` \
+                "{name}={} (the default of --threads, which `hpc run --threads` \
                  sets) is not a number of threads from 1 to {max} (64 per CPU this process \
-                 may use, at most 4096); unset it or give --threads"
+                 may use, at most 4096); unset it or give --threads",
+                hpc_runtime::env::shown(&v)
             )
         }
     }
