@@ -495,7 +495,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
     if size == 1 {
         return Ok(single_rank(CollKind::AllReduce, dtype, Some(op), bytes));
     }
-    let counts = split_aligned(count, e, size);
+    let counts = split_aligned(count, e, size)?;
     let off: Vec<usize> = offsets(&counts).into_iter().map(|x| x * e).collect();
     let blocks: Vec<usize> = counts.iter().map(|c| c * e).collect();
     let sbase = bytes.next_multiple_of(WINDOW_ALIGN);
