@@ -13,6 +13,10 @@
 //!    never removed; and ([`Error::OtherProgram`]) a directory whose earlier run
 //!    was another program's (`microcircuit --out brunel-out`), whose results a
 //!    run of this one would otherwise remove;
+//!    A `dir` that is a symbolic link is followed when this process's user or the
+//!    owner of the folder holding it made it (a user's own link to scratch space),
+//!    and refused ([`Error::ForeignLink`]) when another user did: a link planted
+//!    where a run will write would send its files elsewhere unseen;
 //! 2. removes the files that an earlier run's manifest lists (saying so, with the
 //!    earlier run's id), so that nothing older can be taken for this run's.
 //!    Subdirectories and unknown files are left alone;
@@ -74,6 +78,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, StepError};
+
+mod link;
+use link::check_link;
 
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";
@@ -164,6 +171,22 @@ pub enum Error {
         kind: &'static str,
         /// What it must be.
         wanted: &'static str,
+    },
+    /// The directory is a symbolic link that another user made (neither this
+    /// process's user nor the owner of the folder holding the link), such as a
+    /// link planted in a shared folder before the run: the run's files would go
+    /// wherever it points.
+    #[error(
+        "{path} is a symbolic link to {target} made by user {owner}, not by this user nor by \
+         the owner of its folder; give the directory it should be, or remove the link"
+    )]
+    ForeignLink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+        /// The user id that owns the link.
+        owner: u32,
     },
     /// A file a reader should not trust (not listed, or the run did not complete).
     #[error("{path}: {reason}")]
@@ -550,6 +573,7 @@ impl RunDir {
     /// leaves the earlier run's files and manifest as they were.
     pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
+        check_link(&dir)?;
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
@@ -990,6 +1014,58 @@ mod tests {
         let mut i = RunInfo::new("test");
         i.outputs = vec!["spikes.spk".into(), "summary.json".into()];
         i
+    }
+
+    /// An output directory that is a symbolic link is followed when this user
+    /// made it, refused when another user did (a link planted in a shared folder
+    /// sent the run's manifest, lock and outputs where it pointed, unseen), and
+    /// a link to nothing is said to be one ("cannot create out: File exists").
+    #[test]
+    fn a_link_as_the_directory_is_followed_only_when_this_user_made_it() {
+        use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+        let t = Tmp::new("dir-link");
+        let target = t.0.join("target");
+        fs::create_dir_all(&target).unwrap();
+        let out = t.0.join("out");
+        std::os::unix::fs::symlink(&target, &out).unwrap();
+        RunDir::create(&out, info())
+            .unwrap()
+            .finish(Status::Complete)
+            .unwrap();
+        assert!(target.join(MANIFEST).is_file());
+        fs::remove_dir_all(&target).unwrap();
+        fs::create_dir(&target).unwrap();
+
+        let nobody = (Uid::from_raw(65534), Gid::from_raw(65534));
+        match chownat(
+            CWD,
+            &out,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(()) => {
+                let e = RunDir::create(&out, info()).unwrap_err();
+                assert!(matches!(e, Error::ForeignLink { owner: 65534, .. }), "{e}");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("out is a symbolic link to") && msg.contains("user 65534"),
+                    "{msg}"
+                );
+                assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+            }
+            // Only root may give a link away.
+            Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
+        }
+
+        let dangling = t.0.join("dangling");
+        std::os::unix::fs::symlink(t.0.join("nowhere"), &dangling).unwrap();
+        let e = RunDir::create(&dangling, info()).unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic link to") && e.contains("nowhere, which does not exist"),
+            "{e}"
+        );
+        assert!(!t.0.join("nowhere").exists());
     }
 
     /// Pass 15: a claim in a folder not made yet was said of the lock file no
