@@ -108,6 +108,48 @@ fn names_are_checked() {
         assert!(check_name(bad).is_err(), "{bad:?}");
     }
     check_name("spikes.spk").unwrap();
+    // A long name is shown cut (100,000 characters were echoed whole).
+    let e = check_name(&"n".repeat(100_000)).unwrap_err().to_string();
+    assert!(e.len() < 300 && e.contains("more characters"), "{e}");
+}
+
+/// The newest checkpoint is kept whatever the order of the list (`[5, 1, 1, 3]`
+/// keeping one removed 5, the newest, and counted 1 twice).
+#[test]
+fn pruning_keeps_the_newest_whatever_the_order_of_the_list() {
+    let (root, set) = fresh_set("prune-order");
+    for step in [1, 3, 5] {
+        commit_one(&set, step, b"x");
+    }
+    let mut written = vec![5, 1, 1, 3];
+    assert_eq!(set.prune(&mut written, 1).unwrap(), [1, 3]);
+    assert_eq!(written, [5]);
+    assert_eq!(set.steps().unwrap(), [5]);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// A header whose payload length is near `u64::MAX` is refused as damaged
+/// (the sum with the header's length overflowed: a panic in debug builds).
+#[test]
+fn a_payload_length_near_u64_max_is_a_damaged_header() {
+    let (root, set) = fresh_set("payload-max");
+    commit_one(&set, 1, b"abcdef");
+    let path = set.step_dir(1).join(crate::file::rank_file_name(0));
+    let mut bytes = fs::read(&path).unwrap();
+    let mut h = Header::decode(&bytes[..HEADER_LEN]).unwrap();
+    h.payload_len = u64::MAX;
+    bytes[..HEADER_LEN].copy_from_slice(&h.encode());
+    fs::write(&path, &bytes).unwrap();
+    let e = Checkpoint::open(set.step_dir(1))
+        .unwrap()
+        .read_rank(0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("announces 18446744073709551615 payload bytes"),
+        "{e}"
+    );
+    fs::remove_dir_all(&root).unwrap();
 }
 
 proptest! {
