@@ -44,8 +44,12 @@ impl Checkpoints {
 
     /// Makes the directory of `step`'s checkpoint (or takes the one another rank
     /// made). A symbolic link planted at its name is refused, not followed: the
-    /// checkpoint was written into the directory it pointed to.
+    /// checkpoint was written into the directory it pointed to. So is a root
+    /// that is, or goes through, a link another user made
+    /// ([`hpc_io::rundir::check_dir_link`], as a run directory is checked).
     fn make_dir(&self, step: u64) -> Result<PathBuf> {
+        hpc_io::rundir::check_dir_link(&self.root)
+            .map_err(|e| Error::InvalidArgument(format!("checkpoint directory: {e}")))?;
         let dir = self.step_dir(step);
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let meta = fs::symlink_metadata(&dir).map_err(io("inspect", &dir))?;

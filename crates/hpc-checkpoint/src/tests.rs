@@ -210,6 +210,37 @@ fn a_link_planted_at_a_step_directory_is_not_followed() {
     fs::remove_dir_all(&base).unwrap();
 }
 
+/// A checkpoint root that is a link another user planted is refused, nothing
+/// written where it points (a run's checkpoints went there unseen); the user's
+/// own link is followed.
+#[test]
+fn a_root_that_is_a_link_of_another_user_is_refused() {
+    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+    let (base, _) = fresh_set("root-link");
+    let target = base.join("target");
+    fs::create_dir_all(&target).unwrap();
+    let root = base.join("ck");
+    std::os::unix::fs::symlink(&target, &root).unwrap();
+    let set = Checkpoints::new(&root);
+    commit_one(&set, 1, b"x");
+    assert!(target.join("step-0000000001").is_dir());
+    fs::remove_dir_all(&target).unwrap();
+    fs::create_dir(&target).unwrap();
+    let nobody = (Some(Uid::from_raw(65534)), Some(Gid::from_raw(65534)));
+    match chownat(CWD, &root, nobody.0, nobody.1, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(()) => {
+            let e = set.write_rank(2, 0, 1, b"x").unwrap_err().to_string();
+            assert!(
+                e.contains("symbolic link") && e.contains("user 65534"),
+                "{e}"
+            );
+            assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+        }
+        Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
+    }
+    fs::remove_dir_all(&base).unwrap();
+}
+
 #[test]
 fn a_manifest_that_cannot_be_opened_is_no_incomplete_checkpoint() {
     // A loop of links where the manifest should be: not "incomplete" (which

@@ -13,10 +13,11 @@
 //!    never removed; and ([`Error::OtherProgram`]) a directory whose earlier run
 //!    was another program's (`microcircuit --out brunel-out`), whose results a
 //!    run of this one would otherwise remove;
-//!    A `dir` that is a symbolic link is followed when this process's user or the
-//!    owner of the folder holding it made it (a user's own link to scratch space),
-//!    and refused ([`Error::ForeignLink`]) when another user did: a link planted
-//!    where a run will write would send its files elsewhere unseen;
+//!    A `dir` that is, or goes through, a symbolic link is followed when this
+//!    process's user, `root` or the owner of the folder holding the link made it
+//!    (a user's own link to scratch space), and refused ([`Error::ForeignLink`])
+//!    when another user did: a link planted where a run will write would send its
+//!    files elsewhere unseen ([`check_dir_link`]); an empty `dir` is refused;
 //! 2. removes the files that an earlier run's manifest lists (saying so, with the
 //!    earlier run's id), so that nothing older can be taken for this run's.
 //!    Subdirectories and unknown files are left alone;
@@ -80,7 +81,7 @@ use serde::{Deserialize, Serialize};
 use crate::atomic::{self, StepError};
 
 mod link;
-use link::check_link;
+pub use link::check_dir_link;
 
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";
@@ -172,10 +173,10 @@ pub enum Error {
         /// What it must be.
         wanted: &'static str,
     },
-    /// The directory is a symbolic link that another user made (neither this
-    /// process's user nor the owner of the folder holding the link), such as a
-    /// link planted in a shared folder before the run: the run's files would go
-    /// wherever it points.
+    /// The directory is, or goes through, a symbolic link that another user made
+    /// (neither this process's user, `root`, nor the owner of the folder holding
+    /// the link), such as a link planted in a shared folder before the run: the
+    /// run's files would go wherever it points.
     #[error(
         "{path} is a symbolic link to {target} made by user {owner}, not by this user nor by \
          the owner of its folder; give the directory it should be, or remove the link"
@@ -573,7 +574,7 @@ impl RunDir {
     /// leaves the earlier run's files and manifest as they were.
     pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
-        check_link(&dir)?;
+        check_dir_link(&dir)?;
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
@@ -1057,6 +1058,26 @@ mod tests {
             // Only root may give a link away.
             Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
         }
+
+        // Through a planted link further up, and an empty path (the current
+        // directory, unseen).
+        let lnk = t.0.join("lnk");
+        std::os::unix::fs::symlink(&target, &lnk).unwrap();
+        if chownat(
+            CWD,
+            &lnk,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+        {
+            let e = RunDir::create(lnk.join("out"), info()).unwrap_err();
+            assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
+            assert!(!target.join("out").exists());
+        }
+        let e = RunDir::create("", info()).unwrap_err().to_string();
+        assert!(e.contains("empty path"), "{e}");
 
         let dangling = t.0.join("dangling");
         std::os::unix::fs::symlink(t.0.join("nowhere"), &dangling).unwrap();
