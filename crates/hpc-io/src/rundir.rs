@@ -487,6 +487,9 @@ impl FileClaim {
         // Said of the file asked for, not of the lock beside it that no user
         // named ("cannot open N/.trace.json.lock" where N was not made yet).
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // Its folder through a link another user planted: refused, as a run
+            // directory is (the file went where the link pointed).
+            check_dir_link(dir)?;
             if !dir.is_dir() {
                 return Err(io("open", path)(std::io::Error::new(
                     std::io::ErrorKind::NotFound,
@@ -1078,6 +1081,21 @@ mod tests {
         }
         let e = RunDir::create("", info()).unwrap_err().to_string();
         assert!(e.contains("empty path"), "{e}");
+
+        // A claimed file whose folder is a planted link: refused too.
+        if chownat(
+            CWD,
+            &lnk,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+        {
+            let e = FileClaim::take(&lnk.join("trace.json"), "a run").unwrap_err();
+            assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
+            assert!(!target.join(".trace.json.lock").exists());
+        }
 
         let dangling = t.0.join("dangling");
         std::os::unix::fs::symlink(t.0.join("nowhere"), &dangling).unwrap();
