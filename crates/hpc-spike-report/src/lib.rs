@@ -85,6 +85,17 @@ pub enum Error {
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Checks a directory the figures and the report are written into with
+/// [`hpc_io::rundir::check_dir_link`]: one that is, or goes through, a link
+/// another user planted is refused ([`Error::Input`], naming the link), as the
+/// figures went where it pointed; an empty path is the current directory.
+pub fn check_dir(dir: &Path) -> Result<()> {
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    hpc_io::rundir::check_dir_link(dir).map_err(|e| Error::Input(e.to_string()))
+}
+
 /// An sRGB colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rgb(pub u8, pub u8, pub u8);
