@@ -189,7 +189,8 @@ impl Checkpoint {
                 header.step, self.manifest.step
             )));
         }
-        if HEADER_LEN as u64 + header.payload_len != f.size {
+        // A damaged header's length near u64::MAX overflowed the sum.
+        if (HEADER_LEN as u64).checked_add(header.payload_len) != Some(f.size) {
             return Err(bad(format!(
                 "its header announces {} payload bytes, the file has {}",
                 header.payload_len,

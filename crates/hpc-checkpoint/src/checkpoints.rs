@@ -44,8 +44,12 @@ impl Checkpoints {
 
     /// Makes the directory of `step`'s checkpoint (or takes the one another rank
     /// made). A symbolic link planted at its name is refused, not followed: the
-    /// checkpoint was written into the directory it pointed to.
+    /// checkpoint was written into the directory it pointed to. So is a root
+    /// that is, or goes through, a link another user made
+    /// ([`hpc_io::rundir::check_dir_link`], as a run directory is checked).
     fn make_dir(&self, step: u64) -> Result<PathBuf> {
+        hpc_io::rundir::check_dir_link(&self.root)
+            .map_err(|e| Error::InvalidArgument(format!("checkpoint directory: {e}")))?;
         let dir = self.step_dir(step);
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let meta = fs::symlink_metadata(&dir).map_err(io("inspect", &dir))?;
@@ -208,12 +212,17 @@ impl Checkpoints {
     }
 
     /// Keeps the newest `keep` (at least one) of the checkpoints whose steps are
-    /// listed in `written` (those this run committed, ascending) and removes the
+    /// listed in `written` (those this run committed) and removes the
     /// directories of the others, oldest first; `written` is left holding the kept
-    /// steps. Only the listed steps are touched, so checkpoints of another run in the
+    /// steps, ascending and each once. Only the listed steps are touched, so checkpoints of another run in the
     /// same root (newer ones included) are never removed for this run's. Returns the
     /// steps removed.
     pub fn prune(&self, written: &mut Vec<u64>, keep: usize) -> Result<Vec<u64>> {
+        // In step order, each once: a list out of order removed the newest
+        // checkpoint (`[5, 1, 3]` keeping one kept 3), and a step listed twice
+        // counted twice.
+        written.sort_unstable();
+        written.dedup();
         let keep = keep.max(1);
         let excess = written.len().saturating_sub(keep);
         let gone: Vec<u64> = written.drain(..excess).collect();

@@ -29,8 +29,9 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!(
-            "checkpoint file name {name:?}: use letters, digits, '.', '_' and '-', \
-             not starting with '.' or 'rank-'"
+            "checkpoint file name {}: use letters, digits, '.', '_' and '-', \
+             not starting with '.' or 'rank-', at most 128",
+            hpc_env::shown(name)
         )))
     }
 }

@@ -108,6 +108,48 @@ fn names_are_checked() {
         assert!(check_name(bad).is_err(), "{bad:?}");
     }
     check_name("spikes.spk").unwrap();
+    // A long name is shown cut (100,000 characters were echoed whole).
+    let e = check_name(&"n".repeat(100_000)).unwrap_err().to_string();
+    assert!(e.len() < 300 && e.contains("more characters"), "{e}");
+}
+
+/// The newest checkpoint is kept whatever the order of the list (`[5, 1, 1, 3]`
+/// keeping one removed 5, the newest, and counted 1 twice).
+#[test]
+fn pruning_keeps_the_newest_whatever_the_order_of_the_list() {
+    let (root, set) = fresh_set("prune-order");
+    for step in [1, 3, 5] {
+        commit_one(&set, step, b"x");
+    }
+    let mut written = vec![5, 1, 1, 3];
+    assert_eq!(set.prune(&mut written, 1).unwrap(), [1, 3]);
+    assert_eq!(written, [5]);
+    assert_eq!(set.steps().unwrap(), [5]);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// A header whose payload length is near `u64::MAX` is refused as damaged
+/// (the sum with the header's length overflowed: a panic in debug builds).
+#[test]
+fn a_payload_length_near_u64_max_is_a_damaged_header() {
+    let (root, set) = fresh_set("payload-max");
+    commit_one(&set, 1, b"abcdef");
+    let path = set.step_dir(1).join(crate::file::rank_file_name(0));
+    let mut bytes = fs::read(&path).unwrap();
+    let mut h = Header::decode(&bytes[..HEADER_LEN]).unwrap();
+    h.payload_len = u64::MAX;
+    bytes[..HEADER_LEN].copy_from_slice(&h.encode());
+    fs::write(&path, &bytes).unwrap();
+    let e = Checkpoint::open(set.step_dir(1))
+        .unwrap()
+        .read_rank(0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("announces 18446744073709551615 payload bytes"),
+        "{e}"
+    );
+    fs::remove_dir_all(&root).unwrap();
 }
 
 proptest! {
@@ -165,6 +207,37 @@ fn a_link_planted_at_a_step_directory_is_not_followed() {
         );
     }
     assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    fs::remove_dir_all(&base).unwrap();
+}
+
+/// A checkpoint root that is a link another user planted is refused, nothing
+/// written where it points (a run's checkpoints went there unseen); the user's
+/// own link is followed.
+#[test]
+fn a_root_that_is_a_link_of_another_user_is_refused() {
+    use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+    let (base, _) = fresh_set("root-link");
+    let target = base.join("target");
+    fs::create_dir_all(&target).unwrap();
+    let root = base.join("ck");
+    std::os::unix::fs::symlink(&target, &root).unwrap();
+    let set = Checkpoints::new(&root);
+    commit_one(&set, 1, b"x");
+    assert!(target.join("step-0000000001").is_dir());
+    fs::remove_dir_all(&target).unwrap();
+    fs::create_dir(&target).unwrap();
+    let nobody = (Some(Uid::from_raw(65534)), Some(Gid::from_raw(65534)));
+    match chownat(CWD, &root, nobody.0, nobody.1, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(()) => {
+            let e = set.write_rank(2, 0, 1, b"x").unwrap_err().to_string();
+            assert!(
+                e.contains("symbolic link") && e.contains("user 65534"),
+                "{e}"
+            );
+            assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+        }
+        Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
+    }
     fs::remove_dir_all(&base).unwrap();
 }
 

@@ -499,38 +499,53 @@ impl Collective {
     }
 
     /// The (send, receive) buffer sizes in bytes that `rank` must provide.
-    /// Call after [`validate`](Self::validate).
+    /// Call after [`validate`](Self::validate): for a collective it refuses, a
+    /// size beyond `usize` is `usize::MAX` (no buffer holds it) and the counts of
+    /// a rank the v-variants do not list are 0, where a count of `usize::MAX`
+    /// overflowed and a rank past the counts indexed out of bounds (panics).
     pub fn buffer_bytes(&self, rank: usize, size: usize) -> (usize, usize) {
         let e = self.dtype().map_or(0, DataType::size);
+        // `a * b * ...` in bytes, `usize::MAX` past `usize`.
+        let times = |xs: &[usize]| xs.iter().fold(e, |acc, &x| acc.saturating_mul(x));
+        let sum = |c: &[usize]| c.iter().fold(0usize, |a, &x| a.saturating_add(x));
+        let at = |c: &[usize]| c.get(rank).copied().unwrap_or(0);
         match self {
             Collective::Barrier => (0, 0),
-            Collective::Broadcast { count, .. } => (0, count * e),
-            Collective::Gather { root, count, .. } => {
-                (count * e, if rank == *root { size * count * e } else { 0 })
-            }
-            Collective::Scatter { root, count, .. } => {
-                (if rank == *root { size * count * e } else { 0 }, count * e)
-            }
-            Collective::Allgather { count, .. } => (count * e, size * count * e),
-            Collective::Allgatherv { counts, .. } => {
-                (counts[rank] * e, counts.iter().sum::<usize>() * e)
-            }
-            Collective::Alltoall { count, .. } => (size * count * e, size * count * e),
+            Collective::Broadcast { count, .. } => (0, times(&[*count])),
+            Collective::Gather { root, count, .. } => (
+                times(&[*count]),
+                if rank == *root {
+                    times(&[size, *count])
+                } else {
+                    0
+                },
+            ),
+            Collective::Scatter { root, count, .. } => (
+                if rank == *root {
+                    times(&[size, *count])
+                } else {
+                    0
+                },
+                times(&[*count]),
+            ),
+            Collective::Allgather { count, .. } => (times(&[*count]), times(&[size, *count])),
+            Collective::Allgatherv { counts, .. } => (times(&[at(counts)]), times(&[sum(counts)])),
+            Collective::Alltoall { count, .. } => (times(&[size, *count]), times(&[size, *count])),
             Collective::Alltoallv {
                 send_counts,
                 recv_counts,
                 ..
-            } => (
-                send_counts.iter().sum::<usize>() * e,
-                recv_counts.iter().sum::<usize>() * e,
+            } => (times(&[sum(send_counts)]), times(&[sum(recv_counts)])),
+            Collective::Reduce { root, count, .. } => (
+                times(&[*count]),
+                if rank == *root { times(&[*count]) } else { 0 },
             ),
-            Collective::Reduce { root, count, .. } => {
-                (count * e, if rank == *root { count * e } else { 0 })
+            Collective::Allreduce { count, .. } => (times(&[*count]), times(&[*count])),
+            Collective::ReduceScatterBlock { count, .. } => {
+                (times(&[size, *count]), times(&[*count]))
             }
-            Collective::Allreduce { count, .. } => (count * e, count * e),
-            Collective::ReduceScatterBlock { count, .. } => (size * count * e, count * e),
             Collective::ReduceScatter { counts, .. } => {
-                (counts.iter().sum::<usize>() * e, counts[rank] * e)
+                (times(&[sum(counts)]), times(&[at(counts)]))
             }
         }
     }

@@ -866,3 +866,35 @@ fn a_size_beyond_any_machine_is_refused_by_name() {
     };
     assert_eq!(huge.block_bytes(), None);
 }
+
+/// `buffer_bytes`, `block_bytes`'s neighbour, asked without `validate`: a count
+/// of `usize::MAX` overflowed and a rank past a v-variant's counts indexed out
+/// of bounds (panics); the sizes are `usize::MAX` (no buffer holds them) and 0.
+#[test]
+fn buffer_bytes_of_a_collective_validate_refuses_do_not_panic() {
+    let f = DataType::F64;
+    let huge = Collective::Allgather {
+        count: usize::MAX,
+        dtype: f,
+    };
+    assert_eq!(huge.buffer_bytes(0, 4), (usize::MAX, usize::MAX));
+    let v = Collective::Allgatherv {
+        counts: vec![1, 2],
+        dtype: f,
+    };
+    assert_eq!(v.buffer_bytes(5, 2), (0, 24));
+    let v = Collective::ReduceScatter {
+        counts: vec![usize::MAX, 1],
+        op: ReduceOp::Sum,
+        dtype: f,
+    };
+    assert_eq!(v.buffer_bytes(7, 2), (usize::MAX, 0));
+    // What validate accepts is unchanged.
+    let g = Collective::Gather {
+        root: 1,
+        count: 3,
+        dtype: f,
+    };
+    assert_eq!(g.buffer_bytes(1, 4), (24, 96));
+    assert_eq!(g.buffer_bytes(0, 4), (24, 0));
+}

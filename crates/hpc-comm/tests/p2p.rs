@@ -833,6 +833,15 @@ fn misuse(comm: &Comm, world: &hpc_runtime::World, engine: Engine) {
     );
     let (me, n) = (comm.rank(), comm.size());
     let (next, prev) = ring(comm);
+    // A registered buffer larger than memory is refused by its size (isize::MAX
+    // bytes aborted the process on the allocation); one of no elements is made.
+    let e = comm
+        .registered_buf::<u8>(isize::MAX as usize)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("9223372036854775807 bytes"), "{what}: {e}");
+    assert_eq!(comm.registered_buf::<f64>(0).unwrap().len(), 0, "{what}");
     // To itself, small and large, non-blocking send first: received whole.
     for (m, len) in [(60, 3), (61, LARGE)] {
         let out = msg(me, m, len);

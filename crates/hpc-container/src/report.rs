@@ -402,17 +402,28 @@ impl Report {
 /// sequence, a newline, a carriage return) written as escapes: the values come
 /// from the probed system (its environment, a captured tree's files), and would
 /// otherwise act on the reader's terminal (clear it, recolour, retitle) or forge
-/// lines of the report.
+/// lines of the report. A line is cut after [`MAX_LINE_CHARS`] characters,
+/// saying how many more there were: a value of the probed environment can be
+/// of any length (a `CUDA_VISIBLE_DEVICES` of 200,000 characters was one line
+/// of the report).
 fn put(o: &mut String, line: &str) {
-    for c in line.chars() {
+    let mut chars = line.chars();
+    for c in chars.by_ref().take(MAX_LINE_CHARS) {
         if c.is_control() {
             o.extend(c.escape_debug());
         } else {
             o.push(c);
         }
     }
+    let more = chars.count();
+    if more > 0 {
+        let _ = write!(o, "... ({more} more characters)");
+    }
     o.push('\n');
 }
+
+/// The most characters of a line of the text report ([`put`]).
+const MAX_LINE_CHARS: usize = 1000;
 
 trait Lower {
     fn to_lowercase_evidence(&self) -> String;

@@ -566,6 +566,24 @@ fn control_characters_of_the_probed_system_are_escaped_in_the_text() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A value of the probed environment of any length is cut in the text report,
+/// saying how much more it held (a `CUDA_VISIBLE_DEVICES` of 200,000
+/// characters, a Slurm job id of 100,000, were lines of the report as long).
+#[test]
+fn long_values_of_the_probed_system_are_cut_in_the_text() {
+    let dir = std::env::temp_dir().join(format!("hpc-container-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut env = std::collections::BTreeMap::new();
+    env.insert("CUDA_VISIBLE_DEVICES".to_string(), "0,".repeat(100_000));
+    env.insert("SLURM_JOB_ID".to_string(), "x".repeat(100_000));
+    let probe = Probe::new(&dir, env);
+    let text = Report::new("root", Environment::detect_from(&probe)).to_text(false);
+    let longest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 1100, "a line of {longest} characters");
+    assert!(text.contains("CUDA_VISIBLE_DEVICES=0,0,") && text.contains("more characters)"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Live detection on this machine stays fast (generous bound for debug builds).
 #[test]
 fn live_detect_and_diagnose_is_fast() {

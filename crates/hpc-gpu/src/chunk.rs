@@ -9,6 +9,9 @@
 /// Alignment of chunk starts, in bytes.
 pub const CHUNK_ALIGN: usize = 16;
 
+use crate::error::{GpuError, Result};
+use crate::plan::MAX_PLAN_RANKS;
+
 /// Splits `count` elements of `elem_size` bytes into `parts` chunks: returns
 /// `parts` element counts that add up to `count`, as even as possible in
 /// units of `16 / elem_size` elements (whole 16-byte vectors); the leftover
@@ -16,19 +19,30 @@ pub const CHUNK_ALIGN: usize = 16;
 /// `sum(counts[..i])`, a multiple of 16 bytes for every `i`.
 ///
 /// `elem_size` must divide 16 (1, 2, 4, 8 or 16) and `parts` must be
-/// positive.
+/// 1 to [`MAX_PLAN_RANKS`] (one chunk per rank): other arguments are refused
+/// with [`GpuError::Plan`] naming them, before anything is allocated (a
+/// `parts` of 0 or an element size of 3 panicked, and `usize::MAX` parts
+/// asked for a vector larger than memory).
 ///
 /// ```
-/// let c = hpc_gpu::chunk::split_aligned(10, 4, 3);
+/// let c = hpc_gpu::chunk::split_aligned(10, 4, 3).unwrap();
 /// assert_eq!(c.iter().sum::<usize>(), 10);
 /// assert_eq!(c, vec![4, 4, 2]);
+/// assert!(hpc_gpu::chunk::split_aligned(10, 4, 0).is_err());
 /// ```
-pub fn split_aligned(count: usize, elem_size: usize, parts: usize) -> Vec<usize> {
-    assert!(parts > 0, "parts must be positive");
-    assert!(
-        elem_size > 0 && CHUNK_ALIGN % elem_size == 0,
-        "element size {elem_size} must divide {CHUNK_ALIGN}"
-    );
+pub fn split_aligned(count: usize, elem_size: usize, parts: usize) -> Result<Vec<usize>> {
+    if parts == 0 || parts > MAX_PLAN_RANKS {
+        return Err(GpuError::Plan(format!(
+            "cannot split {count} elements into {parts} chunks: 1 to {MAX_PLAN_RANKS} chunks \
+             (one per rank)"
+        )));
+    }
+    if elem_size == 0 || CHUNK_ALIGN % elem_size != 0 {
+        return Err(GpuError::Plan(format!(
+            "cannot split elements of {elem_size} bytes into {CHUNK_ALIGN}-byte-aligned chunks: \
+             the element size must divide {CHUNK_ALIGN}"
+        )));
+    }
     let per = CHUNK_ALIGN / elem_size;
     let vectors = count / per;
     let tail = count % per;
@@ -36,7 +50,7 @@ pub fn split_aligned(count: usize, elem_size: usize, parts: usize) -> Vec<usize>
         .map(|i| (vectors / parts + usize::from(i < vectors % parts)) * per)
         .collect();
     out[parts - 1] += tail;
-    out
+    Ok(out)
 }
 
 /// Prefix offsets of `counts` (in elements): `out[i] = sum(counts[..i])`,
@@ -50,7 +64,7 @@ mod tests {
     use super::*;
 
     fn check(count: usize, e: usize, parts: usize) {
-        let c = split_aligned(count, e, parts);
+        let c = split_aligned(count, e, parts).unwrap();
         assert_eq!(c.len(), parts);
         assert_eq!(
             c.iter().sum::<usize>(),
@@ -98,6 +112,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// No parts, more parts than ranks a plan has, and element sizes that do
+    /// not divide 16 are refused by name: `parts` 0 and an element size of 3
+    /// panicked, and `usize::MAX` parts asked for a vector larger than memory.
+    #[test]
+    fn arguments_no_split_can_have_are_refused_by_name() {
+        for (count, e, parts, says) in [
+            (10, 4, 0, "into 0 chunks"),
+            (10, 4, usize::MAX, "1 to 4096 chunks"),
+            (10, 4, MAX_PLAN_RANKS + 1, "into 4097 chunks"),
+            (10, 3, 2, "elements of 3 bytes"),
+            (10, 0, 2, "elements of 0 bytes"),
+            (10, 32, 2, "must divide 16"),
+        ] {
+            let err = split_aligned(count, e, parts).unwrap_err().to_string();
+            assert!(err.contains(says), "{count} {e} {parts}: {err}");
+        }
+        assert_eq!(split_aligned(usize::MAX, 16, 1).unwrap(), [usize::MAX]);
+        assert_eq!(
+            split_aligned(0, 1, MAX_PLAN_RANKS).unwrap().len(),
+            MAX_PLAN_RANKS
+        );
     }
 
     #[test]

@@ -462,8 +462,32 @@ fn single_rank(kind: CollKind, dtype: Dtype, op: Option<GpuOp>, bytes: usize) ->
 /// allocation sized by it.
 pub const MAX_PLAN_RANKS: usize = 4096;
 
+/// Bytes the plans of `size` ranks hold, about, per pair of ranks: the plans of
+/// every rank are built together and grow with the square of the ranks (about
+/// 640 bytes a pair measured, for an allreduce of 512 ranks: 168 MB; 4096 ranks
+/// take about 10 GiB).
+pub const PLAN_BYTES_PER_RANK_PAIR: u64 = 1024;
+
+/// Refuses the plans of `size` ranks when they would need more than `available`
+/// bytes of memory ([`PLAN_BYTES_PER_RANK_PAIR`] a pair of ranks): a size the
+/// bound [`MAX_PLAN_RANKS`] admits aborted the process on an allocation on a
+/// machine with less memory (4096 ranks within 8 GB).
+pub(crate) fn check_plan_memory(what: &str, size: usize, available: Option<u64>) -> Result<()> {
+    let need = (size as u64)
+        .saturating_mul(size as u64)
+        .saturating_mul(PLAN_BYTES_PER_RANK_PAIR);
+    match available {
+        Some(available) if need > available => Err(GpuError::Plan(format!(
+            "{what} on {size} ranks: its plans would need about {need} bytes of memory, \
+             more than the {available} bytes available (MemAvailable)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Checks the arguments every plan shares and gives the bytes of `count`
-/// elements: a size of 1 to [`MAX_PLAN_RANKS`], and `count` elements on each of
+/// elements: a size of 1 to [`MAX_PLAN_RANKS`] whose plans fit the memory
+/// available ([`check_plan_memory`]), and `count` elements on each of
 /// `size` ranks within what a buffer can hold (`isize::MAX` bytes).
 fn plan_bytes(what: &str, size: usize, count: usize, dtype: Dtype) -> Result<usize> {
     if size == 0 {
@@ -476,6 +500,7 @@ fn plan_bytes(what: &str, size: usize, count: usize, dtype: Dtype) -> Result<usi
             "{what} on {size} ranks: plans are built for at most {MAX_PLAN_RANKS}"
         )));
     }
+    check_plan_memory(what, size, hpc_topology::budget::available_memory())?;
     let bytes = count.checked_mul(dtype.size());
     match bytes.and_then(|b| b.checked_mul(size)) {
         Some(total) if total <= isize::MAX as usize => Ok(bytes.unwrap_or(0)),
@@ -495,7 +520,7 @@ pub fn allreduce(size: usize, count: usize, dtype: Dtype, op: GpuOp) -> Result<V
     if size == 1 {
         return Ok(single_rank(CollKind::AllReduce, dtype, Some(op), bytes));
     }
-    let counts = split_aligned(count, e, size);
+    let counts = split_aligned(count, e, size)?;
     let off: Vec<usize> = offsets(&counts).into_iter().map(|x| x * e).collect();
     let blocks: Vec<usize> = counts.iter().map(|c| c * e).collect();
     let sbase = bytes.next_multiple_of(WINDOW_ALIGN);

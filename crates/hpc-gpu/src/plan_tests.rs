@@ -251,3 +251,21 @@ fn sizes_and_counts_no_plan_can_hold_are_refused_by_name() {
         r.unwrap();
     }
 }
+
+/// Plans that would need more memory than the machine has are refused by name
+/// before they are built: 4096 ranks, which `MAX_PLAN_RANKS` admits, aborted
+/// the process on an allocation within 8 GB.
+#[test]
+fn plans_beyond_the_memory_available_are_refused_by_name() {
+    use crate::plan::{check_plan_memory, MAX_PLAN_RANKS};
+    let gib = 1u64 << 30;
+    let e = check_plan_memory("allreduce", MAX_PLAN_RANKS, Some(8 * gib))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("allreduce on 4096 ranks") && e.contains("MemAvailable"),
+        "{e}"
+    );
+    check_plan_memory("allreduce", 512, Some(8 * gib)).unwrap();
+    check_plan_memory("allreduce", MAX_PLAN_RANKS, None).unwrap();
+}

@@ -137,9 +137,24 @@ fn open_nonblocking(path: &Path) -> Result<(File, FileType, u64), ReadError> {
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
     )
-    .map_err(|e| ReadError::Open {
-        path: path.to_path_buf(),
-        source: e.into(),
+    .map_err(|e| {
+        // A socket cannot be opened at all (ENXIO, "No such device or address",
+        // which said nothing of what the path is): said as what it is.
+        if e == rustix::io::Errno::NXIO {
+            if let Ok(st) = rustix::fs::stat(path) {
+                let ty = FileType::from_raw_mode(st.st_mode);
+                if ty != FileType::RegularFile {
+                    return ReadError::NotRegular {
+                        path: path.to_path_buf(),
+                        kind: kind_of(ty),
+                    };
+                }
+            }
+        }
+        ReadError::Open {
+            path: path.to_path_buf(),
+            source: e.into(),
+        }
     })?;
     let st = rustix::fs::fstat(&fd).map_err(|e| ReadError::Open {
         path: path.to_path_buf(),
@@ -290,6 +305,27 @@ mod tests {
         assert!(
             msg.contains(&p.display().to_string()) && msg.contains("FIFO"),
             "{msg}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A socket, which no `open` opens, was "cannot open …: No such device or
+    /// address" instead of what it is.
+    #[test]
+    fn a_socket_is_refused_as_a_socket() {
+        let d = tempdir("socket");
+        let p = d.join("app.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&p).unwrap();
+        let err = read_regular(&p, MAX_CONFIG_BYTES).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReadError::NotRegular {
+                    kind: "a socket",
+                    ..
+                }
+            ),
+            "{err}"
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

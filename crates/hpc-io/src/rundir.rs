@@ -13,6 +13,11 @@
 //!    never removed; and ([`Error::OtherProgram`]) a directory whose earlier run
 //!    was another program's (`microcircuit --out brunel-out`), whose results a
 //!    run of this one would otherwise remove;
+//!    A `dir` that is, or goes through, a symbolic link is followed when this
+//!    process's user, `root` or the owner of the folder holding the link made it
+//!    (a user's own link to scratch space), and refused ([`Error::ForeignLink`])
+//!    when another user did: a link planted where a run will write would send its
+//!    files elsewhere unseen ([`check_dir_link`]); an empty `dir` is refused;
 //! 2. removes the files that an earlier run's manifest lists (saying so, with the
 //!    earlier run's id), so that nothing older can be taken for this run's.
 //!    Subdirectories and unknown files are left alone;
@@ -74,6 +79,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, StepError};
+
+mod link;
+pub use link::check_dir_link;
 
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";
@@ -164,6 +172,22 @@ pub enum Error {
         kind: &'static str,
         /// What it must be.
         wanted: &'static str,
+    },
+    /// The directory is, or goes through, a symbolic link that another user made
+    /// (neither this process's user, `root`, nor the owner of the folder holding
+    /// the link), such as a link planted in a shared folder before the run: the
+    /// run's files would go wherever it points.
+    #[error(
+        "{path} is a symbolic link to {target} made by user {owner}, not by this user nor by \
+         the owner of its folder; give the directory it should be, or remove the link"
+    )]
+    ForeignLink {
+        /// The link.
+        path: PathBuf,
+        /// Where it points.
+        target: PathBuf,
+        /// The user id that owns the link.
+        owner: u32,
     },
     /// A file a reader should not trust (not listed, or the run did not complete).
     #[error("{path}: {reason}")]
@@ -463,6 +487,9 @@ impl FileClaim {
         // Said of the file asked for, not of the lock beside it that no user
         // named ("cannot open N/.trace.json.lock" where N was not made yet).
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // Its folder through a link another user planted: refused, as a run
+            // directory is (the file went where the link pointed).
+            check_dir_link(dir)?;
             if !dir.is_dir() {
                 return Err(io("open", path)(std::io::Error::new(
                     std::io::ErrorKind::NotFound,
@@ -550,6 +577,7 @@ impl RunDir {
     /// leaves the earlier run's files and manifest as they were.
     pub fn lock(dir: impl Into<PathBuf>, info: RunInfo) -> Result<RunDir> {
         let dir = dir.into();
+        check_dir_link(&dir)?;
         if let Err(e) = fs::create_dir_all(&dir) {
             return Err(match fs::metadata(&dir) {
                 Ok(m) if !m.is_dir() => Error::WrongType {
@@ -990,6 +1018,93 @@ mod tests {
         let mut i = RunInfo::new("test");
         i.outputs = vec!["spikes.spk".into(), "summary.json".into()];
         i
+    }
+
+    /// An output directory that is a symbolic link is followed when this user
+    /// made it, refused when another user did (a link planted in a shared folder
+    /// sent the run's manifest, lock and outputs where it pointed, unseen), and
+    /// a link to nothing is said to be one ("cannot create out: File exists").
+    #[test]
+    fn a_link_as_the_directory_is_followed_only_when_this_user_made_it() {
+        use rustix::fs::{chownat, AtFlags, Gid, Uid, CWD};
+        let t = Tmp::new("dir-link");
+        let target = t.0.join("target");
+        fs::create_dir_all(&target).unwrap();
+        let out = t.0.join("out");
+        std::os::unix::fs::symlink(&target, &out).unwrap();
+        RunDir::create(&out, info())
+            .unwrap()
+            .finish(Status::Complete)
+            .unwrap();
+        assert!(target.join(MANIFEST).is_file());
+        fs::remove_dir_all(&target).unwrap();
+        fs::create_dir(&target).unwrap();
+
+        let nobody = (Uid::from_raw(65534), Gid::from_raw(65534));
+        match chownat(
+            CWD,
+            &out,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(()) => {
+                let e = RunDir::create(&out, info()).unwrap_err();
+                assert!(matches!(e, Error::ForeignLink { owner: 65534, .. }), "{e}");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("out is a symbolic link to") && msg.contains("user 65534"),
+                    "{msg}"
+                );
+                assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+            }
+            // Only root may give a link away.
+            Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
+        }
+
+        // Through a planted link further up, and an empty path (the current
+        // directory, unseen).
+        let lnk = t.0.join("lnk");
+        std::os::unix::fs::symlink(&target, &lnk).unwrap();
+        if chownat(
+            CWD,
+            &lnk,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+        {
+            let e = RunDir::create(lnk.join("out"), info()).unwrap_err();
+            assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
+            assert!(!target.join("out").exists());
+        }
+        let e = RunDir::create("", info()).unwrap_err().to_string();
+        assert!(e.contains("empty path"), "{e}");
+
+        // A claimed file whose folder is a planted link: refused too.
+        if chownat(
+            CWD,
+            &lnk,
+            Some(nobody.0),
+            Some(nobody.1),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
+        {
+            let e = FileClaim::take(&lnk.join("trace.json"), "a run").unwrap_err();
+            assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
+            assert!(!target.join(".trace.json.lock").exists());
+        }
+
+        let dangling = t.0.join("dangling");
+        std::os::unix::fs::symlink(t.0.join("nowhere"), &dangling).unwrap();
+        let e = RunDir::create(&dangling, info()).unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic link to") && e.contains("nowhere, which does not exist"),
+            "{e}"
+        );
+        assert!(!t.0.join("nowhere").exists());
     }
 
     /// Pass 15: a claim in a folder not made yet was said of the lock file no

@@ -85,6 +85,17 @@ pub enum Error {
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Checks a directory the figures and the report are written into with
+/// [`hpc_io::rundir::check_dir_link`]: one that is, or goes through, a link
+/// another user planted is refused ([`Error::Input`], naming the link), as the
+/// figures went where it pointed; an empty path is the current directory.
+pub fn check_dir(dir: &Path) -> Result<()> {
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    hpc_io::rundir::check_dir_link(dir).map_err(|e| Error::Input(e.to_string()))
+}
+
 /// An sRGB colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rgb(pub u8, pub u8, pub u8);
@@ -158,8 +169,11 @@ pub struct Recording {
 
 impl Recording {
     /// Checks the populations, the time window and that every spike belongs to a
-    /// population; the error names the offending item.
+    /// population; the error names the offending item (a long name cut, as
+    /// [`hpc_env::shown`] cuts it: a name read from a file's header can be of any
+    /// length).
     pub fn validate(&self) -> Result<()> {
+        use hpc_env::shown;
         let bad = |m: String| Err(Error::Input(m));
         if self.populations.is_empty() {
             return bad("no populations".into());
@@ -183,11 +197,15 @@ impl Recording {
                 return bad(format!("population at id {} has no name", p.first));
             }
             if p.count == 0 {
-                return bad(format!("population {} has no neurons", p.name));
+                return bad(format!("population {} has no neurons", shown(&p.name)));
             }
             let end = p.first as u64 + p.count as u64;
             if end > u32::MAX as u64 + 1 {
-                return bad(format!("population {} runs past id {}", p.name, u32::MAX));
+                return bad(format!(
+                    "population {} runs past id {}",
+                    shown(&p.name),
+                    u32::MAX
+                ));
             }
             ranges.push((p.first as u64, end, &p.name));
         }
@@ -196,7 +214,12 @@ impl Recording {
             if w[1].0 < w[0].1 {
                 return bad(format!(
                     "populations {} and {} overlap (ids {}..{} and {}..{})",
-                    w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1
+                    shown(w[0].2),
+                    shown(w[1].2),
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1
                 ));
             }
         }
@@ -316,6 +339,12 @@ pub fn thousands_f(x: f64) -> String {
 
 /// `15625000` as `15.6 M` (k, M, G with 3 significant digits).
 pub fn si(x: f64) -> String {
+    // Beyond a thousand million G (and for infinity and NaN) a number as
+    // `hpc_io::message::num` writes it: 1e300 was written with its 300 digits
+    // and a unit, infinity as "inf G".
+    if !x.is_finite() || x.abs() >= 1e15 {
+        return hpc_io::message::num(x);
+    }
     let (v, unit) = if x.abs() >= 1e9 {
         (x / 1e9, " G")
     } else if x.abs() >= 1e6 {
@@ -376,6 +405,40 @@ mod tests {
         assert_eq!(si(2_000.0), "2,000");
         assert_eq!(si(250_000.0), "250 k");
         assert_eq!(si(1.2e9), "1.20 G");
+        // Beyond a thousand million G, and infinity: written as `num` writes
+        // them (1e300 came with its 300 digits and " G", infinity as "inf G").
+        assert_eq!(si(1e300), "1e300");
+        assert_eq!(si(-1e300), "-1e300");
+        assert_eq!(si(f64::INFINITY), "inf");
+        assert_eq!(si(f64::NAN), "NaN");
+        assert_eq!(si(999e12), "999000 G");
+    }
+
+    /// A population's name, which a spike file's header may give at any length,
+    /// is cut in the refusals (100,000 characters were echoed whole).
+    #[test]
+    fn long_population_names_are_cut_in_refusals() {
+        let long = "N".repeat(100_000);
+        let rec = |pops: Vec<Population>| Recording {
+            populations: pops,
+            spikes: Vec::new(),
+            dt_ms: 0.1,
+            t_start_ms: 0.0,
+            t_stop_ms: 10.0,
+            group_title: None,
+        };
+        let c = Rgb(0, 0, 0);
+        for r in [
+            rec(vec![Population::new(long.as_str(), 0, 0, c)]),
+            rec(vec![Population::new(long.as_str(), u32::MAX, 2, c)]),
+            rec(vec![
+                Population::new(long.as_str(), 0, 10, c),
+                Population::new(long.as_str(), 5, 10, c),
+            ]),
+        ] {
+            let e = r.validate().unwrap_err().to_string();
+            assert!(e.len() < 400 && e.contains("more characters"), "{e}");
+        }
     }
 
     #[test]
@@ -415,7 +478,7 @@ mod tests {
         let mut r = rec();
         r.populations[1].first = 7;
         let e = r.validate().unwrap_err().to_string();
-        assert!(e.contains("E and I overlap"), "{e}");
+        assert!(e.contains("\"E\" and \"I\" overlap"), "{e}");
         let mut r = rec();
         r.t_stop_ms = 0.0;
         assert!(r.validate().unwrap_err().to_string().contains("window"));
@@ -431,6 +494,6 @@ mod tests {
             .validate()
             .unwrap_err()
             .to_string()
-            .contains("I has no neurons"));
+            .contains("\"I\" has no neurons"));
     }
 }

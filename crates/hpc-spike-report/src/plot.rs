@@ -124,12 +124,15 @@ pub fn render_svg(
 }
 
 /// Writes every figure as `DIR/<stem>.png` and `DIR/<stem>.svg` (atomically).
+/// A `dir` that is, or goes through, a link another user made is refused
+/// ([`crate::check_dir`]).
 pub fn write_all(
     dir: &Path,
     rec: &Recording,
     run: &RunInfo,
     opts: &PlotOptions,
 ) -> Result<Written> {
+    crate::check_dir(dir)?;
     let p = Prepared::new(rec, run, opts)?;
     let mut plots = Vec::new();
     for kind in Plot::ALL {

@@ -176,8 +176,10 @@ impl Report {
 }
 
 /// Writes every figure (PNG and SVG) and `report.html` into `dir`, each file
-/// atomically; returns their paths.
+/// atomically; returns their paths. A `dir` that is, or goes through, a link
+/// another user made is refused ([`crate::check_dir`]).
 pub fn write(dir: &Path, report: &Report, rec: &Recording, opts: &PlotOptions) -> Result<Written> {
+    crate::check_dir(dir)?;
     let prepared = Prepared::new(rec, &report.run, opts)?;
     let mut plots = Vec::new();
     let mut images = Vec::new();
@@ -495,6 +497,38 @@ fn timing(h: &mut String, phases: &[Phase]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report and the figures are not written through a link another user
+    /// planted as their directory (they were, every file of them).
+    #[test]
+    fn a_directory_that_is_a_planted_link_is_refused() {
+        let base = std::env::temp_dir().join(format!("spike-report-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let target = base.join("target");
+        std::fs::create_dir_all(&target).unwrap();
+        let dir = base.join("out");
+        std::os::unix::fs::symlink(&target, &dir).unwrap();
+        if let Err(e) = std::os::unix::fs::lchown(&dir, Some(65534), Some(65534)) {
+            eprintln!("the link's owner kept ({e}): not run");
+            return;
+        }
+        let rec = Recording {
+            populations: vec![crate::Population::new("E", 0, 10, crate::Rgb(0, 0, 0))],
+            spikes: vec![(1, 1)],
+            dt_ms: 0.1,
+            t_start_ms: 0.0,
+            t_stop_ms: 10.0,
+            group_title: None,
+        };
+        let report = Report::new(crate::RunInfo::new("m", 10, 1, 1));
+        let opts = PlotOptions::default();
+        let e = write(&dir, &report, &rec, &opts).unwrap_err().to_string();
+        assert!(e.contains("user 65534"), "{e}");
+        let e = crate::plot::write_all(&dir, &rec, &report.run, &opts).unwrap_err();
+        assert!(e.to_string().contains("user 65534"), "{e}");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn checks_compare_within_their_tolerance() {

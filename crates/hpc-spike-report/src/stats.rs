@@ -106,11 +106,29 @@ pub(crate) fn tick_window(rec: &Recording) -> (u32, u32) {
     (lo as u32, hi as u32)
 }
 
-/// Computes the statistics of `rec` (validated first).
+/// Bytes [`analyse`] holds per neuron: its spike count, last spike and number of
+/// intervals (4 bytes each) and the sums of its intervals and their squares (8
+/// bytes each).
+pub const BYTES_PER_NEURON: u64 = 28;
+
+/// Computes the statistics of `rec` (validated first). It holds
+/// [`BYTES_PER_NEURON`] bytes per neuron of the populations: populations that
+/// need more than the memory available (`MemAvailable`) are refused
+/// ([`Error::Input`](crate::Error::Input), naming the neurons) before anything
+/// is allocated.
 pub fn analyse(rec: &Recording) -> Result<Analysis> {
     rec.validate()?;
+    let neurons = rec.neurons();
+    let need = neurons.saturating_mul(BYTES_PER_NEURON);
+    if let Some(available) = hpc_io::read::mem_available().filter(|&a| need > a) {
+        // Populations of 2^32 neurons aborted the process on the allocation.
+        return Err(crate::Error::Input(format!(
+            "the populations hold {neurons} neurons, whose statistics need {need} bytes, \
+             more than the {available} bytes of memory available (MemAvailable)"
+        )));
+    }
     let index = IdIndex::new(&rec.populations);
-    let n = rec.neurons() as usize;
+    let n = neurons as usize;
     let mut count = vec![0u32; n];
     let mut last = vec![u32::MAX; n];
     let mut isi_n = vec![0u32; n];
@@ -233,6 +251,40 @@ pub fn population_rate(rec: &Recording, bin_ms: f64) -> crate::Result<Vec<f64>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Populations of more neurons than memory holds the statistics of are
+    /// refused by name before anything is allocated (2^32 - 1 neurons aborted
+    /// the process on an allocation of 16 GiB, also through the figures).
+    #[test]
+    fn populations_beyond_memory_are_refused_before_allocating() {
+        let r = Recording {
+            populations: vec![crate::Population::new(
+                "E",
+                0,
+                u32::MAX,
+                crate::Rgb(0, 0, 0),
+            )],
+            spikes: vec![(1, 5)],
+            dt_ms: 0.1,
+            t_start_ms: 0.0,
+            t_stop_ms: 10.0,
+            group_title: None,
+        };
+        let need = u64::from(u32::MAX) * BYTES_PER_NEURON;
+        if hpc_io::read::mem_available().is_none_or(|a| a >= need) {
+            eprintln!("this machine holds {need} bytes: nothing to refuse");
+            return;
+        }
+        let e = analyse(&r).unwrap_err().to_string();
+        assert!(
+            e.contains("4294967295 neurons") && e.contains("MemAvailable"),
+            "{e}"
+        );
+        let run = crate::RunInfo::new("m", u64::from(u32::MAX), 1, 1);
+        let opts = crate::plot::PlotOptions::default();
+        let e = crate::plot::render_svg(crate::plot::Plot::Raster, &r, &run, &opts).unwrap_err();
+        assert!(e.to_string().contains("4294967295 neurons"), "{e}");
+    }
     use crate::palette;
 
     fn rec(spikes: Vec<(u32, u32)>) -> Recording {

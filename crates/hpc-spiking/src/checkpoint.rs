@@ -344,6 +344,10 @@ fn claim(
     out: Option<&hpc_io::rundir::RunDir>,
 ) -> Result<std::fs::File> {
     use std::io::Write as _;
+    // A directory that is, or goes through, a link another user planted: its
+    // lock and checkpoints would go where the link points (as `Checkpoints` and
+    // a run directory refuse it).
+    hpc_io::rundir::check_dir_link(dir).map_err(|e| anyhow::anyhow!("--checkpoint-dir: {e}"))?;
     if out.is_some_and(|o| o.owns_path(dir)) {
         bail!(
             "--checkpoint-dir {} is the name of one of the files this run writes into its \
@@ -640,6 +644,31 @@ pub fn spikes_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint directory that is a link another user planted is refused
+    /// before its lock is made (the lock went where the link pointed).
+    #[test]
+    fn a_checkpoint_dir_that_is_a_planted_link_is_refused_before_its_lock() {
+        let base = std::env::temp_dir().join(format!("hpc-spiking-cklink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let target = base.join("target");
+        std::fs::create_dir_all(&target).unwrap();
+        let dir = base.join("ck");
+        std::os::unix::fs::symlink(&target, &dir).unwrap();
+        if let Err(e) = std::os::unix::fs::lchown(&dir, Some(65534), Some(65534)) {
+            eprintln!("the link's owner kept ({e}): not run");
+            return;
+        }
+        let e = claim(&dir, &serde_json::json!({}), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--checkpoint-dir") && e.contains("user 65534"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn entry_words_round_trip_and_a_failed_rank_is_named() {

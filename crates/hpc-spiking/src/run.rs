@@ -175,7 +175,10 @@ pub fn check_threads(threads: usize) -> anyhow::Result<()> {
 }
 
 /// `ms` milliseconds in steps of `dt` (rounded, at least one); `what` names the
-/// value in the error when `ms` is not positive.
+/// value in the error when `ms` is not positive or makes more than
+/// [`MAX_STEPS`] steps, and the error names `dt` when it is not a finite number
+/// above 0 (a `dt` of 0, or `ms` 1e300 in steps of 1e-300, gave `u64::MAX`
+/// steps, and a `dt` of infinity one step).
 pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
     if !(ms.is_finite() && ms > 0.0) {
         anyhow::bail!(
@@ -183,7 +186,22 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
             num(ms)
         );
     }
-    Ok(((ms / dt).round() as u64).max(1))
+    if !(dt.is_finite() && dt > 0.0) {
+        anyhow::bail!(
+            "the time step dt must be a finite number of ms above 0, got {}",
+            num(dt)
+        );
+    }
+    let r = (ms / dt).round();
+    if r > MAX_STEPS as f64 {
+        anyhow::bail!(
+            "{what} {} ms is {} steps of dt = {} ms: at most {MAX_STEPS} steps (2^53)",
+            num(ms),
+            num(r),
+            num(dt)
+        );
+    }
+    Ok((r as u64).max(1))
 }
 
 /// `ms` milliseconds in whole steps of `dt`: an interval that is not a positive
@@ -696,6 +714,22 @@ mod tests {
             whole_steps(0.1 * 2f64.powi(50), 0.1, "--x").unwrap(),
             1 << 50
         );
+    }
+
+    /// `steps_of`, `whole_steps`'s neighbour: a step of 0 or a count beyond
+    /// 2^53 gave `u64::MAX` steps, and a step of infinity one step.
+    #[test]
+    fn steps_of_refuses_a_step_or_a_count_no_run_has() {
+        assert_eq!(steps_of(0.3, 0.1, "--x").unwrap(), 3);
+        assert_eq!(steps_of(0.01, 0.1, "--x").unwrap(), 1);
+        for dt in [0.0, -0.1, f64::INFINITY, f64::NAN] {
+            let e = steps_of(1.0, dt, "--x").unwrap_err().to_string();
+            assert!(e.contains("time step dt"), "{dt}: {e}");
+        }
+        for (ms, dt) in [(1e300, 1e-300), (1.0, 1e-300), (f64::MAX, 0.1)] {
+            let e = steps_of(ms, dt, "--x").unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("2^53"), "{ms} {dt}: {e}");
+        }
     }
 
     #[test]

@@ -422,6 +422,13 @@ fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFile
             )));
         };
         if u128::from(first) != end {
+            // The name is the file's, of any length: a long one shown cut (a
+            // short one as it is, as the Python reader says it).
+            let name = if name.chars().count() > 100 {
+                hpc_runtime::env::shown(name)
+            } else {
+                name.to_string()
+            };
             return Err(SpikeFileError::Header(format!(
                 "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
             )));
@@ -617,6 +624,23 @@ mod tests {
             b.extend_from_slice(&id.to_le_bytes());
         }
         b
+    }
+
+    /// A population's name in the header is cut in the refusal (100,000
+    /// characters were echoed whole).
+    #[test]
+    fn a_long_population_name_is_cut_in_the_refusal() {
+        let h = serde_json::json!({
+            "dt_ms": 0.1, "t_sim_ms": 1.0, "n_neurons": 2,
+            "populations": [{"name": "E".repeat(100_000), "first": 5, "count": 2}],
+        })
+        .to_string();
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        let e = decode_spikes(&b, false).unwrap_err().to_string();
+        assert!(e.len() < 300 && e.contains("more characters"), "{e}");
     }
 
     #[test]

@@ -35,9 +35,25 @@ impl CpuSet {
         Self::default()
     }
 
-    /// The set `0..n`.
-    pub fn first_n(n: u32) -> Self {
-        (0..n).collect()
+    /// The set `0..n`; more than [`MAX_CPU_ID`] + 1 PUs, as [`CpuSet::parse_list`]
+    /// refuses, are refused with [`TopologyError::CpuListTooLarge`] before anything
+    /// is allocated (`first_n(u32::MAX)` aborted the process on an allocation of
+    /// 16 GiB).
+    ///
+    /// ```
+    /// use hpc_topology::CpuSet;
+    /// assert_eq!(CpuSet::first_n(4).unwrap().to_string(), "0-3");
+    /// assert!(CpuSet::first_n(u32::MAX).is_err());
+    /// ```
+    pub fn first_n(n: u32) -> Result<Self, TopologyError> {
+        if n > MAX_CPU_ID + 1 {
+            return Err(TopologyError::CpuListTooLarge {
+                list: format!("0-{}", n - 1),
+                what: format!("lists {n} CPUs"),
+                max: MAX_CPU_ID,
+            });
+        }
+        Ok((0..n).collect())
     }
 
     /// Parses the Linux cpulist syntax: comma-separated indices and inclusive ranges
@@ -205,7 +221,12 @@ impl fmt::Display for CpuSet {
         let mut iter = self.iter().peekable();
         while let Some(start) = iter.next() {
             let mut end = start;
-            while iter.peek() == Some(&(end + 1)) {
+            // `end + 1` overflowed at CPU u32::MAX, which a deserialized set can
+            // hold (a panic in debug builds).
+            while end
+                .checked_add(1)
+                .is_some_and(|next| iter.peek() == Some(&next))
+            {
                 end += 1;
                 iter.next();
             }
@@ -240,6 +261,27 @@ mod tests {
         }
         assert!(CpuSet::parse_list("3-1").is_err());
         assert!(CpuSet::parse_list("a").is_err());
+    }
+
+    /// `first_n` of more PUs than a list may name is refused as `parse_list`
+    /// refuses it (`u32::MAX` aborted on an allocation of 16 GiB), and a set
+    /// holding CPU `u32::MAX` (deserialized) is written without overflowing.
+    #[test]
+    fn first_n_is_bounded_and_the_last_cpu_is_written() {
+        assert_eq!(CpuSet::first_n(0).unwrap(), CpuSet::new());
+        assert_eq!(
+            CpuSet::first_n(MAX_CPU_ID + 1).unwrap().len(),
+            MAX_CPU_ID as usize + 1
+        );
+        for n in [MAX_CPU_ID + 2, u32::MAX] {
+            let e = CpuSet::first_n(n).unwrap_err();
+            assert!(
+                matches!(e, TopologyError::CpuListTooLarge { .. }),
+                "{n}: {e}"
+            );
+        }
+        let set: CpuSet = serde_json::from_str("[4294967294, 4294967295, 0]").unwrap();
+        assert_eq!(set.to_string(), "0,4294967294-4294967295");
     }
 
     #[test]

@@ -139,6 +139,10 @@ impl Sink {
                 ))));
             }
         }
+        // A directory that is, or goes through, a link another user planted:
+        // the trace went where it pointed (as a run directory refuses it).
+        hpc_io::rundir::check_dir_link(dir)
+            .map_err(|e| dir_err(std::io::Error::other(e.to_string())))?;
         std::fs::create_dir_all(dir).map_err(dir_err)?;
         let pid = std::process::id();
         let part = dir.join(format!("pid-{pid}.json.part"));

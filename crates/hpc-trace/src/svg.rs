@@ -66,7 +66,7 @@ pub enum SvgError {
     #[error("{0} spans to draw, more than {MAX_SPANS}: draw a shorter window (--from, --to)")]
     TooMany(usize),
     /// No span of the name `around` asked for.
-    #[error("no span named {0:?} to draw around")]
+    #[error("no span named {} to draw around", hpc_env::shown(.0))]
     NoSuchSpan(String),
     /// A window that is empty or reversed.
     #[error("the window from {} µs to {} µs is empty", num(*from), num(*to))]
@@ -188,9 +188,10 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
         .flatten()
         .find(|s| !(s.ts + s.dur).is_finite())
     {
+        // The name is the trace's, of any length: shown cut.
         return Err(SvgError::Time(format!(
-            "span {:?} at ts {} µs with dur {} µs ends at {}",
-            s.name,
+            "span {} at ts {} µs with dur {} µs ends at {}",
+            hpc_env::shown(&s.name),
             num(s.ts),
             num(s.dur),
             s.ts + s.dur
@@ -323,6 +324,27 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A span's name in a refusal is cut, whether the trace or `around` gave it
+    /// (100,000 characters were echoed whole).
+    #[test]
+    fn long_span_names_are_cut_in_refusals() {
+        let long = "s".repeat(100_000);
+        let t = serde_json::json!({"traceEvents": [
+            {"ph": "X", "name": long, "ts": 1e308, "dur": 1e308, "pid": 0, "tid": 0}
+        ]});
+        let e = render(&t, &Options::default()).unwrap_err().to_string();
+        assert!(e.len() < 400 && e.contains("more characters"), "{e}");
+        let t = serde_json::json!({"traceEvents": [
+            {"ph": "X", "name": "a", "ts": 1.0, "dur": 1.0, "pid": 0, "tid": 0}
+        ]});
+        let opts = Options {
+            around: Some(long),
+            ..Options::default()
+        };
+        let e = render(&t, &opts).unwrap_err().to_string();
+        assert!(e.len() < 400 && e.contains("more characters"), "{e}");
+    }
 
     /// A width that no picture can have is refused by name: NaN, 0, -1 and
     /// infinity were written into the `<svg>` element as they were.

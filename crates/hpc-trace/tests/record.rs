@@ -480,6 +480,24 @@ fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
         "{} bytes",
         e.len()
     );
+    // A directory that is a link another user planted: refused, no trace
+    // written where it points (one was).
+    let target = d.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let link = d.join("trace");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    if std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).is_ok() {
+        std::env::set_var(hpc_env::TRACE, &link);
+        let e = hpc_trace::layer_from_env()
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(hpc_env::TRACE) && e.contains("user 65534"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    }
     std::env::remove_var(hpc_env::TRACE);
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -313,11 +313,20 @@ impl Comm {
     /// without a copy on the rank: in DPU placement of the `Proxy` engine,
     /// memory registered with the link to the proxy, which gets and puts it in
     /// place; with every other engine an ordinary allocation. See
-    /// [`RegisteredBuf`](crate::RegisteredBuf).
+    /// [`RegisteredBuf`](crate::RegisteredBuf). A buffer larger than the memory
+    /// available (`MemAvailable`) is refused, naming its size, before anything is
+    /// allocated.
     pub fn registered_buf<T: Elem>(&self, len: usize) -> Result<crate::RegisteredBuf<T>> {
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
             Error::Unsupported(format!("a buffer of {len} elements does not fit in memory"))
         })?;
+        // `isize::MAX` bytes aborted the process on the heap's allocation.
+        if let Some(available) = hpc_io::read::mem_available().filter(|&a| bytes as u64 > a) {
+            return Err(Error::Unsupported(format!(
+                "a buffer of {len} elements ({bytes} bytes) is more than the {available} \
+                 bytes of memory available (MemAvailable)"
+            )));
+        }
         Ok(match self.driver.register(bytes) {
             Some(r) => crate::RegisteredBuf::in_region(r?, len),
             None => crate::RegisteredBuf::on_heap(len),

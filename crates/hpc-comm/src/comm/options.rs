@@ -199,8 +199,10 @@ impl AgentWake {
             Ok("eager") => return AgentWake::Eager,
             Ok("lazy") => return AgentWake::Lazy,
             Ok(other) => {
+                // Shown cut, as every HPC_* value is (100,000 characters were
+                // echoed whole).
                 tracing::warn!(
-                    value = other,
+                    value = %hpc_runtime::env::shown(other),
                     "{} is neither eager nor lazy: ignored",
                     hpc_runtime::env::AGENT_WAKE
                 )

@@ -1,0 +1,74 @@
+//! Output directories given through symbolic links.
+
+use std::fs;
+use std::path::Path;
+
+use super::{io, Error, Result};
+
+/// Checks a directory a run will write into, as a user named it: an empty path
+/// is refused (it named the current directory unseen), and each symbolic link
+/// the path goes through, itself included, is followed only when this process's
+/// user, `root` or the owner of the folder holding the link made it (a user's
+/// own `--out` that points to scratch space, a site's link), and refused
+/// ([`Error::ForeignLink`]) when another user did, as the kernel's
+/// `protected_symlinks` refuses such links in sticky folders: a link planted
+/// where a run will write sent its files elsewhere unseen. A followed link is
+/// said at `info`, and a link to nothing is said to be one ("File exists" said
+/// nothing of it). [`RunDir::lock`](super::RunDir::lock) checks its directory
+/// with it; other writers of a user-named directory (a checkpoint directory)
+/// may too.
+///
+/// ```
+/// use hpc_io::rundir::check_dir_link;
+/// assert!(check_dir_link(std::path::Path::new("")).is_err());
+/// check_dir_link(&std::env::temp_dir().join("not-made-yet")).unwrap();
+/// ```
+pub fn check_dir_link(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    if dir.as_os_str().is_empty() {
+        return Err(io("create", dir)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "an empty path names no directory",
+        )));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    for path in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        let Ok(link) = fs::symlink_metadata(path) else {
+            continue;
+        };
+        if !link.file_type().is_symlink() {
+            continue;
+        }
+        let target = fs::read_link(path).map_err(io("read the link", path))?;
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let folder_owner = fs::metadata(folder).map(|m| m.uid()).ok();
+        let owner = link.uid();
+        if owner != me && owner != 0 && Some(owner) != folder_owner {
+            return Err(Error::ForeignLink {
+                path: path.to_path_buf(),
+                target,
+                owner,
+            });
+        }
+        if path == dir {
+            if fs::metadata(dir).is_err() {
+                return Err(io("create", dir)(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "it is a symbolic link to {}, which does not exist",
+                        target.display()
+                    ),
+                )));
+            }
+            tracing::info!(
+                dir = %dir.display(),
+                target = %target.display(),
+                "the output directory is a symbolic link: the run writes into its target"
+            );
+        }
+    }
+    Ok(())
+}
