@@ -75,6 +75,30 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+SHOWN_CHARS = 40  # as hpc_env::SHOWN_CHARS
+
+
+def shown(value, limit=SHOWN_CHARS):
+    """A value from a file for a message: its repr, cut after `limit` characters
+    with the count of those left out (as hpc_env::shown), so that a name or a
+    reason of 100,000 characters is not echoed whole."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(text) if isinstance(value, str) else text
+    return f"{text[:limit]!r}... ({len(text) - limit} more characters)"
+
+
+def _word(value, limit=200):
+    """A string or number of a file (a population's name, run.json's run_id or
+    reason) for a message: as written when it is at most `limit` characters, else
+    cut as shown() cuts it."""
+    plain = isinstance(value, str) or (
+        isinstance(value, (int, float)) and not isinstance(value, bool))
+    if plain and len(str(value)) <= limit:
+        return str(value)
+    return shown(value, limit)
+
+
 def _number(header, key):
     """header[key] as a float, or None when it is missing or not a number."""
     x = header.get(key)
@@ -164,7 +188,7 @@ def _check_header(raw):
                 f"the header is not valid: population {i} is not {{name, first, count}}")
         if p["first"] != end:
             raise SpikeFileError(
-                f"the header is not valid: population {i} ({p['name']}) starts at "
+                f"the header is not valid: population {i} ({_word(p['name'])}) starts at "
                 f"{p['first']}, not at {end} where the previous one ends")
         end += p["count"]
     if end != n:
@@ -445,17 +469,19 @@ def check_run(path):
     else:
         name = os.path.basename(path)
         status = run.get("status")
+        # The manifest's words, cut: a hand-edited run.json may hold anything there.
+        run_id, pid, host = (_word(run.get(k)) for k in ("run_id", "pid", "host"))
         if name not in [f.get("name") for f in run.get("files", [])]:
-            msg = f"{path} was not written by the run {run.get('run_id')} of {manifest} (an older or foreign file)"
+            msg = f"{path} was not written by the run {run_id} of {manifest} (an older or foreign file)"
         elif status == "running" and not _lock_held(os.path.dirname(manifest)):
-            msg = (f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) "
+            msg = (f"{path}: its run {run_id} (pid {pid} on {host}) "
                    f"ended without finishing: it was killed, or it failed and could not mark "
                    f"{manifest} (a full disk?); take it as incomplete")
         elif status == "running":
-            msg = f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) is still running"
+            msg = f"{path}: its run {run_id} (pid {pid} on {host}) is still running"
         elif status == "incomplete":
-            where = f" at {run['stopped_at']}" if run.get("stopped_at") else ""
-            msg = f"{path}: its run is incomplete: {run.get('reason')}{where}"
+            where = f" at {_word(run['stopped_at'])}" if run.get("stopped_at") else ""
+            msg = f"{path}: its run is incomplete: {_word(run.get('reason'))}{where}"
         else:
             return None
     print(f"warning: {msg}", file=sys.stderr)

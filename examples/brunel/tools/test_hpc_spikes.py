@@ -310,6 +310,38 @@ class CommandLine(unittest.TestCase):
         self.assertNotIn("Traceback", r.stderr)
         self.assertIn("run.json cannot be read", r.stderr)
 
+    def test_long_values_of_a_header_or_run_json_are_cut_in_the_messages(self):
+        # A population's name, t_presim_ms and run.json's words were echoed whole:
+        # a line of 100,000 characters and more.
+        big = "x" * 100000
+        pops = [{"name": big, "first": 5, "count": 95}]
+        p = self.file("name.spk", spk([], header(populations=pops)))
+        for tool in (READER, READ_SPIKES):
+            r = run(tool, p)
+            self.one_line_error(r, 1, "population 0 ('xxxx", "(99800 more characters)",
+                                "starts at 5, not at 0")
+            self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        for presim in (big, [[1] * 1000] * 50):
+            p = self.file("presim.spk", spk(GOOD, header(t_presim_ms=presim)))
+            r = run(READ_SPIKES, p)
+            self.one_line_error(r, 1, "t_presim_ms ", "more characters) is not a time")
+            self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        q = self.file("spikes.spk", spk(GOOD))
+        manifest = os.path.join(self.dir.name, "run.json")
+        for run_json, words in (
+                ({"run_id": big, "status": "complete", "files": []},
+                 "was not written by the run 'xxxx"),
+                ({"run_id": "r", "status": "incomplete", "reason": big, "stopped_at": big,
+                  "files": [{"name": "spikes.spk"}]}, "its run is incomplete: 'xxxx"),
+                ({"run_id": [list(range(1000))] * 100, "pid": big, "host": big,
+                  "status": "running", "files": [{"name": "spikes.spk"}]}, "(pid 'xxxx")):
+            with open(manifest, "w") as f:
+                json.dump(run_json, f)
+            r = run(READ_SPIKES, q)
+            self.assertIn(words, r.stderr)
+            warning = r.stderr.splitlines()[0]
+            self.assertLess(len(warning), 1000, warning[:300])
+
     def test_a_running_manifest_whose_lock_is_free_is_taken_as_incomplete(self):
         # A run that failed on a full disk cannot mark its run.json: it says
         # "running" for ever. Its lock tells: held, the run is there; free, it
