@@ -489,9 +489,12 @@ impl FileClaim {
             if !same {
                 continue;
             }
-            f.set_len(0)
-                .and_then(|()| f.write_all(holder.as_bytes()))
-                .map_err(io("write", &lock))?;
+            if let Err(e) = f.set_len(0).and_then(|()| f.write_all(holder.as_bytes())) {
+                // The lock file made here is not left behind (a full disk left
+                // `.NAME.lock` beside a trace that was never written).
+                let _ = fs::remove_file(&lock);
+                return Err(io("write", &lock)(e));
+            }
             return Ok(FileClaim { lock, _file: f });
         }
         Err(io("lock", &lock)(std::io::Error::other(
