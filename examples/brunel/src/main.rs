@@ -110,6 +110,9 @@ fn params_of(args: &Args) -> Result<Params> {
             let text = hpc_io::read::read_regular_to_string(file, hpc_io::read::MAX_CONFIG_BYTES)?;
             let mut table: toml::Table = text
                 .parse()
+                .map_err(|e: toml::de::Error| {
+                    anyhow::anyhow!("{}", hpc_io::message::cut(&e.to_string()))
+                })
                 .with_context(|| format!("parsing {}", file.display()))?;
             table.remove("preset");
             Params::from_toml_str(&toml::to_string(&table)?, preset)
