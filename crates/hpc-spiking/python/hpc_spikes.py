@@ -552,6 +552,8 @@ def run_or_exit(cmd, prog):
         sys.exit(1)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
-        print(f"{prog}: {name} failed with status {r.returncode}: {last}", file=sys.stderr)
+        # A last line of 100,000 characters is not echoed whole.
+        print(f"{prog}: {name} failed with status {r.returncode}: {_word(last, 300)}",
+              file=sys.stderr)
         sys.exit(1)
     return r

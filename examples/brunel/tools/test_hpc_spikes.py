@@ -417,6 +417,14 @@ class CommandLine(unittest.TestCase):
              "hpc_spikes.run_or_exit([sys.executable, '-c', 'import sys; sys.exit(\"no nest\")'], 'v')",
              READER_DIR], capture_output=True, text=True, timeout=30)
         self.one_line_error(r, 1, "v: -c failed with status 1: no nest")
+        # Pass 16: a last line of 100,000 characters was echoed whole.
+        r = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+             "hpc_spikes.run_or_exit([sys.executable, '-c', 'import sys; sys.exit(\"e\" * 100000)'], 'v')",
+             READER_DIR], capture_output=True, text=True, timeout=30)
+        self.one_line_error(r, 1, "v: -c failed with status 1: 'eeee", "(99700 more characters)")
+        self.assertLess(len(r.stderr), 500)
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_tool_summarises_a_valid_file(self):
