@@ -28,7 +28,10 @@ pub enum Error {
     /// The manifest cannot be parsed, fails its own checksum, or lists files wrongly.
     /// A reason quoting the manifest (a field of 100,000 characters) is cut in the
     /// message ([`hpc_io::message::cut`]).
-    #[error("{path} is not a valid checkpoint manifest: {}", hpc_io::message::cut(reason))]
+    #[error(
+        "{path} is not a valid checkpoint manifest: {}",
+        hpc_io::message::cut(reason)
+    )]
     Manifest {
         /// The manifest.
         path: PathBuf,

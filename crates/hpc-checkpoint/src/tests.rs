@@ -257,7 +257,11 @@ fn a_forged_manifests_long_fields_are_cut_in_the_message() {
         m.manifest_crc32c = "00000000".into();
         fs::write(&path, crate::manifest::manifest_text(&m)).unwrap();
         let e = Checkpoint::open(&dir).unwrap_err().to_string();
-        assert!(e.len() < 1000 && e.contains("more characters"), "{}", &e[..300]);
+        assert!(
+            e.len() < 1000 && e.contains("more characters"),
+            "{}",
+            &e[..300]
+        );
     }
     let _ = fs::remove_dir_all(&root);
 }

@@ -1036,17 +1036,29 @@ mod tests {
             m["run_id"] = long.clone().into();
         });
         let msg = RunDir::create(&t.0, info()).unwrap_err().to_string();
-        assert!(msg.len() < 1000 && msg.contains("more characters"), "{}", &msg[..300]);
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
         edit(&|m| {
             m["program"] = "test".into();
             m["status"] = "incomplete".into();
             m["reason"] = long.clone().into();
         });
         let msg = check_file(&spikes).unwrap_err().to_string();
-        assert!(msg.len() < 1000 && msg.contains("more characters"), "{}", &msg[..300]);
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
         edit(&|m| m["format"] = long.clone().into());
         let msg = check_file(&spikes).unwrap_err().to_string();
-        assert!(msg.len() < 1000 && msg.contains("more characters"), "{}", &msg[..300]);
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
     }
 
     /// A directory that another program's run wrote is refused, its files kept

@@ -733,9 +733,14 @@ mod tests {
         let e = set.write_rank(20, 0, 1, b"state").unwrap();
         let meta = serde_json::json!({"params": {"g": "y".repeat(100_000)}, "spikes": null});
         set.commit(20, 1, [e], meta).unwrap();
-        let e = format!("{:#}", open_with::<RunMeta<Model>>(&dir, "test").unwrap_err());
+        let e = format!(
+            "{:#}",
+            open_with::<RunMeta<Model>>(&dir, "test").unwrap_err()
+        );
         assert!(
-            e.len() < 1000 && e.contains("does not hold test's metadata") && e.contains("more characters"),
+            e.len() < 1000
+                && e.contains("does not hold test's metadata")
+                && e.contains("more characters"),
             "{}",
             &e[..300]
         );

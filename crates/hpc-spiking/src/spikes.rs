@@ -719,7 +719,11 @@ mod tests {
             h["populations"][1]["first"] = serde_json::json!(81);
             h["populations"][1]["name"] = serde_json::json!("x".repeat(100_000));
         }));
-        assert!(m.len() < 1000 && m.contains("more characters)) starts at 81"), "{}", &m[m.len().saturating_sub(300)..]);
+        assert!(
+            m.len() < 1000 && m.contains("more characters)) starts at 81"),
+            "{}",
+            &m[m.len().saturating_sub(300)..]
+        );
         let m = header_err(with(&|h| {
             h["populations"][1]["count"] = serde_json::json!(u64::MAX)
         }));

@@ -117,7 +117,10 @@ impl Params {
             Some(toml::Value::String(s)) => match s.as_str() {
                 "paper" => Preset::Paper,
                 "nest" => Preset::Nest,
-                other => bail!("unknown preset `{}` (expected `paper` or `nest`)", cut(other)),
+                other => bail!(
+                    "unknown preset `{}` (expected `paper` or `nest`)",
+                    cut(other)
+                ),
             },
             Some(v) => bail!("`preset` must be a string, not {}", cut(&v.to_string())),
         };

@@ -582,7 +582,10 @@ fn a_trace_on_a_full_disk_leaves_no_lock_file() {
         1,
         &["--trace", trace.to_str().unwrap()],
     ));
-    assert!(err.contains("--trace") && err.contains("File too large"), "{err}");
+    assert!(
+        err.contains("--trace") && err.contains("File too large"),
+        "{err}"
+    );
     assert!(!dir.join(".t.json.lock").exists(), "{:?}", files_in(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }

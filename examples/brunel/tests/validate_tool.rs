@@ -160,7 +160,11 @@ fn validate_names_a_binary_that_writes_no_run() {
     let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let python_dir = dir.join("crates/hpc-spiking");
     std::fs::create_dir_all(&python_dir).unwrap();
-    symlink(real.join("crates/hpc-spiking/python"), python_dir.join("python")).unwrap();
+    symlink(
+        real.join("crates/hpc-spiking/python"),
+        python_dir.join("python"),
+    )
+    .unwrap();
     let line = r#"{"rate_hz": 5.0, "cv_isi": 0.5, "spikes": 10, "simulate_cpu_s": 1.0, "simulate_s": 1.0, "populations": []}"#;
     for (example, nest, flag) in [
         ("brunel", "nest_brunel.py", "--brunel"),
@@ -169,7 +173,9 @@ fn validate_names_a_binary_that_writes_no_run() {
         let tools = dir.join("examples").join(example).join("tools");
         std::fs::create_dir_all(&tools).unwrap();
         symlink(
-            real.join("examples").join(example).join("tools/validate.py"),
+            real.join("examples")
+                .join(example)
+                .join("tools/validate.py"),
             tools.join("validate.py"),
         )
         .unwrap();

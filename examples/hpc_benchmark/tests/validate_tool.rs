@@ -329,13 +329,13 @@ fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
             .stderr(Stdio::piped())
             .output()
             .unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     for (args, want) in [
-        (
-            vec!["--hpc-benchmark", "/bin/true"],
-            "/bin/true wrote no ",
-        ),
+        (vec!["--hpc-benchmark", "/bin/true"], "/bin/true wrote no "),
         (
             vec!["--hpc-benchmark", "./fake.sh"],
             "fake.sh wrote is not the summary of a run",

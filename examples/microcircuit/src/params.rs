@@ -811,10 +811,16 @@ mod tests {
     #[test]
     fn huge_delays_and_potentials_are_named_in_a_short_message() {
         for (text, want) in [
-            ("delay_exc_mean = 1e300", "delays reach 5e301 steps of dt = 0.1 ms"),
+            (
+                "delay_exc_mean = 1e300",
+                "delays reach 5e301 steps of dt = 0.1 ms",
+            ),
             ("delay_exc_mean = 1e300", "delay_exc_mean and delay_rel_std"),
             ("delay_inh_mean = 30.0", "delay_inh_mean and delay_rel_std"),
-            ("[neuron]\nv_reset = 1e300", "neuron.v_reset (1e300) must be below"),
+            (
+                "[neuron]\nv_reset = 1e300",
+                "neuron.v_reset (1e300) must be below",
+            ),
         ] {
             let p = Params::from_toml_str(text).unwrap();
             let e = format!("{:#}", Model::new(p).unwrap_err());
