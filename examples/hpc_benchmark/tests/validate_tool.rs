@@ -97,6 +97,12 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
             "line 1 is not a JSON run",
         ),
         (vec!["--keep", b], 2, "--keep"),
+        // Pass 16: found missing after the first run, a traceback.
+        (
+            vec!["--results", "/nonexistent/r.jsonl"],
+            2,
+            "--results /nonexistent/r.jsonl: its folder does not exist",
+        ),
         (
             vec!["--seeds-off", "1", "99999999999999999999999"],
             2,

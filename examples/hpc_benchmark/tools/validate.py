@@ -194,8 +194,12 @@ def get(a, rows, engine, seed, lam, work):
     res["load"] = os.getloadavg()[0]
     rows.append(res)
     if a.results:
-        with open(a.results, "a") as f:
-            f.write(json.dumps(res) + "\n")
+        # A full disk or a file removed since: one line, not a traceback.
+        try:
+            with open(a.results, "a") as f:
+                f.write(json.dumps(res) + "\n")
+        except OSError as e:
+            fail(f"--results {a.results}: cannot append the run: {e.strerror or e}")
     return res
 
 
@@ -257,6 +261,10 @@ def main():
         p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
         p.error(f"--keep {a.keep}: exists and is not a directory")
+    # Each finished run is appended to --results: its folder must be there before
+    # the first run (minutes at scale 1), not found missing after it.
+    if a.results and not os.path.isdir(os.path.dirname(os.path.abspath(a.results))):
+        p.error(f"--results {a.results}: its folder does not exist")
     # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
     # that is no program after the first of our runs, minutes at scale 1).
     for flag, seeds in [("--seeds-off", a.seeds_off), ("--seeds-plastic", a.seeds_plastic)]:
