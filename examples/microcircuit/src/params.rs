@@ -821,6 +821,11 @@ mod tests {
                 "[neuron]\nv_reset = 1e300",
                 "neuron.v_reset (1e300) must be below",
             ),
+            // Pass 16: thalamus.psp was not among the parameters named.
+            (
+                "[thalamus]\nenabled = true\npsp = 1e300",
+                "k_scaling, thalamus.psp, thalamus.conn_probs and the neuron's constants",
+            ),
         ] {
             let p = Params::from_toml_str(text).unwrap();
             let e = format!("{:#}", Model::new(p).unwrap_err());

@@ -221,10 +221,19 @@ pub(super) fn check_together(
             bounds[i].1,
         ));
     }
+    // With the thalamus, its PSP makes weights too (thalamus.psp = 1e300 was
+    // not among the parameters named).
+    let thalamus = if p.thalamus.enabled {
+        ", thalamus.psp, thalamus.conn_probs"
+    } else {
+        ""
+    };
     finite_together(
         &together,
-        "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling and the neuron's \
-         constants are too large together",
+        &format!(
+            "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling{thalamus} and the \
+             neuron's constants are too large together"
+        ),
     )
 }
 
