@@ -300,14 +300,40 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISSOCK, "a socket")]
 
 
-def read_regular(path, max_bytes=MAX_BYTES, follow=True):
+def mem_available():
+    """The memory the kernel says is available without swapping (MemAvailable of
+    /proc/meminfo, as hpc_io::read::mem_available), in bytes; None when unknown."""
+    try:
+        # A procfs file says it is 0 bytes long: read up to a bound instead.
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+# The reader holds about this many times a spike file's size at once (the bytes,
+# the two columns, the order check's keys).
+MEMORY_PER_BYTE = 3
+
+
+def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
     """The bytes of the regular file at path, at most max_bytes.
 
     The file is opened without blocking (a FIFO opens at once, no writer is waited
     for) and looked at with fstat: anything but a regular file (a FIFO, /dev/zero, a
     directory) raises SpikeFileError naming what it is, and so does a file larger
     than max_bytes, before anything is read. follow=False also refuses a symbolic
-    link (OSError ELOOP). Other failures raise OSError.
+    link (OSError ELOOP). head(first_bytes, size), when given, is called with the
+    first 16 bytes and the file's size before the rest is read (to refuse what is
+    no spike file, or too large for the memory, before reading it). Other failures
+    raise OSError.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     if not follow:
@@ -321,6 +347,10 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True):
         if st.st_size > max_bytes:
             raise SpikeFileError(
                 f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")
+        if head is not None:
+            first = f.read(min(16, st.st_size))
+            head(first, st.st_size)
+            return first + f.read(st.st_size - len(first))
         # Bounded by the size fstat saw: a file that grows while it is read is
         # read as it was.
         return f.read(st.st_size)
@@ -334,10 +364,25 @@ def read(path, partial_ok=None):
     """
     if partial_ok is None:
         partial_ok = os.fsdecode(path).endswith(".partial")
-    data = read_regular(path)
+
+    def head(first, size):
+        # What is no spike file (a disk image named by mistake) is refused by
+        # its first bytes, and one larger than the memory by its size, before
+        # the rest is read (a 60 GiB file was read whole to find it no spike file).
+        if len(first) >= 8 and first[:8] != MAGIC:
+            decode(first)
+        available = mem_available()
+        if available is not None and size * MEMORY_PER_BYTE > available:
+            raise SpikeFileError(
+                f"{path} is {size} bytes: reading it needs about {size * MEMORY_PER_BYTE} "
+                f"bytes of memory, {available} are available")
+
     try:
+        data = read_regular(path, head=head)
         return decode(data, partial_ok)
     except SpikeFileError as e:
+        if str(e).startswith(f"{path} is "):
+            raise  # read_regular's own words name the file already
         raise SpikeFileError(f"{path} is not a valid spike file: {e}") from None
 
 

@@ -173,6 +173,50 @@ def run(script, *args, timeout=120):
                           timeout=timeout)
 
 
+class Memory(unittest.TestCase):
+    """Pass 16: a file of 60 GiB was read whole (up to MAX_BYTES) to find that it
+    is no spike file, and one larger than the memory was read until Python ran out."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def sparse(self, name, first, size):
+        p = os.path.join(self.dir.name, name)
+        with open(p, "wb") as f:
+            f.write(first)
+            f.truncate(size)
+        return p
+
+    def test_what_is_no_spike_file_is_refused_by_its_first_bytes(self):
+        p = self.sparse("image.spk", b"", 1 << 30)
+        tracemalloc.start()
+        try:
+            with self.assertRaises(SpikeFileError) as cm:
+                hpc_spikes.read(p)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.assertIn('does not start with "HPCSPIKE"', str(cm.exception))
+        self.assertLess(peak, 1 << 20)
+
+    def test_a_file_larger_than_the_memory_is_refused_by_its_size(self):
+        p = self.sparse("big.spk", spk([]), 1 << 30)
+        real = hpc_spikes.mem_available
+        hpc_spikes.mem_available = lambda: 1 << 20
+        tracemalloc.start()
+        try:
+            with self.assertRaises(SpikeFileError) as cm:
+                hpc_spikes.read(p)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            hpc_spikes.mem_available = real
+        self.assertIn("bytes of memory, 1048576 are available", str(cm.exception))
+        self.assertLess(peak, 1 << 20)
+        self.assertTrue(real() is None or real() > 0)
+
+
 class CommandLine(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
