@@ -26,7 +26,12 @@ pub enum Error {
         dir: PathBuf,
     },
     /// The manifest cannot be parsed, fails its own checksum, or lists files wrongly.
-    #[error("{path} is not a valid checkpoint manifest: {reason}")]
+    /// A reason quoting the manifest (a field of 100,000 characters) is cut in the
+    /// message ([`hpc_io::message::cut`]).
+    #[error(
+        "{path} is not a valid checkpoint manifest: {}",
+        hpc_io::message::cut(reason)
+    )]
     Manifest {
         /// The manifest.
         path: PathBuf,
@@ -61,7 +66,7 @@ pub enum Error {
     },
     /// A file's header is not a checkpoint header or contradicts the manifest
     /// (another step, another rank, another rank count).
-    #[error("{path}: {reason}")]
+    #[error("{path}: {}", hpc_io::message::cut(reason))]
     Header {
         /// The file.
         path: PathBuf,

@@ -309,3 +309,32 @@ fn the_temporaries_removed_are_counted() {
     assert!(dir.join("rank-000000.ckpt").exists());
     fs::remove_dir_all(&root).unwrap();
 }
+
+/// A manifest edited by hand with its checksum recomputed, a field 100,000
+/// characters long (the format, a file's name or checksum): the message and the
+/// warning cut it (they were over 100 KB each).
+#[test]
+fn a_forged_manifests_long_fields_are_cut_in_the_message() {
+    let (root, set) = fresh_set("long-fields");
+    commit_one(&set, 7, b"payload");
+    let dir = root.join("step-0000000007");
+    let path = dir.join(MANIFEST);
+    let long = "x".repeat(100_000);
+    let original = parse_manifest(&path, &fs::read(&path).unwrap()).unwrap();
+    for edit in [
+        &(|m: &mut Manifest| m.format = long.clone()) as &dyn Fn(&mut Manifest),
+        &|m: &mut Manifest| m.files[0].name = long.clone(),
+    ] {
+        let mut m = original.clone();
+        edit(&mut m);
+        m.manifest_crc32c = "00000000".into();
+        fs::write(&path, crate::manifest::manifest_text(&m)).unwrap();
+        let e = Checkpoint::open(&dir).unwrap_err().to_string();
+        assert!(
+            e.len() < 1000 && e.contains("more characters"),
+            "{}",
+            &e[..300]
+        );
+    }
+    let _ = fs::remove_dir_all(&root);
+}

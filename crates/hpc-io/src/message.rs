@@ -88,6 +88,39 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// The most characters [`cut`] keeps of a line of a text from a file.
+pub const CUT_CHARS: usize = 300;
+
+/// `text` (a reason that quotes what a file holds: a manifest's field, a parser's
+/// message with the string or the line it refused) with each line cut after
+/// [`CUT_CHARS`] characters and the count of those left out, so that a
+/// hand-edited file's 100,000-character string or line is not echoed whole in a
+/// message or a warning (a parser's excerpt of the line keeps its shape).
+///
+/// ```
+/// let long = "x".repeat(100_000);
+/// let t = hpc_io::message::cut(&long);
+/// assert!(t.len() < 400 && t.ends_with("... (99700 more characters)"), "{t}");
+/// assert_eq!(hpc_io::message::cut("short\nlines"), "short\nlines");
+/// ```
+pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
+    let long = |line: &str| line.char_indices().nth(CUT_CHARS).map(|(at, _)| at);
+    if text.split('\n').all(|l| long(l).is_none()) {
+        return text.into();
+    }
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|l| match long(l) {
+            None => l.to_string(),
+            Some(at) => {
+                let more = l[at..].chars().count();
+                format!("{}... ({more} more characters)", &l[..at])
+            }
+        })
+        .collect();
+    lines.join("\n").into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

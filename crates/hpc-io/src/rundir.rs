@@ -125,7 +125,8 @@ pub enum Error {
         error: std::io::Error,
     },
     /// A manifest that cannot be read as one.
-    #[error("{path} is not a valid run manifest: {reason}")]
+    /// A reason quoting the manifest is cut in the message ([`crate::message::cut`]).
+    #[error("{path} is not a valid run manifest: {}", crate::message::cut(reason))]
     Manifest {
         /// The manifest.
         path: PathBuf,
@@ -152,7 +153,9 @@ pub enum Error {
     /// The directory holds the files of an earlier run of another program: they
     /// are not removed, and the run is refused.
     #[error(
-        "{dir} holds the results of a run of {program} ({run_id}); choose another output directory, or remove them"
+        "{dir} holds the results of a run of {} ({}); choose another output directory, or remove them",
+        crate::message::cut(program),
+        crate::message::cut(run_id)
     )]
     OtherProgram {
         /// The directory.
@@ -190,7 +193,7 @@ pub enum Error {
         owner: u32,
     },
     /// A file a reader should not trust (not listed, or the run did not complete).
-    #[error("{path}: {reason}")]
+    #[error("{path}: {}", crate::message::cut(reason))]
     Untrusted {
         /// The file.
         path: PathBuf,
@@ -513,9 +516,12 @@ impl FileClaim {
             if !same {
                 continue;
             }
-            f.set_len(0)
-                .and_then(|()| f.write_all(holder.as_bytes()))
-                .map_err(io("write", &lock))?;
+            if let Err(e) = f.set_len(0).and_then(|()| f.write_all(holder.as_bytes())) {
+                // The lock file made here is not left behind (a full disk left
+                // `.NAME.lock` beside a trace that was never written).
+                let _ = fs::remove_file(&lock);
+                return Err(io("write", &lock)(e));
+            }
             return Ok(FileClaim { lock, _file: f });
         }
         Err(io("lock", &lock)(std::io::Error::other(
@@ -1121,6 +1127,53 @@ mod tests {
             "{e}"
         );
         assert!(!t.0.join("not-made").exists());
+    }
+
+    /// A hand-edited run.json whose words are 100,000 characters long: the
+    /// messages cut them (they were echoed whole, twice over 100 KB).
+    #[test]
+    fn a_manifests_long_words_are_cut_in_the_messages() {
+        let t = Tmp::new("long-words");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        let spikes = a.record("spikes.spk").unwrap();
+        fs::write(&spikes, b"x").unwrap();
+        a.finish(Status::Complete).unwrap();
+        let path = t.0.join(MANIFEST);
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut m: serde_json::Value =
+                serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+            f(&mut m);
+            fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        };
+        let long = "x".repeat(100_000);
+        edit(&|m| {
+            m["program"] = long.clone().into();
+            m["run_id"] = long.clone().into();
+        });
+        let msg = RunDir::create(&t.0, info()).unwrap_err().to_string();
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
+        edit(&|m| {
+            m["program"] = "test".into();
+            m["status"] = "incomplete".into();
+            m["reason"] = long.clone().into();
+        });
+        let msg = check_file(&spikes).unwrap_err().to_string();
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
+        edit(&|m| m["format"] = long.clone().into());
+        let msg = check_file(&spikes).unwrap_err().to_string();
+        assert!(
+            msg.len() < 1000 && msg.contains("more characters"),
+            "{}",
+            &msg[..300]
+        );
     }
 
     /// A directory that another program's run wrote is refused, its files kept

@@ -75,6 +75,30 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+SHOWN_CHARS = 40  # as hpc_env::SHOWN_CHARS
+
+
+def shown(value, limit=SHOWN_CHARS):
+    """A value from a file for a message: its repr, cut after `limit` characters
+    with the count of those left out (as hpc_env::shown), so that a name or a
+    reason of 100,000 characters is not echoed whole."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(text) if isinstance(value, str) else text
+    return f"{text[:limit]!r}... ({len(text) - limit} more characters)"
+
+
+def _word(value, limit=200):
+    """A string or number of a file (a population's name, run.json's run_id or
+    reason) for a message: as written when it is at most `limit` characters, else
+    cut as shown() cuts it."""
+    plain = isinstance(value, str) or (
+        isinstance(value, (int, float)) and not isinstance(value, bool))
+    if plain and len(str(value)) <= limit:
+        return str(value)
+    return shown(value, limit)
+
+
 def _number(header, key):
     """header[key] as a float, or None when it is missing or not a number."""
     x = header.get(key)
@@ -164,7 +188,7 @@ def _check_header(raw):
                 f"the header is not valid: population {i} is not {{name, first, count}}")
         if p["first"] != end:
             raise SpikeFileError(
-                f"the header is not valid: population {i} ({p['name']}) starts at "
+                f"the header is not valid: population {i} ({_word(p['name'])}) starts at "
                 f"{p['first']}, not at {end} where the previous one ends")
         end += p["count"]
     if end != n:
@@ -276,14 +300,40 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISSOCK, "a socket")]
 
 
-def read_regular(path, max_bytes=MAX_BYTES, follow=True):
+def mem_available():
+    """The memory the kernel says is available without swapping (MemAvailable of
+    /proc/meminfo, as hpc_io::read::mem_available), in bytes; None when unknown."""
+    try:
+        # A procfs file says it is 0 bytes long: read up to a bound instead.
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+# The reader holds about this many times a spike file's size at once (the bytes,
+# the two columns, the order check's keys).
+MEMORY_PER_BYTE = 3
+
+
+def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
     """The bytes of the regular file at path, at most max_bytes.
 
     The file is opened without blocking (a FIFO opens at once, no writer is waited
     for) and looked at with fstat: anything but a regular file (a FIFO, /dev/zero, a
     directory) raises SpikeFileError naming what it is, and so does a file larger
     than max_bytes, before anything is read. follow=False also refuses a symbolic
-    link (OSError ELOOP). Other failures raise OSError.
+    link (OSError ELOOP). head(first_bytes, size), when given, is called with the
+    first 16 bytes and the file's size before the rest is read (to refuse what is
+    no spike file, or too large for the memory, before reading it). Other failures
+    raise OSError.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     if not follow:
@@ -297,6 +347,10 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True):
         if st.st_size > max_bytes:
             raise SpikeFileError(
                 f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")
+        if head is not None:
+            first = f.read(min(16, st.st_size))
+            head(first, st.st_size)
+            return first + f.read(st.st_size - len(first))
         # Bounded by the size fstat saw: a file that grows while it is read is
         # read as it was.
         return f.read(st.st_size)
@@ -310,10 +364,25 @@ def read(path, partial_ok=None):
     """
     if partial_ok is None:
         partial_ok = os.fsdecode(path).endswith(".partial")
-    data = read_regular(path)
+
+    def head(first, size):
+        # What is no spike file (a disk image named by mistake) is refused by
+        # its first bytes, and one larger than the memory by its size, before
+        # the rest is read (a 60 GiB file was read whole to find it no spike file).
+        if len(first) >= 8 and first[:8] != MAGIC:
+            decode(first)
+        available = mem_available()
+        if available is not None and size * MEMORY_PER_BYTE > available:
+            raise SpikeFileError(
+                f"{path} is {size} bytes: reading it needs about {size * MEMORY_PER_BYTE} "
+                f"bytes of memory, {available} are available")
+
     try:
+        data = read_regular(path, head=head)
         return decode(data, partial_ok)
     except SpikeFileError as e:
+        if str(e).startswith(f"{path} is "):
+            raise  # read_regular's own words name the file already
         raise SpikeFileError(f"{path} is not a valid spike file: {e}") from None
 
 
@@ -445,17 +514,19 @@ def check_run(path):
     else:
         name = os.path.basename(path)
         status = run.get("status")
+        # The manifest's words, cut: a hand-edited run.json may hold anything there.
+        run_id, pid, host = (_word(run.get(k)) for k in ("run_id", "pid", "host"))
         if name not in [f.get("name") for f in run.get("files", [])]:
-            msg = f"{path} was not written by the run {run.get('run_id')} of {manifest} (an older or foreign file)"
+            msg = f"{path} was not written by the run {run_id} of {manifest} (an older or foreign file)"
         elif status == "running" and not _lock_held(os.path.dirname(manifest)):
-            msg = (f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) "
+            msg = (f"{path}: its run {run_id} (pid {pid} on {host}) "
                    f"ended without finishing: it was killed, or it failed and could not mark "
                    f"{manifest} (a full disk?); take it as incomplete")
         elif status == "running":
-            msg = f"{path}: its run {run.get('run_id')} (pid {run.get('pid')} on {run.get('host')}) is still running"
+            msg = f"{path}: its run {run_id} (pid {pid} on {host}) is still running"
         elif status == "incomplete":
-            where = f" at {run['stopped_at']}" if run.get("stopped_at") else ""
-            msg = f"{path}: its run is incomplete: {run.get('reason')}{where}"
+            where = f" at {_word(run['stopped_at'])}" if run.get("stopped_at") else ""
+            msg = f"{path}: its run is incomplete: {_word(run.get('reason'))}{where}"
         else:
             return None
     print(f"warning: {msg}", file=sys.stderr)
@@ -526,6 +597,8 @@ def run_or_exit(cmd, prog):
         sys.exit(1)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
-        print(f"{prog}: {name} failed with status {r.returncode}: {last}", file=sys.stderr)
+        # A last line of 100,000 characters is not echoed whole.
+        print(f"{prog}: {name} failed with status {r.returncode}: {_word(last, 300)}",
+              file=sys.stderr)
         sys.exit(1)
     return r

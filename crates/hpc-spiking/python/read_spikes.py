@@ -104,7 +104,7 @@ def main():
     t_start = h.get("t_presim_ms", 0.0)
     if isinstance(t_start, bool) or not isinstance(t_start, (int, float)) \
             or not 0 <= t_start < h["t_sim_ms"]:
-        print(f"{PROG}: {path}: t_presim_ms {t_start!r} is not a time before t_sim_ms "
+        print(f"{PROG}: {path}: t_presim_ms {hpc_spikes.shown(t_start)} is not a time before t_sim_ms "
               f"{h['t_sim_ms']}", file=sys.stderr)
         sys.exit(1)
     pops = h["populations"]

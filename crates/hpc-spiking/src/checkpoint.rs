@@ -260,10 +260,12 @@ pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<Restart
     } else {
         Checkpoints::new(dir).latest()?
     };
-    let meta: M = serde_json::from_value(checkpoint.metadata().clone()).with_context(|| {
-        format!(
-            "{} does not hold {model}'s metadata",
-            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display()
+    // serde's message quotes the string it refused whole: cut.
+    let meta: M = serde_json::from_value(checkpoint.metadata().clone()).map_err(|e| {
+        anyhow::anyhow!(
+            "{} does not hold {model}'s metadata: {}",
+            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display(),
+            hpc_io::message::cut(&e.to_string())
         )
     })?;
     Ok(Restart { checkpoint, meta })
@@ -734,6 +736,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("could not write"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Metadata of another shape quoting a string of 100,000 characters (a
+    /// forged manifest, its checksum recomputed): serde's message quoted it
+    /// whole (pass 16).
+    #[test]
+    fn metadata_of_another_shape_is_refused_in_a_short_message() {
+        let dir = std::env::temp_dir().join(format!("hpc-spiking-meta-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let params = serde_json::json!({"g": 5.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, None);
+        ck.write((10, 0, 1), b"state", None, |w, all| {
+            all.extend_from_slice(w);
+            Ok(())
+        })
+        .unwrap();
+        #[derive(Debug, serde::Deserialize)]
+        struct Model {
+            #[allow(dead_code)]
+            g: f64,
+        }
+        let set = Checkpoints::new(&dir);
+        let e = set.write_rank(20, 0, 1, b"state").unwrap();
+        let meta = serde_json::json!({"params": {"g": "y".repeat(100_000)}, "spikes": null});
+        set.commit(20, 1, [e], meta).unwrap();
+        let e = format!(
+            "{:#}",
+            open_with::<RunMeta<Model>>(&dir, "test").unwrap_err()
+        );
+        assert!(
+            e.len() < 1000
+                && e.contains("does not hold test's metadata")
+                && e.contains("more characters"),
+            "{}",
+            &e[..300]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -430,7 +430,9 @@ fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFile
                 name.to_string()
             };
             return Err(SpikeFileError::Header(format!(
-                "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
+                "population {i} ({}) starts at {first}, not at {end} where the previous one ends",
+                // A hand-made header's name of 100,000 characters is not echoed whole.
+                hpc_io::message::cut(name)
             )));
         }
         end += u128::from(count);
@@ -735,6 +737,16 @@ mod tests {
         assert!(
             m.contains("population 1 (inhibitory) starts at 81, not at 80"),
             "{m}"
+        );
+        // Pass 16: a name of 100,000 characters was echoed whole.
+        let m = header_err(with(&|h| {
+            h["populations"][1]["first"] = serde_json::json!(81);
+            h["populations"][1]["name"] = serde_json::json!("x".repeat(100_000));
+        }));
+        assert!(
+            m.len() < 1000 && m.contains("more characters)) starts at 81"),
+            "{}",
+            &m[m.len().saturating_sub(300)..]
         );
         let m = header_err(with(&|h| {
             h["populations"][1]["count"] = serde_json::json!(u64::MAX)

@@ -38,7 +38,11 @@ pub const MAX_PACED_WALL_S: f64 = 366.0 * 86400.0;
 /// 1e297 s, which no `Duration` holds).
 pub fn check_pace(factor: f64, model: &params::Model) -> anyhow::Result<()> {
     if !(factor.is_finite() && factor > 0.0) {
-        anyhow::bail!("--pace must be a finite number above 0, got {factor}");
+        // -1e300 as written (`--pace=-1e300`), not as 301 digits.
+        anyhow::bail!(
+            "--pace must be a finite number above 0, got {}",
+            hpc_spiking::run::num(factor)
+        );
     }
     let wall = model.steps as f64 * model.params.dt / 1000.0 / factor;
     if wall.is_nan() || wall > MAX_PACED_WALL_S {
@@ -51,7 +55,7 @@ pub fn check_pace(factor: f64, model: &params::Model) -> anyhow::Result<()> {
         anyhow::bail!(
             "--pace {factor} would stretch {} ms of simulated time to {wall:.3e} s of \
              wall-clock time, more than a year ({MAX_PACED_WALL_S} s)",
-            model.params.t_sim
+            hpc_spiking::run::num(model.params.t_sim)
         );
     }
     Ok(())

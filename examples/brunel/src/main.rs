@@ -110,6 +110,9 @@ fn params_of(args: &Args) -> Result<Params> {
             let text = hpc_io::read::read_regular_to_string(file, hpc_io::read::MAX_CONFIG_BYTES)?;
             let mut table: toml::Table = text
                 .parse()
+                .map_err(|e: toml::de::Error| {
+                    anyhow::anyhow!("{}", hpc_io::message::cut(&e.to_string()))
+                })
                 .with_context(|| format!("parsing {}", file.display()))?;
             table.remove("preset");
             Params::from_toml_str(&toml::to_string(&table)?, preset)
@@ -431,16 +434,34 @@ mod trace {
                 .clone()
                 .unwrap_or_else(|| args.out.join("checkpoints"))
         });
+        // The checkpoint directory itself, made by the run after this check (the
+        // default OUT/checkpoints, or a --checkpoint-dir not made yet): the trace
+        // could not replace it at the end, after all the run's work.
+        let spelled = |p: &Path| {
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+        };
+        let itself =
+            |dir: &Path| path == dir || spelled(path).is_some_and(|p| Some(p) == spelled(dir));
         for (flag, dir) in [
             ("--restart", args.run.restart.as_deref()),
             ("--checkpoint-dir", checkpoints.as_deref()),
         ] {
-            if dir.is_some_and(within) {
+            if dir.is_some_and(|d| within(d) || itself(d)) {
                 anyhow::bail!(
                     "--trace {} lies in the checkpoints of {flag}: choose another name for the trace",
                     path.display()
                 );
             }
+        }
+        if itself(&args.out) {
+            anyhow::bail!(
+                "--trace {} is the output directory --out: choose another name for the trace",
+                path.display()
+            );
         }
         let outputs = hpc_spiking::run::output_names(
             hpc_spike_report::plot::Plot::ALL.map(|p| p.file_stem()),

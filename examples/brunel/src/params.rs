@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
+use hpc_io::message::cut;
 use hpc_spiking::run::{finite_together, num};
 use serde::{Deserialize, Serialize};
 
@@ -105,15 +106,23 @@ impl Params {
     /// Parameters from a TOML string: its `preset` key (or `default_preset`) gives
     /// the base values, its other keys override them.
     pub fn from_toml_str(text: &str, default_preset: Preset) -> Result<Params> {
-        let mut table: toml::Table = text.parse().context("parsing TOML")?;
+        // The parser's message quotes the line it refused: cut (a line of 100,000
+        // characters was echoed whole).
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{}", cut(&e.to_string())))
+            .context("parsing TOML")?;
         let preset = match table.remove("preset") {
             None => default_preset,
             Some(toml::Value::String(s)) => match s.as_str() {
                 "paper" => Preset::Paper,
                 "nest" => Preset::Nest,
-                other => bail!("unknown preset `{other}` (expected `paper` or `nest`)"),
+                other => bail!(
+                    "unknown preset `{}` (expected `paper` or `nest`)",
+                    cut(other)
+                ),
             },
-            Some(v) => bail!("`preset` must be a string, not {v}"),
+            Some(v) => bail!("`preset` must be a string, not {}", cut(&v.to_string())),
         };
         // A number with a fraction or exponent for a whole-number key is named
         // here: serde's own message wrote `order = 1e300` out in 301 digits.
@@ -126,7 +135,10 @@ impl Params {
         for (k, v) in table {
             base.insert(k, v);
         }
-        base.try_into().context("invalid parameter")
+        // serde's message quotes the string it refused whole: cut.
+        base.try_into()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{}", cut(&e.to_string())))
+            .context("invalid parameter")
     }
 
     /// Parameters from a TOML file (see [`Params::from_toml_str`]).
@@ -275,10 +287,14 @@ impl Model {
         if ce == 0 {
             bail!("the excitatory in-degree CE must be at least 1 (it sets the external rate)");
         }
-        if ce > u16::MAX as u32 || ci > u16::MAX as u32 {
-            bail!(
-                "in-degrees above 65535 are not supported (ring buffers count inputs in 16 bits)"
-            );
+        // Named (CE or CI, given or from epsilon and order), not "in-degrees".
+        for (name, k) in [("ce", ce), ("ci", ci)] {
+            if k > u16::MAX as u32 {
+                bail!(
+                    "{name} = {k}: in-degrees above 65535 are not supported (ring buffers \
+                     count inputs in 16 bits)"
+                );
+            }
         }
         let delay_steps = steps_of("delay", p.delay, p.dt)?;
         if delay_steps == 0 || delay_steps > 1 << 20 {
@@ -377,6 +393,35 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    /// An in-degree beyond 16 bits is named (it said "in-degrees", not which).
+    #[test]
+    fn an_in_degree_too_large_is_named() {
+        for (text, name) in [("ce = 70000", "ce = 70000"), ("ci = 70000", "ci = 70000")] {
+            let p = super::Params::from_toml_str(text, super::Preset::Paper).unwrap();
+            let e = format!("{:#}", super::Model::new(p).unwrap_err());
+            assert!(e.contains(name) && e.contains("above 65535"), "{e}");
+        }
+    }
+
+    /// A line, a string or a preset of 100,000 characters: the parser's excerpt
+    /// and serde's quote were echoed whole (pass 16).
+    #[test]
+    fn a_long_line_or_string_is_cut_in_the_message() {
+        let long = "y".repeat(100_000);
+        for text in [
+            format!("g = 5 {long}"),
+            format!("order = \"{long}\""),
+            format!("preset = \"{long}\""),
+            format!("preset = [\"{long}\"]"),
+        ] {
+            let e = format!(
+                "{:#}",
+                super::Params::from_toml_str(&text, super::Preset::Paper).unwrap_err()
+            );
+            assert!(e.len() < 2000, "{}", &e[..300]);
+        }
+    }
+
     #[test]
     fn a_float_for_a_whole_number_is_named_in_a_short_message() {
         for (text, name) in [

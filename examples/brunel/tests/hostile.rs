@@ -569,3 +569,23 @@ fn a_thread_count_from_the_variable_that_is_not_one_is_named() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--trace` on a full disk: refused naming the flag, and the claim's lock file
+/// beside the trace is not left behind (pass 16: `.t.json.lock` stayed).
+#[test]
+fn a_trace_on_a_full_disk_leaves_no_lock_file() {
+    let dir = tmpdir("trace-full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let err = refused(&brunel_with_file_limit(
+        &dir.join("out"),
+        1,
+        &["--trace", trace.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("--trace") && err.contains("File too large"),
+        "{err}"
+    );
+    assert!(!dir.join(".t.json.lock").exists(), "{:?}", files_in(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -80,6 +80,12 @@ fn a_pace_or_parameter_that_is_not_a_usable_number_is_refused_by_name() {
             "{pace}: {e}"
         );
     }
+    // Pass 16: written out in 301 digits.
+    let e = refused(&brunel(&out, &["--pace=-1e300"]));
+    assert!(
+        e.contains("--pace must be a finite number above 0, got -1e300") && e.len() < 200,
+        "{e}"
+    );
     let e = refused(&brunel(&out, &["--j", "NaN"]));
     assert!(e.contains("j must be a finite number, got NaN"), "{e}");
     let e = refused(&brunel(&out, &["--delay", "inf"]));

@@ -294,6 +294,34 @@ fn a_trace_at_a_file_the_run_reads_or_writes_is_refused_before_the_run() {
         "{err}"
     );
     assert_eq!(std::fs::read(&manifest).unwrap(), before);
+    // At the checkpoint directory itself, which the run makes after the check
+    // (the default OUT/checkpoints, a --checkpoint-dir not made yet): pass 16
+    // ran the whole run, then "cannot replace …: it is a directory".
+    let third = dir.join("third");
+    std::fs::create_dir_all(&third).unwrap();
+    for (trace, extra) in [
+        (third.join("checkpoints"), None),
+        (dir.join("new-ck"), Some(dir.join("new-ck"))),
+    ] {
+        let mut c = cmd(&third, &["--t-sim", "5", "--checkpoint-every", "2"]);
+        if let Some(d) = extra {
+            c.arg("--checkpoint-dir").arg(d);
+        }
+        c.arg("--trace").arg(&trace);
+        let err = refused(&c.output().unwrap());
+        assert!(
+            err.contains("--trace") && err.contains("--checkpoint-dir"),
+            "{trace:?}: {err}"
+        );
+        assert!(!third.join("spikes.spk").exists(), "{trace:?}: the run ran");
+    }
+    // At --out itself, not made yet.
+    let fourth = dir.join("fourth");
+    let mut c = cmd(&fourth, &["--t-sim", "5"]);
+    c.arg("--trace").arg(&fourth);
+    let err = refused(&c.output().unwrap());
+    assert!(err.contains("--trace") && err.contains("--out"), "{err}");
+    assert!(!fourth.join("spikes.spk").exists(), "the run ran");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -143,3 +143,60 @@ fn the_nest_scripts_name_a_missing_module_in_one_line() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// brunel's and the microcircuit's `validate.py` given a binary that writes no
+/// run (`/bin/true`): one line naming the flag and the binary, status 1. Pass 16:
+/// the `FileNotFoundError` traceback of the spike file after NEST's run (minutes
+/// with NEST). A stand-in for the NEST script (a tree of links to the tools,
+/// beside a script that prints NEST's line at once) makes the test the same
+/// where NEST is not installed.
+#[test]
+fn validate_names_a_binary_that_writes_no_run() {
+    if !hpc_test_support::have_python("validate.py's binary test") {
+        return;
+    }
+    use std::os::unix::fs::symlink;
+    let dir = scratch("no-run");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python_dir = dir.join("crates/hpc-spiking");
+    std::fs::create_dir_all(&python_dir).unwrap();
+    symlink(
+        real.join("crates/hpc-spiking/python"),
+        python_dir.join("python"),
+    )
+    .unwrap();
+    let line = r#"{"rate_hz": 5.0, "cv_isi": 0.5, "spikes": 10, "simulate_cpu_s": 1.0, "simulate_s": 1.0, "populations": []}"#;
+    for (example, nest, flag) in [
+        ("brunel", "nest_brunel.py", "--brunel"),
+        ("microcircuit", "nest_microcircuit.py", "--microcircuit"),
+    ] {
+        let tools = dir.join("examples").join(example).join("tools");
+        std::fs::create_dir_all(&tools).unwrap();
+        symlink(
+            real.join("examples")
+                .join(example)
+                .join("tools/validate.py"),
+            tools.join("validate.py"),
+        )
+        .unwrap();
+        std::fs::write(tools.join(nest), format!("print('{line}')\n")).unwrap();
+        let validate = tools.join("validate.py");
+        let more: &[&str] = if example == "brunel" {
+            &["--quick"]
+        } else {
+            &["--seeds", "1"]
+        };
+        let given = [flag, "/bin/true", "--t-sim", "10"];
+        let mut args: Vec<&std::ffi::OsStr> = vec![validate.as_os_str()];
+        args.extend(given.iter().chain(more).map(std::ffi::OsStr::new));
+        let o = python(&args, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{example}: {err}");
+        assert!(!err.contains("Traceback"), "{example}: {err}");
+        assert!(
+            err.contains(&format!("{flag} /bin/true wrote no run's spikes.spk")),
+            "{example}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -173,6 +173,50 @@ def run(script, *args, timeout=120):
                           timeout=timeout)
 
 
+class Memory(unittest.TestCase):
+    """Pass 16: a file of 60 GiB was read whole (up to MAX_BYTES) to find that it
+    is no spike file, and one larger than the memory was read until Python ran out."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def sparse(self, name, first, size):
+        p = os.path.join(self.dir.name, name)
+        with open(p, "wb") as f:
+            f.write(first)
+            f.truncate(size)
+        return p
+
+    def test_what_is_no_spike_file_is_refused_by_its_first_bytes(self):
+        p = self.sparse("image.spk", b"", 1 << 30)
+        tracemalloc.start()
+        try:
+            with self.assertRaises(SpikeFileError) as cm:
+                hpc_spikes.read(p)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.assertIn('does not start with "HPCSPIKE"', str(cm.exception))
+        self.assertLess(peak, 1 << 20)
+
+    def test_a_file_larger_than_the_memory_is_refused_by_its_size(self):
+        p = self.sparse("big.spk", spk([]), 1 << 30)
+        real = hpc_spikes.mem_available
+        hpc_spikes.mem_available = lambda: 1 << 20
+        tracemalloc.start()
+        try:
+            with self.assertRaises(SpikeFileError) as cm:
+                hpc_spikes.read(p)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            hpc_spikes.mem_available = real
+        self.assertIn("bytes of memory, 1048576 are available", str(cm.exception))
+        self.assertLess(peak, 1 << 20)
+        self.assertTrue(real() is None or real() > 0)
+
+
 class CommandLine(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -310,6 +354,38 @@ class CommandLine(unittest.TestCase):
         self.assertNotIn("Traceback", r.stderr)
         self.assertIn("run.json cannot be read", r.stderr)
 
+    def test_long_values_of_a_header_or_run_json_are_cut_in_the_messages(self):
+        # A population's name, t_presim_ms and run.json's words were echoed whole:
+        # a line of 100,000 characters and more.
+        big = "x" * 100000
+        pops = [{"name": big, "first": 5, "count": 95}]
+        p = self.file("name.spk", spk([], header(populations=pops)))
+        for tool in (READER, READ_SPIKES):
+            r = run(tool, p)
+            self.one_line_error(r, 1, "population 0 ('xxxx", "(99800 more characters)",
+                                "starts at 5, not at 0")
+            self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        for presim in (big, [[1] * 1000] * 50):
+            p = self.file("presim.spk", spk(GOOD, header(t_presim_ms=presim)))
+            r = run(READ_SPIKES, p)
+            self.one_line_error(r, 1, "t_presim_ms ", "more characters) is not a time")
+            self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        q = self.file("spikes.spk", spk(GOOD))
+        manifest = os.path.join(self.dir.name, "run.json")
+        for run_json, words in (
+                ({"run_id": big, "status": "complete", "files": []},
+                 "was not written by the run 'xxxx"),
+                ({"run_id": "r", "status": "incomplete", "reason": big, "stopped_at": big,
+                  "files": [{"name": "spikes.spk"}]}, "its run is incomplete: 'xxxx"),
+                ({"run_id": [list(range(1000))] * 100, "pid": big, "host": big,
+                  "status": "running", "files": [{"name": "spikes.spk"}]}, "(pid 'xxxx")):
+            with open(manifest, "w") as f:
+                json.dump(run_json, f)
+            r = run(READ_SPIKES, q)
+            self.assertIn(words, r.stderr)
+            warning = r.stderr.splitlines()[0]
+            self.assertLess(len(warning), 1000, warning[:300])
+
     def test_a_running_manifest_whose_lock_is_free_is_taken_as_incomplete(self):
         # A run that failed on a full disk cannot mark its run.json: it says
         # "running" for ever. Its lock tells: held, the run is there; free, it
@@ -385,6 +461,14 @@ class CommandLine(unittest.TestCase):
              "hpc_spikes.run_or_exit([sys.executable, '-c', 'import sys; sys.exit(\"no nest\")'], 'v')",
              READER_DIR], capture_output=True, text=True, timeout=30)
         self.one_line_error(r, 1, "v: -c failed with status 1: no nest")
+        # Pass 16: a last line of 100,000 characters was echoed whole.
+        r = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+             "hpc_spikes.run_or_exit([sys.executable, '-c', 'import sys; sys.exit(\"e\" * 100000)'], 'v')",
+             READER_DIR], capture_output=True, text=True, timeout=30)
+        self.one_line_error(r, 1, "v: -c failed with status 1: 'eeee", "(99700 more characters)")
+        self.assertLess(len(r.stderr), 500)
 
     @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
     def test_the_tool_summarises_a_valid_file(self):

@@ -64,8 +64,17 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
         hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
              "--out", out, "--quiet"] + report + extra, PROG)
-        hdr, t, ids = read(os.path.join(out, "spikes.spk"))
-        summ = json.load(open(os.path.join(out, "summary.json")))
+        # A binary that is no brunel (/bin/true) writes neither: one line naming
+        # it, not a traceback.
+        try:
+            hdr, t, ids = read(os.path.join(out, "spikes.spk"))
+            with open(os.path.join(out, "summary.json")) as f:
+                summ = json.load(f)
+            summ["simulate_cpu_s"] + 0.0
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            print(f"{PROG}: --brunel {a.brunel} wrote no run's spikes.spk and summary.json "
+                  f"in {out}: {str(e)[:200]}", file=sys.stderr)
+            sys.exit(1)
     rate, cv = stats(t, ids, hdr["n_neurons"], hdr["t_sim_ms"])
     d_rate = (rate - n["rate_hz"]) / n["rate_hz"]
     d_cv = cv - n["cv_isi"]

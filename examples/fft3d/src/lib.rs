@@ -48,20 +48,31 @@ pub struct Grid {
 impl Grid {
     /// `P1xP2`, e.g. `2x2` (`1xP` is a slab decomposition).
     pub fn parse(s: &str) -> Result<Grid, String> {
+        // A value of 100,000 digits is not echoed whole.
+        let quoted = |t: &str| format!("{:?}", hpc_io::message::cut(t));
         let (a, b) = s
             .split_once(['x', 'X'])
-            .ok_or_else(|| format!("process grid {s:?}: expected P1xP2, e.g. 2x2"))?;
+            .ok_or_else(|| format!("process grid {}: expected P1xP2, e.g. 2x2", quoted(s)))?;
         let num = |t: &str| {
             t.trim()
                 .parse::<usize>()
                 .ok()
                 .filter(|&v| v > 0)
-                .ok_or_else(|| format!("process grid {s:?}: {t:?} is not a positive integer"))
+                .ok_or_else(|| {
+                    format!(
+                        "process grid {}: {} is not a positive integer",
+                        quoted(s),
+                        quoted(t)
+                    )
+                })
         };
         let (p1, p2) = (num(a)?, num(b)?);
         // Its size is a product taken everywhere: one that overflows is refused here.
         if p1.checked_mul(p2).is_none() {
-            return Err(format!("process grid {s:?}: {p1} x {p2} ranks is too many"));
+            return Err(format!(
+                "process grid {}: {p1} x {p2} ranks is too many",
+                quoted(s)
+            ));
         }
         Ok(Grid { p1, p2 })
     }
@@ -751,6 +762,22 @@ mod tests {
         assert!(Decomp::new(4, Grid { p1: 2, p2: 1 }, 2)
             .unwrap_err()
             .contains("outside"));
+    }
+
+    #[test]
+    fn a_grid_of_100000_digits_is_not_echoed_whole() {
+        for g in [format!("{}x1", "1".repeat(100_000)), "x".repeat(100_000)] {
+            let e = Grid::parse(&g).unwrap_err();
+            assert!(
+                e.len() < 1000 && e.contains("more characters"),
+                "{}",
+                &e[..200]
+            );
+        }
+        assert_eq!(
+            Grid::parse("0x1").unwrap_err(),
+            "process grid \"0x1\": \"0\" is not a positive integer"
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn run(args: Args) -> Result<()> {
     if !(args.tolerance.is_finite() && args.tolerance >= 0.0) {
         bail!(
             "--tolerance must be a finite number >= 0, got {}",
-            args.tolerance
+            hpc_io::message::num(args.tolerance)
         );
     }
     let mode = match args.mode.as_str() {

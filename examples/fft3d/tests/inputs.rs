@@ -49,6 +49,9 @@ fn a_tolerance_that_is_not_a_finite_number_is_refused() {
             "{t}: {e}"
         );
     }
+    // Pass 16: written out in 301 digits.
+    let e = refused(&fft3d(&["--n", "8", "--tolerance=-1e300"]));
+    assert!(e.contains("got -1e300") && e.len() < 200, "{e}");
     // A usable tolerance still runs and checks.
     let o = fft3d(&[
         "--n",

@@ -64,7 +64,7 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
     let fifo = d.join("fifo");
     hpc_test_support::mkfifo(&fifo);
     let bad = d.join("bad.jsonl");
-    std::fs::write(&bad, "{\"engine\": \"ours\"}\nnot json\n").unwrap();
+    std::fs::write(&bad, "\nnot json\n").unwrap();
     // Pass 15: nested deeper than Python's recursion limit, a RecursionError's
     // traceback.
     let deep = d.join("deep.jsonl");
@@ -97,6 +97,12 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
             "line 1 is not a JSON run",
         ),
         (vec!["--keep", b], 2, "--keep"),
+        // Pass 16: found missing after the first run, a traceback.
+        (
+            vec!["--results", "/nonexistent/r.jsonl"],
+            2,
+            "--results /nonexistent/r.jsonl: its folder does not exist",
+        ),
         (
             vec!["--seeds-off", "1", "99999999999999999999999"],
             2,
@@ -288,4 +294,88 @@ fn before_after_names_a_bad_round_count_or_a_binary_that_writes_no_summary() {
         assert!(err.contains(want), "{rounds}: {err}");
         assert!(!err.contains("Traceback"), "{rounds}: {err}");
     }
+}
+
+/// A binary that writes no summary (`/bin/true`) or another program's (brunel's
+/// has no `t_presim`), a `--results` row that is no finished run, and relative
+/// paths of the binary and of `--keep` (the docstring's
+/// `target/release/hpc_benchmark`: the runs start in the work directory, where
+/// it is not). Pass 16: a `FileNotFoundError` or `KeyError` traceback, a binary
+/// "not found" with status 127, the outputs in `KEEP/KEEP`.
+#[test]
+fn a_binary_or_results_row_of_another_shape_and_relative_paths_are_handled() {
+    if !have_python() {
+        return;
+    }
+    let d = scratch("shape");
+    // Writes a summary.json that is not hpc_benchmark's into its --out.
+    let fake = d.join("fake.sh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+         mkdir -p \"$out\"; echo '{\"params\": {\"t_sim\": 20}}' > \"$out/summary.json\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rows = d.join("rows.jsonl");
+    std::fs::write(
+        &rows,
+        "{\"engine\": \"ours\", \"seed\": 1, \"lambda\": 0.0, \"scale\": 1.0}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new("python3")
+            .arg(tool())
+            .args(["--layers", "2", "--seeds-off", "1", "--scale", "0.02"])
+            .args(args)
+            .current_dir(&d)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for (args, want) in [
+        (vec!["--hpc-benchmark", "/bin/true"], "/bin/true wrote no "),
+        (
+            vec!["--hpc-benchmark", "./fake.sh"],
+            "fake.sh wrote is not the summary of a run",
+        ),
+        (
+            vec!["--hpc-benchmark", "/bin/true", "--results", "rows.jsonl"],
+            "line 1 is not a finished run of this tool (no finite number rate)",
+        ),
+    ] {
+        let (status, err) = run(&args);
+        assert_eq!(status, Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("Traceback"), "{args:?}: {err}");
+    }
+    // A relative --keep holds the outputs itself, not in KEEP/KEEP.
+    let (_, err) = run(&["--hpc-benchmark", "./fake.sh", "--keep", "kept"]);
+    assert!(d.join("kept/ours-1-0.0/summary.json").is_file(), "{err}");
+    assert!(!d.join("kept/kept").exists(), "{err}");
+    // before-after.sh with a binary writing another program's summary.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/before-after.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .args(["./fake.sh", "./fake.sh", "1"])
+        .current_dir(&d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("./fake.sh wrote a summary.json that is not hpc_benchmark's"),
+        "{err}"
+    );
+    assert!(!err.contains("Traceback"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
 }

@@ -42,21 +42,31 @@ for r in $(seq 1 "$rounds"); do
             exit 1
         }
         load=$(cut -d' ' -f1 /proc/loadavg)
-        python3 - "$out" "$side" "$r" "$load" <<'PY'
+        python3 - "$out" "$side" "$r" "$load" "$bin" <<'PY'
 import hashlib, json, sys
-out, side, r, load = sys.argv[1:]
-s = json.load(open(f"{out}/summary.json"))
-p = s["params"]
-bio = (p["t_presim"] + p["t_sim"]) / 1000.0
+out, side, r, load, binary = sys.argv[1:]
+try:
+    s = json.load(open(f"{out}/summary.json"))
+    p = s["params"]
+    bio = (p["t_presim"] + p["t_sim"]) / 1000.0
+    cpu = s["simulate_cpu_s"]
+    line = (f"| {r} | {side} | {cpu / bio:.2f} | {cpu:.3f} | {s['build_s']:.2f} | "
+            f"{max(s['peak_rss_bytes']) / 2**20:.1f} | {s['synapse_bytes']} | "
+            f"{s['weights']['digest']} | ")
+    digest = s["weights"]["digest"]
+except (ValueError, KeyError, TypeError, ZeroDivisionError, RecursionError) as e:
+    # Another program's summary (brunel's has no t_presim) or a damaged one: one
+    # line naming the binary, not a traceback.
+    print(f"before-after.sh: {binary} wrote a summary.json that is not hpc_benchmark's "
+          f"({type(e).__name__} {str(e)[:200]})", file=sys.stderr)
+    sys.exit(1)
 try:
     spk = hashlib.sha256(open(f"{out}/spikes.spk", "rb").read()).hexdigest()[:16]
 except FileNotFoundError:
     spk = "-"
-cpu = s["simulate_cpu_s"]
-print(f"| {r} | {side} | {cpu / bio:.2f} | {cpu:.3f} | {s['build_s']:.2f} | "
-      f"{max(s['peak_rss_bytes']) / 2**20:.1f} | {s['synapse_bytes']} | {s['weights']['digest']} | {spk} | {load} |")
+print(f"{line}{spk} | {load} |")
 with open(f"{out}/../results", "a") as f:
-    f.write(json.dumps({"side": side, "cpu": cpu, "bio": bio, "digest": s["weights"]["digest"],
+    f.write(json.dumps({"side": side, "cpu": cpu, "bio": bio, "digest": digest,
                         "spikes": spk, "build": s["build_s"]}) + "\n")
 PY
     done

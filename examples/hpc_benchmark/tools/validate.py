@@ -53,6 +53,11 @@ def fail(msg):
     """One line on standard error and status 1."""
     print(f"{PROG}: {msg}", file=sys.stderr)
     raise SystemExit(1)
+
+
+# The numbers every run of the --results file has (what table() and cost() print).
+RUN_NUMBERS = ("rate", "mean_pa", "sd_pa", "p5_pa", "p95_pa", "build_s", "sim_s", "sim_cpu_s",
+               "wall_s", "cpu_s", "peak_rss", "bytes_per_syn", "load")
 JE0 = 45.6096  # pA: the initial E->E weight, the 0.14 mV EPSP
 RUNAWAY_FACTOR = 3.0
 RATE_TOLERANCE = 0.10
@@ -78,12 +83,40 @@ def run_ours(a, seed, lam, work, binary=None, tag="ours"):
            "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--no-spikes", "--quiet", "--out", str(out)]
     wall, cpu, _ = run_child(cmd, work)
-    s = json.loads((out / "summary.json").read_text())
-    w = s["weights"]
-    return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"], "p5_pa": w["p5_pa"],
-            "p95_pa": w["p95_pa"], "weights_from": "all", "build_s": s["build_s"],
-            "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall, "cpu_s": cpu,
-            "peak_rss": max(s["peak_rss_bytes"]), "bytes_per_syn": s["bytes_per_synapse"]}
+    with summary_of(cmd[0], out / "summary.json") as s:
+        w = s["weights"]
+        return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
+                "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"], "weights_from": "all",
+                "build_s": s["build_s"], "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"],
+                "wall_s": wall, "cpu_s": cpu, "peak_rss": max(s["peak_rss_bytes"]),
+                "bytes_per_syn": s["bytes_per_synapse"]}
+
+
+class summary_of:
+    """`with summary_of(program, path) as s:` the JSON object at path that program
+    wrote, its fields read in the block: a file that is missing, is not JSON, or
+    lacks a field or has one of another type (a program that is not hpc_benchmark,
+    /bin/true) ends in one line naming the program and the file, not a traceback."""
+
+    def __init__(self, program, path):
+        self.program, self.path = program, path
+
+    def __enter__(self):
+        try:
+            s = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            fail(f"{self.program} wrote no {self.path} (is it hpc_benchmark?)")
+        except (OSError, ValueError, RecursionError) as e:
+            fail(f"{self.path} that {self.program} wrote cannot be read: {str(e)[:200]}")
+        if not isinstance(s, dict):
+            fail(f"{self.path} that {self.program} wrote is not a JSON object")
+        return s
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, (KeyError, TypeError, ValueError)):
+            fail(f"{self.path} that {self.program} wrote is not the summary of a run "
+                 f"(is it hpc_benchmark?): {type(e).__name__} {str(e)[:200]}")
+        return False
 
 
 def run_before(a, seed, lam, work):
@@ -96,12 +129,14 @@ def run_nest(a, seed, lam, work):
            "--lambda", str(lam), "--t-presim", str(a.t_presim), "--t-sim", str(a.t_sim), "--threads", "1",
            "--json", str(js)]
     wall, cpu, _ = run_child(cmd, work)
-    s = json.loads(js.read_text())
-    w = s["weights"]
-    return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"], "p5_pa": w["p5_pa"],
-            "p95_pa": w["p95_pa"], "weights_from": f"{w['sources']} sources", "build_s": s["build_s"],
-            "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall, "cpu_s": cpu,
-            "peak_rss": s["peak_rss_bytes"], "bytes_per_syn": s["bytes_per_synapse"]}
+    with summary_of(cmd[1], js) as s:
+        w = s["weights"]
+        return {"rate": s["mean_rate_hz"], "mean_pa": w["mean_pa"], "sd_pa": w["sd_pa"],
+                "p5_pa": w["p5_pa"], "p95_pa": w["p95_pa"],
+                "weights_from": f"{w['sources']} sources", "build_s": s["build_s"],
+                "sim_s": s["simulate_s"], "sim_cpu_s": s["simulate_cpu_s"], "wall_s": wall,
+                "cpu_s": cpu, "peak_rss": s["peak_rss_bytes"],
+                "bytes_per_syn": s["bytes_per_synapse"]}
 
 
 def key(a, engine, seed, lam):
@@ -136,6 +171,14 @@ def load(path):
             fail(f"--results {path}: line {i} is not a JSON run: {e}")
         if not isinstance(row, dict):
             fail(f"--results {path}: line {i} is not a JSON object")
+        # A row is reused as a finished run: every number the tables print must be
+        # there (a hand-edited or foreign line was a KeyError's traceback).
+        missing = next((k for k in RUN_NUMBERS if isinstance(row.get(k), bool)
+                        or not isinstance(row.get(k), (int, float))
+                        or not math.isfinite(row[k])), None)
+        if missing is not None:
+            fail(f"--results {path}: line {i} is not a finished run of this tool "
+                 f"(no finite number {missing})")
         rows.append(row)
     return rows
 
@@ -151,8 +194,12 @@ def get(a, rows, engine, seed, lam, work):
     res["load"] = os.getloadavg()[0]
     rows.append(res)
     if a.results:
-        with open(a.results, "a") as f:
-            f.write(json.dumps(res) + "\n")
+        # A full disk or a file removed since: one line, not a traceback.
+        try:
+            with open(a.results, "a") as f:
+                f.write(json.dumps(res) + "\n")
+        except OSError as e:
+            fail(f"--results {a.results}: cannot append the run: {e.strerror or e}")
     return res
 
 
@@ -214,6 +261,10 @@ def main():
         p.error(f"--baseline-hz {a.baseline_hz[0]} {a.baseline_hz[1]}: rates must be finite and above 0")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
         p.error(f"--keep {a.keep}: exists and is not a directory")
+    # Each finished run is appended to --results: its folder must be there before
+    # the first run (minutes at scale 1), not found missing after it.
+    if a.results and not os.path.isdir(os.path.dirname(os.path.abspath(a.results))):
+        p.error(f"--results {a.results}: its folder does not exist")
     # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
     # that is no program after the first of our runs, minutes at scale 1).
     for flag, seeds in [("--seeds-off", a.seeds_off), ("--seeds-plastic", a.seeds_plastic)]:
@@ -225,11 +276,16 @@ def main():
                        ("--python", a.python)]:
         if prog is not None and not (os.path.isfile(prog) and os.access(prog, os.X_OK)):
             p.error(f"{flag} {prog}: not an executable file")
+    # The runs start in the work directory: a relative path (the docstring's
+    # target/release/hpc_benchmark, --keep out) is taken from here, not from there.
+    a.hpc_benchmark, a.python = os.path.abspath(a.hpc_benchmark), os.path.abspath(a.python)
+    if a.before:
+        a.before = os.path.abspath(a.before)
     rows = load(a.results)
     tmp = None
     if a.keep:
         Path(a.keep).mkdir(parents=True, exist_ok=True)
-        work = a.keep
+        work = os.path.abspath(a.keep)
     else:
         tmp = tempfile.TemporaryDirectory(prefix="hpc-benchmark-validate-")
         work = tmp.name

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
+use hpc_io::message::cut;
 use hpc_spiking::run::{num, short_numbers};
 use serde::{Deserialize, Serialize};
 
@@ -255,7 +256,12 @@ impl Params {
     /// `[populations.X]` or `[conn_probs]` entry replaces that population's default.
     pub fn from_toml_str(text: &str) -> Result<Params> {
         // Unknown population names are refused here, before serde fills defaults.
-        let table: toml::Table = text.parse().context("not valid TOML")?;
+        // The parser's message quotes the line it refused: cut (a line of 100,000
+        // characters was echoed whole).
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{}", cut(&e.to_string())))
+            .context("not valid TOML")?;
         for section in ["populations", "conn_probs"] {
             if let Some(t) = table.get(section) {
                 let t = t
@@ -264,7 +270,8 @@ impl Params {
                 for k in t.keys() {
                     if !POPULATIONS.contains(&k.as_str()) {
                         bail!(
-                            "unknown population `{k}` in [{section}]; the populations are {}",
+                            "unknown population `{}` in [{section}]; the populations are {}",
+                            cut(k),
                             POPULATIONS.join(", ")
                         );
                     }
@@ -279,7 +286,8 @@ impl Params {
             for k in t.keys() {
                 if !POPULATIONS.contains(&k.as_str()) {
                     bail!(
-                        "unknown population `{k}` in [thalamus.conn_probs]; the populations are {}",
+                        "unknown population `{}` in [thalamus.conn_probs]; the populations are {}",
+                        cut(k),
                         POPULATIONS.join(", ")
                     );
                 }
@@ -291,7 +299,7 @@ impl Params {
         // Serde writes any float out in full (`L23E = 1e300` where a table
         // is expected): its message is shortened.
         let mut p: Params = toml::from_str(text)
-            .map_err(|e| anyhow::anyhow!("{}", short_numbers(&e.to_string())))
+            .map_err(|e| anyhow::anyhow!("{}", cut(&short_numbers(&e.to_string()))))
             .context("in the parameters")?;
         // Partial tables merge with the defaults.
         let d = Params::default();
@@ -544,16 +552,33 @@ fn thalamic_projections(
 /// The shortest and longest delays of `projections`, in steps.
 fn delay_steps(p: &Params, projections: &[Projection]) -> Result<(u32, u32)> {
     let steps_of = |ms: f64| (ms / p.dt + 0.5).floor() as u32;
+    // The longest in f64 and the parameters that make it named: `as u32`
+    // saturated, and "delays reach 4294967295 steps" said neither the true
+    // count nor which mean (delay_exc_mean = 1e300).
+    let longest = |q: &Projection| (q.d_mean + 8.0 * q.d_std) / p.dt;
+    if let Some(q) = projections
+        .iter()
+        .find(|q| !(longest(q) + 0.5).floor().le(&255.0))
+    {
+        let which = if q.source == NPOP {
+            "thalamus.delay_mean and thalamus.delay_rel_std"
+        } else if q.source % 2 == 0 {
+            "delay_exc_mean and delay_rel_std"
+        } else {
+            "delay_inh_mean and delay_rel_std"
+        };
+        bail!(
+            "delays reach {} steps of dt = {} ms (mean + 8 standard deviations, by {which}); \
+             at most 255 are supported: use a larger dt or shorter delays",
+            num((longest(q) + 0.5).floor()),
+            num(p.dt)
+        );
+    }
     let max_delay = projections
         .iter()
         .map(|q| steps_of(q.d_mean + 8.0 * q.d_std).max(1))
         .max()
         .unwrap_or(1);
-    if max_delay > 255 {
-        bail!(
-            "delays reach {max_delay} steps (mean + 8 standard deviations); at most 255 are supported: use a larger dt or shorter delays"
-        );
-    }
     // Delays are redrawn below dt/2 and rounded to steps: the shortest is one
     // step unless the deviation is zero.
     let min_delay = projections
@@ -780,6 +805,50 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A delay or potential of 1e300: the count saturated at `u32::MAX` and
+    /// named no parameter; the potentials written out in 301 digits (pass 16).
+    #[test]
+    fn huge_delays_and_potentials_are_named_in_a_short_message() {
+        for (text, want) in [
+            (
+                "delay_exc_mean = 1e300",
+                "delays reach 5e301 steps of dt = 0.1 ms",
+            ),
+            ("delay_exc_mean = 1e300", "delay_exc_mean and delay_rel_std"),
+            ("delay_inh_mean = 30.0", "delay_inh_mean and delay_rel_std"),
+            (
+                "[neuron]\nv_reset = 1e300",
+                "neuron.v_reset (1e300) must be below",
+            ),
+            // Pass 16: thalamus.psp was not among the parameters named.
+            (
+                "[thalamus]\nenabled = true\npsp = 1e300",
+                "k_scaling, thalamus.psp, thalamus.conn_probs and the neuron's constants",
+            ),
+        ] {
+            let p = Params::from_toml_str(text).unwrap();
+            let e = format!("{:#}", Model::new(p).unwrap_err());
+            assert!(e.contains(want) && e.len() < 300, "{text}: {e}");
+        }
+    }
+
+    /// A line, a string or a key of 100,000 characters: the parser's excerpt
+    /// and serde's quote were echoed whole (pass 16).
+    #[test]
+    fn a_long_line_string_or_key_is_cut_in_the_message() {
+        let long = "y".repeat(100_000);
+        for text in [
+            format!("g = 5 {long}"),
+            format!("input = \"{long}\""),
+            format!("[populations.{long}]\nn_full = 5"),
+            format!("[{long}]\nseed = 2.5"),
+            format!("a = {}{}", "[".repeat(100_000), "]".repeat(100_000)),
+        ] {
+            let e = format!("{:#}", Params::from_toml_str(&text).unwrap_err());
+            assert!(e.len() < 2000, "{}", &e[..300]);
+        }
+    }
 
     #[test]
     fn a_float_for_a_whole_number_is_named_in_a_short_message() {

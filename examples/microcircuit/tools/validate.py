@@ -57,8 +57,17 @@ for seed in a.seeds:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
         hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
                                 "--no-plot"] + common, PROG)
-        h, t, ids = read(os.path.join(out, "spikes.spk"))
-        summ = json.load(open(os.path.join(out, "summary.json")))
+        # A binary that is no microcircuit (/bin/true) writes neither: one line
+        # naming it, not a traceback.
+        try:
+            h, t, ids = read(os.path.join(out, "spikes.spk"))
+            with open(os.path.join(out, "summary.json")) as f:
+                summ = json.load(f)
+            summ["simulate_recorded_s"] + summ["build_s"] + h["t_presim_ms"]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            print(f"{PROG}: --microcircuit {a.microcircuit} wrote no run's spikes.spk and "
+                  f"summary.json in {out}: {str(e)[:200]}", file=sys.stderr)
+            sys.exit(1)
     pops = h["populations"]
     first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
     res = pop_stats(t, ids, first, [p["name"] for p in pops], h["t_presim_ms"], h["t_sim_ms"])

@@ -91,8 +91,8 @@ impl Params {
         if n.v_reset >= n.v_th {
             bail!(
                 "neuron.v_reset ({}) must be below neuron.v_th ({})",
-                n.v_reset,
-                n.v_th
+                num(n.v_reset),
+                num(n.v_th)
             );
         }
         finite("neuron.t_ref", n.t_ref)?;
@@ -221,10 +221,19 @@ pub(super) fn check_together(
             bounds[i].1,
         ));
     }
+    // With the thalamus, its PSP makes weights too (thalamus.psp = 1e300 was
+    // not among the parameters named).
+    let thalamus = if p.thalamus.enabled {
+        ", thalamus.psp, thalamus.conn_probs"
+    } else {
+        ""
+    };
     finite_together(
         &together,
-        "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling and the neuron's \
-         constants are too large together",
+        &format!(
+            "psp_exc_mean, g, weight_rel_std, bg_rate, k_ext, k_scaling{thalamus} and the \
+             neuron's constants are too large together"
+        ),
     )
 }
 
@@ -234,7 +243,10 @@ pub(super) fn whole_numbers(t: &toml::Table, at: &str) -> Result<()> {
     for (k, v) in t {
         match v {
             toml::Value::Float(f) if ["n_full", "n", "seed"].contains(&k.as_str()) => {
-                bail!("`{at}{k}` must be a whole number, not {f:e}")
+                bail!(
+                    "`{}` must be a whole number, not {f:e}",
+                    hpc_io::message::cut(&format!("{at}{k}"))
+                )
             }
             toml::Value::Table(inner) => whole_numbers(inner, &format!("{at}{k}."))?,
             _ => {}
