@@ -10,7 +10,13 @@
 pub const CHUNK_ALIGN: usize = 16;
 
 use crate::error::{GpuError, Result};
-use crate::plan::MAX_PLAN_RANKS;
+
+/// The most ranks a native plan is built for (one chunk per rank; re-exported
+/// by [`plan`](crate::plan), whose plans check it). The plans of every rank are
+/// built together and hold about `size²` operations (16 million at this
+/// size), so a larger size, such as a rank count computed wrongly, would be an
+/// allocation sized by it.
+pub const MAX_PLAN_RANKS: usize = 4096;
 
 /// Splits `count` elements of `elem_size` bytes into `parts` chunks: returns
 /// `parts` element counts that add up to `count`, as even as possible in

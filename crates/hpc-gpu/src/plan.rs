@@ -456,11 +456,7 @@ fn single_rank(kind: CollKind, dtype: Dtype, op: Option<GpuOp>, bytes: usize) ->
     finish(kind, 1, dtype, op, (bytes, bytes), 0, vec![ops])
 }
 
-/// The most ranks a native plan is built for. The plans of every rank are
-/// built together and hold about `size²` operations (16 million at this
-/// size), so a larger size, such as a rank count computed wrongly, would be an
-/// allocation sized by it.
-pub const MAX_PLAN_RANKS: usize = 4096;
+pub use crate::chunk::MAX_PLAN_RANKS;
 
 /// Bytes the plans of `size` ranks hold, about, per pair of ranks: the plans of
 /// every rank are built together and grow with the square of the ranks (about

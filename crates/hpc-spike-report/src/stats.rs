@@ -111,6 +111,20 @@ pub(crate) fn tick_window(rec: &Recording) -> (u32, u32) {
 /// bytes each).
 pub const BYTES_PER_NEURON: u64 = 28;
 
+/// Refuses the statistics of `neurons` neurons when they need more than
+/// `available` bytes ([`BYTES_PER_NEURON`] each; `None`: not known, not refused).
+fn check_memory(neurons: u64, available: Option<u64>) -> Result<()> {
+    let need = neurons.saturating_mul(BYTES_PER_NEURON);
+    if let Some(available) = available.filter(|&a| need > a) {
+        // Populations of 2^32 neurons aborted the process on the allocation.
+        return Err(crate::Error::Input(format!(
+            "the populations hold {neurons} neurons, whose statistics need {need} bytes, \
+             more than the {available} bytes of memory available (MemAvailable)"
+        )));
+    }
+    Ok(())
+}
+
 /// Computes the statistics of `rec` (validated first). It holds
 /// [`BYTES_PER_NEURON`] bytes per neuron of the populations: populations that
 /// need more than the memory available (`MemAvailable`) are refused
@@ -119,14 +133,7 @@ pub const BYTES_PER_NEURON: u64 = 28;
 pub fn analyse(rec: &Recording) -> Result<Analysis> {
     rec.validate()?;
     let neurons = rec.neurons();
-    let need = neurons.saturating_mul(BYTES_PER_NEURON);
-    if let Some(available) = hpc_io::read::mem_available().filter(|&a| need > a) {
-        // Populations of 2^32 neurons aborted the process on the allocation.
-        return Err(crate::Error::Input(format!(
-            "the populations hold {neurons} neurons, whose statistics need {need} bytes, \
-             more than the {available} bytes of memory available (MemAvailable)"
-        )));
-    }
+    check_memory(neurons, hpc_io::read::mem_available())?;
     let index = IdIndex::new(&rec.populations);
     let n = neurons as usize;
     let mut count = vec![0u32; n];
@@ -254,36 +261,20 @@ mod tests {
 
     /// Populations of more neurons than memory holds the statistics of are
     /// refused by name before anything is allocated (2^32 - 1 neurons aborted
-    /// the process on an allocation of 16 GiB, also through the figures).
+    /// the process on an allocation of 16 GiB, also through the figures, whose
+    /// test is in `plot`).
     #[test]
     fn populations_beyond_memory_are_refused_before_allocating() {
-        let r = Recording {
-            populations: vec![crate::Population::new(
-                "E",
-                0,
-                u32::MAX,
-                crate::Rgb(0, 0, 0),
-            )],
-            spikes: vec![(1, 5)],
-            dt_ms: 0.1,
-            t_start_ms: 0.0,
-            t_stop_ms: 10.0,
-            group_title: None,
-        };
-        let need = u64::from(u32::MAX) * BYTES_PER_NEURON;
-        if hpc_io::read::mem_available().is_none_or(|a| a >= need) {
-            eprintln!("this machine holds {need} bytes: nothing to refuse");
-            return;
-        }
-        let e = analyse(&r).unwrap_err().to_string();
+        let big = u64::from(u32::MAX);
+        let e = check_memory(big, Some(16 << 30)).unwrap_err().to_string();
         assert!(
-            e.contains("4294967295 neurons") && e.contains("MemAvailable"),
+            e.contains("4294967295 neurons") && e.contains("120259084260 bytes"),
             "{e}"
         );
-        let run = crate::RunInfo::new("m", u64::from(u32::MAX), 1, 1);
-        let opts = crate::plot::PlotOptions::default();
-        let e = crate::plot::render_svg(crate::plot::Plot::Raster, &r, &run, &opts).unwrap_err();
-        assert!(e.to_string().contains("4294967295 neurons"), "{e}");
+        assert!(e.contains("17179869184 bytes of memory available"), "{e}");
+        check_memory(big, None).unwrap();
+        check_memory(1000, Some(28_000)).unwrap();
+        assert!(check_memory(1001, Some(28_000)).is_err());
     }
     use crate::palette;
 

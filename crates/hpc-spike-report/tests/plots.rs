@@ -432,3 +432,31 @@ fn control_characters_in_names_leave_every_svg_valid_xml() {
         plot::render_png(kind, &rec, &run, &PlotOptions::default()).unwrap();
     }
 }
+
+/// A figure of populations whose statistics need more than the memory
+/// available is refused by name before anything is allocated (2^32 - 1
+/// neurons aborted the process on an allocation of 16 GiB through the raster).
+#[test]
+fn a_figure_of_populations_beyond_memory_is_refused() {
+    let r = Recording {
+        populations: vec![hpc_spike_report::Population::new(
+            "E",
+            0,
+            u32::MAX,
+            Rgb(0, 0, 0),
+        )],
+        spikes: vec![(1, 5)],
+        dt_ms: 0.1,
+        t_start_ms: 0.0,
+        t_stop_ms: 10.0,
+        group_title: None,
+    };
+    let need = u64::from(u32::MAX) * hpc_spike_report::stats::BYTES_PER_NEURON;
+    if hpc_io::read::mem_available().is_none_or(|a| a >= need) {
+        eprintln!("this machine has {need} bytes available: nothing to refuse");
+        return;
+    }
+    let run = RunInfo::new("m", u64::from(u32::MAX), 1, 1);
+    let e = plot::render_svg(Plot::Raster, &r, &run, &PlotOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("4294967295 neurons"), "{e}");
+}
