@@ -66,7 +66,7 @@ pub enum SvgError {
     #[error("{0} spans to draw, more than {MAX_SPANS}: draw a shorter window (--from, --to)")]
     TooMany(usize),
     /// No span of the name `around` asked for.
-    #[error("no span named {0:?} to draw around")]
+    #[error("no span named {} to draw around", hpc_env::shown(.0))]
     NoSuchSpan(String),
     /// A window that is empty or reversed.
     #[error("the window from {} µs to {} µs is empty", num(*from), num(*to))]

@@ -244,9 +244,10 @@ fn check_cluster_name(name: &str) -> Result<(), UsageError> {
         Ok(())
     } else {
         Err(UsageError(format!(
-            "{}={name:?} is not a cluster name: at most {MAX_NAME} letters, digits, '_', \
+            "{}={} is not a cluster name: at most {MAX_NAME} letters, digits, '_', \
              '.' or '-', beginning with a letter or digit",
-            env::CLUSTER_NAME
+            env::CLUSTER_NAME,
+            hpc_env::shown(name)
         )))
     }
 }
@@ -257,7 +258,7 @@ fn mountable(what: &str, p: &Path) -> Result<(), UsageError> {
         Some(s) if !s.contains([':', ',']) => Ok(()),
         _ => Err(UsageError(format!(
             "{what} {}: Docker cannot mount a path with ':' or ',' or that is not UTF-8",
-            p.display()
+            hpc_env::short(&p.to_string_lossy())
         ))),
     }
 }
@@ -270,7 +271,7 @@ fn folder_or_missing(what: &str, p: &Path) -> Result<(), UsageError> {
         Ok(m) if !m.is_dir() => Err(UsageError(format!(
             "{what} {}: it exists and is not a directory; name a directory (it is made \
              when missing) or unset {what} for the default",
-            p.display()
+            hpc_env::short(&p.to_string_lossy())
         ))),
         _ => Ok(()),
     }
