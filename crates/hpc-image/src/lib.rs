@@ -289,17 +289,19 @@ pub fn check_reference(name: &str, tag: &str) -> std::result::Result<(), String>
     };
     if name.is_empty() || name.len() > 255 || !name.split('/').all(component_ok) {
         return Err(format!(
-            "image name {name:?} is not an image reference's name: lowercase letters and \
+            "image name {} is not an image reference's name: lowercase letters and \
              digits, joined by '.', '_', '__' or '-', in components separated by '/' (give \
-             --name)"
+             --name)",
+            hpc_env::shown(name)
         ));
     }
     let t = tag.as_bytes();
     let tag_char = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
     if t.is_empty() || t.len() > 128 || matches!(t[0], b'.' | b'-') || !t.iter().all(tag_char) {
         return Err(format!(
-            "image tag {tag:?} is not a tag: 1 to 128 letters, digits, '_', '.' and '-', \
-             not beginning with '.' or '-'"
+            "image tag {} is not a tag: 1 to 128 letters, digits, '_', '.' and '-', \
+             not beginning with '.' or '-'",
+            hpc_env::shown(tag)
         ));
     }
     Ok(())

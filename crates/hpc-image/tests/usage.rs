@@ -316,3 +316,70 @@ fn an_empty_cache_variable_is_named_not_taken_for_the_flag() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Cargo also reads the manifests of a workspace's members: `members = ["m"]`
+/// with `m/Cargo.toml` a FIFO kept `cargo metadata`, and the image command,
+/// waiting for ever, as a FIFO above the workspace did. It is refused at once,
+/// naming it.
+#[test]
+fn a_member_manifest_that_is_a_fifo_is_refused_not_waited_on() {
+    let ws = workspace("fifo-member", true);
+    let toml = ws.join("Cargo.toml");
+    std::fs::write(
+        &toml,
+        "[package]\nname = \"just-a-lib\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [workspace]\nmembers = [\"m\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.join("m")).unwrap();
+    let fifo = ws.join("m/Cargo.toml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let m = toml.to_str().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = hpc_image::run(args(&["--manifest-path", &m]));
+        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if got.is_err() {
+        // Let the waiting cargo go before failing.
+        let _ = std::fs::write(&fifo, "[package]\nname = \"m\"\n");
+    }
+    let (status, msg) = got
+        .expect("still waiting on the FIFO after 30 s")
+        .unwrap_err();
+    assert_eq!(status, 2, "{msg}");
+    assert!(
+        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// A binary name, `--name` or `--tag` of 100,000 characters was echoed whole
+/// into the message refusing it (100 kB, the binary's twice).
+#[test]
+fn long_names_are_refused_in_a_short_line() {
+    let ws = workspace("long-names", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let long = "x".repeat(100_000);
+    let base = scratch("long-names-base");
+    std::fs::write(base.join("index.json"), "{}").unwrap();
+    let base = base.to_str().unwrap();
+    for (a, want) in [
+        (vec![long.as_str()], "no binary or example named"),
+        (vec!["--name", &long], "is not an image reference's name"),
+        (vec!["--tag", &long], "is not a tag"),
+    ] {
+        let mut a = a.clone();
+        a.extend(["--manifest-path", m, "--base", base]);
+        let msg = refused_before_the_build(&ws, &a, want);
+        assert!(msg.len() < 600, "{} bytes: {}", msg.len(), &msg[..200]);
+    }
+    let _ = std::fs::remove_dir_all(&ws);
+}

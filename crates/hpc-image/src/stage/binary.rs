@@ -42,7 +42,7 @@ impl Built {
 /// Finds the binary, checks the input that needs no build, and builds it.
 pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     pr.step(&match args.binary.as_deref() {
-        Some(name) => format!("finding `{name}` in the workspace"),
+        Some(name) => format!("finding `{}` in the workspace", hpc_env::short(name)),
         None => "finding the workspace's binary".to_string(),
     });
     let ws = metadata(args.manifest_path.as_deref())?;
