@@ -1333,3 +1333,21 @@ fn long_values_are_refused_in_a_short_line() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `hpc man --dir LINK`, LINK a link to a missing folder: "creating LINK: File
+/// exists", which said neither what LINK is nor what to do.
+#[test]
+fn man_into_a_dangling_link_says_so() {
+    let d = scratch("man-dangling");
+    let link = d.join("link");
+    std::os::unix::fs::symlink(d.join("missing"), &link).unwrap();
+    let o = hpc(&["man", "--dir", link.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--dir") && err.contains("symbolic link") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!d.join("missing").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -383,3 +383,28 @@ fn long_names_are_refused_in_a_short_line() {
     }
     let _ = std::fs::remove_dir_all(&ws);
 }
+
+/// An `--out` or `--cache` that is a link to a missing folder passed the checks
+/// before the build and failed after it (status 1) as "creating D: File
+/// exists". It is refused before the build, saying what it is.
+#[test]
+fn an_output_folder_that_is_a_dangling_link_is_refused_before_the_build() {
+    let ws = workspace("dangling-out", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let s = scratch("dangling-out");
+    std::fs::write(s.join("index.json"), "{}").unwrap();
+    let link = s.join("link");
+    std::os::unix::fs::symlink(s.join("missing"), &link).unwrap();
+    let (base, link) = (s.to_str().unwrap(), link.to_str().unwrap());
+    for flag in ["--out", "--cache"] {
+        let msg = refused_before_the_build(
+            &ws,
+            &["--manifest-path", m, "--base", base, flag, link],
+            "which does not exist",
+        );
+        assert!(msg.contains(flag) && msg.contains("symbolic link"), "{msg}");
+    }
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&s);
+}
