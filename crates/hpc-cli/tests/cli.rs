@@ -1296,6 +1296,7 @@ fn long_values_are_refused_in_a_short_line() {
         ),
         (vec!["proxy", "--dpu-service", &long], "--dpu-service"),
         (vec!["proxy", "--cpus", &long], "--cpus"),
+        (vec!["cluster", "up", "--bin", &in_tmp], "--bin"),
     ];
     for (args, want) in &cases {
         let o = hpc(args);

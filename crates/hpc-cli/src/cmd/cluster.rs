@@ -168,7 +168,8 @@ fn node_name(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err(format!(
-            "{s:?} is not a node of the cluster (ctl, node1..node{MAX_NODES}, nodeN-dpu)"
+            "{} is not a node of the cluster (ctl, node1..node{MAX_NODES}, nodeN-dpu)",
+            hpc_env::shown(s)
         ))
     }
 }
@@ -284,7 +285,8 @@ fn executable(p: &Path) -> bool {
 
 /// `--bin`: an existing folder that holds at least one executable; its canonical path.
 fn check_bin(bin: &Path, dpus: bool) -> Result<PathBuf, UsageError> {
-    let shown = bin.display();
+    // Cut when long: a path of 100,000 characters was echoed whole.
+    let shown = hpc_env::short(&bin.to_string_lossy());
     let build = "build the application first (cargo build --release --features mpi) or \
                  name the folder of its binaries with --bin";
     let meta =
@@ -316,7 +318,7 @@ fn check_bin(bin: &Path, dpus: bool) -> Result<PathBuf, UsageError> {
 
 /// `--apptainer`: a folder with `bin/apptainer` and `rootfs/`; its canonical path.
 fn check_apptainer(dir: &Path) -> Result<PathBuf, UsageError> {
-    let shown = dir.display();
+    let shown = hpc_env::short(&dir.to_string_lossy());
     if !executable(&dir.join("bin/apptainer")) || !dir.join("rootfs").is_dir() {
         return Err(UsageError(format!(
             "--apptainer {shown}: no bin/apptainer and rootfs/ there \
