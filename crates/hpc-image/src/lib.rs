@@ -535,20 +535,22 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
     if let Some(v) = var {
         let s = v.into_string().map_err(|v| {
             anyhow::anyhow!(
-                "SOURCE_DATE_EPOCH={:?} is not valid UTF-8 (shown with U+FFFD for the invalid \
+                "SOURCE_DATE_EPOCH={} is not valid UTF-8 (shown with U+FFFD for the invalid \
                  bytes): give a number of seconds",
-                v.to_string_lossy()
+                hpc_env::shown(&v.to_string_lossy())
             )
         })?;
+        // Named cut when long (100,000 digits were echoed whole).
+        let shown = hpc_env::short(&s);
         let e: u64 = s
             .trim()
             .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"))?;
+            .with_context(|| format!("SOURCE_DATE_EPOCH={shown} is not a number of seconds"))?;
         // The image's `created` is an RFC 3339 date, whose year has four digits: a
         // later one was written as `584554051223-11-09T…`, which no tool reads.
         if e > LAST_RFC3339_SECOND {
             bail!(
-                "SOURCE_DATE_EPOCH={s} is after 9999-12-31 ({LAST_RFC3339_SECOND}), the last \
+                "SOURCE_DATE_EPOCH={shown} is after 9999-12-31 ({LAST_RFC3339_SECOND}), the last \
                  date an image's creation time can hold"
             );
         }
@@ -835,6 +837,14 @@ mod tests {
         assert_eq!(
             source_date_epoch_from(Some(last.into()), root).unwrap(),
             (LAST_RFC3339_SECOND, Dated::Env)
+        );
+        // A value of 100,000 digits is named cut.
+        let long = "9".repeat(100_000);
+        let e = source_date_epoch_from(Some(long.into()), root).unwrap_err();
+        assert!(
+            format!("{e:#}").len() < 300,
+            "{} bytes",
+            format!("{e:#}").len()
         );
         for late in ["253402300800", "99999999999999", "18446744073709551615"] {
             let e = source_date_epoch_from(Some(late.into()), root).unwrap_err();
