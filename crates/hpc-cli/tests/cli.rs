@@ -1002,6 +1002,26 @@ fn flags_the_test_would_ignore_are_refused_naming_them() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--transport"), "{err}");
+    // `--exit-code` with a mode that has none: the rank was killed (137) or hung.
+    for mode in ["kill", "hang"] {
+        let o = hpc(&[
+            "selftest",
+            "--fail-rank",
+            "0",
+            "--fail-mode",
+            mode,
+            "--exit-code",
+            "5",
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert!(
+            err.contains("--exit-code 5 goes with --fail-mode exit"),
+            "{err}"
+        );
+    }
+    let o = hpc(&["selftest", "--fail-rank", "0"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     for test in ["write_lat", "read_lat", "send_lat"] {
         let o = hpc(&["perftest", test, "--window", "8"]);
         let err = stderr(&o);
