@@ -368,9 +368,9 @@ fn long_names_are_refused_in_a_short_line() {
     let m = ws.join("Cargo.toml");
     let m = m.to_str().unwrap();
     let long = "x".repeat(100_000);
-    let base = scratch("long-names-base");
-    std::fs::write(base.join("index.json"), "{}").unwrap();
-    let base = base.to_str().unwrap();
+    let base_dir = scratch("long-names-base");
+    std::fs::write(base_dir.join("index.json"), "{}").unwrap();
+    let base = base_dir.to_str().unwrap();
     for (a, want) in [
         (vec![long.as_str()], "no binary or example named"),
         (vec!["--name", &long], "is not an image reference's name"),
@@ -382,6 +382,7 @@ fn long_names_are_refused_in_a_short_line() {
         assert!(msg.len() < 600, "{} bytes: {}", msg.len(), &msg[..200]);
     }
     let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&base_dir);
 }
 
 /// An `--out` or `--cache` that is a link to a missing folder passed the checks
