@@ -139,6 +139,14 @@ impl Sink {
                 ))));
             }
         }
+        // A link to a missing directory: "File exists" said neither.
+        if let (Err(_), Ok(target)) = (std::fs::metadata(dir), std::fs::read_link(dir)) {
+            return Err(dir_err(std::io::Error::other(format!(
+                "it is a symbolic link to {}, which does not exist: make that directory, \
+                 or name another",
+                target.display()
+            ))));
+        }
         std::fs::create_dir_all(dir).map_err(dir_err)?;
         let pid = std::process::id();
         let part = dir.join(format!("pid-{pid}.json.part"));
