@@ -402,17 +402,29 @@ impl Report {
 /// sequence, a newline, a carriage return) written as escapes: the values come
 /// from the probed system (its environment, a captured tree's files), and would
 /// otherwise act on the reader's terminal (clear it, recolour, retitle) or forge
-/// lines of the report.
+/// lines of the report. A line is cut after [`MAX_LINE_CHARS`] characters.
 fn put(o: &mut String, line: &str) {
-    for c in line.chars() {
+    let mut chars = line.chars();
+    for c in chars.by_ref().take(MAX_LINE_CHARS) {
         if c.is_control() {
             o.extend(c.escape_debug());
         } else {
             o.push(c);
         }
     }
+    // A value of the environment of 100,000 characters (`CUDA_VISIBLE_DEVICES`,
+    // `SLURM_JOB_ID`) was written whole; the JSON report keeps it whole.
+    match chars.count() {
+        0 => {}
+        more => {
+            let _ = write!(o, "... ({more} more characters)");
+        }
+    }
     o.push('\n');
 }
+
+/// The most characters of a line of the text report.
+const MAX_LINE_CHARS: usize = 400;
 
 trait Lower {
     fn to_lowercase_evidence(&self) -> String;
