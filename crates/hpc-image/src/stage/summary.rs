@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::json;
 
 use super::app_layer::App;
@@ -119,6 +119,37 @@ pub(crate) fn report(
     if let Some(e) = sif_error {
         bail!(e);
     }
-    println!("{}", image.written.manifest.digest);
-    Ok(())
+    print_digest(std::io::stdout().lock(), &image.written.manifest.digest)
+}
+
+/// Writes the manifest's digest, the command's one line of standard output: a
+/// failed write (a full device, a closed pipe) is an error naming the stream,
+/// where `println!` panicked (status 101).
+fn print_digest(mut out: impl std::io::Write, digest: &str) -> Result<()> {
+    writeln!(out, "{digest}")
+        .and_then(|()| out.flush())
+        .context("writing the image's digest to standard output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Standard output on a full device: `cargo xtask image > /dev/full` wrote
+    /// the whole image, then panicked printing its digest.
+    #[test]
+    fn a_failed_write_of_the_digest_is_an_error_naming_the_stream() {
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let e = print_digest(full, "sha256:0").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("standard output") && format!("{e:#}").contains("space"),
+            "{e:#}"
+        );
+        let mut v = Vec::new();
+        print_digest(&mut v, "sha256:0").unwrap();
+        assert_eq!(v, b"sha256:0\n");
+    }
 }
