@@ -148,7 +148,7 @@ fn need_mmdebstrap() -> Result<()> {
         return Ok(());
     }
     if crate::sys::is_root() && crate::sys::has("apt-get") {
-        eprintln!("    mmdebstrap is missing: installing it");
+        say!("    mmdebstrap is missing: installing it");
         crate::sys::apt(&["mmdebstrap"])?;
         if crate::sys::has("mmdebstrap") {
             return Ok(());
@@ -175,7 +175,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         if let Ok(base) = load_cached(&dir, &text) {
             return Ok(base);
         }
-        eprintln!(
+        say!(
             "    cached base in {} is incomplete: remaking it",
             dir.display()
         );
@@ -187,7 +187,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         let mut cmd = Command::new("mmdebstrap");
         cmd.args(spec.mmdebstrap_args())
             .env("SOURCE_DATE_EPOCH", epoch.to_string());
-        eprintln!(
+        say!(
             "    mmdebstrap {} {} (about 2 minutes)",
             spec.mmdebstrap_args().join(" "),
             dir.join(ROOTFS_TMP).display()
@@ -241,7 +241,7 @@ const ROOTFS_TMP: &str = "rootfs.tar.tmp";
 fn make_rootfs(mut tool: Command, dir: &Path) -> Result<()> {
     let tmp = dir.join(ROOTFS_TMP);
     match fs::remove_file(&tmp) {
-        Ok(()) => eprintln!(
+        Ok(()) => say!(
             "    removed {}: a build stopped while writing it",
             tmp.display()
         ),

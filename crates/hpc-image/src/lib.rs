@@ -81,6 +81,17 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+/// `eprintln!` without its panic: a line of progress, or of an error, to
+/// standard error, where a failed write (`2>/dev/full`) is let go, as every
+/// `hpc` command lets it go (the status still says how the build went);
+/// `eprintln!` panicked (status 101) before anything was built.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 pub mod base;
 pub mod oci;
 pub mod sif;
@@ -202,11 +213,11 @@ impl Progress {
     fn step(&mut self, what: &str) {
         self.n += 1;
         self.t = Instant::now();
-        eprintln!("[{}] {what}", self.n);
+        say!("[{}] {what}", self.n);
     }
 
     fn done(&self, note: &str) {
-        eprintln!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
+        say!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
     }
 }
 
@@ -314,7 +325,7 @@ pub fn exit(result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", hpc_io::message::chain(e.as_ref()));
+            say!("error: {}", hpc_io::message::chain(e.as_ref()));
             std::process::ExitCode::from(exit_status(&e))
         }
     }

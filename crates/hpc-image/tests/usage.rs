@@ -409,3 +409,39 @@ fn an_output_folder_that_is_a_dangling_link_is_refused_before_the_build() {
     let _ = std::fs::remove_dir_all(&ws);
     let _ = std::fs::remove_dir_all(&s);
 }
+
+/// Standard error on a full device (`2>/dev/full`): the first progress line
+/// panicked (status 101, nothing said, nothing checked). The command now runs
+/// as it would, its status saying how it went: here 2, bad input. Run in a
+/// child of this test binary, whose standard error is the full device.
+#[test]
+fn a_full_standard_error_is_no_panic() {
+    const INNER: &str = "IMAGE_TEST_INNER_FULL_STDERR";
+    if std::env::var_os(INNER).is_some() {
+        let ws = lib_only("full-stderr");
+        let m = ws.join("Cargo.toml");
+        let r = hpc_image::run(args(&["--manifest-path", m.to_str().unwrap()]));
+        let code = match &r {
+            Ok(()) => 0,
+            Err(e) => hpc_image::exit_status(e),
+        };
+        let _ = hpc_image::exit(r);
+        let _ = std::fs::remove_dir_all(&ws);
+        std::process::exit(i32::from(code));
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_full_standard_error_is_no_panic",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(INNER, "1")
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}

@@ -125,7 +125,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     };
     let revision = revision(&ws.root);
     if dated == Dated::Now {
-        eprintln!(
+        say!(
             "    note: {} has no commit yet: the image is dated now and its revision is \
              `{revision}`, so it is not reproducible (commit, or set SOURCE_DATE_EPOCH)",
             ws.root.display()

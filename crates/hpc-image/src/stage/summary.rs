@@ -90,7 +90,7 @@ pub(crate) fn report(
     pr: &Progress,
 ) -> Result<()> {
     let image_ref = &image.image_ref;
-    eprintln!(
+    say!(
         "\nimage {image_ref}  manifest {}\n  compressed size {:.1} MB (base {:.1} MB + app {:.1} MB), built in {:.1}s\n  {}",
         image.written.manifest.digest,
         image.compressed as f64 / 1e6,
@@ -100,7 +100,7 @@ pub(crate) fn report(
         out_dir.display()
     );
     for (k, p) in &archives.paths {
-        eprintln!("  {k}: {}", p.display());
+        say!("  {k}: {}", p.display());
     }
     // Either archive loads in both engines; the oci-archive where it was written.
     let archive = if archives.paths.contains_key("oci-archive") {
@@ -108,7 +108,7 @@ pub(crate) fn report(
     } else {
         &archives.docker_archive
     };
-    eprintln!(
+    say!(
         "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        \
          docker load -i {0}/{1} && docker run --rm {image_ref}\n        \
          {0}/podman-run.sh (ENGINE=docker for Docker)\n        \
