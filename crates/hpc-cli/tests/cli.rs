@@ -1335,6 +1335,24 @@ fn long_values_are_refused_in_a_short_line() {
     }
     assert!(!Path::new(new).exists());
     let dir = format!("/tmp/a:{long}");
+    // The launcher's address, given by hand.
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .arg("selftest")
+        .envs([
+            ("HPC_RANK", "0"),
+            ("HPC_SIZE", "2"),
+            ("HPC_JOB_SECRET", "abcdef"),
+            ("HPC_RENDEZVOUS", long.as_str()),
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err:.300}");
+    assert!(
+        err.contains("the launcher at") && err.len() < 600,
+        "HPC_RENDEZVOUS: {} bytes",
+        err.len()
+    );
     for (var, value) in [
         ("HPC_CLUSTER_NAME", long.as_str()),
         ("HPC_CLUSTER_DIR", dir.as_str()),
