@@ -127,6 +127,17 @@ fn new_into_a_dangling_link_says_so() {
         "{err}"
     );
     assert!(!s.join("gone").exists());
+    // A parent that is a file or a device was said not to exist.
+    std::fs::write(s.join("file"), "").unwrap();
+    for parent in ["file", "/dev/full"] {
+        let o = hpc_in(&s, &["new", &format!("{parent}/app"), "--vcs", "none"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{parent} is not a directory")),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&s);
 }
 

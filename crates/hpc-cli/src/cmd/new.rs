@@ -555,11 +555,22 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if !parent.is_dir() {
-        return Err(UsageError(format!(
-            "{} does not exist: create it first",
-            parent.display()
-        )));
+    // A parent that is there but no directory (`hpc new /dev/full/x`) was said
+    // not to exist.
+    match std::fs::metadata(&parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(UsageError(format!(
+                "{} is not a directory: the new one cannot be made in it",
+                parent.display()
+            )))
+        }
+        Err(_) => {
+            return Err(UsageError(format!(
+                "{} does not exist: create it first",
+                parent.display()
+            )))
+        }
     }
     Ok((path.clone(), name))
 }
