@@ -137,6 +137,19 @@ fn new_into_a_dangling_link_says_so() {
             err.contains(&format!("{parent} is not a directory")),
             "{err}"
         );
+        // The trace's outputs, checked the same way.
+        let out = format!("{parent}/t.json");
+        for args in [
+            vec!["trace", "merge", ".", "-o", &out],
+            vec!["run", "-n", "1", "--trace", &out, "--", "true"],
+        ] {
+            let o = hpc_in(&s, &args);
+            let err = stderr(&o);
+            assert!(
+                err.contains(&format!("the directory {parent} is not a directory")),
+                "{args:?}: {err}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&s);
 }
