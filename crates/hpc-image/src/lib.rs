@@ -677,14 +677,12 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
     } else {
         "cargo install hpc-cli"
     };
-    let out = Command::new(path)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = version_of(path)?;
+    let version = String::from_utf8_lossy(&out).trim().to_string();
     let Some(hpc) = hpc_features(&version) else {
+        let version = hpc_env::shown(&version);
         usage!(
-            "--with-hpc: {} does not list its features in `--version` (it printed `{version}`), \
+            "--with-hpc: {} does not list its features in `--version` (it printed {version}), \
              so whether it has MPI is unknown; install hpc-cli's launcher with: {install}",
             path.display()
         );
@@ -712,6 +710,47 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// How long `hpc --version` may take ([`version_of`]).
+const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most bytes of `hpc --version` read ([`version_of`]).
+const MAX_VERSION_BYTES: u64 = 64 << 10;
+
+/// What `path --version` prints: at most [`MAX_VERSION_BYTES`], within
+/// [`VERSION_TIMEOUT`], its input closed. An `hpc` on the PATH that never
+/// answered kept the command waiting for ever, and one that never stopped
+/// printing was read into memory without end.
+fn version_of(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::process::Stdio;
+    let mut child = Command::new(path)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.take(MAX_VERSION_BYTES).read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    let got = rx.recv_timeout(VERSION_TIMEOUT);
+    let _ = child.kill();
+    let _ = child.wait();
+    match got {
+        Ok(buf) => Ok(buf),
+        Err(_) => usage!(
+            "--with-hpc: {} --version did not answer within {} s; install hpc-cli's \
+             launcher with: cargo install hpc-cli",
+            path.display(),
+            VERSION_TIMEOUT.as_secs()
+        ),
+    }
 }
 
 /// The `hpc` on the PATH, checked against the image's features, when the workspace
@@ -865,6 +904,37 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// An `hpc` on the PATH that never answers `--version` kept the command
+    /// waiting for ever; one that never stops printing was read without end.
+    #[test]
+    fn an_hpc_that_hangs_or_floods_is_refused_in_time() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("hpc-image-fake-hpc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        for (name, script, want) in [
+            (
+                "hang",
+                "#!/bin/sh\nexec sleep 100\n",
+                "did not answer within 10 s",
+            ),
+            (
+                "flood",
+                "#!/bin/sh\nexec yes\n",
+                "does not list its features",
+            ),
+        ] {
+            let p = d.join(name);
+            fs::write(&p, script).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            let t = std::time::Instant::now();
+            let e = format!("{:#}", check_hpc_features(&p, "").unwrap_err());
+            assert!(e.contains(want) && e.len() < 600, "{name}: {e:.300}");
+            assert!(t.elapsed() < std::time::Duration::from_secs(30), "{name}");
+        }
+        let _ = fs::remove_dir_all(&d);
     }
 
     /// A symbolic link planted in the output folder under a script's or an
