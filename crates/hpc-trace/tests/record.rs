@@ -493,7 +493,7 @@ fn a_directory_that_is_a_dangling_link_is_named_so() {
     std::fs::create_dir_all(&d).unwrap();
     let link = d.join("link");
     std::os::unix::fs::symlink(d.join("missing"), &link).unwrap();
-    let e = hpc_trace::TraceLayer::create(&link).err().expect("created");
+    let e = hpc_trace::TraceLayer::create(&link).expect_err("created");
     let msg = format!("{e}");
     assert!(
         msg.contains("symbolic link") && msg.contains("does not exist"),
