@@ -842,6 +842,14 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out_dir = out_dir.canonicalize()?;
+    // One build at a time writes an output folder: two at once (with caches of
+    // their own) replaced each other's files, and one failed with "No such file
+    // or directory", naming none. The claim goes with the build.
+    let _out_claim = hpc_io::rundir::FileClaim::take(
+        &out_dir.join("image.json"),
+        &format!("cargo xtask image, pid {}", std::process::id()),
+    )
+    .map_err(|e| UsageError(format!("--out {}: {e}", out_dir.display())))?;
 
     // The cache is locked for the rest of the build: the base's blobs are read from
     // it until the layout is written.

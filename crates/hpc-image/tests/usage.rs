@@ -445,3 +445,40 @@ fn a_full_standard_error_is_no_panic() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
+
+/// Two image builds into one `--out` at once (each with a cache of its own)
+/// wrote over each other's files, and one failed with "No such file or
+/// directory", naming none. The second is refused, naming the first, before it
+/// writes into the folder.
+#[test]
+fn an_output_folder_another_build_is_writing_is_refused() {
+    let ws = workspace("out-claimed", true);
+    let m = ws.join("Cargo.toml");
+    let s = scratch("out-claimed");
+    std::fs::write(s.join("index.json"), "{}").unwrap();
+    let out = s.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let claim =
+        hpc_io::rundir::FileClaim::take(&out.join("image.json"), "another image build").unwrap();
+    let e = hpc_image::run(args(&[
+        "--manifest-path",
+        m.to_str().unwrap(),
+        "--base",
+        s.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--cache",
+        s.join("cache").to_str().unwrap(),
+    ]))
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+    assert!(
+        msg.contains("--out") && msg.contains("is being written by another image build"),
+        "{msg}"
+    );
+    assert_eq!(entries(&out), vec![".image.json.lock".to_string()]);
+    drop(claim);
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&s);
+}
