@@ -127,6 +127,30 @@ fn new_into_a_dangling_link_says_so() {
         "{err}"
     );
     assert!(!s.join("gone").exists());
+    // A parent that is a file or a device was said not to exist.
+    std::fs::write(s.join("file"), "").unwrap();
+    for parent in ["file", "/dev/full"] {
+        let o = hpc_in(&s, &["new", &format!("{parent}/app"), "--vcs", "none"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{parent} is not a directory")),
+            "{err}"
+        );
+        // The trace's outputs, checked the same way.
+        let out = format!("{parent}/t.json");
+        for args in [
+            vec!["trace", "merge", ".", "-o", &out],
+            vec!["run", "-n", "1", "--trace", &out, "--", "true"],
+        ] {
+            let o = hpc_in(&s, &args);
+            let err = stderr(&o);
+            assert!(
+                err.contains(&format!("the directory {parent} is not a directory")),
+                "{args:?}: {err}"
+            );
+        }
+    }
     let _ = std::fs::remove_dir_all(&s);
 }
 
@@ -1002,6 +1026,26 @@ fn flags_the_test_would_ignore_are_refused_naming_them() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--transport"), "{err}");
+    // `--exit-code` with a mode that has none: the rank was killed (137) or hung.
+    for mode in ["kill", "hang"] {
+        let o = hpc(&[
+            "selftest",
+            "--fail-rank",
+            "0",
+            "--fail-mode",
+            mode,
+            "--exit-code",
+            "5",
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert!(
+            err.contains("--exit-code 5 goes with --fail-mode exit"),
+            "{err}"
+        );
+    }
+    let o = hpc(&["selftest", "--fail-rank", "0"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     for test in ["write_lat", "read_lat", "send_lat"] {
         let o = hpc(&["perftest", test, "--window", "8"]);
         let err = stderr(&o);
@@ -1243,4 +1287,130 @@ fn a_tcp_address_that_is_not_one_is_warned_about() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("HPC_TCP_ADDR=\"nowhere\" is ignored"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"1\":\"tcp\""));
+}
+
+/// Values of 100,000 characters given to flags, to the program `hpc run`
+/// starts, or to the cluster's variables, or read from the file `--sdk`
+/// names, were echoed whole into the message refusing them (100 kB lines).
+/// Each is refused in a line, naming what it refuses.
+#[test]
+fn long_values_are_refused_in_a_short_line() {
+    let d = scratch("long-values");
+    let long = "x".repeat(100_000);
+    let in_tmp = format!("/tmp/{long}");
+    let sdk = d.join("sdk");
+    for c in ["hpc-rs", "hpc-image"] {
+        std::fs::create_dir_all(sdk.join("crates").join(c)).unwrap();
+        std::fs::write(sdk.join("crates").join(c).join("Cargo.toml"), "").unwrap();
+    }
+    std::fs::write(
+        sdk.join("Cargo.toml"),
+        format!("[workspace.package]\nversion = \"{long}\"\n"),
+    )
+    .unwrap();
+    let trace = d.join("t.json");
+    std::fs::write(&trace, r#"{"traceEvents":[]}"#).unwrap();
+    let svg = d.join("t.svg");
+    let new = d.join("new");
+    let (new, sdk, trace, svg) = (
+        new.to_str().unwrap(),
+        sdk.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        svg.to_str().unwrap(),
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "-n", "1", "-x", &long, "--", "true"], "--env"),
+        (
+            vec!["run", "-n", "1", "--", &long],
+            "program not found in PATH",
+        ),
+        (vec!["run", "-n", "1", "--", &in_tmp], "program not found"),
+        (vec!["new", new, "--name", &long], "invalid package name"),
+        (vec!["new", new, "--sdk", &long], "--sdk"),
+        (vec!["new", new, "--sdk", sdk], "is not a version"),
+        (vec!["doctor", "--root", &in_tmp], "--root"),
+        (vec!["topo", "--synthetic", &long], "synthetic"),
+        (
+            vec!["topo", "--ranks", "1", "--allowed", &long],
+            "--allowed",
+        ),
+        (
+            vec!["trace", "svg", trace, "-o", svg, "--around", &long],
+            "no span named",
+        ),
+        (vec!["proxy", "--dpu-service", &long], "--dpu-service"),
+        (vec!["proxy", "--cpus", &long], "--cpus"),
+        (vec!["cluster", "up", "--bin", &in_tmp], "--bin"),
+    ];
+    for (args, want) in &cases {
+        let o = hpc(args);
+        let err = stderr(&o);
+        assert!(
+            matches!(o.status.code(), Some(2 | 125)),
+            "{want}: {:?}",
+            o.status
+        );
+        assert!(
+            err.contains(want) && err.len() < 600,
+            "{want}: {} bytes: {}",
+            err.len(),
+            &err[..err.len().min(300)]
+        );
+    }
+    assert!(!Path::new(new).exists());
+    let dir = format!("/tmp/a:{long}");
+    // The launcher's address, given by hand.
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .arg("selftest")
+        .envs([
+            ("HPC_RANK", "0"),
+            ("HPC_SIZE", "2"),
+            ("HPC_JOB_SECRET", "abcdef"),
+            ("HPC_RENDEZVOUS", long.as_str()),
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err:.300}");
+    assert!(
+        err.contains("the launcher at") && err.len() < 600,
+        "HPC_RENDEZVOUS: {} bytes",
+        err.len()
+    );
+    for (var, value) in [
+        ("HPC_CLUSTER_NAME", long.as_str()),
+        ("HPC_CLUSTER_DIR", dir.as_str()),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(["cluster", "status"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}: {err:.300}");
+        assert!(
+            err.contains(var) && err.len() < 600,
+            "{var}: {} bytes",
+            err.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `hpc man --dir LINK`, LINK a link to a missing folder: "creating LINK: File
+/// exists", which said neither what LINK is nor what to do.
+#[test]
+fn man_into_a_dangling_link_says_so() {
+    let d = scratch("man-dangling");
+    let link = d.join("link");
+    std::os::unix::fs::symlink(d.join("missing"), &link).unwrap();
+    let o = hpc(&["man", "--dir", link.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--dir") && err.contains("symbolic link") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!d.join("missing").exists());
+    let _ = std::fs::remove_dir_all(&d);
 }

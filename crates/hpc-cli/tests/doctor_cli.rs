@@ -205,3 +205,33 @@ fn env_file_fifo_and_oversize_are_refused_by_the_one_bounded_read() {
         "{err}"
     );
 }
+
+/// Values of 100,000 characters in the diagnosed environment were written
+/// whole into the text report (200 kB for two of them); its lines are cut, the
+/// JSON report keeps them.
+#[test]
+fn long_values_of_the_environment_are_cut_in_the_text_report() {
+    let d = std::env::temp_dir().join(format!("hpc-doctor-long-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let env = d.join("env");
+    let long = "7".repeat(100_000);
+    std::fs::write(
+        &env,
+        format!("CUDA_VISIBLE_DEVICES={long}\nSLURM_JOB_ID={long}\nOMPI_MCA_btl={long}\n"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["doctor", "--root"])
+        .arg(fixtures().join("docker/root"))
+        .arg("--env-file")
+        .arg(&env)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("more characters") && text.len() < 20_000,
+        "{} bytes",
+        text.len()
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -423,7 +423,7 @@ fn put(o: &mut String, line: &str) {
 }
 
 /// The most characters of a line of the text report ([`put`]).
-const MAX_LINE_CHARS: usize = 1000;
+const MAX_LINE_CHARS: usize = 400;
 
 trait Lower {
     fn to_lowercase_evidence(&self) -> String;

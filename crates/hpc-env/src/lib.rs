@@ -106,6 +106,23 @@ pub fn shown(value: &str) -> String {
     }
 }
 
+/// A value as a message writes it without quotes where it is short (a flag's
+/// value, a path, a name): whole up to [`SHOWN_CHARS`] characters, else cut as
+/// [`shown`] cuts it (then quoted, so that the cut is seen).
+///
+/// ```
+/// assert_eq!(hpc_env::short("my-sim"), "my-sim");
+/// let s = hpc_env::short(&"x".repeat(100_000));
+/// assert!(s.len() < 100 && s.ends_with("... (99960 more characters)"), "{s}");
+/// ```
+pub fn short(value: &str) -> String {
+    if value.chars().count() > SHOWN_CHARS {
+        shown(value)
+    } else {
+        value.to_string()
+    }
+}
+
 macro_rules! vars {
     ($( $(#[doc = $doc:literal])+ $kind:ident $id:ident = $name:literal, default $default:literal; )*) => {
         $(

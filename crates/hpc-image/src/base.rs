@@ -148,7 +148,7 @@ fn need_mmdebstrap() -> Result<()> {
         return Ok(());
     }
     if crate::sys::is_root() && crate::sys::has("apt-get") {
-        eprintln!("    mmdebstrap is missing: installing it");
+        say!("    mmdebstrap is missing: installing it");
         crate::sys::apt(&["mmdebstrap"])?;
         if crate::sys::has("mmdebstrap") {
             return Ok(());
@@ -175,7 +175,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         if let Ok(base) = load_cached(&dir, &text) {
             return Ok(base);
         }
-        eprintln!(
+        say!(
             "    cached base in {} is incomplete: remaking it",
             dir.display()
         );
@@ -187,7 +187,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         let mut cmd = Command::new("mmdebstrap");
         cmd.args(spec.mmdebstrap_args())
             .env("SOURCE_DATE_EPOCH", epoch.to_string());
-        eprintln!(
+        say!(
             "    mmdebstrap {} {} (about 2 minutes)",
             spec.mmdebstrap_args().join(" "),
             dir.join(ROOTFS_TMP).display()
@@ -241,7 +241,7 @@ const ROOTFS_TMP: &str = "rootfs.tar.tmp";
 fn make_rootfs(mut tool: Command, dir: &Path) -> Result<()> {
     let tmp = dir.join(ROOTFS_TMP);
     match fs::remove_file(&tmp) {
-        Ok(()) => eprintln!(
+        Ok(()) => say!(
             "    removed {}: a build stopped while writing it",
             tmp.display()
         ),
@@ -311,14 +311,35 @@ fn load_cached(dir: &Path, meta: &str) -> Result<Base> {
     })
 }
 
-fn gunzip_if_needed(data: Vec<u8>) -> Result<Vec<u8>> {
+/// A layer's tar, gunzipped where it is compressed, refused when it unpacks to
+/// more than `max` bytes (a few MiB of gzip can hold many GiB of zeros: a base
+/// layer was unpacked into memory whatever its size).
+fn gunzip_if_needed(data: Vec<u8>, max: u64) -> Result<Vec<u8>> {
     if data.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(data.as_slice()).read_to_end(&mut out)?;
+        flate2::read::GzDecoder::new(data.as_slice())
+            .take(max.saturating_add(1))
+            .read_to_end(&mut out)?;
+        if out.len() as u64 > max {
+            bail!(
+                "a layer of {} bytes of gzip unpacks to more than {max} bytes, the most \
+                 this machine's memory holds (MemAvailable, at most {} bytes)",
+                data.len(),
+                hpc_io::read::MAX_DATA_BYTES
+            );
+        }
         Ok(out)
     } else {
         Ok(data)
     }
+}
+
+/// The most bytes a base layer may unpack to: the memory available, at most
+/// [`hpc_io::read::MAX_DATA_BYTES`].
+fn max_layer_bytes() -> u64 {
+    hpc_io::read::mem_available().map_or(hpc_io::read::MAX_DATA_BYTES, |m| {
+        m.min(hpc_io::read::MAX_DATA_BYTES)
+    })
 }
 
 /// What `--base PATH` must look like, checked before anything is built: a
@@ -525,7 +546,11 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
         let gz = data.starts_with(&[0x1f, 0x8b]);
         let digest = sha256(&data);
         let size = data.len() as u64;
-        for e in read_tar(gunzip_if_needed(data)?.as_slice())? {
+        let tar = gunzip_if_needed(data, max_layer_bytes())
+            .with_context(|| format!("the base's layer {}", p.display()))?;
+        for e in
+            read_tar(tar.as_slice()).with_context(|| format!("the base's layer {}", p.display()))?
+        {
             files.insert(e.path);
         }
         layers.push((
@@ -557,6 +582,21 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gzip layer of the base is unpacked in memory: one of a few MiB that
+    /// unpacks to many GiB was read whole. It is refused past the bound.
+    #[test]
+    fn a_layer_unpacking_past_the_bound_is_refused() {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&vec![0u8; 2 << 20]).unwrap();
+        let gz = gz.finish().unwrap();
+        let e = gunzip_if_needed(gz.clone(), 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unpacks to more than 1048576 bytes"), "{e}");
+        assert_eq!(gunzip_if_needed(gz, 2 << 20).unwrap().len(), 2 << 20);
+    }
 
     /// A `--base` that is a FIFO or a device is refused at once, naming what it is.
     #[test]

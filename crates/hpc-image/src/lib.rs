@@ -81,6 +81,17 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+/// `eprintln!` without its panic: a line of progress, or of an error, to
+/// standard error, where a failed write (`2>/dev/full`) is let go, as every
+/// `hpc` command lets it go (the status still says how the build went);
+/// `eprintln!` panicked (status 101) before anything was built.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 pub mod base;
 pub mod oci;
 pub mod sif;
@@ -202,11 +213,11 @@ impl Progress {
     fn step(&mut self, what: &str) {
         self.n += 1;
         self.t = Instant::now();
-        eprintln!("[{}] {what}", self.n);
+        say!("[{}] {what}", self.n);
     }
 
     fn done(&self, note: &str) {
-        eprintln!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
+        say!("    {note} ({:.1}s)", self.t.elapsed().as_secs_f64());
     }
 }
 
@@ -289,17 +300,19 @@ pub fn check_reference(name: &str, tag: &str) -> std::result::Result<(), String>
     };
     if name.is_empty() || name.len() > 255 || !name.split('/').all(component_ok) {
         return Err(format!(
-            "image name {name:?} is not an image reference's name: lowercase letters and \
+            "image name {} is not an image reference's name: lowercase letters and \
              digits, joined by '.', '_', '__' or '-', in components separated by '/' (give \
-             --name)"
+             --name)",
+            hpc_env::shown(name)
         ));
     }
     let t = tag.as_bytes();
     let tag_char = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
     if t.is_empty() || t.len() > 128 || matches!(t[0], b'.' | b'-') || !t.iter().all(tag_char) {
         return Err(format!(
-            "image tag {tag:?} is not a tag: 1 to 128 letters, digits, '_', '.' and '-', \
-             not beginning with '.' or '-'"
+            "image tag {} is not a tag: 1 to 128 letters, digits, '_', '.' and '-', \
+             not beginning with '.' or '-'",
+            hpc_env::shown(tag)
         ));
     }
     Ok(())
@@ -312,7 +325,7 @@ pub fn exit(result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", hpc_io::message::chain(e.as_ref()));
+            say!("error: {}", hpc_io::message::chain(e.as_ref()));
             std::process::ExitCode::from(exit_status(&e))
         }
     }
@@ -533,20 +546,22 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
     if let Some(v) = var {
         let s = v.into_string().map_err(|v| {
             anyhow::anyhow!(
-                "SOURCE_DATE_EPOCH={:?} is not valid UTF-8 (shown with U+FFFD for the invalid \
+                "SOURCE_DATE_EPOCH={} is not valid UTF-8 (shown with U+FFFD for the invalid \
                  bytes): give a number of seconds",
-                v.to_string_lossy()
+                hpc_env::shown(&v.to_string_lossy())
             )
         })?;
+        // Named cut when long (100,000 digits were echoed whole).
+        let shown = hpc_env::short(&s);
         let e: u64 = s
             .trim()
             .parse()
-            .with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number of seconds"))?;
+            .with_context(|| format!("SOURCE_DATE_EPOCH={shown} is not a number of seconds"))?;
         // The image's `created` is an RFC 3339 date, whose year has four digits: a
         // later one was written as `584554051223-11-09T…`, which no tool reads.
         if e > LAST_RFC3339_SECOND {
             bail!(
-                "SOURCE_DATE_EPOCH={s} is after 9999-12-31 ({LAST_RFC3339_SECOND}), the last \
+                "SOURCE_DATE_EPOCH={shown} is after 9999-12-31 ({LAST_RFC3339_SECOND}), the last \
                  date an image's creation time can hold"
             );
         }
@@ -662,14 +677,12 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
     } else {
         "cargo install hpc-cli"
     };
-    let out = Command::new(path)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = version_of(path)?;
+    let version = String::from_utf8_lossy(&out).trim().to_string();
     let Some(hpc) = hpc_features(&version) else {
+        let version = hpc_env::shown(&version);
         usage!(
-            "--with-hpc: {} does not list its features in `--version` (it printed `{version}`), \
+            "--with-hpc: {} does not list its features in `--version` (it printed {version}), \
              so whether it has MPI is unknown; install hpc-cli's launcher with: {install}",
             path.display()
         );
@@ -697,6 +710,47 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// How long `hpc --version` may take ([`version_of`]).
+const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most bytes of `hpc --version` read ([`version_of`]).
+const MAX_VERSION_BYTES: u64 = 64 << 10;
+
+/// What `path --version` prints: at most [`MAX_VERSION_BYTES`], within
+/// [`VERSION_TIMEOUT`], its input closed. An `hpc` on the PATH that never
+/// answered kept the command waiting for ever, and one that never stopped
+/// printing was read into memory without end.
+fn version_of(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::process::Stdio;
+    let mut child = Command::new(path)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.take(MAX_VERSION_BYTES).read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    let got = rx.recv_timeout(VERSION_TIMEOUT);
+    let _ = child.kill();
+    let _ = child.wait();
+    match got {
+        Ok(buf) => Ok(buf),
+        Err(_) => usage!(
+            "--with-hpc: {} --version did not answer within {} s; install hpc-cli's \
+             launcher with: cargo install hpc-cli",
+            path.display(),
+            VERSION_TIMEOUT.as_secs()
+        ),
+    }
 }
 
 /// The `hpc` on the PATH, checked against the image's features, when the workspace
@@ -788,6 +842,14 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out_dir = out_dir.canonicalize()?;
+    // One build at a time writes an output folder: two at once (with caches of
+    // their own) replaced each other's files, and one failed with "No such file
+    // or directory", naming none. The claim goes with the build.
+    let _out_claim = hpc_io::rundir::FileClaim::take(
+        &out_dir.join("image.json"),
+        &format!("cargo xtask image, pid {}", std::process::id()),
+    )
+    .map_err(|e| UsageError(format!("--out {}: {e}", out_dir.display())))?;
 
     // The cache is locked for the rest of the build: the base's blobs are read from
     // it until the layout is written.
@@ -834,6 +896,14 @@ mod tests {
             source_date_epoch_from(Some(last.into()), root).unwrap(),
             (LAST_RFC3339_SECOND, Dated::Env)
         );
+        // A value of 100,000 digits is named cut.
+        let long = "9".repeat(100_000);
+        let e = source_date_epoch_from(Some(long.into()), root).unwrap_err();
+        assert!(
+            format!("{e:#}").len() < 300,
+            "{} bytes",
+            format!("{e:#}").len()
+        );
         for late in ["253402300800", "99999999999999", "18446744073709551615"] {
             let e = source_date_epoch_from(Some(late.into()), root).unwrap_err();
             assert!(
@@ -842,6 +912,37 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// An `hpc` on the PATH that never answers `--version` kept the command
+    /// waiting for ever; one that never stops printing was read without end.
+    #[test]
+    fn an_hpc_that_hangs_or_floods_is_refused_in_time() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("hpc-image-fake-hpc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        for (name, script, want) in [
+            (
+                "hang",
+                "#!/bin/sh\nexec sleep 100\n",
+                "did not answer within 10 s",
+            ),
+            (
+                "flood",
+                "#!/bin/sh\nexec yes\n",
+                "does not list its features",
+            ),
+        ] {
+            let p = d.join(name);
+            fs::write(&p, script).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+            let t = std::time::Instant::now();
+            let e = format!("{:#}", check_hpc_features(&p, "").unwrap_err());
+            assert!(e.contains(want) && e.len() < 600, "{name}: {e:.300}");
+            assert!(t.elapsed() < std::time::Duration::from_secs(30), "{name}");
+        }
+        let _ = fs::remove_dir_all(&d);
     }
 
     /// A symbolic link planted in the output folder under a script's or an

@@ -39,7 +39,7 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     }
     // Run in the output folder: the definition's `From:` names the archive beside it.
     let args = build_command(sif, def);
-    eprintln!(
+    say!(
         "\n==> cd {} && apptainer {}",
         out_dir.display(),
         args.join(" ")

@@ -39,13 +39,13 @@ pub fn run_in(dir: &std::path::Path, cmd: &mut Command) -> Result<()> {
 
 fn run_echoed(cmd: &mut Command, dir: Option<&std::path::Path>) -> Result<()> {
     let shown = format!("{cmd:?}").replace('"', "");
-    eprintln!("\n==> {shown}");
+    say!("\n==> {shown}");
     if let Some(dir) = dir {
         cmd.current_dir(dir);
     }
     let t = Instant::now();
     let status = status_guarded(cmd).with_context(|| format!("cannot run {shown}"))?;
-    eprintln!("    ({:.1}s)", t.elapsed().as_secs_f64());
+    say!("    ({:.1}s)", t.elapsed().as_secs_f64());
     if !status.success() {
         bail!("{shown} failed with {status}");
     }
@@ -163,9 +163,7 @@ impl Guardian {
         // SAFETY: pipe2 writes two descriptors into the array it is given.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             let e = std::io::Error::last_os_error();
-            eprintln!(
-                "warning: no guardian for the tool's process group: cannot make its pipe: {e}"
-            );
+            say!("warning: no guardian for the tool's process group: cannot make its pipe: {e}");
             return None;
         }
         let (rd, wr) = (fds[0], fds[1]);
@@ -176,7 +174,7 @@ impl Guardian {
             0 => unsafe { guard(rd, pgid) },
             -1 => {
                 let e = std::io::Error::last_os_error();
-                eprintln!("warning: no guardian for the tool's process group: cannot fork: {e}");
+                say!("warning: no guardian for the tool's process group: cannot fork: {e}");
                 // SAFETY: both descriptors are ours and closed once.
                 unsafe {
                     libc::close(rd);
@@ -375,7 +373,7 @@ pub fn is_root() -> bool {
 /// one installer of the workspace (`cargo xtask setup` uses it too).
 pub fn apt(packages: &[&str]) -> Result<()> {
     if !has("dpkg-query") {
-        eprintln!(
+        say!(
             "note: not a Debian/Ubuntu system; make sure these are installed: {}",
             packages.join(" ")
         );
@@ -399,7 +397,7 @@ pub fn apt(packages: &[&str]) -> Result<()> {
             missing.join(" ")
         );
     }
-    eprintln!("==> installing {}", missing.join(" "));
+    say!("==> installing {}", missing.join(" "));
     run(Command::new("sh").args(["-c", &cmd]))
 }
 
@@ -421,7 +419,7 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
     if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-        eprintln!(
+        say!(
             "    waiting for {}: another image build uses this cache",
             path.display()
         );

@@ -301,7 +301,10 @@ pub fn read_tar(r: impl Read) -> Result<Vec<Entry>> {
             }
             EntryType::Fifo => Kind::Fifo,
             EntryType::Regular | EntryType::Continuous => {
-                let mut data = Vec::with_capacity(ent.size() as usize);
+                // The header's size is the archive's word, not yet its bytes (a
+                // forged `--base` layer said 2^62 and the allocation aborted): the
+                // capacity grows with what is read, from at most 1 MiB.
+                let mut data = Vec::with_capacity(ent.size().min(1 << 20) as usize);
                 ent.read_to_end(&mut data)
                     .with_context(|| format!("reading {path} from tar"))?;
                 Kind::File(data)
@@ -397,6 +400,27 @@ pub fn sha256(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `--base` layer of 1.5 KiB whose one header claims 2^62 bytes (GNU's
+    /// base-256 size field) was given to `Vec::with_capacity`: the allocation
+    /// failed and the process aborted. It is now an error (the data ends early).
+    #[test]
+    fn a_header_claiming_a_huge_size_is_an_error_not_an_abort() {
+        let mut h = [0u8; 512];
+        h[..3].copy_from_slice(b"big");
+        h[100..108].copy_from_slice(b"0000644\0");
+        h[124] = 0x80;
+        h[128..136].copy_from_slice(&(1u64 << 62).to_be_bytes());
+        h[136..148].copy_from_slice(b"00000000000\0");
+        h[156] = b'0';
+        h[257..265].copy_from_slice(b"ustar  \0");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let mut data = h.to_vec();
+        data.extend([0u8; 1024]);
+        assert!(read_tar(data.as_slice()).is_err());
+    }
 
     fn tree() -> Vec<Entry> {
         vec![

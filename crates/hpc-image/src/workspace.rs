@@ -123,6 +123,15 @@ pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
             );
         }
     }
+    // And the members' below it (`members = ["m"]` with a FIFO `m/Cargo.toml`
+    // kept it waiting the same way).
+    if let Some(toml) = odd_manifest_below(&start) {
+        usage!(
+            "{}: not a regular file, and cargo reads it as a manifest if it is a member \
+             of this workspace (it would wait on it or fail); remove it or run elsewhere",
+            toml.display()
+        );
+    }
     if let Some(m) = manifest_path {
         match std::fs::metadata(m) {
             Err(e) => usage!("--manifest-path {}: {e}", m.display()),
@@ -143,6 +152,44 @@ pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
         );
     }
     parse_metadata(&serde_json::from_slice(&out.stdout)?)
+}
+
+/// How deep, and over how many entries, [`odd_manifest_below`] looks.
+const MANIFEST_WALK: (usize, usize) = (8, 100_000);
+
+/// The first `Cargo.toml` in the folders below `dir` (where a workspace's
+/// members and path dependencies lie) that is neither a regular file nor a
+/// folder: a FIFO there is opened by `cargo metadata`, which then waits for
+/// ever. Build output (`target`) and hidden folders are skipped; the walk stops
+/// after [`MANIFEST_WALK`] (depth, entries) and follows no link to a folder.
+fn odd_manifest_below(dir: &Path) -> Option<PathBuf> {
+    let (max_depth, max_entries) = MANIFEST_WALK;
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    let mut seen = 0;
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > max_entries {
+                return None;
+            }
+            let name = e.file_name();
+            if name == "Cargo.toml" {
+                if std::fs::metadata(e.path()).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+                    return Some(e.path());
+                }
+            } else if depth < max_depth
+                && e.file_type().is_ok_and(|t| t.is_dir())
+                && name != "target"
+                && !name.to_string_lossy().starts_with('.')
+            {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    None
 }
 
 /// The binary to package when none is named: the workspace's only `[[bin]]` outside
@@ -181,7 +228,11 @@ pub fn find_bin<'a>(ws: &'a Workspace, name: &str) -> Result<&'a BinTarget> {
     {
         return Ok(b);
     }
-    let mut msg = format!("no binary or example named `{name}` in the workspace.");
+    // Cut when long: a name of 100,000 characters was echoed whole.
+    let mut msg = format!(
+        "no binary or example named `{}` in the workspace.",
+        hpc_env::short(name)
+    );
     if ws.bins.is_empty() {
         let _ = write!(
             msg,

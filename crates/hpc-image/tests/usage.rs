@@ -316,3 +316,169 @@ fn an_empty_cache_variable_is_named_not_taken_for_the_flag() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Cargo also reads the manifests of a workspace's members: `members = ["m"]`
+/// with `m/Cargo.toml` a FIFO kept `cargo metadata`, and the image command,
+/// waiting for ever, as a FIFO above the workspace did. It is refused at once,
+/// naming it.
+#[test]
+fn a_member_manifest_that_is_a_fifo_is_refused_not_waited_on() {
+    let ws = workspace("fifo-member", true);
+    let toml = ws.join("Cargo.toml");
+    std::fs::write(
+        &toml,
+        "[package]\nname = \"just-a-lib\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [workspace]\nmembers = [\"m\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.join("m")).unwrap();
+    let fifo = ws.join("m/Cargo.toml");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let m = toml.to_str().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = hpc_image::run(args(&["--manifest-path", &m]));
+        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if got.is_err() {
+        // Let the waiting cargo go before failing.
+        let _ = std::fs::write(&fifo, "[package]\nname = \"m\"\n");
+    }
+    let (status, msg) = got
+        .expect("still waiting on the FIFO after 30 s")
+        .unwrap_err();
+    assert_eq!(status, 2, "{msg}");
+    assert!(
+        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// A binary name, `--name` or `--tag` of 100,000 characters was echoed whole
+/// into the message refusing it (100 kB, the binary's twice).
+#[test]
+fn long_names_are_refused_in_a_short_line() {
+    let ws = workspace("long-names", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let long = "x".repeat(100_000);
+    let base_dir = scratch("long-names-base");
+    std::fs::write(base_dir.join("index.json"), "{}").unwrap();
+    let base = base_dir.to_str().unwrap();
+    for (a, want) in [
+        (vec![long.as_str()], "no binary or example named"),
+        (vec!["--name", &long], "is not an image reference's name"),
+        (vec!["--tag", &long], "is not a tag"),
+    ] {
+        let mut a = a.clone();
+        a.extend(["--manifest-path", m, "--base", base]);
+        let msg = refused_before_the_build(&ws, &a, want);
+        assert!(msg.len() < 600, "{} bytes: {}", msg.len(), &msg[..200]);
+    }
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&base_dir);
+}
+
+/// An `--out` or `--cache` that is a link to a missing folder passed the checks
+/// before the build and failed after it (status 1) as "creating D: File
+/// exists". It is refused before the build, saying what it is.
+#[test]
+fn an_output_folder_that_is_a_dangling_link_is_refused_before_the_build() {
+    let ws = workspace("dangling-out", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let s = scratch("dangling-out");
+    std::fs::write(s.join("index.json"), "{}").unwrap();
+    let link = s.join("link");
+    std::os::unix::fs::symlink(s.join("missing"), &link).unwrap();
+    let (base, link) = (s.to_str().unwrap(), link.to_str().unwrap());
+    for flag in ["--out", "--cache"] {
+        let msg = refused_before_the_build(
+            &ws,
+            &["--manifest-path", m, "--base", base, flag, link],
+            "which does not exist",
+        );
+        assert!(msg.contains(flag) && msg.contains("symbolic link"), "{msg}");
+    }
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Standard error on a full device (`2>/dev/full`): the first progress line
+/// panicked (status 101, nothing said, nothing checked). The command now runs
+/// as it would, its status saying how it went: here 2, bad input. Run in a
+/// child of this test binary, whose standard error is the full device.
+#[test]
+fn a_full_standard_error_is_no_panic() {
+    const INNER: &str = "IMAGE_TEST_INNER_FULL_STDERR";
+    if std::env::var_os(INNER).is_some() {
+        let ws = lib_only("full-stderr");
+        let m = ws.join("Cargo.toml");
+        let r = hpc_image::run(args(&["--manifest-path", m.to_str().unwrap()]));
+        let code = match &r {
+            Ok(()) => 0,
+            Err(e) => hpc_image::exit_status(e),
+        };
+        let _ = hpc_image::exit(r);
+        let _ = std::fs::remove_dir_all(&ws);
+        std::process::exit(i32::from(code));
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_full_standard_error_is_no_panic",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(INNER, "1")
+        .stderr(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}
+
+/// Two image builds into one `--out` at once (each with a cache of its own)
+/// wrote over each other's files, and one failed with "No such file or
+/// directory", naming none. The second is refused, naming the first, before it
+/// writes into the folder.
+#[test]
+fn an_output_folder_another_build_is_writing_is_refused() {
+    let ws = workspace("out-claimed", true);
+    let m = ws.join("Cargo.toml");
+    let s = scratch("out-claimed");
+    std::fs::write(s.join("index.json"), "{}").unwrap();
+    let out = s.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let claim =
+        hpc_io::rundir::FileClaim::take(&out.join("image.json"), "another image build").unwrap();
+    let e = hpc_image::run(args(&[
+        "--manifest-path",
+        m.to_str().unwrap(),
+        "--base",
+        s.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--cache",
+        s.join("cache").to_str().unwrap(),
+    ]))
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+    assert!(
+        msg.contains("--out") && msg.contains("is being written by another image build"),
+        "{msg}"
+    );
+    assert_eq!(entries(&out), vec![".image.json.lock".to_string()]);
+    drop(claim);
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&s);
+}

@@ -273,12 +273,14 @@ pub fn serve_env() -> Result<bool> {
 fn slots_of(v: Option<&str>) -> Result<usize> {
     let name = hpc_runtime::env::COLL_PROXY_SLOTS;
     let v = v.ok_or_else(|| Error::Unsupported(format!("{name} is not set")))?;
-    v.trim().parse().map_err(|_| {
-        Error::Unsupported(format!(
-            "{name}={} is not a number of slots",
+    // At least a rank's and the proxy's own (the proxy serves `slots - 1` ranks).
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 2 => Ok(n),
+        _ => Err(Error::Unsupported(format!(
+            "{name}={} is not a number of slots (2 or more: the ranks' and the proxy's)",
             hpc_runtime::env::shown(v)
-        ))
-    })
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -296,5 +298,11 @@ mod tests {
             bad.contains("is not a number of slots") && bad.len() < 200,
             "{bad}"
         );
+        // Fewer than a rank's and the proxy's own slots: `slots - 1` ranks
+        // underflowed at 0.
+        for few in ["0", "1"] {
+            let e = slots_of(Some(few)).unwrap_err().to_string();
+            assert!(e.contains("2 or more"), "{e}");
+        }
     }
 }

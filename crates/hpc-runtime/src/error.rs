@@ -25,7 +25,9 @@ pub enum Error {
         missing: Vec<usize>,
     },
     /// The launcher (the `hpc run` coordinator) is unreachable or went away.
-    #[error("the launcher at {addr} is unreachable: {cause}")]
+    /// (The address is shown cut when long: `HPC_RENDEZVOUS` of 100,000
+    /// characters was echoed whole.)
+    #[error("the launcher at {} is unreachable: {cause}", hpc_env::short(addr))]
     LauncherLost {
         /// The rendezvous address.
         addr: String,

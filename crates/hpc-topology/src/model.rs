@@ -24,7 +24,8 @@ impl std::fmt::Display for TopologySource {
         match self {
             TopologySource::ThisMachine => f.write_str("this machine"),
             TopologySource::Xml(p) => write!(f, "XML file {}", p.display()),
-            TopologySource::Synthetic(d) => write!(f, "synthetic \"{d}\""),
+            // Cut when long, as the errors about it show it.
+            TopologySource::Synthetic(d) => write!(f, "synthetic {}", hpc_env::shown(d)),
         }
     }
 }

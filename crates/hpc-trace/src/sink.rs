@@ -139,6 +139,14 @@ impl Sink {
                 ))));
             }
         }
+        // A link to a missing directory: "File exists" said neither.
+        if let (Err(_), Ok(target)) = (std::fs::metadata(dir), std::fs::read_link(dir)) {
+            return Err(dir_err(std::io::Error::other(format!(
+                "it is a symbolic link to {}, which does not exist: make that directory, \
+                 or name another",
+                target.display()
+            ))));
+        }
         // A directory that is, or goes through, a link another user planted:
         // the trace went where it pointed (as a run directory refuses it).
         hpc_io::rundir::check_dir_link(dir)

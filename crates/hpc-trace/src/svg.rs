@@ -276,12 +276,12 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
             let (x0, x1) = (x(s.ts), x(s.ts + s.dur));
             let _ = write!(
                 body,
-                r#"<rect x="{x0:.2}" y="{:.1}" width="{:.2}" height="{:.1}" fill="{colour}"><title>{} {:.1} µs</title></rect>"#,
+                r#"<rect x="{x0:.2}" y="{:.1}" width="{:.2}" height="{:.1}" fill="{colour}"><title>{} {} µs</title></rect>"#,
                 y + depth as f64 * ROW,
                 (x1 - x0).max(0.5),
                 ROW - 2.0,
                 escape(&s.name),
-                s.dur
+                fixed(s.dur, 1)
             );
         }
         y += (rows * ROW).max(26.0) + 6.0;
@@ -296,13 +296,14 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     );
     // Time axis: ten ticks, in ms.
     for i in 0..=10 {
-        let t = from + span_us * f64::from(i) / 10.0;
+        // A tenth first: `span_us * 10` overflowed to infinity near f64::MAX.
+        let at = span_us / 10.0 * f64::from(i);
         let _ = write!(
             out,
-            r##"<line x1="{0:.1}" x2="{0:.1}" y1="28" y2="{1:.0}" stroke="#eee"/><text x="{0:.1}" y="34" text-anchor="middle" fill="#555">{2:.3} ms</text>"##,
-            x(t),
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="28" y2="{1:.0}" stroke="#eee"/><text x="{0:.1}" y="34" text-anchor="middle" fill="#555">{2} ms</text>"##,
+            x(from + at),
             y,
-            (t - from) / 1000.0
+            fixed(at / 1000.0, 3)
         );
     }
     out.push_str(&body);
@@ -319,6 +320,16 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
     }
     out.push_str("</svg>\n");
     Ok(out)
+}
+
+/// `v` with `decimals` decimals, in exponent form from 10^12 on: a span at
+/// 1e300 µs labelled the axis with numbers of 300 digits.
+fn fixed(v: f64, decimals: usize) -> String {
+    if v.abs() < 1e12 {
+        format!("{v:.decimals$}")
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
 #[cfg(test)]
@@ -344,6 +355,25 @@ mod tests {
         };
         let e = render(&t, &opts).unwrap_err().to_string();
         assert!(e.len() < 400 && e.contains("more characters"), "{e}");
+    }
+
+    /// A span at 1e300 µs, or one lasting 1e308 µs, labelled the time axis
+    /// with numbers of 300 digits, or `inf`, and its title likewise.
+    #[test]
+    fn huge_times_are_labelled_in_exponent_form() {
+        for (ts, dur) in [(1e300, 1.0), (0.0, 1e308)] {
+            let trace = serde_json::json!({"traceEvents": [
+                {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+                {"ph": "X", "name": "b", "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+            ]});
+            let svg = render(&trace, &Options::default()).unwrap();
+            let longest = svg
+                .split(|c: char| !c.is_ascii_digit())
+                .map(str::len)
+                .max()
+                .unwrap();
+            assert!(longest < 20 && !svg.contains("inf"), "{ts} {dur}: {svg}");
+        }
     }
 
     /// A width that no picture can have is refused by name: NaN, 0, -1 and

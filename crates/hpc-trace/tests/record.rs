@@ -501,3 +501,22 @@ fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
     std::env::remove_var(hpc_env::TRACE);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A trace directory that is a link to a missing directory (`HPC_TRACE=LINK`)
+/// was refused as "LINK: File exists", which said neither what it is nor what
+/// to do; nothing is made at the link's target.
+#[test]
+fn a_directory_that_is_a_dangling_link_is_named_so() {
+    let d = scratch("dangling");
+    std::fs::create_dir_all(&d).unwrap();
+    let link = d.join("link");
+    std::os::unix::fs::symlink(d.join("missing"), &link).unwrap();
+    let e = hpc_trace::TraceLayer::create(&link).expect_err("created");
+    let msg = format!("{e}");
+    assert!(
+        msg.contains("symbolic link") && msg.contains("does not exist"),
+        "{msg}"
+    );
+    assert!(!d.join("missing").exists());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -260,6 +260,20 @@ fn bytes_for(size: usize) -> usize {
     stage_off(size) + size * stage_slots(size) * STAGE_SLOT
 }
 
+/// [`bytes_for`], `None` where it overflows: a size that comes from outside
+/// (the proxy's `HPC_COLL_PROXY_SLOTS`) is checked with it before any
+/// arithmetic on it.
+fn checked_bytes_for(size: usize) -> Option<usize> {
+    let rings = size.checked_mul(size)?.checked_mul(RING_BYTES)?;
+    let stage = size
+        .checked_mul(stage_slots(size))?
+        .checked_mul(STAGE_SLOT)?;
+    HEADER
+        .checked_add(size.checked_mul(RANK_SLOT)?)?
+        .checked_add(rings)?
+        .checked_add(stage)
+}
+
 impl Board {
     /// A board of `size` slots for a test of this process, its file
     /// already removed (`name` tells the tests' files apart). For the tests
@@ -290,8 +304,14 @@ impl Board {
 
     /// Maps an existing board file.
     pub fn open(path: &Path, size: usize) -> io::Result<Board> {
-        let f = OpenOptions::new().read(true).write(true).open(path)?;
-        if f.metadata()?.len() != bytes_for(size) as u64 {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("board {}: {e}", path.display())))?;
+        // A size too large to compute a board for is no board's either.
+        let len = f.metadata()?.len();
+        if checked_bytes_for(size).is_none_or(|want| len != want as u64) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("board {} is not for {size} ranks", path.display()),

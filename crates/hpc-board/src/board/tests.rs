@@ -323,3 +323,20 @@ fn a_rank_past_the_boards_size_panics_instead_of_reaching_outside_it() {
     assert!(b.push(0, 1, d));
     assert_eq!(b.pop(0, 1), Some(d));
 }
+
+/// The proxy opens the board for the slot count its environment names
+/// (`HPC_COLL_PROXY_SLOTS`): `18446744073709551615` overflowed the board's size
+/// (a panic, "attempt to multiply with overflow"). A size no board can have is
+/// no board's; a missing board is named.
+#[test]
+fn a_board_is_opened_only_for_a_size_it_can_have() {
+    let p = std::env::temp_dir().join(format!("hpc-board-huge-size-{}", std::process::id()));
+    std::fs::write(&p, b"not a board").unwrap();
+    for size in [usize::MAX, 1 << 40, 0] {
+        let e = Board::open(&p, size).err().expect("opened").to_string();
+        assert!(e.contains(&format!("is not for {size} ranks")), "{e}");
+    }
+    std::fs::remove_file(&p).unwrap();
+    let e = Board::open(&p, 2).err().expect("opened").to_string();
+    assert!(e.contains(&p.display().to_string()), "{e}");
+}

@@ -168,7 +168,8 @@ fn node_name(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err(format!(
-            "{s:?} is not a node of the cluster (ctl, node1..node{MAX_NODES}, nodeN-dpu)"
+            "{} is not a node of the cluster (ctl, node1..node{MAX_NODES}, nodeN-dpu)",
+            hpc_env::shown(s)
         ))
     }
 }
@@ -244,9 +245,10 @@ fn check_cluster_name(name: &str) -> Result<(), UsageError> {
         Ok(())
     } else {
         Err(UsageError(format!(
-            "{}={name:?} is not a cluster name: at most {MAX_NAME} letters, digits, '_', \
+            "{}={} is not a cluster name: at most {MAX_NAME} letters, digits, '_', \
              '.' or '-', beginning with a letter or digit",
-            env::CLUSTER_NAME
+            env::CLUSTER_NAME,
+            hpc_env::shown(name)
         )))
     }
 }
@@ -257,7 +259,7 @@ fn mountable(what: &str, p: &Path) -> Result<(), UsageError> {
         Some(s) if !s.contains([':', ',']) => Ok(()),
         _ => Err(UsageError(format!(
             "{what} {}: Docker cannot mount a path with ':' or ',' or that is not UTF-8",
-            p.display()
+            hpc_env::short(&p.to_string_lossy())
         ))),
     }
 }
@@ -270,7 +272,7 @@ fn folder_or_missing(what: &str, p: &Path) -> Result<(), UsageError> {
         Ok(m) if !m.is_dir() => Err(UsageError(format!(
             "{what} {}: it exists and is not a directory; name a directory (it is made \
              when missing) or unset {what} for the default",
-            p.display()
+            hpc_env::short(&p.to_string_lossy())
         ))),
         _ => Ok(()),
     }
@@ -283,7 +285,8 @@ fn executable(p: &Path) -> bool {
 
 /// `--bin`: an existing folder that holds at least one executable; its canonical path.
 fn check_bin(bin: &Path, dpus: bool) -> Result<PathBuf, UsageError> {
-    let shown = bin.display();
+    // Cut when long: a path of 100,000 characters was echoed whole.
+    let shown = hpc_env::short(&bin.to_string_lossy());
     let build = "build the application first (cargo build --release --features mpi) or \
                  name the folder of its binaries with --bin";
     let meta =
@@ -315,7 +318,7 @@ fn check_bin(bin: &Path, dpus: bool) -> Result<PathBuf, UsageError> {
 
 /// `--apptainer`: a folder with `bin/apptainer` and `rootfs/`; its canonical path.
 fn check_apptainer(dir: &Path) -> Result<PathBuf, UsageError> {
-    let shown = dir.display();
+    let shown = hpc_env::short(&dir.to_string_lossy());
     if !executable(&dir.join("bin/apptainer")) || !dir.join("rootfs").is_dir() {
         return Err(UsageError(format!(
             "--apptainer {shown}: no bin/apptainer and rootfs/ there \

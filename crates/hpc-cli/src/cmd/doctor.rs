@@ -37,7 +37,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         None => Probe::new(root.clone(), live.env),
     };
     if !probe.root.is_dir() {
-        anyhow::bail!("--root {} is not a directory", probe.root.display());
+        anyhow::bail!(
+            "--root {} is not a directory",
+            hpc_env::short(&probe.root.to_string_lossy())
+        );
     }
     let report = Report::new(
         &root.display().to_string(),

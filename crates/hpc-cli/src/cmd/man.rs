@@ -74,6 +74,16 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         ))
         .into());
     }
+    // A link to a missing folder: "creating D: File exists" said neither.
+    if let (Err(_), Ok(target)) = (std::fs::metadata(dir), std::fs::read_link(dir)) {
+        return Err(super::UsageError(format!(
+            "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
+             or name another",
+            dir.display(),
+            target.display()
+        ))
+        .into());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (file, text) in pages {
         super::replace_file(&dir.join(file), text)?;

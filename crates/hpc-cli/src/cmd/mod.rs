@@ -169,10 +169,12 @@ pub fn check_between(flag: &str, value: usize, min: usize, max: usize) -> Result
 /// refused naming the flag rather than taken as "no restriction" or "no core".
 pub fn cpu_list_flag(flag: &str, list: &str) -> anyhow::Result<hpc_topology::CpuSet> {
     use anyhow::Context as _;
-    let set = hpc_topology::CpuSet::parse_list(list).with_context(|| format!("{flag} {list}"))?;
+    let set = hpc_topology::CpuSet::parse_list(list)
+        .with_context(|| format!("{flag} {}", hpc_env::short(list)))?;
     if set.is_empty() {
         return Err(UsageError(format!(
-            "{flag} {list:?} names no CPU (give a list such as 0-3,8)"
+            "{flag} {} names no CPU (give a list such as 0-3,8)",
+            hpc_env::shown(list)
         ))
         .into());
     }

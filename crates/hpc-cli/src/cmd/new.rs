@@ -77,7 +77,7 @@ const GIT_SCHEMES: &[&str] = &["https://", "http://", "ssh://", "git://", "file:
 /// Checks a git URL as cargo will need it: a scheme cargo knows and something after
 /// it (`git@host:path` for scp-like ssh), nothing that would break the TOML string.
 fn git_url(src: &str) -> Result<String, UsageError> {
-    let bad = |why: &str| UsageError(format!("--sdk {src:?}: {why}"));
+    let bad = |why: &str| UsageError(format!("--sdk {}: {why}", hpc_env::shown(src)));
     if src
         .chars()
         .any(|c| matches!(c, '"' | '\\') || c.is_whitespace() || c.is_control())
@@ -124,7 +124,8 @@ impl Sdk {
         }
         let root = Path::new(src).canonicalize().map_err(|e| {
             UsageError(format!(
-                "--sdk {src}: {e} (give a checkout of the SDK or a git URL such as https://...)"
+                "--sdk {}: {e} (give a checkout of the SDK or a git URL such as https://...)",
+                hpc_env::short(src)
             ))
         })?;
         for c in PATCHED {
@@ -143,8 +144,9 @@ impl Sdk {
         // The version goes into the new workspace's manifests as a requirement.
         if !is_semver(&version) {
             return Err(UsageError(format!(
-                "--sdk {}: its [workspace.package] version {version:?} is not a version",
-                root.display()
+                "--sdk {}: its [workspace.package] version {} is not a version",
+                root.display(),
+                hpc_env::shown(&version)
             )));
         }
         if root.to_str().is_none_or(|r| !toml_plain(r)) {
@@ -390,7 +392,12 @@ const RESERVED: &[&str] = &[
 /// starting with a digit or `-`, at most 64 characters, no keyword or reserved name)
 /// and refuses the names the scaffold uses itself.
 pub fn check_name(name: &str) -> Result<(), UsageError> {
-    let bad = |why: &str| Err(UsageError(format!("invalid package name {name:?}: {why}")));
+    let bad = |why: &str| {
+        Err(UsageError(format!(
+            "invalid package name {}: {why}",
+            hpc_env::shown(name)
+        )))
+    };
     if name.is_empty() {
         return bad("it is empty");
     }
@@ -548,11 +555,22 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if !parent.is_dir() {
-        return Err(UsageError(format!(
-            "{} does not exist: create it first",
-            parent.display()
-        )));
+    // A parent that is there but no directory (`hpc new /dev/full/x`) was said
+    // not to exist.
+    match std::fs::metadata(&parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(UsageError(format!(
+                "{} is not a directory: the new one cannot be made in it",
+                parent.display()
+            )))
+        }
+        Err(_) => {
+            return Err(UsageError(format!(
+                "{} does not exist: create it first",
+                parent.display()
+            )))
+        }
     }
     Ok((path.clone(), name))
 }

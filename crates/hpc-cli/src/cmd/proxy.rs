@@ -47,9 +47,9 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         None => None,
     };
     if let Some(at) = &args.dpu_service {
-        let listen: std::net::SocketAddr = at
-            .parse()
-            .with_context(|| format!("--dpu-service {at}: not an address:port"))?;
+        let listen: std::net::SocketAddr = at.parse().with_context(|| {
+            format!("--dpu-service {}: not an address:port", hpc_env::short(at))
+        })?;
         let key_var = hpc_runtime::env::COLL_PROXY_DPU_KEY_FILE;
         let auth = match (&args.key_file, args.insecure) {
             (Some(path), false) => hpc_comm::proxy::ServiceAuth::Key(

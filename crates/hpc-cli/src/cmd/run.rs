@@ -160,9 +160,9 @@ fn resolve_program(prog: &Path) -> anyhow::Result<PathBuf> {
             return Ok(prog.to_path_buf());
         }
         if prog.exists() {
-            bail!("{} is not an executable file", prog.display());
+            bail!("{} is not an executable file", shown_path(prog));
         }
-        bail!("program not found: {}", prog.display());
+        bail!("program not found: {}", shown_path(prog));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
@@ -171,7 +171,13 @@ fn resolve_program(prog: &Path) -> anyhow::Result<PathBuf> {
             return Ok(cand);
         }
     }
-    bail!("program not found in PATH: {}", prog.display())
+    bail!("program not found in PATH: {}", shown_path(prog))
+}
+
+/// A path the user gave, as a message names it: cut when long (a program name of
+/// 100,000 characters was echoed whole).
+fn shown_path(p: &Path) -> String {
+    henv::short(&p.to_string_lossy())
 }
 
 fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
@@ -215,7 +221,10 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     check_seconds("--time-limit", args.time_limit, MIN_SECONDS, MAX_TIME_LIMIT)?;
     for kv in &args.env {
         let Some((k, _)) = split_env(kv) else {
-            bail!("--env expects KEY=VALUE, got {kv:?}");
+            bail!(
+                "--env expects KEY=VALUE, got {}",
+                henv::shown(&kv.to_string_lossy())
+            );
         };
         if let Some(v) = henv::ALL
             .iter()
@@ -346,11 +355,7 @@ pub fn settings(
                  the job of -n {}; unset it, or give launcher",
                 henv::BOOTSTRAP,
                 // As given (trimmed, lowercase) unless too long for a line.
-                if b.chars().count() > henv::SHOWN_CHARS {
-                    henv::shown(&b)
-                } else {
-                    b.clone()
-                },
+                henv::short(&b),
                 args.np
             );
         }

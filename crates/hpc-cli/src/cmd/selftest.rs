@@ -71,15 +71,15 @@ pub struct Args {
     /// How `--fail-rank` fails (only with `--fail-rank`).
     #[arg(long, value_enum, default_value_t = FailMode::Exit, requires = "fail_rank")]
     pub fail_mode: FailMode,
-    /// Exit code for `--fail-mode exit` (1 to 255: 0 would not be a failure; only
-    /// with `--fail-rank`: alone it would be ignored).
+    /// Exit code for `--fail-mode exit` (1 to 255, default 3: 0 would not be a
+    /// failure; only with `--fail-rank` and `--fail-mode exit`: otherwise it would
+    /// be ignored).
     #[arg(
         long,
-        default_value_t = 3,
         value_parser = clap::value_parser!(i32).range(1..=255),
         requires = "fail_rank"
     )]
-    pub exit_code: i32,
+    pub exit_code: Option<i32>,
 }
 
 /// The most `--rounds`: a job that runs for days (the cluster tests run one "for
@@ -115,6 +115,20 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         );
     }
     super::check_at_most("--rounds", args.rounds, MAX_ROUNDS)?;
+    // A killed or hanging rank has no exit code of its own: the flag would be
+    // ignored (the job ended 137 however it was given).
+    if let (Some(code), FailMode::Kill | FailMode::Hang) = (args.exit_code, args.fail_mode) {
+        return Err(super::UsageError(format!(
+            "--exit-code {code} goes with --fail-mode exit; --fail-mode {} ends the rank \
+             without one",
+            if args.fail_mode == FailMode::Kill {
+                "kill"
+            } else {
+                "hang"
+            }
+        ))
+        .into());
+    }
     if args.transport {
         super::check_memory(
             &format!("--transport-bytes {}", args.transport_bytes),
@@ -147,7 +161,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     }
     if args.fail_rank == Some(rank) {
         match args.fail_mode {
-            FailMode::Exit => std::process::exit(args.exit_code),
+            FailMode::Exit => std::process::exit(args.exit_code.unwrap_or(3)),
             FailMode::Kill => {
                 let _ = rustix::process::kill_process(
                     rustix::process::getpid(),

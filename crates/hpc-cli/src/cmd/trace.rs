@@ -178,8 +178,14 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         )));
     }
     if !dir.is_dir() {
+        // A file or a device there was said not to exist.
+        let what = if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
         return Err(UsageError(format!(
-            "{flag} {}: the directory {} does not exist",
+            "{flag} {}: the directory {} {what}",
             path.display(),
             dir.display()
         )));

@@ -192,22 +192,15 @@ impl AgentWake {
 
     /// The default for a node with `local` ranks of this job (see the type).
     fn default_for(local: usize, pinned: bool) -> AgentWake {
-        match std::env::var(hpc_runtime::env::AGENT_WAKE)
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("eager") => return AgentWake::Eager,
-            Ok("lazy") => return AgentWake::Lazy,
-            Ok(other) => {
-                // Shown cut, as every HPC_* value is (100,000 characters were
-                // echoed whole).
-                tracing::warn!(
-                    value = %hpc_runtime::env::shown(other),
-                    "{} is neither eager nor lazy: ignored",
-                    hpc_runtime::env::AGENT_WAKE
-                )
-            }
-            Err(_) => {}
+        // Warned about once, its value cut (it was written whole into every
+        // rank's log, in a field of the warning).
+        let asked = hpc_runtime::env::parsed(hpc_runtime::env::AGENT_WAKE, |v| match v.trim() {
+            "eager" => Ok(AgentWake::Eager),
+            "lazy" => Ok(AgentWake::Lazy),
+            _ => Err("neither eager nor lazy"),
+        });
+        if let Some(wake) = asked {
+            return wake;
         }
         if pinned || online_cores() >= 2 * local {
             AgentWake::Eager

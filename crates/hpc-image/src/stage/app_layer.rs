@@ -165,7 +165,7 @@ fn bind_paths(mpi: MpiModel, bind_libs: &BTreeSet<String>) -> Vec<String> {
     let mut bind_paths: Vec<String> = bind_libs.iter().cloned().collect();
     if mpi == MpiModel::Bind {
         if bind_paths.is_empty() {
-            eprintln!("    note: the binary links no MPI library (build with --features mpi?): nothing to bind");
+            say!("    note: the binary links no MPI library (build with --features mpi?): nothing to bind");
         } else {
             bind_paths.extend(
                 BIND_EXTRA_PATHS

@@ -42,7 +42,7 @@ impl Built {
 /// Finds the binary, checks the input that needs no build, and builds it.
 pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     pr.step(&match args.binary.as_deref() {
-        Some(name) => format!("finding `{name}` in the workspace"),
+        Some(name) => format!("finding `{}` in the workspace", hpc_env::short(name)),
         None => "finding the workspace's binary".to_string(),
     });
     let ws = metadata(args.manifest_path.as_deref())?;
@@ -86,15 +86,28 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         .or_else(|| cache_env.clone().map(PathBuf::from));
     for (flag, dir) in [("--out", &args.out), ("--cache", &cache)] {
         if let Some(d) = dir {
-            if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
-                let named = if flag == "--cache" {
+            let named = || {
+                if flag == "--cache" {
                     cache_named(d, cache_env.as_deref())
                 } else {
                     format!("{flag} {}", d.display())
-                };
+                }
+            };
+            if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
                 usage!(
-                    "{named}: it exists and is not a directory (give a directory; a \
-                     missing one is made)"
+                    "{}: it exists and is not a directory (give a directory; a missing one \
+                     is made)",
+                    named()
+                );
+            }
+            // A link to a missing folder is neither one to write into nor one to
+            // make: it was found after the build, as "creating D: File exists".
+            if let (Err(_), Ok(target)) = (std::fs::metadata(d), std::fs::read_link(d)) {
+                usage!(
+                    "{}: a symbolic link to {}, which does not exist (make that directory, \
+                     or give another)",
+                    named(),
+                    target.display()
                 );
             }
         }
@@ -112,7 +125,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     };
     let revision = revision(&ws.root);
     if dated == Dated::Now {
-        eprintln!(
+        say!(
             "    note: {} has no commit yet: the image is dated now and its revision is \
              `{revision}`, so it is not reproducible (commit, or set SOURCE_DATE_EPOCH)",
             ws.root.display()

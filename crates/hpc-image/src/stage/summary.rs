@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::json;
 
 use super::app_layer::App;
@@ -90,7 +90,7 @@ pub(crate) fn report(
     pr: &Progress,
 ) -> Result<()> {
     let image_ref = &image.image_ref;
-    eprintln!(
+    say!(
         "\nimage {image_ref}  manifest {}\n  compressed size {:.1} MB (base {:.1} MB + app {:.1} MB), built in {:.1}s\n  {}",
         image.written.manifest.digest,
         image.compressed as f64 / 1e6,
@@ -100,7 +100,7 @@ pub(crate) fn report(
         out_dir.display()
     );
     for (k, p) in &archives.paths {
-        eprintln!("  {k}: {}", p.display());
+        say!("  {k}: {}", p.display());
     }
     // Either archive loads in both engines; the oci-archive where it was written.
     let archive = if archives.paths.contains_key("oci-archive") {
@@ -108,7 +108,7 @@ pub(crate) fn report(
     } else {
         &archives.docker_archive
     };
-    eprintln!(
+    say!(
         "  run:  podman load -i {0}/{1} && podman run --rm {image_ref}\n        \
          docker load -i {0}/{1} && docker run --rm {image_ref}\n        \
          {0}/podman-run.sh (ENGINE=docker for Docker)\n        \
@@ -119,6 +119,37 @@ pub(crate) fn report(
     if let Some(e) = sif_error {
         bail!(e);
     }
-    println!("{}", image.written.manifest.digest);
-    Ok(())
+    print_digest(std::io::stdout().lock(), &image.written.manifest.digest)
+}
+
+/// Writes the manifest's digest, the command's one line of standard output: a
+/// failed write (a full device, a closed pipe) is an error naming the stream,
+/// where `println!` panicked (status 101).
+fn print_digest(mut out: impl std::io::Write, digest: &str) -> Result<()> {
+    writeln!(out, "{digest}")
+        .and_then(|()| out.flush())
+        .context("writing the image's digest to standard output")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Standard output on a full device: `cargo xtask image > /dev/full` wrote
+    /// the whole image, then panicked printing its digest.
+    #[test]
+    fn a_failed_write_of_the_digest_is_an_error_naming_the_stream() {
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let e = print_digest(full, "sha256:0").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("standard output") && format!("{e:#}").contains("space"),
+            "{e:#}"
+        );
+        let mut v = Vec::new();
+        print_digest(&mut v, "sha256:0").unwrap();
+        assert_eq!(v, b"sha256:0\n");
+    }
 }
