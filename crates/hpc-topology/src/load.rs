@@ -131,10 +131,14 @@ impl Topology {
                         kind,
                     });
                 }
-                if let Err(e) = std::fs::File::open(path) {
-                    return Err(TopologyError::XmlFile {
+                let text = std::fs::read(path).map_err(|e| TopologyError::XmlFile {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                if let Err(reason) = objects_hwloc_loads(&text) {
+                    return Err(TopologyError::XmlParse {
                         path: path.clone(),
-                        source: e,
+                        reason,
                     });
                 }
                 builder
@@ -205,6 +209,48 @@ impl Topology {
     pub fn from_synthetic(description: &str) -> Result<Topology> {
         Self::load(&TopologySource::Synthetic(description.to_string()))
     }
+}
+
+/// Refuses an XML topology with an object that has a `cpuset` but no
+/// `complete_cpuset`: every topology hwloc (1.x and 2.x) exports gives every
+/// object with a cpuset both, and hwloc 2.9 dies of a segmentation fault
+/// loading such an object (the program with it, not an error), so it is
+/// refused first. The objects' start tags are scanned as text, not parsed;
+/// what else is wrong with the file is hwloc's to say.
+fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
+    let text = String::from_utf8_lossy(xml);
+    let mut rest = &text[..];
+    let mut index = 0usize;
+    while let Some(at) = rest.find("<object") {
+        let tag = &rest[at + "<object".len()..];
+        let end = tag.find('>').unwrap_or(tag.len());
+        let attrs = &tag[..end];
+        rest = &tag[end..];
+        // `<objects>` or another name that starts the same is no object.
+        if !attrs.starts_with(|c: char| c.is_ascii_whitespace()) && !attrs.is_empty() {
+            continue;
+        }
+        let has = |name: &str| {
+            attrs.match_indices(name).any(|(i, _)| {
+                attrs[..i].ends_with(|c: char| c.is_ascii_whitespace())
+                    && attrs[i + name.len()..].trim_start().starts_with('=')
+            })
+        };
+        if has("cpuset") && !has("complete_cpuset") {
+            let kind = attrs
+                .split_once("type=\"")
+                .and_then(|(_, t)| t.split_once('"'))
+                .map_or("?", |(t, _)| t);
+            return Err(format!(
+                "object {index} (type {}) has a cpuset but no complete_cpuset, which every \
+                 topology hwloc exports has (and hwloc 2.9 crashes loading it); export the \
+                 topology with lstopo again",
+                hpc_env::short(kind)
+            ));
+        }
+        index += 1;
+    }
+    Ok(())
 }
 
 fn convert(hw: &HwlocTopology, source: TopologySource) -> Topology {
@@ -456,6 +502,34 @@ mod tests {
             assert!(e.contains(&format!("{}.{}.{}", bad.0, bad.1, bad.2)), "{e}");
             assert!(e.contains("hwloc 2.x"), "{e}");
         }
+    }
+
+    #[test]
+    fn an_object_with_a_cpuset_and_no_complete_cpuset_is_refused_before_hwloc() {
+        let ok = r#"<topology version="2.0"><object type="Machine" os_index="0"
+            cpuset="0x1" complete_cpuset="0x1"><object type="PU" os_index="0"
+            cpuset="0x1" complete_cpuset="0x1"/></object></topology>"#;
+        objects_hwloc_loads(ok.as_bytes()).unwrap();
+        // Objects without a cpuset (I/O devices) need none.
+        objects_hwloc_loads(br#"<object type="OSDev" name="eth0"/>"#).unwrap();
+        let root = r#"<topology version="2.0"><object type="Machine" os_index="0"
+            cpuset="0x1"><object type="PU" os_index="0" cpuset="0x1"/></object></topology>"#;
+        let e = objects_hwloc_loads(root.as_bytes()).unwrap_err();
+        assert!(
+            e.contains("object 0 (type Machine) has a cpuset but no complete_cpuset"),
+            "{e}"
+        );
+        let inner = ok.replace(
+            r#"cpuset="0x1" complete_cpuset="0x1"/>"#,
+            r#"cpuset="0x1"/>"#,
+        );
+        let e = objects_hwloc_loads(inner.as_bytes()).unwrap_err();
+        assert!(e.contains("object 1 (type PU)"), "{e}");
+        // An attribute whose name ends in cpuset is not the cpuset.
+        objects_hwloc_loads(br#"<object type="PU" allowed_cpuset="0x1">"#).unwrap();
+        let long = format!(r#"<object type="{}" cpuset="0x1">"#, "x".repeat(100_000));
+        let e = objects_hwloc_loads(long.as_bytes()).unwrap_err();
+        assert!(e.len() < 400, "{e}");
     }
 
     #[test]

@@ -511,6 +511,34 @@ fn a_topology_hwloc_refuses_is_said_in_words() {
     );
 }
 
+/// An XML file whose objects have a cpuset but no complete_cpuset (written by
+/// hand: hwloc exports both) is refused with a typed error; hwloc 2.9 died
+/// of a segmentation fault loading it, and the process with it.
+#[test]
+fn an_object_without_its_complete_cpuset_is_an_error_not_a_crash() {
+    let bad = std::env::temp_dir().join(format!(
+        "hpc-topology-nocomplete-{}.xml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &bad,
+        r#"<?xml version="1.0"?><!DOCTYPE topology SYSTEM "hwloc2.dtd"><topology version="2.0"><object type="Machine" os_index="0" cpuset="0x1"><object type="PU" os_index="0" cpuset="0x1"/></object></topology>"#,
+    )
+    .unwrap();
+    let e = Topology::from_xml_file(&bad);
+    std::fs::remove_file(&bad).ok();
+    match e {
+        Err(e @ TopologyError::XmlParse { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("has a cpuset but no complete_cpuset"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A placement whose allowed CPUs have no core of the machine says which CPUs
 /// were asked for and which the machine allows: it said "in the allowed cpuset "
 /// and nothing more (the empty intersection). A CPU list of 100,000
