@@ -122,6 +122,69 @@ mod tests {
         }
     }
 
+    /// `HPC_ULIMITS` is split into words but never expanded as file names: a
+    /// `*` in it became the names of the files of the working directory, in
+    /// the engine's arguments.
+    #[test]
+    fn the_ulimits_words_are_not_expanded_as_file_names() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("hpc-image-ulimits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("a-file-of-the-folder"), "").unwrap();
+        // The engine: says the image is there, prints its arguments a line each.
+        let engine = d.join("engine");
+        std::fs::write(
+            &engine,
+            "#!/bin/sh\n[ \"$1\" = image ] && exit 0\nprintf '%s\\n' \"$@\"\n",
+        )
+        .unwrap();
+        let script = d.join("podman-run.sh");
+        let vars: BTreeMap<&str, String> = super::super::template_keys()
+            .iter()
+            .copied()
+            .map(|k| {
+                (
+                    k,
+                    if k == "app" {
+                        "app".into()
+                    } else {
+                        String::new()
+                    },
+                )
+            })
+            .collect();
+        let text = fill(COMMON[3].text, &vars).unwrap();
+        assert_eq!(COMMON[3].name, "podman-run.sh");
+        std::fs::write(&script, text).unwrap();
+        for f in [&engine, &script] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let run = |ulimits: Option<&str>| {
+            let mut c = std::process::Command::new(&script);
+            c.current_dir(&d).env("ENGINE", &engine).env("IMAGE", "img");
+            match ulimits {
+                Some(u) => c.env("HPC_ULIMITS", u),
+                None => c.env_remove("HPC_ULIMITS"),
+            };
+            let out = c.output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let args = run(Some("--ulimit * --ulimit nofile=8:8"));
+        let lines: Vec<&str> = args.lines().collect();
+        assert!(lines.windows(2).any(|w| w == ["--ulimit", "*"]), "{args}");
+        assert!(
+            lines.contains(&"nofile=8:8") && !args.contains("a-file-of"),
+            "{args}"
+        );
+        let args = run(None);
+        assert!(args.lines().any(|l| l == "memlock=-1:-1"), "{args}");
+        let args = run(Some(""));
+        assert!(!args.contains("--ulimit"), "{args}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn def_files_bootstrap_from_the_archive() {
         for t in [&APPTAINER_HYBRID, &APPTAINER_BIND] {

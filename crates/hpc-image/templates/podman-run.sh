@@ -8,7 +8,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENGINE=${ENGINE:-podman}
 IMAGE=${IMAGE:-{{image}}}
-ULIMITS=${HPC_ULIMITS---ulimit memlock=-1:-1}
+# Its words, split at blanks and never expanded as file names (a `*` stays a `*`).
+read -r -a ulimits <<< "${HPC_ULIMITS---ulimit memlock=-1:-1}"
 
 # Both archives load in Podman and in Docker 20 or later (the oci-archive carries
 # Docker's manifest.json too); Docker is offered its own format first.
@@ -23,7 +24,7 @@ if ! "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
 fi
 
 # Host IPC/PID/network: shared memory between ranks and the launcher's PMIx server.
-args=(run --rm --ipc host --pid host --network host $ULIMITS)
+args=(run --rm --ipc host --pid host --network host "${ulimits[@]}")
 # InfiniBand: the verbs and RDMA CM devices.
 for d in /dev/infiniband/uverbs* /dev/infiniband/rdma_cm; do
     if [ -e "$d" ]; then args+=(--device "$d"); fi
