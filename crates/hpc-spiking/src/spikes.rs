@@ -430,9 +430,7 @@ fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFile
                 name.to_string()
             };
             return Err(SpikeFileError::Header(format!(
-                "population {i} ({}) starts at {first}, not at {end} where the previous one ends",
-                // A hand-made header's name of 100,000 characters is not echoed whole.
-                hpc_io::message::cut(name)
+                "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
             )));
         }
         end += u128::from(count);
