@@ -164,8 +164,8 @@ mod tests {
             let mut c = std::process::Command::new(&script);
             c.current_dir(&d).env("ENGINE", &engine).env("IMAGE", "img");
             match ulimits {
-                Some(u) => c.env("HPC_ULIMITS", u),
-                None => c.env_remove("HPC_ULIMITS"),
+                Some(u) => c.env(hpc_env::ULIMITS, u),
+                None => c.env_remove(hpc_env::ULIMITS),
             };
             let out = c.output().unwrap();
             assert!(out.status.success(), "{out:?}");

@@ -30,7 +30,9 @@ fn a_wrong_setting_read_in_several_places_is_warned_about_once() {
         .count();
     assert_eq!(said, 1, "{seen}");
     assert!(
-        seen.contains("HPC_AGENT_WAKE is neither eager nor lazy") && seen.len() < 5_000,
+        seen.contains("HPC_AGENT_WAKE=\"www")
+            && seen.contains("is ignored: neither eager nor lazy")
+            && seen.len() < 5_000,
         "{} bytes of warnings",
         seen.len()
     );
