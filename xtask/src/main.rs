@@ -663,7 +663,14 @@ fn cluster(args: &[String]) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        hpc_io::message::usage_exit(
+            "cargo xtask",
+            &e.render().to_string(),
+            e.use_stderr(),
+            e.exit_code(),
+        )
+    });
     match cli.task {
         Task::Setup => setup::all(),
         Task::Cluster { args } => cluster(&args),

@@ -5,7 +5,7 @@
 //! and the placement of ranks, `hpc selftest` checks that a launch works end to end,
 //! `hpc cluster` runs a Slurm + PMIx cluster of Docker containers to try jobs on.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -121,7 +121,7 @@ fn main() {
         let _ = tracing_subscriber::registry()
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
+                    .with_writer(hpc_trace::LogWriter::stderr())
                     .with_ansi(stderr_in_colour())
                     .with_filter(filter),
             )
@@ -186,8 +186,10 @@ fn last_words(message: &str) {
 }
 
 /// Ends the process with what clap has to say (`--help`, `--version`, a usage
-/// error), as `clap::Error::exit` does, except that a failed write is not silent:
-/// a closed pipe ends with 141, any other write error with a message and status 2.
+/// error), as `clap::Error::exit` does, except that a failed write is not silent
+/// (a closed pipe ends with 141, any other write error with a message and status
+/// 2) and a line is cut after `hpc_io::message::LINE_CHARS` characters (clap's
+/// "invalid value" quotes the value whole).
 fn clap_exit(e: clap::Error) -> ! {
     let to_stderr = e.use_stderr();
     let text = e.render();
@@ -202,28 +204,7 @@ fn clap_exit(e: clap::Error) -> ! {
     } else {
         text.to_string()
     };
-    let written = if to_stderr {
-        let mut err = std::io::stderr().lock();
-        err.write_all(text.as_bytes()).and_then(|()| err.flush())
-    } else {
-        let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes()).and_then(|()| out.flush())
-    };
-    match written {
-        Ok(()) => std::process::exit(e.exit_code()),
-        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => {
-            std::process::exit(cmd::EXIT_BROKEN_PIPE)
-        }
-        Err(w) => {
-            let stream = if to_stderr {
-                "standard error"
-            } else {
-                "standard output"
-            };
-            last_words(&format!("writing to {stream}: {w}"));
-            std::process::exit(cmd::EXIT_ERROR);
-        }
-    }
+    hpc_io::message::usage_exit("hpc", &text, to_stderr, e.exit_code())
 }
 
 /// Colour in log lines only when stderr is a terminal and `NO_COLOR` is unset or

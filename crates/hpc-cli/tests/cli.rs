@@ -1414,3 +1414,13 @@ fn man_into_a_dangling_link_says_so() {
     assert!(!d.join("missing").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// clap's usage error quoting a value of 100,000 characters (an unknown
+/// subcommand, a value-enum's value) is cut, and `--help` on a full device
+/// is an error naming the stream.
+#[test]
+fn the_usage_text_is_cut_and_its_write_checked() {
+    let hpc = env!("CARGO_BIN_EXE_hpc");
+    hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["BIG"]);
+    hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["completions", "BIG"]);
+}

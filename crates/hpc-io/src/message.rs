@@ -15,6 +15,9 @@
 //!
 //! [`num`] writes a number for a message: plain, or in exponent form where it
 //! would otherwise print as hundreds of digits.
+//!
+//! [`usage_exit`] writes an argument parser's usage text and exits, checking the
+//! write; it and [`error_line`] cut every line after [`LINE_CHARS`] characters.
 
 use std::error::Error;
 use std::io::Write as _;
@@ -28,7 +31,54 @@ use std::io::Write as _;
 /// );
 /// ```
 pub fn error_line(program: &str, message: &str) -> String {
-    format!("{program}: error: {message}\n")
+    format!("{program}: error: {}\n", cut_at(message, LINE_CHARS))
+}
+
+/// The most characters of a line of a program's last words ([`error_line`]) or
+/// usage text ([`usage_exit`]): a line longer than this is cut, with the count of
+/// the characters left out. Every value a message quotes is cut much shorter
+/// where it is written (`hpc_env::shown`, [`cut`]); this bound is the last
+/// one, for a value some code path quotes whole (an argument parser's "invalid
+/// value" of 100,000 characters), and keeps a line within the 4 KiB that reach
+/// a pipe in one piece.
+pub const LINE_CHARS: usize = 1000;
+
+/// Writes `text`, a program's usage text as its argument parser rendered it
+/// (`--help`, `--version`, a usage error), to standard error (`to_stderr`) or
+/// standard output, each line cut after [`LINE_CHARS`] characters, and ends the
+/// process with `code`. A failed write is not silent, as an argument parser's
+/// own exit leaves it (`--help > /dev/full` ended 0): a closed pipe ends the
+/// process with status 141 (as `SIGPIPE` would), any other error with
+/// [`last_words`] naming the stream and status 2.
+///
+/// ```no_run
+/// # let (text, to_stderr, code) = ("usage: x [--n N]\n", true, 2);
+/// // Args::try_parse().unwrap_or_else(|e| hpc_io::message::usage_exit(
+/// //     "x", &e.render().to_string(), e.use_stderr(), e.exit_code()))
+/// hpc_io::message::usage_exit("x", text, to_stderr, code);
+/// ```
+pub fn usage_exit(program: &str, text: &str, to_stderr: bool, code: i32) -> ! {
+    let text = cut_at(text, LINE_CHARS);
+    let written = if to_stderr {
+        let mut err = std::io::stderr().lock();
+        err.write_all(text.as_bytes()).and_then(|()| err.flush())
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    };
+    match written {
+        Ok(()) => std::process::exit(code),
+        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+        Err(w) => {
+            let stream = if to_stderr {
+                "standard error"
+            } else {
+                "standard output"
+            };
+            last_words(program, &format!("writing to {stream}: {w}"));
+            std::process::exit(2);
+        }
+    }
 }
 
 /// Writes [`error_line`] to standard error with one `write` (Rust's standard error
@@ -104,7 +154,18 @@ pub const CUT_CHARS: usize = 300;
 /// assert_eq!(hpc_io::message::cut("short\nlines"), "short\nlines");
 /// ```
 pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
-    let long = |line: &str| line.char_indices().nth(CUT_CHARS).map(|(at, _)| at);
+    cut_at(text, CUT_CHARS)
+}
+
+/// `text` with each line cut after `max` characters and the count of those left
+/// out, as [`cut`] cuts at [`CUT_CHARS`].
+///
+/// ```
+/// let t = hpc_io::message::cut_at("abcdef\nxy", 2);
+/// assert_eq!(t, "ab... (4 more characters)\nxy");
+/// ```
+pub fn cut_at(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let long = |line: &str| line.char_indices().nth(max).map(|(at, _)| at);
     if text.split('\n').all(|l| long(l).is_none()) {
         return text.into();
     }
@@ -151,6 +212,25 @@ mod tests {
             format!("in the parameters: cannot open c\u{fffd}: {os}")
         );
         assert_eq!(line.matches(&os).count(), 1, "{line}");
+    }
+
+    /// A last line of any length is cut (an argument parser's or a library's
+    /// message that quotes a value of 100,000 characters whole), and stays one
+    /// write a pipe takes in one piece.
+    #[test]
+    fn last_words_are_cut_to_a_line_a_pipe_takes_whole() {
+        let long = format!("--n {}: not a number", "9".repeat(100_000));
+        let line = error_line("fft3d", &long);
+        assert!(line.len() < 4096, "{} bytes", line.len());
+        assert!(line.starts_with("fft3d: error: --n 999"), "{line:.60}");
+        assert!(line.ends_with("... (99018 more characters)\n"), "{line}");
+        assert_eq!(
+            error_line("fft3d", "short\nlines"),
+            "fft3d: error: short\nlines\n"
+        );
+        assert_eq!(cut_at("abc", 3), "abc");
+        assert_eq!(cut_at("abcd", 3), "abc... (1 more characters)");
+        assert_eq!(cut_at("ééé\né", 1), "é... (2 more characters)\né");
     }
 
     #[test]

@@ -239,8 +239,10 @@ fn install_subscriber() -> Result<(), Error> {
     // Not `std::env::vars()`, which panics on a variable that is not UTF-8; one of
     // ours that is not is reported by `World::init` (here the tag is left off).
     let env = runtime::env::vars().unwrap_or_default();
-    let writer = RankTagged {
-        tag: rank_tag(&env).map(|r| format!("[{r}] ")),
+    // Each event in one write, after the rank's tag, its lines cut.
+    let writer = match rank_tag(&env) {
+        Some(r) => hpc_trace::LogWriter::tagged(format!("[{r}] ")),
+        None => hpc_trace::LogWriter::stderr(),
     };
     let ansi = std::io::stderr().is_terminal();
     let installed =
@@ -287,43 +289,6 @@ fn rank_tag(env: &std::collections::HashMap<String, String>) -> Option<usize> {
         .into_iter()
         .find_map(num),
         _ => None,
-    }
-}
-
-/// Standard error, each log line preceded by the rank's tag (one write per line, as
-/// the formatter writes an event in one piece).
-struct RankTagged {
-    tag: Option<String>,
-}
-
-struct TaggedStderr<'a> {
-    tag: Option<&'a str>,
-}
-
-impl std::io::Write for TaggedStderr<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.tag {
-            None => std::io::stderr().write(buf),
-            Some(tag) => {
-                let mut line = Vec::with_capacity(tag.len() + buf.len());
-                line.extend_from_slice(tag.as_bytes());
-                line.extend_from_slice(buf);
-                std::io::stderr().lock().write_all(&line)?;
-                Ok(buf.len())
-            }
-        }
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RankTagged {
-    type Writer = TaggedStderr<'a>;
-    fn make_writer(&'a self) -> TaggedStderr<'a> {
-        TaggedStderr {
-            tag: self.tag.as_deref(),
-        }
     }
 }
 

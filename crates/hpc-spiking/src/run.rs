@@ -561,7 +561,7 @@ pub fn init_log(program: &str) {
         }
     };
     let log = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(hpc_rs::trace::LogWriter::stderr())
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     tracing_subscriber::registry()
@@ -583,6 +583,22 @@ pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
     }
 }
 
+/// The arguments of `program` (`A`), or the end of the process with the
+/// parser's usage text (`--help`, `--version`, a usage error) through
+/// [`hpc_io::message::usage_exit`]: its write checked and each line cut, where
+/// clap's own exit quoted a value of any length whole and ignored a failed
+/// write (`--help > /dev/full` ended 0).
+pub fn parse_args<A: clap::Parser>(program: &str) -> A {
+    A::try_parse().unwrap_or_else(|e| {
+        hpc_io::message::usage_exit(
+            program,
+            &e.render().to_string(),
+            e.use_stderr(),
+            e.exit_code(),
+        )
+    })
+}
+
 /// The whole `main` of a simulation binary named `program`: serves as the
 /// node's progress process when the `proxy` engine re-executes it
 /// ([`serve_proxy`]), else parses its arguments `A`, installs the log
@@ -592,7 +608,7 @@ pub fn run_program<A: clap::Parser>(program: &str, run: impl FnOnce(A) -> anyhow
     if serve_proxy(program) {
         return;
     }
-    let args = A::parse();
+    let args = parse_args::<A>(program);
     init_log(program);
     exit_on_error(program, run(args));
 }

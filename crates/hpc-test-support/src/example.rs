@@ -141,6 +141,39 @@ pub fn refused(o: &Output) -> String {
     err
 }
 
+/// Checks how the program `bin` says its usage: a usage error quoting a value
+/// of 100,000 characters (`bad_args`, the value written `BIG`) ends with status
+/// 2 in a few lines each cut (clap's "invalid value" quoted it whole), and
+/// `--help` with standard output on a full device ends with status 2 naming the
+/// stream (clap's own exit ignored the failed write and ended 0).
+pub fn assert_usage_is_cut_and_checked(bin: &str, bad_args: &[&str]) {
+    let big = "x".repeat(100_000);
+    let args: Vec<&str> = bad_args
+        .iter()
+        .map(|&a| if a == "BIG" { big.as_str() } else { a })
+        .collect();
+    let o = Command::new(bin).args(&args).output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{bin}: {err:.300}");
+    assert!(
+        err.contains("more characters") && err.lines().all(|l| l.chars().count() < 1100),
+        "{bin}: a usage error of {} bytes: {err:.300}",
+        err.len()
+    );
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(bin)
+        .arg("--help")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{bin} --help > /dev/full: {err}");
+    assert!(err.contains("writing to standard output"), "{bin}: {err}");
+}
+
 /// Limits every file that `cmd`'s process writes to `bytes` (`RLIMIT_FSIZE`), with
 /// `SIGXFSZ` ignored: past the limit a write fails with `EFBIG` ("File too large")
 /// as it would on a full disk, instead of killing the process.

@@ -54,11 +54,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 mod clock;
+mod log;
 pub mod merge;
 mod record;
 mod sink;
 pub mod svg;
 
+pub use log::{LogEvent, LogWriter};
 pub use record::TraceLayer;
 
 /// The version of the per-process file format ([`merge`] refuses another).

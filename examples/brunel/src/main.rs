@@ -332,11 +332,11 @@ fn main() {
     if hpc_spiking::run::serve_proxy("brunel") {
         return;
     }
-    let args = Args::parse();
+    let args = hpc_spiking::run::parse_args::<Args>("brunel");
     use tracing_subscriber::prelude::*;
     let (filter, log_problem) = hpc_spiking::run::log_filter();
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(hpc_trace::LogWriter::stderr())
         .with_ansi(std::io::stderr().is_terminal())
         .with_filter(filter);
     // `--trace FILE`: this rank's timeline, recorded into a directory beside FILE

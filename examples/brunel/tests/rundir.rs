@@ -714,3 +714,10 @@ fn a_trace_is_renamed_into_place_not_written_through_a_link() {
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A usage error quoting a value of 100,000 characters is cut, and `--help`
+/// on a full device is an error, not a silent 0.
+#[test]
+fn the_usage_text_is_cut_and_its_write_checked() {
+    hpc_test_support::example::assert_usage_is_cut_and_checked(BRUNEL, &["BIG"]);
+}

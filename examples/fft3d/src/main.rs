@@ -248,7 +248,15 @@ fn main() {
             std::process::exit(1);
         }
     }
-    let args = Args::parse();
+    // Usage text written and checked as every program of the project writes it.
+    let args = Args::try_parse().unwrap_or_else(|e| {
+        hpc_io::message::usage_exit(
+            "fft3d",
+            &e.render().to_string(),
+            e.use_stderr(),
+            e.exit_code(),
+        )
+    });
     if let Err(e) = run(args) {
         // A failed write of the message (stderr on a full device) changes nothing:
         // the status still says the run failed.

@@ -98,3 +98,10 @@ fn the_result_line_reports_the_batches_that_ran_and_a_huge_grid_is_refused() {
     let err = refused(&fft3d(&["--n", "8", "--grid", "4294967296x4294967296"]));
     assert!(err.contains("is too many"), "{err}");
 }
+
+/// A usage error quoting a value of 100,000 characters is cut, and `--help`
+/// on a full device is an error, not a silent 0.
+#[test]
+fn the_usage_text_is_cut_and_its_write_checked() {
+    hpc_test_support::example::assert_usage_is_cut_and_checked(FFT3D, &["BIG"]);
+}

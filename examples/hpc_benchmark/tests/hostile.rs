@@ -311,3 +311,10 @@ fn hpc_trace_records_the_timeline() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A usage error quoting a value of 100,000 characters is cut, and `--help`
+/// on a full device is an error, not a silent 0.
+#[test]
+fn the_usage_text_is_cut_and_its_write_checked() {
+    hpc_test_support::example::assert_usage_is_cut_and_checked(BIN, &["BIG"]);
+}

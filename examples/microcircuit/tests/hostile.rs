@@ -155,3 +155,10 @@ fn a_log_filter_that_is_not_one_is_named() {
     assert!(err.contains("HPC_LOG=\"[[[\" is not a log filter"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A usage error quoting a value of 100,000 characters is cut, and `--help`
+/// on a full device is an error, not a silent 0.
+#[test]
+fn the_usage_text_is_cut_and_its_write_checked() {
+    hpc_test_support::example::assert_usage_is_cut_and_checked(BIN, &["BIG"]);
+}
