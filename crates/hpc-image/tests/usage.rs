@@ -257,24 +257,7 @@ fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
     .unwrap();
     std::fs::write(inner.join("src/main.rs"), "fn main() {}\n").unwrap();
     let m = inner.join("Cargo.toml").to_str().unwrap().to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = hpc_image::run(args(&["--manifest-path", &m]));
-        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
-    });
-    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
-    if got.is_err() {
-        // Let the waiting cargo go before failing.
-        let _ = std::fs::write(&fifo, "[workspace]\n");
-    }
-    let (status, msg) = got
-        .expect("still waiting on the FIFO after 30 s")
-        .unwrap_err();
-    assert_eq!(status, 2, "{msg}");
-    assert!(
-        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
-        "{msg}"
-    );
+    assert_fifo_refused(m, &fifo, "[workspace]\n");
     let _ = std::fs::remove_dir_all(&top);
 }
 
@@ -339,24 +322,7 @@ fn a_member_manifest_that_is_a_fifo_is_refused_not_waited_on() {
         .unwrap()
         .success());
     let m = toml.to_str().unwrap().to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = hpc_image::run(args(&["--manifest-path", &m]));
-        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
-    });
-    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
-    if got.is_err() {
-        // Let the waiting cargo go before failing.
-        let _ = std::fs::write(&fifo, "[package]\nname = \"m\"\n");
-    }
-    let (status, msg) = got
-        .expect("still waiting on the FIFO after 30 s")
-        .unwrap_err();
-    assert_eq!(status, 2, "{msg}");
-    assert!(
-        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
-        "{msg}"
-    );
+    assert_fifo_refused(m, &fifo, "[package]\nname = \"m\"\n");
     let _ = std::fs::remove_dir_all(&ws);
 }
 
@@ -481,4 +447,28 @@ fn an_output_folder_another_build_is_writing_is_refused() {
     drop(claim);
     let _ = std::fs::remove_dir_all(&ws);
     let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Runs the image command on the manifest `m` in a thread and checks that it is
+/// refused within 30 s (status 2) naming `fifo` as no regular file; if it still
+/// waits, `unblock` is written into the FIFO to let the waiting cargo go before
+/// the test fails.
+fn assert_fifo_refused(m: String, fifo: &std::path::Path, unblock: &str) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = hpc_image::run(args(&["--manifest-path", &m]));
+        let _ = tx.send(r.map_err(|e| (hpc_image::exit_status(&e), format!("{e:#}"))));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if got.is_err() {
+        let _ = std::fs::write(fifo, unblock);
+    }
+    let (status, msg) = got
+        .expect("still waiting on the FIFO after 30 s")
+        .unwrap_err();
+    assert_eq!(status, 2, "{msg}");
+    assert!(
+        msg.contains(&fifo.display().to_string()) && msg.contains("not a regular file"),
+        "{msg}"
+    );
 }

@@ -72,7 +72,7 @@
 //! ```
 
 use std::fs::{self, File};
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -80,7 +80,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, StepError};
 
+mod claim;
 mod link;
+use claim::holder_in;
+pub use claim::{try_lock_file, FileClaim};
 pub use link::check_dir_link;
 
 /// The manifest of a run directory.
@@ -434,125 +437,9 @@ fn try_lock(dir: &Path) -> Result<Option<File>> {
     try_lock_file(&dir.join(LOCK))
 }
 
-/// Takes an exclusive, non-blocking `flock` on the lock file at `path` (created if
-/// missing; a symbolic link, a FIFO or a device there is refused with
-/// [`Error::WrongType`]); `Ok(None)` when another process holds it. The lock goes
-/// with the returned file (and with the process, however it ends). For a directory
-/// a run owns that is not a run directory (a checkpoint directory).
-pub fn try_lock_file(path: &Path) -> Result<Option<File>> {
-    let path = path.to_path_buf();
-    let (f, _) = open_own(&path, true)?
-        .ok_or_else(|| io("open the lock file", &path)(std::io::ErrorKind::NotFound.into()))?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(Some(f)),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
-        Err(e) => Err(io("lock", &path)(e.into())),
-    }
-}
-
-/// An output file that one run writes whole at its end (a merged trace), claimed
-/// at the run's start: a second run given the same name is refused at once
-/// ([`Error::FileBusy`], naming the holder) instead of both writing it and the
-/// last to finish silently winning. The claim is an exclusive `flock` on
-/// `.NAME.lock` beside the file (what [`try_lock_file`] takes), which says who
-/// holds it; the lock file is removed when the claim is dropped, still locked, so
-/// that no other run takes the removed file's lock for its own.
-///
-/// ```
-/// let dir = std::env::temp_dir().join(format!("hpc-io-claim-doc-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).unwrap();
-/// let out = dir.join("trace.json");
-/// let claim = hpc_io::rundir::FileClaim::take(&out, "the first run").unwrap();
-/// let e = hpc_io::rundir::FileClaim::take(&out, "the second").unwrap_err();
-/// assert!(e.to_string().contains("is being written by the first run"), "{e}");
-/// drop(claim);
-/// assert!(!dir.join(".trace.json.lock").exists());
-/// hpc_io::rundir::FileClaim::take(&out, "the second").unwrap();
-/// # std::fs::remove_dir_all(&dir).unwrap();
-/// ```
-#[derive(Debug)]
-pub struct FileClaim {
-    lock: PathBuf,
-    _file: File,
-}
-
-impl FileClaim {
-    /// Claims `path` for this run, `holder` naming it to a run refused for it.
-    pub fn take(path: &Path, holder: &str) -> Result<FileClaim> {
-        use std::os::unix::fs::MetadataExt as _;
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::Name(path.display().to_string()))?;
-        let mut lock_name = std::ffi::OsString::from(".");
-        lock_name.push(name);
-        lock_name.push(".lock");
-        let lock = path.with_file_name(lock_name);
-        // Said of the file asked for, not of the lock beside it that no user
-        // named ("cannot open N/.trace.json.lock" where N was not made yet).
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // Its folder through a link another user planted: refused, as a run
-            // directory is (the file went where the link pointed).
-            check_dir_link(dir)?;
-            if !dir.is_dir() {
-                return Err(io("open", path)(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("its folder {} does not exist", dir.display()),
-                )));
-            }
-        }
-        // A lock file removed by the run that held it, between our open and our
-        // lock, is no claim of this name any more: opened again.
-        for _ in 0..8 {
-            let Some(mut f) = try_lock_file(&lock)? else {
-                return Err(Error::FileBusy {
-                    path: path.to_path_buf(),
-                    holder: holder_in(&lock),
-                });
-            };
-            let same = match (f.metadata(), fs::symlink_metadata(&lock)) {
-                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-                _ => false,
-            };
-            if !same {
-                continue;
-            }
-            if let Err(e) = f.set_len(0).and_then(|()| f.write_all(holder.as_bytes())) {
-                // The lock file made here is not left behind (a full disk left
-                // `.NAME.lock` beside a trace that was never written).
-                let _ = fs::remove_file(&lock);
-                return Err(io("write", &lock)(e));
-            }
-            return Ok(FileClaim { lock, _file: f });
-        }
-        Err(io("lock", &lock)(std::io::Error::other(
-            "its lock file keeps being replaced",
-        )))
-    }
-}
-
-impl Drop for FileClaim {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.lock);
-    }
-}
-
 /// Who holds the run directory `dir`, as its lock file says.
 fn holder_of(dir: &Path) -> String {
     holder_in(&dir.join(LOCK))
-}
-
-/// Who holds the lock file `lock`, as it says (at most 300 characters).
-fn holder_in(lock: &Path) -> String {
-    let mut text = String::new();
-    if let Ok(Some((f, _))) = open_own(lock, false) {
-        let _ = f.take(4096).read_to_string(&mut text);
-    }
-    let text = text.trim();
-    if text.is_empty() {
-        "another run".into()
-    } else {
-        text.chars().take(300).collect()
-    }
 }
 
 /// An output directory this run owns (see the [module](self) documentation).
@@ -1072,6 +959,8 @@ mod tests {
         // directory, unseen).
         let lnk = t.0.join("lnk");
         std::os::unix::fs::symlink(&target, &lnk).unwrap();
+        let e = RunDir::create("", info()).unwrap_err().to_string();
+        assert!(e.contains("empty path"), "{e}");
         if chownat(
             CWD,
             &lnk,
@@ -1084,20 +973,7 @@ mod tests {
             let e = RunDir::create(lnk.join("out"), info()).unwrap_err();
             assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
             assert!(!target.join("out").exists());
-        }
-        let e = RunDir::create("", info()).unwrap_err().to_string();
-        assert!(e.contains("empty path"), "{e}");
-
-        // A claimed file whose folder is a planted link: refused too.
-        if chownat(
-            CWD,
-            &lnk,
-            Some(nobody.0),
-            Some(nobody.1),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
-        {
+            // A claimed file whose folder is a planted link: refused too.
             let e = FileClaim::take(&lnk.join("trace.json"), "a run").unwrap_err();
             assert!(matches!(e, Error::ForeignLink { .. }), "{e}");
             assert!(!target.join(".trace.json.lock").exists());
