@@ -295,18 +295,9 @@ pub enum SpikeFileError {
 /// the bytes. With `partial_ok`, an incomplete last record (a `.partial` file caught
 /// mid-write) is dropped and counted instead of refused.
 pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeFileError> {
-    if bytes.len() < 16 {
-        return Err(SpikeFileError::TooShort(bytes.len()));
-    }
-    if &bytes[..8] != MAGIC {
-        return Err(SpikeFileError::Magic);
-    }
+    check_head(bytes)?;
     let u32_at =
         |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
-    let version = u32_at(8);
-    if version != VERSION {
-        return Err(SpikeFileError::Version(version));
-    }
     let hlen = u32_at(12) as u64;
     let available = (bytes.len() - 16) as u64;
     if hlen > available {
@@ -455,9 +446,44 @@ pub fn read_spikes_partial(path: &Path) -> Result<SpikeFile> {
 }
 
 fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
-    let bytes = hpc_io::read::read_regular(path, hpc_io::read::MAX_DATA_BYTES)?;
-    decode_spikes(&bytes, partial_ok)
-        .with_context(|| format!("{} is not a valid spike file", path.display()))
+    use std::io::{Read as _, Seek as _};
+    let invalid = || format!("{} is not a valid spike file", path.display());
+    let (mut file, size) = hpc_io::read::open_regular(path)?;
+    // Its first bytes before the rest: what is no spike file is refused by them,
+    // not after reading gigabytes of it, and then its size against the memory.
+    let mut head = Vec::with_capacity(16);
+    (&mut file)
+        .take(16)
+        .read_to_end(&mut head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    check_head(&head).with_context(invalid)?;
+    if let Some(available) = hpc_io::read::mem_available().filter(|&a| size > a) {
+        anyhow::bail!(
+            "{}: {size} bytes, more than the {available} bytes of memory available \
+             (MemAvailable) to read it",
+            path.display()
+        );
+    }
+    file.rewind()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = hpc_io::read::read_open(path, file, size, hpc_io::read::MAX_DATA_BYTES)?;
+    decode_spikes(&bytes, partial_ok).with_context(invalid)
+}
+
+/// Checks a spike file's first 16 bytes (all of it when shorter): the magic and
+/// the format's version.
+fn check_head(bytes: &[u8]) -> Result<(), SpikeFileError> {
+    if bytes.len() < 16 {
+        return Err(SpikeFileError::TooShort(bytes.len()));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(SpikeFileError::Magic);
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != VERSION {
+        return Err(SpikeFileError::Version(version));
+    }
+    Ok(())
 }
 
 /// Running statistics of the spikes: their count, and per neuron the spikes and
@@ -641,6 +667,48 @@ mod tests {
         b.extend_from_slice(h.as_bytes());
         let e = decode_spikes(&b, false).unwrap_err().to_string();
         assert!(e.len() < 300 && e.contains("more characters"), "{e}");
+    }
+
+    #[test]
+    fn what_is_no_spike_file_is_refused_by_its_first_bytes_and_size() {
+        let dir = std::env::temp_dir().join(format!("hpc-spiking-head-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 60 GiB, sparse: read whole (as it was, under the 64 GiB bound) it asked
+        // for an allocation of 60 GiB before its first bytes said it is no
+        // spike file.
+        let sparse = |name: &str, head: &[u8]| {
+            let p = dir.join(name);
+            let f = std::fs::File::create(&p).unwrap();
+            (&f).write_all(head).unwrap();
+            f.set_len(60 << 30).unwrap();
+            p
+        };
+        let t = std::time::Instant::now();
+        let e = format!(
+            "{:#}",
+            read_spikes(&sparse("image.spk", b"\x89PNG")).unwrap_err()
+        );
+        assert!(e.contains("does not start with \"HPCSPIKE\""), "{e}");
+        let mut head = MAGIC.to_vec();
+        head.extend_from_slice(&7u32.to_le_bytes());
+        head.extend_from_slice(&0u32.to_le_bytes());
+        let e = format!("{:#}", read_spikes(&sparse("v7.spk", &head)).unwrap_err());
+        assert!(e.contains("format version 7"), "{e}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+        // A spike file's head on a file larger than the memory available.
+        head[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let big = sparse("big.spk", &head);
+        if hpc_io::read::mem_available().is_some_and(|a| a < 60 << 30) {
+            let e = format!("{:#}", read_spikes(&big).unwrap_err());
+            assert!(e.contains("bytes of memory available"), "{e}");
+        }
+        let e = check_head(b"HPCSPIKE").unwrap_err().to_string();
+        assert!(e.contains("8 bytes is too short"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
