@@ -188,8 +188,9 @@ class Memory(unittest.TestCase):
             f.truncate(size)
         return p
 
-    def test_what_is_no_spike_file_is_refused_by_its_first_bytes(self):
-        p = self.sparse("image.spk", b"", 1 << 30)
+    def refused_within_a_mebibyte(self, p):
+        """The SpikeFileError reading `p` raises, after checking that reading it
+        allocated less than 1 MiB."""
         tracemalloc.start()
         try:
             with self.assertRaises(SpikeFileError) as cm:
@@ -197,23 +198,22 @@ class Memory(unittest.TestCase):
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        self.assertIn('does not start with "HPCSPIKE"', str(cm.exception))
         self.assertLess(peak, 1 << 20)
+        return cm.exception
+
+    def test_what_is_no_spike_file_is_refused_by_its_first_bytes(self):
+        e = self.refused_within_a_mebibyte(self.sparse("image.spk", b"", 1 << 30))
+        self.assertIn('does not start with "HPCSPIKE"', str(e))
 
     def test_a_file_larger_than_the_memory_is_refused_by_its_size(self):
         p = self.sparse("big.spk", spk([]), 1 << 30)
         real = hpc_spikes.mem_available
         hpc_spikes.mem_available = lambda: 1 << 20
-        tracemalloc.start()
         try:
-            with self.assertRaises(SpikeFileError) as cm:
-                hpc_spikes.read(p)
-            peak = tracemalloc.get_traced_memory()[1]
+            e = self.refused_within_a_mebibyte(p)
         finally:
-            tracemalloc.stop()
             hpc_spikes.mem_available = real
-        self.assertIn("bytes of memory, 1048576 are available", str(cm.exception))
-        self.assertLess(peak, 1 << 20)
+        self.assertIn("bytes of memory, 1048576 are available", str(e))
         self.assertTrue(real() is None or real() > 0)
 
 
