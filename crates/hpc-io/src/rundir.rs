@@ -84,7 +84,7 @@ mod claim;
 mod link;
 use claim::holder_in;
 pub use claim::{try_lock_file, FileClaim};
-pub use link::check_dir_link;
+pub use link::{check_dir_link, dangling_link};
 
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";

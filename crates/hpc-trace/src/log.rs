@@ -67,18 +67,26 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 
 /// Writes the event `buf` (one formatted event, as `tracing_subscriber`'s
 /// formatter hands it over) to `out` with one `write_all`: after `tag`, its
-/// lines cut. An event of short lines and no tag is written as it is.
+/// lines cut. An event of at most [`hpc_io::message::LINE_CHARS`] bytes (every
+/// event but a rare one) is neither decoded nor scanned for its lines.
 fn write_event(out: &mut impl Write, tag: Option<&str>, buf: &[u8]) -> std::io::Result<()> {
     let max = hpc_io::message::LINE_CHARS;
-    if tag.is_none() && buf.len() <= max {
-        return out.write_all(buf);
+    let text;
+    let body = if buf.len() <= max {
+        buf
+    } else {
+        text = hpc_io::message::cut_at(&String::from_utf8_lossy(buf), max).into_owned();
+        text.as_bytes()
+    };
+    match tag {
+        None => out.write_all(body),
+        Some(tag) => {
+            let mut line = Vec::with_capacity(tag.len() + body.len());
+            line.extend_from_slice(tag.as_bytes());
+            line.extend_from_slice(body);
+            out.write_all(&line)
+        }
     }
-    let text = String::from_utf8_lossy(buf);
-    let cut = hpc_io::message::cut_at(&text, max);
-    let mut line = String::with_capacity(tag.map_or(0, str::len) + cut.len());
-    line.push_str(tag.unwrap_or(""));
-    line.push_str(&cut);
-    out.write_all(line.as_bytes())
 }
 
 #[cfg(test)]

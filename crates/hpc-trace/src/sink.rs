@@ -140,7 +140,7 @@ impl Sink {
             }
         }
         // A link to a missing directory: "File exists" said neither.
-        if let (Err(_), Ok(target)) = (std::fs::metadata(dir), std::fs::read_link(dir)) {
+        if let Some(target) = hpc_io::rundir::dangling_link(dir) {
             return Err(dir_err(std::io::Error::other(format!(
                 "it is a symbolic link to {}, which does not exist: make that directory, \
                  or name another",

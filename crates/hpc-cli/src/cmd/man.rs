@@ -75,7 +75,7 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         .into());
     }
     // A link to a missing folder: "creating D: File exists" said neither.
-    if let (Err(_), Ok(target)) = (std::fs::metadata(dir), std::fs::read_link(dir)) {
+    if let Some(target) = hpc_io::rundir::dangling_link(dir) {
         return Err(super::UsageError(format!(
             "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
              or name another",

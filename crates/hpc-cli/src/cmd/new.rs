@@ -508,7 +508,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
     // A dangling link is neither a directory to write into nor one to create:
     // it was taken as missing, and the first file failed as "creating
     // LINK/Cargo.toml: No such file or directory".
-    if let (false, Ok(target)) = (path.exists(), std::fs::read_link(path)) {
+    if let Some(target) = hpc_io::rundir::dangling_link(path) {
         return Err(UsageError(format!(
             "{} is a symbolic link to {}, which does not exist: create that directory, or \
              give another path (nothing was written)",

@@ -102,7 +102,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
             }
             // A link to a missing folder is neither one to write into nor one to
             // make: it was found after the build, as "creating D: File exists".
-            if let (Err(_), Ok(target)) = (std::fs::metadata(d), std::fs::read_link(d)) {
+            if let Some(target) = hpc_io::rundir::dangling_link(d) {
                 usage!(
                     "{}: a symbolic link to {}, which does not exist (make that directory, \
                      or give another)",

@@ -5,6 +5,25 @@ use std::path::Path;
 
 use super::{io, Error, Result};
 
+/// The target of `path` when it is a symbolic link to nothing (a directory a
+/// user named that is neither one to write into nor one to make: creating it
+/// said only "File exists"); `None` otherwise.
+///
+/// ```
+/// let d = std::env::temp_dir().join(format!("hpc-io-dangling-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&d).unwrap();
+/// std::os::unix::fs::symlink(d.join("nowhere"), d.join("out")).unwrap();
+/// assert_eq!(hpc_io::rundir::dangling_link(&d.join("out")), Some(d.join("nowhere")));
+/// assert_eq!(hpc_io::rundir::dangling_link(&d), None);
+/// # std::fs::remove_dir_all(&d).unwrap();
+/// ```
+pub fn dangling_link(path: &Path) -> Option<std::path::PathBuf> {
+    match fs::metadata(path) {
+        Ok(_) => None,
+        Err(_) => fs::read_link(path).ok(),
+    }
+}
+
 /// Checks a directory a run will write into, as a user named it: an empty path
 /// is refused (it named the current directory unseen), and each symbolic link
 /// the path goes through, itself included, is followed only when this process's
