@@ -31,12 +31,15 @@ use std::io::Write as _;
 /// );
 /// ```
 pub fn error_line(program: &str, message: &str) -> String {
-    format!("{program}: error: {}\n", cut_at(message, LINE_CHARS))
+    let mut line = cut_line(&format!("{program}: error: {message}")).into_owned();
+    line.push('\n');
+    line
 }
 
-/// The most characters of a line of a program's last words ([`error_line`]) or
-/// usage text ([`usage_exit`]): a line longer than this is cut, with the count of
-/// the characters left out. Every value a message quotes is cut much shorter
+/// The most characters of a line of a program's last words ([`error_line`]),
+/// usage text ([`usage_exit`]) or log (`hpc_trace::LogWriter`), the program's
+/// name, a rank's tag and the note of a cut included: a line longer than this
+/// is cut by [`cut_line`], with the count of the characters left out. Every value a message quotes is cut much shorter
 /// where it is written (`hpc_env::shown`, [`cut`]); this bound is the last
 /// one, for a value some code path quotes whole (an argument parser's "invalid
 /// value" of 100,000 characters), and keeps a line within the 4 KiB that reach
@@ -58,7 +61,7 @@ pub const LINE_CHARS: usize = 1000;
 /// hpc_io::message::usage_exit("x", text, to_stderr, code);
 /// ```
 pub fn usage_exit(program: &str, text: &str, to_stderr: bool, code: i32) -> ! {
-    let text = cut_at(text, LINE_CHARS);
+    let text = cut_line(text);
     let written = if to_stderr {
         let mut err = std::io::stderr().lock();
         err.write_all(text.as_bytes()).and_then(|()| err.flush())
@@ -157,6 +160,30 @@ pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
     cut_at(text, CUT_CHARS)
 }
 
+/// `text` with each line of more than [`LINE_CHARS`] characters cut so that,
+/// with the note of the cut (`... (N more characters)`), it is [`LINE_CHARS`]
+/// characters long: the last bound on a line out of a process, whatever wrote it.
+///
+/// ```
+/// use hpc_io::message::{cut_line, LINE_CHARS};
+/// let t = cut_line(&"x".repeat(100_000)).into_owned();
+/// assert_eq!(t.chars().count(), LINE_CHARS);
+/// assert!(t.ends_with("xxx... (99027 more characters)"), "{t}");
+/// assert_eq!(cut_line("short\nlines"), "short\nlines");
+/// ```
+pub fn cut_line(text: &str) -> std::borrow::Cow<'_, str> {
+    // The note is "... (" and " more characters)" (22 characters) around the
+    // count's digits: keep as much as leaves room for it.
+    let digits = |n: usize| n.to_string().len();
+    cut_lines(text, LINE_CHARS, |n| {
+        let mut keep = LINE_CHARS - 22 - digits(n);
+        while keep + 1 + 22 + digits(n - keep - 1) <= LINE_CHARS {
+            keep += 1;
+        }
+        keep
+    })
+}
+
 /// `text` with each line cut after `max` characters and the count of those left
 /// out, as [`cut`] cuts at [`CUT_CHARS`].
 ///
@@ -165,18 +192,29 @@ pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
 /// assert_eq!(t, "ab... (4 more characters)\nxy");
 /// ```
 pub fn cut_at(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    let long = |line: &str| line.char_indices().nth(max).map(|(at, _)| at);
-    if text.split('\n').all(|l| long(l).is_none()) {
+    cut_lines(text, max, |_| max)
+}
+
+/// `text` with each line of more than `limit` characters cut after `keep(its
+/// length)` of them, and the count of those left out.
+fn cut_lines(text: &str, limit: usize, keep: impl Fn(usize) -> usize) -> std::borrow::Cow<'_, str> {
+    let too_long = |line: &str| line.chars().nth(limit).is_some();
+    if !text.split('\n').any(too_long) {
         return text.into();
     }
     let lines: Vec<String> = text
         .split('\n')
-        .map(|l| match long(l) {
-            None => l.to_string(),
-            Some(at) => {
-                let more = l[at..].chars().count();
-                format!("{}... ({more} more characters)", &l[..at])
+        .map(|l| {
+            if !too_long(l) {
+                return l.to_string();
             }
+            let n = l.chars().count();
+            let at = l.char_indices().nth(keep(n)).map_or(l.len(), |(at, _)| at);
+            format!(
+                "{}... ({} more characters)",
+                &l[..at],
+                l[at..].chars().count()
+            )
         })
         .collect();
     lines.join("\n").into()
@@ -223,7 +261,24 @@ mod tests {
         let line = error_line("fft3d", &long);
         assert!(line.len() < 4096, "{} bytes", line.len());
         assert!(line.starts_with("fft3d: error: --n 999"), "{line:.60}");
-        assert!(line.ends_with("... (99018 more characters)\n"), "{line}");
+        assert!(line.ends_with("... (99059 more characters)\n"), "{line}");
+        assert_eq!(line.trim_end().chars().count(), LINE_CHARS);
+        for n in [
+            LINE_CHARS - 1,
+            LINE_CHARS,
+            LINE_CHARS + 1,
+            9_999,
+            10_000,
+            10_001,
+        ] {
+            let cut = cut_line(&"é".repeat(n)).into_owned();
+            let m = cut.chars().count();
+            assert!(
+                m <= LINE_CHARS && m + 1 >= n.min(LINE_CHARS),
+                "a line of {n}: {m}"
+            );
+            assert_eq!(cut == "é".repeat(n), n <= LINE_CHARS, "a line of {n}");
+        }
         assert_eq!(
             error_line("fft3d", "short\nlines"),
             "fft3d: error: short\nlines\n"

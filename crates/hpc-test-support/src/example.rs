@@ -143,7 +143,7 @@ pub fn refused(o: &Output) -> String {
 
 /// Checks how the program `bin` says its usage: a usage error quoting a value
 /// of 100,000 characters (`bad_args`, the value written `BIG`) ends with status
-/// 2 in a few lines each cut (clap's "invalid value" quoted it whole), and
+/// 2 in a few lines each cut to `LINE_CHARS` (clap's "invalid value" quoted it whole), and
 /// `--help` with standard output on a full device ends with status 2 naming the
 /// stream (clap's own exit ignored the failed write and ended 0).
 pub fn assert_usage_is_cut_and_checked(bin: &str, bad_args: &[&str]) {
@@ -156,7 +156,8 @@ pub fn assert_usage_is_cut_and_checked(bin: &str, bad_args: &[&str]) {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{bin}: {err:.300}");
     assert!(
-        err.contains("more characters") && err.lines().all(|l| l.chars().count() < 1100),
+        err.contains("more characters")
+            && err.lines().all(|l| l.chars().count() <= hpc_io::message::LINE_CHARS),
         "{bin}: a usage error of {} bytes: {err:.300}",
         err.len()
     );
