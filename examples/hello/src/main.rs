@@ -11,7 +11,36 @@
 
 use hpc_rs::comm::ReduceOp;
 
+/// What `hello --help` prints.
+const USAGE: &str = "Hello from every rank, then a sum over all ranks.\n\n\
+    Usage: hpc run -n 4 -- hello\n\n\
+    It takes no arguments; HPC_LOG, HPC_ENGINE and the other HPC_* variables set it up.";
+
 fn main() {
+    // The arguments first, before `init` joins the other ranks: a mistake in them
+    // is bad input (status 2, as every program of the project gives it), said
+    // before anything runs.
+    if let Some(a) = std::env::args_os().nth(1) {
+        let a = a.to_string_lossy();
+        if a == "--help" || a == "-h" {
+            let code = match hpc_io::write::stdout_line(format_args!("{USAGE}")) {
+                Ok(()) => 0,
+                Err(e) => {
+                    hpc_io::message::last_words("hello", &e.to_string());
+                    2
+                }
+            };
+            std::process::exit(code);
+        }
+        hpc_io::message::last_words(
+            "hello",
+            &format!(
+                "{}: hello takes no arguments (run it as `hpc run -n 4 -- hello`; --help says more)",
+                hpc_io::message::cut_at(&a, 40)
+            ),
+        );
+        std::process::exit(2);
+    }
     if let Err(e) = run() {
         // The project's one-line message (not `main`'s `Error: {e:?}`, which adds a
         // stack backtrace under RUST_BACKTRACE), in one write; a failed write of it
@@ -23,10 +52,6 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let ctx = hpc_rs::init()?;
-    // It takes no arguments: one given by mistake is said, not ignored.
-    if let Some(a) = std::env::args_os().nth(1) {
-        anyhow::bail!("{a:?}: hello takes no arguments (run it as `hpc run -n 4 -- hello`)");
-    }
     let world = &ctx.world;
     // A failed write to stdout (`> /dev/full`) is kept and returned at the end, after
     // the collectives, so that the other ranks are not left waiting for this one; a

@@ -37,17 +37,44 @@ fn the_last_message_is_written_whole() {
     output::assert_last_words_whole(&mut c, "hello", 1, "bogus");
 }
 
+/// An argument is bad input (status 2), said before `init` (a bad engine in the
+/// environment is not reached first), its value cut; `--help` says how to run it.
 #[test]
 fn an_argument_is_refused_not_ignored() {
+    let long = format!("--{}", "v".repeat(100_000));
+    for (arg, shown) in [
+        ("--verbose", "--verbose:"),
+        (long.as_str(), "more characters"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+            .arg(arg)
+            .env(hpc_env::ENGINE, "bogus")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err:.300}");
+        assert!(
+            err.contains("hello takes no arguments") && err.contains(shown),
+            "{err:.300}"
+        );
+        assert!(err.len() < 300, "a message of {} bytes", err.len());
+        assert!(o.stdout.is_empty(), "it ran anyway: {:?}", o.stdout);
+    }
     let o = Command::new(env!("CARGO_BIN_EXE_hello"))
-        .arg("--verbose")
+        .arg("--help")
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("\"--verbose\": hello takes no arguments"),
-        "{err}"
-    );
-    assert!(o.stdout.is_empty(), "it ran anyway: {:?}", o.stdout);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("hpc run -n 4 -- hello"));
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+        .arg("--help")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("standard output"));
 }
