@@ -50,6 +50,17 @@ fn main() {
     }
 }
 
+/// The cores of a rank's threads, one per thread: listed for a few threads, as a
+/// count and a cpulist for many (`HPC_THREADS=65536` on two cores listed 65,536
+/// cores in a line of 196 KB).
+fn cores(per_thread: &[u32]) -> String {
+    if per_thread.len() <= 16 {
+        return format!("{per_thread:?}");
+    }
+    let set: hpc_rs::topology::CpuSet = per_thread.iter().copied().collect();
+    format!("{set} ({} threads)", per_thread.len())
+}
+
 fn run() -> anyhow::Result<()> {
     let ctx = hpc_rs::init()?;
     let world = &ctx.world;
@@ -73,9 +84,9 @@ fn run() -> anyhow::Result<()> {
     ));
     if let Some(p) = &ctx.placement {
         say(format_args!(
-            "rank {}: cores {:?} (PUs {}{}), NUMA {:?}, environment: {}",
+            "rank {}: cores {} (PUs {}{}), NUMA {:?}, environment: {}",
             world.rank(),
-            p.compute_cores,
+            cores(&p.compute_cores),
             p.cpuset,
             if ctx.bound { ", bound" } else { "" },
             p.numa,

@@ -102,3 +102,25 @@ fn a_progress_policy_that_is_none_of_three_is_warned_about() {
         "{err}"
     );
 }
+
+/// As many threads as `HPC_THREADS` may ask for (65,536) on this machine's few
+/// cores: the placement line names them as a cpulist and a count, in a line.
+#[test]
+fn many_threads_are_named_in_a_line() {
+    let o = hello(&[(hpc_env::THREADS.as_bytes(), b"65536")]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{:.300}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("rank 0: cores"))
+        .unwrap();
+    assert!(
+        line.len() < 300 && line.contains("(65536 threads)"),
+        "{line:.300}"
+    );
+}
