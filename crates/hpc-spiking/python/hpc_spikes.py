@@ -32,6 +32,7 @@ import operator
 import os
 import stat
 import sys
+import unicodedata
 from itertools import islice
 
 MAGIC = b"HPCSPIKE"
@@ -91,10 +92,12 @@ def shown(value, limit=SHOWN_CHARS):
 def _word(value, limit=200):
     """A string or number of a file (a population's name, run.json's run_id or
     reason) for a message: as written when it is at most `limit` characters, else
-    cut as shown() cuts it."""
+    cut as shown() cuts it; quoted (its control characters escaped) when it holds
+    a line break or a terminal's escape, so that the message stays one line."""
     plain = isinstance(value, str) or (
         isinstance(value, (int, float)) and not isinstance(value, bool))
-    if plain and len(str(value)) <= limit:
+    if plain and len(str(value)) <= limit and not any(
+            unicodedata.category(c) == "Cc" for c in str(value)):
         return str(value)
     return shown(value, limit)
 
@@ -188,7 +191,7 @@ def _check_header(raw):
                 f"the header is not valid: population {i} is not {{name, first, count}}")
         if p["first"] != end:
             raise SpikeFileError(
-                f"the header is not valid: population {i} ({_word(p['name'])}) starts at "
+                f"the header is not valid: population {i} ({_word(p['name'], SHOWN_CHARS)}) starts at "
                 f"{p['first']}, not at {end} where the previous one ends")
         end += p["count"]
     if end != n:

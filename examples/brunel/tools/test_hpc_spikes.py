@@ -362,9 +362,18 @@ class CommandLine(unittest.TestCase):
         p = self.file("name.spk", spk([], header(populations=pops)))
         for tool in (READER, READ_SPIKES):
             r = run(tool, p)
-            self.one_line_error(r, 1, "population 0 ('xxxx", "(99800 more characters)",
+            self.one_line_error(r, 1, "population 0 ('xxxx", "(99960 more characters)",
                                 "starts at 5, not at 0")
             self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        # As the Rust reader says it (hpc_env::short): a name of 41 to 200
+        # characters was shown whole, and a line break or a terminal's escape in
+        # a name written as it is, breaking the message's one line.
+        for name, said in (("y" * 60, "population 0 ('" + "y" * 40 + "'... (20 more characters))"),
+                           ("a\nb\x1b[31m", "population 0 ('a\\nb\\x1b[31m')")):
+            pops = [{"name": name, "first": 5, "count": 95}]
+            p = self.file("name.spk", spk([], header(populations=pops)))
+            for tool in (READER, READ_SPIKES):
+                self.one_line_error(run(tool, p), 1, said, "starts at 5, not at 0")
         for presim in (big, [[1] * 1000] * 50):
             p = self.file("presim.spk", spk(GOOD, header(t_presim_ms=presim)))
             r = run(READ_SPIKES, p)
