@@ -120,4 +120,21 @@ fn huge_and_tiny_parameters_are_written_short_in_the_report() {
         &html[..html.len().min(2000)]
     );
     assert!(!html.contains("0000000000000000000000"));
+    // And the summary's dt (a run of ten steps of 1e-300 ms).
+    let o = Command::new(BRUNEL)
+        .args(["--order", "50", "--quiet", "--no-plot", "--no-pin", "--out"])
+        .arg(tmpdir("tiny-dt"))
+        .args([
+            "--dt=1e-300",
+            "--t-sim=1e-299",
+            "--delay=1e-299",
+            "--t-ref=1e-299",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("dt 1e-300 ms"),
+        "{stdout}"
+    );
 }
