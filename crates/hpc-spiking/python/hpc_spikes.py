@@ -342,11 +342,14 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
     if not follow:
         flags |= os.O_NOFOLLOW
     fd = os.open(path, flags)
+    # Looked at before it is wrapped: os.fdopen of a directory raised its own
+    # IsADirectoryError, naming the descriptor ("Is a directory: 3").
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+        raise SpikeFileError(f"{path} is {kind}, not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-            raise SpikeFileError(f"{path} is {kind}, not a regular file")
         if st.st_size > max_bytes:
             raise SpikeFileError(
                 f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")

@@ -306,6 +306,19 @@ class CommandLine(unittest.TestCase):
             with self.assertRaises(SpikeFileError):
                 hpc_spikes.read(path)
 
+    def test_a_directory_is_named_as_one_not_by_its_descriptor(self):
+        # As the docs of read_regular say: a directory is refused naming what it
+        # is; as run.json, the warning said "Is a directory: 3" (a descriptor).
+        d = os.path.join(self.dir.name, "adir")
+        os.mkdir(d)
+        with self.assertRaisesRegex(SpikeFileError, "adir is a directory, not a regular file"):
+            hpc_spikes.read(d)
+        q = self.file("spikes.spk", spk(GOOD))
+        os.mkdir(os.path.join(self.dir.name, "run.json"))
+        r = run(READ_SPIKES, q, timeout=30)
+        self.assertIn("run.json is a directory, not a regular file", r.stderr)
+        self.assertNotIn(": 3)", r.stderr)
+
     def test_the_command_line_warns_when_run_json_does_not_vouch_for_the_file(self):
         d = self.dir.name
         p = self.file("spikes.spk.partial", spk(GOOD))
