@@ -32,6 +32,11 @@ try:
     HAVE_NUMPY = True
 except ImportError:
     HAVE_NUMPY = False
+try:
+    import h5py  # noqa: F401
+    HAVE_H5PY = True
+except ImportError:
+    HAVE_H5PY = False
 
 
 def header(**over):
@@ -464,6 +469,34 @@ class CommandLine(unittest.TestCase):
                 timeout=30)
         self.one_line_error(r, 1, "is a FIFO, not a regular file")
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    @unittest.skipUnless(HAVE_NUMPY and HAVE_H5PY, "numpy or h5py is not installed")
+    def test_the_sonata_tool_writes_through_no_planted_link_and_names_unusable_names(self):
+        # OUT.tmp, a link planted beside OUT, sent the HDF5 file into what it
+        # pointed to (then renamed onto OUT); a population name HDF5 cannot take
+        # as a group ended in h5py's traceback, leaving OUT.tmp.
+        tool = os.path.join(HERE, "..", "..", "microcircuit", "tools", "to_sonata.py")
+        d = self.dir.name
+        p = self.file("good.spk", spk(GOOD))
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        out = os.path.join(d, "out.h5")
+        os.symlink("victim", out + ".tmp")
+        r = run(tool, p, out, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(out).st_mode))
+        for name, pops in (("slash", [("a/b", 0, 2), ("a", 2, 98)]),
+                           ("twice", [("E", 0, 2), ("E", 2, 98)]),
+                           ("empty", [("", 0, 100)])):
+            with self.subTest(name=name):
+                q = self.file(name + ".spk", spk(GOOD, header(populations=[
+                    {"name": n, "first": a, "count": c} for n, a, c in pops])))
+                o = os.path.join(d, name + ".h5")
+                self.one_line_error(run(tool, q, o, timeout=60), 1, "is no SONATA population name")
+                self.assertEqual([f for f in os.listdir(d) if f.startswith(name + ".h5")], [])
 
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or
