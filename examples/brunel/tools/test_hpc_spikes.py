@@ -497,6 +497,18 @@ class CommandLine(unittest.TestCase):
                 o = os.path.join(d, name + ".h5")
                 self.one_line_error(run(tool, q, o, timeout=60), 1, "is no SONATA population name")
                 self.assertEqual([f for f in os.listdir(d) if f.startswith(name + ".h5")], [])
+        # A folder that does not exist, and a write that fails (a file size
+        # limit standing in for a full disk: h5py writing it itself died of a
+        # segmentation fault): one line, nothing left.
+        r = run(tool, p, os.path.join(d, "no", "o.h5"), timeout=60)
+        self.one_line_error(r, 1, "cannot write", "No such file or directory")
+        import resource
+        r = subprocess.run(
+            [sys.executable, tool, p, os.path.join(d, "big.h5")], capture_output=True,
+            text=True, timeout=60,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048)))
+        self.one_line_error(r, 1, "cannot write", "big.h5")
+        self.assertEqual([f for f in os.listdir(d) if "big.h5" in f], [])
 
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or

@@ -16,6 +16,7 @@ with global ids (--single NAME).
 Needs numpy and h5py (pip install h5py).
 """
 import argparse
+import io
 import os
 import sys
 import tempfile
@@ -69,31 +70,36 @@ except ImportError:
 
 order = np.lexsort((ids, t))
 t, ids = t[order], ids[order]
-# A temporary file of its own, made here (never OUT.tmp, which a link planted
-# there sent into the file it points to), renamed over OUT when complete and
-# removed when not.
-fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)),
-                           prefix="." + os.path.basename(a.out) + ".", suffix=".tmp")
-os.close(fd)
-umask = os.umask(0)
-os.umask(umask)
+# The HDF5 file is made in memory (h5py writing a full disk itself died of a
+# segmentation fault), then written to a temporary file of its own, made here
+# (never OUT.tmp, whose planted link sent the file into what it pointed to),
+# renamed over OUT when complete and removed when not.
+buf = io.BytesIO()
+with h5py.File(buf, "w") as f:
+    g = f.create_group("spikes")
+    g.attrs["magic"] = np.uint32(0x0A7A)
+    g.attrs["version"] = np.array([0, 1], dtype=np.uint32)
+    for name, first, count in parts:
+        sel = (ids >= first) & (ids < first + count)
+        p = g.create_group(name)
+        p.attrs["sorting"] = "by_time"
+        ts = p.create_dataset("timestamps", data=t[sel].astype(np.float64))
+        ts.attrs["units"] = "ms"
+        p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
+tmp = None
 try:
-    os.chmod(tmp, 0o666 & ~umask)  # as a file h5py makes, not mkstemp's 0600
-    with h5py.File(tmp, "w") as f:
-        g = f.create_group("spikes")
-        g.attrs["magic"] = np.uint32(0x0A7A)
-        g.attrs["version"] = np.array([0, 1], dtype=np.uint32)
-        for name, first, count in parts:
-            sel = (ids >= first) & (ids < first + count)
-            p = g.create_group(name)
-            p.attrs["sorting"] = "by_time"
-            ts = p.create_dataset("timestamps", data=t[sel].astype(np.float64))
-            ts.attrs["units"] = "ms"
-            p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)),
+                               prefix="." + os.path.basename(a.out) + ".", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as a file h5py makes, not mkstemp's 0600
+    with os.fdopen(fd, "wb") as out:
+        out.write(buf.getbuffer())
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(tmp, a.out)
-except BaseException as e:
-    os.unlink(tmp)
-    if isinstance(e, OSError):
-        sys.exit(f"to_sonata.py: cannot write {a.out}: {e.strerror or e}")
-    raise
+except OSError as e:
+    if tmp is not None:
+        os.unlink(tmp)
+    sys.exit(f"to_sonata.py: cannot write {a.out}: {e.strerror or e}")
 hpc_spikes.say(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)", "to_sonata.py")
