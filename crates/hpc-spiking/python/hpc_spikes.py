@@ -586,6 +586,36 @@ def check_output(path, inputs=()):
                                  "(choose another output)")
 
 
+def write_replacing(path, data, prog):
+    """Write the bytes `data` to `path`: into a temporary file of its own in
+    path's folder (made exclusively: a link planted at path, or at a fixed
+    temporary name beside it, is never written through), synced, then renamed
+    over path. On failure the temporary file is removed and the program ends
+    with one line naming path, status 1 (not a traceback)."""
+    import tempfile
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        print(f"{prog}: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
+
+
 def run_or_exit(cmd, prog):
     """subprocess.run(cmd) capturing its output; when it cannot start or fails, one
     line naming the command, its status and its last line of stderr, and exit

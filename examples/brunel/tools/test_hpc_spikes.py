@@ -37,6 +37,11 @@ try:
     HAVE_H5PY = True
 except ImportError:
     HAVE_H5PY = False
+try:
+    import matplotlib  # noqa: F401
+    HAVE_MATPLOTLIB = True
+except ImportError:
+    HAVE_MATPLOTLIB = False
 
 
 def header(**over):
@@ -509,6 +514,30 @@ class CommandLine(unittest.TestCase):
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048)))
         self.one_line_error(r, 1, "cannot write", "big.h5")
         self.assertEqual([f for f in os.listdir(d) if "big.h5" in f], [])
+
+    @unittest.skipUnless(HAVE_NUMPY and HAVE_MATPLOTLIB, "numpy or matplotlib is not installed")
+    def test_the_plot_tool_writes_through_no_planted_link_and_bins_a_long_run(self):
+        # savefig onto --out wrote through a link planted there; a valid
+        # header's t_sim_ms of 1e15 asked numpy for 10^15 one-ms bins (a
+        # MemoryError's traceback).
+        tool = os.path.join(HERE, "plot.py")
+        d = self.dir.name
+        p = self.file("good.spk", spk(GOOD))
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        out = os.path.join(d, "raster.png")
+        os.symlink("victim", out)
+        r = run(tool, p, "--out", out, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(out).st_mode))
+        q = self.file("long.spk", spk(GOOD, header(t_sim_ms=1e15)))
+        r = run(tool, q, "--out", os.path.join(d, "long.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run(tool, p, "--out", os.path.join(d, "no", "x.png"), timeout=120)
+        self.one_line_error(r, 1, "cannot write", "No such file or directory")
 
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or

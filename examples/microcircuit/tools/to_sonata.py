@@ -19,7 +19,6 @@ import argparse
 import io
 import os
 import sys
-import tempfile
 
 try:
     import numpy as np
@@ -71,9 +70,9 @@ except ImportError:
 order = np.lexsort((ids, t))
 t, ids = t[order], ids[order]
 # The HDF5 file is made in memory (h5py writing a full disk itself died of a
-# segmentation fault), then written to a temporary file of its own, made here
-# (never OUT.tmp, whose planted link sent the file into what it pointed to),
-# renamed over OUT when complete and removed when not.
+# segmentation fault), then written through a temporary file of its own (never
+# OUT.tmp, whose planted link sent the file into what it pointed to), renamed
+# over OUT when complete and removed when not.
 buf = io.BytesIO()
 with h5py.File(buf, "w") as f:
     g = f.create_group("spikes")
@@ -86,20 +85,5 @@ with h5py.File(buf, "w") as f:
         ts = p.create_dataset("timestamps", data=t[sel].astype(np.float64))
         ts.attrs["units"] = "ms"
         p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
-tmp = None
-try:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(a.out)),
-                               prefix="." + os.path.basename(a.out) + ".", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # as a file h5py makes, not mkstemp's 0600
-    with os.fdopen(fd, "wb") as out:
-        out.write(buf.getbuffer())
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, a.out)
-except OSError as e:
-    if tmp is not None:
-        os.unlink(tmp)
-    sys.exit(f"to_sonata.py: cannot write {a.out}: {e.strerror or e}")
+hpc_spikes.write_replacing(a.out, buf.getbuffer(), "to_sonata.py")
 hpc_spikes.say(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)", "to_sonata.py")
