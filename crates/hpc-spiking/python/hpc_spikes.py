@@ -586,6 +586,32 @@ def check_output(path, inputs=()):
                                  "(choose another output)")
 
 
+def result_line(r, keys, prog):
+    """The JSON object of the last line that the finished command `r`
+    (run_or_exit's) printed, holding a finite number at each of `keys`: NEST's
+    result line of a nest_*.py. Anything else (no line, no JSON, a field missing)
+    ends the program with one line naming the command and that last line, status
+    1 (not a traceback)."""
+    lines = r.stdout.strip().splitlines()
+    last = lines[-1] if lines else ""
+    try:
+        n = json.loads(last)
+    except (ValueError, RecursionError):
+        n = None
+    missing = "a JSON object" if not isinstance(n, dict) else next(
+        (k for k in keys if isinstance(n.get(k), bool) or not isinstance(n.get(k), (int, float))
+         or not math.isfinite(n[k])), None)
+    if missing is not None:
+        name = os.path.basename(os.fsdecode(r.args[1] if len(r.args) > 1 else r.args[0]))
+        print(f"{prog}: {name} printed no result line (no finite number {missing}"
+              if missing != "a JSON object" else
+              f"{prog}: {name} printed no result line (its last line is not a JSON object",
+              end="", file=sys.stderr)
+        print(f"): {_word(last or '(nothing)', 300)}", file=sys.stderr)
+        sys.exit(1)
+    return n
+
+
 def write_replacing(path, data, prog):
     """Write the bytes `data` to `path`: into a temporary file of its own in
     path's folder (made exclusively: a link planted at path, or at a fixed

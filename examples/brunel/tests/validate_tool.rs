@@ -197,6 +197,26 @@ fn validate_names_a_binary_that_writes_no_run() {
             err.contains(&format!("{flag} /bin/true wrote no run's spikes.spk")),
             "{example}: {err}"
         );
+        // NEST's script printing no result line (another last line, none, a
+        // field missing) was a traceback of json or a KeyError.
+        for (printed, said) in [
+            (
+                "'NEST -- done'",
+                "its last line is not a JSON object): NEST -- done",
+            ),
+            ("''", "its last line is not a JSON object): (nothing)"),
+            ("'{\"spikes\": 10}'", "no finite number"),
+        ] {
+            std::fs::write(tools.join(nest), format!("print({printed})\n")).unwrap();
+            let o = python(&args, None);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{example}: {err}");
+            assert!(!err.contains("Traceback"), "{example}: {err}");
+            assert!(
+                err.contains(&format!("{nest} printed no result line ({said}")),
+                "{example}: {err}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
