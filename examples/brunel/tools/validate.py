@@ -59,8 +59,10 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
         if a.keep:
             out = os.path.join(a.keep, f"case-{k}")
             os.makedirs(out, exist_ok=True)
-            with open(os.path.join(out, "nest.json"), "w") as f:
-                f.write(line + "\n")
+            # Through a temporary file of its own: open(..., "w") wrote through a
+            # link planted at DIR/case-N/nest.json.
+            hpc_spikes.write_replacing(os.path.join(out, "nest.json"), (line + "\n").encode(),
+                                       PROG)
             report = ["--reference", os.path.join(out, "nest.json")]
         hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
