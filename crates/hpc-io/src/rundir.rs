@@ -109,6 +109,18 @@ pub enum Error {
         /// Who holds it, as far as its lock file says (`another run` if unknown).
         holder: String,
     },
+    /// The output file is a lock file that a running process holds (a run
+    /// directory's [`LOCK`], a checkpoint directory's lock): replacing it would
+    /// let a second run into what that process owns ([`FileClaim`]).
+    #[error(
+        "{path} is a lock file that a running process holds (a run's {LOCK} or a \
+         checkpoint directory's lock): replacing it would let a second run into what that \
+         run owns; choose another file"
+    )]
+    LockFile {
+        /// The output file.
+        path: PathBuf,
+    },
     /// Another run is writing the output file ([`FileClaim`]).
     #[error("{path} is being written by {holder}; wait for it to finish or choose another file")]
     FileBusy {

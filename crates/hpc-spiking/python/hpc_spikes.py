@@ -32,6 +32,7 @@ import operator
 import os
 import stat
 import sys
+import unicodedata
 from itertools import islice
 
 MAGIC = b"HPCSPIKE"
@@ -91,10 +92,12 @@ def shown(value, limit=SHOWN_CHARS):
 def _word(value, limit=200):
     """A string or number of a file (a population's name, run.json's run_id or
     reason) for a message: as written when it is at most `limit` characters, else
-    cut as shown() cuts it."""
+    cut as shown() cuts it; quoted (its control characters escaped) when it holds
+    a line break or a terminal's escape, so that the message stays one line."""
     plain = isinstance(value, str) or (
         isinstance(value, (int, float)) and not isinstance(value, bool))
-    if plain and len(str(value)) <= limit:
+    if plain and len(str(value)) <= limit and not any(
+            unicodedata.category(c) == "Cc" for c in str(value)):
         return str(value)
     return shown(value, limit)
 
@@ -188,7 +191,7 @@ def _check_header(raw):
                 f"the header is not valid: population {i} is not {{name, first, count}}")
         if p["first"] != end:
             raise SpikeFileError(
-                f"the header is not valid: population {i} ({_word(p['name'])}) starts at "
+                f"the header is not valid: population {i} ({_word(p['name'], SHOWN_CHARS)}) starts at "
                 f"{p['first']}, not at {end} where the previous one ends")
         end += p["count"]
     if end != n:
@@ -339,11 +342,14 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
     if not follow:
         flags |= os.O_NOFOLLOW
     fd = os.open(path, flags)
+    # Looked at before it is wrapped: os.fdopen of a directory raised its own
+    # IsADirectoryError, naming the descriptor ("Is a directory: 3").
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+        raise SpikeFileError(f"{path} is {kind}, not a regular file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-            raise SpikeFileError(f"{path} is {kind}, not a regular file")
         if st.st_size > max_bytes:
             raise SpikeFileError(
                 f"{path} is {st.st_size} bytes, more than the {max_bytes} accepted")
@@ -578,6 +584,62 @@ def check_output(path, inputs=()):
         if same:
             raise SpikeFileError(f"{path} is the input {i}: not written over "
                                  "(choose another output)")
+
+
+def result_line(r, keys, prog):
+    """The JSON object of the last line that the finished command `r`
+    (run_or_exit's) printed, holding a finite number at each of `keys`: NEST's
+    result line of a nest_*.py. Anything else (no line, no JSON, a field missing)
+    ends the program with one line naming the command and that last line, status
+    1 (not a traceback)."""
+    lines = r.stdout.strip().splitlines()
+    last = lines[-1] if lines else ""
+    try:
+        n = json.loads(last)
+    except (ValueError, RecursionError):
+        n = None
+    missing = "a JSON object" if not isinstance(n, dict) else next(
+        (k for k in keys if isinstance(n.get(k), bool) or not isinstance(n.get(k), (int, float))
+         or not math.isfinite(n[k])), None)
+    if missing is not None:
+        name = os.path.basename(os.fsdecode(r.args[1] if len(r.args) > 1 else r.args[0]))
+        print(f"{prog}: {name} printed no result line (no finite number {missing}"
+              if missing != "a JSON object" else
+              f"{prog}: {name} printed no result line (its last line is not a JSON object",
+              end="", file=sys.stderr)
+        print(f"): {_word(last or '(nothing)', 300)}", file=sys.stderr)
+        sys.exit(1)
+    return n
+
+
+def write_replacing(path, data, prog):
+    """Write the bytes `data` to `path`: into a temporary file of its own in
+    path's folder (made exclusively: a link planted at path, or at a fixed
+    temporary name beside it, is never written through), synced, then renamed
+    over path. On failure the temporary file is removed and the program ends
+    with one line naming path, status 1 (not a traceback)."""
+    import tempfile
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        print(f"{prog}: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def run_or_exit(cmd, prog):

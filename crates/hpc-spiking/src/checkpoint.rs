@@ -286,6 +286,19 @@ pub fn choose(
         // directory)" read as if X were an empty checkpoint directory).
         match std::fs::metadata(dir) {
             Err(e) => Err(format!("--restart {}: {e}", dir.display())),
+            // A run writing checkpoints there removes and writes steps while this
+            // one reads them: a restart failed as "listed in the manifest but
+            // missing", or took the step being written for an interrupted one.
+            Ok(_) if writer_of(dir).is_some() => {
+                let (held, holder) = writer_of(dir).unwrap_or_default();
+                Err(format!(
+                    "--restart {}: checkpoint directory {} is in use by {holder}, which \
+                     writes and removes checkpoints in it while this run would read them: \
+                     restart once that run has ended, or from a copy of one of its steps",
+                    dir.display(),
+                    held.display()
+                ))
+            }
             // Named with the flag: "cannot read the directory /dev/zero: Not a
             // directory" did not say which option gave it.
             Ok(_) => find(dir).map_err(|e| {
@@ -315,6 +328,42 @@ pub fn choose(
 
 /// The lock file of a checkpoint directory, held by the run that writes into it.
 pub const LOCK: &str = "checkpoints.lock";
+
+/// The checkpoint directory of `dir` (`dir` itself, and its parent when `dir`
+/// is a step directory) whose [`LOCK`] a running process holds, with the holder
+/// as the lock file names it; `None` when no run writes there (a lock left by
+/// an ended run is free: it is taken and released at once).
+fn writer_of(dir: &Path) -> Option<(PathBuf, String)> {
+    let step = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("step-"))
+        || dir.join(hpc_checkpoint::MANIFEST).exists();
+    let parent = dir.parent().filter(|p| step && !p.as_os_str().is_empty());
+    [Some(dir), parent].into_iter().flatten().find_map(|d| {
+        let lock = d.join(LOCK);
+        // Only an existing regular file: nothing is made in a directory that
+        // is only read.
+        if !std::fs::symlink_metadata(&lock).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        match hpc_io::rundir::try_lock_file(&lock) {
+            Ok(None) => {
+                let holder = hpc_io::read::read_regular_to_string(&lock, 4096).unwrap_or_default();
+                let holder = hpc_io::message::cut(holder.trim()).into_owned();
+                Some((
+                    d.to_path_buf(),
+                    if holder.is_empty() {
+                        "another run".into()
+                    } else {
+                        holder
+                    },
+                ))
+            }
+            _ => None,
+        }
+    })
+}
 
 /// Takes the checkpoint directory `dir` for this run (a collective: every rank
 /// calls it; rank 0 decides and tells the others, so all fail together with rank 0's
@@ -646,6 +695,41 @@ pub fn spikes_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint directory whose lock a running writer holds is found, for
+    /// itself and for its steps (a restart from it failed at random, as
+    /// "listed in the manifest but missing", when the writer pruned the step
+    /// being read); a lock left by an ended run, or none, is no writer.
+    #[test]
+    fn a_checkpoint_dir_a_run_writes_into_is_found_for_a_restart() {
+        let base =
+            std::env::temp_dir().join(format!("hpc-spiking-ckwriter-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let step = base.join("step-0000000100");
+        std::fs::create_dir_all(&step).unwrap();
+        assert!(writer_of(&base).is_none(), "no lock file: no writer");
+        assert!(
+            !base.join(LOCK).exists(),
+            "nothing made where a restart only reads"
+        );
+        let held = hpc_io::rundir::try_lock_file(&base.join(LOCK))
+            .unwrap()
+            .unwrap();
+        std::fs::write(base.join(LOCK), "the run of pid 4242").unwrap();
+        let (dir, holder) = writer_of(&base).expect("the writer of the directory");
+        assert_eq!(
+            (dir.as_path(), holder.as_str()),
+            (base.as_path(), "the run of pid 4242")
+        );
+        let (dir, _) = writer_of(&step).expect("the writer of a step's directory");
+        assert_eq!(dir, base);
+        drop(held);
+        assert!(
+            writer_of(&base).is_none() && writer_of(&step).is_none(),
+            "an ended run's lock"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     /// A checkpoint directory that is a link another user planted is refused
     /// before its lock is made (the lock went where the link pointed).

@@ -413,12 +413,15 @@ fn check_populations(header: &serde_json::Value, n: u32) -> Result<(), SpikeFile
             )));
         };
         if u128::from(first) != end {
-            // The name is the file's, of any length: a long one shown cut (a
-            // short one as it is, as the Python reader says it).
-            let name = if name.chars().count() > 100 {
+            // The name is the file's, of any length and any characters: a short
+            // one as it is, a long one cut as every shown value is
+            // (`hpc_env::short`), and one holding a control character (a line
+            // break, a terminal's escape) quoted, so that the message stays one
+            // line; as the Python reader says it.
+            let name = if name.chars().any(char::is_control) {
                 hpc_runtime::env::shown(name)
             } else {
-                name.to_string()
+                hpc_runtime::env::short(name)
             };
             return Err(SpikeFileError::Header(format!(
                 "population {i} ({name}) starts at {first}, not at {end} where the previous one ends"
@@ -804,6 +807,24 @@ mod tests {
             m.contains("population 1 (inhibitory) starts at 81, not at 80"),
             "{m}"
         );
+        // A name of 41 to 100 characters was shown whole (other values are cut
+        // after 40), and a line break or escape in a name written as it is.
+        for (name, shown) in [
+            (
+                "y".repeat(60),
+                format!("(\"{}\"... (20 more characters))", "y".repeat(40)),
+            ),
+            ("a\nb\u{1b}[31m".into(), "(\"a\\nb\\u{1b}[31m\")".into()),
+        ] {
+            let m = header_err(with(&|h| {
+                h["populations"][1]["first"] = serde_json::json!(81);
+                h["populations"][1]["name"] = serde_json::json!(name);
+            }));
+            assert!(
+                m.contains(&format!("population 1 {shown} starts at 81")),
+                "{m}"
+            );
+        }
         // Pass 16: a name of 100,000 characters was echoed whole.
         let m = header_err(with(&|h| {
             h["populations"][1]["first"] = serde_json::json!(81);

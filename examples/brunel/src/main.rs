@@ -248,7 +248,7 @@ fn summary(
         bio_s * 1000.0,
         me.start_step,
         me.end_step,
-        p.dt,
+        hpc_io::message::num(p.dt),
         model.delay_steps,
         me.interval_steps,
         if args.no_overlap {

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
+use hpc_io::message::num;
 use hpc_spike_report::plot::{PlotOptions, Rows};
 use hpc_spike_report::report::{Check, Phase, Report, Tolerance, Validation};
 use hpc_spike_report::{palette, Population, Recording};
@@ -186,7 +187,12 @@ pub fn report(
     let mut rep = Report::of_summary("Brunel (2000) balanced network", model.n as u64, summary);
     rep.notes.push(format!(
         "Sparse random network of leaky integrate-and-fire neurons with delta synapses (NEST's brunel_delta_nest.py), order {}, g = {}, eta = {}, V_reset = {} mV; {} ms simulated in steps of {} ms.",
-        p.order, p.g, p.eta, p.v_reset, p.t_sim, p.dt
+        p.order,
+        num(p.g),
+        num(p.eta),
+        num(p.v_reset),
+        num(p.t_sim),
+        num(p.dt)
     ));
     let stats = &summary["stats"];
     let ranks = summary["ranks_report"]

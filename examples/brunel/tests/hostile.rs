@@ -589,3 +589,45 @@ fn a_trace_on_a_full_disk_leaves_no_lock_file() {
     assert!(!dir.join(".t.json.lock").exists(), "{:?}", files_in(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A restart from a checkpoint directory that a running run writes into is
+/// refused at once naming that run, whether the directory or one of its steps
+/// is named: the writer removed (`--checkpoint-keep`) or was still writing the
+/// step being read, and the restart failed at random, as "listed in the
+/// manifest but missing" or calling the step being written interrupted.
+#[test]
+fn a_restart_from_checkpoints_a_running_run_writes_is_refused_naming_it() {
+    let dir = tmpdir("restart-busy");
+    ok(&brunel(
+        &dir,
+        &[
+            "--t-sim",
+            "20",
+            "--checkpoint-every",
+            "10",
+            "--stop-at",
+            "10",
+        ],
+    ));
+    let ck = dir.join("checkpoints");
+    let lock = ck.join("checkpoints.lock");
+    // The writer's lock, held here as the running run holds it.
+    let held = hpc_io::rundir::try_lock_file(&lock).unwrap().unwrap();
+    std::fs::write(&lock, "the run of pid 4242").unwrap();
+    for from in [ck.clone(), ck.join("step-0000000100")] {
+        let o = brunel(
+            &dir.join("b"),
+            &["--t-sim", "20", "--restart", from.to_str().unwrap()],
+        );
+        let e = refused(&o);
+        assert!(
+            e.contains("is in use by the run of pid 4242") && e.contains("a copy"),
+            "{e}"
+        );
+    }
+    drop(held);
+    ok(&brunel(
+        &dir.join("b"),
+        &["--t-sim", "20", "--restart", ck.to_str().unwrap()],
+    ));
+}

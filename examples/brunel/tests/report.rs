@@ -104,3 +104,37 @@ fn a_reference_of_another_network_is_refused_before_the_run() {
     assert!(!out.join("spikes.spk").exists(), "the run went ahead");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The report's note on the network writes its parameters in exponent form
+/// when huge or tiny: `--eta 1e-300` and `--v-reset -1e300` were written out in
+/// some 300 digits each.
+#[test]
+fn huge_and_tiny_parameters_are_written_short_in_the_report() {
+    let out = tmpdir("huge-tiny").join("out");
+    let o = brunel(&out, &["--eta=1e-300", "--v-reset=-1e300", "--g=1e-300"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("g = 1e-300, eta = 1e-300, V_reset = -1e300 mV"),
+        "{}",
+        &html[..html.len().min(2000)]
+    );
+    assert!(!html.contains("0000000000000000000000"));
+    // And the summary's dt (a run of ten steps of 1e-300 ms).
+    let o = Command::new(BRUNEL)
+        .args(["--order", "50", "--quiet", "--no-plot", "--no-pin", "--out"])
+        .arg(tmpdir("tiny-dt"))
+        .args([
+            "--dt=1e-300",
+            "--t-sim=1e-299",
+            "--delay=1e-299",
+            "--t-ref=1e-299",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("dt 1e-300 ms"),
+        "{stdout}"
+    );
+}

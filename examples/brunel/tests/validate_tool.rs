@@ -197,6 +197,43 @@ fn validate_names_a_binary_that_writes_no_run() {
             err.contains(&format!("{flag} /bin/true wrote no run's spikes.spk")),
             "{example}: {err}"
         );
+        if example == "brunel" {
+            // --keep DIR: NEST's line went into DIR/case-1/nest.json through a
+            // link planted there.
+            let keep = dir.join("keep");
+            std::fs::create_dir_all(keep.join("case-1")).unwrap();
+            let victim = dir.join("victim");
+            std::fs::write(&victim, "precious").unwrap();
+            symlink(&victim, keep.join("case-1/nest.json")).unwrap();
+            let mut with_keep = args.clone();
+            with_keep.extend(["--keep".as_ref(), keep.as_os_str()]);
+            let o = python(&with_keep, None);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+            let nest_json = std::fs::symlink_metadata(keep.join("case-1/nest.json")).unwrap();
+            assert!(nest_json.is_file(), "{err}");
+        }
+        // NEST's script printing no result line (another last line, none, a
+        // field missing) was a traceback of json or a KeyError.
+        for (printed, said) in [
+            (
+                "'NEST -- done'",
+                "its last line is not a JSON object): NEST -- done",
+            ),
+            ("''", "its last line is not a JSON object): (nothing)"),
+            ("'{\"spikes\": 10}'", "no finite number"),
+        ] {
+            std::fs::write(tools.join(nest), format!("print({printed})\n")).unwrap();
+            let o = python(&args, None);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{example}: {err}");
+            assert!(!err.contains("Traceback"), "{example}: {err}");
+            assert!(
+                err.contains(&format!("{nest} printed no result line ({said}")),
+                "{example}: {err}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

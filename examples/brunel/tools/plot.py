@@ -4,6 +4,7 @@
     python3 plot.py brunel-out/spikes.spk [--out brunel-out/brunel.png] [--n 50]
 """
 import argparse
+import io
 import os
 import sys
 
@@ -49,11 +50,22 @@ for p, color in zip(pops, ["tab:blue", "tab:red"]):
     row += min(a.n, p["count"])
 ax1.set_ylabel("neuron")
 ax1.legend(loc="upper right")
-bins = np.arange(0, hdr["t_sim_ms"] + 1.0, 1.0)
+# Bins of 1 ms, at most 100,000 of them: a header's t_sim_ms of 1e15 (a valid
+# file) asked numpy for 10^15 bins.
+width = max(1.0, hdr["t_sim_ms"] / 100000)
+bins = np.arange(0, hdr["t_sim_ms"] + width, width)
 h, _ = np.histogram(t, bins)
-ax2.plot(bins[:-1], h / hdr["n_neurons"] / 1e-3, color="k", lw=0.8)
+ax2.plot(bins[:-1], h / max(hdr["n_neurons"], 1) / (width * 1e-3), color="k", lw=0.8)
 ax2.set_xlabel("time (ms)")
 ax2.set_ylabel("rate (Hz)")
 ax1.set_title(f"Brunel network, {hdr['n_neurons']} neurons, {len(t)} spikes")
-fig.savefig(out, dpi=100, bbox_inches="tight")
+# Drawn in memory and written through a temporary file of its own: savefig
+# onto OUT wrote through a link planted there.
+buf = io.BytesIO()
+try:
+    fig.savefig(buf, format=os.path.splitext(out)[1][1:] or "png", dpi=100,
+                bbox_inches="tight")
+except ValueError as e:
+    sys.exit(f"plot.py: --out {out}: {e}")
+hpc_spikes.write_replacing(out, buf.getbuffer(), "plot.py")
 hpc_spikes.say(out, "plot.py")

@@ -32,6 +32,16 @@ try:
     HAVE_NUMPY = True
 except ImportError:
     HAVE_NUMPY = False
+try:
+    import h5py  # noqa: F401
+    HAVE_H5PY = True
+except ImportError:
+    HAVE_H5PY = False
+try:
+    import matplotlib  # noqa: F401
+    HAVE_MATPLOTLIB = True
+except ImportError:
+    HAVE_MATPLOTLIB = False
 
 
 def header(**over):
@@ -306,6 +316,19 @@ class CommandLine(unittest.TestCase):
             with self.assertRaises(SpikeFileError):
                 hpc_spikes.read(path)
 
+    def test_a_directory_is_named_as_one_not_by_its_descriptor(self):
+        # As the docs of read_regular say: a directory is refused naming what it
+        # is; as run.json, the warning said "Is a directory: 3" (a descriptor).
+        d = os.path.join(self.dir.name, "adir")
+        os.mkdir(d)
+        with self.assertRaisesRegex(SpikeFileError, "adir is a directory, not a regular file"):
+            hpc_spikes.read(d)
+        q = self.file("spikes.spk", spk(GOOD))
+        os.mkdir(os.path.join(self.dir.name, "run.json"))
+        r = run(READ_SPIKES, q, timeout=30)
+        self.assertIn("run.json is a directory, not a regular file", r.stderr)
+        self.assertNotIn(": 3)", r.stderr)
+
     def test_the_command_line_warns_when_run_json_does_not_vouch_for_the_file(self):
         d = self.dir.name
         p = self.file("spikes.spk.partial", spk(GOOD))
@@ -362,9 +385,18 @@ class CommandLine(unittest.TestCase):
         p = self.file("name.spk", spk([], header(populations=pops)))
         for tool in (READER, READ_SPIKES):
             r = run(tool, p)
-            self.one_line_error(r, 1, "population 0 ('xxxx", "(99800 more characters)",
+            self.one_line_error(r, 1, "population 0 ('xxxx", "(99960 more characters)",
                                 "starts at 5, not at 0")
             self.assertLess(len(r.stderr), 600, r.stderr[:300])
+        # As the Rust reader says it (hpc_env::short): a name of 41 to 200
+        # characters was shown whole, and a line break or a terminal's escape in
+        # a name written as it is, breaking the message's one line.
+        for name, said in (("y" * 60, "population 0 ('" + "y" * 40 + "'... (20 more characters))"),
+                           ("a\nb\x1b[31m", "population 0 ('a\\nb\\x1b[31m')")):
+            pops = [{"name": name, "first": 5, "count": 95}]
+            p = self.file("name.spk", spk([], header(populations=pops)))
+            for tool in (READER, READ_SPIKES):
+                self.one_line_error(run(tool, p), 1, said, "starts at 5, not at 0")
         for presim in (big, [[1] * 1000] * 50):
             p = self.file("presim.spk", spk(GOOD, header(t_presim_ms=presim)))
             r = run(READ_SPIKES, p)
@@ -442,6 +474,70 @@ class CommandLine(unittest.TestCase):
                 timeout=30)
         self.one_line_error(r, 1, "is a FIFO, not a regular file")
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    @unittest.skipUnless(HAVE_NUMPY and HAVE_H5PY, "numpy or h5py is not installed")
+    def test_the_sonata_tool_writes_through_no_planted_link_and_names_unusable_names(self):
+        # OUT.tmp, a link planted beside OUT, sent the HDF5 file into what it
+        # pointed to (then renamed onto OUT); a population name HDF5 cannot take
+        # as a group ended in h5py's traceback, leaving OUT.tmp.
+        tool = os.path.join(HERE, "..", "..", "microcircuit", "tools", "to_sonata.py")
+        d = self.dir.name
+        p = self.file("good.spk", spk(GOOD))
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        out = os.path.join(d, "out.h5")
+        os.symlink("victim", out + ".tmp")
+        r = run(tool, p, out, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(out).st_mode))
+        for name, pops in (("slash", [("a/b", 0, 2), ("a", 2, 98)]),
+                           ("twice", [("E", 0, 2), ("E", 2, 98)]),
+                           ("empty", [("", 0, 100)])):
+            with self.subTest(name=name):
+                q = self.file(name + ".spk", spk(GOOD, header(populations=[
+                    {"name": n, "first": a, "count": c} for n, a, c in pops])))
+                o = os.path.join(d, name + ".h5")
+                self.one_line_error(run(tool, q, o, timeout=60), 1, "is no SONATA population name")
+                self.assertEqual([f for f in os.listdir(d) if f.startswith(name + ".h5")], [])
+        # A folder that does not exist, and a write that fails (a file size
+        # limit standing in for a full disk: h5py writing it itself died of a
+        # segmentation fault): one line, nothing left.
+        r = run(tool, p, os.path.join(d, "no", "o.h5"), timeout=60)
+        self.one_line_error(r, 1, "cannot write", "No such file or directory")
+        import resource
+        r = subprocess.run(
+            [sys.executable, tool, p, os.path.join(d, "big.h5")], capture_output=True,
+            text=True, timeout=60,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048)))
+        self.one_line_error(r, 1, "cannot write", "big.h5")
+        self.assertEqual([f for f in os.listdir(d) if "big.h5" in f], [])
+
+    @unittest.skipUnless(HAVE_NUMPY and HAVE_MATPLOTLIB, "numpy or matplotlib is not installed")
+    def test_the_plot_tool_writes_through_no_planted_link_and_bins_a_long_run(self):
+        # savefig onto --out wrote through a link planted there; a valid
+        # header's t_sim_ms of 1e15 asked numpy for 10^15 one-ms bins (a
+        # MemoryError's traceback).
+        tool = os.path.join(HERE, "plot.py")
+        d = self.dir.name
+        p = self.file("good.spk", spk(GOOD))
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        out = os.path.join(d, "raster.png")
+        os.symlink("victim", out)
+        r = run(tool, p, "--out", out, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(out).st_mode))
+        q = self.file("long.spk", spk(GOOD, header(t_sim_ms=1e15)))
+        r = run(tool, q, "--out", os.path.join(d, "long.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run(tool, p, "--out", os.path.join(d, "no", "x.png"), timeout=120)
+        self.one_line_error(r, 1, "cannot write", "No such file or directory")
 
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or

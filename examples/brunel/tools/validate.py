@@ -51,15 +51,18 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
     nest = hpc_spikes.run_or_exit(
         [sys.executable, os.path.join(HERE, "nest_brunel.py"), "--order", str(order),
          "--v-reset", str(vr), "--t-sim", str(a.t_sim)] + extra, PROG)
-    line = nest.stdout.strip().splitlines()[-1]
-    n = json.loads(line)
+    # NEST's result line: another last line was a traceback of json or a KeyError.
+    n = hpc_spikes.result_line(nest, ("rate_hz", "cv_isi", "spikes", "simulate_cpu_s"), PROG)
+    line = json.dumps(n)
     with tempfile.TemporaryDirectory() as tmp:
         out, report = tmp, ["--no-plot"]
         if a.keep:
             out = os.path.join(a.keep, f"case-{k}")
             os.makedirs(out, exist_ok=True)
-            with open(os.path.join(out, "nest.json"), "w") as f:
-                f.write(line + "\n")
+            # Through a temporary file of its own: open(..., "w") wrote through a
+            # link planted at DIR/case-N/nest.json.
+            hpc_spikes.write_replacing(os.path.join(out, "nest.json"), (line + "\n").encode(),
+                                       PROG)
             report = ["--reference", os.path.join(out, "nest.json")]
         hpc_spikes.run_or_exit(
             [a.brunel, "--order", str(order), "--v-reset", str(vr), "--t-sim", str(a.t_sim),
@@ -76,7 +79,9 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
                   f"in {out}: {str(e)[:200]}", file=sys.stderr)
             sys.exit(1)
     rate, cv = stats(t, ids, hdr["n_neurons"], hdr["t_sim_ms"])
-    d_rate = (rate - n["rate_hz"]) / n["rate_hz"]
+    # A network silent in NEST (a short --t-sim) was a ZeroDivisionError.
+    d_rate = (rate - n["rate_hz"]) / n["rate_hz"] if n["rate_hz"] > 0 else (
+        0.0 if rate == 0 else math.inf)
     d_cv = cv - n["cv_isi"]
     good = abs(d_rate) <= 0.05 and abs(d_cv) <= 0.05
     ok &= good

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
+use hpc_io::message::num;
 use hpc_io::say_or_return as say;
 use hpc_spiking::alltoallv::RunExchange;
 use hpc_spiking::args::RunArgs;
@@ -188,7 +189,7 @@ fn summary(
     let rtf = if rec_bio > 0.0 { rec_s / rec_bio } else { 0.0 };
     say!(
         "Potjans-Diesmann microcircuit, N_scaling {} K_scaling {}: {} neurons, {} synapses, {:?} background{}, {} rank(s) x {} thread(s)",
-        p.n_scaling, p.k_scaling, model.n, synapses, p.input,
+        num(p.n_scaling), num(p.k_scaling), model.n, synapses, p.input,
         if p.thalamus.enabled { ", thalamic input" } else { "" },
         me.size, pool.current_num_threads()
     );
@@ -196,7 +197,7 @@ fn summary(
         "simulated {:.1} ms ({:.1} ms warm-up), dt {} ms, exchange every {} step(s)",
         (me.end_step - me.start_step) as f64 * p.dt,
         p.t_presim,
-        p.dt,
+        num(p.dt),
         me.interval_steps
     );
     say!("  population   neurons     rate (Hz)   CV ISI");

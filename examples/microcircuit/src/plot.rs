@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use hpc_io::message::num;
 use hpc_spike_report::plot::{PlotOptions, Rows};
 use hpc_spike_report::report::{Phase, Report};
 use hpc_spike_report::{palette, Population, Recording};
@@ -52,7 +53,12 @@ pub fn report(spikes: &Path, model: &Model, summary: &Value, out: &Path) -> Resu
     );
     rep.notes.push(format!(
         "NEST's Potjans_2014 example: iaf_psc_exp neurons, N_scaling {}, K_scaling {}, {:?} background; {} ms warm-up (not shown) and {} ms recorded in steps of {} ms.",
-        p.n_scaling, p.k_scaling, p.input, p.t_presim, p.t_sim, p.dt
+        num(p.n_scaling),
+        num(p.k_scaling),
+        p.input,
+        num(p.t_presim),
+        num(p.t_sim),
+        num(p.dt)
     ));
     let th = hpc_spike_report::thousands;
     rep.summary = vec![

@@ -67,3 +67,36 @@ fn a_held_directory_is_refused_and_an_early_stop_is_marked_incomplete() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The summary's first line and the report's note write a tiny scaling in
+/// exponent form: `--k-scaling 1e-300` was written out in 301 digits.
+#[test]
+fn a_tiny_scaling_is_written_short_in_the_summary_and_the_report() {
+    let out = tmpdir("tiny-scaling");
+    let model = [
+        "--n-scaling",
+        "0.015",
+        "--k-scaling",
+        "1e-300",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "20",
+    ];
+    let o = std::process::Command::new(BIN)
+        .args(model)
+        .args(["--no-pin", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("K_scaling 1e-300:"), "{stdout}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("K_scaling 1e-300,"),
+        "{}",
+        &html[..html.len().min(2000)]
+    );
+    assert!(!stdout.contains("00000000000000000000") && !html.contains("00000000000000000000"));
+}

@@ -54,8 +54,8 @@ fn bad_arguments_are_refused_before_any_run() {
 }
 
 /// `to_sonata.py` without numpy ended in a ModuleNotFoundError traceback (its
-/// missing h5py was one line); an output naming the spike file it reads (or its
-/// `.tmp`) replaced the spike file by the HDF5 file; `--single ""` was taken as
+/// missing h5py was one line); an output naming the spike file it reads (or, when
+/// it wrote through `OUT.tmp`, that name) replaced the spike file by the HDF5 file; `--single ""` was taken as
 /// no `--single` and `--single a/b` made nested groups. A stand-in numpy on
 /// `PYTHONPATH` makes the cases the same with or without numpy installed.
 #[test]
@@ -77,11 +77,13 @@ fn the_sonata_tool_says_what_it_needs_and_keeps_its_input() {
     for (path, args, code, words) in [
         (&absent, &[s, "o.h5"][..], 1, "to_sonata.py needs numpy"),
         (&present, &[s, s][..], 1, "is the input"),
+        // OUT.tmp, the name of the input: read, never replaced (the tool
+        // writes through a temporary file of its own now).
         (
             &present,
             &[t, t_out.to_str().unwrap()][..],
             1,
-            "is the input",
+            "t.tmp is not a valid spike file",
         ),
         (
             &present,

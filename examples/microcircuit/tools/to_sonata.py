@@ -16,6 +16,7 @@ with global ids (--single NAME).
 Needs numpy and h5py (pip install h5py).
 """
 import argparse
+import io
 import os
 import sys
 
@@ -42,10 +43,24 @@ try:
     # Never onto a FIFO or a device (the rename below would replace it), nor onto
     # the spike file read (replaced by the HDF5 file).
     hpc_spikes.check_output(a.out, [a.spikes])
-    hpc_spikes.check_output(a.out + ".tmp", [a.spikes])
 except hpc_spikes.SpikeFileError as e:
     sys.exit(f"to_sonata.py: {e}")
 h, t, ids = read_or_exit(a.spikes, "to_sonata.py")
+
+if a.single:
+    parts = [(a.single, 0, h["n_neurons"])]
+else:
+    parts = [(p["name"], p["first"], p["count"]) for p in h["populations"]]
+    # Each population is an HDF5 group named as the file names it: an empty
+    # name, "/" (nested groups), "." or ".." or a name given twice ended in
+    # h5py's traceback, with the temporary file left behind.
+    seen = set()
+    for name, _, _ in parts:
+        if not name or "/" in name or name in (".", "..") or name in seen:
+            why = "given twice" if name in seen else "empty, '.', '..' or with a '/'"
+            sys.exit(f"to_sonata.py: {a.spikes}: population {hpc_spikes.shown(name)} is no "
+                     f"SONATA population name ({why}); give --single NAME")
+        seen.add(name)
 
 try:
     import h5py
@@ -54,15 +69,15 @@ except ImportError:
 
 order = np.lexsort((ids, t))
 t, ids = t[order], ids[order]
-tmp = a.out + ".tmp"
-with h5py.File(tmp, "w") as f:
+# The HDF5 file is made in memory (h5py writing a full disk itself died of a
+# segmentation fault), then written through a temporary file of its own (never
+# OUT.tmp, whose planted link sent the file into what it pointed to), renamed
+# over OUT when complete and removed when not.
+buf = io.BytesIO()
+with h5py.File(buf, "w") as f:
     g = f.create_group("spikes")
     g.attrs["magic"] = np.uint32(0x0A7A)
     g.attrs["version"] = np.array([0, 1], dtype=np.uint32)
-    if a.single:
-        parts = [(a.single, 0, h["n_neurons"])]
-    else:
-        parts = [(p["name"], p["first"], p["count"]) for p in h["populations"]]
     for name, first, count in parts:
         sel = (ids >= first) & (ids < first + count)
         p = g.create_group(name)
@@ -70,5 +85,5 @@ with h5py.File(tmp, "w") as f:
         ts = p.create_dataset("timestamps", data=t[sel].astype(np.float64))
         ts.attrs["units"] = "ms"
         p.create_dataset("node_ids", data=(ids[sel] - first).astype(np.uint64))
-os.replace(tmp, a.out)
+hpc_spikes.write_replacing(a.out, buf.getbuffer(), "to_sonata.py")
 hpc_spikes.say(f"{a.out}: {len(t)} spikes in {len(parts)} population(s)", "to_sonata.py")

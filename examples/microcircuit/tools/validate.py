@@ -52,7 +52,15 @@ nest_runs, ours_runs = [], []
 for seed in a.seeds:
     n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
                                 "--seed", str(seed)] + common, PROG)
-    nest_runs.append(json.loads(n.stdout.strip().splitlines()[-1]))
+    # NEST's result line: another last line was a traceback of json.
+    nest = hpc_spikes.result_line(n, ("simulate_s",), PROG)
+    if not (isinstance(nest.get("populations"), list) and all(
+            isinstance(q, dict) and isinstance(q.get("name"), str)
+            and all(isinstance(q.get(k), (int, float)) and not isinstance(q.get(k), bool)
+                    for k in ("rate_hz", "cv_isi")) for q in nest["populations"])):
+        sys.exit(f"{PROG}: nest_microcircuit.py printed no populations of "
+                 "{name, rate_hz, cv_isi} in its result line")
+    nest_runs.append(nest)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
         hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
@@ -89,7 +97,7 @@ print(f"{'population':<10} {'rate NEST':>9} {'ours':>7} {'diff':>7}   "
 for k, p in enumerate(nest_runs[0]["populations"]):
     rn, ro = mean_of(nest_runs, k, "rate_hz"), mean_of(ours_runs, k, "rate_hz")
     cn, co = mean_of(nest_runs, k, "cv_isi"), mean_of(ours_runs, k, "cv_isi")
-    dr = (ro - rn) / rn if rn > 0 else float("inf")
+    dr = (ro - rn) / rn if rn > 0 else (0.0 if ro == 0 else float("inf"))
     good = abs(dr) <= a.rate_tol and abs(co - cn) <= a.cv_tol
     ok &= good
     print(f"{p['name']:<10} {rn:>8.3f}H {ro:>6.3f}H {dr*100:>+6.1f}%   {cn:>7.3f} {co:>6.3f} "

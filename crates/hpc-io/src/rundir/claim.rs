@@ -72,6 +72,19 @@ impl FileClaim {
                 )));
             }
         }
+        // A lock file that a running process holds (another run's `run.lock` or
+        // checkpoint lock) replaced by the file written here: the next run took
+        // that run's directory while it still ran.
+        if let Ok(Some((f, _))) = open_own(path, false) {
+            if matches!(
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+                Err(e) if e == rustix::io::Errno::WOULDBLOCK
+            ) {
+                return Err(Error::LockFile {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
         // A lock file removed by the run that held it, between our open and our
         // lock, is no claim of this name any more: opened again.
         for _ in 0..8 {
@@ -119,5 +132,32 @@ pub(super) fn holder_in(lock: &Path) -> String {
         "another run".into()
     } else {
         text.chars().take(300).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file claimed as an output that is a lock a running process holds (a
+    /// run directory's `run.lock`) is refused: written over, the next run took
+    /// the directory while its run still ran. Free again, it is claimed.
+    #[test]
+    fn a_lock_file_a_running_process_holds_is_not_claimed_as_an_output() {
+        let dir = std::env::temp_dir().join(format!("hpc-io-claim-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join(super::super::LOCK);
+        let held = try_lock_file(&lock).unwrap().unwrap();
+        let e = FileClaim::take(&lock, "a trace").unwrap_err();
+        assert!(matches!(e, Error::LockFile { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("lock file that a running process holds"),
+            "{e}"
+        );
+        drop(held);
+        drop(FileClaim::take(&lock, "a trace").unwrap());
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
