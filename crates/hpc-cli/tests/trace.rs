@@ -450,3 +450,34 @@ fn a_merge_missing_ranks_of_the_job_names_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A process whose trace cannot be finished at exit (a full disk: every write past
+/// a file size of 0 fails; or its final name taken by a directory) does not end 0:
+/// the timeline is lost, and the message names the file.
+#[test]
+fn a_trace_lost_at_exit_ends_the_process_non_zero_naming_the_file() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "lost");
+    let full = dir.join("full");
+    let mut cmd = Command::new(HPC);
+    cmd.arg("selftest").env(hpc_env::TRACE, &full);
+    hpc_test_support::example::limit_file_size(&mut cmd, 0);
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("pid-") && err.contains(".json.part"),
+        "the file is named: {err}"
+    );
+    // The final name a directory: the rename fails, under the launcher too.
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(ranks.join("rank-0.json")).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--", HPC, "selftest"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rank-0.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
