@@ -51,3 +51,24 @@ fn an_argument_is_refused_not_ignored() {
     );
     assert!(o.stdout.is_empty(), "it ran anyway: {:?}", o.stdout);
 }
+
+/// An engine this build has not is refused before the program's work: `hello`
+/// printed its greeting and placement lines first, refused only at `ctx.comm()`.
+#[test]
+fn an_unknown_engine_is_refused_before_any_output() {
+    let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+        .env(hpc_env::ENGINE, "bogus")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HPC_ENGINE=\"bogus\" is not an engine"),
+        "{err}"
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "it ran anyway: {:?}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
