@@ -274,81 +274,85 @@ pub enum Output {
 
 /// Copies one output stream of a rank with the rank's tag, cutting lines longer
 /// than [`MAX_LINE`]. `name` is `stdout` or `stderr` (for the broken-pipe report).
+/// A thread that cannot be started (the process or thread limit reached) is the
+/// error, for the caller to stop the job: never a panic with the ranks left running.
 pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
     src: R,
     dst: Arc<Mutex<W>>,
     tag: Option<(String, String)>,
     name: &'static str,
     events: Sender<Output>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::with_capacity(MAX_LINE, src);
-        let mut line: Vec<u8> = Vec::with_capacity(256);
-        let mut continued = false;
-        let mut closed = false;
-        let mut emit = |line: &mut Vec<u8>, continued: bool| {
-            if line.last() != Some(&b'\n') {
-                line.push(b'\n');
-            }
-            if closed {
-                return;
-            }
-            let Ok(mut out) = dst.lock() else {
-                closed = true;
-                return;
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("forward-{name}"))
+        .spawn(move || {
+            let mut r = BufReader::with_capacity(MAX_LINE, src);
+            let mut line: Vec<u8> = Vec::with_capacity(256);
+            let mut continued = false;
+            let mut closed = false;
+            let mut emit = |line: &mut Vec<u8>, continued: bool| {
+                if line.last() != Some(&b'\n') {
+                    line.push(b'\n');
+                }
+                if closed {
+                    return;
+                }
+                let Ok(mut out) = dst.lock() else {
+                    closed = true;
+                    return;
+                };
+                let result = (|| {
+                    if let Some((first, more)) = &tag {
+                        out.write_all(if continued { more } else { first }.as_bytes())?;
+                    }
+                    out.write_all(line)?;
+                    out.flush()
+                })();
+                if let Err(e) = result {
+                    // Keep draining the rank's pipe so that it never blocks on a full one,
+                    // but write nothing more.
+                    closed = true;
+                    let _ = events.send(if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        Output::Closed(name)
+                    } else {
+                        Output::Failed(name, e.to_string())
+                    });
+                }
             };
-            let result = (|| {
-                if let Some((first, more)) = &tag {
-                    out.write_all(if continued { more } else { first }.as_bytes())?;
+            loop {
+                let buf = match r.fill_buf() {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                if buf.is_empty() {
+                    if !line.is_empty() {
+                        emit(&mut line, continued);
+                    }
+                    break;
                 }
-                out.write_all(line)?;
-                out.flush()
-            })();
-            if let Err(e) = result {
-                // Keep draining the rank's pipe so that it never blocks on a full one,
-                // but write nothing more.
-                closed = true;
-                let _ = events.send(if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    Output::Closed(name)
-                } else {
-                    Output::Failed(name, e.to_string())
-                });
-            }
-        };
-        loop {
-            let buf = match r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            };
-            if buf.is_empty() {
-                if !line.is_empty() {
-                    emit(&mut line, continued);
-                }
-                break;
-            }
-            let room = MAX_LINE - line.len();
-            let window = &buf[..buf.len().min(room)];
-            match window.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    line.extend_from_slice(&window[..=i]);
-                    r.consume(i + 1);
-                    emit(&mut line, continued);
-                    line.clear();
-                    continued = false;
-                }
-                None => {
-                    let n = window.len();
-                    line.extend_from_slice(window);
-                    r.consume(n);
-                    if line.len() >= MAX_LINE {
+                let room = MAX_LINE - line.len();
+                let window = &buf[..buf.len().min(room)];
+                match window.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        line.extend_from_slice(&window[..=i]);
+                        r.consume(i + 1);
                         emit(&mut line, continued);
                         line.clear();
-                        continued = true;
+                        continued = false;
+                    }
+                    None => {
+                        let n = window.len();
+                        line.extend_from_slice(window);
+                        r.consume(n);
+                        if line.len() >= MAX_LINE {
+                            emit(&mut line, continued);
+                            line.clear();
+                            continued = true;
+                        }
                     }
                 }
             }
-        }
-        let _ = events.send(Output::Done);
-    })
+            let _ = events.send(Output::Done);
+        })
 }

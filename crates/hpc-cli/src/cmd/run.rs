@@ -670,26 +670,50 @@ fn run_job(
 
     for rank in 0..n {
         let mut cmd = rank_command(args, settings, program, plan, &coord, &job_id, rank)?;
+        // What cannot be started stops the ranks started before it.
+        let abandon = |pids: &[u32]| {
+            for &pid in pids {
+                kill_group(pid, libc::SIGKILL);
+            }
+            job::kill_everything(Duration::from_secs(2), |_, _| {});
+        };
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                for &pid in &pids {
-                    kill_group(pid, libc::SIGKILL);
-                }
-                job::kill_everything(Duration::from_secs(2), |_, _| {});
+                abandon(&pids);
                 bail!("cannot start rank {rank} ({}): {e}", program.display());
             }
         };
         pids.push(child.id());
         let tag =
             (!args.no_tag).then(|| (format!("[{rank:>width$}] "), format!("[{rank:>width$}]+")));
+        let mut streams = Vec::with_capacity(2);
         if let Some(o) = child.stdout.take() {
-            job::forward(o, stdout.clone(), tag.clone(), "stdout", out_tx.clone());
-            forwarders += 1;
+            streams.push(job::forward(
+                o,
+                stdout.clone(),
+                tag.clone(),
+                "stdout",
+                out_tx.clone(),
+            ));
         }
         if let Some(e) = child.stderr.take() {
-            job::forward(e, stderr.clone(), tag, "stderr", out_tx.clone());
-            forwarders += 1;
+            streams.push(job::forward(
+                e,
+                stderr.clone(),
+                tag,
+                "stderr",
+                out_tx.clone(),
+            ));
+        }
+        for s in streams {
+            match s {
+                Ok(_) => forwarders += 1,
+                Err(e) => {
+                    abandon(&pids);
+                    bail!("cannot start a thread to forward rank {rank}'s output: {e}");
+                }
+            }
         }
         // The child is reaped by `job::reap_one` below, never through `child`.
         drop(child);
