@@ -27,3 +27,43 @@ fn a_forwarding_thread_that_cannot_start_stops_the_job_with_125() {
         t.elapsed()
     );
 }
+
+/// A peer that connects to the job's coordinator again and again with what is no
+/// hello is refused each time, and named in the log a few times, not once per
+/// connection: 200 refusals wrote 200 lines.
+#[test]
+fn refused_connections_to_the_coordinator_do_not_flood_the_log() {
+    use std::io::{BufRead as _, Write as _};
+    let script = format!(
+        "[ ${rank} = 0 ] && echo ${rv}; sleep 3; exec {HPC} selftest",
+        rank = hpc_env::RANK,
+        rv = hpc_env::RENDEZVOUS
+    );
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "2", "--no-tag", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first.trim().to_string();
+    // Held open until the job ends: a peer that closes at once may be gone before
+    // its bytes are judged.
+    let mut peers = Vec::new();
+    for _ in 0..200 {
+        if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+            let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
+            peers.push(s);
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    drop(peers);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let refusals = err.matches("coordinator refused a connection").count();
+    assert!((1..=10).contains(&refusals), "{refusals} lines: {err}");
+    assert!(err.contains("the next are not logged"), "{err}");
+}
