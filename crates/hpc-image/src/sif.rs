@@ -54,16 +54,20 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
         );
     }
     let path = out_dir.join(sif);
-    let out = Command::new("apptainer")
-        .args(["inspect", "--json", "--labels"])
-        .arg(&path)
-        .output()
-        .context("cannot run apptainer inspect")?;
+    // Bounded, and stopped with the build: an `apptainer` that never stops
+    // printing is not read into memory without end.
+    let out = crate::sys::output_guarded(
+        Command::new("apptainer")
+            .args(["inspect", "--json", "--labels"])
+            .arg(&path)
+            .stdin(std::process::Stdio::null()),
+    )
+    .context("cannot run apptainer inspect")?;
     if !out.status.success() {
         bail!(
             "apptainer inspect {} failed: {}",
             path.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            hpc_env::short(String::from_utf8_lossy(&out.stderr).trim())
         );
     }
     let labels = sif_labels(&String::from_utf8_lossy(&out.stdout))?;
