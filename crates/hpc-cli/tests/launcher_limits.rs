@@ -1,5 +1,6 @@
-//! `hpc run` at the limits of the machine it runs on: what it cannot start stops
-//! the job with the launcher's own status and a message, never a panic.
+//! `hpc run` at the limits of the machine it runs on and of its flags: what it
+//! cannot start stops the job with the launcher's own status and a message, never
+//! a panic; what it would not do is refused, not ignored.
 
 use std::process::Command;
 
@@ -66,4 +67,39 @@ fn refused_connections_to_the_coordinator_do_not_flood_the_log() {
     let refusals = err.matches("coordinator refused a connection").count();
     assert!((1..=10).contains(&refusals), "{refusals} lines: {err}");
     assert!(err.contains("the next are not logged"), "{err}");
+}
+
+/// `--progress` reserves cores through `--bind`: under `--bind none` (the default)
+/// the ranks got no progress core and the job ran as if it had not been given.
+#[test]
+fn progress_cores_without_a_binding_are_refused_not_ignored() {
+    let out = Command::new(HPC)
+        .args(["run", "-n", "2", "--progress", "1", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--progress 1") && err.contains("--bind"),
+        "{err}"
+    );
+    let out = Command::new(HPC)
+        .args([
+            "run",
+            "-n",
+            "1",
+            "--bind",
+            "core",
+            "--progress",
+            "1",
+            "--oversubscribe",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

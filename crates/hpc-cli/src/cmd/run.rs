@@ -213,6 +213,15 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
             args.progress
         );
     }
+    // Progress cores are reserved by a binding: under `--bind none` the flag
+    // would be ignored (the ranks got no progress core, without a word).
+    if args.progress > 0 && args.bind == BindPolicy::None {
+        bail!(
+            "--progress {} reserves progress cores through --bind, which is none: give \
+             --bind core (or numa) with it",
+            args.progress
+        );
+    }
     if args.nodes == 0 || args.nodes > args.np {
         bail!("--nodes must be between 1 and -n ({})", args.np);
     }
