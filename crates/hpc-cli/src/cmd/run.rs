@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long, value_name = "T")]
     pub threads: Option<usize>,
 
-    /// Progress cores reserved per rank by `--bind` (for offloaded collectives).
+    /// Progress cores reserved per rank by `--bind` (for offloaded collectives);
+    /// refused under `--bind none`, which reserves nothing.
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub progress: usize,
 
