@@ -481,3 +481,29 @@ fn a_trace_lost_at_exit_ends_the_process_non_zero_naming_the_file() {
     assert!(err.contains("rank-0.json"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--trace FILE` in a folder whose path is not UTF-8: the job ran, and every rank
+/// refused the `HPC_TRACE` it was given ("is not valid UTF-8", a variable the user
+/// never set). It is refused before the job, naming `--trace`.
+#[test]
+fn a_trace_in_a_folder_whose_path_is_not_utf8_is_refused_before_the_job() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = hpc_test_support::tmpdir("hpc-trace", "non-utf8");
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&odd).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--trace"])
+        .arg(odd.join("t.json"))
+        .args(["--", HPC, "selftest"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--trace") && err.contains("not valid UTF-8"),
+        "{err}"
+    );
+    assert!(!err.contains("[0]"), "the job ran: {err}");
+    assert_eq!(std::fs::read_dir(&odd).unwrap().count(), 0, "left behind");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
