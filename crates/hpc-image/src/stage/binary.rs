@@ -244,7 +244,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
         let file = out.join(t.out.replace("{app}", binary));
         if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) && !written_here(&file) {
             return Err(format!(
-                "--out {}: {} is not one this command wrote (its first lines do not name                  hpc-image's templates) and would be replaced: move it, or give another --out",
+                "--out {}: {} is not one this command wrote (its first lines do not name \
+                 hpc-image's templates) and would be replaced: move it, or give another --out",
                 out.display(),
                 file.display()
             ));
