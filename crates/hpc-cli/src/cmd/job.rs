@@ -346,8 +346,11 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
                         line.extend_from_slice(window);
                         r.consume(n);
                         if line.len() >= MAX_LINE {
+                            // Cut before a character that the piece would split:
+                            // both pieces were left invalid UTF-8.
+                            let rest = line.split_off(line.len() - incomplete_tail(&line));
                             emit(&mut line, continued);
-                            line.clear();
+                            line = rest;
                             continued = true;
                         }
                     }
@@ -355,4 +358,62 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
             }
             let _ = events.send(Output::Done);
         })
+}
+
+/// How many bytes at the end of `b` begin a UTF-8 character that does not end
+/// there (0 to 3; 0 for bytes that are no UTF-8).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for k in 1..=b.len().min(3) {
+        let c = b[b.len() - k];
+        if c & 0xC0 == 0x80 {
+            continue;
+        }
+        let need = match c {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if k < need { k } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line longer than [`MAX_LINE`] is cut between characters: a cut inside a
+    /// two-byte character left both pieces invalid UTF-8.
+    #[test]
+    fn a_long_line_is_cut_between_characters() {
+        let text = format!("a{}\n", "é".repeat(MAX_LINE));
+        let dst = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let tag = Some(("[0] ".to_string(), "[0]+".to_string()));
+        forward(
+            std::io::Cursor::new(text.clone().into_bytes()),
+            dst.clone(),
+            tag,
+            "stdout",
+            tx,
+        )
+        .unwrap()
+        .join()
+        .unwrap();
+        let out = String::from_utf8(dst.lock().unwrap().clone()).expect("UTF-8 pieces");
+        let joined: String = out
+            .lines()
+            .map(|l| {
+                l.strip_prefix("[0] ")
+                    .or_else(|| l.strip_prefix("[0]+"))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(format!("{joined}\n"), text);
+        assert!(out.lines().count() >= 3, "cut into pieces");
+        assert_eq!(incomplete_tail("aé".as_bytes()), 0);
+        assert_eq!(incomplete_tail(&"é€".as_bytes()[..4]), 2);
+        assert_eq!(incomplete_tail(&[0x80, 0x80, 0x80, 0x80]), 0);
+    }
 }
