@@ -140,7 +140,8 @@ pub struct Options {
 ///    this rank's once the world is known; a `DIR` that cannot be made or written
 ///    is an error naming `HPC_TRACE`);
 /// 2. with feature `collectives`: refuses an `HPC_ENGINE` that names no engine of
-///    this build (before the job is joined, not at the first [`Context::comm`]);
+///    this build, and the proxy's settings where the engine is the proxy (before
+///    the job is joined, not at the first [`Context::comm`]);
 ///    serves as the node's collectives proxy and exits
 ///    when this process was started to be one (the `Proxy` engine starts the
 ///    application's own executable for that); it returns at once otherwise;
@@ -372,15 +373,25 @@ impl Context {
     }
 }
 
-/// Refuses an `HPC_ENGINE` that names no engine of this build, as
-/// [`Context::comm`] would, for [`init`] to say before the program's work.
+/// Refuses an `HPC_ENGINE` that names no engine of this build, and, where the
+/// engine is the proxy, the proxy's settings that [`Context::comm`] would refuse
+/// (`HPC_COLL_PROXY_MAX_SCRATCH`, `HPC_COLL_PROXY_PLACEMENT`), for [`init`] to
+/// say before the program's work.
 #[cfg(feature = "collectives")]
 fn check_engine() -> Result<(), Error> {
     let asked = std::env::var(runtime::env::ENGINE).ok();
-    match choose_engine(asked.as_deref(), None, false) {
-        Ok(_) => Ok(()),
-        Err(hpc_comm::Error::Unsupported(why)) => Err(Error::Bootstrap(why)),
-        Err(e) => Err(Error::Bootstrap(e.to_string())),
+    let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
+    let refused = |e: hpc_comm::Error| match e {
+        hpc_comm::Error::Unsupported(why) => Error::Bootstrap(why),
+        e => Error::Bootstrap(e.to_string()),
+    };
+    match choose_engine(asked.as_deref(), None, proxy_asked).map_err(refused)? {
+        (hpc_comm::Engine::Proxy, _) => {
+            hpc_comm::proxy::max_scratch().map_err(Error::Bootstrap)?;
+            hpc_comm::proxy::Placement::from_env().map_err(refused)?;
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
