@@ -382,7 +382,10 @@ fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
     // The rank whose trace was lost ends 1 (its timeline lost at exit), which is
     // the job's status; the merge then names the file.
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("rank 1 (pid") && err.contains("exited with code 1"), "{err}");
+    assert!(
+        err.contains("rank 1 (pid") && err.contains("exited with code 1"),
+        "{err}"
+    );
     assert!(
         err.contains("cannot write the trace") && err.contains("File too large"),
         "{err}"
