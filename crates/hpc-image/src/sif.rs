@@ -109,7 +109,7 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
 /// The output folder's `image.json`.
 fn summary(out_dir: &Path) -> Result<Value> {
     Ok(serde_json::from_slice(&hpc_io::read::read_regular(
-        &out_dir.join("image.json"),
+        out_dir.join("image.json"),
         hpc_io::read::MAX_METADATA_BYTES,
     )?)?)
 }
