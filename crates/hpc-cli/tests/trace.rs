@@ -379,7 +379,13 @@ fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
         HPC,
     ]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(125), "{err}");
+    // The rank whose trace was lost ends 1 (its timeline lost at exit), which is
+    // the job's status; the merge then names the file.
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("rank 1 (pid") && err.contains("exited with code 1"),
+        "{err}"
+    );
     assert!(
         err.contains("cannot write the trace") && err.contains("File too large"),
         "{err}"
@@ -448,5 +454,62 @@ fn a_merge_missing_ranks_of_the_job_names_them() {
             && err.contains("has the other 1"),
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A process whose trace cannot be finished at exit (a full disk: every write past
+/// a file size of 0 fails; or its final name taken by a directory) does not end 0:
+/// the timeline is lost, and the message names the file.
+#[test]
+fn a_trace_lost_at_exit_ends_the_process_non_zero_naming_the_file() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "lost");
+    let full = dir.join("full");
+    let mut cmd = Command::new(HPC);
+    cmd.arg("selftest").env(hpc_env::TRACE, &full);
+    hpc_test_support::example::limit_file_size(&mut cmd, 0);
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("pid-") && err.contains(".json.part"),
+        "the file is named: {err}"
+    );
+    // The final name a directory: the rename fails, under the launcher too.
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(ranks.join("rank-0.json")).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--", HPC, "selftest"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rank-0.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--trace FILE` in a folder whose path is not UTF-8: the job ran, and every rank
+/// refused the `HPC_TRACE` it was given ("is not valid UTF-8", a variable the user
+/// never set). It is refused before the job, naming `--trace`.
+#[test]
+fn a_trace_in_a_folder_whose_path_is_not_utf8_is_refused_before_the_job() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = hpc_test_support::tmpdir("hpc-trace", "non-utf8");
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&odd).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--trace"])
+        .arg(odd.join("t.json"))
+        .args(["--", HPC, "selftest"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--trace") && err.contains("not valid UTF-8"),
+        "{err}"
+    );
+    assert!(!err.contains("[0]"), "the job ran: {err}");
+    assert_eq!(std::fs::read_dir(&odd).unwrap().count(), 0, "left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }

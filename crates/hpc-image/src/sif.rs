@@ -37,8 +37,26 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     if !crate::sys::has("apptainer") {
         bail!(missing_apptainer(out_dir, sif, def));
     }
+    // Built under a temporary name and renamed once whole and checked: a build
+    // that failed or was stopped left its part of a SIF under the final name,
+    // which the batch script would then run.
+    let tmp = format!(".{sif}.tmp-{}", std::process::id());
+    let tmp_path = out_dir.join(&tmp);
+    let built = build_checked(out_dir, &tmp, def).and_then(|()| {
+        fs::rename(&tmp_path, out_dir.join(sif))
+            .with_context(|| format!("renaming {} to {sif}", tmp_path.display()))
+    });
+    if let Err(e) = built {
+        let _ = fs::remove_file(&tmp_path);
+        return Err(e);
+    }
+    record(out_dir, &out_dir.join(sif))
+}
+
+/// `apptainer build` of `def` into `tmp` (in `out_dir`), then its labels checked.
+fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     // Run in the output folder: the definition's `From:` names the archive beside it.
-    let args = build_command(sif, def);
+    let args = build_command(tmp, def);
     say!(
         "\n==> cd {} && apptainer {}",
         out_dir.display(),
@@ -53,26 +71,28 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
             out_dir.display()
         );
     }
-    let path = out_dir.join(sif);
-    let out = Command::new("apptainer")
-        .args(["inspect", "--json", "--labels"])
-        .arg(&path)
-        .output()
-        .context("cannot run apptainer inspect")?;
+    let path = out_dir.join(tmp);
+    // Bounded, and stopped with the build: an `apptainer` that never stops
+    // printing is not read into memory without end.
+    let out = crate::sys::output_guarded(
+        Command::new("apptainer")
+            .args(["inspect", "--json", "--labels"])
+            .arg(&path)
+            .stdin(std::process::Stdio::null()),
+    )
+    .context("cannot run apptainer inspect")?;
     if !out.status.success() {
         bail!(
             "apptainer inspect {} failed: {}",
             path.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            hpc_env::short(String::from_utf8_lossy(&out.stderr).trim())
         );
     }
     let labels = sif_labels(&String::from_utf8_lossy(&out.stdout))?;
-    let summary_path = out_dir.join("image.json");
-    let mut summary: Value = serde_json::from_slice(&hpc_io::read::read_regular(
-        &summary_path,
-        hpc_io::read::MAX_METADATA_BYTES,
-    )?)?;
-    let revision = summary["revision"].as_str().unwrap_or_default().to_string();
+    let revision = summary(out_dir)?["revision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     if labels
         .get("org.opencontainers.image.revision")
         .and_then(Value::as_str)
@@ -83,11 +103,29 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
             path.display()
         );
     }
-    let size = fs::metadata(&path)?.len();
+    Ok(())
+}
+
+/// The output folder's `image.json`.
+fn summary(out_dir: &Path) -> Result<Value> {
+    Ok(serde_json::from_slice(&hpc_io::read::read_regular(
+        out_dir.join("image.json"),
+        hpc_io::read::MAX_METADATA_BYTES,
+    )?)?)
+}
+
+/// Records the SIF's path and size in `image.json`; returns the path.
+fn record(out_dir: &Path, path: &Path) -> Result<PathBuf> {
+    let mut summary = summary(out_dir)?;
+    let size = fs::metadata(path)?.len();
     summary["sif"] = Value::String(path.display().to_string());
     summary["sif_size"] = Value::from(size);
-    crate::write_new(&summary_path, &serde_json::to_vec_pretty(&summary)?, 0o644)?;
-    Ok(path)
+    crate::write_new(
+        &out_dir.join("image.json"),
+        &serde_json::to_vec_pretty(&summary)?,
+        0o644,
+    )?;
+    Ok(path.to_path_buf())
 }
 
 /// The label map of `apptainer inspect --json --labels` output.

@@ -297,6 +297,10 @@ fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
     result
 }
 
+/// The most bytes of a tool's standard output, and of its standard error, that
+/// [`output_guarded`] keeps.
+pub const MAX_TOOL_OUTPUT: u64 = 8 << 20;
+
 /// Runs a tool of the build with its standard output and error inherited, as
 /// [`Command::status`] does, but so that it does not outlive the build (the
 /// rules of [`output_guarded`]).
@@ -311,7 +315,9 @@ pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
 /// and ends the run with [`Interrupted`] (the caller then removes what the tool
 /// was writing); the tool gets SIGTERM if this process is killed outright
 /// (SIGKILL), and its whole group, a running rustc under cargo too, from a
-/// guardian process that outlives this one.
+/// guardian process that outlives this one. Of each stream the first
+/// [`MAX_TOOL_OUTPUT`] bytes are kept and the rest read and dropped (an
+/// `apptainer` that never stopped printing was read into memory without end).
 pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (mut child, _guardian) = spawn_guarded(cmd)?;
@@ -319,7 +325,9 @@ pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
+                let _ = r.by_ref().take(MAX_TOOL_OUTPUT).read_to_end(&mut buf);
+                // The rest is read, so that the tool never blocks on a full pipe.
+                let _ = std::io::copy(&mut r, &mut std::io::sink());
             }
             buf
         })
@@ -452,6 +460,23 @@ mod tests {
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         t.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A tool that prints more than is kept is read to its end, its output kept
+    /// bounded: all of it was held in memory (an `apptainer inspect` printing
+    /// without end grew the build by gigabytes).
+    #[test]
+    fn a_tool_printing_without_bound_is_kept_bounded() {
+        let n = 3 * MAX_TOOL_OUTPUT;
+        let out = output_guarded(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("head -c {n} /dev/zero; echo done >&2")),
+        )
+        .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout.len() as u64, MAX_TOOL_OUTPUT);
+        assert_eq!(out.stderr, b"done\n");
     }
 
     #[test]

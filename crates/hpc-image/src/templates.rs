@@ -185,6 +185,85 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// The Podman scripts with a stand-in engine (and `srun`, `scontrol`): the
+    /// batch script wrote its rank's script to `$TMPDIR/hpc-rank-$SLURM_JOB_ID.sh`
+    /// through a link planted there, and left it; both scripts took an `ENGINE`
+    /// given as a path to Docker for Podman when adding the GPUs.
+    #[test]
+    fn the_podman_scripts_write_no_file_and_know_docker_by_a_path() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = std::env::temp_dir().join(format!("hpc-image-rank-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (bin, tmp) = (d.join("bin"), d.join("tmp"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&tmp).unwrap();
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, tmp.join("hpc-rank-7.sh")).unwrap();
+        let exe = |path: &std::path::Path, text: &str| {
+            std::fs::write(path, text).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        // The engine says the image is there and prints its arguments a line each;
+        // `srun` drops its own flag and runs the rest.
+        exe(
+            &bin.join("docker"),
+            "#!/bin/sh\n[ \"$1\" = image ] && exit 0\nprintf '%s\\n' \"$@\"\n",
+        );
+        exe(&bin.join("srun"), "#!/bin/sh\nshift\nexec \"$@\"\n");
+        exe(&bin.join("scontrol"), "#!/bin/sh\n");
+        let vars: BTreeMap<&str, String> = super::super::template_keys()
+            .iter()
+            .copied()
+            .map(|k| {
+                let v = match k {
+                    "app" => "app",
+                    "image" => "img",
+                    "podman_gpu" => "--device nvidia.com/gpu=all",
+                    "docker_gpu" => "--gpus all",
+                    _ => "",
+                };
+                (k, v.to_string())
+            })
+            .collect();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        for name in ["slurm-podman.sbatch", "podman-run.sh"] {
+            let t = COMMON.iter().find(|t| t.name == name).unwrap();
+            let script = d.join(name);
+            exe(&script, &fill(t.text, &vars).unwrap());
+            let out = std::process::Command::new(&script)
+                .arg("x")
+                .current_dir(&d)
+                .env("PATH", &path)
+                .env("ENGINE", bin.join("docker"))
+                .env("TMPDIR", &tmp)
+                .env("SLURM_JOB_ID", "7")
+                .env("SLURMD_SPOOL", &d)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{name}: {out:?}");
+            let args = String::from_utf8(out.stdout).unwrap();
+            let lines: Vec<&str> = args.lines().collect();
+            assert!(
+                lines.windows(2).any(|w| w == ["--gpus", "all"]),
+                "{name}: {args}"
+            );
+            assert!(!args.contains("nvidia.com/gpu"), "{name}: {args}");
+            assert!(lines.ends_with(&["img", "app", "x"]), "{name}: {args}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["hpc-rank-7.sh"], "only the planted link");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn def_files_bootstrap_from_the_archive() {
         for t in [&APPTAINER_HYBRID, &APPTAINER_BIND] {

@@ -7,6 +7,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENGINE=${ENGINE:-podman}
+# Docker by its name or a path to it (`ENGINE=/usr/bin/docker`): each choice below
+# is made by the name alone.
+engine_name=$(basename "$ENGINE")
 IMAGE=${IMAGE:-{{image}}}
 # Its words, split at blanks and never expanded as file names (a `*` stays a `*`).
 read -r -a ulimits <<< "${HPC_ULIMITS---ulimit memlock=-1:-1}"
@@ -14,7 +17,7 @@ read -r -a ulimits <<< "${HPC_ULIMITS---ulimit memlock=-1:-1}"
 # Both archives load in Podman and in Docker 20 or later (the oci-archive carries
 # Docker's manifest.json too); Docker is offered its own format first.
 archives=("$here/{{app}}-oci.tar" "$here/{{app}}-docker.tar")
-if [ "$(basename "$ENGINE")" = docker ]; then
+if [ "$engine_name" = docker ]; then
     archives=("$here/{{app}}-docker.tar" "$here/{{app}}-oci.tar")
 fi
 if ! "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
@@ -32,7 +35,7 @@ done
 for v in $(compgen -e); do
     case "$v" in PMIX_*|SLURM_*|OMPI_*|PMI_*|HPC_*) args+=(-e "$v") ;; esac
 done
-if [ "$ENGINE" = docker ]; then
+if [ "$engine_name" = docker ]; then
     args+=({{docker_gpu}})
 else
     args+=({{podman_gpu}})

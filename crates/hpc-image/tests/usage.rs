@@ -472,3 +472,35 @@ fn assert_fifo_refused(m: String, fifo: &std::path::Path, unblock: &str) {
         "{msg}"
     );
 }
+
+/// An `--out` whose path is not UTF-8: the build ran to its end and panicked
+/// writing `image.json` (status 101). It is refused before the build.
+#[test]
+fn an_output_folder_whose_path_is_not_utf8_is_refused_before_the_build() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let ws = workspace("non-utf8-out", true);
+    let s = scratch("non-utf8-out");
+    std::fs::write(s.join("index.json"), "{}").unwrap();
+    let out = s.join(std::ffi::OsStr::from_bytes(b"out\xff"));
+    let before = entries(&ws);
+    let a: Vec<std::ffi::OsString> = vec![
+        "image".into(),
+        "--manifest-path".into(),
+        ws.join("Cargo.toml").into(),
+        "--base".into(),
+        s.clone().into(),
+        "--out".into(),
+        out.clone().into(),
+    ];
+    let e = hpc_image::run(Cli::parse_from(a).args).unwrap_err();
+    let msg = format!("{e:#}");
+    assert_eq!(hpc_image::exit_status(&e), 2, "{msg}");
+    assert!(
+        msg.contains("--out") && msg.contains("not valid UTF-8"),
+        "{msg}"
+    );
+    assert_eq!(entries(&ws), before, "built: {msg}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&ws);
+    let _ = std::fs::remove_dir_all(&s);
+}

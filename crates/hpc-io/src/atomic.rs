@@ -129,8 +129,10 @@ pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
 }
 
 /// Refuses `path` as the final name of a file written whole when it exists and is
-/// not a regular file or a symbolic link ([`rename_over`]'s check), so that a
-/// program can refuse such a name before its work rather than after.
+/// not a regular file or a symbolic link, when it is a link to something that is
+/// not a regular file (`/dev/stdout`'s pipe, a FIFO, a folder), and when it is in
+/// `/dev`, `/proc` or `/sys` ([`rename_over`]'s check), so that a program can
+/// refuse such a name before its work rather than after.
 pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
     use std::os::unix::ffi::OsStrExt as _;
     // `out/` or `out/.` names a directory, even one not made yet (`Path` drops the
@@ -149,8 +151,27 @@ pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
             ),
         });
     }
+    let refuse = |why: String| StepError {
+        op: "replace",
+        path: path.to_path_buf(),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+    };
     if let Ok(m) = fs::symlink_metadata(path) {
         let t = m.file_type();
+        if t.is_symlink() {
+            // A link to a device, a FIFO, a socket or a folder names something the
+            // new file would not be written to: refused as that thing itself is.
+            if let Ok(target) = fs::metadata(path) {
+                if !target.is_file() {
+                    return Err(refuse(format!(
+                        "it is a symbolic link to {}, not to a regular file",
+                        crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
+                            std::os::unix::fs::MetadataExt::mode(&target)
+                        ))
+                    )));
+                }
+            }
+        }
         if !t.is_file() && !t.is_symlink() {
             return Err(StepError {
                 op: "replace",
@@ -166,6 +187,17 @@ pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
                 ),
             });
         }
+    }
+    // The folders of devices and of processes: `/dev/stdout` is a link there
+    // (to `/proc/self/fd/1`), which the rename replaced by a regular file for
+    // every program of the machine (as root).
+    let dir = fs::canonicalize(parent(path)).unwrap_or_else(|_| parent(path).to_path_buf());
+    if dir == Path::new("/dev") || dir.starts_with("/proc") || dir.starts_with("/sys") {
+        return Err(refuse(format!(
+            "it is in {}, a folder of the system's devices and processes, whose files are \
+             not replaced (write to a file elsewhere)",
+            dir.display()
+        )));
     }
     Ok(())
 }
@@ -199,6 +231,36 @@ fn parent(path: &Path) -> &Path {
 mod tests {
     use super::*;
     use std::os::unix::fs::FileTypeExt as _;
+
+    /// `-o /dev/stdout`: the link `/dev/stdout` was replaced by a regular file
+    /// holding the output, for every program of the machine (as root). A link to
+    /// what is no regular file, and a name in `/dev` or `/proc`, are refused; a
+    /// link to a regular file, or to nothing, is still replaced, its target kept.
+    #[test]
+    fn a_link_to_a_stream_or_a_name_among_the_devices_is_never_replaced() {
+        for p in ["/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/1"] {
+            let e = check_replaceable(Path::new(p)).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("cannot replace {p}: it is")), "{e}");
+        }
+        let dir = std::env::temp_dir().join(format!("hpc-io-linked-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("out.json");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        let e = check_replaceable(&link).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link to a character device"), "{e}");
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = check_replaceable(&link).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link to a directory"), "{e}");
+        fs::remove_file(&link).unwrap();
+        fs::write(dir.join("victim"), b"keep").unwrap();
+        std::os::unix::fs::symlink(dir.join("victim"), &link).unwrap();
+        write(&link, &dir.join(".out.tmp"), b"new").unwrap();
+        assert_eq!(fs::read(dir.join("victim")).unwrap(), b"keep");
+        assert_eq!(fs::read(&link).unwrap(), b"new");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_device_a_fifo_or_a_directory_is_never_replaced() {

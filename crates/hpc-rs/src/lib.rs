@@ -139,7 +139,10 @@ pub struct Options {
 ///    transport spans and the application's spans at `INFO` and above, named as
 ///    this rank's once the world is known; a `DIR` that cannot be made or written
 ///    is an error naming `HPC_TRACE`);
-/// 2. with feature `collectives`: serves as the node's collectives proxy and exits
+/// 2. with feature `collectives`: refuses an `HPC_ENGINE` that names no engine of
+///    this build, and the proxy's settings where the engine is the proxy (before
+///    the job is joined, not at the first [`Context::comm`]);
+///    serves as the node's collectives proxy and exits
 ///    when this process was started to be one (the `Proxy` engine starts the
 ///    application's own executable for that); it returns at once otherwise;
 /// 3. joins the job ([`World::init`]: `hpc run`, `mpirun`, `srun --mpi=pmix` or alone);
@@ -161,6 +164,10 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     // Before anything reads a variable of ours: one that is not UTF-8 is an error
     // naming it, not a variable read as unset (others that are not are skipped).
     runtime::env::vars().map_err(runtime::Error::Bootstrap)?;
+    // An engine this build has not is refused before the job is joined and the
+    // program does its work, not at its first `Context::comm`.
+    #[cfg(feature = "collectives")]
+    check_engine()?;
     #[cfg(feature = "collectives")]
     serve_proxy()?;
     let world = World::init()?;
@@ -363,6 +370,28 @@ impl Context {
             hpc_topology::CpuSet::parse_list,
         )
         .filter(|c| !c.is_empty())
+    }
+}
+
+/// Refuses an `HPC_ENGINE` that names no engine of this build, and, where the
+/// engine is the proxy, the proxy's settings that [`Context::comm`] would refuse
+/// (`HPC_COLL_PROXY_MAX_SCRATCH`, `HPC_COLL_PROXY_PLACEMENT`), for [`init`] to
+/// say before the program's work.
+#[cfg(feature = "collectives")]
+fn check_engine() -> Result<(), Error> {
+    let asked = std::env::var(runtime::env::ENGINE).ok();
+    let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
+    let refused = |e: hpc_comm::Error| match e {
+        hpc_comm::Error::Unsupported(why) => Error::Bootstrap(why),
+        e => Error::Bootstrap(e.to_string()),
+    };
+    match choose_engine(asked.as_deref(), None, proxy_asked).map_err(refused)? {
+        (hpc_comm::Engine::Proxy, _) => {
+            hpc_comm::proxy::max_scratch().map_err(Error::Bootstrap)?;
+            hpc_comm::proxy::Placement::from_env().map_err(refused)?;
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -38,7 +38,6 @@ enum Event {
         pid: u32,
         stream: TcpStream,
     },
-    Refused(String),
     Msg {
         rank: usize,
         msg: Msg,
@@ -176,6 +175,12 @@ pub const HELLO_MAX: usize = 4096;
 /// hello at once, so only idle or hostile peers ever get old.
 pub const MAX_PENDING: usize = 256;
 
+/// How many refused connections the coordinator names in the log, each in a line,
+/// the last followed by a line saying that the next are not logged (a peer that
+/// connects again and again, a port scanner, filled the job's standard error with
+/// a line per connection).
+pub const MAX_REFUSALS_LOGGED: u64 = 8;
+
 /// The least time a connection is given to send its hello.
 const MIN_HELLO_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -278,6 +283,7 @@ fn accept_loop(
     let hello_timeout = HELLO_TIMEOUT.min(timeout).max(MIN_HELLO_TIMEOUT);
     let mut pending: std::collections::VecDeque<Unauthenticated> = Default::default();
     let mut evicted = 0u64;
+    let mut refused = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let wait = pending
@@ -327,7 +333,16 @@ fn accept_loop(
                 Step::Wait => keep.push_back(c),
                 Step::Drop(None) => {}
                 Step::Drop(Some(why)) => {
-                    let _ = tx.send(Event::Refused(why));
+                    refused += 1;
+                    if refused <= MAX_REFUSALS_LOGGED {
+                        tracing::warn!("coordinator refused a connection: {why}");
+                    }
+                    if refused == MAX_REFUSALS_LOGGED {
+                        tracing::warn!(
+                            "the coordinator refused {MAX_REFUSALS_LOGGED} connections; \
+                             the next are not logged"
+                        );
+                    }
                 }
                 Step::Hello(rank, node, pid, rest) => {
                     let tx = tx.clone();
@@ -626,7 +641,6 @@ impl State {
                     tracing::debug!(after = ?self.started.elapsed(), "all ranks joined");
                 }
             }
-            Event::Refused(why) => tracing::warn!("coordinator refused a connection: {why}"),
             Event::Msg { rank, msg } => match msg {
                 Msg::Goodbye => {
                     self.gone[rank] = Some(Gone::Clean(format!("rank {rank} finalized")));

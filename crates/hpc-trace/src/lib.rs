@@ -28,7 +28,8 @@
 //! after the job) aligns the files on them, one process per rank.
 //!
 //! A write that fails (a full disk) stops the recording; the file is left as
-//! `.part`, [`finish`] returns the error (logged at exit), and the merge refuses the
+//! `.part`, [`finish`] returns the error (at exit: logged, naming the file, and the
+//! process ends with status [`EXIT_TRACE_LOST`], not 0), and the merge refuses the
 //! file naming it: a timeline is never silently shorter than the run.
 //!
 //! ```
@@ -191,7 +192,8 @@ pub fn set_label(label: &str) {
 
 /// Finishes this process's traces now: the files are complete and renamed to their
 /// final names, returned. Spans that end later are not recorded. It also runs at
-/// exit (returning from `main`, `std::process::exit`), where an error is logged.
+/// exit (returning from `main`, `std::process::exit`), where an error is logged
+/// and the process ends with status [`EXIT_TRACE_LOST`].
 pub fn finish() -> Result<Vec<PathBuf>, Error> {
     let mut done = Vec::new();
     for s in sinks() {
@@ -216,9 +218,21 @@ pub fn region(name: &str) -> tracing::span::EnteredSpan {
     tracing::info_span!(REGION, name).entered()
 }
 
+/// The exit status of a process whose trace could not be finished at exit (a full
+/// disk): a process that was to end well does not end 0 with its timeline lost.
+pub const EXIT_TRACE_LOST: i32 = 1;
+
 extern "C" fn finish_at_exit() {
     if let Err(e) = finish() {
         tracing::error!("{e}");
+        // The status the process was ending with cannot be read here; a lost
+        // timeline is a failure of the run, not a warning under status 0 (the
+        // message above names the file). `exit` may not be called again from an
+        // exit handler: `_exit` ends the process at once, standard output having
+        // been flushed by the runtime before the handlers ran.
+        // SAFETY: `_exit` takes a plain integer and does not return; ending the
+        // process from an `atexit` handler through it is what POSIX allows.
+        unsafe { libc::_exit(EXIT_TRACE_LOST) };
     }
 }
 

@@ -201,6 +201,7 @@ fn files_that_cannot_be_merged_are_named() {
     // A process that never finished (killed): its .part file.
     let dir = scratch("part");
     let layer = hpc_trace::TraceLayer::create(&dir).unwrap();
+    let sink = layer.clone();
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::with_default(subscriber, || {
         drop(tracing::info_span!("s").entered());
@@ -211,6 +212,9 @@ fn files_that_cannot_be_merged_are_named() {
             && e.contains("never finished"),
         "{e}"
     );
+    // Finished before its directory goes: this process would otherwise end 1 at
+    // exit, its trace lost.
+    sink.finish().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

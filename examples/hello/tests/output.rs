@@ -78,3 +78,53 @@ fn an_argument_is_refused_not_ignored() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("standard output"));
 }
+
+/// An engine this build has not is refused before the program's work: `hello`
+/// printed its greeting and placement lines first, refused only at `ctx.comm()`.
+#[test]
+fn an_unknown_engine_is_refused_before_any_output() {
+    let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+        .env(hpc_env::ENGINE, "bogus")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("HPC_ENGINE=\"bogus\" is not an engine"),
+        "{err}"
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "it ran anyway: {:?}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+/// The proxy's settings are refused with the engine, before the program's work:
+/// `hello` printed its lines, and only its `ctx.comm()` refused them.
+#[test]
+fn bad_proxy_settings_are_refused_before_any_output() {
+    for (var, value, said) in [
+        (
+            hpc_env::COLL_PROXY_MAX_SCRATCH,
+            "-1",
+            "is not a size in bytes",
+        ),
+        (
+            hpc_env::COLL_PROXY_PLACEMENT,
+            "moon",
+            "expected host or dpu",
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hello"))
+            .env(hpc_env::ENGINE, "proxy")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{var}: {err}");
+        assert!(err.contains(var) && err.contains(said), "{err}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.stdout.is_empty(), "{var}: it ran anyway: {out}");
+    }
+}

@@ -274,81 +274,146 @@ pub enum Output {
 
 /// Copies one output stream of a rank with the rank's tag, cutting lines longer
 /// than [`MAX_LINE`]. `name` is `stdout` or `stderr` (for the broken-pipe report).
+/// A thread that cannot be started (the process or thread limit reached) is the
+/// error, for the caller to stop the job: never a panic with the ranks left running.
 pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
     src: R,
     dst: Arc<Mutex<W>>,
     tag: Option<(String, String)>,
     name: &'static str,
     events: Sender<Output>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::with_capacity(MAX_LINE, src);
-        let mut line: Vec<u8> = Vec::with_capacity(256);
-        let mut continued = false;
-        let mut closed = false;
-        let mut emit = |line: &mut Vec<u8>, continued: bool| {
-            if line.last() != Some(&b'\n') {
-                line.push(b'\n');
-            }
-            if closed {
-                return;
-            }
-            let Ok(mut out) = dst.lock() else {
-                closed = true;
-                return;
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("forward-{name}"))
+        .spawn(move || {
+            let mut r = BufReader::with_capacity(MAX_LINE, src);
+            let mut line: Vec<u8> = Vec::with_capacity(256);
+            let mut continued = false;
+            let mut closed = false;
+            let mut emit = |line: &mut Vec<u8>, continued: bool| {
+                if line.last() != Some(&b'\n') {
+                    line.push(b'\n');
+                }
+                if closed {
+                    return;
+                }
+                let Ok(mut out) = dst.lock() else {
+                    closed = true;
+                    return;
+                };
+                let result = (|| {
+                    if let Some((first, more)) = &tag {
+                        out.write_all(if continued { more } else { first }.as_bytes())?;
+                    }
+                    out.write_all(line)?;
+                    out.flush()
+                })();
+                if let Err(e) = result {
+                    // Keep draining the rank's pipe so that it never blocks on a full one,
+                    // but write nothing more.
+                    closed = true;
+                    let _ = events.send(if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        Output::Closed(name)
+                    } else {
+                        Output::Failed(name, e.to_string())
+                    });
+                }
             };
-            let result = (|| {
-                if let Some((first, more)) = &tag {
-                    out.write_all(if continued { more } else { first }.as_bytes())?;
+            loop {
+                let buf = match r.fill_buf() {
+                    Ok(b) => b,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                if buf.is_empty() {
+                    if !line.is_empty() {
+                        emit(&mut line, continued);
+                    }
+                    break;
                 }
-                out.write_all(line)?;
-                out.flush()
-            })();
-            if let Err(e) = result {
-                // Keep draining the rank's pipe so that it never blocks on a full one,
-                // but write nothing more.
-                closed = true;
-                let _ = events.send(if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    Output::Closed(name)
-                } else {
-                    Output::Failed(name, e.to_string())
-                });
-            }
-        };
-        loop {
-            let buf = match r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            };
-            if buf.is_empty() {
-                if !line.is_empty() {
-                    emit(&mut line, continued);
-                }
-                break;
-            }
-            let room = MAX_LINE - line.len();
-            let window = &buf[..buf.len().min(room)];
-            match window.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    line.extend_from_slice(&window[..=i]);
-                    r.consume(i + 1);
-                    emit(&mut line, continued);
-                    line.clear();
-                    continued = false;
-                }
-                None => {
-                    let n = window.len();
-                    line.extend_from_slice(window);
-                    r.consume(n);
-                    if line.len() >= MAX_LINE {
+                let room = MAX_LINE - line.len();
+                let window = &buf[..buf.len().min(room)];
+                match window.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        line.extend_from_slice(&window[..=i]);
+                        r.consume(i + 1);
                         emit(&mut line, continued);
                         line.clear();
-                        continued = true;
+                        continued = false;
+                    }
+                    None => {
+                        let n = window.len();
+                        line.extend_from_slice(window);
+                        r.consume(n);
+                        if line.len() >= MAX_LINE {
+                            // Cut before a character that the piece would split:
+                            // both pieces were left invalid UTF-8.
+                            let rest = line.split_off(line.len() - incomplete_tail(&line));
+                            emit(&mut line, continued);
+                            line = rest;
+                            continued = true;
+                        }
                     }
                 }
             }
+            let _ = events.send(Output::Done);
+        })
+}
+
+/// How many bytes at the end of `b` begin a UTF-8 character that does not end
+/// there (0 to 3; 0 for bytes that are no UTF-8).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for k in 1..=b.len().min(3) {
+        let c = b[b.len() - k];
+        if c & 0xC0 == 0x80 {
+            continue;
         }
-        let _ = events.send(Output::Done);
-    })
+        let need = match c {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if k < need { k } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line longer than [`MAX_LINE`] is cut between characters: a cut inside a
+    /// two-byte character left both pieces invalid UTF-8.
+    #[test]
+    fn a_long_line_is_cut_between_characters() {
+        let text = format!("a{}\n", "é".repeat(MAX_LINE));
+        let dst = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let tag = Some(("[0] ".to_string(), "[0]+".to_string()));
+        forward(
+            std::io::Cursor::new(text.clone().into_bytes()),
+            dst.clone(),
+            tag,
+            "stdout",
+            tx,
+        )
+        .unwrap()
+        .join()
+        .unwrap();
+        let out = String::from_utf8(dst.lock().unwrap().clone()).expect("UTF-8 pieces");
+        let joined: String = out
+            .lines()
+            .map(|l| {
+                l.strip_prefix("[0] ")
+                    .or_else(|| l.strip_prefix("[0]+"))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(format!("{joined}\n"), text);
+        assert!(out.lines().count() >= 3, "cut into pieces");
+        assert_eq!(incomplete_tail("aé".as_bytes()), 0);
+        assert_eq!(incomplete_tail(&"é€".as_bytes()[..4]), 2);
+        assert_eq!(incomplete_tail(&[0x80, 0x80, 0x80, 0x80]), 0);
+    }
 }

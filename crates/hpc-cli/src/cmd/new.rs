@@ -130,14 +130,20 @@ impl Sdk {
         })?;
         for c in PATCHED {
             let m = root.join("crates").join(c).join("Cargo.toml");
-            if !m.is_file() {
-                return Err(UsageError(format!(
-                    "--sdk {}: no {} there: not a checkout of the hpc-rs SDK (its root, \
-                     the directory with crates/)",
-                    root.display(),
-                    Path::new("crates").join(c).join("Cargo.toml").display()
-                )));
-            }
+            // One that is there but no file (a link to a device, a folder) is said
+            // to be so: "no … there" named a file the user could see.
+            let what = match std::fs::metadata(&m) {
+                Ok(md) if md.is_file() => continue,
+                Ok(md) if md.is_dir() => "is a directory, not a manifest",
+                Ok(_) => "is not a regular file (a device, a FIFO, a socket)",
+                Err(_) => "is not there",
+            };
+            return Err(UsageError(format!(
+                "--sdk {}: {} {what}: not a checkout of the hpc-rs SDK (its root, the \
+                 directory with crates/)",
+                root.display(),
+                Path::new("crates").join(c).join("Cargo.toml").display()
+            )));
         }
         let version = workspace_version(&root.join("Cargo.toml"))
             .map_err(|why| UsageError(format!("--sdk {}: {why}", root.display())))?;
@@ -837,6 +843,18 @@ mod tests {
         let not = tempfile_dir();
         let e = Sdk::parse(Some(not.to_str().unwrap())).unwrap_err().0;
         assert!(e.contains("not a checkout of the hpc-rs SDK"), "{e}");
+        assert!(e.contains("crates/hpc-rs/Cargo.toml is not there"), "{e}");
+        // A manifest that is there but no file was said not to be there.
+        for c in PATCHED {
+            std::fs::create_dir_all(not.join("crates").join(c)).unwrap();
+        }
+        std::os::unix::fs::symlink("/dev/zero", not.join("crates/hpc-rs/Cargo.toml")).unwrap();
+        let e = Sdk::parse(Some(not.to_str().unwrap())).unwrap_err().0;
+        assert!(
+            e.contains("crates/hpc-rs/Cargo.toml is not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(not.join("crates")).unwrap();
         // This repository is one.
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         match Sdk::parse(Some(repo.to_str().unwrap())).unwrap() {

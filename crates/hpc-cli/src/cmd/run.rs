@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long, value_name = "T")]
     pub threads: Option<usize>,
 
-    /// Progress cores reserved per rank by `--bind` (for offloaded collectives).
+    /// Progress cores reserved per rank by `--bind` (for offloaded collectives);
+    /// refused under `--bind none`, which reserves nothing.
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub progress: usize,
 
@@ -210,6 +211,15 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
     if args.progress > MAX_THREADS {
         bail!(
             "--progress must be at most {MAX_THREADS}, got {}",
+            args.progress
+        );
+    }
+    // Progress cores are reserved by a binding: under `--bind none` the flag
+    // would be ignored (the ranks got no progress core, without a word).
+    if args.progress > 0 && args.bind == BindPolicy::None {
+        bail!(
+            "--progress {} reserves progress cores through --bind, which is none: give \
+             --bind core (or numa) with it",
             args.progress
         );
     }
@@ -670,26 +680,50 @@ fn run_job(
 
     for rank in 0..n {
         let mut cmd = rank_command(args, settings, program, plan, &coord, &job_id, rank)?;
+        // What cannot be started stops the ranks started before it.
+        let abandon = |pids: &[u32]| {
+            for &pid in pids {
+                kill_group(pid, libc::SIGKILL);
+            }
+            job::kill_everything(Duration::from_secs(2), |_, _| {});
+        };
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                for &pid in &pids {
-                    kill_group(pid, libc::SIGKILL);
-                }
-                job::kill_everything(Duration::from_secs(2), |_, _| {});
+                abandon(&pids);
                 bail!("cannot start rank {rank} ({}): {e}", program.display());
             }
         };
         pids.push(child.id());
         let tag =
             (!args.no_tag).then(|| (format!("[{rank:>width$}] "), format!("[{rank:>width$}]+")));
+        let mut streams = Vec::with_capacity(2);
         if let Some(o) = child.stdout.take() {
-            job::forward(o, stdout.clone(), tag.clone(), "stdout", out_tx.clone());
-            forwarders += 1;
+            streams.push(job::forward(
+                o,
+                stdout.clone(),
+                tag.clone(),
+                "stdout",
+                out_tx.clone(),
+            ));
         }
         if let Some(e) = child.stderr.take() {
-            job::forward(e, stderr.clone(), tag, "stderr", out_tx.clone());
-            forwarders += 1;
+            streams.push(job::forward(
+                e,
+                stderr.clone(),
+                tag,
+                "stderr",
+                out_tx.clone(),
+            ));
+        }
+        for s in streams {
+            match s {
+                Ok(_) => forwarders += 1,
+                Err(e) => {
+                    abandon(&pids);
+                    bail!("cannot start a thread to forward rank {rank}'s output: {e}");
+                }
+            }
         }
         // The child is reaped by `job::reap_one` below, never through `child`.
         drop(child);

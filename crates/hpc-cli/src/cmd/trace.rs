@@ -234,6 +234,17 @@ impl RunTrace {
         })?;
         // Absolute: the ranks may change directory before they record.
         let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        // The ranks refuse an HPC_TRACE that is not UTF-8 (as every variable of
+        // ours): said here, before the job, not by every rank after its start.
+        if dir.to_str().is_none() {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(UsageError(format!(
+                "--trace {}: the path of its folder is not valid UTF-8, which the ranks' {} \
+                 must be: give a FILE in another folder",
+                hpc_env::short(&file.to_string_lossy()),
+                hpc_env::TRACE
+            )));
+        }
         Ok(RunTrace {
             file: file.to_path_buf(),
             dir,

@@ -28,8 +28,8 @@ pub(crate) mod dpu;
 
 pub(crate) use client::Client;
 pub use hpc_proxy::{
-    dpu_service, forbid_host_memory, requested, serve, serve_env, DpuKey, Placement, ServiceAuth,
-    DPU_SERVICE_PORT, PROXY_CMD,
+    dpu_service, forbid_host_memory, max_scratch, requested, serve, serve_env, DpuKey, Placement,
+    ServiceAuth, DPU_SERVICE_PORT, PROXY_CMD,
 };
 
 use hpc_board::Result;

@@ -116,6 +116,15 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         .out
         .clone()
         .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
+    // `image.json` and the run files name the folder's files as text: a name that
+    // is not UTF-8 ended the finished build in a panic.
+    if std::path::absolute(&out).map_or(true, |a| a.to_str().is_none()) {
+        usage!(
+            "--out {}: the folder's path is not valid UTF-8, and image.json names its files \
+             as text (give another folder)",
+            hpc_env::short(&out.to_string_lossy())
+        );
+    }
     if let Err(why) = check_out(&out, &bin.name, args.base.as_deref()) {
         usage!("{why}");
     }
@@ -235,7 +244,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
         let file = out.join(t.out.replace("{app}", binary));
         if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) && !written_here(&file) {
             return Err(format!(
-                "--out {}: {} is not one this command wrote (its first lines do not name                  hpc-image's templates) and would be replaced: move it, or give another --out",
+                "--out {}: {} is not one this command wrote (its first lines do not name \
+                 hpc-image's templates) and would be replaced: move it, or give another --out",
                 out.display(),
                 file.display()
             ));

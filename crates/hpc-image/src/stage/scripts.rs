@@ -155,8 +155,43 @@ fn vars(inputs: &Inputs<'_>, names: &SifNames) -> BTreeMap<&'static str, String>
     vars.insert(
         "labels_dockerfile",
         lines(&image.labels, |(k, v)| {
-            format!("LABEL {k}={}", serde_json::to_string(v).expect("string"))
+            format!("LABEL {k}={}", dockerfile_string(v))
         }),
     );
     vars
+}
+
+/// `value` as a Containerfile's double-quoted string that a build takes as it
+/// is: JSON's escapes (a `"`, a `\\`), and every `$` escaped, which the build
+/// would otherwise substitute (`${IFS}` in a package's `repository` URL gave a
+/// label other than the image's).
+fn dockerfile_string(value: &str) -> String {
+    serde_json::to_string(value)
+        .expect("a string")
+        .replace('$', "\\$")
+}
+
+#[cfg(test)]
+mod tests {
+    /// The label of a repository URL holding `$` and `"` reads back as it is,
+    /// by the rules of a Containerfile's double-quoted string.
+    #[test]
+    fn a_label_is_written_so_that_a_build_takes_it_as_it_is() {
+        let v = r#"https://h/"x$(id)${IFS}$HOME\%{x}"#;
+        let quoted = super::dockerfile_string(v);
+        assert_eq!(quoted, r#""https://h/\"x\$(id)\${IFS}\$HOME\\%{x}""#);
+        // Unquoted as a Containerfile does: a backslash takes the next character.
+        let inner = &quoted[1..quoted.len() - 1];
+        let mut back = String::new();
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                back.push(chars.next().unwrap());
+            } else {
+                assert_ne!(c, '$', "an unescaped $ in {quoted}");
+                back.push(c);
+            }
+        }
+        assert_eq!(back, v);
+    }
 }
