@@ -24,7 +24,10 @@ and prints, besides, the cases whose outcome a reader should look at:
   ACCEPTED a non-finite or empty value for a flag, and the program ended 0
   SLOW     still running at the timeout, with output (a run the value made long)
 
-`--env` gives every variable of the project's table (crates/hpc-env) the same
+`--config` gives every key of the shipped `brunel.toml` and `microcircuit.toml`
+(down through tables, inline tables and a list's first element; made small
+first) each of TOML's extreme numbers, other types, 100,000 characters and
+bytes that are not UTF-8 (kinds 3, 6, 8, 11). `--env` gives every variable of the project's table (crates/hpc-env) the same
 values, to `hello` and to two ranks of it under `hpc run`. `--streams` runs each
 program's base command, `--help` and `--version` with standard output on
 `/dev/full` and on a pipe whose reader is gone:
@@ -36,7 +39,7 @@ program's base command, `--help` and `--version` with standard output on
 
 Usage: python3 benches/hostile-sweep.py [--bin DIR] [--only NAME[,NAME]]
                                          [--timeout S] [--jobs N] [--list]
-                                         [--env | --streams]
+                                         [--env | --config | --streams]
 
 `--bin` is the folder of the built programs (default `target/release`; build
 them with `cargo build --release -p hpc-cli -p hpc-example-brunel
@@ -46,6 +49,8 @@ them with `cargo build --release -p hpc-cli -p hpc-example-brunel
 
 import argparse
 import concurrent.futures
+import copy
+import json
 import os
 import re
 import resource
@@ -54,6 +59,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 LINE_CHARS = 1000
 ADDRESS_SPACE = 8 << 30
@@ -326,6 +332,87 @@ STREAM_BASES = {
 }
 
 
+# The shipped configuration files, made small (the keys set here), and the
+# command that reads them ({CONFIG}).
+CONFIGS = {
+    "brunel": ("examples/brunel/brunel.toml", {"order": 50, "t_sim": 20.0},
+               ["--config", "{CONFIG}", "--no-pin", "-q", "--no-plot", "--out", "{D}/out"]),
+    "microcircuit": ("examples/microcircuit/microcircuit.toml",
+                     {"n_scaling": 0.02, "k_scaling": 0.02, "t_presim": 0.0, "t_sim": 20.0},
+                     ["--config", "{CONFIG}", "--no-pin", "-q", "--no-plot", "--out", "{D}/out"]),
+}
+
+# What a key's value is replaced with: TOML's numbers at their extremes, other
+# types, and text beyond reason ("RAW" is bytes that are not UTF-8 in a string).
+CONFIG_VALUES = [float("nan"), float("inf"), float("-inf"), -1, -0.0, 0, 1e300, -1e300, 1e-300,
+                 2 ** 64, 2 ** 63 - 1, "x" * 100_000, "", [], {}, True, [1e300] * 3, "RAW"]
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v != v:
+        return "nan"
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return "{ " + ", ".join("%s = %s" % (k, toml_value(x)) for k, x in v.items()) + " }"
+
+
+def toml_text(doc):
+    lines = ["%s = %s" % (k, toml_value(v)) for k, v in doc.items() if not isinstance(v, dict)]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines.append("[%s]" % k)
+            lines += ["%s = %s" % (kk, toml_value(vv)) for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+def leaves(doc, path=()):
+    """Every key's path, down through tables and inline tables; a list is a
+    leaf and so is its first element."""
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            yield from leaves(v, path + (k,))
+        else:
+            yield path + (k,)
+            if isinstance(v, list) and v:
+                yield path + (k, 0)
+
+
+def replaced(doc, path, value):
+    doc = copy.deepcopy(doc)
+    at = doc
+    for k in path[:-1]:
+        at = at[k]
+    at[path[-1]] = value
+    return doc
+
+
+def config_case(bindir, name, path, value, timeout):
+    file, small, base = CONFIGS[name]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, file), "rb") as f:
+        doc = tomllib.load(f)
+    doc.update(small)
+    with Scratch() as sc:
+        config = os.path.join(sc.dir, "c.toml")
+        text = toml_text(replaced(doc, path, "\0RAW\0" if value == "RAW" else value)).encode()
+        with open(config, "wb") as f:
+            f.write(text.replace(b'"\\u0000RAW\\u0000"', b'"\xff\xfe"'))
+        argv = command(bindir, name) + [a.replace("{CONFIG}", config) for a in sc.args(bindir, base)]
+        status, out = run(argv, timeout, sc.dir)
+        v = value if isinstance(value, str) else toml_value(value)
+        faults, notes, text = judge(status, out, v if v in ("nan", "inf", "-inf", "") else None, name)
+        key = ".".join(str(k) for k in path)
+        return "%s config %s = %s" % (name, key, shown(v)), status, faults, notes, last_line(text)
+
+
 def cases_of(args, only):
     """(label, worker, its arguments) of every case the options ask for."""
     keep = lambda name: not only or name in only
@@ -333,6 +420,15 @@ def cases_of(args, only):
         values = NUMBERS + TEXTS + ["@DIR", "/dev/zero"]
         return [(env_case, (n, b, var, v)) for n, b in ENV_BASES.items() if keep(n)
                 for var in env_vars() for v in values]
+    if args.config:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cases = []
+        for n, (file, _, _) in CONFIGS.items():
+            if keep(n):
+                with open(os.path.join(root, file), "rb") as f:
+                    doc = tomllib.load(f)
+                cases += [(config_case, (n, path, v)) for path in leaves(doc) for v in CONFIG_VALUES]
+        return cases
     if args.streams:
         return [(stream_case, (n, extra, sink)) for n in STREAM_BASES if keep(n)
                 for extra in ([], ["--help"], ["--version"])
@@ -350,6 +446,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--env", action="store_true", help="the HPC_ variables instead of the flags")
+    ap.add_argument("--config", action="store_true",
+                    help="every key of the shipped configuration files, instead of the flags")
     ap.add_argument("--streams", action="store_true",
                     help="standard output on a full device and a closed pipe, instead of the flags")
     args = ap.parse_args()
