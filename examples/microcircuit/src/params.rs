@@ -687,9 +687,20 @@ impl Model {
         let mut k_ext = [0u32; NPOP];
         let mut lambda_ext = [0.0f64; NPOP];
         for i in 0..NPOP {
-            k_ext[i] = round_even(pops[i].k_ext * ks) as u32;
+            // The count as drawn, before the cast to 32 bits (which saturates):
+            // the message quotes the background the configuration asked for.
+            let k = round_even(pops[i].k_ext * ks);
+            if !(0.0..=f64::from(u32::MAX)).contains(&k) {
+                bail!(
+                    "the external in-degree of {} is {} (k_ext x k_scaling); at most {}",
+                    POPULATIONS[i],
+                    num(k),
+                    u32::MAX
+                );
+            }
+            k_ext[i] = k as u32;
             if p.input == Input::Poisson {
-                lambda_ext[i] = p.bg_rate * k_ext[i] as f64 * p.dt / 1000.0;
+                lambda_ext[i] = p.bg_rate * k * p.dt / 1000.0;
                 if lambda_ext[i] > 50.0 {
                     bail!(
                         "the background of {} is {} spikes per step (bg_rate x k_ext x dt); at most 50 are supported",

@@ -162,3 +162,23 @@ fn a_log_filter_that_is_not_one_is_named() {
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(BIN, &["BIG"]);
 }
+
+/// An external in-degree beyond 32 bits is refused quoting what the file asked
+/// for: the background's check quoted the count after its saturating cast
+/// ("3435974 spikes per step" for `k_ext = 1e300`).
+#[test]
+fn a_huge_external_in_degree_is_quoted_as_given() {
+    let pop = "[populations]\nL23E = { n_full = 20683, k_ext = 1e300, full_mean_rate = 0.903, \
+               v0_mean = -68.28, v0_std = 5.36 }\n";
+    refused(
+        &TINY,
+        Some(pop),
+        "external in-degree of L23E is 1.0000000000000001e298",
+    );
+    let dc = format!("input = \"dc\"\n{pop}");
+    refused(
+        &TINY,
+        Some(&dc),
+        "external in-degree of L23E is 1.0000000000000001e298",
+    );
+}
