@@ -103,3 +103,27 @@ fn progress_cores_without_a_binding_are_refused_not_ignored() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A misspelt setting given with `-x` is warned about by name (the ranks would
+/// ignore it without a word); one the reference lists is not.
+#[test]
+fn a_setting_the_reference_does_not_list_is_warned_about() {
+    let misspelt = format!("{}S=2", hpc_env::THREADS);
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "-x", &misspelt, "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("-x {}S: no setting of hpc-rs", hpc_env::THREADS)),
+        "{err}"
+    );
+    let listed = format!("{}=1", hpc_env::THREADS);
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "-x", &listed, "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("no setting of hpc-rs"), "{err}");
+}

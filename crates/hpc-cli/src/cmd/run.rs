@@ -255,6 +255,16 @@ fn validate(args: &Args, allowed_cpus: usize) -> anyhow::Result<()> {
         if let Some((name, flag, _)) = flagged.iter().find(|(name, _, on)| *on && k == *name) {
             bail!("-x {name} and {flag} both set {name} for the ranks: give one of them");
         }
+        // A name of hpc-rs's own form that its reference does not list is most
+        // likely a misspelt one, which the ranks would ignore without a word.
+        let name = k.to_string_lossy();
+        if name.starts_with("HPC_") && !henv::ALL.iter().any(|v| v.name == name) {
+            tracing::warn!(
+                "-x {}: no setting of hpc-rs has this name (the book's reference lists them); \
+                 passed to the ranks as it is",
+                henv::short(&name)
+            );
+        }
     }
     // Three descriptors per rank in this process (two pipes and a socket) plus slack.
     // `None`: no limit.
