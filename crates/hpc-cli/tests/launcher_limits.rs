@@ -71,37 +71,37 @@ fn refused_connections_to_the_coordinator_do_not_flood_the_log() {
 
 /// `--progress` reserves cores through `--bind`: under `--bind none` (the default)
 /// the ranks got no progress core and the job ran as if it had not been given.
-#[test]
-fn progress_cores_without_a_binding_are_refused_not_ignored() {
+/// `hpc run ARGS -- true`: its status and standard error.
+fn run_true(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(HPC)
-        .args(["run", "-n", "2", "--progress", "1", "--", "true"])
+        .arg("run")
+        .args(args)
+        .args(["--", "true"])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err)
+}
+
+#[test]
+fn progress_cores_without_a_binding_are_refused_not_ignored() {
+    let (code, err) = run_true(&["-n", "2", "--progress", "1"]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--progress 1") && err.contains("--bind"),
         "{err}"
     );
-    let out = Command::new(HPC)
-        .args([
-            "run",
-            "-n",
-            "1",
-            "--bind",
-            "core",
-            "--progress",
-            "1",
-            "--oversubscribe",
-        ])
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = [
+        "-n",
+        "1",
+        "--bind",
+        "core",
+        "--progress",
+        "1",
+        "--oversubscribe",
+    ];
+    let (code, err) = run_true(&args);
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// A misspelt setting given with `-x` is warned about by name (the ranks would
@@ -109,21 +109,11 @@ fn progress_cores_without_a_binding_are_refused_not_ignored() {
 #[test]
 fn a_setting_the_reference_does_not_list_is_warned_about() {
     let misspelt = format!("{}S=2", hpc_env::THREADS);
-    let out = Command::new(HPC)
-        .args(["run", "-n", "1", "-x", &misspelt, "--", "true"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains(&format!("-x {}S: no setting of hpc-rs", hpc_env::THREADS)),
-        "{err}"
-    );
+    let (code, err) = run_true(&["-n", "1", "-x", &misspelt]);
+    assert_eq!(code, Some(0), "{err}");
+    let warning = format!("-x {}S: no setting of hpc-rs", hpc_env::THREADS);
+    assert!(err.contains(&warning), "{err}");
     let listed = format!("{}=1", hpc_env::THREADS);
-    let out = Command::new(HPC)
-        .args(["run", "-n", "1", "-x", &listed, "--", "true"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (_, err) = run_true(&["-n", "1", "-x", &listed]);
     assert!(!err.contains("no setting of hpc-rs"), "{err}");
 }
