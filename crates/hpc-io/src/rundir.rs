@@ -137,7 +137,12 @@ pub enum Error {
         reason: String,
     },
     /// A name that is not a plain file name inside the directory.
-    #[error("{0:?} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)")]
+    /// The name is quoted cut ([`crate::message::cut`]): a caller's name of
+    /// 100,000 characters was echoed whole.
+    #[error(
+        "{} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)",
+        crate::message::cut(&format!("{:?}", .0))
+    )]
     Name(String),
     /// The directory holds files of the program's output names that no earlier
     /// run's manifest lists: they are not removed, and the run is refused.
