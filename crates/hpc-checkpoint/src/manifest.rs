@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::file::{check_name, named_file_name, rank_file_name};
-use crate::{CRC_FIELD, CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, MANIFEST};
+use crate::{CRC_FIELD, CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION};
 
 /// One file of a checkpoint as the manifest lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
