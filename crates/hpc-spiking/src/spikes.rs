@@ -67,6 +67,16 @@ impl SpikeWriter {
     /// assert!(format!("{e:#}").contains("n_neurons"), "{e:#}");
     /// ```
     pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
+        // Refused before the run, not at `finish` after it: a path that names
+        // no file (`""` wrote `.partial` into the current directory) or a
+        // directory, a device or a FIFO, which the final rename refuses.
+        if path.file_name().is_none() {
+            anyhow::bail!(
+                "cannot write the spike file {}: it names no file",
+                hpc_runtime::env::shown(&path.to_string_lossy())
+            );
+        }
+        hpc_io::atomic::check_replaceable(path)?;
         let hlen = u32::try_from(h.len()).map_err(|_| {
             anyhow::anyhow!(
                 "a spike file's header holds at most 4 GiB, not {} bytes",
