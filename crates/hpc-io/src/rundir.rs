@@ -646,6 +646,24 @@ impl RunDir {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
+        // Not written where its own reader ([`read_manifest`]) would refuse it:
+        // details nested deeper than the parser goes, or a manifest beyond the
+        // bound of a metadata file, were written, and then every later run in
+        // the directory and every reader refused it. Refused at `start`, before
+        // the run's work.
+        let refused = |reason: String| Error::Manifest {
+            path: self.dir.join(MANIFEST),
+            reason,
+        };
+        if text.len() as u64 > crate::read::MAX_METADATA_BYTES {
+            return Err(refused(format!(
+                "this run's manifest would be {} bytes, more than the {} bytes its readers take",
+                text.len(),
+                crate::read::MAX_METADATA_BYTES
+            )));
+        }
+        serde_json::from_slice::<Manifest>(&text)
+            .map_err(|e| refused(format!("its readers would refuse this run's manifest: {e}")))?;
         // The manifest's name in the directory this run holds the lock of is the
         // run's own: a FIFO, device node or socket left there (warned about as an
         // unreadable earlier manifest) is removed, not refused as `atomic`'s
