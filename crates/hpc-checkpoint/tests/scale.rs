@@ -1,13 +1,16 @@
 //! Checkpoints at the sizes of large jobs, and commits refused before they
 //! write: what the reader would refuse is not written.
 
-mod common;
-
-use common::tmpdir;
 use hpc_checkpoint::{
     rank_file_name, Checkpoint, Checkpoints, Error, FileEntry, FORMAT, FORMAT_VERSION,
     LISTED_REJECTIONS, MANIFEST,
 };
+
+/// A path under the system's temporary directory, unique to this process and
+/// call, with nothing there.
+fn tmpdir(tag: &str) -> std::path::PathBuf {
+    hpc_test_support::tmppath("hpc-ckpt-test", tag)
+}
 
 /// A sealed manifest of step 1 listing `ranks` rank files, in `dir`.
 fn manifest_of(dir: &std::path::Path, ranks: u32) {
