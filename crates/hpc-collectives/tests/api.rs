@@ -238,6 +238,25 @@ fn selection_rule() {
     }
 }
 
+/// A name that is no kind or algorithm is quoted cut in the refusal (one of
+/// 100,000 characters was quoted whole).
+#[test]
+fn an_unknown_name_is_quoted_cut() {
+    let e = "fast".parse::<Algorithm>().unwrap_err();
+    assert_eq!(e, "unknown algorithm \"fast\"");
+    let long = "x".repeat(100_000);
+    for e in [
+        long.parse::<Algorithm>().unwrap_err(),
+        long.parse::<CollectiveKind>().unwrap_err(),
+    ] {
+        assert!(
+            e.len() < 120 && e.ends_with("(99960 more characters)"),
+            "{}",
+            e.len()
+        );
+    }
+}
+
 #[test]
 fn display_shows_rounds_peers_and_bytes() {
     let c = Collective::Allgather {
