@@ -56,7 +56,7 @@ pub const MAX_PROC_BYTES: u64 = 1 << 20;
 #[non_exhaustive]
 pub enum ReadError {
     /// The path could not be opened (missing, no permission, a dangling link).
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot open {}: {source}", crate::message::path(path))]
     Open {
         /// The path as given.
         path: PathBuf,
@@ -65,7 +65,7 @@ pub enum ReadError {
         source: std::io::Error,
     },
     /// The path names something other than a regular file.
-    #[error("{} is {kind}, not a regular file", path.display())]
+    #[error("{} is {kind}, not a regular file", crate::message::path(path))]
     NotRegular {
         /// The path as given.
         path: PathBuf,
@@ -74,7 +74,10 @@ pub enum ReadError {
         kind: &'static str,
     },
     /// The file is larger than the bound for its kind (refused before reading).
-    #[error("{} is {size} bytes, more than the {max} bytes accepted for it", path.display())]
+    #[error(
+        "{} is {size} bytes, more than the {max} bytes accepted for it",
+        crate::message::path(path)
+    )]
     TooLarge {
         /// The path as given.
         path: PathBuf,
@@ -84,7 +87,7 @@ pub enum ReadError {
         max: u64,
     },
     /// Reading failed part way.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", crate::message::path(path))]
     Read {
         /// The path as given.
         path: PathBuf,
@@ -93,7 +96,10 @@ pub enum ReadError {
         source: std::io::Error,
     },
     /// The file was asked for as text but is not UTF-8.
-    #[error("{} is not UTF-8 text (invalid byte at offset {offset})", path.display())]
+    #[error(
+        "{} is not UTF-8 text (invalid byte at offset {offset})",
+        crate::message::path(path)
+    )]
     NotUtf8 {
         /// The path as given.
         path: PathBuf,

@@ -110,7 +110,10 @@ pub enum Error {
         holder: String,
     },
     /// Another run is writing the output file ([`FileClaim`]).
-    #[error("{path} is being written by {holder}; wait for it to finish or choose another file")]
+    #[error(
+        "{} is being written by {holder}; wait for it to finish or choose another file",
+        crate::message::path(path)
+    )]
     FileBusy {
         /// The output file.
         path: PathBuf,
@@ -118,7 +121,7 @@ pub enum Error {
         holder: String,
     },
     /// A file operation failed.
-    #[error("cannot {op} {path}: {error}")]
+    #[error("cannot {op} {}: {error}", crate::message::path(path))]
     Io {
         /// What was being done.
         op: &'static str,
@@ -129,7 +132,11 @@ pub enum Error {
     },
     /// A manifest that cannot be read as one.
     /// A reason quoting the manifest is cut in the message ([`crate::message::cut`]).
-    #[error("{path} is not a valid run manifest: {}", crate::message::cut(reason))]
+    #[error(
+        "{} is not a valid run manifest: {}",
+        crate::message::path(path),
+        crate::message::cut(reason)
+    )]
     Manifest {
         /// The manifest.
         path: PathBuf,
@@ -175,7 +182,11 @@ pub enum Error {
     },
     /// A path that must be a regular file (the manifest, the lock) or a directory
     /// (the run directory) is something else.
-    #[error("{path} is {kind}, not {wanted}; {}", wrong_type_advice(kind))]
+    #[error(
+        "{} is {kind}, not {wanted}; {}",
+        crate::message::path(path),
+        wrong_type_advice(kind)
+    )]
     WrongType {
         /// The path.
         path: PathBuf,
@@ -201,7 +212,7 @@ pub enum Error {
         owner: u32,
     },
     /// A file a reader should not trust (not listed, or the run did not complete).
-    #[error("{path}: {}", crate::message::cut(reason))]
+    #[error("{}: {}", crate::message::path(path), crate::message::cut(reason))]
     Untrusted {
         /// The file.
         path: PathBuf,
