@@ -220,24 +220,6 @@ mod tests {
         assert_eq!(num(f64::INFINITY), "inf");
         assert_eq!(num(f64::NAN), "NaN");
     }
-    use crate::read::ReadError;
-
-    #[test]
-    fn a_cause_already_in_the_message_is_printed_once() {
-        let e = ReadError::Open {
-            path: "c\u{fffd}".into(),
-            source: std::io::Error::from_raw_os_error(2),
-        };
-        let os = std::io::Error::from_raw_os_error(2).to_string();
-        let e = anyhow::Error::new(e).context("in the parameters");
-        let line = chain(e.as_ref());
-        assert_eq!(
-            line,
-            format!("in the parameters: cannot open c\u{fffd}: {os}")
-        );
-        assert_eq!(line.matches(&os).count(), 1, "{line}");
-    }
-
     /// A last line of any length is cut (an argument parser's or a library's
     /// message that quotes a value of 100,000 characters whole), and stays one
     /// write a pipe takes in one piece.

@@ -287,6 +287,24 @@ mod tests {
 
     use crate::test_util::mkfifo;
 
+    /// `message::chain` prints a cause the message already holds once (the
+    /// test lives here: `message` uses no other module of this crate).
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let e = ReadError::Open {
+            path: "c\u{fffd}".into(),
+            source: std::io::Error::from_raw_os_error(2),
+        };
+        let os = std::io::Error::from_raw_os_error(2).to_string();
+        let e = anyhow::Error::new(e).context("in the parameters");
+        let line = crate::message::chain(e.as_ref());
+        assert_eq!(
+            line,
+            format!("in the parameters: cannot open c\u{fffd}: {os}")
+        );
+        assert_eq!(line.matches(&os).count(), 1, "{line}");
+    }
+
     fn tempdir(name: &str) -> PathBuf {
         crate::test_util::scratch("read", name)
     }
