@@ -106,8 +106,13 @@ pub enum Error {
         /// the allocation failed.
         why: String,
     },
-    /// The collective did not finish within the communicator's timeout.
-    #[error("collective timed out after {after:?}, waiting for ranks {waiting_for:?}")]
+    /// The collective did not finish within the communicator's timeout. The
+    /// message lists the first [`LISTED_RANKS`] ranks and counts them all
+    /// (a node's proxy waiting for thousands of ranks listed every one).
+    #[error(
+        "collective timed out after {after:?}, waiting for ranks {}",
+        listed_ranks(waiting_for)
+    )]
     Timeout {
         /// The timeout.
         after: Duration,
@@ -255,9 +260,51 @@ fn bytes_phrase(bytes: Option<u64>) -> String {
 /// Result of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The most ranks a message lists (the others are counted), as the
+/// launcher's messages list ranks.
+pub const LISTED_RANKS: usize = 16;
+
+/// `ranks` as `[0, 1, 2]`, the first [`LISTED_RANKS`] of a longer list
+/// followed by how many there are in all.
+fn listed_ranks(ranks: &[usize]) -> String {
+    let shown: Vec<String> = ranks
+        .iter()
+        .take(LISTED_RANKS)
+        .map(usize::to_string)
+        .collect();
+    if ranks.len() > LISTED_RANKS {
+        format!("[{}, ... ({} in all)]", shown.join(", "), ranks.len())
+    } else {
+        format!("[{}]", shown.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A timeout waiting for 100,000 ranks listed every one of them.
+    #[test]
+    fn a_timeout_lists_a_few_ranks_and_counts_them_all() {
+        let t = |waiting_for: Vec<usize>| {
+            Error::Timeout {
+                after: Duration::from_secs(3),
+                waiting_for,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            t(vec![1]),
+            "collective timed out after 3s, waiting for ranks [1]"
+        );
+        assert_eq!(
+            t(vec![]),
+            "collective timed out after 3s, waiting for ranks []"
+        );
+        let many = t((0..100_000).collect());
+        assert!(many.len() < 200, "{} bytes", many.len());
+        assert!(many.ends_with("14, 15, ... (100000 in all)]"), "{many}");
+    }
 
     #[test]
     fn message_errors_name_peer_tag_and_lengths() {

@@ -36,5 +36,5 @@ pub mod sync;
 mod tag;
 
 pub use buf::{bytes, bytes_mut, Buf, BufMut, Elem};
-pub use error::{Error, Result};
+pub use error::{Error, Result, LISTED_RANKS};
 pub use tag::{Tag, ANY_TAG};

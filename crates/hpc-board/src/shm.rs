@@ -103,11 +103,21 @@ unsafe impl<T: Elem + Send> Send for SharedBuf<T> {}
 unsafe impl<T: Elem + Sync> Sync for SharedBuf<T> {}
 
 impl<T: Elem> SharedBuf<T> {
-    /// `len` zeroed elements in a new memfd.
+    /// `len` zeroed elements in a new memfd. More bytes than the memory
+    /// available (`MemAvailable`) are refused, naming the size, as
+    /// `Comm::registered_buf` refuses them: the memfd's pages are made only
+    /// when touched, so a buffer of 64 TiB was made on a machine of 24 GB,
+    /// and its first copy would have ended the process.
     pub fn new(len: usize) -> Result<SharedBuf<T>> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::transport(format!("{len} elements overflow")))?;
+        if let Some(available) = hpc_io::read::mem_available().filter(|&a| bytes as u64 > a) {
+            return Err(Error::Unsupported(format!(
+                "a shared buffer of {len} elements ({bytes} bytes) is more than the \
+                 {available} bytes of memory available (MemAvailable)"
+            )));
+        }
         if bytes == 0 {
             return Ok(SharedBuf {
                 ptr: NonNull::dangling(),
@@ -228,5 +238,21 @@ mod tests {
         assert_eq!(&b[..], &[1.0, 2.0, 3.0]);
         assert_eq!(format!("{b:?}"), "[1.0, 2.0, 3.0]");
         assert!(SharedBuf::<u64>::new(usize::MAX / 4).is_err());
+    }
+
+    /// A buffer of 64 TiB was made on a machine of 24 GB (the memfd's pages
+    /// are made when touched), where `Comm::registered_buf` refuses one.
+    #[test]
+    fn a_buffer_beyond_the_memory_available_is_refused_by_its_size() {
+        let Some(available) = hpc_io::read::mem_available() else {
+            return;
+        };
+        let len = usize::try_from(available).unwrap().saturating_add(1 << 20);
+        let e = SharedBuf::<u8>::new(len).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{len} elements")) && e.contains("MemAvailable"),
+            "{e}"
+        );
+        assert!(SharedBuf::<u8>::new(1 << 46).is_err());
     }
 }

@@ -10,7 +10,7 @@ use crate::file::{
     check_name, is_temporary, named_file_name, rank_file_name, sync_dir, tmp_name, write_atomic,
     Header,
 };
-use crate::manifest::{manifest_text, parse_manifest, FileEntry, Manifest};
+use crate::manifest::{check_files, manifest_text, parse_manifest, FileEntry, Manifest};
 use crate::{CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, KIND_NAMED, KIND_RANK, MANIFEST, NO_RANK};
 
 /// A directory of checkpoints, one `step-NNNNNNNNNN` directory per step.
@@ -158,22 +158,11 @@ impl Checkpoints {
         files.sort_by(|a, b| {
             (a.rank.is_none(), a.rank, &a.name).cmp(&(b.rank.is_none(), b.rank, &b.name))
         });
-        for r in 0..ranks {
-            let n = files.iter().filter(|f| f.rank == Some(r)).count();
-            if n != 1 {
-                return Err(Error::InvalidArgument(format!(
-                    "checkpoint {}: {n} entries for rank {r} (expected 1)",
-                    dir.display()
-                )));
-            }
-        }
-        if let Some(f) = files.iter().find(|f| f.rank.is_some_and(|r| r >= ranks)) {
-            return Err(Error::InvalidArgument(format!(
-                "checkpoint {}: entry {} is beyond the rank count {ranks}",
-                dir.display(),
-                f.name
-            )));
-        }
+        // What a manifest must list (every rank once, plain names), checked
+        // before anything is looked at on disk.
+        check_files(&files, ranks).map_err(|reason| {
+            Error::InvalidArgument(format!("checkpoint {}: {reason}", dir.display()))
+        })?;
         for f in &files {
             let path = dir.join(&f.name);
             let found = fs::metadata(&path)
@@ -201,13 +190,17 @@ impl Checkpoints {
         };
         let text = manifest_text(&manifest);
         let path = dir.join(MANIFEST);
+        // Read back before it is written: a manifest its reader refuses
+        // (metadata nested deeper than the parser goes) replaced the step's
+        // manifest, and the commit failed after it.
+        let checked = parse_manifest(&path, text.as_bytes())?;
         // Synced, renamed, and the step's directory synced (its rank files' renames
         // with the manifest's).
         hpc_io::atomic::write(&path, &tmp_name(&path), text.as_bytes())?;
         sync_dir(&self.root)?;
         Ok(Checkpoint {
             dir,
-            manifest: parse_manifest(&path, text.as_bytes())?,
+            manifest: checked,
         })
     }
 

@@ -92,11 +92,25 @@ pub enum Error {
     },
 }
 
+/// The most rejected checkpoints [`Error::NoneValid`]'s message lists, newest
+/// first; the others are counted (a root of 5,000 interrupted steps gave a
+/// message of 5,000 lines). Every one is in its `rejected` field.
+pub const LISTED_REJECTIONS: usize = 10;
+
 pub(crate) fn list(rejected: &[Rejected]) -> String {
-    rejected
+    let mut text: String = rejected
         .iter()
+        .take(LISTED_REJECTIONS)
         .map(|r| format!("\n  step {}: {}", r.step, r.error))
-        .collect()
+        .collect();
+    if let Some(more) = rejected
+        .len()
+        .checked_sub(LISTED_REJECTIONS)
+        .filter(|&n| n > 0)
+    {
+        text.push_str(&format!("\n  and {more} older ones"));
+    }
+    text
 }
 
 /// Result type of this crate.

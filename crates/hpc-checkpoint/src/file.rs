@@ -106,8 +106,12 @@ pub(crate) fn write_atomic(
         let mut crc = crc32c::crc32c(&h);
         let mut size = HEADER_LEN as u64;
         let mut buf = vec![0u8; 1 << 20];
+        // At most one byte more than announced is read: a payload that never
+        // ends (a pipe, `/dev/zero`) was written to the disk until it was full
+        // before its length was checked.
+        let mut payload = payload.take(header.payload_len.saturating_add(1));
         loop {
-            let n = read_some(payload, &mut buf).map_err(io("read the payload for", &tmp))?;
+            let n = read_some(&mut payload, &mut buf).map_err(io("read the payload for", &tmp))?;
             if n == 0 {
                 break;
             }
@@ -115,11 +119,18 @@ pub(crate) fn write_atomic(
             crc = crc32c::crc32c_append(crc, &buf[..n]);
             size += n as u64;
         }
-        if size != HEADER_LEN as u64 + header.payload_len {
+        let got = size - HEADER_LEN as u64;
+        if got > header.payload_len {
             return Err(Error::InvalidArgument(format!(
-                "{}: the payload was {} bytes, announced {}",
+                "{}: the payload is longer than the {} bytes announced",
                 tmp.display(),
-                size - HEADER_LEN as u64,
+                header.payload_len
+            )));
+        }
+        if got != header.payload_len {
+            return Err(Error::InvalidArgument(format!(
+                "{}: the payload was {got} bytes, announced {}",
+                tmp.display(),
                 header.payload_len
             )));
         }

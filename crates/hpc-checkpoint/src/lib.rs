@@ -97,7 +97,7 @@ mod tests;
 
 pub use checkpoint::Checkpoint;
 pub use checkpoints::Checkpoints;
-pub use error::{Error, Rejected, Result};
+pub use error::{Error, Rejected, Result, LISTED_REJECTIONS};
 pub use file::rank_file_name;
 pub use manifest::{FileEntry, Manifest};
 

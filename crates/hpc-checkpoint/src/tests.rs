@@ -338,3 +338,38 @@ fn a_forged_manifests_long_fields_are_cut_in_the_message() {
     }
     let _ = fs::remove_dir_all(&root);
 }
+
+/// A payload longer than announced was read to its end before its length was
+/// checked: one that never ends (a pipe, `/dev/zero`) filled the disk. At most
+/// a byte more than announced is read, and no file is left.
+#[test]
+fn a_payload_longer_than_announced_is_refused_without_reading_it_all() {
+    struct Endless(u64);
+    impl std::io::Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            assert!(
+                self.0 < 64 << 20,
+                "read {} bytes of a 10-byte payload",
+                self.0
+            );
+            buf.fill(7);
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+    }
+    let (root, set) = fresh_set("endless");
+    let mut endless = Endless(0);
+    let e = set
+        .write_rank_from(1, 0, 1, 10, &mut endless)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("longer than the 10 bytes announced"), "{e}");
+    assert!(endless.0 <= 11, "read {} bytes", endless.0);
+    let e = set
+        .write_rank_from(1, 0, 1, 10, &mut &[1u8; 4][..])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the payload was 4 bytes, announced 10"), "{e}");
+    assert!(set.steps().unwrap().is_empty(), "a step directory was left");
+    std::fs::remove_dir_all(root).unwrap();
+}

@@ -600,6 +600,9 @@ impl Collective {
         }
         let t = &options.tuning;
         let e = self.dtype().map_or(0, DataType::size);
+        // Saturating: `select` is asked without `validate`, and counts of a
+        // collective `validate` refuses overflowed (a panic in a debug build).
+        let sum = |v: &[usize]| v.iter().fold(0usize, |a, &c| a.saturating_add(c));
         let pow2 = size.is_power_of_two();
         let allgather = |total: usize| {
             if pow2 && total < t.allgather_long {
@@ -620,7 +623,7 @@ impl Collective {
         Ok(match self {
             Collective::Barrier => Algorithm::Dissemination,
             Collective::Broadcast { count, .. } => {
-                if count * e < t.bcast_short || size < t.bcast_min_ranks {
+                if count.saturating_mul(e) < t.bcast_short || size < t.bcast_min_ranks {
                     Algorithm::Binomial
                 } else {
                     Algorithm::ScatterAllgather
@@ -629,10 +632,12 @@ impl Collective {
             Collective::Gather { .. } | Collective::Scatter { .. } | Collective::Reduce { .. } => {
                 Algorithm::Binomial
             }
-            Collective::Allgather { count, .. } => allgather(size * count * e),
-            Collective::Allgatherv { counts, .. } => allgather(counts.iter().sum::<usize>() * e),
+            Collective::Allgather { count, .. } => {
+                allgather(size.saturating_mul(*count).saturating_mul(e))
+            }
+            Collective::Allgatherv { counts, .. } => allgather(sum(counts).saturating_mul(e)),
             Collective::Alltoall { count, .. } => {
-                if count * e <= t.alltoall_short && size >= t.alltoall_min_ranks {
+                if count.saturating_mul(e) <= t.alltoall_short && size >= t.alltoall_min_ranks {
                     Algorithm::Bruck
                 } else {
                     Algorithm::Pairwise
@@ -641,17 +646,19 @@ impl Collective {
             Collective::Alltoallv { .. } => Algorithm::Pairwise,
             Collective::Allreduce { count, .. } => {
                 let pof2 = 1usize << size.ilog2();
-                if count * e <= t.allreduce_short || *count < pof2 {
+                if count.saturating_mul(e) <= t.allreduce_short || *count < pof2 {
                     Algorithm::RecursiveDoubling
-                } else if count * e >= t.allreduce_ring {
+                } else if count.saturating_mul(e) >= t.allreduce_ring {
                     Algorithm::Ring
                 } else {
                     Algorithm::Rabenseifner
                 }
             }
-            Collective::ReduceScatterBlock { count, .. } => reduce_scatter(size * count * e),
+            Collective::ReduceScatterBlock { count, .. } => {
+                reduce_scatter(size.saturating_mul(*count).saturating_mul(e))
+            }
             Collective::ReduceScatter { counts, .. } => {
-                reduce_scatter(counts.iter().sum::<usize>() * e)
+                reduce_scatter(sum(counts).saturating_mul(e))
             }
         })
     }

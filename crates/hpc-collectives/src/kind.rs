@@ -204,5 +204,17 @@ fn by_name<T: Copy>(
     all.iter()
         .copied()
         .find(|&k| name(k) == s)
-        .ok_or_else(|| format!("unknown {what} {s:?}"))
+        .ok_or_else(|| format!("unknown {what} {}", quoted_cut(s)))
+}
+
+/// `s` quoted, cut after 40 characters with the count of the others, as
+/// `hpc_env::shown` quotes a value (this crate depends on no other of the
+/// workspace): a name of 100,000 characters was quoted whole.
+fn quoted_cut(s: &str) -> String {
+    let mut chars = s.chars();
+    let head: String = chars.by_ref().take(40).collect();
+    match chars.count() {
+        0 => format!("{head:?}"),
+        more => format!("{head:?}... ({more} more characters)"),
+    }
 }

@@ -143,9 +143,12 @@ pub enum ReduceOp {
     Sum,
     /// Product (wrapping for integers).
     Prod,
-    /// Minimum.
+    /// Minimum. For floats, a NaN operand is ignored (as `f64::min`), and
+    /// `-0` is below `+0`, so that every rank gets the same bits whatever
+    /// order its algorithm combines them in.
     Min,
-    /// Maximum.
+    /// Maximum. For floats, a NaN operand is ignored (as `f64::max`), and
+    /// `+0` is above `-0`.
     Max,
     /// Bitwise and (integers only).
     Band,
@@ -281,13 +284,49 @@ macro_rules! int_kernel {
     };
 }
 
+/// The smaller of two floats as `f32::min` gives it (a NaN operand ignored),
+/// with `-0` below `+0` whatever the order: `f32::min` returns either zero,
+/// by the order of its operands, so the ranks of an allreduce that combine
+/// them in other orders got zeros of different signs.
+macro_rules! float_min {
+    ($a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        if a == b {
+            if a.is_sign_negative() {
+                a
+            } else {
+                b
+            }
+        } else {
+            a.min(b)
+        }
+    }};
+}
+
+/// The larger of two floats, `+0` above `-0` whatever the order (see
+/// [`float_min`]).
+macro_rules! float_max {
+    ($a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        if a == b {
+            if a.is_sign_negative() {
+                b
+            } else {
+                a
+            }
+        } else {
+            a.max(b)
+        }
+    }};
+}
+
 macro_rules! float_kernel {
     ($t:ty, $dtype:expr, $op:expr, $src:expr, $dst:expr) => {
         match $op {
             ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| a + b),
             ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| a * b),
-            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| a.min(b)),
-            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| a.max(b)),
+            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| float_min!(a, b)),
+            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| float_max!(a, b)),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),
         }
@@ -304,10 +343,10 @@ macro_rules! half_kernel {
                 zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() * b.to_f32()))
             }
             ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(a.to_f32().min(b.to_f32()))
+                <$t>::from_f32(float_min!(a.to_f32(), b.to_f32()))
             }),
             ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(a.to_f32().max(b.to_f32()))
+                <$t>::from_f32(float_max!(a.to_f32(), b.to_f32()))
             }),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),

@@ -238,6 +238,25 @@ fn selection_rule() {
     }
 }
 
+/// A name that is no kind or algorithm is quoted cut in the refusal (one of
+/// 100,000 characters was quoted whole).
+#[test]
+fn an_unknown_name_is_quoted_cut() {
+    let e = "fast".parse::<Algorithm>().unwrap_err();
+    assert_eq!(e, "unknown algorithm \"fast\"");
+    let long = "x".repeat(100_000);
+    for e in [
+        long.parse::<Algorithm>().unwrap_err(),
+        long.parse::<CollectiveKind>().unwrap_err(),
+    ] {
+        assert!(
+            e.len() < 120 && e.ends_with("(99960 more characters)"),
+            "{}",
+            e.len()
+        );
+    }
+}
+
 #[test]
 fn display_shows_rounds_peers_and_bytes() {
     let c = Collective::Allgather {
@@ -897,4 +916,99 @@ fn buffer_bytes_of_a_collective_validate_refuses_do_not_panic() {
     };
     assert_eq!(g.buffer_bytes(1, 4), (24, 96));
     assert_eq!(g.buffer_bytes(0, 4), (24, 0));
+}
+
+/// `select`, `buffer_bytes`'s neighbour, asked without `validate`: counts of
+/// `usize::MAX` overflowed (a panic in a debug build); they select as the
+/// largest collectives do.
+#[test]
+fn select_of_a_collective_validate_refuses_does_not_panic() {
+    let (f, sum, o) = (DataType::F64, ReduceOp::Sum, Options::default());
+    let m = usize::MAX;
+    let all = [
+        Collective::Broadcast {
+            root: 0,
+            count: m,
+            dtype: f,
+        },
+        Collective::Allgather { count: m, dtype: f },
+        Collective::Allgatherv {
+            counts: vec![m, 1, 0, 0],
+            dtype: f,
+        },
+        Collective::Alltoall { count: m, dtype: f },
+        Collective::Allreduce {
+            count: m,
+            dtype: f,
+            op: sum,
+        },
+        Collective::ReduceScatterBlock {
+            count: m,
+            dtype: f,
+            op: sum,
+        },
+        Collective::ReduceScatter {
+            counts: vec![m, 1, 0, 0],
+            dtype: f,
+            op: sum,
+        },
+    ];
+    for c in all {
+        let big = c.select(4, &o).unwrap();
+        // Each as the largest of its kind: never the short-message algorithm.
+        assert!(
+            !matches!(big, Algorithm::RecursiveDoubling | Algorithm::Bruck),
+            "{c:?}: {big:?}"
+        );
+    }
+}
+
+/// `min` and `max` of `-0.0` and `+0.0` gave the zero of one operand or the
+/// other by their order, so the ranks of a recursive-doubling allreduce got
+/// zeros of different signs; a NaN operand is still ignored.
+#[test]
+fn every_rank_gets_the_same_zero_from_min_and_max() {
+    for (op, want_negative) in [(ReduceOp::Min, true), (ReduceOp::Max, false)] {
+        for size in [2usize, 3, 4, 5] {
+            let c = Collective::Allreduce {
+                count: 1,
+                dtype: DataType::F64,
+                op,
+            };
+            for &alg in c.kind().algorithms() {
+                let opts = Options::with_algorithm(alg);
+                let Ok(s) = (0..size)
+                    .map(|r| c.schedule(r, size, &opts))
+                    .collect::<Result<Vec<_>, _>>()
+                else {
+                    continue;
+                };
+                let zero = |r: usize| if r % 2 == 0 { 0.0f64 } else { -0.0 };
+                let inputs = (0..size)
+                    .map(|r| RankBuffers {
+                        send: zero(r).to_ne_bytes().to_vec(),
+                        recv: vec![0; 8],
+                    })
+                    .collect();
+                for out in sim::run(&s, inputs).unwrap() {
+                    let v = f64::from_ne_bytes(out[..8].try_into().unwrap());
+                    assert_eq!(v.is_sign_negative(), want_negative, "{op:?} {size} {alg:?}");
+                }
+            }
+        }
+    }
+    for dtype in [DataType::F16, DataType::Bf16, DataType::F32] {
+        let n = dtype.size();
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        // -0 has the sign bit alone: the top bit of the last byte.
+        a[n - 1] = 0x80;
+        let neg = a.clone();
+        hpc_collectives::apply_reduce(ReduceOp::Min, dtype, &b.clone(), &mut a).unwrap();
+        hpc_collectives::apply_reduce(ReduceOp::Min, dtype, &neg, &mut b).unwrap();
+        assert_eq!((&a, &b), (&neg, &neg), "{dtype:?}");
+    }
+    let one = 1.0f64.to_ne_bytes();
+    let mut nan = f64::NAN.to_ne_bytes();
+    hpc_collectives::apply_reduce(ReduceOp::Max, DataType::F64, &one, &mut nan).unwrap();
+    assert_eq!(nan, one);
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 /// A step of a file operation that failed: what was being done and to which path.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot {op} {path}: {error}")]
+#[error("cannot {op} {}: {error}", crate::message::path(path))]
 pub struct StepError {
     /// What was being done (`create`, `write`, `sync`, `rename`, ...).
     pub op: &'static str,

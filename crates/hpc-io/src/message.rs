@@ -141,6 +141,30 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// The longest path a message shows whole, in bytes: the most the system
+/// takes in a path (`PATH_MAX`), so that only a path no call could use is cut.
+pub const PATH_SHOWN_BYTES: usize = 4096;
+
+/// `path` as a message shows it: whole up to [`PATH_SHOWN_BYTES`] bytes, else
+/// cut as [`cut`] cuts a line (a path of 100,000 characters, which the system
+/// refuses, was echoed whole in the refusal).
+///
+/// ```
+/// use std::path::Path;
+/// assert_eq!(hpc_io::message::path(Path::new("/tmp/x")), "/tmp/x");
+/// let long = format!("/{}", "x".repeat(100_000));
+/// let t = hpc_io::message::path(Path::new(&long));
+/// assert!(t.len() < 400 && t.ends_with("... (99701 more characters)"), "{t}");
+/// ```
+pub fn path(path: &std::path::Path) -> String {
+    let text = path.display().to_string();
+    if text.len() <= PATH_SHOWN_BYTES {
+        text
+    } else {
+        cut(&text).into_owned()
+    }
+}
+
 /// The most characters [`cut`] keeps of a line of a text from a file.
 pub const CUT_CHARS: usize = 300;
 
@@ -234,24 +258,6 @@ mod tests {
         assert_eq!(num(f64::INFINITY), "inf");
         assert_eq!(num(f64::NAN), "NaN");
     }
-    use crate::read::ReadError;
-
-    #[test]
-    fn a_cause_already_in_the_message_is_printed_once() {
-        let e = ReadError::Open {
-            path: "c\u{fffd}".into(),
-            source: std::io::Error::from_raw_os_error(2),
-        };
-        let os = std::io::Error::from_raw_os_error(2).to_string();
-        let e = anyhow::Error::new(e).context("in the parameters");
-        let line = chain(e.as_ref());
-        assert_eq!(
-            line,
-            format!("in the parameters: cannot open c\u{fffd}: {os}")
-        );
-        assert_eq!(line.matches(&os).count(), 1, "{line}");
-    }
-
     /// A last line of any length is cut (an argument parser's or a library's
     /// message that quotes a value of 100,000 characters whole), and stays one
     /// write a pipe takes in one piece.

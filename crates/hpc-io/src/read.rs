@@ -56,7 +56,7 @@ pub const MAX_PROC_BYTES: u64 = 1 << 20;
 #[non_exhaustive]
 pub enum ReadError {
     /// The path could not be opened (missing, no permission, a dangling link).
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot open {}: {source}", crate::message::path(path))]
     Open {
         /// The path as given.
         path: PathBuf,
@@ -65,7 +65,7 @@ pub enum ReadError {
         source: std::io::Error,
     },
     /// The path names something other than a regular file.
-    #[error("{} is {kind}, not a regular file", path.display())]
+    #[error("{} is {kind}, not a regular file", crate::message::path(path))]
     NotRegular {
         /// The path as given.
         path: PathBuf,
@@ -74,7 +74,10 @@ pub enum ReadError {
         kind: &'static str,
     },
     /// The file is larger than the bound for its kind (refused before reading).
-    #[error("{} is {size} bytes, more than the {max} bytes accepted for it", path.display())]
+    #[error(
+        "{} is {size} bytes, more than the {max} bytes accepted for it",
+        crate::message::path(path)
+    )]
     TooLarge {
         /// The path as given.
         path: PathBuf,
@@ -84,7 +87,7 @@ pub enum ReadError {
         max: u64,
     },
     /// Reading failed part way.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", crate::message::path(path))]
     Read {
         /// The path as given.
         path: PathBuf,
@@ -93,7 +96,10 @@ pub enum ReadError {
         source: std::io::Error,
     },
     /// The file was asked for as text but is not UTF-8.
-    #[error("{} is not UTF-8 text (invalid byte at offset {offset})", path.display())]
+    #[error(
+        "{} is not UTF-8 text (invalid byte at offset {offset})",
+        crate::message::path(path)
+    )]
     NotUtf8 {
         /// The path as given.
         path: PathBuf,
@@ -280,6 +286,24 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use crate::test_util::mkfifo;
+
+    /// `message::chain` prints a cause the message already holds once (the
+    /// test lives here: `message` uses no other module of this crate).
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let e = ReadError::Open {
+            path: "c\u{fffd}".into(),
+            source: std::io::Error::from_raw_os_error(2),
+        };
+        let os = std::io::Error::from_raw_os_error(2).to_string();
+        let e = anyhow::Error::new(e).context("in the parameters");
+        let line = crate::message::chain(e.as_ref());
+        assert_eq!(
+            line,
+            format!("in the parameters: cannot open c\u{fffd}: {os}")
+        );
+        assert_eq!(line.matches(&os).count(), 1, "{line}");
+    }
 
     fn tempdir(name: &str) -> PathBuf {
         crate::test_util::scratch("read", name)

@@ -122,7 +122,10 @@ pub enum Error {
         path: PathBuf,
     },
     /// Another run is writing the output file ([`FileClaim`]).
-    #[error("{path} is being written by {holder}; wait for it to finish or choose another file")]
+    #[error(
+        "{} is being written by {holder}; wait for it to finish or choose another file",
+        crate::message::path(path)
+    )]
     FileBusy {
         /// The output file.
         path: PathBuf,
@@ -130,7 +133,7 @@ pub enum Error {
         holder: String,
     },
     /// A file operation failed.
-    #[error("cannot {op} {path}: {error}")]
+    #[error("cannot {op} {}: {error}", crate::message::path(path))]
     Io {
         /// What was being done.
         op: &'static str,
@@ -141,7 +144,11 @@ pub enum Error {
     },
     /// A manifest that cannot be read as one.
     /// A reason quoting the manifest is cut in the message ([`crate::message::cut`]).
-    #[error("{path} is not a valid run manifest: {}", crate::message::cut(reason))]
+    #[error(
+        "{} is not a valid run manifest: {}",
+        crate::message::path(path),
+        crate::message::cut(reason)
+    )]
     Manifest {
         /// The manifest.
         path: PathBuf,
@@ -149,7 +156,12 @@ pub enum Error {
         reason: String,
     },
     /// A name that is not a plain file name inside the directory.
-    #[error("{0:?} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)")]
+    /// The name is quoted cut ([`crate::message::cut`]): a caller's name of
+    /// 100,000 characters was echoed whole.
+    #[error(
+        "{} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)",
+        crate::message::cut(&format!("{:?}", .0))
+    )]
     Name(String),
     /// The directory holds files of the program's output names that no earlier
     /// run's manifest lists: they are not removed, and the run is refused.
@@ -182,7 +194,11 @@ pub enum Error {
     },
     /// A path that must be a regular file (the manifest, the lock) or a directory
     /// (the run directory) is something else.
-    #[error("{path} is {kind}, not {wanted}; {}", wrong_type_advice(kind))]
+    #[error(
+        "{} is {kind}, not {wanted}; {}",
+        crate::message::path(path),
+        wrong_type_advice(kind)
+    )]
     WrongType {
         /// The path.
         path: PathBuf,
@@ -208,7 +224,7 @@ pub enum Error {
         owner: u32,
     },
     /// A file a reader should not trust (not listed, or the run did not complete).
-    #[error("{path}: {}", crate::message::cut(reason))]
+    #[error("{}: {}", crate::message::path(path), crate::message::cut(reason))]
     Untrusted {
         /// The file.
         path: PathBuf,
@@ -653,6 +669,24 @@ impl RunDir {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
+        // Not written where its own reader ([`read_manifest`]) would refuse it:
+        // details nested deeper than the parser goes, or a manifest beyond the
+        // bound of a metadata file, were written, and then every later run in
+        // the directory and every reader refused it. Refused at `start`, before
+        // the run's work.
+        let refused = |reason: String| Error::Manifest {
+            path: self.dir.join(MANIFEST),
+            reason,
+        };
+        if text.len() as u64 > crate::read::MAX_METADATA_BYTES {
+            return Err(refused(format!(
+                "this run's manifest would be {} bytes, more than the {} bytes its readers take",
+                text.len(),
+                crate::read::MAX_METADATA_BYTES
+            )));
+        }
+        serde_json::from_slice::<Manifest>(&text)
+            .map_err(|e| refused(format!("its readers would refuse this run's manifest: {e}")))?;
         // The manifest's name in the directory this run holds the lock of is the
         // run's own: a FIFO, device node or socket left there (warned about as an
         // unreadable earlier manifest) is removed, not refused as `atomic`'s

@@ -52,6 +52,17 @@ impl Mapping {
                 "a region of {data_len} bytes: more than the address space holds"
             ))
         })?;
+        // More than the memory available is refused by its size, as
+        // `SharedBuf::new` and `Comm::registered_buf` refuse it: the memfd's
+        // pages are made only when touched, so a region of 64 TiB was
+        // registered on a machine of 24 GB, and its first access would have
+        // ended the process (or a peer's put into it).
+        if let Some(available) = hpc_io::read::mem_available().filter(|&a| total as u64 > a) {
+            return Err(Error::InvalidArgument(format!(
+                "a region of {data_len} bytes is more than the {available} bytes of memory \
+                 available (MemAvailable)"
+            )));
+        }
         // A failure says which region could not be made ("Cannot allocate
         // memory" alone does not name the length asked for).
         let what = |e: rustix::io::Errno| {

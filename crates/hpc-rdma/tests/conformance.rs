@@ -975,3 +975,23 @@ mod ofi_bad_input {
         let _ = std::fs::remove_file(&file);
     }
 }
+
+/// A region of 64 TiB was registered on a machine of 24 GB (a memfd's pages
+/// are made when touched, and its first access would have ended the
+/// process): more than the memory available is refused by its size.
+#[test]
+fn a_region_beyond_the_memory_available_is_refused_by_its_size() {
+    let Some(available) = hpc_io::read::mem_available() else {
+        return;
+    };
+    let w = World::init().unwrap();
+    let t = Transport::new(&w).unwrap();
+    let len = usize::try_from(available).unwrap().saturating_add(1 << 20);
+    let e = t.register(len).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("{len} bytes")) && e.contains("MemAvailable"),
+        "{e}"
+    );
+    assert!(t.register(1 << 46).is_err());
+    assert_eq!(t.register(4096).unwrap().len(), 4096);
+}

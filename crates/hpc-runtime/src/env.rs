@@ -421,8 +421,18 @@ pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
     match env.get(TIMEOUT) {
         None => Ok(DEFAULT_TIMEOUT),
         Some(v) => match v.trim().parse::<f64>() {
+            // Above 0 as a `Duration` too: 1e-10 s is none (it counts whole
+            // nanoseconds), and a zero timeout failed every wait at once.
             Ok(s) if s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0 => {
-                Ok(Duration::from_secs_f64(s))
+                Some(Duration::from_secs_f64(s))
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        format!(
+                            "{TIMEOUT}={} is less than a nanosecond: not a positive number of \
+                             seconds (at most a week)",
+                            shown(v)
+                        )
+                    })
             }
             _ => Err(format!(
                 "{TIMEOUT}={} is not a positive number of seconds (at most a week)",
@@ -593,6 +603,23 @@ mod tests {
             Some(MAX_SPIN_US)
         );
         assert_eq!(number_from::<usize>(STAGE_MAX, None, usize::MAX), None);
+    }
+
+    /// A timeout of less than a nanosecond is no timeout (a `Duration` of
+    /// 0): `1e-10` and `5e-324` were taken, and every wait failed at once.
+    #[test]
+    fn a_timeout_below_a_nanosecond_is_refused() {
+        for tiny in ["1e-10", "5e-324", "0.0000000001"] {
+            let e = timeout_from(&env(&[(TIMEOUT, tiny)])).unwrap_err();
+            assert!(
+                e.contains(TIMEOUT) && e.contains("nanosecond"),
+                "{tiny}: {e}"
+            );
+        }
+        assert_eq!(
+            timeout_from(&env(&[(TIMEOUT, "1e-9")])),
+            Ok(Duration::from_nanos(1))
+        );
     }
 
     #[test]

@@ -196,12 +196,14 @@ impl<R: Record> Intake<R> {
     }
 
     /// The intake of rank `rank` from `step`: [`Intake::rank0`] on rank 0, with the
-    /// statistics `recorder` makes and the spike file `file`, continuing the
+    /// statistics `recorder` makes (or its error, such as
+    /// [`Recorder::after`](crate::spikes::Recorder::after)'s for more neurons than
+    /// memory) and the spike file `file`, continuing the
     /// checkpoint `restored` (of `n_neurons` neurons, [`Restored::of`]) when the
     /// run resumes from one; [`Intake::elsewhere`] on the other ranks.
     pub fn open<P>(
         (rank, step): (usize, u64),
-        recorder: impl FnOnce() -> R,
+        recorder: impl FnOnce() -> Result<R>,
         file: Option<SpikeFile<'_>>,
         restored: Option<&crate::checkpoint::Restart<crate::checkpoint::RunMeta<P>>>,
         n_neurons: u32,
@@ -210,7 +212,7 @@ impl<R: Record> Intake<R> {
             return Ok(Intake::elsewhere(step));
         }
         let restored = restored.map(|r| Restored::of(r, n_neurons)).transpose()?;
-        Intake::rank0(recorder(), file, restored, step)
+        Intake::rank0(recorder()?, file, restored, step)
     }
 
     /// Rank 0's intake from `step`: `recorder` takes every spike, and so does the
@@ -346,7 +348,7 @@ mod tests {
             dir: &d,
             spikes: Some(vec![(3, 1), (5, 0)]),
         };
-        let mut intake = Intake::rank0(Recorder::new(8), file, Some(restored), 5).unwrap();
+        let mut intake = Intake::rank0(Recorder::new(8).unwrap(), file, Some(restored), 5).unwrap();
         // Codes of 4 bits of neuron id, from two ranks, out of order: step 1 of the
         // interval from 10 for neuron 2, step 0 for neurons 7 and 3.
         intake.incoming = vec![1 << 4 | 2, 7, 3];
@@ -374,7 +376,7 @@ mod tests {
         let d = dir("stopped");
         let path = d.join("spikes.spk");
         let file = file(&path, 1);
-        let mut intake = Intake::rank0(Recorder::new(8), file, None, 0).unwrap();
+        let mut intake = Intake::rank0(Recorder::new(8).unwrap(), file, None, 0).unwrap();
         intake.incoming = vec![4];
         intake.receive(0, 1, 4).unwrap();
         // Flushed at every exchange: the partial file holds the spike already.
@@ -401,14 +403,14 @@ mod tests {
             dir: &d,
             spikes: None,
         };
-        let err = Intake::rank0(Recorder::new(8), file, Some(restored.clone()), 5)
+        let err = Intake::rank0(Recorder::new(8).unwrap(), file, Some(restored.clone()), 5)
             .err()
             .unwrap()
             .to_string();
         assert!(err.contains("has no spike file to continue"), "{err}");
         assert!(!crate::spikes::partial_path(&path).exists());
         // Without a spike file of its own the run continues it.
-        let i = Intake::rank0(Recorder::new(8), None, Some(restored), 5).unwrap();
+        let i = Intake::rank0(Recorder::new(8).unwrap(), None, Some(restored), 5).unwrap();
         assert!(i.checkpoint_spikes().is_none());
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -250,15 +250,23 @@ pub fn whole_steps_within(ms: f64, dt: f64, total: u64, what: &str) -> anyhow::R
     Ok(steps)
 }
 
+/// The most differences [`params_diff`] lists; the others are counted in a
+/// last entry (a checkpoint's parameters of 100,000 keys named every one).
+pub const LISTED_DIFFERENCES: usize = 10;
+
 /// The parameters that differ between `old` and `new` (serialisable parameter
 /// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
-/// restart may extend); empty when none differs.
+/// restart may extend); empty when none differs. The first
+/// [`LISTED_DIFFERENCES`] are listed, then `and N more`; a long name is cut as
+/// [`hpc_runtime::env::short`] cuts it, and a long value is written short: both
+/// come from a checkpoint's file, which may say anything.
 pub fn params_diff(
     old: &impl serde::Serialize,
     new: &impl serde::Serialize,
     ignore: &[&str],
 ) -> Vec<String> {
-    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    type Difference = (String, String, String);
+    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<Difference>) {
         use serde_json::Value;
         match (a, b) {
             (Value::Object(x), Value::Object(y)) => {
@@ -279,7 +287,7 @@ pub fn params_diff(
                     );
                 }
             }
-            _ if a != b => out.push(format!("{prefix} {} -> {}", short(a), short(b))),
+            _ if a != b => out.push((prefix.to_string(), short(a), short(b))),
             _ => {}
         }
     }
@@ -301,8 +309,17 @@ pub fn params_diff(
     };
     let mut out = Vec::new();
     walk("", &a, &b, &mut out);
-    out.retain(|d| !ignore.iter().any(|i| d.split(' ').next() == Some(i)));
-    out
+    out.retain(|(name, _, _)| !ignore.contains(&name.as_str()));
+    let more = out.len().saturating_sub(LISTED_DIFFERENCES);
+    let mut listed: Vec<String> = out
+        .into_iter()
+        .take(LISTED_DIFFERENCES)
+        .map(|(name, a, b)| format!("{} {a} -> {b}", hpc_runtime::env::short(&name)))
+        .collect();
+    if more > 0 {
+        listed.push(format!("and {more} more"));
+    }
+    listed
 }
 
 /// Writes `bytes` to `path` through a temporary name, so that a failure (a full
@@ -746,6 +763,29 @@ mod tests {
             let e = steps_of(ms, dt, "--x").unwrap_err().to_string();
             assert!(e.contains("--x") && e.contains("2^53"), "{ms} {dt}: {e}");
         }
+    }
+
+    /// A checkpoint's parameters that name a key of 100,000 characters, or
+    /// differ in 100,000 keys, were listed whole: the refusal of a restart
+    /// quoted every one.
+    #[test]
+    fn the_differences_are_few_and_their_names_cut() {
+        let long = "k".repeat(100_000);
+        let a = serde_json::json!({ long.clone(): 1, "t_sim": 1 });
+        let d = params_diff(&a, &serde_json::json!({}), &["t_sim"]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].len() < 200 && d[0].ends_with(" 1 -> null"), "{}", d[0]);
+        let many: serde_json::Map<String, serde_json::Value> = (0..100_000)
+            .map(|i| (format!("p{i:06}"), serde_json::json!(i)))
+            .collect();
+        let d = params_diff(
+            &serde_json::Value::Object(many),
+            &serde_json::json!({}),
+            &[],
+        );
+        assert_eq!(d.len(), LISTED_DIFFERENCES + 1, "{:?}", &d[..3]);
+        assert_eq!(d[0], "p000000 0 -> null");
+        assert_eq!(d[LISTED_DIFFERENCES], "and 99990 more");
     }
 
     #[test]

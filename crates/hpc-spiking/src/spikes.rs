@@ -67,6 +67,16 @@ impl SpikeWriter {
     /// assert!(format!("{e:#}").contains("n_neurons"), "{e:#}");
     /// ```
     pub fn with_header(path: &Path, h: &str) -> Result<SpikeWriter> {
+        // Refused before the run, not at `finish` after it: a path that names
+        // no file (`""` wrote `.partial` into the current directory) or a
+        // directory, a device or a FIFO, which the final rename refuses.
+        if path.file_name().is_none() {
+            anyhow::bail!(
+                "cannot write the spike file {}: it names no file",
+                hpc_runtime::env::shown(&path.to_string_lossy())
+            );
+        }
+        hpc_io::atomic::check_replaceable(path)?;
         let hlen = u32::try_from(h.len()).map_err(|_| {
             anyhow::anyhow!(
                 "a spike file's header holds at most 4 GiB, not {} bytes",
@@ -517,25 +527,52 @@ pub struct Stats {
     pub cv_neurons: u32,
 }
 
+/// Bytes a [`Recorder`] holds per neuron: its last spike, its spikes, its
+/// intervals and their sum and sum of squares.
+pub const RECORDER_BYTES_PER_NEURON: u64 = 28;
+
 impl Recorder {
     /// No spikes yet, for `n` neurons.
-    pub fn new(n: u32) -> Recorder {
+    ///
+    /// # Errors
+    ///
+    /// As [`Recorder::after`].
+    pub fn new(n: u32) -> Result<Recorder> {
         Recorder::after(n, 0)
     }
 
     /// No spikes yet, for `n` neurons whose statistics count the spikes at
     /// ticks after `from_tick` (the end of a warm-up).
-    pub fn after(n: u32, from_tick: u32) -> Recorder {
-        let n = n as usize;
-        Recorder {
-            from_tick,
-            last: vec![0; n],
-            count: vec![0; n],
-            isi_n: vec![0; n],
-            isi_sum: vec![0.0; n],
-            isi_sum2: vec![0.0; n],
-            spikes: 0,
+    ///
+    /// # Errors
+    ///
+    /// When the [`RECORDER_BYTES_PER_NEURON`] bytes of each neuron are more
+    /// than the memory available (`MemAvailable`), or cannot be allocated: a
+    /// recorder of 2^32 - 1 neurons aborted the process on its allocation.
+    pub fn after(n: u32, from_tick: u32) -> Result<Recorder> {
+        let need = u64::from(n) * RECORDER_BYTES_PER_NEURON;
+        if let Some(available) = hpc_io::read::mem_available().filter(|&a| need > a) {
+            anyhow::bail!(
+                "the statistics of {n} neurons need {need} bytes, more than the \
+                 {available} bytes of memory available (MemAvailable)"
+            );
         }
+        fn zeros<T: Clone + Default>(n: u32) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n as usize)
+                .with_context(|| format!("allocating the statistics of {n} neurons"))?;
+            v.resize(n as usize, T::default());
+            Ok(v)
+        }
+        Ok(Recorder {
+            from_tick,
+            last: zeros(n)?,
+            count: zeros(n)?,
+            isi_n: zeros(n)?,
+            isi_sum: zeros(n)?,
+            isi_sum2: zeros(n)?,
+            spikes: 0,
+        })
     }
 
     /// Adds spikes `(tick, id)` (`tick >= 1`), sorted by tick and after every
@@ -850,7 +887,7 @@ mod tests {
     /// out of order or after the end of the run; what it did write reads back.
     #[test]
     fn a_recorder_refuses_a_neuron_beyond_its_count_and_a_tick_out_of_order() {
-        let mut r = Recorder::new(4);
+        let mut r = Recorder::new(4).unwrap();
         r.add(&[(1, 0), (2, 3)]).unwrap();
         // Neuron 4 of 4 used to index past the end (a panic); nothing of the
         // call is added.

@@ -41,10 +41,26 @@ pub(crate) fn check(what: String, estimate: u64) -> Result<()> {
 /// the product of the arities, and the sum over levels of the objects at each.
 /// `None` when a level's arity cannot be read (hwloc then judges the description).
 pub fn synthetic_size(description: &str) -> Option<(u64, u64)> {
+    // hwloc reads `pack : 2` as `pack:2`: without the spaces around a colon
+    // the level was no level here, and a description of a billion PUs went
+    // to hwloc unchecked.
+    let mut joined = String::with_capacity(description.len());
+    let mut chars = description.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            let mut rest = chars.clone();
+            while rest.next_if(|c| c.is_whitespace()).is_some() {}
+            if joined.ends_with(':') || rest.peek() == Some(&':') {
+                chars = rest;
+                continue;
+            }
+        }
+        joined.push(c);
+    }
     let mut depth = 0i32;
     let mut level = String::new();
     let mut levels = Vec::new();
-    for c in description.chars() {
+    for c in joined.chars() {
         match c {
             '(' | '[' => depth += 1,
             ')' | ']' => depth -= 1,
@@ -113,6 +129,28 @@ pub(crate) fn check_synthetic(description: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// hwloc builds `pack : 100 pu : 100` as 10,000 PUs; with the spaces the
+    /// levels were not read here, and no bound applied (`pack : 1000 core :
+    /// 1000 pu : 1000` went to hwloc whole).
+    #[test]
+    fn spaces_around_a_colon_do_not_hide_a_level() {
+        assert_eq!(
+            synthetic_size("pack : 100 pu :\t100"),
+            Some((10_000, 100 + 10_000))
+        );
+        assert_eq!(
+            synthetic_size("pack :2  core: 3 pu:1"),
+            Some((6, 2 + 6 + 6))
+        );
+        assert!(matches!(
+            check_synthetic("pack : 1000 core : 1000 pu : 1000"),
+            Err(TopologyError::SyntheticTooLarge {
+                pus: 1_000_000_000,
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn synthetic_descriptions_are_sized() {

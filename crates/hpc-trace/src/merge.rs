@@ -58,8 +58,10 @@ pub enum MergeError {
         /// Lines of events in it.
         lines: usize,
     },
-    /// A file cannot be read or is not a finished trace of this format.
-    #[error("{path}: {why}")]
+    /// A file cannot be read or is not a finished trace of this format. The
+    /// reason is cut ([`hpc_io::message::cut`]): a parser's message quoted a
+    /// string of the file whole.
+    #[error("{path}: {}", hpc_io::message::cut(why))]
     Bad {
         /// The file.
         path: PathBuf,
@@ -365,11 +367,15 @@ fn one_job(
                 Some((other_id, other)) if other_id != id => {
                     return Err(MergeError::Mixed {
                         path: path.clone(),
+                        // The ids as the files say them, cut (a file's id of
+                        // 100,000 characters was quoted whole).
                         why: format!(
-                            "of the job {id:?}, {} of the job {other_id:?}",
-                            other.display()
+                            "of the job {}, {} of the job {}",
+                            hpc_env::shown(id),
+                            other.display(),
+                            hpc_env::shown(other_id)
                         ),
-                    })
+                    });
                 }
                 Some(_) => {}
                 None => job = Some((id, path)),

@@ -287,7 +287,24 @@ impl Board {
     }
 
     /// Creates and maps a new board file for `size` ranks.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a `size` whose board's bytes overflow (checked
+    /// before the file is made: it panicked on the overflow, leaving the
+    /// file), and the system's error where the file cannot be made, sized or
+    /// mapped; then no file is left behind (a failed sizing or mapping left an
+    /// empty board file in `/dev/shm`).
     pub fn create(path: &Path, size: usize) -> io::Result<Board> {
+        if checked_bytes_for(size).is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "board {}: {size} ranks are too many for a board",
+                    path.display()
+                ),
+            ));
+        }
         // Only this user's processes map a board (0600): it holds the ranks' rings.
         let f = OpenOptions::new()
             .read(true)
@@ -295,8 +312,17 @@ impl Board {
             .create_new(true)
             .mode(0o600)
             .open(path)?;
-        f.set_len(bytes_for(size) as u64)?;
-        let b = Board::map(&f, path, size)?;
+        let made = f
+            .set_len(bytes_for(size) as u64)
+            .and_then(|()| Board::map(&f, path, size));
+        let b = match made {
+            Ok(b) => b,
+            Err(e) => {
+                // This call made the file (`create_new`): nobody else maps it.
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
         b.u64_at(8).store(size as u64, Ordering::Relaxed);
         b.u64_at(0).store(MAGIC, Ordering::Release);
         Ok(b)

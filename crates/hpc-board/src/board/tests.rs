@@ -40,6 +40,27 @@ fn ring_hands_over_every_entry_between_threads_in_order() {
     assert!(b.pop(0, 1).is_none());
 }
 
+/// A board of more ranks than its bytes can count panicked on the overflow
+/// after making its file, and one the system refuses to size (`EFBIG`) left
+/// its empty file behind.
+#[test]
+fn a_board_that_cannot_be_made_leaves_no_file() {
+    let dir = std::env::temp_dir().join(format!("hpc-board-unmade-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    for size in [usize::MAX, 1 << 32, 1 << 20] {
+        let p = dir.join(format!("b{size}"));
+        let e = Board::create(&p, size)
+            .err()
+            .expect("a board of too many ranks");
+        assert!(!p.exists(), "{size}: {e}: the file was left behind");
+    }
+    let e = Board::create(&dir.join("b"), usize::MAX).err().unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("18446744073709551615 ranks"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_board_file_is_only_for_its_user() {
     use std::os::unix::fs::PermissionsExt;

@@ -66,7 +66,8 @@ impl std::str::FromStr for Engine {
         }
         let valid: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
         Err(Error::Unsupported(format!(
-            "engine {s:?}: the engines of this build are {}{}",
+            "engine {}: the engines of this build are {}{}",
+            hpc_runtime::env::shown(s),
             valid.join(", "),
             if cfg!(feature = "mpi") {
                 ""

@@ -22,6 +22,22 @@ fn engine_names_parse_in_any_case_and_errors_list_the_engines() {
     assert!("threads".parse::<Engine>().is_err());
 }
 
+/// An engine's name of 100,000 characters (`hpc selftest --collectives`) was
+/// quoted whole in the refusal.
+#[test]
+fn a_long_engine_name_is_quoted_cut() {
+    let long = "x"
+        .repeat(100_000)
+        .parse::<Engine>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        long.len() < 200 && long.contains("99960 more"),
+        "{}",
+        long.len()
+    );
+}
+
 #[test]
 fn remove_boards_of_removes_that_process_s_boards_only() {
     // Pids that no process has (above the kernel's pid_max).

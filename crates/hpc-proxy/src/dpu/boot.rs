@@ -20,8 +20,9 @@ pub const MAX_SPEC_TIMEOUT_S: f64 = 7.0 * 86400.0;
 pub fn serve_spec(spec: &str) -> Result<()> {
     let bad = || {
         Error::Unsupported(format!(
-            "{}={spec:?} is malformed",
-            hpc_runtime::env::COLL_PROXY_DPU
+            "{}={} is malformed",
+            hpc_runtime::env::COLL_PROXY_DPU,
+            hpc_runtime::env::shown(spec)
         ))
     };
     let f: Vec<&str> = spec.split_whitespace().collect();
@@ -38,11 +39,17 @@ pub fn serve_spec(spec: &str) -> Result<()> {
         .ok()
         .filter(|t| t.is_finite() && *t > 0.0 && *t <= MAX_SPEC_TIMEOUT_S)
         .and_then(|t| Duration::try_from_secs_f64(t).ok())
+        // Above 0 as a `Duration` too: 5e-324 s is none.
+        .filter(|d| !d.is_zero())
         .ok_or_else(|| {
+            // The spec and its timeout cut: a variable's value of 100,000
+            // characters was quoted whole, twice.
             Error::Unsupported(format!(
-                "{}={spec:?}: its timeout {timeout:?} is not a number of seconds above 0 and at \
+                "{}={}: its timeout {} is not a number of seconds above 0 and at \
                  most {MAX_SPEC_TIMEOUT_S} (a week)",
-                hpc_runtime::env::COLL_PROXY_DPU
+                hpc_runtime::env::COLL_PROXY_DPU,
+                hpc_runtime::env::shown(spec),
+                hpc_runtime::env::shown(timeout)
             ))
         })?;
     let backend: Choice = backend.parse().map_err(|_| bad())?;
@@ -127,6 +134,21 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("timeout") && e.contains(t), "{t}: {e}");
+        }
+    }
+
+    /// A timeout below a nanosecond was taken as a `Duration` of 0, and a
+    /// spec of 100,000 characters was quoted whole in the refusal.
+    #[test]
+    fn a_spec_is_cut_and_its_timeout_above_a_nanosecond() {
+        let e = serve_spec("127.0.0.1:9 00ff 2 5e-324 auto")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("its timeout \"5e-324\""), "{e}");
+        let long = "x".repeat(100_000);
+        for spec in [long.clone(), format!("127.0.0.1:9 00ff 2 {long} auto")] {
+            let e = serve_spec(&spec).unwrap_err().to_string();
+            assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..200]);
         }
     }
 }

@@ -1,0 +1,49 @@
+//! The statistics of a run's spikes as an application makes them.
+
+use hpc_spiking::spikes::{Recorder, RECORDER_BYTES_PER_NEURON};
+
+/// `Recorder::new(u32::MAX)` aborted the process on its allocation of 120 GB
+/// (as `hpc_spike_report::stats::analyse` did before it checked): refused by
+/// name where the memory is not there.
+#[test]
+fn a_recorder_beyond_the_memory_available_is_refused() {
+    let need = u64::from(u32::MAX) * RECORDER_BYTES_PER_NEURON;
+    if hpc_io::read::mem_available().is_none_or(|a| a >= need) {
+        eprintln!("skipped: {need} bytes are available here");
+        return;
+    }
+    let e = Recorder::new(u32::MAX).unwrap_err().to_string();
+    assert!(
+        e.contains("4294967295 neurons") && e.contains("MemAvailable"),
+        "{e}"
+    );
+    let e = Recorder::after(u32::MAX, 7).unwrap_err().to_string();
+    assert!(e.contains("4294967295 neurons"), "{e}");
+    // What fits is made as before.
+    let mut r = Recorder::new(3).unwrap();
+    r.add(&[(1, 0), (4, 0), (9, 0)]).unwrap();
+    assert_eq!(r.stats(1.0).spikes, 3);
+}
+
+/// `SpikeWriter::with_header("")` wrote `.partial` into the current directory,
+/// and a directory's name was taken: both failed only at `finish`, after the
+/// run. They are refused before the file is made.
+#[test]
+fn a_spike_file_named_by_no_file_or_a_directory_is_refused_at_once() {
+    use hpc_spiking::spikes::SpikeWriter;
+    let d = std::env::temp_dir().join(format!("hpc-spiking-no-file-{}", std::process::id()));
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    std::env::set_current_dir(&d).unwrap();
+    let header = r#"{"n_neurons":1,"dt_ms":0.1,"t_sim_ms":1,"populations":[{"name":"a","first":0,"count":1}]}"#;
+    for bad in ["", "/", "sub", "sub/..", "sub/."] {
+        let e = SpikeWriter::with_header(std::path::Path::new(bad), header);
+        assert!(e.is_err(), "{bad:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["sub"], "{left:?}");
+    assert_eq!(std::fs::read_dir(d.join("sub")).unwrap().count(), 0);
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -1,0 +1,48 @@
+//! The merge of trace files as another program or a hand left them.
+
+/// A finished trace file of `rank` of a job of `size` ranks named `job`.
+fn file(rank: usize, job: &str, size: usize) -> String {
+    let end =
+        serde_json::json!({"rank": rank, "label": null, "events": 0, "size": size, "job": job});
+    format!(
+        r#"{{"hpcTrace":{{"version":1,"pid":{},"host":"h","boot_id":"b","realtime_ns":1,"monotonic_ns":1}},"traceEvents":[],"hpcEnd":{end}}}"#,
+        100 + rank
+    )
+}
+
+/// Two files' job ids of 100,000 characters made a refusal of 200 KB, and a
+/// file's string of 100,000 characters was quoted whole by the parser's
+/// message: each value is cut.
+#[test]
+fn values_of_trace_files_are_cut_in_the_refusals() {
+    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-cut-{}", std::process::id()));
+    let (a, b) = ("a".repeat(100_000), "b".repeat(100_000));
+    let cases = [
+        (
+            vec![
+                ("rank-0.json", file(0, &a, 2)),
+                ("rank-1.json", file(1, &b, 2)),
+            ],
+            "more than one job",
+        ),
+        (
+            vec![("rank-0.json", format!("{{\"hpcTrace\": \"{a}\"}}"))],
+            "not a trace file",
+        ),
+    ];
+    for (files, said) in cases {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains(said) && e.len() < 1000,
+            "{} bytes: {}",
+            e.len(),
+            &e[..300]
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
