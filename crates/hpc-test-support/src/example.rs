@@ -157,7 +157,9 @@ pub fn assert_usage_is_cut_and_checked(bin: &str, bad_args: &[&str]) {
     assert_eq!(o.status.code(), Some(2), "{bin}: {err:.300}");
     assert!(
         err.contains("more characters")
-            && err.lines().all(|l| l.chars().count() <= hpc_io::message::LINE_CHARS),
+            && err
+                .lines()
+                .all(|l| l.chars().count() <= hpc_io::message::LINE_CHARS),
         "{bin}: a usage error of {} bytes: {err:.300}",
         err.len()
     );
