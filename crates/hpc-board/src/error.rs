@@ -260,23 +260,15 @@ fn bytes_phrase(bytes: Option<u64>) -> String {
 /// Result of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The most ranks a message lists (the others are counted), as the
-/// launcher's messages list ranks.
-pub const LISTED_RANKS: usize = 16;
+pub use hpc_runtime::LISTED_RANKS;
 
 /// `ranks` as `[0, 1, 2]`, the first [`LISTED_RANKS`] of a longer list
 /// followed by how many there are in all.
 fn listed_ranks(ranks: &[usize]) -> String {
-    let shown: Vec<String> = ranks
-        .iter()
-        .take(LISTED_RANKS)
-        .map(usize::to_string)
-        .collect();
-    if ranks.len() > LISTED_RANKS {
-        format!("[{}, ... ({} in all)]", shown.join(", "), ranks.len())
-    } else {
-        format!("[{}]", shown.join(", "))
+    if ranks.is_empty() {
+        return "[]".into();
     }
+    format!("[{}]", hpc_runtime::listed_ranks(ranks))
 }
 
 #[cfg(test)]

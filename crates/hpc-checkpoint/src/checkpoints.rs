@@ -195,8 +195,25 @@ impl Checkpoints {
         // manifest, and the commit failed after it.
         let checked = parse_manifest(&path, text.as_bytes())?;
         // Synced, renamed, and the step's directory synced (its rank files' renames
-        // with the manifest's).
-        hpc_io::atomic::write(&path, &tmp_name(&path), text.as_bytes())?;
+        // with the manifest's). A step that had no manifest and cannot get one (a
+        // full disk) is removed: no reader would take it, and nothing else would
+        // remove its rank files, which a full disk needs back most.
+        let first = fs::symlink_metadata(&path).is_err();
+        if let Err(e) = hpc_io::atomic::write(&path, &tmp_name(&path), text.as_bytes()) {
+            if first {
+                match fs::remove_dir_all(&dir) {
+                    Ok(()) => tracing::warn!(
+                        checkpoint = %dir.display(),
+                        "its manifest could not be written: the step's files are removed"
+                    ),
+                    Err(r) => tracing::warn!(
+                        checkpoint = %dir.display(),
+                        "its manifest could not be written, nor the step removed: {r}"
+                    ),
+                }
+            }
+            return Err(e.into());
+        }
         sync_dir(&self.root)?;
         Ok(Checkpoint {
             dir,

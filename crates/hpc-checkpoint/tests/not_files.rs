@@ -62,3 +62,38 @@ fn a_manifest_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() {
     // The set skips it rather than hanging.
     assert!(set.latest().is_err());
 }
+
+/// A step whose manifest cannot be written (here its temporary name is taken by a
+/// directory; a full disk fails the same write) is removed with its rank files:
+/// no reader takes a step without a manifest, and nothing else removed them.
+/// A step that was committed before keeps its files and manifest.
+#[test]
+fn a_step_whose_manifest_cannot_be_written_is_removed() {
+    let root = std::env::temp_dir().join(format!("ckpt-nomanifest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let set = Checkpoints::new(&root);
+    let entries: Vec<_> = (0..2u32)
+        .map(|r| set.write_rank(3, r, 2, b"payload").unwrap())
+        .collect();
+    let blocker = |set: &Checkpoints, step: u64| {
+        let mut name = set.step_dir(step).join(MANIFEST).into_os_string();
+        name.push(format!(".tmp{}", std::process::id()));
+        std::fs::create_dir_all(std::path::PathBuf::from(name)).unwrap();
+    };
+    blocker(&set, 3);
+    assert!(set
+        .commit(3, 2, entries.clone(), serde_json::json!({}))
+        .is_err());
+    assert!(!set.step_dir(3).exists(), "the uncommitted step was kept");
+    let set = written("recommit");
+    let entries: Vec<_> = (0..2u32)
+        .map(|r| set.write_rank(7, r, 2, b"payload").unwrap())
+        .collect();
+    blocker(&set, 7);
+    assert!(set.commit(7, 2, entries, serde_json::json!({})).is_err());
+    assert!(
+        set.step_dir(7).join(MANIFEST).is_file(),
+        "a committed step lost its manifest"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -253,7 +253,10 @@ impl Tcp {
                         if Instant::now() > deadline {
                             return Err(Error::Timeout {
                                 after: world.timeout(),
-                                what: format!("tcp connections from ranks {missing:?}"),
+                                what: format!(
+                                    "tcp connections from ranks {}",
+                                    hpc_runtime::listed_ranks(&missing)
+                                ),
                             });
                         }
                         std::thread::sleep(Duration::from_millis(2));

@@ -15,7 +15,7 @@ pub enum Error {
         cause: String,
     },
     /// A blocking call did not complete within the configured timeout.
-    #[error("{op} timed out after {after:?}: still waiting for rank(s) {}", fmt_ranks(.missing))]
+    #[error("{op} timed out after {after:?}: still waiting for rank(s) {}", listed_ranks(.missing))]
     Timeout {
         /// The operation that timed out (`barrier`, `allgather`, `init`, ...).
         op: String,
@@ -79,10 +79,21 @@ impl Error {
     }
 }
 
-fn fmt_ranks(r: &[usize]) -> String {
-    const SHOW: usize = 16;
-    let mut s: Vec<String> = r.iter().take(SHOW).map(|x| x.to_string()).collect();
-    if r.len() > SHOW {
+/// The most ranks a message lists; the others are counted.
+pub const LISTED_RANKS: usize = 16;
+
+/// `ranks` for a message: `0, 1, 2`, the first [`LISTED_RANKS`] of a longer
+/// list followed by how many there are in all (a job of 100,000 ranks is not
+/// listed whole), `(unknown)` for none.
+///
+/// ```
+/// let many: Vec<usize> = (0..40).collect();
+/// assert!(hpc_runtime::listed_ranks(&many).ends_with("15, ... (40 in all)"));
+/// assert_eq!(hpc_runtime::listed_ranks(&[3]), "3");
+/// ```
+pub fn listed_ranks(r: &[usize]) -> String {
+    let mut s: Vec<String> = r.iter().take(LISTED_RANKS).map(|x| x.to_string()).collect();
+    if r.len() > LISTED_RANKS {
         s.push(format!("... ({} in all)", r.len()));
     }
     if s.is_empty() {

@@ -46,7 +46,7 @@ mod world;
 
 pub use coordinator::Coordinator;
 pub use env::MpiLauncher;
-pub use error::{Error, Result};
+pub use error::{listed_ranks, Error, Result, LISTED_RANKS};
 pub use node::NodeMap;
 pub use world::{hostname, Bootstrap, Config, Relay, World};
 

@@ -210,7 +210,7 @@ impl Client {
                 );
             let mut child = cmd
                 .spawn()
-                .map_err(|e| Error::transport_from(format!("starting the proxy ({cmd:?})"), e))?;
+                .map_err(|e| Error::transport_from(super::starting_the_proxy(&cmd), e))?;
             let t0 = Instant::now();
             // The communicator's timeout, and never more than 10 s.
             let limit = timeout.min(Duration::from_secs(10));

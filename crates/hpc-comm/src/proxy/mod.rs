@@ -34,6 +34,14 @@ pub use hpc_proxy::{
 
 use hpc_board::Result;
 
+/// What an error says of a proxy that could not be started: its program, cut
+/// as a shown value is (the command's arguments and environment are the
+/// SDK's own; `HPC_COLL_PROXY_CMD` may name a program of any length).
+pub(crate) fn starting_the_proxy(cmd: &std::process::Command) -> String {
+    let program = cmd.get_program().to_string_lossy();
+    format!("starting the proxy {}", hpc_runtime::env::short(&program))
+}
+
 /// A rank's side of a proxy, in either placement: the host client
 /// (`client.rs`: the communicator's board, descriptors on a ring) and the DPU
 /// client (`dpu/client.rs`: a link over the transport, registered memory).
@@ -61,4 +69,22 @@ pub(crate) trait ProxyClient: Send + Sync + 'static {
 
     /// This rank leaves the proxy (the communicator is dropped).
     fn detach(&self);
+}
+
+#[cfg(test)]
+mod start_tests {
+    /// A proxy program of 100,000 characters that cannot be started is named
+    /// cut: the error quoted the whole command (`{cmd:?}`), environment and all.
+    #[test]
+    fn a_proxy_that_cannot_start_is_named_cut() {
+        let mut cmd = std::process::Command::new(format!("/nonexistent/{}", "x".repeat(100_000)));
+        cmd.env("SOME_SETTING", "y".repeat(10_000));
+        let what = super::starting_the_proxy(&cmd);
+        assert!(what.len() < 200, "{} bytes: {what:.200}", what.len());
+        assert!(
+            what.starts_with("starting the proxy \"/nonexistent/xx"),
+            "{what}"
+        );
+        assert!(what.contains("more characters"), "{what}");
+    }
 }

@@ -56,7 +56,7 @@ impl Conn {
         cmd.env(hpc_runtime::env::COLL_PROXY_DPU, spec);
         let mut child = cmd
             .spawn()
-            .map_err(|e| Error::transport_from(format!("starting the proxy ({cmd:?})"), e))?;
+            .map_err(|e| Error::transport_from(crate::proxy::starting_the_proxy(&cmd), e))?;
         let coord = Arc::new(coord);
         let weak = Arc::downgrade(&coord);
         // Until the link is up, a proxy that exits fails the link's job at once
