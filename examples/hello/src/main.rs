@@ -14,7 +14,8 @@ use hpc_rs::comm::ReduceOp;
 /// What `hello --help` prints.
 const USAGE: &str = "Hello from every rank, then a sum over all ranks.\n\n\
     Usage: hpc run -n 4 -- hello\n\n\
-    It takes no arguments; HPC_LOG, HPC_ENGINE and the other HPC_* variables set it up.";
+    It takes no arguments: the settings of hpc-rs in its environment (the book's \
+    reference lists them) set it up.";
 
 fn main() {
     // The arguments first, before `init` joins the other ranks: a mistake in them
