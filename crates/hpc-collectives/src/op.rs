@@ -284,38 +284,22 @@ macro_rules! int_kernel {
     };
 }
 
-/// The smaller of two floats as `f32::min` gives it (a NaN operand ignored),
-/// with `-0` below `+0` whatever the order: `f32::min` returns either zero,
-/// by the order of its operands, so the ranks of an allreduce that combine
-/// them in other orders got zeros of different signs.
-macro_rules! float_min {
-    ($a:expr, $b:expr) => {{
+/// The smaller (`min`, `-0` wins a tie of zeros) or the larger (`max`, `+0`
+/// wins) of two floats as `f32::min` and `f32::max` give them (a NaN operand
+/// ignored), whatever the order of the operands: `f32::min` returns either
+/// zero by that order, so the ranks of an allreduce that combine them in other
+/// orders got zeros of different signs.
+macro_rules! float_pick {
+    ($a:expr, $b:expr, $pick:ident, $negative_wins:expr) => {{
         let (a, b) = ($a, $b);
         if a == b {
-            if a.is_sign_negative() {
+            if a.is_sign_negative() == $negative_wins {
                 a
             } else {
                 b
             }
         } else {
-            a.min(b)
-        }
-    }};
-}
-
-/// The larger of two floats, `+0` above `-0` whatever the order (see
-/// [`float_min`]).
-macro_rules! float_max {
-    ($a:expr, $b:expr) => {{
-        let (a, b) = ($a, $b);
-        if a == b {
-            if a.is_sign_negative() {
-                b
-            } else {
-                a
-            }
-        } else {
-            a.max(b)
+            a.$pick(b)
         }
     }};
 }
@@ -325,8 +309,8 @@ macro_rules! float_kernel {
         match $op {
             ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| a + b),
             ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| a * b),
-            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| float_min!(a, b)),
-            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| float_max!(a, b)),
+            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| float_pick!(a, b, min, true)),
+            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| float_pick!(a, b, max, false)),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),
         }
@@ -343,10 +327,10 @@ macro_rules! half_kernel {
                 zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() * b.to_f32()))
             }
             ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(float_min!(a.to_f32(), b.to_f32()))
+                <$t>::from_f32(float_pick!(a.to_f32(), b.to_f32(), min, true))
             }),
             ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(float_max!(a.to_f32(), b.to_f32()))
+                <$t>::from_f32(float_pick!(a.to_f32(), b.to_f32(), max, false))
             }),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),
