@@ -41,6 +41,8 @@ Usage: python3 benches/hostile-sweep.py [--bin DIR] [--only NAME[,NAME]]
                                          [--timeout S] [--jobs N] [--list]
                                          [--env | --config | --streams]
 
+`hpc perftest` runs as two ranks under `hpc run`, as it must (`LAUNCHED`).
+
 `--bin` is the folder of the built programs (default `target/release`; build
 them with `cargo build --release -p hpc-cli -p hpc-example-brunel
 -p hpc-example-microcircuit -p hpc-example-hpc-benchmark -p hpc-example-fft3d
@@ -93,6 +95,9 @@ PROGRAMS = {
     "hpc man": ["--dir", "{D}/man"],
     "hpc proxy": [],
 }
+
+# Programs that run only as ranks of a job: each case is started by the launcher.
+LAUNCHED = {"hpc perftest": ["{BIN}/hpc", "run", "-n", "2", "--timeout", "10", "--"]}
 
 # A merged trace of one span, for `hpc trace svg`.
 TRACE = '{"traceEvents":[{"name":"a","ph":"X","ts":0,"dur":1000,"pid":0,"tid":0}]}'
@@ -221,7 +226,8 @@ def judge(status, out, value, name="", flag=""):
     if "memory allocation of" in text or "failed to allocate" in text:
         faults.append("ALLOC")
     # `hpc run` gives 124 and 125 for the launcher's own ends, as its help says.
-    if status is not None and (status > 125 or status in (124, 125) and name != "hpc run"):
+    launcher = name == "hpc run" or name in LAUNCHED
+    if status is not None and (status > 125 or status in (124, 125) and not launcher):
         faults.append("STATUS")
     notes = []
     if status == 0 and value in ("nan", "NaN", "inf", "-inf", "") and flag not in FREE_TEXT:
@@ -243,6 +249,7 @@ def flag_case(bindir, name, base, flag, value, timeout):
             i = argv.index("--")
             argv, tail = argv[:i], argv[i:]
         argv = argv + ["--%s=%s" % (flag, sc.fill(value))] + tail
+        argv = sc.args(bindir, LAUNCHED.get(name, [])) + argv
         status, out = run(argv, timeout, sc.dir)
         faults, notes, text = judge(status, out, value, name, flag)
         return "%s --%s=%s" % (name, flag, shown(value)), status, faults, notes, last_line(text)
