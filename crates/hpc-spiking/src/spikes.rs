@@ -623,12 +623,20 @@ impl Recorder {
     }
 
     /// Spikes of the neurons `ids` after the warm-up.
+    ///
+    /// # Panics
+    ///
+    /// If `ids` reaches beyond the recorder's neurons, as a slice index does.
     pub fn spikes_of(&self, ids: std::ops::Range<usize>) -> u64 {
         self.count[ids].iter().map(|&c| c as u64).sum()
     }
 
     /// The mean coefficient of variation of the inter-spike intervals after the
     /// warm-up over the neurons `ids` with at least 2, and how many they are.
+    ///
+    /// # Panics
+    ///
+    /// If `ids` reaches beyond the recorder's neurons, as a slice index does.
     pub fn cv_of(&self, ids: std::ops::Range<usize>) -> (f64, u32) {
         let (mut cv, mut k) = (0.0, 0u32);
         for i in ids {
