@@ -286,7 +286,9 @@ fn the_least_timeout_accepted_is_a_timeout_not_a_lost_launcher() {
             "-n {n}: {err}"
         );
         assert!(
-            !err.contains("the launcher stopped?") && !err.contains("the rank does not read"),
+            !err.contains("the launcher stopped?")
+                && !err.contains("closed the connection before welcoming")
+                && !err.contains("the rank does not read"),
             "-n {n}: {err}"
         );
     }

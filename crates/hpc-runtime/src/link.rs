@@ -147,6 +147,24 @@ impl LauncherLink {
                     ),
                 })
             }
+            // Closed before its welcome: the coordinator refuses a hello that is
+            // not of its job, and says why in its own log only (a peer that
+            // did not prove the job's secret learns nothing).
+            Err(ReadError::Io(e))
+                if op == "init" && e.kind() == std::io::ErrorKind::UnexpectedEof =>
+            {
+                Err(Error::LauncherLost {
+                    addr: self.addr.clone(),
+                    cause: format!(
+                        "it closed the connection before welcoming this rank: it refuses \
+                         a rank whose job secret, size or rank is not its job's (a rank \
+                         of another job, or {} and {} set by hand), and its log says \
+                         which; or it stopped",
+                        crate::env::SECRET,
+                        crate::env::SIZE
+                    ),
+                })
+            }
             Err(ReadError::Io(e)) => Err(Error::LauncherLost {
                 addr: self.addr.clone(),
                 cause: format!("{e} during {op} (the launcher stopped?)"),

@@ -217,3 +217,26 @@ fn a_rendezvous_that_is_not_a_coordinator_is_named() {
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     server.join().unwrap();
 }
+
+/// A rank whose job secret is not the coordinator's is refused; it reads why it
+/// may have been (its secret, size or rank), where it read "failed to fill
+/// whole buffer ... (the launcher stopped?)".
+#[test]
+fn a_rank_the_coordinator_refuses_is_told_what_it_refuses() {
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
+    let timeout = Duration::from_secs(5);
+    let coord = Coordinator::start(1, secret, timeout, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let mut env: HashMap<String, String> = coord
+        .rank_env(0)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    env.insert(hpc_env::SECRET.into(), format!("{:x}", secret ^ 1));
+    let e = World::init_with(Config::from_map(env).unwrap()).expect_err("a wrong secret joined");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("closed the connection before welcoming this rank")
+            && msg.contains(hpc_env::SECRET),
+        "{msg}"
+    );
+}
