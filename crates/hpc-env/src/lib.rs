@@ -108,15 +108,20 @@ pub fn shown(value: &str) -> String {
 
 /// A value as a message writes it without quotes where it is short (a flag's
 /// value, a path, a name): whole up to [`SHOWN_CHARS`] characters, else cut as
-/// [`shown`] cuts it (then quoted, so that the cut is seen).
+/// [`shown`] cuts it (then quoted, so that the cut is seen). A value holding a
+/// control character (a line break, a terminal's escape) is quoted and escaped
+/// as [`shown`] does, so that it cannot break the message's line or move the
+/// terminal's cursor.
 ///
 /// ```
 /// assert_eq!(hpc_env::short("my-sim"), "my-sim");
 /// let s = hpc_env::short(&"x".repeat(100_000));
 /// assert!(s.len() < 100 && s.ends_with("... (99960 more characters)"), "{s}");
+/// assert_eq!(hpc_env::short("a\nb"), "\"a\\nb\"");
+/// assert_eq!(hpc_env::short("\u{1b}[2J"), "\"\\u{1b}[2J\"");
 /// ```
 pub fn short(value: &str) -> String {
-    if value.chars().count() > SHOWN_CHARS {
+    if value.chars().count() > SHOWN_CHARS || value.chars().any(char::is_control) {
         shown(value)
     } else {
         value.to_string()
