@@ -165,27 +165,16 @@ pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
                 if !target.is_file() {
                     return Err(refuse(format!(
                         "it is a symbolic link to {}, not to a regular file",
-                        crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
-                            std::os::unix::fs::MetadataExt::mode(&target)
-                        ))
+                        crate::read::kind_of_meta(&target)
                     )));
                 }
             }
         }
         if !t.is_file() && !t.is_symlink() {
-            return Err(StepError {
-                op: "replace",
-                path: path.to_path_buf(),
-                error: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "it is {}, not a regular file",
-                        crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
-                            std::os::unix::fs::MetadataExt::mode(&m)
-                        ))
-                    ),
-                ),
-            });
+            return Err(refuse(format!(
+                "it is {}, not a regular file",
+                crate::read::kind_of_meta(&m)
+            )));
         }
     }
     // The folders of devices and of processes: `/dev/stdout` is a link there

@@ -17,7 +17,7 @@
 //! would otherwise print as hundreds of digits.
 //!
 //! [`usage_exit`] writes an argument parser's usage text and exits, checking the
-//! write; it and [`error_line`] cut every line after [`LINE_CHARS`] characters.
+//! write; it and [`error_line`] cut every line to [`LINE_CHARS`] characters.
 
 use std::error::Error;
 use std::io::Write as _;
@@ -39,8 +39,9 @@ pub fn error_line(program: &str, message: &str) -> String {
 /// The most characters of a line of a program's last words ([`error_line`]),
 /// usage text ([`usage_exit`]) or log (`hpc_trace::LogWriter`), the program's
 /// name, a rank's tag and the note of a cut included: a line longer than this
-/// is cut by [`cut_line`], with the count of the characters left out. Every value a message quotes is cut much shorter
-/// where it is written (`hpc_env::shown`, [`cut`]); this bound is the last
+/// is cut by [`cut_line`], with the count of the characters left out. Every
+/// value a message quotes is cut much shorter where it is written
+/// (`hpc_env::shown`, [`cut`]); this bound is the last
 /// one, for a value some code path quotes whole (an argument parser's "invalid
 /// value" of 100,000 characters), and keeps a line within the 4 KiB that reach
 /// a pipe in one piece.
@@ -48,7 +49,7 @@ pub const LINE_CHARS: usize = 1000;
 
 /// Writes `text`, a program's usage text as its argument parser rendered it
 /// (`--help`, `--version`, a usage error), to standard error (`to_stderr`) or
-/// standard output, each line cut after [`LINE_CHARS`] characters, and ends the
+/// standard output, each line cut to [`LINE_CHARS`] characters ([`cut_line`]), and ends the
 /// process with `code`. A failed write is not silent, as an argument parser's
 /// own exit leaves it (`--help > /dev/full` ended 0): a closed pipe ends the
 /// process with status 141 (as `SIGPIPE` would), any other error with

@@ -121,6 +121,13 @@ impl ReadError {
     }
 }
 
+/// What the file `m` describes is, in words, for messages ([`kind_of`]).
+pub(crate) fn kind_of_meta(m: &std::fs::Metadata) -> &'static str {
+    kind_of(FileType::from_raw_mode(
+        std::os::unix::fs::MetadataExt::mode(m),
+    ))
+}
+
 /// What a file type is, in words, for messages.
 pub(crate) fn kind_of(t: FileType) -> &'static str {
     match t {

@@ -83,7 +83,7 @@ use crate::atomic::{self, StepError};
 mod claim;
 mod link;
 use claim::holder_in;
-pub use claim::{try_lock_file, FileClaim};
+pub use claim::{lock_holder, try_lock_file, FileClaim};
 pub use link::{check_dir_link, dangling_link};
 
 /// The manifest of a run directory.
@@ -504,9 +504,7 @@ impl RunDir {
                 Ok(m) if !m.is_dir() => Error::WrongType {
                     // What it is in words ("/dev/null is a character device, not a
                     // directory"), not "is not a directory, not a directory".
-                    kind: crate::read::kind_of(rustix::fs::FileType::from_raw_mode(
-                        std::os::unix::fs::MetadataExt::mode(&m),
-                    )),
+                    kind: crate::read::kind_of_meta(&m),
                     path: dir,
                     wanted: "a directory",
                 },

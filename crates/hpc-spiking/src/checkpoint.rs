@@ -289,25 +289,24 @@ pub fn choose(
             // A run writing checkpoints there removes and writes steps while this
             // one reads them: a restart failed as "listed in the manifest but
             // missing", or took the step being written for an interrupted one.
-            Ok(_) if writer_of(dir).is_some() => {
-                let (held, holder) = writer_of(dir).unwrap_or_default();
-                Err(format!(
+            Ok(_) => match writer_of(dir) {
+                Some((held, holder)) => Err(format!(
                     "--restart {}: checkpoint directory {} is in use by {holder}, which \
                      writes and removes checkpoints in it while this run would read them: \
                      restart once that run has ended, or from a copy of one of its steps",
                     dir.display(),
                     held.display()
-                ))
-            }
-            // Named with the flag: "cannot read the directory /dev/zero: Not a
-            // directory" did not say which option gave it.
-            Ok(_) => find(dir).map_err(|e| {
-                format!(
-                    "--restart {}: {}",
-                    dir.display(),
-                    hpc_io::message::chain(e.as_ref())
-                )
-            }),
+                )),
+                // Named with the flag: "cannot read the directory /dev/zero: Not a
+                // directory" did not say which option gave it.
+                None => find(dir).map_err(|e| {
+                    format!(
+                        "--restart {}: {}",
+                        dir.display(),
+                        hpc_io::message::chain(e.as_ref())
+                    )
+                }),
+            },
         }
     } else {
         Err(String::new())
@@ -332,7 +331,7 @@ pub const LOCK: &str = "checkpoints.lock";
 /// The checkpoint directory of `dir` (`dir` itself, and its parent when `dir`
 /// is a step directory) whose [`LOCK`] a running process holds, with the holder
 /// as the lock file names it; `None` when no run writes there (a lock left by
-/// an ended run is free: it is taken and released at once).
+/// an ended run is free). Nothing is made in a directory that is only read.
 fn writer_of(dir: &Path) -> Option<(PathBuf, String)> {
     let step = dir
         .file_name()
@@ -340,29 +339,10 @@ fn writer_of(dir: &Path) -> Option<(PathBuf, String)> {
         .is_some_and(|n| n.starts_with("step-"))
         || dir.join(hpc_checkpoint::MANIFEST).exists();
     let parent = dir.parent().filter(|p| step && !p.as_os_str().is_empty());
-    [Some(dir), parent].into_iter().flatten().find_map(|d| {
-        let lock = d.join(LOCK);
-        // Only an existing regular file: nothing is made in a directory that
-        // is only read.
-        if !std::fs::symlink_metadata(&lock).is_ok_and(|m| m.is_file()) {
-            return None;
-        }
-        match hpc_io::rundir::try_lock_file(&lock) {
-            Ok(None) => {
-                let holder = hpc_io::read::read_regular_to_string(&lock, 4096).unwrap_or_default();
-                let holder = hpc_io::message::cut(holder.trim()).into_owned();
-                Some((
-                    d.to_path_buf(),
-                    if holder.is_empty() {
-                        "another run".into()
-                    } else {
-                        holder
-                    },
-                ))
-            }
-            _ => None,
-        }
-    })
+    [Some(dir), parent]
+        .into_iter()
+        .flatten()
+        .find_map(|d| Some((d.to_path_buf(), hpc_io::rundir::lock_holder(&d.join(LOCK))?)))
 }
 
 /// Takes the checkpoint directory `dir` for this run (a collective: every rank

@@ -75,15 +75,10 @@ impl FileClaim {
         // A lock file that a running process holds (another run's `run.lock` or
         // checkpoint lock) replaced by the file written here: the next run took
         // that run's directory while it still ran.
-        if let Ok(Some((f, _))) = open_own(path, false) {
-            if matches!(
-                rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
-                Err(e) if e == rustix::io::Errno::WOULDBLOCK
-            ) {
-                return Err(Error::LockFile {
-                    path: path.to_path_buf(),
-                });
-            }
+        if lock_holder(path).is_some() {
+            return Err(Error::LockFile {
+                path: path.to_path_buf(),
+            });
         }
         // A lock file removed by the run that held it, between our open and our
         // lock, is no claim of this name any more: opened again.
@@ -119,6 +114,19 @@ impl Drop for FileClaim {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.lock);
     }
+}
+
+/// Who holds the lock file `lock` (a run directory's, a checkpoint
+/// directory's, a [`FileClaim`]'s), as [`try_lock_file`]'s holder wrote it, when
+/// a running process holds it; `None` when it is free, missing or no regular
+/// file. It only looks: nothing is made, and no lock is kept.
+pub fn lock_holder(lock: &Path) -> Option<String> {
+    let (f, _) = open_own(lock, false).ok()??;
+    let held = matches!(
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK
+    );
+    held.then(|| holder_in(lock))
 }
 
 /// Who holds the lock file `lock`, as it says (at most 300 characters).
