@@ -295,6 +295,81 @@ mod tests {
         assert_eq!(cut_at("ééé\né", 1), "é... (2 more characters)\né");
     }
 
+    /// What [`cut_line`] promises, exactly: a line of at most [`LINE_CHARS`]
+    /// characters is kept as it is; a longer one becomes exactly
+    /// [`LINE_CHARS`] characters, the longest start of it that leaves room
+    /// for the note, and the note counts the characters left out. Lines of
+    /// characters of one to four bytes (the cut falls on each width), at
+    /// every length up to past the first cut and around each length where
+    /// the count gains a digit; empty lines and a text of lines of both
+    /// kinds keep their line breaks.
+    #[test]
+    fn a_cut_line_is_exactly_line_chars_long_and_counts_what_it_left_out() {
+        let widths = ['a', 'é', '€', '😀'];
+        let line = |n: usize, shift: usize| -> String {
+            (0..n).map(|i| widths[(i + shift) % widths.len()]).collect()
+        };
+        let check = |l: &str| {
+            let n = l.chars().count();
+            let cut = cut_line(l).into_owned();
+            if n <= LINE_CHARS {
+                assert_eq!(cut, l, "a line of {n}");
+                return;
+            }
+            assert_eq!(cut.chars().count(), LINE_CHARS, "a line of {n}: {cut}");
+            let (kept, note) = cut.rsplit_once("... (").expect("a note");
+            let left: usize = note
+                .strip_suffix(" more characters)")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or_else(|| panic!("a line of {n}: the note {note:?}"));
+            assert!(l.starts_with(kept), "a line of {n}: not its start");
+            assert_eq!(kept.chars().count() + left, n, "a line of {n}");
+            // The longest start that fits: one more character kept would
+            // not leave room for its note.
+            let longer = kept.chars().count() + 1 + 22 + (left - 1).to_string().len();
+            assert!(
+                longer > LINE_CHARS,
+                "a line of {n}: a shorter cut than fits"
+            );
+        };
+        // Where the count of the characters left out gains a digit (99 to
+        // 100, 999 to 1,000, ...): the kept start shrinks by one there.
+        let near = |n: usize| n.saturating_sub(4)..=n + 4;
+        let lengths = (0..=LINE_CHARS + 30)
+            .chain(near(LINE_CHARS + 75))
+            .chain(near(LINE_CHARS + 976))
+            .chain(near(10_976))
+            .chain(near(100_976));
+        for n in lengths {
+            for shift in 0..widths.len() {
+                check(&line(n, shift));
+            }
+        }
+        assert_eq!(cut_line(""), "");
+        assert_eq!(cut_line("\n\n"), "\n\n");
+        let long = line(LINE_CHARS + 1, 0);
+        let at = line(LINE_CHARS, 1);
+        let text = format!("\n{long}\n{at}\n\n{long}\n");
+        let cut = cut_line(&text).into_owned();
+        let lines: Vec<&str> = cut.split('\n').collect();
+        assert_eq!(lines.len(), 6, "{cut}");
+        assert_eq!(lines[1], cut_line(&long));
+        assert_eq!(lines[2], at);
+        assert_eq!((lines[0], lines[3], lines[5]), ("", "", ""));
+        assert_eq!(lines[4], lines[1]);
+        assert!(
+            lines[1].ends_with("... (25 more characters)"),
+            "{}",
+            lines[1]
+        );
+        // An empty message and a note longer than what it cuts (`cut_at`'s
+        // small bounds).
+        assert_eq!(error_line("x", ""), "x: error: \n");
+        assert_eq!(cut_at("ab", 0), "... (2 more characters)");
+        assert_eq!(cut_at("😀😀😀", 1), "😀... (2 more characters)");
+        assert_eq!(cut_at("", 0), "");
+    }
+
     #[test]
     fn a_cause_not_in_the_message_is_kept() {
         let e = anyhow::Error::new(std::io::Error::other("disk full")).context("writing x");
