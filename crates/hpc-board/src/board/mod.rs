@@ -69,6 +69,18 @@ pub use sys::{cma_read, cma_write, pid_dead};
 #[cfg(not(loom))]
 use sys::{futex_wait, futex_wake};
 
+/// `e` with the board's path in front (`board PATH: e`, the path cut as
+/// [`hpc_io::message::path`] cuts one longer than any the system takes), of
+/// the same kind: a board that could not be made or opened was named only by
+/// some of the errors (`File exists` and `File too large` named nothing), and
+/// a path of 100,000 characters was quoted whole.
+fn named(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("board {}: {e}", hpc_io::message::path(path)),
+    )
+}
+
 const MAGIC: u64 = 0x6870_632d_636f_6c6c; // "hpc-coll"
 /// Descriptors per ring (4 in the loom models, whose rings fill and wrap).
 #[cfg(not(loom))]
@@ -294,14 +306,15 @@ impl Board {
     /// before the file is made: it panicked on the overflow, leaving the
     /// file), and the system's error where the file cannot be made, sized or
     /// mapped; then no file is left behind (a failed sizing or mapping left an
-    /// empty board file in `/dev/shm`).
+    /// empty board file in `/dev/shm`). Every error names the board's path,
+    /// cut as [`hpc_io::message::path`] cuts one.
     pub fn create(path: &Path, size: usize) -> io::Result<Board> {
         if checked_bytes_for(size).is_none() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "board {}: {size} ranks are too many for a board",
-                    path.display()
+            return Err(named(
+                path,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{size} ranks are too many for a board"),
                 ),
             ));
         }
@@ -311,7 +324,8 @@ impl Board {
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path)?;
+            .open(path)
+            .map_err(|e| named(path, e))?;
         let made = f
             .set_len(bytes_for(size) as u64)
             .and_then(|()| Board::map(&f, path, size));
@@ -320,7 +334,7 @@ impl Board {
             Err(e) => {
                 // This call made the file (`create_new`): nobody else maps it.
                 let _ = std::fs::remove_file(path);
-                return Err(e);
+                return Err(named(path, e));
             }
         };
         b.u64_at(8).store(size as u64, Ordering::Relaxed);
@@ -328,26 +342,30 @@ impl Board {
         Ok(b)
     }
 
-    /// Maps an existing board file.
+    /// Maps an existing board file. Every error names the board's path, cut
+    /// as [`hpc_io::message::path`] cuts one.
     pub fn open(path: &Path, size: usize) -> io::Result<Board> {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("board {}: {e}", path.display())))?;
+            .map_err(|e| named(path, e))?;
         // A size too large to compute a board for is no board's either.
-        let len = f.metadata()?.len();
+        let len = f.metadata().map_err(|e| named(path, e))?.len();
         if checked_bytes_for(size).is_none_or(|want| len != want as u64) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("board {} is not for {size} ranks", path.display()),
+            return Err(named(
+                path,
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("it is not for {size} ranks"),
+                ),
             ));
         }
-        let b = Board::map(&f, path, size)?;
+        let b = Board::map(&f, path, size).map_err(|e| named(path, e))?;
         if b.u64_at(0).load(Ordering::Acquire) != MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "bad board magic",
+            return Err(named(
+                path,
+                io::Error::new(io::ErrorKind::InvalidData, "bad board magic"),
             ));
         }
         Ok(b)

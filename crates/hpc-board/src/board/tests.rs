@@ -361,3 +361,36 @@ fn a_board_is_opened_only_for_a_size_it_can_have() {
     let e = Board::open(&p, 2).err().expect("opened").to_string();
     assert!(e.contains(&p.display().to_string()), "{e}");
 }
+
+/// Every refusal of `Board::create` and `Board::open` names the board, cut
+/// when its path is longer than any the system takes: a board that exists
+/// already was refused as "File exists (os error 17)" and nothing more, and
+/// a path of 100,000 characters was quoted whole by `open` (a line of
+/// 100 KB) and not at all by `create`.
+#[test]
+fn every_refusal_of_a_board_names_it_cut() {
+    let p = std::env::temp_dir().join(format!("hpc-board-named-{}", std::process::id()));
+    std::fs::write(&p, b"not a board").unwrap();
+    let shown = p.display().to_string();
+    let e = Board::create(&p, 2)
+        .err()
+        .expect("made over a file")
+        .to_string();
+    assert!(e.contains(&shown) && e.contains("exists"), "{e}");
+    assert!(p.exists(), "an existing file was removed");
+    let e = Board::open(&p, 0).err().expect("opened").to_string();
+    assert!(e.contains(&shown), "{e}");
+    std::fs::remove_file(&p).unwrap();
+    let long = std::env::temp_dir().join("x".repeat(100_000));
+    for e in [
+        Board::create(&long, 2).err().expect("made"),
+        Board::open(&long, 2).err().expect("opened"),
+    ] {
+        let e = e.to_string();
+        assert!(e.len() < 1000, "{} bytes: {:.200}", e.len(), e);
+        assert!(
+            e.contains("xxxxxxxx") && e.contains("more characters"),
+            "{e}"
+        );
+    }
+}

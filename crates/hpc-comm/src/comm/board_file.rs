@@ -80,7 +80,7 @@ pub(super) fn make_board(
             hpc_runtime::random_u64()?
         ));
         let b = Board::create(&p, size + extra)
-            .map_err(|e| Error::transport_from(format!("creating the board {}", p.display()), e));
+            .map_err(|e| Error::transport_from("creating the node's board", e));
         match b {
             Ok(b) => {
                 path = p.to_string_lossy().into_owned().into_bytes();
@@ -104,7 +104,7 @@ pub(super) fn make_board(
     let board = match created {
         Some(b) => b,
         None => Board::open(&p, size + extra)
-            .map_err(|e| Error::transport_from(format!("mapping the board {}", p.display()), e))?,
+            .map_err(|e| Error::transport_from("mapping the node's board", e))?,
     };
     board.set_pid(me, std::process::id());
     let my_node = boot.node_of(me);
