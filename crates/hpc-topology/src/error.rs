@@ -33,7 +33,7 @@ pub enum TopologyError {
         reason: String,
     },
     /// The XML file does not exist or cannot be read.
-    #[error("topology XML file {path} cannot be read")]
+    #[error("topology XML file {} cannot be read", hpc_io::message::path(path))]
     XmlFile {
         /// The path as given.
         path: PathBuf,
@@ -42,7 +42,10 @@ pub enum TopologyError {
         source: std::io::Error,
     },
     /// The XML input is not a regular file (a directory, a FIFO, a device).
-    #[error("topology XML file {path} is {kind}, not a regular file")]
+    #[error(
+        "topology XML file {} is {kind}, not a regular file",
+        hpc_io::message::path(path)
+    )]
     XmlNotAFile {
         /// The path as given.
         path: PathBuf,
@@ -80,8 +83,29 @@ pub enum TopologyError {
         /// Bytes available.
         available: u64,
     },
+    /// The XML file is larger than any topology
+    /// ([`MAX_XML_BYTES`](crate::MAX_XML_BYTES)): refused before it is
+    /// read (a file of 2 GB was read whole, and then again by hwloc, before
+    /// hwloc refused it).
+    #[error(
+        "topology XML file {} is {size} bytes, more than the {max} bytes accepted \
+         (a machine of 8192 CPUs is described in about 14 MB)",
+        hpc_io::message::path(path)
+    )]
+    XmlTooLarge {
+        /// The path as given.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
     /// hwloc could not parse the XML file.
-    #[error("topology XML file {path} is not a valid hwloc XML topology: {reason}")]
+    #[error(
+        "topology XML file {} is not a valid hwloc XML topology: {}",
+        hpc_io::message::path(path),
+        hpc_io::message::cut(reason)
+    )]
     XmlParse {
         /// The path as given.
         path: PathBuf,

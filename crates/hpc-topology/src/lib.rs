@@ -160,7 +160,7 @@ pub use bind::{
 };
 pub use cpuset::{CpuSet, MAX_CPU_ID};
 pub use error::{Result, TopologyError};
-pub use load::hwloc_api_version;
+pub use load::{hwloc_api_version, MAX_XML_BYTES};
 pub use model::{
     Cache, CacheKind, Core, Gpu, Nic, NicKind, NumaNode, OsDevice, OsDeviceKind, Package, PciInfo,
     Topology, TopologySource,

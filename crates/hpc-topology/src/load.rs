@@ -12,6 +12,12 @@ use hwlocality::topology::Topology as HwlocTopology;
 use crate::model::*;
 use crate::{CpuSet, Result, TopologyError};
 
+/// The largest topology XML file read, in bytes: `lstopo` describes a
+/// machine in about 1.7 KB a PU (a machine of 8192 CPUs, the most Linux
+/// has, in about 14 MB), so a larger file is no machine's and is refused by
+/// its size before it is read.
+pub const MAX_XML_BYTES: u64 = 64 << 20;
+
 /// Converts an hwloc bitmap (cpuset) into our owned set.
 fn cpuset_of(set: &hwlocality::cpu::cpuset::CpuSet) -> CpuSet {
     set.iter_set().map(|i| usize::from(i) as u32).collect()
@@ -131,9 +137,31 @@ impl Topology {
                         kind,
                     });
                 }
-                let text = std::fs::read(path).map_err(|e| TopologyError::XmlFile {
-                    path: path.clone(),
-                    source: e,
+                // Bounded: what is larger than any machine's topology is refused
+                // by its size, not read (hwloc reads it whole again below).
+                let text = hpc_io::read::read_regular(path, MAX_XML_BYTES).map_err(|e| {
+                    use hpc_io::read::ReadError;
+                    match e {
+                        ReadError::TooLarge { size, max, .. } => TopologyError::XmlTooLarge {
+                            path: path.clone(),
+                            size,
+                            max,
+                        },
+                        ReadError::NotRegular { kind, .. } => TopologyError::XmlNotAFile {
+                            path: path.clone(),
+                            kind,
+                        },
+                        ReadError::Open { source, .. } | ReadError::Read { source, .. } => {
+                            TopologyError::XmlFile {
+                                path: path.clone(),
+                                source,
+                            }
+                        }
+                        other => TopologyError::XmlFile {
+                            path: path.clone(),
+                            source: std::io::Error::other(other.to_string()),
+                        },
+                    }
                 })?;
                 if let Err(reason) = objects_hwloc_loads(&text) {
                     return Err(TopologyError::XmlParse {

@@ -588,3 +588,37 @@ fn allowed_cpus_with_no_core_are_named_and_long_lists_cut() {
         );
     }
 }
+
+/// A topology file larger than any machine's is refused by its size before
+/// it is read (a sparse file of 2 GB was read whole, and again by hwloc,
+/// 2 GB of memory and 14 s before hwloc refused it), and every refusal of
+/// a file names it cut when its path is longer than any the system takes
+/// (a path of 100,000 characters was quoted whole).
+#[test]
+fn a_topology_file_is_bounded_and_named_cut() {
+    let big = std::env::temp_dir().join(format!("hpc-topology-big-{}.xml", std::process::id()));
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(hpc_topology::MAX_XML_BYTES + 1).unwrap();
+    drop(f);
+    let t0 = std::time::Instant::now();
+    let e = Topology::from_xml_file(&big);
+    std::fs::remove_file(&big).ok();
+    assert!(
+        matches!(&e, Err(TopologyError::XmlTooLarge { size, .. }) if *size == hpc_topology::MAX_XML_BYTES + 1),
+        "{e:?}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t0.elapsed()
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains(&big.display().to_string()), "{e}");
+    let long = std::env::temp_dir().join("x".repeat(100_000));
+    let e = Topology::from_xml_file(&long).unwrap_err().to_string();
+    assert!(
+        e.len() < 1000 && e.contains("more characters"),
+        "{} bytes: {e:.200}",
+        e.len()
+    );
+}
