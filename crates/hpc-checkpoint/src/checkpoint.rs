@@ -108,7 +108,7 @@ impl Checkpoint {
         let f = self.manifest.rank_file(rank).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "checkpoint {} has {} ranks, no rank {rank}",
-                self.dir.display(),
+                hpc_io::message::path(&self.dir),
                 self.manifest.ranks
             ))
         })?;

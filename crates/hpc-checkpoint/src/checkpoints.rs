@@ -57,7 +57,7 @@ impl Checkpoints {
             return Err(Error::InvalidArgument(format!(
                 "{} is a symbolic link, not a directory: a checkpoint is never written \
                  through a link planted at its name; remove it",
-                dir.display()
+                hpc_io::message::path(&dir)
             )));
         }
         Ok(dir)
@@ -161,7 +161,10 @@ impl Checkpoints {
         // What a manifest must list (every rank once, plain names), checked
         // before anything is looked at on disk.
         check_files(&files, ranks).map_err(|reason| {
-            Error::InvalidArgument(format!("checkpoint {}: {reason}", dir.display()))
+            Error::InvalidArgument(format!(
+                "checkpoint {}: {reason}",
+                hpc_io::message::path(&dir)
+            ))
         })?;
         for f in &files {
             let path = dir.join(&f.name);

@@ -4,12 +4,14 @@ use std::path::{Path, PathBuf};
 
 use crate::MANIFEST;
 
-/// Everything that can go wrong; every variant names the file or directory.
+/// Everything that can go wrong; every variant names the file or directory
+/// (cut as [`hpc_io::message::path`] cuts a path longer than any the system
+/// takes).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be read, written, synced or renamed.
-    #[error("cannot {op} {path}: {source}")]
+    #[error("cannot {op} {}: {source}", hpc_io::message::path(path))]
     Io {
         /// What was being done (`write`, `read`, `rename`, ...).
         op: &'static str,
@@ -20,7 +22,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A checkpoint directory without a manifest: its write did not finish.
-    #[error("checkpoint {dir} is incomplete: it has no {MANIFEST} (its write was interrupted)")]
+    #[error(
+        "checkpoint {} is incomplete: it has no {MANIFEST} (its write was interrupted)",
+        hpc_io::message::path(dir)
+    )]
     Incomplete {
         /// The directory.
         dir: PathBuf,
@@ -29,7 +34,8 @@ pub enum Error {
     /// A reason quoting the manifest (a field of 100,000 characters) is cut in the
     /// message ([`hpc_io::message::cut`]).
     #[error(
-        "{path} is not a valid checkpoint manifest: {}",
+        "{} is not a valid checkpoint manifest: {}",
+        hpc_io::message::path(path),
         hpc_io::message::cut(reason)
     )]
     Manifest {
@@ -39,13 +45,19 @@ pub enum Error {
         reason: String,
     },
     /// A file listed in the manifest does not exist.
-    #[error("{path} is listed in the manifest but missing")]
+    #[error(
+        "{} is listed in the manifest but missing",
+        hpc_io::message::path(path)
+    )]
     Missing {
         /// The file.
         path: PathBuf,
     },
     /// A file's size differs from the manifest's.
-    #[error("{path} is {found} bytes but the manifest says {expected} (truncated or overwritten)")]
+    #[error(
+        "{} is {found} bytes but the manifest says {expected} (truncated or overwritten)",
+        hpc_io::message::path(path)
+    )]
     Size {
         /// The file.
         path: PathBuf,
@@ -55,7 +67,10 @@ pub enum Error {
         found: u64,
     },
     /// A file's CRC-32C differs from the manifest's.
-    #[error("{path} is damaged: its CRC-32C is {found:08x} but the manifest says {expected:08x}")]
+    #[error(
+        "{} is damaged: its CRC-32C is {found:08x} but the manifest says {expected:08x}",
+        hpc_io::message::path(path)
+    )]
     Checksum {
         /// The file.
         path: PathBuf,
@@ -66,7 +81,7 @@ pub enum Error {
     },
     /// A file's header is not a checkpoint header or contradicts the manifest
     /// (another step, another rank, another rank count).
-    #[error("{path}: {}", hpc_io::message::cut(reason))]
+    #[error("{}: {}", hpc_io::message::path(path), hpc_io::message::cut(reason))]
     Header {
         /// The file.
         path: PathBuf,
@@ -77,13 +92,20 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
     /// The root holds no checkpoint directory at all.
-    #[error("no checkpoint in {root} (no step-* directory)")]
+    #[error(
+        "no checkpoint in {} (no step-* directory)",
+        hpc_io::message::path(root)
+    )]
     NotFound {
         /// The checkpoint set's root.
         root: PathBuf,
     },
     /// Every checkpoint in the root failed verification.
-    #[error("no checkpoint in {root} verifies:{}", list(.rejected))]
+    #[error(
+        "no checkpoint in {} verifies:{}",
+        hpc_io::message::path(root),
+        list(.rejected)
+    )]
     NoneValid {
         /// The checkpoint set's root.
         root: PathBuf,

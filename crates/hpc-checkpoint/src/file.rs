@@ -123,14 +123,14 @@ pub(crate) fn write_atomic(
         if got > header.payload_len {
             return Err(Error::InvalidArgument(format!(
                 "{}: the payload is longer than the {} bytes announced",
-                tmp.display(),
+                hpc_io::message::path(&tmp),
                 header.payload_len
             )));
         }
         if got != header.payload_len {
             return Err(Error::InvalidArgument(format!(
                 "{}: the payload was {got} bytes, announced {}",
-                tmp.display(),
+                hpc_io::message::path(&tmp),
                 header.payload_len
             )));
         }

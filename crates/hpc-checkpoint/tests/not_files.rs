@@ -97,3 +97,26 @@ fn a_step_whose_manifest_cannot_be_written_is_removed() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A root whose path is longer than any the system takes is refused by every
+/// call with the path cut (`hpc_io::message::path`): each quoted it whole,
+/// a message of 100 KB.
+#[test]
+fn a_root_longer_than_any_path_is_cut_in_the_refusals() {
+    let root = std::env::temp_dir().join("x".repeat(100_000));
+    let set = Checkpoints::new(&root);
+    let errors = [
+        set.write_rank(1, 0, 1, b"x").unwrap_err(),
+        set.latest().unwrap_err(),
+        Checkpoint::open(&root).unwrap_err(),
+        Checkpoint::open(set.step_dir(1)).unwrap_err(),
+    ];
+    for e in errors {
+        let e = e.to_string();
+        assert!(
+            e.len() < 1000 && e.contains("more characters"),
+            "{} bytes: {e:.300}",
+            e.len()
+        );
+    }
+}
