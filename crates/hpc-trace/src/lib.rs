@@ -74,7 +74,7 @@ pub const REGION: &str = "region";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The trace directory could not be made or written into.
-    #[error("{what} {path}: {error}")]
+    #[error("{what} {}: {error}", hpc_io::message::path(path))]
     Dir {
         /// Where the directory came from (`HPC_TRACE=`, a flag).
         what: String,
@@ -84,7 +84,10 @@ pub enum Error {
         error: std::io::Error,
     },
     /// A write of the trace file failed: the file is left unfinished.
-    #[error("cannot write the trace {path}: {error}; the trace is incomplete and left unfinished")]
+    #[error(
+        "cannot write the trace {}: {error}; the trace is incomplete and left unfinished",
+        hpc_io::message::path(path)
+    )]
     Write {
         /// The file (its `.part` name).
         path: PathBuf,

@@ -144,7 +144,7 @@ impl Sink {
             return Err(dir_err(std::io::Error::other(format!(
                 "it is a symbolic link to {}, which does not exist: make that directory, \
                  or name another",
-                target.display()
+                hpc_io::message::path(&target)
             ))));
         }
         // A directory that is, or goes through, a link another user planted:

@@ -46,3 +46,22 @@ fn values_of_trace_files_are_cut_in_the_refusals() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A trace directory whose path is longer than any the system takes is
+/// refused with the path cut (`hpc_io::message::path`), by the merge and by
+/// the recorder: both quoted it whole, a message of 100 KB.
+#[test]
+fn a_directory_longer_than_any_path_is_cut_in_the_refusals() {
+    let dir = std::env::temp_dir().join("x".repeat(100_000));
+    let errors = [
+        hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string(),
+        hpc_trace::TraceLayer::create(&dir).unwrap_err().to_string(),
+    ];
+    for e in errors {
+        assert!(
+            e.len() < 1000 && e.contains("more characters"),
+            "{} bytes: {e:.300}",
+            e.len()
+        );
+    }
+}
