@@ -271,7 +271,7 @@ impl RunOptions {
                 "--stop-at {} ms is before the checkpoint {} that --restart resumes at \
                  ({} ms, step {}): give --stop-at {} or later",
                 crate::run::num(stop as f64 * dt),
-                r.dir().display(),
+                hpc_io::message::path(r.dir()),
                 crate::run::num(r.step() as f64 * dt),
                 r.step(),
                 crate::run::num(r.step() as f64 * dt)
@@ -281,7 +281,7 @@ impl RunOptions {
             anyhow::bail!(
                 "checkpoint {} has no spike file to continue (its run had --no-spikes): \
                  give --no-spikes to continue it",
-                r.dir().display()
+                hpc_io::message::path(r.dir())
             );
         }
         Ok(())

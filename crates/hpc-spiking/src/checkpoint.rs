@@ -204,7 +204,7 @@ impl<M> Restart<M> {
             bail!(
                 "checkpoint {} is of a different model: {} (checkpoint -> this run); a \
                  restart continues the same network",
-                self.dir().display(),
+                hpc_io::message::path(self.dir()),
                 differences.join(", ")
             );
         }
@@ -213,7 +213,7 @@ impl<M> Restart<M> {
             bail!(
                 "checkpoint {} is at {at:.1} ms (step {}) but the run ends at {:.1} ms (step \
                  {steps}): a restart continues that run, so give --t-sim {:.1} or more",
-                self.dir().display(),
+                hpc_io::message::path(self.dir()),
                 self.step(),
                 steps as f64 * dt,
                 at - t_sim_from
@@ -264,7 +264,7 @@ pub fn open_with<M: DeserializeOwned>(dir: &Path, model: &str) -> Result<Restart
     let meta: M = serde_json::from_value(checkpoint.metadata().clone()).map_err(|e| {
         anyhow::anyhow!(
             "{} does not hold {model}'s metadata: {}",
-            checkpoint.dir().join(hpc_checkpoint::MANIFEST).display(),
+            hpc_io::message::path(&checkpoint.dir().join(hpc_checkpoint::MANIFEST)),
             hpc_io::message::cut(&e.to_string())
         )
     })?;
@@ -285,7 +285,7 @@ pub fn choose(
         // A path that does not exist is said so ("no checkpoint in X (no step-*
         // directory)" read as if X were an empty checkpoint directory).
         match std::fs::metadata(dir) {
-            Err(e) => Err(format!("--restart {}: {e}", dir.display())),
+            Err(e) => Err(format!("--restart {}: {e}", hpc_io::message::path(dir))),
             // A run writing checkpoints there removes and writes steps while this
             // one reads them: a restart failed as "listed in the manifest but
             // missing", or took the step being written for an interrupted one.
@@ -294,15 +294,15 @@ pub fn choose(
                     "--restart {}: checkpoint directory {} is in use by {holder}, which \
                      writes and removes checkpoints in it while this run would read them: \
                      restart once that run has ended, or from a copy of one of its steps",
-                    dir.display(),
-                    held.display()
+                    hpc_io::message::path(dir),
+                    hpc_io::message::path(&held)
                 )),
                 // Named with the flag: "cannot read the directory /dev/zero: Not a
                 // directory" did not say which option gave it.
                 None => find(dir).map_err(|e| {
                     format!(
                         "--restart {}: {}",
-                        dir.display(),
+                        hpc_io::message::path(dir),
                         hpc_io::message::chain(e.as_ref())
                     )
                 }),
@@ -319,7 +319,7 @@ pub fn choose(
         } else {
             anyhow::anyhow!(
                 "rank 0 found no checkpoint to resume from in {}",
-                dir.display()
+                hpc_io::message::path(dir)
             )
         }
     })
@@ -364,7 +364,7 @@ pub fn claim_dir(
 ) -> Result<Option<std::fs::File>> {
     crate::run::rank0_takes(
         world,
-        || format!("the checkpoint directory {}", dir.display()),
+        || format!("the checkpoint directory {}", hpc_io::message::path(dir)),
         || claim(dir, params, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
     )
 }
@@ -383,7 +383,7 @@ fn claim(
         bail!(
             "--checkpoint-dir {} is the name of one of the files this run writes into its \
              output directory: choose another --checkpoint-dir",
-            dir.display()
+            hpc_io::message::path(dir)
         );
     }
     if let Ok(m) = std::fs::metadata(dir) {
@@ -392,18 +392,22 @@ fn claim(
             bail!(
                 "the checkpoint directory {} exists and is not a directory: choose another \
                  --checkpoint-dir (a missing one is made)",
-                dir.display()
+                hpc_io::message::path(dir)
             );
         }
     }
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "cannot create the checkpoint directory {}",
+            hpc_io::message::path(dir)
+        )
+    })?;
     let lock_path = dir.join(LOCK);
     let taken = hpc_io::rundir::try_lock_file(&lock_path).map_err(|e| match e {
         // hpc-io's advice names the output directory; this is the checkpoints'.
         hpc_io::rundir::Error::WrongType { path, kind, wanted } => anyhow::anyhow!(
             "{} is {kind}, not {wanted}; remove it or choose another --checkpoint-dir",
-            path.display()
+            hpc_io::message::path(&path)
         ),
         e => e.into(),
     })?;
@@ -412,7 +416,7 @@ fn claim(
         let holder = holder.trim();
         bail!(
             "checkpoint directory {} is in use by {}; wait for it to finish or choose another --checkpoint-dir",
-            dir.display(),
+            hpc_io::message::path(dir),
             if holder.is_empty() { "another run" } else { holder }
         );
     };
@@ -421,7 +425,7 @@ fn claim(
         write!(lock, "the run of pid {}", std::process::id())?;
         lock.sync_all()
     })()
-    .with_context(|| format!("cannot write {}", lock_path.display()))?;
+    .with_context(|| format!("cannot write {}", hpc_io::message::path(&lock_path)))?;
     let mine = serde_json::to_value(params)?;
     let set = Checkpoints::new(dir);
     for step in set.steps()? {
@@ -438,8 +442,8 @@ fn claim(
                 "checkpoint directory {} holds {} of a different model ({}: checkpoint -> \
                  this run), which this run's checkpoints would overwrite or be mixed with: \
                  choose another --checkpoint-dir or remove it",
-                dir.display(),
-                ck.dir().display(),
+                hpc_io::message::path(dir),
+                hpc_io::message::path(ck.dir()),
                 differs.join(", ")
             );
         }
@@ -477,7 +481,7 @@ pub fn rank_files<M>(r: &Restart<M>, n: u32) -> Result<u32> {
     if ranks == 0 || ranks > n {
         bail!(
             "checkpoint {} was written by {ranks} ranks, not a decomposition of {n} neurons",
-            r.dir().display()
+            hpc_io::message::path(r.dir())
         );
     }
     Ok(ranks)
@@ -489,7 +493,7 @@ pub fn check_covered<M>(r: &Restart<M>, covered: usize, block: Block) -> Result<
     if covered != block.len as usize {
         bail!(
             "checkpoint {} does not cover neurons {}..{}",
-            r.dir().display(),
+            hpc_io::message::path(r.dir()),
             block.first,
             block.end()
         );
@@ -522,7 +526,7 @@ impl RankFile {
         if bytes.len() < RANK_HEAD || &bytes[..8] != magic {
             bail!(
                 "{}: not a rank state of {model} (wrong magic)",
-                path.display()
+                hpc_io::message::path(&path)
             );
         }
         let u32_at =
@@ -544,7 +548,7 @@ impl RankFile {
 
     /// An error about this file: its path, then `what`.
     pub fn error(&self, what: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::anyhow!("{}: {what}", self.path.display())
+        anyhow::anyhow!("{}: {what}", hpc_io::message::path(&self.path))
     }
 
     /// Checks that the file holds rank `rank`'s part of `n` neurons (of
@@ -641,12 +645,16 @@ pub fn spikes_of(
         return Ok(None);
     };
     let path = checkpoint.dir().join(format!("{SPIKES}.ckpt"));
-    let f = decode_spikes(&bytes, false)
-        .with_context(|| format!("{} does not hold a valid spike file", path.display()))?;
+    let f = decode_spikes(&bytes, false).with_context(|| {
+        format!(
+            "{} does not hold a valid spike file",
+            hpc_io::message::path(&path)
+        )
+    })?;
     if f.n_neurons != n_neurons {
         bail!(
             "{}: spikes of {} neurons, the model has {}",
-            path.display(),
+            hpc_io::message::path(&path),
             f.n_neurons,
             n_neurons
         );
@@ -655,7 +663,7 @@ pub fn spikes_of(
         if tick as u64 > checkpoint.step() {
             bail!(
                 "{}: neuron {id} spikes at tick {tick}, after the checkpoint's step {}",
-                path.display(),
+                hpc_io::message::path(&path),
                 checkpoint.step()
             );
         }
@@ -664,7 +672,7 @@ pub fn spikes_of(
         if n != f.spikes.len() as u64 {
             bail!(
                 "{}: {} spikes, the manifest counted {n}",
-                path.display(),
+                hpc_io::message::path(&path),
                 f.spikes.len()
             );
         }

@@ -232,7 +232,10 @@ impl<R: Record> Intake<R> {
                 ..
             }) => prefix,
             Some(Restored { dir, spikes: None }) if file.is_some() => {
-                bail!("checkpoint {} has no spike file to continue", dir.display())
+                bail!(
+                    "checkpoint {} has no spike file to continue",
+                    hpc_io::message::path(dir)
+                )
             }
             _ => Vec::new(),
         };

@@ -328,14 +328,17 @@ pub fn params_diff(
 /// at its name, and the final name is never a device, a FIFO or a directory
 /// ([`hpc_io::atomic::write`]).
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow::anyhow!("cannot write {}: it names no file", path.display()))?;
+    let name = path.file_name().ok_or_else(|| {
+        anyhow::anyhow!(
+            "cannot write {}: it names no file",
+            hpc_io::message::path(path)
+        )
+    })?;
     let mut tmp = std::ffi::OsString::from(".");
     tmp.push(name);
     tmp.push(format!(".tmp-{}", std::process::id()));
     hpc_io::atomic::write(path, &path.with_file_name(tmp), bytes)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", hpc_io::message::path(path)))
 }
 
 /// The names of the files a run writes into its output directory: the spike file
@@ -408,11 +411,11 @@ pub fn spike_file_line(
     spikes: Option<&std::path::Path>,
 ) -> Option<String> {
     match (file, spikes) {
-        (Some(f), _) => Some(format!("  spikes written to {}", f.display())),
+        (Some(f), _) => Some(format!("  spikes written to {}", hpc_io::message::path(f))),
         _ if completed => None,
         (None, Some(s)) => Some(format!(
             "  stopped at {end_ms:.1} ms: spikes so far in {}",
-            crate::spikes::partial_path(s).display()
+            hpc_io::message::path(&crate::spikes::partial_path(s))
         )),
         (None, None) => Some(format!(
             "  stopped at {end_ms:.1} ms (no spike file: --no-spikes)"
@@ -437,7 +440,7 @@ pub fn own_output_dir(
 ) -> anyhow::Result<Option<hpc_io::rundir::RunDir>> {
     rank0_takes(
         world,
-        || format!("the output directory {}", out.display()),
+        || format!("the output directory {}", hpc_io::message::path(out)),
         || {
             // The timeline's directory (`HPC_TRACE`, made when the log started)
             // at the name of one of the run's files: named, not taken for a file
@@ -449,8 +452,8 @@ pub fn own_output_dir(
                         "{}={} is the name of one of the files this run writes into its \
                          output directory {}: choose another",
                         hpc_runtime::env::TRACE,
-                        trace.display(),
-                        out.display()
+                        hpc_io::message::path(trace),
+                        hpc_io::message::path(out)
                     ));
                 }
             }

@@ -89,7 +89,7 @@ impl SpikeWriter {
         head.extend_from_slice(&hlen.to_le_bytes());
         head.extend_from_slice(h.as_bytes());
         let checked = decode_spikes(&head, false)
-            .with_context(|| format!("the header of {}", path.display()))?;
+            .with_context(|| format!("the header of {}", hpc_io::message::path(path)))?;
         let limit = tick_limit(
             checked.header["dt_ms"].as_f64().unwrap_or(1.0),
             checked.header["t_sim_ms"].as_f64().unwrap_or(0.0),
@@ -102,7 +102,7 @@ impl SpikeWriter {
             out.write_all(&head)?;
             out.flush()
         })()
-        .with_context(|| format!("writing {}", partial.display()))?;
+        .with_context(|| format!("writing {}", hpc_io::message::path(&partial)))?;
         Ok(SpikeWriter {
             path: path.to_owned(),
             partial,
@@ -167,12 +167,12 @@ impl SpikeWriter {
     pub fn write(&mut self, spikes: &[(u32, u32)]) -> Result<()> {
         for &(t, id) in spikes {
             self.check(t, id)
-                .with_context(|| format!("writing {}", self.partial.display()))?;
+                .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))?;
             (|| {
                 self.out.write_all(&t.to_le_bytes())?;
                 self.out.write_all(&id.to_le_bytes())
             })()
-            .with_context(|| format!("writing {}", self.partial.display()))?;
+            .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))?;
         }
         Ok(())
     }
@@ -181,7 +181,7 @@ impl SpikeWriter {
     pub fn flush(&mut self) -> Result<()> {
         self.out
             .flush()
-            .with_context(|| format!("writing {}", self.partial.display()))
+            .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))
     }
 
     /// The file being written (complete up to the last flush).
@@ -194,12 +194,12 @@ impl SpikeWriter {
         self.out
             .flush()
             .and_then(|()| self.out.get_ref().sync_all())
-            .with_context(|| format!("writing {}", self.partial.display()))?;
+            .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))?;
         hpc_io::atomic::rename_over(&self.partial, &self.path).with_context(|| {
             format!(
                 "renaming {} to {}",
-                self.partial.display(),
-                self.path.display()
+                hpc_io::message::path(&self.partial),
+                hpc_io::message::path(&self.path)
             )
         })?;
         Ok(self.path)
@@ -460,7 +460,7 @@ pub fn read_spikes_partial(path: &Path) -> Result<SpikeFile> {
 
 fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
     use std::io::{Read as _, Seek as _};
-    let invalid = || format!("{} is not a valid spike file", path.display());
+    let invalid = || format!("{} is not a valid spike file", hpc_io::message::path(path));
     let (mut file, size) = hpc_io::read::open_regular(path)?;
     // Its first bytes before the rest: what is no spike file is refused by them,
     // not after reading gigabytes of it, and then its size against the memory.
@@ -468,17 +468,17 @@ fn read_spikes_with(path: &Path, partial_ok: bool) -> Result<SpikeFile> {
     (&mut file)
         .take(16)
         .read_to_end(&mut head)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .with_context(|| format!("cannot read {}", hpc_io::message::path(path)))?;
     check_head(&head).with_context(invalid)?;
     if let Some(available) = hpc_io::read::mem_available().filter(|&a| size > a) {
         anyhow::bail!(
             "{}: {size} bytes, more than the {available} bytes of memory available \
              (MemAvailable) to read it",
-            path.display()
+            hpc_io::message::path(path)
         );
     }
     file.rewind()
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .with_context(|| format!("cannot read {}", hpc_io::message::path(path)))?;
     let bytes = hpc_io::read::read_open(path, file, size, hpc_io::read::MAX_DATA_BYTES)?;
     decode_spikes(&bytes, partial_ok).with_context(invalid)
 }

@@ -47,3 +47,34 @@ fn a_spike_file_named_by_no_file_or_a_directory_is_refused_at_once() {
     assert_eq!(std::fs::read_dir(d.join("sub")).unwrap().count(), 0);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A spike file or a checkpoint directory whose path is longer than any the
+/// system takes is refused with the path cut (`hpc_io::message::path`):
+/// the spike writer's refusal of its header and the restart's refusal of
+/// its directory quoted it whole, messages of 100 KB.
+#[test]
+fn a_path_longer_than_any_is_cut_in_the_refusals() {
+    use hpc_spiking::spikes::SpikeWriter;
+    let long = std::env::temp_dir().join("x".repeat(100_000));
+    let errors = [
+        format!(
+            "{:#}",
+            SpikeWriter::with_header(&long, r#"{"dt_ms":0.1,"t_sim_ms":1,"n_neurons":2}"#)
+                .err()
+                .unwrap()
+        ),
+        format!(
+            "{:#}",
+            hpc_spiking::checkpoint::open_with::<serde_json::Value>(&long, "m")
+                .err()
+                .unwrap()
+        ),
+    ];
+    for e in errors {
+        assert!(
+            e.len() < 1000 && e.contains("more characters"),
+            "{} bytes: {e:.300}",
+            e.len()
+        );
+    }
+}
