@@ -253,8 +253,20 @@ impl Comm {
     }
 
     /// The world rank of communicator rank `r`.
+    ///
+    /// # Panics
+    ///
+    /// When `r` is not a rank of the communicator (not below
+    /// [`Comm::size`]), as a slice index does, naming `r` and the size (it
+    /// said "index out of bounds: the len is 1 but the index is 5").
     pub fn world_rank(&self, r: usize) -> usize {
-        self.world_ranks[r]
+        match self.world_ranks.get(r) {
+            Some(&w) => w,
+            None => panic!(
+                "world_rank({r}): {r} is not a rank of this communicator of {} ranks",
+                self.size()
+            ),
+        }
     }
 
     /// Where progress happens (e.g. "progress thread pinned to CPUs 1").

@@ -80,3 +80,19 @@ fn a_board_name_is_removed_when_dropped_or_unlinked() {
     assert!(p.exists());
     std::fs::remove_file(&p).unwrap();
 }
+
+/// `Comm::world_rank` of a rank beyond the communicator panics, as its
+/// documentation says, naming the rank and the size (it said "index out of
+/// bounds: the len is 1 but the index is 5").
+#[test]
+fn world_rank_beyond_the_communicator_names_the_rank() {
+    let w = hpc_runtime::World::init().unwrap();
+    let c = Comm::new(&w, Engine::Inline).unwrap();
+    assert_eq!(c.world_rank(0), w.rank());
+    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.world_rank(5))).unwrap_err();
+    let m = p.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(
+        m,
+        "world_rank(5): 5 is not a rank of this communicator of 1 ranks"
+    );
+}
