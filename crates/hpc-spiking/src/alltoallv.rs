@@ -172,7 +172,7 @@ impl TargetedExchange {
         Ok(TargetedExchange {
             comm,
             first: block.first,
-            gid_mask: ((1u64 << gid_bits) - 1) as u32,
+            gid_mask: crate::exchange::gid_mask(gid_bits),
             dest,
             send: Vec::new(),
             send_counts: vec![0; size],

@@ -43,14 +43,30 @@ use hpc_runtime::World;
 /// neuron`), into `out` (cleared first): a spike emitted in step `base + s`
 /// is recorded at tick `base + s + 1`, the end of its step, as the spike file
 /// keeps it.
+///
+/// `gid_bits` of 32 (a model of more than 2^31 neurons) leaves no bit for
+/// the step (every spike is of the interval's first step), and more than 32
+/// is taken as 32: a code has 32 bits (32 panicked with "attempt to shift
+/// right with overflow", and a release build read the whole code as the
+/// step). A tick beyond `u32::MAX` (a spike file's ticks are `u32`) is
+/// recorded as `u32::MAX`, which the spike file's writer refuses as after
+/// the end of the run, not wrapped to an early tick (nor a panic for a
+/// `base` near `u64::MAX`).
 pub fn spike_records(codes: &[u32], base: u64, gid_bits: u32, out: &mut Vec<(u32, u32)>) {
-    let gid_mask = ((1u64 << gid_bits) - 1) as u32;
+    let gid_mask = gid_mask(gid_bits);
     out.clear();
-    out.extend(
-        codes
-            .iter()
-            .map(|&c| ((base + (c >> gid_bits) as u64 + 1) as u32, c & gid_mask)),
-    );
+    out.extend(codes.iter().map(|&c| {
+        let step = u64::from(c.checked_shr(gid_bits).unwrap_or(0));
+        let tick = base.saturating_add(step).saturating_add(1);
+        (u32::try_from(tick).unwrap_or(u32::MAX), c & gid_mask)
+    }));
+}
+
+/// The mask of a code's low `gid_bits` bits, the neuron's id: every bit for
+/// 32 or more (a code has 32; `(1 << 64) - 1` panicked).
+pub(crate) fn gid_mask(gid_bits: u32) -> u32 {
+    1u64.checked_shl(gid_bits)
+        .map_or(u32::MAX, |b| (b - 1) as u32)
 }
 
 /// One rank's side of the all-to-all spike exchange.
@@ -503,5 +519,23 @@ mod tests {
         let mut out = vec![(99, 99)];
         spike_records(&codes, 10, 4, &mut out);
         assert_eq!(out, vec![(11, 3), (13, 15), (11, 7)]);
+    }
+
+    /// 32 bits of neuron id (a model of more than 2^31 neurons) leave no
+    /// step bit, and more are taken as 32: "attempt to shift right with
+    /// overflow" (a release build read the whole code as the step); a tick
+    /// beyond `u32::MAX` is `u32::MAX`, not wrapped to 0 (nor a panic of
+    /// `base + step`).
+    #[test]
+    fn every_bit_count_and_base_gives_a_record_not_a_panic() {
+        let mut out = vec![];
+        for bits in [32, 33, 63, 64, u32::MAX] {
+            spike_records(&[0x8000_0001, 3], 10, bits, &mut out);
+            assert_eq!(out, vec![(11, 0x8000_0001), (11, 3)], "{bits} bits");
+        }
+        spike_records(&[1 << 4], u64::from(u32::MAX) - 1, 4, &mut out);
+        assert_eq!(out, vec![(u32::MAX, 0)]);
+        spike_records(&[(5 << 4) | 2], u64::MAX, 4, &mut out);
+        assert_eq!(out, vec![(u32::MAX, 2)]);
     }
 }
