@@ -702,6 +702,14 @@ pub enum HostOrder {
 /// with a CPU reduction (`hpc_collectives::apply_reduce`): the reference
 /// against which plans are tested. `inputs[r]` and `outputs[r]` are rank
 /// `r`'s buffers; windows start filled with `0xA5` bytes.
+///
+/// # Errors
+///
+/// [`GpuError::Mismatch`] when there is not one input and one output per
+/// plan, or a buffer is shorter than its plan's `input_bytes` or
+/// `output_bytes` (checked before anything runs: they panicked with "range
+/// end index 16 out of range for slice of length 4"), and
+/// [`GpuError::Plan`] for plans that disagree.
 pub fn run_on_host(
     plans: &[Plan],
     inputs: &[Vec<u8>],
@@ -709,6 +717,34 @@ pub fn run_on_host(
     order: HostOrder,
 ) -> Result<()> {
     let size = plans.len();
+    for (what, got) in [
+        ("run_on_host inputs (one per plan)", inputs.len()),
+        ("run_on_host outputs (one per plan)", outputs.len()),
+    ] {
+        if got != size {
+            return Err(GpuError::Mismatch {
+                what,
+                expected: size,
+                got,
+            });
+        }
+    }
+    for (p, (i, o)) in plans.iter().zip(inputs.iter().zip(outputs.iter())) {
+        if i.len() < p.input_bytes {
+            return Err(GpuError::Mismatch {
+                what: "run_on_host input bytes (at least the plan's)",
+                expected: p.input_bytes,
+                got: i.len(),
+            });
+        }
+        if o.len() < p.output_bytes {
+            return Err(GpuError::Mismatch {
+                what: "run_on_host output bytes (at least the plan's)",
+                expected: p.output_bytes,
+                got: o.len(),
+            });
+        }
+    }
     let mut windows: Vec<Vec<u8>> = plans.iter().map(|p| vec![0xA5; p.window_bytes]).collect();
     let nphases = plans.iter().map(|p| p.phases.len()).max().unwrap_or(0);
     if plans.iter().any(|p| p.phases.len() != nphases) {

@@ -269,3 +269,27 @@ fn plans_beyond_the_memory_available_are_refused_by_name() {
     check_plan_memory("allreduce", 512, Some(8 * gib)).unwrap();
     check_plan_memory("allreduce", MAX_PLAN_RANKS, None).unwrap();
 }
+
+/// `run_on_host` with buffers that do not fit the plans (one input for two
+/// ranks, an input or output shorter than its plan's bytes) is a typed
+/// error before anything runs: each panicked on a slice's index ("range end
+/// index 16 out of range for slice of length 4").
+#[test]
+fn run_on_host_refuses_buffers_that_do_not_fit_the_plans() {
+    let p = plan::allreduce(2, 4, Dtype::F32, GpuOp::Sum).unwrap();
+    let run = |inputs: &[Vec<u8>], outs: usize, out_len: usize| {
+        let mut o = vec![vec![0u8; out_len]; outs];
+        plan::run_on_host(&p, inputs, &mut o, HostOrder::Forward)
+    };
+    let fits = vec![vec![0u8; 16]; 2];
+    for (inputs, outs, out_len) in [
+        (vec![vec![0u8; 4]; 2], 2, 16),
+        (vec![vec![0u8; 16]], 2, 16),
+        (fits.clone(), 2, 1),
+        (fits.clone(), 0, 16),
+    ] {
+        let e = run(&inputs, outs, out_len).unwrap_err();
+        assert!(matches!(e, crate::GpuError::Mismatch { .. }), "{e}");
+    }
+    run(&fits, 2, 16).unwrap();
+}
