@@ -304,13 +304,33 @@ macro_rules! float_pick {
     }};
 }
 
+/// `x`, or the one quiet NaN of its type (`NAN`) where `x` is a NaN: which
+/// operand's payload a NaN result carries depends on the order of the
+/// operands (and on the compiler), so the ranks of an allreduce that combine
+/// NaNs of different payloads in other orders got NaNs of different bits,
+/// where every rank's result is to be the same bits.
+macro_rules! one_nan {
+    ($t:ty, $x:expr) => {{
+        let x: $t = $x;
+        if x.is_nan() {
+            <$t>::NAN
+        } else {
+            x
+        }
+    }};
+}
+
 macro_rules! float_kernel {
     ($t:ty, $dtype:expr, $op:expr, $src:expr, $dst:expr) => {
         match $op {
-            ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| a + b),
-            ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| a * b),
-            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| float_pick!(a, b, min, true)),
-            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| float_pick!(a, b, max, false)),
+            ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| one_nan!($t, a + b)),
+            ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| one_nan!($t, a * b)),
+            ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| {
+                one_nan!($t, float_pick!(a, b, min, true))
+            }),
+            ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| {
+                one_nan!($t, float_pick!(a, b, max, false))
+            }),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),
         }
@@ -320,17 +340,23 @@ macro_rules! float_kernel {
 macro_rules! half_kernel {
     ($t:ty, $dtype:expr, $op:expr, $src:expr, $dst:expr) => {
         match $op {
-            ReduceOp::Sum => {
-                zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() + b.to_f32()))
-            }
-            ReduceOp::Prod => {
-                zip_apply::<$t>($src, $dst, |a, b| <$t>::from_f32(a.to_f32() * b.to_f32()))
-            }
+            ReduceOp::Sum => zip_apply::<$t>($src, $dst, |a, b| {
+                <$t>::from_f32(one_nan!(f32, a.to_f32() + b.to_f32()))
+            }),
+            ReduceOp::Prod => zip_apply::<$t>($src, $dst, |a, b| {
+                <$t>::from_f32(one_nan!(f32, a.to_f32() * b.to_f32()))
+            }),
             ReduceOp::Min => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(float_pick!(a.to_f32(), b.to_f32(), min, true))
+                <$t>::from_f32(one_nan!(
+                    f32,
+                    float_pick!(a.to_f32(), b.to_f32(), min, true)
+                ))
             }),
             ReduceOp::Max => zip_apply::<$t>($src, $dst, |a, b| {
-                <$t>::from_f32(float_pick!(a.to_f32(), b.to_f32(), max, false))
+                <$t>::from_f32(one_nan!(
+                    f32,
+                    float_pick!(a.to_f32(), b.to_f32(), max, false)
+                ))
             }),
             ReduceOp::Custom(id) => return Err(ReduceError::UnknownCustom(id)),
             op => return Err(ReduceError::Unsupported { op, dtype: $dtype }),
@@ -364,7 +390,9 @@ fn check(op: ReduceOp, dtype: DataType, src: &[u8], dst: &[u8]) -> Result<(), Re
 /// any alignment. Errors if the lengths differ or are not a multiple of the
 /// element size, if `op` is bitwise and `dtype` is a float, or if `op` is
 /// [`ReduceOp::Custom`] (custom operations are applied by the engine, see
-/// [`CustomOps`]). On error `dst` is left unchanged.
+/// [`CustomOps`]). On error `dst` is left unchanged. A float result that is
+/// a NaN is the type's one quiet NaN (`f64::NAN`, ...), whatever the
+/// operands' payloads, so that every rank of an allreduce gets the same bits.
 pub fn apply_reduce(
     op: ReduceOp,
     dtype: DataType,
