@@ -815,7 +815,20 @@ impl State {
             }
             Op::Barrier => Vec::new(),
         };
-        let msg = Msg::Result { seq, parts };
+        let bytes = crate::wire::result_bytes(parts.iter().map(Vec::as_slice));
+        let msg = if bytes > crate::wire::MAX_FRAME {
+            Msg::Mismatch {
+                detail: format!(
+                    "collective #{seq} ({}): its result of {bytes} bytes is more than the {} \
+                     bytes a frame of the launcher carries (its collectives are for endpoints \
+                     and small data; bulk data goes through hpc-comm)",
+                    op.name(),
+                    crate::wire::MAX_FRAME
+                ),
+            }
+        } else {
+            Msg::Result { seq, parts }
+        };
         for r in 0..size {
             self.send(r, &msg);
         }

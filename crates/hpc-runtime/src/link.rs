@@ -182,6 +182,16 @@ impl LauncherLink {
         if self.finalized {
             return Err(Error::InvalidArgument("the world was finalized".into()));
         }
+        if data.len() > crate::wire::MAX_DATA {
+            return Err(Error::InvalidArgument(format!(
+                "{}: a contribution of {} bytes is more than the {} bytes the launcher's \
+                 collectives carry (they are for endpoints and small data; bulk data goes \
+                 through hpc-comm)",
+                op.name(),
+                data.len(),
+                crate::wire::MAX_DATA
+            )));
+        }
         self.seq += 1;
         let seq = self.seq;
         self.send(&Msg::Contribute {

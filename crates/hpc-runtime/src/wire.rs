@@ -11,6 +11,24 @@ use crate::error::{Error, Result};
 /// Largest frame accepted (the bootstrap channel carries endpoints, not bulk data).
 pub const MAX_FRAME: usize = 256 << 20;
 
+/// The most bytes a collective of the coordinator carries: a rank's
+/// contribution, and the parts of its result together (a frame less room for
+/// its fields). A rank refuses a larger contribution before sending it, and
+/// the coordinator a result larger than this ([`Msg::Mismatch`] to every
+/// rank): a contribution of 300 MB was sent and refused by the coordinator,
+/// which the ranks read as the launcher or a rank lost, a result of 400 MB was
+/// refused by every rank, whose next read then took the frame's body as
+/// messages, and a length beyond `u32::MAX` was written cut to 32 bits.
+pub const MAX_DATA: usize = MAX_FRAME - 64;
+
+/// The bytes of a [`Msg::Result`] of `parts` (as [`frame`] counts them, without
+/// its length prefix), saturating.
+pub fn result_bytes<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> usize {
+    parts.into_iter().fold(1 + 8 + 4, |n: usize, p| {
+        n.saturating_add(4).saturating_add(p.len())
+    })
+}
+
 /// A collective operation as named on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -89,7 +107,9 @@ pub enum Msg {
         /// Ranks that never contributed.
         missing: Vec<u32>,
     },
-    /// Coordinator → rank: ranks called different collectives.
+    /// Coordinator → rank: ranks called different collectives, a rank
+    /// contributed twice, or the result is more than a frame carries
+    /// ([`MAX_DATA`]).
     Mismatch {
         /// Explanation naming the ranks and the calls.
         detail: String,

@@ -393,7 +393,9 @@ impl World {
     }
 
     /// Every rank contributes `mine`; every rank receives all contributions, indexed by
-    /// rank. Contributions may differ in length.
+    /// rank. Contributions may differ in length. Under `hpc run` the launcher carries
+    /// at most [`wire::MAX_DATA`](crate::wire::MAX_DATA) bytes a contribution and a
+    /// frame a result: more is an error (the endpoints of a job, not bulk data).
     pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let parts = match &self.backend {
             Backend::Singleton => vec![mine.to_vec()],

@@ -240,3 +240,57 @@ fn a_rank_the_coordinator_refuses_is_told_what_it_refuses() {
         "{msg}"
     );
 }
+
+/// The coordinator's collectives carry at most a frame: a rank's
+/// contribution beyond `wire::MAX_DATA` is refused by the rank before
+/// anything is sent (300 MB were sent, the coordinator refused the frame,
+/// and the ranks read "the launcher ... is unreachable" and "rank 0 is
+/// lost"), and a result beyond a frame (two contributions of 130 MiB) is
+/// refused by the coordinator to every rank (each rank refused the frame
+/// and its next call read the frame's body as messages: "unknown message
+/// kind 0"); the job goes on after both.
+#[test]
+fn a_collective_beyond_a_frame_is_refused_and_the_job_goes_on() {
+    use hpc_runtime::wire::{MAX_DATA, MAX_FRAME};
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
+    let coord = Coordinator::start(
+        2,
+        secret,
+        Duration::from_secs(10),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let env = coord.rank_env(rank);
+            std::thread::spawn(move || {
+                let mut env: HashMap<String, String> =
+                    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                env.insert("HPC_JOB_SECRET".into(), format!("{secret:x}"));
+                let world = World::init_with(Config::from_map(env).unwrap()).unwrap();
+                if rank == 0 {
+                    let e = world.allgather(&vec![1u8; MAX_DATA + 1]).unwrap_err();
+                    let e = e.to_string();
+                    assert!(
+                        e.contains(&format!("{} bytes", MAX_DATA + 1))
+                            && e.contains(&MAX_DATA.to_string()),
+                        "{e}"
+                    );
+                }
+                world.barrier().unwrap();
+                let half = MAX_FRAME / 2 + 1;
+                let e = world.allgather(&vec![2u8; half]).unwrap_err().to_string();
+                assert!(
+                    e.contains("its result of") && e.contains(&MAX_FRAME.to_string()),
+                    "rank {rank}: {e}"
+                );
+                world.barrier().unwrap();
+                let all = world.allgather(&[rank as u8]).unwrap();
+                assert_eq!(all, [[0u8], [1]]);
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}
