@@ -213,9 +213,12 @@ impl PinnedPoolBuilder {
         self
     }
 
-    /// Worker thread name prefix (`hpc-worker-0`, ...).
+    /// Worker thread name prefix (`hpc-worker-0`, ...). A NUL character, which
+    /// no thread's name may hold, is written `\0` (it made [`build`](Self::build)
+    /// panic with "thread name may not contain interior null bytes" instead of
+    /// returning).
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
-        self.name = prefix.into();
+        self.name = prefix.into().replace('\0', "\\0");
         self
     }
 

@@ -219,3 +219,16 @@ fn single_core_binding_detected_in_a_bound_thread() {
     .join()
     .unwrap();
 }
+
+/// A worker name prefix holding a NUL character (no thread's name may) gives
+/// a pool whose workers' names show it escaped: `build` panicked with
+/// "thread name may not contain interior null bytes" instead of returning.
+#[test]
+fn a_worker_name_with_a_nul_still_builds_the_pool() {
+    let pool = PinnedPoolBuilder::from_cpusets(Vec::new())
+        .thread_name("a\0b")
+        .build()
+        .unwrap();
+    let name = pool.install(|| std::thread::current().name().map(str::to_owned));
+    assert_eq!(name.as_deref(), Some("a\\0b-0"));
+}
