@@ -38,3 +38,22 @@ fn a_path_longer_than_any_is_cut_in_the_refusal() {
     assert!(e.contains(&short.display().to_string()), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A path holding a control character (a line break, a terminal's escape: a
+/// file may be named so) is quoted and escaped in a refusal, as
+/// `hpc_env::short` shows a value: it was written as it is, breaking the
+/// message's line or clearing the terminal.
+#[test]
+fn a_path_with_a_control_character_is_quoted_escaped() {
+    let dir = std::env::temp_dir().join(format!("hpc-io-control-{}", std::process::id()));
+    let odd = dir.join("a\nb\u{1b}[2J");
+    let e = hpc_io::read::read_regular(&odd, 10)
+        .unwrap_err()
+        .to_string();
+    assert!(!e.chars().any(char::is_control), "{e:?}");
+    assert!(e.contains("a\\nb\\u{1b}[2J\""), "{e}");
+    assert_eq!(
+        hpc_io::message::path(std::path::Path::new("/tmp/plain")),
+        "/tmp/plain"
+    );
+}
