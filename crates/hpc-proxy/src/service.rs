@@ -130,7 +130,9 @@ impl DpuKey {
 /// (`who` names those it would grant it to).
 fn read_key(path: &Path, forbidden: u32, who: &str) -> Result<DpuKey> {
     use std::os::unix::fs::PermissionsExt;
-    let p = path.display();
+    // Shown as every refusal shows a path (a name with a line break or a
+    // terminal's escape quoted and escaped, one longer than any cut).
+    let p = hpc_io::message::path(path);
     let bad = |why: String| Error::Auth(format!("the key file {p}: {why}"));
     // Opened without blocking (a FIFO would wait for a writer for ever) and refused
     // unless it is a regular file; its mode is looked at on the open file.
@@ -754,6 +756,12 @@ mod tests {
         assert_eq!(format!("{:?}", key(1)), "DpuKey(32 bytes)");
         let e = err(&file("long", &[9; 5000], 0o600));
         assert!(e.contains("5000 bytes, more than the 4096"), "{e}");
+        // A key file named with a line break and a terminal's escape is named
+        // quoted and escaped (it broke the refusal's line and cleared the
+        // terminal, in the `chmod` it suggests too).
+        let e = err(&file("odd\n\u{1b}[2J", &[9; 32], 0o644));
+        assert!(!e.chars().any(char::is_control), "{e:?}");
+        assert!(e.contains("odd\\n\\u{1b}[2J\""), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -95,7 +95,7 @@ impl Mapping {
         if !link.to_string_lossy().starts_with("/memfd:hpc-rdma") {
             return Err(Error::BadKey(format!(
                 "{path} is {} and not a registered region (stale key?)",
-                link.display()
+                hpc_io::message::path(&link)
             )));
         }
         let file = std::fs::OpenOptions::new()
