@@ -85,9 +85,11 @@ impl Region {
         Self::new(BufferId::Scratch, offset, len)
     }
 
-    /// One past the last byte.
+    /// One past the last byte; `usize::MAX` where `offset + len` is beyond it
+    /// (no buffer holds such a region: a check of it against a buffer refuses
+    /// it, where the sum panicked with "attempt to add with overflow").
     pub const fn end(&self) -> usize {
-        self.offset + self.len
+        self.offset.saturating_add(self.len)
     }
 
     /// Whether two regions share at least one byte.

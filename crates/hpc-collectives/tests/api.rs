@@ -1069,3 +1069,39 @@ fn every_rank_gets_the_same_nan_whatever_the_payloads() {
         }
     }
 }
+
+/// A region whose offset and length add up beyond `usize::MAX` (a schedule
+/// built or edited by hand) is out of its buffer, refused by the checks that
+/// take a `Result`: `Buffers::read`, `write`, `src_dst` and `sim::check`
+/// panicked with "attempt to add with overflow" in `Region::end`.
+#[test]
+fn a_region_beyond_usize_max_is_out_of_bounds_not_a_panic() {
+    use hpc_collectives::interp::Buffers;
+    use hpc_collectives::schedule::Region;
+    let far = Region::send(usize::MAX, 2);
+    assert_eq!(far.end(), usize::MAX);
+    let mut b = Buffers {
+        send: vec![0; 8],
+        recv: vec![0; 8],
+        scratch: Vec::new(),
+    };
+    assert!(b.read(far).is_err());
+    assert!(b.write(far).is_err());
+    assert!(b.src_dst(far, Region::recv(0, 2)).is_err());
+    assert!(b.src_dst(Region::recv(0, 2), far).is_err());
+    assert!(!far.overlaps(&Region::send(0, 8)));
+    let c = Collective::Allreduce {
+        count: 1,
+        dtype: DataType::U16,
+        op: ReduceOp::Sum,
+    };
+    let mut s = c.schedule(0, 2, &Options::default()).unwrap();
+    for r in &mut s.rounds {
+        for step in &mut r.steps {
+            if let hpc_collectives::schedule::Step::Send { region, .. } = step {
+                *region = far;
+            }
+        }
+    }
+    assert!(sim::check(&s, 2, 2).is_err());
+}
