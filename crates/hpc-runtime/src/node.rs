@@ -4,6 +4,13 @@
 ///
 /// Node ids are assigned in order of the lowest rank on each node, so rank 0 is always
 /// on node 0; local ranks follow global rank order within a node.
+///
+/// # Panics
+///
+/// Every method that takes a rank or a node panics, as a slice index does,
+/// when it is not one of the job's, naming it and the job's ranks or nodes
+/// ("rank 5 is not a rank of this job of 1 ranks"; it said "index out of
+/// bounds: the len is 1 but the index is 5").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeMap {
     node_of: Vec<usize>,
@@ -45,19 +52,25 @@ impl NodeMap {
     }
     /// Node id of `rank`.
     pub fn node_of(&self, rank: usize) -> usize {
-        self.node_of[rank]
+        match self.node_of.get(rank) {
+            Some(&node) => node,
+            None => panic!(
+                "rank {rank} is not a rank of this job of {} ranks",
+                self.size()
+            ),
+        }
     }
     /// Ranks on node `node`, ascending.
     pub fn ranks_on(&self, node: usize) -> &[usize] {
-        &self.ranks[node]
+        &self.ranks[self.check_node(node)]
     }
     /// Name of node `node` (host name, or `HPC_NODE_NAME`).
     pub fn name(&self, node: usize) -> &str {
-        &self.names[node]
+        &self.names[self.check_node(node)]
     }
     /// Position of `rank` among the ranks of its node.
     pub fn local_rank(&self, rank: usize) -> usize {
-        let node = self.node_of[rank];
+        let node = self.node_of(rank);
         self.ranks[node]
             .iter()
             .position(|&r| r == rank)
@@ -65,11 +78,21 @@ impl NodeMap {
     }
     /// Number of ranks on the node of `rank`.
     pub fn local_size(&self, rank: usize) -> usize {
-        self.ranks[self.node_of[rank]].len()
+        self.ranks[self.node_of(rank)].len()
     }
     /// Whether two ranks share a node.
     pub fn same_node(&self, a: usize, b: usize) -> bool {
-        self.node_of[a] == self.node_of[b]
+        self.node_of(a) == self.node_of(b)
+    }
+    /// `node`, where it is one of the job's nodes.
+    fn check_node(&self, node: usize) -> usize {
+        if node >= self.node_count() {
+            panic!(
+                "node {node} is not a node of this job of {} nodes",
+                self.node_count()
+            );
+        }
+        node
     }
 }
 
@@ -77,6 +100,55 @@ impl NodeMap {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A rank or a node beyond the job's is named in the panic, with the
+    /// job's size: "index out of bounds: the len is 1 but the index is 5".
+    #[test]
+    fn a_rank_or_node_beyond_the_job_is_named() {
+        let m = NodeMap::from_names(&["a"]);
+        let said = |f: &dyn Fn()| {
+            let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            p.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        let rank5 = "rank 5 is not a rank of this job of 1 ranks";
+        assert_eq!(
+            said(&|| {
+                let _ = m.node_of(5);
+            }),
+            rank5
+        );
+        assert_eq!(
+            said(&|| {
+                let _ = m.local_rank(5);
+            }),
+            rank5
+        );
+        assert_eq!(
+            said(&|| {
+                let _ = m.local_size(5);
+            }),
+            rank5
+        );
+        assert_eq!(
+            said(&|| {
+                let _ = m.same_node(0, 5);
+            }),
+            rank5
+        );
+        let node3 = "node 3 is not a node of this job of 1 nodes";
+        assert_eq!(
+            said(&|| {
+                let _ = m.ranks_on(3);
+            }),
+            node3
+        );
+        assert_eq!(
+            said(&|| {
+                let _ = m.name(3);
+            }),
+            node3
+        );
+    }
 
     #[test]
     fn two_nodes_interleaved() {

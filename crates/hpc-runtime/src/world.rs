@@ -360,7 +360,8 @@ impl World {
     pub fn node_count(&self) -> usize {
         self.nodes.node_count()
     }
-    /// The node id of any rank.
+    /// The node id of any rank (it panics, naming it, for a rank beyond the
+    /// job's, as [`NodeMap`] says).
     pub fn node_of(&self, rank: usize) -> usize {
         self.nodes.node_of(rank)
     }
