@@ -69,9 +69,11 @@ impl Loc {
         Self { buf, offset, len }
     }
 
-    /// One past the last byte.
+    /// One past the last byte; `usize::MAX` where `offset + len` is beyond it
+    /// (as `hpc_collectives`' `Region::end`: the sum panicked with "attempt to
+    /// add with overflow").
     pub const fn end(&self) -> usize {
-        self.offset + self.len
+        self.offset.saturating_add(self.len)
     }
 
     /// Whether two ranges share a byte.

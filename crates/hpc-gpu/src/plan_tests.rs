@@ -293,3 +293,13 @@ fn run_on_host_refuses_buffers_that_do_not_fit_the_plans() {
     }
     run(&fits, 2, 16).unwrap();
 }
+
+/// A range whose offset and length add up beyond `usize::MAX` ends there:
+/// `Loc::end` and `Loc::overlaps` panicked with "attempt to add with
+/// overflow" (as `hpc_collectives`' `Region` did).
+#[test]
+fn a_range_beyond_usize_max_ends_there() {
+    let far = plan::Loc::new(Buf::Window, usize::MAX, 2);
+    assert_eq!(far.end(), usize::MAX);
+    assert!(!far.overlaps(&plan::Loc::new(Buf::Window, 0, 8)));
+}
