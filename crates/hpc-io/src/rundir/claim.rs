@@ -129,7 +129,8 @@ pub fn lock_holder(lock: &Path) -> Option<String> {
     held.then(|| holder_in(lock))
 }
 
-/// Who holds the lock file `lock`, as it says (at most 300 characters).
+/// Who holds the lock file `lock`, as it says (at most 300 characters; quoted
+/// and escaped where it holds a control character).
 pub(super) fn holder_in(lock: &Path) -> String {
     let mut text = String::new();
     if let Ok(Some((f, _))) = open_own(lock, false) {
@@ -137,15 +138,39 @@ pub(super) fn holder_in(lock: &Path) -> String {
     }
     let text = text.trim();
     if text.is_empty() {
-        "another run".into()
+        return "another run".into();
+    }
+    // Quoted and escaped where it holds a control character (a line break, a
+    // terminal's escape), as `message::path` shows such a path: written as it
+    // is, it broke the refusal's line or cleared the terminal.
+    let cut: String = text.chars().take(300).collect();
+    if cut.chars().any(char::is_control) {
+        format!("{cut:?}")
     } else {
-        text.chars().take(300).collect()
+        cut
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder named with a line break and a terminal's escape is quoted and
+    /// escaped in the refusal of a second claim: "is being written by run A",
+    /// a line break, then the escape that clears the terminal.
+    #[test]
+    fn a_holder_with_a_control_character_is_quoted_escaped() {
+        let dir = std::env::temp_dir().join(format!("hpc-io-claim-odd-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("out.json");
+        let claim = FileClaim::take(&out, "run A\n\u{1b}[2Jrun B").unwrap();
+        let e = FileClaim::take(&out, "x").unwrap_err().to_string();
+        assert!(!e.chars().any(char::is_control), "{e:?}");
+        assert!(e.contains("by \"run A\\n\\u{1b}[2Jrun B\";"), "{e}");
+        drop(claim);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A file claimed as an output that is a lock a running process holds (a
     /// run directory's `run.lock`) is refused: written over, the next run took
