@@ -101,7 +101,9 @@ pub const FORMAT_VERSION: u32 = 1;
 pub enum Error {
     /// Another run holds the directory.
     #[error(
-        "output directory {dir} is in use by {holder}; wait for it to finish or choose another directory"
+        "output directory {} is in use by {holder}; wait for it to finish or choose another \
+         directory",
+        crate::message::path(dir)
     )]
     Busy {
         /// The directory.
@@ -113,9 +115,10 @@ pub enum Error {
     /// directory's [`LOCK`], a checkpoint directory's lock): replacing it would
     /// let a second run into what that process owns ([`FileClaim`]).
     #[error(
-        "{path} is a lock file that a running process holds (a run's {LOCK} or a \
+        "{} is a lock file that a running process holds (a run's {LOCK} or a \
          checkpoint directory's lock): replacing it would let a second run into what that \
-         run owns; choose another file"
+         run owns; choose another file",
+        crate::message::path(path)
     )]
     LockFile {
         /// The output file.
@@ -166,7 +169,8 @@ pub enum Error {
     /// The directory holds files of the program's output names that no earlier
     /// run's manifest lists: they are not removed, and the run is refused.
     #[error(
-        "{dir} holds {} that no earlier run of this program wrote (no run.json lists {}); remove {} or choose another output directory",
+        "{} holds {} that no earlier run of this program wrote (no run.json lists {}); remove {} or choose another output directory",
+        crate::message::path(dir),
         files.join(", "),
         if files.len() == 1 { "it" } else { "them" },
         if files.len() == 1 { "it" } else { "them" }
@@ -180,7 +184,8 @@ pub enum Error {
     /// The directory holds the files of an earlier run of another program: they
     /// are not removed, and the run is refused.
     #[error(
-        "{dir} holds the results of a run of {} ({}); choose another output directory, or remove them",
+        "{} holds the results of a run of {} ({}); choose another output directory, or remove them",
+        crate::message::path(dir),
         crate::message::cut(program),
         crate::message::cut(run_id)
     )]
@@ -212,8 +217,10 @@ pub enum Error {
     /// the link), such as a link planted in a shared folder before the run: the
     /// run's files would go wherever it points.
     #[error(
-        "{path} is a symbolic link to {target} made by user {owner}, not by this user nor by \
-         the owner of its folder; give the directory it should be, or remove the link"
+        "{} is a symbolic link to {} made by user {owner}, not by this user nor by \
+         the owner of its folder; give the directory it should be, or remove the link",
+        crate::message::path(path),
+        crate::message::path(target)
     )]
     ForeignLink {
         /// The link.

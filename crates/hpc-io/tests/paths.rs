@@ -57,3 +57,35 @@ fn a_path_with_a_control_character_is_quoted_escaped() {
         "/tmp/plain"
     );
 }
+
+/// The run directory's refusals show their paths as every refusal does: a
+/// directory held by another run, and a link another user planted whose
+/// target holds a line break and a terminal's escape, were written as they
+/// are (`Busy`, `ForeignLink`, and `LockFile`, `Foreign`, `OtherProgram`
+/// alike).
+#[test]
+fn run_directory_refusals_show_paths_quoted_escaped() {
+    let base = std::env::temp_dir().join(format!("hpc-io-odd-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let odd = base.join("run\n\u{1b}[2J");
+    let first = RunDir::create(&odd, RunInfo::new("p")).unwrap();
+    let e = RunDir::create(&odd, RunInfo::new("p"))
+        .unwrap_err()
+        .to_string();
+    assert!(!e.chars().any(char::is_control), "{e:?}");
+    assert!(e.contains("run\\n\\u{1b}[2J\""), "{e}");
+    drop(first);
+    // A link planted by another user (as root: its owner changed to 65534).
+    if rustix::process::geteuid().is_root() {
+        let link = base.join("planted");
+        std::os::unix::fs::symlink("/tmp/\u{1b}[2J\nelsewhere", &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+        let e = RunDir::create(&link, RunInfo::new("p"))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.chars().any(char::is_control), "{e:?}");
+        assert!(e.contains("made by user 65534"), "{e}");
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
