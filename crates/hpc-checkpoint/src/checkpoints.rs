@@ -206,11 +206,11 @@ impl Checkpoints {
             if first {
                 match fs::remove_dir_all(&dir) {
                     Ok(()) => tracing::warn!(
-                        checkpoint = %dir.display(),
+                        checkpoint = %hpc_io::message::path(&dir),
                         "its manifest could not be written: the step's files are removed"
                     ),
                     Err(r) => tracing::warn!(
-                        checkpoint = %dir.display(),
+                        checkpoint = %hpc_io::message::path(&dir),
                         "its manifest could not be written, nor the step removed: {r}"
                     ),
                 }
@@ -243,7 +243,7 @@ impl Checkpoints {
             let dir = self.step_dir(step);
             match fs::remove_dir_all(&dir) {
                 Ok(()) => {
-                    tracing::debug!(checkpoint = %dir.display(), "removed an older checkpoint")
+                    tracing::debug!(checkpoint = %hpc_io::message::path(&dir), "removed an older checkpoint")
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io("remove the older checkpoint", &dir)(e)),
@@ -281,10 +281,10 @@ impl Checkpoints {
                 match fs::remove_file(&path) {
                     Ok(()) => {
                         removed += 1;
-                        tracing::info!(file = %path.display(), "removed the temporary file of an interrupted checkpoint write");
+                        tracing::info!(file = %hpc_io::message::path(&path), "removed the temporary file of an interrupted checkpoint write");
                     }
                     Err(e) => {
-                        tracing::warn!(file = %path.display(), error = %e, "cannot remove a temporary checkpoint file")
+                        tracing::warn!(file = %hpc_io::message::path(&path), error = %e, "cannot remove a temporary checkpoint file")
                     }
                 }
             }
@@ -360,7 +360,7 @@ impl Checkpoints {
                     }
                     if !rejected.is_empty() {
                         tracing::warn!(
-                            checkpoint = %dir.display(),
+                            checkpoint = %hpc_io::message::path(&dir),
                             step,
                             skipped = rejected.len(),
                             "resuming from an older checkpoint because the newer one(s) failed verification"
@@ -391,13 +391,13 @@ impl Checkpoints {
 pub(crate) fn warn_rejected(dir: &Path, e: &Error, older: bool) {
     if older {
         tracing::warn!(
-            checkpoint = %dir.display(),
+            checkpoint = %hpc_io::message::path(dir),
             error = %e,
             "checkpoint failed verification; trying the previous one"
         );
     } else {
         tracing::warn!(
-            checkpoint = %dir.display(),
+            checkpoint = %hpc_io::message::path(dir),
             error = %e,
             "checkpoint failed verification, and no older one is left to try"
         );

@@ -300,3 +300,20 @@ fn a_write_that_fails_leaves_no_file_and_names_it() {
     assert!(!set.step_dir(6).exists(), "{:?}", set.step_dir(6));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The log names a checkpoint's files as its refusals do: a root named with
+/// a line break and a terminal's escape reached the log as it is (the
+/// removal of an interrupted write's temporary file, of an older checkpoint).
+#[test]
+fn the_log_shows_odd_paths_quoted_escaped() {
+    let root = common::tmpdir("odd").join("ck\n\u{1b}[2J");
+    let set = Checkpoints::new(&root);
+    let e = set.write_rank(1, 0, 1, b"x").unwrap();
+    set.commit(1, 1, vec![e], serde_json::json!({})).unwrap();
+    std::fs::write(set.step_dir(1).join("rank-000000.ckpt.tmp123"), b"left").unwrap();
+    let (removed, log) = common::logged(|| set.remove_temporaries(1));
+    assert_eq!(removed, 1);
+    assert!(log.contains("ck\\n\\u{1b}[2J"), "{log:?}");
+    assert!(!log.contains('\u{1b}'), "{log:?}");
+    let _ = std::fs::remove_dir_all(root.parent().unwrap());
+}

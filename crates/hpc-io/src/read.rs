@@ -194,7 +194,7 @@ pub fn open_regular(path: impl AsRef<Path>) -> Result<(File, u64), ReadError> {
             kind: kind_of(ty),
         });
     }
-    tracing::trace!(path = %path.display(), size, "opened a regular file");
+    tracing::trace!(path = %crate::message::path(path), size, "opened a regular file");
     Ok((file, size))
 }
 

@@ -627,7 +627,7 @@ impl RunDir {
                 Status::Running => "not finished",
             };
             tracing::info!(
-                dir = %dir.display(),
+                dir = %crate::message::path(&dir),
                 files = %removed.join(", "),
                 "removed the files of the earlier run {} ({status})",
                 m.run_id

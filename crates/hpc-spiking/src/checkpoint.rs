@@ -137,7 +137,7 @@ impl<'a, P: Serialize> RunCheckpoints<'a, P> {
         let entries = gathered_entries(&all, size, step)?;
         if rank == 0 {
             let ck = commit_run(&self.set, self.params, step, size, entries, spikes)?;
-            tracing::debug!(dir = %ck.dir().display(), "checkpoint written");
+            tracing::debug!(dir = %hpc_io::message::path(ck.dir()), "checkpoint written");
             self.written.push(step);
             if let Some(keep) = self.keep {
                 self.set.prune(&mut self.written, keep)?;
@@ -242,7 +242,7 @@ pub fn resume<M: DeserializeOwned>(
 
 /// Logs that this rank restored its state from `r`.
 pub fn restored<M>(r: &Restart<M>) {
-    tracing::info!(checkpoint = %r.dir().display(), step = r.step(), "restored");
+    tracing::info!(checkpoint = %hpc_io::message::path(r.dir()), step = r.step(), "restored");
 }
 
 /// The checkpoint to resume from: `dir` itself if it is a step directory (used as

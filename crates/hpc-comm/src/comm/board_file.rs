@@ -28,7 +28,7 @@ pub fn remove_boards_of(pid: u32) -> usize {
         if e.file_name().to_string_lossy().starts_with(&prefix)
             && std::fs::remove_file(e.path()).is_ok()
         {
-            tracing::debug!(path = %e.path().display(), pid, "removed a dead process's board");
+            tracing::debug!(path = %hpc_io::message::path(&e.path()), pid, "removed a dead process's board");
             n += 1;
         }
     }
@@ -46,7 +46,7 @@ impl BoardName {
     pub(super) fn unlink(&mut self) {
         if let Some(p) = self.0.take() {
             if let Err(e) = std::fs::remove_file(&p) {
-                tracing::debug!(path = %p.display(), error = %e, "removing a board file");
+                tracing::debug!(path = %hpc_io::message::path(&p), error = %e, "removing a board file");
             }
         }
     }

@@ -83,8 +83,8 @@ pub fn check_dir_link(dir: &Path) -> Result<()> {
                 )));
             }
             tracing::info!(
-                dir = %dir.display(),
-                target = %target.display(),
+                dir = %crate::message::path(dir),
+                target = %crate::message::path(&target),
                 "the output directory is a symbolic link: the run writes into its target"
             );
         }
