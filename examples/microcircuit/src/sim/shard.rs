@@ -102,7 +102,7 @@ impl Shard {
     /// Adds the input of every group due in step `u` to `input`, and files each
     /// spike under the step of its next group.
     pub(super) fn deliver(&mut self, u: u64) {
-        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.pop_base);
+        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.syn_base);
         let input = &mut self.input[..];
         let mask = self.calendar.len() - 1;
         // The next step's spikes: fetch their groups and first synapses into cache
