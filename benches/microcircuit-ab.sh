@@ -14,10 +14,13 @@
 # load average beside every repetition.
 #
 # Cases: full scale on 2 threads (0.5 s warm-up + full_sim_ms, default 1000),
-# and the 0.1 scale on 1 thread (0.5 s + 1 s). AB_CASES=small or AB_CASES=full
-# runs one of them.
+# and the 0.1 scale on 1 thread (0.5 s + 1 s); AB_CASES=small or AB_CASES=full
+# runs one of them. AB_CASES=half runs half the neurons with full in-degrees on
+# 1 thread (0.1 s + 0.4 s): the shard one thread of the full scale on 2 threads
+# holds, without the second thread's waits, for comparing kernels on a machine
+# that is not idle. Cases combine: AB_CASES=full,half.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 a=$1 b=$2 reps=${3:-3} full_sim=${4:-1000}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -60,6 +63,8 @@ def nest_run(case):
 full = ["--n-scaling", "1", "--k-scaling", "1", "--threads", "2", "--t-presim", "500",
         "--t-sim", full_sim]
 small = ["--threads", "1"]
+half = ["--n-scaling", "0.5", "--k-scaling", "1", "--threads", "1", "--t-presim", "100",
+        "--t-sim", "400"]
 for r in range(reps):
     order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
     for side in order:
@@ -67,6 +72,8 @@ for r in range(reps):
             ours("full scale, 2 threads", side, full)
         if "small" in cases:
             ours("0.1 scale, 1 thread", side, small)
+        if "half" in cases:
+            ours("0.5 scale (full in-degrees), 1 thread", side, half)
     if nest and "small" in cases:
         nest_run("0.1 scale, 1 thread")
     print(f"repetition {r + 1}/{reps} done ({''.join(order)}), load average "

@@ -19,12 +19,22 @@
 //!
 //!
 //! * `row[s]..row[s+1]`: the source's synapses in `syn`, one `u32` each: target
-//!   index from its population's first neuron in the shard (16 bits) and weight in
-//!   quanta of [`Model::q_syn`] (16 bits, the sign is the source's);
+//!   index (16 bits) and weight in quanta of [`Model::q_syn`] (16 bits, the sign
+//!   is the source's);
 //! * `grp[s]..grp[s+1]`: the row's groups in `groups`, one `u32` each: delay in
-//!   steps (8 bits), target population (3 bits) and the number of synapses (21
-//!   bits) that follow in the row, by increasing delay, targets ascending within a
-//!   group.
+//!   steps (8 bits), base (3 bits: an index into [`Conn::syn_base`]) and the
+//!   number of synapses (21 bits) that follow in the row, by increasing delay,
+//!   targets ascending within a group.
+//!
+//! A shard of at most 65,536 neurons (every shard of a run with two threads or
+//! more at full scale) numbers its targets from its own first neuron, so that
+//! a source's synapses of one delay are one group whatever their populations:
+//! one group per spike and step to deliver, about 50 synapses at full scale,
+//! where a group per population held 6 on average, each group costing a read
+//! of its word and a mispredicted loop exit. A larger shard numbers its
+//! targets from their population's first neuron in the shard (every
+//! population has fewer than 65,536 neurons) and has a group per delay and
+//! population.
 //!
 //! A spike's groups are delivered one delay at a time, each in the step it
 //! arrives ([`crate::sim`]), so every write goes to the one input buffer of the
@@ -48,12 +58,17 @@ pub struct Conn {
     pub pop_base: [u32; NPOP],
     /// Per source: offsets into `syn` (`n + n_th + 1` entries).
     pub row: Vec<u32>,
+    /// Index in the shard that a group's target indices count from, by the
+    /// group's base bits: every entry 0 where the shard numbers its targets
+    /// from its first neuron (at most 65,536 neurons), else [`Conn::pop_base`].
+    pub syn_base: [u32; NPOP],
     /// Per source: offsets into `groups`.
     pub grp: Vec<u32>,
-    /// Delay groups: `delay << 24 | population << 21 | count`, by increasing
-    /// delay, then population.
+    /// Delay groups: `delay << 24 | base << 21 | count`, by increasing delay,
+    /// then base (the target population where a shard has more than 65,536
+    /// neurons, 0 otherwise).
     pub groups: Vec<u32>,
-    /// Synapses: `weight_quanta << 16 | target index from the group's population base`.
+    /// Synapses: `weight_quanta << 16 | target index from the group's base`.
     pub syn: Vec<u32>,
 }
 
@@ -206,17 +221,22 @@ impl<'m> Draws<'m> {
     }
 }
 
+/// Most neurons a shard numbers from its own first neuron in 16 bits, with one
+/// group per delay (see the module's documentation).
+pub const ONE_BASE_MAX: u32 = 1 << 16;
+
 /// Builds the synapses onto the neurons `first..first + len` (global ids).
 ///
 /// Three passes keep every random access in a small table: count the synapses of
 /// each source (sources only), scatter each synapse to its source's row in target
-/// order with its delay and population beside it, then sort each row by (delay,
-/// population) in cache, stably so that targets stay ascending within a group,
-/// and cut it into groups.
+/// order with its delay and base beside it, then sort each row by (delay, base)
+/// in cache, stably so that targets stay ascending within a group, and cut it
+/// into groups.
 pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
     let nsrc = (model.n + model.n_th) as usize;
     let nd = model.max_delay as usize + 1;
     let end = first + len;
+    let one_base = len <= ONE_BASE_MAX;
     let mut pop_base = [0u32; NPOP];
     // (population, its first target, its targets in the shard, in-degrees per projection).
     let mut parts = Vec::new();
@@ -262,7 +282,7 @@ pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
         row[s + 1] += row[s];
     }
     let total = row[nsrc] as usize;
-    // Pass 2: every synapse into its row, targets ascending, (delay, population) beside.
+    // Pass 2: every synapse into its row, targets ascending, (delay, base) beside.
     let mut cursor: Vec<u32> = row[..nsrc].to_vec();
     let mut syn = vec![0u32; total];
     let mut tag = vec![0u16; total];
@@ -273,7 +293,11 @@ pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
     for (pop, lo, projs) in &parts {
         for (q, deg) in projs {
             for (i, &k) in deg.iter().enumerate() {
-                let t = lo + i as u32 - model.first[*pop].max(first);
+                let (t, b) = if one_base {
+                    (lo + i as u32 - first, 0)
+                } else {
+                    (lo + i as u32 - model.first[*pop].max(first), *pop as u32)
+                };
                 let mut dr = Draws::new(model, q, lo + i as u32);
                 for _ in 0..k {
                     let s = dr.source() as usize;
@@ -282,13 +306,13 @@ pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
                     let c = cursor[s] as usize;
                     cursor[s] += 1;
                     syn[c] = w << 16 | t;
-                    tag[c] = (d * NPOP as u32 + *pop as u32) as u16;
+                    tag[c] = (d * NPOP as u32 + b) as u16;
                 }
             }
         }
     }
     drop(cursor);
-    // Pass 3: each row sorted by (delay, population) and cut into groups.
+    // Pass 3: each row sorted by (delay, base) and cut into groups.
     let mut grp = Vec::with_capacity(nsrc + 1);
     let mut groups = Vec::new();
     let mut hist = vec![0u32; nd * NPOP];
@@ -306,11 +330,11 @@ pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
         let mut pos = 0u32;
         for (k, h) in hist.iter_mut().enumerate() {
             if *h > 0 {
-                let (d, pop) = ((k / NPOP) as u32, (k % NPOP) as u32);
+                let (d, b) = ((k / NPOP) as u32, (k % NPOP) as u32);
                 let mut left = *h;
                 while left > 0 {
                     let c = left.min(COUNT_MAX);
-                    groups.push(d << 24 | pop << COUNT_BITS | c);
+                    groups.push(d << 24 | b << COUNT_BITS | c);
                     left -= c;
                 }
                 let start = pos;
@@ -331,6 +355,7 @@ pub fn build_shard(model: &Model, first: u32, len: u32) -> Conn {
     groups.shrink_to_fit();
     Conn {
         pop_base,
+        syn_base: if one_base { [0; NPOP] } else { pop_base },
         row,
         grp,
         groups,
@@ -363,6 +388,70 @@ mod tests {
         }
     }
 
+    /// Every synapse of shard `c` (first neuron `first`) as (source, target,
+    /// delay, weight quanta), checking the groups' order and, where the shard
+    /// numbers targets by population, each target's population.
+    fn collect(m: &Model, first: u32, c: &Conn, out: &mut Vec<(u32, u32, u32, u32)>) {
+        let by_pop = c.syn_base != [0; NPOP];
+        for s in 0..(m.n as usize) {
+            let mut pos = c.row[s] as usize;
+            let mut last = (0, 0);
+            for &g in &c.groups[c.grp[s] as usize..c.grp[s + 1] as usize] {
+                let (d, b, n) = (g >> 24, (g >> COUNT_BITS) & 7, g & COUNT_MAX);
+                assert!((d, b) > last, "groups out of order");
+                last = (d, b);
+                let base = first + c.syn_base[b as usize];
+                for &x in &c.syn[pos..pos + n as usize] {
+                    let t = base + (x & 0xFFFF);
+                    if by_pop {
+                        assert_eq!(m.pop_of(t), b as usize);
+                    }
+                    out.push((s as u32, t, d, x >> 16));
+                }
+                pos += n as usize;
+            }
+            assert_eq!(pos, c.row[s + 1] as usize);
+        }
+    }
+
+    #[test]
+    fn a_shard_beyond_16_bits_groups_by_population_and_holds_the_same_synapses() {
+        // Full scale's 77,169 neurons, few synapses: one shard numbers its
+        // targets by population (more than 65,536 neurons), two number them
+        // from their first neuron, one group per delay.
+        let m = Model::new(Params {
+            n_scaling: 1.0,
+            k_scaling: 0.002,
+            ..Params::default()
+        })
+        .unwrap();
+        assert!(m.n > ONE_BASE_MAX);
+        let whole = build_shard(&m, 0, m.n);
+        assert_eq!(whole.syn_base, whole.pop_base);
+        assert_ne!(whole.syn_base, [0; NPOP]);
+        let cut = m.n / 2 + 3;
+        let parts = [
+            (0, build_shard(&m, 0, cut)),
+            (cut, build_shard(&m, cut, m.n - cut)),
+        ];
+        let mut a = Vec::new();
+        collect(&m, 0, &whole, &mut a);
+        let mut b = Vec::new();
+        for (f, p) in &parts {
+            assert_eq!(p.syn_base, [0; NPOP]);
+            // One group per delay of a source (no run reaches COUNT_MAX here).
+            for s in 0..m.n as usize {
+                let gs = &p.groups[p.grp[s] as usize..p.grp[s + 1] as usize];
+                assert!(gs.windows(2).all(|w| w[0] >> 24 < w[1] >> 24));
+            }
+            collect(&m, *f, p, &mut b);
+        }
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a.len() as u64, m.synapses());
+        assert!(a == b);
+    }
+
     #[test]
     fn shards_hold_the_projection_totals_and_split_cleanly() {
         let m = Model::new(Params {
@@ -379,30 +468,11 @@ mod tests {
             (0, build_shard(&m, 0, cut)),
             (cut, build_shard(&m, cut, m.n - cut)),
         ];
-        let collect = |first: u32, c: &Conn, out: &mut Vec<(u32, u32, u32, u32)>| {
-            for s in 0..(m.n as usize) {
-                let mut pos = c.row[s] as usize;
-                let mut last = (0, 0);
-                for &g in &c.groups[c.grp[s] as usize..c.grp[s + 1] as usize] {
-                    let (d, pop, n) = (g >> 24, (g >> COUNT_BITS) & 7, g & COUNT_MAX);
-                    assert!((d, pop) > last, "groups out of order");
-                    last = (d, pop);
-                    let base = first + c.pop_base[pop as usize];
-                    for &x in &c.syn[pos..pos + n as usize] {
-                        let t = base + (x & 0xFFFF);
-                        assert_eq!(m.pop_of(t), pop as usize);
-                        out.push((s as u32, t, d, x >> 16));
-                    }
-                    pos += n as usize;
-                }
-                assert_eq!(pos, c.row[s + 1] as usize);
-            }
-        };
         let mut a = Vec::new();
-        collect(0, &whole, &mut a);
+        collect(&m, 0, &whole, &mut a);
         let mut b = Vec::new();
         for (f, p) in &parts {
-            collect(*f, p, &mut b);
+            collect(&m, *f, p, &mut b);
         }
         a.sort_unstable();
         b.sort_unstable();

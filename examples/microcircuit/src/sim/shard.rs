@@ -102,7 +102,7 @@ impl Shard {
     /// Adds the input of every group due in step `u` to `input`, and files each
     /// spike under the step of its next group.
     pub(super) fn deliver(&mut self, u: u64) {
-        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.pop_base);
+        let (groups, syn, base) = (&self.conn.groups, &self.conn.syn, &self.conn.syn_base);
         let input = &mut self.input[..];
         let mask = self.calendar.len() - 1;
         // The next step's spikes: fetch their groups and first synapses into cache
@@ -114,7 +114,15 @@ impl Shard {
         let mut due = std::mem::take(&mut self.spare);
         std::mem::swap(&mut due, &mut self.calendar[u as usize & mask]);
         let mut events = 0u64;
-        for mut a in due.drain(..) {
+        for i in 0..due.len() {
+            // A few spikes ahead: their group word and first synapses into L1
+            // while this one's adds run (the step-ahead prefetch above brought
+            // them nearer, and the update since may have pushed them out of L2).
+            if let Some(f) = due.get(i + AHEAD) {
+                prefetch_l1(&groups[f.g as usize]);
+                prefetch_l1(&syn[f.pos as usize]);
+            }
+            let mut a = due[i];
             let age = (u - a.t0) as u32;
             while a.g < a.gend {
                 let gr = groups[a.g as usize];
@@ -145,6 +153,7 @@ impl Shard {
                 self.calendar[next as usize & mask].push(a);
             }
         }
+        due.clear();
         self.spare = due;
         self.events += events;
     }
@@ -306,6 +315,23 @@ pub(super) fn background(
     let pairs = (off + n).div_ceil(2);
     uniforms32(bg_key, gid0 >> 1, &mut u[..2 * pairs]);
     table.fill(&u[off..off + n], out, gather);
+}
+
+/// Spikes ahead of the one delivering whose groups [`Shard::deliver`]
+/// prefetches into L1.
+const AHEAD: usize = 4;
+
+/// Hints the processor to bring `x`'s cache line into L1.
+#[inline(always)]
+fn prefetch_l1<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as for `prefetch`.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(x as *const T as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }
 
 /// Hints the processor to bring `x`'s cache line into L2.
