@@ -539,6 +539,124 @@ class CommandLine(unittest.TestCase):
         r = run(tool, p, "--out", os.path.join(d, "no", "x.png"), timeout=120)
         self.one_line_error(r, 1, "cannot write", "No such file or directory")
 
+    def load_tool(self, relative):
+        """A tool of the examples as a module, without running its main (NEST and
+        numpy may be missing)."""
+        import importlib.util
+        path = os.path.join(HERE, "..", "..", relative)
+        name = "tool_" + os.path.basename(relative)[:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def test_the_nest_scripts_write_through_no_planted_link(self):
+        # nest_microcircuit.py's --out DIR/spikes.spk and nest_hpc_benchmark.py's
+        # --json FILE were written with open(..., "w"): through a link planted
+        # at the name into whatever it pointed to, and half a file on a full
+        # disk. Their writing functions, without NEST: through a temporary file
+        # renamed over the name; a FIFO or a name in /dev refused in one line.
+        d = self.dir.name
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        micro = self.load_tool("microcircuit/tools/nest_microcircuit.py")
+        out = os.path.join(d, "nest-out")
+        os.mkdir(out)
+        os.symlink(victim, os.path.join(out, "spikes.spk"))
+        micro.write_spikes(out, header(), struct.pack("<IIII", 1, 2, 3, 4))
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(os.path.join(out, "spikes.spk")).st_mode))
+        self.assertEqual(hpc_spikes.read(os.path.join(out, "spikes.spk")).ids.tolist()
+                         if HAVE_NUMPY else list(hpc_spikes.read(os.path.join(out, "spikes.spk")).ids),
+                         [2, 4])
+        self.assertEqual(sorted(os.listdir(out)), ["spikes.spk"])
+        bench = self.load_tool("hpc_benchmark/tools/nest_hpc_benchmark.py")
+        js = os.path.join(d, "nest.json")
+        os.symlink(victim, js)
+        bench.write_result(js, {"mean_rate_hz": 1.5})
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        with open(js) as f:
+            self.assertEqual(json.load(f), {"mean_rate_hz": 1.5})
+        self.assertFalse(os.path.islink(js))
+        fifo = os.path.join(d, "fifo.json")
+        os.mkfifo(fifo)
+        for call in (lambda: bench.write_result(fifo, {}),
+                     lambda: bench.write_result("/dev/null", {}),
+                     lambda: micro.write_spikes(fifo, header(), b"")):
+            import contextlib
+            import io
+            said = io.StringIO()
+            with self.assertRaises(SystemExit) as e, contextlib.redirect_stderr(said):
+                call()
+            self.assertEqual(e.exception.code, 1)
+            self.assertEqual(len(said.getvalue().splitlines()), 1, said.getvalue())
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertTrue(stat.S_ISCHR(os.lstat("/dev/null").st_mode))
+        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith(".")), [])
+
+    def test_a_results_file_is_appended_to_through_no_planted_link(self):
+        # hpc_benchmark's validate.py appended each run to --results with
+        # open(..., "a"), into whatever a link planted there pointed to.
+        d = self.dir.name
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        link = os.path.join(d, "results.jsonl")
+        os.symlink(victim, link)
+        fifo = os.path.join(d, "fifo.jsonl")
+        os.mkfifo(fifo)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+                "hpc_spikes.append_line(sys.argv[2], '{\"a\": 1}', 'validate.py')")
+        for target, words in ((link, "symbolic link"), (fifo, "is a FIFO")):
+            r = subprocess.run([sys.executable, "-c", code, READER_DIR, target],
+                               capture_output=True, text=True, timeout=30)
+            self.one_line_error(r, 1, "cannot append to", words)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        plain = os.path.join(d, "plain.jsonl")
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", code, READER_DIR, plain],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(plain) as f:
+            self.assertEqual(f.read(), '{"a": 1}\n{"a": 1}\n')
+        tool = os.path.join(HERE, "..", "..", "hpc_benchmark", "tools", "validate.py")
+        # Refused before the first run, as a usage error.
+        r = run(tool, "--hpc-benchmark", "/bin/true", "--results", link, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("is a symbolic link", r.stderr.strip().splitlines()[-1])
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_no_tool_opens_a_file_for_writing_itself(self):
+        # Every output of a tool goes through hpc_spikes.write_replacing (a file
+        # written whole) or append_line (a row appended): open(..., "w"), "wb"
+        # or "a" of a name followed a link planted there (pass 17's plot.py,
+        # to_sonata.py and brunel's validate.py --keep; pass 18's NEST scripts
+        # and hpc_benchmark's --results).
+        import ast
+        import glob
+        root = os.path.join(HERE, "..", "..", "..")
+        tools = [p for p in glob.glob(os.path.join(root, "examples", "*", "tools", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "python", "*.py"))
+                 if not os.path.basename(p).startswith("test_")]
+        self.assertGreater(len(tools), 8)
+        found = []
+        for path in tools:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "open"):
+                    continue
+                mode = node.args[1] if len(node.args) > 1 else next(
+                    (k.value for k in node.keywords if k.arg == "mode"), None)
+                if isinstance(mode, ast.Constant) and any(c in mode.value for c in "wax+"):
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
+        self.assertEqual(found, [])
+
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or
         # is missing ends the tool in one line naming it, not a traceback.
