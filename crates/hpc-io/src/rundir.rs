@@ -36,8 +36,10 @@
 //! recorded file that exists with its size. Each manifest is written to a temporary
 //! name, synced and renamed, and the directory synced, so a reader sees either the
 //! old or the new manifest. A run dropped without `finish` (an error) marks itself
-//! incomplete; a run that was killed leaves status `running` without a lock holder,
-//! which [`inspect`] reports as [`Liveness::Abandoned`].
+//! incomplete (a program that stops its run on a signal finishes it as
+//! incomplete with the signal as the reason, as `hpc_spiking::stop` does); a run
+//! that was killed leaves status `running` without a lock holder, which
+//! [`inspect`] reports as [`Liveness::Abandoned`].
 //!
 //! The manifest and the lock file are opened without following a symbolic link and
 //! without blocking, and must be regular files (a FIFO or a device there is refused,

@@ -214,8 +214,10 @@ fn run(args: Args) -> Result<()> {
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, 0, args.pace);
     let report = {
         let mut ex = AnyExchange::new(ra.engine, world.clone())?;
-        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))?
+        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))
     };
+    // A run a signal stopped says so in its run.json (incomplete, the signal named).
+    let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool, reference.as_ref())
@@ -378,6 +380,10 @@ fn main() {
         failed = true;
     }
     if failed {
+        // A run a signal stopped ends by that signal (143 for SIGTERM in a shell).
+        if let Some(signal) = hpc_spiking::stop::received() {
+            hpc_spiking::stop::end_by(signal);
+        }
         std::process::exit(1);
     }
 }
