@@ -254,7 +254,10 @@ pub fn mark_stopped(
                 "; {} says the run is incomplete",
                 path.join(hpc_io::rundir::MANIFEST).display()
             )),
-            Err(e) => message.push_str(&format!("; and {e}")),
+            Err(e) => message.push_str(&format!(
+                "; {} could not be marked incomplete (it still says running): {e}",
+                path.join(hpc_io::rundir::MANIFEST).display()
+            )),
         }
     }
     anyhow::anyhow!(message)
