@@ -634,13 +634,14 @@ class CommandLine(unittest.TestCase):
         # Every output of a tool goes through hpc_spikes.write_replacing (a file
         # written whole) or append_line (a row appended): open(..., "w"), "wb"
         # or "a" of a name followed a link planted there (pass 17's plot.py,
-        # to_sonata.py and brunel's validate.py --keep; pass 18's NEST scripts
-        # and hpc_benchmark's --results).
+        # to_sonata.py and brunel's validate.py --keep; pass 18's NEST scripts,
+        # hpc_benchmark's --results and stdp_vs_nest.py --keep).
         import ast
         import glob
         root = os.path.join(HERE, "..", "..", "..")
         tools = [p for p in glob.glob(os.path.join(root, "examples", "*", "tools", "*.py"))
                  + glob.glob(os.path.join(root, "crates", "hpc-spiking", "python", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "validate", "*.py"))
                  if not os.path.basename(p).startswith("test_")]
         self.assertGreater(len(tools), 8)
         found = []
