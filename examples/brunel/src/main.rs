@@ -523,12 +523,24 @@ mod trace {
         /// Finishes the recording and writes it to its final name: through a new
         /// temporary file renamed into place (never through a symbolic link, never
         /// over a device), the directory removed. A write that failed names the file.
+        /// A name that has become a lock file a running process holds since the
+        /// claim (a run that took the directory `--trace DIR/run.lock` lies in,
+        /// after this run started) is not replaced: the next run took that
+        /// directory while its run still ran.
         pub fn finish(self) -> anyhow::Result<()> {
             let failed = |e: &dyn std::fmt::Display| {
                 anyhow::anyhow!("cannot write {}: {e}", self.path.display())
             };
             let done = hpc_trace::finish()
                 .map_err(|e| failed(&e))
+                .and_then(|_| match hpc_io::rundir::lock_holder(&self.path) {
+                    Some(holder) => Err(failed(&format_args!(
+                        "it has become a lock file that a running process holds since \
+                         this run started ({}): not replaced",
+                        hpc_io::message::cut(&holder)
+                    ))),
+                    None => Ok(()),
+                })
                 .and_then(|_| hpc_trace::merge::merge_dir(&self.dir).map_err(|e| failed(&e)))
                 .and_then(|m| {
                     let mut tmp = self.path.as_os_str().to_owned();
