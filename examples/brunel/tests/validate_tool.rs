@@ -299,3 +299,38 @@ fn validate_sh_finds_the_binary_of_a_relative_cargo_target_dir() {
     assert!(!built_at_root, "built into {}", stray.display());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `benches/nest-python.sh` (every `validate.sh`'s Python) given a `PYTHON` it
+/// cannot use (a typo, a Python without NEST): it went on to the virtual
+/// environment, which it makes from PyPI the first time, without a word of the
+/// setting it passed over. A stand-in virtual environment makes the test take
+/// no network.
+#[test]
+fn nest_python_says_when_it_passes_over_the_python_given() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("nest-python");
+    let venv = dir.join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    let py = venv.join("bin/python");
+    std::fs::write(&py, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/nest-python.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .env("PYTHON", dir.join("no-such-python"))
+        .env("BRUNEL_VENV", &venv)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        py.to_str().unwrap()
+    );
+    assert!(
+        err.contains("no-such-python does not import nest and numpy")
+            && err.contains("using the virtual environment"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
