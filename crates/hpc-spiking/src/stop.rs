@@ -81,11 +81,13 @@ pub struct Stopped {
 }
 
 /// While held, SIGTERM and SIGINT set a flag that [`OnSignal::check`] turns into
-/// [`Stopped`]; dropped, the earlier actions are back (the flag stays for
-/// [`received`]). One at a time in a process.
+/// [`Stopped`]; once the last one held is dropped, the earlier actions are back
+/// (the flag stays for [`received`]). Several may be held at once (ranks run as
+/// threads of one process, `crate::exchange::virtual_ranks`): the first installs
+/// the handler, the last restores what it found.
 pub struct OnSignal {
-    /// The signals handled here and their earlier actions.
-    old: Vec<(libc::c_int, libc::sigaction)>,
+    /// Whether this one stops its loop (it installed the handler or shares it).
+    enabled: bool,
     /// The watchdog: its "done" flag and thread.
     watchdog: Option<(Arc<Done>, JoinHandle<()>)>,
 }
@@ -93,51 +95,81 @@ pub struct OnSignal {
 /// The watchdog's "done" flag and the condition it waits on.
 type Done = (Mutex<bool>, Condvar);
 
+/// The [`OnSignal`]s held, and the signals handled with their earlier actions.
+static HELD: Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = Mutex::new((0, Vec::new()));
+
+/// Puts back the earlier actions `old` of the signals handled.
+fn restore(old: &mut Vec<(libc::c_int, libc::sigaction)>) {
+    for (signal, old) in old.drain(..) {
+        // SAFETY: `old` is the action `sigaction` gave for `signal` at install.
+        unsafe {
+            libc::sigaction(signal, &old, std::ptr::null_mut());
+        }
+    }
+}
+
 impl OnSignal {
     /// Installs the handler when `enabled` (else an `OnSignal` that never stops
     /// the run and changes nothing), with the watchdog.
     pub fn install(enabled: bool) -> std::io::Result<OnSignal> {
+        if !enabled {
+            return Ok(OnSignal {
+                enabled,
+                watchdog: None,
+            });
+        }
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if held.0 == 0 {
+            RECEIVED.store(0, Ordering::SeqCst);
+            for signal in SIGNALS {
+                // SAFETY: `sigaction` reads the zero-initialised struct `act` (a
+                // valid empty mask, flags and a handler that is an
+                // `extern "C" fn(c_int)` doing one atomic store) and writes the
+                // earlier action into `old`, both live for the call.
+                let installed = unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else if old.sa_sigaction == libc::SIG_IGN {
+                        // Ignored (nohup, a background job's SIGINT): left so.
+                        Ok(None)
+                    } else {
+                        let mut act: libc::sigaction = std::mem::zeroed();
+                        act.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                        // A second Ctrl-C ends the process at once (SA_RESETHAND);
+                        // a second SIGTERM does not: launchers send it more than
+                        // once (`hpc run` to each rank, then again when another
+                        // rank ended).
+                        act.sa_flags = libc::SA_RESTART
+                            | if signal == libc::SIGINT {
+                                libc::SA_RESETHAND
+                            } else {
+                                0
+                            };
+                        libc::sigemptyset(&mut act.sa_mask);
+                        if libc::sigaction(signal, &act, std::ptr::null_mut()) != 0 {
+                            Err(std::io::Error::last_os_error())
+                        } else {
+                            Ok(Some(old))
+                        }
+                    }
+                };
+                match installed {
+                    Ok(Some(old)) => held.1.push((signal, old)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        restore(&mut held.1);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        held.0 += 1;
+        drop(held);
         let mut on = OnSignal {
-            old: Vec::new(),
+            enabled,
             watchdog: None,
         };
-        if !enabled {
-            return Ok(on);
-        }
-        RECEIVED.store(0, Ordering::SeqCst);
-        for signal in SIGNALS {
-            // SAFETY: `sigaction` reads the zero-initialised struct `act` (a valid
-            // empty mask, flags and a handler that is an `extern "C" fn(c_int)`
-            // doing one atomic store) and writes the earlier action into `old`,
-            // both live for the call.
-            let old = unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if old.sa_sigaction == libc::SIG_IGN {
-                    // Ignored (nohup, a background job's SIGINT): left so.
-                    continue;
-                }
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                // A second Ctrl-C ends the process at once (SA_RESETHAND); a
-                // second SIGTERM does not: launchers send it more than once
-                // (`hpc run` to each rank, then again when another rank ended).
-                act.sa_flags = libc::SA_RESTART
-                    | if signal == libc::SIGINT {
-                        libc::SA_RESETHAND
-                    } else {
-                        0
-                    };
-                libc::sigemptyset(&mut act.sa_mask);
-                if libc::sigaction(signal, &act, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                old
-            };
-            on.old.push((signal, old));
-        }
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let theirs = done.clone();
         let thread = std::thread::Builder::new()
@@ -147,11 +179,11 @@ impl OnSignal {
         Ok(on)
     }
 
-    /// `Err(Stopped)` when a signal came since [`OnSignal::install`], the run
-    /// having completed `step` steps.
+    /// `Err(Stopped)` when a signal came since the first [`OnSignal`] held was
+    /// installed, the run having completed `step` steps.
     pub fn check(&self, step: u64) -> Result<(), Stopped> {
-        match (self.old.is_empty(), received()) {
-            (false, Some(signal)) => Err(Stopped { signal, step }),
+        match (self.enabled, received()) {
+            (true, Some(signal)) => Err(Stopped { signal, step }),
             _ => Ok(()),
         }
     }
@@ -164,10 +196,11 @@ impl Drop for OnSignal {
             done.1.notify_all();
             let _ = thread.join();
         }
-        for (signal, old) in self.old.drain(..) {
-            // SAFETY: `old` is the action `sigaction` gave for `signal` at install.
-            unsafe {
-                libc::sigaction(signal, &old, std::ptr::null_mut());
+        if self.enabled {
+            let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+            held.0 -= 1;
+            if held.0 == 0 {
+                restore(&mut held.1);
             }
         }
     }
@@ -267,35 +300,47 @@ pub fn mark_stopped(
 mod tests {
     use super::*;
 
-    /// The only test here that installs the handler (one at a time in a
-    /// process): a signal sets the flag, `check` says so, the earlier action is
-    /// back once dropped; an `OnSignal` not enabled changes nothing.
+    /// The action of SIGTERM now.
+    fn action() -> libc::sighandler_t {
+        // SAFETY: `sigaction` only writes the current action into `now`.
+        unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut now);
+            now.sa_sigaction
+        }
+    }
+
+    /// The only test here that installs the handler: a signal sets the flag,
+    /// `check` says so to every `OnSignal` held (two, as ranks run as threads of
+    /// one process), the handler stays while one is held and the earlier
+    /// action is back once the last is dropped; an `OnSignal` not enabled
+    /// changes nothing.
     #[test]
     fn a_signal_is_taken_by_check_and_the_earlier_action_restored() {
         let off = OnSignal::install(false).unwrap();
         assert_eq!(off.check(3), Ok(()));
         drop(off);
+        assert_eq!(action(), libc::SIG_DFL);
         let on = OnSignal::install(true).unwrap();
+        let other = OnSignal::install(true).unwrap();
         assert_eq!(on.check(5), Ok(()));
         // SAFETY: `raise` sends SIGTERM to this thread, whose action is `note`.
         unsafe {
             libc::raise(libc::SIGTERM);
         }
-        assert_eq!(
-            on.check(7),
-            Err(Stopped {
-                signal: libc::SIGTERM,
-                step: 7
-            })
-        );
+        let stopped = Err(Stopped {
+            signal: libc::SIGTERM,
+            step: 7,
+        });
+        assert_eq!(on.check(7), stopped);
+        assert_eq!(other.check(7), stopped);
         drop(on);
+        assert_eq!(
+            action(),
+            note as extern "C" fn(libc::c_int) as libc::sighandler_t
+        );
+        drop(other);
         assert_eq!(received(), Some(libc::SIGTERM));
-        // SAFETY: `sigaction` only writes the current action into `now`.
-        let now = unsafe {
-            let mut now: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut now);
-            now
-        };
-        assert_eq!(now.sa_sigaction, libc::SIG_DFL);
+        assert_eq!(action(), libc::SIG_DFL);
     }
 }
