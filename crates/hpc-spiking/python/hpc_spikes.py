@@ -678,10 +678,13 @@ def append_line(path, line, prog):
     file is opened without following a symbolic link planted at its name (which
     open(path, "a") appended to, whatever it pointed to) and without blocking, and
     must be a regular file (a FIFO or a device is refused, not written into). On
-    failure the program ends with one line naming path, status 1."""
+    failure the program ends with one line naming path, status 1, and the part
+    of the row written (a disk full in the middle of it) is cut off again, so that
+    no half row is left for the next reader."""
     flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
              | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
     fd = None
+    end = None
     try:
         fd = os.open(path, flags, 0o666)
         st = os.fstat(fd)
@@ -690,12 +693,18 @@ def append_line(path, line, prog):
             print(f"{prog}: cannot append to {path}: it is {kind}, not a regular file",
                   file=sys.stderr)
             sys.exit(1)
+        end = st.st_size
         data = (line + "\n").encode()
         # One write of the whole row (O_APPEND: two runs' rows do not mix).
         while data:
             data = data[os.write(fd, data):]
         os.fsync(fd)
     except OSError as e:
+        if end is not None:
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
         reason = e.strerror or e
         if e.errno == errno.ELOOP:
             reason = "it is a symbolic link (a results file is never written through one)"

@@ -623,6 +623,18 @@ class CommandLine(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
         with open(plain) as f:
             self.assertEqual(f.read(), '{"a": 1}\n{"a": 1}\n')
+        # A row that does not fit (a file size limit standing in for a full
+        # disk) is cut off again: half of it was left, and the next run of the
+        # tool refused the file ("line 3 is not a JSON run").
+        import resource
+        size = os.path.getsize(plain)
+        r = subprocess.run([sys.executable, "-c", code, READER_DIR, plain], capture_output=True,
+                           text=True, timeout=30,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                 (size + 4, size + 4)))
+        self.one_line_error(r, 1, "cannot append to", "File too large")
+        with open(plain) as f:
+            self.assertEqual(f.read(), '{"a": 1}\n{"a": 1}\n')
         tool = os.path.join(HERE, "..", "..", "hpc_benchmark", "tools", "validate.py")
         # Refused before the first run, as a usage error.
         r = run(tool, "--hpc-benchmark", "/bin/true", "--results", link, timeout=30)
