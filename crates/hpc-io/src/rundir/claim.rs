@@ -139,7 +139,9 @@ pub(super) fn holder_in(lock: &Path) -> String {
     if text.is_empty() {
         "another run".into()
     } else {
-        text.chars().take(300).collect()
+        // Quoted when it holds a control character (a lock file is anyone's to
+        // write: its line break or terminal escape went into the message).
+        super::said(&text.chars().take(300).collect::<String>()).into_owned()
     }
 }
 
