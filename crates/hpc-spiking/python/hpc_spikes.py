@@ -470,9 +470,11 @@ def _check_manifest(run):
     if run.get("status") not in ("running", "complete", "incomplete"):
         raise ValueError(f"its status {str(run.get('status'))[:40]!r} is not "
                          "running, complete or incomplete")
+    # A stop time of null is none, as hpc_io::rundir reads it (it writes none by
+    # leaving the field out; a null made the whole run.json unreadable here).
     if run["status"] == "incomplete" and not (
             isinstance(run.get("reason"), str)
-            and isinstance(run.get("stopped_at", ""), str)):
+            and isinstance(run.get("stopped_at") or "", str)):
         raise ValueError("an incomplete run without a reason (and stopped_at) in words")
 
 

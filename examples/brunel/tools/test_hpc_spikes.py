@@ -444,6 +444,20 @@ class CommandLine(unittest.TestCase):
         finally:
             os.close(fd)
 
+    def test_an_incomplete_run_with_a_null_stop_time_is_read_as_rust_reads_it(self):
+        # "stopped_at": null (none, for hpc_io::rundir's reader) made this
+        # reader call the run.json unreadable and the file not vouched for.
+        d = self.dir.name
+        p = self.file("spikes.spk.partial", spk(GOOD))
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r3", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": None,
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p, timeout=30)
+        self.assertIn("its run is incomplete: stopped by SIGTERM", r.stderr)
+        self.assertNotIn("cannot be read", r.stderr)
+        self.assertNotIn("None", r.stderr)
+
     def test_a_run_of_0_ms_is_said_not_blamed_on_a_missing_t_presim_ms(self):
         # It read "t_presim_ms 0.0 is not a time before t_sim_ms 0.0", a field the
         # file (brunel's t_sim = 0) does not have.
