@@ -542,6 +542,29 @@ def check_run(path):
     return msg
 
 
+def stop_time_ms(path):
+    """Where the run that wrote `path` stopped, in ms, when its run.json says so
+    (an incomplete run that lists the file, whose stopped_at is "<number> ms",
+    as the examples write it: "--stop-at", a signal); else None. Read as
+    check_run reads it."""
+    manifest = os.path.join(os.path.dirname(path) or ".", "run.json")
+    try:
+        run = json.loads(read_regular(manifest, 16 << 20, follow=False))
+        _check_manifest(run)
+    except (OSError, ValueError, RecursionError, SpikeFileError):
+        return None
+    if os.path.basename(path) not in [f.get("name") for f in run["files"]]:
+        return None  # another run's manifest
+    at = run.get("stopped_at") if run.get("status") == "incomplete" else None
+    if not (isinstance(at, str) and at.endswith(" ms")):
+        return None
+    try:
+        t = float(at[:-3])
+    except ValueError:
+        return None
+    return t if math.isfinite(t) and t >= 0 else None
+
+
 def read_arrays(path):
     """Return (header dict, spike times in ms, node ids) of a checked spike file, as
     numpy arrays (float64, int64); raises SpikeFileError or OSError."""

@@ -728,6 +728,37 @@ class CommandLine(unittest.TestCase):
                         r.stdout)
 
 
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_a_partial_file_is_rated_up_to_where_its_run_stopped(self):
+        # The rates of a .partial file were taken over the whole run it was
+        # meant to be (the header's t_sim_ms): a run stopped by SIGTERM at 441
+        # ms of 100 s read 0.16 Hz for 37 Hz. They are over the time its
+        # run.json says it stopped at, else up to its last spike.
+        d = self.dir.name
+        p = self.file("spikes.spk.partial",
+                      spk([(10 * k, 5) for k in range(1, 11)], header(t_sim_ms=1000.0)))
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("window (0.0, 10.0] ms (to its last spike", r.stdout)
+        self.assertIn("12.500 Hz", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r4", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": "20.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("window (0.0, 20.0] ms (where its run stopped)", r.stdout)
+        self.assertIn("6.250 Hz", r.stdout)
+        # Another run's manifest beside it says nothing of its end; nor does a
+        # file with no spike after its warm-up: no window to rate.
+        q = self.file("warm.spk.partial",
+                      spk([(10, 5)], header(t_sim_ms=1000.0, t_presim_ms=100.0)))
+        r = run(READ_SPIKES, q)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("was not written by the run r4", r.stderr)
+        self.assertIn("no spike after the warm-up", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+
 @unittest.skipUnless(os.environ.get("SPIKES_FROM_RUST"),
                      "SPIKES_FROM_RUST names no directory of brunel's files")
 class FilesOfTheRustWriter(unittest.TestCase):
