@@ -597,9 +597,18 @@ class CommandLine(unittest.TestCase):
         self.assertFalse(os.path.islink(js))
         fifo = os.path.join(d, "fifo.json")
         os.mkfifo(fifo)
-        for call in (lambda: bench.write_result(fifo, {}),
-                     lambda: bench.write_result("/dev/null", {}),
-                     lambda: micro.write_spikes(fifo, header(), b"")):
+        # A name in /dev (as root, /dev/stdout, a link, was replaced by the
+        # file): one that does not exist, so that nothing of the machine's is
+        # at stake here; and, as root, a device node of our own.
+        in_dev = f"/dev/hpc-rs-test-{os.getpid()}.json"
+        calls = [lambda: bench.write_result(fifo, {}),
+                 lambda: bench.write_result(in_dev, {}),
+                 lambda: micro.write_spikes(fifo, header(), b"")]
+        node = os.path.join(d, "null")
+        if os.geteuid() == 0:
+            os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+            calls.append(lambda: bench.write_result(node, {}))
+        for call in calls:
             import contextlib
             import io
             said = io.StringIO()
@@ -608,7 +617,9 @@ class CommandLine(unittest.TestCase):
             self.assertEqual(e.exception.code, 1)
             self.assertEqual(len(said.getvalue().splitlines()), 1, said.getvalue())
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
-        self.assertTrue(stat.S_ISCHR(os.lstat("/dev/null").st_mode))
+        self.assertFalse(os.path.lexists(in_dev))
+        if os.geteuid() == 0:
+            self.assertTrue(stat.S_ISCHR(os.lstat(node).st_mode))
         self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith(".")), [])
 
     def test_a_results_file_is_appended_to_through_no_planted_link(self):
