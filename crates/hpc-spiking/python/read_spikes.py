@@ -101,8 +101,9 @@ def window_end(path, h, t, t_start):
     at = hpc_spikes.stop_time_ms(path)
     if at is not None and at <= end:
         if at <= t_start:
-            print(f"{PROG}: {path}: its run stopped at {at} ms, within the warm-up "
-                  f"(t_presim_ms {t_start}): no rates", file=sys.stderr)
+            within = f", within the warm-up (t_presim_ms {t_start})" if t_start > 0 else ""
+            print(f"{PROG}: {path}: its run stopped at {at} ms{within}: no time to rate",
+                  file=sys.stderr)
             sys.exit(1)
         return at, " (where its run stopped)"
     last = float(t.max()) if len(t) else 0.0

@@ -760,6 +760,14 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("window (0.0, 20.0] ms (where its run stopped)", r.stdout)
         self.assertIn("6.250 Hz", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r4", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGINT", "stopped_at": "0.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("stopped at 0.0 ms: no time to rate", r.stderr)
+        self.assertNotIn("warm-up", r.stderr)
         # Another run's manifest beside it says nothing of its end; nor does a
         # file with no spike after its warm-up: no window to rate.
         q = self.file("warm.spk.partial",
