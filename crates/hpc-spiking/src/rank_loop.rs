@@ -235,7 +235,7 @@ pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
     let mut send: Vec<u32> = Vec::new();
     let mut send_base: Option<(u64, u32)> = None;
     let mut checkpoints = opts.checkpoints(params);
-    // SIGTERM and SIGINT stop the loop after the interval in progress.
+    // SIGTERM, SIGINT and SIGHUP stop the loop after the interval in progress.
     let on_signal = crate::stop::OnSignal::install(opts.stop_on_signal)?;
 
     while net.step() < iv.end {

@@ -30,7 +30,7 @@ pub struct RunOptions {
     /// Stop (as if interrupted) once this step is reached: the spike file is
     /// left as `.partial`.
     pub stop_at: Option<u64>,
-    /// While the run's loop runs, SIGTERM and SIGINT stop it after the interval
+    /// While the run's loop runs, SIGTERM, SIGINT and SIGHUP stop it after the interval
     /// in progress ([`crate::stop`]): the loop returns
     /// [`Stopped`](crate::stop::Stopped) with the spike file flushed, rather
     /// than the process ending where it stood (set by the binaries'

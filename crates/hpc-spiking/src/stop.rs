@@ -1,4 +1,4 @@
-//! A run stopped by SIGTERM or SIGINT (a batch system's time limit, `scancel`,
+//! A run stopped by SIGTERM, SIGINT or SIGHUP (a batch system's time limit, `scancel`,
 //! Ctrl-C): while a run's loop runs ([`OnSignal`], installed by the loop when
 //! [`RunOptions::stop_on_signal`](crate::RunOptions::stop_on_signal) asks for
 //! it), the signal only sets a flag, which the loop looks at after every
@@ -33,8 +33,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The signals that stop a run: SIGTERM (a batch system's time limit,
-/// `scancel`, `kill`) and SIGINT (Ctrl-C).
-pub const SIGNALS: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
+/// `scancel`, `kill`), SIGINT (Ctrl-C) and SIGHUP (the terminal closed, an ssh
+/// session lost).
+pub const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// How long after a signal the watchdog waits for the loop to take it before it
 /// ends the process by that signal (the loop looks at it after every interval,
@@ -80,7 +81,7 @@ pub struct Stopped {
     pub step: u64,
 }
 
-/// While held, SIGTERM and SIGINT set a flag that [`OnSignal::check`] turns into
+/// While held, SIGTERM, SIGINT and SIGHUP set a flag that [`OnSignal::check`] turns into
 /// [`Stopped`]; once the last one held is dropped, the earlier actions are back
 /// (the flag stays for [`received`]). Several may be held at once (ranks run as
 /// threads of one process, `crate::exchange::virtual_ranks`): the first installs

@@ -158,8 +158,8 @@ fn a_killed_run_does_not_keep_the_directory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// SIGTERM (a batch system's time limit, `scancel`) or SIGINT (Ctrl-C) in the
-/// middle of the run: the run stops after the interval in progress, marks its
+/// SIGTERM (a batch system's time limit, `scancel`), SIGINT (Ctrl-C) or SIGHUP
+/// (the terminal closed) in the middle of the run: the run stops after the interval in progress, marks its
 /// run.json incomplete naming the signal and the time, leaves its spikes so far
 /// in a valid `.partial` file and ends by the signal (143, 130 in a shell).
 /// Pass 17: the process ended where it stood, its run.json said "running" with
@@ -168,7 +168,7 @@ fn a_killed_run_does_not_keep_the_directory() {
 fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
     use std::os::unix::process::ExitStatusExt as _;
     let dir = tmpdir("signalled");
-    for (signal, name) in [(15, "SIGTERM"), (2, "SIGINT")] {
+    for (signal, name) in [(15, "SIGTERM"), (2, "SIGINT"), (1, "SIGHUP")] {
         let out = dir.join(name);
         let mut run = cmd(&out, &["--t-sim", "1000", "--pace", "0.1"])
             .stdout(Stdio::null())

@@ -331,7 +331,7 @@ impl<'a> Simulation<'a> {
         let mut comm_s = 0.0;
         let mut exchanged = 0u64;
         let (mut send, mut all) = (Vec::new(), Vec::new());
-        // SIGTERM and SIGINT stop the loop after the interval in progress.
+        // SIGTERM, SIGINT and SIGHUP stop the loop after the interval in progress.
         let on_signal = hpc_spiking::stop::OnSignal::install(opts.stop_on_signal)?;
         while self.step < iv.end {
             let m = iv.next(self.step, None) as u64;
