@@ -552,6 +552,20 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = run(tool, p, "--out", os.path.join(d, "no", "x.png"), timeout=120)
         self.one_line_error(r, 1, "cannot write", "No such file or directory")
+        # A .partial file is drawn up to where its run stopped, not over the
+        # header's whole length (441 ms of 100 s filled 0.4 % of the axis).
+        part = self.file("spikes.spk.partial",
+                         spk([(10 * k, 5) for k in range(1, 11)], header(t_sim_ms=1e5)))
+        r = run(tool, part, "--out", os.path.join(d, "part.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(drawn to its last spike, 10.0 ms", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r5", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": "20.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(tool, part, "--out", os.path.join(d, "part.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(drawn to 20.0 ms, where its run stopped)", r.stdout)
 
     def load_tool(self, relative):
         """A tool of the examples as a module, without running its main (NEST and
