@@ -111,7 +111,7 @@ def window_end(path, h, t, t_start):
         print(f"{PROG}: {path}: no spike after the warm-up (t_presim_ms {t_start}) in "
               "this partial file, whose run's end is not known: no rates", file=sys.stderr)
         sys.exit(1)
-    return min(last, end), " (to its last spike: where its run stopped is not known)"
+    return min(last, end), " (to its last spike: its run's end is not known)"
 
 
 def main():

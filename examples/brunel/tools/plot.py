@@ -60,7 +60,7 @@ if a.spikes.endswith(".partial"):
         end, until = at, f" (drawn to {at} ms, where its run stopped)"
     elif len(t) and 0 < float(t.max()) < end:
         end = float(t.max())
-        until = f" (drawn to its last spike, {end} ms: where its run stopped is not known)"
+        until = f" (drawn to its last spike, {end} ms: its run's end is not known)"
     ax1.set_xlim(0, end)
 # Bins of 1 ms, at most 100,000 of them: a header's t_sim_ms of 1e15 (a valid
 # file) asked numpy for 10^15 bins.
