@@ -15,6 +15,11 @@ if "$py" -c "import nest, numpy" >/dev/null 2>&1; then
     echo "$py"
     exit 0
 fi
+# A $PYTHON given but unusable (a typo, no NEST in it) was passed over without a
+# word, for the virtual environment (NEST installed from PyPI the first time).
+if [ -n "${PYTHON:-}" ]; then
+    echo "nest-python.sh: PYTHON=$(printf '%q' "$PYTHON") does not import nest and numpy: using the virtual environment instead" >&2
+fi
 venv=${BRUNEL_VENV:-$HOME/.cache/hpc-rs/brunel-venv}
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import nest, numpy" >/dev/null 2>&1; then
     echo "creating $venv with nest-simulator 3.10 (once)" >&2

@@ -11,6 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$1 package=$2 binary=$3 flag=$4
 shift 4
 py=$("$root/benches/nest-python.sh")
+# A relative $CARGO_TARGET_DIR is the caller's (cargo, run from the root below,
+# built into ROOT/DIR while the binary was looked for in the caller's DIR).
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 (cd "$root" && cargo build -q --release -p "$package")
 exec "$py" "$root/$dir/tools/validate.py" "$flag" "$target/release/$binary" "$@"

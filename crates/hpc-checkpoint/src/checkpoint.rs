@@ -21,6 +21,15 @@ impl Checkpoint {
     /// or by [`Checkpoint::read_rank`] and [`Checkpoint::read_file`] (the one read).
     pub fn open(dir: impl Into<PathBuf>) -> Result<Checkpoint> {
         let dir = dir.into();
+        if dir.as_os_str().is_empty() {
+            // `"".join(MANIFEST)` is a manifest in the current directory.
+            return Err(io("open the checkpoint directory", &dir)(
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an empty path names no directory",
+                ),
+            ));
+        }
         let path = dir.join(MANIFEST);
         // Bounded, and refused at once when it is a FIFO or a device.
         let bytes = match hpc_io::read::read_regular(&path, MAX_MANIFEST_BYTES) {

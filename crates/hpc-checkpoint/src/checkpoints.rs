@@ -37,6 +37,21 @@ impl Checkpoints {
         &self.root
     }
 
+    /// Refuses an empty root before anything is changed on disk: its step
+    /// directories (`"".join("step-…")`) were those of the current directory,
+    /// which a prune removed and a commit wrote a manifest into.
+    fn check_root(&self) -> Result<()> {
+        if self.root.as_os_str().is_empty() {
+            return Err(io("use the checkpoint directory", &self.root)(
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an empty path names no directory",
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The directory of the checkpoint of `step`.
     pub fn step_dir(&self, step: u64) -> PathBuf {
         self.root.join(format!("step-{step:010}"))
@@ -153,6 +168,7 @@ impl Checkpoints {
         entries: impl IntoIterator<Item = FileEntry>,
         metadata: serde_json::Value,
     ) -> Result<Checkpoint> {
+        self.check_root()?;
         let dir = self.step_dir(step);
         let mut files: Vec<FileEntry> = entries.into_iter().collect();
         files.sort_by(|a, b| {
@@ -231,6 +247,7 @@ impl Checkpoints {
     /// same root (newer ones included) are never removed for this run's. Returns the
     /// steps removed.
     pub fn prune(&self, written: &mut Vec<u64>, keep: usize) -> Result<Vec<u64>> {
+        self.check_root()?;
         // In step order, each once: a list out of order removed the newest
         // checkpoint (`[5, 1, 3]` keeping one kept 3), and a step listed twice
         // counted twice.
@@ -261,6 +278,9 @@ impl Checkpoints {
     /// removed. Failures are warnings: a leftover costs space, not correctness.
     pub fn remove_temporaries(&self, step: u64) -> usize {
         let mut removed = 0;
+        if self.check_root().is_err() {
+            return 0;
+        }
         let steps = match self.steps() {
             Ok(s) => s,
             Err(e) => {

@@ -91,11 +91,8 @@ pub enum Error {
     /// An argument was out of range (a rank beyond the rank count, a bad file name).
     #[error("{0}")]
     InvalidArgument(String),
-    /// The root holds no checkpoint directory at all.
-    #[error(
-        "no checkpoint in {} (no step-* directory)",
-        hpc_io::message::path(root)
-    )]
+    /// The root holds no checkpoint directory at all (or is an empty path).
+    #[error("no checkpoint in {}", not_found(root))]
     NotFound {
         /// The checkpoint set's root.
         root: PathBuf,
@@ -118,6 +115,16 @@ pub enum Error {
 /// first; the others are counted (a root of 5,000 interrupted steps gave a
 /// message of 5,000 lines). Every one is in its `rejected` field.
 pub const LISTED_REJECTIONS: usize = 10;
+
+/// The root of [`Error::NotFound`] and why it holds no checkpoint: an empty
+/// path was shown as nothing ("no checkpoint in  (no step-* directory)").
+fn not_found(root: &Path) -> String {
+    if root.as_os_str().is_empty() {
+        "\"\": an empty path names no directory".into()
+    } else {
+        format!("{} (no step-* directory)", hpc_io::message::path(root))
+    }
+}
 
 pub(crate) fn list(rejected: &[Rejected]) -> String {
     let mut text: String = rejected

@@ -270,6 +270,34 @@ fn latest_falls_back_with_a_warning() {
     assert!(matches!(set.latest(), Err(Error::NotFound { .. })));
 }
 
+/// An empty root (a path from an empty setting) is named as one: the message
+/// said "no checkpoint in  (no step-* directory)", naming nothing. A checkpoint
+/// at an empty path is not the one in the current directory, and writing
+/// into an empty root is refused naming it.
+#[test]
+fn an_empty_root_is_named_as_one() {
+    let set = Checkpoints::new("");
+    let e = set.latest().unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "no checkpoint in \"\": an empty path names no directory"
+    );
+    let root = tmpdir("named-root");
+    let e = Checkpoints::new(&root).latest().unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("no checkpoint in {} (no step-* directory)", root.display())
+    );
+    let e = Checkpoint::open("").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "cannot open the checkpoint directory \"\": an empty path names no directory"
+    );
+    let e = set.write_rank(5, 0, 1, b"state").unwrap_err().to_string();
+    assert!(e.contains("\"\"") && e.contains("an empty path"), "{e}");
+}
+
 #[test]
 fn a_write_that_fails_leaves_no_file_and_names_it() {
     let root = tmpdir("fail");

@@ -148,14 +148,16 @@ pub const PATH_SHOWN_BYTES: usize = 4096;
 
 /// `path` as a message shows it: whole up to [`PATH_SHOWN_BYTES`] bytes, else
 /// cut as [`cut`] cuts a line (a path of 100,000 characters, which the system
-/// refuses, was echoed whole in the refusal). A path holding a control
-/// character (a line break, a terminal's escape: a file may be named so) is
-/// quoted and escaped, as `hpc_env::short` shows a value, so that it cannot
-/// break the message's line or move the terminal's cursor.
+/// refuses, was echoed whole in the refusal); an empty path as `""` (shown as
+/// nothing, "cannot open : No such file" named no file). A path holding a
+/// control character (a line break, a terminal's escape: a file may be named
+/// so) is quoted and escaped, as `hpc_env::short` shows a value, so that it
+/// cannot break the message's line or move the terminal's cursor.
 ///
 /// ```
 /// use std::path::Path;
 /// assert_eq!(hpc_io::message::path(Path::new("/tmp/x")), "/tmp/x");
+/// assert_eq!(hpc_io::message::path(Path::new("")), "\"\"");
 /// let long = format!("/{}", "x".repeat(100_000));
 /// let t = hpc_io::message::path(Path::new(&long));
 /// assert!(t.len() < 400 && t.ends_with("... (99701 more characters)"), "{t}");
@@ -166,7 +168,9 @@ pub fn path(path: &std::path::Path) -> String {
     if text.chars().any(char::is_control) {
         text = format!("{text:?}");
     }
-    if text.len() <= PATH_SHOWN_BYTES {
+    if text.is_empty() {
+        "\"\"".into()
+    } else if text.len() <= PATH_SHOWN_BYTES {
         text
     } else {
         cut(&text).into_owned()

@@ -36,8 +36,10 @@
 //! recorded file that exists with its size. Each manifest is written to a temporary
 //! name, synced and renamed, and the directory synced, so a reader sees either the
 //! old or the new manifest. A run dropped without `finish` (an error) marks itself
-//! incomplete; a run that was killed leaves status `running` without a lock holder,
-//! which [`inspect`] reports as [`Liveness::Abandoned`].
+//! incomplete (a program that stops its run on a signal finishes it as
+//! incomplete with the signal as the reason, as `hpc_spiking::stop` does); a run
+//! that was killed leaves status `running` without a lock holder, which
+//! [`inspect`] reports as [`Liveness::Abandoned`].
 //!
 //! The manifest and the lock file are opened without following a symbolic link and
 //! without blocking, and must be regular files (a FIFO or a device there is refused,
@@ -872,6 +874,18 @@ pub fn inspect(dir: &Path) -> Result<Option<Inspected>> {
     Ok(Some(Inspected { manifest, liveness }))
 }
 
+/// `text` from a manifest or a lock file (a reason, a run id, a host) as a
+/// message quotes it: as it is, or quoted and escaped when it holds a control
+/// character (a forged `run.json`'s line break or terminal escape broke the
+/// message's line or moved the cursor).
+fn said(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        format!("{text:?}").into()
+    } else {
+        text.into()
+    }
+}
+
 /// Checks that the file at `path` can be trusted as a result: when its directory has
 /// a manifest, the manifest must list it, its run must have completed, and its size
 /// must be the listed one. A file in a directory without a manifest passes (it was
@@ -896,7 +910,7 @@ pub fn check_file(path: &Path) -> Result<()> {
     let Some(entry) = m.file(name) else {
         return Err(untrusted(format!(
             "not written by the run {} that {} describes (an older or foreign file)",
-            m.run_id,
+            said(&m.run_id),
             dir.join(MANIFEST).display()
         )));
     };
@@ -904,23 +918,26 @@ pub fn check_file(path: &Path) -> Result<()> {
         (_, Liveness::Running) => {
             return Err(untrusted(format!(
                 "the run {} (pid {} on {}) is still writing it",
-                m.run_id, m.pid, m.host
+                said(&m.run_id),
+                m.pid,
+                said(&m.host)
             )))
         }
         (_, Liveness::Abandoned) => {
             return Err(untrusted(format!(
                 "the run {} that wrote it ended without finishing (killed, or it failed and \
                  could not mark its run.json: a full disk?)",
-                m.run_id
+                said(&m.run_id)
             )))
         }
         (Status::Incomplete { reason, stopped_at }, _) => {
             return Err(untrusted(format!(
-                "the run {} that wrote it is incomplete: {reason}{}",
-                m.run_id,
+                "the run {} that wrote it is incomplete: {}{}",
+                said(&m.run_id),
+                said(reason),
                 stopped_at
                     .as_ref()
-                    .map(|s| format!(" (stopped at {s})"))
+                    .map(|s| format!(" (stopped at {})", said(s)))
                     .unwrap_or_default()
             )))
         }
@@ -1371,6 +1388,32 @@ mod tests {
             !partial.exists(),
             "the earlier run's partial file was removed"
         );
+    }
+
+    /// A reason, a stop time or a run id of a forged `run.json` holding a line
+    /// break or a terminal escape was written into `check_file`'s message as it
+    /// is (pass 17 quoted them in the Python reader only): quoted and escaped.
+    #[test]
+    fn a_forged_reason_is_quoted_not_written_as_it_is() {
+        let t = Tmp::new("forged-reason");
+        let mut a = RunDir::create(&t.0, info()).unwrap();
+        let partial = a.record("spikes.spk.partial").unwrap();
+        fs::write(&partial, b"1234").unwrap();
+        a.finish(Status::Incomplete {
+            reason: "a\nb\u{1b}[31mred".into(),
+            stopped_at: Some("1\r2".into()),
+        })
+        .unwrap();
+        let e = check_file(&partial).unwrap_err().to_string();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(!e.contains('\u{1b}'), "{e}");
+        assert!(
+            e.contains("incomplete: \"a\\nb\\u{1b}[31mred\" (stopped at \"1\\r2\")"),
+            "{e}"
+        );
+        // A plain reason is written as it is.
+        assert_eq!(said("--stop-at"), "--stop-at");
+        assert_eq!(said("x\ty"), "\"x\\ty\"");
     }
 
     #[test]

@@ -174,12 +174,14 @@ impl Recording {
     /// length).
     pub fn validate(&self) -> Result<()> {
         use hpc_env::shown;
+        // Numbers as a message writes them (1e300 was written in its 301 digits).
+        use hpc_io::message::num;
         let bad = |m: String| Err(Error::Input(m));
         if self.populations.is_empty() {
             return bad("no populations".into());
         }
         if !(self.dt_ms.is_finite() && self.dt_ms > 0.0) {
-            return bad(format!("dt_ms must be > 0, got {}", self.dt_ms));
+            return bad(format!("dt_ms must be > 0, got {}", num(self.dt_ms)));
         }
         if !(self.t_start_ms.is_finite()
             && self.t_stop_ms.is_finite()
@@ -188,7 +190,8 @@ impl Recording {
         {
             return bad(format!(
                 "the time window {} ms ..= {} ms is empty or not finite",
-                self.t_start_ms, self.t_stop_ms
+                num(self.t_start_ms),
+                num(self.t_stop_ms)
             ));
         }
         let mut ranges: Vec<(u64, u64, &str)> = Vec::new();
@@ -235,7 +238,7 @@ impl Recording {
         if let Some(&(t, id)) = self.spikes.iter().find(|&&(_, id)| index.of(id).is_none()) {
             return bad(format!(
                 "the spike of neuron {id} at {} ms belongs to no population",
-                t as f64 * self.dt_ms
+                num(t as f64 * self.dt_ms)
             ));
         }
         Ok(())
@@ -495,5 +498,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("\"I\" has no neurons"));
+    }
+
+    /// Huge and tiny numbers in the refusals are written short, as the
+    /// examples' summaries write theirs (pass 17): a dt of -1e300 was written
+    /// out in 301 digits, a time window of 1e300 ms in two such numbers.
+    #[test]
+    fn huge_numbers_in_refusals_are_written_short() {
+        let mut r = rec();
+        r.dt_ms = -1e300;
+        assert_eq!(
+            r.validate().unwrap_err().to_string(),
+            "invalid input: dt_ms must be > 0, got -1e300"
+        );
+        let mut r = rec();
+        r.t_start_ms = 1e300;
+        r.t_stop_ms = 1e-300;
+        let e = r.validate().unwrap_err().to_string();
+        assert!(e.contains("1e300 ms ..= 1e-300 ms"), "{e}");
+        let mut r = rec();
+        r.dt_ms = 1e300;
+        r.t_stop_ms = f64::MAX;
+        r.spikes.push((3, 10));
+        let e = r.validate().unwrap_err().to_string();
+        assert!(e.len() < 120 && e.contains("at 3e300 ms"), "{e}");
     }
 }

@@ -233,7 +233,12 @@ impl<'a> Prepared<'a> {
         let dur = rec.duration_ms();
         let bin_ms = match opts.rate_bin_ms {
             Some(b) if b.is_finite() && b > 0.0 => b.max(rec.dt_ms),
-            Some(b) => return Err(Error::Input(format!("rate_bin_ms must be > 0, got {b}"))),
+            Some(b) => {
+                return Err(Error::Input(format!(
+                    "rate_bin_ms must be > 0, got {}",
+                    hpc_io::message::num(b)
+                )))
+            }
             None if dur <= 2000.0 => 1.0f64.max(rec.dt_ms),
             None => (dur / 1000.0).max(rec.dt_ms),
         };

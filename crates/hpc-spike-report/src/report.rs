@@ -68,7 +68,7 @@ impl Check {
     fn tolerance_text(&self) -> String {
         match self.tolerance {
             Tolerance::Relative(f) => format!("± {} %", crate::thousands_f(f * 100.0)),
-            Tolerance::Absolute(a) => format!("± {a}"),
+            Tolerance::Absolute(a) => format!("± {}", hpc_io::message::num(a)),
         }
     }
 }
@@ -572,6 +572,12 @@ mod tests {
             ..c
         };
         assert_eq!(c.difference(), "+1.000e300");
+        // An absolute tolerance of 1e300 was written out in the report in 301 digits.
+        let c = Check {
+            tolerance: Tolerance::Absolute(1e300),
+            ..c
+        };
+        assert_eq!(c.tolerance_text(), "± 1e300");
         assert_eq!(fmt_value(-1e300), "-1e300");
         assert_eq!(fmt_value(-2500.4), "-2,500");
         assert_eq!(fmt_value(1e20), "1e20");

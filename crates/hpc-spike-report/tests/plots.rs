@@ -355,6 +355,16 @@ fn bad_input_is_refused_with_its_name() {
     };
     let e = plot::render_png(Plot::Raster, &rec, &run, &o).unwrap_err();
     assert!(e.to_string().contains("rate_bin_ms"), "{e}");
+    // Written short: -1e300 was written out in 301 digits.
+    let o = PlotOptions {
+        rate_bin_ms: Some(-1e300),
+        ..PlotOptions::default()
+    };
+    let e = plot::render_png(Plot::Raster, &rec, &run, &o).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid input: rate_bin_ms must be > 0, got -1e300"
+    );
     let o = PlotOptions {
         rows: Rows::PerPopulation(0),
         ..PlotOptions::default()

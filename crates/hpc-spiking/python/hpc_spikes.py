@@ -27,6 +27,7 @@ from the file's length.
 """
 import array
 import json
+import errno
 import math
 import operator
 import os
@@ -469,9 +470,11 @@ def _check_manifest(run):
     if run.get("status") not in ("running", "complete", "incomplete"):
         raise ValueError(f"its status {str(run.get('status'))[:40]!r} is not "
                          "running, complete or incomplete")
+    # A stop time of null is none, as hpc_io::rundir reads it (it writes none by
+    # leaving the field out; a null made the whole run.json unreadable here).
     if run["status"] == "incomplete" and not (
             isinstance(run.get("reason"), str)
-            and isinstance(run.get("stopped_at", ""), str)):
+            and isinstance(run.get("stopped_at") or "", str)):
         raise ValueError("an incomplete run without a reason (and stopped_at) in words")
 
 
@@ -539,6 +542,29 @@ def check_run(path):
     return msg
 
 
+def stop_time_ms(path):
+    """Where the run that wrote `path` stopped, in ms, when its run.json says so
+    (an incomplete run that lists the file, whose stopped_at is "<number> ms",
+    as the examples write it: "--stop-at", a signal); else None. Read as
+    check_run reads it."""
+    manifest = os.path.join(os.path.dirname(path) or ".", "run.json")
+    try:
+        run = json.loads(read_regular(manifest, 16 << 20, follow=False))
+        _check_manifest(run)
+    except (OSError, ValueError, RecursionError, SpikeFileError):
+        return None
+    if os.path.basename(path) not in [f.get("name") for f in run["files"]]:
+        return None  # another run's manifest
+    at = run.get("stopped_at") if run.get("status") == "incomplete" else None
+    if not (isinstance(at, str) and at.endswith(" ms")):
+        return None
+    try:
+        t = float(at[:-3])
+    except ValueError:
+        return None
+    return t if math.isfinite(t) and t >= 0 else None
+
+
 def read_arrays(path):
     """Return (header dict, spike times in ms, node ids) of a checked spike file, as
     numpy arrays (float64, int64); raises SpikeFileError or OSError."""
@@ -564,18 +590,41 @@ def arrays(f):
 # What the tools write and run, checked the same way.
 
 
-def check_output(path, inputs=()):
-    """Raise SpikeFileError when path exists and is not a regular file or a symbolic
-    link: writing or renaming onto it would block on a FIFO or replace a device (as
-    hpc_io::atomic::rename_over refuses); or when it is one of the files `inputs`
-    (the spike file a tool reads would be replaced by what it writes)."""
+# The folders of the system's devices and files, where no tool's output is made
+# (as hpc_io::atomic::rename_over refuses them).
+_SYSTEM_DIRS = ("/dev", "/proc", "/sys")
+
+
+def _unreplaceable(path):
+    """Why a file written whole and renamed over path must not be (a device, a
+    FIFO, a socket or a directory at path or at the end of a link there; a name
+    in /dev, /proc or /sys: as root, --json /dev/null replaced the machine's null
+    device with a regular file), as the end of a sentence about path; else None."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        if stat.S_ISLNK(st.st_mode):
+            st = os.stat(path)
+    except OSError:
+        st = None  # missing, or a link to nothing: the rename makes the file
+    if st is not None and not stat.S_ISREG(st.st_mode):
         kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
-        raise SpikeFileError(f"{path} is {kind}, not a regular file: not written over")
+        return f"is {kind}, not a regular file: not written over"
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for d in _SYSTEM_DIRS:
+        if folder == d or folder.startswith(d + "/"):
+            return f"is in {d}, the system's folder: not written over"
+    return None
+
+
+def check_output(path, inputs=()):
+    """Raise SpikeFileError when path exists and is not a regular file or a symbolic
+    link to one, or lies in /dev, /proc or /sys: writing or renaming onto it would
+    block on a FIFO or replace a device (as hpc_io::atomic::rename_over refuses);
+    or when it is one of the files `inputs` (the spike file a tool reads would be
+    replaced by what it writes)."""
+    problem = _unreplaceable(path)
+    if problem is not None:
+        raise SpikeFileError(f"{path} {problem}")
     for i in inputs:
         try:
             same = os.path.samefile(path, i)
@@ -616,10 +665,16 @@ def write_replacing(path, data, prog):
     """Write the bytes `data` to `path`: into a temporary file of its own in
     path's folder (made exclusively: a link planted at path, or at a fixed
     temporary name beside it, is never written through), synced, then renamed
-    over path. On failure the temporary file is removed and the program ends
-    with one line naming path, status 1 (not a traceback)."""
+    over path. A device, a FIFO or a directory at path (or at the end of a link
+    there), and a name in /dev, /proc or /sys, are refused, not replaced. On
+    failure the temporary file is removed and the program ends with one line
+    naming path, status 1 (not a traceback)."""
     import tempfile
 
+    problem = _unreplaceable(path)
+    if problem is not None:
+        print(f"{prog}: {path} {problem}", file=sys.stderr)
+        sys.exit(1)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
@@ -640,6 +695,56 @@ def write_replacing(path, data, prog):
                 pass
         print(f"{prog}: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         sys.exit(1)
+
+
+def append_line(path, line, prog):
+    """Append the text `line` and a line break to the file at path (made when
+    missing, with the umask's mode), as a results file gathers one row a run. The
+    file is opened without following a symbolic link planted at its name (which
+    open(path, "a") appended to, whatever it pointed to) and without blocking, and
+    must be a regular file (a FIFO or a device is refused, not written into). On
+    failure the program ends with one line naming path, status 1, and the part
+    of the row written (a disk full in the middle of it) is cut off again, so that
+    no half row is left for the next reader."""
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+             | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    fd = None
+    end = None
+    try:
+        fd = os.open(path, flags, 0o666)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a file")
+            print(f"{prog}: cannot append to {path}: it is {kind}, not a regular file",
+                  file=sys.stderr)
+            sys.exit(1)
+        end = st.st_size
+        data = (line + "\n").encode()
+        # One write of the whole row (O_APPEND: two runs' rows do not mix).
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    except OSError as e:
+        if end is not None:
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
+        reason = e.strerror or e
+        if e.errno == errno.ELOOP:
+            reason = "it is a symbolic link (a results file is never written through one)"
+        elif e.errno == errno.ENXIO:  # a FIFO without a reader, opened without blocking
+            try:
+                mode = os.stat(path).st_mode
+                kind = next((k for test, k in _KINDS if test(mode)), "not a file")
+                reason = f"it is {kind}, not a regular file"
+            except OSError:
+                pass
+        print(f"{prog}: cannot append to {path}: {reason}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def run_or_exit(cmd, prog):

@@ -7,7 +7,8 @@ The file is read and checked by hpc_spikes.py beside this file (the format's
 one Python reader; the format and every check are described there): a damaged
 file, an id beyond n_neurons, records out of order or past the end of the run
 end in a one-line error and exit status 1. A `.partial` file (interrupted run)
-reads the same, less an incomplete last record. The header holds dt_ms,
+reads the same, less an incomplete last record, and is rated up to where its
+run stopped (its run.json's stopped_at, else its last spike), not to t_sim_ms. The header holds dt_ms,
 n_neurons, t_sim_ms = end of the run, populations [{name, first, count}] and,
 where the run had a warm-up, t_presim_ms (the statistics count the spikes after
 it); time_ms = tick * dt_ms. The statistics need numpy.
@@ -88,6 +89,31 @@ def pop_stats(times, ids, first, names, t_start, t_stop):
     return out
 
 
+def window_end(path, h, t, t_start):
+    """The end of the window the rates are over, and a note saying why it is not
+    the header's t_sim_ms: a `.partial` file ends where its run stopped (its
+    run.json's stopped_at: "--stop-at", a signal) or, where that is not said (a
+    killed run), at its last spike; its rates were taken over the whole run it
+    was meant to be (a run stopped at 441 ms of 100 s read 0.16 Hz for 37 Hz)."""
+    end = h["t_sim_ms"]
+    if not path.endswith(".partial"):
+        return end, ""
+    at = hpc_spikes.stop_time_ms(path)
+    if at is not None and at <= end:
+        if at <= t_start:
+            within = f", within the warm-up (t_presim_ms {t_start})" if t_start > 0 else ""
+            print(f"{PROG}: {path}: its run stopped at {at} ms{within}: no time to rate",
+                  file=sys.stderr)
+            sys.exit(1)
+        return at, " (where its run stopped)"
+    last = float(t.max()) if len(t) else 0.0
+    if last <= t_start:
+        print(f"{PROG}: {path}: no spike after the warm-up (t_presim_ms {t_start}) in "
+              "this partial file, whose run's end is not known: no rates", file=sys.stderr)
+        sys.exit(1)
+    return min(last, end), " (to its last spike: its run's end is not known)"
+
+
 def main():
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print(f"usage: {PROG} FILE.spk", file=sys.stderr)
@@ -118,12 +144,13 @@ def main():
               "(python3-numpy)", file=sys.stderr)
         sys.exit(1)
     _, t, ids = arrays(f)
+    t_stop, until = window_end(path, h, t, t_start)
     first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
-    res = pop_stats(t, ids, first, [p["name"] for p in pops], t_start, h["t_sim_ms"])
+    res = pop_stats(t, ids, first, [p["name"] for p in pops], t_start, t_stop)
     if len(pops) > 1:
-        res += pop_stats(t, ids, [first[0], first[-1]], ["all"], t_start, h["t_sim_ms"])
+        res += pop_stats(t, ids, [first[0], first[-1]], ["all"], t_start, t_stop)
     lines = [f"{path}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
-             f"window ({t_start}, {h['t_sim_ms']}] ms"]
+             f"window ({t_start}, {t_stop}] ms{until}"]
     for r in res:
         lines.append(f"  {r['name']:<6} {r['neurons']:>7} neurons  {r['rate_hz']:8.3f} Hz  "
                      f"CV ISI {r['cv_isi']:.3f}")

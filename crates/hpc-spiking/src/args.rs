@@ -188,6 +188,7 @@ impl RunArgs {
             checkpoint_keep: (self.checkpoint_keep > 0).then_some(self.checkpoint_keep),
             restart,
             stop_at: times.stop_at,
+            stop_on_signal: true,
         })
     }
 

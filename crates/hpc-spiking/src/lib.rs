@@ -114,6 +114,7 @@ pub mod ring;
 pub mod rng;
 pub mod run;
 pub mod spikes;
+pub mod stop;
 pub mod targets;
 pub mod team;
 

@@ -104,20 +104,20 @@ impl ProgressLine {
     /// Runs `run` with the progress callback a run takes (such as the examples'
     /// `Simulation::run`): this line's [`update`](Self::update) when it is
     /// [`active`](Self::active), else none, so that a run neither drawn nor paced
-    /// is not called back; then, when the run succeeded, [`end`](Self::end)s the
-    /// line.
+    /// is not called back; then [`end`](Self::end)s the line (also when the run
+    /// failed or a signal stopped it, so that its message starts a line).
     pub fn drive<R>(
         &mut self,
         run: impl FnOnce(Option<&mut dyn FnMut(&Progress)>) -> anyhow::Result<R>,
     ) -> anyhow::Result<R> {
         let r = if self.active() {
             let mut bar = |p: &Progress| self.update(p);
-            run(Some(&mut bar))?
+            run(Some(&mut bar))
         } else {
-            run(None)?
+            run(None)
         };
         self.end();
-        Ok(r)
+        r
     }
 
     /// Ends the line (a new line after the bar, when it was drawn).

@@ -235,6 +235,8 @@ pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
     let mut send: Vec<u32> = Vec::new();
     let mut send_base: Option<(u64, u32)> = None;
     let mut checkpoints = opts.checkpoints(params);
+    // SIGTERM, SIGINT and SIGHUP stop the loop after the interval in progress.
+    let on_signal = crate::stop::OnSignal::install(opts.stop_on_signal)?;
 
     while net.step() < iv.end {
         let step0 = net.step();
@@ -316,6 +318,11 @@ pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
                 wall,
                 wall_recorded: recorded,
             });
+        }
+        if let Err(stopped) = on_signal.check(step) {
+            // The spike file holds every spike recorded so far.
+            intake.flush()?;
+            return Err(stopped.into());
         }
     }
     Ok(Ran {

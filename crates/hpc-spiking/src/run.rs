@@ -30,6 +30,12 @@ pub struct RunOptions {
     /// Stop (as if interrupted) once this step is reached: the spike file is
     /// left as `.partial`.
     pub stop_at: Option<u64>,
+    /// While the run's loop runs, SIGTERM, SIGINT and SIGHUP stop it after the interval
+    /// in progress ([`crate::stop`]): the loop returns
+    /// [`Stopped`](crate::stop::Stopped) with the spike file flushed, rather
+    /// than the process ending where it stood (set by the binaries'
+    /// [`RunArgs::options`](crate::args::RunArgs::options); off by default).
+    pub stop_on_signal: bool,
 }
 
 /// Peak resident memory of this process (`VmHWM` from `/proc/self/status`), bytes.
@@ -595,10 +601,15 @@ pub fn init_log(program: &str) {
 
 /// The end of a simulation binary's `main`: a failed run's error chain as
 /// `program`'s last words (one write, so that a rank stopped meanwhile leaves no
-/// line cut short; a failed write changes nothing) and exit status 1.
+/// line cut short; a failed write changes nothing) and exit status 1; or, for a
+/// run a signal stopped ([`crate::stop`]), the end by that signal
+/// ([`crate::stop::end_by`]: 143 for SIGTERM, 130 for SIGINT in a shell).
 pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
     if let Err(e) = result {
         hpc_io::message::last_words(program, &hpc_io::message::chain(e.as_ref()));
+        if let Some(signal) = crate::stop::received() {
+            crate::stop::end_by(signal);
+        }
         std::process::exit(1);
     }
 }

@@ -19,7 +19,10 @@ import sys
 import tempfile
 import os
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import hpc_spikes  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--alpha-trace", required=True, help="the alpha_trace example binary")
@@ -77,10 +80,11 @@ def main():
     nest.Simulate(STEPS * H + H)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "cases.txt")
-        with open(path, "w") as f:
-            for i, (name, p, k, w) in enumerate(cases):
-                f.write(" ".join(["case", str(i), repr(H), str(STEPS)] + [repr(float(p[x])) for x in ORDER]) + "\n")
-                f.write(" ".join(["input"] + [f"{int(ki)} {float(wi)!r}" for ki, wi in zip(k, w)]) + "\n")
+        lines = []
+        for i, (name, p, k, w) in enumerate(cases):
+            lines.append(" ".join(["case", str(i), repr(H), str(STEPS)] + [repr(float(p[x])) for x in ORDER]))
+            lines.append(" ".join(["input"] + [f"{int(ki)} {float(wi)!r}" for ki, wi in zip(k, w)]))
+        hpc_spikes.write_replacing(path, "".join(x + "\n" for x in lines).encode(), "iaf_psc_alpha_vs_nest.py")
         r = subprocess.run([a.alpha_trace, path], check=True, capture_output=True, text=True)
     ours = json.loads(r.stdout)["cases"]
     worst, bad, spikes_total, inputs_total = 0.0, 0, 0, 0

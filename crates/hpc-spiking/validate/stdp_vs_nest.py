@@ -20,7 +20,12 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import hpc_spikes  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+PROG = "stdp_vs_nest.py"
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--stdp-trace", required=True, help="the stdp_trace example binary")
@@ -139,20 +144,22 @@ def main():
         d = a.keep or tmp
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "cases.txt")
-        with open(path, "w") as f:
-            # repr() writes each float exactly (shortest round-trip form).
-            for c in ours_in:
-                f.write(" ".join(["case", c["name"]] + [repr(float(c[k])) for k in (
-                    "tau_plus", "lambda", "alpha", "mu", "tau_minus", "weight", "delay", "min_delay")]) + "\n")
-                f.write(" ".join(["pre"] + [repr(t) for t in c["pre"]]) + "\n")
-                f.write(" ".join(["post"] + [repr(t) for t in c["post"]]) + "\n")
+        # Every file of --keep DIR through a temporary file of its own renamed
+        # over its name: open(..., "w") wrote through a link planted there.
+        lines = []
+        # repr() writes each float exactly (shortest round-trip form).
+        for c in ours_in:
+            lines.append(" ".join(["case", c["name"]] + [repr(float(c[k])) for k in (
+                "tau_plus", "lambda", "alpha", "mu", "tau_minus", "weight", "delay", "min_delay")]))
+            lines.append(" ".join(["pre"] + [repr(t) for t in c["pre"]]))
+            lines.append(" ".join(["post"] + [repr(t) for t in c["post"]]))
+        hpc_spikes.write_replacing(path, "".join(x + "\n" for x in lines).encode(), PROG)
         r = subprocess.run([a.stdp_trace, path], check=True, capture_output=True, text=True)
         ours = json.loads(r.stdout)["cases"]
         if a.keep:
-            with open(os.path.join(d, "ours.json"), "w") as f:
-                f.write(r.stdout)
-            with open(os.path.join(d, "nest.json"), "w") as f:
-                json.dump({str(k): v for k, v in weights.items()}, f)
+            hpc_spikes.write_replacing(os.path.join(d, "ours.json"), r.stdout.encode(), PROG)
+            hpc_spikes.write_replacing(os.path.join(d, "nest.json"), json.dumps(
+                {str(k): v for k, v in weights.items()}).encode(), PROG)
     fams = {}
     worst = (0.0, None)
     bad = 0

@@ -19,7 +19,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 py=$("$root/benches/nest-python.sh")
+# A relative $CARGO_TARGET_DIR is the caller's (cargo, run from the root below,
+# built into ROOT/DIR while the binary was looked for in the caller's DIR).
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 (cd "$root" && cargo build -q --release -p hpc-spiking --example stdp_trace --example alpha_trace)
 status=0
 "$py" "$here/stdp_vs_nest.py" --stdp-trace "$target/release/examples/stdp_trace" "$@" || status=1

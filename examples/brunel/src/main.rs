@@ -214,8 +214,10 @@ fn run(args: Args) -> Result<()> {
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, 0, args.pace);
     let report = {
         let mut ex = AnyExchange::new(ra.engine, world.clone())?;
-        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))?
+        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))
     };
+    // A run a signal stopped says so in its run.json (incomplete, the signal named).
+    let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool, reference.as_ref())
@@ -378,6 +380,10 @@ fn main() {
         failed = true;
     }
     if failed {
+        // A run a signal stopped ends by that signal (143 for SIGTERM in a shell).
+        if let Some(signal) = hpc_spiking::stop::received() {
+            hpc_spiking::stop::end_by(signal);
+        }
         std::process::exit(1);
     }
 }
@@ -517,12 +523,24 @@ mod trace {
         /// Finishes the recording and writes it to its final name: through a new
         /// temporary file renamed into place (never through a symbolic link, never
         /// over a device), the directory removed. A write that failed names the file.
+        /// A name that has become a lock file a running process holds since the
+        /// claim (a run that took the directory `--trace DIR/run.lock` lies in,
+        /// after this run started) is not replaced: the next run took that
+        /// directory while its run still ran.
         pub fn finish(self) -> anyhow::Result<()> {
             let failed = |e: &dyn std::fmt::Display| {
                 anyhow::anyhow!("cannot write {}: {e}", self.path.display())
             };
             let done = hpc_trace::finish()
                 .map_err(|e| failed(&e))
+                .and_then(|_| match hpc_io::rundir::lock_holder(&self.path) {
+                    Some(holder) => Err(failed(&format_args!(
+                        "it has become a lock file that a running process holds since \
+                         this run started ({}): not replaced",
+                        hpc_io::message::cut(&holder)
+                    ))),
+                    None => Ok(()),
+                })
                 .and_then(|_| hpc_trace::merge::merge_dir(&self.dir).map_err(|e| failed(&e)))
                 .and_then(|m| {
                     let mut tmp = self.path.as_os_str().to_owned();

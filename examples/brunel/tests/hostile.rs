@@ -631,3 +631,61 @@ fn a_restart_from_checkpoints_a_running_run_writes_is_refused_naming_it() {
         &["--t-sim", "20", "--restart", ck.to_str().unwrap()],
     ));
 }
+
+/// `--trace DIR/run.lock` onto a lock file no run held at the run's start, which
+/// a run then took (`--out DIR` started meanwhile): written at the end, the trace
+/// replaced that run's lock file, and a third run took DIR while the second still
+/// ran (pass 17's noticed 63). The name is looked at again before it is
+/// replaced: refused, named, the lock file kept.
+#[test]
+fn a_trace_onto_a_lock_taken_since_the_start_is_not_written_over_it() {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::process::Stdio;
+    let dir = tmpdir("trace-late-lock");
+    let w = dir.join("w");
+    std::fs::create_dir_all(&w).unwrap();
+    let lock = w.join("run.lock");
+    std::fs::write(&lock, "").unwrap();
+    let out = dir.join("out");
+    let mut run = example::command(
+        BRUNEL,
+        MODEL,
+        &out,
+        &[
+            "--t-sim",
+            "300",
+            "--pace",
+            "0.1",
+            "--trace",
+            lock.to_str().unwrap(),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the run has started (its claim of the name made), a run takes w.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join("spikes.spk.partial").exists() {
+        assert!(Instant::now() < deadline, "the run never started");
+        assert!(run.try_wait().unwrap().is_none(), "the run ended at once");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held = hpc_io::rundir::try_lock_file(&lock).unwrap().unwrap();
+    std::fs::write(&lock, "the run of pid 4242").unwrap();
+    let ino = std::fs::metadata(&lock).unwrap().ino();
+    let o = run.wait_with_output().unwrap();
+    let e = refused(&o);
+    assert!(
+        e.contains("has become a lock file that a running process holds")
+            && e.contains("the run of pid 4242"),
+        "{e}"
+    );
+    assert_eq!(std::fs::metadata(&lock).unwrap().ino(), ino);
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "the run of pid 4242"
+    );
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+}

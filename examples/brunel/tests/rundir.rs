@@ -158,6 +158,75 @@ fn a_killed_run_does_not_keep_the_directory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM (a batch system's time limit, `scancel`), SIGINT (Ctrl-C) or SIGHUP
+/// (the terminal closed) in the middle of the run: the run stops after the interval in progress, marks its
+/// run.json incomplete naming the signal and the time, leaves its spikes so far
+/// in a valid `.partial` file and ends by the signal (143, 130 in a shell).
+/// Pass 17: the process ended where it stood, its run.json said "running" with
+/// nobody holding its lock (reported as abandoned: "killed, or it failed").
+#[test]
+fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("signalled");
+    for (signal, name) in [(15, "SIGTERM"), (2, "SIGINT"), (1, "SIGHUP")] {
+        let out = dir.join(name);
+        let mut run = cmd(&out, &["--t-sim", "1000", "--pace", "0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let partial = out.join("spikes.spk.partial");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // Until the loop has written spikes (the file has grown past its header).
+        let mut first = None;
+        loop {
+            assert!(Instant::now() < deadline, "{name}: the run never started");
+            if let Some(status) = run.try_wait().unwrap() {
+                panic!("{name}: the run ended before the signal: {status}");
+            }
+            if let Ok(m) = std::fs::metadata(&partial) {
+                match first {
+                    None => first = Some(m.len()),
+                    Some(f) if m.len() > f => break,
+                    Some(_) => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let o = run.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.signal(),
+            Some(signal),
+            "{name}: {:?} {err}",
+            o.status
+        );
+        assert!(err.contains(&format!("stopped by {name} at ")), "{err}");
+        let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+        assert_eq!(m.liveness, Liveness::Finished, "{name}");
+        match &m.manifest.status {
+            Status::Incomplete { reason, stopped_at } => {
+                assert_eq!(reason, &format!("stopped by {name}"));
+                assert!(stopped_at.as_ref().is_some_and(|t| t.ends_with(" ms")));
+            }
+            s => panic!("{name}: a stopped run is marked {s:?}"),
+        }
+        let e = hpc_io::rundir::check_file(&partial)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("stopped by {name}")), "{e}");
+        let spikes = hpc_spiking::spikes::read_spikes_partial(&partial).unwrap();
+        assert!(!spikes.spikes.is_empty(), "{name}");
+        assert!(!out.join("spikes.spk").exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn stdout_on_a_full_device_is_an_error_naming_it() {
     let dir = tmpdir("devfull");

@@ -237,3 +237,100 @@ fn validate_names_a_binary_that_writes_no_run() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `validate.sh` (through `benches/validate-example.sh`) with a relative
+/// `CARGO_TARGET_DIR`, as its comment says the variable is honoured: cargo,
+/// run from the repository's root, built into ROOT/DIR, and validate.py was
+/// given DIR/release/brunel under the caller's directory, where there is none
+/// ("not an executable file"). Stand-ins for cargo (it makes the binary where
+/// cargo would) and for NEST's Python (it says whether the binary it is given
+/// exists) make the test take seconds, without NEST and without a release build.
+#[test]
+fn validate_sh_finds_the_binary_of_a_relative_cargo_target_dir() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("target-dir");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = |name: &str, text: &str| {
+        let p = bin.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    script(
+        "cargo",
+        "#!/bin/sh\nt=${CARGO_TARGET_DIR:-target}\nmkdir -p \"$t/release\" && \
+         printf '#!/bin/sh\\n' > \"$t/release/brunel\" && chmod +x \"$t/release/brunel\"\n",
+    );
+    let py = script(
+        "python",
+        "#!/bin/sh\n[ \"$1\" = -c ] && exit 0\n[ -x \"$3\" ] && echo \"found $3\" && exit 0\n\
+         echo \"no binary at $3\" >&2; exit 1\n",
+    );
+    let user = dir.join("user");
+    std::fs::create_dir_all(&user).unwrap();
+    let validate = Path::new(env!("CARGO_MANIFEST_DIR")).join("validate.sh");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let name = format!("target-of-test-{}", std::process::id());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new("bash")
+        .arg(&validate)
+        .arg("--quick")
+        .current_dir(&user)
+        .env("PATH", path)
+        .env("PYTHON", &py)
+        .env("CARGO_TARGET_DIR", &name)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let stray = root.join(&name);
+    let built_at_root = stray.exists();
+    let _ = std::fs::remove_dir_all(&stray);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains(&format!("found {}", user.join(&name).display())),
+        "{out}"
+    );
+    assert!(!built_at_root, "built into {}", stray.display());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `benches/nest-python.sh` (every `validate.sh`'s Python) given a `PYTHON` it
+/// cannot use (a typo, a Python without NEST): it went on to the virtual
+/// environment, which it makes from PyPI the first time, without a word of the
+/// setting it passed over. A stand-in virtual environment makes the test take
+/// no network.
+#[test]
+fn nest_python_says_when_it_passes_over_the_python_given() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("nest-python");
+    let venv = dir.join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    let py = venv.join("bin/python");
+    std::fs::write(&py, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/nest-python.sh");
+    let o = Command::new("bash")
+        .arg(&script)
+        .env("PYTHON", dir.join("no-such-python"))
+        .env("BRUNEL_VENV", &venv)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        py.to_str().unwrap()
+    );
+    assert!(
+        err.contains("no-such-python does not import nest and numpy")
+            && err.contains("using the virtual environment"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -50,10 +50,22 @@ for p, color in zip(pops, ["tab:blue", "tab:red"]):
     row += min(a.n, p["count"])
 ax1.set_ylabel("neuron")
 ax1.legend(loc="upper right")
+# A .partial file is drawn up to where its run stopped (its run.json's
+# stopped_at, else its last spike): over the header's whole t_sim_ms, a run
+# stopped at 441 ms of 100 s filled 0.4 % of the axis and its rate fell to 0.
+end, until = hdr["t_sim_ms"], ""
+if a.spikes.endswith(".partial"):
+    at = hpc_spikes.stop_time_ms(a.spikes)
+    if at is not None and 0 < at <= end:
+        end, until = at, f" (drawn to {at} ms, where its run stopped)"
+    elif len(t) and 0 < float(t.max()) < end:
+        end = float(t.max())
+        until = f" (drawn to its last spike, {end} ms: its run's end is not known)"
+    ax1.set_xlim(0, end)
 # Bins of 1 ms, at most 100,000 of them: a header's t_sim_ms of 1e15 (a valid
 # file) asked numpy for 10^15 bins.
-width = max(1.0, hdr["t_sim_ms"] / 100000)
-bins = np.arange(0, hdr["t_sim_ms"] + width, width)
+width = max(1.0, end / 100000)
+bins = np.arange(0, end + width, width)
 h, _ = np.histogram(t, bins)
 ax2.plot(bins[:-1], h / max(hdr["n_neurons"], 1) / (width * 1e-3), color="k", lw=0.8)
 ax2.set_xlabel("time (ms)")
@@ -68,4 +80,4 @@ try:
 except ValueError as e:
     sys.exit(f"plot.py: --out {out}: {e}")
 hpc_spikes.write_replacing(out, buf.getbuffer(), "plot.py")
-hpc_spikes.say(out, "plot.py")
+hpc_spikes.say(out + until, "plot.py")

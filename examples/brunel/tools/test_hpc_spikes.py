@@ -444,6 +444,20 @@ class CommandLine(unittest.TestCase):
         finally:
             os.close(fd)
 
+    def test_an_incomplete_run_with_a_null_stop_time_is_read_as_rust_reads_it(self):
+        # "stopped_at": null (none, for hpc_io::rundir's reader) made this
+        # reader call the run.json unreadable and the file not vouched for.
+        d = self.dir.name
+        p = self.file("spikes.spk.partial", spk(GOOD))
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r3", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": None,
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p, timeout=30)
+        self.assertIn("its run is incomplete: stopped by SIGTERM", r.stderr)
+        self.assertNotIn("cannot be read", r.stderr)
+        self.assertNotIn("None", r.stderr)
+
     def test_a_run_of_0_ms_is_said_not_blamed_on_a_missing_t_presim_ms(self):
         # It read "t_presim_ms 0.0 is not a time before t_sim_ms 0.0", a field the
         # file (brunel's t_sim = 0) does not have.
@@ -538,6 +552,162 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         r = run(tool, p, "--out", os.path.join(d, "no", "x.png"), timeout=120)
         self.one_line_error(r, 1, "cannot write", "No such file or directory")
+        # A .partial file is drawn up to where its run stopped, not over the
+        # header's whole length (441 ms of 100 s filled 0.4 % of the axis).
+        part = self.file("spikes.spk.partial",
+                         spk([(10 * k, 5) for k in range(1, 11)], header(t_sim_ms=1e5)))
+        r = run(tool, part, "--out", os.path.join(d, "part.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(drawn to its last spike, 10.0 ms", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r5", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": "20.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(tool, part, "--out", os.path.join(d, "part.png"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("(drawn to 20.0 ms, where its run stopped)", r.stdout)
+
+    def load_tool(self, relative):
+        """A tool of the examples as a module, without running its main (NEST and
+        numpy may be missing)."""
+        import importlib.util
+        path = os.path.join(HERE, "..", "..", relative)
+        name = "tool_" + os.path.basename(relative)[:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def test_the_nest_scripts_write_through_no_planted_link(self):
+        # nest_microcircuit.py's --out DIR/spikes.spk and nest_hpc_benchmark.py's
+        # --json FILE were written with open(..., "w"): through a link planted
+        # at the name into whatever it pointed to, and half a file on a full
+        # disk. Their writing functions, without NEST: through a temporary file
+        # renamed over the name; a FIFO or a name in /dev refused in one line.
+        d = self.dir.name
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        micro = self.load_tool("microcircuit/tools/nest_microcircuit.py")
+        out = os.path.join(d, "nest-out")
+        os.mkdir(out)
+        os.symlink(victim, os.path.join(out, "spikes.spk"))
+        micro.write_spikes(out, header(), struct.pack("<IIII", 1, 2, 3, 4))
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertTrue(stat.S_ISREG(os.lstat(os.path.join(out, "spikes.spk")).st_mode))
+        self.assertEqual(hpc_spikes.read(os.path.join(out, "spikes.spk")).ids.tolist()
+                         if HAVE_NUMPY else list(hpc_spikes.read(os.path.join(out, "spikes.spk")).ids),
+                         [2, 4])
+        self.assertEqual(sorted(os.listdir(out)), ["spikes.spk"])
+        bench = self.load_tool("hpc_benchmark/tools/nest_hpc_benchmark.py")
+        js = os.path.join(d, "nest.json")
+        os.symlink(victim, js)
+        bench.write_result(js, {"mean_rate_hz": 1.5})
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        with open(js) as f:
+            self.assertEqual(json.load(f), {"mean_rate_hz": 1.5})
+        self.assertFalse(os.path.islink(js))
+        fifo = os.path.join(d, "fifo.json")
+        os.mkfifo(fifo)
+        # A name in /dev (as root, /dev/stdout, a link, was replaced by the
+        # file): one that does not exist, so that nothing of the machine's is
+        # at stake here; and, as root, a device node of our own.
+        in_dev = f"/dev/hpc-rs-test-{os.getpid()}.json"
+        calls = [lambda: bench.write_result(fifo, {}),
+                 lambda: bench.write_result(in_dev, {}),
+                 lambda: micro.write_spikes(fifo, header(), b"")]
+        node = os.path.join(d, "null")
+        if os.geteuid() == 0:
+            os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+            calls.append(lambda: bench.write_result(node, {}))
+        for call in calls:
+            import contextlib
+            import io
+            said = io.StringIO()
+            with self.assertRaises(SystemExit) as e, contextlib.redirect_stderr(said):
+                call()
+            self.assertEqual(e.exception.code, 1)
+            self.assertEqual(len(said.getvalue().splitlines()), 1, said.getvalue())
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertFalse(os.path.lexists(in_dev))
+        if os.geteuid() == 0:
+            self.assertTrue(stat.S_ISCHR(os.lstat(node).st_mode))
+        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith(".")), [])
+
+    def test_a_results_file_is_appended_to_through_no_planted_link(self):
+        # hpc_benchmark's validate.py appended each run to --results with
+        # open(..., "a"), into whatever a link planted there pointed to.
+        d = self.dir.name
+        victim = os.path.join(d, "victim")
+        with open(victim, "w") as f:
+            f.write("precious")
+        link = os.path.join(d, "results.jsonl")
+        os.symlink(victim, link)
+        fifo = os.path.join(d, "fifo.jsonl")
+        os.mkfifo(fifo)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import hpc_spikes; "
+                "hpc_spikes.append_line(sys.argv[2], '{\"a\": 1}', 'validate.py')")
+        for target, words in ((link, "symbolic link"), (fifo, "is a FIFO")):
+            r = subprocess.run([sys.executable, "-c", code, READER_DIR, target],
+                               capture_output=True, text=True, timeout=30)
+            self.one_line_error(r, 1, "cannot append to", words)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        plain = os.path.join(d, "plain.jsonl")
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", code, READER_DIR, plain],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(plain) as f:
+            self.assertEqual(f.read(), '{"a": 1}\n{"a": 1}\n')
+        # A row that does not fit (a file size limit standing in for a full
+        # disk) is cut off again: half of it was left, and the next run of the
+        # tool refused the file ("line 3 is not a JSON run").
+        import resource
+        size = os.path.getsize(plain)
+        r = subprocess.run([sys.executable, "-c", code, READER_DIR, plain], capture_output=True,
+                           text=True, timeout=30,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                 (size + 4, size + 4)))
+        self.one_line_error(r, 1, "cannot append to", "File too large")
+        with open(plain) as f:
+            self.assertEqual(f.read(), '{"a": 1}\n{"a": 1}\n')
+        tool = os.path.join(HERE, "..", "..", "hpc_benchmark", "tools", "validate.py")
+        # Refused before the first run, as a usage error.
+        r = run(tool, "--hpc-benchmark", "/bin/true", "--results", link, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("is a symbolic link", r.stderr.strip().splitlines()[-1])
+        self.assertNotIn("Traceback", r.stderr)
+
+    def test_no_tool_opens_a_file_for_writing_itself(self):
+        # Every output of a tool goes through hpc_spikes.write_replacing (a file
+        # written whole) or append_line (a row appended): open(..., "w"), "wb"
+        # or "a" of a name followed a link planted there (pass 17's plot.py,
+        # to_sonata.py and brunel's validate.py --keep; pass 18's NEST scripts,
+        # hpc_benchmark's --results and stdp_vs_nest.py --keep).
+        import ast
+        import glob
+        root = os.path.join(HERE, "..", "..", "..")
+        tools = [p for p in glob.glob(os.path.join(root, "examples", "*", "tools", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "python", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "validate", "*.py"))
+                 if not os.path.basename(p).startswith("test_")]
+        self.assertGreater(len(tools), 8)
+        found = []
+        for path in tools:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "open"):
+                    continue
+                mode = node.args[1] if len(node.args) > 1 else next(
+                    (k.value for k in node.keywords if k.arg == "mode"), None)
+                if isinstance(mode, ast.Constant) and any(c in mode.value for c in "wax+"):
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
+        self.assertEqual(found, [])
 
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or
@@ -582,6 +752,45 @@ class CommandLine(unittest.TestCase):
         self.assertTrue(lines[3].lstrip().startswith("all ") and "CV ISI 0.283" in lines[3],
                         r.stdout)
 
+
+    @unittest.skipUnless(HAVE_NUMPY, "numpy is not installed")
+    def test_a_partial_file_is_rated_up_to_where_its_run_stopped(self):
+        # The rates of a .partial file were taken over the whole run it was
+        # meant to be (the header's t_sim_ms): a run stopped by SIGTERM at 441
+        # ms of 100 s read 0.16 Hz for 37 Hz. They are over the time its
+        # run.json says it stopped at, else up to its last spike.
+        d = self.dir.name
+        p = self.file("spikes.spk.partial",
+                      spk([(10 * k, 5) for k in range(1, 11)], header(t_sim_ms=1000.0)))
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("window (0.0, 10.0] ms (to its last spike", r.stdout)
+        self.assertIn("12.500 Hz", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r4", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGTERM", "stopped_at": "20.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("window (0.0, 20.0] ms (where its run stopped)", r.stdout)
+        self.assertIn("6.250 Hz", r.stdout)
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump({"run_id": "r4", "pid": 1, "host": "h", "status": "incomplete",
+                       "reason": "stopped by SIGINT", "stopped_at": "0.0 ms",
+                       "files": [{"name": "spikes.spk.partial"}]}, f)
+        r = run(READ_SPIKES, p)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("stopped at 0.0 ms: no time to rate", r.stderr)
+        self.assertNotIn("warm-up", r.stderr)
+        # Another run's manifest beside it says nothing of its end; nor does a
+        # file with no spike after its warm-up: no window to rate.
+        q = self.file("warm.spk.partial",
+                      spk([(10, 5)], header(t_sim_ms=1000.0, t_presim_ms=100.0)))
+        r = run(READ_SPIKES, q)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("was not written by the run r4", r.stderr)
+        self.assertIn("no spike after the warm-up", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
 
 @unittest.skipUnless(os.environ.get("SPIKES_FROM_RUST"),
                      "SPIKES_FROM_RUST names no directory of brunel's files")

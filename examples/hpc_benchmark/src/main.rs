@@ -180,11 +180,13 @@ fn run(args: Args) -> Result<()> {
             if show {
                 hpc_spiking::run::draw_progress(step, steps, dt, "");
             }
-        })?
+        })
     };
     if show {
         let _ = writeln!(std::io::stderr());
     }
+    // A run a signal stopped says so in its run.json (incomplete, the signal named).
+    let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, need)

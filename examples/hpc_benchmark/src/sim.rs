@@ -331,6 +331,8 @@ impl<'a> Simulation<'a> {
         let mut comm_s = 0.0;
         let mut exchanged = 0u64;
         let (mut send, mut all) = (Vec::new(), Vec::new());
+        // SIGTERM, SIGINT and SIGHUP stop the loop after the interval in progress.
+        let on_signal = hpc_spiking::stop::OnSignal::install(opts.stop_on_signal)?;
         while self.step < iv.end {
             let m = iv.next(self.step, None) as u64;
             let step0 = self.step;
@@ -367,6 +369,13 @@ impl<'a> Simulation<'a> {
                 }
             }
             progress(self.step, model.steps);
+            if let Err(stopped) = on_signal.check(self.step) {
+                // The spike file holds every spike recorded so far.
+                if let Some(w) = intake.writer.as_mut() {
+                    w.flush()?;
+                }
+                return Err(stopped.into());
+            }
         }
         let completed = self.step >= model.steps;
         let spike_file = match intake.writer.take() {

@@ -24,10 +24,18 @@ import resource
 import sys
 import time
 
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent.parent / "crates" / "hpc-spiking" / "python"))
+import hpc_spikes  # noqa: E402
+
+PROG = "nest_hpc_benchmark.py"
+
 try:
     import numpy as np
 except ImportError as e:
-    sys.exit(f"nest_hpc_benchmark.py needs numpy (python3-numpy): {e}")
+    np = None
+    NO_NUMPY = f"nest_hpc_benchmark.py needs numpy (python3-numpy): {e}"
 
 TAU_SYN = 0.32582722403722841
 NEURON = {
@@ -184,6 +192,15 @@ def main():
         p.error(f"--scale {a.scale}: at least 2 E and 2 I neurons are needed")
     if a.weight_sources < 1:
         p.error("--weight-sources must be at least 1")
+    if np is None:
+        sys.exit(NO_NUMPY)
+    # A FIFO, a device or a name in /dev at --json is refused before NEST runs,
+    # not after it (the result is written through a temporary file renamed over
+    # the name, which no such name takes).
+    try:
+        hpc_spikes.check_output(a.json)
+    except hpc_spikes.SpikeFileError as e:
+        p.error(f"--json: {e}")
 
     try:
         import nest  # late: --help works without NEST
@@ -223,8 +240,16 @@ def main():
             "peak_rss_bytes": peak,
         }
     )
-    with open(a.json, "w") as f:
-        json.dump(out, f, indent=1)
+    write_result(a.json, out)
+
+
+def write_result(path, result):
+    """Writes the JSON object `result` to path through a temporary file of its
+    own renamed over the name (hpc_spikes.write_replacing): open(path, "w")
+    wrote through a symbolic link planted at path into whatever it pointed to,
+    and left half a file on a full disk. A failure ends the program with one line
+    naming the file, status 1."""
+    hpc_spikes.write_replacing(path, (json.dumps(result, indent=1) + "\n").encode(), PROG)
 
 
 if __name__ == "__main__":

@@ -194,12 +194,10 @@ def get(a, rows, engine, seed, lam, work):
     res["load"] = os.getloadavg()[0]
     rows.append(res)
     if a.results:
-        # A full disk or a file removed since: one line, not a traceback.
-        try:
-            with open(a.results, "a") as f:
-                f.write(json.dumps(res) + "\n")
-        except OSError as e:
-            fail(f"--results {a.results}: cannot append the run: {e.strerror or e}")
+        # Appended without following a link planted at its name (open(..., "a")
+        # appended the run to whatever it pointed to); a full disk or a file
+        # removed since: one line, not a traceback.
+        hpc_spikes.append_line(a.results, json.dumps(res), PROG)
     return res
 
 
@@ -265,6 +263,10 @@ def main():
     # the first run (minutes at scale 1), not found missing after it.
     if a.results and not os.path.isdir(os.path.dirname(os.path.abspath(a.results))):
         p.error(f"--results {a.results}: its folder does not exist")
+    # Refused before the first run (minutes), not when its row is appended.
+    if a.results and os.path.islink(a.results):
+        p.error(f"--results {a.results} is a symbolic link: a results file is never appended "
+                "through one (give the file it points to)")
     # Seeds and programs too (a seed beyond u64 failed in the binary, a --python
     # that is no program after the first of our runs, minutes at scale 1).
     for flag, seeds in [("--seeds-off", a.seeds_off), ("--seeds-plastic", a.seeds_plastic)]:

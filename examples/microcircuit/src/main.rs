@@ -156,8 +156,10 @@ fn run(args: Args) -> Result<()> {
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);
     let report = {
         let mut ex = make_exchange(&args, world.clone(), &sim, &model)?;
-        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))?
+        line.drive(|cb| sim.run(&pool, &mut ex, &opts, cb))
     };
+    // A run a signal stopped says so in its run.json (incomplete, the signal named).
+    let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool)

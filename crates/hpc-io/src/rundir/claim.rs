@@ -143,12 +143,7 @@ pub(super) fn holder_in(lock: &Path) -> String {
     // Quoted and escaped where it holds a control character (a line break, a
     // terminal's escape), as `message::path` shows such a path: written as it
     // is, it broke the refusal's line or cleared the terminal.
-    let cut: String = text.chars().take(300).collect();
-    if cut.chars().any(char::is_control) {
-        format!("{cut:?}")
-    } else {
-        cut
-    }
+    super::said(&text.chars().take(300).collect::<String>()).into_owned()
 }
 
 #[cfg(test)]

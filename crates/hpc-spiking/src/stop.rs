@@ -1,0 +1,347 @@
+//! A run stopped by SIGTERM, SIGINT or SIGHUP (a batch system's time limit, `scancel`,
+//! Ctrl-C): while a run's loop runs ([`OnSignal`], installed by the loop when
+//! [`RunOptions::stop_on_signal`](crate::RunOptions::stop_on_signal) asks for
+//! it), the signal only sets a flag, which the loop looks at after every
+//! interval; it then flushes the spike file (`.partial`, valid up to that step)
+//! and returns [`Stopped`]. The binary marks its output directory incomplete,
+//! naming the signal and the time it stopped at ([`mark_stopped`]), and ends by
+//! the same signal ([`end_by`]), so that its parent sees the status a signal
+//! gives (128 + the signal's number in a shell: 143, 130).
+//!
+//! The handler does nothing but store the signal's number in an atomic (the
+//! only work that is safe in a signal handler); it is installed with
+//! `SA_RESETHAND`, so a second signal ends the process at once, as before; and
+//! a watchdog thread ends the process by the signal when the loop has not taken
+//! it within [`GRACE`] (a rank blocked in an exchange with a rank that is gone,
+//! a long checkpoint write). A signal that is ignored when the loop starts (a
+//! background job's SIGINT) stays ignored. Outside the loop (the network's
+//! build, the summary and figures after it) the signals keep their default
+//! action: the run ends at once and its `run.json` says `running` with nobody
+//! holding its lock, which readers report as abandoned.
+//!
+//! ```
+//! use hpc_spiking::stop::{signal_name, Stopped};
+//!
+//! let e = Stopped { signal: libc::SIGTERM, step: 1520 };
+//! assert_eq!(e.to_string(), "stopped by SIGTERM at step 1520");
+//! assert_eq!(signal_name(libc::SIGINT), "SIGINT");
+//! ```
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The signals that stop a run: SIGTERM (a batch system's time limit,
+/// `scancel`, `kill`), SIGINT (Ctrl-C) and SIGHUP (the terminal closed, an ssh
+/// session lost).
+pub const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// How long after a signal the watchdog waits for the loop to take it before it
+/// ends the process by that signal (the loop looks at it after every interval,
+/// milliseconds of wall time; Slurm's default wait between SIGTERM and SIGKILL is
+/// 30 s).
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// The signal received while an [`OnSignal`] was installed (0: none).
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The handler: one atomic store, which is async-signal-safe.
+extern "C" fn note(signal: libc::c_int) {
+    RECEIVED.store(signal, Ordering::SeqCst);
+}
+
+/// The name of `signal` as a message says it (`SIGTERM`, `SIGINT`, else
+/// `signal N`).
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The signal that stopped this process's run (`None`: none was received while a
+/// run's loop had [`OnSignal`] installed).
+pub fn received() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// A run's loop stopped by `signal` once it had completed `step` steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("stopped by {} at step {step}", signal_name(*signal))]
+pub struct Stopped {
+    /// The signal's number.
+    pub signal: i32,
+    /// The steps completed (the spike file holds every spike up to it).
+    pub step: u64,
+}
+
+/// While held, SIGTERM, SIGINT and SIGHUP set a flag that [`OnSignal::check`] turns into
+/// [`Stopped`]; once the last one held is dropped, the earlier actions are back
+/// (the flag stays for [`received`]). Several may be held at once (ranks run as
+/// threads of one process, `crate::exchange::virtual_ranks`): the first installs
+/// the handler, the last restores what it found.
+pub struct OnSignal {
+    /// Whether this one stops its loop (it installed the handler or shares it).
+    enabled: bool,
+    /// The watchdog: its "done" flag and thread.
+    watchdog: Option<(Arc<Done>, JoinHandle<()>)>,
+}
+
+/// The watchdog's "done" flag and the condition it waits on.
+type Done = (Mutex<bool>, Condvar);
+
+/// The [`OnSignal`]s held, and the signals handled with their earlier actions.
+static HELD: Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = Mutex::new((0, Vec::new()));
+
+/// Puts back the earlier actions `old` of the signals handled.
+fn restore(old: &mut Vec<(libc::c_int, libc::sigaction)>) {
+    for (signal, old) in old.drain(..) {
+        // SAFETY: `old` is the action `sigaction` gave for `signal` at install.
+        unsafe {
+            libc::sigaction(signal, &old, std::ptr::null_mut());
+        }
+    }
+}
+
+impl OnSignal {
+    /// Installs the handler when `enabled` (else an `OnSignal` that never stops
+    /// the run and changes nothing), with the watchdog.
+    pub fn install(enabled: bool) -> std::io::Result<OnSignal> {
+        if !enabled {
+            return Ok(OnSignal {
+                enabled,
+                watchdog: None,
+            });
+        }
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if held.0 == 0 {
+            RECEIVED.store(0, Ordering::SeqCst);
+            for signal in SIGNALS {
+                // SAFETY: `sigaction` reads the zero-initialised struct `act` (a
+                // valid empty mask, flags and a handler that is an
+                // `extern "C" fn(c_int)` doing one atomic store) and writes the
+                // earlier action into `old`, both live for the call.
+                let installed = unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else if old.sa_sigaction == libc::SIG_IGN {
+                        // Ignored (nohup, a background job's SIGINT): left so.
+                        Ok(None)
+                    } else {
+                        let mut act: libc::sigaction = std::mem::zeroed();
+                        act.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                        // A second Ctrl-C ends the process at once (SA_RESETHAND);
+                        // a second SIGTERM does not: launchers send it more than
+                        // once (`hpc run` to each rank, then again when another
+                        // rank ended).
+                        act.sa_flags = libc::SA_RESTART
+                            | if signal == libc::SIGINT {
+                                libc::SA_RESETHAND
+                            } else {
+                                0
+                            };
+                        libc::sigemptyset(&mut act.sa_mask);
+                        if libc::sigaction(signal, &act, std::ptr::null_mut()) != 0 {
+                            Err(std::io::Error::last_os_error())
+                        } else {
+                            Ok(Some(old))
+                        }
+                    }
+                };
+                match installed {
+                    Ok(Some(old)) => held.1.push((signal, old)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        restore(&mut held.1);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        held.0 += 1;
+        drop(held);
+        let mut on = OnSignal {
+            enabled,
+            watchdog: None,
+        };
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let theirs = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("stop-watchdog".into())
+            .spawn(move || watch(&theirs))?;
+        on.watchdog = Some((done, thread));
+        Ok(on)
+    }
+
+    /// `Err(Stopped)` when a signal came since the first [`OnSignal`] held was
+    /// installed, the run having completed `step` steps.
+    pub fn check(&self, step: u64) -> Result<(), Stopped> {
+        match (self.enabled, received()) {
+            (true, Some(signal)) => Err(Stopped { signal, step }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for OnSignal {
+    fn drop(&mut self) {
+        if let Some((done, thread)) = self.watchdog.take() {
+            *done.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            done.1.notify_all();
+            let _ = thread.join();
+        }
+        if self.enabled {
+            let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+            held.0 -= 1;
+            if held.0 == 0 {
+                restore(&mut held.1);
+            }
+        }
+    }
+}
+
+/// The watchdog: ends the process by the signal received when the loop has not
+/// taken it within [`GRACE`] (until `done`).
+fn watch(done: &Done) {
+    let mut since: Option<Instant> = None;
+    let mut finished = done.0.lock().unwrap_or_else(|e| e.into_inner());
+    while !*finished {
+        if let Some(signal) = received() {
+            if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
+                tracing::error!(
+                    "{} was not taken by the run within {} s (it is blocked): ended at \
+                     once; its run.json still says running",
+                    signal_name(signal),
+                    GRACE.as_secs()
+                );
+                end_by(signal);
+            }
+        }
+        finished = done
+            .1
+            .wait_timeout(finished, Duration::from_millis(50))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Ends the process by `signal` with its default action (a parent sees the
+/// status of a process that signal ended: 128 + its number in a shell), or, if
+/// that does not end it, with status 128 + its number.
+pub fn end_by(signal: i32) -> ! {
+    // SAFETY: `sigaction` and `pthread_sigmask` read zero-initialised structs
+    // (an empty set, then `signal` added) that live for the calls; `raise`
+    // sends the signal to this thread.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(signal, &act, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
+}
+
+/// After the run failed with `err`: when a signal stopped it (`err` is a
+/// [`Stopped`], or any error once a signal was received: an exchange with a rank
+/// the signal ended), rank 0's output directory `dir` is marked incomplete,
+/// naming the signal and the time it stopped at (steps of `dt` ms), and the
+/// error returned says so; else `dir` is dropped as on every error (marked
+/// incomplete: "the run ended with an error") and `err` returned as it is.
+pub fn mark_stopped(
+    dir: Option<hpc_io::rundir::RunDir>,
+    err: anyhow::Error,
+    dt: f64,
+) -> anyhow::Error {
+    let stopped = err.downcast_ref::<Stopped>().copied();
+    let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
+        return err;
+    };
+    let at = stopped.map(|s| format!("{:.1} ms", s.step as f64 * dt));
+    let mut message = match &at {
+        Some(at) => format!("stopped by {} at {at}", signal_name(signal)),
+        None => format!(
+            "stopped by {}: {}",
+            signal_name(signal),
+            hpc_io::message::chain(err.as_ref())
+        ),
+    };
+    if let Some(d) = dir {
+        let path = d.path().to_path_buf();
+        let status = hpc_io::rundir::Status::Incomplete {
+            reason: format!("stopped by {}", signal_name(signal)),
+            stopped_at: at,
+        };
+        match d.finish(status) {
+            Ok(_) => message.push_str(&format!(
+                "; {} says the run is incomplete",
+                path.join(hpc_io::rundir::MANIFEST).display()
+            )),
+            Err(e) => message.push_str(&format!(
+                "; {} could not be marked incomplete (it still says running): {e}",
+                path.join(hpc_io::rundir::MANIFEST).display()
+            )),
+        }
+    }
+    anyhow::anyhow!(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The action of SIGTERM now.
+    fn action() -> libc::sighandler_t {
+        // SAFETY: `sigaction` only writes the current action into `now`.
+        unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut now);
+            now.sa_sigaction
+        }
+    }
+
+    /// The only test here that installs the handler: a signal sets the flag,
+    /// `check` says so to every `OnSignal` held (two, as ranks run as threads of
+    /// one process), the handler stays while one is held and the earlier
+    /// action is back once the last is dropped; an `OnSignal` not enabled
+    /// changes nothing.
+    #[test]
+    fn a_signal_is_taken_by_check_and_the_earlier_action_restored() {
+        let off = OnSignal::install(false).unwrap();
+        assert_eq!(off.check(3), Ok(()));
+        drop(off);
+        assert_eq!(action(), libc::SIG_DFL);
+        let on = OnSignal::install(true).unwrap();
+        let other = OnSignal::install(true).unwrap();
+        assert_eq!(on.check(5), Ok(()));
+        // SAFETY: `raise` sends SIGTERM to this thread, whose action is `note`.
+        unsafe {
+            libc::raise(libc::SIGTERM);
+        }
+        let stopped = Err(Stopped {
+            signal: libc::SIGTERM,
+            step: 7,
+        });
+        assert_eq!(on.check(7), stopped);
+        assert_eq!(other.check(7), stopped);
+        drop(on);
+        assert_eq!(
+            action(),
+            note as extern "C" fn(libc::c_int) as libc::sighandler_t
+        );
+        drop(other);
+        assert_eq!(received(), Some(libc::SIGTERM));
+        assert_eq!(action(), libc::SIG_DFL);
+    }
+}
