@@ -488,6 +488,38 @@ fn a_trace_lost_at_exit_ends_the_process_non_zero_naming_the_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A process that was ending with a status of its own (a failure, 7) whose trace
+/// is lost at exit keeps that status: the exit handler ended it with 1, which
+/// hid the failure the process had chosen to report. One that was to end 0
+/// still ends 1.
+#[test]
+fn a_trace_lost_at_exit_keeps_the_status_the_process_was_ending_with() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "lost-status");
+    let full = dir.join("full");
+    let mut cmd = Command::new(HPC);
+    cmd.args(["selftest", "--fail-rank", "0", "--exit-code", "7"])
+        .env(hpc_env::TRACE, &full);
+    hpc_test_support::example::limit_file_size(&mut cmd, 0);
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.contains(".json.part"), "the file is named: {err}");
+    // Under the launcher (the final name a directory: the rename fails), the
+    // failing rank's own status is the job's.
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(ranks.join("rank-0.json")).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--", HPC, "selftest", "--fail-rank", "0"])
+        .args(["--exit-code", "9"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(9), "{err}");
+    assert!(err.contains("rank-0.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `--trace FILE` in a folder whose path is not UTF-8: the job ran, and every rank
 /// refused the `HPC_TRACE` it was given ("is not valid UTF-8", a variable the user
 /// never set). It is refused before the job, naming `--trace`.
