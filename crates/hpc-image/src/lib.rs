@@ -159,11 +159,13 @@ pub struct Args {
     /// Add GPU access to the run scripts (--nv, --gpus all, CDI device).
     #[arg(long)]
     pub gpu: bool,
-    /// Output directory (default: `<target>/image/<binary>`).
+    /// Output directory (default: `<target>/image/<binary>`); a folder of the
+    /// system (`/`, `/tmp`, `/etc`, `/usr/...`) is refused.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
-    /// `<target>/hpc-image-cache`); several workspaces can share one.
+    /// `<target>/hpc-image-cache`); several workspaces can share one. A folder of
+    /// the system is refused, as for --out.
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
