@@ -359,6 +359,44 @@ fn a_second_job_with_the_same_trace_file_is_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `hpc trace merge -o FILE` (and `svg -o FILE`) while a job of `hpc run --trace
+/// FILE` runs: the merge was written, then replaced by the job's trace at its
+/// end, both ending 0. The merge is refused naming the job; nothing written.
+#[test]
+fn a_merge_into_the_file_a_running_job_claimed_is_refused() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "merge-claimed");
+    let ranks = traced_selftest(&dir);
+    let t = dir.join("t.json");
+    let ts = t.to_str().unwrap();
+    let mut job = Command::new(HPC)
+        .args(["run", "-n", "1", "--trace", ts, "--", "sleep", "3"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = dir.join(".t.json.lock");
+    let t0 = std::time::Instant::now();
+    while !lock.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let svg_in = dir.join("in.json");
+    trace_cmd("merge", &ranks, &svg_in);
+    for args in [
+        ["trace", "merge", ranks.to_str().unwrap(), "-o", ts],
+        ["trace", "svg", svg_in.to_str().unwrap(), "-o", ts],
+    ] {
+        let out = hpc(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("is being written by hpc run, pid"), "{err}");
+        assert!(!t.exists(), "{args:?} wrote the claimed file");
+    }
+    job.wait().unwrap();
+    // Free again: merged, and no lock file of the merge's own left.
+    trace_cmd("merge", &ranks, &t);
+    assert!(!lock.exists(), "the lock file is left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
     let dir = hpc_test_support::tmpdir("hpc-trace", "full");

@@ -70,6 +70,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         Sub::Merge { dir, output } => {
             check_output("-o", &output)?;
             check_not_an_input(&dir, &output)?;
+            let _claim = claim_output(&output, "hpc trace merge")?;
             let merged = merge(&dir)?;
             super::replace_file(&output, &merged.to_json())?;
             let (missing, first) = merged.missing_ranks(8);
@@ -103,6 +104,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             title,
         } => {
             check_output("-o", &output)?;
+            let _claim = claim_output(&output, "hpc trace svg")?;
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
                     "--width must be between 200 and 100000 pixels, got {}",
@@ -132,6 +134,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Claims the output `-o FILE` while it is written, as `hpc run --trace FILE`
+/// claims its trace for the whole job: a merge into the file a running job
+/// will write at its end was written, then replaced by the job's without a word
+/// (and a job given a FILE being merged into is refused).
+fn claim_output(output: &Path, what: &str) -> Result<hpc_io::rundir::FileClaim, UsageError> {
+    hpc_io::rundir::FileClaim::take(output, &format!("{what}, pid {}", std::process::id()))
+        .map_err(|e| UsageError(format!("-o {}: {e}", output.display())))
 }
 
 /// Merges `dir`; an error names the file at fault.
