@@ -70,8 +70,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         Sub::Merge { dir, output } => {
             check_output("-o", &output)?;
             check_not_an_input(&dir, &output)?;
-            let _claim = claim_output(&output, "hpc trace merge")?;
+            // Checked before the work, held for the write alone (a merge stopped
+            // by Ctrl-C leaves no lock file beside the output).
+            drop(claim_output(&output, "hpc trace merge")?);
             let merged = merge(&dir)?;
+            let _claim = claim_output(&output, "hpc trace merge")?;
             super::replace_file(&output, &merged.to_json())?;
             let (missing, first) = merged.missing_ranks(8);
             if missing > 0 {
@@ -104,7 +107,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             title,
         } => {
             check_output("-o", &output)?;
-            let _claim = claim_output(&output, "hpc trace svg")?;
+            drop(claim_output(&output, "hpc trace svg")?);
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
                     "--width must be between 200 and 100000 pixels, got {}",
@@ -130,13 +133,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             };
             let svg = hpc_trace::svg::render(&trace, &opts)
                 .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+            let _claim = claim_output(&output, "hpc trace svg")?;
             super::replace_file(&output, svg.as_bytes())?;
             Ok(0)
         }
     }
 }
 
-/// Claims the output `-o FILE` while it is written, as `hpc run --trace FILE`
+/// Claims the output `-o FILE` (checked before the work, held while it is
+/// written), as `hpc run --trace FILE`
 /// claims its trace for the whole job: a merge into the file a running job
 /// will write at its end was written, then replaced by the job's without a word
 /// (and a job given a FILE being merged into is refused).
