@@ -21,7 +21,9 @@
 //! rank given to [`set_rank`] (`hpc_rs::init()` gives it once the world is known); a
 //! rank that ends before it learns its rank (it failed to join the job) is named by
 //! `HPC_RANK` where `hpc run` started it, and a process that is no rank (the
-//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`. Each
+//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`
+//! (`-<N>` after the id where another process of the same id, in another
+//! container or on another machine sharing `DIR`, took the name). Each
 //! finished file is a Chrome trace of its own, and records the clocks of its start
 //! (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
 //! machine's boot: [`merge::merge_dir`] (`hpc trace merge`, and `hpc run --trace FILE`

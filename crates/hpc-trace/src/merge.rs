@@ -208,6 +208,8 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
                 .split(|&b| b == b'\n')
                 .filter(|l| l.starts_with(b",{"))
                 .count();
+            // `pid-<PID>-<N>.json.part`: another process of that id had the name.
+            let pid = pid.split('-').next().unwrap_or(pid);
             return Err(MergeError::Unfinished {
                 path,
                 pid: pid.to_string(),
