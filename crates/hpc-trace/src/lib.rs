@@ -77,7 +77,7 @@ pub const REGION: &str = "region";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The trace directory could not be made or written into.
-    #[error("{what} {path}: {error}")]
+    #[error("{}{}: {error}", named(what), path.display())]
     Dir {
         /// Where the directory came from (`HPC_TRACE=`, a flag).
         what: String,
@@ -97,6 +97,17 @@ pub enum Error {
     /// `HPC_TRACE` is not valid UTF-8 or is empty.
     #[error("{0}")]
     Setting(String),
+}
+
+/// `what` before a path in a message: `HPC_TRACE=/x` (a variable and its
+/// value, no blank between: "HPC_TRACE= /x" read as a value with a leading
+/// blank), `trace directory /x`.
+fn named(what: &str) -> String {
+    if what.ends_with('=') {
+        what.to_string()
+    } else {
+        format!("{what} ")
+    }
 }
 
 /// The sinks of this process that [`set_rank`], [`set_label`] and [`finish`] act on,
@@ -304,4 +315,29 @@ fn finish_at_exit_once() {
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A variable and its value are written as they are set: "HPC_TRACE= /x"
+    /// read as a value with a leading blank.
+    #[test]
+    fn a_directory_error_names_the_variable_and_its_value_together() {
+        let e = |what: &str| {
+            Error::Dir {
+                what: what.into(),
+                path: PathBuf::from("/proc/x"),
+                error: std::io::ErrorKind::NotFound.into(),
+            }
+            .to_string()
+        };
+        assert!(
+            e("HPC_TRACE=").starts_with("HPC_TRACE=/proc/x: "),
+            "{}",
+            e("HPC_TRACE=")
+        );
+        assert!(e("trace directory").starts_with("trace directory /proc/x: "));
+    }
 }
