@@ -904,6 +904,41 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Two ranks given different tests waited for each other until the job's
+/// timeout, then said "timed out after 30s waiting for operation 6", naming
+/// neither test. They are refused at once, each test named.
+#[test]
+fn perftest_ranks_given_different_tests_are_refused_naming_both() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let script = format!(
+        "if [ \"${rank}\" = 0 ]; then exec {hpc_bin} perftest send_bw -n 5 --no-pin; \
+         else exec {hpc_bin} perftest send_lat -n 5 --no-pin; fi",
+        rank = hpc_env::RANK
+    );
+    let t = std::time::Instant::now();
+    let o = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--timeout",
+        "20",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "the two ranks were given different tests: rank 0 `hpc perftest send_bw --iters 5`, \
+             rank 1 `hpc perftest send_lat --iters 5`"
+        ),
+        "{err}"
+    );
+    assert!(t.elapsed().as_secs() < 15, "{:?}", t.elapsed());
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.
