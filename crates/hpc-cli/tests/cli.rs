@@ -939,6 +939,29 @@ fn perftest_ranks_given_different_tests_are_refused_naming_both() {
     assert!(t.elapsed().as_secs() < 15, "{:?}", t.elapsed());
 }
 
+/// `hpc selftest --collectives thread` on rank 0 alone failed with "rank 1
+/// finalized before joining allgather" (and the others with "allgather round
+/// 2: wrong part from rank 0"), naming no flag. Refused, both spellings named.
+#[test]
+fn selftest_ranks_given_different_checks_are_refused_naming_them() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let script = format!(
+        "if [ \"${rank}\" = 0 ]; then exec {hpc_bin} selftest --collectives thread \
+         --rounds 2; else exec {hpc_bin} selftest; fi",
+        rank = hpc_env::RANK
+    );
+    let o = hpc(&["run", "-n", "3", "--", "sh", "-c", &script]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "the ranks were given different checks: rank 0 `hpc selftest --collectives \
+             thread`, rank 1 `hpc selftest` (rank(s) 1, 2 differ from rank 0)"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn perftest_output_to_a_full_device_is_an_error() {
     // perftest needs two ranks: each rank's own standard output is /dev/full.
