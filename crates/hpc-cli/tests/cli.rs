@@ -115,6 +115,33 @@ fn new_writes_an_application_workspace() {
 /// Hostile-user pass 15: `hpc new LINK`, LINK a link to a missing folder, was
 /// taken as missing and failed on its first file ("creating LINK/Cargo.toml: No
 /// such file or directory"); it is refused saying what LINK is.
+/// `hpc new /srv --force` (as root) wrote the workspace's `Cargo.toml`, `src/`
+/// and scripts among the system's files, the refusal of a non-empty folder
+/// having offered `--force`. A folder of the system is refused with or
+/// without it, nothing written.
+#[test]
+fn new_refuses_a_folder_of_the_system_even_with_force() {
+    let s = scratch("new-system");
+    // Not made by the fix; were it ever written (the check gone, as root), it
+    // is removed before anything is asserted: a test never leaves it in /etc.
+    let made = format!("/etc/hpc-new-test-{}", std::process::id());
+    let o = hpc_in(
+        &s,
+        &["new", &made, "--force", "--vcs", "none", "--name", "app"],
+    );
+    let written = std::path::Path::new(&made).exists();
+    let _ = std::fs::remove_dir_all(&made);
+    let err = stderr(&o);
+    assert!(!written, "{made} written: {err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("in /etc, a folder of the system's files")
+            && err.contains("not a folder for a new workspace"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 #[test]
 fn new_into_a_dangling_link_says_so() {
     let s = scratch("new-dangling");

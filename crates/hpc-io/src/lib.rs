@@ -20,6 +20,7 @@ pub mod atomic;
 pub mod message;
 pub mod read;
 pub mod rundir;
+pub mod system;
 pub mod write;
 
 /// What the modules' tests share: a fresh directory and a FIFO.
