@@ -383,14 +383,14 @@ mod tests {
         // a proxy.
         std::fs::write(dir.join(format!("pid-{pid}.json.part")), "{").unwrap();
         std::fs::write(dir.join(format!("proc-{pid}.json")), "other").unwrap();
-        let proxy = Sink::create(&dir, "HPC_TRACE=").unwrap();
+        let proxy = Sink::create(&dir, &format!("{}=", hpc_env::TRACE)).unwrap();
         assert_eq!(proxy.part, dir.join(format!("pid-{pid}-1.json.part")));
         proxy.set_label("proxy");
         let done = proxy.finish().unwrap().unwrap();
         assert_eq!(done, dir.join(format!("proc-{pid}-1.json")));
         let other = std::fs::read_to_string(dir.join(format!("proc-{pid}.json"))).unwrap();
         assert_eq!(other, "other");
-        let rank = Sink::create(&dir, "HPC_TRACE=").unwrap();
+        let rank = Sink::create(&dir, &format!("{}=", hpc_env::TRACE)).unwrap();
         rank.set_rank(3);
         assert_eq!(rank.finish().unwrap().unwrap(), dir.join("rank-3.json"));
         assert!(dir.join(format!("pid-{pid}.json.part")).exists());
