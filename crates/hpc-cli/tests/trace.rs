@@ -558,6 +558,34 @@ fn a_trace_lost_at_exit_keeps_the_status_the_process_was_ending_with() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A path holding a terminal's escape was written as it is into the refusal
+/// (`--trace`, `trace merge DIR`): the terminal's colours changed. It is shown
+/// quoted and escaped.
+#[test]
+fn a_path_with_a_control_character_is_shown_escaped() {
+    let odd = "/nonexistent/d\u{1b}[31m";
+    for args in [
+        vec!["trace", "merge", odd, "-o", "x.json"],
+        vec![
+            "run",
+            "-n",
+            "1",
+            "--trace",
+            "/nonexistent/t\u{1b}[31m.json",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = hpc(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !err.contains('\u{1b}') && err.contains("\\u{1b}[31m"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// `--trace FILE` in a folder whose path is not UTF-8: the job ran, and every rank
 /// refused the `HPC_TRACE` it was given ("is not valid UTF-8", a variable the user
 /// never set). It is refused before the job, naming `--trace`.

@@ -147,7 +147,8 @@ pub fn num(x: f64) -> String {
 pub const PATH_SHOWN_BYTES: usize = 4096;
 
 /// `path` as a message shows it: whole up to [`PATH_SHOWN_BYTES`] bytes, else
-/// cut as [`cut`] cuts a line (a path of 100,000 characters, which the system
+/// cut as [`cut`] cuts a line; quoted and escaped where it holds a control
+/// character (a path of 100,000 characters, which the system
 /// refuses, was echoed whole in the refusal).
 ///
 /// ```
@@ -156,9 +157,19 @@ pub const PATH_SHOWN_BYTES: usize = 4096;
 /// let long = format!("/{}", "x".repeat(100_000));
 /// let t = hpc_io::message::path(Path::new(&long));
 /// assert!(t.len() < 400 && t.ends_with("... (99701 more characters)"), "{t}");
+/// // A control character: quoted and escaped.
+/// assert_eq!(hpc_io::message::path(Path::new("d\u{1b}[31m/a\nb")), r#""d\u{1b}[31m/a\nb""#);
 /// ```
 pub fn path(path: &std::path::Path) -> String {
     let text = path.display().to_string();
+    // A line break or a terminal's escape in a name broke the message's line
+    // or changed the terminal's colours: quoted and escaped, as
+    // `hpc_env::short` shows a value.
+    let text = if text.chars().any(char::is_control) {
+        format!("\"{}\"", text.escape_debug())
+    } else {
+        text
+    };
     if text.len() <= PATH_SHOWN_BYTES {
         text
     } else {

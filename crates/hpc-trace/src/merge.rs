@@ -38,7 +38,7 @@ pub const ALIGNMENT: &str = "processes of one boot of one machine: CLOCK_MONOTON
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     /// The directory cannot be listed.
-    #[error("cannot read the trace directory {path}: {error}")]
+    #[error("cannot read the trace directory {path}: {error}", path = hpc_io::message::path(path))]
     Dir {
         /// The directory.
         path: PathBuf,
@@ -46,10 +46,10 @@ pub enum MergeError {
         error: std::io::Error,
     },
     /// The directory holds no finished or unfinished trace file.
-    #[error("{0} holds no trace file (rank-<R>.json); was the job run with {var} set to it?", var = hpc_env::TRACE)]
+    #[error("{} holds no trace file (rank-<R>.json); was the job run with {var} set to it?", hpc_io::message::path(.0), var = hpc_env::TRACE)]
     Empty(PathBuf),
     /// A process did not finish its file.
-    #[error("{path} was never finished: the process (pid {pid}) was killed or failed to write it before its end (a full disk?); {lines} events were written; remove it to merge the others")]
+    #[error("{path} was never finished: the process (pid {pid}) was killed or failed to write it before its end (a full disk?); {lines} events were written; remove it to merge the others", path = hpc_io::message::path(path))]
     Unfinished {
         /// The `.part` file.
         path: PathBuf,
@@ -59,7 +59,7 @@ pub enum MergeError {
         lines: usize,
     },
     /// A process of this machine is still writing its file (the job still runs).
-    #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended")]
+    #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended", path = hpc_io::message::path(path))]
     Running {
         /// The `.part` file.
         path: PathBuf,
@@ -69,7 +69,7 @@ pub enum MergeError {
     /// A file cannot be read or is not a finished trace of this format. The
     /// reason is cut ([`hpc_io::message::cut`]): a parser's message quoted a
     /// string of the file whole.
-    #[error("{path}: {}", hpc_io::message::cut(why))]
+    #[error("{}: {}", hpc_io::message::path(path), hpc_io::message::cut(why))]
     Bad {
         /// The file.
         path: PathBuf,
@@ -77,7 +77,7 @@ pub enum MergeError {
         why: String,
     },
     /// The files are of different jobs.
-    #[error("{path} is {why}: the directory holds the files of more than one job; merge the files of one job (remove the others)")]
+    #[error("{path} is {why}: the directory holds the files of more than one job; merge the files of one job (remove the others)", path = hpc_io::message::path(path))]
     Mixed {
         /// The file found not to belong with the others.
         path: PathBuf,
@@ -85,7 +85,7 @@ pub enum MergeError {
         why: String,
     },
     /// Two files name the same rank.
-    #[error("{first} and {second} are both rank {rank}'s: traces of two jobs in one directory?")]
+    #[error("{first} and {second} are both rank {rank}'s: traces of two jobs in one directory?", first = hpc_io::message::path(first), second = hpc_io::message::path(second))]
     Duplicate {
         /// The rank.
         rank: usize,

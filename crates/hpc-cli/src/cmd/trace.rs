@@ -190,7 +190,7 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
     if path.file_name().is_none() || path.is_dir() {
         return Err(UsageError(format!(
             "{flag} {}: names a directory, not a file",
-            path.display()
+            hpc_io::message::path(path)
         )));
     }
     if !dir.is_dir() {
@@ -202,12 +202,12 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         };
         return Err(UsageError(format!(
             "{flag} {}: the directory {} {what}",
-            path.display(),
-            dir.display()
+            hpc_io::message::path(path),
+            hpc_io::message::path(dir)
         )));
     }
     hpc_io::atomic::check_replaceable(path)
-        .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))
+        .map_err(|e| UsageError(format!("{flag} {}: {e}", hpc_io::message::path(path))))
 }
 
 /// `hpc run --trace FILE`: the directory the ranks write into, beside `FILE`,
