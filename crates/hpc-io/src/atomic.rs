@@ -134,7 +134,7 @@ pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
 /// not a regular file or a symbolic link, when it is a link to something that is
 /// not a regular file (`/dev/stdout`'s pipe, a FIFO, a folder), when it is in
 /// `/dev`, `/proc` or `/sys`, and when it is a lock file that a running process
-/// holds ([`crate::rundir::lock_holder`]) ([`rename_over`]'s check), so that a
+/// holds (a run directory's `run.lock`) ([`rename_over`]'s check), so that a
 /// program can refuse such a name before its work rather than after.
 pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
     use std::os::unix::ffi::OsStrExt as _;
@@ -184,7 +184,7 @@ pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
         // replaced, the next run took that run's directory while it still ran.
         // Checked again here, at the rename, not only when the name was claimed.
         if t.is_file() {
-            if let Some(holder) = crate::rundir::lock_holder(path) {
+            if let Some(holder) = crate::lockfile::lock_holder(path) {
                 return Err(refuse(format!(
                     "it is a lock file that a running process holds ({holder}): replacing \
                      it would let a second run into what that process owns; choose another file"
@@ -250,7 +250,19 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let lock = dir.join("run.lock");
-        let held = crate::rundir::try_lock_file(&lock).unwrap().unwrap();
+        // Held as a run holds its `run.lock`: an exclusive flock.
+        let lock_now = |path: &Path| {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .unwrap();
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                .is_ok()
+                .then_some(f)
+        };
+        let held = lock_now(&lock).unwrap();
         let tmp = dir.join(".trace.tmp");
         fs::write(&tmp, b"{}").unwrap();
         let e = rename_over(&tmp, &lock).unwrap_err().to_string();
@@ -259,7 +271,7 @@ mod tests {
             "{e}"
         );
         assert!(tmp.exists(), "the new file is left for the caller");
-        let still = crate::rundir::try_lock_file(&lock).unwrap();
+        let still = lock_now(&lock);
         assert!(still.is_none(), "the held lock file was replaced");
         drop(held);
         rename_over(&tmp, &lock).unwrap();

@@ -17,6 +17,7 @@
 //! can use it.
 
 pub mod atomic;
+mod lockfile;
 pub mod message;
 pub mod read;
 pub mod rundir;
