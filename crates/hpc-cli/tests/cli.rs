@@ -115,6 +115,33 @@ fn new_writes_an_application_workspace() {
 /// Hostile-user pass 15: `hpc new LINK`, LINK a link to a missing folder, was
 /// taken as missing and failed on its first file ("creating LINK/Cargo.toml: No
 /// such file or directory"); it is refused saying what LINK is.
+/// `hpc new /srv --force` (as root) wrote the workspace's `Cargo.toml`, `src/`
+/// and scripts among the system's files, the refusal of a non-empty folder
+/// having offered `--force`. A folder of the system is refused with or
+/// without it, nothing written.
+#[test]
+fn new_refuses_a_folder_of_the_system_even_with_force() {
+    let s = scratch("new-system");
+    // Not made by the fix; were it ever written (the check gone, as root), it
+    // is removed before anything is asserted: a test never leaves it in /etc.
+    let made = format!("/etc/hpc-new-test-{}", std::process::id());
+    let o = hpc_in(
+        &s,
+        &["new", &made, "--force", "--vcs", "none", "--name", "app"],
+    );
+    let written = std::path::Path::new(&made).exists();
+    let _ = std::fs::remove_dir_all(&made);
+    let err = stderr(&o);
+    assert!(!written, "{made} written: {err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("in /etc, a folder of the system's files")
+            && err.contains("not a folder for a new workspace"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 #[test]
 fn new_into_a_dangling_link_says_so() {
     let s = scratch("new-dangling");
@@ -902,6 +929,64 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
         );
     }
     let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Two ranks given different tests waited for each other until the job's
+/// timeout, then said "timed out after 30s waiting for operation 6", naming
+/// neither test. They are refused at once, each test named.
+#[test]
+fn perftest_ranks_given_different_tests_are_refused_naming_both() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let script = format!(
+        "if [ \"${rank}\" = 0 ]; then exec {hpc_bin} perftest send_bw -n 5 --no-pin; \
+         else exec {hpc_bin} perftest send_lat -n 5 --no-pin; fi",
+        rank = hpc_env::RANK
+    );
+    let t = std::time::Instant::now();
+    let o = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--timeout",
+        "20",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "the two ranks were given different tests: rank 0 `hpc perftest send_bw --iters 5`, \
+             rank 1 `hpc perftest send_lat --iters 5`"
+        ),
+        "{err}"
+    );
+    assert!(t.elapsed().as_secs() < 15, "{:?}", t.elapsed());
+}
+
+/// `hpc selftest --collectives thread` on rank 0 alone failed with "rank 1
+/// finalized before joining allgather" (and the others with "allgather round
+/// 2: wrong part from rank 0"), naming no flag. Refused, both spellings named.
+#[test]
+fn selftest_ranks_given_different_checks_are_refused_naming_them() {
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let script = format!(
+        "if [ \"${rank}\" = 0 ]; then exec {hpc_bin} selftest --collectives thread \
+         --rounds 2; else exec {hpc_bin} selftest; fi",
+        rank = hpc_env::RANK
+    );
+    let o = hpc(&["run", "-n", "3", "--", "sh", "-c", &script]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "the ranks were given different checks: rank 0 `hpc selftest --collectives \
+             thread`, rank 1 `hpc selftest` (rank(s) 1, 2 differ from rank 0)"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

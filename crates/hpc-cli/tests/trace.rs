@@ -359,6 +359,44 @@ fn a_second_job_with_the_same_trace_file_is_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `hpc trace merge -o FILE` (and `svg -o FILE`) while a job of `hpc run --trace
+/// FILE` runs: the merge was written, then replaced by the job's trace at its
+/// end, both ending 0. The merge is refused naming the job; nothing written.
+#[test]
+fn a_merge_into_the_file_a_running_job_claimed_is_refused() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "merge-claimed");
+    let ranks = traced_selftest(&dir);
+    let t = dir.join("t.json");
+    let ts = t.to_str().unwrap();
+    let mut job = Command::new(HPC)
+        .args(["run", "-n", "1", "--trace", ts, "--", "sleep", "3"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = dir.join(".t.json.lock");
+    let t0 = std::time::Instant::now();
+    while !lock.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let svg_in = dir.join("in.json");
+    trace_cmd("merge", &ranks, &svg_in);
+    for args in [
+        ["trace", "merge", ranks.to_str().unwrap(), "-o", ts],
+        ["trace", "svg", svg_in.to_str().unwrap(), "-o", ts],
+    ] {
+        let out = hpc(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("is being written by hpc run, pid"), "{err}");
+        assert!(!t.exists(), "{args:?} wrote the claimed file");
+    }
+    job.wait().unwrap();
+    // Free again: merged, and no lock file of the merge's own left.
+    trace_cmd("merge", &ranks, &t);
+    assert!(!lock.exists(), "the lock file is left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_rank_whose_trace_cannot_be_written_says_so_and_the_merge_names_it() {
     let dir = hpc_test_support::tmpdir("hpc-trace", "full");
@@ -486,6 +524,66 @@ fn a_trace_lost_at_exit_ends_the_process_non_zero_naming_the_file() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("rank-0.json"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A process that was ending with a status of its own (a failure, 7) whose trace
+/// is lost at exit keeps that status: the exit handler ended it with 1, which
+/// hid the failure the process had chosen to report. One that was to end 0
+/// still ends 1.
+#[test]
+fn a_trace_lost_at_exit_keeps_the_status_the_process_was_ending_with() {
+    let dir = hpc_test_support::tmpdir("hpc-trace", "lost-status");
+    let full = dir.join("full");
+    let mut cmd = Command::new(HPC);
+    cmd.args(["selftest", "--fail-rank", "0", "--exit-code", "7"])
+        .env(hpc_env::TRACE, &full);
+    hpc_test_support::example::limit_file_size(&mut cmd, 0);
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.contains(".json.part"), "the file is named: {err}");
+    // Under the launcher (the final name a directory: the rename fails), the
+    // failing rank's own status is the job's.
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(ranks.join("rank-0.json")).unwrap();
+    let out = Command::new(HPC)
+        .args(["run", "-n", "1", "--", HPC, "selftest", "--fail-rank", "0"])
+        .args(["--exit-code", "9"])
+        .env(hpc_env::TRACE, &ranks)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(9), "{err}");
+    assert!(err.contains("rank-0.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A path holding a terminal's escape was written as it is into the refusal
+/// (`--trace`, `trace merge DIR`): the terminal's colours changed. It is shown
+/// quoted and escaped.
+#[test]
+fn a_path_with_a_control_character_is_shown_escaped() {
+    let odd = "/nonexistent/d\u{1b}[31m";
+    for args in [
+        vec!["trace", "merge", odd, "-o", "x.json"],
+        vec![
+            "run",
+            "-n",
+            "1",
+            "--trace",
+            "/nonexistent/t\u{1b}[31m.json",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = hpc(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !err.contains('\u{1b}') && err.contains("\\u{1b}[31m"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 /// `--trace FILE` in a folder whose path is not UTF-8: the job ran, and every rank

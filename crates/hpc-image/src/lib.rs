@@ -159,11 +159,13 @@ pub struct Args {
     /// Add GPU access to the run scripts (--nv, --gpus all, CDI device).
     #[arg(long)]
     pub gpu: bool,
-    /// Output directory (default: `<target>/image/<binary>`).
+    /// Output directory (default: `<target>/image/<binary>`); a folder of the
+    /// system (`/`, `/tmp`, `/etc`, `/usr/...`) is refused.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Where base layers are cached (default: `HPC_IMAGE_CACHE`, else
-    /// `<target>/hpc-image-cache`); several workspaces can share one.
+    /// `<target>/hpc-image-cache`); several workspaces can share one. A folder of
+    /// the system is refused, as for --out.
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Existing base image instead of mmdebstrap: OCI layout dir, oci-archive or
@@ -426,10 +428,7 @@ fn mpi_stack(libmpi: &str) -> Result<BTreeSet<String>> {
         shared_objects(Path::new(d), &mut objs);
     }
     for o in objs {
-        let out = Command::new("ldd")
-            .arg(&o)
-            .output()
-            .context("cannot run ldd")?;
+        let out = ldd_output(&mut Command::new("ldd"), &o, QUERY_LIMIT)?;
         let text = String::from_utf8_lossy(&out.stdout);
         // Plugins for hardware or libraries the host lacks have unresolved needs: skip
         // those lines, the plugin would not load on the host either.
@@ -448,11 +447,32 @@ fn mpi_stack(libmpi: &str) -> Result<BTreeSet<String>> {
 }
 
 fn ldd(path: &Path) -> Result<Vec<LddLib>> {
-    let out = Command::new("ldd")
-        .arg(path)
-        .output()
-        .context("cannot run ldd (install libc-bin)")?;
+    let out = ldd_output(&mut Command::new("ldd"), path, QUERY_LIMIT)?;
     parse_ldd(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The time a tool that only looks (`ldd` of a binary or a library) is given.
+const QUERY_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `ldd` (the program `ldd`) of `path`, bounded in memory and in time: an `ldd`
+/// that printed without end was read into memory without bound (gigabytes in
+/// seconds), and one that hung hung the build. Output beyond what is kept is
+/// refused, not parsed in part (a library list cut short).
+fn ldd_output(
+    ldd: &mut Command,
+    path: &Path,
+    limit: std::time::Duration,
+) -> Result<std::process::Output> {
+    let out = crate::sys::output_within(ldd.arg(path), limit)
+        .with_context(|| format!("cannot run ldd of {} (install libc-bin)", path.display()))?;
+    if out.stdout.len() as u64 >= crate::sys::MAX_TOOL_OUTPUT {
+        bail!(
+            "ldd of {} printed {} bytes or more, more than any list of libraries: not read",
+            path.display(),
+            crate::sys::MAX_TOOL_OUTPUT
+        );
+    }
+    Ok(out)
 }
 
 /// The path a host library gets inside a merged-`/usr` Debian image.
@@ -511,11 +531,20 @@ pub fn template_keys() -> &'static [&'static str] {
 }
 
 fn git(root: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(root)
-        .output()
-        .ok()?;
+    // Bounded as `ldd` is: a git that hangs (a workspace on a file system that
+    // stopped answering) is stopped and said, the revision then unknown.
+    let out = match crate::sys::output_within(
+        Command::new("git").args(args).current_dir(root),
+        QUERY_LIMIT,
+    ) {
+        Ok(out) => out,
+        Err(e) => {
+            if e.is::<crate::sys::TimedOut>() {
+                say!("    warning: {e}");
+            }
+            return None;
+        }
+    };
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -606,7 +635,8 @@ pub fn rfc3339(secs: u64) -> String {
 
 fn dpkg_owner(path: &str) -> Option<String> {
     for p in [path.to_string(), format!("/{}", usr_merged(path))] {
-        let out = Command::new("dpkg").args(["-S", &p]).output().ok()?;
+        let out =
+            crate::sys::output_within(Command::new("dpkg").args(["-S", &p]), QUERY_LIMIT).ok()?;
         if out.status.success() {
             let s = String::from_utf8_lossy(&out.stdout);
             let pkg = s.split(':').next()?.trim().to_string();
@@ -884,6 +914,38 @@ pub fn run(args: Args) -> Result<()> {
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// An `ldd` that prints without end, or never ends, is bounded: it was read
+    /// into memory without bound (4.4 GB in 20 s), or waited for without end.
+    #[test]
+    fn an_ldd_printing_without_end_or_hanging_is_bounded() {
+        let limit = std::time::Duration::from_secs(30);
+        let mut yes = Command::new("sh");
+        yes.args([
+            "-c",
+            "head -c 20000000 /dev/zero | tr '\\0' x; exit 0",
+            "ldd",
+        ]);
+        let e = ldd_output(&mut yes, Path::new("/bin/app"), limit).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("ldd of /bin/app printed 8388608 bytes or more"),
+            "{e:#}"
+        );
+        let mut hang = Command::new("sh");
+        hang.args(["-c", "exec sleep 60", "ldd"]);
+        let t = std::time::Instant::now();
+        let e = ldd_output(
+            &mut hang,
+            Path::new("/bin/app"),
+            std::time::Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(t.elapsed().as_secs() < 15, "{:?}", t.elapsed());
+        assert!(
+            format!("{e:#}").contains("cannot run ldd of /bin/app") && e.to_string().len() < 200,
+            "{e:#}"
+        );
+    }
 
     /// Hostile-user pass 15: `SOURCE_DATE_EPOCH` past the year 9999 dated the
     /// image `584554051223-11-09T07:00:15Z` (status 0), a date no tool reads.

@@ -53,6 +53,10 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     record(out_dir, &out_dir.join(sif))
 }
 
+/// The time `apptainer inspect` of a built SIF is given (it reads the SIF's
+/// header: seconds even on a slow shared file system).
+pub const INSPECT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `apptainer build` of `def` into `tmp` (in `out_dir`), then its labels checked.
 fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     // Run in the output folder: the definition's `From:` names the archive beside it.
@@ -73,12 +77,14 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     }
     let path = out_dir.join(tmp);
     // Bounded, and stopped with the build: an `apptainer` that never stops
-    // printing is not read into memory without end.
-    let out = crate::sys::output_guarded(
+    // printing is not read into memory without end, nor waited for without end
+    // (one that hung, hung the build without a word).
+    let out = crate::sys::output_within(
         Command::new("apptainer")
             .args(["inspect", "--json", "--labels"])
             .arg(&path)
             .stdin(std::process::Stdio::null()),
+        INSPECT_LIMIT,
     )
     .context("cannot run apptainer inspect")?;
     if !out.status.success() {

@@ -263,29 +263,24 @@ fn signal_group(pgid: i32, sig: libc::c_int) {
 
 /// Waits for a tool started by [`spawn_guarded`]; a SIGINT, SIGTERM or SIGHUP to
 /// this process meanwhile is passed to the tool's whole process group (SIGKILL
-/// after 10 s), and the wait ends with [`Interrupted`].
-fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
+/// after 10 s), and the wait ends with [`Interrupted`]. With a `deadline`, a tool
+/// still running then gets the same stop (SIGTERM to its group, SIGKILL after
+/// 10 s), and the wait returns `None`.
+fn wait_guarded(child: &mut Child, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
     let pgid = child.id() as i32;
     RUNNING.store(pgid, Ordering::SeqCst);
     let result = (|| loop {
         if let Some(status) = child.try_wait()? {
-            break Ok(status);
+            break Ok(Some(status));
         }
         let sig = STOPPED_BY.load(Ordering::SeqCst);
         if sig != 0 {
-            signal_group(pgid, sig);
-            let t = Instant::now();
-            while child.try_wait()?.is_none() {
-                if t.elapsed() > Duration::from_secs(10) {
-                    signal_group(pgid, libc::SIGKILL);
-                    child.wait()?;
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            // Its children too, had they left its group's leader behind.
-            signal_group(pgid, libc::SIGKILL);
+            stop_group(child, pgid, sig)?;
             break Err(Interrupted(sig).into());
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop_group(child, pgid, libc::SIGTERM)?;
+            break Ok(None);
         }
         std::thread::sleep(Duration::from_millis(20));
     })();
@@ -297,6 +292,54 @@ fn wait_guarded(child: &mut Child) -> Result<ExitStatus> {
     result
 }
 
+/// Stops the tool `child`, leader of the process group `pgid`: `sig` to the
+/// group, SIGKILL after 10 s, and SIGKILL to what is left of the group (its
+/// children, had they left its leader behind).
+fn stop_group(child: &mut Child, pgid: i32, sig: libc::c_int) -> std::io::Result<()> {
+    signal_group(pgid, sig);
+    let t = Instant::now();
+    while child.try_wait()?.is_none() {
+        if t.elapsed() > Duration::from_secs(10) {
+            signal_group(pgid, libc::SIGKILL);
+            child.wait()?;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_group(pgid, libc::SIGKILL);
+    Ok(())
+}
+
+/// A tool that did not end within its time limit ([`output_within`]): it and its
+/// process group were stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut {
+    /// The command, as a message shows it (cut).
+    pub command: String,
+    /// The time it was given.
+    pub limit: Duration,
+}
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} did not end within {} s: it and its process group were stopped",
+            self.command,
+            self.limit.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// `cmd` as a message names it: the program and its arguments, cut.
+fn shown_command(cmd: &Command) -> String {
+    let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
+    words.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    hpc_io::message::cut(&words.join(" ")).into_owned()
+}
+
 /// The most bytes of a tool's standard output, and of its standard error, that
 /// [`output_guarded`] keeps.
 pub const MAX_TOOL_OUTPUT: u64 = 8 << 20;
@@ -306,7 +349,8 @@ pub const MAX_TOOL_OUTPUT: u64 = 8 << 20;
 /// rules of [`output_guarded`]).
 pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
     let (mut child, _guardian) = spawn_guarded(cmd)?;
-    wait_guarded(&mut child)
+    wait_guarded(&mut child, None)?
+        .ok_or_else(|| anyhow::anyhow!("{} was stopped", shown_command(cmd)))
 }
 
 /// Runs a tool of the build and collects its output, as [`Command::output`]
@@ -319,9 +363,32 @@ pub fn status_guarded(cmd: &mut Command) -> Result<ExitStatus> {
 /// [`MAX_TOOL_OUTPUT`] bytes are kept and the rest read and dropped (an
 /// `apptainer` that never stopped printing was read into memory without end).
 pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
+    output_until(cmd, None)
+}
+
+/// [`output_guarded`] for a tool that should end within `limit` (an `apptainer
+/// inspect`): one still running then, or whose output is still held open by a
+/// process it started, is stopped (its process group: SIGTERM, SIGKILL after 10
+/// s), and the run ends with [`TimedOut`], naming the command (a hanging
+/// `apptainer` hung the build without a word).
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output> {
+    output_until(cmd, Some(limit))
+}
+
+fn output_until(cmd: &mut Command, limit: Option<Duration>) -> Result<Output> {
+    let deadline = limit.map(|l| Instant::now() + l);
+    let shown = shown_command(cmd);
+    let timed_out = || -> anyhow::Error {
+        TimedOut {
+            command: shown.clone(),
+            limit: limit.unwrap_or_default(),
+        }
+        .into()
+    };
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (mut child, _guardian) = spawn_guarded(cmd)?;
     let drain = |r: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut r) = r {
@@ -329,16 +396,32 @@ pub fn output_guarded(cmd: &mut Command) -> Result<Output> {
                 // The rest is read, so that the tool never blocks on a full pipe.
                 let _ = std::io::copy(&mut r, &mut std::io::sink());
             }
-            buf
-        })
+            let _ = tx.send(buf);
+        });
+        rx
     };
     let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
     let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
-    let status = wait_guarded(&mut child)?;
+    let Some(status) = wait_guarded(&mut child, deadline)? else {
+        return Err(timed_out());
+    };
+    // A process the tool started outside its group may hold its output open:
+    // waited for until the deadline, not without end.
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| match deadline {
+        None => Some(rx.recv().unwrap_or_default()),
+        Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+            Ok(buf) => Some(buf),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(Vec::new()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        },
+    };
+    let (Some(stdout), Some(stderr)) = (collect(out), collect(err)) else {
+        return Err(timed_out());
+    };
     Ok(Output {
         status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout,
+        stderr,
     })
 }
 
@@ -477,6 +560,43 @@ mod tests {
         assert!(out.status.success());
         assert_eq!(out.stdout.len() as u64, MAX_TOOL_OUTPUT);
         assert_eq!(out.stderr, b"done\n");
+    }
+
+    /// A tool that never ends (an `apptainer inspect` that hangs) is stopped at
+    /// its time limit, and the error names the command: the build waited for it
+    /// without end. So is one that ended leaving a process of its own (outside
+    /// its group) holding its output open.
+    #[test]
+    fn a_tool_that_never_ends_is_stopped_at_its_limit_and_named() {
+        let t = Instant::now();
+        let e = output_within(
+            Command::new("sh").args(["-c", "echo started; exec sleep 60"]),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        let timed_out = e.downcast_ref::<TimedOut>().expect("a TimedOut");
+        assert_eq!(timed_out.command, "sh -c echo started; exec sleep 60");
+        assert!(
+            e.to_string()
+                .contains("did not end within 0.5 s: it and its process group were stopped"),
+            "{e}"
+        );
+        let t = Instant::now();
+        let e = output_within(
+            Command::new("sh").args(["-c", "setsid sleep 3 & echo left"]),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        assert!(e.to_string().contains("setsid sleep 3"), "{e}");
+        // A tool that ends in time is read as before.
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo ok"]),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(out.stdout, b"ok\n");
     }
 
     #[test]

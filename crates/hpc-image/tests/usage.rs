@@ -234,6 +234,47 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
     let _ = std::fs::remove_dir_all(&ws);
 }
 
+/// Hostile-user pass 18: `--out /` as root wrote the image's `oci/`, scripts
+/// and `image.json` into `/` (and `--out /usr/local/bin` its run scripts onto
+/// every user's PATH); `--cache /etc` its lock and blobs into `/etc`. A folder
+/// of the system, as resolved (`/tmp/..` is `/`), is refused naming the flag,
+/// before the build.
+#[test]
+fn a_system_folder_is_refused_as_the_output_or_the_cache() {
+    let ws = workspace("system", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch = scratch("system");
+    std::fs::write(scratch.join("index.json"), r#"{"manifests": []}"#).unwrap();
+    let base = scratch.to_str().unwrap();
+    for (flag, dir, why) in [
+        ("--out", "/", "it is / itself"),
+        ("--out", "/tmp/..", "it is / itself"),
+        (
+            "--out",
+            "/etc",
+            "it is /etc, a folder of the system's files",
+        ),
+        (
+            "--out",
+            "/usr/local/bin/img",
+            "in /usr, a folder of the system's files",
+        ),
+        ("--out", "/var/lib/img", "in /var, a folder"),
+        ("--out", "/tmp", "it is /tmp, a folder of the system"),
+        ("--cache", "/", "it is / itself"),
+        ("--cache", "/etc/hpc-cache", "in /etc"),
+    ] {
+        let msg =
+            refused_before_the_build(&ws, &["--manifest-path", m, flag, dir, "--base", base], why);
+        assert!(msg.contains(&format!("{flag} {dir}: ")), "{msg}");
+    }
+    assert!(!Path::new("/usr/local/bin/img").exists());
+    assert!(!Path::new("/etc/hpc-cache").exists());
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
 /// Hostile-user pass 15: cargo reads every `Cargo.toml` from the workspace up
 /// to its root; one that is a FIFO kept `cargo metadata`, and the image command,
 /// waiting for ever. It is refused at once, naming it.

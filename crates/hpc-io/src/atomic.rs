@@ -112,7 +112,9 @@ pub fn create_fresh(path: &Path) -> Result<File, StepError> {
 /// Renames `tmp` over `path`, refusing (with `tmp` left for the caller to remove)
 /// when `path` exists and is not a regular file or a symbolic link: a rename
 /// would replace a device (`--trace /dev/full` made `/dev/full` a plain file), a
-/// FIFO or a socket by the new file.
+/// FIFO or a socket by the new file; and when it is a lock file that a running
+/// process holds (a run directory's `run.lock` taken after the name was
+/// claimed: the next run would take that run's directory).
 ///
 /// ```
 /// let dir = std::env::temp_dir().join(format!("hpc-io-rename-doc-{}", std::process::id()));
@@ -130,9 +132,10 @@ pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
 
 /// Refuses `path` as the final name of a file written whole when it exists and is
 /// not a regular file or a symbolic link, when it is a link to something that is
-/// not a regular file (`/dev/stdout`'s pipe, a FIFO, a folder), and when it is in
-/// `/dev`, `/proc` or `/sys` ([`rename_over`]'s check), so that a program can
-/// refuse such a name before its work rather than after.
+/// not a regular file (`/dev/stdout`'s pipe, a FIFO, a folder), when it is in
+/// `/dev`, `/proc` or `/sys`, and when it is a lock file that a running process
+/// holds (a run directory's `run.lock`) ([`rename_over`]'s check), so that a
+/// program can refuse such a name before its work rather than after.
 pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
     use std::os::unix::ffi::OsStrExt as _;
     // `out/` or `out/.` names a directory, even one not made yet (`Path` drops the
@@ -175,6 +178,18 @@ pub fn check_replaceable(path: &Path) -> Result<(), StepError> {
                 "it is {}, not a regular file",
                 crate::read::kind_of_meta(&m)
             )));
+        }
+        // A lock file that a running process holds (a run directory's
+        // `run.lock`, taken by a run after this program's claim of the name):
+        // replaced, the next run took that run's directory while it still ran.
+        // Checked again here, at the rename, not only when the name was claimed.
+        if t.is_file() {
+            if let Some(holder) = crate::lockfile::lock_holder(path) {
+                return Err(refuse(format!(
+                    "it is a lock file that a running process holds ({holder}): replacing \
+                     it would let a second run into what that process owns; choose another file"
+                )));
+            }
         }
     }
     // The folders of devices and of processes: `/dev/stdout` is a link there
@@ -225,6 +240,45 @@ mod tests {
     /// holding the output, for every program of the machine (as root). A link to
     /// what is no regular file, and a name in `/dev` or `/proc`, are refused; a
     /// link to a regular file, or to nothing, is still replaced, its target kept.
+    /// `hpc run --trace W/run.lock`, W's run started after the claim (no run held
+    /// it then): the finished trace replaced the lock that run held, and a third
+    /// run took W while the second still wrote into it. A lock file a running
+    /// process holds is refused at the rename; free again, it is replaced.
+    #[test]
+    fn a_lock_file_taken_after_the_claim_is_not_renamed_over() {
+        let dir = std::env::temp_dir().join(format!("hpc-io-held-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join("run.lock");
+        // Held as a run holds its `run.lock`: an exclusive flock.
+        let lock_now = |path: &Path| {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .unwrap();
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                .is_ok()
+                .then_some(f)
+        };
+        let held = lock_now(&lock).unwrap();
+        let tmp = dir.join(".trace.tmp");
+        fs::write(&tmp, b"{}").unwrap();
+        let e = rename_over(&tmp, &lock).unwrap_err().to_string();
+        assert!(
+            e.contains("run.lock: it is a lock file that a running process holds"),
+            "{e}"
+        );
+        assert!(tmp.exists(), "the new file is left for the caller");
+        let still = lock_now(&lock);
+        assert!(still.is_none(), "the held lock file was replaced");
+        drop(held);
+        rename_over(&tmp, &lock).unwrap();
+        assert_eq!(fs::read(&lock).unwrap(), b"{}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_link_to_a_stream_or_a_name_among_the_devices_is_never_replaced() {
         for p in ["/dev/stdout", "/dev/stderr", "/dev/fd/1", "/proc/self/fd/1"] {

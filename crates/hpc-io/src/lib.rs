@@ -17,9 +17,11 @@
 //! can use it.
 
 pub mod atomic;
+mod lockfile;
 pub mod message;
 pub mod read;
 pub mod rundir;
+pub mod system;
 pub mod write;
 
 /// What the modules' tests share: a fresh directory and a FIFO.

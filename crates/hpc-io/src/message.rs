@@ -142,6 +142,23 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// `text` from outside (a path, a lock's holder, a reason from a manifest) as
+/// a message quotes it: as it is, or quoted and escaped when it holds a control
+/// character, so that a line break or a terminal's escape in it cannot break the
+/// message's line or move the terminal's cursor.
+///
+/// ```
+/// assert_eq!(hpc_io::message::said("run 7"), "run 7");
+/// assert_eq!(hpc_io::message::said("a\nb"), "\"a\\nb\"");
+/// ```
+pub fn said(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        format!("{text:?}").into()
+    } else {
+        text.into()
+    }
+}
+
 /// The longest path a message shows whole, in bytes: the most the system
 /// takes in a path (`PATH_MAX`), so that only a path no call could use is cut.
 pub const PATH_SHOWN_BYTES: usize = 4096;
@@ -162,12 +179,11 @@ pub const PATH_SHOWN_BYTES: usize = 4096;
 /// let t = hpc_io::message::path(Path::new(&long));
 /// assert!(t.len() < 400 && t.ends_with("... (99701 more characters)"), "{t}");
 /// assert_eq!(hpc_io::message::path(Path::new("/tmp/a\nb")), "\"/tmp/a\\nb\"");
+/// // A terminal's escape too.
+/// assert_eq!(hpc_io::message::path(Path::new("d\u{1b}[31m/a\nb")), r#""d\u{1b}[31m/a\nb""#);
 /// ```
 pub fn path(path: &std::path::Path) -> String {
-    let mut text = path.display().to_string();
-    if text.chars().any(char::is_control) {
-        text = format!("{text:?}");
-    }
+    let text = said(&path.display().to_string()).into_owned();
     if text.is_empty() {
         "\"\"".into()
     } else if text.len() <= PATH_SHOWN_BYTES {

@@ -81,6 +81,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, StepError};
+use crate::message::said;
 
 mod claim;
 mod link;
@@ -872,18 +873,6 @@ pub fn inspect(dir: &Path) -> Result<Option<Inspected>> {
         _ => Liveness::Finished,
     };
     Ok(Some(Inspected { manifest, liveness }))
-}
-
-/// `text` from a manifest or a lock file (a reason, a run id, a host) as a
-/// message quotes it: as it is, or quoted and escaped when it holds a control
-/// character (a forged `run.json`'s line break or terminal escape broke the
-/// message's line or moved the cursor).
-fn said(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
-        format!("{text:?}").into()
-    } else {
-        text.into()
-    }
 }
 
 /// Checks that the file at `path` can be trusted as a result: when its directory has

@@ -327,15 +327,27 @@ pub fn dpu_service(
 ) -> Result<()> {
     let l = TcpListener::bind(listen)
         .map_err(|e| Error::transport_from(format!("the DPU service on {listen}"), e))?;
-    serve(l, auth, REQUEST_WAIT, MAX_PENDING, program)
+    serve(l, auth, REQUEST_WAIT, MAX_PENDING, spawn_thread, program)
 }
 
-/// [`dpu_service`] on a bound listener, with its bounds.
+/// How the service starts the thread of a connection ([`spawn_thread`]; a
+/// test's stand-in that fails).
+type Spawn = fn(Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()>;
+
+/// Starts `f` on a thread of its own, or says why it cannot (a limit of
+/// threads or of memory).
+fn spawn_thread(f: Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()> {
+    std::thread::Builder::new().spawn(f).map(drop)
+}
+
+/// [`dpu_service`] on a bound listener, with its bounds and its way of
+/// starting threads.
 fn serve(
     l: TcpListener,
     auth: ServiceAuth,
     wait: Duration,
     max_pending: usize,
+    spawn: Spawn,
     program: impl Fn() -> std::process::Command + Send + Sync + 'static,
 ) -> Result<()> {
     let at = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
@@ -380,9 +392,12 @@ fn serve(
             );
             continue;
         }
-        let (auth, program, pending) = (auth.clone(), program.clone(), pending.clone());
+        let (auth, program, pending_here) = (auth.clone(), program.clone(), pending.clone());
         let refusals = refusals.clone();
-        std::thread::spawn(move || {
+        // Kept to answer the client when no thread can be started for it.
+        let (back, peer) = (s.try_clone(), from.clone());
+        let spawned = spawn(Box::new(move || {
+            let pending = pending_here;
             let asked = request(&mut s, &auth, wait);
             pending.fetch_sub(1, Ordering::AcqRel);
             let fields = match asked {
@@ -423,7 +438,28 @@ fn serve(
                     let _ = s.write_all(format!("failed: {e}\n").as_bytes());
                 }
             }
-        });
+        }));
+        // No thread for this connection (a limit of threads or of memory): the
+        // client is refused as when the service is busy, and the service goes
+        // on. A connection that anyone could open ended the service in a panic.
+        if let Err(e) = spawned {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            let from = peer;
+            match busy.admit(Instant::now()) {
+                Some(skipped) => tracing::warn!(
+                    %from,
+                    error = %e,
+                    "DPU service: refused a connection: cannot start a thread for it \
+                     ({skipped} more refused since the last warning)"
+                ),
+                None => tracing::debug!(%from, error = %e, "DPU service: refused a connection"),
+            }
+            if let Ok(mut back) = back {
+                let _ = back.write_all(
+                    format!("refused: busy (cannot start a thread: {e}), try again\n").as_bytes(),
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -563,12 +599,22 @@ mod tests {
     /// A service in this process (starting `true`), its address and how many
     /// proxies it started.
     fn service(auth: ServiceAuth, wait: Duration, max: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+        service_spawning(auth, wait, max, spawn_thread)
+    }
+
+    /// [`service`] starting its connections' threads with `spawn`.
+    fn service_spawning(
+        auth: ServiceAuth,
+        wait: Duration,
+        max: usize,
+        spawn: Spawn,
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let at = l.local_addr().unwrap();
         let started = Arc::new(AtomicUsize::new(0));
         let n = started.clone();
         std::thread::spawn(move || {
-            serve(l, auth, wait, max, move || {
+            serve(l, auth, wait, max, spawn, move || {
                 n.fetch_add(1, Ordering::SeqCst);
                 std::process::Command::new("true")
             })
@@ -687,6 +733,35 @@ mod tests {
             "refused: busy (2 requests waiting), try again"
         );
         assert_eq!(started.load(Ordering::SeqCst), 0);
+    }
+
+    /// A connection for which no thread can be started (a limit of threads, as
+    /// `ulimit -u` sets) ended the whole service in a panic ("failed to spawn
+    /// thread"): anyone who reaches the port could stop it. The client is
+    /// refused as busy, and the service serves the next.
+    #[test]
+    fn a_connection_without_a_thread_is_refused_and_the_service_goes_on() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn first_fails(f: Box<dyn FnOnce() + Send + 'static>) -> std::io::Result<()> {
+            if CALLS.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            spawn_thread(f)
+        }
+        let (at, started) = service_spawning(
+            ServiceAuth::Insecure,
+            REQUEST_WAIT,
+            MAX_PENDING,
+            first_fails,
+        );
+        let mut r = BufReader::new(TcpStream::connect(at).unwrap());
+        let refused = answer(&mut r);
+        assert!(
+            refused.starts_with("refused: busy (cannot start a thread: "),
+            "{refused}"
+        );
+        assert!(ask_at(at, None).is_ok(), "the service ended");
+        assert_eq!(started.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -102,6 +102,16 @@ impl Config {
                 node_name.len()
             )));
         }
+        // A line break or a terminal's escape was written as it is wherever the
+        // node is named (`hpc selftest`'s line, `--show-placement`, the logs).
+        if node_name.chars().any(char::is_control) {
+            return Err(Error::Bootstrap(format!(
+                "{}={} holds a control character (a line break, a tab or a terminal's \
+                 escape): a node name is one line of text",
+                env::NODE_NAME,
+                env::shown(&node_name)
+            )));
+        }
         Ok(Config {
             timeout,
             node_name,
@@ -485,6 +495,25 @@ mod tests {
             self.barrier.wait();
             Ok(all)
         }
+    }
+
+    /// `HPC_NODE_NAME` holding a line break and a terminal's escape was taken
+    /// as the node's name and written as it is (`selftest ok: … node 0 (a` on one
+    /// line, `b` and a colour change on the next). Refused, shown escaped.
+    #[test]
+    fn a_node_name_with_a_control_character_is_refused() {
+        let map = |v: &str| HashMap::from([(env::NODE_NAME.to_string(), v.to_string())]);
+        let e = Config::from_map(map("a\nb\u{1b}[31m"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("holds a control character") && e.contains("\\n") && !e.contains('\n'),
+            "{e}"
+        );
+        assert_eq!(
+            Config::from_map(map("node-7.cluster")).unwrap().node_name,
+            "node-7.cluster"
+        );
     }
 
     #[test]

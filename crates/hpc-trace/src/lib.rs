@@ -21,16 +21,19 @@
 //! rank given to [`set_rank`] (`hpc_rs::init()` gives it once the world is known); a
 //! rank that ends before it learns its rank (it failed to join the job) is named by
 //! `HPC_RANK` where `hpc run` started it, and a process that is no rank (the
-//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`. Each
+//! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`
+//! (`-<N>` after the id where another process of the same id, in another
+//! container or on another machine sharing `DIR`, took the name). Each
 //! finished file is a Chrome trace of its own, and records the clocks of its start
 //! (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
 //! machine's boot: [`merge::merge_dir`] (`hpc trace merge`, and `hpc run --trace FILE`
 //! after the job) aligns the files on them, one process per rank.
 //!
 //! A write that fails (a full disk) stops the recording; the file is left as
-//! `.part`, [`finish`] returns the error (at exit: logged, naming the file, and the
-//! process ends with status [`EXIT_TRACE_LOST`], not 0), and the merge refuses the
-//! file naming it: a timeline is never silently shorter than the run.
+//! `.part`, [`finish`] returns the error (at exit: logged, naming the file, and a
+//! process that was to end 0 ends with status [`EXIT_TRACE_LOST`]; one ending with
+//! a status of its own keeps it), and the merge refuses the file naming it: a
+//! timeline is never silently shorter than the run.
 //!
 //! ```
 //! let dir = std::env::temp_dir().join(format!("hpc-trace-doc-{}", std::process::id()));
@@ -74,7 +77,7 @@ pub const REGION: &str = "region";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The trace directory could not be made or written into.
-    #[error("{what} {}: {error}", hpc_io::message::path(path))]
+    #[error("{}{}: {error}", named(what), hpc_io::message::path(path))]
     Dir {
         /// Where the directory came from (`HPC_TRACE=`, a flag).
         what: String,
@@ -97,6 +100,17 @@ pub enum Error {
     /// `HPC_TRACE` is not valid UTF-8 or is empty.
     #[error("{0}")]
     Setting(String),
+}
+
+/// `what` before a path in a message: `HPC_TRACE=/x` (a variable and its
+/// value, no blank between: "HPC_TRACE= /x" read as a value with a leading
+/// blank), `trace directory /x`.
+fn named(what: &str) -> String {
+    if what.ends_with('=') {
+        what.to_string()
+    } else {
+        format!("{what} ")
+    }
 }
 
 /// The sinks of this process that [`set_rank`], [`set_label`] and [`finish`] act on,
@@ -196,7 +210,7 @@ pub fn set_label(label: &str) {
 /// Finishes this process's traces now: the files are complete and renamed to their
 /// final names, returned. Spans that end later are not recorded. It also runs at
 /// exit (returning from `main`, `std::process::exit`), where an error is logged
-/// and the process ends with status [`EXIT_TRACE_LOST`].
+/// and a process that was to end 0 ends with status [`EXIT_TRACE_LOST`].
 pub fn finish() -> Result<Vec<PathBuf>, Error> {
     let mut done = Vec::new();
     for s in sinks() {
@@ -222,35 +236,109 @@ pub fn region(name: &str) -> tracing::span::EnteredSpan {
 }
 
 /// The exit status of a process whose trace could not be finished at exit (a full
-/// disk): a process that was to end well does not end 0 with its timeline lost.
+/// disk): a process that was to end well does not end 0 with its timeline lost. A
+/// process that was ending with a status of its own (`std::process::exit(3)`)
+/// keeps it: its failure says more than the lost timeline, which is logged.
 pub const EXIT_TRACE_LOST: i32 = 1;
 
-extern "C" fn finish_at_exit() {
+/// The status a process ends with when its trace is lost at exit, `status` being
+/// the one it was ending with: its own when it was failing already,
+/// [`EXIT_TRACE_LOST`] where it would have ended 0.
+fn status_with_trace_lost(status: i32) -> i32 {
+    if status == 0 {
+        EXIT_TRACE_LOST
+    } else {
+        status
+    }
+}
+
+/// Finishes the traces at exit, the process ending with `status`: a lost trace
+/// is logged (naming the file), and a process that was to end 0 ends with
+/// [`EXIT_TRACE_LOST`] instead.
+fn finish_at_exit_with(status: i32) {
     if let Err(e) = finish() {
         tracing::error!("{e}");
-        // The status the process was ending with cannot be read here; a lost
-        // timeline is a failure of the run, not a warning under status 0 (the
-        // message above names the file). `exit` may not be called again from an
-        // exit handler: `_exit` ends the process at once, standard output having
-        // been flushed by the runtime before the handlers ran.
-        // SAFETY: `_exit` takes a plain integer and does not return; ending the
-        // process from an `atexit` handler through it is what POSIX allows.
-        unsafe { libc::_exit(EXIT_TRACE_LOST) };
+        let end = status_with_trace_lost(status);
+        if end != status {
+            // `exit` may not be called again from an exit handler: `_exit` ends
+            // the process at once, standard output having been flushed by the
+            // runtime before the handlers ran.
+            // SAFETY: `_exit` takes a plain integer and does not return; ending
+            // the process from an exit handler through it is what POSIX allows.
+            unsafe { libc::_exit(end) };
+        }
     }
+}
+
+/// glibc passes an `on_exit` handler the status given to `exit` (returning from
+/// `main` included): a status the process chose is kept.
+#[cfg(target_env = "gnu")]
+extern "C" fn finish_at_exit(status: libc::c_int, _arg: *mut libc::c_void) {
+    finish_at_exit_with(status);
+}
+
+/// Without `on_exit` the status cannot be read: taken as 0 (a lost trace ends
+/// the process with [`EXIT_TRACE_LOST`]).
+#[cfg(not(target_env = "gnu"))]
+extern "C" fn finish_at_exit() {
+    finish_at_exit_with(0);
+}
+
+#[cfg(target_env = "gnu")]
+extern "C" {
+    /// glibc's `on_exit(3)` (the `libc` crate does not declare it).
+    fn on_exit(
+        function: extern "C" fn(libc::c_int, *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// Registers `finish_at_exit`, returning `atexit`'s or `on_exit`'s result.
+fn register_at_exit() -> libc::c_int {
+    // SAFETY: `finish_at_exit` is an `extern "C"` function that lives for the
+    // whole program, of the signature the registering function takes (glibc's
+    // `on_exit` passes it the exit status and the null argument given here, which
+    // it does not read); it catches no panic, and none escapes it (`finish` locks
+    // with poison recovery and returns its errors).
+    #[cfg(target_env = "gnu")]
+    let rc = unsafe { on_exit(finish_at_exit, std::ptr::null_mut()) };
+    // SAFETY: as above, `atexit`'s handler taking nothing.
+    #[cfg(not(target_env = "gnu"))]
+    let rc = unsafe { libc::atexit(finish_at_exit) };
+    rc
 }
 
 /// Registers [`finish`] to run at exit, once per process.
 fn finish_at_exit_once() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: `finish_at_exit` is an `extern "C" fn()` that lives for the whole
-        // program; it catches no panic, and none escapes it (`finish` locks with
-        // poison recovery and returns its errors).
-        let rc = unsafe { libc::atexit(finish_at_exit) };
-        if rc != 0 {
+        if register_at_exit() != 0 {
             tracing::warn!(
                 "cannot register the trace's end at exit; call hpc_trace::finish() before exiting"
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A variable and its value are written as they are set: "HPC_TRACE= /x"
+    /// read as a value with a leading blank.
+    #[test]
+    fn a_directory_error_names_the_variable_and_its_value_together() {
+        let e = |what: &str| {
+            Error::Dir {
+                what: what.into(),
+                path: PathBuf::from("/proc/x"),
+                error: std::io::ErrorKind::NotFound.into(),
+            }
+            .to_string()
+        };
+        let var = format!("{}=", hpc_env::TRACE);
+        let shown = e(&var);
+        assert!(shown.starts_with(&format!("{var}/proc/x: ")), "{shown}");
+        assert!(e("trace directory").starts_with("trace directory /proc/x: "));
+    }
 }

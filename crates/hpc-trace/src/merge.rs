@@ -70,6 +70,14 @@ pub enum MergeError {
         /// Lines of events in it.
         lines: usize,
     },
+    /// A process of this machine is still writing its file (the job still runs).
+    #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended", path = hpc_io::message::path(path))]
+    Running {
+        /// The `.part` file.
+        path: PathBuf,
+        /// Its process id.
+        pid: String,
+    },
     /// A file cannot be read or is not a finished trace of this format. The
     /// reason is cut ([`hpc_io::message::cut`]): a parser's message quoted a
     /// string of the file whole.
@@ -228,6 +236,16 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
                 .split(|&b| b == b'\n')
                 .filter(|l| l.starts_with(b",{"))
                 .count();
+            // `pid-<PID>-<N>.json.part`: another process of that id had the name.
+            let pid = pid.split('-').next().unwrap_or(pid);
+            // The folder of a job that still runs: its process was said to have
+            // been killed, and the user told to remove the file it was writing.
+            if pid.bytes().all(|b| b.is_ascii_digit()) && held_open_by(pid, &path) {
+                return Err(MergeError::Running {
+                    path,
+                    pid: pid.to_string(),
+                });
+            }
             return Err(MergeError::Unfinished {
                 path,
                 pid: pid.to_string(),
@@ -243,6 +261,22 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     }
     files.sort();
     Ok(files)
+}
+
+/// Whether the process `pid` of this machine holds the file `path` open (it is
+/// still writing it: its job runs). The header may still be in the process's
+/// buffer, so the process's open files are looked at, not the file; a process
+/// of another user (whose files cannot be listed) or of another machine is
+/// taken as gone.
+fn held_open_by(pid: &str, path: &Path) -> bool {
+    let Ok(me) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == me))
 }
 
 /// Whether `name` is a name the merge reads in a directory: a rank's file

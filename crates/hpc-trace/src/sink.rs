@@ -119,8 +119,8 @@ pub struct Sink {
 
 impl Sink {
     /// Makes `dir` (and its parents) if missing and starts `dir/pid-<PID>.json.part`
-    /// (a new file: an earlier one of that name is an error). `what` names where
-    /// `dir` came from, for messages.
+    /// (a new file; `pid-<PID>-<N>.json.part` where another process of the same
+    /// id has that name). `what` names where `dir` came from, for messages.
     pub fn create(dir: &Path, what: &str) -> Result<Sink, Error> {
         let dir_err = |error| Error::Dir {
             what: what.to_string(),
@@ -153,12 +153,7 @@ impl Sink {
             .map_err(|e| dir_err(std::io::Error::other(e.to_string())))?;
         std::fs::create_dir_all(dir).map_err(dir_err)?;
         let pid = std::process::id();
-        let part = dir.join(format!("pid-{pid}.json.part"));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&part)
-            .map_err(dir_err)?;
+        let (part, file) = create_part(dir, pid).map_err(dir_err)?;
         let (realtime_ns, monotonic_ns) = clock::base();
         let head = Head {
             version: crate::FORMAT_VERSION,
@@ -295,11 +290,10 @@ impl Sink {
             .map_err(|e| fail(e.into_error()))?
             .sync_all()
             .map_err(fail)?;
-        let name = match st.rank {
-            Some(r) => format!("rank-{r}.json"),
-            None => format!("proc-{}.json", self.pid),
+        let path = match st.rank {
+            Some(r) => self.dir.join(format!("rank-{r}.json")),
+            None => free_proc_name(&self.dir, self.pid),
         };
-        let path = self.dir.join(name);
         hpc_io::atomic::rename_over(&self.part, &path).map_err(|e| Error::Write {
             path: self.part.clone(),
             error: std::io::Error::other(e.to_string()),
@@ -307,6 +301,51 @@ impl Sink {
         st.finished = Some(Some(path.clone()));
         Ok(Some(path))
     }
+}
+
+/// The most other processes of one process id whose files one trace
+/// directory holds beside each other (`pid-<PID>-<N>.json.part`).
+const SAME_PID_MAX: u32 = 4096;
+
+/// Starts this process's `.part` file in `dir`: `pid-<PID>.json.part`, or
+/// `pid-<PID>-<N>.json.part` where another process of the same id has that name
+/// (a rank in a container of its own is often pid 1 or 2 in each, and ranks of
+/// several machines share a directory on a shared file system: the second
+/// refused to start, "File exists").
+fn create_part(dir: &Path, pid: u32) -> std::io::Result<(PathBuf, File)> {
+    let mut last = None;
+    for n in 0..=SAME_PID_MAX {
+        let part = if n == 0 {
+            dir.join(format!("pid-{pid}.json.part"))
+        } else {
+            dir.join(format!("pid-{pid}-{n}.json.part"))
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&part)
+        {
+            Ok(f) => return Ok((part, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into()))
+}
+
+/// The final name of a process that is no rank (a proxy): `proc-<PID>.json`,
+/// or `proc-<PID>-<N>.json` where that name is taken (by a process of the same
+/// id on another machine or in another container: its file was replaced).
+fn free_proc_name(dir: &Path, pid: u32) -> PathBuf {
+    let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    let first = dir.join(format!("proc-{pid}.json"));
+    if !taken(&first) {
+        return first;
+    }
+    (1..=SAME_PID_MAX)
+        .map(|n| dir.join(format!("proc-{pid}-{n}.json")))
+        .find(|p| !taken(p))
+        .unwrap_or(first)
 }
 
 /// What a file that is not a directory is, in words.
@@ -322,5 +361,39 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
         "a socket"
     } else {
         "a file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Processes of one id writing into one directory (a rank in a container
+    /// of its own is pid 1 or 2 in each; machines sharing the directory on a
+    /// shared file system): the second refused to start ("HPC_TRACE= DIR: File
+    /// exists"), and a proxy's `proc-<PID>.json` replaced the other's. Each
+    /// gets a file of its own; the other's files are kept.
+    #[test]
+    fn processes_of_one_id_in_one_directory_each_get_a_file() {
+        let dir = std::env::temp_dir().join(format!("hpc-trace-same-pid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid = std::process::id();
+        // Another process of this id writing its file, and one that finished as
+        // a proxy.
+        std::fs::write(dir.join(format!("pid-{pid}.json.part")), "{").unwrap();
+        std::fs::write(dir.join(format!("proc-{pid}.json")), "other").unwrap();
+        let proxy = Sink::create(&dir, &format!("{}=", hpc_env::TRACE)).unwrap();
+        assert_eq!(proxy.part, dir.join(format!("pid-{pid}-1.json.part")));
+        proxy.set_label("proxy");
+        let done = proxy.finish().unwrap().unwrap();
+        assert_eq!(done, dir.join(format!("proc-{pid}-1.json")));
+        let other = std::fs::read_to_string(dir.join(format!("proc-{pid}.json"))).unwrap();
+        assert_eq!(other, "other");
+        let rank = Sink::create(&dir, &format!("{}=", hpc_env::TRACE)).unwrap();
+        rank.set_rank(3);
+        assert_eq!(rank.finish().unwrap().unwrap(), dir.join("rank-3.json"));
+        assert!(dir.join(format!("pid-{pid}.json.part")).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

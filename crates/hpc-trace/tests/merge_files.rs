@@ -65,3 +65,29 @@ fn a_directory_longer_than_any_path_is_cut_in_the_refusals() {
         );
     }
 }
+
+/// The folder of a job that still runs: the merge said of a rank's unfinished
+/// file that its process "was killed or failed to write it", and to remove it.
+/// A file that a process of this machine holds open (this test's own, its
+/// header still in the process's buffer: the file empty) is said to be still
+/// written; once closed, it is unfinished, as before.
+#[test]
+fn a_file_a_running_process_writes_is_said_to_be_unfinished_yet() {
+    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = std::process::id();
+    let part = dir.join(format!("pid-{pid}.json.part"));
+    let open = std::fs::File::create(&part).unwrap();
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "is not finished yet: its process (pid {pid}) still runs on this machine"
+        )) && !e.contains("remove it"),
+        "{e}"
+    );
+    drop(open);
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("was never finished"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

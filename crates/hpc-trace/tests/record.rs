@@ -206,12 +206,30 @@ fn files_that_cannot_be_merged_are_named() {
     tracing::subscriber::with_default(subscriber, || {
         drop(tracing::info_span!("s").entered());
     });
+    // Held open by this process, it is still being written (pass 18).
     let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
     assert!(
         e.contains(&format!("pid-{}.json.part", std::process::id()))
-            && e.contains("never finished"),
+            && e.contains("is not finished yet"),
         "{e}"
     );
+    // The same file left by a process that is gone: a copy no process holds.
+    let killed = scratch("part-killed");
+    std::fs::create_dir_all(&killed).unwrap();
+    let gone = u32::MAX - 1;
+    std::fs::copy(
+        dir.join(format!("pid-{}.json.part", std::process::id())),
+        killed.join(format!("pid-{gone}.json.part")),
+    )
+    .unwrap();
+    let e = hpc_trace::merge::merge_dir(&killed)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("pid-{gone}.json.part")) && e.contains("never finished"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&killed).unwrap();
     // Finished before its directory goes: this process would otherwise end 1 at
     // exit, its trace lost.
     sink.finish().unwrap();

@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
     /// Write into an existing directory that is not empty (never overwriting a file
-    /// in it; no git repository is made there).
+    /// in it; no git repository is made there); a folder of the system (`/`,
+    /// `/tmp`, `/srv`, anything in `/etc` or `/usr`) is refused even so.
     #[arg(long)]
     pub force: bool,
     /// Package name (default: the directory's name).
@@ -522,6 +523,18 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
             target.display()
         )));
     }
+    // `/`, `/srv`, `/usr/local/bin`: refused even with --force, which the
+    // refusal of a non-empty folder offered (the workspace's Cargo.toml, src/
+    // and scripts were written among the system's files as root). Said after
+    // what the path itself is (`/dev/full/x`: its folder is no directory).
+    let system = |path: &Path| match hpc_io::system::system_folder(path) {
+        Some(why) => Err(UsageError(format!(
+            "{}: {why}, not a folder for a new workspace: give a folder of your own \
+             (nothing was written)",
+            path.display()
+        ))),
+        None => Ok(()),
+    };
     if path.exists() {
         if !path.is_dir() {
             return Err(UsageError(format!(
@@ -529,6 +542,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
                 path.display()
             )));
         }
+        system(path)?;
         let mut entries: Vec<String> = std::fs::read_dir(path)
             .and_then(|d| {
                 d.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -578,6 +592,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
             )))
         }
     }
+    system(path)?;
     Ok((path.clone(), name))
 }
 

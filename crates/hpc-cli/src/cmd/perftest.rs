@@ -201,6 +201,25 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
             world.size()
         );
     }
+    // Two ranks given different tests (send_bw on one, send_lat on the other)
+    // waited for each other until the job's timeout, then said "timed out after
+    // 30s waiting for operation 6", naming neither test.
+    let mine = spelled(args);
+    let all = world
+        .allgather(mine.as_bytes())
+        .context("comparing the two ranks' tests")?;
+    let each: Vec<String> = all
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    if each.iter().any(|t| *t != mine) {
+        bail!(
+            "the two ranks were given different tests: rank 0 `hpc perftest {}`, rank 1 \
+             `hpc perftest {}`; give both the same test and flags",
+            hpc_io::message::cut(&each[0]),
+            hpc_io::message::cut(each.get(1).map_or("", String::as_str))
+        );
+    }
     let mut opts = Options::from_env()?;
     if let Some(b) = args.backend {
         opts.backend = b.name().parse()?;
@@ -266,6 +285,33 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
         super::say(&"-".repeat(95))?;
     }
     Ok(0)
+}
+
+/// The test and the flags that both ranks must be given alike, as they are
+/// written on the command line.
+fn spelled(args: &Args) -> String {
+    use clap::ValueEnum as _;
+    let mut s = args
+        .test
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    if let Some(b) = args.backend {
+        s += &format!(" --backend {}", b.name());
+    }
+    if args.all {
+        s += " --all";
+    }
+    for (flag, v) in [
+        ("--size", args.size),
+        ("--iters", args.iters),
+        ("--window", args.window),
+    ] {
+        if let Some(v) = v {
+            s += &format!(" {flag} {v}");
+        }
+    }
+    s
 }
 
 /// The barrier around each size's measurement. The rank that only waits (the

@@ -99,6 +99,47 @@ fn transport_need(bytes: usize, size: usize) -> u128 {
     b * n + 2 * b * (n - 1) + b
 }
 
+/// The flags of the checks that every rank must be given alike, as written on
+/// the command line (`--json` and `--fail-*` may differ; so may `--rounds`, whose
+/// mismatch the runtime itself reports as a collective a rank never joined,
+/// naming the rank that finalized).
+fn checks_spelled(args: &Args) -> String {
+    let mut s = String::new();
+    if args.transport {
+        s += &format!(" --transport --transport-bytes {}", args.transport_bytes);
+    }
+    if let Some(e) = args.collectives {
+        s += &format!(" --collectives {}", e.name());
+    }
+    if args.every_algorithm {
+        s += " --every-algorithm";
+    }
+    s
+}
+
+/// Refuses ranks given different checks: one that ran `--collectives` while
+/// the others did not failed with "rank 1 finalized before joining allgather"
+/// or "allgather round 2: wrong part from rank 0", naming no flag.
+fn check_same_checks(world: &World, args: &Args) -> anyhow::Result<()> {
+    let mine = checks_spelled(args);
+    let all = world
+        .allgather(mine.as_bytes())
+        .context("comparing the ranks' flags")?;
+    let differ: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+    if let Some(&r) = differ.first() {
+        let shown = |b: &[u8]| hpc_io::message::cut(&String::from_utf8_lossy(b)).into_owned();
+        bail!(
+            "the ranks were given different checks: rank 0 `hpc selftest{}`, rank {r} `hpc \
+             selftest{}` (rank(s) {} differ from rank 0); give every rank the same \
+             --transport and --collectives flags",
+            shown(&all[0]),
+            shown(&all[r]),
+            hpc_runtime::listed_ranks(&differ)
+        );
+    }
+    Ok(())
+}
+
 fn unix_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -175,6 +216,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let result = (|| -> anyhow::Result<(u128, serde_json::Value, serde_json::Value)> {
         world.barrier().context("first barrier")?;
         let t_barrier = unix_ns();
+        check_same_checks(&world, &args)?;
         check_world(&world, &args)?;
         let transport = if args.transport {
             check_transport(&world, args.transport_bytes).context("transport check")?

@@ -70,7 +70,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         Sub::Merge { dir, output } => {
             check_output("-o", &output)?;
             check_not_an_input(&dir, &output)?;
+            // Checked before the work, held for the write alone (a merge stopped
+            // by Ctrl-C leaves no lock file beside the output).
+            drop(claim_output(&output, "hpc trace merge")?);
             let merged = merge(&dir)?;
+            let _claim = claim_output(&output, "hpc trace merge")?;
             super::replace_file(&output, &merged.to_json())?;
             let (missing, first) = merged.missing_ranks(8);
             if missing > 0 {
@@ -103,6 +107,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             title,
         } => {
             check_output("-o", &output)?;
+            drop(claim_output(&output, "hpc trace svg")?);
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
                     "--width must be between 200 and 100000 pixels, got {}",
@@ -128,10 +133,21 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             };
             let svg = hpc_trace::svg::render(&trace, &opts)
                 .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+            let _claim = claim_output(&output, "hpc trace svg")?;
             super::replace_file(&output, svg.as_bytes())?;
             Ok(0)
         }
     }
+}
+
+/// Claims the output `-o FILE` (checked before the work, held while it is
+/// written), as `hpc run --trace FILE`
+/// claims its trace for the whole job: a merge into the file a running job
+/// will write at its end was written, then replaced by the job's without a word
+/// (and a job given a FILE being merged into is refused).
+fn claim_output(output: &Path, what: &str) -> Result<hpc_io::rundir::FileClaim, UsageError> {
+    hpc_io::rundir::FileClaim::take(output, &format!("{what}, pid {}", std::process::id()))
+        .map_err(|e| UsageError(format!("-o {}: {e}", output.display())))
 }
 
 /// Merges `dir`; an error names the file at fault.
@@ -174,7 +190,7 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
     if path.file_name().is_none() || path.is_dir() {
         return Err(UsageError(format!(
             "{flag} {}: names a directory, not a file",
-            path.display()
+            hpc_io::message::path(path)
         )));
     }
     if !dir.is_dir() {
@@ -186,12 +202,12 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         };
         return Err(UsageError(format!(
             "{flag} {}: the directory {} {what}",
-            path.display(),
-            dir.display()
+            hpc_io::message::path(path),
+            hpc_io::message::path(dir)
         )));
     }
     hpc_io::atomic::check_replaceable(path)
-        .map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())))
+        .map_err(|e| UsageError(format!("{flag} {}: {e}", hpc_io::message::path(path))))
 }
 
 /// `hpc run --trace FILE`: the directory the ranks write into, beside `FILE`,

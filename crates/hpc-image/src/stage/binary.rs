@@ -100,6 +100,19 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                     named()
                 );
             }
+            // `/`, `/usr/bin`, `/etc` (as root): the image's files were written
+            // among the system's, its run scripts onto every user's PATH.
+            if let Some(why) = hpc_io::system::system_folder(d) {
+                usage!(
+                    "{}: {why}, not a folder for an image's files (give a folder of your own{})",
+                    named(),
+                    if flag == "--out" {
+                        "; without --out: <target>/image/<binary>"
+                    } else {
+                        "; without --cache: <target>/hpc-image-cache"
+                    }
+                );
+            }
             // A link to a missing folder is neither one to write into nor one to
             // make: it was found after the build, as "creating D: File exists".
             if let Some(target) = hpc_io::rundir::dangling_link(d) {

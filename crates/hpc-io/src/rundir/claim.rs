@@ -1,10 +1,12 @@
 //! Locks on files and claims of output files ([`FileClaim`]).
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{check_dir_link, io, open_own, Error, Result};
+pub(super) use crate::lockfile::holder_in;
+pub use crate::lockfile::lock_holder;
 
 /// Takes an exclusive, non-blocking `flock` on the lock file at `path` (created if
 /// missing; a symbolic link, a FIFO or a device there is refused with
@@ -114,36 +116,6 @@ impl Drop for FileClaim {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.lock);
     }
-}
-
-/// Who holds the lock file `lock` (a run directory's, a checkpoint
-/// directory's, a [`FileClaim`]'s), as [`try_lock_file`]'s holder wrote it, when
-/// a running process holds it; `None` when it is free, missing or no regular
-/// file. It only looks: nothing is made, and no lock is kept.
-pub fn lock_holder(lock: &Path) -> Option<String> {
-    let (f, _) = open_own(lock, false).ok()??;
-    let held = matches!(
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK
-    );
-    held.then(|| holder_in(lock))
-}
-
-/// Who holds the lock file `lock`, as it says (at most 300 characters; quoted
-/// and escaped where it holds a control character).
-pub(super) fn holder_in(lock: &Path) -> String {
-    let mut text = String::new();
-    if let Ok(Some((f, _))) = open_own(lock, false) {
-        let _ = f.take(4096).read_to_string(&mut text);
-    }
-    let text = text.trim();
-    if text.is_empty() {
-        return "another run".into();
-    }
-    // Quoted and escaped where it holds a control character (a line break, a
-    // terminal's escape), as `message::path` shows such a path: written as it
-    // is, it broke the refusal's line or cleared the terminal.
-    super::said(&text.chars().take(300).collect::<String>()).into_owned()
 }
 
 #[cfg(test)]
