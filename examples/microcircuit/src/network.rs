@@ -426,30 +426,39 @@ mod tests {
         })
         .unwrap();
         assert!(m.n > ONE_BASE_MAX);
-        let whole = build_shard(&m, 0, m.n);
+        let (whole, parts, a) = split_in_two(&m, m.n / 2 + 3);
         assert_eq!(whole.syn_base, whole.pop_base);
         assert_ne!(whole.syn_base, [0; NPOP]);
-        let cut = m.n / 2 + 3;
-        let parts = [
-            (0, build_shard(&m, 0, cut)),
-            (cut, build_shard(&m, cut, m.n - cut)),
-        ];
-        let mut a = Vec::new();
-        collect(&m, 0, &whole, &mut a);
-        let mut b = Vec::new();
-        for (f, p) in &parts {
+        for (_, p) in &parts {
             assert_eq!(p.syn_base, [0; NPOP]);
             // One group per delay of a source (no run reaches COUNT_MAX here).
             for s in 0..m.n as usize {
                 let gs = &p.groups[p.grp[s] as usize..p.grp[s + 1] as usize];
                 assert!(gs.windows(2).all(|w| w[0] >> 24 < w[1] >> 24));
             }
-            collect(&m, *f, p, &mut b);
+        }
+        assert_eq!(a.len() as u64, m.synapses());
+    }
+
+    /// The whole network as one shard and as two split at `cut`, and the
+    /// whole's synapses sorted, checked to be the two parts' synapses.
+    #[allow(clippy::type_complexity)]
+    fn split_in_two(m: &Model, cut: u32) -> (Conn, [(u32, Conn); 2], Vec<(u32, u32, u32, u32)>) {
+        let whole = build_shard(m, 0, m.n);
+        let parts = [
+            (0, build_shard(m, 0, cut)),
+            (cut, build_shard(m, cut, m.n - cut)),
+        ];
+        let mut a = Vec::new();
+        collect(m, 0, &whole, &mut a);
+        let mut b = Vec::new();
+        for (f, p) in &parts {
+            collect(m, *f, p, &mut b);
         }
         a.sort_unstable();
         b.sort_unstable();
-        assert_eq!(a.len() as u64, m.synapses());
-        assert!(a == b);
+        assert!(a == b, "the parts hold other synapses than the whole");
+        (whole, parts, a)
     }
 
     #[test]
@@ -460,23 +469,9 @@ mod tests {
             ..Params::default()
         })
         .unwrap();
-        let whole = build_shard(&m, 0, m.n);
-        assert_eq!(whole.synapses(), m.synapses());
         // Split in two at an arbitrary id: the same synapses.
-        let cut = m.n / 3 + 5;
-        let parts = [
-            (0, build_shard(&m, 0, cut)),
-            (cut, build_shard(&m, cut, m.n - cut)),
-        ];
-        let mut a = Vec::new();
-        collect(&m, 0, &whole, &mut a);
-        let mut b = Vec::new();
-        for (f, p) in &parts {
-            collect(&m, *f, p, &mut b);
-        }
-        a.sort_unstable();
-        b.sort_unstable();
-        assert!(a == b);
+        let (whole, _, a) = split_in_two(&m, m.n / 3 + 5);
+        assert_eq!(whole.synapses(), m.synapses());
         assert!(a.iter().all(|x| x.2 >= 1 && x.2 <= m.max_delay));
         // Excitatory weights onto L2/3I from L2/3E: mean near the external weight.
         let exc: Vec<f64> = a
