@@ -111,17 +111,22 @@ pub fn shown(value: &str) -> String {
 /// [`shown`] cuts it (then quoted, so that the cut is seen). A value holding a
 /// control character (a line break, a terminal's escape) is quoted and escaped
 /// as [`shown`] does, so that it cannot break the message's line or move the
-/// terminal's cursor.
+/// terminal's cursor. An empty value is written `""`, as `shown` writes it
+/// (written as nothing, "HPC_TRACE= : ..." named no value).
 ///
 /// ```
 /// assert_eq!(hpc_env::short("my-sim"), "my-sim");
+/// assert_eq!(hpc_env::short(""), "\"\"");
 /// let s = hpc_env::short(&"x".repeat(100_000));
 /// assert!(s.len() < 100 && s.ends_with("... (99960 more characters)"), "{s}");
 /// assert_eq!(hpc_env::short("a\nb"), "\"a\\nb\"");
 /// assert_eq!(hpc_env::short("\u{1b}[2J"), "\"\\u{1b}[2J\"");
 /// ```
 pub fn short(value: &str) -> String {
-    if value.chars().count() > SHOWN_CHARS || value.chars().any(char::is_control) {
+    if value.is_empty()
+        || value.chars().count() > SHOWN_CHARS
+        || value.chars().any(char::is_control)
+    {
         shown(value)
     } else {
         value.to_string()
