@@ -108,8 +108,8 @@ impl Shard {
         // The next step's spikes: fetch their groups and first synapses into cache
         // while this step delivers and updates.
         for a in &self.calendar[(u + 1) as usize & mask] {
-            prefetch(&groups[a.g as usize]);
-            prefetch(&syn[a.pos as usize]);
+            prefetch::<L2, _>(&groups[a.g as usize]);
+            prefetch::<L2, _>(&syn[a.pos as usize]);
         }
         let mut due = std::mem::take(&mut self.spare);
         std::mem::swap(&mut due, &mut self.calendar[u as usize & mask]);
@@ -119,8 +119,8 @@ impl Shard {
             // while this one's adds run (the step-ahead prefetch above brought
             // them nearer, and the update since may have pushed them out of L2).
             if let Some(f) = due.get(i + AHEAD) {
-                prefetch_l1(&groups[f.g as usize]);
-                prefetch_l1(&syn[f.pos as usize]);
+                prefetch::<L1, _>(&groups[f.g as usize]);
+                prefetch::<L1, _>(&syn[f.pos as usize]);
             }
             let mut a = due[i];
             let age = (u - a.t0) as u32;
@@ -321,28 +321,21 @@ pub(super) fn background(
 /// prefetches into L1.
 const AHEAD: usize = 4;
 
-/// Hints the processor to bring `x`'s cache line into L1.
-#[inline(always)]
-fn prefetch_l1<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as for `prefetch`.
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(x as *const T as *const i8, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}
+/// Cache levels for [`prefetch`]: x86's `_MM_HINT_T0` (into L1) and
+/// `_MM_HINT_T1` (into L2).
+const L1: i32 = 3;
+const L2: i32 = 2;
 
-/// Hints the processor to bring `x`'s cache line into L2.
+/// Hints the processor to bring `x`'s cache line into cache level `LEVEL`
+/// ([`L1`] or [`L2`]).
 #[inline(always)]
-pub(super) fn prefetch<T>(x: &T) {
+fn prefetch<const LEVEL: i32, T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing architecturally and cannot
     // fault, and `x` is a valid reference besides.
     #[allow(unused_unsafe)]
     unsafe {
-        std::arch::x86_64::_mm_prefetch(x as *const T as *const i8, std::arch::x86_64::_MM_HINT_T1);
+        std::arch::x86_64::_mm_prefetch::<LEVEL>(x as *const T as *const i8);
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;
