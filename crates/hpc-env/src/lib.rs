@@ -106,12 +106,38 @@ pub fn shown(value: &str) -> String {
     }
 }
 
+/// Whether [`short`] quotes a value for `c` and writes it escaped: a control
+/// character (`char::is_control`), a bidirectional control (U+061C, U+200E,
+/// U+200F, U+202A to U+202E, U+2066 to U+2069, which make a terminal show the
+/// text around them in another order) or a line or paragraph separator
+/// (U+2028, U+2029). `hpc_io::message::needs_escape` is the same rule for
+/// paths and values from files; [`shown`] escapes each of them (`{:?}`).
+///
+/// ```
+/// assert!(hpc_env::needs_escape('\u{202e}') && hpc_env::needs_escape('\n'));
+/// assert!(!hpc_env::needs_escape('é'));
+/// ```
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
 /// A value as a message writes it without quotes where it is short (a flag's
 /// value, a path, a name): whole up to [`SHOWN_CHARS`] characters, else cut as
 /// [`shown`] cuts it (then quoted, so that the cut is seen). A value holding a
-/// control character (a line break, a terminal's escape) is quoted and escaped
-/// as [`shown`] does, so that it cannot break the message's line or move the
-/// terminal's cursor. An empty value is written `""`, as `shown` writes it
+/// control character (a line break, a terminal's escape) or a bidirectional
+/// control (a right-to-left override, U+202E: [`needs_escape`]) is quoted and
+/// escaped as [`shown`] does, so that it cannot break the message's line, move
+/// the terminal's cursor or make the terminal show the value reordered. An empty value is written `""`, as `shown` writes it
 /// (written as nothing, "HPC_TRACE= : ..." named no value).
 ///
 /// ```
@@ -121,12 +147,10 @@ pub fn shown(value: &str) -> String {
 /// assert!(s.len() < 100 && s.ends_with("... (99960 more characters)"), "{s}");
 /// assert_eq!(hpc_env::short("a\nb"), "\"a\\nb\"");
 /// assert_eq!(hpc_env::short("\u{1b}[2J"), "\"\\u{1b}[2J\"");
+/// assert_eq!(hpc_env::short("abc\u{202e}def"), r#""abc\u{202e}def""#);
 /// ```
 pub fn short(value: &str) -> String {
-    if value.is_empty()
-        || value.chars().count() > SHOWN_CHARS
-        || value.chars().any(char::is_control)
-    {
+    if value.is_empty() || value.chars().count() > SHOWN_CHARS || value.chars().any(needs_escape) {
         shown(value)
     } else {
         value.to_string()
@@ -414,5 +438,24 @@ mod tests {
                 v.name
             );
         }
+    }
+
+    /// Every bidirectional control and line separator is escaped by
+    /// [`short`] and [`shown`] (a right-to-left override was written as it
+    /// is, so a terminal showed the value after it reversed: pass 18's C35),
+    /// and a value of ordinary letters, accents and spaces is not quoted.
+    #[test]
+    fn bidirectional_controls_are_quoted_escaped() {
+        let bidi = ('\u{202a}'..='\u{202e}')
+            .chain('\u{2066}'..='\u{2069}')
+            .chain(['\u{200e}', '\u{200f}', '\u{061c}', '\u{2028}', '\u{2029}']);
+        for c in bidi {
+            let value = format!("run{c}txt.exe");
+            for s in [short(&value), shown(&value)] {
+                assert!(!s.contains(c), "{:x}: {s:?}", c as u32);
+                assert_eq!(s, format!("\"run\\u{{{:x}}}txt.exe\"", c as u32));
+            }
+        }
+        assert_eq!(short("café au lait"), "café au lait");
     }
 }

@@ -147,16 +147,48 @@ pub fn num(x: f64) -> String {
 /// character, so that a line break or a terminal's escape in it cannot break the
 /// message's line or move the terminal's cursor.
 ///
+/// A bidirectional control (a right-to-left override, U+202E) is escaped as
+/// a control character is ([`needs_escape`]): a terminal or editor that
+/// reorders the text after it would show `/data/report\u{202e}txt.exe` as `/data/reportexe.txt`.
+///
 /// ```
 /// assert_eq!(hpc_io::message::said("run 7"), "run 7");
 /// assert_eq!(hpc_io::message::said("a\nb"), "\"a\\nb\"");
+/// assert_eq!(hpc_io::message::said("a\u{202e}b"), r#""a\u{202e}b""#);
 /// ```
 pub fn said(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().any(char::is_control) {
+    if text.chars().any(needs_escape) {
         format!("{text:?}").into()
     } else {
         text.into()
     }
+}
+
+/// Whether a message writes `c` escaped ([`said`], [`path`]): a control
+/// character (`char::is_control`: a line break, a terminal's escape), a
+/// bidirectional control (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066
+/// to U+2069: format characters that make a terminal or an editor show the
+/// text around them in another order, as "Trojan Source" spoofs code) or a
+/// line or paragraph separator (U+2028, U+2029: a line break to some
+/// terminals and editors). `hpc_env::short` escapes the same characters.
+///
+/// ```
+/// use hpc_io::message::needs_escape;
+/// assert!(needs_escape('\n') && needs_escape('\u{1b}') && needs_escape('\u{202e}'));
+/// assert!(!needs_escape('a') && !needs_escape('é') && !needs_escape(' '));
+/// ```
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
 }
 
 /// The longest path a message shows whole, in bytes: the most the system
@@ -401,5 +433,24 @@ mod tests {
     fn a_cause_not_in_the_message_is_kept() {
         let e = anyhow::Error::new(std::io::Error::other("disk full")).context("writing x");
         assert_eq!(chain(e.as_ref()), "writing x: disk full");
+    }
+
+    /// A path or a value holding a bidirectional control or a line
+    /// separator is quoted and escaped as one holding a control character
+    /// (a right-to-left override was written as it is: a terminal showed
+    /// `/data/report\u{202e}txt.exe` as `/data/reportexe.txt`, pass 18's
+    /// C35), and one of ordinary letters is not quoted.
+    #[test]
+    fn bidirectional_controls_are_quoted_escaped() {
+        let bidi = ('\u{202a}'..='\u{202e}')
+            .chain('\u{2066}'..='\u{2069}')
+            .chain(['\u{200e}', '\u{200f}', '\u{061c}', '\u{2028}', '\u{2029}']);
+        for c in bidi {
+            let text = format!("/data/report{c}txt.exe");
+            let want = format!("\"/data/report\\u{{{:x}}}txt.exe\"", c as u32);
+            assert_eq!(said(&text), want);
+            assert_eq!(path(std::path::Path::new(&text)), want);
+        }
+        assert_eq!(said("/data/café/x y"), "/data/café/x y");
     }
 }
