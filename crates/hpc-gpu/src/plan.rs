@@ -711,7 +711,9 @@ pub enum HostOrder {
 /// plan, or a buffer is shorter than its plan's `input_bytes` or
 /// `output_bytes` (checked before anything runs: they panicked with "range
 /// end index 16 out of range for slice of length 4"), and
-/// [`GpuError::Plan`] for plans that disagree.
+/// [`GpuError::Plan`] for plans that disagree or that no honest plan would
+/// be (a plan's fields are public): checked before anything runs
+/// ([`check_plans`]), and windows beyond the memory available.
 pub fn run_on_host(
     plans: &[Plan],
     inputs: &[Vec<u8>],
@@ -747,13 +749,9 @@ pub fn run_on_host(
             });
         }
     }
-    let mut windows: Vec<Vec<u8>> = plans.iter().map(|p| vec![0xA5; p.window_bytes]).collect();
-    let nphases = plans.iter().map(|p| p.phases.len()).max().unwrap_or(0);
-    if plans.iter().any(|p| p.phases.len() != nphases) {
-        return Err(GpuError::Plan(
-            "ranks disagree on the number of phases".into(),
-        ));
-    }
+    check_plans(plans)?;
+    let mut windows = host_windows(plans, hpc_topology::budget::available_memory())?;
+    let nphases = plans.first().map_or(0, |p| p.phases.len());
     let ranks: Vec<usize> = match order {
         HostOrder::Forward => (0..size).collect(),
         HostOrder::Reverse => (0..size).rev().collect(),
@@ -805,5 +803,133 @@ fn write(dst: Loc, data: &[u8], window: &mut [u8], output: &mut [u8]) -> Result<
         Buf::Input => return Err(GpuError::Plan("a plan writes its input".into())),
     };
     b[dst.offset..dst.end()].copy_from_slice(data);
+    Ok(())
+}
+
+/// The windows of `plans` on host memory, filled with `0xA5` bytes: refused
+/// where together they are more than `available` bytes (a forged plan's
+/// `window_bytes` of `usize::MAX` aborted the process on the allocation, one
+/// of a terabyte filled the memory).
+fn host_windows(plans: &[Plan], available: Option<u64>) -> Result<Vec<Vec<u8>>> {
+    let total = plans
+        .iter()
+        .fold(0u64, |t, p| t.saturating_add(p.window_bytes as u64));
+    let refuse = || {
+        GpuError::Plan(format!(
+            "run_on_host: windows of {total} bytes in all, more than the {} bytes of \
+             memory available",
+            available.map_or("addressable".to_string(), |a| a.to_string())
+        ))
+    };
+    if total > available.unwrap_or(isize::MAX as u64) {
+        return Err(refuse());
+    }
+    let mut windows = Vec::with_capacity(plans.len());
+    for p in plans {
+        let mut w = Vec::new();
+        w.try_reserve_exact(p.window_bytes).map_err(|_| refuse())?;
+        w.resize(p.window_bytes, 0xA5);
+        windows.push(w);
+    }
+    Ok(windows)
+}
+
+/// Checks that `plans` are what [`run_on_host`] can run without a panic,
+/// as the builders of this module make them: plan `r` is rank `r` of
+/// `plans.len()`, every rank has the same number of phases, every range
+/// lies within its buffer (the plan's `input_bytes`, `output_bytes`,
+/// `window_bytes`; a [`Op::Put`]'s in its peer's window), every peer is a
+/// rank, a copy, a reduction and a put move as many bytes as they take,
+/// a copy and a reduction write the output or the window, and a put and a
+/// land the window. A plan's fields are public: a forged one whose range
+/// lay beyond its window made `run_on_host` panic on a slice's index.
+///
+/// # Errors
+///
+/// [`GpuError::Plan`] naming the rank, the phase, the operation and what is
+/// wrong with it.
+pub fn check_plans(plans: &[Plan]) -> Result<()> {
+    let size = plans.len();
+    let nphases = plans.first().map_or(0, |p| p.phases.len());
+    for (r, p) in plans.iter().enumerate() {
+        if p.rank != r || p.size != size {
+            return Err(GpuError::Plan(format!(
+                "plan {r} of {size} says it is rank {} of {}",
+                p.rank, p.size
+            )));
+        }
+        if p.phases.len() != nphases {
+            return Err(GpuError::Plan(format!(
+                "ranks disagree on the number of phases: rank 0 has {nphases}, rank {r} {}",
+                p.phases.len()
+            )));
+        }
+        for (j, phase) in p.phases.iter().enumerate() {
+            for (k, op) in phase.ops.iter().enumerate() {
+                check_op(plans, p, op).map_err(|why| {
+                    GpuError::Plan(format!("rank {r}, phase {j}, op {k} ({op:?}): {why}"))
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is wrong with `op` of plan `p`, if anything ([`check_plans`]).
+fn check_op(plans: &[Plan], p: &Plan, op: &Op) -> std::result::Result<(), String> {
+    let within = |l: &Loc, plan: &Plan| -> std::result::Result<(), String> {
+        let bytes = match l.buf {
+            Buf::Input => plan.input_bytes,
+            Buf::Output => plan.output_bytes,
+            Buf::Window => plan.window_bytes,
+        };
+        if l.end() > bytes || l.offset.checked_add(l.len).is_none() {
+            return Err(format!(
+                "bytes {}..{} are beyond the {:?} of {bytes} bytes",
+                l.offset,
+                l.offset as u128 + l.len as u128,
+                l.buf
+            ));
+        }
+        Ok(())
+    };
+    let peer_plan = |peer: usize| {
+        plans
+            .get(peer)
+            .ok_or_else(|| format!("peer {peer} is not a rank of these {} plans", plans.len()))
+    };
+    let same_len = |src: &Loc, dst: &Loc| {
+        if src.len == dst.len {
+            Ok(())
+        } else {
+            Err(format!("it takes {} bytes and writes {}", src.len, dst.len))
+        }
+    };
+    match op {
+        Op::Copy { src, dst } | Op::Reduce { src, dst } => {
+            within(src, p)?;
+            within(dst, p)?;
+            same_len(src, dst)?;
+            if dst.buf == Buf::Input {
+                return Err("it writes the input".into());
+            }
+        }
+        Op::Put { peer, src, dst } => {
+            within(src, p)?;
+            let target = peer_plan(*peer)?;
+            if dst.buf != Buf::Window {
+                return Err(format!("it puts into the {:?}, not the window", dst.buf));
+            }
+            within(dst, target)?;
+            same_len(src, dst)?;
+        }
+        Op::Land { peer, dst } => {
+            peer_plan(*peer)?;
+            if dst.buf != Buf::Window {
+                return Err(format!("it lands in the {:?}, not the window", dst.buf));
+            }
+            within(dst, p)?;
+        }
+    }
     Ok(())
 }

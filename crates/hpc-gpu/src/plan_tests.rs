@@ -4,7 +4,7 @@
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
-use crate::plan::{self, Buf, HostOrder, Op, Plan};
+use crate::plan::{self, Buf, HostOrder, Loc, Op, Plan};
 use crate::{Dtype, GpuOp};
 
 /// Random small integers as `dtype` bytes (exact in every type, so that any
@@ -302,4 +302,142 @@ fn a_range_beyond_usize_max_ends_there() {
     let far = plan::Loc::new(Buf::Window, usize::MAX, 2);
     assert_eq!(far.end(), usize::MAX);
     assert!(!far.overlaps(&plan::Loc::new(Buf::Window, 0, 8)));
+}
+
+/// A forged plan (a plan's fields are public) is refused by `run_on_host`
+/// with [`crate::GpuError::Plan`] naming the rank, phase and op before
+/// anything runs: a range beyond its buffer or its peer's window, a peer
+/// that is not a rank, a copy of another length, a put outside the window,
+/// a plan of another rank, and a window of `usize::MAX` bytes. The ranges
+/// and peers panicked on a slice's index, the window on its allocation
+/// ("capacity overflow"), and a plan of another rank ran as the rank of its
+/// place (pass 18's C noticed list); unequal phases were refused already.
+#[test]
+fn run_on_host_refuses_forged_plans_before_running() {
+    let honest = plan::allreduce(2, 4, Dtype::F32, GpuOp::Sum).unwrap();
+    let inputs = vec![vec![0u8; 16]; 2];
+    let first = |p: &mut Vec<Plan>, op: Op| {
+        p[0].phases[0].ops.insert(0, op);
+    };
+    let w = |offset, len| Loc::new(Buf::Window, offset, len);
+    type Forge = Box<dyn Fn(&mut Vec<Plan>)>;
+    let forgeries: Vec<(&str, Forge)> = vec![
+        (
+            "beyond the Window of",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Copy {
+                        src: w(1 << 20, 8),
+                        dst: Loc::new(Buf::Output, 0, 8),
+                    },
+                )
+            }),
+        ),
+        (
+            "beyond the Window of",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Copy {
+                        src: w(usize::MAX, 2),
+                        dst: w(0, 2),
+                    },
+                )
+            }),
+        ),
+        (
+            "peer 5 is not a rank",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Put {
+                        peer: 5,
+                        src: w(0, 4),
+                        dst: w(0, 4),
+                    },
+                )
+            }),
+        ),
+        (
+            "peer 9 is not a rank",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Land {
+                        peer: 9,
+                        dst: w(0, 4),
+                    },
+                )
+            }),
+        ),
+        (
+            "beyond the Window of",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Put {
+                        peer: 1,
+                        src: w(0, 4),
+                        dst: w(1 << 30, 4),
+                    },
+                )
+            }),
+        ),
+        (
+            "it takes 4 bytes and writes 8",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Copy {
+                        src: w(0, 4),
+                        dst: Loc::new(Buf::Output, 0, 8),
+                    },
+                )
+            }),
+        ),
+        (
+            "not the window",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Put {
+                        peer: 1,
+                        src: w(0, 4),
+                        dst: Loc::new(Buf::Output, 0, 4),
+                    },
+                )
+            }),
+        ),
+        (
+            "it writes the input",
+            Box::new(move |p| {
+                first(
+                    p,
+                    Op::Reduce {
+                        src: w(0, 4),
+                        dst: Loc::new(Buf::Input, 0, 4),
+                    },
+                )
+            }),
+        ),
+        ("says it is rank 1 of 2", Box::new(|p| p[0].rank = 1)),
+        (
+            "disagree on the number of phases",
+            Box::new(|p| p[1].phases.clear()),
+        ),
+        ("windows of", Box::new(|p| p[1].window_bytes = usize::MAX)),
+    ];
+    for (said, forge) in forgeries {
+        let mut plans = honest.clone();
+        forge(&mut plans);
+        let mut outs = vec![vec![0u8; 16]; 2];
+        let e = plan::run_on_host(&plans, &inputs, &mut outs, HostOrder::Forward).unwrap_err();
+        assert!(
+            matches!(e, crate::GpuError::Plan(_)) && e.to_string().contains(said),
+            "{said}: {e}"
+        );
+        assert_eq!(outs, vec![vec![0u8; 16]; 2], "{said}: nothing ran");
+    }
+    plan::check_plans(&honest).unwrap();
 }
