@@ -177,6 +177,13 @@ impl PoissonTable {
     /// from a 16 KiB table, by AVX2 gathers where the processor has them,
     /// eight at a time; the few draws in a cell that a CDF step crosses
     /// (about 0.5 % at a mean of 2) are sampled one by one.
+    ///
+    /// # Panics
+    ///
+    /// Where `out` is shorter than `keys`, naming both lengths (as
+    /// `copy_from_slice` refuses slices of different lengths: a caller's
+    /// mistake of sizes, checked once per call, not per stream). A longer
+    /// `out` keeps its elements beyond `keys.len()`.
     #[inline(always)]
     pub fn sample_streams(&self, keys: &[u64], counter: u64, out: &mut [u32]) {
         #[cfg(target_arch = "x86_64")]
@@ -190,6 +197,12 @@ impl PoissonTable {
     /// (`gather`: the caller has checked that the processor has AVX2).
     #[inline(always)]
     fn sample_streams_with(&self, keys: &[u64], counter: u64, out: &mut [u32], gather: bool) {
+        assert!(
+            out.len() >= keys.len(),
+            "PoissonTable::sample_streams: an out of {} samples for {} keys",
+            out.len(),
+            keys.len()
+        );
         let out = &mut out[..keys.len()];
         let c = counter.wrapping_add(1).wrapping_mul(GOLDEN);
         let mut bits = [0u64; BLOCK];
@@ -297,6 +310,29 @@ mod tests {
                 "var {var}"
             );
         }
+    }
+
+    /// An `out` shorter than `keys` is the documented panic naming both
+    /// lengths (it was a slice's "range end index 4 out of range for slice
+    /// of length 3", with no `# Panics` section: pass 18's C29); a longer
+    /// one keeps its tail, and no keys take nothing.
+    #[test]
+    fn sample_streams_names_an_out_shorter_than_the_keys() {
+        let t = PoissonTable::new(2.0);
+        let keys = [1u64, 2, 3, 4];
+        let mut out = [u32::MAX; 6];
+        t.sample_streams(&keys, 5, &mut out);
+        assert_eq!(out[4..], [u32::MAX; 2]);
+        t.sample_streams(&[], 5, &mut []);
+        let short = std::panic::catch_unwind(|| {
+            t.sample_streams(&keys, 5, &mut [0u32; 3]);
+        })
+        .expect_err("a short out is refused");
+        let said = short.downcast_ref::<String>().expect("a message");
+        assert_eq!(
+            said,
+            "PoissonTable::sample_streams: an out of 3 samples for 4 keys"
+        );
     }
 
     #[test]
