@@ -104,12 +104,13 @@ pub enum TopologyError {
     #[error(
         "topology XML file {} is not a valid hwloc XML topology: {}",
         hpc_io::message::path(path),
-        hpc_io::message::cut(reason)
+        hpc_io::message::cut(&hpc_io::message::said(reason))
     )]
     XmlParse {
         /// The path as given.
         path: PathBuf,
-        /// hwloc's complaint.
+        /// hwloc's complaint (the message shows it escaped where it holds a
+        /// control character, and cut).
         reason: String,
     },
     /// The hwloc library loaded at run time is not a 2.x release.

@@ -173,7 +173,12 @@ impl Topology {
                     .from_xml_file(path)
                     .map_err(|e| TopologyError::XmlParse {
                         path: path.clone(),
-                        reason: e.to_string(),
+                        // hwloc's reason names the file again: as the
+                        // message shows it (quoted and escaped where it
+                        // holds a control character).
+                        reason: e
+                            .to_string()
+                            .replace(&path.display().to_string(), &hpc_io::message::path(path)),
                     })?
             }
             TopologySource::Synthetic(desc) => {
@@ -264,11 +269,11 @@ fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
                     && attrs[i + name.len()..].trim_start().starts_with('=')
             })
         };
+        let kind = attrs
+            .split_once("type=\"")
+            .and_then(|(_, t)| t.split_once('"'))
+            .map_or("?", |(t, _)| t);
         if has("cpuset") && !has("complete_cpuset") {
-            let kind = attrs
-                .split_once("type=\"")
-                .and_then(|(_, t)| t.split_once('"'))
-                .map_or("?", |(t, _)| t);
             return Err(format!(
                 "object {index} (type {}) has a cpuset but no complete_cpuset, which every \
                  topology hwloc exports has (and hwloc 2.9 crashes loading it); export the \
@@ -276,9 +281,70 @@ fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
                 hpc_env::short(kind)
             ));
         }
+        // A PU is the one CPU its os_index names, a NUMA node the one node:
+        // hwloc's own check of a loaded topology asserts it (and aborts the
+        // process, in a debug build, where the os_index was edited).
+        let own_set: &[&str] = match kind {
+            "PU" => &["cpuset", "complete_cpuset"],
+            "NUMANode" => &["nodeset", "complete_nodeset"],
+            _ => &[],
+        };
+        if let Some(os_index) = attr(attrs, "os_index").and_then(|v| v.trim().parse::<u64>().ok()) {
+            for set in own_set {
+                let Some(bits) = attr(attrs, set) else {
+                    continue;
+                };
+                if let Some(only) = only_bit(bits) {
+                    if only != Some(os_index) {
+                        return Err(format!(
+                            "object {index} (type {kind}) has os_index {os_index} but {set} {}, \
+                             not that one bit: hwloc's check of the topology aborts on it; \
+                             export the topology with lstopo again",
+                            hpc_env::short(bits)
+                        ));
+                    }
+                }
+            }
+        }
         index += 1;
     }
     Ok(())
+}
+
+/// The value of the attribute `name` among an XML start tag's `attrs`,
+/// if it is there (quoted with `"`).
+fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
+    attrs.match_indices(name).find_map(|(i, _)| {
+        if !attrs[..i].ends_with(|c: char| c.is_ascii_whitespace()) {
+            return None;
+        }
+        let value = attrs[i + name.len()..].trim_start().strip_prefix('=')?;
+        let value = value.trim_start().strip_prefix('"')?;
+        value.split_once('"').map(|(v, _)| v)
+    })
+}
+
+/// The one bit set in an hwloc bitmap's text (`0x00000100`, 32-bit words
+/// most significant first, `0xf...f,` for an infinite start): `Some(Some(i))`
+/// for exactly bit `i`, `Some(None)` for several, `None` for an empty set
+/// or a text that is not a bitmap (hwloc refuses either as it loads).
+fn only_bit(text: &str) -> Option<Option<u64>> {
+    let text = text.trim();
+    if text.starts_with("0xf...f") {
+        return Some(None);
+    }
+    let words: Vec<&str> = text.split(',').collect();
+    let mut only = None;
+    for (k, word) in words.iter().rev().enumerate() {
+        let hex = word.trim().strip_prefix("0x")?;
+        let w = u32::from_str_radix(hex, 16).ok()?;
+        match (w.count_ones(), only) {
+            (0, _) => {}
+            (1, None) => only = Some(k as u64 * 32 + u64::from(w.trailing_zeros())),
+            _ => return Some(None),
+        }
+    }
+    only.map(Some)
 }
 
 fn convert(hw: &HwlocTopology, source: TopologySource) -> Topology {

@@ -23,7 +23,9 @@ impl std::fmt::Display for TopologySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TopologySource::ThisMachine => f.write_str("this machine"),
-            TopologySource::Xml(p) => write!(f, "XML file {}", p.display()),
+            // Quoted and escaped where it holds a control character, as the
+            // errors about it show it.
+            TopologySource::Xml(p) => write!(f, "XML file {}", hpc_io::message::path(p)),
             // Cut when long, as the errors about it show it.
             TopologySource::Synthetic(d) => write!(f, "synthetic {}", hpc_env::shown(d)),
         }

@@ -622,3 +622,81 @@ fn a_topology_file_is_bounded_and_named_cut() {
         e.len()
     );
 }
+
+/// A hand-edited XML whose PU's os_index is not the one bit of its cpuset (a
+/// duplicated os_index, one of `u32::MAX`), or whose NUMA node's is not its
+/// nodeset's, is refused with a typed error naming the object: hwloc's check
+/// of the loaded topology asserted it and aborted the process ("Assertion
+/// `hwloc_bitmap_first(obj->cpuset) == (int) obj->os_index' failed", a
+/// debug build). The files hwloc exports load as before.
+#[test]
+fn an_os_index_that_is_not_its_objects_set_is_an_error_not_an_abort() {
+    let good = std::fs::read_to_string(data("16em64t-4s2c2t.xml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("hpc-topology-osindex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pu8 = r#"os_index="8" cpuset="0x00000100""#;
+    let numa = r#"type="NUMANode" os_index="0""#;
+    for (name, text, said) in [
+        (
+            "dup",
+            good.replacen(pu8, r#"os_index="0" cpuset="0x00000100""#, 1),
+            "has os_index 0 but cpuset 0x00000100",
+        ),
+        (
+            "max",
+            good.replacen(pu8, r#"os_index="4294967295" cpuset="0x00000100""#, 1),
+            "has os_index 4294967295",
+        ),
+        (
+            "numa",
+            good.replacen(numa, r#"type="NUMANode" os_index="1""#, 1),
+            "(type NUMANode) has os_index 1 but nodeset 0x00000001",
+        ),
+    ] {
+        assert_ne!(text, good, "{name}: the edit took");
+        let file = dir.join(format!("{name}.xml"));
+        std::fs::write(&file, text).unwrap();
+        match Topology::from_xml_file(&file) {
+            Err(e @ TopologyError::XmlParse { .. }) => {
+                assert!(e.to_string().contains(said), "{name}: {e}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    for file in FILES {
+        load(file);
+    }
+}
+
+/// A topology file named with a line break, a terminal's escape and a
+/// right-to-left override is shown quoted and escaped where hwloc's reason
+/// names it again (it was written raw, after the escaped path of the
+/// message: pass 18's leftover) and in a loaded topology's summary (its
+/// first line, "Topology of XML file …", wrote it raw).
+#[test]
+fn hwlocs_reason_and_the_summary_show_an_odd_path_escaped() {
+    let dir = std::env::temp_dir().join(format!("hpc-topology-oddname-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("t\n\u{1b}[2Jx\u{202e}lmx.xml");
+    std::fs::write(&bad, "<<<not xml").unwrap();
+    let e = Topology::from_xml_file(&bad).unwrap_err().to_string();
+    let good = dir.join("g\n\u{1b}[2J\u{202e}.xml");
+    std::fs::copy(data("16em64t-4s2c2t.xml"), &good).unwrap();
+    let summary = Topology::from_xml_file(&good).map(|t| t.summary());
+    std::fs::remove_dir_all(&dir).ok();
+    let raw = |c: char| c == '\u{1b}' || c == '\u{202e}';
+    assert!(!e.contains(raw) && !e.contains('\n'), "{e:?}");
+    assert_eq!(
+        e.matches(r#"t\n\u{1b}[2Jx\u{202e}lmx.xml""#).count(),
+        2,
+        "{e}"
+    );
+    let summary = summary.unwrap();
+    assert!(!summary.contains(raw), "{summary:?}");
+    assert!(
+        summary.starts_with("Topology of XML file \"")
+            && summary.contains(r#"/g\n\u{1b}[2J\u{202e}.xml""#),
+        "{summary}"
+    );
+}
