@@ -399,7 +399,8 @@ impl Report {
 }
 
 /// Appends `line` and a newline to `o`, its control characters (an escape
-/// sequence, a newline, a carriage return) written as escapes: the values come
+/// sequence, a newline, a carriage return) and bidirectional controls (a
+/// right-to-left override: `hpc_env::needs_escape`) written as escapes: the values come
 /// from the probed system (its environment, a captured tree's files), and would
 /// otherwise act on the reader's terminal (clear it, recolour, retitle) or forge
 /// lines of the report. A line is cut after [`MAX_LINE_CHARS`] characters,
@@ -409,7 +410,7 @@ impl Report {
 fn put(o: &mut String, line: &str) {
     let mut chars = line.chars();
     for c in chars.by_ref().take(MAX_LINE_CHARS) {
-        if c.is_control() {
+        if hpc_env::needs_escape(c) {
             o.extend(c.escape_debug());
         } else {
             o.push(c);

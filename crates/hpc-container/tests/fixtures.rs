@@ -566,6 +566,32 @@ fn control_characters_of_the_probed_system_are_escaped_in_the_text() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A value of the probed system holding a bidirectional control (a
+/// right-to-left override, an isolate) or a line separator is escaped in the
+/// text report as a control character is: written as it is, a terminal
+/// showed the rest of the line reordered (a job id that reads as another).
+#[test]
+fn bidirectional_controls_of_the_probed_system_are_escaped_in_the_text() {
+    let dir = std::env::temp_dir().join(format!("hpc-container-bidi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "SLURM_JOB_ID".to_string(),
+        "12\u{202e}34\u{2066}5\u{2028}6".to_string(),
+    );
+    let probe = Probe::new(&dir, env);
+    let text = Report::new("root", Environment::detect_from(&probe)).to_text(false);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        !text.contains(['\u{202e}', '\u{2066}', '\u{2028}']),
+        "{text:?}"
+    );
+    assert!(
+        text.contains("Slurm job 12\\u{202e}34\\u{2066}5\\u{2028}6"),
+        "{text}"
+    );
+}
+
 /// A value of the probed environment of any length is cut in the text report,
 /// saying how much more it held (a `CUDA_VISIBLE_DEVICES` of 200,000
 /// characters, a Slurm job id of 100,000, were lines of the report as long).
