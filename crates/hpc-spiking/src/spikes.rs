@@ -44,6 +44,9 @@ pub struct SpikeWriter {
     path: PathBuf,
     partial: PathBuf,
     out: BufWriter<File>,
+    /// An exclusive `flock` on `partial`, so that a second writer given the
+    /// same path is refused.
+    _lock: File,
     /// What [`decode_spikes`] will check of every record.
     n_neurons: u32,
     limit: f64,
@@ -95,8 +98,27 @@ impl SpikeWriter {
             checked.header["t_sim_ms"].as_f64().unwrap_or(0.0),
         );
         let partial = partial_path(path);
+        // Another writer's file, still being written (two writers given one
+        // path): refused, not removed under it. The writer that finished
+        // first renamed the other's `.partial` as its own output and said
+        // nothing; the other failed at its end.
+        if hpc_io::rundir::lock_holder(&partial).is_some() {
+            anyhow::bail!(
+                "cannot write the spike file {}: another writer is writing it ({} is locked)",
+                hpc_io::message::path(path),
+                hpc_io::message::path(&partial)
+            );
+        }
         // A new file: never written through a symbolic link planted at its name.
         let f = hpc_io::atomic::create_fresh(&partial)?;
+        // Held until the writer ends: what the check above sees.
+        let lock = hpc_io::rundir::try_lock_file(&partial)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "cannot write the spike file {}: another writer took {} as it was made",
+                hpc_io::message::path(path),
+                hpc_io::message::path(&partial)
+            )
+        })?;
         let mut out = BufWriter::with_capacity(1 << 16, f);
         (|| {
             out.write_all(&head)?;
@@ -107,6 +129,7 @@ impl SpikeWriter {
             path: path.to_owned(),
             partial,
             out,
+            _lock: lock,
             n_neurons: checked.n_neurons,
             limit,
             last: None,
@@ -190,11 +213,31 @@ impl SpikeWriter {
     }
 
     /// Syncs and renames the file to its final name.
+    ///
+    /// # Errors
+    ///
+    /// A failed write or rename, and a `.partial` file that is no longer
+    /// this writer's (removed, or replaced by another's): nothing is renamed
+    /// then, so the output is never another writer's data.
     pub fn finish(mut self) -> Result<PathBuf> {
         self.out
             .flush()
             .and_then(|()| self.out.get_ref().sync_all())
             .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))?;
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            let ours = self.out.get_ref().metadata().ok();
+            let there = std::fs::symlink_metadata(&self.partial).ok();
+            let same = matches!((ours, there), (Some(a), Some(b)) if a.ino() == b.ino() && a.dev() == b.dev());
+            if !same {
+                anyhow::bail!(
+                    "cannot finish the spike file {}: {} is no longer the file this writer \
+                     wrote (removed or replaced while it ran); nothing renamed",
+                    hpc_io::message::path(&self.path),
+                    hpc_io::message::path(&self.partial)
+                );
+            }
+        }
         hpc_io::atomic::rename_over(&self.partial, &self.path).with_context(|| {
             format!(
                 "renaming {} to {}",
@@ -527,6 +570,27 @@ pub struct Stats {
     pub cv_neurons: u32,
 }
 
+/// Why [`Recorder::add`] refuses spike `index`, `(t, id)`, whose neuron last
+/// spiked at `last` (0: never), after the spike `previous` (`(tick << 32) |
+/// id`) of the same call, if any.
+#[cold]
+fn out_of_order(index: usize, t: u32, id: u32, last: u32, previous: Option<u64>) -> SpikeFileError {
+    let (pt, pid) = previous.map_or((0, None), |p| ((p >> 32) as u32, Some(p as u32)));
+    if t < pt || t < last {
+        return SpikeFileError::Unsorted {
+            index,
+            tick: t,
+            previous: pt.max(last),
+        };
+    }
+    SpikeFileError::IdOrder {
+        index,
+        tick: t,
+        id,
+        previous: if t == last { id } else { pid.unwrap_or(0) },
+    }
+}
+
 /// Bytes a [`Recorder`] holds per neuron: its last spike, its spikes, its
 /// intervals and their sum and sum of squares.
 pub const RECORDER_BYTES_PER_NEURON: u64 = 28;
@@ -575,17 +639,25 @@ impl Recorder {
         })
     }
 
-    /// Adds spikes `(tick, id)` (`tick >= 1`), sorted by tick and after every
-    /// spike added before of the same neuron.
+    /// Adds spikes `(tick, id)` (`tick >= 1`), sorted by tick, then id (as a
+    /// spike file's records), each spike once, and after every spike added
+    /// before of the same neuron.
     ///
     /// # Errors
     ///
-    /// [`SpikeFileError::NeuronId`] for a neuron beyond this recorder's count and
+    /// [`SpikeFileError::NeuronId`] for a neuron beyond this recorder's count,
     /// [`SpikeFileError::Unsorted`] for a spike before the previous one (in this
-    /// call, or of its neuron before); nothing is added then.
+    /// call, or of its neuron before) and [`SpikeFileError::IdOrder`] for a
+    /// spike of a neuron at a tick it already spiked at (in this call, or
+    /// before: counted twice, it doubled the neuron's rate and gave it an
+    /// interval of 0), or not after the previous one's neuron at its tick;
+    /// nothing is added then.
     pub fn add(&mut self, spikes: &[(u32, u32)]) -> Result<(), SpikeFileError> {
         let n = self.last.len();
-        let mut previous = 0;
+        // One compare of (tick, id) as one number for the order within the
+        // call, one of the tick against the neuron's last: the common case
+        // costs what the order check alone cost.
+        let mut previous = 0u64;
         for (index, &(t, id)) in spikes.iter().enumerate() {
             let Some(&last) = self.last.get(id as usize) else {
                 return Err(SpikeFileError::NeuronId {
@@ -595,14 +667,17 @@ impl Recorder {
                     n: n as u32,
                 });
             };
-            if t < previous || t < last {
-                return Err(SpikeFileError::Unsorted {
+            let key = (u64::from(t) << 32) | u64::from(id);
+            if (index > 0 && key <= previous) || (last != 0 && t <= last) {
+                return Err(out_of_order(
                     index,
-                    tick: t,
-                    previous: previous.max(last),
-                });
+                    t,
+                    id,
+                    last,
+                    (index > 0).then_some(previous),
+                ));
             }
-            previous = t;
+            previous = key;
         }
         for &(t, id) in spikes {
             if t <= self.from_tick {

@@ -78,3 +78,72 @@ fn a_path_longer_than_any_is_cut_in_the_refusals() {
         );
     }
 }
+
+/// Two `SpikeWriter`s given one path at once (two runs of a library's
+/// caller, one output): the second removed the first's `.partial` and made
+/// its own, and the first to finish renamed the other's data as its output
+/// and said nothing (the other failed at its end). The second is refused
+/// while the first writes, and a writer whose `.partial` was replaced
+/// renames nothing.
+#[test]
+fn a_second_writer_of_one_spike_file_is_refused_and_nothing_is_taken() {
+    use hpc_spiking::spikes::{partial_path, read_spikes, SpikeWriter};
+    let d = std::env::temp_dir().join(format!("hpc-spiking-two-writers-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let out = d.join("spikes.spk");
+    let header = r#"{"n_neurons":4,"dt_ms":0.1,"t_sim_ms":10,"populations":[{"name":"a","first":0,"count":4}]}"#;
+    let mut first = SpikeWriter::with_header(&out, header).unwrap();
+    first.append(&[(1, 1)]).unwrap();
+    let e = format!(
+        "{:#}",
+        SpikeWriter::with_header(&out, header)
+            .err()
+            .expect("refused")
+    );
+    assert!(e.contains("another writer is writing it"), "{e}");
+    first.append(&[(2, 3)]).unwrap();
+    first.finish().unwrap();
+    assert_eq!(read_spikes(&out).unwrap().spikes, vec![(1, 1), (2, 3)]);
+    // Once it has finished, the name is free again; a writer whose
+    // `.partial` someone replaced renames nothing.
+    let second = SpikeWriter::with_header(&out, header).unwrap();
+    std::fs::remove_file(partial_path(&out)).unwrap();
+    std::fs::write(partial_path(&out), b"not this writer's").unwrap();
+    let e = format!("{:#}", second.finish().unwrap_err());
+    assert!(e.contains("no longer the file this writer wrote"), "{e}");
+    assert_eq!(read_spikes(&out).unwrap().spikes, vec![(1, 1), (2, 3)]);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A spike given twice (in one call, or at the tick its neuron last spiked
+/// at, in a later one) was counted twice: the neuron's rate doubled and an
+/// interval of 0 entered its CV, where the spike file refuses the same
+/// records. It is refused as the file's reader refuses it, nothing added.
+#[test]
+fn a_spike_given_twice_is_refused_not_counted_twice() {
+    use hpc_spiking::spikes::SpikeFileError;
+    let mut r = Recorder::new(2).unwrap();
+    let e = r.add(&[(5, 0), (5, 0)]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpikeFileError::IdOrder {
+                index: 1,
+                tick: 5,
+                id: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(r.add(&[(5, 1), (5, 0)]).is_err());
+    assert_eq!(r.stats(1.0).spikes, 0);
+    r.add(&[(5, 0), (5, 1), (6, 0)]).unwrap();
+    let e = r.add(&[(6, 0)]).unwrap_err();
+    assert!(e.to_string().contains("each spike once"), "{e}");
+    r.add(&[(6, 1), (7, 0)]).unwrap();
+    assert_eq!(
+        (r.stats(1.0).spikes, r.spikes_of(0..1), r.spikes_of(1..2)),
+        (5, 3, 2)
+    );
+}
