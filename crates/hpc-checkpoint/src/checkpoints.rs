@@ -182,6 +182,16 @@ impl Checkpoints {
                 hpc_io::message::path(&dir)
             ))
         })?;
+        // A step nothing was written for (a commit of no files, of 0 ranks):
+        // refused by name, not as "cannot create …/manifest.json.tmp123: No
+        // such file or directory", a file the caller never named.
+        if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint {}: no file of it was written (its directory does not exist); \
+                 write every rank's part (write_rank) before the commit",
+                hpc_io::message::path(&dir)
+            )));
+        }
         for f in &files {
             let path = dir.join(&f.name);
             let found = fs::metadata(&path)

@@ -459,3 +459,26 @@ fn wide_header_fields_round_trip() {
     assert_eq!((ck.step(), ck.ranks()), (step, ranks));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A commit of a step nothing was written for (no files, 0 ranks) said
+/// "cannot create …/manifest.json.tmp123: No such file or directory", a
+/// file the caller never named; it names the checkpoint and what to do,
+/// and makes nothing. A commit of 0 ranks with a named file still works.
+#[test]
+fn a_commit_of_a_step_never_written_says_so() {
+    let root = tmpdir("never-written");
+    let set = Checkpoints::new(&root);
+    let e = set
+        .commit(3, 0, [], serde_json::json!({}))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("step-0000000003: no file of it was written") && !e.contains(".tmp"),
+        "{e}"
+    );
+    assert!(!set.step_dir(3).exists());
+    let named = set.write_file(4, "state", b"x").unwrap();
+    let k = set.commit(4, 0, [named], serde_json::json!({})).unwrap();
+    assert_eq!(k.read_file("state").unwrap().unwrap(), b"x");
+    std::fs::remove_dir_all(&root).unwrap();
+}
