@@ -160,11 +160,30 @@ pub enum SimError {
         /// Bytes the receive region holds.
         expected: usize,
     },
-    /// No rank can make progress.
-    #[error("deadlock: {} rank(s) blocked, first {:?}", blocked.len(), blocked.first())]
+    /// No rank can make progress. The message names the first blocked rank's
+    /// round and step in words (it was Rust's debug form: "first
+    /// Some(Blocked { rank: 0, … })").
+    #[error(
+        "deadlock: {} rank(s) blocked{}",
+        blocked.len(),
+        blocked.first().map_or(String::new(), |b| format!(
+            ", first rank {} in round {} at `{}`",
+            b.rank, b.round, b.waiting_on
+        ))
+    )]
     Deadlock {
         /// The blocked ranks.
         blocked: Vec<Blocked>,
+    },
+    /// A schedule's scratch buffer cannot be allocated (a schedule's fields
+    /// are public: a forged `scratch_bytes` of `usize::MAX` panicked with
+    /// "capacity overflow", one of 64 TiB aborted the process).
+    #[error("rank {rank}: its scratch buffer of {bytes} bytes cannot be allocated")]
+    Scratch {
+        /// The rank.
+        rank: usize,
+        /// Its schedule's `scratch_bytes`.
+        bytes: usize,
     },
     /// A reduction failed.
     #[error("rank {rank} round {round}: {source}")]
@@ -330,15 +349,22 @@ pub fn run_with(
         stats.max_bytes_per_rank = stats.max_bytes_per_rank.max(s.bytes_sent());
     }
 
-    let mut ranks: Vec<Buffers> = inputs
-        .into_iter()
-        .zip(schedules)
-        .map(|(b, s)| Buffers {
+    let mut ranks: Vec<Buffers> = Vec::with_capacity(size);
+    for (b, s) in inputs.into_iter().zip(schedules) {
+        let mut scratch = Vec::new();
+        scratch
+            .try_reserve_exact(s.scratch_bytes)
+            .map_err(|_| SimError::Scratch {
+                rank: s.rank,
+                bytes: s.scratch_bytes,
+            })?;
+        scratch.resize(s.scratch_bytes, 0xA5);
+        ranks.push(Buffers {
             send: b.send,
             recv: b.recv,
-            scratch: vec![0xA5; s.scratch_bytes],
-        })
-        .collect();
+            scratch,
+        });
+    }
     let mut machines: Vec<Machine> = schedules.iter().map(|s| Machine::new(s, false)).collect();
     // Messages sent and not received yet (a send's data is captured when posted).
     let mut matcher: Matcher<Chan, Vec<u8>> = Matcher::new();
@@ -515,6 +541,43 @@ mod tests {
             matches!(err, SimError::Deadlock { ref blocked } if blocked.len() == 2),
             "{err}"
         );
+    }
+
+    /// A deadlock is said in words: the first blocked rank, its round and
+    /// step as a schedule prints it (it was Rust's debug form, "first
+    /// Some(Blocked { rank: 0, round: 0, waiting_on: Recv { … } })").
+    #[test]
+    fn a_deadlock_is_said_in_words() {
+        let s = exchange(
+            |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+            |peer| vec![send(peer, Region::send(0, 4), 0)],
+        );
+        let e = run(&s, bufs(2)).unwrap_err().to_string();
+        assert!(!e.contains("Some(") && !e.contains("Blocked {"), "{e}");
+        assert!(
+            e.starts_with("deadlock: 2 rank(s) blocked, first rank 0 in round 0 at `recv"),
+            "{e}"
+        );
+        assert!(e.contains("recv[0..4] 4 B tag 0`"), "{e}");
+    }
+
+    /// A schedule whose scratch cannot be allocated (its fields are public:
+    /// forged) is a typed error: `usize::MAX` bytes panicked with "capacity
+    /// overflow" and 64 TiB aborted the process ("memory allocation of
+    /// 70368744177664 bytes failed").
+    #[test]
+    fn a_scratch_no_machine_holds_is_an_error_not_an_abort() {
+        for bytes in [usize::MAX, 1 << 46] {
+            let mut s = exchange(
+                |peer| vec![send(peer, Region::send(0, 4), 0)],
+                |peer| vec![recv(peer, Region::recv(0, 4), 0)],
+            );
+            s[1].scratch_bytes = bytes;
+            assert_eq!(
+                run(&s, bufs(2)).unwrap_err(),
+                SimError::Scratch { rank: 1, bytes }
+            );
+        }
     }
 
     #[test]
