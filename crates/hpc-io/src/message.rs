@@ -22,7 +22,9 @@
 use std::error::Error;
 use std::io::Write as _;
 
-/// The line [`last_words`] writes: `{program}: error: {message}` and a newline.
+/// The line [`last_words`] writes: `{program}: error: {message}` and a newline,
+/// its control characters but line breaks and tabs escaped
+/// ([`escape_controls`]) and each line cut ([`cut_line`]).
 ///
 /// ```
 /// assert_eq!(
@@ -31,9 +33,41 @@ use std::io::Write as _;
 /// );
 /// ```
 pub fn error_line(program: &str, message: &str) -> String {
-    let mut line = cut_line(&format!("{program}: error: {message}")).into_owned();
+    let mut line = cut_line(&escape_controls(&format!("{program}: error: {message}"))).into_owned();
     line.push('\n');
     line
+}
+
+/// `text` with every character [`needs_escape`] counts, but the line break
+/// and the tab, written as its escape (`\u{1b}`, `\r`, `\u{202e}`): the last
+/// defence of a program's last line and usage text ([`error_line`],
+/// [`usage_exit`]) against a value some code path quotes raw (an argument
+/// parser's "invalid value '…'" echoes the value as it was given: a
+/// terminal's escape in it cleared the terminal, a carriage return or a
+/// right-to-left override hid or reordered the message). Line breaks are
+/// kept: a message may have several lines. [`usage_exit`] leaves its text as
+/// it is (a parser's coloured usage text is made of terminal escapes): a
+/// caller that renders plain text escapes it with this first.
+///
+/// ```
+/// use hpc_io::message::escape_controls;
+/// assert_eq!(escape_controls("a\u{1b}[2Jb\u{202e}c\nd\te"), "a\\u{1b}[2Jb\\u{202e}c\nd\te");
+/// assert_eq!(escape_controls("plain"), "plain");
+/// ```
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| needs_escape(c) && c != '\n' && c != '\t';
+    if !text.chars().any(hidden) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 /// The most characters of a line of a program's last words ([`error_line`]),
@@ -452,5 +486,27 @@ mod tests {
             assert_eq!(path(std::path::Path::new(&text)), want);
         }
         assert_eq!(said("/data/café/x y"), "/data/café/x y");
+    }
+
+    /// A program's last line escapes what a value quoted raw brought into it (an argument parser's "invalid value" echoes
+    /// the value as given: a terminal's escape in it cleared the terminal,
+    /// a carriage return hid the start of the line, a right-to-left
+    /// override reordered it), and keep their line breaks and tabs.
+    #[test]
+    fn a_last_line_escapes_what_a_value_brought_into_it() {
+        let line = error_line(
+            "fft3d",
+            "invalid value '\u{1b}[2J\r\u{202e}x' for '--n'\n\tusage: fft3d",
+        );
+        assert_eq!(
+            line,
+            "fft3d: error: invalid value '\\u{1b}[2J\\r\\u{202e}x' for '--n'\n\tusage: fft3d\n"
+        );
+        assert!(!line.contains(['\u{1b}', '\r', '\u{202e}']));
+        // The cut counts what is shown: an escaped line is cut as long.
+        let long = error_line("x", &"\u{7}".repeat(2_000));
+        assert_eq!(long.trim_end().chars().count(), LINE_CHARS, "{long}");
+        assert!(!long.contains('\u{7}'));
+        assert_eq!(escape_controls("short\nlines"), "short\nlines");
     }
 }

@@ -621,13 +621,15 @@ pub fn exit_on_error(program: &str, result: anyhow::Result<()>) {
 /// write (`--help > /dev/full` ended 0).
 pub fn parse_args<A: clap::Parser>(program: &str) -> A {
     A::try_parse().unwrap_or_else(|e| {
-        hpc_io::message::usage_exit(
-            program,
-            &e.render().to_string(),
-            e.use_stderr(),
-            e.exit_code(),
-        )
+        hpc_io::message::usage_exit(program, &usage_text(&e), e.use_stderr(), e.exit_code())
     })
+}
+
+/// What the parser has to say, as plain text (no colours), a terminal's
+/// escape, a carriage return or a right-to-left override in a value it
+/// quotes ("invalid value '…'") escaped: the terminal obeyed them.
+fn usage_text(e: &clap::Error) -> String {
+    hpc_io::message::escape_controls(&e.render().to_string()).into_owned()
 }
 
 /// The whole `main` of a simulation binary named `program`: serves as the
@@ -733,6 +735,30 @@ pub fn memory_lines(all: &[Gathered], connectivity_bytes: u64, synapses: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value with a carriage return and a right-to-left override, refused
+    /// by the parser, is shown escaped in the usage text (clap's plain text
+    /// drops escape sequences and most control characters, but wrote these
+    /// as given: the carriage return hid the start of the line, the override
+    /// reordered it).
+    #[test]
+    fn a_refused_value_is_shown_escaped_in_the_usage_text() {
+        #[derive(clap::Parser, Debug)]
+        struct A {
+            #[arg(long)]
+            n: u32,
+        }
+        let value = "12\r\u{8}\u{202e}7\u{1b}[2J";
+        let e = <A as clap::Parser>::try_parse_from(["x", "--n", value]).unwrap_err();
+        let text = usage_text(&e);
+        assert!(
+            !text.contains(['\u{1b}', '\r', '\u{8}', '\u{202e}']),
+            "{text:?}"
+        );
+        // clap drops the escape sequence and the backspace itself; the
+        // carriage return and the override it wrote as given.
+        assert!(text.contains("'12\\r\\u{202e}7'"), "{text}");
+    }
 
     #[test]
     fn long_digit_runs_are_written_short() {
