@@ -127,7 +127,8 @@ pub struct Options {
 }
 
 /// Joins the job and gathers the context, with default [`Options`]. Call once per
-/// process, first thing in `main`.
+/// process, first thing in `main`: a second call in a rank of a launcher's job
+/// is an error at once (a launcher has one place per rank).
 ///
 /// In order, it:
 /// 1. installs a `tracing` subscriber on standard error that honours `HPC_LOG`
@@ -156,6 +157,34 @@ pub fn init() -> Result<Context, Error> {
     init_with(Options::default())
 }
 
+/// The job this process joined through a launcher or MPI by an earlier
+/// [`init`], as `(rank, size)`: a launcher has one place per rank.
+static JOINED: std::sync::Mutex<Option<(usize, usize)>> = std::sync::Mutex::new(None);
+
+/// [`World::init`], once per process where it joins a launcher's job (`hpc
+/// run`, MPI): a second [`init`] of a rank waited `HPC_TIMEOUT` for a
+/// launcher that has no place for it, then said "the launcher … is
+/// unreachable: no answer to init within 7.5s (launcher hung or network
+/// partitioned)", of a launcher that was fine. It is refused at once, naming
+/// the rank. A process alone (no launcher) may call it again, as before.
+fn join_once() -> Result<World, Error> {
+    let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((rank, size)) = *joined {
+        return Err(runtime::Error::Bootstrap(format!(
+            "hpc_rs::init: this process already joined the job as rank {rank} of {size}; \
+             call init once and share its Context (a launcher has one place per rank)"
+        )));
+    }
+    let world = World::init()?;
+    if !matches!(
+        world.bootstrap(),
+        runtime::Bootstrap::Singleton | runtime::Bootstrap::Relayed
+    ) {
+        *joined = Some((world.rank(), world.size()));
+    }
+    Ok(world)
+}
+
 /// Like [`init`] with explicit options.
 pub fn init_with(options: Options) -> Result<Context, Error> {
     if !options.no_subscriber {
@@ -170,7 +199,7 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     check_engine()?;
     #[cfg(feature = "collectives")]
     serve_proxy()?;
-    let world = World::init()?;
+    let world = join_once()?;
     // The timeline's file is this rank's from now on (`HPC_TRACE`).
     hpc_trace::set_rank(world.rank());
     hpc_trace::set_size(world.size());
