@@ -35,13 +35,26 @@ pub(crate) fn lowbit(x: usize) -> usize {
 }
 
 /// Prefix sums: `out[i] = sum(v[..i])`, with `out.len() == v.len() + 1`
-/// (the offsets of blocks of `v[i]` elements laid end to end).
+/// (the offsets of blocks of `v[i]` elements laid end to end). A sum beyond
+/// `usize::MAX` is `usize::MAX` (as [`Region::end`](crate::Region::end)), so
+/// that a block past it lies beyond any buffer, never back at its start:
+/// the sum panicked with "attempt to add with overflow" in a debug build
+/// and wrapped to a small offset in a release one ([`Collective::schedule`]
+/// refuses such counts first).
+///
+/// ```
+/// use hpc_collectives::algo::prefix;
+/// assert_eq!(prefix(&[2, 3]), vec![0, 2, 5]);
+/// assert_eq!(prefix(&[usize::MAX, 1, 0]), vec![0, usize::MAX, usize::MAX, usize::MAX]);
+/// ```
+///
+/// [`Collective::schedule`]: crate::Collective::schedule
 pub fn prefix(v: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(v.len() + 1);
-    let mut acc = 0;
+    let mut acc = 0usize;
     out.push(0);
     for x in v {
-        acc += x;
+        acc = acc.saturating_add(*x);
         out.push(acc);
     }
     out
@@ -78,6 +91,23 @@ pub(crate) fn fold_oldrank(newrank: usize, rem: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Offsets whose sum passes `usize::MAX` stay there (a block past it
+    /// lies beyond any buffer): the sum panicked ("attempt to add with
+    /// overflow") in a debug build and wrapped in a release one, the third
+    /// block of `[usize::MAX, 1, 5]` starting at offset 0.
+    #[test]
+    fn prefix_sums_beyond_usize_max_stay_there() {
+        assert_eq!(
+            prefix(&[usize::MAX, 1, 5]),
+            vec![0, usize::MAX, usize::MAX, usize::MAX]
+        );
+        assert_eq!(
+            prefix(&[usize::MAX - 1, 1]),
+            vec![0, usize::MAX - 1, usize::MAX]
+        );
+        assert_eq!(prefix(&[]), vec![0]);
+    }
 
     #[test]
     fn helpers() {
