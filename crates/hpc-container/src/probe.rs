@@ -161,7 +161,7 @@ impl Probe {
         let full = self.resolve(path, true)?;
         let meta = std::fs::metadata(&full).ok()?;
         if !meta.is_file() {
-            tracing::debug!(path = %full.display(), "not a regular file; not read");
+            tracing::debug!(path = %hpc_io::message::path(&full), "not a regular file; not read");
             return None;
         }
         let mut opts = std::fs::OpenOptions::new();
@@ -179,7 +179,7 @@ impl Probe {
         match file.take(MAX_READ).read_to_end(&mut buf) {
             Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
             Err(e) => {
-                tracing::debug!(path = %full.display(), error = %e, "read failed");
+                tracing::debug!(path = %hpc_io::message::path(&full), error = %e, "read failed");
                 None
             }
         }
