@@ -308,10 +308,12 @@ fn a_range_beyond_usize_max_ends_there() {
 /// with [`crate::GpuError::Plan`] naming the rank, phase and op before
 /// anything runs: a range beyond its buffer or its peer's window, a peer
 /// that is not a rank, a copy of another length, a put outside the window,
-/// a plan of another rank, and a window of `usize::MAX` bytes. The ranges
-/// and peers panicked on a slice's index, the window on its allocation
-/// ("capacity overflow"), and a plan of another rank ran as the rank of its
-/// place (pass 18's C noticed list); unequal phases were refused already.
+/// a plan of another rank, and a window of `usize::MAX` bytes. The ranges,
+/// the put's peer and the copy's length panicked on a slice's index, the
+/// window on its allocation ("capacity overflow"), and the land's peer, the
+/// put into the output and the plan of another rank ran and said `Ok` (pass
+/// 18's C noticed list); the write into the input and unequal phases were
+/// refused already.
 #[test]
 fn run_on_host_refuses_forged_plans_before_running() {
     let honest = plan::allreduce(2, 4, Dtype::F32, GpuOp::Sum).unwrap();
