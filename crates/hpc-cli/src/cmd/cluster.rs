@@ -360,17 +360,34 @@ fn check_docker(daemon: bool) -> Result<(), UsageError> {
     if !daemon {
         return Ok(());
     }
-    match Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-    {
+    docker_answers("docker".as_ref(), DOCKER_LIMIT)
+}
+
+/// How long `docker version` may take to say whether its daemon answers: a
+/// daemon that hangs (or a `docker` that waits on one) stopped `hpc cluster`
+/// without a word.
+const DOCKER_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether the Docker daemon answers `program version`, within `limit`; its
+/// output kept bounded ([`hpc_io::tool`]).
+fn docker_answers(program: &std::ffi::OsStr, limit: std::time::Duration) -> Result<(), UsageError> {
+    match hpc_io::tool::output_within(
+        Command::new(program).args(["version", "--format", "{{.Server.Version}}"]),
+        limit,
+        64 << 10,
+    ) {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(UsageError(format!(
             "the Docker daemon does not answer ({}): start it (systemctl start docker) \
              or, for `permission denied`, add this user to the docker group",
-            String::from_utf8_lossy(&o.stderr).trim()
+            hpc_io::message::said(&hpc_io::message::cut(
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
         ))),
-        Err(e) => Err(UsageError(format!("cannot run docker: {e}"))),
+        Err(e @ hpc_io::tool::ToolError::TimedOut(_)) => Err(UsageError(format!(
+            "the Docker daemon does not answer: {e}; check it (systemctl status docker)"
+        ))),
+        Err(e) => Err(UsageError(e.to_string())),
     }
 }
 
@@ -459,6 +476,29 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 mod tests {
     use super::*;
     use clap::Parser as _;
+
+    /// A `docker` that hangs is stopped at its limit and named: `hpc cluster
+    /// up` waited for it without end (pass 18's noticed list).
+    #[test]
+    fn a_docker_that_hangs_is_stopped_and_named() {
+        let d = scratch("docker-hang");
+        let docker = d.join("docker");
+        std::fs::write(&docker, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = std::time::Instant::now();
+        let e =
+            docker_answers(docker.as_os_str(), std::time::Duration::from_millis(300)).unwrap_err();
+        let took = t.elapsed();
+        let _ = std::fs::remove_dir_all(&d);
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+        assert!(
+            e.0.starts_with("the Docker daemon does not answer: ")
+                && e.0
+                    .contains("version --format {{.Server.Version}} did not end within 0.3 s"),
+            "{}",
+            e.0
+        );
+    }
 
     #[derive(clap::Parser, Debug)]
     struct Cli {

@@ -674,14 +674,66 @@ fn write_files(
     Ok(())
 }
 
-/// Whether `dir` lies inside a git work tree.
-fn in_git_work_tree(dir: &Path) -> bool {
-    Command::new("git")
-        .args(["rev-parse", "--is-inside-work-tree"])
-        .current_dir(dir)
-        .output()
-        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true")
-        .unwrap_or(false)
+/// How long one `git` call of `hpc new` may take: a `git` that hangs (a
+/// wrapper waiting on a network file system, a hook) stopped the command
+/// without a word.
+const GIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The most bytes of a `git` call's output kept (its answer is one word).
+const GIT_OUTPUT: u64 = 64 << 10;
+
+/// `git args` run in `dir`, bounded in time and output ([`hpc_io::tool`]).
+fn git(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> Result<std::process::Output, hpc_io::tool::ToolError> {
+    hpc_io::tool::output_within(
+        Command::new(program).args(args).current_dir(dir),
+        limit,
+        GIT_OUTPUT,
+    )
+}
+
+/// Whether `dir` lies inside a git work tree; false without git; an error
+/// for a `git` that did not end in time.
+fn in_git_work_tree(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    limit: std::time::Duration,
+) -> Result<bool, hpc_io::tool::ToolError> {
+    match git(program, dir, &["rev-parse", "--is-inside-work-tree"], limit) {
+        Ok(o) => Ok(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true"),
+        Err(e @ hpc_io::tool::ToolError::TimedOut(_)) => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The note `hpc new` gives about the repository it made in `dir` (empty
+/// before), or why it made none.
+fn git_repository(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    empty: bool,
+    limit: std::time::Duration,
+) -> String {
+    match in_git_work_tree(program, dir, limit) {
+        Err(e) => format!(" (no git repository: {e})"),
+        Ok(true) => " (inside an existing git work tree: no new repository)".into(),
+        Ok(false) if !empty => " (the directory held other entries: no new repository)".into(),
+        Ok(false) => match git(program, dir, &["init", "--quiet"], limit) {
+            Ok(o) if o.status.success() => ", git repository".into(),
+            Ok(o) => format!(
+                " (git init failed with {}: {})",
+                o.status,
+                hpc_io::message::said(&hpc_io::message::cut(
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            ),
+            Err(e) => format!(" (no git repository: {e})"),
+        },
+    }
 }
 
 /// Runs `hpc new`.
@@ -697,7 +749,6 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
         created.push(path.clone());
     }
-    let in_git = in_git_work_tree(&path);
     if let Err(e) = write_files(&path, &name, &sdk, &mut created) {
         for p in created.iter().rev() {
             let _ = if p.is_dir() {
@@ -708,24 +759,11 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
         return Err(e);
     }
-    let mut git_note = String::new();
-    if args.vcs == Vcs::Git {
-        if in_git {
-            git_note = " (inside an existing git work tree: no new repository)".into();
-        } else if !empty {
-            git_note = " (the directory held other entries: no new repository)".into();
-        } else {
-            match Command::new("git")
-                .args(["init", "--quiet"])
-                .current_dir(&path)
-                .status()
-            {
-                Ok(s) if s.success() => git_note = ", git repository".into(),
-                Ok(s) => git_note = format!(" (git init failed with {s})"),
-                Err(e) => git_note = format!(" (no git repository: cannot run git: {e})"),
-            }
-        }
-    }
+    let git_note = if args.vcs == Vcs::Git {
+        git_repository("git".as_ref(), &path, empty, GIT_LIMIT)
+    } else {
+        String::new()
+    };
     super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
          cargo xtask image{}            # container image, Apptainer and Slurm files\n  \
@@ -748,6 +786,34 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `git` that hangs is stopped at its limit and named in the report:
+    /// `hpc new` waited for it without end (pass 18's noticed list).
+    #[test]
+    fn a_git_that_hangs_is_stopped_and_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("hpc-new-git-hang-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("w")).unwrap();
+        let git = d.join("git");
+        std::fs::write(&git, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = std::time::Instant::now();
+        let note = git_repository(
+            git.as_os_str(),
+            &d.join("w"),
+            true,
+            std::time::Duration::from_millis(300),
+        );
+        let took = t.elapsed();
+        let _ = std::fs::remove_dir_all(&d);
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+        assert!(
+            note.starts_with(" (no git repository: ")
+                && note.contains("git rev-parse --is-inside-work-tree did not end within 0.3 s"),
+            "{note}"
+        );
+    }
 
     #[test]
     fn names_are_checked_like_cargo() {
