@@ -881,39 +881,127 @@ pub fn run(args: Args) -> Result<()> {
     )
     .map_err(|e| UsageError(format!("--out {}: {e}", out_dir.display())))?;
 
+    // From here a stop between the tools is held for the next stage's start,
+    // and what the build had begun in the output folder is removed: one stopped
+    // at once left `.image.json.lock`, `app-layer.tmp` and a part of `oci/`.
+    let _stops = crate::sys::defer_stops();
+    let mut begun = Begun::default();
+    let result = write_image(&args, &built, &cache, &out_dir, &mut pr, &mut begun);
+    if result.is_err() {
+        begun.remove();
+    }
+    result
+}
+
+/// What a build has begun and not finished in its output folder: removed when
+/// it stops or fails, so that nothing half-written is left.
+#[derive(Default)]
+pub(crate) struct Begun(Vec<PathBuf>);
+
+impl Begun {
+    pub(crate) fn begin(&mut self, path: PathBuf) {
+        self.0.push(path);
+    }
+
+    pub(crate) fn end(&mut self, path: &Path) {
+        self.0.retain(|p| p != path);
+    }
+
+    /// Removes what is left begun (a folder with what it holds), saying what
+    /// it could not.
+    fn remove(&mut self) {
+        for p in self.0.drain(..).rev() {
+            let gone = match fs::symlink_metadata(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
+                _ => fs::remove_file(&p),
+            };
+            if let Err(e) = gone {
+                say!(
+                    "warning: cannot remove the unfinished {}: {e}",
+                    hpc_io::message::path(&p)
+                );
+            }
+        }
+    }
+}
+
+/// The stages after the binaries are built, each started only if no stop came
+/// ([`sys::stop_point`]), with what each begins in `out_dir` noted in `begun`.
+fn write_image(
+    args: &Args,
+    built: &stage::binary::Built,
+    cache: &Path,
+    out_dir: &Path,
+    pr: &mut Progress,
+    begun: &mut Begun,
+) -> Result<()> {
+    let bin = &built.bin;
     // The cache is locked for the rest of the build: the base's blobs are read from
     // it until the layout is written.
-    let _cache_lock = crate::sys::lock_dir(&cache)?;
-    let (spec, base, base_size) = stage::base_layer::base(&args, &cache, built.epoch, &mut pr)?;
-    let app = stage::app_layer::write(&args, &built, &base, &out_dir, &mut pr)?;
-    let image = stage::layout::write(&args, &built, &base, &app, &mut pr)?;
-    let mut archives = stage::archives::write(
-        &args,
-        &bin.name,
-        built.epoch,
-        &app,
-        &image,
-        &out_dir,
-        &mut pr,
-    )?;
+    let _cache_lock = crate::sys::lock_dir(cache)?;
+    sys::stop_point()?;
+    let (spec, base, base_size) = stage::base_layer::base(args, cache, built.epoch, pr)?;
+    sys::stop_point()?;
+    let app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
+    sys::stop_point()?;
+    let image = stage::layout::write(args, built, &base, &app, pr)?;
+    begun.end(app.layout.dir());
+    sys::stop_point()?;
+    for name in [
+        format!("{}-oci.tar", bin.name),
+        format!("{}-docker.tar", bin.name),
+    ] {
+        begun.begin(out_dir.join(name));
+    }
+    let mut archives =
+        stage::archives::write(args, &bin.name, built.epoch, &app, &image, out_dir, pr)?;
+    begun.0.clear();
+    sys::stop_point()?;
     let inputs = stage::scripts::Inputs {
-        args: &args,
-        built: &built,
+        args,
+        built,
         spec: &spec,
         app: &app,
         image: &image,
         archives: &archives,
     };
-    let names = stage::scripts::write(&inputs, &out_dir, &mut pr)?;
-    stage::summary::write_json(&args, &built, &app, &image, &archives, &out_dir)?;
-    let sif_error = stage::summary::build_sif(&mut archives, &names, &out_dir, &mut pr)?;
-    stage::summary::report(&image, base_size, &app, &archives, &out_dir, sif_error, &pr)
+    let names = stage::scripts::write(&inputs, out_dir, pr)?;
+    sys::stop_point()?;
+    stage::summary::write_json(args, built, &app, &image, &archives, out_dir)?;
+    let sif_error = stage::summary::build_sif(&mut archives, &names, out_dir, pr)?;
+    stage::summary::report(&image, base_size, &app, &archives, out_dir, sif_error, pr)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// What a stopped build had begun (a part of `oci/`, `app-layer.tmp`) is
+    /// removed; what it finished, and what was there before, is kept.
+    #[test]
+    fn what_a_stopped_build_began_is_removed() {
+        let d = std::env::temp_dir().join(format!("hpc-image-begun-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("oci/blobs/sha256")).unwrap();
+        fs::write(d.join("oci/oci-layout"), "{}").unwrap();
+        fs::write(d.join("app-layer.tmp"), "part").unwrap();
+        fs::write(d.join("image.json"), "{}").unwrap();
+        let mut begun = Begun::default();
+        begun.begin(d.join("oci"));
+        begun.begin(d.join("app-layer.tmp"));
+        begun.begin(d.join("hello-oci.tar"));
+        begun.begin(d.join("image.json"));
+        begun.end(&d.join("image.json"));
+        begun.remove();
+        let left: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let _ = fs::remove_dir_all(&d);
+        assert_eq!(left, ["image.json"]);
+    }
 
     /// An `ldd` that prints without end, or never ends, is bounded: it was read
     /// into memory without bound (4.4 GB in 20 s), or waited for without end.
