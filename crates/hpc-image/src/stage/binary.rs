@@ -138,7 +138,11 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
             hpc_env::short(&out.to_string_lossy())
         );
     }
-    if let Err(why) = check_out(&out, &bin.name, args.base.as_deref()) {
+    let checked = check_out(&out, &bin.name, args.base.as_deref());
+    if let Some(why) = checked
+        .err()
+        .or(cache_in_layout(cache.as_deref(), &cache_env, &out))
+    {
         usage!("{why}");
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {
@@ -298,6 +302,30 @@ fn written_here(file: &Path) -> bool {
 
 /// What the first lines of every run file the image writes hold.
 const TEMPLATE_MARK: &str = "hpc-image's templates/";
+
+/// Why the cache folder `cache` (from `--cache`, or the variable's value
+/// `env`) cannot be used with the output folder `out`: it lies in `out`'s
+/// `oci/`, which the build removes and writes anew (such a cache was made,
+/// then removed with the layout, each build).
+fn cache_in_layout(
+    cache: Option<&Path>,
+    env: &Option<std::ffi::OsString>,
+    out: &Path,
+) -> Option<String> {
+    let cache = cache?;
+    let layout = hpc_io::system::resolved(out)?.join("oci");
+    hpc_io::system::resolved(cache)
+        .is_some_and(|c| c.starts_with(&layout))
+        .then(|| {
+            format!(
+                "{}: it lies in {}, the layout this image removes and writes anew (--out {}): \
+                 give a cache folder outside the output's oci/",
+                cache_named(cache, env.as_deref()),
+                hpc_io::message::path(&layout),
+                hpc_io::message::path(out)
+            )
+        })
+}
 
 /// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when
 /// that is where it came from (`env`, the variable's value), else by `--cache`.
