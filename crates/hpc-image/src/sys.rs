@@ -58,11 +58,7 @@ pub struct Interrupted(pub i32);
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stopped by signal {}: the running tool and its process group were stopped",
-            self.0
-        )
+        write!(f, "stopped by signal {}", self.0)
     }
 }
 
@@ -136,7 +132,9 @@ pub fn defer_stops() -> StopsDeferred {
 pub fn stop_point() -> Result<()> {
     match STOPPED_BY.swap(0, Ordering::SeqCst) {
         0 => Ok(()),
-        sig => Err(Interrupted(sig).into()),
+        sig => Err(anyhow::Error::new(Interrupted(sig)).context(
+            "stopped between the build's stages; what it began in the output folder is removed",
+        )),
     }
 }
 
@@ -311,7 +309,7 @@ fn wait_guarded(child: &mut Child, deadline: Option<Instant>) -> Result<Option<E
         let sig = STOPPED_BY.load(Ordering::SeqCst);
         if sig != 0 {
             stop_group(child, pgid, sig)?;
-            break Err(Interrupted(sig).into());
+            break Err(tool_stopped(sig));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             stop_group(child, pgid, libc::SIGTERM)?;
@@ -320,11 +318,20 @@ fn wait_guarded(child: &mut Child, deadline: Option<Instant>) -> Result<Option<E
         std::thread::sleep(Duration::from_millis(20));
     })();
     RUNNING.store(0, Ordering::SeqCst);
-    let sig = STOPPED_BY.swap(0, Ordering::SeqCst);
+    // Kept for the build's next stage and its next tools, not taken here: a
+    // caller that reads a failed tool as an answer (`dpkg -S`: "no package")
+    // went on, and a stop during its tools ended the build with status 0.
+    let sig = STOPPED_BY.load(Ordering::SeqCst);
     if result.is_ok() && sig != 0 {
-        return Err(Interrupted(sig).into());
+        return Err(tool_stopped(sig));
     }
     result
+}
+
+/// [`Interrupted`] by `sig` while a tool ran, which was stopped.
+fn tool_stopped(sig: i32) -> anyhow::Error {
+    anyhow::Error::new(Interrupted(sig))
+        .context("the running tool and its process group were stopped")
 }
 
 /// Stops the tool `child`, leader of the process group `pgid`: `sig` to the
@@ -626,6 +633,13 @@ mod tests {
         let t = Instant::now();
         let e = output_guarded(Command::new("sh").args(["-c", "exec sleep 60"])).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        assert_eq!(
+            e.downcast_ref::<Interrupted>(),
+            Some(&Interrupted(libc::SIGTERM))
+        );
+        // Kept for the next stage, should the tool's caller take its failure as
+        // an answer (`dpkg -S`: "no package"): the build went on and ended 0.
+        let e = stop_point().unwrap_err();
         assert_eq!(
             e.downcast_ref::<Interrupted>(),
             Some(&Interrupted(libc::SIGTERM))
