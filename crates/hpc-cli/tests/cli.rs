@@ -412,6 +412,27 @@ fn manual_pages() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
+/// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
+/// naming the flag, nothing written; a manual section folder is not refused
+/// (the unit test of `man::system_folder`). The folder this test names in
+/// `/etc` is removed should the check be taken away.
+#[test]
+fn man_refuses_a_folder_of_the_system() {
+    let in_etc = format!("/etc/hpc-man-test-{}", std::process::id());
+    let o = hpc(&["man", "--dir", &in_etc]);
+    let made = Path::new(&in_etc).exists();
+    let _ = std::fs::remove_dir_all(&in_etc);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!made, "{e}");
+    assert!(
+        e.contains(&format!("--dir {in_etc}: it is {in_etc}, in /etc"))
+            && e.contains("not a folder for manual pages"),
+        "{e}"
+    );
+}
+
 #[test]
 fn every_subcommand_help_has_examples() {
     for sub in [
