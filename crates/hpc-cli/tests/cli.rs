@@ -412,6 +412,30 @@ fn manual_pages() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile-user pass 19: `hpc new` wrote the paths of its messages raw, a
+/// terminal's escape in a folder's name turning the screen red ("D does not
+/// exist: create it first", "created app in D"). Quoted and escaped.
+#[test]
+fn new_shows_a_path_with_a_control_character_escaped() {
+    let s = scratch("new-escape");
+    let missing = s.join("dir\u{1b}[31m").join("app");
+    let refused = hpc(&["new", missing.to_str().unwrap(), "--vcs", "none"]);
+    let odd = s.join("ok\u{1b}[31m");
+    std::fs::create_dir_all(&odd).unwrap();
+    let o = hpc(&["new", odd.join("app").to_str().unwrap(), "--vcs", "none"]);
+    let _ = std::fs::remove_dir_all(&s);
+    let e = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{e}");
+    assert!(!e.contains('\u{1b}'), "{e}");
+    assert!(e.contains(r#"dir\u{1b}[31m" does not exist"#), "{e}");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        !out.contains('\u{1b}') && out.contains(r#"ok\u{1b}[31m/app""#),
+        "{out}"
+    );
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused
