@@ -436,6 +436,27 @@ fn new_shows_a_path_with_a_control_character_escaped() {
     );
 }
 
+/// Hostile-user pass 19: `hpc man --dir` wrote a path holding a terminal's
+/// escape raw in its refusals. Quoted and escaped.
+#[test]
+fn man_shows_a_path_with_a_control_character_escaped() {
+    let s = scratch("man-escape");
+    let file = s.join("f\u{1b}[31m");
+    std::fs::write(&file, "x").unwrap();
+    let link = s.join("l\u{1b}[31m");
+    std::os::unix::fs::symlink(s.join("gone\u{1b}[31m"), &link).unwrap();
+    let (a, b) = (
+        hpc(&["man", "--dir", file.to_str().unwrap()]),
+        hpc(&["man", "--dir", link.to_str().unwrap()]),
+    );
+    let _ = std::fs::remove_dir_all(&s);
+    for o in [a, b] {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(!e.contains('\u{1b}') && e.contains(r#"\u{1b}[31m""#), "{e}");
+    }
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused

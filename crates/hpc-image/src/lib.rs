@@ -256,7 +256,7 @@ pub(crate) fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     f.write_all(bytes)
         .and_then(|()| f.set_permissions(fs::Permissions::from_mode(mode)))
         .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", hpc_io::message::path(path)))
 }
 
 /// Checks an image's name and tag as an image reference takes them (the OCI
@@ -463,12 +463,16 @@ fn ldd_output(
     path: &Path,
     limit: std::time::Duration,
 ) -> Result<std::process::Output> {
-    let out = crate::sys::output_within(ldd.arg(path), limit)
-        .with_context(|| format!("cannot run ldd of {} (install libc-bin)", path.display()))?;
+    let out = crate::sys::output_within(ldd.arg(path), limit).with_context(|| {
+        format!(
+            "cannot run ldd of {} (install libc-bin)",
+            hpc_io::message::path(path)
+        )
+    })?;
     if out.stdout.len() as u64 >= crate::sys::MAX_TOOL_OUTPUT {
         bail!(
             "ldd of {} printed {} bytes or more, more than any list of libraries: not read",
-            path.display(),
+            hpc_io::message::path(path),
             crate::sys::MAX_TOOL_OUTPUT
         );
     }
@@ -714,7 +718,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
         usage!(
             "--with-hpc: {} does not list its features in `--version` (it printed {version}), \
              so whether it has MPI is unknown; install hpc-cli's launcher with: {install}",
-            path.display()
+            hpc_io::message::path(path)
         );
     };
     let hpc_mpi = hpc.iter().any(|f| f == "mpi");
@@ -723,7 +727,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
             "--with-hpc: {} ({version}) was built without MPI, but the image is built with \
              --features {features}; install one with MPI: {install} (or build the image \
              without --features mpi)",
-            path.display()
+            hpc_io::message::path(path)
         );
     }
     if hpc_mpi && !image_mpi {
@@ -731,7 +735,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
             "--with-hpc: {} ({version}) was built with MPI, but the image is built without \
              it (--features {}); install one without MPI: {install} (or build the image \
              with --features mpi)",
-            path.display(),
+            hpc_io::message::path(path),
             if features.is_empty() {
                 "not given"
             } else {
@@ -761,7 +765,12 @@ fn version_of(path: &Path) -> Result<Vec<u8>> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
+        .with_context(|| {
+            format!(
+                "--with-hpc: running {} --version",
+                hpc_io::message::path(path)
+            )
+        })?;
     let out = child.stdout.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -777,7 +786,7 @@ fn version_of(path: &Path) -> Result<Vec<u8>> {
         Err(_) => usage!(
             "--with-hpc: {} --version did not answer within {} s; install hpc-cli's \
              launcher with: cargo install hpc-cli",
-            path.display(),
+            hpc_io::message::path(path),
             VERSION_TIMEOUT.as_secs()
         ),
     }
@@ -870,7 +879,8 @@ pub fn run(args: Args) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
-    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    fs::create_dir_all(&out_dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(&out_dir)))?;
     let out_dir = out_dir.canonicalize()?;
     // One build at a time writes an output folder: two at once (with caches of
     // their own) replaced each other's files, and one failed with "No such file
@@ -879,7 +889,7 @@ pub fn run(args: Args) -> Result<()> {
         &out_dir.join("image.json"),
         &format!("cargo xtask image, pid {}", std::process::id()),
     )
-    .map_err(|e| UsageError(format!("--out {}: {e}", out_dir.display())))?;
+    .map_err(|e| UsageError(format!("--out {}: {e}", hpc_io::message::path(&out_dir))))?;
 
     // From here a stop between the tools is held for the next stage's start,
     // and what the build had begun in the output folder is removed: one stopped

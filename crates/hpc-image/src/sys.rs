@@ -501,14 +501,15 @@ pub struct DirLock {
 /// holder and saying so.
 pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
     use rustix::fs::{flock, FlockOperation};
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     let path = dir.join(".lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+        .with_context(|| format!("opening {}", hpc_io::message::path(&path)))?;
     let mut said = false;
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
@@ -516,13 +517,13 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
             Err(rustix::io::Errno::WOULDBLOCK) => {}
             Err(e) => {
                 return Err(std::io::Error::from(e))
-                    .with_context(|| format!("locking {}", path.display()))
+                    .with_context(|| format!("locking {}", hpc_io::message::path(&path)))
             }
         }
         if !said {
             say!(
                 "    waiting for {}: another image build uses this cache",
-                path.display()
+                hpc_io::message::path(&path)
             );
             said = true;
         }

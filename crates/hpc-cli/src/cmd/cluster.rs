@@ -436,13 +436,14 @@ fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageE
 
 /// Writes what the containers of `nodes` nodes mount from the work folder.
 fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
-    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    std::fs::create_dir_all(work)
+        .with_context(|| format!("creating {}", hpc_io::message::path(work)))?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     super::replace_file(&work.join("slurm.conf"), slurm_conf(nodes, cpus).as_bytes())?;
     let init = work.join("node-init.sh");
     super::replace_file(&init, NODE_INIT.as_bytes())?;
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("making {} executable", init.display()))?;
+        .with_context(|| format!("making {} executable", hpc_io::message::path(&init)))?;
     Ok(())
 }
 
@@ -457,7 +458,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         super::say(&format!(
             "cluster {}: work folder {} (the nodes' /shared is its shared/)",
             place.name,
-            place.work.display()
+            hpc_io::message::path(&place.work)
         ))?;
     }
     let e = Command::new("bash")

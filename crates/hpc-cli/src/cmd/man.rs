@@ -70,7 +70,7 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         return Err(super::UsageError(format!(
             "--dir {}: it exists and is not a directory; name a directory (it is made when \
              missing)",
-            dir.display()
+            hpc_io::message::path(dir)
         ))
         .into());
     }
@@ -79,8 +79,8 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         return Err(super::UsageError(format!(
             "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
              or name another",
-            dir.display(),
-            target.display()
+            hpc_io::message::path(dir),
+            hpc_io::message::path(&target)
         ))
         .into());
     }
@@ -92,7 +92,8 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         ))
         .into());
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     for (file, text) in pages {
         super::replace_file(&dir.join(file), text)?;
     }
@@ -116,7 +117,11 @@ pub fn exec(args: Args, cmd: clap::Command) -> anyhow::Result<i32> {
     match &args.dir {
         Some(dir) => {
             write_all(dir, &pages)?;
-            super::say(&format!("{} pages in {}", pages.len(), dir.display()))?;
+            super::say(&format!(
+                "{} pages in {}",
+                pages.len(),
+                hpc_io::message::path(dir)
+            ))?;
         }
         None => super::print_bytes(&pages[0].1)?,
     }

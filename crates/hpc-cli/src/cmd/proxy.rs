@@ -58,7 +58,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             (None, true) => hpc_comm::proxy::ServiceAuth::Insecure,
             (Some(path), true) => bail!(
                 "--insecure and a key ({}, from --key-file or {key_var}): choose one",
-                path.display()
+                hpc_io::message::path(path)
             ),
             (None, false) => bail!(
                 "the DPU service needs a key, so that only the ranks can make it start \
@@ -98,7 +98,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!(
                 "--key-file {} goes with --dpu-service ADDR (the DPU's standing service); \
                  the ranks of a job name their copy of the key in {key_var}",
-                path.display()
+                hpc_io::message::path(path)
             );
         }
     }

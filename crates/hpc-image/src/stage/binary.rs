@@ -56,7 +56,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         if bin.example { "example" } else { "binary" },
         bin.name,
         bin.package,
-        ws.root.display()
+        hpc_io::message::path(&ws.root)
     ));
     // The name and tag are written into the archives and, as written, into the
     // run scripts: checked before anything is built.
@@ -65,7 +65,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     }
     if let Some(b) = &args.base {
         if let Some(why) = crate::base::check_shape(b) {
-            usage!("--base {}: {why}", b.display());
+            usage!("--base {}: {why}", hpc_io::message::path(b));
         }
     }
     // Folders the image is written into: a file or a device there was found only
@@ -90,7 +90,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                 if flag == "--cache" {
                     cache_named(d, cache_env.as_deref())
                 } else {
-                    format!("{flag} {}", d.display())
+                    format!("{flag} {}", hpc_io::message::path(d))
                 }
             };
             if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
@@ -120,7 +120,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                     "{}: a symbolic link to {}, which does not exist (make that directory, \
                      or give another)",
                     named(),
-                    target.display()
+                    hpc_io::message::path(&target)
                 );
             }
         }
@@ -154,7 +154,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         say!(
             "    note: {} has no commit yet: the image is dated now and its revision is \
              `{revision}`, so it is not reproducible (commit, or set SOURCE_DATE_EPOCH)",
-            ws.root.display()
+            hpc_io::message::path(&ws.root)
         );
     }
 
@@ -234,9 +234,9 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--base {} lies in {}, the layout this image replaces (--out {}): copy the \
                  base elsewhere, or give another --out",
-                b.display(),
-                oci.display(),
-                out.display()
+                hpc_io::message::path(b),
+                hpc_io::message::path(&oci),
+                hpc_io::message::path(out)
             ));
         }
     }
@@ -246,7 +246,7 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
         return Err(format!(
             "--out {}: its oci/ is not an image layout (no oci-layout file) and would be \
              replaced whole: give another --out",
-            out.display()
+            hpc_io::message::path(out)
         ));
     }
     // A script or definition under one of the names the image writes that no
@@ -263,8 +263,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--out {}: {} is not one this command wrote (its first lines do not name \
                  hpc-image's templates) and would be replaced: move it, or give another --out",
-                out.display(),
-                file.display()
+                hpc_io::message::path(out),
+                hpc_io::message::path(&file)
             ));
         }
     }
@@ -279,8 +279,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--out {} holds the image of `{other}` ({}): the image of `{binary}` would \
                  replace its layout and scripts; give another --out",
-                out.display(),
-                summary.display()
+                hpc_io::message::path(out),
+                hpc_io::message::path(&summary)
             ));
         }
     }
@@ -331,9 +331,13 @@ fn cache_in_layout(
 /// that is where it came from (`env`, the variable's value), else by `--cache`.
 fn cache_named(dir: &Path, env: Option<&std::ffi::OsStr>) -> String {
     if env == Some(dir.as_os_str()) {
-        format!("{}={} (or --cache)", hpc_env::IMAGE_CACHE, dir.display())
+        format!(
+            "{}={} (or --cache)",
+            hpc_env::IMAGE_CACHE,
+            hpc_io::message::path(dir)
+        )
     } else {
-        format!("--cache {}", dir.display())
+        format!("--cache {}", hpc_io::message::path(dir))
     }
 }
 
