@@ -457,6 +457,37 @@ fn man_shows_a_path_with_a_control_character_escaped() {
     }
 }
 
+/// Hostile-user pass 19: `hpc topo --ranks 3 --threads 10000000` took 3.3 GB
+/// and 42 s to print an 80 MB table, `--ranks 1000000` 1 GB and 16 s: bounded
+/// only by the memory available. `--ranks`, `--threads` and `--progress` are
+/// held to `hpc run`'s limits, and the cores asked for together to a million.
+#[test]
+fn topo_sizes_no_node_has_are_refused_naming_the_flag() {
+    let base = ["topo", "--synthetic", "pack:1 core:2 pu:1", "--ranks"];
+    for (args, want) in [
+        (
+            &["3", "--threads", "100000"][..],
+            "--threads 100000 is above the limit of 65536",
+        ),
+        (
+            &["3", "--progress", "99999"],
+            "--progress 99999 is above the limit of 65536",
+        ),
+        (&["100000"], "--ranks 100000 is above the limit of 4096"),
+        (
+            &["17", "--threads", "65536"],
+            "--ranks 17 x --threads 65536 (+ --progress 0) ask for 1114112 cores, more than \
+             the 1048576 a placement may list",
+        ),
+    ] {
+        let all: Vec<&str> = base.iter().chain(args).copied().collect();
+        let o = hpc(&all);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{all:?}: {e}");
+        assert!(e.contains(want) && o.stdout.is_empty(), "{all:?}: {e}");
+    }
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused
