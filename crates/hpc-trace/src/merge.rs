@@ -58,11 +58,10 @@ pub enum MergeError {
     /// A process did not finish its file.
     #[error(
         "{} was never finished: the process (pid {pid}) was killed or failed to write it \
-         before its end (a full disk?); {lines} events were written{}; remove {} to merge the \
-         others",
+         before its end (a full disk?); {lines} events were written{}; {}",
         hpc_io::message::path(path),
         others_note(others),
-        if others.is_empty() { "it" } else { "them" }
+        what_to_do(others.len() + 1, *finished)
     )]
     Unfinished {
         /// The `.part` file (the first by name).
@@ -75,6 +74,8 @@ pub enum MergeError {
         /// [`OTHERS_NAMED`] of them, then their count), so that removing the one
         /// named is not met by the next.
         others: Vec<PathBuf>,
+        /// The finished process files beside them.
+        finished: usize,
     },
     /// A process of this machine is still writing its file (the job still runs).
     #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended", path = hpc_io::message::path(path))]
@@ -124,6 +125,18 @@ pub enum MergeError {
 
 /// The most other unfinished files an [`MergeError::Unfinished`] names.
 pub const OTHERS_NAMED: usize = 8;
+
+/// What to do with `unfinished` files beside `finished` ones.
+fn what_to_do(unfinished: usize, finished: usize) -> String {
+    let it = if unfinished == 1 { "it" } else { "them" };
+    match finished {
+        // A job stopped before any of its processes finished: "remove them to
+        // merge the others" named others that were not there.
+        0 => "no process finished its file: there is nothing to merge".into(),
+        1 => format!("remove {it} to merge the 1 finished file"),
+        n => format!("remove {it} to merge the {n} finished files"),
+    }
+}
 
 /// "; so were A, B (and N more)" for the other unfinished files.
 fn others_note(others: &[PathBuf]) -> String {
@@ -294,6 +307,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
             pid,
             lines,
             others: parts.into_iter().skip(1).map(|(p, _)| p).collect(),
+            finished: files.len(),
         });
     }
     if files.is_empty() {

@@ -113,7 +113,7 @@ fn every_unfinished_file_is_named() {
     assert!(
         e.starts_with(&format!("{} was never finished", shown(0)))
             && e.contains(&format!(
-                "; so were {}, {}; remove them",
+                "; so were {}, {}; no process finished its file: there is nothing to merge",
                 shown(1),
                 shown(2)
             )),
@@ -122,9 +122,16 @@ fn every_unfinished_file_is_named() {
     for n in 3..20 {
         std::fs::write(dir.join(format!("pid-{}.json.part", 4_194_400 + n)), "").unwrap();
     }
+    // Beside finished files (a job stopped after its ranks 0 and 1 ended):
+    // these are what removing the unfinished ones leaves to merge.
+    for r in 0..2 {
+        std::fs::write(dir.join(format!("rank-{r}.json")), file(r, "j", 22)).unwrap();
+    }
     let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
     assert!(
-        e.contains(&shown(8)) && !e.contains(&shown(9)) && e.contains(" and 11 more; remove them"),
+        e.contains(&shown(8))
+            && !e.contains(&shown(9))
+            && e.contains(" and 11 more; remove them to merge the 2 finished files"),
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
