@@ -488,6 +488,39 @@ fn topo_sizes_no_node_has_are_refused_naming_the_flag() {
     }
 }
 
+/// Hostile-user pass 19: `hpc proxy --dpu-service ADDR --cpus 99999` (a CPU
+/// this machine does not have) started the service without a word; every
+/// proxy it started could not pin itself and ran unpinned. Refused at the
+/// start, naming the flag and the CPUs it may run on.
+#[test]
+fn dpu_service_refuses_cpus_it_may_not_run_on() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args([
+            "proxy",
+            "--dpu-service",
+            "127.0.0.1:0",
+            "--insecure",
+            "--cpus",
+            "1048575",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--cpus 1048575: none of these CPUs is one this service may run on"),
+        "{e}"
+    );
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused

@@ -68,6 +68,18 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                  serve anyone who reaches the port"
             ),
         };
+        // A list naming no CPU this process may run on: every proxy the service
+        // started ran unpinned, each with a warning of its own, the service
+        // itself saying nothing.
+        if let (Some(set), Ok(allowed)) = (&cpus, hpc_topology::current_binding()) {
+            if !set.intersects(&allowed) {
+                return Err(super::UsageError(format!(
+                    "--cpus {set}: none of these CPUs is one this service may run on ({allowed}): \
+                     the proxies it starts could not be pinned; give CPUs of this machine"
+                ))
+                .into());
+            }
+        }
         let exe = std::env::current_exe().context("this program's path")?;
         let cpus = args.cpus.clone();
         hpc_comm::proxy::dpu_service(listen, auth, move || {
