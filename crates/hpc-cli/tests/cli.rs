@@ -521,6 +521,48 @@ fn dpu_service_refuses_cpus_it_may_not_run_on() {
     );
 }
 
+/// Hostile-user pass 19: with a Docker daemon that does not answer, `hpc
+/// cluster status` (and `down`, `exec`, the node actions) went into the
+/// script, whose first `docker ps` waited on it without end. Every action asks
+/// the daemon first, bounded in time, and says it does not answer.
+#[test]
+fn cluster_actions_say_when_the_docker_daemon_does_not_answer() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = scratch("cluster-no-daemon");
+    let docker = d.join("docker");
+    std::fs::write(
+        &docker,
+        "#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", d.display());
+    let mut said = Vec::new();
+    for action in [
+        &["status"][..],
+        &["down"],
+        &["exec", "--", "true"],
+        &["kill-node", "node1"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .arg("cluster")
+            .args(action)
+            .env("PATH", &path)
+            .env("HPC_CLUSTER_DIR", d.join("work"))
+            .output()
+            .unwrap();
+        said.push((action, o.status.code(), stderr(&o)));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    for (action, code, e) in said {
+        assert_eq!(code, Some(2), "{action:?}: {e}");
+        assert!(
+            e.contains("the Docker daemon does not answer (Cannot connect to the Docker daemon)"),
+            "{action:?}: {e}"
+        );
+    }
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused

@@ -452,7 +452,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir().context("the current directory")?;
     let place = Place::resolve(&env::var, &cwd)?;
     let (script_args, nodes) = script_args(&args.action)?;
-    check_docker(matches!(args.action, Action::Up(_) | Action::Image))?;
+    // Every action asks the daemon: one that hangs held `status`, `down` and
+    // `exec` in the script's first `docker ps` without end; its bounded
+    // `docker version` names it in 30 s.
+    check_docker(true)?;
     if let Some(nodes) = nodes {
         write_work_files(&place.work, nodes)?;
         super::say(&format!(
