@@ -226,6 +226,16 @@ impl Place {
         for (what, p) in [(env::CLUSTER_DIR, &work), (env::CACHE_DIR, &cache)] {
             mountable(what, p)?;
             folder_or_missing(what, p)?;
+            // `HPC_CLUSTER_DIR=/` (as root): `slurm.conf` and `node-init.sh`
+            // were written into `/`, and the nodes mounted it.
+            if let Some(why) = hpc_io::system::system_folder(p) {
+                return Err(UsageError(format!(
+                    "{what}={}: {why}, not a folder for a cluster's files: name a folder of \
+                     your own, or unset {what} for the default (under XDG_CACHE_HOME or \
+                     HOME/.cache)",
+                    hpc_io::message::path(p)
+                )));
+            }
         }
         Ok(Place { name, work, cache })
     }
@@ -689,6 +699,29 @@ mod tests {
         .unwrap();
         assert_eq!(p.work, Path::new("/xdg/hpc-rs/cluster/dev.2"));
         assert_eq!(p.cache, Path::new("/xdg/hpc-rs/cluster-cache"));
+
+        // Hostile-user pass 19: a folder of the system is refused naming the
+        // variable (`HPC_CLUSTER_DIR=/` wrote `slurm.conf` into `/`).
+        for (var, dir) in [
+            (env::CLUSTER_DIR, "/"),
+            (env::CACHE_DIR, "/etc/hpcc"),
+            (env::CLUSTER_DIR, "/tmp/.."),
+        ] {
+            let vars = [
+                ("HOME".to_string(), "/home/u".to_string()),
+                (var.to_string(), dir.to_string()),
+            ];
+            let get = move |name: &str| -> Result<Option<String>, String> {
+                Ok(vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+            };
+            let e = Place::resolve(&get, cwd).unwrap_err();
+            assert!(
+                e.0.starts_with(&format!("{var}={dir}: it is "))
+                    && e.0.contains("not a folder for a cluster's files"),
+                "{}",
+                e.0
+            );
+        }
 
         // Relative folders are the current directory's; no HOME is needed then.
         let p = Place::resolve(
