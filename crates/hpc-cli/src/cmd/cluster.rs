@@ -792,6 +792,46 @@ mod tests {
         assert!(String::from_utf8_lossy(&o.stderr).contains(env::CLUSTER_DIR));
     }
 
+    /// Hostile-user pass 19: an `mmdebstrap` that failed (no mirror) left
+    /// `node-<tag>.tar.part.tar` in the cache. Removed with the failure.
+    #[test]
+    fn a_failed_node_file_system_build_leaves_no_part() {
+        let s = scratch("mmdebstrap-fails");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, text) in [
+            ("docker", "#!/bin/sh\nexit 1\n"),
+            (
+                "mmdebstrap",
+                "#!/bin/sh\nfor last; do :; done\necho partial > \"$last\"\nexit 1\n",
+            ),
+        ] {
+            std::fs::write(bin.join(name), text).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let o = Command::new("bash")
+            .args(["-c", SCRIPT, "hpc-cluster", "image"])
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env(env::CLUSTER_NAME, "t")
+            .env(env::CLUSTER_DIR, s.join("work"))
+            .env(env::CACHE_DIR, s.join("cache"))
+            .output()
+            .unwrap();
+        let left: Vec<_> = std::fs::read_dir(s.join("cache"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != ".build.lock")
+            .collect();
+        let _ = std::fs::remove_dir_all(&s);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("mmdebstrap failed"),
+            "{err}"
+        );
+        assert!(left.is_empty(), "{left:?}");
+    }
+
     #[test]
     fn work_files_are_written_and_replaced() {
         let s = scratch("work");
