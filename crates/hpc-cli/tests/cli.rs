@@ -412,6 +412,178 @@ fn manual_pages() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile-user pass 19: `hpc new` wrote the paths of its messages raw, a
+/// terminal's escape in a folder's name turning the screen red ("D does not
+/// exist: create it first", "created app in D"). Quoted and escaped.
+#[test]
+fn new_shows_a_path_with_a_control_character_escaped() {
+    let s = scratch("new-escape");
+    let missing = s.join("dir\u{1b}[31m").join("app");
+    let refused = hpc(&["new", missing.to_str().unwrap(), "--vcs", "none"]);
+    let odd = s.join("ok\u{1b}[31m");
+    std::fs::create_dir_all(&odd).unwrap();
+    let o = hpc(&["new", odd.join("app").to_str().unwrap(), "--vcs", "none"]);
+    let _ = std::fs::remove_dir_all(&s);
+    let e = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{e}");
+    assert!(!e.contains('\u{1b}'), "{e}");
+    assert!(e.contains(r#"dir\u{1b}[31m" does not exist"#), "{e}");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        !out.contains('\u{1b}') && out.contains(r#"ok\u{1b}[31m/app""#),
+        "{out}"
+    );
+}
+
+/// Hostile-user pass 19: `hpc man --dir` wrote a path holding a terminal's
+/// escape raw in its refusals. Quoted and escaped.
+#[test]
+fn man_shows_a_path_with_a_control_character_escaped() {
+    let s = scratch("man-escape");
+    let file = s.join("f\u{1b}[31m");
+    std::fs::write(&file, "x").unwrap();
+    let link = s.join("l\u{1b}[31m");
+    std::os::unix::fs::symlink(s.join("gone\u{1b}[31m"), &link).unwrap();
+    let (a, b) = (
+        hpc(&["man", "--dir", file.to_str().unwrap()]),
+        hpc(&["man", "--dir", link.to_str().unwrap()]),
+    );
+    let _ = std::fs::remove_dir_all(&s);
+    for o in [a, b] {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(!e.contains('\u{1b}') && e.contains(r#"\u{1b}[31m""#), "{e}");
+    }
+}
+
+/// Hostile-user pass 19: `hpc topo --ranks 3 --threads 10000000` took 3.3 GB
+/// and 42 s to print an 80 MB table, `--ranks 1000000` 1 GB and 16 s: bounded
+/// only by the memory available. `--ranks`, `--threads` and `--progress` are
+/// held to `hpc run`'s limits, and the cores asked for together to a million.
+#[test]
+fn topo_sizes_no_node_has_are_refused_naming_the_flag() {
+    let base = ["topo", "--synthetic", "pack:1 core:2 pu:1", "--ranks"];
+    for (args, want) in [
+        (
+            &["3", "--threads", "100000"][..],
+            "--threads 100000 is above the limit of 65536",
+        ),
+        (
+            &["3", "--progress", "99999"],
+            "--progress 99999 is above the limit of 65536",
+        ),
+        (&["100000"], "--ranks 100000 is above the limit of 4096"),
+        (
+            &["17", "--threads", "65536"],
+            "--ranks 17 x --threads 65536 (+ --progress 0) ask for 1114112 cores, more than \
+             the 1048576 a placement may list",
+        ),
+    ] {
+        let all: Vec<&str> = base.iter().chain(args).copied().collect();
+        let o = hpc(&all);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{all:?}: {e}");
+        assert!(e.contains(want) && o.stdout.is_empty(), "{all:?}: {e}");
+    }
+}
+
+/// Hostile-user pass 19: `hpc proxy --dpu-service ADDR --cpus 99999` (a CPU
+/// this machine does not have) started the service without a word; every
+/// proxy it started could not pin itself and ran unpinned. Refused at the
+/// start, naming the flag and the CPUs it may run on.
+#[test]
+fn dpu_service_refuses_cpus_it_may_not_run_on() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args([
+            "proxy",
+            "--dpu-service",
+            "127.0.0.1:0",
+            "--insecure",
+            "--cpus",
+            "1048575",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--cpus 1048575: none of these CPUs is one this service may run on"),
+        "{e}"
+    );
+}
+
+/// Hostile-user pass 19: with a Docker daemon that does not answer, `hpc
+/// cluster status` (and `down`, `exec`, the node actions) went into the
+/// script, whose first `docker ps` waited on it without end. Every action asks
+/// the daemon first, bounded in time, and says it does not answer.
+#[test]
+fn cluster_actions_say_when_the_docker_daemon_does_not_answer() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = scratch("cluster-no-daemon");
+    let docker = d.join("docker");
+    std::fs::write(
+        &docker,
+        "#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", d.display());
+    let mut said = Vec::new();
+    for action in [
+        &["status"][..],
+        &["down"],
+        &["exec", "--", "true"],
+        &["kill-node", "node1"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .arg("cluster")
+            .args(action)
+            .env("PATH", &path)
+            .env("HPC_CLUSTER_DIR", d.join("work"))
+            .output()
+            .unwrap();
+        said.push((action, o.status.code(), stderr(&o)));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    for (action, code, e) in said {
+        assert_eq!(code, Some(2), "{action:?}: {e}");
+        assert!(
+            e.contains("the Docker daemon does not answer (Cannot connect to the Docker daemon)"),
+            "{action:?}: {e}"
+        );
+    }
+}
+
+/// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
+/// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
+/// naming the flag, nothing written; a manual section folder is not refused
+/// (the unit test of `man::system_folder`). The folder this test names in
+/// `/etc` is removed should the check be taken away.
+#[test]
+fn man_refuses_a_folder_of_the_system() {
+    let in_etc = format!("/etc/hpc-man-test-{}", std::process::id());
+    let o = hpc(&["man", "--dir", &in_etc]);
+    let made = Path::new(&in_etc).exists();
+    let _ = std::fs::remove_dir_all(&in_etc);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!made, "{e}");
+    assert!(
+        e.contains(&format!("--dir {in_etc}: it is {in_etc}, in /etc"))
+            && e.contains("not a folder for manual pages"),
+        "{e}"
+    );
+}
+
 #[test]
 fn every_subcommand_help_has_examples() {
     for sub in [

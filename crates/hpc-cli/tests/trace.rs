@@ -332,6 +332,8 @@ fn a_traced_job_that_records_nothing_leaves_nothing() {
     );
     assert!(!e.contains("hpc trace merge"), "{e}");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    // Its own folder is not left in the temporary directory either.
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -610,4 +612,68 @@ fn a_trace_in_a_folder_whose_path_is_not_utf8_is_refused_before_the_job() {
     assert!(!err.contains("[0]"), "the job ran: {err}");
     assert_eq!(std::fs::read_dir(&odd).unwrap().count(), 0, "left behind");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two jobs given one `HPC_TRACE` folder at once, the first's ranks starting
+/// their timelines after the second ended (pass 18's row 10, left noted): the
+/// first job's files replaced the second's without a word, and the merge made
+/// a whole trace of one job. Each rank of the first now finds another job's
+/// file written while its job ran, keeps it, writes its own beside it and
+/// says so; the merge refuses the mixture. A rerun into the folder still
+/// replaces the earlier run's files.
+#[test]
+fn two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently() {
+    let root = std::env::temp_dir().join(format!("hpc-cli-two-jobs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let dir = root.join("SH");
+    let env = format!("HPC_TRACE={}", dir.display());
+    let late = Command::new(HPC)
+        .args(["run", "-n", "2", "-x", &env, "--", "sh", "-c"])
+        .arg(format!("sleep 1.5; exec {HPC} selftest"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = std::thread::spawn(move || late.wait_with_output().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    succeeds(&["run", "-n", "2", "-x", &env, "--", HPC, "selftest"]);
+    let late = first.join().unwrap();
+    assert!(late.status.success(), "{}", stderr(&late));
+    let said = stderr(&late);
+    assert!(
+        said.contains("rank-0.json is another job's, written while this one ran")
+            && said.contains("rank-0-1.json"),
+        "{said}"
+    );
+    let merged = hpc(&[
+        "trace",
+        "merge",
+        dir.to_str().unwrap(),
+        "-o",
+        root.join("m.json").to_str().unwrap(),
+    ]);
+    assert_eq!(merged.status.code(), Some(2), "{}", stderr(&merged));
+    assert!(
+        stderr(&merged).contains("traces of two jobs in one directory"),
+        "{}",
+        stderr(&merged)
+    );
+    // A rerun replaces.
+    let again = root.join("again");
+    let env = format!("HPC_TRACE={}", again.display());
+    succeeds(&["run", "-n", "2", "-x", &env, "--", HPC, "selftest"]);
+    let rerun = hpc(&["run", "-n", "2", "-x", &env, "--", HPC, "selftest"]);
+    assert!(
+        rerun.status.success() && !stderr(&rerun).contains("another job's"),
+        "{}",
+        stderr(&rerun)
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&again)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["rank-0.json", "rank-1.json"]);
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -177,10 +177,11 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         }
         say!(
             "    cached base in {} is incomplete: remaking it",
-            dir.display()
+            hpc_io::message::path(&dir)
         );
     }
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::create_dir_all(&dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(&dir)))?;
     let rootfs = dir.join("rootfs.tar");
     if !rootfs.exists() {
         need_mmdebstrap()?;
@@ -190,7 +191,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         say!(
             "    mmdebstrap {} {} (about 2 minutes)",
             spec.mmdebstrap_args().join(" "),
-            dir.join(ROOTFS_TMP).display()
+            hpc_io::message::path(&dir.join(ROOTFS_TMP))
         );
         make_rootfs(cmd, &dir).map_err(|e| {
             if e.is::<crate::sys::Interrupted>() {
@@ -204,7 +205,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         })?;
     }
     let entries = read_tar(BufReader::new(hpc_io::read::open_regular(&rootfs)?.0))
-        .with_context(|| format!("reading {}", rootfs.display()))?;
+        .with_context(|| format!("reading {}", hpc_io::message::path(&rootfs)))?;
     let entries = normalise(entries);
     let files: BTreeSet<String> = entries.iter().map(|e| e.path.clone()).collect();
     let tmp = dir.join("layer.tar.gz.tmp");
@@ -243,10 +244,12 @@ fn make_rootfs(mut tool: Command, dir: &Path) -> Result<()> {
     match fs::remove_file(&tmp) {
         Ok(()) => say!(
             "    removed {}: a build stopped while writing it",
-            tmp.display()
+            hpc_io::message::path(&tmp)
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", tmp.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing {}", hpc_io::message::path(&tmp)))
+        }
     }
     let out = crate::sys::output_guarded(tool.arg(&tmp));
     let out = match out {
@@ -265,7 +268,7 @@ fn make_rootfs(mut tool: Command, dir: &Path) -> Result<()> {
         );
     }
     fs::rename(&tmp, dir.join("rootfs.tar"))
-        .with_context(|| format!("renaming {} to rootfs.tar", tmp.display()))
+        .with_context(|| format!("renaming {} to rootfs.tar", hpc_io::message::path(&tmp)))
 }
 
 fn load_cached(dir: &Path, meta: &str) -> Result<Base> {
@@ -426,13 +429,14 @@ fn is_tar_header(h: &[u8; 512]) -> bool {
 /// layout to elsewhere, would copy a file of this machine into the image.
 fn inside(root: &Path, rel: &Path, what: &str) -> Result<PathBuf> {
     let p = root.join(rel);
-    let real_root = fs::canonicalize(root).with_context(|| format!("{}", root.display()))?;
-    let real = fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))?;
+    let real_root = fs::canonicalize(root).with_context(|| hpc_io::message::path(root))?;
+    let real =
+        fs::canonicalize(&p).with_context(|| format!("{what} {}", hpc_io::message::path(&p)))?;
     if !real.starts_with(&real_root) {
         bail!(
             "the base names {what} {}, which lies outside it ({}): not taken into the image",
-            rel.display(),
-            real.display()
+            hpc_io::message::path(rel),
+            hpc_io::message::path(&real)
         );
     }
     Ok(real)
@@ -452,16 +456,22 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
         // The user's --base: opened without blocking, a regular file only.
         tar::Archive::new(BufReader::new(hpc_io::read::open_regular(path)?.0))
             .unpack(&dir)
-            .with_context(|| format!("unpacking {}", path.display()))?;
+            .with_context(|| format!("unpacking {}", hpc_io::message::path(path)))?;
         dir
     } else if path.exists() {
         // A FIFO, a device or a socket, named by what it is (never opened blocking).
         match hpc_io::read::open_regular(path) {
             Err(e) => bail!("--base: {e}"),
-            Ok(_) => bail!("--base {}: changed while it was looked at", path.display()),
+            Ok(_) => bail!(
+                "--base {}: changed while it was looked at",
+                hpc_io::message::path(path)
+            ),
         }
     } else {
-        bail!("--base {}: no such file or directory", path.display());
+        bail!(
+            "--base {}: no such file or directory",
+            hpc_io::message::path(path)
+        );
     };
     let (config_path, layer_paths): (PathBuf, Vec<PathBuf>) = if root.join("index.json").exists() {
         let blob = |d: &str| {
@@ -518,7 +528,7 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
     } else {
         bail!(
             "--base {}: neither an OCI layout (index.json) nor a docker-archive (manifest.json)",
-            path.display()
+            hpc_io::message::path(path)
         );
     };
     let cfg: Value = serde_json::from_slice(&hpc_io::read::read_regular(
@@ -547,9 +557,9 @@ pub fn import(path: &Path, work: &Path) -> Result<Base> {
         let digest = sha256(&data);
         let size = data.len() as u64;
         let tar = gunzip_if_needed(data, max_layer_bytes())
-            .with_context(|| format!("the base's layer {}", p.display()))?;
-        for e in
-            read_tar(tar.as_slice()).with_context(|| format!("the base's layer {}", p.display()))?
+            .with_context(|| format!("the base's layer {}", hpc_io::message::path(&p)))?;
+        for e in read_tar(tar.as_slice())
+            .with_context(|| format!("the base's layer {}", hpc_io::message::path(&p)))?
         {
             files.insert(e.path);
         }

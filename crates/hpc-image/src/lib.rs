@@ -256,7 +256,7 @@ pub(crate) fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     f.write_all(bytes)
         .and_then(|()| f.set_permissions(fs::Permissions::from_mode(mode)))
         .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", hpc_io::message::path(path)))
 }
 
 /// Checks an image's name and tag as an image reference takes them (the OCI
@@ -463,12 +463,16 @@ fn ldd_output(
     path: &Path,
     limit: std::time::Duration,
 ) -> Result<std::process::Output> {
-    let out = crate::sys::output_within(ldd.arg(path), limit)
-        .with_context(|| format!("cannot run ldd of {} (install libc-bin)", path.display()))?;
+    let out = crate::sys::output_within(ldd.arg(path), limit).with_context(|| {
+        format!(
+            "cannot run ldd of {} (install libc-bin)",
+            hpc_io::message::path(path)
+        )
+    })?;
     if out.stdout.len() as u64 >= crate::sys::MAX_TOOL_OUTPUT {
         bail!(
             "ldd of {} printed {} bytes or more, more than any list of libraries: not read",
-            path.display(),
+            hpc_io::message::path(path),
             crate::sys::MAX_TOOL_OUTPUT
         );
     }
@@ -714,7 +718,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
         usage!(
             "--with-hpc: {} does not list its features in `--version` (it printed {version}), \
              so whether it has MPI is unknown; install hpc-cli's launcher with: {install}",
-            path.display()
+            hpc_io::message::path(path)
         );
     };
     let hpc_mpi = hpc.iter().any(|f| f == "mpi");
@@ -723,7 +727,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
             "--with-hpc: {} ({version}) was built without MPI, but the image is built with \
              --features {features}; install one with MPI: {install} (or build the image \
              without --features mpi)",
-            path.display()
+            hpc_io::message::path(path)
         );
     }
     if hpc_mpi && !image_mpi {
@@ -731,7 +735,7 @@ pub fn check_hpc_features(path: &Path, features: &str) -> Result<()> {
             "--with-hpc: {} ({version}) was built with MPI, but the image is built without \
              it (--features {}); install one without MPI: {install} (or build the image \
              with --features mpi)",
-            path.display(),
+            hpc_io::message::path(path),
             if features.is_empty() {
                 "not given"
             } else {
@@ -761,7 +765,12 @@ fn version_of(path: &Path) -> Result<Vec<u8>> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| format!("--with-hpc: running {} --version", path.display()))?;
+        .with_context(|| {
+            format!(
+                "--with-hpc: running {} --version",
+                hpc_io::message::path(path)
+            )
+        })?;
     let out = child.stdout.take().expect("piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -777,7 +786,7 @@ fn version_of(path: &Path) -> Result<Vec<u8>> {
         Err(_) => usage!(
             "--with-hpc: {} --version did not answer within {} s; install hpc-cli's \
              launcher with: cargo install hpc-cli",
-            path.display(),
+            hpc_io::message::path(path),
             VERSION_TIMEOUT.as_secs()
         ),
     }
@@ -870,7 +879,8 @@ pub fn run(args: Args) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| ws.target_dir.join("image").join(&bin.name));
-    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    fs::create_dir_all(&out_dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(&out_dir)))?;
     let out_dir = out_dir.canonicalize()?;
     // One build at a time writes an output folder: two at once (with caches of
     // their own) replaced each other's files, and one failed with "No such file
@@ -879,41 +889,129 @@ pub fn run(args: Args) -> Result<()> {
         &out_dir.join("image.json"),
         &format!("cargo xtask image, pid {}", std::process::id()),
     )
-    .map_err(|e| UsageError(format!("--out {}: {e}", out_dir.display())))?;
+    .map_err(|e| UsageError(format!("--out {}: {e}", hpc_io::message::path(&out_dir))))?;
 
+    // From here a stop between the tools is held for the next stage's start,
+    // and what the build had begun in the output folder is removed: one stopped
+    // at once left `.image.json.lock`, `app-layer.tmp` and a part of `oci/`.
+    let _stops = crate::sys::defer_stops();
+    let mut begun = Begun::default();
+    let result = write_image(&args, &built, &cache, &out_dir, &mut pr, &mut begun);
+    if result.is_err() {
+        begun.remove();
+    }
+    result
+}
+
+/// What a build has begun and not finished in its output folder: removed when
+/// it stops or fails, so that nothing half-written is left.
+#[derive(Default)]
+pub(crate) struct Begun(Vec<PathBuf>);
+
+impl Begun {
+    pub(crate) fn begin(&mut self, path: PathBuf) {
+        self.0.push(path);
+    }
+
+    pub(crate) fn end(&mut self, path: &Path) {
+        self.0.retain(|p| p != path);
+    }
+
+    /// Removes what is left begun (a folder with what it holds), saying what
+    /// it could not.
+    fn remove(&mut self) {
+        for p in self.0.drain(..).rev() {
+            let gone = match fs::symlink_metadata(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
+                _ => fs::remove_file(&p),
+            };
+            if let Err(e) = gone {
+                say!(
+                    "warning: cannot remove the unfinished {}: {e}",
+                    hpc_io::message::path(&p)
+                );
+            }
+        }
+    }
+}
+
+/// The stages after the binaries are built, each started only if no stop came
+/// ([`sys::stop_point`]), with what each begins in `out_dir` noted in `begun`.
+fn write_image(
+    args: &Args,
+    built: &stage::binary::Built,
+    cache: &Path,
+    out_dir: &Path,
+    pr: &mut Progress,
+    begun: &mut Begun,
+) -> Result<()> {
+    let bin = &built.bin;
     // The cache is locked for the rest of the build: the base's blobs are read from
     // it until the layout is written.
-    let _cache_lock = crate::sys::lock_dir(&cache)?;
-    let (spec, base, base_size) = stage::base_layer::base(&args, &cache, built.epoch, &mut pr)?;
-    let app = stage::app_layer::write(&args, &built, &base, &out_dir, &mut pr)?;
-    let image = stage::layout::write(&args, &built, &base, &app, &mut pr)?;
-    let mut archives = stage::archives::write(
-        &args,
-        &bin.name,
-        built.epoch,
-        &app,
-        &image,
-        &out_dir,
-        &mut pr,
-    )?;
+    let _cache_lock = crate::sys::lock_dir(cache)?;
+    sys::stop_point()?;
+    let (spec, base, base_size) = stage::base_layer::base(args, cache, built.epoch, pr)?;
+    sys::stop_point()?;
+    let app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
+    sys::stop_point()?;
+    let image = stage::layout::write(args, built, &base, &app, pr)?;
+    begun.end(app.layout.dir());
+    sys::stop_point()?;
+    for name in [
+        format!("{}-oci.tar", bin.name),
+        format!("{}-docker.tar", bin.name),
+    ] {
+        begun.begin(out_dir.join(name));
+    }
+    let mut archives =
+        stage::archives::write(args, &bin.name, built.epoch, &app, &image, out_dir, pr)?;
+    begun.0.clear();
+    sys::stop_point()?;
     let inputs = stage::scripts::Inputs {
-        args: &args,
-        built: &built,
+        args,
+        built,
         spec: &spec,
         app: &app,
         image: &image,
         archives: &archives,
     };
-    let names = stage::scripts::write(&inputs, &out_dir, &mut pr)?;
-    stage::summary::write_json(&args, &built, &app, &image, &archives, &out_dir)?;
-    let sif_error = stage::summary::build_sif(&mut archives, &names, &out_dir, &mut pr)?;
-    stage::summary::report(&image, base_size, &app, &archives, &out_dir, sif_error, &pr)
+    let names = stage::scripts::write(&inputs, out_dir, pr)?;
+    sys::stop_point()?;
+    stage::summary::write_json(args, built, &app, &image, &archives, out_dir)?;
+    let sif_error = stage::summary::build_sif(&mut archives, &names, out_dir, pr)?;
+    stage::summary::report(&image, base_size, &app, &archives, out_dir, sif_error, pr)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// What a stopped build had begun (a part of `oci/`, `app-layer.tmp`) is
+    /// removed; what it finished, and what was there before, is kept.
+    #[test]
+    fn what_a_stopped_build_began_is_removed() {
+        let d = std::env::temp_dir().join(format!("hpc-image-begun-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("oci/blobs/sha256")).unwrap();
+        fs::write(d.join("oci/oci-layout"), "{}").unwrap();
+        fs::write(d.join("app-layer.tmp"), "part").unwrap();
+        fs::write(d.join("image.json"), "{}").unwrap();
+        let mut begun = Begun::default();
+        begun.begin(d.join("oci"));
+        begun.begin(d.join("app-layer.tmp"));
+        begun.begin(d.join("hello-oci.tar"));
+        begun.begin(d.join("image.json"));
+        begun.end(&d.join("image.json"));
+        begun.remove();
+        let left: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let _ = fs::remove_dir_all(&d);
+        assert_eq!(left, ["image.json"]);
+    }
 
     /// An `ldd` that prints without end, or never ends, is bounded: it was read
     /// into memory without bound (4.4 GB in 20 s), or waited for without end.

@@ -228,10 +228,11 @@ impl Layout {
     /// Creates (or empties) the layout directory.
     pub fn create(dir: &Path) -> Result<Self> {
         if dir.exists() {
-            fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+            fs::remove_dir_all(dir)
+                .with_context(|| format!("removing {}", hpc_io::message::path(dir)))?;
         }
         fs::create_dir_all(dir.join("blobs/sha256"))
-            .with_context(|| format!("creating {}", dir.display()))?;
+            .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
         fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -263,7 +264,8 @@ impl Layout {
             return Ok(());
         }
         if fs::hard_link(src, &dst).is_err() {
-            fs::copy(src, &dst).with_context(|| format!("copying {}", src.display()))?;
+            fs::copy(src, &dst)
+                .with_context(|| format!("copying {}", hpc_io::message::path(src)))?;
         }
         Ok(())
     }

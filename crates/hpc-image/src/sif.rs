@@ -26,7 +26,7 @@ pub fn missing_apptainer(out_dir: &Path, sif: &str, def: &str) -> String {
          `{}=1 cargo xtask setup` sets it up on Debian) or build it where \
          Apptainer is installed:\n  cd {} && apptainer build {sif} {def}",
         hpc_env::TEST_CONTAINERS,
-        out_dir.display()
+        hpc_io::message::path(out_dir)
     )
 }
 
@@ -44,7 +44,7 @@ pub fn build(out_dir: &Path, sif: &str, def: &str) -> Result<PathBuf> {
     let tmp_path = out_dir.join(&tmp);
     let built = build_checked(out_dir, &tmp, def).and_then(|()| {
         fs::rename(&tmp_path, out_dir.join(sif))
-            .with_context(|| format!("renaming {} to {sif}", tmp_path.display()))
+            .with_context(|| format!("renaming {} to {sif}", hpc_io::message::path(&tmp_path)))
     });
     if let Err(e) = built {
         let _ = fs::remove_file(&tmp_path);
@@ -63,7 +63,7 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     let args = build_command(tmp, def);
     say!(
         "\n==> cd {} && apptainer {}",
-        out_dir.display(),
+        hpc_io::message::path(out_dir),
         args.join(" ")
     );
     let st = crate::sys::status_guarded(Command::new("apptainer").args(&args).current_dir(out_dir))
@@ -72,7 +72,7 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
         bail!(
             "apptainer {} failed with {st} (in {})",
             args.join(" "),
-            out_dir.display()
+            hpc_io::message::path(out_dir)
         );
     }
     let path = out_dir.join(tmp);
@@ -90,7 +90,7 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     if !out.status.success() {
         bail!(
             "apptainer inspect {} failed: {}",
-            path.display(),
+            hpc_io::message::path(&path),
             hpc_env::short(String::from_utf8_lossy(&out.stderr).trim())
         );
     }
@@ -106,7 +106,7 @@ fn build_checked(out_dir: &Path, tmp: &str, def: &str) -> Result<()> {
     {
         bail!(
             "{} does not carry the image's revision label {revision} (labels: {labels:?})",
-            path.display()
+            hpc_io::message::path(&path)
         );
     }
     Ok(())

@@ -1,7 +1,6 @@
 //! Running programs: the tools the image builder drives (cargo, ldd, dpkg,
 //! mmdebstrap, apptainer) and installing missing ones on Debian/Ubuntu.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -59,11 +58,7 @@ pub struct Interrupted(pub i32);
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stopped by signal {}: the running tool and its process group were stopped",
-            self.0
-        )
+        write!(f, "stopped by signal {}", self.0)
     }
 }
 
@@ -78,9 +73,15 @@ static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
 /// The signals that stop a build.
 const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
+/// Whether a stopping signal that comes while no tool runs is held for the
+/// build's next [`stop_point`] (see [`defer_stops`]) rather than taken at once.
+static DEFERRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 extern "C" fn on_stop_signal(sig: libc::c_int) {
-    if RUNNING.load(Ordering::SeqCst) == 0 {
-        // No tool runs: stop as if no handler were installed.
+    let held = DEFERRED.load(Ordering::SeqCst) && STOPPED_BY.load(Ordering::SeqCst) == 0;
+    if RUNNING.load(Ordering::SeqCst) == 0 && !held {
+        // No tool runs, and the build does not hold the signal (or was already
+        // told once): stop as if no handler were installed.
         // SAFETY: signal and raise are async-signal-safe.
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
@@ -103,6 +104,38 @@ fn install_stop_handlers() {
             }
         }
     });
+}
+
+/// Held while a build writes its output folder ([`defer_stops`]): a SIGINT,
+/// SIGTERM or SIGHUP that comes while no tool runs is held until the build's
+/// next [`stop_point`], which ends it with [`Interrupted`] so that it removes
+/// what it had begun; a second such signal stops the process at once.
+pub struct StopsDeferred(());
+
+impl Drop for StopsDeferred {
+    fn drop(&mut self) {
+        DEFERRED.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Holds the stopping signals that come between the build's tools for its next
+/// [`stop_point`] while the guard lives: such a signal ended the build at once,
+/// leaving `.image.json.lock`, `app-layer.tmp` and a part of `oci/` in `--out`.
+pub fn defer_stops() -> StopsDeferred {
+    install_stop_handlers();
+    DEFERRED.store(true, Ordering::SeqCst);
+    StopsDeferred(())
+}
+
+/// [`Interrupted`] when a stopping signal came since the last look (see
+/// [`defer_stops`]): the build calls it between its stages.
+pub fn stop_point() -> Result<()> {
+    match STOPPED_BY.swap(0, Ordering::SeqCst) {
+        0 => Ok(()),
+        sig => Err(anyhow::Error::new(Interrupted(sig)).context(
+            "stopped between the build's stages; what it began in the output folder is removed",
+        )),
+    }
 }
 
 /// Starts `cmd` as a tool of the build that does not outlive it: the tool leads a
@@ -276,7 +309,7 @@ fn wait_guarded(child: &mut Child, deadline: Option<Instant>) -> Result<Option<E
         let sig = STOPPED_BY.load(Ordering::SeqCst);
         if sig != 0 {
             stop_group(child, pgid, sig)?;
-            break Err(Interrupted(sig).into());
+            break Err(tool_stopped(sig));
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             stop_group(child, pgid, libc::SIGTERM)?;
@@ -285,11 +318,20 @@ fn wait_guarded(child: &mut Child, deadline: Option<Instant>) -> Result<Option<E
         std::thread::sleep(Duration::from_millis(20));
     })();
     RUNNING.store(0, Ordering::SeqCst);
-    let sig = STOPPED_BY.swap(0, Ordering::SeqCst);
+    // Kept for the build's next stage and its next tools, not taken here: a
+    // caller that reads a failed tool as an answer (`dpkg -S`: "no package")
+    // went on, and a stop during its tools ended the build with status 0.
+    let sig = STOPPED_BY.load(Ordering::SeqCst);
     if result.is_ok() && sig != 0 {
-        return Err(Interrupted(sig).into());
+        return Err(tool_stopped(sig));
     }
     result
+}
+
+/// [`Interrupted`] by `sig` while a tool ran, which was stopped.
+fn tool_stopped(sig: i32) -> anyhow::Error {
+    anyhow::Error::new(Interrupted(sig))
+        .context("the running tool and its process group were stopped")
 }
 
 /// Stops the tool `child`, leader of the process group `pgid`: `sig` to the
@@ -311,34 +353,10 @@ fn stop_group(child: &mut Child, pgid: i32, sig: libc::c_int) -> std::io::Result
 }
 
 /// A tool that did not end within its time limit ([`output_within`]): it and its
-/// process group were stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimedOut {
-    /// The command, as a message shows it (cut).
-    pub command: String,
-    /// The time it was given.
-    pub limit: Duration,
-}
+/// process group were stopped (shared with the `hpc` tool's own tools).
+pub use hpc_io::tool::TimedOut;
 
-impl std::fmt::Display for TimedOut {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} did not end within {} s: it and its process group were stopped",
-            self.command,
-            self.limit.as_secs_f64()
-        )
-    }
-}
-
-impl std::error::Error for TimedOut {}
-
-/// `cmd` as a message names it: the program and its arguments, cut.
-fn shown_command(cmd: &Command) -> String {
-    let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
-    words.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
-    hpc_io::message::cut(&words.join(" ")).into_owned()
-}
+use hpc_io::tool::shown_command;
 
 /// The most bytes of a tool's standard output, and of its standard error, that
 /// [`output_guarded`] keeps.
@@ -387,35 +405,17 @@ fn output_until(cmd: &mut Command, limit: Option<Duration>) -> Result<Output> {
     };
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let (mut child, _guardian) = spawn_guarded(cmd)?;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.by_ref().take(MAX_TOOL_OUTPUT).read_to_end(&mut buf);
-                // The rest is read, so that the tool never blocks on a full pipe.
-                let _ = std::io::copy(&mut r, &mut std::io::sink());
-            }
-            let _ = tx.send(buf);
-        });
-        rx
-    };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let out = hpc_io::tool::drain(child.stdout.take(), MAX_TOOL_OUTPUT);
+    let err = hpc_io::tool::drain(child.stderr.take(), MAX_TOOL_OUTPUT);
     let Some(status) = wait_guarded(&mut child, deadline)? else {
         return Err(timed_out());
     };
     // A process the tool started outside its group may hold its output open:
     // waited for until the deadline, not without end.
-    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| match deadline {
-        None => Some(rx.recv().unwrap_or_default()),
-        Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-            Ok(buf) => Some(buf),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(Vec::new()),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-        },
-    };
-    let (Some(stdout), Some(stderr)) = (collect(out), collect(err)) else {
+    let (Some(stdout), Some(stderr)) = (
+        hpc_io::tool::collect(&out, deadline),
+        hpc_io::tool::collect(&err, deadline),
+    ) else {
         return Err(timed_out());
     };
     Ok(Output {
@@ -501,25 +501,36 @@ pub struct DirLock {
 /// holder and saying so.
 pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
     use rustix::fs::{flock, FlockOperation};
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     let path = dir.join(".lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-        say!(
-            "    waiting for {}: another image build uses this cache",
-            path.display()
-        );
-        // Blocks until the other holder closes its descriptor.
-        flock(&file, FlockOperation::LockExclusive)
-            .map_err(std::io::Error::from)
-            .with_context(|| format!("locking {}", path.display()))?;
+        .with_context(|| format!("opening {}", hpc_io::message::path(&path)))?;
+    let mut said = false;
+    loop {
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(DirLock { _file: file }),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => {
+                return Err(std::io::Error::from(e))
+                    .with_context(|| format!("locking {}", hpc_io::message::path(&path)))
+            }
+        }
+        if !said {
+            say!(
+                "    waiting for {}: another image build uses this cache",
+                hpc_io::message::path(&path)
+            );
+            said = true;
+        }
+        // Polled, not blocked on: a stop that comes meanwhile is taken here.
+        stop_point()?;
+        std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(DirLock { _file: file })
 }
 
 #[cfg(test)]
@@ -597,6 +608,45 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.stdout, b"ok\n");
+    }
+
+    /// Hostile-user pass 18 noted: a SIGINT between the build's tools ended it
+    /// at once, leaving `.image.json.lock`, `app-layer.tmp` and a part of
+    /// `oci/` in `--out`. While the build holds its stops, such a signal is
+    /// kept for its next stage's start, which ends it as [`Interrupted`] (it
+    /// then removes what it had begun); a tool started meanwhile is stopped at
+    /// once; without the hold, the signal is taken as before.
+    #[test]
+    fn a_stop_between_the_tools_is_held_for_the_next_stage() {
+        let held = defer_stops();
+        assert!(stop_point().is_ok());
+        // SAFETY: raise sends a signal to this thread; its handler is ours.
+        unsafe { libc::raise(libc::SIGINT) };
+        let e = stop_point().unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<Interrupted>(),
+            Some(&Interrupted(libc::SIGINT))
+        );
+        assert_eq!(crate::exit_status(&e), 130);
+        assert!(stop_point().is_ok(), "taken once");
+        // SAFETY: as above.
+        unsafe { libc::raise(libc::SIGTERM) };
+        let t = Instant::now();
+        let e = output_guarded(Command::new("sh").args(["-c", "exec sleep 60"])).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        assert_eq!(
+            e.downcast_ref::<Interrupted>(),
+            Some(&Interrupted(libc::SIGTERM))
+        );
+        // Kept for the next stage, should the tool's caller take its failure as
+        // an answer (`dpkg -S`: "no package"): the build went on and ended 0.
+        let e = stop_point().unwrap_err();
+        assert_eq!(
+            e.downcast_ref::<Interrupted>(),
+            Some(&Interrupted(libc::SIGTERM))
+        );
+        drop(held);
+        assert!(!DEFERRED.load(Ordering::SeqCst));
     }
 
     #[test]

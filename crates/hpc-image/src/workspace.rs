@@ -119,7 +119,7 @@ pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
             usage!(
                 "{}: not a regular file, and cargo reads it as a manifest of this workspace \
                  (it would wait on it or fail); remove it or run elsewhere",
-                toml.display()
+                hpc_io::message::path(&toml)
             );
         }
     }
@@ -129,16 +129,16 @@ pub fn metadata(manifest_path: Option<&Path>) -> Result<Workspace> {
         usage!(
             "{}: not a regular file, and cargo reads it as a manifest if it is a member \
              of this workspace (it would wait on it or fail); remove it or run elsewhere",
-            toml.display()
+            hpc_io::message::path(&toml)
         );
     }
     if let Some(m) = manifest_path {
         match std::fs::metadata(m) {
-            Err(e) => usage!("--manifest-path {}: {e}", m.display()),
+            Err(e) => usage!("--manifest-path {}: {e}", hpc_io::message::path(m)),
             // Said so: a device or a directory was reported as "no such file".
             Ok(md) if !md.is_file() => usage!(
                 "--manifest-path {}: not a regular file (give the workspace's Cargo.toml)",
-                m.display()
+                hpc_io::message::path(m)
             ),
             Ok(_) => {}
         }

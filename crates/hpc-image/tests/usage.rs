@@ -545,3 +545,90 @@ fn an_output_folder_whose_path_is_not_utf8_is_refused_before_the_build() {
     let _ = std::fs::remove_dir_all(&ws);
     let _ = std::fs::remove_dir_all(&s);
 }
+
+/// Hostile-user pass 18 noted: `--cache O/oci/cache` with `--out O` was made,
+/// then removed with the layout it lies in, every build. Refused before the
+/// build, naming both flags; a cache beside `oci/` is not.
+#[test]
+fn a_cache_inside_the_outputs_layout_is_refused_naming_both_flags() {
+    let ws = workspace("cache-in-oci", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch = scratch("cache-in-oci");
+    let out = scratch.join("out");
+    let base = scratch.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::write(base.join("index.json"), r#"{"manifests": []}"#).unwrap();
+    let base = base.to_str().unwrap();
+    // Made or not, through `..` too.
+    for cache in [
+        out.join("oci/cache"),
+        out.join("oci"),
+        out.join("x/../oci/blobs"),
+    ] {
+        let msg = refused_before_the_build(
+            &ws,
+            &[
+                "--manifest-path",
+                m,
+                "--out",
+                out.to_str().unwrap(),
+                "--cache",
+                cache.to_str().unwrap(),
+                "--base",
+                base,
+            ],
+            "the layout this image removes and writes anew",
+        );
+        assert!(
+            msg.contains(&format!("--cache {}", cache.display()))
+                && msg.contains(&format!("--out {}", out.display())),
+            "{msg}"
+        );
+        assert!(!out.exists(), "{msg}");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// Hostile-user pass 19: `--out`, `--cache` and `--base` holding a terminal's
+/// escape were written raw in the refusals (the terminal turned red). Quoted
+/// and escaped.
+#[test]
+fn a_path_with_a_control_character_is_shown_escaped() {
+    let ws = workspace("escape", true);
+    let m = ws.join("Cargo.toml");
+    let m = m.to_str().unwrap();
+    let scratch = scratch("escape");
+    let file = scratch.join("f\u{1b}[31m");
+    std::fs::write(&file, "x").unwrap();
+    let base = scratch.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::write(base.join("index.json"), r#"{"manifests": []}"#).unwrap();
+    let (file, base) = (file.to_str().unwrap(), base.to_str().unwrap());
+    let out = scratch.join("out");
+    let out = out.to_str().unwrap();
+    let missing = "/nonexistent/b\u{1b}[31m";
+    let mut said = Vec::new();
+    for a in [
+        vec!["--manifest-path", m, "--out", file, "--base", base],
+        vec![
+            "--manifest-path",
+            m,
+            "--out",
+            out,
+            "--cache",
+            file,
+            "--base",
+            base,
+        ],
+        vec!["--manifest-path", m, "--out", out, "--base", missing],
+    ] {
+        said.push(refused_before_the_build(&ws, &a, "\\u{1b}[31m"));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws);
+    for e in said {
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+}

@@ -9,6 +9,8 @@
 //!   anything is allocated for them.
 //! - [`rundir`]: an output directory owned by one run at a time, with a manifest that
 //!   names the run that wrote each file and says whether the run completed.
+//! - [`tool`]: another program run for its answer, bounded in time and in the
+//!   output kept.
 //! - [`mod@write`]: writes whose failures are reported: result lines on standard output
 //!   (a full disk is an error, a closed pipe is not) and a writer that keeps the
 //!   first error of a library that drops them.
@@ -22,6 +24,7 @@ pub mod message;
 pub mod read;
 pub mod rundir;
 pub mod system;
+pub mod tool;
 pub mod write;
 
 /// What the modules' tests share: a fresh directory and a FIFO.

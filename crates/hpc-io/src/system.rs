@@ -27,15 +27,19 @@ const SYSTEM_TREES: &[(&str, &[&str])] = &[
 /// a site's own).
 const SYSTEM_FOLDERS: &[&str] = &["/", "/home", "/media", "/mnt", "/opt", "/srv", "/tmp"];
 
-/// Why the folder `dir` (made or not) is a folder of the system, where a
-/// program's output folder (an image's layout and scripts, a cache, a new
-/// workspace) has no place:
-/// `/` and the folders the system's files live in, as resolved (a link to one
-/// of them, or `/tmp/..`, is one of them). `None` for any other folder.
-pub fn system_folder(dir: &Path) -> Option<String> {
+/// `dir` (made or not) as resolved: the nearest folder of it that exists,
+/// resolved (its links followed, `..` taken), and the rest put back by name
+/// (`..` of a folder not made yet included); `None` where not even `/` can be
+/// resolved. Two folders compared so (an output and a cache inside it) are
+/// compared as the system will find them.
+///
+/// ```
+/// use std::path::Path;
+/// let r = hpc_io::system::resolved(Path::new("/nonexistent/a/../b")).unwrap();
+/// assert_eq!(r, Path::new("/nonexistent/b"));
+/// ```
+pub fn resolved(dir: &Path) -> Option<PathBuf> {
     let abs = std::path::absolute(dir).ok()?;
-    // The nearest folder that exists, resolved, and the rest put back by name
-    // (`..` of a folder not made yet included).
     use std::path::Component;
     let comps: Vec<Component> = abs.components().collect();
     let mut n = comps.len();
@@ -55,6 +59,16 @@ pub fn system_folder(dir: &Path) -> Option<String> {
             _ => {}
         }
     }
+    Some(path)
+}
+
+/// Why the folder `dir` (made or not) is a folder of the system, where a
+/// program's output folder (an image's layout and scripts, a cache, a new
+/// workspace) has no place:
+/// `/` and the folders the system's files live in, as resolved (a link to one
+/// of them, or `/tmp/..`, is one of them). `None` for any other folder.
+pub fn system_folder(dir: &Path) -> Option<String> {
+    let path = resolved(dir)?;
     if SYSTEM_FOLDERS.iter().any(|f| path == Path::new(f)) {
         return Some(if path == Path::new("/") {
             "it is / itself, the root of the system's files".to_string()

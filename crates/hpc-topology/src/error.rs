@@ -104,7 +104,7 @@ pub enum TopologyError {
     #[error(
         "topology XML file {} is not a valid hwloc XML topology: {}",
         hpc_io::message::path(path),
-        hpc_io::message::cut(&hpc_io::message::said(reason))
+        hpc_io::message::said(&hpc_io::message::cut(reason))
     )]
     XmlParse {
         /// The path as given.
@@ -179,3 +179,29 @@ pub enum TopologyError {
 
 /// Result type of this crate.
 pub type Result<T, E = TopologyError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::TopologyError;
+
+    #[test]
+    fn a_parse_reason_with_a_control_character_is_shown_escaped() {
+        // Pass 18 noted: hwloc's reason was cut but written raw, so a file's
+        // terminal escape quoted in it reached the terminal.
+        let e = TopologyError::XmlParse {
+            path: "/tmp/node.xml".into(),
+            reason: "bad object \u{1b}[31m here".into(),
+        };
+        let text = e.to_string();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.ends_with(r#": "bad object \u{1b}[31m here""#),
+            "{text}"
+        );
+        let plain = TopologyError::XmlParse {
+            path: "/tmp/node.xml".into(),
+            reason: "no topology element".into(),
+        };
+        assert!(plain.to_string().ends_with(": no topology element"));
+    }
+}

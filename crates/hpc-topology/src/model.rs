@@ -23,8 +23,8 @@ impl std::fmt::Display for TopologySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TopologySource::ThisMachine => f.write_str("this machine"),
-            // Quoted and escaped where it holds a control character, as the
-            // errors about it show it.
+            // Quoted and escaped when it holds a control character (a terminal's
+            // escape in a file's name), as every path a message shows.
             TopologySource::Xml(p) => write!(f, "XML file {}", hpc_io::message::path(p)),
             // Cut when long, as the errors about it show it.
             TopologySource::Synthetic(d) => write!(f, "synthetic {}", hpc_env::shown(d)),
@@ -413,7 +413,20 @@ fn nic_line(n: &Nic) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::format_bytes;
+    use super::{format_bytes, TopologySource};
+
+    #[test]
+    fn a_path_with_a_control_character_is_shown_escaped() {
+        // Pass 18 noted: `hpc topo --input` wrote such a path raw ("loading the
+        // topology of XML file ..."), a terminal's escape turning the screen red.
+        let source = TopologySource::Xml("/nonexistent/\u{1b}[31m.xml".into());
+        assert_eq!(
+            source.to_string(),
+            r#"XML file "/nonexistent/\u{1b}[31m.xml""#
+        );
+        let plain = TopologySource::Xml("/tmp/node.xml".into());
+        assert_eq!(plain.to_string(), "XML file /tmp/node.xml");
+    }
 
     #[test]
     fn bytes() {

@@ -44,3 +44,29 @@ pub fn host() -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+/// When this process's parent started, on the realtime clock (to within a
+/// clock tick), from `/proc`: for a rank, its launcher (`hpc run`, slurmstepd,
+/// the MPI daemon), started with the job. `None` when `/proc` cannot tell.
+pub fn parent_start() -> Option<std::time::SystemTime> {
+    let stat = |pid: &str| {
+        let text = hpc_io::read::read_regular_to_string(format!("/proc/{pid}/stat"), 4096).ok()?;
+        // The fields after the command's name, which is in parentheses and may
+        // hold blanks and parentheses itself.
+        let (_, rest) = text.rsplit_once(')')?;
+        Some(
+            rest.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+        )
+    };
+    // Field 4 is the parent's id, 22 the start in clock ticks since the boot
+    // (fields 3 and 22 are the 1st and 20th after the name).
+    let ppid = stat("self")?.get(1)?.clone();
+    let ticks: u64 = stat(&ppid)?.get(19)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let started_ns = ticks.checked_mul(1_000_000_000)? / hz.max(1);
+    let since = ns(clock_gettime(ClockId::Boottime)).checked_sub(started_ns)?;
+    std::time::SystemTime::now().checked_sub(std::time::Duration::from_nanos(since))
+}

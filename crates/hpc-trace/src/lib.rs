@@ -23,8 +23,11 @@
 //! `HPC_RANK` where `hpc run` started it, and a process that is no rank (the
 //! collectives proxy, named by [`set_label`]) writes `DIR/proc-<PID>.json`
 //! (`-<N>` after the id where another process of the same id, in another
-//! container or on another machine sharing `DIR`, took the name). Each
-//! finished file is a Chrome trace of its own, and records the clocks of its start
+//! container or on another machine sharing `DIR`, took the name). A rank's
+//! `rank-<R>.json` of an earlier run is replaced (a rerun into `DIR`), but one
+//! of another job written while this job ran (two jobs given one `DIR` at once)
+//! is kept: the rank writes `rank-<R>-<N>.json` beside it and warns, and the
+//! merge refuses the mixture. Each finished file is a Chrome trace of its own, and records the clocks of its start
 //! (`CLOCK_REALTIME` and `CLOCK_MONOTONIC`), its host and the
 //! machine's boot: [`merge::merge_dir`] (`hpc trace merge`, and `hpc run --trace FILE`
 //! after the job) aligns the files on them, one process per rank.
@@ -215,6 +218,16 @@ pub fn finish() -> Result<Vec<PathBuf>, Error> {
     let mut done = Vec::new();
     for s in sinks() {
         if let Some(p) = s.finish()? {
+            if let Some(own) = s.aside() {
+                tracing::warn!(
+                    "{}: {} is another job's, written while this one ran (two jobs given one \
+                     folder?): this rank's timeline is {}; hpc trace merge refuses the \
+                     mixture: give each job a folder of its own",
+                    hpc_env::TRACE,
+                    hpc_io::message::path(&own),
+                    hpc_io::message::path(&p)
+                );
+            }
             done.push(p);
         }
     }

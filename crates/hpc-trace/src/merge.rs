@@ -58,17 +58,24 @@ pub enum MergeError {
     /// A process did not finish its file.
     #[error(
         "{} was never finished: the process (pid {pid}) was killed or failed to write it \
-         before its end (a full disk?); {lines} events were written; remove it to merge the \
-         others",
-        hpc_io::message::path(path)
+         before its end (a full disk?); {lines} events were written{}; {}",
+        hpc_io::message::path(path),
+        others_note(others),
+        what_to_do(others.len() + 1, *finished)
     )]
     Unfinished {
-        /// The `.part` file.
+        /// The `.part` file (the first by name).
         path: PathBuf,
         /// The process id in its name.
         pid: String,
         /// Lines of events in it.
         lines: usize,
+        /// The directory's other unfinished files, by name: named too (at most
+        /// [`OTHERS_NAMED`] of them, then their count), so that removing the one
+        /// named is not met by the next.
+        others: Vec<PathBuf>,
+        /// The finished process files beside them.
+        finished: usize,
     },
     /// A process of this machine is still writing its file (the job still runs).
     #[error("{path} is not finished yet: its process (pid {pid}) still runs on this machine; merge once the job has ended", path = hpc_io::message::path(path))]
@@ -114,6 +121,43 @@ pub enum MergeError {
         /// The other.
         second: PathBuf,
     },
+}
+
+/// The most other unfinished files an [`MergeError::Unfinished`] names.
+pub const OTHERS_NAMED: usize = 8;
+
+/// What to do with `unfinished` files beside `finished` ones.
+fn what_to_do(unfinished: usize, finished: usize) -> String {
+    let it = if unfinished == 1 { "it" } else { "them" };
+    match finished {
+        // A job stopped before any of its processes finished: "remove them to
+        // merge the others" named others that were not there.
+        0 => "no process finished its file: there is nothing to merge".into(),
+        1 => format!("remove {it} to merge the 1 finished file"),
+        n => format!("remove {it} to merge the {n} finished files"),
+    }
+}
+
+/// "; so were A, B (and N more)" for the other unfinished files.
+fn others_note(others: &[PathBuf]) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = others
+        .iter()
+        .take(OTHERS_NAMED)
+        .map(|p| hpc_io::message::path(p))
+        .collect();
+    let more = others.len().saturating_sub(OTHERS_NAMED);
+    format!(
+        "; so were {}{}",
+        named.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[derive(Deserialize)]
@@ -220,6 +264,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
         error,
     })?;
     let mut files = Vec::new();
+    let mut parts = Vec::new();
     for e in entries {
         let e = e.map_err(|error| MergeError::Dir {
             path: dir.to_path_buf(),
@@ -231,11 +276,6 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
             .strip_prefix("pid-")
             .and_then(|n| n.strip_suffix(".json.part"))
         {
-            let text = hpc_io::read::read_regular(&path, MAX_FILE_BYTES).unwrap_or_default();
-            let lines = text
-                .split(|&b| b == b'\n')
-                .filter(|l| l.starts_with(b",{"))
-                .count();
             // `pid-<PID>-<N>.json.part`: another process of that id had the name.
             let pid = pid.split('-').next().unwrap_or(pid);
             // The folder of a job that still runs: its process was said to have
@@ -246,15 +286,29 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
                     pid: pid.to_string(),
                 });
             }
-            return Err(MergeError::Unfinished {
-                path,
-                pid: pid.to_string(),
-                lines,
-            });
+            parts.push((path, pid.to_string()));
+            continue;
         }
         if is_process_file(&name) {
             files.push(path);
         }
+    }
+    // Every unfinished file named, the first by name in full: one of several
+    // was named, and the next met only once it was removed.
+    parts.sort();
+    if let Some((path, pid)) = parts.first().cloned() {
+        let text = hpc_io::read::read_regular(&path, MAX_FILE_BYTES).unwrap_or_default();
+        let lines = text
+            .split(|&b| b == b'\n')
+            .filter(|l| l.starts_with(b",{"))
+            .count();
+        return Err(MergeError::Unfinished {
+            path,
+            pid,
+            lines,
+            others: parts.into_iter().skip(1).map(|(p, _)| p).collect(),
+            finished: files.len(),
+        });
     }
     if files.is_empty() {
         return Err(MergeError::Empty(dir.to_path_buf()));

@@ -105,6 +105,9 @@ struct State {
     events: u64,
     threads: HashSet<u32>,
     finished: Option<Option<PathBuf>>,
+    /// The rank's own name, when another job's file written while this process
+    /// ran held it, and the file was written beside it ([`Sink::aside`]).
+    aside: Option<PathBuf>,
 }
 
 /// A process's trace file being written.
@@ -115,6 +118,9 @@ pub struct Sink {
     pid: u32,
     /// `CLOCK_MONOTONIC` at the start, ns.
     pub start_ns: u64,
+    /// When the job started ([`job_started`]): a rank's file of another job
+    /// written after it was written while this job ran.
+    started: std::time::SystemTime,
 }
 
 impl Sink {
@@ -173,11 +179,13 @@ impl Sink {
                 events: 0,
                 threads: HashSet::new(),
                 finished: None,
+                aside: None,
             }),
             dir: dir.to_path_buf(),
             part,
             pid,
             start_ns: monotonic_ns,
+            started: job_started(),
         };
         {
             let mut st = sink.lock();
@@ -284,6 +292,7 @@ impl Sink {
             size: st.size,
             job: job_id().or_else(|| (st.size == Some(1)).then(alone_job)),
         };
+        let job = end.job.clone();
         let end = serde_json::to_string(&end).map_err(|e| fail(e.into()))?;
         write!(out, "\n],\"hpcEnd\":{end}}}\n").map_err(fail)?;
         out.into_inner()
@@ -291,7 +300,11 @@ impl Sink {
             .sync_all()
             .map_err(fail)?;
         let path = match st.rank {
-            Some(r) => self.dir.join(format!("rank-{r}.json")),
+            Some(r) => {
+                let (path, aside) = self.rank_name(r, job.as_deref());
+                st.aside = aside;
+                path
+            }
             None => free_proc_name(&self.dir, self.pid),
         };
         hpc_io::atomic::rename_over(&self.part, &path).map_err(|e| Error::Write {
@@ -301,6 +314,71 @@ impl Sink {
         st.finished = Some(Some(path.clone()));
         Ok(Some(path))
     }
+}
+
+impl Sink {
+    /// The final name of rank `r`'s file, this process's job being `job`:
+    /// `rank-<R>.json`, replacing an earlier run's file there (a rerun into
+    /// the same folder), but not one of another job written while this job
+    /// ran (two jobs given one `HPC_TRACE` folder at once: the later ranks'
+    /// files replaced the earlier's without a word). Then the file is
+    /// `rank-<R>-<N>.json`, and the rank's own name is returned beside it
+    /// (the merge then refuses the mixture of jobs, naming a file).
+    fn rank_name(&self, r: usize, job: Option<&str>) -> (PathBuf, Option<PathBuf>) {
+        let first = self.dir.join(format!("rank-{r}.json"));
+        let Ok(meta) = std::fs::symlink_metadata(&first) else {
+            return (first, None);
+        };
+        let meanwhile = meta.modified().is_ok_and(|m| m >= self.started);
+        if !meanwhile || !meta.is_file() || file_job(&first) == Some(job.map(str::to_string)) {
+            return (first, None);
+        }
+        let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+        match (1..=SAME_PID_MAX)
+            .map(|n| self.dir.join(format!("rank-{r}-{n}.json")))
+            .find(|p| !taken(p))
+        {
+            Some(p) => (p, Some(first)),
+            None => (first, None),
+        }
+    }
+
+    /// The rank's own name, when [`Sink::finish`] found there another job's
+    /// file, written while this process ran, and wrote this one beside it.
+    pub fn aside(&self) -> Option<PathBuf> {
+        self.lock().aside.clone()
+    }
+}
+
+/// When this process's job started, as near as this process can tell: under a
+/// launcher (a job id given), when its parent started (the launcher, or a
+/// shell it started: a rank may start its trace long after the job did, and a
+/// job that ran meanwhile was taken for an earlier run); else now.
+fn job_started() -> std::time::SystemTime {
+    let now = std::time::SystemTime::now();
+    match job_id().and_then(|_| crate::clock::parent_start()) {
+        Some(t) if t < now => t,
+        _ => now,
+    }
+}
+
+/// The most bytes of a finished file's end read for its job.
+const END_BYTES: u64 = 64 << 10;
+
+/// The job a finished process file names (`Some(None)`: none), read from its
+/// last [`END_BYTES`]; `None` when it cannot be read as a finished file.
+fn file_job(path: &Path) -> Option<Option<String>> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(std::io::SeekFrom::Start(len.saturating_sub(END_BYTES)))
+        .ok()?;
+    let mut tail = Vec::new();
+    f.take(END_BYTES).read_to_end(&mut tail).ok()?;
+    let tail = String::from_utf8_lossy(&tail);
+    let (_, end) = tail.rsplit_once("\"hpcEnd\":")?;
+    let end = end.trim_end().strip_suffix('}')?;
+    serde_json::from_str::<End>(end).ok().map(|e| e.job)
 }
 
 /// The most other processes of one process id whose files one trace
@@ -394,6 +472,46 @@ mod tests {
         rank.set_rank(3);
         assert_eq!(rank.finish().unwrap().unwrap(), dir.join("rank-3.json"));
         assert!(dir.join(format!("pid-{pid}.json.part")).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two jobs given one `HPC_TRACE` folder at once: the later rank's file
+    /// replaced the earlier's of the same rank without a word (pass 18's
+    /// noticed list). Another job's file written while this process ran is
+    /// kept and this one written beside it (which the merge then refuses
+    /// as a mixture); an earlier run's file (a rerun into the folder) is replaced.
+    #[test]
+    fn a_rank_file_another_job_wrote_meanwhile_is_kept() {
+        let dir = std::env::temp_dir().join(format!("hpc-trace-two-jobs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = format!("{}=", hpc_env::TRACE);
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+        // An earlier run's file: replaced.
+        std::fs::write(dir.join("rank-0.json"), "earlier").unwrap();
+        pause();
+        let rerun = Sink::create(&dir, &trace).unwrap();
+        rerun.set_rank(0);
+        assert_eq!(rerun.finish().unwrap().unwrap(), dir.join("rank-0.json"));
+        assert_eq!(rerun.aside(), None);
+        // That file as another job's rank 0 would have written it.
+        let other = std::fs::read_to_string(dir.join("rank-0.json"))
+            .unwrap()
+            .replacen("\"hpcEnd\":{", "\"hpcEnd\":{\"job\":\"hpc run 99\",", 1);
+        // Another job's, written while this process ran: kept.
+        let rank = Sink::create(&dir, &trace).unwrap();
+        rank.set_rank(0);
+        pause();
+        std::fs::write(dir.join("rank-0.json"), &other).unwrap();
+        let done = rank.finish().unwrap().unwrap();
+        assert_eq!(done, dir.join("rank-0-1.json"));
+        assert_eq!(rank.aside(), Some(dir.join("rank-0.json")));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("rank-0.json")).unwrap(),
+            other
+        );
+        // The merge refuses the mixture: `crates/hpc-cli/tests/trace.rs`
+        // `two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently`.
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -91,3 +91,48 @@ fn a_file_a_running_process_writes_is_said_to_be_unfinished_yet() {
     assert!(e.contains("was never finished"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Hostile-user pass 18 noted: of several unfinished files (a job whose ranks
+/// were all killed) the merge named one; removed, the next was met. All are
+/// named, the first in full, at most `OTHERS_NAMED` others and then a count.
+#[test]
+fn every_unfinished_file_is_named() {
+    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-parts-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Pids no process of this machine has (above the kernel's largest).
+    for n in 0..3 {
+        std::fs::write(dir.join(format!("pid-{}.json.part", 4_194_400 + n)), "").unwrap();
+    }
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    let shown = |n: u32| {
+        dir.join(format!("pid-{}.json.part", 4_194_400 + n))
+            .display()
+            .to_string()
+    };
+    assert!(
+        e.starts_with(&format!("{} was never finished", shown(0)))
+            && e.contains(&format!(
+                "; so were {}, {}; no process finished its file: there is nothing to merge",
+                shown(1),
+                shown(2)
+            )),
+        "{e}"
+    );
+    for n in 3..20 {
+        std::fs::write(dir.join(format!("pid-{}.json.part", 4_194_400 + n)), "").unwrap();
+    }
+    // Beside finished files (a job stopped after its ranks 0 and 1 ended):
+    // these are what removing the unfinished ones leaves to merge.
+    for r in 0..2 {
+        std::fs::write(dir.join(format!("rank-{r}.json")), file(r, "j", 22)).unwrap();
+    }
+    let e = hpc_trace::merge::merge_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains(&shown(8))
+            && !e.contains(&shown(9))
+            && e.contains(" and 11 more; remove them to merge the 2 finished files"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

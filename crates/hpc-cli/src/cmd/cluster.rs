@@ -226,6 +226,16 @@ impl Place {
         for (what, p) in [(env::CLUSTER_DIR, &work), (env::CACHE_DIR, &cache)] {
             mountable(what, p)?;
             folder_or_missing(what, p)?;
+            // `HPC_CLUSTER_DIR=/` (as root): `slurm.conf` and `node-init.sh`
+            // were written into `/`, and the nodes mounted it.
+            if let Some(why) = hpc_io::system::system_folder(p) {
+                return Err(UsageError(format!(
+                    "{what}={}: {why}, not a folder for a cluster's files: name a folder of \
+                     your own, or unset {what} for the default (under XDG_CACHE_HOME or \
+                     HOME/.cache)",
+                    hpc_io::message::path(p)
+                )));
+            }
         }
         Ok(Place { name, work, cache })
     }
@@ -360,17 +370,34 @@ fn check_docker(daemon: bool) -> Result<(), UsageError> {
     if !daemon {
         return Ok(());
     }
-    match Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-    {
+    docker_answers("docker".as_ref(), DOCKER_LIMIT)
+}
+
+/// How long `docker version` may take to say whether its daemon answers: a
+/// daemon that hangs (or a `docker` that waits on one) stopped `hpc cluster`
+/// without a word.
+const DOCKER_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether the Docker daemon answers `program version`, within `limit`; its
+/// output kept bounded ([`hpc_io::tool`]).
+fn docker_answers(program: &std::ffi::OsStr, limit: std::time::Duration) -> Result<(), UsageError> {
+    match hpc_io::tool::output_within(
+        Command::new(program).args(["version", "--format", "{{.Server.Version}}"]),
+        limit,
+        64 << 10,
+    ) {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(UsageError(format!(
             "the Docker daemon does not answer ({}): start it (systemctl start docker) \
              or, for `permission denied`, add this user to the docker group",
-            String::from_utf8_lossy(&o.stderr).trim()
+            hpc_io::message::said(&hpc_io::message::cut(
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
         ))),
-        Err(e) => Err(UsageError(format!("cannot run docker: {e}"))),
+        Err(e @ hpc_io::tool::ToolError::TimedOut(_)) => Err(UsageError(format!(
+            "the Docker daemon does not answer: {e}; check it (systemctl status docker)"
+        ))),
+        Err(e) => Err(UsageError(e.to_string())),
     }
 }
 
@@ -419,13 +446,14 @@ fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageE
 
 /// Writes what the containers of `nodes` nodes mount from the work folder.
 fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
-    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    std::fs::create_dir_all(work)
+        .with_context(|| format!("creating {}", hpc_io::message::path(work)))?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     super::replace_file(&work.join("slurm.conf"), slurm_conf(nodes, cpus).as_bytes())?;
     let init = work.join("node-init.sh");
     super::replace_file(&init, NODE_INIT.as_bytes())?;
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("making {} executable", init.display()))?;
+        .with_context(|| format!("making {} executable", hpc_io::message::path(&init)))?;
     Ok(())
 }
 
@@ -434,13 +462,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir().context("the current directory")?;
     let place = Place::resolve(&env::var, &cwd)?;
     let (script_args, nodes) = script_args(&args.action)?;
-    check_docker(matches!(args.action, Action::Up(_) | Action::Image))?;
+    // Every action asks the daemon: one that hangs held `status`, `down` and
+    // `exec` in the script's first `docker ps` without end; its bounded
+    // `docker version` names it in 30 s.
+    check_docker(true)?;
     if let Some(nodes) = nodes {
         write_work_files(&place.work, nodes)?;
         super::say(&format!(
             "cluster {}: work folder {} (the nodes' /shared is its shared/)",
             place.name,
-            place.work.display()
+            hpc_io::message::path(&place.work)
         ))?;
     }
     let e = Command::new("bash")
@@ -459,6 +490,29 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 mod tests {
     use super::*;
     use clap::Parser as _;
+
+    /// A `docker` that hangs is stopped at its limit and named: `hpc cluster
+    /// up` waited for it without end (pass 18's noticed list).
+    #[test]
+    fn a_docker_that_hangs_is_stopped_and_named() {
+        let d = scratch("docker-hang");
+        let docker = d.join("docker");
+        std::fs::write(&docker, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = std::time::Instant::now();
+        let e =
+            docker_answers(docker.as_os_str(), std::time::Duration::from_millis(300)).unwrap_err();
+        let took = t.elapsed();
+        let _ = std::fs::remove_dir_all(&d);
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+        assert!(
+            e.0.starts_with("the Docker daemon does not answer: ")
+                && e.0
+                    .contains("version --format {{.Server.Version}} did not end within 0.3 s"),
+            "{}",
+            e.0
+        );
+    }
 
     #[derive(clap::Parser, Debug)]
     struct Cli {
@@ -646,6 +700,29 @@ mod tests {
         assert_eq!(p.work, Path::new("/xdg/hpc-rs/cluster/dev.2"));
         assert_eq!(p.cache, Path::new("/xdg/hpc-rs/cluster-cache"));
 
+        // Hostile-user pass 19: a folder of the system is refused naming the
+        // variable (`HPC_CLUSTER_DIR=/` wrote `slurm.conf` into `/`).
+        for (var, dir) in [
+            (env::CLUSTER_DIR, "/"),
+            (env::CACHE_DIR, "/etc/hpcc"),
+            (env::CLUSTER_DIR, "/tmp/.."),
+        ] {
+            let vars = [
+                ("HOME".to_string(), "/home/u".to_string()),
+                (var.to_string(), dir.to_string()),
+            ];
+            let get = move |name: &str| -> Result<Option<String>, String> {
+                Ok(vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+            };
+            let e = Place::resolve(&get, cwd).unwrap_err();
+            assert!(
+                e.0.starts_with(&format!("{var}={dir}: it is "))
+                    && e.0.contains("not a folder for a cluster's files"),
+                "{}",
+                e.0
+            );
+        }
+
         // Relative folders are the current directory's; no HOME is needed then.
         let p = Place::resolve(
             &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/c")]),
@@ -713,6 +790,46 @@ mod tests {
             .unwrap();
         assert!(!o.status.success());
         assert!(String::from_utf8_lossy(&o.stderr).contains(env::CLUSTER_DIR));
+    }
+
+    /// Hostile-user pass 19: an `mmdebstrap` that failed (no mirror) left
+    /// `node-<tag>.tar.part.tar` in the cache. Removed with the failure.
+    #[test]
+    fn a_failed_node_file_system_build_leaves_no_part() {
+        let s = scratch("mmdebstrap-fails");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, text) in [
+            ("docker", "#!/bin/sh\nexit 1\n"),
+            (
+                "mmdebstrap",
+                "#!/bin/sh\nfor last; do :; done\necho partial > \"$last\"\nexit 1\n",
+            ),
+        ] {
+            std::fs::write(bin.join(name), text).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let o = Command::new("bash")
+            .args(["-c", SCRIPT, "hpc-cluster", "image"])
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env(env::CLUSTER_NAME, "t")
+            .env(env::CLUSTER_DIR, s.join("work"))
+            .env(env::CACHE_DIR, s.join("cache"))
+            .output()
+            .unwrap();
+        let left: Vec<_> = std::fs::read_dir(s.join("cache"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != ".build.lock")
+            .collect();
+        let _ = std::fs::remove_dir_all(&s);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("mmdebstrap failed"),
+            "{err}"
+        );
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

@@ -70,7 +70,7 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         return Err(super::UsageError(format!(
             "--dir {}: it exists and is not a directory; name a directory (it is made when \
              missing)",
-            dir.display()
+            hpc_io::message::path(dir)
         ))
         .into());
     }
@@ -79,16 +79,36 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         return Err(super::UsageError(format!(
             "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
              or name another",
-            dir.display(),
-            target.display()
+            hpc_io::message::path(dir),
+            hpc_io::message::path(&target)
         ))
         .into());
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(why) = system_folder(dir) {
+        return Err(super::UsageError(format!(
+            "--dir {}: {why}, not a folder for manual pages: give a section folder \
+             (~/.local/share/man/man1, /usr/local/share/man/man1); nothing was written",
+            hpc_io::message::path(dir)
+        ))
+        .into());
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     for (file, text) in pages {
         super::replace_file(&dir.join(file), text)?;
     }
     Ok(())
+}
+
+/// Why `dir` is a folder of the system that manual pages have no place in
+/// (`/`, `/etc`, `/usr/bin`: as root, `--dir /` wrote its twelve pages into
+/// `/`); a section folder (`.../man1`) of the system, where they belong, is
+/// not one.
+fn system_folder(dir: &Path) -> Option<String> {
+    let why = hpc_io::system::system_folder(dir)?;
+    let section =
+        hpc_io::system::resolved(dir).is_some_and(|r| r.file_name().is_some_and(|n| n == "man1"));
+    (!section).then_some(why)
 }
 
 /// Prints `hpc.1`, or writes every page into `--dir`.
@@ -97,9 +117,41 @@ pub fn exec(args: Args, cmd: clap::Command) -> anyhow::Result<i32> {
     match &args.dir {
         Some(dir) => {
             write_all(dir, &pages)?;
-            super::say(&format!("{} pages in {}", pages.len(), dir.display()))?;
+            super::say(&format!(
+                "{} pages in {}",
+                pages.len(),
+                hpc_io::message::path(dir)
+            ))?;
         }
         None => super::print_bytes(&pages[0].1)?,
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::system_folder;
+    use std::path::Path;
+
+    #[test]
+    fn system_folders_but_manual_sections_are_refused() {
+        for refused in [
+            "/",
+            "/etc",
+            "/usr/bin",
+            "/tmp",
+            "/usr/share/man",
+            "/tmp/../etc/x",
+        ] {
+            assert!(system_folder(Path::new(refused)).is_some(), "{refused}");
+        }
+        for taken in [
+            "/usr/share/man/man1",
+            "/usr/local/share/man/man1",
+            "/tmp/m",
+            "/opt/x/man1",
+        ] {
+            assert_eq!(system_folder(Path::new(taken)), None, "{taken}");
+        }
+    }
 }

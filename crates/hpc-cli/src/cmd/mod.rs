@@ -99,7 +99,7 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     };
     let name = path
         .file_name()
-        .with_context(|| format!("{} names no file", path.display()))?;
+        .with_context(|| format!("{} names no file", hpc_io::message::path(path)))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(".tmp-{}", std::process::id()));
@@ -109,10 +109,10 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
+            .with_context(|| format!("creating {}", hpc_io::message::path(&tmp)))?;
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
-            .with_context(|| format!("writing {}", tmp.display()))?;
+            .with_context(|| format!("writing {}", hpc_io::message::path(&tmp)))?;
         // Never over a directory, a device or a FIFO of that name.
         Ok(hpc_io::atomic::rename_over(&tmp, path)?)
     })();

@@ -142,17 +142,17 @@ impl Sdk {
             return Err(UsageError(format!(
                 "--sdk {}: {} {what}: not a checkout of the hpc-rs SDK (its root, the \
                  directory with crates/)",
-                root.display(),
-                Path::new("crates").join(c).join("Cargo.toml").display()
+                hpc_io::message::path(&root),
+                hpc_io::message::path(&Path::new("crates").join(c).join("Cargo.toml"))
             )));
         }
         let version = workspace_version(&root.join("Cargo.toml"))
-            .map_err(|why| UsageError(format!("--sdk {}: {why}", root.display())))?;
+            .map_err(|why| UsageError(format!("--sdk {}: {why}", hpc_io::message::path(&root))))?;
         // The version goes into the new workspace's manifests as a requirement.
         if !is_semver(&version) {
             return Err(UsageError(format!(
                 "--sdk {}: its [workspace.package] version {} is not a version",
-                root.display(),
+                hpc_io::message::path(&root),
                 hpc_env::shown(&version)
             )));
         }
@@ -160,7 +160,7 @@ impl Sdk {
             return Err(UsageError(format!(
                 "--sdk {}: a path cargo's TOML cannot hold as written; move or link the \
                  checkout to a plain path",
-                root.display()
+                hpc_io::message::path(&root)
             )));
         }
         Ok(Sdk::Path(root, version))
@@ -179,7 +179,7 @@ impl Sdk {
     fn patch(&self) -> String {
         let what = match self {
             Sdk::Registry => return String::new(),
-            Sdk::Path(root, _) => format!("the SDK checkout {}", root.display()),
+            Sdk::Path(root, _) => format!("the SDK checkout {}", hpc_io::message::path(root)),
             Sdk::Git(url) => format!("the SDK's git repository {url}"),
         };
         let mut t = format!(
@@ -262,7 +262,7 @@ fn workspace_version(manifest: &Path) -> Result<String, String> {
         hpc_io::read::read_regular_to_string(manifest, 1 << 20).map_err(|e| e.to_string())?;
     let doc: toml::Table = text
         .parse()
-        .map_err(|e| format!("{} is not TOML: {e}", manifest.display()))?;
+        .map_err(|e| format!("{} is not TOML: {e}", hpc_io::message::path(manifest)))?;
     doc.get("workspace")
         .and_then(|w| w.get("package"))
         .and_then(|p| p.get("version"))
@@ -506,7 +506,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
             None => {
                 return Err(UsageError(format!(
                     "{} has no last component to name the package after: give --name",
-                    path.display()
+                    hpc_io::message::path(path)
                 )))
             }
         },
@@ -519,8 +519,8 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         return Err(UsageError(format!(
             "{} is a symbolic link to {}, which does not exist: create that directory, or \
              give another path (nothing was written)",
-            path.display(),
-            target.display()
+            hpc_io::message::path(path),
+            hpc_io::message::path(&target)
         )));
     }
     // `/`, `/srv`, `/usr/local/bin`: refused even with --force, which the
@@ -531,7 +531,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         Some(why) => Err(UsageError(format!(
             "{}: {why}, not a folder for a new workspace: give a folder of your own \
              (nothing was written)",
-            path.display()
+            hpc_io::message::path(path)
         ))),
         None => Ok(()),
     };
@@ -539,7 +539,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         if !path.is_dir() {
             return Err(UsageError(format!(
                 "{} exists and is not a directory",
-                path.display()
+                hpc_io::message::path(path)
             )));
         }
         system(path)?;
@@ -548,7 +548,7 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
                 d.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
                     .collect()
             })
-            .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+            .map_err(|e| UsageError(format!("cannot read {}: {e}", hpc_io::message::path(path))))?;
         if !entries.is_empty() && !args.force {
             entries.sort();
             let n = entries.len();
@@ -559,14 +559,14 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
             return Err(UsageError(format!(
                 "{} is not empty (it holds {shown}): give a new directory, or --force to \
                  write into it (nothing was written)",
-                path.display()
+                hpc_io::message::path(path)
             )));
         }
         let taken = taken_paths(path, &name);
         if !taken.is_empty() {
             return Err(UsageError(format!(
                 "{} already holds {}: hpc new would overwrite them (nothing was written)",
-                path.display(),
+                hpc_io::message::path(path),
                 taken.join(", ")
             )));
         }
@@ -582,13 +582,13 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
         Ok(_) => {
             return Err(UsageError(format!(
                 "{} is not a directory: the new one cannot be made in it",
-                parent.display()
+                hpc_io::message::path(&parent)
             )))
         }
         Err(_) => {
             return Err(UsageError(format!(
                 "{} does not exist: create it first",
-                parent.display()
+                hpc_io::message::path(&parent)
             )))
         }
     }
@@ -614,7 +614,7 @@ fn taken_paths(dir: &Path, name: &str) -> Vec<String> {
             if a.as_os_str().is_empty() {
                 continue;
             }
-            let shown = a.display().to_string();
+            let shown = hpc_io::message::path(a);
             if std::fs::symlink_metadata(dir.join(a)).is_ok_and(|m| !m.is_dir())
                 && !taken.contains(&shown)
             {
@@ -622,7 +622,7 @@ fn taken_paths(dir: &Path, name: &str) -> Vec<String> {
             }
         }
         if std::fs::symlink_metadata(dir.join(&rel)).is_ok() {
-            taken.push(rel.display().to_string());
+            taken.push(hpc_io::message::path(&rel));
         }
     }
     taken
@@ -646,9 +646,10 @@ fn write_files(
             let d = dir.join(a);
             match std::fs::symlink_metadata(&d) {
                 Ok(m) if m.is_dir() => {}
-                Ok(_) => anyhow::bail!("{} is not a directory", d.display()),
+                Ok(_) => anyhow::bail!("{} is not a directory", hpc_io::message::path(&d)),
                 Err(_) => {
-                    std::fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
+                    std::fs::create_dir(&d)
+                        .with_context(|| format!("creating {}", hpc_io::message::path(&d)))?;
                     created.push(d);
                 }
             }
@@ -659,29 +660,81 @@ fn write_files(
             .create_new(true)
             .mode(if f.executable { 0o755 } else { 0o644 })
             .open(&p)
-            .with_context(|| format!("creating {}", p.display()))?;
+            .with_context(|| format!("creating {}", hpc_io::message::path(&p)))?;
         created.push(p.clone());
         if f.executable {
             // As `chmod 755`, whatever the umask (through the open file: no path).
             use std::os::unix::fs::PermissionsExt;
             file.set_permissions(std::fs::Permissions::from_mode(0o755))
-                .with_context(|| format!("making {} executable", p.display()))?;
+                .with_context(|| format!("making {} executable", hpc_io::message::path(&p)))?;
         }
         file.write_all(fill(f.text, name, sdk).as_bytes())
             .and_then(|()| file.sync_all())
-            .with_context(|| format!("writing {}", p.display()))?;
+            .with_context(|| format!("writing {}", hpc_io::message::path(&p)))?;
     }
     Ok(())
 }
 
-/// Whether `dir` lies inside a git work tree.
-fn in_git_work_tree(dir: &Path) -> bool {
-    Command::new("git")
-        .args(["rev-parse", "--is-inside-work-tree"])
-        .current_dir(dir)
-        .output()
-        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true")
-        .unwrap_or(false)
+/// How long one `git` call of `hpc new` may take: a `git` that hangs (a
+/// wrapper waiting on a network file system, a hook) stopped the command
+/// without a word.
+const GIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The most bytes of a `git` call's output kept (its answer is one word).
+const GIT_OUTPUT: u64 = 64 << 10;
+
+/// `git args` run in `dir`, bounded in time and output ([`hpc_io::tool`]).
+fn git(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> Result<std::process::Output, hpc_io::tool::ToolError> {
+    hpc_io::tool::output_within(
+        Command::new(program).args(args).current_dir(dir),
+        limit,
+        GIT_OUTPUT,
+    )
+}
+
+/// Whether `dir` lies inside a git work tree; false without git; an error
+/// for a `git` that did not end in time.
+fn in_git_work_tree(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    limit: std::time::Duration,
+) -> Result<bool, hpc_io::tool::ToolError> {
+    match git(program, dir, &["rev-parse", "--is-inside-work-tree"], limit) {
+        Ok(o) => Ok(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "true"),
+        Err(e @ hpc_io::tool::ToolError::TimedOut(_)) => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
+/// The note `hpc new` gives about the repository it made in `dir` (empty
+/// before), or why it made none.
+fn git_repository(
+    program: &std::ffi::OsStr,
+    dir: &Path,
+    empty: bool,
+    limit: std::time::Duration,
+) -> String {
+    match in_git_work_tree(program, dir, limit) {
+        Err(e) => format!(" (no git repository: {e})"),
+        Ok(true) => " (inside an existing git work tree: no new repository)".into(),
+        Ok(false) if !empty => " (the directory held other entries: no new repository)".into(),
+        Ok(false) => match git(program, dir, &["init", "--quiet"], limit) {
+            Ok(o) if o.status.success() => ", git repository".into(),
+            Ok(o) => format!(
+                " (git init failed with {}: {})",
+                o.status,
+                hpc_io::message::said(&hpc_io::message::cut(
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            ),
+            Err(e) => format!(" (no git repository: {e})"),
+        },
+    }
 }
 
 /// Runs `hpc new`.
@@ -694,10 +747,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // Empty (or missing): only then may a repository be made there.
     let empty = std::fs::read_dir(&path).map_or(true, |mut d| d.next().is_none());
     if std::fs::symlink_metadata(&path).is_err() {
-        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::create_dir(&path)
+            .with_context(|| format!("creating {}", hpc_io::message::path(&path)))?;
         created.push(path.clone());
     }
-    let in_git = in_git_work_tree(&path);
     if let Err(e) = write_files(&path, &name, &sdk, &mut created) {
         for p in created.iter().rev() {
             let _ = if p.is_dir() {
@@ -708,38 +761,25 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         }
         return Err(e);
     }
-    let mut git_note = String::new();
-    if args.vcs == Vcs::Git {
-        if in_git {
-            git_note = " (inside an existing git work tree: no new repository)".into();
-        } else if !empty {
-            git_note = " (the directory held other entries: no new repository)".into();
-        } else {
-            match Command::new("git")
-                .args(["init", "--quiet"])
-                .current_dir(&path)
-                .status()
-            {
-                Ok(s) if s.success() => git_note = ", git repository".into(),
-                Ok(s) => git_note = format!(" (git init failed with {s})"),
-                Err(e) => git_note = format!(" (no git repository: cannot run git: {e})"),
-            }
-        }
-    }
+    let git_note = if args.vcs == Vcs::Git {
+        git_repository("git".as_ref(), &path, empty, GIT_LIMIT)
+    } else {
+        String::new()
+    };
     super::say(&format!(
         "created {name} in {}{git_note}\n\n  cd {}\n  cargo build\n  hpc run -n 4 target/debug/{name}\n  \
          cargo xtask image{}            # container image, Apptainer and Slurm files\n  \
          hpc cluster up --bin target/release   # Slurm in containers here: see README.md\n\n\
          The launcher `hpc` comes from `{}` (`--features mpi` for mpirun/srun).",
-        path.display(),
-        path.display(),
+        hpc_io::message::path(&path),
+        hpc_io::message::path(&path),
         image_flag(&name),
         sdk.install()
     ))
     .with_context(|| {
         format!(
             "the project {name} was written in {}, but its report was not",
-            path.display()
+            hpc_io::message::path(&path)
         )
     })?;
     Ok(0)
@@ -748,6 +788,34 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `git` that hangs is stopped at its limit and named in the report:
+    /// `hpc new` waited for it without end (pass 18's noticed list).
+    #[test]
+    fn a_git_that_hangs_is_stopped_and_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("hpc-new-git-hang-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("w")).unwrap();
+        let git = d.join("git");
+        std::fs::write(&git, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = std::time::Instant::now();
+        let note = git_repository(
+            git.as_os_str(),
+            &d.join("w"),
+            true,
+            std::time::Duration::from_millis(300),
+        );
+        let took = t.elapsed();
+        let _ = std::fs::remove_dir_all(&d);
+        assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+        assert!(
+            note.starts_with(" (no git repository: ")
+                && note.contains("git rev-parse --is-inside-work-tree did not end within 0.3 s"),
+            "{note}"
+        );
+    }
 
     #[test]
     fn names_are_checked_like_cargo() {

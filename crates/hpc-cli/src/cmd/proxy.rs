@@ -58,7 +58,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             (None, true) => hpc_comm::proxy::ServiceAuth::Insecure,
             (Some(path), true) => bail!(
                 "--insecure and a key ({}, from --key-file or {key_var}): choose one",
-                path.display()
+                hpc_io::message::path(path)
             ),
             (None, false) => bail!(
                 "the DPU service needs a key, so that only the ranks can make it start \
@@ -68,6 +68,18 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                  serve anyone who reaches the port"
             ),
         };
+        // A list naming no CPU this process may run on: every proxy the service
+        // started ran unpinned, each with a warning of its own, the service
+        // itself saying nothing.
+        if let (Some(set), Ok(allowed)) = (&cpus, hpc_topology::current_binding()) {
+            if !set.intersects(&allowed) {
+                return Err(super::UsageError(format!(
+                    "--cpus {set}: none of these CPUs is one this service may run on ({allowed}): \
+                     the proxies it starts could not be pinned; give CPUs of this machine"
+                ))
+                .into());
+            }
+        }
         let exe = std::env::current_exe().context("this program's path")?;
         let cpus = args.cpus.clone();
         hpc_comm::proxy::dpu_service(listen, auth, move || {
@@ -98,7 +110,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             bail!(
                 "--key-file {} goes with --dpu-service ADDR (the DPU's standing service); \
                  the ranks of a job name their copy of the key in {key_var}",
-                path.display()
+                hpc_io::message::path(path)
             );
         }
     }

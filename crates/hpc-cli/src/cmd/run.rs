@@ -701,7 +701,10 @@ fn run_job(
             Ok(c) => c,
             Err(e) => {
                 abandon(&pids);
-                bail!("cannot start rank {rank} ({}): {e}", program.display());
+                bail!(
+                    "cannot start rank {rank} ({}): {e}",
+                    hpc_io::message::path(program)
+                );
             }
         };
         pids.push(child.id());

@@ -20,10 +20,12 @@ use hpc_topology::{PlacementRequest, Policy, Topology, TopologySource, SCHEMA_VE
     lstopo node.xml && hpc topo --input node.xml --ranks 16\n\n\
     Exit status: 0, 1 when ranks had to share cores (oversubscribed), 2 bad input.")]
 pub struct Args {
-    /// Ranks on the node: prints their placement instead of the topology summary.
+    /// Ranks on the node: prints their placement instead of the topology summary
+    /// (1 to 4096, `hpc run`'s limit on one machine).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
-    /// Compute threads per rank (each gets a core). This and the placement flags
+    /// Compute threads per rank (each gets a core; at most 65536, and a million
+    /// cores for all ranks together). This and the placement flags
     /// below need --ranks: without it they would be ignored, so they are refused.
     #[arg(long, value_name = "T", default_value_t = 1, requires = "ranks")]
     threads: usize,
@@ -52,6 +54,38 @@ pub struct Args {
     json: bool,
 }
 
+/// The most cores a placement may list, all ranks' threads and progress cores
+/// together (as many as a million: its table is some 8 MB).
+pub const MAX_CORE_SLOTS: usize = 1 << 20;
+
+/// `--ranks` within `hpc run`'s limit of ranks on one machine, `--threads` and
+/// `--progress` within its limit per rank, and the cores they ask for together
+/// within [`MAX_CORE_SLOTS`]: `--ranks 3 --threads 10000000` took 3.3 GB and
+/// 42 s to print 80 MB, `--ranks 1000000` 1 GB and 16 s, bounded only by the
+/// memory available.
+fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
+    let Some(ranks) = args.ranks else {
+        return Ok(());
+    };
+    super::check_between("--ranks", ranks, 1, super::run::MAX_RANKS)?;
+    super::check_between("--threads", args.threads, 1, super::run::MAX_THREADS)?;
+    super::check_between("--progress", args.progress, 0, super::run::MAX_THREADS)?;
+    let per_rank = if args.per_node_progress {
+        args.threads
+    } else {
+        args.threads + args.progress
+    };
+    let slots = ranks.saturating_mul(per_rank);
+    if slots > MAX_CORE_SLOTS {
+        return Err(super::UsageError(format!(
+            "--ranks {ranks} x --threads {} (+ --progress {}) ask for {slots} cores, more \
+             than the {MAX_CORE_SLOTS} a placement may list: no node has so many",
+            args.threads, args.progress
+        )));
+    }
+    Ok(())
+}
+
 /// Runs `hpc topo`; the exit code is 0, or 1 when the plan is oversubscribed.
 pub fn exec(args: Args) -> anyhow::Result<i32> {
     let source = match (&args.input, &args.synthetic) {
@@ -60,6 +94,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         (None, None) => TopologySource::ThisMachine,
     };
     // Checked before the topology is loaded (it needs --ranks, see `Args`).
+    check_sizes(&args)?;
     let allowed = match &args.allowed {
         Some(list) => Some(super::cpu_list_flag("--allowed", list)?),
         None => None,

@@ -88,10 +88,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                     "hpc trace merge: {} holds no trace of rank(s) {} of its job of {} ranks \
                      (killed before its trace was finished, or the file removed); {} has \
                      the other {}",
-                    dir.display(),
+                    hpc_io::message::path(&dir),
                     list.join(", "),
                     merged.job_size.unwrap_or(0),
-                    output.display(),
+                    hpc_io::message::path(&output),
                     merged.ranks
                 );
             }
@@ -122,8 +122,12 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
             let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
                 .map_err(|e| UsageError(e.to_string()))?;
-            let trace: serde_json::Value = serde_json::from_slice(&bytes)
-                .map_err(|e| UsageError(format!("{}: not a JSON trace: {e}", file.display())))?;
+            let trace: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+                UsageError(format!(
+                    "{}: not a JSON trace: {e}",
+                    hpc_io::message::path(&file)
+                ))
+            })?;
             let opts = hpc_trace::svg::Options {
                 width,
                 from_us: from.map(|ms| ms * 1000.0),
@@ -132,7 +136,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 title,
             };
             let svg = hpc_trace::svg::render(&trace, &opts)
-                .map_err(|e| UsageError(format!("{}: {e}", file.display())))?;
+                .map_err(|e| UsageError(format!("{}: {e}", hpc_io::message::path(&file))))?;
             let _claim = claim_output(&output, "hpc trace svg")?;
             super::replace_file(&output, svg.as_bytes())?;
             Ok(0)
@@ -147,7 +151,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
 /// (and a job given a FILE being merged into is refused).
 fn claim_output(output: &Path, what: &str) -> Result<hpc_io::rundir::FileClaim, UsageError> {
     hpc_io::rundir::FileClaim::take(output, &format!("{what}, pid {}", std::process::id()))
-        .map_err(|e| UsageError(format!("-o {}: {e}", output.display())))
+        .map_err(|e| UsageError(format!("-o {}: {e}", hpc_io::message::path(output))))
 }
 
 /// Merges `dir`; an error names the file at fault.
@@ -173,8 +177,8 @@ fn check_not_an_input(dir: &Path, output: &Path) -> Result<(), UsageError> {
         return Err(UsageError(format!(
             "-o {}: is one of the files it merges (a process's trace in {}); \
              choose another name",
-            output.display(),
-            dir.display()
+            hpc_io::message::path(output),
+            hpc_io::message::path(dir)
         )));
     }
     Ok(())
@@ -244,8 +248,8 @@ impl RunTrace {
         std::fs::create_dir(&dir).map_err(|e| {
             UsageError(format!(
                 "--trace {}: cannot make the ranks' directory {}: {e}",
-                file.display(),
-                dir.display()
+                hpc_io::message::path(file),
+                hpc_io::message::path(&dir)
             ))
         })?;
         // Absolute: the ranks may change directory before they record.
@@ -287,7 +291,7 @@ impl RunTrace {
             let _ = std::fs::remove_dir(&self.dir);
             super::job::note!(
                 "hpc run: --trace {}: none of the {np} rank(s) recorded a timeline (not hpc-rs programs, or ones with a tracing subscriber of their own without hpc_trace's layer); nothing was written",
-                self.file.display()
+                hpc_io::message::path(&self.file)
             );
             return if code == 0 {
                 super::EXIT_RUN_FAILED
@@ -296,8 +300,9 @@ impl RunTrace {
             };
         }
         let done = merge(&self.dir).and_then(|m| {
-            super::replace_file(&self.file, &m.to_json())
-                .with_context(|| format!("writing --trace {}", self.file.display()))?;
+            super::replace_file(&self.file, &m.to_json()).with_context(|| {
+                format!("writing --trace {}", hpc_io::message::path(&self.file))
+            })?;
             Ok(m.rank_ids)
         });
         match done {
@@ -309,7 +314,7 @@ impl RunTrace {
                 if !missing.is_empty() {
                     super::job::note!(
                         "hpc run: --trace {}: rank(s) {} recorded no timeline (not an hpc-rs program, or one with a tracing subscriber of its own without hpc_trace's layer)",
-                        self.file.display(),
+                        hpc_io::message::path(&self.file),
                         missing.join(", ")
                     );
                 }
@@ -323,9 +328,9 @@ impl RunTrace {
             Err(e) => {
                 super::job::note!(
                     "hpc run: --trace {}: {}; the ranks' files are left in {} (hpc trace merge)",
-                    self.file.display(),
+                    hpc_io::message::path(&self.file),
                     hpc_io::message::chain(e.as_ref()),
-                    self.dir.display()
+                    hpc_io::message::path(&self.dir)
                 );
                 if code == 0 {
                     super::EXIT_RUN_FAILED

@@ -45,6 +45,7 @@ pub(crate) fn write(
     base: &Base,
     out_dir: &Path,
     pr: &mut Progress,
+    begun: &mut crate::Begun,
 ) -> Result<App> {
     pr.step("app layer: binaries + the shared libraries the base lacks");
     let Contents {
@@ -55,14 +56,19 @@ pub(crate) fn write(
     } = contents(args.mpi, &built.binaries, base)?;
     let bind_paths = bind_paths(args.mpi, &bind_libs);
     crate::tar::add_parents(&mut entries);
+    // The earlier layout is removed here: from here the new one is this build's
+    // to finish, or to remove should it stop.
+    begun.begin(out_dir.join("oci"));
     let layout = oci::Layout::create(&out_dir.join("oci"))?;
     let tmp = out_dir.join("app-layer.tmp");
+    begun.begin(tmp.clone());
     let d = crate::tar::write_layer(
         entries,
         built.epoch,
         BufWriter::new(fs::File::create(&tmp)?),
     )?;
     fs::rename(&tmp, layout.blob_path(&d.digest))?;
+    begun.end(&tmp);
     let layer = oci::Layer {
         blob: oci::Descriptor {
             media_type: oci::LAYER_GZIP_MEDIA_TYPE.into(),

@@ -20,7 +20,7 @@ pub(crate) fn base(
     let spec = BaseSpec::for_model(args.mpi);
     let base = match &args.base {
         Some(p) => {
-            pr.step(&format!("importing base {}", p.display()));
+            pr.step(&format!("importing base {}", hpc_io::message::path(p)));
             fs::create_dir_all(cache)?;
             base::import(p, cache)?
         }
@@ -30,7 +30,7 @@ pub(crate) fn base(
                 spec.suite,
                 spec.variant,
                 spec.packages.join(" "),
-                cache.join(spec.key()).display()
+                hpc_io::message::path(&cache.join(spec.key()))
             ));
             base::ensure(&spec, cache, epoch)?
         }

@@ -56,7 +56,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         if bin.example { "example" } else { "binary" },
         bin.name,
         bin.package,
-        ws.root.display()
+        hpc_io::message::path(&ws.root)
     ));
     // The name and tag are written into the archives and, as written, into the
     // run scripts: checked before anything is built.
@@ -65,7 +65,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
     }
     if let Some(b) = &args.base {
         if let Some(why) = crate::base::check_shape(b) {
-            usage!("--base {}: {why}", b.display());
+            usage!("--base {}: {why}", hpc_io::message::path(b));
         }
     }
     // Folders the image is written into: a file or a device there was found only
@@ -90,7 +90,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                 if flag == "--cache" {
                     cache_named(d, cache_env.as_deref())
                 } else {
-                    format!("{flag} {}", d.display())
+                    format!("{flag} {}", hpc_io::message::path(d))
                 }
             };
             if std::fs::metadata(d).is_ok_and(|m| !m.is_dir()) {
@@ -120,7 +120,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
                     "{}: a symbolic link to {}, which does not exist (make that directory, \
                      or give another)",
                     named(),
-                    target.display()
+                    hpc_io::message::path(&target)
                 );
             }
         }
@@ -138,7 +138,11 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
             hpc_env::short(&out.to_string_lossy())
         );
     }
-    if let Err(why) = check_out(&out, &bin.name, args.base.as_deref()) {
+    let checked = check_out(&out, &bin.name, args.base.as_deref());
+    if let Some(why) = checked
+        .err()
+        .or(cache_in_layout(cache.as_deref(), &cache_env, &out))
+    {
         usage!("{why}");
     }
     let (epoch, dated) = match source_date_epoch(&ws.root) {
@@ -150,7 +154,7 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
         say!(
             "    note: {} has no commit yet: the image is dated now and its revision is \
              `{revision}`, so it is not reproducible (commit, or set SOURCE_DATE_EPOCH)",
-            ws.root.display()
+            hpc_io::message::path(&ws.root)
         );
     }
 
@@ -230,9 +234,9 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--base {} lies in {}, the layout this image replaces (--out {}): copy the \
                  base elsewhere, or give another --out",
-                b.display(),
-                oci.display(),
-                out.display()
+                hpc_io::message::path(b),
+                hpc_io::message::path(&oci),
+                hpc_io::message::path(out)
             ));
         }
     }
@@ -242,7 +246,7 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
         return Err(format!(
             "--out {}: its oci/ is not an image layout (no oci-layout file) and would be \
              replaced whole: give another --out",
-            out.display()
+            hpc_io::message::path(out)
         ));
     }
     // A script or definition under one of the names the image writes that no
@@ -259,8 +263,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--out {}: {} is not one this command wrote (its first lines do not name \
                  hpc-image's templates) and would be replaced: move it, or give another --out",
-                out.display(),
-                file.display()
+                hpc_io::message::path(out),
+                hpc_io::message::path(&file)
             ));
         }
     }
@@ -275,8 +279,8 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             return Err(format!(
                 "--out {} holds the image of `{other}` ({}): the image of `{binary}` would \
                  replace its layout and scripts; give another --out",
-                out.display(),
-                summary.display()
+                hpc_io::message::path(out),
+                hpc_io::message::path(&summary)
             ));
         }
     }
@@ -299,13 +303,41 @@ fn written_here(file: &Path) -> bool {
 /// What the first lines of every run file the image writes hold.
 const TEMPLATE_MARK: &str = "hpc-image's templates/";
 
+/// Why the cache folder `cache` (from `--cache`, or the variable's value
+/// `env`) cannot be used with the output folder `out`: it lies in `out`'s
+/// `oci/`, which the build removes and writes anew (such a cache was made,
+/// then removed with the layout, each build).
+fn cache_in_layout(
+    cache: Option<&Path>,
+    env: &Option<std::ffi::OsString>,
+    out: &Path,
+) -> Option<String> {
+    let cache = cache?;
+    let layout = hpc_io::system::resolved(out)?.join("oci");
+    hpc_io::system::resolved(cache)
+        .is_some_and(|c| c.starts_with(&layout))
+        .then(|| {
+            format!(
+                "{}: it lies in {}, the layout this image removes and writes anew (--out {}): \
+                 give a cache folder outside the output's oci/",
+                cache_named(cache, env.as_deref()),
+                hpc_io::message::path(&layout),
+                hpc_io::message::path(out)
+            )
+        })
+}
+
 /// The cache folder `dir` as a message names it: by `HPC_IMAGE_CACHE` when
 /// that is where it came from (`env`, the variable's value), else by `--cache`.
 fn cache_named(dir: &Path, env: Option<&std::ffi::OsStr>) -> String {
     if env == Some(dir.as_os_str()) {
-        format!("{}={} (or --cache)", hpc_env::IMAGE_CACHE, dir.display())
+        format!(
+            "{}={} (or --cache)",
+            hpc_env::IMAGE_CACHE,
+            hpc_io::message::path(dir)
+        )
     } else {
-        format!("--cache {}", dir.display())
+        format!("--cache {}", hpc_io::message::path(dir))
     }
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn write(
         + written.manifest.size;
     pr.done(&format!(
         "{} manifest {}",
-        layout.dir().display(),
+        hpc_io::message::path(layout.dir()),
         written.manifest.digest
     ));
     Ok(Image {

@@ -97,10 +97,10 @@ pub(crate) fn report(
         base_size as f64 / 1e6,
         app.size as f64 / 1e6,
         pr.total.elapsed().as_secs_f64(),
-        out_dir.display()
+        hpc_io::message::path(out_dir)
     );
     for (k, p) in &archives.paths {
-        say!("  {k}: {}", p.display());
+        say!("  {k}: {}", hpc_io::message::path(p));
     }
     // Either archive loads in both engines; the oci-archive where it was written.
     let archive = if archives.paths.contains_key("oci-archive") {
@@ -113,7 +113,7 @@ pub(crate) fn report(
          docker load -i {0}/{1} && docker run --rm {image_ref}\n        \
          {0}/podman-run.sh (ENGINE=docker for Docker)\n        \
          sbatch {0}/slurm-podman.sbatch | sbatch {0}/slurm-apptainer.sbatch",
-        out_dir.display(),
+        hpc_io::message::path(out_dir),
         archive
     );
     if let Some(e) = sif_error {

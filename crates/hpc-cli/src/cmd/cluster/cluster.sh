@@ -71,8 +71,9 @@ build_image() {
     if [ ! -s "$tar" ]; then
         log "building the node file system with mmdebstrap (a few minutes, once)"
         local t0=$SECONDS
+        # A failed build leaves no part of the file system behind.
         mmdebstrap --quiet --variant=minbase --format=tar --include="$packages" bookworm "$tar.part.tar" >&2 \
-            || die "mmdebstrap failed (is the Debian mirror reachable?)"
+            || { rm -f "$tar.part.tar"; die "mmdebstrap failed (is the Debian mirror reachable?)"; }
         mv "$tar.part.tar" "$tar"
         log "node file system built in $((SECONDS - t0))s"
     fi
