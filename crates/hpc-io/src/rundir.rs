@@ -82,6 +82,7 @@ use crate::atomic::{self, StepError};
 mod claim;
 mod error;
 mod inspect;
+mod last_words;
 mod link;
 mod manifest;
 use claim::holder_in;
@@ -89,6 +90,7 @@ pub use claim::{lock_holder, try_lock_file, FileClaim};
 use error::io;
 pub use error::{Error, Result};
 pub use inspect::{check_file, inspect, Inspected, Liveness};
+pub use last_words::mark_incomplete_before_exit;
 pub use link::{check_dir_link, dangling_link};
 use manifest::{host_name, now_ms, open_own, read_manifest};
 pub use manifest::{Manifest, RunFile, RunInfo, Status};
@@ -146,6 +148,8 @@ pub struct RunDir {
     earlier: Option<Manifest>,
     started: bool,
     finished: bool,
+    /// This run's id among this process's runs ([`last_words`]).
+    id: u64,
 }
 
 impl RunDir {
@@ -254,6 +258,7 @@ impl RunDir {
             earlier,
             started: false,
             finished: false,
+            id: last_words::next_id(),
         })
     }
 
@@ -361,7 +366,12 @@ impl RunDir {
         if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
             fs::remove_file(&path).map_err(StepError::of("remove", &path))?;
         }
-        write_replace(&self.dir, MANIFEST, &text)
+        // Never at once with a thread marking this process's runs before it
+        // ends the process ([`mark_incomplete_before_exit`]).
+        let mut held = last_words::hold();
+        let written = write_replace(&self.dir, MANIFEST, &text);
+        last_words::note(&mut held, self.id, &self.dir, &self.manifest, self.finished);
+        written
     }
 
     /// Records `name` as a file this run writes (before writing it, so that a run

@@ -14,10 +14,18 @@
 //! a watchdog thread ends the process by the signal when the loop has not taken
 //! it within [`GRACE`] (a rank blocked in an exchange with a rank that is gone,
 //! a long checkpoint write). A signal that is ignored when the loop starts (a
-//! background job's SIGINT) stays ignored. Outside the loop (the network's
-//! build, the summary and figures after it) the signals keep their default
-//! action: the run ends at once and its `run.json` says `running` with nobody
-//! holding its lock, which readers report as abandoned.
+//! background job's SIGINT) stays ignored.
+//!
+//! Outside the loop (the network's build, the summary, figures and report after
+//! it) there is no interval to end: a binary holds an [`OnSignal::around`] for
+//! its whole run and says what it is doing ([`OnSignal::doing`]), and a signal
+//! there ends the run at once, by the watchdog: every started run directory of
+//! the process is marked incomplete first
+//! ([`hpc_io::rundir::mark_incomplete_before_exit`]: "stopped by SIGTERM while
+//! writing the summary"), or, during the build, before the directory was
+//! started, left as it was; the message names the signal and what was being
+//! done, and the process ends by the signal. The watchdog ending a loop blocked
+//! past [`GRACE`] marks the run incomplete the same way.
 //!
 //! ```
 //! use hpc_spiking::stop::{signal_name, Stopped};
@@ -27,7 +35,7 @@
 //! assert_eq!(signal_name(libc::SIGINT), "SIGINT");
 //! ```
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,6 +53,23 @@ pub const GRACE: Duration = Duration::from_secs(10);
 
 /// The signal received while an [`OnSignal`] was installed (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the run took the signal received (a loop's [`OnSignal::check`]
+/// returned [`Stopped`], or [`mark_stopped`] ran): the watchdog then leaves it
+/// to the run, up to [`GRACE`].
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The loops' [`OnSignal`]s held ([`OnSignal::install`]): while one is, a
+/// signal waits for the loop's check.
+static IN_LOOP: AtomicUsize = AtomicUsize::new(0);
+
+/// The program and what it does outside its loop, while an
+/// [`OnSignal::around`] is held (`None`: none is).
+static OUTSIDE: Mutex<Option<(String, &'static str)>> = Mutex::new(None);
+
+/// Held for good by the first watchdog that ends the process, so that only one
+/// speaks.
+static ENDING: Mutex<()> = Mutex::new(());
 
 /// The handler: one atomic store, which is async-signal-safe.
 extern "C" fn note(signal: libc::c_int) {
@@ -89,6 +114,9 @@ pub struct Stopped {
 pub struct OnSignal {
     /// Whether this one stops its loop (it installed the handler or shares it).
     enabled: bool,
+    /// Whether this one is a loop's ([`OnSignal::install`]), not a whole
+    /// run's ([`OnSignal::around`]).
+    in_loop: bool,
     /// The watchdog: its "done" flag and thread.
     watchdog: Option<(Arc<Done>, JoinHandle<()>)>,
 }
@@ -113,15 +141,46 @@ impl OnSignal {
     /// Installs the handler when `enabled` (else an `OnSignal` that never stops
     /// the run and changes nothing), with the watchdog.
     pub fn install(enabled: bool) -> std::io::Result<OnSignal> {
+        OnSignal::held(enabled, true)
+    }
+
+    /// Installs the handler for a whole run of `program` when `enabled` (else
+    /// changes nothing): outside a loop's [`OnSignal::install`], a signal ends
+    /// the process at once, the process's started run directories marked
+    /// incomplete "stopped by SIGTERM while …" ([`OnSignal::doing`]), and the
+    /// message saying so; inside a loop, the loop takes it as without this.
+    pub fn around(enabled: bool, program: &str) -> std::io::Result<OnSignal> {
+        let on = OnSignal::held(enabled, false)?;
+        if enabled {
+            *OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((program.into(), "while preparing the run"));
+        }
+        Ok(on)
+    }
+
+    /// Says what the run does now, outside its loop ("while building the
+    /// network", "while writing the summary"), for the message of a signal
+    /// that comes in it.
+    pub fn doing(&self, what: &'static str) {
+        if self.enabled && !self.in_loop {
+            if let Some(o) = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                o.1 = what;
+            }
+        }
+    }
+
+    fn held(enabled: bool, in_loop: bool) -> std::io::Result<OnSignal> {
         if !enabled {
             return Ok(OnSignal {
                 enabled,
+                in_loop,
                 watchdog: None,
             });
         }
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         if held.0 == 0 {
             RECEIVED.store(0, Ordering::SeqCst);
+            TAKEN.store(false, Ordering::SeqCst);
             for signal in SIGNALS {
                 // SAFETY: `sigaction` reads the zero-initialised struct `act` (a
                 // valid empty mask, flags and a handler that is an
@@ -167,8 +226,12 @@ impl OnSignal {
         }
         held.0 += 1;
         drop(held);
+        if in_loop {
+            IN_LOOP.fetch_add(1, Ordering::SeqCst);
+        }
         let mut on = OnSignal {
             enabled,
+            in_loop,
             watchdog: None,
         };
         let done = Arc::new((Mutex::new(false), Condvar::new()));
@@ -184,7 +247,10 @@ impl OnSignal {
     /// installed, the run having completed `step` steps.
     pub fn check(&self, step: u64) -> Result<(), Stopped> {
         match (self.enabled, received()) {
-            (true, Some(signal)) => Err(Stopped { signal, step }),
+            (true, Some(signal)) => {
+                TAKEN.store(true, Ordering::SeqCst);
+                Err(Stopped { signal, step })
+            }
             _ => Ok(()),
         }
     }
@@ -198,6 +264,23 @@ impl Drop for OnSignal {
             let _ = thread.join();
         }
         if self.enabled {
+            if self.in_loop {
+                IN_LOOP.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).take();
+                // A signal as the run ended, after its last look: the process
+                // still ends by it (its output is as the run left it).
+                if let (Some(signal), Some((program, _))) = (received(), outside) {
+                    if !TAKEN.load(Ordering::SeqCst) {
+                        end_now(
+                            signal,
+                            &program,
+                            "as the run ended",
+                            " (after its output directory was finished)",
+                        );
+                    }
+                }
+            }
             let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
             held.0 -= 1;
             if held.0 == 0 {
@@ -207,21 +290,30 @@ impl Drop for OnSignal {
     }
 }
 
-/// The watchdog: ends the process by the signal received when the loop has not
-/// taken it within [`GRACE`] (until `done`).
+/// The watchdog: when a signal came outside a loop (and the run did not take
+/// it), ends the process at once; else when the loop has not taken it within
+/// [`GRACE`] (until `done`). Either way by [`end_now`].
 fn watch(done: &Done) {
     let mut since: Option<Instant> = None;
     let mut finished = done.0.lock().unwrap_or_else(|e| e.into_inner());
     while !*finished {
         if let Some(signal) = received() {
-            if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
-                tracing::error!(
-                    "{} was not taken by the run within {} s (it is blocked): ended at \
-                     once; its run.json still says running",
-                    signal_name(signal),
-                    GRACE.as_secs()
-                );
-                end_by(signal);
+            let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let looping = IN_LOOP.load(Ordering::SeqCst) > 0 || TAKEN.load(Ordering::SeqCst);
+            match outside {
+                Some((program, what)) if !looping => end_now(signal, &program, what, NOTHING_YET),
+                _ => {
+                    if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
+                        tracing::error!(
+                            "{} was not taken by the run within {} s (it is blocked): \
+                             ended at once",
+                            signal_name(signal),
+                            GRACE.as_secs()
+                        );
+                        let program = outside.map(|o| o.0).unwrap_or_default();
+                        end_now(signal, &program, "while blocked", NOTHING_YET);
+                    }
+                }
             }
         }
         finished = done
@@ -230,6 +322,58 @@ fn watch(done: &Done) {
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
+}
+
+/// What [`end_now`] says when no run directory was started.
+const NOTHING_YET: &str = " (no output directory was changed yet)";
+
+/// Ends the process at once as the watchdog would (see [`end_now`]) when a
+/// signal came outside a loop and the run has not taken it: for a run about to
+/// mark its output directory complete, so that a signal in the last moments is
+/// not lost to the watchdog's next look.
+pub fn take_outside() {
+    let Some(signal) = received() else {
+        return;
+    };
+    if TAKEN.load(Ordering::SeqCst) || IN_LOOP.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((program, what)) = outside {
+        end_now(signal, &program, what, NOTHING_YET);
+    }
+}
+
+/// Ends the process by `signal` after marking its started run directories
+/// incomplete, "stopped by SIGTERM while …" (`what`), and saying so as
+/// `program`'s last words (a process's first caller only; a second waits for
+/// the end).
+fn end_now(signal: i32, program: &str, what: &str, unmarked: &str) -> ! {
+    std::mem::forget(ENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    let reason = format!("stopped by {} {what}", signal_name(signal));
+    let mut message = reason.clone();
+    let marked = hpc_io::rundir::mark_incomplete_before_exit(&reason);
+    if marked.is_empty() {
+        message.push_str(unmarked);
+    }
+    for (path, outcome) in marked {
+        match outcome {
+            Ok(()) => message.push_str(&format!(
+                "; {} says the run is incomplete",
+                hpc_io::message::path(&path)
+            )),
+            Err(e) => message.push_str(&format!(
+                "; {} could not be marked incomplete (it still says running): {e}",
+                hpc_io::message::path(&path)
+            )),
+        }
+    }
+    if program.is_empty() {
+        tracing::error!("{message}");
+    } else {
+        hpc_io::message::last_words(program, &message);
+    }
+    end_by(signal)
 }
 
 /// Ends the process by `signal` with its default action (a parent sees the
@@ -268,6 +412,7 @@ pub fn mark_stopped(
     let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
         return err;
     };
+    TAKEN.store(true, Ordering::SeqCst);
     let at = stopped.map(|s| format!("{:.1} ms", s.step as f64 * dt));
     let mut message = match &at {
         Some(at) => format!("stopped by {} at {at}", signal_name(signal)),
