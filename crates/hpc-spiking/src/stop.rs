@@ -35,7 +35,7 @@
 //! assert_eq!(signal_name(libc::SIGINT), "SIGINT");
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,6 +53,11 @@ pub const GRACE: Duration = Duration::from_secs(10);
 
 /// The signal received while an [`OnSignal`] was installed (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The steps completed when a loop last looked at the flag ([`OnSignal::check`];
+/// `u64::MAX`: none yet), named when an exchange fails after a signal (a rank
+/// that stopped at another interval).
+static LAST_STEP: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Whether the run took the signal received (a loop's [`OnSignal::check`]
 /// returned [`Stopped`], or [`mark_stopped`] ran): the watchdog then leaves it
@@ -181,6 +186,7 @@ impl OnSignal {
         if held.0 == 0 {
             RECEIVED.store(0, Ordering::SeqCst);
             TAKEN.store(false, Ordering::SeqCst);
+            LAST_STEP.store(u64::MAX, Ordering::Relaxed);
             for signal in SIGNALS {
                 // SAFETY: `sigaction` reads the zero-initialised struct `act` (a
                 // valid empty mask, flags and a handler that is an
@@ -246,6 +252,9 @@ impl OnSignal {
     /// `Err(Stopped)` when a signal came since the first [`OnSignal`] held was
     /// installed, the run having completed `step` steps.
     pub fn check(&self, step: u64) -> Result<(), Stopped> {
+        if self.enabled {
+            LAST_STEP.store(step, Ordering::Relaxed);
+        }
         match (self.enabled, received()) {
             (true, Some(signal)) => {
                 TAKEN.store(true, Ordering::SeqCst);
@@ -413,10 +422,22 @@ pub fn mark_stopped(
         return err;
     };
     TAKEN.store(true, Ordering::SeqCst);
-    let at = stopped.map(|s| format!("{:.1} ms", s.step as f64 * dt));
-    let mut message = match &at {
-        Some(at) => format!("stopped by {} at {at}", signal_name(signal)),
-        None => format!(
+    let ms = |step: u64| format!("{:.1} ms", step as f64 * dt);
+    // An exchange that failed after the signal (another rank stopped at another
+    // interval and is gone): the step this rank had completed is named.
+    let last = match LAST_STEP.load(Ordering::Relaxed) {
+        u64::MAX => None,
+        step => Some(step),
+    };
+    let at = stopped.map(|s| ms(s.step)).or_else(|| last.map(ms));
+    let mut message = match (&at, stopped) {
+        (Some(at), Some(_)) => format!("stopped by {} at {at}", signal_name(signal)),
+        (Some(at), None) => format!(
+            "stopped by {} after {at} (the ranks stopped at different steps): {}",
+            signal_name(signal),
+            hpc_io::message::chain(err.as_ref())
+        ),
+        (None, _) => format!(
             "stopped by {}: {}",
             signal_name(signal),
             hpc_io::message::chain(err.as_ref())
@@ -488,5 +509,14 @@ mod tests {
         drop(other);
         assert_eq!(received(), Some(libc::SIGTERM));
         assert_eq!(action(), libc::SIG_DFL);
+        // An exchange failing after the signal (a rank that stopped at another
+        // interval): the step this rank completed is named (pass 18: "stopped by
+        // SIGTERM: rank 0 is lost", no step).
+        let e = mark_stopped(None, anyhow::anyhow!("rank 0 is lost"), 0.1).to_string();
+        assert_eq!(
+            e,
+            "stopped by SIGTERM after 0.7 ms (the ranks stopped at different steps): \
+             rank 0 is lost"
+        );
     }
 }
