@@ -28,7 +28,10 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 # $HPC: an `hpc` launcher already built (the launcher's speed does not matter here).
 if [ -n "${HPC:-}" ]; then
     (cd "$root" && cargo build -q --release -p hpc-example-microcircuit)

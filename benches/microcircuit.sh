@@ -40,7 +40,10 @@ if [ "$nest" = 1 ] && ! "$py" -c "import nest" >/dev/null 2>&1; then
         nest=0
     fi
 fi
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 (cd "$root" && cargo build -q --release -p hpc-example-microcircuit)
 exec "$py" - "$target/release/microcircuit" "$root/examples/microcircuit/tools/nest_microcircuit.py" \
     "$reps" "$threads" "$nest" "$full" "$full_sim" <<'PY'

@@ -334,3 +334,44 @@ fn nest_python_says_when_it_passes_over_the_python_given() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every script that builds with cargo from the repository's root and then
+/// looks for the binary under `$CARGO_TARGET_DIR` makes a relative one
+/// absolute (the caller's) first, as `validate-example.sh` does since pass 18:
+/// `benches/microcircuit.sh`, `microcircuit-profile.sh`,
+/// `microcircuit-scaling.sh`, `device.sh` and `brunel/run.sh` built into
+/// ROOT/DIR and looked for the binary in the caller's DIR.
+#[test]
+fn every_script_building_from_the_root_makes_a_relative_target_dir_absolute() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut scripts = Vec::new();
+    for dir in ["benches", "benches/brunel", "crates/hpc-spiking/validate"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "sh") {
+                scripts.push(p);
+            }
+        }
+    }
+    assert!(scripts.len() > 10, "{scripts:?}");
+    let mut wrong = Vec::new();
+    for p in &scripts {
+        let text = std::fs::read_to_string(p).unwrap();
+        if !text.contains("cd \"$root\" && cargo build") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("target=${CARGO_TARGET_DIR:-") {
+                let next = lines.get(i + 1).map_or("", |n| n.trim());
+                if !next.starts_with("case $target in /*)") {
+                    wrong.push(format!("{}:{}", p.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a relative CARGO_TARGET_DIR taken as it is: {wrong:?}"
+    );
+}
