@@ -368,21 +368,7 @@ impl Model {
             ),
         )?;
         let gid_bits = 32 - (n - 1).leading_zeros().min(31);
-        // A spike travels as `(step within the interval) << gid_bits | neuron`
-        // in 32 bits, and an interval is up to the delay long: a step that does
-        // not fit was cut to its low bits, and the spike delivered at another
-        // step without a word (n = 10^6 neurons and a delay of 10,000 steps,
-        // runnable on a few ranks of a cluster).
-        let step_bits = 32 - (delay_steps as u32 - 1).leading_zeros();
-        if gid_bits.max(1) + step_bits > 32 {
-            bail!(
-                "order = {} ({n} neurons, {gid_bits} bits) with delay = {} ms ({delay_steps} \
-                 steps of dt, {step_bits} bits) does not fit a spike's 32-bit code: use a \
-                 smaller order or a shorter delay (a larger dt)",
-                p.order,
-                num(p.delay)
-            );
-        }
+        code_fits(p, n, gid_bits, delay_steps)?;
         Ok(Model {
             ne,
             ni,
@@ -404,6 +390,27 @@ impl Model {
     pub fn synapses(&self) -> u64 {
         self.n as u64 * (self.ce + self.ci) as u64
     }
+}
+
+/// Whether a spike of a network of `n` neurons (`gid_bits` bits of id) fits its
+/// 32-bit code beside its step within an interval of up to `delay_steps`.
+fn code_fits(p: &Params, n: u32, gid_bits: u32, delay_steps: u64) -> Result<()> {
+    // A spike travels as `(step within the interval) << gid_bits | neuron`
+    // in 32 bits, and an interval is up to the delay long: a step that does
+    // not fit was cut to its low bits, and the spike delivered at another
+    // step without a word (n = 10^6 neurons and a delay of 10,000 steps,
+    // runnable on a few ranks of a cluster).
+    let step_bits = 32 - (delay_steps as u32 - 1).leading_zeros();
+    if gid_bits.max(1) + step_bits > 32 {
+        bail!(
+            "order = {} ({n} neurons, {gid_bits} bits) with delay = {} ms ({delay_steps} \
+             steps of dt, {step_bits} bits) does not fit a spike's 32-bit code: use a \
+             smaller order or a shorter delay (a larger dt)",
+            p.order,
+            num(p.delay)
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
