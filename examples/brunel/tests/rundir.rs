@@ -2,7 +2,7 @@
 //! them: two runs on one directory, an earlier run's files, a run stopped early,
 //! stdout on a full device and a trace that does not fit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,8 +12,9 @@ use hpc_test_support::output;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-rundir", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-rundir", tag)
 }
 
 /// The network of these runs.

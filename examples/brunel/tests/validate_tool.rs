@@ -12,11 +12,9 @@ fn tools() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("brunel-tools-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn scratch(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-tools", tag)
 }
 
 fn python(args: &[&std::ffi::OsStr], pythonpath: Option<&Path>) -> Output {

@@ -155,7 +155,11 @@ def load(path):
     try:
         text = hpc_spikes.read_regular(path, MAX_RESULTS_BYTES).decode("utf-8", errors="replace")
     except hpc_spikes.SpikeFileError as e:
-        fail(f"--results: {e} (a JSON-lines file of finished runs)")
+        # "PATH is a FIFO, not a regular file", "PATH is N bytes, more than ...".
+        what = str(e)
+        if what.startswith(f"{path} is "):
+            what = what[len(f"{path} is "):]
+        fail(f"--results {path}: {what} (a JSON-lines file of finished runs)")
     except OSError as e:
         fail(f"--results {path}: {e.strerror or e}")
     rows = []
