@@ -293,6 +293,8 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
                 .manifest
                 .file("spikes.spk")
                 .is_some_and(|f| f.size.is_some()));
+            // The holder's name went with the lock, as at a run's finish.
+            assert_eq!(std::fs::metadata(out.join("run.lock")).unwrap().len(), 0);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::manifest::{now_ms, Manifest};
-use super::{write_replace, Status, MANIFEST};
+use super::manifest::{now_ms, open_own, Manifest};
+use super::{write_replace, Status, LOCK, MANIFEST};
 
 /// A started, unfinished run: its id in this process, its directory and its
 /// manifest as last written.
@@ -75,6 +75,11 @@ pub fn mark_incomplete_before_exit(reason: &str) -> Vec<(PathBuf, super::Result<
                 reason: e.to_string(),
             }),
         };
+        // The holder's name goes with the lock (as `RunDir::finish` does), so
+        // that it never names a run that has ended.
+        if let Ok(Some((lock, _))) = open_own(&dir.join(LOCK), true) {
+            let _ = lock.set_len(0);
+        }
         done.push((dir.join(MANIFEST), outcome));
     }
     held.clear();
