@@ -20,13 +20,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 reps=3 threads=2 nest=1 full=1 full_sim=1000
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --reps) reps=$2; shift 2 ;;
-        --threads) threads=$2; shift 2 ;;
+        --reps) need "$@"; reps=$2; shift 2 ;;
+        --threads) need "$@"; threads=$2; shift 2 ;;
         --no-nest) nest=0; shift ;;
         --no-full) full=0; shift ;;
-        --full-sim) full_sim=$2; shift 2 ;;
+        --full-sim) need "$@"; full_sim=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done

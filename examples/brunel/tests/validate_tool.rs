@@ -373,3 +373,31 @@ fn every_script_building_from_the_root_makes_a_relative_target_dir_absolute() {
         "a relative CARGO_TARGET_DIR taken as it is: {wrong:?}"
     );
 }
+
+/// A bench script's flag given last, without its value: named, status 2,
+/// before anything is built or run (it was bash's "line 25: $2: unbound
+/// variable", status 1).
+#[test]
+fn a_bench_script_flag_without_its_value_is_named() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (script, flag) in [
+        ("benches/microcircuit-scaling.sh", "--t-sim"),
+        ("benches/microcircuit.sh", "--reps"),
+        ("benches/hpc-benchmark-cluster.sh", "--nodes"),
+        ("benches/microcircuit-cluster.sh", "--rounds"),
+        ("benches/offload-cluster.sh", "--fft-n"),
+    ] {
+        let o = Command::new("bash")
+            .arg(root.join(script))
+            .arg(flag)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{script}: {err}");
+        assert!(
+            err.contains(&format!("{flag} needs a value")),
+            "{script}: {err}"
+        );
+    }
+}
