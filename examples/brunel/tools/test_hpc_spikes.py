@@ -760,6 +760,21 @@ class CommandLine(unittest.TestCase):
             hpc_spikes.write_replacing(ok, b'{"a": 1}\n', "test")
             self.assertEqual(hpc_spikes.read_json(ok), {"a": 1})
 
+    def test_a_population_name_with_a_terminal_escape_is_quoted_in_the_rates(self):
+        # A forged header's population "\x1b[31mred\n" was printed as it was by
+        # read_spikes.py: the terminal's escape drawn, the line broken (pass 19).
+        import read_spikes
+        res = [{"name": "\x1b[31mred\n", "neurons": 2, "rate_hz": 1.0, "cv_isi": 0.0},
+               {"name": "E", "neurons": 3, "rate_hz": 2.0, "cv_isi": 0.5},
+               {"name": "n" * 1000, "neurons": 1, "rate_hz": 0.0, "cv_isi": 0.0}]
+        h = {"n_neurons": 6, "dt_ms": 0.1}
+        lines = read_spikes.result_lines("f.spk", 3, h, (0.0, 10.0, ""), res)
+        self.assertEqual(len(lines), 4)
+        self.assertFalse(any("\x1b" in line or "\n" in line for line in lines), lines)
+        self.assertIn("'\\x1b[31mred\\n'", lines[1])
+        self.assertTrue(lines[2].startswith("  E "), lines[2])
+        self.assertLess(len(lines[3]), 400)
+
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or
         # is missing ends the tool in one line naming it, not a traceback.
