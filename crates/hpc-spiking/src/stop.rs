@@ -274,6 +274,11 @@ impl Drop for OnSignal {
         }
         if self.enabled {
             if self.in_loop {
+                // What follows a loop is the summary: a signal as the loop ends
+                // is named so, not by the phase before the loop.
+                if let Some(o) = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                    o.1 = "while writing the summary";
+                }
                 IN_LOOP.fetch_sub(1, Ordering::SeqCst);
             } else {
                 let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -310,7 +315,9 @@ fn watch(done: &Done) {
             let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let looping = IN_LOOP.load(Ordering::SeqCst) > 0 || TAKEN.load(Ordering::SeqCst);
             match outside {
-                Some((program, what)) if !looping => end_now(signal, &program, what, NOTHING_YET),
+                Some((program, what)) if !looping => {
+                    end_now(signal, &program, what, unmarked(what))
+                }
                 _ => {
                     if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
                         tracing::error!(
@@ -320,7 +327,7 @@ fn watch(done: &Done) {
                             GRACE.as_secs()
                         );
                         let program = outside.map(|o| o.0).unwrap_or_default();
-                        end_now(signal, &program, "while blocked", NOTHING_YET);
+                        end_now(signal, &program, "while blocked", "");
                     }
                 }
             }
@@ -336,6 +343,17 @@ fn watch(done: &Done) {
 /// What [`end_now`] says when no run directory was started.
 const NOTHING_YET: &str = " (no output directory was changed yet)";
 
+/// What [`end_now`] says when it marked no run directory, by what was being
+/// done: before the loop, nothing was changed yet; after it, a rank other than
+/// 0 (which writes none) says nothing of it.
+fn unmarked(what: &str) -> &'static str {
+    if what.contains("summary") {
+        ""
+    } else {
+        NOTHING_YET
+    }
+}
+
 /// Ends the process at once as the watchdog would (see [`end_now`]) when a
 /// signal came outside a loop and the run has not taken it: for a run about to
 /// mark its output directory complete, so that a signal in the last moments is
@@ -349,7 +367,7 @@ pub fn take_outside() {
     }
     let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Some((program, what)) = outside {
-        end_now(signal, &program, what, NOTHING_YET);
+        end_now(signal, &program, what, unmarked(what));
     }
 }
 
@@ -484,6 +502,18 @@ mod tests {
     /// changes nothing.
     #[test]
     fn a_signal_is_taken_by_check_and_the_earlier_action_restored() {
+        // A whole run's guard: the phase it names is the build's until a loop
+        // ends, then the summary's (a signal as the loop ended was named as
+        // one in the build).
+        let run = OnSignal::around(true, "test").unwrap();
+        run.doing("while building the network");
+        let phase = || OUTSIDE.lock().unwrap().clone().map(|o| o.1);
+        assert_eq!(phase(), Some("while building the network"));
+        drop(OnSignal::install(true).unwrap());
+        assert_eq!(phase(), Some("while writing the summary"));
+        drop(run);
+        assert_eq!(phase(), None);
+        assert_eq!(action(), libc::SIG_DFL);
         let off = OnSignal::install(false).unwrap();
         assert_eq!(off.check(3), Ok(()));
         drop(off);
