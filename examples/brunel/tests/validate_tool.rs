@@ -401,3 +401,42 @@ fn a_bench_script_flag_without_its_value_is_named() {
         );
     }
 }
+
+/// `benches/brunel/ab.sh` given 0, -1 or `x` rounds, or a binary that is not
+/// there: named, status 2, before any run (0 rounds ran nothing and ended in
+/// the table's Python traceback, "No such file or directory: '/tmp/tmp.…/all'").
+#[test]
+fn the_ab_script_names_its_rounds_and_binaries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ab = root.join("benches/brunel/ab.sh");
+    let bin = env!("CARGO_BIN_EXE_brunel");
+    for (args, want) in [
+        (
+            vec![bin, bin, "0"],
+            "rounds 0: give a whole number of rounds",
+        ),
+        (
+            vec![bin, bin, "-1"],
+            "rounds -1: give a whole number of rounds",
+        ),
+        (
+            vec![bin, bin, "x"],
+            "rounds x: give a whole number of rounds",
+        ),
+        (
+            vec!["/nonexistent", bin, "1"],
+            "/nonexistent: not an executable file",
+        ),
+    ] {
+        let o = Command::new("bash")
+            .arg(&ab)
+            .args(&args)
+            .env("BRUNEL_AB_NEST", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("Traceback"), "{args:?}: {err}");
+    }
+}
