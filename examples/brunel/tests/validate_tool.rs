@@ -440,3 +440,36 @@ fn the_ab_script_names_its_rounds_and_binaries() {
         assert!(!err.contains("Traceback"), "{args:?}: {err}");
     }
 }
+
+/// `benches/collcost-abba.sh` given 0, -1 or `x` rounds: named, status 2,
+/// before any run (0 ran nothing, then the table's Python failed). Stand-in
+/// builds (`hpc` and `collcost` that do nothing) make it take no build.
+#[test]
+fn the_collcost_abba_script_names_its_rounds() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("collcost-abba");
+    for side in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(side)).unwrap();
+        for b in ["hpc", "collcost"] {
+            let p = dir.join(side).join(b);
+            std::fs::write(&p, "#!/bin/sh\nexit 0\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/collcost-abba.sh");
+    for r in ["0", "-1", "x"] {
+        let o = Command::new("bash")
+            .arg(&script)
+            .arg(dir.join("a"))
+            .arg(dir.join("b"))
+            .arg(r)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{r}: {err}");
+        assert!(
+            err.contains(&format!("rounds {r}: give a whole number of rounds")),
+            "{r}: {err}"
+        );
+    }
+}
