@@ -281,19 +281,10 @@ impl Drop for OnSignal {
                 }
                 IN_LOOP.fetch_sub(1, Ordering::SeqCst);
             } else {
-                let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).take();
-                // A signal as the run ended, after its last look: the process
-                // still ends by it (its output is as the run left it).
-                if let (Some(signal), Some((program, _))) = (received(), outside) {
-                    if !TAKEN.load(Ordering::SeqCst) {
-                        end_now(
-                            signal,
-                            &program,
-                            "as the run ended",
-                            " (after its output directory was finished)",
-                        );
-                    }
-                }
+                // A signal after the run's last look ([`take_outside`]) leaves
+                // it as it ended: complete, or failing with its own message
+                // (which the binary prints, then ends by the signal).
+                *OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
             let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
             held.0 -= 1;
@@ -435,23 +426,32 @@ pub fn mark_stopped(
     err: anyhow::Error,
     dt: f64,
 ) -> anyhow::Error {
-    let stopped = err.downcast_ref::<Stopped>().copied();
-    let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
-        return err;
-    };
+    // The run is on its error path: a signal from now on (a launcher's, as
+    // another rank ended) leaves the watchdog to wait, so that this error is
+    // the one said, not the watchdog's "while writing the summary".
     TAKEN.store(true, Ordering::SeqCst);
+    let stopped = err.downcast_ref::<Stopped>().copied();
     let ms = |step: u64| format!("{:.1} ms", step as f64 * dt);
-    // An exchange that failed after the signal (another rank stopped at another
-    // interval and is gone): the step this rank had completed is named.
     let last = match LAST_STEP.load(Ordering::Relaxed) {
         u64::MAX => None,
         step => Some(step),
     };
+    let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
+        // A rank whose exchange failed before its own signal came (another rank
+        // was stopped, and the launcher signals this one after): where it
+        // stopped is named.
+        return match last {
+            Some(step) => err.context(format!("stopped after {}", ms(step))),
+            None => err,
+        };
+    };
+    // An exchange that failed after the signal (another rank stopped at another
+    // interval and is gone): the step this rank had completed is named.
     let at = stopped.map(|s| ms(s.step)).or_else(|| last.map(ms));
     let mut message = match (&at, stopped) {
         (Some(at), Some(_)) => format!("stopped by {} at {at}", signal_name(signal)),
         (Some(at), None) => format!(
-            "stopped by {} after {at} (the ranks stopped at different steps): {}",
+            "stopped by {} after {at}, in an exchange with a rank that had stopped: {}",
             signal_name(signal),
             hpc_io::message::chain(err.as_ref())
         ),
@@ -521,6 +521,14 @@ mod tests {
         let on = OnSignal::install(true).unwrap();
         let other = OnSignal::install(true).unwrap();
         assert_eq!(on.check(5), Ok(()));
+        // An exchange failing before this rank's own signal (another rank was
+        // stopped and is gone): where it stopped is named (pass 18: "rank 1 is
+        // lost", no step).
+        let e = mark_stopped(None, anyhow::anyhow!("rank 1 is lost"), 0.1);
+        assert_eq!(
+            hpc_io::message::chain(e.as_ref()),
+            "stopped after 0.5 ms: rank 1 is lost"
+        );
         // SAFETY: `raise` sends SIGTERM to this thread, whose action is `note`.
         unsafe {
             libc::raise(libc::SIGTERM);
@@ -545,8 +553,8 @@ mod tests {
         let e = mark_stopped(None, anyhow::anyhow!("rank 0 is lost"), 0.1).to_string();
         assert_eq!(
             e,
-            "stopped by SIGTERM after 0.7 ms (the ranks stopped at different steps): \
-             rank 0 is lost"
+            "stopped by SIGTERM after 0.7 ms, in an exchange with a rank that had \
+             stopped: rank 0 is lost"
         );
     }
 }
