@@ -345,7 +345,8 @@ fn unmarked(what: &str) -> &'static str {
     }
 }
 
-/// Ends the process at once as the watchdog would (see [`end_now`]) when a
+/// Ends the process at once as the watchdog would (its run directories marked
+/// incomplete, the signal and what was being done named, ended by it) when a
 /// signal came outside a loop and the run has not taken it: for a run about to
 /// mark its output directory complete, so that a signal in the last moments is
 /// not lost to the watchdog's next look.
