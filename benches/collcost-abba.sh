@@ -15,6 +15,13 @@ set -eu
 A=$(cd "$1" && pwd)
 B=$(cd "$2" && pwd)
 R="${3:-6}"
+# Checked before the first run (0, -1 or x rounds ran nothing, then the table's
+# Python failed on a file no round wrote).
+case $R in
+'' | *[!0-9]*) rounds_ok=false ;;
+*) [ "${#R}" -le 6 ] && [ "$((10#$R))" -ge 1 ] && rounds_ok=true || rounds_ok=false ;;
+esac
+$rounds_ok || { echo "collcost-abba.sh: rounds $R: give a whole number of rounds, 1 to 999999" >&2; exit 2; }
 shift 2
 [ $# -gt 0 ] && shift
 OPTS="${*:---batch 20 --batches 300}"

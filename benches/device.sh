@@ -124,7 +124,10 @@ pack() {
         shift
     done
     out=${out:-$root/.device}
+    # A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
     local target=${CARGO_TARGET_DIR:-$root/target}
+    case $target in /*) ;; *) target=$PWD/$target ;; esac
+    export CARGO_TARGET_DIR=$target
     command -v ldd >/dev/null || die "pack needs ldd"
     MICROCIRCUIT=""
     if (cd "$root" && cargo metadata --no-deps --format-version 1 | grep -q '"name":"hpc-example-microcircuit"'); then
@@ -478,7 +481,10 @@ dry() {
         run --dry --bundle "$bundle"
         return
     fi
+    # A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
     local target=${CARGO_TARGET_DIR:-$root/target}
+    case $target in /*) ;; *) target=$PWD/$target ;; esac
+    export CARGO_TARGET_DIR=$target
     local base="$target/device-rootfs.tar"
     if [ ! -s "$base" ]; then
         echo "== making a bare Debian root file system (once; cached in $base)" >&2

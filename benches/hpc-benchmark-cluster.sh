@@ -34,13 +34,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes="1 2 3 4" scale=0.1 t_sim=100 t_presim=20 seed=1
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --nodes) nodes=$2; shift 2 ;;
-        --scale) scale=$2; shift 2 ;;
-        --t-sim) t_sim=$2; shift 2 ;;
-        --t-presim) t_presim=$2; shift 2 ;;
-        --seed) seed=$2; shift 2 ;;
+        --nodes) need "$@"; nodes=$2; shift 2 ;;
+        --scale) need "$@"; scale=$2; shift 2 ;;
+        --t-sim) need "$@"; t_sim=$2; shift 2 ;;
+        --t-presim) need "$@"; t_presim=$2; shift 2 ;;
+        --seed) need "$@"; seed=$2; shift 2 ;;
         -h|--help) sed -n "2,33p" "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

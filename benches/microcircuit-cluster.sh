@@ -37,15 +37,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes="1 2 3 4" n_scaling=0.1 k_scaling=0.1 t_sim=1000 t_presim=100
 exchanges="allgather alltoallv" engine=inline rounds=2
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --nodes) nodes=$2; shift 2 ;;
-        --n-scaling) n_scaling=$2; shift 2 ;;
-        --k-scaling) k_scaling=$2; shift 2 ;;
-        --t-sim) t_sim=$2; shift 2 ;;
-        --exchanges) exchanges=$2; shift 2 ;;
-        --engine) engine=$2; shift 2 ;;
-        --rounds) rounds=$2; shift 2 ;;
+        --nodes) need "$@"; nodes=$2; shift 2 ;;
+        --n-scaling) need "$@"; n_scaling=$2; shift 2 ;;
+        --k-scaling) need "$@"; k_scaling=$2; shift 2 ;;
+        --t-sim) need "$@"; t_sim=$2; shift 2 ;;
+        --exchanges) need "$@"; exchanges=$2; shift 2 ;;
+        --engine) need "$@"; engine=$2; shift 2 ;;
+        --rounds) need "$@"; rounds=$2; shift 2 ;;
         -h|--help) sed -n "2,35p" "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

@@ -22,7 +22,10 @@ cache=0
 [ "${1:-}" = --cache ] && cache=1
 command -v perf >/dev/null || { echo "needs perf (apt-get install linux-perf)" >&2; exit 2; }
 [ $cache = 0 ] || command -v valgrind >/dev/null || { echo "--cache needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 (cd "$root" && cargo build -q --release -p hpc-example-microcircuit)
 bin=$target/release/microcircuit
 work=$(mktemp -d)

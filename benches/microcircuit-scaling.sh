@@ -19,16 +19,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 ranks="1 2 4 8 16 32 64" t_sim=100 weak=0.015625 modes="strong weak"
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --ranks) ranks=$2; shift 2 ;;
-        --t-sim) t_sim=$2; shift 2 ;;
-        --weak) weak=$2; shift 2 ;;
-        --modes) modes=$2; shift 2 ;;
+        --ranks) need "$@"; ranks=$2; shift 2 ;;
+        --t-sim) need "$@"; t_sim=$2; shift 2 ;;
+        --weak) need "$@"; weak=$2; shift 2 ;;
+        --modes) need "$@"; modes=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 # $HPC: an `hpc` launcher already built (the launcher's speed does not matter here).
 if [ -n "${HPC:-}" ]; then
     (cd "$root" && cargo build -q --release -p hpc-example-microcircuit)

@@ -20,13 +20,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 reps=3 threads=2 nest=1 full=1 full_sim=1000
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --reps) reps=$2; shift 2 ;;
-        --threads) threads=$2; shift 2 ;;
+        --reps) need "$@"; reps=$2; shift 2 ;;
+        --threads) need "$@"; threads=$2; shift 2 ;;
         --no-nest) nest=0; shift ;;
         --no-full) full=0; shift ;;
-        --full-sim) full_sim=$2; shift 2 ;;
+        --full-sim) need "$@"; full_sim=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -40,7 +42,10 @@ if [ "$nest" = 1 ] && ! "$py" -c "import nest" >/dev/null 2>&1; then
         nest=0
     fi
 fi
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 (cd "$root" && cargo build -q --release -p hpc-example-microcircuit)
 exec "$py" - "$target/release/microcircuit" "$root/examples/microcircuit/tools/nest_microcircuit.py" \
     "$reps" "$threads" "$nest" "$full" "$full_sim" <<'PY'

@@ -22,14 +22,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes="2 4" per_node=1 iters=20 sizes="4096,65536,1048576,4194304" fft_n=64 fft_reps=5
+# A flag given last without its value is named (it was "$2: unbound variable").
+need() { [ $# -ge 2 ] || { echo "$(basename "$0"): $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
-        --nodes) nodes=$2; shift 2 ;;
-        --per-node) per_node=$2; shift 2 ;;
-        --iters) iters=$2; shift 2 ;;
-        --sizes) sizes=$2; shift 2 ;;
-        --fft-n) fft_n=$2; shift 2 ;;
-        --fft-reps) fft_reps=$2; shift 2 ;;
+        --nodes) need "$@"; nodes=$2; shift 2 ;;
+        --per-node) need "$@"; per_node=$2; shift 2 ;;
+        --iters) need "$@"; iters=$2; shift 2 ;;
+        --sizes) need "$@"; sizes=$2; shift 2 ;;
+        --fft-n) need "$@"; fft_n=$2; shift 2 ;;
+        --fft-reps) need "$@"; fft_reps=$2; shift 2 ;;
         -h|--help) sed -n "2,20p" "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

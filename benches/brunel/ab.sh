@@ -18,6 +18,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 a=$(realpath "$1") b=$(realpath "$2") rounds=${3:-3} order=${4:-2500}
+# Checked before the first run (0, -1 or x rounds ran nothing and ended in the
+# table's Python traceback; a missing binary in bash's "No such file").
+case $rounds in
+'' | *[!0-9]*) rounds_ok=false ;;
+*) [ "${#rounds}" -le 6 ] && [ "$((10#$rounds))" -ge 1 ] && rounds_ok=true || rounds_ok=false ;;
+esac
+$rounds_ok || { echo "ab.sh: rounds $rounds: give a whole number of rounds, 1 to 999999" >&2; exit 2; }
+for bin in "$1" "$2"; do
+    [ -f "$bin" ] && [ -x "$bin" ] || { echo "ab.sh: $bin: not an executable file" >&2; exit 2; }
+done
 . "$root/benches/abba.sh"
 items="A B"
 if [ "${BRUNEL_AB_NEST:-1}" = 1 ]; then

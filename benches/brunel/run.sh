@@ -12,7 +12,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# A relative $CARGO_TARGET_DIR is the caller's: cargo builds from the root.
 target=${CARGO_TARGET_DIR:-$root/target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+export CARGO_TARGET_DIR=$target
 v_reset=${V_RESET:-0}
 py=${PYTHON:-python3}
 if ! "$py" -c "import nest" >/dev/null 2>&1; then

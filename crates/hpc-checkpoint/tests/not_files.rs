@@ -6,21 +6,22 @@ use std::time::{Duration, Instant};
 use hpc_checkpoint::{Checkpoint, Checkpoints, Error, MANIFEST};
 use hpc_test_support::mkfifo;
 
-fn written(tag: &str) -> Checkpoints {
-    let root = std::env::temp_dir().join(format!("ckpt-notfile-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+/// A checkpoint of two ranks at step 7 in a fresh root, removed with the
+/// returned guard (at the end of the test, and when it fails).
+fn written(tag: &str) -> (hpc_test_support::TmpDir, Checkpoints) {
+    let root = hpc_test_support::TmpDir::new("ckpt-notfile", tag);
+    let set = Checkpoints::new(root.to_path_buf());
     let entries = (0..2u32)
         .map(|r| set.write_rank(7, r, 2, b"payload"))
         .collect::<Result<Vec<_>, Error>>()
         .unwrap();
     set.commit(7, 2, entries, serde_json::json!({})).unwrap();
-    set
+    (root, set)
 }
 
 #[test]
 fn a_rank_file_that_is_a_fifo_is_refused_at_once() {
-    let set = written("rank");
+    let (_root, set) = written("rank");
     let ck = Checkpoint::open(set.step_dir(7)).unwrap();
     mkfifo(&set.step_dir(7).join("rank-000001.ckpt"));
     let t = Instant::now();
@@ -41,7 +42,7 @@ fn a_rank_file_that_is_a_fifo_is_refused_at_once() {
 
 #[test]
 fn a_manifest_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() {
-    let set = written("manifest");
+    let (_root, set) = written("manifest");
     let manifest = set.step_dir(7).join(MANIFEST);
     mkfifo(&manifest);
     let t = Instant::now();
@@ -85,7 +86,7 @@ fn a_step_whose_manifest_cannot_be_written_is_removed() {
         .commit(3, 2, entries.clone(), serde_json::json!({}))
         .is_err());
     assert!(!set.step_dir(3).exists(), "the uncommitted step was kept");
-    let set = written("recommit");
+    let (_root, set) = written("recommit");
     let entries: Vec<_> = (0..2u32)
         .map(|r| set.write_rank(7, r, 2, b"payload").unwrap())
         .collect();

@@ -363,6 +363,20 @@ def read_regular(path, max_bytes=MAX_BYTES, follow=True, head=None):
         return f.read(st.st_size)
 
 
+# The most bytes read_json() reads (as hpc_io::read::MAX_METADATA_BYTES): a
+# summary, a result line, a configuration.
+MAX_METADATA_BYTES = 16 << 20
+
+
+def read_json(path, max_bytes=MAX_METADATA_BYTES):
+    """The JSON value of the regular file at path (a summary.json, a NEST script's
+    --json), read with read_regular: a FIFO, a device or a directory raises
+    SpikeFileError (a ValueError) naming what it is, at once, and so does a file
+    over max_bytes, before it is read (json.load(open(path)) waited for a FIFO's
+    writer without end and read /dev/zero until memory ran out)."""
+    return json.loads(read_regular(path, max_bytes))
+
+
 def read(path, partial_ok=None):
     """Read and check a spike file; errors (SpikeFileError, OSError) name the file.
 

@@ -149,12 +149,22 @@ def main():
     res = pop_stats(t, ids, first, [p["name"] for p in pops], t_start, t_stop)
     if len(pops) > 1:
         res += pop_stats(t, ids, [first[0], first[-1]], ["all"], t_start, t_stop)
-    lines = [f"{path}: {len(t)} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
+    hpc_spikes.say("\n".join(result_lines(path, len(t), h, (t_start, t_stop, until), res)),
+                   PROG)
+
+
+def result_lines(path, spikes, h, window, res):
+    """The lines read_spikes.py prints: the file, then one per population of res
+    (pop_stats' rows). A population's name is the file's: quoted, its control
+    characters escaped, when it holds a line break or a terminal's escape (it was
+    written as it was, a forged name drawing on the terminal), and cut when long."""
+    t_start, t_stop, until = window
+    lines = [f"{path}: {spikes} spikes of {h['n_neurons']} neurons, dt {h['dt_ms']} ms, "
              f"window ({t_start}, {t_stop}] ms{until}"]
     for r in res:
-        lines.append(f"  {r['name']:<6} {r['neurons']:>7} neurons  {r['rate_hz']:8.3f} Hz  "
-                     f"CV ISI {r['cv_isi']:.3f}")
-    hpc_spikes.say("\n".join(lines), PROG)
+        lines.append(f"  {hpc_spikes._word(r['name']):<6} {r['neurons']:>7} neurons  "
+                     f"{r['rate_hz']:8.3f} Hz  CV ISI {r['cv_isi']:.3f}")
+    return lines
 
 
 if __name__ == "__main__":

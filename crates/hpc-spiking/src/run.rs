@@ -533,6 +533,9 @@ pub fn hand_off(
         summarise(dir, &all)?;
         hpc_io::write::flush_stdout()?;
     }
+    // A signal since the summary began ends the run here, marked incomplete,
+    // not marked complete before the watchdog's next look.
+    crate::stop::take_outside();
     if let Some(d) = out_dir {
         finish_output_dir(d, completed, end_step, dt)?;
     }

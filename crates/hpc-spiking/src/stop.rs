@@ -14,10 +14,18 @@
 //! a watchdog thread ends the process by the signal when the loop has not taken
 //! it within [`GRACE`] (a rank blocked in an exchange with a rank that is gone,
 //! a long checkpoint write). A signal that is ignored when the loop starts (a
-//! background job's SIGINT) stays ignored. Outside the loop (the network's
-//! build, the summary and figures after it) the signals keep their default
-//! action: the run ends at once and its `run.json` says `running` with nobody
-//! holding its lock, which readers report as abandoned.
+//! background job's SIGINT) stays ignored.
+//!
+//! Outside the loop (the network's build, the summary, figures and report after
+//! it) there is no interval to end: a binary holds an [`OnSignal::around`] for
+//! its whole run and says what it is doing ([`OnSignal::doing`]), and a signal
+//! there ends the run at once, by the watchdog: every started run directory of
+//! the process is marked incomplete first
+//! ([`hpc_io::rundir::mark_incomplete_before_exit`]: "stopped by SIGTERM while
+//! writing the summary"), or, during the build, before the directory was
+//! started, left as it was; the message names the signal and what was being
+//! done, and the process ends by the signal. The watchdog ending a loop blocked
+//! past [`GRACE`] marks the run incomplete the same way.
 //!
 //! ```
 //! use hpc_spiking::stop::{signal_name, Stopped};
@@ -27,7 +35,7 @@
 //! assert_eq!(signal_name(libc::SIGINT), "SIGINT");
 //! ```
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,6 +53,28 @@ pub const GRACE: Duration = Duration::from_secs(10);
 
 /// The signal received while an [`OnSignal`] was installed (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The steps completed when a loop last looked at the flag ([`OnSignal::check`];
+/// `u64::MAX`: none yet), named when an exchange fails after a signal (a rank
+/// that stopped at another interval).
+static LAST_STEP: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether the run took the signal received (a loop's [`OnSignal::check`]
+/// returned [`Stopped`], or [`mark_stopped`] ran): the watchdog then leaves it
+/// to the run, up to [`GRACE`].
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The loops' [`OnSignal`]s held ([`OnSignal::install`]): while one is, a
+/// signal waits for the loop's check.
+static IN_LOOP: AtomicUsize = AtomicUsize::new(0);
+
+/// The program and what it does outside its loop, while an
+/// [`OnSignal::around`] is held (`None`: none is).
+static OUTSIDE: Mutex<Option<(String, &'static str)>> = Mutex::new(None);
+
+/// Held for good by the first watchdog that ends the process, so that only one
+/// speaks.
+static ENDING: Mutex<()> = Mutex::new(());
 
 /// The handler: one atomic store, which is async-signal-safe.
 extern "C" fn note(signal: libc::c_int) {
@@ -89,6 +119,9 @@ pub struct Stopped {
 pub struct OnSignal {
     /// Whether this one stops its loop (it installed the handler or shares it).
     enabled: bool,
+    /// Whether this one is a loop's ([`OnSignal::install`]), not a whole
+    /// run's ([`OnSignal::around`]).
+    in_loop: bool,
     /// The watchdog: its "done" flag and thread.
     watchdog: Option<(Arc<Done>, JoinHandle<()>)>,
 }
@@ -113,15 +146,47 @@ impl OnSignal {
     /// Installs the handler when `enabled` (else an `OnSignal` that never stops
     /// the run and changes nothing), with the watchdog.
     pub fn install(enabled: bool) -> std::io::Result<OnSignal> {
+        OnSignal::held(enabled, true)
+    }
+
+    /// Installs the handler for a whole run of `program` when `enabled` (else
+    /// changes nothing): outside a loop's [`OnSignal::install`], a signal ends
+    /// the process at once, the process's started run directories marked
+    /// incomplete "stopped by SIGTERM while …" ([`OnSignal::doing`]), and the
+    /// message saying so; inside a loop, the loop takes it as without this.
+    pub fn around(enabled: bool, program: &str) -> std::io::Result<OnSignal> {
+        let on = OnSignal::held(enabled, false)?;
+        if enabled {
+            *OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((program.into(), "while preparing the run"));
+        }
+        Ok(on)
+    }
+
+    /// Says what the run does now, outside its loop ("while building the
+    /// network", "while writing the summary"), for the message of a signal
+    /// that comes in it.
+    pub fn doing(&self, what: &'static str) {
+        if self.enabled && !self.in_loop {
+            if let Some(o) = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                o.1 = what;
+            }
+        }
+    }
+
+    fn held(enabled: bool, in_loop: bool) -> std::io::Result<OnSignal> {
         if !enabled {
             return Ok(OnSignal {
                 enabled,
+                in_loop,
                 watchdog: None,
             });
         }
         let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
         if held.0 == 0 {
             RECEIVED.store(0, Ordering::SeqCst);
+            TAKEN.store(false, Ordering::SeqCst);
+            LAST_STEP.store(u64::MAX, Ordering::Relaxed);
             for signal in SIGNALS {
                 // SAFETY: `sigaction` reads the zero-initialised struct `act` (a
                 // valid empty mask, flags and a handler that is an
@@ -167,8 +232,12 @@ impl OnSignal {
         }
         held.0 += 1;
         drop(held);
+        if in_loop {
+            IN_LOOP.fetch_add(1, Ordering::SeqCst);
+        }
         let mut on = OnSignal {
             enabled,
+            in_loop,
             watchdog: None,
         };
         let done = Arc::new((Mutex::new(false), Condvar::new()));
@@ -183,8 +252,14 @@ impl OnSignal {
     /// `Err(Stopped)` when a signal came since the first [`OnSignal`] held was
     /// installed, the run having completed `step` steps.
     pub fn check(&self, step: u64) -> Result<(), Stopped> {
+        if self.enabled {
+            LAST_STEP.store(step, Ordering::Relaxed);
+        }
         match (self.enabled, received()) {
-            (true, Some(signal)) => Err(Stopped { signal, step }),
+            (true, Some(signal)) => {
+                TAKEN.store(true, Ordering::SeqCst);
+                Err(Stopped { signal, step })
+            }
             _ => Ok(()),
         }
     }
@@ -198,6 +273,19 @@ impl Drop for OnSignal {
             let _ = thread.join();
         }
         if self.enabled {
+            if self.in_loop {
+                // What follows a loop is the summary: a signal as the loop ends
+                // is named so, not by the phase before the loop.
+                if let Some(o) = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                    o.1 = "while writing the summary";
+                }
+                IN_LOOP.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                // A signal after the run's last look ([`take_outside`]) leaves
+                // it as it ended: complete, or failing with its own message
+                // (which the binary prints, then ends by the signal).
+                *OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
             let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
             held.0 -= 1;
             if held.0 == 0 {
@@ -207,21 +295,32 @@ impl Drop for OnSignal {
     }
 }
 
-/// The watchdog: ends the process by the signal received when the loop has not
-/// taken it within [`GRACE`] (until `done`).
+/// The watchdog: when a signal came outside a loop (and the run did not take
+/// it), ends the process at once; else when the loop has not taken it within
+/// [`GRACE`] (until `done`). Either way by [`end_now`].
 fn watch(done: &Done) {
     let mut since: Option<Instant> = None;
     let mut finished = done.0.lock().unwrap_or_else(|e| e.into_inner());
     while !*finished {
         if let Some(signal) = received() {
-            if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
-                tracing::error!(
-                    "{} was not taken by the run within {} s (it is blocked): ended at \
-                     once; its run.json still says running",
-                    signal_name(signal),
-                    GRACE.as_secs()
-                );
-                end_by(signal);
+            let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let looping = IN_LOOP.load(Ordering::SeqCst) > 0 || TAKEN.load(Ordering::SeqCst);
+            match outside {
+                Some((program, what)) if !looping => {
+                    end_now(signal, &program, what, unmarked(what))
+                }
+                _ => {
+                    if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
+                        tracing::error!(
+                            "{} was not taken by the run within {} s (it is blocked): \
+                             ended at once",
+                            signal_name(signal),
+                            GRACE.as_secs()
+                        );
+                        let program = outside.map(|o| o.0).unwrap_or_default();
+                        end_now(signal, &program, "while blocked", "");
+                    }
+                }
             }
         }
         finished = done
@@ -230,6 +329,70 @@ fn watch(done: &Done) {
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
+}
+
+/// What [`end_now`] says when no run directory was started.
+const NOTHING_YET: &str = " (no output directory was changed yet)";
+
+/// What [`end_now`] says when it marked no run directory, by what was being
+/// done: before the loop, nothing was changed yet; after it, a rank other than
+/// 0 (which writes none) says nothing of it.
+fn unmarked(what: &str) -> &'static str {
+    if what.contains("summary") {
+        ""
+    } else {
+        NOTHING_YET
+    }
+}
+
+/// Ends the process at once as the watchdog would (its run directories marked
+/// incomplete, the signal and what was being done named, ended by it) when a
+/// signal came outside a loop and the run has not taken it: for a run about to
+/// mark its output directory complete, so that a signal in the last moments is
+/// not lost to the watchdog's next look.
+pub fn take_outside() {
+    let Some(signal) = received() else {
+        return;
+    };
+    if TAKEN.load(Ordering::SeqCst) || IN_LOOP.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    let outside = OUTSIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((program, what)) = outside {
+        end_now(signal, &program, what, unmarked(what));
+    }
+}
+
+/// Ends the process by `signal` after marking its started run directories
+/// incomplete, "stopped by SIGTERM while …" (`what`), and saying so as
+/// `program`'s last words (a process's first caller only; a second waits for
+/// the end).
+fn end_now(signal: i32, program: &str, what: &str, unmarked: &str) -> ! {
+    std::mem::forget(ENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    let reason = format!("stopped by {} {what}", signal_name(signal));
+    let mut message = reason.clone();
+    let marked = hpc_io::rundir::mark_incomplete_before_exit(&reason);
+    if marked.is_empty() {
+        message.push_str(unmarked);
+    }
+    for (path, outcome) in marked {
+        match outcome {
+            Ok(()) => message.push_str(&format!(
+                "; {} says the run is incomplete",
+                hpc_io::message::path(&path)
+            )),
+            Err(e) => message.push_str(&format!(
+                "; {} could not be marked incomplete (it still says running): {e}",
+                hpc_io::message::path(&path)
+            )),
+        }
+    }
+    if program.is_empty() {
+        tracing::error!("{message}");
+    } else {
+        hpc_io::message::last_words(program, &message);
+    }
+    end_by(signal)
 }
 
 /// Ends the process by `signal` with its default action (a parent sees the
@@ -264,14 +427,36 @@ pub fn mark_stopped(
     err: anyhow::Error,
     dt: f64,
 ) -> anyhow::Error {
+    // The run is on its error path: a signal from now on (a launcher's, as
+    // another rank ended) leaves the watchdog to wait, so that this error is
+    // the one said, not the watchdog's "while writing the summary".
+    TAKEN.store(true, Ordering::SeqCst);
     let stopped = err.downcast_ref::<Stopped>().copied();
-    let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
-        return err;
+    let ms = |step: u64| format!("{:.1} ms", step as f64 * dt);
+    let last = match LAST_STEP.load(Ordering::Relaxed) {
+        u64::MAX => None,
+        step => Some(step),
     };
-    let at = stopped.map(|s| format!("{:.1} ms", s.step as f64 * dt));
-    let mut message = match &at {
-        Some(at) => format!("stopped by {} at {at}", signal_name(signal)),
-        None => format!(
+    let Some(signal) = stopped.map(|s| s.signal).or_else(received) else {
+        // A rank whose exchange failed before its own signal came (another rank
+        // was stopped, and the launcher signals this one after): where it
+        // stopped is named.
+        return match last {
+            Some(step) => err.context(format!("stopped after {}", ms(step))),
+            None => err,
+        };
+    };
+    // An exchange that failed after the signal (another rank stopped at another
+    // interval and is gone): the step this rank had completed is named.
+    let at = stopped.map(|s| ms(s.step)).or_else(|| last.map(ms));
+    let mut message = match (&at, stopped) {
+        (Some(at), Some(_)) => format!("stopped by {} at {at}", signal_name(signal)),
+        (Some(at), None) => format!(
+            "stopped by {} after {at}, in an exchange with a rank that had stopped: {}",
+            signal_name(signal),
+            hpc_io::message::chain(err.as_ref())
+        ),
+        (None, _) => format!(
             "stopped by {}: {}",
             signal_name(signal),
             hpc_io::message::chain(err.as_ref())
@@ -318,6 +503,18 @@ mod tests {
     /// changes nothing.
     #[test]
     fn a_signal_is_taken_by_check_and_the_earlier_action_restored() {
+        // A whole run's guard: the phase it names is the build's until a loop
+        // ends, then the summary's (a signal as the loop ended was named as
+        // one in the build).
+        let run = OnSignal::around(true, "test").unwrap();
+        run.doing("while building the network");
+        let phase = || OUTSIDE.lock().unwrap().clone().map(|o| o.1);
+        assert_eq!(phase(), Some("while building the network"));
+        drop(OnSignal::install(true).unwrap());
+        assert_eq!(phase(), Some("while writing the summary"));
+        drop(run);
+        assert_eq!(phase(), None);
+        assert_eq!(action(), libc::SIG_DFL);
         let off = OnSignal::install(false).unwrap();
         assert_eq!(off.check(3), Ok(()));
         drop(off);
@@ -325,6 +522,14 @@ mod tests {
         let on = OnSignal::install(true).unwrap();
         let other = OnSignal::install(true).unwrap();
         assert_eq!(on.check(5), Ok(()));
+        // An exchange failing before this rank's own signal (another rank was
+        // stopped and is gone): where it stopped is named (pass 18: "rank 1 is
+        // lost", no step).
+        let e = mark_stopped(None, anyhow::anyhow!("rank 1 is lost"), 0.1);
+        assert_eq!(
+            hpc_io::message::chain(e.as_ref()),
+            "stopped after 0.5 ms: rank 1 is lost"
+        );
         // SAFETY: `raise` sends SIGTERM to this thread, whose action is `note`.
         unsafe {
             libc::raise(libc::SIGTERM);
@@ -343,5 +548,14 @@ mod tests {
         drop(other);
         assert_eq!(received(), Some(libc::SIGTERM));
         assert_eq!(action(), libc::SIG_DFL);
+        // An exchange failing after the signal (a rank that stopped at another
+        // interval): the step this rank completed is named (pass 18: "stopped by
+        // SIGTERM: rank 0 is lost", no step).
+        let e = mark_stopped(None, anyhow::anyhow!("rank 0 is lost"), 0.1).to_string();
+        assert_eq!(
+            e,
+            "stopped by SIGTERM after 0.7 ms, in an exchange with a rank that had \
+             stopped: rank 0 is lost"
+        );
     }
 }

@@ -144,10 +144,12 @@ mod tests {
 
     #[test]
     fn huge_networks_are_refused_with_the_numbers() {
+        // 2.5e8 neurons (28 bits of a spike's code, beside the 4 of a delay of 15
+        // steps), 2.9e11 synapses.
         let model = Model::new(Params {
-            order: 400_000_000,
-            ce: Some(10),
-            ci: Some(10),
+            order: 50_000_000,
+            ce: Some(1000),
+            ci: Some(250),
             ..Params::preset(Preset::Nest)
         })
         .unwrap();

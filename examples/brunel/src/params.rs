@@ -368,6 +368,7 @@ impl Model {
             ),
         )?;
         let gid_bits = 32 - (n - 1).leading_zeros().min(31);
+        code_fits(p, n, gid_bits, delay_steps)?;
         Ok(Model {
             ne,
             ni,
@@ -391,8 +392,55 @@ impl Model {
     }
 }
 
+/// Whether a spike of a network of `n` neurons (`gid_bits` bits of id) fits its
+/// 32-bit code beside its step within an interval of up to `delay_steps`.
+fn code_fits(p: &Params, n: u32, gid_bits: u32, delay_steps: u64) -> Result<()> {
+    // A spike travels as `(step within the interval) << gid_bits | neuron`
+    // in 32 bits, and an interval is up to the delay long: a step that does
+    // not fit was cut to its low bits, and the spike delivered at another
+    // step without a word (n = 10^6 neurons and a delay of 10,000 steps,
+    // runnable on a few ranks of a cluster).
+    let step_bits = 32 - (delay_steps as u32 - 1).leading_zeros();
+    if gid_bits.max(1) + step_bits > 32 {
+        bail!(
+            "order = {} ({n} neurons, {gid_bits} bits) with delay = {} ms ({delay_steps} \
+             steps of dt, {step_bits} bits) does not fit a spike's 32-bit code: use a \
+             smaller order or a shorter delay (a larger dt)",
+            p.order,
+            num(p.delay)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    /// A step of the interval that does not fit beside the neuron in a spike's
+    /// 32-bit code is refused (pass 19: cut to its low bits, the spike
+    /// delivered at another step).
+    #[test]
+    fn a_delay_too_long_for_the_network_in_a_spike_code_is_refused() {
+        // 10^6 neurons (20 bits) and a delay of 8,192 steps (13 bits): 33 bits.
+        let mut p = super::Params::preset(super::Preset::Nest);
+        p.order = 200_000;
+        p.ce = Some(8);
+        p.ci = Some(2);
+        p.delay = 1024.0;
+        p.dt = 0.125;
+        let e = format!("{:#}", super::Model::new(p.clone()).unwrap_err());
+        assert!(
+            e.contains("order = 200000 (1000000 neurons, 20 bits)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("(8192 steps of dt, 13 bits) does not fit"),
+            "{e}"
+        );
+        // 4,096 steps (12 bits) fit.
+        p.delay = 512.0;
+        super::Model::new(p).unwrap();
+    }
+
     /// An in-degree beyond 16 bits is named (it said "in-degrees", not which).
     #[test]
     fn an_in_degree_too_large_is_named() {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -14,8 +14,9 @@ use hpc_spiking::exchange::virtual_ranks;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-test", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-test", tag)
 }
 
 fn small_params() -> Params {

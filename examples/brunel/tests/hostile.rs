@@ -2,7 +2,7 @@
 //! user meets them: each is a clear refusal naming the file and the problem (or a
 //! fallback with a warning), never a panic, a wrong result or a partial file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,9 @@ use hpc_test_support::example::{self, refused, succeeded as ok};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-hostile", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-hostile", tag)
 }
 
 /// The network of these runs.
@@ -345,7 +346,8 @@ fn a_full_disk_names_the_file_and_leaves_no_partial_output() {
 fn an_oversized_network_is_refused_at_once_with_the_estimate() {
     let dir = tmpdir("size");
     for args in [
-        &["--order", "400000000", "--ce", "10", "--ci", "10"][..],
+        // The most neurons a spike's code takes with the delay of 15 steps.
+        &["--order", "50000000", "--ce", "1000", "--ci", "250"][..],
         &["--order", "100000"],
     ] {
         let t = Instant::now();

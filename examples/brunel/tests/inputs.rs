@@ -2,7 +2,7 @@
 //! file that is a FIFO or a device, a pace or a parameter that is not a finite
 //! number. Each is refused at once with a message naming it, never a hang or a panic.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -10,8 +10,9 @@ use hpc_test_support::example::{self, refused};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-inputs", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-inputs", tag)
 }
 
 /// A small brunel run with `extra` flags; it must end within 60 s.
@@ -67,7 +68,8 @@ fn a_config_or_reference_file_that_is_a_fifo_or_dev_zero_is_refused_at_once() {
 
 #[test]
 fn a_pace_or_parameter_that_is_not_a_usable_number_is_refused_by_name() {
-    let out = tmpdir("numbers").join("out");
+    let dir = tmpdir("numbers");
+    let out = dir.join("out");
     let e = refused(&brunel(&out, &["--pace", "1e-300"]));
     assert!(
         e.contains("--pace 1e-300 would stretch") && e.contains("more than a year"),

@@ -75,7 +75,7 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
     if !have_python() {
         return;
     }
-    let dir = hpc_test_support::tmpdir("brunel-python-reader", "files");
+    let dir = hpc_test_support::TmpDir::new("brunel-python-reader", "files");
     brunel(&dir.join("run"), &[]);
     brunel(&dir.join("stopped"), &["--stop-at", "30"]);
     let good = std::fs::read(dir.join("run/spikes.spk")).unwrap();

@@ -7,8 +7,9 @@ use std::process::{Command, Output};
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-report", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-report", tag)
 }
 
 fn nest_line(order: u32) -> String {
@@ -33,7 +34,11 @@ fn brunel(out: &std::path::Path, extra: &[&str]) -> Output {
 
 /// A run (into `dir/out`) given NEST's line for a network of `order` as its
 /// reference (`dir/name`): the fresh `dir`, the output folder and the run.
-fn with_reference(tag: &str, name: &str, order: u32) -> (PathBuf, PathBuf, Output) {
+fn with_reference(
+    tag: &str,
+    name: &str,
+    order: u32,
+) -> (hpc_test_support::TmpDir, PathBuf, Output) {
     let dir = tmpdir(tag);
     let reference = dir.join(name);
     std::fs::write(&reference, nest_line(order)).unwrap();
@@ -110,7 +115,8 @@ fn a_reference_of_another_network_is_refused_before_the_run() {
 /// some 300 digits each.
 #[test]
 fn huge_and_tiny_parameters_are_written_short_in_the_report() {
-    let out = tmpdir("huge-tiny").join("out");
+    let dir = tmpdir("huge-tiny");
+    let out = dir.join("out");
     let o = brunel(&out, &["--eta=1e-300", "--v-reset=-1e300", "--g=1e-300"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
@@ -121,9 +127,10 @@ fn huge_and_tiny_parameters_are_written_short_in_the_report() {
     );
     assert!(!html.contains("0000000000000000000000"));
     // And the summary's dt (a run of ten steps of 1e-300 ms).
+    let tiny = tmpdir("tiny-dt");
     let o = Command::new(BRUNEL)
         .args(["--order", "50", "--quiet", "--no-plot", "--no-pin", "--out"])
-        .arg(tmpdir("tiny-dt"))
+        .arg(&tiny)
         .args([
             "--dt=1e-300",
             "--t-sim=1e-299",

@@ -2,7 +2,7 @@
 //! them: two runs on one directory, an earlier run's files, a run stopped early,
 //! stdout on a full device and a trace that does not fit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,8 +12,9 @@ use hpc_test_support::output;
 
 const BRUNEL: &str = env!("CARGO_BIN_EXE_brunel");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("brunel-rundir", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-rundir", tag)
 }
 
 /// The network of these runs.
@@ -223,6 +224,78 @@ fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
         let spikes = hpc_spiking::spikes::read_spikes_partial(&partial).unwrap();
         assert!(!spikes.spikes.is_empty(), "{name}");
         assert!(!out.join("spikes.spk").exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A signal outside the loop: while the network is built (nothing of the
+/// output directory changed yet: left so) and after the loop, while the summary
+/// and figures are written (run.json marked incomplete "while writing the
+/// summary"), the run ends at once by the signal, saying so. Pass 18: the
+/// process ended where it stood without a word, and from the summary on its
+/// run.json said "running" (abandoned).
+#[test]
+fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("signal-outside");
+    // A network whose build and figures take a while in a debug build.
+    let model = ["--preset", "nest", "--order", "2000", "--threads", "1"];
+    for (when, wait_for) in [("building", "run.lock"), ("summary", "summary.json")] {
+        let out = dir.join(when);
+        // Not `cmd`'s `--no-plot`: the figures make the summary last.
+        let mut run = Command::new(BRUNEL)
+            .args(model)
+            .args(["--t-sim", "10", "--out"])
+            .arg(&out)
+            .env("HPC_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !out.join(wait_for).exists() {
+            assert!(Instant::now() < deadline, "{when}: no {wait_for}");
+            if let Some(status) = run.try_wait().unwrap() {
+                panic!("{when}: the run ended before the signal: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sent = Command::new("kill")
+            .args(["-15".to_string(), run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let o = run.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.signal(), Some(15), "{when}: {:?} {err}", o.status);
+        if when == "building" {
+            assert!(
+                err.contains("brunel: error: stopped by SIGTERM while "),
+                "{err}"
+            );
+            assert!(err.contains("no output directory was changed"), "{err}");
+            assert!(!out.join("run.json").exists());
+        } else {
+            assert!(
+                err.contains("stopped by SIGTERM while writing the summary;"),
+                "{err}"
+            );
+            assert!(err.contains("says the run is incomplete"), "{err}");
+            let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+            assert_eq!(m.liveness, Liveness::Finished);
+            match &m.manifest.status {
+                Status::Incomplete { reason, .. } => {
+                    assert_eq!(reason, "stopped by SIGTERM while writing the summary")
+                }
+                s => panic!("a run stopped in its summary is marked {s:?}"),
+            }
+            assert!(m
+                .manifest
+                .file("spikes.spk")
+                .is_some_and(|f| f.size.is_some()));
+            // The holder's name went with the lock, as at a run's finish.
+            assert_eq!(std::fs::metadata(out.join("run.lock")).unwrap().len(), 0);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

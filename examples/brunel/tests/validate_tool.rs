@@ -12,11 +12,9 @@ fn tools() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools")
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("brunel-tools-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn scratch(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("brunel-tools", tag)
 }
 
 fn python(args: &[&std::ffi::OsStr], pythonpath: Option<&Path>) -> Output {
@@ -333,4 +331,145 @@ fn nest_python_says_when_it_passes_over_the_python_given() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every script that builds with cargo from the repository's root and then
+/// looks for the binary under `$CARGO_TARGET_DIR` makes a relative one
+/// absolute (the caller's) first, as `validate-example.sh` does since pass 18:
+/// `benches/microcircuit.sh`, `microcircuit-profile.sh`,
+/// `microcircuit-scaling.sh`, `device.sh` and `brunel/run.sh` built into
+/// ROOT/DIR and looked for the binary in the caller's DIR.
+#[test]
+fn every_script_building_from_the_root_makes_a_relative_target_dir_absolute() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut scripts = Vec::new();
+    for dir in ["benches", "benches/brunel", "crates/hpc-spiking/validate"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "sh") {
+                scripts.push(p);
+            }
+        }
+    }
+    assert!(scripts.len() > 10, "{scripts:?}");
+    let mut wrong = Vec::new();
+    for p in &scripts {
+        let text = std::fs::read_to_string(p).unwrap();
+        if !text.contains("cd \"$root\" && cargo build") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("target=${CARGO_TARGET_DIR:-") {
+                let next = lines.get(i + 1).map_or("", |n| n.trim());
+                if !next.starts_with("case $target in /*)") {
+                    wrong.push(format!("{}:{}", p.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a relative CARGO_TARGET_DIR taken as it is: {wrong:?}"
+    );
+}
+
+/// A bench script's flag given last, without its value: named, status 2,
+/// before anything is built or run (it was bash's "line 25: $2: unbound
+/// variable", status 1).
+#[test]
+fn a_bench_script_flag_without_its_value_is_named() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (script, flag) in [
+        ("benches/microcircuit-scaling.sh", "--t-sim"),
+        ("benches/microcircuit.sh", "--reps"),
+        ("benches/hpc-benchmark-cluster.sh", "--nodes"),
+        ("benches/microcircuit-cluster.sh", "--rounds"),
+        ("benches/offload-cluster.sh", "--fft-n"),
+    ] {
+        let o = Command::new("bash")
+            .arg(root.join(script))
+            .arg(flag)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{script}: {err}");
+        assert!(
+            err.contains(&format!("{flag} needs a value")),
+            "{script}: {err}"
+        );
+    }
+}
+
+/// `benches/brunel/ab.sh` given 0, -1 or `x` rounds, or a binary that is not
+/// there: named, status 2, before any run (0 rounds ran nothing and ended in
+/// the table's Python traceback, "No such file or directory: '/tmp/tmp.…/all'").
+#[test]
+fn the_ab_script_names_its_rounds_and_binaries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ab = root.join("benches/brunel/ab.sh");
+    let bin = env!("CARGO_BIN_EXE_brunel");
+    for (args, want) in [
+        (
+            vec![bin, bin, "0"],
+            "rounds 0: give a whole number of rounds",
+        ),
+        (
+            vec![bin, bin, "-1"],
+            "rounds -1: give a whole number of rounds",
+        ),
+        (
+            vec![bin, bin, "x"],
+            "rounds x: give a whole number of rounds",
+        ),
+        (
+            vec!["/nonexistent", bin, "1"],
+            "/nonexistent: not an executable file",
+        ),
+    ] {
+        let o = Command::new("bash")
+            .arg(&ab)
+            .args(&args)
+            .env("BRUNEL_AB_NEST", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("Traceback"), "{args:?}: {err}");
+    }
+}
+
+/// `benches/collcost-abba.sh` given 0, -1 or `x` rounds: named, status 2,
+/// before any run (0 ran nothing, then the table's Python failed). Stand-in
+/// builds (`hpc` and `collcost` that do nothing) make it take no build.
+#[test]
+fn the_collcost_abba_script_names_its_rounds() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch("collcost-abba");
+    for side in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(side)).unwrap();
+        for b in ["hpc", "collcost"] {
+            let p = dir.join(side).join(b);
+            std::fs::write(&p, "#!/bin/sh\nexit 0\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/collcost-abba.sh");
+    for r in ["0", "-1", "x"] {
+        let o = Command::new("bash")
+            .arg(&script)
+            .arg(dir.join("a"))
+            .arg(dir.join("b"))
+            .arg(r)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{r}: {err}");
+        assert!(
+            err.contains(&format!("rounds {r}: give a whole number of rounds")),
+            "{r}: {err}"
+        );
+    }
 }

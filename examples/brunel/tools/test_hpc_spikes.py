@@ -709,6 +709,72 @@ class CommandLine(unittest.TestCase):
                     found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
         self.assertEqual(found, [])
 
+    def test_no_tool_reads_a_file_unbounded_itself(self):
+        # Every file a tool reads goes through hpc_spikes.read_regular (or
+        # read_json): a regular file, at most a bound. Pass 18 left the
+        # validate.py scripts' summary.json (open, read_text: a FIFO there
+        # waited without end, /dev/zero was read until memory ran out), and
+        # pass 19 found nest_microcircuit.py's --config the same way. Only
+        # /proc files are read with open.
+        import ast
+        import glob
+        root = os.path.join(HERE, "..", "..", "..")
+        tools = [p for p in glob.glob(os.path.join(root, "examples", "*", "tools", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "python", "*.py"))
+                 + glob.glob(os.path.join(root, "crates", "hpc-spiking", "validate", "*.py"))
+                 if not os.path.basename(p).startswith("test_")]
+        self.assertGreater(len(tools), 8)
+        found = []
+        for path in tools:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Name) and f.id == "open":
+                    first = node.args[0] if node.args else None
+                    mode = node.args[1] if len(node.args) > 1 else next(
+                        (k.value for k in node.keywords if k.arg == "mode"), None)
+                    if isinstance(first, ast.Constant) and str(first.value).startswith("/proc/"):
+                        continue
+                    if isinstance(mode, ast.Constant) and any(c in mode.value for c in "wax+"):
+                        continue  # a write: the test above
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno} open")
+                elif isinstance(f, ast.Attribute) and f.attr in ("read_text", "read_bytes"):
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno} {f.attr}")
+        self.assertEqual(found, [])
+
+    def test_a_summary_that_is_a_fifo_or_too_large_is_named_at_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "summary.json")
+            os.mkfifo(fifo)
+            with self.assertRaisesRegex(SpikeFileError, "is a FIFO, not a regular file"):
+                hpc_spikes.read_json(fifo)
+            big = os.path.join(d, "big.json")
+            with open(big, "wb") as f:
+                f.truncate(hpc_spikes.MAX_METADATA_BYTES + 1)
+            with self.assertRaisesRegex(SpikeFileError, "more than the 16777216 accepted"):
+                hpc_spikes.read_json(big)
+            ok = os.path.join(d, "ok.json")
+            hpc_spikes.write_replacing(ok, b'{"a": 1}\n', "test")
+            self.assertEqual(hpc_spikes.read_json(ok), {"a": 1})
+
+    def test_a_population_name_with_a_terminal_escape_is_quoted_in_the_rates(self):
+        # A forged header's population "\x1b[31mred\n" was printed as it was by
+        # read_spikes.py: the terminal's escape drawn, the line broken (pass 19).
+        import read_spikes
+        res = [{"name": "\x1b[31mred\n", "neurons": 2, "rate_hz": 1.0, "cv_isi": 0.0},
+               {"name": "E", "neurons": 3, "rate_hz": 2.0, "cv_isi": 0.5},
+               {"name": "n" * 1000, "neurons": 1, "rate_hz": 0.0, "cv_isi": 0.0}]
+        h = {"n_neurons": 6, "dt_ms": 0.1}
+        lines = read_spikes.result_lines("f.spk", 3, h, (0.0, 10.0, ""), res)
+        self.assertEqual(len(lines), 4)
+        self.assertFalse(any("\x1b" in line or "\n" in line for line in lines), lines)
+        self.assertIn("'\\x1b[31mred\\n'", lines[1])
+        self.assertTrue(lines[2].startswith("  E "), lines[2])
+        self.assertLess(len(lines[3]), 400)
+
     def test_a_failed_command_of_a_tool_is_one_line(self):
         # validate.py's runs of NEST and of the example: a program that fails or
         # is missing ends the tool in one line naming it, not a traceback.

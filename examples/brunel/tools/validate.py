@@ -71,8 +71,8 @@ for k, (label, order, ce, ci, vr) in enumerate(cases, 1):
         # it, not a traceback.
         try:
             hdr, t, ids = read(os.path.join(out, "spikes.spk"))
-            with open(os.path.join(out, "summary.json")) as f:
-                summ = json.load(f)
+            # Bounded, a regular file only (a FIFO there waited without end).
+            summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
             summ["simulate_cpu_s"] + 0.0
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             print(f"{PROG}: --brunel {a.brunel} wrote no run's spikes.spk and summary.json "

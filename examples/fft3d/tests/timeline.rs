@@ -10,7 +10,7 @@ const FFT3D: &str = env!("CARGO_BIN_EXE_fft3d");
 
 #[test]
 fn two_ranks_and_their_proxy_record_the_overlapped_transposes() {
-    let dir = hpc_test_support::tmpdir("fft3d-timeline", "proxy");
+    let dir = hpc_test_support::TmpDir::new("fft3d-timeline", "proxy");
     let traces = dir.join("trace");
     let args = [
         "--n",

@@ -160,6 +160,10 @@ fn run(args: Args) -> Result<()> {
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
     check_memory(&args, &model, need, world.local_size(), available)?;
     let pool = hpc_spiking::run::thread_pool(&world, ra.threads(), !ra.no_pin, "hpc_benchmark")?;
+    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
+    // the loop after the interval in progress, elsewhere at once, with its
+    // run.json marked incomplete naming what was being done (hpc_spiking::stop).
+    let on_signal = hpc_spiking::stop::OnSignal::around(true, "hpc_benchmark")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
@@ -171,6 +175,7 @@ fn run(args: Args) -> Result<()> {
         Ok(hpc_benchmark::checkpoint::open(d)?.dir().to_path_buf())
     })?;
     let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
+    on_signal.doing("while building the network");
     let mut sim = Simulation::new(&model, (rank, size), &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let show = ra.shows_progress(rank);
@@ -187,6 +192,7 @@ fn run(args: Args) -> Result<()> {
     }
     // A run a signal stopped says so in its run.json (incomplete, the signal named).
     let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
+    on_signal.doing("while writing the summary");
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, need)

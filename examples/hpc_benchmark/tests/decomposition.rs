@@ -4,7 +4,7 @@
 //! restart from a checkpoint, and bad input refused before the network is
 //! built, with the parameter named.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hpc_test_support::{example, Job};
@@ -12,8 +12,9 @@ use hpc_test_support::{example, Job};
 const BIN: &str = env!("CARGO_BIN_EXE_hpc_benchmark");
 const MODEL: &[&str] = &["--scale", "0.02", "--t-presim", "10", "--t-sim", "40"];
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("hpc-benchmark-test", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("hpc-benchmark-test", tag)
 }
 
 /// Runs `ranks` processes of `threads` threads into `out`; answers the spike

@@ -119,7 +119,7 @@ fn run(out: &Path, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn a_run_writes_its_weight_histogram() {
-    let dir = hpc_test_support::tmpdir("hpc-benchmark-figure", "run");
+    let dir = hpc_test_support::TmpDir::new("hpc-benchmark-figure", "run");
     let summary = run(&dir.join("plot"), &[]);
     let svg = std::fs::read_to_string(dir.join("plot").join("weights.svg")).unwrap();
     well_formed(&svg).unwrap();

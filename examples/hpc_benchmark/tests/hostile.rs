@@ -6,11 +6,9 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hpc_benchmark");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-benchmark-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("hpc-benchmark", tag)
 }
 
 /// Times so long that their steps do not fit a count (`1e300` ms is u64::MAX

@@ -41,14 +41,9 @@ fn validate(args: &[&str], stdout: Stdio) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hpc-benchmark-validate-{tag}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn scratch(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("hpc-benchmark-validate", tag)
 }
 
 /// Values the binary refuses (NaN passed `--scale <= 0`, and the binary ran),
@@ -86,7 +81,7 @@ fn hostile_arguments_are_named_not_a_traceback_or_a_hang() {
         (
             vec!["--results", "/dev/zero"],
             1,
-            "--results /dev/zero: not a regular file",
+            "--results /dev/zero: a character device, not a regular file",
         ),
         (vec!["--results", f], 1, "not a regular file"),
         (vec!["--results", dir], 1, "--results"),

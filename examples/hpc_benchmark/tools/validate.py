@@ -103,7 +103,9 @@ class summary_of:
 
     def __enter__(self):
         try:
-            s = json.loads(self.path.read_text())
+            # Bounded, a regular file only (read_text() waited for a FIFO's
+            # writer without end and read /dev/zero until memory ran out).
+            s = hpc_spikes.read_json(self.path)
         except FileNotFoundError:
             fail(f"{self.program} wrote no {self.path} (is it hpc_benchmark?)")
         except (OSError, ValueError, RecursionError) as e:
@@ -151,13 +153,13 @@ def load(path):
     if not path or not os.path.lexists(path):
         return []
     try:
-        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
-            st = os.fstat(f.fileno())
-            if not (st.st_mode & 0o170000 == 0o100000):
-                fail(f"--results {path}: not a regular file (a JSON-lines file of finished runs)")
-            if st.st_size > MAX_RESULTS_BYTES:
-                fail(f"--results {path}: {st.st_size} bytes, more than the {MAX_RESULTS_BYTES} accepted")
-            text = f.read(MAX_RESULTS_BYTES + 1).decode("utf-8", errors="replace")
+        text = hpc_spikes.read_regular(path, MAX_RESULTS_BYTES).decode("utf-8", errors="replace")
+    except hpc_spikes.SpikeFileError as e:
+        # "PATH is a FIFO, not a regular file", "PATH is N bytes, more than ...".
+        what = str(e)
+        if what.startswith(f"{path} is "):
+            what = what[len(f"{path} is "):]
+        fail(f"--results {path}: {what} (a JSON-lines file of finished runs)")
     except OSError as e:
         fail(f"--results {path}: {e.strerror or e}")
     rows = []

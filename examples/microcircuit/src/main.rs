@@ -138,6 +138,10 @@ fn run(args: Args) -> Result<()> {
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
+    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
+    // the loop after the interval in progress, elsewhere at once, with its
+    // run.json marked incomplete naming what was being done (hpc_spiking::stop).
+    let on_signal = hpc_spiking::stop::OnSignal::around(true, "microcircuit")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
@@ -151,6 +155,7 @@ fn run(args: Args) -> Result<()> {
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
     let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
+    on_signal.doing("while building the network");
     let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
     let mut line = ProgressLine::new(ra.shows_progress(rank), dt, model.presim_steps, None);
@@ -160,6 +165,7 @@ fn run(args: Args) -> Result<()> {
     };
     // A run a signal stopped says so in its run.json (incomplete, the signal named).
     let report = report.map_err(|e| hpc_spiking::stop::mark_stopped(out_dir.take(), e, dt))?;
+    on_signal.doing("while writing the summary");
     let end = (report.completed, report.end_step, dt);
     hpc_spiking::run::hand_off(&world, &report, out_dir, end, |dir, all| {
         summary(&args, dir, &model, &report, all, &pool)

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,8 +16,9 @@ use microcircuit::sim::{RankReport, RunOptions, Simulation};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("microcircuit-test", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("microcircuit-test", tag)
 }
 
 /// 1.5 % of the neurons and 5 % of the in-degrees, with the thalamic pulse early.
@@ -170,7 +171,7 @@ fn run_processes(size: usize, out: &Path, extra: &[&str]) {
 
 /// The spike file of [`small_params`] run as one process (no launcher) into a
 /// fresh directory `tag`, and that directory.
-fn one_process(tag: &str) -> (PathBuf, Vec<u8>) {
+fn one_process(tag: &str) -> (hpc_test_support::TmpDir, Vec<u8>) {
     let dir = tmpdir(tag);
     example::succeeded(&Command::new(BIN).args(cli_args(&dir)).output().unwrap());
     let spikes = std::fs::read(dir.join("spikes.spk")).unwrap();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use hpc_io::rundir::Status;
@@ -12,8 +12,9 @@ use hpc_test_support::example::{self, stderr};
 
 const BIN: &str = env!("CARGO_BIN_EXE_microcircuit");
 
-fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmpdir("microcircuit-rundir", tag)
+/// A fresh directory, removed at the end of the test (and when it fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("microcircuit-rundir", tag)
 }
 
 fn run(out: &Path, extra: &[&str]) -> Output {

@@ -78,8 +78,13 @@ def main():
         except hpc_spikes.SpikeFileError as e:
             ap.error(str(e))
 
-    with open(a.config, "rb") as f:
-        P = tomllib.load(f)
+    # Bounded, a regular file only: open() of a FIFO given as --config waited
+    # for a writer without end, /dev/zero was read until memory ran out.
+    try:
+        P = tomllib.loads(hpc_spikes.read_regular(a.config, hpc_spikes.MAX_METADATA_BYTES)
+                          .decode("utf-8"))
+    except (OSError, ValueError) as e:
+        ap.error(f"--config {hpc_spikes.shown(a.config)}: {str(e)[:200]}")
     for k in ("n_scaling", "k_scaling", "t_presim", "t_sim", "seed"):
         v = getattr(a, k)
         if v is not None:

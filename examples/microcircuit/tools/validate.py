@@ -69,8 +69,8 @@ for seed in a.seeds:
         # naming it, not a traceback.
         try:
             h, t, ids = read(os.path.join(out, "spikes.spk"))
-            with open(os.path.join(out, "summary.json")) as f:
-                summ = json.load(f)
+            # Bounded, a regular file only (a FIFO there waited without end).
+            summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
             summ["simulate_recorded_s"] + summ["build_s"] + h["t_presim_ms"]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             print(f"{PROG}: --microcircuit {a.microcircuit} wrote no run's spikes.spk and "

@@ -1,0 +1,88 @@
+//! The manifests of this process's started runs, kept so that a thread that must
+//! end the process at once (a signal outside a run's loop, a loop blocked past its
+//! grace: `hpc_spiking::stop`) can mark them incomplete first
+//! ([`mark_incomplete_before_exit`]) instead of leaving them "running".
+//!
+//! Every manifest write of a [`RunDir`](super::RunDir) holds [`STARTED`]'s lock,
+//! so the two never write one `run.json` at once, and once marked, the lock stays
+//! held: no later write of this process replaces the mark.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use super::manifest::{now_ms, open_own, Manifest};
+use super::{write_replace, Status, LOCK, MANIFEST};
+
+/// A started, unfinished run: its id in this process, its directory and its
+/// manifest as last written.
+type Started = (u64, PathBuf, Manifest);
+
+/// The started, unfinished runs of this process.
+static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+
+/// The next run's id in this process.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A new id for a run of this process.
+pub(super) fn next_id() -> u64 {
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The list of started runs, locked (held while a manifest is written).
+pub(super) fn hold() -> MutexGuard<'static, Vec<Started>> {
+    STARTED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Notes the manifest `m` of the run `id` in `dir` as last written (`finished`:
+/// the run has ended, and is no longer noted).
+pub(super) fn note(held: &mut Vec<Started>, id: u64, dir: &Path, m: &Manifest, finished: bool) {
+    held.retain(|(i, _, _)| *i != id);
+    if !finished {
+        held.push((id, dir.to_path_buf(), m.clone()));
+    }
+}
+
+/// Marks every started, unfinished run of this process incomplete with `reason`
+/// (its files listed with their sizes, as `RunDir::finish` lists them) and gives
+/// each manifest's path with the outcome of its write. **For a process about to
+/// end**: the lock on the runs' manifests stays held, so any later manifest write
+/// of this process waits for ever (none may replace the mark).
+pub fn mark_incomplete_before_exit(reason: &str) -> Vec<(PathBuf, super::Result<()>)> {
+    let mut held = hold();
+    let mut done = Vec::new();
+    for (_, dir, m) in held.iter_mut() {
+        m.files
+            .retain_mut(|f| match std::fs::symlink_metadata(dir.join(&f.name)) {
+                Ok(meta) if !meta.is_dir() => {
+                    f.size = Some(meta.len());
+                    true
+                }
+                _ => false,
+            });
+        m.status = Status::Incomplete {
+            reason: reason.into(),
+            stopped_at: None,
+        };
+        m.finished_unix_ms = Some(now_ms());
+        let outcome = match serde_json::to_vec_pretty(&*m) {
+            Ok(mut text) => {
+                text.push(b'\n');
+                write_replace(dir, MANIFEST, &text)
+            }
+            Err(e) => Err(super::Error::Manifest {
+                path: dir.join(MANIFEST),
+                reason: e.to_string(),
+            }),
+        };
+        // The holder's name goes with the lock (as `RunDir::finish` does), so
+        // that it never names a run that has ended.
+        if let Ok(Some((lock, _))) = open_own(&dir.join(LOCK), true) {
+            let _ = lock.set_len(0);
+        }
+        done.push((dir.join(MANIFEST), outcome));
+    }
+    held.clear();
+    std::mem::forget(held);
+    done
+}
