@@ -110,8 +110,8 @@ pub fn shown(value: &str) -> String {
 /// character (`char::is_control`), a bidirectional control (U+061C, U+200E,
 /// U+200F, U+202A to U+202E, U+2066 to U+2069, which make a terminal show the
 /// text around them in another order) or a line or paragraph separator
-/// (U+2028, U+2029). `hpc_io::message::needs_escape` is the same rule for
-/// paths and values from files; [`shown`] escapes each of them (`{:?}`).
+/// (U+2028, U+2029). `hpc_io::message` re-exports it for paths and values
+/// from files; [`shown`] escapes each of them (`{:?}`).
 ///
 /// ```
 /// assert!(hpc_env::needs_escape('\u{202e}') && hpc_env::needs_escape('\n'));

@@ -204,26 +204,15 @@ pub fn said(text: &str) -> std::borrow::Cow<'_, str> {
 /// to U+2069: format characters that make a terminal or an editor show the
 /// text around them in another order, as "Trojan Source" spoofs code) or a
 /// line or paragraph separator (U+2028, U+2029: a line break to some
-/// terminals and editors). `hpc_env::short` escapes the same characters.
+/// terminals and editors). It is `hpc_env::needs_escape`, re-exported: one rule
+/// for the settings `hpc_env::short` writes and the paths and values here.
 ///
 /// ```
 /// use hpc_io::message::needs_escape;
 /// assert!(needs_escape('\n') && needs_escape('\u{1b}') && needs_escape('\u{202e}'));
 /// assert!(!needs_escape('a') && !needs_escape('é') && !needs_escape(' '));
 /// ```
-pub fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{2028}'
-                | '\u{2029}'
-        )
-}
+pub use hpc_env::needs_escape;
 
 /// The longest path a message shows whole, in bytes: the most the system
 /// takes in a path (`PATH_MAX`), so that only a path no call could use is cut.
