@@ -658,6 +658,27 @@ fn kill(world: &World) {
         "{engine:?}: {err}"
     );
     eprintln!("OK: {err}");
+    // Rank 1 is known lost here: a small send to it fails naming it (it was
+    // copied out and returned `Ok`, the message lost without a word), and
+    // so does a bcast whose root and receivers are alive, on every engine
+    // alike (it succeeded under Inline and Thread, failed under Proxy).
+    let err = comm.send(&[7u8; 4], 1, 5).unwrap_err();
+    assert!(
+        matches!(err, Error::RankLost { rank: 1 }),
+        "{engine:?}: send to the lost rank: {err}"
+    );
+    let mut b = [comm.rank() as u8; 16];
+    let err = comm.bcast(&mut b, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::RankLost { rank: 1 }),
+        "{engine:?}: bcast after the loss: {err}"
+    );
+    // The survivors' own messages still go.
+    let other = 2 - comm.rank();
+    let mut got = [0u8; 4];
+    comm.sendrecv(&[comm.rank() as u8; 4], other, 6, &mut got, other, 6)
+        .unwrap();
+    assert_eq!(got, [other as u8; 4], "{engine:?}");
     // Stay a moment, so that the other survivors see rank 1 gone before this one
     // (a rank on the same node is seen exiting faster than one across the network).
     std::thread::sleep(Duration::from_millis(300));
