@@ -167,8 +167,9 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// Its kind (non-zero) and its three words.
-    fn words(self) -> (u32, [u32; 3]) {
+    /// Its kind (non-zero) and its three words, as a record on the board
+    /// holds it (and a notice to another node carries it).
+    pub fn words(self) -> (u32, [u32; 3]) {
         match self {
             Failure::Mismatch { peer, ours, theirs } => (1, [peer, ours, theirs]),
             Failure::Left { peer } => (2, [peer, 0, 0]),
@@ -177,7 +178,8 @@ impl Failure {
         }
     }
 
-    fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
+    /// The failure of [`Failure::words`]; `None` for an unknown kind.
+    pub fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
         match kind {
             1 => Some(Failure::Mismatch { peer, ours, theirs }),
             2 => Some(Failure::Left { peer }),
@@ -546,7 +548,8 @@ impl Board {
     /// Records, in `rank`'s slot, that its collective `seq` failed and why,
     /// for the other members that still wait for it ([`Board::failed`]).
     /// Only `rank`'s threads write its records, each in a record of its own
-    /// (the oldest of the [`FAIL_RECORDS`]). A reader never takes half of one
+    /// (the oldest of the [`FAIL_RECORDS`]), and, for a rank on another
+    /// node, the ranks of this node that its failure notice reached. A reader never takes half of one
     /// record and half of another: a record's first word is 0 while the
     /// others change (a sequence lock).
     pub fn mark_failed(&self, rank: usize, seq: u32, f: Failure) {

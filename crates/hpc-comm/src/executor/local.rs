@@ -273,13 +273,14 @@ impl Core {
     /// collective's: the other members that wait for the collective fail
     /// with a [`Error::CountMismatch`] at their next check, not by the
     /// timeout (as [`Core::mismatch`] does for another collective).
-    pub(super) fn mark_count(&self, tag: u64, sender: usize, receiver: usize) {
+    pub(super) fn mark_count(&mut self, tag: u64, sender: usize, receiver: usize) {
         if tag >> 32 != P2P_SEQ {
             let f = Failure::Count {
                 sender: sender as u32,
                 receiver: receiver as u32,
             };
             self.board.mark_failed(self.me, (tag >> 32) as u32, f);
+            self.notify((tag >> 32) as u32, f);
         }
     }
 
@@ -308,13 +309,14 @@ impl Core {
     /// ([`Op::fail_as_elsewhere`](super::Op::fail_as_elsewhere)),
     /// not by the timeout (a rank that never hears from `peer` waits for one
     /// that has failed already).
-    pub(super) fn mismatch(&self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
+    pub(super) fn mismatch(&mut self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
         let f = Failure::Mismatch {
             peer: peer as u32,
             ours: ours.0,
             theirs: theirs.0,
         };
         self.board.mark_failed(self.me, seq, f);
+        self.notify(seq, f);
         f.error()
     }
 
