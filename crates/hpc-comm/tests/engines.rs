@@ -1664,6 +1664,15 @@ fn proxy_memory(world: &World) {
             msg.contains("proxy") && msg.contains("HPC_COLL_PROXY_MAX_SCRATCH"),
             "{msg}"
         );
+        // And the cap itself: its value as set, or in bytes (the host
+        // proxy's refusal named the variable alone, hostile pass 19).
+        let cap = std::env::var("HPC_COLL_PROXY_MAX_SCRATCH").unwrap();
+        let bytes = cap.trim_end_matches('M').parse::<u64>().unwrap() << 20;
+        assert!(
+            msg.contains(&format!("HPC_COLL_PROXY_MAX_SCRATCH=\"{cap}\""))
+                || msg.contains(&format!("cap of {bytes} bytes")),
+            "{msg}"
+        );
         // Refused at once, not by the timeout.
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         let send = vec![comm.rank() as f64 + 1.0; 1000];
