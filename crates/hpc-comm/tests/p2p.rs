@@ -926,17 +926,28 @@ fn misuse(comm: &Comm, world: &hpc_runtime::World, engine: Engine) {
 }
 
 /// A blocking send of a large message to itself, no receive posted, and an
-/// owned receive dropped unwaited with nothing sent to it: each ends with the
-/// communicator's timeout (an error naming the message; a warning for the
-/// drop), not a hang.
+/// owned receive dropped unwaited with nothing sent to it: neither hangs.
+/// The send is copied when sent and completes at once, the message there for
+/// a later receive (it timed out, and a receive after that read the freed
+/// buffer: hostile pass 19); the drop ends with the communicator's timeout
+/// (a warning).
 fn misuse_timeout(comm: &Comm) {
     let me = comm.rank();
     let t0 = Instant::now();
-    match comm.send(&msg(me, 70, LARGE)[..], me, 70) {
-        Err(e @ Error::MessageTimeout { .. }) => {
-            assert!(e.to_string().contains("tag 70"), "{e}")
+    {
+        let sent = msg(me, 70, LARGE);
+        match comm.send(&sent[..], me, 70) {
+            Ok(()) => {}
+            Err(e) if comm.engine().name() == "mpi" => {
+                assert!(e.to_string().contains("tag 70"), "{e}")
+            }
+            Err(e) => panic!("a large blocking send to itself: {e}"),
         }
-        o => panic!("a large blocking send to itself, never received: {o:?}"),
+    }
+    if comm.engine().name() != "mpi" {
+        let mut got = vec![0f64; LARGE];
+        comm.recv(&mut got[..], me, 70).unwrap();
+        assert_eq!(got, msg(me, 70, LARGE));
     }
     let r = comm.irecv_owned(vec![0u64; 3], me, 71).unwrap();
     drop(r);

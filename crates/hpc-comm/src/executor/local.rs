@@ -447,6 +447,21 @@ impl Core {
         })
     }
 
+    /// A point-to-point message to this rank itself: copied whole into the
+    /// matcher, as a message from another node is, and sent at once. By its
+    /// descriptor it went by the caller's address, read in place by the
+    /// receive: a blocking send that timed out returned and let its buffer
+    /// go while the descriptor stayed queued, and the later receive copied
+    /// from freed memory (a crash, or another allocation's bytes).
+    pub(super) fn send_to_self(&mut self, d: &mut OpData, tag: u32, region: &Region) {
+        let p = d.bufs.ptr(region);
+        // SAFETY: `ptr` bounds-checked the region against its buffer, which
+        // the operation keeps alive while it advances.
+        let v = unsafe { std::slice::from_raw_parts(p, region.len) }.to_vec();
+        self.queue((self.me, tag64(P2P_SEQ, tag)), Arrived::Bytes(v));
+        d.m.sent(self.me, tag);
+    }
+
     /// Posts a send to a rank on this node. A message of at most `stage_max`
     /// bytes goes in as many chunks as free slots take, each announced at once
     /// (so the receiver copies while this rank stages the next), with a `TAIL`

@@ -848,6 +848,9 @@ impl Core {
                         .map_err(|e| net.error(e))?;
                     d.net_recvs.push((peer, id, tag));
                 }
+                Action::Send { peer, tag, region } if seq == P2P_SEQ && peer == self.me => {
+                    self.send_to_self(d, tag, &region);
+                }
                 Action::Send { peer, tag, region } => {
                     if !self.post_local_send(d, peer, &region, tag) {
                         d.m.sent(peer, tag);
