@@ -137,6 +137,7 @@ fn child_entry() {
             }
             "misuse" => misuse(&comm, &world, engine),
             "misuse_timeout" => misuse_timeout(&comm),
+            "late_receive" => late_receive(&comm),
             "hostile" | "hostile_inline" | "hostile_thread" => return hostile(&comm),
             o => panic!("unknown scenario {o}"),
         }
@@ -1019,6 +1020,50 @@ fn hostile_messages_on_the_proxies() {
     }
     run("dpu_hostile", 2, 1, 60);
     run("dpu_hostile", 4, 2, 60);
+}
+
+/// A large message (read at its address) whose blocking send timed out,
+/// its buffer then freed and its memory reused, and a receive posted after
+/// that: the receive fails naming the withdrawal; it got `Ok` and the other
+/// allocation's bytes as the message (or a transport error "Bad address")
+/// before hostile pass 19. Then messages go on.
+fn late_receive(comm: &Comm) {
+    let (me, n) = (comm.rank(), 8 << 20);
+    if me == 0 {
+        {
+            let sent = vec![1u8; n];
+            let e = comm.send(&sent, 1, 80).unwrap_err();
+            assert!(matches!(e, Error::MessageTimeout { .. }), "{e}");
+        }
+        // Memory the freed buffer's pages may go to, while rank 1 reads.
+        let other = vec![9u8; n];
+        std::thread::sleep(Duration::from_millis(1000));
+        drop(other);
+    } else {
+        // After the send's timeout (2 s), while rank 0 holds the memory.
+        std::thread::sleep(Duration::from_millis(2500));
+        let mut got = vec![0u8; n];
+        let r = comm.recv(&mut got, 0, 80);
+        let e = match r {
+            Ok(s) => panic!(
+                "{:?}: a withdrawn message received: {s:?}, {} bytes of 1",
+                comm.engine(),
+                got.iter().filter(|&&b| b == 1).count()
+            ),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("rank 0 withdrew its message"), "{e}");
+    }
+    comm.barrier().unwrap();
+    let mut b = [0u32; 4];
+    comm.sendrecv(&[me as u32; 4], 1 - me, 81, &mut b, 1 - me, 81)
+        .unwrap();
+    assert_eq!(b, [(1 - me) as u32; 4]);
+}
+
+#[test]
+fn a_message_withdrawn_by_a_failed_send_is_not_received() {
+    run("late_receive", 2, 1, 2);
 }
 
 #[test]

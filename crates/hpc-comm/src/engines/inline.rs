@@ -382,7 +382,11 @@ impl Pending for Op {
         }
     }
 
-    fn cancel(&self, _: &dyn Driver) {
+    fn cancel(&self, engine: &dyn Driver) {
+        // A failed send gives its buffer back after this: a message of it
+        // that a receiver may still read at its address is withdrawn first.
+        let host = host_of(engine);
+        self.withdraw(&host.board, host.rank());
         self.fail(Error::Stopped("cancelled"));
     }
 

@@ -12,12 +12,23 @@ use hpc_board::Error;
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;
 
+/// The bits of a point-to-point `RTS` or `TAIL`'s length that hold it; the
+/// 16 above hold the sender's number of the message ([`Arrived::Whole`]).
+pub(super) const P2P_LEN: u64 = (1 << 48) - 1;
+
 /// A message (or part of one) announced by a peer and not yet copied.
 #[derive(Debug)]
 pub(super) enum Arrived {
     /// The whole message of `len` bytes, at `addr` in the sender (`RTS`),
     /// of a collective whose signature is `sig`.
-    Whole { addr: u64, len: u64, sig: u32 },
+    /// `serial`: the sender's number of a point-to-point message (0 for a
+    /// collective's), which it records where it withdraws the message.
+    Whole {
+        addr: u64,
+        len: u64,
+        sig: u32,
+        serial: u32,
+    },
     /// Chunk `index` of a message of `total` bytes, in the sender's `slot`,
     /// of a collective whose signature is `sig`.
     Chunk {
@@ -28,7 +39,7 @@ pub(super) enum Arrived {
     },
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
-    Rest { addr: u64, total: u64 },
+    Rest { addr: u64, total: u64, serial: u32 },
     /// A whole point-to-point message from a rank on another node, received
     /// by the transport (its header taken off).
     Bytes(Vec<u8>),
@@ -189,13 +200,21 @@ impl Core {
         for src in 0..self.size {
             while let Some(d) = self.board.pop(src, self.me) {
                 let key = (src, d.tag);
+                // A point-to-point message's announcement by address carries
+                // its sender's number of it above its length ([`P2P_LEN`]).
+                let (len, serial) = if d.tag >> 32 == P2P_SEQ && matches!(d.kind, RTS | TAIL) {
+                    (d.len & P2P_LEN, (d.len >> 48) as u32)
+                } else {
+                    (d.len, 0)
+                };
                 match d.kind {
                     RTS => self.queue(
                         key,
                         Arrived::Whole {
                             addr: d.addr,
-                            len: d.len,
+                            len,
                             sig: d.sig,
+                            serial,
                         },
                     ),
                     DATA => {
@@ -232,7 +251,8 @@ impl Core {
                                 key,
                                 Arrived::Rest {
                                     addr: d.addr,
-                                    total: d.len,
+                                    total: len,
+                                    serial,
                                 },
                             );
                         }
@@ -409,7 +429,7 @@ impl Core {
                 unsafe { std::ptr::copy_nonoverlapping(v[NET_HEAD..].as_ptr(), dst, n) };
                 n
             }
-            Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
+            Arrived::Whole { addr, serial, .. } | Arrived::Rest { addr, serial, .. } => {
                 let n = region.len - got;
                 let pid = self.pids[peer];
                 // `pids[me]` is this process (no `getpid` system call per message).
@@ -429,6 +449,16 @@ impl Core {
                     // word to look at, beside a system call).
                     if let Some(f) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
                         return Err(f.error());
+                    }
+                    // So may a sender whose point-to-point send failed (timed
+                    // out) and gave its buffer back: it withdrew the message
+                    // first. What was read is dropped, and the receive fails
+                    // (it got another allocation's bytes as the message).
+                    if serial != 0 && self.board.withdrawn(peer, self.me as u32, serial) {
+                        return Err(Error::transport(format!(
+                            "rank {peer} withdrew its message (its send failed, timed out, \
+                             before this receive read it): the buffer holds no message"
+                        )));
                     }
                     read.map_err(|e| {
                         // ESRCH: the sender has no memory left to read, it is
@@ -478,6 +508,7 @@ impl Core {
         tag: u32,
     ) -> bool {
         let p = d.bufs.ptr(region);
+        let tag32 = tag;
         let tag = tag64(d.seq, tag);
         let total = region.len;
         let mut off = 0;
@@ -510,6 +541,15 @@ impl Core {
         }
         if off < total || total == 0 {
             let needs_fin = total > 0;
+            // A point-to-point message read at its address is numbered, so
+            // that a send that fails before it was read can withdraw it
+            // (`Op::withdraw`).
+            let mut len = total as u64;
+            if d.seq == P2P_SEQ && needs_fin && len <= P2P_LEN {
+                self.p2p_serial = self.p2p_serial.wrapping_add(1).max(1);
+                len |= u64::from(self.p2p_serial) << 48;
+                d.announced = Some((peer, tag32, u32::from(self.p2p_serial)));
+            }
             self.send_desc(
                 peer,
                 Desc {
@@ -518,7 +558,7 @@ impl Core {
                     tag,
                     // SAFETY: off <= total: at most one past the region's end.
                     addr: unsafe { p.add(off) } as u64,
-                    len: total as u64,
+                    len,
                 },
                 needs_fin,
             );

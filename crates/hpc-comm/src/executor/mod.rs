@@ -198,6 +198,10 @@ pub(crate) struct OpData {
     /// A point-to-point receive not matched to a message yet: its machine
     /// is not polled until a message it takes waits ([`Core::bind_p2p`]).
     want: Option<Want>,
+    /// A point-to-point send announced by its address to a rank of this
+    /// node: the peer, the schedule tag and the message's number
+    /// ([`Op::withdraw`]).
+    announced: Option<(usize, u32, u32)>,
     pub status: Status,
 }
 
@@ -230,6 +234,7 @@ impl Op {
                 net_recvs: Vec::new(),
                 net_sends: Vec::new(),
                 want: None,
+                announced: None,
                 status: if empty { Status::Done } else { Status::Running },
             }),
             done: AtomicBool::new(empty),
@@ -303,6 +308,23 @@ impl Op {
             board.mark_failed(me, seq as u32, f);
         }
         self.fail(f.error());
+    }
+
+    /// Before a point-to-point send that failed gives its buffer back: where
+    /// it announced its message by address to a rank of this node, it
+    /// records on `board` (rank `me`'s slot) that it withdrew it, so that a
+    /// receive that reads it later drops what it read (the caller may free
+    /// or reuse the buffer at once).
+    pub(crate) fn withdraw(&self, board: &Board, me: usize) {
+        let Some((peer, tag, serial)) = lock(&self.data).announced.take() else {
+            return;
+        };
+        let f = Failure::Withdrawn {
+            receiver: peer as u32,
+            tag,
+            serial,
+        };
+        board.mark_failed(me, P2P_SEQ as u32, f);
     }
 
     /// Marks the operation failed (the engine then drops it without touching
@@ -398,6 +420,9 @@ pub(crate) struct Core {
     notices_in: Vec<(usize, hpc_rdma::OpId)>,
     /// Failure notices sent, not yet completed.
     notices_out: Vec<hpc_rdma::OpId>,
+    /// The number of the last point-to-point message announced by address
+    /// (`Core::post_local_send`; 0 is none).
+    p2p_serial: u16,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,
@@ -449,6 +474,7 @@ impl Core {
             ended: Vec::new(),
             notices_in,
             notices_out: Vec::new(),
+            p2p_serial: 0,
             net_inflight: 0,
             stopped: false,
         }
