@@ -87,12 +87,23 @@ impl Gone {
     }
 
     /// Notes what `r` says of a member (an error naming a lost or departed
-    /// rank). Returns `r` as it was.
+    /// rank). Returns `r` as it was. Inlined, the look at an `Ok` is one
+    /// branch (every wait passes here).
+    #[inline]
     pub(crate) fn note<T>(&self, r: Result<T>) -> Result<T> {
-        let (named, left) = match &r {
-            Err(Error::RankLost { rank }) => (*rank, false),
-            Err(Error::RankLeft { rank }) => (*rank, true),
-            _ => return r,
+        if let Err(e) = &r {
+            self.saw(e);
+        }
+        r
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn saw(&self, e: &Error) {
+        let (named, left) = match e {
+            Error::RankLost { rank } => (*rank, false),
+            Error::RankLeft { rank } => (*rank, true),
+            _ => return,
         };
         let rank = (self.exact && named < self.size).then_some(named);
         let mut m = lock(&self.members);
@@ -100,14 +111,20 @@ impl Gone {
             m.push(Member { rank, named, left });
         }
         self.any.store(true, Ordering::Release);
-        r
     }
 
     /// The error of a send to communicator rank `dest`, if it is known gone.
+    #[inline]
     pub(crate) fn send_to(&self, dest: usize) -> Result<()> {
         if !self.any.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.sent_to(dest)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sent_to(&self, dest: usize) -> Result<()> {
         match lock(&self.members).iter().find(|g| g.rank == Some(dest)) {
             Some(g) => Err(g.error()),
             None => Ok(()),
@@ -116,10 +133,17 @@ impl Gone {
 
     /// The first member known gone, as a collective's error (with the
     /// member's communicator rank where it is known surely), if any is.
+    #[inline]
     pub(crate) fn collective(&self) -> Option<(Option<usize>, Error)> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
+        self.first()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first(&self) -> Option<(Option<usize>, Error)> {
         lock(&self.members).first().map(|g| (g.rank, g.error()))
     }
 }
