@@ -629,8 +629,9 @@ impl State {
                     let msg = Msg::Mismatch {
                         detail: format!(
                             "another process of this job joined as rank {rank} first: two \
-                             processes were given HPC_RANK={rank} (set by hand, or a rank \
-                             started twice)"
+                             processes were given {}={rank} (set by hand, or a rank \
+                             started twice)",
+                            crate::env::RANK
                         ),
                     };
                     let _ =
