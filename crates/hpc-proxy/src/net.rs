@@ -98,8 +98,24 @@ const FAILED: u8 = 2;
 /// A rank that relays for no proxy.
 const NONE: u8 = 3;
 
+/// Writes one frame: its length (u32, little-endian), then its bytes. A
+/// frame longer than [`MAX_FRAME`], which the reader refuses, is refused
+/// here before anything is written (its length written `as u32` was cut to
+/// 32 bits beyond 4 GiB, and the reader took the rest of it for frames).
 fn write_frame(mut w: &UnixStream, bytes: &[u8]) -> std::io::Result<()> {
-    w.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    let len = u32::try_from(bytes.len())
+        .ok()
+        .filter(|_| bytes.len() <= MAX_FRAME)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "a frame of {} bytes is more than the {MAX_FRAME} bytes the set-up link carries",
+                    bytes.len()
+                ),
+            )
+        })?;
+    w.write_all(&len.to_le_bytes())?;
     w.write_all(bytes)
 }
 
@@ -941,6 +957,34 @@ pub fn read_name(s: &mut std::net::TcpStream) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame beyond what the reader takes is refused before a byte is
+    /// written, naming its size and the bound; the link then still carries
+    /// the next frame (the relayed world's allgather over it too).
+    #[test]
+    fn an_oversize_frame_is_refused_before_it_is_written() {
+        let (a, b) = UnixStream::pair().unwrap();
+        // Without the check the write would wait for a reader: bounded.
+        a.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        let big = vec![7u8; MAX_FRAME + 1];
+        let e = write_frame(&a, &big).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&(MAX_FRAME + 1).to_string()) && text.contains(&MAX_FRAME.to_string()),
+            "{text}"
+        );
+        let link = Link(a);
+        let e = hpc_runtime::Relay::allgather(&link, &big).unwrap_err();
+        assert!(e.to_string().contains("more than"), "{e}");
+        b.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let nothing = (&b).read(&mut byte).unwrap_err();
+        assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
+        write_frame(&link.0, &[1, 2, 3]).unwrap();
+        b.set_nonblocking(false).unwrap();
+        assert_eq!(read_frame(&b).unwrap(), vec![1, 2, 3]);
+    }
 
     #[test]
     fn parts_round_trip_and_garbage_is_refused() {

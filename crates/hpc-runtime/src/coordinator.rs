@@ -37,6 +37,10 @@ enum Event {
         node: String,
         pid: u32,
         stream: TcpStream,
+        /// Whether the coordinator took the connection as `rank`'s: its
+        /// reader goes on only then (a refused second connection of a rank
+        /// must not report its messages and its end as the rank's).
+        verdict: Sender<bool>,
     },
     Msg {
         rank: usize,
@@ -412,15 +416,20 @@ fn serve_rank(
         return;
     };
     let mut reader = BufReader::new(std::io::Cursor::new(rest).chain(reader));
+    let (verdict, taken) = std::sync::mpsc::channel();
     if tx
         .send(Event::Joined {
             rank,
             node,
             pid,
             stream,
+            verdict,
         })
         .is_err()
     {
+        return;
+    }
+    if taken.recv() != Ok(true) {
         return;
     }
     loop {
@@ -609,12 +618,29 @@ impl State {
                 rank,
                 node,
                 pid,
-                stream,
+                mut stream,
+                verdict,
             } => {
                 if self.conns[rank].is_some() || self.nodes[rank].is_some() {
                     tracing::warn!(rank, "rank joined twice; refusing the second connection");
+                    // It proved the job's secret: it is told why, at once, and
+                    // its connection ends (it waited for the init's timeout,
+                    // and its end was taken for the first one's).
+                    let msg = Msg::Mismatch {
+                        detail: format!(
+                            "another process of this job joined as rank {rank} first: two \
+                             processes were given {}={rank} (set by hand, or a rank \
+                             started twice)",
+                            crate::env::RANK
+                        ),
+                    };
+                    let _ =
+                        write_within(&mut stream, &msg, (self.timeout / 2).max(MIN_WRITE_LIMIT));
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    let _ = verdict.send(false);
                     return;
                 }
+                let _ = verdict.send(true);
                 tracing::debug!(rank, %node, pid, "rank joined");
                 self.conns[rank] = Some(stream);
                 self.nodes[rank] = Some(node);

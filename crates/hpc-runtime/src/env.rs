@@ -88,10 +88,20 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
     }
     let want_mpi = forced.as_deref() == Some("mpi");
     if !want_mpi && env.contains_key(RENDEZVOUS) {
-        let rank = num(env, RANK)
-            .ok_or_else(|| format!("{RENDEZVOUS} is set but {RANK} is missing or not a number"))?;
-        let size = num(env, SIZE)
-            .ok_or_else(|| format!("{RENDEZVOUS} is set but {SIZE} is missing or not a number"))?;
+        // The value named, cut and escaped (a number beyond the machine's
+        // word, or text, was "missing or not a number" without it).
+        let number = |k: &str| {
+            num(env, k).ok_or_else(|| match env.get(k) {
+                None => format!("{RENDEZVOUS} is set but {k} is missing"),
+                Some(v) => format!(
+                    "{RENDEZVOUS} is set but {k}={} is not a number of at most {}",
+                    shown(v),
+                    usize::MAX
+                ),
+            })
+        };
+        let rank = number(RANK)?;
+        let size = number(SIZE)?;
         if size == 0 || rank >= size {
             return Err(format!("{RANK}={rank} is out of range for {SIZE}={size}"));
         }
@@ -520,6 +530,19 @@ mod tests {
             e.contains("is not a hex number of at most 16 digits"),
             "{e}"
         );
+        // A rank or size that is no number, or beyond the machine's word,
+        // is named with its value (hostile pass 19).
+        for (k, v) in [(SIZE, "99999999999999999999"), (RANK, "two"), (SIZE, "-1")] {
+            let mut e = env(&[(RANK, "0"), (SIZE, "1"), (RENDEZVOUS, "127.0.0.1:1")]);
+            e.insert(k.to_string(), v.to_string());
+            let why = detect(&e).unwrap_err();
+            assert!(
+                why.contains(&format!("{k}=\"{v}\" is not a number")),
+                "{why}"
+            );
+        }
+        let e = detect(&env(&[(SIZE, "1"), (RENDEZVOUS, "127.0.0.1:1")])).unwrap_err();
+        assert!(e.ends_with("HPC_RANK is missing"), "{e}");
         let missing = env(&[(RANK, "0"), (SIZE, "1"), (RENDEZVOUS, "127.0.0.1:1")]);
         assert!(detect(&missing).unwrap_err().ends_with("is missing"));
         let bad = std::ffi::OsString::from_vec(vec![0xff; 50_000]);

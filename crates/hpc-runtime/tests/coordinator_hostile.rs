@@ -294,3 +294,53 @@ fn a_collective_beyond_a_frame_is_refused_and_the_job_goes_on() {
         r.join().unwrap();
     }
 }
+
+/// Two processes given one rank (`HPC_RANK` set by hand): the second to
+/// join is told at once why it is refused (it waited for the init's
+/// timeout, told nothing), and its end is not taken for the first one's:
+/// the job of the first and the real other rank goes on.
+#[test]
+fn a_rank_that_joins_twice_is_told_at_once_and_the_first_goes_on() {
+    let secret = hpc_runtime::random_u64().expect("random bytes from the kernel");
+    let coord = Coordinator::start(
+        2,
+        secret,
+        Duration::from_secs(10),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    )
+    .unwrap();
+    let env = |rank: usize| -> HashMap<String, String> {
+        let mut env: HashMap<String, String> = coord
+            .rank_env(rank)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        env.insert("HPC_JOB_SECRET".into(), format!("{secret:x}"));
+        env
+    };
+    let first = {
+        let e = env(1);
+        std::thread::spawn(move || {
+            let world = World::init_with(Config::from_map(e).unwrap()).unwrap();
+            world.barrier().unwrap();
+            world.allgather(&[1u8]).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let second = World::init_with(Config::from_map(env(1)).unwrap());
+    let took = t0.elapsed();
+    let Err(e) = second else {
+        panic!("a second rank 1 is refused")
+    };
+    let e = e.to_string();
+    assert!(e.contains("joined as rank 1 first"), "{e}");
+    assert!(took < Duration::from_secs(3), "told after {took:?}");
+    // The refused connection's end is not the first rank 1's.
+    std::thread::sleep(Duration::from_millis(200));
+    let zero = World::init_with(Config::from_map(env(0)).unwrap()).unwrap();
+    zero.barrier().unwrap();
+    let all = zero.allgather(&[0u8]).unwrap();
+    assert_eq!(all, [[0u8], [1]]);
+    assert_eq!(first.join().unwrap(), [[0u8], [1]]);
+}

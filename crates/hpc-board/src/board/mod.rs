@@ -164,20 +164,41 @@ pub enum Failure {
         /// The rank that received it.
         receiver: u32,
     },
+    /// The recording rank withdrew its point-to-point message `serial` with
+    /// schedule tag `tag` to `receiver` (recorded under the point-to-point
+    /// sequence number, [`P2P_SEQ`](crate::p2p::P2P_SEQ)): its send failed
+    /// (timed out) and gave its buffer back while the message, announced by
+    /// its address, was not read yet; a receiver that reads it after checks
+    /// [`Board::withdrawn`] and drops what it read.
+    Withdrawn {
+        /// The rank the message was for.
+        receiver: u32,
+        /// Its schedule tag (the low 32 bits of its tag).
+        tag: u32,
+        /// The sender's number of the message (the announcement's).
+        serial: u32,
+    },
 }
 
 impl Failure {
-    /// Its kind (non-zero) and its three words.
-    fn words(self) -> (u32, [u32; 3]) {
+    /// Its kind (non-zero) and its three words, as a record on the board
+    /// holds it (and a notice to another node carries it).
+    pub fn words(self) -> (u32, [u32; 3]) {
         match self {
             Failure::Mismatch { peer, ours, theirs } => (1, [peer, ours, theirs]),
             Failure::Left { peer } => (2, [peer, 0, 0]),
             Failure::Lost { peer } => (3, [peer, 0, 0]),
             Failure::Count { sender, receiver } => (4, [sender, receiver, 0]),
+            Failure::Withdrawn {
+                receiver,
+                tag,
+                serial,
+            } => (5, [receiver, tag, serial]),
         }
     }
 
-    fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
+    /// The failure of [`Failure::words`]; `None` for an unknown kind.
+    pub fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
         match kind {
             1 => Some(Failure::Mismatch { peer, ours, theirs }),
             2 => Some(Failure::Left { peer }),
@@ -185,6 +206,11 @@ impl Failure {
             4 => Some(Failure::Count {
                 sender: peer,
                 receiver: ours,
+            }),
+            5 => Some(Failure::Withdrawn {
+                receiver: peer,
+                tag: ours,
+                serial: theirs,
             }),
             _ => None,
         }
@@ -214,6 +240,10 @@ impl Failure {
                      {receiver} expects (the ranks called the collective with other counts)"
                 ),
             },
+            Failure::Withdrawn { receiver, tag, .. } => Error::transport(format!(
+                "a message with schedule tag {tag} to rank {receiver} was withdrawn by its \
+                 sender (its send failed before the message was read)"
+            )),
         }
     }
 }
@@ -546,7 +576,8 @@ impl Board {
     /// Records, in `rank`'s slot, that its collective `seq` failed and why,
     /// for the other members that still wait for it ([`Board::failed`]).
     /// Only `rank`'s threads write its records, each in a record of its own
-    /// (the oldest of the [`FAIL_RECORDS`]). A reader never takes half of one
+    /// (the oldest of the [`FAIL_RECORDS`]), and, for a rank on another
+    /// node, the ranks of this node that its failure notice reached. A reader never takes half of one
     /// record and half of another: a record's first word is 0 while the
     /// others change (a sequence lock).
     pub fn mark_failed(&self, rank: usize, seq: u32, f: Failure) {
@@ -572,6 +603,19 @@ impl Board {
     /// among the last [`FAIL_RECORDS`] it recorded.
     pub fn failed(&self, rank: usize, seq: u32) -> Option<Failure> {
         (0..FAIL_RECORDS).find_map(|i| self.failed_in(rank, i, seq))
+    }
+
+    /// Whether `rank` withdrew its point-to-point message `serial` to
+    /// `receiver` ([`Failure::Withdrawn`]), among the last [`FAIL_RECORDS`]
+    /// failures it recorded.
+    pub fn withdrawn(&self, rank: usize, receiver: u32, serial: u32) -> bool {
+        let seq = crate::p2p::P2P_SEQ as u32;
+        (0..FAIL_RECORDS).any(|i| {
+            matches!(
+                self.failed_in(rank, i, seq),
+                Some(Failure::Withdrawn { receiver: r, serial: s, .. }) if r == receiver && s == serial
+            )
+        })
     }
 
     /// Record `i` of `rank`, if it is whole and of collective `seq`.

@@ -106,6 +106,7 @@
 mod board_file;
 mod boot;
 mod build;
+mod gone;
 mod options;
 mod owned;
 mod p2p;
@@ -158,6 +159,9 @@ pub struct Comm {
     /// The network transport of a communicator that spans nodes (shared with
     /// its sub-communicators).
     net: Option<Arc<hpc_rdma::Transport>>,
+    /// The members this rank knows to be gone (shared with the owned
+    /// requests, whose errors may say so).
+    gone: Arc<gone::Gone>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -225,8 +229,6 @@ impl Comm {
         Comm {
             rank,
             size,
-            world_ranks,
-            opts,
             timeout,
             seq: AtomicU64::new(1),
             driver,
@@ -234,6 +236,9 @@ impl Comm {
             splits: AtomicU64::new(0),
             nodes: vec![0; size],
             net: None,
+            gone: Arc::new(gone::Gone::new(&world_ranks, opts.engine == Engine::Proxy)),
+            world_ranks,
+            opts,
         }
     }
 
@@ -387,6 +392,21 @@ impl Comm {
         while seq & 0xffff_ffff >= crate::executor::P2P_SEQ {
             // Point-to-point messages' number and the goodbye's: never a collective's.
             seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some((peer, e)) = self.gone.collective() {
+            // A member is known gone: the collective cannot be the same on
+            // every member; it fails here at once, recorded on the node's
+            // board for its number so that the node's members that did not
+            // know fail it too rather than wait for this rank.
+            if let (Some(host), Some(peer)) = (self.driver.host(), peer) {
+                let peer = peer as u32;
+                let f = match e {
+                    Error::RankLeft { .. } => hpc_board::board::Failure::Left { peer },
+                    _ => hpc_board::board::Failure::Lost { peer },
+                };
+                host.board.mark_failed(self.rank, seq as u32, f);
+            }
+            return Err(e);
         }
         // The post, on the timeline (`HPC_TRACE`) and in debug logs.
         let _span = crate::spans::post(&coll, || crate::spans::Post {

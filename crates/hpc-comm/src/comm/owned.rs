@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use hpc_collectives::{Collective, ReduceOp};
 
+use super::gone::Gone;
 use super::p2p::{Msg, Status};
 use super::request::per_rank;
 use super::{abandon, Comm};
@@ -23,6 +24,7 @@ use hpc_board::{bytes, bytes_mut, Elem};
 /// its errors name.
 pub(super) struct Owned<B> {
     driver: Arc<dyn Driver>,
+    gone: Arc<Gone>,
     ticket: Option<Ticket>,
     pub(super) msg: Option<Msg>,
     buf: Option<B>,
@@ -32,6 +34,7 @@ impl<B> Owned<B> {
     pub(super) fn new(comm: &Comm, t: Ticket, msg: Option<Msg>, buf: B) -> Owned<B> {
         Owned {
             driver: comm.driver.clone(),
+            gone: comm.gone.clone(),
             ticket: Some(t),
             msg,
             buf: Some(buf),
@@ -46,8 +49,8 @@ impl<B> Owned<B> {
     /// Waits for `t`: a message's status, or `None` for a collective.
     fn finish(&self, t: &Ticket) -> Result<Option<Status>> {
         match &self.msg {
-            Some(m) => m.finish(&*self.driver, t, None).map(Some),
-            None => t.wait(&*self.driver, None).map(|()| None),
+            Some(m) => m.finish(&*self.driver, &self.gone, t, None).map(Some),
+            None => self.gone.note(t.wait(&*self.driver, None)).map(|()| None),
         }
     }
 

@@ -23,6 +23,7 @@ use std::marker::PhantomData;
 
 use hpc_collectives::{Algorithm, CollectiveKind, DataType, Region, Round, Schedule, Step};
 
+use super::gone::Gone;
 use super::owned::Owned;
 use super::Comm;
 use crate::engines::{Driver, Message, Ticket};
@@ -118,15 +119,17 @@ impl Msg {
 
     /// Waits for `t` (a staged result goes to `out`), and says what a
     /// receive got.
+    /// An error that names a member gone is noted in `gone`.
     pub(super) fn finish(
         &self,
         e: &dyn Driver,
+        gone: &Gone,
         t: &Ticket,
         out: Option<&mut [u8]>,
     ) -> Result<Status> {
         if let Err(err) = t.wait(e, out) {
             t.cancel(e);
-            return Err(self.error(err));
+            return gone.note(Err(self.error(err)));
         }
         let (source, tag) = t.matched().unwrap_or((self.peer.unwrap_or(0), self.tag));
         Ok(Status {
@@ -234,11 +237,17 @@ impl Comm {
         }
         Ok(Msg {
             what: "send",
-            peer: Some(self.peer_arg("dest", dest)?),
+            peer: Some(self.gone_dest(self.peer_arg("dest", dest)?)?),
             tag,
             dtype: T::DTYPE,
             count: buf.len(),
         })
+    }
+
+    /// `dest`, unless it is known gone: a message to it would never be
+    /// received (see `gone.rs`).
+    fn gone_dest(&self, dest: usize) -> Result<usize> {
+        self.gone.send_to(dest).map(|()| dest)
     }
 
     fn recv_msg<T: Elem>(&self, buf: &[T], source: Source, tag: Tag) -> Result<Msg> {
@@ -258,7 +267,7 @@ impl Comm {
     /// Runs a posted step to its end on the caller's buffers.
     fn blocking(&self, msg: &Msg, send: &[u8], recv: &mut [u8]) -> Result<Status> {
         let t = self.post(msg, send, recv, false)?;
-        let r = msg.finish(&*self.driver, &t, None);
+        let r = msg.finish(&*self.driver, &self.gone, &t, None);
         if r.is_err() {
             self.abandon(&t);
         }
@@ -269,6 +278,14 @@ impl Comm {
     /// reused: a small message is copied out at once, a large one waits for
     /// the receiver to read it). Bounded by the communicator's timeout
     /// (`HPC_TIMEOUT`), as collectives are.
+    ///
+    /// A send to a rank this rank knows to be gone (an earlier operation
+    /// failed with [`Error::RankLost`] or [`Error::RankLeft`] naming it)
+    /// fails at once with that error; a small send to a rank that is gone
+    /// but not known to be is copied out and returns `Ok`, as MPI's eager
+    /// send does, and the loss is reported by the next operation that waits
+    /// for that rank. After such a loss every collective of the
+    /// communicator fails at once too, on every engine.
     pub fn send<S: Buf + ?Sized>(&self, buf: &S, dest: usize, tag: Tag) -> Result<()> {
         let buf = buf.elems()?;
         let msg = self.send_msg(buf, dest, tag)?;
@@ -444,7 +461,10 @@ impl SendRequest<'_> {
     /// Waits for the send.
     pub fn wait(mut self) -> Result<()> {
         match self.ticket.take() {
-            Some(t) => self.msg.finish(&*self.comm.driver, &t, None).map(|_| ()),
+            Some(t) => self
+                .msg
+                .finish(&*self.comm.driver, &self.comm.gone, &t, None)
+                .map(|_| ()),
             None => Ok(()),
         }
     }
@@ -453,7 +473,10 @@ impl SendRequest<'_> {
 impl Drop for SendRequest<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            if let Err(e) = self.msg.finish(&*self.comm.driver, &t, None) {
+            if let Err(e) = self
+                .msg
+                .finish(&*self.comm.driver, &self.comm.gone, &t, None)
+            {
                 tracing::warn!(error = %e.chain(), "an unwaited send failed");
             }
         }
@@ -469,14 +492,18 @@ impl RecvRequest<'_> {
     /// Waits for the message, lands it in the buffer and says where it came from.
     pub fn wait(mut self) -> Result<Status> {
         let t = self.ticket.take().expect("a receive is waited for once");
-        self.msg.finish(&*self.comm.driver, &t, self.out.take())
+        self.msg
+            .finish(&*self.comm.driver, &self.comm.gone, &t, self.out.take())
     }
 }
 
 impl Drop for RecvRequest<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            if let Err(e) = self.msg.finish(&*self.comm.driver, &t, self.out.take()) {
+            if let Err(e) =
+                self.msg
+                    .finish(&*self.comm.driver, &self.comm.gone, &t, self.out.take())
+            {
                 tracing::warn!(error = %e.chain(), "an unwaited receive failed");
             }
         }

@@ -30,7 +30,8 @@ impl Comm {
     /// Waits for the collective of `t`; `out` receives a staged result.
     fn finish(&self, t: Option<Ticket>, out: Option<&mut [u8]>) -> Result<()> {
         let _span = crate::spans::wait(false);
-        t.map_or(Ok(()), |t| t.wait(&*self.driver, out))
+        self.gone
+            .note(t.map_or(Ok(()), |t| t.wait(&*self.driver, out)))
     }
 }
 
@@ -72,7 +73,11 @@ impl Drop for Request<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
             let _span = crate::spans::wait(true);
-            if let Err(e) = t.wait(&*self.comm.driver, self.out.take()) {
+            if let Err(e) = self
+                .comm
+                .gone
+                .note(t.wait(&*self.comm.driver, self.out.take()))
+            {
                 tracing::warn!(error = %e.chain(), "an unwaited collective failed");
             }
         }
@@ -155,7 +160,7 @@ macro_rules! collectives {
                 let send: &[u8] = $send;
                 let recv: &mut [u8] = $recv;
                 let t = self.start(coll, send, recv, false)?;
-                let r = t.wait(&*self.driver, None);
+                let r = self.gone.note(t.wait(&*self.driver, None));
                 if r.is_err() {
                     self.abandon(&t);
                 }

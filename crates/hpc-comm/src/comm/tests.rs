@@ -96,3 +96,31 @@ fn world_rank_beyond_the_communicator_names_the_rank() {
         "world_rank(5): 5 is not a rank of this communicator of 1 ranks"
     );
 }
+
+/// A large message to this rank itself (beyond the staging slots) went by
+/// its address: a blocking send waited for its own receive until the
+/// timeout, returned, and let its buffer go while the message stayed
+/// queued; the later receive copied from the freed buffer (a crash, or
+/// another allocation's bytes). It is copied when sent now: the send
+/// completes at once and the receive gets the message as it was.
+#[test]
+fn a_large_message_to_itself_is_copied_when_sent() {
+    let w = hpc_runtime::World::init().unwrap();
+    for engine in [Engine::Inline, Engine::Thread] {
+        let mut opts = CommOptions::new(engine);
+        opts.timeout = Some(Duration::from_millis(500));
+        let comm = Comm::with_options(&w, opts).unwrap();
+        let n = 8 << 20;
+        {
+            let sent = vec![1u8; n];
+            comm.send(&sent, 0, 3)
+                .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+        }
+        // Memory the freed buffer's pages may go to.
+        let other = vec![9u8; n];
+        let mut got = vec![0u8; n];
+        comm.recv(&mut got, 0, 3).unwrap();
+        assert!(got.iter().all(|&b| b == 1), "{engine:?}");
+        drop(other);
+    }
+}

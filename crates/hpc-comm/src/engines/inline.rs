@@ -197,7 +197,13 @@ impl Host {
             }
             if last_check.elapsed() >= CHECK_EVERY {
                 last_check = Instant::now();
-                let pids = lock(&shared.core).pids.clone();
+                let pids = {
+                    let mut core = lock(&shared.core);
+                    // Failures of members on other nodes, onto this node's
+                    // board (`fail_as_elsewhere` below reads them there).
+                    core.poll_notices();
+                    core.pids.clone()
+                };
                 // A peer that dropped the communicator is as gone as one whose
                 // process exited: everything it pushed came before its mark.
                 let lost = lost_peer(
@@ -376,7 +382,11 @@ impl Pending for Op {
         }
     }
 
-    fn cancel(&self, _: &dyn Driver) {
+    fn cancel(&self, engine: &dyn Driver) {
+        // A failed send gives its buffer back after this: a message of it
+        // that a receiver may still read at its address is withdrawn first.
+        let host = host_of(engine);
+        self.withdraw(&host.board, host.rank());
         self.fail(Error::Stopped("cancelled"));
     }
 

@@ -12,12 +12,23 @@ use hpc_board::Error;
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;
 
+/// The bits of a point-to-point `RTS` or `TAIL`'s length that hold it; the
+/// 16 above hold the sender's number of the message ([`Arrived::Whole`]).
+pub(super) const P2P_LEN: u64 = (1 << 48) - 1;
+
 /// A message (or part of one) announced by a peer and not yet copied.
 #[derive(Debug)]
 pub(super) enum Arrived {
     /// The whole message of `len` bytes, at `addr` in the sender (`RTS`),
     /// of a collective whose signature is `sig`.
-    Whole { addr: u64, len: u64, sig: u32 },
+    /// `serial`: the sender's number of a point-to-point message (0 for a
+    /// collective's), which it records where it withdraws the message.
+    Whole {
+        addr: u64,
+        len: u64,
+        sig: u32,
+        serial: u32,
+    },
     /// Chunk `index` of a message of `total` bytes, in the sender's `slot`,
     /// of a collective whose signature is `sig`.
     Chunk {
@@ -28,7 +39,7 @@ pub(super) enum Arrived {
     },
     /// What the slots did not carry of a message of `total` bytes, from
     /// `addr` in the sender (`TAIL`).
-    Rest { addr: u64, total: u64 },
+    Rest { addr: u64, total: u64, serial: u32 },
     /// A whole point-to-point message from a rank on another node, received
     /// by the transport (its header taken off).
     Bytes(Vec<u8>),
@@ -189,13 +200,21 @@ impl Core {
         for src in 0..self.size {
             while let Some(d) = self.board.pop(src, self.me) {
                 let key = (src, d.tag);
+                // A point-to-point message's announcement by address carries
+                // its sender's number of it above its length ([`P2P_LEN`]).
+                let (len, serial) = if d.tag >> 32 == P2P_SEQ && matches!(d.kind, RTS | TAIL) {
+                    (d.len & P2P_LEN, (d.len >> 48) as u32)
+                } else {
+                    (d.len, 0)
+                };
                 match d.kind {
                     RTS => self.queue(
                         key,
                         Arrived::Whole {
                             addr: d.addr,
-                            len: d.len,
+                            len,
                             sig: d.sig,
+                            serial,
                         },
                     ),
                     DATA => {
@@ -232,7 +251,8 @@ impl Core {
                                 key,
                                 Arrived::Rest {
                                     addr: d.addr,
-                                    total: d.len,
+                                    total: len,
+                                    serial,
                                 },
                             );
                         }
@@ -273,13 +293,14 @@ impl Core {
     /// collective's: the other members that wait for the collective fail
     /// with a [`Error::CountMismatch`] at their next check, not by the
     /// timeout (as [`Core::mismatch`] does for another collective).
-    pub(super) fn mark_count(&self, tag: u64, sender: usize, receiver: usize) {
+    pub(super) fn mark_count(&mut self, tag: u64, sender: usize, receiver: usize) {
         if tag >> 32 != P2P_SEQ {
             let f = Failure::Count {
                 sender: sender as u32,
                 receiver: receiver as u32,
             };
             self.board.mark_failed(self.me, (tag >> 32) as u32, f);
+            self.notify((tag >> 32) as u32, f);
         }
     }
 
@@ -308,13 +329,14 @@ impl Core {
     /// ([`Op::fail_as_elsewhere`](super::Op::fail_as_elsewhere)),
     /// not by the timeout (a rank that never hears from `peer` waits for one
     /// that has failed already).
-    pub(super) fn mismatch(&self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
+    pub(super) fn mismatch(&mut self, seq: u32, peer: usize, ours: Sig, theirs: Sig) -> Error {
         let f = Failure::Mismatch {
             peer: peer as u32,
             ours: ours.0,
             theirs: theirs.0,
         };
         self.board.mark_failed(self.me, seq, f);
+        self.notify(seq, f);
         f.error()
     }
 
@@ -407,7 +429,7 @@ impl Core {
                 unsafe { std::ptr::copy_nonoverlapping(v[NET_HEAD..].as_ptr(), dst, n) };
                 n
             }
-            Arrived::Whole { addr, .. } | Arrived::Rest { addr, .. } => {
+            Arrived::Whole { addr, serial, .. } | Arrived::Rest { addr, serial, .. } => {
                 let n = region.len - got;
                 let pid = self.pids[peer];
                 // `pids[me]` is this process (no `getpid` system call per message).
@@ -428,6 +450,16 @@ impl Core {
                     if let Some(f) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
                         return Err(f.error());
                     }
+                    // So may a sender whose point-to-point send failed (timed
+                    // out) and gave its buffer back: it withdrew the message
+                    // first. What was read is dropped, and the receive fails
+                    // (it got another allocation's bytes as the message).
+                    if serial != 0 && self.board.withdrawn(peer, self.me as u32, serial) {
+                        return Err(Error::transport(format!(
+                            "rank {peer} withdrew its message (its send failed, timed out, \
+                             before this receive read it): the buffer holds no message"
+                        )));
+                    }
                     read.map_err(|e| {
                         // ESRCH: the sender has no memory left to read, it is
                         // exiting (its `/proc` state may not say so yet).
@@ -443,6 +475,21 @@ impl Core {
                 n
             }
         })
+    }
+
+    /// A point-to-point message to this rank itself: copied whole into the
+    /// matcher, as a message from another node is, and sent at once. By its
+    /// descriptor it went by the caller's address, read in place by the
+    /// receive: a blocking send that timed out returned and let its buffer
+    /// go while the descriptor stayed queued, and the later receive copied
+    /// from freed memory (a crash, or another allocation's bytes).
+    pub(super) fn send_to_self(&mut self, d: &mut OpData, tag: u32, region: &Region) {
+        let p = d.bufs.ptr(region);
+        // SAFETY: `ptr` bounds-checked the region against its buffer, which
+        // the operation keeps alive while it advances.
+        let v = unsafe { std::slice::from_raw_parts(p, region.len) }.to_vec();
+        self.queue((self.me, tag64(P2P_SEQ, tag)), Arrived::Bytes(v));
+        d.m.sent(self.me, tag);
     }
 
     /// Posts a send to a rank on this node. A message of at most `stage_max`
@@ -461,6 +508,7 @@ impl Core {
         tag: u32,
     ) -> bool {
         let p = d.bufs.ptr(region);
+        let tag32 = tag;
         let tag = tag64(d.seq, tag);
         let total = region.len;
         let mut off = 0;
@@ -493,6 +541,15 @@ impl Core {
         }
         if off < total || total == 0 {
             let needs_fin = total > 0;
+            // A point-to-point message read at its address is numbered, so
+            // that a send that fails before it was read can withdraw it
+            // (`Op::withdraw`).
+            let mut len = total as u64;
+            if d.seq == P2P_SEQ && needs_fin && len <= P2P_LEN {
+                self.p2p_serial = self.p2p_serial.wrapping_add(1).max(1);
+                len |= u64::from(self.p2p_serial) << 48;
+                d.announced = Some((peer, tag32, u32::from(self.p2p_serial)));
+            }
             self.send_desc(
                 peer,
                 Desc {
@@ -501,7 +558,7 @@ impl Core {
                     tag,
                     // SAFETY: off <= total: at most one past the region's end.
                     addr: unsafe { p.add(off) } as u64,
-                    len: total as u64,
+                    len,
                 },
                 needs_fin,
             );

@@ -61,6 +61,13 @@ impl Net {
         ((self.id as u64) << 48) | ((seq & 0xffff_ffff) << 16) | (tag as u64 & 0xffff)
     }
 
+    /// The transport tag of the failure notices of this communicator
+    /// ([`Core::notify`]): beyond every collective's (their sequence numbers
+    /// stay below [`P2P_SEQ`]) and the goodbye's (tags `0xfffe` and `0xffff`).
+    fn notice_tag(&self) -> u64 {
+        self.tag(u64::from(u32::MAX), 0xfffd)
+    }
+
     /// The transport tag of every point-to-point message of this
     /// communicator: one, so that a receive of any source or tag can be
     /// matched here (each message carries its schedule tag in a header of
@@ -87,6 +94,11 @@ impl Net {
 /// schedule tag ([`p2p_tag`]), little-endian (as long as a collective's
 /// message's header, [`NET_HEAD`]).
 const P2P_HEAD: usize = NET_HEAD;
+
+/// Bytes of a failure notice ([`Core::notify`]): the collective's sequence
+/// number (its low 32 bits), the failure's kind and its three words, each a
+/// little-endian u32.
+const NOTICE_BYTES: usize = 20;
 
 /// Where an operation's buffers live in this process.
 pub(crate) struct Buffers {
@@ -186,6 +198,10 @@ pub(crate) struct OpData {
     /// A point-to-point receive not matched to a message yet: its machine
     /// is not polled until a message it takes waits ([`Core::bind_p2p`]).
     want: Option<Want>,
+    /// A point-to-point send announced by its address to a rank of this
+    /// node: the peer, the schedule tag and the message's number
+    /// ([`Op::withdraw`]).
+    announced: Option<(usize, u32, u32)>,
     pub status: Status,
 }
 
@@ -218,6 +234,7 @@ impl Op {
                 net_recvs: Vec::new(),
                 net_sends: Vec::new(),
                 want: None,
+                announced: None,
                 status: if empty { Status::Done } else { Status::Running },
             }),
             done: AtomicBool::new(empty),
@@ -291,6 +308,23 @@ impl Op {
             board.mark_failed(me, seq as u32, f);
         }
         self.fail(f.error());
+    }
+
+    /// Before a point-to-point send that failed gives its buffer back: where
+    /// it announced its message by address to a rank of this node, it
+    /// records on `board` (rank `me`'s slot) that it withdrew it, so that a
+    /// receive that reads it later drops what it read (the caller may free
+    /// or reuse the buffer at once).
+    pub(crate) fn withdraw(&self, board: &Board, me: usize) {
+        let Some((peer, tag, serial)) = lock(&self.data).announced.take() else {
+            return;
+        };
+        let f = Failure::Withdrawn {
+            receiver: peer as u32,
+            tag,
+            serial,
+        };
+        board.mark_failed(me, P2P_SEQ as u32, f);
     }
 
     /// Marks the operation failed (the engine then drops it without touching
@@ -381,6 +415,14 @@ pub(crate) struct Core {
     /// from one of them alone that no message they sent before fits fails
     /// with `RankLeft` or `RankLost` rather than wait for the timeout.
     ended: Vec<(usize, bool)>,
+    /// Standing receives of failure notices from the ranks on other nodes
+    /// (one per such rank while its connection lasts; [`Core::notify`]).
+    notices_in: Vec<(usize, hpc_rdma::OpId)>,
+    /// Failure notices sent, not yet completed.
+    notices_out: Vec<hpc_rdma::OpId>,
+    /// The number of the last point-to-point message announced by address
+    /// (`Core::post_local_send`; 0 is none).
+    p2p_serial: u16,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,
@@ -398,6 +440,17 @@ impl Core {
         stage_max: usize,
     ) -> Core {
         let free_slots = all_slots(board.slots());
+        let mut notices_in = Vec::new();
+        if let Some(net) = &net {
+            for p in (0..size).filter(|&p| !net.local[p]) {
+                match net.t.recv(net.world[p], net.notice_tag()) {
+                    Ok(id) => notices_in.push((p, id)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, rank = p, "no failure notices from a rank")
+                    }
+                }
+            }
+        }
         Core {
             board,
             me,
@@ -419,6 +472,9 @@ impl Core {
             inbox: Vec::new(),
             inbox_open: false,
             ended: Vec::new(),
+            notices_in,
+            notices_out: Vec::new(),
+            p2p_serial: 0,
             net_inflight: 0,
             stopped: false,
         }
@@ -446,6 +502,74 @@ impl Core {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if let Err(e) = net.t.wait_timeout(op, left) {
                     tracing::debug!(error = %e, "communicator goodbye");
+                }
+            }
+        }
+    }
+
+    /// Tells every member on another node that this rank's collective `seq`
+    /// failed so (`f`, as this rank recorded it on its node's board): each
+    /// records it on its own node's board in this rank's slot
+    /// ([`Core::poll_notices`]), where its waiting members find it as they
+    /// find a record of their own node's ([`Op::fail_as_elsewhere`]) rather
+    /// than wait for the timeout (a rank that never hears from the one that
+    /// failed, as a rank not involved in a count mismatch). One small
+    /// message per member on another node; none where the communicator
+    /// spans one node.
+    pub(crate) fn notify(&mut self, seq: u32, f: Failure) {
+        let Some(net) = &self.net else { return };
+        let (kind, words) = f.words();
+        let mut v = Vec::with_capacity(NOTICE_BYTES);
+        for w in [seq, kind, words[0], words[1], words[2]] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        for p in (0..self.size).filter(|&p| !net.local[p]) {
+            match net.t.send(net.world[p], net.notice_tag(), v.clone()) {
+                Ok(id) => self.notices_out.push(id),
+                Err(e) => tracing::debug!(error = %e, rank = p, "a failure notice not sent"),
+            }
+        }
+    }
+
+    /// Takes the failure notices that arrived from the members on other
+    /// nodes ([`Core::notify`]) onto this node's board, and forgets the
+    /// notices this rank sent that completed. Called by a waiting rank at
+    /// its liveness checks, not on every pass.
+    pub(crate) fn poll_notices(&mut self) {
+        let Some(net) = &self.net else { return };
+        self.notices_out
+            .retain(|&id| matches!(net.t.test(id), Ok(None)));
+        let mut i = 0;
+        while i < self.notices_in.len() {
+            let (p, id) = self.notices_in[i];
+            match net.t.test(id) {
+                Ok(None) => i += 1,
+                Ok(Some(payload)) => {
+                    let b = payload.into_bytes();
+                    let w = |k: usize| {
+                        b.get(4 * k..4 * k + 4)
+                            .and_then(|s| s.try_into().ok())
+                            .map(u32::from_le_bytes)
+                    };
+                    let f = match (b.len() == NOTICE_BYTES, w(0), w(1), w(2), w(3), w(4)) {
+                        (true, Some(seq), Some(kind), Some(a), Some(b1), Some(c)) => {
+                            Failure::from_words(kind, [a, b1, c]).map(|f| (seq, f))
+                        }
+                        _ => None,
+                    };
+                    match f {
+                        Some((seq, f)) => self.board.mark_failed(p, seq, f),
+                        None => tracing::warn!(rank = p, len = b.len(), "a garbled failure notice"),
+                    }
+                    match net.t.recv(net.world[p], net.notice_tag()) {
+                        Ok(id) => self.notices_in[i].1 = id,
+                        Err(_) => {
+                            self.notices_in.swap_remove(i);
+                        }
+                    }
+                }
+                Err(_) => {
+                    self.notices_in.swap_remove(i);
                 }
             }
         }
@@ -749,6 +873,9 @@ impl Core {
                         .recv(net.world[peer], net.tag(d.seq, tag))
                         .map_err(|e| net.error(e))?;
                     d.net_recvs.push((peer, id, tag));
+                }
+                Action::Send { peer, tag, region } if seq == P2P_SEQ && peer == self.me => {
+                    self.send_to_self(d, tag, &region);
                 }
                 Action::Send { peer, tag, region } => {
                     if !self.post_local_send(d, peer, &region, tag) {

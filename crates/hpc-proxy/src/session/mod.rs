@@ -158,6 +158,19 @@ impl Sizes {
     }
 }
 
+/// The proxy's memory cap as this process's environment sets it, for a
+/// refusal without a reason of its own (the host proxy's answers carry
+/// none, and the proxy takes its node's first rank's environment): the
+/// value, or that it is unset.
+fn cap_setting() -> String {
+    let name = hpc_runtime::env::COLL_PROXY_MAX_SCRATCH;
+    match hpc_runtime::env::var(name) {
+        Ok(Some(v)) => format!("{name}={}", hpc_runtime::env::shown(&v)),
+        Ok(None) => format!("{name} unset: half the proxy's memory"),
+        Err(e) => e,
+    }
+}
+
 impl Outcome {
     /// A size mismatch of the message `sizes` tells, its sender named.
     pub fn mismatch(sizes: Sizes) -> Outcome {
@@ -398,7 +411,11 @@ impl Outcome {
                 bytes,
                 why: refused(
                     why,
-                    "more than the proxy's cap allows beside the collectives in flight",
+                    &format!(
+                        "more than the proxy's cap allows beside the collectives in flight \
+                         (set here: {})",
+                        cap_setting()
+                    ),
                 ),
             },
             Outcome::NoMemory { bytes, why } => Error::ProxyMemory {
