@@ -111,8 +111,9 @@ pub struct Context {
 /// What [`init_with`] plans for.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Compute threads per rank; default: `HPC_THREADS`, else the allowed cores
-    /// divided among the ranks of this node.
+    /// Compute threads per rank, at least 1 (`Some(0)` is an error of
+    /// [`init_with`]); default: `HPC_THREADS`, else the allowed cores divided
+    /// among the ranks of this node.
     pub threads: Option<usize>,
     /// Progress cores reserved per rank (for offloaded collectives: with one,
     /// [`Context::comm`] gives a communicator whose progress thread runs there).
@@ -198,10 +199,21 @@ fn refused_setting(why: String) -> Error {
 ///
 /// # Errors
 ///
-/// A setting refused before the job is joined ([`init`]'s steps 1 and 2) is
-/// [`Error::InvalidArgument`] naming it; joining the job gives
-/// [`World::init`]'s errors.
+/// A setting refused before the job is joined ([`init`]'s steps 1 and 2), or
+/// [`Options::threads`] of `Some(0)`, is [`Error::InvalidArgument`] naming
+/// it; joining the job gives [`World::init`]'s errors.
 pub fn init_with(options: Options) -> Result<Context, Error> {
+    // The application's own argument: 0 threads is no plan at all, and was
+    // taken as a warning ("cannot plan this rank's placement", which a
+    // program without a subscriber never saw), the rank left unplaced and
+    // unbound.
+    if options.threads == Some(0) {
+        return Err(Error::InvalidArgument(
+            "hpc_rs::Options::threads = Some(0): a rank needs at least 1 compute thread \
+             (None: HPC_THREADS, else the allowed cores divided among the node's ranks)"
+                .into(),
+        ));
+    }
     if !options.no_subscriber {
         install_subscriber()?;
     }

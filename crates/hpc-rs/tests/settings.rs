@@ -36,3 +36,31 @@ fn settings_refused_before_the_job_is_joined_are_not_called_a_bootstrap() {
         assert!(!text.contains("bootstrap"), "{name}: {text}");
     }
 }
+
+/// `Options { threads: Some(0) }`, the application's own argument, was taken:
+/// the plan failed behind a warning ("cannot plan this rank's placement",
+/// unseen without a subscriber) and `init_with` said `Ok` with the rank
+/// unplaced and unbound (part E of pass 19). It is refused naming the
+/// option; `Some(1)` still plans.
+#[test]
+fn zero_threads_asked_by_the_application_is_an_error() {
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    let options = |threads| hpc_rs::Options {
+        threads,
+        bind: Some(false),
+        no_subscriber: true,
+        ..Default::default()
+    };
+    let Err(e) = hpc_rs::init_with(options(Some(0))) else {
+        panic!("0 threads taken")
+    };
+    assert!(matches!(e, hpc_rs::Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("Options::threads = Some(0)"), "{e}");
+    #[cfg(feature = "topology")]
+    {
+        let ctx = hpc_rs::init_with(options(Some(1))).unwrap();
+        assert!(ctx.placement.is_some());
+    }
+}
