@@ -11,7 +11,10 @@ use crate::file::{
     Header,
 };
 use crate::manifest::{check_files, manifest_text, parse_manifest, FileEntry, Manifest};
-use crate::{CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, KIND_NAMED, KIND_RANK, MANIFEST, NO_RANK};
+use crate::{
+    CRC_PLACEHOLDER, FORMAT, FORMAT_VERSION, KIND_NAMED, KIND_RANK, MANIFEST, MAX_MANIFEST_BYTES,
+    NO_RANK,
+};
 
 /// A directory of checkpoints, one `step-NNNNNNNNNN` directory per step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,6 +222,21 @@ impl Checkpoints {
         };
         let text = manifest_text(&manifest);
         let path = dir.join(MANIFEST);
+        // Larger than its reader takes (a metadata of 65 MiB): the commit
+        // said Ok, and every later open refused the step as "not a valid
+        // checkpoint manifest: it is 68157693 bytes, more than the 67108864
+        // accepted".
+        if text.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint {}: its manifest would be {} bytes (the metadata and {} files' \
+                 entries), more than the {MAX_MANIFEST_BYTES} bytes a checkpoint's reader \
+                 accepts; nothing committed: keep large data in a file of the checkpoint \
+                 (write_file), not in its metadata",
+                hpc_io::message::path(&dir),
+                text.len(),
+                manifest.files.len()
+            )));
+        }
         // Read back before it is written: a manifest its reader refuses
         // (metadata nested deeper than the parser goes) replaced the step's
         // manifest, and the commit failed after it.

@@ -482,3 +482,31 @@ fn a_commit_of_a_step_never_written_says_so() {
     assert_eq!(k.read_file("state").unwrap().unwrap(), b"x");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A metadata of 65 MiB made a manifest larger than a checkpoint's reader
+/// takes (`MAX_MANIFEST_BYTES`): the commit said `Ok`, and every later open
+/// refused the step ("it is 68157693 bytes, more than the 67108864
+/// accepted"), a checkpoint written that nothing could restore (part E of
+/// pass 19). The commit refuses it, naming the sizes, and writes no
+/// manifest; the step can still be committed with smaller metadata.
+#[test]
+fn a_manifest_larger_than_its_reader_takes_is_not_committed() {
+    let root = tmpdir("huge-metadata");
+    let set = Checkpoints::new(&root);
+    let entry = set.write_rank(1, 0, 1, b"abc").unwrap();
+    let huge = serde_json::Value::String("x".repeat(hpc_checkpoint::MAX_MANIFEST_BYTES as usize));
+    let e = set
+        .commit(1, 1, [entry.clone()], huge)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("more than the 67108864 bytes a checkpoint's reader accepts"),
+        "{e}"
+    );
+    assert!(!set.step_dir(1).join(MANIFEST).exists());
+    let k = set
+        .commit(1, 1, [entry], serde_json::json!({"n": 1}))
+        .unwrap();
+    assert_eq!(set.latest().unwrap().step(), k.step());
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -111,8 +111,9 @@ pub struct Context {
 /// What [`init_with`] plans for.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Compute threads per rank; default: `HPC_THREADS`, else the allowed cores
-    /// divided among the ranks of this node.
+    /// Compute threads per rank, at least 1 (`Some(0)` is an error of
+    /// [`init_with`]); default: `HPC_THREADS`, else the allowed cores divided
+    /// among the ranks of this node.
     pub threads: Option<usize>,
     /// Progress cores reserved per rank (for offloaded collectives: with one,
     /// [`Context::comm`] gives a communicator whose progress thread runs there).
@@ -185,14 +186,40 @@ fn join_once() -> Result<World, Error> {
     Ok(world)
 }
 
+/// A setting [`init`] refuses before the job is joined (`HPC_TRACE`,
+/// `HPC_ENGINE`, the proxy's, a variable of ours that is not UTF-8):
+/// [`Error::InvalidArgument`], "invalid argument: HPC_TRACE=…". These were
+/// `Error::Bootstrap`'s "bootstrap failed: HPC_TRACE=…", of a setting that is
+/// no part of joining the job (nothing was joined yet).
+fn refused_setting(why: String) -> Error {
+    Error::InvalidArgument(why)
+}
+
 /// Like [`init`] with explicit options.
+///
+/// # Errors
+///
+/// A setting refused before the job is joined ([`init`]'s steps 1 and 2), or
+/// [`Options::threads`] of `Some(0)`, is [`Error::InvalidArgument`] naming
+/// it; joining the job gives [`World::init`]'s errors.
 pub fn init_with(options: Options) -> Result<Context, Error> {
+    // The application's own argument: 0 threads is no plan at all, and was
+    // taken as a warning ("cannot plan this rank's placement", which a
+    // program without a subscriber never saw), the rank left unplaced and
+    // unbound.
+    if options.threads == Some(0) {
+        return Err(Error::InvalidArgument(
+            "hpc_rs::Options::threads = Some(0): a rank needs at least 1 compute thread \
+             (None: HPC_THREADS, else the allowed cores divided among the node's ranks)"
+                .into(),
+        ));
+    }
     if !options.no_subscriber {
         install_subscriber()?;
     }
     // Before anything reads a variable of ours: one that is not UTF-8 is an error
     // naming it, not a variable read as unset (others that are not are skipped).
-    runtime::env::vars().map_err(runtime::Error::Bootstrap)?;
+    runtime::env::vars().map_err(refused_setting)?;
     // An engine this build has not is refused before the job is joined and the
     // program does its work, not at its first `Context::comm`.
     #[cfg(feature = "collectives")]
@@ -282,7 +309,7 @@ fn install_subscriber() -> Result<(), Error> {
     };
     let ansi = std::io::stderr().is_terminal();
     let installed =
-        match hpc_trace::layer_from_env().map_err(|e| Error::Bootstrap(e.to_string()))? {
+        match hpc_trace::layer_from_env().map_err(|e| refused_setting(e.to_string()))? {
             // The log alone: one global filter, as fast as a subscriber gets when a
             // span or event is off (per-layer filters are checked per callsite hit).
             None => tracing_subscriber::fmt()
@@ -411,12 +438,12 @@ fn check_engine() -> Result<(), Error> {
     let asked = std::env::var(runtime::env::ENGINE).ok();
     let proxy_asked = std::env::var_os(runtime::env::COLL_PROXY_CMD).is_some();
     let refused = |e: hpc_comm::Error| match e {
-        hpc_comm::Error::Unsupported(why) => Error::Bootstrap(why),
-        e => Error::Bootstrap(e.to_string()),
+        hpc_comm::Error::Unsupported(why) => refused_setting(why),
+        e => refused_setting(e.to_string()),
     };
     match choose_engine(asked.as_deref(), None, proxy_asked).map_err(refused)? {
         (hpc_comm::Engine::Proxy, _) => {
-            hpc_comm::proxy::max_scratch().map_err(Error::Bootstrap)?;
+            hpc_comm::proxy::max_scratch().map_err(refused_setting)?;
             hpc_comm::proxy::Placement::from_env().map_err(refused)?;
             Ok(())
         }

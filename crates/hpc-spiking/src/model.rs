@@ -51,6 +51,29 @@ pub enum ModelError {
         /// The rule's exponent.
         mu: f64,
     },
+    /// Parameters each in its domain whose propagators over one step are not
+    /// finite numbers (a capacitance or a time constant near 0 or 1e308 beside
+    /// the others, a resolution of 1e308 ms): the membrane potential would be
+    /// NaN from the first step, and the neuron never spike.
+    #[error(
+        "the {current} propagators of iaf_psc_alpha over a step of {} ms are not finite numbers \
+         (C_m = {} pF, tau_m = {} ms, tau_syn = {} ms): these values, together, \
+         leave no finite membrane potential",
+        num(*h), num(*c_m), num(*tau_m), num(*tau_syn)
+    )]
+    Propagators {
+        /// Which current's (`excitatory`, `inhibitory`), or `membrane` for
+        /// the constant current's and the leak's.
+        current: &'static str,
+        /// The resolution (ms).
+        h: f64,
+        /// The capacitance (pF).
+        c_m: f64,
+        /// The membrane time constant (ms).
+        tau_m: f64,
+        /// The synaptic time constant (ms; `tau_m` for the membrane's).
+        tau_syn: f64,
+    },
     /// A synapse's target outside the postsynaptic archives (or the inputs)
     /// given.
     #[error("target {target} is outside the {len} postsynaptic archives (or inputs) given")]

@@ -165,6 +165,12 @@ impl Syn {
             jump: std::f64::consts::E / tau_syn,
         }
     }
+
+    fn finite(&self) -> bool {
+        [self.p11, self.p21, self.p31, self.p32, self.jump]
+            .iter()
+            .all(|x| x.is_finite())
+    }
 }
 
 /// `(P31, P32)`: the response of `V` to `dI` and to `I` over `h`, NEST's
@@ -248,13 +254,47 @@ impl IafPscAlpha {
                 must: "at most 2^32 - 1 steps",
             });
         }
+        // Potentials relative to E_L: V_th = 1e308 above E_L = -1e308 made
+        // a threshold of inf, never reached.
+        for (name, value) in [("V_th", p.v_th), ("V_reset", p.v_reset)] {
+            if !(value - p.e_l).is_finite() {
+                return Err(ModelError::Param {
+                    name,
+                    value,
+                    must: "a finite number of mV away from E_L",
+                });
+            }
+        }
+        // Each parameter in its domain, and still propagators that are not
+        // numbers (C_m 5e-324, tau_syn 1e308, h 1e308): V was NaN from the
+        // first step, and the neuron silently never spiked.
+        let propagators = |current, tau_syn| ModelError::Propagators {
+            current,
+            h,
+            c_m: p.c_m,
+            tau_m: p.tau_m,
+            tau_syn,
+        };
+        let ex = Syn::new(p.tau_syn_ex, p.tau_m, p.c_m, h);
+        if !ex.finite() {
+            return Err(propagators("excitatory", p.tau_syn_ex));
+        }
+        let inh = Syn::new(p.tau_syn_in, p.tau_m, p.c_m, h);
+        if !inh.finite() {
+            return Err(propagators("inhibitory", p.tau_syn_in));
+        }
+        let p30 = -p.tau_m / p.c_m * (-h / p.tau_m).exp_m1();
+        let expm1_tau_m = (-h / p.tau_m).exp_m1();
+        if !(p30.is_finite() && expm1_tau_m.is_finite()) {
+            return Err(propagators("membrane", p.tau_m));
+        }
         Ok(IafPscAlpha {
             params,
             h,
-            ex: Syn::new(p.tau_syn_ex, p.tau_m, p.c_m, h),
-            inh: Syn::new(p.tau_syn_in, p.tau_m, p.c_m, h),
-            p30: -p.tau_m / p.c_m * (-h / p.tau_m).exp_m1(),
-            expm1_tau_m: (-h / p.tau_m).exp_m1(),
+            ex,
+            inh,
+            p30,
+            expm1_tau_m,
             theta: p.v_th - p.e_l,
             v_reset: p.v_reset - p.e_l,
             v_min: p.v_min - p.e_l,

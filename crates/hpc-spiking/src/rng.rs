@@ -47,9 +47,22 @@ pub fn draw(key: u64, counter: u64) -> u64 {
 
 /// A uniform integer in `0..n` from 64 uniform bits (Lemire's multiply-shift; the
 /// bias is below `n / 2^64`).
+///
+/// # Panics
+///
+/// If `n` is 0: `0..0` holds no integer to return.
 #[inline(always)]
 pub fn below(bits: u64, n: u32) -> u32 {
+    if n == 0 {
+        below_nothing();
+    }
     ((bits as u128 * n as u128) >> 64) as u32
+}
+
+#[cold]
+#[inline(never)]
+fn below_nothing() -> ! {
+    panic!("hpc_spiking::rng::below: n = 0 is invalid: there is no integer in 0..0 to draw")
 }
 
 /// A standard normal sample from two draws of 64 uniform bits (Box-Muller's
@@ -270,6 +283,25 @@ const BLOCK: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `below(bits, 0)` returned 0, outside the `0..n` its text promised (part E
+    /// of pass 19): it panics by name now, as its `# Panics` says, and `n = 1`
+    /// and `u32::MAX` still give values in range.
+    #[test]
+    fn below_zero_is_refused_by_name_not_answered_zero() {
+        for bits in [0, 1, u64::MAX] {
+            let e = std::panic::catch_unwind(|| below(bits, 0)).unwrap_err();
+            let text = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            assert!(text.contains("n = 0 is invalid"), "{bits}: {text:?}");
+            assert_eq!(below(bits, 1), 0);
+            assert!(below(bits, u32::MAX) < u32::MAX);
+        }
+        assert_eq!(below(u64::MAX, u32::MAX), u32::MAX - 1);
+    }
 
     /// `PoissonTable::new(f64::INFINITY)` summed a CDF that never reaches 1
     /// (`exp(-inf)` is 0) into a table without end, until the memory ran out

@@ -106,26 +106,39 @@ pub fn thread_pool(
 pub use hpc_io::message::num;
 
 /// `message` (a parser's, which writes a float such as `1e300` out in full) with
-/// every run of more than 20 digits written as [`num`] writes its number.
+/// every number of more than 20 characters (digits, and a `.` with the digits
+/// after it) written as [`num`] writes it: `1e300`, `1e-70`.
+///
+/// ```
+/// use hpc_spiking::run::short_numbers;
+///
+/// let tiny = format!("dt = {} ms", 1e-70);
+/// assert_eq!(short_numbers(&tiny), "dt = 1e-70 ms");
+/// assert_eq!(short_numbers(&format!("{:.1}", 1e300)), "1e300");
+/// assert_eq!(short_numbers("version 1.2.3, 20 ms"), "version 1.2.3, 20 ms");
+/// ```
 pub fn short_numbers(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(1024));
     let mut rest = message;
+    let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
         out.push_str(&rest[..start]);
         let run = &rest[start..];
-        let len = run.find(|c: char| !c.is_ascii_digit()).unwrap_or(run.len());
-        let digits = &run[..len];
-        match digits.parse::<f64>() {
-            Ok(x) if len > 20 => {
-                out.push_str(&num(x));
-                // serde's float ends in `.0`: part of the number.
-                rest = run[len..].strip_prefix(".0").unwrap_or(&run[len..]);
-            }
-            _ => {
-                out.push_str(digits);
-                rest = &run[len..];
+        let mut len = digits(run);
+        // The fraction is part of the number: `0.000…01` was written `0.` and
+        // then its 70 digits as the number 1, "0.1".
+        if let Some(fraction) = run[len..].strip_prefix('.') {
+            let more = digits(fraction);
+            if more > 0 {
+                len += 1 + more;
             }
         }
+        let number = &run[..len];
+        match number.parse::<f64>() {
+            Ok(x) if len > 20 => out.push_str(&num(x)),
+            _ => out.push_str(number),
+        }
+        rest = &run[len..];
     }
     out.push_str(rest);
     out
@@ -216,20 +229,32 @@ pub fn steps_of(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
 /// message naming `what` and the step. So is one of more than [`MAX_STEPS`] steps,
 /// which no run reaches and whose sums would overflow.
 pub fn whole_steps(ms: f64, dt: f64, what: &str) -> anyhow::Result<u64> {
+    // As `steps_of`: a negative `dt` made a negative `ms` a positive number
+    // of steps (-1 ms in steps of -0.1 ms: 10), and a `dt` of 1e-300 was
+    // written in 300 digits.
+    if !(dt.is_finite() && dt > 0.0) {
+        anyhow::bail!(
+            "the time step dt must be a finite number of ms above 0, got {}",
+            num(dt)
+        );
+    }
     let s = ms / dt;
     let r = s.round();
     if ms.is_finite() && r > MAX_STEPS as f64 {
         anyhow::bail!(
-            "{what} {} ms is {} steps of dt = {dt} ms: at most {MAX_STEPS} steps (2^53)",
+            "{what} {} ms is {} steps of dt = {} ms: at most {MAX_STEPS} steps (2^53)",
             num(ms),
-            num(r)
+            num(r),
+            num(dt)
         );
     }
     if !(ms.is_finite() && r >= 1.0 && (s - r).abs() <= 1e-6 * r) {
         anyhow::bail!(
-            "{what} {} ms is not a positive multiple of the time step dt = {dt} ms \
-             (give {dt} ms or a multiple of it)",
-            num(ms)
+            "{what} {} ms is not a positive multiple of the time step dt = {} ms \
+             (give {} ms or a multiple of it)",
+            num(ms),
+            num(dt),
+            num(dt)
         );
     }
     Ok(r as u64)
@@ -770,6 +795,44 @@ mod tests {
         for kept in ["line 3, column 8", "18446744073709551615", "", "x1.5y"] {
             assert_eq!(short_numbers(kept), kept);
         }
+    }
+
+    /// A number written out with its fraction (`format!("{}", 1e-70)`, as a
+    /// parser's message may quote it) was cut at its `.`: "0." and then 70
+    /// digits read as the number 1, "0.1" (part E of pass 19).
+    #[test]
+    fn a_long_fraction_is_shortened_whole_not_read_as_another_number() {
+        for x in [1e-70, 1.5e-300, 123.25e-30, 5e-324] {
+            let long = format!("got {x} ms.");
+            assert_eq!(
+                short_numbers(&long),
+                format!("got {} ms.", num(x)),
+                "{long}"
+            );
+        }
+        assert_eq!(
+            short_numbers("1.2.3 and 0.5 and 7."),
+            "1.2.3 and 0.5 and 7."
+        );
+    }
+
+    /// `whole_steps` took any `dt`: -1 ms in steps of -0.1 ms was 10 steps,
+    /// and a `dt` of 1e-300 was written in 300 digits, inf as "give inf ms"
+    /// (part E of pass 19). A `dt` that is not a finite number above 0 is
+    /// refused as `steps_of` refuses it, and every number is written short.
+    #[test]
+    fn whole_steps_refuse_a_step_that_is_not_a_positive_number() {
+        for dt in [-0.1, -0.0, 0.0, f64::INFINITY, f64::NAN] {
+            let e = whole_steps(-1.0, dt, "--x").unwrap_err().to_string();
+            assert!(
+                e.contains("the time step dt must be a finite number"),
+                "{dt}: {e}"
+            );
+        }
+        let e = whole_steps(1.0, 1e-300, "--x").unwrap_err().to_string();
+        assert!(e.contains("dt = 1e-300 ms") && e.len() < 120, "{e}");
+        let e = whole_steps(0.15, 1e-1, "--x").unwrap_err().to_string();
+        assert!(e.contains("give 0.1 ms"), "{e}");
     }
 
     #[test]

@@ -152,6 +152,7 @@ mod load;
 mod model;
 mod placement;
 mod units;
+mod xml_check;
 
 pub use bind::{
     bind_current_process, bind_current_thread, bind_memory_to_numa, check_binding, current_binding,

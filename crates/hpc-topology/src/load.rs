@@ -248,8 +248,9 @@ impl Topology {
 /// `complete_cpuset`: every topology hwloc (1.x and 2.x) exports gives every
 /// object with a cpuset both, and hwloc 2.9 dies of a segmentation fault
 /// loading such an object (the program with it, not an error), so it is
-/// refused first. The objects' start tags are scanned as text, not parsed;
-/// what else is wrong with the file is hwloc's to say.
+/// refused first; so are the trees hwloc's check of a loaded topology
+/// aborts a debug build on (`xml_check`). The objects' tags are scanned as
+/// text, not parsed; what else is wrong with the file is hwloc's to say.
 fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
     let text = String::from_utf8_lossy(xml);
     let mut rest = &text[..];
@@ -308,12 +309,12 @@ fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
         }
         index += 1;
     }
-    Ok(())
+    crate::xml_check::children_partition_their_parent(&text)
 }
 
 /// The value of the attribute `name` among an XML start tag's `attrs`,
 /// if it is there (quoted with `"`).
-fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
     attrs.match_indices(name).find_map(|(i, _)| {
         if !attrs[..i].ends_with(|c: char| c.is_ascii_whitespace()) {
             return None;
@@ -336,6 +337,12 @@ fn only_bit(text: &str) -> Option<Option<u64>> {
     let words: Vec<&str> = text.split(',').collect();
     let mut only = None;
     for (k, word) in words.iter().rev().enumerate() {
+        // An empty word is a zero one: hwloc 1.x writes bit 192 as
+        // `0x00000001,,,,,,0x0`, and the os_index of such a PU went
+        // unchecked (an edited one aborted a debug build in hwloc's check).
+        if word.trim().is_empty() {
+            continue;
+        }
         let hex = word.trim().strip_prefix("0x")?;
         let w = u32::from_str_radix(hex, 16).ok()?;
         match (w.count_ones(), only) {
@@ -596,6 +603,33 @@ mod tests {
             assert!(e.contains(&format!("{}.{}.{}", bad.0, bad.1, bad.2)), "{e}");
             assert!(e.contains("hwloc 2.x"), "{e}");
         }
+    }
+
+    /// hwloc 1.x writes a zero word of a bitmap as nothing (`0x00000001,,,,,,0x0`
+    /// is bit 192): a PU of such a file whose os_index was edited passed the
+    /// scan, and hwloc's check of the loaded topology aborted a debug build
+    /// ("Assertion `hwloc_bitmap_first(obj->cpuset) == (int) obj->os_index'
+    /// failed", seen with `16em64t`'s 192-PU sibling exported as hwloc 1.x
+    /// XML; part E of pass 19).
+    #[test]
+    fn an_os_index_in_hwloc_1_bitmaps_with_empty_words_is_checked() {
+        assert_eq!(only_bit("0x00000001,,,,,,0x0"), Some(Some(192)));
+        assert_eq!(only_bit("0x00000001,,0x00000002"), Some(None));
+        assert_eq!(only_bit(",,"), None);
+        let pu = |os: u32| {
+            format!(
+                r#"<topology><object type="Machine" os_index="0" cpuset="0x00000001,,,,,,0x0"
+                complete_cpuset="0x00000001,,,,,,0x0"><object type="PU" os_index="{os}"
+                cpuset="0x00000001,,,,,,0x0" complete_cpuset="0x00000001,,,,,,0x0"/>
+                </object></topology>"#
+            )
+        };
+        objects_hwloc_loads(pu(192).as_bytes()).unwrap();
+        let e = objects_hwloc_loads(pu(5).as_bytes()).unwrap_err();
+        assert!(
+            e.contains("(type PU) has os_index 5 but cpuset 0x00000001,,,,,,0x0"),
+            "{e}"
+        );
     }
 
     #[test]

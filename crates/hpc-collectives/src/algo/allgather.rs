@@ -32,6 +32,7 @@ fn builder(
     blocks: &[usize],
 ) -> (Builder, Vec<usize>) {
     assert_eq!(blocks.len(), size, "one block size per rank");
+    super::total_bytes(blocks, 1, "allgather's receive buffer (sum of blocks)");
     let mut b = Builder::new(CollectiveKind::Allgatherv, algorithm, rank, size);
     let displs = prefix(blocks);
     b.buffers(blocks[rank], displs[size]);

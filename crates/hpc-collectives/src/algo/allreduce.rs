@@ -31,7 +31,7 @@ fn setup(
     tmp_bytes: Option<usize>,
 ) -> Setup {
     let mut b = Builder::new(CollectiveKind::Allreduce, algorithm, rank, size);
-    let bytes = count * dtype.size();
+    let bytes = super::bytes(count, dtype.size(), "allreduce's buffers (count x element)");
     b.buffers(bytes, bytes);
     let acc = Region::recv(0, bytes);
     let tmp = match tmp_bytes {
@@ -56,7 +56,8 @@ fn folded_setup(
     let rem = size - pof2;
     // A folded-away rank only sends its input and receives the result.
     let needs_tmp = size > 1 && fold_newrank(rank, rem).is_some();
-    let tmp = needs_tmp.then_some(count * dtype.size());
+    let tmp = needs_tmp
+        .then(|| super::bytes(count, dtype.size(), "allreduce's buffers (count x element)"));
     (setup(algorithm, rank, size, count, dtype, tmp), pof2, rem)
 }
 
@@ -210,7 +211,9 @@ pub fn rabenseifner(
 /// only; latency linear in `size`.
 pub fn ring(rank: usize, size: usize, count: usize, dtype: DataType, op: ReduceOp) -> Schedule {
     // Incoming chunks land in a buffer of the largest chunk.
+    let bytes = super::bytes(count, dtype.size(), "allreduce's buffers (count x element)");
     let tmp = (size > 1).then_some(count.div_ceil(size) * dtype.size());
+    debug_assert!(tmp.is_none_or(|t| t <= bytes));
     let mut s = setup(Algorithm::Ring, rank, size, count, dtype, tmp);
     let e = dtype.size();
     let off: Vec<usize> = prefix(&split(count, size))

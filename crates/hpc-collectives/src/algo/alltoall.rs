@@ -29,6 +29,8 @@ pub fn pairwise_v(rank: usize, size: usize, send: &[usize], recv: &[usize]) -> S
         send[rank], recv[rank],
         "own block must have the same size both ways"
     );
+    super::total_bytes(send, 1, "alltoallv's send buffer (sum of counts)");
+    super::total_bytes(recv, 1, "alltoallv's receive buffer (sum of counts)");
     let mut b = Builder::new(CollectiveKind::Alltoallv, Algorithm::Pairwise, rank, size);
     let sd = prefix(send);
     let rd = prefix(recv);
@@ -58,6 +60,7 @@ pub fn pairwise_v(rank: usize, size: usize, send: &[usize], recv: &[usize]) -> S
 /// same slots; finally `T[j]` (from `rank - j`) is copied to receive block
 /// `rank - j`.
 pub fn bruck(rank: usize, size: usize, block: usize) -> Schedule {
+    super::bytes(size, block, "alltoall's buffers (ranks x block)");
     let mut b = Builder::new(CollectiveKind::Alltoall, Algorithm::Bruck, rank, size);
     b.buffers(size * block, size * block);
     let t = b.alloc(size * block);

@@ -10,6 +10,7 @@ use crate::schedule::{Builder, Region, Schedule};
 pub fn binomial(rank: usize, size: usize, root: usize, bytes: usize) -> Schedule {
     assert!(root < size, "root out of range");
     let mut b = Builder::new(CollectiveKind::Broadcast, Algorithm::Binomial, rank, size);
+    super::bytes(bytes, 1, "broadcast's buffer");
     b.buffers(0, bytes);
     let data = Region::recv(0, bytes);
     let vr = (rank + size - root) % size;
@@ -42,6 +43,7 @@ pub fn scatter_allgather(rank: usize, size: usize, root: usize, bytes: usize) ->
         rank,
         size,
     );
+    super::bytes(bytes, 1, "broadcast's buffer");
     b.buffers(0, bytes);
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;

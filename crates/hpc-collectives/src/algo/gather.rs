@@ -14,6 +14,7 @@ use super::lowbit;
 /// otherwise in scratch followed by a two-copy rotation.
 pub fn binomial(rank: usize, size: usize, root: usize, block: usize) -> Schedule {
     assert!(root < size, "root out of range");
+    super::bytes(size, block, "gather's receive buffer (ranks x block)");
     let mut b = Builder::new(CollectiveKind::Gather, Algorithm::Binomial, rank, size);
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;

@@ -2,8 +2,12 @@
 //! `(rank, size, sizes...) -> Schedule`.
 //!
 //! These functions assume valid arguments (`rank < size`, `root < size`,
-//! count vectors of length `size`) and panic otherwise; the checked entry
-//! point is [`Collective::schedule`](crate::Collective::schedule). Sizes are
+//! count vectors of length `size`, buffers of at most `isize::MAX` bytes)
+//! and panic otherwise, naming what was wrong (a count of `usize::MAX`
+//! panicked with "attempt to multiply with overflow" in a debug build and
+//! wrapped to a small buffer in a release one); the checked entry point,
+//! which returns these as errors, is
+//! [`Collective::schedule`](crate::Collective::schedule). Sizes are
 //! in bytes for data-movement collectives and in elements (plus a
 //! [`DataType`](crate::DataType)) for reductions, so that reduction chunks
 //! never split an element.
@@ -23,6 +27,33 @@ pub mod gather;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scatter;
+
+/// `n * each` bytes (a buffer of `n` blocks or elements of `each` bytes),
+/// which must be at most `isize::MAX`: a named panic beyond, in every build
+/// (the product wrapped in a release one).
+#[track_caller]
+pub(crate) fn bytes(n: usize, each: usize, what: &str) -> usize {
+    match n.checked_mul(each) {
+        Some(b) if b <= isize::MAX as usize => b,
+        _ => too_many_bytes(n, each, what),
+    }
+}
+
+/// The sum of `counts`, each of `each` bytes, checked as [`bytes`] checks.
+#[track_caller]
+pub(crate) fn total_bytes(counts: &[usize], each: usize, what: &str) -> usize {
+    let n = counts.iter().fold(0usize, |a, &c| a.saturating_add(c));
+    bytes(n, each, what)
+}
+
+#[cold]
+#[track_caller]
+fn too_many_bytes(n: usize, each: usize, what: &str) -> ! {
+    panic!(
+        "hpc_collectives::algo: {what}: {n} x {each} bytes is more than isize::MAX \
+         (Collective::schedule refuses this as an error)"
+    )
+}
 
 /// Largest power of two `<= n` (`n >= 1`).
 pub(crate) fn pof2_floor(n: usize) -> usize {
@@ -91,6 +122,60 @@ pub(crate) fn fold_oldrank(newrank: usize, rem: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every builder given a count whose bytes pass `usize::MAX` (part E of
+    /// pass 19): gather, scatter, alltoall's Bruck, reduce, the three
+    /// allreduces and reduce_scatter panicked with "attempt to multiply with
+    /// overflow" in a debug build (a release one wrapped the product into a
+    /// small buffer); the broadcasts, alltoallv and allgather built
+    /// schedules of `usize::MAX`-byte buffers. Each panics naming the buffer
+    /// now, as its module documents; sizes that fit still build.
+    #[test]
+    fn counts_beyond_any_buffer_panic_by_name() {
+        use crate::{DataType, ReduceOp};
+        let m = usize::MAX;
+        let (f, sum) = (DataType::F64, ReduceOp::Sum);
+        type Build = Box<dyn Fn(usize) -> crate::Schedule>;
+        let builders: Vec<(&str, Build)> = vec![
+            ("bcast", Box::new(|c| bcast::binomial(0, 3, 0, c))),
+            (
+                "bcast sa",
+                Box::new(|c| bcast::scatter_allgather(0, 3, 0, c)),
+            ),
+            ("gather", Box::new(|c| gather::binomial(0, 3, 0, c))),
+            ("scatter", Box::new(|c| scatter::binomial(0, 3, 0, c))),
+            ("alltoall", Box::new(|c| alltoall::pairwise(0, 3, c))),
+            ("alltoall bruck", Box::new(|c| alltoall::bruck(0, 3, c))),
+            ("allgather", Box::new(|c| allgather::ring(0, 3, &[c; 3]))),
+            (
+                "reduce",
+                Box::new(move |c| reduce::binomial(0, 3, 0, c, f, sum)),
+            ),
+            (
+                "allreduce",
+                Box::new(move |c| allreduce::ring(0, 3, c, f, sum)),
+            ),
+            (
+                "allreduce rd",
+                Box::new(move |c| allreduce::recursive_doubling(0, 3, c, f, sum)),
+            ),
+            (
+                "allreduce rab",
+                Box::new(move |c| allreduce::rabenseifner(0, 3, c, f, sum)),
+            ),
+            (
+                "reduce_scatter",
+                Box::new(move |c| reduce_scatter::ring(0, 3, &[c; 3], f, sum)),
+            ),
+        ];
+        for (name, build) in &builders {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(m)))
+                .expect_err(name);
+            let text = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(text.contains("is more than isize::MAX"), "{name}: {text:?}");
+            assert!(!build(5).rounds.is_empty(), "{name}");
+        }
+    }
 
     /// Offsets whose sum passes `usize::MAX` stay there (a block past it
     /// lies beyond any buffer): the sum panicked ("attempt to add with

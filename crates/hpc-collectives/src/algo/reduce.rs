@@ -25,7 +25,7 @@ pub fn binomial(
 ) -> Schedule {
     assert!(root < size, "root out of range");
     let mut b = Builder::new(CollectiveKind::Reduce, Algorithm::Binomial, rank, size);
-    let bytes = count * dtype.size();
+    let bytes = super::bytes(count, dtype.size(), "reduce's buffers (count x element)");
     b.buffers(bytes, if rank == root { bytes } else { 0 });
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;

@@ -39,8 +39,13 @@ fn setup(
     dtype: DataType,
 ) -> (Builder, Vec<usize>, usize) {
     assert_eq!(counts.len(), size, "one count per rank");
-    let mut b = Builder::new(CollectiveKind::ReduceScatter, algorithm, rank, size);
     let e = dtype.size();
+    super::total_bytes(
+        counts,
+        e,
+        "reduce_scatter's send buffer (sum of counts x element)",
+    );
+    let mut b = Builder::new(CollectiveKind::ReduceScatter, algorithm, rank, size);
     let off: Vec<usize> = prefix(counts).into_iter().map(|x| x * e).collect();
     let max = counts.iter().max().copied().unwrap_or(0) * e;
     b.buffers(off[size], counts[rank] * e);

@@ -14,6 +14,7 @@ use super::lowbit;
 /// receive straight into the receive buffer.
 pub fn binomial(rank: usize, size: usize, root: usize, block: usize) -> Schedule {
     assert!(root < size, "root out of range");
+    super::bytes(size, block, "scatter's send buffer (ranks x block)");
     let mut b = Builder::new(CollectiveKind::Scatter, Algorithm::Binomial, rank, size);
     let vr = (rank + size - root) % size;
     let abs = |v: usize| (v + root) % size;

@@ -342,3 +342,71 @@ fn the_psp_peak_of_any_pair_of_time_constants_is_the_integrated_one() {
         })
     ));
 }
+
+/// Parameters each in its domain whose propagators are not numbers (a
+/// capacitance or a synaptic time constant of 5e-324, a synaptic time
+/// constant of 1e308, a resolution of 1e308 ms), or whose threshold is
+/// infinitely far from `E_L`, were taken: `V` was NaN from the first step (or
+/// the threshold inf), and the neuron never spiked, without a word (part E of
+/// pass 19). Each is refused naming the values; NEST's defaults, equal time
+/// constants and tiny or huge ones that stay finite are still taken.
+#[test]
+fn parameters_whose_propagators_are_not_numbers_are_refused() {
+    let d = IafPscAlphaParams::default();
+    for (p, h, said) in [
+        (
+            IafPscAlphaParams { c_m: 5e-324, ..d },
+            0.1,
+            "C_m = 5e-324 pF",
+        ),
+        (
+            IafPscAlphaParams {
+                tau_syn_ex: 5e-324,
+                ..d
+            },
+            0.1,
+            "the excitatory propagators",
+        ),
+        (
+            IafPscAlphaParams {
+                tau_syn_in: 1e308,
+                ..d
+            },
+            0.1,
+            "the inhibitory propagators",
+        ),
+        (d, 1e308, "over a step of 1e308 ms"),
+        (
+            IafPscAlphaParams {
+                e_l: -1e308,
+                v_reset: -1e308,
+                v_th: 1e308,
+                ..d
+            },
+            0.1,
+            "V_th = 1e308",
+        ),
+    ] {
+        let e = IafPscAlpha::new(p, h).unwrap_err().to_string();
+        assert!(e.contains(said), "{said}: {e}");
+    }
+    for (p, h) in [
+        (d, 0.1),
+        (d, 5e-324),
+        (
+            IafPscAlphaParams {
+                tau_syn_ex: 10.0,
+                ..d
+            },
+            0.1,
+        ),
+        (IafPscAlphaParams { c_m: 1e308, ..d }, 0.1),
+        (IafPscAlphaParams { tau_m: 1e308, ..d }, 0.1),
+    ] {
+        let m = IafPscAlpha::new(p, h).unwrap();
+        let mut s = m.rest();
+        m.step(&mut s, 100.0, -100.0, 376.0);
+        m.step(&mut s, 0.0, 0.0, 376.0);
+        assert!(m.v_m(&s).is_finite(), "{p:?} {h}");
+    }
+}

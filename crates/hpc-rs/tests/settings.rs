@@ -1,0 +1,66 @@
+//! The settings `init` refuses before the job is joined are said as what they
+//! are: a trace folder, an engine or a variable's bytes are no part of the
+//! bootstrap (part E of pass 19: "bootstrap failed: HPC_TRACE=…").
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+
+/// Each refused setting, one after the other in one process (the variables are
+/// the process's): `Error::InvalidArgument` naming the variable, not
+/// `Error::Bootstrap`'s "bootstrap failed".
+#[test]
+fn settings_refused_before_the_job_is_joined_are_not_called_a_bootstrap() {
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    let mut cases: Vec<(&str, &OsStr, &str)> = vec![
+        // A folder under a character device: it cannot be made.
+        (hpc_env::TRACE, OsStr::new("/dev/null/trace"), "HPC_TRACE="),
+        (hpc_env::LOG, OsStr::from_bytes(b"\xff"), "HPC_LOG="),
+    ];
+    if cfg!(feature = "collectives") {
+        cases.push((hpc_env::ENGINE, OsStr::new("turbo"), "HPC_ENGINE="));
+    }
+    for (name, value, named) in cases {
+        std::env::set_var(name, value);
+        let Err(e) = hpc_rs::init() else {
+            panic!("{name} taken")
+        };
+        std::env::remove_var(name);
+        let text = e.to_string();
+        assert!(
+            matches!(e, hpc_rs::Error::InvalidArgument(_)),
+            "{name}: {e:?}"
+        );
+        assert!(text.contains(named), "{name}: {text}");
+        assert!(!text.contains("bootstrap"), "{name}: {text}");
+    }
+}
+
+/// `Options { threads: Some(0) }`, the application's own argument, was taken:
+/// the plan failed behind a warning ("cannot plan this rank's placement",
+/// unseen without a subscriber) and `init_with` said `Ok` with the rank
+/// unplaced and unbound (part E of pass 19). It is refused naming the
+/// option; `Some(1)` still plans.
+#[test]
+fn zero_threads_asked_by_the_application_is_an_error() {
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    let options = |threads| hpc_rs::Options {
+        threads,
+        bind: Some(false),
+        no_subscriber: true,
+        ..Default::default()
+    };
+    let Err(e) = hpc_rs::init_with(options(Some(0))) else {
+        panic!("0 threads taken")
+    };
+    assert!(matches!(e, hpc_rs::Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("Options::threads = Some(0)"), "{e}");
+    #[cfg(feature = "topology")]
+    {
+        let ctx = hpc_rs::init_with(options(Some(1))).unwrap();
+        assert!(ctx.placement.is_some());
+    }
+}
