@@ -178,19 +178,18 @@ fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
             .unwrap();
         let partial = out.join("spikes.spk.partial");
         let deadline = Instant::now() + Duration::from_secs(60);
-        // Until the loop has written spikes (the file has grown past its header).
-        let mut first = None;
+        // Until the loop has written spikes that a reader sees: the file's growth
+        // alone was its header when the first look found it empty (a loaded
+        // machine), and the signal then came before the first spike.
         loop {
             assert!(Instant::now() < deadline, "{name}: the run never started");
             if let Some(status) = run.try_wait().unwrap() {
                 panic!("{name}: the run ended before the signal: {status}");
             }
-            if let Ok(m) = std::fs::metadata(&partial) {
-                match first {
-                    None => first = Some(m.len()),
-                    Some(f) if m.len() > f => break,
-                    Some(_) => {}
-                }
+            if hpc_spiking::spikes::read_spikes_partial(&partial)
+                .is_ok_and(|s| !s.spikes.is_empty())
+            {
+                break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
