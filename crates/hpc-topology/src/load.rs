@@ -10,7 +10,7 @@ use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
 use hwlocality::topology::Topology as HwlocTopology;
 
 use crate::model::*;
-use crate::{CpuSet, Result, TopologyError};
+use crate::{xml_check, CpuSet, Result, TopologyError};
 
 /// The largest topology XML file read, in bytes: `lstopo` describes a
 /// machine in about 1.7 KB a PU (a machine of 8192 CPUs, the most Linux
@@ -290,9 +290,11 @@ fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
             "NUMANode" => &["nodeset", "complete_nodeset"],
             _ => &[],
         };
-        if let Some(os_index) = attr(attrs, "os_index").and_then(|v| v.trim().parse::<u64>().ok()) {
+        if let Some(os_index) =
+            xml_check::attr(attrs, "os_index").and_then(|v| v.trim().parse::<u64>().ok())
+        {
             for set in own_set {
-                let Some(bits) = attr(attrs, set) else {
+                let Some(bits) = xml_check::attr(attrs, set) else {
                     continue;
                 };
                 if let Some(only) = only_bit(bits) {
@@ -309,20 +311,7 @@ fn objects_hwloc_loads(xml: &[u8]) -> std::result::Result<(), String> {
         }
         index += 1;
     }
-    crate::xml_check::children_partition_their_parent(&text)
-}
-
-/// The value of the attribute `name` among an XML start tag's `attrs`,
-/// if it is there (quoted with `"`).
-pub(crate) fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
-    attrs.match_indices(name).find_map(|(i, _)| {
-        if !attrs[..i].ends_with(|c: char| c.is_ascii_whitespace()) {
-            return None;
-        }
-        let value = attrs[i + name.len()..].trim_start().strip_prefix('=')?;
-        let value = value.trim_start().strip_prefix('"')?;
-        value.split_once('"').map(|(v, _)| v)
-    })
+    xml_check::children_partition_their_parent(&text)
 }
 
 /// The one bit set in an hwloc bitmap's text (`0x00000100`, 32-bit words

@@ -165,10 +165,10 @@ pub(crate) fn children_partition_their_parent(text: &str) -> Result<(), String> 
         let end = tag_end(tag);
         let attrs = &tag[..end];
         rest = &tag[end..];
-        let kind = crate::load::attr(attrs, "type").unwrap_or("?").to_string();
+        let kind = attr(attrs, "type").unwrap_or("?").to_string();
         let open = Open {
             index,
-            cpuset: crate::load::attr(attrs, "cpuset").and_then(Bits::parse),
+            cpuset: attr(attrs, "cpuset").and_then(Bits::parse),
             kind,
             children: Bits::default(),
             any_child: false,
@@ -245,6 +245,19 @@ fn shown(bits: &Bits) -> String {
         text.push_str(&w);
     }
     hpc_env::short(&text)
+}
+
+/// The value of the attribute `name` among an XML start tag's `attrs`,
+/// if it is there (quoted with `"`).
+pub(crate) fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
+    attrs.match_indices(name).find_map(|(i, _)| {
+        if !attrs[..i].ends_with(|c: char| c.is_ascii_whitespace()) {
+            return None;
+        }
+        let value = attrs[i + name.len()..].trim_start().strip_prefix('=')?;
+        let value = value.trim_start().strip_prefix('"')?;
+        value.split_once('"').map(|(v, _)| v)
+    })
 }
 
 #[cfg(test)]
