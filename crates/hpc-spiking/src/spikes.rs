@@ -819,8 +819,7 @@ mod tests {
 
     #[test]
     fn what_is_no_spike_file_is_refused_by_its_first_bytes_and_size() {
-        let dir = std::env::temp_dir().join(format!("hpc-spiking-head-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-spiking", "head");
         // 60 GiB, sparse: read whole (as it was, under the 64 GiB bound) it asked
         // for an allocation of 60 GiB before its first bytes said it is no
         // spike file.
@@ -856,7 +855,6 @@ mod tests {
         }
         let e = check_head(b"HPCSPIKE").unwrap_err().to_string();
         assert!(e.contains("8 bytes is too short"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1078,9 +1076,7 @@ mod tests {
 
     #[test]
     fn the_writer_writes_nothing_its_reader_refuses() {
-        let dir = std::env::temp_dir().join(format!("hpc-spk-writer-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-spk", "writer");
         let path = dir.join("s.spk");
         let e = SpikeWriter::with_header(&path, r#"{"dt_ms": 0.1, "t_sim_ms": 10}"#)
             .err()
@@ -1114,7 +1110,6 @@ mod tests {
             read_spikes(&path).unwrap().spikes,
             [(1, 3), (1, 99), (4, 0)]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     proptest! {
