@@ -1,16 +1,17 @@
 use super::*;
 use crate::file::{check_name, is_temporary, Header};
 use crate::manifest::parse_manifest;
+use hpc_test_support::TmpDir;
 use proptest::prelude::*;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A checkpoint set at `ckpt-<tag>-<pid>` under the temporary directory, with
-/// nothing there yet.
-fn fresh_set(tag: &str) -> (PathBuf, Checkpoints) {
-    let root = std::env::temp_dir().join(format!("ckpt-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&root);
-    let set = Checkpoints::new(&root);
+/// A checkpoint set in a fresh, empty `ckpt-<pid>-<n>-<tag>` under the
+/// temporary directory, removed with everything in it when the guard is
+/// dropped, also when the test fails.
+fn fresh_set(tag: &str) -> (TmpDir, Checkpoints) {
+    let root = TmpDir::new("ckpt", tag);
+    let set = Checkpoints::new(root.to_path_buf());
     (root, set)
 }
 
@@ -49,12 +50,11 @@ fn only_canonical_step_names_are_steps() {
     }
     fs::create_dir_all(set.step_dir(12345678901)).unwrap();
     assert_eq!(set.steps().unwrap(), vec![30, 12345678901]);
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
-    let (root, set) = fresh_set("tmp");
+    let (_root, set) = fresh_set("tmp");
     // An interrupted checkpoint of step 10: a rank file and the manifest's
     // temporary, no manifest.
     let e = set.write_rank(10, 0, 1, b"ten").unwrap();
@@ -78,12 +78,11 @@ fn temporaries_of_interrupted_writes_are_removed_at_the_next_commit() {
     assert!(later.exists());
     assert!(set.step_dir(10).join("rank-000000.ckpt").exists());
     assert!(is_temporary("manifest.json.tmp1") && !is_temporary("a.tmp") && !is_temporary(".tmp1"));
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
-    let (root, set) = fresh_set("prune");
+    let (_root, set) = fresh_set("prune");
     let write = |step: u64| commit_one(&set, step, b"x");
     // Another run's checkpoint, newer than all of this run's.
     write(9000);
@@ -99,7 +98,6 @@ fn pruning_keeps_the_newest_of_this_runs_checkpoints_only() {
     // keep 0 is taken as 1: the newest is never removed.
     assert_eq!(set.prune(&mut written, 0).unwrap(), [400, 500]);
     assert_eq!(set.steps().unwrap(), [600, 9000]);
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -117,7 +115,7 @@ fn names_are_checked() {
 /// keeping one removed 5, the newest, and counted 1 twice).
 #[test]
 fn pruning_keeps_the_newest_whatever_the_order_of_the_list() {
-    let (root, set) = fresh_set("prune-order");
+    let (_root, set) = fresh_set("prune-order");
     for step in [1, 3, 5] {
         commit_one(&set, step, b"x");
     }
@@ -125,14 +123,13 @@ fn pruning_keeps_the_newest_whatever_the_order_of_the_list() {
     assert_eq!(set.prune(&mut written, 1).unwrap(), [1, 3]);
     assert_eq!(written, [5]);
     assert_eq!(set.steps().unwrap(), [5]);
-    fs::remove_dir_all(&root).unwrap();
 }
 
 /// A header whose payload length is near `u64::MAX` is refused as damaged
 /// (the sum with the header's length overflowed: a panic in debug builds).
 #[test]
 fn a_payload_length_near_u64_max_is_a_damaged_header() {
-    let (root, set) = fresh_set("payload-max");
+    let (_root, set) = fresh_set("payload-max");
     commit_one(&set, 1, b"abcdef");
     let path = set.step_dir(1).join(crate::file::rank_file_name(0));
     let mut bytes = fs::read(&path).unwrap();
@@ -149,7 +146,6 @@ fn a_payload_length_near_u64_max_is_a_damaged_header() {
         e.contains("announces 18446744073709551615 payload bytes"),
         "{e}"
     );
-    fs::remove_dir_all(&root).unwrap();
 }
 
 proptest! {
@@ -174,14 +170,13 @@ fn a_failed_write_leaves_no_empty_step_directory() {
             Err(std::io::Error::other("the device is full"))
         }
     }
-    let (root, set) = fresh_set("fail");
+    let (_root, set) = fresh_set("fail");
     assert!(set.write_rank_from(5, 0, 2, 8, &mut Failing).is_err());
     assert!(set.write_file_from(5, "spikes", 8, &mut Failing).is_err());
     assert!(!set.step_dir(5).exists(), "an empty step-* is left");
     let other = set.write_rank(6, 1, 2, b"rank one").unwrap();
     assert!(set.write_rank_from(6, 0, 2, 8, &mut Failing).is_err());
     assert!(set.step_dir(6).join(&other.name).exists());
-    fs::remove_dir_all(&root).unwrap();
 }
 
 /// A symbolic link planted at a step directory's name is refused, naming it, and
@@ -189,8 +184,7 @@ fn a_failed_write_leaves_no_empty_step_directory() {
 /// through it).
 #[test]
 fn a_link_planted_at_a_step_directory_is_not_followed() {
-    let base = std::env::temp_dir().join(format!("ckpt-link-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&base);
+    let base = TmpDir::new("ckpt", "link");
     let (root, elsewhere) = (base.join("set"), base.join("elsewhere"));
     fs::create_dir_all(&root).unwrap();
     fs::create_dir_all(&elsewhere).unwrap();
@@ -207,7 +201,6 @@ fn a_link_planted_at_a_step_directory_is_not_followed() {
         );
     }
     assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
-    fs::remove_dir_all(&base).unwrap();
 }
 
 /// A checkpoint root that is a link another user planted is refused, nothing
@@ -238,21 +231,19 @@ fn a_root_that_is_a_link_of_another_user_is_refused() {
         }
         Err(e) => eprintln!("the link's owner kept ({e}): the planted case not run"),
     }
-    fs::remove_dir_all(&base).unwrap();
 }
 
 #[test]
 fn a_manifest_that_cannot_be_opened_is_no_incomplete_checkpoint() {
     // A loop of links where the manifest should be: not "incomplete" (which
     // says that the manifest is missing) but the error of opening it.
-    let (root, set) = fresh_set("loop");
+    let (_root, set) = fresh_set("loop");
     let dir = set.step_dir(5);
     fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink("manifest.json", dir.join("manifest.json")).unwrap();
     let err = Checkpoint::open(&dir).unwrap_err();
     assert!(!matches!(err, Error::Incomplete { .. }), "{err}");
     assert!(err.to_string().contains("manifest.json"), "{err}");
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -266,12 +257,11 @@ fn only_a_name_of_digits_is_compared_with_the_manifests_step() {
     assert_eq!(Checkpoint::open(&plus).unwrap().step(), 5);
     fs::rename(&plus, set.step_dir(7)).unwrap();
     assert!(Checkpoint::open(set.step_dir(7)).is_err());
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn pruning_passes_over_a_directory_gone_and_reports_one_it_cannot_remove() {
-    let (root, set) = fresh_set("prune-gone");
+    let (_root, set) = fresh_set("prune-gone");
     let write = |step: u64| commit_one(&set, step, b"x");
     for step in [100, 200, 300] {
         write(step);
@@ -288,12 +278,11 @@ fn pruning_passes_over_a_directory_gone_and_reports_one_it_cannot_remove() {
     let err = set.prune(&mut written, 2).unwrap_err();
     assert!(err.to_string().contains("step-"), "{err}");
     assert!(set.step_dir(200).is_file());
-    fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn the_temporaries_removed_are_counted() {
-    let (root, set) = fresh_set("tmp-count");
+    let (_root, set) = fresh_set("tmp-count");
     let dir = set.step_dir(10);
     fs::create_dir_all(&dir).unwrap();
     for name in [
@@ -307,7 +296,6 @@ fn the_temporaries_removed_are_counted() {
     assert_eq!(set.remove_temporaries(10), 3);
     assert_eq!(set.remove_temporaries(10), 0, "none left");
     assert!(dir.join("rank-000000.ckpt").exists());
-    fs::remove_dir_all(&root).unwrap();
 }
 
 /// A manifest edited by hand with its checksum recomputed, a field 100,000
@@ -336,7 +324,6 @@ fn a_forged_manifests_long_fields_are_cut_in_the_message() {
             &e[..300]
         );
     }
-    let _ = fs::remove_dir_all(&root);
 }
 
 /// A payload longer than announced was read to its end before its length was
@@ -357,7 +344,7 @@ fn a_payload_longer_than_announced_is_refused_without_reading_it_all() {
             Ok(buf.len())
         }
     }
-    let (root, set) = fresh_set("endless");
+    let (_root, set) = fresh_set("endless");
     let mut endless = Endless(0);
     let e = set
         .write_rank_from(1, 0, 1, 10, &mut endless)
@@ -371,5 +358,4 @@ fn a_payload_longer_than_announced_is_refused_without_reading_it_all() {
         .to_string();
     assert!(e.contains("the payload was 4 bytes, announced 10"), "{e}");
     assert!(set.steps().unwrap().is_empty(), "a step directory was left");
-    std::fs::remove_dir_all(root).unwrap();
 }

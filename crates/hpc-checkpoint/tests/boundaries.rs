@@ -71,14 +71,13 @@ fn names_of_named_files() {
             "{bad:?} was accepted"
         );
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn names_paths_and_accessors() {
     let root = tmpdir("paths");
     let set = Checkpoints::new(&root);
-    assert_eq!(set.root(), root.as_path());
+    assert_eq!(set.root(), &*root);
     assert_eq!(set.step_dir(42), root.join("step-0000000042"));
     assert_eq!(rank_file_name(3), "rank-000003.ckpt");
     assert_eq!(rank_file_name(1234567), "rank-1234567.ckpt");
@@ -107,7 +106,6 @@ fn names_paths_and_accessors() {
         assert!(c.manifest().named_file("c").is_none());
         assert!(c.manifest().rank_file(2).is_none());
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Named files are found by name, not by position, among rank files.
@@ -123,7 +121,6 @@ fn each_file_reads_back_its_own_bytes() {
     assert_eq!(ck.read_file("c").unwrap(), None);
     assert_eq!(ck.read_file("rank-000000").unwrap(), None);
     assert!(matches!(ck.read_rank(2), Err(Error::InvalidArgument(_))));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -155,7 +152,6 @@ fn steps_are_the_step_directories_only() {
         Checkpoints::new(&file).latest(),
         Err(Error::Io { .. })
     ));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A payload reader interrupted by a signal is read again, not failed.
@@ -194,7 +190,6 @@ fn an_interrupted_payload_read_is_retried() {
         .unwrap();
     let ck = set.commit(1, 1, vec![e], serde_json::json!(null)).unwrap();
     assert_eq!(ck.read_rank(0).unwrap(), data);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -238,7 +233,6 @@ fn commit_checks_sizes_duplicates_and_the_rank_range() {
     ));
     set.commit(5, 2, vec![e1, e0], serde_json::json!({}))
         .unwrap();
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A manifest with a valid checksum that lists files wrongly is refused when
@@ -288,7 +282,6 @@ fn sealed_manifests_listing_bad_files_are_refused() {
             Checkpoint::open(&dir)
         );
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A manifest damaged inside its own checksum field is refused, not a panic.
@@ -317,7 +310,6 @@ fn a_damaged_checksum_field_is_refused() {
     assert!(matches!(cut(&odd), Err(Error::Manifest { .. })));
     std::fs::write(&path, &text).unwrap();
     Checkpoint::open(set.step_dir(2)).unwrap();
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -342,7 +334,6 @@ fn open_tells_absent_incomplete_and_unreadable_apart() {
         }
         other => panic!("a directory as manifest gave {other:?}"),
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A listed file that exists but cannot be opened, or is not a regular file, is
@@ -368,7 +359,6 @@ fn files_that_cannot_be_read_are_not_called_missing() {
     std::fs::remove_dir(&f).unwrap();
     let e = Checkpoint::open(&dir).unwrap().verify().unwrap_err();
     assert!(matches!(e, Error::Missing { .. }), "{e}");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 fn latest_logged(set: &Checkpoints) -> (u64, Vec<u64>, String) {
@@ -402,7 +392,6 @@ fn warnings_come_with_fallbacks_only() {
         "{}",
         rejected[0].error
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A rejected checkpoint's warning says "trying the previous one" only where
@@ -435,7 +424,6 @@ fn the_last_rejected_checkpoint_says_none_is_left() {
             && !lines[1].contains("previous"),
         "{text}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Every header field uses all its bytes: a rank and a rank count above 255 and a
@@ -457,7 +445,6 @@ fn wide_header_fields_round_trip() {
     assert_eq!(ck.read_rank(256).unwrap(), 256u32.to_le_bytes());
     let ck = set.latest().unwrap();
     assert_eq!((ck.step(), ck.ranks()), (step, ranks));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A commit of a step nothing was written for (no files, 0 ranks) said
@@ -480,7 +467,6 @@ fn a_commit_of_a_step_never_written_says_so() {
     let named = set.write_file(4, "state", b"x").unwrap();
     let k = set.commit(4, 0, [named], serde_json::json!({})).unwrap();
     assert_eq!(k.read_file("state").unwrap().unwrap(), b"x");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A metadata of 65 MiB made a manifest larger than a checkpoint's reader
@@ -508,5 +494,4 @@ fn a_manifest_larger_than_its_reader_takes_is_not_committed() {
         .commit(1, 1, [entry], serde_json::json!({"n": 1}))
         .unwrap();
     assert_eq!(set.latest().unwrap().step(), k.step());
-    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -70,8 +70,7 @@ fn a_manifest_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() {
 /// A step that was committed before keeps its files and manifest.
 #[test]
 fn a_step_whose_manifest_cannot_be_written_is_removed() {
-    let root = std::env::temp_dir().join(format!("ckpt-nomanifest-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = hpc_test_support::TmpDir::unmade("ckpt", "nomanifest");
     let set = Checkpoints::new(&root);
     let entries: Vec<_> = (0..2u32)
         .map(|r| set.write_rank(3, r, 2, b"payload").unwrap())
@@ -96,7 +95,6 @@ fn a_step_whose_manifest_cannot_be_written_is_removed() {
         set.step_dir(7).join(MANIFEST).is_file(),
         "a committed step lost its manifest"
     );
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// A root whose path is longer than any the system takes is refused by every

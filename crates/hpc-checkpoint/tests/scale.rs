@@ -7,9 +7,10 @@ use hpc_checkpoint::{
 };
 
 /// A path under the system's temporary directory, unique to this process and
-/// call, with nothing there.
-fn tmpdir(tag: &str) -> std::path::PathBuf {
-    hpc_test_support::tmppath("hpc-ckpt-test", tag)
+/// call, with nothing there, removed with what the test made there when dropped
+/// (also when the test fails).
+fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::unmade("hpc-ckpt-test", tag)
 }
 
 /// A sealed manifest of step 1 listing `ranks` rank files, in `dir`.
@@ -73,7 +74,6 @@ fn a_manifest_of_many_ranks_opens_in_time_linear_in_them() {
         let e = Checkpoint::open(&dir).unwrap_err().to_string();
         assert!(e.contains(said), "{e}");
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// `commit` wrote a manifest its reader refuses, then failed: metadata nested
@@ -128,7 +128,6 @@ fn commit_refuses_what_its_reader_would_before_writing() {
         std::fs::read(set.step_dir(1).join(MANIFEST)).unwrap(),
         before
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// A root of 5,000 interrupted steps gave a message of 5,000 lines.
@@ -151,5 +150,4 @@ fn no_valid_checkpoint_lists_the_newest_rejections_and_counts_the_rest() {
         "{text}"
     );
     assert!(text.ends_with("and 20 older ones"), "{text}");
-    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -73,7 +73,6 @@ fn a_checkpoint_reads_back_what_was_written() {
         .collect();
     assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
     assert_eq!(names.len(), 5, "{names:?}");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -90,7 +89,6 @@ fn a_flipped_byte_is_caught_and_named() {
     let ck = Checkpoint::open(set.step_dir(100)).unwrap();
     ck.read_rank(0).unwrap();
     assert!(matches!(ck.read_rank(1), Err(Error::Checksum { .. })));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -105,7 +103,6 @@ fn a_truncated_file_is_caught_and_named() {
     assert!(matches!(e, Error::Size { .. }), "{e}");
     let s = e.to_string();
     assert!(s.contains("spikes.ckpt") && s.contains("truncated"), "{s}");
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -128,7 +125,6 @@ fn rank_files_of_another_step_are_caught() {
         s.contains("step 3000") && s.contains("step 2000") && s.contains(".ckpt"),
         "{s}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -148,7 +144,6 @@ fn a_rank_file_under_another_ranks_name_is_caught() {
         s.contains("rank-000000.ckpt") && s.contains("holds rank 1"),
         "{s}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -160,7 +155,6 @@ fn a_missing_rank_file_is_caught() {
     let e = verify_err(&set.step_dir(100));
     assert!(matches!(e, Error::Missing { .. }), "{e}");
     assert!(e.to_string().contains("rank-000002.ckpt"));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -183,7 +177,6 @@ fn an_edited_manifest_is_caught() {
         Checkpoint::open(set.step_dir(3000)),
         Err(Error::Manifest { .. })
     ));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Pass 9: a step directory holding another step's checkpoint (moved, or a
@@ -206,7 +199,6 @@ fn a_manifest_of_another_step_than_its_directory_is_caught() {
     let other = root.join("kept");
     std::fs::rename(set.step_dir(4000), &other).unwrap();
     assert_eq!(Checkpoint::open(&other).unwrap().step(), 3000);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -224,7 +216,6 @@ fn commit_needs_every_rank() {
     ));
     assert!(set.write_rank(10, 2, 2, b"x").is_err());
     assert!(set.write_file(10, "../escape", b"x").is_err());
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -326,7 +317,6 @@ fn a_write_that_fails_leaves_no_file_and_names_it() {
     // Nothing is left: neither the temporary file nor the step directory the
     // failed write created (an empty step would read as a checkpoint in progress).
     assert!(!set.step_dir(6).exists(), "{:?}", set.step_dir(6));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// The log names a checkpoint's files as its refusals do: a root named with
@@ -334,7 +324,8 @@ fn a_write_that_fails_leaves_no_file_and_names_it() {
 /// removal of an interrupted write's temporary file, of an older checkpoint).
 #[test]
 fn the_log_shows_odd_paths_quoted_escaped() {
-    let root = common::tmpdir("odd").join("ck\n\u{1b}[2J");
+    let dir = common::tmpdir("odd");
+    let root = dir.join("ck\n\u{1b}[2J");
     let set = Checkpoints::new(&root);
     let e = set.write_rank(1, 0, 1, b"x").unwrap();
     set.commit(1, 1, vec![e], serde_json::json!({})).unwrap();
@@ -343,5 +334,4 @@ fn the_log_shows_odd_paths_quoted_escaped() {
     assert_eq!(removed, 1);
     assert!(log.contains("ck\\n\\u{1b}[2J"), "{log:?}");
     assert!(!log.contains('\u{1b}'), "{log:?}");
-    let _ = std::fs::remove_dir_all(root.parent().unwrap());
 }

@@ -208,11 +208,11 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     // program without a subscriber never saw), the rank left unplaced and
     // unbound.
     if options.threads == Some(0) {
-        return Err(Error::InvalidArgument(
+        return Err(Error::InvalidArgument(format!(
             "hpc_rs::Options::threads = Some(0): a rank needs at least 1 compute thread \
-             (None: HPC_THREADS, else the allowed cores divided among the node's ranks)"
-                .into(),
-        ));
+             (None: {}, else the allowed cores divided among the node's ranks)",
+            runtime::env::THREADS
+        )));
     }
     if !options.no_subscriber {
         install_subscriber()?;

@@ -53,7 +53,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// An argument was out of range (e.g. a root rank >= size).
+    /// An argument was out of range (e.g. a root rank >= size), or a setting
+    /// was refused before the job was joined (`hpc_rs::init`'s `HPC_TRACE`,
+    /// `HPC_ENGINE`, a variable of ours that is not UTF-8, an
+    /// `hpc_rs::Options` field): the text names the argument or setting and
+    /// its value.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 }

@@ -37,8 +37,7 @@ mod tests {
 
     #[test]
     fn writes_whole_files_and_names_the_path_on_error() {
-        let dir = std::env::temp_dir().join(format!("spike-report-io-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("spike-report", "io");
         let p = dir.join("a.txt");
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two").unwrap();
@@ -52,7 +51,6 @@ mod tests {
         let missing = dir.join("no-such-dir").join("b.txt");
         let e = write_atomic(&missing, b"x").unwrap_err().to_string();
         assert!(e.contains("no-such-dir"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A final name that is a directory, a FIFO or a device is refused, not
@@ -61,9 +59,7 @@ mod tests {
     /// is left beside it.
     #[test]
     fn a_final_name_that_is_not_a_regular_file_is_refused() {
-        let dir =
-            std::env::temp_dir().join(format!("spike-report-io-kinds-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = hpc_test_support::TmpDir::new("spike-report", "io-kinds");
         std::fs::create_dir_all(dir.join("raster.png")).unwrap();
         let fifo = dir.join("rates.svg");
         let made = std::process::Command::new("mkfifo")
@@ -92,7 +88,6 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["raster.png", "rates.svg"]);
-        std::fs::remove_dir_all(&dir).unwrap();
         // A device: refused before anything is written to it.
         let e = write_atomic(Path::new("/dev/null"), b"x").unwrap_err();
         let text = format!("{e}: {}", std::error::Error::source(&e).unwrap());

@@ -502,8 +502,7 @@ mod tests {
     /// planted as their directory (they were, every file of them).
     #[test]
     fn a_directory_that_is_a_planted_link_is_refused() {
-        let base = std::env::temp_dir().join(format!("spike-report-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let base = hpc_test_support::TmpDir::unmade("spike-report", "link");
         let target = base.join("target");
         std::fs::create_dir_all(&target).unwrap();
         let dir = base.join("out");
@@ -527,7 +526,6 @@ mod tests {
         let e = crate::plot::write_all(&dir, &rec, &report.run, &opts).unwrap_err();
         assert!(e.to_string().contains("user 65534"), "{e}");
         assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

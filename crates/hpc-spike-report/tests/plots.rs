@@ -310,8 +310,7 @@ fn the_raster_shows_the_chosen_rows() {
 #[test]
 fn plots_are_written_atomically_with_their_twins() {
     let (rec, run) = common::brunel();
-    let dir = std::env::temp_dir().join(format!("spike-report-plots-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("spike-report", "plots");
     let w = plot::write_all(&dir, &rec, &run, &PlotOptions::default()).unwrap();
     assert_eq!(w.plots.len(), Plot::ALL.len());
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -339,7 +338,6 @@ fn plots_are_written_atomically_with_their_twins() {
     // An unwritable directory: the error names the file.
     let e = plot::write_all(&dir.join("missing"), &rec, &run, &PlotOptions::default()).unwrap_err();
     assert!(e.to_string().contains("missing/overview.png"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

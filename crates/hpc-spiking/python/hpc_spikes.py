@@ -16,8 +16,9 @@ Rust reader, `hpc_spiking::spikes::decode_spikes`, accepts:
     16+H    8*k   k records (tick: u32 LE, node_id: u32 LE); time_ms = tick * dt_ms
 
 Every id is below n_neurons, the records are sorted by tick, then id, each
-spike once, and no tick is past the run: at most ceil(t_sim_ms / dt_ms) + 1 (the
-writers round durations to whole steps). The records fill the file to its end; only a `.partial` file (a run
+spike once, no tick is 0 (a spike at tick t happened at the end of step t; the
+first step ends at tick 1) and no tick is past the run: at most
+ceil(t_sim_ms / dt_ms) + 1 (the writers round durations to whole steps). The records fill the file to its end; only a `.partial` file (a run
 that is writing it or was interrupted) may end in an incomplete record, which is
 dropped. Nothing is allocated by a number read from the file: every size comes
 from the file's length.
@@ -272,11 +273,15 @@ def decode(data, partial_ok=False):
     unsorted = _out_of_order(ticks, ids)
     if unsorted is not None:
         found.append((unsorted, 1))
+    # Sorted ticks start with their smallest.
+    if ticks and (ticks[0] if unsorted is None else min(ticks)) == 0:
+        found.append((ticks.index(0), 2))
     # Sorted ticks end in their largest.
     if ticks and (ticks[-1] if unsorted is None else max(ticks)) > limit:
-        found.append((_first(v > limit for v in ticks), 2))
+        found.append((_first(v > limit for v in ticks), 3))
     if found:
-        # The Rust reader checks record by record: the id, then the order, then the time.
+        # The Rust reader checks record by record: the id, then the order, then
+        # tick 0, then the end of the run.
         i, kind = min(found)
         if kind == 0:
             raise SpikeFileError(
@@ -289,6 +294,10 @@ def decode(data, partial_ok=False):
                 f"record {i} has neuron {ids[i]} at tick {ticks[i]}, not after the previous "
                 f"record's neuron {ids[i - 1]} at that tick (records are sorted by tick, then "
                 f"id, each spike once)")
+        if kind == 2:
+            raise SpikeFileError(
+                f"record {i} has neuron {ids[i]} at tick 0, which no run writes (its first "
+                f"step ends at tick 1)")
         raise SpikeFileError(
             f"record {i} has tick {ticks[i]}, after the end of the run "
             f"(tick {limit} at most, by the header's t_sim_ms and dt_ms)")

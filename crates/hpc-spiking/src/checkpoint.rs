@@ -690,9 +690,7 @@ mod tests {
     /// being read); a lock left by an ended run, or none, is no writer.
     #[test]
     fn a_checkpoint_dir_a_run_writes_into_is_found_for_a_restart() {
-        let base =
-            std::env::temp_dir().join(format!("hpc-spiking-ckwriter-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let base = hpc_test_support::TmpDir::unmade("hpc-spiking", "ckwriter");
         let step = base.join("step-0000000100");
         std::fs::create_dir_all(&step).unwrap();
         assert!(writer_of(&base).is_none(), "no lock file: no writer");
@@ -707,24 +705,22 @@ mod tests {
         let (dir, holder) = writer_of(&base).expect("the writer of the directory");
         assert_eq!(
             (dir.as_path(), holder.as_str()),
-            (base.as_path(), "the run of pid 4242")
+            (&*base, "the run of pid 4242")
         );
         let (dir, _) = writer_of(&step).expect("the writer of a step's directory");
-        assert_eq!(dir, base);
+        assert_eq!(dir, *base);
         drop(held);
         assert!(
             writer_of(&base).is_none() && writer_of(&step).is_none(),
             "an ended run's lock"
         );
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// A checkpoint directory that is a link another user planted is refused
     /// before its lock is made (the lock went where the link pointed).
     #[test]
     fn a_checkpoint_dir_that_is_a_planted_link_is_refused_before_its_lock() {
-        let base = std::env::temp_dir().join(format!("hpc-spiking-cklink-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let base = hpc_test_support::TmpDir::unmade("hpc-spiking", "cklink");
         let target = base.join("target");
         std::fs::create_dir_all(&target).unwrap();
         let dir = base.join("ck");
@@ -741,7 +737,6 @@ mod tests {
             "{e}"
         );
         assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
@@ -769,8 +764,7 @@ mod tests {
 
     #[test]
     fn a_run_commits_its_checkpoints_keeps_the_newest_and_checks_a_restart() {
-        let dir = std::env::temp_dir().join(format!("hpc-spiking-ck-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = hpc_test_support::TmpDir::unmade("hpc-spiking", "ck");
         let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
         let mut ck = RunCheckpoints::new(&dir, &params, Some(2));
         for step in [10, 20, 30] {
@@ -808,7 +802,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("could not write"), "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Metadata of another shape quoting a string of 100,000 characters (a
@@ -816,8 +809,7 @@ mod tests {
     /// whole (pass 16).
     #[test]
     fn metadata_of_another_shape_is_refused_in_a_short_message() {
-        let dir = std::env::temp_dir().join(format!("hpc-spiking-meta-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = hpc_test_support::TmpDir::unmade("hpc-spiking", "meta");
         let params = serde_json::json!({"g": 5.0});
         let mut ck = RunCheckpoints::new(&dir, &params, None);
         ck.write((10, 0, 1), b"state", None, |w, all| {
@@ -845,6 +837,5 @@ mod tests {
             "{}",
             &e[..300]
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -322,12 +322,9 @@ mod tests {
     use super::*;
     use crate::spikes::{read_spikes, read_spikes_partial, Recorder};
 
-    fn dir(tag: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hpc-spiking-intake-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory, removed when dropped (also when the test fails).
+    fn dir(tag: &str) -> hpc_test_support::TmpDir {
+        hpc_test_support::TmpDir::new("hpc-spiking-intake", tag)
     }
 
     const HEADER: &str = r#"{"dt_ms": 1.0, "t_sim_ms": 20.0, "n_neurons": 8,
@@ -371,7 +368,6 @@ mod tests {
         assert_eq!(done.as_deref(), Some(path.as_path()));
         assert_eq!(read_spikes(&path).unwrap().spikes, so_far.spikes);
         assert_eq!(recorder.unwrap().spikes, 5);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -394,7 +390,6 @@ mod tests {
         assert_eq!(other.received, 2);
         assert!(other.checkpoint_spikes().is_none());
         assert!(matches!(other.finish(true).unwrap(), (None, None)));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -415,7 +410,6 @@ mod tests {
         // Without a spike file of its own the run continues it.
         let i = Intake::rank0(Recorder::new(8).unwrap(), None, Some(restored), 5).unwrap();
         assert!(i.checkpoint_spikes().is_none());
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -408,21 +408,47 @@ pub fn alpha_psp(t: f64, tau_m: f64, tau_syn: f64, c_m: f64) -> f64 {
 pub fn alpha_psp_peak_time(tau_m: f64, tau_syn: f64) -> Result<f64, ModelError> {
     positive("tau_m", tau_m)?;
     positive("tau_syn", tau_syn)?;
+    peak_time(tau_m, tau_syn).ok_or_else(|| {
+        // Each value checked alone, with a usual other: `tau_m` of 1e308 was
+        // blamed on a `tau_syn` of 0.5.
+        if peak_time(tau_m, USUAL_TAU_SYN).is_none() {
+            ModelError::Param {
+                name: "tau_m",
+                value: tau_m,
+                must: "a time constant whose PSP peak is a finite time",
+            }
+        } else {
+            ModelError::Param {
+                name: "tau_syn",
+                value: tau_syn,
+                must: "a time constant whose PSP peak, with tau_m's, is a finite time",
+            }
+        }
+    })
+}
+
+/// The usual values the parameters of [`psc_per_psp`] and
+/// [`alpha_psp_peak_time`] are checked with, one at a time, to name the one
+/// whose PSP peak is not finite: `tau_m` (ms), `tau_syn` (ms), `C_m` (pF).
+const USUAL_TAU_M: f64 = 10.0;
+/// See [`USUAL_TAU_M`].
+const USUAL_TAU_SYN: f64 = 0.5;
+/// See [`USUAL_TAU_M`].
+const USUAL_C_M: f64 = 250.0;
+
+/// [`alpha_psp_peak_time`] of positive time constants, `None` where no finite
+/// positive time comes out.
+fn peak_time(tau_m: f64, tau_syn: f64) -> Option<f64> {
     if tau_m == tau_syn {
-        return Ok(2.0 * tau_m);
+        return Some(2.0 * tau_m).filter(|t| t.is_finite());
     }
-    let no_peak = || ModelError::Param {
-        name: "tau_syn",
-        value: tau_syn,
-        must: "a time constant whose PSP peak, with tau_m's, is a finite time",
-    };
     let a = tau_m / tau_syn;
     let t = if a > CLOSED_FORM_RATIO {
         let b = 1.0 / tau_syn - 1.0 / tau_m;
         // In [-1/e, 0) for every finite a > 1; -0 when a is infinite.
         let x = -(-1.0 / a).exp() / a;
         if x >= 0.0 {
-            return Err(no_peak());
+            return None;
         }
         1.0 / b * (-lambert_w_m1(x) - 1.0 / a)
     } else {
@@ -441,28 +467,55 @@ pub fn alpha_psp_peak_time(tau_m: f64, tau_syn: f64) -> Result<f64, ModelError> 
         }
         (lo + hi) / 2.0
     };
-    if !(t.is_finite() && t > 0.0) {
-        return Err(no_peak());
-    }
-    Ok(t)
+    Some(t).filter(|t| t.is_finite() && *t > 0.0)
 }
 
 /// pA per mV: the amplitude of an alpha current whose PSP peaks at 1 mV in a
 /// neuron at rest (`hpc_benchmark`'s `convert_synapse_weight`; its 0.14 mV EPSP
 /// is `0.14 * psc_per_psp(10, 0.3258..., 250)` pA). An error where the PSP's
-/// peak is not a finite positive number of mV (time constants 1e300 apart).
+/// peak is not a finite positive number of mV (time constants 1e300 apart),
+/// naming the parameter that makes it so: the one that does alone, with the
+/// others at usual values (10 ms, 0.5 ms, 250 pF), else `tau_syn` with `tau_m`.
 pub fn psc_per_psp(tau_m: f64, tau_syn: f64, c_m: f64) -> Result<f64, ModelError> {
     positive("C_m", c_m)?;
     let t = alpha_psp_peak_time(tau_m, tau_syn)?;
-    let k = 1.0 / alpha_psp(t, tau_m, tau_syn, c_m);
-    if !(k.is_finite() && k > 0.0) {
-        return Err(ModelError::Param {
+    let k = |tau_m: f64, tau_syn: f64, c_m: f64| {
+        peak_time(tau_m, tau_syn)
+            .map(|t| 1.0 / alpha_psp(t, tau_m, tau_syn, c_m))
+            .filter(|k| k.is_finite() && *k > 0.0)
+    };
+    if let Some(k) =
+        Some(1.0 / alpha_psp(t, tau_m, tau_syn, c_m)).filter(|k| k.is_finite() && *k > 0.0)
+    {
+        return Ok(k);
+    }
+    // Each value checked alone, the others usual ones: a capacitance of
+    // 1e-310 pF or a `tau_m` of 1e-300 ms was blamed on `tau_syn`.
+    Err(if k(tau_m, tau_syn, USUAL_C_M).is_some() {
+        ModelError::Param {
+            name: "C_m",
+            value: c_m,
+            must: "a capacitance whose PSP peak, with tau_m's and tau_syn's, is a finite positive number",
+        }
+    } else if k(tau_m, USUAL_TAU_SYN, USUAL_C_M).is_none() {
+        ModelError::Param {
+            name: "tau_m",
+            value: tau_m,
+            must: "a time constant whose PSP peak is a finite positive number",
+        }
+    } else if k(USUAL_TAU_M, tau_syn, USUAL_C_M).is_none() {
+        ModelError::Param {
             name: "tau_syn",
             value: tau_syn,
-            must: "a time constant whose PSP peak, with tau_m's and C_m's, is a finite positive number",
-        });
-    }
-    Ok(k)
+            must: "a time constant whose PSP peak is a finite positive number",
+        }
+    } else {
+        ModelError::Param {
+            name: "tau_syn",
+            value: tau_syn,
+            must: "a time constant whose PSP peak, with tau_m's, is a finite positive number",
+        }
+    })
 }
 
 /// `W_{-1}(x)` for `x` in `[-1/e, 0)`: the solution `w <= -1` of `w e^w = x`

@@ -287,16 +287,40 @@ pub const LISTED_DIFFERENCES: usize = 10;
 
 /// The parameters that differ between `old` and `new` (serialisable parameter
 /// sets), as `name old -> new`, leaving out `ignore` (such as `t_sim`, which a
-/// restart may extend); empty when none differs. The first
-/// [`LISTED_DIFFERENCES`] are listed, then `and N more`; a long name is cut as
-/// [`hpc_runtime::env::short`] cuts it, and a long value is written short: both
-/// come from a checkpoint's file, which may say anything.
+/// restart may extend); empty when none differs. A parameter one side does not
+/// give (absent or `null`: an optional one left to its default) is written
+/// `(not given)`, not `null`. The first [`LISTED_DIFFERENCES`] are listed, then
+/// `and N more`; a long name is cut as [`hpc_runtime::env::short`] cuts it, and
+/// a long value is written short: both come from a checkpoint's file, which may
+/// say anything.
 pub fn params_diff(
     old: &impl serde::Serialize,
     new: &impl serde::Serialize,
     ignore: &[&str],
 ) -> Vec<String> {
-    type Difference = (String, String, String);
+    params_diff_used(
+        old,
+        new,
+        ignore,
+        &serde_json::Value::Null,
+        &serde_json::Value::Null,
+    )
+}
+
+/// [`params_diff`], where `old_used` and `new_used` (tables of the same names
+/// as the parameters, such as `{"ce": 1000}`) say what each run used for a
+/// parameter it did not give (a default derived from others): such a side is
+/// written `(not given: 1000)` (a text as it is: `{"ce": "epsilon * NE =
+/// 1000"}` gives `(not given: epsilon * NE = 1000)`), so that the message says
+/// what the run used (brunel's `ce` taken from `epsilon` was written `null`).
+pub fn params_diff_used(
+    old: &impl serde::Serialize,
+    new: &impl serde::Serialize,
+    ignore: &[&str],
+    old_used: &impl serde::Serialize,
+    new_used: &impl serde::Serialize,
+) -> Vec<String> {
+    type Difference = (String, serde_json::Value, serde_json::Value);
     fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<Difference>) {
         use serde_json::Value;
         match (a, b) {
@@ -318,7 +342,7 @@ pub fn params_diff(
                     );
                 }
             }
-            _ if a != b => out.push((prefix.to_string(), short(a), short(b))),
+            _ if a != b => out.push((prefix.to_string(), a.clone(), b.clone())),
             _ => {}
         }
     }
@@ -335,7 +359,30 @@ pub fn params_diff(
             _ => format!("{}...", text.chars().take(60).collect::<String>()),
         }
     }
-    let (Ok(a), Ok(b)) = (serde_json::to_value(old), serde_json::to_value(new)) else {
+    /// `v`, or for a parameter not given, what the run used for it (the value
+    /// at the dotted `name` in `used`) when known.
+    fn side(name: &str, v: &serde_json::Value, used: &serde_json::Value) -> String {
+        if !v.is_null() {
+            return short(v);
+        }
+        let at = name
+            .split('.')
+            .try_fold(used, |t, k| t.get(k))
+            .filter(|u| !u.is_null());
+        match at {
+            Some(serde_json::Value::String(u)) => {
+                format!("(not given: {})", hpc_runtime::env::short(u))
+            }
+            Some(u) => format!("(not given: {})", short(u)),
+            None => "(not given)".into(),
+        }
+    }
+    let (Ok(a), Ok(b), Ok(a_used), Ok(b_used)) = (
+        serde_json::to_value(old),
+        serde_json::to_value(new),
+        serde_json::to_value(old_used),
+        serde_json::to_value(new_used),
+    ) else {
         return vec!["(the parameters cannot be compared)".into()];
     };
     let mut out = Vec::new();
@@ -345,7 +392,14 @@ pub fn params_diff(
     let mut listed: Vec<String> = out
         .into_iter()
         .take(LISTED_DIFFERENCES)
-        .map(|(name, a, b)| format!("{} {a} -> {b}", hpc_runtime::env::short(&name)))
+        .map(|(name, a, b)| {
+            format!(
+                "{} {} -> {}",
+                hpc_runtime::env::short(&name),
+                side(&name, &a, &a_used),
+                side(&name, &b, &b_used)
+            )
+        })
         .collect();
     if more > 0 {
         listed.push(format!("and {more} more"));
@@ -880,7 +934,11 @@ mod tests {
         let a = serde_json::json!({ long.clone(): 1, "t_sim": 1 });
         let d = params_diff(&a, &serde_json::json!({}), &["t_sim"]);
         assert_eq!(d.len(), 1, "{d:?}");
-        assert!(d[0].len() < 200 && d[0].ends_with(" 1 -> null"), "{}", d[0]);
+        assert!(
+            d[0].len() < 200 && d[0].ends_with(" 1 -> (not given)"),
+            "{}",
+            d[0]
+        );
         let many: serde_json::Map<String, serde_json::Value> = (0..100_000)
             .map(|i| (format!("p{i:06}"), serde_json::json!(i)))
             .collect();
@@ -890,8 +948,36 @@ mod tests {
             &[],
         );
         assert_eq!(d.len(), LISTED_DIFFERENCES + 1, "{:?}", &d[..3]);
-        assert_eq!(d[0], "p000000 0 -> null");
+        assert_eq!(d[0], "p000000 0 -> (not given)");
         assert_eq!(d[LISTED_DIFFERENCES], "and 99990 more");
+    }
+
+    /// An in-degree that one run took from `epsilon` (not given) and the other
+    /// gave was written `ce null -> 50`, as if the checkpoint's run had none:
+    /// it is `(not given)`, with what that run used when the caller knows it.
+    #[test]
+    fn a_parameter_not_given_says_what_its_run_used() {
+        let a = serde_json::json!({"epsilon": 0.1, "ci": null, "t_sim": 1});
+        let b = serde_json::json!({"epsilon": 0.1, "ce": 50, "ci": 20, "t_sim": 2});
+        assert_eq!(
+            params_diff(&a, &b, &["t_sim"]),
+            ["ce (not given) -> 50", "ci (not given) -> 20"]
+        );
+        let used = serde_json::json!({"ce": "epsilon * NE = 1000", "ci": 250});
+        assert_eq!(
+            params_diff_used(&a, &b, &["t_sim"], &used, &serde_json::json!({})),
+            [
+                "ce (not given: epsilon * NE = 1000) -> 50",
+                "ci (not given: 250) -> 20"
+            ]
+        );
+        assert_eq!(
+            params_diff_used(&b, &a, &["t_sim"], &serde_json::json!({}), &used),
+            [
+                "ce 50 -> (not given: epsilon * NE = 1000)",
+                "ci 20 -> (not given: 250)"
+            ]
+        );
     }
 
     #[test]
@@ -912,8 +998,8 @@ mod tests {
         assert_eq!(
             params_diff(&a, &c, &["t_sim"]),
             [
-                "pop {\"m\":2,\"n\":1} -> null",
-                "populations null -> {40 fields}"
+                "pop {\"m\":2,\"n\":1} -> (not given)",
+                "populations (not given) -> {40 fields}"
             ]
         );
     }

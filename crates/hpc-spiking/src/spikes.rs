@@ -138,7 +138,8 @@ impl SpikeWriter {
     }
 
     /// Checks the next record as [`decode_spikes`] will: a neuron of the header,
-    /// after the previous record (by tick, then id), not after the end of the run.
+    /// after the previous record (by tick, then id), not at tick 0, not after the
+    /// end of the run.
     fn check(&mut self, tick: u32, id: u32) -> std::result::Result<(), SpikeFileError> {
         let index = self.records;
         if id >= self.n_neurons {
@@ -164,6 +165,10 @@ impl SpikeWriter {
                     previous: i,
                 });
             }
+        } else if tick == 0 {
+            // After a record, the order check refuses tick 0 (the record's
+            // tick is at least 1).
+            return Err(SpikeFileError::TickZero { index, id });
         }
         if tick as f64 > self.limit {
             return Err(SpikeFileError::AfterEnd {
@@ -326,6 +331,17 @@ pub enum SpikeFileError {
         /// The previous record's neuron id.
         previous: u32,
     },
+    /// A record at tick 0, which no run writes: a spike at tick `t` happened
+    /// at the end of step `t`, and the first step ends at tick 1.
+    #[error(
+        "record {index} has neuron {id} at tick 0, which no run writes (its first step ends at tick 1)"
+    )]
+    TickZero {
+        /// Index of the record.
+        index: usize,
+        /// Its neuron id.
+        id: u32,
+    },
     /// A record's time is after the end of the run the header describes.
     #[error(
         "record {index} has tick {tick}, after the end of the run (tick {limit} at most, by the header's t_sim_ms and dt_ms)"
@@ -343,8 +359,8 @@ pub enum SpikeFileError {
 /// Decodes a spike file from its bytes, checking the header length against the
 /// bytes present, the header's numbers (`n_neurons`, `dt_ms`, `t_sim_ms`) and
 /// populations (contiguous id ranges from 0 covering `n_neurons`), every neuron id
-/// against `n_neurons`, the order (by tick, then id, each spike once) and every tick against the end of the run
-/// ([`tick_limit`]), before anything is allocated or indexed by them. Never panics, whatever
+/// against `n_neurons`, the order (by tick, then id, each spike once) and every tick against the start
+/// (tick 1 at least: [`SpikeFileError::TickZero`]) and the end of the run ([`tick_limit`]), before anything is allocated or indexed by them. Never panics, whatever
 /// the bytes. With `partial_ok`, an incomplete last record (a `.partial` file caught
 /// mid-write) is dropped and counted instead of refused.
 pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeFileError> {
@@ -411,6 +427,9 @@ pub fn decode_spikes(bytes: &[u8], partial_ok: bool) -> Result<SpikeFile, SpikeF
                 id,
                 previous: previous_id.unwrap_or(0),
             });
+        }
+        if tick == 0 {
+            return Err(SpikeFileError::TickZero { index, id });
         }
         if tick as f64 > limit {
             return Err(SpikeFileError::AfterEnd {
@@ -583,6 +602,9 @@ fn out_of_order(index: usize, t: u32, id: u32, last: u32, previous: Option<u64>)
             previous: pt.max(last),
         };
     }
+    if t == 0 && pid.is_none() && last == 0 {
+        return SpikeFileError::TickZero { index, id };
+    }
     SpikeFileError::IdOrder {
         index,
         tick: t,
@@ -651,13 +673,16 @@ impl Recorder {
     /// spike of a neuron at a tick it already spiked at (in this call, or
     /// before: counted twice, it doubled the neuron's rate and gave it an
     /// interval of 0), or not after the previous one's neuron at its tick;
-    /// nothing is added then.
+    /// [`SpikeFileError::TickZero`] for a spike at tick 0 (a spike file's
+    /// reader refuses it: it was counted); nothing is added then.
     pub fn add(&mut self, spikes: &[(u32, u32)]) -> Result<(), SpikeFileError> {
         let n = self.last.len();
         // One compare of (tick, id) as one number for the order within the
         // call, one of the tick against the neuron's last: the common case
-        // costs what the order check alone cost.
-        let mut previous = 0u64;
+        // costs what the order check alone cost. The first spike is compared
+        // with tick 0's largest key, which refuses tick 0 (no writer makes
+        // it: the first step ends at tick 1) in the same compare.
+        let mut previous = u64::from(u32::MAX);
         for (index, &(t, id)) in spikes.iter().enumerate() {
             let Some(&last) = self.last.get(id as usize) else {
                 return Err(SpikeFileError::NeuronId {
@@ -668,7 +693,7 @@ impl Recorder {
                 });
             };
             let key = (u64::from(t) << 32) | u64::from(id);
-            if (index > 0 && key <= previous) || (last != 0 && t <= last) {
+            if key <= previous || (last != 0 && t <= last) {
                 return Err(out_of_order(
                     index,
                     t,
@@ -794,8 +819,7 @@ mod tests {
 
     #[test]
     fn what_is_no_spike_file_is_refused_by_its_first_bytes_and_size() {
-        let dir = std::env::temp_dir().join(format!("hpc-spiking-head-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-spiking", "head");
         // 60 GiB, sparse: read whole (as it was, under the 64 GiB bound) it asked
         // for an allocation of 60 GiB before its first bytes said it is no
         // spike file.
@@ -831,7 +855,6 @@ mod tests {
         }
         let e = check_head(b"HPCSPIKE").unwrap_err().to_string();
         assert!(e.contains("8 bytes is too short"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1002,11 +1025,58 @@ mod tests {
         assert_eq!(r.spikes_of(0..4), 4);
     }
 
+    /// A record at tick 0, which no writer makes (the first step ends at tick
+    /// 1), was read as a spike at 0 ms, and `Recorder::add` counted it (twice
+    /// for one neuron, its last spike left at "never"): both refuse it, naming
+    /// the record, and the writer does not write it.
+    #[test]
+    fn a_record_at_tick_0_is_refused_by_the_reader_the_recorder_and_the_writer() {
+        assert_eq!(
+            decode_spikes(&valid(&[(0, 7), (1, 2)]), false).unwrap_err(),
+            SpikeFileError::TickZero { index: 0, id: 7 }
+        );
+        let e = decode_spikes(&valid(&[(0, 7)]), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("record 0 has neuron 7 at tick 0"), "{e}");
+        // After a record, tick 0 is out of order, as the other readers say.
+        assert!(matches!(
+            decode_spikes(&valid(&[(1, 2), (0, 7)]), false),
+            Err(SpikeFileError::Unsorted { index: 1, .. })
+        ));
+        let mut r = Recorder::new(8).unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                r.add(&[(0, 7)]),
+                Err(SpikeFileError::TickZero { index: 0, id: 7 })
+            );
+        }
+        assert_eq!(r.spikes, 0);
+        assert!(matches!(
+            r.add(&[(1, 2), (0, 7)]),
+            Err(SpikeFileError::Unsorted { index: 1, .. })
+        ));
+        r.add(&[(1, 7), (2, 7)]).unwrap();
+        assert_eq!(r.spikes, 2);
+        assert!(matches!(
+            r.add(&[(0, 3)]),
+            Err(SpikeFileError::TickZero { index: 0, id: 3 })
+        ));
+        let dir = hpc_test_support::TmpDir::new("hpc-spk", "tick0");
+        let path = dir.join("s.spk");
+        let good = valid(&[]);
+        let h = std::str::from_utf8(&good[16..]).unwrap();
+        let mut w = SpikeWriter::with_header(&path, h).unwrap();
+        let e = w.append(&[(0, 7)]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("at tick 0, which no run writes"),
+            "{e:#}"
+        );
+    }
+
     #[test]
     fn the_writer_writes_nothing_its_reader_refuses() {
-        let dir = std::env::temp_dir().join(format!("hpc-spk-writer-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-spk", "writer");
         let path = dir.join("s.spk");
         let e = SpikeWriter::with_header(&path, r#"{"dt_ms": 0.1, "t_sim_ms": 10}"#)
             .err()
@@ -1040,7 +1110,6 @@ mod tests {
             read_spikes(&path).unwrap().spikes,
             [(1, 3), (1, 99), (4, 0)]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     proptest! {

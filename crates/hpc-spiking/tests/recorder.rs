@@ -31,7 +31,7 @@ fn a_recorder_beyond_the_memory_available_is_refused() {
 #[test]
 fn a_spike_file_named_by_no_file_or_a_directory_is_refused_at_once() {
     use hpc_spiking::spikes::SpikeWriter;
-    let d = std::env::temp_dir().join(format!("hpc-spiking-no-file-{}", std::process::id()));
+    let d = hpc_test_support::TmpDir::new("hpc-spiking", "no-file");
     std::fs::create_dir_all(d.join("sub")).unwrap();
     std::env::set_current_dir(&d).unwrap();
     let header = r#"{"n_neurons":1,"dt_ms":0.1,"t_sim_ms":1,"populations":[{"name":"a","first":0,"count":1}]}"#;
@@ -45,7 +45,6 @@ fn a_spike_file_named_by_no_file_or_a_directory_is_refused_at_once() {
         .collect();
     assert_eq!(left, ["sub"], "{left:?}");
     assert_eq!(std::fs::read_dir(d.join("sub")).unwrap().count(), 0);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// A spike file or a checkpoint directory whose path is longer than any the

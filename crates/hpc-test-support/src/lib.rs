@@ -344,6 +344,13 @@ impl TmpDir {
     pub fn new(prefix: &str, tag: &str) -> TmpDir {
         TmpDir(tmpdir(prefix, tag))
     }
+
+    /// A guard of [`tmppath`]'s path, with nothing there: for a test whose
+    /// code under test makes the directory. Whatever is made there is removed
+    /// when the guard is dropped, as [`TmpDir::new`]'s is.
+    pub fn unmade(prefix: &str, tag: &str) -> TmpDir {
+        TmpDir(tmppath(prefix, tag))
+    }
 }
 
 impl std::ops::Deref for TmpDir {

@@ -91,7 +91,22 @@ pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
     let differences = if r.meta.params.same_model(&model.params) {
         Vec::new()
     } else {
-        hpc_spiking::run::params_diff(&r.meta.params, &model.params, &["t_sim"])
+        // An in-degree not given is taken from epsilon: say what each run used.
+        let used = |m: &Model| {
+            serde_json::json!({
+                "ce": format!("epsilon * NE = {}", m.ce),
+                "ci": format!("epsilon * NI = {}", m.ci),
+            })
+        };
+        let theirs =
+            Model::new(r.meta.params.clone()).map_or(serde_json::Value::Null, |m| used(&m));
+        hpc_spiking::run::params_diff_used(
+            &r.meta.params,
+            &model.params,
+            &["t_sim"],
+            &theirs,
+            &used(model),
+        )
     };
     r.check_continues(&differences, model.steps, model.params.dt, 0.0)
 }

@@ -194,9 +194,12 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
         ),
         (
             "t-sim-minus-zero.spk",
-            spk(br#"{"n_neurons":3,"dt_ms":0.1,"t_sim_ms":-0,"populations":[{"name":"a","first":0,"count":3}]}"#, &[(0, 0)]),
+            spk(br#"{"n_neurons":3,"dt_ms":0.1,"t_sim_ms":-0,"populations":[{"name":"a","first":0,"count":3}]}"#, &[(1, 0)]),
             true,
         ),
+        // Tick 0, which no run writes: both readers took it (pass 19).
+        ("tick-0.spk", spk(h, &[(0, 0), (1, 0)]), false),
+        ("tick-0-after.spk", spk(h, &[(1, 0), (0, 0)]), false),
     ]);
     for (name, edit) in &edits {
         cases.push((name, with(edit), false));
@@ -243,6 +246,7 @@ fn python_reader_accepts_and_refuses_what_the_rust_reader_does() {
                 if let SpikeFileError::NeuronId { index, .. }
                 | SpikeFileError::Unsorted { index, .. }
                 | SpikeFileError::IdOrder { index, .. }
+                | SpikeFileError::TickZero { index, .. }
                 | SpikeFileError::AfterEnd { index, .. } = e
                 {
                     assert!(

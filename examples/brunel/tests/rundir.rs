@@ -565,6 +565,19 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
         "{err}"
     );
     assert!(err.lines().count() <= 3, "one short message: {err}");
+    // An in-degree given where the checkpoint's run took it from epsilon: what
+    // that run used, not "ce null -> 50".
+    let o = cmd(&out, &["--t-sim", "30", "--ce", "50"])
+        .arg("--restart")
+        .arg(&ck)
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("is of a different model: ce (not given: epsilon * NE = ")
+            && err.contains(") -> 50"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(out.join("run.json")).unwrap(), manifest);
     assert!(out.join("spikes.spk.partial").exists() && out.join("summary.json").exists());
     let _ = std::fs::remove_dir_all(&dir);

@@ -128,6 +128,14 @@ class Decode(unittest.TestCase):
         self.refused(spk([(1, 0), (102, 0)]), "record 1 has tick 102", "tick 101 at most")
         self.refused(spk([(2, 0)], header(t_sim_ms=0.0)), "tick 1 at most")
 
+    def test_a_record_at_tick_0_is_refused(self):
+        # No run writes tick 0 (its first step ends at tick 1): it was read as a
+        # spike at 0 ms. After a record, it is out of order, as in Rust.
+        self.refused(spk([(0, 7), (1, 2)]), "record 0 has neuron 7 at tick 0, which no run writes")
+        self.refused(spk([(0, 7), (0, 7)]), "record 0 has neuron 7 at tick 0")
+        self.refused(spk([(1, 2), (0, 7)]), "record 1 has tick 0, before", "tick 1")
+        self.refused(spk([(0, 100)]), "record 0 names neuron 100")
+
     def test_the_first_bad_record_is_named_whatever_its_kind(self):
         # Record 1 is late, record 2 out of order, record 3 names no neuron.
         self.refused(spk([(1, 0), (500, 0), (2, 0), (3, 100)]), "record 1 has tick 500")

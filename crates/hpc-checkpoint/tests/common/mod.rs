@@ -1,14 +1,14 @@
 //! What the checkpoint tests share: fresh directories and what `tracing` logs.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use hpc_checkpoint::{Checkpoint, Checkpoints, Rejected};
 
 /// A path under the system's temporary directory, unique to this process and call,
-/// with nothing there.
-pub fn tmpdir(tag: &str) -> PathBuf {
-    hpc_test_support::tmppath("hpc-ckpt-test", tag)
+/// with nothing there, removed with what the test made there when dropped (also
+/// when the test fails).
+pub fn tmpdir(tag: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::unmade("hpc-ckpt-test", tag)
 }
 
 /// Captures what `tracing` logs.

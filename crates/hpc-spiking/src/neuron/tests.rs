@@ -410,3 +410,36 @@ fn parameters_whose_propagators_are_not_numbers_are_refused() {
         assert!(m.v_m(&s).is_finite(), "{p:?} {h}");
     }
 }
+
+/// The parameter that makes the PSP's peak not finite is named, each checked
+/// alone: a capacitance of 1e-310 pF, a `tau_m` of 1e-300 or 1e308 ms were
+/// each blamed on a `tau_syn` of 0.5 ms (part E of pass 19).
+#[test]
+fn the_parameter_that_makes_the_peak_not_finite_is_named() {
+    let name = |r: Result<f64, ModelError>| match r {
+        Err(ModelError::Param { name, value, .. }) => (name, value),
+        other => panic!("{other:?}"),
+    };
+    for (tau_m, tau_syn, c_m, want) in [
+        (10.0, 0.5, 1e-310, ("C_m", 1e-310)),
+        (10.0, 0.5, 5e-324, ("C_m", 5e-324)),
+        (10.0, 10.0, 1e-310, ("C_m", 1e-310)),
+        (1e-300, 0.5, 250.0, ("tau_m", 1e-300)),
+        (5e-324, 5e-324, 250.0, ("tau_m", 5e-324)),
+        (1e308, 0.5, 250.0, ("tau_m", 1e308)),
+        (10.0, 1e300, 250.0, ("tau_syn", 1e300)),
+        (10.0, 5e-324, 250.0, ("tau_syn", 5e-324)),
+        // Each usual alone, 1e600 apart together: the pair, as tau_syn's.
+        (1e300, 1e-300, 250.0, ("tau_syn", 1e-300)),
+    ] {
+        assert_eq!(
+            name(psc_per_psp(tau_m, tau_syn, c_m)),
+            want,
+            "{tau_m:e} {tau_syn:e} {c_m:e}"
+        );
+    }
+    assert_eq!(
+        name(alpha_psp_peak_time(1e308, 0.5).map(|_| 0.0)),
+        ("tau_m", 1e308)
+    );
+}
