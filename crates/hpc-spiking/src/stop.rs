@@ -78,8 +78,12 @@ static LOOKS: AtomicU64 = AtomicU64::new(0);
 /// signal stops it ([`OnSignal::check_among`]), and at the end of the run: a
 /// fixed number, so that every rank agrees at the same intervals, whatever
 /// each saw. One word a rank each time, the exchange's
-/// [`words`](crate::alltoallv::Exchange::words).
-pub const AGREE_EVERY: u64 = 4;
+/// [`words`](crate::alltoallv::Exchange::words). 32: each agreement is one
+/// more collective, which waits for the slowest rank (every 4 intervals it
+/// added about a fifth to brunel's loop on 2 ranks of a loaded 2-core machine,
+/// where an interval is about 1 ms of wall time; every 32, nothing measurable);
+/// the stop waits up to 32 intervals (48 ms of biological time in brunel).
+pub const AGREE_EVERY: u64 = 32;
 
 /// Whether the run took the signal received (a loop's [`OnSignal::check`]
 /// returned [`Stopped`], or [`mark_stopped`] ran): the watchdog then leaves it
