@@ -218,7 +218,9 @@ impl<R: Record> Ran<R> {
 /// delay of 2 steps or more; else each exchange completes before the next
 /// update). Before a checkpoint and at the end every spike in flight is
 /// exchanged and delivered, and the spike file flushed; the checkpoint then
-/// holds no pending spike.
+/// holds no pending spike. A signal ([`RunOptions::stop_on_signal`]) stops every
+/// rank at the same step ([`OnSignal::check_among`](crate::stop::OnSignal::check_among)),
+/// drained as at the end.
 pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
     net: &mut N,
     ex: &mut E,
@@ -279,8 +281,15 @@ pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
             clocks.t_rec = Some(Instant::now());
         }
 
+        // SIGTERM, SIGINT or SIGHUP: every rank stops at the same step (one
+        // word each every few intervals, nothing else in flight), after the
+        // drain, so that the spike file holds every spike up to it.
+        let (_, size) = net.rank_size();
+        let stop = on_signal.check_among(step, (size, step == iv.end), |words, all| {
+            ex.words(words, all)
+        })?;
         let at_checkpoint = iv.at_checkpoint(step);
-        if at_checkpoint || step == iv.end {
+        if at_checkpoint || step == iv.end || stop.is_some() {
             // Drain: deliver everything so that no spike is pending.
             if let Some((prev, pm)) = send_base.take() {
                 deliver_now(net, &mut intake);
@@ -319,9 +328,7 @@ pub fn run_intervals<N: IntervalRank, E: Exchange, P: Serialize>(
                 wall_recorded: recorded,
             });
         }
-        if let Err(stopped) = on_signal.check(step) {
-            // The spike file holds every spike recorded so far.
-            intake.flush()?;
+        if let Some(stopped) = stop {
             return Err(stopped.into());
         }
     }

@@ -31,7 +31,9 @@ pub struct RunOptions {
     /// left as `.partial`.
     pub stop_at: Option<u64>,
     /// While the run's loop runs, SIGTERM, SIGINT and SIGHUP stop it after the interval
-    /// in progress ([`crate::stop`]): the loop returns
+    /// in progress, every rank of a run of several at the same step
+    /// ([`crate::stop`], [`OnSignal::check_among`](crate::stop::OnSignal::check_among)):
+    /// the loop returns
     /// [`Stopped`](crate::stop::Stopped) with the spike file flushed, rather
     /// than the process ending where it stood (set by the binaries'
     /// [`RunArgs::options`](crate::args::RunArgs::options); off by default).

@@ -8,6 +8,14 @@
 //! the same signal ([`end_by`]), so that its parent sees the status a signal
 //! gives (128 + the signal's number in a shell: 143, 130).
 //!
+//! The ranks of a run of several stop at the same step, whichever of them the
+//! signal reached and at whichever interval ([`OnSignal::check_among`]): every
+//! [`AGREE_EVERY`] intervals and at the end of the run they gather one word
+//! each, the signal each received or 0, and all stop there when one is not 0,
+//! each naming the same step and ending by the same signal (pass 19: a rank
+//! that saw the signal one interval later than another went on exchanging
+//! with it and failed with "rank N is lost").
+//!
 //! The handler does nothing but store the signal's number in an atomic (the
 //! only work that is safe in a signal handler); it is installed with
 //! `SA_RESETHAND`, so a second signal ends the process at once, as before; and
@@ -47,8 +55,9 @@ pub const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP
 
 /// How long after a signal the watchdog waits for the loop to take it before it
 /// ends the process by that signal (the loop looks at it after every interval,
-/// milliseconds of wall time; Slurm's default wait between SIGTERM and SIGKILL is
-/// 30 s).
+/// milliseconds of wall time; the ranks of a run of several agree every
+/// [`AGREE_EVERY`] intervals, and the grace runs from the loop's last look;
+/// Slurm's default wait between SIGTERM and SIGKILL is 30 s).
 pub const GRACE: Duration = Duration::from_secs(10);
 
 /// The signal received while an [`OnSignal`] was installed (0: none).
@@ -58,6 +67,23 @@ static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// `u64::MAX`: none yet), named when an exchange fails after a signal (a rank
 /// that stopped at another interval).
 static LAST_STEP: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// How many times a loop looked at the flag ([`OnSignal::check`],
+/// [`OnSignal::check_among`]): the watchdog's [`GRACE`] runs from the last look
+/// while the loop has not taken the signal, so that a loop that goes on to its
+/// next agreement ([`AGREE_EVERY`]) is not ended before it.
+static LOOKS: AtomicU64 = AtomicU64::new(0);
+
+/// Every how many intervals the ranks of a run of several agree whether a
+/// signal stops it ([`OnSignal::check_among`]), and at the end of the run: a
+/// fixed number, so that every rank agrees at the same intervals, whatever
+/// each saw. One word a rank each time, the exchange's
+/// [`words`](crate::alltoallv::Exchange::words). 32: each agreement is one
+/// more collective, which waits for the slowest rank (every 4 intervals it
+/// added about a fifth to brunel's loop on 2 ranks of a loaded 2-core machine,
+/// where an interval is about 1 ms of wall time; every 32, nothing measurable);
+/// the stop waits up to 32 intervals (48 ms of biological time in brunel).
+pub const AGREE_EVERY: u64 = 32;
 
 /// Whether the run took the signal received (a loop's [`OnSignal::check`]
 /// returned [`Stopped`], or [`mark_stopped`] ran): the watchdog then leaves it
@@ -93,7 +119,8 @@ pub fn signal_name(signal: i32) -> String {
 }
 
 /// The signal that stopped this process's run (`None`: none was received while a
-/// run's loop had [`OnSignal`] installed).
+/// run's loop had [`OnSignal`] installed, and no other rank's stopped it,
+/// [`OnSignal::check_among`]).
 pub fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,
@@ -119,6 +146,9 @@ pub struct Stopped {
 pub struct OnSignal {
     /// Whether this one stops its loop (it installed the handler or shares it).
     enabled: bool,
+    /// The looks of [`OnSignal::check_among`] so far (every
+    /// [`AGREE_EVERY`]th agrees).
+    looks: AtomicU64,
     /// Whether this one is a loop's ([`OnSignal::install`]), not a whole
     /// run's ([`OnSignal::around`]).
     in_loop: bool,
@@ -178,6 +208,7 @@ impl OnSignal {
         if !enabled {
             return Ok(OnSignal {
                 enabled,
+                looks: AtomicU64::new(0),
                 in_loop,
                 watchdog: None,
             });
@@ -237,6 +268,7 @@ impl OnSignal {
         }
         let mut on = OnSignal {
             enabled,
+            looks: AtomicU64::new(0),
             in_loop,
             watchdog: None,
         };
@@ -254,6 +286,7 @@ impl OnSignal {
     pub fn check(&self, step: u64) -> Result<(), Stopped> {
         if self.enabled {
             LAST_STEP.store(step, Ordering::Relaxed);
+            LOOKS.fetch_add(1, Ordering::SeqCst);
         }
         match (self.enabled, received()) {
             (true, Some(signal)) => {
@@ -261,6 +294,52 @@ impl OnSignal {
                 Err(Stopped { signal, step })
             }
             _ => Ok(()),
+        }
+    }
+
+    /// [`check`](Self::check) for a rank of a run of `ranks`, after an
+    /// interval that completed `step` steps (`last`: the run's last): one rank
+    /// alone stops as `check` says; ranks of a run of several stop together, at
+    /// the same step. Every [`AGREE_EVERY`]th look and at the last interval,
+    /// each rank gives the signal it received or 0 through `words` (a gather
+    /// of one word a rank, in rank order, such as
+    /// [`Exchange::words`](crate::alltoallv::Exchange::words), with nothing
+    /// else in flight); if any is not 0, every rank stops there, by the signal
+    /// of the lowest rank that had one (which [`received`] then says on every
+    /// rank, and by which each ends). Between agreements a signal waits (the
+    /// watchdog's [`GRACE`] runs from the loop's last look). `Ok(None)`: go on;
+    /// `Err`: the gather failed.
+    pub fn check_among(
+        &self,
+        step: u64,
+        (ranks, last): (usize, bool),
+        words: impl FnOnce(&[u32], &mut Vec<u32>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Option<Stopped>> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        if ranks <= 1 {
+            return Ok(self.check(step).err());
+        }
+        LAST_STEP.store(step, Ordering::Relaxed);
+        LOOKS.fetch_add(1, Ordering::SeqCst);
+        let looks = self.looks.fetch_add(1, Ordering::Relaxed) + 1;
+        if looks % AGREE_EVERY != 0 && !last {
+            return Ok(None);
+        }
+        let mine = [RECEIVED.load(Ordering::SeqCst) as u32];
+        let mut all = Vec::with_capacity(ranks);
+        words(&mine, &mut all)?;
+        match all.iter().find(|&&w| w != 0) {
+            Some(&signal) => {
+                let signal = signal as i32;
+                // This rank ends by the signal the ranks agreed on, received
+                // here or not.
+                RECEIVED.store(signal, Ordering::SeqCst);
+                TAKEN.store(true, Ordering::SeqCst);
+                Ok(Some(Stopped { signal, step }))
+            }
+            None => Ok(None),
         }
     }
 }
@@ -300,6 +379,7 @@ impl Drop for OnSignal {
 /// [`GRACE`] (until `done`). Either way by [`end_now`].
 fn watch(done: &Done) {
     let mut since: Option<Instant> = None;
+    let mut looked = LOOKS.load(Ordering::SeqCst);
     let mut finished = done.0.lock().unwrap_or_else(|e| e.into_inner());
     while !*finished {
         if let Some(signal) = received() {
@@ -310,6 +390,14 @@ fn watch(done: &Done) {
                     end_now(signal, &program, what, unmarked(what))
                 }
                 _ => {
+                    // A loop that still looks after every interval is on its
+                    // way to its next agreement: the grace runs from its last
+                    // look.
+                    let looks = LOOKS.load(Ordering::SeqCst);
+                    if looks != looked && !TAKEN.load(Ordering::SeqCst) {
+                        looked = looks;
+                        since = Some(Instant::now());
+                    }
                     if since.get_or_insert_with(Instant::now).elapsed() >= GRACE {
                         tracing::error!(
                             "{} was not taken by the run within {} s (it is blocked): \

@@ -227,6 +227,79 @@ fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM to one rank of two only (`kill` of its process; a batch system
+/// signals every task at about the same time, each seeing it at its own
+/// interval): both ranks stop at the same step, each saying "stopped by
+/// SIGTERM at" the same time, which run.json names too, and both end by
+/// SIGTERM (143 in a shell). Pass 19: the signalled rank stopped after its
+/// interval and the other, still exchanging, failed with "rank 1 is lost"
+/// (status 1).
+#[test]
+fn sigterm_to_one_rank_stops_every_rank_at_the_same_step() {
+    use hpc_test_support::Job;
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("signal-one-rank");
+    let out = dir.join("out");
+    let partial = out.join("spikes.spk.partial");
+    let args = example::args(
+        MODEL,
+        &out,
+        &["--t-sim", "2000", "--pace", "0.2", "--engine", "thread"],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Rank 1's shell signals itself (the process it becomes by `exec`) once
+    // rank 0's spike file has grown past its header: in the loop.
+    const SIGNAL_ONCE_RUNNING: &str = r#"f=$1; shift
+(i=0; s0=; while [ $i -lt 3000 ]; do
+  if [ -f "$f" ]; then
+    s=$(wc -c < "$f"); [ -n "$s0" ] && [ "$s" -gt "$s0" ] && break; s0=${s0:-$s}
+  fi
+  i=$((i + 1)); sleep 0.02
+done; kill -TERM $$) </dev/null >/dev/null 2>&1 &
+exec "$@""#;
+    let watched = partial.display().to_string();
+    let outs = Job::program(BRUNEL, &args, 2)
+        .timeout(Duration::from_secs(20))
+        .prefix(move |rank| match rank {
+            1 => ["sh", "-c", SIGNAL_ONCE_RUNNING, "sh", &watched]
+                .map(String::from)
+                .to_vec(),
+            _ => Vec::new(),
+        })
+        .run();
+    let mut at = Vec::new();
+    for (rank, o) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.signal(),
+            Some(15),
+            "rank {rank}: {:?} {err}",
+            o.status
+        );
+        let said = err
+            .split_once("stopped by SIGTERM at ")
+            .and_then(|(_, t)| t.split_once(" ms"))
+            .map(|(t, _)| t.to_string());
+        assert!(said.is_some(), "rank {rank}: {err}");
+        at.push(said.unwrap());
+    }
+    assert_eq!(at[0], at[1], "the ranks stopped at different steps");
+    let m = hpc_io::rundir::inspect(&out).unwrap().unwrap();
+    match &m.manifest.status {
+        Status::Incomplete { reason, stopped_at } => {
+            assert_eq!(reason, "stopped by SIGTERM");
+            assert_eq!(
+                stopped_at.as_deref(),
+                Some(format!("{} ms", at[0]).as_str())
+            );
+        }
+        s => panic!("a stopped run is marked {s:?}"),
+    }
+    let spikes = hpc_spiking::spikes::read_spikes_partial(&partial).unwrap();
+    assert!(!spikes.spikes.is_empty());
+    assert!(!out.join("spikes.spk").exists());
+}
+
 /// A signal outside the loop: while the network is built (nothing of the
 /// output directory changed yet: left so) and after the loop, while the summary
 /// and figures are written (run.json marked incomplete "while writing the

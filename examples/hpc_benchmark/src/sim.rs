@@ -369,7 +369,14 @@ impl<'a> Simulation<'a> {
                 }
             }
             progress(self.step, model.steps);
-            if let Err(stopped) = on_signal.check(self.step) {
+            // Every rank stops at the same step (one word each every few
+            // intervals; the exchange above is complete).
+            let stop = on_signal.check_among(
+                self.step,
+                (self.size, self.step == iv.end),
+                |words, all| ex.overlap(words, all, || ()).map(|_| ()),
+            )?;
+            if let Some(stopped) = stop {
                 // The spike file holds every spike recorded so far.
                 if let Some(w) = intake.writer.as_mut() {
                     w.flush()?;
