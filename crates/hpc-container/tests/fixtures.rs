@@ -599,38 +599,15 @@ fn bidirectional_controls_of_the_probed_system_are_escaped_in_the_text() {
 /// crates).
 #[test]
 fn the_probes_log_shows_an_odd_root_quoted_escaped() {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Log(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Log {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-        type Writer = Log;
-        fn make_writer(&'a self) -> Log {
-            self.clone()
-        }
-    }
     let dir = std::env::temp_dir().join(format!("hpc-container-oddlog-{}", std::process::id()));
     let root = dir.join("r\n\u{1b}[2J\u{202e}");
     std::fs::create_dir_all(root.join("proc/self/cgroup")).unwrap();
     let probe = Probe::new(&root, Default::default());
-    let log = Log::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let read = tracing::subscriber::with_default(subscriber, || probe.read("/proc/self/cgroup"));
+    let (read, text) = hpc_test_support::log::logged_at(tracing::Level::DEBUG, || {
+        probe.read("/proc/self/cgroup")
+    });
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(read, None);
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     assert!(text.contains("not a regular file"), "{text:?}");
     assert!(
         text.contains(r"r\n\u{1b}[2J\u{202e}/proc/self/cgroup"),

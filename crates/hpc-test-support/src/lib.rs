@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use hpc_runtime::{env, Coordinator};
 
 pub mod example;
+pub mod log;
 pub mod output;
 
 /// What a rank prints (to stdout or stderr) when its scenario ran to its end.
