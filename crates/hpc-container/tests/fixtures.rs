@@ -603,9 +603,8 @@ fn the_probes_log_shows_an_odd_root_quoted_escaped() {
     let root = dir.join("r\n\u{1b}[2J\u{202e}");
     std::fs::create_dir_all(root.join("proc/self/cgroup")).unwrap();
     let probe = Probe::new(&root, Default::default());
-    let (read, text) = hpc_test_support::log::logged_at(tracing::Level::DEBUG, || {
-        probe.read("/proc/self/cgroup")
-    });
+    let (read, text) =
+        hpc_test_support::log::logged_at(tracing::Level::DEBUG, || probe.read("/proc/self/cgroup"));
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(read, None);
     assert!(text.contains("not a regular file"), "{text:?}");

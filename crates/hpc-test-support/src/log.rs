@@ -12,7 +12,8 @@ pub fn logged_at<T>(level: tracing::Level, f: impl FnOnce() -> T) -> (T, String)
         .with_max_level(level)
         .finish();
     let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let text =
+        String::from_utf8_lossy(&log.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
     (out, text)
 }
 
@@ -53,7 +54,10 @@ mod tests {
             tracing::debug!("kept");
             tracing::trace!("not kept");
         });
-        assert!(text.contains("kept") && !text.contains("not kept"), "{text}");
+        assert!(
+            text.contains("kept") && !text.contains("not kept"),
+            "{text}"
+        );
         let (v, text) = super::logged(|| {
             tracing::debug!("below");
             7
