@@ -158,34 +158,6 @@ pub fn init() -> Result<Context, Error> {
     init_with(Options::default())
 }
 
-/// The job this process joined through a launcher or MPI by an earlier
-/// [`init`], as `(rank, size)`: a launcher has one place per rank.
-static JOINED: std::sync::Mutex<Option<(usize, usize)>> = std::sync::Mutex::new(None);
-
-/// [`World::init`], once per process where it joins a launcher's job (`hpc
-/// run`, MPI): a second [`init`] of a rank waited `HPC_TIMEOUT` for a
-/// launcher that has no place for it, then said "the launcher … is
-/// unreachable: no answer to init within 7.5s (launcher hung or network
-/// partitioned)", of a launcher that was fine. It is refused at once, naming
-/// the rank. A process alone (no launcher) may call it again, as before.
-fn join_once() -> Result<World, Error> {
-    let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((rank, size)) = *joined {
-        return Err(runtime::Error::Bootstrap(format!(
-            "hpc_rs::init: this process already joined the job as rank {rank} of {size}; \
-             call init once and share its Context (a launcher has one place per rank)"
-        )));
-    }
-    let world = World::init()?;
-    if !matches!(
-        world.bootstrap(),
-        runtime::Bootstrap::Singleton | runtime::Bootstrap::Relayed
-    ) {
-        *joined = Some((world.rank(), world.size()));
-    }
-    Ok(world)
-}
-
 /// A setting [`init`] refuses before the job is joined (`HPC_TRACE`,
 /// `HPC_ENGINE`, the proxy's, a variable of ours that is not UTF-8):
 /// [`Error::InvalidArgument`], "invalid argument: HPC_TRACE=…". These were
@@ -226,7 +198,9 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     check_engine()?;
     #[cfg(feature = "collectives")]
     serve_proxy()?;
-    let world = join_once()?;
+    // Once per process in a launcher's job: a second call is refused at once
+    // (`Error::AlreadyJoined`).
+    let world = World::init()?;
     // The timeline's file is this rank's from now on (`HPC_TRACE`).
     hpc_trace::set_rank(world.rank());
     hpc_trace::set_size(world.size());
@@ -374,7 +348,7 @@ fn serve_proxy() -> Result<(), Error> {
     }
     hpc_comm::proxy::serve_env()
         .map(|_| ())
-        .map_err(|e| Error::Bootstrap(format!("serving as the collectives proxy: {e}")))
+        .map_err(|e| Error::Proxy(e.to_string()))
 }
 
 #[cfg(feature = "collectives")]

@@ -9,7 +9,9 @@ use hpc_rs::runtime::Coordinator;
 /// timeout for a launcher that has no second place for the rank, then said
 /// "the launcher at … is unreachable: no answer to init within 7.5s
 /// (launcher hung or network partitioned)" of a launcher that was fine. It
-/// is refused at once, naming the rank, and the first context still works.
+/// is refused at once, naming the rank, and the first context still works;
+/// not as "bootstrap failed" (pass 19's leftover): nothing failed to start,
+/// the process had joined already (`Error::AlreadyJoined`).
 #[test]
 fn a_second_init_in_a_rank_is_refused_at_once_by_name() {
     for v in hpc_env::ALL {
@@ -37,7 +39,9 @@ fn a_second_init_in_a_rank_is_refused_at_once_by_name() {
     };
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert!(
-        e.contains("already joined the job as rank 0 of 1") && !e.contains("unreachable"),
+        e.contains("already joined the job as rank 0 of 1")
+            && !e.contains("unreachable")
+            && !e.contains("bootstrap failed"),
         "{e}"
     );
     first.world.barrier().unwrap();

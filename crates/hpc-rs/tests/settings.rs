@@ -64,3 +64,32 @@ fn zero_threads_asked_by_the_application_is_an_error() {
         assert!(ctx.placement.is_some());
     }
 }
+
+/// A process started to be the node's collectives proxy whose serving fails
+/// (its board cannot be opened) said "bootstrap failed: serving as the
+/// collectives proxy: …", though nothing of the job's bootstrap had run (pass
+/// 19's leftover). It is `Error::Proxy`, said as the proxy's failure.
+#[cfg(feature = "collectives")]
+#[test]
+fn a_proxy_that_cannot_serve_is_not_called_a_bootstrap() {
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    // A board under a character device: it cannot be made or opened.
+    std::env::set_var(hpc_env::COLL_PROXY_BOARD, "/dev/null/board");
+    std::env::set_var(hpc_env::COLL_PROXY_SLOTS, "2");
+    let Err(e) = hpc_rs::init_with(hpc_rs::Options {
+        bind: Some(false),
+        no_subscriber: true,
+        ..Default::default()
+    }) else {
+        panic!("served from a board that cannot be opened")
+    };
+    assert!(matches!(e, hpc_rs::Error::Proxy(_)), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("serving as the node's collectives proxy failed: ")
+            && !text.contains("bootstrap"),
+        "{text}"
+    );
+}

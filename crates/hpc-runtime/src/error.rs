@@ -60,6 +60,25 @@ pub enum Error {
     /// its value.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// [`World::init`](crate::World::init) (or `hpc_rs::init`) was called
+    /// again in a process that already joined a launcher's or MPI's job: the
+    /// launcher has one place per rank, so the second join is refused at once
+    /// (it waited the timeout and blamed the launcher).
+    #[error(
+        "this process already joined the job as rank {rank} of {size}: join once \
+         (World::init, hpc_rs::init) and share the World or Context it gave \
+         (a launcher has one place per rank)"
+    )]
+    AlreadyJoined {
+        /// The rank the process joined as.
+        rank: usize,
+        /// The ranks of that job.
+        size: usize,
+    },
+    /// This process was started to serve as its node's collectives proxy
+    /// (`hpc_rs::init` serves then), and serving failed.
+    #[error("serving as the node's collectives proxy failed: {0}")]
+    Proxy(String),
 }
 
 /// Result type of the runtime.

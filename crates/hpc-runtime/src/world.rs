@@ -194,11 +194,31 @@ pub fn hostname() -> String {
     }
 }
 
+/// The job this process joined through a launcher or MPI by an earlier
+/// [`World::init`], as `(rank, size)`. A second join of a rank waited
+/// `HPC_TIMEOUT` for a launcher that has no second place for it, then said
+/// "the launcher … is unreachable: no answer to init within 7.5s (launcher
+/// hung or network partitioned)" of a launcher that was fine.
+static JOINED: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+
 impl World {
     /// Joins the job this process belongs to, detecting how it was started:
     /// `hpc run`, an MPI launcher (with the `mpi` feature), or a plain run (size 1).
+    ///
+    /// Once per process where it joins a launcher's or MPI's job: a second
+    /// call there is [`Error::AlreadyJoined`] at once (a process alone may
+    /// call it again). [`World::init_with`], given its settings, is not
+    /// limited so.
     pub fn init() -> Result<World> {
-        World::init_with(Config::from_env()?)
+        let mut joined = JOINED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((rank, size)) = *joined {
+            return Err(Error::AlreadyJoined { rank, size });
+        }
+        let world = World::init_with(Config::from_env()?)?;
+        if !matches!(world.bootstrap, Bootstrap::Singleton | Bootstrap::Relayed) {
+            *joined = Some((world.rank, world.size));
+        }
+        Ok(world)
     }
 
     /// Like [`World::init`] with explicit settings.

@@ -186,7 +186,9 @@ pub fn recording() -> bool {
 }
 
 /// Names this process's trace as rank `rank`'s (its file becomes `rank-<R>.json`).
-/// `hpc_rs::init()` calls it once the world is known.
+/// `hpc_rs::init()` calls it once the world is known. A rank beyond
+/// [`merge::MAX_RANK`], which the merge refuses, is not taken: the file stays one
+/// of a process that is no rank (`proc-<PID>.json`), and a warning says so.
 pub fn set_rank(rank: usize) {
     for s in sinks() {
         s.set_rank(rank);

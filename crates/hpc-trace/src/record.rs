@@ -60,7 +60,8 @@ impl TraceLayer {
         Ok(TraceLayer { sink })
     }
 
-    /// Names this file as rank `rank`'s.
+    /// Names this file as rank `rank`'s (see [`crate::set_rank`]: a rank
+    /// beyond [`crate::merge::MAX_RANK`] is not taken).
     pub fn set_rank(&self, rank: usize) {
         self.sink.set_rank(rank);
     }

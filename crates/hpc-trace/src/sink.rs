@@ -108,6 +108,9 @@ struct State {
     /// The rank's own name, when another job's file written while this process
     /// ran held it, and the file was written beside it ([`Sink::aside`]).
     aside: Option<PathBuf>,
+    /// [`Sink::set_rank`] was given a rank beyond what the merge takes: the
+    /// file is no rank's, and the launcher's rank variable is not read either.
+    rank_refused: bool,
 }
 
 /// A process's trace file being written.
@@ -180,6 +183,7 @@ impl Sink {
                 threads: HashSet::new(),
                 finished: None,
                 aside: None,
+                rank_refused: false,
             }),
             dir: dir.to_path_buf(),
             part,
@@ -245,9 +249,27 @@ impl Sink {
         }
     }
 
-    /// Records the process's rank.
+    /// Records the process's rank. A rank beyond [`crate::merge::MAX_RANK`],
+    /// which the merge refuses (and with it the whole folder), is not taken:
+    /// the file stays a process's that is no rank (`proc-<PID>.json`), and a
+    /// warning says so.
     pub fn set_rank(&self, rank: usize) {
-        self.lock().rank = Some(rank);
+        let taken = rank <= crate::merge::MAX_RANK;
+        {
+            let mut st = self.lock();
+            st.rank = taken.then_some(rank);
+            st.rank_refused = !taken;
+        }
+        // Outside the lock: the warning may be recorded into this very file.
+        if !taken {
+            tracing::warn!(
+                "hpc_trace: rank {rank} is beyond the largest rank a job has ({}), which \
+                 the trace's merge refuses; this process's trace is kept as a process \
+                 that is no rank (proc-{}.json)",
+                crate::merge::MAX_RANK,
+                self.pid
+            );
+        }
     }
 
     /// Records the number of ranks of the process's job.
@@ -280,10 +302,11 @@ impl Sink {
         let Some(mut out) = out else { return Ok(None) };
         // A rank that ended before it learnt its rank (it failed to join the job) is
         // still the rank its launcher started; a process with a label is no rank.
-        if st.rank.is_none() && st.label.is_none() {
+        if st.rank.is_none() && st.label.is_none() && !st.rank_refused {
             st.rank = std::env::var(hpc_env::RANK)
                 .ok()
-                .and_then(|r| r.trim().parse().ok());
+                .and_then(|r| r.trim().parse().ok())
+                .filter(|&r| r <= crate::merge::MAX_RANK);
         }
         let end = End {
             rank: st.rank,

@@ -264,6 +264,26 @@ fn a_file_naming_an_impossible_rank_is_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `set_rank` of a rank the merge refuses (`usize::MAX`, anything beyond
+/// `MAX_RANK`) wrote `rank-18446744073709551615.json`, which the library's own
+/// merge then refused, and with it every other file of the folder. The rank is
+/// not taken: the file is a process's that is no rank, and the folder merges.
+#[test]
+fn a_rank_the_merge_refuses_is_not_written_as_a_rank_file() {
+    let dir = scratch("set-rank-max");
+    record_of(&dir, 0, 1);
+    for rank in [usize::MAX, hpc_trace::merge::MAX_RANK + 1] {
+        let layer = hpc_trace::TraceLayer::create(&dir).unwrap();
+        layer.set_rank(rank);
+        let file = layer.finish().unwrap().expect("a finished file");
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("proc-"), "{name}");
+        let merged = hpc_trace::merge::merge_dir(&dir).unwrap();
+        assert_eq!(merged.rank_ids, [0]);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Records an empty trace into `dir` as rank `rank` of a job of `size` ranks.
 fn record_of(dir: &Path, rank: usize, size: usize) -> PathBuf {
     let layer = hpc_trace::TraceLayer::create(dir).unwrap();
