@@ -108,15 +108,22 @@ pub struct Context {
     pub environment: hpc_container::Environment,
 }
 
+/// The most compute threads, or progress cores, one rank is planned for:
+/// [`Options::threads`] and [`Options::progress`] beyond it are an error of
+/// [`init_with`], and `HPC_THREADS` beyond it is taken as this many.
+pub const MAX_THREADS: usize = 65_536;
+
 /// What [`init_with`] plans for.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Compute threads per rank, at least 1 (`Some(0)` is an error of
-    /// [`init_with`]); default: `HPC_THREADS`, else the allowed cores divided
-    /// among the ranks of this node.
+    /// Compute threads per rank, 1 to [`MAX_THREADS`] (`Some(0)` or more is
+    /// an error of [`init_with`]; a count this machine cannot give is
+    /// warned about, the rank left unplaced); default: `HPC_THREADS`, else
+    /// the allowed cores divided among the ranks of this node.
     pub threads: Option<usize>,
     /// Progress cores reserved per rank (for offloaded collectives: with one,
-    /// [`Context::comm`] gives a communicator whose progress thread runs there).
+    /// [`Context::comm`] gives a communicator whose progress thread runs
+    /// there), at most [`MAX_THREADS`] (more is an error of [`init_with`]).
     pub progress: usize,
     /// Whether to bind this process to its placement's CPUs; default: `HPC_BIND`
     /// (`0` or `1`), else yes.
@@ -172,8 +179,12 @@ fn refused_setting(why: String) -> Error {
 /// # Errors
 ///
 /// A setting refused before the job is joined ([`init`]'s steps 1 and 2), or
-/// [`Options::threads`] of `Some(0)`, is [`Error::InvalidArgument`] naming
-/// it; joining the job gives [`World::init`]'s errors.
+/// [`Options::threads`] of `Some(0)`, or [`Options::threads`] or
+/// [`Options::progress`] beyond [`MAX_THREADS`], is [`Error::InvalidArgument`]
+/// naming it; joining the job gives [`World::init`]'s errors
+/// ([`Error::AlreadyJoined`] for a second call in a rank of a launcher's job),
+/// and a process started to be the node's collectives proxy whose serving
+/// fails gives [`Error::Proxy`].
 pub fn init_with(options: Options) -> Result<Context, Error> {
     // The application's own argument: 0 threads is no plan at all, and was
     // taken as a warning ("cannot plan this rank's placement", which a
@@ -185,6 +196,22 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
              (None: {}, else the allowed cores divided among the node's ranks)",
             runtime::env::THREADS
         )));
+    }
+    // Counts no machine has (`usize::MAX`) were taken: the plan failed behind
+    // the warning "cannot plan this rank's placement" and `init_with` said
+    // `Ok`, the rank unplaced and unbound. A count a machine may have but this
+    // one cannot give stays a warning (the plan's), as documented.
+    for (field, n) in [
+        ("threads = Some(", options.threads.unwrap_or(0)),
+        ("progress = (", options.progress),
+    ] {
+        if n > MAX_THREADS {
+            return Err(Error::InvalidArgument(format!(
+                "hpc_rs::Options::{field}{n}): more than the {MAX_THREADS} CPUs a rank is \
+                 planned for (as {} is at most)",
+                runtime::env::THREADS
+            )));
+        }
     }
     if !options.no_subscriber {
         install_subscriber()?;
@@ -518,7 +545,7 @@ fn plan(
         // A value that is not a number is warned about, not silently dropped.
         .or_else(|| {
             let name = hpc_runtime::env::THREADS;
-            match hpc_runtime::env::number(name, 65536usize) {
+            match hpc_runtime::env::number(name, MAX_THREADS) {
                 // 0 threads is no plan at all: the rank ran unplaced and unbound
                 // behind a warning about planning, not about the variable.
                 Some(0) => {

@@ -93,3 +93,43 @@ fn a_proxy_that_cannot_serve_is_not_called_a_bootstrap() {
         "{text}"
     );
 }
+
+/// `Options { threads: Some(usize::MAX) }` and `progress: usize::MAX` were
+/// `Ok`, the rank unplaced and unbound behind the warning "cannot plan this
+/// rank's placement" (pass 19's leftover). Counts beyond `MAX_THREADS` are
+/// refused naming the field; `MAX_THREADS` itself, more than this machine
+/// has, is still `Ok` (the plan's warnings: a plan a machine cannot fully
+/// give is warned about by design).
+#[test]
+fn counts_no_machine_has_are_an_error() {
+    for v in hpc_env::ALL {
+        std::env::remove_var(v.name);
+    }
+    let options = |threads, progress| hpc_rs::Options {
+        threads,
+        progress,
+        bind: Some(false),
+        no_subscriber: true,
+    };
+    for (o, named) in [
+        (
+            options(Some(usize::MAX), 0),
+            "Options::threads = Some(18446744073709551615)",
+        ),
+        (
+            options(Some(hpc_rs::MAX_THREADS + 1), 0),
+            "Options::threads = Some(65537)",
+        ),
+        (
+            options(None, usize::MAX),
+            "Options::progress = (18446744073709551615)",
+        ),
+    ] {
+        let Err(e) = hpc_rs::init_with(o) else {
+            panic!("{named} taken")
+        };
+        assert!(matches!(e, hpc_rs::Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains(named), "{e}");
+    }
+    hpc_rs::init_with(options(Some(hpc_rs::MAX_THREADS), 0)).unwrap();
+}
