@@ -10,7 +10,9 @@
 //! CPU; the file is refused either way: it is not a topology hwloc wrote.)
 //! What hwloc repairs or refuses itself is left to it (a NUMA node's cpuset,
 //! children out of order, the allowed set, a child's set beyond its parent's
-//! under an object whose own set is its children's).
+//! under an object whose own set is its children's). Beside the sets: a PU
+//! holds no object but memory, I/O and Misc, an object's cpuset is within its
+//! `complete_cpuset`, and no two objects share a `gp_index`.
 
 /// An hwloc bitmap as its text gives it: 32-bit words, least significant
 /// first, trailing zero words dropped, and whether it starts with `0xf...f`
@@ -77,6 +79,15 @@ impl Bits {
         (0..n).any(|k| self.word(k) & other.word(k) != 0)
     }
 
+    /// Whether every bit of `self` is in `other`.
+    fn included_in(&self, other: &Bits) -> bool {
+        if self.infinite && !other.infinite {
+            return false;
+        }
+        let n = self.words.len().max(other.words.len());
+        (0..n).all(|k| self.word(k) & !other.word(k) == 0)
+    }
+
     /// In place, in the time of `other` (a parent's union grows by each
     /// child without being copied: a large first child and many small ones
     /// stay linear).
@@ -138,12 +149,35 @@ fn tag_end(tag: &str) -> usize {
     tag.len()
 }
 
+/// `gp_index` as hwloc reads it (`strtoull` of base 10: blanks, a sign,
+/// the leading digits; `08`, ` 8` and `8x` are 8, `-1` wraps); `None` for 0,
+/// which hwloc replaces by a free index of its own (with a warning).
+fn gp_index(text: &str) -> Option<u64> {
+    let t = text.trim_start();
+    let (negative, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    let n = if digits == 0 {
+        0
+    } else {
+        t[..digits].parse::<u64>().unwrap_or(u64::MAX)
+    };
+    let n = if negative { n.wrapping_neg() } else { n };
+    (n != 0).then_some(n)
+}
+
 /// Refuses a tree hwloc's check would abort on: an object (not a PU, not
 /// memory, I/O or Misc) with children whose cpusets overlap, or whose union is
-/// not its own cpuset. A file whose tags do not nest is left to hwloc, which
-/// refuses it.
+/// not its own cpuset; an object whose cpuset is not within its
+/// `complete_cpuset`; a PU with a child that is not memory, I/O or Misc (the
+/// PUs are the last level); two objects of one `gp_index`. A file whose tags
+/// do not nest is left to hwloc, which refuses it.
 pub(crate) fn children_partition_their_parent(text: &str) -> Result<(), String> {
     let mut stack: Vec<Open> = Vec::new();
+    let mut gp_indexes = std::collections::HashMap::new();
     let mut index = 0usize;
     let mut rest = text;
     while let Some(at) = rest.find('<') {
@@ -174,10 +208,57 @@ pub(crate) fn children_partition_their_parent(text: &str) -> Result<(), String> 
             any_child: false,
         };
         index += 1;
+        check_alone(&open, attrs, stack.last(), &mut gp_indexes)?;
         if attrs.trim_end().ends_with('/') {
             close(open, stack.last_mut())?;
         } else {
             stack.push(open);
+        }
+    }
+    Ok(())
+}
+
+/// What hwloc's check asserts of one object, seen at its start tag (each
+/// aborted a debug build: "Assertion `hwloc_bitmap_isincluded(obj->cpuset,
+/// obj->complete_cpuset)' failed", "… `hwloc_get_depth_type(topology, j) !=
+/// HWLOC_OBJ_PU' …", "… `!hwloc_bitmap_isset(gp_indexes, obj->gp_index)' …").
+fn check_alone(
+    open: &Open,
+    attrs: &str,
+    parent: Option<&Open>,
+    gp_indexes: &mut std::collections::HashMap<u64, usize>,
+) -> Result<(), String> {
+    const AGAIN: &str = "(hwloc's check of a loaded topology asserts it, aborting a \
+                         debug build); export the topology with lstopo again";
+    let kind = hpc_env::short(&open.kind);
+    if let (Some(set), Some(complete)) = (
+        &open.cpuset,
+        attr(attrs, "complete_cpuset").and_then(Bits::parse),
+    ) {
+        if !set.included_in(&complete) {
+            return Err(format!(
+                "object {} (type {kind}) has cpuset {} beyond its complete_cpuset {}: an \
+                 object's CPUs are among its complete set {AGAIN}",
+                open.index,
+                shown(set),
+                shown(&complete)
+            ));
+        }
+    }
+    if let Some(parent) = parent.filter(|p| p.kind == "PU" && !special(&open.kind)) {
+        return Err(format!(
+            "object {} (type {kind}) is a child of object {} (type PU): a PU holds no \
+             object but memory, I/O and Misc, the PUs are the last level {AGAIN}",
+            open.index, parent.index
+        ));
+    }
+    if let Some(gp) = attr(attrs, "gp_index").and_then(gp_index) {
+        if let Some(first) = gp_indexes.insert(gp, open.index) {
+            return Err(format!(
+                "object {} (type {kind}) has gp_index {gp}, as object {first} has: each \
+                 object has a gp_index of its own {AGAIN}",
+                open.index
+            ));
         }
     }
     Ok(())
@@ -288,6 +369,23 @@ mod tests {
         assert_eq!(shown(&inf), "0xf...f,0x00000003");
         u.or(&Bits::parse("0xf...f,0x0,0x0,0x0").unwrap());
         assert_eq!(u, Bits::parse("0xf...f,0x0,0x2,0x1").unwrap());
+    }
+
+    #[test]
+    fn gp_indexes_are_read_as_hwloc_reads_them() {
+        assert_eq!(gp_index("8"), Some(8));
+        assert_eq!(gp_index(" 08x"), Some(8));
+        assert_eq!(gp_index("+8"), Some(8));
+        assert_eq!(gp_index("-1"), Some(u64::MAX));
+        assert_eq!(gp_index("x"), None);
+        assert_eq!(gp_index("0"), None);
+        assert_eq!(gp_index("99999999999999999999999"), Some(u64::MAX));
+        let a = Bits::parse("0x1").unwrap();
+        assert!(a.included_in(&Bits::parse("0x3").unwrap()));
+        assert!(!Bits::parse("0x3").unwrap().included_in(&a));
+        assert!(!Bits::parse("0xf...f").unwrap().included_in(&a));
+        assert!(a.included_in(&Bits::parse("0xf...f").unwrap()));
+        assert!(!Bits::parse("0x1,0x0").unwrap().included_in(&a));
     }
 
     #[test]

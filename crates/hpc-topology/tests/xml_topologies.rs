@@ -710,8 +710,9 @@ fn a_tree_whose_sets_do_not_add_up_is_an_error_not_an_abort() {
                 &format!("{}>{pu8}</object>", pu0.trim_end_matches("/>")),
                 1,
             ),
-            "object 6 (type Core) has cpuset 0x00000101 but its children's cpusets make \
-             0x00000001",
+            // Refused at the inner PU's tag, before the core's sets are added
+            // up (pass 20: a PU holds no PU).
+            "object 8 (type PU) is a child of object 7 (type PU)",
         ),
         (
             "two-pus-of-one-cpu",
@@ -740,6 +741,131 @@ fn a_tree_whose_sets_do_not_add_up_is_an_error_not_an_abort() {
     std::fs::remove_dir_all(&dir).ok();
     for file in FILES {
         load(file);
+    }
+}
+
+/// Hand edits beyond the sets' partition that hwloc's check of a loaded
+/// topology still aborted a debug build on (pass 19's leftover: duplicated
+/// `gp_index`, levels out of order, nodesets): "Assertion
+/// `!hwloc_bitmap_isset(gp_indexes, obj->gp_index)' failed" for a PU given
+/// its core's `gp_index` (also written `08`, ` 8`, `8x`, which hwloc reads
+/// as 8), or the machine's for a Misc under a PU; "… `hwloc_get_depth_type(
+/// topology, j) != HWLOC_OBJ_PU' …" for a PU inside a PU, or a core with
+/// its PU inside a PU; "… `hwloc_bitmap_isincluded(obj->cpuset,
+/// obj->complete_cpuset)' …" for a core's or a PU's complete set smaller
+/// than its set. Each is refused by name before hwloc loads it. Tried and
+/// left to hwloc (it loads them or refuses them itself): a `gp_index` of 0,
+/// `-1`, `x` or absent, a Misc or a NUMA node under a PU, a Group under an
+/// L1 cache, a Die, Machine or Package where the core was, a memory-side
+/// cache, two NUMA nodes of one node (refused by the os_index scan), a
+/// package's nodeset of two nodes, an object's nodeset beyond its complete
+/// one, caches out of order and of depth 7, an unknown type.
+#[test]
+fn ids_levels_and_complete_sets_hwloc_aborts_on_are_errors() {
+    let good = std::fs::read_to_string(data("16em64t-4s2c2t.xml")).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-topology", "ids-levels");
+    let pu0 = r#"<object type="PU" os_index="0" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="8"/>"#;
+    let open_pu0 = pu0.trim_end_matches("/>");
+    let pu = |gp: &str| {
+        format!(
+            r#"<object type="PU" os_index="0" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="{gp}"/>"#
+        )
+    };
+    let core0 = r#"cpuset="0x00000101" complete_cpuset="0x00000101" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="7">"#;
+    let mut cases = vec![];
+    for gp in ["8", "08", " 8", "8x"] {
+        cases.push((
+            format!("gp-index-{gp}"),
+            good.replacen(r#"gp_index="9""#, &format!(r#"gp_index="{gp}""#), 1),
+            "object 8 (type PU) has gp_index 8, as object 7 has".to_string(),
+        ));
+    }
+    cases.extend([
+        (
+            "gp-index-of-a-misc".to_string(),
+            good.replacen(
+                pu0,
+                &format!(r#"{open_pu0}><object type="Misc" name="m" gp_index="1"/></object>"#),
+                1,
+            ),
+            "object 8 (type Misc) has gp_index 1, as object 0 has".to_string(),
+        ),
+        (
+            "pu-in-pu".to_string(),
+            good.replacen(pu0, &format!("{open_pu0}>{}</object>", pu("901")), 1),
+            "object 8 (type PU) is a child of object 7 (type PU)".to_string(),
+        ),
+        (
+            "core-in-pu".to_string(),
+            good.replacen(
+                pu0,
+                &format!(
+                    r#"{open_pu0}><object type="Core" os_index="9" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="900">{}</object></object>"#,
+                    pu("901")
+                ),
+                1,
+            ),
+            "object 8 (type Core) is a child of object 7 (type PU)".to_string(),
+        ),
+        (
+            "core-complete-smaller".to_string(),
+            good.replacen(
+                core0,
+                &core0.replace(
+                    r#"complete_cpuset="0x00000101""#,
+                    r#"complete_cpuset="0x00000001""#,
+                ),
+                1,
+            ),
+            "object 6 (type Core) has cpuset 0x00000101 beyond its complete_cpuset 0x00000001"
+                .to_string(),
+        ),
+        (
+            "pu-complete-empty".to_string(),
+            good.replacen(
+                pu0,
+                &pu0.replace(r#"complete_cpuset="0x00000001""#, r#"complete_cpuset="0x0""#),
+                1,
+            ),
+            "object 7 (type PU) has cpuset 0x00000001 beyond its complete_cpuset 0x0".to_string(),
+        ),
+    ]);
+    for (name, text, said) in cases {
+        assert_ne!(text, good, "{name}: the edit took");
+        let file = dir.join(format!("{name}.xml"));
+        std::fs::write(&file, text).unwrap();
+        match Topology::from_xml_file(&file) {
+            Err(e @ TopologyError::XmlParse { .. }) => {
+                assert!(e.to_string().contains(&said), "{name}: {e}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    // What hwloc loads as it is: a gp_index it replaces (0) or reads as
+    // another (-1 wraps), a Misc under a PU.
+    for (name, text) in [
+        (
+            "gp-index-0",
+            good.replacen(r#"gp_index="9""#, r#"gp_index="0""#, 1),
+        ),
+        (
+            "gp-index-minus-1",
+            good.replacen(r#"gp_index="9""#, r#"gp_index="-1""#, 1),
+        ),
+        (
+            "misc-in-pu",
+            good.replacen(
+                pu0,
+                &format!(r#"{open_pu0}><object type="Misc" name="m" gp_index="900"/></object>"#),
+                1,
+            ),
+        ),
+    ] {
+        assert_ne!(text, good, "{name}: the edit took");
+        let file = dir.join(format!("{name}.xml"));
+        std::fs::write(&file, text).unwrap();
+        let t = Topology::from_xml_file(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.pus.len(), 16, "{name}");
     }
 }
 
