@@ -1,7 +1,7 @@
 //! The command line itself: `hpc new` (and its refusals), completions, manual pages,
 //! help examples, value enums and exit codes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use hpc_test_support::output;
@@ -26,11 +26,8 @@ fn stderr(o: &Output) -> String {
 }
 
 /// A fresh, empty scratch directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(test: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("hpc-cli", test)
 }
 
 /// Every path under `dir`, relative, sorted.
@@ -1212,8 +1209,7 @@ fn a_closed_pipe_ends_quietly_with_141() {
 /// about, and an empty or absent input is not.
 #[test]
 fn input_redirected_to_hpc_run_that_no_rank_reads_is_warned_about() {
-    let dir = std::env::temp_dir().join(format!("hpc-cli-stdin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "stdin");
     let input = dir.join("input");
     std::fs::write(&input, "1 2 3\n").unwrap();
     let empty = dir.join("empty");

@@ -85,8 +85,7 @@ fn live_run_is_valid_json() {
 #[test]
 fn an_empty_or_hostile_root_says_it_cannot_judge() {
     use std::time::{Duration, Instant};
-    let root = std::env::temp_dir().join(format!("hpc-doctor-root-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = hpc_test_support::TmpDir::unmade("hpc-doctor", "root");
     std::fs::create_dir_all(root.join("proc/self")).unwrap();
     let doctor = |root: &std::path::Path| {
         let t = Instant::now();
@@ -211,8 +210,7 @@ fn env_file_fifo_and_oversize_are_refused_by_the_one_bounded_read() {
 /// JSON report keeps them.
 #[test]
 fn long_values_of_the_environment_are_cut_in_the_text_report() {
-    let d = std::env::temp_dir().join(format!("hpc-doctor-long-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
+    let d = hpc_test_support::TmpDir::new("hpc-doctor", "long");
     let env = d.join("env");
     let long = "7".repeat(100_000);
     std::fs::write(

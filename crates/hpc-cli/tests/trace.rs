@@ -623,9 +623,7 @@ fn a_trace_in_a_folder_whose_path_is_not_utf8_is_refused_before_the_job() {
 /// replaces the earlier run's files.
 #[test]
 fn two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently() {
-    let root = std::env::temp_dir().join(format!("hpc-cli-two-jobs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = hpc_test_support::TmpDir::new("hpc-cli", "two-jobs");
     let dir = root.join("SH");
     let env = format!("HPC_TRACE={}", dir.display());
     let late = Command::new(HPC)

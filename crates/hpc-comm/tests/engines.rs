@@ -2514,8 +2514,7 @@ fn dpu_placement_proxies_from_a_standing_service() {
     use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let dir = std::env::temp_dir().join(format!("hpc-dpu-service-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-dpu", "service");
     let key_file = |name: &str, byte: u8| {
         let p = dir.join(name);
         std::fs::write(&p, [byte; 32]).unwrap();

@@ -278,8 +278,7 @@ mod tests {
     /// instead of waiting for a writer or filling memory.
     #[test]
     fn an_env_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
-        let dir = std::env::temp_dir().join(format!("hpc-probe-env-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-probe", "env");
         let fifo = dir.join("env");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: `c` is a valid NUL-terminated path that outlives the call.

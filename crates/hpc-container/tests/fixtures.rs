@@ -439,9 +439,8 @@ fn missing_root_is_all_unknown_and_says_so() {
 }
 
 /// A scratch tree for one test.
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-container-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+fn scratch(tag: &str) -> hpc_test_support::TmpDir {
+    let d = hpc_test_support::TmpDir::new("hpc-container", tag);
     std::fs::create_dir_all(d.join("proc/self")).unwrap();
     d
 }
@@ -546,7 +545,7 @@ fn text_report_colours_only_when_asked() {
 /// recolour the reader's terminal, a newline would forge a line of the report.
 #[test]
 fn control_characters_of_the_probed_system_are_escaped_in_the_text() {
-    let dir = std::env::temp_dir().join(format!("hpc-container-ctrl-{}", std::process::id()));
+    let dir = hpc_test_support::TmpDir::unmade("hpc-container", "ctrl");
     std::fs::create_dir_all(dir.join("root")).unwrap();
     let env = dir.join("env");
     std::fs::write(
@@ -572,8 +571,7 @@ fn control_characters_of_the_probed_system_are_escaped_in_the_text() {
 /// showed the rest of the line reordered (a job id that reads as another).
 #[test]
 fn bidirectional_controls_of_the_probed_system_are_escaped_in_the_text() {
-    let dir = std::env::temp_dir().join(format!("hpc-container-bidi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-container", "bidi");
     let mut env = std::collections::BTreeMap::new();
     env.insert(
         "SLURM_JOB_ID".to_string(),
@@ -599,7 +597,7 @@ fn bidirectional_controls_of_the_probed_system_are_escaped_in_the_text() {
 /// crates).
 #[test]
 fn the_probes_log_shows_an_odd_root_quoted_escaped() {
-    let dir = std::env::temp_dir().join(format!("hpc-container-oddlog-{}", std::process::id()));
+    let dir = hpc_test_support::TmpDir::unmade("hpc-container", "oddlog");
     let root = dir.join("r\n\u{1b}[2J\u{202e}");
     std::fs::create_dir_all(root.join("proc/self/cgroup")).unwrap();
     let probe = Probe::new(&root, Default::default());
@@ -621,8 +619,7 @@ fn the_probes_log_shows_an_odd_root_quoted_escaped() {
 /// characters, a Slurm job id of 100,000, were lines of the report as long).
 #[test]
 fn long_values_of_the_probed_system_are_cut_in_the_text() {
-    let dir = std::env::temp_dir().join(format!("hpc-container-long-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-container", "long");
     let mut env = std::collections::BTreeMap::new();
     env.insert("CUDA_VISIBLE_DEVICES".to_string(), "0,".repeat(100_000));
     env.insert("SLURM_JOB_ID".to_string(), "x".repeat(100_000));

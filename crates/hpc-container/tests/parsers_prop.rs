@@ -60,7 +60,7 @@ proptest! {
 /// A root whose every interesting file holds the same random bytes.
 #[test]
 fn detection_survives_random_files() {
-    let dir = std::env::temp_dir().join(format!("hpc-container-prop-{}", std::process::id()));
+    let dir = hpc_test_support::TmpDir::unmade("hpc-container", "prop");
     let files = [
         "proc/self/mountinfo",
         "proc/self/status",

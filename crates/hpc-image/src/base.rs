@@ -611,8 +611,7 @@ mod tests {
     /// A `--base` that is a FIFO or a device is refused at once, naming what it is.
     #[test]
     fn a_base_that_is_a_fifo_or_a_device_is_refused_at_once() {
-        let dir = std::env::temp_dir().join(format!("hpc-image-base-fifo-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-image", "base-fifo");
         let fifo = dir.join("base.tar");
         let _ = fs::remove_file(&fifo);
         assert!(std::process::Command::new("mkfifo")
@@ -636,8 +635,7 @@ mod tests {
     /// `sha256:../..`) had those files of this machine copied into the image.
     #[test]
     fn a_base_naming_files_outside_it_is_refused() {
-        let d = std::env::temp_dir().join(format!("hpc-image-base-escape-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let d = hpc_test_support::TmpDir::unmade("hpc-image", "base-escape");
         let (secret, base) = (d.join("secret"), d.join("base"));
         fs::create_dir_all(&secret).unwrap();
         fs::create_dir_all(base.join("blobs/sha256")).unwrap();

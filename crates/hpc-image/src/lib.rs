@@ -992,8 +992,7 @@ mod tests {
     /// removed; what it finished, and what was there before, is kept.
     #[test]
     fn what_a_stopped_build_began_is_removed() {
-        let d = std::env::temp_dir().join(format!("hpc-image-begun-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let d = hpc_test_support::TmpDir::unmade("hpc-image", "begun");
         fs::create_dir_all(d.join("oci/blobs/sha256")).unwrap();
         fs::write(d.join("oci/oci-layout"), "{}").unwrap();
         fs::write(d.join("app-layer.tmp"), "part").unwrap();
@@ -1079,9 +1078,7 @@ mod tests {
     #[test]
     fn an_hpc_that_hangs_or_floods_is_refused_in_time() {
         use std::os::unix::fs::PermissionsExt as _;
-        let d = std::env::temp_dir().join(format!("hpc-image-fake-hpc-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
+        let d = hpc_test_support::TmpDir::new("hpc-image", "fake-hpc");
         for (name, script, want) in [
             (
                 "hang",
@@ -1110,9 +1107,7 @@ mod tests {
     #[test]
     fn outputs_are_never_written_through_a_planted_link() {
         use std::os::unix::fs::PermissionsExt as _;
-        let d = std::env::temp_dir().join(format!("hpc-image-planted-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
+        let d = hpc_test_support::TmpDir::new("hpc-image", "planted");
         let victim = d.join("victim");
         fs::write(&victim, "keep").unwrap();
         fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();

@@ -539,10 +539,10 @@ mod tests {
 
     #[test]
     fn a_second_lock_waits_for_the_first() {
-        let dir = std::env::temp_dir().join(format!("hpc-image-lock-{}", std::process::id()));
+        let dir = hpc_test_support::TmpDir::unmade("hpc-image", "lock");
         let first = lock_dir(&dir).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        let d = dir.clone();
+        let d = dir.to_path_buf();
         let t = std::thread::spawn(move || {
             let _second = lock_dir(&d).unwrap();
             tx.send(()).unwrap();

@@ -128,9 +128,7 @@ mod tests {
     #[test]
     fn the_ulimits_words_are_not_expanded_as_file_names() {
         use std::os::unix::fs::PermissionsExt as _;
-        let d = std::env::temp_dir().join(format!("hpc-image-ulimits-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = hpc_test_support::TmpDir::new("hpc-image", "ulimits");
         std::fs::write(d.join("a-file-of-the-folder"), "").unwrap();
         // The engine: says the image is there, prints its arguments a line each.
         let engine = d.join("engine");
@@ -192,8 +190,7 @@ mod tests {
     #[test]
     fn the_podman_scripts_write_no_file_and_know_docker_by_a_path() {
         use std::os::unix::fs::PermissionsExt as _;
-        let d = std::env::temp_dir().join(format!("hpc-image-rank-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+        let d = hpc_test_support::TmpDir::unmade("hpc-image", "rank");
         let (bin, tmp) = (d.join("bin"), d.join("tmp"));
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(&tmp).unwrap();

@@ -14,8 +14,7 @@ fn exe(path: &Path, text: &str) {
 /// succeeds leaves the SIF alone, no temporary beside it.
 #[test]
 fn a_failed_sif_build_leaves_no_sif_and_a_good_one_no_temporary() {
-    let d = std::env::temp_dir().join(format!("hpc-image-sif-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = hpc_test_support::TmpDir::unmade("hpc-image", "sif");
     let (bin, out) = (d.join("bin"), d.join("out"));
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(&out).unwrap();

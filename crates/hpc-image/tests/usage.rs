@@ -1,7 +1,7 @@
 //! Bad input to `run`: found from the workspace's own `cargo metadata`, reported as a
 //! `UsageError` (exit status 2), and nothing is built or written.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::Parser;
 
@@ -16,14 +16,13 @@ fn args(list: &[&str]) -> hpc_image::Args {
 }
 
 /// A workspace outside this repository with one library crate and no binary.
-fn lib_only(test: &str) -> PathBuf {
+fn lib_only(test: &str) -> hpc_test_support::TmpDir {
     workspace(test, false)
 }
 
 /// A one-package workspace outside this repository, with or without a binary.
-fn workspace(test: &str, with_bin: bool) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-image-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+fn workspace(test: &str, with_bin: bool) -> hpc_test_support::TmpDir {
+    let d = hpc_test_support::TmpDir::new("hpc-image", test);
     std::fs::create_dir_all(d.join("src")).unwrap();
     std::fs::write(
         d.join("Cargo.toml"),
@@ -48,11 +47,8 @@ fn entries(d: &Path) -> Vec<String> {
 }
 
 /// A new empty folder for the files a test makes besides its workspace.
-fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-image-{test}-scratch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(test: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::new("hpc-image", &format!("{test}-scratch"))
 }
 
 /// Runs the image command with `a` in workspace `ws` and checks that it is
@@ -280,9 +276,7 @@ fn a_system_folder_is_refused_as_the_output_or_the_cache() {
 /// waiting for ever. It is refused at once, naming it.
 #[test]
 fn a_manifest_that_is_a_fifo_is_refused_not_waited_on() {
-    let top = std::env::temp_dir().join(format!("hpc-image-fifo-toml-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&top);
-    std::fs::create_dir_all(&top).unwrap();
+    let top = hpc_test_support::TmpDir::new("hpc-image", "fifo-toml");
     let fifo = top.join("Cargo.toml");
     assert!(std::process::Command::new("mkfifo")
         .arg(&fifo)
@@ -529,7 +523,7 @@ fn an_output_folder_whose_path_is_not_utf8_is_refused_before_the_build() {
         "--manifest-path".into(),
         ws.join("Cargo.toml").into(),
         "--base".into(),
-        s.clone().into(),
+        s.to_path_buf().into(),
         "--out".into(),
         out.clone().into(),
     ];

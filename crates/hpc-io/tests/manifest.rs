@@ -8,8 +8,7 @@ use hpc_io::rundir::{inspect, RunDir, RunInfo, Status};
 /// refused at its start, before its work, and the directory stays usable.
 #[test]
 fn a_manifest_its_reader_would_refuse_is_refused_at_start() {
-    let dir = std::env::temp_dir().join(format!("hpc-io-deep-manifest-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = hpc_test_support::TmpDir::unmade("hpc-io", "deep-manifest");
     let mut details = serde_json::json!(1);
     for _ in 0..200 {
         details = serde_json::json!([details]);

@@ -8,9 +8,7 @@ use std::path::Path;
 /// file name).
 #[test]
 fn a_long_refused_name_is_cut_in_the_error() {
-    let d = std::env::temp_dir().join(format!("hpc-io-long-name-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let d = hpc_test_support::TmpDir::new("hpc-io", "long-name");
     let mut run = RunDir::create(d.join("out"), RunInfo::new("p")).unwrap();
     let slashes = "x/".repeat(50_000);
     let outside = format!("/{}", "z".repeat(100_000));

@@ -7,8 +7,7 @@ use hpc_io::rundir::{FileClaim, RunDir, RunInfo};
 /// making a run directory of it.
 #[test]
 fn a_path_longer_than_any_is_cut_in_the_refusal() {
-    let dir = std::env::temp_dir().join(format!("hpc-io-long-path-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-io", "long-path");
     let long = dir.join("q".repeat(100_000));
     let errors = [
         hpc_io::read::read_regular(&long, 10)
@@ -45,7 +44,7 @@ fn a_path_longer_than_any_is_cut_in_the_refusal() {
 /// message's line or clearing the terminal.
 #[test]
 fn a_path_with_a_control_character_is_quoted_escaped() {
-    let dir = std::env::temp_dir().join(format!("hpc-io-control-{}", std::process::id()));
+    let dir = hpc_test_support::TmpDir::unmade("hpc-io", "control");
     let odd = dir.join("a\nb\u{1b}[2J");
     let e = hpc_io::read::read_regular(&odd, 10)
         .unwrap_err()
@@ -65,9 +64,7 @@ fn a_path_with_a_control_character_is_quoted_escaped() {
 /// alike).
 #[test]
 fn run_directory_refusals_show_paths_quoted_escaped() {
-    let base = std::env::temp_dir().join(format!("hpc-io-odd-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
+    let base = hpc_test_support::TmpDir::new("hpc-io", "odd-run");
     let odd = base.join("run\n\u{1b}[2J");
     let first = RunDir::create(&odd, RunInfo::new("p")).unwrap();
     let e = RunDir::create(&odd, RunInfo::new("p"))

@@ -793,8 +793,7 @@ mod tests {
     #[test]
     fn key_files_must_be_private_and_long_enough() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("hpc-dpu-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-dpu", "key");
         let file = |name: &str, bytes: &[u8], mode: u32| {
             let p = dir.join(name);
             std::fs::write(&p, bytes).unwrap();
@@ -861,8 +860,7 @@ mod tests {
     /// naming what it is, instead of waiting for a writer or reading for ever.
     #[test]
     fn key_files_that_are_fifos_or_devices_are_refused_at_once() {
-        let dir = std::env::temp_dir().join(format!("hpc-dpu-key-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-dpu", "key-fifo");
         let fifo = dir.join("key");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: `c` is a valid NUL-terminated path that outlives the call.

@@ -966,8 +966,8 @@ mod ofi_bad_input {
     /// sent (it names another process), and an altered key is refused too.
     #[test]
     fn a_key_from_another_job_is_refused() {
-        let dir = std::env::temp_dir().join(format!("hpc-ofi-key-{}", std::process::id()));
-        let file = dir.with_extension("bin");
+        let dir = hpc_test_support::TmpDir::new("hpc-ofi", "key");
+        let file = dir.join("key.bin");
         let path = file.display().to_string();
         let env = [("HPC_OFI_PROVIDER", "shm"), ("KEY_FILE", path.as_str())];
         assert_all_ok(&launch(2, "ofi-save-key", "ofi", &env), &[]);

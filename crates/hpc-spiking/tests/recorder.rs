@@ -87,8 +87,7 @@ fn a_path_longer_than_any_is_cut_in_the_refusals() {
 #[test]
 fn a_second_writer_of_one_spike_file_is_refused_and_nothing_is_taken() {
     use hpc_spiking::spikes::{partial_path, read_spikes, SpikeWriter};
-    let d = std::env::temp_dir().join(format!("hpc-spiking-two-writers-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
+    let d = hpc_test_support::TmpDir::new("hpc-spiking", "two-writers");
     let out = d.join("spikes.spk");
     let header = r#"{"n_neurons":4,"dt_ms":0.1,"t_sim_ms":10,"populations":[{"name":"a","first":0,"count":4}]}"#;
     let mut first = SpikeWriter::with_header(&out, header).unwrap();

@@ -632,8 +632,7 @@ fn a_topology_file_is_bounded_and_named_cut() {
 #[test]
 fn an_os_index_that_is_not_its_objects_set_is_an_error_not_an_abort() {
     let good = std::fs::read_to_string(data("16em64t-4s2c2t.xml")).unwrap();
-    let dir = std::env::temp_dir().join(format!("hpc-topology-osindex-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-topology", "osindex");
     let pu8 = r#"os_index="8" cpuset="0x00000100""#;
     let numa = r#"type="NUMANode" os_index="0""#;
     for (name, text, said) in [
@@ -679,8 +678,7 @@ fn an_os_index_that_is_not_its_objects_set_is_an_error_not_an_abort() {
 #[test]
 fn a_tree_whose_sets_do_not_add_up_is_an_error_not_an_abort() {
     let good = std::fs::read_to_string(data("16em64t-4s2c2t.xml")).unwrap();
-    let dir = std::env::temp_dir().join(format!("hpc-topology-sets-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-topology", "sets");
     let pu0 = r#"<object type="PU" os_index="0" cpuset="0x00000001" complete_cpuset="0x00000001" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="8"/>"#;
     let pu8 = r#"<object type="PU" os_index="8" cpuset="0x00000100" complete_cpuset="0x00000100" nodeset="0x00000001" complete_nodeset="0x00000001" gp_index="9"/>"#;
     let pus = format!("{pu0}\n              {pu8}");
@@ -876,8 +874,7 @@ fn ids_levels_and_complete_sets_hwloc_aborts_on_are_errors() {
 /// first line, "Topology of XML file …", wrote it raw).
 #[test]
 fn hwlocs_reason_and_the_summary_show_an_odd_path_escaped() {
-    let dir = std::env::temp_dir().join(format!("hpc-topology-oddname-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-topology", "oddname");
     let bad = dir.join("t\n\u{1b}[2Jx\u{202e}lmx.xml");
     std::fs::write(&bad, "<<<not xml").unwrap();
     let e = Topology::from_xml_file(&bad).unwrap_err().to_string();

@@ -476,9 +476,7 @@ mod tests {
     /// gets a file of its own; the other's files are kept.
     #[test]
     fn processes_of_one_id_in_one_directory_each_get_a_file() {
-        let dir = std::env::temp_dir().join(format!("hpc-trace-same-pid-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "same-pid");
         let pid = std::process::id();
         // Another process of this id writing its file, and one that finished as
         // a proxy.
@@ -505,9 +503,7 @@ mod tests {
     /// as a mixture); an earlier run's file (a rerun into the folder) is replaced.
     #[test]
     fn a_rank_file_another_job_wrote_meanwhile_is_kept() {
-        let dir = std::env::temp_dir().join(format!("hpc-trace-two-jobs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "two-jobs");
         let trace = format!("{}=", hpc_env::TRACE);
         let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
         // An earlier run's file: replaced.

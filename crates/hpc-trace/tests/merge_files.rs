@@ -15,7 +15,7 @@ fn file(rank: usize, job: &str, size: usize) -> String {
 /// message: each value is cut.
 #[test]
 fn values_of_trace_files_are_cut_in_the_refusals() {
-    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-cut-{}", std::process::id()));
+    let dir = hpc_test_support::TmpDir::unmade("hpc-trace", "merge-cut");
     let (a, b) = ("a".repeat(100_000), "b".repeat(100_000));
     let cases = [
         (
@@ -73,9 +73,7 @@ fn a_directory_longer_than_any_path_is_cut_in_the_refusals() {
 /// written; once closed, it is unfinished, as before.
 #[test]
 fn a_file_a_running_process_writes_is_said_to_be_unfinished_yet() {
-    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-live-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "merge-live");
     let pid = std::process::id();
     let part = dir.join(format!("pid-{pid}.json.part"));
     let open = std::fs::File::create(&part).unwrap();
@@ -97,9 +95,7 @@ fn a_file_a_running_process_writes_is_said_to_be_unfinished_yet() {
 /// named, the first in full, at most `OTHERS_NAMED` others and then a count.
 #[test]
 fn every_unfinished_file_is_named() {
-    let dir = std::env::temp_dir().join(format!("hpc-trace-merge-parts-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "merge-parts");
     // Pids no process of this machine has (above the kernel's largest).
     for n in 0..3 {
         std::fs::write(dir.join(format!("pid-{}.json.part", 4_194_400 + n)), "").unwrap();

@@ -7,10 +7,8 @@ use serde_json::Value;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::Layer as _;
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hpc-trace-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn scratch(name: &str) -> hpc_test_support::TmpDir {
+    hpc_test_support::TmpDir::unmade("hpc-trace", name)
 }
 
 /// Records `work` into `dir` as rank `rank`; the finished file.

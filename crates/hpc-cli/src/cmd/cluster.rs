@@ -525,11 +525,8 @@ mod tests {
             .map(|c| c.action)
     }
 
-    fn scratch(test: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hpc-cluster-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn scratch(test: &str) -> hpc_test_support::TmpDir {
+        hpc_test_support::TmpDir::new("hpc-cluster", test)
     }
 
     fn err(r: Result<impl std::fmt::Debug, UsageError>) -> String {

@@ -794,8 +794,7 @@ mod tests {
     #[test]
     fn a_git_that_hangs_is_stopped_and_named() {
         use std::os::unix::fs::PermissionsExt;
-        let d = std::env::temp_dir().join(format!("hpc-new-git-hang-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+        let d = hpc_test_support::TmpDir::unmade("hpc-new", "git-hang");
         std::fs::create_dir_all(d.join("w")).unwrap();
         let git = d.join("git");
         std::fs::write(&git, "#!/bin/sh\nexec sleep 60\n").unwrap();
@@ -955,7 +954,7 @@ mod tests {
     /// workspace written would not parse.
     #[test]
     fn an_sdk_checkout_the_new_manifests_cannot_hold_is_refused() {
-        let base = std::env::temp_dir().join(format!("hpc-new-sdk-odd-{}", std::process::id()));
+        let base = hpc_test_support::TmpDir::unmade("hpc-new", "sdk-odd");
         let fake = |name: &str, version: &str| {
             let root = base.join(name);
             for c in PATCHED {
@@ -1004,9 +1003,7 @@ mod tests {
     }
 
     /// A fresh empty directory.
-    fn tempfile_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hpc-new-sdk-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn tempfile_dir() -> hpc_test_support::TmpDir {
+        hpc_test_support::TmpDir::new("hpc-new", "sdk")
     }
 }
