@@ -147,7 +147,8 @@ fn stop_group(child: &mut Child) -> std::io::Result<()> {
 /// tool leads a process group of its own with an empty standard input; of each
 /// stream the first `max` bytes are kept; a tool still running after `limit`,
 /// or whose output a process it started still holds open then, is stopped with
-/// its group and the run ends with [`ToolError::TimedOut`].
+/// its group and the run ends with [`ToolError::TimedOut`]. A `limit` beyond
+/// any instant the clock can name (`Duration::MAX`) is no limit.
 ///
 /// ```
 /// use std::time::Duration;
@@ -157,7 +158,9 @@ fn stop_group(child: &mut Child) -> std::io::Result<()> {
 /// assert_eq!(out.stdout, b"hi\n");
 /// ```
 pub fn output_within(cmd: &mut Command, limit: Duration, max: u64) -> Result<Output, ToolError> {
-    let deadline = Instant::now() + limit;
+    // `Instant + Duration::MAX` panicked ("overflow when adding duration to
+    // instant"): a limit no clock reaches is none.
+    let deadline = Instant::now().checked_add(limit);
     let command = shown_command(cmd);
     let timed_out = |command: String| ToolError::TimedOut(TimedOut { command, limit });
     let mut child = cmd
@@ -177,7 +180,7 @@ pub fn output_within(cmd: &mut Command, limit: Duration, max: u64) -> Result<Out
             if let Some(status) = child.try_wait()? {
                 return Ok(Some(status));
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 stop_group(child)?;
                 return Ok(None);
             }
@@ -192,9 +195,7 @@ pub fn output_within(cmd: &mut Command, limit: Duration, max: u64) -> Result<Out
             return Err(ToolError::Wait { command, source });
         }
     };
-    let (Some(stdout), Some(stderr)) =
-        (collect(&out, Some(deadline)), collect(&err, Some(deadline)))
-    else {
+    let (Some(stdout), Some(stderr)) = (collect(&out, deadline), collect(&err, deadline)) else {
         return Err(timed_out(command));
     };
     Ok(Output {
@@ -207,6 +208,17 @@ pub fn output_within(cmd: &mut Command, limit: Duration, max: u64) -> Result<Out
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A limit of `Duration::MAX` (a caller's "no limit") panicked with
+    /// "overflow when adding duration to instant"; it is no limit.
+    #[test]
+    fn a_limit_beyond_any_instant_is_no_limit() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo hi"]);
+        let out = output_within(&mut cmd, Duration::MAX, 1 << 10).unwrap();
+        assert_eq!(out.stdout, b"hi\n");
+        assert!(out.status.success());
+    }
 
     /// A tool that never ends is stopped at its limit with its group, and named;
     /// one printing without end is kept bounded.
