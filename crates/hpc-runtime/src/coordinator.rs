@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 
+use crate::env;
 use crate::error::{Error, Result};
 use crate::wire::{frame, read_msg, Msg, Op, ReadError};
 
@@ -58,6 +59,10 @@ enum Event {
     Shutdown,
 }
 
+/// The most ranks a [`Coordinator`] takes: a rank is a 32-bit signed number
+/// on the wire and in MPI (`i32::MAX`).
+pub const MAX_JOB_RANKS: usize = i32::MAX as usize;
+
 /// A running coordinator. Dropping it (or [`Coordinator::shutdown`]) stops it.
 pub struct Coordinator {
     addr: SocketAddr,
@@ -74,12 +79,31 @@ impl Coordinator {
     ///
     /// `timeout` bounds how long the job waits for all ranks to join and for every
     /// collective once its first rank arrived.
+    ///
+    /// A `size` beyond [`MAX_JOB_RANKS`], or whose ranks' records this
+    /// machine cannot hold, and a `timeout` of 0 or beyond
+    /// [`env::MAX_TIMEOUT`](crate::env::MAX_TIMEOUT) (which its ranks refuse),
+    /// are [`Error::InvalidArgument`].
     pub fn start(size: usize, secret: u64, timeout: Duration, bind: IpAddr) -> Result<Coordinator> {
         if size == 0 {
             return Err(Error::InvalidArgument(
                 "a job needs at least one rank".into(),
             ));
         }
+        // The ranks' records were made in the coordinator's thread, unchecked:
+        // `usize::MAX` ranks panicked there ("capacity overflow", the start
+        // said `Ok`), 2^40 aborted the process ("memory allocation of
+        // 4398046511104 bytes failed").
+        if size > MAX_JOB_RANKS {
+            return Err(Error::InvalidArgument(format!(
+                "a job of {size} ranks: the most a job has is {MAX_JOB_RANKS} (a rank \
+                 is a 32-bit number, as in MPI)"
+            )));
+        }
+        // `Duration::MAX` panicked in the coordinator's thread (the start said
+        // `Ok`), and its ranks were given an `HPC_TIMEOUT` they refuse.
+        env::check_timeout("the coordinator's timeout", timeout).map_err(Error::InvalidArgument)?;
+        let state = State::new(size, timeout)?;
         let listener = TcpListener::bind(SocketAddr::new(bind, 0))
             .map_err(|e| Error::io("binding the coordinator", e))?;
         let addr = listener
@@ -95,7 +119,7 @@ impl Coordinator {
             .map_err(|e| Error::io("spawning the coordinator", e))?;
         let main = std::thread::Builder::new()
             .name("hpc-coord".into())
-            .spawn(move || State::new(size, timeout).run(rx))
+            .spawn(move || state.run(rx))
             .map_err(|e| Error::io("spawning the coordinator", e))?;
         tracing::debug!(%addr, size, "coordinator listening");
         Ok(Coordinator {
@@ -535,21 +559,47 @@ struct State {
 }
 
 impl State {
-    fn new(size: usize, timeout: Duration) -> State {
-        State {
+    /// The records of `size` ranks, or an error where this machine cannot
+    /// hold them.
+    fn new(size: usize, timeout: Duration) -> Result<State> {
+        fn none<T>(size: usize) -> Option<Vec<Option<T>>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(size).ok()?;
+            v.resize_with(size, || None);
+            Some(v)
+        }
+        let per_rank = std::mem::size_of::<Option<TcpStream>>()
+            + std::mem::size_of::<Option<String>>()
+            + std::mem::size_of::<Option<Gone>>();
+        let refused = || {
+            Error::InvalidArgument(format!(
+                "a job of {size} ranks: the coordinator cannot hold their records \
+                 ({per_rank} bytes a rank) in this machine's available memory"
+            ))
+        };
+        // A reservation the kernel grants on credit (overcommit) is still
+        // written whole here: bounded by the memory available first.
+        let bytes = (size as u64).saturating_mul(per_rank as u64);
+        if hpc_io::read::mem_available().is_some_and(|avail| bytes > avail) {
+            return Err(refused());
+        }
+        let (Some(conns), Some(nodes), Some(gone)) = (none(size), none(size), none(size)) else {
+            return Err(refused());
+        };
+        Ok(State {
             size,
             timeout,
             started: Instant::now(),
-            conns: (0..size).map(|_| None).collect(),
-            nodes: vec![None; size],
+            conns,
+            nodes,
             joined: 0,
             welcomed: false,
             init_failed: false,
-            gone: vec![None; size],
+            gone,
             closing: HashMap::new(),
             aborted: None,
             pending: BTreeMap::new(),
-        }
+        })
     }
 
     fn send(&mut self, rank: usize, msg: &Msg) {

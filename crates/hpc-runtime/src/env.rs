@@ -11,6 +11,25 @@ pub use hpc_env::*;
 /// Default timeout of blocking calls.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The longest timeout of blocking calls (`HPC_TIMEOUT`,
+/// [`Config::timeout`](crate::Config::timeout), a coordinator's): a week.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 86400);
+
+/// A timeout given by a program (`what` names it) that is none (0) or beyond
+/// [`MAX_TIMEOUT`]: `Duration::MAX` panicked where a deadline was computed
+/// ("overflow when adding duration to instant"), 0 failed at the first socket
+/// ("cannot set a 0 duration timeout").
+pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<(), String> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "{what} = {timeout:?}: a timeout is above 0 and at most a week ({}s, as \
+             {TIMEOUT} is)",
+            MAX_TIMEOUT.as_secs()
+        ));
+    }
+    Ok(())
+}
+
 /// The MPI launcher that started this process, as told by its environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MpiLauncher {
@@ -104,6 +123,15 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
         let size = number(SIZE)?;
         if size == 0 || rank >= size {
             return Err(format!("{RANK}={rank} is out of range for {SIZE}={size}"));
+        }
+        // The join carries both as 32-bit numbers: 2^32 + 1 ranks were said to
+        // the launcher as 1, and refused only by its welcome ("protocol error:
+        // welcome lists 1 ranks, expected 4294967297").
+        if size > crate::MAX_JOB_RANKS {
+            return Err(format!(
+                "{SIZE}={size} is more than the {} ranks a job has",
+                crate::MAX_JOB_RANKS
+            ));
         }
         let secret = env
             .get(SECRET)
@@ -433,7 +461,7 @@ pub fn timeout_from(env: &HashMap<String, String>) -> Result<Duration, String> {
         Some(v) => match v.trim().parse::<f64>() {
             // Above 0 as a `Duration` too: 1e-10 s is none (it counts whole
             // nanoseconds), and a zero timeout failed every wait at once.
-            Ok(s) if s.is_finite() && s > 0.0 && s <= 7.0 * 86400.0 => {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= MAX_TIMEOUT.as_secs_f64() => {
                 Some(Duration::from_secs_f64(s))
                     .filter(|d| !d.is_zero())
                     .ok_or_else(|| {

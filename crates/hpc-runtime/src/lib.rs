@@ -44,7 +44,7 @@ mod node;
 pub mod wire;
 mod world;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, MAX_JOB_RANKS};
 pub use env::MpiLauncher;
 pub use error::{listed_ranks, Error, Result, LISTED_RANKS};
 pub use node::NodeMap;

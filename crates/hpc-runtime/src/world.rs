@@ -67,7 +67,8 @@ pub const MAX_NODE_NAME: usize = 1024;
 /// environment (`HPC_TIMEOUT`, `HPC_NODE_NAME`, `HPC_BOOTSTRAP`).
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Bound on every blocking call (join, barrier, allgather, broadcast).
+    /// Bound on every blocking call (join, barrier, allgather, broadcast):
+    /// above 0 and at most [`env::MAX_TIMEOUT`].
     pub timeout: Duration,
     /// The node name of this rank; ranks with equal names share a node.
     pub node_name: String,
@@ -221,8 +222,11 @@ impl World {
         Ok(world)
     }
 
-    /// Like [`World::init`] with explicit settings.
+    /// Like [`World::init`] with explicit settings. A [`Config::timeout`] of 0
+    /// or beyond [`env::MAX_TIMEOUT`] is [`Error::InvalidArgument`].
     pub fn init_with(config: Config) -> Result<World> {
+        env::check_timeout("hpc_runtime::Config::timeout", config.timeout)
+            .map_err(Error::InvalidArgument)?;
         let detected = env::detect(&config.env).map_err(Error::Bootstrap)?;
         let world = match detected {
             Detected::Singleton => {
