@@ -574,13 +574,16 @@ impl State {
         let refused = || {
             Error::InvalidArgument(format!(
                 "a job of {size} ranks: the coordinator cannot hold their records \
-                 ({per_rank} bytes a rank) in this machine's available memory"
+                 ({per_rank} bytes a rank) in this machine's memory"
             ))
         };
         // A reservation the kernel grants on credit (overcommit) is still
-        // written whole here: bounded by the memory available first.
-        let bytes = (size as u64).saturating_mul(per_rank as u64);
-        if hpc_io::read::mem_available().is_some_and(|avail| bytes > avail) {
+        // written whole here: bounded by the machine's memory first.
+        let info = rustix::system::sysinfo();
+        // `c_ulong`: 32 bits on some targets.
+        #[allow(clippy::useless_conversion)]
+        let ram = u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit));
+        if (size as u64).saturating_mul(per_rank as u64) > ram {
             return Err(refused());
         }
         let (Some(conns), Some(nodes), Some(gone)) = (none(size), none(size), none(size)) else {
