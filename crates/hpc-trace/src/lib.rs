@@ -186,9 +186,10 @@ pub fn recording() -> bool {
 }
 
 /// Names this process's trace as rank `rank`'s (its file becomes `rank-<R>.json`).
-/// `hpc_rs::init()` calls it once the world is known. A rank beyond
-/// [`merge::MAX_RANK`], which the merge refuses, is not taken: the file stays one
-/// of a process that is no rank (`proc-<PID>.json`), and a warning says so.
+/// `hpc_rs::init()` calls it once the world is known. A rank the merge refuses is
+/// not taken (one beyond [`merge::MAX_RANK`], or not below a size given before
+/// by [`set_size`]): the file stays one of a process that is no rank
+/// (`proc-<PID>.json`), and a warning says so.
 pub fn set_rank(rank: usize) {
     for s in sinks() {
         s.set_rank(rank);
@@ -197,7 +198,9 @@ pub fn set_rank(rank: usize) {
 
 /// Records the number of ranks of this process's job in its trace, which the merge
 /// checks every rank file against (a file of another job left in the directory is
-/// refused). `hpc_rs::init()` calls it with [`set_rank`].
+/// refused). `hpc_rs::init()` calls it with [`set_rank`]. A size the merge
+/// refuses (0, or not above the rank given before) is not taken, and a warning
+/// says so.
 pub fn set_size(size: usize) {
     for s in sinks() {
         s.set_size(size);
@@ -220,15 +223,25 @@ pub fn finish() -> Result<Vec<PathBuf>, Error> {
     let mut done = Vec::new();
     for s in sinks() {
         if let Some(p) = s.finish()? {
-            if let Some(own) = s.aside() {
-                tracing::warn!(
+            match s.aside() {
+                Some((own, false)) => tracing::warn!(
                     "{}: {} is another job's, written while this one ran (two jobs given one \
                      folder?): this rank's timeline is {}; hpc trace merge refuses the \
                      mixture: give each job a folder of its own",
                     hpc_env::TRACE,
                     hpc_io::message::path(&own),
                     hpc_io::message::path(&p)
-                );
+                ),
+                Some((own, true)) => tracing::warn!(
+                    "{}: {} is this job's, of the same rank, written while this process ran \
+                     (two processes given one rank, or two trace layers of one process in \
+                     one folder?): this timeline is {}; hpc trace merge refuses two files of \
+                     one rank",
+                    hpc_env::TRACE,
+                    hpc_io::message::path(&own),
+                    hpc_io::message::path(&p)
+                ),
+                None => {}
             }
             done.push(p);
         }

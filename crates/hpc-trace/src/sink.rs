@@ -105,9 +105,10 @@ struct State {
     events: u64,
     threads: HashSet<u32>,
     finished: Option<Option<PathBuf>>,
-    /// The rank's own name, when another job's file written while this process
-    /// ran held it, and the file was written beside it ([`Sink::aside`]).
-    aside: Option<PathBuf>,
+    /// The rank's own name, when a file written while this process ran held
+    /// it, and the file was written beside it ([`Sink::aside`]); whether that
+    /// file was of this process's own job.
+    aside: Option<(PathBuf, bool)>,
     /// [`Sink::set_rank`] was given a rank beyond what the merge takes: the
     /// file is no rank's, and the launcher's rank variable is not read either.
     rank_refused: bool,
@@ -249,32 +250,61 @@ impl Sink {
         }
     }
 
-    /// Records the process's rank. A rank beyond [`crate::merge::MAX_RANK`],
-    /// which the merge refuses (and with it the whole folder), is not taken:
-    /// the file stays a process's that is no rank (`proc-<PID>.json`), and a
-    /// warning says so.
+    /// Records the process's rank. A rank the merge refuses, and with it the
+    /// whole folder, is not taken: one beyond [`crate::merge::MAX_RANK`], or
+    /// not below the job's size given before ([`Sink::set_size`]); the file
+    /// stays a process's that is no rank (`proc-<PID>.json`), and a warning
+    /// says so.
     pub fn set_rank(&self, rank: usize) {
-        let taken = rank <= crate::merge::MAX_RANK;
-        {
+        let max = crate::merge::MAX_RANK;
+        let why = {
             let mut st = self.lock();
-            st.rank = taken.then_some(rank);
-            st.rank_refused = !taken;
-        }
+            let why = if rank > max {
+                Some(format!("it is beyond the largest rank a job has ({max})"))
+            } else {
+                st.size
+                    .filter(|&size| rank >= size)
+                    .map(|size| format!("it is not a rank of the job of {size} ranks given before"))
+            };
+            st.rank = why.is_none().then_some(rank);
+            st.rank_refused = why.is_some();
+            why
+        };
         // Outside the lock: the warning may be recorded into this very file.
-        if !taken {
+        if let Some(why) = why {
             tracing::warn!(
-                "hpc_trace: rank {rank} is beyond the largest rank a job has ({}), which \
-                 the trace's merge refuses; this process's trace is kept as a process \
-                 that is no rank (proc-{}.json)",
-                crate::merge::MAX_RANK,
+                "hpc_trace: rank {rank} not taken: {why}, and the trace's merge refuses \
+                 it; this process's trace is kept as a process that is no rank \
+                 (proc-{}.json)",
                 self.pid
             );
         }
     }
 
-    /// Records the number of ranks of the process's job.
+    /// Records the number of ranks of the process's job. A size the merge
+    /// refuses is not taken, and a warning says so: 0, or not above the rank
+    /// given before ([`Sink::set_rank`]).
     pub fn set_size(&self, size: usize) {
-        self.lock().size = Some(size);
+        let why = {
+            let mut st = self.lock();
+            let why = if size == 0 {
+                Some("a job has at least one rank".to_string())
+            } else {
+                st.rank
+                    .filter(|&rank| rank >= size)
+                    .map(|rank| format!("the rank given before, {rank}, is not a rank of it"))
+            };
+            if why.is_none() {
+                st.size = Some(size);
+            }
+            why
+        };
+        if let Some(why) = why {
+            tracing::warn!(
+                "hpc_trace: a job of {size} ranks not taken: {why}, and the trace's merge \
+                 refuses it"
+            );
+        }
     }
 
     /// Records the process's label.
@@ -342,33 +372,39 @@ impl Sink {
 impl Sink {
     /// The final name of rank `r`'s file, this process's job being `job`:
     /// `rank-<R>.json`, replacing an earlier run's file there (a rerun into
-    /// the same folder), but not one of another job written while this job
-    /// ran (two jobs given one `HPC_TRACE` folder at once: the later ranks'
-    /// files replaced the earlier's without a word). Then the file is
-    /// `rank-<R>-<N>.json`, and the rank's own name is returned beside it
-    /// (the merge then refuses the mixture of jobs, naming a file).
-    fn rank_name(&self, r: usize, job: Option<&str>) -> (PathBuf, Option<PathBuf>) {
+    /// the same folder), but not one written while this job ran: another
+    /// job's (two jobs given one `HPC_TRACE` folder at once: the later ranks'
+    /// files replaced the earlier's without a word), or this job's own
+    /// (another process given the same rank, or a second trace layer of this
+    /// process in the same folder: the later replaced the earlier's timeline
+    /// without a word). Then the file is `rank-<R>-<N>.json`, and the rank's
+    /// own name is returned beside it with whether it was this job's (the
+    /// merge then refuses the mixture of jobs, or the two files of one rank,
+    /// naming them).
+    fn rank_name(&self, r: usize, job: Option<&str>) -> (PathBuf, Option<(PathBuf, bool)>) {
         let first = self.dir.join(format!("rank-{r}.json"));
         let Ok(meta) = std::fs::symlink_metadata(&first) else {
             return (first, None);
         };
         let meanwhile = meta.modified().is_ok_and(|m| m >= self.started);
-        if !meanwhile || !meta.is_file() || file_job(&first) == Some(job.map(str::to_string)) {
+        if !meanwhile || !meta.is_file() {
             return (first, None);
         }
+        let same_job = file_job(&first) == Some(job.map(str::to_string));
         let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         match (1..=SAME_PID_MAX)
             .map(|n| self.dir.join(format!("rank-{r}-{n}.json")))
             .find(|p| !taken(p))
         {
-            Some(p) => (p, Some(first)),
+            Some(p) => (p, Some((first, same_job))),
             None => (first, None),
         }
     }
 
-    /// The rank's own name, when [`Sink::finish`] found there another job's
-    /// file, written while this process ran, and wrote this one beside it.
-    pub fn aside(&self) -> Option<PathBuf> {
+    /// The rank's own name, when [`Sink::finish`] found there a file written
+    /// while this process ran, and wrote this one beside it; whether that file
+    /// was of this process's own job.
+    pub fn aside(&self) -> Option<(PathBuf, bool)> {
         self.lock().aside.clone()
     }
 }
@@ -524,7 +560,7 @@ mod tests {
         std::fs::write(dir.join("rank-0.json"), &other).unwrap();
         let done = rank.finish().unwrap().unwrap();
         assert_eq!(done, dir.join("rank-0-1.json"));
-        assert_eq!(rank.aside(), Some(dir.join("rank-0.json")));
+        assert_eq!(rank.aside(), Some((dir.join("rank-0.json"), false)));
         assert_eq!(
             std::fs::read_to_string(dir.join("rank-0.json")).unwrap(),
             other
@@ -532,5 +568,30 @@ mod tests {
         // The merge refuses the mixture: `crates/hpc-cli/tests/trace.rs`
         // `two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently`.
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two trace layers of one process in one folder (or two processes of one
+    /// job given the same rank), both rank 0: the second to finish replaced
+    /// the first's `rank-0.json` without a word, its timeline lost. The file
+    /// written while this one ran is kept and this one written beside it,
+    /// said to be of this job; the merge refuses the two files of one rank.
+    #[test]
+    fn a_rank_file_of_this_job_written_meanwhile_is_kept() {
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "same-rank");
+        let trace = format!("{}=", hpc_env::TRACE);
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+        let a = Sink::create(&dir, &trace).unwrap();
+        let b = Sink::create(&dir, &trace).unwrap();
+        for s in [&a, &b] {
+            s.set_rank(0);
+            s.set_size(1);
+        }
+        pause();
+        assert_eq!(a.finish().unwrap().unwrap(), dir.join("rank-0.json"));
+        let second = b.finish().unwrap().unwrap();
+        assert_eq!(second, dir.join("rank-0-1.json"));
+        assert_eq!(b.aside(), Some((dir.join("rank-0.json"), true)));
+        let e = crate::merge::merge_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("are both rank 0's"), "{e}");
     }
 }

@@ -282,6 +282,40 @@ fn a_rank_the_merge_refuses_is_not_written_as_a_rank_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `set_size(0)`, and `set_rank(5)` with `set_size(2)` (in either order),
+/// wrote a rank file the library's own merge refused ("… is rank 5 of a job
+/// of 2 ranks: the directory holds the files of more than one job", of a
+/// folder of one file). The value that makes the pair one no job has is not
+/// taken: the folder merges.
+#[test]
+fn a_size_the_merge_refuses_is_not_written() {
+    for (tag, first_rank) in [
+        ("size-0", None),
+        ("rank-then-size", Some(5)),
+        ("size-then-rank", Some(5)),
+    ] {
+        let dir = scratch(tag);
+        let layer = hpc_trace::TraceLayer::create(&dir).unwrap();
+        match (tag, first_rank) {
+            ("size-0", _) => {
+                layer.set_rank(0);
+                layer.set_size(0);
+            }
+            ("rank-then-size", Some(r)) => {
+                layer.set_rank(r);
+                layer.set_size(2);
+            }
+            (_, Some(r)) => {
+                layer.set_size(2);
+                layer.set_rank(r);
+            }
+            _ => unreachable!(),
+        }
+        layer.finish().unwrap().expect("a finished file");
+        hpc_trace::merge::merge_dir(&dir).unwrap_or_else(|e| panic!("{tag}: {e}"));
+    }
+}
+
 /// Records an empty trace into `dir` as rank `rank` of a job of `size` ranks.
 fn record_of(dir: &Path, rank: usize, size: usize) -> PathBuf {
     let layer = hpc_trace::TraceLayer::create(dir).unwrap();
