@@ -130,6 +130,30 @@ pub fn rename_over(tmp: &Path, path: &Path) -> Result<(), StepError> {
     fs::rename(tmp, path).map_err(StepError::of("rename", path))
 }
 
+/// Whether `path` still names `file` (the same device and inode, not
+/// following a link): a temporary a writer holds open may have been removed
+/// or replaced by another's while it wrote, and renaming the name then
+/// publishes what is there, not what was written.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("hpc-io-still-at-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let part = dir.join("out.part");
+/// let file = std::fs::File::create(&part).unwrap();
+/// assert!(hpc_io::atomic::still_at(&file, &part));
+/// std::fs::remove_file(&part).unwrap();
+/// std::fs::write(&part, b"another's").unwrap();
+/// assert!(!hpc_io::atomic::still_at(&file, &part));
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn still_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
 /// Refuses `path` as the final name of a file written whole when it exists and is
 /// not a regular file or a symbolic link, when it is a link to something that is
 /// not a regular file (`/dev/stdout`'s pipe, a FIFO, a folder), when it is in

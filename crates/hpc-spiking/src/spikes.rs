@@ -230,11 +230,7 @@ impl SpikeWriter {
             .and_then(|()| self.out.get_ref().sync_all())
             .with_context(|| format!("writing {}", hpc_io::message::path(&self.partial)))?;
         {
-            use std::os::unix::fs::MetadataExt as _;
-            let ours = self.out.get_ref().metadata().ok();
-            let there = std::fs::symlink_metadata(&self.partial).ok();
-            let same = matches!((ours, there), (Some(a), Some(b)) if a.ino() == b.ino() && a.dev() == b.dev());
-            if !same {
+            if !hpc_io::atomic::still_at(self.out.get_ref(), &self.partial) {
                 anyhow::bail!(
                     "cannot finish the spike file {}: {} is no longer the file this writer \
                      wrote (removed or replaced while it ran); nothing renamed",

@@ -348,10 +348,17 @@ impl Sink {
         let job = end.job.clone();
         let end = serde_json::to_string(&end).map_err(|e| fail(e.into()))?;
         write!(out, "\n],\"hpcEnd\":{end}}}\n").map_err(fail)?;
-        out.into_inner()
-            .map_err(|e| fail(e.into_error()))?
-            .sync_all()
-            .map_err(fail)?;
+        let file = out.into_inner().map_err(|e| fail(e.into_error()))?;
+        file.sync_all().map_err(fail)?;
+        // A `.part` removed or replaced while this process wrote (by hand, by
+        // another process): its name was renamed all the same, `Ok`, the
+        // timeline lost (a link to `/dev/full` became `rank-0.json`).
+        if !hpc_io::atomic::still_at(&file, &self.part) {
+            return Err(fail(std::io::Error::other(
+                "it is no longer the file this process wrote (removed or replaced while it \
+                 ran); nothing renamed",
+            )));
+        }
         let path = match st.rank {
             Some(r) => {
                 let (path, aside) = self.rank_name(r, job.as_deref());
@@ -568,6 +575,22 @@ mod tests {
         // The merge refuses the mixture: `crates/hpc-cli/tests/trace.rs`
         // `two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently`.
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `.part` replaced while the process wrote (here by a link to
+    /// `/dev/full`; by hand, or by another process) was renamed all the same:
+    /// `finish` said `Ok` and `rank-0.json` was the link, the timeline lost.
+    /// Nothing is renamed; the error names the `.part`.
+    #[test]
+    fn a_part_replaced_while_written_is_not_renamed() {
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "part-replaced");
+        let sink = Sink::create(&dir, &format!("{}=", hpc_env::TRACE)).unwrap();
+        sink.set_rank(0);
+        std::fs::remove_file(&sink.part).unwrap();
+        std::os::unix::fs::symlink("/dev/full", &sink.part).unwrap();
+        let e = sink.finish().unwrap_err().to_string();
+        assert!(e.contains("no longer the file this process wrote"), "{e}");
+        assert!(!dir.join("rank-0.json").exists());
     }
 
     /// Two trace layers of one process in one folder (or two processes of one
