@@ -495,3 +495,64 @@ fn a_manifest_larger_than_its_reader_takes_is_not_committed() {
         .unwrap();
     assert_eq!(set.latest().unwrap().step(), k.step());
 }
+
+/// A payload that arrives slowly: `len` bytes of `byte`, 1,000 a read, each
+/// after `pause`.
+struct Slow {
+    left: usize,
+    byte: u8,
+    pause: std::time::Duration,
+}
+
+impl std::io::Read for Slow {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        std::thread::sleep(self.pause);
+        let n = buf.len().min(self.left).min(1000);
+        buf[..n].fill(self.byte);
+        self.left -= n;
+        Ok(n)
+    }
+}
+
+/// Two writers of one rank file at once in one process (two threads: their
+/// temporaries have one name, `<file>.tmp<PID>`): the second removed the
+/// first's temporary and made its own, and the first renamed that one, half
+/// written, as its own: `Ok` with its size and checksum, a commit `Ok`, then
+/// "… is damaged: its CRC-32C is … but the manifest says …" at restart (the
+/// second failed, "cannot rename …: No such file"). The first is refused now,
+/// naming its temporary; the second's file is whole and committed.
+#[test]
+fn two_writers_of_one_file_at_once_take_nothing_of_each_other() {
+    let root = tmpdir("two-writers");
+    let pause = std::time::Duration::from_millis(150);
+    let (a_set, b_set) = (Checkpoints::new(&*root), Checkpoints::new(&*root));
+    let a = std::thread::spawn(move || {
+        let mut payload = Slow {
+            left: 3000,
+            byte: b'a',
+            pause,
+        };
+        a_set.write_rank_from(1, 0, 1, 3000, &mut payload)
+    });
+    std::thread::sleep(pause / 3);
+    let b = std::thread::spawn(move || {
+        let mut payload = Slow {
+            left: 3000,
+            byte: b'b',
+            pause,
+        };
+        b_set.write_rank_from(1, 0, 1, 3000, &mut payload)
+    });
+    let e = a.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("is no longer the file written here"), "{e}");
+    let entry = b.join().unwrap().unwrap();
+    let set = Checkpoints::new(&*root);
+    set.commit(1, 1, [entry], serde_json::json!({})).unwrap();
+    assert_eq!(
+        set.latest().unwrap().read_rank(0).unwrap(),
+        vec![b'b'; 3000]
+    );
+}

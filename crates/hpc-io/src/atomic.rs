@@ -51,7 +51,9 @@ impl StepError {
 /// renamed over `path`. A `path` that exists as something other than a regular
 /// file or a symbolic link is refused first, before `tmp` is created
 /// ([`check_replaceable`]). On an error of any step (`fill`'s included) `tmp` is
-/// removed. The rename is durable once the directory is synced ([`sync_dir`]),
+/// removed (unless another writer's is there now). A `tmp` removed or replaced
+/// while `fill` wrote is not renamed: an error ([`still_at`]). The rename is
+/// durable once the directory is synced ([`sync_dir`]),
 /// which this function leaves to the caller, so that many files of one directory
 /// cost one directory sync.
 pub fn replace_with<T, E: From<StepError>>(
@@ -62,14 +64,32 @@ pub fn replace_with<T, E: From<StepError>>(
     // A final name that cannot be replaced is refused before the temporary file is
     // made beside it (`/dev/null` would otherwise have its temporary in `/dev`).
     check_replaceable(path)?;
+    let mut made: Option<File> = None;
     let result = (|| {
-        let mut f = create_fresh(tmp)?;
-        let value = fill(&mut f)?;
+        let f = made.insert(create_fresh(tmp)?);
+        let value = fill(f)?;
         f.sync_all().map_err(StepError::of("sync", tmp))?;
+        // Another writer of the same temporary name (two threads of one
+        // process writing one checkpoint file) removed this one and made its
+        // own: renaming the name published the other's bytes, half written,
+        // under this write's `Ok` (and this write's size and checksum).
+        if !still_at(f, tmp) {
+            return Err(StepError {
+                op: "rename",
+                path: tmp.to_path_buf(),
+                error: std::io::Error::other(
+                    "it is no longer the file written here (removed or replaced while it \
+                     was written: another writer of the same name?); nothing renamed",
+                ),
+            }
+            .into());
+        }
         rename_over(tmp, path)?;
         Ok(value)
     })();
-    if result.is_err() {
+    // The temporary is removed on an error only where it is still this
+    // write's (another writer's is left to it).
+    if result.is_err() && made.as_ref().is_none_or(|f| still_at(f, tmp)) {
         let _ = fs::remove_file(tmp);
     }
     result
