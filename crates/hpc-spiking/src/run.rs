@@ -91,12 +91,15 @@ pub fn thread_pool(
             hpc_topology::ProgressScope::PerRank,
             hpc_topology::Policy::Compact,
         ) {
-            Ok(placement) => {
-                return hpc_topology::PinnedPoolBuilder::new(&placement)
-                    .thread_name(name)
-                    .build()
-                    .context("building the pinned thread pool");
-            }
+            // A worker that cannot be pinned is an error of `build` (it was
+            // unpinned behind a warning): the run goes on unpinned, said so.
+            Ok(placement) => match hpc_topology::PinnedPoolBuilder::new(&placement)
+                .thread_name(name)
+                .build()
+            {
+                Ok(pool) => return Ok(pool),
+                Err(e) => tracing::warn!(error = %e, "threads are not pinned"),
+            },
             Err(e) => tracing::warn!(error = %e, "no placement; threads are not pinned"),
         }
     }

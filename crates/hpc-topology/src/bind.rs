@@ -137,6 +137,14 @@ fn bind_memory_with(
     scope: MemoryBindScope,
 ) -> MemoryBinding {
     use hwlocality::memory::binding::{MemoryBindingFlags, MemoryBindingPolicy};
+    // hwloc's bitmaps index by a C int: a larger node panicked in hwlocality
+    // ("Bitmap index is out of the accepted 0..=c_int::MAX range").
+    if i32::try_from(numa_os_index).is_err() {
+        return MemoryBinding::NotApplied(format!(
+            "NUMA node {numa_os_index} is beyond the largest node index hwloc takes ({})",
+            i32::MAX
+        ));
+    }
     let mut nodes = hwlocality::memory::nodeset::NodeSet::new();
     nodes.set(numa_os_index as usize);
     let flags = match scope {
@@ -223,7 +231,19 @@ impl PinnedPoolBuilder {
     }
 
     /// The configured rayon builder, for further settings (stack size, ...).
+    /// A worker that cannot be pinned is warned about and runs unpinned (see
+    /// [`PinnedPoolBuilder::build`], which refuses it).
     pub fn into_rayon_builder(self) -> rayon::ThreadPoolBuilder {
+        self.rayon_builder(None)
+    }
+
+    /// [`PinnedPoolBuilder::into_rayon_builder`], recording the first worker
+    /// that could not be pinned into `failed` where given.
+    #[allow(clippy::type_complexity)]
+    fn rayon_builder(
+        self,
+        failed: Option<Arc<std::sync::Mutex<Option<(usize, TopologyError)>>>>,
+    ) -> rayon::ThreadPoolBuilder {
         let cpusets = Arc::new(self.cpusets);
         let n = cpusets.len().max(1);
         let membind = match (self.bind_memory, self.numa) {
@@ -243,7 +263,17 @@ impl PinnedPoolBuilder {
             .start_handler(move |i| {
                 if let Some(set) = cpusets.get(i) {
                     if let Err(e) = bind_current_thread(set) {
-                        tracing::warn!(worker = i, error = %e, "cannot pin worker thread");
+                        match &failed {
+                            Some(f) => {
+                                let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+                                if f.is_none() {
+                                    *f = Some((i, e));
+                                }
+                            }
+                            None => {
+                                tracing::warn!(worker = i, error = %e, "cannot pin worker thread")
+                            }
+                        }
                     }
                 }
                 if let Some((hw, numa)) = &membind {
@@ -252,9 +282,34 @@ impl PinnedPoolBuilder {
             })
     }
 
-    /// Builds the pool.
+    /// Builds the pool, every worker pinned. No cpuset
+    /// ([`TopologyError::ZeroThreads`]), and a worker that cannot be pinned to
+    /// its cpuset (empty, or with no CPU of the machine or of the process's
+    /// allowed CPUs: [`TopologyError::Bind`] naming the worker), are errors:
+    /// the pool was built `Ok` with such a worker unpinned, behind a warning a
+    /// program without a subscriber never saw (no cpuset: one worker,
+    /// unpinned).
     pub fn build(self) -> Result<rayon::ThreadPool> {
-        Ok(self.into_rayon_builder().build()?)
+        if self.cpusets.is_empty() {
+            return Err(TopologyError::ZeroThreads);
+        }
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let pool = self.rayon_builder(Some(failed.clone())).build()?;
+        // Every worker has run its start handler once it runs a job.
+        pool.broadcast(|_| ());
+        let first = failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match first {
+            Some((i, TopologyError::Bind { cpuset, reason })) => Err(TopologyError::Bind {
+                cpuset: if cpuset.is_empty() {
+                    "(none)".into()
+                } else {
+                    cpuset
+                },
+                reason: format!("worker {i} of the pinned pool: {reason}"),
+            }),
+            Some((_, e)) => Err(e),
+            None => Ok(pool),
+        }
     }
 }
 

@@ -225,10 +225,65 @@ fn single_core_binding_detected_in_a_bound_thread() {
 /// "thread name may not contain interior null bytes" instead of returning.
 #[test]
 fn a_worker_name_with_a_nul_still_builds_the_pool() {
-    let pool = PinnedPoolBuilder::from_cpusets(Vec::new())
+    // A CPU this thread may use (no cpuset at all is an error since pass 20).
+    let cpu = thread_affinity().unwrap().first().unwrap();
+    let pool = PinnedPoolBuilder::from_cpusets(vec![CpuSet::parse_list(&cpu.to_string()).unwrap()])
         .thread_name("a\0b")
         .build()
         .unwrap();
     let name = pool.install(|| std::thread::current().name().map(str::to_owned));
     assert_eq!(name.as_deref(), Some("a\\0b-0"));
+}
+
+/// A pinned pool of no cpuset was one worker, unpinned; a worker whose cpuset
+/// is empty or names a CPU the machine has not (1000) ran unpinned: `build`
+/// said `Ok` behind a warning ("cannot pin worker thread") that a program
+/// without a subscriber never saw. Each is an error naming the worker; a
+/// pool of the CPUs this thread may use is still built and pinned.
+#[test]
+fn a_pinned_pool_that_cannot_be_pinned_is_an_error() {
+    use hpc_topology::{CpuSet, PinnedPoolBuilder, TopologyError};
+    assert!(matches!(
+        PinnedPoolBuilder::from_cpusets(vec![]).build(),
+        Err(TopologyError::ZeroThreads)
+    ));
+    let allowed = hpc_topology::thread_affinity().unwrap();
+    let one = CpuSet::parse_list(&allowed.first().unwrap().to_string()).unwrap();
+    for (sets, said) in [
+        (
+            vec![CpuSet::new()],
+            "worker 0 of the pinned pool: empty cpuset",
+        ),
+        (
+            vec![one.clone(), CpuSet::parse_list("1000").unwrap()],
+            "binding to cpuset 1000 failed: worker 1 of the pinned pool: sched_setaffinity",
+        ),
+    ] {
+        match PinnedPoolBuilder::from_cpusets(sets).build() {
+            Err(e @ TopologyError::Bind { .. }) => {
+                assert!(e.to_string().contains(said), "{e}")
+            }
+            Err(e) => panic!("{said}: {e}"),
+            Ok(_) => panic!("{said}: built"),
+        }
+    }
+    let pool = PinnedPoolBuilder::from_cpusets(vec![one.clone()])
+        .build()
+        .unwrap();
+    assert_eq!(
+        pool.install(|| hpc_topology::thread_affinity().unwrap()),
+        one
+    );
+}
+
+/// `bind_memory_to_numa(u32::MAX, …)` panicked inside hwlocality ("Bitmap
+/// index is out of the accepted 0..=c_int::MAX range"), where its text
+/// promises `NotApplied` for an unknown node, never an error.
+#[test]
+fn a_numa_node_beyond_hwlocs_bitmaps_is_not_applied_not_a_panic() {
+    use hpc_topology::{bind_memory_to_numa, MemoryBindScope, MemoryBinding};
+    match bind_memory_to_numa(u32::MAX, MemoryBindScope::Thread) {
+        MemoryBinding::NotApplied(why) => assert!(why.contains("4294967295"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }
