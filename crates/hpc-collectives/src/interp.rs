@@ -160,6 +160,17 @@ pub enum LocalError {
     /// The reduction refused its operands.
     #[error(transparent)]
     Reduce(#[from] ReduceError),
+    /// A copy between regions of different lengths (against the schedule
+    /// contract: a forged or damaged schedule). It panicked in
+    /// `copy_from_slice` ("source slice length (4) does not match destination
+    /// slice length (8)").
+    #[error("copy of region {src} into region {dst}: their lengths differ")]
+    Lengths {
+        /// The source region.
+        src: Region,
+        /// The destination region.
+        dst: Region,
+    },
 }
 
 /// A rank's [`Buffers`] as the interpreter's [`Memory`], reducing with the
@@ -198,6 +209,9 @@ impl Memory for Buffers {
     type Error = LocalError;
 
     fn copy(&mut self, src: Region, dst: Region) -> Result<(), LocalError> {
+        if src.len != dst.len {
+            return Err(LocalError::Lengths { src, dst });
+        }
         let (from, to) = self.src_dst(src, dst)?;
         to.copy_from_slice(from);
         Ok(())

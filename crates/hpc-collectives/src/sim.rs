@@ -410,14 +410,15 @@ pub fn run_with(
                         source,
                     },
                     // Not after `check`; named all the same.
-                    InterpError::Memory(LocalError::OutOfBounds(OutOfBounds(region))) => {
-                        SimError::OutOfBounds {
-                            rank,
-                            round: m.round(),
-                            region,
-                            buf_len: ranks[rank].buf(region.buf).len(),
-                        }
-                    }
+                    InterpError::Memory(
+                        LocalError::OutOfBounds(OutOfBounds(region))
+                        | LocalError::Lengths { dst: region, .. },
+                    ) => SimError::OutOfBounds {
+                        rank,
+                        round: m.round(),
+                        region,
+                        buf_len: ranks[rank].buf(region.buf).len(),
+                    },
                 })?;
             match action {
                 None => break,

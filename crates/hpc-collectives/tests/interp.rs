@@ -695,3 +695,26 @@ fn matcher_retain_keeps_and_changes_in_place() {
     assert_eq!(m.take(&2), Some(vec![3, 0]));
     assert!(m.is_empty());
 }
+
+/// A copy between regions of different lengths (a forged or damaged
+/// schedule; `Memory::copy`'s contract says they are equal) panicked in
+/// `copy_from_slice` ("source slice length (4) does not match destination
+/// slice length (8)"), where a region out of bounds is an error. It is
+/// `LocalError::Lengths`, naming both, and the buffers are unchanged.
+#[test]
+fn a_copy_between_regions_of_different_lengths_is_an_error_not_a_panic() {
+    use hpc_collectives::interp::Memory;
+    let mut b = Buffers {
+        send: vec![1; 8],
+        recv: vec![0; 8],
+        scratch: vec![],
+    };
+    let (src, dst) = (
+        Region::new(BufferId::Send, 0, 4),
+        Region::new(BufferId::Recv, 0, 8),
+    );
+    let e = b.copy(src, dst).unwrap_err();
+    assert_eq!(e, LocalError::Lengths { src, dst });
+    assert!(e.to_string().contains("their lengths differ"), "{e}");
+    assert_eq!(b.recv, vec![0; 8]);
+}
