@@ -34,13 +34,50 @@ pub struct DelayRing<T> {
 
 impl<T: Copy + Default> DelayRing<T> {
     /// Empty rows for `len` neurons and delays up to `max_delay` steps.
+    ///
+    /// # Panics
+    ///
+    /// Where [`DelayRing::try_new`] is an error, naming the rows and the
+    /// neurons.
     pub fn new(max_delay: u32, len: usize) -> DelayRing<T> {
+        Self::try_new(max_delay, len).unwrap_or_else(|e| panic!("hpc_spiking::ring: {e:#}"))
+    }
+
+    /// Empty rows for `len` neurons and delays up to `max_delay` steps, or an
+    /// error where their bytes are beyond any buffer (`isize::MAX`), more than
+    /// the memory available (`MemAvailable`), or cannot be allocated: rows
+    /// times neurons were multiplied unchecked ("attempt to multiply with
+    /// overflow" in a debug build, wrapped in a release one) and allocated
+    /// whole (2^20 rows of 2^20 `f64` aborted the process: "memory allocation
+    /// of 17592186044416 bytes failed").
+    pub fn try_new(max_delay: u32, len: usize) -> anyhow::Result<DelayRing<T>> {
         let rows = (max_delay as usize + 1).next_power_of_two();
-        DelayRing {
-            cells: vec![T::default(); rows * len],
+        let bytes = rows
+            .checked_mul(len)
+            .and_then(|cells| cells.checked_mul(std::mem::size_of::<T>()))
+            .filter(|&b| b <= isize::MAX as usize);
+        let Some(bytes) = bytes else {
+            anyhow::bail!(
+                "{rows} rows (delays up to {max_delay} steps) of {len} neurons are more \
+                 bytes than any buffer holds"
+            );
+        };
+        if let Some(available) = hpc_io::read::mem_available().filter(|&a| bytes as u64 > a) {
+            anyhow::bail!(
+                "{rows} rows (delays up to {max_delay} steps) of {len} neurons need {bytes} \
+                 bytes, more than the {available} bytes of memory available (MemAvailable)"
+            );
+        }
+        let mut cells = Vec::new();
+        cells
+            .try_reserve_exact(rows * len)
+            .map_err(|e| anyhow::anyhow!("allocating {bytes} bytes of delay rows: {e}"))?;
+        cells.resize(rows * len, T::default());
+        Ok(DelayRing {
+            cells,
             len,
             mask: rows as u64 - 1,
-        }
+        })
     }
 
     /// Number of rows.
@@ -70,5 +107,33 @@ impl<T: Copy + Default> DelayRing<T> {
     /// Bytes of the rows.
     pub fn bytes(&self) -> usize {
         self.cells.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows times neurons were multiplied unchecked ("attempt to multiply
+    /// with overflow" for delays up to `u32::MAX` steps of 2^40 neurons) and
+    /// allocated whole (2^20 rows of 2^20 `f64`: the process aborted,
+    /// "memory allocation of 17592186044416 bytes failed"). Both are errors
+    /// of `try_new` naming the rows and the neurons, and `new` panics with
+    /// that text, not an abort.
+    #[test]
+    fn rows_beyond_any_buffer_or_the_memory_are_an_error_not_an_abort() {
+        let e = DelayRing::<f64>::try_new(u32::MAX, 1 << 40).unwrap_err();
+        assert!(
+            format!("{e:#}").contains(
+                "4294967296 rows (delays up to 4294967295 steps) of 1099511627776 neurons"
+            ),
+            "{e:#}"
+        );
+        let e = DelayRing::<f64>::try_new(1 << 20, 1 << 20).unwrap_err();
+        assert!(format!("{e:#}").contains("of 1048576 neurons"), "{e:#}");
+        let p = std::panic::catch_unwind(|| DelayRing::<f64>::new(1 << 20, 1 << 20)).unwrap_err();
+        let p = p.downcast_ref::<String>().unwrap();
+        assert!(p.starts_with("hpc_spiking::ring: 2097152 rows"), "{p}");
+        assert_eq!(DelayRing::<u16>::try_new(2, 3).unwrap().rows(), 4);
     }
 }
