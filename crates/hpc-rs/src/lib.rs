@@ -130,7 +130,10 @@ pub struct Options {
     pub bind: Option<bool>,
     /// Do not install a `tracing` subscriber. By default [`init`] installs one that
     /// prints to standard error what `HPC_LOG` selects (default `warn`), unless the
-    /// application installed a global subscriber before.
+    /// application installed a global subscriber before. With this, `HPC_TRACE`
+    /// records nothing unless the application adds
+    /// [`hpc_trace::layer_from_env`]'s layer to its own subscriber (a warning
+    /// says so).
     pub no_subscriber: bool,
 }
 
@@ -215,6 +218,8 @@ pub fn init_with(options: Options) -> Result<Context, Error> {
     }
     if !options.no_subscriber {
         install_subscriber()?;
+    } else {
+        warn_trace_unrecorded();
     }
     // Before anything reads a variable of ours: one that is not UTF-8 is an error
     // naming it, not a variable read as unset (others that are not are skipped).
@@ -290,13 +295,7 @@ fn install_subscriber() -> Result<(), Error> {
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     if tracing::dispatcher::has_been_set() {
-        if std::env::var_os(runtime::env::TRACE).is_some() && !hpc_trace::recording() {
-            tracing::warn!(
-                "{} is set but the application installed its own subscriber: nothing is \
-                 recorded unless it adds hpc_trace::layer_from_env()'s layer",
-                runtime::env::TRACE
-            );
-        }
+        warn_trace_unrecorded();
         return Ok(());
     }
     let (filter, problem) = log_filter();
@@ -337,6 +336,19 @@ fn install_subscriber() -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Says that `HPC_TRACE` records nothing where the application has its own
+/// subscriber (installed before [`init`], or [`Options::no_subscriber`]) and
+/// added no timeline layer: with `no_subscriber` it was ignored without a word.
+fn warn_trace_unrecorded() {
+    if std::env::var_os(runtime::env::TRACE).is_some() && !hpc_trace::recording() {
+        tracing::warn!(
+            "{} is set but the application installed its own subscriber: nothing is \
+             recorded unless it adds hpc_trace::layer_from_env()'s layer",
+            runtime::env::TRACE
+        );
+    }
 }
 
 /// The rank to put before each log line: an MPI launcher's rank in a job of several
