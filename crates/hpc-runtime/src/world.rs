@@ -105,10 +105,13 @@ impl Config {
         }
         // A line break or a terminal's escape was written as it is wherever the
         // node is named (`hpc selftest`'s line, `--show-placement`, the logs).
-        if node_name.chars().any(char::is_control) {
+        // The rule of what a message escapes (`hpc_env::needs_escape`), not
+        // `char::is_control` alone: a line separator (U+2028) or a right-to-left
+        // override was taken, and broke or reversed the lines that name it.
+        if node_name.chars().any(hpc_env::needs_escape) {
             return Err(Error::Bootstrap(format!(
-                "{}={} holds a control character (a line break, a tab or a terminal's \
-                 escape): a node name is one line of text",
+                "{}={} holds a control character (a line break, a tab, a terminal's \
+                 escape or a bidirectional control): a node name is one line of text",
                 env::NODE_NAME,
                 env::shown(&node_name)
             )));
@@ -538,6 +541,12 @@ mod tests {
             Config::from_map(map("node-7.cluster")).unwrap().node_name,
             "node-7.cluster"
         );
+        // A line separator and a right-to-left override were taken (the
+        // check was `char::is_control`, which neither is).
+        for odd in ["a\u{2028}b", "node\u{202e}7"] {
+            let e = Config::from_map(map(odd)).unwrap_err().to_string();
+            assert!(e.contains("holds a control character"), "{e}");
+        }
     }
 
     #[test]
