@@ -325,7 +325,9 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !out.join(wait_for).exists() {
+        // The lock file once it names its holder (the build starts after it).
+        let there = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+        while !there(&out.join(wait_for)) {
             assert!(Instant::now() < deadline, "{when}: no {wait_for}");
             if let Some(status) = run.try_wait().unwrap() {
                 panic!("{when}: the run ended before the signal: {status}");
@@ -347,6 +349,13 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
             );
             assert!(err.contains("no output directory was changed"), "{err}");
             assert!(!out.join("run.json").exists());
+            // The holder's name went with the lock, as when a run's input is
+            // refused (pass 19 left "run … (pid N on host H)" there).
+            assert_eq!(
+                std::fs::read_to_string(out.join("run.lock")).unwrap(),
+                "",
+                "{when}"
+            );
         } else {
             assert!(
                 err.contains("stopped by SIGTERM while writing the summary;"),
