@@ -241,6 +241,21 @@ impl RunOptions {
         }
     }
 
+    /// [`RunOptions::claim_checkpoint_dir`] where `differences` compares a
+    /// checkpoint's parameters with this run's
+    /// ([`crate::checkpoint::claim_dir_with`]).
+    pub fn claim_checkpoint_dir_with(
+        &self,
+        world: &hpc_rs::World,
+        differences: impl Fn(&serde_json::Value) -> Vec<String>,
+        out: Option<&hpc_io::rundir::RunDir>,
+    ) -> Result<Option<std::fs::File>> {
+        match &self.checkpoint_dir {
+            Some(d) => crate::checkpoint::claim_dir_with(world, d, differences, out),
+            None => Ok(None),
+        }
+    }
+
     /// The checkpoints the run writes ([`crate::checkpoint::RunCheckpoints`] of
     /// the model parameters `params` in `checkpoint_dir`, keeping
     /// `checkpoint_keep`); `None` when it writes none.

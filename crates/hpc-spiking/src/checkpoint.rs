@@ -362,16 +362,36 @@ pub fn claim_dir(
     params: &impl Serialize,
     out: Option<&hpc_io::rundir::RunDir>,
 ) -> Result<Option<std::fs::File>> {
+    let mine = serde_json::to_value(params)?;
+    claim_dir_with(
+        world,
+        dir,
+        |theirs| crate::run::params_diff(theirs, &mine, &["t_sim"]),
+        out,
+    )
+}
+
+/// [`claim_dir`], where `differences` says in which parameters a checkpoint's
+/// (its metadata's `params`) differ from this run's (`name theirs -> mine`,
+/// empty: the same model): for a model whose parameters are compared as it
+/// uses them (brunel's in-degrees given or taken from `epsilon`), so that the
+/// check of the directory says what a restart's check says.
+pub fn claim_dir_with(
+    world: &hpc_rs::World,
+    dir: &Path,
+    differences: impl Fn(&serde_json::Value) -> Vec<String>,
+    out: Option<&hpc_io::rundir::RunDir>,
+) -> Result<Option<std::fs::File>> {
     crate::run::rank0_takes(
         world,
         || format!("the checkpoint directory {}", hpc_io::message::path(dir)),
-        || claim(dir, params, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
+        || claim(dir, &differences, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
     )
 }
 
 fn claim(
     dir: &Path,
-    params: &impl Serialize,
+    differences: &dyn Fn(&serde_json::Value) -> Vec<String>,
     out: Option<&hpc_io::rundir::RunDir>,
 ) -> Result<std::fs::File> {
     use std::io::Write as _;
@@ -426,7 +446,6 @@ fn claim(
         lock.sync_all()
     })()
     .with_context(|| format!("cannot write {}", hpc_io::message::path(&lock_path)))?;
-    let mine = serde_json::to_value(params)?;
     let set = Checkpoints::new(dir);
     for step in set.steps()? {
         // A step directory without a manifest is an interrupted write: no checkpoint.
@@ -434,7 +453,7 @@ fn claim(
             continue;
         };
         let differs = match ck.metadata().get("params") {
-            Some(theirs) => crate::run::params_diff(theirs, &mine, &["t_sim"]),
+            Some(theirs) => differences(theirs),
             None => vec!["its metadata holds no model parameters".into()],
         };
         if !differs.is_empty() {
@@ -729,7 +748,7 @@ mod tests {
             eprintln!("the link's owner kept ({e}): not run");
             return;
         }
-        let e = claim(&dir, &serde_json::json!({}), None)
+        let e = claim(&dir, &|_: &serde_json::Value| Vec::new(), None)
             .unwrap_err()
             .to_string();
         assert!(

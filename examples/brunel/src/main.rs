@@ -212,7 +212,15 @@ fn run(args: Args) -> Result<()> {
     })?;
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
-    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
+    // Another model's checkpoints there are named as a restart's check names
+    // them (the in-degrees as the network uses them).
+    let mine = serde_json::to_value(&model.params)?;
+    let differences =
+        |theirs: &serde_json::Value| match serde_json::from_value::<Params>(theirs.clone()) {
+            Ok(theirs) => brunel::checkpoint::model_differences(&theirs, &model.params),
+            Err(_) => hpc_spiking::run::params_diff(theirs, &mine, &["t_sim"]),
+        };
+    let _checkpoint_lock = opts.claim_checkpoint_dir_with(&world, differences, out_dir.as_ref())?;
     on_signal.doing("while building the network");
     let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;

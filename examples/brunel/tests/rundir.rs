@@ -662,6 +662,38 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
     );
     assert_eq!(std::fs::read(out.join("run.json")).unwrap(), manifest);
     assert!(out.join("spikes.spk.partial").exists() && out.join("summary.json").exists());
+    // The check of a checkpoint directory holding these checkpoints says what
+    // a restart's says (pass 19: "ce (not given) -> 50", without what that
+    // run used).
+    let ck_arg = ck.to_str().unwrap();
+    let args = [
+        "--t-sim",
+        "30",
+        "--checkpoint-every",
+        "10",
+        "--checkpoint-dir",
+        ck_arg,
+    ];
+    let o = cmd(&dir.join("other"), &[&args[..], &["--ce", "50"]].concat())
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("of a different model (ce (not given: epsilon * NE = 40) -> 50:"),
+        "{err}"
+    );
+    // The same network with its in-degree given as epsilon gives it: no
+    // other model (it was refused), in the directory's check and in a restart.
+    ok(&cmd(&out, &["--t-sim", "30", "--ce", "40"])
+        .arg("--restart")
+        .arg(&ck)
+        .output()
+        .unwrap());
+    ok(
+        &cmd(&dir.join("same"), &[&args[..], &["--ce", "40"]].concat())
+            .output()
+            .unwrap(),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
