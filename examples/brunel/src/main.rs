@@ -134,7 +134,7 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     let ra = &args.run;
     ra.check()?;
     let params = params_of(&args)?;
@@ -196,10 +196,6 @@ fn run(args: Args) -> Result<()> {
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
-    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
-    // the loop after the interval in progress, elsewhere at once, with its
-    // run.json marked incomplete naming what was being done (hpc_spiking::stop).
-    let on_signal = hpc_spiking::stop::OnSignal::around(true, "brunel")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
@@ -377,11 +373,27 @@ fn main() {
     if let Some(p) = log_problem {
         tracing::warn!("{p}");
     }
-    let result = run(args);
+    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
+    // the loop after the interval in progress, elsewhere at once, with its
+    // run.json marked incomplete naming what was being done (hpc_spiking::stop),
+    // and the trace's temporaries removed; held to the end of the trace's
+    // write, which a signal used to end by its default action, leaving them.
+    let on_signal = match hpc_spiking::stop::OnSignal::around(true, "brunel") {
+        Ok(o) => o,
+        Err(e) => {
+            hpc_io::message::last_words("brunel", &format!("cannot handle signals: {e}"));
+            std::process::exit(1);
+        }
+    };
+    let result = run(args, &on_signal);
     let traced = match own_trace {
-        Some(Ok((t, _))) => t.finish(),
+        Some(Ok((t, _))) => {
+            on_signal.doing("while writing the trace");
+            t.finish()
+        }
         _ => Ok(()),
     };
+    drop(on_signal);
     let mut failed = false;
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
@@ -515,14 +527,30 @@ mod trace {
         // A device, a FIFO or a directory of that name is refused before the run,
         // not replaced after it.
         hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
-        let claim =
-            hpc_io::rundir::FileClaim::take(&path, &format!("brunel, pid {}", std::process::id()))
-                .map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        let holder = format!("brunel, pid {}", std::process::id());
+        let claim = hpc_io::rundir::FileClaim::take(&path, &holder)
+            .map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
         let mut dir = path.as_os_str().to_owned();
         dir.push(format!(".tmp-{}", std::process::id()));
         let dir = PathBuf::from(dir);
         let layer = hpc_trace::TraceLayer::create(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        // A signal that ends the process at once (outside the run's loop, the
+        // trace's own write included) leaves neither the recording folder nor
+        // the claim, as `finish` does not (the trace is not written); the
+        // temporary of the write is the process's own name.
+        let (rec, lock, mut tmp) = (dir.clone(), claim.lock_path().to_path_buf(), path.clone());
+        tmp.as_mut_os_string()
+            .push(format!(".tmp-{}.json", std::process::id()));
+        hpc_spiking::stop::before_end(move || {
+            let _ = std::fs::remove_dir_all(&rec);
+            let _ = std::fs::remove_file(&tmp);
+            // The claim's lock while it names this run (once `finish` dropped
+            // it, another run's may be there).
+            if hpc_io::read::read_regular_to_string(&lock, 4096).is_ok_and(|h| h == holder) {
+                let _ = std::fs::remove_file(&lock);
+            }
+        });
         Ok((
             Trace {
                 dir,

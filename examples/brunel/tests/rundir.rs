@@ -408,6 +408,74 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A signal while `--trace FILE` is written, after the run's directory was
+/// finished, ended the process by the signal's default action (the run's guard
+/// was dropped), leaving the trace's recording folder `FILE.tmp-PID` and its
+/// claim `.FILE.lock` beside FILE (pass 19's leftover). Now the process ends
+/// by the signal saying so, FILE not written (or whole, when the signal came
+/// after it was), nothing else left. The signal is sent once `run.json` says
+/// complete; a run that ended before it is tried again.
+#[test]
+fn a_signal_while_the_trace_is_written_leaves_no_part_of_it() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("signal-trace");
+    let trace = dir.join("t.json");
+    let mut signalled = 0;
+    for _ in 0..5 {
+        let out = dir.join("o");
+        let mut c = cmd(&out, &["--t-sim", "1000"]);
+        let mut run = c
+            .arg("--trace")
+            .arg(&trace)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let complete = || {
+            std::fs::read_to_string(out.join("run.json")).is_ok_and(|m| m.contains("\"complete\""))
+        };
+        while !complete() {
+            assert!(Instant::now() < deadline, "the run did not complete");
+            if run.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = Command::new("kill")
+            .args(["-15".to_string(), run.id().to_string()])
+            .status();
+        let o = run.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let left: Vec<String> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "o" && n != "t.json")
+            .collect();
+        assert!(
+            left.is_empty(),
+            "left beside the trace: {left:?} ({:?}: {err})",
+            o.status
+        );
+        if trace.exists() {
+            // Whole: the merged trace, which its reader takes.
+            let text = std::fs::read(&trace).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&text).unwrap();
+        }
+        if o.status.signal() == Some(15) {
+            assert!(
+                err.contains("brunel: error: stopped by SIGTERM while "),
+                "{err}"
+            );
+            signalled += 1;
+            break;
+        }
+        assert!(o.status.success(), "{:?}: {err}", o.status);
+        let _ = std::fs::remove_file(&trace);
+    }
+    assert!(signalled > 0, "no run was signalled before it ended");
+}
+
 #[test]
 fn a_trace_onto_a_fifo_or_a_directory_is_refused_before_the_run_and_left_alone() {
     // A rename over such a name replaced it (`--trace /dev/full` made the device a
