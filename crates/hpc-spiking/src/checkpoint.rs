@@ -406,6 +406,30 @@ fn claim(
             hpc_io::message::path(dir)
         );
     }
+    // A checkpoint's own step directory, or a folder inside one: this run's
+    // checkpoints were nested there, where no restart from the directory
+    // holding that checkpoint finds them, and its files mixed with the
+    // checkpoint's (`--restart D/step-N --checkpoint-dir D/step-N` wrote
+    // `D/step-N/step-M`).
+    if let Some(ck) = dir
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| Checkpoint::open(a).is_ok())
+    {
+        let holder = ck
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        bail!(
+            "--checkpoint-dir {} {} the checkpoint {}: this run's checkpoints would be nested \
+             in it, where no restart from {} finds them; give {} or another --checkpoint-dir",
+            hpc_io::message::path(dir),
+            if ck == dir { "is" } else { "lies in" },
+            hpc_io::message::path(ck),
+            hpc_io::message::path(holder),
+            hpc_io::message::path(holder),
+        );
+    }
     if let Ok(m) = std::fs::metadata(dir) {
         // `create_dir_all` says only "File exists" of a file or a device there.
         if !m.is_dir() {
@@ -821,6 +845,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("could not write"), "{err}");
+    }
+
+    /// A checkpoint's step directory given as the checkpoint directory (the
+    /// one a run resumes from, `--restart D/step-N --checkpoint-dir D/step-N`),
+    /// or a folder in one: refused, naming the directory that holds it (the
+    /// run's checkpoints were written as `D/step-N/step-M`, which no restart
+    /// from `D` finds); `D` itself is taken.
+    #[test]
+    fn a_step_directory_is_no_checkpoint_directory() {
+        let dir = hpc_test_support::TmpDir::unmade("hpc-spiking", "ck-in-step");
+        let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, None);
+        ck.write((10, 0, 1), b"state", None, |w, all| {
+            all.extend_from_slice(w);
+            Ok(())
+        })
+        .unwrap();
+        let step = Checkpoints::new(&dir).step_dir(10);
+        let same = |_: &serde_json::Value| Vec::new();
+        for (given, verb) in [(step.clone(), "is"), (step.join("sub"), "lies in")] {
+            let e = claim(&given, &same, None).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{verb} the checkpoint {}: ", step.display()))
+                    && e.contains("would be nested in it, where no restart from")
+                    && e.contains(&format!("give {} or another", dir.display())),
+                "{e}"
+            );
+            assert!(!given.join(LOCK).exists() && !step.join("sub").exists());
+        }
+        drop(claim(&dir, &same, None).unwrap());
     }
 
     /// Metadata of another shape quoting a string of 100,000 characters (a
