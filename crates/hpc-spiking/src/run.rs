@@ -552,6 +552,41 @@ pub fn own_output_dir(
     )
 }
 
+/// Checks that every rank of the run was given the same `settings` (a
+/// collective over `world`, before anything is built): the model's parameters,
+/// the output directory and every option that must agree
+/// ([`crate::args::RunArgs::shared`]). Rank 0's are sent to every rank, each
+/// compares them with its own ([`params_diff`]), and where one differs every
+/// rank fails with the same message, naming the lowest such rank and what
+/// differs (rank 0 -> it). A rank given another seed built its neurons'
+/// inputs from it without a word (a network no single seed gives, `run.json`
+/// naming rank 0's); another engine failed in its first exchange with words
+/// about the transport; another checkpoint directory only at the first
+/// checkpoint.
+pub fn same_on_every_rank(
+    world: &hpc_rs::World,
+    settings: &serde_json::Value,
+) -> anyhow::Result<()> {
+    if world.size() < 2 {
+        return Ok(());
+    }
+    let rank0: serde_json::Value =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(settings)?)?)?;
+    let mine = params_diff(&rank0, settings, &[]);
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    for (rank, differs) in all.iter().enumerate() {
+        let differs: Vec<String> = serde_json::from_slice(differs)?;
+        if !differs.is_empty() {
+            anyhow::bail!(
+                "rank {rank} was given other settings than rank 0 ({}: rank 0 -> rank {rank}): \
+                 every rank of a run must be given the same parameters and options",
+                differs.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Rank 0 runs `take` and tells every rank whether it succeeded (a collective
 /// over `world`): rank 0 gets what it took, the others `None`; where it failed,
 /// every rank fails with it, rank 0 with `take`'s message and the others saying

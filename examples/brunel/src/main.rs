@@ -170,6 +170,15 @@ fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "no_overlap": args.no_overlap, "pace": args.pace,
+        }),
+    )?;
     // Refuse a network that cannot fit before allocating any of it.
     let estimate = brunel::memory::estimate(
         &model,

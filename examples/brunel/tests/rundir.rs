@@ -234,6 +234,45 @@ fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
 /// SIGTERM (143 in a shell). Pass 19: the signalled rank stopped after its
 /// interval and the other, still exchanging, failed with "rank 1 is lost"
 /// (status 1).
+/// Ranks given other parameters or options than rank 0 (a launcher line
+/// that differs by rank: `--seed $RANK`) are refused by every rank before
+/// anything is built, naming the rank and what differs: a rank given another
+/// seed built its neurons' inputs from it and the run ended 0, its run.json
+/// naming rank 0's seed; another engine failed in its first exchange with
+/// words about the transport's board.
+#[test]
+fn ranks_given_other_settings_are_refused_naming_them() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks-differ");
+    let out = dir.join("out");
+    for (extra, words) in [
+        ("--seed 9", "params.seed 12345 -> 9"),
+        ("--engine thread", "run.engine \"World\" -> \"Thread\""),
+    ] {
+        let args = example::args(MODEL, &out, &["--t-sim", "20"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let script = format!("exec \"$@\" {extra}");
+        let outs = Job::program(BRUNEL, &args, 2)
+            .timeout(Duration::from_secs(20))
+            .prefix(move |rank| match rank {
+                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
+                _ => Vec::new(),
+            })
+            .run();
+        for (rank, o) in outs.iter().enumerate() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "rank 1 was given other settings than rank 0 ({words}: rank 0 -> rank 1)"
+                )),
+                "rank {rank}: {err}"
+            );
+        }
+        assert!(!out.exists(), "{extra}: the output directory was made");
+    }
+}
+
 #[test]
 fn sigterm_to_one_rank_stops_every_rank_at_the_same_step() {
     use hpc_test_support::Job;

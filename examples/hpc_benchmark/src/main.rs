@@ -155,6 +155,15 @@ fn run(args: Args) -> Result<()> {
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+
+        }),
+    )?;
     // Refused before any of the network is allocated.
     let need = estimate(&model, size, ra.threads());
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);

@@ -128,6 +128,15 @@ fn run(args: Args) -> Result<()> {
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "exchange": format!("{:?}", args.exchange), "portable_update": args.portable_update,
+        }),
+    )?;
     // Refuse a network that cannot fit before allocating any of it.
     model.check_memory(
         size,
