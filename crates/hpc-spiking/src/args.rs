@@ -250,7 +250,7 @@ impl RunOptions {
         world: &hpc_rs::World,
         params: &impl serde::Serialize,
         out: Option<&hpc_io::rundir::RunDir>,
-    ) -> Result<Option<std::fs::File>> {
+    ) -> Result<Option<crate::checkpoint::DirLock>> {
         match &self.checkpoint_dir {
             Some(d) => crate::checkpoint::claim_dir(world, d, params, out),
             None => Ok(None),
@@ -265,7 +265,7 @@ impl RunOptions {
         world: &hpc_rs::World,
         differences: impl Fn(&serde_json::Value) -> Vec<String>,
         out: Option<&hpc_io::rundir::RunDir>,
-    ) -> Result<Option<std::fs::File>> {
+    ) -> Result<Option<crate::checkpoint::DirLock>> {
         match &self.checkpoint_dir {
             Some(d) => crate::checkpoint::claim_dir_with(world, d, differences, out),
             None => Ok(None),
