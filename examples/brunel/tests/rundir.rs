@@ -420,6 +420,47 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM to a run held to a slow pace (`--pace 1e-6`: 10 ms of simulated
+/// time in 10,000 s, one interval's wait about 700 s) stops it after the
+/// interval it waits in, as any run: the wait slept through the signal until
+/// the watchdog's 10 s grace ended the run "while blocked".
+#[test]
+fn a_signal_ends_a_pace_s_wait() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("pace-signal");
+    let out = dir.join("out");
+    let run = cmd(&out, &["--t-sim", "10", "--pace", "1e-6"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // In the loop once the spike file is there (its first interval's wait).
+    while !out.join("spikes.spk.partial").exists() {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let sent = Command::new("kill")
+        .args(["-15".to_string(), run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.signal(), Some(15), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{:?} after the signal: {err}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("brunel: error: stopped by SIGTERM at ") && !err.contains("blocked"),
+        "{err}"
+    );
+}
+
 #[test]
 fn stdout_on_a_full_device_is_an_error_naming_it() {
     let dir = tmpdir("devfull");
