@@ -240,11 +240,9 @@ fn summary(
     let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
     let (after, total) = me.recorded.unwrap_or((0, 0));
     let recorded_s = (me.end_step.saturating_sub(model.presim_steps)) as f64 * p.dt / 1000.0;
-    let rate = if recorded_s > 0.0 {
-        after as f64 / (model.n_rec as f64 * recorded_s)
-    } else {
-        0.0
-    };
+    // None for a run stopped before its warm-up ended: no time was recorded,
+    // and 0 Hz (written before) said the network was silent.
+    let rate = (recorded_s > 0.0).then(|| after as f64 / (model.n_rec as f64 * recorded_s));
     let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
     let rtf = if bio_s > 0.0 { sim_s / bio_s } else { 0.0 };
     say!(
@@ -261,7 +259,15 @@ fn summary(
         model.je,
         model.p_rate
     );
-    say!("  mean rate         {rate:.2} Hz ({} recorded E neurons after the warm-up; {total} spikes recorded)", model.n_rec);
+    match rate {
+        Some(rate) => say!("  mean rate         {rate:.2} Hz ({} recorded E neurons after the warm-up; {total} spikes recorded)", model.n_rec),
+        None => say!(
+            "  mean rate         none: the run stopped at {:.1} ms, before its warm-up of {} ms ended \
+             ({total} spikes recorded in it)",
+            me.end_step as f64 * p.dt,
+            hpc_io::message::num(p.t_presim)
+        ),
+    }
     say!(
         "  E->E weights      mean {mean:.4} pA, SD {sd:.4} pA, 5% {p5:.2} pA, 95% {p95:.2} pA (min {:.4}, max {:.4}); digest {:016x}",
         weights.min, weights.max, weights.digest
