@@ -544,6 +544,18 @@ pub fn own_output_dir(
                     ));
                 }
             }
+            // A checkpoint's step directory, or a folder in one: the run's files
+            // were written among the checkpoint's (`--restart D/step-N --out
+            // D/step-N`) and went with it when it was removed.
+            if let Some(ck) = crate::checkpoint::checkpoint_holding(out) {
+                return Err(format!(
+                    "--out {} {} the checkpoint {}: the run's files would be mixed with the \
+                     checkpoint's and removed with it; choose another --out",
+                    hpc_io::message::path(out),
+                    if ck == out { "is" } else { "lies in" },
+                    hpc_io::message::path(ck)
+                ));
+            }
             let mut info = hpc_io::rundir::RunInfo::new(program);
             info.details = details;
             info.outputs = outputs;

@@ -845,6 +845,44 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An output directory that is, or lies in, a checkpoint's step directory
+/// (`--restart D/step-N --out D/step-N`) is refused before anything is made
+/// there: the run's files were written among the checkpoint's and went with
+/// it when it was removed.
+#[test]
+fn an_output_directory_in_a_checkpoint_is_refused() {
+    let dir = tmpdir("out-in-step");
+    let out = dir.join("out");
+    ok(&cmd(&out, &["--t-sim", "20", "--checkpoint-every", "10"])
+        .output()
+        .unwrap());
+    let step = out.join("checkpoints").join("step-0000000200");
+    let before: Vec<_> = std::fs::read_dir(&step)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for (target, verb) in [(step.clone(), "is"), (step.join("sub"), "lies in")] {
+        let o = cmd(&target, &["--t-sim", "30"])
+            .arg("--restart")
+            .arg(&step)
+            .output()
+            .unwrap();
+        let err = refused(&o);
+        assert!(
+            err.contains(&format!(
+                "{verb} the checkpoint {}: the run's files would be mixed",
+                step.display()
+            )),
+            "{err}"
+        );
+    }
+    let after: Vec<_> = std::fs::read_dir(&step)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after);
+}
+
 #[test]
 fn checkpoints_are_pruned_to_the_number_kept() {
     let dir = tmpdir("prune");
