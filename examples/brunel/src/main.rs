@@ -411,7 +411,7 @@ fn main() {
         failed = true;
     }
     if let Err(e) = traced {
-        hpc_io::message::last_words("brunel", &format!("{e} (the trace is incomplete)"));
+        hpc_io::message::last_words("brunel", &format!("{e} (the trace was not written)"));
         failed = true;
     }
     if failed {
@@ -583,7 +583,13 @@ mod trace {
                 anyhow::anyhow!("cannot write {}: {e}", self.path.display())
             };
             let done = hpc_trace::finish()
-                .map_err(|e| failed(&e))
+                .map_err(|e| match e {
+                    // Its words say the part file is left unfinished: this
+                    // recording folder is removed below, and the trace is not
+                    // written, which `main` says.
+                    hpc_trace::Error::Write { error, .. } => failed(&error),
+                    e => failed(&e),
+                })
                 .and_then(|_| match hpc_io::rundir::lock_holder(&self.path) {
                     Some(holder) => Err(failed(&format_args!(
                         "it has become a lock file that a running process holds since \

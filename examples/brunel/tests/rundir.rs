@@ -485,6 +485,21 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
             && err.contains("File too large"),
         "{err}"
     );
+    // Said once, and as it is: no part file is left (the recording folder is
+    // removed), the trace is not written (pass 20: "…; the trace is
+    // incomplete and left unfinished (the trace is incomplete)").
+    assert!(
+        err.contains("(the trace was not written)")
+            && !err.contains("left unfinished")
+            && !err.contains("incomplete"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "out")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
