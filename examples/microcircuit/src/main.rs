@@ -134,7 +134,7 @@ fn run(args: Args) -> Result<()> {
         &world,
         &serde_json::json!({
             "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
-            "exchange": format!("{:?}", args.exchange), "portable_update": args.portable_update,
+            "exchange": format!("{:?}", args.exchange),
         }),
     )?;
     // Refuse a network that cannot fit before allocating any of it.

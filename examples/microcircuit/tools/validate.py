@@ -87,7 +87,6 @@ for seed in a.seeds:
         more = f" and {len(names) - 10} more" if len(names) > 10 else ""
         sys.exit(f"{PROG}: --microcircuit {a.microcircuit} wrote the populations {shown}{more}, "
                  f"not the microcircuit's {', '.join(POPS)}: it is not the microcircuit")
-    h, t, ids = hpc_spikes.arrays(f)
     n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
                                 "--seed", str(seed)] + common, PROG)
     # NEST's result line: another last line was a traceback of json.
@@ -100,6 +99,7 @@ for seed in a.seeds:
         sys.exit(f"{PROG}: nest_microcircuit.py printed no populations of "
                  f"{{name, rate_hz, cv_isi}} named {', '.join(POPS)} in its result line")
     nest_runs.append(nest)
+    h, t, ids = hpc_spikes.arrays(f)
     pops = h["populations"]
     first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
     res = pop_stats(t, ids, first, [p["name"] for p in pops], h["t_presim_ms"], h["t_sim_ms"])
