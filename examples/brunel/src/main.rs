@@ -95,7 +95,8 @@ struct Args {
     allow_oversize: bool,
     /// Write a Chrome/Perfetto trace of this rank's timeline (the update and
     /// exchange phases, the SDK's collectives; `FILE.rankR` per rank in a job of
-    /// several). `hpc run --trace FILE` merges every rank's into one instead.
+    /// several). `hpc run --trace FILE` merges every rank's into one instead
+    /// (not both: refused).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     #[command(flatten)]
@@ -523,6 +524,17 @@ mod trace {
         path: &Path,
         args: &super::Args,
     ) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
+        // `hpc run --trace F` (HPC_TRACE) asks for the same timeline: the flag
+        // took it, and `hpc run` said that no rank recorded one, status 125.
+        if let Some(v) = std::env::var_os(hpc_runtime::env::TRACE) {
+            anyhow::bail!(
+                "--trace {} and {}={} (which `hpc run --trace` sets) both ask for this rank's \
+                 timeline: give one of them",
+                hpc_io::message::path(path),
+                hpc_runtime::env::TRACE,
+                hpc_io::message::path(Path::new(&v))
+            );
+        }
         // One file per rank when there are several.
         let path = match std::env::var(hpc_runtime::env::RANK) {
             Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {

@@ -571,6 +571,31 @@ fn a_signal_while_the_trace_is_written_leaves_no_part_of_it() {
     assert!(signalled > 0, "no run was signalled before it ended");
 }
 
+/// `--trace FILE` under `hpc run --trace F` (which sets HPC_TRACE): both
+/// ask for the rank's timeline; the flag took it and `hpc run` then said that
+/// no rank recorded one, status 125, after the whole run. Refused before it.
+#[test]
+fn a_trace_flag_beside_the_launcher_s_trace_is_refused() {
+    let dir = tmpdir("trace-both");
+    let trace = dir.join("t.json");
+    let folder = dir.join("hpc-trace");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "5"]);
+    c.arg("--trace")
+        .arg(&trace)
+        .env(hpc_runtime::env::TRACE, &folder);
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains(&format!(
+            "--trace {} and {}={} (which `hpc run --trace` sets) both ask for this rank's timeline",
+            trace.display(),
+            hpc_runtime::env::TRACE,
+            folder.display()
+        )),
+        "{err}"
+    );
+    assert!(!trace.exists() && !dir.join("out").exists());
+}
+
 #[test]
 fn a_trace_onto_a_fifo_or_a_directory_is_refused_before_the_run_and_left_alone() {
     // A rename over such a name replaced it (`--trace /dev/full` made the device a
