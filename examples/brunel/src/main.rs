@@ -343,9 +343,9 @@ fn draw(
     let report = brunel::plot::report(spikes, model, summary, reference, out)?;
     say!(
         "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-        out.display()
+        hpc_io::message::path(out)
     );
-    say!("  report: {}", report.display());
+    say!("  report: {}", hpc_io::message::path(&report));
     Ok(())
 }
 

@@ -461,6 +461,30 @@ fn a_signal_ends_a_pace_s_wait() {
     );
 }
 
+/// An output directory whose name holds a line break and a terminal's escape
+/// is quoted and escaped in every line of the summary: the figures' and the
+/// report's lines wrote it raw (the spike file's line quoted it), breaking
+/// the line and colouring the terminal.
+#[test]
+fn an_output_directory_with_control_characters_is_quoted_in_the_summary() {
+    let dir = tmpdir("odd-out");
+    let out = dir.join("o\nx\u{1b}[31mred");
+    // With the figures and the report (not `cmd`'s --no-plot).
+    let o = Command::new(BRUNEL)
+        .args(MODEL)
+        .args(["--quiet", "--no-pin", "--t-sim", "5", "--out"])
+        .arg(&out)
+        .env("HPC_LOG", "warn")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{said}");
+    assert!(!said.contains('\u{1b}'), "{said:?}");
+    for line in said.lines() {
+        assert!(!line.starts_with("x"), "a line broken by the name: {said}");
+    }
+}
+
 #[test]
 fn stdout_on_a_full_device_is_an_error_naming_it() {
     let dir = tmpdir("devfull");

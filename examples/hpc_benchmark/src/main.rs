@@ -347,7 +347,7 @@ fn summary(
         dir.write_atomic(WEIGHTS_SVG, svg.as_bytes())?;
         say!(
             "  weight histogram  {}",
-            args.out.join(WEIGHTS_SVG).display()
+            hpc_io::message::path(&args.out.join(WEIGHTS_SVG))
         );
     }
     let end_ms = me.end_step as f64 * p.dt;

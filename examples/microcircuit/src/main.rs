@@ -298,9 +298,9 @@ fn summary(
         let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
         say!(
             "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-            args.out.display()
+            hpc_io::message::path(&args.out)
         );
-        say!("  report: {}", r.display());
+        say!("  report: {}", hpc_io::message::path(&r));
     }
     let _ = NPOP;
     Ok(())
