@@ -240,6 +240,10 @@ impl RunDir {
             lock.sync_all()
         })()
         .map_err(io("write", &lock_path))?;
+        let id = last_words::next_id();
+        // Its holder's name is cleared by a process that ends at once from now
+        // on (a signal while the run builds), as when this is dropped.
+        last_words::note_locked(id, &dir, true);
         Ok(RunDir {
             manifest: Manifest {
                 format: FORMAT.into(),
@@ -258,7 +262,7 @@ impl RunDir {
             earlier,
             started: false,
             finished: false,
-            id: last_words::next_id(),
+            id,
         })
     }
 
@@ -475,6 +479,7 @@ impl Drop for RunDir {
             if let Some(lock) = self.lock.take() {
                 let _ = lock.set_len(0);
             }
+            last_words::note_locked(self.id, &self.dir, false);
         } else if !self.finished {
             let status = Status::Incomplete {
                 reason: "the run ended with an error before finishing".into(),

@@ -560,7 +560,18 @@ def check_run(path):
             where = f" at {_word(run['stopped_at'])}" if run.get("stopped_at") else ""
             msg = f"{path}: its run is incomplete: {_word(run.get('reason'))}{where}"
         else:
-            return None
+            # The size the run listed, as hpc_io::rundir::check_file compares it:
+            # a file replaced or changed since (another run's spike file copied
+            # over it) was read as this run's without a word.
+            listed = next(f for f in run["files"] if f.get("name") == name).get("size")
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return None  # reading it says so
+            if not (_is_int(listed) and listed != size):
+                return None
+            msg = (f"{path} is {size} bytes, but its run's manifest says {listed} "
+                   f"(changed since the run {run_id} wrote it)")
     print(f"warning: {msg}", file=sys.stderr)
     return msg
 

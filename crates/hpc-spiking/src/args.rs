@@ -126,6 +126,22 @@ impl RunArgs {
             .unwrap_or_else(|| env_threads().ok().flatten().unwrap_or(1))
     }
 
+    /// The options every rank of a run must be given alike (the engine, the
+    /// spike file, checkpoints, a restart, an early stop), for
+    /// [`crate::run::same_on_every_rank`]; the threads, their pinning and the
+    /// progress line may differ between ranks.
+    pub fn shared(&self) -> serde_json::Value {
+        serde_json::json!({
+            "engine": format!("{:?}", self.engine),
+            "no_spikes": self.no_spikes,
+            "checkpoint_every": self.checkpoint_every,
+            "checkpoint_keep": self.checkpoint_keep,
+            "checkpoint_dir": self.checkpoint_dir.as_deref().map(Path::to_string_lossy),
+            "restart": self.restart.as_deref().map(Path::to_string_lossy),
+            "stop_at": self.stop_at,
+        })
+    }
+
     /// Checks what needs no model, before anything starts: `--threads`
     /// ([`check_threads`]) or, without it, `HPC_THREADS` (refused naming the
     /// variable, not the flag the user did not give), and that `--engine` is
@@ -234,9 +250,24 @@ impl RunOptions {
         world: &hpc_rs::World,
         params: &impl serde::Serialize,
         out: Option<&hpc_io::rundir::RunDir>,
-    ) -> Result<Option<std::fs::File>> {
+    ) -> Result<Option<crate::checkpoint::DirLock>> {
         match &self.checkpoint_dir {
             Some(d) => crate::checkpoint::claim_dir(world, d, params, out),
+            None => Ok(None),
+        }
+    }
+
+    /// [`RunOptions::claim_checkpoint_dir`] where `differences` compares a
+    /// checkpoint's parameters with this run's
+    /// ([`crate::checkpoint::claim_dir_with`]).
+    pub fn claim_checkpoint_dir_with(
+        &self,
+        world: &hpc_rs::World,
+        differences: impl Fn(&serde_json::Value) -> Vec<String>,
+        out: Option<&hpc_io::rundir::RunDir>,
+    ) -> Result<Option<crate::checkpoint::DirLock>> {
+        match &self.checkpoint_dir {
+            Some(d) => crate::checkpoint::claim_dir_with(world, d, differences, out),
             None => Ok(None),
         }
     }

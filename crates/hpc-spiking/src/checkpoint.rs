@@ -361,19 +361,39 @@ pub fn claim_dir(
     dir: &Path,
     params: &impl Serialize,
     out: Option<&hpc_io::rundir::RunDir>,
-) -> Result<Option<std::fs::File>> {
+) -> Result<Option<DirLock>> {
+    let mine = serde_json::to_value(params)?;
+    claim_dir_with(
+        world,
+        dir,
+        |theirs| crate::run::params_diff(theirs, &mine, &["t_sim"]),
+        out,
+    )
+}
+
+/// [`claim_dir`], where `differences` says in which parameters a checkpoint's
+/// (its metadata's `params`) differ from this run's (`name theirs -> mine`,
+/// empty: the same model): for a model whose parameters are compared as it
+/// uses them (brunel's in-degrees given or taken from `epsilon`), so that the
+/// check of the directory says what a restart's check says.
+pub fn claim_dir_with(
+    world: &hpc_rs::World,
+    dir: &Path,
+    differences: impl Fn(&serde_json::Value) -> Vec<String>,
+    out: Option<&hpc_io::rundir::RunDir>,
+) -> Result<Option<DirLock>> {
     crate::run::rank0_takes(
         world,
         || format!("the checkpoint directory {}", hpc_io::message::path(dir)),
-        || claim(dir, params, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
+        || claim(dir, &differences, out).map_err(|e| hpc_io::message::chain(e.as_ref())),
     )
 }
 
 fn claim(
     dir: &Path,
-    params: &impl Serialize,
+    differences: &dyn Fn(&serde_json::Value) -> Vec<String>,
     out: Option<&hpc_io::rundir::RunDir>,
-) -> Result<std::fs::File> {
+) -> Result<DirLock> {
     use std::io::Write as _;
     // A directory that is, or goes through, a link another user planted: its
     // lock and checkpoints would go where the link points (as `Checkpoints` and
@@ -384,6 +404,26 @@ fn claim(
             "--checkpoint-dir {} is the name of one of the files this run writes into its \
              output directory: choose another --checkpoint-dir",
             hpc_io::message::path(dir)
+        );
+    }
+    // A checkpoint's own step directory, or a folder inside one: this run's
+    // checkpoints were nested there, where no restart from the directory
+    // holding that checkpoint finds them, and its files mixed with the
+    // checkpoint's (`--restart D/step-N --checkpoint-dir D/step-N` wrote
+    // `D/step-N/step-M`).
+    if let Some(ck) = checkpoint_holding(dir) {
+        let holder = ck
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        bail!(
+            "--checkpoint-dir {} {} the checkpoint {}: this run's checkpoints would be nested \
+             in it, where no restart from {} finds them; give {} or another --checkpoint-dir",
+            hpc_io::message::path(dir),
+            if ck == dir { "is" } else { "lies in" },
+            hpc_io::message::path(ck),
+            hpc_io::message::path(holder),
+            hpc_io::message::path(holder),
         );
     }
     if let Ok(m) = std::fs::metadata(dir) {
@@ -420,13 +460,16 @@ fn claim(
             if holder.is_empty() { "another run" } else { holder }
         );
     };
+    let holder = format!("the run of pid {}", std::process::id());
     (|| {
         lock.set_len(0)?;
-        write!(lock, "the run of pid {}", std::process::id())?;
+        write!(lock, "{holder}")?;
         lock.sync_all()
     })()
     .with_context(|| format!("cannot write {}", hpc_io::message::path(&lock_path)))?;
-    let mine = serde_json::to_value(params)?;
+    // From here its holder's name goes with the lock, also when this claim
+    // fails below.
+    let lock = DirLock::new(lock, lock_path, holder);
     let set = Checkpoints::new(dir);
     for step in set.steps()? {
         // A step directory without a manifest is an interrupted write: no checkpoint.
@@ -434,7 +477,7 @@ fn claim(
             continue;
         };
         let differs = match ck.metadata().get("params") {
-            Some(theirs) => crate::run::params_diff(theirs, &mine, &["t_sim"]),
+            Some(theirs) => differences(theirs),
             None => vec!["its metadata holds no model parameters".into()],
         };
         if !differs.is_empty() {
@@ -449,6 +492,56 @@ fn claim(
         }
     }
     Ok(lock)
+}
+
+/// The checkpoint (a step directory whose manifest reads) that `dir` is or
+/// lies in, if any: no place for a run's checkpoints ([`claim_dir`]) nor for
+/// its output directory ([`crate::run::own_output_dir`]), whose files would be
+/// mixed with the checkpoint's and go with it.
+pub fn checkpoint_holding(dir: &Path) -> Option<&Path> {
+    dir.ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| Checkpoint::open(a).is_ok())
+}
+
+/// The lock of a checkpoint directory this run holds ([`claim_dir`]): the
+/// lock goes with it when it is dropped, and so does the holder's name in the
+/// lock file ("the run of pid N", which only a run refused while the lock is
+/// held reads), as a run directory's `run.lock` is emptied at its end; a
+/// signal that ends the process at once empties it too
+/// ([`crate::stop::before_end`]), while it still names this run. (It named
+/// every run that had ever written checkpoints there.)
+#[derive(Debug)]
+pub struct DirLock {
+    file: std::fs::File,
+}
+
+impl DirLock {
+    fn new(file: std::fs::File, path: PathBuf, holder: String) -> DirLock {
+        crate::stop::before_end(move || clear_holder(&path, &holder));
+        DirLock { file }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+    }
+}
+
+/// Empties the lock file at `path` while it names `holder` (once this run let
+/// the lock go, another run's name may be there).
+fn clear_holder(path: &Path, holder: &str) {
+    if hpc_io::read::read_regular_to_string(path, 4096).is_ok_and(|h| h == holder) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path);
+        if let Ok(f) = opened {
+            let _ = f.set_len(0);
+        }
+    }
 }
 
 /// Bytes of the head of a rank file as [`rank_head`] writes it.
@@ -729,7 +822,7 @@ mod tests {
             eprintln!("the link's owner kept ({e}): not run");
             return;
         }
-        let e = claim(&dir, &serde_json::json!({}), None)
+        let e = claim(&dir, &|_: &serde_json::Value| Vec::new(), None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -802,6 +895,70 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("could not write"), "{err}");
+    }
+
+    /// The lock file of a checkpoint directory names its holder while the run
+    /// holds it and is emptied when the lock goes, also when the claim is
+    /// refused (another model's checkpoints there), as a run directory's
+    /// `run.lock` is: it kept "the run of pid N" of every run that had ended.
+    #[test]
+    fn the_checkpoint_lock_names_its_holder_only_while_held() {
+        let dir = hpc_test_support::TmpDir::unmade("hpc-spiking", "ck-holder");
+        let lock = dir.join(LOCK);
+        let same = |_: &serde_json::Value| Vec::new();
+        let held = claim(&dir, &same, None).unwrap();
+        let text = std::fs::read_to_string(&lock).unwrap();
+        assert_eq!(text, format!("the run of pid {}", std::process::id()));
+        drop(held);
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "");
+        let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, None);
+        ck.write((10, 0, 1), b"state", None, |w, all| {
+            all.extend_from_slice(w);
+            Ok(())
+        })
+        .unwrap();
+        let other = |_: &serde_json::Value| vec!["g 5.0 -> 6.0".to_string()];
+        let e = claim(&dir, &other, None).unwrap_err().to_string();
+        assert!(e.contains("of a different model (g 5.0 -> 6.0"), "{e}");
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "");
+        // The chore a signal's end runs empties it only while it names this run.
+        std::fs::write(&lock, "another run").unwrap();
+        clear_holder(&lock, &text);
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "another run");
+        std::fs::write(&lock, &text).unwrap();
+        clear_holder(&lock, &text);
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), "");
+    }
+
+    /// A checkpoint's step directory given as the checkpoint directory (the
+    /// one a run resumes from, `--restart D/step-N --checkpoint-dir D/step-N`),
+    /// or a folder in one: refused, naming the directory that holds it (the
+    /// run's checkpoints were written as `D/step-N/step-M`, which no restart
+    /// from `D` finds); `D` itself is taken.
+    #[test]
+    fn a_step_directory_is_no_checkpoint_directory() {
+        let dir = hpc_test_support::TmpDir::unmade("hpc-spiking", "ck-in-step");
+        let params = serde_json::json!({"g": 5.0, "t_sim": 100.0});
+        let mut ck = RunCheckpoints::new(&dir, &params, None);
+        ck.write((10, 0, 1), b"state", None, |w, all| {
+            all.extend_from_slice(w);
+            Ok(())
+        })
+        .unwrap();
+        let step = Checkpoints::new(&dir).step_dir(10);
+        let same = |_: &serde_json::Value| Vec::new();
+        for (given, verb) in [(step.clone(), "is"), (step.join("sub"), "lies in")] {
+            let e = claim(&given, &same, None).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{verb} the checkpoint {}: ", step.display()))
+                    && e.contains("would be nested in it, where no restart from")
+                    && e.contains(&format!("give {} or another", dir.display())),
+                "{e}"
+            );
+            assert!(!given.join(LOCK).exists() && !step.join("sub").exists());
+        }
+        drop(claim(&dir, &same, None).unwrap());
     }
 
     /// Metadata of another shape quoting a string of 100,000 characters (a

@@ -77,7 +77,7 @@ impl ProgressLine {
             let due = (p.step - p.start_step) as f64 * self.dt / 1000.0 / f;
             // A factor the caller bounded keeps the wait to the run's planned time.
             if let Ok(d) = Duration::try_from_secs_f64(due - p.wall.as_secs_f64()) {
-                std::thread::sleep(d);
+                wait_unless_stopped(d);
             }
         }
         if !self.show {
@@ -126,5 +126,25 @@ impl ProgressLine {
             // A failed write (stderr closed) loses only the line's end.
             let _ = writeln!(std::io::stderr());
         }
+    }
+}
+
+/// How long a pace's wait sleeps at a time before it looks whether a signal
+/// stopped the run.
+const PACE_SLICE: Duration = Duration::from_millis(50);
+
+/// Waits `d` for a pace, in slices of [`PACE_SLICE`], ending at once when a
+/// signal stopped the run ([`crate::stop::received`]), so that the loop takes
+/// it after this interval: a slow pace (`--pace 1e-6`, 700 s of waiting an
+/// interval) slept through SIGTERM until the watchdog's grace ended the run
+/// "while blocked".
+fn wait_unless_stopped(d: Duration) {
+    let start = Instant::now();
+    while crate::stop::received().is_none() {
+        let left = d.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(PACE_SLICE));
     }
 }

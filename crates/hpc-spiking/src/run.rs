@@ -547,12 +547,59 @@ pub fn own_output_dir(
                     ));
                 }
             }
+            // A checkpoint's step directory, or a folder in one: the run's files
+            // were written among the checkpoint's (`--restart D/step-N --out
+            // D/step-N`) and went with it when it was removed.
+            if let Some(ck) = crate::checkpoint::checkpoint_holding(out) {
+                return Err(format!(
+                    "--out {} {} the checkpoint {}: the run's files would be mixed with the \
+                     checkpoint's and removed with it; choose another --out",
+                    hpc_io::message::path(out),
+                    if ck == out { "is" } else { "lies in" },
+                    hpc_io::message::path(ck)
+                ));
+            }
             let mut info = hpc_io::rundir::RunInfo::new(program);
             info.details = details;
             info.outputs = outputs;
             hpc_io::rundir::RunDir::lock(out, info).map_err(|e| e.to_string())
         },
     )
+}
+
+/// Checks that every rank of the run was given the same `settings` (a
+/// collective over `world`, before anything is built): the model's parameters,
+/// the output directory and every option that must agree
+/// ([`crate::args::RunArgs::shared`]). Rank 0's are sent to every rank, each
+/// compares them with its own ([`params_diff`]), and where one differs every
+/// rank fails with the same message, naming the lowest such rank and what
+/// differs (rank 0 -> it). A rank given another seed built its neurons'
+/// inputs from it without a word (a network no single seed gives, `run.json`
+/// naming rank 0's); another engine failed in its first exchange with words
+/// about the transport; another checkpoint directory only at the first
+/// checkpoint.
+pub fn same_on_every_rank(
+    world: &hpc_rs::World,
+    settings: &serde_json::Value,
+) -> anyhow::Result<()> {
+    if world.size() < 2 {
+        return Ok(());
+    }
+    let rank0: serde_json::Value =
+        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(settings)?)?)?;
+    let mine = params_diff(&rank0, settings, &[]);
+    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
+    for (rank, differs) in all.iter().enumerate() {
+        let differs: Vec<String> = serde_json::from_slice(differs)?;
+        if !differs.is_empty() {
+            anyhow::bail!(
+                "rank {rank} was given other settings than rank 0 ({}: rank 0 -> rank {rank}): \
+                 every rank of a run must be given the same parameters and options",
+                differs.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Rank 0 runs `take` and tells every rank whether it succeeded (a collective

@@ -31,9 +31,11 @@
 //! the process is marked incomplete first
 //! ([`hpc_io::rundir::mark_incomplete_before_exit`]: "stopped by SIGTERM while
 //! writing the summary"), or, during the build, before the directory was
-//! started, left as it was; the message names the signal and what was being
-//! done, and the process ends by the signal. The watchdog ending a loop blocked
-//! past [`GRACE`] marks the run incomplete the same way.
+//! started, left as it was (only its lock file's holder text goes); the
+//! temporaries of an output written at the end are removed ([`before_end`]:
+//! a `--trace` file's recording folder); the message names the signal and
+//! what was being done, and the process ends by the signal. The watchdog
+//! ending a loop blocked past [`GRACE`] marks the run incomplete the same way.
 //!
 //! ```
 //! use hpc_spiking::stop::{signal_name, Stopped};
@@ -101,6 +103,26 @@ static OUTSIDE: Mutex<Option<(String, &'static str)>> = Mutex::new(None);
 /// Held for good by the first watchdog that ends the process, so that only one
 /// speaks.
 static ENDING: Mutex<()> = Mutex::new(());
+
+/// What to remove before the process ends at once by a signal ([`end_now`]):
+/// the temporaries of an output the run writes at its end ([`before_end`]).
+type Chore = Box<dyn Fn() + Send>;
+
+/// The chores of [`before_end`].
+static CHORES: Mutex<Vec<Chore>> = Mutex::new(Vec::new());
+
+/// Runs `chore` when a signal ends the process at once (outside a run's loop,
+/// or a loop blocked past [`GRACE`]), after the run directories are marked and
+/// before the process ends: for the temporaries of an output written whole at
+/// the end (a `--trace` file's recording folder and claim), which no
+/// destructor removes then. It may run at any moment, even after the output
+/// was written, so it must remove only what is still this run's own.
+pub fn before_end(chore: impl Fn() + Send + 'static) {
+    CHORES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Box::new(chore));
+}
 
 /// The handler: one atomic store, which is async-signal-safe.
 extern "C" fn note(signal: libc::c_int) {
@@ -423,10 +445,11 @@ fn watch(done: &Done) {
 const NOTHING_YET: &str = " (no output directory was changed yet)";
 
 /// What [`end_now`] says when it marked no run directory, by what was being
-/// done: before the loop, nothing was changed yet; after it, a rank other than
-/// 0 (which writes none) says nothing of it.
+/// done: before the loop, nothing was changed yet; after it (the summary, a
+/// trace written at the end), a rank other than 0 (which writes none), or a
+/// run whose directory was finished, says nothing of it.
 fn unmarked(what: &str) -> &'static str {
-    if what.contains("summary") {
+    if what.contains("summary") || what.contains("trace") {
         ""
     } else {
         NOTHING_YET
@@ -460,6 +483,9 @@ fn end_now(signal: i32, program: &str, what: &str, unmarked: &str) -> ! {
     let reason = format!("stopped by {} {what}", signal_name(signal));
     let mut message = reason.clone();
     let marked = hpc_io::rundir::mark_incomplete_before_exit(&reason);
+    for chore in CHORES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        chore();
+    }
     if marked.is_empty() {
         message.push_str(unmarked);
     }

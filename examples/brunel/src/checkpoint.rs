@@ -88,27 +88,40 @@ pub fn open(dir: &Path) -> Result<Restart> {
 /// Checks that `model` can continue from `r`: the same network and dynamics, and a
 /// `t_sim` that reaches at least the checkpoint's time.
 pub fn check_model(r: &Restart, model: &Model) -> Result<()> {
-    let differences = if r.meta.params.same_model(&model.params) {
-        Vec::new()
-    } else {
-        // An in-degree not given is taken from epsilon: say what each run used.
-        let used = |m: &Model| {
-            serde_json::json!({
-                "ce": format!("epsilon * NE = {}", m.ce),
-                "ci": format!("epsilon * NI = {}", m.ci),
-            })
-        };
-        let theirs =
-            Model::new(r.meta.params.clone()).map_or(serde_json::Value::Null, |m| used(&m));
-        hpc_spiking::run::params_diff_used(
-            &r.meta.params,
-            &model.params,
-            &["t_sim"],
-            &theirs,
-            &used(model),
-        )
-    };
+    let differences = model_differences(&r.meta.params, &model.params);
     r.check_continues(&differences, model.steps, model.params.dt, 0.0)
+}
+
+/// The parameters in which the network of `mine` differs from that of
+/// `theirs` (a checkpoint's), as `name theirs -> mine`; empty when they are
+/// the same network ([`Params::same_model`]). An in-degree one side takes from
+/// `epsilon` says what it used (`ce (not given: epsilon * NE = 20) -> 50`);
+/// an in-degree that differs as given but not as used is no difference.
+pub fn model_differences(theirs: &Params, mine: &Params) -> Vec<String> {
+    if theirs.same_model(mine) {
+        return Vec::new();
+    }
+    let (a, b) = (theirs.as_used(), mine.as_used());
+    let used = |p: &Params| {
+        serde_json::json!({
+            "ce": p.ce.map(|k| format!("epsilon * NE = {k}")),
+            "ci": p.ci.map(|k| format!("epsilon * NI = {k}")),
+        })
+    };
+    let mut ignore = vec!["t_sim"];
+    for (name, same) in [("ce", a.ce == b.ce), ("ci", a.ci == b.ci)] {
+        if same {
+            ignore.push(name);
+        }
+    }
+    let listed = hpc_spiking::run::params_diff_used(theirs, mine, &ignore, &used(&a), &used(&b));
+    if listed.is_empty() {
+        // Not the same network, yet nothing listed (no case known): every
+        // parameter as given, never an empty list that lets the restart go on.
+        hpc_spiking::run::params_diff(theirs, mine, &["t_sim"])
+    } else {
+        listed
+    }
 }
 
 /// The checkpoint `opts.restart` to resume from ([`open`]), checked against
@@ -176,6 +189,52 @@ pub fn read(r: &Restart, model: &Model, block: Block) -> Result<State> {
 mod tests {
     use super::*;
     use crate::params::Params;
+
+    /// The same network given its in-degrees once and taking them from
+    /// `epsilon` the other time is no other model (pass 19's leftover:
+    /// refused, "ce (not given: epsilon * NE = 40) -> 40"); an in-degree that
+    /// differs as used says what the side that did not give it used; an
+    /// `epsilon` that changes no in-degree (both given) is no difference.
+    #[test]
+    fn the_in_degrees_are_compared_as_the_network_uses_them() {
+        let theirs = Params {
+            order: 100,
+            ..Params::default()
+        };
+        let with = |f: fn(&mut Params)| {
+            let mut p = theirs.clone();
+            f(&mut p);
+            p
+        };
+        let none: Vec<String> = Vec::new();
+        assert_eq!(model_differences(&theirs, &with(|p| p.ce = Some(40))), none);
+        assert_eq!(
+            model_differences(&theirs, &with(|p| (p.ce, p.ci) = (Some(40), Some(10)))),
+            none
+        );
+        assert_eq!(model_differences(&theirs, &with(|p| p.t_sim = 7.0)), none);
+        assert_eq!(
+            model_differences(&theirs, &with(|p| p.ce = Some(50))),
+            ["ce (not given: epsilon * NE = 40) -> 50"]
+        );
+        // Only what differs as used: the seed, not the in-degree given equal.
+        assert_eq!(
+            model_differences(&theirs, &with(|p| (p.ce, p.seed) = (Some(40), 9))),
+            ["seed 12345 -> 9"]
+        );
+        // epsilon with both in-degrees given sets nothing; alone it sets both.
+        let given = with(|p| (p.ce, p.ci) = (Some(40), Some(10)));
+        let other_eps = Params {
+            epsilon: 0.2,
+            ..given.clone()
+        };
+        assert_eq!(model_differences(&given, &other_eps), none);
+        assert_eq!(
+            model_differences(&theirs, &with(|p| p.epsilon = 0.2)),
+            ["epsilon 0.1 -> 0.2"]
+        );
+        assert!(theirs.same_model(&with(|p| p.ce = Some(40))));
+    }
 
     /// A checkpoint whose files verify (sizes and checksums agree) but whose
     /// state no run has: a potential that is infinite or NaN (which silenced the

@@ -95,7 +95,8 @@ struct Args {
     allow_oversize: bool,
     /// Write a Chrome/Perfetto trace of this rank's timeline (the update and
     /// exchange phases, the SDK's collectives; `FILE.rankR` per rank in a job of
-    /// several). `hpc run --trace FILE` merges every rank's into one instead.
+    /// several). `hpc run --trace FILE` merges every rank's into one instead
+    /// (not both: refused).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     #[command(flatten)]
@@ -134,7 +135,7 @@ fn params_of(args: &Args) -> Result<Params> {
     Ok(p)
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(args: Args, on_signal: &hpc_spiking::stop::OnSignal) -> Result<()> {
     let ra = &args.run;
     ra.check()?;
     let params = params_of(&args)?;
@@ -170,6 +171,15 @@ fn run(args: Args) -> Result<()> {
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "no_overlap": args.no_overlap, "pace": args.pace,
+        }),
+    )?;
     // Refuse a network that cannot fit before allocating any of it.
     let estimate = brunel::memory::estimate(
         &model,
@@ -196,10 +206,6 @@ fn run(args: Args) -> Result<()> {
     // Rank 0 writes the shared files: it owns the directory, and a second run on it
     // fails here, before any of its files is touched. The earlier run's files are
     // removed only once the input (a checkpoint to resume from) is checked.
-    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
-    // the loop after the interval in progress, elsewhere at once, with its
-    // run.json marked incomplete naming what was being done (hpc_spiking::stop).
-    let on_signal = hpc_spiking::stop::OnSignal::around(true, "brunel")?;
     let mut out_dir = hpc_spiking::run::own_output_dir(
         &world,
         &args.out,
@@ -212,7 +218,15 @@ fn run(args: Args) -> Result<()> {
     })?;
     // The checkpoint directory is this run's while it runs (held to the end of
     // `run`).
-    let _checkpoint_lock = opts.claim_checkpoint_dir(&world, &model.params, out_dir.as_ref())?;
+    // Another model's checkpoints there are named as a restart's check names
+    // them (the in-degrees as the network uses them).
+    let mine = serde_json::to_value(&model.params)?;
+    let differences =
+        |theirs: &serde_json::Value| match serde_json::from_value::<Params>(theirs.clone()) {
+            Ok(theirs) => brunel::checkpoint::model_differences(&theirs, &model.params),
+            Err(_) => hpc_spiking::run::params_diff(theirs, &mine, &["t_sim"]),
+        };
+    let _checkpoint_lock = opts.claim_checkpoint_dir_with(&world, differences, out_dir.as_ref())?;
     on_signal.doing("while building the network");
     let mut sim = Simulation::new(&model, rank, size, &pool, &opts)?;
     opts.start_output_dir(out_dir.as_mut())?;
@@ -329,9 +343,9 @@ fn draw(
     let report = brunel::plot::report(spikes, model, summary, reference, out)?;
     say!(
         "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-        out.display()
+        hpc_io::message::path(out)
     );
-    say!("  report: {}", report.display());
+    say!("  report: {}", hpc_io::message::path(&report));
     Ok(())
 }
 
@@ -369,11 +383,27 @@ fn main() {
     if let Some(p) = log_problem {
         tracing::warn!("{p}");
     }
-    let result = run(args);
+    // SIGTERM, SIGINT and SIGHUP end the run cleanly at every moment of it: in
+    // the loop after the interval in progress, elsewhere at once, with its
+    // run.json marked incomplete naming what was being done (hpc_spiking::stop),
+    // and the trace's temporaries removed; held to the end of the trace's
+    // write, which a signal used to end by its default action, leaving them.
+    let on_signal = match hpc_spiking::stop::OnSignal::around(true, "brunel") {
+        Ok(o) => o,
+        Err(e) => {
+            hpc_io::message::last_words("brunel", &format!("cannot handle signals: {e}"));
+            std::process::exit(1);
+        }
+    };
+    let result = run(args, &on_signal);
     let traced = match own_trace {
-        Some(Ok((t, _))) => t.finish(),
+        Some(Ok((t, _))) => {
+            on_signal.doing("while writing the trace");
+            t.finish()
+        }
         _ => Ok(()),
     };
+    drop(on_signal);
     let mut failed = false;
     if let Err(e) = result {
         // A failed write of the message (stderr on a full device) changes nothing:
@@ -382,7 +412,7 @@ fn main() {
         failed = true;
     }
     if let Err(e) = traced {
-        hpc_io::message::last_words("brunel", &format!("{e} (the trace is incomplete)"));
+        hpc_io::message::last_words("brunel", &format!("{e} (the trace was not written)"));
         failed = true;
     }
     if failed {
@@ -494,6 +524,17 @@ mod trace {
         path: &Path,
         args: &super::Args,
     ) -> anyhow::Result<(Trace, hpc_trace::TraceLayer)> {
+        // `hpc run --trace F` (HPC_TRACE) asks for the same timeline: the flag
+        // took it, and `hpc run` said that no rank recorded one, status 125.
+        if let Some(v) = std::env::var_os(hpc_runtime::env::TRACE) {
+            anyhow::bail!(
+                "--trace {} and {}={} (which `hpc run --trace` sets) both ask for this rank's \
+                 timeline: give one of them",
+                hpc_io::message::path(path),
+                hpc_runtime::env::TRACE,
+                hpc_io::message::path(Path::new(&v))
+            );
+        }
         // One file per rank when there are several.
         let path = match std::env::var(hpc_runtime::env::RANK) {
             Ok(r) if std::env::var(hpc_runtime::env::SIZE).is_ok_and(|s| s != "1") => {
@@ -507,14 +548,30 @@ mod trace {
         // A device, a FIFO or a directory of that name is refused before the run,
         // not replaced after it.
         hpc_io::atomic::check_replaceable(&path).map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
-        let claim =
-            hpc_io::rundir::FileClaim::take(&path, &format!("brunel, pid {}", std::process::id()))
-                .map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
+        let holder = format!("brunel, pid {}", std::process::id());
+        let claim = hpc_io::rundir::FileClaim::take(&path, &holder)
+            .map_err(|e| anyhow::anyhow!("--trace: {e}"))?;
         let mut dir = path.as_os_str().to_owned();
         dir.push(format!(".tmp-{}", std::process::id()));
         let dir = PathBuf::from(dir);
         let layer = hpc_trace::TraceLayer::create(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the trace {}: {e}", path.display()))?;
+        // A signal that ends the process at once (outside the run's loop, the
+        // trace's own write included) leaves neither the recording folder nor
+        // the claim, as `finish` does not (the trace is not written); the
+        // temporary of the write is the process's own name.
+        let (rec, lock, mut tmp) = (dir.clone(), claim.lock_path().to_path_buf(), path.clone());
+        tmp.as_mut_os_string()
+            .push(format!(".tmp-{}.json", std::process::id()));
+        hpc_spiking::stop::before_end(move || {
+            let _ = std::fs::remove_dir_all(&rec);
+            let _ = std::fs::remove_file(&tmp);
+            // The claim's lock while it names this run (once `finish` dropped
+            // it, another run's may be there).
+            if hpc_io::read::read_regular_to_string(&lock, 4096).is_ok_and(|h| h == holder) {
+                let _ = std::fs::remove_file(&lock);
+            }
+        });
         Ok((
             Trace {
                 dir,
@@ -538,7 +595,13 @@ mod trace {
                 anyhow::anyhow!("cannot write {}: {e}", self.path.display())
             };
             let done = hpc_trace::finish()
-                .map_err(|e| failed(&e))
+                .map_err(|e| match e {
+                    // Its words say the part file is left unfinished: this
+                    // recording folder is removed below, and the trace is not
+                    // written, which `main` says.
+                    hpc_trace::Error::Write { error, .. } => failed(&error),
+                    e => failed(&e),
+                })
                 .and_then(|_| match hpc_io::rundir::lock_holder(&self.path) {
                     Some(holder) => Err(failed(&format_args!(
                         "it has become a lock file that a running process holds since \

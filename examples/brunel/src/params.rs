@@ -155,15 +155,38 @@ impl Params {
     }
 
     /// Whether two parameter sets describe the same network and dynamics (all but
-    /// `t_sim`), so that a checkpoint of one can be resumed with the other.
+    /// `t_sim`), so that a checkpoint of one can be resumed with the other:
+    /// compared as the network uses them ([`Params::as_used`]), so that an
+    /// in-degree given equal to the one `epsilon` gives is the same network
+    /// (it was refused as another model).
     pub fn same_model(&self, other: &Params) -> bool {
-        Params {
+        self.as_used() == other.as_used()
+    }
+
+    /// The in-degrees (CE, CI) the network of these parameters has, for `ne`
+    /// excitatory and `ni` inhibitory neurons: as given, else `epsilon` times
+    /// the population's size.
+    pub fn in_degrees(&self, ne: u32, ni: u32) -> (u32, u32) {
+        (
+            self.ce.unwrap_or((self.epsilon * ne as f64) as u32),
+            self.ci.unwrap_or((self.epsilon * ni as f64) as u32),
+        )
+    }
+
+    /// The parameters as the network uses them: `t_sim` (which a restart may
+    /// change) 0, the in-degrees written in ([`Params::in_degrees`]) and
+    /// `epsilon`, which sets nothing else, 0; as they are when the order is
+    /// too large for its neurons to be counted.
+    pub fn as_used(&self) -> Params {
+        let mut p = Params {
             t_sim: 0.0,
             ..self.clone()
-        } == Params {
-            t_sim: 0.0,
-            ..other.clone()
+        };
+        if let Some(ne) = p.order.checked_mul(4) {
+            let (ce, ci) = p.in_degrees(ne, p.order);
+            (p.ce, p.ci, p.epsilon) = (Some(ce), Some(ci), 0.0);
         }
+        p
     }
 }
 
@@ -282,8 +305,7 @@ impl Model {
             .ok_or_else(|| anyhow::anyhow!("order {} is too large", p.order))?;
         let ni = p.order;
         let n = ne + ni;
-        let ce = p.ce.unwrap_or((p.epsilon * ne as f64) as u32);
-        let ci = p.ci.unwrap_or((p.epsilon * ni as f64) as u32);
+        let (ce, ci) = p.in_degrees(ne, ni);
         if ce == 0 {
             bail!("the excitatory in-degree CE must be at least 1 (it sets the external rate)");
         }

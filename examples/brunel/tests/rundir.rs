@@ -234,6 +234,45 @@ fn a_run_stopped_by_sigterm_or_sigint_says_so_and_ends_by_the_signal() {
 /// SIGTERM (143 in a shell). Pass 19: the signalled rank stopped after its
 /// interval and the other, still exchanging, failed with "rank 1 is lost"
 /// (status 1).
+/// Ranks given other parameters or options than rank 0 (a launcher line
+/// that differs by rank: `--seed $RANK`) are refused by every rank before
+/// anything is built, naming the rank and what differs: a rank given another
+/// seed built its neurons' inputs from it and the run ended 0, its run.json
+/// naming rank 0's seed; another engine failed in its first exchange with
+/// words about the transport's board.
+#[test]
+fn ranks_given_other_settings_are_refused_naming_them() {
+    use hpc_test_support::Job;
+    let dir = tmpdir("ranks-differ");
+    let out = dir.join("out");
+    for (extra, words) in [
+        ("--seed 9", "params.seed 12345 -> 9"),
+        ("--engine thread", "run.engine \"World\" -> \"Thread\""),
+    ] {
+        let args = example::args(MODEL, &out, &["--t-sim", "20"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let script = format!("exec \"$@\" {extra}");
+        let outs = Job::program(BRUNEL, &args, 2)
+            .timeout(Duration::from_secs(20))
+            .prefix(move |rank| match rank {
+                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
+                _ => Vec::new(),
+            })
+            .run();
+        for (rank, o) in outs.iter().enumerate() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "rank 1 was given other settings than rank 0 ({words}: rank 0 -> rank 1)"
+                )),
+                "rank {rank}: {err}"
+            );
+        }
+        assert!(!out.exists(), "{extra}: the output directory was made");
+    }
+}
+
 #[test]
 fn sigterm_to_one_rank_stops_every_rank_at_the_same_step() {
     use hpc_test_support::Job;
@@ -325,7 +364,9 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !out.join(wait_for).exists() {
+        // The lock file once it names its holder (the build starts after it).
+        let there = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+        while !there(&out.join(wait_for)) {
             assert!(Instant::now() < deadline, "{when}: no {wait_for}");
             if let Some(status) = run.try_wait().unwrap() {
                 panic!("{when}: the run ended before the signal: {status}");
@@ -347,6 +388,13 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
             );
             assert!(err.contains("no output directory was changed"), "{err}");
             assert!(!out.join("run.json").exists());
+            // The holder's name went with the lock, as when a run's input is
+            // refused (pass 19 left "run … (pid N on host H)" there).
+            assert_eq!(
+                std::fs::read_to_string(out.join("run.lock")).unwrap(),
+                "",
+                "{when}"
+            );
         } else {
             assert!(
                 err.contains("stopped by SIGTERM while writing the summary;"),
@@ -370,6 +418,71 @@ fn a_signal_while_building_or_after_the_loop_marks_the_run_and_ends_by_it() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGTERM to a run held to a slow pace (`--pace 1e-6`: 10 ms of simulated
+/// time in 10,000 s, one interval's wait about 700 s) stops it after the
+/// interval it waits in, as any run: the wait slept through the signal until
+/// the watchdog's 10 s grace ended the run "while blocked".
+#[test]
+fn a_signal_ends_a_pace_s_wait() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("pace-signal");
+    let out = dir.join("out");
+    let run = cmd(&out, &["--t-sim", "10", "--pace", "1e-6"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // In the loop once the spike file is there (its first interval's wait).
+    while !out.join("spikes.spk.partial").exists() {
+        assert!(Instant::now() < deadline, "the run did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let sent = Command::new("kill")
+        .args(["-15".to_string(), run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.signal(), Some(15), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{:?} after the signal: {err}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("brunel: error: stopped by SIGTERM at ") && !err.contains("blocked"),
+        "{err}"
+    );
+}
+
+/// An output directory whose name holds a line break and a terminal's escape
+/// is quoted and escaped in every line of the summary: the figures' and the
+/// report's lines wrote it raw (the spike file's line quoted it), breaking
+/// the line and colouring the terminal.
+#[test]
+fn an_output_directory_with_control_characters_is_quoted_in_the_summary() {
+    let dir = tmpdir("odd-out");
+    let out = dir.join("o\nx\u{1b}[31mred");
+    // With the figures and the report (not `cmd`'s --no-plot).
+    let o = Command::new(BRUNEL)
+        .args(MODEL)
+        .args(["--quiet", "--no-pin", "--t-sim", "5", "--out"])
+        .arg(&out)
+        .env("HPC_LOG", "warn")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{said}");
+    assert!(!said.contains('\u{1b}'), "{said:?}");
+    for line in said.lines() {
+        assert!(!line.starts_with("x"), "a line broken by the name: {said}");
+    }
 }
 
 #[test]
@@ -396,7 +509,115 @@ fn a_trace_that_does_not_fit_is_an_error_naming_it() {
             && err.contains("File too large"),
         "{err}"
     );
+    // Said once, and as it is: no part file is left (the recording folder is
+    // removed), the trace is not written (pass 20: "…; the trace is
+    // incomplete and left unfinished (the trace is incomplete)").
+    assert!(
+        err.contains("(the trace was not written)")
+            && !err.contains("left unfinished")
+            && !err.contains("incomplete"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "out")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A signal while `--trace FILE` is written, after the run's directory was
+/// finished, ended the process by the signal's default action (the run's guard
+/// was dropped), leaving the trace's recording folder `FILE.tmp-PID` and its
+/// claim `.FILE.lock` beside FILE (pass 19's leftover). Now the process ends
+/// by the signal saying so, FILE not written (or whole, when the signal came
+/// after it was), nothing else left. The signal is sent once `run.json` says
+/// complete; a run that ended before it is tried again.
+#[test]
+fn a_signal_while_the_trace_is_written_leaves_no_part_of_it() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tmpdir("signal-trace");
+    let trace = dir.join("t.json");
+    let mut signalled = 0;
+    for _ in 0..5 {
+        let out = dir.join("o");
+        let mut c = cmd(&out, &["--t-sim", "1000"]);
+        let mut run = c
+            .arg("--trace")
+            .arg(&trace)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let complete = || {
+            std::fs::read_to_string(out.join("run.json")).is_ok_and(|m| m.contains("\"complete\""))
+        };
+        while !complete() {
+            assert!(Instant::now() < deadline, "the run did not complete");
+            if run.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = Command::new("kill")
+            .args(["-15".to_string(), run.id().to_string()])
+            .status();
+        let o = run.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        let left: Vec<String> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "o" && n != "t.json")
+            .collect();
+        assert!(
+            left.is_empty(),
+            "left beside the trace: {left:?} ({:?}: {err})",
+            o.status
+        );
+        if trace.exists() {
+            // Whole: the merged trace, which its reader takes.
+            let text = std::fs::read(&trace).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&text).unwrap();
+        }
+        if o.status.signal() == Some(15) {
+            assert!(
+                err.contains("brunel: error: stopped by SIGTERM while "),
+                "{err}"
+            );
+            signalled += 1;
+            break;
+        }
+        assert!(o.status.success(), "{:?}: {err}", o.status);
+        let _ = std::fs::remove_file(&trace);
+    }
+    assert!(signalled > 0, "no run was signalled before it ended");
+}
+
+/// `--trace FILE` under `hpc run --trace F` (which sets HPC_TRACE): both
+/// ask for the rank's timeline; the flag took it and `hpc run` then said that
+/// no rank recorded one, status 125, after the whole run. Refused before it.
+#[test]
+fn a_trace_flag_beside_the_launcher_s_trace_is_refused() {
+    let dir = tmpdir("trace-both");
+    let trace = dir.join("t.json");
+    let folder = dir.join("hpc-trace");
+    let mut c = cmd(&dir.join("out"), &["--t-sim", "5"]);
+    c.arg("--trace")
+        .arg(&trace)
+        .env(hpc_runtime::env::TRACE, &folder);
+    let err = refused(&c.output().unwrap());
+    assert!(
+        err.contains(&format!(
+            "--trace {} and {}={} (which `hpc run --trace` sets) both ask for this rank's timeline",
+            trace.display(),
+            hpc_runtime::env::TRACE,
+            folder.display()
+        )),
+        "{err}"
+    );
+    assert!(!trace.exists() && !dir.join("out").exists());
 }
 
 #[test]
@@ -653,7 +874,77 @@ fn a_restart_of_another_model_names_the_parameter_that_differs() {
     );
     assert_eq!(std::fs::read(out.join("run.json")).unwrap(), manifest);
     assert!(out.join("spikes.spk.partial").exists() && out.join("summary.json").exists());
+    // The check of a checkpoint directory holding these checkpoints says what
+    // a restart's says (pass 19: "ce (not given) -> 50", without what that
+    // run used).
+    let ck_arg = ck.to_str().unwrap();
+    let args = [
+        "--t-sim",
+        "30",
+        "--checkpoint-every",
+        "10",
+        "--checkpoint-dir",
+        ck_arg,
+    ];
+    let o = cmd(&dir.join("other"), &[&args[..], &["--ce", "50"]].concat())
+        .output()
+        .unwrap();
+    let err = refused(&o);
+    assert!(
+        err.contains("of a different model (ce (not given: epsilon * NE = 40) -> 50:"),
+        "{err}"
+    );
+    // The same network with its in-degree given as epsilon gives it: no
+    // other model (it was refused), in the directory's check and in a restart.
+    ok(&cmd(&out, &["--t-sim", "30", "--ce", "40"])
+        .arg("--restart")
+        .arg(&ck)
+        .output()
+        .unwrap());
+    ok(
+        &cmd(&dir.join("same"), &[&args[..], &["--ce", "40"]].concat())
+            .output()
+            .unwrap(),
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An output directory that is, or lies in, a checkpoint's step directory
+/// (`--restart D/step-N --out D/step-N`) is refused before anything is made
+/// there: the run's files were written among the checkpoint's and went with
+/// it when it was removed.
+#[test]
+fn an_output_directory_in_a_checkpoint_is_refused() {
+    let dir = tmpdir("out-in-step");
+    let out = dir.join("out");
+    ok(&cmd(&out, &["--t-sim", "20", "--checkpoint-every", "10"])
+        .output()
+        .unwrap());
+    let step = out.join("checkpoints").join("step-0000000200");
+    let before: Vec<_> = std::fs::read_dir(&step)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for (target, verb) in [(step.clone(), "is"), (step.join("sub"), "lies in")] {
+        let o = cmd(&target, &["--t-sim", "30"])
+            .arg("--restart")
+            .arg(&step)
+            .output()
+            .unwrap();
+        let err = refused(&o);
+        assert!(
+            err.contains(&format!(
+                "{verb} the checkpoint {}: the run's files would be mixed",
+                step.display()
+            )),
+            "{err}"
+        );
+    }
+    let after: Vec<_> = std::fs::read_dir(&step)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after);
 }
 
 #[test]

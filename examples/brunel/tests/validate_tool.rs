@@ -142,6 +142,40 @@ fn the_nest_scripts_name_a_missing_module_in_one_line() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A stand-in for the microcircuit's binary in `dir`: a script that writes a
+/// spike file of its eight populations (no spike) and a summary into `--out`.
+fn microcircuit_stand_in(dir: &Path) -> PathBuf {
+    let pops: Vec<String> = ["L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!(r#"{{"name": "{p}", "first": {i}, "count": 1}}"#))
+        .collect();
+    let header = format!(
+        r#"{{"dt_ms": 0.1, "n_neurons": 8, "t_sim_ms": 10.0, "t_presim_ms": 0.0, "populations": [{}]}}"#,
+        pops.join(", ")
+    );
+    let mut spk = b"HPCSPIKE".to_vec();
+    spk.extend_from_slice(&1u32.to_le_bytes());
+    spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    spk.extend_from_slice(header.as_bytes());
+    let spk_path = dir.join("microcircuit-stand-in.spk");
+    std::fs::write(&spk_path, spk).unwrap();
+    let bin = dir.join("microcircuit-stand-in.sh");
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+             mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
+             echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
+            spk_path.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
 /// brunel's and the microcircuit's `validate.py` given a binary that writes no
 /// run (`/bin/true`): one line naming the flag and the binary, status 1. Pass 16:
 /// the `FileNotFoundError` traceback of the spike file after NEST's run (minutes
@@ -187,7 +221,10 @@ fn validate_names_a_binary_that_writes_no_run() {
         let given = [flag, "/bin/true", "--t-sim", "10"];
         let mut args: Vec<&std::ffi::OsStr> = vec![validate.as_os_str()];
         args.extend(given.iter().chain(more).map(std::ffi::OsStr::new));
-        let o = python(&args, None);
+        // The microcircuit's tool asks for numpy before any run (its binary
+        // runs before NEST's script now): a stand-in, with or without numpy.
+        let numpy = (example == "microcircuit").then(|| hpc_test_support::stand_in_numpy(&dir).1);
+        let o = python(&args, numpy.as_deref());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{example}: {err}");
         assert!(!err.contains("Traceback"), "{example}: {err}");
@@ -223,7 +260,13 @@ fn validate_names_a_binary_that_writes_no_run() {
             ("'{\"spikes\": 10}'", "no finite number"),
         ] {
             std::fs::write(tools.join(nest), format!("print({printed})\n")).unwrap();
-            let o = python(&args, None);
+            // The microcircuit's binary runs first: one that writes its run.
+            let stand_in = microcircuit_stand_in(&dir);
+            let mut args = args.clone();
+            if example == "microcircuit" {
+                args[2] = stand_in.as_os_str();
+            }
+            let o = python(&args, numpy.as_deref());
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(1), "{example}: {err}");
             assert!(!err.contains("Traceback"), "{example}: {err}");

@@ -8,6 +8,8 @@ The brunel crate's test `tests/python_reader.rs` runs this with SPIKES_FROM_RUST
 to a directory of files written by the brunel binary (a run's spikes.spk and the
 spikes.spk.partial of a stopped run), which are then checked too.
 """
+import contextlib
+import io
 import json
 import os
 import stat
@@ -384,6 +386,27 @@ class CommandLine(unittest.TestCase):
         r = run(READ_SPIKES, q, timeout=30)
         self.assertNotIn("Traceback", r.stderr)
         self.assertIn("run.json cannot be read", r.stderr)
+
+    def test_a_file_whose_size_is_not_the_one_its_run_listed_is_warned_about(self):
+        # As hpc_io::rundir::check_file: a complete run's file of another size
+        # than its run.json lists was changed since (pass 20: another run's
+        # spike file copied over it was read as this run's without a word).
+        d = self.dir.name
+        q = self.file("spikes.spk", spk(GOOD))
+        size = os.path.getsize(q)
+        manifest = os.path.join(d, "run.json")
+        for listed, warned in ((size, False), (size + 1, True), (None, False)):
+            with open(manifest, "w") as f:
+                json.dump({"run_id": "r1", "status": "complete",
+                           "files": [{"name": "spikes.spk", "size": listed}]}, f)
+            with self.subTest(listed=listed):
+                with contextlib.redirect_stderr(io.StringIO()):
+                    msg = hpc_spikes.check_run(q)
+                if warned:
+                    self.assertIn(f"is {size} bytes, but its run's manifest says {size + 1} "
+                                  "(changed since the run r1 wrote it)", msg or "")
+                else:
+                    self.assertIsNone(msg)
 
     def test_long_values_of_a_header_or_run_json_are_cut_in_the_messages(self):
         # A population's name, t_presim_ms and run.json's words were echoed whole:

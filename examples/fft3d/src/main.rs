@@ -85,6 +85,51 @@ fn median(v: &[f64]) -> f64 {
 /// benchmark.
 const MAX_REPS: usize = 100_000;
 
+/// Checks that every rank was given rank 0's flags (a collective over `world`,
+/// before the communicator is made): a launcher line that differs by rank
+/// (`--reps $RANK`, another `--mode`) ran ranks that disagree, and rank 0
+/// printed a result line of its own flags (`mode=blocking` where rank 1
+/// overlapped; ten reps where rank 1, failing, did eleven). Where one differs,
+/// every rank fails with one message naming the lowest such rank and the flag.
+fn same_on_every_rank(world: &hpc_rs::World, args: &Args) -> Result<()> {
+    if world.size() < 2 {
+        return Ok(());
+    }
+    // Each value as Debug writes it: quoted, its control characters escaped,
+    // so one line a flag.
+    let mine = [
+        ("--n", format!("{:?}", args.n)),
+        ("--grid", format!("{:?}", args.grid)),
+        ("--engine", format!("{:?}", args.engine)),
+        ("--mode", format!("{:?}", args.mode)),
+        ("--batches", format!("{:?}", args.batches)),
+        ("--reps", format!("{:?}", args.reps)),
+        ("--warmup", format!("{:?}", args.warmup)),
+        ("--seed", format!("{:?}", args.seed)),
+        ("--shm", format!("{:?}", args.shm)),
+        ("--tolerance", format!("{:?}", args.tolerance)),
+        ("--no-check", format!("{:?}", args.no_check)),
+    ];
+    let text: Vec<String> = mine.iter().map(|(_, v)| v.clone()).collect();
+    let rank0 = world.broadcast(0, text.join("\n").as_bytes())?;
+    let rank0 = String::from_utf8_lossy(&rank0);
+    let differs = rank0
+        .split('\n')
+        .zip(&mine)
+        .find(|(theirs, (_, v))| theirs != v)
+        .map(|(theirs, (flag, v))| format!("{flag} {theirs} -> {v}"))
+        .unwrap_or_default();
+    let all = world.allgather(differs.as_bytes())?;
+    if let Some((rank, d)) = all.iter().enumerate().find(|(_, d)| !d.is_empty()) {
+        bail!(
+            "rank {rank} was given other flags than rank 0 ({}: rank 0 -> rank {rank}): every \
+             rank of a run must be given the same",
+            String::from_utf8_lossy(d)
+        );
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
@@ -111,6 +156,7 @@ fn run(args: Args) -> Result<()> {
         _ => Mode::Overlap,
     };
     let ctx = hpc_rs::init()?;
+    same_on_every_rank(&ctx.world, &args)?;
     let mut opts = ctx.comm_options()?;
     if args.engine != "auto" {
         let engine: Engine = args.engine.parse().map_err(|_| {

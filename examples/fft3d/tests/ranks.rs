@@ -277,3 +277,39 @@ fn dpu_placement_rows_and_columns_share_one_proxy_per_node() {
     );
     assert_eq!(proxies, 2, "the DPU services started {proxies} proxies");
 }
+
+/// Ranks given other flags than rank 0 (a launcher line that differs by
+/// rank) are refused by every rank before the communicator is made, naming
+/// the rank and the flag, and rank 0 prints no result line: with `--mode`
+/// differing the run ended 0, its result line saying rank 0's `mode=overlap`
+/// where rank 1 blocked; with `--reps` differing rank 0 printed its result
+/// line of ten reps while rank 1 failed.
+#[test]
+fn ranks_given_other_flags_are_refused_naming_them() {
+    for (extra, words) in [
+        ("--mode blocking", "--mode \"overlap\" -> \"blocking\""),
+        ("--reps 11", "--reps 10 -> 11"),
+    ] {
+        let script = format!("exec \"$@\" {extra}");
+        let outs = Job::program(FFT3D, &["--n", "8"], 2)
+            .timeout(TIMEOUT)
+            .env(env::ENGINE, "")
+            .prefix(move |rank| match rank {
+                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
+                _ => Vec::new(),
+            })
+            .run();
+        for (rank, o) in outs.iter().enumerate() {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "rank {rank}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "rank 1 was given other flags than rank 0 ({words}: rank 0 -> rank 1)"
+                )),
+                "rank {rank}: {err}"
+            );
+        }
+        let out = String::from_utf8_lossy(&outs[0].stdout);
+        assert!(!out.contains("result "), "{out}");
+    }
+}

@@ -155,6 +155,15 @@ fn run(args: Args) -> Result<()> {
     })?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+
+        }),
+    )?;
     // Refused before any of the network is allocated.
     let need = estimate(&model, size, ra.threads());
     let available = hpc_spiking::memory::available(ctx.environment.resources.memory_limit_bytes);
@@ -231,11 +240,9 @@ fn summary(
     let bio_s = (me.end_step - me.start_step) as f64 * p.dt / 1000.0;
     let (after, total) = me.recorded.unwrap_or((0, 0));
     let recorded_s = (me.end_step.saturating_sub(model.presim_steps)) as f64 * p.dt / 1000.0;
-    let rate = if recorded_s > 0.0 {
-        after as f64 / (model.n_rec as f64 * recorded_s)
-    } else {
-        0.0
-    };
+    // None for a run stopped before its warm-up ended: no time was recorded,
+    // and 0 Hz (written before) said the network was silent.
+    let rate = (recorded_s > 0.0).then(|| after as f64 / (model.n_rec as f64 * recorded_s));
     let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
     let rtf = if bio_s > 0.0 { sim_s / bio_s } else { 0.0 };
     say!(
@@ -252,7 +259,15 @@ fn summary(
         model.je,
         model.p_rate
     );
-    say!("  mean rate         {rate:.2} Hz ({} recorded E neurons after the warm-up; {total} spikes recorded)", model.n_rec);
+    match rate {
+        Some(rate) => say!("  mean rate         {rate:.2} Hz ({} recorded E neurons after the warm-up; {total} spikes recorded)", model.n_rec),
+        None => say!(
+            "  mean rate         none: the run stopped at {:.1} ms, before its warm-up of {} ms ended \
+             ({total} spikes recorded in it)",
+            me.end_step as f64 * p.dt,
+            hpc_io::message::num(p.t_presim)
+        ),
+    }
     say!(
         "  E->E weights      mean {mean:.4} pA, SD {sd:.4} pA, 5% {p5:.2} pA, 95% {p95:.2} pA (min {:.4}, max {:.4}); digest {:016x}",
         weights.min, weights.max, weights.digest
@@ -332,7 +347,7 @@ fn summary(
         dir.write_atomic(WEIGHTS_SVG, svg.as_bytes())?;
         say!(
             "  weight histogram  {}",
-            args.out.join(WEIGHTS_SVG).display()
+            hpc_io::message::path(&args.out.join(WEIGHTS_SVG))
         );
     }
     let end_ms = me.end_step as f64 * p.dt;

@@ -316,3 +316,44 @@ fn hpc_trace_records_the_timeline() {
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(BIN, &["BIG"]);
 }
+
+/// A run stopped before its warm-up ended recorded no time: it has no mean
+/// rate, said in words and `null` in summary.json (it said "0.00 Hz (… after
+/// the warm-up)" and wrote 0.0, a silent network's rate).
+#[test]
+fn a_run_stopped_in_its_warm_up_has_no_rate() {
+    let dir = tmpdir("stopped-warm-up");
+    let out = dir.join("out");
+    let o = Command::new(BIN)
+        .args(["--scale", "0.02", "--t-presim", "10", "--t-sim", "20"])
+        .args(["--stop-at", "5", "--no-plot", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "mean rate         none: the run stopped at 5.0 ms, before its warm-up of 10 ms ended"
+        ),
+        "{said}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary["mean_rate_hz"].is_null(),
+        "{}",
+        summary["mean_rate_hz"]
+    );
+    // Stopped after it: a rate.
+    let out = dir.join("after");
+    let o = small(&out, &["--stop-at", "10", "--no-plot"]);
+    assert!(o.status.success());
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert!(
+        summary["mean_rate_hz"].is_f64(),
+        "{}",
+        summary["mean_rate_hz"]
+    );
+}

@@ -291,6 +291,62 @@ fn before_after_names_a_bad_round_count_or_a_binary_that_writes_no_summary() {
     }
 }
 
+/// `tools/before-after.sh` with flags that leave nothing to compare or a
+/// time it did not simulate: `--no-spikes` said "spikes and weights
+/// identical in every run" of runs that wrote no spike file, and `--stop-at`
+/// divided CPU time by `t_presim + t_sim` it did not simulate. Now the first
+/// says the weights alone were compared, the second is refused.
+#[test]
+fn before_after_says_what_it_compared_and_refuses_a_run_stopped_early() {
+    if !have_python() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/before-after.sh");
+    let bin = env!("CARGO_BIN_EXE_hpc_benchmark");
+    let small = [
+        "--scale",
+        "0.02",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "10",
+        "--quiet",
+    ];
+    let o = Command::new("bash")
+        .arg(&script)
+        .args([bin, bin, "1"])
+        .args(small)
+        .arg("--no-spikes")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("weights identical in every run (no spike file to compare)")
+            && !out.contains("spikes and weights"),
+        "{out}"
+    );
+    let o = Command::new("bash")
+        .arg(&script)
+        .args([bin, bin, "1"])
+        .args(small)
+        .args(["--stop-at", "5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("stopped before the end of its run (--stop-at?)")
+            && !err.contains("Traceback"),
+        "{err}"
+    );
+}
+
 /// A binary that writes no summary (`/bin/true`) or another program's (brunel's
 /// has no `t_presim`), a `--results` row that is no finished run, and relative
 /// paths of the binary and of `--keep` (the docstring's

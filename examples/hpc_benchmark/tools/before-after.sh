@@ -48,6 +48,13 @@ out, side, r, load, binary = sys.argv[1:]
 try:
     s = json.load(open(f"{out}/summary.json"))
     p = s["params"]
+    if s["completed"] is not True:
+        # Stopped early (--stop-at): it simulated less than t_presim + t_sim,
+        # which its CPU time was divided by.
+        print(f"before-after.sh: {binary} stopped before the end of its run (--stop-at?): "
+              "its CPU time per biological second would be taken over time it did not "
+              "simulate; give no --stop-at", file=sys.stderr)
+        sys.exit(1)
     bio = (p["t_presim"] + p["t_sim"]) / 1000.0
     cpu = s["simulate_cpu_s"]
     line = (f"| {r} | {side} | {cpu / bio:.2f} | {cpu:.3f} | {s['build_s']:.2f} | "
@@ -82,6 +89,10 @@ for k in "AB":
     print(f"{k}: {cpu[k]:.3f} simulate CPU-s for {bio[k]:.2f} biological s = {cpu[k] / bio[k]:.2f} CPU-s per bio s; mean build {build[k]:.2f} s")
 print(f"B/A simulate CPU time: {cpu['B'] / cpu['A']:.3f}; B/A build time {build['B'] / build['A']:.3f}")
 same = len({(x["digest"], x["spikes"]) for x in rows}) == 1
-print("spikes and weights identical in every run" if same else "OTHER SPIKES OR WEIGHTS")
+# No spike file (--no-spikes): the weights alone were compared, not said of
+# spikes that no run wrote.
+compared = "weights" if any(x["spikes"] == "-" for x in rows) else "spikes and weights"
+print(f"{compared} identical in every run" + (" (no spike file to compare)" if compared == "weights" else "")
+      if same else f"OTHER {compared.upper()}")
 sys.exit(0 if same else 1)
 PY

@@ -128,6 +128,15 @@ fn run(args: Args) -> Result<()> {
     let ctx = hpc_rs::init()?;
     let world = Arc::new(ctx.world);
     let (rank, size) = (world.rank(), world.size());
+    // Every rank given the same model and options, checked before any of it
+    // is built (a rank given another seed built another network silently).
+    hpc_spiking::run::same_on_every_rank(
+        &world,
+        &serde_json::json!({
+            "params": model.params, "out": args.out.to_string_lossy(), "run": ra.shared(),
+            "exchange": format!("{:?}", args.exchange),
+        }),
+    )?;
     // Refuse a network that cannot fit before allocating any of it.
     model.check_memory(
         size,
@@ -208,23 +217,34 @@ fn summary(
         num(p.dt),
         me.interval_steps
     );
-    say!("  population   neurons     rate (Hz)   CV ISI");
-    for q in &stats.populations {
+    if stats.window_ms <= 0.0 {
+        // No time recorded: the table's 0.000 Hz said the network was silent.
         say!(
-            "  {:<10} {:>9} {:>12.3} {:>8.3}",
-            q.name,
-            q.neurons,
-            q.rate_hz,
-            q.cv_isi
+            "  rates             none: the run stopped at {:.1} ms, before its warm-up of {} ms \
+             ended ({} spikes in it)",
+            me.end_step as f64 * p.dt,
+            num(p.t_presim),
+            stats.spikes_total
+        );
+    } else {
+        say!("  population   neurons     rate (Hz)   CV ISI");
+        for q in &stats.populations {
+            say!(
+                "  {:<10} {:>9} {:>12.3} {:>8.3}",
+                q.name,
+                q.neurons,
+                q.rate_hz,
+                q.cv_isi
+            );
+        }
+        say!(
+            "  all        {:>9} {:>12.3}   (spikes {} in all, {} after the warm-up)",
+            model.n,
+            stats.rate_hz,
+            stats.spikes_total,
+            stats.populations.iter().map(|q| q.spikes).sum::<u64>()
         );
     }
-    say!(
-        "  all        {:>9} {:>12.3}   (spikes {} in all, {} after the warm-up)",
-        model.n,
-        stats.rate_hz,
-        stats.spikes_total,
-        stats.populations.iter().map(|q| q.spikes).sum::<u64>()
-    );
     say!(
         "  wall time         build {:.3} s ({:.1} CPU-s) | simulate {:.3} s ({:.3} s after the warm-up; update {:.3} s, communicate {:.3} s, output {:.3} s)",
         max(|r| r.build_s), reports.iter().map(|r| r.build_cpu_s).sum::<f64>(), sim_s, rec_s, max(|r| r.update_s), max(|r| r.communicate_s), max(|r| r.io_s)
@@ -232,7 +252,12 @@ fn summary(
     let cpu_s: f64 = reports.iter().map(|r| r.simulate_cpu_s).sum();
     say!("  CPU time          simulate {cpu_s:.3} CPU-s (all ranks and threads)");
     say!(
-        "  real-time factor  {rtf:.3} (wall / biological time after the warm-up); {:.3e} synaptic events/s of wall time",
+        "  real-time factor  {} (wall / biological time after the warm-up); {:.3e} synaptic events/s of wall time",
+        if rec_bio > 0.0 {
+            format!("{rtf:.3}")
+        } else {
+            "none".into()
+        },
         events as f64 / sim_s.max(1e-9)
     );
     for line in hpc_spiking::run::memory_lines(all, conn_bytes, synapses) {
@@ -273,9 +298,9 @@ fn summary(
         let r = microcircuit::plot::report(f, model, &summary, &args.out)?;
         say!(
             "  figures: {} (raster, firing-rates, cv-isi, overview; .png and .svg)",
-            args.out.display()
+            hpc_io::message::path(&args.out)
         );
-        say!("  report: {}", r.display());
+        say!("  report: {}", hpc_io::message::path(&r));
     }
     let _ = NPOP;
     Ok(())

@@ -837,6 +837,24 @@ mod tests {
                 "[thalamus]\nenabled = true\npsp = 1e300",
                 "k_scaling, thalamus.psp, thalamus.conn_probs and the neuron's constants",
             ),
+            // Pass 20: a probability, a delay below the step and a refractory
+            // period written out in up to 310 digits.
+            (
+                "[conn_probs]\nL23E = [1e308, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]",
+                "conn_probs.L23E from L23E is 1e308: a connection probability",
+            ),
+            (
+                "[thalamus.conn_probs]\nL4E = 1e300",
+                "thalamus.conn_probs.L4E is 1e300: a connection probability",
+            ),
+            (
+                "delay_inh_mean = 1e-300",
+                "delay_inh_mean is 1e-300 ms, below the time step dt = 0.1 ms",
+            ),
+            (
+                "[neuron]\nt_ref = 1e-300",
+                "neuron.t_ref is 1e-300 ms, below",
+            ),
         ] {
             let p = Params::from_toml_str(text).unwrap();
             let e = format!("{:#}", Model::new(p).unwrap_err());

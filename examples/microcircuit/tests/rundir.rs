@@ -101,3 +101,26 @@ fn a_tiny_scaling_is_written_short_in_the_summary_and_the_report() {
     );
     assert!(!stdout.contains("00000000000000000000") && !html.contains("00000000000000000000"));
 }
+
+/// A run stopped before its warm-up ended recorded no time: it has no rates
+/// and no real-time factor, said in words (the table said 0.000 Hz for every
+/// population and the factor 0.000, a silent network's and an infinitely fast
+/// run's); its summary's `window_ms` is 0.
+#[test]
+fn a_run_stopped_in_its_warm_up_says_it_has_no_rates() {
+    let dir = tmpdir("stopped-warm-up");
+    let out = dir.join("out");
+    let o = run(&out, &["--stop-at", "10"]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{said}{}", stderr(&o));
+    assert!(
+        said.contains(
+            "rates             none: the run stopped at 10.0 ms, before its warm-up of 20 ms ended"
+        ) && said.contains("real-time factor  none")
+            && !said.contains("population   neurons"),
+        "{said}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["stats"]["window_ms"], 0.0);
+}

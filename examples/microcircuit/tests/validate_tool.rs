@@ -117,3 +117,76 @@ fn the_sonata_tool_says_what_it_needs_and_keeps_its_input() {
     assert_eq!(std::fs::read(&tmp_input).unwrap(), b"keep");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A binary that writes other populations than the microcircuit's (or none)
+/// is named in one line, before NEST runs: `validate.py` indexed our
+/// populations by NEST's and ended in an `IndexError` traceback after NEST's
+/// run (pass 19's leftover). A stand-in numpy makes it the same with or
+/// without numpy installed (the tool needs it for its statistics, and says so
+/// before any run).
+#[test]
+fn a_binary_writing_other_populations_is_refused_by_name() {
+    if !hpc_test_support::have_python("the microcircuit's validate.py test") {
+        return;
+    }
+    let dir = hpc_test_support::TmpDir::new("microcircuit-validate", "pops");
+    let (absent, present) = hpc_test_support::stand_in_numpy(&dir);
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/validate.py");
+    let other = r#"[{"name": "A", "first": 0, "count": 2}]"#;
+    for (tag, pops, n, words) in [
+        (
+            "other",
+            other,
+            2,
+            "wrote the populations A, not the microcircuit's L23E",
+        ),
+        (
+            "none",
+            "[]",
+            0,
+            "wrote the populations none, not the microcircuit's",
+        ),
+    ] {
+        let header = format!(
+            r#"{{"dt_ms": 0.1, "n_neurons": {n}, "t_sim_ms": 10.0, "t_presim_ms": 0.0, "populations": {pops}}}"#
+        );
+        let mut spk = b"HPCSPIKE".to_vec();
+        spk.extend_from_slice(&1u32.to_le_bytes());
+        spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        spk.extend_from_slice(header.as_bytes());
+        let spk_path = dir.join(format!("{tag}.spk"));
+        std::fs::write(&spk_path, spk).unwrap();
+        // Writes its spike file and a summary into --out, as the binary does.
+        let bin = dir.join(format!("{tag}.sh"));
+        std::fs::write(
+            &bin,
+            format!(
+                "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+                 mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
+                 echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
+                spk_path.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (numpy, code, words) in [
+            (&present, 1, words),
+            (&absent, 1, "validate.py needs numpy"),
+        ] {
+            let o = Command::new("python3")
+                .arg(&tool)
+                .args(["--microcircuit", bin.to_str().unwrap(), "--seeds", "1"])
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("PYTHONPATH", numpy)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(code), "{tag}: {err}");
+            assert!(
+                err.contains(words) && !err.contains("Traceback") && !err.contains("nest_"),
+                "{tag}: {err}"
+            );
+        }
+    }
+}

@@ -15,7 +15,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "crates", "hpc-spiking", "python"))
-from read_spikes import hpc_spikes, read, pop_stats  # noqa: E402
+from read_spikes import hpc_spikes, pop_stats  # noqa: E402
 
 PROG = "validate.py"
 
@@ -46,21 +46,22 @@ if not (os.path.isfile(a.microcircuit) and os.access(a.microcircuit, os.X_OK)):
 if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
     ap.error(f"--keep {a.keep}: exists and is not a directory")
 
+# The statistics need numpy: said before any run (the binary runs first now).
+try:
+    import numpy  # noqa: F401
+except ImportError as e:
+    sys.exit(f"{PROG} needs numpy (python3-numpy): {e}")
+
 common = ["--n-scaling", str(a.n_scaling), "--k-scaling", str(a.k_scaling),
           "--t-sim", str(a.t_sim)]
+# The microcircuit's populations, in the order of its ids and of NEST's result
+# line (nest_microcircuit.py's POPS): the comparison goes population by
+# population, so a binary that writes others is refused by name.
+POPS = ["L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"]
 nest_runs, ours_runs = [], []
 for seed in a.seeds:
-    n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
-                                "--seed", str(seed)] + common, PROG)
-    # NEST's result line: another last line was a traceback of json.
-    nest = hpc_spikes.result_line(n, ("simulate_s",), PROG)
-    if not (isinstance(nest.get("populations"), list) and all(
-            isinstance(q, dict) and isinstance(q.get("name"), str)
-            and all(isinstance(q.get(k), (int, float)) and not isinstance(q.get(k), bool)
-                    for k in ("rate_hz", "cv_isi")) for q in nest["populations"])):
-        sys.exit(f"{PROG}: nest_microcircuit.py printed no populations of "
-                 "{name, rate_hz, cv_isi} in its result line")
-    nest_runs.append(nest)
+    # Ours first: a binary that is not the microcircuit is named in seconds,
+    # not after NEST's minutes.
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(a.keep, f"seed-{seed}") if a.keep else tmp
         hpc_spikes.run_or_exit([a.microcircuit, "--seed", str(seed), "--out", out, "--quiet",
@@ -68,14 +69,37 @@ for seed in a.seeds:
         # A binary that is no microcircuit (/bin/true) writes neither: one line
         # naming it, not a traceback.
         try:
-            h, t, ids = read(os.path.join(out, "spikes.spk"))
+            spikes = os.path.join(out, "spikes.spk")
+            hpc_spikes.check_run(spikes)
+            f = hpc_spikes.read(spikes)
             # Bounded, a regular file only (a FIFO there waited without end).
             summ = hpc_spikes.read_json(os.path.join(out, "summary.json"))
-            summ["simulate_recorded_s"] + summ["build_s"] + h["t_presim_ms"]
+            summ["simulate_recorded_s"] + summ["build_s"] + f.header["t_presim_ms"]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             print(f"{PROG}: --microcircuit {a.microcircuit} wrote no run's spikes.spk and "
                   f"summary.json in {out}: {str(e)[:200]}", file=sys.stderr)
             sys.exit(1)
+    names = [p["name"] for p in f.header["populations"]]
+    if names != POPS:
+        # Indexed by NEST's populations, another binary's ended in an IndexError
+        # traceback after NEST's run (none: at pops[-1]).
+        shown = ", ".join(hpc_spikes._word(n) for n in names[:10]) or "none"
+        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+        sys.exit(f"{PROG}: --microcircuit {a.microcircuit} wrote the populations {shown}{more}, "
+                 f"not the microcircuit's {', '.join(POPS)}: it is not the microcircuit")
+    n = hpc_spikes.run_or_exit([sys.executable, os.path.join(HERE, "nest_microcircuit.py"),
+                                "--seed", str(seed)] + common, PROG)
+    # NEST's result line: another last line was a traceback of json.
+    nest = hpc_spikes.result_line(n, ("simulate_s",), PROG)
+    if not (isinstance(nest.get("populations"), list) and all(
+            isinstance(q, dict) and isinstance(q.get("name"), str)
+            and all(isinstance(q.get(k), (int, float)) and not isinstance(q.get(k), bool)
+                    for k in ("rate_hz", "cv_isi")) for q in nest["populations"])
+            and [q["name"] for q in nest["populations"]] == POPS):
+        sys.exit(f"{PROG}: nest_microcircuit.py printed no populations of "
+                 f"{{name, rate_hz, cv_isi}} named {', '.join(POPS)} in its result line")
+    nest_runs.append(nest)
+    h, t, ids = hpc_spikes.arrays(f)
     pops = h["populations"]
     first = [p["first"] for p in pops] + [pops[-1]["first"] + pops[-1]["count"]]
     res = pop_stats(t, ids, first, [p["name"] for p in pops], h["t_presim_ms"], h["t_sim_ms"])

@@ -112,6 +112,15 @@ impl FileClaim {
     }
 }
 
+impl FileClaim {
+    /// The lock file beside the claimed file (`.NAME.lock`), removed when the
+    /// claim is dropped: for a process that may end without dropping it (a
+    /// signal's end at once), which removes it itself.
+    pub fn lock_path(&self) -> &Path {
+        &self.lock
+    }
+}
+
 impl Drop for FileClaim {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.lock);

@@ -3,6 +3,11 @@
 //! grace: `hpc_spiking::stop`) can mark them incomplete first
 //! ([`mark_incomplete_before_exit`]) instead of leaving them "running".
 //!
+//! A directory locked and not started yet ([`RunDir::lock`](super::RunDir::lock),
+//! a run that is still checking its input or building) is noted too: nothing of
+//! it was changed, but its lock file names the run as its holder, which goes
+//! with the lock as at the run's end.
+//!
 //! Every manifest write of a [`RunDir`](super::RunDir) holds [`STARTED`]'s lock,
 //! so the two never write one `run.json` at once, and once marked, the lock stays
 //! held: no later write of this process replaces the mark.
@@ -14,11 +19,12 @@ use std::sync::{Mutex, MutexGuard};
 use super::manifest::{now_ms, open_own, Manifest};
 use super::{write_replace, Status, LOCK, MANIFEST};
 
-/// A started, unfinished run: its id in this process, its directory and its
-/// manifest as last written.
-type Started = (u64, PathBuf, Manifest);
+/// A run of this process that holds its directory's lock: its id in this
+/// process, its directory and its manifest as last written (`None`: locked, not
+/// started yet).
+type Started = (u64, PathBuf, Option<Manifest>);
 
-/// The started, unfinished runs of this process.
+/// The locked, unfinished runs of this process.
 static STARTED: Mutex<Vec<Started>> = Mutex::new(Vec::new());
 
 /// The next run's id in this process.
@@ -39,19 +45,37 @@ pub(super) fn hold() -> MutexGuard<'static, Vec<Started>> {
 pub(super) fn note(held: &mut Vec<Started>, id: u64, dir: &Path, m: &Manifest, finished: bool) {
     held.retain(|(i, _, _)| *i != id);
     if !finished {
-        held.push((id, dir.to_path_buf(), m.clone()));
+        held.push((id, dir.to_path_buf(), Some(m.clone())));
+    }
+}
+
+/// Notes the run `id` as holding the lock of `dir`, not started yet (`locked`
+/// false: it let the lock go without starting, and is no longer noted).
+pub(super) fn note_locked(id: u64, dir: &Path, locked: bool) {
+    let mut held = hold();
+    held.retain(|(i, _, _)| *i != id);
+    if locked {
+        held.push((id, dir.to_path_buf(), None));
     }
 }
 
 /// Marks every started, unfinished run of this process incomplete with `reason`
 /// (its files listed with their sizes, as `RunDir::finish` lists them) and gives
-/// each manifest's path with the outcome of its write. **For a process about to
-/// end**: the lock on the runs' manifests stays held, so any later manifest write
-/// of this process waits for ever (none may replace the mark).
+/// each manifest's path with the outcome of its write; a directory only locked
+/// (not started: nothing of it was changed) keeps its files and manifest and is
+/// not listed, and every lock file's holder text is cleared. **For a process
+/// about to end**: the lock on the runs' manifests stays held, so any later
+/// manifest write of this process waits for ever (none may replace the mark).
 pub fn mark_incomplete_before_exit(reason: &str) -> Vec<(PathBuf, super::Result<()>)> {
     let mut held = hold();
     let mut done = Vec::new();
     for (_, dir, m) in held.iter_mut() {
+        let Some(m) = m else {
+            // Locked, not started: only the holder's name goes, as when such a
+            // run is dropped (a signal in the network's build left it).
+            clear_holder(dir);
+            continue;
+        };
         m.files
             .retain_mut(|f| match std::fs::symlink_metadata(dir.join(&f.name)) {
                 Ok(meta) if !meta.is_dir() => {
@@ -77,12 +101,17 @@ pub fn mark_incomplete_before_exit(reason: &str) -> Vec<(PathBuf, super::Result<
         };
         // The holder's name goes with the lock (as `RunDir::finish` does), so
         // that it never names a run that has ended.
-        if let Ok(Some((lock, _))) = open_own(&dir.join(LOCK), true) {
-            let _ = lock.set_len(0);
-        }
+        clear_holder(dir);
         done.push((dir.join(MANIFEST), outcome));
     }
     held.clear();
     std::mem::forget(held);
     done
+}
+
+/// Empties the lock file of the run directory `dir` (the holder's name).
+fn clear_holder(dir: &Path) {
+    if let Ok(Some((lock, _))) = open_own(&dir.join(LOCK), true) {
+        let _ = lock.set_len(0);
+    }
 }

@@ -71,8 +71,9 @@ impl Params {
             finite(name, d)?;
             if d < self.dt {
                 bail!(
-                    "{name} is {d} ms, below the time step dt = {} ms: no delay can be shorter than one step",
-                    self.dt
+                    "{name} is {} ms, below the time step dt = {} ms: no delay can be shorter than one step",
+                    num(d),
+                    num(self.dt)
                 );
             }
         }
@@ -99,8 +100,8 @@ impl Params {
         if n.t_ref < self.dt {
             bail!(
                 "neuron.t_ref is {} ms, below the time step dt = {} ms: the refractory period must last at least one step",
-                n.t_ref,
-                self.dt
+                num(n.t_ref),
+                num(self.dt)
             );
         }
         for name in POPULATIONS {
@@ -156,14 +157,18 @@ impl Params {
         for (k, &x) in row.iter().enumerate() {
             if !(0.0..1.0).contains(&x) {
                 bail!(
-                    "conn_probs.{name} from {} is {x}: a connection probability must be in [0, 1)",
-                    POPULATIONS[k]
+                    "conn_probs.{name} from {} is {}: a connection probability must be in [0, 1)",
+                    POPULATIONS[k],
+                    num(x)
                 );
             }
         }
         let t = self.thalamus.conn_probs.get(name).copied().unwrap_or(0.0);
         if !(0.0..1.0).contains(&t) {
-            bail!("thalamus.conn_probs.{name} is {t}: a connection probability must be in [0, 1)");
+            bail!(
+                "thalamus.conn_probs.{name} is {}: a connection probability must be in [0, 1)",
+                num(t)
+            );
         }
         Ok(())
     }
