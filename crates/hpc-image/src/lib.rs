@@ -650,15 +650,7 @@ fn dpkg_owner(path: &str) -> Option<String> {
     None
 }
 
-fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+use hpc_io::message::shell_quote;
 
 /// The folder of `<target>` that cargo puts a profile's output in.
 pub fn profile_dir(profile: &str) -> &str {
