@@ -945,10 +945,12 @@ fn write_image(
     sys::stop_point()?;
     let (spec, base, base_size) = stage::base_layer::base(args, cache, built.epoch, pr)?;
     sys::stop_point()?;
-    let app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
+    let mut app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
     sys::stop_point()?;
     let image = stage::layout::write(args, built, &base, &app, pr)?;
-    begun.end(app.layout.dir());
+    let part = app.layout.dir().to_path_buf();
+    stage::layout::put_in_place(&mut app, out_dir)?;
+    begun.end(&part);
     sys::stop_point()?;
     for name in [
         format!("{}-oci.tar", bin.name),
@@ -979,6 +981,66 @@ fn write_image(
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// Pass 19's leftover: a rebuild stopped once its layout stage began kept
+    /// the earlier `image.json` but not its `oci/` (the stage removed it before
+    /// writing the new one). The new layout is written beside it: a stop leaves
+    /// the whole earlier image; a layout put in place takes the earlier
+    /// `image.json` with the earlier `oci/`.
+    #[test]
+    fn a_stopped_rebuild_keeps_the_whole_earlier_image() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "rebuild");
+        let out: &Path = &d;
+        fs::create_dir_all(out.join("oci/blobs/sha256")).unwrap();
+        fs::write(out.join("oci/index.json"), "earlier").unwrap();
+        fs::write(out.join("image.json"), "{}").unwrap();
+        let mut begun = Begun::default();
+        let layout = stage::app_layer::new_layout(out, &mut begun).unwrap();
+        layout.put(oci::CONFIG_MEDIA_TYPE, b"{}").unwrap();
+        // Stopped: what it began is removed, the earlier image is whole.
+        begun.remove();
+        assert_eq!(
+            fs::read_to_string(out.join("oci/index.json")).unwrap(),
+            "earlier"
+        );
+        assert!(out.join("image.json").is_file());
+        let names = |out: &Path| {
+            let mut n: Vec<String> = fs::read_dir(out)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(out), ["image.json", "oci"]);
+        // Not stopped: the new layout replaces the earlier one and its summary.
+        let mut begun = Begun::default();
+        let layout = stage::app_layer::new_layout(out, &mut begun).unwrap();
+        fs::write(layout.dir().join("index.json"), "new").unwrap();
+        let mut app = stage::app_layer::App {
+            layout,
+            layer: oci::Layer {
+                blob: oci::Descriptor {
+                    media_type: String::new(),
+                    digest: String::new(),
+                    size: 0,
+                },
+                diff_id: String::new(),
+                created_by: String::new(),
+            },
+            size: 0,
+            app_libs: Default::default(),
+            bind_paths: vec![],
+            extra_packages: Default::default(),
+        };
+        stage::layout::put_in_place(&mut app, out).unwrap();
+        assert_eq!(app.layout.dir(), out.join("oci"));
+        assert_eq!(
+            fs::read_to_string(out.join("oci/index.json")).unwrap(),
+            "new"
+        );
+        assert_eq!(names(out), ["oci"]);
+    }
 
     /// What a stopped build had begun (a part of `oci/`, `app-layer.tmp`) is
     /// removed; what it finished, and what was there before, is kept.

@@ -287,6 +287,23 @@ impl Layout {
         })
     }
 
+    /// Moves the layout to `to`, replacing what is there (an earlier layout).
+    pub fn rename(&mut self, to: &Path) -> Result<()> {
+        if fs::symlink_metadata(to).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(to)
+                .with_context(|| format!("removing {}", hpc_io::message::path(to)))?;
+        }
+        fs::rename(&self.dir, to).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                hpc_io::message::path(&self.dir),
+                hpc_io::message::path(to)
+            )
+        })?;
+        self.dir = to.to_path_buf();
+        Ok(())
+    }
+
     /// The layout directory.
     pub fn dir(&self) -> &Path {
         &self.dir

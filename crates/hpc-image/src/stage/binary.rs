@@ -305,18 +305,23 @@ const TEMPLATE_MARK: &str = "hpc-image's templates/";
 
 /// Why the cache folder `cache` (from `--cache`, or the variable's value
 /// `env`) cannot be used with the output folder `out`: it lies in `out`'s
-/// `oci/`, which the build removes and writes anew (such a cache was made,
-/// then removed with the layout, each build).
+/// `oci/` (or the `.oci.part` the new one is written into first), which the
+/// build removes and writes anew (such a cache was made, then removed with the
+/// layout, each build).
 fn cache_in_layout(
     cache: Option<&Path>,
     env: &Option<std::ffi::OsString>,
     out: &Path,
 ) -> Option<String> {
     let cache = cache?;
-    let layout = hpc_io::system::resolved(out)?.join("oci");
-    hpc_io::system::resolved(cache)
-        .is_some_and(|c| c.starts_with(&layout))
-        .then(|| {
+    let out_resolved = hpc_io::system::resolved(out)?;
+    let c = hpc_io::system::resolved(cache)?;
+    // The new layout is written as `.oci.part` first, removed the same way.
+    [super::layout::LAYOUT, super::layout::PART]
+        .into_iter()
+        .map(|name| out_resolved.join(name))
+        .find(|layout| c.starts_with(layout))
+        .map(|layout| {
             format!(
                 "{}: it lies in {}, the layout this image removes and writes anew (--out {}): \
                  give a cache folder outside the output's oci/",
