@@ -832,6 +832,47 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
     }
 
+    /// Pass 19's leftover: once `docker version` answered, the script's own
+    /// `docker ps`, `exec`, `network`, ... had no bound: a daemon that answers
+    /// that and hangs on the rest held `status` and `down` without end. Each
+    /// call is now stopped at its limit and named, with the status 124.
+    #[test]
+    fn a_docker_call_of_the_script_that_hangs_is_stopped_and_named() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "script-docker-hang");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("docker"), "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        for action in ["status", "down"] {
+            let t = std::time::Instant::now();
+            let o = hpc_io::tool::output_within(
+                Command::new("bash")
+                    .args(["-c", SCRIPT, "hpc-cluster", action])
+                    .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                    .env("docker_limit", "1")
+                    .env(env::CLUSTER_NAME, "t")
+                    .env(env::CLUSTER_DIR, s.join("work"))
+                    .env(env::CACHE_DIR, s.join("cache")),
+                std::time::Duration::from_secs(30),
+                64 << 10,
+            )
+            .unwrap_or_else(|e| match e {
+                hpc_io::tool::ToolError::TimedOut(_) => {
+                    panic!("{action}: the script did not end within 30 s")
+                }
+                e => panic!("{action}: {e}"),
+            });
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(124), "{action}: {err}");
+            assert!(
+                err.contains("docker ps did not end within 1s and was stopped: the Docker daemon does not answer"),
+                "{action}: {err}"
+            );
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "{action}");
+        }
+    }
+
     #[test]
     fn work_files_are_written_and_replaced() {
         let s = scratch("work");

@@ -53,6 +53,25 @@ image=hpc-cluster-node:$tag
 log() { printf 'hpc cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Every docker call is bounded: hpc cluster asked the daemon for its version
+# (bounded) before this script, but a daemon that answered that and hangs on the
+# rest held `status`, `down` and `up` in a `docker ps` without end. A call that
+# does not end within its limit (docker_limit seconds, 30; `import` of the node
+# file system 600) is stopped and named, with the status 124. The command a user
+# gives to `exec` has its own bound (--timeout) and is run by `command docker`.
+docker_limit=${docker_limit:-30}
+case $docker_limit in '' | *[!0-9]* | 0) docker_limit=30 ;; esac
+docker() {
+    local limit=$docker_limit rc=0
+    [ "${1:-}" = import ] && limit=$((docker_limit * 20))
+    timeout -k 10 "$limit" docker "$@" || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        log "error: docker $1 did not end within ${limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)"
+        exit 124
+    fi
+    return "$rc"
+}
+
 # This cluster's containers, matched by whole name: another cluster's name may begin
 # with this one's (hpc-cluster and hpc-cluster-dpu run side by side in the tests), and
 # `down` must not take that one's containers along.
@@ -225,7 +244,7 @@ exec_on_ctl() {
     # The command's pid inside the container, in a file named for this call, so
     # that the right one is ended when several run at once.
     local token=hpc-exec.$$.$RANDOM
-    docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" \
+    command docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" \
         sh -c 'echo $$ > "/run/$0"; exec "$@"' "$token" timeout -k 10 $((limit + 60)) "$@" &
     local pid=$! ticks=0
     while kill -0 "$pid" 2>/dev/null; do
