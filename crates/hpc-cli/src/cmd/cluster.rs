@@ -205,8 +205,11 @@ impl Place {
             if let Some(x) = nonempty(get, "XDG_CACHE_HOME")?.filter(|x| x.starts_with('/')) {
                 return Ok(PathBuf::from(x).join("hpc-rs"));
             }
+            // A relative HOME is taken from `cwd` as the variables are: kept
+            // relative, it reached `docker run -v` (which reads such a source as
+            // a volume's name) and the script, which needs absolute folders.
             match nonempty(get, "HOME")? {
-                Some(h) => Ok(PathBuf::from(h).join(".cache/hpc-rs")),
+                Some(h) => Ok(absolute(h).join(".cache/hpc-rs")),
                 None => Err(UsageError(format!(
                     "neither XDG_CACHE_HOME nor HOME is set: name the cluster's folders \
                      with {} and {}",
@@ -687,6 +690,17 @@ mod tests {
             Path::new("/home/u/.cache/hpc-rs/cluster/hpc-cluster")
         );
         assert_eq!(p.cache, Path::new("/home/u/.cache/hpc-rs/cluster-cache"));
+        // Hostile pass 20: a relative HOME gave relative folders, passed as
+        // they were to `docker run -v` and the script.
+        let p = Place::resolve(&with(&[("HOME", "rel")]), cwd).unwrap();
+        assert_eq!(
+            p.work,
+            Path::new("/work/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
+        );
+        assert_eq!(
+            p.cache,
+            Path::new("/work/app/rel/.cache/hpc-rs/cluster-cache")
+        );
 
         let p = Place::resolve(
             &with(&[
