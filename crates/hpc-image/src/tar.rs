@@ -371,6 +371,23 @@ pub struct LayerDigests {
     pub diff_id: String,
 }
 
+/// Writes `entries` as a layer ([`write_layer`]) into the new file `path`,
+/// created fresh: whatever is at `path` (a link planted there, an earlier
+/// run's file) is removed, never written through. The app layer's
+/// `app-layer.tmp` was opened following a link: a link there to another file
+/// had that file replaced by the layer, and the layout's blob became the link.
+pub fn write_layer_file(
+    entries: Vec<Entry>,
+    mtime: u64,
+    path: &std::path::Path,
+) -> Result<LayerDigests> {
+    let f = crate::create_new(path)?;
+    let d = write_layer(entries, mtime, io::BufWriter::new(&f))?;
+    f.sync_all()
+        .with_context(|| format!("writing {}", hpc_io::message::path(path)))?;
+    Ok(d)
+}
+
 /// Writes `entries` as a deterministic gzip-compressed tar layer to `w`: gzip header
 /// mtime 0, no file name, compression level 6.
 pub fn write_layer<W: Write>(entries: Vec<Entry>, mtime: u64, w: W) -> Result<LayerDigests> {
@@ -399,6 +416,23 @@ pub fn sha256(data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a link planted at the layer's temporary path
+    /// (`--out`'s `app-layer.tmp`, the cache's `layer.tar.gz.tmp`) had the
+    /// file it named replaced by the layer. The link is replaced, its target
+    /// kept.
+    #[test]
+    fn a_layer_is_never_written_through_a_link() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "layer-link");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let tmp = d.join("app-layer.tmp");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        super::write_layer_file(vec![super::Entry::file("a", 0o644, b"x".to_vec())], 0, &tmp)
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(&tmp).unwrap().is_file());
+    }
+
     use super::*;
 
     /// A `--base` layer of 1.5 KiB whose one header claims 2^62 bytes (GNU's

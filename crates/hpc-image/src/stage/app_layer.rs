@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -60,11 +59,7 @@ pub(crate) fn write(
     let layout = new_layout(out_dir, begun)?;
     let tmp = out_dir.join("app-layer.tmp");
     begun.begin(tmp.clone());
-    let d = crate::tar::write_layer(
-        entries,
-        built.epoch,
-        BufWriter::new(fs::File::create(&tmp)?),
-    )?;
+    let d = crate::tar::write_layer_file(entries, built.epoch, &tmp)?;
     fs::rename(&tmp, layout.blob_path(&d.digest))?;
     begun.end(&tmp);
     let layer = oci::Layer {
