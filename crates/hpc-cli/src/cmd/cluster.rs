@@ -447,6 +447,52 @@ fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageE
     Ok((args, None))
 }
 
+/// Checks that the work folder `work` (from `HPC_CLUSTER_DIR`, or the default)
+/// is the cluster's own: missing, empty, or holding the `slurm.conf` that `up`
+/// writes (its first line says so). A folder of the user's (`HPC_CLUSTER_DIR=.`
+/// in a project) had its own `slurm.conf` and `node-init.sh` replaced without a
+/// word and its `shared/` made writable by everyone.
+fn check_work_folder(work: &Path) -> Result<(), UsageError> {
+    let Ok(entries) = std::fs::read_dir(work) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mark = SLURM_CONF.lines().next().unwrap_or_default();
+    let ours = hpc_io::read::read_regular_to_string(
+        work.join("slurm.conf"),
+        hpc_io::read::MAX_CONFIG_BYTES,
+    )
+    .is_ok_and(|text| text.lines().next() == Some(mark));
+    if ours {
+        return Ok(());
+    }
+    names.sort();
+    let more = names.len().saturating_sub(4);
+    names.truncate(4);
+    let names: Vec<String> = names.iter().map(|n| hpc_env::short(n)).collect();
+    Err(UsageError(format!(
+        "{}={}: it holds {}{} and no slurm.conf that hpc cluster wrote: it is not a cluster's \
+         work folder, whose slurm.conf, node-init.sh, munge.key and shared/ (made writable by \
+         all) up writes; name a folder of its own (a new one is made), or unset {} for the \
+         default",
+        env::CLUSTER_DIR,
+        hpc_io::message::path(work),
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        env::CLUSTER_DIR
+    )))
+}
+
 /// Writes what the containers of `nodes` nodes mount from the work folder.
 fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(work)
@@ -470,6 +516,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // `docker version` names it in 30 s.
     check_docker(true)?;
     if let Some(nodes) = nodes {
+        check_work_folder(&place.work)?;
         write_work_files(&place.work, nodes)?;
         super::say(&format!(
             "cluster {}: work folder {} (the nodes' /shared is its shared/)",
@@ -885,6 +932,35 @@ mod tests {
             );
             assert!(t.elapsed() < std::time::Duration::from_secs(20), "{action}");
         }
+    }
+
+    /// Hostile pass 20: `HPC_CLUSTER_DIR` naming a folder of the user's (a
+    /// project holding its own `slurm.conf`, `node-init.sh` and `shared/`) had
+    /// them replaced and `shared/` made 0777. Refused, naming what it holds; a
+    /// folder `up` wrote is taken again.
+    #[test]
+    fn a_work_folder_that_is_not_the_clusters_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "work-of-user");
+        let w = s.join("project");
+        std::fs::create_dir_all(w.join("shared")).unwrap();
+        std::fs::write(w.join("slurm.conf"), "# my own\n").unwrap();
+        let e = check_work_folder(&w).unwrap_err().0;
+        assert!(
+            e.contains("it holds shared, slurm.conf and no slurm.conf that hpc cluster wrote"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.join("slurm.conf")).unwrap(),
+            "# my own\n"
+        );
+        // Missing, empty, or the cluster's own: taken.
+        check_work_folder(&s.join("missing")).unwrap();
+        let c = s.join("cluster");
+        std::fs::create_dir_all(&c).unwrap();
+        check_work_folder(&c).unwrap();
+        write_work_files(&c, 2).unwrap();
+        std::fs::create_dir_all(c.join("shared")).unwrap();
+        check_work_folder(&c).unwrap();
     }
 
     #[test]
