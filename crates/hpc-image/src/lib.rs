@@ -602,6 +602,15 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
     }
     if let Some(e) = git(root, &["log", "-1", "--format=%ct", "HEAD"]).and_then(|s| s.parse().ok())
     {
+        // As for the variable: a commit dated later (git takes any date) made
+        // `11476-08-15T05:20:00Z`, which no tool reads.
+        if e > LAST_RFC3339_SECOND {
+            bail!(
+                "the workspace's last commit is dated {e} seconds, after 9999-12-31 \
+                 ({LAST_RFC3339_SECOND}), the last date an image's creation time can hold: \
+                 set SOURCE_DATE_EPOCH to the image's date"
+            );
+        }
         return Ok((e, Dated::Commit));
     }
     let now = std::time::SystemTime::now()
@@ -1126,6 +1135,42 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// Hostile pass 20: a workspace whose last commit is dated after the year
+    /// 9999 (git takes any date) dated the image `11476-08-15T05:20:00Z`, status
+    /// 0; the variable's bound did not hold for the commit's date.
+    #[test]
+    fn a_commit_after_the_year_9999_is_refused() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "late-commit");
+        let git = |args: &[&str]| {
+            let o = Command::new("git")
+                .args(args)
+                .current_dir(&*d)
+                .env("GIT_COMMITTER_DATE", "@300000000000 +0000")
+                .env("GIT_AUTHOR_DATE", "@300000000000 +0000")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        git(&["init", "-q"]);
+        fs::write(d.join("f"), "x").unwrap();
+        git(&["add", "f"]);
+        git(&[
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-qm",
+            "late",
+        ]);
+        let e = source_date_epoch_from(None, &d).unwrap_err().to_string();
+        assert!(
+            e.contains("last commit is dated 300000000000 seconds, after 9999-12-31")
+                && e.contains("set SOURCE_DATE_EPOCH"),
+            "{e}"
+        );
     }
 
     /// An `hpc` on the PATH that never answers `--version` kept the command
