@@ -893,6 +893,55 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
     }
 
+    /// Hostile pass 20: the cache's `.build.lock` was opened with `>`: a link
+    /// there had its target emptied, a FIFO held the script without end.
+    /// Refused, the target kept.
+    #[test]
+    fn a_build_lock_that_is_a_link_or_a_fifo_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "build-lock");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, text) in [
+            ("docker", "#!/bin/sh\nexit 1\n"),
+            ("mmdebstrap", "#!/bin/sh\nexit 1\n"),
+        ] {
+            std::fs::write(bin.join(name), text).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let victim = s.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let (link, fifo) = (s.join("link"), s.join("fifo"));
+        std::fs::create_dir_all(&link).unwrap();
+        std::os::unix::fs::symlink(&victim, link.join(".build.lock")).unwrap();
+        std::fs::create_dir_all(&fifo).unwrap();
+        hpc_test_support::mkfifo(&fifo.join(".build.lock"));
+        for cache in [&link, &fifo] {
+            let o = hpc_io::tool::output_within(
+                Command::new("bash")
+                    .args(["-c", SCRIPT, "hpc-cluster", "image"])
+                    .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                    .env(env::CLUSTER_NAME, "t")
+                    .env(env::CLUSTER_DIR, s.join("work"))
+                    .env(env::CACHE_DIR, cache),
+                std::time::Duration::from_secs(20),
+                64 << 10,
+            )
+            .unwrap_or_else(|e| match e {
+                hpc_io::tool::ToolError::TimedOut(_) => {
+                    panic!("{}: the script did not end within 20 s", cache.display())
+                }
+                e => panic!("{e}"),
+            });
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success() && err.contains(".build.lock is not a regular file"),
+                "{err}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
     /// Pass 19's leftover: once `docker version` answered, the script's own
     /// `docker ps`, `exec`, `network`, ... had no bound: a daemon that answers
     /// that and hangs on the rest held `status` and `down` without end. Each

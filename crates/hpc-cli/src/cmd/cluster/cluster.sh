@@ -83,7 +83,13 @@ build_image() {
     command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: apt-get install mmdebstrap"
     mkdir -p "$cache"
     # Two clusters coming up at once (HPC_CLUSTER_NAME) make the image once.
-    exec 9>"$cache/.build.lock"
+    # The lock is a regular file of the cache's, opened without truncating:
+    # a link there had its target emptied, a FIFO held the open without end.
+    local lock=$cache/.build.lock
+    if [ -L "$lock" ] || { [ -e "$lock" ] && [ ! -f "$lock" ]; }; then
+        die "$lock is not a regular file (a link, a FIFO, a device?): remove it"
+    fi
+    exec 9>>"$lock"
     flock 9
     if docker image inspect "$image" >/dev/null 2>&1; then exec 9>&-; return; fi
     local tar=$cache/node-$tag.tar
