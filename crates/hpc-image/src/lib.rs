@@ -1049,6 +1049,19 @@ mod tests {
             "new"
         );
         assert_eq!(names(out), ["oci"]);
+        // An `oci` that is a link is replaced, its target kept (the rename
+        // failed over it: "Not a directory", after the earlier summary was gone).
+        let target = d.join("target");
+        fs::create_dir_all(&target).unwrap();
+        fs::write(target.join("f"), "keep").unwrap();
+        let o2 = d.join("o2");
+        fs::create_dir_all(&o2).unwrap();
+        std::os::unix::fs::symlink(&target, o2.join("oci")).unwrap();
+        let mut begun = Begun::default();
+        app.layout = stage::app_layer::new_layout(&o2, &mut begun).unwrap();
+        stage::layout::put_in_place(&mut app, &o2).unwrap();
+        assert!(fs::symlink_metadata(o2.join("oci")).unwrap().is_dir());
+        assert_eq!(fs::read_to_string(target.join("f")).unwrap(), "keep");
     }
 
     /// What a stopped build had begun (a part of `oci/`, `app-layer.tmp`) is

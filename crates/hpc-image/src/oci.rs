@@ -287,12 +287,15 @@ impl Layout {
         })
     }
 
-    /// Moves the layout to `to`, replacing what is there (an earlier layout).
+    /// Moves the layout to `to`, replacing what is there: an earlier layout, or
+    /// a link (replaced, never followed: its target is kept).
     pub fn rename(&mut self, to: &Path) -> Result<()> {
-        if fs::symlink_metadata(to).is_ok_and(|m| m.is_dir()) {
-            fs::remove_dir_all(to)
-                .with_context(|| format!("removing {}", hpc_io::message::path(to)))?;
+        match fs::symlink_metadata(to) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(to),
+            Ok(_) => fs::remove_file(to),
+            Err(_) => Ok(()),
         }
+        .with_context(|| format!("removing {}", hpc_io::message::path(to)))?;
         fs::rename(&self.dir, to).with_context(|| {
             format!(
                 "renaming {} to {}",

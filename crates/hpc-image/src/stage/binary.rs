@@ -240,6 +240,15 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             ));
         }
     }
+    // A file of the user's under the layout's name (a link is replaced, as
+    // before).
+    if std::fs::symlink_metadata(&oci).is_ok_and(|m| !m.is_dir() && !m.file_type().is_symlink()) {
+        return Err(format!(
+            "--out {}: its oci is not a directory and would be replaced by the image's \
+             layout: move it, or give another --out",
+            hpc_io::message::path(out)
+        ));
+    }
     if std::fs::symlink_metadata(&oci).is_ok_and(|m| m.is_dir())
         && !oci.join("oci-layout").is_file()
     {
