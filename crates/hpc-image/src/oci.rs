@@ -225,12 +225,10 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Creates (or empties) the layout directory.
+    /// Creates (or empties) the layout directory; a file or a link there (a
+    /// stopped build's, a planted one) is replaced, never followed.
     pub fn create(dir: &Path) -> Result<Self> {
-        if dir.exists() {
-            fs::remove_dir_all(dir)
-                .with_context(|| format!("removing {}", hpc_io::message::path(dir)))?;
-        }
+        remove_any(dir)?;
         fs::create_dir_all(dir.join("blobs/sha256"))
             .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
         fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
@@ -290,12 +288,7 @@ impl Layout {
     /// Moves the layout to `to`, replacing what is there: an earlier layout, or
     /// a link (replaced, never followed: its target is kept).
     pub fn rename(&mut self, to: &Path) -> Result<()> {
-        match fs::symlink_metadata(to) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(to),
-            Ok(_) => fs::remove_file(to),
-            Err(_) => Ok(()),
-        }
-        .with_context(|| format!("removing {}", hpc_io::message::path(to)))?;
+        remove_any(to)?;
         fs::rename(&self.dir, to).with_context(|| {
             format!(
                 "renaming {} to {}",
@@ -311,6 +304,17 @@ impl Layout {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Removes what is at `path`: a folder with what it holds, a file, a link (not
+/// its target); nothing there is no error.
+fn remove_any(path: &Path) -> Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+    .with_context(|| format!("removing {}", hpc_io::message::path(path)))
 }
 
 /// What [`Layout::finish`] wrote.
@@ -415,6 +419,26 @@ pub fn write_docker_archive(
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a file at the new layout's path (`.oci.part`) failed
+    /// the build with "removing …: Not a directory"; it is replaced, and a
+    /// link there is replaced without its target being touched.
+    #[test]
+    fn a_layout_replaces_a_file_or_a_link_at_its_path() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "layout-over-file");
+        let file = d.join(".oci.part");
+        std::fs::write(&file, "x").unwrap();
+        let l = super::Layout::create(&file).unwrap();
+        assert!(l.dir().join("oci-layout").is_file());
+        let target = d.join("target");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("f"), "keep").unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        super::Layout::create(&link).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_dir());
+        assert_eq!(std::fs::read_to_string(target.join("f")).unwrap(), "keep");
+    }
+
     use super::*;
 
     fn layer() -> Layer {
