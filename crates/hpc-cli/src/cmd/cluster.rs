@@ -954,11 +954,21 @@ mod tests {
         std::fs::write(bin.join("docker"), "#!/bin/sh\nexec sleep 60\n").unwrap();
         std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
-        for action in ["status", "down"] {
+        for (action, call) in [
+            ("status", "ps"),
+            ("down", "ps"),
+            // Said not to be up (125) before: its message went to /dev/null.
+            ("exec", "inspect"),
+        ] {
             let t = std::time::Instant::now();
             let o = hpc_io::tool::output_within(
                 Command::new("bash")
                     .args(["-c", SCRIPT, "hpc-cluster", action])
+                    .args(if action == "exec" {
+                        &["--timeout", "5", "true"][..]
+                    } else {
+                        &[]
+                    })
                     .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
                     .env("docker_limit", "1")
                     .env(env::CLUSTER_NAME, "t")
@@ -976,7 +986,9 @@ mod tests {
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(124), "{action}: {err}");
             assert!(
-                err.contains("docker ps did not end within 1s and was stopped: the Docker daemon does not answer"),
+                err.contains(&format!(
+                    "docker {call} did not end within 1s and was stopped: the Docker daemon does not answer"
+                )),
                 "{action}: {err}"
             );
             assert!(t.elapsed() < std::time::Duration::from_secs(20), "{action}");

@@ -243,7 +243,15 @@ exec_on_ctl() {
     if [ "${1:-}" = --timeout ]; then limit=$2; shift 2; fi
     # Without a cluster, docker's "No such container" and its status 1 read as the
     # command's own failure: said, with a status no command of the cluster gives.
-    if [ "$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null)" != true ]; then
+    # A daemon that does not answer is said so (its bounded call's message went
+    # to /dev/null with docker's own, and the cluster was said not to be up).
+    local running="" inspected=0
+    running=$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null) || inspected=$?
+    if [ "$inspected" -eq 124 ]; then
+        log "error: docker inspect did not end within ${docker_limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)"
+        return 124
+    fi
+    if [ "$running" != true ]; then
         log "error: cluster $prefix is not up (its controller $prefix-ctl is not running): start it with hpc cluster up"
         return 125
     fi
