@@ -959,6 +959,8 @@ mod tests {
             ("down", "ps"),
             // Said not to be up (125) before: its message went to /dev/null.
             ("exec", "inspect"),
+            // Ended 124 without a word: `docker image inspect … 2>/dev/null`.
+            ("image", "image"),
         ] {
             let t = std::time::Instant::now();
             let o = hpc_io::tool::output_within(

@@ -59,14 +59,18 @@ die() { log "error: $*"; exit 1; }
 # does not end within its limit (docker_limit seconds, 30; `import` of the node
 # file system 600) is stopped and named, with the status 124. The command a user
 # gives to `exec` has its own bound (--timeout) and is run by `command docker`.
+# The message goes to the script's own standard error (fd 8), not to the one
+# a call was given: `docker image inspect … 2>/dev/null` ended the script with
+# 124 and nothing said.
 docker_limit=${docker_limit:-30}
 case $docker_limit in '' | *[!0-9]* | 0) docker_limit=30 ;; esac
+exec 8>&2
 docker() {
     local limit=$docker_limit rc=0
     [ "${1:-}" = import ] && limit=$((docker_limit * 20))
-    timeout -k 10 "$limit" docker "$@" || rc=$?
+    timeout -k 10 "$limit" docker "$@" 8>&- || rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        log "error: docker $1 did not end within ${limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)"
+        log "error: docker $1 did not end within ${limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)" 2>&8
         exit 124
     fi
     return "$rc"
@@ -243,12 +247,11 @@ exec_on_ctl() {
     if [ "${1:-}" = --timeout ]; then limit=$2; shift 2; fi
     # Without a cluster, docker's "No such container" and its status 1 read as the
     # command's own failure: said, with a status no command of the cluster gives.
-    # A daemon that does not answer is said so (its bounded call's message went
-    # to /dev/null with docker's own, and the cluster was said not to be up).
+    # A daemon that does not answer is said so (by the bounded call), not taken
+    # for a cluster that is not up.
     local running="" inspected=0
     running=$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null) || inspected=$?
     if [ "$inspected" -eq 124 ]; then
-        log "error: docker inspect did not end within ${docker_limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)"
         return 124
     fi
     if [ "$running" != true ]; then
