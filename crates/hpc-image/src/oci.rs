@@ -231,7 +231,10 @@ impl Layout {
         remove_any(dir)?;
         fs::create_dir_all(dir.join("blobs/sha256"))
             .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
-        fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        write_named(
+            &dir.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })
@@ -247,7 +250,7 @@ impl Layout {
     /// Stores bytes as a blob.
     pub fn put(&self, media_type: &str, data: &[u8]) -> Result<Descriptor> {
         let digest = sha256(data);
-        fs::write(self.blob_path(&digest), data)?;
+        write_named(&self.blob_path(&digest), data)?;
         Ok(Descriptor {
             media_type: media_type.into(),
             digest,
@@ -274,9 +277,9 @@ impl Layout {
         let config = self.put(CONFIG_MEDIA_TYPE, &config_bytes)?;
         let manifest_bytes = to_bytes(&manifest_json(&config, layers, &[]));
         let manifest = self.put(MANIFEST_MEDIA_TYPE, &manifest_bytes)?;
-        fs::write(
-            self.dir.join("index.json"),
-            to_bytes(&index_json(&manifest, ref_name)),
+        write_named(
+            &self.dir.join("index.json"),
+            &to_bytes(&index_json(&manifest, ref_name)),
         )?;
         Ok(Written {
             manifest,
@@ -304,6 +307,12 @@ impl Layout {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Writes `data` into `path` in the layout, a failure naming the file (a full
+/// disk said "No space left on device" and nothing more).
+fn write_named(path: &Path, data: &[u8]) -> Result<()> {
+    fs::write(path, data).with_context(|| format!("writing {}", hpc_io::message::path(path)))
 }
 
 /// Removes what is at `path`: a folder with what it holds, a file, a link (not

@@ -437,11 +437,19 @@ mod tests {
                     x as u8
                 })
                 .collect();
-            let e = super::write_layer_file(vec![super::Entry::file("a", 0o644, data)], 0, &p)
-                .unwrap_err();
+            let e =
+                super::write_layer_file(vec![super::Entry::file("a", 0o644, data.clone())], 0, &p)
+                    .unwrap_err();
             let m = format!("{e:#}");
             assert!(
                 m.contains("app-layer.tmp") && m.contains("File too large"),
+                "{m}"
+            );
+            // The layout's own files alike.
+            let l = crate::oci::Layout::create(&d.join("oci")).unwrap();
+            let m = format!("{:#}", l.put("x", &data).unwrap_err());
+            assert!(
+                m.contains("oci/blobs/sha256/") && m.contains("File too large"),
                 "{m}"
             );
             return;
