@@ -188,8 +188,9 @@ fn last_words(message: &str) {
 /// Ends the process with what clap has to say (`--help`, `--version`, a usage
 /// error), as `clap::Error::exit` does, except that a failed write is not silent
 /// (a closed pipe ends with 141, any other write error with a message and status
-/// 2) and a line is cut after `hpc_io::message::LINE_CHARS` characters (clap's
-/// "invalid value" quotes the value whole).
+/// 2), a line is cut after `hpc_io::message::LINE_CHARS` characters (clap's
+/// "invalid value" quotes the value whole), and a value's control characters
+/// are shown escaped, never in colour.
 fn clap_exit(e: clap::Error) -> ! {
     let to_stderr = e.use_stderr();
     let text = e.render();
@@ -198,11 +199,21 @@ fn clap_exit(e: clap::Error) -> ! {
     } else {
         std::io::stdout().is_terminal()
     };
-    let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // An argument holding a control character (a carriage return, a terminal's
+    // escape) or a bidirectional control is quoted in plain text, escaped: the
+    // coloured text, itself made of escapes, passed the refused value to the
+    // terminal as it was (a title set, a line hidden or reordered). The plain
+    // text leaves a terminal's escapes out.
+    let odd = std::env::args_os().any(|a| {
+        a.to_string_lossy()
+            .chars()
+            .any(hpc_io::message::needs_escape)
+    });
+    let colour = terminal && !odd && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let text = if colour {
         text.ansi().to_string()
     } else {
-        text.to_string()
+        hpc_io::message::escape_controls(&text.to_string()).into_owned()
     };
     hpc_io::message::usage_exit("hpc", &text, to_stderr, e.exit_code())
 }

@@ -25,6 +25,16 @@ fn hpc_logging(stderr: Stdio, env: &[(&str, &str)]) -> std::process::Child {
 
 /// Runs it with stderr on a fresh pseudo-terminal; returns what the terminal got.
 fn on_a_terminal(env: &[(&str, &str)]) -> String {
+    let (got, status) = stderr_on_a_terminal(|stderr| hpc_logging(stderr, env));
+    assert!(status.success());
+    got
+}
+
+/// Runs the child `start` makes with the standard error it is given, a fresh
+/// pseudo-terminal's; returns what the terminal got and the child's status.
+fn stderr_on_a_terminal(
+    start: impl FnOnce(Stdio) -> std::process::Child,
+) -> (String, std::process::ExitStatus) {
     let (mut master, mut slave) = (0, 0);
     // SAFETY: openpty writes two descriptors into the integers we pass; the other
     // arguments may be null.
@@ -40,7 +50,7 @@ fn on_a_terminal(env: &[(&str, &str)]) -> String {
     assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
     // SAFETY: both descriptors were just opened by openpty and are owned here only.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let mut child = hpc_logging(Stdio::from(slave), env);
+    let mut child = start(Stdio::from(slave));
     // The child holds the terminal's slave side now; reading the master ends (EIO)
     // when it exits.
     let mut got = Vec::new();
@@ -52,8 +62,8 @@ fn on_a_terminal(env: &[(&str, &str)]) -> String {
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     }
-    assert!(child.wait().unwrap().success());
-    String::from_utf8_lossy(&got).into_owned()
+    let status = child.wait().unwrap();
+    (String::from_utf8_lossy(&got).into_owned(), status)
 }
 
 #[test]
@@ -69,4 +79,41 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     // A terminal with NO_COLOR: none.
     let tty = on_a_terminal(&[("NO_COLOR", "1")]);
     assert!(tty.contains("DEBUG") && !tty.contains('\x1b'), "{tty:?}");
+}
+
+/// Pass 19's leftover: a refused value holding a carriage return or a
+/// right-to-left override (U+202E) reached a terminal raw in the coloured usage
+/// error (the carriage return hid what came before it, the override reordered
+/// the line), and a pipe raw in the plain one. Both show them escaped now; a
+/// terminal's own escapes in the value (a title, a colour) reach neither.
+#[test]
+fn a_refused_value_is_shown_escaped_on_a_terminal_and_in_a_pipe() {
+    for (value, shown) in [
+        ("1\rHIDDEN\u{202e}2", "1\\rHIDDEN\\u{202e}2"),
+        ("1\u{1b}]0;pwned\u{7}\u{1b}[31m2", "1"),
+    ] {
+        let start = |stderr: Stdio| {
+            Command::new(HPC)
+                .args(["topo", "--ranks", value])
+                .env_remove("NO_COLOR")
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .unwrap()
+        };
+        let (tty, status) = stderr_on_a_terminal(start);
+        let out = start(Stdio::piped()).wait_with_output().unwrap();
+        let pipe = String::from_utf8_lossy(&out.stderr).into_owned();
+        for (text, code) in [(&tty, status.code()), (&pipe, out.status.code())] {
+            assert_eq!(code, Some(2), "{text:?}");
+            assert!(text.contains(shown), "{text:?}");
+            assert!(
+                !text.contains("\rHIDDEN")
+                    && !text.contains('\u{202e}')
+                    && !text.contains("pwned")
+                    && !text.contains("\u{1b}[31m"),
+                "{text:?}"
+            );
+        }
+    }
 }

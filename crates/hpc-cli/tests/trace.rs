@@ -337,6 +337,37 @@ fn a_traced_job_that_records_nothing_leaves_nothing() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Pass 19's leftover: a job stopped before any rank recorded an event or
+/// finished its file (each rank a process that began its `.part` and was
+/// stopped) left `.t.json.ranks-N` holding those empty files, offered to a
+/// merge that had nothing to merge. Nothing is left, the note says so, and
+/// the job's status is kept.
+#[test]
+fn a_job_stopped_before_any_rank_recorded_leaves_no_folder() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "stopped-empty");
+    let file = dir.join("t.json");
+    let out = hpc(&[
+        "run",
+        "-n",
+        "2",
+        "--trace",
+        file.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        ": > \"$HPC_TRACE/pid-$$.json.part\"; exit 3",
+    ]);
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("before any of its 2 rank(s) recorded an event or finished its timeline; nothing was written"),
+        "{e}"
+    );
+    assert!(!e.contains("hpc trace merge"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn a_second_job_with_the_same_trace_file_is_refused() {
     let dir = hpc_test_support::tmpdir("hpc-trace", "same-file");

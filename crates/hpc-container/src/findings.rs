@@ -166,6 +166,27 @@ fn launcher(env: &Environment, out: &mut Findings) {
         }
     }
 
+    // A rank at or past the job's size: the launcher's variables disagree (a
+    // script that set one by hand, a stale one inherited); the report showed
+    // "rank 7 of 4" without a word.
+    if let (Some(rank), Some(size)) = (l.rank, l.size) {
+        if rank >= size {
+            out.push(
+                "launch.rank-outside-size",
+                Severity::Error,
+                format!(
+                    "rank {rank} of a job of {size} rank(s): the launcher's variables disagree"
+                ),
+                "a rank numbers 0 to size - 1: the program would take a rank no other process \
+                 knows of, and wait for it, or fail to join",
+                "check the rank and size variables this process was given (SLURM_PROCID and \
+                 SLURM_NTASKS, OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE, PMI_RANK and \
+                 PMI_SIZE): one left over from another job, or set by hand"
+                    .into(),
+            );
+        }
+    }
+
     if let (Some(dir), Some(false)) = (&l.pmix_server_tmpdir, l.pmix_server_tmpdir_visible) {
         let spool = dir
             .trim_end_matches('/')
@@ -791,6 +812,37 @@ fn cpu_fix(rt: RuntimeKind) -> String {
 #[cfg(test)]
 mod tests {
     use super::ucx_tls_classes;
+
+    /// Hostile pass 20: `SLURM_PROCID=7 SLURM_NTASKS=4` was reported as
+    /// "rank 7 of 4" without a finding; it is an error now, and a rank within
+    /// the size is none.
+    #[test]
+    fn a_rank_outside_the_size_is_an_error() {
+        use crate::{Environment, Probe};
+        let finds = |procid: &str| {
+            let env: std::collections::BTreeMap<String, String> = [
+                ("SLURM_JOB_ID", "1"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_MPI_TYPE", "pmix"),
+                ("SLURM_PROCID", procid),
+                ("SLURM_NTASKS", "4"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            let e = Environment::detect_from(&Probe::new("/nonexistent-root", env));
+            e.diagnose()
+                .into_iter()
+                .filter(|f| f.id == "launch.rank-outside-size")
+                .map(|f| f.seen)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            finds("7"),
+            ["rank 7 of a job of 4 rank(s): the launcher's variables disagree"]
+        );
+        assert!(finds("4").len() == 1 && finds("3").is_empty());
+    }
 
     #[test]
     fn ucx_tls() {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{BufReader, BufWriter, Read};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::oci::{Descriptor, Layer, LAYER_GZIP_MEDIA_TYPE, LAYER_TAR_MEDIA_TYPE};
-use super::tar::{read_tar, sha256, write_layer, Entry, Kind};
+use super::tar::{read_tar, sha256, Entry, Kind};
 use super::MpiModel;
 
 /// Bump when [`normalise`] changes: it is part of the cache key.
@@ -209,12 +209,19 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
     let entries = normalise(entries);
     let files: BTreeSet<String> = entries.iter().map(|e| e.path.clone()).collect();
     let tmp = dir.join("layer.tar.gz.tmp");
-    let d = write_layer(entries, epoch, BufWriter::new(fs::File::create(&tmp)?))?;
+    // A cache several workspaces share: nothing in it is written through a link.
+    let d = crate::tar::write_layer_file(entries, epoch, &tmp)?;
     let blob = dir.join("layer.tar.gz");
     fs::rename(&tmp, &blob)?;
-    fs::write(
-        dir.join("files.txt"),
-        files.iter().cloned().collect::<Vec<_>>().join("\n"),
+    crate::write_new(
+        &dir.join("files.txt"),
+        files
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_bytes(),
+        0o644,
     )?;
     let meta = json!({
         "digest": d.digest,
@@ -223,7 +230,7 @@ pub fn ensure(spec: &BaseSpec, cache_root: &Path, epoch: u64) -> Result<Base> {
         "epoch": epoch,
         "mmdebstrap": spec.mmdebstrap_args(),
     });
-    fs::write(&meta_path, serde_json::to_vec_pretty(&meta)?)?;
+    crate::write_new(&meta_path, &serde_json::to_vec_pretty(&meta)?, 0o644)?;
     let mut base = load_cached(&dir, &serde_json::to_string(&meta)?)?;
     base.cached = false;
     Ok(base)

@@ -602,6 +602,15 @@ fn source_date_epoch_from(var: Option<std::ffi::OsString>, root: &Path) -> Resul
     }
     if let Some(e) = git(root, &["log", "-1", "--format=%ct", "HEAD"]).and_then(|s| s.parse().ok())
     {
+        // As for the variable: a commit dated later (git takes any date) made
+        // `11476-08-15T05:20:00Z`, which no tool reads.
+        if e > LAST_RFC3339_SECOND {
+            bail!(
+                "the workspace's last commit is dated {e} seconds, after 9999-12-31 \
+                 ({LAST_RFC3339_SECOND}), the last date an image's creation time can hold: \
+                 set SOURCE_DATE_EPOCH to the image's date"
+            );
+        }
         return Ok((e, Dated::Commit));
     }
     let now = std::time::SystemTime::now()
@@ -650,15 +659,7 @@ fn dpkg_owner(path: &str) -> Option<String> {
     None
 }
 
-fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+use hpc_io::message::shell_quote;
 
 /// The folder of `<target>` that cargo puts a profile's output in.
 pub fn profile_dir(profile: &str) -> &str {
@@ -953,10 +954,12 @@ fn write_image(
     sys::stop_point()?;
     let (spec, base, base_size) = stage::base_layer::base(args, cache, built.epoch, pr)?;
     sys::stop_point()?;
-    let app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
+    let mut app = stage::app_layer::write(args, built, &base, out_dir, pr, begun)?;
     sys::stop_point()?;
     let image = stage::layout::write(args, built, &base, &app, pr)?;
-    begun.end(app.layout.dir());
+    let part = app.layout.dir().to_path_buf();
+    stage::layout::put_in_place(&mut app, out_dir)?;
+    begun.end(&part);
     sys::stop_point()?;
     for name in [
         format!("{}-oci.tar", bin.name),
@@ -987,6 +990,79 @@ fn write_image(
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// Pass 19's leftover: a rebuild stopped once its layout stage began kept
+    /// the earlier `image.json` but not its `oci/` (the stage removed it before
+    /// writing the new one). The new layout is written beside it: a stop leaves
+    /// the whole earlier image; a layout put in place takes the earlier
+    /// `image.json` with the earlier `oci/`.
+    #[test]
+    fn a_stopped_rebuild_keeps_the_whole_earlier_image() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "rebuild");
+        let out: &Path = &d;
+        fs::create_dir_all(out.join("oci/blobs/sha256")).unwrap();
+        fs::write(out.join("oci/index.json"), "earlier").unwrap();
+        fs::write(out.join("image.json"), "{}").unwrap();
+        let mut begun = Begun::default();
+        let layout = stage::app_layer::new_layout(out, &mut begun).unwrap();
+        layout.put(oci::CONFIG_MEDIA_TYPE, b"{}").unwrap();
+        // Stopped: what it began is removed, the earlier image is whole.
+        begun.remove();
+        assert_eq!(
+            fs::read_to_string(out.join("oci/index.json")).unwrap(),
+            "earlier"
+        );
+        assert!(out.join("image.json").is_file());
+        let names = |out: &Path| {
+            let mut n: Vec<String> = fs::read_dir(out)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(out), ["image.json", "oci"]);
+        // Not stopped: the new layout replaces the earlier one and its summary.
+        let mut begun = Begun::default();
+        let layout = stage::app_layer::new_layout(out, &mut begun).unwrap();
+        fs::write(layout.dir().join("index.json"), "new").unwrap();
+        let mut app = stage::app_layer::App {
+            layout,
+            layer: oci::Layer {
+                blob: oci::Descriptor {
+                    media_type: String::new(),
+                    digest: String::new(),
+                    size: 0,
+                },
+                diff_id: String::new(),
+                created_by: String::new(),
+            },
+            size: 0,
+            app_libs: Default::default(),
+            bind_paths: vec![],
+            extra_packages: Default::default(),
+        };
+        stage::layout::put_in_place(&mut app, out).unwrap();
+        assert_eq!(app.layout.dir(), out.join("oci"));
+        assert_eq!(
+            fs::read_to_string(out.join("oci/index.json")).unwrap(),
+            "new"
+        );
+        assert_eq!(names(out), ["oci"]);
+        // An `oci` that is a link is replaced, its target kept (the rename
+        // failed over it: "Not a directory", after the earlier summary was gone).
+        let target = d.join("target");
+        fs::create_dir_all(&target).unwrap();
+        fs::write(target.join("f"), "keep").unwrap();
+        let o2 = d.join("o2");
+        fs::create_dir_all(&o2).unwrap();
+        std::os::unix::fs::symlink(&target, o2.join("oci")).unwrap();
+        let mut begun = Begun::default();
+        app.layout = stage::app_layer::new_layout(&o2, &mut begun).unwrap();
+        stage::layout::put_in_place(&mut app, &o2).unwrap();
+        assert!(fs::symlink_metadata(o2.join("oci")).unwrap().is_dir());
+        assert_eq!(fs::read_to_string(target.join("f")).unwrap(), "keep");
+    }
 
     /// What a stopped build had begun (a part of `oci/`, `app-layer.tmp`) is
     /// removed; what it finished, and what was there before, is kept.
@@ -1071,6 +1147,42 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// Hostile pass 20: a workspace whose last commit is dated after the year
+    /// 9999 (git takes any date) dated the image `11476-08-15T05:20:00Z`, status
+    /// 0; the variable's bound did not hold for the commit's date.
+    #[test]
+    fn a_commit_after_the_year_9999_is_refused() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "late-commit");
+        let git = |args: &[&str]| {
+            let o = Command::new("git")
+                .args(args)
+                .current_dir(&*d)
+                .env("GIT_COMMITTER_DATE", "@300000000000 +0000")
+                .env("GIT_AUTHOR_DATE", "@300000000000 +0000")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        git(&["init", "-q"]);
+        fs::write(d.join("f"), "x").unwrap();
+        git(&["add", "f"]);
+        git(&[
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-qm",
+            "late",
+        ]);
+        let e = source_date_epoch_from(None, &d).unwrap_err().to_string();
+        assert!(
+            e.contains("last commit is dated 300000000000 seconds, after 9999-12-31")
+                && e.contains("set SOURCE_DATE_EPOCH"),
+            "{e}"
+        );
     }
 
     /// An `hpc` on the PATH that never answers `--version` kept the command

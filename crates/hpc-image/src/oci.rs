@@ -225,15 +225,16 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Creates (or empties) the layout directory.
+    /// Creates (or empties) the layout directory; a file or a link there (a
+    /// stopped build's, a planted one) is replaced, never followed.
     pub fn create(dir: &Path) -> Result<Self> {
-        if dir.exists() {
-            fs::remove_dir_all(dir)
-                .with_context(|| format!("removing {}", hpc_io::message::path(dir)))?;
-        }
+        remove_any(dir)?;
         fs::create_dir_all(dir.join("blobs/sha256"))
             .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
-        fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        write_named(
+            &dir.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })
@@ -249,7 +250,7 @@ impl Layout {
     /// Stores bytes as a blob.
     pub fn put(&self, media_type: &str, data: &[u8]) -> Result<Descriptor> {
         let digest = sha256(data);
-        fs::write(self.blob_path(&digest), data)?;
+        write_named(&self.blob_path(&digest), data)?;
         Ok(Descriptor {
             media_type: media_type.into(),
             digest,
@@ -276,9 +277,9 @@ impl Layout {
         let config = self.put(CONFIG_MEDIA_TYPE, &config_bytes)?;
         let manifest_bytes = to_bytes(&manifest_json(&config, layers, &[]));
         let manifest = self.put(MANIFEST_MEDIA_TYPE, &manifest_bytes)?;
-        fs::write(
-            self.dir.join("index.json"),
-            to_bytes(&index_json(&manifest, ref_name)),
+        write_named(
+            &self.dir.join("index.json"),
+            &to_bytes(&index_json(&manifest, ref_name)),
         )?;
         Ok(Written {
             manifest,
@@ -287,10 +288,42 @@ impl Layout {
         })
     }
 
+    /// Moves the layout to `to`, replacing what is there: an earlier layout, or
+    /// a link (replaced, never followed: its target is kept).
+    pub fn rename(&mut self, to: &Path) -> Result<()> {
+        remove_any(to)?;
+        fs::rename(&self.dir, to).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                hpc_io::message::path(&self.dir),
+                hpc_io::message::path(to)
+            )
+        })?;
+        self.dir = to.to_path_buf();
+        Ok(())
+    }
+
     /// The layout directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Writes `data` into `path` in the layout, a failure naming the file (a full
+/// disk said "No space left on device" and nothing more).
+fn write_named(path: &Path, data: &[u8]) -> Result<()> {
+    fs::write(path, data).with_context(|| format!("writing {}", hpc_io::message::path(path)))
+}
+
+/// Removes what is at `path`: a folder with what it holds, a file, a link (not
+/// its target); nothing there is no error.
+fn remove_any(path: &Path) -> Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+    .with_context(|| format!("removing {}", hpc_io::message::path(path)))
 }
 
 /// What [`Layout::finish`] wrote.
@@ -395,6 +428,26 @@ pub fn write_docker_archive(
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a file at the new layout's path (`.oci.part`) failed
+    /// the build with "removing …: Not a directory"; it is replaced, and a
+    /// link there is replaced without its target being touched.
+    #[test]
+    fn a_layout_replaces_a_file_or_a_link_at_its_path() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "layout-over-file");
+        let file = d.join(".oci.part");
+        std::fs::write(&file, "x").unwrap();
+        let l = super::Layout::create(&file).unwrap();
+        assert!(l.dir().join("oci-layout").is_file());
+        let target = d.join("target");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("f"), "keep").unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        super::Layout::create(&link).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_dir());
+        assert_eq!(std::fs::read_to_string(target.join("f")).unwrap(), "keep");
+    }
+
     use super::*;
 
     fn layer() -> Layer {

@@ -504,11 +504,11 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     let path = dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
+    // Never through a link, never blocking: a FIFO there was opened for
+    // writing and waited for a reader for ever (a stop held for the next
+    // stage could not end it), and a link there had its target made.
+    let (file, _) = hpc_io::rundir::open_own(&path, true)
+        .with_context(|| format!("locking the folder {}", hpc_io::message::path(dir)))?
         .with_context(|| format!("opening {}", hpc_io::message::path(&path)))?;
     let mut said = false;
     loop {
@@ -535,6 +535,38 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a FIFO at the cache's `.lock` was opened for writing
+    /// and waited for a reader for ever (`timeout`'s SIGTERM was held for the
+    /// next stage: 10 minutes, then SIGKILL), and a link there to nothing had
+    /// its target made. Both are refused at once, naming the file.
+    #[test]
+    fn a_lock_that_is_a_fifo_or_a_link_is_refused_at_once() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "lock-fifo");
+        let fifo = d.join("fifo");
+        std::fs::create_dir_all(&fifo).unwrap();
+        hpc_test_support::mkfifo(&fifo.join(".lock"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                super::lock_dir(&dir)
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:#}")),
+            );
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("lock_dir waited on a FIFO")
+            .unwrap_err();
+        assert!(e.contains(".lock") && e.contains("a FIFO"), "{e}");
+        let link = d.join("link");
+        std::fs::create_dir_all(&link).unwrap();
+        std::os::unix::fs::symlink(d.join("made"), link.join(".lock")).unwrap();
+        let e = format!("{:#}", super::lock_dir(&link).map(|_| ()).unwrap_err());
+        assert!(e.contains("a symbolic link"), "{e}");
+        assert!(!d.join("made").exists());
+    }
+
     use super::*;
 
     #[test]

@@ -371,6 +371,25 @@ pub struct LayerDigests {
     pub diff_id: String,
 }
 
+/// Writes `entries` as a layer ([`write_layer`]) into the new file `path`,
+/// created fresh: whatever is at `path` (a link planted there, an earlier
+/// run's file) is removed, never written through. The app layer's
+/// `app-layer.tmp` was opened following a link: a link there to another file
+/// had that file replaced by the layer, and the layout's blob became the link.
+pub fn write_layer_file(
+    entries: Vec<Entry>,
+    mtime: u64,
+    path: &std::path::Path,
+) -> Result<LayerDigests> {
+    let f = crate::create_new(path)?;
+    // Named: a full disk said "No space left on device" and nothing more.
+    let d = write_layer(entries, mtime, io::BufWriter::new(&f))
+        .with_context(|| format!("writing {}", hpc_io::message::path(path)))?;
+    f.sync_all()
+        .with_context(|| format!("writing {}", hpc_io::message::path(path)))?;
+    Ok(d)
+}
+
 /// Writes `entries` as a deterministic gzip-compressed tar layer to `w`: gzip header
 /// mtime 0, no file name, compression level 6.
 pub fn write_layer<W: Write>(entries: Vec<Entry>, mtime: u64, w: W) -> Result<LayerDigests> {
@@ -399,6 +418,78 @@ pub fn sha256(data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a layer that could not be written (a full disk) said
+    /// "No space left on device" and named no file. Run again in a child whose
+    /// files may hold 8 KiB (`ulimit -f`, `SIGXFSZ` ignored: the write fails
+    /// with "File too large").
+    #[test]
+    fn a_layer_that_cannot_be_written_names_its_file() {
+        if std::env::var_os("IMAGE_TEST_FSIZE_CHILD").is_some() {
+            let d = hpc_test_support::TmpDir::new("hpc-image", "layer-full");
+            let p = d.join("app-layer.tmp");
+            // 256 KiB that do not compress.
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            let data: Vec<u8> = (0..256 << 10)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let e =
+                super::write_layer_file(vec![super::Entry::file("a", 0o644, data.clone())], 0, &p)
+                    .unwrap_err();
+            let m = format!("{e:#}");
+            assert!(
+                m.contains("app-layer.tmp") && m.contains("File too large"),
+                "{m}"
+            );
+            // The layout's own files alike.
+            let l = crate::oci::Layout::create(&d.join("oci")).unwrap();
+            let m = format!("{:#}", l.put("x", &data).unwrap_err());
+            assert!(
+                m.contains("oci/blobs/sha256/") && m.contains("File too large"),
+                "{m}"
+            );
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let o = std::process::Command::new("bash")
+            .args([
+                "-c",
+                "trap '' XFSZ; ulimit -f 8; exec \"$0\" --exact \
+                 tar::tests::a_layer_that_cannot_be_written_names_its_file --nocapture",
+            ])
+            .arg(exe)
+            .env("IMAGE_TEST_FSIZE_CHILD", "1")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Hostile pass 20: a link planted at the layer's temporary path
+    /// (`--out`'s `app-layer.tmp`, the cache's `layer.tar.gz.tmp`) had the
+    /// file it named replaced by the layer. The link is replaced, its target
+    /// kept.
+    #[test]
+    fn a_layer_is_never_written_through_a_link() {
+        let d = hpc_test_support::TmpDir::new("hpc-image", "layer-link");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let tmp = d.join("app-layer.tmp");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        super::write_layer_file(vec![super::Entry::file("a", 0o644, b"x".to_vec())], 0, &tmp)
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(&tmp).unwrap().is_file());
+    }
+
     use super::*;
 
     /// A `--base` layer of 1.5 KiB whose one header claims 2^62 bytes (GNU's

@@ -190,6 +190,11 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
     let users = scratch.join("users");
     std::fs::create_dir_all(users.join("oci")).unwrap();
     std::fs::write(users.join("oci/notes.txt"), "keep").unwrap();
+    // A user's own file called oci (hostile pass 20: once the layout was
+    // written beside it, the rename over it failed at the end of the build).
+    let file = scratch.join("file");
+    std::fs::create_dir_all(&file).unwrap();
+    std::fs::write(file.join("oci"), "keep").unwrap();
     // Another binary's image.
     let other = scratch.join("other");
     std::fs::create_dir_all(&other).unwrap();
@@ -211,6 +216,7 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
     std::fs::write(elsewhere.join("index.json"), r#"{"manifests": []}"#).unwrap();
     for (out, base, why) in [
         (&users, &elsewhere, "is not an image layout"),
+        (&file, &elsewhere, "its oci is not a directory"),
         (&other, &elsewhere, "holds the image of `someone-else`"),
         (&own, &own_base, "the layout this image replaces"),
     ] {
@@ -226,6 +232,7 @@ fn an_output_folder_the_image_would_wreck_is_refused_before_the_build() {
         "keep"
     );
     assert!(own.join("oci/index.json").is_file());
+    assert_eq!(std::fs::read_to_string(file.join("oci")).unwrap(), "keep");
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_dir_all(&ws);
 }

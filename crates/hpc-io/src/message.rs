@@ -248,6 +248,45 @@ pub fn path(path: &std::path::Path) -> String {
     }
 }
 
+/// `text` as one word a POSIX shell reads back as it is: as it is where it is
+/// made of letters, digits and `-_./=:,@` only, else between single quotes
+/// (each `'` written `'\''`). For a script; a message that offers a command to
+/// paste uses [`shell_word`].
+///
+/// ```
+/// use hpc_io::message::shell_quote;
+/// assert_eq!(shell_quote("/etc/hpc/dpu.key"), "/etc/hpc/dpu.key");
+/// assert_eq!(shell_quote("my key's"), "'my key'\\''s'");
+/// ```
+pub fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
+    {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// `path` as a word to paste into a shell from a message ([`shell_quote`]), or
+/// `None` where no such word can be shown: a path that is not UTF-8, or that
+/// holds a character a message shows escaped ([`needs_escape`]: a control
+/// character, a bidirectional control), whose escaped form ([`path`]) is not
+/// the file's name to a shell.
+///
+/// ```
+/// use std::path::Path;
+/// use hpc_io::message::shell_word;
+/// assert_eq!(shell_word(Path::new("a b")).as_deref(), Some("'a b'"));
+/// assert_eq!(shell_word(Path::new("k\u{1b}[31m")), None);
+/// ```
+pub fn shell_word(path: &std::path::Path) -> Option<String> {
+    let text = path.to_str()?;
+    (!text.chars().any(needs_escape)).then(|| shell_quote(text))
+}
+
 /// The most characters [`cut`] keeps of a line of a text from a file.
 pub const CUT_CHARS: usize = 300;
 

@@ -92,8 +92,8 @@ pub use error::{Error, Result};
 pub use inspect::{check_file, inspect, Inspected, Liveness};
 pub use last_words::mark_incomplete_before_exit;
 pub use link::{check_dir_link, dangling_link};
-use manifest::{host_name, now_ms, open_own, read_manifest};
-pub use manifest::{Manifest, RunFile, RunInfo, Status};
+use manifest::{host_name, now_ms, read_manifest};
+pub use manifest::{open_own, Manifest, RunFile, RunInfo, Status};
 
 /// The manifest of a run directory.
 pub const MANIFEST: &str = "run.json";

@@ -140,8 +140,16 @@ fn read_key(path: &Path, forbidden: u32, who: &str) -> Result<DpuKey> {
     let meta = f.metadata().map_err(|e| bad(e.to_string()))?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & forbidden != 0 {
+        // A name shown escaped is not the file's name to a shell: the hint
+        // offered it as a command to paste.
+        let hint = match hpc_io::message::shell_word(path) {
+            Some(w) => format!("`chmod 600 {w}`"),
+            None => "chmod 600 the file (its name holds a character shown escaped here, \
+                     not as a word to paste into a shell)"
+                .to_string(),
+        };
         return Err(bad(format!(
-            "mode {mode:04o} lets {who} read or write it: `chmod 600 {p}`"
+            "mode {mode:04o} lets {who} read or write it: {hint}"
         )));
     }
     let mut bytes = hpc_io::read::read_open(path, f, size, MAX_KEY)
@@ -788,6 +796,32 @@ mod tests {
                 .contains("its greeting: no complete line in time"),
             "{e}"
         );
+    }
+
+    /// Pass 19's leftover: the `chmod 600` hint of a key file whose name holds
+    /// a control character showed the escaped name, which is not the file's
+    /// name to a shell. A name that needs quoting is quoted as a shell word; one
+    /// shown escaped is said not to be one.
+    #[test]
+    fn the_chmod_hint_is_a_shell_word_or_says_it_is_not() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = hpc_test_support::TmpDir::new("hpc-dpu-key", "hint");
+        let err = |name: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, [9; 32]).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+            DpuKey::from_file(&p).unwrap_err().to_string()
+        };
+        let e = err("my key's");
+        let quoted = format!("`chmod 600 '{}/my key'\\''s'`", dir.display());
+        assert!(e.contains(&quoted), "{e}");
+        let e = err("k\u{1b}[31m");
+        assert!(!e.contains("`chmod 600"), "{e}");
+        assert!(
+            e.contains("chmod 600 the file (its name holds a character shown escaped here, not as a word to paste into a shell)"),
+            "{e}"
+        );
+        assert!(!e.contains('\u{1b}'), "{e}");
     }
 
     #[test]

@@ -157,6 +157,18 @@ pub fn layer_from_env() -> Result<Option<TraceLayer>, Error> {
             v.len()
         )));
     }
+    // `HPC_TRACE=/` (or `/etc`, `/usr/bin`, `/tmp`), as root: each process
+    // wrote its `proc-<PID>.json` or `rank-<R>.json` there.
+    // Something else than a directory there is said so by its kind, below.
+    let not_a_dir = std::fs::metadata(&v).is_ok_and(|m| !m.is_dir());
+    if let Some(why) = hpc_io::system::system_folder(Path::new(&v)).filter(|_| !not_a_dir) {
+        return Err(Error::Setting(format!(
+            "{}={}: {why}, not a folder for the processes' timelines: name a folder of \
+             your own (a new one is made)",
+            hpc_env::TRACE,
+            hpc_io::message::path(Path::new(&v))
+        )));
+    }
     TraceLayer::create_named(Path::new(&v), &format!("{}=", hpc_env::TRACE)).map(Some)
 }
 

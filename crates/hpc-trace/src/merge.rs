@@ -297,11 +297,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     // was named, and the next met only once it was removed.
     parts.sort();
     if let Some((path, pid)) = parts.first().cloned() {
-        let text = hpc_io::read::read_regular(&path, MAX_FILE_BYTES).unwrap_or_default();
-        let lines = text
-            .split(|&b| b == b'\n')
-            .filter(|l| l.starts_with(b",{"))
-            .count();
+        let lines = event_lines(&path);
         return Err(MergeError::Unfinished {
             path,
             pid,
@@ -315,6 +311,46 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>, MergeError> {
     }
     files.sort();
     Ok(files)
+}
+
+/// The lines of events in the unfinished file `path` (0 if it cannot be read).
+fn event_lines(path: &Path) -> usize {
+    let text = hpc_io::read::read_regular(path, MAX_FILE_BYTES).unwrap_or_default();
+    text.split(|&b| b == b'\n')
+        .filter(|l| l.starts_with(b",{"))
+        .count()
+}
+
+/// Whether `dir` holds nothing but unfinished process files (`pid-<PID>.json.part`)
+/// of processes that no longer run, none with an event in it, and at least one:
+/// what a job stopped before any of its processes recorded or finished anything
+/// leaves (`hpc run --trace` then removes the folder rather than leave it to be
+/// merged: there is nothing to merge).
+pub fn nothing_recorded(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let mut any = false;
+    for e in entries {
+        let Ok(e) = e else { return false };
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("pid-")
+            .and_then(|n| n.strip_suffix(".json.part"))
+        else {
+            return false;
+        };
+        let pid = pid.split('-').next().unwrap_or(pid);
+        let path = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_file())
+            || held_open_by(pid, &path)
+            || event_lines(&path) > 0
+        {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Whether the process `pid` of this machine holds the file `path` open (it is

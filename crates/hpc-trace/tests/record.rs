@@ -545,6 +545,27 @@ fn hpc_trace_unset_records_nothing_and_a_bad_one_is_named() {
             "{e}"
         );
     }
+    // Hostile pass 20: a folder of the system (as root, each process wrote its
+    // `proc-<PID>.json` into `/`, `/etc`, `/usr/bin`) is refused, naming it.
+    // Should the check be taken away, what this process began there is removed.
+    for system in ["/", "/etc", "/usr/bin"] {
+        std::env::set_var(hpc_env::TRACE, system);
+        let r = hpc_trace::layer_from_env().map(|_| ());
+        if r.is_ok() {
+            let mine = format!("-{}.json", std::process::id());
+            for e in std::fs::read_dir(system).unwrap().flatten() {
+                if e.file_name().to_string_lossy().contains(&mine) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{}={system}: it is", hpc_env::TRACE))
+                && e.contains("not a folder for the processes' timelines"),
+            "{e}"
+        );
+    }
     // A value longer than any path is refused with the value cut: the error
     // of making it ("File name too long") echoed all 100,000 characters.
     std::env::set_var(hpc_env::TRACE, "x".repeat(100_000));

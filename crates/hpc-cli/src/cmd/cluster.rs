@@ -205,8 +205,11 @@ impl Place {
             if let Some(x) = nonempty(get, "XDG_CACHE_HOME")?.filter(|x| x.starts_with('/')) {
                 return Ok(PathBuf::from(x).join("hpc-rs"));
             }
+            // A relative HOME is taken from `cwd` as the variables are: kept
+            // relative, it reached `docker run -v` (which reads such a source as
+            // a volume's name) and the script, which needs absolute folders.
             match nonempty(get, "HOME")? {
-                Some(h) => Ok(PathBuf::from(h).join(".cache/hpc-rs")),
+                Some(h) => Ok(absolute(h).join(".cache/hpc-rs")),
                 None => Err(UsageError(format!(
                     "neither XDG_CACHE_HOME nor HOME is set: name the cluster's folders \
                      with {} and {}",
@@ -444,6 +447,52 @@ fn script_args(action: &Action) -> Result<(Vec<OsString>, Option<usize>), UsageE
     Ok((args, None))
 }
 
+/// Checks that the work folder `work` (from `HPC_CLUSTER_DIR`, or the default)
+/// is the cluster's own: missing, empty, or holding the `slurm.conf` that `up`
+/// writes (its first line says so). A folder of the user's (`HPC_CLUSTER_DIR=.`
+/// in a project) had its own `slurm.conf` and `node-init.sh` replaced without a
+/// word and its `shared/` made writable by everyone.
+fn check_work_folder(work: &Path) -> Result<(), UsageError> {
+    let Ok(entries) = std::fs::read_dir(work) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mark = SLURM_CONF.lines().next().unwrap_or_default();
+    let ours = hpc_io::read::read_regular_to_string(
+        work.join("slurm.conf"),
+        hpc_io::read::MAX_CONFIG_BYTES,
+    )
+    .is_ok_and(|text| text.lines().next() == Some(mark));
+    if ours {
+        return Ok(());
+    }
+    names.sort();
+    let more = names.len().saturating_sub(4);
+    names.truncate(4);
+    let names: Vec<String> = names.iter().map(|n| hpc_env::short(n)).collect();
+    Err(UsageError(format!(
+        "{}={}: it holds {}{} and no slurm.conf that hpc cluster wrote: it is not a cluster's \
+         work folder, whose slurm.conf, node-init.sh, munge.key and shared/ (made writable by \
+         all) up writes; name a folder of its own (a new one is made), or unset {} for the \
+         default",
+        env::CLUSTER_DIR,
+        hpc_io::message::path(work),
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        env::CLUSTER_DIR
+    )))
+}
+
 /// Writes what the containers of `nodes` nodes mount from the work folder.
 fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(work)
@@ -467,6 +516,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
     // `docker version` names it in 30 s.
     check_docker(true)?;
     if let Some(nodes) = nodes {
+        check_work_folder(&place.work)?;
         write_work_files(&place.work, nodes)?;
         super::say(&format!(
             "cluster {}: work folder {} (the nodes' /shared is its shared/)",
@@ -684,6 +734,17 @@ mod tests {
             Path::new("/home/u/.cache/hpc-rs/cluster/hpc-cluster")
         );
         assert_eq!(p.cache, Path::new("/home/u/.cache/hpc-rs/cluster-cache"));
+        // Hostile pass 20: a relative HOME gave relative folders, passed as
+        // they were to `docker run -v` and the script.
+        let p = Place::resolve(&with(&[("HOME", "rel")]), cwd).unwrap();
+        assert_eq!(
+            p.work,
+            Path::new("/work/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
+        );
+        assert_eq!(
+            p.cache,
+            Path::new("/work/app/rel/.cache/hpc-rs/cluster-cache")
+        );
 
         let p = Place::resolve(
             &with(&[
@@ -827,6 +888,139 @@ mod tests {
             "{err}"
         );
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Hostile pass 20: the cache's `.build.lock` was opened with `>`: a link
+    /// there had its target emptied, a FIFO held the script without end.
+    /// Refused, the target kept.
+    #[test]
+    fn a_build_lock_that_is_a_link_or_a_fifo_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "build-lock");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for (name, text) in [
+            ("docker", "#!/bin/sh\nexit 1\n"),
+            ("mmdebstrap", "#!/bin/sh\nexit 1\n"),
+        ] {
+            std::fs::write(bin.join(name), text).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let victim = s.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let (link, fifo) = (s.join("link"), s.join("fifo"));
+        std::fs::create_dir_all(&link).unwrap();
+        std::os::unix::fs::symlink(&victim, link.join(".build.lock")).unwrap();
+        std::fs::create_dir_all(&fifo).unwrap();
+        hpc_test_support::mkfifo(&fifo.join(".build.lock"));
+        for cache in [&link, &fifo] {
+            let o = hpc_io::tool::output_within(
+                Command::new("bash")
+                    .args(["-c", SCRIPT, "hpc-cluster", "image"])
+                    .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                    .env(env::CLUSTER_NAME, "t")
+                    .env(env::CLUSTER_DIR, s.join("work"))
+                    .env(env::CACHE_DIR, cache),
+                std::time::Duration::from_secs(20),
+                64 << 10,
+            )
+            .unwrap_or_else(|e| match e {
+                hpc_io::tool::ToolError::TimedOut(_) => {
+                    panic!("{}: the script did not end within 20 s", cache.display())
+                }
+                e => panic!("{e}"),
+            });
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                !o.status.success() && err.contains(".build.lock is not a regular file"),
+                "{err}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
+    /// Pass 19's leftover: once `docker version` answered, the script's own
+    /// `docker ps`, `exec`, `network`, ... had no bound: a daemon that answers
+    /// that and hangs on the rest held `status` and `down` without end. Each
+    /// call is now stopped at its limit and named, with the status 124.
+    #[test]
+    fn a_docker_call_of_the_script_that_hangs_is_stopped_and_named() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "script-docker-hang");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("docker"), "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        for (action, call) in [
+            ("status", "ps"),
+            ("down", "ps"),
+            // Said not to be up (125) before: its message went to /dev/null.
+            ("exec", "inspect"),
+            // Ended 124 without a word: `docker image inspect … 2>/dev/null`.
+            ("image", "image"),
+        ] {
+            let t = std::time::Instant::now();
+            let o = hpc_io::tool::output_within(
+                Command::new("bash")
+                    .args(["-c", SCRIPT, "hpc-cluster", action])
+                    .args(if action == "exec" {
+                        &["--timeout", "5", "true"][..]
+                    } else {
+                        &[]
+                    })
+                    .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                    .env("docker_limit", "1")
+                    .env(env::CLUSTER_NAME, "t")
+                    .env(env::CLUSTER_DIR, s.join("work"))
+                    .env(env::CACHE_DIR, s.join("cache")),
+                std::time::Duration::from_secs(30),
+                64 << 10,
+            )
+            .unwrap_or_else(|e| match e {
+                hpc_io::tool::ToolError::TimedOut(_) => {
+                    panic!("{action}: the script did not end within 30 s")
+                }
+                e => panic!("{action}: {e}"),
+            });
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(124), "{action}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "docker {call} did not end within 1s and was stopped: the Docker daemon does not answer"
+                )),
+                "{action}: {err}"
+            );
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "{action}");
+        }
+    }
+
+    /// Hostile pass 20: `HPC_CLUSTER_DIR` naming a folder of the user's (a
+    /// project holding its own `slurm.conf`, `node-init.sh` and `shared/`) had
+    /// them replaced and `shared/` made 0777. Refused, naming what it holds; a
+    /// folder `up` wrote is taken again.
+    #[test]
+    fn a_work_folder_that_is_not_the_clusters_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "work-of-user");
+        let w = s.join("project");
+        std::fs::create_dir_all(w.join("shared")).unwrap();
+        std::fs::write(w.join("slurm.conf"), "# my own\n").unwrap();
+        let e = check_work_folder(&w).unwrap_err().0;
+        assert!(
+            e.contains("it holds shared, slurm.conf and no slurm.conf that hpc cluster wrote"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.join("slurm.conf")).unwrap(),
+            "# my own\n"
+        );
+        // Missing, empty, or the cluster's own: taken.
+        check_work_folder(&s.join("missing")).unwrap();
+        let c = s.join("cluster");
+        std::fs::create_dir_all(&c).unwrap();
+        check_work_folder(&c).unwrap();
+        write_work_files(&c, 2).unwrap();
+        std::fs::create_dir_all(c.join("shared")).unwrap();
+        check_work_folder(&c).unwrap();
     }
 
     #[test]

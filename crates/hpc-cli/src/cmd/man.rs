@@ -102,12 +102,18 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
 
 /// Why `dir` is a folder of the system that manual pages have no place in
 /// (`/`, `/etc`, `/usr/bin`: as root, `--dir /` wrote its twelve pages into
-/// `/`); a section folder (`.../man1`) of the system, where they belong, is
-/// not one.
+/// `/`); a section folder of a manual tree of the system (`.../man/man1`),
+/// where they belong, is not one. A folder merely named `man1` elsewhere in
+/// the system's files (`/etc/man1`, `/usr/bin/man1`, `/boot/man1`) was taken
+/// as one, and made.
 fn system_folder(dir: &Path) -> Option<String> {
     let why = hpc_io::system::system_folder(dir)?;
-    let section =
-        hpc_io::system::resolved(dir).is_some_and(|r| r.file_name().is_some_and(|n| n == "man1"));
+    let section = hpc_io::system::resolved(dir).is_some_and(|r| {
+        r.file_name().is_some_and(|n| n == "man1")
+            && r.parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "man")
+    });
     (!section).then_some(why)
 }
 
@@ -142,12 +148,19 @@ mod tests {
             "/tmp",
             "/usr/share/man",
             "/tmp/../etc/x",
+            // Hostile pass 20: named `man1`, but in no manual tree.
+            "/etc/man1",
+            "/usr/bin/man1",
+            "/boot/man1",
+            "/etc/ssh/man1",
+            "/usr/man1",
         ] {
             assert!(system_folder(Path::new(refused)).is_some(), "{refused}");
         }
         for taken in [
             "/usr/share/man/man1",
             "/usr/local/share/man/man1",
+            "/usr/local/man/man1",
             "/tmp/m",
             "/opt/x/man1",
         ] {

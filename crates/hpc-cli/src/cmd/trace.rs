@@ -287,6 +287,21 @@ impl RunTrace {
     pub fn finish(self, code: i32, np: usize) -> i32 {
         use std::io::Write as _;
         let recorded = std::fs::read_dir(&self.dir).map(|mut d| d.next().is_some());
+        // A job stopped before any rank recorded an event or finished its file
+        // left the folder of its empty `.part` files, offered to a merge that
+        // had nothing to merge.
+        if hpc_trace::merge::nothing_recorded(&self.dir) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            super::job::note!(
+                "hpc run: --trace {}: the job ended (status {code}) before any of its {np} rank(s) recorded an event or finished its timeline; nothing was written",
+                hpc_io::message::path(&self.file)
+            );
+            return if code == 0 {
+                super::EXIT_RUN_FAILED
+            } else {
+                code
+            };
+        }
         if let Ok(false) = recorded {
             let _ = std::fs::remove_dir(&self.dir);
             super::job::note!(

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -38,7 +37,8 @@ struct Contents {
     extra_packages: BTreeSet<String>,
 }
 
-/// Writes the app layer into a new OCI layout under `out_dir`.
+/// Writes the app layer into a new OCI layout under `out_dir` (named
+/// [`PART`](crate::stage::layout::PART) until it is whole).
 pub(crate) fn write(
     args: &Args,
     built: &Built,
@@ -56,17 +56,10 @@ pub(crate) fn write(
     } = contents(args.mpi, &built.binaries, base)?;
     let bind_paths = bind_paths(args.mpi, &bind_libs);
     crate::tar::add_parents(&mut entries);
-    // The earlier layout is removed here: from here the new one is this build's
-    // to finish, or to remove should it stop.
-    begun.begin(out_dir.join("oci"));
-    let layout = oci::Layout::create(&out_dir.join("oci"))?;
+    let layout = new_layout(out_dir, begun)?;
     let tmp = out_dir.join("app-layer.tmp");
     begun.begin(tmp.clone());
-    let d = crate::tar::write_layer(
-        entries,
-        built.epoch,
-        BufWriter::new(fs::File::create(&tmp)?),
-    )?;
+    let d = crate::tar::write_layer_file(entries, built.epoch, &tmp)?;
     fs::rename(&tmp, layout.blob_path(&d.digest))?;
     begun.end(&tmp);
     let layer = oci::Layer {
@@ -104,6 +97,16 @@ pub(crate) fn write(
         bind_paths,
         extra_packages,
     })
+}
+
+/// Creates the new layout, noted in `begun`. It is written beside the earlier
+/// one, which stays whole (with the `image.json` that describes it) until the
+/// new one is ([`crate::stage::layout::put_in_place`]): a rebuild stopped here
+/// kept the earlier `image.json` without its `oci/`.
+pub(crate) fn new_layout(out_dir: &Path, begun: &mut crate::Begun) -> Result<oci::Layout> {
+    let part = out_dir.join(crate::stage::layout::PART);
+    begun.begin(part.clone());
+    oci::Layout::create(&part)
 }
 
 /// The binaries and the libraries they link that the base lacks; with `--mpi bind`

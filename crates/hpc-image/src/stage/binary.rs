@@ -240,6 +240,15 @@ fn check_out(out: &Path, binary: &str, base: Option<&Path>) -> Result<(), String
             ));
         }
     }
+    // A file of the user's under the layout's name (a link is replaced, as
+    // before).
+    if std::fs::symlink_metadata(&oci).is_ok_and(|m| !m.is_dir() && !m.file_type().is_symlink()) {
+        return Err(format!(
+            "--out {}: its oci is not a directory and would be replaced by the image's \
+             layout: move it, or give another --out",
+            hpc_io::message::path(out)
+        ));
+    }
     if std::fs::symlink_metadata(&oci).is_ok_and(|m| m.is_dir())
         && !oci.join("oci-layout").is_file()
     {
@@ -305,18 +314,23 @@ const TEMPLATE_MARK: &str = "hpc-image's templates/";
 
 /// Why the cache folder `cache` (from `--cache`, or the variable's value
 /// `env`) cannot be used with the output folder `out`: it lies in `out`'s
-/// `oci/`, which the build removes and writes anew (such a cache was made,
-/// then removed with the layout, each build).
+/// `oci/` (or the `.oci.part` the new one is written into first), which the
+/// build removes and writes anew (such a cache was made, then removed with the
+/// layout, each build).
 fn cache_in_layout(
     cache: Option<&Path>,
     env: &Option<std::ffi::OsString>,
     out: &Path,
 ) -> Option<String> {
     let cache = cache?;
-    let layout = hpc_io::system::resolved(out)?.join("oci");
-    hpc_io::system::resolved(cache)
-        .is_some_and(|c| c.starts_with(&layout))
-        .then(|| {
+    let out_resolved = hpc_io::system::resolved(out)?;
+    let c = hpc_io::system::resolved(cache)?;
+    // The new layout is written as `.oci.part` first, removed the same way.
+    [super::layout::LAYOUT, super::layout::PART]
+        .into_iter()
+        .map(|name| out_resolved.join(name))
+        .find(|layout| c.starts_with(layout))
+        .map(|layout| {
             format!(
                 "{}: it lies in {}, the layout this image removes and writes anew (--out {}): \
                  give a cache folder outside the output's oci/",

@@ -68,7 +68,7 @@ pub(crate) fn write(
         + written.manifest.size;
     pr.done(&format!(
         "{} manifest {}",
-        hpc_io::message::path(layout.dir()),
+        hpc_io::message::path(&layout.dir().with_file_name(LAYOUT)),
         written.manifest.digest
     ));
     Ok(Image {
@@ -80,6 +80,32 @@ pub(crate) fn write(
         written,
         compressed,
     })
+}
+
+/// The layout's name in the output folder.
+pub(crate) const LAYOUT: &str = "oci";
+
+/// The new layout's name in the output folder until it is whole: the earlier
+/// `oci/` stays as it was beside it.
+pub(crate) const PART: &str = ".oci.part";
+
+/// Puts the new layout, whole, in the place of the earlier one: first the earlier
+/// `image.json` is removed (it describes the earlier layout: from here until the
+/// new one is written, nothing in `out_dir` claims to be a whole image), then the
+/// earlier `oci/`, and the new layout is renamed `oci/`. A stop is held until the
+/// next stage ([`crate::sys::defer_stops`]), so the three steps are done together.
+pub(crate) fn put_in_place(app: &mut App, out_dir: &std::path::Path) -> Result<()> {
+    use anyhow::Context as _;
+    let summary = out_dir.join("image.json");
+    match std::fs::remove_file(&summary) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| {
+                format!("removing the earlier {}", hpc_io::message::path(&summary))
+            })
+        }
+        _ => {}
+    }
+    app.layout.rename(&out_dir.join(LAYOUT))
 }
 
 /// The image's environment.

@@ -150,7 +150,7 @@ fn vars(inputs: &Inputs<'_>, names: &SifNames) -> BTreeMap<&'static str, String>
     );
     vars.insert(
         "labels_def",
-        lines(&image.labels, |(k, v)| format!("    {k} {v}")),
+        lines(&image.labels, |(k, v)| format!("    {k} {}", def_label(v))),
     );
     vars.insert(
         "labels_dockerfile",
@@ -159,6 +159,24 @@ fn vars(inputs: &Inputs<'_>, names: &SifNames) -> BTreeMap<&'static str, String>
         }),
     );
     vars
+}
+
+/// `value` as the rest of an Apptainer definition's `%labels` line: a line
+/// break or another control character in it escaped (`\n`), since the file has
+/// no quoting of its own. A `--base` path holding a line break ended the line
+/// there: what followed became lines of the definition, a `%post` section
+/// among them, which `apptainer build` runs as root.
+fn def_label(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if hpc_io::message::needs_escape(c) || c == '\t' {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `value` as a Containerfile's double-quoted string that a build takes as it
@@ -173,6 +191,17 @@ fn dockerfile_string(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Hostile pass 20: a label holding a line break (the `--base` path's)
+    /// made lines of its own in the definition's `%labels`, a `%post` among
+    /// them. Each label stays one line.
+    #[test]
+    fn a_definition_label_stays_on_its_line() {
+        let v = "/tmp/B\n%post\n    touch /tmp/pwned\r\u{202e}";
+        let line = super::def_label(v);
+        assert_eq!(line, "/tmp/B\\n%post\\n    touch /tmp/pwned\\r\\u{202e}");
+        assert_eq!(super::def_label("/tmp/B é"), "/tmp/B é");
+    }
+
     /// The label of a repository URL holding `$` and `"` reads back as it is,
     /// by the rules of a Containerfile's double-quoted string.
     #[test]

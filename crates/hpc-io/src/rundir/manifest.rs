@@ -122,7 +122,10 @@ pub(super) fn host_name() -> String {
 /// Opens `path` without following a symbolic link and without blocking (a FIFO
 /// opens at once), and checks that it is a regular file. `create` also creates it
 /// (read-write). `Ok(None)` when it does not exist (and `create` is false).
-pub(super) fn open_own(path: &Path, create: bool) -> Result<Option<(File, u64)>> {
+/// For a lock file of the caller's own (`cargo xtask image`'s cache lock opened
+/// a FIFO there for writing and waited for a reader for ever, and created the
+/// file a link there named).
+pub fn open_own(path: &Path, create: bool) -> Result<Option<(File, u64)>> {
     use rustix::fs::{FileType, Mode, OFlags};
     let mut flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     flags |= if create {

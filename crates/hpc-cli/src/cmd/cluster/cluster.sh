@@ -53,6 +53,29 @@ image=hpc-cluster-node:$tag
 log() { printf 'hpc cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Every docker call is bounded: hpc cluster asked the daemon for its version
+# (bounded) before this script, but a daemon that answered that and hangs on the
+# rest held `status`, `down` and `up` in a `docker ps` without end. A call that
+# does not end within its limit (docker_limit seconds, 30; `import` of the node
+# file system 600) is stopped and named, with the status 124. The command a user
+# gives to `exec` has its own bound (--timeout) and is run by `command docker`.
+# The message goes to the script's own standard error (fd 8), not to the one
+# a call was given: `docker image inspect … 2>/dev/null` ended the script with
+# 124 and nothing said.
+docker_limit=${docker_limit:-30}
+case $docker_limit in '' | *[!0-9]* | 0) docker_limit=30 ;; esac
+exec 8>&2
+docker() {
+    local limit=$docker_limit rc=0
+    [ "${1:-}" = import ] && limit=$((docker_limit * 20))
+    timeout -k 10 "$limit" docker "$@" 8>&- || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        log "error: docker $1 did not end within ${limit}s and was stopped: the Docker daemon does not answer; check it (systemctl status docker)" 2>&8
+        exit 124
+    fi
+    return "$rc"
+}
+
 # This cluster's containers, matched by whole name: another cluster's name may begin
 # with this one's (hpc-cluster and hpc-cluster-dpu run side by side in the tests), and
 # `down` must not take that one's containers along.
@@ -64,7 +87,13 @@ build_image() {
     command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: apt-get install mmdebstrap"
     mkdir -p "$cache"
     # Two clusters coming up at once (HPC_CLUSTER_NAME) make the image once.
-    exec 9>"$cache/.build.lock"
+    # The lock is a regular file of the cache's, opened without truncating:
+    # a link there had its target emptied, a FIFO held the open without end.
+    local lock=$cache/.build.lock
+    if [ -L "$lock" ] || { [ -e "$lock" ] && [ ! -f "$lock" ]; }; then
+        die "$lock is not a regular file (a link, a FIFO, a device?): remove it"
+    fi
+    exec 9>>"$lock"
     flock 9
     if docker image inspect "$image" >/dev/null 2>&1; then exec 9>&-; return; fi
     local tar=$cache/node-$tag.tar
@@ -218,14 +247,21 @@ exec_on_ctl() {
     if [ "${1:-}" = --timeout ]; then limit=$2; shift 2; fi
     # Without a cluster, docker's "No such container" and its status 1 read as the
     # command's own failure: said, with a status no command of the cluster gives.
-    if [ "$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null)" != true ]; then
+    # A daemon that does not answer is said so (by the bounded call), not taken
+    # for a cluster that is not up.
+    local running="" inspected=0
+    running=$(docker inspect -f '{{.State.Running}}' "$prefix-ctl" 2>/dev/null) || inspected=$?
+    if [ "$inspected" -eq 124 ]; then
+        return 124
+    fi
+    if [ "$running" != true ]; then
         log "error: cluster $prefix is not up (its controller $prefix-ctl is not running): start it with hpc cluster up"
         return 125
     fi
     # The command's pid inside the container, in a file named for this call, so
     # that the right one is ended when several run at once.
     local token=hpc-exec.$$.$RANDOM
-    docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" \
+    command docker exec -e SLURM_CONF=/cluster/slurm.conf -w /shared "$prefix-ctl" \
         sh -c 'echo $$ > "/run/$0"; exec "$@"' "$token" timeout -k 10 $((limit + 60)) "$@" &
     local pid=$! ticks=0
     while kill -0 "$pid" 2>/dev/null; do
