@@ -215,6 +215,10 @@ enum LineError {
     TooLong,
     Timeout,
     Closed,
+    /// Not UTF-8 text: the offset of its first byte that is not (a request
+    /// read lossily was refused as "authentication failed", which it is
+    /// not: no client signs bytes that are not text).
+    NotUtf8(usize),
     Io(std::io::Error),
 }
 
@@ -224,6 +228,7 @@ impl std::fmt::Display for LineError {
             LineError::TooLong => write!(f, "a line longer than {MAX_LINE} bytes"),
             LineError::Timeout => write!(f, "no complete line in time"),
             LineError::Closed => write!(f, "the connection closed"),
+            LineError::NotUtf8(at) => write!(f, "a line that is not UTF-8 text (at byte {at})"),
             LineError::Io(e) => e.fmt(f),
         }
     }
@@ -266,7 +271,8 @@ fn read_line(
         line.extend_from_slice(&got[..n]);
         r.consume(if end { n + 1 } else { n });
         if end {
-            return Ok(String::from_utf8_lossy(&line).into_owned());
+            return String::from_utf8(line)
+                .map_err(|e| LineError::NotUtf8(e.utf8_error().valid_up_to()));
         }
     }
 }
@@ -491,6 +497,7 @@ fn request(
             LineError::TooLong => format!("a request line longer than {MAX_LINE} bytes"),
             LineError::Timeout => format!("no request within {} s", wait.as_secs_f64()),
             LineError::Closed => "the connection closed before a request".into(),
+            LineError::NotUtf8(at) => format!("a request that is not UTF-8 text (at byte {at})"),
             LineError::Io(e) => format!("reading the request: {e}"),
         })
     })?;
@@ -719,6 +726,33 @@ mod tests {
             format!("refused: a request line longer than {MAX_LINE} bytes")
         );
         assert_eq!(started.load(Ordering::SeqCst), 1);
+    }
+
+    /// A request that is not UTF-8 was read lossily and refused as
+    /// "authentication failed" (with the key, and without one, where no MAC is
+    /// checked, as "a malformed request"): it is refused as what it is, the
+    /// offset of its first byte that is not text named; the service goes on.
+    #[test]
+    fn a_request_that_is_not_text_is_refused_as_such() {
+        let k = key(8);
+        for auth in [ServiceAuth::Key(k.clone()), ServiceAuth::Insecure] {
+            let (at, started) = service(auth, REQUEST_WAIT, MAX_PENDING);
+            let s = TcpStream::connect(at).unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            answer(&mut r);
+            let mut line = format!("{} 127.0.0.1:1 1f 3 2 tc", "0".repeat(64)).into_bytes();
+            line.extend_from_slice(b"\xff\n");
+            (&s).write_all(&line).unwrap();
+            assert_eq!(
+                answer(&mut r),
+                format!(
+                    "refused: a request that is not UTF-8 text (at byte {})",
+                    line.len() - 2
+                )
+            );
+            assert_eq!(started.load(Ordering::SeqCst), 0);
+            assert!(ask_at(at, Some(&k)).is_ok(), "the service ended");
+        }
     }
 
     #[test]
