@@ -107,6 +107,7 @@ fn child_entry() {
         "stress" => stress(&world),
         "big" => big(&world),
         "kill" => kill(&world),
+        "kill_split" => kill_split(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "proxy_sizes" => proxy_sizes(&world),
@@ -683,6 +684,69 @@ fn kill(world: &World) {
     // (a rank on the same node is seen exiting faster than one across the network).
     std::thread::sleep(Duration::from_millis(300));
     eprintln!("{CHILD_OK} rank {} kill", world.rank());
+    std::process::exit(0);
+}
+
+/// The `kill` scenario in a split communicator whose ranks are not the
+/// world's: world ranks 1, 2, 3 form it as its ranks 0, 1, 2 (world rank 0
+/// alone in its own); world rank 2, its rank 1, exits. Every engine names
+/// the lost member by its rank in the world (`Comm::world_rank`), as the
+/// errors' text says, in its collective, its send and its receive; a send
+/// to the lost member fails and one to the living member 2 (world rank 3)
+/// goes. (The host proxy named its rank in the communicator, 1, the other
+/// engines its world rank, 2; and under `Inline` and `Thread` on one node
+/// the record of gone members took 2 for the communicator's rank: the send
+/// to the lost member was `Ok`.)
+fn kill_split(world: &World) {
+    let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut opts = CommOptions::new(engine);
+    opts.timeout = Some(Duration::from_secs(10));
+    let all = Comm::with_options(world, opts).unwrap();
+    let me = all.rank();
+    let comm = all.split(u32::from(me != 0), me as i64).unwrap();
+    if me == 0 {
+        // Waits until the others are done with the lost member.
+        std::thread::sleep(Duration::from_millis(2000));
+        eprintln!("{CHILD_OK} rank 0 kill_split");
+        std::process::exit(0);
+    }
+    assert_eq!((comm.size(), comm.rank()), (3, me - 1));
+    assert_eq!(comm.world_rank(1), 2);
+    let mut r = [0u8; 64];
+    comm.allreduce(&[1u8; 64], &mut r, ReduceOp::Sum).unwrap();
+    if me == 2 {
+        std::thread::sleep(Duration::from_millis(50));
+        std::process::exit(3);
+    }
+    let send = vec![1u8; 4096 * 3];
+    let mut recv = vec![0u8; 4096 * 3];
+    let err = comm
+        .ialltoall(&send, &mut recv)
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    let lost = |err: &Error| matches!(err, Error::RankLost { rank: 2 });
+    assert!(lost(&err), "{engine:?}: the collective: {err}");
+    let err = comm.send(&[7u8; 4], 1, 5).unwrap_err();
+    assert!(lost(&err), "{engine:?}: a send to the lost member: {err}");
+    let err = comm.recv(&mut [0u8; 4], 1, 9).unwrap_err();
+    assert!(
+        lost(&err),
+        "{engine:?}: a receive from the lost member: {err}"
+    );
+    let err = comm.bcast(&mut [0u8; 4], 0).unwrap_err();
+    assert!(lost(&err), "{engine:?}: a bcast after the loss: {err}");
+    // The living members' own messages still go.
+    let other = 2 - comm.rank();
+    let mut got = [0u8; 4];
+    comm.sendrecv(&[comm.rank() as u8; 4], other, 6, &mut got, other, 6)
+        .unwrap();
+    assert_eq!(got, [other as u8; 4], "{engine:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("{CHILD_OK} rank {me} kill_split");
     std::process::exit(0);
 }
 
@@ -1821,6 +1885,26 @@ fn killed_rank_is_named() {
     for engine in ["inline", "thread", "proxy"] {
         let env = [("HPC_COLL_TEST_ENGINE", engine)];
         killed_rank_is_named_by_the_others(&format!("{engine}: "), 1, &env);
+    }
+}
+
+/// A lost member of a split communicator is named by its world rank on
+/// every engine, and a send to it fails, one to a living member goes (see
+/// `kill_split`), on one node and across two.
+#[test]
+fn a_lost_member_of_a_split_communicator_is_named_alike_by_every_engine() {
+    for nodes in [1, 2] {
+        for engine in ["inline", "thread", "proxy"] {
+            let env = [("HPC_COLL_TEST_ENGINE", engine)];
+            for (r, (ok, err)) in job_on_nodes("kill_split", 4, nodes, 20.0, &env)
+                .iter()
+                .enumerate()
+            {
+                if r != 2 {
+                    assert!(ok, "{engine} on {nodes} node(s): rank {r}: {err}");
+                }
+            }
+        }
     }
 }
 
