@@ -832,16 +832,12 @@ fn mismatch(world: &World) {
         // or more they wait for one that failed already); then a matching
         // allreduce works. On one node, and across nodes on the ranks' own
         // path (`Inline`, `Thread`: the rank that finds the mismatch tells
-        // the members on other nodes, hostile pass 19); across nodes the
-        // proxies do not carry that notice yet, and a rank that never
-        // receives the odd rank's message still ends in the timeout there.
+        // the members on other nodes, hostile pass 19) and through the
+        // proxies (`Proxy`, both placements: the proxy that finds it tells
+        // the other nodes' proxies, which fail the collective of their
+        // ranks; hostile pass 20 found it so, where it was not run before).
         let odd = comm.size() - 1;
-        let counts: &[usize] = if world.node_count() == 1 || engine != Engine::Proxy {
-            &[4, 5000]
-        } else {
-            &[]
-        };
-        for &count in counts {
+        for count in [4, 5000] {
             world.barrier().unwrap();
             let c = if comm.rank() == odd { count + 1 } else { count };
             let mut recv = vec![0i64; c];
@@ -1850,13 +1846,24 @@ fn a_killed_proxy_is_named(entry: &str, left_by: impl Fn(&str, i32) -> bool) {
 
 /// A count mismatch across nodes (the odd rank's count on one node, ranks
 /// that never receive its message on the other) is told to every rank well
-/// before the timeout under `Inline` and `Thread` (the `mismatch`
-/// scenario's odd counts, 3 and 4 ranks over 2 nodes).
+/// before the timeout on every engine, the proxies in both placements (the
+/// `mismatch` scenario's odd counts, 3 and 4 ranks over 2 nodes; without
+/// the proxies' message of a failure to each other, `Proxy`'s ranks on the
+/// other node end in `Timeout { after: 5s, .. }`).
 #[test]
 fn a_count_mismatch_across_nodes_is_told_to_ranks_not_involved() {
     for n in [3, 4] {
         let what = format!("mismatch: {n} ranks on 2 nodes");
         all_ok_on(&what, "mismatch", n, 2, 60.0, &[]);
+        let what = format!("mismatch: {n} ranks on 2 nodes, DPU placement");
+        all_ok_on(
+            &what,
+            "mismatch",
+            n,
+            2,
+            60.0,
+            &[("HPC_COLL_PROXY_PLACEMENT", "dpu")],
+        );
     }
 }
 
