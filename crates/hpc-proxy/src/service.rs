@@ -240,8 +240,19 @@ fn read_line(
     r: &mut BufReader<TcpStream>,
     deadline: Instant,
 ) -> std::result::Result<String, LineError> {
-    use std::io::ErrorKind;
     let mut line = Vec::new();
+    read_line_into(r, deadline, &mut line)?;
+    String::from_utf8(line).map_err(|e| LineError::NotUtf8(e.utf8_error().valid_up_to()))
+}
+
+/// [`read_line`]'s reading: the line's bytes go to `line`, which keeps those
+/// that came before a [`LineError::Timeout`], for the next call to go on.
+fn read_line_into(
+    r: &mut BufReader<TcpStream>,
+    deadline: Instant,
+    line: &mut Vec<u8>,
+) -> std::result::Result<(), LineError> {
+    use std::io::ErrorKind;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -271,8 +282,7 @@ fn read_line(
         line.extend_from_slice(&got[..n]);
         r.consume(if end { n + 1 } else { n });
         if end {
-            return String::from_utf8(line)
-                .map_err(|e| LineError::NotUtf8(e.utf8_error().valid_up_to()));
+            return Ok(());
         }
     }
 }
@@ -516,6 +526,48 @@ fn request(
     Ok(fields)
 }
 
+/// How the service's connection ended after it started the proxy
+/// ([`wait_end`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// Its last line (`exited with status 7`), its control characters
+    /// escaped.
+    Said(String),
+    /// It closed the connection without a line.
+    Closed,
+    /// It could not be read: why (a line longer than [`MAX_LINE`] bytes,
+    /// not UTF-8, an I/O error).
+    Failed(String),
+}
+
+/// Waits on `r` (the rest of [`ask`]'s connection) for the service's word
+/// that the proxy it started ended, looking at `go_on` every `every`:
+/// `None` once it says to stop. The line is read as every line of the
+/// protocol is, at most [`MAX_LINE`] bytes, and kept across the looks (it
+/// was read without a bound, so a service that sent bytes without an end
+/// of line took the rank's memory until its allocation aborted it, and
+/// a line that came in two parts lost its first: "the proxy on the DPU …
+/// with status 7").
+pub fn wait_end(
+    r: &mut BufReader<TcpStream>,
+    every: Duration,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<End> {
+    let mut line = Vec::new();
+    loop {
+        return Some(match read_line_into(r, Instant::now() + every, &mut line) {
+            Ok(()) => match String::from_utf8(line) {
+                Ok(l) => End::Said(hpc_io::message::escape_controls(l.trim()).into_owned()),
+                Err(e) => End::Failed(LineError::NotUtf8(e.utf8_error().valid_up_to()).to_string()),
+            },
+            Err(LineError::Timeout) if go_on() => continue,
+            Err(LineError::Timeout) => return None,
+            Err(LineError::Closed) => End::Closed,
+            Err(e) => End::Failed(e.to_string()),
+        });
+    }
+}
+
 /// A rank's side: asks the service on `s` (at `at`) to start a proxy with
 /// `request`, proving `key` if the service asks for it; `timeout` bounds
 /// each line it waits for. The PID the service reports and the reader of
@@ -753,6 +805,56 @@ mod tests {
             assert_eq!(started.load(Ordering::SeqCst), 0);
             assert!(ask_at(at, Some(&k)).is_ok(), "the service ended");
         }
+    }
+
+    /// A service that says `started`, then `then` (each part after a pause).
+    fn saying(then: Vec<Vec<u8>>) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(format!("{GREETING} open\n").as_bytes())
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            read_line(&mut r, Instant::now() + Duration::from_secs(10)).unwrap();
+            s.write_all(b"started 4242\n").unwrap();
+            for part in then {
+                std::thread::sleep(Duration::from_millis(150));
+                if s.write_all(&part).is_err() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        at
+    }
+
+    /// The rank's wait for the service's last word read it without a bound
+    /// (a service that sent bytes without an end of line took the rank's
+    /// memory until an allocation aborted it) and lost the first part of a
+    /// line that came in two ("the proxy on the DPU … with status 7").
+    #[test]
+    fn the_services_last_word_is_read_bounded_and_whole() {
+        let every = Duration::from_millis(20);
+        let end = |then: Vec<Vec<u8>>, go_on: fn() -> bool| {
+            let at = saying(then);
+            let s = TcpStream::connect(at).unwrap();
+            let (pid, mut r) = ask(&s, at, None, SPEC, Duration::from_secs(10)).unwrap();
+            assert_eq!(pid, "4242");
+            wait_end(&mut r, every, go_on)
+        };
+        let two = vec![b"exited".to_vec(), b" with status 7\x1b[2J\n".to_vec()];
+        assert_eq!(
+            end(two, || true),
+            Some(End::Said("exited with status 7\\u{1b}[2J".into()))
+        );
+        let endless = vec![vec![b'x'; MAX_LINE / 2]; 4];
+        assert_eq!(
+            end(endless, || true),
+            Some(End::Failed(format!("a line longer than {MAX_LINE} bytes")))
+        );
+        assert_eq!(end(vec![], || false), None);
+        assert_eq!(end(vec![b"exi".to_vec()], || true), Some(End::Closed));
     }
 
     #[test]
