@@ -1271,6 +1271,27 @@ fn selftest_refuses_a_fail_rank_outside_the_job() {
     );
 }
 
+/// A DPU service address with no address refused the job, naming the
+/// variable, behind "unsupported: unsupported: " (the communicator gave the
+/// error again wrapped in its own kind's text).
+#[test]
+fn a_dpu_service_address_that_is_no_address_is_named_once() {
+    let out = timed_run("1", "20", &[HPC, "selftest", "--collectives", "proxy"])
+        .env("HPC_COLL_PROXY_PLACEMENT", "dpu")
+        .env("HPC_COLL_PROXY_DPU_HOST", "127.0.0.1:99999")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "could not start its node's DPU proxy: unsupported: \
+             HPC_COLL_PROXY_DPU_HOST=\"127.0.0.1:99999\": no address for"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn malformed_tuning_settings_are_warned_about_naming_them() {
     // Each used to be ignored silently (the default applied with no word).

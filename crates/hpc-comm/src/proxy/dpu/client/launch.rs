@@ -19,10 +19,7 @@ impl Conn {
         ip: &Result<IpAddr>,
     ) -> Result<(Arc<Coordinator>, u64)> {
         crate::proxy::client::refuse_recursion(hpc_runtime::env::COLL_PROXY_DPU)?;
-        let ip = match ip {
-            Ok(ip) => *ip,
-            Err(e) => return Err(Error::Unsupported(e.to_string())),
-        };
+        let ip = super::listen_ip(ip)?;
         let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(size + 1, secret, timeout, ip)
             .map_err(|e| Error::transport_from(format!("listening for the proxy on {ip}"), e))?;
