@@ -210,12 +210,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         // out (a full stdout on rank 0 was then reported by rank 1 alone).
         Err(e) if super::is_broken_pipe(&e) => Ok(super::EXIT_BROKEN_PIPE),
         Err(e) => {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "hpc: error: {}",
-                hpc_io::message::chain(e.as_ref())
-            );
+            // In one write: `writeln!` wrote `hpc: error: ` on its own, and a
+            // rank that `hpc run` stopped between the pieces (the other rank
+            // failed first) left that alone on its line.
+            hpc_io::message::last_words("hpc", &hpc_io::message::chain(e.as_ref()));
             Ok(super::EXIT_ERROR)
         }
     }
