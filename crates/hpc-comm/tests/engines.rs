@@ -1901,14 +1901,25 @@ fn killed_rank_is_named() {
 #[test]
 fn a_lost_member_of_a_split_communicator_is_named_alike_by_every_engine() {
     for nodes in [1, 2] {
-        for engine in ["inline", "thread", "proxy"] {
-            let env = [("HPC_COLL_TEST_ENGINE", engine)];
+        for (engine, placement) in [
+            ("inline", "host"),
+            ("thread", "host"),
+            ("proxy", "host"),
+            ("proxy", "dpu"),
+        ] {
+            let env = [
+                ("HPC_COLL_TEST_ENGINE", engine),
+                ("HPC_COLL_PROXY_PLACEMENT", placement),
+            ];
             for (r, (ok, err)) in job_on_nodes("kill_split", 4, nodes, 20.0, &env)
                 .iter()
                 .enumerate()
             {
                 if r != 2 {
-                    assert!(ok, "{engine} on {nodes} node(s): rank {r}: {err}");
+                    assert!(
+                        ok,
+                        "{engine} ({placement}) on {nodes} node(s): rank {r}: {err}"
+                    );
                 }
             }
         }
