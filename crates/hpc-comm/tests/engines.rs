@@ -2616,8 +2616,8 @@ fn dpu_placement_proxies_from_a_standing_service() {
     use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let dir = std::env::temp_dir().join(format!("hpc-dpu-service-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed when the test fails too (it was left in /tmp).
+    let dir = hpc_test_support::TmpDir::new("hpc-dpu-service", "keys");
     let key_file = |name: &str, byte: u8| {
         let p = dir.join(name);
         std::fs::write(&p, [byte; 32]).unwrap();
@@ -2697,7 +2697,6 @@ fn dpu_placement_proxies_from_a_standing_service() {
             "the service started a proxy for ranks without its key"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

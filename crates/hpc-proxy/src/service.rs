@@ -929,8 +929,8 @@ mod tests {
     #[test]
     fn key_files_must_be_private_and_long_enough() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("hpc-dpu-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when the test fails too (it was left in /tmp).
+        let dir = hpc_test_support::TmpDir::new("hpc-dpu-key", "private");
         let file = |name: &str, bytes: &[u8], mode: u32| {
             let p = dir.join(name);
             std::fs::write(&p, bytes).unwrap();
@@ -973,7 +973,6 @@ mod tests {
         let e = err(&file("odd\n\u{1b}[2J", &[9; 32], 0o644));
         assert!(!e.chars().any(char::is_control), "{e:?}");
         assert!(e.contains("odd\\n\\u{1b}[2J\""), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Refusals are warned of once per interval, and the next warning counts those
@@ -997,8 +996,9 @@ mod tests {
     /// naming what it is, instead of waiting for a writer or reading for ever.
     #[test]
     fn key_files_that_are_fifos_or_devices_are_refused_at_once() {
-        let dir = std::env::temp_dir().join(format!("hpc-dpu-key-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Removed when the test fails too (it was left in /tmp, and its FIFO
+        // made the next run of the same pid fail at `mkfifo`).
+        let dir = hpc_test_support::TmpDir::new("hpc-dpu-key", "fifo");
         let fifo = dir.join("key");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
@@ -1018,6 +1018,5 @@ mod tests {
             "took {:?}",
             t.elapsed()
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
