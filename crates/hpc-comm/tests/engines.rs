@@ -108,6 +108,7 @@ fn child_entry() {
         "big" => big(&world),
         "kill" => kill(&world),
         "kill_split" => kill_split(&world),
+        "mixed_engines" => mixed_engines(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "proxy_sizes" => proxy_sizes(&world),
@@ -748,6 +749,56 @@ fn kill_split(world: &World) {
     std::thread::sleep(Duration::from_millis(300));
     eprintln!("{CHILD_OK} rank {me} kill_split");
     std::process::exit(0);
+}
+
+/// Ranks that choose different engines for one communicator: `Inline` and
+/// `Thread` work together; a rank with the `Proxy` engine and one without
+/// it are both told so (the first read "rank 1 is lost: rank 1 finalized
+/// before joining allgather", the other "transport: mapping the node's
+/// board"), and the world goes on.
+fn mixed_engines(world: &World) {
+    let me = world.rank();
+    for (a, b) in [
+        (Engine::Inline, Engine::Thread),
+        (Engine::Inline, Engine::Proxy),
+        (Engine::Proxy, Engine::Thread),
+    ] {
+        let engine = if me == 0 { a } else { b };
+        let mut opts = CommOptions::new(engine);
+        opts.timeout = Some(Duration::from_secs(5));
+        let made = Comm::with_options(world, opts);
+        if a != Engine::Proxy && b != Engine::Proxy {
+            let comm = made.unwrap();
+            let mut r = [0u32; 4];
+            comm.allreduce(&[me as u32 + 1; 4], &mut r, ReduceOp::Sum)
+                .unwrap();
+            assert_eq!(r, [3; 4]);
+            continue;
+        }
+        let Err(err) = made else {
+            panic!("{a:?} and {b:?}: a communicator was made")
+        };
+        let other = 1 - me;
+        let want = format!(
+            "rank {other} made this communicator {} the Proxy engine and rank {me} {} it",
+            if engine == Engine::Proxy {
+                "without"
+            } else {
+                "with"
+            },
+            if engine == Engine::Proxy {
+                "with"
+            } else {
+                "without"
+            },
+        );
+        assert!(
+            matches!(err, Error::Unsupported(_)) && err.to_string().contains(&want),
+            "{a:?} and {b:?}, rank {me}: {err}"
+        );
+        world.barrier().unwrap();
+    }
+    eprintln!("{CHILD_OK} rank {me} mixed_engines");
 }
 
 /// The state letter of process `pid` in `/proc/PID/stat` (`T` when stopped).
@@ -1893,6 +1944,13 @@ fn killed_rank_is_named() {
         let env = [("HPC_COLL_TEST_ENGINE", engine)];
         killed_rank_is_named_by_the_others(&format!("{engine}: "), 1, &env);
     }
+}
+
+/// Ranks that choose the `Proxy` engine and ranks that do not, for one
+/// communicator, are told so (see `mixed_engines`).
+#[test]
+fn ranks_that_choose_different_engines_are_told_so() {
+    all_ok_with("mixed_engines", 2, 30.0, &[]);
 }
 
 /// A lost member of a split communicator is named by its world rank on
