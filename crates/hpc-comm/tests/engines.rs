@@ -109,6 +109,7 @@ fn child_entry() {
         "kill" => kill(&world),
         "kill_split" => kill_split(&world),
         "mixed_engines" => mixed_engines(&world),
+        "count_split" => count_split(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "proxy_sizes" => proxy_sizes(&world),
@@ -799,6 +800,51 @@ fn mixed_engines(world: &World) {
         world.barrier().unwrap();
     }
     eprintln!("{CHILD_OK} rank {me} mixed_engines");
+}
+
+/// A count mismatch in a split communicator whose ranks are not the world's
+/// (world ranks 1, 2, 3 as its ranks 0, 1, 2; its rank 2's count one more):
+/// the error names the other rank and the ranks of its text by their world
+/// rank, as the error says, on every engine (the other rank among those its
+/// text names) (on the ranks' own path its text
+/// named the communicator's: "count mismatch with rank 3: rank 2 sent 40
+/// bytes where 32 were expected").
+fn count_split(world: &World) {
+    let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut opts = CommOptions::new(engine);
+    opts.timeout = Some(Duration::from_secs(5));
+    let all = Comm::with_options(world, opts).unwrap();
+    let me = all.rank();
+    let comm = all.split(u32::from(me != 0), me as i64).unwrap();
+    for count in [4usize, 5000] {
+        if me != 0 {
+            let c = if comm.rank() == 2 { count + 1 } else { count };
+            let mut recv = vec![0i64; c];
+            let err = comm
+                .allreduce(&vec![1i64; c], &mut recv, ReduceOp::Sum)
+                .unwrap_err();
+            let Error::CountMismatch { rank, detail } = &err else {
+                panic!("{engine:?} rank {me}: {err}")
+            };
+            let named: Vec<usize> = detail
+                .split("rank ")
+                .skip(1)
+                .filter_map(|t| {
+                    let n = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    t[..n].parse().ok()
+                })
+                .collect();
+            assert!(
+                named.contains(rank) && named.iter().all(|r| (1..=3).contains(r)),
+                "{engine:?} world rank {me}, {count} elements: {err}"
+            );
+        }
+        all.barrier().unwrap();
+    }
+    eprintln!("{CHILD_OK} rank {me} count_split");
 }
 
 /// The state letter of process `pid` in `/proc/PID/stat` (`T` when stopped).
@@ -1943,6 +1989,20 @@ fn killed_rank_is_named() {
     for engine in ["inline", "thread", "proxy"] {
         let env = [("HPC_COLL_TEST_ENGINE", engine)];
         killed_rank_is_named_by_the_others(&format!("{engine}: "), 1, &env);
+    }
+}
+
+/// A count mismatch in a split communicator names world ranks in its
+/// text too, on every engine, on one node and across two (see
+/// `count_split`).
+#[test]
+fn a_count_mismatch_in_a_split_communicator_names_world_ranks() {
+    for nodes in [1, 2] {
+        for engine in ["inline", "thread", "proxy"] {
+            let env = [("HPC_COLL_TEST_ENGINE", engine)];
+            let what = format!("count_split, {engine}, {nodes} node(s)");
+            all_ok_on(&what, "count_split", 4, nodes, 30.0, &env);
+        }
     }
 }
 
