@@ -115,6 +115,7 @@ fn child_entry() {
         "lost_proxy" | "hostile" => &[Engine::Proxy],
         "hostile_inline" => &[Engine::Inline],
         "hostile_thread" => &[Engine::Thread],
+        "stale_serial" => &[Engine::Inline],
         _ => &ENGINES,
     };
     for &engine in engines {
@@ -138,6 +139,7 @@ fn child_entry() {
             "misuse" => misuse(&comm, &world, engine),
             "misuse_timeout" => misuse_timeout(&comm),
             "late_receive" => late_receive(&comm),
+            "stale_serial" => stale_serial(&comm),
             "hostile" | "hostile_inline" | "hostile_thread" => return hostile(&comm),
             o => panic!("unknown scenario {o}"),
         }
@@ -1059,6 +1061,45 @@ fn late_receive(comm: &Comm) {
     comm.sendrecv(&[me as u32; 4], 1 - me, 81, &mut b, 1 - me, 81)
         .unwrap();
     assert_eq!(b, [(1 - me) as u32; 4]);
+}
+
+/// A message announced by address and not read yet while 65,534 more are
+/// sent, then a send that fails (times out) and withdraws its message: the
+/// first is still received. A message's number was 16 bits (1 to 65,535,
+/// then again), so the withdrawn message had the first's number, and the
+/// first was refused as withdrawn ("rank 0 withdrew its message").
+fn stale_serial(comm: &Comm) {
+    const BETWEEN: usize = 65_534;
+    let me = comm.rank();
+    if me == 0 {
+        let first = [5u8; 64];
+        let r = comm.isend(&first, 1, 90).unwrap();
+        for _ in 0..BETWEEN {
+            comm.send(&[1u8; 8], 1, 91).unwrap();
+        }
+        let e = comm.send(&[2u8; 64], 1, 92).unwrap_err();
+        assert!(matches!(e, Error::MessageTimeout { .. }), "{e}");
+        comm.barrier().unwrap();
+        r.wait().unwrap();
+    } else {
+        let mut b = [0u8; 8];
+        for _ in 0..BETWEEN {
+            comm.recv(&mut b, 0, 91).unwrap();
+        }
+        // Rank 0's last send waits for the timeout (3 s) first.
+        std::thread::sleep(Duration::from_millis(2500));
+        comm.barrier().unwrap();
+        let mut got = [0u8; 64];
+        comm.recv(&mut got, 0, 90)
+            .unwrap_or_else(|e| panic!("the message announced before the others: {e}"));
+        assert_eq!(got, [5u8; 64]);
+    }
+}
+
+#[test]
+fn a_message_as_old_as_the_numbers_go_is_not_taken_for_a_withdrawn_one() {
+    // Every message by its address (numbered), none through staging slots.
+    run_with("stale_serial", 2, 1, 3, &[("HPC_STAGE_MAX", "0")]);
 }
 
 #[test]

@@ -255,7 +255,9 @@ pub struct Desc {
     pub kind: u32,
     /// The signature of the collective whose message it announces
     /// ([`Sig`](crate::sig::Sig)'s word; 0 for the board's other
-    /// descriptors, the kind's own word for a few of the proxy's).
+    /// descriptors, the kind's own word for a few of the proxy's; for a
+    /// point-to-point message's `RTS` or `TAIL`, its sender's 32-bit
+    /// number of it, which a withdrawal names, [`Failure::Withdrawn`]).
     pub sig: u32,
     /// The message's tag: `(collective sequence number << 32) | schedule tag`.
     pub tag: u64,
