@@ -629,6 +629,10 @@ pub fn ask(
         .map_err(io)?;
     let answer =
         read_line(&mut r, Instant::now() + timeout).map_err(|e| line_err("its answer", e))?;
+    // The service's words go into the rank's log and errors: their control
+    // characters escaped (a terminal's escape in a refusal cleared the
+    // terminal where the rank's error was shown).
+    let answer = hpc_io::message::escape_controls(&answer);
     if let Some(pid) = answer.strip_prefix("started ") {
         return Ok((pid.trim().to_string(), r));
     }
@@ -827,6 +831,32 @@ mod tests {
             std::thread::sleep(Duration::from_secs(2));
         });
         at
+    }
+
+    /// A service's refusal with a terminal's escapes and a carriage return
+    /// was passed into the rank's error as it came (shown raw, it cleared
+    /// the terminal): escaped.
+    #[test]
+    fn a_services_refusal_is_escaped() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(format!("{GREETING} open\n").as_bytes())
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            read_line(&mut r, Instant::now() + Duration::from_secs(10)).unwrap();
+            s.write_all(b"refused: \x1b[2Jcleared\r\x1b[31mred\n")
+                .unwrap();
+        });
+        let s = TcpStream::connect(at).unwrap();
+        let e = ask(&s, at, None, SPEC, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("did not start the proxy: \\u{1b}[2Jcleared\\r\\u{1b}[31mred"),
+            "{e:?}"
+        );
     }
 
     /// The rank's wait for the service's last word read it without a bound
