@@ -67,7 +67,8 @@ pub enum Error {
     /// [`Error::Stopped`], not this.
     #[error("rank {rank} is lost (its process exited, or, on another node, its connection ended: it may have dropped the communicator) during the operation")]
     RankLost {
-        /// The lost rank (rank in the world).
+        /// The lost rank (rank in the world, on every engine and in every
+        /// communicator: `Comm::world_rank` gives a member's).
         rank: usize,
     },
     /// A rank that the operation waits for left this communicator: it
@@ -81,7 +82,7 @@ pub enum Error {
     /// collective waits for a rank that failed so get this error too.
     #[error("rank {rank} left the communicator (it dropped it, or its process ended) during the operation: no message will come from it")]
     RankLeft {
-        /// The rank that left (rank in the world).
+        /// The rank that left (rank in the world, as [`Error::RankLost`]'s).
         rank: usize,
     },
     /// A node of the communicator is lost during a collective: the `Proxy`

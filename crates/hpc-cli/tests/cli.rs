@@ -1446,6 +1446,33 @@ fn perftest_counts_of_zero_are_refused_not_measured_as_nothing() {
     }
 }
 
+/// perftest's error while it is in the world is one write: `writeln!` wrote
+/// `hpc: error: ` on its own, and a rank that `hpc run` stopped between the
+/// pieces (the other rank failed first) left `[0] hpc: error: ` alone.
+#[test]
+fn perftest_last_message_is_written_whole() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hpc"));
+    c.args(["perftest", "send_lat", "-n", "10"]);
+    output::assert_last_words_whole(&mut c, "hpc", 2, "needs exactly 2 ranks");
+}
+
+/// `--all` skipped the check of the memory a rank would hold: `send_bw --all
+/// --window 65536` went on to 65,536 buffers of 8 MiB (512 GiB) and aborted
+/// in an allocation. It is refused before the world is joined, naming the
+/// flags, as `--size 8388608 --window 65536` is.
+#[test]
+fn perftest_all_sizes_are_checked_for_memory_as_one_size_is() {
+    let o = hpc(&["perftest", "send_bw", "--all", "--window", "65536"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "--all (up to 8388608 bytes) with --window 65536 would need about 512.0 GiB of memory"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `hpc topo`'s placement flags without `--ranks` once printed the topology and
 /// exited 0, ignoring them (`--threads 0` included); a CPU list that names no CPU
 /// (`--allowed ''`) ended in "no core ... in the allowed cpuset" without naming the

@@ -1271,6 +1271,63 @@ fn selftest_refuses_a_fail_rank_outside_the_job() {
     );
 }
 
+/// A job started on a full `/dev/shm`: the ranks' board was a sparse file
+/// whose first page touched killed rank 0 with `SIGBUS` as it made its
+/// communicator; its blocks are reserved when it is made now, and the ranks
+/// fail naming the board and why. Needs a `/dev/shm` of its own: run as root
+/// with `unshare` (a mount namespace with a small full tmpfs), else it says
+/// so and checks nothing.
+#[test]
+fn a_full_dev_shm_is_named_not_a_sigbus() {
+    let root = rustix::process::geteuid().is_root();
+    let unshare = Command::new("unshare").arg("--help").output().is_ok();
+    if !root || !unshare {
+        eprintln!("skipped: needs root and unshare for a /dev/shm of its own");
+        return;
+    }
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 99; \
+         dd if=/dev/zero of=/dev/shm/fill bs=4k 2>/dev/null; \
+         exec {HPC} run -n 2 --timeout 20 -- {HPC} selftest --collectives inline"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(99) {
+        eprintln!("skipped: cannot mount a tmpfs here: {err}");
+        return;
+    }
+    assert!(!err.contains("SIGBUS"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no room for the board's") && err.contains("a full /dev/shm"),
+        "{err}"
+    );
+}
+
+/// A DPU service address with no address refused the job, naming the
+/// variable, behind "unsupported: unsupported: " (the communicator gave the
+/// error again wrapped in its own kind's text).
+#[test]
+fn a_dpu_service_address_that_is_no_address_is_named_once() {
+    let out = timed_run("1", "20", &[HPC, "selftest", "--collectives", "proxy"])
+        .env("HPC_COLL_PROXY_PLACEMENT", "dpu")
+        .env("HPC_COLL_PROXY_DPU_HOST", "127.0.0.1:99999")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "could not start its node's DPU proxy: unsupported: \
+             HPC_COLL_PROXY_DPU_HOST=\"127.0.0.1:99999\": no address for"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn malformed_tuning_settings_are_warned_about_naming_them() {
     // Each used to be ignored silently (the default applied with no word).

@@ -107,6 +107,9 @@ fn child_entry() {
         "stress" => stress(&world),
         "big" => big(&world),
         "kill" => kill(&world),
+        "kill_split" => kill_split(&world),
+        "mixed_engines" => mixed_engines(&world),
+        "count_split" => count_split(&world),
         "stopped" => stopped(&world),
         "mismatch" => mismatch(&world),
         "proxy_sizes" => proxy_sizes(&world),
@@ -686,6 +689,164 @@ fn kill(world: &World) {
     std::process::exit(0);
 }
 
+/// The `kill` scenario in a split communicator whose ranks are not the
+/// world's: world ranks 1, 2, 3 form it as its ranks 0, 1, 2 (world rank 0
+/// alone in its own); world rank 2, its rank 1, exits. Every engine names
+/// the lost member by its rank in the world (`Comm::world_rank`), as the
+/// errors' text says, in its collective, its send and its receive; a send
+/// to the lost member fails and one to the living member 2 (world rank 3)
+/// goes. (The host proxy named its rank in the communicator, 1, the other
+/// engines its world rank, 2; and under `Inline` and `Thread` on one node
+/// the record of gone members took 2 for the communicator's rank: the send
+/// to the lost member was `Ok`.)
+fn kill_split(world: &World) {
+    let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut opts = CommOptions::new(engine);
+    opts.timeout = Some(Duration::from_secs(10));
+    let all = Comm::with_options(world, opts).unwrap();
+    let me = all.rank();
+    let comm = all.split(u32::from(me != 0), me as i64).unwrap();
+    if me == 0 {
+        // Waits until the others are done with the lost member.
+        std::thread::sleep(Duration::from_millis(2000));
+        eprintln!("{CHILD_OK} rank 0 kill_split");
+        std::process::exit(0);
+    }
+    assert_eq!((comm.size(), comm.rank()), (3, me - 1));
+    assert_eq!(comm.world_rank(1), 2);
+    let mut r = [0u8; 64];
+    comm.allreduce(&[1u8; 64], &mut r, ReduceOp::Sum).unwrap();
+    if me == 2 {
+        std::thread::sleep(Duration::from_millis(50));
+        std::process::exit(3);
+    }
+    let send = vec![1u8; 4096 * 3];
+    let mut recv = vec![0u8; 4096 * 3];
+    let err = comm
+        .ialltoall(&send, &mut recv)
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    let lost = |err: &Error| matches!(err, Error::RankLost { rank: 2 });
+    assert!(lost(&err), "{engine:?}: the collective: {err}");
+    let err = comm.send(&[7u8; 4], 1, 5).unwrap_err();
+    assert!(lost(&err), "{engine:?}: a send to the lost member: {err}");
+    let err = comm.recv(&mut [0u8; 4], 1, 9).unwrap_err();
+    assert!(
+        lost(&err),
+        "{engine:?}: a receive from the lost member: {err}"
+    );
+    let err = comm.bcast(&mut [0u8; 4], 0).unwrap_err();
+    assert!(lost(&err), "{engine:?}: a bcast after the loss: {err}");
+    // The living members' own messages still go.
+    let other = 2 - comm.rank();
+    let mut got = [0u8; 4];
+    comm.sendrecv(&[comm.rank() as u8; 4], other, 6, &mut got, other, 6)
+        .unwrap();
+    assert_eq!(got, [other as u8; 4], "{engine:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("{CHILD_OK} rank {me} kill_split");
+    std::process::exit(0);
+}
+
+/// Ranks that choose different engines for one communicator: `Inline` and
+/// `Thread` work together; a rank with the `Proxy` engine and one without
+/// it are both told so (the first read "rank 1 is lost: rank 1 finalized
+/// before joining allgather", the other "transport: mapping the node's
+/// board"), and the world goes on.
+fn mixed_engines(world: &World) {
+    let me = world.rank();
+    for (a, b) in [
+        (Engine::Inline, Engine::Thread),
+        (Engine::Inline, Engine::Proxy),
+        (Engine::Proxy, Engine::Thread),
+    ] {
+        let engine = if me == 0 { a } else { b };
+        let mut opts = CommOptions::new(engine);
+        opts.timeout = Some(Duration::from_secs(5));
+        let made = Comm::with_options(world, opts);
+        if a != Engine::Proxy && b != Engine::Proxy {
+            let comm = made.unwrap();
+            let mut r = [0u32; 4];
+            comm.allreduce(&[me as u32 + 1; 4], &mut r, ReduceOp::Sum)
+                .unwrap();
+            assert_eq!(r, [3; 4]);
+            continue;
+        }
+        let Err(err) = made else {
+            panic!("{a:?} and {b:?}: a communicator was made")
+        };
+        let other = 1 - me;
+        let want = format!(
+            "rank {other} made this communicator {} the Proxy engine and rank {me} {} it",
+            if engine == Engine::Proxy {
+                "without"
+            } else {
+                "with"
+            },
+            if engine == Engine::Proxy {
+                "with"
+            } else {
+                "without"
+            },
+        );
+        assert!(
+            matches!(err, Error::Unsupported(_)) && err.to_string().contains(&want),
+            "{a:?} and {b:?}, rank {me}: {err}"
+        );
+        world.barrier().unwrap();
+    }
+    eprintln!("{CHILD_OK} rank {me} mixed_engines");
+}
+
+/// A count mismatch in a split communicator whose ranks are not the world's
+/// (world ranks 1, 2, 3 as its ranks 0, 1, 2; its rank 2's count one more):
+/// the error names the other rank and the ranks of its text by their world
+/// rank, as the error says, on every engine (the other rank among those its
+/// text names) (on the ranks' own path its text
+/// named the communicator's: "count mismatch with rank 3: rank 2 sent 40
+/// bytes where 32 were expected").
+fn count_split(world: &World) {
+    let engine: Engine = std::env::var("HPC_COLL_TEST_ENGINE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut opts = CommOptions::new(engine);
+    opts.timeout = Some(Duration::from_secs(5));
+    let all = Comm::with_options(world, opts).unwrap();
+    let me = all.rank();
+    let comm = all.split(u32::from(me != 0), me as i64).unwrap();
+    for count in [4usize, 5000] {
+        if me != 0 {
+            let c = if comm.rank() == 2 { count + 1 } else { count };
+            let mut recv = vec![0i64; c];
+            let err = comm
+                .allreduce(&vec![1i64; c], &mut recv, ReduceOp::Sum)
+                .unwrap_err();
+            let Error::CountMismatch { rank, detail } = &err else {
+                panic!("{engine:?} rank {me}: {err}")
+            };
+            let named: Vec<usize> = detail
+                .split("rank ")
+                .skip(1)
+                .filter_map(|t| {
+                    let n = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    t[..n].parse().ok()
+                })
+                .collect();
+            assert!(
+                named.contains(rank) && named.iter().all(|r| (1..=3).contains(r)),
+                "{engine:?} world rank {me}, {count} elements: {err}"
+            );
+        }
+        all.barrier().unwrap();
+    }
+    eprintln!("{CHILD_OK} rank {me} count_split");
+}
+
 /// The state letter of process `pid` in `/proc/PID/stat` (`T` when stopped).
 fn proc_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -768,16 +929,12 @@ fn mismatch(world: &World) {
         // or more they wait for one that failed already); then a matching
         // allreduce works. On one node, and across nodes on the ranks' own
         // path (`Inline`, `Thread`: the rank that finds the mismatch tells
-        // the members on other nodes, hostile pass 19); across nodes the
-        // proxies do not carry that notice yet, and a rank that never
-        // receives the odd rank's message still ends in the timeout there.
+        // the members on other nodes, hostile pass 19) and through the
+        // proxies (`Proxy`, both placements: the proxy that finds it tells
+        // the other nodes' proxies, which fail the collective of their
+        // ranks; hostile pass 20 found it so, where it was not run before).
         let odd = comm.size() - 1;
-        let counts: &[usize] = if world.node_count() == 1 || engine != Engine::Proxy {
-            &[4, 5000]
-        } else {
-            &[]
-        };
-        for &count in counts {
+        for count in [4, 5000] {
             world.barrier().unwrap();
             let c = if comm.rank() == odd { count + 1 } else { count };
             let mut recv = vec![0i64; c];
@@ -1786,13 +1943,24 @@ fn a_killed_proxy_is_named(entry: &str, left_by: impl Fn(&str, i32) -> bool) {
 
 /// A count mismatch across nodes (the odd rank's count on one node, ranks
 /// that never receive its message on the other) is told to every rank well
-/// before the timeout under `Inline` and `Thread` (the `mismatch`
-/// scenario's odd counts, 3 and 4 ranks over 2 nodes).
+/// before the timeout on every engine, the proxies in both placements (the
+/// `mismatch` scenario's odd counts, 3 and 4 ranks over 2 nodes; without
+/// the proxies' message of a failure to each other, `Proxy`'s ranks on the
+/// other node end in `Timeout { after: 5s, .. }`).
 #[test]
 fn a_count_mismatch_across_nodes_is_told_to_ranks_not_involved() {
     for n in [3, 4] {
         let what = format!("mismatch: {n} ranks on 2 nodes");
         all_ok_on(&what, "mismatch", n, 2, 60.0, &[]);
+        let what = format!("mismatch: {n} ranks on 2 nodes, DPU placement");
+        all_ok_on(
+            &what,
+            "mismatch",
+            n,
+            2,
+            60.0,
+            &[("HPC_COLL_PROXY_PLACEMENT", "dpu")],
+        );
     }
 }
 
@@ -1821,6 +1989,58 @@ fn killed_rank_is_named() {
     for engine in ["inline", "thread", "proxy"] {
         let env = [("HPC_COLL_TEST_ENGINE", engine)];
         killed_rank_is_named_by_the_others(&format!("{engine}: "), 1, &env);
+    }
+}
+
+/// A count mismatch in a split communicator names world ranks in its
+/// text too, on every engine, on one node and across two (see
+/// `count_split`).
+#[test]
+fn a_count_mismatch_in_a_split_communicator_names_world_ranks() {
+    for nodes in [1, 2] {
+        for engine in ["inline", "thread", "proxy"] {
+            let env = [("HPC_COLL_TEST_ENGINE", engine)];
+            let what = format!("count_split, {engine}, {nodes} node(s)");
+            all_ok_on(&what, "count_split", 4, nodes, 30.0, &env);
+        }
+    }
+}
+
+/// Ranks that choose the `Proxy` engine and ranks that do not, for one
+/// communicator, are told so (see `mixed_engines`).
+#[test]
+fn ranks_that_choose_different_engines_are_told_so() {
+    all_ok_with("mixed_engines", 2, 30.0, &[]);
+}
+
+/// A lost member of a split communicator is named by its world rank on
+/// every engine, and a send to it fails, one to a living member goes (see
+/// `kill_split`), on one node and across two.
+#[test]
+fn a_lost_member_of_a_split_communicator_is_named_alike_by_every_engine() {
+    for nodes in [1, 2] {
+        for (engine, placement) in [
+            ("inline", "host"),
+            ("thread", "host"),
+            ("proxy", "host"),
+            ("proxy", "dpu"),
+        ] {
+            let env = [
+                ("HPC_COLL_TEST_ENGINE", engine),
+                ("HPC_COLL_PROXY_PLACEMENT", placement),
+            ];
+            for (r, (ok, err)) in job_on_nodes("kill_split", 4, nodes, 20.0, &env)
+                .iter()
+                .enumerate()
+            {
+                if r != 2 {
+                    assert!(
+                        ok,
+                        "{engine} ({placement}) on {nodes} node(s): rank {r}: {err}"
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -2594,7 +2814,6 @@ fn dpu_placement_proxies_from_a_standing_service() {
             "the service started a proxy for ranks without its key"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -103,6 +103,7 @@ fn child_entry() {
     }
     match s.as_str() {
         "left_inline" => return left(&world, Engine::Inline, false),
+        "stale_serial" => return stale_serial(&world),
         "left_here_inline" => return left(&world, Engine::Inline, true),
         "left_here_thread" => return left(&world, Engine::Thread, true),
         _ => {}
@@ -1059,6 +1060,68 @@ fn late_receive(comm: &Comm) {
     comm.sendrecv(&[me as u32; 4], 1 - me, 81, &mut b, 1 - me, 81)
         .unwrap();
     assert_eq!(b, [(1 - me) as u32; 4]);
+}
+
+/// A message announced by address and not read yet while 65,534 more are
+/// sent, then a send that fails (times out) and withdraws its message: the
+/// first is still received. A message's number was 16 bits (1 to 65,535,
+/// then again), so the withdrawn message had the first's number, and the
+/// first was refused as withdrawn ("rank 0 withdrew its message"). The
+/// messages between go 256 at a time; the communicator's timeout (2 s) is
+/// its own, the job's is longer (a loaded machine).
+fn stale_serial(world: &hpc_runtime::World) {
+    const BETWEEN: usize = 65_534;
+    const AT_ONCE: usize = 256;
+    let mut opts = CommOptions::new(Engine::Inline);
+    opts.timeout = Some(Duration::from_secs(2));
+    let comm = Comm::with_options(world, opts).unwrap();
+    let me = comm.rank();
+    let one = [1u8; 8];
+    let mut bufs = vec![[0u8; 8]; AT_ONCE];
+    if me == 0 {
+        let first = [5u8; 64];
+        let r = comm.isend(&first, 1, 90).unwrap();
+        let mut left = BETWEEN;
+        while left > 0 {
+            let k = left.min(AT_ONCE);
+            let reqs: Vec<_> = (0..k).map(|_| comm.isend(&one, 1, 91).unwrap()).collect();
+            for r in reqs {
+                r.wait().unwrap();
+            }
+            left -= k;
+        }
+        let e = comm.send(&[2u8; 64], 1, 92).unwrap_err();
+        assert!(matches!(e, Error::MessageTimeout { .. }), "{e}");
+        world.barrier().unwrap();
+        r.wait().unwrap();
+    } else {
+        let mut left = BETWEEN;
+        while left > 0 {
+            let k = left.min(AT_ONCE);
+            let reqs: Vec<_> = bufs[..k]
+                .iter_mut()
+                .map(|b| comm.irecv(b, 0, 91).unwrap())
+                .collect();
+            for r in reqs {
+                r.wait().unwrap();
+            }
+            left -= k;
+        }
+        // After rank 0's last send timed out (the launcher's barrier).
+        world.barrier().unwrap();
+        let mut got = [0u8; 64];
+        comm.recv(&mut got, 0, 90)
+            .unwrap_or_else(|e| panic!("the message announced before the others: {e}"));
+        assert_eq!(got, [5u8; 64]);
+    }
+    comm.barrier().unwrap();
+    eprintln!("{CHILD_OK} rank {me} stale_serial");
+}
+
+#[test]
+fn a_message_as_old_as_the_numbers_go_is_not_taken_for_a_withdrawn_one() {
+    // Every message by its address (numbered), none through staging slots.
+    run_with("stale_serial", 2, 1, 60, &[("HPC_STAGE_MAX", "0")]);
 }
 
 #[test]

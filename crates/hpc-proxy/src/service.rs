@@ -223,6 +223,10 @@ enum LineError {
     TooLong,
     Timeout,
     Closed,
+    /// Not UTF-8 text: the offset of its first byte that is not (a request
+    /// read lossily was refused as "authentication failed", which it is
+    /// not: no client signs bytes that are not text).
+    NotUtf8(usize),
     Io(std::io::Error),
 }
 
@@ -232,6 +236,7 @@ impl std::fmt::Display for LineError {
             LineError::TooLong => write!(f, "a line longer than {MAX_LINE} bytes"),
             LineError::Timeout => write!(f, "no complete line in time"),
             LineError::Closed => write!(f, "the connection closed"),
+            LineError::NotUtf8(at) => write!(f, "a line that is not UTF-8 text (at byte {at})"),
             LineError::Io(e) => e.fmt(f),
         }
     }
@@ -243,8 +248,19 @@ fn read_line(
     r: &mut BufReader<TcpStream>,
     deadline: Instant,
 ) -> std::result::Result<String, LineError> {
-    use std::io::ErrorKind;
     let mut line = Vec::new();
+    read_line_into(r, deadline, &mut line)?;
+    String::from_utf8(line).map_err(|e| LineError::NotUtf8(e.utf8_error().valid_up_to()))
+}
+
+/// [`read_line`]'s reading: the line's bytes go to `line`, which keeps those
+/// that came before a [`LineError::Timeout`], for the next call to go on.
+fn read_line_into(
+    r: &mut BufReader<TcpStream>,
+    deadline: Instant,
+    line: &mut Vec<u8>,
+) -> std::result::Result<(), LineError> {
+    use std::io::ErrorKind;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -274,7 +290,7 @@ fn read_line(
         line.extend_from_slice(&got[..n]);
         r.consume(if end { n + 1 } else { n });
         if end {
-            return Ok(String::from_utf8_lossy(&line).into_owned());
+            return Ok(());
         }
     }
 }
@@ -499,6 +515,7 @@ fn request(
             LineError::TooLong => format!("a request line longer than {MAX_LINE} bytes"),
             LineError::Timeout => format!("no request within {} s", wait.as_secs_f64()),
             LineError::Closed => "the connection closed before a request".into(),
+            LineError::NotUtf8(at) => format!("a request that is not UTF-8 text (at byte {at})"),
             LineError::Io(e) => format!("reading the request: {e}"),
         })
     })?;
@@ -515,6 +532,48 @@ fn request(
         return Err(Refusal("a malformed request".into()));
     }
     Ok(fields)
+}
+
+/// How the service's connection ended after it started the proxy
+/// ([`wait_end`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// Its last line (`exited with status 7`), its control characters
+    /// escaped.
+    Said(String),
+    /// It closed the connection without a line.
+    Closed,
+    /// It could not be read: why (a line longer than [`MAX_LINE`] bytes,
+    /// not UTF-8, an I/O error).
+    Failed(String),
+}
+
+/// Waits on `r` (the rest of [`ask`]'s connection) for the service's word
+/// that the proxy it started ended, looking at `go_on` every `every`:
+/// `None` once it says to stop. The line is read as every line of the
+/// protocol is, at most [`MAX_LINE`] bytes, and kept across the looks (it
+/// was read without a bound, so a service that sent bytes without an end
+/// of line took the rank's memory until its allocation aborted it, and
+/// a line that came in two parts lost its first: "the proxy on the DPU …
+/// with status 7").
+pub fn wait_end(
+    r: &mut BufReader<TcpStream>,
+    every: Duration,
+    mut go_on: impl FnMut() -> bool,
+) -> Option<End> {
+    let mut line = Vec::new();
+    loop {
+        return Some(match read_line_into(r, Instant::now() + every, &mut line) {
+            Ok(()) => match String::from_utf8(line) {
+                Ok(l) => End::Said(hpc_io::message::escape_controls(l.trim()).into_owned()),
+                Err(e) => End::Failed(LineError::NotUtf8(e.utf8_error().valid_up_to()).to_string()),
+            },
+            Err(LineError::Timeout) if go_on() => continue,
+            Err(LineError::Timeout) => return None,
+            Err(LineError::Closed) => End::Closed,
+            Err(e) => End::Failed(e.to_string()),
+        });
+    }
 }
 
 /// A rank's side: asks the service on `s` (at `at`) to start a proxy with
@@ -578,6 +637,10 @@ pub fn ask(
         .map_err(io)?;
     let answer =
         read_line(&mut r, Instant::now() + timeout).map_err(|e| line_err("its answer", e))?;
+    // The service's words go into the rank's log and errors: their control
+    // characters escaped (a terminal's escape in a refusal cleared the
+    // terminal where the rank's error was shown).
+    let answer = hpc_io::message::escape_controls(&answer);
     if let Some(pid) = answer.strip_prefix("started ") {
         return Ok((pid.trim().to_string(), r));
     }
@@ -729,6 +792,109 @@ mod tests {
         assert_eq!(started.load(Ordering::SeqCst), 1);
     }
 
+    /// A request that is not UTF-8 was read lossily and refused as
+    /// "authentication failed" (with the key, and without one, where no MAC is
+    /// checked, as "a malformed request"): it is refused as what it is, the
+    /// offset of its first byte that is not text named; the service goes on.
+    #[test]
+    fn a_request_that_is_not_text_is_refused_as_such() {
+        let k = key(8);
+        for auth in [ServiceAuth::Key(k.clone()), ServiceAuth::Insecure] {
+            let (at, started) = service(auth, REQUEST_WAIT, MAX_PENDING);
+            let s = TcpStream::connect(at).unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            answer(&mut r);
+            let mut line = format!("{} 127.0.0.1:1 1f 3 2 tc", "0".repeat(64)).into_bytes();
+            line.extend_from_slice(b"\xff\n");
+            (&s).write_all(&line).unwrap();
+            assert_eq!(
+                answer(&mut r),
+                format!(
+                    "refused: a request that is not UTF-8 text (at byte {})",
+                    line.len() - 2
+                )
+            );
+            assert_eq!(started.load(Ordering::SeqCst), 0);
+            assert!(ask_at(at, Some(&k)).is_ok(), "the service ended");
+        }
+    }
+
+    /// A service that says `started`, then `then` (each part after a pause).
+    fn saying(then: Vec<Vec<u8>>) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(format!("{GREETING} open\n").as_bytes())
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            read_line(&mut r, Instant::now() + Duration::from_secs(10)).unwrap();
+            s.write_all(b"started 4242\n").unwrap();
+            for part in then {
+                std::thread::sleep(Duration::from_millis(150));
+                if s.write_all(&part).is_err() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        at
+    }
+
+    /// A service's refusal with a terminal's escapes and a carriage return
+    /// was passed into the rank's error as it came (shown raw, it cleared
+    /// the terminal): escaped.
+    #[test]
+    fn a_services_refusal_is_escaped() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(format!("{GREETING} open\n").as_bytes())
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            read_line(&mut r, Instant::now() + Duration::from_secs(10)).unwrap();
+            s.write_all(b"refused: \x1b[2Jcleared\r\x1b[31mred\n")
+                .unwrap();
+        });
+        let s = TcpStream::connect(at).unwrap();
+        let e = ask(&s, at, None, SPEC, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("did not start the proxy: \\u{1b}[2Jcleared\\r\\u{1b}[31mred"),
+            "{e:?}"
+        );
+    }
+
+    /// The rank's wait for the service's last word read it without a bound
+    /// (a service that sent bytes without an end of line took the rank's
+    /// memory until an allocation aborted it) and lost the first part of a
+    /// line that came in two ("the proxy on the DPU … with status 7").
+    #[test]
+    fn the_services_last_word_is_read_bounded_and_whole() {
+        let every = Duration::from_millis(20);
+        let end = |then: Vec<Vec<u8>>, go_on: fn() -> bool| {
+            let at = saying(then);
+            let s = TcpStream::connect(at).unwrap();
+            let (pid, mut r) = ask(&s, at, None, SPEC, Duration::from_secs(10)).unwrap();
+            assert_eq!(pid, "4242");
+            wait_end(&mut r, every, go_on)
+        };
+        let two = vec![b"exited".to_vec(), b" with status 7\x1b[2J\n".to_vec()];
+        assert_eq!(
+            end(two, || true),
+            Some(End::Said("exited with status 7\\u{1b}[2J".into()))
+        );
+        let endless = vec![vec![b'x'; MAX_LINE / 2]; 4];
+        assert_eq!(
+            end(endless, || true),
+            Some(End::Failed(format!("a line longer than {MAX_LINE} bytes")))
+        );
+        assert_eq!(end(vec![], || false), None);
+        assert_eq!(end(vec![b"exi".to_vec()], || true), Some(End::Closed));
+    }
+
     #[test]
     fn connections_beyond_the_pending_limit_are_refused_at_once() {
         let (at, started) = service(ServiceAuth::Key(key(5)), Duration::from_secs(5), 2);
@@ -870,7 +1036,6 @@ mod tests {
         let e = err(&file("odd\n\u{1b}[2J", &[9; 32], 0o644));
         assert!(!e.chars().any(char::is_control), "{e:?}");
         assert!(e.contains("odd\\n\\u{1b}[2J\""), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Refusals are warned of once per interval, and the next warning counts those
@@ -914,6 +1079,5 @@ mod tests {
             "took {:?}",
             t.elapsed()
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -494,7 +494,7 @@ const MIN_WRITE_LIMIT: Duration = Duration::from_millis(10);
 /// before their own guard gives up on the coordinator.
 fn write_within(s: &mut TcpStream, msg: &Msg, limit: Duration) -> std::io::Result<()> {
     use std::io::{Error, ErrorKind, Write};
-    let frame = frame(msg);
+    let frame = frame(msg).map_err(|e| Error::new(ErrorKind::InvalidInput, e))?;
     let deadline = Instant::now() + limit;
     let mut done = 0;
     while done < frame.len() {

@@ -5,7 +5,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::wire::{read_msg, write_msg, Msg, Op, ReadError};
+use crate::wire::{read_msg, write_msg, FrameTooLarge, Msg, Op, ReadError};
 
 pub(crate) struct LauncherLink {
     writer: TcpStream,
@@ -92,11 +92,21 @@ impl LauncherLink {
             )),
             e => e,
         };
-        match link.recv("init").map_err(not_ours)? {
+        let welcome = match link.recv("init") {
+            Err(Error::Mismatch(detail)) => Ok(Msg::Mismatch { detail }),
+            r => r,
+        };
+        match welcome.map_err(not_ours)? {
             Msg::Welcome { nodes } if nodes.len() == size => Ok((link, nodes)),
             Msg::Welcome { nodes } => Err(Error::Protocol(format!(
                 "welcome lists {} ranks, expected {size}",
                 nodes.len()
+            ))),
+            // Before its welcome the coordinator's only free text is its
+            // refusal of this rank (another process joined as it first): no
+            // collective's mismatch, as it read.
+            Msg::Mismatch { detail } => Err(Error::Bootstrap(format!(
+                "the launcher refused this rank: {detail}"
             ))),
             other => Err(not_ours(Error::Protocol(format!(
                 "unexpected message during init: {other:?}"
@@ -105,9 +115,15 @@ impl LauncherLink {
     }
 
     fn send(&mut self, msg: &Msg) -> Result<()> {
-        write_msg(&mut self.writer, msg).map_err(|e| Error::LauncherLost {
-            addr: self.addr.clone(),
-            cause: e.to_string(),
+        write_msg(&mut self.writer, msg).map_err(|e| {
+            // Refused before anything was written: the launcher is not lost.
+            match e.get_ref().and_then(|i| i.downcast_ref::<FrameTooLarge>()) {
+                Some(big) => Error::InvalidArgument(big.to_string()),
+                None => Error::LauncherLost {
+                    addr: self.addr.clone(),
+                    cause: e.to_string(),
+                },
+            }
         })
     }
 

@@ -328,18 +328,46 @@ impl Msg {
     }
 }
 
-/// One framed message as it goes on the wire: its length, then its encoding.
-pub fn frame(msg: &Msg) -> Vec<u8> {
-    let body = msg.encode();
-    let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&body);
-    frame
+/// A message whose body is more than [`MAX_FRAME`] bytes: [`frame`] and
+/// [`write_msg`] refuse it before anything is written (its length was
+/// written `as u32`, cut to 32 bits beyond 4 GiB, and a body beyond
+/// [`MAX_FRAME`] was sent whole for the reader to refuse, with its bytes still
+/// on the connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a message of {bytes} bytes is more than the {max} bytes a frame of the launcher's \
+     protocol carries"
+)]
+pub struct FrameTooLarge {
+    /// The message's encoded bytes.
+    pub bytes: usize,
+    /// The most a frame carries ([`MAX_FRAME`]).
+    pub max: usize,
 }
 
-/// Writes one framed message.
+/// One framed message as it goes on the wire: its length, then its encoding;
+/// a message beyond [`MAX_FRAME`] is refused.
+pub fn frame(msg: &Msg) -> std::result::Result<Vec<u8>, FrameTooLarge> {
+    let body = msg.encode();
+    if body.len() > MAX_FRAME {
+        return Err(FrameTooLarge {
+            bytes: body.len(),
+            max: MAX_FRAME,
+        });
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    // At most MAX_FRAME (256 MiB), checked above: the length fits 32 bits.
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Writes one framed message. A message beyond [`MAX_FRAME`] is an
+/// [`std::io::ErrorKind::InvalidInput`] error whose inner error is a
+/// [`FrameTooLarge`], and nothing is written.
 pub fn write_msg(w: &mut impl Write, msg: &Msg) -> std::io::Result<()> {
-    w.write_all(&frame(msg))?;
+    let frame = frame(msg).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    w.write_all(&frame)?;
     w.flush()
 }
 
@@ -444,6 +472,45 @@ mod tests {
             long.push(0);
             assert!(Msg::decode(&long).is_err());
         }
+    }
+
+    /// `frame` and `write_msg` wrote a body's length `as u32` unchecked (their
+    /// callers checked first): a message beyond the frame is refused, typed,
+    /// and nothing is written.
+    #[test]
+    fn a_message_beyond_the_frame_is_refused_before_it_is_written() {
+        let big = Msg::Contribute {
+            seq: 1,
+            op: Op::Allgather,
+            data: vec![0; MAX_FRAME],
+        };
+        let bytes = big.encode().len();
+        let want = FrameTooLarge {
+            bytes,
+            max: MAX_FRAME,
+        };
+        // (`.err()`: a frame made would be printed whole.)
+        assert_eq!(frame(&big).err(), Some(want));
+        let mut written = Vec::new();
+        let e = write_msg(&mut written, &big).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.get_ref().and_then(|e| e.downcast_ref::<FrameTooLarge>()),
+            Some(&want)
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("a message of {bytes} bytes")),
+            "{e}"
+        );
+        assert!(written.is_empty(), "{} bytes written", written.len());
+        // The largest that fits is framed.
+        let fits = Msg::Contribute {
+            seq: 1,
+            op: Op::Allgather,
+            data: vec![0; MAX_DATA],
+        };
+        assert_eq!(frame(&fits).unwrap().len(), fits.encode().len() + 4);
     }
 
     #[test]

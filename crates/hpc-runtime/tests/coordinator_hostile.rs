@@ -333,8 +333,14 @@ fn a_rank_that_joins_twice_is_told_at_once_and_the_first_goes_on() {
     let Err(e) = second else {
         panic!("a second rank 1 is refused")
     };
+    // Its own message: it is no collective's mismatch (it read "collective
+    // mismatch: another process …").
+    assert!(matches!(e, hpc_runtime::Error::Bootstrap(_)), "{e:?}");
     let e = e.to_string();
-    assert!(e.contains("joined as rank 1 first"), "{e}");
+    assert!(
+        e.starts_with("bootstrap failed: the launcher refused this rank: another process of this job joined as rank 1 first"),
+        "{e}"
+    );
     assert!(took < Duration::from_secs(3), "told after {took:?}");
     // The refused connection's end is not the first rank 1's.
     std::thread::sleep(Duration::from_millis(200));

@@ -40,7 +40,7 @@ fn frames_have_the_documented_layout() {
     assert_eq!(hello.encode(), body);
     let mut want = (body.len() as u32).to_le_bytes().to_vec();
     want.extend_from_slice(&body);
-    assert_eq!(frame(&hello), want);
+    assert_eq!(frame(&hello).unwrap(), want);
     let mut written = Vec::new();
     write_msg(&mut written, &hello).unwrap();
     assert_eq!(written, want);
@@ -139,7 +139,7 @@ fn lists_that_exactly_fill_the_frame_decode() {
             missing: vec![0, u32::MAX],
         },
     ] {
-        let f = frame(&msg);
+        let f = frame(&msg).unwrap();
         assert_eq!(read(&f).unwrap(), msg);
     }
     // One item more than the frame can hold is refused before any allocation.
@@ -171,14 +171,15 @@ fn frame_length_bounds_and_short_bodies() {
     let whole = frame(&Msg::Abort {
         rank: 1,
         cause: "gone".into(),
-    });
+    })
+    .unwrap();
     for cut in 4..whole.len() {
         assert!(is_eof(read(&whole[..cut])), "cut at {cut}");
     }
     assert!(is_eof(read(&[1, 0])), "a cut length prefix");
     // A frame followed by another reads just the first.
-    let mut two = frame(&Msg::Goodbye);
-    two.extend_from_slice(&frame(&Msg::Mismatch { detail: "m".into() }));
+    let mut two = frame(&Msg::Goodbye).unwrap();
+    two.extend_from_slice(&frame(&Msg::Mismatch { detail: "m".into() }).unwrap());
     let mut r = &two[..];
     assert_eq!(read_msg(&mut r).unwrap(), Msg::Goodbye);
     assert_eq!(

@@ -122,7 +122,7 @@ pub const STAGE_SLOT: usize = 16 * 1024;
 /// 1 MiB each on small boards, less on large ones
 /// (at most 16 MiB in all for the ranks together, at least 4 slots each), so
 /// that a board for many ranks still fits a container's small `/dev/shm`
-/// (only the pages in use take memory).
+/// (its file's blocks are reserved when it is made, [`Board::create`]).
 pub fn stage_slots(size: usize) -> usize {
     ((16 << 20) / STAGE_SLOT / size.max(1)).clamp(4, 64)
 }
@@ -255,7 +255,9 @@ pub struct Desc {
     pub kind: u32,
     /// The signature of the collective whose message it announces
     /// ([`Sig`](crate::sig::Sig)'s word; 0 for the board's other
-    /// descriptors, the kind's own word for a few of the proxy's).
+    /// descriptors, the kind's own word for a few of the proxy's; for a
+    /// point-to-point message's `RTS` or `TAIL`, its sender's 32-bit
+    /// number of it, which a withdrawal names, [`Failure::Withdrawn`]).
     pub sig: u32,
     /// The message's tag: `(collective sequence number << 32) | schedule tag`.
     pub tag: u64,
@@ -316,6 +318,28 @@ fn checked_bytes_for(size: usize) -> Option<usize> {
         .checked_add(stage)
 }
 
+/// Reserves the blocks of a board's file of `bytes`, so that a file system
+/// without room for it (a full `/dev/shm`) refuses the board when it is made:
+/// a sparse file's page that the file system cannot give when it is first
+/// touched kills the process with `SIGBUS` (a rank of a job started on a full
+/// `/dev/shm` was killed so as it made its communicator). A file system that
+/// cannot reserve blocks keeps the file sparse, as before.
+fn reserve(f: &std::fs::File, bytes: usize) -> io::Result<()> {
+    use rustix::io::Errno;
+    match rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, bytes as u64) {
+        Ok(()) => Ok(()),
+        Err(e) if e == Errno::NOSPC => Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "no room for the board's {bytes} bytes in its file system (a full /dev/shm: \
+                 free some, or give the container a larger one)"
+            ),
+        )),
+        Err(e) if e == Errno::OPNOTSUPP || e == Errno::NOSYS || e == Errno::INVAL => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Board {
     /// A board of `size` slots for a test of this process, its file
     /// already removed (`name` tells the tests' files apart). For the tests
@@ -358,6 +382,7 @@ impl Board {
             .map_err(|e| named(path, e))?;
         let made = f
             .set_len(bytes_for(size) as u64)
+            .and_then(|()| reserve(&f, bytes_for(size)))
             .and_then(|()| Board::map(&f, path, size));
         let b = match made {
             Ok(b) => b,

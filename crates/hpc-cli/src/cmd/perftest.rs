@@ -145,10 +145,10 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
         }
         super::check_between("--window", w, 1, MAX_WINDOW)?;
     }
-    let Some(size) = args.size else {
-        return Ok(());
-    };
-    let size = size as u128;
+    // The largest size measured: `--all`'s and the default's are checked too
+    // (`--all --window 65536` skipped the check and aborted in an allocation of
+    // 65,536 buffers of 8 MiB; `--all --iters 1073741824` in 8 GiB of times).
+    let size = largest_size(args) as u128;
     let buffers = if args.test.is_bw() {
         args.window() as u128 + 1
     } else {
@@ -161,12 +161,40 @@ fn check_sizes(args: &Args) -> Result<(), super::UsageError> {
     };
     // The flags that set the memory: a latency test has no window (naming
     // `--window 64` there sent the user to a flag that changes nothing).
+    let sizes = match (args.size, args.all) {
+        (Some(_), _) => format!("--size {size}"),
+        (None, true) => format!("--all (up to {size} bytes)"),
+        (None, false) => format!("the default size of {size} bytes"),
+    };
     let what = if args.test.is_bw() {
-        format!("--size {size} with --window {}", args.window())
+        format!("{sizes} with --window {}", args.window())
     } else {
-        format!("--size {size} with --iters {}", args.iters.unwrap_or(1000))
+        format!("{sizes} with --iters {}", args.iters.unwrap_or(1000))
     };
     super::check_memory(&what, size.max(8) + 16 + size * buffers + times)
+}
+
+/// The sizes `--all` measures: 2 to 8 MiB, by powers of 2.
+fn all_sizes() -> impl Iterator<Item = usize> {
+    (1..=23).map(|e| 1usize << e)
+}
+
+/// The size measured when neither `--size` nor `--all` is given.
+fn default_size(test: Test) -> usize {
+    if test.is_bw() {
+        65536
+    } else {
+        2
+    }
+}
+
+/// The largest size this test measures.
+fn largest_size(args: &Args) -> usize {
+    match (args.size, args.all) {
+        (Some(s), _) => s,
+        (None, true) => all_sizes().max().unwrap_or(0),
+        (None, false) => default_size(args.test),
+    }
 }
 
 /// Runs the test on this rank.
@@ -182,12 +210,10 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         // out (a full stdout on rank 0 was then reported by rank 1 alone).
         Err(e) if super::is_broken_pipe(&e) => Ok(super::EXIT_BROKEN_PIPE),
         Err(e) => {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "hpc: error: {}",
-                hpc_io::message::chain(e.as_ref())
-            );
+            // In one write: `writeln!` wrote `hpc: error: ` on its own, and a
+            // rank that `hpc run` stopped between the pieces (the other rank
+            // failed first) left that alone on its line.
+            hpc_io::message::last_words("hpc", &hpc_io::message::chain(e.as_ref()));
             Ok(super::EXIT_ERROR)
         }
     }
@@ -231,9 +257,9 @@ fn measure(args: &Args, world: &World) -> anyhow::Result<i32> {
     }
     let peer = 1 - me;
     let sizes: Vec<usize> = match (args.all, args.size) {
-        (true, _) => (1..=23).map(|e| 1usize << e).collect(),
+        (true, _) => all_sizes().collect(),
         (false, Some(s)) => vec![s],
-        (false, None) => vec![if args.test.is_bw() { 65536 } else { 2 }],
+        (false, None) => vec![default_size(args.test)],
     };
     let max = sizes.iter().copied().max().unwrap_or(8).max(8);
     let region = t.register(max + 16)?;

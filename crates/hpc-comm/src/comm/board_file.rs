@@ -69,7 +69,10 @@ pub(super) fn make_board(
 ) -> Result<(Arc<Board>, Vec<u32>, BoardName)> {
     let (me, size) = (boot.rank(), boot.size());
     let leader = node_leader(boot, me);
-    let mut path = Vec::new();
+    // Each rank's part: whether it counts a proxy among the board's members
+    // (the `Proxy` engine's), then, from the node's first rank, the board's
+    // path; empty where that rank could not create it.
+    let mut path = vec![extra as u8];
     let mut created = None;
     let mut name = BoardName(None);
     if me == leader {
@@ -83,7 +86,7 @@ pub(super) fn make_board(
             .map_err(|e| Error::transport_from("creating the node's board", e));
         match b {
             Ok(b) => {
-                path = p.to_string_lossy().into_owned().into_bytes();
+                path.extend_from_slice(p.to_string_lossy().as_bytes());
                 created = Some(b);
                 name = BoardName(Some(p));
             }
@@ -100,7 +103,20 @@ pub(super) fn make_board(
             "rank {r} could not create its node's board"
         )));
     }
-    let p = PathBuf::from(String::from_utf8_lossy(&parts[leader]).into_owned());
+    // Ranks that chose the `Proxy` engine and ranks that did not: said so
+    // (the one read "rank 1 is lost: rank 1 finalized before joining
+    // allgather", the other "mapping the node's board", the board being for
+    // another count of members).
+    if let Some(r) = (0..size).find(|&r| parts[r].first().is_some_and(|&x| x != extra as u8)) {
+        let with = |proxy: bool| if proxy { "with" } else { "without" };
+        return Err(Error::Unsupported(format!(
+            "rank {r} made this communicator {} the Proxy engine and rank {me} {} it: \
+             every rank must choose the same engine (Inline and Thread may be mixed)",
+            with(extra == 0),
+            with(extra > 0)
+        )));
+    }
+    let p = PathBuf::from(String::from_utf8_lossy(&parts[leader][1..]).into_owned());
     let board = match created {
         Some(b) => b,
         None => Board::open(&p, size + extra)

@@ -219,16 +219,19 @@ impl Setup<'_> {
         };
         let own_copies = opts.own_copies.unwrap_or(false);
         let places = ProxyPlaces::of(self.nodes);
-        let client = Arc::new(proxy::Client::start(
-            self.board.clone(),
-            me,
-            self.size,
-            &opts.schedule,
-            self.timeout,
-            self.spin,
-            own_copies,
-            (places.leads(me), proxy_net),
-        )?);
+        let client = Arc::new(
+            proxy::Client::start(
+                self.board.clone(),
+                me,
+                self.size,
+                &opts.schedule,
+                self.timeout,
+                self.spin,
+                own_copies,
+                (places.leads(me), proxy_net),
+            )?
+            .with_world(self.world_ranks.to_vec()),
+        );
         // Every rank of a split takes part, whether its group spans nodes
         // or not: the groups' set-ups run on the parent's collectives.
         let mut backend = None;

@@ -37,10 +37,11 @@ use hpc_board::{Error, Result};
 /// One member known gone.
 #[derive(Debug, Clone, Copy)]
 struct Member {
-    /// Its rank in the communicator, where the error's number says it
-    /// surely (see [`Gone::new`]).
+    /// Its rank in the communicator (`None` for a rank the error named
+    /// that is no member's world rank).
     rank: Option<usize>,
-    /// The rank as the error named it (the world's under the `Proxy` engine).
+    /// The rank as the error named it: its rank in the world, on every
+    /// engine.
     named: usize,
     /// Whether it left in order ([`Error::RankLeft`]) rather than was lost.
     left: bool,
@@ -62,27 +63,23 @@ pub(crate) struct Gone {
     /// Whether any is: the one load a send or a collective pays while none is.
     any: AtomicBool,
     members: Mutex<Vec<Member>>,
-    /// The communicator's size.
-    size: usize,
-    /// Whether the rank an error names is the communicator's: the ranks'
-    /// own path names them so, the proxies name the world's, and the two
-    /// agree where the communicator's ranks are the world's (a communicator
-    /// of the whole world, the common case). Where neither holds, a member
-    /// noted gone refuses the collectives, not the sends to a rank.
-    exact: bool,
+    /// The world rank of each member: an error names a member by its rank
+    /// in the world on every engine (the `Proxy` engine on the host named
+    /// its rank in the communicator, the others the world's, so that in a
+    /// split communicator a send to the member lost was `Ok` and one to
+    /// the member whose communicator rank was the lost one's world rank
+    /// was refused).
+    world: Vec<usize>,
 }
 
 impl Gone {
     /// None known gone, in a communicator of `world_ranks` (the world rank
-    /// of each member) whose errors may name world ranks (`proxied`: the
-    /// `Proxy` engine's do).
-    pub(crate) fn new(world_ranks: &[usize], proxied: bool) -> Gone {
-        let identity = world_ranks.iter().enumerate().all(|(i, &w)| i == w);
+    /// of each member).
+    pub(crate) fn new(world_ranks: &[usize]) -> Gone {
         Gone {
             any: AtomicBool::new(false),
             members: Mutex::new(Vec::new()),
-            size: world_ranks.len(),
-            exact: identity || !proxied,
+            world: world_ranks.to_vec(),
         }
     }
 
@@ -105,7 +102,7 @@ impl Gone {
             Error::RankLeft { rank } => (*rank, true),
             _ => return,
         };
-        let rank = (self.exact && named < self.size).then_some(named);
+        let rank = self.world.iter().position(|&w| w == named);
         let mut m = lock(&self.members);
         if !m.iter().any(|g| g.named == named) {
             m.push(Member { rank, named, left });

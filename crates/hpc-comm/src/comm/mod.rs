@@ -236,7 +236,7 @@ impl Comm {
             splits: AtomicU64::new(0),
             nodes: vec![0; size],
             net: None,
-            gone: Arc::new(gone::Gone::new(&world_ranks, opts.engine == Engine::Proxy)),
+            gone: Arc::new(gone::Gone::new(&world_ranks)),
             world_ranks,
             opts,
         }

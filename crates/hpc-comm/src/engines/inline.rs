@@ -322,6 +322,35 @@ fn lost_peer(
     blocked().into_iter().find(|p| gone.contains(p))
 }
 
+/// `detail` of a count mismatch on the ranks' own path, whose every `rank N`
+/// names a rank of the communicator, with each such `N` its world rank, as
+/// the error's own rank and the proxies' texts are (in a split communicator
+/// it read "count mismatch with rank 3: rank 2 sent 40 bytes where 32 were
+/// expected", rank 2 of the communicator being rank 3 of the world).
+pub(crate) fn world_ranks_in(detail: &str, world: &[usize]) -> String {
+    if world.iter().enumerate().all(|(i, &w)| i == w) {
+        return detail.to_string();
+    }
+    let mut out = String::with_capacity(detail.len());
+    let mut rest = detail;
+    while let Some(at) = rest.find("rank ") {
+        let (head, tail) = rest.split_at(at + "rank ".len());
+        out.push_str(head);
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match tail[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|r| world.get(r))
+        {
+            Some(w) => out.push_str(&w.to_string()),
+            None => out.push_str(&tail[..digits]),
+        }
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The ranks' path of `engine`, which started an op of its executor.
 fn host_of(engine: &dyn Driver) -> &Host {
     engine
@@ -357,7 +386,7 @@ impl Pending for Op {
                 Err(match e {
                     Error::CountMismatch { rank, detail } => Error::CountMismatch {
                         rank: world[rank],
-                        detail,
+                        detail: world_ranks_in(&detail, world),
                     },
                     Error::CollectiveMismatch { rank, ours, theirs } => Error::CollectiveMismatch {
                         rank: world[rank],

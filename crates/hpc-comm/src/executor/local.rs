@@ -12,10 +12,6 @@ use hpc_board::Error;
 /// `addr` of a `FIN` that refuses a message (size mismatch).
 pub(super) const REJECTED: u64 = 1;
 
-/// The bits of a point-to-point `RTS` or `TAIL`'s length that hold it; the
-/// 16 above hold the sender's number of the message ([`Arrived::Whole`]).
-pub(super) const P2P_LEN: u64 = (1 << 48) - 1;
-
 /// A message (or part of one) announced by a peer and not yet copied.
 #[derive(Debug)]
 pub(super) enum Arrived {
@@ -201,19 +197,24 @@ impl Core {
             while let Some(d) = self.board.pop(src, self.me) {
                 let key = (src, d.tag);
                 // A point-to-point message's announcement by address carries
-                // its sender's number of it above its length ([`P2P_LEN`]).
-                let (len, serial) = if d.tag >> 32 == P2P_SEQ && matches!(d.kind, RTS | TAIL) {
-                    (d.len & P2P_LEN, (d.len >> 48) as u32)
+                // its sender's 32-bit number of it in the signature's word,
+                // which a point-to-point message has no other use for (its
+                // number was 16 bits above its length: an announcement
+                // 65,535 messages older than a withdrawn one of the same
+                // number was taken for it).
+                let (sig, serial) = if d.tag >> 32 == P2P_SEQ && matches!(d.kind, RTS | TAIL) {
+                    (Sig::NONE.0, d.sig)
                 } else {
-                    (d.len, 0)
+                    (d.sig, 0)
                 };
+                let len = d.len;
                 match d.kind {
                     RTS => self.queue(
                         key,
                         Arrived::Whole {
                             addr: d.addr,
                             len,
-                            sig: d.sig,
+                            sig,
                             serial,
                         },
                     ),
@@ -544,17 +545,18 @@ impl Core {
             // A point-to-point message read at its address is numbered, so
             // that a send that fails before it was read can withdraw it
             // (`Op::withdraw`).
-            let mut len = total as u64;
-            if d.seq == P2P_SEQ && needs_fin && len <= P2P_LEN {
+            let len = total as u64;
+            let mut sig = d.sig.0;
+            if d.seq == P2P_SEQ && needs_fin {
                 self.p2p_serial = self.p2p_serial.wrapping_add(1).max(1);
-                len |= u64::from(self.p2p_serial) << 48;
-                d.announced = Some((peer, tag32, u32::from(self.p2p_serial)));
+                sig = self.p2p_serial;
+                d.announced = Some((peer, tag32, self.p2p_serial));
             }
             self.send_desc(
                 peer,
                 Desc {
                     kind: if off == 0 { RTS } else { TAIL },
-                    sig: d.sig.0,
+                    sig,
                     tag,
                     // SAFETY: off <= total: at most one past the region's end.
                     addr: unsafe { p.add(off) } as u64,

@@ -417,8 +417,9 @@ pub(crate) struct Core {
     /// Failure notices sent, not yet completed.
     notices_out: Vec<hpc_rdma::OpId>,
     /// The number of the last point-to-point message announced by address
-    /// (`Core::post_local_send`; 0 is none).
-    p2p_serial: u16,
+    /// (`Core::post_local_send`; 0 is none), carried in its announcement's
+    /// signature word.
+    p2p_serial: u32,
     /// Network operations in flight (completions arrive without a doorbell ring,
     /// so whoever progresses polls while this is non-zero).
     net_inflight: usize,

@@ -167,6 +167,16 @@ pub(super) fn did_not_serve(did: &str) -> String {
 }
 
 impl Client {
+    /// The client of a communicator whose members' world ranks are `world`:
+    /// the proxy's answers name a member by its rank in the communicator, a
+    /// rank's error by its rank in the world, as every engine's errors do
+    /// (without it the host proxy's named the communicator's: another rank
+    /// than the other engines' in a split communicator).
+    pub(crate) fn with_world(mut self, world: Vec<usize>) -> Client {
+        self.world = world;
+        self
+    }
+
     /// Called by every rank while the board file still exists; the node's
     /// first rank (`starter`) starts the proxy and waits until it mapped the
     /// board. With `net` (a communicator that spans nodes) the proxy gets a

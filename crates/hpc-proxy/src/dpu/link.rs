@@ -74,7 +74,12 @@ pub fn dpu_service_addr() -> Option<Result<SocketAddr>> {
 fn service_addr_of(v: &str) -> Result<SocketAddr> {
     use std::net::ToSocketAddrs;
     let at = v.trim().replace("{host}", &hpc_runtime::hostname());
-    let with_port = if at.contains(':') {
+    // An IPv6 address without a port (`::1`, `[::1]`) gets the default port
+    // too: its colons were taken for a port's, and the value refused.
+    let bare = at.strip_prefix('[').and_then(|a| a.strip_suffix(']'));
+    let with_port = if let Ok(ip) = bare.unwrap_or(&at).parse::<IpAddr>() {
+        SocketAddr::new(ip, DPU_SERVICE_PORT).to_string()
+    } else if at.contains(':') {
         at.clone()
     } else {
         format!("{at}:{DPU_SERVICE_PORT}")
@@ -279,6 +284,27 @@ mod tests {
         assert_eq!(
             service_addr_of("127.0.0.1:99").unwrap(),
             SocketAddr::from(([127, 0, 0, 1], 99))
+        );
+    }
+
+    /// `host[:port]` with an IPv6 address for the host and no port: the
+    /// default port (`::1` and `[::1]` were refused, "no address for
+    /// \"::1\"": the address's colons taken for a port's).
+    #[test]
+    fn an_ipv6_service_address_without_a_port_gets_the_default_port() {
+        let v6 = SocketAddr::new(
+            IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            DPU_SERVICE_PORT,
+        );
+        assert_eq!(service_addr_of("::1").unwrap(), v6);
+        assert_eq!(service_addr_of(" [::1] ").unwrap(), v6);
+        assert_eq!(
+            service_addr_of("[::1]:99").unwrap(),
+            SocketAddr::new(v6.ip(), 99)
+        );
+        assert_eq!(
+            service_addr_of("127.0.0.1").unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], DPU_SERVICE_PORT))
         );
     }
 }

@@ -347,10 +347,7 @@ impl Client {
         ip: &Result<IpAddr>,
     ) -> Result<(Arc<Coordinator>, u64)> {
         use std::net::ToSocketAddrs;
-        let ip = match ip {
-            Ok(ip) => *ip,
-            Err(e) => return Err(Error::Unsupported(e.to_string())),
-        };
+        let ip = listen_ip(ip)?;
         let routed = std::env::var(hpc_runtime::env::RENDEZVOUS)
             .ok()
             .and_then(|r| r.to_socket_addrs().ok()?.next())
@@ -878,4 +875,16 @@ pub(crate) struct Posted {
     in_place: bool,
     /// Those buffers' regions, kept registered until it ends.
     _users: Vec<Arc<Region>>,
+}
+
+/// The address the first rank listens on for the proxy, worked out once for
+/// the communicator (`link::host_addr`), or its error again: an error that
+/// says it is unsupported is given again as it was (its text was wrapped in
+/// a second "unsupported: ", "unsupported: unsupported: HPC_COLL_PROXY_DPU_HOST=…").
+fn listen_ip(ip: &Result<IpAddr>) -> Result<IpAddr> {
+    match ip {
+        Ok(ip) => Ok(*ip),
+        Err(Error::Unsupported(why)) => Err(Error::Unsupported(why.clone())),
+        Err(e) => Err(Error::Unsupported(e.to_string())),
+    }
 }

@@ -19,10 +19,7 @@ impl Conn {
         ip: &Result<IpAddr>,
     ) -> Result<(Arc<Coordinator>, u64)> {
         crate::proxy::client::refuse_recursion(hpc_runtime::env::COLL_PROXY_DPU)?;
-        let ip = match ip {
-            Ok(ip) => *ip,
-            Err(e) => return Err(Error::Unsupported(e.to_string())),
-        };
+        let ip = super::listen_ip(ip)?;
         let secret = hpc_runtime::random_u64()?;
         let coord = Coordinator::start(size + 1, secret, timeout, ip)
             .map_err(|e| Error::transport_from(format!("listening for the proxy on {ip}"), e))?;
@@ -95,7 +92,6 @@ fn launch_remote(
     coord: std::sync::Weak<Coordinator>,
     size: usize,
 ) -> Result<()> {
-    use std::io::BufRead;
     let io = |e: std::io::Error| Error::transport_from(format!("the DPU service at {at}"), e);
     let s = TcpStream::connect_timeout(&at, timeout).map_err(io)?;
     // The libfabric provider the ranks use (`HPC_TRANSPORT=ofi`), for the link.
@@ -105,31 +101,21 @@ fn launch_remote(
         .map(|p| format!(" {p}"))
         .unwrap_or_default();
     let (pid, mut r) = hpc_proxy::service::ask(&s, at, key, &format!("{spec}{provider}"), timeout)?;
-    let mut line = String::new();
     tracing::info!(%at, pid, "the DPU service started the proxy");
-    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
-    std::thread::spawn(move || loop {
-        line.clear();
-        let why = match r.read_line(&mut line) {
-            Ok(0) => format!("the DPU service at {at} went away"),
-            Ok(_) => format!("the proxy on the DPU {at} {} without serving", line.trim()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if coord.strong_count() == 0 {
-                    return;
-                }
-                continue;
-            }
-            Err(e) => format!("the DPU service at {at}: {e}"),
+    std::thread::spawn(move || {
+        use hpc_proxy::service::{wait_end, End};
+        let every = Duration::from_millis(50);
+        let Some(end) = wait_end(&mut r, every, || coord.strong_count() > 0) else {
+            return;
+        };
+        let why = match end {
+            End::Closed => format!("the DPU service at {at} went away"),
+            End::Said(line) => format!("the proxy on the DPU {at} {line} without serving"),
+            End::Failed(e) => format!("the DPU service at {at}: {e}"),
         };
         if let Some(c) = coord.upgrade() {
             c.rank_exited(size, false, why);
         }
-        return;
     });
     Ok(())
 }
