@@ -16,6 +16,16 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// The checkpoint (a directory whose manifest reads) that `dir` is or lies
+    /// in, if any: no place for a run's checkpoints nor for its output
+    /// directory, whose files would be mixed with the checkpoint's and go
+    /// with it when it is pruned.
+    pub fn holding(dir: &Path) -> Option<&Path> {
+        dir.ancestors()
+            .filter(|a| !a.as_os_str().is_empty())
+            .find(|a| Checkpoint::open(a).is_ok())
+    }
+
     /// Opens the checkpoint in `dir`: reads the manifest and checks its own checksum
     /// and structure. The files are checked by [`Checkpoint::verify`] (all of them)
     /// or by [`Checkpoint::read_rank`] and [`Checkpoint::read_file`] (the one read).

@@ -26,7 +26,7 @@ use rustix::event::{PollFd, PollFlags};
 
 use crate::env;
 use crate::error::{Error, Result};
-use crate::wire::{frame, read_msg, Msg, Op, ReadError};
+use crate::wire::{frame, read_msg, Msg, Op, ReadError, MAX_JOB_RANKS};
 
 /// How long the coordinator waits, after a connection closes without `Goodbye`, for the
 /// launcher to report the process's exit status (which makes a better message).
@@ -58,10 +58,6 @@ enum Event {
     },
     Shutdown,
 }
-
-/// The most ranks a [`Coordinator`] takes: a rank is a 32-bit signed number
-/// on the wire and in MPI (`i32::MAX`).
-pub const MAX_JOB_RANKS: usize = i32::MAX as usize;
 
 /// A running coordinator. Dropping it (or [`Coordinator::shutdown`]) stops it.
 pub struct Coordinator {

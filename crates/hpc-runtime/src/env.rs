@@ -127,10 +127,10 @@ pub fn detect(env: &HashMap<String, String>) -> Result<Detected, String> {
         // The join carries both as 32-bit numbers: 2^32 + 1 ranks were said to
         // the launcher as 1, and refused only by its welcome ("protocol error:
         // welcome lists 1 ranks, expected 4294967297").
-        if size > crate::MAX_JOB_RANKS {
+        if size > crate::wire::MAX_JOB_RANKS {
             return Err(format!(
                 "{SIZE}={size} is more than the {} ranks a job has",
-                crate::MAX_JOB_RANKS
+                crate::wire::MAX_JOB_RANKS
             ));
         }
         let secret = env

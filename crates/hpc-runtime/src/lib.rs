@@ -44,10 +44,11 @@ mod node;
 pub mod wire;
 mod world;
 
-pub use coordinator::{Coordinator, MAX_JOB_RANKS};
+pub use coordinator::Coordinator;
 pub use env::MpiLauncher;
 pub use error::{listed_ranks, Error, Result, LISTED_RANKS};
 pub use node::NodeMap;
+pub use wire::MAX_JOB_RANKS;
 pub use world::{hostname, Bootstrap, Config, Relay, World};
 
 /// A random 64-bit value from the kernel (`getrandom`, which retries when

@@ -8,6 +8,11 @@ use std::io::{Read, Write};
 
 use crate::error::{Error, Result};
 
+/// The most ranks a job has, and a [`Coordinator`](crate::Coordinator)
+/// takes: a rank is a 32-bit signed number on the wire and in MPI
+/// (`i32::MAX`).
+pub const MAX_JOB_RANKS: usize = i32::MAX as usize;
+
 /// Largest frame accepted (the bootstrap channel carries endpoints, not bulk data).
 pub const MAX_FRAME: usize = 256 << 20;
 

@@ -411,7 +411,7 @@ fn claim(
     // holding that checkpoint finds them, and its files mixed with the
     // checkpoint's (`--restart D/step-N --checkpoint-dir D/step-N` wrote
     // `D/step-N/step-M`).
-    if let Some(ck) = checkpoint_holding(dir) {
+    if let Some(ck) = Checkpoint::holding(dir) {
         let holder = ck
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -492,16 +492,6 @@ fn claim(
         }
     }
     Ok(lock)
-}
-
-/// The checkpoint (a step directory whose manifest reads) that `dir` is or
-/// lies in, if any: no place for a run's checkpoints ([`claim_dir`]) nor for
-/// its output directory ([`crate::run::own_output_dir`]), whose files would be
-/// mixed with the checkpoint's and go with it.
-pub fn checkpoint_holding(dir: &Path) -> Option<&Path> {
-    dir.ancestors()
-        .filter(|a| !a.as_os_str().is_empty())
-        .find(|a| Checkpoint::open(a).is_ok())
 }
 
 /// The lock of a checkpoint directory this run holds ([`claim_dir`]): the

@@ -550,7 +550,7 @@ pub fn own_output_dir(
             // A checkpoint's step directory, or a folder in one: the run's files
             // were written among the checkpoint's (`--restart D/step-N --out
             // D/step-N`) and went with it when it was removed.
-            if let Some(ck) = crate::checkpoint::checkpoint_holding(out) {
+            if let Some(ck) = hpc_checkpoint::Checkpoint::holding(out) {
                 return Err(format!(
                     "--out {} {} the checkpoint {}: the run's files would be mixed with the \
                      checkpoint's and removed with it; choose another --out",

@@ -364,6 +364,31 @@ fn finish_at_exit_once() {
 mod tests {
     use super::*;
 
+    /// Two trace layers of one process in one folder (or two processes of one
+    /// job given the same rank), both rank 0: the second to finish replaced
+    /// the first's `rank-0.json` without a word, its timeline lost. The file
+    /// written while this one ran is kept and this one written beside it,
+    /// said to be of this job; the merge refuses the two files of one rank.
+    #[test]
+    fn a_rank_file_of_this_job_written_meanwhile_is_kept() {
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "same-rank");
+        let trace = format!("{}=", hpc_env::TRACE);
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+        let a = crate::sink::Sink::create(&dir, &trace).unwrap();
+        let b = crate::sink::Sink::create(&dir, &trace).unwrap();
+        for s in [&a, &b] {
+            s.set_rank(0);
+            s.set_size(1);
+        }
+        pause();
+        assert_eq!(a.finish().unwrap().unwrap(), dir.join("rank-0.json"));
+        let second = b.finish().unwrap().unwrap();
+        assert_eq!(second, dir.join("rank-0-1.json"));
+        assert_eq!(b.aside(), Some((dir.join("rank-0.json"), true)));
+        let e = merge::merge_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("are both rank 0's"), "{e}");
+    }
+
     /// A variable and its value are written as they are set: "HPC_TRACE= /x"
     /// read as a value with a leading blank.
     #[test]

@@ -25,9 +25,7 @@ use crate::sink::{End, Head};
 /// The largest process file read (a GiB).
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
 
-/// The largest rank a file may name (`i32::MAX`): the merged trace numbers the
-/// other processes after the ranks, and viewers read a `pid` as a 32-bit integer.
-pub const MAX_RANK: usize = i32::MAX as usize;
+pub use crate::sink::MAX_RANK;
 
 /// How the merged clocks were aligned, as the merged file's `otherData` says it.
 pub const ALIGNMENT: &str = "processes of one boot of one machine: CLOCK_MONOTONIC (exact); \

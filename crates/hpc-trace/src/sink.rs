@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{clock, Error};
 
+/// The largest rank a file may name (`i32::MAX`), the same for the file a
+/// rank writes and for the merge that reads it: the merged trace numbers the
+/// other processes after the ranks, and viewers read a `pid` as a 32-bit
+/// integer.
+pub const MAX_RANK: usize = i32::MAX as usize;
+
 /// The header of a process's file: what the merge aligns it on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Head {
@@ -251,12 +257,12 @@ impl Sink {
     }
 
     /// Records the process's rank. A rank the merge refuses, and with it the
-    /// whole folder, is not taken: one beyond [`crate::merge::MAX_RANK`], or
+    /// whole folder, is not taken: one beyond [`MAX_RANK`], or
     /// not below the job's size given before ([`Sink::set_size`]); the file
     /// stays a process's that is no rank (`proc-<PID>.json`), and a warning
     /// says so.
     pub fn set_rank(&self, rank: usize) {
-        let max = crate::merge::MAX_RANK;
+        let max = MAX_RANK;
         let why = {
             let mut st = self.lock();
             let why = if rank > max {
@@ -336,7 +342,7 @@ impl Sink {
             st.rank = std::env::var(hpc_env::RANK)
                 .ok()
                 .and_then(|r| r.trim().parse().ok())
-                .filter(|&r| r <= crate::merge::MAX_RANK);
+                .filter(|&r| r <= MAX_RANK);
         }
         let end = End {
             rank: st.rank,
@@ -591,30 +597,5 @@ mod tests {
         let e = sink.finish().unwrap_err().to_string();
         assert!(e.contains("no longer the file this process wrote"), "{e}");
         assert!(!dir.join("rank-0.json").exists());
-    }
-
-    /// Two trace layers of one process in one folder (or two processes of one
-    /// job given the same rank), both rank 0: the second to finish replaced
-    /// the first's `rank-0.json` without a word, its timeline lost. The file
-    /// written while this one ran is kept and this one written beside it,
-    /// said to be of this job; the merge refuses the two files of one rank.
-    #[test]
-    fn a_rank_file_of_this_job_written_meanwhile_is_kept() {
-        let dir = hpc_test_support::TmpDir::new("hpc-trace", "same-rank");
-        let trace = format!("{}=", hpc_env::TRACE);
-        let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
-        let a = Sink::create(&dir, &trace).unwrap();
-        let b = Sink::create(&dir, &trace).unwrap();
-        for s in [&a, &b] {
-            s.set_rank(0);
-            s.set_size(1);
-        }
-        pause();
-        assert_eq!(a.finish().unwrap().unwrap(), dir.join("rank-0.json"));
-        let second = b.finish().unwrap().unwrap();
-        assert_eq!(second, dir.join("rank-0-1.json"));
-        assert_eq!(b.aside(), Some((dir.join("rank-0.json"), true)));
-        let e = crate::merge::merge_dir(&dir).unwrap_err().to_string();
-        assert!(e.contains("are both rank 0's"), "{e}");
     }
 }
