@@ -1704,3 +1704,22 @@ fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["BIG"]);
     hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["completions", "BIG"]);
 }
+
+/// Hostile pass 20: as root, `hpc man --dir /man1` made the new folder `/man1`
+/// and wrote the pages into it: a folder not made yet directly in `/` is
+/// refused as a folder of the system, nothing made (removed should the check
+/// be taken away).
+#[test]
+fn man_refuses_a_new_folder_in_the_root() {
+    let top = format!("/hpc-man-test-{}", std::process::id());
+    let o = hpc(&["man", "--dir", &format!("{top}/man/man1")]);
+    let made = Path::new(&top).exists();
+    let _ = std::fs::remove_dir_all(&top);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!made, "{e}");
+    assert!(
+        e.contains(&format!("it would make {top}, a new folder directly in /")),
+        "{e}"
+    );
+}

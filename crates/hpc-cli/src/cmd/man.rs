@@ -107,6 +107,10 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
 /// the system's files (`/etc/man1`, `/usr/bin/man1`, `/boot/man1`) was taken
 /// as one, and made.
 fn system_folder(dir: &Path) -> Option<String> {
+    // Hostile pass 20: `/man1`, `/new/man/man1` (as root) made a new folder in `/`.
+    if let Some(why) = hpc_io::system::new_in_root(dir) {
+        return Some(why);
+    }
     let why = hpc_io::system::system_folder(dir)?;
     let section = hpc_io::system::resolved(dir).is_some_and(|r| {
         r.file_name().is_some_and(|n| n == "man1")
@@ -154,6 +158,10 @@ mod tests {
             "/boot/man1",
             "/etc/ssh/man1",
             "/usr/man1",
+            // Hostile pass 20: a new folder directly in `/`.
+            "/hpc-man-not-made",
+            "/man1",
+            "/hpc-man-not-made/man/man1",
         ] {
             assert!(system_folder(Path::new(refused)).is_some(), "{refused}");
         }
