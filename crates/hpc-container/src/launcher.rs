@@ -65,6 +65,11 @@ pub struct Launcher {
     pub pmix_server_tmpdir: Option<String>,
     /// Whether that directory exists in the probed file system (`None` when unset).
     pub pmix_server_tmpdir_visible: Option<bool>,
+    /// The launcher's rank and size variables set to something that is not a
+    /// number (`SLURM_PROCID=-5`), as name and value: read as unknown, and the
+    /// next variable looked at.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_numbers: Vec<(String, String)>,
 }
 
 /// MPI and UCX tuning variables.
@@ -136,9 +141,26 @@ pub fn detect(p: &Probe) -> Launcher {
     if p.var(hpc_env::RANK).is_some() || p.var(hpc_env::RENDEZVOUS).is_some() {
         kinds.push(LauncherKind::HpcRun);
     }
+    let not_numbers = std::cell::RefCell::new(Vec::new());
     let num = |keys: &[&str]| {
-        keys.iter()
-            .find_map(|k| p.var(k)?.trim().parse::<u64>().ok())
+        // Every variable is looked at, so that one that is not a number is
+        // told (hostile pass 20: read as unknown without a word).
+        let mut found = None;
+        for k in keys {
+            let Some(v) = p.var(k) else { continue };
+            match v.trim().parse::<u64>() {
+                Ok(n) => {
+                    found.get_or_insert(n);
+                }
+                Err(_) => {
+                    let mut seen = not_numbers.borrow_mut();
+                    if !seen.iter().any(|(name, _)| name == k) {
+                        seen.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+        }
+        found
     };
     let rank = num(&[
         hpc_env::RANK,
@@ -183,6 +205,7 @@ pub fn detect(p: &Probe) -> Launcher {
         mpi_libraries: mpi_libraries(p),
         pmix_server_tmpdir,
         pmix_server_tmpdir_visible,
+        not_numbers: not_numbers.into_inner(),
     }
 }
 
