@@ -706,3 +706,38 @@ fn two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently() {
     assert_eq!(names, ["rank-0.json", "rank-1.json"]);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Hostile pass 20: `hpc run --trace -` wrote a file named `-` in the current
+/// folder (the output is a file renamed into place, never the standard
+/// output). `-` is refused naming the flag, nothing written; so is `-o -`.
+#[test]
+fn a_dash_as_the_trace_file_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "dash");
+    let traces = dir.join("t");
+    std::fs::create_dir(&traces).unwrap();
+    let t = traces.to_str().unwrap();
+    for args in [
+        vec!["run", "-n", "1", "--trace", "-", "--", "true"],
+        vec!["trace", "merge", t, "-o", "-"],
+        vec!["trace", "svg", "x.json", "-o", "-"],
+    ] {
+        let out = Command::new(HPC)
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let flag = if args[0] == "run" { "--trace" } else { "-o" };
+        assert!(
+            err.contains(&format!("{flag} -: the output is a file")),
+            "{args:?}: {err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "t")
+            .collect();
+        assert!(left.is_empty(), "{args:?}: {left:?}");
+    }
+}

@@ -191,6 +191,14 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // Hostile pass 20: `--trace -` wrote a file named `-` (no standard output
+    // is meant: the output is renamed into place).
+    if path == Path::new("-") {
+        return Err(UsageError(format!(
+            "{flag} -: the output is a file, written whole and renamed into place, not the \
+             standard output: name a file (./- for one named -)"
+        )));
+    }
     if path.file_name().is_none() || path.is_dir() {
         return Err(UsageError(format!(
             "{flag} {}: names a directory, not a file",
