@@ -1705,6 +1705,22 @@ fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["completions", "BIG"]);
 }
 
+/// Hostile pass 20: `hpc selftest --expect-nodes 0` was taken, and every rank
+/// failed "1 nodes, expected 0". A count no job has is refused naming the flag
+/// before the world is joined; so is `--expect-size 0`.
+#[test]
+fn selftest_refuses_expecting_no_node_or_rank() {
+    for flag in ["--expect-nodes", "--expect-size"] {
+        let o = hpc(&["selftest", flag, "0"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {e}");
+        assert!(
+            e.contains(&format!("{flag} 0 is below the least of 1")),
+            "{flag}: {e}"
+        );
+    }
+}
+
 /// Hostile pass 20: as root, `hpc man --dir /man1` made the new folder `/man1`
 /// and wrote the pages into it: a folder not made yet directly in `/` is
 /// refused as a folder of the system, nothing made (removed should the check
