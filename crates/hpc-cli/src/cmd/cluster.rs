@@ -718,7 +718,7 @@ mod tests {
 
     #[test]
     fn folders_default_to_the_users_cache_and_honour_the_variables() {
-        let cwd = Path::new("/work/app");
+        let cwd = Path::new("/tmp/app");
         let with = |vars: &'static [(&'static str, &'static str)]| {
             move |name: &str| -> Result<Option<String>, String> {
                 Ok(vars
@@ -735,28 +735,29 @@ mod tests {
         );
         assert_eq!(p.cache, Path::new("/home/u/.cache/hpc-rs/cluster-cache"));
         // Hostile pass 20: a relative HOME gave relative folders, passed as
-        // they were to `docker run -v` and the script.
+        // they were to `docker run -v` and the script. (Folders under /tmp, not
+        // new ones in /, which are refused.)
         let p = Place::resolve(&with(&[("HOME", "rel")]), cwd).unwrap();
         assert_eq!(
             p.work,
-            Path::new("/work/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
+            Path::new("/tmp/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
         );
         assert_eq!(
             p.cache,
-            Path::new("/work/app/rel/.cache/hpc-rs/cluster-cache")
+            Path::new("/tmp/app/rel/.cache/hpc-rs/cluster-cache")
         );
 
         let p = Place::resolve(
             &with(&[
                 ("HOME", "/home/u"),
-                ("XDG_CACHE_HOME", "/xdg"),
+                ("XDG_CACHE_HOME", "/tmp/xdg"),
                 (env::CLUSTER_NAME, "dev.2"),
             ]),
             cwd,
         )
         .unwrap();
-        assert_eq!(p.work, Path::new("/xdg/hpc-rs/cluster/dev.2"));
-        assert_eq!(p.cache, Path::new("/xdg/hpc-rs/cluster-cache"));
+        assert_eq!(p.work, Path::new("/tmp/xdg/hpc-rs/cluster/dev.2"));
+        assert_eq!(p.cache, Path::new("/tmp/xdg/hpc-rs/cluster-cache"));
 
         // Hostile-user pass 19: a folder of the system is refused naming the
         // variable (`HPC_CLUSTER_DIR=/` wrote `slurm.conf` into `/`).
@@ -783,18 +784,18 @@ mod tests {
 
         // Relative folders are the current directory's; no HOME is needed then.
         let p = Place::resolve(
-            &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/c")]),
+            &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/tmp/c")]),
             cwd,
         )
         .unwrap();
-        assert_eq!(p.work, Path::new("/work/app/target/c"));
-        assert_eq!(p.cache, Path::new("/c"));
+        assert_eq!(p.work, Path::new("/tmp/app/target/c"));
+        assert_eq!(p.cache, Path::new("/tmp/c"));
 
         let m = err(Place::resolve(&with(&[]), cwd));
         assert!(m.contains(env::CLUSTER_DIR) && m.contains("HOME"), "{m}");
         for bad in ["-x", "a b", "a/b", ""] {
             let vars: &'static [(&str, &str)] =
-                Box::leak(Box::new([("HOME", "/h"), (env::CLUSTER_NAME, bad)]));
+                Box::leak(Box::new([("HOME", "/tmp/h"), (env::CLUSTER_NAME, bad)]));
             let r = Place::resolve(&with(vars), cwd);
             if bad.is_empty() {
                 assert_eq!(r.unwrap().name, DEFAULT_NAME, "empty is unset");
@@ -803,7 +804,7 @@ mod tests {
             }
         }
         let m = err(Place::resolve(
-            &with(&[("HOME", "/h"), (env::CLUSTER_DIR, "/a:b")]),
+            &with(&[("HOME", "/tmp/h"), (env::CLUSTER_DIR, "/a:b")]),
             cwd,
         ));
         assert!(m.contains(env::CLUSTER_DIR), "{m}");
@@ -811,7 +812,7 @@ mod tests {
         // "creating /dev/null: File exists" once `up` had started).
         for var in [env::CLUSTER_DIR, env::CACHE_DIR] {
             let vars: &'static [(&str, &str)] =
-                Box::leak(Box::new([("HOME", "/h"), (var, "/dev/null")]));
+                Box::leak(Box::new([("HOME", "/tmp/h"), (var, "/dev/null")]));
             let m = err(Place::resolve(&with(vars), cwd));
             assert!(
                 m.contains(&format!("{var} /dev/null")) && m.contains("not a directory"),
