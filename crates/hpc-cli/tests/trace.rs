@@ -741,3 +741,40 @@ fn a_dash_as_the_trace_file_is_refused() {
         assert!(left.is_empty(), "{args:?}: {left:?}");
     }
 }
+
+/// Hostile pass 20: `hpc trace svg T -o T` (or `-o ./T`, or through a link to
+/// T's folder) replaced the merged trace by its picture, 0. The trace itself
+/// as the output is refused, the trace kept; a link named as the output is
+/// replaced, its target (the trace) kept.
+#[test]
+fn a_picture_over_its_own_trace_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "svg-over-trace");
+    let trace = br#"{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":10}]}"#;
+    std::fs::write(dir.join("t.json"), trace).unwrap();
+    std::os::unix::fs::symlink(&*dir, dir.join("here")).unwrap();
+    for out in ["t.json", "./t.json", "here/t.json"] {
+        let o = Command::new(HPC)
+            .args(["trace", "svg", "t.json", "-o", out])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        assert!(
+            err.contains(&format!("-o {out}: it is the trace t.json it draws")),
+            "{out}: {err}"
+        );
+        assert_eq!(std::fs::read(dir.join("t.json")).unwrap(), trace, "{out}");
+    }
+    std::os::unix::fs::symlink("t.json", dir.join("l.json")).unwrap();
+    let o = Command::new(HPC)
+        .args(["trace", "svg", "t.json", "-o", "l.json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("t.json")).unwrap(), trace);
+    assert!(std::fs::read_to_string(dir.join("l.json"))
+        .unwrap()
+        .starts_with("<svg"));
+}

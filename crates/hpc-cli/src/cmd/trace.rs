@@ -107,6 +107,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             title,
         } => {
             check_output("-o", &output)?;
+            check_not_the_trace(&file, &output)?;
             drop(claim_output(&output, "hpc trace svg")?);
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
@@ -179,6 +180,34 @@ fn check_not_an_input(dir: &Path, output: &Path) -> Result<(), UsageError> {
              choose another name",
             hpc_io::message::path(output),
             hpc_io::message::path(dir)
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an output that is the trace `file` itself (by its name, its links
+/// followed): the picture replaced the merged trace it was drawn from
+/// (hostile pass 20). A link named as the output is replaced, not followed, so
+/// it is not the trace.
+fn check_not_the_trace(file: &Path, output: &Path) -> Result<(), UsageError> {
+    let parent = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let same = match (
+        std::fs::canonicalize(file),
+        std::fs::canonicalize(parent),
+        output.file_name(),
+    ) {
+        (Ok(trace), Ok(dir), Some(name)) => trace == dir.join(name),
+        _ => false,
+    };
+    if same {
+        return Err(UsageError(format!(
+            "-o {}: it is the trace {} it draws, which the picture would replace; \
+             choose another name (trace.svg)",
+            hpc_io::message::path(output),
+            hpc_io::message::path(file)
         )));
     }
     Ok(())
