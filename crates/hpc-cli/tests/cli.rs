@@ -1739,3 +1739,20 @@ fn man_refuses_a_new_folder_in_the_root() {
         "{e}"
     );
 }
+
+/// Hostile pass 20: `hpc man --dir D` with a folder at `D/hpc-run.1` replaced
+/// `D/hpc.1`, then failed: the pages of two versions were left. Every page's
+/// name is checked first; nothing is written.
+#[test]
+fn man_writes_no_page_when_one_cannot_be() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "man-blocked");
+    std::fs::create_dir(dir.join("hpc-run.1")).unwrap();
+    let o = hpc(&["man", "--dir", dir.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("hpc-run.1: it is a directory") && e.contains("nothing was written"),
+        "{e}"
+    );
+    assert!(!dir.join("hpc.1").exists(), "{e}");
+}

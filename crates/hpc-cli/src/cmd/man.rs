@@ -92,6 +92,18 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         ))
         .into());
     }
+    // Every page's name checked before the first is written (hostile pass 20:
+    // a folder at `hpc-run.1` failed the run after `hpc.1` was replaced,
+    // leaving the pages of two versions).
+    for (file, _) in pages {
+        let path = dir.join(file);
+        hpc_io::atomic::check_replaceable(&path).map_err(|e| {
+            super::UsageError(format!(
+                "--dir {}: {e}; nothing was written",
+                hpc_io::message::path(dir)
+            ))
+        })?;
+    }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
     for (file, text) in pages {
