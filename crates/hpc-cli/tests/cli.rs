@@ -1756,3 +1756,22 @@ fn man_writes_no_page_when_one_cannot_be() {
     );
     assert!(!dir.join("hpc.1").exists(), "{e}");
 }
+
+/// Hostile pass 20: `hpc run -- ./s.sh`, a script whose `#!` interpreter is
+/// missing, said "cannot start rank 0 (./s.sh): No such file or directory" of
+/// a file that is there. The interpreter is named.
+#[test]
+fn run_names_a_missing_interpreter() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "run-no-interpreter");
+    let script = dir.join("s.sh");
+    std::fs::write(&script, "#!/nonexistent/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = hpc(&["run", "-n", "1", "--", script.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert!(
+        e.contains("its interpreter /nonexistent/sh (its #! line) is not"),
+        "{e}"
+    );
+}
