@@ -940,6 +940,44 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
     }
 
+    /// Hostile pass 20: the work folder's `munge.key` (and `dpu.key`) was
+    /// written with `>`: a link planted there had its target made and
+    /// written. A key that is not a regular file is refused, its link's
+    /// target never made.
+    #[test]
+    fn a_key_that_is_a_link_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "key-link");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let docker = "#!/bin/sh\ncase \"$1 $2\" in version*) echo 24.0.0 ;; 'network create') exit 1 ;; esac\nexit 0\n";
+        std::fs::write(bin.join("docker"), docker).unwrap();
+        std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let work = s.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("slurm.conf"), "").unwrap();
+        let made = s.join("made");
+        std::os::unix::fs::symlink(&made, work.join("munge.key")).unwrap();
+        let o = hpc_io::tool::output_within(
+            Command::new("bash")
+                .args(["-c", SCRIPT, "hpc-cluster", "up", "--nodes", "1", "--bin"])
+                .arg(&bin)
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .env(env::CLUSTER_NAME, "t")
+                .env(env::CLUSTER_DIR, &work)
+                .env(env::CACHE_DIR, s.join("cache")),
+            std::time::Duration::from_secs(30),
+            64 << 10,
+        )
+        .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("munge.key is not a regular file"),
+            "{err}"
+        );
+        assert!(!made.exists(), "{err}");
+    }
+
     /// Pass 19's leftover: once `docker version` answered, the script's own
     /// `docker ps`, `exec`, `network`, ... had no bound: a daemon that answers
     /// that and hangs on the rest held `status` and `down` without end. Each
