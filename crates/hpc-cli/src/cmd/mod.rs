@@ -126,14 +126,28 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
             Ok(f) => break (tmp, f),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n + 1 < TMP_NAMES => n += 1,
             Err(e) => {
-                return Err(e).with_context(|| format!("creating {}", hpc_io::message::path(&tmp)))
+                return Err(e).with_context(|| {
+                    format!(
+                        "writing {}: creating its temporary {}",
+                        hpc_io::message::path(path),
+                        hpc_io::message::path(&tmp)
+                    )
+                })
             }
         }
     };
     let written = (|| {
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
-            .with_context(|| format!("writing {}", hpc_io::message::path(&tmp)))?;
+            .with_context(|| {
+                // The output named, not only its hidden temporary (hostile
+                // pass 20: "writing ./.big.json.tmp-PID: File too large").
+                format!(
+                    "writing {} (through its temporary {})",
+                    hpc_io::message::path(path),
+                    hpc_io::message::path(&tmp)
+                )
+            })?;
         // Never over a directory, a device or a FIFO of that name.
         Ok(hpc_io::atomic::rename_over(&tmp, path)?)
     })();
@@ -236,5 +250,23 @@ mod tests {
             .filter(|n| n.starts_with(".d.tmp-") && n.contains('-') && n.matches('-').count() > 1)
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Hostile pass 20: a write that failed named only its hidden temporary
+    /// ("writing ./.big.json.tmp-PID: File too large"), not the output asked
+    /// for. The output is named.
+    #[test]
+    fn a_failed_write_names_the_output() {
+        let dir = hpc_test_support::TmpDir::new("hpc-cli", "replace-fails");
+        let e = super::replace_file(&dir.join("absent/out.json"), b"x").unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with(&format!(
+                "writing {}: creating its temporary {}",
+                dir.join("absent/out.json").display(),
+                dir.join(format!("absent/.out.json.tmp-{}", std::process::id()))
+                    .display()
+            )),
+            "{e:#}"
+        );
     }
 }
