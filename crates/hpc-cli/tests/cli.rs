@@ -1775,3 +1775,19 @@ fn run_names_a_missing_interpreter() {
         "{e}"
     );
 }
+
+/// Hostile pass 20: with PATH unset, `hpc run -- true` said "program not
+/// found in PATH: true" (the search took the current folder for PATH), where
+/// the start searches the C library's default path; an `ls` in the current
+/// folder was found, then `/bin/ls` ran. The default path is searched.
+#[test]
+fn run_searches_the_default_path_when_path_is_unset() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "no-path");
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["run", "-n", "1", "--", "true"])
+        .env_remove("PATH")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

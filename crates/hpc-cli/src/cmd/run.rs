@@ -147,6 +147,9 @@ fn install_signal_handlers() {
     }
 }
 
+/// The search path `execvp` takes where `PATH` is unset (the C library's).
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
 /// Finds the program as `execvp` would, so that a missing one is reported before any
 /// rank starts.
 fn resolve_program(prog: &Path) -> anyhow::Result<PathBuf> {
@@ -165,8 +168,18 @@ fn resolve_program(prog: &Path) -> anyhow::Result<PathBuf> {
         }
         bail!("program not found: {}", shown_path(prog));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
+    // An unset PATH is execvp's default search path, not the current folder
+    // (hostile pass 20: "program not found in PATH: ls", and with an `ls` in
+    // the current folder that one was found, but /bin/ls ran).
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
     for dir in std::env::split_paths(&path) {
+        // An empty entry is the current folder, named so that the rank runs
+        // the file found here, not another the start would search for.
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
         let cand = dir.join(prog);
         if is_exec(&cand) {
             return Ok(cand);
