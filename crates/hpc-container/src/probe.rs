@@ -185,12 +185,18 @@ impl Probe {
                     buf.truncate(MAX_READ as usize);
                     let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
                     buf.truncate(whole);
-                    tracing::warn!(
-                        "{} is longer than {} MiB: only its first {} bytes (whole lines) are read",
-                        hpc_io::message::path(&full),
-                        MAX_READ >> 20,
-                        buf.len()
-                    );
+                    // Once a file, however many parts of the probe read it.
+                    static SAID: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+                    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+                    if !said.contains(&full) {
+                        said.push(full.clone());
+                        tracing::warn!(
+                            "{} is longer than {} MiB: only its first {} bytes (whole lines) are read",
+                            hpc_io::message::path(&full),
+                            MAX_READ >> 20,
+                            buf.len()
+                        );
+                    }
                 }
                 Some(String::from_utf8_lossy(&buf).into_owned())
             }
