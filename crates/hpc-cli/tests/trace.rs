@@ -778,3 +778,26 @@ fn a_picture_over_its_own_trace_is_refused() {
         .unwrap()
         .starts_with("<svg"));
 }
+
+/// Hostile pass 20: `hpc trace svg --from 1e308` was refused as "the window
+/// from inf µs to … µs is empty", naming neither the flag nor its value. It
+/// is refused naming both.
+#[test]
+fn a_window_beyond_the_finite_times_names_its_flag() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "svg-window");
+    let trace = br#"{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":10}]}"#;
+    std::fs::write(dir.join("t.json"), trace).unwrap();
+    for flag in ["--from", "--to"] {
+        let o = Command::new(HPC)
+            .args(["trace", "svg", "t.json", "-o", "t.svg", flag, "1e308"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(&format!("{flag} 1e308 ms is beyond")),
+            "{flag}: {err}"
+        );
+    }
+}

@@ -120,6 +120,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
                 if v.is_some_and(|v| !v.is_finite()) {
                     return Err(UsageError(format!("{flag} must be a number of ms")).into());
                 }
+                // Hostile pass 20: `--from 1e308` was refused as "the window
+                // from inf µs …", naming neither the flag nor its value.
+                if let Some(v) = v.filter(|v| !(v * 1000.0).is_finite()) {
+                    return Err(UsageError(format!(
+                        "{flag} {} ms is beyond the times a trace holds (at most about {:e} ms)",
+                        hpc_trace::svg::num(v),
+                        f64::MAX / 1000.0
+                    ))
+                    .into());
+                }
             }
             let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
                 .map_err(|e| UsageError(e.to_string()))?;
