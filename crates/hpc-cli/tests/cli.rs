@@ -1791,3 +1791,33 @@ fn run_searches_the_default_path_when_path_is_unset() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// Hostile pass 20: a folder named through a link to nothing in its path
+/// (`--dir lnk/x`, `HPC_TRACE=lnk/t`, `hpc new lnk/app`) was refused with
+/// the system's "File exists", or as a folder that does not exist, naming no
+/// link. The link and its target are named; nothing is made.
+#[test]
+fn a_link_to_nothing_in_the_path_is_named() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "dangling-in-path");
+    std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("lnk")).unwrap();
+    let said = format!(
+        "its folder lnk is a symbolic link to {}, which does not exist",
+        dir.join("nowhere").display()
+    );
+    for (args, trace) in [
+        (vec!["man", "--dir", "lnk/x"], None),
+        (vec!["new", "lnk/app"], None),
+        (vec!["selftest"], Some("lnk/t")),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpc"));
+        cmd.args(&args).current_dir(&dir);
+        if let Some(t) = trace {
+            cmd.env(hpc_env::TRACE, t);
+        }
+        let o = cmd.output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(&said), "{args:?}: {e}");
+        assert!(!dir.join("nowhere").exists(), "{args:?}");
+    }
+}

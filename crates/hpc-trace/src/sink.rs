@@ -150,11 +150,16 @@ impl Sink {
             }
         }
         // A link to a missing directory: "File exists" said neither.
-        if let Some(target) = hpc_io::rundir::dangling_link(dir) {
+        // Its folders too (hostile pass 20: `/lnk/t` said "File exists").
+        if let Some((link, target)) = hpc_io::rundir::dangling_link_in(dir) {
+            let said = hpc_io::rundir::dangling_said(dir, &link, &target);
+            let said = if link == dir {
+                format!("it is {said}")
+            } else {
+                said
+            };
             return Err(dir_err(std::io::Error::other(format!(
-                "it is a symbolic link to {}, which does not exist: make that directory, \
-                 or name another",
-                hpc_io::message::path(&target)
+                "{said}: make that directory, or name another"
             ))));
         }
         // A directory that is, or goes through, a link another user planted:

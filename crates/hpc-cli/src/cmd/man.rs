@@ -75,12 +75,12 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         .into());
     }
     // A link to a missing folder: "creating D: File exists" said neither.
-    if let Some(target) = hpc_io::rundir::dangling_link(dir) {
+    // Its folders too (hostile pass 20: `--dir /lnk/x` said "File exists").
+    if let Some((link, target)) = hpc_io::rundir::dangling_link_in(dir) {
         return Err(super::UsageError(format!(
-            "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
-             or name another",
+            "--dir {}: {}; make that directory, or name another",
             hpc_io::message::path(dir),
-            hpc_io::message::path(&target)
+            hpc_io::rundir::dangling_said(dir, &link, &target)
         ))
         .into());
     }
