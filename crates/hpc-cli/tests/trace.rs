@@ -801,3 +801,28 @@ fn a_window_beyond_the_finite_times_names_its_flag() {
         );
     }
 }
+
+/// Hostile pass 20: `--trace NAME` (or `-o NAME`) with a NAME of 250 bytes
+/// was refused as "cannot open .NAME.lock: File name too long", naming a file
+/// the user never named. The name's length is refused naming the flag.
+#[test]
+fn a_name_too_long_for_the_files_beside_it_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "long-name");
+    let name = format!("{}.json", "a".repeat(245));
+    for args in [
+        vec!["run", "-n", "1", "--trace", &name, "--", "true"],
+        vec!["trace", "merge", ".", "-o", &name],
+    ] {
+        let o = Command::new(HPC)
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("its name is 250 bytes; at most 239 leave room"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -223,6 +223,10 @@ fn check_not_the_trace(file: &Path, output: &Path) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// The longest output file name whose lock, temporary and ranks' folder
+/// (`.NAME.tmp-PID-N`: 16 bytes more) fit a file name's 255 bytes.
+const MAX_OUTPUT_NAME: usize = 255 - 16;
+
 /// Refuses an output that cannot be written before any work: a directory, a name
 /// whose directory is missing, a device or FIFO.
 fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
@@ -236,6 +240,20 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         return Err(UsageError(format!(
             "{flag} -: the output is a file, written whole and renamed into place, not the \
              standard output: name a file (./- for one named -)"
+        )));
+    }
+    // Hostile pass 20: a name of 250 bytes fits a folder, but the files made
+    // beside it do not (".NAME.lock: File name too long", naming a file the
+    // user never named).
+    if let Some(n) = path
+        .file_name()
+        .map(|n| n.len())
+        .filter(|&n| n > MAX_OUTPUT_NAME)
+    {
+        return Err(UsageError(format!(
+            "{flag} {}: its name is {n} bytes; at most {MAX_OUTPUT_NAME} leave room for the \
+             files made beside it (.NAME.lock, .NAME.tmp-PID)",
+            hpc_io::message::path(path)
         )));
     }
     if path.file_name().is_none() || path.is_dir() {
