@@ -1704,3 +1704,120 @@ fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["BIG"]);
     hpc_test_support::example::assert_usage_is_cut_and_checked(hpc, &["completions", "BIG"]);
 }
+
+/// Hostile pass 20: `hpc selftest --expect-nodes 0` was taken, and every rank
+/// failed "1 nodes, expected 0". A count no job has is refused naming the flag
+/// before the world is joined; so is `--expect-size 0`.
+#[test]
+fn selftest_refuses_expecting_no_node_or_rank() {
+    for flag in ["--expect-nodes", "--expect-size"] {
+        let o = hpc(&["selftest", flag, "0"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {e}");
+        assert!(
+            e.contains(&format!("{flag} 0 is below the least of 1")),
+            "{flag}: {e}"
+        );
+    }
+}
+
+/// Hostile pass 20: as root, `hpc man --dir /man1` made the new folder `/man1`
+/// and wrote the pages into it: a folder not made yet directly in `/` is
+/// refused as a folder of the system, nothing made (removed should the check
+/// be taken away).
+#[test]
+fn man_refuses_a_new_folder_in_the_root() {
+    let top = format!("/hpc-man-test-{}", std::process::id());
+    let o = hpc(&["man", "--dir", &format!("{top}/man/man1")]);
+    let made = Path::new(&top).exists();
+    let _ = std::fs::remove_dir_all(&top);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(!made, "{e}");
+    assert!(
+        e.contains(&format!("it would make {top}, a new folder directly in /")),
+        "{e}"
+    );
+}
+
+/// Hostile pass 20: `hpc man --dir D` with a folder at `D/hpc-run.1` replaced
+/// `D/hpc.1`, then failed: the pages of two versions were left. Every page's
+/// name is checked first; nothing is written.
+#[test]
+fn man_writes_no_page_when_one_cannot_be() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "man-blocked");
+    std::fs::create_dir(dir.join("hpc-run.1")).unwrap();
+    let o = hpc(&["man", "--dir", dir.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("hpc-run.1: it is a directory") && e.contains("nothing was written"),
+        "{e}"
+    );
+    assert!(!dir.join("hpc.1").exists(), "{e}");
+}
+
+/// Hostile pass 20: `hpc run -- ./s.sh`, a script whose `#!` interpreter is
+/// missing, said "cannot start rank 0 (./s.sh): No such file or directory" of
+/// a file that is there. The interpreter is named.
+#[test]
+fn run_names_a_missing_interpreter() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "run-no-interpreter");
+    let script = dir.join("s.sh");
+    std::fs::write(&script, "#!/nonexistent/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = hpc(&["run", "-n", "1", "--", script.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert!(
+        e.contains("its interpreter /nonexistent/sh (its #! line) is not"),
+        "{e}"
+    );
+}
+
+/// Hostile pass 20: with PATH unset, `hpc run -- true` said "program not
+/// found in PATH: true" (the search took the current folder for PATH), where
+/// the start searches the C library's default path; an `ls` in the current
+/// folder was found, then `/bin/ls` ran. The default path is searched.
+#[test]
+fn run_searches_the_default_path_when_path_is_unset() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "no-path");
+    let o = Command::new(env!("CARGO_BIN_EXE_hpc"))
+        .args(["run", "-n", "1", "--", "true"])
+        .env_remove("PATH")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// Hostile pass 20: a folder named through a link to nothing in its path
+/// (`--dir lnk/x`, `HPC_TRACE=lnk/t`, `hpc new lnk/app`) was refused with
+/// the system's "File exists", or as a folder that does not exist, naming no
+/// link. The link and its target are named; nothing is made.
+#[test]
+fn a_link_to_nothing_in_the_path_is_named() {
+    let dir = hpc_test_support::TmpDir::new("hpc-cli", "dangling-in-path");
+    std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("lnk")).unwrap();
+    let said = format!(
+        "its folder lnk is a symbolic link to {}, which does not exist",
+        dir.join("nowhere").display()
+    );
+    for (args, trace) in [
+        (vec!["man", "--dir", "lnk/x"], None),
+        (vec!["new", "lnk/app"], None),
+        (vec!["selftest"], Some("lnk/t")),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hpc"));
+        cmd.args(&args).current_dir(&dir);
+        if let Some(t) = trace {
+            cmd.env(hpc_env::TRACE, t);
+        }
+        let o = cmd.output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(&said), "{args:?}: {e}");
+        assert!(!dir.join("nowhere").exists(), "{args:?}");
+    }
+}

@@ -706,3 +706,123 @@ fn two_jobs_in_one_trace_folder_at_once_are_told_not_mixed_silently() {
     assert_eq!(names, ["rank-0.json", "rank-1.json"]);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Hostile pass 20: `hpc run --trace -` wrote a file named `-` in the current
+/// folder (the output is a file renamed into place, never the standard
+/// output). `-` is refused naming the flag, nothing written; so is `-o -`.
+#[test]
+fn a_dash_as_the_trace_file_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "dash");
+    let traces = dir.join("t");
+    std::fs::create_dir(&traces).unwrap();
+    let t = traces.to_str().unwrap();
+    for args in [
+        vec!["run", "-n", "1", "--trace", "-", "--", "true"],
+        vec!["trace", "merge", t, "-o", "-"],
+        vec!["trace", "svg", "x.json", "-o", "-"],
+    ] {
+        let out = Command::new(HPC)
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let flag = if args[0] == "run" { "--trace" } else { "-o" };
+        assert!(
+            err.contains(&format!("{flag} -: the output is a file")),
+            "{args:?}: {err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "t")
+            .collect();
+        assert!(left.is_empty(), "{args:?}: {left:?}");
+    }
+}
+
+/// Hostile pass 20: `hpc trace svg T -o T` (or `-o ./T`, or through a link to
+/// T's folder) replaced the merged trace by its picture, 0. The trace itself
+/// as the output is refused, the trace kept; a link named as the output is
+/// replaced, its target (the trace) kept.
+#[test]
+fn a_picture_over_its_own_trace_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "svg-over-trace");
+    let trace = br#"{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":10}]}"#;
+    std::fs::write(dir.join("t.json"), trace).unwrap();
+    std::os::unix::fs::symlink(&*dir, dir.join("here")).unwrap();
+    for out in ["t.json", "./t.json", "here/t.json"] {
+        let o = Command::new(HPC)
+            .args(["trace", "svg", "t.json", "-o", out])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        assert!(
+            err.contains(&format!("-o {out}: it is the trace t.json it draws")),
+            "{out}: {err}"
+        );
+        assert_eq!(std::fs::read(dir.join("t.json")).unwrap(), trace, "{out}");
+    }
+    std::os::unix::fs::symlink("t.json", dir.join("l.json")).unwrap();
+    let o = Command::new(HPC)
+        .args(["trace", "svg", "t.json", "-o", "l.json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("t.json")).unwrap(), trace);
+    assert!(std::fs::read_to_string(dir.join("l.json"))
+        .unwrap()
+        .starts_with("<svg"));
+}
+
+/// Hostile pass 20: `hpc trace svg --from 1e308` was refused as "the window
+/// from inf µs to … µs is empty", naming neither the flag nor its value. It
+/// is refused naming both.
+#[test]
+fn a_window_beyond_the_finite_times_names_its_flag() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "svg-window");
+    let trace = br#"{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":10}]}"#;
+    std::fs::write(dir.join("t.json"), trace).unwrap();
+    for flag in ["--from", "--to"] {
+        let o = Command::new(HPC)
+            .args(["trace", "svg", "t.json", "-o", "t.svg", flag, "1e308"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(&format!("{flag} 1e308 ms is beyond")),
+            "{flag}: {err}"
+        );
+    }
+}
+
+/// Hostile pass 20: `--trace NAME` (or `-o NAME`) with a NAME of 250 bytes
+/// was refused as "cannot open .NAME.lock: File name too long", naming a file
+/// the user never named. The name's length is refused naming the flag.
+#[test]
+fn a_name_too_long_for_the_files_beside_it_is_refused() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "long-name");
+    let name = format!("{}.json", "a".repeat(245));
+    for args in [
+        vec!["run", "-n", "1", "--trace", &name, "--", "true"],
+        vec!["trace", "merge", ".", "-o", &name],
+    ] {
+        let o = Command::new(HPC)
+            .args(&args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("its name is 250 bytes; at most 239 leave room"),
+            "{args:?}: {err}"
+        );
+    }
+}

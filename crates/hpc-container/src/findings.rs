@@ -166,6 +166,28 @@ fn launcher(env: &Environment, out: &mut Findings) {
         }
     }
 
+    // A rank or size variable that is not a number (`SLURM_PROCID=-5`): read as
+    // unknown and the next looked at, without a word (hostile pass 20).
+    for (name, value) in &l.not_numbers {
+        out.push(
+            "launch.not-a-number",
+            Severity::Warning,
+            format!(
+                "{name}={} is not {}: it was read as unknown",
+                hpc_io::message::cut(value),
+                if name.ends_with("TASKS_PER_NODE") {
+                    "a list of counts (4(x2),3)"
+                } else {
+                    "a number"
+                }
+            ),
+            "a launcher sets its rank and size variables to whole numbers from 0; another \
+             value was set by hand or left over, and the rank or size shown comes from \
+             another variable, or is unknown",
+            format!("unset {name}, or give it the number the launcher would"),
+        );
+    }
+
     // A rank at or past the job's size: the launcher's variables disagree (a
     // script that set one by hand, a stale one inherited); the report showed
     // "rank 7 of 4" without a word.
@@ -842,6 +864,65 @@ mod tests {
             ["rank 7 of a job of 4 rank(s): the launcher's variables disagree"]
         );
         assert!(finds("4").len() == 1 && finds("3").is_empty());
+    }
+
+    /// Hostile pass 20: `SLURM_PROCID=-5` was read as an unknown rank without
+    /// a word. It is a warning naming the variable.
+    #[test]
+    fn a_launcher_variable_that_is_not_a_number_is_told() {
+        use crate::{Environment, Probe};
+        let env: std::collections::BTreeMap<String, String> = [
+            ("SLURM_JOB_ID", "1"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "-5"),
+            ("SLURM_NTASKS", "4"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = Environment::detect_from(&Probe::new("/nonexistent-root", env));
+        let f: Vec<_> = e
+            .diagnose()
+            .into_iter()
+            .filter(|f| f.id == "launch.not-a-number")
+            .collect();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, crate::Severity::Warning);
+        assert_eq!(
+            f[0].seen,
+            "SLURM_PROCID=-5 is not a number: it was read as unknown"
+        );
+        // Neighbours: the node's number and the tasks per node (the node's
+        // count was the first node's for a node number not a number).
+        for (k, v, seen) in [
+            ("SLURM_NODEID", "zz", "SLURM_NODEID=zz is not a number"),
+            (
+                "SLURM_TASKS_PER_NODE",
+                "4(x-1)",
+                "SLURM_TASKS_PER_NODE=4(x-1) is not a list of counts (4(x2),3)",
+            ),
+        ] {
+            let mut env: std::collections::BTreeMap<String, String> = [
+                ("SLURM_JOB_ID", "1"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_TASKS_PER_NODE", "2(x2)"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            env.insert(k.into(), v.into());
+            let e = Environment::detect_from(&Probe::new("/nonexistent-root", env));
+            assert_eq!(e.launcher.local_size, None, "{k}");
+            let f: Vec<_> = e
+                .diagnose()
+                .into_iter()
+                .filter(|f| f.id == "launch.not-a-number")
+                .map(|f| f.seen)
+                .collect();
+            assert!(f.len() == 1 && f[0].starts_with(seen), "{f:?}");
+        }
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub struct Launcher {
     pub pmix_server_tmpdir: Option<String>,
     /// Whether that directory exists in the probed file system (`None` when unset).
     pub pmix_server_tmpdir_visible: Option<bool>,
+    /// The launcher's rank and size variables set to something that is not a
+    /// number (`SLURM_PROCID=-5`), as name and value: read as unknown, and the
+    /// next variable looked at.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_numbers: Vec<(String, String)>,
 }
 
 /// MPI and UCX tuning variables.
@@ -136,9 +141,26 @@ pub fn detect(p: &Probe) -> Launcher {
     if p.var(hpc_env::RANK).is_some() || p.var(hpc_env::RENDEZVOUS).is_some() {
         kinds.push(LauncherKind::HpcRun);
     }
+    let not_numbers = std::cell::RefCell::new(Vec::new());
     let num = |keys: &[&str]| {
-        keys.iter()
-            .find_map(|k| p.var(k)?.trim().parse::<u64>().ok())
+        // Every variable is looked at, so that one that is not a number is
+        // told (hostile pass 20: read as unknown without a word).
+        let mut found = None;
+        for k in keys {
+            let Some(v) = p.var(k) else { continue };
+            match v.trim().parse::<u64>() {
+                Ok(n) => {
+                    found.get_or_insert(n);
+                }
+                Err(_) => {
+                    let mut seen = not_numbers.borrow_mut();
+                    if !seen.iter().any(|(name, _)| name == k) {
+                        seen.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+        }
+        found
     };
     let rank = num(&[
         hpc_env::RANK,
@@ -160,7 +182,7 @@ pub fn detect(p: &Probe) -> Launcher {
         "PMI_LOCAL_SIZE",
         "SLURM_NTASKS_PER_NODE",
     ])
-    .or_else(|| slurm_tasks_on_node(p))
+    .or_else(|| slurm_tasks_on_node(p, &mut not_numbers.borrow_mut()))
     // `hpc run` starts all ranks on this machine.
     .or_else(|| {
         if kinds.contains(&LauncherKind::HpcRun) {
@@ -183,27 +205,45 @@ pub fn detect(p: &Probe) -> Launcher {
         mpi_libraries: mpi_libraries(p),
         pmix_server_tmpdir,
         pmix_server_tmpdir_visible,
+        not_numbers: not_numbers.into_inner(),
     }
 }
 
 /// Tasks on this node from `SLURM_STEP_TASKS_PER_NODE` / `SLURM_TASKS_PER_NODE`
 /// (`4(x2),3`): the count of the node at `SLURM_NODEID`, else the first.
-fn slurm_tasks_on_node(p: &Probe) -> Option<u64> {
-    let spec = p
-        .var("SLURM_STEP_TASKS_PER_NODE")
-        .or(p.var("SLURM_TASKS_PER_NODE"))?;
-    let node: u64 = p
-        .var("SLURM_NODEID")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+/// A variable that cannot be read (`SLURM_NODEID=x`, `SLURM_TASKS_PER_NODE=4(x-1)`)
+/// is put in `unread` (hostile pass 20: read as unknown, or as node 0, without
+/// a word).
+fn slurm_tasks_on_node(p: &Probe, unread: &mut Vec<(String, String)>) -> Option<u64> {
+    let name = if p.var("SLURM_STEP_TASKS_PER_NODE").is_some() {
+        "SLURM_STEP_TASKS_PER_NODE"
+    } else {
+        "SLURM_TASKS_PER_NODE"
+    };
+    let spec = p.var(name)?;
+    let mut unread_as = |name: &str, v: &str| {
+        unread.push((name.to_string(), v.to_string()));
+        None
+    };
+    let node: u64 = match p.var("SLURM_NODEID") {
+        None => 0,
+        Some(v) => match v.trim().parse() {
+            Ok(n) => n,
+            Err(_) => return unread_as("SLURM_NODEID", v),
+        },
+    };
     let mut index = 0u64;
     for part in spec.split(',') {
-        let (count, repeat) = match part.split_once("(x") {
-            Some((c, r)) => (
-                c.parse::<u64>().ok()?,
-                r.trim_end_matches(')').parse::<u64>().ok()?,
-            ),
-            None => (part.trim().parse::<u64>().ok()?, 1),
+        let parsed = match part.split_once("(x") {
+            Some((c, r)) => c
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .zip(r.strip_suffix(')').and_then(|r| r.parse::<u64>().ok())),
+            None => part.trim().parse::<u64>().ok().map(|c| (c, 1)),
+        };
+        let Some((count, repeat)) = parsed else {
+            return unread_as(name, spec);
         };
         if node < index.saturating_add(repeat) {
             return Some(count);
@@ -323,7 +363,7 @@ mod tests {
         env.insert("SLURM_TASKS_PER_NODE".to_string(), "4(x2),3".to_string());
         env.insert("SLURM_NODEID".to_string(), "2".to_string());
         let p = Probe::new("/nonexistent", env);
-        assert_eq!(slurm_tasks_on_node(&p), Some(3));
+        assert_eq!(slurm_tasks_on_node(&p, &mut Vec::new()), Some(3));
     }
 
     /// The self-test reads this process's own memory, which only a seccomp filter

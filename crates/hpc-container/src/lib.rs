@@ -47,6 +47,7 @@
 //! | `launch.slurm-pmi2-openmpi` | warning | Open MPI under `srun --mpi=pmi2` |
 //! | `launch.slurm-batch-step` | info | in a Slurm job but outside an `srun` step |
 //! | `launch.rank-outside-size` | error | a rank at or past the job's size: the launcher's variables disagree |
+//! | `launch.not-a-number` | warning | a launcher's rank or size variable that is not a number (`SLURM_PROCID=-5`) |
 //! | `launch.pmix-dir-hidden` | error | `PMIX_SERVER_TMPDIR` not visible (e.g. Apptainer `--contain`) |
 //! | `gpu.not-visible` | error | host GPUs on the PCI bus, no `/dev/nvidia*` inside |
 //! | `gpu.apptainer-without-nv` | error | a GPU image in Apptainer without `--nv` on a node with GPUs |

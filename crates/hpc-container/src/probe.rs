@@ -176,8 +176,30 @@ impl Probe {
             return None;
         }
         let mut buf = Vec::new();
-        match file.take(MAX_READ).read_to_end(&mut buf) {
-            Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
+        match file.take(MAX_READ + 1).read_to_end(&mut buf) {
+            Ok(_) => {
+                // Longer than what is read: said, and cut at its last whole
+                // line (hostile pass 20: cut at 4 MiB without a word, the cut
+                // line read as a whole one: a mount, a limit).
+                if buf.len() as u64 > MAX_READ {
+                    buf.truncate(MAX_READ as usize);
+                    let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                    buf.truncate(whole);
+                    // Once a file, however many parts of the probe read it.
+                    static SAID: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+                    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+                    if !said.contains(&full) {
+                        said.push(full.clone());
+                        tracing::warn!(
+                            "{} is longer than {} MiB: only its first {} bytes (whole lines) are read",
+                            hpc_io::message::path(&full),
+                            MAX_READ >> 20,
+                            buf.len()
+                        );
+                    }
+                }
+                Some(String::from_utf8_lossy(&buf).into_owned())
+            }
             Err(e) => {
                 tracing::debug!(path = %hpc_io::message::path(&full), error = %e, "read failed");
                 None
@@ -273,6 +295,26 @@ fn unquote(v: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hostile pass 20: a file of the captured tree longer than 4 MiB (a
+    /// mount table of a host with many mounts) was cut there without a word,
+    /// its cut line read as a whole one. It is cut at its last whole line.
+    #[test]
+    fn a_file_longer_than_what_is_read_is_cut_at_a_whole_line() {
+        let root = hpc_test_support::TmpDir::new("hpc-container", "long-file");
+        std::fs::create_dir_all(root.join("proc/self")).unwrap();
+        let line = "36 35 98:0 /mnt1 /mnt1 rw,noatime master:1 - ext3 /dev/root rw\n";
+        let text = line.repeat((MAX_READ as usize) / line.len() + 10);
+        std::fs::write(root.join("proc/self/mountinfo"), &text).unwrap();
+        let p = Probe::new(root.to_path_buf(), BTreeMap::new());
+        let read = p.read("/proc/self/mountinfo").unwrap();
+        assert!(read.len() as u64 <= MAX_READ && read.len() > 1 << 20);
+        assert!(
+            read.ends_with('\n') && read.len() % line.len() == 0,
+            "{}",
+            read.len()
+        );
+    }
 
     /// An env file that is a FIFO or `/dev/zero` is refused at once, naming it,
     /// instead of waiting for a writer or filling memory.

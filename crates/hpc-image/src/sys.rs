@@ -394,7 +394,9 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output> {
 }
 
 fn output_until(cmd: &mut Command, limit: Option<Duration>) -> Result<Output> {
-    let deadline = limit.map(|l| Instant::now() + l);
+    // `Instant + Duration::MAX` panicked: a limit no clock reaches is none
+    // (as `hpc_io::tool::output_within` takes it).
+    let deadline = limit.and_then(|l| Instant::now().checked_add(l));
     let shown = shown_command(cmd);
     let timed_out = || -> anyhow::Error {
         TimedOut {
@@ -507,7 +509,18 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<DirLock> {
     // Never through a link, never blocking: a FIFO there was opened for
     // writing and waited for a reader for ever (a stop held for the next
     // stage could not end it), and a link there had its target made.
+    // Its refusal gives a cache's advice, not an output directory's (hostile
+    // pass 20: "remove it or choose another output directory").
     let (file, _) = hpc_io::rundir::open_own(&path, true)
+        .map_err(|e| match e {
+            hpc_io::rundir::Error::WrongType { path, kind, wanted } => anyhow::anyhow!(
+                "{} is {kind}, not {wanted}: it is the cache's lock, which image builds \
+                 share; remove it (the next build makes it anew) or choose another cache \
+                 folder (--cache)",
+                hpc_io::message::path(&path)
+            ),
+            e => anyhow::Error::new(e),
+        })
         .with_context(|| format!("locking the folder {}", hpc_io::message::path(dir)))?
         .with_context(|| format!("opening {}", hpc_io::message::path(&path)))?;
     let mut said = false;
@@ -559,6 +572,11 @@ mod tests {
             .expect("lock_dir waited on a FIFO")
             .unwrap_err();
         assert!(e.contains(".lock") && e.contains("a FIFO"), "{e}");
+        // Hostile pass 20: the advice was an output directory's.
+        assert!(
+            e.contains("choose another cache folder (--cache)") && !e.contains("output directory"),
+            "{e}"
+        );
         let link = d.join("link");
         std::fs::create_dir_all(&link).unwrap();
         std::os::unix::fs::symlink(d.join("made"), link.join(".lock")).unwrap();
@@ -639,6 +657,15 @@ mod tests {
             Duration::from_secs(30),
         )
         .unwrap();
+        assert_eq!(out.stdout, b"ok\n");
+    }
+
+    /// Hostile pass 20: a limit of `Duration::MAX` (no limit) panicked with
+    /// "overflow when adding duration to instant"; it is none, as
+    /// `hpc_io::tool::output_within` takes it.
+    #[test]
+    fn a_limit_beyond_any_instant_is_no_limit() {
+        let out = output_within(Command::new("sh").args(["-c", "echo ok"]), Duration::MAX).unwrap();
         assert_eq!(out.stdout, b"ok\n");
     }
 

@@ -91,7 +91,7 @@ use error::io;
 pub use error::{Error, Result};
 pub use inspect::{check_file, inspect, Inspected, Liveness};
 pub use last_words::mark_incomplete_before_exit;
-pub use link::{check_dir_link, dangling_link};
+pub use link::{check_dir_link, dangling_link, dangling_link_in, dangling_said};
 use manifest::{host_name, now_ms, read_manifest};
 pub use manifest::{open_own, Manifest, RunFile, RunInfo, Status};
 

@@ -66,9 +66,14 @@ pub fn resolved(dir: &Path) -> Option<PathBuf> {
 /// program's output folder (an image's layout and scripts, a cache, a new
 /// workspace) has no place:
 /// `/` and the folders the system's files live in, as resolved (a link to one
-/// of them, or `/tmp/..`, is one of them). `None` for any other folder.
+/// of them, or `/tmp/..`, is one of them), and a folder whose making would
+/// make a new folder directly in `/` (`/man1`, `/nonexistent/out`: as root,
+/// `hpc man --dir /man1` made `/man1`). `None` for any other folder.
 pub fn system_folder(dir: &Path) -> Option<String> {
     let path = resolved(dir)?;
+    if let Some(why) = new_in_root(&path) {
+        return Some(why);
+    }
     if SYSTEM_FOLDERS.iter().any(|f| path == Path::new(f)) {
         return Some(if path == Path::new("/") {
             "it is / itself, the root of the system's files".to_string()
@@ -93,6 +98,25 @@ pub fn system_folder(dir: &Path) -> Option<String> {
         }
     }
     None
+}
+
+/// Why making the folder `dir` would make a new folder directly in `/` (its
+/// first folder below `/`, as resolved, does not exist: `/man1`,
+/// `/nonexistent/out`), where no output has a place; `None` otherwise. Part of
+/// [`system_folder`]; apart for a caller that takes some folders of the
+/// system's trees (a manual section) but never a new one in `/`.
+pub fn new_in_root(dir: &Path) -> Option<String> {
+    let path = resolved(dir)?;
+    let Some(std::path::Component::Normal(top)) = path.components().nth(1) else {
+        return None;
+    };
+    let top = Path::new("/").join(top);
+    std::fs::symlink_metadata(&top).is_err().then(|| {
+        format!(
+            "it would make {}, a new folder directly in /, the root of the system's files",
+            crate::message::path(&top)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -121,6 +145,10 @@ mod tests {
             "/opt",
             "/nonexistent/..",
             "/proc/self",
+            // Hostile pass 20: not made yet, directly in `/` or below such.
+            "/hpc-io-not-made-yet",
+            "/hpc-io-not-made-yet/a/b",
+            "/tmp/../hpc-io-not-made-yet",
         ] {
             assert!(system_folder(Path::new(d)).is_some(), "{d}");
         }

@@ -81,9 +81,22 @@ pub enum ToolError {
 pub fn shown_command(cmd: &Command) -> String {
     let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
     words.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
-    let line = crate::message::cut(&words.join(" ")).into_owned();
+    // Cut as a whole, not line by line: a `sh -c SCRIPT` of many lines was
+    // shown whole (each line cut, the lines all there).
+    let line = words.join(" ");
+    let n = line.chars().count();
+    let line = if n > COMMAND_CHARS {
+        let head: String = line.chars().take(COMMAND_CHARS).collect();
+        format!("{head}… ({} more characters)", n - COMMAND_CHARS)
+    } else {
+        line
+    };
     crate::message::said(&line).into_owned()
 }
+
+/// The most characters of a command line that [`shown_command`] shows (the
+/// program and its first arguments); the rest is counted.
+pub const COMMAND_CHARS: usize = 200;
 
 /// Reads `r` to its end on a thread of its own, keeping its first `max` bytes
 /// (the rest is read and dropped, so that the writer never blocks on a full
@@ -218,6 +231,31 @@ mod tests {
         let out = output_within(&mut cmd, Duration::MAX, 1 << 10).unwrap();
         assert_eq!(out.stdout, b"hi\n");
         assert!(out.status.success());
+    }
+
+    /// Hostile pass 20: a tool stopped at its limit was named by its whole
+    /// command line: a `sh -c SCRIPT` of many lines wrote the whole script
+    /// into the message (each line cut, none left out). It is cut as a whole.
+    #[test]
+    fn a_long_command_line_is_cut_in_the_message() {
+        let script = format!(
+            "sleep 60\n{}",
+            "# a comment line of the script\n".repeat(500)
+        );
+        let e = output_within(
+            Command::new("sh").args(["-c", &script]),
+            Duration::from_millis(100),
+            1 << 10,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.len() < 400, "{} bytes: {e}", e.len());
+        assert!(
+            e.starts_with("\"sh -c sleep 60\\n# a comment line")
+                && e.contains("… (")
+                && e.ends_with("more characters)\" did not end within 0.1 s: it and its process group were stopped"),
+            "{e}"
+        );
     }
 
     /// A tool that never ends is stopped at its limit with its group, and named;

@@ -156,11 +156,16 @@ impl Sink {
             }
         }
         // A link to a missing directory: "File exists" said neither.
-        if let Some(target) = hpc_io::rundir::dangling_link(dir) {
+        // Its folders too (hostile pass 20: `/lnk/t` said "File exists").
+        if let Some((link, target)) = hpc_io::rundir::dangling_link_in(dir) {
+            let said = hpc_io::rundir::dangling_said(dir, &link, &target);
+            let said = if link == dir {
+                format!("it is {said}")
+            } else {
+                said
+            };
             return Err(dir_err(std::io::Error::other(format!(
-                "it is a symbolic link to {}, which does not exist: make that directory, \
-                 or name another",
-                hpc_io::message::path(&target)
+                "{said}: make that directory, or name another"
             ))));
         }
         // A directory that is, or goes through, a link another user planted:
@@ -169,7 +174,14 @@ impl Sink {
             .map_err(|e| dir_err(std::io::Error::other(e.to_string())))?;
         std::fs::create_dir_all(dir).map_err(dir_err)?;
         let pid = std::process::id();
-        let (part, file) = create_part(dir, pid).map_err(dir_err)?;
+        // The file that could not be made is named, not only its folder
+        // (hostile pass 20: "HPC_TRACE=D: File exists" named no file).
+        let (part, file) = create_part(dir, pid).map_err(|(part, e)| {
+            dir_err(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", hpc_io::message::path(&part)),
+            ))
+        })?;
         let (realtime_ns, monotonic_ns) = clock::base();
         let head = Head {
             version: crate::FORMAT_VERSION,
@@ -462,7 +474,7 @@ const SAME_PID_MAX: u32 = 4096;
 /// (a rank in a container of its own is often pid 1 or 2 in each, and ranks of
 /// several machines share a directory on a shared file system: the second
 /// refused to start, "File exists").
-fn create_part(dir: &Path, pid: u32) -> std::io::Result<(PathBuf, File)> {
+fn create_part(dir: &Path, pid: u32) -> Result<(PathBuf, File), (PathBuf, std::io::Error)> {
     let mut last = None;
     for n in 0..=SAME_PID_MAX {
         let part = if n == 0 {
@@ -476,11 +488,16 @@ fn create_part(dir: &Path, pid: u32) -> std::io::Result<(PathBuf, File)> {
             .open(&part)
         {
             Ok(f) => return Ok((part, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((part, e)),
+            Err(e) => return Err((part, e)),
         }
     }
-    Err(last.unwrap_or_else(|| std::io::ErrorKind::AlreadyExists.into()))
+    Err(last.unwrap_or_else(|| {
+        (
+            dir.join(format!("pid-{pid}.json.part")),
+            std::io::ErrorKind::AlreadyExists.into(),
+        )
+    }))
 }
 
 /// The final name of a process that is no rank (a proxy): `proc-<PID>.json`,
@@ -587,6 +604,32 @@ mod tests {
     /// `/dev/full`; by hand, or by another process) was renamed all the same:
     /// `finish` said `Ok` and `rank-0.json` was the link, the timeline lost.
     /// Nothing is renamed; the error names the `.part`.
+    /// Hostile pass 20: a trace folder where this process's file could not be
+    /// made said the folder and the system's reason ("HPC_TRACE=D: File
+    /// exists"), naming no file. The file is named.
+    #[test]
+    fn a_file_that_cannot_be_made_is_named() {
+        let dir = hpc_test_support::TmpDir::new("hpc-trace", "no-part");
+        let pid = std::process::id();
+        for n in 0..=SAME_PID_MAX {
+            let name = if n == 0 {
+                format!("pid-{pid}.json.part")
+            } else {
+                format!("pid-{pid}-{n}.json.part")
+            };
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let e = Sink::create(&dir, &format!("{}=", hpc_env::TRACE))
+            .err()
+            .expect("no name left")
+            .to_string();
+        let last = dir.join(format!("pid-{pid}-{SAME_PID_MAX}.json.part"));
+        assert!(
+            e.contains(&format!("cannot create {}: ", last.display())),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_part_replaced_while_written_is_not_renamed() {
         let dir = hpc_test_support::TmpDir::new("hpc-trace", "part-replaced");

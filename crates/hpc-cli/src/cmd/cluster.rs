@@ -718,7 +718,7 @@ mod tests {
 
     #[test]
     fn folders_default_to_the_users_cache_and_honour_the_variables() {
-        let cwd = Path::new("/work/app");
+        let cwd = Path::new("/tmp/app");
         let with = |vars: &'static [(&'static str, &'static str)]| {
             move |name: &str| -> Result<Option<String>, String> {
                 Ok(vars
@@ -735,28 +735,29 @@ mod tests {
         );
         assert_eq!(p.cache, Path::new("/home/u/.cache/hpc-rs/cluster-cache"));
         // Hostile pass 20: a relative HOME gave relative folders, passed as
-        // they were to `docker run -v` and the script.
+        // they were to `docker run -v` and the script. (Folders under /tmp, not
+        // new ones in /, which are refused.)
         let p = Place::resolve(&with(&[("HOME", "rel")]), cwd).unwrap();
         assert_eq!(
             p.work,
-            Path::new("/work/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
+            Path::new("/tmp/app/rel/.cache/hpc-rs/cluster/hpc-cluster")
         );
         assert_eq!(
             p.cache,
-            Path::new("/work/app/rel/.cache/hpc-rs/cluster-cache")
+            Path::new("/tmp/app/rel/.cache/hpc-rs/cluster-cache")
         );
 
         let p = Place::resolve(
             &with(&[
                 ("HOME", "/home/u"),
-                ("XDG_CACHE_HOME", "/xdg"),
+                ("XDG_CACHE_HOME", "/tmp/xdg"),
                 (env::CLUSTER_NAME, "dev.2"),
             ]),
             cwd,
         )
         .unwrap();
-        assert_eq!(p.work, Path::new("/xdg/hpc-rs/cluster/dev.2"));
-        assert_eq!(p.cache, Path::new("/xdg/hpc-rs/cluster-cache"));
+        assert_eq!(p.work, Path::new("/tmp/xdg/hpc-rs/cluster/dev.2"));
+        assert_eq!(p.cache, Path::new("/tmp/xdg/hpc-rs/cluster-cache"));
 
         // Hostile-user pass 19: a folder of the system is refused naming the
         // variable (`HPC_CLUSTER_DIR=/` wrote `slurm.conf` into `/`).
@@ -783,18 +784,18 @@ mod tests {
 
         // Relative folders are the current directory's; no HOME is needed then.
         let p = Place::resolve(
-            &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/c")]),
+            &with(&[(env::CLUSTER_DIR, "target/c"), (env::CACHE_DIR, "/tmp/c")]),
             cwd,
         )
         .unwrap();
-        assert_eq!(p.work, Path::new("/work/app/target/c"));
-        assert_eq!(p.cache, Path::new("/c"));
+        assert_eq!(p.work, Path::new("/tmp/app/target/c"));
+        assert_eq!(p.cache, Path::new("/tmp/c"));
 
         let m = err(Place::resolve(&with(&[]), cwd));
         assert!(m.contains(env::CLUSTER_DIR) && m.contains("HOME"), "{m}");
         for bad in ["-x", "a b", "a/b", ""] {
             let vars: &'static [(&str, &str)] =
-                Box::leak(Box::new([("HOME", "/h"), (env::CLUSTER_NAME, bad)]));
+                Box::leak(Box::new([("HOME", "/tmp/h"), (env::CLUSTER_NAME, bad)]));
             let r = Place::resolve(&with(vars), cwd);
             if bad.is_empty() {
                 assert_eq!(r.unwrap().name, DEFAULT_NAME, "empty is unset");
@@ -803,7 +804,7 @@ mod tests {
             }
         }
         let m = err(Place::resolve(
-            &with(&[("HOME", "/h"), (env::CLUSTER_DIR, "/a:b")]),
+            &with(&[("HOME", "/tmp/h"), (env::CLUSTER_DIR, "/a:b")]),
             cwd,
         ));
         assert!(m.contains(env::CLUSTER_DIR), "{m}");
@@ -811,7 +812,7 @@ mod tests {
         // "creating /dev/null: File exists" once `up` had started).
         for var in [env::CLUSTER_DIR, env::CACHE_DIR] {
             let vars: &'static [(&str, &str)] =
-                Box::leak(Box::new([("HOME", "/h"), (var, "/dev/null")]));
+                Box::leak(Box::new([("HOME", "/tmp/h"), (var, "/dev/null")]));
             let m = err(Place::resolve(&with(vars), cwd));
             assert!(
                 m.contains(&format!("{var} /dev/null")) && m.contains("not a directory"),
@@ -937,6 +938,44 @@ mod tests {
             );
         }
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
+    /// Hostile pass 20: the work folder's `munge.key` (and `dpu.key`) was
+    /// written with `>`: a link planted there had its target made and
+    /// written. A key that is not a regular file is refused, its link's
+    /// target never made.
+    #[test]
+    fn a_key_that_is_a_link_is_refused() {
+        let s = hpc_test_support::TmpDir::new("hpc-cluster", "key-link");
+        let bin = s.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let docker = "#!/bin/sh\ncase \"$1 $2\" in version*) echo 24.0.0 ;; 'network create') exit 1 ;; esac\nexit 0\n";
+        std::fs::write(bin.join("docker"), docker).unwrap();
+        std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let work = s.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("slurm.conf"), "").unwrap();
+        let made = s.join("made");
+        std::os::unix::fs::symlink(&made, work.join("munge.key")).unwrap();
+        let o = hpc_io::tool::output_within(
+            Command::new("bash")
+                .args(["-c", SCRIPT, "hpc-cluster", "up", "--nodes", "1", "--bin"])
+                .arg(&bin)
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .env(env::CLUSTER_NAME, "t")
+                .env(env::CLUSTER_DIR, &work)
+                .env(env::CACHE_DIR, s.join("cache")),
+            std::time::Duration::from_secs(30),
+            64 << 10,
+        )
+        .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("munge.key is not a regular file"),
+            "{err}"
+        );
+        assert!(!made.exists(), "{err}");
     }
 
     /// Pass 19's leftover: once `docker version` answered, the script's own

@@ -75,12 +75,12 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
         .into());
     }
     // A link to a missing folder: "creating D: File exists" said neither.
-    if let Some(target) = hpc_io::rundir::dangling_link(dir) {
+    // Its folders too (hostile pass 20: `--dir /lnk/x` said "File exists").
+    if let Some((link, target)) = hpc_io::rundir::dangling_link_in(dir) {
         return Err(super::UsageError(format!(
-            "--dir {}: a symbolic link to {}, which does not exist; make that directory, \
-             or name another",
+            "--dir {}: {}; make that directory, or name another",
             hpc_io::message::path(dir),
-            hpc_io::message::path(&target)
+            hpc_io::rundir::dangling_said(dir, &link, &target)
         ))
         .into());
     }
@@ -91,6 +91,18 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
             hpc_io::message::path(dir)
         ))
         .into());
+    }
+    // Every page's name checked before the first is written (hostile pass 20:
+    // a folder at `hpc-run.1` failed the run after `hpc.1` was replaced,
+    // leaving the pages of two versions).
+    for (file, _) in pages {
+        let path = dir.join(file);
+        hpc_io::atomic::check_replaceable(&path).map_err(|e| {
+            super::UsageError(format!(
+                "--dir {}: {e}; nothing was written",
+                hpc_io::message::path(dir)
+            ))
+        })?;
     }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating {}", hpc_io::message::path(dir)))?;
@@ -107,6 +119,10 @@ fn write_all(dir: &Path, pages: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
 /// the system's files (`/etc/man1`, `/usr/bin/man1`, `/boot/man1`) was taken
 /// as one, and made.
 fn system_folder(dir: &Path) -> Option<String> {
+    // Hostile pass 20: `/man1`, `/new/man/man1` (as root) made a new folder in `/`.
+    if let Some(why) = hpc_io::system::new_in_root(dir) {
+        return Some(why);
+    }
     let why = hpc_io::system::system_folder(dir)?;
     let section = hpc_io::system::resolved(dir).is_some_and(|r| {
         r.file_name().is_some_and(|n| n == "man1")
@@ -154,6 +170,10 @@ mod tests {
             "/boot/man1",
             "/etc/ssh/man1",
             "/usr/man1",
+            // Hostile pass 20: a new folder directly in `/`.
+            "/hpc-man-not-made",
+            "/man1",
+            "/hpc-man-not-made/man/man1",
         ] {
             assert!(system_folder(Path::new(refused)).is_some(), "{refused}");
         }

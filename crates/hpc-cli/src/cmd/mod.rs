@@ -87,12 +87,15 @@ pub fn say(line: &str) -> anyhow::Result<()> {
 
 /// Writes `bytes` to `path`, replacing what is there, without following a symlink:
 /// the text goes into a new file beside it (`create_new`, so nothing planted is
-/// opened), which is then renamed over `path` (a symlink at `path` is replaced, its
-/// target untouched). A directory at `path` is an error; a failure removes the
-/// temporary file.
+/// opened; a name already taken is left as it is and the next one tried), which
+/// is then renamed over `path` (a symlink at `path` is replaced, its target
+/// untouched). A directory at `path` is an error; a failure removes the
+/// temporary file this call made, never one it did not.
 pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use std::io::Write as _;
+    /// How many temporary names are tried before giving up.
+    const TMP_NAMES: u32 = 64;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
@@ -100,23 +103,55 @@ pub fn replace_file(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> 
     let name = path
         .file_name()
         .with_context(|| format!("{} names no file", hpc_io::message::path(path)))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
+    let tmp_of = |n: u32| {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".tmp-{}", std::process::id()));
+        if n > 0 {
+            tmp_name.push(format!("-{n}"));
+        }
+        dir.join(tmp_name)
+    };
+    // Hostile pass 20: a `.NAME.tmp-PID` already there (planted, or left by
+    // another process of this id) was met with "File exists" and then removed
+    // as if it were this call's own.
+    let mut n = 0;
+    let (tmp, mut f) = loop {
+        let tmp = tmp_of(n);
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .with_context(|| format!("creating {}", hpc_io::message::path(&tmp)))?;
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n + 1 < TMP_NAMES => n += 1,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "writing {}: creating its temporary {}",
+                        hpc_io::message::path(path),
+                        hpc_io::message::path(&tmp)
+                    )
+                })
+            }
+        }
+    };
+    let written = (|| {
         f.write_all(bytes)
             .and_then(|()| f.sync_all())
-            .with_context(|| format!("writing {}", hpc_io::message::path(&tmp)))?;
+            .with_context(|| {
+                // The output named, not only its hidden temporary (hostile
+                // pass 20: "writing ./.big.json.tmp-PID: File too large").
+                format!(
+                    "writing {} (through its temporary {})",
+                    hpc_io::message::path(path),
+                    hpc_io::message::path(&tmp)
+                )
+            })?;
         // Never over a directory, a device or a FIFO of that name.
         Ok(hpc_io::atomic::rename_over(&tmp, path)?)
     })();
-    if written.is_err() {
+    if written.is_err() && hpc_io::atomic::still_at(&f, &tmp) {
         let _ = std::fs::remove_file(&tmp);
     }
     written
@@ -187,4 +222,51 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Hostile pass 20: a `.NAME.tmp-PID` already there (a planted file or
+    /// link) made the write fail with "File exists", and was then removed as
+    /// if it were the write's own. The next name is taken; what was there is
+    /// left as it was.
+    #[test]
+    fn a_temporary_name_already_taken_is_left_alone() {
+        let dir = hpc_test_support::TmpDir::new("hpc-cli", "replace-file");
+        let planted = dir.join(format!(".out.tmp-{}", std::process::id()));
+        std::fs::write(&planted, b"keep").unwrap();
+        super::replace_file(&dir.join("out"), b"new").unwrap();
+        assert_eq!(std::fs::read(dir.join("out")).unwrap(), b"new");
+        assert_eq!(std::fs::read(&planted).unwrap(), b"keep");
+        // A write that fails (a directory at the name) removes only its own.
+        std::fs::create_dir(dir.join("d")).unwrap();
+        let planted = dir.join(format!(".d.tmp-{}", std::process::id()));
+        std::fs::write(&planted, b"keep").unwrap();
+        assert!(super::replace_file(&dir.join("d"), b"new").is_err());
+        assert_eq!(std::fs::read(&planted).unwrap(), b"keep");
+        let left: Vec<_> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".d.tmp-") && n.contains('-') && n.matches('-').count() > 1)
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Hostile pass 20: a write that failed named only its hidden temporary
+    /// ("writing ./.big.json.tmp-PID: File too large"), not the output asked
+    /// for. The output is named.
+    #[test]
+    fn a_failed_write_names_the_output() {
+        let dir = hpc_test_support::TmpDir::new("hpc-cli", "replace-fails");
+        let e = super::replace_file(&dir.join("absent/out.json"), b"x").unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with(&format!(
+                "writing {}: creating its temporary {}",
+                dir.join("absent/out.json").display(),
+                dir.join(format!("absent/.out.json.tmp-{}", std::process::id()))
+                    .display()
+            )),
+            "{e:#}"
+        );
+    }
 }

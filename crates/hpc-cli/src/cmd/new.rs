@@ -515,12 +515,12 @@ fn plan(args: &Args) -> Result<(PathBuf, String), UsageError> {
     // A dangling link is neither a directory to write into nor one to create:
     // it was taken as missing, and the first file failed as "creating
     // LINK/Cargo.toml: No such file or directory".
-    if let Some(target) = hpc_io::rundir::dangling_link(path) {
+    if let Some((link, target)) = hpc_io::rundir::dangling_link_in(path) {
+        let said = hpc_io::rundir::dangling_said(path, &link, &target);
         return Err(UsageError(format!(
-            "{} is a symbolic link to {}, which does not exist: create that directory, or \
-             give another path (nothing was written)",
+            "{}{} {said}: create that directory, or give another path (nothing was written)",
             hpc_io::message::path(path),
-            hpc_io::message::path(&target)
+            if link.as_path() == path { " is" } else { ":" }
         )));
     }
     // `/`, `/srv`, `/usr/local/bin`: refused even with --force, which the

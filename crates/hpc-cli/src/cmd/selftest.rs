@@ -156,6 +156,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
         );
     }
     super::check_at_most("--rounds", args.rounds, MAX_ROUNDS)?;
+    // Hostile pass 20: `--expect-nodes 0` was taken, and every rank failed
+    // "1 nodes, expected 0": a job has at least one rank on one node.
+    for (flag, v) in [
+        ("--expect-size", args.expect_size),
+        ("--expect-nodes", args.expect_nodes),
+    ] {
+        if let Some(v) = v {
+            super::check_between(flag, v, 1, usize::MAX)?;
+        }
+    }
     // A killed or hanging rank has no exit code of its own: the flag would be
     // ignored (the job ended 137 however it was given).
     if let (Some(code), FailMode::Kill | FailMode::Hang) = (args.exit_code, args.fail_mode) {
@@ -268,10 +278,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => {
-            say_err(&format!(
-                "selftest failed on rank {rank}: {}",
-                hpc_io::message::chain(e.as_ref())
-            ));
+            say_err(&failure_line(rank, &e));
             if let Some(peer) = e
                 .downcast_ref::<hpc_runtime::Error>()
                 .and_then(|e| e.rank())
@@ -448,6 +455,17 @@ fn check_collectives(
 /// Writes one line to stderr with a single `write`: stderr is unbuffered, and
 /// `eprintln!` issues a write per formatted piece, which an MPI launcher forwarding
 /// several ranks' stderr interleaves mid-line.
+/// The line a rank's failure is said in, the error's control characters
+/// escaped and the line cut as the last words' are (hostile pass 20: written
+/// as the error's text was, a terminal's escape in it reached the terminal).
+fn failure_line(rank: usize, e: &anyhow::Error) -> String {
+    let line = format!(
+        "selftest failed on rank {rank}: {}",
+        hpc_io::message::chain(e.as_ref())
+    );
+    hpc_io::message::cut_line(&hpc_io::message::escape_controls(&line)).into_owned()
+}
+
 fn say_err(line: &str) {
     use std::io::Write;
     let mut l = String::with_capacity(line.len() + 1);
@@ -507,4 +525,18 @@ fn check_transport(world: &World, bytes: usize) -> anyhow::Result<serde_json::Va
         peers.insert(p.to_string(), serde_json::Value::from(b));
     }
     Ok(serde_json::Value::Object(peers))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Hostile pass 20: the failure line was written as the error's text was:
+    /// a terminal's escape in it reached the terminal raw.
+    #[test]
+    fn a_failure_line_shows_control_characters_escaped() {
+        let e = anyhow::anyhow!("peer said \u{1b}[31mred\u{7}").context("joining the world");
+        assert_eq!(
+            super::failure_line(3, &e),
+            "selftest failed on rank 3: joining the world: peer said \\u{1b}[31mred\\u{7}"
+        );
+    }
 }

@@ -107,6 +107,7 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             title,
         } => {
             check_output("-o", &output)?;
+            check_not_the_trace(&file, &output)?;
             drop(claim_output(&output, "hpc trace svg")?);
             if !(width.is_finite() && (200.0..=100_000.0).contains(&width)) {
                 return Err(UsageError(format!(
@@ -118,6 +119,16 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             for (flag, v) in [("--from", from), ("--to", to)] {
                 if v.is_some_and(|v| !v.is_finite()) {
                     return Err(UsageError(format!("{flag} must be a number of ms")).into());
+                }
+                // Hostile pass 20: `--from 1e308` was refused as "the window
+                // from inf µs …", naming neither the flag nor its value.
+                if let Some(v) = v.filter(|v| !(v * 1000.0).is_finite()) {
+                    return Err(UsageError(format!(
+                        "{flag} {} ms is beyond the times a trace holds (at most about {:e} ms)",
+                        hpc_trace::svg::num(v),
+                        f64::MAX / 1000.0
+                    ))
+                    .into());
                 }
             }
             let bytes = hpc_io::read::read_regular(&file, MAX_TRACE_BYTES)
@@ -184,6 +195,38 @@ fn check_not_an_input(dir: &Path, output: &Path) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// Refuses an output that is the trace `file` itself (by its name, its links
+/// followed): the picture replaced the merged trace it was drawn from
+/// (hostile pass 20). A link named as the output is replaced, not followed, so
+/// it is not the trace.
+fn check_not_the_trace(file: &Path, output: &Path) -> Result<(), UsageError> {
+    let parent = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let same = match (
+        std::fs::canonicalize(file),
+        std::fs::canonicalize(parent),
+        output.file_name(),
+    ) {
+        (Ok(trace), Ok(dir), Some(name)) => trace == dir.join(name),
+        _ => false,
+    };
+    if same {
+        return Err(UsageError(format!(
+            "-o {}: it is the trace {} it draws, which the picture would replace; \
+             choose another name (trace.svg)",
+            hpc_io::message::path(output),
+            hpc_io::message::path(file)
+        )));
+    }
+    Ok(())
+}
+
+/// The longest output file name whose lock, temporary and ranks' folder
+/// (`.NAME.tmp-PID-N`: 16 bytes more) fit a file name's 255 bytes.
+const MAX_OUTPUT_NAME: usize = 255 - 16;
+
 /// Refuses an output that cannot be written before any work: a directory, a name
 /// whose directory is missing, a device or FIFO.
 fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
@@ -191,6 +234,28 @@ fn check_output(flag: &str, path: &Path) -> Result<(), UsageError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // Hostile pass 20: `--trace -` wrote a file named `-` (no standard output
+    // is meant: the output is renamed into place).
+    if path == Path::new("-") {
+        return Err(UsageError(format!(
+            "{flag} -: the output is a file, written whole and renamed into place, not the \
+             standard output: name a file (./- for one named -)"
+        )));
+    }
+    // Hostile pass 20: a name of 250 bytes fits a folder, but the files made
+    // beside it do not (".NAME.lock: File name too long", naming a file the
+    // user never named).
+    if let Some(n) = path
+        .file_name()
+        .map(|n| n.len())
+        .filter(|&n| n > MAX_OUTPUT_NAME)
+    {
+        return Err(UsageError(format!(
+            "{flag} {}: its name is {n} bytes; at most {MAX_OUTPUT_NAME} leave room for the \
+             files made beside it (.NAME.lock, .NAME.tmp-PID)",
+            hpc_io::message::path(path)
+        )));
+    }
     if path.file_name().is_none() || path.is_dir() {
         return Err(UsageError(format!(
             "{flag} {}: names a directory, not a file",

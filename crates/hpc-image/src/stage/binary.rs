@@ -115,12 +115,11 @@ pub(crate) fn build(args: &Args, pr: &mut Progress) -> Result<Built> {
             }
             // A link to a missing folder is neither one to write into nor one to
             // make: it was found after the build, as "creating D: File exists".
-            if let Some(target) = hpc_io::rundir::dangling_link(d) {
+            if let Some((link, target)) = hpc_io::rundir::dangling_link_in(d) {
                 usage!(
-                    "{}: a symbolic link to {}, which does not exist (make that directory, \
-                     or give another)",
+                    "{}: {} (make that directory, or give another)",
                     named(),
-                    hpc_io::message::path(&target)
+                    hpc_io::rundir::dangling_said(d, &link, &target)
                 );
             }
         }

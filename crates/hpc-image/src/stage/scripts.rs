@@ -69,6 +69,25 @@ pub(crate) fn write(inputs: &Inputs<'_>, out_dir: &Path, pr: &mut Progress) -> R
     Ok(names)
 }
 
+/// The host's MPI library paths as one shell word, joined by commas (the
+/// scripts' `APPTAINER_BIND` and their list of paths to bind): written as
+/// they were, a path with a space was split, one with `$(...)` or `"` run
+/// by the job script's shell (hostile pass 20).
+fn bind_paths_word(paths: &[String]) -> String {
+    shell_quote(&paths.join(","))
+}
+
+/// The host's MPI library paths as `podman run` arguments, each
+/// `-v PATH:PATH:ro` one shell word (written unquoted, a path with a space
+/// was split into two arguments).
+fn podman_binds(paths: &[String]) -> String {
+    paths
+        .iter()
+        .map(|p| format!("-v {}", shell_quote(&format!("{p}:{p}:ro"))))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `text` where `on`, else nothing.
 fn when(on: bool, text: &str) -> String {
     if on {
@@ -129,15 +148,8 @@ fn vars(inputs: &Inputs<'_>, names: &SifNames) -> BTreeMap<&'static str, String>
     vars.insert("apptainer_flags", when(args.gpu, "--nv"));
     vars.insert("podman_gpu", when(args.gpu, "--device nvidia.com/gpu=all"));
     vars.insert("docker_gpu", when(args.gpu, "--gpus all"));
-    vars.insert("bind_paths", bind_paths.join(","));
-    vars.insert(
-        "podman_binds",
-        bind_paths
-            .iter()
-            .map(|p| format!("-v {p}:{p}:ro"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
+    vars.insert("bind_paths", bind_paths_word(bind_paths));
+    vars.insert("podman_binds", podman_binds(bind_paths));
     vars.insert(
         "env_sh",
         lines(&env_pairs, |(k, v)| {
@@ -200,6 +212,32 @@ mod tests {
         let line = super::def_label(v);
         assert_eq!(line, "/tmp/B\\n%post\\n    touch /tmp/pwned\\r\\u{202e}");
         assert_eq!(super::def_label("/tmp/B é"), "/tmp/B é");
+    }
+
+    /// Hostile pass 20: the host's MPI library paths were written into the
+    /// run scripts unquoted (`args+=(-v P:P:ro)`, `<<< "P,Q"`): a path with a
+    /// space was split, one with `$(...)` run. A shell reads them back whole.
+    #[test]
+    fn the_bind_paths_are_shell_words() {
+        let paths = vec![
+            "/opt/my mpi/lib/libmpi.so.40".to_string(),
+            "/opt/x$(touch pwned)\"'/libfoo.so".to_string(),
+        ];
+        let script = format!(
+            "set -- {}; printf '%s|' \"$@\"; IFS=, read -r -a want <<< {}; printf '%s|' \"${{want[@]}}\"",
+            super::podman_binds(&paths),
+            super::bind_paths_word(&paths)
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        let [a, b] = [&paths[0], &paths[1]];
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("-v|{a}:{a}:ro|-v|{b}:{b}:ro|{a}|{b}|")
+        );
     }
 
     /// The label of a repository URL holding `$` and `"` reads back as it is,

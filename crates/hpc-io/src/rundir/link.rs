@@ -24,6 +24,56 @@ pub fn dangling_link(path: &Path) -> Option<std::path::PathBuf> {
     }
 }
 
+/// The first symbolic link to nothing on the way to `path`, itself included
+/// (as `/lnk/out`, `/lnk` a link to nothing: making `out` said only "File
+/// exists"), as the link and its target; `None` where there is none.
+/// [`dangling_said`] says it.
+///
+/// ```
+/// let d = std::env::temp_dir().join(format!("hpc-io-dangling-in-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&d).unwrap();
+/// std::os::unix::fs::symlink(d.join("nowhere"), d.join("lnk")).unwrap();
+/// let (link, target) = hpc_io::rundir::dangling_link_in(&d.join("lnk/a/b")).unwrap();
+/// assert_eq!((link, target), (d.join("lnk"), d.join("nowhere")));
+/// assert_eq!(hpc_io::rundir::dangling_link_in(&d.join("x/y")), None);
+/// # std::fs::remove_dir_all(&d).unwrap();
+/// ```
+pub fn dangling_link_in(path: &Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let mut prefix = std::path::PathBuf::new();
+    for c in path.components() {
+        prefix.push(c);
+        match fs::symlink_metadata(&prefix) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Some(target) = dangling_link(&prefix) {
+                    return Some((prefix, target));
+                }
+            }
+            Ok(_) => {}
+            // Nothing there: nothing below it either.
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// What [`dangling_link_in`] found on the way to `path`, in words: "a
+/// symbolic link to T, which does not exist" where `link` is `path` itself,
+/// "its folder L is a symbolic link to T, which does not exist" otherwise.
+pub fn dangling_said(path: &Path, link: &Path, target: &Path) -> String {
+    if link == path {
+        format!(
+            "a symbolic link to {}, which does not exist",
+            crate::message::path(target)
+        )
+    } else {
+        format!(
+            "its folder {} is a symbolic link to {}, which does not exist",
+            crate::message::path(link),
+            crate::message::path(target)
+        )
+    }
+}
+
 /// Checks a directory a run will write into, as a user named it: an empty path
 /// is refused (it named the current directory unseen), and each symbolic link
 /// the path goes through, itself included, is followed only when this process's

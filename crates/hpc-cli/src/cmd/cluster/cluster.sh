@@ -132,6 +132,21 @@ wait_idle() {
     done
 }
 
+# A key of the work folder ($1, $2 random bytes), made once, mode 0400: a
+# regular file only, made new (never written through a link or into a FIFO
+# planted at its name: ">" wrote the key wherever a link there pointed).
+new_key() {
+    local f=$1
+    if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then
+        die "$f is not a regular file (a link, a FIFO, a device?): remove it"
+    fi
+    if [ ! -s "$f" ]; then
+        rm -f "$f"
+        (umask 077 && set -C && head -c "$2" /dev/urandom > "$f")
+    fi
+    chmod 0400 "$f"
+}
+
 up() {
     local nodes=2 bin="" apptainer="" dpus=""
     while [ $# -gt 0 ]; do
@@ -155,14 +170,8 @@ up() {
     fi
     mkdir -p "$work/shared/log"
     chmod 0777 "$work/shared"
-    if [ ! -s "$work/munge.key" ]; then
-        head -c 1024 /dev/urandom > "$work/munge.key"
-    fi
-    chmod 0400 "$work/munge.key"
-    if [ -n "$dpus" ] && [ ! -s "$work/dpu.key" ]; then
-        (umask 077 && head -c 32 /dev/urandom > "$work/dpu.key")
-    fi
-    if [ -n "$dpus" ]; then chmod 0400 "$work/dpu.key"; fi
+    new_key "$work/munge.key" 1024
+    if [ -n "$dpus" ]; then new_key "$work/dpu.key" 32; fi
     docker network create --internal --label org.hpc-rs.cluster=1 "$net" >/dev/null
     local common=(--detach --label org.hpc-rs.cluster=1 --network "$net"
         --shm-size 512m --cap-add SYS_PTRACE --init
