@@ -369,12 +369,14 @@ where
         }
         Some(max)
     };
+    // Only digits are a whole number, whatever `T` parses: a float type
+    // took `nan` (no number compares at most `max`) as "above the most it
+    // may be", and `1.5` or `inf` as numbers.
     match v.trim().parse::<T>() {
-        Ok(n) if n <= max => Some(n),
+        Ok(n) if digits && n <= max => Some(n),
         // Above `max`, or digits too many for the type.
-        Ok(_) => capped(),
-        Err(_) if digits => capped(),
-        Err(_) => {
+        Ok(_) | Err(_) if digits => capped(),
+        _ => {
             if first_warning(name, v) {
                 tracing::warn!(
                     variable = name,
@@ -654,6 +656,18 @@ mod tests {
             Some(MAX_SPIN_US)
         );
         assert_eq!(number_from::<usize>(STAGE_MAX, None, usize::MAX), None);
+    }
+
+    /// A float type: `nan` was "above the most it may be" (it compares at
+    /// most nothing) and taken as `max`; `1.5` and `inf` as numbers. Only
+    /// digits are a whole number, whatever the type parses.
+    #[test]
+    fn only_digits_are_a_whole_number_of_any_type() {
+        for bad in ["nan", "NaN", "inf", "1.5", "-0", "1e3"] {
+            assert_eq!(number_from(SPIN_US, Some(bad), 100.0f64), None, "{bad}");
+        }
+        assert_eq!(number_from(SPIN_US, Some("7"), 100.0f64), Some(7.0));
+        assert_eq!(number_from(SPIN_US, Some("700"), 100.0f64), Some(100.0));
     }
 
     /// A timeout of less than a nanosecond is no timeout (a `Duration` of
