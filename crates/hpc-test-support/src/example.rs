@@ -215,6 +215,33 @@ pub fn received_per_rank(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// A stand-in for an example's binary in `dir` (for the tests of its
+/// `validate.py`): a script `TAG.sh` that writes a spike file of no spike,
+/// whose header is `header` (JSON), and a summary into its `--out`, as the
+/// binary does.
+pub fn stand_in_binary(dir: &Path, tag: &str, header: &str) -> std::path::PathBuf {
+    let mut spk = b"HPCSPIKE".to_vec();
+    spk.extend_from_slice(&1u32.to_le_bytes());
+    spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    spk.extend_from_slice(header.as_bytes());
+    let spk_path = dir.join(format!("{tag}.spk"));
+    std::fs::write(&spk_path, spk).unwrap();
+    let bin = dir.join(format!("{tag}.sh"));
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+             mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
+             echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
+            spk_path.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

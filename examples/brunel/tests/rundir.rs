@@ -251,13 +251,9 @@ fn ranks_given_other_settings_are_refused_naming_them() {
     ] {
         let args = example::args(MODEL, &out, &["--t-sim", "20"]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let script = format!("exec \"$@\" {extra}");
         let outs = Job::program(BRUNEL, &args, 2)
             .timeout(Duration::from_secs(20))
-            .prefix(move |rank| match rank {
-                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
-                _ => Vec::new(),
-            })
+            .extra_args_on(1, extra)
             .run();
         for (rank, o) in outs.iter().enumerate() {
             let err = String::from_utf8_lossy(&o.stderr);
