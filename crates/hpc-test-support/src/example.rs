@@ -242,6 +242,53 @@ pub fn stand_in_binary(dir: &Path, tag: &str, header: &str) -> std::path::PathBu
     bin
 }
 
+/// Runs `argv` (a program and its arguments, logging warnings only) where
+/// `/proc/meminfo` says `MemAvailable: kib kB`: in a mount namespace of its
+/// own (`unshare -m`) with a copy of the file, written into `dir`,
+/// bind-mounted over it. `None`, with a line saying why, where that cannot be
+/// done (not root, no `unshare`, no mount).
+pub fn run_with_mem_available(dir: &Path, kib: u64, argv: &[&str]) -> Option<Output> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and unshare for a /proc/meminfo of its own");
+        return None;
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let fake: String = meminfo
+        .lines()
+        .map(|l| {
+            if l.starts_with("MemAvailable:") {
+                format!("MemAvailable: {kib} kB\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let path = dir.join("meminfo");
+    std::fs::write(&path, fake).unwrap();
+    let o = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /proc/meminfo || exit 99; exec \"$@\"",
+        ])
+        .arg(&path)
+        .args(argv)
+        .env(env::LOG, "warn")
+        .output()
+        .unwrap();
+    if o.status.code() == Some(99) {
+        eprintln!(
+            "skipped: cannot mount over /proc/meminfo here: {}",
+            stderr(&o)
+        );
+        return None;
+    }
+    Some(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1235,3 +1235,32 @@ fn a_trace_is_renamed_into_place_not_written_through_a_link() {
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(BRUNEL, &["BIG"]);
 }
+
+/// The delay rows of a network started with `--allow-oversize` where the
+/// memory available cannot hold them (`MemAvailable` of 1 KiB, a copy of
+/// `/proc/meminfo` mounted over it): an error naming the rows, status 1,
+/// nothing of the run written; they were made by `DelayRing::new`, which
+/// panicked ("hpc_spiking::ring: 16 rows … more than the 1024 bytes of memory
+/// available"), status 101.
+#[test]
+fn delay_rows_beyond_the_memory_available_are_an_error_not_a_panic() {
+    let dir = tmpdir("rings");
+    let out = dir.join("out");
+    let args = example::args(
+        MODEL,
+        &out,
+        &["--t-sim", "10", "--threads", "1", "--allow-oversize"],
+    );
+    let argv: Vec<&str> = std::iter::once(BRUNEL)
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    let Some(o) = example::run_with_mem_available(&dir, 1, &argv) else {
+        return;
+    };
+    let err = refused(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("16 rows (delays up to 15 steps) of 500 neurons"),
+        "{err}"
+    );
+}
