@@ -398,18 +398,21 @@ pub fn watch_accept(
             .collect()
     };
     while !missing(slots).is_empty() {
+        // Looked at before each connection too: a connection that said
+        // nothing held the wait 5 s, each, past its deadline (the deadline was
+        // looked at only while none waited).
+        if Instant::now() > deadline {
+            return Err(Error::transport(format!(
+                "{} within {timeout:?}",
+                late(missing(slots))
+            )));
+        }
         match l.accept() {
-            Ok((mut s, from)) => match read_name(&mut s) {
+            Ok((mut s, from)) => match read_name(&mut s, deadline) {
                 Ok(p) if p < slots.len() && wanted(p) && slots[p].is_none() => slots[p] = Some(s),
                 _ => tracing::warn!(%from, "{who}: refused a watch connection"),
             },
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err(Error::transport(format!(
-                        "{} within {timeout:?}",
-                        late(missing(slots))
-                    )));
-                }
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) => return Err(io("accepting a watch connection", e)),
@@ -944,11 +947,15 @@ impl ProxyNet {
 
 /// Reads the 8-byte little-endian name (a rank or node index) that opens a
 /// watch connection, within 5 s, and leaves the stream non-blocking.
-pub fn read_name(s: &mut std::net::TcpStream) -> std::io::Result<usize> {
+pub fn read_name(s: &mut std::net::TcpStream, deadline: Instant) -> std::io::Result<usize> {
     use std::io::Read as _;
     let mut b = [0u8; 8];
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // At most 5 s, and never past `deadline` (a read timeout of 0 is none).
+    let wait = deadline
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(1), Duration::from_secs(5));
+    s.set_read_timeout(Some(wait))?;
     s.read_exact(&mut b)?;
     s.set_nonblocking(true)?;
     Ok(u64::from_le_bytes(b) as usize)
@@ -957,6 +964,35 @@ pub fn read_name(s: &mut std::net::TcpStream) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Watch connections that say nothing do not hold the wait past its
+    /// deadline: each was given 5 s to say its name and the deadline was
+    /// looked at only while none waited (three held a wait of 800 ms for 15
+    /// s). The error says who did not connect and the timeout.
+    #[test]
+    fn silent_watch_connections_do_not_hold_the_wait_past_its_deadline() {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = l.local_addr().unwrap();
+        let silent: Vec<std::net::TcpStream> = (0..3)
+            .map(|_| std::net::TcpStream::connect(at).unwrap())
+            .collect();
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..3).map(|_| None).collect();
+        let t0 = Instant::now();
+        let e = watch_accept(
+            &l,
+            &mut slots,
+            |p| p > 0,
+            Duration::from_millis(800),
+            "proxy",
+            |m| format!("proxies {m:?} did not connect"),
+        )
+        .unwrap_err()
+        .to_string();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}: {e}");
+        assert!(e.contains("did not connect within 800ms"), "{e}");
+        drop(silent);
+    }
 
     /// A frame beyond what the reader takes is refused before a byte is
     /// written, naming its size and the bound; the link then still carries
