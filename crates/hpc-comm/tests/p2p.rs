@@ -964,6 +964,33 @@ fn point_to_point_every_engine_1_to_8_ranks() {
     }
 }
 
+/// A staging bound in the environment of the tests (`HPC_STAGE_MAX=0`, a
+/// developer's tuning, valid: no staging) does not reach the scenarios,
+/// which assume the default: with it, two ranks' conformance failed
+/// ("CountMismatch { rank: 1, detail: \"rank 1 refused the message …\" }"
+/// where a small message is copied out at once with staging). Runs itself
+/// again with the variable set.
+#[test]
+fn a_stage_bound_in_the_tests_environment_does_not_reach_them() {
+    const AGAIN: &str = "P2P_TEST_STAGE_BOUND_SET";
+    if std::env::var_os(AGAIN).is_some() {
+        run("conformance", 2, 1, 30);
+        return;
+    }
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_stage_bound_in_the_tests_environment_does_not_reach_them",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(AGAIN, "1")
+        .env(hpc_runtime::env::STAGE_MAX, "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn point_to_point_across_nodes() {
     // Every engine: ranks on the other node through the ranks' network path
