@@ -104,6 +104,7 @@ fn child_entry() {
     match s.as_str() {
         "left_inline" => return left(&world, Engine::Inline, false),
         "stale_serial" => return stale_serial(&world),
+        "no_timeout" => return no_timeout(&world),
         "left_here_inline" => return left(&world, Engine::Inline, true),
         "left_here_thread" => return left(&world, Engine::Thread, true),
         _ => {}
@@ -1149,6 +1150,48 @@ fn stale_serial(world: &hpc_runtime::World) {
 fn a_message_as_old_as_the_numbers_go_is_not_taken_for_a_withdrawn_one() {
     // Every message by its address (numbered), none through staging slots.
     run_with("stale_serial", 2, 1, 60, &[("HPC_STAGE_MAX", "0")]);
+}
+
+/// A communicator's timeout given as no time or beyond any clock
+/// (`CommOptions::timeout` of 0, more than a week or `Duration::MAX`, which
+/// the world refuses for its own): refused naming the field, for every
+/// engine.
+fn no_timeout(world: &hpc_runtime::World) {
+    for engine in ENGINES {
+        for t in [
+            Duration::ZERO,
+            Duration::from_secs(8 * 86400),
+            Duration::MAX,
+        ] {
+            let mut o = CommOptions::new(engine);
+            o.timeout = Some(t);
+            match Comm::with_options(world, o) {
+                Err(Error::Argument(why)) => {
+                    assert!(
+                        why.contains("CommOptions::timeout"),
+                        "{engine:?} {t:?}: {why}"
+                    )
+                }
+                Err(e) => panic!("{engine:?} {t:?}: {e}"),
+                Ok(comm) => {
+                    comm.barrier().unwrap();
+                    drop(comm);
+                    panic!("{engine:?}: a timeout of {t:?} was taken");
+                }
+            }
+        }
+    }
+    world.barrier().unwrap();
+    eprintln!("{CHILD_OK} rank {} no_timeout", world.rank());
+}
+
+/// `CommOptions::timeout` of `Duration::MAX` panicked in the proxy engine's
+/// set-up on two nodes ("overflow when adding duration to instant"); 0 was
+/// taken, failing every wait that did not end at once. Refused at the
+/// communicator's making, naming the field.
+#[test]
+fn a_communicator_timeout_of_no_time_or_beyond_any_clock_is_refused() {
+    run("no_timeout", 2, 2, 30);
 }
 
 #[test]

@@ -16,10 +16,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 86400);
 
 /// A timeout given by a program (`what` names it) that is none (0) or beyond
-/// [`MAX_TIMEOUT`]: `Duration::MAX` panicked where a deadline was computed
-/// ("overflow when adding duration to instant"), 0 failed at the first socket
-/// ("cannot set a 0 duration timeout").
-pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<(), String> {
+/// [`MAX_TIMEOUT`] is an error naming it: `Duration::MAX` panicked where a
+/// deadline was computed ("overflow when adding duration to instant"), 0
+/// failed at the first socket ("cannot set a 0 duration timeout"). For every
+/// timeout a library takes from its caller (the runtime's, a communicator's).
+///
+/// ```
+/// use std::time::Duration;
+/// let e = hpc_runtime::env::check_timeout("Opts::timeout", Duration::MAX).unwrap_err();
+/// assert!(e.starts_with("Opts::timeout = "));
+/// assert!(hpc_runtime::env::check_timeout("t", Duration::from_secs(30)).is_ok());
+/// ```
+pub fn check_timeout(what: &str, timeout: Duration) -> Result<(), String> {
     if timeout.is_zero() || timeout > MAX_TIMEOUT {
         return Err(format!(
             "{what} = {timeout:?}: a timeout is above 0 and at most a week ({}s, as \
