@@ -3,7 +3,7 @@
 //! the nodes' proxies.
 
 use super::wire::Place;
-use crate::net::{watch_accept, watch_connect, watch_each_other, Hello, ProxyNet};
+use crate::net::{watch_accept, watch_address, watch_connect, watch_each_other, Hello, ProxyNet};
 use hpc_board::{Error, Result};
 use hpc_rdma::{Choice, Transport};
 use hpc_runtime::World;
@@ -140,9 +140,9 @@ pub fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result
     } else {
         None
     };
-    let mine = match &listener {
-        Some(l) => l.local_addr().map_err(|e| io("listening", e))?.to_string(),
-        None => String::new(),
+    let (mine, token) = match &listener {
+        Some(l) => watch_address(l)?,
+        None => (String::new(), 0),
     };
     let all = side.allgather(mine.as_bytes())?;
     let Some(l) = listener else {
@@ -151,6 +151,7 @@ pub fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result
     let mut ranks: Vec<Option<TcpStream>> = (0..size - 1).map(|_| None).collect();
     watch_accept(
         &l,
+        token,
         &mut ranks,
         |_| true,
         timeout,
