@@ -39,9 +39,11 @@ pub fn backend_name(c: Choice) -> &'static str {
 /// else the one that routes to the node's DPU (`HPC_COLL_PROXY_DPU_HOST`),
 /// else loopback.
 pub fn host_addr() -> Result<IpAddr> {
-    match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
-        Ok(v) => ip_of(&v),
-        Err(_) => match dpu_service_addr() {
+    // A value that is not UTF-8 is an error naming the variable (it was read
+    // as unset: loopback, or the DPU's route, without a word).
+    match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_ADDR).map_err(Error::Unsupported)? {
+        Some(v) => ip_of(&v),
+        None => match dpu_service_addr() {
             Some(at) => Ok(route_to(at?)),
             None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         },
@@ -63,10 +65,13 @@ fn ip_of(v: &str) -> Result<IpAddr> {
 pub const DPU_SERVICE_PORT: u16 = 7471;
 
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
-/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset.
+/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset,
+/// an error naming it where it is not UTF-8 (it was read as unset).
 pub fn dpu_service_addr() -> Option<Result<SocketAddr>> {
-    let v = std::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST).ok()?;
-    Some(service_addr_of(&v))
+    match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST) {
+        Ok(v) => Some(service_addr_of(&v?)),
+        Err(e) => Some(Err(Error::Unsupported(e))),
+    }
 }
 
 /// A value of `HPC_COLL_PROXY_DPU_HOST` as an address, or an error naming it
