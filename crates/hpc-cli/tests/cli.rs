@@ -616,6 +616,10 @@ fn closed_value_sets_are_checked_by_the_parser() {
         ),
         (vec!["selftest", "--collectives", "dpu"], "thread"),
         (vec!["topo", "--policy", "diagonal"], "spread"),
+        // A job has a node and a rank at least: 0 was taken and failed after
+        // the world was joined ("1 nodes, expected 0").
+        (vec!["selftest", "--expect-nodes", "0"], "--expect-nodes"),
+        (vec!["selftest", "--expect-size", "0"], "--expect-size"),
     ] {
         let o = hpc(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

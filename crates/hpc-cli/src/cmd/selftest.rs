@@ -34,11 +34,12 @@ pub struct Args {
     /// 2^40, for jobs that run for days).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Fail if the world size differs.
-    #[arg(long)]
+    /// Fail if the world size differs (at least 1: no job has fewer ranks).
+    #[arg(long, value_parser = at_least_one)]
     pub expect_size: Option<usize>,
-    /// Fail if the number of nodes differs.
-    #[arg(long)]
+    /// Fail if the number of nodes differs (at least 1: a job of no node was
+    /// taken and failed "1 nodes, expected 0" after the world was joined).
+    #[arg(long, value_parser = at_least_one)]
     pub expect_nodes: Option<usize>,
     /// Print one JSON object per rank instead of text.
     #[arg(long)]
@@ -280,6 +281,15 @@ pub fn exec(args: Args) -> anyhow::Result<i32> {
             }
             bail!("selftest failed")
         }
+    }
+}
+
+/// A count of ranks or nodes a job can have: 1 or more.
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("a job has at least 1".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
