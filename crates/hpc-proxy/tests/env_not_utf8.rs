@@ -10,7 +10,8 @@ use std::os::unix::ffi::OsStrExt as _;
 /// are not UTF-8 were read as unset (`std::env::var(..)` taken as absent):
 /// the proxy placed on the host where `dpu` was meant, the rank's address
 /// and the DPU service's defaulted to loopback, the memory cap to half the
-/// memory, without a word.
+/// memory, without a word; `HPC_COLL_PROXY_SLOTS` was said to be "not
+/// set".
 #[test]
 fn proxy_settings_that_are_not_utf8_are_errors_naming_them() {
     let bad = OsStr::from_bytes(b"dp\xffu");
@@ -46,4 +47,14 @@ fn proxy_settings_that_are_not_utf8_are_errors_naming_them() {
     let e = hpc_proxy::max_scratch().unwrap_err();
     assert!(e.contains(name) && e.contains("not valid UTF-8"), "{e}");
     std::env::remove_var(name);
+
+    // The board's slots, set by the rank that starts the proxy: it was "not
+    // set". (The board is not opened before the slots are read.)
+    std::env::set_var(hpc_runtime::env::COLL_PROXY_BOARD, "/nonexistent/board");
+    let name = hpc_runtime::env::COLL_PROXY_SLOTS;
+    std::env::set_var(name, OsStr::from_bytes(b"\xff3"));
+    let e = hpc_proxy::serve_env().unwrap_err().to_string();
+    std::env::remove_var(name);
+    std::env::remove_var(hpc_runtime::env::COLL_PROXY_BOARD);
+    assert!(e.contains(name) && e.contains("not valid UTF-8"), "{e}");
 }
