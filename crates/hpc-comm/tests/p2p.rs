@@ -104,6 +104,7 @@ fn child_entry() {
     match s.as_str() {
         "left_inline" => return left(&world, Engine::Inline, false),
         "stale_serial" => return stale_serial(&world),
+        "no_timeout" => return no_timeout(&world),
         "left_here_inline" => return left(&world, Engine::Inline, true),
         "left_here_thread" => return left(&world, Engine::Thread, true),
         _ => {}
@@ -964,6 +965,33 @@ fn point_to_point_every_engine_1_to_8_ranks() {
     }
 }
 
+/// A staging bound in the environment of the tests (`HPC_STAGE_MAX=0`, a
+/// developer's tuning, valid: no staging) does not reach the scenarios,
+/// which assume the default: with it, two ranks' conformance failed
+/// ("CountMismatch { rank: 1, detail: \"rank 1 refused the message …\" }"
+/// where a small message is copied out at once with staging). Runs itself
+/// again with the variable set.
+#[test]
+fn a_stage_bound_in_the_tests_environment_does_not_reach_them() {
+    const AGAIN: &str = "P2P_TEST_STAGE_BOUND_SET";
+    if std::env::var_os(AGAIN).is_some() {
+        run("conformance", 2, 1, 30);
+        return;
+    }
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_stage_bound_in_the_tests_environment_does_not_reach_them",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(AGAIN, "1")
+        .env(hpc_runtime::env::STAGE_MAX, "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn point_to_point_across_nodes() {
     // Every engine: ranks on the other node through the ranks' network path
@@ -1122,6 +1150,48 @@ fn stale_serial(world: &hpc_runtime::World) {
 fn a_message_as_old_as_the_numbers_go_is_not_taken_for_a_withdrawn_one() {
     // Every message by its address (numbered), none through staging slots.
     run_with("stale_serial", 2, 1, 60, &[("HPC_STAGE_MAX", "0")]);
+}
+
+/// A communicator's timeout given as no time or beyond any clock
+/// (`CommOptions::timeout` of 0, more than a week or `Duration::MAX`, which
+/// the world refuses for its own): refused naming the field, for every
+/// engine.
+fn no_timeout(world: &hpc_runtime::World) {
+    for engine in ENGINES {
+        for t in [
+            Duration::ZERO,
+            Duration::from_secs(8 * 86400),
+            Duration::MAX,
+        ] {
+            let mut o = CommOptions::new(engine);
+            o.timeout = Some(t);
+            match Comm::with_options(world, o) {
+                Err(Error::Argument(why)) => {
+                    assert!(
+                        why.contains("CommOptions::timeout"),
+                        "{engine:?} {t:?}: {why}"
+                    )
+                }
+                Err(e) => panic!("{engine:?} {t:?}: {e}"),
+                Ok(comm) => {
+                    comm.barrier().unwrap();
+                    drop(comm);
+                    panic!("{engine:?}: a timeout of {t:?} was taken");
+                }
+            }
+        }
+    }
+    world.barrier().unwrap();
+    eprintln!("{CHILD_OK} rank {} no_timeout", world.rank());
+}
+
+/// `CommOptions::timeout` of `Duration::MAX` panicked in the proxy engine's
+/// set-up on two nodes ("overflow when adding duration to instant"); 0 was
+/// taken, failing every wait that did not end at once. Refused at the
+/// communicator's making, naming the field.
+#[test]
+fn a_communicator_timeout_of_no_time_or_beyond_any_clock_is_refused() {
+    run("no_timeout", 2, 2, 30);
 }
 
 #[test]

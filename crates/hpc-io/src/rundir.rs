@@ -111,12 +111,23 @@ fn check_name(name: &str) -> Result<()> {
         && !name.contains('/')
         && !name.contains('\0')
         && name != MANIFEST
-        && name != LOCK;
+        && name != LOCK
+        && !is_temporary(name);
     if ok {
         Ok(())
     } else {
         Err(Error::Name(name.into()))
     }
+}
+
+/// Whether `name` is of the form of the directory's temporaries
+/// (`.NAME.tmp-PID`, [`tmp_path`]): such a file of the caller's was taken by
+/// the next write of the manifest (`.run.json.tmp-PID`, renamed to
+/// `run.json`) or of `NAME`, or removed by [`RunDir::start`] as a leftover.
+fn is_temporary(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.rsplit_once(".tmp-"))
+        .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn tmp_path(dir: &Path, name: &str) -> PathBuf {

@@ -32,3 +32,38 @@ fn a_long_refused_name_is_cut_in_the_error() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A file named as the directory's temporaries are (`.NAME.tmp-PID`) is
+/// refused: `.run.json.tmp-PID` written by the caller was taken by the next
+/// manifest write (renamed to `run.json`, the caller's bytes gone), and
+/// `.OUT.tmp-PID` of an output `OUT` was removed by the start as a leftover
+/// temporary. Names that only look alike stay (`.x.tmp-`, `.x.tmp-12a`,
+/// `x.tmp-1`).
+#[test]
+fn a_name_of_the_directory_s_temporaries_is_refused() {
+    let d = hpc_test_support::TmpDir::new("hpc-io", "tmp-name");
+    let mut info = RunInfo::new("p");
+    info.outputs = vec!["spikes.spk".into()];
+    let mut run = RunDir::create(d.join("out"), info).unwrap();
+    let pid = std::process::id();
+    for name in [
+        format!(".run.json.tmp-{pid}"),
+        format!(".spikes.spk.tmp-{pid}"),
+        ".a.tmp-1".to_string(),
+    ] {
+        let e = run.write_atomic(&name, b"mine").unwrap_err().to_string();
+        assert!(e.contains("is not a plain file name"), "{name}: {e}");
+        assert!(e.contains("temporar"), "{name}: {e}");
+        assert!(!d.join("out").join(&name).exists(), "{name}");
+    }
+    for name in [".x.tmp-", ".x.tmp-12a", "x.tmp-1"] {
+        run.write_atomic(name, b"mine").unwrap();
+        run.write_atomic("other", b"o").unwrap();
+        assert_eq!(
+            std::fs::read(d.join("out").join(name)).unwrap(),
+            b"mine",
+            "{name}"
+        );
+    }
+    run.finish(hpc_io::rundir::Status::Complete).unwrap();
+}

@@ -253,9 +253,10 @@ pub fn serve_env() -> Result<bool> {
     else {
         return Ok(false);
     };
+    // Not UTF-8: an error naming it (it was said to be "not set").
     let slots = slots_of(
-        std::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
-            .ok()
+        hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_SLOTS)
+            .map_err(Error::Unsupported)?
             .as_deref(),
     )?;
     let spin = hpc_runtime::env::number(

@@ -484,12 +484,12 @@ pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
 }
 
 /// The cap of `HPC_COLL_PROXY_MAX_SCRATCH` in this process's environment, or
-/// the default; an error naming the variable for a value that is no size or
-/// one too large.
+/// the default; an error naming the variable for a value that is no size,
+/// one too large, or not UTF-8 (it was read as unset: half the memory).
 pub fn max_scratch() -> Result<u64, String> {
-    match std::env::var(hpc_runtime::env::COLL_PROXY_MAX_SCRATCH) {
-        Err(_) => Ok(default_max_scratch()),
-        Ok(v) => scratch_of(&v),
+    match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_MAX_SCRATCH)? {
+        None => Ok(default_max_scratch()),
+        Some(v) => scratch_of(&v),
     }
 }
 

@@ -250,17 +250,18 @@ pub struct Options {
 
 impl Options {
     /// Reads `HPC_TRANSPORT` (and leaves the rest default); a value that names
-    /// no transport is an error naming the variable.
+    /// no transport, or is not UTF-8 (it was read as unset: `auto`), is an
+    /// error naming the variable.
     pub fn from_env() -> Result<Options> {
         let name = hpc_runtime::env::TRANSPORT;
-        let backend = match std::env::var(name) {
-            Ok(s) => s.parse().map_err(|_| {
+        let backend = match hpc_runtime::env::var(name).map_err(Error::InvalidArgument)? {
+            Some(s) => s.parse().map_err(|_| {
                 Error::InvalidArgument(format!(
                     "{name}={} is not a transport: expected shm, tcp, ofi, verbs, mpi or auto",
                     hpc_runtime::env::shown(&s)
                 ))
             })?,
-            Err(_) => Choice::Auto,
+            None => Choice::Auto,
         };
         Ok(Options {
             backend,

@@ -166,6 +166,76 @@ fn write_frame(w: &mut TcpStream, h: &Header, payload: &[u8]) -> std::io::Result
     Ok(())
 }
 
+/// The longest an accepted connection is given to say its hello.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+/// How long an accepted connection may take to speak: [`HELLO_WAIT`], but
+/// never past `deadline` (at least a millisecond: a read timeout of 0 is
+/// none).
+fn hello_wait(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(1), HELLO_WAIT)
+}
+
+/// Accepts on `l` (made non-blocking) the connections of the ranks
+/// `missing`, each known by its hello carrying `token`, into `streams`, by
+/// `deadline` (`timeout` after the set-up began, for the message). A
+/// connection that says nothing, or something else, is refused; one that
+/// says nothing is given only the time left: each such connection held the
+/// set-up 5 s, past its deadline, the deadline being looked at only while
+/// no connection waited.
+fn accept_hellos(
+    l: &TcpListener,
+    token: u64,
+    mut missing: Vec<usize>,
+    streams: &mut [Option<TcpStream>],
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    l.set_nonblocking(true)?;
+    while !missing.is_empty() {
+        if Instant::now() > deadline {
+            return Err(Error::Timeout {
+                after: timeout,
+                what: format!(
+                    "tcp connections from ranks {}",
+                    hpc_runtime::listed_ranks(&missing)
+                ),
+            });
+        }
+        match l.accept() {
+            Ok((mut s, from)) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(hello_wait(deadline)))?;
+                let mut hb = [0u8; HEADER_BYTES];
+                let hello = s
+                    .read_exact(&mut hb)
+                    .map_err(Error::from)
+                    .and_then(|_| Header::decode(&hb));
+                match hello {
+                    Ok(h) if h.kind == Kind::Hello && h.key == token => {
+                        let r = h.op as usize;
+                        if let Some(i) = missing.iter().position(|&m| m == r) {
+                            missing.swap_remove(i);
+                            s.set_read_timeout(None)?;
+                            streams[r] = Some(s);
+                        } else {
+                            tracing::warn!(%from, rank = r, "tcp: unexpected hello");
+                        }
+                    }
+                    other => tracing::warn!(%from, ?other, "tcp: refused a connection"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 impl Tcp {
     /// Collective: every rank calls it; `peers` are this rank's TCP peers (symmetric).
     pub(crate) fn new(
@@ -223,47 +293,8 @@ impl Tcp {
             streams[p] = Some(s);
         }
         if let Some(l) = &listener {
-            l.set_nonblocking(true)?;
-            let mut missing: Vec<usize> = peers.iter().copied().filter(|&p| p > me).collect();
-            while !missing.is_empty() {
-                match l.accept() {
-                    Ok((mut s, from)) => {
-                        s.set_nonblocking(false)?;
-                        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                        let mut hb = [0u8; HEADER_BYTES];
-                        let hello = s
-                            .read_exact(&mut hb)
-                            .map_err(Error::from)
-                            .and_then(|_| Header::decode(&hb));
-                        match hello {
-                            Ok(h) if h.kind == Kind::Hello && h.key == token => {
-                                let r = h.op as usize;
-                                if let Some(i) = missing.iter().position(|&m| m == r) {
-                                    missing.swap_remove(i);
-                                    s.set_read_timeout(None)?;
-                                    streams[r] = Some(s);
-                                } else {
-                                    tracing::warn!(%from, rank = r, "tcp: unexpected hello");
-                                }
-                            }
-                            other => tracing::warn!(%from, ?other, "tcp: refused a connection"),
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if Instant::now() > deadline {
-                            return Err(Error::Timeout {
-                                after: world.timeout(),
-                                what: format!(
-                                    "tcp connections from ranks {}",
-                                    hpc_runtime::listed_ranks(&missing)
-                                ),
-                            });
-                        }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            let missing: Vec<usize> = peers.iter().copied().filter(|&p| p > me).collect();
+            accept_hellos(l, token, missing, &mut streams, deadline, world.timeout())?;
         }
         let mut conns: Vec<Option<Arc<Conn>>> = (0..shared.size).map(|_| None).collect();
         let mut readers = Vec::new();
@@ -885,5 +916,35 @@ mod refusal_tests {
         }
         let bad = refusal(&put, Kind::PutAck, &Error::BadKey("stale".into()));
         assert!(matches!(error_of(&bad, 8, "put"), Error::BadKey(_)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections that say nothing, one after another, do not hold the
+    /// set-up past its deadline: each was given 5 s to speak and the deadline
+    /// was looked at only while none waited (three silent connections held a
+    /// set-up of 1 s for 15 s). The error names what was waited for and the
+    /// timeout.
+    #[test]
+    fn silent_connections_do_not_hold_the_set_up_past_its_deadline() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = l.local_addr().unwrap();
+        let silent: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(at).unwrap()).collect();
+        let mut streams: Vec<Option<TcpStream>> = (0..3).map(|_| None).collect();
+        let timeout = Duration::from_millis(800);
+        let t0 = Instant::now();
+        let e = accept_hellos(&l, 7, vec![1, 2], &mut streams, t0 + timeout, timeout)
+            .unwrap_err()
+            .to_string();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}: {e}");
+        assert!(
+            e.contains("800ms") && e.contains("tcp connections from ranks"),
+            "{e}"
+        );
+        drop(silent);
     }
 }

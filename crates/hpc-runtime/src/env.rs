@@ -16,10 +16,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 86400);
 
 /// A timeout given by a program (`what` names it) that is none (0) or beyond
-/// [`MAX_TIMEOUT`]: `Duration::MAX` panicked where a deadline was computed
-/// ("overflow when adding duration to instant"), 0 failed at the first socket
-/// ("cannot set a 0 duration timeout").
-pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<(), String> {
+/// [`MAX_TIMEOUT`] is an error naming it: `Duration::MAX` panicked where a
+/// deadline was computed ("overflow when adding duration to instant"), 0
+/// failed at the first socket ("cannot set a 0 duration timeout"). For every
+/// timeout a library takes from its caller (the runtime's, a communicator's).
+///
+/// ```
+/// use std::time::Duration;
+/// let e = hpc_runtime::env::check_timeout("Opts::timeout", Duration::MAX).unwrap_err();
+/// assert!(e.starts_with("Opts::timeout = "));
+/// assert!(hpc_runtime::env::check_timeout("t", Duration::from_secs(30)).is_ok());
+/// ```
+pub fn check_timeout(what: &str, timeout: Duration) -> Result<(), String> {
     if timeout.is_zero() || timeout > MAX_TIMEOUT {
         return Err(format!(
             "{what} = {timeout:?}: a timeout is above 0 and at most a week ({}s, as \
@@ -369,12 +377,14 @@ where
         }
         Some(max)
     };
+    // Only digits are a whole number, whatever `T` parses: a float type
+    // took `nan` (no number compares at most `max`) as "above the most it
+    // may be", and `1.5` or `inf` as numbers.
     match v.trim().parse::<T>() {
-        Ok(n) if n <= max => Some(n),
+        Ok(n) if digits && n <= max => Some(n),
         // Above `max`, or digits too many for the type.
-        Ok(_) => capped(),
-        Err(_) if digits => capped(),
-        Err(_) => {
+        Ok(_) | Err(_) if digits => capped(),
+        _ => {
             if first_warning(name, v) {
                 tracing::warn!(
                     variable = name,
@@ -654,6 +664,18 @@ mod tests {
             Some(MAX_SPIN_US)
         );
         assert_eq!(number_from::<usize>(STAGE_MAX, None, usize::MAX), None);
+    }
+
+    /// A float type: `nan` was "above the most it may be" (it compares at
+    /// most nothing) and taken as `max`; `1.5` and `inf` as numbers. Only
+    /// digits are a whole number, whatever the type parses.
+    #[test]
+    fn only_digits_are_a_whole_number_of_any_type() {
+        for bad in ["nan", "NaN", "inf", "1.5", "-0", "1e3"] {
+            assert_eq!(number_from(SPIN_US, Some(bad), 100.0f64), None, "{bad}");
+        }
+        assert_eq!(number_from(SPIN_US, Some("7"), 100.0f64), Some(7.0));
+        assert_eq!(number_from(SPIN_US, Some("700"), 100.0f64), Some(100.0));
     }
 
     /// A timeout of less than a nanosecond is no timeout (a `Duration` of

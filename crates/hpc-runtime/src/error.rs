@@ -75,6 +75,24 @@ pub enum Error {
         /// The ranks of that job.
         size: usize,
     },
+    /// Ranks of one job were given different values where every rank must be
+    /// given the same ([`World::same_on_every_rank`](crate::World::same_on_every_rank)):
+    /// every rank fails with this error, naming the lowest rank that differs
+    /// from rank 0 and what differs, as `name rank0's -> its`.
+    #[error(
+        "rank {rank} was given other {what} than rank 0 ({}: rank 0 -> rank {rank}): every \
+         rank of a job must be given the same {what}",
+        .differences.join(", ")
+    )]
+    NotTheSame {
+        /// The lowest rank whose values differ from rank 0's.
+        rank: usize,
+        /// What the values are (`flags`, `settings`).
+        what: String,
+        /// What differs, each `name rank0's -> its` (the first
+        /// [`LISTED_DIFFERENCES`](crate::LISTED_DIFFERENCES), then how many more).
+        differences: Vec<String>,
+    },
     /// This process was started to serve as its node's collectives proxy
     /// (`hpc_rs::init` serves then), and serving failed.
     #[error("serving as the node's collectives proxy failed: {0}")]

@@ -34,6 +34,7 @@
 //!   launcher and reported as [`Error::Mismatch`].
 //! - Node ids are numbered by the lowest rank on each node; rank 0 is on node 0.
 
+mod agree;
 mod coordinator;
 pub mod env;
 mod error;
@@ -44,6 +45,7 @@ mod node;
 pub mod wire;
 mod world;
 
+pub use agree::LISTED_DIFFERENCES;
 pub use coordinator::Coordinator;
 pub use env::MpiLauncher;
 pub use error::{listed_ranks, Error, Result, LISTED_RANKS};

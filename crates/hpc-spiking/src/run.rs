@@ -570,35 +570,39 @@ pub fn own_output_dir(
 /// Checks that every rank of the run was given the same `settings` (a
 /// collective over `world`, before anything is built): the model's parameters,
 /// the output directory and every option that must agree
-/// ([`crate::args::RunArgs::shared`]). Rank 0's are sent to every rank, each
-/// compares them with its own ([`params_diff`]), and where one differs every
-/// rank fails with the same message, naming the lowest such rank and what
-/// differs (rank 0 -> it). A rank given another seed built its neurons'
-/// inputs from it without a word (a network no single seed gives, `run.json`
-/// naming rank 0's); another engine failed in its first exchange with words
-/// about the transport; another checkpoint directory only at the first
-/// checkpoint.
+/// ([`crate::args::RunArgs::shared`]). Each setting is named by its dotted path
+/// in `settings` (`params.seed`) with its value as JSON (`(not given)` for
+/// `null`), and compared with rank 0's by
+/// [`hpc_rs::World::same_on_every_rank`]: where one differs every rank fails
+/// with the same message, naming the lowest such rank and what differs (rank
+/// 0 -> it). A rank given another seed built its neurons' inputs from it
+/// without a word (a network no single seed gives, `run.json` naming rank
+/// 0's); another engine failed in its first exchange with words about the
+/// transport; another checkpoint directory only at the first checkpoint.
 pub fn same_on_every_rank(
     world: &hpc_rs::World,
     settings: &serde_json::Value,
 ) -> anyhow::Result<()> {
-    if world.size() < 2 {
-        return Ok(());
-    }
-    let rank0: serde_json::Value =
-        serde_json::from_slice(&world.broadcast(0, &serde_json::to_vec(settings)?)?)?;
-    let mine = params_diff(&rank0, settings, &[]);
-    let all = world.allgather(&serde_json::to_vec(&mine)?)?;
-    for (rank, differs) in all.iter().enumerate() {
-        let differs: Vec<String> = serde_json::from_slice(differs)?;
-        if !differs.is_empty() {
-            anyhow::bail!(
-                "rank {rank} was given other settings than rank 0 ({}: rank 0 -> rank {rank}): \
-                 every rank of a run must be given the same parameters and options",
-                differs.join(", ")
-            );
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&name, v, out);
+                }
+            }
+            serde_json::Value::Null => out.push((prefix.to_string(), "(not given)".into())),
+            _ => out.push((prefix.to_string(), v.to_string())),
         }
     }
+    let mut named = Vec::new();
+    leaves("", settings, &mut named);
+    let named: Vec<(&str, String)> = named.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    world.same_on_every_rank("settings", &named)?;
     Ok(())
 }
 

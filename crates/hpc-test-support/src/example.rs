@@ -215,6 +215,80 @@ pub fn received_per_rank(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// A stand-in for an example's binary in `dir` (for the tests of its
+/// `validate.py`): a script `TAG.sh` that writes a spike file of no spike,
+/// whose header is `header` (JSON), and a summary into its `--out`, as the
+/// binary does.
+pub fn stand_in_binary(dir: &Path, tag: &str, header: &str) -> std::path::PathBuf {
+    let mut spk = b"HPCSPIKE".to_vec();
+    spk.extend_from_slice(&1u32.to_le_bytes());
+    spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    spk.extend_from_slice(header.as_bytes());
+    let spk_path = dir.join(format!("{tag}.spk"));
+    std::fs::write(&spk_path, spk).unwrap();
+    let bin = dir.join(format!("{tag}.sh"));
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
+             mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
+             echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
+            spk_path.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Runs `argv` (a program and its arguments, logging warnings only) where
+/// `/proc/meminfo` says `MemAvailable: kib kB`: in a mount namespace of its
+/// own (`unshare -m`) with a copy of the file, written into `dir`,
+/// bind-mounted over it. `None`, with a line saying why, where that cannot be
+/// done (not root, no `unshare`, no mount).
+pub fn run_with_mem_available(dir: &Path, kib: u64, argv: &[&str]) -> Option<Output> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and unshare for a /proc/meminfo of its own");
+        return None;
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let fake: String = meminfo
+        .lines()
+        .map(|l| {
+            if l.starts_with("MemAvailable:") {
+                format!("MemAvailable: {kib} kB\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let path = dir.join("meminfo");
+    std::fs::write(&path, fake).unwrap();
+    let o = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /proc/meminfo || exit 99; exec \"$@\"",
+        ])
+        .arg(&path)
+        .args(argv)
+        .env(env::LOG, "warn")
+        .output()
+        .unwrap();
+    if o.status.code() == Some(99) {
+        eprintln!(
+            "skipped: cannot mount over /proc/meminfo here: {}",
+            stderr(&o)
+        );
+        return None;
+    }
+    Some(o)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,6 +132,20 @@ impl Job {
         self
     }
 
+    /// Appends `extra` (words split by the shell) to rank `rank`'s command
+    /// line only, through `sh -c 'exec "$@" EXTRA'`: a launcher line that
+    /// differs by rank (`--seed $RANK`). Replaces any [`Job::prefix`].
+    pub fn extra_args_on(self, rank: usize, extra: &str) -> Job {
+        let script = format!("exec \"$@\" {extra}");
+        self.prefix(move |r| {
+            if r == rank {
+                ["sh", "-c", &script, "sh"].map(String::from).to_vec()
+            } else {
+                Vec::new()
+            }
+        })
+    }
+
     /// Discards the ranks' standard output (kept by default).
     pub fn quiet_stdout(mut self) -> Job {
         self.stdout = false;

@@ -82,8 +82,9 @@ pub enum SvgError {
     #[error("width {} pixels: a picture is {MIN_WIDTH} to {MAX_WIDTH} pixels wide", num(*.0))]
     Width(f64),
     /// Times whose span or end is beyond the finite numbers (a span of `ts`
-    /// 1e308 and `dur` 1e308 ends at infinity), where every coordinate would be NaN.
-    #[error("{0}: beyond the finite numbers, no picture can place it")]
+    /// 1e308 and `dur` 1e308 ends at infinity), where every coordinate would be
+    /// NaN, or a window from or to no number ([`Options::from_us`] NaN).
+    #[error("{0}: not a finite time, no picture can place it")]
     Time(String),
 }
 
@@ -217,6 +218,15 @@ pub fn render(trace: &Value, opts: &Options) -> Result<String, SvgError> {
         (from, to, window) = (s.ts - margin, s.ts + s.dur + margin, true);
     }
     if window {
+        // NaN is no time: it was said to make "the window from NaN µs to
+        // 5 µs" empty.
+        if !(from.is_finite() && to.is_finite()) {
+            return Err(SvgError::Time(format!(
+                "the window from {} µs to {} µs",
+                num(from),
+                num(to)
+            )));
+        }
         if to.partial_cmp(&from) != Some(std::cmp::Ordering::Greater) {
             return Err(SvgError::Window { from, to });
         }

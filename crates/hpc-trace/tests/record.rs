@@ -443,6 +443,22 @@ fn the_picture_has_a_lane_per_thread_and_a_box_per_span() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("is empty"), "{e}");
+    // A window from no number is not called empty (it was "the window from
+    // NaN µs to 5 µs is empty").
+    for (from, to) in [(f64::NAN, 5.0), (1.0, f64::NAN), (f64::NEG_INFINITY, 5.0)] {
+        let opts = hpc_trace::svg::Options {
+            from_us: Some(from),
+            to_us: Some(to),
+            ..Default::default()
+        };
+        let e = hpc_trace::svg::render(&trace, &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not a finite time") && !e.contains("is empty"),
+            "{from} {to}: {e}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

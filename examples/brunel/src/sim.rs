@@ -299,7 +299,10 @@ impl<'a> Simulation<'a> {
             .map(|t| {
                 let b = Block::part(block.len, threads, t);
                 let len = b.len as usize;
-                Shard {
+                // The rows' size follows --delay and --order: beyond the memory
+                // available (with --allow-oversize) it is an error, not a panic.
+                let ring = || DelayRing::try_new(model.delay_steps, len);
+                Ok(Shard {
                     block: b,
                     gid0: block.first + b.first,
                     v: vec![p.v_init; len],
@@ -307,14 +310,14 @@ impl<'a> Simulation<'a> {
                     keys: (0..b.len)
                         .map(|i| stream_key(p.seed, Purpose::External, block.first + b.first + i))
                         .collect(),
-                    ring_e: DelayRing::new(model.delay_steps, len),
-                    ring_i: DelayRing::new(model.delay_steps, len),
+                    ring_e: ring()?,
+                    ring_i: ring()?,
                     spikes: Vec::with_capacity(len.min(1 << 16)),
                     drive: Box::new([0; CHUNK]),
                     fired: Box::new([0; CHUNK]),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let dynp = Dyn {
             decay: model.decay,
             j: p.j,

@@ -251,13 +251,9 @@ fn ranks_given_other_settings_are_refused_naming_them() {
     ] {
         let args = example::args(MODEL, &out, &["--t-sim", "20"]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let script = format!("exec \"$@\" {extra}");
         let outs = Job::program(BRUNEL, &args, 2)
             .timeout(Duration::from_secs(20))
-            .prefix(move |rank| match rank {
-                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
-                _ => Vec::new(),
-            })
+            .extra_args_on(1, extra)
             .run();
         for (rank, o) in outs.iter().enumerate() {
             let err = String::from_utf8_lossy(&o.stderr);
@@ -1238,4 +1234,33 @@ fn a_trace_is_renamed_into_place_not_written_through_a_link() {
 #[test]
 fn the_usage_text_is_cut_and_its_write_checked() {
     hpc_test_support::example::assert_usage_is_cut_and_checked(BRUNEL, &["BIG"]);
+}
+
+/// The delay rows of a network started with `--allow-oversize` where the
+/// memory available cannot hold them (`MemAvailable` of 1 KiB, a copy of
+/// `/proc/meminfo` mounted over it): an error naming the rows, status 1,
+/// nothing of the run written; they were made by `DelayRing::new`, which
+/// panicked ("hpc_spiking::ring: 16 rows … more than the 1024 bytes of memory
+/// available"), status 101.
+#[test]
+fn delay_rows_beyond_the_memory_available_are_an_error_not_a_panic() {
+    let dir = tmpdir("rings");
+    let out = dir.join("out");
+    let args = example::args(
+        MODEL,
+        &out,
+        &["--t-sim", "10", "--threads", "1", "--allow-oversize"],
+    );
+    let argv: Vec<&str> = std::iter::once(BRUNEL)
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    let Some(o) = example::run_with_mem_available(&dir, 1, &argv) else {
+        return;
+    };
+    let err = refused(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("16 rows (delays up to 15 steps) of 500 neurons"),
+        "{err}"
+    );
 }

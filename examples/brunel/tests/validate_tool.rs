@@ -154,26 +154,7 @@ fn microcircuit_stand_in(dir: &Path) -> PathBuf {
         r#"{{"dt_ms": 0.1, "n_neurons": 8, "t_sim_ms": 10.0, "t_presim_ms": 0.0, "populations": [{}]}}"#,
         pops.join(", ")
     );
-    let mut spk = b"HPCSPIKE".to_vec();
-    spk.extend_from_slice(&1u32.to_le_bytes());
-    spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    spk.extend_from_slice(header.as_bytes());
-    let spk_path = dir.join("microcircuit-stand-in.spk");
-    std::fs::write(&spk_path, spk).unwrap();
-    let bin = dir.join("microcircuit-stand-in.sh");
-    std::fs::write(
-        &bin,
-        format!(
-            "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
-             mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
-             echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
-            spk_path.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    bin
+    hpc_test_support::example::stand_in_binary(dir, "microcircuit-stand-in", &header)
 }
 
 /// brunel's and the microcircuit's `validate.py` given a binary that writes no

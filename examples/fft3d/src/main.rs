@@ -86,17 +86,14 @@ fn median(v: &[f64]) -> f64 {
 const MAX_REPS: usize = 100_000;
 
 /// Checks that every rank was given rank 0's flags (a collective over `world`,
-/// before the communicator is made): a launcher line that differs by rank
-/// (`--reps $RANK`, another `--mode`) ran ranks that disagree, and rank 0
-/// printed a result line of its own flags (`mode=blocking` where rank 1
-/// overlapped; ten reps where rank 1, failing, did eleven). Where one differs,
-/// every rank fails with one message naming the lowest such rank and the flag.
+/// before the communicator is made; [`hpc_rs::World::same_on_every_rank`]): a
+/// launcher line that differs by rank (`--reps $RANK`, another `--mode`) ran
+/// ranks that disagree, and rank 0 printed a result line of its own flags
+/// (`mode=blocking` where rank 1 overlapped; ten reps where rank 1, failing,
+/// did eleven). Where one differs, every rank fails with one message naming
+/// the lowest such rank and the flag.
 fn same_on_every_rank(world: &hpc_rs::World, args: &Args) -> Result<()> {
-    if world.size() < 2 {
-        return Ok(());
-    }
-    // Each value as Debug writes it: quoted, its control characters escaped,
-    // so one line a flag.
+    // Each value as Debug writes it: quoted, its control characters escaped.
     let mine = [
         ("--n", format!("{:?}", args.n)),
         ("--grid", format!("{:?}", args.grid)),
@@ -110,23 +107,7 @@ fn same_on_every_rank(world: &hpc_rs::World, args: &Args) -> Result<()> {
         ("--tolerance", format!("{:?}", args.tolerance)),
         ("--no-check", format!("{:?}", args.no_check)),
     ];
-    let text: Vec<String> = mine.iter().map(|(_, v)| v.clone()).collect();
-    let rank0 = world.broadcast(0, text.join("\n").as_bytes())?;
-    let rank0 = String::from_utf8_lossy(&rank0);
-    let differs = rank0
-        .split('\n')
-        .zip(&mine)
-        .find(|(theirs, (_, v))| theirs != v)
-        .map(|(theirs, (flag, v))| format!("{flag} {theirs} -> {v}"))
-        .unwrap_or_default();
-    let all = world.allgather(differs.as_bytes())?;
-    if let Some((rank, d)) = all.iter().enumerate().find(|(_, d)| !d.is_empty()) {
-        bail!(
-            "rank {rank} was given other flags than rank 0 ({}: rank 0 -> rank {rank}): every \
-             rank of a run must be given the same",
-            String::from_utf8_lossy(d)
-        );
-    }
+    world.same_on_every_rank("flags", &mine)?;
     Ok(())
 }
 

@@ -290,14 +290,10 @@ fn ranks_given_other_flags_are_refused_naming_them() {
         ("--mode blocking", "--mode \"overlap\" -> \"blocking\""),
         ("--reps 11", "--reps 10 -> 11"),
     ] {
-        let script = format!("exec \"$@\" {extra}");
         let outs = Job::program(FFT3D, &["--n", "8"], 2)
             .timeout(TIMEOUT)
             .env(env::ENGINE, "")
-            .prefix(move |rank| match rank {
-                1 => ["sh", "-c", &script, "sh"].map(String::from).to_vec(),
-                _ => Vec::new(),
-            })
+            .extra_args_on(1, extra)
             .run();
         for (rank, o) in outs.iter().enumerate() {
             let err = String::from_utf8_lossy(&o.stderr);

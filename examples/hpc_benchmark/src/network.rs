@@ -191,9 +191,11 @@ impl Shard {
             archives,
             plastic: plastic.finish(),
             stat: stat.finish(),
-            ring_w: DelayRing::new(model.delay_steps, len as usize),
-            ring_ex: DelayRing::new(model.delay_steps, len as usize),
-            ring_in: DelayRing::new(model.delay_steps, len as usize),
+            // Beyond the memory available (with --allow-oversize) an error,
+            // not a panic.
+            ring_w: DelayRing::try_new(model.delay_steps, len as usize)?,
+            ring_ex: DelayRing::try_new(model.delay_steps, len as usize)?,
+            ring_in: DelayRing::try_new(model.delay_steps, len as usize)?,
             keys: (first..first + len)
                 .map(|t| stream_key(model.params.seed, Purpose::External, t))
                 .collect(),

@@ -357,3 +357,36 @@ fn a_run_stopped_in_its_warm_up_has_no_rate() {
         summary["mean_rate_hz"]
     );
 }
+
+/// The delay rows of a network started with `--allow-oversize` where the
+/// memory available cannot hold them (`MemAvailable` of 1 KiB, a copy of
+/// `/proc/meminfo` mounted over it): an error naming the rows, status 1; they
+/// were made by `DelayRing::new`, which panicked, status 101.
+#[test]
+fn delay_rows_beyond_the_memory_available_are_an_error_not_a_panic() {
+    let dir = tmpdir("rings");
+    let out = dir.join("out");
+    let out_s = out.display().to_string();
+    let argv = [
+        BIN,
+        "--scale",
+        "0.02",
+        "--t-presim",
+        "0",
+        "--t-sim",
+        "20",
+        "--quiet",
+        "--threads",
+        "1",
+        "--allow-oversize",
+        "--out",
+        &out_s,
+    ];
+    let Some(o) = hpc_test_support::example::run_with_mem_available(&dir, 1, &argv) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("rows (delays up to"), "{err}");
+}

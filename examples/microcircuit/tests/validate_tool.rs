@@ -150,26 +150,8 @@ fn a_binary_writing_other_populations_is_refused_by_name() {
         let header = format!(
             r#"{{"dt_ms": 0.1, "n_neurons": {n}, "t_sim_ms": 10.0, "t_presim_ms": 0.0, "populations": {pops}}}"#
         );
-        let mut spk = b"HPCSPIKE".to_vec();
-        spk.extend_from_slice(&1u32.to_le_bytes());
-        spk.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        spk.extend_from_slice(header.as_bytes());
-        let spk_path = dir.join(format!("{tag}.spk"));
-        std::fs::write(&spk_path, spk).unwrap();
         // Writes its spike file and a summary into --out, as the binary does.
-        let bin = dir.join(format!("{tag}.sh"));
-        std::fs::write(
-            &bin,
-            format!(
-                "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n\
-                 mkdir -p \"$out\" && cp '{}' \"$out/spikes.spk\" && \
-                 echo '{{\"simulate_recorded_s\": 1, \"build_s\": 1}}' > \"$out/summary.json\"\n",
-                spk_path.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = hpc_test_support::example::stand_in_binary(&dir, tag, &header);
         for (numpy, code, words) in [
             (&present, 1, words),
             (&absent, 1, "validate.py needs numpy"),

@@ -34,10 +34,11 @@ pub struct Args {
     /// 2^40, for jobs that run for days).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Fail if the world size differs.
+    /// Fail if the world size differs (at least 1: no job has fewer ranks).
     #[arg(long)]
     pub expect_size: Option<usize>,
-    /// Fail if the number of nodes differs.
+    /// Fail if the number of nodes differs (at least 1: a job of no node was
+    /// taken and failed "1 nodes, expected 0" after the world was joined).
     #[arg(long)]
     pub expect_nodes: Option<usize>,
     /// Print one JSON object per rank instead of text.
@@ -99,45 +100,38 @@ fn transport_need(bytes: usize, size: usize) -> u128 {
     b * n + 2 * b * (n - 1) + b
 }
 
-/// The flags of the checks that every rank must be given alike, as written on
-/// the command line (`--json` and `--fail-*` may differ; so may `--rounds`, whose
-/// mismatch the runtime itself reports as a collective a rank never joined,
-/// naming the rank that finalized).
-fn checks_spelled(args: &Args) -> String {
-    let mut s = String::new();
-    if args.transport {
-        s += &format!(" --transport --transport-bytes {}", args.transport_bytes);
-    }
-    if let Some(e) = args.collectives {
-        s += &format!(" --collectives {}", e.name());
-    }
-    if args.every_algorithm {
-        s += " --every-algorithm";
-    }
-    s
-}
-
-/// Refuses ranks given different checks: one that ran `--collectives` while
-/// the others did not failed with "rank 1 finalized before joining allgather"
-/// or "allgather round 2: wrong part from rank 0", naming no flag.
+/// Refuses ranks given different checks (a collective, by the runtime's rule
+/// for values every rank must be given alike,
+/// [`World::same_on_every_rank`]): one that ran `--collectives` while the
+/// others did not failed with "rank 1 finalized before joining allgather" or
+/// "allgather round 2: wrong part from rank 0", naming no flag. `--json` and
+/// `--fail-*` may differ; so may `--rounds`, whose mismatch the runtime itself
+/// reports as a collective a rank never joined, naming the rank that
+/// finalized.
 fn check_same_checks(world: &World, args: &Args) -> anyhow::Result<()> {
-    let mine = checks_spelled(args);
-    let all = world
-        .allgather(mine.as_bytes())
-        .context("comparing the ranks' flags")?;
-    let differ: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
-    if let Some(&r) = differ.first() {
-        let shown = |b: &[u8]| hpc_io::message::cut(&String::from_utf8_lossy(b)).into_owned();
-        bail!(
-            "the ranks were given different checks: rank 0 `hpc selftest{}`, rank {r} `hpc \
-             selftest{}` (rank(s) {} differ from rank 0); give every rank the same \
-             --transport and --collectives flags",
-            shown(&all[0]),
-            shown(&all[r]),
-            hpc_runtime::listed_ranks(&differ)
-        );
-    }
-    Ok(())
+    let none = || "(none)".to_string();
+    let checks = [
+        ("--transport", args.transport.to_string()),
+        (
+            "--transport-bytes",
+            if args.transport {
+                args.transport_bytes.to_string()
+            } else {
+                none()
+            },
+        ),
+        (
+            "--collectives",
+            args.collectives.map_or_else(none, |e| e.name().to_string()),
+        ),
+        ("--every-algorithm", args.every_algorithm.to_string()),
+    ];
+    world
+        .same_on_every_rank("checks", &checks)
+        .map_err(|e| match e {
+            hpc_runtime::Error::NotTheSame { .. } => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context("comparing the ranks' flags"),
+        })
 }
 
 fn unix_ns() -> u128 {

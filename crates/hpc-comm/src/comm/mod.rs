@@ -182,6 +182,13 @@ impl Comm {
 
     /// Like [`Comm::new`] with explicit options (collective).
     pub fn with_options(world: &World, mut opts: CommOptions) -> Result<Comm> {
+        // A timeout of no time, or beyond any clock: `Duration::MAX` panicked
+        // in the proxy engine's set-up ("overflow when adding duration to
+        // instant"), 0 failed every wait that did not end at once.
+        if let Some(t) = opts.timeout {
+            hpc_runtime::env::check_timeout("hpc_comm::CommOptions::timeout", t)
+                .map_err(Error::Argument)?;
+        }
         if opts.engine == Engine::Proxy && opts.placement.is_none() {
             opts.placement = Some(crate::Placement::from_env()?);
         }

@@ -85,7 +85,11 @@ impl std::str::FromStr for Engine {
 pub struct CommOptions {
     /// The engine.
     pub engine: Engine,
-    /// How long `wait` waits before [`Error::Timeout`] (default: the world's).
+    /// How long `wait` waits before [`Error::Timeout`] (default: the world's):
+    /// above 0 and at most a week
+    /// ([`MAX_TIMEOUT`](hpc_runtime::env::MAX_TIMEOUT)), else
+    /// [`Comm::with_options`](crate::Comm::with_options) is
+    /// [`Error::Argument`](crate::Error::Argument).
     pub timeout: Option<Duration>,
     /// CPUs the `Thread` engine's progress thread is pinned to (default:
     /// `HPC_PROGRESS_CPUSET`, e.g. the progress core of an `hpc-topology`

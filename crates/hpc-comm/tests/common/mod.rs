@@ -17,7 +17,10 @@ pub const ENGINES: [hpc_comm::Engine; 3] = [
 
 /// `size` ranks of this test binary running `scenario`, whose proxies (in
 /// either placement) are this binary's `proxy_entry`; their standard output
-/// discarded.
+/// discarded. The staging bound is the default whatever the environment of
+/// the tests says (a test may set another after): the scenarios assume it
+/// (a small message copied out at once), and `HPC_STAGE_MAX=0` in a
+/// developer's environment, a valid setting (no staging), failed two of them.
 pub fn job(scenario: &str, size: usize) -> Job {
     let exe = std::env::current_exe().unwrap();
     let proxy_cmd = format!(
@@ -27,6 +30,10 @@ pub fn job(scenario: &str, size: usize) -> Job {
     Job::this_test("child_entry", size)
         .env(SCENARIO, scenario)
         .env(hpc_runtime::env::COLL_PROXY_CMD, &proxy_cmd)
+        .env(
+            hpc_runtime::env::STAGE_MAX,
+            &hpc_comm::DEFAULT_STAGE_MAX.to_string(),
+        )
         .quiet_stdout()
 }
 

@@ -72,7 +72,8 @@ pub enum Error {
     /// The name is quoted cut ([`crate::message::cut`]): a caller's name of
     /// 100,000 characters was echoed whole.
     #[error(
-        "{} is not a plain file name (no '/', not '.' or '..', not the manifest or lock)",
+        "{} is not a plain file name (no '/', not '.' or '..', not the manifest, the lock \
+         or a temporary .NAME.tmp-PID)",
         crate::message::cut(&format!("{:?}", .0))
     )]
     Name(String),

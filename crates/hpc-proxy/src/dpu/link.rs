@@ -3,7 +3,7 @@
 //! the nodes' proxies.
 
 use super::wire::Place;
-use crate::net::{watch_accept, watch_connect, watch_each_other, Hello, ProxyNet};
+use crate::net::{watch_accept, watch_address, watch_connect, watch_each_other, Hello, ProxyNet};
 use hpc_board::{Error, Result};
 use hpc_rdma::{Choice, Transport};
 use hpc_runtime::World;
@@ -39,9 +39,11 @@ pub fn backend_name(c: Choice) -> &'static str {
 /// else the one that routes to the node's DPU (`HPC_COLL_PROXY_DPU_HOST`),
 /// else loopback.
 pub fn host_addr() -> Result<IpAddr> {
-    match std::env::var(hpc_runtime::env::COLL_PROXY_ADDR) {
-        Ok(v) => ip_of(&v),
-        Err(_) => match dpu_service_addr() {
+    // A value that is not UTF-8 is an error naming the variable (it was read
+    // as unset: loopback, or the DPU's route, without a word).
+    match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_ADDR).map_err(Error::Unsupported)? {
+        Some(v) => ip_of(&v),
+        None => match dpu_service_addr() {
             Some(at) => Ok(route_to(at?)),
             None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         },
@@ -63,10 +65,13 @@ fn ip_of(v: &str) -> Result<IpAddr> {
 pub const DPU_SERVICE_PORT: u16 = 7471;
 
 /// The address of this node's DPU service, from `HPC_COLL_PROXY_DPU_HOST`
-/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset.
+/// (`host[:port]`, `{host}` replaced by this host's name); `None` if unset,
+/// an error naming it where it is not UTF-8 (it was read as unset).
 pub fn dpu_service_addr() -> Option<Result<SocketAddr>> {
-    let v = std::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST).ok()?;
-    Some(service_addr_of(&v))
+    match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_DPU_HOST) {
+        Ok(v) => Some(service_addr_of(&v?)),
+        Err(e) => Some(Err(Error::Unsupported(e))),
+    }
 }
 
 /// A value of `HPC_COLL_PROXY_DPU_HOST` as an address, or an error naming it
@@ -140,9 +145,9 @@ pub fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result
     } else {
         None
     };
-    let mine = match &listener {
-        Some(l) => l.local_addr().map_err(|e| io("listening", e))?.to_string(),
-        None => String::new(),
+    let (mine, token) = match &listener {
+        Some(l) => watch_address(l)?,
+        None => (String::new(), 0),
     };
     let all = side.allgather(mine.as_bytes())?;
     let Some(l) = listener else {
@@ -151,6 +156,7 @@ pub fn watch(side: &World, rank: usize, ip: IpAddr, timeout: Duration) -> Result
     let mut ranks: Vec<Option<TcpStream>> = (0..size - 1).map(|_| None).collect();
     watch_accept(
         &l,
+        token,
         &mut ranks,
         |_| true,
         timeout,

@@ -104,11 +104,14 @@ impl Placement {
     }
 
     /// `HPC_COLL_PROXY_PLACEMENT`, else [`Placement::Host`]; a value that is
-    /// neither is an error naming it.
+    /// neither, or not UTF-8 (it was read as unset: the host), is an error
+    /// naming it.
     pub fn from_env() -> Result<Placement> {
-        match std::env::var(hpc_runtime::env::COLL_PROXY_PLACEMENT) {
-            Ok(v) => v.parse(),
-            Err(_) => Ok(Placement::Host),
+        match hpc_runtime::env::var(hpc_runtime::env::COLL_PROXY_PLACEMENT)
+            .map_err(Error::Unsupported)?
+        {
+            Some(v) => v.parse(),
+            None => Ok(Placement::Host),
         }
     }
 }
