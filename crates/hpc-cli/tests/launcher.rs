@@ -1305,6 +1305,15 @@ fn a_full_dev_shm_is_named_not_a_sigbus() {
         err.contains("no room for the board's") && err.contains("a full /dev/shm"),
         "{err}"
     );
+    // Whichever rank ends first, its line names the cause: rank 1 said only
+    // "rank 0 could not create its node's board", and when it ended first the
+    // launcher stopped rank 0 before its own line (once in a full suite).
+    for line in err
+        .lines()
+        .filter(|l| l.contains("selftest failed on rank"))
+    {
+        assert!(line.contains("no room for the board's"), "{line}\n{err}");
+    }
 }
 
 /// A DPU service address with no address refused the job, naming the

@@ -11,6 +11,11 @@ use hpc_board::{Error, Result};
 
 static BOARDS: AtomicU64 = AtomicU64::new(0);
 
+/// The first byte of a node leader's part that says it could not create the
+/// board (the reason follows); a part that names the board starts with the
+/// count of proxies among its members (0 or 1).
+const CREATE_FAILED: u8 = 0xff;
+
 /// Board files are `/dev/shm/hpc-coll-<creator pid>-<n>-<random>`.
 pub(super) const BOARD_PREFIX: &str = "hpc-coll-";
 
@@ -91,17 +96,30 @@ pub(super) fn make_board(
                 name = BoardName(Some(p));
             }
             Err(e) => {
-                // Tell the others before failing so that nobody waits for us.
-                let _ = boot.allgather(&[]);
+                // Tell the others before failing so that nobody waits for us,
+                // and why: the launcher stops the job at the first rank that
+                // ends, and that was often another rank of the node, whose
+                // message then said only "could not create" (a full
+                // `/dev/shm` was named by no line of the job's output).
+                let mut failed = vec![CREATE_FAILED];
+                failed.extend_from_slice(hpc_io::message::chain(&e).as_bytes());
+                let _ = boot.allgather(&failed);
                 return Err(e);
             }
         }
     }
     let parts = boot.allgather(&path)?;
-    if let Some(r) = (0..size).find(|&r| node_leader(boot, r) == r && parts[r].is_empty()) {
-        return Err(Error::transport(format!(
-            "rank {r} could not create its node's board"
-        )));
+    let failed = |r: usize| parts[r].is_empty() || parts[r][0] == CREATE_FAILED;
+    if let Some(r) = (0..size).find(|&r| node_leader(boot, r) == r && failed(r)) {
+        let why = String::from_utf8_lossy(parts[r].get(1..).unwrap_or_default());
+        return Err(Error::transport(if why.is_empty() {
+            format!("rank {r} could not create its node's board")
+        } else {
+            format!(
+                "rank {r} could not create its node's board: {}",
+                hpc_io::message::cut(&hpc_io::message::escape_controls(&why))
+            )
+        }));
     }
     // Ranks that chose the `Proxy` engine and ranks that did not: said so
     // (the one read "rank 1 is lost: rank 1 finalized before joining
@@ -223,4 +241,56 @@ fn cma_blocked(rank: usize, peer: usize, code: i32) -> Error {
          CAP_SYS_PTRACE for the ranks (containers: --cap-add SYS_PTRACE), and no seccomp filter \
          that blocks process_vm_readv/process_vm_writev; `hpc doctor` checks this"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 1 of two on one node, whose leader's part of the first exchange
+    /// is given.
+    struct Second(Vec<u8>);
+
+    impl Boot for Second {
+        fn rank(&self) -> usize {
+            1
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn node_of(&self, _: usize) -> usize {
+            0
+        }
+        fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+            Ok(vec![self.0.clone(), mine.to_vec()])
+        }
+    }
+
+    /// A node's leader that could not create the board says why to the
+    /// others: the launcher stops a job at its first rank to end, and when
+    /// that was rank 1, its "rank 0 could not create its node's board" was
+    /// the job's only word (a full `/dev/shm` named nowhere; once in a full
+    /// suite, by the launcher test of a full `/dev/shm`).
+    #[test]
+    fn the_others_are_told_why_the_leader_could_not_create_the_board() {
+        let mut failed = vec![CREATE_FAILED];
+        failed.extend_from_slice(b"no room for the board's 2106304 bytes\x1b[2J");
+        let e = make_board(&Second(failed), 0).err().unwrap().to_string();
+        assert!(
+            e.contains(
+                "rank 0 could not create its node's board: no room for the board's 2106304 \
+                 bytes\\u{1b}[2J"
+            ),
+            "{e}"
+        );
+        // A part of no byte (the leader said nothing more) still fails by name.
+        let e = make_board(&Second(Vec::new()), 0)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.ends_with("rank 0 could not create its node's board"),
+            "{e}"
+        );
+    }
 }
