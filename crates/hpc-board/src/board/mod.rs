@@ -47,8 +47,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::Error;
-
 // The board's words are std atomics in the shared mapping; under `cfg(loom)`
 // they are loom's, in memory of the model's own (`loom_mem`), so that the loom
 // models explore every interleaving of the rings, slots and doorbells.
@@ -57,6 +55,7 @@ pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64};
 #[cfg(not(loom))]
 pub use std::sync::atomic::{fence, AtomicU32, AtomicU64};
 
+mod failure;
 #[cfg(loom)]
 mod loom_mem;
 #[cfg(all(test, loom))]
@@ -65,6 +64,7 @@ mod sys;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+pub use failure::Failure;
 pub use sys::{cma_read, cma_write, pid_dead};
 #[cfg(not(loom))]
 use sys::{futex_wait, futex_wake};
@@ -129,124 +129,6 @@ pub fn stage_slots(size: usize) -> usize {
 
 /// The bit of a failure record's first word that says it holds one.
 const FAILED: u64 = 1 << 32;
-
-/// Why a collective failed on a rank, as it records it on the board for the
-/// other members ([`Board::mark_failed`]): those that still wait for it
-/// fail with the error it names rather than wait for the timeout. `peer` is
-/// a rank of the communicator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// `peer` called another collective: the recording rank's signature is
-    /// `ours`, the peer's `theirs` ([`Sig`](crate::sig::Sig)'s words).
-    Mismatch {
-        /// The rank that called another collective.
-        peer: u32,
-        /// The recording rank's signature word.
-        ours: u32,
-        /// The peer's signature word.
-        theirs: u32,
-    },
-    /// `peer` dropped the communicator.
-    Left {
-        /// The rank that left.
-        peer: u32,
-    },
-    /// `peer`'s process is gone.
-    Lost {
-        /// The rank that is gone.
-        peer: u32,
-    },
-    /// `sender`'s message to `receiver` was not of the size the receiver's
-    /// schedule expects (the two called the collective with other counts).
-    Count {
-        /// The rank whose message had the other size.
-        sender: u32,
-        /// The rank that received it.
-        receiver: u32,
-    },
-    /// The recording rank withdrew its point-to-point message `serial` with
-    /// schedule tag `tag` to `receiver` (recorded under the point-to-point
-    /// sequence number, [`P2P_SEQ`](crate::p2p::P2P_SEQ)): its send failed
-    /// (timed out) and gave its buffer back while the message, announced by
-    /// its address, was not read yet; a receiver that reads it after checks
-    /// [`Board::withdrawn`] and drops what it read.
-    Withdrawn {
-        /// The rank the message was for.
-        receiver: u32,
-        /// Its schedule tag (the low 32 bits of its tag).
-        tag: u32,
-        /// The sender's number of the message (the announcement's).
-        serial: u32,
-    },
-}
-
-impl Failure {
-    /// Its kind (non-zero) and its three words, as a record on the board
-    /// holds it (and a notice to another node carries it).
-    pub fn words(self) -> (u32, [u32; 3]) {
-        match self {
-            Failure::Mismatch { peer, ours, theirs } => (1, [peer, ours, theirs]),
-            Failure::Left { peer } => (2, [peer, 0, 0]),
-            Failure::Lost { peer } => (3, [peer, 0, 0]),
-            Failure::Count { sender, receiver } => (4, [sender, receiver, 0]),
-            Failure::Withdrawn {
-                receiver,
-                tag,
-                serial,
-            } => (5, [receiver, tag, serial]),
-        }
-    }
-
-    /// The failure of [`Failure::words`]; `None` for an unknown kind.
-    pub fn from_words(kind: u32, [peer, ours, theirs]: [u32; 3]) -> Option<Failure> {
-        match kind {
-            1 => Some(Failure::Mismatch { peer, ours, theirs }),
-            2 => Some(Failure::Left { peer }),
-            3 => Some(Failure::Lost { peer }),
-            4 => Some(Failure::Count {
-                sender: peer,
-                receiver: ours,
-            }),
-            5 => Some(Failure::Withdrawn {
-                receiver: peer,
-                tag: ours,
-                serial: theirs,
-            }),
-            _ => None,
-        }
-    }
-}
-
-impl Failure {
-    /// The error of a collective that failed so on this rank (`ours`, for a
-    /// mismatch, being this rank's signature).
-    pub fn error(self) -> Error {
-        match self {
-            Failure::Mismatch { peer, ours, theirs } => Error::CollectiveMismatch {
-                rank: peer as usize,
-                ours: crate::sig::Sig(ours).describe(),
-                theirs: crate::sig::Sig(theirs).describe(),
-            },
-            Failure::Left { peer } => Error::RankLeft {
-                rank: peer as usize,
-            },
-            Failure::Lost { peer } => Error::RankLost {
-                rank: peer as usize,
-            },
-            Failure::Count { sender, receiver } => Error::CountMismatch {
-                rank: sender as usize,
-                detail: format!(
-                    "rank {sender}'s message to rank {receiver} was not of the size rank \
-                     {receiver} expects (the ranks called the collective with other counts)"
-                ),
-            },
-            Failure::Withdrawn { receiver, tag, .. } => Error::transport(format!(
-                "a message with schedule tag {tag} to rank {receiver} was withdrawn by its \
-                 sender (its send failed before the message was read)"
-            )),
-        }
-    }
-}
 
 /// One ring entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

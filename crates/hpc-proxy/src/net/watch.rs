@@ -1,0 +1,245 @@
+//! The watch connections between proxies (and between a proxy and its
+//! ranks): plain TCP connections that carry nothing and close when the
+//! process at the other end ends, each opened with its name and the
+//! listener's token.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use hpc_board::{Error, Result};
+
+/// Whether the other end of a watch connection is gone.
+pub fn closed(s: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    match s.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// The watch connections between the proxies of `world` (one member each):
+/// every proxy listens on `ip`; each connects to those before it and
+/// accepts those after it. Non-blocking, by proxy index (`None` for itself).
+pub fn watch_each_other(
+    world: &hpc_runtime::World,
+    ip: std::net::IpAddr,
+    timeout: Duration,
+) -> Result<Vec<Option<std::net::TcpStream>>> {
+    let (me, n) = (world.rank(), world.size());
+    let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
+        .map_err(|e| Error::transport_from("listening", e))?;
+    let (mine, token) = watch_address(&l)?;
+    let all = world.allgather(mine.as_bytes())?;
+    let mut watch: Vec<Option<std::net::TcpStream>> = (0..n).map(|_| None).collect();
+    for (p, at) in all.iter().enumerate().take(me) {
+        watch[p] = Some(watch_connect(at, &format!("proxy {p}'s"), me, timeout)?);
+    }
+    watch_accept(
+        &l,
+        token,
+        &mut watch,
+        |p| p > me,
+        timeout,
+        "proxy",
+        |_| "the other proxies did not connect".to_string(),
+    )?;
+    Ok(watch)
+}
+
+/// What a watch listener `l` tells the job (`ADDRESS TOKEN`, for
+/// [`watch_connect`]), and the token, which every connection to it must
+/// give ([`watch_accept`]): without it a process that reached the port first
+/// took a peer's slot by naming it.
+pub fn watch_address(l: &std::net::TcpListener) -> Result<(String, u64)> {
+    let addr = l
+        .local_addr()
+        .map_err(|e| Error::transport_from("listening", e))?;
+    let token = hpc_runtime::random_u64()?;
+    Ok((format!("{addr} {token}"), token))
+}
+
+/// Connects a watch connection to `at` (`ADDRESS TOKEN`, what `whose`
+/// listener gave: [`watch_address`]), and names this end `me` there with the
+/// token (what [`read_name`] reads); then non-blocking.
+pub fn watch_connect(
+    at: &[u8],
+    whose: &str,
+    me: usize,
+    timeout: Duration,
+) -> Result<std::net::TcpStream> {
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
+    let at = String::from_utf8_lossy(at);
+    let (addr, token) = at
+        .split_once(' ')
+        .and_then(|(a, t)| {
+            Some((
+                a.parse::<std::net::SocketAddr>().ok()?,
+                t.parse::<u64>().ok()?,
+            ))
+        })
+        .ok_or_else(|| {
+            Error::transport(format!(
+                "{whose} watch address {}",
+                hpc_runtime::env::shown(&at)
+            ))
+        })?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| io(&format!("connecting to the proxy at {addr}"), e))?;
+    let mut hello = (me as u64).to_le_bytes().to_vec();
+    hello.extend_from_slice(&token.to_le_bytes());
+    s.write_all(&hello)
+        .map_err(|e| io("greeting the proxy", e))?;
+    s.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    Ok(s)
+}
+
+/// Accepts on `l`, within `timeout`, the watch connection of every peer `p`
+/// that `wanted(p)` holds for, into `slots[p]` (non-blocking); a connection
+/// that names another, or does not give `token` ([`watch_address`]), is
+/// refused (logged by `who`). `late` says that the peers it is given (by
+/// index) did not connect.
+pub fn watch_accept(
+    l: &std::net::TcpListener,
+    token: u64,
+    slots: &mut [Option<std::net::TcpStream>],
+    wanted: impl Fn(usize) -> bool,
+    timeout: Duration,
+    who: &str,
+    late: impl Fn(Vec<usize>) -> String,
+) -> Result<()> {
+    let io = |what: &str, e: std::io::Error| Error::transport_from(what, e);
+    let deadline = Instant::now() + timeout;
+    l.set_nonblocking(true).map_err(|e| io("watch", e))?;
+    let missing = |slots: &[Option<_>]| -> Vec<usize> {
+        (0..slots.len())
+            .filter(|&p| wanted(p) && slots[p].is_none())
+            .collect()
+    };
+    while !missing(slots).is_empty() {
+        // Looked at before each connection too: a connection that said
+        // nothing held the wait 5 s, each, past its deadline (the deadline was
+        // looked at only while none waited).
+        if Instant::now() > deadline {
+            return Err(Error::transport(format!(
+                "{} within {timeout:?}",
+                late(missing(slots))
+            )));
+        }
+        match l.accept() {
+            Ok((mut s, from)) => match read_name(&mut s, token, deadline) {
+                Ok(p) if p < slots.len() && wanted(p) && slots[p].is_none() => slots[p] = Some(s),
+                _ => tracing::warn!(%from, "{who}: refused a watch connection"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io("accepting a watch connection", e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads the 8-byte little-endian name (a rank or node index) and the
+/// listener's `token` (8 bytes, little-endian) that open a watch
+/// connection, within 5 s and by `deadline`, and leaves the stream
+/// non-blocking; another token is an error.
+pub fn read_name(
+    s: &mut std::net::TcpStream,
+    token: u64,
+    deadline: Instant,
+) -> std::io::Result<usize> {
+    use std::io::Read as _;
+    let mut b = [0u8; 16];
+    s.set_nonblocking(false)?;
+    // At most 5 s, and never past `deadline` (a read timeout of 0 is none).
+    let wait = deadline
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(1), Duration::from_secs(5));
+    s.set_read_timeout(Some(wait))?;
+    s.read_exact(&mut b)?;
+    s.set_nonblocking(true)?;
+    let (name, given) = b.split_at(8);
+    if given != token.to_le_bytes() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the watch connection did not give the listener's token",
+        ));
+    }
+    Ok(u64::from_le_bytes(name.try_into().unwrap()) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Watch connections that say nothing do not hold the wait past its
+    /// deadline: each was given 5 s to say its name and the deadline was
+    /// looked at only while none waited (three held a wait of 800 ms for 15
+    /// s). The error says who did not connect and the timeout.
+    #[test]
+    fn silent_watch_connections_do_not_hold_the_wait_past_its_deadline() {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = l.local_addr().unwrap();
+        let silent: Vec<std::net::TcpStream> = (0..3)
+            .map(|_| std::net::TcpStream::connect(at).unwrap())
+            .collect();
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..3).map(|_| None).collect();
+        let t0 = Instant::now();
+        let e = watch_accept(
+            &l,
+            7,
+            &mut slots,
+            |p| p > 0,
+            Duration::from_millis(800),
+            "proxy",
+            |m| format!("proxies {m:?} did not connect"),
+        )
+        .unwrap_err()
+        .to_string();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}: {e}");
+        assert!(e.contains("did not connect within 800ms"), "{e}");
+        drop(silent);
+    }
+
+    /// A connection that names a peer without the listener's token does not
+    /// take its slot: the name was all a watch connection said, so a process
+    /// that reached the port first took a peer's slot, and the peer's own
+    /// connection was refused (its death then went unseen, or the impostor's
+    /// end was taken for it).
+    #[test]
+    fn a_watch_connection_without_the_token_takes_no_slot() {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let (at, token) = watch_address(&l).unwrap();
+        let addr = at.split_once(' ').unwrap().0.to_string();
+        let mut impostor = std::net::TcpStream::connect(&addr).unwrap();
+        let mut hello = 1u64.to_le_bytes().to_vec();
+        hello.extend_from_slice(&token.wrapping_add(1).to_le_bytes());
+        impostor.write_all(&hello).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let real = watch_connect(at.as_bytes(), "the test's", 1, Duration::from_secs(5)).unwrap();
+        let mut slots: Vec<Option<std::net::TcpStream>> = (0..2).map(|_| None).collect();
+        watch_accept(
+            &l,
+            token,
+            &mut slots,
+            |p| p == 1,
+            Duration::from_secs(5),
+            "proxy",
+            |m| format!("{m:?} did not connect"),
+        )
+        .unwrap();
+        let taken = slots[1].as_ref().unwrap().peer_addr().unwrap();
+        assert_eq!(
+            taken,
+            real.local_addr().unwrap(),
+            "the impostor took the slot"
+        );
+        // An address without a token is refused by name, not taken.
+        let e = watch_connect(addr.as_bytes(), "the test's", 1, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the test's watch address"), "{e}");
+    }
+}
