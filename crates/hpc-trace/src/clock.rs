@@ -45,9 +45,14 @@ pub fn host() -> String {
         .into_owned()
 }
 
-/// When this process's parent started, on the realtime clock (to within a
-/// clock tick), from `/proc`: for a rank, its launcher (`hpc run`, slurmstepd,
-/// the MPI daemon), started with the job. `None` when `/proc` cannot tell.
+/// When this process's parent started at the latest, on the realtime clock,
+/// from `/proc`: for a rank, its launcher (`hpc run`, slurmstepd, the MPI
+/// daemon), started with the job. `/proc` gives the start in whole clock
+/// ticks (10 ms), rounded down; the end of that tick is returned, so that a
+/// file finished before the parent started is never dated after it (an
+/// earlier job's trace file, finished in the same tick as the next job's
+/// launcher started, was taken for one written while that job ran). `None`
+/// when `/proc` cannot tell.
 pub fn parent_start() -> Option<std::time::SystemTime> {
     let stat = |pid: &str| {
         let text = hpc_io::read::read_regular_to_string(format!("/proc/{pid}/stat"), 4096).ok()?;
@@ -66,7 +71,7 @@ pub fn parent_start() -> Option<std::time::SystemTime> {
     let ticks: u64 = stat(&ppid)?.get(19)?.parse().ok()?;
     // SAFETY: sysconf reads a constant of the system; no memory is passed.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    let started_ns = ticks.checked_mul(1_000_000_000)? / hz.max(1);
+    let started_ns = ticks.checked_add(1)?.checked_mul(1_000_000_000)? / hz.max(1);
     let since = ns(clock_gettime(ClockId::Boottime)).checked_sub(started_ns)?;
     std::time::SystemTime::now().checked_sub(std::time::Duration::from_nanos(since))
 }
