@@ -1051,37 +1051,47 @@ fn hostile_messages_on_the_proxies() {
     run("dpu_hostile", 4, 2, 60);
 }
 
-/// A large message (read at its address) whose blocking send timed out,
-/// its buffer then freed and its memory reused, and a receive posted after
-/// that: the receive fails naming the withdrawal; it got `Ok` and the other
-/// allocation's bytes as the message (or a transport error "Bad address")
-/// before hostile pass 19. Then messages go on.
+/// Large messages (read at their address) whose blocking sends timed out,
+/// their buffers then freed and their memory reused, and receives posted
+/// after that: each receive fails naming the withdrawal; one got `Ok` and the
+/// other allocation's bytes as the message (or a transport error "Bad
+/// address") before hostile pass 19. Five sends, from five threads at once:
+/// the withdrawals shared the sender's four failure records until pass 21,
+/// so the first of five was overwritten and its receive got `Ok` and the
+/// reused memory. Then messages go on.
 fn late_receive(comm: &Comm) {
+    const TAGS: [u16; 5] = [80, 82, 83, 84, 85];
     let (me, n) = (comm.rank(), 8 << 20);
     if me == 0 {
-        {
-            let sent = vec![1u8; n];
-            let e = comm.send(&sent, 1, 80).unwrap_err();
-            assert!(matches!(e, Error::MessageTimeout { .. }), "{e}");
-        }
-        // Memory the freed buffer's pages may go to, while rank 1 reads.
-        let other = vec![9u8; n];
-        std::thread::sleep(Duration::from_millis(1000));
+        std::thread::scope(|s| {
+            for tag in TAGS {
+                s.spawn(move || {
+                    let sent = vec![1u8; n];
+                    let e = comm.send(&sent, 1, tag).unwrap_err();
+                    assert!(matches!(e, Error::MessageTimeout { .. }), "{e}");
+                });
+            }
+        });
+        // Memory the freed buffers' pages may go to, while rank 1 reads.
+        let other: Vec<Vec<u8>> = TAGS.iter().map(|_| vec![9u8; n]).collect();
+        std::thread::sleep(Duration::from_millis(1500));
         drop(other);
     } else {
-        // After the send's timeout (2 s), while rank 0 holds the memory.
+        // After the sends' timeout (2 s), while rank 0 holds the memory.
         std::thread::sleep(Duration::from_millis(2500));
-        let mut got = vec![0u8; n];
-        let r = comm.recv(&mut got, 0, 80);
-        let e = match r {
-            Ok(s) => panic!(
-                "{:?}: a withdrawn message received: {s:?}, {} bytes of 1",
-                comm.engine(),
-                got.iter().filter(|&&b| b == 1).count()
-            ),
-            Err(e) => e.to_string(),
-        };
-        assert!(e.contains("rank 0 withdrew its message"), "{e}");
+        for tag in TAGS {
+            let mut got = vec![0u8; n];
+            let r = comm.recv(&mut got, 0, tag);
+            let e = match r {
+                Ok(s) => panic!(
+                    "{:?}: a withdrawn message received: {s:?}, {} bytes of 1",
+                    comm.engine(),
+                    got.iter().filter(|&&b| b == 1).count()
+                ),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("rank 0 withdrew its message"), "tag {tag}: {e}");
+        }
     }
     comm.barrier().unwrap();
     let mut b = [0u32; 4];

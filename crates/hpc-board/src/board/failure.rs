@@ -37,20 +37,6 @@ pub enum Failure {
         /// The rank that received it.
         receiver: u32,
     },
-    /// The recording rank withdrew its point-to-point message `serial` with
-    /// schedule tag `tag` to `receiver` (recorded under the point-to-point
-    /// sequence number, [`P2P_SEQ`](crate::p2p::P2P_SEQ)): its send failed
-    /// (timed out) and gave its buffer back while the message, announced by
-    /// its address, was not read yet; a receiver that reads it after checks
-    /// [`Board::withdrawn`](super::Board::withdrawn) and drops what it read.
-    Withdrawn {
-        /// The rank the message was for.
-        receiver: u32,
-        /// Its schedule tag (the low 32 bits of its tag).
-        tag: u32,
-        /// The sender's number of the message (the announcement's).
-        serial: u32,
-    },
 }
 
 impl Failure {
@@ -62,11 +48,6 @@ impl Failure {
             Failure::Left { peer } => (2, [peer, 0, 0]),
             Failure::Lost { peer } => (3, [peer, 0, 0]),
             Failure::Count { sender, receiver } => (4, [sender, receiver, 0]),
-            Failure::Withdrawn {
-                receiver,
-                tag,
-                serial,
-            } => (5, [receiver, tag, serial]),
         }
     }
 
@@ -79,11 +60,6 @@ impl Failure {
             4 => Some(Failure::Count {
                 sender: peer,
                 receiver: ours,
-            }),
-            5 => Some(Failure::Withdrawn {
-                receiver: peer,
-                tag: ours,
-                serial: theirs,
             }),
             _ => None,
         }
@@ -113,10 +89,6 @@ impl Failure {
                      {receiver} expects (the ranks called the collective with other counts)"
                 ),
             },
-            Failure::Withdrawn { receiver, tag, .. } => Error::transport(format!(
-                "a message with schedule tag {tag} to rank {receiver} was withdrawn by its \
-                 sender (its send failed before the message was read)"
-            )),
         }
     }
 }

@@ -240,3 +240,39 @@ fn loom_a_failure_record_is_read_whole() {
         assert_eq!(board.failed(0, last), Some(lost(last)));
     });
 }
+
+/// A sender withdraws two messages whose records collide (the second finds
+/// the first's record held, so it raises the doubt word), then reuses their
+/// buffer, while the receiver reads the buffer and asks about both: a
+/// receiver that read the reused memory never finds a message kept, in any
+/// interleaving: the collision is never an overwrite that loses one, and a
+/// record freed by the receiver between the two withdrawals is taken again.
+/// (The fences that make the withdrawals visible after the read are not what
+/// this model can show: loom takes every `SeqCst` access as seeing the
+/// latest value, so it passes without the receiver's fence too.)
+#[test]
+fn loom_a_read_of_reused_memory_finds_its_withdrawal() {
+    const REUSED: u32 = 9;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    let (first, second) = (3, 3 + WITHDRAWALS as u32);
+    b.check(move || {
+        let board = Arc::new(Board::in_memory(2));
+        let buffer = Arc::new(AtomicU32::new(1));
+        let (w, buf) = (board.clone(), buffer.clone());
+        let t = loom::thread::spawn(move || {
+            w.withdraw(0, 1, first);
+            w.withdraw(0, 1, second);
+            buf.store(REUSED, Ordering::Relaxed);
+        });
+        let read = buffer.load(Ordering::Relaxed);
+        let got = [
+            board.take_withdrawal(0, 1, second),
+            board.take_withdrawal(0, 1, first),
+        ];
+        if read == REUSED {
+            assert!(!got.contains(&Withdrawal::Kept), "{got:?}");
+        }
+        t.join().unwrap();
+    });
+}

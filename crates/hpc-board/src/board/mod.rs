@@ -99,8 +99,17 @@ pub const FAIL_RECORDS: usize = 4;
 const DESC: usize = 32;
 /// A ring's header: the consumer's `head` and the producer's `tail` on cache
 /// lines of their own, so that neither side's write takes the line the other
-/// is about to read or write.
-const RING_HEADER: usize = 128;
+/// is about to read or write; then, on a third line, the producer's
+/// withdrawals of messages it announced by address ([`Board::withdraw`]).
+const RING_HEADER: usize = 192;
+/// Where a ring's withdrawal words begin in its header: first the doubt
+/// word, then [`WITHDRAWALS`] records.
+const WITHDRAWAL_LINE: usize = 128;
+/// Withdrawn messages a sender keeps apart for one receiver
+/// ([`Board::withdraw`]): record `serial % WITHDRAWALS` holds a withdrawn
+/// message's number until the receiver that reads it takes it
+/// ([`Board::take_withdrawal`]).
+pub const WITHDRAWALS: usize = 15;
 const RING_BYTES: usize = RING_HEADER + RING_CAP as usize * DESC;
 
 /// Descriptor kind: a message of `len` bytes at `addr` in the sender's memory.
@@ -130,6 +139,28 @@ pub fn stage_slots(size: usize) -> usize {
 /// The bit of a failure record's first word that says it holds one.
 const FAILED: u64 = 1 << 32;
 
+/// What [`Board::take_withdrawal`] found of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// Not withdrawn: what was read is the message.
+    Kept,
+    /// Withdrawn by its sender: what was read is not the message.
+    Withdrawn,
+    /// Its sender withdrew a message of number up to `up_to` that it had no
+    /// record left for (more than the board keeps apart were withdrawn and
+    /// not taken): whether this one is among them cannot be told.
+    Unknown {
+        /// The doubt word: the last number withdrawn without a record.
+        up_to: u32,
+    },
+}
+
+/// Whether message number `a` was given after `b` (numbers wrap at 2^32;
+/// two messages that both wait for their receiver are fewer than 2^31 apart).
+fn later(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
 /// One ring entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Desc {
@@ -139,7 +170,7 @@ pub struct Desc {
     /// ([`Sig`](crate::sig::Sig)'s word; 0 for the board's other
     /// descriptors, the kind's own word for a few of the proxy's; for a
     /// point-to-point message's `RTS` or `TAIL`, its sender's 32-bit
-    /// number of it, which a withdrawal names, [`Failure::Withdrawn`]).
+    /// number of it (never 0), which a withdrawal names, [`Board::withdraw`]).
     pub sig: u32,
     /// The message's tag: `(collective sequence number << 32) | schedule tag`.
     pub tag: u64,
@@ -512,17 +543,75 @@ impl Board {
         (0..FAIL_RECORDS).find_map(|i| self.failed_in(rank, i, seq))
     }
 
-    /// Whether `rank` withdrew its point-to-point message `serial` to
-    /// `receiver` ([`Failure::Withdrawn`]), among the last [`FAIL_RECORDS`]
-    /// failures it recorded.
-    pub fn withdrawn(&self, rank: usize, receiver: u32, serial: u32) -> bool {
-        let seq = crate::p2p::P2P_SEQ as u32;
-        (0..FAIL_RECORDS).any(|i| {
-            matches!(
-                self.failed_in(rank, i, seq),
-                Some(Failure::Withdrawn { receiver: r, serial: s, .. }) if r == receiver && s == serial
-            )
-        })
+    /// The doubt word of the ring `sender -> receiver`: 0, or the number of
+    /// the last message `sender` withdrew without a record of its own (every
+    /// record it could go to held an earlier withdrawal not taken yet).
+    fn withdrawal_doubt(&self, sender: usize, receiver: usize) -> &AtomicU32 {
+        self.u32_at(self.ring_off(sender, receiver) + WITHDRAWAL_LINE)
+    }
+
+    /// Withdrawal record `i` of the ring `sender -> receiver`: 0, or the
+    /// number of a withdrawn message its receiver has not taken yet.
+    fn withdrawal(&self, sender: usize, receiver: usize, i: usize) -> &AtomicU32 {
+        self.u32_at(self.ring_off(sender, receiver) + WITHDRAWAL_LINE + 4 + 4 * i)
+    }
+
+    /// Records that `sender` withdrew its point-to-point message `serial`
+    /// (non-zero) to `receiver`: its send failed (timed out) and gives its
+    /// buffer back while the message, announced by its address, may not be
+    /// read yet. A receiver that reads it after asks
+    /// [`Board::take_withdrawal`] and drops what it read.
+    ///
+    /// Withdrawals have records of their own, per ordered pair of ranks, apart
+    /// from the failure records: they shared a rank's [`FAIL_RECORDS`] with its
+    /// failed collectives, and four more failures before the receiver looked
+    /// overwrote one, so that the receiver took the sender's reused memory as
+    /// the message (`Ok`, and wrong). The record `serial % WITHDRAWALS` is
+    /// claimed; if it holds an earlier withdrawal its receiver has not taken,
+    /// nothing is overwritten: the ring's doubt word is raised to `serial`
+    /// instead, and the receiver fails every message of number up to it that
+    /// it reads after and finds no record of (it cannot tell them apart).
+    /// Only `sender`'s threads call it. Returns before the caller may give the
+    /// buffer back: a receiver that reads after sees the record.
+    pub fn withdraw(&self, sender: usize, receiver: usize, serial: u32) {
+        debug_assert!(serial != 0, "message numbers start at 1");
+        let rec = self.withdrawal(sender, receiver, serial as usize % WITHDRAWALS);
+        if rec
+            .compare_exchange(0, serial, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            let doubt = self.withdrawal_doubt(sender, receiver);
+            let _ = doubt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
+                (d == 0 || later(serial, d)).then_some(serial)
+            });
+        }
+        // Before the caller reuses the buffer a receiver may still read.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether `sender` withdrew its message `serial` to `receiver`
+    /// ([`Board::withdraw`]), asked by `receiver` after it read the message
+    /// at its address; a withdrawal found is taken (its record freed for
+    /// later ones), so each message is asked about once.
+    pub fn take_withdrawal(&self, sender: usize, receiver: usize, serial: u32) -> Withdrawal {
+        // After the read: a withdrawal made before the sender reused its
+        // buffer is seen.
+        fence(Ordering::SeqCst);
+        let rec = self.withdrawal(sender, receiver, serial as usize % WITHDRAWALS);
+        if serial != 0
+            && rec
+                .compare_exchange(serial, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            return Withdrawal::Withdrawn;
+        }
+        let doubt = self
+            .withdrawal_doubt(sender, receiver)
+            .load(Ordering::SeqCst);
+        if doubt != 0 && !later(serial, doubt) {
+            return Withdrawal::Unknown { up_to: doubt };
+        }
+        Withdrawal::Kept
     }
 
     /// Record `i` of `rank`, if it is whole and of collective `seq`.

@@ -394,3 +394,79 @@ fn every_refusal_of_a_board_names_it_cut() {
         );
     }
 }
+
+/// A withdrawn message's record outlives any number of later failures of
+/// its sender: withdrawals shared a rank's four failure records with its
+/// failed collectives, and four more failures before the receiver looked
+/// overwrote it (the receiver then took the sender's reused memory as the
+/// message, `Ok`). It is taken once, by its receiver; records of other
+/// pairs are apart; a withdrawal that finds its record held by one not taken
+/// yet overwrites nothing and makes the receiver doubt every message up to
+/// its number that has no record (an error, never a wrong `Ok`).
+#[test]
+fn a_withdrawal_is_kept_apart_from_failures_until_its_receiver_takes_it() {
+    let b = Board::unlinked("board-withdraw", 3);
+    b.withdraw(0, 1, 7);
+    for seq in 0..2 * FAIL_RECORDS as u32 {
+        b.mark_failed(0, seq, Failure::Lost { peer: 2 });
+    }
+    for other in 1..=2 * WITHDRAWALS as u32 {
+        b.withdraw(0, 2, other);
+    }
+    b.withdraw(2, 1, 7);
+    assert_eq!(
+        b.take_withdrawal(0, 1, 8),
+        Withdrawal::Kept,
+        "another message"
+    );
+    assert_eq!(b.take_withdrawal(0, 1, 7), Withdrawal::Withdrawn);
+    assert_eq!(b.take_withdrawal(0, 1, 7), Withdrawal::Kept, "taken once");
+    assert_eq!(
+        b.take_withdrawal(2, 1, 7),
+        Withdrawal::Withdrawn,
+        "its own pair"
+    );
+    assert_eq!(b.take_withdrawal(1, 0, 7), Withdrawal::Kept);
+
+    // Record 7 % WITHDRAWALS held, not taken: the next withdrawal of that
+    // record overwrites nothing and raises the doubt.
+    let w = WITHDRAWALS as u32;
+    b.withdraw(0, 1, 7);
+    b.withdraw(0, 1, 7 + w);
+    b.withdraw(0, 1, 8);
+    assert_eq!(
+        b.take_withdrawal(0, 1, 5),
+        Withdrawal::Unknown { up_to: 7 + w },
+        "an older message with no record is doubted"
+    );
+    assert_eq!(b.take_withdrawal(0, 1, 7), Withdrawal::Withdrawn);
+    assert_eq!(b.take_withdrawal(0, 1, 8), Withdrawal::Withdrawn);
+    assert_eq!(
+        b.take_withdrawal(0, 1, 7 + w),
+        Withdrawal::Unknown { up_to: 7 + w },
+        "the one withdrawn without a record is not taken for a message"
+    );
+    assert_eq!(
+        b.take_withdrawal(0, 1, 8 + w),
+        Withdrawal::Kept,
+        "a later one"
+    );
+    // Message numbers wrap: 1 comes after u32::MAX.
+    b.withdraw(1, 0, u32::MAX);
+    b.withdraw(1, 0, u32::MAX - w);
+    assert_eq!(
+        b.take_withdrawal(1, 0, 1),
+        Withdrawal::Kept,
+        "a number given after the doubt's, across the wrap"
+    );
+    // The rings beside the records still carry their descriptors.
+    let d = Desc {
+        kind: RTS,
+        sig: 9,
+        tag: 1,
+        addr: 2,
+        len: 3,
+    };
+    assert!(b.push(0, 1, d));
+    assert_eq!(b.pop(0, 1), Some(d));
+}

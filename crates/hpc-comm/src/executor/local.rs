@@ -5,7 +5,9 @@ use hpc_collectives::interp::Arrival;
 use hpc_collectives::Region;
 
 use super::{failed_on, Core, OpData, P2P_SEQ};
-use hpc_board::board::{self, Desc, Failure, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL};
+use hpc_board::board::{
+    self, Desc, Failure, Withdrawal, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL, WITHDRAWALS,
+};
 use hpc_board::sig::Sig;
 use hpc_board::Error;
 
@@ -455,11 +457,25 @@ impl Core {
                     // out) and gave its buffer back: it withdrew the message
                     // first. What was read is dropped, and the receive fails
                     // (it got another allocation's bytes as the message).
-                    if serial != 0 && self.board.withdrawn(peer, self.me as u32, serial) {
-                        return Err(Error::transport(format!(
-                            "rank {peer} withdrew its message (its send failed, timed out, \
-                             before this receive read it): the buffer holds no message"
-                        )));
+                    if serial != 0 {
+                        match self.board.take_withdrawal(peer, self.me, serial) {
+                            Withdrawal::Kept => {}
+                            Withdrawal::Withdrawn => {
+                                return Err(Error::transport(format!(
+                                    "rank {peer} withdrew its message (its send failed, timed \
+                                     out, before this receive read it): the buffer holds no \
+                                     message"
+                                )))
+                            }
+                            Withdrawal::Unknown { .. } => {
+                                return Err(Error::transport(format!(
+                                    "rank {peer} withdrew more messages to this rank than the \
+                                     board keeps apart ({WITHDRAWALS}, their sends failed) \
+                                     before this receive read one of them: whether this one \
+                                     was withdrawn cannot be told, so what was read is dropped"
+                                )))
+                            }
+                        }
                     }
                     read.map_err(|e| {
                         // ESRCH: the sender has no memory left to read, it is
@@ -509,7 +525,6 @@ impl Core {
         tag: u32,
     ) -> bool {
         let p = d.bufs.ptr(region);
-        let tag32 = tag;
         let tag = tag64(d.seq, tag);
         let total = region.len;
         let mut off = 0;
@@ -550,7 +565,7 @@ impl Core {
             if d.seq == P2P_SEQ && needs_fin {
                 self.p2p_serial = self.p2p_serial.wrapping_add(1).max(1);
                 sig = self.p2p_serial;
-                d.announced = Some((peer, tag32, self.p2p_serial));
+                d.announced = Some((peer, self.p2p_serial));
             }
             self.send_desc(
                 peer,

@@ -195,9 +195,8 @@ pub(crate) struct OpData {
     /// is not polled until a message it takes waits ([`Core::bind_p2p`]).
     want: Option<Want>,
     /// A point-to-point send announced by its address to a rank of this
-    /// node: the peer, the schedule tag and the message's number
-    /// ([`Op::withdraw`]).
-    announced: Option<(usize, u32, u32)>,
+    /// node: the peer and the message's number ([`Op::withdraw`]).
+    announced: Option<(usize, u32)>,
     pub status: Status,
 }
 
@@ -312,15 +311,10 @@ impl Op {
     /// receive that reads it later drops what it read (the caller may free
     /// or reuse the buffer at once).
     pub(crate) fn withdraw(&self, board: &Board, me: usize) {
-        let Some((peer, tag, serial)) = lock(&self.data).announced.take() else {
+        let Some((peer, serial)) = lock(&self.data).announced.take() else {
             return;
         };
-        let f = Failure::Withdrawn {
-            receiver: peer as u32,
-            tag,
-            serial,
-        };
-        board.mark_failed(me, P2P_SEQ as u32, f);
+        board.withdraw(me, peer, serial);
     }
 
     /// Marks the operation failed (the engine then drops it without touching
