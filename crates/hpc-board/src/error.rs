@@ -120,6 +120,22 @@ pub enum Error {
         /// World ranks the collective was still waiting for.
         waiting_for: Vec<usize>,
     },
+    /// Another member, `rank`, gave this collective up: its part timed out
+    /// (it waited longer than its communicator's timeout, for `waited_for`
+    /// among others) and ended, so this rank's part cannot end either, and
+    /// what it read of `rank`'s buffer may already be other data: nothing of
+    /// it is kept as the result. With the `Inline` and `Thread` engines, the
+    /// members on `rank`'s node that come to the collective late get this
+    /// error, where they took the reused buffer of a root that had timed out
+    /// as its broadcast (`Ok`, and wrong) before hostile pass 21.
+    #[error("rank {rank} gave this collective up (its part timed out waiting for rank {waited_for}): it cannot complete, and nothing read of rank {rank}'s part is kept")]
+    PeerTimedOut {
+        /// The rank whose part timed out (rank in the world, as
+        /// [`Error::RankLost`]'s).
+        rank: usize,
+        /// A rank it was still waiting for then (rank in the world).
+        waited_for: usize,
+    },
     /// A point-to-point message and the receive it matched differ in length
     /// (in elements of the receive's type): nothing is landed, no truncation.
     #[error("message from rank {rank} with tag {tag} has {sent} elements where the receive holds {expected}")]

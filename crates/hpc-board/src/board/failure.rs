@@ -37,6 +37,15 @@ pub enum Failure {
         /// The rank that received it.
         receiver: u32,
     },
+    /// `peer`'s part timed out waiting for `waited_for` (among others) and
+    /// ended: its buffers may be reused at once, so a member that reads
+    /// them after its part ended fails rather than take them for its part.
+    TimedOut {
+        /// The rank whose part timed out.
+        peer: u32,
+        /// A rank it was still waiting for.
+        waited_for: u32,
+    },
 }
 
 impl Failure {
@@ -48,6 +57,7 @@ impl Failure {
             Failure::Left { peer } => (2, [peer, 0, 0]),
             Failure::Lost { peer } => (3, [peer, 0, 0]),
             Failure::Count { sender, receiver } => (4, [sender, receiver, 0]),
+            Failure::TimedOut { peer, waited_for } => (5, [peer, waited_for, 0]),
         }
     }
 
@@ -60,6 +70,10 @@ impl Failure {
             4 => Some(Failure::Count {
                 sender: peer,
                 receiver: ours,
+            }),
+            5 => Some(Failure::TimedOut {
+                peer,
+                waited_for: ours,
             }),
             _ => None,
         }
@@ -88,6 +102,10 @@ impl Failure {
                     "rank {sender}'s message to rank {receiver} was not of the size rank \
                      {receiver} expects (the ranks called the collective with other counts)"
                 ),
+            },
+            Failure::TimedOut { peer, waited_for } => Error::PeerTimedOut {
+                rank: peer as usize,
+                waited_for: waited_for as usize,
             },
         }
     }

@@ -90,7 +90,8 @@ pub const RING_CAP: u64 = 64;
 pub const RING_CAP: u64 = 4;
 const HEADER: usize = 64;
 /// A rank's words: its pid, doorbell and agent's words on the first cache
-/// line, then whether it left and its [`FAIL_RECORDS`] failure records.
+/// line, then whether it left, its [`FAIL_RECORDS`] failure records and the
+/// number of the latest failure it no longer keeps.
 const RANK_SLOT: usize = 192;
 /// Failure records per rank ([`Board::mark_failed`]): the last this many
 /// collectives that failed on it, so that a peer still waiting for one of
@@ -488,6 +489,15 @@ impl Board {
         self.u32_at(self.slot(rank) + 40)
     }
 
+    /// The sequence number (low 32 bits) of the latest collective whose
+    /// failure record `rank` replaced with a later one (0: none), so that a
+    /// rank that reads `rank`'s buffer after can tell "no failure" from "a
+    /// failure no longer kept" ([`Board::forgotten`]).
+    /// ([`FAILED`] | the number; 0: none.)
+    fn forgotten_word(&self, rank: usize) -> &AtomicU64 {
+        self.u64_at(self.slot(rank) + 48 + 24 * FAIL_RECORDS)
+    }
+
     /// The first word of `rank`'s failure record `i` ([`Board::mark_failed`]):
     /// 0 while it is written, else [`FAILED`] | the collective's sequence
     /// number (its low 32 bits) | the kind of failure `<< 40`. Its other
@@ -522,7 +532,15 @@ impl Board {
         let (kind, fields) = f.words();
         let i = self.failures(rank).fetch_add(1, Ordering::Relaxed) as usize % FAIL_RECORDS;
         let first = self.failed_word(rank, i);
-        first.store(0, Ordering::Relaxed);
+        let replaced = first.swap(0, Ordering::Relaxed);
+        if replaced & FAILED != 0 {
+            let old = replaced as u32;
+            let _ =
+                self.forgotten_word(rank)
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                        (d & FAILED == 0 || later(old, d as u32)).then_some(FAILED | u64::from(old))
+                    });
+        }
         fence(Ordering::Release);
         for (j, w) in fields.into_iter().enumerate() {
             self.failed_field(rank, i, j).store(w, Ordering::Relaxed);
@@ -612,6 +630,21 @@ impl Board {
             return Withdrawal::Unknown { up_to: doubt };
         }
         Withdrawal::Kept
+    }
+
+    /// Whether `rank` may have failed its collective `seq` with no record of
+    /// it left: it replaced the record of a collective numbered `seq` or
+    /// later (in the order numbers are given, which wraps) since. Asked by a
+    /// rank that read `rank`'s buffer at its address and found no record
+    /// ([`Board::failed`]): `rank` may have reused that buffer, so what was
+    /// read is not kept (four more failures of `rank` before the read hid its
+    /// first one, and the read's bytes were taken).
+    pub fn forgotten(&self, rank: usize, seq: u32) -> bool {
+        // After the read: a failure recorded before `rank` reused its buffer
+        // is seen.
+        fence(Ordering::SeqCst);
+        let d = self.forgotten_word(rank).load(Ordering::Acquire);
+        d & FAILED != 0 && !later(seq, d as u32)
     }
 
     /// Record `i` of `rank`, if it is whole and of collective `seq`.

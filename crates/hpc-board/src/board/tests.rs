@@ -470,3 +470,36 @@ fn a_withdrawal_is_kept_apart_from_failures_until_its_receiver_takes_it() {
     assert!(b.push(0, 1, d));
     assert_eq!(b.pop(0, 1), Some(d));
 }
+
+/// A failure record replaced by a later one is not taken for "no failure":
+/// a rank that reads the buffer of a collective whose record is gone learns
+/// that it may have failed (`forgotten`), from the first collective (number
+/// 0) on, across the numbers' wrap; later collectives and other ranks are
+/// not doubted.
+#[test]
+fn a_failure_whose_record_was_replaced_is_not_taken_for_none() {
+    let b = Board::unlinked("board-forgotten", 2);
+    let lost = Failure::Lost { peer: 1 };
+    assert!(!b.forgotten(0, 0), "a fresh board forgets nothing");
+    for seq in 0..FAIL_RECORDS as u32 {
+        b.mark_failed(0, seq, lost);
+    }
+    assert!(!b.forgotten(0, 0), "every record kept");
+    b.mark_failed(0, 4, lost);
+    assert_eq!(b.failed(0, 0), None, "the first record replaced");
+    assert!(b.forgotten(0, 0), "collective 0 may have failed");
+    assert!(!b.forgotten(0, 1) && !b.forgotten(0, 5), "kept, or later");
+    assert!(!b.forgotten(1, 0), "another rank's");
+    // Numbers wrap: u32::MAX is before 0.
+    for seq in [
+        u32::MAX - 4,
+        u32::MAX - 3,
+        u32::MAX - 2,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
+        b.mark_failed(1, seq, lost);
+    }
+    assert!(b.forgotten(1, u32::MAX - 4));
+    assert!(!b.forgotten(1, 0), "given after the wrap");
+}

@@ -237,10 +237,12 @@ impl Host {
                     let mut peers = op.blocked_on();
                     peers.sort_unstable();
                     peers.dedup();
-                    op.fail(Error::Timeout {
+                    let e = Error::Timeout {
                         after: self.timeout,
                         waiting_for: peers.iter().map(|&p| self.world_ranks[p]).collect(),
-                    });
+                    };
+                    let waited_for = peers.first().copied().unwrap_or(self.rank);
+                    op.fail_timed_out(board, self.rank, waited_for, e);
                 }
             }
         }
@@ -393,6 +395,14 @@ impl Pending for Op {
                         ours,
                         theirs,
                     },
+                    Error::PeerTimedOut { rank, waited_for }
+                        if rank < host.size && waited_for < host.size =>
+                    {
+                        Error::PeerTimedOut {
+                            rank: world[rank],
+                            waited_for: world[waited_for],
+                        }
+                    }
                     Error::RankLost { rank } if rank < host.size => {
                         Error::RankLost { rank: world[rank] }
                     }

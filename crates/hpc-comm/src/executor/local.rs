@@ -6,7 +6,8 @@ use hpc_collectives::Region;
 
 use super::{failed_on, Core, OpData, P2P_SEQ};
 use hpc_board::board::{
-    self, Desc, Failure, Withdrawal, DATA, FIN, FREE, RTS, STAGE_SLOT, TAIL, WITHDRAWALS,
+    self, Desc, Failure, Withdrawal, DATA, FAIL_RECORDS, FIN, FREE, RTS, STAGE_SLOT, TAIL,
+    WITHDRAWALS,
 };
 use hpc_board::sig::Sig;
 use hpc_board::Error;
@@ -452,6 +453,16 @@ impl Core {
                     // word to look at, beside a system call).
                     if let Some(f) = failed_on(&self.board, self.me, peer, d.seq, d.sig) {
                         return Err(f.error());
+                    }
+                    // Its record may be gone: replaced by the records of its
+                    // later failures.
+                    if d.seq != P2P_SEQ && self.board.forgotten(peer, d.seq as u32) {
+                        return Err(Error::transport(format!(
+                            "rank {peer} of this communicator failed more collectives than the \
+                             board keeps apart ({FAIL_RECORDS}) since this one: whether it \
+                             gave this one up cannot be told, so what was read of its buffer \
+                             is dropped"
+                        )));
                     }
                     // So may a sender whose point-to-point send failed (timed
                     // out) and gave its buffer back: it withdrew the message

@@ -317,6 +317,26 @@ impl Op {
         board.withdraw(me, peer, serial);
     }
 
+    /// Fails this operation with `e`, its own timeout, recorded first on
+    /// `board` in rank `me`'s slot ([`Failure::TimedOut`], not for a
+    /// point-to-point operation): its buffers go back to the caller, who may
+    /// reuse them at once, and a member that reads them at their address
+    /// after must not take them for its part (a member late to a broadcast
+    /// whose root had timed out took the root's reused buffer as the
+    /// broadcast, `Ok`); the members waiting for this rank fail at their
+    /// next check, not at their own timeout.
+    pub(crate) fn fail_timed_out(&self, board: &Board, me: usize, waited_for: usize, e: Error) {
+        let seq = lock(&self.data).seq;
+        if seq != P2P_SEQ {
+            let f = Failure::TimedOut {
+                peer: me as u32,
+                waited_for: waited_for as u32,
+            };
+            board.mark_failed(me, seq as u32, f);
+        }
+        self.fail(e);
+    }
+
     /// Marks the operation failed (the engine then drops it without touching
     /// its buffers again).
     pub(crate) fn fail(&self, e: Error) {

@@ -835,6 +835,10 @@ pub(super) fn clone_error(e: &Error) -> Error {
             bytes: *bytes,
             why: why.clone(),
         },
+        Error::PeerTimedOut { rank, waited_for } => Error::PeerTimedOut {
+            rank: *rank,
+            waited_for: *waited_for,
+        },
         Error::Timeout { after, waiting_for } => Error::Timeout {
             after: *after,
             waiting_for: waiting_for.clone(),
