@@ -112,7 +112,7 @@ fn child_entry() {
     let engines: &[Engine] = match s.as_str() {
         #[cfg(feature = "mpi")]
         "mpi_conformance" | "mpi_timeout" => &[Engine::Mpi],
-        "lost_inline" | "late_bcasts" => &[Engine::Inline],
+        "lost_inline" => &[Engine::Inline],
         "lost_thread" => &[Engine::Thread],
         "lost_proxy" | "hostile" => &[Engine::Proxy],
         "hostile_inline" => &[Engine::Inline],
@@ -140,8 +140,6 @@ fn child_entry() {
             "misuse" => misuse(&comm, &world, engine),
             "misuse_timeout" => misuse_timeout(&comm),
             "late_receive" => late_receive(&comm),
-            "late_bcast" => late_bcast(&comm),
-            "late_bcasts" => return late_bcasts(&comm),
             "hostile" | "hostile_inline" | "hostile_thread" => return hostile(&comm),
             o => panic!("unknown scenario {o}"),
         }
@@ -1102,88 +1100,6 @@ fn late_receive(comm: &Comm) {
     assert_eq!(b, [(1 - me) as u32; 4]);
 }
 
-/// A broadcast of 8 MiB (read at the root's address) whose root timed out
-/// waiting for a slow member, the root's buffer then written again, and the
-/// member's part after that: the member's part fails (on the `Inline` and
-/// `Thread` engines naming the root that gave up); it returned `Ok` with the
-/// root's new bytes as the broadcast before hostile pass 21 (a collective's
-/// timeout left no record for the members that read its buffers later).
-/// Then the communicator goes on.
-fn late_bcast(comm: &Comm) {
-    let (me, n) = (comm.rank(), 8 << 20);
-    if me == 0 {
-        let mut b = vec![1u8; n];
-        let e = comm.bcast(&mut b, 0).unwrap_err();
-        assert!(matches!(e, Error::Timeout { .. }), "{e}");
-        // Written again while rank 1 reads (from 2.5 s), until its barrier.
-        b.fill(9);
-        std::thread::sleep(Duration::from_millis(1000));
-        drop(b);
-    } else {
-        std::thread::sleep(Duration::from_millis(2500));
-        let mut got = vec![0u8; n];
-        let r = comm.bcast(&mut got, 0);
-        let nines = got.iter().filter(|&&b| b == 9).count();
-        match (comm.engine(), r) {
-            (Engine::Inline | Engine::Thread, Err(e)) => assert!(
-                matches!(
-                    e,
-                    Error::PeerTimedOut {
-                        rank: 0,
-                        waited_for: 1
-                    }
-                ),
-                "{:?}: {e}",
-                comm.engine()
-            ),
-            // The proxy holds a copy of the root's part: the broadcast as the
-            // root gave it, or an error; never the reused buffer.
-            (Engine::Proxy, Ok(())) => assert!(
-                got.iter().all(|&b| b == 1),
-                "Proxy: not the root's broadcast: {nines} bytes of 9"
-            ),
-            (e, Ok(())) => {
-                panic!("{e:?}: the root's reused buffer taken as its broadcast: {nines} bytes of 9")
-            }
-            (_, Err(_)) => {}
-        }
-    }
-    comm.barrier().unwrap();
-    let mut b = [0u32; 4];
-    comm.sendrecv(&[me as u32; 4], 1 - me, 81, &mut b, 1 - me, 81)
-        .unwrap();
-    assert_eq!(b, [(1 - me) as u32; 4]);
-}
-
-/// Five broadcasts of 8 MiB from one buffer whose root timed out on each
-/// (the communicator's timeout is 1 s), the buffer then written again, and
-/// the member's parts after that: each fails. The root's fifth failure
-/// replaced the record of its first (a rank keeps four), and before hostile
-/// pass 21 the member took the reused buffer as the first broadcast, `Ok`.
-fn late_bcasts(comm: &Comm) {
-    let (me, n) = (comm.rank(), 8 << 20);
-    if me == 0 {
-        let mut b = vec![1u8; n];
-        for _ in 0..5 {
-            let e = comm.bcast(&mut b, 0).unwrap_err();
-            assert!(matches!(e, Error::Timeout { .. }), "{e}");
-        }
-        b.fill(9);
-        // Held while rank 1 reads (from 6 s).
-        std::thread::sleep(Duration::from_millis(3000));
-    } else {
-        std::thread::sleep(Duration::from_millis(6000));
-        for i in 0..5 {
-            let mut got = vec![0u8; n];
-            if comm.bcast(&mut got, 0).is_ok() {
-                let nines = got.iter().filter(|&&b| b == 9).count();
-                panic!("broadcast {i}: the root's reused buffer taken: {nines} bytes of 9");
-            }
-        }
-    }
-    eprintln!("{CHILD_OK} rank {me} late_bcasts");
-}
-
 /// A message announced by address and not read yet while 65,534 more are
 /// sent, then a send that fails (times out) and withdraws its message: the
 /// first is still received. A message's number was 16 bits (1 to 65,535,
@@ -1286,16 +1202,6 @@ fn no_timeout(world: &hpc_runtime::World) {
 #[test]
 fn a_communicator_timeout_of_no_time_or_beyond_any_clock_is_refused() {
     run("no_timeout", 2, 2, 30);
-}
-
-#[test]
-fn a_member_late_to_a_collective_its_root_gave_up_does_not_take_the_reused_buffer() {
-    run("late_bcast", 2, 1, 2);
-}
-
-#[test]
-fn a_member_late_to_collectives_their_root_gave_up_and_forgot_does_not_take_them() {
-    run("late_bcasts", 2, 1, 1);
 }
 
 #[test]
