@@ -5,10 +5,9 @@
 //! its part, and nothing writes into them after. A rank counts as successful
 //! only if it printed [`CHILD_OK`] at the end of its scenario.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hpc_comm::{Comm, CommOptions, Engine, Error, ReduceOp};
-use hpc_test_support::failures;
 
 mod common;
 use common::{CHILD_OK, ENGINES};
@@ -16,17 +15,7 @@ use common::{CHILD_OK, ENGINES};
 /// `scenario` on `size` ranks of one node, with a communicator timeout of
 /// `timeout_s` seconds.
 fn run(scenario: &str, size: usize, timeout_s: u64) {
-    let t = Instant::now();
-    let outs = common::job(scenario, size)
-        .timeout(Duration::from_secs(timeout_s))
-        .run();
-    let failed = failures(&outs);
-    assert!(
-        failed.is_empty(),
-        "{scenario} on {size} ranks: {}",
-        failed.join("\n")
-    );
-    eprintln!("{scenario} x{size}: {:?}", t.elapsed());
+    common::run(scenario, size, 1, timeout_s, &[]);
 }
 
 #[test]

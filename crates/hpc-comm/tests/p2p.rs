@@ -11,7 +11,6 @@ use hpc_comm::{
     Comm, CommOptions, Engine, Error, OwnedRecv, OwnedRequest, OwnedSend, ReduceOp, Source, Status,
     ANY_TAG,
 };
-use hpc_test_support::failures;
 
 mod common;
 use common::{CHILD_OK, ENGINES};
@@ -46,19 +45,7 @@ fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64) {
 
 /// [`run`] with variables set for every rank (and so for the proxies they start).
 fn run_with(scenario: &str, size: usize, nodes: usize, timeout_s: u64, env: &[(&str, &str)]) {
-    let t = Instant::now();
-    let outs = common::job(scenario, size)
-        .timeout(Duration::from_secs(timeout_s))
-        .nodes(nodes)
-        .envs(env)
-        .run();
-    let failed = failures(&outs);
-    assert!(
-        failed.is_empty(),
-        "{scenario} on {size} ranks: {}",
-        failed.join("\n")
-    );
-    eprintln!("{scenario} x{size} on {nodes} nodes: {:?}", t.elapsed());
+    common::run(scenario, size, nodes, timeout_s, env);
 }
 
 #[test]

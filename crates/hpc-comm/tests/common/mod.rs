@@ -37,6 +37,27 @@ pub fn job(scenario: &str, size: usize) -> Job {
         .quiet_stdout()
 }
 
+/// Runs `scenario` on `size` ranks over `nodes` nodes, with a communicator
+/// timeout of `timeout_s` seconds and `env` set for every rank (and so for
+/// the proxies they start); fails naming every rank that did not end its
+/// scenario. (`engines.rs` checks its jobs' outputs its own way.)
+#[allow(dead_code)]
+pub fn run(scenario: &str, size: usize, nodes: usize, timeout_s: u64, env: &[(&str, &str)]) {
+    let t = std::time::Instant::now();
+    let outs = job(scenario, size)
+        .timeout(std::time::Duration::from_secs(timeout_s))
+        .nodes(nodes)
+        .envs(env)
+        .run();
+    let failed = hpc_test_support::failures(&outs);
+    assert!(
+        failed.is_empty(),
+        "{scenario} on {size} ranks: {}",
+        failed.join("\n")
+    );
+    eprintln!("{scenario} x{size} on {nodes} nodes: {:?}", t.elapsed());
+}
+
 /// The scenario this process runs as a rank of a job (its `child_entry`), with
 /// its world; `None` in a normal test run, where `child_entry` returns at once.
 pub fn rank_scenario() -> Option<(String, hpc_runtime::World)> {
