@@ -193,6 +193,14 @@ fn last_words(message: &str) {
 /// are shown escaped, never in colour.
 fn clap_exit(e: clap::Error) -> ! {
     let to_stderr = e.use_stderr();
+    // `hpc --help >&-`: the text went to the runtime's `/dev/null`, status 0.
+    if !to_stderr && cmd::stdout::closed_at_start() {
+        last_words(&format!(
+            "writing to standard output: {}",
+            cmd::stdout::closed_error()
+        ));
+        std::process::exit(cmd::EXIT_ERROR);
+    }
     let text = e.render();
     let terminal = if to_stderr {
         std::io::stderr().is_terminal()

@@ -1100,6 +1100,74 @@ fn output_to_a_full_device_is_an_error_naming_the_stream_never_a_panic() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// A standard output closed when `hpc` starts (`hpc topo >&-`): the Rust
+/// runtime opens `/dev/null` in its place before `main`, and the output went
+/// there with status 0; `hpc run` forwarded the ranks' lines there too
+/// (hostile pass 20). Each says so, with the status of a failed write.
+#[test]
+fn output_to_a_closed_standard_output_is_an_error_not_lost() {
+    let s = scratch("closed-stdout");
+    let new_dir = s.join("app");
+    let new_dir = new_dir.to_str().unwrap();
+    let hpc_bin = env!("CARGO_BIN_EXE_hpc");
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["topo"], 2),
+        (vec!["doctor"], 2),
+        (vec!["selftest"], 2),
+        (vec!["completions", "bash"], 2),
+        (vec!["new", new_dir, "--vcs", "none"], 2),
+        (vec!["--help"], 2),
+        (vec!["run", "-n", "2", "--", hpc_bin, "selftest"], 125),
+    ];
+    for (args, code) in cases {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" "$@" >&-"#)
+            .arg(hpc_bin)
+            .args(&args)
+            .env_remove("HPC_RANK")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "hpc {args:?} >&-: {err}");
+        assert!(
+            err.contains("standard output") && err.contains("was closed when hpc started"),
+            "hpc {args:?} >&-: {err}"
+        );
+    }
+    // Sent to `/dev/null` on purpose, the output is thrown away without a word.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec "$0" run -n 2 -- "$0" selftest >/dev/null"#)
+        .arg(hpc_bin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&s);
+}
+
+/// Hostile pass 20: `hpc man --dir D` (and `hpc trace merge`, which writes
+/// the same way) killed while it wrote left its temporary file
+/// (`.hpc.1.tmp-PID`, part written) in D for good. Killed in its first write
+/// here (a file size limit, its signal not ignored), it leaves nothing.
+#[test]
+fn a_writer_killed_while_it_writes_leaves_no_temporary() {
+    let s = scratch("killed-writer");
+    let dir = s.join("man");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -f 2; exec "$0" man --dir "$1""#)
+        .arg(env!("CARGO_BIN_EXE_hpc"))
+        .arg(&dir)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), Some(libc::SIGXFSZ), "{}", stderr(&out));
+    assert_eq!(tree(&dir), Vec::<String>::new(), "left in the folder");
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 /// Two ranks given different tests waited for each other until the job's
 /// timeout, then said "timed out after 30s waiting for operation 6", naming
 /// neither test. They are refused at once, each test named.

@@ -650,7 +650,9 @@ fn run_job(
     let width = (n - 1).to_string().len();
 
     install_signal_handlers();
-    let stdout = Arc::new(Mutex::new(std::io::stdout()));
+    // A standard output closed when `hpc run` started fails the first line
+    // written there (the runtime had put `/dev/null` in its place).
+    let stdout = Arc::new(Mutex::new(super::stdout::Stdout));
     let stderr = Arc::new(Mutex::new(std::io::stderr()));
     let (out_tx, out_rx) = mpsc::channel::<job::Output>();
     let mut pids: Vec<u32> = Vec::with_capacity(n);
