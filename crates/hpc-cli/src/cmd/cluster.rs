@@ -500,9 +500,9 @@ fn write_work_files(work: &Path, nodes: usize) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     super::replace_file(&work.join("slurm.conf"), slurm_conf(nodes, cpus).as_bytes())?;
     let init = work.join("node-init.sh");
-    super::replace_file(&init, NODE_INIT.as_bytes())?;
-    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("making {} executable", hpc_io::message::path(&init)))?;
+    // Executable from the moment it has its name: the mode was set by path
+    // after the rename, on whatever the name held by then (hostile pass 20).
+    super::replace_file_with_mode(&init, NODE_INIT.as_bytes(), 0o755)?;
     Ok(())
 }
 
@@ -1071,6 +1071,64 @@ mod tests {
         let conf = std::fs::read_to_string(w.join("slurm.conf")).unwrap();
         assert!(conf.contains("node[1-4]"), "{conf}");
         assert!(executable(&w.join("node-init.sh")));
+        let _ = std::fs::remove_dir_all(&s);
+    }
+
+    /// Hostile pass 20: `node-init.sh` was made executable by its path after
+    /// the rename, so a symbolic link put at that name in between (another
+    /// user of a shared work folder swapping it in) had its target made
+    /// 0755. The mode is set on the open file before the rename: a file the
+    /// link points to keeps its mode however often the name is swapped.
+    #[test]
+    fn node_init_is_made_executable_before_it_has_its_name() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let s = scratch("mode-by-file");
+        let w = s.join("w");
+        write_work_files(&w, 2).unwrap();
+        let victim = s.join("victim");
+        std::fs::write(&victim, "mine\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, w, victim) = (stop.clone(), w.clone(), victim.clone());
+            std::thread::spawn(move || {
+                use std::os::unix::ffi::OsStrExt as _;
+                let link = w.join(".swap");
+                let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+                let (from, to) = (c(&link), c(&w.join("node-init.sh")));
+                while !stop.load(Ordering::Relaxed) {
+                    if !link.is_symlink() {
+                        let _ = std::fs::remove_file(&link);
+                        std::os::unix::fs::symlink(&victim, &link).unwrap();
+                    }
+                    // The link and the name swapped in one step, again and
+                    // again: half of the time the name is the link.
+                    // SAFETY: two NUL-terminated paths that outlive the call.
+                    unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            from.as_ptr(),
+                            libc::AT_FDCWD,
+                            to.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                }
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut writes = 0;
+        while std::time::Instant::now() < deadline {
+            write_work_files(&w, 2).unwrap();
+            writes += 1;
+            let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+            assert_eq!(
+                mode, 0o600,
+                "after {writes} writes, the link's target was chmod-ed"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
         let _ = std::fs::remove_dir_all(&s);
     }
 }
