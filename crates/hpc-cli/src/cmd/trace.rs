@@ -354,11 +354,13 @@ impl RunTrace {
         let recorded = std::fs::read_dir(&self.dir).map(|mut d| d.next().is_some());
         // A job stopped before any rank recorded an event or finished its file
         // left the folder of its empty `.part` files, offered to a merge that
-        // had nothing to merge.
+        // had nothing to merge. Said of the files: ranks that recorded events
+        // but could not write them (a full disk) were said to have recorded
+        // none (hostile pass 21).
         if hpc_trace::merge::nothing_recorded(&self.dir) {
             let _ = std::fs::remove_dir_all(&self.dir);
             super::job::note!(
-                "hpc run: --trace {}: the job ended (status {code}) before any of its {np} rank(s) recorded an event or finished its timeline; nothing was written",
+                "hpc run: --trace {}: the job ended (status {code}) before any of its {np} rank(s) wrote an event or a finished timeline into its file; nothing was written",
                 hpc_io::message::path(&self.file)
             );
             return if code == 0 {
