@@ -1168,6 +1168,28 @@ fn a_writer_killed_while_it_writes_leaves_no_temporary() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile pass 21: a page (or `hpc trace merge`'s trace: the same writer)
+/// replaced came back with the default mode: one its owner had made private
+/// (0600) was readable by everyone (0644). The mode is kept, never a set-id bit.
+#[test]
+fn a_replaced_file_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = scratch("keeps-mode");
+    let dir = s.join("man");
+    let page = dir.join("hpc.1");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert!(hpc(&["man", "--dir", dir.to_str().unwrap()])
+        .status
+        .success());
+    for (was, kept) in [(0o600, 0o600), (0o640, 0o640), (0o4755, 0o755)] {
+        std::fs::set_permissions(&page, std::fs::Permissions::from_mode(was)).unwrap();
+        let out = hpc(&["man", "--dir", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(mode(&page), kept, "a page of mode {was:o}");
+    }
+    let _ = std::fs::remove_dir_all(&s);
+}
+
 /// Two ranks given different tests waited for each other until the job's
 /// timeout, then said "timed out after 30s waiting for operation 6", naming
 /// neither test. They are refused at once, each test named.

@@ -23,6 +23,9 @@ const TMP_NAMES: u32 = 64;
 /// the rename: a process killed while it writes (`hpc man -o DIR`, `hpc trace
 /// merge` of a large trace, stopped) leaves nothing behind. Where the file system
 /// has no such files, the temporary is named from the start, as before.
+///
+/// A regular file at `path` keeps its permission bits (not its set-id bits):
+/// the new file is given them before it has its name.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     replace(path, bytes, None)
 }
@@ -34,6 +37,15 @@ pub fn replace_file_with_mode(path: &Path, bytes: &[u8], mode: u32) -> anyhow::R
 }
 
 fn replace(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
+    // A regular file replaced keeps its permission bits (hostile pass 21: a
+    // trace or page made private, 0600, came back 0644 for everyone to read);
+    // never a set-id bit, on a file this process now owns.
+    let mode = mode.or_else(|| {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| m.permissions().mode() & 0o777)
+    });
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
