@@ -363,6 +363,31 @@ fn output_is_tagged_unless_asked_not_to() {
     assert_eq!(lines, vec!["plain0", "plain1"]);
 }
 
+/// Hostile pass 21: `--no-tag` added a newline after a rank's last line that
+/// had none and inside every line longer than 64 KiB: a rank's data
+/// (`hpc run -n 1 --no-tag -- ./app > out.bin`) came out changed, status 0.
+/// Untagged, the bytes pass unchanged.
+#[test]
+fn untagged_output_is_passed_on_unchanged() {
+    let out = sh_job(
+        "1",
+        &["--no-tag"],
+        "head -c 200000 /dev/zero | tr '\\0' a; printf '\\nx\\0y'",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut want = vec![b'a'; 200_000];
+    want.extend_from_slice(b"\nx\0y");
+    assert_eq!(out.stdout.len(), want.len());
+    assert!(out.stdout == want, "the output was changed");
+    // Tagged, every piece is a line of its own, as before.
+    let out = sh_job("1", &[], "printf 'no end'");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[0] no end\n");
+}
+
 #[test]
 fn failing_rank_stops_the_job_with_its_code() {
     let (m, out, took) = marked_sh(

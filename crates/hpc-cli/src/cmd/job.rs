@@ -19,6 +19,8 @@
 //! Each rank's stdout and stderr are forwarded line by line with the rank's tag. A
 //! line longer than [`MAX_LINE`] is cut: each piece after the first is tagged
 //! `[R]+`, so a rank that prints without newlines costs at most that much memory.
+//! Without tags (`--no-tag`) the bytes are forwarded unchanged, no newline added
+//! (a piece of a longer line may then have another rank's line written after it).
 //! When `hpc run`'s own stdout or stderr is a broken pipe (`hpc run ... | head`),
 //! the job ends as Open MPI's `mpirun` ends it: the ranks are stopped (SIGTERM, then
 //! SIGKILL after the grace) and `hpc run` exits with 141 (128 + SIGPIPE), the status
@@ -291,7 +293,11 @@ pub fn forward<R: Read + Send + 'static, W: Write + Send + 'static>(
             let mut continued = false;
             let mut closed = false;
             let mut emit = |line: &mut Vec<u8>, continued: bool| {
-                if line.last() != Some(&b'\n') {
+                // A tagged piece is a line of its own. Untagged (`--no-tag`), the
+                // rank's bytes go on as they are: a newline added after its last
+                // unterminated line and in every line longer than the piece
+                // changed the output (a rank's data file, `> out.bin`), status 0.
+                if tag.is_some() && line.last() != Some(&b'\n') {
                     line.push(b'\n');
                 }
                 if closed {

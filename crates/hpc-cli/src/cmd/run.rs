@@ -80,7 +80,8 @@ pub struct Args {
     #[arg(long)]
     pub show_placement: bool,
 
-    /// Do not prefix output lines with the rank.
+    /// Do not prefix output lines with the rank: the ranks' bytes are forwarded
+    /// unchanged (lines of several ranks are kept whole up to 64 KiB).
     #[arg(long)]
     pub no_tag: bool,
 
