@@ -861,3 +861,49 @@ fn a_name_too_long_for_the_files_beside_it_is_refused() {
         );
     }
 }
+
+/// Hostile pass 21: the files of a trace folder (up to a GiB each) were read
+/// and parsed whole whatever their sum, about 12 bytes of memory a byte: more
+/// than the machine has ended the merge killed for its memory, without a word.
+/// Files (sparse: no disk) whose sum needs more than `MemAvailable` are
+/// refused before one is read, the folder, the sum and the memory named.
+#[test]
+fn trace_files_larger_than_the_memory_are_refused_before_they_are_read() {
+    let dir = hpc_test_support::TmpDir::new("hpc-trace", "too-big");
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(&ranks).unwrap();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let available: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .map(|kib: u64| kib * 1024)
+        .unwrap();
+    let gib = 1u64 << 30;
+    // 16 bytes of memory a byte of trace, the check's estimate: more files of a
+    // GiB than that leaves room for.
+    let n = available / gib / 16 + 2;
+    for r in 0..n {
+        std::fs::File::create(ranks.join(format!("rank-{r}.json")))
+            .unwrap()
+            .set_len(gib)
+            .unwrap();
+    }
+    let t = dir.join("t.json");
+    refused(
+        &[
+            "trace",
+            "merge",
+            ranks.to_str().unwrap(),
+            "-o",
+            t.to_str().unwrap(),
+        ],
+        &[
+            &format!("merging the {n} trace file(s) of "),
+            &format!("({n}.0 GiB) would need about"),
+            "of memory, but",
+            "MemAvailable",
+        ],
+        &dir,
+    );
+}
