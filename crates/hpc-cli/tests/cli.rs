@@ -1190,6 +1190,53 @@ fn a_replaced_file_keeps_its_mode() {
     let _ = std::fs::remove_dir_all(&s);
 }
 
+/// Hostile pass 21: a value that is not UTF-8 given to a flag that takes text
+/// (`hpc trace svg --title $'\xff'`, `--around`, `--log`) was refused with
+/// clap's "invalid UTF-8 was detected in one or more arguments", naming none.
+/// The flag is named, the value shown escaped.
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_its_flag() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let bad = OsStr::from_bytes(b"a\xff\x1b[31m");
+    let mut eq = std::ffi::OsString::from("--title=");
+    eq.push(bad);
+    let cases: Vec<(Vec<&OsStr>, &str)> = vec![
+        (
+            vec!["trace", "svg", "t.json", "-o", "t.svg", "--title"]
+                .into_iter()
+                .map(OsStr::new)
+                .chain([bad])
+                .collect(),
+            "the value of --title is not valid UTF-8",
+        ),
+        (
+            vec!["trace", "svg", "t.json", "-o", "t.svg"]
+                .into_iter()
+                .map(OsStr::new)
+                .chain([eq.as_os_str()])
+                .collect(),
+            "the value of --title is not valid UTF-8",
+        ),
+        (
+            vec![OsStr::new("--log"), bad, OsStr::new("topo")],
+            "the value of --log is not valid UTF-8",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_hpc"))
+            .args(&args)
+            .env_remove("HPC_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(err.contains("a\u{fffd}\\u{1b}[31m"), "{args:?}: {err}");
+        assert!(!err.contains('\x1b'), "{args:?}: {err}");
+    }
+}
+
 /// Two ranks given different tests waited for each other until the job's
 /// timeout, then said "timed out after 30s waiting for operation 6", naming
 /// neither test. They are refused at once, each test named.
