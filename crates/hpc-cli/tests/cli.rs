@@ -560,6 +560,64 @@ fn cluster_actions_say_when_the_docker_daemon_does_not_answer() {
     }
 }
 
+/// Hostile pass 21: two `hpc cluster up` of one cluster at once wrote each
+/// other's `slurm.conf` and both started the same containers (one failing on
+/// a name in use, or the cluster waiting 90 s for nodes another node count
+/// never had). The second is refused at once while the first runs; once it
+/// has ended, the next is taken.
+#[test]
+fn a_second_cluster_up_while_one_runs_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = scratch("cluster-up-twice");
+    let exe = |p: &Path, text: &str| {
+        std::fs::write(p, text).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // The daemon answers; the first `up` is held 4 s in `docker image
+    // inspect`; its `network create` fails, which ends its script.
+    exe(
+        &d.join("docker"),
+        "#!/bin/sh\ncase \"$1\" in\n  version) echo 24.0.0 ;;\n  image) sleep 4 ;;\n  network) exit 1 ;;\nesac\nexit 0\n",
+    );
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    exe(&bin.join("app"), "#!/bin/sh\n");
+    let up = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hpc"));
+        c.args(["cluster", "up", "--nodes", "1", "--bin"])
+            .arg(&bin)
+            .env("PATH", format!("{}:/usr/bin:/bin", d.display()))
+            .env("HPC_CLUSTER_NAME", "t")
+            .env("HPC_CLUSTER_DIR", d.join("work"))
+            .env("HPC_CACHE_DIR", d.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    };
+    let first = up().spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let second = up().output().unwrap();
+    let first = first.wait_with_output().unwrap();
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cluster t: another hpc cluster up or down of it runs (it holds ")
+            && err.contains(".cluster.lock"),
+        "{err}"
+    );
+    // The first ran its script to its end (the failed `network create`).
+    assert!(!first.status.success(), "{}", stderr(&first));
+    // Ended, it holds nothing: the next `up` runs its script (held in `image`
+    // again, then ended by `network create`), its work folder taken.
+    let third = up().output().unwrap();
+    let err = stderr(&third);
+    assert!(
+        !err.contains("another hpc cluster up") && !err.contains("not a cluster's"),
+        "{err}"
+    );
+    assert_eq!(third.status.code(), first.status.code(), "{err}");
+}
+
 /// Hostile-user pass 19: as root, `hpc man --dir /` wrote its twelve pages
 /// into `/`, `--dir /etc/x` into `/etc`. A folder of the system is refused
 /// naming the flag, nothing written; a manual section folder is not refused
