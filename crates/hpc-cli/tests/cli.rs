@@ -1201,6 +1201,19 @@ fn output_to_a_closed_standard_output_is_an_error_not_lost() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    // The ranks' standard error, closed (`2>&-`): their lines went to the
+    // runtime's `/dev/null` with status 0. The message is lost with the
+    // stream; the status says it. A rank that writes nothing there is fine.
+    for (script, code) in [("echo warn >&2", 125), ("echo out", 0)] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" run -n 1 -- sh -c "$1" 2>&- >/dev/null"#)
+            .arg(hpc_bin)
+            .arg(script)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{script}");
+    }
     let _ = std::fs::remove_dir_all(&s);
 }
 

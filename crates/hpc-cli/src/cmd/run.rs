@@ -654,7 +654,7 @@ fn run_job(
     // A standard output closed when `hpc run` started fails the first line
     // written there (the runtime had put `/dev/null` in its place).
     let stdout = Arc::new(Mutex::new(super::stdout::Stdout));
-    let stderr = Arc::new(Mutex::new(std::io::stderr()));
+    let stderr = Arc::new(Mutex::new(super::stdout::Stderr));
     let (out_tx, out_rx) = mpsc::channel::<job::Output>();
     let mut pids: Vec<u32> = Vec::with_capacity(n);
     let mut forwarders = 0usize;
