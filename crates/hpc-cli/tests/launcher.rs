@@ -388,6 +388,34 @@ fn untagged_output_is_passed_on_unchanged() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[0] no end\n");
 }
 
+/// Hostile pass 21: once every rank had exited, `hpc run` waited 1 s for the
+/// output still on its way, then exited 0 without it: a reader that paused
+/// (`hpc run … | less` at a page's end) lost the end of the output (38,528
+/// of the last 100,000 bytes here). Output that `hpc run`'s own output has
+/// not taken yet is waited for; all of it arrives.
+#[test]
+fn output_a_slow_reader_has_not_taken_yet_is_not_lost() {
+    use std::io::Read as _;
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--", "sh", "-c"])
+        .arg("head -c 10000000 /dev/zero")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = vec![0u8; 9_900_000];
+    out.read_exact(&mut first).unwrap();
+    // The reader pauses: the rank writes its last bytes into the pipes and ends.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut rest = Vec::new();
+    out.read_to_end(&mut rest).unwrap();
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(rest.len(), 100_000, "{err}");
+    assert!(done.status.success(), "{err}");
+}
+
 #[test]
 fn failing_rank_stops_the_job_with_its_code() {
     let (m, out, took) = marked_sh(

@@ -656,6 +656,8 @@ fn run_job(
     let stdout = Arc::new(Mutex::new(super::stdout::Stdout));
     let stderr = Arc::new(Mutex::new(super::stdout::Stderr));
     let (out_tx, out_rx) = mpsc::channel::<job::Output>();
+    // The forwarders in a write to hpc run's own output ([`job::forward`]).
+    let writing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut pids: Vec<u32> = Vec::with_capacity(n);
     let mut forwarders = 0usize;
     let started = Instant::now();
@@ -691,6 +693,7 @@ fn run_job(
                 tag.clone(),
                 "stdout",
                 out_tx.clone(),
+                writing.clone(),
             ));
         }
         if let Some(e) = child.stderr.take() {
@@ -700,6 +703,7 @@ fn run_job(
                 tag,
                 "stderr",
                 out_tx.clone(),
+                writing.clone(),
             ));
         }
         for s in streams {
@@ -727,6 +731,7 @@ fn run_job(
         first_failure: None,
         kill_at: None,
         interrupted: None,
+        out_of_time: false,
         forwarders_done: 0,
         failed_streams: Vec::new(),
         grace: Duration::from_secs_f64(args.kill_grace),
@@ -758,7 +763,7 @@ fn run_job(
     // Every rank has exited: nothing they started may outlive the job (a `setsid`
     // child holding a pipe open, say). Then their output is drained, bounded.
     job::kill_everything(Duration::from_secs(5), |_, _| {});
-    sv.drain(&out_rx, forwarders);
+    sv.drain(&out_rx, forwarders, &writing);
     coord.shutdown();
     tracing::info!(elapsed = ?started.elapsed(), "job finished");
     if let Some(sig) = sv.interrupted {
@@ -786,6 +791,8 @@ struct Supervision<'a> {
     first_failure: Option<(usize, String, i32)>,
     kill_at: Option<Instant>,
     interrupted: Option<i32>,
+    /// `--time-limit` stopped the job.
+    out_of_time: bool,
     forwarders_done: usize,
     failed_streams: Vec<&'static str>,
     grace: Duration,
@@ -917,6 +924,7 @@ impl Supervision<'_> {
                 );
                 self.first_failure
                     .get_or_insert((usize::MAX, "time limit reached".into(), 124));
+                self.out_of_time = true;
                 self.stop_all(libc::SIGTERM);
                 self.kill_at = Some(Instant::now() + self.grace);
             }
@@ -929,12 +937,43 @@ impl Supervision<'_> {
         }
     }
 
-    /// Drains the ranks' output once every rank exited, for at most
-    /// `job::OUTPUT_GRACE`.
-    fn drain(&mut self, out_rx: &mpsc::Receiver<job::Output>, forwarders: usize) {
-        let drain_until = Instant::now() + job::OUTPUT_GRACE;
+    /// Drains the ranks' output once every rank exited: a stream that does not
+    /// end (held open by a process outside the job) is waited for at most
+    /// `job::OUTPUT_GRACE`; output being written to `hpc run`'s own standard
+    /// output or error (`writing`: its reader reads slowly, `| less` at a page's
+    /// end) is waited for until it is written, unless the job was stopped by a
+    /// signal or its time limit. Given up after 1 s, the output a reader had
+    /// not read yet was lost with status 0 (hostile pass 21: 38,528 of 100,000
+    /// bytes for a reader that paused 3 s).
+    fn drain(
+        &mut self,
+        out_rx: &mpsc::Receiver<job::Output>,
+        forwarders: usize,
+        writing: &std::sync::atomic::AtomicUsize,
+    ) {
+        let stopped = self.interrupted.is_some() || self.out_of_time;
+        let mut drain_until = Instant::now() + job::OUTPUT_GRACE;
         while self.forwarders_done < forwarders {
-            let left = drain_until.saturating_duration_since(Instant::now());
+            if !stopped && writing.load(Ordering::SeqCst) > 0 {
+                drain_until = Instant::now() + job::OUTPUT_GRACE;
+            }
+            let left = drain_until
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50));
+            if left.is_zero() {
+                if writing.load(Ordering::SeqCst) > 0 {
+                    note!(
+                        "hpc run: the ranks' output that hpc run's own output had not taken \
+                         when the job was stopped is not written"
+                    );
+                } else {
+                    tracing::warn!(
+                        streams = forwarders - self.forwarders_done,
+                        "output still open after every process of the job ended; not waiting for it"
+                    );
+                }
+                break;
+            }
             match out_rx.recv_timeout(left) {
                 Ok(job::Output::Done) => self.forwarders_done += 1,
                 Ok(job::Output::Closed(_)) => {
@@ -952,13 +991,8 @@ impl Supervision<'_> {
                         super::EXIT_RUN_FAILED,
                     ));
                 }
-                Err(_) => {
-                    tracing::warn!(
-                        streams = forwarders - self.forwarders_done,
-                        "output still open after every process of the job ended; not waiting for it"
-                    );
-                    break;
-                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
         }
     }
