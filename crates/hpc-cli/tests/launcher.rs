@@ -416,6 +416,83 @@ fn output_a_slow_reader_has_not_taken_yet_is_not_lost() {
     assert!(done.status.success(), "{err}");
 }
 
+/// The wait above for a reader that does not read stops at
+/// `--time-limit`: the job ended in time, its output not taken, `hpc run`
+/// waited for its reader without end. It ends at the limit with 124.
+#[test]
+fn output_a_reader_never_takes_is_not_waited_for_past_the_time_limit() {
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--time-limit", "3", "--"])
+        .args(["sh", "-c", "head -c 100000 /dev/zero"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open, never read: the rank's 100 kB fit the pipes and the
+    // forwarder's line, so the rank ends at once, the output not taken.
+    let _out = child.stdout.take().unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = stderr_of(&mut child);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(124),
+        "after {:?}: {err}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("time limit reached while the ranks' output was still being written"),
+        "{err}"
+    );
+}
+
+/// The wait for a reader that does not read ends at a signal: Ctrl-C after
+/// the job had ended, its output not taken, was ignored and `hpc run` waited on
+/// (while this branch was written: the wait had no bound then). It ends with
+/// 128 + SIGINT.
+#[test]
+fn a_signal_ends_the_wait_for_a_reader_that_does_not_read() {
+    let mut child = Command::new(HPC)
+        .args(["run", "-n", "1", "--no-tag", "--"])
+        .args(["sh", "-c", "head -c 100000 /dev/zero"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _out = child.stdout.take().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: a signal to the child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(128 + libc::SIGINT),
+        "after {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn failing_rank_stops_the_job_with_its_code() {
     let (m, out, took) = marked_sh(

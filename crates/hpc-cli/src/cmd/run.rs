@@ -763,7 +763,7 @@ fn run_job(
     // Every rank has exited: nothing they started may outlive the job (a `setsid`
     // child holding a pipe open, say). Then their output is drained, bounded.
     job::kill_everything(Duration::from_secs(5), |_, _| {});
-    sv.drain(&out_rx, forwarders, &writing);
+    sv.drain(&out_rx, forwarders, &writing, time_limit, front);
     coord.shutdown();
     tracing::info!(elapsed = ?started.elapsed(), "job finished");
     if let Some(sig) = sv.interrupted {
@@ -902,11 +902,16 @@ impl Supervision<'_> {
             note!("hpc run: second signal, killing all ranks");
             self.stop_all(libc::SIGKILL);
         } else {
-            note!(
-                "hpc run: got {}, stopping {} rank(s)",
-                signal_name(sig),
-                self.remaining
-            );
+            if self.remaining > 0 {
+                note!(
+                    "hpc run: got {}, stopping {} rank(s)",
+                    signal_name(sig),
+                    self.remaining
+                );
+            } else {
+                // Every rank had ended: the wait for the output stops.
+                note!("hpc run: got {}, stopping", signal_name(sig));
+            }
             self.interrupted = Some(sig);
             self.stop_all(sig);
             self.kill_at = Some(Instant::now() + self.grace);
@@ -944,18 +949,42 @@ impl Supervision<'_> {
     /// end) is waited for until it is written, unless the job was stopped by a
     /// signal or its time limit. Given up after 1 s, the output a reader had
     /// not read yet was lost with status 0 (hostile pass 21: 38,528 of 100,000
-    /// bytes for a reader that paused 3 s).
+    /// bytes for a reader that paused 3 s). Nor past `--time-limit`: a job
+    /// that ended in time, its reader not reading, ends there with 124.
     fn drain(
         &mut self,
         out_rx: &mpsc::Receiver<job::Output>,
         forwarders: usize,
         writing: &std::sync::atomic::AtomicUsize,
+        time_limit: Option<Instant>,
+        front: Option<libc::pid_t>,
     ) {
-        let stopped = self.interrupted.is_some() || self.out_of_time;
+        let mut stopped = self.interrupted.is_some() || self.out_of_time;
         let mut drain_until = Instant::now() + job::OUTPUT_GRACE;
         while self.forwarders_done < forwarders {
-            if !stopped && writing.load(Ordering::SeqCst) > 0 {
+            // `hpc run` itself killed, or a signal (Ctrl-C): the wait for a
+            // reader ends, as the job's did (the supervisor outlived its front,
+            // holding its output, and took SIGTERM for nothing).
+            if job::front_gone(front) {
+                break;
+            }
+            let sig = SIGNAL.swap(0, Ordering::SeqCst);
+            if sig != 0 {
+                self.signal(sig);
+                stopped = true;
+            }
+            let in_time = time_limit.is_none_or(|t| Instant::now() < t);
+            if !stopped && in_time && writing.load(Ordering::SeqCst) > 0 {
                 drain_until = Instant::now() + job::OUTPUT_GRACE;
+            }
+            if !stopped && !in_time && writing.load(Ordering::SeqCst) > 0 {
+                note!(
+                    "hpc run: time limit reached while the ranks' output was still being \
+                     written (hpc run's own output does not take it); the rest is not written"
+                );
+                self.first_failure
+                    .get_or_insert((usize::MAX, "time limit reached".into(), 124));
+                break;
             }
             let left = drain_until
                 .saturating_duration_since(Instant::now())
